@@ -1,0 +1,34 @@
+# Quick start: `make demo` and `make test` on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+# torch is pinned here (not in pyproject) to the CPU wheel this machine has locally;
+# the package itself accepts any torch>=2.4,<3.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test test-all clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install $(TORCH)
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(PY)
+	$(PIP) install -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/lmforge demo --out runs/demo
+
+test: $(VENV)/.dev-installed
+	$(PY) -m pytest -q
+
+test-all: $(VENV)/.dev-installed
+	$(PY) -m pytest -q -m ''
+
+clean:
+	rm -rf $(VENV) runs

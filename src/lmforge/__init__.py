@@ -1,0 +1,17 @@
+"""lmforge: the Transformer language-model family from one configurable model."""
+from lmforge.config import ConfigError, ModelConfig
+from lmforge.io import load, save
+from lmforge.model import ModelOutput, Transformer, from_config
+from lmforge.presets import PRESETS, get_config, tiny
+
+__version__ = "0.1.0"
+
+
+def build(name: str | ModelConfig, **overrides) -> Transformer:
+    """A randomly initialised model from a preset name (or a ModelConfig) with field overrides."""
+    cfg = name.replace(**overrides) if isinstance(name, ModelConfig) else get_config(name, **overrides)
+    return from_config(cfg)
+
+
+__all__ = ["ConfigError", "ModelConfig", "ModelOutput", "PRESETS", "Transformer", "build",
+           "from_config", "get_config", "load", "save", "tiny", "__version__"]

@@ -1,0 +1,122 @@
+"""The `lmforge` command: one sub-command per job.
+
+Exit status 0 on success, 2 on bad usage or bad input (a one-line message, no
+traceback), 1 on an internal error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+
+from lmforge.config import ConfigError, ModelConfig
+from lmforge.io import CheckpointError
+from lmforge.io import load as load_model
+from lmforge.model import from_config
+from lmforge.presets import PRESETS, get_config
+
+
+class UsageError(ValueError):
+    """Bad command-line input; reported in one line with exit status 2."""
+
+
+def parse_overrides(pairs: list) -> dict:
+    """`key=value` pairs; values are read as YAML scalars (1e-5, true, [a, b])."""
+    overrides = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UsageError(f"expected key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def read_config_file(path: str | None) -> dict:
+    """Overrides from a YAML or JSON file (--config)."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise UsageError(f"cannot read config file {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must hold a mapping of field: value")
+    return data
+
+
+def resolve_config(name: str, overrides: dict) -> ModelConfig:
+    """A preset name, an lmforge model directory or a config JSON file, with overrides."""
+    path = Path(name)
+    if name in PRESETS:
+        return get_config(name, **overrides)
+    if path.is_dir():
+        return load_model(path).config.replace(**overrides)
+    if path.is_file():
+        return ModelConfig.from_dict({**json.loads(path.read_text(encoding="utf-8")), **overrides})
+    return get_config(name, **overrides)  # raises with the closest preset names
+
+
+def cmd_inspect(args) -> None:
+    """Print architecture, parameter counts and FLOPs per token."""
+    from lmforge.summary import describe
+
+    cfg = resolve_config(args.model, {**read_config_file(args.config), **parse_overrides(args.overrides)})
+    with torch.device("meta"):  # counting needs shapes only, so even a 7B preset is instant
+        model = from_config(cfg, init=False)
+    print(f"{args.model}")
+    print(describe(model, args.context))
+
+
+def cmd_presets(args) -> None:
+    """List the presets with their sources."""
+    for name, preset in PRESETS.items():
+        print(f"{name:26s} {preset['source']}")
+
+
+def cmd_demo(args) -> None:
+    """Run the main job as far as it exists (see lmforge.demo)."""
+    from lmforge.demo import run_demo
+
+    run_demo(Path(args.out), seed=args.seed, steps=args.steps)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = argparse.ArgumentParser(prog="lmforge", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("inspect", help="architecture, parameter count and FLOPs of a model")
+    p.add_argument("model", help="preset name, lmforge directory or config JSON")
+    p.add_argument("overrides", nargs="*", help="field=value overrides")
+    p.add_argument("--config", help="YAML/JSON file of field overrides")
+    p.add_argument("--context", type=int, help="sequence length for FLOPs (default max_seq_len)")
+    p.set_defaults(func=cmd_inspect)
+    p = sub.add_parser("presets", help="list the presets")
+    p.set_defaults(func=cmd_presets)
+    p = sub.add_parser("demo", help="the main job on the built-in default")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=150)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list | None = None) -> int:
+    """Entry point of the `lmforge` command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except (UsageError, ConfigError, CheckpointError, ValueError, OSError) as err:
+        print(f"lmforge {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

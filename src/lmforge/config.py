@@ -1,0 +1,241 @@
+"""ModelConfig: one flat, typed, validated description of any Transformer LM.
+
+Every architectural axis of DESIGN.md is one field here; its value selects a
+small module through a module-level dict in `lmforge.layers`. Invalid values
+raise `ConfigError` with a one-line message naming the field and the choices.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Optional
+
+ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
+POSITIONS = ("learned", "sinusoidal", "relative-bias", "alibi", "rotary", "xl-relative", "none")
+NORMS = ("layernorm", "rmsnorm")
+PLACEMENTS = ("post", "pre")
+FFNS = ("relu", "gelu", "gelu-tanh", "geglu", "geglu-tanh", "swiglu")
+PATTERNS = ("full", "sliding-window", "dilated", "longformer", "bigbird", "linformer")
+# Patterns whose definition needs every token to see the whole sequence's layout
+# (global tokens, random blocks, projections over the length): encoder-side only.
+BIDIRECTIONAL_ONLY = ("longformer", "bigbird", "linformer")
+
+
+class ConfigError(ValueError):
+    """An invalid ModelConfig field; the message names the field and the valid choices."""
+
+
+@dataclass
+class ModelConfig:
+    """All hyper-parameters of one model, named as in the papers (Vaswani et al. 2017 onwards)."""
+
+    architecture: str = "encoder"
+    vocab_size: int = 30522
+    d_model: int = 768
+    n_layers: int = 12
+    n_heads: int = 12
+    n_kv_heads: Optional[int] = None  # None: = n_heads (MHA); 1: MQA; else GQA
+    d_head: Optional[int] = None  # None: d_model // n_heads
+    d_ff: int = 3072
+    n_decoder_layers: Optional[int] = None  # encoder-decoder only; None: = n_layers
+    max_seq_len: int = 512
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    # embeddings
+    d_embed: Optional[int] = None  # ALBERT/ELECTRA factorised embedding size E; None: d_model
+    n_segments: int = 2  # token-type embeddings; 0 for none
+    position: str = "learned"
+    position_offset: int = 0  # RoBERTa/BART start learned positions at 2
+    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
+    embedding_norm: bool = True  # BERT's LayerNorm after the embedding sum
+    tie_embeddings: bool = True  # LM head reuses the token embedding matrix
+    # position-scheme parameters
+    rotary_theta: float = 10000.0
+    rotary_dim: Optional[int] = None  # partial rotary; None: d_head
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    # normalisation
+    norm: str = "layernorm"
+    norm_placement: str = "post"
+    norm_eps: float = 1e-12
+    norm_bias: bool = True
+    final_norm: Optional[bool] = None  # None: True for pre-norm, False for post-norm
+    # sub-layers
+    ffn: str = "gelu"
+    ffn_bias: bool = True
+    attention_bias: bool = True
+    attention_scaling: bool = True  # divide scores by sqrt(d_head); T5 folds it into init
+    # attention pattern
+    attention: str = "full"
+    attention_schedule: Optional[list] = None  # per-layer pattern names; None: all `attention`
+    window: int = 512  # total width: |i-j| <= window//2 (bidirectional), i-window < j <= i (causal)
+    dilation: int = 1
+    n_global_tokens: int = 1  # longformer default global tokens when none are given ([CLS])
+    global_projections: bool = False  # Longformer's separate q/k/v for global attention
+    block_size: int = 64  # BigBird
+    n_random_blocks: int = 3  # BigBird
+    linformer_k: int = 256  # Linformer projected length
+    # parameter economy
+    share_layers: bool = False  # ALBERT cross-layer sharing
+    # LM head (heads.py reads these so a preset describes its family's head)
+    lm_transform: bool = True  # BERT's dense + activation + norm before the vocabulary projection
+    lm_bias: bool = True
+    tied_logit_scale: bool = False  # T5 v1.0 scales by d_model**-0.5 before a tied projection
+    source: str = ""  # where a preset's numbers come from
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attention_schedule, tuple):
+            self.attention_schedule = list(self.attention_schedule)
+        _validate(self)
+
+    # derived sizes -----------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        """Per-head width."""
+        return self.d_head or self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value heads (GQA/MQA share them across query heads)."""
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of the embedding layer (E in ALBERT)."""
+        return self.d_embed or self.d_model
+
+    @property
+    def decoder_layers(self) -> int:
+        """Decoder depth of an encoder-decoder."""
+        return self.n_decoder_layers or self.n_layers
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Whether the stack ends with a norm (pre-norm models need one)."""
+        return self.norm_placement == "pre" if self.final_norm is None else self.final_norm
+
+    @property
+    def rotary_width(self) -> int:
+        """Number of leading head dimensions that rotary rotates."""
+        return self.rotary_dim or self.head_dim
+
+    def layer_patterns(self) -> list:
+        """Attention pattern of each layer (the schedule, or `attention` everywhere)."""
+        return list(self.attention_schedule or [self.attention] * self.n_layers)
+
+    # (de)serialisation --------------------------------------------------------
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        """Build from a dict, rejecting unknown keys by name."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(known)}")
+        return cls(**data)
+
+    def replace(self, **overrides: Any) -> "ModelConfig":
+        """A validated copy with some fields changed."""
+        return self.from_dict({**self.to_dict(), **overrides})
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write as JSON, atomically."""
+        atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ModelConfig":
+        """Read a JSON file written by `save`."""
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write text to a temporary file in the same folder, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _choice(cfg: ModelConfig, name: str, choices: tuple) -> None:
+    value = getattr(cfg, name)
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+def _positive(cfg: ModelConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{name}={value!r} must be a positive integer")
+
+
+def _validate(cfg: ModelConfig) -> None:
+    for name, choices in (("architecture", ARCHITECTURES), ("position", POSITIONS), ("norm", NORMS),
+                          ("norm_placement", PLACEMENTS), ("ffn", FFNS), ("attention", PATTERNS)):
+        _choice(cfg, name, choices)
+    _positive(cfg, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
+              "n_decoder_layers", "max_seq_len", "d_embed", "window", "dilation", "block_size",
+              "relative_buckets", "relative_max_distance", "linformer_k")
+    for name in ("dropout", "attention_dropout"):
+        if not 0.0 <= getattr(cfg, name) < 1.0:
+            raise ConfigError(f"{name}={getattr(cfg, name)!r} must be in [0, 1)")
+    if cfg.n_segments < 0 or cfg.position_offset < 0 or cfg.n_random_blocks < 0 or cfg.n_global_tokens < 0:
+        raise ConfigError("n_segments, position_offset, n_random_blocks and n_global_tokens must be >= 0")
+    _validate_heads(cfg)
+    _validate_patterns(cfg)
+    if cfg.n_decoder_layers is not None and cfg.architecture != "encoder-decoder":
+        raise ConfigError(f"n_decoder_layers is only valid for architecture='encoder-decoder', "
+                          f"not {cfg.architecture!r}")
+
+
+def _validate_heads(cfg: ModelConfig) -> None:
+    if cfg.d_head is None and cfg.d_model % cfg.n_heads:
+        raise ConfigError(f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads} "
+                          f"(set d_head to decouple them)")
+    if cfg.n_heads % cfg.kv_heads:
+        raise ConfigError(f"n_heads={cfg.n_heads} is not divisible by n_kv_heads={cfg.kv_heads}")
+    if cfg.position == "rotary":
+        if cfg.rotary_width % 2:
+            raise ConfigError(f"rotary_dim={cfg.rotary_width} must be even (pairs of dimensions rotate)")
+        if cfg.rotary_width > cfg.head_dim:
+            raise ConfigError(f"rotary_dim={cfg.rotary_width} exceeds the head width d_head={cfg.head_dim}")
+        if cfg.rotary_theta <= 0:
+            raise ConfigError(f"rotary_theta={cfg.rotary_theta} must be positive")
+    if cfg.position == "xl-relative" and cfg.architecture != "encoder":
+        raise ConfigError("position='xl-relative' (XLNet) is only implemented for architecture='encoder'")
+
+
+def _validate_patterns(cfg: ModelConfig) -> None:
+    schedule = cfg.layer_patterns()
+    if len(schedule) != cfg.n_layers:
+        raise ConfigError(f"attention_schedule has {len(schedule)} entries but n_layers={cfg.n_layers}")
+    for pattern in schedule:
+        if pattern not in PATTERNS:
+            raise ConfigError(f"attention_schedule entry {pattern!r} is not one of {', '.join(PATTERNS)}")
+        if pattern in BIDIRECTIONAL_ONLY and cfg.architecture == "decoder":
+            raise ConfigError(f"attention={pattern!r} needs bidirectional attention; "
+                              f"architecture='decoder' supports full, sliding-window, dilated")
+    if cfg.share_layers and cfg.attention_schedule and len(set(schedule)) > 1:
+        raise ConfigError("share_layers=True needs one attention pattern for every layer")
+    windowed = {"sliding-window", "dilated", "longformer"} & set(schedule)
+    if windowed and cfg.window > cfg.max_seq_len:
+        raise ConfigError(f"window={cfg.window} is larger than max_seq_len={cfg.max_seq_len}")
+    if "bigbird" in schedule and cfg.block_size * 3 > cfg.max_seq_len:
+        raise ConfigError(f"block_size={cfg.block_size} needs max_seq_len >= 3 blocks "
+                          f"({3 * cfg.block_size}), got {cfg.max_seq_len}")
+    if "linformer" in schedule and cfg.linformer_k > cfg.max_seq_len:
+        raise ConfigError(f"linformer_k={cfg.linformer_k} exceeds max_seq_len={cfg.max_seq_len}")
+    if cfg.global_projections and "longformer" not in schedule:
+        raise ConfigError("global_projections=True needs attention='longformer'")

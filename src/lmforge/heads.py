@@ -1,0 +1,147 @@
+"""Task heads that sit on the backbone's hidden states; the backbone never imports them.
+
+Each head is built from the model it attaches to (`make_head(model, kind, **args)`),
+records its kind and arguments in `spec` so a checkpoint can rebuild it, and maps
+(hidden (B, T, d_model), attention_mask (B, T) | None) to its output.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lmforge.config import ConfigError
+from lmforge.layers.feedforward import activation
+from lmforge.layers.norms import make_norm
+from lmforge.model import init_weights
+
+
+class LMHead(nn.Module):
+    """Vocabulary logits; BERT's transform (dense, activation, norm) first where the family has it,
+    and the projection tied to the token table (Press & Wolf 2017) unless tie_embeddings=False."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        cfg = model.config
+        self.spec = {"kind": "lm"}
+        E = cfg.embed_dim
+        self.transform = nn.Linear(cfg.d_model, E) if cfg.lm_transform else None
+        self.act = activation(cfg)
+        self.norm = make_norm(cfg, E) if cfg.lm_transform else None
+        self.logit_scale = cfg.d_model ** -0.5 if cfg.tied_logit_scale else 1.0
+        if cfg.tie_embeddings:
+            object.__setattr__(self, "tied", model.tokens)  # a reference, not a second parameter
+            self.decoder = None
+        else:
+            in_dim = E if cfg.lm_transform else cfg.d_model
+            self.decoder = nn.Linear(in_dim, cfg.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.lm_bias else None
+
+    def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:
+        """(..., d_model) -> (..., vocab_size); works on selected positions (N, d_model) too."""
+        if self.transform is not None:
+            hidden = self.norm(self.act(self.transform(hidden)))
+        hidden = hidden * self.logit_scale if self.logit_scale != 1.0 else hidden
+        weight = self.tied.weight if self.decoder is None else self.decoder.weight
+        return nn.functional.linear(hidden, weight, self.bias)
+
+
+def pool(hidden: torch.Tensor, attention_mask, how: str) -> torch.Tensor:
+    """(B, T, d) -> (B, d): the first token ([CLS]), the last real token ([EXTRACT]) or the mean."""
+    if how == "first":
+        return hidden[:, 0]
+    if attention_mask is None:
+        attention_mask = torch.ones(hidden.shape[:2], device=hidden.device)
+    mask = attention_mask.to(hidden.dtype)
+    if how == "mean":
+        return (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1.0)
+    # last real token, robust to left and right padding: the highest index with mask 1
+    index = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
+
+
+POOLINGS = ("first", "last", "mean")
+
+
+class Pooler(nn.Module):
+    """BERT's pooler: tanh(W h_[CLS] + b), the input of NSP and sentence classification."""
+
+    def __init__(self, model: nn.Module, pooling: str = "first") -> None:
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ConfigError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
+        self.spec = {"kind": "pooler", "pooling": pooling}
+        self.pooling = pooling
+        self.dense = nn.Linear(model.config.d_model, model.config.d_model)
+
+    def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:  # -> (B, d_model)
+        return torch.tanh(self.dense(pool(hidden, attention_mask, self.pooling)))
+
+
+class SequenceClassificationHead(nn.Module):
+    """Sentence (pair) classification or regression (n_labels=1) from a pooled representation."""
+
+    def __init__(self, model: nn.Module, n_labels: int, pooling: str = "first", pooler: bool = True) -> None:
+        super().__init__()
+        if n_labels < 1:
+            raise ConfigError(f"n_labels={n_labels} must be >= 1")
+        self.spec = {"kind": "classification", "n_labels": n_labels, "pooling": pooling, "pooler": pooler}
+        self.pooler = Pooler(model, pooling) if pooler else None
+        self.pooling = pooling
+        self.dropout = nn.Dropout(model.config.dropout)
+        self.classifier = nn.Linear(model.config.d_model, n_labels)
+
+    def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:  # -> (B, n_labels)
+        pooled = (self.pooler(hidden, attention_mask) if self.pooler is not None
+                  else pool(hidden, attention_mask, self.pooling))
+        return self.classifier(self.dropout(pooled))
+
+
+class TokenClassificationHead(nn.Module):
+    """A label per position (tagging, NER)."""
+
+    def __init__(self, model: nn.Module, n_labels: int) -> None:
+        super().__init__()
+        self.spec = {"kind": "token-classification", "n_labels": n_labels}
+        self.dropout = nn.Dropout(model.config.dropout)
+        self.classifier = nn.Linear(model.config.d_model, n_labels)
+
+    def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:  # -> (B, T, n_labels)
+        return self.classifier(self.dropout(hidden))
+
+
+class SpanQAHead(nn.Module):
+    """Extractive QA (BERT sec. 4.2): start and end logits per position, (B, T, 2)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.spec = {"kind": "span-qa"}
+        self.qa = nn.Linear(model.config.d_model, 2)
+
+    def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:
+        logits = self.qa(hidden)
+        if attention_mask is not None:  # padding can never be an answer boundary
+            logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
+        return logits
+
+
+HEADS = {
+    "lm": LMHead,
+    "pooler": Pooler,
+    "classification": SequenceClassificationHead,
+    "token-classification": TokenClassificationHead,
+    "span-qa": SpanQAHead,
+}
+
+
+def make_head(model: nn.Module, kind: str, **args) -> nn.Module:
+    """Build a head of `kind` for `model` (not yet attached)."""
+    if kind not in HEADS:
+        raise ConfigError(f"head kind {kind!r} is not one of {', '.join(HEADS)}")
+    head = HEADS[kind](model, **args)
+    init_weights(head)
+    return head
+
+
+def attach(model: nn.Module, kind: str, name: str | None = None, **args) -> nn.Module:
+    """Build a head and attach it to `model` under `name` (default: the kind); returns the head."""
+    return model.add_head(name or kind, make_head(model, kind, **args))

@@ -1,0 +1,45 @@
+"""One Transformer layer: self-attention, optional cross-attention, feed-forward.
+
+Post-norm (Vaswani et al. 2017; BERT): x = Norm(x + Sublayer(x)).
+Pre-norm (GPT-2 onwards; Xiong et al. 2020): x = x + Sublayer(Norm(x)).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lmforge.config import ModelConfig
+from lmforge.layers.attention import Attention, AttentionContext
+from lmforge.layers.feedforward import FeedForward
+from lmforge.layers.norms import make_norm
+
+
+class Block(nn.Module):
+    """A layer of the one block stack that encoders, decoders and encoder-decoders share."""
+
+    def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False) -> None:
+        super().__init__()
+        self.pre_norm = cfg.norm_placement == "pre"
+        self.attn = Attention(cfg, pattern)
+        self.attn_norm = make_norm(cfg)
+        self.cross_attn = Attention(cfg, cross=True) if cross else None
+        self.cross_norm = make_norm(cfg) if cross else None
+        self.ffn = FeedForward(cfg)
+        self.ffn_norm = make_norm(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def _residual(self, x: torch.Tensor, norm: nn.Module, sublayer) -> tuple:
+        if self.pre_norm:
+            h, extra = sublayer(norm(x))
+            return x + self.dropout(h), extra
+        h, extra = sublayer(x)
+        return norm(x + self.dropout(h)), extra
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext, layer: int, mask_key=None) -> tuple:
+        """x (B, T, d_model) -> (B, T, d_model), (self-attention probs, cross-attention probs)."""
+        x, probs = self._residual(x, self.attn_norm, lambda h: self.attn(h, ctx, layer, mask_key))
+        cross_probs = None
+        if self.cross_attn is not None:
+            x, cross_probs = self._residual(x, self.cross_norm, lambda h: self.cross_attn(h, ctx, layer))
+        x, _ = self._residual(x, self.ffn_norm, lambda h: (self.ffn(h), None))
+        return x, (probs, cross_probs)

@@ -1,0 +1,110 @@
+"""Attention patterns as boolean masks: which key j may query i attend to.
+
+Each pattern is a function `(cfg, q_pos, k_pos, causal, global_tokens, layer) ->
+bool tensor (B|1, 1, Tq, Tk)` or None for "no restriction". The model turns the
+mask into an additive bias once per stack and every layer of that pattern
+reuses it; the dense kernel then equals the pattern's definition exactly. A
+block-sparse kernel can replace the dense one per pattern without changing
+these definitions, which remain the reference it is tested against.
+"""
+from __future__ import annotations
+
+import torch
+
+from lmforge.config import ModelConfig
+
+
+def _offsets(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    return q_pos[:, None] - k_pos[None, :]  # (Tq, Tk): i - j
+
+
+def full(cfg, q_pos, k_pos, causal, global_tokens, layer):
+    """Every query sees every key (causality is added by the stack)."""
+    return None
+
+
+def sliding_window(cfg, q_pos, k_pos, causal, global_tokens, layer):
+    """Local band (Longformer sec. 3.1; Mistral): |i-j| <= w/2, or causal i-w < j <= i."""
+    offset = _offsets(q_pos, k_pos)
+    band = (offset >= 0) & (offset < cfg.window) if causal else offset.abs() <= cfg.window // 2
+    return band[None, None]
+
+
+def dilated(cfg, q_pos, k_pos, causal, global_tokens, layer):
+    """Dilated band (Longformer sec. 3.1): every d-th key, w/2 of them per side (w causal)."""
+    offset = _offsets(q_pos, k_pos)
+    reach = offset if causal else offset.abs()
+    on_grid = (offset % cfg.dilation == 0) & (reach >= 0)
+    steps = reach // cfg.dilation
+    band = on_grid & (steps < cfg.window if causal else steps <= cfg.window // 2)
+    return band[None, None]
+
+
+def default_global_tokens(cfg: ModelConfig, batch: int, length: int, device) -> torch.Tensor:
+    """Longformer's default global tokens: the first `n_global_tokens` ([CLS]); (B, T) bool."""
+    tokens = torch.zeros(batch, length, dtype=torch.bool, device=device)
+    tokens[:, : cfg.n_global_tokens] = True
+    return tokens
+
+
+def longformer(cfg, q_pos, k_pos, causal, global_tokens, layer):
+    """Sliding window plus symmetric global attention (Longformer sec. 3.1): global tokens
+    see every token and every token sees them. global_tokens: (B, T) bool."""
+    band = sliding_window(cfg, q_pos, k_pos, False, None, layer)  # (1, 1, T, T)
+    rows = global_tokens[:, None, :, None]
+    cols = global_tokens[:, None, None, :]
+    return band | rows | cols
+
+
+def bigbird_random_blocks(cfg: ModelConfig, n_blocks: int, layer: int) -> torch.Tensor:
+    """(n_blocks, n_blocks) bool: the random key blocks of each query block, fixed per layer.
+
+    Drawn from a generator seeded by (layer, n_blocks), so the pattern is reproducible and a
+    sparse kernel can rebuild it; the first and last block are global and get none."""
+    chosen = torch.zeros(n_blocks, n_blocks, dtype=torch.bool)
+    gen = torch.Generator().manual_seed(1_000_003 * (layer + 1) + n_blocks)
+    for qb in range(1, n_blocks - 1):
+        candidates = [b for b in range(1, n_blocks - 1) if abs(b - qb) > 1]
+        if not candidates:
+            continue
+        pick = torch.randperm(len(candidates), generator=gen)[: cfg.n_random_blocks]
+        chosen[qb, [candidates[i] for i in pick.tolist()]] = True
+    return chosen
+
+
+def bigbird(cfg, q_pos, k_pos, causal, global_tokens, layer):
+    """BigBird ITC (Zaheer et al. 2020, sec. 2): blocks of b tokens; each query block sees its
+    3-block window, r random blocks and the global first and last blocks, which see everything."""
+    qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
+    n_blocks = int(max(qb.max(), kb.max())) + 1
+    last = n_blocks - 1
+    window = (qb[:, None] - kb[None, :]).abs() <= 1
+    glob = (qb[:, None] == 0) | (qb[:, None] == last) | (kb[None, :] == 0) | (kb[None, :] == last)
+    random = bigbird_random_blocks(cfg, n_blocks, layer).to(q_pos.device)[qb][:, kb]
+    return (window | glob | random)[None, None]
+
+
+# Linformer does not restrict which keys are seen; it projects them (layers/linformer.py).
+PATTERNS = {
+    "full": full,
+    "sliding-window": sliding_window,
+    "dilated": dilated,
+    "longformer": longformer,
+    "bigbird": bigbird,
+    "linformer": full,
+}
+
+
+def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """(1, 1, Tq, Tk) bool: key j is visible to query i iff j <= i."""
+    return (k_pos[None, :] <= q_pos[:, None])[None, None]
+
+
+def pattern_mask(cfg: ModelConfig, pattern: str, q_pos, k_pos, causal: bool,
+                 global_tokens, layer: int):
+    """The pattern's mask intersected with causality; None means every key is visible."""
+    mask = PATTERNS[pattern](cfg, q_pos, k_pos, causal, global_tokens, layer)
+    if causal:
+        causal_part = causal_mask(q_pos, k_pos)
+        mask = causal_part if mask is None else mask & causal_part
+    return mask

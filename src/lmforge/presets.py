@@ -1,0 +1,121 @@
+"""Named presets: each model family is data, with the source of its numbers.
+
+`build(name, **overrides)` gives a randomly initialised model; `tiny(name)` the same
+family at test size (every axis value kept, sizes shrunk).
+"""
+from __future__ import annotations
+
+import difflib
+
+from lmforge.config import ConfigError, ModelConfig
+
+BERT = dict(architecture="encoder", vocab_size=30522, max_seq_len=512, n_segments=2, position="learned",
+            norm="layernorm", norm_placement="post", norm_eps=1e-12, ffn="gelu", embedding_norm=True)
+ROBERTA = dict(BERT, vocab_size=50265, n_segments=1, position_offset=2, norm_eps=1e-5)
+ALBERT = dict(BERT, vocab_size=30000, d_embed=128, share_layers=True, ffn="gelu-tanh",
+              dropout=0.0, attention_dropout=0.0)
+ELECTRA = dict(BERT)
+XLNET = dict(BERT, vocab_size=32000, n_segments=0, position="xl-relative", embedding_norm=False,
+             attention_bias=False, lm_transform=False)
+GPT = dict(architecture="decoder", vocab_size=40478, max_seq_len=512, n_segments=0, position="learned",
+           norm="layernorm", norm_placement="post", norm_eps=1e-5, ffn="gelu", embedding_norm=False,
+           final_norm=False, lm_transform=False, lm_bias=False)
+GPT2 = dict(GPT, vocab_size=50257, max_seq_len=1024, norm_placement="pre", final_norm=True, ffn="gelu-tanh")
+T5 = dict(architecture="encoder-decoder", vocab_size=32128, max_seq_len=512, n_segments=0,
+          position="relative-bias", norm="rmsnorm", norm_placement="pre", norm_eps=1e-6, norm_bias=False,
+          ffn="relu", ffn_bias=False, attention_bias=False, attention_scaling=False, embedding_norm=False,
+          lm_transform=False, lm_bias=False, tied_logit_scale=True, d_head=64)
+BART = dict(architecture="encoder-decoder", vocab_size=50265, max_seq_len=1024, n_segments=0,
+            position="learned", position_offset=2, norm="layernorm", norm_placement="post", norm_eps=1e-5,
+            ffn="gelu", embedding_norm=True, lm_transform=False, lm_bias=True)
+LLAMA = dict(architecture="decoder", n_segments=0, position="rotary", norm="rmsnorm", norm_placement="pre",
+             norm_eps=1e-5, norm_bias=False, ffn="swiglu", ffn_bias=False, attention_bias=False,
+             embedding_norm=False, lm_transform=False, lm_bias=False, dropout=0.0, attention_dropout=0.0)
+
+
+def _size(d_model: int, n_layers: int, n_heads: int, d_ff: int | None = None) -> dict:
+    return dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff or 4 * d_model)
+
+
+_TURC = "Turc et al. 2019, Well-Read Students Learn Better (google-research/bert README)"
+_ELECTRA = "Clark et al. 2020, ELECTRA, Table 6; google/electra-* configs"
+PRESETS: dict = {
+    "bert-tiny": dict(BERT, **_size(128, 2, 2), source=_TURC),
+    "bert-mini": dict(BERT, **_size(256, 4, 4), source=_TURC),
+    "bert-small": dict(BERT, **_size(512, 4, 8), source=_TURC),
+    "bert-medium": dict(BERT, **_size(512, 8, 8), source=_TURC),
+    "bert-base": dict(BERT, **_size(768, 12, 12), source="Devlin et al. 2019, BERT, sec. 3 (BERT-BASE)"),
+    "bert-large": dict(BERT, **_size(1024, 24, 16), source="Devlin et al. 2019, BERT, sec. 3 (BERT-LARGE)"),
+    "roberta-base": dict(ROBERTA, **_size(768, 12, 12), source="Liu et al. 2019, RoBERTa; roberta-base config"),
+    "roberta-large": dict(ROBERTA, **_size(1024, 24, 16), source="Liu et al. 2019, RoBERTa; roberta-large config"),
+    "distilbert-base": dict(BERT, **_size(768, 6, 12), n_segments=0,
+                            source="Sanh et al. 2019, DistilBERT, sec. 3 (6 layers of BERT-base)"),
+    "albert-base": dict(ALBERT, **_size(768, 12, 12), source="Lan et al. 2020, ALBERT, Table 1"),
+    "albert-large": dict(ALBERT, **_size(1024, 24, 16), source="Lan et al. 2020, ALBERT, Table 1"),
+    "albert-xlarge": dict(ALBERT, **_size(2048, 24, 16), source="Lan et al. 2020, ALBERT, Table 1"),
+    "albert-xxlarge": dict(ALBERT, **_size(4096, 12, 64), source="Lan et al. 2020, ALBERT, Table 1"),
+    "electra-small": dict(ELECTRA, **_size(256, 12, 4), d_embed=128, source=_ELECTRA),
+    "electra-base": dict(ELECTRA, **_size(768, 12, 12), source=_ELECTRA),
+    "electra-large": dict(ELECTRA, **_size(1024, 24, 16), source=_ELECTRA),
+    "electra-small-generator": dict(ELECTRA, **_size(256, 12, 4, 1024), d_embed=128, source=_ELECTRA),
+    "electra-base-generator": dict(ELECTRA, **_size(256, 12, 4, 1024), d_embed=768, source=_ELECTRA),
+    "electra-large-generator": dict(ELECTRA, **_size(256, 24, 4, 1024), d_embed=1024, source=_ELECTRA),
+    "spanbert-base": dict(BERT, **_size(768, 12, 12), vocab_size=28996,
+                          source="Joshi et al. 2020, SpanBERT, sec. 4 (BERT-base, cased vocabulary)"),
+    "xlnet-base": dict(XLNET, **_size(768, 12, 12), source="Yang et al. 2019, XLNet, sec. 3.1; xlnet-base-cased"),
+    "xlnet-large": dict(XLNET, **_size(1024, 24, 16), source="Yang et al. 2019, XLNet, sec. 3.1"),
+    "openai-gpt": dict(GPT, **_size(768, 12, 12), source="Radford et al. 2018, GPT, sec. 4.1"),
+    "gpt2": dict(GPT2, **_size(768, 12, 12), source="Radford et al. 2019, GPT-2, Table 2"),
+    "gpt2-medium": dict(GPT2, **_size(1024, 24, 16), source="Radford et al. 2019, GPT-2, Table 2"),
+    "gpt2-large": dict(GPT2, **_size(1280, 36, 20), source="Radford et al. 2019, GPT-2, Table 2"),
+    "gpt2-xl": dict(GPT2, **_size(1600, 48, 25), source="Radford et al. 2019, GPT-2, Table 2"),
+    "t5-small": dict(T5, **_size(512, 6, 8, 2048), source="Raffel et al. 2020, T5, sec. 3.7; t5-small config"),
+    "t5-base": dict(T5, **_size(768, 12, 12, 3072), source="Raffel et al. 2020, T5, sec. 3.1.1"),
+    "t5-large": dict(T5, **_size(1024, 24, 16, 4096), source="Raffel et al. 2020, T5, sec. 3.7"),
+    "bart-base": dict(BART, **_size(768, 6, 12), source="Lewis et al. 2020, BART, sec. 2.1; bart-base config"),
+    "bart-large": dict(BART, **_size(1024, 12, 16), source="Lewis et al. 2020, BART, sec. 2.1"),
+    "longformer-base": dict(ROBERTA, **_size(768, 12, 12), max_seq_len=4096, attention="longformer",
+                            window=512, global_projections=True,
+                            source="Beltagy et al. 2020, Longformer, sec. 5 (RoBERTa-base, window 512)"),
+    "bigbird-base": dict(BERT, **_size(768, 12, 12), vocab_size=50358, max_seq_len=4096, attention="bigbird",
+                         block_size=64, n_random_blocks=3, ffn="gelu-tanh",
+                         source="Zaheer et al. 2020, BigBird, App. E (ITC, block 64, r=3); bigbird-roberta-base"),
+    "llama-3.2-1b": dict(LLAMA, **_size(2048, 16, 32, 8192), n_kv_heads=8, vocab_size=128256,
+                         max_seq_len=8192, rotary_theta=500000.0, tie_embeddings=True,
+                         source="Meta Llama 3.2 1B config (rope scaling to 128k context not applied)"),
+    "mistral-7b": dict(LLAMA, **_size(4096, 32, 32, 14336), n_kv_heads=8, vocab_size=32000,
+                       max_seq_len=32768, attention="sliding-window", window=4096, tie_embeddings=False,
+                       source="Jiang et al. 2023, Mistral 7B, Table 1"),
+}
+
+
+def get_config(name: str, **overrides) -> ModelConfig:
+    """The preset's ModelConfig with `overrides` applied (validated)."""
+    if name not in PRESETS:
+        close = difflib.get_close_matches(name, PRESETS, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(PRESETS)}"
+        raise ConfigError(f"unknown preset {name!r}{hint}")
+    return ModelConfig.from_dict({**PRESETS[name], **overrides})
+
+
+def tiny_overrides(cfg: ModelConfig) -> dict:
+    """Sizes that keep every axis value of `cfg` but make it cheap enough for tests and demos."""
+    sizes = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_head=None, d_ff=64, max_seq_len=64,
+                 window=8, block_size=4, linformer_k=16, relative_buckets=8, relative_max_distance=16)
+    if cfg.n_kv_heads is not None:
+        sizes["n_kv_heads"] = 1 if cfg.n_kv_heads == 1 else 2
+    if cfg.attention_schedule is not None:
+        sizes["attention_schedule"] = (cfg.attention_schedule * 2)[:2]
+    if cfg.n_decoder_layers is not None:
+        sizes["n_decoder_layers"] = 3
+    if cfg.d_embed is not None and cfg.d_embed != cfg.d_model:
+        sizes["d_embed"] = 16
+    if cfg.rotary_dim is not None:
+        sizes["rotary_dim"] = 4
+    return sizes
+
+
+def tiny(name: str, **overrides) -> ModelConfig:
+    """A test-size config of the preset's family."""
+    cfg = get_config(name)
+    return cfg.replace(**{**tiny_overrides(cfg), **overrides})

@@ -237,5 +237,9 @@ def _validate_patterns(cfg: ModelConfig) -> None:
                           f"({3 * cfg.block_size}), got {cfg.max_seq_len}")
     if "linformer" in schedule and cfg.linformer_k > cfg.max_seq_len:
         raise ConfigError(f"linformer_k={cfg.linformer_k} exceeds max_seq_len={cfg.max_seq_len}")
+    if "linformer" in schedule and cfg.position in ("relative-bias", "alibi", "xl-relative"):
+        # projected keys no longer have positions for a (query, key) bias to refer to
+        raise ConfigError(f"attention='linformer' cannot use position={cfg.position!r}; "
+                          f"use learned, sinusoidal, rotary or none")
     if cfg.global_projections and "longformer" not in schedule:
         raise ConfigError("global_projections=True needs attention='longformer'")

@@ -1,0 +1,57 @@
+import json
+
+import pytest
+
+from lmforge.config import ConfigError, ModelConfig
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(d_model=100, n_heads=12), "d_model=100 is not divisible by n_heads=12"),
+    (dict(n_heads=12, n_kv_heads=5), "n_heads=12 is not divisible by n_kv_heads=5"),
+    (dict(position="rotary", d_model=96, n_heads=4, rotary_dim=7), "rotary_dim=7 must be even"),
+    (dict(position="rotary", rotary_dim=128), "exceeds the head width"),
+    (dict(position="wavelet"), "position='wavelet' is not one of learned, sinusoidal"),
+    (dict(norm="batchnorm"), "norm='batchnorm' is not one of layernorm, rmsnorm"),
+    (dict(ffn="tanh"), "ffn='tanh' is not one of"),
+    (dict(architecture="rnn"), "architecture='rnn' is not one of encoder, decoder, encoder-decoder"),
+    (dict(attention="sliding-window", window=1024, max_seq_len=512), "window=1024 is larger than max_seq_len=512"),
+    (dict(attention="longformer", architecture="decoder"), "needs bidirectional attention"),
+    (dict(attention_schedule=["full", "sliding-window"]), "attention_schedule has 2 entries but n_layers=12"),
+    (dict(n_layers=2, attention_schedule=["full", "sparse"]), "entry 'sparse' is not one of"),
+    (dict(d_model=0), "d_model=0 must be a positive integer"),
+    (dict(dropout=1.5), "dropout=1.5 must be in [0, 1)"),
+    (dict(n_decoder_layers=3), "n_decoder_layers is only valid for architecture='encoder-decoder'"),
+    (dict(attention="linformer", linformer_k=1024), "linformer_k=1024 exceeds max_seq_len=512"),
+    (dict(attention="linformer", position="alibi"), "attention='linformer' cannot use position='alibi'"),
+    (dict(global_projections=True), "global_projections=True needs attention='longformer'"),
+    (dict(attention="bigbird", block_size=256), "block_size=256 needs max_seq_len >= 3 blocks"),
+])
+def test_invalid_configs_name_the_field(fields, message):
+    with pytest.raises(ConfigError) as err:
+        ModelConfig(**fields)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_field_is_named():
+    with pytest.raises(ConfigError, match="unknown config field.*'hidden_size'"):
+        ModelConfig.from_dict({"hidden_size": 768})
+
+
+def test_json_round_trip(tmp_path):
+    cfg = ModelConfig(architecture="decoder", position="rotary", norm="rmsnorm", n_kv_heads=4,
+                      attention_schedule=["sliding-window", "full"] * 6, window=128)
+    cfg.save(tmp_path / "c.json")
+    assert ModelConfig.load(tmp_path / "c.json") == cfg
+    assert json.loads((tmp_path / "c.json").read_text())["n_kv_heads"] == 4
+
+
+def test_derived_sizes():
+    cfg = ModelConfig(d_model=512, n_heads=8, n_kv_heads=2, d_embed=128, norm_placement="pre")
+    assert (cfg.head_dim, cfg.kv_heads, cfg.embed_dim, cfg.has_final_norm) == (64, 2, 128, True)
+    assert ModelConfig(n_heads=8, d_head=96).head_dim == 96
+
+
+def test_replace_validates():
+    with pytest.raises(ConfigError, match="n_kv_heads"):
+        ModelConfig().replace(n_kv_heads=5)

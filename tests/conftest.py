@@ -9,6 +9,42 @@ from lmforge.presets import PRESETS
 
 ALL_PRESETS = list(PRESETS)
 
+# every value of every axis, on a tiny model of each architecture
+_BASE = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=64, window=8,
+             block_size=4, linformer_k=16, relative_buckets=8, relative_max_distance=16)
+_AXES = [
+    *[dict(position=p) for p in ("learned", "sinusoidal", "relative-bias", "alibi", "rotary", "none")],
+    dict(position="rotary", rotary_dim=4, rotary_theta=500.0),
+    dict(position="learned", position_offset=2, scale_embeddings=True),
+    dict(norm="rmsnorm"), dict(norm_bias=False), dict(norm_placement="pre"),
+    dict(norm_placement="post", final_norm=True), dict(norm_placement="pre", final_norm=False),
+    *[dict(ffn=f) for f in ("relu", "gelu", "gelu-tanh", "geglu", "geglu-tanh", "swiglu")],
+    dict(ffn_bias=False, attention_bias=False, attention_scaling=False),
+    dict(n_kv_heads=2), dict(n_kv_heads=1), dict(d_head=12),
+    dict(d_embed=16), dict(share_layers=True), dict(tie_embeddings=False, lm_transform=False),
+    dict(n_segments=0, embedding_norm=False),
+    *[dict(attention=a) for a in ("sliding-window", "dilated", "longformer", "bigbird", "linformer")],
+    dict(attention="dilated", dilation=2, window=4),
+    dict(attention="longformer", global_projections=True, n_global_tokens=2),
+    dict(n_layers=3, attention_schedule=["sliding-window", "sliding-window", "full"]),
+    dict(position="xl-relative", n_segments=0),
+]
+
+
+def _axis_cases() -> dict:
+    cases = {}
+    for arch in ("encoder", "decoder", "encoder-decoder"):
+        for axis in _AXES:
+            try:
+                cfg = lmforge.ModelConfig(**{**_BASE, "architecture": arch, **axis})
+            except lmforge.ConfigError:
+                continue  # a combination the config rejects (tested in test_config)
+            cases[arch + ":" + ",".join(f"{k}={v}" for k, v in axis.items())] = cfg
+    return cases
+
+
+CASES = {**{name: lmforge.tiny(name) for name in ALL_PRESETS}, **_axis_cases()}
+
 
 def tiny_model(name_or_cfg, **overrides) -> lmforge.Transformer:
     """A seeded, eval-mode tiny model of a preset (or of a ModelConfig)."""

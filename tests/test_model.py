@@ -1,11 +1,11 @@
-"""Contracts that every preset (at tiny size) must keep."""
+"""Contracts that every preset (at tiny size) and every axis value must keep."""
 import pytest
 import torch
 
 import lmforge
 from lmforge.heads import attach
 
-from conftest import ALL_PRESETS, forward, segments_for, tiny_model
+from conftest import CASES, forward, tiny_model
 
 B, T = 2, 12
 
@@ -14,9 +14,9 @@ def _ids(model, b=B, t=T, seed=0):
     return torch.randint(0, model.config.vocab_size, (b, t), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("name", ALL_PRESETS)
+@pytest.mark.parametrize("name", CASES)
 def test_output_shapes(name):
-    model = tiny_model(name)
+    model = tiny_model(CASES[name])
     attach(model, "lm")
     out = forward(model, _ids(model), return_hidden=True, return_attention=True)
     cfg = model.config
@@ -30,11 +30,11 @@ def test_output_shapes(name):
         torch.testing.assert_close(out.attentions[0].sum(-1), torch.ones(B, cfg.n_heads, T))
 
 
-@pytest.mark.parametrize("name", ALL_PRESETS)
+@pytest.mark.parametrize("name", CASES)
 def test_padding_invariance(name):
     """Outputs at real positions do not depend on the pad content or (but for BigBird's
     length-dependent blocks) on the pad amount."""
-    model = tiny_model(name)
+    model = tiny_model(CASES[name])
     ids = _ids(model, 1, 7)
     alone = forward(model, ids).last_hidden_state
     amounts = [5] if model.config.attention == "bigbird" else [0, 3, 9]
@@ -50,10 +50,10 @@ def test_padding_invariance(name):
             torch.testing.assert_close(out[:, :7], alone[:, :7], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", [n for n in ALL_PRESETS if lmforge.tiny(n).architecture != "encoder"])
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.architecture != "encoder"])
 def test_causality(name):
     """Changing token t never changes an output before t (decoder side)."""
-    model = tiny_model(name)
+    model = tiny_model(CASES[name])
     ids = _ids(model)
     base = forward(model, ids).last_hidden_state
     for t in (0, 5, T - 1):
@@ -67,9 +67,9 @@ def test_causality(name):
         assert not torch.allclose(out[:, t:], base[:, t:])
 
 
-@pytest.mark.parametrize("name", [n for n in ALL_PRESETS if lmforge.tiny(n).architecture != "encoder"])
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.architecture != "encoder"])
 def test_cached_decoding_equals_full_forward(name):
-    model = tiny_model(name)
+    model = tiny_model(CASES[name])
     ids = _ids(model)
     full = forward(model, ids).last_hidden_state
     if model.config.architecture == "encoder-decoder":
@@ -87,9 +87,9 @@ def test_cached_decoding_equals_full_forward(name):
     assert cache.length == T
 
 
-@pytest.mark.parametrize("name", ALL_PRESETS)
+@pytest.mark.parametrize("name", CASES)
 def test_every_parameter_gets_a_gradient(name):
-    model = tiny_model(name).train()
+    model = tiny_model(CASES[name]).train()
     attach(model, "lm")
     out = forward(model, _ids(model))
     out.logits.float().pow(2).mean().backward()
@@ -98,9 +98,9 @@ def test_every_parameter_gets_a_gradient(name):
         assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, f"{pname} has a zero gradient"
 
 
-@pytest.mark.parametrize("name", ALL_PRESETS)
+@pytest.mark.parametrize("name", CASES)
 def test_save_load_round_trip_is_exact(name, tmp_path):
-    model = tiny_model(name)
+    model = tiny_model(CASES[name])
     attach(model, "lm")
     attach(model, "classification", n_labels=3)
     model.save(tmp_path)

@@ -83,7 +83,7 @@ def plot(results: list, out: Path) -> None:
         probs = model(ids, return_attention=True).attentions[-1][0]  # (H, T, T)
     fig, axes = plt.subplots(1, probs.shape[0], figsize=(3 * probs.shape[0], 3))
     for h, ax in enumerate(axes):
-        ax.imshow(probs[h], cmap="viridis")
+        ax.imshow(probs[h].numpy(), cmap="viridis")
         ax.set(title=f"head {h}", xlabel="key", ylabel="query")
     fig.suptitle(f"{results[0]['model']}: last-layer attention")
     fig.tight_layout()

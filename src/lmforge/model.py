@@ -57,7 +57,7 @@ class Transformer(nn.Module):
 
     def add_head(self, name: str, head: nn.Module) -> nn.Module:
         """Attach a task head (heads.py); its output appears in ModelOutput.head_outputs[name]."""
-        self.heads[name] = head
+        self.heads[name] = head.train(self.training)  # a head added to an eval model is in eval too
         return head
 
     def _with_heads(self, out: ModelOutput, attention_mask) -> ModelOutput:

@@ -21,7 +21,8 @@ def _attended_keys(cfg: ModelConfig, pattern: str, context: int) -> int:
 
 
 def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool = True) -> int:
-    """Forward FLOPs per token (2 per multiply-add), after Kaplan et al. 2020, Table 1.
+    """Forward FLOPs per token (2 per multiply-add): Kaplan et al. 2020, Table 1, with the
+    attention-weighted sum of values counted as well as the logits (as in PaLM, App. B).
 
     Counts every matrix multiply a token goes through: projections and feed-forward of each
     layer (shared ALBERT layers counted at every use), attention scores and mixing over the

@@ -1,0 +1,41 @@
+import json
+
+import lmforge
+from lmforge.cli import main
+
+
+def test_inspect_preset(capsys):
+    assert main(["inspect", "bert-base"]) == 0
+    out = capsys.readouterr().out
+    assert "108.89M total" in out and "23.83M embeddings" in out and "FLOPs/token" in out
+
+
+def test_inspect_with_overrides_and_config_file(capsys, tmp_path):
+    (tmp_path / "c.yaml").write_text("n_layers: 2\n")
+    assert main(["inspect", "gpt2", "d_model=64", "n_heads=4", "--config", str(tmp_path / "c.yaml")]) == 0
+    assert "layers         2" in capsys.readouterr().out
+
+
+def test_inspect_model_directory(capsys, tmp_path):
+    lmforge.build(lmforge.tiny("t5-small")).save(tmp_path)
+    assert main(["inspect", str(tmp_path)]) == 0
+    assert "encoder-decoder" in capsys.readouterr().out
+
+
+def test_bad_input_exits_2_with_one_line(capsys):
+    assert main(["inspect", "bert-bse"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean bert-base" in err
+    assert main(["inspect", "gpt2", "n_heads=5"]) == 2
+    assert "n_heads=5" in capsys.readouterr().err
+    assert main(["inspect", "gpt2", "nonsense"]) == 2
+
+
+def test_demo_trains_and_reports(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--steps", "30"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["model"] for r in summary] == ["gpt2", "llama-3.2-1b"]
+    assert all(r["reload_identical"] for r in summary)
+    first = json.loads((tmp_path / "gpt2-metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] == 1 and summary[0]["final_loss"] < first["loss"]
+    assert (tmp_path / "loss.png").stat().st_size > 0 and (tmp_path / "attention.png").stat().st_size > 0

@@ -1,0 +1,83 @@
+import pytest
+import torch
+
+import lmforge
+from lmforge.config import ConfigError
+from lmforge.heads import attach, make_head, pool
+
+
+def _model(name="bert-base", **kw):
+    return lmforge.build(lmforge.tiny(name, **kw)).eval()
+
+
+def test_tied_lm_head_shares_the_token_table():
+    model = _model()
+    head = attach(model, "lm")
+    assert "heads.lm.decoder.weight" not in model.state_dict()
+    with torch.no_grad():
+        model.tokens.weight[5] += 1.0
+    hidden = torch.randn(3, 32)
+    expected = head.norm(head.act(head.transform(hidden))) @ model.tokens.weight.T + head.bias
+    torch.testing.assert_close(head(hidden), expected)
+
+
+def test_albert_lm_head_projects_to_the_embedding_size():
+    model = _model("albert-base")
+    head = attach(model, "lm")
+    assert head.transform.out_features == model.config.embed_dim == 16
+    assert head(torch.randn(2, 5, 32)).shape == (2, 5, 99)
+
+
+def test_t5_scales_before_the_tied_projection():
+    model = _model("t5-small")
+    head = attach(model, "lm")
+    hidden = torch.randn(4, 32)
+    torch.testing.assert_close(head(hidden), (hidden * 32 ** -0.5) @ model.tokens.weight.T)
+
+
+def test_untied_head_owns_its_projection():
+    model = _model("mistral-7b")
+    attach(model, "lm")
+    assert model.state_dict()["heads.lm.decoder.weight"].shape == (99, 32)
+
+
+def test_pooling_first_last_mean():
+    hidden = torch.arange(2 * 4 * 1.0).view(2, 4, 1)
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]])  # right and left padding
+    assert pool(hidden, mask, "first").flatten().tolist() == [0, 4]
+    assert pool(hidden, mask, "last").flatten().tolist() == [2, 7]
+    assert pool(hidden, mask, "mean").flatten().tolist() == [1, 6]
+
+
+def test_task_heads_shapes():
+    model = _model()
+    attach(model, "classification", n_labels=3)
+    attach(model, "token-classification", n_labels=5)
+    attach(model, "span-qa")
+    attach(model, "pooler")
+    ids, mask = torch.randint(0, 99, (2, 7)), torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    out = model(ids, mask)
+    assert out.logits.shape == (2, 3)
+    assert out.head_outputs["token-classification"].shape == (2, 7, 5)
+    assert out.head_outputs["pooler"].shape == (2, 32)
+    span = out.head_outputs["span-qa"]
+    assert span.shape == (2, 7, 2) and (span[1, 5:] < -1e30).all()
+
+
+def test_decoder_classifies_from_the_last_token():
+    model = _model("gpt2")
+    head = attach(model, "classification", n_labels=2, pooling="last", pooler=False)
+    ids = torch.randint(0, 99, (1, 6))
+    full = model(ids).logits
+    torch.testing.assert_close(full, head.classifier(model(ids).last_hidden_state[:, -1]))
+
+
+def test_bad_head_arguments():
+    model = _model()
+    with pytest.raises(ConfigError, match="head kind 'crf' is not one of"):
+        make_head(model, "crf")
+    with pytest.raises(ConfigError, match="pooling='max'"):
+        make_head(model, "pooler", pooling="max")
+    with pytest.raises(ConfigError, match="n_labels=0"):
+        make_head(model, "classification", n_labels=0)

@@ -1,0 +1,71 @@
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.heads import attach
+from lmforge.io import CheckpointError
+
+
+@pytest.fixture
+def saved(tmp_path):
+    model = lmforge.build(lmforge.tiny("bert-base"))
+    attach(model, "lm")
+    model.save(tmp_path)
+    return tmp_path
+
+
+def test_writes_safetensors_and_json(saved):
+    meta = json.loads((saved / "config.json").read_text())
+    assert meta["format"] == "lmforge" and meta["heads"] == {"lm": {"kind": "lm"}}
+    assert (saved / "model.safetensors").is_file()
+    assert not [p for p in saved.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_missing_directory_or_files(tmp_path):
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        lmforge.load(tmp_path)
+
+
+def test_foreign_config_is_refused(saved):
+    (saved / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
+    with pytest.raises(CheckpointError, match="not an lmforge model directory"):
+        lmforge.load(saved)
+
+
+def test_non_utf8_config_is_refused(saved):
+    (saved / "config.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        lmforge.load(saved)
+
+
+def test_corrupt_weights_are_refused(saved):
+    (saved / "model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointError, match="cannot read weights"):
+        lmforge.load(saved)
+
+
+def test_mismatched_weights_are_named(saved, tmp_path_factory):
+    other = tmp_path_factory.mktemp("other")
+    lmforge.build(lmforge.tiny("bert-base", d_ff=48)).save(other)
+    (saved / "model.safetensors").replace(saved / "keep.safetensors")
+    (other / "model.safetensors").replace(saved / "model.safetensors")
+    with pytest.raises(CheckpointError) as err:
+        lmforge.load(saved)
+    message = str(err.value)
+    assert "missing: ['heads.lm.bias'" in message
+    assert "wrong shape: ['encoder.blocks.0.ffn.down.weight (32, 48) != (32, 64)'" in message
+
+
+def test_invalid_config_in_checkpoint(saved):
+    meta = json.loads((saved / "config.json").read_text())
+    meta["config"]["n_heads"] = 5
+    (saved / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="d_model=32 is not divisible by n_heads=5"):
+        lmforge.load(saved)
+
+
+def test_loaded_model_matches(saved):
+    model = lmforge.load(saved).eval()
+    assert model(torch.randint(0, 99, (1, 5))).logits.shape == (1, 5, 99)

@@ -28,9 +28,14 @@ def test_missing_directory_or_files(tmp_path):
         lmforge.load(tmp_path)
 
 
-def test_foreign_config_is_refused(saved):
-    (saved / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
-    with pytest.raises(CheckpointError, match="not an lmforge model directory"):
+@pytest.mark.parametrize("config, message", [
+    ({"hidden_size": 768}, "neither an lmforge model directory"),
+    ({"model_type": "bert", "hidden_size": 768}, "lacks the field 'vocab_size'"),
+    ({"model_type": "whisper"}, "model_type 'whisper' is not supported"),
+])
+def test_foreign_config_is_refused(saved, config, message):
+    (saved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=message):
         lmforge.load(saved)
 
 

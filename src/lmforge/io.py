@@ -55,9 +55,9 @@ def _read_meta(path: Path) -> dict:
         meta = json.loads(config_file.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{config_file} is not valid JSON: {err}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not an lmforge model directory "
-                              f"({CONFIG_FILE} has no \"format\": \"{FORMAT}\")")
+    if not isinstance(meta, dict) or (meta.get("format") != FORMAT and "model_type" not in meta):
+        raise CheckpointError(f"{path} is neither an lmforge model directory ({CONFIG_FILE} has no "
+                              f"\"format\": \"{FORMAT}\") nor a Hugging Face one (no \"model_type\")")
     return meta
 
 
@@ -80,9 +80,16 @@ def load_weights(model: torch.nn.Module, file: Path) -> None:
 
 
 def load(path: str | os.PathLike) -> Transformer:
-    """Read an lmforge model directory written by `save` (heads included)."""
+    """Read an lmforge or a Hugging Face model directory (heads included)."""
     path = Path(path)
     meta = _read_meta(path)
+    if meta.get("format") != FORMAT:
+        from lmforge.convert import ConversionError, load_hf  # converters build on this module
+
+        try:
+            return load_hf(path, meta)
+        except (ConfigError, ConversionError) as err:
+            raise CheckpointError(f"{path}: {err}") from None
     try:
         cfg = ModelConfig.from_dict(meta.get("config", {}))
     except (ConfigError, TypeError) as err:

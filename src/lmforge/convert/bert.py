@@ -1,0 +1,88 @@
+"""BERT (Devlin et al. 2019) in the reference library's layout: model_type "bert"."""
+from __future__ import annotations
+
+from lmforge.config import ConfigError, ModelConfig
+from lmforge.convert.family import Family, ffn_of, n_labels
+from lmforge.convert.keymap import Rule
+from lmforge.presets import BERT
+
+
+def config(hf: dict) -> ModelConfig:
+    """BertConfig fields -> ModelConfig."""
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ConfigError(f"position_embedding_type={hf['position_embedding_type']!r} is not supported")
+    return ModelConfig.from_dict(dict(
+        BERT, vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"], d_ff=hf["intermediate_size"],
+        max_seq_len=hf["max_position_embeddings"], n_segments=hf.get("type_vocab_size", 2),
+        norm_eps=hf.get("layer_norm_eps", 1e-12), ffn=ffn_of(hf.get("hidden_act", "gelu")),
+        dropout=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+        tie_embeddings=hf.get("tie_word_embeddings", True)))
+
+
+def _linear(ours: str, theirs: str) -> list:
+    return [Rule(f"{ours}.weight", (f"{theirs}.weight",)), Rule(f"{ours}.bias", (f"{theirs}.bias",))]
+
+
+def backbone(cfg: ModelConfig) -> list:
+    """Embeddings and encoder layers."""
+    layer, block = "encoder.layer.{i}", "encoder.blocks.{i}"
+    qkv = [f"{layer}.attention.self.{p}" for p in ("query", "key", "value")]
+    return [
+        Rule("tokens.weight", ("embeddings.word_embeddings.weight",)),
+        Rule("embed.positions.weight", ("embeddings.position_embeddings.weight",)),
+        Rule("embed.segments.weight", ("embeddings.token_type_embeddings.weight",)),
+        *_linear("embed.norm", "embeddings.LayerNorm"),
+        Rule(f"{block}.attn.qkv.weight", tuple(f"{p}.weight" for p in qkv)),
+        Rule(f"{block}.attn.qkv.bias", tuple(f"{p}.bias" for p in qkv)),
+        *_linear(f"{block}.attn.out", f"{layer}.attention.output.dense"),
+        *_linear(f"{block}.attn_norm", f"{layer}.attention.output.LayerNorm"),
+        *_linear(f"{block}.ffn.up", f"{layer}.intermediate.dense"),
+        *_linear(f"{block}.ffn.down", f"{layer}.output.dense"),
+        *_linear(f"{block}.ffn_norm", f"{layer}.output.LayerNorm"),
+    ]
+
+
+def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
+    """Where each head's tensors live in a BERT checkpoint."""
+    h = f"heads.{name}"
+    if kind == "lm":
+        rules = [*_linear(f"{h}.transform", "cls.predictions.transform.dense"),
+                 *_linear(f"{h}.norm", "cls.predictions.transform.LayerNorm"),
+                 Rule(f"{h}.bias", ("cls.predictions.bias",))]
+        if not cfg.tie_embeddings:
+            rules.append(Rule(f"{h}.decoder.weight", ("cls.predictions.decoder.weight",)))
+        return rules
+    if kind == "pooler":
+        return _linear(f"{h}.dense", "pooler.dense")
+    if name == "nsp":
+        return [*_linear(f"{h}.pooler.dense", "pooler.dense"), *_linear(f"{h}.classifier", "cls.seq_relationship")]
+    if kind == "classification":
+        return [*_linear(f"{h}.pooler.dense", "pooler.dense"), *_linear(f"{h}.classifier", "classifier")]
+    if kind == "token-classification":
+        return _linear(f"{h}.classifier", "classifier")
+    if kind == "span-qa":
+        return _linear(f"{h}.qa", "qa_outputs")
+    raise ConfigError(f"head kind {kind!r} has no BERT checkpoint layout")
+
+
+FAMILY = Family(
+    model_types=("bert",),
+    prefix="bert.",
+    config=config,
+    backbone=backbone,
+    heads={
+        "BertModel": lambda hf: [("pooler", "pooler", {})],
+        "BertForMaskedLM": lambda hf: [("lm", "lm", {})],
+        "BertForPreTraining": lambda hf: [("lm", "lm", {}), ("nsp", "classification", {"n_labels": 2})],
+        "BertForSequenceClassification": lambda hf: [("classification", "classification",
+                                                      {"n_labels": n_labels(hf)})],
+        "BertForTokenClassification": lambda hf: [("token-classification", "token-classification",
+                                                   {"n_labels": n_labels(hf)})],
+        "BertForQuestionAnswering": lambda hf: [("span-qa", "span-qa", {})],
+    },
+    head_rules=head_rules,
+    # position_ids buffers of old checkpoints; the tied decoder copies of the token table / bias
+    ignore=(r"(.*\.)?position_ids", r"cls\.predictions\.decoder\.(weight|bias)"),
+)

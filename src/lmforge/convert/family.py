@@ -1,0 +1,36 @@
+"""What a model family's converter declares: config mapping, key maps, heads per architecture."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from lmforge.config import ConfigError
+
+# reference activation names -> lmforge ffn values (non-gated)
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh",
+               "gelu_fast": "gelu-tanh", "relu": "relu"}
+
+
+def ffn_of(name: str) -> str:
+    """The lmforge feed-forward value of a reference activation name."""
+    if name not in ACTIVATIONS:
+        raise ConfigError(f"activation {name!r} is not supported; known: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+def n_labels(hf: dict) -> int:
+    """Number of labels of a reference classification config."""
+    return len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
+
+
+@dataclass
+class Family:
+    """One reference family: how its config and weights map onto lmforge."""
+
+    model_types: tuple  # the reference config's "model_type" values
+    prefix: str  # backbone prefix inside task checkpoints ("bert.", "transformer.")
+    config: Callable  # reference config dict -> ModelConfig
+    backbone: Callable  # ModelConfig -> list[Rule] (lmforge names <- reference names)
+    heads: dict  # reference architecture -> (reference config -> [(head name, kind, args)])
+    head_rules: Callable  # (head name, kind, ModelConfig) -> list[Rule]
+    ignore: tuple = field(default_factory=tuple)  # regexes of reference tensors with no lmforge place

@@ -1,0 +1,60 @@
+"""GPT-2 (Radford et al. 2019) in the reference library's layout: model_type "gpt2"."""
+from __future__ import annotations
+
+from lmforge.config import ConfigError, ModelConfig
+from lmforge.convert.family import Family, ffn_of
+from lmforge.convert.keymap import Rule
+from lmforge.presets import GPT2
+
+
+def config(hf: dict) -> ModelConfig:
+    """GPT2Config fields -> ModelConfig."""
+    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+        if hf.get(flag):
+            raise ConfigError(f"GPT-2 option {flag}=true is not supported")
+    d_model = hf["n_embd"]
+    return ModelConfig.from_dict(dict(
+        GPT2, vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["n_layer"], n_heads=hf["n_head"],
+        d_ff=hf.get("n_inner") or 4 * d_model, max_seq_len=hf["n_positions"],
+        norm_eps=hf.get("layer_norm_epsilon", 1e-5), ffn=ffn_of(hf.get("activation_function", "gelu_new")),
+        dropout=hf.get("resid_pdrop", 0.1), attention_dropout=hf.get("attn_pdrop", 0.1),
+        tie_embeddings=hf.get("tie_word_embeddings", True)))
+
+
+def _linear(ours: str, theirs: str, fix: str = "copy") -> list:
+    return [Rule(f"{ours}.weight", (f"{theirs}.weight",), fix), Rule(f"{ours}.bias", (f"{theirs}.bias",))]
+
+
+def backbone(cfg: ModelConfig) -> list:
+    """Embeddings, blocks (Conv1D weights are transposed) and the final norm."""
+    layer, block = "h.{i}", "decoder.blocks.{i}"
+    return [
+        Rule("tokens.weight", ("wte.weight",)),
+        Rule("embed.positions.weight", ("wpe.weight",)),
+        *_linear(f"{block}.attn_norm", f"{layer}.ln_1"),
+        *_linear(f"{block}.attn.qkv", f"{layer}.attn.c_attn", "transpose"),
+        *_linear(f"{block}.attn.out", f"{layer}.attn.c_proj", "transpose"),
+        *_linear(f"{block}.ffn_norm", f"{layer}.ln_2"),
+        *_linear(f"{block}.ffn.up", f"{layer}.mlp.c_fc", "transpose"),
+        *_linear(f"{block}.ffn.down", f"{layer}.mlp.c_proj", "transpose"),
+        *_linear("decoder.final_norm", "ln_f"),
+    ]
+
+
+def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
+    """GPT-2's LM head is the tied token table; an untied one is `lm_head`."""
+    if kind == "lm":
+        return [] if cfg.tie_embeddings else [Rule(f"heads.{name}.decoder.weight", ("lm_head.weight",))]
+    raise ConfigError(f"head kind {kind!r} has no GPT-2 checkpoint layout")
+
+
+FAMILY = Family(
+    model_types=("gpt2",),
+    prefix="transformer.",
+    config=config,
+    backbone=backbone,
+    heads={"GPT2Model": lambda hf: [], "GPT2LMHeadModel": lambda hf: [("lm", "lm", {})]},
+    head_rules=head_rules,
+    # causal-mask buffers of old checkpoints; the tied copy of the token table
+    ignore=(r"h\.\d+\.attn\.(masked_)?bias", r"lm_head\.weight"),
+)

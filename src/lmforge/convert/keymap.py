@@ -1,0 +1,67 @@
+"""Declarative weight-name maps between a reference checkpoint and lmforge, and the engine
+that applies them strictly.
+
+A `Rule` names one lmforge tensor and the reference tensor(s) it comes from, with a
+named fix-up: `copy`, `transpose` (GPT-2's Conv1D stores weights as (in, out)), and
+concatenation along dim 0 when several reference tensors form one of ours (fused QKV).
+`{i}` in a name stands for the layer index.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+FIXES = {"copy": lambda t: t, "transpose": lambda t: t.t().contiguous()}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """ours <- fix(theirs) (several `theirs` are concatenated along dim 0)."""
+
+    ours: str
+    theirs: tuple
+    fix: str = "copy"
+
+
+class ConversionError(ValueError):
+    """A reference checkpoint whose tensors do not fit the lmforge model; names the tensors."""
+
+
+def expand(rules: list, n_layers: int) -> list:
+    """Rules with `{i}` written out for every layer."""
+    out = []
+    for rule in rules:
+        layers = range(n_layers) if "{i}" in rule.ours else [None]
+        for i in layers:
+            fmt = (lambda s: s.format(i=i)) if i is not None else (lambda s: s)
+            out.append(Rule(fmt(rule.ours), tuple(fmt(t) for t in rule.theirs), rule.fix))
+    return out
+
+
+def import_tensors(theirs: dict, rules: list, ignore: tuple = ()) -> dict:
+    """Map reference tensors to lmforge names; every reference tensor must be used or ignored."""
+    ours, used = {}, set()
+    missing = sorted({t for r in rules for t in r.theirs if t not in theirs})
+    if missing:
+        raise ConversionError(f"checkpoint lacks {len(missing)} tensor(s): {missing[:8]}")
+    for rule in rules:
+        parts = [FIXES[rule.fix](theirs[t]) for t in rule.theirs]
+        ours[rule.ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        used.update(rule.theirs)
+    unused = sorted(k for k in set(theirs) - used if not any(re.fullmatch(p, k) for p in ignore))
+    if unused:
+        raise ConversionError(f"checkpoint has {len(unused)} tensor(s) lmforge cannot place: {unused[:8]}")
+    return ours
+
+
+def export_tensors(ours: dict, rules: list, split_sizes: dict) -> dict:
+    """The inverse: lmforge tensors to reference names (fused tensors split by `split_sizes[n]`)."""
+    theirs = {}
+    for rule in rules:
+        tensor = ours[rule.ours]
+        parts = [tensor] if len(rule.theirs) == 1 else tensor.split(split_sizes[len(rule.theirs)], dim=0)
+        for name, part in zip(rule.theirs, parts):
+            theirs[name] = FIXES[rule.fix](part).contiguous()  # both fixes are their own inverse
+    return theirs

@@ -1,0 +1,50 @@
+import torch
+import torch.nn.functional as F
+
+import lmforge
+
+from conftest import close, padded_batch, save_reference, transformers
+
+
+def _reference(architecture="BertForPreTraining", **kw):
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64, **kw)
+    return getattr(transformers, architecture)(cfg)
+
+
+def test_pretraining_model_hidden_states_mlm_nsp_and_loss(tmp_path):
+    reference = _reference()
+    model = lmforge.load(save_reference(reference, tmp_path))
+    ids, mask = padded_batch(99)
+    segments = (torch.arange(ids.shape[1]) >= 4).long().expand_as(ids)
+    labels = torch.where(torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) < 0.3, ids, -100)
+    with torch.no_grad():
+        theirs = reference(ids, attention_mask=mask, token_type_ids=segments, labels=labels,
+                           next_sentence_label=torch.tensor([0, 1, 0]), output_hidden_states=True)
+        ours = model(ids, mask, segment_ids=segments)
+    close(ours.last_hidden_state, theirs.hidden_states[-1], mask)
+    close(ours.head_outputs["lm"], theirs.prediction_logits, mask)
+    close(ours.head_outputs["nsp"], theirs.seq_relationship_logits)
+    loss = (F.cross_entropy(ours.head_outputs["lm"].flatten(0, 1), labels.flatten())
+            + F.cross_entropy(ours.head_outputs["nsp"], torch.tensor([0, 1, 0])))
+    torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
+
+
+def test_bare_model_with_pooler(tmp_path):
+    reference = _reference("BertModel", hidden_act="gelu_new", type_vocab_size=3)
+    model = lmforge.load(save_reference(reference, tmp_path))
+    ids, mask = padded_batch(99, seed=3)
+    with torch.no_grad():
+        theirs = reference(ids, attention_mask=mask)
+        ours = model(ids, mask)
+    close(ours.last_hidden_state, theirs.last_hidden_state, mask)
+    close(ours.head_outputs["pooler"], theirs.pooler_output)
+
+
+def test_classification_model(tmp_path):
+    reference = _reference("BertForSequenceClassification", num_labels=3)
+    model = lmforge.load(save_reference(reference, tmp_path))
+    ids, mask = padded_batch(99, seed=4)
+    with torch.no_grad():
+        close(model(ids, mask).logits, reference(ids, attention_mask=mask).logits)

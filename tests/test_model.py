@@ -5,7 +5,7 @@ import torch
 import lmforge
 from lmforge.heads import attach
 
-from conftest import CASES, forward, tiny_model
+from tests.conftest import CASES, forward, tiny_model
 
 B, T = 2, 12
 

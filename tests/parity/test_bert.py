@@ -3,7 +3,7 @@ import torch.nn.functional as F
 
 import lmforge
 
-from conftest import close, padded_batch, save_reference, transformers
+from tests.parity.helpers import close, padded_batch, save_reference, transformers
 
 
 def _reference(architecture="BertForPreTraining", **kw):

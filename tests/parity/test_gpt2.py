@@ -3,7 +3,7 @@ import torch.nn.functional as F
 
 import lmforge
 
-from conftest import close, padded_batch, save_reference, transformers
+from tests.parity.helpers import close, padded_batch, save_reference, transformers
 
 
 def test_lm_hidden_states_logits_and_loss(tmp_path):

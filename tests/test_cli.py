@@ -39,3 +39,19 @@ def test_demo_trains_and_reports(tmp_path, capsys):
     first = json.loads((tmp_path / "gpt2-metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 1 and summary[0]["final_loss"] < first["loss"]
     assert (tmp_path / "loss.png").stat().st_size > 0 and (tmp_path / "attention.png").stat().st_size > 0
+
+
+def test_convert_both_ways(tmp_path, capsys):
+    import torch
+
+    from lmforge.heads import attach
+
+    model = lmforge.build(lmforge.tiny("gpt2")).eval()
+    attach(model, "lm")
+    model.save(tmp_path / "ours")
+    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "hf"), "--to", "hf"]) == 0
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "gpt2"
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "back")]) == 0
+    back = lmforge.load(tmp_path / "back")
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+    assert main(["convert", str(tmp_path / "missing"), str(tmp_path / "x")]) == 2

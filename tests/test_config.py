@@ -55,3 +55,10 @@ def test_derived_sizes():
 def test_replace_validates():
     with pytest.raises(ConfigError, match="n_kv_heads"):
         ModelConfig().replace(n_kv_heads=5)
+
+
+def test_canonical_ignores_fields_without_effect():
+    a = ModelConfig(window=8, block_size=4, relative_buckets=8, source="x")
+    assert a != ModelConfig() and a.canonical() == ModelConfig().canonical()
+    assert ModelConfig(attention="sliding-window", window=8).canonical() != ModelConfig(
+        attention="sliding-window", window=16).canonical()

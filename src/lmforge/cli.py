@@ -77,6 +77,13 @@ def cmd_presets(args) -> None:
         print(f"{name:26s} {preset['source']}")
 
 
+def cmd_convert(args) -> None:
+    """Read an lmforge or Hugging Face directory and write it in the other (or the same) format."""
+    model = load_model(Path(args.src))
+    model.save(Path(args.dst), format=args.to)
+    print(f"wrote {args.dst} ({args.to})")
+
+
 def cmd_demo(args) -> None:
     """Run the main job as far as it exists (see lmforge.demo)."""
     from lmforge.demo import run_demo
@@ -94,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML/JSON file of field overrides")
     p.add_argument("--context", type=int, help="sequence length for FLOPs (default max_seq_len)")
     p.set_defaults(func=cmd_inspect)
+    p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--to", choices=("hf", "lmforge"), default="lmforge")
+    p.set_defaults(func=cmd_convert)
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)
     p = sub.add_parser("demo", help="the main job on the built-in default")

@@ -127,6 +127,28 @@ class ModelConfig:
         """Attention pattern of each layer (the schedule, or `attention` everywhere)."""
         return list(self.attention_schedule or [self.attention] * self.n_layers)
 
+    def canonical(self) -> "ModelConfig":
+        """A copy with every field that has no effect here reset to its default (and no source),
+        so two configs of the same architecture compare equal."""
+        patterns = set(self.layer_patterns())
+        inert = {"source"}
+        if not patterns & {"sliding-window", "dilated", "longformer"}:
+            inert |= {"window", "dilation"}
+        if "longformer" not in patterns:
+            inert |= {"n_global_tokens", "global_projections"}
+        if "bigbird" not in patterns:
+            inert |= {"block_size", "n_random_blocks"}
+        if "linformer" not in patterns:
+            inert.add("linformer_k")
+        if self.position != "rotary":
+            inert |= {"rotary_theta", "rotary_dim"}
+        if self.position != "relative-bias":
+            inert |= {"relative_buckets", "relative_max_distance"}
+        if self.position != "learned":
+            inert.add("position_offset")
+        defaults = {f.name: f.default for f in fields(self) if f.name in inert}
+        return self.replace(**defaults)
+
     # (de)serialisation --------------------------------------------------------
     def to_dict(self) -> dict:
         """Plain JSON-able dict of every field."""

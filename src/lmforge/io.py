@@ -28,8 +28,14 @@ class CheckpointError(ValueError):
     """A model directory that cannot be read: missing files, foreign or corrupt contents."""
 
 
-def save(model: Transformer, path: str | os.PathLike) -> Path:
-    """Write `model` (backbone and attached heads) to the directory `path`."""
+def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT) -> Path:
+    """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or "hf"."""
+    if format == "hf":
+        from lmforge.convert import save_hf
+
+        return save_hf(model, path)
+    if format != FORMAT:
+        raise ValueError(f"format={format!r} is not one of {FORMAT}, hf")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}

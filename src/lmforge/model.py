@@ -107,11 +107,11 @@ class Transformer(nn.Module):
                            [p[1] for p in probs] if return_attention and memory is not None else None,
                            cache)
 
-    def save(self, path) -> None:
-        """Write config.json + model.safetensors to the directory `path` (see lmforge.io)."""
-        from lmforge.io import save  # io builds heads, which import this module
+    def save(self, path, format: str = "lmforge") -> None:
+        """Write the directory `path`: lmforge's format, or format="hf" for the reference library."""
+        from lmforge.io import save  # io and convert build heads, which import this module
 
-        save(self, path)
+        save(self, path, format)
 
     def num_parameters(self, embeddings: bool = True) -> int:
         """Parameters of the backbone (heads excluded); without the token and position tables."""

@@ -48,3 +48,35 @@ def test_classification_model(tmp_path):
     ids, mask = padded_batch(99, seed=4)
     with torch.no_grad():
         close(model(ids, mask).logits, reference(ids, attention_mask=mask).logits)
+
+
+def test_export_round_trip_gives_the_same_state_dict(tmp_path):
+    reference = _reference()
+    model = lmforge.load(save_reference(reference, tmp_path / "in"))
+    model.save(tmp_path / "out", format="hf")
+    again = transformers.BertForPreTraining.from_pretrained(tmp_path / "out").eval()
+    ours, theirs = again.state_dict(), reference.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_lmforge_model_exports_to_a_directory_the_reference_loads(tmp_path):
+    from lmforge.heads import attach
+
+    model = lmforge.build(lmforge.tiny("bert-base")).eval()
+    attach(model, "classification", n_labels=3)
+    model.save(tmp_path, format="hf")
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    ids, mask = padded_batch(99, seed=5)
+    with torch.no_grad():
+        close(model(ids, mask).logits, reference(ids, attention_mask=mask).logits)
+
+
+def test_export_refuses_a_config_bert_cannot_express(tmp_path):
+    import pytest
+
+    from lmforge.convert import ConversionError
+
+    model = lmforge.build(lmforge.tiny("bert-base", norm_placement="pre"))
+    with pytest.raises(ConversionError, match="no Hugging Face family expresses"):
+        model.save(tmp_path, format="hf")

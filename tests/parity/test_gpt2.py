@@ -20,3 +20,17 @@ def test_lm_hidden_states_logits_and_loss(tmp_path):
     close(ours.logits, theirs.logits, mask)
     loss = F.cross_entropy(ours.logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
     torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
+
+
+def test_export_round_trip(tmp_path):
+    from lmforge.heads import attach
+
+    model = lmforge.build(lmforge.tiny("gpt2")).eval()
+    attach(model, "lm")
+    model.save(tmp_path / "hf", format="hf")
+    reference = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    ids, mask = padded_batch(99, seed=2)
+    with torch.no_grad():
+        close(model(ids, mask).logits, reference(ids, attention_mask=mask).logits, mask)
+    back = lmforge.load(tmp_path / "hf")
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, ffn_of, n_labels
-from lmforge.convert.keymap import Rule
+from lmforge.convert.family import Family, activation_of, ffn_of, n_labels
+from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BERT
 
 
@@ -21,8 +21,15 @@ def config(hf: dict) -> ModelConfig:
         tie_embeddings=hf.get("tie_word_embeddings", True)))
 
 
-def _linear(ours: str, theirs: str) -> list:
-    return [Rule(f"{ours}.weight", (f"{theirs}.weight",)), Rule(f"{ours}.bias", (f"{theirs}.bias",))]
+
+def to_reference(cfg: ModelConfig) -> dict:
+    """ModelConfig -> BertConfig fields."""
+    return dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+                num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff,
+                max_position_embeddings=cfg.max_seq_len, type_vocab_size=cfg.n_segments,
+                layer_norm_eps=cfg.norm_eps, hidden_act=activation_of(cfg.ffn),
+                hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.attention_dropout,
+                tie_word_embeddings=cfg.tie_embeddings)
 
 
 def backbone(cfg: ModelConfig) -> list:
@@ -33,14 +40,14 @@ def backbone(cfg: ModelConfig) -> list:
         Rule("tokens.weight", ("embeddings.word_embeddings.weight",)),
         Rule("embed.positions.weight", ("embeddings.position_embeddings.weight",)),
         Rule("embed.segments.weight", ("embeddings.token_type_embeddings.weight",)),
-        *_linear("embed.norm", "embeddings.LayerNorm"),
+        *linear("embed.norm", "embeddings.LayerNorm"),
         Rule(f"{block}.attn.qkv.weight", tuple(f"{p}.weight" for p in qkv)),
         Rule(f"{block}.attn.qkv.bias", tuple(f"{p}.bias" for p in qkv)),
-        *_linear(f"{block}.attn.out", f"{layer}.attention.output.dense"),
-        *_linear(f"{block}.attn_norm", f"{layer}.attention.output.LayerNorm"),
-        *_linear(f"{block}.ffn.up", f"{layer}.intermediate.dense"),
-        *_linear(f"{block}.ffn.down", f"{layer}.output.dense"),
-        *_linear(f"{block}.ffn_norm", f"{layer}.output.LayerNorm"),
+        *linear(f"{block}.attn.out", f"{layer}.attention.output.dense"),
+        *linear(f"{block}.attn_norm", f"{layer}.attention.output.LayerNorm"),
+        *linear(f"{block}.ffn.up", f"{layer}.intermediate.dense"),
+        *linear(f"{block}.ffn.down", f"{layer}.output.dense"),
+        *linear(f"{block}.ffn_norm", f"{layer}.output.LayerNorm"),
     ]
 
 
@@ -48,22 +55,22 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
     """Where each head's tensors live in a BERT checkpoint."""
     h = f"heads.{name}"
     if kind == "lm":
-        rules = [*_linear(f"{h}.transform", "cls.predictions.transform.dense"),
-                 *_linear(f"{h}.norm", "cls.predictions.transform.LayerNorm"),
+        rules = [*linear(f"{h}.transform", "cls.predictions.transform.dense"),
+                 *linear(f"{h}.norm", "cls.predictions.transform.LayerNorm"),
                  Rule(f"{h}.bias", ("cls.predictions.bias",))]
         if not cfg.tie_embeddings:
             rules.append(Rule(f"{h}.decoder.weight", ("cls.predictions.decoder.weight",)))
         return rules
     if kind == "pooler":
-        return _linear(f"{h}.dense", "pooler.dense")
+        return linear(f"{h}.dense", "pooler.dense")
     if name == "nsp":
-        return [*_linear(f"{h}.pooler.dense", "pooler.dense"), *_linear(f"{h}.classifier", "cls.seq_relationship")]
+        return [*linear(f"{h}.pooler.dense", "pooler.dense"), *linear(f"{h}.classifier", "cls.seq_relationship")]
     if kind == "classification":
-        return [*_linear(f"{h}.pooler.dense", "pooler.dense"), *_linear(f"{h}.classifier", "classifier")]
+        return [*linear(f"{h}.pooler.dense", "pooler.dense"), *linear(f"{h}.classifier", "classifier")]
     if kind == "token-classification":
-        return _linear(f"{h}.classifier", "classifier")
+        return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":
-        return _linear(f"{h}.qa", "qa_outputs")
+        return linear(f"{h}.qa", "qa_outputs")
     raise ConfigError(f"head kind {kind!r} has no BERT checkpoint layout")
 
 
@@ -83,6 +90,8 @@ FAMILY = Family(
         "BertForQuestionAnswering": lambda hf: [("span-qa", "span-qa", {})],
     },
     head_rules=head_rules,
+    to_reference=to_reference,
+    head_keys=r"(cls|classifier|qa_outputs)\..*",
     # position_ids buffers of old checkpoints; the tied decoder copies of the token table / bias
     ignore=(r"(.*\.)?position_ids", r"cls\.predictions\.decoder\.(weight|bias)"),
 )

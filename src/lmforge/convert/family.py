@@ -11,6 +11,16 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "ge
                "gelu_fast": "gelu-tanh", "relu": "relu"}
 
 
+ACTIVATION_NAMES = {"gelu": "gelu", "gelu-tanh": "gelu_new", "relu": "relu"}
+
+
+def activation_of(ffn: str) -> str:
+    """The reference activation name of a (non-gated) lmforge feed-forward value."""
+    if ffn not in ACTIVATION_NAMES:
+        raise ConfigError(f"ffn={ffn!r} has no reference activation name for this family")
+    return ACTIVATION_NAMES[ffn]
+
+
 def ffn_of(name: str) -> str:
     """The lmforge feed-forward value of a reference activation name."""
     if name not in ACTIVATIONS:
@@ -33,4 +43,6 @@ class Family:
     backbone: Callable  # ModelConfig -> list[Rule] (lmforge names <- reference names)
     heads: dict  # reference architecture -> (reference config -> [(head name, kind, args)])
     head_rules: Callable  # (head name, kind, ModelConfig) -> list[Rule]
+    to_reference: Callable  # ModelConfig -> reference config dict (the inverse of `config`)
+    head_keys: str  # regex of the reference names that sit outside the backbone prefix
     ignore: tuple = field(default_factory=tuple)  # regexes of reference tensors with no lmforge place

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, ffn_of
-from lmforge.convert.keymap import Rule
+from lmforge.convert.family import Family, activation_of, ffn_of
+from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import GPT2
 
 
@@ -21,8 +21,14 @@ def config(hf: dict) -> ModelConfig:
         tie_embeddings=hf.get("tie_word_embeddings", True)))
 
 
-def _linear(ours: str, theirs: str, fix: str = "copy") -> list:
-    return [Rule(f"{ours}.weight", (f"{theirs}.weight",), fix), Rule(f"{ours}.bias", (f"{theirs}.bias",))]
+
+def to_reference(cfg: ModelConfig) -> dict:
+    """ModelConfig -> GPT2Config fields."""
+    return dict(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
+                n_inner=cfg.d_ff, n_positions=cfg.max_seq_len, layer_norm_epsilon=cfg.norm_eps,
+                activation_function=activation_of(cfg.ffn), resid_pdrop=cfg.dropout,
+                embd_pdrop=cfg.dropout, attn_pdrop=cfg.attention_dropout,
+                tie_word_embeddings=cfg.tie_embeddings)
 
 
 def backbone(cfg: ModelConfig) -> list:
@@ -31,13 +37,13 @@ def backbone(cfg: ModelConfig) -> list:
     return [
         Rule("tokens.weight", ("wte.weight",)),
         Rule("embed.positions.weight", ("wpe.weight",)),
-        *_linear(f"{block}.attn_norm", f"{layer}.ln_1"),
-        *_linear(f"{block}.attn.qkv", f"{layer}.attn.c_attn", "transpose"),
-        *_linear(f"{block}.attn.out", f"{layer}.attn.c_proj", "transpose"),
-        *_linear(f"{block}.ffn_norm", f"{layer}.ln_2"),
-        *_linear(f"{block}.ffn.up", f"{layer}.mlp.c_fc", "transpose"),
-        *_linear(f"{block}.ffn.down", f"{layer}.mlp.c_proj", "transpose"),
-        *_linear("decoder.final_norm", "ln_f"),
+        *linear(f"{block}.attn_norm", f"{layer}.ln_1"),
+        *linear(f"{block}.attn.qkv", f"{layer}.attn.c_attn", "transpose"),
+        *linear(f"{block}.attn.out", f"{layer}.attn.c_proj", "transpose"),
+        *linear(f"{block}.ffn_norm", f"{layer}.ln_2"),
+        *linear(f"{block}.ffn.up", f"{layer}.mlp.c_fc", "transpose"),
+        *linear(f"{block}.ffn.down", f"{layer}.mlp.c_proj", "transpose"),
+        *linear("decoder.final_norm", "ln_f"),
     ]
 
 
@@ -55,6 +61,8 @@ FAMILY = Family(
     backbone=backbone,
     heads={"GPT2Model": lambda hf: [], "GPT2LMHeadModel": lambda hf: [("lm", "lm", {})]},
     head_rules=head_rules,
+    to_reference=to_reference,
+    head_keys=r"lm_head\..*",
     # causal-mask buffers of old checkpoints; the tied copy of the token table
     ignore=(r"h\.\d+\.attn\.(masked_)?bias", r"lm_head\.weight"),
 )

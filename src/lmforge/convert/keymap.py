@@ -29,6 +29,11 @@ class ConversionError(ValueError):
     """A reference checkpoint whose tensors do not fit the lmforge model; names the tensors."""
 
 
+def linear(ours: str, theirs: str, fix: str = "copy") -> list:
+    """Rules for a Linear (or norm) module: its weight (with `fix`) and its bias."""
+    return [Rule(f"{ours}.weight", (f"{theirs}.weight",), fix), Rule(f"{ours}.bias", (f"{theirs}.bias",))]
+
+
 def expand(rules: list, n_layers: int) -> list:
     """Rules with `{i}` written out for every layer."""
     out = []

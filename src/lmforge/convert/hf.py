@@ -1,0 +1,125 @@
+"""Hugging Face checkpoints in and out: config mapping, declarative key maps, strict loading.
+
+Weights are read from model.safetensors, sharded safetensors with an index, or
+pytorch_model.bin through `torch.load(weights_only=True)` — never unpickled freely.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from lmforge.config import ConfigError, ModelConfig, atomic_write_text
+from lmforge.convert import bert, gpt2
+from lmforge.convert.keymap import ConversionError, expand, export_tensors, import_tensors
+from lmforge.heads import make_head
+from lmforge.model import Transformer, from_config
+
+FAMILIES = {t: fam.FAMILY for fam in (bert, gpt2) for t in fam.FAMILY.model_types}
+
+
+def read_reference_weights(path: Path) -> dict:
+    """All tensors of a reference model directory, by name."""
+    index = path / "model.safetensors.index.json"
+    try:
+        if (path / "model.safetensors").is_file():
+            return load_file(str(path / "model.safetensors"))
+        if index.is_file():
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+            return {k: v for shard in shards for k, v in load_file(str(path / shard)).items()}
+        if (path / "pytorch_model.bin").is_file():
+            return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    except (SafetensorError, OSError, RuntimeError, KeyError, json.JSONDecodeError) as err:
+        raise ConversionError(f"cannot read the weights in {path}: {err}") from None
+    raise ConversionError(f"{path} has no model.safetensors, sharded index or pytorch_model.bin")
+
+
+def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
+    """Load a Hugging Face model directory as an lmforge model, heads included."""
+    path = Path(path)
+    hf = hf_config or json.loads((path / "config.json").read_text(encoding="utf-8"))
+    model_type = hf.get("model_type")
+    if model_type not in FAMILIES:
+        raise ConfigError(f"model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
+    family = FAMILIES[model_type]
+    try:
+        cfg = family.config(hf)
+    except KeyError as err:
+        raise ConfigError(f"config.json of {model_type} lacks the field {err}") from None
+    model = from_config(cfg, init=False)
+    architecture = (hf.get("architectures") or [None])[0]
+    if architecture not in family.heads:
+        raise ConfigError(f"architecture {architecture!r} is not supported for {model_type}; "
+                          f"supported: {', '.join(family.heads)}")
+    rules = expand(family.backbone(cfg), cfg.n_layers)
+    for name, kind, args in family.heads[architecture](hf):
+        model.add_head(name, make_head(model, kind, **args))
+        rules += family.head_rules(name, kind, cfg)
+    tensors = {k.removeprefix(family.prefix): v for k, v in read_reference_weights(path).items()}
+    ours = import_tensors(tensors, rules, family.ignore)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(ours))
+    wrong = [f"{k} {tuple(v.shape)} != {tuple(own[k].shape)}" for k, v in ours.items() if v.shape != own[k].shape]
+    if missing or wrong:
+        raise ConversionError(f"{path}: missing {missing[:8]}; wrong shape {wrong[:8]}")
+    model.load_state_dict({k: v.to(own[k].dtype) for k, v in ours.items()}, strict=True)
+    return model.eval()
+
+
+def family_of(cfg: ModelConfig):
+    """The reference family that expresses `cfg` exactly (its config maps there and back)."""
+    plain = cfg.canonical()
+    for model_type, family in FAMILIES.items():
+        try:
+            if family.config(family.to_reference(cfg)).canonical() == plain:
+                return model_type, family
+        except ConfigError:
+            continue
+    raise ConversionError("no Hugging Face family expresses this configuration exactly; "
+                          f"supported families: {', '.join(FAMILIES)}")
+
+
+def _architecture(family, model: Transformer, hf: dict) -> str:
+    names = sorted(model.heads)
+    for architecture, heads in family.heads.items():
+        if sorted(name for name, _, _ in heads(hf)) == names:
+            return architecture
+    raise ConversionError(f"no Hugging Face architecture of this family has the heads {names}")
+
+
+def save_hf(model: Transformer, path: str | Path) -> Path:
+    """Write `model` as a Hugging Face directory that the reference `from_pretrained` loads."""
+    path = Path(path)
+    cfg = model.config
+    model_type, family = family_of(cfg)
+    hf = {"model_type": model_type, **family.to_reference(cfg)}
+    labels = [h.spec["n_labels"] for h in model.heads.values() if "n_labels" in h.spec]
+    if labels:
+        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(labels[0])}
+    architecture = _architecture(family, model, hf)
+    hf["architectures"] = [architecture]
+    rules = expand(family.backbone(cfg), cfg.n_layers)
+    for name, kind, _ in family.heads[architecture](hf):
+        rules += family.head_rules(name, kind, cfg)
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    tensors = export_tensors(model.state_dict(), rules, {3: [q, kv, kv]})
+    bare = architecture.endswith("Model") and not architecture.endswith("LMHeadModel")
+    if not bare:  # task checkpoints keep the backbone under the family's prefix
+        tensors = {k if re.fullmatch(family.head_keys, k) else family.prefix + k: v for k, v in tensors.items()}
+    path.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path, prefix=".model.safetensors.")
+    os.close(fd)
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp, metadata={"format": "pt"})
+        os.replace(tmp, path / "model.safetensors")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    atomic_write_text(path / "config.json", json.dumps(hf, indent=2) + "\n")
+    return path

@@ -20,7 +20,7 @@ def padded_batch(vocab: int, lengths=(9, 6, 3), seed: int = 0):
     return ids, mask
 
 
-def close(ours, theirs, mask=None):
+def assert_parity(ours, theirs, mask=None):
     """fp32 parity: absolute 1e-5, relative 1e-4 (at real positions when a mask is given)."""
     if mask is not None:
         keep = mask.bool()

@@ -3,7 +3,7 @@ import torch.nn.functional as F
 
 import lmforge
 
-from tests.parity.helpers import close, padded_batch, save_reference, transformers
+from tests.parity.helpers import assert_parity, padded_batch, save_reference, transformers
 
 
 def _reference(architecture="BertForPreTraining", **kw):
@@ -23,9 +23,9 @@ def test_pretraining_model_hidden_states_mlm_nsp_and_loss(tmp_path):
         theirs = reference(ids, attention_mask=mask, token_type_ids=segments, labels=labels,
                            next_sentence_label=torch.tensor([0, 1, 0]), output_hidden_states=True)
         ours = model(ids, mask, segment_ids=segments)
-    close(ours.last_hidden_state, theirs.hidden_states[-1], mask)
-    close(ours.head_outputs["lm"], theirs.prediction_logits, mask)
-    close(ours.head_outputs["nsp"], theirs.seq_relationship_logits)
+    assert_parity(ours.last_hidden_state, theirs.hidden_states[-1], mask)
+    assert_parity(ours.head_outputs["lm"], theirs.prediction_logits, mask)
+    assert_parity(ours.head_outputs["nsp"], theirs.seq_relationship_logits)
     loss = (F.cross_entropy(ours.head_outputs["lm"].flatten(0, 1), labels.flatten())
             + F.cross_entropy(ours.head_outputs["nsp"], torch.tensor([0, 1, 0])))
     torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
@@ -38,8 +38,8 @@ def test_bare_model_with_pooler(tmp_path):
     with torch.no_grad():
         theirs = reference(ids, attention_mask=mask)
         ours = model(ids, mask)
-    close(ours.last_hidden_state, theirs.last_hidden_state, mask)
-    close(ours.head_outputs["pooler"], theirs.pooler_output)
+    assert_parity(ours.last_hidden_state, theirs.last_hidden_state, mask)
+    assert_parity(ours.head_outputs["pooler"], theirs.pooler_output)
 
 
 def test_classification_model(tmp_path):
@@ -47,7 +47,7 @@ def test_classification_model(tmp_path):
     model = lmforge.load(save_reference(reference, tmp_path))
     ids, mask = padded_batch(99, seed=4)
     with torch.no_grad():
-        close(model(ids, mask).logits, reference(ids, attention_mask=mask).logits)
+        assert_parity(model(ids, mask).logits, reference(ids, attention_mask=mask).logits)
 
 
 def test_export_round_trip_gives_the_same_state_dict(tmp_path):
@@ -69,7 +69,7 @@ def test_lmforge_model_exports_to_a_directory_the_reference_loads(tmp_path):
     reference = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     ids, mask = padded_batch(99, seed=5)
     with torch.no_grad():
-        close(model(ids, mask).logits, reference(ids, attention_mask=mask).logits)
+        assert_parity(model(ids, mask).logits, reference(ids, attention_mask=mask).logits)
 
 
 def test_export_refuses_a_config_bert_cannot_express(tmp_path):

@@ -3,7 +3,7 @@ import torch.nn.functional as F
 
 import lmforge
 
-from tests.parity.helpers import close, padded_batch, save_reference, transformers
+from tests.parity.helpers import assert_parity, padded_batch, save_reference, transformers
 
 
 def test_lm_hidden_states_logits_and_loss(tmp_path):
@@ -16,8 +16,8 @@ def test_lm_hidden_states_logits_and_loss(tmp_path):
     with torch.no_grad():
         theirs = reference(ids, attention_mask=mask, labels=labels, output_hidden_states=True)
         ours = model(ids, mask)
-    close(ours.last_hidden_state, theirs.hidden_states[-1], mask)
-    close(ours.logits, theirs.logits, mask)
+    assert_parity(ours.last_hidden_state, theirs.hidden_states[-1], mask)
+    assert_parity(ours.logits, theirs.logits, mask)
     loss = F.cross_entropy(ours.logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
     torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
 
@@ -31,6 +31,6 @@ def test_export_round_trip(tmp_path):
     reference = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
     ids, mask = padded_batch(99, seed=2)
     with torch.no_grad():
-        close(model(ids, mask).logits, reference(ids, attention_mask=mask).logits, mask)
+        assert_parity(model(ids, mask).logits, reference(ids, attention_mask=mask).logits, mask)
     back = lmforge.load(tmp_path / "hf")
     assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())

@@ -38,11 +38,11 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.ffn_bias)
         self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.ffn_bias) if gated else None
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.ffn_bias)
-        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model)
         if self.gate is None:
             h = self.act(self.up(x))
         else:
             h = self.act(self.gate(x)) * self.up(x)  # act on the gate, as in SwiGLU / GEGLU
-        return self.down(self.dropout(h))
+        # dropout is applied by the block after `down` (BERT, GPT-2); T5 also drops inside
+        return self.down(h)

@@ -38,19 +38,23 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT) -> P
         raise ValueError(f"format={format!r} is not one of {FORMAT}, hf")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=f".{WEIGHTS_FILE}.")
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"format": FORMAT})
-        os.replace(tmp, path / WEIGHTS_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_tensors(model.state_dict(), path / WEIGHTS_FILE, {"format": FORMAT})
     meta = {"format": FORMAT, "config": model.config.to_dict(),
             "heads": {name: head.spec for name, head in model.heads.items()}}
     atomic_write_text(path / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
     return path
+
+
+def save_tensors(tensors: dict, file: Path, metadata: dict) -> None:
+    """Write a safetensors file atomically: a temporary file in the same folder, then a rename."""
+    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.")
+    os.close(fd)
+    try:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp, metadata=metadata)
+        os.replace(tmp, file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _read_meta(path: Path) -> dict:
@@ -67,12 +71,8 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def load_weights(model: torch.nn.Module, file: Path) -> None:
-    """Load a safetensors file into `model` strictly, naming every mismatch."""
-    try:
-        tensors = load_file(str(file))
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"cannot read weights from {file}: {err}") from None
+def load_state_strict(model: torch.nn.Module, tensors: dict, source) -> None:
+    """Load `tensors` into `model` only if names and shapes fit exactly; name every mismatch."""
     own = model.state_dict()
     missing = sorted(set(own) - set(tensors))
     unexpected = sorted(set(tensors) - set(own))
@@ -81,8 +81,17 @@ def load_weights(model: torch.nn.Module, file: Path) -> None:
     problems = [f"missing: {missing}" * bool(missing), f"unexpected: {unexpected}" * bool(unexpected),
                 f"wrong shape: {shapes}" * bool(shapes)]
     if any(problems):
-        raise CheckpointError(f"weights in {file} do not fit the model: " + "; ".join(p for p in problems if p))
-    model.load_state_dict(tensors, strict=True)
+        raise CheckpointError(f"weights in {source} do not fit the model: " + "; ".join(p for p in problems if p))
+    model.load_state_dict({k: v.to(own[k].dtype) for k, v in tensors.items()}, strict=True)
+
+
+def load_weights(model: torch.nn.Module, file: Path) -> None:
+    """Load a safetensors file into `model` strictly, naming every mismatch."""
+    try:
+        tensors = load_file(str(file))
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"cannot read weights from {file}: {err}") from None
+    load_state_strict(model, tensors, file)
 
 
 def load(path: str | os.PathLike) -> Transformer:

@@ -91,6 +91,7 @@ FAMILY = Family(
     },
     head_rules=head_rules,
     to_reference=to_reference,
+    bare=("BertModel",),
     head_keys=r"(cls|classifier|qa_outputs)\..*",
     # position_ids buffers of old checkpoints; the tied decoder copies of the token table / bias
     ignore=(r"(.*\.)?position_ids", r"cls\.predictions\.decoder\.(weight|bias)"),

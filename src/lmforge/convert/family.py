@@ -45,4 +45,5 @@ class Family:
     head_rules: Callable  # (head name, kind, ModelConfig) -> list[Rule]
     to_reference: Callable  # ModelConfig -> reference config dict (the inverse of `config`)
     head_keys: str  # regex of the reference names that sit outside the backbone prefix
+    bare: tuple  # architectures whose checkpoints have no backbone prefix
     ignore: tuple = field(default_factory=tuple)  # regexes of reference tensors with no lmforge place

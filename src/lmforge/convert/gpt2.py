@@ -62,6 +62,7 @@ FAMILY = Family(
     heads={"GPT2Model": lambda hf: [], "GPT2LMHeadModel": lambda hf: [("lm", "lm", {})]},
     head_rules=head_rules,
     to_reference=to_reference,
+    bare=("GPT2Model",),
     head_keys=r"lm_head\..*",
     # causal-mask buffers of old checkpoints; the tied copy of the token table
     ignore=(r"h\.\d+\.attn\.(masked_)?bias", r"lm_head\.weight"),

@@ -6,19 +6,18 @@ pytorch_model.bin through `torch.load(weights_only=True)` — never unpickled fr
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from lmforge.config import ConfigError, ModelConfig, atomic_write_text
 from lmforge.convert import bert, gpt2
 from lmforge.convert.keymap import ConversionError, expand, export_tensors, import_tensors
 from lmforge.heads import make_head
+from lmforge.io import load_state_strict, save_tensors
 from lmforge.model import Transformer, from_config
 
 FAMILIES = {t: fam.FAMILY for fam in (bert, gpt2) for t in fam.FAMILY.model_types}
@@ -62,13 +61,7 @@ def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
         model.add_head(name, make_head(model, kind, **args))
         rules += family.head_rules(name, kind, cfg)
     tensors = {k.removeprefix(family.prefix): v for k, v in read_reference_weights(path).items()}
-    ours = import_tensors(tensors, rules, family.ignore)
-    own = model.state_dict()
-    missing = sorted(set(own) - set(ours))
-    wrong = [f"{k} {tuple(v.shape)} != {tuple(own[k].shape)}" for k, v in ours.items() if v.shape != own[k].shape]
-    if missing or wrong:
-        raise ConversionError(f"{path}: missing {missing[:8]}; wrong shape {wrong[:8]}")
-    model.load_state_dict({k: v.to(own[k].dtype) for k, v in ours.items()}, strict=True)
+    load_state_strict(model, import_tensors(tensors, rules, family.ignore), path)
     return model.eval()
 
 
@@ -109,17 +102,9 @@ def save_hf(model: Transformer, path: str | Path) -> Path:
         rules += family.head_rules(name, kind, cfg)
     q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     tensors = export_tensors(model.state_dict(), rules, {3: [q, kv, kv]})
-    bare = architecture.endswith("Model") and not architecture.endswith("LMHeadModel")
-    if not bare:  # task checkpoints keep the backbone under the family's prefix
+    if architecture not in family.bare:  # task checkpoints keep the backbone under the family's prefix
         tensors = {k if re.fullmatch(family.head_keys, k) else family.prefix + k: v for k, v in tensors.items()}
     path.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".model.safetensors.")
-    os.close(fd)
-    try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp, metadata={"format": "pt"})
-        os.replace(tmp, path / "model.safetensors")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_tensors(tensors, path / "model.safetensors", {"format": "pt"})
     atomic_write_text(path / "config.json", json.dumps(hf, indent=2) + "\n")
     return path

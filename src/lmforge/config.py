@@ -25,6 +25,9 @@ PATTERNS = ("full", "sliding-window", "dilated", "longformer", "bigbird", "linfo
 BIDIRECTIONAL_ONLY = ("longformer", "bigbird", "linformer")
 
 
+SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+
+
 class ConfigError(ValueError):
     """An invalid ModelConfig field; the message names the field and the valid choices."""
 
@@ -85,6 +88,11 @@ class ModelConfig:
     lm_transform: bool = True  # BERT's dense + activation + norm before the vocabulary projection
     lm_bias: bool = True
     tied_logit_scale: bool = False  # T5 v1.0 scales by d_model**-0.5 before a tied projection
+    # special token ids (generation, padding); no effect on the architecture
+    pad_token_id: Optional[int] = None
+    bos_token_id: Optional[int] = None
+    eos_token_id: Optional[int] = None
+    decoder_start_token_id: Optional[int] = None  # encoder-decoders: first decoder input
     source: str = ""  # where a preset's numbers come from
 
     def __post_init__(self) -> None:
@@ -131,7 +139,7 @@ class ModelConfig:
         """A copy with every field that has no effect here reset to its default (and no source),
         so two configs of the same architecture compare equal."""
         patterns = set(self.layer_patterns())
-        inert = {"source"}
+        inert = {"source", *SPECIAL_TOKENS}
         if not patterns & {"sliding-window", "dilated", "longformer"}:
             inert |= {"window", "dilation"}
         if "longformer" not in patterns:

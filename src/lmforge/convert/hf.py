@@ -5,6 +5,7 @@ pytorch_model.bin through `torch.load(weights_only=True)` — never unpickled fr
 """
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from pathlib import Path
@@ -14,13 +15,18 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from lmforge.config import ConfigError, ModelConfig, atomic_write_text
-from lmforge.convert import bert, gpt2
 from lmforge.convert.keymap import ConversionError, expand, export_tensors, import_tensors
 from lmforge.heads import make_head
 from lmforge.io import load_state_strict, save_tensors
 from lmforge.model import Transformer, from_config
 
-FAMILIES = {t: fam.FAMILY for fam in (bert, gpt2) for t in fam.FAMILY.model_types}
+# one module per reference family under lmforge/convert/, each defining FAMILY
+MODULES = (
+    "bert",
+    "gpt2",
+)
+FAMILIES = {t: fam.FAMILY for fam in (importlib.import_module(f"lmforge.convert.{m}") for m in MODULES)
+            for t in fam.FAMILY.model_types}
 
 
 def read_reference_weights(path: Path) -> dict:

@@ -1,5 +1,6 @@
 """lmforge: the Transformer language-model family from one configurable model."""
 from lmforge.config import ConfigError, ModelConfig
+from lmforge.generate import generate
 from lmforge.io import load, save
 from lmforge.model import ModelOutput, Transformer, from_config
 from lmforge.presets import PRESETS, get_config, tiny
@@ -14,4 +15,4 @@ def build(name: str | ModelConfig, **overrides) -> Transformer:
 
 
 __all__ = ["ConfigError", "ModelConfig", "ModelOutput", "PRESETS", "Transformer", "build",
-           "from_config", "get_config", "load", "save", "tiny", "__version__"]
+           "from_config", "generate", "get_config", "load", "save", "tiny", "__version__"]

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, activation_of, ffn_of, n_labels
+from lmforge.convert.family import (Family, activation_of, ffn_of, n_labels, special_tokens,
+                                    special_tokens_of)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BERT
 
@@ -18,7 +19,7 @@ def config(hf: dict) -> ModelConfig:
         norm_eps=hf.get("layer_norm_eps", 1e-12), ffn=ffn_of(hf.get("hidden_act", "gelu")),
         dropout=hf.get("hidden_dropout_prob", 0.1),
         attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-        tie_embeddings=hf.get("tie_word_embeddings", True)))
+        tie_embeddings=hf.get("tie_word_embeddings", True), **special_tokens(hf)))
 
 
 
@@ -29,7 +30,7 @@ def to_reference(cfg: ModelConfig) -> dict:
                 max_position_embeddings=cfg.max_seq_len, type_vocab_size=cfg.n_segments,
                 layer_norm_eps=cfg.norm_eps, hidden_act=activation_of(cfg.ffn),
                 hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.attention_dropout,
-                tie_word_embeddings=cfg.tie_embeddings)
+                tie_word_embeddings=cfg.tie_embeddings, **special_tokens_of(cfg))
 
 
 def backbone(cfg: ModelConfig) -> list:

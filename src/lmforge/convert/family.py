@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from lmforge.config import ConfigError
+from lmforge.config import SPECIAL_TOKENS, ConfigError
 
 # reference activation names -> lmforge ffn values (non-gated)
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh",
@@ -26,6 +26,20 @@ def ffn_of(name: str) -> str:
     if name not in ACTIVATIONS:
         raise ConfigError(f"activation {name!r} is not supported; known: {', '.join(ACTIVATIONS)}")
     return ACTIVATIONS[name]
+
+
+def special_tokens(hf: dict) -> dict:
+    """The reference config's pad/bos/eos/decoder-start ids as ModelConfig fields (a list -> its first)."""
+    out = {}
+    for name in SPECIAL_TOKENS:
+        value = hf.get(name)
+        out[name] = value[0] if isinstance(value, list) and value else value
+    return out
+
+
+def special_tokens_of(cfg) -> dict:
+    """The inverse: ModelConfig's special token ids as reference config fields (unset ones left out)."""
+    return {name: getattr(cfg, name) for name in SPECIAL_TOKENS if getattr(cfg, name) is not None}
 
 
 def n_labels(hf: dict) -> int:

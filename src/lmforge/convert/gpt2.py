@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, activation_of, ffn_of
+from lmforge.convert.family import Family, activation_of, ffn_of, special_tokens, special_tokens_of
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import GPT2
 
@@ -18,7 +18,7 @@ def config(hf: dict) -> ModelConfig:
         d_ff=hf.get("n_inner") or 4 * d_model, max_seq_len=hf["n_positions"],
         norm_eps=hf.get("layer_norm_epsilon", 1e-5), ffn=ffn_of(hf.get("activation_function", "gelu_new")),
         dropout=hf.get("resid_pdrop", 0.1), attention_dropout=hf.get("attn_pdrop", 0.1),
-        tie_embeddings=hf.get("tie_word_embeddings", True)))
+        tie_embeddings=hf.get("tie_word_embeddings", True), **special_tokens(hf)))
 
 
 
@@ -28,7 +28,7 @@ def to_reference(cfg: ModelConfig) -> dict:
                 n_inner=cfg.d_ff, n_positions=cfg.max_seq_len, layer_norm_epsilon=cfg.norm_eps,
                 activation_function=activation_of(cfg.ffn), resid_pdrop=cfg.dropout,
                 embd_pdrop=cfg.dropout, attn_pdrop=cfg.attention_dropout,
-                tie_word_embeddings=cfg.tie_embeddings)
+                tie_word_embeddings=cfg.tie_embeddings, **special_tokens_of(cfg))
 
 
 def backbone(cfg: ModelConfig) -> list:

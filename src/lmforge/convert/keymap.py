@@ -13,16 +13,34 @@ from dataclasses import dataclass
 
 import torch
 
-FIXES = {"copy": lambda t: t, "transpose": lambda t: t.t().contiguous()}
+# fix name -> function(tensor, *rule.args); export applies INVERSES[name] where the fix is not
+# its own inverse
+FIXES = {
+    "copy": lambda t, *_: t,
+    "transpose": lambda t, *_: t.t().contiguous(),
+    # XLNet stores projections as (d_model, n_heads, d_head) einsum operands
+    "heads_in": lambda t, *_: t.reshape(t.shape[0], -1).t().contiguous(),  # -> (n_heads*d_head, d_model)
+    "heads_out": lambda t, *_: t.reshape(t.shape[0], -1).contiguous(),  # -> (d_model, n_heads*d_head)
+    # BLOOM / GPT-NeoX fuse q, k, v per head: rows (n_heads, 3, d_head) -> lmforge's [q; k; v]
+    "qkv_per_head": lambda t, n_heads: t.reshape(n_heads, 3, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape),
+}
+INVERSES = {
+    "heads_in": lambda t, n_heads: t.t().reshape(t.shape[1], n_heads, -1).contiguous(),
+    "heads_out": lambda t, n_heads: t.reshape(t.shape[0], n_heads, -1).contiguous(),
+    "qkv_per_head": lambda t, n_heads: t.reshape(3, n_heads, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape),
+}
 
 
 @dataclass(frozen=True)
 class Rule:
-    """ours <- fix(theirs) (several `theirs` are concatenated along dim 0)."""
+    """ours <- fix(theirs) (several `theirs` are concatenated along dim 0).
+
+    `args` go to the fix and its inverse (e.g. the number of heads a reshape needs)."""
 
     ours: str
     theirs: tuple
     fix: str = "copy"
+    args: tuple = ()
 
 
 class ConversionError(ValueError):
@@ -41,7 +59,7 @@ def expand(rules: list, n_layers: int) -> list:
         layers = range(n_layers) if "{i}" in rule.ours else [None]
         for i in layers:
             fmt = (lambda s: s.format(i=i)) if i is not None else (lambda s: s)
-            out.append(Rule(fmt(rule.ours), tuple(fmt(t) for t in rule.theirs), rule.fix))
+            out.append(Rule(fmt(rule.ours), tuple(fmt(t) for t in rule.theirs), rule.fix, rule.args))
     return out
 
 
@@ -52,7 +70,7 @@ def import_tensors(theirs: dict, rules: list, ignore: tuple = ()) -> dict:
     if missing:
         raise ConversionError(f"checkpoint lacks {len(missing)} tensor(s): {missing[:8]}")
     for rule in rules:
-        parts = [FIXES[rule.fix](theirs[t]) for t in rule.theirs]
+        parts = [FIXES[rule.fix](theirs[t], *rule.args) for t in rule.theirs]
         ours[rule.ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         used.update(rule.theirs)
     unused = sorted(k for k in set(theirs) - used if not any(re.fullmatch(p, k) for p in ignore))
@@ -67,6 +85,7 @@ def export_tensors(ours: dict, rules: list, split_sizes: dict) -> dict:
     for rule in rules:
         tensor = ours[rule.ours]
         parts = [tensor] if len(rule.theirs) == 1 else tensor.split(split_sizes[len(rule.theirs)], dim=0)
+        inverse = INVERSES.get(rule.fix, FIXES[rule.fix])  # copy and transpose are their own inverse
         for name, part in zip(rule.theirs, parts):
-            theirs[name] = FIXES[rule.fix](part).contiguous()  # both fixes are their own inverse
+            theirs[name] = inverse(part, *rule.args).contiguous()
     return theirs

@@ -94,6 +94,8 @@ def test_every_parameter_gets_a_gradient(name):
     out = forward(model, _ids(model))
     out.logits.float().pow(2).mean().backward()
     for pname, p in model.named_parameters():
+        if pname.endswith("query_init"):  # XLNet's query stream runs only under the PLM objective
+            continue
         assert p.grad is not None, f"{pname} got no gradient"
         assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, f"{pname} has a zero gradient"
 

@@ -28,6 +28,10 @@ class Embeddings(nn.Module):
         self.norm = make_norm(cfg, E) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.project = nn.Linear(E, cfg.d_model) if E != cfg.d_model else None
+        # XLNet's query stream starts from one trainable vector w, g_i^(0) = w (Yang et al. 2019
+        # sec. 2.3); it belongs to the embeddings so checkpoints keep it
+        self.query_init = (nn.Parameter(torch.zeros(1, 1, cfg.d_model))
+                           if cfg.position == "xl-relative" else None)
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor,
                 segment_ids: torch.Tensor | None) -> torch.Tensor:

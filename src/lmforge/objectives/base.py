@@ -1,0 +1,81 @@
+"""What every pretraining objective provides to the training loop.
+
+An objective is an nn.Module that owns the model it trains (and any extra modules such
+as ELECTRA's generator) and the heads it needs. Its two halves are separate so the
+data side is testable without a model:
+
+- `corrupt(example, generator)`: one example (a dict of token lists) -> the model's
+  inputs and labels for it, drawing only from `generator` (seeded per example, so a
+  run is reproducible, resumable and independent of the number of processes);
+- `forward(batch)`: a padded batch of tensors -> `Loss` (the scalar to minimise and
+  the metrics to log).
+
+`finish()` attaches the objective's heads to the model kept, so the saved model
+carries them (an MLM-trained BERT saves as BertForMaskedLM).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+IGNORE = -100  # label of positions that carry no loss (the reference library's convention)
+
+
+@dataclass
+class Loss:
+    """The scalar a step minimises, the number of predictions it averages, and logged metrics."""
+
+    loss: torch.Tensor
+    metrics: dict = field(default_factory=dict)
+
+
+def pad(rows: list, value: int, dtype=torch.long) -> torch.Tensor:
+    """Right-pad lists of ints to one (B, T) tensor."""
+    T = max(len(r) for r in rows)
+    out = torch.full((len(rows), T), value, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.as_tensor(row, dtype=dtype)
+    return out
+
+
+class Objective(nn.Module):
+    """Base class: keeps the model, pads batches, attaches heads at the end."""
+
+    name = "objective"
+
+    def __init__(self, model: nn.Module, pad_id: int = 0) -> None:
+        super().__init__()
+        self.model = model
+        self.pad_id = pad_id
+
+    def corrupt(self, example: dict, generator: torch.Generator) -> dict:
+        """One example -> inputs and labels (lists); the default passes it through."""
+        return dict(example)
+
+    def collate(self, examples: list) -> dict:
+        """Corrupted examples -> a padded batch: ids with the pad id, labels with IGNORE,
+        other lists with 0, and the attention mask."""
+        batch = {}
+        for key in examples[0]:
+            value = self.pad_id if key == "input_ids" else IGNORE if key.endswith("labels") else 0
+            batch[key] = pad([e[key] for e in examples], value)
+        lengths = torch.tensor([len(e["input_ids"]) for e in examples])
+        batch["attention_mask"] = (torch.arange(batch["input_ids"].shape[1])[None] < lengths[:, None]).long()
+        return batch
+
+    def forward(self, batch: dict) -> Loss:
+        """A padded batch -> Loss."""
+        raise NotImplementedError
+
+    def heads(self) -> dict:
+        """The heads this objective trains, by name (attached to the kept model by `finish`)."""
+        return {}
+
+    def finish(self) -> nn.Module:
+        """The model to keep, with this objective's heads attached."""
+        for name, head in self.heads().items():
+            if name not in self.model.heads:
+                self.model.add_head(name, head)
+        return self.model

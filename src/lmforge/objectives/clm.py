@@ -1,0 +1,30 @@
+"""Causal language modelling (Radford et al. 2018, eq. 1): predict every next token."""
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from lmforge.heads import make_head
+from lmforge.objectives.base import Loss, Objective
+
+
+class CausalLM(Objective):
+    """Next-token cross-entropy over every real position of a decoder's input."""
+
+    name = "clm"
+
+    def __init__(self, model, pad_id: int = 0) -> None:
+        super().__init__(model, pad_id)
+        self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")
+
+    def forward(self, batch: dict) -> Loss:
+        """Loss of token t+1 given tokens <= t, at positions whose successor is real."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        hidden = self.model(ids, mask).last_hidden_state
+        keep = mask[:, 1:].bool()  # (B, T-1): the next token exists
+        logits = self.lm(hidden[:, :-1][keep])  # (N, V)
+        loss = F.cross_entropy(logits.float(), ids[:, 1:][keep])
+        return Loss(loss, {"perplexity": loss.detach().exp()})
+
+    def heads(self) -> dict:
+        """The LM head, saved with the model."""
+        return {"lm": self.lm}

@@ -1,0 +1,73 @@
+"""Which examples each process sees at each step, deterministically from the seed.
+
+The order is a fresh permutation of the dataset per epoch (seeded by seed and epoch), and
+the global batch of step s is the examples at positions [sG, (s+1)G) of that endless
+order, G = batch_size x accumulation x world. The step alone is the data position: a
+resumed run recomputes exactly the batches it would have seen. Micro-batch m of a step
+goes to rank m % world, so one process with accumulation k x w computes the same
+micro-batches as w processes with accumulation k.
+
+Each example is corrupted with a generator seeded by (seed, epoch, index): dynamic
+masking draws a new corruption every epoch, static masking (BERT's duplication factor
+d) reuses epoch % d.
+"""
+from __future__ import annotations
+
+import torch
+
+MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: spreads nearby seeds apart
+
+
+def derive_seed(*parts: int) -> int:
+    """One 63-bit seed from several integers (order matters)."""
+    h = 0
+    for part in parts:
+        h = ((h ^ (int(part) & 0xFFFFFFFFFFFFFFFF)) * MIX + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 29
+    return h & 0x7FFFFFFFFFFFFFFF
+
+
+class StepBatches:
+    """Micro-batches of one process for any step of a run."""
+
+    def __init__(self, dataset, objective, batch_size: int, accumulation: int, seed: int,
+                 rank: int = 0, world: int = 1, duplication: int = 0) -> None:
+        if len(dataset) == 0:
+            raise ValueError("the training data is empty")
+        self.dataset, self.objective = dataset, objective
+        self.batch_size, self.accumulation = batch_size, accumulation
+        self.seed, self.rank, self.world = seed, rank, world
+        self.duplication = duplication  # 0: dynamic corruption; d: static with d copies
+        self._orders: dict = {}
+
+    def _order(self, epoch: int) -> torch.Tensor:
+        if epoch not in self._orders:
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, epoch))
+            self._orders = {epoch: torch.randperm(len(self.dataset), generator=gen)}  # keep one epoch
+        return self._orders[epoch]
+
+    def example(self, position: int) -> dict:
+        """The corrupted example at a position of the endless order."""
+        epoch, offset = divmod(position, len(self.dataset))
+        index = int(self._order(epoch)[offset])
+        pass_ = epoch % self.duplication if self.duplication else epoch
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, pass_, index, 1))
+        return self.objective.corrupt(self.dataset[index], gen)
+
+    def micro_batches(self, step: int) -> list:
+        """This process's `accumulation` padded micro-batches of optimiser step `step`."""
+        per_step = self.batch_size * self.accumulation * self.world
+        out = []
+        for a in range(self.accumulation):
+            m = a * self.world + self.rank
+            start = step * per_step + m * self.batch_size
+            out.append(self.objective.collate([self.example(p) for p in range(start, start + self.batch_size)]))
+        return out
+
+
+def eval_batches(dataset, objective, batch_size: int, n_batches: int, seed: int) -> list:
+    """A fixed evaluation set: the first examples of the data, corrupted the same way every time."""
+    n = min(len(dataset), batch_size * n_batches)
+    examples = [objective.corrupt(dataset[i], torch.Generator().manual_seed(derive_seed(seed, i, 2)))
+                for i in range(n)]
+    return [objective.collate(examples[i:i + batch_size]) for i in range(0, n, batch_size)]

@@ -1,0 +1,89 @@
+"""Metrics as JSON lines, a progress bar with loss, throughput and ETA, and loss-curve plots."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+class MetricsLog:
+    """Appends one JSON object per logged step to DIR/metrics.jsonl (a resumed run continues it)."""
+
+    def __init__(self, path: Path, resume_step: int = 0) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():  # drop lines past the checkpoint we resume from: they will be redone
+            kept = [r for r in read_metrics(path) if r.get("step", 0) <= resume_step]
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        """Append one record (floats rounded to 6 significant digits)."""
+        clean = {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v)
+                 for k, v in record.items()}
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(clean) + "\n")
+
+
+def read_metrics(path: Path) -> list:
+    """Every record of a metrics.jsonl file (a torn last line, from a killed run, is skipped)."""
+    records = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def plot_losses(metrics: Path, png: Path, title: str = "training") -> Path:
+    """Training (and evaluation) loss against step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, style in (("loss", "-"), ("eval_loss", "o-")):
+        points = [(r["step"], r[key]) for r in records if key in r]
+        if points:
+            ax.plot(*zip(*points), style, label=key.replace("_", " "), markersize=3)
+    ax.set(xlabel="step", ylabel="loss", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return png
+
+
+class Progress:
+    """A rich progress bar showing step, loss, tokens/s and ETA (silent when disabled)."""
+
+    def __init__(self, total: int, start: int, enabled: bool, label: str = "train") -> None:
+        self.bar = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+
+        self.bar = Bar(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]} tok/s"),
+                       TimeRemainingColumn(), transient=False)
+        self.task = self.bar.add_task(label, total=total, completed=start, loss="-", speed="-")
+        self.bar.start()
+
+    def update(self, step: int, loss: float | None = None, tokens_per_s: float | None = None) -> None:
+        """Move to `step`, showing the latest loss and throughput."""
+        if self.bar is None:
+            return
+        fields = {}
+        if loss is not None:
+            fields["loss"] = f"{loss:.4f}"
+        if tokens_per_s is not None:
+            fields["speed"] = f"{tokens_per_s:,.0f}"
+        self.bar.update(self.task, completed=step, **fields)
+
+    def close(self) -> None:
+        """Stop drawing."""
+        if self.bar is not None:
+            self.bar.stop()

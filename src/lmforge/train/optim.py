@@ -1,0 +1,50 @@
+"""AdamW with decoupled weight decay (Loshchilov & Hutter 2019) and the warm-up schedules of
+BERT (linear decay) and later work (cosine decay)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+SCHEDULES = ("linear", "cosine", "constant")
+
+
+def no_decay(name: str, param: nn.Parameter) -> bool:
+    """Biases and norm gains (every 1-D parameter) are not decayed, as in BERT's optimiser."""
+    return param.dim() < 2 or name.endswith(".bias")
+
+
+def param_groups(module: nn.Module, weight_decay: float) -> list:
+    """Two AdamW groups: decayed matrices and embeddings, undecayed biases and norms."""
+    decay, keep = [], []
+    for name, param in module.named_parameters():
+        if param.requires_grad:
+            (keep if no_decay(name, param) else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
+
+
+def build_optimizer(module: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999),
+                    eps: float = 1e-8) -> torch.optim.AdamW:
+    """AdamW over `module`'s trainable parameters."""
+    return torch.optim.AdamW(param_groups(module, weight_decay), lr=lr, betas=betas, eps=eps)
+
+
+def lr_factor(step: int, warmup: int, total: int, schedule: str, min_ratio: float = 0.0) -> float:
+    """Multiplier of the peak learning rate at `step`: linear warm-up, then the decay."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "linear":
+        return max(min_ratio, 1.0 - progress * (1.0 - min_ratio))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_scheduler(optimizer, warmup: int, total: int, schedule: str, min_ratio: float = 0.0):
+    """A LambdaLR applying `lr_factor` (its state is saved with every checkpoint)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, warmup, total, schedule, min_ratio))

@@ -1,0 +1,138 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from lmforge.train import Trainer, TrainingDiverged
+from lmforge.train.log import read_metrics
+
+from tests.train.helpers import clm_objective, mlm_objective, quick, toy_data
+
+
+def _weights(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_loss_falls_and_outputs_are_written(tmp_path):
+    data = toy_data()
+    model = Trainer(clm_objective(), data, quick(steps=30, lr=5e-3, eval_every=10, log_every=5), tmp_path,
+                    eval_data=data[:8]).fit()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert records[-1]["step"] == 30 and records[-1]["loss"] < records[0]["loss"] - 0.3
+    assert [r["step"] for r in records if "eval_loss" in r] == [10, 20, 30]
+    assert {"lr", "grad_norm", "tokens_per_s", "perplexity"} <= set(records[0])
+    assert (tmp_path / "loss.png").stat().st_size > 1000
+    assert "lm" in model.heads and (tmp_path / "final" / "model.safetensors").is_file()
+    import lmforge
+
+    again = lmforge.load(tmp_path / "final")
+    assert_same_weights(_weights(again), _weights(model))
+
+
+def test_resume_continues_exactly(tmp_path):
+    data = toy_data()
+    full = _weights(Trainer(mlm_objective(), data, quick(steps=8), tmp_path / "a").fit())
+    interrupted = Trainer(mlm_objective(), data, quick(steps=8, save_every=1), tmp_path / "b")
+    step = interrupted.train_step
+
+    def stop_at_six():
+        if interrupted.step == 5:
+            raise KeyboardInterrupt
+        return step()
+
+    interrupted.train_step = stop_at_six
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit()
+    resumed = Trainer(mlm_objective(seed=5), data, quick(steps=8, save_every=1), tmp_path / "b")
+    assert_same_weights(_weights(resumed.fit(resume=True)), full)
+    steps = [r["step"] for r in read_metrics(tmp_path / "b" / "metrics.jsonl")]
+    assert steps == list(range(1, 9))
+
+
+def test_accumulation_equals_one_big_batch(tmp_path):
+    data = toy_data()
+    one = Trainer(clm_objective(), data, quick(batch_size=8, steps=3), tmp_path / "a")
+    two = Trainer(clm_objective(), data, quick(batch_size=4, accumulation=2, steps=3), tmp_path / "b")
+    # the same 8 examples per step; the loss is a mean per micro-batch, so compare one step's update
+    assert one.batches.micro_batches(0)[0]["input_ids"].shape[0] == 8
+    a = torch.cat([b["input_ids"].flatten() for b in two.batches.micro_batches(0)]).sort().values
+    b = one.batches.micro_batches(0)[0]["input_ids"].flatten().sort().values
+    assert torch.equal(a[a != 0], b[b != 0])
+
+
+def test_existing_checkpoints_are_not_overwritten_without_resume(tmp_path):
+    Trainer(mlm_objective(), toy_data(), quick(steps=2), tmp_path).fit()
+    with pytest.raises(FileExistsError, match="resume"):
+        Trainer(mlm_objective(), toy_data(), quick(steps=2), tmp_path).fit()
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    objective = mlm_objective()
+    trainer = Trainer(objective, toy_data(), quick(steps=6, save_every=2), tmp_path)
+    original = objective.forward
+
+    def poisoned(batch):
+        out = original(batch)
+        if trainer.step == 3:
+            out.loss = out.loss * float("nan")
+        return out
+
+    objective.forward = poisoned
+    with pytest.raises(TrainingDiverged, match="step 4.*step-0000002"):
+        trainer.fit()
+    names = [p.name for p in (tmp_path / "checkpoints").iterdir()]
+    assert names == ["step-0000002"]
+    assert all(torch.isfinite(p).all() for p in objective.parameters())
+
+
+def test_corrupt_checkpoint_is_refused_and_the_previous_one_used(tmp_path):
+    data = toy_data()
+    Trainer(mlm_objective(), data, quick(steps=4, save_every=2, keep_last=3), tmp_path).fit()
+    newest = tmp_path / "checkpoints" / "step-0000004" / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:100])
+    messages = []
+    trainer = Trainer(mlm_objective(), data, quick(steps=4), tmp_path, log=messages.append)
+    assert trainer.resume() and trainer.step == 2
+    assert "step-0000004" in messages[0] and "previous" in messages[0]
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, time
+    from lmforge.train import Trainer
+    from tests.train.helpers import mlm_objective, quick, toy_data
+    trainer = Trainer(mlm_objective(), toy_data(), quick(steps=40, save_every=1), sys.argv[1])
+    trainer.fit(resume=True)
+""")
+
+
+def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path):
+    data = toy_data()
+    full = _weights(Trainer(mlm_objective(), data, quick(steps=40), tmp_path / "full").fit())
+    run = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(run)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = int(torch.randint(3, 30, ()))
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        done = sorted((run / "checkpoints").glob("step-*")) if (run / "checkpoints").is_dir() else []
+        if done and int(done[-1].name.split("-")[1]) >= target:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = Trainer(mlm_objective(seed=9), data, quick(steps=40, save_every=1), run).fit(resume=True)
+    assert_same_weights(_weights(resumed), full)
+    assert json.loads((run / "checkpoints" / "step-0000040" / "trainer.json").read_text())["step"] == 40

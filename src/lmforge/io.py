@@ -28,8 +28,10 @@ class CheckpointError(ValueError):
     """A model directory that cannot be read: missing files, foreign or corrupt contents."""
 
 
-def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT) -> Path:
-    """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or "hf"."""
+def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None) -> Path:
+    """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or "hf".
+
+    `state` replaces model.state_dict() (the gathered weights of a sharded model)."""
     if format == "hf":
         from lmforge.convert import save_hf
 
@@ -38,7 +40,7 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT) -> P
         raise ValueError(f"format={format!r} is not one of {FORMAT}, hf")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    save_tensors(model.state_dict(), path / WEIGHTS_FILE, {"format": FORMAT})
+    save_tensors(model.state_dict() if state is None else state, path / WEIGHTS_FILE, {"format": FORMAT})
     meta = {"format": FORMAT, "config": model.config.to_dict(),
             "heads": {name: head.spec for name, head in model.heads.items()}}
     atomic_write_text(path / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")

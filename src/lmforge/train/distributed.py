@@ -30,7 +30,10 @@ def init_from_env(device: torch.device) -> tuple:
 
 
 def wrap(module: nn.Module, parallel: str, device: torch.device) -> nn.Module:
-    """The module to train: itself, DistributedDataParallel or FSDP (only under torchrun)."""
+    """The module to train: itself, DistributedDataParallel, or sharded with FSDP2 (under torchrun).
+
+    FSDP shards every transformer block, then the rest (fully_shard, which also runs on CPU
+    with gloo)."""
     _, size = world()
     if size == 1 or parallel == "none":
         return module
@@ -38,32 +41,28 @@ def wrap(module: nn.Module, parallel: str, device: torch.device) -> nn.Module:
         ids = [device.index] if device.type == "cuda" else None
         # unused parameters: an objective may leave a head idle on a step (e.g. no span sampled)
         return nn.parallel.DistributedDataParallel(module, device_ids=ids, find_unused_parameters=True)
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import fully_shard
 
-    return FullyShardedDataParallel(module, device_id=device if device.type == "cuda" else None,
-                                    use_orig_params=True)
+    from lmforge.layers.block import Block
+
+    for sub in module.modules():
+        if isinstance(sub, Block):
+            fully_shard(sub)
+    return fully_shard(module)
 
 
 def no_sync(module: nn.Module, last_micro_batch: bool):
-    """Skip the gradient all-reduce on every micro-batch but the last of an optimiser step."""
+    """Skip the gradient all-reduce (reduce-scatter under FSDP) on all but the last micro-batch."""
+    if hasattr(module, "set_requires_gradient_sync"):  # FSDP2
+        module.set_requires_gradient_sync(last_micro_batch)
+        return contextlib.nullcontext()
     if last_micro_batch or not hasattr(module, "no_sync"):
         return contextlib.nullcontext()
     return module.no_sync()
 
 
-def full_state_dict(module: nn.Module) -> dict:
-    """The unsharded state dict (every rank must call this under FSDP)."""
-    from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
-
-    if isinstance(module, FullyShardedDataParallel):
-        policy = FullStateDictConfig(offload_to_cpu=True, rank0_only=False)
-        with FullyShardedDataParallel.state_dict_type(module, StateDictType.FULL_STATE_DICT, policy):
-            return module.state_dict()
-    return unwrap(module).state_dict()
-
-
 def unwrap(module: nn.Module) -> nn.Module:
-    """The module inside a DDP/FSDP wrapper."""
+    """The module inside a DDP wrapper (FSDP2 shards in place)."""
     return getattr(module, "module", module)
 
 
@@ -77,37 +76,35 @@ def all_mean(value: float, device: torch.device) -> float:
     return float(t) / size
 
 
-def _is_fsdp(module: nn.Module) -> bool:
-    from torch.distributed.fsdp import FullyShardedDataParallel
+def _options():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    return isinstance(module, FullyShardedDataParallel)
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def full_state_dict(module: nn.Module) -> dict:
+    """The unsharded weights (every rank must call this under FSDP)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(unwrap(module), options=_options())
+
+
+def load_full_state_dict(module: nn.Module, state: dict) -> None:
+    """Load unsharded weights into the (possibly sharded) module, strictly."""
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    set_model_state_dict(unwrap(module), state, options=_options())
 
 
 def optimizer_state(module: nn.Module, optimizer) -> dict:
-    """The optimiser state keyed like an unsharded run (every rank must call this under FSDP)."""
-    if _is_fsdp(module):
-        from torch.distributed.fsdp import FullyShardedDataParallel
+    """The unsharded optimiser state, keyed by parameter name (every rank calls this)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        return FullyShardedDataParallel.optim_state_dict(module, optimizer)
-    return optimizer.state_dict()
+    return get_optimizer_state_dict(unwrap(module), optimizer, options=_options())
 
 
 def load_optimizer_state(module: nn.Module, optimizer, state: dict) -> None:
     """Load what `optimizer_state` returned (re-sharding it under FSDP)."""
-    if _is_fsdp(module):
-        from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-        state = FullyShardedDataParallel.optim_state_dict_to_load(module, optimizer, state)
-    optimizer.load_state_dict(state)
-
-
-def load_full_state_dict(module: nn.Module, state: dict) -> None:
-    """Load an unsharded state dict into the (possibly wrapped) module, strictly."""
-    if _is_fsdp(module):
-        from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
-
-        policy = FullStateDictConfig(offload_to_cpu=True, rank0_only=False)
-        with FullyShardedDataParallel.state_dict_type(module, StateDictType.FULL_STATE_DICT, policy):
-            module.load_state_dict(state)
-        return
-    unwrap(module).load_state_dict(state)
+    set_optimizer_state_dict(unwrap(module), optimizer, state, options=_options())

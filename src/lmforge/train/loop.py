@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from lmforge.io import save
 from lmforge.train import distributed as dist
 from lmforge.train.checkpoint import latest_checkpoint, save_checkpoint, set_rng_states
 from lmforge.train.config import TrainConfig
@@ -112,13 +113,10 @@ class Trainer:
                 "tokens": tokens * self.world, **{k: dist.all_mean(v, self.device) for k, v in metrics.items()}}
 
     def _update(self) -> float:
-        if self.cfg.clip:
-            clip = getattr(self.module, "clip_grad_norm_", None)  # FSDP clips across shards
-            params = [p for p in self.module.parameters() if p.grad is not None]
-            norm = clip(self.cfg.clip) if clip else torch.nn.utils.clip_grad_norm_(params, self.cfg.clip)
-        else:
-            norm = torch.sqrt(sum(p.grad.float().pow(2).sum() for p in self.module.parameters()
-                                  if p.grad is not None))
+        params = [p for p in self.module.parameters() if p.grad is not None]
+        # with clip=None the norm is still measured (for the log); FSDP's sharded norms are DTensors
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.clip or float("inf"))
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -162,10 +160,19 @@ class Trainer:
         finally:
             bar.close()
         model = self.objective.finish()
+        self._save_final(model)
         if self.main:
-            model.save(self.out / "final")
             plot_losses(self.out / "metrics.jsonl", self.out / "loss.png", getattr(self.objective, "name", ""))
         return model
+
+    def _save_final(self, model) -> None:
+        # under FSDP the weights are shards: every rank joins the gather, rank 0 writes
+        state = None
+        if self.world > 1:
+            full = dist.full_state_dict(self.module)
+            state = {k.removeprefix("model."): v for k, v in full.items() if k.startswith("model.")}
+        if self.main:
+            save(model, self.out / "final", state=state)
 
     def _loop(self, metrics, bar) -> None:
         start, seen = time.perf_counter(), 0

@@ -1,0 +1,99 @@
+import pytest
+import torch
+
+import lmforge
+from lmforge.objectives import IGNORE, MaskedLM
+from lmforge.objectives.mlm import budget, select_words, words
+
+MASK, CLS, SEP = 3, 1, 2
+
+
+def _objective(**kw):
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base"))
+    return MaskedLM(model, mask_id=MASK, special_ids=(CLS, SEP), **kw)
+
+
+def _corpus(n=800, length=126, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [{"input_ids": [CLS, *torch.randint(5, 99, (length,), generator=gen).tolist(), SEP]} for _ in range(n)]
+
+
+def test_selection_and_80_10_10_statistics_over_100k_tokens():
+    objective = _objective()
+    selected = masked = random = kept = candidates = 0
+    for i, example in enumerate(_corpus()):
+        out = objective.corrupt(example, torch.Generator().manual_seed(i))
+        candidates += len(example["input_ids"]) - 2
+        for orig, new, label in zip(example["input_ids"], out["input_ids"], out["labels"]):
+            if label == IGNORE:
+                assert new == orig
+                continue
+            assert label == orig and orig not in (CLS, SEP)
+            selected += 1
+            masked += new == MASK
+            kept += new == orig
+            random += new not in (MASK, orig)
+    assert candidates >= 100_000
+    assert abs(selected / candidates - 0.15) < 0.005
+    # a random replacement can draw the original token (1 in 99): count it as random's share
+    assert abs(masked / selected - 0.8) < 0.01
+    assert abs((random + kept) / selected - 0.2) < 0.01 and abs(kept / selected - 0.1) < 0.012
+
+
+def test_golden_example():
+    objective = _objective()
+    example = {"input_ids": [CLS, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, SEP]}
+    out = objective.corrupt(example, torch.Generator().manual_seed(0))
+    again = objective.corrupt(example, torch.Generator().manual_seed(0))
+    assert out == again
+    # 14 maskable tokens x 0.15 = 2.1 -> 2 selected here, both replaced by [MASK]
+    assert out == {"input_ids": [1, 10, 11, 3, 3, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 2],
+                   "labels": [-100] * 3 + [12, 13] + [-100] * 11}
+
+
+def test_whole_word_masking_selects_whole_words_and_keeps_80_10_10():
+    objective = _objective(whole_word=True)
+    ids = [CLS, *range(10, 40), SEP]
+    starts = [True] + [i % 3 == 0 for i in range(30)] + [True]  # words of three pieces
+    selected = masked = 0
+    for seed in range(400):
+        out = objective.corrupt({"input_ids": ids, "word_starts": starts}, torch.Generator().manual_seed(seed))
+        chosen = {i for i, label in enumerate(out["labels"]) if label != IGNORE}
+        for w in range(10):  # each word is selected whole or not at all
+            piece = {1 + 3 * w, 2 + 3 * w, 3 + 3 * w}
+            assert piece <= chosen or not piece & chosen
+        selected += len(chosen)
+        masked += sum(out["input_ids"][i] == MASK for i in chosen)
+        assert "word_starts" not in out
+    assert abs(masked / selected - 0.8) < 0.03
+
+
+def test_budget_is_exact_in_expectation_and_words_fit_it():
+    gen = torch.Generator().manual_seed(0)
+    assert abs(sum(budget(10, 0.15, gen) for _ in range(4000)) / 4000 - 1.5) < 0.05
+    groups = words({"word_starts": [True, False, True, True, False, False]}, list(range(6)))
+    assert groups == [[0, 1], [2], [3, 4, 5]]
+    assert len(select_words(groups, 2, torch.Generator().manual_seed(1))) <= 2
+
+
+def test_loss_projects_only_selected_positions_and_matches_full_projection():
+    objective = _objective()
+    batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(i))
+                               for i, e in enumerate(_corpus(4, 20))])
+    calls = []
+    objective.lm.register_forward_hook(lambda m, args, out: calls.append(out.shape))
+    objective.eval()
+    loss = objective(batch).loss
+    assert calls[0][0] == int((batch["labels"] != IGNORE).sum())
+    with torch.no_grad():
+        hidden = objective.model(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        full = torch.nn.functional.cross_entropy(objective.lm(hidden).flatten(0, 1), batch["labels"].flatten())
+    torch.testing.assert_close(loss, full)
+
+
+def test_bad_rates_are_refused():
+    with pytest.raises(ValueError, match="rate"):
+        _objective(rate=0.0)
+    with pytest.raises(ValueError, match="summing to 1"):
+        _objective(replace=(0.8, 0.1, 0.2))

@@ -1,0 +1,59 @@
+import random
+
+from lmforge.data.examples import blocks, nsp_pairs, pack_sentences, pair_example, sop_pairs, truncate_pair
+
+CLS, SEP = 1, 2
+
+
+def _docs(n=400, seed=0):
+    rng = random.Random(seed)
+    # document d's sentences hold ids 1000*d + k so the origin of every token is known
+    return [[[1000 * (d + 1) + 100 * s + k for k in range(rng.randint(3, 12))] for s in range(rng.randint(2, 9))]
+            for d in range(n)]
+
+
+def test_nsp_is_half_is_next_and_never_too_long():
+    docs = _docs(7000)
+    pairs = nsp_pairs(docs, CLS, SEP, max_len=32, seed=0)
+    assert len(pairs) >= 10_000
+    is_next = sum(p["pair_label"] == 0 for p in pairs) / len(pairs)
+    assert abs(is_next - 0.5) < 0.02
+    for p in pairs:
+        ids, seg = p["input_ids"], p["segment_ids"]
+        assert len(ids) <= 32 and len(ids) == len(seg) and ids[0] == CLS and ids[-1] == SEP
+        first_sep = ids.index(SEP)
+        a, b = ids[1:first_sep], ids[first_sep + 1:-1]
+        assert seg == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+        same_doc = {t // 1000 for t in a} == {t // 1000 for t in b}
+        assert same_doc == (p["pair_label"] == 0)
+
+
+def test_sop_swaps_half_and_keeps_one_document():
+    pairs = sop_pairs(_docs(2000), CLS, SEP, max_len=48, seed=1)
+    swapped = [p for p in pairs if p["pair_label"] == 1]
+    assert abs(len(swapped) / len(pairs) - 0.5) < 0.03
+    for p in pairs:
+        ids = p["input_ids"]
+        cut = ids.index(SEP)
+        a, b = ids[1:cut], ids[cut + 1:-1]
+        assert (max(a) < min(b)) == (p["pair_label"] == 0) or not (a and b)
+
+
+def test_truncation_trims_the_longer_side_golden():
+    # seeded: three tokens leave from the front, three from the back; the shorter side is untouched
+    assert truncate_pair(list(range(10)), [100, 101], 6, random.Random(0)) == ([3, 4, 5, 6], [100, 101])
+    assert pair_example([5], [6, 7], 0, CLS, SEP, 16, random.Random(0)) == {
+        "input_ids": [1, 5, 2, 6, 7, 2], "segment_ids": [0, 0, 0, 1, 1, 1], "pair_label": 0}
+
+
+def test_packing_full_and_doc_sentences():
+    docs = [[[1, 1, 1], [1, 1]], [[2, 2, 2, 2]], [[3] * 3]]
+    full = pack_sentences(docs, 0, 9, max_len=9, cross_documents=True)
+    assert full == [{"input_ids": [0, 1, 1, 1, 1, 1, 9]}, {"input_ids": [0, 2, 2, 2, 2, 3, 3, 3, 9]}]
+    per_doc = pack_sentences(docs, 0, 9, max_len=9, cross_documents=False)
+    assert [len(e["input_ids"]) for e in per_doc] == [7, 6, 5]
+
+
+def test_blocks_are_contiguous():
+    out = blocks([[[1, 2, 3], [4]], [[5, 6, 7]]], 3, eos=0)
+    assert [e["input_ids"] for e in out] == [[1, 2, 3], [4, 0, 5], [6, 7, 0]]

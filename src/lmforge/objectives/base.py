@@ -56,9 +56,12 @@ class Objective(nn.Module):
 
     def collate(self, examples: list) -> dict:
         """Corrupted examples -> a padded batch: ids with the pad id, labels with IGNORE,
-        other lists with 0, and the attention mask."""
+        other lists with 0, per-example ints stacked, and the attention mask."""
         batch = {}
         for key in examples[0]:
+            if isinstance(examples[0][key], int):  # one label per example (a sentence pair's)
+                batch[key] = torch.tensor([e[key] for e in examples])
+                continue
             value = self.pad_id if key == "input_ids" else IGNORE if key.endswith("labels") else 0
             batch[key] = pad([e[key] for e in examples], value)
         lengths = torch.tensor([len(e["input_ids"]) for e in examples])

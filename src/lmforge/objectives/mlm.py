@@ -82,16 +82,20 @@ class MaskedLM(Objective):
         out = {k: v for k, v in example.items() if k != "word_starts"}
         return {**out, "input_ids": ids, "labels": labels}
 
-    def forward(self, batch: dict) -> Loss:
-        """Cross-entropy of the original tokens at the selected positions."""
-        hidden = self.model(batch["input_ids"], batch["attention_mask"],
-                            segment_ids=batch.get("segment_ids")).last_hidden_state
-        selected = batch["labels"] != IGNORE  # (B, T)
+    def mlm_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> Loss:
+        """Cross-entropy of the original tokens at the selected positions of hidden (B, T, d)."""
+        selected = labels != IGNORE  # (B, T)
         logits = self.lm(hidden[selected])  # (N, V): only the ~15 % selected positions
-        target = batch["labels"][selected]
+        target = labels[selected]
         loss = F.cross_entropy(logits.float(), target)
         accuracy = (logits.argmax(-1) == target).float().mean() if target.numel() else torch.zeros(())
         return Loss(loss, {"mlm_accuracy": accuracy.detach()})
+
+    def forward(self, batch: dict) -> Loss:
+        """Masked LM loss of a padded batch."""
+        hidden = self.model(batch["input_ids"], batch["attention_mask"],
+                            segment_ids=batch.get("segment_ids")).last_hidden_state
+        return self.mlm_loss(hidden, batch["labels"])
 
     def heads(self) -> dict:
         """The MLM head, saved with the model."""

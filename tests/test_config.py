@@ -25,6 +25,10 @@ from lmforge.config import ConfigError, ModelConfig
     (dict(attention="linformer", position="alibi"), "attention='linformer' cannot use position='alibi'"),
     (dict(global_projections=True), "global_projections=True needs attention='longformer'"),
     (dict(attention="bigbird", block_size=256), "block_size=256 needs max_seq_len >= 3 blocks"),
+    (dict(pooler_activation="softmax"), "pooler_activation='softmax' is not one of tanh, relu, gelu"),
+    (dict(lm_activation="swiglu"), "lm_activation='swiglu' is not one of relu, gelu, gelu-tanh"),
+    (dict(position="rotary", rotary_scaling="yarn"), "rotary_scaling='yarn' is not one of none, linear"),
+    (dict(position="rotary", rotary_scaling="llama3", rotary_low_freq_factor=4.0), "must satisfy 0 < low < high"),
 ])
 def test_invalid_configs_name_the_field(fields, message):
     with pytest.raises(ConfigError) as err:
@@ -62,3 +66,39 @@ def test_canonical_ignores_fields_without_effect():
     assert a != ModelConfig() and a.canonical() == ModelConfig().canonical()
     assert ModelConfig(attention="sliding-window", window=8).canonical() != ModelConfig(
         attention="sliding-window", window=16).canonical()
+
+
+def test_canonical_drops_an_lm_activation_equal_to_the_ffn_one():
+    assert ModelConfig(lm_activation="gelu").canonical() == ModelConfig().canonical()
+    assert ModelConfig(ffn="geglu", lm_activation="gelu").canonical() == ModelConfig(ffn="geglu").canonical()
+    assert ModelConfig(lm_transform=False, lm_activation="relu").canonical() == ModelConfig(
+        lm_transform=False).canonical()
+    assert ModelConfig(ffn="relu", lm_activation="gelu").canonical() != ModelConfig(ffn="relu").canonical()
+
+
+def test_canonical_ignores_rotary_scaling_parameters_without_effect():
+    rotary = ModelConfig(position="rotary")
+    assert rotary.replace(rotary_scaling_factor=8.0).canonical() == rotary.canonical()
+    linear = rotary.replace(rotary_scaling="linear", rotary_scaling_factor=2.0)
+    assert linear.replace(rotary_original_max_len=64).canonical() == linear.canonical()
+    assert linear.canonical() != rotary.canonical()
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(n_layers=2, window_schedule=[4]), "window_schedule has 1 entries but n_layers=2"),
+    (dict(n_layers=2, window_schedule=[4, 0]), "window_schedule entry 0 must be a positive integer"),
+    (dict(attention="longformer", n_layers=2, window_schedule=[8, 1024]), "window=1024 is larger than"),
+    (dict(random_block_choice="all"), "random_block_choice='all' is not one of seeded, first"),
+    (dict(dense_max_len=-1), "dense_max_len must be >= 0"),
+])
+def test_long_context_fields_are_validated(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(**fields)
+
+
+def test_equivalent_long_context_configs_are_canonically_equal():
+    one = ModelConfig(attention="longformer", n_layers=2, window=8)
+    assert ModelConfig(attention="longformer", n_layers=2, window_schedule=[8, 8]).canonical() == one.canonical()
+    assert ModelConfig(n_layers=2, window_schedule=[8, 4]).canonical() == ModelConfig(n_layers=2).canonical()
+    big = ModelConfig(attention="bigbird", dense_max_len=10_000)
+    assert big.canonical() == big.replace(dense_max_len=512).canonical()

@@ -81,3 +81,14 @@ def test_bad_head_arguments():
         make_head(model, "pooler", pooling="max")
     with pytest.raises(ConfigError, match="n_labels=0"):
         make_head(model, "classification", n_labels=0)
+
+
+def test_pooler_lm_and_rtd_activations_follow_the_config():
+    model = _model("bert-base", pooler_activation="relu", ffn="relu", lm_activation="gelu")
+    pooler, lm, rtd = attach(model, "pooler"), attach(model, "lm"), attach(model, "rtd")
+    hidden = torch.randn(2, 5, 32)
+    torch.testing.assert_close(pooler(hidden), torch.relu(pooler.dense(hidden[:, 0])))
+    expected = lm.norm(torch.nn.functional.gelu(lm.transform(hidden))) @ model.tokens.weight.T + lm.bias
+    torch.testing.assert_close(lm(hidden), expected)
+    assert rtd(hidden).shape == (2, 5)  # one replaced-token logit per position
+    torch.testing.assert_close(rtd(hidden), rtd.score(torch.relu(rtd.dense(hidden))).squeeze(-1))

@@ -19,7 +19,7 @@ PUBLISHED_M = {
     "gpt2-large": (774, False), "gpt2-xl": (1558, False), "t5-small": (60.5, False),
     "t5-base": (223, False), "t5-large": (738, False), "bart-base": (139, False),
     "bart-large": (406, False), "xlnet-base": (117, False), "xlnet-large": (360, False),
-    "longformer-base": (149, True), "bigbird-base": (127, True),
+    "longformer-base": (149, True), "bigbird-base": (127, True), "bloom-560m": (560, False),
 }
 
 

@@ -20,6 +20,12 @@ NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("post", "pre")
 FFNS = ("relu", "gelu", "gelu-tanh", "geglu", "geglu-tanh", "swiglu")
 PATTERNS = ("full", "sliding-window", "dilated", "longformer", "bigbird", "linformer")
+ROTARY_SCALINGS = ("none", "linear", "llama3")  # how RoPE frequencies are stretched for longer contexts
+RANDOM_BLOCK_CHOICES = ("seeded", "first")  # BigBird
+# BERT/RoBERTa/ALBERT, DistilBERT, ELECTRA, BigBird (its classification head uses hidden_act)
+POOLER_ACTIVATIONS = ("tanh", "relu", "gelu", "gelu-tanh")
+LM_ACTIVATIONS = ("relu", "gelu", "gelu-tanh")
+_FFN_ACTIVATION = {"geglu": "gelu", "geglu-tanh": "gelu-tanh"}  # inside the gated ones; others: own name
 # Patterns whose definition needs every token to see the whole sequence's layout
 # (global tokens, random blocks, projections over the length): encoder-side only.
 BIDIRECTIONAL_ONLY = ("longformer", "bigbird", "linformer")
@@ -59,6 +65,11 @@ class ModelConfig:
     # position-scheme parameters
     rotary_theta: float = 10000.0
     rotary_dim: Optional[int] = None  # partial rotary; None: d_head
+    rotary_scaling: str = "none"  # "linear": every frequency / factor; "llama3": by wavelength
+    rotary_scaling_factor: float = 1.0
+    rotary_low_freq_factor: float = 1.0  # llama3: wavelengths > original/low are divided by the factor
+    rotary_high_freq_factor: float = 4.0  # llama3: wavelengths < original/high are kept
+    rotary_original_max_len: int = 8192  # llama3: the context length the base frequencies were trained on
     relative_buckets: int = 32
     relative_max_distance: int = 128
     # normalisation
@@ -76,11 +87,16 @@ class ModelConfig:
     attention: str = "full"
     attention_schedule: Optional[list] = None  # per-layer pattern names; None: all `attention`
     window: int = 512  # total width: |i-j| <= window//2 (bidirectional), i-window < j <= i (causal)
+    window_schedule: Optional[list] = None  # per-layer windows (Longformer sec. 3.1); None: `window`
     dilation: int = 1
     n_global_tokens: int = 1  # longformer default global tokens when none are given ([CLS])
     global_projections: bool = False  # Longformer's separate q/k/v for global attention
     block_size: int = 64  # BigBird
     n_random_blocks: int = 3  # BigBird
+    # BigBird: "seeded" draws the random blocks per layer; "first" puts every draw on the first block,
+    # which then counts 1 + n_random_blocks times (the reference library's inference-time layout)
+    random_block_choice: str = "seeded"
+    dense_max_len: int = 0  # BigBird: sequences of at most this many tokens attend fully; 0: never
     linformer_k: int = 256  # Linformer projected length
     # parameter economy
     share_layers: bool = False  # ALBERT cross-layer sharing
@@ -88,6 +104,8 @@ class ModelConfig:
     lm_transform: bool = True  # BERT's dense + activation + norm before the vocabulary projection
     lm_bias: bool = True
     tied_logit_scale: bool = False  # T5 v1.0 scales by d_model**-0.5 before a tied projection
+    lm_activation: Optional[str] = None  # the transform's activation; None: ffn's (RoBERTa: always gelu)
+    pooler_activation: str = "tanh"  # of the pooled [CLS] dense layer (DistilBERT relu, ELECTRA gelu)
     # special token ids (generation, padding); no effect on the architecture
     pad_token_id: Optional[int] = None
     bos_token_id: Optional[int] = None
@@ -98,6 +116,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if isinstance(self.attention_schedule, tuple):
             self.attention_schedule = list(self.attention_schedule)
+        if isinstance(self.window_schedule, tuple):
+            self.window_schedule = list(self.window_schedule)
         _validate(self)
 
     # derived sizes -----------------------------------------------------------
@@ -135,26 +155,49 @@ class ModelConfig:
         """Attention pattern of each layer (the schedule, or `attention` everywhere)."""
         return list(self.attention_schedule or [self.attention] * self.n_layers)
 
+    def layer_window(self, layer: int) -> int:
+        """Window width of one layer (the window schedule, or `window`)."""
+        return self.window_schedule[layer] if self.window_schedule else self.window
+
     def canonical(self) -> "ModelConfig":
         """A copy with every field that has no effect here reset to its default (and no source),
         so two configs of the same architecture compare equal."""
         patterns = set(self.layer_patterns())
         inert = {"source", *SPECIAL_TOKENS}
         if not patterns & {"sliding-window", "dilated", "longformer"}:
-            inert |= {"window", "dilation"}
+            inert |= {"window", "dilation", "window_schedule"}
+        elif self.window_schedule and len(set(self.window_schedule)) > 1:
+            inert.add("window")
         if "longformer" not in patterns:
             inert |= {"n_global_tokens", "global_projections"}
         if "bigbird" not in patterns:
-            inert |= {"block_size", "n_random_blocks"}
+            inert |= {"block_size", "n_random_blocks", "random_block_choice", "dense_max_len"}
         if "linformer" not in patterns:
             inert.add("linformer_k")
         if self.position != "rotary":
-            inert |= {"rotary_theta", "rotary_dim"}
+            inert |= {"rotary_theta", "rotary_dim", "rotary_scaling"}
+        if self.position != "rotary" or self.rotary_scaling != "llama3":
+            inert |= {"rotary_low_freq_factor", "rotary_high_freq_factor", "rotary_original_max_len"}
+            if self.position != "rotary" or self.rotary_scaling == "none":
+                inert.add("rotary_scaling_factor")
         if self.position != "relative-bias":
             inert |= {"relative_buckets", "relative_max_distance"}
         if self.position != "learned":
             inert.add("position_offset")
+        if not self.lm_transform or self.lm_activation == _FFN_ACTIVATION.get(self.ffn, self.ffn):
+            inert.add("lm_activation")
         defaults = {f.name: f.default for f in fields(self) if f.name in inert}
+        if self.n_kv_heads == self.n_heads:  # explicit MHA is the default MHA
+            defaults["n_kv_heads"] = None
+        if "window_schedule" not in inert and self.window_schedule and len(set(self.window_schedule)) == 1:
+            defaults.update(window=self.window_schedule[0], window_schedule=None)  # one window for all
+        if "dense_max_len" not in inert and self.dense_max_len > self.max_seq_len:
+            defaults["dense_max_len"] = self.max_seq_len  # dense at every length either way
+        # sizes set to the value they default to anyway (T5's d_kv = d_model / n_heads)
+        if self.d_head is not None and self.d_head * self.n_heads == self.d_model:
+            defaults["d_head"] = None
+        if self.n_decoder_layers == self.n_layers:
+            defaults["n_decoder_layers"] = None
         return self.replace(**defaults)
 
     # (de)serialisation --------------------------------------------------------
@@ -213,16 +256,22 @@ def _positive(cfg: ModelConfig, *names: str) -> None:
 
 def _validate(cfg: ModelConfig) -> None:
     for name, choices in (("architecture", ARCHITECTURES), ("position", POSITIONS), ("norm", NORMS),
-                          ("norm_placement", PLACEMENTS), ("ffn", FFNS), ("attention", PATTERNS)):
+                          ("norm_placement", PLACEMENTS), ("ffn", FFNS), ("attention", PATTERNS),
+                          ("pooler_activation", POOLER_ACTIVATIONS),
+                          ("random_block_choice", RANDOM_BLOCK_CHOICES)):
         _choice(cfg, name, choices)
+    if cfg.lm_activation is not None:
+        _choice(cfg, "lm_activation", LM_ACTIVATIONS)
     _positive(cfg, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
               "n_decoder_layers", "max_seq_len", "d_embed", "window", "dilation", "block_size",
               "relative_buckets", "relative_max_distance", "linformer_k")
     for name in ("dropout", "attention_dropout"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             raise ConfigError(f"{name}={getattr(cfg, name)!r} must be in [0, 1)")
-    if cfg.n_segments < 0 or cfg.position_offset < 0 or cfg.n_random_blocks < 0 or cfg.n_global_tokens < 0:
-        raise ConfigError("n_segments, position_offset, n_random_blocks and n_global_tokens must be >= 0")
+    if (cfg.n_segments < 0 or cfg.position_offset < 0 or cfg.n_random_blocks < 0 or cfg.n_global_tokens < 0
+            or cfg.dense_max_len < 0):
+        raise ConfigError("n_segments, position_offset, n_random_blocks, n_global_tokens and dense_max_len "
+                          "must be >= 0")
     _validate_heads(cfg)
     _validate_patterns(cfg)
     if cfg.n_decoder_layers is not None and cfg.architecture != "encoder-decoder":
@@ -243,6 +292,7 @@ def _validate_heads(cfg: ModelConfig) -> None:
             raise ConfigError(f"rotary_dim={cfg.rotary_width} exceeds the head width d_head={cfg.head_dim}")
         if cfg.rotary_theta <= 0:
             raise ConfigError(f"rotary_theta={cfg.rotary_theta} must be positive")
+        _validate_rotary_scaling(cfg)
     if cfg.position == "xl-relative" and cfg.architecture != "encoder":
         raise ConfigError("position='xl-relative' (XLNet) is only implemented for architecture='encoder'")
 
@@ -260,8 +310,10 @@ def _validate_patterns(cfg: ModelConfig) -> None:
     if cfg.share_layers and cfg.attention_schedule and len(set(schedule)) > 1:
         raise ConfigError("share_layers=True needs one attention pattern for every layer")
     windowed = {"sliding-window", "dilated", "longformer"} & set(schedule)
-    if windowed and cfg.window > cfg.max_seq_len:
-        raise ConfigError(f"window={cfg.window} is larger than max_seq_len={cfg.max_seq_len}")
+    _validate_windows(cfg)
+    widest = max(cfg.window_schedule or [cfg.window])
+    if windowed and widest > cfg.max_seq_len:
+        raise ConfigError(f"window={widest} is larger than max_seq_len={cfg.max_seq_len}")
     if "bigbird" in schedule and cfg.block_size * 3 > cfg.max_seq_len:
         raise ConfigError(f"block_size={cfg.block_size} needs max_seq_len >= 3 blocks "
                           f"({3 * cfg.block_size}), got {cfg.max_seq_len}")
@@ -273,3 +325,26 @@ def _validate_patterns(cfg: ModelConfig) -> None:
                           f"use learned, sinusoidal, rotary or none")
     if cfg.global_projections and "longformer" not in schedule:
         raise ConfigError("global_projections=True needs attention='longformer'")
+
+
+def _validate_windows(cfg: ModelConfig) -> None:
+    if cfg.window_schedule is None:
+        return
+    if cfg.architecture == "encoder-decoder":  # its decoder stack can be deeper than the schedule
+        raise ConfigError("window_schedule is supported for architecture='encoder' and 'decoder' only")
+    if len(cfg.window_schedule) != cfg.n_layers:
+        raise ConfigError(f"window_schedule has {len(cfg.window_schedule)} entries but "
+                          f"n_layers={cfg.n_layers}")
+    for w in cfg.window_schedule:
+        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+            raise ConfigError(f"window_schedule entry {w!r} must be a positive integer")
+
+
+def _validate_rotary_scaling(cfg: ModelConfig) -> None:
+    _choice(cfg, "rotary_scaling", ROTARY_SCALINGS)
+    _positive(cfg, "rotary_original_max_len")
+    if cfg.rotary_scaling_factor <= 0:
+        raise ConfigError(f"rotary_scaling_factor={cfg.rotary_scaling_factor} must be positive")
+    if cfg.rotary_scaling == "llama3" and not 0 < cfg.rotary_low_freq_factor < cfg.rotary_high_freq_factor:
+        raise ConfigError(f"rotary_low_freq_factor={cfg.rotary_low_freq_factor} and rotary_high_freq_factor="
+                          f"{cfg.rotary_high_freq_factor} must satisfy 0 < low < high")

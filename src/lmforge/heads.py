@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from lmforge.config import ConfigError
-from lmforge.layers.feedforward import activation
+from lmforge.layers.feedforward import ACTIVATIONS, FeedForward, activation
 from lmforge.layers.norms import make_norm
 from lmforge.model import init_weights
 
@@ -25,7 +25,7 @@ class LMHead(nn.Module):
         self.spec = {"kind": "lm"}
         E = cfg.embed_dim
         self.transform = nn.Linear(cfg.d_model, E) if cfg.lm_transform else None
-        self.act = activation(cfg)
+        self.act = ACTIVATIONS[cfg.lm_activation][0] if cfg.lm_activation else activation(cfg)
         self.norm = make_norm(cfg, E) if cfg.lm_transform else None
         self.logit_scale = cfg.d_model ** -0.5 if cfg.tied_logit_scale else 1.0
         if cfg.tie_embeddings:
@@ -60,10 +60,13 @@ def pool(hidden: torch.Tensor, attention_mask, how: str) -> torch.Tensor:
 
 
 POOLINGS = ("first", "last", "mean")
+POOLER_ACTIVATIONS = {"tanh": torch.tanh, "relu": nn.functional.relu, "gelu": nn.functional.gelu,
+                      "gelu-tanh": ACTIVATIONS["gelu-tanh"][0]}
 
 
 class Pooler(nn.Module):
-    """BERT's pooler: tanh(W h_[CLS] + b), the input of NSP and sentence classification."""
+    """BERT's pooler: tanh(W h_[CLS] + b), the input of NSP and sentence classification
+    (DistilBERT's pre-classifier uses relu, ELECTRA's classification head gelu: `pooler_activation`)."""
 
     def __init__(self, model: nn.Module, pooling: str = "first") -> None:
         super().__init__()
@@ -72,23 +75,27 @@ class Pooler(nn.Module):
         self.spec = {"kind": "pooler", "pooling": pooling}
         self.pooling = pooling
         self.dense = nn.Linear(model.config.d_model, model.config.d_model)
+        self.act = POOLER_ACTIVATIONS[model.config.pooler_activation]
 
     def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:  # -> (B, d_model)
-        return torch.tanh(self.dense(pool(hidden, attention_mask, self.pooling)))
+        return self.act(self.dense(pool(hidden, attention_mask, self.pooling)))
 
 
 class SequenceClassificationHead(nn.Module):
     """Sentence (pair) classification or regression (n_labels=1) from a pooled representation."""
 
-    def __init__(self, model: nn.Module, n_labels: int, pooling: str = "first", pooler: bool = True) -> None:
+    def __init__(self, model: nn.Module, n_labels: int, pooling: str = "first", pooler: bool = True,
+                 bias: bool = True) -> None:
         super().__init__()
         if n_labels < 1:
             raise ConfigError(f"n_labels={n_labels} must be >= 1")
         self.spec = {"kind": "classification", "n_labels": n_labels, "pooling": pooling, "pooler": pooler}
+        if not bias:  # decoders' scores (GPT, Llama, BLOOM) project without a bias
+            self.spec["bias"] = False
         self.pooler = Pooler(model, pooling) if pooler else None
         self.pooling = pooling
         self.dropout = nn.Dropout(model.config.dropout)
-        self.classifier = nn.Linear(model.config.d_model, n_labels)
+        self.classifier = nn.Linear(model.config.d_model, n_labels, bias=bias)
 
     def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:  # -> (B, n_labels)
         pooled = (self.pooler(hidden, attention_mask) if self.pooler is not None
@@ -112,16 +119,39 @@ class TokenClassificationHead(nn.Module):
 class SpanQAHead(nn.Module):
     """Extractive QA (BERT sec. 4.2): start and end logits per position, (B, T, 2)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, ffn: bool = False) -> None:
         super().__init__()
-        self.spec = {"kind": "span-qa"}
-        self.qa = nn.Linear(model.config.d_model, 2)
+        cfg = model.config
+        self.spec = {"kind": "span-qa", **({"ffn": True} if ffn else {})}
+        # BigBird's QA head first runs one more post-norm feed-forward sub-layer over the states
+        self.ffn = FeedForward(cfg) if ffn else None
+        self.norm = make_norm(cfg) if ffn else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.qa = nn.Linear(cfg.d_model, 2)
 
     def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:
+        if self.ffn is not None:  # Norm(h + FFN(h)), dropout on the sub-layer's input and output
+            hidden = self.norm(hidden + self.dropout(self.ffn(self.dropout(hidden))))
         logits = self.qa(hidden)
         if attention_mask is not None:  # padding can never be an answer boundary
             logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
         return logits
+
+
+class ReplacedTokenDetectionHead(nn.Module):
+    """ELECTRA's discriminator (Clark et al. 2020, sec. 2): dense, activation, then one logit per
+    token that it was replaced by the generator, (B, T)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        d = model.config.d_model
+        self.spec = {"kind": "rtd"}
+        self.dense = nn.Linear(d, d)
+        self.act = activation(model.config)
+        self.score = nn.Linear(d, 1)
+
+    def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:  # -> (B, T)
+        return self.score(self.act(self.dense(hidden))).squeeze(-1)
 
 
 HEADS = {
@@ -130,6 +160,7 @@ HEADS = {
     "classification": SequenceClassificationHead,
     "token-classification": TokenClassificationHead,
     "span-qa": SpanQAHead,
+    "rtd": ReplacedTokenDetectionHead,
 }
 
 

@@ -14,12 +14,12 @@ BERT = dict(architecture="encoder", vocab_size=30522, max_seq_len=512, n_segment
 ROBERTA = dict(BERT, vocab_size=50265, n_segments=1, position_offset=2, norm_eps=1e-5)
 ALBERT = dict(BERT, vocab_size=30000, d_embed=128, share_layers=True, ffn="gelu-tanh",
               dropout=0.0, attention_dropout=0.0)
-ELECTRA = dict(BERT)
+ELECTRA = dict(BERT, pooler_activation="gelu")  # its classification head: dense, gelu, out_proj
 XLNET = dict(BERT, vocab_size=32000, n_segments=0, position="xl-relative", embedding_norm=False,
              attention_bias=False, lm_transform=False)
 GPT = dict(architecture="decoder", vocab_size=40478, max_seq_len=512, n_segments=0, position="learned",
-           norm="layernorm", norm_placement="post", norm_eps=1e-5, ffn="gelu", embedding_norm=False,
-           final_norm=False, lm_transform=False, lm_bias=False)
+           norm="layernorm", norm_placement="post", norm_eps=1e-5, ffn="gelu-tanh", embedding_norm=False,
+           final_norm=False, lm_transform=False, lm_bias=False)  # GELU: the tanh form of OpenAI's code
 GPT2 = dict(GPT, vocab_size=50257, max_seq_len=1024, norm_placement="pre", final_norm=True, ffn="gelu-tanh")
 T5 = dict(architecture="encoder-decoder", vocab_size=32128, max_seq_len=512, n_segments=0,
           position="relative-bias", norm="rmsnorm", norm_placement="pre", norm_eps=1e-6, norm_bias=False,
@@ -31,6 +31,9 @@ BART = dict(architecture="encoder-decoder", vocab_size=50265, max_seq_len=1024, 
 LLAMA = dict(architecture="decoder", n_segments=0, position="rotary", norm="rmsnorm", norm_placement="pre",
              norm_eps=1e-5, norm_bias=False, ffn="swiglu", ffn_bias=False, attention_bias=False,
              embedding_norm=False, lm_transform=False, lm_bias=False, dropout=0.0, attention_dropout=0.0)
+BLOOM = dict(architecture="decoder", vocab_size=250880, max_seq_len=2048, n_segments=0, position="alibi",
+             norm="layernorm", norm_placement="pre", norm_eps=1e-5, ffn="gelu-tanh", embedding_norm=True,
+             lm_transform=False, lm_bias=False, dropout=0.0, attention_dropout=0.0)
 
 
 def _size(d_model: int, n_layers: int, n_heads: int, d_ff: int | None = None) -> dict:
@@ -48,7 +51,7 @@ PRESETS: dict = {
     "bert-large": dict(BERT, **_size(1024, 24, 16), source="Devlin et al. 2019, BERT, sec. 3 (BERT-LARGE)"),
     "roberta-base": dict(ROBERTA, **_size(768, 12, 12), source="Liu et al. 2019, RoBERTa; roberta-base config"),
     "roberta-large": dict(ROBERTA, **_size(1024, 24, 16), source="Liu et al. 2019, RoBERTa; roberta-large config"),
-    "distilbert-base": dict(BERT, **_size(768, 6, 12), n_segments=0,
+    "distilbert-base": dict(BERT, **_size(768, 6, 12), n_segments=0, pooler_activation="relu",
                             source="Sanh et al. 2019, DistilBERT, sec. 3 (6 layers of BERT-base)"),
     "albert-base": dict(ALBERT, **_size(768, 12, 12), source="Lan et al. 2020, ALBERT, Table 1"),
     "albert-large": dict(ALBERT, **_size(1024, 24, 16), source="Lan et al. 2020, ALBERT, Table 1"),
@@ -81,11 +84,15 @@ PRESETS: dict = {
                          block_size=64, n_random_blocks=3, ffn="gelu-tanh",
                          source="Zaheer et al. 2020, BigBird, App. E (ITC, block 64, r=3); bigbird-roberta-base"),
     "llama-3.2-1b": dict(LLAMA, **_size(2048, 16, 32, 8192), n_kv_heads=8, vocab_size=128256,
-                         max_seq_len=8192, rotary_theta=500000.0, tie_embeddings=True,
-                         source="Meta Llama 3.2 1B config (rope scaling to 128k context not applied)"),
+                         max_seq_len=131072, rotary_theta=500000.0, tie_embeddings=True,
+                         rotary_scaling="llama3", rotary_scaling_factor=32.0, rotary_low_freq_factor=1.0,
+                         rotary_high_freq_factor=4.0, rotary_original_max_len=8192,
+                         source="Meta Llama 3.2 1B config (llama3 RoPE scaling from 8k to 128k context)"),
     "mistral-7b": dict(LLAMA, **_size(4096, 32, 32, 14336), n_kv_heads=8, vocab_size=32000,
                        max_seq_len=32768, attention="sliding-window", window=4096, tie_embeddings=False,
                        source="Jiang et al. 2023, Mistral 7B, Table 1"),
+    "bloom-560m": dict(BLOOM, **_size(1024, 24, 16),
+                       source="BigScience 2022, BLOOM, Table 3; bigscience/bloom-560m config"),
 }
 
 

@@ -80,3 +80,40 @@ def test_bigbird_random_blocks_are_reproducible_and_differ_by_layer():
     assert torch.equal(bigbird_random_blocks(cfg, 8, 3), bigbird_random_blocks(cfg, 8, 3))
     assert any(not torch.equal(bigbird_random_blocks(cfg, 8, 0), bigbird_random_blocks(cfg, 8, layer))
                for layer in range(1, 5))
+
+
+def test_window_schedule_gives_each_layer_its_window():
+    cfg = _cfg(attention="longformer", n_layers=2, window_schedule=[4, 8])
+    pos = torch.arange(T)
+    glob = torch.zeros(1, T, dtype=torch.bool)
+    narrow, wide = (pattern_mask(cfg, "longformer", pos, pos, False, glob, layer)[0, 0] for layer in (0, 1))
+    assert narrow[10, 12] and not narrow[10, 13] and wide[10, 14] and not wide[10, 15]
+    from lmforge.layers.stack import Stack
+
+    assert Stack(cfg, 2, causal=False, cross=False).mask_keys == ["longformer@w4", "longformer@w8"]
+
+
+def test_bigbird_first_block_choice_equals_repeating_the_first_block():
+    """random_block_choice="first": the middle query blocks see the first block 1 + r times; the
+    score bias log(1 + r) equals attending over r extra copies of its keys."""
+    from lmforge.layers.patterns import pattern_bias
+
+    cfg = _cfg(attention="bigbird", random_block_choice="first").replace(n_random_blocks=2)
+    pos = torch.arange(T)
+    allowed = _mask(cfg, "bigbird")
+    bias = additive(allowed, pattern_bias(cfg, "bigbird", pos, pos, 0), torch.float64)
+    q, k, v = (torch.randn(1, 2, T, 8, dtype=torch.float64) for _ in range(3))
+    out, _ = attend(q, k, v, bias, scale=8 ** -0.5)
+    first = slice(0, cfg.block_size)
+    for i in (0, 5, 13, T - 1):  # query blocks 0, 1, 3 and the last
+        keys = allowed[0, 0, i].nonzero()[:, 0].tolist()
+        middle = 0 < i // cfg.block_size < T // cfg.block_size - 1
+        keys += list(range(first.stop)) * (2 if middle else 0)  # r = 2 duplicates of the first block
+        w = torch.softmax(torch.einsum("hd,hkd->hk", q[0, :, i], k[0, :, keys]) * 8 ** -0.5, -1)
+        torch.testing.assert_close(out[0, :, i], torch.einsum("hk,hkd->hd", w, v[0, :, keys]))
+
+
+def test_bigbird_dense_max_len_attends_fully_up_to_it():
+    cfg = _cfg(attention="bigbird", dense_max_len=T)
+    assert _mask(cfg, "bigbird") is None
+    assert _mask(cfg.replace(dense_max_len=T - 1), "bigbird") is not None

@@ -80,3 +80,17 @@ def test_export_refuses_a_config_bert_cannot_express(tmp_path):
     model = lmforge.build(lmforge.tiny("bert-base", norm_placement="pre"))
     with pytest.raises(ConversionError, match="no Hugging Face family expresses"):
         model.save(tmp_path, format="hf")
+
+
+def test_untied_lm_head_uses_the_decoders_own_bias(tmp_path):
+    reference = _reference("BertForMaskedLM", tie_word_embeddings=False)
+    with torch.no_grad():  # make the two bias tensors differ, as training an untied model does
+        reference.cls.predictions.decoder.bias.normal_()
+    model = lmforge.load(save_reference(reference, tmp_path / "in"))
+    ids, mask = padded_batch(99, seed=5)
+    with torch.no_grad():
+        assert_parity(model(ids, mask).logits, reference(ids, attention_mask=mask).logits, mask)
+    model.save(tmp_path / "out", format="hf")
+    again = transformers.BertForMaskedLM.from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        assert_parity(again(ids, attention_mask=mask).logits, reference(ids, attention_mask=mask).logits, mask)

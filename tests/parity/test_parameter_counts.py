@@ -41,6 +41,8 @@ REFERENCE = {  # preset -> (reference config class, its arguments, reference poo
                   max_position_embeddings=c.max_seq_len), False),
     "xlnet-base": ("XLNetConfig", lambda c: dict(vocab_size=c.vocab_size, d_model=c.d_model,
                    n_layer=c.n_layers, n_head=c.n_heads, d_inner=c.d_ff), False),
+    "bloom-560m": ("BloomConfig", lambda c: dict(vocab_size=c.vocab_size, hidden_size=c.d_model,
+                   n_layer=c.n_layers, n_head=c.n_heads), False),
     "llama-3.2-1b": ("LlamaConfig", lambda c: dict(vocab_size=c.vocab_size, hidden_size=c.d_model,
                      intermediate_size=c.d_ff, num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads,
                      num_key_value_heads=c.kv_heads, tie_word_embeddings=True), False),

@@ -25,6 +25,8 @@ def config(hf: dict) -> ModelConfig:
 
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> BertConfig fields."""
+    if cfg.n_segments < 1:  # the reference always adds token-type embeddings (DistilBERT has none)
+        raise ConfigError("BERT needs n_segments >= 1")
     return dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
                 num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff,
                 max_position_embeddings=cfg.max_seq_len, type_vocab_size=cfg.n_segments,
@@ -60,7 +62,10 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
                  *linear(f"{h}.norm", "cls.predictions.transform.LayerNorm"),
                  Rule(f"{h}.bias", ("cls.predictions.bias",))]
         if not cfg.tie_embeddings:
-            rules.append(Rule(f"{h}.decoder.weight", ("cls.predictions.decoder.weight",)))
+            # untied, the reference ties nothing: the decoder's own bias is the one applied (the
+            # later rule wins on import); export writes ours to both names
+            rules += [Rule(f"{h}.decoder.weight", ("cls.predictions.decoder.weight",)),
+                      Rule(f"{h}.bias", ("cls.predictions.decoder.bias",), "clone")]
         return rules
     if kind == "pooler":
         return linear(f"{h}.dense", "pooler.dense")

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
+
+import torch
 
 from lmforge.config import SPECIAL_TOKENS, ConfigError
 
@@ -42,6 +44,15 @@ def special_tokens_of(cfg) -> dict:
     return {name: getattr(cfg, name) for name in SPECIAL_TOKENS if getattr(cfg, name) is not None}
 
 
+def tied_by_weights(table: str, head: str) -> Callable:
+    """A `refine` that ties the LM head as the reference loader does: unless the checkpoint holds
+    its own `head` matrix that differs from the token `table` (configs alone can be wrong here)."""
+    def refine(cfg, tensors: dict):
+        untied = head in tensors and not torch.equal(tensors[head], tensors.get(table, tensors[head]))
+        return cfg.replace(tie_embeddings=not untied)
+    return refine
+
+
 def n_labels(hf: dict) -> int:
     """Number of labels of a reference classification config."""
     return len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
@@ -61,3 +72,5 @@ class Family:
     head_keys: str  # regex of the reference names that sit outside the backbone prefix
     bare: tuple  # architectures whose checkpoints have no backbone prefix
     ignore: tuple = field(default_factory=tuple)  # regexes of reference tensors with no lmforge place
+    refine: Optional[Callable] = None  # (ModelConfig, reference tensors) -> ModelConfig: what weights tell
+    fixed: Optional[Callable] = None  # ModelConfig -> {reference name: tensor} stored there, computed here

@@ -23,7 +23,20 @@ from lmforge.model import Transformer, from_config
 # one module per reference family under lmforge/convert/, each defining FAMILY
 MODULES = (
     "bert",
+    "roberta",
+    "distilbert",
+    "albert",
+    "electra",
     "gpt2",
+    "xlnet",
+    "t5",
+    "bart",
+    "openai_gpt",
+    "llama",
+    "mistral",
+    "bloom",
+    "longformer",
+    "big_bird",
 )
 FAMILIES = {t: fam.FAMILY for fam in (importlib.import_module(f"lmforge.convert.{m}") for m in MODULES)
             for t in fam.FAMILY.model_types}
@@ -57,16 +70,18 @@ def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
         cfg = family.config(hf)
     except KeyError as err:
         raise ConfigError(f"config.json of {model_type} lacks the field {err}") from None
-    model = from_config(cfg, init=False)
     architecture = (hf.get("architectures") or [None])[0]
     if architecture not in family.heads:
         raise ConfigError(f"architecture {architecture!r} is not supported for {model_type}; "
                           f"supported: {', '.join(family.heads)}")
+    tensors = {k.removeprefix(family.prefix): v for k, v in read_reference_weights(path).items()}
+    if family.refine is not None:
+        cfg = family.refine(cfg, tensors)
+    model = from_config(cfg, init=False)
     rules = expand(family.backbone(cfg), cfg.n_layers)
     for name, kind, args in family.heads[architecture](hf):
         model.add_head(name, make_head(model, kind, **args))
         rules += family.head_rules(name, kind, cfg)
-    tensors = {k.removeprefix(family.prefix): v for k, v in read_reference_weights(path).items()}
     load_state_strict(model, import_tensors(tensors, rules, family.ignore), path)
     return model.eval()
 
@@ -84,10 +99,19 @@ def family_of(cfg: ModelConfig):
                           f"supported families: {', '.join(FAMILIES)}")
 
 
+def _loads_as(family, hf: dict, architecture: str):
+    try:
+        return family.config({**hf, "architectures": [architecture]}).canonical()
+    except ConfigError:
+        return None
+
+
 def _architecture(family, model: Transformer, hf: dict) -> str:
-    names = sorted(model.heads)
+    names, plain = sorted(model.heads), model.config.canonical()
     for architecture, heads in family.heads.items():
-        if sorted(name for name, _, _ in heads(hf)) == names:
+        # the heads must match, and so must the model an architecture loads as (T5EncoderModel
+        # and T5Model both have no heads)
+        if sorted(name for name, _, _ in heads(hf)) == names and _loads_as(family, hf, architecture) == plain:
             return architecture
     raise ConversionError(f"no Hugging Face architecture of this family has the heads {names}")
 
@@ -107,7 +131,9 @@ def save_hf(model: Transformer, path: str | Path) -> Path:
     for name, kind, _ in family.heads[architecture](hf):
         rules += family.head_rules(name, kind, cfg)
     q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    tensors = export_tensors(model.state_dict(), rules, {3: [q, kv, kv]})
+    tensors = export_tensors(model.state_dict(), rules, {2: [kv, kv], 3: [q, kv, kv]})  # cross kv; qkv
+    if family.fixed is not None:  # tensors the reference stores but lmforge computes
+        tensors.update(family.fixed(cfg))
     if architecture not in family.bare:  # task checkpoints keep the backbone under the family's prefix
         tensors = {k if re.fullmatch(family.head_keys, k) else family.prefix + k: v for k, v in tensors.items()}
     path.mkdir(parents=True, exist_ok=True)

@@ -18,16 +18,19 @@ import torch
 FIXES = {
     "copy": lambda t, *_: t,
     "transpose": lambda t, *_: t.t().contiguous(),
+    "clone": lambda t, *_: t.clone(),  # a second reference name for one tensor (files refuse shared storage)
     # XLNet stores projections as (d_model, n_heads, d_head) einsum operands
     "heads_in": lambda t, *_: t.reshape(t.shape[0], -1).t().contiguous(),  # -> (n_heads*d_head, d_model)
     "heads_out": lambda t, *_: t.reshape(t.shape[0], -1).contiguous(),  # -> (d_model, n_heads*d_head)
     # BLOOM / GPT-NeoX fuse q, k, v per head: rows (n_heads, 3, d_head) -> lmforge's [q; k; v]
-    "qkv_per_head": lambda t, n_heads: t.reshape(n_heads, 3, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape),
+    "qkv_per_head": lambda t, n_heads: t.unflatten(0, (n_heads, 3, -1)).transpose(0, 1).reshape(t.shape),
+    "row": lambda t, *_: t.reshape(-1),  # BART's final_logits_bias buffer (1, V) -> a (V,) bias
 }
 INVERSES = {
     "heads_in": lambda t, n_heads: t.t().reshape(t.shape[1], n_heads, -1).contiguous(),
     "heads_out": lambda t, n_heads: t.reshape(t.shape[0], n_heads, -1).contiguous(),
-    "qkv_per_head": lambda t, n_heads: t.reshape(3, n_heads, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape),
+    "qkv_per_head": lambda t, n_heads: t.unflatten(0, (3, n_heads, -1)).transpose(0, 1).reshape(t.shape),
+    "row": lambda t, *_: t[None],
 }
 
 

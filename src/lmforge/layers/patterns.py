@@ -9,6 +9,8 @@ these definitions, which remain the reference it is tested against.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lmforge.config import ModelConfig
@@ -25,8 +27,8 @@ def full(cfg, q_pos, k_pos, causal, global_tokens, layer):
 
 def sliding_window(cfg, q_pos, k_pos, causal, global_tokens, layer):
     """Local band (Longformer sec. 3.1; Mistral): |i-j| <= w/2, or causal i-w < j <= i."""
-    offset = _offsets(q_pos, k_pos)
-    band = (offset >= 0) & (offset < cfg.window) if causal else offset.abs() <= cfg.window // 2
+    offset, window = _offsets(q_pos, k_pos), cfg.layer_window(layer)
+    band = (offset >= 0) & (offset < window) if causal else offset.abs() <= window // 2
     return band[None, None]
 
 
@@ -35,8 +37,8 @@ def dilated(cfg, q_pos, k_pos, causal, global_tokens, layer):
     offset = _offsets(q_pos, k_pos)
     reach = offset if causal else offset.abs()
     on_grid = (offset % cfg.dilation == 0) & (reach >= 0)
-    steps = reach // cfg.dilation
-    band = on_grid & (steps < cfg.window if causal else steps <= cfg.window // 2)
+    steps, window = reach // cfg.dilation, cfg.layer_window(layer)
+    band = on_grid & (steps < window if causal else steps <= window // 2)
     return band[None, None]
 
 
@@ -75,13 +77,37 @@ def bigbird_random_blocks(cfg: ModelConfig, n_blocks: int, layer: int) -> torch.
 def bigbird(cfg, q_pos, k_pos, causal, global_tokens, layer):
     """BigBird ITC (Zaheer et al. 2020, sec. 2): blocks of b tokens; each query block sees its
     3-block window, r random blocks and the global first and last blocks, which see everything."""
+    if k_pos.numel() <= cfg.dense_max_len:  # short sequences attend fully (as the reference code does)
+        return None
     qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
     n_blocks = int(max(qb.max(), kb.max())) + 1
     last = n_blocks - 1
     window = (qb[:, None] - kb[None, :]).abs() <= 1
     glob = (qb[:, None] == 0) | (qb[:, None] == last) | (kb[None, :] == 0) | (kb[None, :] == last)
+    if cfg.random_block_choice == "first":  # every draw is the first block, already seen: see bigbird_bias
+        return (window | glob)[None, None]
     random = bigbird_random_blocks(cfg, n_blocks, layer).to(q_pos.device)[qb][:, kb]
     return (window | glob | random)[None, None]
+
+
+def bigbird_bias(cfg, q_pos, k_pos, layer):
+    """random_block_choice="first": the middle query blocks see the first block 1 + r times, and r
+    duplicates of a key in a softmax weigh it by 1 + r, i.e. add log(1 + r) to its scores."""
+    if cfg.random_block_choice != "first" or not cfg.n_random_blocks or k_pos.numel() <= cfg.dense_max_len:
+        return None
+    qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
+    last = int(max(qb.max(), kb.max()))
+    repeated = ((qb > 0) & (qb < last))[:, None] & (kb == 0)[None, :]  # (Tq, Tk)
+    return (repeated.float() * math.log(1 + cfg.n_random_blocks))[None, None]
+
+
+# patterns that also weigh some keys: an additive (1, 1, Tq, Tk) score bias next to the mask
+PATTERN_BIASES = {"bigbird": bigbird_bias}
+
+
+def pattern_bias(cfg: ModelConfig, pattern: str, q_pos, k_pos, layer: int):
+    """The pattern's additive score bias, or None (most patterns only select keys)."""
+    return PATTERN_BIASES[pattern](cfg, q_pos, k_pos, layer) if pattern in PATTERN_BIASES else None
 
 
 # Linformer does not restrict which keys are seen; it projects them (layers/linformer.py).

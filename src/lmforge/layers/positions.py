@@ -118,6 +118,25 @@ BIASES = {"relative-bias": RelativeBias, "alibi": ALiBi}
 
 
 # --- rotary ----------------------------------------------------------------------------
+def llama3_frequencies(inv_freq: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+    """Llama 3.1's RoPE scaling (Meta 2024): wavelengths longer than original/low_freq_factor are
+    stretched by the factor, those shorter than original/high_freq_factor kept, and the band
+    between interpolated linearly in original/wavelength."""
+    wavelength_ratio = cfg.rotary_original_max_len * inv_freq / (2 * math.pi)  # original / wavelength
+    low, high = cfg.rotary_low_freq_factor, cfg.rotary_high_freq_factor
+    keep = ((wavelength_ratio - low) / (high - low)).clamp(0.0, 1.0)
+    return (1 - keep) * inv_freq / cfg.rotary_scaling_factor + keep * inv_freq
+
+
+# rotary_scaling -> (inv_freq (r/2,), cfg) -> scaled inv_freq; "linear" is position interpolation
+# (Chen et al. 2023): every position p becomes p / factor
+ROTARY_SCALINGS = {
+    "none": lambda inv_freq, cfg: inv_freq,
+    "linear": lambda inv_freq, cfg: inv_freq / cfg.rotary_scaling_factor,
+    "llama3": llama3_frequencies,
+}
+
+
 class Rotary(nn.Module):
     """RoPE (Su et al. 2021): rotate pairs (x_i, x_{i+d/2}) of the first rotary_dim dims by p * theta_i."""
 
@@ -125,6 +144,7 @@ class Rotary(nn.Module):
         super().__init__()
         dim = cfg.rotary_width
         inv_freq = 1.0 / cfg.rotary_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        inv_freq = ROTARY_SCALINGS[cfg.rotary_scaling](inv_freq, cfg)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
 
     def forward(self, position_ids: torch.Tensor) -> tuple:  # (B|1, T) -> cos, sin (B|1, 1, T, r)

@@ -8,10 +8,11 @@ from lmforge.config import BIDIRECTIONAL_ONLY, ModelConfig
 from lmforge.layers.attention import AttentionContext
 from lmforge.layers.block import Block
 from lmforge.layers.norms import make_norm
-from lmforge.layers.patterns import default_global_tokens, pattern_mask
+from lmforge.layers.patterns import default_global_tokens, pattern_bias, pattern_mask
 from lmforge.layers.positions import BIASES, Rotary
 
 PER_LAYER = ("bigbird",)  # patterns whose mask differs from layer to layer (random blocks)
+WINDOWED = ("sliding-window", "dilated", "longformer")  # their masks differ where the windows do
 
 
 def additive(allowed, bias, dtype):
@@ -23,6 +24,15 @@ def additive(allowed, bias, dtype):
         return bias
     base = bias if bias is not None else torch.zeros((), dtype=dtype, device=allowed.device)
     return torch.where(allowed, base.to(dtype), torch.finfo(dtype).min)
+
+
+def _mask_key(cfg: ModelConfig, pattern: str, layer: int) -> str:
+    """Layers with equal masks share one: a pattern's, unless random blocks or windows vary by layer."""
+    if pattern in PER_LAYER:
+        return f"{pattern}@{layer}"
+    if cfg.window_schedule and pattern in WINDOWED:
+        return f"{pattern}@w{cfg.layer_window(layer)}"
+    return pattern
 
 
 class Stack(nn.Module):
@@ -38,7 +48,7 @@ class Stack(nn.Module):
             self.patterns = cfg.layer_patterns()
         n_blocks = 1 if cfg.share_layers else n_layers
         self.blocks = nn.ModuleList(Block(cfg, self.patterns[i], cross) for i in range(n_blocks))
-        self.mask_keys = [f"{p}@{i}" if p in PER_LAYER else p for i, p in enumerate(self.patterns)]
+        self.mask_keys = [_mask_key(cfg, p, i) for i, p in enumerate(self.patterns)]
         self.bias = BIASES[cfg.position](cfg, not causal) if cfg.position in BIASES else None
         self.rotary = Rotary(cfg) if cfg.position == "rotary" else None
         self.final_norm = make_norm(cfg) if cfg.has_final_norm else None
@@ -52,6 +62,8 @@ class Stack(nn.Module):
         k_pos = torch.arange(past + T, device=device)
         if "longformer" in self.patterns and global_tokens is None:
             global_tokens = default_global_tokens(self.cfg, B, T, device)
+        elif global_tokens is not None:
+            global_tokens = global_tokens.bool()  # a 0/1 mask as the reference library takes it
         ctx = AttentionContext(q_pos, k_pos, key_padding=key_padding, global_tokens=global_tokens,
                                segments=segments, cache=cache, return_probs=return_probs)
         bias = self.bias(q_pos, k_pos) if self.bias is not None else None
@@ -62,7 +74,9 @@ class Stack(nn.Module):
             allowed = pattern_mask(self.cfg, pattern, q_pos, k_pos, self.causal, global_tokens, layer)
             if padding is not None and pattern != "linformer":
                 allowed = padding if allowed is None else allowed & padding
-            ctx.biases[key] = additive(allowed, bias, x.dtype)
+            extra = pattern_bias(self.cfg, pattern, q_pos, k_pos, layer)
+            layer_bias = bias if extra is None else extra if bias is None else bias + extra
+            ctx.biases[key] = additive(allowed, layer_bias, x.dtype)
         if self.rotary is not None:
             ctx.rope = self.rotary(position_ids)
         return ctx

@@ -1,0 +1,122 @@
+import pytest
+import torch
+
+import lmforge
+from lmforge.config import ConfigError
+from lmforge.convert import load_hf
+from tests.parity.helpers import (
+    assert_causal_lm_parity,
+    assert_export_round_trip,
+    assert_greedy_parity,
+    assert_parity,
+    left_padded_batch,
+    padded_batch,
+    save_reference,
+    transformers,
+)
+
+
+def llama_config(**overrides):
+    """A tiny Llama with grouped-query attention (4 query heads share 2 key/value heads)."""
+    fields = {"vocab_size": 99, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+              "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 3}
+    return transformers.LlamaConfig(**{**fields, **overrides})
+
+
+def _pair(tmp_path, architecture="LlamaForCausalLM", **overrides):
+    torch.manual_seed(0)
+    reference = getattr(transformers, architecture)(llama_config(**overrides)).eval()
+    return reference, lmforge.load(save_reference(reference, tmp_path / "reference"))
+
+
+VARIANTS = [
+    {},  # Llama 2/3 layout: untied, no biases
+    # tied table, biases on q/k/v/o and the MLP, a head width that is not d_model / n_heads, theta
+    {"tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True, "head_dim": 16,
+     "rope_theta": 500000.0},
+]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_causal_lm_hidden_states_logits_and_loss(tmp_path, overrides):
+    reference, model = _pair(tmp_path, **overrides)
+    assert model.config.kv_heads == 2 and model.config.n_heads == 4
+    ids, mask = padded_batch(99)
+    assert_causal_lm_parity(model, reference, ids, mask)
+
+
+def test_base_model_hidden_states(tmp_path):
+    reference, model = _pair(tmp_path, "LlamaModel")
+    ids, mask = padded_batch(99, seed=1)
+    with torch.no_grad():
+        theirs = reference(ids, attention_mask=mask).last_hidden_state
+        assert_parity(model(ids, mask).last_hidden_state, theirs, mask)
+
+
+def test_sequence_classification_scores_the_last_real_token(tmp_path):
+    reference, model = _pair(tmp_path, "LlamaForSequenceClassification", num_labels=3)
+    ids, mask = padded_batch(99, seed=2)
+    ids = ids.masked_fill(mask == 0, 1)  # the reference finds the last real token by pad id
+    labels = torch.tensor([0, 2, 1])
+    with torch.no_grad():
+        theirs = reference(ids, attention_mask=mask, labels=labels)
+        ours = model(ids, mask).logits
+    assert_parity(ours, theirs.logits)
+    torch.testing.assert_close(torch.nn.functional.cross_entropy(ours, labels), theirs.loss)
+
+
+def test_token_classification(tmp_path):
+    reference, model = _pair(tmp_path, "LlamaForTokenClassification", num_labels=5)
+    ids, mask = padded_batch(99, seed=3)
+    with torch.no_grad():
+        assert_parity(model(ids, mask).logits, reference(ids, attention_mask=mask).logits, mask)
+
+
+@pytest.mark.parametrize("architecture", ["LlamaForCausalLM", "LlamaForSequenceClassification"])
+def test_export_round_trip_of_an_imported_model(tmp_path, architecture):
+    reference, model = _pair(tmp_path, architecture)
+    ids, mask = padded_batch(99, seed=4)
+    ids = ids.masked_fill(mask == 0, 1)
+    reference_class = getattr(transformers, architecture)
+    assert_export_round_trip(model, reference_class, tmp_path / "hf", ids, mask, reference)
+
+
+def test_export_of_the_tiny_preset(tmp_path):
+    from lmforge.heads import attach
+
+    model = lmforge.build(lmforge.tiny("llama-3.2-1b")).eval()
+    attach(model, "lm")
+    ids, mask = padded_batch(99, seed=5)
+    assert_export_round_trip(model, transformers.LlamaForCausalLM, tmp_path / "hf", ids, mask)
+
+
+def test_greedy_generation_on_a_left_padded_batch(tmp_path):
+    reference, model = _pair(tmp_path)
+    ids, mask = left_padded_batch(99, pad=1)
+    assert_greedy_parity(model, reference, ids, mask)
+
+
+# Llama 3.1's frequency bands at test size: with head_dim 8 and theta 10000 the wavelengths are
+# about 6, 63, 628 and 6283 positions, so original 64 / high 4 = 16 and 64 / low 1 = 64 put
+# frequencies in each of the kept, interpolated and stretched bands
+SCALINGS = [{"rope_type": "linear", "factor": 2.0},
+            {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+             "original_max_position_embeddings": 64}]
+
+
+@pytest.mark.parametrize("scaling", SCALINGS)
+def test_scaled_rope(tmp_path, scaling):
+    reference, model = _pair(tmp_path, rope_scaling=scaling, max_position_embeddings=256)
+    assert model.config.rotary_scaling == scaling["rope_type"]
+    ids, mask = padded_batch(99, lengths=(40, 30, 9))
+    assert_causal_lm_parity(model, reference, ids, mask)
+    assert_export_round_trip(model, transformers.LlamaForCausalLM, tmp_path / "hf", ids, mask, reference)
+
+
+@pytest.mark.parametrize("scaling", [{"rope_type": "dynamic", "factor": 2.0},
+                                     {"rope_type": "yarn", "factor": 2.0}])
+def test_other_rope_scalings_are_refused(tmp_path, scaling):
+    reference = transformers.LlamaForCausalLM(llama_config(rope_scaling=scaling))
+    with pytest.raises(ConfigError, match="rope_scaling"):
+        load_hf(save_reference(reference, tmp_path))

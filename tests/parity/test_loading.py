@@ -1,0 +1,89 @@
+"""Reading reference directories: every weight layout, and every way one can be broken."""
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.io import CheckpointError
+
+from tests.parity.helpers import assert_parity, padded_batch, save_reference, transformers
+
+
+@pytest.fixture
+def reference():
+    torch.manual_seed(0)
+    return transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64)).eval()
+
+
+def _assert_same_outputs(model, reference):
+    ids, mask = padded_batch(99)
+    with torch.no_grad():
+        assert_parity(model(ids, mask).logits, reference(ids, attention_mask=mask).logits, mask)
+
+
+def test_sharded_safetensors_with_an_index(tmp_path, reference):
+    reference.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and len(list(tmp_path.glob("*.safetensors"))) > 2
+    _assert_same_outputs(lmforge.load(tmp_path), reference)
+
+
+def test_pytorch_model_bin_is_read_without_unpickling_code(tmp_path, reference):
+    save_reference(reference, tmp_path)
+    from safetensors.torch import load_file
+
+    torch.save(load_file(str(tmp_path / "model.safetensors")), tmp_path / "pytorch_model.bin")
+    (tmp_path / "model.safetensors").unlink()
+    _assert_same_outputs(lmforge.load(tmp_path), reference)
+
+
+def test_a_pickle_that_runs_code_is_refused(tmp_path, reference):
+    save_reference(reference, tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+
+    class Exploit:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    torch.save({"x": Exploit()}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="cannot read the weights"):
+        lmforge.load(tmp_path)
+
+
+def test_truncated_safetensors_is_refused(tmp_path, reference):
+    save_reference(reference, tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    with pytest.raises(CheckpointError, match="cannot read the weights"):
+        lmforge.load(tmp_path)
+
+
+def test_config_that_disagrees_with_the_weights_is_named(tmp_path, reference):
+    save_reference(reference, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["intermediate_size"] = 48
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="intermediate|ffn.up.weight"):
+        lmforge.load(tmp_path)
+
+
+def test_unsupported_family_is_named(tmp_path, reference):
+    save_reference(reference, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["model_type"] = "mamba"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="'mamba' is not supported"):
+        lmforge.load(tmp_path)
+
+
+def test_a_tensor_lmforge_cannot_place_is_named(tmp_path, reference):
+    save_reference(reference, tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["bert.encoder.extra.weight"] = torch.zeros(2)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="bert.encoder.extra.weight|encoder.extra.weight"):
+        lmforge.load(tmp_path)

@@ -121,3 +121,39 @@ def blocks(docs: list, block: int, eos: int | None = None) -> list:
 def source_target(pairs: list, max_source: int, max_target: int) -> list:
     """(source ids, target ids) pairs for an encoder-decoder, truncated to the limits."""
     return [{"input_ids": list(s[:max_source]), "target_ids": list(t[:max_target])} for s, t in pairs]
+
+
+SSO_NEXT, SSO_PREVIOUS, SSO_RANDOM = 0, 1, 2  # StructBERT's sentence-structural labels
+
+
+def _other_text(docs: list, d: int, n: int, rng: random.Random) -> list:
+    """Up to n tokens of a document other than docs[d], from a random sentence on."""
+    other = rng.randrange(len(docs) - 1)
+    other += other >= d  # any document but this one
+    start = rng.randrange(len(docs[other]))
+    return [t for s in docs[other][start:] for t in s][:n]
+
+
+def sso_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0,
+              short_seq_prob: float = 0.1) -> list:
+    """StructBERT's sentence-structural examples (Wang et al. 2020, sec. 2.2): S2 follows S1
+    (label 0), precedes it (1) or comes from another document (2), a third of the time each."""
+    rng = random.Random(seed)
+    classes = 3 if len(docs) > 1 else 2  # no random class without a second document
+    out = []
+    for d, doc in enumerate(docs):
+        target = rng.randint(2, max_len - 3) if rng.random() < short_seq_prob else max_len - 3
+        for chunk in _chunks(doc, target):
+            if len(chunk) < 2:  # no neighbouring segment: skipping keeps the classes balanced
+                continue
+            cut = _split_point(chunk, rng)
+            first, second = [t for s in chunk[:cut] for t in s], [t for s in chunk[cut:] for t in s]
+            label = rng.randrange(classes)
+            if label == SSO_NEXT:
+                s1, s2 = first, second
+            elif label == SSO_PREVIOUS:
+                s1, s2 = second, first
+            else:  # as long as the real neighbour, so the length says nothing about the class
+                s1, s2 = first, _other_text(docs, d, len(second), rng)
+            out.append(pair_example(s1, s2, label, cls, sep, max_len, rng))
+    return out

@@ -87,7 +87,8 @@ class MaskedLM(Objective):
         selected = labels != IGNORE  # (B, T)
         logits = self.lm(hidden[selected])  # (N, V): only the ~15 % selected positions
         target = labels[selected]
-        loss = F.cross_entropy(logits.float(), target)
+        # a batch without a selected position (very short texts) contributes nothing, not NaN
+        loss = F.cross_entropy(logits.float(), target) if target.numel() else hidden.sum() * 0.0
         accuracy = (logits.argmax(-1) == target).float().mean() if target.numel() else torch.zeros(())
         return Loss(loss, {"mlm_accuracy": accuracy.detach()})
 

@@ -1,7 +1,12 @@
 """Pretraining objectives, one per file: data-side corruption, heads and loss."""
 from lmforge.objectives.base import IGNORE, Loss, Objective
 from lmforge.objectives.clm import CausalLM
+from lmforge.objectives.distillation import Distillation, student_from_teacher
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.pairs import PairMLM
+from lmforge.objectives.rtd import ReplacedTokenDetection
+from lmforge.objectives.span import SpanMLM
+from lmforge.objectives.structural import StructuralMLM
 
-__all__ = ["IGNORE", "CausalLM", "Loss", "MaskedLM", "Objective", "PairMLM"]
+__all__ = ["IGNORE", "CausalLM", "Distillation", "Loss", "MaskedLM", "Objective", "PairMLM",
+           "ReplacedTokenDetection", "SpanMLM", "StructuralMLM", "student_from_teacher"]

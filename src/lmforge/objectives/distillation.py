@@ -1,0 +1,142 @@
+"""DistilBERT's triple loss (Sanh et al. 2019, sec. 2-3): a student learns from a frozen teacher.
+
+    L = alpha * L_ce + beta * L_mlm + gamma * L_cos
+
+- L_ce, the distillation loss (Hinton et al. 2015): the teacher's soft targets at
+  temperature T, T^2 x KL(softmax(z_t / T) || softmax(z_s / T)) averaged over positions. It
+  differs from the paper's cross-entropy sum_i t_i log s_i by the teacher's entropy, a
+  constant: the same gradients, and 0 when the student matches. The reference code
+  (transformers' examples/research_projects/distillation, distiller.py) uses this KL with
+  "batchmean" and T^2, over every real position unless --restrict_ce_to_mask: `soft_on`.
+- L_mlm: the student's masked-LM loss at the masked positions (BERT's 15 %, 80/10/10).
+- L_cos: 1 - cos(h_s, h_t) between the last hidden states, averaged over real positions.
+
+Defaults are the reference README's training command (--alpha_ce 5.0 --alpha_mlm 2.0
+--alpha_cos 1.0) and train.py's --temperature 2.0. The student starts from the teacher
+(sec. 3, "taking one layer out of two"): `student_from_teacher`. Not reproduced: the
+reference's frequency-smoothed choice of masked tokens (--mlm_smoothing 0.7), its frozen
+position table (--freeze_pos_embs), and DistilBERT's removal of the segment table and the
+pooler (the student keeps the teacher's config but for its depth).
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmforge.heads import make_head
+from lmforge.model import from_config
+from lmforge.objectives.base import IGNORE, Loss
+from lmforge.objectives.mlm import MaskedLM
+
+SOFT_ON = ("real", "masked")  # positions of L_ce: every real token (reference default) or the masked ones
+# scripts/extract_distilbert.py's choice for a 12-layer BERT: every other layer, keeping the first and last
+DISTILBERT_LAYERS = (0, 2, 4, 7, 9, 11)
+_BLOCK = re.compile(r"^(encoder|decoder)\.blocks\.(\d+)\.")
+
+
+def every_other(n_layers: int) -> tuple:
+    """Teacher layers 0, 2, 4, ...: one out of two, n_layers // 2 of them (student block k <- teacher 2k)."""
+    return tuple(range(0, 2 * (n_layers // 2), 2))
+
+
+def _teacher_key(key: str, layers: tuple) -> str:
+    match = _BLOCK.match(key)
+    if match is None:  # embeddings, final norm, position biases, heads: the same name
+        return key
+    return f"{match.group(1)}.blocks.{layers[int(match.group(2))]}.{key[match.end():]}"
+
+
+def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = None) -> nn.Module:
+    """A student of the teacher's width whose block k copies teacher block layers[k] (default
+    `every_other`: block k <- block 2k); embeddings, final norm and heads are copied too."""
+    cfg = teacher.config
+    if cfg.architecture == "encoder-decoder" or cfg.share_layers:
+        raise ValueError("student_from_teacher takes an encoder or decoder with one block per layer")
+    layers = tuple(every_other(cfg.n_layers) if layers is None else layers)
+    if not layers or not all(0 <= i < cfg.n_layers for i in layers):
+        raise ValueError(f"layers {layers} must be a non-empty choice among the teacher's {cfg.n_layers}")
+    changes: dict = {"n_layers": len(layers)}
+    for field in ("attention_schedule", "window_schedule"):  # per-layer settings follow their layers
+        if getattr(cfg, field):
+            changes[field] = [getattr(cfg, field)[i] for i in layers]
+    student = from_config(cfg.replace(**changes), init=False)
+    for name, head in teacher.heads.items():
+        spec = dict(head.spec)
+        student.add_head(name, make_head(student, spec.pop("kind"), **spec))
+    source = teacher.state_dict()
+    student.load_state_dict({key: source[_teacher_key(key, layers)] for key in student.state_dict()})
+    return student
+
+
+def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """T^2 x mean over rows of KL(softmax(teacher / T) || softmax(student / T)), logits (N, V)."""
+    log_s = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    log_t = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    return F.kl_div(log_s, log_t, reduction="batchmean", log_target=True) * temperature ** 2
+
+
+def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor) -> torch.Tensor:
+    """Mean of 1 - cos(h_s, h_t) over rows (N, d): aligns the directions of the hidden states."""
+    return (1 - F.cosine_similarity(student_hidden.float(), teacher_hidden.float(), dim=-1)).mean()
+
+
+def _hidden(model: nn.Module, batch: dict) -> torch.Tensor:
+    """Last hidden states (B, T, d); attached heads are detached for the call so the vocabulary
+    projection runs only on the positions the loss needs."""
+    heads, model.heads = model.heads, nn.ModuleDict()
+    try:
+        return model(batch["input_ids"], batch["attention_mask"],
+                     segment_ids=batch.get("segment_ids")).last_hidden_state
+    finally:
+        model.heads = heads
+
+
+class Distillation(MaskedLM):
+    """DistilBERT: masked LM for the student plus the teacher's soft targets and hidden directions."""
+
+    name = "distillation"
+
+    def __init__(self, student, teacher, mask_id: int, alpha: float = 5.0, beta: float = 2.0, gamma: float = 1.0,
+                 temperature: float = 2.0, soft_on: str = "real", **mlm) -> None:
+        super().__init__(student, mask_id, **mlm)
+        if student.config.architecture != "encoder" or teacher.config.architecture != "encoder":
+            raise ValueError("masked-LM distillation needs an encoder teacher and student")
+        if "lm" not in teacher.heads:
+            raise ValueError("the teacher needs its masked-LM head ('lm') for the soft targets")
+        if teacher.config.vocab_size != student.config.vocab_size:
+            raise ValueError("teacher and student must share the vocabulary")
+        if gamma and teacher.config.d_model != student.config.d_model:
+            raise ValueError("the cosine loss compares hidden states: same d_model, or gamma=0")
+        if soft_on not in SOFT_ON or temperature <= 0:
+            raise ValueError(f"need soft_on in {SOFT_ON} and temperature > 0, got {soft_on!r}, {temperature}")
+        self.teacher = teacher.requires_grad_(False).eval()
+        self.alpha, self.beta, self.gamma, self.temperature, self.soft_on = alpha, beta, gamma, temperature, soft_on
+
+    def train(self, mode: bool = True) -> "Distillation":
+        """Train the student; the teacher stays in eval mode (no dropout) whatever the mode."""
+        super().train(mode)
+        self.teacher.eval()
+        return self
+
+    def forward(self, batch: dict) -> Loss:
+        """alpha L_ce + beta L_mlm + gamma L_cos on one padded batch; the teacher sees the same input."""
+        real, labels = batch["attention_mask"].bool(), batch["labels"]
+        soft = real if self.soft_on == "real" else labels != IGNORE  # (B, T): where L_ce is taken
+        with torch.no_grad():
+            t_hidden = _hidden(self.teacher, batch)
+            t_logits = self.teacher.heads["lm"](t_hidden[soft])  # (N, V)
+        s_hidden = _hidden(self.model, batch)
+        s_logits = self.lm(s_hidden[soft])  # (N, V); the masked positions are among them
+        target = labels[soft]
+        masked = target != IGNORE
+        l_ce = soft_cross_entropy(s_logits, t_logits, self.temperature)
+        l_mlm = F.cross_entropy(s_logits[masked].float(), target[masked]) if masked.any() else l_ce * 0.0
+        l_cos = cosine_loss(s_hidden[real], t_hidden[real]) if self.gamma else torch.zeros((), device=l_ce.device)
+        accuracy = (s_logits[masked].argmax(-1) == target[masked]).float().mean() if masked.any() else torch.zeros(())
+        metrics = {"ce_loss": l_ce.detach(), "mlm_loss": l_mlm.detach(), "cos_loss": l_cos.detach(),
+                   "mlm_accuracy": accuracy.detach()}
+        return Loss(self.alpha * l_ce + self.beta * l_mlm + self.gamma * l_cos, metrics)

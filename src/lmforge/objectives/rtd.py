@@ -1,0 +1,145 @@
+"""ELECTRA's replaced-token detection (Clark et al. 2020, sec. 2, eq. 1-2 and sec. 3.2).
+
+A small generator G, trained as a masked LM, fills the masked positions with tokens
+sampled from its softmax; the discriminator D (the model kept) predicts for every real
+position whether its token is the original or a replacement:
+
+    min  L_MLM(x, theta_G) + lambda * L_Disc(x, theta_D),   lambda = 50 (Table 6).
+
+A sampled token equal to the original counts as original (label 0). No gradient flows
+through the sampling, so G learns from its MLM loss only; the two meet in the embeddings
+they share. The generator is the discriminator's config with d_model, d_ff and n_heads
+scaled by `ratio` (Table 6: 1/4 small, 1/3 base, 1/4 large; scaling the heads keeps the
+head width, as the official code's n_heads = d_model / 64 does) at the same depth and the
+same embedding width E.
+
+Corruption follows the official code (pretrain_helpers.mask), not BERT: of the 15 %
+selected, 85 % become [MASK] and 15 % stay unchanged; there are no random replacements.
+The paper's text describes [MASK] only; the generator's samples are ELECTRA's replacements.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmforge.config import ModelConfig
+from lmforge.heads import make_head
+from lmforge.model import from_config
+from lmforge.objectives.base import IGNORE, Loss, Objective
+from lmforge.objectives.mlm import MaskedLM
+
+MASKING = (0.85, 0.0, 0.15)  # [MASK] / random / unchanged, official pretrain_helpers.mask
+SHARED = ("segments", "positions", "norm")  # the E-wide parts of Embeddings, besides the token table
+
+
+def generator_config(cfg: ModelConfig, ratio: float = 0.25) -> ModelConfig:
+    """The generator's config: d_model, d_ff and n_heads x ratio, same depth, same embedding width E."""
+    if not 0 < ratio <= 1:
+        raise ValueError(f"the generator ratio must be in (0, 1], got {ratio}")
+    d_model = max(1, round(cfg.d_model * ratio))
+    changes = dict(d_model=d_model, d_ff=max(1, round(cfg.d_ff * ratio)), n_heads=max(1, round(cfg.n_heads * ratio)),
+                   d_embed=cfg.embed_dim if cfg.embed_dim != d_model else None)
+    if cfg.n_kv_heads is not None:
+        changes["n_kv_heads"] = max(1, round(cfg.n_kv_heads * ratio))
+    return cfg.replace(**changes)
+
+
+def _shapes(module: nn.Module) -> dict:
+    return {k: (type(module), tuple(v.shape)) for k, v in module.state_dict().items()}
+
+
+def share_embeddings(generator: nn.Module, discriminator: nn.Module) -> list:
+    """Give the generator the discriminator's token table and, where shapes agree, its segment and
+    position tables and embedding norm (sec. 3.2: sharing the embeddings); returns what is shared.
+
+    Each model keeps its own E -> d_model projection, the only part whose shape differs."""
+    if generator.tokens.weight.shape != discriminator.tokens.weight.shape:
+        raise ValueError(f"the generator's token table {tuple(generator.tokens.weight.shape)} differs from the "
+                         f"discriminator's {tuple(discriminator.tokens.weight.shape)}: set d_embed and vocab_size alike")
+    generator.tokens = discriminator.tokens
+    shared = ["tokens"]
+    for name in SHARED:
+        mine, theirs = getattr(generator.embed, name), getattr(discriminator.embed, name)
+        if mine is not None and theirs is not None and _shapes(mine) == _shapes(theirs):
+            setattr(generator.embed, name, theirs)
+            shared.append(f"embed.{name}")
+    return shared
+
+
+@torch.no_grad()
+def sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """One token per row of logits (N, V) from softmax(logits / temperature); no gradient (sec. 2)."""
+    if logits.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long, device=logits.device)
+    return torch.multinomial(F.softmax(logits.float() / temperature, dim=-1), 1).squeeze(-1)
+
+
+def replace_tokens(input_ids: torch.Tensor, labels: torch.Tensor, sampled: torch.Tensor) -> tuple:
+    """x^corrupt (B, T): the original text with the samples at the masked positions, and the
+    discriminator's labels (B, T): 1 exactly where the token differs from the original."""
+    selected = labels != IGNORE
+    original = torch.where(selected, labels, input_ids)  # undo [MASK] (and any kept token)
+    corrupted = original.clone()
+    corrupted[selected] = sampled
+    return corrupted, (corrupted != original).long()
+
+
+class ReplacedTokenDetection(Objective):
+    """ELECTRA: a generator masked LM and the discriminator it trains, sharing their embeddings.
+
+    `model` is the discriminator; the generator is built from `generator` (a ModelConfig) or,
+    without one, from `generator_config(model.config, ratio)`, and kept as `self.generator`."""
+
+    name = "rtd"
+
+    def __init__(self, model, mask_id: int, ratio: float = 0.25, generator: ModelConfig | None = None,
+                 rate: float = 0.15, replace: tuple = MASKING, disc_weight: float = 50.0, gen_weight: float = 1.0,
+                 temperature: float = 1.0, whole_word: bool = False, special_ids: tuple = (), pad_id: int = 0) -> None:
+        super().__init__(model, pad_id)
+        if model.config.architecture != "encoder":
+            raise ValueError(f"replaced-token detection trains an encoder, not a {model.config.architecture}")
+        G = from_config(generator or generator_config(model.config, ratio))
+        self.shared = share_embeddings(G, model)
+        # the generator's masked LM (its tied LM head is built after sharing, so it ties to the shared table)
+        self.generator = MaskedLM(G, mask_id, rate=rate, replace=replace, whole_word=whole_word,
+                                  special_ids=special_ids, pad_id=pad_id)
+        self.rtd = model.heads["rtd"] if "rtd" in model.heads else make_head(model, "rtd")
+        self.disc_weight, self.gen_weight, self.temperature = disc_weight, gen_weight, temperature
+
+    def corrupt(self, example: dict, generator: torch.Generator) -> dict:
+        """The generator's masked-LM input: 15 % selected, labels = the originals there."""
+        return self.generator.corrupt(example, generator)
+
+    def _generate(self, batch: dict) -> tuple:
+        """The generator's MLM loss and logits at the selected positions, (N, V)."""
+        selected = batch["labels"] != IGNORE
+        hidden = self.generator.model(batch["input_ids"], batch["attention_mask"],
+                                      segment_ids=batch.get("segment_ids")).last_hidden_state
+        logits = self.generator.lm(hidden[selected]).float()  # (N, V): the selected positions only
+        target = batch["labels"][selected]
+        mlm = F.cross_entropy(logits, target) if target.numel() else logits.sum() * 0.0
+        accuracy = (logits.argmax(-1) == target).float().mean() if target.numel() else torch.zeros(())
+        return mlm, logits, accuracy
+
+    def forward(self, batch: dict) -> Loss:
+        """gen_weight x L_MLM + disc_weight x L_Disc, the BCE over every real position (eq. 1-2)."""
+        mlm, logits, mlm_accuracy = self._generate(batch)
+        corrupted, replaced = replace_tokens(batch["input_ids"], batch["labels"], sample(logits, self.temperature))
+        hidden = self.model(corrupted, batch["attention_mask"], segment_ids=batch.get("segment_ids")).last_hidden_state
+        scores = self.rtd(hidden)  # (B, T): logit that the token was replaced
+        real = batch["attention_mask"].bool()
+        target = replaced[real].float()
+        disc = F.binary_cross_entropy_with_logits(scores[real].float(), target)
+        metrics = {"mlm_loss": mlm.detach(), "mlm_accuracy": mlm_accuracy.detach(), "disc_loss": disc.detach(),
+                   "disc_accuracy": ((scores[real] > 0).float() == target).float().mean().detach(),
+                   "replaced": target.mean().detach()}
+        return Loss(self.gen_weight * mlm + self.disc_weight * disc, metrics)
+
+    def heads(self) -> dict:
+        """The discriminator's head, saved with it (ElectraForPreTraining's layout)."""
+        return {"rtd": self.rtd}
+
+    def finish_generator(self) -> nn.Module:
+        """The generator with its MLM head attached (ElectraForMaskedLM), should it be kept too."""
+        return self.generator.finish()

@@ -110,6 +110,103 @@ def cmd_embed(args) -> None:
     print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]})")
 
 
+def split_overrides(pairs: dict) -> tuple:
+    """key=value overrides -> (training options, model config fields), told apart by name."""
+    from dataclasses import fields
+
+    from lmforge.train import TrainConfig
+
+    train_keys = {f.name for f in fields(TrainConfig)}
+    return ({k: v for k, v in pairs.items() if k in train_keys},
+            {k: v for k, v in pairs.items() if k not in train_keys})
+
+
+def cmd_pretrain(args) -> None:
+    """Pretrain a preset with an objective; metrics, checkpoints, plots and DIR/final under --out."""
+    from lmforge.pretrain import pretrain
+    from lmforge.tokenizer import load_tokenizer
+    from lmforge.train import TrainConfig
+
+    train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
+    train = TrainConfig.from_dict({"seed": args.seed, **({"steps": args.steps} if args.steps else {}), **train})
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    pretrain(args.preset, args.objective, args.out, train, files=args.data, tokenizer=tokenizer,
+             overrides=model, resume=args.resume)
+    print(f"wrote {Path(args.out) / 'final'}")
+
+
+def cmd_generate(args) -> None:
+    """Continue a prompt with a model directory's LM head, streaming the new text."""
+    from lmforge.generate import generate
+    from lmforge.tokenizer import load_tokenizer
+
+    model, tokenizer = load_model(args.model), load_tokenizer(args.model)
+    ids = torch.tensor([tokenizer.encode(args.prompt, add_special_tokens=False).ids])
+    print(args.prompt, end="", flush=True)
+    stream = (lambda t: print(tokenizer.decode([int(t[0])]), end="", flush=True)) if args.stream else None
+    out = generate(model, ids, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
+                   temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
+                   generator=torch.Generator().manual_seed(args.seed), streamer=stream)
+    print("" if args.stream else tokenizer.decode(out[0, ids.shape[1]:].tolist()))
+
+
+def _training_parser(sub) -> None:
+    p = sub.add_parser("pretrain", help="pretrain a model (built-in corpus by default)")
+    p.add_argument("--preset", required=True, help="preset name (see `lmforge presets`)")
+    p.add_argument("--objective", required=True, choices=("mlm", "nsp", "sop", "clm"))
+    p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
+    p.add_argument("--config", help="YAML/JSON file of the same keys")
+    p.add_argument("--data", nargs="*", help="plain-text files (default: the built-in corpus)")
+    p.add_argument("--tokenizer", help="tokenizer directory (default: train one on the corpus)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
+    p.set_defaults(func=cmd_pretrain)
+    p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
+    p.add_argument("prompt")
+    p.add_argument("--model", required=True)
+    p.add_argument("--max-new-tokens", type=int, default=40)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_tokenizer_train(args) -> None:
+    """Train a tokenizer on text files (default: the built-in corpus) and save it under --out."""
+    from lmforge.data import corpus_text
+    from lmforge.tokenizer import train_tokenizer
+
+    source = [Path(f) for f in args.files] if args.files else corpus_text(args.docs, args.seed).splitlines()
+    tokenizer = train_tokenizer(source, args.kind, args.vocab_size, family=args.family,
+                                lowercase=args.lowercase, strip_accents=args.strip_accents,
+                                min_frequency=args.min_frequency)
+    tokenizer.save(args.out)
+    corpus = f"{len(args.files)} file(s)" if args.files else f"built-in corpus, {args.docs} documents"
+    print(f"wrote {args.out} ({args.kind}, {tokenizer.vocab_size} ids, {corpus})")
+
+
+def _tokenizer_parser(sub) -> None:
+    from lmforge.tokenizer.train import FAMILIES, KINDS
+
+    group = sub.add_parser("tokenizer", help="train tokenizers").add_subparsers(dest="action", required=True)
+    p = group.add_parser("train", help="train a tokenizer (tokenizer.json + tokenizer_config.json in --out)")
+    p.add_argument("files", nargs="*", help="plain-text files (default: the built-in corpus)")
+    p.add_argument("--kind", required=True, choices=KINDS)
+    p.add_argument("--vocab-size", type=int, required=True, help="ids, special tokens included")
+    p.add_argument("--family", choices=tuple(FAMILIES), help="special tokens and template (default: by kind)")
+    p.add_argument("--lowercase", action="store_true")
+    p.add_argument("--strip-accents", action="store_true", help="NFD, then drop combining marks")
+    p.add_argument("--min-frequency", type=int, default=2, help="least count of a merged pair")
+    p.add_argument("--out", required=True)
+    p.add_argument("--docs", type=int, default=5000, help="documents of the built-in corpus")
+    p.add_argument("--seed", type=int, default=0, help="seed of the built-in corpus")
+    p.set_defaults(func=cmd_tokenizer_train)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(prog="lmforge", description=__doc__.splitlines()[0])
@@ -142,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, help="tokens per text (default: the model's max_seq_length)")
     p.add_argument("--no-normalize", action="store_true", help="skip the L2 normalisation")
     p.set_defaults(func=cmd_embed)
+    _training_parser(sub)
+    _tokenizer_parser(sub)
     return parser
 
 

@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer as Backend
 
 from lmforge.config import atomic_write_text
+from lmforge.tokenizer.words import word_starts
 
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 PADDINGS = ("longest", "max_length")
@@ -170,6 +171,10 @@ class Tokenizer:
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def word_starts(self, ids) -> list:
+        """True at the first piece of each word of `ids` (see lmforge.tokenizer.words)."""
+        return word_starts(self, ids)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write tokenizer.json and tokenizer_config.json (special tokens) to the directory `path`."""

@@ -1,0 +1,196 @@
+"""Training a tokenizer from text with the `tokenizers` library trainers.
+
+Four kinds of subword model, each with the pre-tokenisation and decoding that go with it:
+
+    wordpiece      WordPiece (Wu et al. 2016; BERT): split on spaces and punctuation, "##" continuations
+    bpe            BPE (Sennrich et al. 2016): split on spaces and punctuation, "</w>" ends a word
+    bytelevel-bpe  byte-level BPE (GPT-2): every byte has a token, "Ġ" marks a leading space; lossless
+    unigram        unigram LM (Kudo 2018; SentencePiece, T5): "▁" marks a leading space
+
+and four families of special tokens and templates (the default follows the kind):
+
+    bert     [PAD] [UNK] [CLS] [SEP] [MASK]    [CLS] A [SEP] B [SEP] (B with segment id 1)
+    roberta  <s> <pad> </s> <unk> <mask>       <s> A </s></s> B </s>
+    gpt2     <|endoftext|>                     no template
+    t5       <pad> </s> <unk>                  A </s>; <extra_id_0..99> on top of vocab_size,
+                                               <extra_id_0> the highest id (as T5 does)
+
+The special tokens take the first ids, in the order listed.
+
+Reproducibility: byte-level BPE trains to the same tokenizer every run. The other
+trainers of tokenizers 0.23 number some tokens in hash-map order ("##c", "c</w>", Unigram's
+required characters), which also breaks ties between equally frequent merges, so ids, and
+for WordPiece even the vocabulary, can differ between runs on the same text
+(huggingface/tokenizers#1794): train once, save, and load the directory.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer as Backend
+from tokenizers.models import BPE, Unigram, WordPiece
+
+from lmforge.tokenizer.load import BERT_TOKENS, GPT2_TOKENS, ROBERTA_TOKENS, post_processor
+from lmforge.tokenizer.wrapper import Tokenizer, TokenizerError
+
+KINDS = ("wordpiece", "bpe", "bytelevel-bpe", "unigram")
+DEFAULT_FAMILY = {"wordpiece": "bert", "bpe": "bert", "bytelevel-bpe": "roberta", "unigram": "t5"}
+END_OF_WORD = "</w>"  # the suffix of the last piece of a word in plain BPE
+N_SENTINELS = 100  # T5's <extra_id_*>
+
+
+@dataclass(frozen=True)
+class Family:
+    """Special tokens (in id order), their roles and the template style of load.post_processor."""
+
+    specials: tuple
+    roles: dict
+    style: str | None
+    sentinels: int = 0
+
+
+FAMILIES = {
+    "bert": Family(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), BERT_TOKENS, "bert"),
+    "roberta": Family(("<s>", "<pad>", "</s>", "<unk>", "<mask>"), ROBERTA_TOKENS, "roberta"),
+    "gpt2": Family(("<|endoftext|>",), GPT2_TOKENS, None),
+    "t5": Family(("<pad>", "</s>", "<unk>"), {"pad": "<pad>", "eos": "</s>", "unk": "<unk>"}, "t5",
+                 N_SENTINELS),
+}
+
+
+def normalizer(lowercase: bool, strip_accents: bool):
+    """Lower-casing and accent stripping (NFD, then drop the combining marks), only when asked."""
+    steps = [normalizers.NFD(), normalizers.StripAccents()] if strip_accents else []
+    steps += [normalizers.Lowercase()] if lowercase else []
+    return normalizers.Sequence(steps) if steps else None
+
+
+def backend_and_trainer(kind: str, vocab_size: int, family: Family, min_frequency: int) -> tuple:
+    """An untrained backend (model, pre-tokenizer, decoder) and the trainer for it."""
+    roles = family.roles
+    # RoBERTa's <mask> takes the space before it: byte-level words carry their leading space
+    lstrip = {roles["mask"]} if family.style == "roberta" else set()
+    specials = [AddedToken(t, special=True, normalized=False, lstrip=t in lstrip) for t in family.specials]
+    common = {"vocab_size": vocab_size, "special_tokens": specials, "show_progress": False}
+    unk = roles["unk"]
+    if kind == "wordpiece":
+        backend = Backend(WordPiece(unk_token=unk))
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        backend.decoder = decoders.WordPiece(prefix="##")
+        return backend, trainers.WordPieceTrainer(min_frequency=min_frequency, **common)
+    if kind == "bpe":
+        backend = Backend(BPE(unk_token=unk, end_of_word_suffix=END_OF_WORD))
+        backend.pre_tokenizer = pre_tokenizers.Whitespace()
+        backend.decoder = decoders.BPEDecoder(suffix=END_OF_WORD)
+        trainer = trainers.BpeTrainer(min_frequency=min_frequency, end_of_word_suffix=END_OF_WORD, **common)
+        return backend, trainer
+    if kind == "bytelevel-bpe":  # no unknown token: all 256 bytes are in the alphabet
+        backend = Backend(BPE(fuse_unk=False))
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = decoders.ByteLevel()
+        return backend, trainers.BpeTrainer(min_frequency=min_frequency,
+                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), **common)
+    backend = Backend(Unigram())
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    return backend, trainers.UnigramTrainer(unk_token=unk, **common)
+
+
+def _check_options(kind: str, vocab_size: int, family: str, min_frequency: int) -> Family:
+    if kind not in KINDS:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; kinds are {', '.join(KINDS)}")
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tokenizer family {family!r}; families are {', '.join(FAMILIES)}")
+    spec = FAMILIES[family]
+    # byte-level BPE starts from the 256 bytes; the other kinds need room beyond the specials
+    least = len(spec.specials) + (256 if kind == "bytelevel-bpe" else 1)
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < least:
+        raise ValueError(f"vocab_size must be an integer >= {least} for {kind} with {family} special "
+                         f"tokens, got {vocab_size!r}")
+    if not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ValueError(f"min_frequency must be a positive integer, got {min_frequency!r}")
+    return spec
+
+
+def _blank_file(file: Path) -> bool:
+    """True when a file holds no text (stops at the first non-blank line)."""
+    try:
+        with open(file, encoding="utf-8") as handle:
+            return not any(line.strip() for line in handle)
+    except UnicodeDecodeError as err:
+        raise TokenizerError(f"{file} is not UTF-8 text: {err}") from None
+
+
+def corpus_files(source) -> list | None:
+    """The files of `source` (a path, or a list of paths), checked; None when it is a list of texts.
+
+    A list counts as files when its items are path objects, or strings that all name existing files.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        source = [source]
+    if not isinstance(source, (list, tuple)) or not source:
+        return None
+    paths = all(isinstance(s, os.PathLike) for s in source)
+    if not paths and not all(isinstance(s, str) and os.path.isfile(s) for s in source):
+        return None  # texts, not file names
+    files = [Path(s) for s in source]
+    for file in files:
+        if not file.exists():
+            raise FileNotFoundError(f"no such file: {file}")
+        if not file.is_file():
+            raise TokenizerError(f"{file} is not a file")
+    if all(_blank_file(f) for f in files):
+        raise TokenizerError(f"empty corpus: {', '.join(map(str, files))} hold no text")
+    return files
+
+
+def _texts(source: Iterable, seen: list):
+    """The texts of `source`, counting the non-blank ones in seen[0]."""
+    for text in source:
+        if not isinstance(text, str):
+            raise TypeError(f"corpus texts must be str, got {type(text).__name__}")
+        seen[0] += bool(text.strip())
+        yield text
+
+
+def _run(backend: Backend, trainer, source, kind: str) -> None:
+    """Train `backend` in place on the files or texts of `source`."""
+    files = corpus_files(source)
+    seen = [0]
+    try:
+        if files is not None:
+            backend.train([str(f) for f in files], trainer)
+        else:
+            backend.train_from_iterator(_texts(source, seen), trainer)
+    except (TokenizerError, TypeError):
+        raise
+    except Exception as err:  # the Rust trainers raise plain Exceptions
+        raise TokenizerError(f"cannot train a {kind} tokenizer: {err}") from None
+    if files is None and not seen[0]:
+        raise TokenizerError("empty corpus: no non-blank text to train on")
+
+
+def train_tokenizer(source, kind: str, vocab_size: int, family: str | None = None, lowercase: bool = False,
+                    strip_accents: bool = False, min_frequency: int = 2) -> Tokenizer:
+    """Train a `kind` tokenizer of about `vocab_size` ids (specials included) on files or texts.
+
+    `source` is a file path, a list of file paths or an iterable of texts (a text may hold
+    many lines). `family` picks the special tokens and template (default: by kind, see the
+    module docstring). `min_frequency` is the least count of a merged pair (not for unigram).
+    """
+    family = family or DEFAULT_FAMILY.get(kind, "bert")
+    spec = _check_options(kind, vocab_size, family, min_frequency)
+    backend, trainer = backend_and_trainer(kind, vocab_size, spec, min_frequency)
+    backend.normalizer = normalizer(lowercase, strip_accents)
+    _run(backend, trainer, source, kind)
+    tokens = dict(spec.roles)
+    backend.add_special_tokens([AddedToken(f"<extra_id_{i}>", special=True, normalized=False)
+                                for i in reversed(range(spec.sentinels))])
+    processor = post_processor(backend, spec.style, tokens) if spec.style else None
+    if processor is not None:
+        backend.post_processor = processor
+    return Tokenizer(backend, tokens)

@@ -1,0 +1,55 @@
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.pretrain import read_documents
+from lmforge.tokenizer import load_tokenizer
+
+
+def test_pretrain_mlm_on_the_builtin_corpus_and_resume(tmp_path):
+    out = tmp_path / "run"
+    args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "6",
+            "batch_size=4", "log_every=2", "save_every=3", "progress=false", "n_layers=1", "d_model=32",
+            "n_heads=2", "d_ff=64"]
+    assert main(args) == 0
+    model = lmforge.load(out / "final")
+    tokenizer = load_tokenizer(out / "final")
+    assert model.config.vocab_size == tokenizer.vocab_size and "lm" in model.heads
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [2, 4, 6] and (out / "loss.png").is_file()
+    ids = torch.tensor([tokenizer.encode("Tosk is a city.").ids])
+    assert model(ids).logits.shape == (1, ids.shape[1], tokenizer.vocab_size)
+    # a longer run resumes from the last checkpoint with the tokenizer the run already has
+    assert main(args[:8] + ["12"] + args[9:] + ["--resume"]) == 0
+    assert (out / "checkpoints" / "step-0000012").is_dir()
+    assert load_tokenizer(out / "tokenizer").vocab_size == tokenizer.vocab_size
+
+
+@pytest.mark.parametrize("objective,preset", [("nsp", "bert-tiny"), ("clm", "gpt2")])
+def test_pretrain_other_objectives(tmp_path, objective, preset):
+    args = ["pretrain", "--preset", preset, "--objective", objective, "--out", str(tmp_path), "--steps", "2",
+            "batch_size=2", "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
+            "max_seq_len=64"]
+    assert main(args) == 0
+    heads = set(lmforge.load(tmp_path / "final").heads)
+    assert heads == ({"lm", "nsp"} if objective == "nsp" else {"lm"})
+
+
+def test_bad_requests_exit_2(tmp_path, capsys):
+    assert main(["pretrain", "--preset", "gpt2", "--objective", "mlm", "--out", str(tmp_path)]) == 2
+    assert "does not fit" in capsys.readouterr().err
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(tmp_path / "typo"),
+                 "warmpu=3"]) == 2  # neither a training option nor a model field
+    assert "warmpu" in capsys.readouterr().err and not (tmp_path / "typo").exists()
+    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe text")
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(tmp_path / "x"),
+                 "--data", str(tmp_path / "bad.txt")]) == 2
+    assert "UTF-8" in capsys.readouterr().err
+
+
+def test_read_documents_splits_blocks_and_sentences(tmp_path):
+    (tmp_path / "a.txt").write_text("One. Two!\nThree?\n\n\nFour.\n")
+    assert read_documents([tmp_path / "a.txt"]) == [["One.", "Two!", "Three?"], ["Four."]]

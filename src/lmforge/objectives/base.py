@@ -15,6 +15,7 @@ carries them (an MLM-trained BERT saves as BertForMaskedLM).
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 
 import torch
@@ -40,8 +41,9 @@ def pad(rows: list, value: int, dtype=torch.long) -> torch.Tensor:
     return out
 
 
-class Objective(nn.Module):
-    """Base class: keeps the model, pads batches, attaches heads at the end."""
+class Objective(nn.Module, abc.ABC):
+    """Base class: keeps the model, pads batches, attaches heads at the end; subclasses define
+    `forward`."""
 
     name = "objective"
 
@@ -68,9 +70,9 @@ class Objective(nn.Module):
         batch["attention_mask"] = (torch.arange(batch["input_ids"].shape[1])[None] < lengths[:, None]).long()
         return batch
 
+    @abc.abstractmethod
     def forward(self, batch: dict) -> Loss:
         """A padded batch -> Loss."""
-        raise NotImplementedError
 
     def heads(self) -> dict:
         """The heads this objective trains, by name (attached to the kept model by `finish`)."""

@@ -28,14 +28,19 @@ def test_pretrain_mlm_on_the_builtin_corpus_and_resume(tmp_path):
     assert load_tokenizer(out / "tokenizer").vocab_size == tokenizer.vocab_size
 
 
-@pytest.mark.parametrize("objective,preset", [("nsp", "bert-tiny"), ("clm", "gpt2")])
+HEADS = {"nsp": {"lm", "nsp"}, "clm": {"lm"}, "wwm": {"lm"}, "span": {"lm"}, "structural": {"lm", "sso"},
+         "rtd": {"rtd"}}
+
+
+@pytest.mark.parametrize("objective,preset", [("nsp", "bert-tiny"), ("clm", "gpt2"), ("wwm", "bert-tiny"),
+                                              ("span", "bert-tiny"), ("structural", "bert-tiny"),
+                                              ("rtd", "electra-small")])
 def test_pretrain_other_objectives(tmp_path, objective, preset):
     args = ["pretrain", "--preset", preset, "--objective", objective, "--out", str(tmp_path), "--steps", "2",
             "batch_size=2", "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
             "max_seq_len=64"]
     assert main(args) == 0
-    heads = set(lmforge.load(tmp_path / "final").heads)
-    assert heads == ({"lm", "nsp"} if objective == "nsp" else {"lm"})
+    assert set(lmforge.load(tmp_path / "final").heads) == HEADS[objective]
 
 
 def test_bad_requests_exit_2(tmp_path, capsys):

@@ -153,7 +153,9 @@ def cmd_generate(args) -> None:
 def _training_parser(sub) -> None:
     p = sub.add_parser("pretrain", help="pretrain a model (built-in corpus by default)")
     p.add_argument("--preset", required=True, help="preset name (see `lmforge presets`)")
-    p.add_argument("--objective", required=True, choices=("mlm", "nsp", "sop", "clm"))
+    p.add_argument("--objective", required=True,
+                   choices=("mlm", "wwm", "nsp", "sop", "span", "structural", "rtd", "clm"),
+                   help="mlm, whole-word mlm, +NSP, +SOP, SpanBERT, StructBERT, ELECTRA, causal LM")
     p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
     p.add_argument("--config", help="YAML/JSON file of the same keys")
     p.add_argument("--data", nargs="*", help="plain-text files (default: the built-in corpus)")

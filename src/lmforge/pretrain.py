@@ -14,14 +14,17 @@ import shutil
 import time
 from pathlib import Path
 
-from lmforge.data.examples import blocks, nsp_pairs, pack_sentences, sop_pairs
+from lmforge.data.examples import blocks, nsp_pairs, pack_sentences, sop_pairs, sso_pairs
 from lmforge.data.synthetic import documents
 from lmforge.model import from_config
-from lmforge.objectives import CausalLM, MaskedLM, PairMLM
+from lmforge.objectives import (CausalLM, MaskedLM, PairMLM, ReplacedTokenDetection, SpanMLM,
+                                StructuralMLM)
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig, Trainer
 
-OBJECTIVES = ("mlm", "nsp", "sop", "clm")
+OBJECTIVES = ("mlm", "wwm", "nsp", "sop", "span", "structural", "rtd", "clm")
+PAIRS = {"nsp": nsp_pairs, "sop": sop_pairs, "structural": sso_pairs}
+WORDS = ("wwm", "span")  # objectives that need word boundaries
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -52,13 +55,15 @@ def tokenize_documents(tokenizer, docs: list) -> list:
 def build_examples(objective: str, docs: list, tokenizer, max_len: int, seed: int) -> list:
     """The examples `objective` trains on, from tokenised documents."""
     cls, sep = tokenizer.special_id("cls"), tokenizer.special_id("sep")
-    if objective in ("nsp", "sop"):
-        build = nsp_pairs if objective == "nsp" else sop_pairs
-        return build(docs, cls, sep, max_len=max_len, seed=seed)
-    if objective == "mlm":
-        return pack_sentences(docs, cls, sep, max_len=max_len, cross_documents=True)
-    eos = tokenizer.special_id("eos") or sep
-    return blocks(docs, max_len, eos=eos)
+    if objective in PAIRS:
+        return PAIRS[objective](docs, cls, sep, max_len=max_len, seed=seed)
+    if objective == "clm":
+        return blocks(docs, max_len, eos=tokenizer.special_id("eos") or sep)
+    examples = pack_sentences(docs, cls, sep, max_len=max_len, cross_documents=True)
+    if objective in WORDS:
+        for e in examples:
+            e["word_starts"] = tokenizer.word_starts(e["input_ids"])
+    return examples
 
 
 def make_objective(name: str, model, tokenizer):
@@ -70,9 +75,16 @@ def make_objective(name: str, model, tokenizer):
     mask = tokenizer.special_id("mask")
     if mask is None:
         raise ValueError(f"objective {name!r} needs a tokenizer with a mask token")
-    if name == "mlm":
-        return MaskedLM(model, mask, special_ids=special, pad_id=pad)
-    return PairMLM(model, mask, task=name, special_ids=special, pad_id=pad)
+    common = dict(special_ids=special, pad_id=pad)
+    if name in ("mlm", "wwm"):
+        return MaskedLM(model, mask, whole_word=name == "wwm", **common)
+    if name == "span":
+        return SpanMLM(model, mask, **common)
+    if name == "structural":
+        return StructuralMLM(model, mask, **common)
+    if name == "rtd":
+        return ReplacedTokenDetection(model, mask, **common)
+    return PairMLM(model, mask, task=name, **common)
 
 
 def default_tokenizer(objective: str, docs: list, vocab_size: int):

@@ -136,3 +136,15 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path):
     resumed = Trainer(mlm_objective(seed=9), data, quick(steps=40, save_every=1), run).fit(resume=True)
     assert_same_weights(_weights(resumed), full)
     assert json.loads((run / "checkpoints" / "step-0000040" / "trainer.json").read_text())["step"] == 40
+
+
+def test_bf16_autocast_trains_with_fp32_weights(tmp_path):
+    objective = clm_objective()
+    trainer = Trainer(objective, toy_data(), quick(steps=4, precision="bf16"), tmp_path)
+    seen = []
+    # projections run in bf16 (norms and the loss stay fp32 under autocast)
+    objective.model.decoder.blocks[0].attn.qkv.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    trainer.fit()
+    assert seen and all(d == torch.bfloat16 for d in seen)
+    assert all(p.dtype == torch.float32 for p in objective.parameters())
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in read_metrics(tmp_path / "metrics.jsonl"))

@@ -1,12 +1,12 @@
-import json
-
 import pytest
 import torch
-import torch.nn.functional as F
 
 import lmforge
 
-from tests.parity.helpers import assert_parity, padded_batch, save_reference, transformers
+from tests.parity.helpers import (assert_bare_seq2seq_parity, assert_export_state_dicts, assert_load_refuses,
+                                  assert_parity, assert_seq2seq_greedy_parity, assert_seq2seq_parity,
+                                  assert_span_logits_parity, load_reference, padded_batch, shift_right,
+                                  transformers)
 
 PAD, BOS, EOS = 1, 0, 2
 
@@ -24,10 +24,9 @@ def _reference(architecture="BartForConditionalGeneration", **kw):
     return reference.eval()
 
 
-def _shift_right(labels, start=EOS, pad=PAD):
-    """BART's decoder inputs: labels shifted right behind decoder_start_token_id, -100 read as pad."""
-    shifted = torch.cat([torch.full_like(labels[:, :1], start), labels[:, :-1]], dim=1)
-    return shifted.masked_fill(shifted == -100, pad)
+def _shift_right(labels):
+    """BART's decoder inputs: labels shifted right behind decoder_start_token_id (eos)."""
+    return shift_right(labels, EOS, PAD)
 
 
 def _sentences(seed=0):
@@ -42,38 +41,23 @@ def _sentences(seed=0):
 @pytest.mark.parametrize("scale_embedding", [False, True])
 def test_hidden_states_logits_and_loss_on_padded_batches(tmp_path, scale_embedding):
     reference = _reference(scale_embedding=scale_embedding)
-    model = lmforge.load(save_reference(reference, tmp_path))
+    model = load_reference(reference, tmp_path)
     ids, mask = padded_batch(99)
     target, decoder_mask = padded_batch(99, lengths=(5, 7, 2), seed=1)
     labels = target.masked_fill(decoder_mask == 0, -100)
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask, labels=labels, decoder_attention_mask=decoder_mask,
-                           output_hidden_states=True)
-        ours = model(ids, mask, decoder_input_ids=_shift_right(labels), decoder_attention_mask=decoder_mask)
-    assert_parity(ours.encoder_last_hidden_state, theirs.encoder_last_hidden_state, mask)
-    assert_parity(ours.last_hidden_state, theirs.decoder_hidden_states[-1], decoder_mask)
-    assert_parity(ours.logits, theirs.logits, decoder_mask)
-    loss = F.cross_entropy(ours.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
-    torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
+    assert_seq2seq_parity(model, reference, ids, mask, labels, _shift_right(labels), decoder_mask)
 
 
 def test_bare_model(tmp_path):
     reference = _reference("BartModel")
-    model = lmforge.load(save_reference(reference, tmp_path))
+    model = load_reference(reference, tmp_path)
     ids, mask = _sentences()
-    decoder_ids = _shift_right(ids)
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask, decoder_input_ids=decoder_ids,
-                           decoder_attention_mask=mask)
-        ours = model(ids, mask, decoder_input_ids=decoder_ids, decoder_attention_mask=mask)
-    assert not model.heads
-    assert_parity(ours.last_hidden_state, theirs.last_hidden_state, mask)
-    assert_parity(ours.encoder_last_hidden_state, theirs.encoder_last_hidden_state, mask)
+    assert_bare_seq2seq_parity(model, reference, ids, mask, _shift_right(ids), mask)
 
 
 def test_sequence_classification_pools_the_final_eos(tmp_path):
     reference = _reference("BartForSequenceClassification", num_labels=3)
-    model = lmforge.load(save_reference(reference, tmp_path))
+    model = load_reference(reference, tmp_path)
     ids, mask = _sentences(seed=2)
     with torch.no_grad():
         theirs = reference(ids, attention_mask=mask).logits  # decoder inputs: ids shifted right
@@ -84,27 +68,18 @@ def test_sequence_classification_pools_the_final_eos(tmp_path):
 
 def test_question_answering(tmp_path):
     reference = _reference("BartForQuestionAnswering")
-    model = lmforge.load(save_reference(reference, tmp_path))
+    model = load_reference(reference, tmp_path)
     ids, mask = _sentences(seed=3)
     with torch.no_grad():
         theirs = reference(ids, attention_mask=mask)
         ours = model(ids, mask, decoder_input_ids=_shift_right(ids), decoder_attention_mask=mask).logits
-    assert_parity(ours[..., 0], theirs.start_logits, mask)
-    assert_parity(ours[..., 1], theirs.end_logits, mask)
+    assert_span_logits_parity(ours, theirs, mask)
 
 
 @pytest.mark.parametrize("architecture", ["BartForConditionalGeneration", "BartForSequenceClassification"])
 def test_export_round_trip_gives_the_same_state_dicts(tmp_path, architecture):
     reference = _reference(architecture)
-    model = lmforge.load(save_reference(reference, tmp_path / "in"))
-    model.save(tmp_path / "out", format="hf")
-    again = getattr(transformers, architecture).from_pretrained(tmp_path / "out").eval()
-    ours, theirs = again.state_dict(), reference.state_dict()
-    assert ours.keys() == theirs.keys()
-    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
-    back = lmforge.load(tmp_path / "out")
-    assert back.state_dict().keys() == model.state_dict().keys()
-    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+    assert_export_state_dicts(load_reference(reference, tmp_path / "in"), reference, tmp_path / "out")
 
 
 def test_lmforge_model_exports_to_a_directory_the_reference_loads(tmp_path):
@@ -122,7 +97,7 @@ def test_lmforge_model_exports_to_a_directory_the_reference_loads(tmp_path):
 
 def test_greedy_generation_matches_reference(tmp_path):
     reference = _reference()
-    model = lmforge.load(save_reference(reference, tmp_path))
+    model = load_reference(reference, tmp_path)
     ids, mask = _sentences(seed=5)
     with torch.no_grad():
         theirs = reference.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False)
@@ -136,27 +111,14 @@ def test_greedy_generation_with_its_own_lm_head_and_an_early_eos(tmp_path):
     reference = _reference()
     own = torch.randn(99, 32, generator=torch.Generator().manual_seed(2))
     reference.lm_head.weight = torch.nn.Parameter(own)
-    model = lmforge.load(save_reference(reference, tmp_path))
+    model = load_reference(reference, tmp_path)
     assert not model.config.tie_embeddings
-    ids, mask = _sentences(seed=5)
-    with torch.no_grad():
-        theirs = reference.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False)
-        ours = lmforge.generate(model, ids, attention_mask=mask, max_new_tokens=20)
-        assert len(set(ours[0].tolist())) > 5
-        assert torch.equal(ours, theirs)
-        stop = int(theirs[0, 3])  # a token row 0 emits at step 3 becomes eos: the row stops there
-        theirs = reference.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False,
-                                    eos_token_id=stop)
-        ours = lmforge.generate(model, ids, attention_mask=mask, max_new_tokens=20, eos_token_id=stop)
-    assert ours[0, 4:].eq(PAD).all()
-    assert torch.equal(ours, theirs)
+    free = assert_seq2seq_greedy_parity(model, reference, *_sentences(seed=5), pad=PAD)
+    assert len(set(free[0].tolist())) > 5
 
 
 @pytest.mark.parametrize("option, value", [("decoder_attention_heads", 2), ("decoder_ffn_dim", 32),
                                            ("normalize_before", True), ("activation_function", "tanh")])
 def test_unsupported_options_are_named(tmp_path, option, value):
-    save_reference(_reference("BartModel"), tmp_path)
-    hf = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**hf, option: value}))
-    with pytest.raises(ValueError, match=option if option != "activation_function" else "tanh"):
-        lmforge.load(tmp_path)
+    match = option if option != "activation_function" else "tanh"
+    assert_load_refuses(_reference("BartModel"), tmp_path, ValueError, match, **{option: value})

@@ -8,11 +8,13 @@ from lmforge.convert.keymap import FIXES, INVERSES
 from tests.parity.helpers import (
     assert_causal_lm_parity,
     assert_export_round_trip,
+    assert_forward_parity,
     assert_greedy_parity,
-    assert_parity,
+    assert_load_refuses,
+    assert_question_answering_parity,
     left_padded_batch,
+    load_reference,
     padded_batch,
-    save_reference,
     transformers,
 )
 
@@ -27,7 +29,7 @@ def bloom_config(**overrides):
 def _pair(tmp_path, architecture="BloomForCausalLM", **overrides):
     torch.manual_seed(0)
     reference = getattr(transformers, architecture)(bloom_config(**overrides)).eval()
-    return reference, lmforge.load(save_reference(reference, tmp_path / "reference"))
+    return reference, load_reference(reference, tmp_path / "reference")
 
 
 def test_qkv_per_head_regroups_rows_and_inverts():
@@ -53,34 +55,25 @@ def test_causal_lm_hidden_states_logits_and_loss(tmp_path, overrides):
                                           "BloomForTokenClassification"])
 def test_base_and_classification_models(tmp_path, architecture):
     reference, model = _pair(tmp_path, architecture, num_labels=3)
-    ids, mask = padded_batch(99, seed=1)
-    ids = ids.masked_fill(mask == 0, 1)  # the reference finds the last real token by pad id
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask)
-        ours = model(ids, mask)
+    # the reference finds the last real token by pad id
+    ids, mask = padded_batch(99, seed=1, pad=1)
     if architecture == "BloomModel":
-        assert_parity(ours.last_hidden_state, theirs.last_hidden_state, mask)
+        assert_forward_parity(model, reference, ids, mask, "last_hidden_state")
     else:
-        assert_parity(ours.logits, theirs.logits, mask if ours.logits.dim() == 3 else None)
+        per_token = architecture.endswith("TokenClassification")
+        assert_forward_parity(model, reference, ids, mask, per_token=per_token)
 
 
 def test_question_answering_start_and_end_logits(tmp_path):
     reference, model = _pair(tmp_path, "BloomForQuestionAnswering")
-    ids, mask = padded_batch(99, seed=2)
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask)
-        ours = model(ids, mask).logits
-    assert_parity(ours[..., 0], theirs.start_logits, mask)
-    assert_parity(ours[..., 1], theirs.end_logits, mask)
+    assert_question_answering_parity(model, reference, *padded_batch(99, seed=2))
 
 
 @pytest.mark.parametrize("architecture", ["BloomForCausalLM", "BloomForSequenceClassification"])
 def test_export_round_trip_of_an_imported_model(tmp_path, architecture):
     reference, model = _pair(tmp_path, architecture)
-    ids, mask = padded_batch(99, seed=3)
-    ids = ids.masked_fill(mask == 0, 1)
-    reference_class = getattr(transformers, architecture)
-    assert_export_round_trip(model, reference_class, tmp_path / "hf", ids, mask, reference)
+    ids, mask = padded_batch(99, seed=3, pad=1)
+    assert_export_round_trip(model, type(reference), tmp_path / "hf", ids, mask, reference)
 
 
 def test_export_of_the_tiny_preset(tmp_path):
@@ -88,8 +81,7 @@ def test_export_of_the_tiny_preset(tmp_path):
 
     model = lmforge.build(lmforge.tiny("bloom-560m", d_ff=128)).eval()  # the reference fixes 4 d_model
     attach(model, "lm")
-    ids, mask = padded_batch(99, seed=4)
-    assert_export_round_trip(model, transformers.BloomForCausalLM, tmp_path / "hf", ids, mask)
+    assert_export_round_trip(model, transformers.BloomForCausalLM, tmp_path / "hf", *padded_batch(99, seed=4))
 
 
 def test_greedy_generation_on_a_left_padded_batch(tmp_path):
@@ -100,5 +92,5 @@ def test_greedy_generation_on_a_left_padded_batch(tmp_path):
 
 def test_residual_after_the_norm_is_refused(tmp_path):
     reference = transformers.BloomModel(bloom_config(apply_residual_connection_post_layernorm=True))
-    with pytest.raises(ConfigError, match="apply_residual_connection_post_layernorm"):
-        load_hf(save_reference(reference, tmp_path))
+    option = "apply_residual_connection_post_layernorm"
+    assert_load_refuses(reference, tmp_path, ConfigError, option, load=load_hf)

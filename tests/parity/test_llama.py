@@ -7,11 +7,13 @@ from lmforge.convert import load_hf
 from tests.parity.helpers import (
     assert_causal_lm_parity,
     assert_export_round_trip,
+    assert_forward_parity,
     assert_greedy_parity,
-    assert_parity,
+    assert_load_refuses,
+    assert_logits_and_loss_parity,
     left_padded_batch,
+    load_reference,
     padded_batch,
-    save_reference,
     transformers,
 )
 
@@ -27,7 +29,7 @@ def llama_config(**overrides):
 def _pair(tmp_path, architecture="LlamaForCausalLM", **overrides):
     torch.manual_seed(0)
     reference = getattr(transformers, architecture)(llama_config(**overrides)).eval()
-    return reference, lmforge.load(save_reference(reference, tmp_path / "reference"))
+    return reference, load_reference(reference, tmp_path / "reference")
 
 
 VARIANTS = [
@@ -48,38 +50,28 @@ def test_causal_lm_hidden_states_logits_and_loss(tmp_path, overrides):
 
 def test_base_model_hidden_states(tmp_path):
     reference, model = _pair(tmp_path, "LlamaModel")
-    ids, mask = padded_batch(99, seed=1)
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask).last_hidden_state
-        assert_parity(model(ids, mask).last_hidden_state, theirs, mask)
+    assert_forward_parity(model, reference, *padded_batch(99, seed=1), "last_hidden_state")
 
 
 def test_sequence_classification_scores_the_last_real_token(tmp_path):
     reference, model = _pair(tmp_path, "LlamaForSequenceClassification", num_labels=3)
-    ids, mask = padded_batch(99, seed=2)
-    ids = ids.masked_fill(mask == 0, 1)  # the reference finds the last real token by pad id
+    # the reference finds the last real token by pad id
+    ids, mask = padded_batch(99, seed=2, pad=1)
     labels = torch.tensor([0, 2, 1])
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask, labels=labels)
-        ours = model(ids, mask).logits
-    assert_parity(ours, theirs.logits)
-    torch.testing.assert_close(torch.nn.functional.cross_entropy(ours, labels), theirs.loss)
+    # the loss at assert_close's own float32 tolerances
+    assert_logits_and_loss_parity(model, reference, ids, mask, labels, atol=1e-5, rtol=1.3e-6)
 
 
 def test_token_classification(tmp_path):
     reference, model = _pair(tmp_path, "LlamaForTokenClassification", num_labels=5)
-    ids, mask = padded_batch(99, seed=3)
-    with torch.no_grad():
-        assert_parity(model(ids, mask).logits, reference(ids, attention_mask=mask).logits, mask)
+    assert_forward_parity(model, reference, *padded_batch(99, seed=3))
 
 
 @pytest.mark.parametrize("architecture", ["LlamaForCausalLM", "LlamaForSequenceClassification"])
 def test_export_round_trip_of_an_imported_model(tmp_path, architecture):
     reference, model = _pair(tmp_path, architecture)
-    ids, mask = padded_batch(99, seed=4)
-    ids = ids.masked_fill(mask == 0, 1)
-    reference_class = getattr(transformers, architecture)
-    assert_export_round_trip(model, reference_class, tmp_path / "hf", ids, mask, reference)
+    ids, mask = padded_batch(99, seed=4, pad=1)
+    assert_export_round_trip(model, type(reference), tmp_path / "hf", ids, mask, reference)
 
 
 def test_export_of_the_tiny_preset(tmp_path):
@@ -118,5 +110,4 @@ def test_scaled_rope(tmp_path, scaling):
                                      {"rope_type": "yarn", "factor": 2.0}])
 def test_other_rope_scalings_are_refused(tmp_path, scaling):
     reference = transformers.LlamaForCausalLM(llama_config(rope_scaling=scaling))
-    with pytest.raises(ConfigError, match="rope_scaling"):
-        load_hf(save_reference(reference, tmp_path))
+    assert_load_refuses(reference, tmp_path, ConfigError, "rope_scaling", load=load_hf)

@@ -1,12 +1,13 @@
 import pytest
 import torch
-import torch.nn.functional as F
 
 import lmforge
 from lmforge.io import CheckpointError
 
-from tests.parity.helpers import (assert_export_round_trip, assert_parity, padded_batch, save_reference,
-                                  transformers)
+from tests.parity.helpers import (assert_export_round_trip, assert_load_refuses,
+                                  assert_logits_and_loss_parity, assert_loss_parity, assert_parity,
+                                  assert_reference_loads_export, assert_span_logits_parity,
+                                  assert_span_loss_parity, load_reference, padded_batch, transformers)
 
 PAD = 1
 LENGTHS = (13, 9, 5)  # longer than every window: the reference pads to a multiple of it internally
@@ -35,10 +36,6 @@ def _global_tokens():
     return glob
 
 
-def _load(reference, path):
-    return lmforge.load(save_reference(reference, path))
-
-
 def _run(model, reference, ids, mask, glob, **labels):
     with torch.no_grad():
         theirs = reference(ids, attention_mask=mask, global_attention_mask=glob, output_hidden_states=True,
@@ -48,25 +45,24 @@ def _run(model, reference, ids, mask, glob, **labels):
 
 
 def test_config_maps_windows_offset_and_default_global_tokens(tmp_path):
-    cfg = _load(_reference(), tmp_path / "mlm").config
+    cfg = load_reference(_reference(), tmp_path / "mlm").config
     assert (cfg.attention, cfg.window_schedule, cfg.global_projections) == ("longformer", [4, 8], True)
     assert (cfg.position_offset, cfg.max_seq_len, cfg.n_global_tokens) == (2, 64, 0)
     assert cfg.lm_activation == "gelu"  # the reference's LM head applies gelu whatever hidden_act says
-    cfg = _load(_reference("LongformerForSequenceClassification", (8, 8)), tmp_path / "cls").config
+    cfg = load_reference(_reference("LongformerForSequenceClassification", (8, 8)), tmp_path / "cls").config
     assert (cfg.window, cfg.window_schedule, cfg.n_global_tokens) == (8, None, 1)
 
 
 @pytest.mark.parametrize("with_global", [False, True])
 def test_masked_lm_hidden_states_logits_and_loss(tmp_path, with_global):
     reference = _reference()
-    model = _load(reference, tmp_path)
+    model = load_reference(reference, tmp_path)
     ids, mask = _batch()
     labels = torch.where(mask.bool() & (torch.arange(ids.shape[1]) % 2 == 0), ids, -100)
     ours, theirs = _run(model, reference, ids, mask, _global_tokens() if with_global else None, labels=labels)
     assert_parity(ours.last_hidden_state, theirs.hidden_states[-1], mask)
     assert_parity(ours.logits, theirs.logits, mask)
-    loss = F.cross_entropy(ours.logits.flatten(0, 1), labels.flatten())
-    torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
+    assert_loss_parity(ours.logits, labels, theirs.loss)
 
 
 def test_global_tokens_change_the_outputs():
@@ -82,7 +78,7 @@ def test_global_tokens_change_the_outputs():
 
 def test_bare_model_with_pooler_and_global_tokens(tmp_path):
     reference = _reference("LongformerModel", (6, 6), hidden_act="gelu_new")
-    model = _load(reference, tmp_path)
+    model = load_reference(reference, tmp_path)
     ids, mask = _batch(seed=3)
     ours, theirs = _run(model, reference, ids, mask, _global_tokens())
     assert_parity(ours.last_hidden_state, theirs.last_hidden_state, mask)
@@ -91,51 +87,41 @@ def test_bare_model_with_pooler_and_global_tokens(tmp_path):
 
 def test_classification_makes_the_first_token_global_by_default(tmp_path):
     reference = _reference("LongformerForSequenceClassification", num_labels=3)
-    model = _load(reference, tmp_path)
-    ids, mask = _batch(seed=4)
-    labels = torch.tensor([0, 2, 1])
-    with torch.no_grad():  # no global mask on either side: both make <s> global
-        theirs = reference(ids, attention_mask=mask, labels=labels)
-        ours = model(ids, mask)
-    assert_parity(ours.logits, theirs.logits)
-    torch.testing.assert_close(F.cross_entropy(ours.logits, labels), theirs.loss, atol=1e-5, rtol=1e-4)
+    model = load_reference(reference, tmp_path)
+    # no global mask on either side: both make <s> global
+    assert_logits_and_loss_parity(model, reference, *_batch(seed=4), torch.tensor([0, 2, 1]))
 
 
 def test_token_classification_logits_and_loss(tmp_path):
     reference = _reference("LongformerForTokenClassification", num_labels=5)
-    model = _load(reference, tmp_path)
+    model = load_reference(reference, tmp_path)
     ids, mask = _batch(seed=5)
     labels = torch.randint(0, 5, ids.shape, generator=torch.Generator().manual_seed(2))
     labels = labels.masked_fill(mask == 0, -100)
     ours, theirs = _run(model, reference, ids, mask, _global_tokens(), labels=labels)
     assert_parity(ours.logits, theirs.logits, mask)
-    loss = F.cross_entropy(ours.logits.flatten(0, 1), labels.flatten())
-    torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
+    assert_loss_parity(ours.logits, labels, theirs.loss)
 
 
 def test_question_answering_with_global_question_tokens(tmp_path):
     reference = _reference("LongformerForQuestionAnswering")
-    model = _load(reference, tmp_path)
+    model = load_reference(reference, tmp_path)
     ids, mask = _batch(seed=6)
     glob = torch.zeros_like(ids)
     glob[:, :3] = 1  # the question
     ours, theirs = _run(model, reference, ids, mask, glob)  # lmforge also masks padding out of the answer
-    assert_parity(ours.logits[..., 0], theirs.start_logits, mask)
-    assert_parity(ours.logits[..., 1], theirs.end_logits, mask)
+    assert_span_logits_parity(ours.logits, theirs, mask)
     ids, full = _batch(seed=9, lengths=(13,) * 3)  # the loss without padding, which the reference scores
     start, end = torch.tensor([4, 5, 3]), torch.tensor([6, 8, 4])
     ours, theirs = _run(model, reference, ids, full, glob, start_positions=start, end_positions=end)
-    loss = (F.cross_entropy(ours.logits[..., 0], start) + F.cross_entropy(ours.logits[..., 1], end)) / 2
-    torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
+    assert_span_loss_parity(ours.logits, start, end, theirs.loss)
 
 
 def test_export_round_trip_gives_the_same_state_dict_and_outputs(tmp_path):
     reference = _reference()
-    model = _load(reference, tmp_path / "in")
+    model = load_reference(reference, tmp_path / "in")
     ids, mask = _batch(seed=7)
-    reference_class = transformers.LongformerForMaskedLM
-    assert_export_round_trip(model, reference_class, tmp_path / "out", ids, mask, reference)
-    back = transformers.LongformerForMaskedLM.from_pretrained(tmp_path / "out").eval()
+    back = assert_export_round_trip(model, type(reference), tmp_path / "out", ids, mask, reference)
     ours, theirs = _run(model, back, ids, mask, _global_tokens())
     assert_parity(ours.logits, theirs.logits, mask)
 
@@ -145,11 +131,8 @@ def test_lmforge_preset_exports_to_a_directory_the_reference_loads(tmp_path):
 
     model = lmforge.build(lmforge.tiny("longformer-base")).eval()  # n_global_tokens=1: <s>
     attach(model, "classification", n_labels=3)
-    model.save(tmp_path, format="hf")
-    reference = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
-    ids, mask = _batch(seed=8)
-    with torch.no_grad():
-        assert_parity(model(ids, mask).logits, reference(ids, attention_mask=mask).logits)
+    assert_reference_loads_export(model, transformers.AutoModelForSequenceClassification, tmp_path,
+                                  *_batch(seed=8), per_token=False)
 
 
 def test_export_refuses_default_global_tokens_the_architecture_does_not_have(tmp_path):
@@ -163,11 +146,5 @@ def test_export_refuses_default_global_tokens_the_architecture_does_not_have(tmp
 
 
 def test_odd_attention_window_is_refused_by_name(tmp_path):
-    import json
-
-    reference = _reference("LongformerModel", (4, 4))
-    save_reference(reference, tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(dict(config, attention_window=[4, 5])))
-    with pytest.raises(CheckpointError, match="attention_window"):
-        lmforge.load(tmp_path)
+    assert_load_refuses(_reference("LongformerModel", (4, 4)), tmp_path, CheckpointError, "attention_window",
+                        attention_window=[4, 5])

@@ -6,11 +6,11 @@ from lmforge.heads import attach
 from tests.parity.helpers import (
     assert_causal_lm_parity,
     assert_export_round_trip,
+    assert_forward_parity,
     assert_greedy_parity,
-    assert_parity,
     left_padded_batch,
+    load_reference,
     padded_batch,
-    save_reference,
     transformers,
 )
 
@@ -26,7 +26,7 @@ def mistral_config(**overrides):
 def _pair(tmp_path, architecture="MistralForCausalLM", **overrides):
     torch.manual_seed(0)
     reference = getattr(transformers, architecture)(mistral_config(**overrides)).eval()
-    return reference, lmforge.load(save_reference(reference, tmp_path / "reference"))
+    return reference, load_reference(reference, tmp_path / "reference")
 
 
 def test_sliding_window_maps_to_the_same_band(tmp_path):
@@ -53,15 +53,13 @@ def test_no_window_is_full_attention(tmp_path):
                                           "MistralForTokenClassification"])
 def test_base_and_classification_models(tmp_path, architecture):
     reference, model = _pair(tmp_path, architecture, num_labels=3)
-    ids, mask = padded_batch(99, seed=2)
-    ids = ids.masked_fill(mask == 0, 1)  # the reference finds the last real token by pad id
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask)
-        ours = model(ids, mask)
+    # the reference finds the last real token by pad id
+    ids, mask = padded_batch(99, seed=2, pad=1)
     if architecture == "MistralModel":
-        assert_parity(ours.last_hidden_state, theirs.last_hidden_state, mask)
+        assert_forward_parity(model, reference, ids, mask, "last_hidden_state")
     else:
-        assert_parity(ours.logits, theirs.logits, mask if ours.logits.dim() == 3 else None)
+        per_token = architecture.endswith("TokenClassification")
+        assert_forward_parity(model, reference, ids, mask, per_token=per_token)
 
 
 def test_export_round_trip_of_an_imported_model(tmp_path):

@@ -7,9 +7,11 @@ from lmforge.convert import load_hf
 from tests.parity.helpers import (
     assert_causal_lm_parity,
     assert_export_round_trip,
-    assert_parity,
+    assert_forward_parity,
+    assert_load_refuses,
+    assert_logits_and_loss_parity,
+    load_reference,
     padded_batch,
-    save_reference,
     transformers,
 )
 
@@ -24,7 +26,7 @@ def gpt_config(**overrides):
 def _pair(tmp_path, architecture="OpenAIGPTLMHeadModel", **overrides):
     torch.manual_seed(0)
     reference = getattr(transformers, architecture)(gpt_config(**overrides)).eval()
-    return reference, lmforge.load(save_reference(reference, tmp_path / "reference"))
+    return reference, load_reference(reference, tmp_path / "reference")
 
 
 @pytest.mark.parametrize("afn", ["gelu", "relu"])
@@ -36,31 +38,23 @@ def test_lm_hidden_states_logits_and_loss(tmp_path, afn):
 
 def test_base_model_hidden_states(tmp_path):
     reference, model = _pair(tmp_path, "OpenAIGPTModel")
-    ids, mask = padded_batch(99, seed=1)
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask).last_hidden_state
-        assert_parity(model(ids, mask).last_hidden_state, theirs, mask)
+    assert_forward_parity(model, reference, *padded_batch(99, seed=1), "last_hidden_state")
 
 
 def test_sequence_classification_scores_the_last_real_token(tmp_path):
     reference, model = _pair(tmp_path, "OpenAIGPTForSequenceClassification", num_labels=3)
-    ids, mask = padded_batch(99, seed=2)
-    ids = ids.masked_fill(mask == 0, 1)  # the reference finds the last real token by pad id
+    # the reference finds the last real token by pad id
+    ids, mask = padded_batch(99, seed=2, pad=1)
     labels = torch.tensor([0, 2, 1])
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask, labels=labels)
-        ours = model(ids, mask).logits
-    assert_parity(ours, theirs.logits)
-    torch.testing.assert_close(torch.nn.functional.cross_entropy(ours, labels), theirs.loss)
+    # the loss at assert_close's own float32 tolerances
+    assert_logits_and_loss_parity(model, reference, ids, mask, labels, atol=1e-5, rtol=1.3e-6)
 
 
 @pytest.mark.parametrize("architecture", ["OpenAIGPTLMHeadModel", "OpenAIGPTForSequenceClassification"])
 def test_export_round_trip_of_an_imported_model(tmp_path, architecture):
     reference, model = _pair(tmp_path, architecture)
-    ids, mask = padded_batch(99, seed=3)
-    ids = ids.masked_fill(mask == 0, 1)
-    reference_class = getattr(transformers, architecture)
-    assert_export_round_trip(model, reference_class, tmp_path / "hf", ids, mask, reference)
+    ids, mask = padded_batch(99, seed=3, pad=1)
+    assert_export_round_trip(model, type(reference), tmp_path / "hf", ids, mask, reference)
 
 
 def test_export_of_the_tiny_preset(tmp_path):
@@ -74,5 +68,4 @@ def test_export_of_the_tiny_preset(tmp_path):
 
 def test_unsupported_activation_is_refused(tmp_path):
     reference = transformers.OpenAIGPTModel(gpt_config(afn="silu"))
-    with pytest.raises(ConfigError, match="afn"):
-        load_hf(save_reference(reference, tmp_path))
+    assert_load_refuses(reference, tmp_path, ConfigError, "afn", load=load_hf)

@@ -1,10 +1,13 @@
 import pytest
 import torch
-import torch.nn.functional as F
 
 import lmforge
 
-from tests.parity.helpers import assert_parity, padded_batch, save_reference, transformers
+from tests.parity.helpers import (assert_bare_seq2seq_parity, assert_export_state_dicts,
+                                  assert_forward_parity, assert_load_refuses, assert_parity,
+                                  assert_reference_loads_export, assert_seq2seq_greedy_parity,
+                                  assert_seq2seq_parity, load_reference, padded_batch, shift_right,
+                                  transformers)
 
 V10, V11 = "v1.0", "v1.1"
 
@@ -25,70 +28,41 @@ def _reference(version=V10, architecture="T5ForConditionalGeneration", **kw):
     return reference.eval()
 
 
-def _shift_right(labels, start=0, pad=0):
-    """T5's decoder inputs: labels shifted right behind the start token, -100 read as pad."""
-    shifted = torch.cat([torch.full_like(labels[:, :1], start), labels[:, :-1]], dim=1)
-    return shifted.masked_fill(shifted == -100, pad)
-
-
 def _batch():
+    """ids, mask, labels, decoder inputs (labels shifted right behind the start token, also pad) and
+    the decoder mask."""
     ids, mask = padded_batch(99)
     target, target_mask = padded_batch(99, lengths=(5, 7, 2), seed=1)
     labels = target.masked_fill(target_mask == 0, -100)
-    return ids, mask, labels, _shift_right(labels), target_mask
+    return ids, mask, labels, shift_right(labels, 0, 0), target_mask
 
 
 @pytest.mark.parametrize("version", [V10, V11])
 def test_hidden_states_logits_and_loss_on_padded_batches(tmp_path, version):
     reference = _reference(version)
-    model = lmforge.load(save_reference(reference, tmp_path))
+    model = load_reference(reference, tmp_path)
     assert model.config.tied_logit_scale == (version == V10)
     assert model.config.tie_embeddings == (version == V10)
-    ids, mask, labels, decoder_ids, decoder_mask = _batch()
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask, labels=labels, decoder_attention_mask=decoder_mask,
-                           output_hidden_states=True)
-        ours = model(ids, mask, decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask)
-    assert_parity(ours.encoder_last_hidden_state, theirs.encoder_last_hidden_state, mask)
-    assert_parity(ours.last_hidden_state, theirs.decoder_hidden_states[-1], decoder_mask)
-    assert_parity(ours.logits, theirs.logits, decoder_mask)
-    loss = F.cross_entropy(ours.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
-    torch.testing.assert_close(loss, theirs.loss, atol=1e-5, rtol=1e-4)
+    assert_seq2seq_parity(model, reference, *_batch())
 
 
 def test_bare_model_and_encoder_model(tmp_path):
     reference = _reference(V11, "T5Model")
-    model = lmforge.load(save_reference(reference, tmp_path / "bare"))
+    model = load_reference(reference, tmp_path / "bare")
     ids, mask, _, decoder_ids, decoder_mask = _batch()
-    with torch.no_grad():
-        theirs = reference(ids, attention_mask=mask, decoder_input_ids=decoder_ids,
-                           decoder_attention_mask=decoder_mask)
-        ours = model(ids, mask, decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask)
-    assert not model.heads
-    assert_parity(ours.last_hidden_state, theirs.last_hidden_state, decoder_mask)
-    assert_parity(ours.encoder_last_hidden_state, theirs.encoder_last_hidden_state, mask)
+    assert_bare_seq2seq_parity(model, reference, ids, mask, decoder_ids, decoder_mask)
 
     encoder_ref = _reference(V10, "T5EncoderModel")
-    encoder = lmforge.load(save_reference(encoder_ref, tmp_path / "encoder"))
+    encoder = load_reference(encoder_ref, tmp_path / "encoder")
     assert encoder.config.architecture == "encoder"
-    with torch.no_grad():
-        assert_parity(encoder(ids, mask).last_hidden_state,
-                      encoder_ref(ids, attention_mask=mask).last_hidden_state, mask)
+    assert_forward_parity(encoder, encoder_ref, ids, mask, "last_hidden_state")
 
 
 @pytest.mark.parametrize("version", [V10, V11])
 def test_export_round_trip_gives_the_same_state_dicts(tmp_path, version):
     reference = _reference(version)
-    model = lmforge.load(save_reference(reference, tmp_path / "in"))
-    model.save(tmp_path / "out", format="hf")
-    again = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "out").eval()
-    ours, theirs = again.state_dict(), reference.state_dict()
-    assert ours.keys() == theirs.keys()
-    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    again = assert_export_state_dicts(load_reference(reference, tmp_path / "in"), reference, tmp_path / "out")
     assert again.config.scale_decoder_outputs == reference.config.scale_decoder_outputs
-    back = lmforge.load(tmp_path / "out")
-    assert back.state_dict().keys() == model.state_dict().keys()
-    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
 
 
 @pytest.mark.parametrize("architecture", ["encoder-decoder", "encoder"])
@@ -96,13 +70,10 @@ def test_lmforge_model_exports_to_a_directory_the_reference_loads(tmp_path, arch
     from lmforge.heads import attach
 
     model = lmforge.build(lmforge.tiny("t5-small", architecture=architecture)).eval()
-    ids, mask, _, decoder_ids, decoder_mask = _batch()
+    ids, mask, _, decoder_ids, _ = _batch()
     if architecture == "encoder":
-        model.save(tmp_path, format="hf")
-        reference = transformers.T5EncoderModel.from_pretrained(tmp_path).eval()
-        with torch.no_grad():
-            assert_parity(model(ids, mask).last_hidden_state,
-                          reference(ids, attention_mask=mask).last_hidden_state, mask)
+        assert_reference_loads_export(model, transformers.T5EncoderModel, tmp_path, ids, mask,
+                                      output="last_hidden_state")
         return
     attach(model, "lm")
     model.save(tmp_path, format="hf")
@@ -125,30 +96,12 @@ def _lively(reference):
 def test_greedy_generation_matches_reference(tmp_path, version):
     # the reference's generate sizes its cache by the encoder depth: equal depths here
     reference = _lively(_reference(version, num_decoder_layers=2))
-    model = lmforge.load(save_reference(reference, tmp_path))
-    ids, mask = padded_batch(99, seed=3)
-    with torch.no_grad():
-        theirs = reference.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False)
-        ours = lmforge.generate(model, ids, attention_mask=mask, max_new_tokens=20)
-        assert ours[:, 0].eq(0).all() and len(set(ours[0].tolist())) > 3  # start token, then variety
-        assert torch.equal(ours, theirs)
-        # a token row 0 emits at step 3 becomes eos: that row stops there and the rest is pad
-        stop = int(theirs[0, 3])
-        theirs = reference.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False,
-                                    eos_token_id=stop)
-        ours = lmforge.generate(model, ids, attention_mask=mask, max_new_tokens=20, eos_token_id=stop)
-    assert ours[0, 4:].eq(0).all()
-    assert torch.equal(ours, theirs)
+    model = load_reference(reference, tmp_path)
+    ours = assert_seq2seq_greedy_parity(model, reference, *padded_batch(99, seed=3), pad=0)
+    assert ours[:, 0].eq(0).all() and len(set(ours[0].tolist())) > 3  # start token, then variety
 
 
 @pytest.mark.parametrize("option, value", [("feed_forward_proj", "gated-relu"),
                                            ("feed_forward_proj", "gated-gelu-x")])
 def test_unsupported_options_are_named(tmp_path, option, value):
-    import json
-
-    reference = _reference(V10, "T5Model")
-    save_reference(reference, tmp_path)
-    hf = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**hf, option: value}))
-    with pytest.raises(ValueError, match=option):
-        lmforge.load(tmp_path)
+    assert_load_refuses(_reference(V10, "T5Model"), tmp_path, ValueError, option, **{option: value})

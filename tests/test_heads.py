@@ -92,3 +92,15 @@ def test_pooler_lm_and_rtd_activations_follow_the_config():
     torch.testing.assert_close(lm(hidden), expected)
     assert rtd(hidden).shape == (2, 5)  # one replaced-token logit per position
     torch.testing.assert_close(rtd(hidden), rtd.score(torch.relu(rtd.dense(hidden))).squeeze(-1))
+
+
+def test_run_heads_false_returns_hidden_states_only():
+    import lmforge
+
+    model = lmforge.build(lmforge.tiny("bert-base")).eval()
+    attach(model, "lm")
+    ids = torch.randint(0, 99, (2, 5))
+    with torch.no_grad():
+        full, bare = model(ids), model(ids, run_heads=False)
+    assert bare.logits is None and bare.head_outputs == {}
+    assert torch.equal(bare.last_hidden_state, full.last_hidden_state)

@@ -178,12 +178,14 @@ def _decoder_steps(model, input_ids, attention_mask, head: str):
     # left padding: each row's first real token is at position 0
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = KVCache()
-    out = model(input_ids, mask, position_ids=positions, cache=cache)
+    lm = model.heads[head]
+    # the head runs on the last position only: a prompt's vocabulary projection is skipped
+    out = model(input_ids, mask, position_ids=positions, cache=cache, run_heads=False)
     while True:
-        chosen = yield out.head_outputs[head][:, -1]
+        chosen = yield lm(out.last_hidden_state[:, -1])
         mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
         positions = positions[:, -1:] + 1
-        out = model(chosen[:, None], mask, position_ids=positions, cache=cache)
+        out = model(chosen[:, None], mask, position_ids=positions, cache=cache, run_heads=False)
 
 
 def _encoder_decoder_steps(model, input_ids, attention_mask, start: int, head: str):
@@ -191,7 +193,8 @@ def _encoder_decoder_steps(model, input_ids, attention_mask, start: int, head: s
     encoded = model.encode(input_ids, attention_mask)
     cache = KVCache()
     tokens = torch.full((input_ids.shape[0], 1), start, dtype=torch.long, device=input_ids.device)
+    lm = model.heads[head]
     while True:
         out = model(attention_mask=attention_mask, decoder_input_ids=tokens, encoder_output=encoded,
-                    cache=cache)
-        tokens = (yield out.head_outputs[head][:, -1])[:, None]
+                    cache=cache, run_heads=False)
+        tokens = (yield lm(out.last_hidden_state[:, -1]))[:, None]

@@ -60,7 +60,10 @@ class Transformer(nn.Module):
         self.heads[name] = head.train(self.training)  # a head added to an eval model is in eval too
         return head
 
-    def _with_heads(self, out: ModelOutput, attention_mask) -> ModelOutput:
+    def _with_heads(self, out: ModelOutput, attention_mask, run_heads: bool = True) -> ModelOutput:
+        # run_heads=False: objectives and generation apply heads to the positions they need only
+        if not run_heads:
+            return out
         for name, head in self.heads.items():
             out.head_outputs[name] = head(out.last_hidden_state, attention_mask)
         if out.head_outputs:
@@ -135,12 +138,13 @@ class Encoder(Transformer):
         self.encoder = Stack(cfg, cfg.n_layers, causal=False, cross=False)
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None, position_ids=None,
-                global_tokens=None, return_attention=False, return_hidden=False) -> ModelOutput:
-        """input_ids (B, T) -> ModelOutput; global_tokens (B, T) bool for Longformer."""
+                global_tokens=None, return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
+        """input_ids (B, T) -> ModelOutput; global_tokens (B, T) bool for Longformer; run_heads=False
+        returns hidden states only."""
         out = self._run(self.encoder, self.embed, input_ids, attention_mask, position_ids=position_ids,
                         segment_ids=segment_ids, global_tokens=global_tokens,
                         return_attention=return_attention, return_hidden=return_hidden)
-        return self._with_heads(out, attention_mask)
+        return self._with_heads(out, attention_mask, run_heads)
 
 
 class Decoder(Transformer):
@@ -152,13 +156,13 @@ class Decoder(Transformer):
         self.decoder = Stack(cfg, cfg.n_layers, causal=True, cross=False)
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=False,
-                return_attention=False, return_hidden=False) -> ModelOutput:
+                return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
         """input_ids (B, T) new tokens; attention_mask covers cached + new positions."""
         if use_cache and cache is None:
             cache = KVCache()
         out = self._run(self.decoder, self.embed, input_ids, attention_mask, position_ids=position_ids,
                         cache=cache, return_attention=return_attention, return_hidden=return_hidden)
-        return self._with_heads(out, attention_mask)
+        return self._with_heads(out, attention_mask, run_heads)
 
 
 class EncoderDecoder(Transformer):
@@ -179,7 +183,7 @@ class EncoderDecoder(Transformer):
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
                 decoder_attention_mask=None, encoder_output=None, cache=None, use_cache=False,
-                return_attention=False, return_hidden=False) -> ModelOutput:
+                return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
         """Encode input_ids (unless encoder_output is given) and decode decoder_input_ids."""
         if decoder_input_ids is None:
             raise ValueError("an encoder-decoder needs decoder_input_ids")
@@ -191,7 +195,7 @@ class EncoderDecoder(Transformer):
                         cache=cache, return_attention=return_attention, return_hidden=return_hidden,
                         memory=encoder_output.last_hidden_state, memory_mask=attention_mask)
         out.encoder_last_hidden_state = encoder_output.last_hidden_state
-        return self._with_heads(out, decoder_attention_mask)
+        return self._with_heads(out, decoder_attention_mask, run_heads)
 
 
 ARCHITECTURES = {"encoder": Encoder, "decoder": Decoder, "encoder-decoder": EncoderDecoder}

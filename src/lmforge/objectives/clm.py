@@ -19,7 +19,7 @@ class CausalLM(Objective):
     def forward(self, batch: dict) -> Loss:
         """Loss of token t+1 given tokens <= t, at positions whose successor is real."""
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        hidden = self.model(ids, mask).last_hidden_state
+        hidden = self.model(ids, mask, run_heads=False).last_hidden_state
         keep = mask[:, 1:].bool()  # (B, T-1): the next token exists
         logits = self.lm(hidden[:, :-1][keep])  # (N, V)
         loss = F.cross_entropy(logits.float(), ids[:, 1:][keep])

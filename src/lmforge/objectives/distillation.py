@@ -85,14 +85,10 @@ def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor) -> t
 
 
 def _hidden(model: nn.Module, batch: dict) -> torch.Tensor:
-    """Last hidden states (B, T, d); attached heads are detached for the call so the vocabulary
-    projection runs only on the positions the loss needs."""
-    heads, model.heads = model.heads, nn.ModuleDict()
-    try:
-        return model(batch["input_ids"], batch["attention_mask"],
-                     segment_ids=batch.get("segment_ids")).last_hidden_state
-    finally:
-        model.heads = heads
+    """Last hidden states (B, T, d) without the heads: the vocabulary projection runs only on
+    the positions the loss needs."""
+    return model(batch["input_ids"], batch["attention_mask"], segment_ids=batch.get("segment_ids"),
+                 run_heads=False).last_hidden_state
 
 
 class Distillation(MaskedLM):

@@ -95,7 +95,7 @@ class MaskedLM(Objective):
     def forward(self, batch: dict) -> Loss:
         """Masked LM loss of a padded batch."""
         hidden = self.model(batch["input_ids"], batch["attention_mask"],
-                            segment_ids=batch.get("segment_ids")).last_hidden_state
+                            segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
         return self.mlm_loss(hidden, batch["labels"])
 
     def heads(self) -> dict:

@@ -28,7 +28,7 @@ class PairMLM(MaskedLM):
     def forward(self, batch: dict) -> Loss:
         """MLM loss at the selected positions plus the pair loss on the pooled [CLS] state."""
         hidden = self.model(batch["input_ids"], batch["attention_mask"],
-                            segment_ids=batch.get("segment_ids")).last_hidden_state
+                            segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
         mlm = self.mlm_loss(hidden, batch["labels"])
         logits = self.pair(hidden, batch["attention_mask"])  # (B, 2)
         pair = F.cross_entropy(logits.float(), batch["pair_label"].view(-1))

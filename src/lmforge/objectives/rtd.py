@@ -115,7 +115,7 @@ class ReplacedTokenDetection(Objective):
         """The generator's MLM loss and logits at the selected positions, (N, V)."""
         selected = batch["labels"] != IGNORE
         hidden = self.generator.model(batch["input_ids"], batch["attention_mask"],
-                                      segment_ids=batch.get("segment_ids")).last_hidden_state
+                                      segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
         logits = self.generator.lm(hidden[selected]).float()  # (N, V): the selected positions only
         target = batch["labels"][selected]
         mlm = F.cross_entropy(logits, target) if target.numel() else logits.sum() * 0.0
@@ -126,7 +126,7 @@ class ReplacedTokenDetection(Objective):
         """gen_weight x L_MLM + disc_weight x L_Disc, the BCE over every real position (eq. 1-2)."""
         mlm, logits, mlm_accuracy = self._generate(batch)
         corrupted, replaced = replace_tokens(batch["input_ids"], batch["labels"], sample(logits, self.temperature))
-        hidden = self.model(corrupted, batch["attention_mask"], segment_ids=batch.get("segment_ids")).last_hidden_state
+        hidden = self.model(corrupted, batch["attention_mask"], segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
         scores = self.rtd(hidden)  # (B, T): logit that the token was replaced
         real = batch["attention_mask"].bool()
         target = replaced[real].float()

@@ -149,7 +149,7 @@ class SpanMLM(MaskedLM):
     def forward(self, batch: dict) -> Loss:
         """MLM + SBO, each the mean over the selected positions (sec. 3.2: summed per token)."""
         hidden = self.model(batch["input_ids"], batch["attention_mask"],
-                            segment_ids=batch.get("segment_ids")).last_hidden_state
+                            segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
         if not (batch["labels"] != IGNORE).any():  # short sequences may draw no span at all
             zero = hidden.sum() * 0.0  # the same metric names on every step (ranks average them)
             names = ("mlm_accuracy", "mlm_loss", "sbo_loss", "sbo_accuracy")

@@ -87,7 +87,7 @@ class StructuralMLM(MaskedLM):
     def forward(self, batch: dict) -> Loss:
         """MLM + WSO (+ SSO on the pooled [CLS] state), equal weights."""
         hidden = self.model(batch["input_ids"], batch["attention_mask"],
-                            segment_ids=batch.get("segment_ids")).last_hidden_state
+                            segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
         mlm = self.mlm_loss(hidden, batch["labels"])
         wso, wso_accuracy = self.wso_loss(hidden, batch["wso_labels"])
         metrics = {**mlm.metrics, "mlm_loss": mlm.loss.detach(), "wso_loss": wso.detach(),

@@ -20,6 +20,8 @@ def test_pretrain_mlm_on_the_builtin_corpus_and_resume(tmp_path):
     assert model.config.vocab_size == tokenizer.vocab_size and "lm" in model.heads
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [2, 4, 6] and (out / "loss.png").is_file()
+    probed = json.loads((out / "probes.json").read_text())
+    assert probed["trained"]["all"]["n"] == probed["untrained"]["all"]["n"] == 200
     ids = torch.tensor([tokenizer.encode("Tosk is a city.").ids])
     assert model(ids).logits.shape == (1, ids.shape[1], tokenizer.vocab_size)
     # a longer run resumes from the last checkpoint with the tokenizer the run already has

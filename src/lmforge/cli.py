@@ -31,8 +31,19 @@ def parse_overrides(pairs: list) -> dict:
         if "=" not in pair:
             raise UsageError(f"expected key=value, got {pair!r}")
         key, value = pair.split("=", 1)
-        overrides[key.strip()] = yaml.safe_load(value)
+        overrides[key.strip()] = _scalar(value)
     return overrides
+
+
+def _scalar(text: str):
+    # YAML 1.1 reads 1e-3 (no dot) as a string; a user writing lr=1e-3 means a number
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def read_config_file(path: str | None) -> dict:

@@ -8,6 +8,7 @@ is a complete, loadable model directory.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -138,9 +139,30 @@ def pretrain(preset: str, objective: str, out, train: TrainConfig, files: list |
     examples = build_examples(objective, tokenize_documents(tokenizer, docs), tokenizer,
                               min(cfg.max_seq_len, 128), train.seed)
     held_out = max(1, len(examples) // 20)
-    trainer = Trainer(make_objective(objective, from_config(cfg), tokenizer), examples[held_out:], train,
-                      out, eval_data=examples[:held_out], log=log)
+    task = make_objective(objective, from_config(cfg), tokenizer)
+    trainer = Trainer(task, examples[held_out:], train, out, eval_data=examples[:held_out], log=log)
+    untrained = probe_scores(task, tokenizer, train.seed) if not files and trainer.main else None
     model = trainer.fit(resume=resume)
     if trainer.main:
         tokenizer.save(Path(out) / "final")
+        if untrained is not None:
+            report_probes(untrained, probe_scores(task, tokenizer, train.seed), Path(out) / "probes.json", log)
     return model
+
+
+def probe_scores(objective, tokenizer, seed: int) -> dict | None:
+    """Cloze-probe accuracy of the objective's model through its LM head (None without one)."""
+    from lmforge.analysis import score_probes
+    from lmforge.data.probes import probes
+
+    head = objective.heads().get("lm")
+    if head is None or objective.model.config.architecture == "encoder-decoder":
+        return None
+    return score_probes(objective.model, tokenizer, probes(40, seed=seed), head=head)
+
+
+def report_probes(untrained: dict, trained: dict, path: Path, log=print) -> None:
+    """Write probes.json (accuracy per kind before and after pretraining) and log the overall line."""
+    path.write_text(json.dumps({"untrained": untrained, "trained": trained}, indent=1) + "\n")
+    log(f"cloze probes: {untrained['all']['accuracy']:.3f} untrained -> {trained['all']['accuracy']:.3f} "
+        f"pretrained (chance {trained['all']['chance']:.3f}; per kind in {path})")

@@ -62,4 +62,19 @@ class TrainConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown training option(s) {unknown}; known: {', '.join(sorted(known))}")
-        return cls(**data)
+        return cls(**{k: _typed(cls, k, v) for k, v in data.items()})
+
+
+def _typed(cls, name: str, value):
+    """A value of a numeric field as its type (3.0 -> 3 for ints); an error naming the field if it is not one."""
+    kind = {f.name: f.type for f in dataclasses.fields(cls)}[name]
+    want = int if kind == "int" else float if kind in ("float", "Optional[float]") else None
+    if want is None or value is None or isinstance(value, bool):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if want is int and number != int(number):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return int(number) if want is int else number

@@ -1,0 +1,62 @@
+"""`lmforge corpus shard`: text, JSONL or gzip files -> pre-tokenised shards (see lmforge.data.shards)."""
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+
+from lmforge.data.corpus import DOCUMENTS, ERRORS, FORMATS, CorpusWarning, ReadOptions
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, CorpusWarning):
+        print(f"lmforge corpus: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def cmd_corpus_shard(args) -> None:
+    """Tokenise FILES into shards under --out with --workers processes; resumes an unfinished --out."""
+    from lmforge.data.shards import shard_corpus, verify
+
+    if args.workers < 1 or args.shard_mb <= 0:
+        raise ValueError("--workers and --shard-mb must be positive")
+    options = ReadOptions(format=args.format, text_field=args.text_field, document=args.document,
+                          join_lines=args.join_lines, errors=args.errors)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", CorpusWarning)
+        warnings.showwarning = _print_warning
+        manifest = shard_corpus(args.files, args.tokenizer, args.out, workers=args.workers, options=options,
+                                shard_bytes=int(args.shard_mb * (1 << 20)), log=lambda m: print(m, flush=True))
+    seconds = time.perf_counter() - start
+    size = sum(i["bytes"] for i in manifest["inputs"]) / 1e6
+    totals = manifest["totals"]
+    print(f"wrote {args.out}: {len(manifest['shards'])} shards, {totals['documents']} documents, "
+          f"{totals['sentences']} sentences, {totals['tokens']} tokens ({manifest['dtype']}); "
+          f"{size:.1f} MB in {seconds:.1f} s")
+    if args.verify:
+        bad = verify(args.out)
+        if bad:
+            raise ValueError(f"checksums differ for {', '.join(bad)}")
+        print("checksums verified")
+
+
+def add_parsers(sub) -> None:
+    """The `corpus` sub-command and its actions."""
+    group = sub.add_parser("corpus", help="corpus ingestion: pre-tokenised shards").add_subparsers(
+        dest="action", required=True)
+    p = group.add_parser("shard", help="tokenise text/JSONL/gzip files into memory-mappable shards")
+    p.add_argument("files", nargs="+", help="text, JSONL or .gz files, or directories of them")
+    p.add_argument("--tokenizer", required=True, help="tokenizer directory (copied into --out)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--workers", type=int, default=1, help="worker processes (the shards are the same for any)")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="default: .jsonl/.ndjson/.json are JSONL")
+    p.add_argument("--text-field", default="text", help="the JSONL field holding the text")
+    p.add_argument("--document", choices=DOCUMENTS, default="block",
+                   help="plain text: a document per blank-line-separated block, or per file")
+    p.add_argument("--join-lines", action="store_true", help="lines of a block are wrapped prose, not sentences")
+    p.add_argument("--errors", choices=ERRORS, default="skip", help="bytes that are not UTF-8")
+    p.add_argument("--shard-mb", type=float, default=64.0, help="large uncompressed files: MB of text per shard")
+    p.add_argument("--verify", action="store_true", help="re-read every shard and check its checksums")
+    p.set_defaults(func=cmd_corpus_shard)

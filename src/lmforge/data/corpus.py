@@ -1,0 +1,363 @@
+"""Corpus ingestion: text files, JSONL and gzip, streamed into documents of sentences.
+
+Formats (by file name, `.gz` read transparently whatever the name — gzip is told by its
+magic bytes):
+
+- plain text: a document per blank-line-separated block (document="block"), or per file
+  (document="file"); every line ends a sentence (the one-sentence-per-line layout of BERT's
+  data) unless join_lines=True (hard-wrapped prose: lines of a block are joined first);
+- JSONL (.jsonl, .ndjson, .json): one document per line, its text in `text_field`; the
+  text's own lines end sentences as in plain text.
+
+Each line is segmented by `lmforge.data.segment`. Files are read line by line in pieces
+of at most 1 MiB (cut at a UTF-8 character boundary), so a 10 MB line is never held
+whole, and memory stays flat whatever the file size (a document is cut in parts beyond
+`max_document_chars`, a sentence beyond `max_sentence_chars`).
+
+Bad text never stops a run deep in a loop:
+
+- empty files, files without text: a `CorpusWarning`;
+- bytes that are not UTF-8: errors="skip" (default) drops the piece of the line holding them
+  — a wrong-encoding line is more likely noise than text, and a replacement character would
+  become [UNK] tokens in training — with one warning per file naming the file, the count and
+  the byte offset of the first bad byte (in the decompressed text for gzip);
+  errors="replace" keeps the line with U+FFFD in place of the bad bytes (same warning);
+  errors="strict" raises ValueError at the first bad byte;
+- control characters (C0 and C1 but tab and line ends, DEL, U+FEFF byte-order marks,
+  U+FFFE/U+FFFF) are stripped, tabs and vertical whitespace become spaces, counted in a warning;
+- a JSONL line that is not JSON, or lacks a string `text_field`: skipped, counted in a warning;
+- a truncated or corrupt gzip file: the text before the damage is kept, with a warning.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import warnings
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from lmforge.data.segment import SentenceStream
+
+CHUNK = 1 << 20  # bytes read at once from a long line
+FORMATS, DOCUMENTS, ERRORS = ("auto", "text", "jsonl"), ("block", "file"), ("skip", "replace", "strict")
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+MAX_JSON_LINE = 1 << 28  # a JSONL record longer than this (bytes) is skipped, not parsed
+
+_CONTROL = {c: None for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0xFEFF, 0xFFFE, 0xFFFF]}
+_CONTROL.update({c: " " for c in (0x09, 0x0B, 0x0C, 0x0D)})
+_CONTROL.pop(0x0A)
+_CONTROL_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROL) + "]")
+
+
+class CorpusWarning(UserWarning):
+    """Text that was skipped, cut or cleaned while reading a corpus."""
+
+
+def clean(text: str) -> tuple:
+    """(text without control characters, tabs and CRs as spaces; number of characters stripped)."""
+    out = text.translate(_CONTROL)
+    return out, len(text) - len(out)  # tabs and CRs made spaces are not counted
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How files become documents (see the module docstring)."""
+
+    format: str = "auto"
+    text_field: str = "text"
+    document: str = "block"
+    join_lines: bool = False
+    errors: str = "skip"
+    max_document_chars: int = 1 << 22
+    max_sentence_chars: int = 100_000
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("format", FORMATS), ("document", DOCUMENTS), ("errors", ERRORS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        if self.max_document_chars < 1 or self.max_sentence_chars < 1:
+            raise ValueError("max_document_chars and max_sentence_chars must be positive")
+
+    def format_of(self, path: Path) -> str:
+        """'text' or 'jsonl' for a file (by its name without .gz unless set)."""
+        if self.format != "auto":
+            return self.format
+        name = path.name.lower().removesuffix(".gz")
+        return "jsonl" if name.endswith(JSONL_SUFFIXES) else "text"
+
+    def to_dict(self) -> dict:
+        """The options as plain data (recorded in shard manifests)."""
+        return asdict(self)
+
+
+@dataclass
+class FileStats:
+    """What was wrong with one file (or byte range of it)."""
+
+    path: Path
+    bytes: int = 0
+    documents: int = 0
+    bad_utf8: int = 0
+    first_bad: int = -1
+    control: int = 0
+    bad_json: int = 0
+    no_text_field: int = 0
+    cut_documents: int = 0
+    cut_sentences: int = 0
+    damaged: str = ""
+    problems: list = field(default_factory=list)
+
+    def report(self, whole_file: bool, errors: str) -> list:
+        """The warnings this file deserves (one line each)."""
+        p = self.path
+        out = [f"{p} is empty"] if whole_file and not self.bytes else []
+        if whole_file and self.bytes and not self.documents:
+            out.append(f"{p} holds no text")
+        if self.bad_utf8:
+            what = "skipped" if errors == "skip" else "kept with U+FFFD"
+            out.append(f"{p}: {self.bad_utf8} piece(s) of lines not UTF-8, {what} (first bad byte at offset "
+                       f"{self.first_bad})")
+        if self.control:
+            out.append(f"{p}: {self.control} control character(s) stripped")
+        if self.bad_json or self.no_text_field:
+            out.append(f"{p}: skipped {self.bad_json} line(s) that are not JSON and {self.no_text_field} "
+                       f"without a string text field")
+        if self.cut_documents or self.cut_sentences:
+            out.append(f"{p}: cut {self.cut_documents} over-long document(s) and {self.cut_sentences} "
+                       f"over-long sentence(s)")
+        if self.damaged:
+            out.append(f"{p}: {self.damaged}; kept the text before it")
+        return out
+
+
+def open_binary(path: Path):
+    """The file's bytes: gunzipped when it starts with the gzip magic number."""
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def _utf8_cut(piece: bytes) -> int:
+    """Where to cut `piece` so that no UTF-8 character is split (its length, or a little less)."""
+    i = len(piece)
+    while i > len(piece) - 3 and piece[i - 1] & 0xC0 == 0x80:  # continuation bytes
+        i -= 1
+    return i - 1 if piece[i - 1] >= 0xC0 else len(piece)  # a lead byte: its character goes on
+
+
+def _read(handle, want: int) -> tuple:
+    """(up to `want` bytes, the error that stopped a damaged gzip stream early or None)."""
+    parts, n = [], 0
+    try:
+        while n < want:
+            got = handle.read1(want - n)  # read1: what came before damage is not lost with it
+            if not got:
+                break
+            parts.append(got)
+            n += len(got)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        return b"".join(parts), err
+    return b"".join(parts), None
+
+
+def _pieces(handle, start: int, end: int | None):
+    """(bytes, offset, ends_line) for the lines starting in [start, end): whole lines read ~CHUNK at a
+    time, or, for a line longer than CHUNK, one piece of it (ends_line False but for its last piece)."""
+    offset, carry, eof, error = start, b"", False, None
+    while True:
+        data = carry
+        if not eof:
+            want = CHUNK - len(carry) if end is None else min(CHUNK, end - offset) - len(carry)
+            got, error = _read(handle, want) if want > 0 else (b"", None)
+            eof, data = error is not None or len(got) < want or want <= 0, carry + got
+        if not data:
+            if error is not None:
+                raise error  # after the text before it
+            return
+        cut = len(data) if eof else data.rfind(b"\n") + 1  # at the end every line is whole
+        cut = cut or _utf8_cut(data)  # no newline: a piece of a long line
+        piece, carry = data[:cut], data[cut:]
+        yield piece, offset, piece.endswith(b"\n") or (eof and not carry)
+        offset += len(piece)
+
+
+def _decode(piece: bytes, offset: int, stats: FileStats, errors: str) -> str | None:
+    """A piece as text, by the errors policy (None: skipped)."""
+    try:
+        text = piece.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if errors == "strict":
+            raise ValueError(f"{stats.path} is not UTF-8 text (byte offset {offset + err.start})") from None
+        stats.bad_utf8 += 1
+        stats.first_bad = offset + err.start if stats.first_bad < 0 else stats.first_bad
+        if errors == "skip":
+            return None
+        text = piece.decode("utf-8", "replace")
+    if _CONTROL_RE.search(text):
+        text, changed = clean(text)
+        stats.control += changed
+    return text
+
+
+def _decode_lines(block: bytes, offset: int, stats: FileStats, errors: str) -> list:
+    """The lines of a block of whole lines; a line that is not UTF-8 is handled on its own."""
+    parts = block.split(b"\n")
+    if block.endswith(b"\n"):
+        parts.pop()  # nothing follows the last newline
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError:
+        lines, at = [], offset
+        for line in parts:
+            text = _decode(line, at, stats, errors)
+            lines += [] if text is None else [text]  # a skipped line is no blank line
+            at += len(line) + 1
+        return lines
+    if _CONTROL_RE.search(text):
+        text, changed = clean(text)
+        stats.control += changed
+    lines = text.split("\n")
+    return lines[:-1] if block.endswith(b"\n") else lines
+
+
+def _text_events(handle, start, end, opts: ReadOptions, stats: FileStats):
+    """(text, ends_line) events of a text file range."""
+    for piece, offset, ends in _pieces(handle, start, end):
+        stats.bytes += len(piece)
+        if not ends:  # a piece of a long line
+            text = _decode(piece, offset, stats, opts.errors)
+            yield ("" if text is None else text), False
+            continue
+        for line in _decode_lines(piece, offset, stats, opts.errors):
+            yield line, True
+
+
+def _jsonl_events(handle, start, end, opts: ReadOptions, stats: FileStats):
+    """(text, ends_line) events of a JSONL file range, None after each record (a document)."""
+    parts, size = [], 0  # the pieces of a long line so far
+    for piece, offset, ends in _pieces(handle, start, end):
+        stats.bytes += len(piece)
+        if not ends:
+            parts += [piece] if size + len(piece) <= MAX_JSON_LINE else []
+            size += len(piece)
+            continue
+        lines = piece.split(b"\n")
+        if piece.endswith(b"\n"):
+            lines.pop()
+        at = offset - size
+        for line in lines:
+            if parts:
+                line, parts, size = b"".join(parts) + line, [], 0
+            yield from _record(line, at, opts, stats)
+            at += len(line) + 1
+
+
+def _record(line: bytes, offset: int, opts: ReadOptions, stats: FileStats):
+    """The events of one JSONL line: its text field's lines, then None."""
+    text = _decode(line, offset, stats, opts.errors) if line.strip() else None
+    if text is None:
+        return
+    try:
+        record = json.loads(text, strict=False)  # control characters were cleaned by _decode
+    except ValueError:
+        stats.bad_json += 1
+        return
+    value = record.get(opts.text_field) if isinstance(record, dict) else None
+    if not isinstance(value, str):
+        stats.no_text_field += 1
+        return
+    if _CONTROL_RE.search(value):  # "\u0000" escapes decode to control characters too
+        value, changed = clean(value)
+        stats.control += changed
+    for line_text in value.split("\n"):
+        yield line_text, True
+    yield None
+
+
+def _assemble(events, opts: ReadOptions, stats: FileStats, block: bool):
+    """Documents (lists of sentences) from text events; None or a blank line (block) ends one."""
+    stream = SentenceStream(opts.max_sentence_chars)
+    doc, size, blank = [], 0, True
+    for event in _with_end(events):
+        if event is not None:
+            text, ends = event
+            blank = blank and not text.strip()
+            if ends and not opts.join_lines:
+                got = stream.line(text)
+            else:
+                got = stream.feed(text)
+                got += (stream.feed(" ") if not blank else stream.end()) if ends else []
+            doc += got
+            size += sum(map(len, got))
+        if event is None or (ends and blank and block):
+            doc += stream.end()
+            if doc:
+                stats.documents += 1
+                yield doc
+            doc, size, blank = [], 0, True
+            continue
+        blank = blank or ends
+        if size > opts.max_document_chars:  # cut at a sentence end; the rest is the next part
+            stats.cut_documents += 1
+            stats.documents += 1
+            yield doc
+            doc, size = [], 0
+    stats.cut_sentences += stream.cut
+
+
+def _with_end(events):
+    """The events, then None (the end of the last document)."""
+    yield from events
+    yield None
+
+
+def read_range(path, opts: ReadOptions, start: int = 0, end: int | None = None, warn: bool = True):
+    """The documents of one file, or of its byte range [start, end) (range ends from split_points)."""
+    path = Path(path)
+    stats = FileStats(path)
+    fmt = opts.format_of(path)
+    try:
+        with open_binary(path) as handle:
+            if start:
+                handle.seek(start)
+            events = (_jsonl_events if fmt == "jsonl" else _text_events)(handle, start, end, opts, stats)
+            yield from _assemble(events, opts, stats, block=fmt == "text" and opts.document == "block")
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        stats.damaged = f"damaged gzip data ({err})"
+    stats.problems = stats.report(start == 0 and end is None, opts.errors)
+    for message in stats.problems if warn else ():
+        warnings.warn(message, CorpusWarning, stacklevel=2)
+    return stats
+
+
+def expand_files(files) -> list:
+    """The files named (a directory stands for the files under it, sorted), checked to exist."""
+    out = []
+    for f in map(Path, files):
+        if f.is_dir():
+            out += sorted(p for p in f.rglob("*") if p.is_file() and not p.name.startswith("."))
+        elif f.is_file():
+            out.append(f)
+        else:
+            raise FileNotFoundError(f"no such file: {f}")
+    if not out:
+        raise ValueError(f"no files in {', '.join(map(str, files))}")
+    return out
+
+
+class CorpusReader:
+    """Documents (lists of sentence strings) of several files, streamed; `problems` lists the warnings."""
+
+    def __init__(self, files, options: ReadOptions | None = None, **kw) -> None:
+        self.files = expand_files([files] if isinstance(files, (str, os.PathLike)) else files)
+        self.options = options or ReadOptions(**kw)
+        self.problems: list = []
+
+    def __iter__(self):
+        self.problems = []
+        for path in self.files:
+            stats = yield from read_range(path, self.options)
+            self.problems += stats.problems

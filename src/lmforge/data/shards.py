@@ -1,0 +1,283 @@
+"""Pre-tokenised shards: token ids on disk for memory mapping, with document and sentence boundaries.
+
+A shard directory holds
+
+    manifest.json        format/version, the tokenizer (sha256 of its tokenizer.json, vocab size),
+                         dtype, read options, the inputs (path, size, mtime), and per shard: its
+                         input and byte range, done, documents/sentences/tokens, sha256 of each file
+    tokenizer/           the tokenizer the ids come from (the directory is self-contained)
+    shard-00000.bin      token ids, little-endian uint16 when the vocabulary fits 65536 ids, else uint32
+    shard-00000.sent     int64: token offset of each sentence start, then the token count (S + 1)
+    shard-00000.docs     int64: sentence index of each document start, then S (D + 1)
+
+A shard is one input file, or one byte range of a large uncompressed file cut at a
+document start (`shard_bytes`), so the plan depends on the inputs and options only.
+Shards are written by `workers` processes, each shard by one worker into temporary
+files renamed when complete; the parent records a finished shard in the manifest
+(atomically) as it arrives. A rerun with the same inputs skips recorded shards whose
+files are intact and redoes the others; any number of workers gives the same bytes.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import warnings
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+from lmforge.config import atomic_write_text
+from lmforge.data.corpus import CHUNK, CorpusWarning, ReadOptions, expand_files, open_binary, read_range
+
+FORMAT, VERSION = "lmforge-shards", 1
+SUFFIXES = (".bin", ".sent", ".docs")
+OFFSET = np.dtype("<i8")
+BATCH_SENTENCES = 4096  # sentences tokenised per encode_batch call
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits in 16 bits, else uint32 (little-endian)."""
+    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _next_document(handle, b: int, jsonl: bool) -> int:
+    """The first document start at or after byte b: after a newline (JSONL) or a blank line."""
+    handle.seek(b - 1)
+    pos, seen_line_end, line_start = b - 1, False, False
+    while True:
+        line = handle.readline(CHUNK)
+        if not line:
+            return pos
+        blank = line_start and line.endswith(b"\n") and not line.strip()
+        pos += len(line)
+        if seen_line_end and (jsonl or blank):
+            return pos - len(line) if jsonl else pos
+        seen_line_end = seen_line_end or line.endswith(b"\n")
+        line_start = line.endswith(b"\n")
+
+
+def split_points(path: Path, opts: ReadOptions, shard_bytes: int) -> list:
+    """Byte ranges [(start, end or None)] of a file, cut at document starts every ~shard_bytes."""
+    size = path.stat().st_size
+    with open_binary(path) as handle:
+        if isinstance(handle, gzip.GzipFile) or size <= shard_bytes:
+            return [(0, None)]  # gzip cannot seek cheaply: one shard
+        jsonl = opts.format_of(path) == "jsonl"
+        if not jsonl and opts.document == "file":
+            return [(0, None)]
+        cuts = sorted({_next_document(handle, b, jsonl) for b in range(shard_bytes, size, shard_bytes)})
+    starts = [0, *(c for c in cuts if 0 < c < size)]
+    return [(s, e) for s, e in zip(starts, [*starts[1:], None])]
+
+
+def plan(files: list, opts: ReadOptions, shard_bytes: int) -> list:
+    """The shards of a corpus: name, input index and byte range, in corpus order."""
+    jobs = []
+    for i, path in enumerate(files):
+        for start, end in split_points(path, opts, shard_bytes):
+            jobs.append({"name": f"shard-{len(jobs):05d}", "input": i, "start": start, "end": end})
+    return jobs
+
+
+class ShardWriter:
+    """Writes one shard's three files (as .tmp until `close`), hashing them on the way."""
+
+    def __init__(self, out: Path, name: str, dtype: np.dtype) -> None:
+        self.paths = [out / f"{name}{s}" for s in SUFFIXES]
+        self.files = [open(p.with_name(p.name + ".tmp"), "wb") for p in self.paths]
+        self.hashes = [hashlib.sha256() for _ in SUFFIXES]
+        self.dtype, self.limit = dtype, np.iinfo(dtype).max
+        self.tokens = self.sentences = self.documents = 0
+        self._write(1, np.zeros(1, OFFSET))
+        self._write(2, np.zeros(1, OFFSET))
+
+    def _write(self, k: int, array: np.ndarray) -> None:
+        data = array.tobytes()
+        self.files[k].write(data)
+        self.hashes[k].update(data)
+
+    def add(self, docs: list) -> None:
+        """Append documents, each a list of sentence id lists (empty ones are dropped)."""
+        docs = [[s for s in doc if s] for doc in docs]
+        docs = [doc for doc in docs if doc]
+        sentences = [s for doc in docs for s in doc]
+        lengths = np.fromiter(map(len, sentences), dtype=OFFSET, count=len(sentences))
+        ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lengths.sum()))
+        if ids.size and (ids.min() < 0 or ids.max() > self.limit):
+            raise ValueError(f"token id {int(ids.max())} does not fit {self.dtype.name}")
+        self._write(0, ids.astype(self.dtype))
+        self._write(1, self.tokens + np.cumsum(lengths))
+        per_doc = np.array([len(doc) for doc in docs], dtype=OFFSET)
+        self._write(2, self.sentences + np.cumsum(per_doc))
+        self.tokens += int(lengths.sum())
+        self.sentences += len(lengths)
+        self.documents += len(docs)
+
+    def close(self) -> dict:
+        """Rename the files into place; their counts and checksums."""
+        for f, p in zip(self.files, self.paths):
+            f.close()
+            os.replace(p.with_name(p.name + ".tmp"), p)
+        return {"documents": self.documents, "sentences": self.sentences, "tokens": self.tokens,
+                "sha256": {s.lstrip("."): h.hexdigest() for s, h in zip(SUFFIXES, self.hashes)}}
+
+
+def write_shard(job: dict) -> dict:
+    """Tokenise one shard's documents into its files (run in a worker process); its manifest entry."""
+    from lmforge.tokenizer import load_tokenizer
+
+    backend = load_tokenizer(job["tokenizer"]).backend
+    opts = ReadOptions(**job["options"])
+    writer = ShardWriter(Path(job["out"]), job["name"], np.dtype(job["dtype"]))
+    batch, n = [], 0
+    reader = read_range(Path(job["path"]), opts, job["start"], job["end"], warn=False)
+    while True:
+        try:
+            doc = next(reader)
+        except StopIteration as stop:
+            stats = stop.value
+            break
+        batch.append(doc)
+        n += len(doc)
+        if n >= BATCH_SENTENCES:
+            writer.add(_encode(backend, batch))
+            batch, n = [], 0
+    writer.add(_encode(backend, batch))
+    entry = {k: job[k] for k in ("name", "input", "start", "end")}
+    return {**entry, "done": True, **writer.close(), "problems": stats.problems}
+
+
+def _encode(backend, docs: list) -> list:
+    """Documents of sentence strings -> documents of sentence id lists (no special tokens)."""
+    texts = [s for doc in docs for s in doc]
+    flat = backend.encode_batch_fast(texts, add_special_tokens=False) if texts else []  # no offsets
+    out, i = [], 0
+    for doc in docs:
+        out.append([flat[j].ids for j in range(i, i + len(doc))])
+        i += len(doc)
+    return out
+
+
+def _intact(out: Path, entry: dict, itemsize: int) -> bool:
+    """Whether a recorded shard's files exist with the sizes its counts imply."""
+    sizes = (entry["tokens"] * itemsize, (entry["sentences"] + 1) * 8, (entry["documents"] + 1) * 8)
+    paths = [out / f"{entry['name']}{s}" for s in SUFFIXES]
+    return all(p.is_file() and p.stat().st_size == n for p, n in zip(paths, sizes))
+
+
+def read_manifest(out) -> dict:
+    """The manifest of a shard directory."""
+    path = Path(out) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{out} is not a shard directory (cannot read manifest.json: {err})") from None
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise ValueError(f"{path} is not an {FORMAT} v{VERSION} manifest")
+    return manifest
+
+
+def _write_manifest(out: Path, manifest: dict) -> None:
+    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
+
+
+def _header(files: list, tokenizer, tok_sha: str, opts: ReadOptions, shard_bytes: int) -> dict:
+    """What a rerun must match to resume: tokenizer, options and the inputs as they were."""
+    inputs = [{"path": str(f.resolve()), "bytes": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns}
+              for f in files]
+    return {"format": FORMAT, "version": VERSION,
+            "tokenizer": {"sha256": tok_sha, "vocab_size": tokenizer.vocab_size},
+            "dtype": token_dtype(tokenizer.vocab_size).name, "options": opts.to_dict(),
+            "shard_bytes": shard_bytes, "inputs": inputs}
+
+
+def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -> dict:
+    """The manifest to continue: the recorded one when it matches these inputs, else a new plan."""
+    text = tokenizer.backend.to_str(pretty=True)
+    header = _header(files, tokenizer, hashlib.sha256(text.encode()).hexdigest(), opts, shard_bytes)
+    if (out / "manifest.json").is_file():
+        manifest = read_manifest(out)
+        if {k: manifest.get(k) for k in header} != header:
+            raise ValueError(f"{out} holds shards of other inputs, options or tokenizer; use another --out")
+        return manifest
+    tokenizer.save(out / "tokenizer")
+    manifest = {**header, "shards": [{**job, "done": False} for job in plan(files, opts, shard_bytes)],
+                "complete": False}
+    _write_manifest(out, manifest)
+    return manifest
+
+
+def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions | None = None,
+                 shard_bytes: int = 64 << 20, log=print) -> dict:
+    """Tokenise text files into a shard directory `out` with `workers` processes; the manifest.
+
+    `tokenizer` is a Tokenizer or a directory. Resumes a directory left unfinished."""
+    from lmforge.tokenizer import load_tokenizer
+
+    if workers < 1 or shard_bytes < 1:
+        raise ValueError("workers and shard_bytes must be positive")
+    files = expand_files([files] if isinstance(files, (str, os.PathLike)) else files)
+    tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
+    out, opts = Path(out), options or ReadOptions()
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = _prepare(files, tokenizer, out, opts, shard_bytes)
+    itemsize = np.dtype(manifest["dtype"]).itemsize
+    todo = [s for s in manifest["shards"] if not (s["done"] and _intact(out, s, itemsize))]
+    if len(todo) < len(manifest["shards"]):
+        log(f"resuming: {len(manifest['shards']) - len(todo)} of {len(manifest['shards'])} shards already done")
+    jobs = [{**{k: s[k] for k in ("name", "input", "start", "end")}, "path": manifest["inputs"][s["input"]]["path"],
+             "tokenizer": str(out / "tokenizer"), "options": manifest["options"], "dtype": manifest["dtype"],
+             "out": str(out)} for s in todo]
+    index = {s["name"]: i for i, s in enumerate(manifest["shards"])}
+    for entry in _run(jobs, workers):
+        manifest["shards"][index[entry["name"]]] = entry
+        _write_manifest(out, manifest)  # a finished shard is on record before the next one lands
+        for message in entry["problems"]:
+            warnings.warn(message, CorpusWarning, stacklevel=2)
+        log(f"{entry['name']}: {entry['documents']} documents, {entry['tokens']} tokens")
+    manifest["totals"] = {k: sum(s[k] for s in manifest["shards"]) for k in ("documents", "sentences", "tokens")}
+    manifest["complete"] = True
+    _write_manifest(out, manifest)
+    return manifest
+
+
+def _run(jobs: list, workers: int):
+    """Shard entries as the jobs finish: in this process, or from a pool of `workers`."""
+    if workers == 1 or len(jobs) <= 1:
+        yield from map(write_shard, jobs)
+        return
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")  # fork: no re-import
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core is the parallelism
+    try:
+        with ctx.Pool(min(workers, len(jobs))) as pool:
+            yield from pool.imap_unordered(write_shard, jobs)
+    finally:
+        if saved is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
+
+
+def verify(out) -> list:
+    """Names of the shards whose files are missing or differ from the manifest's checksums."""
+    out, manifest = Path(out), read_manifest(out)
+    bad = []
+    for s in manifest["shards"]:
+        files = [out / f"{s['name']}{suffix}" for suffix in SUFFIXES]
+        if not s["done"] or not all(f.is_file() for f in files) or any(
+                _sha256(f) != s["sha256"][suffix.lstrip(".")] for f, suffix in zip(files, SUFFIXES)):
+            bad.append(s["name"])
+    return bad

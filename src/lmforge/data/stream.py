@@ -1,0 +1,265 @@
+"""Streaming over token shards: documents read through np.memmap, never the whole corpus.
+
+`ShardCorpus` gives random access to the documents of a shard directory (global document
+ids in corpus order) and their sentences; only small per-document arrays (lengths, ids)
+are ever built. On top of it, deterministic by seed:
+
+- `split(valid_fraction, seed)`: disjoint train/validation document ids (a seeded
+  permutation of the ids; the same for any number of shards or workers);
+- `order(ids, seed, epoch)`: a shuffled document order, and `iter_documents` to stream it;
+- adapters with len() and random access by position, which is what the Trainer needs:
+  `DocumentView` (documents as lists of sentence id lists, for the list-based example
+  builders), `PackedBlocks` (contiguous causal-LM blocks, as `examples.blocks`) and
+  `PackedSentences` (RoBERTa FULL-/DOC-SENTENCES, as `examples.pack_sentences`), whose
+  packing plans hold a few integers per example, not tokens.
+"""
+from __future__ import annotations
+
+import hashlib
+from array import array
+from pathlib import Path
+
+import numpy as np
+
+from lmforge.data.shards import OFFSET, SUFFIXES, read_manifest
+
+
+class ShardCorpus:
+    """The documents of a shard directory, each a list of sentences of token ids, read on demand."""
+
+    def __init__(self, path) -> None:
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        if not self.manifest.get("complete"):
+            raise ValueError(f"{path} is unfinished: rerun `lmforge corpus shard` with the same inputs to complete it")
+        self.dtype = np.dtype(self.manifest["dtype"])
+        self.shards = [s for s in self.manifest["shards"] if s["documents"]]
+        self.first_doc = np.cumsum([0] + [s["documents"] for s in self.shards])  # (n_shards + 1,)
+        self._maps: dict = {}
+
+    def __len__(self) -> int:
+        return int(self.first_doc[-1])
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens in the corpus."""
+        return int(sum(s["tokens"] for s in self.shards))
+
+    def tokenizer(self):
+        """The tokenizer the ids come from (DIR/tokenizer)."""
+        from lmforge.tokenizer import load_tokenizer
+
+        return load_tokenizer(self.path / "tokenizer")
+
+    def check_tokenizer(self, tokenizer) -> None:
+        """Raise ValueError unless `tokenizer` is the one the shards were written with."""
+        text = tokenizer.backend.to_str(pretty=True)
+        if hashlib.sha256(text.encode()).hexdigest() != self.manifest["tokenizer"]["sha256"]:
+            raise ValueError(f"{self.path} was tokenised with another tokenizer ({self.path / 'tokenizer'})")
+
+    def _shard(self, k: int) -> tuple:
+        """(tokens, sentence offsets, document offsets) of shard k as read-only memmaps."""
+        if k not in self._maps:
+            name = self.shards[k]["name"]
+            dtypes = (self.dtype, OFFSET, OFFSET)
+            self._maps[k] = tuple(np.memmap(self.path / f"{name}{s}", dtype=d, mode="r")
+                                  for s, d in zip(SUFFIXES, dtypes))
+        return self._maps[k]
+
+    def _locate(self, doc: int) -> tuple:
+        if not 0 <= doc < len(self):
+            raise IndexError(f"document {doc} of {len(self)}")
+        k = int(np.searchsorted(self.first_doc, doc, side="right")) - 1
+        return k, doc - int(self.first_doc[k])
+
+    def bounds(self, doc: int) -> tuple:
+        """(token array of the shard, token offsets of the document's sentences and its end)."""
+        k, local = self._locate(doc)
+        tokens, sent, docs = self._shard(k)
+        return tokens, np.asarray(sent[docs[local]:docs[local + 1] + 1])
+
+    def document(self, doc: int) -> list:
+        """Document `doc` as a list of sentences, each a list of token ids."""
+        tokens, offsets = self.bounds(doc)
+        flat = tokens[offsets[0]:offsets[-1]].tolist()
+        return [flat[a - offsets[0]:b - offsets[0]] for a, b in zip(offsets[:-1], offsets[1:])]
+
+    def tokens(self, doc: int) -> np.ndarray:
+        """The token ids of document `doc`, one flat array (a view of the memmap)."""
+        tokens, offsets = self.bounds(doc)
+        return tokens[offsets[0]:offsets[-1]]
+
+    def document_lengths(self) -> np.ndarray:
+        """Tokens per document, (n_documents,) int64 (read from the indexes only)."""
+        out = []
+        for k in range(len(self.shards)):
+            _, sent, docs = self._shard(k)
+            out.append(np.asarray(sent[docs[1:]]) - np.asarray(sent[docs[:-1]]))
+        return np.concatenate(out) if out else np.zeros(0, OFFSET)
+
+    def split(self, valid_fraction: float = 0.05, seed: int = 0) -> tuple:
+        """(train ids, validation ids): disjoint, by document, the same for the same seed."""
+        if not 0 <= valid_fraction < 1:
+            raise ValueError(f"valid_fraction must be in [0, 1), got {valid_fraction}")
+        n = len(self)
+        n_valid = min(n - 1, max(1, round(valid_fraction * n))) if valid_fraction and n > 1 else 0
+        perm = np.random.Generator(np.random.PCG64([seed, 0x5EED])).permutation(n)
+        return np.sort(perm[n_valid:]), np.sort(perm[:n_valid])
+
+    @staticmethod
+    def order(ids, seed: int, epoch: int = 0) -> np.ndarray:
+        """`ids` shuffled by (seed, epoch)."""
+        return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(np.asarray(ids))
+
+    def iter_documents(self, ids=None):
+        """Documents in the order of `ids` (default: corpus order), one at a time."""
+        for doc in (range(len(self)) if ids is None else ids):
+            yield self.document(int(doc))
+
+
+def open_shards(files) -> ShardCorpus | None:
+    """A ShardCorpus when `files` is one shard directory (it holds manifest.json), else None."""
+    if files and len(files) == 1 and (Path(files[0]) / "manifest.json").is_file():
+        return ShardCorpus(files[0])
+    return None
+
+
+class DocumentView:
+    """Documents `ids` of a corpus as a read-only sequence (what the list-based builders take)."""
+
+    def __init__(self, corpus: ShardCorpus, ids=None) -> None:
+        self.corpus = corpus
+        self.ids = np.arange(len(corpus)) if ids is None else np.asarray(ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> list:
+        return self.corpus.document(int(self.ids[i]))
+
+    def __iter__(self):
+        return self.corpus.iter_documents(self.ids)
+
+
+class PackedBlocks:
+    """Contiguous `block`-token windows over documents `ids` joined by `eos` (as examples.blocks)."""
+
+    def __init__(self, corpus: ShardCorpus, ids, block: int, eos: int | None = None) -> None:
+        self.corpus, self.ids, self.block, self.eos = corpus, np.asarray(ids), block, eos
+        lengths = corpus.document_lengths()[self.ids] + (eos is not None)
+        self.ends = np.cumsum(lengths)  # (n_docs,) stream offset where each document (with eos) ends
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) // self.block if len(self.ends) else 0
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self):
+            raise IndexError(f"block {i} of {len(self)}")
+        start, out = i * self.block, []
+        j = int(np.searchsorted(self.ends, start, side="right"))
+        while len(out) < self.block:
+            pos, need = start + len(out) - (int(self.ends[j - 1]) if j else 0), self.block - len(out)
+            tokens = self.corpus.tokens(int(self.ids[j]))
+            out += tokens[pos:pos + need].tolist()
+            if self.eos is not None and pos + need > len(tokens):
+                out.append(self.eos)
+            j += 1
+        return {"input_ids": out}
+
+
+class PackedSentences:
+    """<s> whole sentences </s> up to max_len over documents `ids` (as examples.pack_sentences):
+    FULL-SENTENCES (cross_documents, `doc_sep` between documents) or DOC-SENTENCES."""
+
+    def __init__(self, corpus: ShardCorpus, ids, bos: int, eos: int, max_len: int = 128,
+                 cross_documents: bool = True, doc_sep: int | None = None) -> None:
+        self.corpus, self.bos, self.eos, self.budget, self.doc_sep = corpus, bos, eos, max_len - 2, doc_sep
+        # pieces: (document, first sentence, end sentence, separator after); examples: first piece
+        self.pieces, self.starts = self._plan(np.asarray(ids), cross_documents)  # (P, 4), (n + 1,)
+
+    def _plan(self, ids: np.ndarray, cross: bool) -> tuple:
+        """The greedy packing of pack_sentences, from sentence lengths alone (one pass)."""
+        doc_, lo_, hi_, sep_, starts = (array("q") for _ in range(5))
+        size = 0
+        sep = self.doc_sep is not None and cross
+        for doc in ids.tolist():
+            _, offsets = self.corpus.bounds(doc)
+            for k, n in enumerate(np.diff(offsets).tolist()):
+                if size and size + n > self.budget:
+                    size = 0
+                if size == 0:
+                    starts.append(len(doc_))
+                if size and doc_[-1] == doc and not sep_[-1]:
+                    hi_[-1] = k + 1  # the next sentence of the same piece
+                else:
+                    for column, value in zip((doc_, lo_, hi_, sep_), (doc, k, k + 1, 0)):
+                        column.append(value)
+                size += n
+            if not cross:
+                size = 0
+            elif size and sep:
+                sep_[-1] = 1
+                size += 1
+        starts.append(len(doc_))
+        pieces = np.stack([np.frombuffer(a, np.int64) for a in (doc_, lo_, hi_, sep_)], axis=1)
+        return pieces, np.frombuffer(starts, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self):
+            raise IndexError(f"example {i} of {len(self)}")
+        out = []
+        for doc, lo, hi, sep in self.pieces[self.starts[i]:self.starts[i + 1]].tolist():
+            tokens, offsets = self.corpus.bounds(doc)
+            out += tokens[offsets[lo]:offsets[hi]].tolist() + ([self.doc_sep] if sep else [])
+        return {"input_ids": [self.bos, *out[:self.budget], self.eos]}
+
+
+class WithWordStarts:
+    """Examples of `dataset` with the word starts whole-word objectives need, computed on access."""
+
+    def __init__(self, dataset, tokenizer) -> None:
+        self.dataset, self.tokenizer = dataset, tokenizer
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> dict:
+        example = self.dataset[i]
+        return {**example, "word_starts": self.tokenizer.word_starts(example["input_ids"])}
+
+
+LAZY = ("clm", "prefix-lm", "span-corruption", "denoising", "mlm", "wwm", "span", "rtd", "plm")
+
+
+def lazy_examples(objective: str, corpus: ShardCorpus, ids, tokenizer, max_len: int):
+    """The examples lmforge.pretrain.build_examples makes for `objective`, built on access; None
+    for the objectives whose examples are drawn as a whole (NSP, SOP, StructBERT pairs)."""
+    role = tokenizer.special_id
+    if objective not in LAZY:
+        return None
+    if objective in ("clm", "prefix-lm"):
+        return PackedBlocks(corpus, ids, max_len, eos=role("eos") or role("sep"))
+    if objective == "span-corruption":  # the corrupted input plus </s> fits in max_len
+        return PackedBlocks(corpus, ids, max_len - 1, eos=role("eos"))
+    if objective == "denoising":
+        return PackedSentences(corpus, ids, role("bos"), role("eos"), max_len, cross_documents=False)
+    packed = PackedSentences(corpus, ids, role("cls"), role("sep"), max_len, cross_documents=True)
+    return WithWordStarts(packed, tokenizer) if objective in ("wwm", "span") else packed
+
+
+def shard_examples(objective: str, corpus: ShardCorpus, tokenizer, max_len: int, seed: int, build,
+                   valid_fraction: float = 0.05) -> tuple:
+    """(train, validation) examples over a shard corpus, split by document: lazy where the objective
+    allows, else `build(objective, DocumentView, tokenizer, max_len, seed)` (lists)."""
+    corpus.check_tokenizer(tokenizer)
+    train, valid = corpus.split(valid_fraction, seed)
+    train = corpus.order(train, seed)  # packing crosses documents: mix the files before it
+    out = []
+    for ids in (train, valid):
+        examples = lazy_examples(objective, corpus, ids, tokenizer, max_len)
+        out.append(build(objective, DocumentView(corpus, ids), tokenizer, max_len, seed)
+                   if examples is None else examples)
+    return tuple(out)

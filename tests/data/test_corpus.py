@@ -1,0 +1,124 @@
+import gzip
+import json
+import tracemalloc
+
+import pytest
+
+from lmforge.data.corpus import CHUNK, CorpusReader, CorpusWarning, ReadOptions, read_range
+from lmforge.data.synthetic import documents, write_corpus
+from lmforge.pretrain import read_documents
+
+
+def _read(*files, **kw):
+    return list(CorpusReader(list(files), **kw))
+
+
+def test_plain_text_by_block_by_file_and_wrapped_lines(tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_text("Dr. Who came. He left!\nA second line\n\n  \nNext doc.\n", encoding="utf-8")
+    assert _read(f) == [["Dr. Who came.", "He left!", "A second line"], ["Next doc."]]
+    assert _read(f, document="file") == [["Dr. Who came.", "He left!", "A second line", "Next doc."]]
+    (tmp_path / "w.txt").write_text("It was a long\nday. Mr. Li went\nhome.\n\nNew block.")
+    assert _read(tmp_path / "w.txt", join_lines=True) == [["It was a long day.", "Mr. Li went home."],
+                                                           ["New block."]]
+
+
+def test_the_builtin_corpus_reads_back_document_for_document(tmp_path):
+    write_corpus(tmp_path / "c.txt", 200_000, seed=3)
+    docs = _read(tmp_path / "c.txt")
+    assert docs == list(documents(len(docs), seed=3))
+
+
+def test_jsonl_gzip_and_directories(tmp_path):
+    records = [{"text": "First doc. Two sentences.", "id": 1}, {"body": "Other field."},
+               {"text": "Line one\nLine two"}]
+    lines = "\n".join(json.dumps(r) for r in records) + "\n"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text(lines)
+    with gzip.open(tmp_path / "d" / "b.jsonl.gz", "wt") as handle:
+        handle.write(lines)
+    with gzip.open(tmp_path / "d" / "c.txt.gz", "wt") as handle:
+        handle.write("Gzipped text.\n\nAnd more.\n")
+    want = [["First doc.", "Two sentences."], ["Line one", "Line two"]]
+    with pytest.warns(CorpusWarning, match="without a string text field"):
+        assert _read(tmp_path / "d" / "a.jsonl") == want
+    with pytest.warns(CorpusWarning):
+        got = _read(tmp_path / "d")  # a directory: its files, sorted
+    assert got == want + want + [["Gzipped text."], ["And more."]]
+    assert _read(tmp_path / "d" / "a.jsonl", text_field="body") == [["Other field."]]
+
+
+def test_empty_files_and_bad_json_warn(tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "blank.txt").write_text("\n \n\t\n")
+    (tmp_path / "bad.jsonl").write_text('{"text": "Fine."}\nnot json\n[1, 2]\n{"text": 3}\n')
+    with pytest.warns(CorpusWarning) as seen:
+        assert _read(tmp_path / "empty.txt", tmp_path / "blank.txt") == []
+    assert [str(w.message).split("/")[-1] for w in seen] == ["empty.txt is empty", "blank.txt holds no text"]
+    with pytest.warns(CorpusWarning, match=r"skipped 1 line\(s\) that are not JSON and 2 without"):
+        assert _read(tmp_path / "bad.jsonl") == [["Fine."]]
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        CorpusReader([tmp_path / "missing.txt"])
+
+
+def test_non_utf8_bytes_skip_replace_or_strict_with_the_byte_offset(tmp_path):
+    f = tmp_path / "latin1.txt"
+    f.write_bytes(b"Good line.\nCaf\xe9 au lait.\nAlso good.\n")
+    with pytest.warns(CorpusWarning, match=r"1 piece\(s\) of lines not UTF-8, skipped \(first bad byte at offset 14"):
+        assert _read(f) == [["Good line.", "Also good."]]
+    with pytest.warns(CorpusWarning, match="kept with U\\+FFFD"):
+        assert _read(f, errors="replace") == [["Good line.", "Caf\ufffd au lait.", "Also good."]]
+    with pytest.raises(ValueError, match="not UTF-8 text \\(byte offset 14\\)"):
+        _read(f, errors="strict")
+    with pytest.raises(ValueError, match="errors='ignore'"):
+        ReadOptions(errors="ignore")
+
+
+def test_control_characters_are_stripped(tmp_path):
+    f = tmp_path / "ctl.txt"
+    f.write_bytes("\ufeffNUL\x00 and\tbell\x07 here.\r\nESC\x1b[0m ok.\x85\n".encode())
+    with pytest.warns(CorpusWarning, match="control character"):
+        assert _read(f) == [["NUL and bell here.", "ESC[0m ok."]]
+
+
+def test_a_10mb_single_line_is_read_in_pieces_with_flat_memory(tmp_path):
+    f = tmp_path / "long.txt"
+    sentence = "The quick brown fox jumps over the lazy dog \u00e9 " * 10 + "end. "  # a 2-byte character
+    with open(f, "w", encoding="utf-8") as handle:
+        handle.write(sentence * (10_000_000 // len(sentence)) + "X" * 300_000 + "\nLast line.\n")
+    tracemalloc.start()
+    n_sentences, longest, docs = 0, 0, 0
+    with pytest.warns(CorpusWarning, match="over-long document\\(s\\) and 2 over-long sentence"):
+        for doc in CorpusReader([f], max_document_chars=1 << 18):
+            docs += 1
+            n_sentences += len(doc)
+            longest = max(longest, max(map(len, doc)))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert n_sentences == 10_000_000 // len(sentence) + 3 + 1 and longest == 100_000
+    assert docs >= 10 and peak < 6 * CHUNK  # pieces and one document part, never the 10 MB line
+
+
+def test_truncated_gzip_keeps_what_it_can(tmp_path):
+    data = gzip.compress(("Sentence number one.\n\n" * 20_000).encode())
+    (tmp_path / "cut.txt.gz").write_bytes(data[: len(data) // 2])
+    with pytest.warns(CorpusWarning, match="damaged gzip"):
+        docs = _read(tmp_path / "cut.txt.gz")
+    assert 0 < len(docs) < 20_000 and docs[0] == ["Sentence number one."]
+
+
+def test_byte_ranges_read_as_the_whole(tmp_path):
+    f = tmp_path / "c.txt"
+    write_corpus(f, 50_000, seed=1)
+    text = f.read_bytes()
+    cut = text.index(b"\n\n", 20_000) + 2  # a document start
+    parts = list(read_range(f, ReadOptions(), 0, cut)) + list(read_range(f, ReadOptions(), cut, None))
+    assert parts == _read(f)
+
+
+def test_read_documents_keeps_its_contract(tmp_path):
+    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe text")
+    with pytest.warns(CorpusWarning), pytest.raises(ValueError, match="no text in .*not UTF-8"):
+        read_documents([tmp_path / "bad.txt"])
+    (tmp_path / "a.jsonl").write_text('{"text": "Mr. X left. Then Y."}\n')
+    assert read_documents([tmp_path / "a.jsonl"]) == [["Mr. X left.", "Then Y."]]

@@ -1,0 +1,126 @@
+import json
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer as Backend
+from tokenizers import pre_tokenizers
+from tokenizers.models import WordLevel
+
+import lmforge.data.shards as shards
+from lmforge.cli import main
+from lmforge.data.corpus import CorpusWarning
+from lmforge.data.shards import shard_corpus, token_dtype, verify
+from lmforge.data.stream import ShardCorpus
+from lmforge.pretrain import read_documents, tokenize_documents
+from lmforge.tokenizer import Tokenizer, load_tokenizer
+
+FILES = ("a.txt", "b.jsonl.gz", "c.txt")
+
+
+def _files(corpus_dir):
+    return [corpus_dir / f for f in FILES]
+
+
+def _snapshot(out):
+    """Every shard file's bytes and the manifest's shard entries."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    files = {p.name: p.read_bytes() for p in sorted(out.glob("shard-*"))}
+    return files, manifest["shards"]
+
+
+def test_round_trip_equals_tokenizing_directly(corpus_dir, tokenizer_dir, tmp_path):
+    manifest = shard_corpus(_files(corpus_dir), tokenizer_dir, tmp_path / "s", shard_bytes=20_000,
+                            log=lambda m: None)
+    assert manifest["dtype"] == "uint16" and manifest["complete"] and len(manifest["shards"]) > 4
+    corpus = ShardCorpus(tmp_path / "s")
+    direct = tokenize_documents(load_tokenizer(tokenizer_dir), read_documents(_files(corpus_dir)))
+    assert len(corpus) == len(direct) == manifest["totals"]["documents"]
+    assert [corpus.document(i) for i in range(len(corpus))] == direct
+    assert corpus.n_tokens == sum(len(s) for d in direct for s in d) == manifest["totals"]["tokens"]
+    assert load_tokenizer(tmp_path / "s" / "tokenizer").vocab_size == load_tokenizer(tokenizer_dir).vocab_size
+    assert verify(tmp_path / "s") == []
+
+
+def test_uint32_when_the_vocabulary_passes_65536_ids(tmp_path):
+    assert token_dtype(65536) == np.uint16 and token_dtype(65537) == np.uint32
+    vocab = {"[UNK]": 0, **{f"w{i}": i for i in range(1, 70_000)}}
+    backend = Backend(WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    (tmp_path / "t.txt").write_text("w69999 w3 w65536. w70001\n\nw1 w2\n")
+    manifest = shard_corpus([tmp_path / "t.txt"], Tokenizer(backend, {"unk": "[UNK]"}), tmp_path / "s",
+                            log=lambda m: None)
+    assert manifest["dtype"] == "uint32"
+    assert ShardCorpus(tmp_path / "s").document(0) == [[69999, 3, 0, 0]]
+    assert (tmp_path / "s" / "shard-00000.bin").stat().st_size == 6 * 4
+
+
+def test_one_or_two_workers_write_the_same_shards(corpus_dir, tokenizer_dir, tmp_path):
+    for n in (1, 2):
+        shard_corpus(_files(corpus_dir), tokenizer_dir, tmp_path / str(n), workers=n, shard_bytes=20_000,
+                     log=lambda m: None)
+    assert _snapshot(tmp_path / "1") == _snapshot(tmp_path / "2")
+
+
+def test_resume_after_an_interruption_redoes_only_unfinished_shards(corpus_dir, tokenizer_dir, tmp_path,
+                                                                     monkeypatch):
+    files, out, real = _files(corpus_dir), tmp_path / "s", shards.write_shard
+    shard_corpus(files, tokenizer_dir, tmp_path / "fresh", shard_bytes=20_000, log=lambda m: None)
+
+    def interrupted(job):
+        if job["name"] == "shard-00002":  # dies half-way: a partial temporary file is left
+            (out / "shard-00002.bin.tmp").write_bytes(b"\x01\x02\x03")
+            raise KeyboardInterrupt
+        return real(job)
+
+    monkeypatch.setattr(shards, "write_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        shard_corpus(files, tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
+    recorded = json.loads((out / "manifest.json").read_text())
+    assert [s["done"] for s in recorded["shards"][:3]] == [True, True, False] and not recorded["complete"]
+    with pytest.raises(ValueError, match="unfinished"):
+        ShardCorpus(out)
+    (out / "shard-00001.sent").write_bytes(b"")  # a finished shard damaged since: redone as well
+    monkeypatch.setattr(shards, "write_shard", real)
+    redone = []
+    logged = []
+    monkeypatch.setattr(shards, "_run", lambda jobs, workers: (redone.append(j["name"]) or real(j) for j in jobs))
+    shard_corpus(files, tokenizer_dir, out, shard_bytes=20_000, log=logged.append)
+    assert redone[:2] == ["shard-00001", "shard-00002"] and "shard-00000" not in redone
+    assert logged[0].startswith("resuming: 1 of")
+    assert _snapshot(out) == _snapshot(tmp_path / "fresh") and not list(out.glob("*.tmp"))
+    (tmp_path / "other.txt").write_text("Something else.\n")
+    with pytest.raises(ValueError, match="other inputs"):
+        shard_corpus([tmp_path / "other.txt"], tokenizer_dir, out, log=lambda m: None)
+
+
+def test_cli_shards_and_reports_bad_input(corpus_dir, tokenizer_dir, tmp_path, capsys):
+    (tmp_path / "bad.txt").write_bytes(b"Fine.\n\xff\xfe\n")
+    args = ["corpus", "shard", str(corpus_dir / "c.txt"), str(tmp_path / "bad.txt"), "--tokenizer",
+            str(tokenizer_dir), "--out", str(tmp_path / "s"), "--workers", "2", "--verify"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "2 shards" in out.out and "checksums verified" in out.out
+    assert "warning:" in out.err and "bad.txt" in out.err and "offset 6" in out.err
+    assert main(["corpus", "shard", str(tmp_path / "nope.txt"), "--tokenizer", str(tokenizer_dir),
+                 "--out", str(tmp_path / "t")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_worker_warnings_reach_the_caller(tokenizer_dir, tmp_path):
+    (tmp_path / "e.txt").write_bytes(b"")
+    with pytest.warns(CorpusWarning, match="e.txt is empty"):
+        manifest = shard_corpus([tmp_path / "e.txt"], tokenizer_dir, tmp_path / "s", log=lambda m: None)
+    assert manifest["totals"]["documents"] == 0 and manifest["shards"][0]["problems"]
+
+
+def test_split_points_cut_at_document_starts(corpus_dir, tmp_path):
+    from lmforge.data.corpus import CorpusReader, ReadOptions, read_range
+
+    lines = [json.dumps({"text": f"Doc {i}. Has two sentences."}) for i in range(3000)]
+    (tmp_path / "d.jsonl").write_text("\n".join(lines) + "\n")
+    for path in (tmp_path / "d.jsonl", corpus_dir / "a.txt"):
+        ranges = shards.split_points(path, ReadOptions(), 10_000)
+        assert len(ranges) > 3 and ranges[0][0] == 0 and ranges[-1][1] is None
+        assert [d for s, e in ranges for d in read_range(path, ReadOptions(), s, e)] == list(CorpusReader([path]))
+    assert shards.split_points(corpus_dir / "a.txt", ReadOptions(document="file"), 10_000) == [(0, None)]
+    assert shards.split_points(corpus_dir / "b.jsonl.gz", ReadOptions(), 100) == [(0, None)]

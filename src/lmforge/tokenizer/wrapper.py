@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import torch
 from tokenizers import Tokenizer as Backend
@@ -32,6 +33,10 @@ class Encoding:
     ids: list
     segment_ids: list
     attention_mask: list
+    # per token: (start, end) characters in its own text ((0, 0) for special tokens), and which
+    # text it came from (0, 1 for the pair, None for a special token); for span tasks
+    offsets: Optional[list] = field(default=None, repr=False, compare=False)
+    sequence_ids: Optional[list] = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -120,7 +125,8 @@ class Tokenizer:
                max_length: int | None = None) -> Encoding:
         """Ids, segment ids and attention mask of one text or text pair (truncated to max_length)."""
         (enc,) = self._encode([text], None if pair is None else [pair], add_special_tokens, max_length)
-        return Encoding(list(enc.ids), list(enc.type_ids), list(enc.attention_mask))
+        return Encoding(list(enc.ids), list(enc.type_ids), list(enc.attention_mask), list(enc.offsets),
+                        list(enc.sequence_ids))
 
     def encode_batch(self, texts, pairs=None, max_length: int | None = None, padding: str = "longest",
                      add_special_tokens: bool = True) -> Batch:

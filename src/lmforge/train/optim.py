@@ -15,19 +15,28 @@ def no_decay(name: str, param: nn.Parameter) -> bool:
     return param.dim() < 2 or name.endswith(".bias")
 
 
-def param_groups(module: nn.Module, weight_decay: float) -> list:
-    """Two AdamW groups: decayed matrices and embeddings, undecayed biases and norms."""
-    decay, keep = [], []
+def param_groups(module: nn.Module, weight_decay: float, lr: float | None = None, lr_scale=None) -> list:
+    """AdamW groups of the trainable parameters: decayed matrices and embeddings, undecayed biases
+    and norms; with `lr_scale(name, param) -> factor` (layer-wise decay), one pair per factor, each
+    group's lr = lr x factor. Frozen parameters (requires_grad False) are left out."""
+    groups: dict = {}
     for name, param in module.named_parameters():
         if param.requires_grad:
-            (keep if no_decay(name, param) else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
+            scale = 1.0 if lr_scale is None else float(lr_scale(name, param))
+            groups.setdefault((scale, not no_decay(name, param)), []).append(param)
+    out = []
+    for scale in sorted({s for s, _ in groups}, reverse=True) or [1.0]:
+        for decayed in (True, False):
+            group = {"params": groups.get((scale, decayed), []),
+                     "weight_decay": weight_decay if decayed else 0.0}
+            out.append(group if lr_scale is None else {**group, "lr": lr * scale})
+    return out
 
 
 def build_optimizer(module: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999),
-                    eps: float = 1e-8) -> torch.optim.AdamW:
-    """AdamW over `module`'s trainable parameters."""
-    return torch.optim.AdamW(param_groups(module, weight_decay), lr=lr, betas=betas, eps=eps)
+                    eps: float = 1e-8, lr_scale=None) -> torch.optim.AdamW:
+    """AdamW over `module`'s trainable parameters (per-group lrs with `lr_scale`, see param_groups)."""
+    return torch.optim.AdamW(param_groups(module, weight_decay, lr, lr_scale), lr=lr, betas=betas, eps=eps)
 
 
 def lr_factor(step: int, warmup: int, total: int, schedule: str, min_ratio: float = 0.0) -> float:

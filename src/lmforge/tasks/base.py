@@ -1,0 +1,184 @@
+"""What every fine-tuning task provides: encoding, loss, batch prediction, decoding, metrics.
+
+A `Task` is an `Objective` (objectives/base.py), so the one training loop trains it
+unchanged. Its data side turns canonical records (tasks/formats.py) into examples;
+its model side owns the task head:
+
+- `encode(record)` -> the record's examples (token lists and ints; QA: one per window);
+- `forward(batch)` -> `Loss` for training;
+- `predict(batch)` -> one raw output per example, plain python (no gradients);
+- `decode(records, examples, outputs)` -> one prediction per record;
+- `score(records, predictions)` -> metrics, the primary metric first.
+
+The task takes the model over: on creation its head is attached under `head` and every
+other head is removed, so the fine-tuned model is the backbone plus the task head and
+exports as e.g. BertForSequenceClassification. A pretrained pooler (BertModel's
+"pooler", BertForPreTraining's "nsp") is reused by a fresh classification head, as the
+reference library does when it loads a pretrained checkpoint into a task model.
+
+Registry: each task module decorates its classes with `@register` (kind -> class);
+`task_class(kind)` imports the module named in MODULES on first use, so a kind's
+module is only needed when that kind is asked for.
+"""
+from __future__ import annotations
+
+import abc
+import importlib
+
+import torch
+from torch import nn
+
+from lmforge.heads import make_head
+from lmforge.objectives.base import Loss, Objective
+
+TASKS: dict = {}  # kind -> Task subclass, filled by @register
+MODULES = {"cls": "classify", "pair": "classify", "regression": "classify", "choice": "classify",
+           "tagging": "tagging", "qa": "qa"}  # kind -> module of lmforge.tasks defining it
+META = ("record",)  # example keys that never enter a batch
+
+
+def register(cls: type) -> type:
+    """Class decorator: make `cls` the Task of `cls.kind`."""
+    TASKS[cls.kind] = cls
+    return cls
+
+
+def task_class(kind: str) -> type:
+    """The Task class of `kind` (cls, pair, regression, choice, tagging, qa)."""
+    if kind not in MODULES:
+        raise ValueError(f"task {kind!r} is not one of {', '.join(MODULES)}")
+    if kind not in TASKS:
+        importlib.import_module(f"lmforge.tasks.{MODULES[kind]}")
+    return TASKS[kind]
+
+
+def _reusable_pooler(model: nn.Module):
+    """A pretrained pooler among the model's heads (BertModel's own, or the NSP/SOP head's)."""
+    for head in model.heads.values():
+        if head.spec.get("kind") == "pooler":
+            return head
+    for head in model.heads.values():
+        if getattr(head, "pooler", None) is not None:
+            return head.pooler
+    return None
+
+
+class Task(Objective, abc.ABC):
+    """Base class of the fine-tuning tasks; see the module docstring for the contract."""
+
+    kind = "task"
+    head = "classification"  # name (and kind) of the head in model.heads
+    meta_keys: tuple = ()  # further example keys a subclass keeps out of batches (offsets, ...)
+
+    def __init__(self, model: nn.Module, tokenizer, labels: list | None = None, max_len: int = 128) -> None:
+        pad = tokenizer.pad_id if tokenizer.pad_id is not None else tokenizer.eos_id
+        super().__init__(model, pad_id=pad or 0)
+        self.tokenizer = tokenizer
+        self.labels = list(labels) if labels is not None else None
+        self.max_len = min(max_len, model.config.max_seq_len)
+        self.task_head = self._take_over(model)
+
+    @classmethod
+    def labels_from(cls, records: list) -> list | None:
+        """The label list a training split implies: its sorted tags or string labels (None for
+        tasks without a label set: regression, choice, qa)."""
+        if records and "tags" in records[0]:
+            return sorted({t for r in records for t in r["tags"]})
+        if records and isinstance(records[0].get("label"), str):
+            return sorted({r["label"] for r in records if r.get("label") is not None})
+        return None
+
+    def head_args(self) -> dict:
+        """Arguments of heads.make_head for this task's head (e.g. n_labels)."""
+        return {}
+
+    def _take_over(self, model: nn.Module) -> nn.Module:
+        fresh = make_head(model, self.head, **self.head_args())
+        existing = model.heads[self.head] if self.head in model.heads else None
+        if existing is not None and existing.spec == fresh.spec:
+            head = existing  # a fine-tuned model's own head: keep it (evaluation, continued training)
+        else:
+            head, pooler = fresh, _reusable_pooler(model)
+            if getattr(head, "pooler", None) is not None and pooler is not None:
+                head.pooler.dense.load_state_dict(pooler.dense.state_dict())
+        for name in list(model.heads):
+            del model.heads[name]
+        model.add_head(self.head, head)
+        return head
+
+    # ---- data side ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def encode(self, record: dict) -> list:
+        """One record -> its examples (token lists and ints)."""
+
+    def encode_all(self, records: list) -> list:
+        """Every record's examples, each carrying "record": the record's position in `records`."""
+        out = []
+        for i, record in enumerate(records):
+            for example in self.encode(record):
+                example["record"] = i
+                out.append(example)
+        return out
+
+    def length(self, example: dict) -> int:
+        """Tokens of an example (batches for prediction group similar lengths)."""
+        return len(example["input_ids"])
+
+    def collate(self, examples: list) -> dict:
+        """Pad a batch, leaving out "record" and `meta_keys`; float scalars become a float tensor."""
+        drop = set(META) | set(self.meta_keys)
+        floats = {k for k, v in examples[0].items() if isinstance(v, float)}
+        batch = super().collate([{k: v for k, v in e.items() if k not in drop | floats} for e in examples])
+        for key in floats:
+            batch[key] = torch.tensor([e[key] for e in examples], dtype=torch.float)
+        return batch
+
+    # ---- model side ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def forward(self, batch: dict) -> Loss:
+        """A padded batch -> the training loss (and metrics to log)."""
+
+    @abc.abstractmethod
+    def predict(self, batch: dict) -> list:
+        """A padded batch -> one raw output per example (plain python)."""
+
+    @abc.abstractmethod
+    def decode(self, records: list, examples: list, outputs: list) -> list:
+        """Raw outputs of `examples` -> one prediction per record."""
+
+    @abc.abstractmethod
+    def score(self, records: list, predictions: list) -> dict:
+        """Metrics of the predictions against the records' gold labels; the first key is primary."""
+
+    def heads(self) -> dict:
+        """The task head, by name (attached already; `finish` keeps it)."""
+        return {self.head: self.task_head}
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are."""
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def outputs(self, examples: list, batch_size: int = 64) -> list:
+        """Raw outputs of many examples, batch by batch, in eval mode (sorted by length so a
+        batch pads little; returned in the examples' order)."""
+        was_training = self.training
+        self.eval()
+        order = sorted(range(len(examples)), key=lambda i: self.length(examples[i]))
+        out: list = [None] * len(examples)
+        try:
+            for start in range(0, len(order), batch_size):
+                chunk = order[start:start + batch_size]
+                batch = {k: v.to(self.device) for k, v in self.collate([examples[i] for i in chunk]).items()}
+                for i, value in zip(chunk, self.predict(batch)):
+                    out[i] = value
+        finally:
+            self.train(was_training)
+        return out
+
+    def evaluate(self, records: list, batch_size: int = 64, examples: list | None = None) -> tuple:
+        """(predictions, metrics) of the model on `records` (their examples encoded unless given)."""
+        examples = self.encode_all(records) if examples is None else examples
+        predictions = self.decode(records, examples, self.outputs(examples, batch_size))
+        return predictions, self.score(records, predictions)

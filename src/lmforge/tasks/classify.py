@@ -1,0 +1,208 @@
+"""Sequence-level tasks: single-sentence and sentence-pair classification, regression (STS-B) and
+multiple choice (SWAG), on any architecture.
+
+Where the score is read (BERT sec. 4.1; GPT sec. 3.3; BART sec. 3.2):
+- encoders: the pooled first token ([CLS]) -> SequenceClassificationHead;
+- decoders: the last real token ([EXTRACT]), no pooler and no bias, as GPT-2 / Llama's
+  sequence classifiers;
+- encoder-decoders: BART's scheme: the encoder reads the text, the decoder reads the same text
+  shifted right (after decoder_start_token_id) and the decoder's last real position is pooled.
+Regression is one output trained with mean squared error; multiple choice scores each
+(context, ending) pair with one output and takes a softmax over a record's choices.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from lmforge.objectives.base import Loss
+from lmforge.tasks import metrics
+from lmforge.tasks.base import Task, register
+
+
+def shift_right(ids: torch.Tensor, start: int) -> torch.Tensor:
+    """(B, T) -> (B, T) decoder inputs: `start`, then the ids without their last one."""
+    return torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
+
+
+class SequenceTask(Task):
+    """Shared by the sequence-level tasks: encoding a text (pair) and the pooled scores."""
+
+    head = "classification"
+    n_outputs = 0  # outputs of the head; 0: one per label
+
+    def head_args(self) -> dict:
+        """Head shape of the architecture (see the module docstring)."""
+        n = self.n_outputs or len(self.labels or ())
+        if n < 1:
+            raise ValueError(f"task {self.kind!r} needs the list of labels")
+        arch = self.model.config.architecture
+        if arch == "decoder":
+            return {"n_labels": n, "pooling": "last", "pooler": False, "bias": False}
+        return {"n_labels": n, "pooling": "last" if arch == "encoder-decoder" else "first"}
+
+    def encode_text(self, text: str, pair: str | None = None) -> dict:
+        """Token ids (and segment ids where the model has segment embeddings) of a text (pair)."""
+        enc = self.tokenizer.encode(text, pair, max_length=self.max_len)
+        cfg = self.model.config
+        if cfg.architecture == "encoder" and cfg.n_segments > 1:
+            return {"input_ids": enc.ids, "segment_ids": enc.segment_ids}
+        return {"input_ids": enc.ids}
+
+    def scores(self, batch: dict) -> torch.Tensor:
+        """(B, n_outputs) head outputs of a padded batch."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        cfg = self.model.config
+        if cfg.architecture == "encoder":
+            out = self.model(ids, mask, segment_ids=batch.get("segment_ids"), run_heads=False)
+        elif cfg.architecture == "decoder":
+            out = self.model(ids, mask, run_heads=False)
+        else:
+            start = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else self.pad_id
+            out = self.model(ids, mask, decoder_input_ids=shift_right(ids, start),
+                             decoder_attention_mask=mask, run_heads=False)
+        return self.task_head(out.last_hidden_state, mask).float()
+
+    def label_index(self, record: dict) -> int:
+        """The gold label's position in `labels` (an error naming the record's line if unknown)."""
+        index = getattr(self, "_index", None)
+        if index is None:
+            index = self._index = {label: i for i, label in enumerate(self.labels)}
+        if record["label"] not in index:
+            raise ValueError(f"line {record.get('line', '?')}: label {record['label']!r} is not one of "
+                             f"the training labels {self.labels}")
+        return index[record["label"]]
+
+
+@register
+class ClassificationTask(SequenceTask):
+    """Single-sentence classification (SST-2, CoLA): text -> one of `labels`."""
+
+    kind = "cls"
+
+    def pair_of(self, record: dict):
+        """The second text of the record (None for single sentences)."""
+        return None
+
+    def encode(self, record: dict) -> list:
+        """One example: the text (pair) and the label's index (when the record has a label)."""
+        example = self.encode_text(record["text"], self.pair_of(record))
+        if record.get("label") is not None:
+            example["label"] = self.label_index(record)
+        return [example]
+
+    def forward(self, batch: dict) -> Loss:
+        """Cross-entropy of the label."""
+        logits = self.scores(batch)
+        loss = F.cross_entropy(logits, batch["label"])
+        return Loss(loss, {"accuracy": (logits.argmax(-1) == batch["label"]).float().mean().detach()})
+
+    def predict(self, batch: dict) -> list:
+        """The label probabilities of each example."""
+        return self.scores(batch).softmax(-1).tolist()
+
+    def decode(self, records: list, examples: list, outputs: list) -> list:
+        """The most probable label of each record."""
+        return [self.labels[max(range(len(p)), key=p.__getitem__)] for p in outputs]
+
+    def score(self, records: list, predictions: list) -> dict:
+        """accuracy (primary), f1 and matthews."""
+        return metrics.classification_metrics([r["label"] for r in records], predictions, self.labels)
+
+
+@register
+class PairClassificationTask(ClassificationTask):
+    """Sentence-pair classification (MNLI, QQP): [CLS] text [SEP] text_pair [SEP] -> label."""
+
+    kind = "pair"
+
+    def pair_of(self, record: dict):
+        """The record's second text."""
+        return record["text_pair"]
+
+
+@register
+class RegressionTask(SequenceTask):
+    """A real-valued score of a text or text pair (STS-B): one output, mean squared error."""
+
+    kind = "regression"
+    n_outputs = 1
+
+    def encode(self, record: dict) -> list:
+        """One example: the text (pair) and the float label (when present)."""
+        example = self.encode_text(record["text"], record.get("text_pair"))
+        if record.get("label") is not None:
+            example["label"] = float(record["label"])
+        return [example]
+
+    def forward(self, batch: dict) -> Loss:
+        """Mean squared error of the one output."""
+        return Loss(F.mse_loss(self.scores(batch).squeeze(-1), batch["label"]))
+
+    def predict(self, batch: dict) -> list:
+        """The predicted value of each example."""
+        return self.scores(batch).squeeze(-1).tolist()
+
+    def decode(self, records: list, examples: list, outputs: list) -> list:
+        """The value itself."""
+        return list(outputs)
+
+    def score(self, records: list, predictions: list) -> dict:
+        """pearson (primary), spearman and mse."""
+        return metrics.regression_metrics([float(r["label"]) for r in records], predictions)
+
+
+@register
+class MultipleChoiceTask(SequenceTask):
+    """Multiple choice (SWAG): each (context, ending) pair gets one score; softmax over a record's
+    endings. Batches hold (B x C) sequences; records with fewer endings are padded with copies
+    masked out of the softmax."""
+
+    kind = "choice"
+    n_outputs = 1
+
+    def encode(self, record: dict) -> list:
+        """One example holding every choice's encoding, and the gold choice (when present)."""
+        example = {"choices": [self.encode_text(record["text"], c) for c in record["choices"]]}
+        if record.get("label") is not None:
+            example["label"] = int(record["label"])
+        return [example]
+
+    def length(self, example: dict) -> int:
+        """Tokens of the longest choice."""
+        return max(len(c["input_ids"]) for c in example["choices"])
+
+    def collate(self, examples: list) -> dict:
+        """(B x C, T) choice sequences, the (B, C) choice mask and the labels."""
+        C = max(len(e["choices"]) for e in examples)
+        flat = [e["choices"][min(c, len(e["choices"]) - 1)] for e in examples for c in range(C)]
+        batch = Task.collate(self, flat)
+        batch["choice_mask"] = torch.tensor([[c < len(e["choices"]) for c in range(C)] for e in examples])
+        if "label" in examples[0]:
+            batch["label"] = torch.tensor([e["label"] for e in examples])
+        return batch
+
+    def choice_scores(self, batch: dict) -> torch.Tensor:
+        """(B, C) scores, -inf at padding choices."""
+        mask = batch["choice_mask"]
+        scores = self.scores(batch).view(mask.shape)
+        return scores.masked_fill(~mask, float("-inf"))
+
+    def forward(self, batch: dict) -> Loss:
+        """Cross-entropy over each record's choices."""
+        scores = self.choice_scores(batch)
+        loss = F.cross_entropy(scores, batch["label"])
+        return Loss(loss, {"accuracy": (scores.argmax(-1) == batch["label"]).float().mean().detach()})
+
+    def predict(self, batch: dict) -> list:
+        """Each record's probabilities over its own choices."""
+        probs = self.choice_scores(batch).softmax(-1)
+        return [row[: int(n)] for row, n in zip(probs.tolist(), batch["choice_mask"].sum(-1))]
+
+    def decode(self, records: list, examples: list, outputs: list) -> list:
+        """The index of the most probable choice."""
+        return [max(range(len(p)), key=p.__getitem__) for p in outputs]
+
+    def score(self, records: list, predictions: list) -> dict:
+        """accuracy."""
+        return {"accuracy": metrics.accuracy([int(r["label"]) for r in records], predictions)}

@@ -1,0 +1,128 @@
+"""`lmforge finetune` and `lmforge evaluate` (added to the main parser by `add_parsers`).
+
+    lmforge finetune --model DIR --task cls --train train.csv --valid dev.csv \\
+        --columns text=sentence,label=gold --out runs/sst --steps 500 lr=3e-5 patience=3
+    lmforge finetune --model runs/bert/final --builtin sentiment --out runs/sentiment --steps 300
+    lmforge evaluate --model runs/sst/best --data test.csv --out predictions.jsonl
+
+key=value overrides are training options (TrainConfig), fine-tuning options (TaskConfig:
+max_len, freeze_embeddings, freeze_layers, freeze_backbone, layer_decay, patience,
+keep_best, eval_batch_size) or, for a preset, model config fields.
+"""
+from __future__ import annotations
+
+import json
+
+KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa")
+SPLITS = ("train", "validation", "test")
+
+
+def split_options(pairs: dict) -> tuple:
+    """key=value overrides -> (TrainConfig keys, TaskConfig keys, model config fields)."""
+    from dataclasses import fields
+
+    from lmforge.tasks.finetune import TaskConfig
+    from lmforge.train import TrainConfig
+
+    train_keys = {f.name for f in fields(TrainConfig)}
+    task_keys = {f.name for f in fields(TaskConfig)}
+    return ({k: v for k, v in pairs.items() if k in train_keys},
+            {k: v for k, v in pairs.items() if k in task_keys},
+            {k: v for k, v in pairs.items() if k not in train_keys | task_keys})
+
+
+def task_data(args, labelled: bool = True) -> tuple:
+    """(kind, {split: records}) from --builtin or the files given (--train/--valid or --data)."""
+    from lmforge.cli import UsageError
+    from lmforge.tasks.formats import BUILTIN, builtin, read_task_file
+
+    if args.builtin:
+        kind, splits = builtin(args.builtin, args.builtin_size, args.seed)
+        if args.task and args.task != kind:
+            raise UsageError(f"--builtin {args.builtin} is a {kind} task, not {args.task}")
+        return kind, splits
+    if not args.task:
+        raise UsageError(f"--task is needed with data files (or use --builtin {'|'.join(BUILTIN)})")
+    files = {"train": getattr(args, "train", None), "validation": getattr(args, "valid", None),
+             "test": getattr(args, "data", None)}
+    return args.task, {split: read_task_file(f, args.task, args.columns, labelled or split == "train")
+                       for split, f in files.items() if f}
+
+
+def cmd_finetune(args) -> None:
+    """Fine-tune a model on a task; metrics, best/ and final/ under --out; prints the summary."""
+    from lmforge.cli import UsageError, parse_overrides, read_config_file
+    from lmforge.tasks.finetune import TaskConfig, finetune, load_model, model_dir
+    from lmforge.tasks.formats import check_labels, label_set
+    from lmforge.train import TrainConfig
+
+    if not args.builtin and not args.train:
+        raise UsageError("give --train FILE (and --valid FILE), or --builtin NAME")
+    train, task, model = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
+    kind, splits = task_data(args)
+    if model and model_dir(args.model) is not None:
+        raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to presets only)")
+    train = {"seed": args.seed, **({"steps": args.steps} if args.steps else {}), **train}
+    valid = splits.get("validation")
+    if valid and args.valid and kind in ("cls", "pair"):  # the check again, naming the file
+        check_labels(valid, label_set(splits["train"]), args.valid)
+    if valid and "eval_every" not in train:
+        train["eval_every"] = max(1, train.get("steps", TrainConfig.steps) // 10)
+    net, tokenizer = load_model(args.model, args.tokenizer, model)
+    summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, TrainConfig.from_dict(train),
+                       TaskConfig.from_dict(task), resume=args.resume)
+    print(json.dumps(summary, indent=2))
+
+
+def cmd_evaluate(args) -> None:
+    """Score a fine-tuned model on a labelled file (or a built-in split); predictions to --out."""
+    from lmforge.cli import UsageError
+    from lmforge.tasks.finetune import evaluate, task_info
+    from lmforge.tasks.formats import check_labels
+
+    if not args.builtin and not args.data:
+        raise UsageError("give --data FILE or --builtin NAME")
+    if not args.task and not args.builtin:
+        args.task = task_info(args.model).get("kind")  # the fine-tuned model's own task
+    kind, splits = task_data(args, labelled=False)
+    records = splits[args.split if args.builtin else "test"]
+    labels = task_info(args.model).get("labels")
+    if args.data and labels and kind in ("cls", "pair"):
+        check_labels(records, labels, args.data)
+    metrics = evaluate(args.model, records, kind, tokenizer=args.tokenizer, out=args.out,
+                       batch_size=args.batch_size)
+    print(json.dumps({"task": kind, "records": len(records), **metrics}, indent=2))
+    if args.out:
+        print(f"wrote {args.out}")
+
+
+def _common(p) -> None:
+    p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face) or preset")
+    p.add_argument("--task", choices=KINDS, help="task type (default with --builtin: the task's own)")
+    p.add_argument("--builtin", choices=("sentiment", "entailment", "tagging", "questions"),
+                   help="a built-in corpus task instead of files")
+    p.add_argument("--builtin-size", type=int, default=1000, help="records of the built-in task (80/10/10)")
+    p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
+    p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def add_parsers(sub) -> None:
+    """Add the finetune and evaluate sub-commands to the `lmforge` parser."""
+    p = sub.add_parser("finetune", help="fine-tune a model on a labelled task")
+    _common(p)
+    p.add_argument("--train", help="training file (.csv, .tsv, .jsonl; CoNLL for tagging, SQuAD JSON for qa)")
+    p.add_argument("--valid", help="validation file, same format")
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--config", help="YAML/JSON file of key: value options")
+    p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
+    p.add_argument("overrides", nargs="*", help="key=value: training, fine-tuning or model options")
+    p.set_defaults(func=cmd_finetune)
+    p = sub.add_parser("evaluate", help="score a fine-tuned model and write its predictions")
+    _common(p)
+    p.add_argument("--data", help="file to evaluate (same formats as finetune)")
+    p.add_argument("--split", choices=SPLITS, default="validation", help="the --builtin split")
+    p.add_argument("--out", help="predictions file (JSON lines)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(func=cmd_evaluate)

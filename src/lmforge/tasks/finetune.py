@@ -1,0 +1,232 @@
+"""Fine-tuning (BERT sec. 4; "pretrain once, fine-tune many times"): a pretrained model, a task,
+labelled records -> the one training loop, validation metrics every N steps, early stopping,
+the best model kept.
+
+Under `out`: metrics.jsonl (train loss and valid_* metrics), checkpoints/, best/ (the model
+of the best validation score), final/ (the model after the last step) and summary.json.
+best/ and final/ are complete model directories: weights, the tokenizer, and task.json
+(kind, labels, max_len), so `lmforge evaluate --model out/best` needs nothing else.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmforge.config import atomic_write_text
+from lmforge.tasks.base import Task, task_class
+from lmforge.tasks.control import freeze, lr_scale_fn
+from lmforge.tasks.formats import check_labels
+from lmforge.train import TrainConfig, Trainer
+from lmforge.train.loop import resolve_device
+
+TASK_FILE = "task.json"
+
+
+@dataclass
+class TaskConfig:
+    """Fine-tuning options beyond the training loop's: length, freezing, LLRD, early stopping."""
+
+    max_len: int = 128  # tokens per example (truncated)
+    freeze_embeddings: bool = False
+    freeze_layers: int = 0  # the first k blocks
+    freeze_backbone: bool = False  # train the head only (feature-based use)
+    layer_decay: float = 1.0  # layer-wise lr decay factor; 1: off
+    patience: int = 0  # evaluations without a better primary metric before stopping; 0: never
+    keep_best: bool = True  # write out/best at every new best validation score
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("max_len", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("freeze_layers", "patience"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise ValueError(f"layer_decay must be in (0, 1], got {self.layer_decay}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TaskConfig":
+        """Build from a dict; an unknown key is an error naming it."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown fine-tuning option(s) {unknown}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+
+def model_dir(name) -> Path | None:
+    """The directory `name` names: itself, or an installed model package's (all-MiniLM-L6-v2)."""
+    from lmforge.embed import MODEL_PACKAGES, find_model_dir
+
+    if Path(name).is_dir():
+        return Path(name)
+    key = str(name).lower().removeprefix("sentence-transformers/")
+    return find_model_dir(name) if key in MODEL_PACKAGES else None
+
+
+def load_model(model, tokenizer=None, overrides: dict | None = None) -> tuple:
+    """(model, tokenizer) from a model object, an lmforge / Hugging Face directory or model package
+    (its tokenizer unless one is given) or a preset name (random init, sized to the tokenizer)."""
+    import lmforge
+    from lmforge.presets import PRESETS
+
+    if isinstance(tokenizer, (str, Path)):
+        tokenizer = lmforge.load_tokenizer(tokenizer)
+    if isinstance(model, (str, Path)):
+        path = model_dir(model)
+        if path is not None:
+            model, tokenizer = lmforge.load(path), tokenizer or lmforge.load_tokenizer(path)
+        elif str(model) in PRESETS:
+            if tokenizer is None:
+                raise ValueError(f"preset {model!r} needs a tokenizer (--tokenizer DIR)")
+            model = lmforge.build(str(model), **{"vocab_size": tokenizer.vocab_size, **(overrides or {})})
+        else:
+            raise ValueError(f"--model {model!r} is neither a model directory nor a preset name")
+    if tokenizer is None:
+        raise ValueError("a tokenizer is needed next to a model object")
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
+                         f"{model.config.vocab_size} embeddings")
+    return model, tokenizer
+
+
+def task_info(path) -> dict:
+    """A model directory's task.json ({} when absent); a Hugging Face config's id2label as labels."""
+    path = Path(path)
+    if (path / TASK_FILE).is_file():
+        return json.loads((path / TASK_FILE).read_text(encoding="utf-8"))
+    config = path / "config.json"
+    if config.is_file():
+        id2label = json.loads(config.read_text(encoding="utf-8")).get("id2label")
+        if isinstance(id2label, dict) and id2label:
+            return {"labels": [id2label[k] for k in sorted(id2label, key=int)]}
+    return {}
+
+
+def save_model(task: Task, path) -> Path:
+    """Write the task's model, its tokenizer and task.json to the directory `path`."""
+    path = Path(path)
+    task.model.save(path)
+    task.tokenizer.save(path)
+    info = {"kind": task.kind, "labels": task.labels, "max_len": task.max_len}
+    atomic_write_text(path / TASK_FILE, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def encode_split(task: Task, records: list, source: str) -> list:
+    """Examples of a split; an encoding error names the split's source."""
+    try:
+        return task.encode_all(records)
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
+
+
+class Validator:
+    """The Trainer's evaluator: task metrics on the validation set, the best model kept,
+    {"stop": True} after `patience` evaluations without a better primary metric."""
+
+    def __init__(self, task: Task, records: list, cfg: TaskConfig, out: Path) -> None:
+        self.task, self.records, self.cfg, self.out = task, records, cfg, out
+        self.examples = encode_split(task, records, "validation")
+        self.best, self.best_step, self.stale, self.last, self.last_step = None, 0, 0, {}, -1
+
+    def __call__(self, trainer) -> dict:
+        """Evaluate now (trainer.step); returns valid_* metrics (and "stop" when patience ran out)."""
+        _, metrics = self.task.evaluate(self.records, self.cfg.eval_batch_size, self.examples)
+        self.last, self.last_step = metrics, trainer.step
+        primary = next(iter(metrics))
+        if self.best is None or metrics[primary] > self.best[primary]:
+            self.best, self.best_step, self.stale = metrics, trainer.step, 0
+            if self.cfg.keep_best and trainer.main:
+                save_model(self.task, self.out / "best")
+        else:
+            self.stale += 1
+        found = {f"valid_{k}": v for k, v in metrics.items()}
+        if self.cfg.patience and self.stale >= self.cfg.patience:
+            trainer.log(f"early stop at step {trainer.step}: no better valid_{primary} for {self.stale} "
+                        f"evaluations (best {self.best[primary]:.4f} at step {self.best_step})")
+            found["stop"] = True
+        return found
+
+
+def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels: list | None = None) -> Task:
+    """The Task of `kind` around `model`, its labels from the training records unless given."""
+    cls = task_class(kind)
+    labels = labels if labels is not None else cls.labels_from(train)
+    return cls(model, tokenizer, labels=labels, max_len=cfg.max_len)
+
+
+def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,
+             task_cfg: TaskConfig | None = None, labels: list | None = None, resume: bool = False,
+             log=print) -> dict:
+    """Fine-tune `model` (object, directory or preset) on `train` records of task `kind`,
+    validating on `valid`; writes under `out` (see the module docstring); returns the summary."""
+    task_cfg = task_cfg or TaskConfig()
+    out = Path(out)
+    model, tokenizer = load_model(model, tokenizer)
+    task = make_task(kind, model, tokenizer, train, task_cfg, labels)
+    if valid and task.labels is not None and kind in ("cls", "pair"):
+        check_labels(valid, task.labels, "validation")
+    frozen = freeze(model, task_cfg.freeze_embeddings, task_cfg.freeze_layers, task_cfg.freeze_backbone)
+    examples = encode_split(task, train, "training")
+    validator = Validator(task, valid, task_cfg, out) if valid else None
+    start = time.perf_counter()
+    trainer = Trainer(task, examples, train_cfg, out, log=log, evaluator=validator,
+                      lr_scale=lr_scale_fn(model, task_cfg.layer_decay))
+    trainer.fit(resume=resume)
+    seconds = time.perf_counter() - start
+    if validator is not None and validator.last_step != trainer.step:
+        validator(trainer)  # the final model's score (and best/ if it is the best)
+    summary = {"task": kind, "steps": trainer.step, "seconds": round(seconds, 2), "frozen_parameters": frozen,
+               "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    if validator is not None:
+        summary.update(primary=next(iter(validator.last)), final=validator.last, best=validator.best,
+                       best_step=validator.best_step, stopped_early=trainer.step < train_cfg.steps)
+    if trainer.main:
+        save_model(task, out / "final")
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def write_predictions(path, records: list, predictions: list) -> Path:
+    """One JSON line per record: its line, the prediction and the gold label where known."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    gold = "tags" if records and "tags" in records[0] else "answers" if records and "answers" in records[0] \
+        else "label"
+    lines = []
+    for record, prediction in zip(records, predictions):
+        row = {"line": record.get("line"), **({"id": record["id"]} if "id" in record else {}),
+               "prediction": prediction}
+        if record.get(gold) is not None:
+            row["gold"] = record[gold]
+        lines.append(json.dumps(row, ensure_ascii=False))
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labels: list | None = None,
+             out=None, max_len: int | None = None, batch_size: int = 64, device: str = "auto") -> dict:
+    """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and
+    max_len) on labelled `records`; predictions written to `out` (JSONL) when given. Records
+    without labels get predictions only ({} metrics)."""
+    info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
+    kind = kind or info.get("kind")
+    if kind is None:
+        raise ValueError("the task kind is needed (--task): the model directory has no task.json")
+    model, tokenizer = load_model(model, tokenizer)
+    cfg = TaskConfig(max_len=max_len or info.get("max_len", 128), eval_batch_size=batch_size)
+    # the labels: given, the model's task.json / id2label, or (last resort) those of the data
+    labels = labels if labels is not None else info.get("labels")
+    task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
+    examples = encode_split(task, records, "data")
+    labelled = all(any(r.get(g) is not None for g in ("label", "tags", "answers")) for r in records)
+    predictions = task.decode(records, examples, task.outputs(examples, batch_size))
+    metrics = task.score(records, predictions) if labelled else {}
+    if out is not None:
+        write_predictions(out, records, predictions)
+    return metrics

@@ -1,0 +1,339 @@
+"""Extractive question answering (Devlin et al. 2019, sec. 4.2-4.3; SQuAD, Rajpurkar et al.
+2016, 2018): start/end logits over the context, long contexts in overlapping windows.
+
+Features. A record becomes one example per window of its context:
+`[CLS] question [SEP] context[window] [SEP]` (the tokenizer's own pair template), at most
+`max_len` tokens, the question cut to `max_query_len` tokens; consecutive windows overlap
+by `doc_stride` tokens (the reference library's `stride`), so every answer shorter than
+the overlap lies whole in some window. Each window keeps its context tokens' character
+offsets. Its gold start/end are the answer's first and last tokens when the answer lies
+whole inside the window, else the [CLS] index (0 when the tokenizer has no [CLS]) — also
+for an unanswerable question (SQuAD 2.0).
+
+Decoding. In every window the `n_best` highest start and end logits inside the context
+are paired (end >= start, at most `max_answer_len` tokens); the best pair over all of a
+record's windows by start + end logit gives the answer's characters. With SQuAD 2.0
+(`unanswerable=True`; by default on once an unanswerable record is encoded) the null
+score is the smallest [CLS] start + end over the windows, and the answer is "" when it
+beats the best span's score by more than `null_threshold`.
+
+Scores: exact match and F1 as the official SQuAD evaluation script computes them
+(normalise: lower-case, drop punctuation, drop a/an/the, collapse whitespace; the best
+over the gold answers; an unanswerable question has the one gold answer ""), as fractions.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lmforge.objectives.base import Loss
+from lmforge.tasks.base import Task, register
+from lmforge.tasks.tagging import decode_utf8
+
+# ---- reading SQuAD JSON ----------------------------------------------------------------------
+
+
+def _field(obj, key: str, kind: type, where: str):
+    if not isinstance(obj, dict) or key not in obj:
+        raise ValueError(f"{where}: missing {key!r}")
+    if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
+        name = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise ValueError(f"{where}.{key}: expected {name}, got {type(obj[key]).__name__}")
+    return obj[key]
+
+
+def _answers(qa: dict, context: str, where: str) -> list:
+    """The answers of one question, each checked against the context at its start."""
+    if qa.get("is_impossible", False):
+        return []  # SQuAD 2.0 keeps "plausible_answers" for these; they are not gold
+    out = []
+    for k, answer in enumerate(_field(qa, "answers", list, where)):
+        at = f"{where}.answers[{k}]"
+        text, start = _field(answer, "text", str, at), _field(answer, "answer_start", int, at)
+        if context[start:start + len(text)] != text:
+            raise ValueError(f"{at}: answer {text!r} is not at character {start} of the context "
+                             f"(found {context[start:start + len(text)]!r})")
+        out.append({"text": text, "start": start})
+    return out
+
+
+def read_squad(path: str | os.PathLike) -> list:
+    """Questions of a SQuAD v1.1 / v2.0 JSON file -> [{"id", "question", "context", "answers",
+    "line"}] (line = the question's 1-based position in the file; answers [] = unanswerable)."""
+    path = Path(path)
+    text = decode_utf8(path.read_bytes(), path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: line {err.lineno} column {err.colno}: not valid JSON "
+                         f"({err.msg})") from None
+    records = []
+    for i, article in enumerate(_field(data, "data", list, str(path))):
+        for j, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{i}]")):
+            where = f"{path}: data[{i}].paragraphs[{j}]"
+            context = _field(paragraph, "context", str, where)
+            for k, qa in enumerate(_field(paragraph, "qas", list, where)):
+                at = f"{where}.qas[{k}]"
+                records.append({"id": str(_field(qa, "id", (str, int), at)),
+                                "question": _field(qa, "question", str, at), "context": context,
+                                "answers": _answers(qa, context, at), "line": len(records) + 1})
+    if not records:
+        raise ValueError(f"{path}: no questions")
+    return records
+
+
+# ---- windows -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Template:
+    """A tokenizer's pair template split around the two texts: special ids before the question,
+    between question and context, after the context; the segment ids of each part."""
+
+    before: tuple
+    between: tuple
+    after: tuple
+    segments: tuple  # segment ids of (before, question, between, context, after)
+
+    @classmethod
+    def of(cls, tokenizer) -> "Template":
+        """Read the template off the encoding of a pair (its special tokens have no sequence id)."""
+        enc = tokenizer.encode("a", "b")
+        seq = enc.sequence_ids
+        q = [i for i, s in enumerate(seq) if s == 0]
+        c = [i for i, s in enumerate(seq) if s == 1]
+        if not q or not c:
+            raise ValueError("the tokenizer drops a text of a pair; it cannot encode question + context")
+        parts = (range(0, q[0]), range(q[-1] + 1, c[0]), range(c[-1] + 1, len(seq)))
+        before, between, after = (tuple(enc.ids[k] for k in r) for r in parts)
+        segments = tuple(enc.segment_ids[r[0]] if len(r) else 0 for r in (parts[0], q, parts[1], c, parts[2]))
+        return cls(before, between, after, segments)
+
+    @property
+    def n_special(self) -> int:
+        """Special tokens the template adds."""
+        return len(self.before) + len(self.between) + len(self.after)
+
+
+def window_starts(n: int, room: int, doc_stride: int) -> list:
+    """First context token of each window of `room` tokens over `n`, overlapping by `doc_stride`."""
+    if doc_stride >= room:
+        raise ValueError(f"doc_stride={doc_stride} must be smaller than the {room} context tokens a "
+                         f"window holds (raise max_len or lower doc_stride / max_query_len)")
+    starts = [0]
+    while starts[-1] + room < n:
+        starts.append(starts[-1] + room - doc_stride)
+    return starts
+
+
+def answer_tokens(offsets: list, start: int, end: int) -> tuple:
+    """First and last context tokens covering characters [start, end) (None if none overlap)."""
+    covering = [k for k, (s, e) in enumerate(offsets) if s < end and e > start]
+    return (covering[0], covering[-1]) if covering else (None, None)
+
+
+def features(tokenizer, record: dict, template: Template, max_len: int = 384, doc_stride: int = 128,
+             max_query_len: int = 64) -> list:
+    """A record's windows: input/segment ids, start/end positions (if it has answers), and for
+    decoding "context_at" (first context token index) and "offsets" of its context tokens."""
+    question = tokenizer.encode(record["question"], add_special_tokens=False).ids[:max_query_len]
+    context = tokenizer.encode(record["context"], add_special_tokens=False)
+    room = max_len - len(question) - template.n_special
+    if room < 1:
+        raise ValueError(f"max_len={max_len} leaves no room for the context next to a question of "
+                         f"{len(question)} tokens")
+    gold = None
+    if "answers" in record:
+        answer = record["answers"][0] if record["answers"] else None  # training uses the first answer
+        gold = (None, None) if answer is None else answer_tokens(
+            context.offsets, answer["start"], answer["start"] + len(answer["text"]))
+    head = [*template.before, *question, *template.between]
+    cls = head.index(tokenizer.cls_id) if tokenizer.cls_id in head else 0
+    s_before, s_q, s_between, s_ctx, s_after = template.segments
+    out = []
+    for first in window_starts(len(context.ids), room, doc_stride):
+        ids = context.ids[first:first + room]
+        example = {"input_ids": head + ids + list(template.after),
+                   "segment_ids": ([s_before] * len(template.before) + [s_q] * len(question)
+                                   + [s_between] * len(template.between) + [s_ctx] * len(ids)
+                                   + [s_after] * len(template.after)),
+                   "context_at": len(head), "offsets": context.offsets[first:first + len(ids)],
+                   "cls_index": cls}
+        if gold is not None:
+            inside = gold[0] is not None and first <= gold[0] and gold[1] < first + len(ids)
+            example["start_positions"] = gold[0] - first + len(head) if inside else cls
+            example["end_positions"] = gold[1] - first + len(head) if inside else cls
+        out.append(example)
+    return out
+
+
+# ---- decoding ----------------------------------------------------------------------------------
+
+
+def window_spans(start_logits: list, end_logits: list, context_at: int, n_context: int, n_best: int = 20,
+                 max_answer_len: int = 30) -> list:
+    """Candidate spans of one window, best first: (score, first, last) context-token indices
+    (relative to the window's context) among the n_best start x n_best end logits."""
+    start = start_logits[context_at:context_at + n_context]
+    end = end_logits[context_at:context_at + n_context]
+    top = sorted(range(len(start)), key=lambda k: -start[k])[:n_best]
+    ends = sorted(range(len(end)), key=lambda k: -end[k])[:n_best]
+    spans = [(start[s] + end[e], s, e) for s in top for e in ends if s <= e < s + max_answer_len]
+    return sorted(spans, key=lambda x: -x[0])
+
+
+def best_answer(windows: list, outputs: list, context: str, n_best: int = 20, max_answer_len: int = 30,
+                unanswerable: bool = False, null_threshold: float = 0.0) -> tuple:
+    """The answer text of one record from its windows' (start, end) logits, and its score:
+    the best span over all windows, or "" when the null score beats it by > null_threshold."""
+    best, null = None, None
+    for window, (start_logits, end_logits) in zip(windows, outputs):
+        cls = window["cls_index"]
+        score = start_logits[cls] + end_logits[cls]
+        null = score if null is None else min(null, score)
+        spans = window_spans(start_logits, end_logits, window["context_at"], len(window["offsets"]),
+                             n_best, max_answer_len)
+        if spans and (best is None or spans[0][0] > best[0]):
+            s, e = spans[0][1:]
+            best = (spans[0][0], window["offsets"][s][0], window["offsets"][e][1])
+    if best is None or (unanswerable and null - best[0] > null_threshold):
+        return "", null
+    return context[best[1]:best[2]], best[0]
+
+
+# ---- SQuAD scores --------------------------------------------------------------------------------
+
+PUNCTUATION = set(string.punctuation)
+ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(text: str) -> str:
+    """The official SQuAD normalisation: lower-case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
+    return " ".join(ARTICLES.sub(" ", text).split())
+
+
+def exact_match(gold: str, predicted: str) -> float:
+    """1.0 when the normalised answers are equal."""
+    return float(normalize_answer(gold) == normalize_answer(predicted))
+
+
+def token_f1(gold: str, predicted: str) -> float:
+    """F1 of the normalised answers' word bags (an empty side: 1.0 only if both are empty)."""
+    gold_words, predicted_words = normalize_answer(gold).split(), normalize_answer(predicted).split()
+    if not gold_words or not predicted_words:
+        return float(gold_words == predicted_words)
+    same = sum((collections.Counter(gold_words) & collections.Counter(predicted_words)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(predicted_words), same / len(gold_words)
+    return 2 * precision * recall / (precision + recall)
+
+
+def gold_texts(answers: list) -> list:
+    """The gold answer texts of a record (SQuAD 2.0's script: [""] when none survives normalisation)."""
+    texts = [a["text"] for a in answers if normalize_answer(a["text"])]
+    return texts or [""]
+
+
+def squad_scores(records: list, predictions: list) -> dict:
+    """f1 (primary) and exact_match over records, best over each record's gold answers; with
+    unanswerable records also the answerable (has_answer_*) and unanswerable (no_answer_*) parts."""
+    if len(records) != len(predictions):
+        raise ValueError(f"{len(records)} questions but {len(predictions)} predictions")
+    if not records:
+        raise ValueError("no questions to score")
+    f1s, ems = [], []
+    for record, predicted in zip(records, predictions):
+        golds = gold_texts(record["answers"])
+        f1s.append(max(token_f1(g, predicted) for g in golds))
+        ems.append(max(exact_match(g, predicted) for g in golds))
+    out = {"f1": sum(f1s) / len(f1s), "exact_match": sum(ems) / len(ems)}
+    has = [bool(r["answers"]) for r in records]
+    if not all(has):
+        for name, keep in (("has_answer", True), ("no_answer", False)):
+            part = [i for i, h in enumerate(has) if h == keep]
+            if part:
+                out[f"{name}_f1"] = sum(f1s[i] for i in part) / len(part)
+                out[f"{name}_exact_match"] = sum(ems[i] for i in part) / len(part)
+    return out
+
+
+# ---- the task ----------------------------------------------------------------------------------
+
+
+@register
+class QATask(Task):
+    """Extractive QA: start and end logits over [CLS] question [SEP] context-window [SEP].
+
+    doc_stride (overlap of windows) defaults to max_len // 3 and max_query_len to
+    min(64, max_len // 2); unanswerable=None turns null answers on once an unanswerable
+    record is encoded (SQuAD 2.0 data), True / False force it."""
+
+    kind = "qa"
+    head = "span-qa"
+    meta_keys = ("context_at", "offsets", "cls_index")
+
+    def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 384,
+                 doc_stride: int | None = None, max_query_len: int | None = None, n_best: int = 20,
+                 max_answer_len: int = 30, unanswerable: bool | None = None,
+                 null_threshold: float = 0.0) -> None:
+        super().__init__(model, tokenizer, None, max_len)
+        # defaults scale with max_len: BERT's SQuAD setting (384, stride 128, query 64) at 384
+        self.doc_stride = self.max_len // 3 if doc_stride is None else doc_stride
+        self.max_query_len = min(64, self.max_len // 2) if max_query_len is None else max_query_len
+        self.n_best, self.max_answer_len = n_best, max_answer_len
+        self.unanswerable, self.null_threshold = unanswerable, null_threshold
+        self.template = Template.of(tokenizer)
+
+    def encode(self, record: dict) -> list:
+        """One question -> one example per window of its context; answers must match the context."""
+        for answer in record.get("answers", ()):
+            text, start = answer["text"], answer["start"]
+            if record["context"][start:start + len(text)] != text:
+                raise ValueError(f"line {record.get('line')}: answer {text!r} is not at character {start} "
+                                 f"of the context")
+        if self.unanswerable is None and record.get("answers") == []:
+            self.unanswerable = True  # SQuAD 2.0 data: a null answer can be right
+        return features(self.tokenizer, record, self.template, self.max_len, self.doc_stride,
+                        self.max_query_len)
+
+    def logits(self, batch: dict) -> torch.Tensor:
+        """(B, T, 2) start and end logits of a padded batch (padding masked)."""
+        hidden = self.model(batch["input_ids"], batch["attention_mask"], segment_ids=batch.get("segment_ids"),
+                            run_heads=False).last_hidden_state
+        return self.task_head(hidden, batch["attention_mask"])
+
+    def forward(self, batch: dict) -> Loss:
+        """Mean of the start and end cross-entropies (BERT sec. 4.2)."""
+        logits = self.logits(batch).float()
+        start = F.cross_entropy(logits[..., 0], batch["start_positions"])
+        end = F.cross_entropy(logits[..., 1], batch["end_positions"])
+        return Loss((start + end) / 2, {"start_loss": start.detach(), "end_loss": end.detach()})
+
+    def predict(self, batch: dict) -> list:
+        """(start logits, end logits) over each example's real positions."""
+        logits = self.logits(batch).float()
+        lengths = batch["attention_mask"].sum(1).tolist()
+        return [(row[:n, 0].tolist(), row[:n, 1].tolist()) for row, n in zip(logits, lengths)]
+
+    def decode(self, records: list, examples: list, outputs: list) -> list:
+        """One answer text per record ("" = unanswerable), the best over its windows."""
+        windows: list = [[] for _ in records]
+        for example, output in zip(examples, outputs):
+            windows[example["record"]].append((example, output))
+        return [best_answer([w for w, _ in pairs], [o for _, o in pairs], record["context"], self.n_best,
+                            self.max_answer_len, bool(self.unanswerable), self.null_threshold)[0]
+                for record, pairs in zip(records, windows)]
+
+    def score(self, records: list, predictions: list) -> dict:
+        """SQuAD F1 (primary) and exact match."""
+        return squad_scores(records, predictions)

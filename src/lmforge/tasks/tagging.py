@@ -1,0 +1,223 @@
+"""Token classification (tagging, NER; Devlin et al. 2019, sec. 5.3): CoNLL files, tags on
+sub-words, entity-level scores.
+
+A word may split into several pieces; its tag goes on the first piece and the other pieces
+carry IGNORE (no loss, no prediction), as BERT does for CoNLL-2003 — or, with
+`label_all=True`, on every piece (a continuation piece of a B-X word gets I-X). A
+prediction is read back off each word's first piece, so `decode` gives exactly one tag per
+word; a word cut off by truncation (or one the tokenizer drops) is tagged "O".
+
+Words are joined with single spaces and encoded as plain text, so the model sees the text
+as it saw it in pretraining (byte-level BPE keeps its leading-space pieces); the pieces
+are mapped back to words through their character offsets.
+
+Scores: entity-level precision, recall and F1 (seqeval, micro-averaged over entity types,
+the CoNLL evaluation script's rules) and token (word) accuracy.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch.nn.functional as F
+
+from lmforge.objectives.base import IGNORE, Loss
+from lmforge.tasks.base import Task, register
+
+DOCSTART = "-DOCSTART-"
+
+
+def decode_utf8(data: bytes, path) -> str:
+    """`data` as text; a byte that is not UTF-8 is an error naming the file and line."""
+    try:
+        return data.decode("utf-8-sig")  # a BOM from a Windows editor is not part of the first word
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ValueError(f"{path}: line {line}: not valid UTF-8 (byte {data[err.start]:#04x}); "
+                         f"save the file as UTF-8") from None
+
+
+def read_conll(path: str | os.PathLike, tag_column: int = -1, word_column: int = 0) -> list:
+    """Sentences of a CoNLL file (a word and its columns per line, a blank line between
+    sentences, -DOCSTART- lines skipped) -> [{"words", "tags", "line"}], line = the first word's."""
+    path = Path(path)
+    text = decode_utf8(path.read_bytes(), path)
+    records: list = []
+    words: list = []
+    tags: list = []
+    first = 0
+    for number, line in enumerate(text.split("\n"), 1):  # not splitlines: \x0b, \u2028 are not breaks here
+        columns = line.split()
+        if not columns or columns[0] == DOCSTART:
+            if words:
+                records.append({"words": words, "tags": tags, "line": first})
+            words, tags = [], []
+            continue
+        if len(columns) < 2:
+            raise ValueError(f"{path}: line {number}: {line.strip()!r} has a word but no tag column")
+        try:
+            word, tag = columns[word_column], columns[tag_column]
+        except IndexError:
+            raise ValueError(f"{path}: line {number}: {len(columns)} columns {line.strip()!r}, but the word "
+                             f"is column {word_column} and the tag column {tag_column}") from None
+        first = first if words else number
+        words.append(word)
+        tags.append(tag)
+    if words:
+        records.append({"words": words, "tags": tags, "line": first})
+    if not records:
+        raise ValueError(f"{path}: no sentences (expected a word and its tag per line)")
+    return records
+
+
+def word_spans(words: list) -> tuple:
+    """The words joined by single spaces, and each word's (start, end) characters in that text."""
+    spans, at = [], 0
+    for w in words:
+        spans.append((at, at + len(w)))
+        at += len(w) + 1
+    return " ".join(words), spans
+
+
+def token_words(offsets: list, sequence_ids: list, spans: list, n_chars: int) -> list:
+    """For each token, the index of the word its characters fall in (-1: a special token, or
+    characters between words)."""
+    word_at = [-1] * n_chars
+    for w, (s, e) in enumerate(spans):
+        word_at[s:e] = [w] * (e - s)
+    out = []
+    for (s, e), seq in zip(offsets, sequence_ids):
+        # byte-level pieces may include the space before a word: take the first character in a word
+        hit = next((word_at[c] for c in range(s, e) if word_at[c] >= 0), -1) if seq is not None else -1
+        out.append(hit)
+    return out
+
+
+def continuation(tag: str, labels: list) -> str:
+    """The tag of a word's later pieces under label_all: I-X for B-X (when I-X is a label)."""
+    if tag.startswith("B-") and "I-" + tag[2:] in labels:
+        return "I-" + tag[2:]
+    return tag
+
+
+def align(tokenizer, words: list, tags: list | None, labels: list, max_len: int,
+          label_all: bool = False) -> dict:
+    """Encode one sentence: input ids, segment ids, each token's word ("word_ids", -1 for
+    none) and, with tags, "labels" (label index on first pieces, IGNORE elsewhere)."""
+    text, spans = word_spans(words)
+    enc = tokenizer.encode(text, max_length=max_len)
+    word_ids = token_words(enc.offsets, enc.sequence_ids, spans, len(text))
+    example = {"input_ids": enc.ids, "segment_ids": enc.segment_ids, "word_ids": word_ids}
+    if tags is None:
+        return example
+    index = {label: i for i, label in enumerate(labels)}
+    out, previous = [], -1
+    for w in word_ids:
+        if w < 0:
+            out.append(IGNORE)
+        elif w != previous:
+            out.append(index[tags[w]])
+        else:
+            out.append(index[continuation(tags[w], labels)] if label_all else IGNORE)
+        previous = w
+    example["labels"] = out
+    return example
+
+
+def word_tags(word_ids: list, predicted: list, labels: list, n_words: int) -> list:
+    """One tag per word: the prediction at its first piece ("O" for a word without pieces)."""
+    tags = [None] * n_words
+    for w, p in zip(word_ids, predicted):
+        if w >= 0 and tags[w] is None:
+            tags[w] = labels[p]
+    return [t if t is not None else "O" for t in tags]
+
+
+def entity_scores(gold: list, predicted: list) -> dict:
+    """Entity-level F1 (primary), precision, recall (seqeval, micro over types) and word accuracy
+    of tag sequences."""
+    from seqeval.metrics import f1_score, precision_score, recall_score
+
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predictions")
+    if not gold:
+        raise ValueError("no sentences to score")
+    for i, (g, p) in enumerate(zip(gold, predicted)):
+        if len(g) != len(p):
+            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
+    words = sum(len(g) for g in gold)
+    correct = sum(a == b for g, p in zip(gold, predicted) for a, b in zip(g, p))
+    return {"f1": float(f1_score(gold, predicted, zero_division=0)),
+            "precision": float(precision_score(gold, predicted, zero_division=0)),
+            "recall": float(recall_score(gold, predicted, zero_division=0)),
+            "accuracy": correct / max(words, 1)}
+
+
+def tag_set(records: list) -> list:
+    """The sorted tags of `records` (the label list of a tagging task)."""
+    return sorted({t for r in records for t in r["tags"]})
+
+
+@register
+class TaggingTask(Task):
+    """A tag per word (BIO named entities, parts of speech), from the first piece of each word."""
+
+    kind = "tagging"
+    head = "token-classification"
+    meta_keys = ("word_ids",)
+
+    def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128,
+                 label_all: bool = False) -> None:
+        if not labels:
+            raise ValueError("a tagging task needs its tag set (labels), e.g. tag_set(train_records)")
+        super().__init__(model, tokenizer, labels, max_len)
+        self.label_all = label_all
+
+    def head_args(self) -> dict:
+        """The token-classification head predicts one of the tags."""
+        return {"n_labels": len(self.labels)}
+
+    def encode(self, record: dict) -> list:
+        """One sentence -> one example (truncated to max_len tokens); unknown tags are errors."""
+        words, tags = record["words"], record.get("tags")
+        if tags is not None:
+            if len(tags) != len(words):
+                raise ValueError(f"line {record.get('line')}: {len(words)} words but {len(tags)} tags")
+            unseen = sorted(set(tags) - set(self.labels))
+            if unseen:
+                raise ValueError(f"line {record.get('line')}: tag(s) {unseen} not in the training tags "
+                                 f"{self.labels}")
+        return [align(self.tokenizer, words, tags, self.labels, self.max_len, self.label_all)]
+
+    def logits(self, batch: dict):
+        """(B, T, n_labels) tag scores of a padded batch."""
+        hidden = self.model(batch["input_ids"], batch["attention_mask"], segment_ids=batch.get("segment_ids"),
+                            run_heads=False).last_hidden_state
+        return self.task_head(hidden, batch["attention_mask"])
+
+    def forward(self, batch: dict) -> Loss:
+        """Cross-entropy over the labelled pieces."""
+        logits = self.logits(batch)
+        labels = batch["labels"]
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+        keep = labels != IGNORE
+        accuracy = (logits.argmax(-1)[keep] == labels[keep]).float().mean()
+        return Loss(loss, {"accuracy": accuracy.detach()})
+
+    def predict(self, batch: dict) -> list:
+        """The most likely tag index at every real position of each example."""
+        best = self.logits(batch).argmax(-1)
+        lengths = batch["attention_mask"].sum(1).tolist()
+        return [row[:n] for row, n in zip(best.tolist(), lengths)]
+
+    def decode(self, records: list, examples: list, outputs: list) -> list:
+        """One tag list per record, a tag per word."""
+        out: list = [None] * len(records)
+        for example, predicted in zip(examples, outputs):
+            i = example["record"]
+            out[i] = word_tags(example["word_ids"], predicted, self.labels, len(records[i]["words"]))
+        return out
+
+    def score(self, records: list, predictions: list) -> dict:
+        """Entity-level F1 (primary), precision, recall and word accuracy."""
+        return entity_scores([r["tags"] for r in records], predictions)

@@ -1,0 +1,31 @@
+"""Shared by the tasks-core tests: a tokenizer of the built-in sentiment task and tiny models."""
+import functools
+
+import torch
+
+import lmforge
+from lmforge.tasks.formats import builtin
+from lmforge.tokenizer import train_tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def sentiment(n: int = 200) -> dict:
+    """Splits of the built-in sentiment task (canonical records)."""
+    return builtin("sentiment", n, 0)[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _tokenizer(family: str):
+    kind = "wordpiece" if family == "bert" else "bpe"
+    return train_tokenizer([r["text"] for r in sentiment()["train"]], kind, 300, family=family)
+
+
+def tokenizer(family: str = "bert"):
+    """A small WordPiece (bert) or byte-level BPE (gpt2, roberta) tokenizer of the sentiment texts."""
+    return _tokenizer(family)
+
+
+def tiny(preset: str = "bert-base", seed: int = 0, **overrides):
+    """A seeded tiny model of `preset` that fits the test tokenizers."""
+    torch.manual_seed(seed)
+    return lmforge.build(lmforge.tiny(preset, vocab_size=320, max_seq_len=128, **overrides))

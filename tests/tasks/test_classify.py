@@ -1,0 +1,150 @@
+"""Sequence-level tasks: golden encodings, heads per architecture, losses, batch prediction, export."""
+import pytest
+import torch
+
+import lmforge
+from lmforge.tasks import task_class
+from lmforge.tasks.classify import shift_right
+from tests.tasks.core import tiny, tokenizer
+
+PRESETS = {"bert-base": "bert", "gpt2": "gpt2", "bart-base": "roberta"}
+
+
+def pieces(tok, text):
+    return tok.encode(text, add_special_tokens=False).ids
+
+
+def test_single_and_pair_encodings_are_bert_templates():
+    tok = tokenizer("bert")
+    task = task_class("pair")(tiny(), tok, labels=["0", "1"])
+    (ex,) = task.encode({"text": "It is superb.", "text_pair": "I like it.", "label": "1"})
+    a, b = pieces(tok, "It is superb."), pieces(tok, "I like it.")
+    assert ex["input_ids"] == [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id]
+    assert ex["segment_ids"] == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    assert ex["label"] == 1
+    single = task_class("cls")(tiny(), tok, labels=["neg", "pos"])
+    (ex,) = single.encode({"text": "It is superb.", "label": "neg"})
+    assert ex == {"input_ids": [tok.cls_id, *a, tok.sep_id], "segment_ids": [0] * (len(a) + 2), "label": 0}
+
+
+def test_truncation_and_unknown_label():
+    tok = tokenizer("bert")
+    task = task_class("cls")(tiny(), tok, labels=["0", "1"], max_len=6)
+    (ex,) = task.encode({"text": "I bought the camera last year and it works perfectly.", "label": "0"})
+    assert len(ex["input_ids"]) == 6 and ex["input_ids"][-1] == tok.sep_id
+    with pytest.raises(ValueError, match="line 7: label 'maybe'"):
+        task.encode({"text": "x", "label": "maybe", "line": 7})
+
+
+def test_decoder_encoding_has_no_segments_and_regression_label_is_float():
+    tok = tokenizer("gpt2")
+    task = task_class("regression")(tiny("gpt2"), tok)
+    (ex,) = task.encode({"text": "It is superb.", "text_pair": None, "label": 3})
+    assert ex == {"input_ids": pieces(tok, "It is superb."), "label": 3.0}
+    batch = task.collate(task.encode_all([{"text": "a b", "label": 1.5}, {"text": "a", "label": -2.0}]))
+    assert batch["label"].dtype == torch.float and batch["label"].tolist() == [1.5, -2.0]
+    assert "record" not in batch and batch["attention_mask"].tolist() == [[1, 1], [1, 0]]
+
+
+def test_choice_batches_flatten_choices_and_mask_missing_ones():
+    tok = tokenizer("bert")
+    task = task_class("choice")(tiny(), tok)
+    records = [{"text": "He sat", "choices": ["down.", "up.", "on it."], "label": 2},
+               {"text": "She ran", "choices": ["away.", "fast."], "label": 0}]
+    batch = task.collate(task.encode_all(records))
+    assert batch["input_ids"].shape[0] == 6  # (B x C) with C = 3
+    assert batch["choice_mask"].tolist() == [[True, True, True], [True, True, False]]
+    first = [tok.cls_id, *pieces(tok, "He sat"), tok.sep_id, *pieces(tok, "down."), tok.sep_id]
+    assert batch["input_ids"][0, :len(first)].tolist() == first
+    probs = task.predict(batch)
+    assert [len(p) for p in probs] == [3, 2] and all(abs(sum(p) - 1) < 1e-5 for p in probs)
+    loss = task(batch).loss
+    assert torch.isfinite(loss)
+
+
+def test_shift_right():
+    assert shift_right(torch.tensor([[5, 6, 7]]), 2).tolist() == [[2, 5, 6]]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_heads_per_architecture(preset):
+    task = task_class("cls")(tiny(preset), tokenizer(PRESETS[preset]), labels=["a", "b", "c"])
+    spec = task.model.heads["classification"].spec
+    expected = {"bert-base": {"pooling": "first", "pooler": True}, "gpt2": {"pooling": "last", "pooler": False,
+                                                                          "bias": False},
+                "bart-base": {"pooling": "last", "pooler": True}}[preset]
+    assert spec == {"kind": "classification", "n_labels": 3, **expected}
+    assert list(task.model.heads) == ["classification"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("kind", ["cls", "regression", "choice"])
+def test_every_kind_trains_and_predicts_in_batches(preset, kind):
+    tok = tokenizer(PRESETS[preset])
+    records = {"cls": [{"text": "It is superb.", "label": "1"}, {"text": "It broke.", "label": "0"},
+                       {"text": "I want my money back now.", "label": "0"}],
+               "regression": [{"text": "It is superb.", "text_pair": "Great.", "label": 4.5},
+                              {"text": "It broke.", "label": 0.5}, {"text": "Fine, I guess so.", "label": 2.0}],
+               "choice": [{"text": "It is", "choices": ["superb.", "bad."], "label": 0},
+                          {"text": "I want", "choices": ["it.", "my money back.", "more."], "label": 1},
+                          {"text": "Ok", "choices": ["yes.", "no."], "label": 1}]}[kind]
+    cls = task_class(kind)
+    task = cls(tiny(preset), tok, labels=cls.labels_from(records)).eval()
+    loss = task(task.collate(task.encode_all(records))).loss
+    loss.backward()
+    assert torch.isfinite(loss) and task.task_head.classifier.weight.grad is not None
+    together = task.outputs(task.encode_all(records), batch_size=8)
+    alone = [task.outputs(task.encode_all([r]))[0] for r in records]
+    assert torch.allclose(torch.tensor(sum(map(_flat, together), [])), torch.tensor(sum(map(_flat, alone), [])),
+                          atol=1e-5)  # padding in a batch changes nothing
+    predictions, metrics = task.evaluate(records)
+    assert len(predictions) == 3 and list(metrics)[0] in ("accuracy", "pearson")
+
+
+def _flat(x):
+    return list(x) if isinstance(x, list) else [x]
+
+
+def test_pretrained_pooler_is_reused_and_other_heads_dropped():
+    model = tiny()
+    lmforge.heads.attach(model, "lm")
+    pooler = lmforge.heads.attach(model, "pooler")
+    task = task_class("cls")(model, tokenizer(), labels=["0", "1"])
+    assert list(model.heads) == ["classification"]
+    assert torch.equal(task.task_head.pooler.dense.weight, pooler.dense.weight)
+
+
+def test_fine_tuned_head_is_kept_when_it_fits():
+    model = tiny()
+    first = task_class("cls")(model, tokenizer(), labels=["0", "1"]).task_head
+    assert task_class("pair")(model, tokenizer(), labels=["0", "1"]).task_head is first
+    assert task_class("cls")(model, tokenizer(), labels=["a", "b", "c"]).task_head is not first
+
+
+def test_bert_classifier_exports_as_bert_for_sequence_classification(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    tok = tokenizer()
+    task = task_class("cls")(tiny(), tok, labels=["0", "1", "2"]).eval()
+    records = [{"text": "It is superb."}, {"text": "I want my money back."}]
+    batch = task.collate(task.encode_all(records))
+    ours = task.scores(batch)
+    task.model.save(tmp_path, format="hf")
+    ref = transformers.BertForSequenceClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        theirs = ref(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     token_type_ids=batch["segment_ids"]).logits
+    assert ref.config.architectures == ["BertForSequenceClassification"]
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_bart_classifier_matches_bart_for_sequence_classification(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    model = tiny("bart-base", pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    task = task_class("cls")(model, tokenizer("roberta"), labels=["0", "1", "2"]).eval()
+    batch = task.collate(task.encode_all([{"text": "It is superb."}, {"text": "I want my money back."}]))
+    ours = task.scores(batch)
+    model.save(tmp_path, format="hf")
+    ref = transformers.BartForSequenceClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():  # the reference shifts the ids right itself and pools at each row's last eos
+        theirs = ref(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)

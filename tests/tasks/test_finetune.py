@@ -1,0 +1,114 @@
+"""The fine-tuning runner: freezing, layer-wise lr decay, early stopping, the best model, a real run."""
+import json
+
+import pytest
+import torch
+
+from lmforge.tasks import task_class
+from lmforge.tasks.control import depth, freeze, lr_scale_fn
+from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
+from lmforge.train import TrainConfig, Trainer
+from tests.tasks.core import sentiment, tiny, tokenizer
+
+
+def quiet(*args):
+    pass
+
+
+def cfg(**kw):
+    base = dict(steps=4, batch_size=8, lr=3e-3, warmup=0, schedule="constant", log_every=1, progress=False)
+    return TrainConfig(**{**base, **kw})
+
+
+def trainer(model, tmp_path, decay=1.0, **kw):
+    task = task_class("cls")(model, tokenizer(), labels=["0", "1"])
+    examples = task.encode_all(sentiment()["train"][:32])
+    return Trainer(task, examples, cfg(**kw), tmp_path, log=quiet, lr_scale=lr_scale_fn(model, decay))
+
+
+def test_depths_of_an_encoder_and_an_encoder_decoder():
+    bert, bart = tiny(), tiny("bart-base")
+    assert [depth(bert, n) for n in ("tokens.weight", "embed.norm.weight", "encoder.blocks.0.ffn.up.weight",
+                                     "encoder.blocks.1.ffn.up.weight", "heads.x.weight")] == [0, 0, 1, 2, 3]
+    assert [depth(bart, n) for n in ("decoder_embed.norm.weight", "encoder.blocks.1.ffn.up.weight",
+                                     "decoder.blocks.0.ffn.up.weight", "decoder.blocks.1.ffn.up.weight")] == [0, 2, 3, 4]
+
+
+@pytest.mark.parametrize("how, frozen_depths", [(dict(backbone=True), {0, 1, 2}), (dict(embeddings=True), {0}),
+                                                (dict(layers=1), {1}), (dict(embeddings=True, layers=2), {0, 1, 2})])
+def test_frozen_weights_do_not_change_and_get_no_optimizer_state(tmp_path, how, frozen_depths):
+    model = tiny()
+    t = trainer(model, tmp_path)  # the task head is attached now
+    freeze(model, **how)
+    t = trainer(model, tmp_path)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for _ in range(2):
+        t.train_step()
+    with_state = {id(p) for p in t.optimizer.state}
+    for name, param in model.named_parameters():
+        frozen = depth(model, name) in frozen_depths and not name.startswith("heads.")
+        assert torch.equal(param, before[name]) == frozen, name
+        assert (id(param) in with_state) != frozen, name
+
+
+def test_layer_wise_lr_decay_groups(tmp_path):
+    model = tiny()
+    t = trainer(model, tmp_path, decay=0.5, lr=1e-3)
+    lr_of = {id(p): g["lr"] for g in t.optimizer.param_groups for p in g["params"]}
+    expected = {0: 1e-3 * 0.5 ** 3, 1: 1e-3 * 0.5 ** 2, 2: 1e-3 * 0.5, 3: 1e-3}  # embeddings .. head
+    for name, param in model.named_parameters():
+        assert lr_of[id(param)] == pytest.approx(expected[depth(model, name)]), name
+    t.train_step()  # the schedule keeps the ratios (LambdaLR scales each group's own lr)
+    assert sorted({round(g["lr"] / 1e-3, 6) for g in t.optimizer.param_groups}) == [0.125, 0.25, 0.5, 1.0]
+
+
+def test_early_stopping_stops_after_patience(tmp_path):
+    data = sentiment()
+    summary = finetune(tiny(), tokenizer(), "cls", data["train"][:16], data["validation"][:16], tmp_path,
+                       cfg(steps=50, lr=1e-12, eval_every=1), TaskConfig(patience=2), log=quiet)
+    assert summary["steps"] == 3 and summary["stopped_early"] and summary["best_step"] == 1
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [1, 2, 3] and "valid_accuracy" in logged[-1]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sentiment")
+    data = sentiment()
+    summary = finetune(tiny(n_layers=1), tokenizer(), "cls", data["train"], data["validation"], out,
+                       cfg(steps=40, batch_size=16, eval_every=10), log=quiet)
+    return out, summary
+
+
+def test_tiny_fine_tune_on_builtin_sentiment_beats_chance(run):
+    out, summary = run
+    majority = max(sum(r["label"] == c for r in sentiment()["validation"]) for c in "01") / len(sentiment()["validation"])
+    assert summary["primary"] == "accuracy" and summary["best"]["accuracy"] > max(0.75, majority + 0.15)
+    assert json.loads((out / "summary.json").read_text())["best"] == summary["best"]
+
+
+def test_best_model_reloads_with_the_same_validation_score(run, tmp_path):
+    out, summary = run
+    for name in ("best", "final"):
+        assert {"config.json", "model.safetensors", "tokenizer.json", "task.json"} <= {p.name for p in (out / name).iterdir()}
+    assert json.loads((out / "best" / "task.json").read_text()) == {"kind": "cls", "labels": ["0", "1"], "max_len": 128}
+    records = sentiment()["validation"]
+    metrics = evaluate(out / "best", records, out=tmp_path / "pred.jsonl")
+    assert metrics == pytest.approx(summary["best"])
+    rows = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    assert len(rows) == len(records) and rows[0]["line"] == 0 and rows[0]["gold"] == records[0]["label"]
+    assert sum(r["prediction"] == r["gold"] for r in rows) / len(rows) == pytest.approx(metrics["accuracy"])
+
+
+def test_unlabelled_records_get_predictions_only(run, tmp_path):
+    out, _ = run
+    records = [{"text": "It is superb.", "label": None, "line": 2}]
+    assert evaluate(out / "final", records, out=tmp_path / "p.jsonl") == {}
+    assert json.loads((tmp_path / "p.jsonl").read_text())["prediction"] in ("0", "1")
+
+
+def test_task_config_is_validated():
+    with pytest.raises(ValueError, match="unknown fine-tuning option"):
+        TaskConfig.from_dict({"freeze": True})
+    with pytest.raises(ValueError, match="layer_decay"):
+        TaskConfig(layer_decay=0.0)

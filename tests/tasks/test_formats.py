@@ -1,0 +1,102 @@
+"""Task files: column mapping, canonical records, and errors that name the file and the line."""
+import json
+
+import pytest
+
+from lmforge.tasks.formats import builtin, check_labels, label_set, parse_columns, read_records, read_task_file
+
+
+def write(tmp_path, name, text, mode="w"):
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_csv_with_column_mapping_and_quoted_newline(tmp_path):
+    path = write(tmp_path, "t.csv", 'id,sentence,gold\n1,"good, very\ngood",pos\n2,bad,neg\n')
+    records = read_records(path, "cls", "text=sentence,label=gold")
+    assert records == [{"line": 2, "text": "good, very\ngood", "label": "pos"},
+                       {"line": 4, "text": "bad", "label": "neg"}]  # the quoted field spans lines 2-3
+
+
+def test_tsv_pair_and_jsonl_regression(tmp_path):
+    tsv = write(tmp_path, "p.tsv", "text\ttext_pair\tlabel\nA man.\tA person.\tentailment\n")
+    assert read_records(tsv, "pair") == [{"line": 2, "text": "A man.", "text_pair": "A person.",
+                                          "label": "entailment"}]
+    jl = write(tmp_path, "r.jsonl", '{"s1": "a", "s2": "b", "score": 3.8}\n{"s1": "c", "score": "1"}\n')
+    records = read_records(jl, "regression", {"text": "s1", "text_pair": "s2", "label": "score"})
+    assert records == [{"line": 1, "text": "a", "text_pair": "b", "label": 3.8},
+                       {"line": 2, "text": "c", "text_pair": None, "label": 1.0}]
+
+
+def test_choice_from_columns_and_from_a_list(tmp_path):
+    csv_ = write(tmp_path, "c.csv", "ctx,e0,e1,y\nHe sat,down.,up.,1\n")
+    assert read_records(csv_, "choice", "text=ctx,choices=e0+e1,label=y") == [
+        {"line": 2, "text": "He sat", "choices": ["down.", "up."], "label": 1}]
+    jl = write(tmp_path, "c.jsonl", json.dumps({"text": "x", "choices": ["a", "b"], "label": 2}) + "\n")
+    with pytest.raises(ValueError, match=r"c.jsonl:1: choice label 2 is outside the 2 choices"):
+        read_records(jl, "choice")
+
+
+@pytest.mark.parametrize("name, content, kind, columns, message", [
+    ("a.csv", "sentence,label\nfine,1\n", "cls", None, r"a.csv:2: no column 'text' \(for text\)"),
+    ("b.csv", "text,label\nfine,1\n\nbad,0\n", "cls", None, r"b.csv:3: empty line"),
+    ("c.csv", "text,label\nfine,1\n,\n", "cls", None, r"c.csv:3: empty record"),
+    ("d.csv", "text,label\nfine\n", "cls", None, r"d.csv:2: 1 fields, but the header"),
+    ("e.csv", "text,label\nfine,\n", "cls", None, r"e.csv:2: empty label"),
+    ("f.tsv", "text\tlabel\nok\t0.5\nno\thigh\n", "regression", None, r"f.tsv:3: regression label 'high'"),
+    ("g.jsonl", '{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n', "cls", None, r"g.jsonl:2: empty line"),
+    ("h.jsonl", '{"text": "a", "label": 1}\n{}\n', "cls", None, r"h.jsonl:2: empty record"),
+    ("i.jsonl", '{"text": "a", "label": 1}\n{"text": "b",\n', "cls", None, r"i.jsonl:2: not valid JSON"),
+    ("j.csv", b"text,label\nok,1\ncaf\xe9,0\n", "cls", None, r"j.csv:3: not valid UTF-8 \(byte 0xe9 at column 4\)"),
+    ("k.csv", "text,label\n", "cls", None, r"k.csv: no records"),
+    ("l.xml", "<a/>", "cls", None, r"l.xml: unknown task file type"),
+    ("m.csv", "text,label\nok,1\n", "cls", "txt=text", r"unknown field\(s\) \['txt'\]"),
+])
+def test_bad_files_name_the_file_and_line(tmp_path, name, content, kind, columns, message):
+    with pytest.raises(ValueError, match=message):
+        read_records(write(tmp_path, name, content), kind, columns)
+
+
+def test_labels_unseen_in_training_name_the_line(tmp_path):
+    train = read_records(write(tmp_path, "train.csv", "text,label\na,pos\nb,neg\n"), "cls")
+    valid = read_records(write(tmp_path, "valid.csv", "text,label\na,pos\nb,neutral\n"), "cls")
+    assert label_set(train) == ["neg", "pos"]
+    with pytest.raises(ValueError, match=r"valid.csv:3: label 'neutral' does not occur in the training data"):
+        check_labels(valid, label_set(train), "valid.csv")
+
+
+def test_unlabelled_files_and_bom(tmp_path):
+    path = write(tmp_path, "u.csv", "\ufefftext\nhello\n")
+    assert read_records(path, "cls", labelled=False) == [{"line": 2, "text": "hello", "label": None}]
+
+
+def test_parse_columns():
+    assert parse_columns("text=sentence, label = gold") == {"text": "sentence", "label": "gold"}
+    with pytest.raises(ValueError, match="field=column"):
+        parse_columns("sentence")
+
+
+def test_builtin_tasks_are_canonical():
+    kind, splits = builtin("entailment", 50, 0)
+    assert kind == "pair" and set(splits) == {"train", "validation", "test"}
+    r = splits["train"][0]
+    assert set(r) == {"text", "text_pair", "label", "line"} and r["label"] in ("0", "1") and r["line"] == 0
+    kind, splits = builtin("questions", 20, 0)
+    r = splits["validation"][1]
+    answer = r["answers"][0]
+    assert kind == "qa" and r["context"][answer["start"]:].startswith(answer["text"]) and r["id"] == "validation-1"
+    kind, splits = builtin("tagging", 20, 0)
+    assert kind == "tagging" and len(splits["train"][0]["words"]) == len(splits["train"][0]["tags"])
+    with pytest.raises(ValueError, match="not one of"):
+        builtin("nope")
+
+
+def test_canonical_jsonl_for_span_tasks(tmp_path):
+    path = write(tmp_path, "t.jsonl", json.dumps({"words": ["Ann", "ran"], "tags": ["B-PER", "O"]}) + "\n"
+                 + json.dumps({"words": ["x"]}) + "\n")
+    with pytest.raises(ValueError, match=r"t.jsonl:2: no field\(s\) \['tags'\]"):
+        read_task_file(path, "tagging")

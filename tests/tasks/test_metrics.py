@@ -1,0 +1,47 @@
+"""Classification and regression metrics against values computed by hand."""
+import math
+
+import pytest
+
+from lmforge.tasks import metrics
+
+GOLD = ["1", "1", "1", "0", "0", "0"]
+PRED = ["1", "1", "0", "0", "0", "1"]  # tp 2, fn 1, tn 2, fp 1
+
+
+def test_accuracy_f1_matthews_binary():
+    assert metrics.accuracy(GOLD, PRED) == pytest.approx(4 / 6)
+    # positive class = the second label: precision 2/3, recall 2/3
+    assert metrics.f1(GOLD, PRED, ["0", "1"]) == pytest.approx(2 / 3)
+    # (tp tn - fp fn) / sqrt((tp+fp)(tp+fn)(tn+fp)(tn+fn)) = (4 - 1) / 9
+    assert metrics.matthews(GOLD, PRED) == pytest.approx(1 / 3)
+
+
+def test_macro_f1_with_three_labels():
+    gold, pred = ["a", "a", "b", "b", "c", "c"], ["a", "b", "b", "b", "c", "a"]
+    # a: p 1/2 r 1/2 f 1/2; b: p 2/3 r 1 f 4/5; c: p 1 r 1/2 f 2/3
+    assert metrics.f1(gold, pred, ["a", "b", "c"]) == pytest.approx((1 / 2 + 4 / 5 + 2 / 3) / 3)
+
+
+def test_pearson_spearman_mse():
+    gold, pred = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 5.0, 9.0]
+    mx, my = 2.5, 5.0
+    cov = sum((x - mx) * (y - my) for x, y in zip(gold, pred))
+    r = cov / math.sqrt(sum((x - mx) ** 2 for x in gold) * sum((y - my) ** 2 for y in pred))
+    assert metrics.pearson(gold, pred) == pytest.approx(r)
+    assert metrics.spearman(gold, pred) == pytest.approx(1.0)  # same order
+    assert metrics.spearman(gold, [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert metrics.mse(gold, pred) == pytest.approx((1 + 4 + 4 + 25) / 4)
+    assert metrics.pearson(gold, [1.0] * 4) == 0.0  # undefined on a constant side: 0, not nan
+
+
+def test_bundles_put_the_primary_metric_first():
+    assert list(metrics.classification_metrics(GOLD, PRED, ["0", "1"])) == ["accuracy", "f1", "matthews"]
+    assert list(metrics.regression_metrics([1.0, 2.0], [1.0, 3.0])) == ["pearson", "spearman", "mse"]
+
+
+def test_length_mismatch_and_empty_are_errors():
+    with pytest.raises(ValueError, match="3 gold labels but 2 predictions"):
+        metrics.accuracy([1, 2, 3], [1, 2])
+    with pytest.raises(ValueError, match="no examples"):
+        metrics.accuracy([], [])

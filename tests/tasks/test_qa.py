@@ -1,0 +1,289 @@
+"""Extractive QA: SQuAD reading, windows with a stride, n-best decoding across windows, SQuAD EM/F1."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.data.probes import tasks
+from lmforge.embed import find_model_dir
+from lmforge.tasks import task_class
+from lmforge.tasks.qa import (
+    QATask,
+    Template,
+    best_answer,
+    exact_match,
+    features,
+    normalize_answer,
+    read_squad,
+    squad_scores,
+    token_f1,
+    window_spans,
+    window_starts,
+)
+from lmforge.tokenizer import train_tokenizer
+
+WORDS = ("alpha bravo charlie delta echo frank golf hotel india juliet king lima mike november oscar papa "
+         "quebec romeo sierra tango uniform victor whiskey x yankee zulu").split()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """all-MiniLM-L6-v2's WordPiece tokenizer: one token per word of WORDS."""
+    tok = lmforge.load_tokenizer(find_model_dir("all-MiniLM-L6-v2"))
+    assert tok.tokenize(" ".join(WORDS)) == ["[CLS]", *WORDS, "[SEP]"]
+    return tok
+
+
+def record(answer_words: tuple, question="Which words?", id="q"):
+    """A record over the WORDS context whose answer is WORDS[first..last] (() = unanswerable)."""
+    context = " ".join(WORDS)
+    answers = []
+    if answer_words:
+        text = " ".join(WORDS[answer_words[0]:answer_words[1] + 1])
+        answers = [{"text": text, "start": context.index(text)}]
+    return {"id": id, "question": question, "context": context, "answers": answers}
+
+
+def oracle(window: dict, low: float = -5.0) -> tuple:
+    """Logits that point at the window's gold start and end (at [CLS] when the answer is not inside)."""
+    n = len(window["input_ids"])
+    start, end = [low] * n, [low] * n
+    start[window["start_positions"]] = end[window["end_positions"]] = 5.0
+    return start, end
+
+
+# ---- windows ----------------------------------------------------------------------------------------
+
+
+def test_window_starts_cover_with_the_overlap():
+    assert window_starts(10, 4, 1) == [0, 3, 6]  # [0,4) [3,7) [6,10)
+    assert window_starts(11, 4, 2) == [0, 2, 4, 6, 8]
+    assert window_starts(3, 4, 1) == [0] and window_starts(0, 4, 1) == [0]
+    with pytest.raises(ValueError, match="doc_stride=4 must be smaller than the 4 context tokens"):
+        window_starts(10, 4, 4)
+
+
+def test_templates_of_bert_and_roberta_tokenizers(tok):
+    assert Template.of(tok) == Template((tok.cls_id,), (tok.sep_id,), (tok.sep_id,), (0, 0, 0, 1, 1))
+    roberta = train_tokenizer(["the cat sat on the mat"] * 5, "bytelevel-bpe", 300)
+    t = Template.of(roberta)  # <s> q </s></s> c </s>
+    s, e = roberta.special_id("bos"), roberta.special_id("eos")
+    assert (t.before, t.between, t.after, t.n_special) == ((s,), (e, e), (e,), 4)
+
+
+def test_windows_cross_the_answer_and_keep_offsets(tok):
+    rec = record((7, 9))  # "hotel india juliet": tokens 7..9 of the context
+    windows = features(tok, rec, Template.of(tok), max_len=12, doc_stride=3, max_query_len=8)
+    # [CLS] which words ? [SEP] -> 5 tokens, 6 of context per window, one [SEP]; step 6 - 3 = 3
+    assert [len(w["offsets"]) for w in windows] == [6, 6, 6, 6, 6, 6, 6, 5]
+    assert all(len(w["input_ids"]) == len(w["segment_ids"]) <= 12 for w in windows)
+    inside = []
+    for k, w in enumerate(windows):  # window k holds context tokens 3k .. 3k+5
+        ctx = [tok.id_to_token(i) for i in w["input_ids"][w["context_at"]:-1]]
+        assert ctx == WORDS[3 * k:3 * k + 6]
+        assert [rec["context"][s:e] for s, e in w["offsets"]] == ctx
+        assert w["segment_ids"] == [0] * 5 + [1] * (len(w["input_ids"]) - 5)
+        if w["start_positions"] != w["cls_index"]:
+            inside.append(k)
+            assert w["input_ids"][w["start_positions"]:w["end_positions"] + 1] == tok.encode(
+                "hotel india juliet", add_special_tokens=False).ids
+        else:
+            assert w["end_positions"] == w["cls_index"] == 0
+    # windows 1 (3..8) and 3 (9..14) hold only part of the answer: their target is [CLS]
+    assert inside == [2]
+
+
+def test_unanswerable_windows_point_at_cls(tok):
+    windows = features(tok, record(()), Template.of(tok), max_len=16, doc_stride=4)
+    assert len(windows) > 1
+    assert all(w["start_positions"] == w["end_positions"] == 0 for w in windows)
+    assert all("start_positions" not in w for w in features(tok, {"question": "q", "context": "a b"},
+                                                             Template.of(tok)))
+
+
+# ---- decoding -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_len, doc_stride", [(12, 3), (14, 5), (10, 2), (64, 8)])
+def test_oracle_logits_recover_every_gold_span_across_windows(tok, max_len, doc_stride):
+    crossing = 0
+    for first in range(len(WORDS)):
+        for last in range(first, min(first + 6, len(WORDS))):
+            rec = record((first, last))
+            windows = features(tok, rec, Template.of(tok), max_len=max_len, doc_stride=doc_stride)
+            whole = [w for w in windows if w["start_positions"] != w["cls_index"]]
+            answer, _ = best_answer(windows, [oracle(w) for w in windows], rec["context"], unanswerable=True)
+            # an answer of at most overlap + 1 tokens always lies whole in a window; a longer one may not
+            assert answer == (rec["answers"][0]["text"] if whole else "")
+            assert whole or last - first > doc_stride
+            s = rec["answers"][0]["start"]
+            e = s + len(answer)
+            cut = [w for w in windows
+                   if w["offsets"][0][0] < e and w["offsets"][-1][1] > s and w not in whole]
+            crossing += bool(whole and cut)  # a window boundary cuts it, another window holds it whole
+    assert crossing > 20 or max_len == 64
+
+
+def test_n_best_across_windows_picks_the_window_with_the_whole_answer(tok):
+    rec = record((7, 9))
+    windows = features(tok, rec, Template.of(tok), max_len=12, doc_stride=3, max_query_len=8)
+    outputs = [([-5.0] * len(w["input_ids"]), [-5.0] * len(w["input_ids"])) for w in windows]
+    # window 1 (tokens 3..8) sees the answer's start but not its end: a strong start, a weaker end at
+    # its last context token; window 2 (6..11) holds it whole with a slightly weaker start
+    start1, end1 = outputs[1]
+    start1[5 + 4], end1[5 + 5] = 9.0, 1.0  # "hotel" .. "india" (context token 4, 5 of window 1)
+    start2, end2 = outputs[2]
+    start2[5 + 1], end2[5 + 3] = 8.0, 4.0  # "hotel" .. "juliet" of window 2: 12 > 10
+    assert best_answer(windows, outputs, rec["context"])[0] == "hotel india juliet"
+    assert best_answer(windows, outputs, rec["context"]) == ("hotel india juliet", 12.0)
+    # windows are independent of their order
+    assert best_answer(windows[::-1], outputs[::-1], rec["context"])[0] == "hotel india juliet"
+
+
+def test_span_rules_end_after_start_max_length_and_context_only():
+    # 3 question positions, then 6 context positions
+    start = [9.0, 9.0, 9.0, 1.0, 0.0, 0.0, 0.0, 5.0, 0.0]
+    end = [9.0, 9.0, 9.0, 0.0, 4.0, 0.0, 0.0, 0.0, 3.0]
+    spans = window_spans(start, end, context_at=3, n_context=6, n_best=20, max_answer_len=30)
+    assert spans[0] == (8.0, 4, 5)  # start 7 (context 4) .. end 8 (context 5); never the question
+    assert all(s <= e for _, s, e in spans)
+    assert window_spans(start, end, 3, 6, max_answer_len=1)[0] == (5.0, 4, 4)
+    assert (8.0, 4, 5) not in window_spans(start, end, 3, 6, max_answer_len=1)
+    assert window_spans(start, end, 3, 6, n_best=1) == []  # best start 4 x best end 1 only: no span
+
+
+def test_unanswerable_null_score_and_threshold(tok):
+    rec = record(())
+    windows = features(tok, rec, Template.of(tok), max_len=16, doc_stride=4)
+    outputs = [oracle(w) for w in windows]
+    outputs[0][0][7], outputs[0][1][8] = 4.0, 4.0  # a span scoring 8 < null 10
+    assert best_answer(windows, outputs, rec["context"], unanswerable=True) == ("", 10.0)
+    assert best_answer(windows, outputs, rec["context"], unanswerable=True, null_threshold=2.5)[0] != ""
+    assert best_answer(windows, outputs, rec["context"], unanswerable=False)[0] == "charlie delta"
+    # the null score is the smallest over the windows: one window sure of a span is enough
+    outputs[1][0][0] = outputs[1][1][0] = 2.0
+    assert best_answer(windows, outputs, rec["context"], unanswerable=True)[0] == "charlie delta"
+
+
+# ---- SQuAD scores ---------------------------------------------------------------------------------
+
+
+def test_squad_normalisation_and_golden_scores():
+    assert normalize_answer("The  Eiffel Tower!") == "eiffel tower"
+    assert normalize_answer("an apple, a pear and theatre") == "apple pear and theatre"
+    assert exact_match("the Eiffel Tower", "Eiffel tower!") == 1.0
+    assert token_f1("the Eiffel Tower", "Eiffel tower!") == 1.0
+    assert token_f1("Paris, France", "in Paris") == pytest.approx(0.5)
+    assert token_f1("x b c", "b c d e") == pytest.approx(2 * (2 / 4) * (2 / 3) / (2 / 4 + 2 / 3))
+    assert token_f1("a b c", "b c d e") == pytest.approx(2 * (2 / 4) * 1 / (2 / 4 + 1))  # "a" is dropped
+    assert token_f1("x", "y") == 0.0 and token_f1("the", "") == 1.0 and token_f1("x", "") == 0.0
+    records = [{"answers": [{"text": "Denver Broncos", "start": 0}, {"text": "the Broncos", "start": 0}]},
+               {"answers": [{"text": "1990", "start": 0}]},
+               {"answers": []}, {"answers": []}]
+    scores = squad_scores(records, ["Broncos", "in 1990", "", "Paris"])
+    # best over golds: Broncos vs "the Broncos" -> EM 1; "in 1990" -> F1 2/3; "" vs [] -> 1; "Paris" -> 0
+    assert scores["exact_match"] == pytest.approx(2 / 4)
+    assert scores["f1"] == pytest.approx((1 + 2 / 3 + 1) / 4)
+    assert list(scores)[:2] == ["f1", "exact_match"]
+    assert scores["has_answer_f1"] == pytest.approx((1 + 2 / 3) / 2)
+    assert scores["no_answer_exact_match"] == 0.5
+    assert set(squad_scores(records[:2], ["Broncos", "1990"])) == {"f1", "exact_match"}
+
+
+# ---- reading SQuAD JSON -----------------------------------------------------------------------------
+
+SQUAD = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [
+    {"context": "Normandy is a region in France.",
+     "qas": [{"id": "a1", "question": "Where is Normandy?",
+              "answers": [{"text": "France", "answer_start": 24}],
+              "is_impossible": False},
+             {"id": "a2", "question": "Who ate Normandy?", "answers": [],
+              "plausible_answers": [{"text": "France", "answer_start": 24}], "is_impossible": True}]}]}]}
+
+
+def test_read_squad_v1_and_v2(tmp_path):
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(SQUAD, indent=1), encoding="utf-8")
+    records = read_squad(path)
+    assert records == [
+        {"id": "a1", "question": "Where is Normandy?", "context": "Normandy is a region in France.",
+         "answers": [{"text": "France", "start": 24}], "line": 1},
+        {"id": "a2", "question": "Who ate Normandy?", "context": "Normandy is a region in France.",
+         "answers": [], "line": 2}]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=3),
+     r"data\[0\].paragraphs\[0\].qas\[0\].answers\[0\]: answer 'France' is not at character 3"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].pop("question"),
+     r"data\[0\].paragraphs\[0\].qas\[1\]: missing 'question'"),
+    (lambda d: d.pop("data"), "missing 'data'"),
+    (lambda d: d["data"][0]["paragraphs"][0].update(context=7),
+     r"paragraphs\[0\].context: expected str, got int"),
+])
+def test_read_squad_errors_say_where(tmp_path, mutate, message):
+    data = json.loads(json.dumps(SQUAD))
+    mutate(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        read_squad(path)
+
+
+def test_read_squad_bad_bytes_and_bad_json_name_the_line(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'{"data": [\n{"title": "caf\xe9"}]}')
+    with pytest.raises(ValueError, match=r"line 2: not valid UTF-8 \(byte 0xe9\)"):
+        read_squad(path)
+    path.write_text('{"data": [\n\n{"title": }]}', encoding="utf-8")
+    with pytest.raises(ValueError, match="line 3 column 11: not valid JSON"):
+        read_squad(path)
+
+
+# ---- the task ---------------------------------------------------------------------------------------
+
+
+def test_task_on_the_builtin_questions(tok):
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base"), vocab_size=tok.vocab_size, max_seq_len=64)
+    task = QATask(model, tok, max_len=32, doc_stride=8)
+    assert task_class("qa") is QATask and list(model.heads) == ["span-qa"] and task.unanswerable is None
+    records = [{"id": str(i), "question": r["question"], "context": r["context"],
+                "answers": [{"text": r["answer"], "start": r["start"]}], "line": i}
+               for i, r in enumerate(tasks(40, seed=0)["questions"]["validation"])]
+    examples = task.encode_all(records)
+    assert len(examples) > len(records)  # biographies need several 32-token windows
+    # oracle outputs recover every gold answer exactly; the model's own are substrings of the context
+    gold = [r["answers"][0]["text"] for r in records]
+    assert task.decode(records, examples, [oracle(e) for e in examples]) == gold
+    predictions, scores = task.evaluate(records, batch_size=8)
+    assert all(p in r["context"] for p, r in zip(predictions, records)) and 0 <= scores["f1"] <= 1
+    loss = task(task.collate(examples[:4]))
+    assert loss.loss.ndim == 0 and torch.isfinite(loss.loss)
+    with pytest.raises(ValueError, match="line 3: answer 'x' is not at character 0"):
+        task.encode({**records[0], "answers": [{"text": "x", "start": 0}], "line": 3})
+    task.encode({**records[0], "answers": []})
+    assert task.unanswerable is True  # SQuAD 2.0 data switches null answers on
+
+
+def test_finetune_and_evaluate_plumbing_on_the_builtin_questions(tmp_path, tok):
+    from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
+    from lmforge.tasks.formats import builtin
+    from lmforge.train import TrainConfig
+
+    kind, data = builtin("questions", 100, seed=0)
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base"), vocab_size=tok.vocab_size, max_seq_len=64)
+    cfg = TrainConfig(steps=3, batch_size=8, lr=1e-3, warmup=1, log_every=1, progress=False, seed=0)
+    summary = finetune(model, tok, kind, data["train"], data["validation"], tmp_path, cfg,
+                       TaskConfig(max_len=40),
+                       log=lambda *a: None)
+    assert kind == "qa" and summary["primary"] == "f1" and set(summary["final"]) == {"f1", "exact_match"}
+    scores = evaluate(tmp_path / "final", data["test"], out=tmp_path / "predictions.jsonl")
+    assert set(scores) == {"f1", "exact_match"}
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [r["id"] for r in data["test"]]
+    assert all(r["prediction"] in t["context"] for r, t in zip(rows, data["test"]))

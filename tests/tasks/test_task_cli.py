@@ -1,0 +1,88 @@
+"""`lmforge finetune` and `lmforge evaluate`: outputs and exit codes."""
+import json
+
+import pytest
+
+from lmforge.cli import main
+from tests.tasks.core import tiny, tokenizer
+
+FAST = ["batch_size=8", "lr=3e-3", "warmup=0", "progress=false", "--builtin-size", "60"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    tiny(n_layers=1).save(path)
+    tokenizer().save(path)
+    return path
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_finetune_then_evaluate_files(model_dir, tmp_path, capsys):
+    train = write(tmp_path / "train.csv", "sentence,gold\nIt is superb.,pos\nIt broke.,neg\nI love it.,pos\n")
+    valid = write(tmp_path / "valid.tsv", "sentence\tgold\nIt is great.\tpos\nIt is flimsy.\tneg\n")
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", str(model_dir), "--task", "cls", "--train", train, "--valid", valid,
+                 "--columns", "text=sentence,label=gold", "--out", str(out), "--steps", "2", *FAST[:4]]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and set(summary["best"]) == {"accuracy", "f1", "matthews"}
+    assert (out / "best" / "task.json").is_file() and (out / "final" / "model.safetensors").is_file()
+    test = write(tmp_path / "test.csv", "sentence,gold\nIt is superb.,pos\n")
+    preds = tmp_path / "pred.jsonl"
+    assert main(["evaluate", "--model", str(out / "best"), "--data", test, "--columns",
+                 "text=sentence,label=gold", "--out", str(preds)]) == 0
+    row = json.loads(preds.read_text())
+    assert row["line"] == 2 and row["gold"] == "pos" and row["prediction"] in ("pos", "neg")
+
+
+def test_finetune_builtin_and_evaluate_split(model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", str(model_dir), "--builtin", "sentiment", "--out", str(out),
+                 "--steps", "2", "patience=1", "freeze_embeddings=true", *FAST]) == 0
+    assert main(["evaluate", "--model", str(out / "final"), "--builtin", "sentiment", "--split", "test",
+                 "--builtin-size", "60"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(printed[printed.rindex('{\n  "task"'):])
+    assert result["task"] == "cls" and result["records"] == 6 and "accuracy" in result
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "cls", "--out", "o"], "give --train FILE"),
+    (["--builtin", "sentiment", "--task", "pair", "--out", "o"], "is a cls task, not pair"),
+    (["--builtin", "sentiment", "--out", "o", "n_layers=1"], "model config fields apply to presets only"),
+    (["--builtin", "sentiment", "--out", "o", "frozen=1"], "model config fields apply to presets only"),
+    (["--builtin", "sentiment", "--out", "o", "layer_decay=2"], "layer_decay must be in"),
+])
+def test_finetune_usage_errors_exit_2(model_dir, capsys, args, message):
+    assert main(["finetune", "--model", str(model_dir), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_files_exit_2_naming_file_and_line(model_dir, tmp_path, capsys):
+    train = write(tmp_path / "train.csv", "text,label\na,pos\nb,neg\n")
+    valid = write(tmp_path / "valid.csv", "text,label\na,pos\nb,neutral\n")
+    assert main(["finetune", "--model", str(model_dir), "--task", "cls", "--train", train, "--valid", valid,
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "valid.csv:3: label 'neutral' does not occur in the training data" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"text,label\n\xff,pos\n")
+    assert main(["finetune", "--model", str(model_dir), "--task", "cls", "--train", str(bad),
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "bad.csv:2: not valid UTF-8" in capsys.readouterr().err
+
+
+def test_preset_needs_a_tokenizer(capsys, tmp_path):
+    assert main(["finetune", "--model", "bert-base", "--builtin", "sentiment", "--out", str(tmp_path)]) == 2
+    assert "needs a tokenizer" in capsys.readouterr().err
+
+
+def test_preset_with_tokenizer_and_model_fields(model_dir, tmp_path):
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", "bert-base", "--tokenizer", str(model_dir), "--builtin", "sentiment",
+                 "--out", str(out), "--steps", "1", "n_layers=1", "d_model=32", "n_heads=4", "d_ff=64",
+                 *FAST]) == 0
+    assert json.loads((out / "best" / "config.json").read_text())["config"]["d_model"] == 32

@@ -2,7 +2,9 @@ import pytest
 import torch
 
 import lmforge
-from lmforge.generate import filter_top_k, filter_top_p, generate, next_tokens, penalise_repetition, Sampling
+from lmforge.presets import PRESETS
+from lmforge.generate import filter_top_k, filter_top_p, generate, next_tokens, Sampling
+from lmforge.processors import Constraints, ban_repeated_ngrams, penalise_repetition
 from lmforge.heads import attach
 
 from tests.parity.helpers import save_reference, transformers
@@ -100,20 +102,199 @@ def test_filters_and_penalty_match_reference_processors():
 def test_top_p_keeps_at_least_one_token_and_greedy_ignores_temperature():
     scores = torch.tensor([[10.0, 0.0, 0.0]])
     assert int((filter_top_p(scores, 0.01) > float("-inf")).sum()) == 1
-    assert int(next_tokens(scores, torch.zeros(1, 1, dtype=torch.long), Sampling(temperature=5.0))) == 0
+    assert int(next_tokens(scores, Sampling(temperature=5.0))) == 0
 
 
-def test_bad_requests_are_refused():
-    model = lmforge.build(lmforge.tiny("gpt2")).eval()
-    with pytest.raises(ValueError, match="language-modelling head"):
-        generate(model, torch.zeros(1, 3, dtype=torch.long))
+def _generators():
+    """One tiny model with an LM head per decoder and encoder-decoder family among the presets."""
+    models, seen = {}, []
+    for name in PRESETS:
+        cfg = lmforge.tiny(name, decoder_start_token_id=0)
+        if cfg.architecture != "encoder" and cfg.canonical() not in seen:
+            seen.append(cfg.canonical())
+            torch.manual_seed(0)
+            models[name] = attach_lm(lmforge.build(cfg).eval())
+    return models
+
+
+def attach_lm(model):
+    """`model` with a (tied) LM head."""
     attach(model, "lm")
-    with pytest.raises(ValueError, match="max_seq_len"):
-        generate(model, torch.zeros(1, 3, dtype=torch.long), max_new_tokens=model.config.max_seq_len)
-    for bad in (dict(temperature=0), dict(top_p=0), dict(max_new_tokens=0)):
-        with pytest.raises(ValueError):
-            generate(model, torch.zeros(1, 3, dtype=torch.long), do_sample=True, **bad)
-    t5 = lmforge.build(lmforge.tiny("t5-small"))
-    attach(t5, "lm")
+    return model
+
+
+GENERATORS = _generators()
+
+
+@pytest.mark.parametrize("name", GENERATORS)
+def test_cached_generation_equals_uncached_for_every_preset(name):
+    model = GENERATORS[name]
+    ids, mask = _left_padded(lengths=(6, 3))
+    if isinstance(model, lmforge.model.EncoderDecoder):
+        mask = mask.flip(1)  # an encoder reads right-padded text
+        ids = torch.where(mask.bool(), ids, 0)
+    for options in ({}, {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.5}):
+        stop = int(generate(model, ids, mask, max_new_tokens=5, eos_token_id=None)[0, -2])
+        cached = generate(model, ids, mask, max_new_tokens=8, eos_token_id=stop, pad_token_id=0, **options)
+        uncached = generate(model, ids, mask, max_new_tokens=8, eos_token_id=stop, pad_token_id=0,
+                            use_cache=False, **options)
+        assert torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5-small"])
+def test_one_beam_and_top_k_one_equal_greedy(name):
+    model = GENERATORS[name]
+    ids, mask = _left_padded(lengths=(6, 3, 5))
+    if name == "t5-small":
+        mask = mask.flip(1)
+    greedy = generate(model, ids, mask, max_new_tokens=10)
+    assert torch.equal(generate(model, ids, mask, max_new_tokens=10, num_beams=1), greedy)
+    top1 = generate(model, ids, mask, max_new_tokens=10, do_sample=True, top_k=1, temperature=0.7,
+                    generator=torch.Generator().manual_seed(3))
+    assert torch.equal(top1, greedy)
+    assert not torch.equal(generate(model, ids, mask, max_new_tokens=10, num_beams=4), greedy)
+
+
+def test_beams_share_one_encoder_pass_and_return_the_best_first():
+    model = GENERATORS["t5-small"]
+    ids, mask = _left_padded(lengths=(6, 4))
+    calls = []
+    hook = model.encoder.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        out = generate(model, ids, mask.flip(1), max_new_tokens=6, num_beams=3, num_return_sequences=3,
+                       eos_token_id=None)
+    finally:
+        hook.remove()
+    assert len(calls) == 1 and out.shape == (6, 7) and bool((out[:, 0] == 0).all())
+    with torch.no_grad():  # summed log-probabilities of the three hypotheses of each input, best first
+        logp = model(ids.repeat_interleave(3, 0), mask.flip(1).repeat_interleave(3, 0),
+                     decoder_input_ids=out[:, :-1]).logits.log_softmax(-1)
+    scores = logp.gather(-1, out[:, 1:, None]).sum((1, 2)).view(2, 3)
+    assert bool((scores[:, :-1] >= scores[:, 1:] - 1e-5).all())
+
+
+def test_sampling_returns_several_sequences_per_input():
+    model = GENERATORS["gpt2"]
+    ids, mask = _left_padded(lengths=(4, 2))
+    out = generate(model, ids, mask, max_new_tokens=6, do_sample=True, num_return_sequences=3,
+                   generator=torch.Generator().manual_seed(0))
+    assert out.shape == (6, 10) and torch.equal(out[:, :4], ids.repeat_interleave(3, 0))
+    assert len({tuple(row) for row in out[:3, 4:].tolist()}) > 1
+
+
+def test_processors_match_the_reference():
+    from transformers.generation import logits_process as lp
+
+    gen = torch.Generator().manual_seed(0)
+    scores, seen = torch.randn(4, 20, generator=gen), torch.randint(0, 6, (4, 9), generator=gen)
+    for n in (1, 2, 3):
+        torch.testing.assert_close(ban_repeated_ngrams(scores, seen, n),
+                                   lp.NoRepeatNGramLogitsProcessor(n)(seen, scores.clone()))
+    padding = torch.tensor([0, 2, 5, 9])
+    ours = Constraints(9, 30, repetition_penalty=1.5, padding=padding)(scores, seen)
+    theirs = lp.RepetitionPenaltyLogitsProcessor(1.5, prompt_ignore_length=padding)(seen, scores.clone())
+    torch.testing.assert_close(ours, theirs)
+    eos = torch.tensor([3, 5])
+    cases = [(Constraints(9, 30, eos, min_length=10), lp.MinLengthLogitsProcessor(10, [3, 5])),
+             (Constraints(7, 30, eos, min_new_tokens=3), lp.MinNewTokensLengthLogitsProcessor(7, 3, [3, 5])),
+             (Constraints(7, 30, eos, min_new_tokens=2), lp.MinNewTokensLengthLogitsProcessor(7, 2, [3, 5])),
+             (Constraints(1, 30, forced_bos_token_id=4), lp.ForcedBOSTokenLogitsProcessor(4)),
+             (Constraints(1, 10, forced_eos_token_id=4), lp.ForcedEOSTokenLogitsProcessor(10, 4)),
+             (Constraints(1, 30, suppress_tokens=eos), lp.SuppressTokensLogitsProcessor([3, 5]))]
+    for ours, theirs in cases:
+        for T in (1, 9):
+            torch.testing.assert_close(ours(scores, seen[:, :T]), theirs(seen[:, :T], scores.clone()))
+
+
+# one option per processor; each run differs from plain greedy decoding
+PROCESSED = [dict(min_new_tokens=12), dict(no_repeat_ngram_size=2), dict(repetition_penalty=1.8),
+             dict(suppress_tokens=[70, 41]), dict(forced_eos_token_id=4),
+             dict(min_length=18, num_beams=3, num_return_sequences=3)]
+
+
+@pytest.mark.parametrize("options", PROCESSED)
+def test_processed_generation_matches_reference(tmp_path, options):
+    reference, model = _gpt2(tmp_path, bos_token_id=0, eos_token_id=0)
+    ids, mask = _left_padded()
+    beams = {k: v for k, v in options.items() if k.startswith("num_")}
+    free = generate(model, ids, mask, max_new_tokens=12, **beams)
+    stop = int(free[0, ids.shape[1]])  # an eos that row 0 produces first unless held back
+    theirs = reference.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                                eos_token_id=stop, **options)
+    ours = generate(model, ids, mask, max_new_tokens=12, eos_token_id=stop, **options)
+    assert torch.equal(ours, theirs)
+    assert not torch.equal(ours, generate(model, ids, mask, max_new_tokens=12, eos_token_id=stop, **beams))
+
+
+def test_forced_first_token_of_an_encoder_decoder_matches_reference(tmp_path):
+    torch.manual_seed(0)
+    reference = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0,
+        pad_token_id=0, eos_token_id=1)).eval()
+    model = lmforge.load(save_reference(reference, tmp_path))
+    ids = torch.randint(2, 99, (2, 5))
+    for options in (dict(forced_bos_token_id=7), dict(forced_bos_token_id=7, num_beams=3)):
+        ours = generate(model, ids, max_new_tokens=5, **options)
+        assert torch.equal(ours, reference.generate(ids, max_new_tokens=5, do_sample=False, **options))
+        assert bool((ours[:, 1] == 7).all())
+
+
+def _request(model, ids, **options):
+    return generate(model, ids, **{"max_new_tokens": 4, **options})
+
+
+BAD = [
+    (torch.zeros(1, 0, dtype=torch.long), {}, "empty"),
+    (torch.zeros(0, 3, dtype=torch.long), {}, "empty"),
+    (torch.zeros(3, dtype=torch.long), {}, "shape"),
+    (torch.zeros(1, 65, dtype=torch.long), {}, "longer than the context"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(max_new_tokens=63), "exceed the context"),
+    (torch.full((1, 3), 99), {}, "outside the vocabulary"),
+    (torch.full((1, 3), -1), {}, "outside the vocabulary"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(do_sample=True, temperature=0.0), "temperature"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(do_sample=True, temperature=-1.0), "temperature"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(do_sample=True, top_p=0.0), "top_p"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(top_p=1.5), "top_p"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(top_k=-1), "top_k"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(max_new_tokens=0), "max_new_tokens"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(num_beams=0), "num_beams"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(num_beams=2, do_sample=True), "sampling"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(num_beams=2, num_return_sequences=3), "num_return_sequences"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(num_return_sequences=2), "num_return_sequences"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(num_beams=2, streamer=print), "stream"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(num_beams=2, early_stopping="sometimes"), "early_stopping"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(eos_token_id=99), "eos_token_id"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(forced_eos_token_id=-2), "forced_eos_token_id"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(suppress_tokens=[1, 200]), "suppress_tokens"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(repetition_penalty=0.0), "repetition_penalty"),
+    (torch.zeros(2, 3, dtype=torch.long), dict(attention_mask=torch.tensor([[1, 1, 1], [0, 0, 0]])), "row 1"),
+    (torch.zeros(2, 3, dtype=torch.long), dict(attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]])),
+     "right-padded"),
+    (torch.zeros(2, 3, dtype=torch.long), dict(attention_mask=torch.ones(2, 4)), "does not match"),
+]
+
+
+@pytest.mark.parametrize("ids, options, match", BAD)
+def test_bad_requests_get_a_one_line_error_before_any_model_call(ids, options, match):
+    model = GENERATORS["gpt2"]
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=match) as err:
+            _request(model, ids, **options)
+    finally:
+        hook.remove()
+    assert "\n" not in str(err.value) and not calls
+
+
+def test_requests_a_model_cannot_serve_are_refused():
+    with pytest.raises(ValueError, match="language-modelling head"):
+        generate(lmforge.build(lmforge.tiny("gpt2")), torch.zeros(1, 3, dtype=torch.long))
+    t5 = attach_lm(lmforge.build(lmforge.tiny("t5-small")))
     with pytest.raises(ValueError, match="decoder_start_token_id"):
         generate(t5, torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="exceed the context"):
+        generate(GENERATORS["t5-small"], torch.zeros(1, 3, dtype=torch.long), max_new_tokens=65)
+    with pytest.raises(ValueError, match="fill_mask"):
+        generate(attach_lm(lmforge.build(lmforge.tiny("bert-tiny"))), torch.zeros(1, 3, dtype=torch.long))

@@ -1,6 +1,7 @@
 """lmforge: the Transformer language-model family from one configurable model."""
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.embed import embed
+from lmforge.fill_mask import fill_mask
 from lmforge.generate import generate
 from lmforge.io import load, save
 from lmforge.model import ModelOutput, Transformer, from_config
@@ -17,5 +18,5 @@ def build(name: str | ModelConfig, **overrides) -> Transformer:
 
 
 __all__ = ["ConfigError", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
-           "build", "embed", "from_config", "generate", "get_config", "load", "load_tokenizer", "save", "tiny",
-           "__version__"]
+           "build", "embed", "fill_mask", "from_config", "generate", "get_config", "load", "load_tokenizer",
+           "save", "tiny", "__version__"]

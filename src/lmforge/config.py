@@ -31,7 +31,8 @@ _FFN_ACTIVATION = {"geglu": "gelu", "geglu-tanh": "gelu-tanh"}  # inside the gat
 BIDIRECTIONAL_ONLY = ("longformer", "bigbird", "linformer")
 
 
-SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+                  "forced_bos_token_id", "forced_eos_token_id")
 
 
 class ConfigError(ValueError):
@@ -111,6 +112,8 @@ class ModelConfig:
     bos_token_id: Optional[int] = None
     eos_token_id: Optional[int] = None
     decoder_start_token_id: Optional[int] = None  # encoder-decoders: first decoder input
+    forced_bos_token_id: Optional[int] = None  # generation: the first new token (mBART's language id)
+    forced_eos_token_id: Optional[int] = None  # generation: the token at the maximum length (BART)
     source: str = ""  # where a preset's numbers come from
 
     def __post_init__(self) -> None:

@@ -1,20 +1,23 @@
 """Text generation for decoders and encoder-decoders with a KV cache.
 
 Greedy decoding, temperature sampling, top-k (Fan et al. 2018), nucleus / top-p
-(Holtzman et al. 2020) and the repetition penalty of Keskar et al. (2019); stop tokens,
-a budget of new tokens and left-padded batches. Decoders return prompt + new tokens;
-encoder-decoders return the decoder's tokens, starting with the decoder start token —
-the same shapes the reference library's `generate` returns.
+(Holtzman et al. 2020), beam search (beam.py) and the logit processors of processors.py
+(repetition penalty, n-gram blocking, minimum length, forced first/last tokens); stop
+tokens, a budget of new tokens and left-padded batches. Decoders return prompt + new
+tokens; encoder-decoders return the decoder's tokens, starting with the decoder start
+token — the same shapes the reference library's `generate` returns.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 
+from lmforge.beam import Beams, beam_search
 from lmforge.layers.attention import KVCache
-from lmforge.model import EncoderDecoder, Transformer
+from lmforge.model import EncoderDecoder, ModelOutput, Transformer
+from lmforge.processors import Constraints
 
 
 @dataclass
@@ -25,23 +28,15 @@ class Sampling:
     temperature: float = 1.0
     top_k: int = 0  # 0: no top-k filter
     top_p: float = 1.0  # 1.0: no nucleus filter
-    repetition_penalty: float = 1.0  # 1.0: none; > 1 discourages tokens already in the sequence
 
     def __post_init__(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature} (use do_sample=False for greedy)")
+        if self.do_sample and not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature} "
+                             f"(use do_sample=False for greedy)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0 or self.repetition_penalty <= 0:
-            raise ValueError("top_k must be >= 0 and repetition_penalty > 0")
-
-
-def penalise_repetition(scores: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """Divide positive (multiply negative) scores of tokens already in `seen` by `penalty`."""
-    # scores (B, V); seen (B, T) token ids of the sequence so far
-    picked = scores.gather(1, seen)
-    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return scores.scatter(1, seen, picked)
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
 
 
 def filter_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -60,12 +55,10 @@ def filter_top_p(scores: torch.Tensor, p: float) -> torch.Tensor:
     return scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
 
 
-def next_tokens(scores: torch.Tensor, seen: torch.Tensor, rule: Sampling,
+def next_tokens(scores: torch.Tensor, rule: Sampling,
                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """(B, V) next-position logits -> (B,) chosen token ids."""
+    """(B, V) processed next-position scores -> (B,) chosen token ids."""
     scores = scores.float()
-    if rule.repetition_penalty != 1.0:
-        scores = penalise_repetition(scores, seen, rule.repetition_penalty)
     if not rule.do_sample:
         return scores.argmax(-1)
     scores = scores / rule.temperature
@@ -85,116 +78,221 @@ def lm_head_name(model: Transformer) -> str:
                      "*ForCausalLM / *ForConditionalGeneration checkpoint or attach(model, 'lm')")
 
 
-def _stop_ids(eos_token_id, device) -> Optional[torch.Tensor]:
-    if eos_token_id is None:
-        return None
-    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    return torch.tensor(ids, device=device)
+class DecoderSteps:
+    """A decoder's forward passes: the prompt once, then the new token of each row (the whole
+    sequence again without a cache). Rows are left-padded; positions count real tokens only."""
 
+    def __init__(self, model, lm, input_ids, mask, use_cache: bool = True) -> None:
+        self.model, self.lm = model, lm
+        self.tokens, self.mask = input_ids, mask  # (N, T)
+        self.positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.cache = KVCache() if use_cache else None
 
-class _Decoding:
-    """The state of one batch being decoded: tokens so far, finished rows, stop ids."""
+    def logits(self) -> torch.Tensor:
+        """(N, V) next-token logits after the tokens so far."""
+        fed = self.cache.length if self.cache is not None else 0
+        out = self.model(self.tokens[:, fed:], self.mask, position_ids=self.positions[:, fed:],
+                         cache=self.cache, run_heads=False)
+        return self.lm(out.last_hidden_state[:, -1])  # the vocabulary projection of one position only
 
-    def __init__(self, tokens, eos_token_id, pad_token_id) -> None:
-        self.tokens = tokens  # (B, T) everything generated so far (decoders: with the prompt)
-        self.stop = _stop_ids(eos_token_id, tokens.device)
-        if self.stop is not None and pad_token_id is None:
-            pad_token_id = int(self.stop[0])  # finished rows need a filler; the reference uses eos too
-        self.pad = pad_token_id
-        self.done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-
-    def append(self, chosen: torch.Tensor) -> torch.Tensor:
-        """Add (B,) chosen tokens (pad on finished rows); return what was added."""
-        if self.stop is not None:
-            chosen = torch.where(self.done, torch.full_like(chosen, self.pad), chosen)
-            self.done |= torch.isin(chosen, self.stop)
+    def append(self, chosen: torch.Tensor) -> None:
+        """Add (N,) tokens after every row."""
         self.tokens = torch.cat([self.tokens, chosen[:, None]], dim=1)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
+        self.positions = torch.cat([self.positions, self.positions[:, -1:] + 1], dim=1)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Continue the rows `rows` (N,) of the same input (beam search)."""
+        self.tokens, self.mask, self.positions = (t.index_select(0, rows)
+                                                  for t in (self.tokens, self.mask, self.positions))
+        if self.cache is not None:
+            self.cache.reorder(rows)
+
+
+class EncoderDecoderSteps(DecoderSteps):
+    """An encoder-decoder's decoder passes; the encoder runs once, its output shared by `copies`
+    rows per input (beams), and its cross-attention keys and values are cached on the first step."""
+
+    def __init__(self, model, lm, input_ids, mask, start: int, copies: int = 1,
+                 use_cache: bool = True) -> None:
+        encoded = model.encode(input_ids, mask).last_hidden_state  # (B, S, d_model)
+        self.memory = ModelOutput(encoded.repeat_interleave(copies, 0))
+        self.memory_mask = mask.repeat_interleave(copies, 0)
+        N = self.memory_mask.shape[0]
+        tokens = torch.full((N, 1), start, dtype=torch.long, device=input_ids.device)
+        super().__init__(model, lm, tokens, torch.ones_like(tokens), use_cache)
+
+    def logits(self) -> torch.Tensor:
+        """(N, V) next-token logits after the decoder tokens so far."""
+        fed = self.cache.length if self.cache is not None else 0
+        out = self.model(attention_mask=self.memory_mask, decoder_input_ids=self.tokens[:, fed:],
+                         encoder_output=self.memory, cache=self.cache, run_heads=False)
+        return self.lm(out.last_hidden_state[:, -1])
+
+
+class _Finished:
+    """Which rows have produced a stop token; later positions of those rows get `pad`."""
+
+    def __init__(self, stop: Optional[torch.Tensor], pad: Optional[int], n: int, device) -> None:
+        self.stop, self.pad = stop, pad
+        self.done = torch.zeros(n, dtype=torch.bool, device=device)
+
+    def mark(self, chosen: torch.Tensor) -> torch.Tensor:
+        """(N,) chosen tokens with finished rows padded; the rows that stop now are noted."""
+        if self.stop is None:
+            return chosen
+        chosen = torch.where(self.done, torch.full_like(chosen, self.pad), chosen)
+        self.done |= torch.isin(chosen, self.stop)
         return chosen
 
-    @property
-    def finished(self) -> bool:
-        """Every row has produced a stop token."""
-        return bool(self.done.all())
+
+def _sample(steps, constraints, rule, finished, max_new_tokens, generator, streamer) -> torch.Tensor:
+    """Greedy decoding or sampling, one token per row per step."""
+    for _ in range(max_new_tokens):
+        scores = constraints(steps.logits(), steps.tokens)
+        chosen = finished.mark(next_tokens(scores, rule, generator))
+        steps.append(chosen)
+        if streamer is not None:
+            streamer(chosen)
+        if bool(finished.done.all()):
+            break
+    return steps.tokens
 
 
 @torch.no_grad()
 def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, *,
              max_new_tokens: int = 20, do_sample: bool = False, temperature: float = 1.0, top_k: int = 0,
-             top_p: float = 1.0, repetition_penalty: float = 1.0, eos_token_id=None, pad_token_id=None,
-             decoder_start_token_id: Optional[int] = None, generator: Optional[torch.Generator] = None,
+             top_p: float = 1.0, repetition_penalty: float = 1.0, num_beams: int = 1,
+             length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
+             num_return_sequences: int = 1, min_new_tokens: int = 0, min_length: int = 0,
+             no_repeat_ngram_size: int = 0, forced_bos_token_id: Optional[int] = None,
+             forced_eos_token_id: Optional[int] = None, suppress_tokens=None, eos_token_id=None,
+             pad_token_id=None, decoder_start_token_id: Optional[int] = None, use_cache: bool = True,
+             generator: Optional[torch.Generator] = None,
              streamer: Optional[Callable] = None) -> torch.Tensor:
     """Continue `input_ids` (B, T), left-padded when `attention_mask` has zeros.
 
-    Decoders return (B, T + n) prompt and new tokens; encoder-decoders return (B, 1 + n)
-    decoder tokens. Stop ids default to the config's eos; `streamer` receives each step's
-    (B,) new tokens."""
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    rule = Sampling(do_sample, temperature, top_k, top_p, repetition_penalty)
-    cfg = model.config
-    eos = cfg.eos_token_id if eos_token_id is None else eos_token_id
-    pad = cfg.pad_token_id if pad_token_id is None else pad_token_id
+    Decoders return (B * R, T + n) prompt and new tokens; encoder-decoders return (B * R, 1 + n)
+    decoder tokens (R = num_return_sequences; with beams the R best of each input, best first).
+    Arguments mean what the reference library's `generate` arguments of the same names mean;
+    stop, pad, forced and decoder start ids default to the model config's. use_cache=False
+    recomputes every position at every step (same tokens, slower); `streamer` receives each
+    step's (B * R,) new tokens (greedy and sampling only)."""
+    rule = Sampling(do_sample, temperature, top_k, top_p)
+    beams = Beams(num_beams, length_penalty, early_stopping, num_return_sequences)
     head = lm_head_name(model)
+    mask = _check_prompt(model, input_ids, attention_mask, max_new_tokens)
+    ids = _special_ids(model, eos_token_id, pad_token_id, decoder_start_token_id, forced_bos_token_id,
+                       forced_eos_token_id, suppress_tokens)
+    _check_options(beams, rule, streamer, repetition_penalty, min_new_tokens, min_length,
+                   no_repeat_ngram_size)
+    copies = num_beams if num_beams > 1 else num_return_sequences
     was_training = model.training
     model.eval()
     try:
         if isinstance(model, EncoderDecoder):
-            start = cfg.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id
-            if start is None:
-                raise ValueError("an encoder-decoder needs decoder_start_token_id (in the config or as an argument)")
-            _check_length(model, 1, max_new_tokens)
-            run = _encoder_decoder_steps(model, input_ids, attention_mask, start, head)
-            state = _Decoding(torch.full((input_ids.shape[0], 1), start, dtype=torch.long,
-                                         device=input_ids.device), eos, pad)
+            steps = EncoderDecoderSteps(model, model.heads[head], input_ids, mask, ids["start"], copies,
+                                        use_cache)
         else:
-            _check_length(model, input_ids.shape[-1], max_new_tokens)
-            run = _decoder_steps(model, input_ids, attention_mask, head)
-            state = _Decoding(input_ids, eos, pad)
-        scores = next(run)
-        for step in range(max_new_tokens):
-            chosen = state.append(next_tokens(scores, state.tokens, rule, generator))
-            if streamer is not None:
-                streamer(chosen)
-            if state.finished or step == max_new_tokens - 1:
-                break
-            scores = run.send(chosen)
-        return state.tokens
+            steps = DecoderSteps(model, model.heads[head], input_ids.repeat_interleave(copies, 0),
+                                 mask.repeat_interleave(copies, 0), use_cache)
+        prompt_len = steps.tokens.shape[1]
+        padding = (steps.mask == 0).sum(1) if not isinstance(model, EncoderDecoder) else None
+        constraints = Constraints(prompt_len, prompt_len + max_new_tokens, ids["eos"], repetition_penalty,
+                                  padding, no_repeat_ngram_size, min_length, min_new_tokens, ids["bos"],
+                                  ids["forced_eos"], ids["suppress"])
+        if num_beams > 1:
+            # the reference fills short hypotheses with pad, or eos where pad is unset or 0
+            fill = ids["pad"] if ids["pad"] else int(ids["eos"][0]) if ids["eos"] is not None else -1
+            return beam_search(steps, constraints, beams, ids["eos"], fill, max_new_tokens)
+        finished = _Finished(ids["eos"], ids["pad"], steps.tokens.shape[0], input_ids.device)
+        return _sample(steps, constraints, rule, finished, max_new_tokens, generator, streamer)
     finally:
         model.train(was_training)
 
 
-def _check_length(model, T: int, max_new_tokens: int) -> None:
-    # fail before any work rather than at the step that runs past the position table
-    if T + max_new_tokens - 1 > model.config.max_seq_len:
-        raise ValueError(f"{T} starting tokens plus max_new_tokens={max_new_tokens} exceed "
-                         f"max_seq_len={model.config.max_seq_len}")
+def _check_prompt(model: Transformer, input_ids, attention_mask, max_new_tokens: int) -> torch.Tensor:
+    """Refuse a request the model cannot serve, before any model call; returns the (B, T) mask."""
+    if model.config.architecture == "encoder":
+        raise ValueError("generation needs a decoder or an encoder-decoder; an encoder with an MLM head "
+                         "fills masks instead (lmforge.fill_mask)")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
+        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be an integer tensor of shape (batch, length), got {shape}")
+    B, T = input_ids.shape
+    if B == 0 or T == 0:
+        raise ValueError("the prompt is empty: generation needs at least one token per row")
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
+    if tuple(mask.shape) != (B, T):
+        raise ValueError(f"attention_mask of shape {tuple(mask.shape)} does not match input_ids {(B, T)}")
+    if not bool(mask.any(1).all()):
+        row = int((~mask.any(1)).nonzero()[0])
+        raise ValueError(f"row {row} of the prompt is empty (its attention mask is 0)")
+    cfg = model.config
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= cfg.vocab_size:
+        raise ValueError(f"the prompt holds token id {low if low < 0 else high} outside the vocabulary "
+                         f"[0, {cfg.vocab_size})")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if T > cfg.max_seq_len:
+        raise ValueError(f"the prompt of {T} tokens is longer than the context, "
+                         f"max_seq_len={cfg.max_seq_len}")
+    decoded = 1 if isinstance(model, EncoderDecoder) else T  # decoder positions before the new tokens
+    if decoded + max_new_tokens - 1 > cfg.max_seq_len:  # the last new token is never fed back
+        raise ValueError(f"{decoded} starting tokens plus max_new_tokens={max_new_tokens} exceed the "
+                         f"context, max_seq_len={cfg.max_seq_len}")
+    if not isinstance(model, EncoderDecoder) and not bool(mask[:, -1].all()):
+        raise ValueError("the prompt is right-padded: a decoder continues each row's last position, "
+                         "so pad on the left")
+    return mask
 
 
-def _decoder_steps(model, input_ids, attention_mask, head: str):
-    """Yield next-position logits: the prompt once, then one new token per step."""
-    B = input_ids.shape[0]
-    mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-    mask = mask.long()
-    # left padding: each row's first real token is at position 0
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = KVCache()
-    lm = model.heads[head]
-    # the head runs on the last position only: a prompt's vocabulary projection is skipped
-    out = model(input_ids, mask, position_ids=positions, cache=cache, run_heads=False)
-    while True:
-        chosen = yield lm(out.last_hidden_state[:, -1])
-        mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
-        positions = positions[:, -1:] + 1
-        out = model(chosen[:, None], mask, position_ids=positions, cache=cache, run_heads=False)
+def _token_ids(value, name: str, vocab_size: Optional[int], device) -> Optional[torch.Tensor]:
+    """An id or a list of ids as a (n,) tensor, each in [0, vocab_size) unless vocab_size is None."""
+    if value is None:
+        return None
+    ids = [value] if isinstance(value, int) else list(value)
+    limit = float("inf") if vocab_size is None else vocab_size
+    if not ids or any(not isinstance(i, int) or not 0 <= i < limit for i in ids):
+        raise ValueError(f"{name}={value!r} must be token ids in [0, {vocab_size})")
+    return torch.tensor(ids, dtype=torch.long, device=device)
 
 
-def _encoder_decoder_steps(model, input_ids, attention_mask, start: int, head: str):
-    """Yield next-position logits of the decoder; the encoder runs once."""
-    encoded = model.encode(input_ids, attention_mask)
-    cache = KVCache()
-    tokens = torch.full((input_ids.shape[0], 1), start, dtype=torch.long, device=input_ids.device)
-    lm = model.heads[head]
-    while True:
-        out = model(attention_mask=attention_mask, decoder_input_ids=tokens, encoder_output=encoded,
-                    cache=cache, run_heads=False)
-        tokens = (yield lm(out.last_hidden_state[:, -1]))[:, None]
+def _special_ids(model, eos, pad, start, bos, forced_eos, suppress) -> dict:
+    """Stop, pad, start, forced and suppressed ids: the arguments, else the model config's. A config's
+    stop id outside the vocabulary is kept, as the reference keeps it: it is never produced."""
+    cfg, device, V = model.config, model.tokens.weight.device, model.config.vocab_size
+    out = {"eos": _token_ids(cfg.eos_token_id if eos is None else eos, "eos_token_id",
+                             None if eos is None else V, device),
+           "suppress": _token_ids(suppress, "suppress_tokens", V, device)}
+    # ids fed to the model (pad: after a row's stop) or indexing the scores must be in the vocabulary
+    for key, name, given in (("pad", "pad_token_id", pad), ("start", "decoder_start_token_id", start),
+                             ("bos", "forced_bos_token_id", bos),
+                             ("forced_eos", "forced_eos_token_id", forced_eos)):
+        value = getattr(cfg, name) if given is None else given
+        ids = _token_ids(value, name, V, device)
+        out[key] = None if ids is None else int(ids[0])
+    if out["pad"] is None and out["eos"] is not None:
+        out["pad"] = int(out["eos"][0])  # finished rows need a filler; the reference uses eos too
+    if isinstance(model, EncoderDecoder) and out["start"] is None:
+        raise ValueError("an encoder-decoder needs decoder_start_token_id (in the config or as an argument)")
+    return out
+
+
+def _check_options(beams: Beams, rule: Sampling, streamer, repetition_penalty, min_new_tokens, min_length,
+                   no_repeat_ngram_size) -> None:
+    if beams.num_beams > 1 and rule.do_sample:
+        raise ValueError("beam search with sampling is not supported: use num_beams=1 or do_sample=False")
+    if beams.num_beams > 1 and streamer is not None:
+        raise ValueError("beam search cannot stream tokens: the best hypothesis is known only at the end")
+    if beams.num_beams == 1 and not rule.do_sample and beams.num_return_sequences != 1:
+        raise ValueError("greedy decoding returns one sequence per input: num_return_sequences must be 1")
+    if not isinstance(beams.num_return_sequences, int) or beams.num_return_sequences < 1:
+        raise ValueError(f"num_return_sequences must be an integer >= 1, got {beams.num_return_sequences!r}")
+    if not repetition_penalty > 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+    for name, value in (("min_new_tokens", min_new_tokens), ("min_length", min_length),
+                        ("no_repeat_ngram_size", no_repeat_ngram_size)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")

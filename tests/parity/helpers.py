@@ -206,6 +206,33 @@ def assert_greedy_parity(model, reference, ids, mask, max_new_tokens: int = 20):
     assert (theirs[0, ids.shape[1] + 3:] == reference.config.pad_token_id).all()  # row 0 stopped
 
 
+# beam-search settings every generating family is checked with: the defaults, the canonical search
+# with a length bonus, and early stopping with a short-favouring penalty plus logit processors
+BEAM_VARIANTS = [{}, {"length_penalty": 2.0, "early_stopping": "never"},
+                 {"length_penalty": -1.0, "early_stopping": True, "no_repeat_ngram_size": 2,
+                  "min_new_tokens": 3}]
+
+
+def assert_beam_parity(model, reference, ids, mask, max_new_tokens: int = 12, **options):
+    """Beam search (num_beams=4) gives reference.generate's tokens: with the configs' eos, and again,
+    returning the 2 best per input, with a stop token that row 0's best beam really produces (so
+    hypotheses can finish at different lengths and be filled). Returns the first run."""
+    import lmforge
+
+    options = {"num_beams": 4, "max_new_tokens": max_new_tokens, **options}
+    with torch.no_grad():
+        theirs = reference.generate(ids, attention_mask=mask, do_sample=False, **options)
+        free = lmforge.generate(model, ids, mask, **options)
+        assert torch.equal(free, theirs)
+        start = 1 if reference.config.is_encoder_decoder else ids.shape[1]
+        stop = int(theirs[0, start + 3])
+        theirs = reference.generate(ids, attention_mask=mask, do_sample=False, eos_token_id=stop,
+                                    num_return_sequences=2, **options)
+        ours = lmforge.generate(model, ids, mask, eos_token_id=stop, num_return_sequences=2, **options)
+    assert ours.shape[0] == 2 * ids.shape[0] and torch.equal(ours, theirs)
+    return free
+
+
 def assert_causal_lm_parity(model, reference, ids, mask):
     """Last hidden states, logits and the shifted next-token loss (padding ignored) of a causal LM."""
     labels = ids.masked_fill(mask == 0, -100)

@@ -1,9 +1,12 @@
+import json
+
 import pytest
 import torch
 
 import lmforge
 
-from tests.parity.helpers import (assert_bare_seq2seq_parity, assert_export_state_dicts, assert_load_refuses,
+from tests.parity.helpers import (BEAM_VARIANTS, assert_bare_seq2seq_parity, assert_beam_parity,
+                                  assert_export_state_dicts, assert_load_refuses,
                                   assert_parity, assert_seq2seq_greedy_parity, assert_seq2seq_parity,
                                   assert_span_logits_parity, load_reference, padded_batch, shift_right,
                                   transformers)
@@ -12,7 +15,7 @@ PAD, BOS, EOS = 1, 0, 2
 
 
 def _reference(architecture="BartForConditionalGeneration", **kw):
-    """Tiny BART; the forced final eos is off, since lmforge.generate does not force tokens."""
+    """Tiny BART; the forced final eos (BartConfig's default: 2) is off unless `kw` turns it on."""
     torch.manual_seed(0)
     cfg = transformers.BartConfig(**{
         **dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
@@ -115,6 +118,46 @@ def test_greedy_generation_with_its_own_lm_head_and_an_early_eos(tmp_path):
     assert not model.config.tie_embeddings
     free = assert_seq2seq_greedy_parity(model, reference, *_sentences(seed=5), pad=PAD)
     assert len(set(free[0].tolist())) > 5
+
+
+def _own_head(reference):
+    """Its own LM head: a fresh tied model mostly repeats the token it reads, which checks too little."""
+    own = torch.randn(99, 32, generator=torch.Generator().manual_seed(2))
+    reference.lm_head.weight = torch.nn.Parameter(own)
+    return reference
+
+
+@pytest.mark.parametrize("options", BEAM_VARIANTS)
+def test_beam_search_with_the_forced_final_eos(tmp_path, options):
+    reference = _own_head(_reference(forced_eos_token_id=EOS))
+    model = load_reference(reference, tmp_path)
+    assert model.config.forced_eos_token_id == EOS
+    ours = assert_beam_parity(model, reference, *_sentences(seed=5), **options)
+    assert ours[:, 0].eq(EOS).all()
+
+
+def test_forced_eos_is_read_applied_and_exported(tmp_path):
+    reference = _own_head(_reference(forced_eos_token_id=EOS))
+    model = load_reference(reference, tmp_path / "in")
+    assert model.config.forced_eos_token_id == EOS
+    ids, mask = _sentences(seed=5)
+    with torch.no_grad():
+        theirs = reference.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    ours = lmforge.generate(model, ids, attention_mask=mask, max_new_tokens=6)
+    assert torch.equal(ours, theirs) and ours[:, -1].eq(EOS).all()
+    # generation_config.json, where present, decides alone: without the field nothing is forced
+    generation = json.loads((tmp_path / "in" / "generation_config.json").read_text())
+    del generation["forced_eos_token_id"]
+    (tmp_path / "in" / "generation_config.json").write_text(json.dumps(generation))
+    again = transformers.BartForConditionalGeneration.from_pretrained(tmp_path / "in")
+    assert lmforge.load(tmp_path / "in").config.forced_eos_token_id is None
+    assert again.generation_config.forced_eos_token_id is None
+    for forced in (EOS, None):  # an unset forced eos is exported as null, not left to BART's default
+        model.config = model.config.replace(forced_eos_token_id=forced)
+        model.save(tmp_path / str(forced), format="hf")
+        back = transformers.BartForConditionalGeneration.from_pretrained(tmp_path / str(forced))
+        assert back.generation_config.forced_eos_token_id == forced
+        assert lmforge.load(tmp_path / str(forced)).config == model.config
 
 
 @pytest.mark.parametrize("option, value", [("decoder_attention_heads", 2), ("decoder_ffn_dim", 32),

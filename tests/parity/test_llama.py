@@ -5,6 +5,8 @@ import lmforge
 from lmforge.config import ConfigError
 from lmforge.convert import load_hf
 from tests.parity.helpers import (
+    BEAM_VARIANTS,
+    assert_beam_parity,
     assert_causal_lm_parity,
     assert_export_round_trip,
     assert_forward_parity,
@@ -87,6 +89,12 @@ def test_greedy_generation_on_a_left_padded_batch(tmp_path):
     reference, model = _pair(tmp_path)
     ids, mask = left_padded_batch(99, pad=1)
     assert_greedy_parity(model, reference, ids, mask)
+
+
+@pytest.mark.parametrize("options", BEAM_VARIANTS)
+def test_beam_search_on_a_left_padded_batch(tmp_path, options):
+    reference, model = _pair(tmp_path)
+    assert_beam_parity(model, reference, *left_padded_batch(99, pad=1), **options)
 
 
 # Llama 3.1's frequency bands at test size: with head_dim 8 and theta 10000 the wavelengths are

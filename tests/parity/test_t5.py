@@ -3,9 +3,9 @@ import torch
 
 import lmforge
 
-from tests.parity.helpers import (assert_bare_seq2seq_parity, assert_export_state_dicts,
-                                  assert_forward_parity, assert_load_refuses, assert_parity,
-                                  assert_reference_loads_export, assert_seq2seq_greedy_parity,
+from tests.parity.helpers import (BEAM_VARIANTS, assert_bare_seq2seq_parity, assert_beam_parity,
+                                  assert_export_state_dicts, assert_forward_parity, assert_load_refuses,
+                                  assert_parity, assert_reference_loads_export, assert_seq2seq_greedy_parity,
                                   assert_seq2seq_parity, load_reference, padded_batch, shift_right,
                                   transformers)
 
@@ -99,6 +99,28 @@ def test_greedy_generation_matches_reference(tmp_path, version):
     model = load_reference(reference, tmp_path)
     ours = assert_seq2seq_greedy_parity(model, reference, *padded_batch(99, seed=3), pad=0)
     assert ours[:, 0].eq(0).all() and len(set(ours[0].tolist())) > 3  # start token, then variety
+
+
+@pytest.mark.parametrize("options", BEAM_VARIANTS)
+def test_beam_search_matches_reference(tmp_path, options):
+    reference = _lively(_reference(V11, num_decoder_layers=2))
+    model = load_reference(reference, tmp_path)
+    ours = assert_beam_parity(model, reference, *padded_batch(99, seed=3), **options)
+    assert ours[:, 0].eq(0).all()
+
+
+def test_beam_hypotheses_that_end_early_are_filled_as_the_reference_fills_them(tmp_path):
+    reference = _lively(_reference(V11, num_decoder_layers=2))
+    model = load_reference(reference, tmp_path)
+    ids, mask = padded_batch(99, seed=3)
+    options = dict(num_beams=4, num_return_sequences=4, max_new_tokens=12, eos_token_id=18)
+    with torch.no_grad():
+        theirs = reference.generate(ids, attention_mask=mask, do_sample=False, **options)
+    ours = lmforge.generate(model, ids, mask, **options)
+    assert torch.equal(ours, theirs)
+    stops = (ours[:, 1:] == 18).long()
+    after = (stops.cumsum(1) - stops) > 0  # positions after a hypothesis ended
+    assert after.any() and ours[:, 1:][after].eq(18).all()  # filled with eos: T5's pad id 0 is falsy there
 
 
 @pytest.mark.parametrize("option, value", [("feed_forward_proj", "gated-relu"),

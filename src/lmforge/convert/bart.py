@@ -45,15 +45,15 @@ def config(hf: dict) -> ModelConfig:
 
 
 def to_reference(cfg: ModelConfig) -> dict:
-    """ModelConfig -> BartConfig fields. Generation constraints lmforge does not apply (a forced
-    final eos) are switched off, so the reference's greedy output is lmforge's."""
+    """ModelConfig -> BartConfig fields; an unset forced eos is written as null, which older
+    versions of the reference would read as BartConfig's default, 2."""
     return dict(vocab_size=cfg.vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_layers,
                 decoder_layers=cfg.decoder_layers, encoder_attention_heads=cfg.n_heads,
                 decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
                 max_position_embeddings=cfg.max_seq_len, activation_function=activation_of(cfg.ffn),
                 dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
                 scale_embedding=cfg.scale_embeddings, tie_word_embeddings=cfg.tie_embeddings,
-                forced_eos_token_id=None, **special_tokens_of(cfg))
+                **{"forced_eos_token_id": None, **special_tokens_of(cfg)})
 
 
 def _attention(ours: str, theirs: str, cross: bool) -> list:

@@ -63,10 +63,21 @@ def read_reference_weights(path: Path) -> dict:
     raise ConversionError(f"{path} has no model.safetensors, sharded index or pytorch_model.bin")
 
 
+def forced_tokens(path: Path) -> dict:
+    """Forced first/last generated tokens of generation_config.json: where that file exists the
+    reference takes them from it alone (absent means none), not from config.json."""
+    try:
+        generation = json.loads((path / "generation_config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return {k: generation.get(k) for k in ("forced_bos_token_id", "forced_eos_token_id")}
+
+
 def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
     """Load a Hugging Face model directory as an lmforge model, heads included."""
     path = Path(path)
     hf = hf_config or json.loads((path / "config.json").read_text(encoding="utf-8"))
+    hf = {**hf, **forced_tokens(path)}
     model_type = hf.get("model_type")
     if model_type not in FAMILIES:
         raise ConfigError(f"model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")

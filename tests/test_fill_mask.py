@@ -1,0 +1,131 @@
+"""lmforge.fill_mask and the `lmforge fill-mask` / `lmforge generate` commands on tiny random
+models saved with tokenizers trained here (BERT: WordPiece, BART: byte-level BPE, T5: unigram)."""
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.data import corpus_text
+from lmforge.fill_mask import fill_mask
+from lmforge.heads import attach
+from lmforge.tokenizer import train_tokenizer
+
+CORPUS = [line for line in corpus_text(60, seed=0).splitlines() if line.strip()]
+TEXT = "The river runs to the [MASK] of the valley."
+# preset, tokenizer kind, vocabulary size, special ids of the config as tokenizer roles
+FAMILIES = {"bert": ("bert-tiny", "wordpiece", 200, {}),
+            "bart": ("bart-base", "bytelevel-bpe", 300,
+                     {"pad_token_id": "pad", "bos_token_id": "bos", "eos_token_id": "eos",
+                      "decoder_start_token_id": "eos"}),
+            "t5": ("t5-small", "unigram", 200,
+                   {"pad_token_id": "pad", "eos_token_id": "eos", "decoder_start_token_id": "pad"}),
+            "gpt2": ("gpt2", "bytelevel-bpe", 300, {"eos_token_id": "eos"})}
+
+
+def _saved(root, family: str):
+    """A directory holding a tiny random model of `family` with an LM head and its tokenizer."""
+    preset, kind, size, roles = FAMILIES[family]
+    tokenizer = train_tokenizer(CORPUS, kind, size, family="gpt2" if family == "gpt2" else None)
+    ids = {field: tokenizer.special_id(role) for field, role in roles.items()}
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny(preset, vocab_size=len(tokenizer), **ids)).eval()
+    attach(model, "lm")
+    model.save(root / family)
+    tokenizer.save(root / family)
+    return root / family, model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fill")
+    return {family: _saved(root, family) for family in FAMILIES}
+
+
+def _well_formed(candidates, top_k):
+    scores = [c.score for c in candidates]
+    assert len(candidates) == top_k and all(0 < s <= 1 for s in scores)
+    assert scores == sorted(scores, reverse=True) and sum(scores) <= 1 + 1e-6
+
+
+@pytest.mark.parametrize("mask", ["[MASK]", "<mask>"])
+def test_encoder_candidates_are_its_distribution_at_the_mask(saved, mask):
+    _, model, tokenizer = saved["bert"]
+    out = fill_mask(model, tokenizer, TEXT.replace("[MASK]", mask), top_k=5)
+    _well_formed(out, 5)
+    enc = tokenizer.encode(TEXT)
+    at = enc.ids.index(tokenizer.mask_id)
+    with torch.no_grad():
+        probs = model(torch.tensor([enc.ids])).logits[0, at].softmax(-1)
+    assert [c.token_id for c in out] == probs.topk(5).indices.tolist()
+    torch.testing.assert_close(torch.tensor([c.score for c in out]), probs.topk(5).values)
+    assert out[0].sequence == tokenizer.decode(enc.ids[:at] + [out[0].token_id] + enc.ids[at + 1:])
+
+
+def test_encoder_scores_match_the_reference_pipeline(saved, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    _, model, tokenizer = saved["bert"]
+    model.save(tmp_path, format="hf")
+    tokenizer.save(tmp_path)
+    theirs = transformers.pipeline("fill-mask", model=str(tmp_path), tokenizer=str(tmp_path), top_k=5)(TEXT)
+    ours = fill_mask(model, tokenizer, TEXT, top_k=5)
+    assert [c.token_id for c in ours] == [t["token"] for t in theirs]
+    torch.testing.assert_close(torch.tensor([c.score for c in ours]),
+                               torch.tensor([t["score"] for t in theirs]), atol=1e-5, rtol=1e-4)
+
+
+def test_t5_generates_the_span_of_its_first_sentinel(saved):
+    _, model, tokenizer = saved["t5"]
+    out = fill_mask(model, tokenizer, TEXT, top_k=4, max_span=4)
+    _well_formed(out, 4)
+    assert len({c.token for c in out}) > 1
+    for c in out:
+        assert c.sequence == TEXT.replace("[MASK]", c.token) and "<extra_id" not in c.token
+
+
+def test_bart_rewrites_the_sentence(saved):
+    _, model, tokenizer = saved["bart"]
+    out = fill_mask(model, tokenizer, TEXT, top_k=3, max_span=3)
+    _well_formed(out, 3)
+    assert all("<mask>" not in c.sequence for c in out)
+
+
+@pytest.mark.parametrize("text, match", [("No mask here.", "exactly one mask"),
+                                         ("[MASK] and <mask>.", "exactly one mask")])
+def test_bad_texts_are_refused(saved, text, match):
+    _, model, tokenizer = saved["bert"]
+    with pytest.raises(ValueError, match=match):
+        fill_mask(model, tokenizer, text)
+
+
+def test_a_decoder_cannot_fill_a_mask(saved):
+    _, model, tokenizer = saved["gpt2"]
+    with pytest.raises(ValueError, match="decoder"):
+        fill_mask(model, tokenizer, TEXT)
+
+
+def test_fill_mask_command(saved, capsys):
+    assert main(["fill-mask", "--model", str(saved["bert"][0]), TEXT, "--top-k", "3", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 3 and rows[0]["score"] >= rows[1]["score"] >= rows[2]["score"]
+    assert main(["fill-mask", "--model", str(saved["t5"][0]), TEXT, "--top-k", "2", "--max-span", "3"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert main(["fill-mask", "--model", str(saved["bert"][0]), "no mask"]) == 2
+    assert "exactly one mask" in capsys.readouterr().err
+
+
+def test_generate_command_with_beams_and_processors(saved, capsys):
+    path = str(saved["gpt2"][0])
+    common = ["generate", "--model", path, "The river", "--max-new-tokens", "6"]
+    assert main([*common, "--num-beams", "3", "--length-penalty", "0.5", "--no-repeat-ngram", "2",
+                 "--min-new-tokens", "2"]) == 0
+    assert capsys.readouterr().out.startswith("The river")
+    assert main(common) == 0
+    plain = capsys.readouterr().out
+    assert main([*common, "--stream"]) == 0
+    assert capsys.readouterr().out == plain  # the stream prints the same text
+    assert main([*common, "--stream", "--num-beams", "2"]) == 2
+    assert "--stream" in capsys.readouterr().err
+    assert main(["generate", "--model", str(saved["t5"][0]), "The river", "--max-new-tokens", "4",
+                 "--num-beams", "2"]) == 0

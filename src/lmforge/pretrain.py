@@ -10,40 +10,40 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
 
+from lmforge.data.corpus import CorpusReader
 from lmforge.data.examples import blocks, nsp_pairs, pack_sentences, sop_pairs, sso_pairs
+from lmforge.data.stream import open_shards, shard_examples
 from lmforge.data.synthetic import documents
 from lmforge.model import from_config
 from lmforge.objectives import (CausalLM, MaskedLM, PairMLM, ReplacedTokenDetection, SpanMLM,
                                 StructuralMLM)
+from lmforge.objectives import Denoising, SpanCorruption, prefix_lm
+from lmforge.objectives.plm import PermutationLM
+from lmforge.objectives.span_corruption import sentinel_ids
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig, Trainer
 
 OBJECTIVES = ("mlm", "wwm", "nsp", "sop", "span", "structural", "rtd", "clm")
+OBJECTIVES += ("prefix-lm", "span-corruption", "denoising")
+OBJECTIVES += ("plm",)
+# the architectures each objective trains (the others: encoders)
+ARCHITECTURES = {"clm": ("decoder",), "prefix-lm": ("decoder", "encoder-decoder"),
+                 "span-corruption": ("encoder-decoder",), "denoising": ("encoder-decoder",)}
 PAIRS = {"nsp": nsp_pairs, "sop": sop_pairs, "structural": sso_pairs}
 WORDS = ("wwm", "span")  # objectives that need word boundaries
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def read_documents(files: list) -> list:
-    """Plain-text files -> documents (blank-line-separated blocks) of sentences (lines, or
-    split after . ! ? within a line)."""
-    docs = []
-    for file in files:
-        try:
-            text = Path(file).read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{file} is not UTF-8 text (byte {err.start})") from None
-        for block in re.split(r"\n\s*\n", text):
-            sentences = [s.strip() for line in block.splitlines() for s in SENTENCE_END.split(line) if s.strip()]
-            if sentences:
-                docs.append(sentences)
+    """Text, JSONL or gzip files -> documents (blank-line-separated blocks, JSONL records) of
+    sentences, streamed and segmented by lmforge.data.corpus (bad text: warnings)."""
+    reader = CorpusReader(files)
+    docs = list(reader)
     if not docs:
-        raise ValueError(f"no text in {', '.join(map(str, files))}")
+        raise ValueError(f"no text in {', '.join(map(str, files))}" + "".join(f"; {p}" for p in reader.problems))
     return docs
 
 
@@ -58,8 +58,13 @@ def build_examples(objective: str, docs: list, tokenizer, max_len: int, seed: in
     cls, sep = tokenizer.special_id("cls"), tokenizer.special_id("sep")
     if objective in PAIRS:
         return PAIRS[objective](docs, cls, sep, max_len=max_len, seed=seed)
-    if objective == "clm":
+    if objective in ("clm", "prefix-lm"):
         return blocks(docs, max_len, eos=tokenizer.special_id("eos") or sep)
+    if objective == "span-corruption":  # raw tokens: the corrupted input plus </s> fits in max_len
+        return blocks(docs, max_len - 1, eos=tokenizer.special_id("eos"))
+    if objective == "denoising":  # BART: <s> sentences of one document </s>
+        return pack_sentences(docs, tokenizer.special_id("bos"), tokenizer.special_id("eos"), max_len=max_len,
+                              cross_documents=False)
     examples = pack_sentences(docs, cls, sep, max_len=max_len, cross_documents=True)
     if objective in WORDS:
         for e in examples:
@@ -73,6 +78,10 @@ def make_objective(name: str, model, tokenizer):
     pad = tokenizer.special_id("pad") or 0
     if name == "clm":
         return CausalLM(model, pad_id=pad)
+    if name in ARCHITECTURES:
+        return generative_objective(name, model, tokenizer)
+    if name == "plm":  # XLNet: each example's first half is the memory segment of its second (sec. 2.5)
+        return PermutationLM(model, special_ids=special, pad_id=pad, mem_len=model.config.max_seq_len // 2)
     mask = tokenizer.special_id("mask")
     if mask is None:
         raise ValueError(f"objective {name!r} needs a tokenizer with a mask token")
@@ -88,13 +97,43 @@ def make_objective(name: str, model, tokenizer):
     return PairMLM(model, mask, task=name, **common)
 
 
+def generative_objective(name: str, model, tokenizer):
+    """Prefix LM, T5 span corruption or BART denoising around `model`, with the tokenizer's ids."""
+    pad, eos = tokenizer.special_id("pad") or 0, tokenizer.special_id("eos")  # the start: model.config
+    if name == "prefix-lm":
+        return prefix_lm(model, pad, eos)
+    if name == "span-corruption":
+        return SpanCorruption(model, sentinel_ids(tokenizer), eos, pad_id=pad)
+    if tokenizer.special_id("mask") is None:
+        raise ValueError(f"objective {name!r} needs a tokenizer with a mask token")
+    # sentence permutation splits after each "." (what the corpus reader splits on, mostly)
+    return Denoising(model, tokenizer.special_id("mask"), sentence_end=tokenizer.token_to_id("."),
+                     bos_id=tokenizer.special_id("bos"), eos_id=eos, pad_id=pad)
+
+
+def special_token_ids(tokenizer, architecture: str) -> dict:
+    """Config special ids from the tokenizer; an encoder-decoder's decoder starts with </s> where
+    the text is <s> ... </s> (BART), else with the pad token (T5)."""
+    pad, bos, eos = (tokenizer.special_id(r) for r in ("pad", "bos", "eos"))
+    ids = dict(pad_token_id=pad, bos_token_id=bos, eos_token_id=eos)
+    if architecture == "encoder-decoder":
+        bart = bos is not None and bos != eos
+        ids["decoder_start_token_id"] = eos if bart or pad is None else pad
+    return ids
+
+
 def default_tokenizer(objective: str, docs: list, vocab_size: int):
-    """A tokenizer trained on the corpus: WordPiece for encoders, byte-level BPE for decoders."""
+    """A tokenizer trained on the corpus: WordPiece for encoders, byte-level BPE for decoders and
+    BART, a T5 unigram with sentinels for span corruption."""
     from lmforge.tokenizer import train_tokenizer
 
     text = [" ".join(doc) for doc in docs]
-    if objective == "clm":
+    if objective in ("clm", "prefix-lm"):
         return train_tokenizer(text, "bytelevel-bpe", vocab_size, family="gpt2")
+    if objective == "span-corruption":  # T5: SentencePiece-style unigram, <extra_id_N> sentinels
+        return train_tokenizer(text, "unigram", vocab_size, family="t5")
+    if objective == "denoising":  # BART: GPT-2's byte-level BPE, RoBERTa's <s> <pad> </s> <unk> <mask>
+        return train_tokenizer(text, "bytelevel-bpe", vocab_size, family="roberta")
     return train_tokenizer(text, "wordpiece", vocab_size, family="bert")
 
 
@@ -131,16 +170,25 @@ def pretrain(preset: str, objective: str, out, train: TrainConfig, files: list |
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
     cfg = get_config(preset, **(overrides or {}))  # bad presets and fields fail before any work
-    if (objective == "clm") != (cfg.architecture == "decoder"):
+    if cfg.architecture not in ARCHITECTURES.get(objective, ("encoder",)):
         raise ValueError(f"objective {objective!r} does not fit a {cfg.architecture} ({preset})")
-    docs = read_documents(files) if files else list(documents(n_docs, seed=train.seed))
-    tokenizer = tokenizer or run_tokenizer(out, objective, docs, vocab_size)
+    if objective == "plm" and cfg.position != "xl-relative":  # two-stream attention is XLNet's
+        raise ValueError(f"objective {objective!r} does not fit position={cfg.position!r} ({preset})")
+    shards = open_shards(files)  # a directory of `lmforge corpus shard`: streamed, never loaded
+    docs = None if shards else read_documents(files) if files else list(documents(n_docs, seed=train.seed))
+    tokenizer = tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, objective, docs, vocab_size))
     cfg = cfg.replace(vocab_size=tokenizer.vocab_size)
-    examples = build_examples(objective, tokenize_documents(tokenizer, docs), tokenizer,
-                              min(cfg.max_seq_len, 128), train.seed)
-    held_out = max(1, len(examples) // 20)
+    if objective in ARCHITECTURES:  # generation reads eos, pad and the decoder's start from the config
+        cfg = cfg.replace(**special_token_ids(tokenizer, cfg.architecture))
+    max_len = min(cfg.max_seq_len, 128)
+    if shards:  # split by document; packed examples are built on access
+        examples, held = shard_examples(objective, shards, tokenizer, max_len, train.seed, build_examples)
+    else:
+        examples = build_examples(objective, tokenize_documents(tokenizer, docs), tokenizer, max_len, train.seed)
+        held_out = max(1, len(examples) // 20)
+        examples, held = examples[held_out:], examples[:held_out]
     task = make_objective(objective, from_config(cfg), tokenizer)
-    trainer = Trainer(task, examples[held_out:], train, out, eval_data=examples[:held_out], log=log)
+    trainer = Trainer(task, examples, train, out, eval_data=held, log=log)
     untrained = probe_scores(task, tokenizer, train.seed) if not files and trainer.main else None
     model = trainer.fit(resume=resume)
     if trainer.main:

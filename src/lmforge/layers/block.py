@@ -35,9 +35,12 @@ class Block(nn.Module):
         h, extra = sublayer(x)
         return norm(x + self.dropout(h)), extra
 
-    def forward(self, x: torch.Tensor, ctx: AttentionContext, layer: int, mask_key=None) -> tuple:
-        """x (B, T, d_model) -> (B, T, d_model), (self-attention probs, cross-attention probs)."""
-        x, probs = self._residual(x, self.attn_norm, lambda h: self.attn(h, ctx, layer, mask_key))
+    def forward(self, x: torch.Tensor, ctx: AttentionContext, layer: int, mask_key=None,
+                self_attention=None) -> tuple:
+        """x (B, T, d_model) -> (B, T, d_model), (self-attention probs, cross-attention probs);
+        self_attention replaces the self-attention sublayer (XLNet's query stream, two_stream.py)."""
+        attention = self_attention or (lambda h: self.attn(h, ctx, layer, mask_key))
+        x, probs = self._residual(x, self.attn_norm, attention)
         cross_probs = None
         if self.cross_attn is not None:
             x, cross_probs = self._residual(x, self.cross_norm, lambda h: self.cross_attn(h, ctx, layer))

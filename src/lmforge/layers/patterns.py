@@ -17,7 +17,8 @@ from lmforge.config import ModelConfig
 
 
 def _offsets(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-    return q_pos[:, None] - k_pos[None, :]  # (Tq, Tk): i - j
+    # (Tq, Tk): i - j; leading dims broadcast, so blocked attention can ask for (n, C) x (n, K) chunks
+    return q_pos[..., :, None] - k_pos[..., None, :]
 
 
 def full(cfg, q_pos, k_pos, causal, global_tokens, layer):
@@ -53,8 +54,8 @@ def longformer(cfg, q_pos, k_pos, causal, global_tokens, layer):
     """Sliding window plus symmetric global attention (Longformer sec. 3.1): global tokens
     see every token and every token sees them. global_tokens: (B, T) bool."""
     band = sliding_window(cfg, q_pos, k_pos, False, None, layer)  # (1, 1, T, T)
-    rows = global_tokens[:, None, :, None]
-    cols = global_tokens[:, None, None, :]
+    rows = global_tokens[:, q_pos][:, None, ..., None]  # (B, 1, Tq, 1)
+    cols = global_tokens[:, k_pos][:, None, ..., None, :]  # (B, 1, 1, Tk)
     return band | rows | cols
 
 
@@ -77,27 +78,28 @@ def bigbird_random_blocks(cfg: ModelConfig, n_blocks: int, layer: int) -> torch.
 def bigbird(cfg, q_pos, k_pos, causal, global_tokens, layer):
     """BigBird ITC (Zaheer et al. 2020, sec. 2): blocks of b tokens; each query block sees its
     3-block window, r random blocks and the global first and last blocks, which see everything."""
-    if k_pos.numel() <= cfg.dense_max_len:  # short sequences attend fully (as the reference code does)
+    if int(k_pos.max()) + 1 <= cfg.dense_max_len:  # short sequences attend fully (as the reference code does)
         return None
     qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
     n_blocks = int(max(qb.max(), kb.max())) + 1
     last = n_blocks - 1
-    window = (qb[:, None] - kb[None, :]).abs() <= 1
-    glob = (qb[:, None] == 0) | (qb[:, None] == last) | (kb[None, :] == 0) | (kb[None, :] == last)
+    qb, kb = qb[..., :, None], kb[..., None, :]
+    window = (qb - kb).abs() <= 1
+    glob = (qb == 0) | (qb == last) | (kb == 0) | (kb == last)
     if cfg.random_block_choice == "first":  # every draw is the first block, already seen: see bigbird_bias
         return (window | glob)[None, None]
-    random = bigbird_random_blocks(cfg, n_blocks, layer).to(q_pos.device)[qb][:, kb]
+    random = bigbird_random_blocks(cfg, n_blocks, layer).to(q_pos.device)[qb, kb]
     return (window | glob | random)[None, None]
 
 
 def bigbird_bias(cfg, q_pos, k_pos, layer):
     """random_block_choice="first": the middle query blocks see the first block 1 + r times, and r
     duplicates of a key in a softmax weigh it by 1 + r, i.e. add log(1 + r) to its scores."""
-    if cfg.random_block_choice != "first" or not cfg.n_random_blocks or k_pos.numel() <= cfg.dense_max_len:
+    if cfg.random_block_choice != "first" or not cfg.n_random_blocks or int(k_pos.max()) + 1 <= cfg.dense_max_len:
         return None
     qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
     last = int(max(qb.max(), kb.max()))
-    repeated = ((qb > 0) & (qb < last))[:, None] & (kb == 0)[None, :]  # (Tq, Tk)
+    repeated = ((qb > 0) & (qb < last))[..., :, None] & (kb == 0)[..., None, :]  # (Tq, Tk)
     return (repeated.float() * math.log(1 + cfg.n_random_blocks))[None, None]
 
 
@@ -123,7 +125,25 @@ PATTERNS = {
 
 def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """(1, 1, Tq, Tk) bool: key j is visible to query i iff j <= i."""
-    return (k_pos[None, :] <= q_pos[:, None])[None, None]
+    return (k_pos[..., None, :] <= q_pos[..., :, None])[None, None]
+
+
+def prefix_keys(k_pos: torch.Tensor, prefix_lengths: torch.Tensor) -> torch.Tensor:
+    """(B, 1, 1, Tk) bool: key j lies in example b's prefix (j < P_b). A prefix LM's mask is the
+    causal mask OR this: prefix positions see the whole prefix, later ones everything up to
+    themselves (Raffel et al. 2020, sec. 3.2.1, fig. 3; Dong et al. 2019, UniLM)."""
+    return (k_pos[None, :] < prefix_lengths[:, None])[:, None, None, :]
+
+
+def additive(allowed, bias, dtype):
+    """Combine a bool mask (True = visible) and an additive bias into one additive bias.
+
+    Hidden positions get the dtype's most negative finite value rather than -inf, so a
+    query that sees nothing (a padded position) gets a uniform average, never NaN."""
+    if allowed is None:
+        return bias
+    base = bias if bias is not None else torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, base.to(dtype), torch.finfo(dtype).min)
 
 
 def pattern_mask(cfg: ModelConfig, pattern: str, q_pos, k_pos, causal: bool,

@@ -109,8 +109,9 @@ class ALiBi(nn.Module):
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:  # -> (1, H, Tq, Tk)
         distance = (q_pos[:, None] - k_pos[None, :]).float()
         # causal rows only meet j <= i; softmax ignores a per-row constant, so this equals
-        # the paper's m * (j - i) and BLOOM's m * j on the positions that are attended
-        distance = distance.abs() if self.bidirectional else distance
+        # the paper's m * (j - i) and BLOOM's m * j on the positions that are attended. |i - j|
+        # also for causal stacks: equal on those keys, and a prefix LM's prefix sees later keys
+        distance = distance.abs()
         return -(self.slopes[:, None, None] * distance)[None]
 
 

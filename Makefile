@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # the package itself accepts any torch>=2.4,<3.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-all clean
+.PHONY: demo test test-all bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(VENV)/.dev-installed
 
 test-all: $(VENV)/.dev-installed
 	$(PY) -m pytest -q -m ''
+
+# side-by-side benchmarks against the reference library; rewrites bench/RESULTS.md (long: see bench/run.py)
+bench: $(VENV)/.dev-installed
+	$(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) runs

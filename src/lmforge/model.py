@@ -16,8 +16,14 @@ from torch import nn
 from lmforge.config import ModelConfig
 from lmforge.layers.attention import KVCache
 from lmforge.layers.embeddings import Embeddings
+from lmforge.layers.fastpath import FastPaths
 from lmforge.layers.norms import RMSNorm
+from lmforge.layers.packing import Packing
 from lmforge.layers.stack import Stack, additive
+from lmforge.layers.two_stream import TwoStream
+
+# heads that read one pooled vector per sequence: they never see padded rows, so unpadding may run
+SEQUENCE_HEADS = ("pooler", "classification")
 
 
 @dataclass
@@ -32,6 +38,7 @@ class ModelOutput:
     encoder_last_hidden_state: Optional[torch.Tensor] = None
     logits: Optional[torch.Tensor] = None  # the first attached head's output
     head_outputs: dict = field(default_factory=dict)  # every attached head's output, by name
+    mems: Optional[list] = None  # per layer (B, mem_len, d_model): XLNet's next memory (mem_len given)
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -54,6 +61,7 @@ class Transformer(nn.Module):
         self.config = cfg
         self.tokens = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
         self.heads = nn.ModuleDict()
+        self.fast = FastPaths()  # unpadding and blocked local attention (not saved; same results)
 
     def add_head(self, name: str, head: nn.Module) -> nn.Module:
         """Attach a task head (heads.py); its output appears in ModelOutput.head_outputs[name]."""
@@ -94,21 +102,47 @@ class Transformer(nn.Module):
 
     def _run(self, stack: Stack, embed: Embeddings, input_ids, attention_mask, *, position_ids=None,
              segment_ids=None, cache=None, global_tokens=None, return_attention=False,
-             return_hidden=False, memory=None, memory_mask=None) -> ModelOutput:
-        past = cache.length if cache is not None else 0
+             return_hidden=False, memory=None, memory_mask=None, prefix_lengths=None,
+             two_stream=None, keep_padding=False) -> ModelOutput:
+        past = cache.length if cache is not None else two_stream.past if two_stream is not None else 0
         self._check(input_ids, attention_mask, past, "input_ids")
         x, position_ids = self._embed(embed, input_ids, position_ids, segment_ids, past)
         key_padding = attention_mask.bool() if attention_mask is not None else None
         ctx = stack.context(x, position_ids, past, key_padding, global_tokens, segment_ids,
-                            cache, return_attention)
+                            cache, return_attention, prefix_lengths, self.fast)
+        packing = self._packing(key_padding, cache, memory, two_stream, keep_padding)
+        if packing is not None:
+            ctx.packing, x = packing, packing.pack(x)  # (N, d_model): real tokens only
         if memory is not None:
             ctx.memory = memory
             if memory_mask is not None:
                 ctx.cross_bias = additive(memory_mask.bool()[:, None, None, :], None, x.dtype)
-        x, hidden, probs = stack(x, ctx, return_hidden)
+        if two_stream is not None:  # XLNet: permutation masks, memory (layers/two_stream.py)
+            two_stream.prepare(ctx, x.dtype)
+        x, hidden, probs = stack(x, ctx, return_hidden or two_stream is not None)
+        if packing is not None:
+            x, hidden = packing.unpack(x), hidden and [packing.unpack(h) for h in hidden]
+        mems = None
+        if two_stream is not None:
+            x, mems = two_stream.run(stack, embed.query_init, embed.dropout, x, hidden, ctx)
+            hidden = hidden if return_hidden else None
         return ModelOutput(x, hidden, [p[0] for p in probs] if return_attention else None,
                            [p[1] for p in probs] if return_attention and memory is not None else None,
-                           cache)
+                           cache, mems=mems)
+
+    def _packing(self, key_padding, cache, memory, two_stream, keep_padding=False) -> Optional[Packing]:
+        """Unpadding (layers/packing.py) when self.fast asks for it; not while decoding with a cache,
+        cross-attending or running XLNet's two streams, whose layers need the padded layout.
+        keep_padding: a per-token head will read padded rows, which must then be the padded path's."""
+        if (cache is not None or memory is not None or two_stream is not None
+                or self.config.position == "xl-relative" or not self.fast.wants_unpad(key_padding, keep_padding)):
+            return None
+        return Packing(key_padding, self.fast.sequence_attention)
+
+    def _token_heads(self, run_heads: bool) -> bool:
+        """Whether a head that reads every position (LM, tagging, spans) runs on this pass."""
+        kinds = [getattr(head, "spec", {}).get("kind") for head in self.heads.values()]
+        return run_heads and any(kind not in SEQUENCE_HEADS for kind in kinds)
 
     def save(self, path, format: str = "lmforge") -> None:
         """Write the directory `path`: lmforge's format, or format="hf" for the reference library."""
@@ -125,8 +159,11 @@ class Transformer(nn.Module):
         return total
 
     def reset_parameters(self, std: float = 0.02) -> None:
-        """BERT/GPT initialisation of the backbone and its heads (see `init_weights`)."""
+        """BERT/GPT initialisation of the backbone and its heads (see `init_weights`); a token table
+        read through T5's d_model^-0.5 logit scale starts at N(0, 1) as in T5 (else logits start ~0)."""
         init_weights(self, std)
+        if self.config.tie_embeddings and self.config.tied_logit_scale:
+            nn.init.normal_(self.tokens.weight, std=1.0)
 
 
 class Encoder(Transformer):
@@ -138,12 +175,21 @@ class Encoder(Transformer):
         self.encoder = Stack(cfg, cfg.n_layers, causal=False, cross=False)
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None, position_ids=None,
-                global_tokens=None, return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
+                global_tokens=None, return_attention=False, return_hidden=False, run_heads=True,
+                perm_mask=None, target_mapping=None, mems=None, mem_len=None) -> ModelOutput:
         """input_ids (B, T) -> ModelOutput; global_tokens (B, T) bool for Longformer; run_heads=False
-        returns hidden states only."""
+        returns hidden states only. XLNet: perm_mask (B, T, T) 1 where i may not see j; target_mapping
+        (B, n, T) gives the query stream's n rows (then last_hidden_state is theirs); mems from an
+        earlier output (attention_mask then covers memory + new positions); mem_len returns out.mems."""
+        two_stream = None
+        if perm_mask is not None or target_mapping is not None or mems is not None or mem_len is not None:
+            if self.config.position != "xl-relative":
+                raise ValueError("perm_mask, target_mapping, mems and mem_len need position='xl-relative' (XLNet)")
+            two_stream = TwoStream(input_ids, self.config.n_layers, perm_mask, target_mapping, mems, mem_len)
         out = self._run(self.encoder, self.embed, input_ids, attention_mask, position_ids=position_ids,
                         segment_ids=segment_ids, global_tokens=global_tokens,
-                        return_attention=return_attention, return_hidden=return_hidden)
+                        return_attention=return_attention, return_hidden=return_hidden, two_stream=two_stream,
+                        keep_padding=self._token_heads(run_heads))
         return self._with_heads(out, attention_mask, run_heads)
 
 
@@ -156,12 +202,14 @@ class Decoder(Transformer):
         self.decoder = Stack(cfg, cfg.n_layers, causal=True, cross=False)
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=False,
-                return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
-        """input_ids (B, T) new tokens; attention_mask covers cached + new positions."""
+                return_attention=False, return_hidden=False, run_heads=True, prefix_lengths=None) -> ModelOutput:
+        """input_ids (B, T) new tokens; attention_mask covers cached + new positions; prefix_lengths
+        (B,) makes the first P_b positions a bidirectional prefix (a prefix LM)."""
         if use_cache and cache is None:
             cache = KVCache()
         out = self._run(self.decoder, self.embed, input_ids, attention_mask, position_ids=position_ids,
-                        cache=cache, return_attention=return_attention, return_hidden=return_hidden)
+                        cache=cache, return_attention=return_attention, return_hidden=return_hidden,
+                        prefix_lengths=prefix_lengths, keep_padding=self._token_heads(run_heads))
         return self._with_heads(out, attention_mask, run_heads)
 
 

@@ -6,24 +6,16 @@ from torch import nn
 
 from lmforge.config import BIDIRECTIONAL_ONLY, ModelConfig
 from lmforge.layers.attention import AttentionContext
+from lmforge.layers.blocked import BLOCKED, band_width
+from lmforge.layers.blocked import plan as blocked_plan
 from lmforge.layers.block import Block
 from lmforge.layers.norms import make_norm
-from lmforge.layers.patterns import default_global_tokens, pattern_bias, pattern_mask
+from lmforge.layers.patterns import (additive, default_global_tokens, pattern_bias, pattern_mask,
+                                     prefix_keys)
 from lmforge.layers.positions import BIASES, Rotary
 
 PER_LAYER = ("bigbird",)  # patterns whose mask differs from layer to layer (random blocks)
 WINDOWED = ("sliding-window", "dilated", "longformer")  # their masks differ where the windows do
-
-
-def additive(allowed, bias, dtype):
-    """Combine a bool mask (True = visible) and an additive bias into one additive bias.
-
-    Hidden positions get the dtype's most negative finite value rather than -inf, so a
-    query that sees nothing (a padded position) gets a uniform average, never NaN."""
-    if allowed is None:
-        return bias
-    base = bias if bias is not None else torch.zeros((), dtype=dtype, device=allowed.device)
-    return torch.where(allowed, base.to(dtype), torch.finfo(dtype).min)
 
 
 def _mask_key(cfg: ModelConfig, pattern: str, layer: int) -> str:
@@ -54,8 +46,11 @@ class Stack(nn.Module):
         self.final_norm = make_norm(cfg) if cfg.has_final_norm else None
 
     def context(self, x, position_ids, past: int, key_padding, global_tokens=None,
-                segments=None, cache=None, return_probs=False) -> AttentionContext:
-        """Masks, biases and rotations for one forward pass, computed once for all layers."""
+                segments=None, cache=None, return_probs=False, prefix_lengths=None,
+                fast=None) -> AttentionContext:
+        """Masks, biases and rotations for one forward pass, computed once for all layers;
+        prefix_lengths (B,) turns a causal stack's mask into a prefix LM's; `fast` (FastPaths)
+        may turn a windowed pattern's dense mask into a blocked plan."""
         B, T, _ = x.shape
         device = x.device
         q_pos = torch.arange(past, past + T, device=device)
@@ -68,18 +63,51 @@ class Stack(nn.Module):
                                segments=segments, cache=cache, return_probs=return_probs)
         bias = self.bias(q_pos, k_pos) if self.bias is not None else None
         padding = key_padding[:, None, None, :] if key_padding is not None else None
+        prefix = self._prefix(k_pos, prefix_lengths, B) if prefix_lengths is not None else None
         for key, pattern, layer in zip(self.mask_keys, self.patterns, range(self.n_layers)):
             if key in ctx.biases:
                 continue
+            if self._blocked(pattern, layer, T, past, fast, return_probs or prefix is not None):
+                ctx.biases[key] = blocked_plan(self.cfg, pattern, q_pos, k_pos, self.causal, layer, key_padding,
+                                               global_tokens, self.bias, x.dtype, fast.chunk)
+                continue
+            if pattern == "full" and self.bias is None and prefix is None:
+                ctx.padding_only[key] = self.causal  # unpadded batches may attend sequence by sequence
             allowed = pattern_mask(self.cfg, pattern, q_pos, k_pos, self.causal, global_tokens, layer)
+            if prefix is not None:
+                allowed = allowed | prefix
             if padding is not None and pattern != "linformer":
                 allowed = padding if allowed is None else allowed & padding
+            if allowed is not None and bool(allowed.all()):
+                allowed = None  # every key visible (no padding, a decoding step): SDPA's unmasked kernel
             extra = pattern_bias(self.cfg, pattern, q_pos, k_pos, layer)
             layer_bias = bias if extra is None else extra if bias is None else bias + extra
             ctx.biases[key] = additive(allowed, layer_bias, x.dtype)
         if self.rotary is not None:
             ctx.rope = self.rotary(position_ids)
         return ctx
+
+    def _blocked(self, pattern: str, layer: int, T: int, past: int, fast, dense_only: bool) -> bool:
+        """Whether this pass computes `pattern` in query chunks (layers/blocked.py): asked for, or
+        "auto" and the chunks' keys are at most half the sequence; never for cached decoding."""
+        if (fast is None or fast.local_attention == "dense" or dense_only or past or pattern not in BLOCKED
+                or self.cfg.position == "xl-relative"):
+            return False
+        if pattern == "bigbird" and T <= self.cfg.dense_max_len:
+            return False  # full attention at this length
+        return fast.local_attention == "blocked" or 2 * band_width(self.cfg, pattern, self.causal, layer,
+                                                                    fast.chunk) <= T
+
+    def _prefix(self, k_pos, prefix_lengths, batch: int) -> torch.Tensor:
+        """(B, 1, 1, Tk) keys in each example's prefix, after checking the request makes sense."""
+        if not self.causal or set(self.patterns) != {"full"}:
+            # a window's prefix would need its own bidirectional band: not defined here
+            raise ValueError("prefix_lengths needs a causal stack with full attention, got "
+                             f"{'causal' if self.causal else 'bidirectional'} {sorted(set(self.patterns))}")
+        if tuple(prefix_lengths.shape) != (batch,) or prefix_lengths.is_floating_point():
+            raise ValueError(f"prefix_lengths must be an integer tensor of shape ({batch},), "
+                             f"got {tuple(prefix_lengths.shape)}")
+        return prefix_keys(k_pos, prefix_lengths.to(k_pos.device))
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext, keep_hidden: bool = False) -> tuple:
         """x (B, T, d_model) -> final hidden states, per-layer hidden states, per-layer probs."""

@@ -27,6 +27,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.0
     clip: Optional[float] = 1.0  # global gradient-norm clipping; None: off
     precision: str = "fp32"  # bf16: autocast on CPU and GPU (weights and optimiser stay fp32)
+    compile: bool = False  # torch.compile the objective (model + heads): same results, slow first steps
     seed: int = 0
     eval_every: int = 0  # 0: no evaluation during training
     eval_batches: int = 8

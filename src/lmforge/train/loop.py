@@ -40,8 +40,10 @@ class Trainer:
     """Trains `objective` (which holds the model) on `train_data`, writing under `out`."""
 
     def __init__(self, objective, train_data, cfg: TrainConfig, out, eval_data=None, duplication: int = 0,
-                 log=print) -> None:
-        self.cfg, self.out, self.log = cfg, Path(out), log
+                 log=print, evaluator=None, lr_scale=None) -> None:
+        # evaluator(trainer) -> metrics, run every cfg.eval_every steps and logged; {"stop": True} in
+        # them ends training early (fine-tuning's early stopping); lr_scale: see optim.param_groups
+        self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
         self.device = resolve_device(cfg.device)
         self.rank, self.world = dist.init_from_env(self.device)
         self.objective = objective.to(self.device)
@@ -50,7 +52,9 @@ class Trainer:
         self.eval_set = (eval_batches(eval_data, objective, cfg.batch_size, cfg.eval_batches, cfg.seed)
                          if eval_data is not None and cfg.eval_every else [])
         self.module = dist.wrap(self.objective, cfg.parallel, self.device)
-        self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, cfg.betas, cfg.eps)
+        if cfg.compile:
+            self.module.compile()  # in place: parameter names, hence checkpoints, are unchanged
+        self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, cfg.betas, cfg.eps, lr_scale)
         self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.steps, cfg.schedule, cfg.min_lr_ratio)
         self.step = 0
         self.last_checkpoint = None
@@ -181,12 +185,19 @@ class Trainer:
             self.step += 1
             seen += record.pop("tokens")
             speed = seen / (time.perf_counter() - start)
-            if self.cfg.eval_every and self.step % self.cfg.eval_every == 0 and self.eval_set:
+            evaluating = self.cfg.eval_every and self.step % self.cfg.eval_every == 0
+            if evaluating and self.eval_set:
                 record.update(self.evaluate())
+            found = dict(self.evaluator(self)) if evaluating and self.evaluator is not None else {}
+            stop = bool(found.pop("stop", False))
+            record.update(found)
             if self.main and (self.step % self.cfg.log_every == 0 or self.step == self.cfg.steps
-                              or "eval_loss" in record):
+                              or "eval_loss" in record or found):
                 metrics.write({"step": self.step, **record, "tokens_per_s": speed,
                                "elapsed_s": time.perf_counter() - start})
             bar.update(self.step, record["loss"], speed)
-            if self.cfg.save_every and self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps:
+            every = self.cfg.save_every and self.step % self.cfg.save_every == 0
+            if every or stop or self.step == self.cfg.steps:
                 self.save()
+            if stop:
+                break

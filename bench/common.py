@@ -1,0 +1,101 @@
+"""Shared by the benchmarks: side-by-side timing, peak memory, model pairs with one set of weights."""
+from __future__ import annotations
+
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import lmforge
+
+# BERT sizes (Turc et al. 2019, "Well-Read Students Learn Better", table 1 for mini/small)
+BERT_SIZES = {"bert-mini": (4, 256, 4), "bert-small": (4, 512, 8), "bert-base": (12, 768, 12)}
+
+
+def _status(field: str) -> int:
+    """A /proc/self/status memory field in KiB."""
+    return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+
+
+def rss_mib() -> float:
+    """Resident set size now, MiB."""
+    return _status("VmRSS") / 1024
+
+
+def reset_peak() -> None:
+    """Start a new resident-set high-water mark (Linux: write 5 to clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_mib() -> float:
+    """Resident-set high-water mark since the last reset_peak(), MiB."""
+    return _status("VmHWM") / 1024
+
+
+def peak_during(fn, runs: int = 2) -> float:
+    """MiB the resident set grew above its level before `runs` calls of fn (call in a fresh process)."""
+    base = rss_mib()
+    reset_peak()
+    for _ in range(runs):
+        fn()
+    return peak_mib() - base
+
+
+def side_by_side(fns: dict, repeats: int, warmup: int = 1) -> dict:
+    """Seconds of each fn over `repeats` rounds, alternating the order within a round so that
+    drift (other load, heat) falls on both alike: name -> {"median", "runs"}."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    runs = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            start = time.perf_counter()
+            fns[name]()
+            runs[name].append(time.perf_counter() - start)
+    return {name: {"median": statistics.median(t), "runs": t} for name, t in runs.items()}
+
+
+def pair(reference) -> tuple:
+    """(reference in eval mode, the lmforge model read from its saved directory): same weights."""
+    reference.eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        reference.save_pretrained(tmp)
+        ours = lmforge.load(tmp)
+    return reference, ours.eval()
+
+
+def bert_config(name: str, **extra):
+    """The reference library's BertConfig of a BERT size."""
+    from transformers import BertConfig
+
+    layers, d, heads = BERT_SIZES[name]
+    return BertConfig(num_hidden_layers=layers, hidden_size=d, num_attention_heads=heads,
+                      intermediate_size=4 * d, **extra)
+
+
+def batch(size: int, length: int, vocab: int, variable: bool, seed: int = 0) -> tuple:
+    """(ids, mask) (size, length): every row full, or lengths uniform in 8..length (right-padded)."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000, vocab, (size, length), generator=gen)
+    lengths = (torch.randint(8, length + 1, (size,), generator=gen) if variable
+               else torch.full((size,), length))
+    mask = (torch.arange(length)[None] < lengths[:, None]).long()
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def encoder_flops(layers: int, d: int, d_ff: int, mask: torch.Tensor) -> float:
+    """Useful forward FLOPs of an encoder on the real tokens: 2 x matmul weights per token plus
+    attention (q k^T and p v: 4 d per query-key pair of a sequence with itself)."""
+    lengths = mask.sum(1).double()
+    per_token = 2 * (4 * d * d + 2 * d * d_ff)
+    return float(layers * (per_token * lengths.sum() + 4 * d * (lengths ** 2).sum()))
+
+
+def ratio(ours: float, theirs: float) -> float:
+    """ours / theirs, rounded for the report."""
+    return round(ours / theirs, 3) if theirs else float("nan")

@@ -1,0 +1,105 @@
+"""Regenerate bench/RESULTS.md: every benchmark, lmforge against the reference library.
+
+    python bench/run.py                  # everything, 5 repeats, both allocator environments
+    python bench/run.py --repeats 3 --only encoder,mlm --envs default
+
+Each allocator environment runs in its own process (the variables must be set before
+Python starts); results land in bench/results/<env>.json and the report is rebuilt from
+whatever results are there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# glibc's allocator returns large buffers to the OS after every op (PERF_NOTES.md); "tuned" keeps them
+ENVS = {
+    "default": {},
+    "tuned": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736", "MALLOC_TOP_PAD_": "1073741824"},
+}
+SUITES = ("peak", "encoder", "mlm", "generation", "sentences", "attention")
+DEFAULT_ONLY_IN = {"attention": "default"}  # the sweep measures kernels, not the allocator: one env
+
+
+def _suite(name: str):
+    sys.path.insert(0, str(HERE))
+    import attention
+    import encoders
+    import generation
+    import peak
+    import training
+
+    return {"peak": peak.matmul_peak, "encoder": encoders.encoder_inference, "mlm": training.training_step,
+            "generation": generation.greedy_generation, "sentences": encoders.sentence_embeddings,
+            "attention": attention.scaling_sweep}[name]
+
+
+def _machine() -> dict:
+    import torch
+    import transformers
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version()}
+
+
+def child(env: str, suites: list, repeats: int, quick: bool) -> None:
+    """Run the suites in this process and merge them into results/<env>.json."""
+    out = HERE / "results" / f"{env}.json"
+    results = json.loads(out.read_text()) if out.is_file() else {}
+    results["machine"] = _machine()
+    for name in suites:
+        load_before = os.getloadavg()
+        start = time.time()
+        rows = _suite(name)(repeats, quick)
+        results[name] = {"rows": rows, "repeats": repeats, "quick": quick, "seconds": round(time.time() - start, 1),
+                         "load_before": load_before, "load_after": os.getloadavg(),
+                         "date": time.strftime("%Y-%m-%d %H:%M")}
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(results, indent=1))
+        print(f"[{env}] {name}: {results[name]['seconds']} s", flush=True)
+
+
+def main(argv=None) -> int:
+    """Run the chosen suites under each allocator environment, then rebuild RESULTS.md."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median reported)")
+    parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke test of the harness)")
+    parser.add_argument("--only", default=",".join(SUITES), help=f"comma-separated suites of {', '.join(SUITES)}")
+    parser.add_argument("--envs", default="default,tuned", help="allocator environments: default, tuned")
+    parser.add_argument("--report-only", action="store_true", help="rebuild RESULTS.md from bench/results")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    suites = [s for s in args.only.split(",") if s]
+    unknown = [s for s in suites if s not in SUITES] + [e for e in args.envs.split(",") if e not in ENVS]
+    if unknown or args.repeats < 1:
+        parser.error(f"unknown suite or environment {unknown}" if unknown else "--repeats must be >= 1")
+    if args.child:
+        child(args.child, suites, args.repeats, args.quick)
+        return 0
+    for env in ([] if args.report_only else args.envs.split(",")):
+        chosen = [s for s in suites if DEFAULT_ONLY_IN.get(s, env) == env]
+        if not chosen:
+            continue
+        command = [sys.executable, str(HERE / "run.py"), "--child", env, "--only", ",".join(chosen),
+                   "--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])
+        subprocess.run(command, env={**os.environ, **ENVS[env]}, cwd=ROOT, check=True)
+    sys.path.insert(0, str(HERE))
+    import report
+
+    report.write(HERE / "results", HERE / "RESULTS.md", HERE / "plots")
+    print(f"wrote {HERE / 'RESULTS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Unpadding: the real tokens of a padded batch packed into one (N, d) matrix.
+
+Every position-wise layer (projections, feed-forward, norms) then costs N rows instead
+of B x T; with lengths uniform in 8..128 padded to 128 that is about half. Attention is
+the one layer that needs sequences: it re-pads its q, k, v to (B, T) and uses the padded
+path's key-padding mask, so every sequence attends to itself only, exactly as padded.
+With by_sequence, where that mask is the only restriction (full attention, no position bias),
+`attend` skips the re-padding: one attention call per sequence on its slice of the packed rows
+(block-diagonal attention: sum of L_i^2 scores instead of B T^2, no mask, but B calls per layer).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class Packing:
+    """Where the real tokens of a (B, T) batch are, and the moves between layouts."""
+
+    def __init__(self, mask: torch.Tensor, by_sequence: bool = False) -> None:
+        self.shape = tuple(mask.shape)  # (B, T)
+        self.by_sequence = by_sequence  # attention layers may call `attend` instead of re-padding
+        self.index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
+        self.rows, self.cols = self.index // mask.shape[1], self.index % mask.shape[1]  # (N,) each
+        self.lengths = [int(n) for n in mask.sum(1).tolist()]  # each row's real tokens, contiguous once packed
+
+    @property
+    def n_tokens(self) -> int:
+        """N, the number of real tokens."""
+        return self.index.numel()
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...) real positions only."""
+        return x.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...) with zeros at padded positions."""
+        out = x.new_zeros((self.shape[0] * self.shape[1],) + tuple(x.shape[1:]))
+        return out.index_copy_(0, self.index, x).unflatten(0, self.shape)  # in place: no second copy
+
+    def pack_heads(self, out: torch.Tensor) -> torch.Tensor:
+        """Attention output (B, H, T, dh) -> (N, H * dh): one gather, no (B, T, H * dh) copy first."""
+        return out.transpose(1, 2)[self.rows, self.cols].flatten(1)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+               dropout_p: float = 0.0, scale: float = 1.0) -> torch.Tensor:
+        """Each sequence's queries against its own keys: q (N, H, dh), k, v (N, Hkv, dh) -> (N, H, dh).
+        causal: a query sees the real tokens up to itself, as the padded causal mask lets it."""
+        if k.shape[1] != q.shape[1]:  # GQA/MQA
+            groups = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        parts, start = [], 0
+        for length in self.lengths:
+            if length:
+                rows = slice(start, start + length)
+                one = (t[rows].transpose(0, 1)[None] for t in (q, k, v))  # (1, H, L, dh)
+                out = F.scaled_dot_product_attention(*one, dropout_p=dropout_p, is_causal=causal, scale=scale)
+                parts.append(out[0].transpose(0, 1))
+            start += length
+        return torch.cat(parts)

@@ -1,0 +1,233 @@
+"""Every fast path equals the reference path it replaces (no timings here: see bench/)."""
+import pytest
+import torch
+
+import lmforge
+import lmforge.heads
+from lmforge.layers.attention import KVCache
+from lmforge.layers.blocked import ChunkPlan, plan
+from lmforge.layers.fastpath import FastPaths
+from tests.conftest import CASES, forward
+
+LENGTHS = (13, 8, 3)
+
+
+def _batch(vocab: int, lengths=LENGTHS, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    T = max(lengths)
+    ids = torch.randint(1, vocab, (len(lengths), T), generator=gen)
+    return ids, (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+
+
+def _run(model, fast: FastPaths, ids, mask, **kw):
+    model.fast = fast
+    return forward(model, ids, mask, decoder_mask=mask, **kw)
+
+
+def _same_at_real_positions(a, b, mask):
+    keep = mask.bool()
+    torch.testing.assert_close(a[keep], b[keep], atol=1e-5, rtol=1e-4)
+
+
+def _loss(hidden, mask):
+    """A fixed random direction of the real positions' states (a norm-only loss has ~0 gradients)."""
+    direction = torch.randn(hidden.shape, generator=torch.Generator().manual_seed(1))
+    return (hidden * direction)[mask.bool()].sum()
+
+
+def _same_gradients(ours: dict, ref: dict):
+    """Equal within float rounding relative to each tensor's largest gradient."""
+    assert ours.keys() == ref.keys()
+    for name in ref:
+        scale = max(float(ref[name].abs().max()), 1.0)
+        torch.testing.assert_close(ours[name], ref[name], atol=1e-5 * scale, rtol=1e-4)
+
+
+# every preset (encoders, decoders, encoder-decoders) and every axis on an encoder
+UNPAD_CASES = [name for name in CASES if ":" not in name or name.startswith("encoder:")]
+
+
+@pytest.mark.parametrize("name", UNPAD_CASES)
+def test_unpadding_equals_the_padded_path(name):
+    torch.manual_seed(0)
+    model = lmforge.build(CASES[name]).eval()
+    ids, mask = _batch(model.config.vocab_size)
+    with torch.no_grad():
+        padded = _run(model, FastPaths(unpad="never"), ids, mask, return_hidden=True)
+        for by_sequence in (False, True):
+            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence), ids, mask,
+                          return_hidden=True)
+            _same_at_real_positions(packed.last_hidden_state, padded.last_hidden_state, mask)
+            for ours, ref in zip(packed.hidden_states, padded.hidden_states):
+                _same_at_real_positions(ours, ref, mask)
+            if padded.encoder_last_hidden_state is not None:
+                _same_at_real_positions(packed.encoder_last_hidden_state, padded.encoder_last_hidden_state, mask)
+
+
+def test_auto_unpads_when_padding_is_substantial():
+    model = lmforge.build(lmforge.tiny("bert-base"))
+    full = torch.ones(4, 10, dtype=torch.bool)
+    half = torch.arange(10)[None].expand(4, 10) < 5
+    assert model._packing(full, None, None, None) is None
+    assert model._packing(half, None, None, None).n_tokens == 20
+    assert model._packing(half, KVCache(), None, None) is None  # decoding keeps the padded layout
+    assert model._packing(half, None, None, None, keep_padding=True) is None  # a per-token head reads them
+    assert not model._token_heads(run_heads=True)  # a bare encoder: hidden states only
+    lmforge.heads.attach(model, "lm")
+    assert model._token_heads(run_heads=True) and not model._token_heads(run_heads=False)
+    model.fast = FastPaths(unpad="never")
+    assert model._packing(half, None, None, None) is None
+    with pytest.raises(ValueError, match="unpad"):
+        FastPaths(unpad="sometimes")
+
+
+def test_unpadded_gradients_equal_padded_gradients():
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base"), dropout=0.0, attention_dropout=0.0)
+    ids, mask = _batch(model.config.vocab_size)
+    grads = []
+    paths = (FastPaths(unpad="never"), FastPaths(unpad="always"), FastPaths(unpad="always", sequence_attention=True))
+    for fast in paths:
+        model.zero_grad()
+        hidden = _run(model, fast, ids, mask).last_hidden_state
+        _loss(hidden, mask).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    _same_gradients(grads[1], grads[0])
+    _same_gradients(grads[2], grads[0])
+
+
+_BASE = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128, window=8, block_size=4)
+BLOCKED_CASES = {
+    "sliding": dict(attention="sliding-window"),
+    "sliding-causal": dict(architecture="decoder", attention="sliding-window"),
+    "sliding-wide": dict(attention="sliding-window", window=20),
+    "dilated": dict(attention="dilated", dilation=2),
+    "dilated-causal": dict(architecture="decoder", attention="dilated", dilation=3, window=4),
+    "longformer": dict(attention="longformer", n_global_tokens=2),
+    "longformer-projections": dict(attention="longformer", global_projections=True),
+    "window-schedule": dict(attention="longformer", window_schedule=[4, 12]),
+    "bigbird": dict(attention="bigbird", n_random_blocks=2),
+    "bigbird-first": dict(attention="bigbird", random_block_choice="first"),
+    "gqa-alibi": dict(attention="sliding-window", n_kv_heads=2, position="alibi"),
+    "relative-bias": dict(attention="sliding-window", position="relative-bias", relative_buckets=8,
+                          relative_max_distance=16),
+    "rotary-causal": dict(architecture="decoder", attention="sliding-window", position="rotary"),
+    "schedule-mixed": dict(n_layers=3, attention_schedule=["sliding-window", "full", "dilated"], dilation=2),
+}
+
+
+def _global_tokens(ids):
+    glob = torch.zeros_like(ids, dtype=torch.bool)
+    glob[:, 0] = True
+    glob[0, 40] = glob[1, 7] = True  # differs by row, inside and outside the first chunk
+    return glob
+
+
+@pytest.mark.parametrize("name", list(BLOCKED_CASES))
+def test_blocked_local_attention_equals_the_dense_mask(name):
+    torch.manual_seed(0)
+    cfg = lmforge.ModelConfig(**{**_BASE, **BLOCKED_CASES[name]})
+    model = lmforge.build(cfg).eval()
+    ids, mask = _batch(99, lengths=(61, 45, 20))  # 61: not a multiple of any chunk or block
+    kw = {"global_tokens": _global_tokens(ids)} if "longformer" in str(cfg.layer_patterns()) else {}
+    with torch.no_grad():
+        dense = _run(model, FastPaths(unpad="never", local_attention="dense"), ids, mask, **kw)
+        blocked = _run(model, FastPaths(unpad="never", local_attention="blocked"), ids, mask, **kw)
+        both = _run(model, FastPaths(unpad="always", local_attention="blocked"), ids, mask, **kw)
+    _same_at_real_positions(blocked.last_hidden_state, dense.last_hidden_state, mask)
+    _same_at_real_positions(both.last_hidden_state, dense.last_hidden_state, mask)
+
+
+def test_blocked_gradients_equal_dense_gradients():
+    torch.manual_seed(0)
+    cfg = lmforge.ModelConfig(**_BASE, attention="longformer", dropout=0.0, attention_dropout=0.0)
+    model = lmforge.build(cfg)
+    ids, mask = _batch(99, lengths=(50, 31))
+    grads = []
+    for local in ("dense", "blocked"):
+        model.zero_grad()
+        hidden = _run(model, FastPaths(local_attention=local), ids, mask).last_hidden_state
+        _loss(hidden, mask).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    _same_gradients(grads[1], grads[0])
+
+
+def test_auto_blocks_long_sequences_only():
+    cfg = lmforge.ModelConfig(**_BASE, attention="sliding-window")
+    model = lmforge.build(cfg)
+    for T, blocked in ((16, False), (100, True)):
+        x = torch.zeros(1, T, 32)
+        ctx = model.encoder.context(x, torch.arange(T)[None], 0, None, fast=model.fast)
+        assert isinstance(ctx.biases["sliding-window"], ChunkPlan) == blocked
+    ctx = model.encoder.context(x, torch.arange(T)[None], 0, None, return_probs=True, fast=model.fast)
+    assert not isinstance(ctx.biases["sliding-window"], ChunkPlan)  # attention maps need the dense path
+
+
+@pytest.mark.parametrize("pattern", ["sliding-window", "bigbird"])
+def test_blocked_plan_grows_linearly_with_length(pattern):
+    cfg = lmforge.ModelConfig(**{**_BASE, "max_seq_len": 4096, "window": 64, "block_size": 16}, attention=pattern)
+    sizes = []
+    for T in (1024, 2048, 4096):
+        pos = torch.arange(T)
+        p = plan(cfg, pattern, pos, pos, False, 0, None, None, None, torch.float32)
+        sizes.append(p.bias.numel() + p.keys.numel() + (p.rows_bias.numel() if p.rows is not None else 0))
+    assert sizes[1] <= 2.05 * sizes[0] and sizes[2] <= 2.05 * sizes[1]
+
+
+def test_kv_cache_preallocates_and_equals_concatenation():
+    cache, steps = KVCache(), [torch.randn(2, 3, t, 4) for t in (5, 1, 1, 1, 60, 1)]
+    want_k = want_v = None
+    pointers = []
+    for k in steps:
+        v = k * 2
+        got_k, got_v = cache.extend(0, k, v)
+        want_k = k if want_k is None else torch.cat([want_k, k], 2)
+        want_v = v if want_v is None else torch.cat([want_v, v], 2)
+        assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+        pointers.append(got_k.data_ptr())
+    assert len(set(pointers[:4])) == 1 and pointers[4] != pointers[3]  # one buffer until it is full
+    assert cache.length == want_k.shape[2]
+    cache.reorder(torch.tensor([1, 0]))  # beam search swaps rows: the next step sees them swapped
+    k = torch.randn(2, 3, 1, 4)
+    got_k, _ = cache.extend(0, k, k)
+    assert torch.equal(got_k, torch.cat([want_k[[1, 0]], k], 2))
+
+
+def test_kv_cache_keeps_autograd_intact():
+    cache = KVCache()
+    k = torch.randn(1, 2, 3, 4, requires_grad=True)
+    out, _ = cache.extend(0, k, k)
+    out2, _ = cache.extend(0, k * 2, k)
+    out2.sum().backward()
+    torch.testing.assert_close(k.grad, torch.full_like(k, 3.0))
+
+
+@pytest.mark.parametrize("name", ["bert-base", "longformer-base", "gpt2"])
+def test_bf16_autocast_runs_every_fast_path_close_to_fp32(name):
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny(name), max_seq_len=128, window=8).eval()
+    model.fast = FastPaths(unpad="always", local_attention="blocked")
+    ids, mask = _batch(model.config.vocab_size, lengths=(70, 40, 12))
+    with torch.no_grad():
+        want = model(ids, mask).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = model(ids, mask).last_hidden_state
+    keep = mask.bool()
+    assert got.dtype in (torch.bfloat16, torch.float32) and torch.isfinite(got).all()
+    scale = want[keep].abs().mean()
+    assert (got[keep].float() - want[keep]).abs().mean() < 0.05 * scale
+
+
+def test_unpadded_causal_attention_sequence_by_sequence_with_left_padding():
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("gpt2")).eval()
+    ids, mask = _batch(model.config.vocab_size)
+    mask = mask.flip(1)  # left padding, as generation prompts come
+    x = torch.zeros(3, ids.shape[1], model.config.d_model)
+    ctx = model.decoder.context(x, torch.arange(ids.shape[1])[None], 0, mask.bool(), fast=model.fast)
+    assert ctx.padding_only == {"full": True}  # causal full attention: packed rows need no re-padding
+    with torch.no_grad():
+        padded = _run(model, FastPaths(unpad="never"), ids, mask).last_hidden_state
+        for by_sequence in (False, True):
+            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence), ids, mask)
+            _same_at_real_positions(packed.last_hidden_state, padded, mask)

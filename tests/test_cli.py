@@ -31,14 +31,18 @@ def test_bad_input_exits_2_with_one_line(capsys):
     assert main(["inspect", "gpt2", "nonsense"]) == 2
 
 
-def test_demo_trains_and_reports(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path), "--steps", "30"]) == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert [r["model"] for r in summary] == ["gpt2", "llama-3.2-1b"]
-    assert all(r["reload_identical"] for r in summary)
-    first = json.loads((tmp_path / "gpt2-metrics.jsonl").read_text().splitlines()[0])
-    assert first["step"] == 1 and summary[0]["final_loss"] < first["loss"]
-    assert (tmp_path / "loss.png").stat().st_size > 0 and (tmp_path / "attention.png").stat().st_size > 0
+def test_demo_runs_the_main_job_end_to_end(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--quick"]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report["tasks"]) == {"sentiment", "entailment"}
+    for runs in report["tasks"].values():
+        assert set(runs) == {"pretrained", "from scratch"}
+        assert all(0 <= run["test"][run["metric"]] <= 1 for run in runs.values())
+    assert report["probes"]["trained"]["all"]["n"] == 200
+    assert lmforge.load(tmp_path / "sentiment-pretrained" / "final").heads
+    assert (tmp_path / "demo.png").stat().st_size > 0 and (tmp_path / "pretrain" / "loss.png").is_file()
+    assert "Pretrained vs from scratch" in capsys.readouterr().out
+    assert main(["demo", "--out", str(tmp_path), "--quick"]) == 2  # never overwrites a run
 
 
 def test_convert_both_ways(tmp_path, capsys):

@@ -14,10 +14,13 @@ import torch
 import yaml
 
 from lmforge.config import ConfigError, ModelConfig
+from lmforge.data.cli import add_parsers as add_corpus_parsers
+from lmforge.generation_cli import add_parsers as add_generation_parsers
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
+from lmforge.tasks.cli import add_parsers as add_task_parsers
 
 
 class UsageError(ValueError):
@@ -96,10 +99,10 @@ def cmd_convert(args) -> None:
 
 
 def cmd_demo(args) -> None:
-    """Run the main job as far as it exists (see lmforge.demo)."""
-    from lmforge.demo import run_demo
+    """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see lmforge.demo)."""
+    from lmforge.demo import DemoConfig, run_demo
 
-    run_demo(Path(args.out), seed=args.seed, steps=args.steps)
+    run_demo(Path(args.out), seed=args.seed, cfg=DemoConfig.quick() if args.quick else DemoConfig())
 
 
 def cmd_embed(args) -> None:
@@ -146,27 +149,14 @@ def cmd_pretrain(args) -> None:
     print(f"wrote {Path(args.out) / 'final'}")
 
 
-def cmd_generate(args) -> None:
-    """Continue a prompt with a model directory's LM head, streaming the new text."""
-    from lmforge.generate import generate
-    from lmforge.tokenizer import load_tokenizer
-
-    model, tokenizer = load_model(args.model), load_tokenizer(args.model)
-    ids = torch.tensor([tokenizer.encode(args.prompt, add_special_tokens=False).ids])
-    print(args.prompt, end="", flush=True)
-    stream = (lambda t: print(tokenizer.decode([int(t[0])]), end="", flush=True)) if args.stream else None
-    out = generate(model, ids, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
-                   temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
-                   generator=torch.Generator().manual_seed(args.seed), streamer=stream)
-    print("" if args.stream else tokenizer.decode(out[0, ids.shape[1]:].tolist()))
-
-
 def _training_parser(sub) -> None:
     p = sub.add_parser("pretrain", help="pretrain a model (built-in corpus by default)")
     p.add_argument("--preset", required=True, help="preset name (see `lmforge presets`)")
     p.add_argument("--objective", required=True,
-                   choices=("mlm", "wwm", "nsp", "sop", "span", "structural", "rtd", "clm"),
-                   help="mlm, whole-word mlm, +NSP, +SOP, SpanBERT, StructBERT, ELECTRA, causal LM")
+                   choices=("mlm", "wwm", "nsp", "sop", "span", "structural", "rtd", "clm", "prefix-lm",
+                            "span-corruption", "denoising", "plm"),
+                   help="mlm, whole-word mlm, +NSP, +SOP, SpanBERT, StructBERT, ELECTRA, causal LM, "
+                        "prefix LM, T5 span corruption, BART denoising, XLNet permutation LM")
     p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
     p.add_argument("--config", help="YAML/JSON file of the same keys")
     p.add_argument("--data", nargs="*", help="plain-text files (default: the built-in corpus)")
@@ -176,16 +166,6 @@ def _training_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.set_defaults(func=cmd_pretrain)
-    p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
-    p.add_argument("prompt")
-    p.add_argument("--model", required=True)
-    p.add_argument("--max-new-tokens", type=int, default=40)
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
-    p.set_defaults(func=cmd_generate)
 
 
 def cmd_tokenizer_train(args) -> None:
@@ -240,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the main job on the built-in default")
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--quick", action="store_true", help="a seconds-long run at toy sizes")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("embed", help="sentence embeddings (mean pooling, L2-normalised)")
     p.add_argument("texts", nargs="+", help="the texts to embed")
@@ -254,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_embed)
     _training_parser(sub)
     _tokenizer_parser(sub)
+    add_corpus_parsers(sub)  # corpus shard (lmforge/data/cli.py)
+    add_task_parsers(sub)  # finetune, evaluate (lmforge/tasks/cli.py)
+    add_generation_parsers(sub)  # generate, fill-mask (lmforge/generation_cli.py)
     return parser
 
 

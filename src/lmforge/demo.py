@@ -1,106 +1,133 @@
-"""`make demo` as far as the project goes today: the configurable core, end to end.
+"""`make demo`: "pretrain once, fine-tune many times" end to end on the built-in corpus.
 
-Two small decoders from one codebase — GPT-2 style (learned positions, LayerNorm,
-GELU) and Llama style (rotary, RMSNorm, SwiGLU, GQA) — learn the same toy language
-(runs of consecutive numbers, so the next token follows from the previous one).
-The job logs JSON-lines metrics, saves and reloads each model, and draws the loss
-curves and an attention map. The full pretrain -> fine-tune job replaces the toy
-language once the data and training issues land.
+1. Train a WordPiece tokenizer on the built-in corpus (a synthetic world of people,
+   places, products and number sequences, deterministic from the seed).
+2. Pretrain a small BERT with masked LM (Devlin et al. 2019) and score the held-out
+   cloze probes before and after.
+3. Fine-tune it on two built-in tasks — review sentiment and fact entailment — and,
+   as the control, the same architecture from a random initialisation with the same
+   data, steps and hyper-parameters (so the difference is what pretraining gave).
+4. Print the table (test-set metrics), write report.json, and draw demo.png: the
+   pretraining loss, the probes, and the validation curves of both fine-tunings.
+
+Every stage is a directory under --out with its metrics.jsonl, checkpoints and model,
+so each can be inspected (`lmforge inspect`, `lmforge evaluate`, `lmforge fill-mask`).
 """
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
 import lmforge
-from lmforge.heads import attach
+from lmforge.data.synthetic import corpus_text
+from lmforge.model import from_config
+from lmforge.pretrain import pretrain
+from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
+from lmforge.tasks.formats import builtin
+from lmforge.tokenizer import train_tokenizer
+from lmforge.train import TrainConfig
 
-VOCAB, LENGTH, BATCH = 64, 32, 32
-FAMILIES = {
-    "gpt2": dict(d_model=64, n_layers=2, n_heads=4, d_ff=128),
-    "llama-3.2-1b": dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128),
-}
-
-
-def counting_batch(gen: torch.Generator) -> torch.Tensor:
-    """(BATCH, LENGTH) runs a, a+1, a+2, ... (mod VOCAB) from random starts."""
-    start = torch.randint(0, VOCAB, (BATCH, 1), generator=gen)
-    return (start + torch.arange(LENGTH)) % VOCAB
+TASKS = ("sentiment", "entailment")
 
 
-def train_one(name: str, out: Path, seed: int, steps: int) -> dict:
-    """Train one family on the toy language; return its final metrics."""
-    torch.manual_seed(seed)
-    model = lmforge.build(name, vocab_size=VOCAB, max_seq_len=LENGTH, dropout=0.0,
-                          attention_dropout=0.0, **FAMILIES[name])
-    attach(model, "lm")
-    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    gen = torch.Generator().manual_seed(seed)
-    losses, started = [], time.perf_counter()
-    with (out / f"{name}-metrics.jsonl").open("w") as log:
-        for step in range(1, steps + 1):
-            ids = counting_batch(gen)
-            logits = model(ids).logits  # (B, T, V)
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
-            optimiser.zero_grad()
-            loss.backward()
-            optimiser.step()
-            losses.append(loss.item())
-            log.write(json.dumps({"step": step, "loss": round(loss.item(), 5)}) + "\n")
-    model.eval()
-    model.save(out / name)
-    reloaded = lmforge.load(out / name)
-    probe = counting_batch(gen)
-    with torch.no_grad():
-        same = torch.equal(model(probe).logits, reloaded(probe).logits)
-        accuracy = (model(probe).logits[:, :-1].argmax(-1) == probe[:, 1:]).float().mean().item()
-    return {"model": name, "parameters": model.num_parameters(), "final_loss": losses[-1],
-            "next_token_accuracy": accuracy, "reload_identical": same,
-            "seconds": time.perf_counter() - started, "losses": losses, "module": model}
+@dataclass
+class DemoConfig:
+    """Sizes of the demo: chosen to finish in a few minutes on 2 CPU cores."""
+
+    preset: str = "bert-mini"
+    model: dict = field(default_factory=lambda: dict(n_layers=2, d_model=128, n_heads=2, d_ff=512, max_seq_len=128))
+    vocab_size: int = 2000
+    docs: int = 4000  # documents of the pretraining corpus
+    pretrain_steps: int = 600
+    pretrain_lr: float = 1e-3
+    task_records: int = 1000  # records per built-in task before the 80/10/10 split
+    train_records: int = 200  # labelled examples each fine-tuning sees (few: where pretraining shows)
+    finetune_steps: int = 150
+    finetune_lr: float = 1e-4
+    batch_size: int = 32
+
+    @classmethod
+    def quick(cls) -> "DemoConfig":
+        """A seconds-long version (tests, a first look)."""
+        return cls(model=dict(n_layers=1, d_model=32, n_heads=2, d_ff=64, max_seq_len=128), vocab_size=400,
+                   docs=200, pretrain_steps=6, task_records=100, train_records=40, finetune_steps=4,
+                   batch_size=8)
 
 
-def plot(results: list, out: Path) -> None:
-    """Loss curves of every family, and the last layer's attention of the first."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in results:
-        ax.plot(r["losses"], label=r["model"])
-    ax.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="Toy language: training loss")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "loss.png", dpi=120)
-    model = results[0]["module"]
-    ids = (torch.arange(16) + 5)[None] % VOCAB
-    with torch.no_grad():
-        probs = model(ids, return_attention=True).attentions[-1][0]  # (H, T, T)
-    fig, axes = plt.subplots(1, probs.shape[0], figsize=(3 * probs.shape[0], 3))
-    for h, ax in enumerate(axes):
-        ax.imshow(probs[h].numpy(), cmap="viridis")
-        ax.set(title=f"head {h}", xlabel="key", ylabel="query")
-    fig.suptitle(f"{results[0]['model']}: last-layer attention")
-    fig.tight_layout()
-    fig.savefig(out / "attention.png", dpi=120)
-    plt.close("all")
+def make_tokenizer(cfg: DemoConfig, out: Path, seed: int):
+    """WordPiece (BERT's special tokens) trained on the built-in corpus, saved under out/tokenizer."""
+    tokenizer = train_tokenizer(corpus_text(cfg.docs, seed).splitlines(), "wordpiece", cfg.vocab_size,
+                                family="bert")
+    tokenizer.save(out / "tokenizer")
+    return tokenizer
 
 
-def run_demo(out: Path, seed: int = 0, steps: int = 150) -> list:
-    """Train, save, reload, report and plot; returns the per-family results."""
-    out.mkdir(parents=True, exist_ok=True)
-    results = [train_one(name, out, seed, steps) for name in FAMILIES]
-    plot(results, out)
-    print(f"{'model':14s} {'params':>8s} {'final loss':>10s} {'next-token acc':>15s} {'reload':>7s} {'sec':>6s}")
-    for r in results:
-        print(f"{r['model']:14s} {r['parameters']:8,d} {r['final_loss']:10.4f} "
-              f"{r['next_token_accuracy']:15.3f} {str(r['reload_identical']):>7s} {r['seconds']:6.1f}")
-    summary = [{k: v for k, v in r.items() if k not in ("losses", "module")} for r in results]
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"plots: {out / 'loss.png'}, {out / 'attention.png'}; metrics: {out}/*-metrics.jsonl")
+def run_pretraining(cfg: DemoConfig, tokenizer, out: Path, seed: int, log) -> dict:
+    """MLM pretraining on the built-in corpus; the model directory and its probe scores."""
+    train = TrainConfig(steps=cfg.pretrain_steps, batch_size=cfg.batch_size, lr=cfg.pretrain_lr,
+                        warmup=max(1, cfg.pretrain_steps // 10), eval_every=max(1, cfg.pretrain_steps // 6),
+                        log_every=max(1, cfg.pretrain_steps // 30), seed=seed)
+    pretrain(cfg.preset, "mlm", out / "pretrain", train, tokenizer=tokenizer, n_docs=cfg.docs,
+             overrides=cfg.model, log=log)
+    return json.loads((out / "pretrain" / "probes.json").read_text())
+
+
+def finetune_both(cfg: DemoConfig, task: str, tokenizer, out: Path, seed: int, log) -> dict:
+    """Fine-tune the pretrained model and a randomly initialised twin on `task`; test metrics of each."""
+    kind, splits = builtin(task, cfg.task_records, seed)
+    train_cfg = TrainConfig(steps=cfg.finetune_steps, batch_size=cfg.batch_size, lr=cfg.finetune_lr,
+                            warmup=max(1, cfg.finetune_steps // 10), eval_every=max(1, cfg.finetune_steps // 10),
+                            log_every=max(1, cfg.finetune_steps // 30), seed=seed)
+    pretrained = lmforge.load(out / "pretrain" / "final")
+    inits = {"pretrained": pretrained, "from scratch": from_config(pretrained.config)}
+    results = {}
+    for name, model in inits.items():
+        run = out / f"{task}-{name.replace(' ', '-')}"
+        summary = finetune(model, tokenizer, kind, splits["train"][: cfg.train_records], splits["validation"], run,
+                           train_cfg, TaskConfig(max_len=128), log=log)
+        test = evaluate(run / "best" if (run / "best").is_dir() else run / "final", splits["test"],
+                           out=run / "test-predictions.jsonl")
+        results[name] = {"metric": summary["primary"], "test": test, "valid_best": summary["best"],
+                         "metrics": str(run / "metrics.jsonl")}
     return results
+
+
+def print_table(probes: dict, tasks: dict, seconds: float) -> None:
+    """The comparison a reader came for: probes, then each task's test score with and without pretraining."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Pretrained vs from scratch (built-in tasks, test split)")
+    for column in ("task", "metric", "pretrained", "from scratch", "gain"):
+        table.add_column(column, justify="left" if column in ("task", "metric") else "right")
+    for task, runs in tasks.items():
+        metric = runs["pretrained"]["metric"]
+        a, b = runs["pretrained"]["test"][metric], runs["from scratch"]["test"][metric]
+        table.add_row(task, metric, f"{a:.3f}", f"{b:.3f}", f"{a - b:+.3f}")
+    console = Console()
+    console.print(table)
+    untrained, trained = probes["untrained"]["all"], probes["trained"]["all"]
+    console.print(f"cloze probes: {untrained['accuracy']:.3f} untrained -> {trained['accuracy']:.3f} pretrained "
+                  f"(chance {trained['chance']:.3f}, {trained['n']} probes); total {seconds / 60:.1f} min")
+
+
+def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> dict:
+    """Tokenizer -> MLM pretraining -> fine-tuning with and without it -> table, report.json, demo.png."""
+    from lmforge.demo_plots import plot_demo
+
+    cfg, out, start = cfg or DemoConfig(), Path(out), time.perf_counter()
+    if (out / "pretrain").exists():
+        raise FileExistsError(f"{out} holds an earlier demo run: remove it or pass another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = make_tokenizer(cfg, out, seed)
+    probes = run_pretraining(cfg, tokenizer, out, seed, log)
+    tasks = {task: finetune_both(cfg, task, tokenizer, out, seed, log) for task in TASKS}
+    seconds = time.perf_counter() - start
+    report = {"config": cfg.__dict__, "seed": seed, "seconds": round(seconds, 1), "probes": probes, "tasks": tasks}
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    plot_demo(report, out / "pretrain" / "metrics.jsonl", out / "demo.png")
+    print_table(probes, tasks, seconds)
+    log(f"report: {out / 'report.json'}; plots: {out / 'demo.png'}, {out / 'pretrain' / 'loss.png'}")
+    return report

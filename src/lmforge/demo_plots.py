@@ -1,0 +1,56 @@
+"""The demo's figure: pretraining loss, cloze probes, and fine-tuning curves with and without pretraining."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_metrics(path) -> list:
+    """The JSON lines of a run's metrics.jsonl."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _pretraining(ax, rows: list) -> None:
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="train")
+    evals = [r for r in rows if "eval_loss" in r]
+    ax.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="held out")
+    ax.set(title="MLM pretraining", xlabel="step", ylabel="cross-entropy")
+    ax.legend()
+
+
+def _probes(ax, probes: dict) -> None:
+    kinds = [k for k in probes["trained"] if k != "all"] + ["all"]
+    x = range(len(kinds))
+    for offset, (name, scores) in zip((-0.2, 0.2), probes.items()):
+        ax.bar([i + offset for i in x], [scores[k]["accuracy"] for k in kinds], width=0.4, label=name)
+    ax.plot([i for i in x], [probes["trained"][k]["chance"] for k in kinds], "k_", markersize=18, label="chance")
+    ax.set_xticks(list(x), kinds, rotation=20)
+    ax.set(title="Cloze probes", ylabel="accuracy", ylim=(0, 1))
+    ax.legend(fontsize=8)
+
+
+def _task(ax, task: str, runs: dict) -> None:
+    for name, run in runs.items():
+        key = f"valid_{run['metric']}"
+        rows = [r for r in read_metrics(run["metrics"]) if key in r]
+        ax.plot([r["step"] for r in rows], [r[key] for r in rows], "o-", label=name)
+    ax.set(title=f"Fine-tuning: {task}", xlabel="step", ylabel=f"validation {run['metric']}")
+    ax.legend()
+
+
+def plot_demo(report: dict, pretrain_metrics, path) -> Path:
+    """Draw the four panels into one PNG at `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    _pretraining(axes[0, 0], read_metrics(pretrain_metrics))
+    _probes(axes[0, 1], report["probes"])
+    for ax, (task, runs) in zip(axes[1], report["tasks"].items()):
+        _task(ax, task, runs)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -34,7 +34,7 @@ def test_bad_input_exits_2_with_one_line(capsys):
 def test_demo_runs_the_main_job_end_to_end(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--quick"]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report["tasks"]) == {"sentiment", "entailment"}
+    assert set(report["tasks"]) == {"sentiment", "questions"}
     for runs in report["tasks"].values():
         assert set(runs) == {"pretrained", "from scratch"}
         assert all(0 <= run["test"][run["metric"]] <= 1 for run in runs.values())

@@ -39,7 +39,7 @@ class DemoConfig:
     model: dict = field(default_factory=lambda: dict(n_layers=2, d_model=128, n_heads=2, d_ff=512, max_seq_len=128))
     vocab_size: int = 2000
     docs: int = 4000  # documents of the pretraining corpus
-    pretrain_steps: int = 400
+    pretrain_steps: int = 600
     pretrain_lr: float = 1e-3
     task_records: int = 1000  # records per built-in task before the 80/10/10 split
     # task -> (labelled examples, steps): small budgets, where a better starting point shows
@@ -78,7 +78,7 @@ def finetune_both(cfg: DemoConfig, task: str, tokenizer, out: Path, seed: int, l
     kind, splits = builtin(task, cfg.task_records, seed)
     n_train, steps = cfg.tasks[task]
     train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.finetune_lr, warmup=max(1, steps // 10),
-                            eval_every=max(1, steps // 10), log_every=max(1, steps // 30), seed=seed)
+                            eval_every=max(1, steps // 5), log_every=max(1, steps // 30), seed=seed)
     pretrained = lmforge.load(out / "pretrain" / "final")
     inits = {"pretrained": pretrained, "from scratch": from_config(pretrained.config)}
     results = {}

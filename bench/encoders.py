@@ -6,6 +6,7 @@ import random
 import torch
 
 from common import batch, bert_config, encoder_flops, pair, ratio, side_by_side
+from lmforge.layers.fastpath import FastPaths
 
 
 def encoder_inference(repeats: int, quick: bool) -> list:
@@ -27,12 +28,19 @@ def encoder_inference(repeats: int, quick: bool) -> list:
                                      "reference": lambda: reference(input_ids=ids, attention_mask=mask)}, repeats)
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     bf16 = side_by_side({"lmforge": lambda: ours(ids, mask)}, repeats) if not quick else None
+                repadded = None
+                if variable and not quick:  # the other unpadded attention: re-padded, one call a layer
+                    ours.fast = FastPaths(sequence_attention=False)
+                    repadded = side_by_side({"lmforge": lambda: ours(ids, mask)}, repeats)
+                    ours.fast = FastPaths()
             flops = encoder_flops(cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, mask)
             common = {"model": name, "lengths": "uniform 8..128" if variable else "all 128",
                       "real_tokens": float(mask.sum()), "useful_flops": flops, "max_abs_diff": diff}
             rows.append(_row(common, "fp32", runs["lmforge"], runs["reference"]))
             if bf16 is not None:
                 rows.append(_row(common, "bf16", bf16["lmforge"], runs["reference"]))
+            if repadded is not None:
+                rows.append(_row(common, "fp32, sequence_attention=False", repadded["lmforge"], runs["reference"]))
     return rows
 
 

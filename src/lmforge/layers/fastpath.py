@@ -23,9 +23,9 @@ class FastPaths:
     # the output are then zeros: "auto" keeps the padded path when a per-token head (LM, tagging)
     # reads them, as the reference computes them and a loss over them (labels on padding) needs them
     unpad: str = "auto"
-    # unpadded full attention sequence by sequence (sum of L^2 scores, B calls a layer) instead of
-    # re-padding (B T^2 scores, one call): pays with long, unequal sequences and a quiet machine
-    sequence_attention: bool = False
+    # unpadded full attention sequence by sequence (sum of L^2 scores, B calls a layer, no mask) instead
+    # of re-padding (B T^2 scores, one call): bench/RESULTS.md, 1.6x vs 1.2x the reference on bert-mini
+    sequence_attention: bool = True
     # windowed patterns (sliding-window, dilated, longformer, bigbird) in query chunks against
     # their key band (linear in T) instead of a dense (T, T) mask; "auto": when the band is short
     local_attention: str = "auto"

@@ -17,11 +17,10 @@ import torch.nn.functional as F
 class Packing:
     """Where the real tokens of a (B, T) batch are, and the moves between layouts."""
 
-    def __init__(self, mask: torch.Tensor, by_sequence: bool = False) -> None:
+    def __init__(self, mask: torch.Tensor, by_sequence: bool = True) -> None:
         self.shape = tuple(mask.shape)  # (B, T)
         self.by_sequence = by_sequence  # attention layers may call `attend` instead of re-padding
         self.index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
-        self.rows, self.cols = self.index // mask.shape[1], self.index % mask.shape[1]  # (N,) each
         self.lengths = [int(n) for n in mask.sum(1).tolist()]  # each row's real tokens, contiguous once packed
 
     @property
@@ -39,8 +38,10 @@ class Packing:
         return out.index_copy_(0, self.index, x).unflatten(0, self.shape)  # in place: no second copy
 
     def pack_heads(self, out: torch.Tensor) -> torch.Tensor:
-        """Attention output (B, H, T, dh) -> (N, H * dh): one gather, no (B, T, H * dh) copy first."""
-        return out.transpose(1, 2)[self.rows, self.cols].flatten(1)
+        """Attention output (B, H, T, dh) -> (N, H * dh) real rows (index_select: its backward is
+        deterministic, unlike advanced indexing's accumulating scatter)."""
+        B, H, T, dh = out.shape
+        return out.transpose(1, 2).reshape(B * T, H * dh).index_select(0, self.index)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                dropout_p: float = 0.0, scale: float = 1.0) -> torch.Tensor:

@@ -113,7 +113,10 @@ def _generators():
         if cfg.architecture != "encoder" and cfg.canonical() not in seen:
             seen.append(cfg.canonical())
             torch.manual_seed(0)
-            models[name] = attach_lm(lmforge.build(cfg).eval())
+            model = lmforge.build(cfg).eval()
+            if cfg.tied_logit_scale:  # T5's N(0, 1) token table makes a random model say only token 0
+                torch.nn.init.normal_(model.tokens.weight, std=0.02)
+            models[name] = attach_lm(model)
     return models
 
 

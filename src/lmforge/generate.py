@@ -16,6 +16,7 @@ import torch
 
 from lmforge.beam import Beams, beam_search
 from lmforge.layers.attention import KVCache
+from lmforge.layers.fastpath import weight_layout
 from lmforge.model import EncoderDecoder, ModelOutput, Transformer
 from lmforge.processors import Constraints
 
@@ -189,6 +190,8 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     copies = num_beams if num_beams > 1 else num_return_sequences
     was_training = model.training
     model.eval()
+    if not was_training and model.fast.decode_layout and input_ids.device.type == "cpu":
+        weight_layout(model, input_major=True)  # kept after the call: relaying out costs more than a step
     try:
         if isinstance(model, EncoderDecoder):
             steps = EncoderDecoderSteps(model, model.heads[head], input_ids, mask, ids["start"], copies,

@@ -16,7 +16,7 @@ from torch import nn
 from lmforge.config import ModelConfig
 from lmforge.layers.attention import KVCache
 from lmforge.layers.embeddings import Embeddings
-from lmforge.layers.fastpath import FastPaths
+from lmforge.layers.fastpath import FastPaths, weight_layout
 from lmforge.layers.norms import RMSNorm
 from lmforge.layers.packing import Packing
 from lmforge.layers.stack import Stack, additive
@@ -62,6 +62,12 @@ class Transformer(nn.Module):
         self.tokens = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
         self.heads = nn.ModuleDict()
         self.fast = FastPaths()  # unpadding and blocked local attention (not saved; same results)
+
+    def train(self, mode: bool = True) -> "Transformer":
+        """nn.Module.train; training reads linear weights row-major again (fastpath.weight_layout)."""
+        if mode and getattr(self, "_input_major", False):
+            weight_layout(self, input_major=False)
+        return super().train(mode)
 
     def add_head(self, name: str, head: nn.Module) -> nn.Module:
         """Attach a task head (heads.py); its output appears in ModelOutput.head_outputs[name]."""

@@ -155,7 +155,7 @@ def test_blocked_gradients_equal_dense_gradients():
 def test_auto_blocks_long_sequences_only():
     cfg = lmforge.ModelConfig(**_BASE, attention="sliding-window")
     model = lmforge.build(cfg)
-    for T, blocked in ((16, False), (100, True)):
+    for T, blocked in ((16, False), (24, False), (25, True), (100, True)):  # band 16 + 4 + 4 = 24 keys
         x = torch.zeros(1, T, 32)
         ctx = model.encoder.context(x, torch.arange(T)[None], 0, None, fast=model.fast)
         assert isinstance(ctx.biases["sliding-window"], ChunkPlan) == blocked

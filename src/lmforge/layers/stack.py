@@ -89,14 +89,16 @@ class Stack(nn.Module):
 
     def _blocked(self, pattern: str, layer: int, T: int, past: int, fast, dense_only: bool) -> bool:
         """Whether this pass computes `pattern` in query chunks (layers/blocked.py): asked for, or
-        "auto" and the chunks' keys are at most half the sequence; never for cached decoding."""
+        "auto" and a chunk scores fewer keys than the sequence has (bench/RESULTS.md: at T = 1024 with
+        a 512 window the blocked path is as fast as full attention, the dense mask 0.8x); never for
+        cached decoding."""
         if (fast is None or fast.local_attention == "dense" or dense_only or past or pattern not in BLOCKED
                 or self.cfg.position == "xl-relative"):
             return False
         if pattern == "bigbird" and T <= self.cfg.dense_max_len:
             return False  # full attention at this length
-        return fast.local_attention == "blocked" or 2 * band_width(self.cfg, pattern, self.causal, layer,
-                                                                    fast.chunk) <= T
+        return fast.local_attention == "blocked" or band_width(self.cfg, pattern, self.causal, layer,
+                                                                fast.chunk) < T
 
     def _prefix(self, k_pos, prefix_lengths, batch: int) -> torch.Tensor:
         """(B, 1, 1, Tk) keys in each example's prefix, after checking the request makes sense."""

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective
+from lmforge.objectives.base import IGNORE, Loss, Objective, top1_accuracy
 
 
 def budget(n: int, rate: float, generator: torch.Generator) -> int:
@@ -89,7 +89,7 @@ class MaskedLM(Objective):
         target = labels[selected]
         # a batch without a selected position (very short texts) contributes nothing, not NaN
         loss = F.cross_entropy(logits.float(), target) if target.numel() else hidden.sum() * 0.0
-        accuracy = (logits.argmax(-1) == target).float().mean() if target.numel() else torch.zeros(())
+        accuracy = top1_accuracy(logits, target)
         return Loss(loss, {"mlm_accuracy": accuracy.detach()})
 
     def forward(self, batch: dict) -> Loss:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective, pad
+from lmforge.objectives.base import IGNORE, Loss, Objective, pad, top1_accuracy
 from lmforge.objectives.mlm import budget
 
 
@@ -127,7 +127,7 @@ class PermutationLM(Objective):
         logits = self.lm(g[selected])  # (N, V): the vocabulary projection on targets only
         target = labels[selected]
         loss = F.cross_entropy(logits.float(), target) if target.numel() else g.sum() * 0.0
-        accuracy = (logits.argmax(-1) == target).float().mean() if target.numel() else torch.zeros(())
+        accuracy = top1_accuracy(logits, target)
         return Loss(loss, {"plm_accuracy": accuracy.detach()})
 
     def heads(self) -> dict:

@@ -26,7 +26,7 @@ from torch import nn
 from lmforge.config import ModelConfig
 from lmforge.heads import make_head
 from lmforge.model import from_config
-from lmforge.objectives.base import IGNORE, Loss, Objective
+from lmforge.objectives.base import IGNORE, Loss, Objective, top1_accuracy
 from lmforge.objectives.mlm import MaskedLM
 
 MASKING = (0.85, 0.0, 0.15)  # [MASK] / random / unchanged, official pretrain_helpers.mask
@@ -119,7 +119,7 @@ class ReplacedTokenDetection(Objective):
         logits = self.generator.lm(hidden[selected]).float()  # (N, V): the selected positions only
         target = batch["labels"][selected]
         mlm = F.cross_entropy(logits, target) if target.numel() else logits.sum() * 0.0
-        accuracy = (logits.argmax(-1) == target).float().mean() if target.numel() else torch.zeros(())
+        accuracy = top1_accuracy(logits, target)
         return mlm, logits, accuracy
 
     def forward(self, batch: dict) -> Loss:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective
+from lmforge.objectives.base import IGNORE, Loss, Objective, top1_accuracy
 
 
 def shift_right(labels: torch.Tensor, start: int, pad: int) -> torch.Tensor:
@@ -58,7 +58,7 @@ class Seq2SeqLM(Objective):
         logits = self.lm(hidden[selected])  # (N, V)
         target = batch["labels"][selected]
         loss = F.cross_entropy(logits.float(), target)
-        accuracy = (logits.argmax(-1) == target).float().mean()
+        accuracy = top1_accuracy(logits, target)
         return Loss(loss, {"perplexity": loss.detach().exp(), "accuracy": accuracy.detach()})
 
     def heads(self) -> dict:

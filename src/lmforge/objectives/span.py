@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.model import init_weights
-from lmforge.objectives.base import IGNORE, Loss
+from lmforge.objectives.base import IGNORE, Loss, top1_accuracy
 from lmforge.objectives.mlm import MaskedLM, budget, words
 
 
@@ -144,7 +144,7 @@ class SpanMLM(MaskedLM):
         logits = self.sbo(left, right, batch["span_pos"][selected], self.model.tokens.weight)  # (N, V)
         target = batch["labels"][selected]
         loss = F.cross_entropy(logits.float(), target)
-        return loss, (logits.argmax(-1) == target).float().mean()
+        return loss, top1_accuracy(logits, target)
 
     def forward(self, batch: dict) -> Loss:
         """MLM + SBO, each the mean over the selected positions (sec. 3.2: summed per token)."""

@@ -190,6 +190,21 @@ def test_training_from_files_equals_training_from_texts(tmp_path):
     assert len(train_tokenizer(str(files[0]), "unigram", 200)) == 300
 
 
+def test_training_from_jsonl_and_gzip_equals_training_from_their_texts(tmp_path):
+    import gzip
+    import json
+
+    from_texts = train_tokenizer(CORPUS, "bytelevel-bpe", 400)
+    records = [json.dumps({"id": i, "text": line}) for i, line in enumerate(CORPUS)]
+    jsonl, packed = tmp_path / "a.jsonl", tmp_path / "b.txt.gz"
+    jsonl.write_text("\n".join(records[:10]) + "\n", encoding="utf-8")
+    packed.write_bytes(gzip.compress(("\n\n".join(CORPUS[10:]) + "\n").encode()))
+    assert train_tokenizer([jsonl, packed], "bytelevel-bpe", 400).backend.to_str() == from_texts.backend.to_str()
+    (tmp_path / "empty.jsonl").write_text(json.dumps({"title": "no text field"}) + "\n")
+    with pytest.warns(UserWarning), pytest.raises(TokenizerError, match="empty corpus"):
+        train_tokenizer([tmp_path / "empty.jsonl"], "wordpiece", 300)
+
+
 def test_bad_input(tmp_path):
     with pytest.raises(ValueError, match="unknown tokenizer kind 'sentencepiece'; kinds are wordpiece"):
         train_tokenizer(CORPUS, "sentencepiece", 300)

@@ -187,7 +187,8 @@ def _tokenizer_parser(sub) -> None:
 
     group = sub.add_parser("tokenizer", help="train tokenizers").add_subparsers(dest="action", required=True)
     p = group.add_parser("train", help="train a tokenizer (tokenizer.json + tokenizer_config.json in --out)")
-    p.add_argument("files", nargs="*", help="plain-text files (default: the built-in corpus)")
+    p.add_argument("files", nargs="*", help="text, JSONL or .gz files, read as `corpus shard` reads them "
+                   "(default: the built-in corpus)")
     p.add_argument("--kind", required=True, choices=KINDS)
     p.add_argument("--vocab-size", type=int, required=True, help="ids, special tokens included")
     p.add_argument("--family", choices=tuple(FAMILIES), help="special tokens and template (default: by kind)")

@@ -17,6 +17,9 @@ and four families of special tokens and templates (the default follows the kind)
 
 The special tokens take the first ids, in the order listed.
 
+Plain-text files go to the Rust trainer directly; JSON lines and gzip files are read by
+the corpus reader (data/corpus.py: the "text" field, bad lines skipped with a warning).
+
 Reproducibility: byte-level BPE trains to the same tokenizer every run. The other
 trainers of tokenizers 0.23 number some tokens in hash-map order ("##c", "c</w>", Unigram's
 required characters), which also breaks ties between equally frequent merges, so ids, and
@@ -143,7 +146,7 @@ def corpus_files(source) -> list | None:
             raise FileNotFoundError(f"no such file: {file}")
         if not file.is_file():
             raise TokenizerError(f"{file} is not a file")
-    if all(_blank_file(f) for f in files):
+    if not any(map(_through_reader, files)) and all(_blank_file(f) for f in files):
         raise TokenizerError(f"empty corpus: {', '.join(map(str, files))} hold no text")
     return files
 
@@ -157,12 +160,30 @@ def _texts(source: Iterable, seen: list):
         yield text
 
 
+def _through_reader(file: Path) -> bool:
+    """Whether a file is JSON lines or gzip: read by the corpus reader (data/corpus.py), not as text."""
+    from lmforge.data.corpus import ReadOptions
+
+    return file.name.lower().endswith(".gz") or ReadOptions().format_of(file) == "jsonl"
+
+
+def _reader_texts(files: list, seen: list):
+    """Documents of JSONL / gzip / text files as the corpus reader gives them (its warnings included)."""
+    from lmforge.data.corpus import CorpusReader
+
+    for document in CorpusReader(files):
+        seen[0] += 1
+        yield "\n".join(document)
+
+
 def _run(backend: Backend, trainer, source, kind: str) -> None:
     """Train `backend` in place on the files or texts of `source`."""
     files = corpus_files(source)
     seen = [0]
     try:
-        if files is not None:
+        if files is not None and any(map(_through_reader, files)):
+            backend.train_from_iterator(_reader_texts(files, seen), trainer)
+        elif files is not None:
             backend.train([str(f) for f in files], trainer)
         else:
             backend.train_from_iterator(_texts(source, seen), trainer)
@@ -170,7 +191,7 @@ def _run(backend: Backend, trainer, source, kind: str) -> None:
         raise
     except Exception as err:  # the Rust trainers raise plain Exceptions
         raise TokenizerError(f"cannot train a {kind} tokenizer: {err}") from None
-    if files is None and not seen[0]:
+    if (files is None or any(map(_through_reader, files))) and not seen[0]:
         raise TokenizerError("empty corpus: no non-blank text to train on")
 
 

@@ -301,3 +301,24 @@ def test_requests_a_model_cannot_serve_are_refused():
         generate(GENERATORS["t5-small"], torch.zeros(1, 3, dtype=torch.long), max_new_tokens=65)
     with pytest.raises(ValueError, match="fill_mask"):
         generate(attach_lm(lmforge.build(lmforge.tiny("bert-tiny"))), torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_prefix_lm_generation_reads_the_prompt_bidirectionally():
+    model = GENERATORS["gpt2"]
+    ids, mask = _left_padded(lengths=(6, 3))
+    out = generate(model, ids, mask, max_new_tokens=6, eos_token_id=None, prefix_lm=True)
+    for options in ({"use_cache": False}, {"num_beams": 1}):
+        assert torch.equal(generate(model, ids, mask, max_new_tokens=6, eos_token_id=None, prefix_lm=True,
+                                    **options), out)
+    # the first new token is the argmax of the last position with the whole prompt as prefix
+    with torch.no_grad():
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        hidden = model(ids, mask, position_ids=positions, prefix_lengths=torch.full((2,), ids.shape[1]),
+                       run_heads=False).last_hidden_state
+        first = model.heads["lm"](hidden[:, -1]).argmax(-1)
+        causal = model(ids, mask, position_ids=positions, run_heads=False).last_hidden_state
+    assert torch.equal(out[:, ids.shape[1]], first)
+    # earlier prompt positions saw later ones, so even the last position's state changes
+    assert not torch.allclose(hidden[:, -1], causal[:, -1], atol=1e-4)
+    with pytest.raises(ValueError, match="prefix_lm is for decoders"):
+        generate(GENERATORS["t5-small"], ids, mask, max_new_tokens=2, prefix_lm=True)

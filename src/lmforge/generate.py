@@ -83,17 +83,21 @@ class DecoderSteps:
     """A decoder's forward passes: the prompt once, then the new token of each row (the whole
     sequence again without a cache). Rows are left-padded; positions count real tokens only."""
 
-    def __init__(self, model, lm, input_ids, mask, use_cache: bool = True) -> None:
+    def __init__(self, model, lm, input_ids, mask, use_cache: bool = True, prefix_lm: bool = False) -> None:
         self.model, self.lm = model, lm
         self.tokens, self.mask = input_ids, mask  # (N, T)
         self.positions = (mask.cumsum(-1) - 1).clamp(min=0)
         self.cache = KVCache() if use_cache else None
+        # a prefix LM reads the whole prompt bidirectionally: keys before T are the prefix
+        N, T = input_ids.shape
+        self.prefix = torch.full((N,), T, device=input_ids.device) if prefix_lm else None
 
     def logits(self) -> torch.Tensor:
         """(N, V) next-token logits after the tokens so far."""
         fed = self.cache.length if self.cache is not None else 0
+        extra = {} if self.prefix is None else {"prefix_lengths": self.prefix}
         out = self.model(self.tokens[:, fed:], self.mask, position_ids=self.positions[:, fed:],
-                         cache=self.cache, run_heads=False)
+                         cache=self.cache, run_heads=False, **extra)
         return self.lm(out.last_hidden_state[:, -1])  # the vocabulary projection of one position only
 
     def append(self, chosen: torch.Tensor) -> None:
@@ -108,6 +112,8 @@ class DecoderSteps:
                                                   for t in (self.tokens, self.mask, self.positions))
         if self.cache is not None:
             self.cache.reorder(rows)
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, rows)
 
 
 class EncoderDecoderSteps(DecoderSteps):
@@ -169,7 +175,7 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
              no_repeat_ngram_size: int = 0, forced_bos_token_id: Optional[int] = None,
              forced_eos_token_id: Optional[int] = None, suppress_tokens=None, eos_token_id=None,
              pad_token_id=None, decoder_start_token_id: Optional[int] = None, use_cache: bool = True,
-             generator: Optional[torch.Generator] = None,
+             prefix_lm: bool = False, generator: Optional[torch.Generator] = None,
              streamer: Optional[Callable] = None) -> torch.Tensor:
     """Continue `input_ids` (B, T), left-padded when `attention_mask` has zeros.
 
@@ -177,9 +183,13 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     decoder tokens (R = num_return_sequences; with beams the R best of each input, best first).
     Arguments mean what the reference library's `generate` arguments of the same names mean;
     stop, pad, forced and decoder start ids default to the model config's. use_cache=False
-    recomputes every position at every step (same tokens, slower); `streamer` receives each
-    step's (B * R,) new tokens (greedy and sampling only)."""
+    recomputes every position at every step (same tokens, slower); prefix_lm=True lets a decoder
+    pretrained as a prefix LM read the prompt bidirectionally (objectives/prefix_lm.py); `streamer`
+    receives each step's (B * R,) new tokens (greedy and sampling only)."""
     rule = Sampling(do_sample, temperature, top_k, top_p)
+    if prefix_lm and isinstance(model, EncoderDecoder):
+        raise ValueError("prefix_lm is for decoders: an encoder-decoder's encoder already reads the input "
+                         "bidirectionally")
     beams = Beams(num_beams, length_penalty, early_stopping, num_return_sequences)
     head = lm_head_name(model)
     mask = _check_prompt(model, input_ids, attention_mask, max_new_tokens)
@@ -198,7 +208,7 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
                                         use_cache)
         else:
             steps = DecoderSteps(model, model.heads[head], input_ids.repeat_interleave(copies, 0),
-                                 mask.repeat_interleave(copies, 0), use_cache)
+                                 mask.repeat_interleave(copies, 0), use_cache, prefix_lm)
         prompt_len = steps.tokens.shape[1]
         padding = (steps.mask == 0).sum(1) if not isinstance(model, EncoderDecoder) else None
         constraints = Constraints(prompt_len, prompt_len + max_new_tokens, ids["eos"], repetition_penalty,

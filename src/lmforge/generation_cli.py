@@ -56,7 +56,8 @@ def cmd_generate(args) -> None:
                    temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
                    num_beams=args.num_beams, length_penalty=args.length_penalty,
                    no_repeat_ngram_size=args.no_repeat_ngram, min_new_tokens=args.min_new_tokens,
-                   eos_token_id=eos, generator=torch.Generator().manual_seed(args.seed), streamer=stream)
+                   eos_token_id=eos, prefix_lm=args.prefix_lm,
+                   generator=torch.Generator().manual_seed(args.seed), streamer=stream)
     if stream is not None:
         stream.close()
     else:
@@ -94,6 +95,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--min-new-tokens", type=int, default=0, help="no end of text before this many tokens")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
+    p.add_argument("--prefix-lm", action="store_true",
+                   help="read the prompt bidirectionally (a decoder pretrained with --objective prefix-lm)")
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("fill-mask", help="top-k fillings of [MASK] / <mask> with probabilities")
     p.add_argument("text", help='e.g. "Paris is the [MASK] of France."')

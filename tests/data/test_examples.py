@@ -57,3 +57,26 @@ def test_packing_full_and_doc_sentences():
 def test_blocks_are_contiguous():
     out = blocks([[[1, 2, 3], [4]], [[5, 6, 7]]], 3, eos=0)
     assert [e["input_ids"] for e in out] == [[1, 2, 3], [4, 0, 5], [6, 7, 0]]
+
+
+def test_truncation_equals_popping_the_longer_side_one_token_at_a_time():
+    def popping(a, b, budget, rng):  # the definition (BERT's truncate_seq_pair, with a random end)
+        a, b = list(a), list(b)
+        while len(a) + len(b) > budget:
+            longer = a if len(a) > len(b) else b
+            longer.pop(0 if rng.random() < 0.5 else -1)
+        return a, b
+
+    for la in range(0, 40, 3):
+        for lb in range(0, 40, 4):
+            for budget in (0, 5, 17, 40):
+                a, b = list(range(la)), list(range(100, 100 + lb))
+                seed = 1000 * la + 10 * lb + budget
+                assert truncate_pair(a, b, budget, random.Random(seed)) == popping(a, b, budget, random.Random(seed))
+
+
+def test_pair_builders_are_seeded():
+    docs = _docs(300)
+    for build in (nsp_pairs, sop_pairs):
+        assert build(docs, CLS, SEP, max_len=24, seed=4) == build(docs, CLS, SEP, max_len=24, seed=4)
+        assert build(docs, CLS, SEP, max_len=24, seed=4) != build(docs, CLS, SEP, max_len=24, seed=5)

@@ -1,14 +1,19 @@
+import json
 import tracemalloc
 
 import numpy as np
 import pytest
 
 from lmforge.cli import main
-from lmforge.data.examples import blocks, nsp_pairs, pack_sentences
-from lmforge.data.shards import shard_corpus
-from lmforge.data.stream import DocumentView, PackedBlocks, PackedSentences, ShardCorpus, WithWordStarts
+from lmforge.data.examples import PLAN, blocks, nsp_pairs, pack_sentences, sop_pairs, sso_pairs
+from lmforge.data.shards import FORMAT, VERSION, ShardWriter, shard_corpus
+from lmforge.data.stream import (DocumentView, PackedBlocks, PackedPairs, PackedSentences, ShardCorpus,
+                                 WithWordStarts, shard_examples)
 from lmforge.data.synthetic import write_corpus
 from lmforge.tokenizer import load_tokenizer
+from tests.data.test_examples import CLS, SEP, _docs
+
+BUILDERS = {"nsp": nsp_pairs, "sop": sop_pairs, "structural": sso_pairs}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +69,85 @@ def test_nsp_over_shards_is_balanced_and_never_pairs_a_document_with_itself(shar
     assert all(len(p["input_ids"]) <= 24 and len(p["segment_ids"]) == len(p["input_ids"]) for p in pairs)
 
 
+def token_shards(path, docs, per_shard):
+    """A shard directory of documents already tokenised (uint32 ids), `per_shard` documents a shard."""
+    path.mkdir()
+    shards = []
+    for k in range(0, len(docs), per_shard):
+        writer = ShardWriter(path, f"shard-{k // per_shard:05d}", np.dtype("<u4"))
+        writer.add(docs[k:k + per_shard])
+        shards.append({"name": f"shard-{k // per_shard:05d}", **writer.close()})
+    manifest = {"format": FORMAT, "version": VERSION, "dtype": "uint32", "shards": shards, "complete": True}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return ShardCorpus(path)
+
+
+@pytest.mark.parametrize("objective", ["nsp", "sop", "structural"])
+def test_lazy_pairs_equal_the_list_builders(shard_dir, objective):
+    corpus = ShardCorpus(shard_dir)
+    ids = corpus.order(np.arange(len(corpus)), seed=0)[:300]
+    docs = [corpus.document(int(d)) for d in ids]
+    for max_len, seed in ((24, 0), (64, 5)):
+        lazy = PackedPairs(corpus, ids, objective, CLS, SEP, max_len=max_len, seed=seed)
+        assert len(lazy) > 50 and [lazy[i] for i in range(len(lazy))] == BUILDERS[objective](
+            docs, CLS, SEP, max_len=max_len, seed=seed)
+    with pytest.raises(IndexError):
+        lazy[len(lazy)]
+
+
+def test_lazy_nsp_over_shards_is_half_is_next_and_small(tmp_path):
+    docs = _docs(7000)  # document d's tokens are 1000 * (d + 1) + ...: every token's origin is known
+    corpus = token_shards(tmp_path / "s", docs, 900)
+    ids = corpus.order(np.arange(len(corpus)), seed=2)
+    tracemalloc.start()
+    lazy = PackedPairs(corpus, ids, "nsp", CLS, SEP, max_len=32, seed=1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # the plan is 7 int32 per example; planning holds little more (no token lists)
+    assert lazy.plan.shape == (len(lazy), len(PLAN)) and lazy.plan.nbytes / len(lazy) == 28
+    assert len(lazy) >= 10_000 and peak < 64 * len(lazy)
+    pairs = [lazy[i] for i in range(len(lazy))]
+    assert pairs == nsp_pairs([docs[d] for d in ids], CLS, SEP, max_len=32, seed=1)
+    assert abs(np.mean([p["pair_label"] == 0 for p in pairs]) - 0.5) < 0.02
+    for p in pairs:
+        ids_, seg = p["input_ids"], p["segment_ids"]
+        assert len(ids_) <= 32 and ids_[0] == CLS and ids_[-1] == SEP
+        first_sep = ids_.index(SEP)
+        a, b = ids_[1:first_sep], ids_[first_sep + 1:-1]
+        assert a and b and seg == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+        origins = {t // 1000 for t in a}, {t // 1000 for t in b}
+        assert all(len(o) == 1 for o in origins) and (origins[0] == origins[1]) == (p["pair_label"] == 0)
+
+
+def test_lazy_sop_and_structural_over_shards(tmp_path):
+    docs = _docs(4000, seed=3)
+    corpus = token_shards(tmp_path / "s", docs, 1500)
+    sop = PackedPairs(corpus, np.arange(len(corpus)), "sop", CLS, SEP, max_len=48, seed=1)
+    assert sop.plan.tolist() == PackedPairs(corpus, np.arange(len(corpus)), "sop", CLS, SEP, 48, 1).plan.tolist()
+    assert abs(sop.plan[:, -1].mean() - 0.5) < 0.03
+    sso = PackedPairs(corpus, np.arange(len(corpus)), "structural", CLS, SEP, max_len=32, seed=1)
+    assert [sso[i] for i in range(len(sso))] == sso_pairs(docs, CLS, SEP, max_len=32, seed=1)
+    labels = np.bincount(sso.plan[:, -1], minlength=3) / len(sso)
+    assert len(sso) > 5000 and np.all(np.abs(labels - 1 / 3) < 0.03)
+    for p in (sso[i] for i in range(len(sso))):
+        cut = p["input_ids"].index(SEP)
+        s1, s2 = p["input_ids"][1:cut], p["input_ids"][cut + 1:-1]
+        assert len(p["input_ids"]) <= 32 and (s1[0] // 1000 == s2[0] // 1000) == (p["pair_label"] != 2)
+        if p["pair_label"] < 2:  # same document: S2 follows S1 (0) or precedes it (1)
+            assert (s1[-1] < s2[0]) == (p["pair_label"] == 0)
+
+
+def test_pair_objectives_over_shards_are_lazy_and_split_by_document(shard_dir):
+    corpus = ShardCorpus(shard_dir)
+    tokenizer = load_tokenizer(shard_dir / "tokenizer")
+    train, valid = shard_examples("structural", corpus, tokenizer, 40, 7, build=None, valid_fraction=0.2)
+    assert isinstance(train, PackedPairs) and isinstance(valid, PackedPairs) and len(valid) > 0
+    used = [set(part.ids[part.plan[:, [0, 3]].ravel()].tolist()) for part in (train, valid)]
+    assert not used[0] & used[1] and set(corpus.split(0.2, 7)[1].tolist()) >= used[1]
+    again = shard_examples("structural", corpus, tokenizer, 40, 7, build=None, valid_fraction=0.2)[0]
+    assert np.array_equal(again.plan, train.plan) and again[0] == train[0]
+
+
 def test_streaming_an_epoch_keeps_memory_flat(tokenizer_dir, tmp_path):
     write_corpus(tmp_path / "big.txt", 1_500_000, seed=5)
     shard_corpus([tmp_path / "big.txt"], tokenizer_dir, tmp_path / "s", shard_bytes=1 << 19, log=lambda m: None)
@@ -88,5 +172,5 @@ def test_pretrain_takes_a_shard_directory(shard_dir, tmp_path):
             "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64"]
     assert main(args) == 0
     assert load_tokenizer(tmp_path / "run" / "final").vocab_size == load_tokenizer(shard_dir / "tokenizer").vocab_size
-    nsp = [*args[:4], "nsp", *args[5:8], str(tmp_path / "nsp"), *args[9:]]  # pairs: built over a DocumentView
+    nsp = [*args[:4], "nsp", *args[5:8], str(tmp_path / "nsp"), *args[9:]]  # pairs: planned, read on access
     assert main(nsp) == 0 and (tmp_path / "nsp" / "final").is_dir()

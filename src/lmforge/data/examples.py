@@ -6,86 +6,167 @@
   the longer side loses a token from its front or back at random until the pair fits.
 - ALBERT sentence-order pairs (Lan et al. 2020, sec. 4.1): two consecutive segments,
   swapped half the time (label 1).
+- StructBERT sentence-structural pairs (Wang et al. 2020, sec. 2.2): next, previous or random.
 - RoBERTa FULL-SENTENCES (packing may cross documents, with a separator) and
   DOC-SENTENCES (never crosses a document) without NSP (Liu et al. 2019, sec. 4.2).
 - Contiguous blocks for causal LM, and source/target pairs for encoder-decoders.
+
+The pair objectives are defined once, as plans (`plan_nsp`, `plan_sop`, `plan_sso`): from
+the documents' sentence offsets alone, one row of PLAN per example, every random draw
+(truncation included) made in the order the builders always made them. `nsp_pairs` and
+friends assemble a plan over documents in memory; lmforge.data.stream.PackedPairs over
+memory-mapped shards, so a corpus's pairs cost a few bytes each until they are read.
 """
 from __future__ import annotations
 
 import random
+from array import array
+from itertools import accumulate
+
+import numpy as np
+
+# a plan row: segment A and segment B as (document, first token, end token), then the label
+PLAN = ("doc_a", "lo_a", "hi_a", "doc_b", "lo_b", "hi_b", "label")
+SSO_NEXT, SSO_PREVIOUS, SSO_RANDOM = 0, 1, 2  # StructBERT's sentence-structural labels
+
+
+def _drops(la: int, lb: int, budget: int, rng: random.Random) -> tuple:
+    """(a front, a back, b front, b back): the tokens truncate_pair drops, from the lengths alone.
+
+    Each pop takes the longer side (b on a tie), so pops go to the longer side until the
+    lengths meet, then alternate b, a, b, ...; a pop's draw under 0.5 takes the front."""
+    if budget < 0:
+        raise ValueError(f"no room for a pair: budget {budget}")
+    n = la + lb - budget
+    if n <= 0:
+        return 0, 0, 0, 0
+    draw = rng.random
+    backs = [draw() >= 0.5 for _ in range(n)]  # one draw per pop, in pop order: the hot loop of planning
+    lead = min(n, abs(la - lb))
+    a = (backs[:lead] if la > lb else []) + backs[lead + 1::2]
+    b = (backs[:lead] if la <= lb else []) + backs[lead::2]
+    return len(a) - sum(a), sum(a), len(b) - sum(b), sum(b)
 
 
 def truncate_pair(a: list, b: list, budget: int, rng: random.Random) -> tuple:
     """Drop tokens from the longer of a and b (front or back, at random) until they fit."""
-    a, b = list(a), list(b)
-    while len(a) + len(b) > budget:
-        longer = a if len(a) > len(b) else b
-        longer.pop(0 if rng.random() < 0.5 else -1)
-    return a, b
+    a_front, a_back, b_front, b_back = _drops(len(a), len(b), budget, rng)
+    return list(a[a_front:len(a) - a_back]), list(b[b_front:len(b) - b_back])
 
 
-def pair_example(a: list, b: list, label: int, cls: int, sep: int, max_len: int, rng: random.Random) -> dict:
-    """[CLS] a [SEP] b [SEP] with segment ids 0/1 and the pair label."""
-    a, b = truncate_pair(a, b, max_len - 3, rng)
+def _pair(a: list, b: list, label: int, cls: int, sep: int) -> dict:
     return {"input_ids": [cls, *a, sep, *b, sep], "segment_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
             "pair_label": label}
 
 
-def _split_point(chunk: list, rng: random.Random) -> int:
-    return rng.randint(1, len(chunk) - 1) if len(chunk) > 1 else 1
+def pair_example(a: list, b: list, label: int, cls: int, sep: int, max_len: int, rng: random.Random) -> dict:
+    """[CLS] a [SEP] b [SEP] with segment ids 0/1 and the pair label."""
+    return _pair(*truncate_pair(a, b, max_len - 3, rng), label, cls, sep)
 
 
-def _chunks(doc: list, target: int):
-    """Consecutive sentences of a document grouped until they reach `target` tokens."""
-    chunk, size = [], 0
-    for sentence in doc:
-        chunk.append(sentence)
-        size += len(sentence)
-        if size >= target:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
+def pair_from_plan(row, segment, cls: int, sep: int) -> dict:
+    """The example of one PLAN row; `segment(document, lo, hi)` gives those token ids as a list."""
+    doc_a, lo_a, hi_a, doc_b, lo_b, hi_b, label = row
+    return _pair(segment(doc_a, lo_a, hi_a), segment(doc_b, lo_b, hi_b), label, cls, sep)
 
 
-def nsp_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0,
-              short_seq_prob: float = 0.1) -> list:
-    """BERT's next-sentence examples (50 % IsNext = 0, 50 % NotNext = 1, from another document)."""
+def _chunk_bounds(offsets: list, target: int):
+    """(first, end) sentences of the chunks of a document: consecutive sentences grouped until they
+    reach `target` tokens; `offsets` are its sentences' token offsets, then its length."""
+    first = 0
+    for k in range(1, len(offsets)):
+        if offsets[k] - offsets[first] >= target:
+            yield first, k
+            first = k
+    if first < len(offsets) - 1:
+        yield first, len(offsets) - 1
+
+
+def _splits(n_docs: int, offsets, target, rng: random.Random):
+    """(document, its offsets, first, cut, end sentence) of every chunk of two or more sentences,
+    cut at random; `target(rng)` draws each document's chunk length."""
+    for d in range(n_docs):
+        off = offsets(d)
+        for lo, hi in _chunk_bounds(off, target(rng)):
+            if hi - lo >= 2:  # no real continuation otherwise: skipping keeps the classes balanced
+                yield d, off, lo, lo + rng.randint(1, hi - lo - 1), hi
+
+
+def _bert_target(max_len: int, short_seq_prob: float):
+    """BERT's chunk length: max_len - 3, or a random shorter one with probability short_seq_prob."""
+    return lambda rng: rng.randint(2, max_len - 3) if rng.random() < short_seq_prob else max_len - 3
+
+
+def _other(n_docs: int, d: int, offsets, n: int, rng: random.Random) -> tuple:
+    """(document, lo, hi): up to n tokens of a document other than d, from a random sentence on."""
+    other = rng.randrange(n_docs - 1)
+    other += other >= d  # any document but this one
+    off = offsets(other)
+    start = off[rng.randrange(len(off) - 1)]
+    return other, start, min(start + n, off[-1])
+
+
+class _Plan:
+    """PLAN rows as they are drawn: 7 int32 per example."""
+
+    def __init__(self, max_len: int, rng: random.Random) -> None:
+        self.rows, self.budget, self.rng = array("i"), max_len - 3, rng
+
+    def add(self, first: tuple, second: tuple, label: int) -> None:
+        """Append [CLS] first [SEP] second [SEP], truncated as pair_example does."""
+        (doc_a, lo_a, hi_a), (doc_b, lo_b, hi_b) = first, second
+        a_front, a_back, b_front, b_back = _drops(hi_a - lo_a, hi_b - lo_b, self.budget, self.rng)
+        self.rows.extend((doc_a, lo_a + a_front, hi_a - a_back, doc_b, lo_b + b_front, hi_b - b_back, label))
+
+    def array(self) -> np.ndarray:
+        """The rows, (n, 7) int32."""
+        rows = np.frombuffer(self.rows, np.int32) if self.rows else np.zeros(0, np.int32)
+        return rows.reshape(-1, len(PLAN))
+
+
+def plan_nsp(n_docs: int, offsets, max_len: int = 128, seed: int = 0, short_seq_prob: float = 0.1) -> np.ndarray:
+    """The PLAN of BERT's next-sentence examples over documents 0..n_docs-1, `offsets(d)` giving
+    document d's sentence token offsets and length (50 % IsNext = 0, 50 % NotNext = 1)."""
     rng = random.Random(seed)
-    out = []
-    for d, doc in enumerate(docs):
-        target = rng.randint(2, max_len - 3) if rng.random() < short_seq_prob else max_len - 3
-        for chunk in _chunks(doc, target):
-            if len(chunk) < 2:  # no real continuation to offer: skipping keeps the classes balanced
-                continue
-            cut = _split_point(chunk, rng)
-            a = [t for s in chunk[:cut] for t in s]
-            if rng.random() < 0.5 and len(docs) > 1:
-                other = rng.randrange(len(docs) - 1)
-                other += other >= d  # any document but this one
-                start = rng.randrange(len(docs[other]))
-                b, label = [t for s in docs[other][start:] for t in s][: max_len], 1
-            else:
-                b, label = [t for s in chunk[cut:] for t in s], 0
-            if a and b:
-                out.append(pair_example(a, b, label, cls, sep, max_len, rng))
-    return out
+    plan = _Plan(max_len, rng)
+    for d, off, lo, cut, hi in _splits(n_docs, offsets, _bert_target(max_len, short_seq_prob), rng):
+        if rng.random() < 0.5 and n_docs > 1:
+            b, label = _other(n_docs, d, offsets, max_len, rng), 1
+        else:
+            b, label = (d, off[cut], off[hi]), 0
+        if off[cut] > off[lo] and b[2] > b[1]:
+            plan.add((d, off[lo], off[cut]), b, label)
+    return plan.array()
 
 
-def sop_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0) -> list:
-    """ALBERT's sentence-order examples: consecutive segments, swapped (label 1) half the time."""
+def plan_sop(n_docs: int, offsets, max_len: int = 128, seed: int = 0) -> np.ndarray:
+    """The PLAN of ALBERT's sentence-order examples (as plan_nsp): swapped (label 1) half the time."""
     rng = random.Random(seed)
-    out = []
-    for doc in docs:
-        for chunk in _chunks(doc, max_len - 3):
-            if len(chunk) < 2:
-                continue
-            cut = _split_point(chunk, rng)
-            a, b = [t for s in chunk[:cut] for t in s], [t for s in chunk[cut:] for t in s]
-            swap = rng.random() < 0.5
-            out.append(pair_example(b, a, 1, cls, sep, max_len, rng) if swap
-                       else pair_example(a, b, 0, cls, sep, max_len, rng))
-    return out
+    plan = _Plan(max_len, rng)
+    for d, off, lo, cut, hi in _splits(n_docs, offsets, lambda _: max_len - 3, rng):
+        a, b = (d, off[lo], off[cut]), (d, off[cut], off[hi])
+        if rng.random() < 0.5:
+            plan.add(b, a, 1)
+        else:
+            plan.add(a, b, 0)
+    return plan.array()
+
+
+def plan_sso(n_docs: int, offsets, max_len: int = 128, seed: int = 0, short_seq_prob: float = 0.1) -> np.ndarray:
+    """The PLAN of StructBERT's sentence-structural examples (as plan_nsp): S2 follows S1 (label 0),
+    precedes it (1) or comes from another document (2), a third of the time each."""
+    rng = random.Random(seed)
+    plan = _Plan(max_len, rng)
+    classes = 3 if n_docs > 1 else 2  # no random class without a second document
+    for d, off, lo, cut, hi in _splits(n_docs, offsets, _bert_target(max_len, short_seq_prob), rng):
+        first, second = (d, off[lo], off[cut]), (d, off[cut], off[hi])
+        label = rng.randrange(classes)
+        if label == SSO_PREVIOUS:
+            first, second = second, first
+        elif label == SSO_RANDOM:  # as long as the real neighbour, so the length says nothing about the class
+            second = _other(n_docs, d, offsets, off[hi] - off[cut], rng)
+        plan.add(first, second, label)
+    return plan.array()
 
 
 def pack_sentences(docs: list, bos: int, eos: int, max_len: int = 128, cross_documents: bool = True,
@@ -123,37 +204,29 @@ def source_target(pairs: list, max_source: int, max_target: int) -> list:
     return [{"input_ids": list(s[:max_source]), "target_ids": list(t[:max_target])} for s, t in pairs]
 
 
-SSO_NEXT, SSO_PREVIOUS, SSO_RANDOM = 0, 1, 2  # StructBERT's sentence-structural labels
+def _assemble(plan, docs, cls: int, sep: int, **options) -> list:
+    """The examples of `plan(n_docs, offsets, **options)` over documents in memory."""
+    offsets, flat = [], []
+    for doc in docs:
+        offsets.append([0, *accumulate(map(len, doc))])
+        flat.append([t for s in doc for t in s])
+    rows = plan(len(offsets), offsets.__getitem__, **options)
+    return [pair_from_plan(row, lambda d, lo, hi: flat[d][lo:hi], cls, sep) for row in rows.tolist()]
 
 
-def _other_text(docs: list, d: int, n: int, rng: random.Random) -> list:
-    """Up to n tokens of a document other than docs[d], from a random sentence on."""
-    other = rng.randrange(len(docs) - 1)
-    other += other >= d  # any document but this one
-    start = rng.randrange(len(docs[other]))
-    return [t for s in docs[other][start:] for t in s][:n]
+def nsp_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0,
+              short_seq_prob: float = 0.1) -> list:
+    """BERT's next-sentence examples (50 % IsNext = 0, 50 % NotNext = 1, from another document)."""
+    return _assemble(plan_nsp, docs, cls, sep, max_len=max_len, seed=seed, short_seq_prob=short_seq_prob)
+
+
+def sop_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0) -> list:
+    """ALBERT's sentence-order examples: consecutive segments, swapped (label 1) half the time."""
+    return _assemble(plan_sop, docs, cls, sep, max_len=max_len, seed=seed)
 
 
 def sso_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0,
               short_seq_prob: float = 0.1) -> list:
     """StructBERT's sentence-structural examples (Wang et al. 2020, sec. 2.2): S2 follows S1
     (label 0), precedes it (1) or comes from another document (2), a third of the time each."""
-    rng = random.Random(seed)
-    classes = 3 if len(docs) > 1 else 2  # no random class without a second document
-    out = []
-    for d, doc in enumerate(docs):
-        target = rng.randint(2, max_len - 3) if rng.random() < short_seq_prob else max_len - 3
-        for chunk in _chunks(doc, target):
-            if len(chunk) < 2:  # no neighbouring segment: skipping keeps the classes balanced
-                continue
-            cut = _split_point(chunk, rng)
-            first, second = [t for s in chunk[:cut] for t in s], [t for s in chunk[cut:] for t in s]
-            label = rng.randrange(classes)
-            if label == SSO_NEXT:
-                s1, s2 = first, second
-            elif label == SSO_PREVIOUS:
-                s1, s2 = second, first
-            else:  # as long as the real neighbour, so the length says nothing about the class
-                s1, s2 = first, _other_text(docs, d, len(second), rng)
-            out.append(pair_example(s1, s2, label, cls, sep, max_len, rng))
-    return out
+    return _assemble(plan_sso, docs, cls, sep, max_len=max_len, seed=seed, short_seq_prob=short_seq_prob)

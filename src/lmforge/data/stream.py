@@ -10,17 +10,20 @@ are ever built. On top of it, deterministic by seed:
 - adapters with len() and random access by position, which is what the Trainer needs:
   `DocumentView` (documents as lists of sentence id lists, for the list-based example
   builders), `PackedBlocks` (contiguous causal-LM blocks, as `examples.blocks`) and
-  `PackedSentences` (RoBERTa FULL-/DOC-SENTENCES, as `examples.pack_sentences`), whose
-  packing plans hold a few integers per example, not tokens.
+  `PackedSentences` (RoBERTa FULL-/DOC-SENTENCES, as `examples.pack_sentences`) and
+  `PackedPairs` (NSP, SOP and StructBERT pairs, as `examples.nsp_pairs` and friends), whose
+  plans hold a few integers per example, not tokens.
 """
 from __future__ import annotations
 
 import hashlib
 from array import array
+from bisect import bisect_right
 from pathlib import Path
 
 import numpy as np
 
+from lmforge.data.examples import pair_from_plan, plan_nsp, plan_sop, plan_sso
 from lmforge.data.shards import OFFSET, SUFFIXES, read_manifest
 
 
@@ -35,6 +38,7 @@ class ShardCorpus:
         self.dtype = np.dtype(self.manifest["dtype"])
         self.shards = [s for s in self.manifest["shards"] if s["documents"]]
         self.first_doc = np.cumsum([0] + [s["documents"] for s in self.shards])  # (n_shards + 1,)
+        self._first = self.first_doc.tolist()
         self._maps: dict = {}
 
     def __len__(self) -> int:
@@ -58,19 +62,20 @@ class ShardCorpus:
             raise ValueError(f"{self.path} was tokenised with another tokenizer ({self.path / 'tokenizer'})")
 
     def _shard(self, k: int) -> tuple:
-        """(tokens, sentence offsets, document offsets) of shard k as read-only memmaps."""
+        """(tokens, sentence offsets, document offsets) of shard k: read-only arrays over memmaps."""
         if k not in self._maps:
             name = self.shards[k]["name"]
             dtypes = (self.dtype, OFFSET, OFFSET)
-            self._maps[k] = tuple(np.memmap(self.path / f"{name}{s}", dtype=d, mode="r")
+            # plain ndarray views: a np.memmap's __getitem__ is Python, microseconds a slice
+            self._maps[k] = tuple(np.memmap(self.path / f"{name}{s}", dtype=d, mode="r").view(np.ndarray)
                                   for s, d in zip(SUFFIXES, dtypes))
         return self._maps[k]
 
     def _locate(self, doc: int) -> tuple:
         if not 0 <= doc < len(self):
             raise IndexError(f"document {doc} of {len(self)}")
-        k = int(np.searchsorted(self.first_doc, doc, side="right")) - 1
-        return k, doc - int(self.first_doc[k])
+        k = bisect_right(self._first, doc) - 1  # bisect: per-document calls, a list beats numpy
+        return k, doc - self._first[k]
 
     def bounds(self, doc: int) -> tuple:
         """(token array of the shard, token offsets of the document's sentences and its end)."""
@@ -217,6 +222,34 @@ class PackedSentences:
         return {"input_ids": [self.bos, *out[:self.budget], self.eos]}
 
 
+class PackedPairs:
+    """Sentence-pair examples over documents `ids` (as examples.nsp_pairs, sop_pairs, sso_pairs for
+    the same documents and seed), planned in one pass over sentence offsets, tokens read on access."""
+
+    PLANS = {"nsp": plan_nsp, "sop": plan_sop, "structural": plan_sso}
+
+    def __init__(self, corpus: ShardCorpus, ids, objective: str, cls: int, sep: int, max_len: int = 128,
+                 seed: int = 0) -> None:
+        self.corpus, self.ids, self.cls, self.sep = corpus, np.asarray(ids), cls, sep
+        # (n, 7) int32, examples.PLAN: documents are positions in ids, tokens offsets in them
+        self.plan = self.PLANS[objective](len(self.ids), self._offsets, max_len=max_len, seed=seed)
+
+    def _offsets(self, d: int) -> list:
+        _, offsets = self.corpus.bounds(int(self.ids[d]))
+        return (offsets - offsets[0]).tolist()
+
+    def _segment(self, d: int, lo: int, hi: int) -> list:
+        return self.corpus.tokens(int(self.ids[d]))[lo:hi].tolist()
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self):
+            raise IndexError(f"example {i} of {len(self)}")
+        return pair_from_plan(self.plan[i].tolist(), self._segment, self.cls, self.sep)
+
+
 class WithWordStarts:
     """Examples of `dataset` with the word starts whole-word objectives need, computed on access."""
 
@@ -232,14 +265,17 @@ class WithWordStarts:
 
 
 LAZY = ("clm", "prefix-lm", "span-corruption", "denoising", "mlm", "wwm", "span", "rtd", "plm")
+LAZY += tuple(PackedPairs.PLANS)
 
 
-def lazy_examples(objective: str, corpus: ShardCorpus, ids, tokenizer, max_len: int):
-    """The examples lmforge.pretrain.build_examples makes for `objective`, built on access; None
-    for the objectives whose examples are drawn as a whole (NSP, SOP, StructBERT pairs)."""
+def lazy_examples(objective: str, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0):
+    """The examples lmforge.pretrain.build_examples makes for `objective` (with `seed`), built on
+    access; None for an objective not in LAZY."""
     role = tokenizer.special_id
     if objective not in LAZY:
         return None
+    if objective in PackedPairs.PLANS:
+        return PackedPairs(corpus, ids, objective, role("cls"), role("sep"), max_len, seed)
     if objective in ("clm", "prefix-lm"):
         return PackedBlocks(corpus, ids, max_len, eos=role("eos") or role("sep"))
     if objective == "span-corruption":  # the corrupted input plus </s> fits in max_len
@@ -259,7 +295,7 @@ def shard_examples(objective: str, corpus: ShardCorpus, tokenizer, max_len: int,
     train = corpus.order(train, seed)  # packing crosses documents: mix the files before it
     out = []
     for ids in (train, valid):
-        examples = lazy_examples(objective, corpus, ids, tokenizer, max_len)
+        examples = lazy_examples(objective, corpus, ids, tokenizer, max_len, seed)
         out.append(build(objective, DocumentView(corpus, ids), tokenizer, max_len, seed)
                    if examples is None else examples)
     return tuple(out)

@@ -10,6 +10,10 @@ brackets right after it, then whitespace. It is a sentence end unless
   with a digit next, or a one-letter initial (J. R. R. Tolkien; not "I"),
 - the sentence so far is only a list marker ("1.", "a.").
 
+Chinese and Japanese full-width terminators (。！？) end a sentence with or without a space
+after them (those scripts put none between sentences), except inside a quotation closed
+right after them with no space (「行こう。」と言った).
+
 Decimals (3.14) and initialisms inside a word (U.S.A.) never match, having no space after
 the period. "U.S. He left." ends after "U.S." (a capital follows); "the U.S. Army" is cut
 there too — no rule without statistics (Punkt) tells those apart.
@@ -25,10 +29,14 @@ import re
 TERMINATORS = ".!?\u2026"
 CLOSERS = "\"'\u201d\u2019\u00bb)]"
 OPENERS = "\"'\u201c\u2018\u00ab(["
-_CANDIDATE = re.compile(rf"([{TERMINATORS}]+)([{re.escape(CLOSERS)}]*)\s+(?=[{re.escape(OPENERS)}]*(\S))")
+CJK_TERMINATORS = "\u3002\uff01\uff1f"  # 。！？
+CJK_CLOSERS = "\u300d\u300f\uff09\u3011"  # 」』）】
+# terminators, closers, then whitespace (optional right after a CJK terminator or closer), then the next word
+_CANDIDATE = re.compile(rf"([{TERMINATORS}{CJK_TERMINATORS}]+)([{re.escape(CLOSERS)}{CJK_CLOSERS}]*)"
+                        rf"(?:\s+|(?<=[{CJK_TERMINATORS}{CJK_CLOSERS}])\s*)(?=[{re.escape(OPENERS)}]*([^\s{CJK_CLOSERS}]))")
 _LAST_WORD = re.compile(r"\S*$")
 # what may trail an undecided candidate: terminators, quotes, brackets and any whitespace
-_UNDECIDED = TERMINATORS + CLOSERS + OPENERS + "".join(chr(c) for c in range(0x3001) if chr(c).isspace())
+_UNDECIDED = TERMINATORS + CLOSERS + OPENERS + CJK_TERMINATORS + CJK_CLOSERS + "".join(chr(c) for c in range(0x3001) if chr(c).isspace())
 
 # never end a sentence: titles before a name and abbreviations that always continue
 NEVER_FINAL = frozenset("mr mrs ms dr prof sr jr st mt ft gen col lt sgt capt cmdr adm gov sen rep rev hon fr "
@@ -57,6 +65,8 @@ def is_boundary(word: str, terminator: str, next_char: str, first: bool) -> bool
 
 def _decide(text: str, m, start: int, held: bool) -> bool:
     """Whether candidate `m` of `text` ends the sentence begun at `start` (`held`: text before it)."""
+    if m.group(2) and m.end() == m.end(2) and m.group(2)[-1] in CJK_CLOSERS:
+        return False  # 「行こう。」と言った: a quoted sentence inside one, no space after it
     found = _LAST_WORD.search(text, max(start, m.start() - 64), m.end(1))
     first = not held and found.start() - start <= 8 and not text[start:found.start()].strip()
     return is_boundary(found.group(), m.group(1), m.group(3), first)

@@ -131,3 +131,28 @@ def test_generate_command_with_beams_and_processors(saved, capsys):
     assert "--stream" in capsys.readouterr().err
     assert main(["generate", "--model", str(saved["t5"][0]), "The river", "--max-new-tokens", "4",
                  "--num-beams", "2"]) == 0
+
+
+def test_generate_command_takes_the_checkpoints_recommended_settings(saved, capsys, tmp_path):
+    import shutil
+
+    from lmforge.convert.hf import generation_defaults
+
+    path = tmp_path / "recommends"
+    shutil.copytree(saved["gpt2"][0], path)
+    (path / "generation_config.json").write_text(json.dumps(
+        {"num_beams": 3, "no_repeat_ngram_size": 2, "max_length": 9, "pad_token_id": 0}))
+    assert generation_defaults(path) == {"num_beams": 3, "no_repeat_ngram_size": 2, "max_length": 9}
+    assert main(["generate", "--model", str(path), "The river"]) == 0
+    out = capsys.readouterr()
+    assert "num_beams=3" in out.err and "no_repeat_ngram_size=2" in out.err
+    model, tokenizer = saved["gpt2"][1], saved["gpt2"][2]
+    ids = torch.tensor([tokenizer.encode("The river", add_special_tokens=False).ids])
+    expected = lmforge.generate(model, ids, max_new_tokens=9 - ids.shape[1], num_beams=3, no_repeat_ngram_size=2,
+                                eos_token_id=tokenizer.eos_id)
+    assert out.out.rstrip("\n") == "The river" + tokenizer.decode(expected[0, ids.shape[1]:].tolist())
+    # a flag given wins over the checkpoint, and then nothing is reported as taken from it
+    assert main(["generate", "--model", str(path), "The river", "--num-beams", "1", "--no-repeat-ngram", "0",
+                 "--max-new-tokens", "3"]) == 0
+    assert "settings from the checkpoint" not in capsys.readouterr().err
+    assert generation_defaults(tmp_path / "missing") == {}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import torch
 
@@ -42,26 +43,57 @@ def cmd_generate(args) -> None:
     from lmforge.io import load
     from lmforge.tokenizer import load_tokenizer
 
-    if args.stream and args.num_beams > 1:
-        raise UsageError("--stream needs --num-beams 1: beam search knows its best text only at the end")
     model, tokenizer = load(args.model), load_tokenizer(args.model)
     seq2seq = _encoder_decoder(model)
     # an encoder reads the text with its template (T5: text </s>); a decoder continues the bare text
     ids = torch.tensor([tokenizer.encode(args.prompt, add_special_tokens=seq2seq).ids])
     eos = model.config.eos_token_id if model.config.eos_token_id is not None else tokenizer.eos_id
+    options = decoding_options(args, args.model, 1 if seq2seq else ids.shape[1])
+    if args.stream and options["num_beams"] > 1:
+        raise UsageError("--stream needs --num-beams 1: beam search knows its best text only at the end")
     stream = TextStream(tokenizer) if args.stream else None
     if not seq2seq:
         print(args.prompt, end="", flush=True)
-    out = generate(model, ids, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
-                   temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
-                   num_beams=args.num_beams, length_penalty=args.length_penalty,
-                   no_repeat_ngram_size=args.no_repeat_ngram, min_new_tokens=args.min_new_tokens,
-                   eos_token_id=eos, prefix_lm=args.prefix_lm,
+    out = generate(model, ids, **options, eos_token_id=eos, prefix_lm=args.prefix_lm,
                    generator=torch.Generator().manual_seed(args.seed), streamer=stream)
     if stream is not None:
         stream.close()
     else:
         print(tokenizer.decode(out[0, 1 if seq2seq else ids.shape[1]:].tolist()))
+
+
+# CLI flag -> (generate argument, its value when neither the flag nor the checkpoint gives one)
+FLAGS = {"max_new_tokens": ("max_new_tokens", 40), "top_k": ("top_k", 0), "top_p": ("top_p", 1.0),
+         "num_beams": ("num_beams", 1), "length_penalty": ("length_penalty", 1.0),
+         "no_repeat_ngram": ("no_repeat_ngram_size", 0), "min_new_tokens": ("min_new_tokens", 0)}
+
+
+def decoding_options(args, model_dir, start: int) -> dict:
+    """generate() settings: each flag given, else the checkpoint's recommendation
+    (convert.hf.generation_defaults), else the CLI default. `start`: tokens before the new ones
+    (the prompt for a decoder, the start token for an encoder-decoder), to turn lengths into new tokens."""
+    from lmforge.convert.hf import generation_defaults
+
+    recommended = generation_defaults(model_dir)
+    if "max_new_tokens" not in recommended and "max_length" in recommended:
+        recommended["max_new_tokens"] = max(1, recommended["max_length"] - start)
+    if "min_new_tokens" not in recommended and recommended.get("min_length"):
+        recommended["min_new_tokens"] = max(0, recommended["min_length"] - start)
+    options, taken = {}, {}
+    for flag, (name, default) in FLAGS.items():
+        given = getattr(args, flag)
+        options[name] = given if given is not None else recommended.get(name, default)
+        if given is None and name in recommended:
+            taken[name] = recommended[name]
+    sampling = args.temperature > 0 if args.temperature is not None else bool(recommended.get("do_sample"))
+    temperature = args.temperature or recommended.get("temperature", 1.0)
+    if args.temperature is None and recommended.get("do_sample"):
+        taken.update(do_sample=True, temperature=temperature)
+    if options["num_beams"] > 1 and "early_stopping" in recommended:
+        options["early_stopping"] = recommended["early_stopping"]
+    if taken:  # say where settings the user did not type come from
+        print("settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in taken.items()), file=sys.stderr)
+    return {**options, "do_sample": sampling, "temperature": temperature}
 
 
 def cmd_fill_mask(args) -> None:
@@ -84,15 +116,16 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
     p.add_argument("prompt")
     p.add_argument("--model", required=True)
-    p.add_argument("--max-new-tokens", type=int, default=40)
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sampling")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--num-beams", type=int, default=1, help="beam search with this many beams (greedy: 1)")
-    p.add_argument("--length-penalty", type=float, default=1.0,
+    # settings left out come from the checkpoint's generation_config.json, else these defaults
+    p.add_argument("--max-new-tokens", type=int, help="default: the checkpoint's, else 40")
+    p.add_argument("--temperature", type=float, help="0: greedy; > 0: sampling (default: the checkpoint's, else 0)")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--num-beams", type=int, help="beam search with this many beams (default: the checkpoint's, else 1)")
+    p.add_argument("--length-penalty", type=float,
                    help="beam score = log-probability / length ** this (> 0 favours longer texts)")
-    p.add_argument("--no-repeat-ngram", type=int, default=0, help="never repeat an n-gram of this size")
-    p.add_argument("--min-new-tokens", type=int, default=0, help="no end of text before this many tokens")
+    p.add_argument("--no-repeat-ngram", type=int, help="never repeat an n-gram of this size")
+    p.add_argument("--min-new-tokens", type=int, help="no end of text before this many tokens")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
     p.add_argument("--prefix-lm", action="store_true",

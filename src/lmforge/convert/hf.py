@@ -73,6 +73,28 @@ def forced_tokens(path: Path) -> dict:
     return {k: generation.get(k) for k in ("forced_bos_token_id", "forced_eos_token_id")}
 
 
+# decoding settings a checkpoint may recommend (the reference's GenerationConfig field names)
+GENERATION_KEYS = ("max_length", "max_new_tokens", "min_length", "min_new_tokens", "do_sample", "temperature",
+                   "top_k", "top_p", "num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size",
+                   "repetition_penalty")
+
+
+def generation_defaults(path: str | Path) -> dict:
+    """The decoding settings a model directory recommends: generation_config.json's, or where that
+    file is absent the same keys in config.json (older checkpoints such as BART's keep them there).
+    Only keys present with a value; {} when neither file has any."""
+    path = Path(path)
+    for name in ("generation_config.json", "config.json"):
+        try:
+            found = json.loads((path / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if not isinstance(found, dict):
+            continue
+        return {k: found[k] for k in GENERATION_KEYS if found.get(k) is not None}
+    return {}
+
+
 def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
     """Load a Hugging Face model directory as an lmforge model, heads included."""
     path = Path(path)

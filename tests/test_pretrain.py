@@ -21,7 +21,9 @@ def test_pretrain_mlm_on_the_builtin_corpus_and_resume(tmp_path):
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [2, 4, 6] and (out / "loss.png").is_file()
     probed = json.loads((out / "probes.json").read_text())
-    assert probed["trained"]["all"]["n"] == probed["untrained"]["all"]["n"] == 200
+    assert probed["trained"]["all"]["n"] == probed["untrained"]["all"]["n"] == 800
+    assert {"copy", "tone", "context", "memory"} <= set(probed["trained"])
+    assert {"accuracy", "mrr", "margin", "chance", "chance_mrr"} <= set(probed["trained"]["all"])
     ids = torch.tensor([tokenizer.encode("Tosk is a city.").ids])
     assert model(ids).logits.shape == (1, ids.shape[1], tokenizer.vocab_size)
     # a longer run resumes from the last checkpoint with the tokenizer the run already has

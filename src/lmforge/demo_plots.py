@@ -19,13 +19,14 @@ def _pretraining(ax, rows: list) -> None:
 
 
 def _probes(ax, probes: dict) -> None:
-    kinds = [k for k in probes["trained"] if k != "all"] + ["all"]
+    # mean reciprocal rank: graded (unlike accuracy) and on the same 0-1 axis for every kind
+    kinds = list(probes["trained"])
     x = range(len(kinds))
     for offset, (name, scores) in zip((-0.2, 0.2), probes.items()):
-        ax.bar([i + offset for i in x], [scores[k]["accuracy"] for k in kinds], width=0.4, label=name)
-    ax.plot([i for i in x], [probes["trained"][k]["chance"] for k in kinds], "k_", markersize=18, label="chance")
-    ax.set_xticks(list(x), kinds, rotation=20)
-    ax.set(title="Cloze probes", ylabel="accuracy", ylim=(0, 1))
+        ax.bar([i + offset for i in x], [scores[k]["mrr"] for k in kinds], width=0.4, label=name)
+    ax.plot(list(x), [probes["trained"][k]["chance_mrr"] for k in kinds], "k_", markersize=18, label="chance")
+    ax.set_xticks(list(x), kinds, rotation=35, ha="right")
+    ax.set(title="Cloze probes", ylabel="mean reciprocal rank of the answer", ylim=(0, 1))
     ax.legend(fontsize=8)
 
 

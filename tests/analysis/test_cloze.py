@@ -3,7 +3,7 @@ import torch
 
 import lmforge
 from lmforge.analysis import score_probes
-from lmforge.analysis.cloze import _masked_rows, _scores
+from lmforge.analysis.cloze import _masked_rows, _measures, _scores, compare
 from lmforge.data import corpus_text
 from lmforge.data.probes import probes
 from lmforge.heads import attach
@@ -60,6 +60,19 @@ def test_a_model_that_prefers_the_answers_scores_every_probe(tokenizers, preset,
         rigged = score_probes(model, tok, [probe])
         hook.remove()
         assert rigged[probe["kind"]]["accuracy"] == rigged["all"]["accuracy"] == 1.0
+        assert rigged["all"]["mrr"] == 1.0 and rigged["all"]["margin"] > 10
+
+
+def test_probes_longer_than_the_model_are_left_out(tokenizers):
+    tok = tokenizers["bert"]
+    model = tiny("bert-tiny", tok)
+    model.config = model.config.replace(max_seq_len=16)  # the limit score_probes reads
+    sample = probes(2, seed=0)
+    fits = [p for p in sample if max(len(ids) for ids, _, _ in _masked_rows(tok, p)) <= 16]
+    assert 0 < len(fits) < len(sample)
+    out = score_probes(model, tok, sample)
+    assert out["all"]["n"] == len(fits) and "coreference" not in out
+    assert score_probes(model, tok, [p for p in sample if p not in fits]) == {}
 
 
 def test_encoder_decoders_and_mask_less_tokenizers_are_refused(tokenizers):
@@ -68,3 +81,62 @@ def test_encoder_decoders_and_mask_less_tokenizers_are_refused(tokenizers):
     t5 = lmforge.build("t5-small", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=100)
     with pytest.raises(ValueError, match="encoders"):
         score_probes(t5, tokenizers["bert"], probes(1))
+
+
+def test_measures_rank_the_answer_among_the_candidates():
+    m = _measures({"a": -1.0, "b": -2.0, "c": -4.0}, "b")
+    assert m == pytest.approx({"accuracy": 0.0, "mrr": 0.5, "margin": -2.0 + 2.5, "chance": 1 / 3,
+                               "chance_mrr": (1 + 1 / 2 + 1 / 3) / 3})
+    assert _measures({"a": -1.0, "b": -3.0}, "a") == pytest.approx(
+        {"accuracy": 1.0, "mrr": 1.0, "margin": 2.0, "chance": 0.5, "chance_mrr": 0.75})
+    tie = _measures({"a": -1.0, "b": -1.0}, "a")  # a tie is not a win
+    assert (tie["accuracy"], tie["mrr"], tie["margin"]) == (0.0, 0.5, 0.0)
+
+
+def test_scores_come_per_kind_per_group_and_overall(tokenizers):
+    tok = tokenizers["bert"]
+    sample = probes(3, seed=4)
+    out = score_probes(tiny("bert-tiny", tok), tok, sample)
+    kinds = list(dict.fromkeys(p["kind"] for p in sample))
+    assert list(out) == kinds + ["memory", "context", "all"]
+    assert out["all"]["n"] == len(sample) == out["memory"]["n"] + out["context"]["n"]
+    assert out["copy"]["chance"] == pytest.approx(1 / 24) and out["agreement"]["chance_mrr"] == pytest.approx(0.75)
+    for scores in out.values():
+        assert set(scores) == {"accuracy", "mrr", "margin", "margin_se", "chance", "chance_mrr", "n"}
+        assert 0 <= scores["accuracy"] <= scores["mrr"] <= 1
+    by_kind = sum(out[k]["margin"] * out[k]["n"] for k in kinds) / out["all"]["n"]
+    assert out["all"]["margin"] == pytest.approx(by_kind)
+    one = [score_probes(tiny("bert-tiny", tok), tok, [p])["all"]["margin"] for p in sample if p["kind"] == "copy"]
+    spread = torch.tensor(one).std().item() / len(one) ** 0.5
+    assert out["copy"]["margin"] == pytest.approx(sum(one) / 3) and out["copy"]["margin_se"] == pytest.approx(spread)
+    lines = compare(out, out)
+    assert [line.split()[0] for line in lines] == ["context", "memory", "all"] and "MRR" in lines[-1]
+
+
+def test_a_few_steps_on_a_pattern_raise_the_graded_measures(tokenizers):
+    """A tiny masked LM trained to fill in is / are after a subject and an attractor: the margin rises."""
+    import random
+
+    from lmforge.data.synthetic import agreement
+
+    tok = tokenizers["bert"]
+    held_out = [p for p in probes(16, seed=5) if p["kind"] == "agreement"]
+    model = tiny("bert-tiny", tok).train()
+    before = score_probes(model, tok, held_out)["all"]
+    rng, verbs = random.Random(0), {tok.token_to_id("is"), tok.token_to_id("are")}
+    encoded = [tok.encode(agreement(rng)[0]).ids for _ in range(64)]
+    ids = torch.full((len(encoded), max(map(len, encoded))), tok.special_id("pad"))
+    for row, e in enumerate(encoded):
+        ids[row, : len(e)] = torch.tensor(e)
+    rows, at = torch.arange(len(ids)), torch.tensor([next(i for i, t in enumerate(e) if t in verbs) for e in encoded])
+    corrupted, targets = ids.clone(), ids[rows, at]
+    corrupted[rows, at] = tok.special_id("mask")
+    optimiser, attention = torch.optim.AdamW(model.parameters(), lr=3e-3), (ids != tok.special_id("pad")).long()
+    for _ in range(80):
+        hidden = model(corrupted, attention_mask=attention, run_heads=False).last_hidden_state
+        loss = torch.nn.functional.cross_entropy(model.heads["lm"](hidden[rows, at]), targets)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    after = score_probes(model, tok, held_out)["all"]
+    assert after["margin"] > before["margin"] + 1.5 and after["accuracy"] >= 0.75

@@ -1,4 +1,4 @@
 """Analysis of trained models: cloze probes (and, later, attention maps, head importance, probing)."""
-from lmforge.analysis.cloze import score_probes
+from lmforge.analysis.cloze import compare, score_probes
 
-__all__ = ["score_probes"]
+__all__ = ["compare", "score_probes"]

@@ -1,8 +1,7 @@
 """Cloze probes scored with a model's language-modelling head (LAMA-style, Petroni et al. 2019).
 
 A probe (lmforge.data.probes) is a text with one "[MASK]" word, its answer and the
-candidates to rank. Each candidate gets a log-likelihood and the probe counts as right
-when the answer ranks first:
+candidates to rank. Each candidate gets a log-likelihood:
 
 - masked LMs: the word is replaced by as many mask tokens as the candidate has pieces,
   and the score is the sum of the log-probabilities of its pieces at those positions
@@ -10,8 +9,15 @@ when the answer ranks first:
 - causal LMs: the score is the log-likelihood of the whole text with the candidate put
   in, so the words after the blank count too (an agreement probe is decided there).
 
-Accuracy is reported per kind of probe and overall, next to the chance level (the mean
-of 1 / number of candidates), which is what an untrained model scores on average.
+Three measures per kind of probe, per group ("memory" / "context") and overall, each
+next to what an untrained model scores in expectation:
+
+- accuracy: the answer ranks first (ties count against it); chance = mean of 1 / n;
+- mrr: mean reciprocal rank of the answer among the candidates (1 first, 1/2 second, ...);
+  chance = mean of (1 + 1/2 + ... + 1/n) / n;
+- margin: the answer's log-likelihood minus the mean of the other candidates', in nats;
+  0 is no preference. It is graded, so it shows learning before the answer ranks first;
+  margin_se is its standard error over the probes.
 """
 from __future__ import annotations
 
@@ -71,9 +77,19 @@ def _scores(model, rows: list, pad_id: int, causal: bool, head=None) -> list:
     return out
 
 
+def _measures(cand: dict, answer: str) -> dict:
+    """Right / reciprocal rank / margin of the answer among candidate scores, with their chance levels."""
+    mine, others = cand[answer], [v for c, v in cand.items() if c != answer]
+    rank = 1 + sum(v >= mine for v in others)  # a tie is not a win: never flatters an untrained model
+    n = len(cand)
+    return {"accuracy": float(rank == 1), "mrr": 1 / rank, "margin": mine - sum(others) / max(1, len(others)),
+            "chance": 1 / n, "chance_mrr": sum(1 / k for k in range(1, n + 1)) / n}
+
+
 def score_probes(model, tokenizer, probes: list, head=None, batch_probes: int = 16) -> dict:
-    """Accuracy of `model` on cloze `probes`, per kind and overall, with the chance level; `head` is
-    the LM head to score with (default: the model's own)."""
+    """Accuracy, MRR and log-likelihood margin of `model` on cloze `probes`, per kind, per group and
+    overall, with chance levels; `head` is the LM head to score with (default: the model's own).
+    Probes longer than the model's max_seq_len are left out; none left: an empty dict."""
     causal = model.config.architecture == "decoder"
     if model.config.architecture == "encoder-decoder":
         raise ValueError("cloze probes score encoders (masked LM) and decoders (causal LM) only")
@@ -82,16 +98,41 @@ def score_probes(model, tokenizer, probes: list, head=None, batch_probes: int = 
     pad = tokenizer.special_id("pad") or 0
     was_training = model.training
     model.eval()
-    right, total, chance = defaultdict(int), defaultdict(int), defaultdict(float)
+    sums: dict = defaultdict(lambda: defaultdict(float))
     for start in range(0, len(probes), batch_probes):
-        chunk = probes[start: start + batch_probes]
-        rows = [r for p in chunk for r in (_causal_rows if causal else _masked_rows)(tokenizer, p)]
-        scores = iter(_scores(model, rows, pad, causal, head))
-        for p in chunk:
-            cand = {c: next(scores) for c in p["candidates"]}
-            for key in (p["kind"], "all"):
-                right[key] += max(cand, key=cand.get) == p["answer"]
-                total[key] += 1
-                chance[key] += 1 / len(p["candidates"])
+        chunk = [(p, (_causal_rows if causal else _masked_rows)(tokenizer, p))
+                 for p in probes[start: start + batch_probes]]
+        # a probe longer than the model's positions is left out (its n shows it), never cut short
+        chunk = [(p, rows) for p, rows in chunk if max(len(ids) for ids, _, _ in rows) <= model.config.max_seq_len]
+        if not chunk:
+            continue
+        scores = iter(_scores(model, [r for _, rows in chunk for r in rows], pad, causal, head))
+        for p, _ in chunk:
+            measures = _measures({c: next(scores) for c in p["candidates"]}, p["answer"])
+            for key in (p["kind"], p.get("group"), "all"):
+                if key is not None:
+                    for name, value in {**measures, "n": 1, "margin2": measures["margin"] ** 2}.items():
+                        sums[key][name] += value
     model.train(was_training)
-    return {k: {"accuracy": right[k] / total[k], "chance": chance[k] / total[k], "n": total[k]} for k in total}
+    groups = {p.get("group") for p in probes}
+    order = [k for k in sums if k not in groups and k != "all"] + [k for k in sums if k in groups] + ["all"]
+    return {k: _means(sums[k]) for k in order if k in sums}
+
+
+def _means(s: dict) -> dict:
+    """Sums over n probes -> means, plus the margin's standard error (is a small margin real?)."""
+    n = s["n"]
+    out = {name: v / n for name, v in s.items() if name not in ("n", "margin2")}
+    variance = max(0.0, s["margin2"] / n - out["margin"] ** 2) * n / max(1, n - 1)
+    return {**out, "margin_se": (variance / n) ** 0.5, "n": int(n)}
+
+
+def compare(untrained: dict, trained: dict) -> list:
+    """Lines for the overall and per-group scores: each measure untrained -> trained [chance]."""
+    lines = []
+    for key in [k for k in ("context", "memory") if k in trained] + ["all"]:
+        u, t = untrained[key], trained[key]
+        lines.append(f"{key:8s} accuracy {u['accuracy']:.3f}->{t['accuracy']:.3f} [{t['chance']:.3f}]  "
+                     f"MRR {u['mrr']:.3f}->{t['mrr']:.3f} [{t['chance_mrr']:.3f}]  "
+                     f"margin {u['margin']:+.3f}->{t['margin']:+.3f}+-{t['margin_se']:.3f} nats [0]  n={t['n']}")
+    return lines

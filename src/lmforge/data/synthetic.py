@@ -2,10 +2,12 @@
 
 Five kinds of document — biographies (facts and pronoun coreference), city notes,
 product reviews (a sentiment decided by the product's quality), number sequences and
-sentences with subject-verb agreement across an attractor. Held-out probes ask what
-pretraining should have learnt (a fact, an agreement, a pronoun, a sentiment word, the
-next number), and labelled tasks serve fine-tuning (sentiment, fact entailment, entity
-tagging, span questions). Same seed, same text.
+sentences with subject-verb agreement across an attractor. Held-out probes
+(lmforge.data.probes) ask what pretraining should have learnt: facts about the World
+(a birth city, a pronoun, a sentiment word) and patterns applied in context (an agreement,
+the next number, a restated city, a pronoun, a review's tone); labelled tasks serve
+fine-tuning (sentiment, fact entailment, entity tagging, span questions). Same seed,
+same text.
 """
 from __future__ import annotations
 

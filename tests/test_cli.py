@@ -34,11 +34,13 @@ def test_bad_input_exits_2_with_one_line(capsys):
 def test_demo_runs_the_main_job_end_to_end(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--quick"]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report["tasks"]) == {"sentiment", "questions"}
+    assert set(report["tasks"]) == {"sentiment", "tagging"}
+    tokenizer = lmforge.load_tokenizer(tmp_path / "tokenizer")  # it spells the built-in questions too
+    assert tokenizer.unk_id not in tokenizer.encode("Where was he born? When?").ids
     for runs in report["tasks"].values():
         assert set(runs) == {"pretrained", "from scratch"}
         assert all(0 <= run["test"][run["metric"]] <= 1 for run in runs.values())
-    assert report["probes"]["trained"]["all"]["n"] == 200
+    assert report["probes"]["trained"]["all"]["n"] == 800 and "mrr" in report["probes"]["trained"]["context"]
     assert lmforge.load(tmp_path / "sentiment-pretrained" / "final").heads
     assert (tmp_path / "demo.png").stat().st_size > 0 and (tmp_path / "pretrain" / "loss.png").is_file()
     assert "Pretrained vs from scratch" in capsys.readouterr().out

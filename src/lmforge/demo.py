@@ -1,10 +1,10 @@
 """`make demo`: "pretrain once, fine-tune many times" end to end on the built-in corpus.
 
 1. Train a WordPiece tokenizer on the built-in corpus (a synthetic world of people,
-   places, products and number sequences, deterministic from the seed).
+   places, products and number sequences, deterministic from the seed) and the tasks' texts.
 2. Pretrain a small BERT with masked LM (Devlin et al. 2019) and score the held-out
    cloze probes before and after.
-3. Fine-tune it on two built-in tasks — review sentiment and extractive questions — and,
+3. Fine-tune it on two built-in tasks — review sentiment and entity tagging — and,
    as the control, the same architecture from a random initialisation with the same
    data, steps and hyper-parameters (so the difference is what pretraining gave).
 4. Print the table (test-set metrics), write report.json, and draw demo.png: the
@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import lmforge
+from lmforge.analysis import compare
 from lmforge.data.synthetic import corpus_text
 from lmforge.model import from_config
 from lmforge.pretrain import pretrain
 from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
-from lmforge.tasks.formats import builtin
+from lmforge.tasks.formats import BUILTIN, builtin
 from lmforge.tokenizer import train_tokenizer
 from lmforge.train import TrainConfig
 
@@ -40,10 +41,18 @@ class DemoConfig:
     vocab_size: int = 2000
     docs: int = 4000  # documents of the pretraining corpus
     pretrain_steps: int = 600
-    pretrain_lr: float = 1e-3
+    # 3e-3: held-out MLM accuracy 0.60 after 600 steps and the in-context probes above chance
+    # (0.34 -> 0.39); at 1e-3 the model had not started reading context (0.30, probes at chance)
+    pretrain_lr: float = 3e-3
     task_records: int = 1000  # records per built-in task before the 80/10/10 split
-    # task -> (labelled examples, steps): small budgets, where a better starting point shows
-    tasks: dict = field(default_factory=lambda: {"sentiment": (100, 30), "questions": (400, 100)})
+    # task -> (labelled examples, steps), one recipe for both models: BERT's small-lr, few-step
+    # fine-tuning, where a better starting point shows. Measured over 3 pretraining runs (15 and 18
+    # fine-tuning seeds): sentiment accuracy 0.78-1.00 pretrained vs 0.50 from scratch; tagging F1
+    # 0.44-1.00 (mean 0.93) vs 0.20-0.79 (mean 0.52), pretrained ahead in 18 of 18. At lr 1e-3 a
+    # random init learns either in these steps too: what pretraining buys here is speed.
+    # Extractive questions gain on some seeds only: both models learn to tell a where- from a
+    # when-question abruptly, at a seed-dependent step, and this small pretraining barely hastens it.
+    tasks: dict = field(default_factory=lambda: {"sentiment": (100, 30), "tagging": (50, 15)})
     finetune_lr: float = 5e-4
     batch_size: int = 32
 
@@ -52,13 +61,26 @@ class DemoConfig:
         """A seconds-long version (tests, a first look)."""
         return cls(model=dict(n_layers=1, d_model=32, n_heads=2, d_ff=64, max_seq_len=128), vocab_size=400,
                    docs=200, pretrain_steps=6, task_records=100,
-                   tasks={"sentiment": (40, 4), "questions": (40, 4)}, batch_size=8)
+                   tasks={"sentiment": (40, 4), "tagging": (40, 4)}, batch_size=8)
+
+
+def task_texts(cfg: DemoConfig, seed: int) -> list:
+    """The texts of every built-in task's training split (questions, contexts, sentences)."""
+    texts = []
+    for task in BUILTIN:
+        for record in builtin(task, cfg.task_records, seed)[1]["train"]:
+            texts += [record[k] for k in ("text", "text_pair", "question", "context") if record.get(k)]
+            texts += [" ".join(record["words"])] if "words" in record else []
+    return texts
 
 
 def make_tokenizer(cfg: DemoConfig, out: Path, seed: int):
-    """WordPiece (BERT's special tokens) trained on the built-in corpus, saved under out/tokenizer."""
-    tokenizer = train_tokenizer(corpus_text(cfg.docs, seed).splitlines(), "wordpiece", cfg.vocab_size,
-                                family="bert")
+    """WordPiece (BERT's special tokens) trained on the built-in corpus and the built-in tasks'
+    training texts, saved under out/tokenizer. The corpus never asks a question: without the tasks'
+    texts "Where", "When" and "?" would all be [UNK], and no model fine-tuned on the built-in
+    questions could tell a where- from a when-question."""
+    texts = corpus_text(cfg.docs, seed).splitlines() + task_texts(cfg, seed)
+    tokenizer = train_tokenizer(texts, "wordpiece", cfg.vocab_size, family="bert")
     tokenizer.save(out / "tokenizer")
     return tokenizer
 
@@ -107,9 +129,9 @@ def print_table(probes: dict, tasks: dict, seconds: float) -> None:
         table.add_row(task, metric, f"{a:.3f}", f"{b:.3f}", f"{a - b:+.3f}")
     console = Console()
     console.print(table)
-    untrained, trained = probes["untrained"]["all"], probes["trained"]["all"]
-    console.print(f"cloze probes: {untrained['accuracy']:.3f} untrained -> {trained['accuracy']:.3f} pretrained "
-                  f"(chance {trained['chance']:.3f}, {trained['n']} probes); total {seconds / 60:.1f} min")
+    for line in ["cloze probes, untrained->pretrained [chance]:"] + compare(probes["untrained"], probes["trained"]):
+        console.print(line if line.startswith("cloze") else "  " + line, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"total {seconds / 60:.1f} min")
 
 
 def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> dict:

@@ -16,12 +16,16 @@ def sentiment(n: int = 200) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _tokenizer(family: str):
-    kind = "wordpiece" if family == "bert" else "bpe"
-    return train_tokenizer([r["text"] for r in sentiment()["train"]], kind, 300, family=family)
+    kind = {"bert": "wordpiece", "t5": "unigram"}.get(family, "bpe")
+    texts = [r["text"] for r in sentiment()["train"]]
+    if family == "t5":  # text-to-text regression targets are numbers ("3.8")
+        texts.append(" ".join(f"{k / 5:.1f}" for k in range(26)))
+    return train_tokenizer(texts, kind, 300, family=family)
 
 
 def tokenizer(family: str = "bert"):
-    """A small WordPiece (bert) or byte-level BPE (gpt2, roberta) tokenizer of the sentiment texts."""
+    """A small WordPiece (bert), unigram (t5) or byte-level BPE (gpt2, roberta) tokenizer of the
+    sentiment texts."""
     return _tokenizer(family)
 
 

@@ -22,6 +22,29 @@ def shift_right(labels: torch.Tensor, start: int, pad: int) -> torch.Tensor:
     return shifted.masked_fill(shifted == IGNORE, pad)
 
 
+def add_decoder_inputs(batch: dict, examples: list, start: int, pad: int) -> dict:
+    """Add to a padded batch the decoder's inputs (its IGNORE-padded labels shifted right after
+    `start`) and the decoder's attention mask (each example's own target length)."""
+    labels = batch["labels"]
+    lengths = torch.tensor([len(e["labels"]) for e in examples])
+    batch["decoder_input_ids"] = shift_right(labels, start, pad)
+    batch["decoder_attention_mask"] = (torch.arange(labels.shape[1])[None] < lengths[:, None]).long()
+    return batch
+
+
+def teacher_forced_loss(model, lm, batch: dict) -> Loss:
+    """Cross-entropy of every target token of a batch with decoder inputs (mean over the tokens)."""
+    hidden = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"],
+                   decoder_attention_mask=batch["decoder_attention_mask"],
+                   run_heads=False).last_hidden_state  # (B, T_target, d)
+    selected = batch["labels"] != IGNORE
+    logits = lm(hidden[selected])  # (N, V): the projection runs on the real target positions only
+    target = batch["labels"][selected]
+    loss = F.cross_entropy(logits.float(), target)
+    accuracy = top1_accuracy(logits, target)
+    return Loss(loss, {"perplexity": loss.detach().exp(), "accuracy": accuracy.detach()})
+
+
 class Seq2SeqLM(Objective):
     """Cross-entropy of every target token given the source and the target's earlier tokens."""
 
@@ -42,24 +65,11 @@ class Seq2SeqLM(Objective):
     def collate(self, examples: list) -> dict:
         """Pad sources and targets; add the shifted decoder inputs and the decoder's mask."""
         batch = super().collate(examples)  # input_ids, labels (IGNORE-padded), attention_mask
-        labels = batch["labels"]
-        lengths = torch.tensor([len(e["labels"]) for e in examples])
-        batch["decoder_input_ids"] = shift_right(labels, self.decoder_start_id, self.pad_id)
-        batch["decoder_attention_mask"] = (torch.arange(labels.shape[1])[None] < lengths[:, None]).long()
-        return batch
+        return add_decoder_inputs(batch, examples, self.decoder_start_id, self.pad_id)
 
     def forward(self, batch: dict) -> Loss:
         """Teacher-forced loss of a padded batch (mean over the target tokens)."""
-        hidden = self.model(batch["input_ids"], batch["attention_mask"],
-                            decoder_input_ids=batch["decoder_input_ids"],
-                            decoder_attention_mask=batch["decoder_attention_mask"],
-                            run_heads=False).last_hidden_state  # (B, T_target, d)
-        selected = batch["labels"] != IGNORE
-        logits = self.lm(hidden[selected])  # (N, V)
-        target = batch["labels"][selected]
-        loss = F.cross_entropy(logits.float(), target)
-        accuracy = top1_accuracy(logits, target)
-        return Loss(loss, {"perplexity": loss.detach().exp(), "accuracy": accuracy.detach()})
+        return teacher_forced_loss(self.model, self.lm, batch)
 
     def heads(self) -> dict:
         """The LM head, saved with the model."""

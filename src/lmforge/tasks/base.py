@@ -92,6 +92,10 @@ class Task(Objective, abc.ABC):
         """Arguments of heads.make_head for this task's head (e.g. n_labels)."""
         return {}
 
+    def info(self) -> dict:
+        """What a fine-tuned model directory's task.json records to rebuild this task."""
+        return {"kind": self.kind, "labels": self.labels, "max_len": self.max_len}
+
     def _take_over(self, model: nn.Module) -> nn.Module:
         fresh = make_head(model, self.head, **self.head_args())
         existing = model.heads[self.head] if self.head in model.heads else None
@@ -110,6 +114,16 @@ class Task(Objective, abc.ABC):
     @abc.abstractmethod
     def encode(self, record: dict) -> list:
         """One record -> its examples (token lists and ints)."""
+
+    def label_index(self, record: dict) -> int:
+        """The gold label's position in `labels` (an error naming the record's line if unknown)."""
+        index = getattr(self, "_index", None)
+        if index is None:
+            index = self._index = {label: i for i, label in enumerate(self.labels)}
+        if record["label"] not in index:
+            raise ValueError(f"line {record.get('line', '?')}: label {record['label']!r} is not one of "
+                             f"the training labels {self.labels}")
+        return index[record["label"]]
 
     def encode_all(self, records: list) -> list:
         """Every record's examples, each carrying "record": the record's position in `records`."""

@@ -6,7 +6,9 @@ Where the score is read (BERT sec. 4.1; GPT sec. 3.3; BART sec. 3.2):
 - decoders: the last real token ([EXTRACT]), no pooler and no bias, as GPT-2 / Llama's
   sequence classifiers;
 - encoder-decoders: BART's scheme: the encoder reads the text, the decoder reads the same text
-  shifted right (after decoder_start_token_id) and the decoder's last real position is pooled.
+  shifted right (after decoder_start_token_id) and the decoder's last real position is pooled
+  (fine-tuning casts the task as text instead where the family has no such head, as T5:
+  tasks/text2text.py).
 Regression is one output trained with mean squared error; multiple choice scores each
 (context, ending) pair with one output and takes a softmax over a record's choices.
 """
@@ -41,6 +43,12 @@ class SequenceTask(Task):
             return {"n_labels": n, "pooling": "last", "pooler": False, "bias": False}
         return {"n_labels": n, "pooling": "last" if arch == "encoder-decoder" else "first"}
 
+    def info(self) -> dict:
+        """task.json's fields; an encoder-decoder's also says it is not text-to-text."""
+        info = super().info()
+        encoder_decoder = self.model.config.architecture == "encoder-decoder"
+        return {**info, "text_to_text": False} if encoder_decoder else info
+
     def encode_text(self, text: str, pair: str | None = None) -> dict:
         """Token ids (and segment ids where the model has segment embeddings) of a text (pair)."""
         enc = self.tokenizer.encode(text, pair, max_length=self.max_len)
@@ -62,16 +70,6 @@ class SequenceTask(Task):
             out = self.model(ids, mask, decoder_input_ids=shift_right(ids, start),
                              decoder_attention_mask=mask, run_heads=False)
         return self.task_head(out.last_hidden_state, mask).float()
-
-    def label_index(self, record: dict) -> int:
-        """The gold label's position in `labels` (an error naming the record's line if unknown)."""
-        index = getattr(self, "_index", None)
-        if index is None:
-            index = self._index = {label: i for i, label in enumerate(self.labels)}
-        if record["label"] not in index:
-            raise ValueError(f"line {record.get('line', '?')}: label {record['label']!r} is not one of "
-                             f"the training labels {self.labels}")
-        return index[record["label"]]
 
 
 @register

@@ -7,7 +7,11 @@
 
 key=value overrides are training options (TrainConfig), fine-tuning options (TaskConfig:
 max_len, freeze_embeddings, freeze_layers, freeze_backbone, layer_decay, patience,
-keep_best, eval_batch_size) or, for a preset, model config fields.
+keep_best, eval_batch_size, text_to_text, prefix) or, for a preset, model config fields.
+An encoder-decoder fine-tunes cls / pair / regression text-to-text where its family has no
+classification head (T5) or when given text_to_text=true (BART), e.g.
+
+    lmforge finetune --model t5-dir --task pair --train mnli.csv --out runs/mnli prefix=mnli
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ the best model kept.
 Under `out`: metrics.jsonl (train loss and valid_* metrics), checkpoints/, best/ (the model
 of the best validation score), final/ (the model after the last step) and summary.json.
 best/ and final/ are complete model directories: weights, the tokenizer, and task.json
-(kind, labels, max_len), so `lmforge evaluate --model out/best` needs nothing else.
+(kind, labels, max_len; for an encoder-decoder also text_to_text and its prefix), so
+`lmforge evaluate --model out/best` needs nothing else.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from lmforge.config import atomic_write_text
 from lmforge.tasks.base import Task, task_class
@@ -37,8 +39,17 @@ class TaskConfig:
     patience: int = 0  # evaluations without a better primary metric before stopping; 0: never
     keep_best: bool = True  # write out/best at every new best validation score
     eval_batch_size: int = 64
+    # encoder-decoders on cls / pair / regression (tasks/text2text.py): True casts the task as text
+    # (T5), False uses the classification head (BART's); None (auto): the head where the model's
+    # reference family has one (BART), else text-to-text (T5)
+    text_to_text: Optional[bool] = None
+    prefix: Optional[str] = None  # text-to-text task prefix ("sst2"); None: the task kind
 
     def __post_init__(self) -> None:
+        if self.text_to_text == "auto":
+            self.text_to_text = None
+        if self.text_to_text not in (None, True, False):
+            raise ValueError(f"text_to_text must be true, false or auto, got {self.text_to_text!r}")
         for name in ("max_len", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -112,8 +123,7 @@ def save_model(task: Task, path) -> Path:
     path = Path(path)
     task.model.save(path)
     task.tokenizer.save(path)
-    info = {"kind": task.kind, "labels": task.labels, "max_len": task.max_len}
-    atomic_write_text(path / TASK_FILE, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(path / TASK_FILE, json.dumps(task.info(), indent=2, ensure_ascii=False) + "\n")
     return path
 
 
@@ -154,10 +164,15 @@ class Validator:
 
 
 def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels: list | None = None) -> Task:
-    """The Task of `kind` around `model`, its labels from the training records unless given."""
-    cls = task_class(kind)
+    """The Task of `kind` around `model` (text-to-text or with a head, see TaskConfig.text_to_text),
+    its labels from the training records unless given."""
+    from lmforge.tasks import text2text
+
+    text = text2text.choose(kind, model, cfg.text_to_text)
+    cls = text2text.CLASSES[kind] if text else task_class(kind)
     labels = labels if labels is not None else cls.labels_from(train)
-    return cls(model, tokenizer, labels=labels, max_len=cfg.max_len)
+    extra = {"prefix": cfg.prefix} if text else {}
+    return cls(model, tokenizer, labels=labels, max_len=cfg.max_len, **extra)
 
 
 def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,
@@ -219,7 +234,8 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     if kind is None:
         raise ValueError("the task kind is needed (--task): the model directory has no task.json")
     model, tokenizer = load_model(model, tokenizer)
-    cfg = TaskConfig(max_len=max_len or info.get("max_len", 128), eval_batch_size=batch_size)
+    cfg = TaskConfig(max_len=max_len or info.get("max_len", 128), eval_batch_size=batch_size,
+                     text_to_text=info.get("text_to_text"), prefix=info.get("prefix"))
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data
     labels = labels if labels is not None else info.get("labels")
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))

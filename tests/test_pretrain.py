@@ -62,3 +62,25 @@ def test_bad_requests_exit_2(tmp_path, capsys):
 def test_read_documents_splits_blocks_and_sentences(tmp_path):
     (tmp_path / "a.txt").write_text("One. Two!\nThree?\n\n\nFour.\n")
     assert read_documents([tmp_path / "a.txt"]) == [["One.", "Two!", "Three?"], ["Four."]]
+
+
+def test_distillation_and_static_masking_through_the_cli(tmp_path, capsys):
+    teacher_dir = tmp_path / "teacher"
+    common = ["--steps", "2", "batch_size=2", "progress=false", "max_seq_len=64"]
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(teacher_dir),
+                 "--duplication", "3", *common, "n_layers=2", "d_model=32", "n_heads=2", "d_ff=64"]) == 0
+    teacher = lmforge.load(teacher_dir / "final")
+    student_dir = tmp_path / "student"
+    assert main(["pretrain", "--objective", "distillation", "--teacher", str(teacher_dir / "final"),
+                 "--out", str(student_dir), *common]) == 0
+    student = lmforge.load(student_dir / "final")
+    assert student.config.n_layers == 1 and student.config.d_model == teacher.config.d_model
+    assert "lm" in student.heads
+    logged = json.loads((student_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"ce_loss", "mlm_loss", "cos_loss"} <= set(logged)
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "distillation", "--out", str(tmp_path / "x"),
+                 *common]) == 2
+    assert "--teacher" in capsys.readouterr().err
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--teacher", str(teacher_dir / "final"),
+                 "--out", str(tmp_path / "y"), *common]) == 2
+    assert "--preset, or --teacher" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from lmforge.model import from_config
 from lmforge.objectives import (CausalLM, MaskedLM, PairMLM, ReplacedTokenDetection, SpanMLM,
                                 StructuralMLM)
 from lmforge.objectives import Denoising, SpanCorruption, prefix_lm
+from lmforge.objectives.distillation import Distillation, student_from_teacher
 from lmforge.objectives.plm import PermutationLM
 from lmforge.objectives.span_corruption import sentinel_ids
 from lmforge.presets import get_config
@@ -29,7 +30,7 @@ from lmforge.train import TrainConfig, Trainer
 
 OBJECTIVES = ("mlm", "wwm", "nsp", "sop", "span", "structural", "rtd", "clm")
 OBJECTIVES += ("prefix-lm", "span-corruption", "denoising")
-OBJECTIVES += ("plm",)
+OBJECTIVES += ("plm", "distillation")
 # the architectures each objective trains (the others: encoders)
 ARCHITECTURES = {"clm": ("decoder",), "prefix-lm": ("decoder", "encoder-decoder"),
                  "span-corruption": ("encoder-decoder",), "denoising": ("encoder-decoder",)}
@@ -163,21 +164,42 @@ def run_tokenizer(out, objective: str, docs: list, vocab_size: int, wait_s: floa
     return tokenizer
 
 
-def pretrain(preset: str, objective: str, out, train: TrainConfig, files: list | None = None,
-             tokenizer=None, n_docs: int = 2000, vocab_size: int = 1000, overrides: dict | None = None,
-             resume: bool = False, log=print):
-    """Pretrain `preset` with `objective` on `files` (default: the built-in corpus); returns the model."""
+def _checked_config(preset, objective: str, overrides: dict | None, teacher):
+    """The model config `objective` will train, checked before any work (a distilled student's: the
+    teacher's, n_layers halved by student_from_teacher)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    cfg = get_config(preset, **(overrides or {}))  # bad presets and fields fail before any work
+    if (objective == "distillation") != (teacher is not None):
+        raise ValueError("objective 'distillation' needs a teacher model, and only it takes one (--teacher DIR)")
+    cfg = teacher.config if teacher is not None else get_config(preset, **(overrides or {}))
     if cfg.architecture not in ARCHITECTURES.get(objective, ("encoder",)):
         raise ValueError(f"objective {objective!r} does not fit a {cfg.architecture} ({preset})")
     if objective == "plm" and cfg.position != "xl-relative":  # two-stream attention is XLNet's
         raise ValueError(f"objective {objective!r} does not fit position={cfg.position!r} ({preset})")
+    return cfg
+
+
+def distillation(teacher, tokenizer) -> Distillation:
+    """DistilBERT (Sanh et al. 2019): a student of every other teacher layer, trained against the teacher."""
+    if tokenizer.vocab_size != teacher.config.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids, the teacher's vocabulary "
+                         f"{teacher.config.vocab_size}: distil with the teacher's own tokenizer")
+    special = tuple(i for i in (tokenizer.special_id(r) for r in ("cls", "sep", "pad")) if i is not None)
+    return Distillation(student_from_teacher(teacher), teacher, tokenizer.special_id("mask"),
+                        special_ids=special, pad_id=tokenizer.special_id("pad") or 0)
+
+
+def pretrain(preset: str, objective: str, out, train: TrainConfig, files: list | None = None,
+             tokenizer=None, n_docs: int = 2000, vocab_size: int = 1000, overrides: dict | None = None,
+             resume: bool = False, log=print, duplication: int = 0, teacher=None):
+    """Pretrain `preset` with `objective` on `files` (default: the built-in corpus); returns the model.
+    duplication=d: static masking, each example's corruption fixed in d copies (BERT's duplication
+    factor) instead of drawn anew each epoch; teacher: the model objective 'distillation' distils."""
+    cfg = _checked_config(preset, objective, overrides, teacher)
     shards = open_shards(files)  # a directory of `lmforge corpus shard`: streamed, never loaded
     docs = None if shards else read_documents(files) if files else list(documents(n_docs, seed=train.seed))
     tokenizer = tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, objective, docs, vocab_size))
-    cfg = cfg.replace(vocab_size=tokenizer.vocab_size)
+    cfg = cfg if teacher is not None else cfg.replace(vocab_size=tokenizer.vocab_size)
     if objective in ARCHITECTURES:  # generation reads eos, pad and the decoder's start from the config
         cfg = cfg.replace(**special_token_ids(tokenizer, cfg.architecture))
     max_len = min(cfg.max_seq_len, 128)
@@ -187,8 +209,9 @@ def pretrain(preset: str, objective: str, out, train: TrainConfig, files: list |
         examples = build_examples(objective, tokenize_documents(tokenizer, docs), tokenizer, max_len, train.seed)
         held_out = max(1, len(examples) // 20)
         examples, held = examples[held_out:], examples[:held_out]
-    task = make_objective(objective, from_config(cfg), tokenizer)
-    trainer = Trainer(task, examples, train, out, eval_data=held, log=log)
+    task = distillation(teacher, tokenizer) if teacher is not None else make_objective(objective, from_config(cfg),
+                                                                                       tokenizer)
+    trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=duplication)
     untrained = probe_scores(task, tokenizer, train.seed) if not files and trainer.main else None
     model = trainer.fit(resume=resume)
     if trainer.main:

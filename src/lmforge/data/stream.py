@@ -264,7 +264,7 @@ class WithWordStarts:
         return {**example, "word_starts": self.tokenizer.word_starts(example["input_ids"])}
 
 
-LAZY = ("clm", "prefix-lm", "span-corruption", "denoising", "mlm", "wwm", "span", "rtd", "plm")
+LAZY = ("clm", "prefix-lm", "span-corruption", "denoising", "mlm", "wwm", "span", "rtd", "plm", "distillation")
 LAZY += tuple(PackedPairs.PLANS)
 
 

@@ -34,6 +34,8 @@ class StepBatches:
                  rank: int = 0, world: int = 1, duplication: int = 0) -> None:
         if len(dataset) == 0:
             raise ValueError("the training data is empty")
+        if not isinstance(duplication, int) or duplication < 0:
+            raise ValueError(f"duplication must be an integer >= 0 (0: dynamic masking), got {duplication!r}")
         self.dataset, self.objective = dataset, objective
         self.batch_size, self.accumulation = batch_size, accumulation
         self.seed, self.rank, self.world = seed, rank, world

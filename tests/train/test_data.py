@@ -1,0 +1,36 @@
+"""Which examples a step sees and how they are corrupted: dynamic vs static masking."""
+import pytest
+import torch
+
+from lmforge.train.data import StepBatches
+
+
+class Noise:
+    """A stand-in objective whose corruption is one random draw per example."""
+
+    def corrupt(self, example: dict, generator: torch.Generator) -> dict:
+        return {**example, "draw": float(torch.rand((), generator=generator))}
+
+
+def _draws(duplication: int, epochs: int, n: int = 8) -> list:
+    """Per epoch, {example index: its corruption's draw}."""
+    data = StepBatches([{"index": i} for i in range(n)], Noise(), 1, 1, seed=3, duplication=duplication)
+    out = []
+    for epoch in range(epochs):
+        seen = [data.example(epoch * n + p) for p in range(n)]
+        out.append({e["index"]: e["draw"] for e in seen})
+    return out
+
+
+def test_static_masking_repeats_its_copies_and_dynamic_masking_never_repeats():
+    static = _draws(duplication=2, epochs=5)
+    assert static[0] == static[2] == static[4] and static[1] == static[3]  # epoch e uses copy e % 2
+    assert all(static[0][i] != static[1][i] for i in range(8))  # the two copies differ
+    dynamic = _draws(duplication=0, epochs=3)
+    assert all(len({d[i] for d in dynamic}) == 3 for i in range(8))
+    assert dynamic[0] == static[0]  # copy 0 is the first epoch's dynamic draw: the same seed stream
+
+
+def test_bad_duplication_is_refused():
+    with pytest.raises(ValueError, match="duplication must be an integer >= 0"):
+        StepBatches([{"index": 0}], Noise(), 1, 1, seed=0, duplication=-1)

@@ -24,7 +24,7 @@ def _run(model, fast: FastPaths, ids, mask, **kw):
     return forward(model, ids, mask, decoder_mask=mask, **kw)
 
 
-def _same_at_real_positions(a, b, mask):
+def assert_same_at_real_positions(a, b, mask):
     keep = mask.bool()
     torch.testing.assert_close(a[keep], b[keep], atol=1e-5, rtol=1e-4)
 
@@ -35,7 +35,7 @@ def _loss(hidden, mask):
     return (hidden * direction)[mask.bool()].sum()
 
 
-def _same_gradients(ours: dict, ref: dict):
+def assert_same_gradients(ours: dict, ref: dict):
     """Equal within float rounding relative to each tensor's largest gradient."""
     assert ours.keys() == ref.keys()
     for name in ref:
@@ -57,11 +57,11 @@ def test_unpadding_equals_the_padded_path(name):
         for by_sequence in (False, True):
             packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence), ids, mask,
                           return_hidden=True)
-            _same_at_real_positions(packed.last_hidden_state, padded.last_hidden_state, mask)
+            assert_same_at_real_positions(packed.last_hidden_state, padded.last_hidden_state, mask)
             for ours, ref in zip(packed.hidden_states, padded.hidden_states):
-                _same_at_real_positions(ours, ref, mask)
+                assert_same_at_real_positions(ours, ref, mask)
             if padded.encoder_last_hidden_state is not None:
-                _same_at_real_positions(packed.encoder_last_hidden_state, padded.encoder_last_hidden_state, mask)
+                assert_same_at_real_positions(packed.encoder_last_hidden_state, padded.encoder_last_hidden_state, mask)
 
 
 def test_auto_unpads_when_padding_is_substantial():
@@ -92,8 +92,8 @@ def test_unpadded_gradients_equal_padded_gradients():
         hidden = _run(model, fast, ids, mask).last_hidden_state
         _loss(hidden, mask).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-    _same_gradients(grads[1], grads[0])
-    _same_gradients(grads[2], grads[0])
+    assert_same_gradients(grads[1], grads[0])
+    assert_same_gradients(grads[2], grads[0])
 
 
 _BASE = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128, window=8, block_size=4)
@@ -134,8 +134,8 @@ def test_blocked_local_attention_equals_the_dense_mask(name):
         dense = _run(model, FastPaths(unpad="never", local_attention="dense"), ids, mask, **kw)
         blocked = _run(model, FastPaths(unpad="never", local_attention="blocked"), ids, mask, **kw)
         both = _run(model, FastPaths(unpad="always", local_attention="blocked"), ids, mask, **kw)
-    _same_at_real_positions(blocked.last_hidden_state, dense.last_hidden_state, mask)
-    _same_at_real_positions(both.last_hidden_state, dense.last_hidden_state, mask)
+    assert_same_at_real_positions(blocked.last_hidden_state, dense.last_hidden_state, mask)
+    assert_same_at_real_positions(both.last_hidden_state, dense.last_hidden_state, mask)
 
 
 def test_blocked_gradients_equal_dense_gradients():
@@ -149,7 +149,7 @@ def test_blocked_gradients_equal_dense_gradients():
         hidden = _run(model, FastPaths(local_attention=local), ids, mask).last_hidden_state
         _loss(hidden, mask).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
-    _same_gradients(grads[1], grads[0])
+    assert_same_gradients(grads[1], grads[0])
 
 
 def test_auto_blocks_long_sequences_only():
@@ -230,7 +230,7 @@ def test_unpadded_causal_attention_sequence_by_sequence_with_left_padding():
         padded = _run(model, FastPaths(unpad="never"), ids, mask).last_hidden_state
         for by_sequence in (False, True):
             packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence), ids, mask)
-            _same_at_real_positions(packed.last_hidden_state, padded, mask)
+            assert_same_at_real_positions(packed.last_hidden_state, padded, mask)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-3.2-1b", "t5-small"])

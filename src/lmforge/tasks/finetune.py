@@ -17,14 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import torch
+
 from lmforge.config import atomic_write_text
 from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.formats import check_labels
 from lmforge.train import TrainConfig, Trainer
+from lmforge.train.data import derive_seed
 from lmforge.train.loop import resolve_device
 
 TASK_FILE = "task.json"
+HEAD_SEED = 4  # derive_seed stream of the task head's initialisation (train/data.py uses 1-3)
 
 
 @dataclass
@@ -183,7 +187,9 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     task_cfg = task_cfg or TaskConfig()
     out = Path(out)
     model, tokenizer = load_model(model, tokenizer)
-    task = make_task(kind, model, tokenizer, train, task_cfg, labels)
+    with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, not the caller's RNG
+        torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
+        task = make_task(kind, model, tokenizer, train, task_cfg, labels)
     if valid and task.labels is not None and kind in ("cls", "pair"):
         check_labels(valid, task.labels, "validation")
     frozen = freeze(model, task_cfg.freeze_embeddings, task_cfg.freeze_layers, task_cfg.freeze_backbone)

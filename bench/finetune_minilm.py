@@ -85,9 +85,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--lr", type=float, default=HYPER["lr"])
     parser.add_argument("--records", type=int, default=1000, help="built-in entailment records (80 % train)")
     parser.add_argument("--out", default="bench/results/finetune_minilm.json")
     args = parser.parse_args(argv)
+    HYPER["lr"] = args.lr
     _, records = builtin("entailment", args.records, seed=0)
     results = {"lmforge": [], "reference": []}
     for seed in args.seeds:  # interleaved, so machine load affects both alike

@@ -81,6 +81,16 @@ def test_auto_unpads_when_padding_is_substantial():
         FastPaths(unpad="sometimes")
 
 
+def test_training_unpads_at_any_padding_and_re_pads_attention_under_dropout():
+    model = lmforge.build(lmforge.tiny("bert-base", attention_dropout=0.1))
+    slight = torch.arange(20)[None].expand(4, 20) < torch.tensor([[20], [20], [20], [19]])  # 1.25 % padding
+    assert model.eval()._packing(slight, None, None, None) is None  # inference: not worth re-padding
+    packing = model.train()._packing(slight, None, None, None)
+    assert packing.n_tokens == 79 and not packing.by_sequence  # SDPA with dropout: one padded call
+    model = lmforge.build(lmforge.tiny("bert-base", attention_dropout=0.0)).train()
+    assert model._packing(slight, None, None, None).by_sequence
+
+
 def test_unpadded_gradients_equal_padded_gradients():
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny("bert-base"), dropout=0.0, attention_dropout=0.0)

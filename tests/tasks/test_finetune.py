@@ -1,5 +1,6 @@
 """The fine-tuning runner: freezing, layer-wise lr decay, early stopping, the best model, a real run."""
 import json
+import shutil
 
 import pytest
 import torch
@@ -69,6 +70,22 @@ def test_early_stopping_stops_after_patience(tmp_path):
     assert summary["steps"] == 3 and summary["stopped_early"] and summary["best_step"] == 1
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged] == [1, 2, 3] and "valid_accuracy" in logged[-1]
+
+
+def test_resumed_run_keeps_the_best_score_and_patience(tmp_path):
+    data = sentiment()
+
+    def go(resume=False):
+        return finetune(tiny(), tokenizer(), "cls", data["train"][:16], data["validation"][:16], tmp_path,
+                        cfg(steps=50, lr=1e-12, eval_every=1, save_every=1, keep_last=5), TaskConfig(patience=2),
+                        resume=resume, log=quiet)
+
+    whole = go()
+    assert whole["steps"] == 3 and whole["best_step"] == 1
+    assert go(resume=True)["steps"] == 3  # a run that stopped early stays stopped
+    shutil.rmtree(tmp_path / "checkpoints" / "step-0000003")  # killed after step 2's checkpoint
+    resumed = go(resume=True)  # step 3 is one more evaluation without a better score: stop there
+    assert resumed["steps"] == 3 and resumed["best_step"] == 1 and resumed["best"] == whole["best"]
 
 
 @pytest.fixture(scope="module")

@@ -148,6 +148,16 @@ class Validator:
         self.examples = encode_split(task, records, "validation")
         self.best, self.best_step, self.stale, self.last, self.last_step = None, 0, 0, {}, -1
 
+    def state_dict(self) -> dict:
+        """The best score, its step and the evaluations since: JSON for the trainer's checkpoints."""
+        return {"best": self.best, "best_step": self.best_step, "stale": self.stale,
+                "last": self.last, "last_step": self.last_step}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a checkpoint's state_dict() (a resumed run)."""
+        self.best, self.best_step, self.stale = state["best"], state["best_step"], state["stale"]
+        self.last, self.last_step = state["last"], state["last_step"]
+
     def __call__(self, trainer) -> dict:
         """Evaluate now (trainer.step); returns valid_* metrics (and "stop" when patience ran out)."""
         _, metrics = self.task.evaluate(self.records, self.cfg.eval_batch_size, self.examples)

@@ -42,7 +42,9 @@ class Trainer:
     def __init__(self, objective, train_data, cfg: TrainConfig, out, eval_data=None, duplication: int = 0,
                  log=print, evaluator=None, lr_scale=None) -> None:
         # evaluator(trainer) -> metrics, run every cfg.eval_every steps and logged; {"stop": True} in
-        # them ends training early (fine-tuning's early stopping); lr_scale: see optim.param_groups
+        # them ends training early (fine-tuning's early stopping); its state_dict() / load_state_dict(),
+        # if it has them, travel in checkpoints so a resumed run stops where it would have;
+        # lr_scale: see optim.param_groups
         self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
         self.device = resolve_device(cfg.device)
         self.rank, self.world = dist.init_from_env(self.device)
@@ -58,6 +60,7 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.steps, cfg.schedule, cfg.min_lr_ratio)
         self.step = 0
         self.last_checkpoint = None
+        self.stopped = False  # the evaluator ended training early (kept in checkpoints)
 
     @property
     def main(self) -> bool:
@@ -80,6 +83,9 @@ class Trainer:
         self.scheduler.load_state_dict(optimizer["scheduler"])
         set_rng_states(optimizer["rng"])
         self.step, self.last_checkpoint = int(info["step"]), path
+        self.stopped = bool(info.get("stopped", False))
+        if "evaluator" in info and hasattr(self.evaluator, "load_state_dict"):
+            self.evaluator.load_state_dict(info["evaluator"])  # best score and patience carry on
         if self.main:
             self.log(f"resumed from {path} (step {self.step})")
         return True
@@ -144,7 +150,9 @@ class Trainer:
         optimizer = {"optimizer": dist.optimizer_state(self.module, self.optimizer),
                      "scheduler": self.scheduler.state_dict()}
         if self.main:
-            info = {"train": self.cfg.to_dict(), "world": self.world}
+            info = {"train": self.cfg.to_dict(), "world": self.world, "stopped": self.stopped}
+            if hasattr(self.evaluator, "state_dict"):
+                info["evaluator"] = self.evaluator.state_dict()
             self.last_checkpoint = save_checkpoint(self.out / "checkpoints", self.step, weights, optimizer,
                                                    info, self.cfg.keep_last)
         if self.world > 1:
@@ -180,7 +188,7 @@ class Trainer:
 
     def _loop(self, metrics, bar) -> None:
         start, seen = time.perf_counter(), 0
-        while self.step < self.cfg.steps:
+        while self.step < self.cfg.steps and not self.stopped:
             record = self.train_step()
             self.step += 1
             seen += record.pop("tokens")
@@ -189,7 +197,7 @@ class Trainer:
             if evaluating and self.eval_set:
                 record.update(self.evaluate())
             found = dict(self.evaluator(self)) if evaluating and self.evaluator is not None else {}
-            stop = bool(found.pop("stop", False))
+            stop = self.stopped = bool(found.pop("stop", False))
             record.update(found)
             if self.main and (self.step % self.cfg.log_every == 0 or self.step == self.cfg.steps
                               or "eval_loss" in record or found):

@@ -148,9 +148,10 @@ def test_blocked_local_attention_equals_the_dense_mask(name):
     assert_same_at_real_positions(both.last_hidden_state, dense.last_hidden_state, mask)
 
 
-def test_blocked_gradients_equal_dense_gradients():
+@pytest.mark.parametrize("pattern", ["longformer", "sliding-window"])  # gathered extra keys; band views only
+def test_blocked_gradients_equal_dense_gradients(pattern):
     torch.manual_seed(0)
-    cfg = lmforge.ModelConfig(**_BASE, attention="longformer", dropout=0.0, attention_dropout=0.0)
+    cfg = lmforge.ModelConfig(**_BASE, attention=pattern, dropout=0.0, attention_dropout=0.0)
     model = lmforge.build(cfg)
     ids, mask = _batch(99, lengths=(50, 31))
     grads = []

@@ -46,7 +46,8 @@ def reach(cfg: ModelConfig, pattern: str, causal: bool, layer: int) -> tuple:
 
 
 def chunk_size(cfg: ModelConfig, pattern: str, left: int, right: int, chosen: int = 0) -> int:
-    """C: BigBird's block; otherwise about a quarter of the band (wasted scores ~ C / band)."""
+    """C: BigBird's block; otherwise about a quarter of the band (wasted scores ~ C / band; an eighth
+    measured the same: the saving goes to per-call overhead, bench/FINDINGS.md)."""
     if pattern == "bigbird":
         return cfg.block_size
     return chosen or max(16, min(256, (left + right) // 4))
@@ -193,6 +194,8 @@ def blocked_attend(q, k, v, plan: ChunkPlan, dropout_p: float = 0.0, scale: floa
     B, H, T, dh = q.shape
     n, K = plan.keys.shape
     C = plan.size
+    if K == plan.band and plan.rows is None:  # a band and nothing else: keys and values stay views
+        return _attend_bands(q, k, v, plan, dropout_p, scale)
     # gather whole token rows (B, T, H, dh): one contiguous copy per key, then strided views
     qc = F.pad(q.transpose(1, 2), (0, 0, 0, 0, 0, n * C - T))  # (B, nC, H, dh)
     qc = qc.view(B, n, C, H, dh).transpose(2, 3).reshape(B * n, H, C, dh)
@@ -205,6 +208,22 @@ def blocked_attend(q, k, v, plan: ChunkPlan, dropout_p: float = 0.0, scale: floa
                                                dropout_p=dropout_p, scale=scale)
         out = out.index_copy(2, plan.rows, dense)
     return out  # (B, H, T, dh)
+
+
+def _attend_bands(q, k, v, plan: ChunkPlan, dropout_p: float, scale: float) -> torch.Tensor:
+    """blocked_attend for plans with no extra columns, one attention call per chunk on views of
+    k and v clipped to [0, T): no copy of the overlapping bands, which at T = 1024 (8 chunks, band
+    640) costs more than the scores it saves (bench/FINDINGS.md). q (B, H, T, dh) -> (B, H, T, dh)."""
+    T, C, L = q.shape[2], plan.size, plan.band
+    outs = []
+    for i in range(plan.keys.shape[0]):
+        start, first = i * C, i * C - plan.left  # first query, first band key (may be < 0)
+        lo, hi = max(0, first), min(T, first + L)
+        rows = min(C, T - start)
+        bias = plan.bias[:, i, :, :rows, lo - first:hi - first]  # (B, H|1, rows, hi - lo)
+        outs.append(F.scaled_dot_product_attention(q[:, :, start:start + rows], k[:, :, lo:hi], v[:, :, lo:hi],
+                                                   attn_mask=bias, dropout_p=dropout_p, scale=scale))
+    return torch.cat(outs, dim=2)
 
 
 def _chunk_keys(t: torch.Tensor, plan: ChunkPlan, n: int) -> torch.Tensor:

@@ -20,7 +20,28 @@ CHECKS = [
 
 
 def _load(folder: Path) -> dict:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    """The allocator environments' results (run.py's files: those with a "machine")."""
+    found = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    return {env: data for env, data in found.items() if "machine" in data}
+
+
+def _finetune(folder: Path) -> str:
+    """finetune_minilm.py's comparison: accuracy and speed per seed, then mean ± sd."""
+    path = folder / "finetune_minilm.json"
+    if not path.is_file():
+        return "not run (`python bench/finetune_minilm.py`)\n"
+    data = json.loads(path.read_text())
+    ours, ref = data["runs"]["lmforge"], data["runs"]["reference"]
+    rows = [[seed, a["accuracy"], b["accuracy"], a["examples_per_s"], b["examples_per_s"]]
+            for seed, a, b in zip(data["seeds"], ours, ref)]
+    mean = {n: data["summary"][n] for n in ("lmforge", "reference")}
+    rows.append(["mean ± sd"] + [f"{mean[n]['accuracy']['mean']:.3f} ± {mean[n]['accuracy']['stdev']:.3f}"
+                                 for n in mean] + [mean[n]["examples_per_s"]["mean"] for n in mean])
+    head = (f"{data['steps']} steps, {json.dumps(data['hyper'])}; speed ratio "
+            f"{data['speed_ratio']:.2f}x\n\n")
+    return head + _table(["seed", "lmforge accuracy", "reference accuracy", "lmforge ex/s", "reference ex/s"],
+                         [[r[0], *(_fmt(x, 3) if isinstance(x, float) and x <= 1 else x for x in r[1:])]
+                          for r in rows])
 
 
 def _fmt(x, digits=1) -> str:
@@ -168,9 +189,12 @@ def write(results_dir: Path, out: Path, plots: Path) -> None:
     parts += ["\n## Sentence embeddings (all-MiniLM-L6-v2, batch 32, tokenising included)\n", _section(
         results, "sentences", ["sentences", "lmforge sent/s", "sentence-transformers sent/s", "ratio", "min cosine"],
         lambda r: [r["sentences"], r["lmforge_sent_s"], r["reference_sent_s"], r["ratio"], f"{r['min_cosine']:.6f}"])]
-    parts += ["\n## Attention scaling (one layer, d=768, 12 heads, batch 1; time s / peak MiB)\n",
-              _section(results, "attention", ["variant", "T", "seconds", "peak MiB"],
-                       lambda r: [r["variant"], r["T"], r.get("seconds", r.get("error", "")), r.get("peak_mib", "")])]
+    parts += ["\n## Attention scaling (one layer, d=768, 12 heads, batch 1; time ms / peak MiB)\n",
+              _section(results, "attention", ["variant", "T", "ms", "peak MiB"],
+                       lambda r: [r["variant"], r["T"], r["seconds"] * 1e3 if "seconds" in r else r.get("error", ""),
+                                  r.get("peak_mib", "")])]
+    parts += ["\n## Fine-tuning all-MiniLM-L6-v2 on the built-in entailment task (vs the reference Trainer)\n",
+              _finetune(results_dir)]
     parts += ["\n## Model FLOPs utilisation (useful FLOPs only: real tokens, masked positions)\n", _mfu(results)]
     parts += ["\n## Plots\n"] + [f"![{p.stem}](plots/{p.name})\n" for p in images]
     out.write_text("\n".join(parts))

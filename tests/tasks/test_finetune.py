@@ -8,6 +8,7 @@ import torch
 from lmforge.tasks import task_class
 from lmforge.tasks.control import depth, freeze, lr_scale_fn
 from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
+from lmforge.tasks.formats import builtin
 from lmforge.train import TrainConfig, Trainer
 from tests.tasks.core import sentiment, tiny, tokenizer
 
@@ -129,6 +130,15 @@ def test_task_config_is_validated():
         TaskConfig.from_dict({"freeze": True})
     with pytest.raises(ValueError, match="layer_decay"):
         TaskConfig(layer_decay=0.0)
+    assert TaskConfig.from_dict({"n_best": 5.0, "null_threshold": 1}).n_best == 5  # numbers as their fields' types
+
+
+def test_tagging_label_all_is_kept_in_task_json(tmp_path):
+    data = builtin("tagging", 20, 0)[1]["train"]
+    finetune(tiny(), tokenizer(), "tagging", data[:8], None, tmp_path, cfg(steps=1), TaskConfig(label_all=True),
+             log=quiet)
+    info = json.loads((tmp_path / "final" / "task.json").read_text())
+    assert info["label_all"] is True and info["kind"] == "tagging"
 
 
 def test_the_fresh_head_is_drawn_from_the_run_seed_not_the_callers_rng(tmp_path):

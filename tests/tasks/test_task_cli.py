@@ -50,12 +50,27 @@ def test_finetune_builtin_and_evaluate_split(model_dir, tmp_path, capsys):
     assert result["task"] == "cls" and result["records"] == 6 and "accuracy" in result
 
 
+def test_qa_options_reach_the_task_and_its_task_json(model_dir, tmp_path):
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", str(model_dir), "--builtin", "questions", "--out", str(out), "--steps", "2",
+                 "max_answer_len=1", "n_best=3", "doc_stride=20", *FAST]) == 0
+    info = json.loads((out / "final" / "task.json").read_text())
+    assert (info["kind"], info["max_answer_len"], info["n_best"], info["doc_stride"]) == ("qa", 1, 3, 20)
+    preds = tmp_path / "pred.jsonl"
+    assert main(["evaluate", "--model", str(out / "final"), "--builtin", "questions", "--builtin-size", "60",
+                 "--out", str(preds)]) == 0
+    answers = [json.loads(line)["prediction"] for line in preds.read_text().splitlines()]
+    assert answers and all(len(a.split()) <= 1 for a in answers)  # one token at most, as trained
+
+
 @pytest.mark.parametrize("args, message", [
     (["--task", "cls", "--out", "o"], "give --train FILE"),
     (["--builtin", "sentiment", "--task", "pair", "--out", "o"], "is a cls task, not pair"),
     (["--builtin", "sentiment", "--out", "o", "n_layers=1"], "model config fields apply to presets only"),
     (["--builtin", "sentiment", "--out", "o", "frozen=1"], "model config fields apply to presets only"),
     (["--builtin", "sentiment", "--out", "o", "layer_decay=2"], "layer_decay must be in"),
+    (["--builtin", "questions", "--out", "o", "n_best=0"], "n_best must be >= 1"),
+    (["--builtin", "questions", "--out", "o", "max_answer_len=2.5"], "max_answer_len must be a whole number"),
 ])
 def test_finetune_usage_errors_exit_2(model_dir, capsys, args, message):
     assert main(["finetune", "--model", str(model_dir), *args]) == 2

@@ -69,6 +69,7 @@ class Task(Objective, abc.ABC):
     kind = "task"
     head = "classification"  # name (and kind) of the head in model.heads
     meta_keys: tuple = ()  # further example keys a subclass keeps out of batches (offsets, ...)
+    options: tuple = ()  # constructor options (TaskConfig fields of the same name) kept in task.json
 
     def __init__(self, model: nn.Module, tokenizer, labels: list | None = None, max_len: int = 128) -> None:
         pad = tokenizer.pad_id if tokenizer.pad_id is not None else tokenizer.eos_id
@@ -94,7 +95,8 @@ class Task(Objective, abc.ABC):
 
     def info(self) -> dict:
         """What a fine-tuned model directory's task.json records to rebuild this task."""
-        return {"kind": self.kind, "labels": self.labels, "max_len": self.max_len}
+        return {"kind": self.kind, "labels": self.labels, "max_len": self.max_len,
+                **{name: getattr(self, name) for name in self.options}}
 
     def _take_over(self, model: nn.Module) -> nn.Module:
         fresh = make_head(model, self.head, **self.head_args())

@@ -5,12 +5,12 @@ the best model kept.
 Under `out`: metrics.jsonl (train loss and valid_* metrics), checkpoints/, best/ (the model
 of the best validation score), final/ (the model after the last step) and summary.json.
 best/ and final/ are complete model directories: weights, the tokenizer, and task.json
-(kind, labels, max_len; for an encoder-decoder also text_to_text and its prefix), so
+(kind, labels, max_len; for an encoder-decoder also text_to_text and its prefix; QA's window
+and decoding options, tagging's label_all), so
 `lmforge evaluate --model out/best` needs nothing else.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -24,11 +24,15 @@ from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.formats import check_labels
 from lmforge.train import TrainConfig, Trainer
+from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 from lmforge.train.loop import resolve_device
 
 TASK_FILE = "task.json"
 HEAD_SEED = 4  # derive_seed stream of the task head's initialisation (train/data.py uses 1-3)
+# TaskConfig fields that are task constructors' options (Task.options), recorded in task.json
+TASK_OPTIONS = ("doc_stride", "max_query_len", "n_best", "max_answer_len", "unanswerable", "null_threshold",
+                "label_all")
 
 
 @dataclass
@@ -48,6 +52,15 @@ class TaskConfig:
     # reference family has one (BART), else text-to-text (T5)
     text_to_text: Optional[bool] = None
     prefix: Optional[str] = None  # text-to-text task prefix ("sst2"); None: the task kind
+    # extractive QA (tasks/qa.py QATask): windows over long contexts and answer decoding
+    doc_stride: Optional[int] = None  # tokens shared by consecutive windows; None: max_len // 3
+    max_query_len: Optional[int] = None  # question tokens kept; None: min(64, max_len // 2)
+    n_best: int = 20  # start and end candidates paired per window
+    max_answer_len: int = 30  # tokens
+    unanswerable: Optional[bool] = None  # null answers; None: on once a record has none (SQuAD 2.0)
+    null_threshold: float = 0.0  # how much the null score must beat the best span's
+    # tagging (tasks/tagging.py): train on every sub-word's label, not only the first sub-word's
+    label_all: bool = False
 
     def __post_init__(self) -> None:
         if self.text_to_text == "auto":
@@ -60,17 +73,16 @@ class TaskConfig:
         for name in ("freeze_layers", "patience"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("n_best", "max_answer_len", "doc_stride", "max_query_len"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"layer_decay must be in (0, 1], got {self.layer_decay}")
 
     @classmethod
     def from_dict(cls, data: dict) -> "TaskConfig":
         """Build from a dict; an unknown key is an error naming it."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown fine-tuning option(s) {unknown}; known: {', '.join(sorted(known))}")
-        return cls(**data)
+        return options_from_dict(cls, data, "fine-tuning")
 
 
 def model_dir(name) -> Path | None:
@@ -185,7 +197,7 @@ def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels:
     text = text2text.choose(kind, model, cfg.text_to_text)
     cls = text2text.CLASSES[kind] if text else task_class(kind)
     labels = labels if labels is not None else cls.labels_from(train)
-    extra = {"prefix": cfg.prefix} if text else {}
+    extra = {"prefix": cfg.prefix} if text else {name: getattr(cfg, name) for name in cls.options}
     return cls(model, tokenizer, labels=labels, max_len=cfg.max_len, **extra)
 
 
@@ -250,8 +262,9 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     if kind is None:
         raise ValueError("the task kind is needed (--task): the model directory has no task.json")
     model, tokenizer = load_model(model, tokenizer)
+    options = {name: info[name] for name in TASK_OPTIONS if name in info}  # QA decoding, tagging
     cfg = TaskConfig(max_len=max_len or info.get("max_len", 128), eval_batch_size=batch_size,
-                     text_to_text=info.get("text_to_text"), prefix=info.get("prefix"))
+                     text_to_text=info.get("text_to_text"), prefix=info.get("prefix"), **options)
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data
     labels = labels if labels is not None else info.get("labels")
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))

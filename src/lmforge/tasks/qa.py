@@ -281,6 +281,7 @@ class QATask(Task):
     kind = "qa"
     head = "span-qa"
     meta_keys = ("context_at", "offsets", "cls_index")
+    options = ("doc_stride", "max_query_len", "n_best", "max_answer_len", "unanswerable", "null_threshold")
 
     def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 384,
                  doc_stride: int | None = None, max_query_len: int | None = None, n_best: int = 20,

@@ -163,6 +163,7 @@ class TaggingTask(Task):
     """A tag per word (BIO named entities, parts of speech), from the first piece of each word."""
 
     kind = "tagging"
+    options = ("label_all",)
     head = "token-classification"
     meta_keys = ("word_ids",)
 

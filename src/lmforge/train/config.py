@@ -59,17 +59,23 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
         """Build from a dict; an unknown key is an error naming it."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown training option(s) {unknown}; known: {', '.join(sorted(known))}")
-        return cls(**{k: _typed(cls, k, v) for k, v in data.items()})
+        return options_from_dict(cls, data, "training")
+
+
+def options_from_dict(cls, data: dict, what: str):
+    """The options dataclass `cls` from a dict (numbers as their fields' types); an unknown key is an
+    error naming it and the known ones."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} option(s) {unknown}; known: {', '.join(sorted(known))}")
+    return cls(**{k: _typed(cls, k, v) for k, v in data.items()})
 
 
 def _typed(cls, name: str, value):
     """A value of a numeric field as its type (3.0 -> 3 for ints); an error naming the field if it is not one."""
     kind = {f.name: f.type for f in dataclasses.fields(cls)}[name]
-    want = int if kind == "int" else float if kind in ("float", "Optional[float]") else None
+    want = int if kind in ("int", "Optional[int]") else float if kind in ("float", "Optional[float]") else None
     if want is None or value is None or isinstance(value, bool):
         return value
     try:

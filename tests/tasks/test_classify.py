@@ -148,3 +148,18 @@ def test_bart_classifier_matches_bart_for_sequence_classification(tmp_path):
     with torch.no_grad():  # the reference shifts the ids right itself and pools at each row's last eos
         theirs = ref(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_gpt2_classifier_exports_as_gpt2_for_sequence_classification(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    task = task_class("cls")(tiny("gpt2"), tokenizer("gpt2"), labels=["0", "1", "2"]).eval()
+    assert task.model.config.pad_token_id == task.pad_id  # the reference finds the last real token by it
+    batch = task.collate(task.encode_all([{"text": "It is superb."}, {"text": "I want my money back, now."}]))
+    assert not batch["attention_mask"].all()  # right padding: the first row's score is not at the end
+    ours = task.scores(batch)
+    task.model.save(tmp_path, format="hf")
+    ref = transformers.GPT2ForSequenceClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        theirs = ref(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert ref.config.architectures == ["GPT2ForSequenceClassification"]
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)

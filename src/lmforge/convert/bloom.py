@@ -9,7 +9,7 @@ them into lmforge's [q; k; v] and back. ALiBi needs no length, so the config's
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, n_labels, special_tokens, special_tokens_of
+from lmforge.convert.family import Family, decoder_head_rules, decoder_task_heads, special_tokens, special_tokens_of
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BLOOM
 
@@ -53,20 +53,6 @@ def backbone(cfg: ModelConfig) -> list:
     ]
 
 
-def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
-    """Where each head's tensors live in a BLOOM checkpoint."""
-    h = f"heads.{name}"
-    if kind == "lm":
-        return [] if cfg.tie_embeddings else [Rule(f"{h}.decoder.weight", ("lm_head.weight",))]
-    if kind == "classification":
-        return [Rule(f"{h}.classifier.weight", ("score.weight",))]
-    if kind == "token-classification":
-        return linear(f"{h}.classifier", "classifier")
-    if kind == "span-qa":
-        return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no BLOOM checkpoint layout")
-
-
 FAMILY = Family(
     model_types=("bloom",),
     prefix="transformer.",
@@ -75,15 +61,9 @@ FAMILY = Family(
     heads={
         "BloomModel": lambda hf: [],
         "BloomForCausalLM": lambda hf: [("lm", "lm", {})],
-        # the score of the last real token, without a bias
-        "BloomForSequenceClassification": lambda hf: [
-            ("classification", "classification",
-             {"n_labels": n_labels(hf), "pooling": "last", "pooler": False, "bias": False})],
-        "BloomForTokenClassification": lambda hf: [
-            ("token-classification", "token-classification", {"n_labels": n_labels(hf)})],
-        "BloomForQuestionAnswering": lambda hf: [("span-qa", "span-qa", {})],
+        **decoder_task_heads("Bloom"),
     },
-    head_rules=head_rules,
+    head_rules=decoder_head_rules("BLOOM"),
     to_reference=to_reference,
     bare=("BloomModel",),
     head_keys=r"(lm_head|score|classifier|qa_outputs)\..*",

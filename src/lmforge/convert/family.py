@@ -7,6 +7,7 @@ from typing import Callable, Optional
 import torch
 
 from lmforge.config import SPECIAL_TOKENS, ConfigError
+from lmforge.convert.keymap import Rule, linear
 
 # reference activation names -> lmforge ffn values (non-gated)
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh",
@@ -56,6 +57,39 @@ def tied_by_weights(table: str, head: str) -> Callable:
 def n_labels(hf: dict) -> int:
     """Number of labels of a reference classification config."""
     return len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
+
+
+def decoder_task_heads(prefix: str, qa: bool = True) -> dict:
+    """The reference's {prefix}ForSequenceClassification (the score of the last real token, without
+    a bias: GPT's [EXTRACT]), ForTokenClassification and (qa) ForQuestionAnswering architectures."""
+    heads = {
+        f"{prefix}ForSequenceClassification": lambda hf: [
+            ("classification", "classification",
+             {"n_labels": n_labels(hf), "pooling": "last", "pooler": False, "bias": False})],
+        f"{prefix}ForTokenClassification": lambda hf: [
+            ("token-classification", "token-classification", {"n_labels": n_labels(hf)})],
+    }
+    if qa:
+        heads[f"{prefix}ForQuestionAnswering"] = lambda hf: [("span-qa", "span-qa", {})]
+    return heads
+
+
+def decoder_head_rules(family: str, token_labels: str = "classifier") -> Callable:
+    """head_rules of a decoder family whose LM head is the tied token table (an untied one is
+    `lm_head`), sequence scores `score` (no bias), token labels `token_labels` (Llama's: `score`
+    too, with a bias), answer spans `qa_outputs`."""
+    def rules(name: str, kind: str, cfg) -> list:
+        h = f"heads.{name}"
+        if kind == "lm":
+            return [] if cfg.tie_embeddings else [Rule(f"{h}.decoder.weight", ("lm_head.weight",))]
+        if kind == "classification":
+            return [Rule(f"{h}.classifier.weight", ("score.weight",))]
+        if kind == "token-classification":
+            return linear(f"{h}.classifier", token_labels)
+        if kind == "span-qa":
+            return linear(f"{h}.qa", "qa_outputs")
+        raise ConfigError(f"head kind {kind!r} has no {family} checkpoint layout")
+    return rules
 
 
 @dataclass

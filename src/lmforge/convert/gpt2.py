@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, activation_of, ffn_of, n_labels, special_tokens, special_tokens_of
+from lmforge.convert.family import (Family, activation_of, decoder_head_rules, decoder_task_heads, ffn_of,
+                                    special_tokens, special_tokens_of)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import GPT2
 
@@ -47,21 +48,6 @@ def backbone(cfg: ModelConfig) -> list:
     ]
 
 
-def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
-    """GPT-2's LM head is the tied token table (an untied one is `lm_head`); sequence scores are
-    `score`, token labels `classifier`, answer spans `qa_outputs`."""
-    h = f"heads.{name}"
-    if kind == "lm":
-        return [] if cfg.tie_embeddings else [Rule(f"{h}.decoder.weight", ("lm_head.weight",))]
-    if kind == "classification":
-        return [Rule(f"{h}.classifier.weight", ("score.weight",))]
-    if kind == "token-classification":
-        return linear(f"{h}.classifier", "classifier")
-    if kind == "span-qa":
-        return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no GPT-2 checkpoint layout")
-
-
 FAMILY = Family(
     model_types=("gpt2",),
     prefix="transformer.",
@@ -70,15 +56,9 @@ FAMILY = Family(
     heads={
         "GPT2Model": lambda hf: [],
         "GPT2LMHeadModel": lambda hf: [("lm", "lm", {})],
-        # the score of the last real token, without a bias ([EXTRACT] as in GPT sec. 3.3)
-        "GPT2ForSequenceClassification": lambda hf: [
-            ("classification", "classification",
-             {"n_labels": n_labels(hf), "pooling": "last", "pooler": False, "bias": False})],
-        "GPT2ForTokenClassification": lambda hf: [
-            ("token-classification", "token-classification", {"n_labels": n_labels(hf)})],
-        "GPT2ForQuestionAnswering": lambda hf: [("span-qa", "span-qa", {})],
+        **decoder_task_heads("GPT2"),
     },
-    head_rules=head_rules,
+    head_rules=decoder_head_rules("GPT-2"),
     to_reference=to_reference,
     bare=("GPT2Model",),
     head_keys=r"(lm_head|score|classifier|qa_outputs)\..*",

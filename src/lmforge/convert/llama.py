@@ -9,7 +9,7 @@ reference's option names as arguments rather than assuming Llama's.
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, n_labels, special_tokens, special_tokens_of
+from lmforge.convert.family import Family, decoder_head_rules, decoder_task_heads, special_tokens, special_tokens_of
 from lmforge.convert.keymap import Rule
 from lmforge.presets import LLAMA
 
@@ -114,30 +114,15 @@ def backbone(cfg: ModelConfig) -> list:
     ]
 
 
-def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
-    """LM head `lm_head` (absent when tied); sequence scores and token labels both live in `score`."""
-    h = f"heads.{name}"
-    if kind == "lm":
-        return [] if cfg.tie_embeddings else [Rule(f"{h}.decoder.weight", ("lm_head.weight",))]
-    if kind == "classification":
-        return [Rule(f"{h}.classifier.weight", ("score.weight",))]
-    if kind == "token-classification":
-        return _projection(f"{h}.classifier", "score", True)
-    raise ConfigError(f"head kind {kind!r} has no Llama-layout checkpoint layout")
+# LM head `lm_head` (absent when tied); sequence scores and token labels both live in `score`
+head_rules = decoder_head_rules("Llama-layout", token_labels="score")
 
 
 def decoder_heads(prefix: str) -> dict:
     """Architectures `{prefix}Model`, `ForCausalLM`, `ForSequenceClassification` (the score of the
     last real token, no bias) and `ForTokenClassification`."""
-    last = {"pooling": "last", "pooler": False, "bias": False}
-    return {
-        f"{prefix}Model": lambda hf: [],
-        f"{prefix}ForCausalLM": lambda hf: [("lm", "lm", {})],
-        f"{prefix}ForSequenceClassification": lambda hf: [
-            ("classification", "classification", {"n_labels": n_labels(hf), **last})],
-        f"{prefix}ForTokenClassification": lambda hf: [
-            ("token-classification", "token-classification", {"n_labels": n_labels(hf)})],
-    }
+    return {f"{prefix}Model": lambda hf: [], f"{prefix}ForCausalLM": lambda hf: [("lm", "lm", {})],
+            **decoder_task_heads(prefix, qa=False)}
 
 
 FAMILY = Family(

@@ -74,6 +74,10 @@ class Task(Objective, abc.ABC):
     def __init__(self, model: nn.Module, tokenizer, labels: list | None = None, max_len: int = 128) -> None:
         pad = tokenizer.pad_id if tokenizer.pad_id is not None else tokenizer.eos_id
         super().__init__(model, pad_id=pad or 0)
+        if model.config.architecture == "decoder" and model.config.pad_token_id is None:
+            # the reference's decoder classifiers find the last real token by the pad id, so a model
+            # exported for it needs one: the id this task pads with
+            model.config = model.config.replace(pad_token_id=self.pad_id)
         self.tokenizer = tokenizer
         self.labels = list(labels) if labels is not None else None
         self.max_len = min(max_len, model.config.max_seq_len)

@@ -30,9 +30,6 @@ from lmforge.train.loop import resolve_device
 
 TASK_FILE = "task.json"
 HEAD_SEED = 4  # derive_seed stream of the task head's initialisation (train/data.py uses 1-3)
-# TaskConfig fields that are task constructors' options (Task.options), recorded in task.json
-TASK_OPTIONS = ("doc_stride", "max_query_len", "n_best", "max_answer_len", "unanswerable", "null_threshold",
-                "label_all")
 
 
 @dataclass
@@ -262,7 +259,7 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     if kind is None:
         raise ValueError("the task kind is needed (--task): the model directory has no task.json")
     model, tokenizer = load_model(model, tokenizer)
-    options = {name: info[name] for name in TASK_OPTIONS if name in info}  # QA decoding, tagging
+    options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
     cfg = TaskConfig(max_len=max_len or info.get("max_len", 128), eval_batch_size=batch_size,
                      text_to_text=info.get("text_to_text"), prefix=info.get("prefix"), **options)
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data

@@ -34,7 +34,7 @@ def param_groups(module: nn.Module, weight_decay: float, lr: float | None = None
 
 
 def can_fuse(params) -> bool:
-    """Whether AdamW's fused kernel takes these parameters: plain fp32/bf16 tensors on a CPU or
+    """Whether AdamW's fused kernel takes these parameters: plain floating-point tensors on a CPU or
     CUDA device (not FSDP's DTensor shards, which keep the per-tensor loop)."""
     from torch.distributed.tensor import DTensor
 

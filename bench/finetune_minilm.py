@@ -5,8 +5,9 @@ hyper-parameters (AdamW lr 5e-5, eps 1e-8, no weight decay, no warm-up, linear d
 clip 1.0, batch 16, the same number of steps, max length 128), several seeds each. The
 classifier heads start from different random draws and the example orders differ, so the
 validation scores are compared as mean ± spread over seeds (each library draws its head from
-the seed); training time is wall clock
-of the training loop alone (model loading and evaluation excluded), examples per second.
+the seed); training time is wall clock of the training loop alone (model loading and
+evaluation excluded), examples per second. At 150 steps the task is bimodal in both libraries
+(a run finds the rule or not), so the default is 300 steps over five seeds (bench/FINDINGS.md).
 
 Needs the dev extras and `accelerate` (the reference Trainer's dependency):
     pip install -e '.[dev,bench]'; python bench/finetune_minilm.py [--steps 300 --seeds 0 1 2 3 4]

@@ -32,16 +32,13 @@ def _finetune(folder: Path) -> str:
         return "not run (`python bench/finetune_minilm.py`)\n"
     data = json.loads(path.read_text())
     ours, ref = data["runs"]["lmforge"], data["runs"]["reference"]
-    rows = [[seed, a["accuracy"], b["accuracy"], a["examples_per_s"], b["examples_per_s"]]
+    rows = [[seed, f"{a['accuracy']:.3f}", f"{b['accuracy']:.3f}", a["examples_per_s"], b["examples_per_s"]]
             for seed, a, b in zip(data["seeds"], ours, ref)]
-    mean = {n: data["summary"][n] for n in ("lmforge", "reference")}
-    rows.append(["mean ± sd"] + [f"{mean[n]['accuracy']['mean']:.3f} ± {mean[n]['accuracy']['stdev']:.3f}"
-                                 for n in mean] + [mean[n]["examples_per_s"]["mean"] for n in mean])
-    head = (f"{data['steps']} steps, {json.dumps(data['hyper'])}; speed ratio "
-            f"{data['speed_ratio']:.2f}x\n\n")
-    return head + _table(["seed", "lmforge accuracy", "reference accuracy", "lmforge ex/s", "reference ex/s"],
-                         [[r[0], *(_fmt(x, 3) if isinstance(x, float) and x <= 1 else x for x in r[1:])]
-                          for r in rows])
+    mean = [data["summary"][n] for n in ("lmforge", "reference")]
+    rows.append(["mean ± sd", *(f"{m['accuracy']['mean']:.3f} ± {m['accuracy']['stdev']:.3f}" for m in mean),
+                 *(m["examples_per_s"]["mean"] for m in mean)])
+    head = f"{data['steps']} steps, {json.dumps(data['hyper'])}; speed ratio {data['speed_ratio']:.2f}x\n\n"
+    return head + _table(["seed", "lmforge accuracy", "reference accuracy", "lmforge ex/s", "reference ex/s"], rows)
 
 
 def _fmt(x, digits=1) -> str:

@@ -35,11 +35,8 @@ def test_export_round_trip(tmp_path):
 
 @pytest.mark.parametrize("options", BEAM_VARIANTS)
 def test_beam_search_on_a_left_padded_batch(tmp_path, options):
-    torch.manual_seed(0)
-    reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, pad_token_id=1, bos_token_id=0,
-        eos_token_id=0)).eval()
-    assert_beam_parity(load_reference(reference, tmp_path), reference, *left_padded_batch(99), **options)
+    reference, model = _pair(tmp_path, "GPT2LMHeadModel")
+    assert_beam_parity(model, reference, *left_padded_batch(99), **options)
 
 
 def test_sequence_classification_scores_the_last_real_token(tmp_path):

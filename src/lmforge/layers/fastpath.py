@@ -15,7 +15,7 @@ LOCAL_ATTENTION = ("auto", "blocked", "dense")
 # "auto" packs the real tokens of a batch when at least this share of it is padding:
 # below it the per-layer re-padding for attention costs about what it saves in inference.
 # Training packs at any padding: the backward pass doubles the saving (MiniLM fine-tuning
-# with ~9 % padding: 5.8 s vs 6.4 s per 12 steps, bench/FINDINGS.md)
+# with ~9 % padding: 6.0 s vs 6.5 s per 12 steps, bench/FINDINGS.md)
 UNPAD_MIN_PADDING = 0.1
 
 

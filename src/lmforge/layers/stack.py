@@ -90,7 +90,7 @@ class Stack(nn.Module):
     def _blocked(self, pattern: str, layer: int, T: int, past: int, fast, dense_only: bool) -> bool:
         """Whether this pass computes `pattern` in query chunks (layers/blocked.py): asked for, or
         "auto" and a chunk scores fewer keys than the sequence has (bench/RESULTS.md: at T = 1024 with
-        a 512 window the blocked path is as fast as full attention, the dense mask 0.8x); never for
+        a 512 window the blocked path is ~1.07x full attention, the dense mask 0.8x); never for
         cached decoding."""
         if (fast is None or fast.local_attention == "dense" or dense_only or past or pattern not in BLOCKED
                 or self.cfg.position == "xl-relative"):

@@ -15,6 +15,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from lmforge.beam import Beams, beam_search
+from lmforge.decode_step import LeanDecoder, lean_decoding_supported
 from lmforge.layers.attention import KVCache
 from lmforge.layers.fastpath import weight_layout
 from lmforge.model import EncoderDecoder, ModelOutput, Transformer
@@ -91,14 +92,19 @@ class DecoderSteps:
         # a prefix LM reads the whole prompt bidirectionally: keys before T are the prefix
         N, T = input_ids.shape
         self.prefix = torch.full((N,), T, device=input_ids.device) if prefix_lm else None
+        lean = use_cache and model.fast.lean_decoding and lean_decoding_supported(model)
+        self.lean = LeanDecoder(model) if lean else None  # the steps after the prompt
 
     def logits(self) -> torch.Tensor:
         """(N, V) next-token logits after the tokens so far."""
         fed = self.cache.length if self.cache is not None else 0
-        extra = {} if self.prefix is None else {"prefix_lengths": self.prefix}
-        out = self.model(self.tokens[:, fed:], self.mask, position_ids=self.positions[:, fed:],
-                         cache=self.cache, run_heads=False, **extra)
-        return self.lm(out.last_hidden_state[:, -1])  # the vocabulary projection of one position only
+        if fed and self.lean is not None:
+            hidden = self.lean(self.tokens[:, fed:], self.mask, self.positions[:, fed:], self.cache, self.prefix)
+        else:
+            extra = {} if self.prefix is None else {"prefix_lengths": self.prefix}
+            hidden = self.model(self.tokens[:, fed:], self.mask, position_ids=self.positions[:, fed:],
+                                cache=self.cache, run_heads=False, **extra).last_hidden_state
+        return self.lm(hidden[:, -1])  # the vocabulary projection of one position only
 
     def append(self, chosen: torch.Tensor) -> None:
         """Add (N,) tokens after every row."""

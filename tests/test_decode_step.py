@@ -1,0 +1,97 @@
+"""LeanDecoder's cached steps equal the general forward they replace (no timings here: see bench/)."""
+import pytest
+import torch
+
+import lmforge
+from lmforge.decode_step import LeanDecoder, lean_decoding_supported
+from lmforge.generate import generate
+from lmforge.heads import attach
+from lmforge.layers.attention import KVCache
+from lmforge.presets import PRESETS
+
+
+def _decoders() -> dict:
+    """One tiny decoder per distinct family among the presets, plus variants the presets lack."""
+    models, seen = {}, []
+    for name in PRESETS:
+        # a window shorter than prompt + new tokens, so the sliding window hides keys while decoding
+        cfg = lmforge.tiny(name, window=4, eos_token_id=None)
+        if cfg.architecture == "decoder" and cfg.canonical() not in seen:
+            seen.append(cfg.canonical())
+            models[name] = cfg
+    models["gpt2-shared-layers"] = lmforge.tiny("gpt2", share_layers=True, eos_token_id=None)
+    models["gpt2-rmsnorm-no-bias"] = lmforge.tiny("gpt2", norm="rmsnorm", attention_bias=False,
+                                                  ffn_bias=False, eos_token_id=None)
+    return models
+
+
+DECODERS = _decoders()
+
+
+def _model(name: str):
+    torch.manual_seed(0)
+    model = lmforge.build(DECODERS[name])
+    attach(model, "lm")
+    return model.eval()
+
+
+def _left_padded(vocab: int, lengths=(7, 4, 2)):
+    T = max(lengths)
+    ids = torch.randint(3, vocab, (len(lengths), T), generator=torch.Generator().manual_seed(1))
+    mask = (torch.arange(T)[None] >= T - torch.tensor(lengths)[:, None]).long()
+    return ids, mask
+
+
+def test_the_presets_decoders_are_all_served():
+    assert {"gpt2", "openai-gpt", "llama-3.2-1b", "mistral-7b", "bloom-560m"} <= set(DECODERS)
+    assert all(lean_decoding_supported(lmforge.build(cfg)) for cfg in DECODERS.values())
+
+
+@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("new", [1, 3])
+def test_lean_steps_equal_the_models_cached_forward(name, new):
+    model = _model(name)
+    ids, mask = _left_padded(model.config.vocab_size)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    general, lean = KVCache(), KVCache()
+    step = LeanDecoder(model)
+    with torch.no_grad():
+        model(ids, mask, position_ids=positions, cache=general, run_heads=False)
+        model(ids, mask, position_ids=positions, cache=lean, run_heads=False)
+        for _ in range(3):  # `new` positions per step after the left-padded prompt
+            tokens = torch.randint(3, model.config.vocab_size, (ids.shape[0], new))
+            mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
+            positions = torch.cat([positions, positions[:, -1:] + torch.arange(1, new + 1)], dim=1)
+            expected = model(tokens, mask, position_ids=positions[:, -new:], cache=general,
+                             run_heads=False).last_hidden_state
+            got = step(tokens, mask, positions[:, -new:], lean)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert lean.length == general.length
+    for layer, (k, v) in general.self_kv.items():
+        torch.testing.assert_close(lean.self_kv[layer][0], k, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lean.self_kv[layer][1], v, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_generation_gives_the_same_tokens_with_and_without_lean_steps(name):
+    model = _model(name)
+    ids, mask = _left_padded(model.config.vocab_size)
+    for options in ({}, {"num_beams": 3, "num_return_sequences": 2}, {"prefix_lm": True}):
+        if options.get("prefix_lm") and model.config.attention != "full":
+            continue  # a prefix LM is defined for full attention only
+        model.fast.lean_decoding = True
+        lean = generate(model, ids, mask, max_new_tokens=8, **options)
+        model.fast.lean_decoding = False
+        general = generate(model, ids, mask, max_new_tokens=8, **options)
+        assert torch.equal(lean, general), options
+
+
+def test_lean_steps_are_for_eval_mode_decoders_only():
+    model = _model("gpt2")
+    with pytest.raises(ValueError, match="eval"):
+        LeanDecoder(model.train())
+    for name in ("t5-small", "bert-tiny"):
+        other = lmforge.build(lmforge.tiny(name))
+        assert not lean_decoding_supported(other)
+        with pytest.raises(ValueError, match="plain self-attention"):
+            LeanDecoder(other.eval())

@@ -3,7 +3,7 @@ import torch
 
 import lmforge
 from lmforge.presets import PRESETS
-from lmforge.generate import filter_top_k, filter_top_p, generate, next_tokens, Sampling
+from lmforge.generate import argmax_rows, filter_top_k, filter_top_p, generate, next_tokens, Sampling
 from lmforge.processors import Constraints, ban_repeated_ngrams, penalise_repetition
 from lmforge.heads import attach
 
@@ -103,6 +103,24 @@ def test_top_p_keeps_at_least_one_token_and_greedy_ignores_temperature():
     scores = torch.tensor([[10.0, 0.0, 0.0]])
     assert int((filter_top_p(scores, 0.01) > float("-inf")).sum()) == 1
     assert int(next_tokens(scores, Sampling(temperature=5.0))) == 0
+
+
+@pytest.mark.parametrize("V", [5, 256, 300, 50257])
+def test_blockwise_argmax_equals_argmax_with_ties_nan_and_a_maximum_in_the_tail(V):
+    gen = torch.Generator().manual_seed(V)
+    rows = [torch.randn(V, generator=gen) for _ in range(3)]
+    rows.append(torch.full((V,), float("-inf")))
+    tail = torch.randn(V, generator=gen)
+    tail[-1] = 10.0  # only the overlapping last block holds the maximum
+    tied = torch.randint(0, 3, (V,), generator=gen).float()  # many ties: the first one counts
+    overlapped = torch.zeros(V)
+    overlapped[V - 100 if V > 100 else 0] = 1.0  # inside both the last full block and the tail block
+    overlapped[-1] = 1.0
+    with_nan = torch.randn(V, generator=gen)
+    with_nan[V // 2] = float("nan")
+    scores = torch.stack(rows + [tail, tied, overlapped, with_nan])
+    assert torch.equal(argmax_rows(scores), scores.argmax(-1))
+    assert torch.equal(argmax_rows(scores[:, :-1]), scores[:, :-1].argmax(-1))  # not contiguous rows
 
 
 def _generators():

@@ -6,9 +6,10 @@ are matrix-vector products bound by memory bandwidth, and what the general path 
 a tenth of a GPT-2 small step on CPU (bench/FINDINGS.md). `LeanDecoder` gathers every layer's
 weights once per generate call and runs the layers as a flat sequence of tensor calls. What differs
 between families still comes from the model's own code: embeddings and positions (Embeddings),
-masks, ALiBi, sliding windows and rotations (Stack.context), the cache (KVCache.extend) and the
-attention kernel (`attend`), so every decoder that generation meets gives the same tokens either way
-(tests/test_decode_step.py). Encoder-decoders keep the general path.
+masks, ALiBi, T5's relative bias, sliding windows and rotations (Stack.context), the cache
+(KVCache.extend; an encoder-decoder's cross-attention keys and values, cached by the first step)
+and the attention kernel (`attend`), so every decoder that generation meets gives the same tokens
+either way (tests/test_decode_step.py).
 """
 from __future__ import annotations
 
@@ -20,17 +21,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.layers.attention import KVCache, attend, split_heads
+from lmforge.layers.patterns import cross_bias
 from lmforge.layers.positions import apply_rotary
 
 
 def lean_decoding_supported(model: nn.Module) -> bool:
-    """Whether `model` can decode through LeanDecoder: a decoder whose self-attention has no
-    Transformer-XL terms, Linformer projection or Longformer global projections."""
+    """Whether `model` can decode through LeanDecoder: a decoder or an encoder-decoder whose decoder
+    self-attention has no Transformer-XL terms, Linformer projection or Longformer global projections."""
     stack = getattr(model, "decoder", None)
-    if model.config.architecture != "decoder" or stack is None:
+    if model.config.architecture not in ("decoder", "encoder-decoder") or stack is None:
         return False
-    return all(b.cross_attn is None and b.attn.xl is None and b.attn.linformer is None
-               and b.attn.global_qkv is None for b in stack.blocks)
+    return all(b.attn.xl is None and b.attn.linformer is None and b.attn.global_qkv is None
+               for b in stack.blocks)
 
 
 def _linear(module: nn.Linear) -> tuple:
@@ -55,7 +57,8 @@ class LeanDecoder:
     """A decoder's layers as gathered weights, for cached steps; built per generate call because
     weights may be relaid out between calls (layers/fastpath.py weight_layout)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, memory_mask: Optional[torch.Tensor] = None) -> None:
+        """memory_mask (B, S): an encoder-decoder's source padding, 1 at real tokens (None: none)."""
         if not lean_decoding_supported(model):
             raise ValueError("LeanDecoder needs a decoder with plain self-attention "
                              "(see lean_decoding_supported)")
@@ -63,6 +66,8 @@ class LeanDecoder:
             raise ValueError("LeanDecoder runs eval-mode steps (no dropout): call model.eval() first")
         self.model, self.stack = model, model.decoder
         stack, cfg = self.stack, model.config
+        self.embed = model.decoder_embed if cfg.architecture == "encoder-decoder" else model.embed
+        self.cross_bias = None if memory_mask is None else cross_bias(memory_mask, model.tokens.weight.dtype)
         self.pre_norm = cfg.norm_placement == "pre"
         blocks = [stack.blocks[0 if cfg.share_layers else i] for i in range(stack.n_layers)]
         self.layers = [self._gather(block) for block in blocks]
@@ -70,10 +75,12 @@ class LeanDecoder:
 
     @staticmethod
     def _gather(block: nn.Module) -> tuple:
-        attn, ffn = block.attn, block.ffn
+        attn, ffn, cross = block.attn, block.ffn, block.cross_attn
         heads = (attn.n_heads, attn.n_kv, attn.dh, attn.scale)
         gate = _linear(ffn.gate) if ffn.gate is not None else None
-        return (_norm(block.attn_norm), _linear(attn.qkv), _linear(attn.out), heads,
+        if cross is not None:
+            cross = (_norm(block.cross_norm), _linear(cross.q), _linear(cross.out), (cross.n_heads, cross.dh, cross.scale))
+        return (_norm(block.attn_norm), _linear(attn.qkv), _linear(attn.out), heads, cross,
                 _norm(block.ffn_norm), _linear(ffn.up), gate, _linear(ffn.down), ffn.act)
 
     @torch.no_grad()
@@ -83,7 +90,10 @@ class LeanDecoder:
         """input_ids (B, T) after cache.length cached positions; attention_mask (B, cached + T) ->
         (B, T, d_model) final hidden states, as the model's forward with run_heads=False."""
         model, past = self.model, cache.length
-        x, position_ids = model._embed(model.embed, input_ids, position_ids, None, past)
+        if self.cross_bias is not None and len(cache.cross_kv) < self.stack.n_layers:
+            raise ValueError("an encoder-decoder's lean steps read the cross-attention keys and values "
+                             "that the first (general) decoding step caches")
+        x, position_ids = model._embed(self.embed, input_ids, position_ids, None, past)
         key_padding = attention_mask.bool() if attention_mask is not None else None
         ctx = self.stack.context(x, position_ids, past, key_padding, cache=cache,
                                  prefix_lengths=prefix_lengths, fast=model.fast)
@@ -98,12 +108,24 @@ class LeanDecoder:
 
     def _block(self, x, weights, layer: int, shape: tuple, bias, ctx) -> torch.Tensor:
         """One layer on (B*T, d_model) rows: the Block's pre- or post-norm residual order."""
-        norm1, qkv, out, heads, norm2, up, gate, down, act = weights
+        norm1, qkv, out, heads, cross, norm2, up, gate, down, act = weights
         if self.pre_norm:
             x = x + self._attention(norm1(x), qkv, out, heads, layer, shape, bias, ctx)
+            if cross is not None:
+                x = x + self._cross_attention(cross[0](x), cross, layer, shape, ctx)
             return x + self._ffn(norm2(x), up, gate, down, act)
         x = norm1(x + self._attention(x, qkv, out, heads, layer, shape, bias, ctx))
+        if cross is not None:
+            x = cross[0](x + self._cross_attention(x, cross, layer, shape, ctx))
         return norm2(x + self._ffn(x, up, gate, down, act))
+
+    def _cross_attention(self, h, cross, layer, shape, ctx) -> torch.Tensor:
+        _, q_proj, out, (n_heads, dh, scale) = cross
+        B, T = shape
+        q = _apply(h, q_proj).view(B, T, n_heads, dh).transpose(1, 2)  # (B, H, T, dh)
+        k, v = ctx.cache.cross_kv[layer]  # the encoder's, projected once by the first step
+        o, _ = attend(q, k, v, self.cross_bias, 0.0, scale)
+        return _apply(o.transpose(1, 2).reshape(B * T, n_heads * dh), out)
 
     @staticmethod
     def _attention(h, qkv, out, heads, layer, shape, bias, ctx) -> torch.Tensor:

@@ -99,6 +99,13 @@ def lm_head_name(model: Transformer) -> str:
                      "*ForCausalLM / *ForConditionalGeneration checkpoint or attach(model, 'lm')")
 
 
+def _lean(model, use_cache: bool, memory_mask=None) -> Optional[LeanDecoder]:
+    """The lean cached steps (decode_step.py) when the model's fast paths ask for them and it has them."""
+    if use_cache and model.fast.lean_decoding and lean_decoding_supported(model):
+        return LeanDecoder(model, memory_mask)
+    return None
+
+
 class DecoderSteps:
     """A decoder's forward passes: the prompt once, then the new token of each row (the whole
     sequence again without a cache). Rows are left-padded; positions count real tokens only."""
@@ -111,8 +118,7 @@ class DecoderSteps:
         # a prefix LM reads the whole prompt bidirectionally: keys before T are the prefix
         N, T = input_ids.shape
         self.prefix = torch.full((N,), T, device=input_ids.device) if prefix_lm else None
-        lean = use_cache and model.fast.lean_decoding and lean_decoding_supported(model)
-        self.lean = LeanDecoder(model) if lean else None  # the steps after the prompt
+        self.lean = _lean(model, use_cache)  # the steps after the prompt
 
     def logits(self) -> torch.Tensor:
         """(N, V) next-token logits after the tokens so far."""
@@ -153,13 +159,17 @@ class EncoderDecoderSteps(DecoderSteps):
         N = self.memory_mask.shape[0]
         tokens = torch.full((N, 1), start, dtype=torch.long, device=input_ids.device)
         super().__init__(model, lm, tokens, torch.ones_like(tokens), use_cache)
+        self.lean = _lean(model, use_cache, self.memory_mask)
 
     def logits(self) -> torch.Tensor:
         """(N, V) next-token logits after the decoder tokens so far."""
         fed = self.cache.length if self.cache is not None else 0
-        out = self.model(attention_mask=self.memory_mask, decoder_input_ids=self.tokens[:, fed:],
-                         encoder_output=self.memory, cache=self.cache, run_heads=False)
-        return self.lm(out.last_hidden_state[:, -1])
+        if fed and self.lean is not None:  # the first step has cached the encoder's keys and values
+            hidden = self.lean(self.tokens[:, fed:], None, None, self.cache)
+        else:
+            hidden = self.model(attention_mask=self.memory_mask, decoder_input_ids=self.tokens[:, fed:],
+                                encoder_output=self.memory, cache=self.cache, run_heads=False).last_hidden_state
+        return self.lm(hidden[:, -1])
 
 
 class _Finished:

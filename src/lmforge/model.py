@@ -19,7 +19,8 @@ from lmforge.layers.embeddings import Embeddings
 from lmforge.layers.fastpath import FastPaths, weight_layout
 from lmforge.layers.norms import RMSNorm
 from lmforge.layers.packing import Packing
-from lmforge.layers.stack import Stack, additive
+from lmforge.layers.patterns import cross_bias
+from lmforge.layers.stack import Stack
 from lmforge.layers.two_stream import TwoStream
 
 # heads that read one pooled vector per sequence: they never see padded rows, so unpadding may run
@@ -122,7 +123,7 @@ class Transformer(nn.Module):
         if memory is not None:
             ctx.memory = memory
             if memory_mask is not None:
-                ctx.cross_bias = additive(memory_mask.bool()[:, None, None, :], None, x.dtype)
+                ctx.cross_bias = cross_bias(memory_mask, x.dtype)
         if two_stream is not None:  # XLNet: permutation masks, memory (layers/two_stream.py)
             two_stream.prepare(ctx, x.dtype)
         x, hidden, probs = stack(x, ctx, return_hidden or two_stream is not None)

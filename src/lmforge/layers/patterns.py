@@ -146,6 +146,11 @@ def additive(allowed, bias, dtype):
     return torch.where(allowed, base.to(dtype), torch.finfo(dtype).min)
 
 
+def cross_bias(memory_mask: torch.Tensor, dtype) -> torch.Tensor:
+    """(B, S) source padding (1 at real tokens) -> (B, 1, 1, S) additive bias for cross-attention."""
+    return additive(memory_mask.bool()[:, None, None, :], None, dtype)
+
+
 def pattern_mask(cfg: ModelConfig, pattern: str, q_pos, k_pos, causal: bool,
                  global_tokens, layer: int):
     """The pattern's mask intersected with causality; None means every key is visible."""

@@ -78,8 +78,9 @@ class LeanDecoder:
         attn, ffn, cross = block.attn, block.ffn, block.cross_attn
         heads = (attn.n_heads, attn.n_kv, attn.dh, attn.scale)
         gate = _linear(ffn.gate) if ffn.gate is not None else None
-        if cross is not None:
-            cross = (_norm(block.cross_norm), _linear(cross.q), _linear(cross.out), (cross.n_heads, cross.dh, cross.scale))
+        if cross is not None:  # an encoder-decoder's: queries only, keys and values come from the cache
+            cross_heads = (cross.n_heads, cross.dh, cross.scale)
+            cross = (_norm(block.cross_norm), _linear(cross.q), _linear(cross.out), cross_heads)
         return (_norm(block.attn_norm), _linear(attn.qkv), _linear(attn.out), heads, cross,
                 _norm(block.ffn_norm), _linear(ffn.up), gate, _linear(ffn.down), ffn.act)
 

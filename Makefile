@@ -21,7 +21,10 @@ $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	$(PIP) install -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
+# an earlier run is moved aside (named by its time), so a second `make demo` runs instead of refusing
 demo: $(VENV)/.installed
+	@if [ -e runs/demo ]; then kept=runs/demo-$$(date -r runs/demo +%Y%m%d-%H%M%S); \
+		mv runs/demo $$kept && echo "the earlier demo run is now in $$kept"; fi
 	$(VENV)/bin/lmforge demo --out runs/demo
 
 test: $(VENV)/.dev-installed

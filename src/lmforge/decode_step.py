@@ -66,7 +66,8 @@ class LeanDecoder:
             raise ValueError("LeanDecoder runs eval-mode steps (no dropout): call model.eval() first")
         self.model, self.stack = model, model.decoder
         stack, cfg = self.stack, model.config
-        self.embed = model.decoder_embed if cfg.architecture == "encoder-decoder" else model.embed
+        self.cross = cfg.architecture == "encoder-decoder"
+        self.embed = model.decoder_embed if self.cross else model.embed
         self.cross_bias = None if memory_mask is None else cross_bias(memory_mask, model.tokens.weight.dtype)
         self.pre_norm = cfg.norm_placement == "pre"
         blocks = [stack.blocks[0 if cfg.share_layers else i] for i in range(stack.n_layers)]
@@ -91,7 +92,7 @@ class LeanDecoder:
         """input_ids (B, T) after cache.length cached positions; attention_mask (B, cached + T) ->
         (B, T, d_model) final hidden states, as the model's forward with run_heads=False."""
         model, past = self.model, cache.length
-        if self.cross_bias is not None and len(cache.cross_kv) < self.stack.n_layers:
+        if self.cross and len(cache.cross_kv) < self.stack.n_layers:
             raise ValueError("an encoder-decoder's lean steps read the cross-attention keys and values "
                              "that the first (general) decoding step caches")
         x, position_ids = model._embed(self.embed, input_ids, position_ids, None, past)

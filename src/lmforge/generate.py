@@ -60,7 +60,7 @@ def filter_top_p(scores: torch.Tensor, p: float) -> torch.Tensor:
 def argmax_rows(scores: torch.Tensor, block: int = 128) -> torch.Tensor:
     """(N, V) -> (N,) each row's argmax (its first maximum; NaN counts as the maximum, as in argmax).
 
-    On CPU, argmax over a vocabulary runs ~7x slower than amax (50257 logits: 94 vs 13 us a row,
+    On CPU, argmax over a vocabulary runs ~7x slower than amax (50257 logits: ~100 vs 13 us a row,
     bench/FINDINGS.md), so the maximum is found among block maxima first, then inside its block.
     The last block is the row's final `block` scores: it overlaps the one before when V is not a
     multiple, and an overlapped maximum is found first in the earlier block, as argmax finds it."""
@@ -110,7 +110,8 @@ class DecoderSteps:
     """A decoder's forward passes: the prompt once, then the new token of each row (the whole
     sequence again without a cache). Rows are left-padded; positions count real tokens only."""
 
-    def __init__(self, model, lm, input_ids, mask, use_cache: bool = True, prefix_lm: bool = False) -> None:
+    def __init__(self, model, lm, input_ids, mask, use_cache: bool = True, prefix_lm: bool = False,
+                 memory_mask=None) -> None:
         self.model, self.lm = model, lm
         self.tokens, self.mask = input_ids, mask  # (N, T)
         self.positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -118,7 +119,7 @@ class DecoderSteps:
         # a prefix LM reads the whole prompt bidirectionally: keys before T are the prefix
         N, T = input_ids.shape
         self.prefix = torch.full((N,), T, device=input_ids.device) if prefix_lm else None
-        self.lean = _lean(model, use_cache)  # the steps after the prompt
+        self.lean = _lean(model, use_cache, memory_mask)  # the steps after the first
 
     def logits(self) -> torch.Tensor:
         """(N, V) next-token logits after the tokens so far."""
@@ -158,8 +159,7 @@ class EncoderDecoderSteps(DecoderSteps):
         self.memory_mask = mask.repeat_interleave(copies, 0)
         N = self.memory_mask.shape[0]
         tokens = torch.full((N, 1), start, dtype=torch.long, device=input_ids.device)
-        super().__init__(model, lm, tokens, torch.ones_like(tokens), use_cache)
-        self.lean = _lean(model, use_cache, self.memory_mask)
+        super().__init__(model, lm, tokens, torch.ones_like(tokens), use_cache, memory_mask=self.memory_mask)
 
     def logits(self) -> torch.Tensor:
         """(N, V) next-token logits after the decoder tokens so far."""

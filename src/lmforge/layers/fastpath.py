@@ -38,8 +38,8 @@ class FastPaths:
     # generation by an eval-mode model on CPU stores linear weights input-major (see weight_layout);
     # model.train() puts them back row-major
     decode_layout: bool = True
-    # generation runs a decoder's cached steps through decode_step.LeanDecoder: the same calls
-    # without module and feature-check overhead per layer (GPT-2 small, batch 1: bench/FINDINGS.md)
+    # generation runs the cached steps of decoders and encoder-decoders through decode_step.LeanDecoder:
+    # the same calls without module and feature-check overhead per layer (bench/FINDINGS.md)
     lean_decoding: bool = True
 
     def __post_init__(self) -> None:

@@ -101,19 +101,30 @@ def test_encoder_decoder_lean_steps_equal_the_models_cached_forward(name):
 
 
 @pytest.mark.parametrize("name", [*DECODERS, *ENCODER_DECODERS])
-def test_generation_gives_the_same_tokens_with_and_without_lean_steps(name):
+def test_generation_gives_the_same_tokens_with_and_without_lean_steps(name, monkeypatch):
     model = _model(name)
     ids, mask = _left_padded(model.config.vocab_size)
     if model.config.architecture == "encoder-decoder":
         mask = mask.flip(1)
+    steps = []  # lean steps actually taken: every step after the first, and none when switched off
+    run = LeanDecoder.__call__
+
+    def counted(self, *args, **kwargs):
+        steps.append(1)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(LeanDecoder, "__call__", counted)
     for options in ({}, {"num_beams": 3, "num_return_sequences": 2}, {"prefix_lm": True}):
         if options.get("prefix_lm") and (model.config.attention != "full" or name in ENCODER_DECODERS):
             continue  # a prefix LM is a decoder's, with full attention
         model.fast.lean_decoding = True
-        lean = generate(model, ids, mask, max_new_tokens=8, **options)
+        steps.clear()
+        lean = generate(model, ids, mask, max_new_tokens=8, eos_token_id=None, **options)
+        assert len(steps) == 7, options
         model.fast.lean_decoding = False
-        general = generate(model, ids, mask, max_new_tokens=8, **options)
-        assert torch.equal(lean, general), options
+        steps.clear()
+        general = generate(model, ids, mask, max_new_tokens=8, eos_token_id=None, **options)
+        assert not steps and torch.equal(lean, general), options
 
 
 def test_lean_steps_are_for_eval_mode_decoders_only():

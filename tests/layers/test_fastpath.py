@@ -277,3 +277,24 @@ def test_generation_in_train_mode_keeps_the_row_major_layout():
     lmforge.heads.attach(model, "lm")
     lmforge.generate(model, torch.tensor([[5, 6, 7]]), max_new_tokens=2)
     assert model.training and all(w.is_contiguous() for w in linear_weights(model))
+
+
+@pytest.mark.parametrize("ffn", ["relu", "gelu", "gelu-tanh", "geglu", "swiglu"])
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_inference_writes_activations_and_residuals_in_place_with_the_same_results(ffn, placement):
+    from lmforge.layers.feedforward import ACTIVATIONS, IN_PLACE
+
+    assert {act for act, _ in ACTIVATIONS.values()} <= set(IN_PLACE)  # no activation falls back
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base", ffn=ffn, norm_placement=placement)).eval()
+    ids, mask = _batch(model.config.vocab_size)
+    model.fast = FastPaths(unpad="never")
+    with torch.no_grad():  # in place: nothing keeps the sublayers' outputs for a backward pass
+        in_place = model(ids, mask, return_hidden=True)
+    autograd = model(ids, mask, return_hidden=True)  # parameters require grad: out of place
+    assert autograd.last_hidden_state.requires_grad
+    assert torch.equal(in_place.last_hidden_state, autograd.last_hidden_state.detach())
+    for a, b in zip(in_place.hidden_states, autograd.hidden_states):  # kept states are not overwritten
+        assert torch.equal(a, b.detach())
+    autograd.last_hidden_state.sum().backward()
+    assert all(p.grad is not None for p in model.encoder.parameters() if p.requires_grad)

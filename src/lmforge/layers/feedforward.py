@@ -1,6 +1,8 @@
 """Position-wise feed-forward networks: plain (Vaswani et al. 2017) and gated (Shazeer 2020)."""
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,6 +26,17 @@ ACTIVATIONS = {
 }
 
 
+# in-place forms, for inference: an activation that overwrites its input allocates nothing (a
+# bert-mini batch of 32 x 128 allocates 16 MB per layer for it, bench/FINDINGS.md)
+IN_PLACE = {F.relu: torch.relu_, F.gelu: torch.ops.aten.gelu_,
+            gelu_tanh: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"), F.silu: partial(F.silu, inplace=True)}
+
+
+def activate(act, h: torch.Tensor) -> torch.Tensor:
+    """act(h), in place when nothing needs h for a backward pass (h is a fresh projection output)."""
+    return act(h) if h.requires_grad or act not in IN_PLACE else IN_PLACE[act](h)
+
+
 def activation(cfg: ModelConfig):
     """The element-wise non-linearity of `cfg.ffn` (also used by heads' transforms)."""
     return ACTIVATIONS[cfg.ffn][0]
@@ -41,8 +54,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model)
         if self.gate is None:
-            h = self.act(self.up(x))
+            h = activate(self.act, self.up(x))
         else:
-            h = self.act(self.gate(x)) * self.up(x)  # act on the gate, as in SwiGLU / GEGLU
+            h = activate(self.act, self.gate(x)) * self.up(x)  # act on the gate, as in SwiGLU / GEGLU
         # dropout is applied by the block after `down` (BERT, GPT-2); T5 also drops inside
         return self.down(h)

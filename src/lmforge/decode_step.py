@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.layers.attention import KVCache, attend, split_heads
+from lmforge.layers.block import add_residual
+from lmforge.layers.feedforward import activate
 from lmforge.layers.patterns import cross_bias
 from lmforge.layers.positions import apply_rotary
 
@@ -112,14 +114,14 @@ class LeanDecoder:
         """One layer on (B*T, d_model) rows: the Block's pre- or post-norm residual order."""
         norm1, qkv, out, heads, cross, norm2, up, gate, down, act = weights
         if self.pre_norm:
-            x = x + self._attention(norm1(x), qkv, out, heads, layer, shape, bias, ctx)
+            x = add_residual(self._attention(norm1(x), qkv, out, heads, layer, shape, bias, ctx), x)
             if cross is not None:
-                x = x + self._cross_attention(cross[0](x), cross, layer, shape, ctx)
-            return x + self._ffn(norm2(x), up, gate, down, act)
-        x = norm1(x + self._attention(x, qkv, out, heads, layer, shape, bias, ctx))
+                x = add_residual(self._cross_attention(cross[0](x), cross, layer, shape, ctx), x)
+            return add_residual(self._ffn(norm2(x), up, gate, down, act), x)
+        x = norm1(add_residual(self._attention(x, qkv, out, heads, layer, shape, bias, ctx), x))
         if cross is not None:
-            x = cross[0](x + self._cross_attention(x, cross, layer, shape, ctx))
-        return norm2(x + self._ffn(x, up, gate, down, act))
+            x = cross[0](add_residual(self._cross_attention(x, cross, layer, shape, ctx), x))
+        return norm2(add_residual(self._ffn(x, up, gate, down, act), x))
 
     def _cross_attention(self, h, cross, layer, shape, ctx) -> torch.Tensor:
         _, q_proj, out, (n_heads, dh, scale) = cross
@@ -143,5 +145,6 @@ class LeanDecoder:
     @staticmethod
     def _ffn(h, up, gate, down, act) -> torch.Tensor:
         # FeedForward.forward: act on the gate for GLU variants, else on the up projection
-        u = act(_apply(h, gate)) * _apply(h, up) if gate is not None else act(_apply(h, up))
-        return _apply(u, down)
+        if gate is not None:
+            return _apply(activate(act, _apply(h, gate)) * _apply(h, up), down)
+        return _apply(activate(act, _apply(h, up)), down)

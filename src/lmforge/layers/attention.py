@@ -16,6 +16,7 @@ from torch import nn
 
 from lmforge.config import ModelConfig
 from lmforge.layers.blocked import ChunkPlan, blocked_attend
+from lmforge.layers.linear import Linear
 from lmforge.layers.linformer import LinformerProjection
 from lmforge.layers.packing import Packing
 from lmforge.layers.positions import apply_rotary
@@ -145,15 +146,15 @@ class Attention(nn.Module):
         self.pattern, self.cross = pattern, cross
         q_dim, kv_dim = self.n_heads * self.dh, self.n_kv * self.dh
         if cross:
-            self.q = nn.Linear(cfg.d_model, q_dim, bias=cfg.attention_bias)
-            self.kv = nn.Linear(cfg.d_model, 2 * kv_dim, bias=cfg.attention_bias)
+            self.q = Linear(cfg.d_model, q_dim, bias=cfg.attention_bias)
+            self.kv = Linear(cfg.d_model, 2 * kv_dim, bias=cfg.attention_bias)
         else:  # fused projection: one matmul for q, k and v
-            self.qkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.attention_bias)
-        self.out = nn.Linear(q_dim, cfg.d_model, bias=cfg.attention_bias)
+            self.qkv = Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.attention_bias)
+        self.out = Linear(q_dim, cfg.d_model, bias=cfg.attention_bias)
         self.scale = 1.0 / math.sqrt(self.dh) if cfg.attention_scaling else 1.0
         self.dropout_p = cfg.attention_dropout
         own = not cross
-        self.global_qkv = (nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.attention_bias)
+        self.global_qkv = (Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.attention_bias)
                            if own and cfg.global_projections and pattern == "longformer" else None)
         self.linformer = LinformerProjection(cfg) if own and pattern == "linformer" else None
         self.xl = XLRelativeBias(cfg) if own and cfg.position == "xl-relative" else None

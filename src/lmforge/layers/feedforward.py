@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.config import ModelConfig
+from lmforge.layers.linear import Linear
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -48,9 +49,9 @@ class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.act, gated = ACTIVATIONS[cfg.ffn]
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.ffn_bias)
-        self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.ffn_bias) if gated else None
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.ffn_bias)
+        self.up = Linear(cfg.d_model, cfg.d_ff, bias=cfg.ffn_bias)
+        self.gate = Linear(cfg.d_model, cfg.d_ff, bias=cfg.ffn_bias) if gated else None
+        self.down = Linear(cfg.d_ff, cfg.d_model, bias=cfg.ffn_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model)
         if self.gate is None:

@@ -3,8 +3,8 @@
 F.linear with a bias runs addmm: it first copies the bias into every row of a fresh (N, out)
 output, then has the matrix product accumulate onto it, which reads that output back. In CPU
 inference the product can instead write the fresh output and the bias be added into it while it
-is still warm: bert-mini with lengths 8..128 (unpadded, 2168 rows) 97 -> 88 ms a batch in the
-tuned allocator, neutral on bert-base (bench/FINDINGS.md). The sum is the same up to where the
+is still warm: bert-mini with lengths 8..128 (unpadded, 2168 rows) gains 3-10 % a batch, bert-base
+is unchanged within noise (bench/FINDINGS.md). The sum is the same up to where the
 bias joins it (bitwise equal on the bench's shapes); autograd, autocast and other devices keep
 F.linear.
 """

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from attention import LENGTHS, VARIANTS, slope
@@ -53,6 +54,17 @@ def _table(header: list, rows: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired(row: dict) -> str:
+    """Each round's reference seconds / lmforge seconds (a round runs both back to back, so load
+    on the shared host that lasts a round falls on both): "median (min-max)", or "" without runs."""
+    runs = row.get("runs", {})
+    if "lmforge" not in runs or "reference" not in runs:
+        return ""
+    ours, theirs = (r["runs"] if isinstance(r, dict) else r for r in (runs["lmforge"], runs["reference"]))
+    ratios = sorted(b / a for a, b in zip(ours, theirs))
+    return f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
 def _checks(results: dict) -> str:
     rows = []
     for label, suite, keep, field, target, direction in CHECKS:
@@ -62,20 +74,23 @@ def _checks(results: dict) -> str:
                     value = r[field]
                     ok = value >= target if direction == ">=" else value <= target
                     name = r.get("model", "") + (f" batch {r['batch']}" if "batch" in r else "")
-                    rows.append([label, name, env, f"{value:.2f}", f"{direction} {target}", "yes" if ok else "NO"])
+                    rounds = paired(r) if field == "ratio" else ""
+                    rows.append([label, name, env, f"{value:.2f}", rounds, f"{direction} {target}",
+                                 "yes" if ok else "NO"])
     sweep = results.get("default", {}).get("attention", {}).get("rows", [])
     sliding = "sliding-window 512"
     for key, what in (("seconds", "time"), ("peak_mib", "memory")):
         s = slope(sweep, sliding, key)
-        rows.append([f"sliding-window {what} log-log slope, T 1024..16384", sliding, "default", f"{s:.2f}",
+        rows.append([f"sliding-window {what} log-log slope, T 1024..16384", sliding, "default", f"{s:.2f}", "",
                      "<= 1.15", "yes" if s <= 1.15 else "NO"])
     by = {(r["variant"], r["T"]): r for r in sweep if "seconds" in r}
     for T in LENGTHS:
         if T >= 1024 and (sliding, T) in by and ("full", T) in by:
             faster = by[("full", T)]["seconds"] / by[(sliding, T)]["seconds"]
             rows.append([f"sliding-window vs full attention, T={T} (speed-up)", sliding, "default", f"{faster:.2f}",
-                         "> 1", "yes" if faster > 1 else "NO"])
-    return _table(["check", "case", "allocator env", "measured", "target", "met"], rows)
+                         "", "> 1", "yes" if faster > 1 else "NO"])
+    return _table(["check", "case", "allocator env", "measured", "per round: median (range)", "target", "met"],
+                  rows)
 
 
 def _section(results: dict, suite: str, header: list, cells) -> str:
@@ -162,6 +177,9 @@ def write(results_dir: Path, out: Path, plots: Path) -> None:
              "Regenerate with `python bench/run.py` (options: `--repeats`, `--only`, `--envs`, `--quick`). "
              "Medians of the repeats, both libraries in one process on the same weights and inputs; "
              "ratio = lmforge / reference throughput (memory: lmforge / reference, lower is better). "
+             "The checks are decided on the ratio of the medians; beside it, the same ratio taken round by "
+             "round (each round runs both, in alternating order) shows how far the shared machine's noise "
+             "moves it. "
              "Allocator env `tuned` = `MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 "
              "MALLOC_TOP_PAD_=1073741824` (see PERF_NOTES).\n"]
     for env, data in results.items():

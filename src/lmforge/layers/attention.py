@@ -16,6 +16,7 @@ from torch import nn
 
 from lmforge.config import ModelConfig
 from lmforge.layers.blocked import ChunkPlan, blocked_attend
+from lmforge.layers.dropout import dropout
 from lmforge.layers.linear import Linear
 from lmforge.layers.linformer import LinformerProjection
 from lmforge.layers.packing import Packing
@@ -29,15 +30,16 @@ def attend(q, k, v, bias=None, dropout_p: float = 0.0, scale: float = 1.0, retur
     if k.shape[1] != q.shape[1]:  # GQA/MQA: each kv head serves n_heads / n_kv_heads query heads
         groups = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    if not return_probs:
+    # attention dropout sends CPU SDPA to its math path anyway: the same steps here draw a cheaper mask
+    if not return_probs and not (dropout_p and q.device.type == "cpu"):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
         return out, None
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    out = torch.matmul(F.dropout(probs, dropout_p) if dropout_p else probs, v)
-    return out, probs
+    out = torch.matmul(dropout(probs, dropout_p) if dropout_p else probs, v)
+    return out, (probs if return_probs else None)
 
 
 def split_heads(fused: torch.Tensor, n_heads: int, n_kv: int, dh: int) -> tuple:

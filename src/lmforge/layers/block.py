@@ -11,6 +11,7 @@ from torch import nn
 from lmforge.config import ModelConfig
 from lmforge.layers.attention import Attention, AttentionContext
 from lmforge.layers.feedforward import FeedForward
+from lmforge.layers.dropout import Dropout
 from lmforge.layers.norms import make_norm
 
 
@@ -33,7 +34,7 @@ class Block(nn.Module):
         self.cross_norm = make_norm(cfg) if cross else None
         self.ffn = FeedForward(cfg)
         self.ffn_norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def _residual(self, x: torch.Tensor, norm: nn.Module, sublayer) -> tuple:
         if self.pre_norm:

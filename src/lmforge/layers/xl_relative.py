@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from lmforge.config import ModelConfig
+from lmforge.layers.dropout import Dropout
 
 
 def relative_sinusoids(distances: torch.Tensor, dim: int) -> torch.Tensor:
@@ -31,7 +32,7 @@ class XLRelativeBias(nn.Module):
         self.r_r_bias = nn.Parameter(torch.empty(H, dh))  # v
         self.r_s_bias = nn.Parameter(torch.empty(H, dh))  # s
         self.seg_embed = nn.Parameter(torch.empty(2, H, dh))  # same / different segment
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, q, k, q_pos, k_pos, segments, scale: float) -> torch.Tensor:
         # q (B, H, Tq, dh), k (B, H, Tk, dh) -> bias (B, H, Tq, Tk)

@@ -5,6 +5,7 @@ every function here is a no-op. The CPU backend is gloo, CUDA uses nccl.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 
@@ -26,7 +27,15 @@ def init_from_env(device: torch.device) -> tuple:
         return 0, 1
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # a group left to interpreter teardown can abort a rank as gloo's threads are torn down
+        # ("terminate called without an active exception", seen once in a clean-clone CI run)
+        atexit.register(_shutdown)
     return world()
+
+
+def _shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def wrap(module: nn.Module, parallel: str, device: torch.device) -> nn.Module:

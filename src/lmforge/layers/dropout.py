@@ -4,7 +4,7 @@ torch draws dropout masks on CPU one float per element from a single-threaded Me
 which made dropout about a fifth of a bert-mini MLM step in both libraries (bench/FINDINGS.md).
 Here one 64-bit draw gives four 16-bit uniforms, each compared with p quantised to 2^-16: the
 mask costs ~4x less (2 M elements: 7.6 vs 29 ms). The keep probability is (2^16 - round(p 2^16))
-/ 2^16 (0.1 -> 0.900009) and kept values are scaled by its inverse, so E[dropout(x)] = x exactly.
+/ 2^16 (p = 0.1 keeps 0.899994) and kept values are scaled by its inverse, so E[dropout(x)] = x exactly.
 Masks still come from torch's default generator: seeded runs repeat, and a resumed run that
 restores the generator's state draws the same masks. Other devices keep F.dropout (Philox there).
 """

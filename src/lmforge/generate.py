@@ -16,10 +16,12 @@ import torch
 
 from lmforge.beam import Beams, beam_search
 from lmforge.decode_step import LeanDecoder, lean_decoding_supported
+from lmforge.heads import LMHead
 from lmforge.layers.attention import KVCache
 from lmforge.layers.fastpath import weight_layout
 from lmforge.model import EncoderDecoder, ModelOutput, Transformer
 from lmforge.processors import Constraints
+from lmforge.vocab_screen import GreedyScreen, greedy_screen
 
 
 @dataclass
@@ -123,6 +125,10 @@ class DecoderSteps:
 
     def logits(self) -> torch.Tensor:
         """(N, V) next-token logits after the tokens so far."""
+        return self.lm(self.hidden())  # the vocabulary projection of one position only
+
+    def hidden(self) -> torch.Tensor:
+        """(N, d_model) final hidden state of the last position, after the tokens so far."""
         fed = self.cache.length if self.cache is not None else 0
         if fed and self.lean is not None:
             hidden = self.lean(self.tokens[:, fed:], self.mask, self.positions[:, fed:], self.cache, self.prefix)
@@ -130,7 +136,7 @@ class DecoderSteps:
             extra = {} if self.prefix is None else {"prefix_lengths": self.prefix}
             hidden = self.model(self.tokens[:, fed:], self.mask, position_ids=self.positions[:, fed:],
                                 cache=self.cache, run_heads=False, **extra).last_hidden_state
-        return self.lm(hidden[:, -1])  # the vocabulary projection of one position only
+        return hidden[:, -1]
 
     def append(self, chosen: torch.Tensor) -> None:
         """Add (N,) tokens after every row."""
@@ -161,15 +167,15 @@ class EncoderDecoderSteps(DecoderSteps):
         tokens = torch.full((N, 1), start, dtype=torch.long, device=input_ids.device)
         super().__init__(model, lm, tokens, torch.ones_like(tokens), use_cache, memory_mask=self.memory_mask)
 
-    def logits(self) -> torch.Tensor:
-        """(N, V) next-token logits after the decoder tokens so far."""
+    def hidden(self) -> torch.Tensor:
+        """(N, d_model) the decoder's final hidden state of the last position."""
         fed = self.cache.length if self.cache is not None else 0
         if fed and self.lean is not None:  # the first step has cached the encoder's keys and values
             hidden = self.lean(self.tokens[:, fed:], None, None, self.cache)
         else:
             hidden = self.model(attention_mask=self.memory_mask, decoder_input_ids=self.tokens[:, fed:],
                                 encoder_output=self.memory, cache=self.cache, run_heads=False).last_hidden_state
-        return self.lm(hidden[:, -1])
+        return hidden[:, -1]
 
 
 class _Finished:
@@ -188,11 +194,33 @@ class _Finished:
         return chosen
 
 
+def _screen(model, lm, rule: Sampling, max_new_tokens: int) -> Optional[GreedyScreen]:
+    """The screened argmax of greedy decoding (vocab_screen.py) where it applies, else None: not
+    for a few steps, which would not repay the check that the weights are unchanged."""
+    if rule.do_sample or max_new_tokens < 4 or not isinstance(lm, LMHead):
+        return None
+    return greedy_screen(lm, *lm.projection(), mode=model.fast.screened_greedy)
+
+
+def _choose(steps, constraints, rule, generator, screen) -> torch.Tensor:
+    """(N,) next tokens: through the screen when no processor changes this step's scores."""
+    hidden = steps.hidden()
+    if screen is not None and screen.active and constraints.inert(steps.tokens.shape[1]):
+        features = steps.lm.features(hidden)
+        chosen = screen(features)
+        if chosen is not None:
+            return chosen
+        logits = steps.lm.project(features)
+    else:
+        logits = steps.lm(hidden)
+    return next_tokens(constraints(logits, steps.tokens), rule, generator)
+
+
 def _sample(steps, constraints, rule, finished, max_new_tokens, generator, streamer) -> torch.Tensor:
     """Greedy decoding or sampling, one token per row per step."""
+    screen = _screen(steps.model, steps.lm, rule, max_new_tokens)
     for _ in range(max_new_tokens):
-        scores = constraints(steps.logits(), steps.tokens)
-        chosen = finished.mark(next_tokens(scores, rule, generator))
+        chosen = finished.mark(_choose(steps, constraints, rule, generator, screen))
         steps.append(chosen)
         if streamer is not None:
             streamer(chosen)

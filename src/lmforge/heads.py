@@ -39,11 +39,21 @@ class LMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:
         """(..., d_model) -> (..., vocab_size); works on selected positions (N, d_model) too."""
+        return self.project(self.features(hidden))
+
+    def features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., d_model) -> (..., E): what the vocabulary projection reads (transform and scale applied)."""
         if self.transform is not None:
             hidden = self.norm(self.act(self.transform(hidden)))
-        hidden = hidden * self.logit_scale if self.logit_scale != 1.0 else hidden
-        weight = self.tied.weight if self.decoder is None else self.decoder.weight
-        return nn.functional.linear(hidden, weight, self.bias)
+        return hidden * self.logit_scale if self.logit_scale != 1.0 else hidden
+
+    def projection(self) -> tuple:
+        """The vocabulary projection's (vocab_size, E) weight and its (vocab_size,) bias or None."""
+        return (self.tied.weight if self.decoder is None else self.decoder.weight), self.bias
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """(..., E) features -> (..., vocab_size) logits."""
+        return nn.functional.linear(features, *self.projection())
 
 
 def pool(hidden: torch.Tensor, attention_mask, how: str) -> torch.Tensor:

@@ -79,12 +79,27 @@ class Constraints:
             scores = penalise_repetition(scores, seen, self.repetition_penalty, ignore)
         if self.no_repeat_ngram_size:
             scores = ban_repeated_ngrams(scores, seen, self.no_repeat_ngram_size)
-        if self.eos is not None and (T < self.min_length or T - self.prompt_len < self.min_new_tokens):
+        if self._too_short(T):
             scores = scores.index_fill(1, self.eos, NEG_INF)
-        if self.forced_bos_token_id is not None and T == 1:
+        if self._forces_bos(T):
             scores = force(scores, self.forced_bos_token_id)
-        if self.forced_eos_token_id is not None and T == self.max_length - 1:
+        if self._forces_eos(T):
             scores = force(scores, self.forced_eos_token_id)
         if self.suppress_tokens is not None:
             scores = scores.index_fill(1, self.suppress_tokens, NEG_INF)
         return scores
+
+    def inert(self, T: int) -> bool:
+        """Whether the call at sequence length T returns the scores unchanged (greedy decoding may
+        then take the argmax of the raw logits without computing all of them: vocab_screen.py)."""
+        return (self.repetition_penalty == 1.0 and not self.no_repeat_ngram_size and self.suppress_tokens is None
+                and not (self._too_short(T) or self._forces_bos(T) or self._forces_eos(T)))
+
+    def _too_short(self, T: int) -> bool:
+        return self.eos is not None and (T < self.min_length or T - self.prompt_len < self.min_new_tokens)
+
+    def _forces_bos(self, T: int) -> bool:
+        return self.forced_bos_token_id is not None and T == 1
+
+    def _forces_eos(self, T: int) -> bool:
+        return self.forced_eos_token_id is not None and T == self.max_length - 1

@@ -12,6 +12,7 @@ from torch import nn
 
 UNPAD = ("auto", "always", "never")
 LOCAL_ATTENTION = ("auto", "blocked", "dense")
+SCREENED_GREEDY = ("auto", "always", "never")
 # "auto" packs the real tokens of a batch when at least this share of it is padding: below it
 # packing costs about what it saves in inference (bench/FINDINGS.md: at 3.5 % padding bert-base
 # gains 2 % and bert-mini loses 6 %; at 7-8 % bert-base gains 10 %, bert-mini breaks even, and
@@ -43,6 +44,12 @@ class FastPaths:
     # generation runs the cached steps of decoders and encoder-decoders through decode_step.LeanDecoder:
     # the same calls without module and feature-check overhead per layer (bench/FINDINGS.md)
     lean_decoding: bool = True
+    # greedy decoding on CPU finds the argmax of the vocabulary projection from an int8 copy with a
+    # rigorous error bound, re-scoring only the tokens the bound cannot rule out in fp32: the same
+    # tokens, a quarter of the projection's bytes (vocab_screen.py; the copy is cached on the head).
+    # "auto" builds the copy from a model's second greedy generate call on (building it costs ~200
+    # steps' projections), "always" from the first, "never" does not
+    screened_greedy: str = "auto"
 
     def __post_init__(self) -> None:
         if self.unpad not in UNPAD:
@@ -50,6 +57,8 @@ class FastPaths:
         if self.local_attention not in LOCAL_ATTENTION:
             raise ValueError(f"local_attention={self.local_attention!r} is not one of "
                              f"{', '.join(LOCAL_ATTENTION)}")
+        if self.screened_greedy not in SCREENED_GREEDY:
+            raise ValueError(f"screened_greedy={self.screened_greedy!r} is not one of {', '.join(SCREENED_GREEDY)}")
         if self.chunk < 0:
             raise ValueError(f"chunk must be >= 0, got {self.chunk}")
 

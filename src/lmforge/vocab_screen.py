@@ -1,0 +1,238 @@
+"""Greedy decoding's argmax over the vocabulary, screened with an int8 copy of the projection.
+
+On CPU at small batches a decoding step is bound by memory bandwidth, and the vocabulary
+projection is its biggest single read (GPT-2 small: 154 MB of the ~500 MB each new token reads).
+Greedy decoding needs only the argmax of the logits s = h W^T + b. The screen reads an int8 copy
+of W (a quarter of the bytes) to score every token together with a rigorous bound on that score's
+error, keeps the tokens whose upper bound reaches the best lower bound (the true argmax is always
+among them, by construction), and re-scores only those in fp32 from W itself. The chosen token is
+the fp32 argmax; only fp32 summation order differs from the full projection, as between any two
+fp32 kernels.
+
+The bound. W is first centred: W = c + W', with c the mean row; h.c is the same for every token, so
+it never changes an argmax and scores are taken on W'. Each row is quantised with its own scale,
+W'_v = Q_v + d_v with Q_v = scale_v q_v (q_v int8) and d_v its residual; the features are quantised
+in two int8 stages, h = hq + e. An int8 matmul gives the dot products hq.Q_v exactly (int32), so
+    |h.W'_v - hq.Q_v| = |e.Q_v + h.d_v| <= ||e|| ||Q_v|| + ||h|| ||d_v||     (Cauchy-Schwarz)
+plus the fp32 rounding of the few steps around it, bounded generously (ROUNDING). Every norm is
+rounded up where it is computed, so the bound stays a bound in fp32.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+MAX_CANDIDATES = 256  # a step with more tokens to re-score than this falls back to the full projection
+CHUNK = 8192  # rows quantised at a time
+ROUNDING = 2.0 ** -18  # fp32 rounding of the screened scores, relative to ||h|| ||Q_v|| (generous)
+
+
+def _fingerprint(weight: torch.Tensor) -> float:
+    # the sum catches writes that bypass the version counter (through tensor.data); it reads the
+    # weight once, about what one step's full projection reads
+    return float(weight.detach().sum())
+
+
+def _version(tensor: torch.Tensor) -> int:
+    try:
+        return tensor._version
+    except RuntimeError:  # an inference tensor has no version counter (and cannot be written in place)
+        return -1
+
+
+def table_key(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple:
+    """What identifies the weights a table was built from: storage, shape, layout, in-place writes."""
+    parts = [weight.data_ptr(), tuple(weight.shape), weight.stride(), _version(weight), _fingerprint(weight)]
+    if bias is not None:
+        parts += [bias.data_ptr(), _version(bias), float(bias.detach().double().sum())]
+    return tuple(parts)
+
+
+def quantise_rows(x: torch.Tensor) -> tuple:
+    """(n, d) fp32 -> (n, d) int8 q and (n,) fp32 scales s with x ~ s q (round to nearest, |q| <= 127)."""
+    peak = x.abs().amax(1)
+    scale = torch.where(peak > 0, peak / 127, torch.ones_like(peak))
+    return torch.round(x / scale[:, None]).clamp_(-127, 127).to(torch.int8), scale
+
+
+def quantise_features(h: torch.Tensor) -> tuple:
+    """(N, d) fp32 -> (2N, d) integer rows [q1; q2] of each row with h ~ (a / 127) (q1 + q2 / 254), and the
+    (N, 1) largest |h_i| a. Two stages, the second on the first's residual (|127 h / a - q1| <= 1/2),
+    keep outlier features from costing the rest their precision: each |e_i| <= a / (2 127 254)."""
+    a = torch.linalg.vector_norm(h, float("inf"), dim=1, keepdim=True)  # (N, 1)
+    y = h * (127 / a)
+    q1 = y.round()
+    q2 = y.sub_(q1).mul_(254).round_()
+    return torch.cat([q1, q2], dim=1).view(-1, h.shape[1]), a  # integer-valued fp32 rows
+
+
+def _probe_pair(d: int) -> tuple:
+    """(m, d) and (64, d) integer matrices in [-127, 127] with the extremes a kernel might mishandle
+    (16-bit pair sums saturate at 127 x 255 x 2 when activations are shifted to uint8)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(-127, 128, (16, d), generator=generator)
+    w = torch.randint(-127, 128, (64, d), generator=generator)
+    x[0], x[1], w[0], w[1] = 127, -127, 127, -127
+    return x, w.to(torch.int8)
+
+
+class Int8Matmul:
+    """(M, d) integer rows in [-127, 127] times a fixed (V, d) int8 matrix q with per-row scales:
+    (M, V) fp32 scale_v sum_i x_i q_vi, the integer sums exact. oneDNN's u8 x s8 matmul on weights
+    laid out once where this build has it (bench/FINDINGS.md: GPT-2's vocabulary at 2 rows, ~2.4 vs
+    ~3.2 ms for torch._int_mm, which re-lays q out every call), else torch._int_mm; `kind` is None
+    when a probe finds neither exact here."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, kinds: tuple = ("onednn", "int_mm")) -> None:
+        """q (V, d) int8, scale (V,) fp32; kinds: the kernels to try, in order."""
+        x, w = _probe_pair(q.shape[1])
+        exact = (x @ w.long().t()).float()
+        for kind in kinds:
+            try:
+                self.kind, self.weight = kind, self._prepare(kind, w, torch.ones(w.shape[0]))
+                # a saturating or rounding kernel misses by far more than fp32's conversion of a sum
+                if all(torch.allclose(self(x[:m].float()), exact[:m], rtol=2.0 ** -20, atol=0) for m in (2, 16)):
+                    self.weight = self._prepare(kind, q, scale)
+                    return
+            except (AttributeError, RuntimeError):
+                pass
+        self.kind = self.weight = None
+
+    def _prepare(self, kind: str, q: torch.Tensor, scale: torch.Tensor) -> tuple:
+        if kind == "onednn":
+            packed = torch.ops.onednn.qlinear_prepack(q, None)
+            return packed, scale, torch.zeros(q.shape[0], dtype=torch.long)
+        return q, scale
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """(M, d) integer-valued fp32 -> (M, V) fp32."""
+        if self.kind == "onednn":
+            packed, scale, zero = self.weight
+            shifted = (x + 128).to(torch.uint8)  # activations are unsigned: zero point 128
+            return torch.ops.onednn.qlinear_pointwise(shifted, 1.0, 128, packed, scale, zero, None, 1.0, 0,
+                                                      torch.float32, "none", [], "")
+        q, scale = self.weight
+        return torch._int_mm(x.to(torch.int8), q.t()).float().mul_(scale)
+
+
+class ScreenTable:
+    """An int8 copy of a (V, d) vocabulary projection with the per-token norms the bound needs."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
+        """weight (V, d) fp32 on CPU, any layout; bias (V,) or None."""
+        if weight.dtype != torch.float32 or weight.dim() != 2 or weight.device.type != "cpu":
+            raise ValueError("a screen table is built from a 2-D fp32 CPU weight")
+        self.key = table_key(weight, bias)
+        W = weight.detach()
+        V, d = W.shape
+        # any fixed vector may be taken out of every row; the mean row leaves the smallest scores
+        self.center = sum(W[i:i + CHUNK].sum(0, dtype=torch.float64) for i in range(0, V, CHUNK)).float() / V
+        q, scale = torch.empty(V, d, dtype=torch.int8), torch.empty(V)
+        self.norms = torch.zeros(2, V)  # per token: ||Q_v||, ||d_v|| (Q_v = scale_v q_v), rounded up
+        finite = bool(torch.isfinite(self.center).all())
+        for i in range(0, V, CHUNK):
+            finite &= self._quantise(W[i:i + CHUNK], i, q, scale)
+        if bias is not None:
+            finite &= bool(torch.isfinite(bias).all())
+        # in units of a row's largest feature a: t = hq.Q_v / a; ||e|| / a and ||h|| / a are at most sqrt(d)
+        # times a constant, so the ||e|| ||Q_v|| and rounding terms of the bound are fixed per token
+        self.e_term = self.norms[0] * (d ** 0.5 * (1 / (2 * 127 * 254) + 2.0 ** -22 + ROUNDING))
+        self.matmul = Int8Matmul(q, scale / (127 * 254))  # keeps the copy its kernel reads
+        self.usable = finite and self.matmul.kind is not None
+
+    def _quantise(self, rows: torch.Tensor, start: int, q: torch.Tensor, scale: torch.Tensor) -> bool:
+        """Quantise (n, d) rows into q and scale from row `start`, their norms into the table;
+        False if any is not finite."""
+        centred = rows - self.center  # (n, d)
+        end = start + rows.shape[0]
+        q[start:end], scale[start:end] = quantise_rows(centred)
+        dequantised = q[start:end] * scale[start:end, None]
+        self.norms[0, start:end] = dequantised.norm(dim=1) * (1 + 2.0 ** -10)
+        # ||d_v|| rounded up for the fp32 residual, product and norm, and for the ratio ||h|| / a it meets
+        # (each < 2^-10 relative for d <= 2^11), and for the centring's rounding (< 2^-24 of each element)
+        residual = (centred - dequantised).norm(dim=1)
+        self.norms[1, start:end] = residual * (1 + 2.0 ** -9) + centred.norm(dim=1) * 2.0 ** -22
+        return bool(torch.isfinite(centred).all())
+
+    def scores(self, h: torch.Tensor) -> tuple:
+        """(N, d) fp32 features -> (N, V) screened scores t of h.(W_v - c) and (N, V) error bounds, both
+        divided by the row's largest |h_i| (a positive factor per row changes no comparison within
+        it), and (N, 1) ||h|| / max |h_i| (not finite where h is not)."""
+        N = h.shape[0]
+        hq, a = quantise_features(h)
+        dots = self.matmul(hq).view(N, 2, -1)  # q1.Q_v and q2.Q_v, over 127 x 254
+        t = torch.add(dots[:, 1], dots[:, 0], alpha=254)  # (N, V): hq.Q_v / a
+        ratio = torch.linalg.vector_norm(h, dim=1, keepdim=True).div_(a)  # (N, 1)
+        return t, torch.addcmul(self.e_term, self.norms[1], ratio), ratio
+
+
+class GreedyScreen:
+    """One generate call's screened argmax over a head's projection (weight (V, d), bias)."""
+
+    def __init__(self, table: ScreenTable, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
+        """table: built from weight and bias (ScreenTable.key)."""
+        self.table, self.weight, self.bias = table, weight, bias
+        self.calls = self.fallbacks = 0
+
+    @property
+    def active(self) -> bool:
+        """False once most calls have needed the full projection: the screen then costs, not saves."""
+        return self.calls < 8 or self.fallbacks * 2 <= self.calls
+
+    @torch.no_grad()
+    def __call__(self, h: torch.Tensor) -> Optional[torch.Tensor]:
+        """(N, d) fp32 features -> (N,) argmax of h W^T + b, or None where the screen cannot decide
+        cheaply (non-finite features, or more than MAX_CANDIDATES tokens to re-score)."""
+        self.calls += 1
+        t, bound, ratio = self.table.scores(h)
+        if not bool(torch.isfinite(ratio).all()):  # features with inf or NaN, or all zero
+            self.fallbacks += 1
+            return None
+        if self.bias is not None:  # in the scores' units, with its fp32 rounding in the bound
+            a = torch.linalg.vector_norm(h, float("inf"), dim=1, keepdim=True)
+            t.add_(self.bias / a)
+            bound.add_(self.bias.abs() * ROUNDING / a)
+        best_lower = (t - bound).amax(1, keepdim=True)  # (N, 1)
+        # the true argmax's upper bound reaches every token's lower bound, the best one's included
+        rows, ids = (t.add_(bound) >= best_lower).nonzero(as_tuple=True)  # row-major: ids ascend per row
+        if ids.numel() > MAX_CANDIDATES:
+            self.fallbacks += 1
+            return None
+        candidates = self.weight.index_select(0, ids)  # (k, d)
+        if h.shape[0] == 1:
+            exact = torch.mv(candidates, h[0]) if self.bias is None else torch.addmv(self.bias[ids], candidates, h[0])
+            return ids[exact.argmax()].view(1)  # ascending ids: argmax's first maximum
+        exact = (candidates * h.index_select(0, rows)).sum(1)  # (k,)
+        if self.bias is not None:
+            exact += self.bias.index_select(0, ids)
+        return _first_maximum(rows, ids, exact, h.shape[0])
+
+
+def _first_maximum(rows: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor, n: int) -> torch.Tensor:
+    """(k,) candidates as row, token id and exact score -> (n,) each row's lowest id among its best scores
+    (argmax's rule for ties)."""
+    best = scores.new_full((n,), float("-inf")).scatter_reduce_(0, rows, scores, "amax")
+    last = torch.iinfo(ids.dtype).max
+    ties = torch.where(scores == best.index_select(0, rows), ids, torch.full_like(ids, last))
+    return ids.new_full((n,), last).scatter_reduce_(0, rows, ties, "amin")
+
+
+def greedy_screen(head: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                  mode: str = "always") -> Optional[GreedyScreen]:
+    """A screen over `head`'s projection, its table cached on the head until the weights change; None
+    where it does not apply (not fp32 on CPU, no exact int8 kernel), with mode "never", or with mode
+    "auto" on a head's first greedy call: a table costs ~200 full projections to build (GPT-2 small:
+    ~1.2 s), so it is built once a second call shows the model is decoding repeatedly."""
+    if mode == "never" or weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
+        return None
+    table = head.__dict__.get("_screen_table")
+    if table is None or table.key != table_key(weight, bias):
+        calls = head.__dict__.get("_unscreened_calls", 0)
+        if mode == "auto" and calls < 1:
+            head.__dict__["_unscreened_calls"] = calls + 1
+            return None
+        table = ScreenTable(weight, bias)
+        head.__dict__["_screen_table"] = table  # a cache, not module state: never saved
+    return GreedyScreen(table, weight, bias) if table.usable else None

@@ -1,0 +1,192 @@
+"""The screened greedy argmax: its bound holds, it returns the fp32 argmax, and generation is unchanged."""
+import pytest
+import torch
+
+import lmforge
+from lmforge import vocab_screen
+from lmforge.heads import attach
+from lmforge.layers.fastpath import FastPaths
+from lmforge.vocab_screen import GreedyScreen, Int8Matmul, ScreenTable, greedy_screen, quantise_features
+
+
+def _projection(V=3000, d=96, seed=0, bias=False):
+    """A vocabulary projection with a shared offset and an outlier dimension, as trained embeddings have."""
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(V, d, generator=g) * 0.05 + torch.randn(d, generator=g) * 0.2
+    W[:, 3] *= 20
+    b = torch.randn(V, generator=g) * 0.1 if bias else None
+    return W, b
+
+
+def _features(N, d, seed=1, outlier=True):
+    h = torch.randn(N, d, generator=torch.Generator().manual_seed(seed)) * 3
+    if outlier:
+        h[:, 7] *= 40
+    return h
+
+
+def test_two_stage_quantisation_error_within_its_bound():
+    h = _features(4, 96)
+    rows, a = quantise_features(h.clone())
+    q1, q2 = rows.view(4, 2, 96).unbind(1)
+    assert rows.abs().max() <= 127 and torch.equal(rows, rows.round())
+    error = (h.double() - a.double() / 127 * (q1.double() + q2.double() / 254)).abs()
+    assert (error <= a.double() / (2 * 127 * 254) * (1 + 1e-3)).all()
+
+
+@pytest.mark.parametrize("kind", ["onednn", "int_mm"])
+def test_int8_matmul_is_exact(kind):
+    q = torch.randint(-127, 128, (300, 64), dtype=torch.int8)
+    scale = torch.rand(300) + 0.5
+    mm = Int8Matmul(q, scale, kinds=(kind,))
+    if mm.kind is None:
+        pytest.skip(f"no exact {kind} int8 kernel in this build")
+    x = torch.randint(-127, 128, (6, 64)).float()
+    expected = (x.double() @ q.double().t()) * scale.double()
+    torch.testing.assert_close(mm(x).double(), expected, rtol=2e-7, atol=0)
+
+
+def test_int8_matmul_refuses_a_kernel_it_cannot_trust():
+    # torch._int_mm gives wrong sums for a single column on this build; the probe must notice
+    q = torch.randint(-127, 128, (50, 1), dtype=torch.int8)
+    mm = Int8Matmul(q, torch.ones(50), kinds=("int_mm",))
+    if mm.kind is not None:
+        x = torch.randint(-127, 128, (3, 1)).float()
+        torch.testing.assert_close(mm(x), (x @ q.float().t()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_bound_holds_for_every_token(bias):
+    W, b = _projection(bias=bias)
+    table = ScreenTable(W, b)
+    assert table.usable
+    h = _features(3, W.shape[1])
+    t, bound, _ = table.scores(h)
+    a = h.abs().amax(1, keepdim=True).double()
+    exact = (h.double() @ (W.double() - table.center.double()).t())  # (N, V), h.c left out
+    assert ((exact - a * t.double()).abs() <= a * bound.double()).all()
+    # and is not vacuous: few tokens per row stay candidates
+    candidates = (t + bound >= (t - bound).amax(1, keepdim=True)).sum(1)
+    assert int(candidates.max()) <= W.shape[0] // 100
+
+
+@pytest.mark.parametrize("N", [1, 4])
+@pytest.mark.parametrize("bias", [False, True])
+def test_screen_returns_the_fp32_argmax(N, bias):
+    W, b = _projection(bias=bias)
+    screen = greedy_screen(torch.nn.Module(), W, b)
+    for seed in range(20):
+        h = _features(N, W.shape[1], seed=seed, outlier=seed % 2 == 0)
+        expected = torch.nn.functional.linear(h, W, b).argmax(-1)
+        assert torch.equal(screen(h), expected)
+    assert screen.fallbacks == 0
+
+
+def test_ties_go_to_the_lowest_id_as_argmax():
+    # small integers: every score is exact in fp32 whatever the summation order, so ties are real
+    g = torch.Generator().manual_seed(0)
+    W = torch.randint(-3, 4, (500, 64), generator=g).float()
+    h = torch.randint(-3, 4, (1, 64), generator=g).float()
+    best = int((h @ W.t()).argmax())
+    twin = 0 if best == W.shape[0] - 1 else W.shape[0] - 1
+    W[twin] = W[best]  # two tokens with the same score
+    expected = min(best, twin)
+    assert int((h @ W.t()).argmax()) == expected
+    screen = greedy_screen(torch.nn.Module(), W, None)
+    assert int(screen(h)) == expected
+    assert torch.equal(screen(torch.cat([h, h])), torch.tensor([expected, expected]))
+
+
+def test_falls_back_where_it_cannot_decide():
+    W, _ = _projection(V=500)
+    screen = greedy_screen(torch.nn.Module(), W, None)
+    bad = _features(2, W.shape[1])
+    bad[1, 0] = float("nan")
+    assert screen(bad) is None and screen(torch.zeros(1, W.shape[1])) is None
+    same = greedy_screen(torch.nn.Module(), torch.ones(vocab_screen.MAX_CANDIDATES + 10, 8), None)
+    assert same(torch.randn(1, 8)) is None  # every token ties: too many to re-score
+    for _ in range(10):
+        same(torch.randn(1, 8))
+    assert not same.active  # most calls fell back: the screen stops trying
+
+
+def test_table_is_cached_until_the_weights_change():
+    W, _ = _projection(V=400)
+    W = torch.nn.Parameter(W)
+    head = torch.nn.Module()
+    first = greedy_screen(head, W, None).table
+    assert greedy_screen(head, W, None).table is first
+    with torch.no_grad():
+        W.mul_(1.5)  # an optimiser-style in-place update
+    second = greedy_screen(head, W, None).table
+    assert second is not first
+    W.data[5, 2] += 1.0  # a write that bypasses the version counter
+    third = greedy_screen(head, W, None).table
+    assert third is not second
+    h = _features(1, W.shape[1])
+    assert torch.equal(greedy_screen(head, W, None)(h), (h @ W.detach().t()).argmax(-1))
+
+
+def test_not_for_other_dtypes_or_devices():
+    W, _ = _projection(V=400)
+    assert greedy_screen(torch.nn.Module(), W.double(), None) is None
+    assert isinstance(greedy_screen(torch.nn.Module(), W, None), GreedyScreen)
+
+
+def _model(name="gpt2", vocab=1200):
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny(name).replace(vocab_size=vocab)).eval()
+    attach(model, "lm")
+    with torch.no_grad():  # tokens well apart, as after training: greedy then has clear winners
+        model.tokens.weight.normal_(0, 0.5)
+        if model.heads["lm"].bias is not None:
+            model.heads["lm"].bias.normal_(0, 0.5)
+    return model
+
+
+def _both(model, ids, **kwargs):
+    if model.config.architecture == "encoder-decoder":
+        kwargs.setdefault("decoder_start_token_id", 0)
+    model.fast.screened_greedy = "always"
+    screened = lmforge.generate(model, ids, max_new_tokens=12, **kwargs)
+    model.fast.screened_greedy = "never"
+    plain = lmforge.generate(model, ids, max_new_tokens=12, **kwargs)
+    return screened, plain
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5-small", "bart-base", "llama-3.2-1b"])
+def test_generation_gives_the_same_tokens_in_every_family(name):
+    model = _model(name)
+    ids = torch.randint(10, 1200, (3, 7), generator=torch.Generator().manual_seed(0))
+    screened, plain = _both(model, ids)
+    assert torch.equal(screened, plain)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"repetition_penalty": 1.3}, {"min_new_tokens": 5, "eos_token_id": 3},
+                                    {"suppress_tokens": [5, 6]}])
+def test_generation_gives_the_same_tokens_with_processors(kwargs):
+    model = _model()
+    ids = torch.randint(10, 1200, (3, 7), generator=torch.Generator().manual_seed(0))
+    screened, plain = _both(model, ids, **kwargs)
+    assert torch.equal(screened, plain)
+
+
+def test_generation_uses_the_screen_from_the_second_greedy_call(monkeypatch):
+    model = _model()
+    calls = []
+    original = GreedyScreen.__call__
+    monkeypatch.setattr(GreedyScreen, "__call__", lambda self, h: calls.append(1) or original(self, h))
+    ids = torch.randint(10, 1200, (1, 5), generator=torch.Generator().manual_seed(1))
+    first = lmforge.generate(model, ids, max_new_tokens=6)  # "auto": no table yet
+    assert not calls and "_screen_table" not in model.heads["lm"].__dict__
+    assert torch.equal(lmforge.generate(model, ids, max_new_tokens=6), first)
+    assert len(calls) == 6
+    lmforge.generate(model, ids, max_new_tokens=6, repetition_penalty=1.2)  # the penalty needs every score
+    lmforge.generate(model, ids, max_new_tokens=6, do_sample=True, generator=torch.Generator().manual_seed(0))
+    lmforge.generate(model, ids, max_new_tokens=2)  # too few steps to repay the weights check
+    assert len(calls) == 6
+
+
+def test_screened_greedy_mode_is_checked():
+    with pytest.raises(ValueError, match="screened_greedy"):
+        FastPaths(screened_greedy="sometimes")

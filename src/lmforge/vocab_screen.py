@@ -29,10 +29,11 @@ CHUNK = 8192  # rows quantised at a time
 ROUNDING = 2.0 ** -18  # fp32 rounding of the screened scores, relative to ||h|| ||Q_v|| (generous)
 
 
-def _fingerprint(weight: torch.Tensor) -> float:
+def _fingerprint(weight: torch.Tensor):
     # the sum catches writes that bypass the version counter (through tensor.data); it reads the
-    # weight once, about what one step's full projection reads
-    return float(weight.detach().sum())
+    # weight once, about what one step's full projection reads. NaN as a string: equal to itself
+    total = float(weight.detach().sum())
+    return total if total == total else "nan"
 
 
 def _version(tensor: torch.Tensor) -> int:
@@ -46,15 +47,8 @@ def table_key(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple:
     """What identifies the weights a table was built from: storage, shape, layout, in-place writes."""
     parts = [weight.data_ptr(), tuple(weight.shape), weight.stride(), _version(weight), _fingerprint(weight)]
     if bias is not None:
-        parts += [bias.data_ptr(), _version(bias), float(bias.detach().double().sum())]
+        parts += [bias.data_ptr(), _version(bias), _fingerprint(bias)]
     return tuple(parts)
-
-
-def quantise_rows(x: torch.Tensor) -> tuple:
-    """(n, d) fp32 -> (n, d) int8 q and (n,) fp32 scales s with x ~ s q (round to nearest, |q| <= 127)."""
-    peak = x.abs().amax(1)
-    scale = torch.where(peak > 0, peak / 127, torch.ones_like(peak))
-    return torch.round(x / scale[:, None]).clamp_(-127, 127).to(torch.int8), scale
 
 
 def quantise_features(h: torch.Tensor) -> tuple:
@@ -82,7 +76,7 @@ class Int8Matmul:
     """(M, d) integer rows in [-127, 127] times a fixed (V, d) int8 matrix q with per-row scales:
     (M, V) fp32 scale_v sum_i x_i q_vi, the integer sums exact. oneDNN's u8 x s8 matmul on weights
     laid out once where this build has it (bench/FINDINGS.md: GPT-2's vocabulary at 2 rows, ~2.4 vs
-    ~3.2 ms for torch._int_mm, which re-lays q out every call), else torch._int_mm; `kind` is None
+    ~3.2 ms for torch._int_mm on the plain int8 matrix), else torch._int_mm; `kind` is None
     when a probe finds neither exact here."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, kinds: tuple = ("onednn", "int_mm")) -> None:
@@ -145,16 +139,20 @@ class ScreenTable:
     def _quantise(self, rows: torch.Tensor, start: int, q: torch.Tensor, scale: torch.Tensor) -> bool:
         """Quantise (n, d) rows into q and scale from row `start`, their norms into the table;
         False if any is not finite."""
-        centred = rows - self.center  # (n, d)
+        centred = rows.contiguous() - self.center  # (n, d); a generate call's weights are input-major
         end = start + rows.shape[0]
-        q[start:end], scale[start:end] = quantise_rows(centred)
-        dequantised = q[start:end] * scale[start:end, None]
-        self.norms[0, start:end] = dequantised.norm(dim=1) * (1 + 2.0 ** -10)
-        # ||d_v|| rounded up for the fp32 residual, product and norm, and for the ratio ||h|| / a it meets
-        # (each < 2^-10 relative for d <= 2^11), and for the centring's rounding (< 2^-24 of each element)
-        residual = (centred - dequantised).norm(dim=1)
+        peak = torch.linalg.vector_norm(centred, float("inf"), dim=1)
+        s = torch.where(peak > 0, peak / 127, torch.ones_like(peak))
+        y = centred / s[:, None]  # within [-127, 127]
+        levels = y.round()
+        q[start:end], scale[start:end] = levels, s
+        # norms rounded up: ||Q_v|| = s ||q_v|| for the fp32 product and norm; ||d_v|| = s ||y - q_v|| also
+        # for y's rounding, and for the ratio ||h|| / a it meets (each < 2^-10 relative for d <= 2^11),
+        # and for the centring's rounding (< 2^-24 of each element)
+        self.norms[0, start:end] = levels.norm(dim=1).mul_(s * (1 + 2.0 ** -10))
+        residual = y.sub_(levels).norm(dim=1).mul_(s)
         self.norms[1, start:end] = residual * (1 + 2.0 ** -9) + centred.norm(dim=1) * 2.0 ** -22
-        return bool(torch.isfinite(centred).all())
+        return bool(torch.isfinite(peak).all())
 
     def scores(self, h: torch.Tensor) -> tuple:
         """(N, d) fp32 features -> (N, V) screened scores t of h.(W_v - c) and (N, V) error bounds, both
@@ -223,8 +221,8 @@ def greedy_screen(head: nn.Module, weight: torch.Tensor, bias: Optional[torch.Te
                   mode: str = "always") -> Optional[GreedyScreen]:
     """A screen over `head`'s projection, its table cached on the head until the weights change; None
     where it does not apply (not fp32 on CPU, no exact int8 kernel), with mode "never", or with mode
-    "auto" on a head's first greedy call: a table costs ~200 full projections to build (GPT-2 small:
-    ~1.2 s), so it is built once a second call shows the model is decoding repeatedly."""
+    "auto" on a head's first greedy call: a table costs ~120 full projections to build (GPT-2 small:
+    ~0.75 s), so it is built once a second call shows the model is decoding repeatedly."""
     if mode == "never" or weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
         return None
     table = head.__dict__.get("_screen_table")

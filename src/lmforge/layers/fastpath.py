@@ -47,7 +47,7 @@ class FastPaths:
     # greedy decoding on CPU finds the argmax of the vocabulary projection from an int8 copy with a
     # rigorous error bound, re-scoring only the tokens the bound cannot rule out in fp32: the same
     # tokens, a quarter of the projection's bytes (vocab_screen.py; the copy is cached on the head).
-    # "auto" builds the copy from a model's second greedy generate call on (building it costs ~200
+    # "auto" builds the copy from a model's second greedy generate call on (building it costs ~120
     # steps' projections), "always" from the first, "never" does not
     screened_greedy: str = "auto"
 

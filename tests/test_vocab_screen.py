@@ -27,11 +27,12 @@ def _features(N, d, seed=1, outlier=True):
 
 def test_two_stage_quantisation_error_within_its_bound():
     h = _features(4, 96)
-    rows, a = quantise_features(h.clone())
+    rows, a, ratio = quantise_features(h.clone())
     q1, q2 = rows.view(4, 2, 96).unbind(1)
     assert rows.abs().max() <= 127 and torch.equal(rows, rows.round())
     error = (h.double() - a.double() / 127 * (q1.double() + q2.double() / 254)).abs()
     assert (error <= a.double() / (2 * 127 * 254) * (1 + 1e-3)).all()
+    torch.testing.assert_close(ratio.double(), h.double().norm(dim=1, keepdim=True) / a.double())
 
 
 @pytest.mark.parametrize("kind", ["onednn", "int_mm"])
@@ -97,6 +98,31 @@ def test_ties_go_to_the_lowest_id_as_argmax():
     assert torch.equal(screen(torch.cat([h, h])), torch.tensor([expected, expected]))
 
 
+@pytest.mark.parametrize("scale", [1e-30, 1e-12, 1.0, 1e12, 1e30])
+def test_screen_is_exact_at_any_feature_scale(scale):
+    W, b = _projection(V=800, bias=True)
+    screen = greedy_screen(torch.nn.Module(), W, b)
+    for seed in range(5):
+        h = _features(2, W.shape[1], seed=seed) * scale
+        expected = (h.double() @ W.double().t() + b.double()).argmax(-1)
+        chosen = screen(h)
+        assert chosen is None or torch.equal(chosen, expected)
+
+
+def test_rows_of_tiny_or_equal_weights_keep_the_bound():
+    W, _ = _projection(V=600)
+    W[10] = W.mean(0)  # the centre itself: a zero row once centred
+    W[11] = W.mean(0) + 1e-40  # a row within subnormals of the centre
+    W[12] *= 1e-30
+    table = ScreenTable(W)
+    assert table.usable
+    h = _features(3, W.shape[1])
+    t, bound, _ = table.scores(h)
+    a = h.abs().amax(1, keepdim=True).double()
+    exact = h.double() @ (W.double() - table.center.double()).t()
+    assert ((exact - a * t.double()).abs() <= a * bound.double()).all()
+
+
 def test_falls_back_where_it_cannot_decide():
     W, _ = _projection(V=500)
     screen = greedy_screen(torch.nn.Module(), W, None)
@@ -123,6 +149,8 @@ def test_table_is_cached_until_the_weights_change():
     W.data[5, 2] += 1.0  # a write that bypasses the version counter
     third = greedy_screen(head, W, None).table
     assert third is not second
+    W.data[[3, 7]] = W.data[[7, 3]]  # swapped rows: the same sum, other scores per token
+    assert greedy_screen(head, W, None).table is not third
     h = _features(1, W.shape[1])
     assert torch.equal(greedy_screen(head, W, None)(h), (h @ W.detach().t()).argmax(-1))
 
@@ -185,6 +213,20 @@ def test_generation_uses_the_screen_from_the_second_greedy_call(monkeypatch):
     lmforge.generate(model, ids, max_new_tokens=6, do_sample=True, generator=torch.Generator().manual_seed(0))
     lmforge.generate(model, ids, max_new_tokens=2)  # too few steps to repay the weights check
     assert len(calls) == 6
+
+
+def test_not_under_autocast_or_with_bf16_features():
+    model = _model()
+    model.fast.screened_greedy = "always"
+    ids = torch.randint(10, 1200, (1, 5), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = lmforge.generate(model, ids, max_new_tokens=6)
+    model.fast.screened_greedy = "never"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(out, lmforge.generate(model, ids, max_new_tokens=6))
+    W, _ = _projection(V=400)
+    screen = greedy_screen(torch.nn.Module(), W, None)
+    assert screen(_features(1, W.shape[1]).bfloat16()) is None
 
 
 def test_screened_greedy_mode_is_checked():

@@ -194,10 +194,12 @@ class _Finished:
         return chosen
 
 
-def _screen(model, lm, rule: Sampling, max_new_tokens: int) -> Optional[GreedyScreen]:
+def _screen(model, lm, rule: Sampling, constraints: Constraints, max_new_tokens: int) -> Optional[GreedyScreen]:
     """The screened argmax of greedy decoding (vocab_screen.py) where it applies, else None: not
-    for a few steps, which would not repay the check that the weights are unchanged."""
-    if rule.do_sample or max_new_tokens < 4 or not isinstance(lm, LMHead):
+    for a few steps, which would not repay the check that the weights are unchanged, not where a
+    processor changes the scores at every step, and not under autocast (its logits are bf16)."""
+    if (rule.do_sample or max_new_tokens < 4 or not isinstance(lm, LMHead) or constraints.always_active
+            or torch.is_autocast_enabled("cpu")):
         return None
     return greedy_screen(lm, *lm.projection(), mode=model.fast.screened_greedy)
 
@@ -218,7 +220,7 @@ def _choose(steps, constraints, rule, generator, screen) -> torch.Tensor:
 
 def _sample(steps, constraints, rule, finished, max_new_tokens, generator, streamer) -> torch.Tensor:
     """Greedy decoding or sampling, one token per row per step."""
-    screen = _screen(steps.model, steps.lm, rule, max_new_tokens)
+    screen = _screen(steps.model, steps.lm, rule, constraints, max_new_tokens)
     for _ in range(max_new_tokens):
         chosen = finished.mark(_choose(steps, constraints, rule, generator, screen))
         steps.append(chosen)

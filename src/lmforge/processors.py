@@ -89,11 +89,15 @@ class Constraints:
             scores = scores.index_fill(1, self.suppress_tokens, NEG_INF)
         return scores
 
+    @property
+    def always_active(self) -> bool:
+        """Whether some processor changes the scores at every step (penalty, n-gram ban, suppression)."""
+        return self.repetition_penalty != 1.0 or bool(self.no_repeat_ngram_size) or self.suppress_tokens is not None
+
     def inert(self, T: int) -> bool:
         """Whether the call at sequence length T returns the scores unchanged (greedy decoding may
         then take the argmax of the raw logits without computing all of them: vocab_screen.py)."""
-        return (self.repetition_penalty == 1.0 and not self.no_repeat_ngram_size and self.suppress_tokens is None
-                and not (self._too_short(T) or self._forces_bos(T) or self._forces_eos(T)))
+        return not (self.always_active or self._too_short(T) or self._forces_bos(T) or self._forces_eos(T))
 
     def _too_short(self, T: int) -> bool:
         return self.eos is not None and (T < self.min_length or T - self.prompt_len < self.min_new_tokens)

@@ -24,15 +24,29 @@ from typing import Optional
 import torch
 from torch import nn
 
-MAX_CANDIDATES = 256  # a step with more tokens to re-score than this falls back to the full projection
+MAX_CANDIDATES = 256  # a step with more tokens a row to re-score falls back to the full projection
 CHUNK = 8192  # rows quantised at a time
 ROUNDING = 2.0 ** -18  # fp32 rounding of the screened scores, relative to ||h|| ||Q_v|| (generous)
+MAX_DIM = 2 ** 14  # feature sizes the rounding allowances are worked out for
 
 
-def _fingerprint(weight: torch.Tensor):
-    # the sum catches writes that bypass the version counter (through tensor.data); it reads the
-    # weight once, about what one step's full projection reads. NaN as a string: equal to itself
-    total = float(weight.detach().sum())
+_PROBES: dict = {}  # size -> fixed random vector, for fingerprints
+
+
+def _probe_vector(n: int) -> torch.Tensor:
+    if n not in _PROBES:
+        _PROBES[n] = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    return _PROBES[n]
+
+
+def _fingerprint(tensor: torch.Tensor):
+    """r_V . (W r_d) for fixed random r (r . b for a vector): catches writes that bypass the version
+    counter (through tensor.data), swapped rows included. Reads the weight once, about what one
+    step's full projection reads. NaN as a string, which equals itself."""
+    x = tensor.detach().float()
+    if x.dim() == 2:
+        x = torch.mv(x, _probe_vector(x.shape[1]))
+    total = float(torch.dot(x.double(), _probe_vector(x.shape[0]).double()))
     return total if total == total else "nan"
 
 
@@ -52,21 +66,22 @@ def table_key(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple:
 
 
 def quantise_features(h: torch.Tensor) -> tuple:
-    """(N, d) fp32 -> (2N, d) integer rows [q1; q2] of each row with h ~ (a / 127) (q1 + q2 / 254), and the
-    (N, 1) largest |h_i| a. Two stages, the second on the first's residual (|127 h / a - q1| <= 1/2),
+    """(N, d) fp32 -> (2N, d) integer rows [q1; q2] of each row with h ~ (a / 127) (q1 + q2 / 254), the
+    (N, 1) largest |h_i| a and (N, 1) ||h|| / a (not finite where h is not, is 0, or a < ~1e-36). Two stages, the second on the first's residual (|127 h / a - q1| <= 1/2),
     keep outlier features from costing the rest their precision: each |e_i| <= a / (2 127 254)."""
     a = torch.linalg.vector_norm(h, float("inf"), dim=1, keepdim=True)  # (N, 1)
     y = h * (127 / a)
+    ratio = torch.linalg.vector_norm(y, dim=1, keepdim=True).div_(127)  # ||h|| / a, free of under/overflow
     q1 = y.round()
     q2 = y.sub_(q1).mul_(254).round_()
-    return torch.cat([q1, q2], dim=1).view(-1, h.shape[1]), a  # integer-valued fp32 rows
+    return torch.cat([q1, q2], dim=1).view(-1, h.shape[1]), a, ratio  # integer-valued fp32 rows
 
 
 def _probe_pair(d: int) -> tuple:
-    """(m, d) and (64, d) integer matrices in [-127, 127] with the extremes a kernel might mishandle
+    """(64, d) and (64, d) integer matrices in [-127, 127] with the extremes a kernel might mishandle
     (16-bit pair sums saturate at 127 x 255 x 2 when activations are shifted to uint8)."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.randint(-127, 128, (16, d), generator=generator)
+    x = torch.randint(-127, 128, (64, d), generator=generator)
     w = torch.randint(-127, 128, (64, d), generator=generator)
     x[0], x[1], w[0], w[1] = 127, -127, 127, -127
     return x, w.to(torch.int8)
@@ -87,7 +102,7 @@ class Int8Matmul:
             try:
                 self.kind, self.weight = kind, self._prepare(kind, w, torch.ones(w.shape[0]))
                 # a saturating or rounding kernel misses by far more than fp32's conversion of a sum
-                if all(torch.allclose(self(x[:m].float()), exact[:m], rtol=2.0 ** -20, atol=0) for m in (2, 16)):
+                if all(torch.allclose(self(x[:m].float()), exact[:m], rtol=2.0 ** -20, atol=0) for m in (2, 16, 64)):
                     self.weight = self._prepare(kind, q, scale)
                     return
             except (AttributeError, RuntimeError):
@@ -133,8 +148,10 @@ class ScreenTable:
         # in units of a row's largest feature a: t = hq.Q_v / a; ||e|| / a and ||h|| / a are at most sqrt(d)
         # times a constant, so the ||e|| ||Q_v|| and rounding terms of the bound are fixed per token
         self.e_term = self.norms[0] * (d ** 0.5 * (1 / (2 * 127 * 254) + 2.0 ** -22 + ROUNDING))
+        finite &= bool(torch.isfinite(self.e_term).all() and torch.isfinite(self.norms).all())
         self.matmul = Int8Matmul(q, scale / (127 * 254))  # keeps the copy its kernel reads
-        self.usable = finite and self.matmul.kind is not None
+        # the fp32 rounding allowances hold for d <= 2^14 (the per-call ||h|| / a sums d squares)
+        self.usable = finite and d <= MAX_DIM and self.matmul.kind is not None
 
     def _quantise(self, rows: torch.Tensor, start: int, q: torch.Tensor, scale: torch.Tensor) -> bool:
         """Quantise (n, d) rows into q and scale from row `start`, their norms into the table;
@@ -142,16 +159,18 @@ class ScreenTable:
         centred = rows.contiguous() - self.center  # (n, d); a generate call's weights are input-major
         end = start + rows.shape[0]
         peak = torch.linalg.vector_norm(centred, float("inf"), dim=1)
-        s = torch.where(peak > 0, peak / 127, torch.ones_like(peak))
-        y = centred / s[:, None]  # within [-127, 127]
-        levels = y.round()
+        # a normal scale (a row of tiny values keeps scale 1: its levels are 0, its residual is the row)
+        s = torch.where(peak > 2.0 ** -100, peak / 127, torch.ones_like(peak))
+        y = centred / s[:, None]  # within [-127, 127] up to rounding
+        levels = y.round().clamp_(-127, 127)
         q[start:end], scale[start:end] = levels, s
-        # norms rounded up: ||Q_v|| = s ||q_v|| for the fp32 product and norm; ||d_v|| = s ||y - q_v|| also
-        # for y's rounding, and for the ratio ||h|| / a it meets (each < 2^-10 relative for d <= 2^11),
-        # and for the centring's rounding (< 2^-24 of each element)
-        self.norms[0, start:end] = levels.norm(dim=1).mul_(s * (1 + 2.0 ** -10))
-        residual = y.sub_(levels).norm(dim=1).mul_(s)
-        self.norms[1, start:end] = residual * (1 + 2.0 ** -9) + centred.norm(dim=1) * 2.0 ** -22
+        # norms in float64 (no underflow), then rounded up: ||Q_v|| = s ||q_v|| for the cast; ||d_v|| =
+        # s ||y - q_v|| also for y's rounding (absolute: the 2^-22 ||centred|| term, which covers the
+        # centring's rounding too) and for the ratio ||h|| / a it meets (< 2^-10 relative, d <= 2^14)
+        s64 = s.double()
+        self.norms[0, start:end] = (levels.double().norm(dim=1) * s64 * (1 + 2.0 ** -10)).float()
+        residual = (y.double() - levels.double()).norm(dim=1) * s64
+        self.norms[1, start:end] = (residual * (1 + 2.0 ** -9) + centred.double().norm(dim=1) * 2.0 ** -22).float()
         return bool(torch.isfinite(peak).all())
 
     def scores(self, h: torch.Tensor) -> tuple:
@@ -159,10 +178,9 @@ class ScreenTable:
         divided by the row's largest |h_i| (a positive factor per row changes no comparison within
         it), and (N, 1) ||h|| / max |h_i| (not finite where h is not)."""
         N = h.shape[0]
-        hq, a = quantise_features(h)
+        hq, a, ratio = quantise_features(h)
         dots = self.matmul(hq).view(N, 2, -1)  # q1.Q_v and q2.Q_v, over 127 x 254
         t = torch.add(dots[:, 1], dots[:, 0], alpha=254)  # (N, V): hq.Q_v / a
-        ratio = torch.linalg.vector_norm(h, dim=1, keepdim=True).div_(a)  # (N, 1)
         return t, torch.addcmul(self.e_term, self.norms[1], ratio), ratio
 
 
@@ -182,12 +200,13 @@ class GreedyScreen:
     @torch.no_grad()
     def __call__(self, h: torch.Tensor) -> Optional[torch.Tensor]:
         """(N, d) fp32 features -> (N,) argmax of h W^T + b, or None where the screen cannot decide
-        cheaply (non-finite features, or more than MAX_CANDIDATES tokens to re-score)."""
+        cheaply (features not fp32 or not finite, or more than MAX_CANDIDATES tokens a row to re-score)."""
         self.calls += 1
+        if h.dtype != torch.float32:  # e.g. under autocast: the bound is worked out for fp32 features
+            return self._fallback()
         t, bound, ratio = self.table.scores(h)
-        if not bool(torch.isfinite(ratio).all()):  # features with inf or NaN, or all zero
-            self.fallbacks += 1
-            return None
+        if not bool(torch.isfinite(ratio).all()):  # features with inf or NaN, all zero or tiny
+            return self._fallback()
         if self.bias is not None:  # in the scores' units, with its fp32 rounding in the bound
             a = torch.linalg.vector_norm(h, float("inf"), dim=1, keepdim=True)
             t.add_(self.bias / a)
@@ -195,17 +214,22 @@ class GreedyScreen:
         best_lower = (t - bound).amax(1, keepdim=True)  # (N, 1)
         # the true argmax's upper bound reaches every token's lower bound, the best one's included
         rows, ids = (t.add_(bound) >= best_lower).nonzero(as_tuple=True)  # row-major: ids ascend per row
-        if ids.numel() > MAX_CANDIDATES:
-            self.fallbacks += 1
-            return None
+        N = h.shape[0]
+        if not 0 < ids.numel() <= MAX_CANDIDATES * N:  # none: only where a score overflowed
+            return self._fallback()
         candidates = self.weight.index_select(0, ids)  # (k, d)
-        if h.shape[0] == 1:
+        if N == 1:
             exact = torch.mv(candidates, h[0]) if self.bias is None else torch.addmv(self.bias[ids], candidates, h[0])
             return ids[exact.argmax()].view(1)  # ascending ids: argmax's first maximum
         exact = (candidates * h.index_select(0, rows)).sum(1)  # (k,)
         if self.bias is not None:
             exact += self.bias.index_select(0, ids)
-        return _first_maximum(rows, ids, exact, h.shape[0])
+        chosen = _first_maximum(rows, ids, exact, N)
+        return chosen if int(chosen.max()) < self.weight.shape[0] else self._fallback()  # a row without any
+
+    def _fallback(self) -> None:
+        self.fallbacks += 1
+        return None
 
 
 def _first_maximum(rows: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor, n: int) -> torch.Tensor:

@@ -45,8 +45,9 @@ class FastPaths:
     # the same calls without module and feature-check overhead per layer (bench/FINDINGS.md)
     lean_decoding: bool = True
     # greedy decoding on CPU finds the argmax of the vocabulary projection from an int8 copy with a
-    # rigorous error bound, re-scoring only the tokens the bound cannot rule out in fp32: the same
-    # tokens, a quarter of the projection's bytes (vocab_screen.py; the copy is cached on the head).
+    # rigorous error bound, re-scoring only the tokens the bound cannot rule out in fp32: the fp32
+    # argmax (a near-tie within fp32 rounding may go either way, as between any two fp32 kernels),
+    # reading a quarter of the projection's bytes (vocab_screen.py; the copy is cached on the head).
     # "auto" builds the copy from a model's second greedy generate call on (building it costs ~120
     # steps' projections), "always" from the first, "never" does not
     screened_greedy: str = "auto"

@@ -49,9 +49,10 @@ class DemoConfig:
     # fine-tuning, where a better starting point shows. Measured over 3 pretraining runs (15 and 18
     # fine-tuning seeds): sentiment accuracy 0.78-1.00 pretrained vs 0.50 from scratch; tagging F1
     # 0.44-1.00 (mean 0.93) vs 0.20-0.79 (mean 0.52), pretrained ahead in 18 of 18. At lr 1e-3 a
-    # random init learns either in these steps too: what pretraining buys here is speed. Five later
-    # `make demo` runs (2026-11-22, each with its own tokenizer vocabulary order, huggingface/tokenizers#1794)
-    # spread wider: sentiment 0.66-0.98, tagging F1 0.52-0.96, once behind from scratch (0.52 vs 0.72).
+    # random init learns either in these steps too: what pretraining buys here is speed. Later
+    # `make demo` runs (2026-11-22; each pretrains on its own tokenizer vocabulary order,
+    # huggingface/tokenizers#1794) spread wider: sentiment 0.77, 0.84, 0.66, 0.68, 0.98; tagging F1
+    # in the last three 0.95, 0.52 (behind from scratch, 0.72), 0.96.
     # Extractive questions gain on some seeds only: both models learn to tell a where- from a
     # when-question abruptly, at a seed-dependent step, and this small pretraining barely hastens it.
     tasks: dict = field(default_factory=lambda: {"sentiment": (100, 30), "tagging": (50, 15)})

@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmforge.layers import linear
 from lmforge.layers.linear import MIN_ROWS, Linear, bias_after
 
 
@@ -66,3 +67,88 @@ def test_same_parameters_as_nn_linear():
     with torch.inference_mode():
         x = torch.randn(MIN_ROWS, 48)
         assert torch.equal(layer(x), F.linear(x, layer.weight))
+
+
+# transient outputs: reused per-thread buffers for intermediates that die inside a layer
+
+def test_transient_equals_the_call_and_reuses_its_buffer(monkeypatch):
+    monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 0)
+    for bias in (True, False):
+        layer = _layer(bias=bias)
+        x = torch.randn(2, 70, 48, generator=torch.Generator().manual_seed(1))
+        with torch.inference_mode():
+            first = layer.transient(x, "test")
+            assert torch.equal(first, layer(x))
+            pointer = first.data_ptr()
+            second = layer.transient(x[:, :50], "test")  # smaller: the same buffer
+            assert second.data_ptr() == pointer and torch.equal(second, layer(x[:, :50]))
+    linear.release_scratch()
+
+
+def test_transient_is_a_plain_call_where_it_must_be(monkeypatch):
+    monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 0)
+    layer = _layer()
+    x = torch.randn(2, 70, 48)
+    with torch.inference_mode():
+        layer.transient(x, "test")
+        pointer = layer.transient(x, "test").data_ptr()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert layer.transient(x, "test").dtype == torch.bfloat16
+        seen = []
+        handle = layer.register_forward_hook(lambda module, args, out: seen.append(out))
+        assert layer.transient(x, "test").data_ptr() != pointer and len(seen) == 1  # hooks see the call
+        handle.remove()
+    out = layer.transient(x.requires_grad_(), "test")  # autograd: a fresh output with a graph
+    assert out.requires_grad and out.data_ptr() != pointer
+    monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 1 << 40)
+    with torch.inference_mode():
+        assert layer.transient(x, "test").data_ptr() != pointer  # small outputs come from the allocator
+    linear.release_scratch()
+
+
+def test_threads_get_their_own_buffers(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 0)
+    layer, x, pointers = _layer(), torch.randn(70, 48), []
+
+    def run():
+        with torch.inference_mode():
+            pointers.append(layer.transient(x, "test").data_ptr())
+        linear.release_scratch()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with torch.inference_mode():
+        pointers.append(layer.transient(x, "test").data_ptr())
+    assert len(set(pointers)) == 3
+    linear.release_scratch()
+
+
+@pytest.mark.parametrize("name", ["bert-tiny", "gpt2", "t5-small", "llama-3.2-1b", "xlnet-base"])
+def test_models_give_the_same_outputs_and_tokens_with_transient_buffers(monkeypatch, name):
+    import lmforge
+    from lmforge.heads import attach
+
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny(name)).eval()
+    ids = torch.randint(3, 99, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding: packed rows in encoders, padded rows in decoders
+
+    def run():
+        with torch.inference_mode():
+            if model.config.architecture == "encoder" or name == "xlnet-base":
+                return model(ids, mask, run_heads=False).last_hidden_state
+            attach(model, "lm") if "lm" not in model.heads else None
+            extra = {"decoder_start_token_id": 0} if model.config.architecture == "encoder-decoder" else {}
+            return lmforge.generate(model, ids, mask, max_new_tokens=5, **extra)
+
+    monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 1 << 40)
+    plain = run()
+    monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 0)
+    assert torch.equal(run(), plain)
+    linear.release_scratch()

@@ -182,7 +182,7 @@ class Attention(nn.Module):
             q, k, v = self._cross_qkv(x, ctx, layer)
             bias = ctx.cross_bias
         else:
-            fused = self.qkv(x)
+            fused = self.qkv.transient(x, "attn.qkv")  # q, k, v never outlive this call (KVCache copies)
             if self._sequence_wise(ctx, mask_key):  # packed rows, one attention call per sequence
                 return self._per_sequence(fused, ctx, mask_key), None
             q, k, v = self._split(self._padded(fused, ctx))

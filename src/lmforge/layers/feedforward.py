@@ -54,9 +54,10 @@ class FeedForward(nn.Module):
         self.down = Linear(cfg.d_ff, cfg.d_model, bias=cfg.ffn_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model)
+        # the hidden units die here: in CPU inference they reuse a buffer (Linear.transient)
         if self.gate is None:
-            h = activate(self.act, self.up(x))
-        else:
-            h = activate(self.act, self.gate(x)) * self.up(x)  # act on the gate, as in SwiGLU / GEGLU
+            h = activate(self.act, self.up.transient(x, "ffn.up"))
+        else:  # act on the gate, as in SwiGLU / GEGLU
+            h = activate(self.act, self.gate.transient(x, "ffn.gate")) * self.up.transient(x, "ffn.up")
         # dropout is applied by the block after `down` (BERT, GPT-2); T5 also drops inside
         return self.down(h)

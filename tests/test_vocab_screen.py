@@ -65,6 +65,8 @@ def test_bound_holds_for_every_token(bias):
     t, bound, _ = table.scores(h)
     a = h.abs().amax(1, keepdim=True).double()
     exact = (h.double() @ (W.double() - table.center.double()).t())  # (N, V), h.c left out
+    if b is not None:
+        exact += b.double()
     assert ((exact - a * t.double()).abs() <= a * bound.double()).all()
     # and is not vacuous: few tokens per row stay candidates
     candidates = (t + bound >= (t - bound).amax(1, keepdim=True)).sum(1)

@@ -67,8 +67,9 @@ def table_key(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple:
 
 def quantise_features(h: torch.Tensor) -> tuple:
     """(N, d) fp32 -> (2N, d) integer rows [q1; q2] of each row with h ~ (a / 127) (q1 + q2 / 254), the
-    (N, 1) largest |h_i| a and (N, 1) ||h|| / a (not finite where h is not, is 0, or a < ~1e-36). Two stages, the second on the first's residual (|127 h / a - q1| <= 1/2),
-    keep outlier features from costing the rest their precision: each |e_i| <= a / (2 127 254)."""
+    (N, 1) largest |h_i| a and (N, 1) ||h|| / a (not finite where h is not, is 0, or a < ~1e-36).
+    Two stages, the second on the first's residual (|127 h / a - q1| <= 1/2), keep outlier features
+    from costing the rest their precision: each |e_i| <= a / (2 127 254)."""
     a = torch.linalg.vector_norm(h, float("inf"), dim=1, keepdim=True)  # (N, 1)
     y = h * (127 / a)
     ratio = torch.linalg.vector_norm(y, dim=1, keepdim=True).div_(127)  # ||h|| / a, free of under/overflow
@@ -133,7 +134,7 @@ class ScreenTable:
         """weight (V, d) fp32 on CPU, any layout; bias (V,) or None."""
         if weight.dtype != torch.float32 or weight.dim() != 2 or weight.device.type != "cpu":
             raise ValueError("a screen table is built from a 2-D fp32 CPU weight")
-        self.key = table_key(weight, bias)
+        self.key, self.bias = table_key(weight, bias), bias
         W = weight.detach()
         V, d = W.shape
         # any fixed vector may be taken out of every row; the mean row leaves the smallest scores
@@ -174,14 +175,18 @@ class ScreenTable:
         return bool(torch.isfinite(peak).all())
 
     def scores(self, h: torch.Tensor) -> tuple:
-        """(N, d) fp32 features -> (N, V) screened scores t of h.(W_v - c) and (N, V) error bounds, both
-        divided by the row's largest |h_i| (a positive factor per row changes no comparison within
-        it), and (N, 1) ||h|| / max |h_i| (not finite where h is not)."""
+        """(N, d) fp32 features -> (N, V) screened scores t of h.(W_v - c) + b_v and (N, V) error bounds,
+        both divided by the row's largest |h_i| (a positive factor per row changes no comparison
+        within it), and (N, 1) ||h|| / max |h_i| (not finite where h is not)."""
         N = h.shape[0]
         hq, a, ratio = quantise_features(h)
         dots = self.matmul(hq).view(N, 2, -1)  # q1.Q_v and q2.Q_v, over 127 x 254
         t = torch.add(dots[:, 1], dots[:, 0], alpha=254)  # (N, V): hq.Q_v / a
-        return t, torch.addcmul(self.e_term, self.norms[1], ratio), ratio
+        bound = torch.addcmul(self.e_term, self.norms[1], ratio)
+        if self.bias is not None:  # in the same units, with its fp32 rounding in the bound
+            t.add_(self.bias / a)
+            bound.add_(self.bias.abs() * ROUNDING / a)
+        return t, bound, ratio
 
 
 class GreedyScreen:
@@ -207,10 +212,6 @@ class GreedyScreen:
         t, bound, ratio = self.table.scores(h)
         if not bool(torch.isfinite(ratio).all()):  # features with inf or NaN, all zero or tiny
             return self._fallback()
-        if self.bias is not None:  # in the scores' units, with its fp32 rounding in the bound
-            a = torch.linalg.vector_norm(h, float("inf"), dim=1, keepdim=True)
-            t.add_(self.bias / a)
-            bound.add_(self.bias.abs() * ROUNDING / a)
         best_lower = (t - bound).amax(1, keepdim=True)  # (N, 1)
         # the true argmax's upper bound reaches every token's lower bound, the best one's included
         rows, ids = (t.add_(bound) >= best_lower).nonzero(as_tuple=True)  # row-major: ids ascend per row

@@ -7,9 +7,14 @@ is still warm: bert-mini with lengths 8..128 (unpadded, 2168 rows) gains 3-10 % 
 is unchanged within noise (bench/FINDINGS.md). The sum is the same up to where the
 bias joins it (bitwise equal on the bench's shapes); autograd, autocast and other devices keep
 F.linear.
+
+Outputs that die inside their layer (the fused q, k, v; the FFN's hidden units) can instead go
+into per-thread buffers reused from call to call (`Linear.transient`): glibc maps outputs of
+32 MB and more afresh at every call and page-faults them at their first write.
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import torch
@@ -20,8 +25,9 @@ from torch.nn.modules import module as _module
 # below this many rows (a decoding step has one per sequence) the output is small and addmm's
 # single call is cheaper than two
 MIN_ROWS = 64
-# outputs from this size on are mmapped afresh by glibc's allocator at every call and page-faulted
-# at their first write (its mmap threshold rises with frees but stops at 32 MB)
+# outputs from this size on go to Linear.transient's reused buffers: glibc maps those over its mmap
+# threshold (which rises with frees but stops at 32 MB) afresh at every call and page-faults them
+# at their first write; smaller ones mostly come back from its free lists
 SCRATCH_MIN_BYTES = 1 << 24
 _SCRATCH = threading.local()  # slot -> flat buffer, per thread: concurrent calls never share one
 
@@ -40,9 +46,7 @@ def bias_after(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
 def scratch(slot: str, shape: tuple, like: torch.Tensor) -> torch.Tensor:
     """A tensor of `shape` on a buffer this thread reuses for `slot` (grown as needed): its contents
     last until the next request for the same slot."""
-    n = 1
-    for size in shape:
-        n *= size
+    n = math.prod(shape)
     buffers = _SCRATCH.__dict__.setdefault("buffers", {})
     buffer = buffers.get(slot)
     if buffer is None or buffer.numel() < n or buffer.dtype != like.dtype or buffer.device != like.device:
@@ -66,8 +70,8 @@ class Linear(nn.Linear):
     def transient(self, x: torch.Tensor, slot: str) -> torch.Tensor:
         """self(x) for an output that dies inside its layer (the FFN's hidden units, the fused q, k, v):
         in CPU inference a large one is written into a reused per-thread buffer (`scratch`), valid
-        until this slot's next use. bert-base 32 x 128: 3.45 vs 3.65 s a batch for the FFN alone
-        (bench/FINDINGS.md). Where hooks watch the module, its ordinary call runs."""
+        until this slot's next use. bert-base 32 x 128: 3.15 vs 3.59 s a batch (bench/FINDINGS.md).
+        Where hooks watch the module, its ordinary call runs."""
         shape = (*x.shape[:-1], self.out_features)
         if (not cpu_inference(x, self.weight) or self._forward_hooks or self._forward_pre_hooks
                 or _module._global_forward_hooks or _module._global_forward_pre_hooks

@@ -30,13 +30,13 @@ ROUNDING = 2.0 ** -18  # fp32 rounding of the screened scores, relative to ||h||
 MAX_DIM = 2 ** 14  # feature sizes the rounding allowances are worked out for
 
 
-_PROBES: dict = {}  # size -> fixed random vector, for fingerprints
+_FINGERPRINT_VECTORS: dict = {}  # size -> fixed random vector, for fingerprints
 
 
-def _probe_vector(n: int) -> torch.Tensor:
-    if n not in _PROBES:
-        _PROBES[n] = torch.randn(n, generator=torch.Generator().manual_seed(n))
-    return _PROBES[n]
+def _fingerprint_vector(n: int) -> torch.Tensor:
+    if n not in _FINGERPRINT_VECTORS:
+        _FINGERPRINT_VECTORS[n] = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    return _FINGERPRINT_VECTORS[n]
 
 
 def _fingerprint(tensor: torch.Tensor):
@@ -45,8 +45,8 @@ def _fingerprint(tensor: torch.Tensor):
     step's full projection reads. NaN as a string, which equals itself."""
     x = tensor.detach().float()
     if x.dim() == 2:
-        x = torch.mv(x, _probe_vector(x.shape[1]))
-    total = float(torch.dot(x.double(), _probe_vector(x.shape[0]).double()))
+        x = torch.mv(x, _fingerprint_vector(x.shape[1]))
+    total = float(torch.dot(x.double(), _fingerprint_vector(x.shape[0]).double()))
     return total if total == total else "nan"
 
 
@@ -130,11 +130,12 @@ class Int8Matmul:
 class ScreenTable:
     """An int8 copy of a (V, d) vocabulary projection with the per-token norms the bound needs."""
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
-        """weight (V, d) fp32 on CPU, any layout; bias (V,) or None."""
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                 key: Optional[tuple] = None) -> None:
+        """weight (V, d) fp32 on CPU, any layout; bias (V,) or None; key: their table_key, if known."""
         if weight.dtype != torch.float32 or weight.dim() != 2 or weight.device.type != "cpu":
             raise ValueError("a screen table is built from a 2-D fp32 CPU weight")
-        self.key, self.bias = table_key(weight, bias), bias
+        self.key, self.bias = key or table_key(weight, bias), bias
         W = weight.detach()
         V, d = W.shape
         # any fixed vector may be taken out of every row; the mean row leaves the smallest scores
@@ -250,12 +251,12 @@ def greedy_screen(head: nn.Module, weight: torch.Tensor, bias: Optional[torch.Te
     ~0.75 s), so it is built once a second call shows the model is decoding repeatedly."""
     if mode == "never" or weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
         return None
-    table = head.__dict__.get("_screen_table")
-    if table is None or table.key != table_key(weight, bias):
+    table, key = head.__dict__.get("_screen_table"), table_key(weight, bias)
+    if table is None or table.key != key:
         calls = head.__dict__.get("_unscreened_calls", 0)
         if mode == "auto" and calls < 1:
             head.__dict__["_unscreened_calls"] = calls + 1
             return None
-        table = ScreenTable(weight, bias)
+        table = ScreenTable(weight, bias, key)
         head.__dict__["_screen_table"] = table  # a cache, not module state: never saved
     return GreedyScreen(table, weight, bias) if table.usable else None

@@ -64,10 +64,11 @@ def _sentences(n: int, seed: int = 0) -> list:
 
 
 def sentence_embeddings(repeats: int, quick: bool) -> list:
-    """Sentences/s of lmforge.embed and sentence-transformers on all-MiniLM-L6-v2 (tokenising included)."""
+    """Sentences/s of lmforge.apps.embed and sentence-transformers on all-MiniLM-L6-v2 (tokenising included)."""
     from sentence_transformers import SentenceTransformer
 
-    from lmforge.embed import SentenceEncoder, find_model_dir
+    from lmforge.apps.embed import SentenceEncoder
+    from lmforge.io import find_model_dir
 
     path = find_model_dir("all-MiniLM-L6-v2")
     ours = SentenceEncoder.from_dir(path)

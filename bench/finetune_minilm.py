@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from lmforge.embed import find_model_dir
+from lmforge.io import find_model_dir
 from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
 from lmforge.tasks.formats import builtin
 from lmforge.train import TrainConfig

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import lmforge
-from lmforge.decode_step import LeanDecoder, lean_decoding_supported
+from lmforge.generate.fast.lean import LeanDecoder, lean_decoding_supported
 from lmforge.generate import generate
 from lmforge.heads import attach
 from lmforge.layers.attention import KVCache

@@ -4,7 +4,7 @@ import torch
 import lmforge
 from lmforge.presets import PRESETS
 from lmforge.generate import argmax_rows, filter_top_k, filter_top_p, generate, next_tokens, Sampling
-from lmforge.processors import Constraints, ban_repeated_ngrams, penalise_repetition
+from lmforge.generate.processors import Constraints, ban_repeated_ngrams, penalise_repetition
 from lmforge.heads import attach
 
 from tests.parity.helpers import save_reference, transformers

@@ -5,7 +5,7 @@ import torch
 
 import lmforge
 from lmforge.cli import main
-from lmforge.pretrain import read_documents
+from lmforge.train.pretrain import read_documents
 from lmforge.tokenizer import load_tokenizer
 
 

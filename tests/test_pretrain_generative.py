@@ -6,7 +6,7 @@ import torch
 
 import lmforge
 from lmforge.cli import main
-from lmforge.pretrain import pretrain
+from lmforge.train.pretrain import pretrain
 from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig
 

@@ -2,7 +2,7 @@ import torch
 
 import lmforge
 from lmforge.model import from_config
-from lmforge.summary import describe, flops_per_token, parameter_counts
+from lmforge.apps.summary import describe, flops_per_token, parameter_counts
 
 
 def test_gpt2_flops_follow_kaplan_and_palm():

@@ -3,10 +3,10 @@ import pytest
 import torch
 
 import lmforge
-from lmforge import vocab_screen
+from lmforge.generate.fast import screen as vocab_screen
 from lmforge.heads import attach
 from lmforge.layers.fastpath import FastPaths
-from lmforge.vocab_screen import GreedyScreen, Int8Matmul, ScreenTable, greedy_screen, quantise_features
+from lmforge.generate.fast.screen import GreedyScreen, Int8Matmul, ScreenTable, greedy_screen, quantise_features
 
 
 def _projection(V=3000, d=96, seed=0, bias=False):

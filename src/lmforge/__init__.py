@@ -1,7 +1,8 @@
 """lmforge: the Transformer language-model family from one configurable model."""
+from lmforge import convert  # registers the Hugging Face format with lmforge.io
+from lmforge.apps.embed import embed
+from lmforge.apps.fill_mask import fill_mask
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.embed import embed
-from lmforge.fill_mask import fill_mask
 from lmforge.generate import generate
 from lmforge.io import load, save
 from lmforge.model import ModelOutput, Transformer, from_config
@@ -17,6 +18,6 @@ def build(name: str | ModelConfig, **overrides) -> Transformer:
     return from_config(cfg)
 
 
-__all__ = ["ConfigError", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
+__all__ = ["ConfigError", "convert", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
            "build", "embed", "fill_mask", "from_config", "generate", "get_config", "load", "load_tokenizer",
            "save", "tiny", "__version__"]

@@ -54,6 +54,15 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
             nn.init.ones_(sub.weight)
 
 
+# lmforge.io puts its save function here on import: the model never imports io, which builds models
+_SAVERS: list = []
+
+
+def register_saver(save) -> None:
+    """Let `Transformer.save` call `save(model, path, format)` (lmforge.io registers itself)."""
+    _SAVERS.append(save)
+
+
 class Transformer(nn.Module):
     """Shared parts of the three architectures: config, token table, heads, checks, init."""
 
@@ -157,9 +166,9 @@ class Transformer(nn.Module):
 
     def save(self, path, format: str = "lmforge") -> None:
         """Write the directory `path`: lmforge's format, or format="hf" for the reference library."""
-        from lmforge.io import save  # io and convert build heads, which import this module
-
-        save(self, path, format)
+        if not _SAVERS:
+            raise RuntimeError("saving needs lmforge.io (import lmforge)")
+        _SAVERS[-1](self, path, format)
 
     def num_parameters(self, embeddings: bool = True) -> int:
         """Parameters of the backbone (heads excluded); without the token and position tables."""

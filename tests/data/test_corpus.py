@@ -6,7 +6,7 @@ import pytest
 
 from lmforge.data.corpus import CHUNK, CorpusReader, CorpusWarning, ReadOptions, read_range
 from lmforge.data.synthetic import documents, write_corpus
-from lmforge.pretrain import read_documents
+from lmforge.train.pretrain import read_documents
 
 
 def _read(*files, **kw):

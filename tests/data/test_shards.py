@@ -11,7 +11,7 @@ from lmforge.cli import main
 from lmforge.data.corpus import CorpusWarning
 from lmforge.data.shards import shard_corpus, token_dtype, verify
 from lmforge.data.stream import ShardCorpus
-from lmforge.pretrain import read_documents, tokenize_documents
+from lmforge.train.pretrain import read_documents, tokenize_documents
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
 FILES = ("a.txt", "b.jsonl.gz", "c.txt")

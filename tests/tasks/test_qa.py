@@ -8,7 +8,7 @@ import torch
 
 import lmforge
 from lmforge.data.probes import tasks
-from lmforge.embed import find_model_dir
+from lmforge.io import find_model_dir
 from lmforge.tasks import task_class
 from lmforge.tasks.qa import (
     QATask,

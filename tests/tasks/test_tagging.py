@@ -6,7 +6,7 @@ import torch
 
 import lmforge
 from lmforge.data.probes import tasks
-from lmforge.embed import find_model_dir
+from lmforge.io import find_model_dir
 from lmforge.objectives.base import IGNORE
 from lmforge.tasks import task_class
 from lmforge.tasks.tagging import TaggingTask, align, entity_scores, read_conll, tag_set, word_tags

@@ -1,6 +1,6 @@
 import pytest
 
-from lmforge.cli import parse_overrides
+from lmforge.cli.common import parse_overrides
 from lmforge.train import TrainConfig
 
 

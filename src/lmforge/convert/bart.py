@@ -7,8 +7,15 @@ both stacks and the LM head, and the LM head's bias kept as the `final_logits_bi
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (Family, activation_of, ffn_of, n_labels, special_tokens,
-                                    special_tokens_of, tied_by_weights)
+from lmforge.convert.family import (
+    Family,
+    activation_of,
+    ffn_of,
+    n_labels,
+    special_tokens,
+    special_tokens_of,
+    tied_by_weights,
+)
 from lmforge.convert.keymap import Rule, expand, linear
 from lmforge.presets import BART
 

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (Family, activation_of, ffn_of, n_labels, special_tokens,
-                                    special_tokens_of)
+from lmforge.convert.family import Family, activation_of, ffn_of, n_labels, special_tokens, special_tokens_of
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BERT
 

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from lmforge.config import ConfigError, ModelConfig, atomic_write_text
 from lmforge.convert.keymap import ConversionError, expand, export_tensors, import_tensors
 from lmforge.heads import make_head
-from lmforge.io import load_state_strict, save_tensors
+from lmforge.io.files import load_state_strict, save_tensors
 from lmforge.model import Transformer, from_config
 
 # one module per reference family under lmforge/convert/, each defining FAMILY

@@ -269,7 +269,7 @@ LAZY += tuple(PackedPairs.PLANS)
 
 
 def lazy_examples(objective: str, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0):
-    """The examples lmforge.pretrain.build_examples makes for `objective` (with `seed`), built on
+    """The examples lmforge.train.pretrain.build_examples makes for `objective` (with `seed`), built on
     access; None for an objective not in LAZY."""
     role = tokenizer.special_id
     if objective not in LAZY:

@@ -10,8 +10,8 @@ from torch import nn
 
 from lmforge.config import ModelConfig
 from lmforge.layers.attention import Attention, AttentionContext
-from lmforge.layers.feedforward import FeedForward
 from lmforge.layers.dropout import Dropout
+from lmforge.layers.feedforward import FeedForward
 from lmforge.layers.norms import make_norm
 
 

@@ -6,12 +6,11 @@ from torch import nn
 
 from lmforge.config import BIDIRECTIONAL_ONLY, ModelConfig
 from lmforge.layers.attention import AttentionContext
+from lmforge.layers.block import Block
 from lmforge.layers.blocked import BLOCKED, band_width
 from lmforge.layers.blocked import plan as blocked_plan
-from lmforge.layers.block import Block
 from lmforge.layers.norms import make_norm
-from lmforge.layers.patterns import (additive, default_global_tokens, pattern_bias, pattern_mask,
-                                     prefix_keys)
+from lmforge.layers.patterns import additive, default_global_tokens, pattern_bias, pattern_mask, prefix_keys
 from lmforge.layers.positions import BIASES, Rotary
 
 PER_LAYER = ("bigbird",)  # patterns whose mask differs from layer to layer (random blocks)

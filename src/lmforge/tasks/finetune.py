@@ -20,9 +20,13 @@ from typing import Optional
 import torch
 
 from lmforge.config import atomic_write_text
+from lmforge.io import load, model_dir
+from lmforge.model import from_config
+from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.formats import check_labels
+from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
@@ -82,32 +86,19 @@ class TaskConfig:
         return options_from_dict(cls, data, "fine-tuning")
 
 
-def model_dir(name) -> Path | None:
-    """The directory `name` names: itself, or an installed model package's (all-MiniLM-L6-v2)."""
-    from lmforge.embed import MODEL_PACKAGES, find_model_dir
-
-    if Path(name).is_dir():
-        return Path(name)
-    key = str(name).lower().removeprefix("sentence-transformers/")
-    return find_model_dir(name) if key in MODEL_PACKAGES else None
-
-
 def load_model(model, tokenizer=None, overrides: dict | None = None) -> tuple:
     """(model, tokenizer) from a model object, an lmforge / Hugging Face directory or model package
     (its tokenizer unless one is given) or a preset name (random init, sized to the tokenizer)."""
-    import lmforge
-    from lmforge.presets import PRESETS
-
     if isinstance(tokenizer, (str, Path)):
-        tokenizer = lmforge.load_tokenizer(tokenizer)
+        tokenizer = load_tokenizer(tokenizer)
     if isinstance(model, (str, Path)):
         path = model_dir(model)
         if path is not None:
-            model, tokenizer = lmforge.load(path), tokenizer or lmforge.load_tokenizer(path)
+            model, tokenizer = load(path), tokenizer or load_tokenizer(path)
         elif str(model) in PRESETS:
             if tokenizer is None:
                 raise ValueError(f"preset {model!r} needs a tokenizer (--tokenizer DIR)")
-            model = lmforge.build(str(model), **{"vocab_size": tokenizer.vocab_size, **(overrides or {})})
+            model = from_config(get_config(str(model), **{"vocab_size": tokenizer.vocab_size, **(overrides or {})}))
         else:
             raise ValueError(f"--model {model!r} is neither a model directory nor a preset name")
     if tokenizer is None:

@@ -37,7 +37,7 @@ def split_options(pairs: dict) -> tuple:
 
 def task_data(args, labelled: bool = True) -> tuple:
     """(kind, {split: records}) from --builtin or the files given (--train/--valid or --data)."""
-    from lmforge.cli import UsageError
+    from lmforge.cli.common import UsageError
     from lmforge.tasks.formats import BUILTIN, builtin, read_task_file
 
     if args.builtin:
@@ -55,8 +55,9 @@ def task_data(args, labelled: bool = True) -> tuple:
 
 def cmd_finetune(args) -> None:
     """Fine-tune a model on a task; metrics, best/ and final/ under --out; prints the summary."""
-    from lmforge.cli import UsageError, parse_overrides, read_config_file
-    from lmforge.tasks.finetune import TaskConfig, finetune, load_model, model_dir
+    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.io import model_dir
+    from lmforge.tasks.finetune import TaskConfig, finetune, load_model
     from lmforge.tasks.formats import check_labels, label_set
     from lmforge.train import TrainConfig
 
@@ -80,7 +81,7 @@ def cmd_finetune(args) -> None:
 
 def cmd_evaluate(args) -> None:
     """Score a fine-tuned model on a labelled file (or a built-in split); predictions to --out."""
-    from lmforge.cli import UsageError
+    from lmforge.cli.common import UsageError
     from lmforge.tasks.finetune import evaluate, task_info
     from lmforge.tasks.formats import check_labels
 

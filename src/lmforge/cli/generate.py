@@ -38,7 +38,7 @@ def _encoder_decoder(model) -> bool:
 
 def cmd_generate(args) -> None:
     """Continue a prompt (decoders) or answer it (encoder-decoders) with a model directory's LM head."""
-    from lmforge.cli import UsageError
+    from lmforge.cli.common import UsageError
     from lmforge.generate import generate
     from lmforge.io import load
     from lmforge.tokenizer import load_tokenizer
@@ -98,7 +98,7 @@ def decoding_options(args, model_dir, start: int) -> dict:
 
 def cmd_fill_mask(args) -> None:
     """Print the top-k fillings of the mask with their probabilities (one per line, or JSON lines)."""
-    from lmforge.fill_mask import fill_mask
+    from lmforge.apps.fill_mask import fill_mask
     from lmforge.io import load
     from lmforge.tokenizer import load_tokenizer
 

@@ -24,12 +24,11 @@ import lmforge
 from lmforge.analysis import compare
 from lmforge.data.synthetic import corpus_text
 from lmforge.model import from_config
-from lmforge.pretrain import pretrain
 from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
 from lmforge.tasks.formats import BUILTIN, builtin
 from lmforge.tokenizer import train_tokenizer
 from lmforge.train import TrainConfig
-
+from lmforge.train.pretrain import pretrain
 
 
 @dataclass
@@ -142,7 +141,7 @@ def print_table(probes: dict, tasks: dict, seconds: float) -> None:
 
 def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> dict:
     """Tokenizer -> MLM pretraining -> fine-tuning with and without it -> table, report.json, demo.png."""
-    from lmforge.demo_plots import plot_demo
+    from lmforge.apps.demo_plots import plot_demo
 
     cfg, out, start = cfg or DemoConfig(), Path(out), time.perf_counter()
     if (out / "pretrain").exists():

@@ -19,9 +19,17 @@ from lmforge.data.examples import blocks, nsp_pairs, pack_sentences, sop_pairs, 
 from lmforge.data.stream import open_shards, shard_examples
 from lmforge.data.synthetic import documents
 from lmforge.model import from_config
-from lmforge.objectives import (CausalLM, MaskedLM, PairMLM, ReplacedTokenDetection, SpanMLM,
-                                StructuralMLM)
-from lmforge.objectives import Denoising, SpanCorruption, prefix_lm
+from lmforge.objectives import (
+    CausalLM,
+    Denoising,
+    MaskedLM,
+    PairMLM,
+    ReplacedTokenDetection,
+    SpanCorruption,
+    SpanMLM,
+    StructuralMLM,
+    prefix_lm,
+)
 from lmforge.objectives.distillation import Distillation, student_from_teacher
 from lmforge.objectives.plm import PermutationLM
 from lmforge.objectives.span_corruption import sentinel_ids

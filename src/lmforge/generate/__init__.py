@@ -14,14 +14,14 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from lmforge.beam import Beams, beam_search
-from lmforge.decode_step import LeanDecoder, lean_decoding_supported
+from lmforge.generate.beam import Beams, beam_search
+from lmforge.generate.fast.lean import LeanDecoder, lean_decoding_supported
+from lmforge.generate.fast.screen import GreedyScreen, greedy_screen
+from lmforge.generate.processors import Constraints
 from lmforge.heads import LMHead
 from lmforge.layers.attention import KVCache
 from lmforge.layers.fastpath import weight_layout
 from lmforge.model import EncoderDecoder, ModelOutput, Transformer
-from lmforge.processors import Constraints
-from lmforge.vocab_screen import GreedyScreen, greedy_screen
 
 
 @dataclass
@@ -293,7 +293,7 @@ def _check_prompt(model: Transformer, input_ids, attention_mask, max_new_tokens:
     """Refuse a request the model cannot serve, before any model call; returns the (B, T) mask."""
     if model.config.architecture == "encoder":
         raise ValueError("generation needs a decoder or an encoder-decoder; an encoder with an MLM head "
-                         "fills masks instead (lmforge.fill_mask)")
+                         "fills masks instead (lmforge.apps.fill_mask)")
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise ValueError(f"input_ids must be an integer tensor of shape (batch, length), got {shape}")

@@ -1,0 +1,73 @@
+"""Helpers every `lmforge` sub-command shares: usage errors, key=value overrides, config files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from lmforge.config import ModelConfig
+from lmforge.io import load as load_model
+from lmforge.presets import PRESETS, get_config
+
+
+class UsageError(ValueError):
+    """Bad command-line input; reported in one line with exit status 2."""
+
+
+def parse_overrides(pairs: list) -> dict:
+    """`key=value` pairs; values are read as YAML scalars (1e-5, true, [a, b])."""
+    overrides = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UsageError(f"expected key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        overrides[key.strip()] = _scalar(value)
+    return overrides
+
+
+def _scalar(text: str):
+    # YAML 1.1 reads 1e-3 (no dot) as a string; a user writing lr=1e-3 means a number
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def read_config_file(path: str | None) -> dict:
+    """Overrides from a YAML or JSON file (--config)."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise UsageError(f"cannot read config file {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must hold a mapping of field: value")
+    return data
+
+
+def resolve_config(name: str, overrides: dict) -> ModelConfig:
+    """A preset name, an lmforge model directory or a config JSON file, with overrides."""
+    path = Path(name)
+    if name in PRESETS:
+        return get_config(name, **overrides)
+    if path.is_dir():
+        return load_model(path).config.replace(**overrides)
+    if path.is_file():
+        return ModelConfig.from_dict({**json.loads(path.read_text(encoding="utf-8")), **overrides})
+    return get_config(name, **overrides)  # raises with the closest preset names
+
+
+def split_overrides(pairs: dict) -> tuple:
+    """key=value overrides -> (training options, model config fields), told apart by name."""
+    from dataclasses import fields
+
+    from lmforge.train import TrainConfig
+
+    train_keys = {f.name for f in fields(TrainConfig)}
+    return ({k: v for k, v in pairs.items() if k in train_keys},
+            {k: v for k, v in pairs.items() if k not in train_keys})

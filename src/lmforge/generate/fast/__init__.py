@@ -1,0 +1,1 @@
+"""Generation's own speed paths: lean cached steps sharing the block's body, the screened argmax."""

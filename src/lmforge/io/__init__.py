@@ -1,0 +1,55 @@
+"""Saving and loading model directories, in lmforge's format or a registered foreign one.
+
+lmforge's format is config.json + model.safetensors (io/native.py). Other formats register a
+reader and a writer here (`register_format`): the Hugging Face converters do so on import
+(lmforge/convert), so io never imports the converters that build on it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from lmforge import model as _model
+from lmforge.io.files import CheckpointError, load_state_strict, load_weights, save_tensors
+from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
+from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, model_dir
+from lmforge.model import Transformer
+
+# format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path) -> path)
+FOREIGN: dict = {}
+
+
+def register_format(name: str, detect: Callable, read: Callable, write: Callable) -> None:
+    """Add a foreign checkpoint format (detected from a directory's config.json)."""
+    FOREIGN[name] = (detect, read, write)
+
+
+def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None) -> Path:
+    """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or a registered
+    format ("hf"). `state` replaces model.state_dict() (the gathered weights of a sharded model)."""
+    if format in FOREIGN:
+        return FOREIGN[format][2](model, path)
+    if format != FORMAT:
+        raise ValueError(f"format={format!r} is not one of {', '.join((FORMAT, *FOREIGN))}")
+    return save_native(model, path, state)
+
+
+def load(path: str | os.PathLike) -> Transformer:
+    """Read an lmforge or a foreign (Hugging Face) model directory, heads included."""
+    path = Path(path)
+    meta = read_meta(path)
+    if meta.get("format") == FORMAT:
+        return load_native(path, meta)
+    for detect, read, _ in FOREIGN.values():
+        if detect(meta):
+            return read(path, meta)
+    raise CheckpointError(f"{path} is neither an lmforge model directory ({CONFIG_FILE} has no "
+                          f"\"format\": \"{FORMAT}\") nor one of a known format ({', '.join(FOREIGN) or 'none'})")
+
+
+_model.register_saver(save)  # model.save(...) without the model importing io
+
+__all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "MODEL_PACKAGES", "WEIGHTS_FILE",
+           "find_model_dir", "load", "load_state_strict", "load_weights", "model_dir", "register_format",
+           "save", "save_tensors"]

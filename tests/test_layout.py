@@ -1,0 +1,114 @@
+"""The layout's budgets: imports run one way (no cycle, function-level imports included), files
+under 400 lines, functions under 40, a docstring on every public name."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lmforge"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict:
+    """module name -> parsed tree, for every file under src/lmforge."""
+    return {_module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(name: str, known: set) -> str | None:
+    """The longest known module that `name` (a module or a name inside one) refers to."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict:
+    """module -> the lmforge modules it imports anywhere in its file (inside functions too)."""
+    trees = _modules()
+    known, graph = set(trees), {}
+    for module, tree in trees.items():
+        package = module if (PACKAGE.parent / module.replace(".", "/") / "__init__.py").exists() \
+            else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                                    + ([base] if base else []))
+                # `from pkg import sub` imports the module pkg.sub; `from mod import name`, mod itself
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = _resolve(name, known) if name.startswith("lmforge") else None
+                if target and target != module:
+                    targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def find_cycle(graph: dict) -> list | None:
+    """One import cycle as a list of modules, or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_anywhere():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_model_core_imports_nothing_above_it():
+    graph = import_graph()
+    above = ("lmforge.convert", "lmforge.io", "lmforge.train", "lmforge.objectives", "lmforge.generate",
+             "lmforge.tasks", "lmforge.cli", "lmforge.apps", "lmforge.heads")
+    for module in ("lmforge.model", "lmforge.config"):
+        assert not {t for t in graph[module] if t.startswith(above)}, module
+    for module, targets in graph.items():
+        if module.startswith("lmforge.layers"):
+            assert not {t for t in targets if t.startswith(above + ("lmforge.model", "lmforge.fast"))}, module
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_budgets(path):
+    source = path.read_text()
+    assert len(source.splitlines()) <= 400, f"{path.name}: over 400 lines"
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            assert node.end_lineno - node.lineno + 1 <= 40, f"{path.name}:{node.name} over 40 lines"
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            if node.col_offset == 0:
+                assert ast.get_docstring(node), f"{path.name}:{node.name} has no docstring"

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch import nn
 
 MAX_CANDIDATES = 256  # a step with more tokens a row to re-score falls back to the full projection
 CHUNK = 8192  # rows quantised at a time
@@ -241,22 +240,3 @@ def _first_maximum(rows: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor, 
     last = torch.iinfo(ids.dtype).max
     ties = torch.where(scores == best.index_select(0, rows), ids, torch.full_like(ids, last))
     return ids.new_full((n,), last).scatter_reduce_(0, rows, ties, "amin")
-
-
-def greedy_screen(head: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                  mode: str = "always") -> Optional[GreedyScreen]:
-    """A screen over `head`'s projection, its table cached on the head until the weights change; None
-    where it does not apply (not fp32 on CPU, no exact int8 kernel), with mode "never", or with mode
-    "auto" on a head's first greedy call: a table costs ~120 full projections to build (GPT-2 small:
-    ~0.75 s), so it is built once a second call shows the model is decoding repeatedly."""
-    if mode == "never" or weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
-        return None
-    table, key = head.__dict__.get("_screen_table"), table_key(weight, bias)
-    if table is None or table.key != key:
-        calls = head.__dict__.get("_unscreened_calls", 0)
-        if mode == "auto" and calls < 1:
-            head.__dict__["_unscreened_calls"] = calls + 1
-            return None
-        table = ScreenTable(weight, bias, key)
-        head.__dict__["_screen_table"] = table  # a cache, not module state: never saved
-    return GreedyScreen(table, weight, bias) if table.usable else None

@@ -5,8 +5,8 @@ import torch
 import lmforge
 from lmforge.generate.fast import screen as vocab_screen
 from lmforge.heads import attach
-from lmforge.layers.fastpath import FastPaths
-from lmforge.generate.fast.screen import GreedyScreen, Int8Matmul, ScreenTable, greedy_screen, quantise_features
+from lmforge.generate.fast.projection import VocabProjection, _copies
+from lmforge.generate.fast.screen import GreedyScreen, Int8Matmul, ScreenTable, quantise_features
 
 
 def _projection(V=3000, d=96, seed=0, bias=False):
@@ -138,21 +138,21 @@ def test_falls_back_where_it_cannot_decide():
     assert not same.active  # most calls fell back: the screen stops trying
 
 
-def test_table_is_cached_until_the_weights_change():
+def test_copies_are_cached_until_the_weights_change():
     W, _ = _projection(V=400)
     W = torch.nn.Parameter(W)
     head = torch.nn.Module()
-    first = greedy_screen(head, W, None).table
-    assert greedy_screen(head, W, None).table is first
+    first = _copies(head, W, None)
+    assert _copies(head, W, None) is first
     with torch.no_grad():
         W.mul_(1.5)  # an optimiser-style in-place update
-    second = greedy_screen(head, W, None).table
+    second = _copies(head, W, None)
     assert second is not first
     W.data[5, 2] += 1.0  # a write that bypasses the version counter
-    third = greedy_screen(head, W, None).table
+    third = _copies(head, W, None)
     assert third is not second
     W.data[[3, 7]] = W.data[[7, 3]]  # swapped rows: the same sum, other scores per token
-    assert greedy_screen(head, W, None).table is not third
+    assert _copies(head, W, None) is not third
     h = _features(1, W.shape[1])
     assert torch.equal(greedy_screen(head, W, None)(h), (h @ W.detach().t()).argmax(-1))
 
@@ -161,6 +161,14 @@ def test_not_for_other_dtypes_or_devices():
     W, _ = _projection(V=400)
     assert greedy_screen(torch.nn.Module(), W.double(), None) is None
     assert isinstance(greedy_screen(torch.nn.Module(), W, None), GreedyScreen)
+
+
+def greedy_screen(_, weight, bias):
+    """A screen over (weight, bias), or None where it does not apply (as the projection builds it)."""
+    if weight.dtype != torch.float32:
+        return None
+    table = ScreenTable(weight, bias)
+    return GreedyScreen(table, weight, bias) if table.usable else None
 
 
 def _model(name="gpt2", vocab=1200):
@@ -177,10 +185,8 @@ def _model(name="gpt2", vocab=1200):
 def _both(model, ids, **kwargs):
     if model.config.architecture == "encoder-decoder":
         kwargs.setdefault("decoder_start_token_id", 0)
-    model.fast.screened_greedy = "always"
-    screened = lmforge.generate(model, ids, max_new_tokens=12, **kwargs)
-    model.fast.screened_greedy = "never"
-    plain = lmforge.generate(model, ids, max_new_tokens=12, **kwargs)
+    screened = lmforge.generate(model, ids, max_new_tokens=12, projection="screen", **kwargs)
+    plain = lmforge.generate(model, ids, max_new_tokens=12, projection="plain", **kwargs)
     return screened, plain
 
 
@@ -201,36 +207,53 @@ def test_generation_gives_the_same_tokens_with_processors(kwargs):
     assert torch.equal(screened, plain)
 
 
-def test_generation_uses_the_screen_from_the_second_greedy_call(monkeypatch):
+def test_auto_considers_the_screen_from_the_second_greedy_call_and_keeps_the_fastest(monkeypatch):
+    from lmforge.generate.fast import projection
+
     model = _model()
-    calls = []
-    original = GreedyScreen.__call__
-    monkeypatch.setattr(GreedyScreen, "__call__", lambda self, h: calls.append(1) or original(self, h))
+    monkeypatch.setattr(projection, "CHOICES", {})
+    timed = []
+    original = VocabProjection._fastest
+    monkeypatch.setattr(VocabProjection, "_fastest",
+                        lambda self, ways, h: timed.append(sorted(ways)) or original(self, ways, h))
     ids = torch.randint(10, 1200, (1, 5), generator=torch.Generator().manual_seed(1))
-    first = lmforge.generate(model, ids, max_new_tokens=6)  # "auto": no table yet
-    assert not calls and "_screen_table" not in model.heads["lm"].__dict__
-    assert torch.equal(lmforge.generate(model, ids, max_new_tokens=6), first)
-    assert len(calls) == 6
-    lmforge.generate(model, ids, max_new_tokens=6, repetition_penalty=1.2)  # the penalty needs every score
-    lmforge.generate(model, ids, max_new_tokens=6, do_sample=True, generator=torch.Generator().manual_seed(0))
-    lmforge.generate(model, ids, max_new_tokens=2)  # too few steps to repay the weights check
-    assert len(calls) == 6
+    first = lmforge.generate(model, ids, max_new_tokens=8)  # "auto": no table yet
+    assert timed == [["input-major", "plain"]]
+    assert torch.equal(lmforge.generate(model, ids, max_new_tokens=8), first)
+    assert timed[1] == ["input-major", "plain", "screen"]  # the second greedy call times the screen too
+    assert torch.equal(lmforge.generate(model, ids, max_new_tokens=8), first)
+    assert len(timed) == 2  # decided once per shape on this machine
+    lmforge.generate(model, ids, max_new_tokens=8, repetition_penalty=1.2)  # every score needed: no screen
+    lmforge.generate(model, ids, max_new_tokens=2)  # too few steps to repay a copy or a timing
+    assert [ways for ways in timed[2:] if "screen" in ways] == []
+
+
+def test_a_screen_that_loses_is_not_built_again(monkeypatch):
+    from lmforge.generate.fast import projection
+
+    model = _model()
+    monkeypatch.setattr(projection, "CHOICES", {})
+    monkeypatch.setattr(VocabProjection, "_fastest", lambda self, ways, h: "plain")
+    built = []
+    monkeypatch.setattr(projection, "ScreenTable", lambda *a: built.append(1) or ScreenTable(*a))
+    ids = torch.randint(10, 1200, (1, 5), generator=torch.Generator().manual_seed(1))
+    for _ in range(4):
+        lmforge.generate(model, ids, max_new_tokens=8)
+    assert len(built) == 1  # built for the second call's timing, then never again
 
 
 def test_not_under_autocast_or_with_bf16_features():
     model = _model()
-    model.fast.screened_greedy = "always"
     ids = torch.randint(10, 1200, (1, 5), generator=torch.Generator().manual_seed(1))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = lmforge.generate(model, ids, max_new_tokens=6)
-    model.fast.screened_greedy = "never"
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert torch.equal(out, lmforge.generate(model, ids, max_new_tokens=6))
+        out = lmforge.generate(model, ids, max_new_tokens=6, projection="screen")
+        assert torch.equal(out, lmforge.generate(model, ids, max_new_tokens=6, projection="plain"))
     W, _ = _projection(V=400)
     screen = greedy_screen(torch.nn.Module(), W, None)
     assert screen(_features(1, W.shape[1]).bfloat16()) is None
 
 
-def test_screened_greedy_mode_is_checked():
-    with pytest.raises(ValueError, match="screened_greedy"):
-        FastPaths(screened_greedy="sometimes")
+def test_projection_mode_is_checked():
+    model = _model()
+    with pytest.raises(ValueError, match="projection"):
+        lmforge.generate(model, torch.tensor([[5, 6]]), max_new_tokens=2, projection="sometimes")

@@ -3,7 +3,8 @@ import torch
 
 import lmforge
 from lmforge.presets import PRESETS
-from lmforge.generate import argmax_rows, filter_top_k, filter_top_p, generate, next_tokens, Sampling
+from lmforge.generate import generate
+from lmforge.generate.sampling import Sampling, argmax_rows, filter_top_k, filter_top_p, next_tokens
 from lmforge.generate.processors import Constraints, ban_repeated_ngrams, penalise_repetition
 from lmforge.heads import attach
 

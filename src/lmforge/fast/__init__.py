@@ -1,0 +1,1 @@
+"""The one seam for speed: execution plans (unpadding, blocked local attention) and CPU accelerations."""

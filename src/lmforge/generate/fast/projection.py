@@ -1,0 +1,145 @@
+"""The vocabulary projection of decoding steps, computed the way that is fastest on this machine.
+
+At small batches a decoding step reads every weight once and the (V, d) vocabulary projection is
+its largest read (GPT-2 small: 154 MB of ~500 MB a token). Three ways give what a step needs:
+
+- "plain": F.linear on the weight as the model stores it, (V, d) row-major;
+- "input-major": addmm on a (d, V) copy of it. oneDNN's few-row GEMM reads (in, out) weights
+  faster (GPT-2's head at 1 row on an AVX2 EPYC: 7.5 vs 12.2 ms; bench/FINDINGS.md);
+- "screen" (greedy only): the int8 screen of screen.py, a quarter of the bytes, which pays where
+  the u8 x s8 kernel is fast (AVX-512 VNNI) and loses where it is not (an AVX2-only EPYC: 51.6 vs
+  32.3 ms a GPT-2 token).
+
+Which one wins depends on the CPU, so "auto" times every candidate once per (V, d, rows, threads)
+on the first step's own features and keeps the fastest; "plain" is always a candidate, so auto is
+never slower than the plain path by more than timing noise. The copies live in a weak dictionary
+beside the model, keyed by its head and checked against the weights' storage, version and
+fingerprint (screen.table_key) at each generate call: the model itself is never changed.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmforge.generate.fast.screen import GreedyScreen, ScreenTable, table_key
+
+MODES = ("auto", "plain", "input-major", "screen")
+MAX_COPY_BYTES = 1 << 30  # an input-major copy is another weight's worth of memory: not for huge heads
+MIN_STEPS = 8  # a copy (~a step's read) or a timing (~10 steps) does not repay on fewer steps
+_COPIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # head -> _Copies
+CHOICES: dict = {}  # (V, d, rows, greedy, threads) -> (fastest way, whether the screen was timed)
+
+
+class _Copies:
+    """A head's derived copies, valid while its weights keep `key`."""
+
+    def __init__(self, key: tuple) -> None:
+        self.key, self.input_major, self.screen, self.greedy_calls = key, None, None, 0
+
+
+def _copies(head: nn.Module, weight: torch.Tensor, bias) -> _Copies:
+    key = table_key(weight, bias)
+    copies = _COPIES.get(head)
+    if copies is None or copies.key != key:
+        copies = _COPIES[head] = _Copies(key)
+    return copies
+
+
+def _median_seconds(fn, repeats: int = 3) -> float:
+    fn()  # warm: first calls pay for allocations and kernel selection
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+class VocabProjection:
+    """One generate call's vocabulary projection over `head` (an LMHead): logits, or the argmax."""
+
+    def __init__(self, head: nn.Module, mode: str = "auto", greedy: bool = False, steps: int = 1) -> None:
+        """mode: one of MODES; greedy: only argmaxes are asked for; steps: the steps the call may run."""
+        if mode not in MODES:
+            raise ValueError(f"projection={mode!r} is not one of {', '.join(MODES)}")
+        self.head, self.mode, self.greedy = head, mode, greedy
+        self.weight, self.bias = head.projection()
+        self.way, self.copy, self.screen = "plain", None, None
+        fp32_cpu = (self.weight.dtype == torch.float32 and self.weight.device.type == "cpu"
+                    and self.weight.dim() == 2 and not torch.is_autocast_enabled("cpu"))
+        self.open = mode != "plain" and fp32_cpu and (steps >= MIN_STEPS or mode != "auto")
+        self.chosen = not self.open
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """(N, E) features -> (N, V) logits."""
+        self._choose(features)
+        if self.way == "input-major":
+            return torch.addmm(self.bias, features, self.copy) if self.bias is not None else features @ self.copy
+        return F.linear(features, self.weight, self.bias)
+
+    def argmax(self, features: torch.Tensor) -> Optional[torch.Tensor]:
+        """(N, E) features -> (N,) greedy tokens through the screen, or None: take `logits` instead."""
+        self._choose(features)
+        return self.screen(features) if self.way == "screen" and self.screen.active else None
+
+    def _choose(self, features: torch.Tensor) -> None:
+        """Settle the way on the first step's features (the row count is known only then)."""
+        if self.chosen:
+            return
+        self.chosen = True
+        copies = _copies(self.head, self.weight, self.bias)
+        key = (*self.weight.shape, features.shape[0], self.greedy, torch.get_num_threads())
+        known = CHOICES.get(key)
+        # a screen timed here and beaten is not built again (its table costs ~120 projections)
+        candidates = self._candidates(copies, screen=not (known and known[1] and known[0] != "screen"))
+        if self.mode != "auto":
+            self.way = self.mode if self.mode in candidates else "plain"
+        elif known is not None and (known[1] or "screen" not in candidates):
+            self.way = known[0] if known[0] in candidates else "plain"
+        else:
+            self.way = self._fastest(candidates, features)
+            CHOICES[key] = (self.way, "screen" in candidates)
+        self._keep(copies)
+
+    def _candidates(self, copies: _Copies, screen: bool = True) -> dict:
+        """way -> a callable of the features, for every way that applies here."""
+        ways = {"plain": lambda h: F.linear(h, self.weight, self.bias).argmax(-1)}
+        if self.weight.numel() * self.weight.element_size() <= MAX_COPY_BYTES:
+            if copies.input_major is None:
+                copies.input_major = self.weight.detach().t().contiguous()  # (E, V)
+            self.copy = copies.input_major
+            ways["input-major"] = lambda h: (h @ self.copy).argmax(-1)
+        if self.greedy and screen and self._screen(copies) is not None:
+            ways["screen"] = self.screen
+        return ways
+
+    def _screen(self, copies: _Copies) -> Optional[GreedyScreen]:
+        """The screen over this head, built from a head's second greedy call on under auto (a table costs
+        ~120 full projections: GPT-2 small ~0.75 s), at once when asked for by name."""
+        copies.greedy_calls += 1
+        if self.mode == "auto" and copies.greedy_calls < 2:
+            return None
+        if copies.screen is None:
+            copies.screen = ScreenTable(self.weight, self.bias, copies.key)
+        self.screen = GreedyScreen(copies.screen, self.weight, self.bias) if copies.screen.usable else None
+        return self.screen
+
+    def _fastest(self, candidates: dict, features: torch.Tensor) -> str:
+        """The candidate with the least median time on these features."""
+        if len(candidates) == 1:
+            return "plain"
+        times = {way: _median_seconds(lambda: fn(features)) for way, fn in candidates.items()}
+        return min(times, key=times.get)
+
+    def _keep(self, copies: _Copies) -> None:
+        """Drop the copies the chosen way does not read: a copy the size of the weight is not kept idle."""
+        if self.way != "input-major":
+            copies.input_major, self.copy = None, None
+        if self.way != "screen" and self.mode == "auto":
+            copies.screen, self.screen = None, None

@@ -48,7 +48,10 @@ def _machine() -> dict:
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")
+    return {"cpu": cpu, "cpu_flags": [f for f in wanted if f in flags], "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version()}
 
 

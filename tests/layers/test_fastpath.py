@@ -244,54 +244,21 @@ def test_unpadded_causal_attention_sequence_by_sequence_with_left_padding():
             assert_same_at_real_positions(packed.last_hidden_state, padded, mask)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-3.2-1b", "t5-small"])
-def test_input_major_decoding_layout_gives_the_same_tokens_and_train_restores_it(name, tmp_path):
-    from lmforge.layers.fastpath import linear_weights
-
-    torch.manual_seed(0)
-    model = lmforge.build(lmforge.tiny(name, eos_token_id=None, decoder_start_token_id=0))
-    lmforge.heads.attach(model, "lm")
-    model.eval()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    ids = torch.randint(3, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(2))
-    model.fast.decode_layout = False
-    row_major = lmforge.generate(model, ids, max_new_tokens=8)
-    assert all(w.is_contiguous() for w in linear_weights(model))
-    model.fast.decode_layout = True
-    assert torch.equal(lmforge.generate(model, ids, max_new_tokens=8), row_major)
-    weights = linear_weights(model)
-    assert weights and all(w.t().is_contiguous() and not w.is_contiguous() for w in weights)
-    assert any(w is model.tokens.weight for w in weights) == model.config.tie_embeddings
-    model.save(tmp_path / "saved")  # safetensors needs contiguous tensors: save copies them
-    for key, value in lmforge.load(tmp_path / "saved").state_dict().items():
-        assert torch.equal(value, before[key]), key
-    model.train()
-    assert all(w.is_contiguous() for w in linear_weights(model))
-    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-
-
-def test_generation_in_train_mode_keeps_the_row_major_layout():
-    from lmforge.layers.fastpath import linear_weights
-
-    model = lmforge.build(lmforge.tiny("gpt2"))
-    lmforge.heads.attach(model, "lm")
-    lmforge.generate(model, torch.tensor([[5, 6, 7]]), max_new_tokens=2)
-    assert model.training and all(w.is_contiguous() for w in linear_weights(model))
-
-
 @pytest.mark.parametrize("ffn", ["relu", "gelu", "gelu-tanh", "geglu", "swiglu"])
 @pytest.mark.parametrize("placement", ["pre", "post"])
 def test_inference_writes_activations_and_residuals_in_place_with_the_same_results(ffn, placement):
-    from lmforge.layers.feedforward import ACTIVATIONS, IN_PLACE
+    from lmforge.fast.accelerate import IN_PLACE, accelerate
+    from lmforge.layers.feedforward import ACTIVATIONS
 
     assert {act for act, _ in ACTIVATIONS.values()} <= set(IN_PLACE)  # no activation falls back
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny("bert-base", ffn=ffn, norm_placement=placement)).eval()
     ids, mask = _batch(model.config.vocab_size)
     model.fast = FastPaths(unpad="never")
-    with torch.no_grad():  # in place: nothing keeps the sublayers' outputs for a backward pass
+    with torch.no_grad(), accelerate(model):  # in place: nothing keeps the sublayers' outputs for a backward
         in_place = model(ids, mask, return_hidden=True)
-    autograd = model(ids, mask, return_hidden=True)  # parameters require grad: out of place
+    with accelerate(model):
+        autograd = model(ids, mask, return_hidden=True)  # parameters require grad: out of place
     assert autograd.last_hidden_state.requires_grad
     assert torch.equal(in_place.last_hidden_state, autograd.last_hidden_state.detach())
     for a, b in zip(in_place.hidden_states, autograd.hidden_states):  # kept states are not overwritten

@@ -7,8 +7,18 @@ import pytest
 from lmforge.cli import main
 from lmforge.data.examples import PLAN, blocks, nsp_pairs, pack_sentences, sop_pairs, sso_pairs
 from lmforge.data.shards import FORMAT, VERSION, ShardWriter, shard_corpus
-from lmforge.data.stream import (DocumentView, PackedBlocks, PackedPairs, PackedSentences, ShardCorpus,
-                                 WithWordStarts, shard_examples)
+from lmforge.data.stream import (
+    DocumentView,
+    ExampleFormat,
+    PackedBlocks,
+    PackedPairs,
+    PackedSentences,
+    ShardCorpus,
+    WithWordStarts,
+    build_examples,
+    lazy_examples,
+    shard_examples,
+)
 from lmforge.data.synthetic import write_corpus
 from lmforge.tokenizer import load_tokenizer
 from tests.data.test_examples import CLS, SEP, _docs
@@ -59,6 +69,37 @@ def test_lazy_adapters_equal_the_list_builders(shard_dir):
     tokenizer = load_tokenizer(shard_dir / "tokenizer")
     worded = WithWordStarts(lazy, tokenizer)
     assert worded[0]["word_starts"] == tokenizer.word_starts(lazy[0]["input_ids"])
+
+
+FORMATS = [ExampleFormat(), ExampleFormat(word_starts=True), ExampleFormat(cross_documents=False),
+           ExampleFormat("blocks", roles=("eos", "sep")), ExampleFormat("blocks", roles=("sep",), reserve=1),
+           ExampleFormat("pairs", pairs="sop")]
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f"{f.kind}-{f.roles}-{f.word_starts}-{f.cross_documents}")
+def test_every_format_is_the_same_lazy_or_listed(shard_dir, fmt):
+    corpus, tokenizer = ShardCorpus(shard_dir), load_tokenizer(shard_dir / "tokenizer")
+    ids = corpus.order(np.arange(len(corpus)), seed=0)[:200]
+    listed = build_examples(fmt, [corpus.document(int(d)) for d in ids], tokenizer, 40, seed=3)
+    lazy = lazy_examples(fmt, corpus, ids, tokenizer, 40, seed=3)
+    assert len(listed) > 20 and [lazy[i] for i in range(len(lazy))] == listed
+    assert all(len(e["input_ids"]) <= 40 - fmt.reserve for e in listed)
+    assert all(("word_starts" in e) == fmt.word_starts for e in listed)
+
+
+def test_a_custom_format_is_built_from_lists_over_shards(shard_dir):
+    def first_sentences(docs, tokenizer, max_len, seed):
+        return [{"input_ids": doc[0][:max_len]} for doc in docs]
+
+    corpus, tokenizer = ShardCorpus(shard_dir), load_tokenizer(shard_dir / "tokenizer")
+    custom = ExampleFormat("custom", build=first_sentences)
+    train, valid = shard_examples(custom, corpus, tokenizer, 16, 0, valid_fraction=0.2)
+    assert len(train) + len(valid) == len(corpus) and train[0] == {"input_ids": corpus.document(
+        int(corpus.order(corpus.split(0.2, 0)[0], 0)[0]))[0][:16]}
+    with pytest.raises(ValueError, match="kind 'packed' is not one of"):
+        ExampleFormat("packed")
+    with pytest.raises(ValueError, match="exactly when its kind is 'custom'"):
+        ExampleFormat("custom")
 
 
 def test_nsp_over_shards_is_balanced_and_never_pairs_a_document_with_itself(shard_dir):
@@ -140,11 +181,12 @@ def test_lazy_sop_and_structural_over_shards(tmp_path):
 def test_pair_objectives_over_shards_are_lazy_and_split_by_document(shard_dir):
     corpus = ShardCorpus(shard_dir)
     tokenizer = load_tokenizer(shard_dir / "tokenizer")
-    train, valid = shard_examples("structural", corpus, tokenizer, 40, 7, build=None, valid_fraction=0.2)
+    structural = ExampleFormat("pairs", pairs="structural")
+    train, valid = shard_examples(structural, corpus, tokenizer, 40, 7, valid_fraction=0.2)
     assert isinstance(train, PackedPairs) and isinstance(valid, PackedPairs) and len(valid) > 0
     used = [set(part.ids[part.plan[:, [0, 3]].ravel()].tolist()) for part in (train, valid)]
     assert not used[0] & used[1] and set(corpus.split(0.2, 7)[1].tolist()) >= used[1]
-    again = shard_examples("structural", corpus, tokenizer, 40, 7, build=None, valid_fraction=0.2)[0]
+    again = shard_examples(structural, corpus, tokenizer, 40, 7, valid_fraction=0.2)[0]
     assert np.array_equal(again.plan, train.plan) and again[0] == train[0]
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmforge import objectives
 from lmforge.cli.common import UsageError, parse_overrides, read_config_file, split_overrides
 from lmforge.io import load as load_model
 
@@ -26,15 +27,20 @@ def cmd_pretrain(args) -> None:
     print(f"wrote {Path(args.out) / 'final'}")
 
 
+def objective_help() -> str:
+    """--objective's help: every registered objective with its summary, then the aliases. The parser is
+    built on each run (cli.main), so an objective registered before then is listed and accepted."""
+    listed = "; ".join(f"{s.name}: {s.summary}" if s.summary else s.name for s in objectives.specs())
+    aliases = ", ".join(f"{alias}={name}" for alias, name in objectives.aliases().items())
+    return f"{listed} (aliases: {aliases})" if aliases else listed
+
+
 def add_parsers(sub) -> None:
     """Add pretrain to the main parser."""
     p = sub.add_parser("pretrain", help="pretrain a model (built-in corpus by default)")
     p.add_argument("--preset", help="preset name (see `lmforge presets`); not with --teacher")
-    p.add_argument("--objective", required=True,
-                   choices=("mlm", "wwm", "nsp", "sop", "span", "structural", "rtd", "clm", "prefix-lm",
-                            "span-corruption", "denoising", "plm", "distillation"),
-                   help="mlm, whole-word mlm, +NSP, +SOP, SpanBERT, StructBERT, ELECTRA, causal LM, "
-                        "prefix LM, T5 span corruption, BART denoising, XLNet permutation LM, DistilBERT")
+    p.add_argument("--objective", required=True, choices=(*objectives.names(), *objectives.aliases()),
+                   metavar="NAME", help=objective_help())
     p.add_argument("--teacher", help="distillation: the teacher's model directory (with its MLM head and tokenizer)")
     p.add_argument("--duplication", type=int, default=0,
                    help="static masking: each example's corruption fixed in this many copies (BERT: 10); "

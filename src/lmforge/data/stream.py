@@ -13,17 +13,35 @@ are ever built. On top of it, deterministic by seed:
   `PackedSentences` (RoBERTa FULL-/DOC-SENTENCES, as `examples.pack_sentences`) and
   `PackedPairs` (NSP, SOP and StructBERT pairs, as `examples.nsp_pairs` and friends), whose
   plans hold a few integers per example, not tokens.
+
+What an objective trains on is an `ExampleFormat` (data: packed sentences, blocks or pairs, the
+special tokens around them, word starts); `build_examples` makes its examples as lists from
+documents in memory and `lazy_examples` the same examples over shards, built on access. The
+objectives declare their format (lmforge.objectives.registry); this layer never sees their names.
 """
 from __future__ import annotations
 
 import hashlib
 from array import array
 from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 
 import numpy as np
 
-from lmforge.data.examples import pair_from_plan, plan_nsp, plan_sop, plan_sso
+from lmforge.data.examples import (
+    blocks,
+    nsp_pairs,
+    pack_sentences,
+    pair_from_plan,
+    plan_nsp,
+    plan_sop,
+    plan_sso,
+    sop_pairs,
+    sso_pairs,
+)
 from lmforge.data.shards import OFFSET, SUFFIXES, read_manifest
 
 
@@ -228,11 +246,11 @@ class PackedPairs:
 
     PLANS = {"nsp": plan_nsp, "sop": plan_sop, "structural": plan_sso}
 
-    def __init__(self, corpus: ShardCorpus, ids, objective: str, cls: int, sep: int, max_len: int = 128,
+    def __init__(self, corpus: ShardCorpus, ids, pairs: str, cls: int, sep: int, max_len: int = 128,
                  seed: int = 0) -> None:
         self.corpus, self.ids, self.cls, self.sep = corpus, np.asarray(ids), cls, sep
         # (n, 7) int32, examples.PLAN: documents are positions in ids, tokens offsets in them
-        self.plan = self.PLANS[objective](len(self.ids), self._offsets, max_len=max_len, seed=seed)
+        self.plan = self.PLANS[pairs](len(self.ids), self._offsets, max_len=max_len, seed=seed)
 
     def _offsets(self, d: int) -> list:
         _, offsets = self.corpus.bounds(int(self.ids[d]))
@@ -264,38 +282,83 @@ class WithWordStarts:
         return {**example, "word_starts": self.tokenizer.word_starts(example["input_ids"])}
 
 
-LAZY = ("clm", "prefix-lm", "span-corruption", "denoising", "mlm", "wwm", "span", "rtd", "plm", "distillation")
-LAZY += tuple(PackedPairs.PLANS)
+KINDS = ("sentences", "blocks", "pairs", "custom")
+PAIR_BUILDERS = {"nsp": nsp_pairs, "sop": sop_pairs, "structural": sso_pairs}  # the list twins of PLANS
 
 
-def lazy_examples(objective: str, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0):
-    """The examples lmforge.train.pretrain.build_examples makes for `objective` (with `seed`), built on
-    access; None for an objective not in LAZY."""
-    role = tokenizer.special_id
-    if objective not in LAZY:
+@dataclass(frozen=True)
+class ExampleFormat:
+    """How an objective's examples are cut from documents: what build_examples and lazy_examples make."""
+
+    kind: str = "sentences"  # RoBERTa's packed sentences, contiguous blocks, sentence pairs, or `build`'s
+    # tokenizer roles: sentences and pairs, the first and last token; blocks, the document joiner
+    roles: tuple = ("cls", "sep")
+    pairs: str = "nsp"  # pairs: the plan (a key of PackedPairs.PLANS)
+    cross_documents: bool = True  # sentences: FULL-SENTENCES (packing crosses documents) or DOC-SENTENCES
+    word_starts: bool = False  # whole-word objectives: each example carries its word starts
+    reserve: int = 0  # tokens of max_len left free (T5 appends </s> to the corrupted input)
+    build: Callable | None = None  # custom: (documents, tokenizer, max_len, seed) -> list of examples
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"example kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if (self.kind == "custom") != (self.build is not None):
+            raise ValueError("an example format has a `build` function exactly when its kind is 'custom'")
+        if self.kind == "pairs" and self.pairs not in PackedPairs.PLANS:
+            raise ValueError(f"pairs {self.pairs!r} is not one of {', '.join(PackedPairs.PLANS)}")
+
+
+def _joiner(tokenizer, roles: tuple) -> int | None:
+    """The id joining documents in blocks: the first of `roles` with a true id, else the last one's.
+    (`or` semantics, so an id 0 falls through: GPT-2's <|endoftext|>, id 0, joins nothing.)"""
+    return reduce(lambda a, b: a or b, [tokenizer.special_id(r) for r in roles])
+
+
+def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int = 0) -> list:
+    """The examples of format `fmt` as a list, from documents of sentence id lists (or a DocumentView)."""
+    role, max_len = tokenizer.special_id, max_len - fmt.reserve
+    if fmt.kind == "custom":
+        return fmt.build(docs, tokenizer, max_len, seed)
+    if fmt.kind == "pairs":
+        first, last = map(role, fmt.roles)
+        examples = PAIR_BUILDERS[fmt.pairs](docs, first, last, max_len=max_len, seed=seed)
+    elif fmt.kind == "blocks":
+        examples = blocks(docs, max_len, eos=_joiner(tokenizer, fmt.roles))
+    else:
+        first, last = map(role, fmt.roles)
+        examples = pack_sentences(docs, first, last, max_len=max_len, cross_documents=fmt.cross_documents)
+    if fmt.word_starts:
+        for e in examples:
+            e["word_starts"] = tokenizer.word_starts(e["input_ids"])
+    return examples
+
+
+def lazy_examples(fmt: ExampleFormat, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0):
+    """The examples build_examples makes for `fmt` over documents `ids` (with `seed`), built on access;
+    None for a custom format (its builder takes lists)."""
+    role, max_len = tokenizer.special_id, max_len - fmt.reserve
+    if fmt.kind == "custom":
         return None
-    if objective in PackedPairs.PLANS:
-        return PackedPairs(corpus, ids, objective, role("cls"), role("sep"), max_len, seed)
-    if objective in ("clm", "prefix-lm"):
-        return PackedBlocks(corpus, ids, max_len, eos=role("eos") or role("sep"))
-    if objective == "span-corruption":  # the corrupted input plus </s> fits in max_len
-        return PackedBlocks(corpus, ids, max_len - 1, eos=role("eos"))
-    if objective == "denoising":
-        return PackedSentences(corpus, ids, role("bos"), role("eos"), max_len, cross_documents=False)
-    packed = PackedSentences(corpus, ids, role("cls"), role("sep"), max_len, cross_documents=True)
-    return WithWordStarts(packed, tokenizer) if objective in ("wwm", "span") else packed
+    if fmt.kind == "pairs":
+        examples = PackedPairs(corpus, ids, fmt.pairs, *map(role, fmt.roles), max_len, seed)
+    elif fmt.kind == "blocks":
+        examples = PackedBlocks(corpus, ids, max_len, eos=_joiner(tokenizer, fmt.roles))
+    else:
+        first, last = map(role, fmt.roles)
+        examples = PackedSentences(corpus, ids, first, last, max_len, cross_documents=fmt.cross_documents)
+    return WithWordStarts(examples, tokenizer) if fmt.word_starts else examples
 
 
-def shard_examples(objective: str, corpus: ShardCorpus, tokenizer, max_len: int, seed: int, build,
+def shard_examples(fmt: ExampleFormat, corpus: ShardCorpus, tokenizer, max_len: int, seed: int,
                    valid_fraction: float = 0.05) -> tuple:
-    """(train, validation) examples over a shard corpus, split by document: lazy where the objective
-    allows, else `build(objective, DocumentView, tokenizer, max_len, seed)` (lists)."""
+    """(train, validation) examples of format `fmt` over a shard corpus, split by document: lazy where
+    the format allows, else build_examples over a DocumentView (lists)."""
     corpus.check_tokenizer(tokenizer)
     train, valid = corpus.split(valid_fraction, seed)
     train = corpus.order(train, seed)  # packing crosses documents: mix the files before it
     out = []
     for ids in (train, valid):
-        examples = lazy_examples(objective, corpus, ids, tokenizer, max_len, seed)
-        out.append(build(objective, DocumentView(corpus, ids), tokenizer, max_len, seed)
+        examples = lazy_examples(fmt, corpus, ids, tokenizer, max_len, seed)
+        out.append(build_examples(fmt, DocumentView(corpus, ids), tokenizer, max_len, seed)
                    if examples is None else examples)
     return tuple(out)

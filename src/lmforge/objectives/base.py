@@ -11,7 +11,8 @@ data side is testable without a model:
   the metrics to log).
 
 `finish()` attaches the objective's heads to the model kept, so the saved model
-carries them (an MLM-trained BERT saves as BertForMaskedLM).
+carries them (an MLM-trained BERT saves as BertForMaskedLM). `build(model, tokenizer)`
+makes one with the tokenizer's special ids: what the registry (registry.py) calls.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 IGNORE = -100  # label of positions that carry no loss (the reference library's convention)
+SPECIAL_ROLES = ("cls", "sep", "pad", "bos", "eos")  # tokens an objective never masks nor predicts
 
 
 @dataclass
@@ -51,6 +53,24 @@ def pad(rows: list, value: int, dtype=torch.long) -> torch.Tensor:
     return out
 
 
+def tokenizer_pad(tokenizer) -> int:
+    """The tokenizer's pad id (0 without one: padding is masked out anyway)."""
+    return tokenizer.special_id("pad") or 0
+
+
+def tokenizer_specials(tokenizer, roles: tuple = SPECIAL_ROLES) -> tuple:
+    """The ids of the tokenizer's special tokens in `roles`, those it has."""
+    return tuple(i for i in (tokenizer.special_id(r) for r in roles) if i is not None)
+
+
+def tokenizer_mask(tokenizer, user: str) -> int:
+    """The tokenizer's mask id; ValueError naming its `user` (an objective class) when it has none."""
+    mask = tokenizer.special_id("mask")
+    if mask is None:
+        raise ValueError(f"{user} needs a tokenizer with a mask token")
+    return mask
+
+
 class Objective(nn.Module, abc.ABC):
     """Base class: keeps the model, pads batches, attaches heads at the end; subclasses define
     `forward`."""
@@ -61,6 +81,11 @@ class Objective(nn.Module, abc.ABC):
         super().__init__()
         self.model = model
         self.pad_id = pad_id
+
+    @classmethod
+    def build(cls, model: nn.Module, tokenizer, **options) -> Objective:
+        """This objective around `model`, padding with the tokenizer's pad id; `options` go to __init__."""
+        return cls(model, pad_id=tokenizer_pad(tokenizer), **options)
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """One example -> inputs and labels (lists); the default passes it through."""

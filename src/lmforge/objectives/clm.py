@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
+from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.objectives.base import Loss, Objective
+from lmforge.objectives.registry import ObjectiveSpec, register
 
 
 class CausalLM(Objective):
@@ -28,3 +30,9 @@ class CausalLM(Objective):
     def heads(self) -> dict:
         """The LM head, saved with the model."""
         return {"lm": self.lm}
+
+
+# blocks joined by </s> (or [SEP]) across documents, as GPT-2's WebText training does
+register(ObjectiveSpec(name="clm", build=CausalLM.build, summary="causal LM (GPT)", aliases=("causal-lm", "gpt"),
+                       architectures=("decoder",), tokenizer="gpt2",
+                       examples=ExampleFormat("blocks", roles=("eos", "sep"))))

@@ -25,7 +25,10 @@ from functools import partial
 
 import torch
 
+from lmforge.data.stream import ExampleFormat
+from lmforge.objectives.base import tokenizer_mask, tokenizer_pad
 from lmforge.objectives.mlm import budget
+from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.seq2seq import Seq2SeqLM
 
 
@@ -142,6 +145,14 @@ class Denoising(Seq2SeqLM):
             raise ValueError("denoising needs at least one noise")
         self.bos_id, self.eos_id = bos_id, eos_id
 
+    @classmethod
+    def build(cls, model, tokenizer, **options) -> Denoising:
+        """BART's objective around `model`, with the tokenizer's mask, <s>, </s> and pad (the start: the config).
+        Sentence permutation splits after each "." (what the corpus reader splits on, mostly)."""
+        eos, end = tokenizer.special_id("eos"), tokenizer.token_to_id(".")
+        return cls(model, tokenizer_mask(tokenizer, cls.__name__), sentence_end=end,
+                   bos_id=tokenizer.special_id("bos"), eos_id=eos, pad_id=tokenizer_pad(tokenizer), **options)
+
     def noise(self, tokens: list, generator: torch.Generator) -> list:
         """Every noise in turn over tokens (no <s>/</s>)."""
         for noise in self.noises:
@@ -155,3 +166,9 @@ class Denoising(Seq2SeqLM):
         tail = 1 if self.eos_id is not None and len(ids) > head and ids[-1] == self.eos_id else 0
         body = self.noise(ids[head: len(ids) - tail], generator)
         return {"input_ids": ids[:head] + body + ids[len(ids) - tail:], "labels": ids}
+
+
+# <s> the sentences of one document </s> (DOC-SENTENCES); GPT-2's byte-level BPE with RoBERTa's tokens
+register(ObjectiveSpec(name="denoising", build=Denoising.build, summary="denoising autoencoder (BART)",
+                       aliases=("bart",), architectures=("encoder-decoder",), tokenizer="roberta",
+                       examples=ExampleFormat("sentences", roles=("bos", "eos"), cross_documents=False)))

@@ -21,16 +21,19 @@ pooler (the student keeps the teacher's config but for its depth).
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.model import from_config
-from lmforge.objectives.base import IGNORE, Loss
+from lmforge.objectives.base import IGNORE, Loss, tokenizer_pad, tokenizer_specials
 from lmforge.objectives.mlm import MaskedLM
+from lmforge.objectives.registry import ObjectiveSpec, register
 
 SOFT_ON = ("real", "masked")  # positions of L_ce: every real token (reference default) or the masked ones
 # scripts/extract_distilbert.py's choice for a 12-layer BERT: every other layer, keeping the first and last
@@ -112,7 +115,17 @@ class Distillation(MaskedLM):
         self.teacher = teacher.requires_grad_(False).eval()
         self.alpha, self.beta, self.gamma, self.temperature, self.soft_on = alpha, beta, gamma, temperature, soft_on
 
-    def train(self, mode: bool = True) -> "Distillation":
+    @classmethod
+    def build(cls, teacher, tokenizer, **options) -> Distillation:
+        """DistilBERT: a student of every other `teacher` layer, trained against the teacher."""
+        if tokenizer.vocab_size != teacher.config.vocab_size:
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids, the teacher's vocabulary "
+                             f"{teacher.config.vocab_size}: distil with the teacher's own tokenizer")
+        return cls(student_from_teacher(teacher), teacher, tokenizer.special_id("mask"),
+                   special_ids=tokenizer_specials(tokenizer, ("cls", "sep", "pad")),
+                   pad_id=tokenizer_pad(tokenizer), **options)
+
+    def train(self, mode: bool = True) -> Distillation:
         """Train the student; the teacher stays in eval mode (no dropout) whatever the mode."""
         super().train(mode)
         self.teacher.eval()
@@ -136,3 +149,8 @@ class Distillation(MaskedLM):
         metrics = {"ce_loss": l_ce.detach(), "mlm_loss": l_mlm.detach(), "cos_loss": l_cos.detach(),
                    "mlm_accuracy": accuracy.detach()}
         return Loss(self.alpha * l_ce + self.beta * l_mlm + self.gamma * l_cos, metrics)
+
+
+register(ObjectiveSpec(name="distillation", build=Distillation.build, summary="masked-LM distillation (DistilBERT)",
+                       aliases=("distilbert",), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("sentences"), teacher=True))

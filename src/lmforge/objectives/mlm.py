@@ -14,8 +14,18 @@ import math
 import torch
 import torch.nn.functional as F
 
+from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective, top1_accuracy
+from lmforge.objectives.base import (
+    IGNORE,
+    Loss,
+    Objective,
+    tokenizer_mask,
+    tokenizer_pad,
+    tokenizer_specials,
+    top1_accuracy,
+)
+from lmforge.objectives.registry import ObjectiveSpec, register
 
 
 def budget(n: int, rate: float, generator: torch.Generator) -> int:
@@ -64,6 +74,13 @@ class MaskedLM(Objective):
         self.vocab_size = model.config.vocab_size
         self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")
 
+    @classmethod
+    def build(cls, model, tokenizer, **options) -> MaskedLM:
+        """This objective around `model`, with the tokenizer's mask, pad and special ids; `options` go to
+        __init__ (the subclasses' too: SpanMLM, StructuralMLM, PairMLM)."""
+        return cls(model, tokenizer_mask(tokenizer, cls.__name__), special_ids=tokenizer_specials(tokenizer),
+                   pad_id=tokenizer_pad(tokenizer), **options)
+
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """Select, replace and label: input_ids corrupted, labels = originals at selected positions."""
         ids = list(example["input_ids"])
@@ -101,3 +118,12 @@ class MaskedLM(Objective):
     def heads(self) -> dict:
         """The MLM head, saved with the model."""
         return {"lm": self.lm}
+
+
+# RoBERTa's recipe: FULL-SENTENCES packing, masks drawn anew each epoch (Liu et al. 2019, sec. 4)
+register(ObjectiveSpec(name="mlm", build=MaskedLM.build, summary="masked LM (BERT, RoBERTa)",
+                       aliases=("masked-lm", "roberta"), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("sentences")))
+register(ObjectiveSpec(name="wwm", build=MaskedLM.build, summary="whole-word masked LM",
+                       aliases=("whole-word",), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("sentences", word_starts=True), options={"whole_word": True}))

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
+from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.objectives.base import Loss
 from lmforge.objectives.mlm import MaskedLM
+from lmforge.objectives.registry import ObjectiveSpec, register
 
 TASKS = ("nsp", "sop")
 
@@ -39,3 +41,11 @@ class PairMLM(MaskedLM):
     def heads(self) -> dict:
         """The MLM head and the pair classifier, saved with the model (BertForPreTraining's pair)."""
         return {"lm": self.lm, self.task: self.pair}
+
+
+register(ObjectiveSpec(name="nsp", build=PairMLM.build, summary="masked LM + next-sentence prediction (BERT)",
+                       aliases=("bert",), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("pairs", pairs="nsp"), options={"task": "nsp"}))
+register(ObjectiveSpec(name="sop", build=PairMLM.build, summary="masked LM + sentence-order prediction (ALBERT)",
+                       aliases=("albert",), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("pairs", pairs="sop"), options={"task": "sop"}))

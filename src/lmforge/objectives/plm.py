@@ -28,9 +28,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective, pad, top1_accuracy
+from lmforge.objectives.base import (
+    IGNORE,
+    Loss,
+    Objective,
+    pad,
+    tokenizer_pad,
+    tokenizer_specials,
+    top1_accuracy,
+)
 from lmforge.objectives.mlm import budget
+from lmforge.objectives.registry import ObjectiveSpec, register
 
 
 def factorisation_order(n: int, candidates: list, n_targets: int, generator: torch.Generator) -> tuple:
@@ -76,6 +86,12 @@ class PermutationLM(Objective):
         self.K, self.mem_len = K, mem_len
         self.special = set(special_ids) | {pad_id}
         self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")
+
+    @classmethod
+    def build(cls, model, tokenizer, **options) -> PermutationLM:
+        """XLNet around `model`: each example's first half is the memory segment of its second (sec. 2.5)."""
+        options = {"mem_len": model.config.max_seq_len // 2, **options}
+        return cls(model, special_ids=tokenizer_specials(tokenizer), pad_id=tokenizer_pad(tokenizer), **options)
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """One example -> its tokens, each position's rank in z, the targets and their labels
@@ -133,3 +149,8 @@ class PermutationLM(Objective):
     def heads(self) -> dict:
         """The LM head (saved with the model: an XLNet LM exports as XLNetLMHeadModel)."""
         return {"lm": self.lm}
+
+
+register(ObjectiveSpec(name="plm", build=PermutationLM.build, summary="permutation LM (XLNet)", aliases=("xlnet",),
+                       architectures=("encoder",), tokenizer="bert", examples=ExampleFormat("sentences"),
+                       requires={"position": "xl-relative"}))  # two-stream attention is XLNet's

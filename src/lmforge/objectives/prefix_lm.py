@@ -18,8 +18,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective
+from lmforge.objectives.base import IGNORE, Loss, Objective, tokenizer_pad
+from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.seq2seq import Seq2SeqLM
 
 
@@ -87,3 +89,13 @@ def prefix_lm(model, pad_id: int = 0, eos_id: int | None = None, decoder_start_i
     if model.config.architecture == "encoder-decoder":
         return EncoderDecoderPrefixLM(model, pad_id, eos_id, decoder_start_id)
     return PrefixLM(model, pad_id)
+
+
+def build_prefix_lm(model, tokenizer):
+    """prefix_lm around `model` with the tokenizer's pad and eos (an encoder-decoder's start: its config)."""
+    return prefix_lm(model, tokenizer_pad(tokenizer), tokenizer.special_id("eos"))
+
+
+register(ObjectiveSpec(name="prefix-lm", build=build_prefix_lm, summary="prefix LM (T5, UniLM)",
+                       architectures=("decoder", "encoder-decoder"), tokenizer="gpt2",
+                       examples=ExampleFormat("blocks", roles=("eos", "sep"))))

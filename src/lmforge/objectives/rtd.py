@@ -24,10 +24,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.config import ModelConfig
+from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.model import from_config
-from lmforge.objectives.base import IGNORE, Loss, Objective, top1_accuracy
+from lmforge.objectives.base import (
+    IGNORE,
+    Loss,
+    Objective,
+    tokenizer_mask,
+    tokenizer_pad,
+    tokenizer_specials,
+    top1_accuracy,
+)
 from lmforge.objectives.mlm import MaskedLM
+from lmforge.objectives.registry import ObjectiveSpec, register
 
 MASKING = (0.85, 0.0, 0.15)  # [MASK] / random / unchanged, official pretrain_helpers.mask
 SHARED = ("segments", "positions", "norm")  # the E-wide parts of Embeddings, besides the token table
@@ -107,6 +117,12 @@ class ReplacedTokenDetection(Objective):
         self.rtd = model.heads["rtd"] if "rtd" in model.heads else make_head(model, "rtd")
         self.disc_weight, self.gen_weight, self.temperature = disc_weight, gen_weight, temperature
 
+    @classmethod
+    def build(cls, model, tokenizer, **options) -> ReplacedTokenDetection:
+        """ELECTRA around the discriminator `model`, with the tokenizer's mask, pad and special ids."""
+        return cls(model, tokenizer_mask(tokenizer, cls.__name__), special_ids=tokenizer_specials(tokenizer),
+                   pad_id=tokenizer_pad(tokenizer), **options)
+
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """The generator's masked-LM input: 15 % selected, labels = the originals there."""
         return self.generator.corrupt(example, generator)
@@ -143,3 +159,8 @@ class ReplacedTokenDetection(Objective):
     def finish_generator(self) -> nn.Module:
         """The generator with its MLM head attached (ElectraForMaskedLM), should it be kept too."""
         return self.generator.finish()
+
+
+register(ObjectiveSpec(name="rtd", build=ReplacedTokenDetection.build, summary="replaced-token detection (ELECTRA)",
+                       aliases=("electra",), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("sentences")))

@@ -22,9 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmforge.data.stream import ExampleFormat
 from lmforge.model import init_weights
 from lmforge.objectives.base import IGNORE, Loss, top1_accuracy
 from lmforge.objectives.mlm import MaskedLM, budget, words
+from lmforge.objectives.registry import ObjectiveSpec, register
 
 
 def length_distribution(p: float = 0.2, max_words: int = 10) -> torch.Tensor:
@@ -158,3 +160,8 @@ class SpanMLM(MaskedLM):
         sbo, accuracy = self.sbo_loss(hidden, batch)
         return Loss(mlm.loss + sbo, {**mlm.metrics, "mlm_loss": mlm.loss.detach(),
                                      "sbo_loss": sbo.detach(), "sbo_accuracy": accuracy.detach()})
+
+
+register(ObjectiveSpec(name="span", build=SpanMLM.build, summary="span masking + span-boundary objective (SpanBERT)",
+                       aliases=("spanbert",), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("sentences", word_starts=True)))

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from lmforge.data.stream import ExampleFormat
+from lmforge.objectives.base import tokenizer_pad
+from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.seq2seq import Seq2SeqLM
 
 N_SENTINELS = 100  # T5's <extra_id_0> .. <extra_id_99>
@@ -111,9 +114,21 @@ class SpanCorruption(Seq2SeqLM):
         self.noise_density, self.mean_noise_span_length = noise_density, mean_noise_span_length
         self.final_sentinel = final_sentinel
 
+    @classmethod
+    def build(cls, model, tokenizer, **options) -> SpanCorruption:
+        """T5's objective around `model`, with the tokenizer's sentinels, eos and pad (the start: the config)."""
+        return cls(model, sentinel_ids(tokenizer), tokenizer.special_id("eos"), pad_id=tokenizer_pad(tokenizer),
+                   **options)
+
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """Raw tokens (no eos) -> the corrupted input and the target, as input_ids and labels."""
         tokens = list(example["input_ids"])
         mask = random_spans_noise_mask(len(tokens), generator, self.noise_density, self.mean_noise_span_length)
         inputs, targets = corrupt_spans(tokens, mask, self.sentinels, self.eos_id, self.final_sentinel)
         return {"input_ids": inputs, "labels": targets}
+
+
+# raw token blocks; the corrupted input plus </s> fits in max_len; a unigram tokenizer with sentinels
+register(ObjectiveSpec(name="span-corruption", build=SpanCorruption.build, summary="span corruption (T5)",
+                       aliases=("t5",), architectures=("encoder-decoder",), tokenizer="t5",
+                       examples=ExampleFormat("blocks", roles=("eos",), reserve=1)))

@@ -17,9 +17,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.objectives.base import IGNORE, Loss
 from lmforge.objectives.mlm import MaskedLM, budget
+from lmforge.objectives.registry import ObjectiveSpec, register
 
 K = 3  # trigrams: the paper's balance of reconstructability and robustness
 PERMUTATIONS = ((0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))  # every order but the original
@@ -108,3 +110,9 @@ class StructuralMLM(MaskedLM):
     def heads(self) -> dict:
         """The MLM head and (with SSO) the 3-way sentence classifier, saved with the model."""
         return {"lm": self.lm, **({"sso": self.sso} if self.sso is not None else {})}
+
+
+register(ObjectiveSpec(name="structural", build=StructuralMLM.build,
+                       summary="masked LM + word and sentence structural objectives (StructBERT)",
+                       aliases=("structbert",), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("pairs", pairs="structural")))

@@ -1,0 +1,148 @@
+"""The objective registry: every objective declares itself, and a new one is one file's worth of code."""
+import ast
+from pathlib import Path
+
+import pytest
+import torch.nn.functional as F
+
+import lmforge
+from lmforge.cli import build_parser
+from lmforge.config import ARCHITECTURES
+from lmforge.data.stream import ExampleFormat
+from lmforge.heads import make_head
+from lmforge.objectives import registry
+from lmforge.objectives.base import Loss, Objective
+from lmforge.presets import get_config
+from lmforge.train import TrainConfig
+from lmforge.train.pretrain import pretrain
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "lmforge"
+TINY = dict(n_layers=1, d_model=32, n_heads=2, d_ff=64, max_seq_len=64)
+
+
+# --- what a new objective file holds: the class, its example format and its register(...) call ---
+
+class CopyLM(Objective):
+    """A toy: each position predicts its own token through the LM head (no corruption at all)."""
+
+    name = "toy-copy"
+
+    def __init__(self, model, pad_id: int = 0) -> None:
+        super().__init__(model, pad_id)
+        self.lm = make_head(model, "lm")
+
+    def forward(self, batch: dict) -> Loss:
+        """Cross-entropy of each real token given the whole (uncorrupted) input."""
+        hidden = self.model(batch["input_ids"], batch["attention_mask"], run_heads=False).last_hidden_state
+        real = batch["attention_mask"].bool()
+        return Loss(F.cross_entropy(self.lm(hidden[real]).float(), batch["input_ids"][real]))
+
+    def heads(self) -> dict:
+        """The LM head, saved with the model."""
+        return {"lm": self.lm}
+
+
+def first_sentences(docs, tokenizer, max_len, seed):
+    """[CLS] each document's first sentence [SEP]: an example format of the toy's own."""
+    cls, sep = tokenizer.special_id("cls"), tokenizer.special_id("sep")
+    return [{"input_ids": [cls, *doc[0][:max_len - 2], sep]} for doc in docs if doc]
+
+
+TOY = registry.ObjectiveSpec(name="toy-copy", build=CopyLM.build, summary="copy each token (a test toy)",
+                             aliases=("copy",), architectures=("encoder",), tokenizer="bert",
+                             examples=ExampleFormat("custom", build=first_sentences))
+
+
+@pytest.fixture
+def toy():
+    """The toy registered as its file would register it, and gone again after the test."""
+    yield registry.register(TOY)
+    registry.unregister(TOY.name)
+
+
+# --- the tests ---
+
+def test_a_new_objective_trains_through_pretrain_and_the_cli(toy, tmp_path, capsys):
+    train = TrainConfig(steps=2, batch_size=2, progress=False)
+    model = pretrain("bert-tiny", "copy", tmp_path, train, n_docs=60, vocab_size=300, overrides=TINY,
+                     log=lambda *a: None)
+    assert model.config.architecture == "encoder" and "lm" in lmforge.load(tmp_path / "final").heads
+    assert (tmp_path / "metrics.jsonl").is_file()
+    # the parser is built on each run (cli.main), after the registration: it lists and takes the toy
+    parser = build_parser()
+    for name in ("toy-copy", "copy"):
+        args = parser.parse_args(["pretrain", "--preset", "bert-tiny", "--objective", name, "--out", "x"])
+        assert registry.get(args.objective) is toy
+    with pytest.raises(SystemExit):
+        parser.parse_args(["pretrain", "--help"])
+    assert "toy-copy: copy each token" in " ".join(capsys.readouterr().out.split())
+
+
+def test_aliases_resolve_to_the_same_spec():
+    for alias, name in (("electra", "rtd"), ("structbert", "structural"), ("bert", "nsp"), ("t5", "span-corruption"),
+                        ("bart", "denoising"), ("xlnet", "plm"), ("distilbert", "distillation"), ("gpt", "clm")):
+        assert registry.get(alias) is registry.get(name) and registry.get(alias).name == name
+    assert set(registry.aliases().values()) <= set(registry.names())
+
+
+def test_an_unknown_name_is_a_one_line_error_naming_the_choices():
+    with pytest.raises(ValueError) as err:
+        registry.get("mlmm")
+    message = str(err.value)
+    assert "\n" not in message and "'mlmm'" in message and "electra=rtd" in message
+    assert all(name in message for name in registry.names())
+    with pytest.raises(ValueError, match="unknown objective 'mlmm'"):
+        pretrain("bert-tiny", "mlmm", "unused", TrainConfig(steps=1))
+    with pytest.raises(SystemExit) as exit_:  # the CLI refuses it before any work, with status 2
+        build_parser().parse_args(["pretrain", "--preset", "bert-tiny", "--objective", "mlmm", "--out", "x"])
+    assert exit_.value.code == 2
+
+
+def test_every_objective_declares_what_pretrain_needs():
+    assert registry.names()[:4] == ("mlm", "wwm", "nsp", "sop") and len(registry.names()) >= 13
+    for spec in registry.specs():
+        assert spec.architectures and set(spec.architectures) <= set(ARCHITECTURES), spec.name
+        assert spec.tokenizer in registry.TOKENIZER_KINDS and spec.summary, spec.name
+        assert isinstance(spec.examples, ExampleFormat) and callable(spec.build), spec.name
+    assert registry.get("wwm").options == {"whole_word": True} and registry.get("wwm").examples.word_starts
+    assert registry.get("sop").options == {"task": "sop"} and registry.get("sop").examples.pairs == "sop"
+    assert [registry.get(n).tokenizer for n in ("mlm", "clm", "span-corruption", "denoising")] == \
+        ["bert", "gpt2", "t5", "roberta"]
+    with pytest.raises(ValueError, match="tokenizer family 'sentencepiece'"):
+        registry.ObjectiveSpec(name="x", build=CopyLM.build, architectures=("encoder",), tokenizer="sentencepiece",
+                               examples=ExampleFormat())
+    with pytest.raises(ValueError, match="architectures"):
+        registry.ObjectiveSpec(name="x", build=CopyLM.build, architectures=("rnn",), tokenizer="bert",
+                               examples=ExampleFormat())
+
+
+def test_an_architecture_the_objective_does_not_train_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"'rtd' does not fit a decoder \(gpt2\): it trains encoder models"):
+        registry.get("electra").check(get_config("gpt2"), "gpt2")
+    with pytest.raises(ValueError, match="'span-corruption' does not fit a decoder .* encoder-decoder models"):
+        pretrain("gpt2", "t5", tmp_path, TrainConfig(steps=1), overrides=TINY)
+    with pytest.raises(ValueError, match="'plm' does not fit position='learned'.*xl-relative"):
+        registry.get("plm").check(get_config("bert-tiny"), "bert-tiny")
+    registry.get("prefix-lm").check(get_config("gpt2"))
+    registry.get("prefix-lm").check(get_config("t5-small"))
+    assert not (tmp_path / "tokenizer").exists()  # refused before any work
+
+
+def test_a_name_is_registered_once(toy):
+    with pytest.raises(ValueError, match="'electra' is taken by 'rtd'"):
+        registry.register(registry.ObjectiveSpec(name="electra", build=CopyLM.build, architectures=("encoder",),
+                                                 tokenizer="bert", examples=ExampleFormat()))
+    with pytest.raises(ValueError, match="'bert' is taken by 'nsp'"):
+        registry.register(registry.ObjectiveSpec(name="toy-2", aliases=("bert",), build=CopyLM.build,
+                                                 architectures=("encoder",), tokenizer="bert",
+                                                 examples=ExampleFormat()))
+    assert "toy-2" not in registry.names() and registry.get("bert").name == "nsp"
+
+
+@pytest.mark.parametrize("path", ["train/pretrain.py", "cli/pretrain.py", "data/stream.py"])
+def test_the_recipe_cli_and_data_never_test_an_objective_name(path):
+    known = set(registry.names()) | set(registry.aliases())
+    for node in ast.walk(ast.parse((SRC / path).read_text())):
+        if isinstance(node, ast.Compare):
+            strings = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+            assert not strings & known, f"{path}:{node.lineno} compares with {strings & known}"

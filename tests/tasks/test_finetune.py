@@ -154,3 +154,51 @@ def test_the_fresh_head_is_drawn_from_the_run_seed_not_the_callers_rng(tmp_path)
     first = head(0, 1)
     assert torch.equal(first, head(0, 2))
     assert not torch.equal(first, head(1, 1))
+
+
+def weights(path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(path / "final" / "model.safetensors")
+
+
+def test_a_preset_draws_its_initial_weights_from_the_run_seed(tmp_path):
+    data = sentiment()
+
+    def go(seed: int, name: str) -> dict:
+        torch.rand(3)  # the caller draws in between: a preset's init must not depend on it
+        finetune("bert-tiny", tokenizer(), "cls", data["train"][:8], None, tmp_path / name,
+                 cfg(steps=1, seed=seed), log=quiet)
+        return weights(tmp_path / name)
+
+    first, again, other = go(1, "a"), go(1, "b"), go(2, "c")
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    assert not torch.equal(first["tokens.weight"], other["tokens.weight"])
+
+
+def test_a_preset_leaves_the_callers_rng_alone():
+    from lmforge.tasks.finetune import load_model
+
+    state = torch.get_rng_state()
+    built = [load_model("bert-tiny", tokenizer(), {"n_layers": 1}, seed=s)[0].state_dict() for s in (3, 3, 4)]
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(built[0][k], built[1][k]) for k in built[0])
+    assert not torch.equal(built[0]["tokens.weight"], built[2]["tokens.weight"])
+
+
+def test_the_finetune_command_is_reproducible(tmp_path):
+    from lmforge.cli import main
+
+    tokenizer().save(tmp_path / "tok")
+
+    def go(name: str, seed: int) -> bytes:
+        torch.rand(3)
+        argv = ["finetune", "--model", "bert-tiny", "--tokenizer", str(tmp_path / "tok"),
+                "--builtin", "sentiment", "--builtin-size", "60", "--out", str(tmp_path / name),
+                "--steps", "2", "--seed", str(seed), "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
+                "batch_size=8", "progress=false"]
+        assert main(argv) == 0
+        return (tmp_path / name / "final" / "model.safetensors").read_bytes()
+
+    first = go("a", 5)
+    assert go("b", 5) == first and go("c", 6) != first

@@ -73,7 +73,7 @@ def cmd_finetune(args) -> None:
         check_labels(valid, label_set(splits["train"]), args.valid)
     if valid and "eval_every" not in train:
         train["eval_every"] = max(1, train.get("steps", TrainConfig.steps) // 10)
-    net, tokenizer = load_model(args.model, args.tokenizer, model)
+    net, tokenizer = load_model(args.model, args.tokenizer, model, seed=args.seed)
     summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, TrainConfig.from_dict(train),
                        TaskConfig.from_dict(task), resume=args.resume)
     print(json.dumps(summary, indent=2))

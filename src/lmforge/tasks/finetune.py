@@ -33,7 +33,10 @@ from lmforge.train.data import derive_seed
 from lmforge.train.loop import resolve_device
 
 TASK_FILE = "task.json"
-HEAD_SEED = 4  # derive_seed stream of the task head's initialisation (train/data.py uses 1-3)
+# derive_seed streams of the run's seed (train/data.py and train/loop.py use 1-3): a fresh task
+# head's initialisation, and a preset's random initialisation (load_model)
+HEAD_SEED = 4
+PRESET_SEED = 5
 
 
 @dataclass
@@ -86,9 +89,21 @@ class TaskConfig:
         return options_from_dict(cls, data, "fine-tuning")
 
 
-def load_model(model, tokenizer=None, overrides: dict | None = None) -> tuple:
+def preset_model(name: str, tokenizer, overrides: dict | None = None, seed: int = 0):
+    """Preset `name` sized to the tokenizer, its random init drawn from `seed` (stream PRESET_SEED)
+    and not from the caller's RNG, whose state is left as it was."""
+    if tokenizer is None:
+        raise ValueError(f"preset {name!r} needs a tokenizer (--tokenizer DIR)")
+    config = get_config(name, **{"vocab_size": tokenizer.vocab_size, **(overrides or {})})
+    with torch.random.fork_rng(devices=[]):  # the model is built on the CPU
+        torch.manual_seed(derive_seed(seed, PRESET_SEED))
+        return from_config(config)
+
+
+def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int = 0) -> tuple:
     """(model, tokenizer) from a model object, an lmforge / Hugging Face directory or model package
-    (its tokenizer unless one is given) or a preset name (random init, sized to the tokenizer)."""
+    (its tokenizer unless one is given) or a preset name (random init from `seed`, sized to the
+    tokenizer: see preset_model)."""
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(tokenizer)
     if isinstance(model, (str, Path)):
@@ -96,9 +111,7 @@ def load_model(model, tokenizer=None, overrides: dict | None = None) -> tuple:
         if path is not None:
             model, tokenizer = load(path), tokenizer or load_tokenizer(path)
         elif str(model) in PRESETS:
-            if tokenizer is None:
-                raise ValueError(f"preset {model!r} needs a tokenizer (--tokenizer DIR)")
-            model = from_config(get_config(str(model), **{"vocab_size": tokenizer.vocab_size, **(overrides or {})}))
+            model = preset_model(str(model), tokenizer, overrides, seed)
         else:
             raise ValueError(f"--model {model!r} is neither a model directory nor a preset name")
     if tokenizer is None:
@@ -192,11 +205,12 @@ def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels:
 def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,
              task_cfg: TaskConfig | None = None, labels: list | None = None, resume: bool = False,
              log=print) -> dict:
-    """Fine-tune `model` (object, directory or preset) on `train` records of task `kind`,
-    validating on `valid`; writes under `out` (see the module docstring); returns the summary."""
+    """Fine-tune `model` (object, directory or preset: its init drawn from train_cfg.seed) on `train`
+    records of task `kind`, validating on `valid`; writes under `out` (see the module docstring);
+    returns the summary."""
     task_cfg = task_cfg or TaskConfig()
     out = Path(out)
-    model, tokenizer = load_model(model, tokenizer)
+    model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, not the caller's RNG
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, labels)

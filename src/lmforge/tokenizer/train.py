@@ -20,15 +20,17 @@ The special tokens take the first ids, in the order listed.
 Plain-text files go to the Rust trainer directly; JSON lines and gzip files are read by
 the corpus reader (data/corpus.py: the "text" field, bad lines skipped with a warning).
 
-Reproducibility: byte-level BPE trains to the same tokenizer every run. The other
-trainers of tokenizers 0.23 number some tokens in hash-map order ("##c", "c</w>", Unigram's
-required characters), which also breaks ties between equally frequent merges, so ids, and
-for WordPiece even the vocabulary, can differ between runs on the same text
-(huggingface/tokenizers#1794): train once, save, and load the directory.
+Reproducibility: the same text and options give the same tokenizer.json in every process.
+The trainers of tokenizers 0.23 number some pieces in hash-map order ("##c", "c</w>", Unigram's
+required characters), which also breaks ties between equally frequent merges
+(huggingface/tokenizers#1794); canonical.py says how each kind is pinned down, and the rare
+cases left. WordPiece and BPE read the corpus twice for it (a first, merge-free pass finds the
+pieces to pin), so texts from a one-shot iterator are held in memory.
 """
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, traine
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
+from lmforge.tokenizer.canonical import base_pieces, canonical
 from lmforge.tokenizer.load import BERT_TOKENS, GPT2_TOKENS, ROBERTA_TOKENS, post_processor
 from lmforge.tokenizer.wrapper import Tokenizer, TokenizerError
 
@@ -72,12 +75,17 @@ def normalizer(lowercase: bool, strip_accents: bool):
     return normalizers.Sequence(steps) if steps else None
 
 
-def backend_and_trainer(kind: str, vocab_size: int, family: Family, min_frequency: int) -> tuple:
-    """An untrained backend (model, pre-tokenizer, decoder) and the trainer for it."""
+def backend_and_trainer(kind: str, vocab_size: int, family: Family, min_frequency: int, pinned=()) -> tuple:
+    """An untrained backend (model, pre-tokenizer, decoder) and the trainer for it.
+
+    `pinned` pieces follow the special tokens in the trainer's list, which gives them fixed ids
+    (see canonical.py); `canonical` takes them out of the special tokens after training.
+    """
     roles = family.roles
     # RoBERTa's <mask> takes the space before it: byte-level words carry their leading space
     lstrip = {roles["mask"]} if family.style == "roberta" else set()
     specials = [AddedToken(t, special=True, normalized=False, lstrip=t in lstrip) for t in family.specials]
+    specials += [AddedToken(t, special=True, normalized=False) for t in pinned]
     common = {"vocab_size": vocab_size, "special_tokens": specials, "show_progress": False}
     unk = roles["unk"]
     if kind == "wordpiece":
@@ -176,23 +184,54 @@ def _reader_texts(files: list, seen: list):
         yield "\n".join(document)
 
 
-def _run(backend: Backend, trainer, source, kind: str) -> None:
-    """Train `backend` in place on the files or texts of `source`."""
-    files = corpus_files(source)
-    seen = [0]
+class _Corpus:
+    """The training input, read once per training pass: plain-text files by the Rust reader, JSON
+    lines and gzip files by the corpus reader, texts from memory (a one-shot iterator is kept)."""
+
+    def __init__(self, source):
+        files = corpus_files(source)
+        through_reader = files is not None and any(map(_through_reader, files))
+        self.files = files if files is not None and not through_reader else None
+        self.reader = files if through_reader else None
+        self.texts = None if files is not None else \
+            source if isinstance(source, (list, tuple, str)) else list(source)
+        self.passes = 0
+
+    def train(self, backend: Backend, trainer) -> None:
+        """One training pass of `backend` (in place); the first pass checks that there is text."""
+        self.passes += 1
+        if self.files is not None:
+            backend.train([str(f) for f in self.files], trainer)
+            return
+        seen = [0]
+        texts = _reader_texts(self.reader, seen) if self.reader is not None else _texts(self.texts, seen)
+        with warnings.catch_warnings():
+            if self.passes > 1:  # the corpus reader's warnings about bad lines came with the first pass
+                warnings.simplefilter("ignore")
+            backend.train_from_iterator(texts, trainer)
+        if not seen[0]:
+            raise TokenizerError("empty corpus: no non-blank text to train on")
+
+
+def _run(backend: Backend, trainer, corpus: _Corpus, kind: str) -> None:
+    """Train `backend` in place on one pass over `corpus`."""
     try:
-        if files is not None and any(map(_through_reader, files)):
-            backend.train_from_iterator(_reader_texts(files, seen), trainer)
-        elif files is not None:
-            backend.train([str(f) for f in files], trainer)
-        else:
-            backend.train_from_iterator(_texts(source, seen), trainer)
+        corpus.train(backend, trainer)
     except (TokenizerError, TypeError):
         raise
     except Exception as err:  # the Rust trainers raise plain Exceptions
         raise TokenizerError(f"cannot train a {kind} tokenizer: {err}") from None
-    if (files is None or any(map(_through_reader, files))) and not seen[0]:
-        raise TokenizerError("empty corpus: no non-blank text to train on")
+
+
+def _pinned(kind: str, spec: Family, min_frequency: int, norm, corpus: _Corpus) -> list:
+    """The pieces whose ids WordPiece and BPE training must be given (canonical.py): what a
+    merge-free pass (vocab_size 1) makes beyond the special tokens and the characters."""
+    if kind not in ("wordpiece", "bpe"):
+        return []
+    backend, trainer = backend_and_trainer(kind, 1, spec, min_frequency)
+    backend.normalizer = norm
+    _run(backend, trainer, corpus, kind)
+    return base_pieces(backend, spec.specials)
 
 
 def train_tokenizer(source, kind: str, vocab_size: int, family: str | None = None, lowercase: bool = False,
@@ -205,9 +244,12 @@ def train_tokenizer(source, kind: str, vocab_size: int, family: str | None = Non
     """
     family = family or DEFAULT_FAMILY.get(kind, "bert")
     spec = _check_options(kind, vocab_size, family, min_frequency)
-    backend, trainer = backend_and_trainer(kind, vocab_size, spec, min_frequency)
-    backend.normalizer = normalizer(lowercase, strip_accents)
-    _run(backend, trainer, source, kind)
+    corpus, norm = _Corpus(source), normalizer(lowercase, strip_accents)
+    pinned = _pinned(kind, spec, min_frequency, norm, corpus)
+    backend, trainer = backend_and_trainer(kind, vocab_size, spec, min_frequency, pinned)
+    backend.normalizer = norm
+    _run(backend, trainer, corpus, kind)
+    backend = canonical(backend, spec.specials, pinned)
     tokens = dict(spec.roles)
     backend.add_special_tokens([AddedToken(f"<extra_id_{i}>", special=True, normalized=False)
                                 for i in reversed(range(spec.sentinels))])

@@ -74,3 +74,29 @@ def test_invalid_config_in_checkpoint(saved):
 def test_loaded_model_matches(saved):
     model = lmforge.load(saved).eval()
     assert model(torch.randint(0, 99, (1, 5))).logits.shape == (1, 5, 99)
+
+
+def test_truncated_weights_name_the_file_and_the_cause(saved):
+    weights = saved / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:size // 2])
+    with pytest.raises(CheckpointError, match=f"{weights}: truncated: {size // 2} of {size} bytes"):
+        lmforge.load(saved)
+
+
+def test_a_full_disk_on_save_is_named_and_leaves_no_partial_file(saved, monkeypatch):
+    import errno
+
+    import lmforge.io.files as files
+
+    before = (saved / "model.safetensors").read_bytes()
+
+    def no_space(*args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files, "save_file", no_space)
+    with pytest.raises(files.DiskFull) as caught:
+        lmforge.load(saved).save(saved)
+    assert str(caught.value) == f"no space left on device writing {saved / 'model.safetensors'}"
+    assert not [p for p in saved.iterdir() if p.name.startswith(".")]
+    assert (saved / "model.safetensors").read_bytes() == before  # the old weights are untouched

@@ -124,3 +124,45 @@ def test_split_points_cut_at_document_starts(corpus_dir, tmp_path):
         assert [d for s, e in ranges for d in read_range(path, ReadOptions(), s, e)] == list(CorpusReader([path]))
     assert shards.split_points(corpus_dir / "a.txt", ReadOptions(document="file"), 10_000) == [(0, None)]
     assert shards.split_points(corpus_dir / "b.jsonl.gz", ReadOptions(), 100) == [(0, None)]
+
+
+def _one_shard(corpus_dir, tokenizer_dir, out):
+    shard_corpus([corpus_dir / "a.txt"], tokenizer_dir, out, log=lambda m: None)
+    return out / "shard-00000.bin"
+
+
+def test_a_truncated_shard_is_refused_naming_the_file(corpus_dir, tokenizer_dir, tmp_path):
+    binary = _one_shard(corpus_dir, tokenizer_dir, tmp_path / "s")
+    binary.write_bytes(binary.read_bytes()[:binary.stat().st_size * 6 // 100])  # cut to 6 %
+    with pytest.raises(ValueError, match=f"shard file {binary} is .* bytes, its manifest says .*truncated"):
+        ShardCorpus(tmp_path / "s")
+
+
+def test_a_changed_shard_fails_its_checksum_on_open(corpus_dir, tokenizer_dir, tmp_path):
+    binary = _one_shard(corpus_dir, tokenizer_dir, tmp_path / "s")
+    data = bytearray(binary.read_bytes())
+    data[10] ^= 1  # same size: only the checksum tells
+    binary.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="shard-00000.bin does not match its checksum"):
+        ShardCorpus(tmp_path / "s")
+
+
+def test_checksums_are_read_once_per_file_per_process(corpus_dir, tokenizer_dir, tmp_path, monkeypatch):
+    _one_shard(corpus_dir, tokenizer_dir, tmp_path / "s")
+    monkeypatch.setattr(shards, "_VERIFIED", set())
+    hashed = []
+    real = shards._sha256
+    monkeypatch.setattr(shards, "_sha256", lambda path: hashed.append(path.name) or real(path))
+    ShardCorpus(tmp_path / "s")
+    ShardCorpus(tmp_path / "s")
+    assert sorted(hashed) == ["shard-00000.bin", "shard-00000.docs", "shard-00000.sent"]
+
+
+def test_pretraining_on_a_truncated_shard_exits_2_in_one_line(corpus_dir, tokenizer_dir, tmp_path, capsys):
+    binary = _one_shard(corpus_dir, tokenizer_dir, tmp_path / "s")
+    binary.write_bytes(binary.read_bytes()[:binary.stat().st_size * 6 // 100])
+    args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--data", str(tmp_path / "s"), "--out",
+            str(tmp_path / "run"), "--steps", "2", "progress=false"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "shard-00000.bin" in err and "truncated" in err

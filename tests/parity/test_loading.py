@@ -72,3 +72,65 @@ def test_a_tensor_lmforge_cannot_place_is_named(tmp_path, reference):
     save_file(tensors, str(tmp_path / "model.safetensors"))
     with pytest.raises(CheckpointError, match="bert.encoder.extra.weight|encoder.extra.weight"):
         lmforge.load(tmp_path)
+
+
+def test_truncated_safetensors_names_the_file_and_the_cause(tmp_path, reference):
+    save_reference(reference, tmp_path)
+    weights = tmp_path / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:size // 3])
+    with pytest.raises(CheckpointError, match=f"{weights}: truncated: {size // 3} of {size} bytes"):
+        lmforge.load(tmp_path)
+
+
+def test_a_missing_shard_of_an_index_is_named(tmp_path, reference):
+    reference.save_pretrained(tmp_path, max_shard_size="20KB")
+    shard = sorted(tmp_path.glob("model-*.safetensors"))[1]
+    shard.unlink()
+    with pytest.raises(CheckpointError, match=f"cannot read {shard}"):
+        lmforge.load(tmp_path)
+
+
+def _pooler_less_bert():
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64)
+    return transformers.BertModel(cfg, add_pooling_layer=False).eval()
+
+
+def test_a_bert_model_saved_without_its_pooler_loads_and_exports(tmp_path):
+    from tests.parity.helpers import assert_parity, assert_same_state_dict
+
+    reference = _pooler_less_bert()
+    model = lmforge.load(save_reference(reference, tmp_path / "in"))
+    assert not model.heads
+    ids, mask = padded_batch(99)
+    with torch.no_grad():
+        assert_parity(model(ids, mask).last_hidden_state, reference(ids, attention_mask=mask).last_hidden_state,
+                      mask)
+    model.save(tmp_path / "out", format="hf")
+    back = transformers.BertModel.from_pretrained(tmp_path / "out", add_pooling_layer=False).eval()
+    assert_same_state_dict(reference, back)
+    assert_same_state_dict(model, lmforge.load(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("max_len,block_size", [(64, 64), (40, 16), (128, 64), (30, 8), (12, 64)])
+def test_full_attention_big_bird_loads_at_any_size_and_block_size(tmp_path, max_len, block_size):
+    from tests.parity.helpers import assert_parity
+
+    torch.manual_seed(0)
+    reference = transformers.BigBirdModel(transformers.BigBirdConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=max_len, attention_type="original_full", block_size=block_size)).eval()
+    model = lmforge.load(save_reference(reference, tmp_path / "in"))
+    ids, mask = padded_batch(99, (max_len, max_len - 5, 3))
+    with torch.no_grad():
+        theirs = reference(ids, attention_mask=mask)
+        ours = model(ids, mask)
+    assert_parity(ours.last_hidden_state, theirs.last_hidden_state, mask)
+    assert_parity(ours.head_outputs["pooler"], theirs.pooler_output)
+    model.save(tmp_path / "out", format="hf")
+    back = transformers.BigBirdModel.from_pretrained(tmp_path / "out").eval()
+    assert back.config.attention_type == "original_full"
+    with torch.no_grad():
+        assert_parity(back(ids, attention_mask=mask).last_hidden_state, theirs.last_hidden_state, mask)

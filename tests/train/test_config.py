@@ -20,3 +20,54 @@ def test_command_line_numbers_become_numbers():
 def test_bad_options_are_named(data, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig.from_dict(data)
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"lr": "inf"}, "lr must be a finite number > 0"), ({"lr": "nan"}, "lr must be a finite number > 0"),
+    ({"lr": 0}, "lr must be a finite number > 0"), ({"weight_decay": -0.1}, "weight_decay must be"),
+    ({"betas": "abc"}, "betas must be two numbers"), ({"betas": [0.9, 1.5]}, "betas must be two numbers"),
+    ({"betas": [0.9]}, "betas must be two numbers"), ({"steps": 0}, "steps must be >= 1"),
+    ({"steps": -3}, "steps must be >= 1"), ({"steps": "inf"}, "steps must be a whole number"),
+    ({"batch_size": 0}, "batch_size must be >= 1"), ({"eps": 0}, "eps must be"), ({"eps": "nan"}, "eps must be"),
+    ({"min_lr_ratio": 1.5}, "min_lr_ratio must be"), ({"clip": -1}, "clip must be"),
+    ({"warmup": -1}, "warmup must be >= 0"), ({"seed": -1}, "seed must be >= 0"),
+    ({"progress": "maybe"}, "progress must be a bool"), ({"lr": None}, "lr must be a number"),
+    ({"device": "tpu9"}, "device='tpu9' is not a device")])
+def test_every_out_of_range_option_is_a_one_line_error_naming_it(data, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        TrainConfig.from_dict(data)
+    assert "\n" not in str(caught.value)
+
+
+def test_betas_from_the_command_line():
+    assert TrainConfig.from_dict(parse_overrides(["betas=[0.9,0.98]"])).betas == (0.9, 0.98)
+    assert TrainConfig(betas="0.9,0.95").betas == (0.9, 0.95)
+    assert TrainConfig(clip=0).clip == 0  # 0: no clipping, as None
+
+
+def test_cuda_without_cuda_is_a_one_line_error(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device='cuda' but this machine has no CUDA"):
+        TrainConfig(device="cuda")
+
+
+@pytest.mark.parametrize("pair,message", [("lr=", "lr= has no value"), ("lr=  ", "lr= has no value"),
+                                          ("=3", "expected key=value"), ("lr", "expected key=value")])
+def test_empty_overrides_are_usage_errors(pair, message):
+    from lmforge.cli.common import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        parse_overrides([pair])
+
+
+def test_bad_options_exit_2_through_the_cli(tmp_path, capsys):
+    from lmforge.cli import main
+
+    for bad in ("lr=", "betas=abc", "lr=inf", "steps=0", "weight_decay=-1", "betas=[0.9"):
+        args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(tmp_path / "x"), bad]
+        assert main(args) == 2, bad
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and bad.split("=")[0] in err, (bad, err)
+    assert not (tmp_path / "x").exists()

@@ -16,19 +16,25 @@ class UsageError(ValueError):
 
 
 def parse_overrides(pairs: list) -> dict:
-    """`key=value` pairs; values are read as YAML scalars (1e-5, true, [a, b])."""
+    """`key=value` pairs; values are read as YAML scalars (1e-5, true, [a, b]); an empty key or value
+    is an error (write key=null for none)."""
     overrides = {}
     for pair in pairs:
-        if "=" not in pair:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
             raise UsageError(f"expected key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
+        if not value.strip():
+            raise UsageError(f"{key.strip()}= has no value (write {key.strip()}=null for none)")
         overrides[key.strip()] = _scalar(value)
     return overrides
 
 
 def _scalar(text: str):
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:  # not YAML ("[0.9", "@x"): the text as it is, for the option to judge
+        return text
     # YAML 1.1 reads 1e-3 (no dot) as a string; a user writing lr=1e-3 means a number
-    value = yaml.safe_load(text)
     if isinstance(value, str):
         try:
             return float(value)

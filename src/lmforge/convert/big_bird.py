@@ -11,7 +11,10 @@ which equals the reference in eval mode at every length:
   `random_block_choice="first"`, a log(1 + r) score bias). Sequences of at most
   (5 + 2r) * b tokens switch the reference to full attention (`dense_max_len`); note that
   the reference then stays switched for the model's later calls.
-* "original_full" is full attention: `dense_max_len = max_seq_len`.
+* "original_full" is full attention: `dense_max_len = max_seq_len`. Its blocks are never used,
+  so a block size too large for the length (the default 64 with 128 positions) is shrunk to
+  fit lmforge's 3-block minimum; an export writes that block size back, which the reference's
+  full attention ignores as well.
 
 In training mode the reference draws random blocks per head and per call; lmforge does not
 reproduce those draws. The classification head applies hidden_act, not tanh, to its dense
@@ -50,6 +53,8 @@ def config(hf: dict) -> ModelConfig:
     if kind not in ("block_sparse", "original_full"):
         raise ConfigError(f"attention_type={kind!r} is not one of block_sparse, original_full")
     b, r, length = hf.get("block_size", 64), hf.get("num_random_blocks", 3), hf["max_position_embeddings"]
+    if kind == "original_full":  # never uses its blocks: any block size that fits the length will do
+        b = min(b, max(1, length // 3))
     architecture = (hf.get("architectures") or [None])[0]
     return ModelConfig.from_dict({
         **BERT, **fields, "max_seq_len": length, "scale_embeddings": hf.get("rescale_embeddings", False),
@@ -69,7 +74,7 @@ def to_reference(cfg: ModelConfig) -> dict:
     reference = dict(reference_fields(cfg), max_position_embeddings=cfg.max_seq_len, use_bias=True,
                      rescale_embeddings=cfg.scale_embeddings, block_size=cfg.block_size,
                      num_random_blocks=cfg.n_random_blocks,
-                     attention_type="block_sparse" if cfg.dense_max_len == sparse else "original_full")
+                     attention_type="original_full" if cfg.dense_max_len == cfg.max_seq_len else "block_sparse")
     if cfg.pooler_activation != "tanh":  # a hint for config(); save_hf writes the architecture of the heads
         reference["architectures"] = [CLASSIFIER]
     return reference

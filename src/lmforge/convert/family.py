@@ -108,3 +108,5 @@ class Family:
     ignore: tuple = field(default_factory=tuple)  # regexes of reference tensors with no lmforge place
     refine: Optional[Callable] = None  # (ModelConfig, reference tensors) -> ModelConfig: what weights tell
     fixed: Optional[Callable] = None  # ModelConfig -> {reference name: tensor} stored there, computed here
+    # heads a checkpoint of the architecture may lack (a BertModel saved with add_pooling_layer=False)
+    optional: tuple = ("pooler",)

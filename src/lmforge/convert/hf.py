@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from lmforge.config import ConfigError, ModelConfig, atomic_write_text
 from lmforge.convert.keymap import ConversionError, expand, export_tensors, import_tensors
 from lmforge.heads import make_head
-from lmforge.io.files import load_state_strict, save_tensors
+from lmforge.io.files import describe_read_error, load_state_strict, save_tensors
 from lmforge.model import Transformer, from_config
 
 # one module per reference family under lmforge/convert/, each defining FAMILY
@@ -47,20 +47,35 @@ FAMILIES = {t: fam.FAMILY for fam in (importlib.import_module(f"lmforge.convert.
 READ_ERRORS = (SafetensorError, OSError, RuntimeError, KeyError, json.JSONDecodeError, pickle.UnpicklingError)
 
 
+def _reference_files(path: Path) -> list:
+    """The weight files of a reference directory: one safetensors file, the shards its index
+    names, or pytorch_model.bin."""
+    index = path / "model.safetensors.index.json"
+    if (path / "model.safetensors").is_file():
+        return [path / "model.safetensors"]
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            return [path / shard for shard in sorted(set(weight_map.values()))]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ConversionError(f"cannot read the weights in {path}: {index.name} is damaged ({err})") from None
+    if (path / "pytorch_model.bin").is_file():
+        return [path / "pytorch_model.bin"]
+    raise ConversionError(f"{path} has no model.safetensors, sharded index or pytorch_model.bin")
+
+
 def read_reference_weights(path: Path) -> dict:
     """All tensors of a reference model directory, by name."""
-    index = path / "model.safetensors.index.json"
-    try:
-        if (path / "model.safetensors").is_file():
-            return load_file(str(path / "model.safetensors"))
-        if index.is_file():
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-            return {k: v for shard in shards for k, v in load_file(str(path / shard)).items()}
-        if (path / "pytorch_model.bin").is_file():
-            return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    except READ_ERRORS as err:
-        raise ConversionError(f"cannot read the weights in {path}: {err}") from None
-    raise ConversionError(f"{path} has no model.safetensors, sharded index or pytorch_model.bin")
+    tensors = {}
+    for file in _reference_files(path):
+        try:
+            if file.suffix == ".bin":
+                tensors.update(torch.load(file, map_location="cpu", weights_only=True))
+            else:
+                tensors.update(load_file(str(file)))
+        except READ_ERRORS as err:
+            raise ConversionError(f"cannot read the weights in {path}: {describe_read_error(file, err)}") from None
+    return tensors
 
 
 def forced_tokens(path: Path) -> dict:
@@ -118,8 +133,11 @@ def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
     model = from_config(cfg, init=False)
     rules = expand(family.backbone(cfg), cfg.n_layers)
     for name, kind, args in family.heads[architecture](hf):
+        head_rules = family.head_rules(name, kind, cfg)
+        if name in family.optional and not any(t in tensors for r in head_rules for t in r.theirs):
+            continue  # saved without it (add_pooling_layer=False): the model has no such head
         model.add_head(name, make_head(model, kind, **args))
-        rules += family.head_rules(name, kind, cfg)
+        rules += head_rules
     load_state_strict(model, import_tensors(tensors, rules, family.ignore), path)
     return model.eval()
 
@@ -145,13 +163,16 @@ def _loads_as(family, hf: dict, architecture: str):
 
 
 def _architecture(family, model: Transformer, hf: dict) -> str:
-    names, plain = sorted(model.heads), model.config.canonical()
-    for architecture, heads in family.heads.items():
-        # the heads must match, and so must the model an architecture loads as (T5EncoderModel
-        # and T5Model both have no heads)
-        if sorted(name for name, _, _ in heads(hf)) == names and _loads_as(family, hf, architecture) == plain:
-            return architecture
-    raise ConversionError(f"no Hugging Face architecture of this family has the heads {names}")
+    names, plain = set(model.heads), model.config.canonical()
+    heads = {architecture: {name for name, _, _ in spec(hf)} for architecture, spec in family.heads.items()}
+    # the heads must match, exactly or less optional ones the model lacks (a pooler-less BertModel),
+    # and so must the model an architecture loads as (T5EncoderModel and T5Model both have no heads)
+    for exact in (True, False):
+        for architecture, theirs in heads.items():
+            fits = theirs == names if exact else names <= theirs and theirs - names <= set(family.optional)
+            if fits and _loads_as(family, hf, architecture) == plain:
+                return architecture
+    raise ConversionError(f"no Hugging Face architecture of this family has the heads {sorted(names)}")
 
 
 def save_hf(model: Transformer, path: str | Path) -> Path:
@@ -167,7 +188,7 @@ def save_hf(model: Transformer, path: str | Path) -> Path:
     hf["architectures"] = [architecture]
     rules = expand(family.backbone(cfg), cfg.n_layers)
     for name, kind, _ in family.heads[architecture](hf):
-        rules += family.head_rules(name, kind, cfg)
+        rules += family.head_rules(name, kind, cfg) if name in model.heads else []
     q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     tensors = export_tensors(model.state_dict(), rules, {2: [kv, kv], 3: [q, kv, kv]})  # cross kv; qkv
     if family.fixed is not None:  # tensors the reference stores but lmforge computes

@@ -16,6 +16,8 @@ Shards are written by `workers` processes, each shard by one worker into tempora
 files renamed when complete; the parent records a finished shard in the manifest
 (atomically) as it arrives. A rerun with the same inputs skips recorded shards whose
 files are intact and redoes the others; any number of workers gives the same bytes.
+Opening a complete shard directory (`read_manifest`, hence every training run) checks each
+file's size against its counts and its sha256 against the manifest, once per file per process.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import json
 import multiprocessing as mp
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
 
@@ -170,22 +173,67 @@ def _encode(backend, docs: list) -> list:
     return out
 
 
-def _intact(out: Path, entry: dict, itemsize: int) -> bool:
-    """Whether a recorded shard's files exist with the sizes its counts imply."""
+def _expected(out: Path, entry: dict, itemsize: int) -> list:
+    """[(path, size its counts imply, suffix)] of a recorded shard's three files."""
     sizes = (entry["tokens"] * itemsize, (entry["sentences"] + 1) * 8, (entry["documents"] + 1) * 8)
-    paths = [out / f"{entry['name']}{s}" for s in SUFFIXES]
-    return all(p.is_file() and p.stat().st_size == n for p, n in zip(paths, sizes))
+    return [(out / f"{entry['name']}{s}", n, s) for s, n in zip(SUFFIXES, sizes)]
 
 
-def read_manifest(out) -> dict:
-    """The manifest of a shard directory."""
+# (path, size, mtime_ns) of the shard files whose checksum matched in this process: each is hashed once
+_VERIFIED: set = set()
+REDO = "rerun `lmforge corpus shard` with the same inputs to rewrite it"
+
+
+def check_files(out, shards: list, itemsize: int) -> None:
+    """ValueError naming the first file of `shards` (manifest entries) that is missing, of another
+    size than its counts imply (truncated), or whose sha256 differs: sizes always, checksums once per
+    file per process."""
+    out, todo = Path(out), []
+    for entry in shards:
+        for path, size, suffix in _expected(out, entry, itemsize):
+            if not path.is_file():
+                raise ValueError(f"shard file {path} is missing; {REDO}")
+            stat = path.stat()
+            if stat.st_size != size:
+                raise ValueError(f"shard file {path} is {stat.st_size} bytes, its manifest says {size} "
+                                 f"(truncated or damaged); {REDO}")
+            key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+            want = (entry.get("sha256") or {}).get(suffix.lstrip("."))
+            if want and key not in _VERIFIED:
+                todo.append((path, want, key))
+    # hashlib releases the GIL on large blocks: threads hash several files at once
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        for (path, want, key), got in zip(todo, pool.map(lambda t: _sha256(t[0]), todo)):
+            if got != want:
+                raise ValueError(f"shard file {path} does not match its checksum in the manifest "
+                                 f"(changed or damaged); {REDO}")
+            _VERIFIED.add(key)
+
+
+def _intact(out: Path, entry: dict, itemsize: int) -> bool:
+    """Whether a recorded shard's files exist with the sizes its counts imply and their checksums."""
+    try:
+        check_files(out, [entry], itemsize)
+    except ValueError:
+        return False
+    return True
+
+
+def read_manifest(out, check: bool = True) -> dict:
+    """The manifest of a shard directory; when complete and `check`, its files verified against it
+    (check_files) so a truncated or damaged shard is never trained on."""
     path = Path(out) / "manifest.json"
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(f"{out} is not a shard directory (cannot read manifest.json: {err})") from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ValueError(f"{path} is not an {FORMAT} v{VERSION} manifest")
+    if check and manifest.get("complete"):
+        try:
+            check_files(out, manifest["shards"], np.dtype(manifest["dtype"]).itemsize)
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"{path} is damaged: a shard entry lacks {err}") from None
     return manifest
 
 
@@ -208,7 +256,7 @@ def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -
     text = tokenizer.backend.to_str(pretty=True)
     header = _header(files, tokenizer, hashlib.sha256(text.encode()).hexdigest(), opts, shard_bytes)
     if (out / "manifest.json").is_file():
-        manifest = read_manifest(out)
+        manifest = read_manifest(out, check=False)  # damaged shards are redone, not refused
         if {k: manifest.get(k) for k in header} != header:
             raise ValueError(f"{out} holds shards of other inputs, options or tokenizer; use another --out")
         return manifest
@@ -273,7 +321,7 @@ def _run(jobs: list, workers: int):
 
 def verify(out) -> list:
     """Names of the shards whose files are missing or differ from the manifest's checksums."""
-    out, manifest = Path(out), read_manifest(out)
+    out, manifest = Path(out), read_manifest(out, check=False)
     bad = []
     for s in manifest["shards"]:
         files = [out / f"{s['name']}{suffix}" for suffix in SUFFIXES]

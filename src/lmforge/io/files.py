@@ -7,7 +7,10 @@ an error that names it.
 """
 from __future__ import annotations
 
+import errno
+import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -20,15 +23,44 @@ class CheckpointError(ValueError):
     """A model directory that cannot be read: missing files, foreign or corrupt contents."""
 
 
+class DiskFull(OSError):
+    """A write that ran out of disk space, reported in one line naming the file."""
+
+    def __init__(self, path, note: str = "") -> None:
+        super().__init__(errno.ENOSPC, f"no space left on device writing {path}{note}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def out_of_space(err: BaseException, folder) -> bool:
+    """Whether a failed write ran out of disk space: ENOSPC from the OS or in a library's message
+    (safetensors' Rust writer wraps it), or a disk left all but full (torch's writer reports a
+    short write as 'unexpected pos'). Call it before removing the partial file."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if any(s in str(err) for s in ("No space left", "os error 28", "StorageFull")):
+        return True
+    try:
+        return shutil.disk_usage(folder).free < (1 << 20)
+    except OSError:
+        return False
+
+
 def save_tensors(tensors: dict, file: Path, metadata: dict) -> None:
-    """Write a safetensors file atomically: a temporary file in the same folder, then a rename."""
+    """Write a safetensors file atomically: a temporary file in the same folder, then a rename; a full
+    disk is DiskFull, the partial file removed."""
     fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.")
     os.close(fd)
     try:
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp, metadata=metadata)
         os.replace(tmp, file)
-    except BaseException:
+    except BaseException as err:
+        full = isinstance(err, Exception) and out_of_space(err, file.parent)
         Path(tmp).unlink(missing_ok=True)
+        if full:
+            raise DiskFull(file) from None
         raise
 
 
@@ -46,10 +78,40 @@ def load_state_strict(model: torch.nn.Module, tensors: dict, source) -> None:
     model.load_state_dict({k: v.to(own[k].dtype) for k, v in tensors.items()}, strict=True)
 
 
+def safetensors_damage(file) -> str | None:
+    """What is wrong with a safetensors file's layout (truncated, not one at all), read from its
+    header and size alone; None when the layout is whole."""
+    size = os.path.getsize(file)
+    with open(file, "rb") as handle:
+        head = handle.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else 0
+        if len(head) < 8 or 8 + n > size:
+            return f"truncated: {size} bytes, too few for its header" if n < (100 << 20) else \
+                "not a safetensors file (no header)"
+        try:
+            header = json.loads(handle.read(n))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "not a safetensors file (its header is not valid)"
+    if 8 + n + end > size:
+        return f"truncated: {size} of {8 + n + end} bytes"
+    return None
+
+
+def describe_read_error(file, err: Exception) -> str:
+    """'cannot read <file>: <cause>' for a weights file that failed to load (the cause from the file's
+    layout where it tells more than the library's message)."""
+    try:
+        cause = safetensors_damage(file) if str(file).endswith(".safetensors") else None
+    except OSError:
+        cause = None
+    return f"cannot read {file}: {cause or err}"
+
+
 def load_weights(model: torch.nn.Module, file: Path) -> None:
     """Load a safetensors file into `model` strictly, naming every mismatch."""
     try:
         tensors = load_file(str(file))
     except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"cannot read weights from {file}: {err}") from None
+        raise CheckpointError(f"cannot read weights: {describe_read_error(file, err)}") from None
     load_state_strict(model, tensors, file)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -25,7 +26,7 @@ class TrainConfig:
     warmup: int = 100  # steps of linear warm-up
     schedule: str = "linear"  # decay after warm-up: linear | cosine | constant
     min_lr_ratio: float = 0.0
-    clip: Optional[float] = 1.0  # global gradient-norm clipping; None: off
+    clip: Optional[float] = 1.0  # global gradient-norm clipping; None (or 0): off
     precision: str = "fp32"  # bf16: autocast on CPU and GPU (weights and optimiser stay fp32)
     compile: bool = False  # torch.compile the objective (model + heads): same results, slow first steps
     seed: int = 0
@@ -39,18 +40,24 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)
+        for name, kind in ((f.name, f.type) for f in dataclasses.fields(self)):
+            _check_type(name, kind, getattr(self, name))
+        self.betas = _betas(self.betas)
         for name in ("steps", "batch_size", "accumulation", "log_every", "keep_last", "eval_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup", "eval_every", "save_every"):
+        for name in ("warmup", "eval_every", "save_every", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        for name in ("lr", "eps"):
+            _check_range(name, getattr(self, name), 0, None, open_low=True)
+        for name in ("weight_decay", "clip"):
+            _check_range(name, getattr(self, name), 0, None)
+        _check_range("min_lr_ratio", self.min_lr_ratio, 0, 1)
         for name, choices in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("parallel", PARALLEL)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {', '.join(choices)}")
+        check_device(self.device)
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict of every field."""
@@ -60,6 +67,30 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> "TrainConfig":
         """Build from a dict; an unknown key is an error naming it."""
         return options_from_dict(cls, data, "training")
+
+
+# what decides a run's data order, its updates and its schedule: a resumed run keeps the run's values
+# (new ones would not continue it but start another run from its middle). The others are taken from
+# the command line: logging, evaluation, checkpoints, device, parallelism, compile, and `steps`, so a
+# finished run can be extended (its decay then spans the new total, which the resume line says)
+RUN_OPTIONS = ("batch_size", "accumulation", "seed", "lr", "weight_decay", "betas", "eps", "warmup",
+               "schedule", "min_lr_ratio", "clip", "precision")
+
+
+def resumed_config(cfg: TrainConfig, run: dict) -> tuple:
+    """(cfg with the run's RUN_OPTIONS from its trainer.json "train" dict, one line saying which options
+    are kept from the run, which are taken from the command line, and which new values are ignored)."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    kept = TrainConfig.from_dict({**cfg.to_dict(), **{k: v for k, v in run.items() if k in RUN_OPTIONS}})
+    ignored = [f"{k}={getattr(cfg, k)!r} (the run's: {getattr(kept, k)!r})" for k in RUN_OPTIONS
+               if getattr(cfg, k) != getattr(kept, k)]
+    line = (f"kept from the run: {', '.join(RUN_OPTIONS)}; taken from the command line: "
+            f"{', '.join(sorted(known - set(RUN_OPTIONS)))}")
+    if ignored:
+        line += f"; ignored: {', '.join(ignored)}"
+    if run.get("steps", cfg.steps) != cfg.steps and kept.schedule != "constant":
+        line += f"; steps={cfg.steps} (the run's: {run['steps']}): the {kept.schedule} decay now spans {cfg.steps}"
+    return kept, line
 
 
 def options_from_dict(cls, data: dict, what: str):
@@ -82,6 +113,59 @@ def _typed(cls, name: str, value):
         number = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if want is int and number != int(number):
+    if want is int and (not math.isfinite(number) or number != int(number)):
         raise ValueError(f"{name} must be a whole number, got {value!r}")
     return int(number) if want is int else number
+
+
+def _check_type(name: str, kind: str, value) -> None:
+    """A field's value is of its declared type (a bool is not a number; None only where Optional)."""
+    if value is None and kind.startswith("Optional"):
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool), "float": number,
+          "Optional[int]": isinstance(value, int) and not isinstance(value, bool), "Optional[float]": number,
+          "bool": isinstance(value, bool), "str": isinstance(value, str)}.get(kind, True)
+    if not ok:
+        raise ValueError(f"{name} must be {'a number' if 'int' in kind or 'float' in kind else 'a ' + kind}, "
+                         f"got {value!r}")
+
+
+def _check_range(name: str, value, low, high, open_low: bool = False) -> None:
+    """A finite number within [low, high] ((low, high] when open_low; None: no bound); None passes."""
+    if value is None:
+        return
+    below = low is not None and (value <= low if open_low else value < low)
+    if not math.isfinite(value) or below or (high is not None and value > high):
+        bounds = f"{'>' if open_low else '>='} {low}" + (f" and <= {high}" if high is not None else "")
+        raise ValueError(f"{name} must be a finite number {bounds}, got {value!r}")
+
+
+def _betas(value) -> tuple:
+    """AdamW's (beta1, beta2), each in [0, 1): from a pair of numbers or a "0.9,0.98" string."""
+    try:
+        betas = tuple(float(b) for b in (value.strip("()[] ").split(",") if isinstance(value, str) else value))
+    except (TypeError, ValueError):
+        betas = ()
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):  # NaN fails the comparison too
+        raise ValueError(f"betas must be two numbers in [0, 1), e.g. betas=[0.9,0.999], got {value!r}")
+    return betas
+
+
+def check_device(name: str) -> None:
+    """'auto', or a device torch knows and this machine has (device=cuda without CUDA is an error)."""
+    import torch
+
+    if name == "auto":
+        return
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={name!r} is not a device: use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA"
+        raise ValueError(f"device={name!r} but this machine has {have}; use device=auto or device=cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={name!r} but MPS is not available; use device=auto or device=cpu")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device={name!r}: training runs on cpu, cuda or mps")

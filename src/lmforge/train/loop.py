@@ -2,27 +2,36 @@
 
 Each optimiser step: reseed dropout from (seed, step, rank); run `accumulation`
 micro-batches (gradient all-reduce only on the last); stop on a non-finite loss before
-touching the weights; clip; AdamW; schedule. Rank 0 logs and writes checkpoints.
+touching the weights; clip; AdamW; stop if the updated weights are not finite; schedule.
+Rank 0 logs and writes checkpoints. A stop writes nothing: every checkpoint and the final
+model hold finite weights. A resume continues the newest checkpoint that passes its
+checksums, with the run's model, objective and schedule (see config.RUN_OPTIONS).
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 
 import torch
 
 from lmforge.io import save
+from lmforge.io.files import DiskFull
 from lmforge.train import distributed as dist
-from lmforge.train.checkpoint import latest_checkpoint, save_checkpoint, set_rng_states
-from lmforge.train.config import TrainConfig
+from lmforge.train.checkpoint import (
+    TrainingDiverged,
+    all_finite,
+    latest_checkpoint,
+    save_checkpoint,
+    set_rng_states,
+)
+from lmforge.train.config import TrainConfig, resumed_config
 from lmforge.train.data import StepBatches, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.optim import build_optimizer, build_scheduler
 
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the weights of the last good checkpoint are kept."""
+__all__ = ["Trainer", "TrainingDiverged", "resolve_device"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -49,18 +58,24 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         self.rank, self.world = dist.init_from_env(self.device)
         self.objective = objective.to(self.device)
-        self.batches = StepBatches(train_data, objective, cfg.batch_size, cfg.accumulation, cfg.seed,
-                                   self.rank, self.world, duplication)
-        self.eval_set = (eval_batches(eval_data, objective, cfg.batch_size, cfg.eval_batches, cfg.seed)
-                         if eval_data is not None and cfg.eval_every else [])
+        self._data = (train_data, eval_data, duplication, lr_scale)
         self.module = dist.wrap(self.objective, cfg.parallel, self.device)
         if cfg.compile:
             self.module.compile()  # in place: parameter names, hence checkpoints, are unchanged
-        self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, cfg.betas, cfg.eps, lr_scale)
-        self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.steps, cfg.schedule, cfg.min_lr_ratio)
+        self._build()
         self.step = 0
         self.last_checkpoint = None
         self.stopped = False  # the evaluator ended training early (kept in checkpoints)
+
+    def _build(self) -> None:
+        """Batches, evaluation set, optimiser and schedule from self.cfg (again on resume, with the run's)."""
+        cfg, (train_data, eval_data, duplication, lr_scale) = self.cfg, self._data
+        self.batches = StepBatches(train_data, self.objective, cfg.batch_size, cfg.accumulation, cfg.seed,
+                                   self.rank, self.world, duplication)
+        self.eval_set = (eval_batches(eval_data, self.objective, cfg.batch_size, cfg.eval_batches, cfg.seed)
+                         if eval_data is not None and cfg.eval_every else [])
+        self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, cfg.betas, cfg.eps, lr_scale)
+        self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.steps, cfg.schedule, cfg.min_lr_ratio)
 
     @property
     def main(self) -> bool:
@@ -73,11 +88,16 @@ class Trainer:
         return contextlib.nullcontext()
 
     def resume(self) -> bool:
-        """Continue from the newest readable checkpoint under out/checkpoints; False if none."""
-        found = latest_checkpoint(self.out / "checkpoints", warn=self.log)
+        """Continue from the newest usable checkpoint under out/checkpoints; False if there is none.
+        Refuses (ValueError) when checkpoints exist but none is usable, or they are of another model or
+        objective; keeps the run's RUN_OPTIONS over this trainer's, saying so in one line."""
+        found = latest_checkpoint(self.out / "checkpoints", warn=self.log if self.main else lambda m: None)
         if found is None:
             return False
         path, weights, optimizer, info = found
+        self._check_same_run(path, info, weights)
+        self.cfg, options = resumed_config(self.cfg, info.get("train") or {})
+        self._build()
         dist.load_full_state_dict(self.module, {k: v.to(self.device) for k, v in weights.items()})
         dist.load_optimizer_state(self.module, self.optimizer, optimizer["optimizer"])
         self.scheduler.load_state_dict(optimizer["scheduler"])
@@ -87,8 +107,40 @@ class Trainer:
         if "evaluator" in info and hasattr(self.evaluator, "load_state_dict"):
             self.evaluator.load_state_dict(info["evaluator"])  # best score and patience carry on
         if self.main:
-            self.log(f"resumed from {path} (step {self.step})")
+            self.log(f"resumed from {path} (step {self.step}); {options}")
         return True
+
+    def _identity(self) -> dict:
+        """What a checkpoint must have been trained with to be resumed here: model config and objective."""
+        model = getattr(self.objective, "model", None)
+        config = getattr(model, "config", None)
+        name = getattr(self.objective, "kind", None) or getattr(self.objective, "name", None)
+        name = name or type(self.objective).__name__
+        if getattr(self.objective, "whole_word", False):
+            name += " (whole words)"
+        # through JSON, as trainer.json holds it (tuples become lists)
+        return json.loads(json.dumps({"model": config.canonical().to_dict() if config is not None else None,
+                                      "objective": name}))
+
+    def _check_same_run(self, path: Path, info: dict, weights: dict) -> None:
+        """ValueError naming what differs if the checkpoint is of another model or objective."""
+        now, problems = self._identity(), []
+        if info.get("objective", now["objective"]) != now["objective"]:
+            problems.append(f"objective {info['objective']!r} (the run's) vs {now['objective']!r} (now)")
+        if info.get("model") and now["model"]:
+            saved, model = info["model"], now["model"]
+            problems += [f"{k}={saved.get(k)!r} (the run's) vs {model.get(k)!r} (now)"
+                         for k in sorted(set(saved) | set(model)) if saved.get(k) != model.get(k)]
+        own = {k: tuple(v.shape) for k, v in self.objective.state_dict().items()}
+        theirs = {k: tuple(v.shape) for k, v in weights.items()}
+        if not problems and own != theirs:  # checkpoints that predate the recorded identity
+            problems = [f"{k}: {theirs.get(k)} (the run's) vs {own.get(k)} (now)"
+                        for k in sorted(set(own) | set(theirs)) if own.get(k) != theirs.get(k)]
+        if problems:
+            more = f" and {len(problems) - 6} more" if len(problems) > 6 else ""
+            raise ValueError(f"cannot resume {path}: it was trained with another model or objective: "
+                             f"{'; '.join(problems[:6])}{more}; resume with the run's settings or choose "
+                             f"another --out")
 
     def _micro_step(self, batch: dict, last: bool) -> tuple:
         # backward runs even on a non-finite loss so every rank joins the all-reduce;
@@ -115,12 +167,15 @@ class Trainer:
         loss = dist.all_mean(sum(losses) / len(losses), self.device)
         if not torch.isfinite(torch.tensor(loss)):
             self.optimizer.zero_grad(set_to_none=True)
-            where = self.last_checkpoint or "none written yet"
-            raise TrainingDiverged(f"the loss is {loss} at step {self.step + 1}; stopped before updating "
-                                   f"the weights; last good checkpoint: {where}")
+            self._diverged(f"the loss is {loss} at step {self.step + 1}")
         norm = self._update()
         return {"loss": loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": norm,
                 "tokens": tokens * self.world, **{k: dist.all_mean(v, self.device) for k, v in metrics.items()}}
+
+    def _diverged(self, what: str) -> None:
+        where = self.last_checkpoint or "none (no checkpoint was written)"
+        raise TrainingDiverged(f"training diverged: {what}; stopped without saving anything (a lower lr= "
+                               f"may help); last good checkpoint: {where}")
 
     def _update(self) -> float:
         params = [p for p in self.module.parameters() if p.grad is not None]
@@ -128,8 +183,13 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.clip or float("inf"))
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        # a finite loss can still take the weights past float range (lr=1e39): checked after every
+        # update (a sum per tensor, ~3 % of a tiny CPU step; agreed by every rank), so no save writes them
+        if not all_finite(params):
+            lr = self.scheduler.get_last_lr()[0]
+            self._diverged(f"the weights are not finite after the update of step {self.step + 1} (lr {lr:.3g})")
+        self.scheduler.step()
         return float(norm)
 
     @torch.no_grad()
@@ -153,8 +213,13 @@ class Trainer:
             info = {"train": self.cfg.to_dict(), "world": self.world, "stopped": self.stopped}
             if hasattr(self.evaluator, "state_dict"):
                 info["evaluator"] = self.evaluator.state_dict()
-            self.last_checkpoint = save_checkpoint(self.out / "checkpoints", self.step, weights, optimizer,
-                                                   info, self.cfg.keep_last)
+            info.update(self._identity())
+            try:
+                self.last_checkpoint = save_checkpoint(self.out / "checkpoints", self.step, weights, optimizer,
+                                                       info, self.cfg.keep_last)
+            except DiskFull as err:
+                kept = f"; the previous checkpoint {self.last_checkpoint} is kept" if self.last_checkpoint else ""
+                raise DiskFull(err.path, kept) from None
         if self.world > 1:
             torch.distributed.barrier()
 
@@ -184,6 +249,8 @@ class Trainer:
             full = dist.full_state_dict(self.module)
             state = {k.removeprefix("model."): v for k, v in full.items() if k.startswith("model.")}
         if self.main:
+            if not all_finite(model.state_dict().values() if state is None else state.values()):
+                self._diverged("the final weights are not finite")
             save(model, self.out / "final", state=state)
 
     def _loop(self, metrics, bar) -> None:

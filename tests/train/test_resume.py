@@ -1,0 +1,87 @@
+"""Resuming: checksummed checkpoints, a refusal when none is usable or the run differs, and which
+options a resumed run keeps."""
+import json
+
+import pytest
+
+from lmforge.train import Trainer
+from lmforge.train.checkpoint import CheckpointCorrupt, read_checkpoint
+from lmforge.train.config import RUN_OPTIONS, resumed_config
+from lmforge.train.log import read_metrics
+from tests.train.helpers import clm_objective, mlm_objective, quick, toy_data
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A finished 4-step run with checkpoints at steps 2 and 4."""
+    Trainer(mlm_objective(), toy_data(), quick(steps=4, save_every=2, keep_last=3), tmp_path).fit()
+    return tmp_path
+
+
+def _snapshot(out):
+    return {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and "final" not in p.parts and p.suffix != ".png"}
+
+
+def test_checkpoints_record_the_checksums_of_their_files(run):
+    info = json.loads((run / "checkpoints" / "step-0000004" / "trainer.json").read_text())
+    assert set(info["sha256"]) == {"model.safetensors", "optimizer.pt"}
+    assert info["objective"] == "mlm" and info["model"]["n_layers"] == 2
+
+
+def test_a_flipped_byte_fails_the_checksum_and_the_previous_checkpoint_is_used(run):
+    weights = run / "checkpoints" / "step-0000004" / "optimizer.pt"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, still a readable file perhaps: only the checksum tells
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointCorrupt, match="optimizer.pt does not match its checksum"):
+        read_checkpoint(weights.parent)
+    messages = []
+    trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=messages.append)
+    assert trainer.resume() and trainer.step == 2
+    assert messages[0].startswith("warning:") and "step-0000004" in messages[0]
+
+
+def test_resume_refuses_when_no_checkpoint_is_usable_and_touches_nothing(run):
+    for path in (run / "checkpoints").glob("step-*/model.safetensors"):
+        path.write_bytes(path.read_bytes()[:100])
+    before = _snapshot(run)
+    trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=lambda m: None)
+    with pytest.raises(CheckpointCorrupt, match="no usable checkpoint .*refusing to start over"):
+        trainer.fit(resume=True)
+    assert _snapshot(run) == before and len(read_metrics(run / "metrics.jsonl")) == 4
+
+
+def test_resume_of_another_model_or_objective_names_what_differs(run):
+    bigger = Trainer(mlm_objective(n_layers=3), toy_data(), quick(steps=4), run)
+    with pytest.raises(ValueError, match="another model or objective: n_layers=2 .*vs 3"):
+        bigger.resume()
+    causal = Trainer(clm_objective(), toy_data(), quick(steps=4), run)
+    with pytest.raises(ValueError, match="objective 'mlm' \\(the run's\\) vs 'clm'"):
+        causal.resume()
+
+
+def test_schedule_options_are_kept_from_the_run_and_said_so(run):
+    import shutil
+
+    shutil.rmtree(run / "checkpoints" / "step-0000004")  # killed after step 2: steps 3 and 4 are redone
+    messages = []
+    changed = quick(steps=4, lr=5e-2, batch_size=2, log_every=3, keep_last=1)
+    trainer = Trainer(mlm_objective(), toy_data(), changed, run, log=messages.append)
+    trainer.fit(resume=True)
+    line = next(m for m in messages if m.startswith("resumed from"))
+    assert "\n" not in line and "kept from the run: " in line and "taken from the command line: " in line
+    assert "lr=0.05 (the run's: 0.001)" in line and "batch_size=2 (the run's: 4)" in line
+    assert (trainer.cfg.lr, trainer.cfg.batch_size, trainer.cfg.log_every) == (1e-3, 4, 3)
+    assert trainer.batches.batch_size == 4 and trainer.optimizer.param_groups[0]["initial_lr"] == 1e-3
+    written = json.loads((run / "checkpoints" / "step-0000004" / "trainer.json").read_text())["train"]
+    assert (written["lr"], written["batch_size"], written["log_every"]) == (1e-3, 4, 3)
+
+
+def test_resumed_config_keeps_exactly_the_run_options():
+    cfg, line = resumed_config(quick(lr=0.5, eval_every=7), {**quick().to_dict(), "eval_every": 0})
+    assert cfg.lr == quick().lr and cfg.eval_every == 7
+    assert all(getattr(cfg, k) == getattr(quick(), k) for k in RUN_OPTIONS)
+    assert "ignored: lr=0.5" in line and "eval_every" in line.split("taken from the command line: ")[1]
+    longer, line = resumed_config(quick(steps=12), quick(steps=6).to_dict())  # extending a finished run
+    assert longer.steps == 12 and "steps=12 (the run's: 6): the linear decay now spans 12" in line

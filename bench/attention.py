@@ -14,7 +14,7 @@ import torch
 
 import lmforge
 from common import peak_during, side_by_side
-from lmforge.layers.fastpath import FastPaths
+from lmforge.fast.paths import FastPaths
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 # variant -> (ModelConfig fields, FastPaths, longest T it is run at)
@@ -41,7 +41,7 @@ def layer(variant: str, T: int):
 
     def run():
         with torch.inference_mode():
-            ctx = stack.context(x, positions, 0, None, fast=fast)  # masks / chunk plans are part of the cost
+            ctx = model._context(stack, x, positions, 0, None)  # masks / chunk plans are part of the cost
             return stack.blocks[0].attn(x, ctx, 0, stack.mask_keys[0])
 
     return run

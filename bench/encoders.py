@@ -6,7 +6,7 @@ import random
 import torch
 
 from common import batch, bert_config, encoder_flops, pair, ratio, side_by_side
-from lmforge.layers.fastpath import FastPaths
+from lmforge.fast.paths import FastPaths
 
 
 def encoder_inference(repeats: int, quick: bool) -> list:

@@ -126,3 +126,27 @@ def test_input_errors_are_clear():
         model(torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 5))
     with pytest.raises(ValueError, match="empty"):
         model(torch.zeros(1, 0, dtype=torch.long))
+
+
+def test_only_xlnets_forward_takes_two_stream_inputs():
+    import inspect
+
+    from lmforge.model import TWO_STREAM_INPUTS, Decoder, Encoder, EncoderDecoder, XLNetEncoder
+
+    for cls in (Encoder, Decoder, EncoderDecoder):
+        assert not set(TWO_STREAM_INPUTS) & set(inspect.signature(cls.forward).parameters), cls
+    assert set(TWO_STREAM_INPUTS) <= set(inspect.signature(XLNetEncoder.forward).parameters)
+    with pytest.raises(ValueError, match="mem_len: two-stream inputs need position='xl-relative'"):
+        tiny_model("bert-base")(torch.zeros(1, 4, dtype=torch.long), mem_len=2)
+
+
+def test_the_config_chooses_the_xlnet_class_and_loading_keeps_it(tmp_path):
+    from lmforge.model import Encoder, XLNetEncoder, from_config
+
+    cfg = lmforge.tiny("xlnet-base")
+    assert type(from_config(cfg)) is XLNetEncoder and type(lmforge.build("xlnet-base", **{
+        k: getattr(cfg, k) for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size")})) is XLNetEncoder
+    assert type(from_config(lmforge.tiny("bert-base"))) is Encoder
+    model = tiny_model("xlnet-base")
+    model.save(tmp_path)
+    assert type(lmforge.load(tmp_path)) is XLNetEncoder

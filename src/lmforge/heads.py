@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from lmforge.config import ConfigError
-from lmforge.layers.dropout import Dropout
 from lmforge.layers.feedforward import ACTIVATIONS, FeedForward, activation
 from lmforge.layers.norms import make_norm
 from lmforge.model import init_weights
@@ -105,7 +104,7 @@ class SequenceClassificationHead(nn.Module):
             self.spec["bias"] = False
         self.pooler = Pooler(model, pooling) if pooler else None
         self.pooling = pooling
-        self.dropout = Dropout(model.config.dropout)
+        self.dropout = nn.Dropout(model.config.dropout)
         self.classifier = nn.Linear(model.config.d_model, n_labels, bias=bias)
 
     def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:  # -> (B, n_labels)
@@ -120,7 +119,7 @@ class TokenClassificationHead(nn.Module):
     def __init__(self, model: nn.Module, n_labels: int) -> None:
         super().__init__()
         self.spec = {"kind": "token-classification", "n_labels": n_labels}
-        self.dropout = Dropout(model.config.dropout)
+        self.dropout = nn.Dropout(model.config.dropout)
         self.classifier = nn.Linear(model.config.d_model, n_labels)
 
     def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:  # -> (B, T, n_labels)
@@ -137,7 +136,7 @@ class SpanQAHead(nn.Module):
         # BigBird's QA head first runs one more post-norm feed-forward sub-layer over the states
         self.ffn = FeedForward(cfg) if ffn else None
         self.norm = make_norm(cfg) if ffn else None
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
         self.qa = nn.Linear(cfg.d_model, 2)
 
     def forward(self, hidden: torch.Tensor, attention_mask=None) -> torch.Tensor:

@@ -2,8 +2,10 @@
 
 Three thin wrappers over one `Stack`: `Encoder` (bidirectional, BERT), `Decoder`
 (causal, GPT) and `EncoderDecoder` (T5/BART, the decoder cross-attends to the
-encoder). The model returns hidden states and caches; task heads (heads.py) are
-attached by name and their outputs returned alongside.
+encoder), and `XLNetEncoder` for XLNet's two-stream inputs. The model returns hidden
+states and caches; task heads (heads.py) are attached by name and their outputs
+returned alongside. Which attention backend each layer runs (dense, explicit
+probabilities, blocked local, packed rows) is decided in one place, `_context`.
 """
 from __future__ import annotations
 
@@ -14,14 +16,17 @@ import torch
 from torch import nn
 
 from lmforge.config import ModelConfig
-from lmforge.layers.attention import KVCache
+from lmforge.fast.accelerate import accelerate, accelerated
+from lmforge.fast.blocked import blocked_layers, plans
+from lmforge.fast.kernels import BlockedKernel, DroppingKernel, packed
+from lmforge.fast.paths import FastPaths
+from lmforge.fast.packing import Packing
+from lmforge.layers.attention import AttentionContext, DenseKernel, KVCache
 from lmforge.layers.embeddings import Embeddings
-from lmforge.layers.fastpath import FastPaths, weight_layout
 from lmforge.layers.norms import RMSNorm
-from lmforge.layers.packing import Packing
 from lmforge.layers.patterns import cross_bias
 from lmforge.layers.stack import Stack
-from lmforge.layers.two_stream import TwoStream
+from lmforge.layers.variants.two_stream import TwoStream
 
 # heads that read one pooled vector per sequence: they never see padded rows, so unpadding may run
 SEQUENCE_HEADS = ("pooler", "classification")
@@ -73,11 +78,11 @@ class Transformer(nn.Module):
         self.heads = nn.ModuleDict()
         self.fast = FastPaths()  # unpadding and blocked local attention (not saved; same results)
 
-    def train(self, mode: bool = True) -> "Transformer":
-        """nn.Module.train; training reads linear weights row-major again (fastpath.weight_layout)."""
-        if mode and getattr(self, "_input_major", False):
-            weight_layout(self, input_major=False)
-        return super().train(mode)
+    def __call__(self, *args, **kwargs):
+        """nn.Module's call, run under fast.accelerate unless self.fast.accelerate is off: the one
+        place where the CPU accelerations are applied (and undone when the call returns)."""
+        with accelerate(self, self.fast.accelerate):
+            return super().__call__(*args, **kwargs)
 
     def add_head(self, name: str, head: nn.Module) -> nn.Module:
         """Attach a task head (heads.py); its output appears in ModelOutput.head_outputs[name]."""
@@ -119,40 +124,57 @@ class Transformer(nn.Module):
     def _run(self, stack: Stack, embed: Embeddings, input_ids, attention_mask, *, position_ids=None,
              segment_ids=None, cache=None, global_tokens=None, return_attention=False,
              return_hidden=False, memory=None, memory_mask=None, prefix_lengths=None,
-             two_stream=None, keep_padding=False) -> ModelOutput:
-        past = cache.length if cache is not None else two_stream.past if two_stream is not None else 0
+             keep_padding=False) -> ModelOutput:
+        past = cache.length if cache is not None else 0
         self._check(input_ids, attention_mask, past, "input_ids")
         x, position_ids = self._embed(embed, input_ids, position_ids, segment_ids, past)
         key_padding = attention_mask.bool() if attention_mask is not None else None
-        ctx = stack.context(x, position_ids, past, key_padding, global_tokens, segment_ids,
-                            cache, return_attention, prefix_lengths, self.fast)
-        packing = self._packing(key_padding, cache, memory, two_stream, keep_padding)
+        packing = self._packing(key_padding, cache, memory, keep_padding)
+        ctx = self._context(stack, x, position_ids, past, key_padding, global_tokens=global_tokens,
+                            cache=cache, prefix_lengths=prefix_lengths, return_attention=return_attention,
+                            packing=packing)
         if packing is not None:
-            ctx.packing, x = packing, packing.pack(x)  # (N, d_model): real tokens only
+            x = packing.pack(x)  # (N, d_model): real tokens only
         if memory is not None:
             ctx.memory = memory
             if memory_mask is not None:
                 ctx.cross_bias = cross_bias(memory_mask, x.dtype)
-        if two_stream is not None:  # XLNet: permutation masks, memory (layers/two_stream.py)
-            two_stream.prepare(ctx, x.dtype)
-        x, hidden, probs = stack(x, ctx, return_hidden or two_stream is not None)
+        x, hidden, probs = stack(x, ctx, return_hidden)
         if packing is not None:
             x, hidden = packing.unpack(x), hidden and [packing.unpack(h) for h in hidden]
-        mems = None
-        if two_stream is not None:
-            x, mems = two_stream.run(stack, embed.query_init, embed.dropout, x, hidden, ctx)
-            hidden = hidden if return_hidden else None
-        return ModelOutput(x, hidden, [p[0] for p in probs] if return_attention else None,
-                           [p[1] for p in probs] if return_attention and memory is not None else None,
-                           cache, mems=mems)
+        return self._output(x, hidden, probs, return_attention, cache, cross=memory is not None)
 
-    def _packing(self, key_padding, cache, memory, two_stream, keep_padding=False) -> Optional[Packing]:
-        """Unpadding (layers/packing.py) when self.fast asks for it; not while decoding with a cache,
-        cross-attending or running XLNet's two streams, whose layers need the padded layout.
-        keep_padding: a per-token head will read padded rows, which must then be the padded path's."""
-        if (cache is not None or memory is not None or two_stream is not None
-                or self.config.position == "xl-relative"
-                or not self.fast.wants_unpad(key_padding, keep_padding, self.training)):
+    def _context(self, stack: Stack, x, position_ids, past: int, key_padding, *, global_tokens=None,
+                 cache=None, prefix_lengths=None, return_attention=False, packing=None,
+                 dense=False) -> AttentionContext:
+        """The stack's masks for this pass and the attention backend of each, decided here only:
+        windowed patterns of long sequences in query chunks (fast/blocked.py), an unpadded batch's
+        rows re-padded or attended sequence by sequence (fast/packing.py), else dense SDPA, or an
+        explicit softmax when the probabilities are returned. dense: the caller edits the masks."""
+        dense = dense or return_attention or prefix_lengths is not None or past > 0
+        chosen = {} if dense else blocked_layers(stack, self.fast, x.shape[1])
+        ctx = stack.context(x, position_ids, past, key_padding, global_tokens, cache, prefix_lengths,
+                            skip=chosen)
+        ctx.biases.update(plans(stack, ctx, chosen, x.dtype, self.fast.chunk))
+        # with the accelerations, attention dropout draws the cheaper mask (fast/kernels.py)
+        ctx.kernel = (DroppingKernel if accelerated(self) else DenseKernel)(return_probs=return_attention)
+        ctx.kernels = {key: BlockedKernel() for key in chosen}
+        if packing is not None:  # layers see (N, d_model) rows; rotations and maps need (B, T)
+            by_sequence = packing.by_sequence and ctx.rope is None and not return_attention
+            ctx.kernel, ctx.kernels = packed(packing, ctx, by_sequence)
+        return ctx
+
+    @staticmethod
+    def _output(x, hidden, probs: list, return_attention: bool, cache=None, cross: bool = False) -> ModelOutput:
+        return ModelOutput(x, hidden, [p[0] for p in probs] if return_attention else None,
+                           [p[1] for p in probs] if return_attention and cross else None, cache)
+
+    def _packing(self, key_padding, cache, memory, keep_padding=False) -> Optional[Packing]:
+        """Unpadding (fast/packing.py) when self.fast asks for it; not while decoding with a cache or
+        cross-attending, whose layers need the padded layout. keep_padding: a per-token head will
+        read padded rows, which must then be the padded path's."""
+        if cache is not None or memory is not None or not self.fast.wants_unpad(key_padding, keep_padding,
+                                                                                 self.training):
             return None
         # attention dropout sends CPU SDPA to its math path: one re-padded call then beats B small
         # ones with their masks and backward (MiniLM fine-tuning: 6.0 s vs 7.1 s per 12 steps)
@@ -186,30 +208,61 @@ class Transformer(nn.Module):
             nn.init.normal_(self.tokens.weight, std=1.0)
 
 
+TWO_STREAM_INPUTS = ("perm_mask", "target_mapping", "mems", "mem_len")
+
+
+def _refuse_two_stream_inputs(model: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Encoders' forward pre-hook: XLNet's inputs given to another model are an error that names
+    what they need, where Python would only say "unexpected keyword argument"."""
+    given = [name for name in TWO_STREAM_INPUTS if name in kwargs]
+    if given:
+        raise ValueError(f"{', '.join(given)}: two-stream inputs need position='xl-relative' (XLNet)")
+
+
 class Encoder(Transformer):
-    """Bidirectional encoder (BERT, RoBERTa, ALBERT, ELECTRA, XLNet, Longformer, BigBird)."""
+    """Bidirectional encoder (BERT, RoBERTa, ALBERT, ELECTRA, Longformer, BigBird; XLNet's is XLNetEncoder)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
         self.embed = Embeddings(cfg)
         self.encoder = Stack(cfg, cfg.n_layers, causal=False, cross=False)
+        if cfg.position != "xl-relative":  # XLNetEncoder takes them
+            self.register_forward_pre_hook(_refuse_two_stream_inputs, with_kwargs=True)
+
+    def forward(self, input_ids, attention_mask=None, segment_ids=None, position_ids=None,
+                global_tokens=None, return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
+        """input_ids (B, T) -> ModelOutput; global_tokens (B, T) bool for Longformer; run_heads=False
+        returns hidden states only."""
+        out = self._run(self.encoder, self.embed, input_ids, attention_mask, position_ids=position_ids,
+                        segment_ids=segment_ids, global_tokens=global_tokens,
+                        return_attention=return_attention, return_hidden=return_hidden,
+                        keep_padding=self._token_heads(run_heads))
+        return self._with_heads(out, attention_mask, run_heads)
+
+
+class XLNetEncoder(Encoder):
+    """XLNet (Yang et al. 2019): an encoder with relative attention whose forward also takes the
+    inputs of two-stream attention and Transformer-XL's memory (layers/variants/two_stream.py)."""
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None, position_ids=None,
                 global_tokens=None, return_attention=False, return_hidden=False, run_heads=True,
                 perm_mask=None, target_mapping=None, mems=None, mem_len=None) -> ModelOutput:
-        """input_ids (B, T) -> ModelOutput; global_tokens (B, T) bool for Longformer; run_heads=False
-        returns hidden states only. XLNet: perm_mask (B, T, T) 1 where i may not see j; target_mapping
-        (B, n, T) gives the query stream's n rows (then last_hidden_state is theirs); mems from an
-        earlier output (attention_mask then covers memory + new positions); mem_len returns out.mems."""
-        two_stream = None
-        if perm_mask is not None or target_mapping is not None or mems is not None or mem_len is not None:
-            if self.config.position != "xl-relative":
-                raise ValueError("perm_mask, target_mapping, mems and mem_len need position='xl-relative' (XLNet)")
-            two_stream = TwoStream(input_ids, self.config.n_layers, perm_mask, target_mapping, mems, mem_len)
-        out = self._run(self.encoder, self.embed, input_ids, attention_mask, position_ids=position_ids,
-                        segment_ids=segment_ids, global_tokens=global_tokens,
-                        return_attention=return_attention, return_hidden=return_hidden, two_stream=two_stream,
-                        keep_padding=self._token_heads(run_heads))
+        """As Encoder.forward; segment_ids feed the relative segment term. perm_mask (B, T, T) 1 where
+        i may not see j; target_mapping (B, n, T) gives the query stream's n rows (then
+        last_hidden_state is theirs); mems from an earlier output (attention_mask then covers memory
+        + new positions); mem_len returns out.mems."""
+        streams = TwoStream(input_ids, self.config.n_layers, perm_mask, target_mapping, mems, mem_len)
+        past = streams.past
+        self._check(input_ids, attention_mask, past, "input_ids")
+        x, position_ids = self._embed(self.embed, input_ids, position_ids, segment_ids, past)
+        key_padding = attention_mask.bool() if attention_mask is not None else None
+        ctx = self._context(self.encoder, x, position_ids, past, key_padding, global_tokens=global_tokens,
+                            return_attention=return_attention, dense=True)  # two streams edit dense masks
+        ctx = streams.prepare(ctx, self.encoder, segment_ids, x.dtype)
+        x, hidden, probs = self.encoder(x, ctx, keep_hidden=True)  # the query stream reads layer inputs
+        x, new_mems = streams.run(self.encoder, self.embed.query_init, self.embed.dropout, x, hidden, ctx)
+        out = self._output(x, hidden if return_hidden else None, probs, return_attention)
+        out.mems = new_mems
         return self._with_heads(out, attention_mask, run_heads)
 
 
@@ -269,9 +322,14 @@ class EncoderDecoder(Transformer):
 ARCHITECTURES = {"encoder": Encoder, "decoder": Decoder, "encoder-decoder": EncoderDecoder}
 
 
+def model_class(cfg: ModelConfig) -> type:
+    """The class of `cfg`'s model: its architecture's, or XLNetEncoder for XLNet's relative attention."""
+    return XLNetEncoder if cfg.position == "xl-relative" else ARCHITECTURES[cfg.architecture]
+
+
 def from_config(cfg: ModelConfig, init: bool = True) -> Transformer:
-    """The model that `cfg.architecture` names, randomly initialised unless init=False."""
-    model = ARCHITECTURES[cfg.architecture](cfg)
+    """The model that `cfg` describes, randomly initialised unless init=False."""
+    model = model_class(cfg)(cfg)
     if init:
         model.reset_parameters()
     return model

@@ -114,19 +114,21 @@ def test_threads_get_their_own_buffers(monkeypatch):
 
     monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 0)
     layer, x, pointers = _layer(), torch.randn(70, 48), []
+    barrier = threading.Barrier(2)  # both threads hold their buffers at once: no address can be reused
 
     def run():
         with torch.inference_mode():
             pointers.append(layer.transient(x, "test").data_ptr())
+        barrier.wait()
         linear.release_scratch()
 
+    with torch.inference_mode():  # this thread's buffer first, held while the others run
+        pointers.append(layer.transient(x, "test").data_ptr())
     threads = [threading.Thread(target=run) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    with torch.inference_mode():
-        pointers.append(layer.transient(x, "test").data_ptr())
     assert len(set(pointers)) == 3
     linear.release_scratch()
 

@@ -4,7 +4,9 @@ import torch
 import lmforge
 from lmforge.config import ModelConfig
 from lmforge.layers.attention import Attention, AttentionContext, KVCache, attend
-from lmforge.layers.xl_relative import XLRelativeBias
+from lmforge.layers.variants.longformer import LongformerGlobalAttention
+from lmforge.layers.variants.two_stream import XLNetContext
+from lmforge.layers.variants.xl_relative import XLRelativeBias
 
 D, H, T = 32, 4, 10
 
@@ -106,11 +108,81 @@ def test_xl_relative_bias_depends_only_on_offset_and_segments():
     q = torch.randn(1, H, 1, 8).expand(1, H, T, 8)  # the same query and key at every position
     k = torch.randn(1, H, 1, 8).expand(1, H, T, 8)
     pos = torch.arange(T)
-    bias = xl(q, k, pos, pos, None, 1.0)[0]
+    shifted, same_k, bias = xl(q, k, XLNetContext(pos, pos))
+    torch.testing.assert_close(shifted, q + xl.r_w_bias[:, None])  # the content term (q + u)·k: q shifted
+    assert same_k is k
+    bias = bias[0] / xl.scale
     torch.testing.assert_close(bias[:, 2, 5], bias[:, 6, 9])
     assert not torch.allclose(bias[:, 2, 5], bias[:, 5, 2])  # direction matters
     segments = (pos >= 4).long()[None]
-    with_seg = xl(q, k, pos, pos, segments, 1.0)[0]
+    with_seg = xl(q, k, XLNetContext(pos, pos, segments=segments))[2][0] / xl.scale
     segment_term = with_seg - bias
     torch.testing.assert_close(segment_term[:, 1, 2], segment_term[:, 6, 8])  # both within a segment
     assert not torch.allclose(segment_term[:, 1, 2], segment_term[:, 1, 6])  # across segments
+
+
+class CountingKernel:
+    """A stub backend around a real one: counts the attention calls of a forward pass."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def heads(self, fused, n_heads, n_kv, dh):
+        return self.inner.heads(fused, n_heads, n_kv, dh)
+
+    def attend(self, q, k, v, bias, dropout_p, scale):
+        self.calls += 1
+        return self.inner.attend(q, k, v, bias, dropout_p, scale)
+
+    def merge(self, out):
+        return self.inner.merge(out)
+
+
+def _stack_context(model, ids, mask):
+    """A decoder's or encoder's stack, its input x and the model's own context for it (XLNet's with
+    segment ids)."""
+    stack = model.decoder if model.config.architecture == "decoder" else model.encoder
+    x, positions = model._embed(model.embed, ids, None, None, 0)
+    ctx = model._context(stack, x, positions, 0, mask.bool(), dense=True)
+    if model.config.position == "xl-relative":
+        ctx = XLNetContext(**vars(ctx), segments=(torch.arange(ids.shape[1]) >= 3).long().expand_as(ids))
+    return stack, x, ctx
+
+
+@pytest.mark.parametrize("name", ["bert-base", "llama-3.2-1b", "xlnet-base", "longformer-base", "linformer"])
+def test_every_layer_attends_through_one_call_of_the_kernel_on_the_context(name):
+    cfg = (ModelConfig(d_model=D, n_heads=H, n_layers=3, d_ff=64, vocab_size=99, attention="linformer",
+                       max_seq_len=16, linformer_k=8) if name == "linformer" else lmforge.tiny(name))
+    model = lmforge.build(cfg).eval()
+    ids = torch.randint(1, 99, (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 9:] = 0
+    with torch.no_grad():
+        stack, x, ctx = _stack_context(model, ids, mask)
+        want, _, _ = stack(x.clone(), ctx)
+        ctx.kernel = CountingKernel(ctx.kernel)
+        got, _, _ = stack(x.clone(), ctx)
+    assert ctx.kernel.calls == model.config.n_layers  # qkv -> positions -> cache -> kernel -> out
+    torch.testing.assert_close(got, want)
+
+
+def test_attention_output_is_the_kernels_output_projected():
+    class ZeroKernel(CountingKernel):
+        def attend(self, q, k, v, bias, dropout_p, scale):
+            return torch.zeros_like(q), None
+
+    attn = _init(Attention(ModelConfig(d_model=D, n_heads=H, position="rotary"))).eval()
+    ctx = _ctx(kernel=ZeroKernel(_ctx().kernel))
+    out, _ = attn(torch.randn(2, T, D), ctx, 0)
+    torch.testing.assert_close(out, attn.out.bias.expand(2, T, D))  # nothing reaches `out` around the kernel
+
+
+def test_longformer_global_projections_are_a_class_of_their_own_chosen_by_the_pattern():
+    cfg = lmforge.tiny("longformer-base")
+    assert cfg.global_projections
+    model = lmforge.build(cfg)
+    assert all(type(block.attn) is LongformerGlobalAttention for block in model.encoder.blocks)
+    assert "encoder.blocks.0.attn.global_qkv.weight" in model.state_dict()  # checkpoint names as before
+    plain = lmforge.build(cfg.replace(global_projections=False))
+    assert all(type(block.attn) is Attention for block in plain.encoder.blocks)
+    assert not hasattr(Attention(ModelConfig(d_model=D, n_heads=H), "longformer"), "global_qkv")

@@ -83,3 +83,24 @@ def test_relative_bias_is_shared_per_offset():
     pos = torch.arange(10)
     table = bias(pos, pos)[0]
     torch.testing.assert_close(table[:, 3, 5], table[:, 6, 8])  # same offset, same bias
+
+
+def test_rotation_and_xl_terms_are_one_position_step_of_attention():
+    from lmforge.layers.variants.two_stream import XLNetContext
+    from lmforge.layers.variants.xl_relative import XLRelativeBias
+
+    T = 6
+    q, k = torch.randn(2, 4, T, 8), torch.randn(2, 4, T, 8)
+    pos = torch.arange(T)
+    rotation = Rotary(ModelConfig(d_model=32, n_heads=4, position="rotary"))(pos[None])
+    cos, sin = rotation  # still a (cos, sin) pair
+    q_rot, k_rot, bias = rotation(q, k, None)
+    assert bias is None
+    torch.testing.assert_close(q_rot, apply_rotary(q, cos, sin))
+    torch.testing.assert_close(k_rot, apply_rotary(k, cos, sin))
+    xl = XLRelativeBias(ModelConfig(d_model=32, n_heads=4, position="xl-relative", n_segments=0))
+    for p in xl.parameters():
+        torch.nn.init.normal_(p)
+    q_xl, k_xl, bias = xl.eval()(q, k, XLNetContext(pos, pos))
+    assert k_xl is k and bias.shape == (2, 4, T, T)  # a bias, and q shifted by u: (q + u)·k is the content term
+    torch.testing.assert_close(q_xl, q + xl.r_w_bias[:, None])

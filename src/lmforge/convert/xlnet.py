@@ -3,7 +3,7 @@
 The reference keeps every projection as a (d_model, n_heads, d_head) einsum operand;
 the `heads_in` / `heads_out` fix-ups turn them into lmforge's Linear weights. The query
 stream's start vector (mask_emb) is kept as `embed.query_init`; the query stream runs when
-perm_mask / target_mapping are given (layers/two_stream.py, objectives/plm.py).
+perm_mask / target_mapping are given (layers/variants/two_stream.py, objectives/plm.py).
 """
 from __future__ import annotations
 

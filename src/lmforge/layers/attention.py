@@ -1,8 +1,16 @@
 """Multi-head attention (Vaswani et al. 2017, sec. 3.2) with GQA/MQA, cross-attention and a KV cache.
 
-One kernel, `attend`, serves every pattern: torch's fused scaled-dot-product
-attention, or, when the caller wants to look at them, an explicit softmax that
-also returns the probabilities and gives the same outputs.
+Self-attention is one path, qkv -> positions -> cache -> kernel -> out:
+
+- qkv: one fused projection, split into heads in the layout of the layer's kernel;
+- positions: T5's and ALiBi's biases are already in the mask bias (one per stack); rotary
+  rotates q and k, XL's relative terms shift q and add a per-layer bias (layers/positions.py);
+- cache: earlier keys and values (a KVCache while decoding; XLNet's memory), then the pattern's
+  key/value transform where it has one (Linformer, layers/variants/linformer.py);
+- kernel: the backend the model's forward chose for the layer's mask (`ctx.kernel_for`): the
+  dense `DenseKernel` here (SDPA, or an explicit softmax that also returns the probabilities),
+  blocked local attention and packed rows in lmforge/fast/;
+- out: heads merged back in the kernel's layout and projected.
 """
 from __future__ import annotations
 
@@ -15,13 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.config import ModelConfig
-from lmforge.layers.blocked import ChunkPlan, blocked_attend
-from lmforge.layers.dropout import dropout
-from lmforge.layers.linear import Linear
-from lmforge.layers.linformer import LinformerProjection
-from lmforge.layers.packing import Packing
-from lmforge.layers.positions import apply_rotary
-from lmforge.layers.xl_relative import XLRelativeBias
+from lmforge.layers.variants.linformer import LinformerProjection
+from lmforge.layers.variants.xl_relative import XLRelativeBias
 
 
 def attend(q, k, v, bias=None, dropout_p: float = 0.0, scale: float = 1.0, return_probs: bool = False):
@@ -30,15 +33,14 @@ def attend(q, k, v, bias=None, dropout_p: float = 0.0, scale: float = 1.0, retur
     if k.shape[1] != q.shape[1]:  # GQA/MQA: each kv head serves n_heads / n_kv_heads query heads
         groups = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    # attention dropout sends CPU SDPA to its math path anyway: the same steps here draw a cheaper mask
-    if not return_probs and not (dropout_p and q.device.type == "cpu"):
+    if not return_probs:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
         return out, None
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    out = torch.matmul(dropout(probs, dropout_p) if dropout_p else probs, v)
+    out = torch.matmul(F.dropout(probs, dropout_p) if dropout_p else probs, v)
     return out, (probs if return_probs else None)
 
 
@@ -119,24 +121,49 @@ def _grown(old, new: torch.Tensor, end: int) -> torch.Tensor:
     return buffer
 
 
+class DenseKernel:
+    """The plain attention backend on the padded (B, H, T, dh) layout: `attend`, by SDPA or, with
+    return_probs, an explicit softmax that also returns the probabilities. Other backends
+    (lmforge/fast/kernels.py) offer the same three calls."""
+
+    def __init__(self, return_probs: bool = False) -> None:
+        self.return_probs = return_probs
+
+    def heads(self, fused: torch.Tensor, n_heads: int, n_kv: int, dh: int) -> tuple:
+        """A fused projection (B, T, (H + 2 Hkv) dh) -> q (B, H, T, dh), k and v (B, Hkv, T, dh)."""
+        return split_heads(fused, n_heads, n_kv, dh)
+
+    def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
+        """(out (B, H, T, dh), probabilities (B, H, Tq, Tk) or None); see `attend`."""
+        return attend(q, k, v, bias, dropout_p, scale, self.return_probs)
+
+    def merge(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, dh) -> (B, T, H dh), the output projection's input."""
+        B, H, T, dh = out.shape
+        return out.transpose(1, 2).reshape(B, T, H * dh)
+
+
 @dataclass
 class AttentionContext:
-    """What every layer of one stack's forward pass shares (built once by the stack)."""
+    """What every layer of one stack's forward pass shares: masks and positions (Stack.context),
+    and the attention backend of each mask (chosen by the model's forward)."""
 
     q_pos: torch.Tensor  # (Tq,) absolute positions of the queries
     k_pos: torch.Tensor  # (Tk,) absolute positions of the keys (cached + new)
-    biases: dict = field(default_factory=dict)  # mask key -> additive (B|1, H|1, Tq, Tk) or None
-    rope: Optional[tuple] = None  # (cos, sin), each (B|1, 1, Tq, r)
+    biases: dict = field(default_factory=dict)  # mask key -> additive (B|1, H|1, Tq, Tk), None, or a kernel's plan
+    rope: Optional[tuple] = None  # positions.Rotation: (cos, sin), each (B|1, 1, Tq, r)
     key_padding: Optional[torch.Tensor] = None  # (B, Tk) True at real tokens
     global_tokens: Optional[torch.Tensor] = None  # (B, T) Longformer global positions
-    segments: Optional[torch.Tensor] = None  # (B, Tk) for XLNet's segment term
-    cache: Optional[KVCache] = None
-    return_probs: bool = False
+    cache: Optional[KVCache] = None  # or anything with KVCache.extend (XLNet's memory)
     cross_bias: Optional[torch.Tensor] = None  # (B, 1, 1, Tsrc) encoder padding
     memory: Optional[torch.Tensor] = None  # (B, Tsrc, d_model) encoder output
-    mems: Optional[list] = None  # per layer (B, M, d_model): Transformer-XL memory (two_stream.py)
-    packing: Optional[Packing] = None  # unpadded batch: layers see (N, d_model), attention re-pads
     padding_only: dict = field(default_factory=dict)  # mask key -> causal, for masks of padding (+ causality) only
+    kernel: object = field(default_factory=DenseKernel)  # the backend of every layer, unless `kernels` names one
+    kernels: dict = field(default_factory=dict)  # mask key -> the backend of that mask's layers
+
+    def kernel_for(self, mask_key) -> object:
+        """The attention backend that the layers of `mask_key` run."""
+        return self.kernels.get(mask_key, self.kernel)
 
 
 class Attention(nn.Module):
@@ -148,25 +175,49 @@ class Attention(nn.Module):
         self.pattern, self.cross = pattern, cross
         q_dim, kv_dim = self.n_heads * self.dh, self.n_kv * self.dh
         if cross:
-            self.q = Linear(cfg.d_model, q_dim, bias=cfg.attention_bias)
-            self.kv = Linear(cfg.d_model, 2 * kv_dim, bias=cfg.attention_bias)
+            self.q = nn.Linear(cfg.d_model, q_dim, bias=cfg.attention_bias)
+            self.kv = nn.Linear(cfg.d_model, 2 * kv_dim, bias=cfg.attention_bias)
         else:  # fused projection: one matmul for q, k and v
-            self.qkv = Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.attention_bias)
-        self.out = Linear(q_dim, cfg.d_model, bias=cfg.attention_bias)
+            self.qkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.attention_bias)
+        self.out = nn.Linear(q_dim, cfg.d_model, bias=cfg.attention_bias)
         self.scale = 1.0 / math.sqrt(self.dh) if cfg.attention_scaling else 1.0
         self.dropout_p = cfg.attention_dropout
-        own = not cross
-        self.global_qkv = (Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.attention_bias)
-                           if own and cfg.global_projections and pattern == "longformer" else None)
-        self.linformer = LinformerProjection(cfg) if own and pattern == "linformer" else None
-        self.xl = XLRelativeBias(cfg) if own and cfg.position == "xl-relative" else None
+        # the pattern's key/value transform, and the position scheme's per-layer terms
+        self.linformer = LinformerProjection(cfg) if not cross and pattern == "linformer" else None
+        self.xl = XLRelativeBias(cfg) if not cross and cfg.position == "xl-relative" else None
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext, layer: int, mask_key=None) -> tuple:
+        """x (B, T, d_model), or an unpadded batch's (N, d_model) rows -> the same shape, and the
+        attention probabilities (B, H, Tq, Tk) or None."""
+        if self.cross:
+            return self._cross(x, ctx, layer)
+        kernel = ctx.kernel_for(mask_key)
+        fused = self.qkv(x)  # (B, T, (H + 2 Hkv) dh), or (N, ...) rows of an unpadded batch
+        q, k, v = kernel.heads(fused, self.n_heads, self.n_kv, self.dh)  # (B, H|Hkv, T, dh) when padded
+        q, k, bias = self.positions(q, k, ctx, ctx.biases.get(mask_key))
+        if ctx.cache is not None:
+            k, v = ctx.cache.extend(layer, k, v)
+        if self.linformer is not None:  # keys and values projected along the sequence: all visible
+            (k, v), bias = self.linformer(k, v, ctx.key_padding), None
+        out, probs = self._attend(x, q, k, v, bias, ctx, kernel)
+        return self.out(kernel.merge(out)), probs
+
+    def positions(self, q: torch.Tensor, k: torch.Tensor, ctx: AttentionContext, bias) -> tuple:
+        """The position scheme's step: (q, k, bias) after the rotation of q and k (rotary) or with
+        the per-layer relative terms (XL) added; other schemes' biases are in `bias` already."""
+        step = self.xl if self.xl is not None else ctx.rope
+        if step is None:
+            return q, k, bias
+        q, k, extra = step(q, k, ctx)
+        return q, k, extra if bias is None else bias if extra is None else bias + extra
+
+    def _attend(self, x, q, k, v, bias, ctx: AttentionContext, kernel) -> tuple:
+        # the kernel step (a subclass with rows of its own recomputes them after it: variants/longformer.py)
+        return kernel.attend(q, k, v, bias, self.dropout_p if self.training else 0.0, self.scale)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:  # (B, T, n*dh) -> (B, n, T, dh)
         B, T, _ = x.shape
         return x.view(B, T, n, self.dh).transpose(1, 2)
-
-    def _split(self, fused: torch.Tensor) -> tuple:
-        return split_heads(fused, self.n_heads, self.n_kv, self.dh)
 
     def keys_values(self, states: torch.Tensor) -> tuple:
         """Self-attention keys and values (B, Hkv, S, dh) of other states (B, S, d_model): a
@@ -176,82 +227,15 @@ class Attention(nn.Module):
         k, v = F.linear(states, self.qkv.weight[q_dim:], bias).split(kv_dim, dim=-1)
         return self._heads(k, self.n_kv), self._heads(v, self.n_kv)
 
-    def forward(self, x: torch.Tensor, ctx: AttentionContext, layer: int, mask_key=None) -> tuple:
-        """x (B, T, d_model) -> (B, T, d_model), attention probabilities or None."""
-        if self.cross:
-            q, k, v = self._cross_qkv(x, ctx, layer)
-            bias = ctx.cross_bias
-        else:
-            fused = self.qkv.transient(x, "attn.qkv")  # q, k, v never outlive this call (KVCache copies)
-            if self._sequence_wise(ctx, mask_key):  # packed rows, one attention call per sequence
-                return self._per_sequence(fused, ctx, mask_key), None
-            q, k, v = self._split(self._padded(fused, ctx))
-            if ctx.rope is not None:
-                q, k = apply_rotary(q, *ctx.rope), apply_rotary(k, *ctx.rope)
-            if ctx.cache is not None:
-                k, v = ctx.cache.extend(layer, k, v)
-            if ctx.mems is not None:  # the previous segment's layer inputs as extra keys/values
-                k_mem, v_mem = self.keys_values(ctx.mems[layer])
-                k, v = torch.cat([k_mem, k], dim=2), torch.cat([v_mem, v], dim=2)
-            bias = ctx.biases.get(mask_key)
-            if self.linformer is not None:
-                k, v = self.linformer(k, v, ctx.key_padding)
-                bias = None  # every projected key is visible
-            if self.xl is not None:
-                xl = self.xl(q, k, ctx.q_pos, ctx.k_pos, ctx.segments, self.scale)
-                bias = xl if bias is None else bias + xl
-        p = self.dropout_p if self.training else 0.0
-        if isinstance(bias, ChunkPlan):  # a windowed pattern in query chunks (layers/blocked.py)
-            out, probs = blocked_attend(q, k, v, bias, p, self.scale), None
-        else:
-            out, probs = attend(q, k, v, bias, p, self.scale, ctx.return_probs)
-        if self.global_qkv is not None and ctx.global_tokens is not None:
-            out = self._longformer_global(x, out, ctx)
-        if ctx.packing is not None:
-            return self.out(ctx.packing.pack_heads(out)), probs
-        B, H, T, dh = out.shape
-        return self.out(out.transpose(1, 2).reshape(B, T, H * dh)), probs
-
-    def _sequence_wise(self, ctx: AttentionContext, mask_key) -> bool:
-        # the padded path's mask is only padding (and causality): nothing needs the (B, T) layout
-        return (ctx.packing is not None and ctx.packing.by_sequence and mask_key in ctx.padding_only
-                and ctx.rope is None and not ctx.return_probs and ctx.cache is None and ctx.mems is None
-                and self.xl is None and self.linformer is None and self.global_qkv is None)
-
-    def _per_sequence(self, fused: torch.Tensor, ctx: AttentionContext, mask_key) -> torch.Tensor:
-        q_dim, kv_dim = self.n_heads * self.dh, self.n_kv * self.dh
-        q, k, v = fused.split([q_dim, kv_dim, kv_dim], dim=-1)  # (N, ...)
-        q, k, v = q.unflatten(-1, (self.n_heads, self.dh)), *(t.unflatten(-1, (self.n_kv, self.dh)) for t in (k, v))
-        p = self.dropout_p if self.training else 0.0
-        out = ctx.packing.attend(q, k, v, ctx.padding_only[mask_key], p, self.scale)  # (N, H, dh)
-        return self.out(out.flatten(1))
-
-    @staticmethod
-    def _padded(fused: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
-        # packed (N, ...) rows back to (B, T, ...): attention needs each sequence on its own
-        return ctx.packing.unpack(fused) if ctx.packing is not None else fused
-
-    def _cross_qkv(self, x: torch.Tensor, ctx: AttentionContext, layer: int) -> tuple:
+    def _cross(self, x: torch.Tensor, ctx: AttentionContext, layer: int) -> tuple:
+        """Queries from x (B, T, d_model), keys and values from the encoder's output (computed once
+        while decoding: it does not change); no position terms."""
         q = self._heads(self.q(x), self.n_heads)
         if ctx.cache is not None and layer in ctx.cache.cross_kv:
-            k, v = ctx.cache.cross_kv[layer]  # the encoder output does not change while decoding
+            k, v = ctx.cache.cross_kv[layer]
         else:
             k, v = (self._heads(t, self.n_kv) for t in self.kv(ctx.memory).chunk(2, dim=-1))
             if ctx.cache is not None:
                 ctx.cache.cross_kv[layer] = (k, v)
-        return q, k, v
-
-    def _longformer_global(self, x: torch.Tensor, local: torch.Tensor, ctx: AttentionContext):
-        """Longformer sec. 3.1: global rows are recomputed with their own projections over all keys."""
-        rows = ctx.global_tokens.any(0).nonzero().squeeze(1)  # (G,) global in some row of the batch
-        if not rows.numel():
-            return local
-        q, k, v = self._split(self._padded(self.global_qkv(x), ctx))
-        bias = None
-        if ctx.key_padding is not None:
-            bias = torch.zeros(ctx.key_padding.shape, dtype=q.dtype, device=q.device)
-            bias = bias.masked_fill(~ctx.key_padding, torch.finfo(q.dtype).min)[:, None, None, :]
-        p = self.dropout_p if self.training else 0.0
-        glob, _ = attend(q[:, :, rows], k, v, bias, p, self.scale)  # (B, H, G, dh): G x T, not T x T
-        chosen = ctx.global_tokens[:, rows][:, None, :, None]  # (B, 1, G, 1)
-        return local.index_copy(2, rows, torch.where(chosen, glob, local[:, :, rows]))
+        out, probs = self._attend(x, q, k, v, ctx.cross_bias, ctx, ctx.kernel)
+        return self.out(ctx.kernel.merge(out)), probs

@@ -12,6 +12,7 @@ from lmforge.config import ModelConfig
 from lmforge.layers.attention import Attention, AttentionContext
 from lmforge.layers.feedforward import FeedForward
 from lmforge.layers.norms import make_norm
+from lmforge.layers.variants.longformer import LongformerGlobalAttention
 
 
 class Block(nn.Module):
@@ -20,7 +21,9 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False) -> None:
         super().__init__()
         self.pre_norm = cfg.norm_placement == "pre"
-        self.attn = Attention(cfg, pattern)
+        # Longformer's global projections are new mathematics: a class of its own, chosen by the pattern
+        global_rows = pattern == "longformer" and cfg.global_projections
+        self.attn = (LongformerGlobalAttention if global_rows else Attention)(cfg, pattern)
         self.attn_norm = make_norm(cfg)
         self.cross_attn = Attention(cfg, cross=True) if cross else None
         self.cross_norm = make_norm(cfg) if cross else None

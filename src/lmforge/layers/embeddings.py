@@ -7,7 +7,6 @@ import torch
 from torch import nn
 
 from lmforge.config import ModelConfig
-from lmforge.layers.dropout import Dropout
 from lmforge.layers.norms import make_norm
 from lmforge.layers.positions import ABSOLUTE
 
@@ -27,7 +26,7 @@ class Embeddings(nn.Module):
         self.segments = nn.Embedding(cfg.n_segments, E) if cfg.n_segments else None
         self.positions = ABSOLUTE[cfg.position](cfg, E) if cfg.position in ABSOLUTE else None
         self.norm = make_norm(cfg, E) if cfg.embedding_norm else None
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
         self.project = nn.Linear(E, cfg.d_model) if E != cfg.d_model else None
         # XLNet's query stream starts from one trainable vector w, g_i^(0) = w (Yang et al. 2019
         # sec. 2.3); it belongs to the embeddings so checkpoints keep it

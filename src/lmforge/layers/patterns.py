@@ -112,7 +112,7 @@ def pattern_bias(cfg: ModelConfig, pattern: str, q_pos, k_pos, layer: int):
     return PATTERN_BIASES[pattern](cfg, q_pos, k_pos, layer) if pattern in PATTERN_BIASES else None
 
 
-# Linformer does not restrict which keys are seen; it projects them (layers/linformer.py).
+# Linformer does not restrict which keys are seen; it projects them (layers/variants/linformer.py).
 PATTERNS = {
     "full": full,
     "sliding-window": sliding_window,

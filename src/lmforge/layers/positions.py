@@ -1,13 +1,16 @@
 """Position schemes behind two interfaces (x-transformers style).
 
 * absolute schemes add a vector to the token embedding: `learned`, `sinusoidal`;
-* attention schemes act inside attention, computed once per stack and shared
-  by every layer: `relative-bias` (T5) and `alibi` give an additive score bias
-  (1|B, H, Tq, Tk); `rotary` gives the (cos, sin) that rotate q and k.
+* attention schemes act inside attention: `relative-bias` (T5) and `alibi` give an additive
+  score bias (1|B, H, Tq, Tk), computed once per stack and folded into every layer's mask bias;
+  `rotary` gives a `Rotation`, and `xl-relative` (layers/variants/xl_relative.py) has per-layer
+  terms. Those two are attention's position step, one call `step(q, k, ctx) -> (q, k, bias or
+  None)`: the rotation turns q and k, the XL terms shift q and add a bias.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -148,10 +151,21 @@ class Rotary(nn.Module):
         inv_freq = ROTARY_SCALINGS[cfg.rotary_scaling](inv_freq, cfg)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
 
-    def forward(self, position_ids: torch.Tensor) -> tuple:  # (B|1, T) -> cos, sin (B|1, 1, T, r)
+    def forward(self, position_ids: torch.Tensor) -> "Rotation":  # (B|1, T) -> cos, sin (B|1, 1, T, r)
         angles = position_ids[..., None].float() * self.inv_freq  # (B, T, r/2)
         angles = torch.cat([angles, angles], dim=-1)[:, None]
-        return angles.cos(), angles.sin()
+        return Rotation(angles.cos(), angles.sin())
+
+
+class Rotation(NamedTuple):
+    """One forward pass's rotary angles (cos, sin), each (B|1, 1, T, r): attention's position step."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, ctx=None) -> tuple:
+        """(q, k) (B, H|Hkv, T, d_head) rotated by their positions' angles; no score bias."""
+        return apply_rotary(q, self.cos, self.sin), apply_rotary(k, self.cos, self.sin), None
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,6 @@ from torch import nn
 from lmforge.config import BIDIRECTIONAL_ONLY, ModelConfig
 from lmforge.layers.attention import AttentionContext
 from lmforge.layers.block import Block
-from lmforge.layers.blocked import BLOCKED, band_width
-from lmforge.layers.blocked import plan as blocked_plan
 from lmforge.layers.norms import make_norm
 from lmforge.layers.patterns import additive, default_global_tokens, pattern_bias, pattern_mask, prefix_keys
 from lmforge.layers.positions import BIASES, Rotary
@@ -44,60 +42,51 @@ class Stack(nn.Module):
         self.rotary = Rotary(cfg) if cfg.position == "rotary" else None
         self.final_norm = make_norm(cfg) if cfg.has_final_norm else None
 
-    def context(self, x, position_ids, past: int, key_padding, global_tokens=None,
-                segments=None, cache=None, return_probs=False, prefix_lengths=None,
-                fast=None) -> AttentionContext:
+    def context(self, x, position_ids, past: int, key_padding, global_tokens=None, cache=None,
+                prefix_lengths=None, skip=()) -> AttentionContext:
         """Masks, biases and rotations for one forward pass, computed once for all layers;
-        prefix_lengths (B,) turns a causal stack's mask into a prefix LM's; `fast` (FastPaths)
-        may turn a windowed pattern's dense mask into a blocked plan."""
+        prefix_lengths (B,) turns a causal stack's mask into a prefix LM's; `skip`: mask keys that
+        get no dense mask, as the caller puts another plan there (the model's blocked attention)."""
         B, T, _ = x.shape
-        device = x.device
-        q_pos = torch.arange(past, past + T, device=device)
-        k_pos = torch.arange(past + T, device=device)
-        if "longformer" in self.patterns and global_tokens is None:
-            global_tokens = default_global_tokens(self.cfg, B, T, device)
-        elif global_tokens is not None:
-            global_tokens = global_tokens.bool()  # a 0/1 mask as the reference library takes it
-        ctx = AttentionContext(q_pos, k_pos, key_padding=key_padding, global_tokens=global_tokens,
-                               segments=segments, cache=cache, return_probs=return_probs)
+        q_pos = torch.arange(past, past + T, device=x.device)
+        k_pos = torch.arange(past + T, device=x.device)
+        ctx = AttentionContext(q_pos, k_pos, key_padding=key_padding, cache=cache,
+                               global_tokens=self._global_tokens(global_tokens, B, T, x.device))
         bias = self.bias(q_pos, k_pos) if self.bias is not None else None
-        padding = key_padding[:, None, None, :] if key_padding is not None else None
         prefix = self._prefix(k_pos, prefix_lengths, B) if prefix_lengths is not None else None
         for key, pattern, layer in zip(self.mask_keys, self.patterns, range(self.n_layers)):
-            if key in ctx.biases:
+            if key in ctx.biases or key in skip:
                 continue
-            if self._blocked(pattern, layer, T, past, fast, return_probs or prefix is not None):
-                ctx.biases[key] = blocked_plan(self.cfg, pattern, q_pos, k_pos, self.causal, layer, key_padding,
-                                               global_tokens, self.bias, x.dtype, fast.chunk)
-                continue
-            if pattern == "full" and self.bias is None and prefix is None:
+            if pattern == "full" and bias is None and prefix is None:
                 ctx.padding_only[key] = self.causal  # unpadded batches may attend sequence by sequence
-            allowed = pattern_mask(self.cfg, pattern, q_pos, k_pos, self.causal, global_tokens, layer)
-            if prefix is not None:
-                allowed = allowed | prefix
-            if padding is not None and pattern != "linformer":
-                allowed = padding if allowed is None else allowed & padding
-            if allowed is not None and bool(allowed.all()):
-                allowed = None  # every key visible (no padding, a decoding step): SDPA's unmasked kernel
-            extra = pattern_bias(self.cfg, pattern, q_pos, k_pos, layer)
-            layer_bias = bias if extra is None else extra if bias is None else bias + extra
-            ctx.biases[key] = additive(allowed, layer_bias, x.dtype)
+            ctx.biases[key] = self._mask_bias(ctx, pattern, layer, bias, prefix, x.dtype)
         if self.rotary is not None:
             ctx.rope = self.rotary(position_ids)
         return ctx
 
-    def _blocked(self, pattern: str, layer: int, T: int, past: int, fast, dense_only: bool) -> bool:
-        """Whether this pass computes `pattern` in query chunks (layers/blocked.py): asked for, or
-        "auto" and a chunk scores fewer keys than the sequence has (bench/RESULTS.md: at T = 1024 with
-        a 512 window the blocked path is ~1.07x full attention, the dense mask 0.8x); never for
-        cached decoding."""
-        if (fast is None or fast.local_attention == "dense" or dense_only or past or pattern not in BLOCKED
-                or self.cfg.position == "xl-relative"):
-            return False
-        if pattern == "bigbird" and T <= self.cfg.dense_max_len:
-            return False  # full attention at this length
-        return fast.local_attention == "blocked" or band_width(self.cfg, pattern, self.causal, layer,
-                                                                fast.chunk) < T
+    def _global_tokens(self, global_tokens, batch: int, length: int, device):
+        """(B, T) bool Longformer global tokens: as given (a 0/1 mask as the reference takes it), or
+        the config's default where a layer's pattern needs them."""
+        if global_tokens is not None:
+            return global_tokens.bool()
+        if "longformer" in self.patterns:
+            return default_global_tokens(self.cfg, batch, length, device)
+        return None
+
+    def _mask_bias(self, ctx: AttentionContext, pattern: str, layer: int, bias, prefix, dtype):
+        """One mask's additive bias (B|1, H|1, Tq, Tk), or None: the pattern (or prefix) and padding
+        as a mask, plus the stack's position bias and the pattern's own."""
+        allowed = pattern_mask(self.cfg, pattern, ctx.q_pos, ctx.k_pos, self.causal, ctx.global_tokens, layer)
+        if prefix is not None:
+            allowed = allowed | prefix
+        if ctx.key_padding is not None and pattern != "linformer":  # Linformer keys are projections
+            padding = ctx.key_padding[:, None, None, :]
+            allowed = padding if allowed is None else allowed & padding
+        if allowed is not None and bool(allowed.all()):
+            allowed = None  # every key visible (no padding, a decoding step): SDPA's unmasked kernel
+        extra = pattern_bias(self.cfg, pattern, ctx.q_pos, ctx.k_pos, layer)
+        layer_bias = bias if extra is None else extra if bias is None else bias + extra
+        return additive(allowed, layer_bias, dtype)
 
     def _prefix(self, k_pos, prefix_lengths, batch: int) -> torch.Tensor:
         """(B, 1, 1, Tk) keys in each example's prefix, after checking the request makes sense."""

@@ -2,7 +2,7 @@
 
 Per example a factorisation order z is drawn uniformly (eq. 3); the model predicts the
 last 1/K of it (sec. 2.3 "partial prediction": |z| - c ≈ |z|/K, K = 6 or 7) from the
-positions earlier in the order, with two-stream attention (layers/two_stream.py): the
+positions earlier in the order, with two-stream attention (layers/variants/two_stream.py): the
 content stream of position i sees every position not later than i in z, the query stream
 of a target only the positions strictly earlier. Tokens are never replaced — the query
 stream, which knows its position but not its token, is what makes the prediction.

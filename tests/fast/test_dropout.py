@@ -1,11 +1,11 @@
-"""Dropout's cheaper CPU mask: the keep rate, the scale, gradients, seeding, and where torch's stays."""
+"""FastDropout's cheaper CPU mask: the keep rate, the scale, gradients, seeding, and where torch's stays."""
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmforge.layers.attention import attend
-from lmforge.layers.dropout import LEVELS, Dropout, dropout
+from lmforge.fast.dropout import LEVELS, FastDropout, dropout
+from lmforge.fast.kernels import DroppingKernel
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
@@ -54,7 +54,7 @@ def test_identity_and_torch_fallbacks():
 
 
 def test_module_is_an_nn_dropout():
-    layer = Dropout(0.25)
+    layer = FastDropout(0.25)
     assert isinstance(layer, nn.Dropout) and layer.p == 0.25
     x = torch.randn(64, 32)
     assert torch.equal(layer.eval()(x), x)
@@ -68,14 +68,15 @@ def test_attention_dropout_draws_its_mask_with_dropout():
     bias = torch.zeros(2, 1, 1, 10)
     bias[1, ..., 7:] = torch.finfo(torch.float32).min
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.35)
-    got, probs = attend(q, k, v, bias, scale=0.35)
+    kernel = DroppingKernel()
+    got, probs = kernel.attend(q, k, v, bias, 0.0, 0.35)
     torch.testing.assert_close(got, want)
     assert probs is None
     # with dropout on CPU: SDPA's math-path steps, the mask drawn by `dropout`
-    dropped, _ = attend(q, k, v, bias, dropout_p=0.5, scale=0.35)
+    dropped, _ = kernel.attend(q, k, v, bias, 0.5, 0.35)
     assert dropped.shape == want.shape and not torch.allclose(dropped, want)
     torch.manual_seed(5)
-    a, _ = attend(q, k, v, bias, dropout_p=0.5, scale=0.35)
+    a, _ = kernel.attend(q, k, v, bias, 0.5, 0.35)
     torch.manual_seed(5)
     scores = (q @ k.transpose(-1, -2)) * 0.35 + bias
     probs = torch.softmax(scores, -1)

@@ -16,8 +16,9 @@ reference implementation does (a zero row is a padded prediction).
 
 Sec. 2.5 (Dai et al. 2019, sec. 3.2): `mems` holds, per layer, the previous segment's
 layer inputs (B, M, d_model), detached; they are extra keys/values at positions
-0..M-1, before the current segment's M..M+T-1. A pass with `mem_len` returns the new
-memory: the last mem_len positions of [mems; this segment's layer inputs].
+0..M-1, before the current segment's M..M+T-1 (`Memory`, read by attention's cache step).
+A pass with `mem_len` returns the new memory: the last mem_len positions of [mems; this
+segment's layer inputs].
 
 Because the content stream never reads the query stream, the content pass runs first
 over all layers (the ordinary stack, its layer inputs kept), then the query stream
@@ -25,11 +26,35 @@ over the same blocks against those inputs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
 
 from lmforge.layers.attention import Attention, AttentionContext, attend
 from lmforge.layers.patterns import additive
 from lmforge.layers.stack import Stack
+
+
+@dataclass
+class XLNetContext(AttentionContext):
+    """An AttentionContext with XLNet's segment ids (B, M+T) for the relative attention's segment term."""
+
+    segments: Optional[torch.Tensor] = None
+
+
+class Memory:
+    """Transformer-XL's memory in attention's cache step: each layer's keys and values of the previous
+    segment's states (B, Hkv, M, dh) come before the current segment's; nothing is added to it."""
+
+    def __init__(self, stack: Stack, mems: list) -> None:
+        blocks = [stack.blocks[0 if stack.cfg.share_layers else i] for i in range(stack.n_layers)]
+        self.kv = [block.attn.keys_values(m) for block, m in zip(blocks, mems)]
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple:
+        """The memory's keys and values, then this segment's (B, Hkv, T, dh): (B, Hkv, M+T, dh)."""
+        k_mem, v_mem = self.kv[layer]
+        return torch.cat([k_mem, k], dim=2), torch.cat([v_mem, v], dim=2)
 
 
 class TwoStream:
@@ -59,15 +84,22 @@ class TwoStream:
         """Memory length M: the current segment's positions start after it."""
         return self.mems[0].shape[1] if self.mems is not None else 0
 
-    def prepare(self, ctx: AttentionContext, dtype: torch.dtype) -> None:
-        """Memory into the context; content masks restricted to the order; query-stream masks."""
-        M, T = self.past, ctx.q_pos.shape[0]
+    def prepare(self, ctx: AttentionContext, stack: Stack, segments, dtype: torch.dtype) -> XLNetContext:
+        """The content stream's context: memory and segments, masks restricted to the order; and the
+        query stream's masks. segments (B, T) or None."""
+        M = self.past
+        ctx = XLNetContext(**vars(ctx), segments=segments)
         if self.mems is not None:
-            ctx.mems = self.mems
-            if ctx.segments is not None:  # the memory counts as segment 0 (the reference's choice)
-                ctx.segments = torch.cat([ctx.segments.new_zeros(ctx.segments.shape[0], M), ctx.segments], 1)
-        if self.perm_mask is None and self.target_mapping is None:
-            return
+            ctx.cache = Memory(stack, self.mems)
+            if segments is not None:  # the memory counts as segment 0 (the reference's choice)
+                ctx.segments = torch.cat([segments.new_zeros(segments.shape[0], M), segments], 1)
+        if self.perm_mask is not None or self.target_mapping is not None:
+            self._masks(ctx, dtype)
+        return ctx
+
+    def _masks(self, ctx: XLNetContext, dtype: torch.dtype) -> None:
+        # the content stream sees the order's earlier positions and itself; the query stream not itself
+        M, T = self.past, ctx.q_pos.shape[0]
         visible = ctx.key_padding[:, None, :] if ctx.key_padding is not None else torch.ones(
             1, 1, M + T, dtype=torch.bool, device=ctx.q_pos.device)  # (B|1, 1, M+T)
         if self.perm_mask is not None:  # the memory is earlier than every position of the order
@@ -118,8 +150,7 @@ def query_attention(attn: Attention, g: torch.Tensor, content: torch.Tensor, ctx
     B, T, _ = q.shape
     q = q.view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
     k, v = attn.keys_values(content)  # (B, Hkv, M+T, dh)
-    if attn.xl is not None:
-        bias = bias + attn.xl(q, k, ctx.q_pos, ctx.k_pos, ctx.segments, attn.scale)
+    q, k, bias = attn.positions(q, k, ctx, bias)  # XL's relative terms, as in the content stream
     out, _ = attend(q, k, v, bias, attn.dropout_p if attn.training else 0.0, attn.scale)
     out = out.transpose(1, 2).reshape(B, T, H * dh)
     out = torch.einsum("bnt,btc->bnc", target_mapping.to(out.dtype), out)  # back to the n queries

@@ -2,11 +2,12 @@
 
 Every position-wise layer (projections, feed-forward, norms) then costs N rows instead
 of B x T; with lengths uniform in 8..128 padded to 128 that is about half. Attention is
-the one layer that needs sequences: it re-pads its q, k, v to (B, T) and uses the padded
-path's key-padding mask, so every sequence attends to itself only, exactly as padded.
-With by_sequence, where that mask is the only restriction (full attention, no position bias),
-`attend` skips the re-padding: one attention call per sequence on its slice of the packed rows
-(block-diagonal attention: sum of L_i^2 scores instead of B T^2, no mask, but B calls per layer).
+the one layer that needs sequences: its kernel (fast/kernels.py Repadded) re-pads q, k, v
+to (B, T) and uses the padded path's key-padding mask, so every sequence attends to itself
+only, exactly as padded. With by_sequence, where that mask is the only restriction (full
+attention, no position terms), `attend` skips the re-padding (fast/kernels.py PerSequence):
+one attention call per sequence on its slice of the packed rows (block-diagonal attention:
+sum of L_i^2 scores instead of B T^2, no mask, but B calls per layer).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class Packing:
 
     def __init__(self, mask: torch.Tensor, by_sequence: bool = True) -> None:
         self.shape = tuple(mask.shape)  # (B, T)
-        self.by_sequence = by_sequence  # attention layers may call `attend` instead of re-padding
+        self.by_sequence = by_sequence  # masks of padding only may use `attend` instead of re-padding
         self.index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
         self.lengths = [int(n) for n in mask.sum(1).tolist()]  # each row's real tokens, contiguous once packed
 

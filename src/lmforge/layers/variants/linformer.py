@@ -1,4 +1,8 @@
-"""Linformer (Wang et al. 2020): keys and values projected along the sequence to k rows."""
+"""Linformer (Wang et al. 2020): keys and values projected along the sequence to k rows.
+
+Attention applies it as its key/value transform, after the cache and before the kernel
+(layers/attention.py): every projected key is then visible, so the mask bias is dropped.
+"""
 from __future__ import annotations
 
 import torch

@@ -5,8 +5,8 @@ import torch
 import lmforge
 import lmforge.heads
 from lmforge.layers.attention import KVCache
-from lmforge.layers.blocked import ChunkPlan, plan
-from lmforge.layers.fastpath import FastPaths
+from lmforge.fast.blocked import ChunkPlan, plan
+from lmforge.fast.paths import FastPaths
 from tests.conftest import CASES, forward
 
 LENGTHS = (13, 8, 3)
@@ -68,15 +68,15 @@ def test_auto_unpads_when_padding_is_substantial():
     model = lmforge.build(lmforge.tiny("bert-base"))
     full = torch.ones(4, 10, dtype=torch.bool)
     half = torch.arange(10)[None].expand(4, 10) < 5
-    assert model._packing(full, None, None, None) is None
-    assert model._packing(half, None, None, None).n_tokens == 20
-    assert model._packing(half, KVCache(), None, None) is None  # decoding keeps the padded layout
-    assert model._packing(half, None, None, None, keep_padding=True) is None  # a per-token head reads them
+    assert model._packing(full, None, None) is None
+    assert model._packing(half, None, None).n_tokens == 20
+    assert model._packing(half, KVCache(), None) is None  # decoding keeps the padded layout
+    assert model._packing(half, None, None, keep_padding=True) is None  # a per-token head reads them
     assert not model._token_heads(run_heads=True)  # a bare encoder: hidden states only
     lmforge.heads.attach(model, "lm")
     assert model._token_heads(run_heads=True) and not model._token_heads(run_heads=False)
     model.fast = FastPaths(unpad="never")
-    assert model._packing(half, None, None, None) is None
+    assert model._packing(half, None, None) is None
     with pytest.raises(ValueError, match="unpad"):
         FastPaths(unpad="sometimes")
 
@@ -84,11 +84,11 @@ def test_auto_unpads_when_padding_is_substantial():
 def test_training_unpads_at_any_padding_and_re_pads_attention_under_dropout():
     model = lmforge.build(lmforge.tiny("bert-base", attention_dropout=0.1))
     slight = torch.arange(20)[None].expand(4, 20) < torch.tensor([[20], [20], [20], [19]])  # 1.25 % padding
-    assert model.eval()._packing(slight, None, None, None) is None  # inference: not worth re-padding
-    packing = model.train()._packing(slight, None, None, None)
+    assert model.eval()._packing(slight, None, None) is None  # inference: not worth re-padding
+    packing = model.train()._packing(slight, None, None)
     assert packing.n_tokens == 79 and not packing.by_sequence  # SDPA with dropout: one padded call
     model = lmforge.build(lmforge.tiny("bert-base", attention_dropout=0.0)).train()
-    assert model._packing(slight, None, None, None).by_sequence
+    assert model._packing(slight, None, None).by_sequence
 
 
 def test_unpadded_gradients_equal_padded_gradients():
@@ -168,9 +168,9 @@ def test_auto_blocks_long_sequences_only():
     model = lmforge.build(cfg)
     for T, blocked in ((16, False), (24, False), (25, True), (100, True)):  # band 16 + 4 + 4 = 24 keys
         x = torch.zeros(1, T, 32)
-        ctx = model.encoder.context(x, torch.arange(T)[None], 0, None, fast=model.fast)
+        ctx = model._context(model.encoder, x, torch.arange(T)[None], 0, None)
         assert isinstance(ctx.biases["sliding-window"], ChunkPlan) == blocked
-    ctx = model.encoder.context(x, torch.arange(T)[None], 0, None, return_probs=True, fast=model.fast)
+    ctx = model._context(model.encoder, x, torch.arange(T)[None], 0, None, return_attention=True)
     assert not isinstance(ctx.biases["sliding-window"], ChunkPlan)  # attention maps need the dense path
 
 
@@ -235,7 +235,7 @@ def test_unpadded_causal_attention_sequence_by_sequence_with_left_padding():
     ids, mask = _batch(model.config.vocab_size)
     mask = mask.flip(1)  # left padding, as generation prompts come
     x = torch.zeros(3, ids.shape[1], model.config.d_model)
-    ctx = model.decoder.context(x, torch.arange(ids.shape[1])[None], 0, mask.bool(), fast=model.fast)
+    ctx = model.decoder.context(x, torch.arange(ids.shape[1])[None], 0, mask.bool())
     assert ctx.padding_only == {"full": True}  # causal full attention: packed rows need no re-padding
     with torch.no_grad():
         padded = _run(model, FastPaths(unpad="never"), ids, mask).last_hidden_state

@@ -8,6 +8,8 @@ blocks), so scores are (T, C + left + right + extras): linear in T. Rows that se
 (global tokens) are recomputed against all keys, also linear. Which candidates are really
 visible is decided by the pattern definitions in patterns.py, evaluated on each chunk's
 positions, so the result equals the dense-mask reference path (tests/layers/test_fastpath.py).
+The model's forward asks `blocked_layers` which masks to compute so, and puts their `plans`
+in the context in place of dense masks, with fast/kernels.py's BlockedKernel to run them.
 """
 from __future__ import annotations
 
@@ -59,6 +61,36 @@ def band_width(cfg: ModelConfig, pattern: str, causal: bool, layer: int, chunk: 
     extra = {"longformer": cfg.n_global_tokens,
              "bigbird": (2 + cfg.n_random_blocks) * cfg.block_size}.get(pattern, 0)
     return chunk_size(cfg, pattern, left, right, chunk) + left + right + extra
+
+
+def pays(cfg: ModelConfig, pattern: str, causal: bool, layer: int, T: int, fast) -> bool:
+    """Whether `pattern` runs in query chunks at length T under `fast` (fast/paths.FastPaths):
+    asked for, or "auto" and a chunk scores fewer keys than the sequence has (bench/RESULTS.md: at
+    T = 1024 with a 512 window the blocked path is ~1.07x full attention, the dense mask 0.8x)."""
+    if fast.local_attention == "dense" or pattern not in BLOCKED:
+        return False
+    if pattern == "bigbird" and T <= cfg.dense_max_len:
+        return False  # full attention at this length
+    return fast.local_attention == "blocked" or band_width(cfg, pattern, causal, layer, fast.chunk) < T
+
+
+def blocked_layers(stack, fast, T: int) -> dict:
+    """mask key -> (pattern, first layer) of the masks of `stack` (layers/stack.py) that run in
+    query chunks at length T; a mask's first layer decides for every layer sharing it."""
+    chosen, seen = {}, set()
+    for key, pattern, layer in zip(stack.mask_keys, stack.patterns, range(stack.n_layers)):
+        if key not in seen and pays(stack.cfg, pattern, stack.causal, layer, T, fast):
+            chosen[key] = (pattern, layer)
+        seen.add(key)
+    return chosen
+
+
+def plans(stack, ctx, chosen: dict, dtype, chunk: int = 0) -> dict:
+    """mask key -> ChunkPlan of every chosen mask, from the context's positions, padding and
+    global tokens and the stack's position bias (queries == keys: no cache offset)."""
+    return {key: plan(stack.cfg, pattern, ctx.q_pos, ctx.k_pos, stack.causal, layer, ctx.key_padding,
+                      ctx.global_tokens, stack.bias, dtype, chunk)
+            for key, (pattern, layer) in chosen.items()}
 
 
 def _extra_keys(cfg, pattern, n: int, T: int, global_tokens, layer: int):

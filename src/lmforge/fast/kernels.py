@@ -1,0 +1,95 @@
+"""Attention backends beside the plain one (layers/attention.py DenseKernel), with its three calls.
+
+The model's forward chooses a backend per mask and puts it on the AttentionContext; the layers
+call it without knowing which it is:
+
+    q, k, v = kernel.heads(fused, n_heads, n_kv, dh)    # the fused projection, in the kernel's layout
+    out, probs = kernel.attend(q, k, v, bias, dropout_p, scale)
+    rows = kernel.merge(out)                             # the output projection's input
+
+Each gives the results of the dense path it replaces (tests/layers/test_fastpath.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from lmforge.fast.blocked import blocked_attend
+from lmforge.fast.dropout import dropout
+from lmforge.fast.packing import Packing
+from lmforge.layers.attention import DenseKernel
+
+
+class DroppingKernel(DenseKernel):
+    """The dense kernel for training with attention dropout on CPU: SDPA goes to its math path there
+    anyway, so the same steps run here, the mask drawn by fast/dropout.py (~4x cheaper to draw)."""
+
+    def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
+        """(out (B, H, T, dh), probabilities or None), as DenseKernel's."""
+        if not dropout_p or q.device.type != "cpu":
+            return super().attend(q, k, v, bias, dropout_p, scale)
+        if k.shape[1] != q.shape[1]:  # GQA/MQA: each kv head serves n_heads / n_kv_heads query heads
+            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+        if bias is not None:
+            scores = scores + bias
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        return torch.matmul(dropout(probs, dropout_p), v), (probs if self.return_probs else None)
+
+
+class BlockedKernel(DenseKernel):
+    """Windowed patterns in query chunks against their key bands (fast/blocked.py): the mask's
+    bias is the pass's ChunkPlan, the layout the padded one."""
+
+    def attend(self, q, k, v, plan, dropout_p: float, scale: float) -> tuple:
+        """(out (B, H, T, dh), None): blocked attention returns no probabilities."""
+        return blocked_attend(q, k, v, plan, dropout_p, scale), None
+
+
+class Repadded:
+    """Packed rows (N, ...) of an unpadded batch (fast/packing.py) re-padded for attention: each
+    sequence sees only itself through the padded path's key-padding mask."""
+
+    def __init__(self, packing: Packing, inner) -> None:
+        self.packing, self.inner = packing, inner  # inner: the kernel of the padded layout
+
+    def heads(self, fused: torch.Tensor, n_heads: int, n_kv: int, dh: int) -> tuple:
+        """(N, (H + 2 Hkv) dh) -> q (B, H, T, dh), k and v (B, Hkv, T, dh), zeros at padding."""
+        return self.inner.heads(self.packing.unpack(fused), n_heads, n_kv, dh)
+
+    def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
+        """The inner kernel's attention on the padded layout."""
+        return self.inner.attend(q, k, v, bias, dropout_p, scale)
+
+    def merge(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, dh) -> (N, H dh), the real rows only."""
+        return self.packing.pack_heads(out)
+
+
+class PerSequence:
+    """Packed rows attended sequence by sequence, with no re-padding and no mask: for masks of
+    padding (and causality) only, where each sequence seeing itself is the whole mask."""
+
+    def __init__(self, packing: Packing, causal: bool) -> None:
+        self.packing, self.causal = packing, causal
+
+    def heads(self, fused: torch.Tensor, n_heads: int, n_kv: int, dh: int) -> tuple:
+        """(N, (H + 2 Hkv) dh) -> q (N, H, dh), k and v (N, Hkv, dh), as views."""
+        q, k, v = fused.split([n_heads * dh, n_kv * dh, n_kv * dh], dim=-1)
+        return q.unflatten(-1, (n_heads, dh)), k.unflatten(-1, (n_kv, dh)), v.unflatten(-1, (n_kv, dh))
+
+    def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
+        """(out (N, H, dh), None); `bias`, the padded path's mask, is what the sequences' separation does."""
+        return self.packing.attend(q, k, v, self.causal, dropout_p, scale), None
+
+    def merge(self, out: torch.Tensor) -> torch.Tensor:
+        """(N, H, dh) -> (N, H dh)."""
+        return out.flatten(1)
+
+
+def packed(packing: Packing, ctx, by_sequence: bool) -> tuple:
+    """(default kernel, per-mask kernels) of ctx's padded backends for packed rows: re-padded, or,
+    with by_sequence, sequence by sequence for the masks of padding (and causality) only."""
+    kernels = {key: Repadded(packing, kernel) for key, kernel in ctx.kernels.items()}
+    if by_sequence:
+        kernels.update({key: PerSequence(packing, causal) for key, causal in ctx.padding_only.items()})
+    return Repadded(packing, ctx.kernel), kernels

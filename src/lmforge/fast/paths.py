@@ -1,0 +1,56 @@
+"""Execution choices that change speed and memory, never results (beyond float rounding).
+
+They belong to a model instance (`model.fast`), not to its config: they are not saved, and every
+choice is tested against the path it replaces (tests/layers/test_fastpath.py). Generation's own
+speed options are arguments of `lmforge.generate` (generate/fast/).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UNPAD = ("auto", "always", "never")
+LOCAL_ATTENTION = ("auto", "blocked", "dense")
+# "auto" packs the real tokens of a batch when at least this share of it is padding: below it
+# packing costs about what it saves in inference (bench/FINDINGS.md: at 3.5 % padding bert-base
+# gains 2 % and bert-mini loses 6 %; at 7-8 % bert-base gains 10 %, bert-mini breaks even, and
+# all-MiniLM-L6-v2 on short sentences gains 5 %).
+# Training packs at any padding: the backward pass doubles the saving (MiniLM fine-tuning
+# with ~9 % padding: 6.0 s vs 6.5 s per 12 steps, bench/FINDINGS.md)
+UNPAD_MIN_PADDING = 0.05
+
+
+@dataclass
+class FastPaths:
+    """How a model's forward runs: unpadding, per-sequence or blocked attention, CPU accelerations."""
+
+    # pack real tokens for every position-wise layer (embeddings, projections, FFN, norms);
+    # attention re-pads them per layer, so each sequence only ever sees itself. Padded rows of
+    # the output are then zeros: "auto" keeps the padded path when a per-token head (LM, tagging)
+    # reads them, as the reference computes them and a loss over them (labels on padding) needs them
+    unpad: str = "auto"
+    # unpadded full attention sequence by sequence (sum of L^2 scores, B calls a layer, no mask) instead
+    # of re-padding (B T^2 scores, one call): bench/RESULTS.md, 1.6x vs 1.2x the reference on bert-mini
+    sequence_attention: bool = True
+    # windowed patterns (sliding-window, dilated, longformer, bigbird) in query chunks against
+    # their key band (linear in T) instead of a dense (T, T) mask; "auto": when the band is short
+    local_attention: str = "auto"
+    chunk: int = 0  # queries per chunk of blocked attention; 0: chosen from the window
+    # run the layers as their accelerated subclasses (fast/accelerate.py) during each forward call
+    accelerate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.unpad not in UNPAD:
+            raise ValueError(f"unpad={self.unpad!r} is not one of {', '.join(UNPAD)}")
+        if self.local_attention not in LOCAL_ATTENTION:
+            raise ValueError(f"local_attention={self.local_attention!r} is not one of "
+                             f"{', '.join(LOCAL_ATTENTION)}")
+        if self.chunk < 0:
+            raise ValueError(f"chunk must be >= 0, got {self.chunk}")
+
+    def wants_unpad(self, mask, keep_padding: bool = False, training: bool = False) -> bool:
+        """Whether to pack the batch whose (B, T) bool mask is `mask` (True at real tokens);
+        keep_padding: the padded rows of the output will be read; training: a backward pass follows."""
+        if mask is None or self.unpad == "never" or (keep_padding and self.unpad == "auto"):
+            return False
+        padding = 1.0 - float(mask.sum()) / mask.numel()
+        return padding > 0 and (self.unpad == "always" or training or padding >= UNPAD_MIN_PADDING)

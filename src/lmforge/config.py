@@ -10,7 +10,7 @@ import dataclasses
 import json
 import os
 import tempfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,82 +39,91 @@ class ConfigError(ValueError):
     """An invalid ModelConfig field; the message names the field and the valid choices."""
 
 
+def option(default, doc: str):
+    """A dataclass field with its default and one line of help (listed by `lmforge options`)."""
+    return field(default=default, metadata={"help": doc})
+
+
 @dataclass
 class ModelConfig:
     """All hyper-parameters of one model, named as in the papers (Vaswani et al. 2017 onwards)."""
 
-    architecture: str = "encoder"
-    vocab_size: int = 30522
-    d_model: int = 768
-    n_layers: int = 12
-    n_heads: int = 12
-    n_kv_heads: Optional[int] = None  # None: = n_heads (MHA); 1: MQA; else GQA
-    d_head: Optional[int] = None  # None: d_model // n_heads
-    d_ff: int = 3072
-    n_decoder_layers: Optional[int] = None  # encoder-decoder only; None: = n_layers
-    max_seq_len: int = 512
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
+    architecture: str = option("encoder", "encoder (BERT), decoder (GPT) or encoder-decoder (T5, BART)")
+    vocab_size: int = option(30522, "rows of the token embedding table (token ids 0 .. vocab_size-1)")
+    d_model: int = option(768, "hidden width of every layer (the residual stream)")
+    n_layers: int = option(12, "blocks in the stack (the encoder's, for an encoder-decoder)")
+    n_heads: int = option(12, "attention (query) heads per layer")
+    n_kv_heads: Optional[int] = option(None, "key/value heads: null = n_heads (MHA); 1: MQA; else GQA")
+    d_head: Optional[int] = option(None, "width of one head; null: d_model // n_heads")
+    d_ff: int = option(3072, "inner width of the feed-forward sub-layer")
+    n_decoder_layers: Optional[int] = option(None, "encoder-decoder only: decoder blocks; null: n_layers")
+    max_seq_len: int = option(512, "longest sequence (positions) the model takes")
+    dropout: float = option(0.1, "dropout on embeddings and sub-layer outputs, in [0, 1)")
+    attention_dropout: float = option(0.1, "dropout on attention probabilities, in [0, 1)")
     # embeddings
-    d_embed: Optional[int] = None  # ALBERT/ELECTRA factorised embedding size E; None: d_model
-    n_segments: int = 2  # token-type embeddings; 0 for none
-    position: str = "learned"
-    position_offset: int = 0  # RoBERTa/BART start learned positions at 2
-    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
-    embedding_norm: bool = True  # BERT's LayerNorm after the embedding sum
-    tie_embeddings: bool = True  # LM head reuses the token embedding matrix
+    d_embed: Optional[int] = option(None, "factorised embedding size E (ALBERT, ELECTRA); null: d_model")
+    n_segments: int = option(2, "token-type (segment) embeddings; 0 for none")
+    position: str = option("learned", f"position scheme: {', '.join(POSITIONS)}")
+    position_offset: int = option(0, "first learned position id (RoBERTa and BART start at 2)")
+    scale_embeddings: bool = option(False, "multiply token embeddings by sqrt(d_model)")
+    embedding_norm: bool = option(True, "BERT's LayerNorm after the embedding sum")
+    tie_embeddings: bool = option(True, "the LM head reuses the token embedding matrix")
     # position-scheme parameters
-    rotary_theta: float = 10000.0
-    rotary_dim: Optional[int] = None  # partial rotary; None: d_head
-    rotary_scaling: str = "none"  # "linear": every frequency / factor; "llama3": by wavelength
-    rotary_scaling_factor: float = 1.0
-    rotary_low_freq_factor: float = 1.0  # llama3: wavelengths > original/low are divided by the factor
-    rotary_high_freq_factor: float = 4.0  # llama3: wavelengths < original/high are kept
-    rotary_original_max_len: int = 8192  # llama3: the context length the base frequencies were trained on
-    relative_buckets: int = 32
-    relative_max_distance: int = 128
+    rotary_theta: float = option(10000.0, "rotary: base of the rotation frequencies")
+    rotary_dim: Optional[int] = option(None, "rotary: leading head dimensions rotated; null: d_head")
+    rotary_scaling: str = option("none", "rotary: none, linear (all frequencies / factor), llama3")
+    rotary_scaling_factor: float = option(1.0, "rotary: the context-extension factor of the scaling")
+    rotary_low_freq_factor: float = option(1.0, "llama3: wavelengths > original/low are divided by it")
+    rotary_high_freq_factor: float = option(4.0, "llama3: wavelengths < original/high are kept")
+    rotary_original_max_len: int = option(8192, "llama3: the context the base frequencies were trained on")
+    relative_buckets: int = option(32, "relative-bias (T5): number of distance buckets")
+    relative_max_distance: int = option(128, "relative-bias (T5): distance of the last bucket")
     # normalisation
-    norm: str = "layernorm"
-    norm_placement: str = "post"
-    norm_eps: float = 1e-12
-    norm_bias: bool = True
-    final_norm: Optional[bool] = None  # None: True for pre-norm, False for post-norm
+    norm: str = option("layernorm", "layernorm or rmsnorm")
+    norm_placement: str = option("post", "post (BERT: after the residual add) or pre (GPT-2: before)")
+    norm_eps: float = option(1e-12, "epsilon inside every norm")
+    norm_bias: bool = option(True, "norms have a bias (a shift)")
+    final_norm: Optional[bool] = option(None, "a norm after the last block; null: true for pre-norm")
     # sub-layers
-    ffn: str = "gelu"
-    ffn_bias: bool = True
-    attention_bias: bool = True
-    attention_scaling: bool = True  # divide scores by sqrt(d_head); T5 folds it into init
+    ffn: str = option("gelu", f"feed-forward activation: {', '.join(FFNS)}")
+    ffn_bias: bool = option(True, "feed-forward linear layers have biases")
+    attention_bias: bool = option(True, "q, k, v and output projections have biases")
+    attention_scaling: bool = option(True, "divide scores by sqrt(d_head) (T5 folds it into its init)")
     # attention pattern
-    attention: str = "full"
-    attention_schedule: Optional[list] = None  # per-layer pattern names; None: all `attention`
-    window: int = 512  # total width: |i-j| <= window//2 (bidirectional), i-window < j <= i (causal)
-    window_schedule: Optional[list] = None  # per-layer windows (Longformer sec. 3.1); None: `window`
-    dilation: int = 1
-    n_global_tokens: int = 1  # longformer default global tokens when none are given ([CLS])
-    global_projections: bool = False  # Longformer's separate q/k/v for global attention
-    block_size: int = 64  # BigBird
-    n_random_blocks: int = 3  # BigBird
+    attention: str = option("full", f"attention pattern: {', '.join(PATTERNS)}")
+    attention_schedule: Optional[list] = option(None, "per-layer pattern names; null: `attention` in all")
+    window: int = option(512, "window width: |i-j| <= window//2 (bidirectional), i-window < j <= i (causal)")
+    window_schedule: Optional[list] = option(None, "per-layer windows (Longformer sec. 3.1); null: `window`")
+    dilation: int = option(1, "dilated pattern: attend to every dilation-th key of the window")
+    n_global_tokens: int = option(1, "longformer: leading global tokens when none are given ([CLS])")
+    global_projections: bool = option(False, "longformer: separate q/k/v projections for global attention")
+    block_size: int = option(64, "bigbird: tokens per block")
+    n_random_blocks: int = option(3, "bigbird: random blocks each query block attends to")
     # BigBird: "seeded" draws the random blocks per layer; "first" puts every draw on the first block,
     # which then counts 1 + n_random_blocks times (the reference library's inference-time layout)
-    random_block_choice: str = "seeded"
-    dense_max_len: int = 0  # BigBird: sequences of at most this many tokens attend fully; 0: never
-    linformer_k: int = 256  # Linformer projected length
+    random_block_choice: str = option("seeded", "bigbird: seeded (random blocks per layer) or first")
+    dense_max_len: int = option(0, "bigbird: sequences of at most this many tokens attend fully; 0: never")
+    linformer_k: int = option(256, "linformer: projected length of keys and values")
     # parameter economy
-    share_layers: bool = False  # ALBERT cross-layer sharing
+    share_layers: bool = option(False, "one block's weights for every layer (ALBERT cross-layer sharing)")
     # LM head (heads.py reads these so a preset describes its family's head)
-    lm_transform: bool = True  # BERT's dense + activation + norm before the vocabulary projection
-    lm_bias: bool = True
-    tied_logit_scale: bool = False  # T5 v1.0 scales by d_model**-0.5 before a tied projection
-    lm_activation: Optional[str] = None  # the transform's activation; None: ffn's (RoBERTa: always gelu)
-    pooler_activation: str = "tanh"  # of the pooled [CLS] dense layer (DistilBERT relu, ELECTRA gelu)
+    lm_transform: bool = option(True, "LM head: BERT's dense + activation + norm before the projection")
+    lm_bias: bool = option(True, "LM head: a bias on the vocabulary projection")
+    tied_logit_scale: bool = option(False, "LM head: logits x d_model**-0.5 before a tied projection (T5)")
+    lm_activation: Optional[str] = option(None, "LM head transform's activation; null: ffn's")
+    pooler_activation: str = option("tanh", "of the pooled [CLS] dense layer (DistilBERT relu, ELECTRA gelu)")
+    # ELECTRA (objectives/rtd.py): a pretraining option read from the discriminator's config, of no
+    # effect on this model's architecture (canonical() ignores it)
+    generator_size: Optional[float] = option(None, "ELECTRA: the generator's d_model, d_ff and n_heads as "
+                                                   "a fraction of this model's; null: 1/4")
     # special token ids (generation, padding); no effect on the architecture
-    pad_token_id: Optional[int] = None
-    bos_token_id: Optional[int] = None
-    eos_token_id: Optional[int] = None
-    decoder_start_token_id: Optional[int] = None  # encoder-decoders: first decoder input
-    forced_bos_token_id: Optional[int] = None  # generation: the first new token (mBART's language id)
-    forced_eos_token_id: Optional[int] = None  # generation: the token at the maximum length (BART)
-    source: str = ""  # where a preset's numbers come from
+    pad_token_id: Optional[int] = option(None, "id of the padding token")
+    bos_token_id: Optional[int] = option(None, "id of the beginning-of-sequence token")
+    eos_token_id: Optional[int] = option(None, "id of the end-of-sequence token (generation stops there)")
+    decoder_start_token_id: Optional[int] = option(None, "encoder-decoders: the first decoder input")
+    forced_bos_token_id: Optional[int] = option(None, "generation: the first new token (mBART's language id)")
+    forced_eos_token_id: Optional[int] = option(None, "generation: the token at the maximum length (BART)")
+    source: str = option("", "where a preset's numbers come from")
 
     def __post_init__(self) -> None:
         if isinstance(self.attention_schedule, tuple):
@@ -165,8 +174,8 @@ class ModelConfig:
     def canonical(self) -> "ModelConfig":
         """A copy with every field that has no effect here reset to its default (and no source),
         so two configs of the same architecture compare equal."""
-        patterns = set(self.layer_patterns())
-        inert = {"source", *SPECIAL_TOKENS}
+        patterns = _patterns(self)
+        inert = {"source", "generator_size", *SPECIAL_TOKENS}
         if not patterns & {"sliding-window", "dilated", "longformer"}:
             inert |= {"window", "dilation", "window_schedule"}
         elif self.window_schedule and len(set(self.window_schedule)) > 1:
@@ -265,6 +274,10 @@ def _validate(cfg: ModelConfig) -> None:
         _choice(cfg, name, choices)
     if cfg.lm_activation is not None:
         _choice(cfg, "lm_activation", LM_ACTIVATIONS)
+    size = cfg.generator_size
+    number = isinstance(size, (int, float)) and not isinstance(size, bool)
+    if size is not None and not (number and 0 < size <= 1):
+        raise ConfigError(f"generator_size={size!r} must be a fraction in (0, 1] (or null: 1/4)")
     _positive(cfg, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
               "n_decoder_layers", "max_seq_len", "d_embed", "window", "dilation", "block_size",
               "relative_buckets", "relative_max_distance", "linformer_k")
@@ -300,19 +313,28 @@ def _validate_heads(cfg: ModelConfig) -> None:
         raise ConfigError("position='xl-relative' (XLNet) is only implemented for architecture='encoder'")
 
 
+def _patterns(cfg: ModelConfig) -> set:
+    """The patterns the layers use, without a list per layer (n_layers may be huge: `inspect`)."""
+    return set(cfg.attention_schedule) if cfg.attention_schedule else {cfg.attention}
+
+
 def _validate_patterns(cfg: ModelConfig) -> None:
-    schedule = cfg.layer_patterns()
-    if len(schedule) != cfg.n_layers:
-        raise ConfigError(f"attention_schedule has {len(schedule)} entries but n_layers={cfg.n_layers}")
-    for pattern in schedule:
+    given = cfg.attention_schedule
+    if given is not None and not (isinstance(given, list) and all(isinstance(s, str) for s in given)):
+        raise ConfigError(f"attention_schedule must be a list of pattern names, got {given!r:.80}")
+    schedule = _patterns(cfg)
+    if cfg.attention_schedule and len(cfg.attention_schedule) != cfg.n_layers:
+        raise ConfigError(f"attention_schedule has {len(cfg.attention_schedule)} entries but "
+                          f"n_layers={cfg.n_layers}")
+    for pattern in sorted(schedule):
         if pattern not in PATTERNS:
             raise ConfigError(f"attention_schedule entry {pattern!r} is not one of {', '.join(PATTERNS)}")
         if pattern in BIDIRECTIONAL_ONLY and cfg.architecture == "decoder":
             raise ConfigError(f"attention={pattern!r} needs bidirectional attention; "
                               f"architecture='decoder' supports full, sliding-window, dilated")
-    if cfg.share_layers and cfg.attention_schedule and len(set(schedule)) > 1:
+    if cfg.share_layers and len(schedule) > 1:
         raise ConfigError("share_layers=True needs one attention pattern for every layer")
-    windowed = {"sliding-window", "dilated", "longformer"} & set(schedule)
+    windowed = {"sliding-window", "dilated", "longformer"} & schedule
     _validate_windows(cfg)
     widest = max(cfg.window_schedule or [cfg.window])
     if windowed and widest > cfg.max_seq_len:

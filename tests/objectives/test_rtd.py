@@ -28,9 +28,45 @@ def test_generator_config_matches_the_released_generators(preset, ratio):
         assert getattr(ours, field) == getattr(released, field), field
 
 
+# the released generators (google/electra-*-generator): hidden 256 for every size, so 1 for small (the
+# released ELECTRA-Small++; the paper's Table 6 small model used 1/4), 1/3 for base, 1/4 for large
+RELEASED = {"electra-small": 1.0, "electra-base": 1 / 3, "electra-large": 1 / 4}
+
+
+@pytest.mark.parametrize("preset", list(RELEASED))
+def test_each_electra_preset_builds_its_released_generator(preset):
+    cfg = lmforge.get_config(preset)
+    assert cfg.generator_size == pytest.approx(RELEASED[preset])
+    ours, released = generator_config(cfg), lmforge.get_config(f"{preset}-generator")
+    for field in ("d_model", "d_ff", "n_heads", "n_layers", "embed_dim", "vocab_size"):
+        assert getattr(ours, field) == getattr(released, field), field
+
+
+def test_the_objective_reads_the_generator_size_from_the_config():
+    base = lmforge.tiny("electra-base")
+    for size, width in ((None, 8), (0.5, 16), (1.0, 32)):  # None: the official default, 1/4
+        torch.manual_seed(0)
+        objective = ReplacedTokenDetection(lmforge.build(base, generator_size=size), mask_id=MASK)
+        assert objective.generator.model.config.d_model == width
+    torch.manual_seed(0)
+    given = ReplacedTokenDetection(lmforge.build(base, generator_size=0.5), mask_id=MASK, ratio=0.25)
+    assert given.generator.model.config.d_model == 8  # an explicit ratio wins
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, -0.25, True, "half"])
+def test_a_generator_size_must_be_a_fraction(bad):
+    with pytest.raises(lmforge.ConfigError, match="generator_size"):
+        lmforge.get_config("electra-base", generator_size=bad)
+
+
+def test_the_generator_size_is_no_part_of_the_architecture():
+    cfg = lmforge.get_config("electra-base")
+    assert cfg.replace(generator_size=0.5).canonical() == cfg.replace(generator_size=None).canonical()
+
+
 @pytest.mark.parametrize("preset", ["electra-base", "electra-small"])
 def test_generator_shares_the_embeddings_and_is_a_quarter_as_wide(preset):
-    objective = _objective(preset)
+    objective = _objective(preset, ratio=0.25)
     D, G = objective.model, objective.generator.model
     assert (G.config.d_model, G.config.n_heads, G.config.d_ff, G.config.n_layers) == (8, 1, 16, 2)
     assert G.tokens.weight is D.tokens.weight  # one token table, one tensor

@@ -21,7 +21,7 @@ from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
 from lmforge.model import Transformer
-from lmforge.tokenizer import Tokenizer, load_tokenizer
+from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 
 # sentence-transformers' legacy boolean pooling keys, in its concatenation order
 LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
@@ -91,6 +91,7 @@ class SentenceEncoder:
         unknown = [m for m in pooling if m not in POOLINGS]
         if unknown:
             raise ValueError(f"pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
+        check_fits(tokenizer, model)
         self.model, self.tokenizer, self.pooling = model, tokenizer, tuple(pooling)
         self.max_length, self.lowercase = max_length, lowercase
 

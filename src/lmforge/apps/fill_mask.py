@@ -16,6 +16,7 @@ import torch
 
 from lmforge.generate import generate, lm_head_name
 from lmforge.model import EncoderDecoder
+from lmforge.tokenizer.fits import check_fits
 from lmforge.tokenizer.wrapper import as_text
 
 MASK_SPELLINGS = ("[MASK]", "<mask>")  # what a user may write for the mask, whatever the tokenizer's
@@ -40,6 +41,7 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
     generate a span of at most `max_span` tokens, BART-style ones the whole sentence."""
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+    check_fits(tokenizer, model)  # else a candidate id past the tokenizer's prints as "[776]"
     head = lm_head_name(model)
     was_training = model.training
     model.eval()

@@ -1,10 +1,26 @@
-"""What `lmforge inspect` prints: architecture, parameter counts and FLOPs per token."""
+"""What `lmforge inspect` prints: architecture, parameter counts and FLOPs per token.
+
+Counting never builds a block per layer: a config's parameters are counted on the meta device
+for a sample of at most one layer per distinct pattern (plus one), and what one more layer adds
+is multiplied out, so `n_layers=100000000` answers in a second with flat memory.
+"""
 from __future__ import annotations
 
+from collections import Counter
+
+import torch
+
 from lmforge.config import ModelConfig
-from lmforge.model import Transformer
+from lmforge.model import from_config
 
 GATED = ("geglu", "geglu-tanh", "swiglu")
+
+
+def pattern_counts(cfg: ModelConfig) -> dict:
+    """pattern -> number of layers using it (without a list per layer: n_layers may be huge)."""
+    if cfg.attention_schedule:
+        return dict(Counter(cfg.attention_schedule))
+    return {cfg.attention: cfg.n_layers}
 
 
 def _attended_keys(cfg: ModelConfig, pattern: str, context: int) -> int:
@@ -28,12 +44,15 @@ def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool 
     layer (shared ALBERT layers counted at every use), attention scores and mixing over the
     keys the pattern lets it see, the embedding projection and the vocabulary projection.
     An encoder-decoder counts one encoder and one decoder token (cross-attention included)."""
-    context = context or cfg.max_seq_len
+    context = cfg.max_seq_len if context is None else context
+    if not isinstance(context, int) or context < 1:
+        raise ValueError(f"context must be a positive number of tokens, got {context!r}")
     d, dh = cfg.d_model, cfg.head_dim
     q_dim, kv_dim = cfg.n_heads * dh, cfg.kv_heads * dh
     projections = d * q_dim + 2 * d * kv_dim + q_dim * d
     ffn = d * cfg.d_ff * (3 if cfg.ffn in GATED else 2)
-    macs = sum(projections + ffn + 2 * _attended_keys(cfg, p, context) * q_dim for p in cfg.layer_patterns())
+    macs = sum(n * (projections + ffn + 2 * _attended_keys(cfg, p, context) * q_dim)
+               for p, n in pattern_counts(cfg).items())
     if cfg.architecture == "encoder-decoder":
         self_attn = projections + 2 * _attended_keys(cfg, "full", context) * q_dim
         macs += cfg.decoder_layers * (self_attn + ffn + projections + 2 * context * q_dim)
@@ -44,8 +63,50 @@ def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool 
     return 2 * macs
 
 
-def parameter_counts(model: Transformer) -> dict:
-    """Backbone parameters: total, in the token/position tables, and the rest."""
+def _meta_counts(cfg: ModelConfig) -> tuple:
+    """(all, non-embedding) backbone parameters of `cfg` built on the meta device (shapes only)."""
+    try:
+        with torch.device("meta"):
+            model = from_config(cfg, init=False)
+    except (RuntimeError, OverflowError, MemoryError) as err:  # a tensor past int64 elements
+        raise ValueError(f"too large to count (a weight matrix must hold < 2**63 elements): {err}") from None
+    return model.num_parameters(), model.num_parameters(embeddings=False)
+
+
+def _sample(cfg: ModelConfig, patterns: list, decoder_layers: int) -> ModelConfig:
+    """`cfg` with one layer per entry of `patterns` (and `decoder_layers` decoder layers)."""
+    changes = {"n_layers": len(patterns), "window_schedule": None,
+               "attention_schedule": patterns if cfg.attention_schedule else None}
+    if cfg.window_schedule:  # windows change masks, never shapes
+        changes["window"] = max(cfg.window_schedule)
+    if cfg.architecture == "encoder-decoder":
+        changes["n_decoder_layers"] = decoder_layers
+    return cfg.replace(**changes)
+
+
+def config_parameter_counts(cfg: ModelConfig) -> dict:
+    """parameter_counts of the model `cfg` describes, at any depth: a sample with one layer per
+    pattern, plus (layers - 1) x what one more layer of each pattern (and of the decoder) adds."""
+    layers = pattern_counts(cfg)
+    distinct = list(layers)
+    total, body = _meta_counts(_sample(cfg, distinct, 1))
+    grown = [(layers[p] - 1, _sample(cfg, distinct + [p], 1)) for p in distinct]
+    if cfg.architecture == "encoder-decoder":
+        grown.append((cfg.decoder_layers - 1, _sample(cfg, distinct, 2)))
+    extra_total = extra_body = 0
+    for times, sample in grown:
+        more_total, more_body = _meta_counts(sample)
+        extra_total += times * (more_total - total)
+        extra_body += times * (more_body - body)
+    total, body = total + extra_total, body + extra_body
+    return {"total": total, "embeddings": total - body, "non_embedding": body}
+
+
+def parameter_counts(model) -> dict:
+    """Backbone parameters: total, in the token/position tables, and the rest; of a model, or of a
+    config (counted without building it: config_parameter_counts)."""
+    if isinstance(model, ModelConfig):
+        return config_parameter_counts(model)
     total = model.num_parameters()
     body = model.num_parameters(embeddings=False)
     return {"total": total, "embeddings": total - body, "non_embedding": body}
@@ -55,17 +116,18 @@ def _millions(n: int) -> str:
     return f"{n / 1e6:,.2f}M" if n >= 1e5 else f"{n:,}"
 
 
-def describe(model: Transformer, context: int | None = None) -> str:
-    """A human-readable summary of the model's architecture and cost."""
-    cfg = model.config
-    context = context or cfg.max_seq_len
+def describe(model, context: int | None = None) -> str:
+    """A human-readable summary of the architecture and cost of a model or a config (any size)."""
+    cfg = model if isinstance(model, ModelConfig) else model.config
+    context = cfg.max_seq_len if context is None else context
     counts = parameter_counts(model)
     flops = flops_per_token(cfg, context)
     kv = cfg.kv_heads
-    heads = f"{cfg.n_heads} heads x {cfg.head_dim}" + ("" if kv == cfg.n_heads else
-                                                      f", {kv} kv head{'s' * (kv > 1)} ({'MQA' if kv == 1 else 'GQA'})")
-    depth = f"{cfg.n_layers}" + (f" + {cfg.decoder_layers} decoder" if cfg.architecture == "encoder-decoder" else "")
-    patterns = sorted(set(cfg.layer_patterns()))
+    shared = "" if kv == cfg.n_heads else f", {kv} kv head{'s' * (kv > 1)} ({'MQA' if kv == 1 else 'GQA'})"
+    heads = f"{cfg.n_heads} heads x {cfg.head_dim}{shared}"
+    decoder = f" + {cfg.decoder_layers} decoder" if cfg.architecture == "encoder-decoder" else ""
+    depth = f"{cfg.n_layers}{decoder}"
+    patterns = sorted(pattern_counts(cfg))
     lines = [
         f"architecture   {cfg.architecture}",
         f"layers         {depth}{' (one shared block)' if cfg.share_layers else ''}",

@@ -40,10 +40,12 @@ def load_named(name) -> tuple:
     """(directory, model, tokenizer) of --model: a model directory or an installed model, resolved as
     every command resolves it (io.find_model_dir; a preset name, without weights, is refused)."""
     from lmforge.io import find_model_dir, load
-    from lmforge.tokenizer import load_tokenizer
+    from lmforge.tokenizer import check_fits, load_tokenizer
 
     path = find_model_dir(name)
-    return path, load(path), load_tokenizer(path)
+    model, tokenizer = load(path), load_tokenizer(path)
+    check_fits(tokenizer, model)  # a tokenizer emitting ids the model lacks is refused, not used
+    return path, model, tokenizer
 
 
 def cmd_generate(args) -> None:

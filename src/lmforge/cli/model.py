@@ -2,25 +2,36 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-import torch
-
-from lmforge.cli.common import parse_overrides, read_config_file, resolve_config
+from lmforge.cli.common import UsageError, parse_overrides, read_config_file, resolve_config
+from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
-from lmforge.model import from_config
+from lmforge.io.native import read_meta
 from lmforge.presets import PRESETS
+
+# what travels with the weights in `convert`: the tokenizer's files, a fine-tuned model's task.json
+# and a sentence-transformers directory's description (modules.json names its module folders)
+COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+              "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+              "task.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 
 def cmd_inspect(args) -> None:
-    """Print architecture, parameter counts and FLOPs per token."""
+    """Print architecture, parameter counts and FLOPs per token (counted, never built: any size)."""
     from lmforge.apps.summary import describe
 
+    if args.context is not None and args.context < 1:
+        raise UsageError(f"--context {args.context}: the context must be at least 1 token")
     cfg = resolve_config(args.model, {**read_config_file(args.config), **parse_overrides(args.overrides)})
-    with torch.device("meta"):  # counting needs shapes only, so even a 7B preset is instant
-        model = from_config(cfg, init=False)
-    print(f"{args.model}")
-    print(describe(model, args.context))
+    if args.context is not None and args.context > cfg.max_seq_len:
+        raise UsageError(f"--context {args.context} exceeds max_seq_len={cfg.max_seq_len} "
+                         f"(add max_seq_len={args.context} to count a longer context)")
+    summary = describe(cfg, args.context)  # before any output: a refusal prints nothing else
+    print(f"{args.model}\n{summary}")
 
 
 def cmd_presets(args) -> None:
@@ -30,10 +41,80 @@ def cmd_presets(args) -> None:
 
 
 def cmd_convert(args) -> None:
-    """Read an lmforge or Hugging Face directory and write it in the other (or the same) format."""
-    model = load_model(Path(args.src))
-    model.save(Path(args.dst), format=args.to)
-    print(f"wrote {args.dst} ({args.to})")
+    """Read an lmforge or Hugging Face directory and write it, with its tokenizer, in the other (or the
+    same) format: into a fresh folder beside DST that then replaces DST, so nothing old stays."""
+    src, dst = Path(args.src), Path(args.dst)
+    check_destination(src, dst, args.force)
+    model = load_model(src)
+    dst.absolute().parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dst.absolute().parent, prefix=f".{dst.name}.convert-"))
+    try:
+        model.save(tmp, format=args.to)
+        copied = copy_companions(src, tmp)
+        replace_dir(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps nothing half-written
+        raise
+    print(f"wrote {args.dst} ({args.to}{', with ' + ', '.join(copied) if copied else ''})")
+
+
+def check_destination(src: Path, dst: Path, force: bool) -> None:
+    """UsageError unless DST can be replaced: not SRC, not inside it, not holding it, and (unless force)
+    absent, empty or a model directory (lmforge or Hugging Face)."""
+    a, b = src.resolve(), dst.resolve()
+    if a == b or a in b.parents:
+        raise UsageError(f"DST {dst} is SRC {src} or inside it: convert into another folder")
+    if b in a.parents:
+        raise UsageError(f"DST {dst} holds SRC {src}: replacing it would delete the source")
+    if not b.exists() or force:
+        return
+    if not b.is_dir():
+        raise UsageError(f"DST {dst} is a file, not a model folder (pass --force to replace it)")
+    if any(b.iterdir()):
+        try:
+            read_meta(b)
+        except CheckpointError:
+            raise UsageError(f"DST {dst} holds files but is not a model folder (no lmforge or Hugging Face "
+                             f"config.json): refusing to replace it (pass --force to replace it)") from None
+
+
+def copy_companions(src: Path, dst: Path) -> list:
+    """Copy SRC's tokenizer files, task.json and sentence-transformers files and module folders to DST;
+    the names copied."""
+    copied = []
+    for name in COMPANIONS:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+            copied.append(name)
+    try:
+        entries = json.loads((src / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):  # none, or unreadable: copied as it is, nothing more
+        entries = []
+    for entry in entries if isinstance(entries, list) else []:
+        folder = str(entry.get("path", "")) if isinstance(entry, dict) else ""
+        if folder and Path(folder).name == folder and (src / folder).is_dir():  # a plain child folder
+            shutil.copytree(src / folder, dst / folder, dirs_exist_ok=True)
+            copied.append(folder + "/")
+    return copied
+
+
+def replace_dir(new: Path, dst: Path) -> None:
+    """Put the folder `new` where `dst` is (renames on one file system; the old DST is removed only
+    once the new one is in place, and put back if that fails)."""
+    if not dst.exists():
+        os.replace(new, dst)
+        return
+    old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+    os.replace(dst, old)
+    try:
+        os.replace(new, dst)
+    except BaseException:
+        os.replace(old, dst)
+        raise
+    if old.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        old.unlink()
 
 
 def cmd_demo(args) -> None:
@@ -68,12 +149,13 @@ def add_parsers(sub) -> None:
     p.add_argument("model", help="preset name, lmforge directory or config JSON")
     p.add_argument("overrides", nargs="*", help="field=value overrides")
     p.add_argument("--config", help="YAML/JSON file of field overrides")
-    p.add_argument("--context", type=int, help="sequence length for FLOPs (default max_seq_len)")
+    p.add_argument("--context", type=int, help="sequence length for FLOPs: 1 to max_seq_len (the default)")
     p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories")
-    p.add_argument("src")
-    p.add_argument("dst")
+    p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories (tokenizer too)")
+    p.add_argument("src", help="an lmforge or Hugging Face model directory")
+    p.add_argument("dst", help="the folder to write (replaced as a whole; not SRC, not inside it)")
     p.add_argument("--to", choices=("hf", "lmforge"), default="lmforge")
+    p.add_argument("--force", action="store_true", help="replace DST even if it is not a model folder")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)

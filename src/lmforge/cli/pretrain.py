@@ -1,6 +1,7 @@
 """`lmforge pretrain`: pretrain a preset, continue pretraining a checkpoint, or distil a teacher."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from lmforge import objectives
@@ -31,7 +32,7 @@ def cmd_pretrain(args) -> None:
     from lmforge.train.pretrain import pretrain
 
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    train = TrainConfig.from_dict({"seed": args.seed, **({"steps": args.steps} if args.steps else {}), **train})
+    train = TrainConfig.from_dict({"seed": args.seed, **({"steps": args.steps} if args.steps is not None else {}), **train})
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
         raise UsageError(SOURCES)
     options = recipe_options(args, model)
@@ -57,7 +58,10 @@ def objective_help() -> str:
 
 def add_parsers(sub) -> None:
     """Add pretrain to the main parser."""
-    p = sub.add_parser("pretrain", help="pretrain a model (built-in corpus by default)")
+    from lmforge.cli.options import options_epilog
+
+    p = sub.add_parser("pretrain", help="pretrain a model (built-in corpus by default)",
+                       epilog=options_epilog("pretrain"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", help="preset name (see `lmforge presets`): a fresh model, its weights from --seed")
     p.add_argument("--model", help="continue pretraining this checkpoint: an lmforge or Hugging Face directory "
                                    "or an installed model (all-MiniLM-L6-v2), with its own tokenizer; an LM "

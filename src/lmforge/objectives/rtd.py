@@ -9,9 +9,11 @@ position whether its token is the original or a replacement:
 A sampled token equal to the original counts as original (label 0). No gradient flows
 through the sampling, so G learns from its MLM loss only; the two meet in the embeddings
 they share. The generator is the discriminator's config with d_model, d_ff and n_heads
-scaled by `ratio` (Table 6: 1/4 small, 1/3 base, 1/4 large; scaling the heads keeps the
-head width, as the official code's n_heads = d_model / 64 does) at the same depth and the
-same embedding width E.
+scaled by `ratio` (scaling the heads keeps the head width, as the official code's
+n_heads = d_model / 64 does) at the same depth and the same embedding width E. The ratio is
+the discriminator config's `generator_size`, which the ELECTRA presets set as released
+(google/electra-*-generator: 1 small, i.e. ELECTRA-Small++, 1/3 base, 1/4 large; Table 6 of
+the paper has 1/4 for its small model), else 1/4 (the official code's default).
 
 Corruption follows the official code (pretrain_helpers.mask), not BERT: of the 15 %
 selected, 85 % become [MASK] and 15 % stay unchanged; there are no random replacements.
@@ -40,11 +42,14 @@ from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 
 MASKING = (0.85, 0.0, 0.15)  # [MASK] / random / unchanged, official pretrain_helpers.mask
+GENERATOR_SIZE = 0.25  # without a generator_size in the config: configure_pretraining.py's default
 SHARED = ("segments", "positions", "norm")  # the E-wide parts of Embeddings, besides the token table
 
 
-def generator_config(cfg: ModelConfig, ratio: float = 0.25) -> ModelConfig:
-    """The generator's config: d_model, d_ff and n_heads x ratio, same depth, same embedding width E."""
+def generator_config(cfg: ModelConfig, ratio: float | None = None) -> ModelConfig:
+    """The generator's config: d_model, d_ff and n_heads x ratio (default: cfg.generator_size, else 1/4),
+    same depth, same embedding width E."""
+    ratio = ratio if ratio is not None else cfg.generator_size or GENERATOR_SIZE
     if not 0 < ratio <= 1:
         raise ValueError(f"the generator ratio must be in (0, 1], got {ratio}")
     d_model = max(1, round(cfg.d_model * ratio))
@@ -99,11 +104,12 @@ class ReplacedTokenDetection(Objective):
     """ELECTRA: a generator masked LM and the discriminator it trains, sharing their embeddings.
 
     `model` is the discriminator; the generator is built from `generator` (a ModelConfig) or,
-    without one, from `generator_config(model.config, ratio)`, and kept as `self.generator`."""
+    without one, from `generator_config(model.config, ratio)` (ratio None: the config's
+    generator_size, else 1/4), and kept as `self.generator`."""
 
     name = "rtd"
 
-    def __init__(self, model, mask_id: int, ratio: float = 0.25, generator: ModelConfig | None = None,
+    def __init__(self, model, mask_id: int, ratio: float | None = None, generator: ModelConfig | None = None,
                  rate: float = 0.15, replace: tuple = MASKING, disc_weight: float = 50.0, gen_weight: float = 1.0,
                  temperature: float = 1.0, whole_word: bool = False, special_ids: tuple = (), pad_id: int = 0) -> None:
         super().__init__(model, pad_id)

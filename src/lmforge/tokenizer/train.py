@@ -40,6 +40,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
 from lmforge.tokenizer.canonical import base_pieces, canonical
+from lmforge.tokenizer.lines import file_pieces, first_long_line, text_pieces
 from lmforge.tokenizer.load import BERT_TOKENS, GPT2_TOKENS, ROBERTA_TOKENS, post_processor
 from lmforge.tokenizer.wrapper import Tokenizer, TokenizerError
 
@@ -184,9 +185,18 @@ def _reader_texts(files: list, seen: list):
         yield "\n".join(document)
 
 
+def _file_lines(files: list, seen: list):
+    """The lines of plain-text files, long ones in pieces (lines.py), for files with a long line."""
+    for file in files:
+        for line in file_pieces(file):
+            seen[0] += bool(line.strip())
+            yield line
+
+
 class _Corpus:
-    """The training input, read once per training pass: plain-text files by the Rust reader, JSON
-    lines and gzip files by the corpus reader, texts from memory (a one-shot iterator is kept)."""
+    """The training input, read once per training pass: plain-text files by the Rust reader (by
+    lines.py where a line is too long for it), JSON lines and gzip files by the corpus reader, texts
+    from memory (a one-shot iterator is kept); long texts go to the trainer in pieces (lines.py)."""
 
     def __init__(self, source):
         files = corpus_files(source)
@@ -195,16 +205,25 @@ class _Corpus:
         self.reader = files if through_reader else None
         self.texts = None if files is not None else \
             source if isinstance(source, (list, tuple, str)) else list(source)
+        self.long = self.files is not None and any(first_long_line(f) for f in self.files)
         self.passes = 0
+
+    def _pass_texts(self, seen: list):
+        """The texts of one pass (not for plain files without a long line: the Rust reader takes those)."""
+        if self.files is not None:
+            return _file_lines(self.files, seen)
+        if self.reader is not None:
+            return text_pieces(_reader_texts(self.reader, seen), ", ".join(map(str, self.reader)), "document")
+        return text_pieces(_texts(self.texts, seen), "the texts given")
 
     def train(self, backend: Backend, trainer) -> None:
         """One training pass of `backend` (in place); the first pass checks that there is text."""
         self.passes += 1
-        if self.files is not None:
+        if self.files is not None and not self.long:
             backend.train([str(f) for f in self.files], trainer)
             return
         seen = [0]
-        texts = _reader_texts(self.reader, seen) if self.reader is not None else _texts(self.texts, seen)
+        texts = self._pass_texts(seen)
         with warnings.catch_warnings():
             if self.passes > 1:  # the corpus reader's warnings about bad lines came with the first pass
                 warnings.simplefilter("ignore")

@@ -6,43 +6,53 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from lmforge.config import option
 from lmforge.train.optim import SCHEDULES
 
 PRECISIONS = ("fp32", "bf16")
 PARALLEL = ("none", "ddp", "fsdp")
+DEFAULT_STEPS = 1000
 
 
 @dataclass
 class TrainConfig:
     """How to train: batch, optimiser, schedule, precision, evaluation, checkpoints, logging."""
 
-    steps: int = 1000  # optimiser steps
-    batch_size: int = 32  # examples per micro-batch per process
-    accumulation: int = 1  # micro-batches per optimiser step (global batch = batch_size x accumulation x world)
-    lr: float = 1e-4
-    weight_decay: float = 0.01
-    betas: tuple = (0.9, 0.999)
-    eps: float = 1e-6
-    warmup: int = 100  # steps of linear warm-up
-    schedule: str = "linear"  # decay after warm-up: linear | cosine | constant
-    min_lr_ratio: float = 0.0
-    clip: Optional[float] = 1.0  # global gradient-norm clipping; None (or 0): off
-    precision: str = "fp32"  # bf16: autocast on CPU and GPU (weights and optimiser stay fp32)
-    compile: bool = False  # torch.compile the objective (model + heads): same results, slow first steps
-    seed: int = 0
-    eval_every: int = 0  # 0: no evaluation during training
-    eval_batches: int = 8
-    log_every: int = 10
-    save_every: int = 0  # 0: only the final checkpoint
-    keep_last: int = 2  # checkpoints kept on disk
-    parallel: str = "none"  # none | ddp | fsdp (under torchrun)
-    device: str = "auto"  # auto: cuda when available, else cpu
-    progress: bool = True
+    steps: int = option(DEFAULT_STEPS, "optimiser steps (--steps); not with epochs")
+    # epochs become steps where the training set's size is known (Trainer): ceil(epochs x examples /
+    # examples per step), so a run's trainer.json records the steps it took, not the epochs
+    epochs: Optional[float] = option(None, "passes over the training set, instead of steps (e.g. 3 or 0.5)")
+    batch_size: int = option(32, "examples per micro-batch per process")
+    accumulation: int = option(1, "micro-batches per optimiser step (global batch = batch_size x "
+                                  "accumulation x processes)")
+    lr: float = option(1e-4, "peak learning rate (AdamW)")
+    weight_decay: float = option(0.01, "AdamW's decoupled weight decay (not on biases and norms)")
+    betas: tuple = option((0.9, 0.999), "AdamW's (beta1, beta2), each in [0, 1)")
+    eps: float = option(1e-6, "AdamW's epsilon")
+    warmup: int = option(100, "steps of linear warm-up from 0 to lr")
+    schedule: str = option("linear", f"decay after warm-up: {' | '.join(SCHEDULES)}")
+    min_lr_ratio: float = option(0.0, "the decay ends at lr x this, in [0, 1]")
+    clip: Optional[float] = option(1.0, "global gradient-norm clipping; null (or 0): off")
+    precision: str = option("fp32", "fp32, or bf16: autocast on CPU and GPU (weights, optimiser stay fp32)")
+    compile: bool = option(False, "torch.compile the objective (model + heads): same results, slow start")
+    seed: int = option(0, "seed of everything the run draws (initial weights, data order, masking, dropout)")
+    eval_every: int = option(0, "steps between evaluations; 0: none during training")
+    eval_batches: int = option(8, "batches of held-out data per evaluation")
+    log_every: int = option(10, "steps between lines of metrics.jsonl")
+    save_every: int = option(0, "steps between checkpoints; 0: only the final one")
+    keep_last: int = option(2, "checkpoints kept on disk")
+    parallel: str = option("none", "none | ddp | fsdp (under torchrun)")
+    device: str = option("auto", "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps")
+    progress: bool = option(True, "show a progress bar")
 
     def __post_init__(self) -> None:
         for name, kind in ((f.name, f.type) for f in dataclasses.fields(self)):
             _check_type(name, kind, getattr(self, name))
         self.betas = _betas(self.betas)
+        if self.epochs is not None:
+            _check_range("epochs", self.epochs, 0, None, open_low=True)
+            if self.steps != DEFAULT_STEPS:
+                raise ValueError(f"give steps ({self.steps}) or epochs ({self.epochs}), not both")
         for name in ("steps", "batch_size", "accumulation", "log_every", "keep_last", "eval_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -65,8 +75,21 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
-        """Build from a dict; an unknown key is an error naming it."""
+        """Build from a dict; an unknown key is an error naming it, and so are both steps and epochs."""
+        if data.get("steps") is not None and data.get("epochs") is not None:
+            raise ValueError(f"give --steps ({data['steps']}) or epochs= ({data['epochs']}), not both")
         return options_from_dict(cls, data, "training")
+
+    def for_data(self, examples: int, world: int = 1) -> tuple:
+        """(this config with epochs turned into steps for a training set of `examples`, a line saying
+        so, or None without epochs): ceil(epochs x examples / (batch_size x accumulation x world))."""
+        if self.epochs is None:
+            return self, None
+        per_step = self.batch_size * self.accumulation * world
+        steps = max(1, math.ceil(self.epochs * examples / per_step))
+        line = (f"epochs={self.epochs:g}: {steps} steps ({examples} examples, {per_step} per step = "
+                f"batch_size {self.batch_size} x accumulation {self.accumulation} x {world} process(es))")
+        return dataclasses.replace(self, steps=steps, epochs=None), line
 
 
 # what decides a run's data order, its updates and its schedule: a resumed run keeps the run's values

@@ -10,6 +10,7 @@ checksums, with the run's model, objective and schedule (see config.RUN_OPTIONS)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from lmforge.train.checkpoint import (
     save_checkpoint,
     set_rng_states,
 )
-from lmforge.train.config import TrainConfig, resumed_config
+from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config
 from lmforge.train.data import StepBatches, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.optim import build_optimizer, build_scheduler
@@ -62,6 +63,8 @@ class Trainer:
         self.module = dist.wrap(self.objective, cfg.parallel, self.device)
         if cfg.compile:
             self.module.compile()  # in place: parameter names, hence checkpoints, are unchanged
+        self.epochs = cfg.epochs  # kept: a resumed run counts them with the run's batch size
+        self.cfg = self._count_epochs(cfg)
         self._build()
         self.step = 0
         self.last_checkpoint = None
@@ -76,6 +79,17 @@ class Trainer:
                          if eval_data is not None and cfg.eval_every else [])
         self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, cfg.betas, cfg.eps, lr_scale)
         self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.steps, cfg.schedule, cfg.min_lr_ratio)
+
+    def _count_epochs(self, cfg: TrainConfig, counted_before: int | None = None) -> TrainConfig:
+        """cfg with self.epochs (if given) turned into steps for this training set, said in the log
+        (again on resume only if the count changed)."""
+        if self.epochs is None:
+            return cfg
+        counted, line = dataclasses.replace(cfg, steps=DEFAULT_STEPS, epochs=self.epochs).for_data(
+            len(self._data[0]), self.world)
+        if self.main and counted.steps != counted_before:
+            self.log(line)
+        return counted
 
     @property
     def main(self) -> bool:
@@ -97,6 +111,7 @@ class Trainer:
         path, weights, optimizer, info = found
         self._check_same_run(path, info, weights)
         self.cfg, options = resumed_config(self.cfg, info.get("train") or {})
+        self.cfg = self._count_epochs(self.cfg, self.cfg.steps)  # with the run's batch size, accumulation
         self._build()
         dist.load_full_state_dict(self.module, {k: v.to(self.device) for k, v in weights.items()})
         dist.load_optimizer_state(self.module, self.optimizer, optimizer["optimizer"])
@@ -231,7 +246,8 @@ class Trainer:
             raise FileExistsError(f"{self.out} already holds checkpoints: pass resume=True (--resume) "
                                   f"or choose another output directory")
         metrics = MetricsLog(self.out / "metrics.jsonl", self.step) if self.main else None
-        bar = Progress(self.cfg.steps, self.step, self.main and self.cfg.progress)
+        label = f"train ({self.epochs:g} epochs)" if self.epochs is not None else "train"
+        bar = Progress(self.cfg.steps, self.step, self.main and self.cfg.progress, label)
         try:
             self._loop(metrics, bar)
         finally:

@@ -1,0 +1,81 @@
+"""`lmforge options [pretrain|finetune|model]`: every key=value option, its default and a line of help.
+
+The options are the fields of TrainConfig (training), TaskConfig (fine-tuning) and ModelConfig (a
+preset's architecture), each declared with its help (lmforge.config.option), and the pretraining
+recipe's own two (RECIPE); this module only lists them, so a new field is listed the moment it is
+declared. `options_epilog` gives the same list for a sub-command's --help.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from lmforge.config import ModelConfig
+from lmforge.tasks.finetune import TaskConfig
+from lmforge.train.config import TrainConfig
+
+TRAINING = ("training options (TrainConfig)", TrainConfig)
+FINETUNING = ("fine-tuning options (TaskConfig)", TaskConfig)
+# the pretraining recipe's own key=value options (cli/pretrain.py RECIPE_KEYS): (name, default, help)
+RECIPE = ("pretraining recipe options", (
+    ("add_tokens", None, "with --model: a file of domain words, one a line, added to the vocabulary"),
+    ("max_len", None, "tokens per example; null: min(max_seq_len, 128) (also --max-len)"),
+))
+# which options each kind of command takes, in the order they are listed
+SECTIONS = {
+    "pretrain": (TRAINING, RECIPE, ("model config fields (ModelConfig), for --preset", ModelConfig)),
+    "finetune": (TRAINING, FINETUNING, ("model config fields (ModelConfig), for a preset --model",
+                                        ModelConfig)),
+    "model": (("model config fields (ModelConfig): inspect, pretrain --preset, finetune with a preset",
+               ModelConfig),),
+}
+ALL = (TRAINING, RECIPE, FINETUNING, ("model config fields (ModelConfig)", ModelConfig))
+
+
+def show(value) -> str:
+    """A default as it is written on the command line (YAML: null, true, [0.9,0.999])."""
+    if value is None or isinstance(value, (bool, list, tuple)):
+        return json.dumps(list(value) if isinstance(value, tuple) else value, separators=(",", ":"))
+    if isinstance(value, str):
+        return value if value and value.strip() == value and " " not in value else json.dumps(value)
+    return repr(value)
+
+
+def rows(options) -> list:
+    """(name, default, help) of each field of an options dataclass (or the rows themselves)."""
+    if dataclasses.is_dataclass(options):
+        return [(f.name, f.default, f.metadata.get("help", "")) for f in dataclasses.fields(options)]
+    return list(options)
+
+
+def option_lines(options) -> list:
+    """One line per option (see `rows`): name=default, then its help."""
+    listed = [(f"{name}={show(default)}", text) for name, default, text in rows(options)]
+    width = max(len(key) for key, _ in listed)
+    return [f"  {key:{width}s}  {text}".rstrip() for key, text in listed]
+
+
+def options_text(kind: str | None = None) -> str:
+    """The listing of `lmforge options KIND` (every section without a kind)."""
+    sections = SECTIONS[kind] if kind else ALL
+    return "\n\n".join("\n".join([f"{title}:", *option_lines(cls)]) for title, cls in sections)
+
+
+def options_epilog(kind: str) -> str:
+    """The key=value options of a `pretrain` or `finetune` command for its --help (needs
+    formatter_class=argparse.RawDescriptionHelpFormatter to keep its lines)."""
+    return f"key=value options, with their defaults:\n\n{options_text(kind)}"
+
+
+def cmd_options(args) -> None:
+    """Print the key=value options of a kind of command, with defaults and help."""
+    print(options_text(args.kind))
+
+
+def add_parsers(sub) -> None:
+    """Add `options` to the main parser."""
+    p = sub.add_parser("options", help="list the key=value options with their defaults and help")
+    p.add_argument("kind", nargs="?", choices=tuple(SECTIONS),
+                   help="whose options: pretrain (training, recipe, model), finetune (training, fine-tuning, "
+                        "model), model (model config fields); default: every section")
+    p.set_defaults(func=cmd_options)

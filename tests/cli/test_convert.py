@@ -1,0 +1,102 @@
+"""`lmforge convert SRC DST`: DST is replaced as a whole (nothing old left behind), SRC's tokenizer
+goes with the weights, and a DST that is SRC, inside it, holding it, or not a model folder is refused."""
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.heads import attach
+from lmforge.tokenizer import load_tokenizer, train_tokenizer
+
+TEXTS = ["the cat sat on the mat", "a dog ran in the park"] * 20
+
+
+@pytest.fixture
+def source(tmp_path):
+    """An lmforge model directory with its tokenizer and task.json."""
+    tokenizer = train_tokenizer(TEXTS, "wordpiece", 60)
+    model = lmforge.build(lmforge.tiny("bert-base"), vocab_size=tokenizer.vocab_size).eval()
+    attach(model, "lm")
+    path = tmp_path / "src"
+    model.save(path)
+    tokenizer.save(path)
+    (path / "task.json").write_text('{"kind": "cls", "labels": ["a", "b"]}\n')
+    return path
+
+
+def _one_line(capsys, message):
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_convert_carries_the_tokenizer_and_leaves_nothing_old(tmp_path, source, capsys):
+    dst = tmp_path / "dst"
+    lmforge.build(lmforge.tiny("gpt2")).save(dst)  # an older model folder, with files of its own
+    train_tokenizer(TEXTS, "bytelevel-bpe", 300).save(dst)
+    (dst / "vocab.json").write_text("{}")  # a stale file of another tokenizer
+    for to in ("hf", "lmforge"):
+        assert main(["convert", str(source), str(dst), "--to", to]) == 0
+        assert "tokenizer.json" in capsys.readouterr().out
+        assert not (dst / "vocab.json").exists()
+        names = {p.name for p in dst.iterdir()}
+        assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                         "task.json"}
+        ours, theirs = load_tokenizer(dst), load_tokenizer(source)
+        assert ours.encode("the cat ran").ids == theirs.encode("the cat ran").ids
+        back = lmforge.load(dst)
+        assert all(torch.equal(back.state_dict()[k], v) for k, v in lmforge.load(source).state_dict().items())
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left
+
+
+def test_convert_into_itself_or_around_itself_is_refused(tmp_path, source, capsys):
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    for dst, message in ((source, "is SRC"), (source / "inner", "inside it"), (tmp_path, "holds SRC")):
+        assert main(["convert", str(source), str(dst)]) == 2
+        _one_line(capsys, message)
+        assert main(["convert", str(source), str(dst), "--force"]) == 2  # never, even forced
+        _one_line(capsys, message)
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before
+
+
+def test_a_folder_that_is_not_a_model_is_replaced_only_with_force(tmp_path, source, capsys):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "thesis.txt").write_text("years of work")
+    assert main(["convert", str(source), str(notes)]) == 2
+    _one_line(capsys, "not a model folder")
+    assert (notes / "thesis.txt").read_text() == "years of work"
+    file = tmp_path / "file.txt"
+    file.write_text("x")
+    assert main(["convert", str(source), str(file)]) == 2
+    _one_line(capsys, "is a file")
+    assert main(["convert", str(source), str(notes), "--force"]) == 0
+    assert not (notes / "thesis.txt").exists() and lmforge.load(notes) is not None
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["convert", str(source), str(empty)]) == 0  # an empty folder needs no --force
+
+
+def test_a_failed_convert_leaves_dst_as_it_was(tmp_path, source, capsys):
+    dst = tmp_path / "dst"
+    assert main(["convert", str(source), str(dst)]) == 0
+    before = {p.name: p.read_bytes() for p in dst.iterdir()}
+    config = json.loads((source / "config.json").read_text())
+    config["config"]["n_heads"] = 5  # d_model 32 is not divisible: the load fails
+    (source / "config.json").write_text(json.dumps(config))
+    assert main(["convert", str(source), str(dst)]) == 2
+    _one_line(capsys, "n_heads")
+    assert {p.name: p.read_bytes() for p in dst.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_sentence_transformers_files_travel_too(tmp_path, source, capsys):
+    modules = [{"path": "", "type": "x.Transformer"}, {"path": "1_Pooling", "type": "x.Pooling"},
+               {"path": "../outside", "type": "x.Normalize"}]  # only a plain child folder is copied
+    (source / "modules.json").write_text(json.dumps(modules))
+    (source / "1_Pooling").mkdir()
+    (source / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    assert main(["convert", str(source), str(tmp_path / "dst")]) == 0
+    dst = tmp_path / "dst"
+    assert (dst / "1_Pooling" / "config.json").is_file() and (dst / "modules.json").is_file()

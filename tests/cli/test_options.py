@@ -1,0 +1,63 @@
+"""Every key=value option has a line of help and is listed, with its default, by `lmforge options`
+and in the --help epilog of pretrain and finetune."""
+import argparse
+import dataclasses
+
+import pytest
+
+from lmforge.cli import main
+from lmforge.cli import pretrain
+from lmforge.cli.options import RECIPE, SECTIONS, add_parsers, options_epilog, options_text, rows, show
+from lmforge.config import ModelConfig
+from lmforge.tasks.finetune import TaskConfig
+from lmforge.train import TrainConfig
+
+KINDS = {"pretrain": (TrainConfig, RECIPE[1], ModelConfig),
+         "finetune": (TrainConfig, TaskConfig, ModelConfig),
+         "model": (ModelConfig,)}
+
+
+@pytest.mark.parametrize("cls", [TrainConfig, TaskConfig, ModelConfig], ids=lambda c: c.__name__)
+def test_every_field_has_one_line_of_help(cls):
+    for field in dataclasses.fields(cls):
+        text = field.metadata.get("help", "")
+        assert text.strip() and "\n" not in text, f"{cls.__name__}.{field.name} has no one-line help"
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_listing_holds_every_field_with_its_default_and_help(kind, capsys):
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["options", kind])
+    args.func(args)
+    printed = capsys.readouterr().out
+    assert [cls for _, cls in SECTIONS[kind]] == list(KINDS[kind])
+    lines = printed.splitlines()
+    for options in KINDS[kind]:
+        for name, default, text in rows(options):
+            line = next((x for x in lines if x.split()[:1] == [f"{name}={show(default)}"]), None)
+            assert line is not None and text and line.endswith(text), name
+    assert printed.strip() in options_epilog(kind)
+
+
+def test_the_pretraining_recipe_options_are_listed():
+    listed = {name for name, _, _ in RECIPE[1]}
+    assert set(getattr(pretrain, "RECIPE_KEYS", ())) <= listed  # cli/pretrain.py's own key=value options
+
+
+def test_defaults_are_written_as_on_the_command_line():
+    assert [show(v) for v in (None, True, (0.9, 0.999), "linear", "", 1e-4, 3)] == \
+        ["null", "true", "[0.9,0.999]", "linear", '""', "0.0001", "3"]
+
+
+def test_lmforge_options_through_the_command(capsys):
+    assert main(["options", "finetune"]) == 0
+    out = capsys.readouterr().out
+    assert "epochs=null" in out and "patience=0" in out and "d_model=768" in out
+    assert main(["options"]) == 0  # every section
+    out = capsys.readouterr().out
+    assert all(title.split(" (")[0] in out for title, _ in SECTIONS["finetune"])
+    with pytest.raises(SystemExit) as stop:
+        main(["options", "nonsense"])
+    assert stop.value.code == 2
+    assert options_text() != options_text("model")

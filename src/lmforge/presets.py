@@ -28,6 +28,16 @@ T5 = dict(architecture="encoder-decoder", vocab_size=32128, max_seq_len=512, n_s
 BART = dict(architecture="encoder-decoder", vocab_size=50265, max_seq_len=1024, n_segments=0,
             position="learned", position_offset=2, norm="layernorm", norm_placement="post", norm_eps=1e-5,
             ffn="gelu", embedding_norm=True, lm_transform=False, lm_bias=True)
+# Vaswani et al. 2017, "Attention is all you need": post-LN (sec. 3.1: LayerNorm(x + Sublayer(x))),
+# sinusoidal positions (sec. 3.5), ReLU FFN with biases (eq. 2), one embedding matrix shared by both
+# stacks and the pre-softmax projection, scaled by sqrt(d_model) (sec. 3.4), dropout on each
+# sub-layer's output and on the embedding sums only (sec. 5.4: no attention dropout). Not in the
+# paper, from its code (tensor2tensor): q/k/v/o projections without biases, LayerNorm eps 1e-6.
+# max_seq_len only sizes the sinusoid table (no parameters; fairseq's default 1024).
+TRANSFORMER = dict(architecture="encoder-decoder", vocab_size=37000, max_seq_len=1024, n_segments=0,
+                   position="sinusoidal", scale_embeddings=True, embedding_norm=False, norm="layernorm",
+                   norm_placement="post", norm_eps=1e-6, ffn="relu", attention_bias=False, dropout=0.1,
+                   attention_dropout=0.0, tie_embeddings=True, lm_transform=False, lm_bias=False)
 LLAMA = dict(architecture="decoder", n_segments=0, position="rotary", norm="rmsnorm", norm_placement="pre",
              norm_eps=1e-5, norm_bias=False, ffn="swiglu", ffn_bias=False, attention_bias=False,
              embedding_norm=False, lm_transform=False, lm_bias=False, dropout=0.0, attention_dropout=0.0)
@@ -40,6 +50,8 @@ def _size(d_model: int, n_layers: int, n_heads: int, d_ff: int | None = None) ->
     return dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff or 4 * d_model)
 
 
+_VASWANI = ("Vaswani et al. 2017, Attention Is All You Need, Table 3 ({}) and sec. 5.4; "
+            "37000-token shared BPE vocabulary of WMT 2014 EN-DE (sec. 5.1)")
 _TURC = "Turc et al. 2019, Well-Read Students Learn Better (google-research/bert README)"
 _ELECTRA = "Clark et al. 2020, ELECTRA, Table 6; google/electra-* configs"
 PRESETS: dict = {
@@ -57,9 +69,10 @@ PRESETS: dict = {
     "albert-large": dict(ALBERT, **_size(1024, 24, 16), source="Lan et al. 2020, ALBERT, Table 1"),
     "albert-xlarge": dict(ALBERT, **_size(2048, 24, 16), source="Lan et al. 2020, ALBERT, Table 1"),
     "albert-xxlarge": dict(ALBERT, **_size(4096, 12, 64), source="Lan et al. 2020, ALBERT, Table 1"),
-    "electra-small": dict(ELECTRA, **_size(256, 12, 4), d_embed=128, source=_ELECTRA),
-    "electra-base": dict(ELECTRA, **_size(768, 12, 12), source=_ELECTRA),
-    "electra-large": dict(ELECTRA, **_size(1024, 24, 16), source=_ELECTRA),
+    # generator_size: the released generators (google/electra-*-generator): hidden 256 beside 256 / 768 / 1024
+    "electra-small": dict(ELECTRA, **_size(256, 12, 4), d_embed=128, generator_size=1.0, source=_ELECTRA),
+    "electra-base": dict(ELECTRA, **_size(768, 12, 12), generator_size=1 / 3, source=_ELECTRA),
+    "electra-large": dict(ELECTRA, **_size(1024, 24, 16), generator_size=0.25, source=_ELECTRA),
     "electra-small-generator": dict(ELECTRA, **_size(256, 12, 4, 1024), d_embed=128, source=_ELECTRA),
     "electra-base-generator": dict(ELECTRA, **_size(256, 12, 4, 1024), d_embed=768, source=_ELECTRA),
     "electra-large-generator": dict(ELECTRA, **_size(256, 24, 4, 1024), d_embed=1024, source=_ELECTRA),
@@ -72,6 +85,9 @@ PRESETS: dict = {
     "gpt2-medium": dict(GPT2, **_size(1024, 24, 16), source="Radford et al. 2019, GPT-2, Table 2"),
     "gpt2-large": dict(GPT2, **_size(1280, 36, 20), source="Radford et al. 2019, GPT-2, Table 2"),
     "gpt2-xl": dict(GPT2, **_size(1600, 48, 25), source="Radford et al. 2019, GPT-2, Table 2"),
+    "transformer-base": dict(TRANSFORMER, **_size(512, 6, 8, 2048), source=_VASWANI.format("base")),
+    "transformer-big": dict(TRANSFORMER, **_size(1024, 6, 16, 4096), dropout=0.3,
+                            source=_VASWANI.format("big; P_drop 0.3 for EN-DE")),
     "t5-small": dict(T5, **_size(512, 6, 8, 2048), source="Raffel et al. 2020, T5, sec. 3.7; t5-small config"),
     "t5-base": dict(T5, **_size(768, 12, 12, 3072), source="Raffel et al. 2020, T5, sec. 3.1.1"),
     "t5-large": dict(T5, **_size(1024, 24, 16, 4096), source="Raffel et al. 2020, T5, sec. 3.7"),

@@ -7,17 +7,28 @@
 
 key=value overrides are training options (TrainConfig), fine-tuning options (TaskConfig:
 max_len, freeze_embeddings, freeze_layers, freeze_backbone, layer_decay, patience,
-keep_best, eval_batch_size, text_to_text, prefix) or, for a preset, model config fields.
+keep_best, eval_batch_size, text_to_text, prefix, num_beams, max_new_tokens, ...) or, for a
+preset, model config fields.
 An encoder-decoder fine-tunes cls / pair / regression text-to-text where its family has no
 classification head (T5) or when given text_to_text=true (BART), e.g.
 
     lmforge finetune --model t5-dir --task pair --train mnli.csv --out runs/mnli prefix=mnli
+
+--task seq2seq trains source -> target (summarisation, translation: CSV/JSONL with source and target
+columns) with teacher forcing and scores generated text by BLEU and ROUGE, e.g. a T5 checkpoint or
+the Transformer of Vaswani et al. from scratch (a preset: sized to --tokenizer):
+
+    lmforge finetune --model t5-dir --task seq2seq --train news.jsonl --valid dev.jsonl \
+        --columns source=article,target=highlights --out runs/sum prefix=summarize num_beams=4
+    lmforge finetune --model transformer-base --tokenizer bpe-dir --task seq2seq --train en-de.csv \
+        --out runs/ende --steps 100000
 """
 from __future__ import annotations
 
+import argparse
 import json
 
-KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa")
+KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq")
 SPLITS = ("train", "validation", "test")
 
 
@@ -67,12 +78,13 @@ def cmd_finetune(args) -> None:
     kind, splits = task_data(args)
     if model and model_dir(args.model) is not None:
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to presets only)")
-    train = {"seed": args.seed, **({"steps": args.steps} if args.steps else {}), **train}
+    train = {"seed": args.seed, **({"steps": args.steps} if args.steps is not None else {}), **train}
     valid = splits.get("validation")
     if valid and args.valid and kind in ("cls", "pair"):  # the check again, naming the file
         check_labels(valid, label_set(splits["train"]), args.valid)
     if valid and "eval_every" not in train:
-        train["eval_every"] = max(1, train.get("steps", TrainConfig.steps) // 10)
+        steps = TrainConfig.from_dict(train).for_data(len(splits["train"]))[0].steps  # epochs= counted too
+        train["eval_every"] = max(1, steps // 10)
     net, tokenizer = load_model(args.model, args.tokenizer, model, seed=args.seed)
     summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, TrainConfig.from_dict(train),
                        TaskConfig.from_dict(task), resume=args.resume)
@@ -107,14 +119,18 @@ def _common(p) -> None:
     p.add_argument("--builtin", choices=("sentiment", "entailment", "tagging", "questions"),
                    help="a built-in corpus task instead of files")
     p.add_argument("--builtin-size", type=int, default=1000, help="records of the built-in task (80/10/10)")
-    p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
+    p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold or "
+                   "source=article,target=summary")
     p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
     p.add_argument("--seed", type=int, default=0)
 
 
 def add_parsers(sub) -> None:
     """Add the finetune and evaluate sub-commands to the `lmforge` parser."""
-    p = sub.add_parser("finetune", help="fine-tune a model on a labelled task")
+    from lmforge.cli.options import options_epilog
+
+    p = sub.add_parser("finetune", help="fine-tune a model on a labelled task", epilog=options_epilog("finetune"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--train", help="training file (.csv, .tsv, .jsonl; CoNLL for tagging, SQuAD JSON for qa)")
     p.add_argument("--valid", help="validation file, same format")

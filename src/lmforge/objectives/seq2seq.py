@@ -45,6 +45,15 @@ def teacher_forced_loss(model, lm, batch: dict) -> Loss:
     return Loss(loss, {"perplexity": loss.detach().exp(), "accuracy": accuracy.detach()})
 
 
+def _with_labels(example: dict) -> dict:
+    """The example with its target under "labels" (padded with IGNORE, never trained on as a 0)."""
+    if "target_ids" not in example:
+        return example
+    example = dict(example)
+    example.setdefault("labels", example.pop("target_ids"))
+    return example
+
+
 class Seq2SeqLM(Objective):
     """Cross-entropy of every target token given the source and the target's earlier tokens."""
 
@@ -63,7 +72,9 @@ class Seq2SeqLM(Objective):
         self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")
 
     def collate(self, examples: list) -> dict:
-        """Pad sources and targets; add the shifted decoder inputs and the decoder's mask."""
+        """Pad sources and targets; add the shifted decoder inputs and the decoder's mask. A target
+        under "target_ids" (data.examples.source_target's key) is read as the labels."""
+        examples = [_with_labels(e) for e in examples]
         batch = super().collate(examples)  # input_ids, labels (IGNORE-padded), attention_mask
         return add_decoder_inputs(batch, examples, self.decoder_start_id, self.pad_id)
 

@@ -32,8 +32,9 @@ from lmforge.heads import make_head
 from lmforge.objectives.base import Loss, Objective
 
 TASKS: dict = {}  # kind -> Task subclass, filled by @register
+# kind -> the module of lmforge.tasks defining it
 MODULES = {"cls": "classify", "pair": "classify", "regression": "classify", "choice": "classify",
-           "tagging": "tagging", "qa": "qa"}  # kind -> module of lmforge.tasks defining it
+           "tagging": "tagging", "qa": "qa", "seq2seq": "seq2seq"}
 META = ("record",)  # example keys that never enter a batch
 
 
@@ -44,7 +45,7 @@ def register(cls: type) -> type:
 
 
 def task_class(kind: str) -> type:
-    """The Task class of `kind` (cls, pair, regression, choice, tagging, qa)."""
+    """The Task class of `kind` (cls, pair, regression, choice, tagging, qa, seq2seq)."""
     if kind not in MODULES:
         raise ValueError(f"task {kind!r} is not one of {', '.join(MODULES)}")
     if kind not in TASKS:

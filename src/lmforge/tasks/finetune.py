@@ -19,14 +19,14 @@ from typing import Optional
 
 import torch
 
-from lmforge.config import atomic_write_text
+from lmforge.config import atomic_write_text, option
 from lmforge.io import load, model_dir
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.formats import check_labels
-from lmforge.tokenizer import load_tokenizer
+from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
@@ -43,28 +43,31 @@ PRESET_SEED = 5
 class TaskConfig:
     """Fine-tuning options beyond the training loop's: length, freezing, LLRD, early stopping."""
 
-    max_len: int = 128  # tokens per example (truncated)
-    freeze_embeddings: bool = False
-    freeze_layers: int = 0  # the first k blocks
-    freeze_backbone: bool = False  # train the head only (feature-based use)
-    layer_decay: float = 1.0  # layer-wise lr decay factor; 1: off
-    patience: int = 0  # evaluations without a better primary metric before stopping; 0: never
-    keep_best: bool = True  # write out/best at every new best validation score
-    eval_batch_size: int = 64
+    max_len: int = option(128, "tokens per example (longer ones are truncated)")
+    freeze_embeddings: bool = option(False, "keep the embeddings fixed")
+    freeze_layers: int = option(0, "keep the first k blocks fixed")
+    freeze_backbone: bool = option(False, "train the head only (feature-based use)")
+    layer_decay: float = option(1.0, "layer-wise lr decay: each layer down from the top multiplies lr by it; 1: off")
+    patience: int = option(0, "evaluations without a better primary metric before stopping; 0: never")
+    keep_best: bool = option(True, "write OUT/best at every new best validation score")
+    eval_batch_size: int = option(64, "examples per batch when evaluating")
     # encoder-decoders on cls / pair / regression (tasks/text2text.py): True casts the task as text
     # (T5), False uses the classification head (BART's); None (auto): the head where the model's
     # reference family has one (BART), else text-to-text (T5)
-    text_to_text: Optional[bool] = None
-    prefix: Optional[str] = None  # text-to-text task prefix ("sst2"); None: the task kind
+    text_to_text: Optional[bool] = option(None, "encoder-decoders: true (as text), false (head), null: auto")
+    prefix: Optional[str] = option(None, "text-to-text task prefix (\"sst2\"); null: the task kind (seq2seq: no prefix)")
     # extractive QA (tasks/qa.py QATask): windows over long contexts and answer decoding
-    doc_stride: Optional[int] = None  # tokens shared by consecutive windows; None: max_len // 3
-    max_query_len: Optional[int] = None  # question tokens kept; None: min(64, max_len // 2)
-    n_best: int = 20  # start and end candidates paired per window
-    max_answer_len: int = 30  # tokens
-    unanswerable: Optional[bool] = None  # null answers; None: on once a record has none (SQuAD 2.0)
-    null_threshold: float = 0.0  # how much the null score must beat the best span's
+    doc_stride: Optional[int] = option(None, "qa: tokens shared by consecutive windows; null: max_len // 3")
+    max_query_len: Optional[int] = option(None, "qa: question tokens kept; null: min(64, max_len // 2)")
+    n_best: int = option(20, "qa: start and end candidates paired per window")
+    max_answer_len: int = option(30, "qa: longest answer, in tokens")
+    unanswerable: Optional[bool] = option(None, "qa: null answers; null: on once a record has none (SQuAD 2)")
+    null_threshold: float = option(0.0, "qa: how much the null score must beat the best span's")
     # tagging (tasks/tagging.py): train on every sub-word's label, not only the first sub-word's
-    label_all: bool = False
+    label_all: bool = option(False, "tagging: train on every sub-word's label, not only the first's")
+    # seq2seq (tasks/seq2seq.py): generation at evaluation; num_beams 1 is greedy
+    num_beams: int = option(1, "seq2seq: beams when generating at evaluation; 1: greedy")
+    max_new_tokens: int = option(64, "seq2seq: most tokens generated per example at evaluation")
 
     def __post_init__(self) -> None:
         if self.text_to_text == "auto":
@@ -77,7 +80,8 @@ class TaskConfig:
         for name in ("freeze_layers", "patience"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("n_best", "max_answer_len", "doc_stride", "max_query_len"):
+        for name in ("n_best", "max_answer_len", "doc_stride", "max_query_len", "num_beams",
+                     "max_new_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.layer_decay <= 1.0:
@@ -116,9 +120,7 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
             raise ValueError(f"--model {model!r} is neither a model directory nor a preset name")
     if tokenizer is None:
         raise ValueError("a tokenizer is needed next to a model object")
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
-                         f"{model.config.vocab_size} embeddings")
+    check_fits(tokenizer, model)  # ids the model lacks would index past its embeddings
     return model, tokenizer
 
 
@@ -230,7 +232,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
                "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
     if validator is not None:
         summary.update(primary=next(iter(validator.last)), final=validator.last, best=validator.best,
-                       best_step=validator.best_step, stopped_early=trainer.step < train_cfg.steps)
+                       best_step=validator.best_step, stopped_early=trainer.step < trainer.cfg.steps)
     if trainer.main:
         save_model(task, out / "final")
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -241,8 +243,7 @@ def write_predictions(path, records: list, predictions: list) -> Path:
     """One JSON line per record: its line, the prediction and the gold label where known."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    gold = "tags" if records and "tags" in records[0] else "answers" if records and "answers" in records[0] \
-        else "label"
+    gold = next((k for k in ("tags", "answers", "target") if records and k in records[0]), "label")
     lines = []
     for record, prediction in zip(records, predictions):
         row = {"line": record.get("line"), **({"id": record["id"]} if "id" in record else {}),
@@ -265,13 +266,13 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
         raise ValueError("the task kind is needed (--task): the model directory has no task.json")
     model, tokenizer = load_model(model, tokenizer)
     options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
-    cfg = TaskConfig(max_len=max_len or info.get("max_len", 128), eval_batch_size=batch_size,
-                     text_to_text=info.get("text_to_text"), prefix=info.get("prefix"), **options)
+    cfg = TaskConfig(**{"max_len": max_len or info.get("max_len", 128), "eval_batch_size": batch_size,
+                        "text_to_text": info.get("text_to_text"), "prefix": info.get("prefix"), **options})
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data
     labels = labels if labels is not None else info.get("labels")
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
     examples = encode_split(task, records, "data")
-    labelled = all(any(r.get(g) is not None for g in ("label", "tags", "answers")) for r in records)
+    labelled = all(any(r.get(g) is not None for g in ("label", "tags", "answers", "target")) for r in records)
     predictions = task.decode(records, examples, task.outputs(examples, batch_size))
     metrics = task.score(records, predictions) if labelled else {}
     if out is not None:

@@ -1,5 +1,6 @@
-"""Task data: CSV / TSV / JSONL files with a column mapping, and the built-in corpus's tasks,
-read into the canonical records of tasks/base.py (each with "line": its line in the file).
+"""Task data: CSV / TSV / JSONL files with a column mapping (seq2seq: source and target texts), and
+the built-in corpus's tasks, read into the canonical records of tasks/base.py (each with "line": its
+line in the file).
 
 Every problem is an error naming the file and the line: bytes that are not UTF-8, empty
 lines or records, missing columns, rows of the wrong width, non-numeric regression labels,
@@ -14,7 +15,9 @@ from pathlib import Path
 
 # canonical field -> its default column; "?" marks optional fields
 FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
-          "regression": ("text", "text_pair?", "label"), "choice": ("text", "choices", "label")}
+          "regression": ("text", "text_pair?", "label"), "choice": ("text", "choices", "label"),
+          "seq2seq": ("source", "target")}
+GOLD = ("label", "target")  # the fields a file to predict on (labelled=False) may leave out
 BUILTIN = {"sentiment": "cls", "entailment": "pair", "tagging": "tagging", "questions": "qa"}
 
 
@@ -136,8 +139,8 @@ def _choices(path, n: int, row: dict, column: str) -> list:
 
 
 def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
-    """Canonical records of a task file (kinds cls, pair, regression, choice; tagging and qa read
-    their own formats, see read_task_file). labelled=False: the label column may be absent."""
+    """Canonical records of a task file (kinds cls, pair, regression, choice, seq2seq; tagging and qa
+    read their own formats, see read_task_file). labelled=False: the label (target) may be absent."""
     if kind not in FIELDS:
         raise ValueError(f"task {kind!r} has no CSV/JSONL reader; kinds: {', '.join(FIELDS)}")
     mapping = parse_columns(columns)
@@ -151,7 +154,7 @@ def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
         for spec in FIELDS[kind]:
             field = spec.rstrip("?")
             column = mapping.get(field, field)
-            optional = spec.endswith("?") or (field == "label" and not labelled)
+            optional = spec.endswith("?") or (field in GOLD and not labelled)
             if field == "choices":
                 record["choices"] = _choices(path, n, row, column)
                 continue

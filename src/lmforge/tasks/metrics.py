@@ -1,6 +1,7 @@
-"""The metrics the field reports for classification and regression, from the standard libraries:
+"""The metrics the field reports, from the standard libraries: for classification and regression
 accuracy, F1 (binary for two labels, macro-averaged otherwise), Matthews correlation (CoLA),
-Pearson and Spearman correlation (STS-B). Values are plain floats."""
+Pearson and Spearman correlation (STS-B); for generated text corpus BLEU (sacrebleu, Post 2018)
+and ROUGE-1/2/L (Google's rouge-score, Lin 2004). Values are plain floats."""
 from __future__ import annotations
 
 import math
@@ -71,6 +72,33 @@ def regression_metrics(gold: list, predicted: list) -> dict:
     """pearson (primary), spearman and mse of real-valued predictions."""
     return {"pearson": pearson(gold, predicted), "spearman": spearman(gold, predicted),
             "mse": mse(gold, predicted)}
+
+
+def bleu(gold: list, predicted: list) -> float:
+    """Corpus BLEU (0-100) of predicted texts against one reference each: sacrebleu's defaults
+    (13a tokenisation, "exp" smoothing): the BLEU that translation papers report since 2018."""
+    import sacrebleu
+
+    _check(gold, predicted)
+    return float(sacrebleu.corpus_bleu(list(predicted), [list(gold)]).score)
+
+
+def rouge(gold: list, predicted: list) -> dict:
+    """ROUGE-1, ROUGE-2 and ROUGE-L F-measures (0-100), each the mean over the texts, computed by
+    rouge-score with its Porter stemmer (as the reference library's summarisation scripts do)."""
+    from rouge_score import rouge_scorer
+
+    _check(gold, predicted)
+    kinds = ("rouge1", "rouge2", "rougeL")
+    scorer = rouge_scorer.RougeScorer(list(kinds), use_stemmer=True)
+    scores = [scorer.score(g, p) for g, p in zip(gold, predicted)]  # (target, prediction), in this order
+    return {k: 100 * sum(s[k].fmeasure for s in scores) / len(scores) for k in kinds}
+
+
+def generation_metrics(gold: list, predicted: list) -> dict:
+    """bleu (primary), rouge1, rouge2, rougeL of generated texts, and gen_len (mean words)."""
+    words = sum(len(p.split()) for p in predicted) / max(len(predicted), 1)
+    return {"bleu": bleu(gold, predicted), **rouge(gold, predicted), "gen_len": words}
 
 
 def _check(gold: list, predicted: list) -> None:

@@ -1,0 +1,123 @@
+"""Sequence-to-sequence fine-tuning (Sutskever et al. 2014; Vaswani et al. 2017): a source text in,
+a target text out (summarisation, translation, any rewriting) for T5, BART and any encoder-decoder,
+one built from a preset (transformer-base) included.
+
+- Input: the source text after an optional task prefix and a colon, as T5 wrote its tasks (app. D
+  of Raffel et al. 2020): prefix "summarize" gives "summarize: {source}", prefix "translate English
+  to German" gives "translate English to German: {source}"; in the tokenizer's single-text
+  template, truncated to max_len tokens.
+- Target: the target text in the same template, ending with the end token (eos; a BERT-style
+  tokenizer's [SEP]), truncated to max_len tokens with the end token kept.
+- Training: teacher forcing (objectives/seq2seq.py): the decoder reads the target shifted right
+  behind the decoder start token and predicts every target token; cross-entropy, mean over tokens.
+- Prediction: lmforge.generate, greedy (num_beams=1) or beam search (num_beams > 1), at most
+  max_new_tokens tokens, stopping at the end token; the text is decoded without special tokens.
+- Metrics (tasks/metrics.py): corpus BLEU (sacrebleu), primary, so best/ keeps the highest; ROUGE-1,
+  ROUGE-2 and ROUGE-L F-measures (rouge-score); both 0-100; gen_len, the mean words predicted.
+
+Special ids: a checkpoint's own start id is kept (T5: <pad>, BART: </s>). A model without one (built
+from a preset) starts its decoder with the end token, as fairseq's Transformer does (its decoder
+inputs begin with </s>). Missing ids are written into the model's config, so the fine-tuned model
+generates on its own (`lmforge generate`).
+"""
+from __future__ import annotations
+
+from lmforge.generate import generate
+from lmforge.objectives.base import Loss
+from lmforge.objectives.seq2seq import add_decoder_inputs, teacher_forced_loss
+from lmforge.tasks import metrics
+from lmforge.tasks.base import META, Task, register
+
+
+def end_token(tokenizer) -> int:
+    """The id that ends a target: the tokenizer's eos, or its [SEP] (BERT-style); an error if neither."""
+    end = tokenizer.eos_id if tokenizer.eos_id is not None else tokenizer.sep_id
+    if end is None:
+        raise ValueError("seq2seq needs a tokenizer with an end-of-sequence token (eos or sep) to end "
+                         "its targets and stop generation")
+    return end
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+@register
+class Seq2SeqTask(Task):
+    """Source text -> target text with an encoder-decoder's LM head (see the module docstring)."""
+
+    kind = "seq2seq"
+    head = "lm"
+    options = ("prefix", "num_beams", "max_new_tokens")
+
+    def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128,
+                 prefix: str | None = None, num_beams: int = 1, max_new_tokens: int = 64) -> None:
+        if model.config.architecture != "encoder-decoder":
+            raise ValueError(f"task 'seq2seq' needs an encoder-decoder (T5, BART, transformer-base), not a "
+                             f"{model.config.architecture}")
+        if prefix is not None and not isinstance(prefix, (str, int, float)):
+            raise ValueError(f"prefix must be text, got {prefix!r}")
+        # checked before the base class takes the model over (and drops its other heads)
+        beams, budget = _positive("num_beams", num_beams), _positive("max_new_tokens", max_new_tokens)
+        end = end_token(tokenizer)
+        super().__init__(model, tokenizer, labels, max_len)
+        self.prefix = (str(prefix).strip().rstrip(":").strip() or None) if prefix is not None else None
+        self.num_beams, self.max_new_tokens, self.end = beams, budget, end
+        cfg = model.config
+        self.start = self.end if cfg.decoder_start_token_id is None else cfg.decoder_start_token_id
+        ids = {"decoder_start_token_id": self.start, "eos_token_id": self.end, "pad_token_id": self.pad_id}
+        model.config = cfg.replace(**{k: v for k, v in ids.items() if getattr(cfg, k) is None})
+
+    # ---- data side ----------------------------------------------------------------------------
+    def source(self, record: dict) -> str:
+        """The encoder's input text of a record: "{prefix}: {source}", or the source alone."""
+        return f"{self.prefix}: {record['source']}" if self.prefix else record["source"]
+
+    def target(self, text: str) -> list:
+        """Token ids of a target text, ending with the end token (within max_len)."""
+        ids = self.tokenizer.encode(text, max_length=self.max_len).ids
+        if ids[-1:] != [self.end]:  # a template without an end token (GPT-2's), or one cut off
+            ids = ids[:self.max_len - 1] + [self.end]
+        return ids
+
+    def encode(self, record: dict) -> list:
+        """One example: the source ids and, when the record has a target, the target as labels."""
+        example = {"input_ids": self.tokenizer.encode(self.source(record), max_length=self.max_len).ids}
+        if record.get("target") is not None:
+            example["labels"] = self.target(record["target"])
+        return [example]
+
+    def collate(self, examples: list) -> dict:
+        """Padded sources; with labels, the decoder's inputs and mask too."""
+        batch = super().collate(examples)
+        if "labels" in batch:
+            clean = [{k: v for k, v in e.items() if k not in META} for e in examples]
+            add_decoder_inputs(batch, clean, self.start, self.pad_id)
+        return batch
+
+    # ---- model side ---------------------------------------------------------------------------
+    def forward(self, batch: dict) -> Loss:
+        """The teacher-forced cross-entropy of the targets."""
+        return teacher_forced_loss(self.model, self.task_head, batch)
+
+    def predict(self, batch: dict) -> list:
+        """Each example's generated ids (without the start token), up to its first end token."""
+        out = generate(self.model, batch["input_ids"], batch["attention_mask"],
+                       max_new_tokens=min(self.max_new_tokens, self.model.config.max_seq_len),
+                       num_beams=self.num_beams, eos_token_id=self.end, pad_token_id=self.pad_id,
+                       decoder_start_token_id=self.start)
+        rows = [row[1:] for row in out.tolist()]
+        return [row[:row.index(self.end)] if self.end in row else row for row in rows]
+
+    def decode(self, records: list, examples: list, outputs: list) -> list:
+        """The text of each record's generated ids (special tokens left out)."""
+        predictions = [""] * len(records)
+        for example, ids in zip(examples, outputs):
+            predictions[example["record"]] = self.tokenizer.decode(ids).strip()
+        return predictions
+
+    def score(self, records: list, predictions: list) -> dict:
+        """bleu (primary), rouge1, rouge2, rougeL (0-100) and gen_len against the records' targets."""
+        return metrics.generation_metrics([str(r["target"]).strip() for r in records], predictions)

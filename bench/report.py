@@ -186,10 +186,13 @@ def write(results_dir: Path, out: Path, plots: Path) -> None:
              "Allocator env `tuned` = `MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 "
              "MALLOC_TOP_PAD_=1073741824` (see PERF_NOTES).\n"]
     for env, data in results.items():
-        loads = [(s, data[s]["load_before"][0], data[s]["load_after"][0], data[s]["repeats"], data[s]["date"])
+        machine = data.get("machine", {})
+        # a suite run on another machine than the file's last run carries its own "cpu"
+        loads = [(s, data[s]["load_before"][0], data[s]["load_after"][0], data[s]["repeats"], data[s]["date"],
+                  data[s].get("cpu", machine.get("cpu", "")))
                  for s in data if isinstance(data[s], dict) and "load_before" in data[s]]
-        parts.append(f"**{env}**: {json.dumps(data.get('machine', {}))}\n\n" + _table(
-            ["suite", "load avg before", "load avg after", "repeats", "date"], loads))
+        parts.append(f"**{env}**: {json.dumps(machine)}\n\n" + _table(
+            ["suite", "load avg before", "load avg after", "repeats", "date", "cpu"], loads))
     parts += ["\n## Acceptance checks\n", _checks(results)]
     parts += ["\n## Encoder inference (batch 32 x 128)\n", _section(
         results, "encoder", ["model", "lengths", "precision", "lmforge real tok/s", "reference real tok/s", "ratio",

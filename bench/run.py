@@ -65,6 +65,7 @@ def child(env: str, suites: list, repeats: int, quick: bool) -> None:
         start = time.time()
         rows = _suite(name)(repeats, quick)
         results[name] = {"rows": rows, "repeats": repeats, "quick": quick, "seconds": round(time.time() - start, 1),
+                         "cpu": results["machine"]["cpu"],
                          "load_before": load_before, "load_after": os.getloadavg(),
                          "date": time.strftime("%Y-%m-%d %H:%M")}
         out.parent.mkdir(exist_ok=True)

@@ -100,3 +100,27 @@ def test_a_full_disk_on_save_is_named_and_leaves_no_partial_file(saved, monkeypa
     assert str(caught.value) == f"no space left on device writing {saved / 'model.safetensors'}"
     assert not [p for p in saved.iterdir() if p.name.startswith(".")]
     assert (saved / "model.safetensors").read_bytes() == before  # the old weights are untouched
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("heads", "lm", 'field "heads" must be a mapping of head name'),
+    ("heads", ["lm"], 'field "heads" must be a mapping of head name'),
+    ("heads", {"lm": "lm"}, 'heads.lm must be a mapping with a "kind"'),
+    ("heads", {"lm": {"size": 3}}, 'heads.lm must be a mapping with a "kind"'),
+    ("heads", {"lm": {"kind": "magic"}}, "heads.lm: head kind 'magic' is not one of"),
+    ("heads", {"lm": {"kind": "lm", "size": 3}}, "heads.lm: "),
+    ("heads", {"keys": {"kind": "lm"}}, "heads.keys: not usable as a head name"),
+    ("config", "bert", 'field "config" must be a mapping'),
+])
+def test_malformed_config_fields_are_named_in_one_line(saved, capsys, field, value, message):
+    from lmforge.cli import main
+
+    meta = json.loads((saved / "config.json").read_text())
+    meta[field] = value
+    (saved / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError) as err:
+        lmforge.load(saved)
+    assert str(saved / "config.json") in str(err.value) and message in str(err.value)
+    assert main(["inspect", str(saved)]) == 2
+    printed = capsys.readouterr().err
+    assert printed.count("\n") == 1 and "Traceback" not in printed and message in printed

@@ -148,6 +148,25 @@ def test_blocked_local_attention_equals_the_dense_mask(name):
     assert_same_at_real_positions(both.last_hidden_state, dense.last_hidden_state, mask)
 
 
+@pytest.mark.parametrize("case", [dict(attention="sliding-window", window=128),
+                                  dict(attention="bigbird", block_size=64, n_random_blocks=3)])
+def test_blocked_equals_dense_at_long_lengths(case):
+    # the sizes the patterns are used at: hundreds of tokens, a 128 window, 64-token blocks (T=70 above
+    # covers only a few chunks); d_model stays tiny so the dense reference is cheap
+    torch.manual_seed(0)
+    cfg = lmforge.ModelConfig(vocab_size=99, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_seq_len=1024,
+                              **case)
+    model = lmforge.build(cfg).eval()
+    ids, mask = _batch(99, lengths=(650, 601))  # neither a multiple of 64 or of the chunk
+    with torch.no_grad():
+        dense = _run(model, FastPaths(unpad="never", local_attention="dense"), ids, mask)
+        blocked = _run(model, FastPaths(unpad="never", local_attention="blocked"), ids, mask)
+    assert_same_at_real_positions(blocked.last_hidden_state, dense.last_hidden_state, mask)
+    ctx = model._context(model.encoder, torch.zeros(1, 650, 16), torch.arange(650)[None], 0, None)
+    plans = [v for k, v in ctx.biases.items() if k.split("@")[0] == case["attention"]]  # bigbird: per layer
+    assert plans and all(isinstance(p, ChunkPlan) for p in plans)  # auto takes the blocked path here too
+
+
 @pytest.mark.parametrize("pattern", ["longformer", "sliding-window"])  # gathered extra keys; band views only
 def test_blocked_gradients_equal_dense_gradients(pattern):
     torch.manual_seed(0)

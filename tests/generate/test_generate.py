@@ -341,3 +341,48 @@ def test_prefix_lm_generation_reads_the_prompt_bidirectionally():
     assert not torch.allclose(hidden[:, -1], causal[:, -1], atol=1e-4)
     with pytest.raises(ValueError, match="prefix_lm is for decoders"):
         generate(GENERATORS["t5-small"], ids, mask, max_new_tokens=2, prefix_lm=True)
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(temperature=float("nan")), "temperature must be a finite number"),  # greedy too: NaN is a mistake
+    (dict(temperature=float("inf")), "temperature must be a finite number"),
+    (dict(do_sample=True, temperature=float("nan")), "temperature must be a finite number"),
+    (dict(do_sample=True, temperature=float("inf")), "temperature must be a finite number"),
+    (dict(do_sample=True, temperature=-0.5), "temperature must be > 0 when sampling"),
+    (dict(do_sample=True, top_p=float("nan")), "top_p must be in"),
+    (dict(top_p=float("nan")), "top_p must be in"),
+])
+def test_non_finite_sampling_settings_are_refused(options, match):
+    with pytest.raises(ValueError, match=match):
+        Sampling(**options)
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    from tests.tasks.core import tokenizer
+
+    path = tmp_path_factory.mktemp("gen")
+    tok = tokenizer("gpt2")
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("gpt2", vocab_size=tok.vocab_size))
+    attach(model, "lm")
+    model.save(path)
+    tok.save(path)
+    return path
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--temperature", "nan"], "--temperature nan: must be a finite number"),
+    (["--temperature", "inf"], "--temperature inf: must be a finite number"),
+    (["--temperature", "-1"], "--temperature -1.0: must be >= 0"),
+    (["--top-p", "nan"], "--top-p nan: must be a finite number"),
+    (["--top-p", "0"], "--top-p 0.0: must be in (0, 1]"),
+    (["--length-penalty=-inf"], "--length-penalty -inf: must be a finite number"),
+])
+def test_generate_refuses_bad_decoding_numbers_in_one_line(gpt2_dir, capsys, flags, message):
+    from lmforge.cli import main
+
+    assert main(["generate", "--model", str(gpt2_dir), "the cat", "--max-new-tokens", "2", *flags]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # refused before the prompt is echoed or anything generated
+    assert err.count("\n") == 1 and "Traceback" not in err and message in err

@@ -54,19 +54,30 @@ def test_golden_example():
 
 def test_whole_word_masking_selects_whole_words_and_keeps_80_10_10():
     objective = _objective(whole_word=True)
-    ids = [CLS, *range(10, 40), SEP]
-    starts = [True] + [i % 3 == 0 for i in range(30)] + [True]  # words of three pieces
-    selected = masked = 0
-    for seed in range(400):
+    n_words = 100  # words of three pieces, ids 10..98
+    ids = [CLS, *(10 + i % 89 for i in range(3 * n_words)), SEP]
+    starts = [True] + [i % 3 == 0 for i in range(3 * n_words)] + [True]
+    selected = masked = random = kept = 0
+    for seed in range(600):
         out = objective.corrupt({"input_ids": ids, "word_starts": starts}, torch.Generator().manual_seed(seed))
         chosen = {i for i, label in enumerate(out["labels"]) if label != IGNORE}
-        for w in range(10):  # each word is selected whole or not at all
+        for w in range(n_words):  # each word is selected whole or not at all
             piece = {1 + 3 * w, 2 + 3 * w, 3 + 3 * w}
             assert piece <= chosen or not piece & chosen
+        assert abs(len(chosen) - 0.15 * 3 * n_words) <= 3  # whole words: the budget within one word
+        for i in chosen:  # BERT's reference code draws 80/10/10 per piece of a selected word
+            new = out["input_ids"][i]
+            assert out["labels"][i] == ids[i]
+            masked += new == MASK
+            kept += new == ids[i]
+            random += new not in (MASK, ids[i])
         selected += len(chosen)
-        masked += sum(out["input_ids"][i] == MASK for i in chosen)
         assert "word_starts" not in out
-    assert abs(masked / selected - 0.8) < 0.03
+    assert selected > 25_000  # 4 standard deviations of each share below fit the tolerances
+    # a random draw lands on [MASK] or the piece itself 2 times in 99: within the tolerances
+    assert abs(masked / selected - 0.8) < 0.01
+    assert abs(random / selected - 0.1) < 0.008 and abs(kept / selected - 0.1) < 0.008
+    assert masked + random + kept == selected
 
 
 def test_budget_is_exact_in_expectation_and_words_fit_it():

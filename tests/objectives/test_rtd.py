@@ -126,13 +126,14 @@ def test_labels_are_one_exactly_where_the_sampled_token_differs():
     assert replaced.tolist() == [[0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0]]
 
 
-def test_discriminator_sees_the_samples_and_its_loss_covers_every_real_position():
+@pytest.mark.parametrize("seed", range(6))
+def test_discriminator_sees_the_samples_and_its_loss_covers_every_real_position(seed):
     objective = _objective().eval()
-    batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(i))
-                               for i, e in enumerate(toy_data(6))])
+    batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(100 * seed + i))
+                               for i, e in enumerate(toy_data(6, seed=seed))])
     seen = []
     objective.model.register_forward_hook(lambda m, args, out: seen.append((args[0], out.last_hidden_state)))
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     out = objective(batch)
     corrupted, hidden = seen[0]
     selected, real = batch["labels"] != IGNORE, batch["attention_mask"].bool()
@@ -145,6 +146,22 @@ def test_discriminator_sees_the_samples_and_its_loss_covers_every_real_position(
         bce = F.binary_cross_entropy_with_logits(objective.rtd(hidden)[real], replaced)
     torch.testing.assert_close(out.metrics["disc_loss"], bce)
     torch.testing.assert_close(out.loss, out.metrics["mlm_loss"] + 50 * bce)
+
+
+def test_a_generator_that_prefers_mask_still_never_shows_it_to_the_discriminator():
+    objective = _objective().eval()
+    with torch.no_grad():  # the generator's favourite token is now [MASK], by a wide margin
+        objective.generator.lm.bias[MASK] += 30.0
+    for seed in range(8):
+        batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(100 * seed + i))
+                                   for i, e in enumerate(toy_data(8, seed=seed))])
+        seen: list = []
+        hook = objective.model.register_forward_hook(lambda m, args, out, seen=seen: seen.append(args[0]))
+        torch.manual_seed(seed)
+        objective(batch)
+        hook.remove()
+        real, selected = batch["attention_mask"].bool(), batch["labels"] != IGNORE
+        assert selected.any() and MASK not in seen[0][real].tolist()
 
 
 def test_loss_falls_and_the_discriminator_exports_as_electra_for_pretraining(tmp_path):

@@ -100,3 +100,63 @@ def test_canonical_jsonl_for_span_tasks(tmp_path):
                  + json.dumps({"words": ["x"]}) + "\n")
     with pytest.raises(ValueError, match=r"t.jsonl:2: no field\(s\) \['tags'\]"):
         read_task_file(path, "tagging")
+
+
+@pytest.mark.parametrize("name, lines, spellings", [
+    ("a.jsonl", ['{"text": "a", "label": 1}', '{"text": "b", "label": "1"}'], ('"1"', "1")),
+    ("b.jsonl", ['{"text": "a", "label": 1}', '{"text": "b", "label": 1.0}'], ("1.0", "1")),
+    ("c.jsonl", ['{"text": "a", "label": true}', '{"text": "b", "label": "true"}'], ('"true"', "true")),
+    ("d.csv", ["text,label", "a,1", "b,1.0"], ('"1.0"', '"1"')),
+])
+def test_a_label_spelled_two_ways_is_an_error_naming_both(tmp_path, name, lines, spellings):
+    path = write(tmp_path, name, "\n".join(lines) + "\n")
+    line = 3 if name.endswith(".csv") else 2
+    with pytest.raises(ValueError) as err:
+        read_records(path, "cls")
+    message = str(err.value)
+    assert message.startswith(f"{path}:{line}: label {spellings[0]} is also spelled {spellings[1]}")
+    assert "\n" not in message
+
+
+def test_labels_are_text_spelled_one_way_per_file(tmp_path):
+    ints = write(tmp_path, "i.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n')
+    strings = write(tmp_path, "s.csv", "text,label\na, 1\nb,0\n")  # surrounding spaces are not part of it
+    assert label_set(read_records(ints, "cls")) == label_set(read_records(strings, "cls")) == ["0", "1"]
+    nested = write(tmp_path, "n.jsonl", '{"text": "a", "label": [1]}\n')
+    with pytest.raises(ValueError, match=r"n.jsonl:1: label \[1\] is not a string, number or boolean"):
+        read_records(nested, "cls")
+
+
+SQUAD = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": "Ann ran home.", "qas": [
+    {"id": "q1", "question": "Who ran?", "answers": [{"text": "Ann", "answer_start": 0}]}]}]}]}
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_squad_json_is_not_read_as_conll(tmp_path, indent):
+    path = write(tmp_path, "squad.json", json.dumps(SQUAD, indent=indent))
+    with pytest.raises(ValueError) as err:
+        read_task_file(path, "tagging")
+    assert str(err.value).startswith(f"{path}: JSON with fields 'version', 'data', not a tagging file: "
+                                      f"it lacks 'words', 'tags'")
+
+
+@pytest.mark.parametrize("name, text, kind, message", [
+    ("s.txt", "Ann ran,B-PER\nIt is fine, O\n", "tagging", r"s.txt: line 2: 4 columns, but line 1 has 2"),
+    ("l.conll", '{"words": ["Ann"], "tags": ["B-PER"]}\n', "tagging",
+     r"l.conll: JSON with fields 'words', 'tags', not a tagging file: name a JSON lines file .jsonl"),
+    ("w.jsonl", '{"words": "Ann ran", "tags": ["B-PER", "O"]}\n', "tagging",
+     r"w.jsonl:1: words must be a non-empty"),
+    ("n.jsonl", '{"words": ["Ann", "ran"], "tags": ["B-PER"]}\n', "tagging",
+     r"n.jsonl:1: 2 words but 1 tags"),
+    ("h.jsonl", json.dumps({"id": "1", "question": "Who?", "context": "Ann ran.",
+                            "answers": {"text": ["Ann"], "answer_start": [0]}}) + "\n", "qa",
+     r"h.jsonl:1: answers must be a list of"),
+    ("o.jsonl", json.dumps({"id": "1", "question": "Who?", "context": "Ann ran.",
+                            "answers": [{"text": "Ann", "start": 4}]}) + "\n", "qa",
+     r"o.jsonl:1: answers\[0\] 'Ann' is not at character 4"),
+    ("squad.json", json.dumps(SQUAD), "cls",
+     r"squad.json:1: no columns 'text', 'label' \(for text, label\); the record has 'version', 'data'"),
+])
+def test_files_without_the_fields_the_task_needs_are_refused(tmp_path, name, text, kind, message):
+    with pytest.raises(ValueError, match=message):
+        read_task_file(write(tmp_path, name, text), kind)

@@ -9,6 +9,8 @@ import time
 import pytest
 import torch
 
+import lmforge
+from lmforge.objectives import CausalLM
 from lmforge.train import Trainer, TrainingDiverged
 from lmforge.train.log import read_metrics
 
@@ -35,8 +37,6 @@ def test_loss_falls_and_outputs_are_written(tmp_path):
     assert {"lr", "grad_norm", "tokens_per_s", "perplexity"} <= set(records[0])
     assert (tmp_path / "loss.png").stat().st_size > 1000
     assert "lm" in model.heads and (tmp_path / "final" / "model.safetensors").is_file()
-    import lmforge
-
     again = lmforge.load(tmp_path / "final")
     assert_same_weights(_weights(again), _weights(model))
 
@@ -61,15 +61,33 @@ def test_resume_continues_exactly(tmp_path):
     assert steps == list(range(1, 9))
 
 
+def _causal_lm_without_dropout():
+    torch.manual_seed(0)
+    return CausalLM(lmforge.build(lmforge.tiny("gpt2"), dropout=0.0, attention_dropout=0.0))
+
+
 def test_accumulation_equals_one_big_batch(tmp_path):
-    data = toy_data()
-    one = Trainer(clm_objective(), data, quick(batch_size=8, steps=3), tmp_path / "a")
-    two = Trainer(clm_objective(), data, quick(batch_size=4, accumulation=2, steps=3), tmp_path / "b")
-    # the same 8 examples per step; the loss is a mean per micro-batch, so compare one step's update
-    assert one.batches.micro_batches(0)[0]["input_ids"].shape[0] == 8
+    # equal lengths: every micro-batch has as many loss tokens, so the mean of the two micro-batch
+    # means is the mean over the big batch and the gradients agree up to float rounding
+    data = [{"input_ids": [1, *(5 + (s + i) % 94 for i in range(10)), 2]} for s in range(0, 96, 2)]
+    # one step at full lr; eps=1 makes AdamW's first update about lr * gradient (with the default eps it
+    # is lr * sign(gradient), which would hide a wrong gradient)
+    step = dict(steps=1, warmup=0, lr=1.0, eps=1.0, clip=None)
+    start = _weights(_causal_lm_without_dropout().model)
+    one = Trainer(_causal_lm_without_dropout(), data, quick(batch_size=8, **step), tmp_path / "a")
+    two = Trainer(_causal_lm_without_dropout(), data, quick(batch_size=4, accumulation=2, **step),
+                  tmp_path / "b")
+    half = Trainer(_causal_lm_without_dropout(), data, quick(batch_size=4, **step), tmp_path / "c")
     a = torch.cat([b["input_ids"].flatten() for b in two.batches.micro_batches(0)]).sort().values
-    b = one.batches.micro_batches(0)[0]["input_ids"].flatten().sort().values
-    assert torch.equal(a[a != 0], b[b != 0])
+    assert torch.equal(a, one.batches.micro_batches(0)[0]["input_ids"].flatten().sort().values)  # the same 8
+    big, accumulated, alone = (_weights(t.fit()) for t in (one, two, half))
+    moved = 0.0
+    for k in big:
+        torch.testing.assert_close(accumulated[k], big[k], atol=2e-6, rtol=1e-5, msg=k)
+        moved = max(moved, float((big[k] - start[k]).abs().max()))
+    assert moved > 1e-3  # the step changed the weights ...
+    # ... by the whole batch's gradient: half of the batch alone moves them elsewhere
+    assert any(not torch.allclose(alone[k], big[k], atol=1e-4) for k in big)
 
 
 def test_existing_checkpoints_are_not_overwritten_without_resume(tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import torch
@@ -53,6 +54,7 @@ def cmd_generate(args) -> None:
     from lmforge.cli.common import UsageError
     from lmforge.generate import generate
 
+    check_numbers(args)  # before the model is loaded: a bad flag costs nothing
     path, model, tokenizer = load_named(args.model)
     if model.config.architecture == "encoder":  # refused before the prompt is echoed
         raise UsageError(f"{args.model} is an encoder: generate needs a decoder or an encoder-decoder "
@@ -73,6 +75,21 @@ def cmd_generate(args) -> None:
         stream.close()
     else:
         print(tokenizer.decode(out[0, 1 if seq2seq else ids.shape[1]:].tolist()))
+
+
+def check_numbers(args) -> None:
+    """Refuse NaN and infinite decoding numbers, and a negative --temperature (0 means greedy, so a
+    negative value would silently decode greedily)."""
+    from lmforge.cli.common import UsageError
+
+    for flag in ("temperature", "top_p", "length_penalty"):
+        value = getattr(args, flag)
+        if value is not None and not math.isfinite(value):
+            raise UsageError(f"--{flag.replace('_', '-')} {value}: must be a finite number")
+    if args.temperature is not None and args.temperature < 0:
+        raise UsageError(f"--temperature {args.temperature}: must be >= 0 (0: greedy; > 0: sampling)")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p {args.top_p}: must be in (0, 1]")
 
 
 # CLI flag -> (generate argument, its value when neither the flag nor the checkpoint gives one)

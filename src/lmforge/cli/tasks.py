@@ -95,7 +95,7 @@ def cmd_evaluate(args) -> None:
     """Score a fine-tuned model on a labelled file (or a built-in split); predictions to --out."""
     from lmforge.cli.common import UsageError
     from lmforge.tasks.finetune import evaluate, task_info
-    from lmforge.tasks.formats import check_labels
+    from lmforge.tasks.formats import check_labels, gold_given
 
     if not args.builtin and not args.data:
         raise UsageError("give --data FILE or --builtin NAME")
@@ -103,6 +103,7 @@ def cmd_evaluate(args) -> None:
         args.task = task_info(args.model).get("kind")  # the fine-tuned model's own task
     kind, splits = task_data(args, labelled=False)
     records = splits[args.split if args.builtin else "test"]
+    gold_given(records, args.data or f"--builtin {args.builtin}")  # a record without its label, named
     labels = task_info(args.model).get("labels")
     if args.data and labels and kind in ("cls", "pair"):
         check_labels(records, labels, args.data)

@@ -42,16 +42,44 @@ def read_meta(path: Path) -> dict:
 
 def load_native(path: Path, meta: dict) -> Transformer:
     """Build the model config.json describes and load its weights strictly."""
+    config = meta.get("config", {})
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path / CONFIG_FILE}: field \"config\" must be a mapping of config fields, "
+                              f"got {type(config).__name__} {config!r:.40}")
     try:
-        cfg = ModelConfig.from_dict(meta.get("config", {}))
+        cfg = ModelConfig.from_dict(config)
     except (ConfigError, TypeError) as err:
         raise CheckpointError(f"{path / CONFIG_FILE}: {err}") from None
     model = from_config(cfg, init=False)
-    for name, spec in meta.get("heads", {}).items():
-        spec = dict(spec)
-        model.add_head(name, make_head(model, spec.pop("kind"), **spec))
+    for name, head in _heads(path / CONFIG_FILE, model, meta.get("heads", {})).items():
+        try:
+            model.add_head(name, head)
+        except KeyError:  # a name the head container reserves ("keys", "update", ...)
+            raise CheckpointError(f"{path / CONFIG_FILE}: heads.{name}: not usable as a head name") from None
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise CheckpointError(f"{path} has no {WEIGHTS_FILE}")
     load_weights(model, weights)
     return model
+
+
+def _heads(config_file: Path, model: Transformer, specs) -> dict:
+    """The heads config.json's "heads" describes ({name: {"kind": ..., options}}), built for `model`;
+    anything else in the field is an error naming the file and the head."""
+    if not isinstance(specs, dict):
+        raise CheckpointError(f"{config_file}: field \"heads\" must be a mapping of head name to "
+                              f"{{\"kind\": ...}}, got {type(specs).__name__} {specs!r:.40}")
+    heads = {}
+    for name, spec in specs.items():
+        where = f"{config_file}: heads.{name}"
+        if not name or "." in name:
+            raise CheckpointError(f"{where}: a head name must be non-empty and without dots")
+        if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
+            raise CheckpointError(f"{where} must be a mapping with a \"kind\" (e.g. {{\"kind\": \"lm\"}}), "
+                                  f"got {spec!r:.40}")
+        options = {k: v for k, v in spec.items() if k != "kind"}
+        try:
+            heads[name] = make_head(model, spec["kind"], **options)
+        except (ConfigError, TypeError, ValueError) as err:  # an unknown kind or option, a bad value
+            raise CheckpointError(f"{where}: {err}") from None
+    return heads

@@ -6,7 +6,9 @@ position whether its token is the original or a replacement:
 
     min  L_MLM(x, theta_G) + lambda * L_Disc(x, theta_D),   lambda = 50 (Table 6).
 
-A sampled token equal to the original counts as original (label 0). No gradient flows
+A sampled token equal to the original counts as original (label 0); [MASK] is never sampled
+(an untrained generator would draw it about 1/V of the time), so the discriminator never sees
+it, as fine-tuning never shows it. No gradient flows
 through the sampling, so G learns from its MLM loss only; the two meet in the embeddings
 they share. The generator is the discriminator's config with d_model, d_ff and n_heads
 scaled by `ratio` (scaling the heads keeps the head width, as the official code's
@@ -83,11 +85,15 @@ def share_embeddings(generator: nn.Module, discriminator: nn.Module) -> list:
 
 
 @torch.no_grad()
-def sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """One token per row of logits (N, V) from softmax(logits / temperature); no gradient (sec. 2)."""
+def sample(logits: torch.Tensor, temperature: float = 1.0, never: int | None = None) -> torch.Tensor:
+    """One token per row of logits (N, V) from softmax(logits / temperature), never the id `never`;
+    no gradient (sec. 2)."""
     if logits.shape[0] == 0:
         return torch.zeros(0, dtype=torch.long, device=logits.device)
-    return torch.multinomial(F.softmax(logits.float() / temperature, dim=-1), 1).squeeze(-1)
+    scores = logits.float() / temperature
+    if never is not None:  # the [MASK] id: a generator's sample of it would show [MASK] to the discriminator
+        scores[:, never] = float("-inf")
+    return torch.multinomial(F.softmax(scores, dim=-1), 1).squeeze(-1)
 
 
 def replace_tokens(input_ids: torch.Tensor, labels: torch.Tensor, sampled: torch.Tensor) -> tuple:
@@ -147,7 +153,8 @@ class ReplacedTokenDetection(Objective):
     def forward(self, batch: dict) -> Loss:
         """gen_weight x L_MLM + disc_weight x L_Disc, the BCE over every real position (eq. 1-2)."""
         mlm, logits, mlm_accuracy = self._generate(batch)
-        corrupted, replaced = replace_tokens(batch["input_ids"], batch["labels"], sample(logits, self.temperature))
+        sampled = sample(logits, self.temperature, never=self.generator.mask_id)
+        corrupted, replaced = replace_tokens(batch["input_ids"], batch["labels"], sampled)
         hidden = self.model(corrupted, batch["attention_mask"], segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
         scores = self.rtd(hidden)  # (B, T): logit that the token was replaced
         real = batch["attention_mask"].bool()

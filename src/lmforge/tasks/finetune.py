@@ -25,7 +25,7 @@ from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
-from lmforge.tasks.formats import check_labels
+from lmforge.tasks.formats import check_labels, gold_given
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
@@ -260,19 +260,28 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and
     max_len) on labelled `records`; predictions written to `out` (JSONL) when given. Records
     without labels get predictions only ({} metrics)."""
+    where = str(model) if isinstance(model, (str, Path)) else "the model"
     info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
     kind = kind or info.get("kind")
     if kind is None:
         raise ValueError("the task kind is needed (--task): the model directory has no task.json")
+    if info.get("kind", kind) != kind:  # cls and pair heads look alike; the task.json tells them apart
+        raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
+    labelled = gold_given(records, "data")
     model, tokenizer = load_model(model, tokenizer)
     options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
     cfg = TaskConfig(**{"max_len": max_len or info.get("max_len", 128), "eval_batch_size": batch_size,
                         "text_to_text": info.get("text_to_text"), "prefix": info.get("prefix"), **options})
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data
     labels = labels if labels is not None else info.get("labels")
+    pretrained = {id(head) for head in model.heads.values()}
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
+    # a head the model lacked is freshly drawn; the LM head of text-to-text and seq2seq is pretrained
+    if task.head != "lm" and id(task.task_head) not in pretrained:
+        raise ValueError(f"{where} was never fine-tuned for {kind}: it has no {task.head} head to match "
+                         f"(no task.json of that task), so its scores would be a random head's; fine-tune "
+                         f"it first (lmforge finetune --task {kind})")
     examples = encode_split(task, records, "data")
-    labelled = all(any(r.get(g) is not None for g in ("label", "tags", "answers", "target")) for r in records)
     predictions = task.decode(records, examples, task.outputs(examples, batch_size))
     metrics = task.score(records, predictions) if labelled else {}
     if out is not None:

@@ -4,13 +4,21 @@ line in the file).
 
 Every problem is an error naming the file and the line: bytes that are not UTF-8, empty
 lines or records, missing columns, rows of the wrong width, non-numeric regression labels,
-and (check_labels) validation labels that the training split never showed.
+and (check_labels) validation labels that the training split never showed. A file that is
+not of the task's kind (SQuAD JSON given to tagging, records without the task's fields) is
+refused naming the fields it lacks, never read as garbage.
+
+Labels of cls and pair are text: a string as written (surrounding spaces dropped), a JSON
+number or boolean as JSON writes it (1 -> "1", true -> "true"). One file spelling a label two
+ways (1 and "1", 1 and 1.0, "1" and "1.0", true and "true") is an error naming both spellings:
+merging them could join two classes, keeping them apart could split one.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 from pathlib import Path
 
 # canonical field -> its default column; "?" marks optional fields
@@ -125,7 +133,23 @@ def _label(path, n: int, kind: str, value, choices=None):
         if not 0 <= index < len(choices):
             raise ValueError(f"{path}:{n}: choice label {index} is outside the {len(choices)} choices")
         return index
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{path}:{n}: label {json.dumps(value)[:40]} is not a string, number or boolean")
     return str(value).strip() if isinstance(value, str) else json.dumps(value)
+
+
+def _spelling_check(path, n: int, raw, label: str, seen: dict) -> None:
+    """A label spelled two ways in one file is an error naming both (see the module docstring);
+    `seen` maps each label's value to its first spelling and line."""
+    spelling = json.dumps(raw.strip() if isinstance(raw, str) else raw, ensure_ascii=False)
+    try:
+        number = float(label)  # "1", "1.0" and "01" are one value
+    except ValueError:
+        number = math.nan
+    first, line = seen.setdefault(number if math.isfinite(number) else label, (spelling, n))
+    if first != spelling:
+        raise ValueError(f"{path}:{n}: label {spelling} is also spelled {first} (line {line}); labels are "
+                         f"read as text, so write each label one way throughout the file")
 
 
 def _choices(path, n: int, row: dict, column: str) -> list:
@@ -148,8 +172,9 @@ def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
     unknown = sorted(set(mapping) - set(names))
     if unknown:
         raise ValueError(f"--columns names unknown field(s) {unknown}; {kind} has {', '.join(names)}")
-    records = []
+    records, seen = [], {}
     for n, row in read_rows(path):
+        _require(path, n, row, kind, mapping, labelled)
         record = {"line": n}
         for spec in FIELDS[kind]:
             field = spec.rstrip("?")
@@ -159,13 +184,28 @@ def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
                 record["choices"] = _choices(path, n, row, column)
                 continue
             value = _field(path, n, row, field, column, optional)
-            if field == "label":
-                value = None if value is None else _label(path, n, kind, value, record.get("choices"))
+            if field == "label" and value is not None:
+                label = _label(path, n, kind, value, record.get("choices"))
+                if kind in ("cls", "pair"):
+                    _spelling_check(path, n, value, label, seen)
+                value = label
             elif value is not None:
                 value = str(value)
             record[field] = value
         records.append(record)
     return records
+
+
+def _require(path, n: int, row: dict, kind: str, mapping: dict, labelled: bool) -> None:
+    """Every column the task needs is in the record: an error naming all it lacks."""
+    needed = [(f, c) for f in FIELDS[kind] if not f.endswith("?") and (labelled or f not in GOLD)
+              for c in mapping.get(f, f).split("+")]
+    missing = [(f, c) for f, c in needed if c not in row]
+    if len(missing) > 1:  # one missing column: _field names it with the way to map it
+        columns, fields = ", ".join(repr(c) for _, c in missing), ", ".join(f for f, _ in missing)
+        raise ValueError(f"{path}:{n}: no columns {columns} (for {fields}); the record has "
+                         f"{', '.join(map(repr, row))}: is this a {kind} file? (--columns maps fields "
+                         f"to columns)")
 
 
 def read_task_file(path, kind: str, columns=None, labelled: bool = True) -> list:
@@ -175,6 +215,7 @@ def read_task_file(path, kind: str, columns=None, labelled: bool = True) -> list
     if kind == "tagging" and suffix != ".jsonl":
         from lmforge.tasks.tagging import read_conll
 
+        _refuse_json(path)
         return read_conll(path)
     if kind == "qa" and suffix != ".jsonl":
         from lmforge.tasks.qa import read_squad
@@ -185,15 +226,88 @@ def read_task_file(path, kind: str, columns=None, labelled: bool = True) -> list
     return read_records(path, kind, columns, labelled)
 
 
+SPAN_FIELDS = {"tagging": ("words", "tags"), "qa": ("id", "question", "context", "answers")}
+
+
+def _refuse_json(path) -> None:
+    """A JSON document (SQuAD, a list of records) or JSON lines where a CoNLL file is read would
+    split into nonsense words and tags: an error naming the fields a tagging record lacks."""
+    text = read_text(path)
+    first = next((line for line in text.split("\n") if line.strip()), "")
+    for candidate in (text, first):
+        try:
+            data = json.loads(candidate)
+        except json.JSONDecodeError:  # not JSON: CoNLL, as expected
+            continue
+        row = data[0] if isinstance(data, list) and data else data
+        if isinstance(row, dict):
+            missing = [k for k in SPAN_FIELDS["tagging"] if k not in row]
+            fix = (f"it lacks {', '.join(map(repr, missing))}; give CoNLL (a word and its tag per line) or "
+                   f".jsonl records of words and tags") if missing else "name a JSON lines file .jsonl"
+            raise ValueError(f"{path}: JSON with fields {', '.join(map(repr, row)) or 'none'}, not a "
+                             f"tagging file: {fix}")
+        if isinstance(data, list):
+            raise ValueError(f"{path}: a JSON list, not a tagging file (CoNLL: a word and its tag per line)")
+
+
 def _canonical_jsonl(path, kind: str) -> list:
-    need = ("words", "tags") if kind == "tagging" else ("id", "question", "context", "answers")
+    need = SPAN_FIELDS[kind]
     records = []
     for n, row in read_rows(path):
         missing = [k for k in need if k not in row]
         if missing:
             raise ValueError(f"{path}:{n}: no field(s) {missing} (a {kind} record has {', '.join(need)})")
-        records.append({**{k: row[k] for k in need}, "line": n})
+        record = {**{k: row[k] for k in need}, "line": n}
+        (_check_tagging if kind == "tagging" else _check_qa)(f"{path}:{n}", record)
+        records.append(record)
     return records
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
+
+
+def _check_tagging(where: str, record: dict) -> None:
+    """words and tags: non-empty lists of strings, one tag per word."""
+    for key in ("words", "tags"):
+        if not _strings(record[key]):
+            raise ValueError(f"{where}: {key} must be a non-empty list of non-blank strings, got "
+                             f"{json.dumps(record[key], ensure_ascii=False)[:40]}")
+    if len(record["words"]) != len(record["tags"]):
+        raise ValueError(f"{where}: {len(record['words'])} words but {len(record['tags'])} tags")
+
+
+def _check_qa(where: str, record: dict) -> None:
+    """question and context: text; answers: [{"text", "start"}], each found at its start in the context."""
+    for key in ("question", "context"):
+        if not isinstance(record[key], str) or not record[key].strip():
+            raise ValueError(f"{where}: {key} must be non-empty text")
+    if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):
+        raise ValueError(f"{where}: id must be a string or an integer")
+    record["id"] = str(record["id"])
+    answers = record["answers"]
+    shape = 'a list of {"text": ..., "start": character}'
+    if not isinstance(answers, list):
+        raise ValueError(f"{where}: answers must be {shape} ([] for none), got {json.dumps(answers)[:40]}")
+    for k, a in enumerate(answers):
+        if not (isinstance(a, dict) and isinstance(a.get("text"), str) and type(a.get("start")) is int):
+            raise ValueError(f"{where}: answers[{k}] must be {{\"text\": ..., \"start\": character}}, got "
+                             f"{json.dumps(a, ensure_ascii=False)[:40]}")
+        found = record["context"][a["start"]:a["start"] + len(a["text"])]
+        if a["start"] < 0 or found != a["text"]:
+            raise ValueError(f"{where}: answers[{k}] {a['text']!r} is not at character {a['start']} of the "
+                             f"context (found {found!r})")
+
+
+def gold_given(records: list, source) -> bool:
+    """Whether the records carry their gold answers (label, tags, answers or target): True when
+    all do, False when none does; a mix is an error naming the first record without."""
+    have = [any(r.get(g) is not None for g in ("label", "tags", "answers", "target")) for r in records]
+    if all(have) or not any(have):
+        return all(have)
+    r = records[have.index(False)]
+    raise ValueError(f"{source}:{r.get('line', '?')}: no label, though other records have one; label every "
+                     f"record (to be scored) or none (for predictions only)")
 
 
 def label_set(records: list) -> list:

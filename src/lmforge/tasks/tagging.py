@@ -45,7 +45,7 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1, word_column: int =
     records: list = []
     words: list = []
     tags: list = []
-    first = 0
+    first, width = 0, None  # width: (columns, line) of the first word line, which every line must match
     for number, line in enumerate(text.split("\n"), 1):  # not splitlines: \x0b, \u2028 are not breaks here
         columns = line.split()
         if not columns or columns[0] == DOCSTART:
@@ -60,6 +60,10 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1, word_column: int =
         except IndexError:
             raise ValueError(f"{path}: line {number}: {len(columns)} columns {line.strip()!r}, but the word "
                              f"is column {word_column} and the tag column {tag_column}") from None
+        width = width or (len(columns), number)
+        if len(columns) != width[0]:  # prose, CSV or JSON split at spaces, not CoNLL: refuse, never guess
+            raise ValueError(f"{path}: line {number}: {len(columns)} columns, but line {width[1]} has "
+                             f"{width[0]}; CoNLL has the same columns (a word, its tag) on every line")
         first = first if words else number
         words.append(word)
         tags.append(tag)

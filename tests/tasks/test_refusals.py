@@ -1,0 +1,101 @@
+"""Bad task input through `lmforge finetune` / `lmforge evaluate`: exit status 2 and one line naming the
+file, the field or the model; never a traceback, never a silent wrong result."""
+import json
+
+import pytest
+
+from lmforge.cli import main
+from tests.tasks.core import tiny, tokenizer
+
+FAST = ["batch_size=4", "warmup=0", "progress=false"]
+SQUAD = {"version": "v1.1", "data": [{"title": "T", "paragraphs": [{"context": "Ann ran home.", "qas": [
+    {"id": "q1", "question": "Who ran?", "answers": [{"text": "Ann", "answer_start": 0}]}]}]}]}
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def refused(capsys, argv, *parts) -> str:
+    """Run the command; it must exit 2 with one line on stderr holding every part."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for part in parts:
+        assert part in err, (part, err)
+    return err
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny BERT with its tokenizer, never fine-tuned (no task.json, no task head)."""
+    path = tmp_path_factory.mktemp("model")
+    tiny(n_layers=1).save(path)
+    tokenizer().save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def finetuned(model_dir, tmp_path_factory):
+    """The model fine-tuned on a cls file for one step (OUT/final)."""
+    root = tmp_path_factory.mktemp("run")
+    train = write(root / "train.csv", "text,label\nIt is superb.,pos\nIt broke.,neg\n")
+    assert main(["finetune", "--model", str(model_dir), "--task", "cls", "--train", train,
+                 "--out", str(root / "out"), "--steps", "1", *FAST]) == 0
+    return root / "out" / "final"
+
+
+def test_labels_1_and_quoted_1_do_not_merge(model_dir, tmp_path, capsys):
+    train = write(tmp_path / "train.jsonl", '{"text": "It is superb.", "label": 1}\n'
+                  '{"text": "It broke.", "label": 0}\n{"text": "I love it.", "label": "1"}\n')
+    refused(capsys, ["finetune", "--model", str(model_dir), "--task", "cls", "--train", train,
+                     "--out", str(tmp_path / "o"), "--steps", "1", *FAST],
+            f"{train}:3: label \"1\" is also spelled 1 (line 1)")
+    assert not (tmp_path / "o").exists()  # refused before anything was trained or written
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_squad_given_to_tagging_is_refused_naming_the_fields(model_dir, tmp_path, capsys, indent):
+    squad = write(tmp_path / "squad.json", json.dumps(SQUAD, indent=indent))
+    refused(capsys, ["finetune", "--model", str(model_dir), "--task", "tagging", "--train", squad,
+                     "--out", str(tmp_path / "o"), "--steps", "1", *FAST],
+            squad, "it lacks 'words', 'tags'")
+
+
+def test_records_without_the_tasks_fields_are_refused(model_dir, tmp_path, capsys):
+    squad = write(tmp_path / "squad.json", json.dumps(SQUAD))
+    refused(capsys, ["finetune", "--model", str(model_dir), "--task", "cls", "--train", squad,
+                     "--out", str(tmp_path / "o")], f"{squad}:1: no columns 'text', 'label'")
+    conll = write(tmp_path / "ner.conll", "Ann B-PER\nran O\n")
+    refused(capsys, ["finetune", "--model", str(model_dir), "--task", "qa", "--train", conll,
+                     "--out", str(tmp_path / "o")], conll, "not valid JSON")
+
+
+def test_evaluate_refuses_a_model_never_fine_tuned_for_the_task(model_dir, finetuned, tmp_path, capsys):
+    data = write(tmp_path / "test.csv", "text,label\nIt is superb.,pos\nIt broke.,neg\n")
+    refused(capsys, ["evaluate", "--model", str(model_dir), "--task", "cls", "--data", data],
+            f"{model_dir} was never fine-tuned for cls")
+    refused(capsys, ["evaluate", "--model", str(finetuned), "--task", "pair", "--data",
+                     write(tmp_path / "pair.csv", "text,text_pair,label\na,b,pos\n")],
+            f"{finetuned} was fine-tuned for cls, not pair")
+    assert main(["evaluate", "--model", str(finetuned), "--data", data]) == 0  # its own task: scored
+
+
+def test_evaluate_names_a_record_without_its_label(finetuned, tmp_path, capsys):
+    data = write(tmp_path / "test.jsonl", '{"text": "It is superb.", "label": "pos"}\n'
+                 '{"text": "It broke."}\n')
+    refused(capsys, ["evaluate", "--model", str(finetuned), "--data", data], f"{data}:2: no label")
+    csv = write(tmp_path / "test.csv", "text,label\nIt is superb.,\nIt broke.,neg\n")
+    refused(capsys, ["evaluate", "--model", str(finetuned), "--data", csv], f"{csv}:2: no label")
+
+
+def test_evaluate_api_refuses_mixed_gold_and_a_fresh_head(model_dir, finetuned):
+    from lmforge.tasks.finetune import evaluate
+
+    mixed = [{"text": "It is superb.", "label": "pos", "line": 1},
+             {"text": "It broke.", "label": None, "line": 2}]
+    with pytest.raises(ValueError, match="data:2: no label"):
+        evaluate(finetuned, mixed)
+    with pytest.raises(ValueError, match="never fine-tuned for cls"):
+        evaluate(model_dir, mixed[:1], "cls")

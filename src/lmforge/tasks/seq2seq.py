@@ -23,10 +23,9 @@ generates on its own (`lmforge generate`).
 from __future__ import annotations
 
 from lmforge.generate import generate
-from lmforge.objectives.base import Loss
-from lmforge.objectives.seq2seq import add_decoder_inputs, teacher_forced_loss
 from lmforge.tasks import metrics
-from lmforge.tasks.base import META, Task, register
+from lmforge.tasks.base import Task, register
+from lmforge.tasks.text2text import TeacherForced
 
 
 def end_token(tokenizer) -> int:
@@ -45,7 +44,7 @@ def _positive(name: str, value) -> int:
 
 
 @register
-class Seq2SeqTask(Task):
+class Seq2SeqTask(TeacherForced, Task):
     """Source text -> target text with an encoder-decoder's LM head (see the module docstring)."""
 
     kind = "seq2seq"
@@ -89,19 +88,7 @@ class Seq2SeqTask(Task):
             example["labels"] = self.target(record["target"])
         return [example]
 
-    def collate(self, examples: list) -> dict:
-        """Padded sources; with labels, the decoder's inputs and mask too."""
-        batch = super().collate(examples)
-        if "labels" in batch:
-            clean = [{k: v for k, v in e.items() if k not in META} for e in examples]
-            add_decoder_inputs(batch, clean, self.start, self.pad_id)
-        return batch
-
     # ---- model side ---------------------------------------------------------------------------
-    def forward(self, batch: dict) -> Loss:
-        """The teacher-forced cross-entropy of the targets."""
-        return teacher_forced_loss(self.model, self.task_head, batch)
-
     def predict(self, batch: dict) -> list:
         """Each example's generated ids (without the start token), up to its first end token."""
         out = generate(self.model, batch["input_ids"], batch["attention_mask"],

@@ -62,7 +62,24 @@ def round_value(value) -> str:
     return f"{round(float(value) * 5) / 5 + 0.0:.1f}"  # + 0.0 turns -0.0 into 0.0
 
 
-class TextToTextTask(Task):
+class TeacherForced:
+    """Collation and loss of tasks whose targets are token sequences the decoder is fed shifted right
+    (text-to-text classification here, seq2seq in seq2seq.py): mixed into a Task."""
+
+    def collate(self, examples: list) -> dict:
+        """Padded sources; with labels, the decoder's inputs and mask too."""
+        batch = super().collate(examples)
+        if "labels" in batch:
+            clean = [{k: v for k, v in e.items() if k not in META} for e in examples]
+            add_decoder_inputs(batch, clean, self.start, self.pad_id)
+        return batch
+
+    def forward(self, batch: dict) -> Loss:
+        """The teacher-forced cross-entropy of the targets."""
+        return teacher_forced_loss(self.model, self.task_head, batch)
+
+
+class TextToTextTask(TeacherForced, Task):
     """Base of the text-to-text tasks: source text, label targets, loss and rank classification."""
 
     head = "lm"
@@ -133,19 +150,7 @@ class TextToTextTask(Task):
             example["labels"] = list(self.target_of(record))
         return [example]
 
-    def collate(self, examples: list) -> dict:
-        """Padded sources; with labels, the decoder's inputs and mask too."""
-        batch = super().collate(examples)
-        if "labels" in batch:
-            clean = [{k: v for k, v in e.items() if k not in META} for e in examples]
-            add_decoder_inputs(batch, clean, self.start, self.pad_id)
-        return batch
-
     # ---- model side ---------------------------------------------------------------------------
-    def forward(self, batch: dict) -> Loss:
-        """The seq2seq LM loss of the targets (teacher forcing)."""
-        return teacher_forced_loss(self.model, self.task_head, batch)
-
     def candidate_scores(self, batch: dict) -> torch.Tensor:
         """(B, n_labels) log-likelihood of each label's target given each input: the encoder
         runs once, the decoder once per candidate."""

@@ -30,7 +30,7 @@ def _model_dir(path, preset, vocab_size, tokenizer):
     return path
 
 
-def _refused(capsys, argv):
+def assert_refused(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "1000 ids" in err and "vocab_size=400" in err, err
@@ -55,7 +55,7 @@ def test_the_highest_id_counts_not_the_number_of_ids():
 
 def test_fill_mask_refuses_a_tokenizer_too_big_for_the_model(tmp_path, big_tokenizer, capsys):
     path = _model_dir(tmp_path / "m", "bert-base", 400, big_tokenizer)
-    _refused(capsys, ["fill-mask", "Paris is the [MASK] of France.", "--model", str(path)])
+    assert_refused(capsys, ["fill-mask", "Paris is the [MASK] of France.", "--model", str(path)])
     with pytest.raises(ValueError, match="does not fit"):
         fill_mask(lmforge.load(path), big_tokenizer, "a [MASK] b")
 
@@ -68,7 +68,7 @@ def test_fill_mask_takes_a_tokenizer_smaller_than_the_model(tmp_path, big_tokeni
 
 def test_embed_refuses_a_tokenizer_too_big_for_the_model(tmp_path, big_tokenizer, capsys):
     path = _model_dir(tmp_path / "m", "bert-base", 400, big_tokenizer)
-    _refused(capsys, ["embed", "a sentence", "--model", str(path)])
+    assert_refused(capsys, ["embed", "a sentence", "--model", str(path)])
     with pytest.raises(ValueError, match="does not fit"):
         embed(["a sentence"], lmforge.load(path), tokenizer=big_tokenizer)
 
@@ -77,9 +77,9 @@ def test_evaluate_refuses_a_tokenizer_too_big_for_the_model(tmp_path, big_tokeni
     path = _model_dir(tmp_path / "m", "bert-base", 400, big_tokenizer)
     data = tmp_path / "d.csv"
     data.write_text("text,label\ngood film,pos\nbad film,neg\n")
-    _refused(capsys, ["evaluate", "--model", str(path), "--task", "cls", "--data", str(data)])
+    assert_refused(capsys, ["evaluate", "--model", str(path), "--task", "cls", "--data", str(data)])
 
 
 def test_generate_refuses_a_tokenizer_too_big_for_the_model(tmp_path, big_tokenizer, capsys):
     path = _model_dir(tmp_path / "m", "gpt2", 400, big_tokenizer)
-    _refused(capsys, ["generate", "the cat", "--model", str(path), "--max-new-tokens", "2"])
+    assert_refused(capsys, ["generate", "the cat", "--model", str(path), "--max-new-tokens", "2"])

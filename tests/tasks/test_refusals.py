@@ -17,7 +17,7 @@ def write(path, text):
     return str(path)
 
 
-def refused(capsys, argv, *parts) -> str:
+def assert_refused(capsys, argv, *parts) -> str:
     """Run the command; it must exit 2 with one line on stderr holding every part."""
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -49,7 +49,7 @@ def finetuned(model_dir, tmp_path_factory):
 def test_labels_1_and_quoted_1_do_not_merge(model_dir, tmp_path, capsys):
     train = write(tmp_path / "train.jsonl", '{"text": "It is superb.", "label": 1}\n'
                   '{"text": "It broke.", "label": 0}\n{"text": "I love it.", "label": "1"}\n')
-    refused(capsys, ["finetune", "--model", str(model_dir), "--task", "cls", "--train", train,
+    assert_refused(capsys, ["finetune", "--model", str(model_dir), "--task", "cls", "--train", train,
                      "--out", str(tmp_path / "o"), "--steps", "1", *FAST],
             f"{train}:3: label \"1\" is also spelled 1 (line 1)")
     assert not (tmp_path / "o").exists()  # refused before anything was trained or written
@@ -58,25 +58,25 @@ def test_labels_1_and_quoted_1_do_not_merge(model_dir, tmp_path, capsys):
 @pytest.mark.parametrize("indent", [None, 2])
 def test_squad_given_to_tagging_is_refused_naming_the_fields(model_dir, tmp_path, capsys, indent):
     squad = write(tmp_path / "squad.json", json.dumps(SQUAD, indent=indent))
-    refused(capsys, ["finetune", "--model", str(model_dir), "--task", "tagging", "--train", squad,
+    assert_refused(capsys, ["finetune", "--model", str(model_dir), "--task", "tagging", "--train", squad,
                      "--out", str(tmp_path / "o"), "--steps", "1", *FAST],
             squad, "it lacks 'words', 'tags'")
 
 
 def test_records_without_the_tasks_fields_are_refused(model_dir, tmp_path, capsys):
     squad = write(tmp_path / "squad.json", json.dumps(SQUAD))
-    refused(capsys, ["finetune", "--model", str(model_dir), "--task", "cls", "--train", squad,
+    assert_refused(capsys, ["finetune", "--model", str(model_dir), "--task", "cls", "--train", squad,
                      "--out", str(tmp_path / "o")], f"{squad}:1: no columns 'text', 'label'")
     conll = write(tmp_path / "ner.conll", "Ann B-PER\nran O\n")
-    refused(capsys, ["finetune", "--model", str(model_dir), "--task", "qa", "--train", conll,
+    assert_refused(capsys, ["finetune", "--model", str(model_dir), "--task", "qa", "--train", conll,
                      "--out", str(tmp_path / "o")], conll, "not valid JSON")
 
 
 def test_evaluate_refuses_a_model_never_fine_tuned_for_the_task(model_dir, finetuned, tmp_path, capsys):
     data = write(tmp_path / "test.csv", "text,label\nIt is superb.,pos\nIt broke.,neg\n")
-    refused(capsys, ["evaluate", "--model", str(model_dir), "--task", "cls", "--data", data],
+    assert_refused(capsys, ["evaluate", "--model", str(model_dir), "--task", "cls", "--data", data],
             f"{model_dir} was never fine-tuned for cls")
-    refused(capsys, ["evaluate", "--model", str(finetuned), "--task", "pair", "--data",
+    assert_refused(capsys, ["evaluate", "--model", str(finetuned), "--task", "pair", "--data",
                      write(tmp_path / "pair.csv", "text,text_pair,label\na,b,pos\n")],
             f"{finetuned} was fine-tuned for cls, not pair")
     assert main(["evaluate", "--model", str(finetuned), "--data", data]) == 0  # its own task: scored
@@ -85,9 +85,9 @@ def test_evaluate_refuses_a_model_never_fine_tuned_for_the_task(model_dir, finet
 def test_evaluate_names_a_record_without_its_label(finetuned, tmp_path, capsys):
     data = write(tmp_path / "test.jsonl", '{"text": "It is superb.", "label": "pos"}\n'
                  '{"text": "It broke."}\n')
-    refused(capsys, ["evaluate", "--model", str(finetuned), "--data", data], f"{data}:2: no label")
+    assert_refused(capsys, ["evaluate", "--model", str(finetuned), "--data", data], f"{data}:2: no label")
     csv = write(tmp_path / "test.csv", "text,label\nIt is superb.,\nIt broke.,neg\n")
-    refused(capsys, ["evaluate", "--model", str(finetuned), "--data", csv], f"{csv}:2: no label")
+    assert_refused(capsys, ["evaluate", "--model", str(finetuned), "--data", csv], f"{csv}:2: no label")
 
 
 def test_evaluate_api_refuses_mixed_gold_and_a_fresh_head(model_dir, finetuned):

@@ -16,7 +16,7 @@ import torch
 from lmforge.fast.blocked import blocked_attend
 from lmforge.fast.dropout import dropout
 from lmforge.fast.packing import Packing
-from lmforge.layers.attention import DenseKernel
+from lmforge.layers.attention import DenseKernel, attend
 
 
 class DroppingKernel(DenseKernel):
@@ -25,15 +25,9 @@ class DroppingKernel(DenseKernel):
 
     def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
         """(out (B, H, T, dh), probabilities or None), as DenseKernel's."""
-        if not dropout_p or q.device.type != "cpu":
+        if q.device.type != "cpu":
             return super().attend(q, k, v, bias, dropout_p, scale)
-        if k.shape[1] != q.shape[1]:  # GQA/MQA: each kv head serves n_heads / n_kv_heads query heads
-            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-        scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-        if bias is not None:
-            scores = scores + bias
-        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        return torch.matmul(dropout(probs, dropout_p), v), (probs if self.return_probs else None)
+        return attend(q, k, v, bias, dropout_p, scale, self.return_probs, drop=dropout)
 
 
 class BlockedKernel(DenseKernel):

@@ -27,20 +27,22 @@ from lmforge.layers.variants.linformer import LinformerProjection
 from lmforge.layers.variants.xl_relative import XLRelativeBias
 
 
-def attend(q, k, v, bias=None, dropout_p: float = 0.0, scale: float = 1.0, return_probs: bool = False):
+def attend(q, k, v, bias=None, dropout_p: float = 0.0, scale: float = 1.0, return_probs: bool = False,
+           drop=None):
     """softmax(q k^T * scale + bias) v. q (B, H, Tq, dh); k, v (B, Hkv, Tk, dh); bias additive,
-    broadcastable to (B, H, Tq, Tk). Returns (out (B, H, Tq, dh), probs or None)."""
+    broadcastable to (B, H, Tq, Tk). Returns (out (B, H, Tq, dh), probs or None). drop(probs, p):
+    a dropout of one's own, run on the explicit path (default: SDPA's own, or F.dropout)."""
     if k.shape[1] != q.shape[1]:  # GQA/MQA: each kv head serves n_heads / n_kv_heads query heads
         groups = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    if not return_probs:
+    if not return_probs and not (drop is not None and dropout_p):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
         return out, None
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    out = torch.matmul(F.dropout(probs, dropout_p) if dropout_p else probs, v)
+    out = torch.matmul((drop or F.dropout)(probs, dropout_p) if dropout_p else probs, v)
     return out, (probs if return_probs else None)
 
 

@@ -70,16 +70,19 @@ class FastBlock(Block):
 SWAPS = {nn.Linear: FastLinear, nn.Dropout: FastDropout, Block: FastBlock, FeedForward: FastFeedForward}
 
 
-def _slots(model: nn.Module) -> list:
-    """(linear, slot) for the projections whose outputs die inside their layer: the fused q, k, v
-    (KVCache copies what it keeps) and the FFN's hidden units."""
-    named = []
+def _plan(model: nn.Module) -> tuple:
+    """One pass over the modules: (module, its plain class) for each to swap, and (linear, slot) for
+    the projections whose outputs die inside their layer: the fused q, k, v (KVCache copies what it
+    keeps) and the FFN's hidden units."""
+    swapped, slots = [], []
     for module in model.modules():
+        if type(module) in SWAPS:
+            swapped.append((module, type(module)))
         if isinstance(module, Attention) and isinstance(getattr(module, "qkv", None), nn.Linear):
-            named.append((module.qkv, "attn.qkv"))
+            slots.append((module.qkv, "attn.qkv"))
         elif isinstance(module, FeedForward):
-            named += [(module.up, "ffn.up")] + ([(module.gate, "ffn.gate")] if module.gate is not None else [])
-    return named
+            slots += [(module.up, "ffn.up")] + ([(module.gate, "ffn.gate")] if module.gate is not None else [])
+    return swapped, slots
 
 
 @contextmanager
@@ -89,8 +92,7 @@ def accelerate(model: nn.Module, enabled: bool = True):
     if not enabled or getattr(model, "_accelerated", False):
         yield model
         return
-    swapped = [(m, type(m)) for m in model.modules() if type(m) in SWAPS]
-    slots = _slots(model)
+    swapped, slots = _plan(model)
     try:
         model._accelerated = True
         for module, plain in swapped:

@@ -89,46 +89,47 @@ class VocabProjection:
         return self.screen(features) if self.way == "screen" and self.screen.active else None
 
     def _choose(self, features: torch.Tensor) -> None:
-        """Settle the way on the first step's features (the row count is known only then)."""
+        """Settle the way on the first step's features (the row count is known only then), building
+        only what the ways still in question read."""
         if self.chosen:
             return
         self.chosen = True
         copies = _copies(self.head, self.weight, self.bias)
+        copies.greedy_calls += self.greedy
         key = (*self.weight.shape, features.shape[0], self.greedy, torch.get_num_threads())
         known = CHOICES.get(key)
-        # a screen timed here and beaten is not built again (its table costs ~120 projections)
-        candidates = self._candidates(copies, screen=not (known and known[1] and known[0] != "screen"))
+        # the screen's table costs ~120 full projections (GPT-2 small ~0.75 s): under auto it is
+        # considered from a head's second greedy call on, and never again once timed and beaten
+        screen_due = self.greedy and (self.mode != "auto" or copies.greedy_calls >= 2)
         if self.mode != "auto":
-            self.way = self.mode if self.mode in candidates else "plain"
-        elif known is not None and (known[1] or "screen" not in candidates):
-            self.way = known[0] if known[0] in candidates else "plain"
+            wanted = {self.mode}
+        elif known is not None and (known[1] or not screen_due):
+            wanted = {known[0]}
+        else:
+            wanted = {"plain", "input-major", "screen"} if screen_due else {"plain", "input-major"}
+        candidates = self._candidates(copies, wanted)
+        if len(wanted) == 1:
+            self.way = next(iter(wanted)) if wanted <= set(candidates) else "plain"
         else:
             self.way = self._fastest(candidates, features)
             CHOICES[key] = (self.way, "screen" in candidates)
         self._keep(copies)
 
-    def _candidates(self, copies: _Copies, screen: bool = True) -> dict:
-        """way -> a callable of the features, for every way that applies here."""
+    def _candidates(self, copies: _Copies, wanted: set) -> dict:
+        """way -> a callable of the features, for plain and each wanted way that applies here."""
         ways = {"plain": lambda h: F.linear(h, self.weight, self.bias).argmax(-1)}
-        if self.weight.numel() * self.weight.element_size() <= MAX_COPY_BYTES:
+        if "input-major" in wanted and self.weight.numel() * self.weight.element_size() <= MAX_COPY_BYTES:
             if copies.input_major is None:
                 copies.input_major = self.weight.detach().t().contiguous()  # (E, V)
             self.copy = copies.input_major
             ways["input-major"] = lambda h: (h @ self.copy).argmax(-1)
-        if self.greedy and screen and self._screen(copies) is not None:
-            ways["screen"] = self.screen
+        if "screen" in wanted and self.greedy:
+            if copies.screen is None:
+                copies.screen = ScreenTable(self.weight, self.bias, copies.key)
+            if copies.screen.usable:
+                self.screen = GreedyScreen(copies.screen, self.weight, self.bias)
+                ways["screen"] = self.screen
         return ways
-
-    def _screen(self, copies: _Copies) -> Optional[GreedyScreen]:
-        """The screen over this head, built from a head's second greedy call on under auto (a table costs
-        ~120 full projections: GPT-2 small ~0.75 s), at once when asked for by name."""
-        copies.greedy_calls += 1
-        if self.mode == "auto" and copies.greedy_calls < 2:
-            return None
-        if copies.screen is None:
-            copies.screen = ScreenTable(self.weight, self.bias, copies.key)
-        self.screen = GreedyScreen(copies.screen, self.weight, self.bias) if copies.screen.usable else None
-        return self.screen
 
     def _fastest(self, candidates: dict, features: torch.Tensor) -> str:
         """The candidate with the least median time on these features."""

@@ -23,6 +23,7 @@ from lmforge.fast.paths import FastPaths
 from lmforge.fast.packing import Packing
 from lmforge.layers.attention import AttentionContext, DenseKernel, KVCache
 from lmforge.layers.embeddings import Embeddings
+from lmforge.layers.inspection import Inspection
 from lmforge.layers.norms import RMSNorm
 from lmforge.layers.patterns import cross_bias
 from lmforge.layers.stack import Stack
@@ -38,7 +39,8 @@ class ModelOutput:
 
     last_hidden_state: torch.Tensor  # (B, T, d_model); the decoder's for an encoder-decoder
     hidden_states: Optional[list] = None  # embeddings output + every layer's output
-    attentions: Optional[list] = None  # per layer (B, H, Tq, Tk) with return_attention=True
+    # per layer (B, H, Tq, Tk) with return_attention=True; with a list of layers, None at the others
+    attentions: Optional[list] = None
     cross_attentions: Optional[list] = None
     cache: Optional[KVCache] = None
     encoder_last_hidden_state: Optional[torch.Tensor] = None
@@ -77,6 +79,7 @@ class Transformer(nn.Module):
         self.tokens = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
         self.heads = nn.ModuleDict()
         self.fast = FastPaths()  # unpadding and blocked local attention (not saved; same results)
+        self.inspection = None  # an analysis's head gates and attention records (layers/inspection.py)
 
     def __call__(self, *args, **kwargs):
         """nn.Module's call, run under fast.accelerate unless self.fast.accelerate is off: the one
@@ -150,17 +153,21 @@ class Transformer(nn.Module):
         """The stack's masks for this pass and the attention backend of each, decided here only:
         windowed patterns of long sequences in query chunks (fast/blocked.py), an unpadded batch's
         rows re-padded or attended sequence by sequence (fast/packing.py), else dense SDPA, or an
-        explicit softmax when the probabilities are returned. dense: the caller edits the masks."""
-        dense = dense or return_attention or prefix_lengths is not None or past > 0
+        probabilities recorded from dense masks. dense: the caller edits the masks."""
+        recording = bool(return_attention) or (self.inspection is not None and bool(self.inspection.record))
+        dense = dense or recording or prefix_lengths is not None or past > 0
         chosen = {} if dense else blocked_layers(stack, self.fast, x.shape[1])
         ctx = stack.context(x, position_ids, past, key_padding, global_tokens, cache, prefix_lengths,
                             skip=chosen)
         ctx.biases.update(plans(stack, ctx, chosen, x.dtype, self.fast.chunk))
         # with the accelerations, attention dropout draws the cheaper mask (fast/kernels.py)
-        ctx.kernel = (DroppingKernel if accelerated(self) else DenseKernel)(return_probs=return_attention)
+        ctx.kernel = (DroppingKernel if accelerated(self) else DenseKernel)()
         ctx.kernels = {key: BlockedKernel() for key in chosen}
-        if packing is not None:  # layers see (N, d_model) rows; rotations and maps need (B, T)
-            by_sequence = packing.by_sequence and ctx.rope is None and not return_attention
+        if recording or self.inspection is not None:
+            inspection = self.inspection or Inspection()
+            ctx.inspection = inspection.for_stack("decoder" if stack.causal else "encoder", return_attention)
+        if packing is not None:  # layers see (N, d_model) rows; rotations and records need (B, T)
+            by_sequence = packing.by_sequence and ctx.rope is None and not recording
             ctx.kernel, ctx.kernels = packed(packing, ctx, by_sequence)
         return ctx
 

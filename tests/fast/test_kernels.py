@@ -28,7 +28,7 @@ def test_windowed_masks_of_long_sequences_run_blocked_and_get_no_dense_mask():
         ctx = _context(model, 100, **dense)
         assert not isinstance(ctx.biases["sliding-window"], ChunkPlan)
         assert type(ctx.kernel_for("sliding-window")) is DenseKernel
-    assert _context(model, 100, return_attention=True).kernel.return_probs
+    assert _context(model, 100, return_attention=True).inspection.wants(0)
     model.fast = FastPaths(local_attention="dense")
     assert not isinstance(_context(model, 100).biases["sliding-window"], ChunkPlan)
 

@@ -24,10 +24,10 @@ class DroppingKernel(DenseKernel):
     anyway, so the same steps run here, the mask drawn by fast/dropout.py (~4x cheaper to draw)."""
 
     def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
-        """(out (B, H, T, dh), probabilities or None), as DenseKernel's."""
+        """(out (B, H, T, dh), None), as DenseKernel's."""
         if q.device.type != "cpu":
             return super().attend(q, k, v, bias, dropout_p, scale)
-        return attend(q, k, v, bias, dropout_p, scale, self.return_probs, drop=dropout)
+        return attend(q, k, v, bias, dropout_p, scale, drop=dropout)
 
 
 class BlockedKernel(DenseKernel):

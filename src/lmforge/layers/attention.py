@@ -8,9 +8,11 @@ Self-attention is one path, qkv -> positions -> cache -> kernel -> out:
 - cache: earlier keys and values (a KVCache while decoding; XLNet's memory), then the pattern's
   key/value transform where it has one (Linformer, layers/variants/linformer.py);
 - kernel: the backend the model's forward chose for the layer's mask (`ctx.kernel_for`): the
-  dense `DenseKernel` here (SDPA, or an explicit softmax that also returns the probabilities),
-  blocked local attention and packed rows in lmforge/fast/;
-- out: heads merged back in the kernel's layout and projected.
+  dense `DenseKernel` here (SDPA), blocked local attention and packed rows in lmforge/fast/;
+- out: heads merged back in the kernel's layout, gated where an analysis asks, and projected.
+
+Attention probabilities are never a kernel's business: where an analysis records a layer
+(layers/inspection.py), they are recomputed from the q, k and bias the kernel attended with.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.config import ModelConfig
+from lmforge.layers.inspection import Record, StackInspection, eager_probabilities, gate_heads
 from lmforge.layers.variants.linformer import LinformerProjection
 from lmforge.layers.variants.xl_relative import XLRelativeBias
 
@@ -124,20 +127,16 @@ def _grown(old, new: torch.Tensor, end: int) -> torch.Tensor:
 
 
 class DenseKernel:
-    """The plain attention backend on the padded (B, H, T, dh) layout: `attend`, by SDPA or, with
-    return_probs, an explicit softmax that also returns the probabilities. Other backends
-    (lmforge/fast/kernels.py) offer the same three calls."""
-
-    def __init__(self, return_probs: bool = False) -> None:
-        self.return_probs = return_probs
+    """The plain attention backend on the padded (B, H, T, dh) layout: `attend` by SDPA. Other
+    backends (lmforge/fast/kernels.py) offer the same three calls."""
 
     def heads(self, fused: torch.Tensor, n_heads: int, n_kv: int, dh: int) -> tuple:
         """A fused projection (B, T, (H + 2 Hkv) dh) -> q (B, H, T, dh), k and v (B, Hkv, T, dh)."""
         return split_heads(fused, n_heads, n_kv, dh)
 
     def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
-        """(out (B, H, T, dh), probabilities (B, H, Tq, Tk) or None); see `attend`."""
-        return attend(q, k, v, bias, dropout_p, scale, self.return_probs)
+        """(out (B, H, T, dh), None); see `attend`."""
+        return attend(q, k, v, bias, dropout_p, scale)
 
     def merge(self, out: torch.Tensor) -> torch.Tensor:
         """(B, H, T, dh) -> (B, T, H dh), the output projection's input."""
@@ -162,6 +161,7 @@ class AttentionContext:
     padding_only: dict = field(default_factory=dict)  # mask key -> causal, for masks of padding (+ causality) only
     kernel: object = field(default_factory=DenseKernel)  # the backend of every layer, unless `kernels` names one
     kernels: dict = field(default_factory=dict)  # mask key -> the backend of that mask's layers
+    inspection: Optional[StackInspection] = None  # head gates and attention records (analysis)
 
     def kernel_for(self, mask_key) -> object:
         """The attention backend that the layers of `mask_key` run."""
@@ -171,9 +171,11 @@ class AttentionContext:
 class Attention(nn.Module):
     """Self- or cross-attention with n_heads query and n_kv_heads key/value heads."""
 
-    def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False) -> None:
+    def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False, n_heads=None) -> None:
         super().__init__()
         self.n_heads, self.n_kv, self.dh = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        if n_heads is not None:  # heads pruned physically (analysis/pruning.py): MHA only (config checks)
+            self.n_heads = self.n_kv = n_heads
         self.pattern, self.cross = pattern, cross
         q_dim, kv_dim = self.n_heads * self.dh, self.n_kv * self.dh
         if cross:
@@ -201,8 +203,9 @@ class Attention(nn.Module):
             k, v = ctx.cache.extend(layer, k, v)
         if self.linformer is not None:  # keys and values projected along the sequence: all visible
             (k, v), bias = self.linformer(k, v, ctx.key_padding), None
-        out, probs = self._attend(x, q, k, v, bias, ctx, kernel)
-        return self.out(kernel.merge(out)), probs
+        out, _ = self._attend(x, q, k, v, bias, ctx, kernel)
+        probs = self._inspect(ctx, "self", layer, x, Record(None, q, k, v, self.scale), bias, kernel)
+        return self.out(self.gated(kernel.merge(out), ctx, "self", layer)), probs
 
     def positions(self, q: torch.Tensor, k: torch.Tensor, ctx: AttentionContext, bias) -> tuple:
         """The position scheme's step: (q, k, bias) after the rotation of q and k (rotary) or with
@@ -216,6 +219,24 @@ class Attention(nn.Module):
     def _attend(self, x, q, k, v, bias, ctx: AttentionContext, kernel) -> tuple:
         # the kernel step (a subclass with rows of its own recomputes them after it: variants/longformer.py)
         return kernel.attend(q, k, v, bias, self.dropout_p if self.training else 0.0, self.scale)
+
+    def _inspect(self, ctx: AttentionContext, kind: str, layer: int, x, record: Record, bias, kernel):
+        """The layer's probabilities (B, H, Tq, Tk), kept with its q, k, v, when an analysis records
+        it; else None (and nothing is computed)."""
+        if ctx.inspection is None or not ctx.inspection.wants(layer):
+            return None
+        record.probs = self.probabilities(x, record.q, record.k, bias, ctx, kernel)
+        ctx.inspection.keep(kind, layer, record)
+        return record.probs
+
+    def probabilities(self, x, q, k, bias, ctx: AttentionContext, kernel) -> torch.Tensor:
+        """softmax(scale q k^T + bias) from what `kernel` attended with (a padded layout's)."""
+        return eager_probabilities(q, k, bias, self.scale)
+
+    def gated(self, merged: torch.Tensor, ctx: AttentionContext, kind: str, layer: int) -> torch.Tensor:
+        """Heads' outputs times their gates xi_h (Michel et al. 2019) where an analysis sets them."""
+        gate = ctx.inspection.gate(kind, layer) if ctx.inspection is not None else None
+        return merged if gate is None else gate_heads(merged, gate)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:  # (B, T, n*dh) -> (B, n, T, dh)
         B, T, _ = x.shape
@@ -239,5 +260,7 @@ class Attention(nn.Module):
             k, v = (self._heads(t, self.n_kv) for t in self.kv(ctx.memory).chunk(2, dim=-1))
             if ctx.cache is not None:
                 ctx.cache.cross_kv[layer] = (k, v)
-        out, probs = self._attend(x, q, k, v, ctx.cross_bias, ctx, ctx.kernel)
-        return self.out(ctx.kernel.merge(out)), probs
+        out, _ = self._attend(x, q, k, v, ctx.cross_bias, ctx, ctx.kernel)
+        probs = self._inspect(ctx, "cross", layer, x, Record(None, q, k, v, self.scale), ctx.cross_bias,
+                              ctx.kernel)
+        return self.out(self.gated(ctx.kernel.merge(out), ctx, "cross", layer)), probs

@@ -135,15 +135,16 @@ class TwoStream:
 
             def attention(q_in, block=block, content=content, key=key, layer=layer):
                 return query_attention(block.attn, q_in, content, ctx, self.query_biases[key],
-                                       self.target_mapping), None
+                                       self.target_mapping, layer), None
             g, _ = block(g, ctx, layer, key, self_attention=attention)
         return stack.final_norm(g) if stack.final_norm is not None else g
 
 
 def query_attention(attn: Attention, g: torch.Tensor, content: torch.Tensor, ctx: AttentionContext,
-                    bias: torch.Tensor, target_mapping: torch.Tensor) -> torch.Tensor:
+                    bias: torch.Tensor, target_mapping: torch.Tensor, layer: int) -> torch.Tensor:
     """Query stream of one layer: queries from g (B, n, d) at their positions, keys and values
-    from the content stream (B, M+T, d); returns (B, n, d_model)."""
+    from the content stream (B, M+T, d); returns (B, n, d_model). Head gates are the content
+    stream's: a head is one set of weights, whichever stream it reads."""
     H, dh = attn.n_heads, attn.dh
     q = attn.qkv(g)[..., :H * dh]  # (B, n, H*dh); the same W_q as the content stream
     q = torch.einsum("bnt,bnc->btc", target_mapping.to(q.dtype), q)  # onto positions: (B, T, H*dh)
@@ -154,4 +155,4 @@ def query_attention(attn: Attention, g: torch.Tensor, content: torch.Tensor, ctx
     out, _ = attend(q, k, v, bias, attn.dropout_p if attn.training else 0.0, attn.scale)
     out = out.transpose(1, 2).reshape(B, T, H * dh)
     out = torch.einsum("bnt,btc->bnc", target_mapping.to(out.dtype), out)  # back to the n queries
-    return attn.out(out)
+    return attn.out(attn.gated(out, ctx, "self", layer))

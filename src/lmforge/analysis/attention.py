@@ -1,0 +1,119 @@
+"""Attention maps of any model, exactly as its kernels attended (for views and analyses).
+
+The model runs its ordinary forward with an `Inspection` recording the chosen layers
+(layers/inspection.py): each recorded layer's probabilities are recomputed from the q, k and
+mask bias its kernel used, so sparse patterns (windows, dilation, Longformer's global rows,
+BigBird's random blocks), GQA groups and position biases (ALiBi, T5, XL) are all in them.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Optional
+
+import torch
+
+from lmforge.analysis.maps import AttentionGroup, AttentionMaps
+from lmforge.generate import generate
+from lmforge.layers.inspection import Inspection
+from lmforge.model import Transformer
+
+
+@contextmanager
+def inspecting(model: Transformer, record=None, gates: Optional[dict] = None):
+    """Run the model's forwards under an Inspection (recording `record`: "all" or layer indices;
+    head `gates` by attention) and give it back; the model's own is restored on exit."""
+    previous = model.inspection
+    model.inspection = inspection = Inspection(gates=dict(gates or {}), record=record)
+    try:
+        yield inspection
+    finally:
+        model.inspection = previous
+
+
+def _layers(model: Transformer, layers) -> object:
+    """'all' or a frozenset of layer indices, each checked against the model's depth."""
+    if layers is None or layers == "all":
+        return "all"
+    chosen = frozenset(int(i) for i in ([layers] if isinstance(layers, int) else layers))
+    depth = max(model.config.n_layers, model.config.decoder_layers if model.config.architecture ==
+                "encoder-decoder" else 0)
+    bad = sorted(i for i in chosen if not 0 <= i < depth)
+    if bad:
+        raise ValueError(f"--layers {bad} outside the model's layers 0..{depth - 1}")
+    return chosen
+
+
+def _tokens(tokenizer, ids: list) -> list:
+    return [tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]
+
+
+def _group(name: str, records: dict, stack: str, kind: str, rows: list, cols: list) -> Optional[AttentionGroup]:
+    """The group of `records` under (stack, kind, layer), batch row 0, keys expanded to each head."""
+    entries = sorted((layer, rec) for (s, k, layer), rec in records.items() if s == stack and k == kind)
+    if not entries:
+        return None
+    probs, queries, keys = [], [], []
+    for _, rec in entries:
+        H = rec.q.shape[1]
+        probs.append(rec.probs[0].detach().float())
+        queries.append(rec.q[0].detach().float())
+        keys.append(rec.k[0].detach().float().repeat_interleave(H // rec.k.shape[1], dim=0))
+    return AttentionGroup(name, rows, cols, [layer for layer, _ in entries], probs, queries, keys,
+                          float(entries[0][1].scale))
+
+
+def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str] = None, layers=None,
+                   max_new_tokens: int = 16) -> AttentionMaps:
+    """The attention of every chosen layer on `text` (and `pair`): an encoder's or decoder's
+    self-attention; for an encoder-decoder, encoder, decoder and cross attention, the decoder
+    reading `pair` (or its own greedy continuation of `text` when no pair is given)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the text to show attention for is empty")
+    chosen = _layers(model, layers)
+    cfg = model.config
+    seq2seq = cfg.architecture == "encoder-decoder"
+    enc = tokenizer.encode(text, None if seq2seq else pair, max_length=cfg.max_seq_len)
+    ids = torch.tensor([enc.ids])
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            target = _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens) if seq2seq else None
+        with torch.no_grad(), inspecting(model, record=chosen) as inspection:
+            if seq2seq:
+                model(ids, decoder_input_ids=target, run_heads=False)
+            else:
+                segments = torch.tensor([enc.segment_ids]) if cfg.n_segments >= 2 else None
+                kw = {"segment_ids": segments} if cfg.architecture == "encoder" else {}
+                model(ids, run_heads=False, **kw)
+    finally:
+        model.train(was_training)
+    return _maps(model, tokenizer, inspection.records, enc, target)
+
+
+def _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens: int) -> torch.Tensor:
+    """(1, T') decoder inputs: the start token then `pair`'s tokens, or the greedy continuation."""
+    start = model.config.decoder_start_token_id
+    start = start if start is not None else (model.config.pad_token_id or 0)
+    if pair is None:
+        return generate(model, ids, max_new_tokens=max_new_tokens)
+    target = tokenizer.encode(pair, max_length=model.config.max_seq_len - 1).ids
+    return torch.tensor([[start] + target])
+
+
+def _maps(model, tokenizer, records: dict, enc, target) -> AttentionMaps:
+    """AttentionMaps of the recorded layers, groups named for the architecture."""
+    cfg = model.config
+    source = _tokens(tokenizer, enc.ids)
+    if target is None:
+        stack = "decoder" if cfg.architecture == "decoder" else "encoder"
+        groups = [_group("self", records, stack, "self", source, source)]
+    else:
+        decoded = _tokens(tokenizer, target[0].tolist())
+        groups = [_group("encoder", records, "encoder", "self", source, source),
+                  _group("decoder", records, "decoder", "self", decoded, decoded),
+                  _group("cross", records, "decoder", "cross", decoded, source)]
+    meta = {"architecture": cfg.architecture, "position": cfg.position, "attention": cfg.attention,
+            "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "n_kv_heads": cfg.kv_heads}
+    return AttentionMaps([g for g in groups if g is not None], title=cfg.source or cfg.architecture,
+                         segments=list(enc.segment_ids), meta=meta)

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from lmforge.config_checks import (ConfigError, choice, positive, validate_pruned, validate_rotary_scaling,
+                                   validate_windows)
+
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
 POSITIONS = ("learned", "sinusoidal", "relative-bias", "alibi", "rotary", "xl-relative", "none")
 NORMS = ("layernorm", "rmsnorm")
@@ -33,10 +36,6 @@ BIDIRECTIONAL_ONLY = ("longformer", "bigbird", "linformer")
 
 SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
                   "forced_bos_token_id", "forced_eos_token_id")
-
-
-class ConfigError(ValueError):
-    """An invalid ModelConfig field; the message names the field and the valid choices."""
 
 
 def option(default, doc: str):
@@ -106,6 +105,9 @@ class ModelConfig:
     linformer_k: int = option(256, "linformer: projected length of keys and values")
     # parameter economy
     share_layers: bool = option(False, "one block's weights for every layer (ALBERT cross-layer sharing)")
+    # heads removed by physical pruning (Michel et al. 2019; lmforge/analysis/pruning.py)
+    pruned_heads: Optional[dict] = option(None, "heads removed per attention and layer, by original index: "
+                                                "{'encoder.3': [0, 5], 'cross.1': [2]}; null: none")
     # LM head (heads.py reads these so a preset describes its family's head)
     lm_transform: bool = option(True, "LM head: BERT's dense + activation + norm before the projection")
     lm_bias: bool = option(True, "LM head: a bias on the vocabulary projection")
@@ -143,6 +145,10 @@ class ModelConfig:
         """Number of key/value heads (GQA/MQA share them across query heads)."""
         return self.n_kv_heads or self.n_heads
 
+    def layer_heads(self, attention: str, layer: int) -> int:
+        """Heads of one attention ("encoder", "decoder" or "cross") at `layer`, after pruning."""
+        return self.n_heads - len((self.pruned_heads or {}).get(f"{attention}.{layer}", ()))
+
     @property
     def embed_dim(self) -> int:
         """Width of the embedding layer (E in ALBERT)."""
@@ -175,7 +181,7 @@ class ModelConfig:
         """A copy with every field that has no effect here reset to its default (and no source),
         so two configs of the same architecture compare equal."""
         patterns = _patterns(self)
-        inert = {"source", "generator_size", *SPECIAL_TOKENS}
+        inert = {"source", "generator_size", *SPECIAL_TOKENS, *([] if self.pruned_heads else ["pruned_heads"])}
         if not patterns & {"sliding-window", "dilated", "longformer"}:
             inert |= {"window", "dilation", "window_schedule"}
         elif self.window_schedule and len(set(self.window_schedule)) > 1:
@@ -253,32 +259,19 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def _choice(cfg: ModelConfig, name: str, choices: tuple) -> None:
-    value = getattr(cfg, name)
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
-
-
-def _positive(cfg: ModelConfig, *names: str) -> None:
-    for name in names:
-        value = getattr(cfg, name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ConfigError(f"{name}={value!r} must be a positive integer")
-
-
 def _validate(cfg: ModelConfig) -> None:
     for name, choices in (("architecture", ARCHITECTURES), ("position", POSITIONS), ("norm", NORMS),
                           ("norm_placement", PLACEMENTS), ("ffn", FFNS), ("attention", PATTERNS),
                           ("pooler_activation", POOLER_ACTIVATIONS),
                           ("random_block_choice", RANDOM_BLOCK_CHOICES)):
-        _choice(cfg, name, choices)
+        choice(cfg, name, choices)
     if cfg.lm_activation is not None:
-        _choice(cfg, "lm_activation", LM_ACTIVATIONS)
+        choice(cfg, "lm_activation", LM_ACTIVATIONS)
     size = cfg.generator_size
     number = isinstance(size, (int, float)) and not isinstance(size, bool)
     if size is not None and not (number and 0 < size <= 1):
         raise ConfigError(f"generator_size={size!r} must be a fraction in (0, 1] (or null: 1/4)")
-    _positive(cfg, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
+    positive(cfg, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
               "n_decoder_layers", "max_seq_len", "d_embed", "window", "dilation", "block_size",
               "relative_buckets", "relative_max_distance", "linformer_k")
     for name in ("dropout", "attention_dropout"):
@@ -289,6 +282,7 @@ def _validate(cfg: ModelConfig) -> None:
         raise ConfigError("n_segments, position_offset, n_random_blocks, n_global_tokens and dense_max_len "
                           "must be >= 0")
     _validate_heads(cfg)
+    validate_pruned(cfg)
     _validate_patterns(cfg)
     if cfg.n_decoder_layers is not None and cfg.architecture != "encoder-decoder":
         raise ConfigError(f"n_decoder_layers is only valid for architecture='encoder-decoder', "
@@ -308,7 +302,7 @@ def _validate_heads(cfg: ModelConfig) -> None:
             raise ConfigError(f"rotary_dim={cfg.rotary_width} exceeds the head width d_head={cfg.head_dim}")
         if cfg.rotary_theta <= 0:
             raise ConfigError(f"rotary_theta={cfg.rotary_theta} must be positive")
-        _validate_rotary_scaling(cfg)
+        validate_rotary_scaling(cfg, ROTARY_SCALINGS)
     if cfg.position == "xl-relative" and cfg.architecture != "encoder":
         raise ConfigError("position='xl-relative' (XLNet) is only implemented for architecture='encoder'")
 
@@ -335,7 +329,7 @@ def _validate_patterns(cfg: ModelConfig) -> None:
     if cfg.share_layers and len(schedule) > 1:
         raise ConfigError("share_layers=True needs one attention pattern for every layer")
     windowed = {"sliding-window", "dilated", "longformer"} & schedule
-    _validate_windows(cfg)
+    validate_windows(cfg)
     widest = max(cfg.window_schedule or [cfg.window])
     if windowed and widest > cfg.max_seq_len:
         raise ConfigError(f"window={widest} is larger than max_seq_len={cfg.max_seq_len}")
@@ -350,26 +344,3 @@ def _validate_patterns(cfg: ModelConfig) -> None:
                           f"use learned, sinusoidal, rotary or none")
     if cfg.global_projections and "longformer" not in schedule:
         raise ConfigError("global_projections=True needs attention='longformer'")
-
-
-def _validate_windows(cfg: ModelConfig) -> None:
-    if cfg.window_schedule is None:
-        return
-    if cfg.architecture == "encoder-decoder":  # its decoder stack can be deeper than the schedule
-        raise ConfigError("window_schedule is supported for architecture='encoder' and 'decoder' only")
-    if len(cfg.window_schedule) != cfg.n_layers:
-        raise ConfigError(f"window_schedule has {len(cfg.window_schedule)} entries but "
-                          f"n_layers={cfg.n_layers}")
-    for w in cfg.window_schedule:
-        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
-            raise ConfigError(f"window_schedule entry {w!r} must be a positive integer")
-
-
-def _validate_rotary_scaling(cfg: ModelConfig) -> None:
-    _choice(cfg, "rotary_scaling", ROTARY_SCALINGS)
-    _positive(cfg, "rotary_original_max_len")
-    if cfg.rotary_scaling_factor <= 0:
-        raise ConfigError(f"rotary_scaling_factor={cfg.rotary_scaling_factor} must be positive")
-    if cfg.rotary_scaling == "llama3" and not 0 < cfg.rotary_low_freq_factor < cfg.rotary_high_freq_factor:
-        raise ConfigError(f"rotary_low_freq_factor={cfg.rotary_low_freq_factor} and rotary_high_freq_factor="
-                          f"{cfg.rotary_high_freq_factor} must satisfy 0 < low < high")

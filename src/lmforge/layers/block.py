@@ -18,14 +18,16 @@ from lmforge.layers.variants.longformer import LongformerGlobalAttention
 class Block(nn.Module):
     """A layer of the one block stack that encoders, decoders and encoder-decoders share."""
 
-    def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False) -> None:
+    def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False,
+                 heads: tuple = (None, None)) -> None:
+        """heads: (self-attention, cross-attention) head counts of a pruned layer; None: cfg.n_heads."""
         super().__init__()
         self.pre_norm = cfg.norm_placement == "pre"
         # Longformer's global projections are new mathematics: a class of its own, chosen by the pattern
         global_rows = pattern == "longformer" and cfg.global_projections
-        self.attn = (LongformerGlobalAttention if global_rows else Attention)(cfg, pattern)
+        self.attn = (LongformerGlobalAttention if global_rows else Attention)(cfg, pattern, n_heads=heads[0])
         self.attn_norm = make_norm(cfg)
-        self.cross_attn = Attention(cfg, cross=True) if cross else None
+        self.cross_attn = Attention(cfg, cross=True, n_heads=heads[1]) if cross else None
         self.cross_norm = make_norm(cfg) if cross else None
         self.ffn = FeedForward(cfg)
         self.ffn_norm = make_norm(cfg)

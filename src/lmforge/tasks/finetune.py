@@ -255,11 +255,10 @@ def write_predictions(path, records: list, predictions: list) -> Path:
     return path
 
 
-def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labels: list | None = None,
-             out=None, max_len: int | None = None, batch_size: int = 64, device: str = "auto") -> dict:
-    """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and
-    max_len) on labelled `records`; predictions written to `out` (JSONL) when given. Records
-    without labels get predictions only ({} metrics)."""
+def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=None, labels: list | None = None,
+                    max_len: int | None = None, batch_size: int = 64, device: str = "auto") -> Task:
+    """The Task of a fine-tuned model (object or directory: its task.json gives kind, labels,
+    max_len and decoding options), refusing a model that has no head of that task."""
     where = str(model) if isinstance(model, (str, Path)) else "the model"
     info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
     kind = kind or info.get("kind")
@@ -267,7 +266,6 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
         raise ValueError("the task kind is needed (--task): the model directory has no task.json")
     if info.get("kind", kind) != kind:  # cls and pair heads look alike; the task.json tells them apart
         raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
-    labelled = gold_given(records, "data")
     model, tokenizer = load_model(model, tokenizer)
     options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
     cfg = TaskConfig(**{"max_len": max_len or info.get("max_len", 128), "eval_batch_size": batch_size,
@@ -281,6 +279,16 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
         raise ValueError(f"{where} was never fine-tuned for {kind}: it has no {task.head} head to match "
                          f"(no task.json of that task), so its scores would be a random head's; fine-tune "
                          f"it first (lmforge finetune --task {kind})")
+    return task
+
+
+def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labels: list | None = None,
+             out=None, max_len: int | None = None, batch_size: int = 64, device: str = "auto") -> dict:
+    """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and
+    max_len) on labelled `records`; predictions written to `out` (JSONL) when given. Records
+    without labels get predictions only ({} metrics)."""
+    labelled = gold_given(records, "data")
+    task = fine_tuned_task(model, records, kind, tokenizer, labels, max_len, batch_size, device)
     examples = encode_split(task, records, "data")
     predictions = task.decode(records, examples, task.outputs(examples, batch_size))
     metrics = task.score(records, predictions) if labelled else {}

@@ -19,8 +19,8 @@ from torch import nn
 class LongformerGlobalAttention(Attention):
     """Attention whose global tokens' rows come from separate projections (`global_qkv`)."""
 
-    def __init__(self, cfg: ModelConfig, pattern: str = "longformer") -> None:
-        super().__init__(cfg, pattern)
+    def __init__(self, cfg: ModelConfig, pattern: str = "longformer", n_heads=None) -> None:
+        super().__init__(cfg, pattern, n_heads=n_heads)
         self.global_qkv = nn.Linear(cfg.d_model, self.qkv.out_features, bias=cfg.attention_bias)
 
     def _attend(self, x, q, k, v, bias, ctx: AttentionContext, kernel) -> tuple:

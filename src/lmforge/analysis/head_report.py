@@ -1,0 +1,108 @@
+"""`lmforge heads`: importance table, pruning curves (by importance and at random), physical pruning.
+
+Writes heads.json (importance per attention, layer and head; both curves; the pruned model's
+sizes and speed), heads.png (metric against the share of heads pruned, both orders) and, when
+asked to prune, the pruned model as a loadable directory with its tokenizer and task.json.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from lmforge.analysis.heads import (full_gates, gates_at, head_importance, masked_heads, metric, pruning_curve,
+                                    total_heads)
+from lmforge.analysis.pruning import head_counts, prune_heads
+from lmforge.config import atomic_write_text
+from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
+
+
+def forward_seconds(model, examples: list, task, batch_size: int = 16, repeats: int = 5) -> float:
+    """Median seconds of one inference forward over the first `batch_size` examples."""
+    batch = {k: v.to(task.device) for k, v in task.collate(examples[:batch_size]).items()}
+    times = []
+    with torch.no_grad():
+        task.eval()
+        task.predict(batch)  # warm-up: first-call allocations
+        for _ in range(repeats):
+            start = time.perf_counter()
+            task.predict(batch)
+            times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def _prune_level(levels: list, prune: float | None, until: float | None) -> int:
+    """Index of the level to prune physically: the last within `prune`, or the last scoring at
+    least until x the unpruned metric."""
+    if prune is not None:
+        return max(i for i, lv in enumerate(levels) if lv["fraction"] <= prune + 1e-9)
+    base = levels[0]["metric"]
+    return max(i for i, lv in enumerate(levels) if lv["metric"] >= until * base)
+
+
+def run_heads(model_dir, records: list, out, kind: str | None = None, importance_records: list | None = None,
+              prune: float | None = None, until: float | None = None, step: float = 0.1, seed: int = 0,
+              batch_size: int = 32, progress=None) -> dict:
+    """Importance, both pruning curves and (with prune or until) the physically pruned model."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    task = fine_tuned_task(model_dir, records, kind)
+    examples = encode_split(task, records, "data")
+    imp_examples = encode_split(task, importance_records, "importance data") if importance_records else examples
+    curves, final = {}, {}
+    for order in ("importance", "random"):
+        stop = until if order == "importance" else None
+        curves[order], final[order] = pruning_curve(task, (records, examples), imp_examples, order, step,
+                                                    until=stop, seed=seed, batch_size=batch_size,
+                                                    progress=progress and (lambda lv, o=order: progress(o, lv)))
+    report = {"heads": total_heads(full_gates(task.model.config)), "metric_name": curves["importance"][0]["name"],
+              "importance": _table(head_importance(task, imp_examples, batch_size=batch_size)), "curves": curves}
+    if prune is not None or until is not None:
+        report["pruned"] = _prune_and_save(task, records, examples, curves["importance"], prune, until,
+                                           out / "pruned")
+    atomic_write_text(out / "heads.json", json.dumps(report, indent=2) + "\n")
+    plot_curves(curves, report["metric_name"], out / "heads.png")
+    return report
+
+
+def _table(importance: dict) -> dict:
+    return {a: [[round(float(x), 6) for x in layer] for layer in layers] for a, layers in importance.items()}
+
+
+def _prune_and_save(task, records, examples, curve: list, prune, until, path) -> dict:
+    """Remove the heads the importance curve masked up to the chosen level, save the smaller model,
+    and measure parameters, metric and forward time before and after."""
+    level = _prune_level(curve, prune, until)
+    gates = gates_at(task.model.config, curve[:level + 1])
+    model = task.model
+    before = {"parameters": model.num_parameters(), "seconds": forward_seconds(model, examples, task),
+              "metric": curve[0]["metric"]}
+    prune_heads(model, masked_heads(gates, model.config))
+    after = {"parameters": model.num_parameters(), "seconds": forward_seconds(model, examples, task),
+             "metric": metric(task, records, examples, None)[1]}
+    save_model(task, path)
+    return {"level": curve[level], "before": before, "after": after, "heads": head_counts(model.config),
+            "speedup": before["seconds"] / after["seconds"], "dir": str(path)}
+
+
+def plot_curves(curves: dict, metric_name: str, path) -> None:
+    """The metric against the share of heads pruned, by importance and at random (Michel et al. fig. 3)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for order, style in (("importance", "o-"), ("random", "s--")):
+        levels = curves.get(order) or []
+        ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], style, label=order)
+    ax.set_xlabel("heads pruned (%)")
+    ax.set_ylabel(metric_name)
+    ax.set_title("Pruning heads by importance vs at random")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,162 @@
+"""Head importance and iterative head pruning (Michel, Levy & Neubig 2019, "Are Sixteen Heads
+Really Better than One?").
+
+Every attention's heads carry a gate xi_h (layers/inspection.py). The importance of a head is
+I_h = E_x |dL/dxi_h| at the current gates (eq. 3), over a data set, normalised per layer by the
+layer's L2 norm (sec. 4.2: scores of different layers are otherwise not comparable). Pruning is
+iterative (sec. 4.3): mask the least important share of the remaining heads, re-estimate, repeat,
+with the task metric measured at every level; a random order is the control. Every layer keeps
+at least one head. `analysis/pruning.py` then removes the masked heads physically.
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from lmforge.analysis.attention import inspecting
+from lmforge.analysis.pruning import attention_keys, kept_heads
+
+
+def full_gates(cfg, requires_grad: bool = False) -> dict:
+    """attention -> per layer (H_l,) gates of ones (each layer's heads after physical pruning)."""
+    gates: dict = {}
+    for key in attention_keys(cfg):
+        attention, _, _ = key.partition(".")
+        ones = torch.ones(len(kept_heads(cfg, key)), requires_grad=requires_grad)
+        gates.setdefault(attention, []).append(ones)
+    return gates
+
+
+def _batches(task, examples: list, batch_size: int):
+    for start in range(0, len(examples), batch_size):
+        yield {k: v.to(task.device) for k, v in task.collate(examples[start:start + batch_size]).items()}
+
+
+def head_importance(task, examples: list, gates: dict | None = None, batch_size: int = 32,
+                    normalise: bool = True) -> dict:
+    """attention -> per layer (H_l,) importance I_h = mean over batches of |dL/dxi_h| at `gates`
+    (ones unless given: masked heads then have xi = 0), L2-normalised per layer."""
+    model = task.model
+    gates = {a: [g.detach().clone().requires_grad_(True) for g in layer_gates]
+             for a, layer_gates in (gates or full_gates(model.config)).items()}
+    total = {a: [torch.zeros_like(g) for g in layer_gates] for a, layer_gates in gates.items()}
+    was_training = task.training
+    task.eval()  # no dropout: the gradient of the model that is scored
+    try:
+        with inspecting(model, gates=gates):
+            for batch in _batches(task, examples, batch_size):
+                task.forward(batch).loss.backward()
+                for a, layer_gates in gates.items():
+                    for acc, g in zip(total[a], layer_gates):
+                        acc += g.grad.abs()  # |dL/dxi| per batch: a batch's mean loss, as the paper's code
+                        g.grad = None
+    finally:
+        task.train(was_training)
+        model.zero_grad(set_to_none=True)
+    n = max(1, -(-len(examples) // batch_size))
+    out = {a: [acc / n for acc in accs] for a, accs in total.items()}
+    return {a: [_per_layer(s) for s in scores] for a, scores in out.items()} if normalise else out
+
+
+def _per_layer(scores: torch.Tensor) -> torch.Tensor:
+    return scores / (scores.norm(p=2) + 1e-20)
+
+
+def metric(task, records: list, examples: list, gates: dict | None, batch_size: int = 64) -> tuple:
+    """(name, value) of the task's primary metric with heads gated by `gates` (None: all heads)."""
+    with inspecting(task.model, gates=gates or {}):
+        predictions = task.decode(records, examples, task.outputs(examples, batch_size))
+    name, value = next(iter(task.score(records, predictions).items()))
+    return name, float(value)
+
+
+def _candidates(gates: dict) -> list:
+    """(attention, layer, head) of heads still on, in layers that would keep another head."""
+    out = []
+    for a, layer_gates in gates.items():
+        for layer, g in enumerate(layer_gates):
+            on = [h for h in range(g.numel()) if g[h] > 0]
+            if len(on) > 1:
+                out += [(a, layer, h) for h in on]
+    return out
+
+
+def _mask_next(gates: dict, ranked: list, n: int) -> list:
+    """Turn off the first n heads of `ranked` (least important first), never a layer's last one."""
+    done = []
+    for a, layer, h in ranked:
+        if len(done) == n:
+            break
+        g = gates[a][layer]
+        if g[h] > 0 and int((g > 0).sum()) > 1:
+            g[h] = 0.0
+            done.append((a, layer, h))
+    return done
+
+
+def total_heads(gates: dict) -> int:
+    """Heads in every attention of the model."""
+    return sum(g.numel() for layer_gates in gates.values() for g in layer_gates)
+
+
+def pruning_curve(task, score_data: tuple, importance_examples: list, order: str = "importance",
+                  step: float = 0.1, until: float | None = None, max_fraction: float = 0.9,
+                  seed: int = 0, batch_size: int = 32, progress=None) -> tuple:
+    """Iterative pruning: (levels, final gates). Each level masks `step` of all heads more, by
+    importance (re-estimated on `importance_examples` at each level) or in a seeded random order,
+    and records {"pruned", "fraction", "metric", "masked": [[attention, layer, head], ...] newly
+    masked} on score_data = (records, examples). Stops past max_fraction, when no head can go, or
+    when metric < until x the unpruned metric."""
+    if order not in ("importance", "random"):
+        raise ValueError(f"order={order!r}: expected importance or random")
+    if not 0 < step < 1:
+        raise ValueError(f"step={step!r} must be a fraction in (0, 1)")
+    gates = full_gates(task.model.config)
+    n_total, per_level = total_heads(gates), max(1, round(step * total_heads(gates)))
+    name, base = metric(task, *score_data, gates)
+    levels, pruned = [{"pruned": 0, "fraction": 0.0, "metric": base, "name": name, "masked": []}], 0
+    shuffled = _candidates(gates)
+    random.Random(seed).shuffle(shuffled)
+    while pruned + per_level <= max_fraction * n_total:
+        ranked = shuffled if order == "random" else _by_importance(task, importance_examples, gates, batch_size)
+        done = _mask_next(gates, ranked, per_level)
+        if not done:
+            break
+        pruned += len(done)
+        levels.append({"pruned": pruned, "fraction": pruned / n_total, "metric": metric(task, *score_data, gates)[1],
+                       "name": name, "masked": [list(d) for d in done]})
+        if progress is not None:
+            progress(levels[-1])
+        if until is not None and levels[-1]["metric"] < until * base:
+            break
+    return levels, gates
+
+
+def _by_importance(task, examples: list, gates: dict, batch_size: int) -> list:
+    """Heads still on, least important first, at the current gates."""
+    scores = head_importance(task, examples, gates, batch_size)
+    on = _candidates(gates)
+    return sorted(on, key=lambda c: float(scores[c[0]][c[1]][c[2]]))
+
+
+def gates_at(cfg, levels: list) -> dict:
+    """The gates after every level of a pruning curve (each level's "masked" heads off)."""
+    gates = full_gates(cfg)
+    for level in levels:
+        for a, layer, h in level["masked"]:
+            gates[a][layer][h] = 0.0
+    return gates
+
+
+def masked_heads(gates: dict, cfg) -> dict:
+    """The heads gates turn off, as prune_heads takes them: {"encoder.L": [original indices]}
+    (a head's index in the unpruned model, through cfg.pruned_heads)."""
+    out = {}
+    for a, layer_gates in gates.items():
+        for layer, g in enumerate(layer_gates):
+            kept = kept_heads(cfg, f"{a}.{layer}")
+            off = [kept[h] for h in range(g.numel()) if g[h] == 0]
+            if off:
+                out[f"{a}.{layer}"] = off
+    return out

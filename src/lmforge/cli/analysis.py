@@ -1,0 +1,125 @@
+"""`lmforge attention` (views of a model's attention) and `lmforge heads` (importance and pruning).
+
+    lmforge attention --model DIR "The cat sat." --pair "It was tired." --out view.html --png fig.png
+    lmforge heads --model runs/sst/best --data dev.jsonl --task cls --prune 0.3 --out runs/heads
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _layers(text: str | None):
+    """--layers "0,3,5" or "2-5" -> indices; None: all."""
+    from lmforge.cli.common import UsageError
+
+    if text is None:
+        return None
+    try:
+        if "-" in text:
+            low, high = (int(x) for x in text.split("-", 1))
+            return list(range(low, high + 1))
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--layers {text!r}: expected indices like 0,3,5 or a range like 2-5") from None
+
+
+def cmd_attention(args) -> None:
+    """Write the self-contained HTML view (and figures) of a model's attention on a text."""
+    from lmforge.analysis.attention import attention_maps
+    from lmforge.analysis.view import write_figure, write_html
+    from lmforge.cli.common import UsageError
+    from lmforge.tasks.finetune import load_model
+
+    if not args.out and not args.png and not args.svg:
+        raise UsageError("give --out view.html and/or --png / --svg figure files")
+    model, tokenizer = load_model(args.model, args.tokenizer)
+    maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=_layers(args.layers))
+    if args.out:
+        stats = write_html(maps, args.out)
+        print(f"wrote {args.out} ({stats.get('bytes', Path(args.out).stat().st_size) / 1e6:.2f} MB)")
+    heads = [int(h) for h in args.heads.split(",")] if args.heads else None
+    for path in (args.png, args.svg):
+        if path:
+            write_figure(maps, path, group=args.group, layer=args.layer, heads=heads)
+            print(f"wrote {path}")
+
+
+def cmd_heads(args) -> None:
+    """Head importance, pruning curves by importance and at random, optional physical pruning."""
+    from rich.console import Console
+
+    from lmforge.analysis.head_report import run_heads
+    from lmforge.cli.common import UsageError
+    from lmforge.tasks.finetune import task_info
+    from lmforge.tasks.formats import read_task_file
+
+    if args.prune is not None and args.until is not None:
+        raise UsageError("give --prune FRACTION or --until RATIO, not both")
+    if args.prune is not None and not 0 < args.prune < 1:
+        raise UsageError(f"--prune {args.prune}: a fraction of the heads in (0, 1)")
+    if args.until is not None and not 0 < args.until <= 1:
+        raise UsageError(f"--until {args.until}: a ratio of the unpruned metric in (0, 1]")
+    kind = args.task or task_info(args.model).get("kind")
+    if kind is None:
+        raise UsageError("--task is needed: the model directory has no task.json")
+    records = read_task_file(args.data, kind, args.columns, True)
+    extra = read_task_file(args.importance_data, kind, args.columns, True) if args.importance_data else None
+    console = Console(stderr=True)
+    report = run_heads(args.model, records, args.out, kind, extra, args.prune, args.until, args.step, args.seed,
+                       progress=lambda order, lv: console.print(
+                           f"[{order}] {100 * lv['fraction']:.0f}% of heads pruned: {lv['metric']:.4f}"))
+    _print_report(report)
+
+
+def _print_report(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for attention, layers in report["importance"].items():
+        table = Table(title=f"head importance ({attention}; per-layer L2-normalised)")
+        table.add_column("layer")
+        for h in range(max(len(layer) for layer in layers)):
+            table.add_column(f"h{h}", justify="right")
+        for i, layer in enumerate(layers):
+            table.add_row(str(i), *[f"{x:.3f}" for x in layer])
+        console.print(table)
+    curve = Table(title=f"{report['metric_name']} vs heads pruned")
+    for col in ("pruned", "by importance", "at random"):
+        curve.add_column(col, justify="right")
+    for a, b in zip(report["curves"]["importance"], report["curves"]["random"]):
+        curve.add_row(f"{100 * a['fraction']:.0f}%", f"{a['metric']:.4f}", f"{b['metric']:.4f}")
+    console.print(curve)
+    if "pruned" in report:
+        console.print(json.dumps({k: v for k, v in report["pruned"].items() if k != "heads"}, indent=2))
+
+
+def add_parsers(sub) -> None:
+    """Add the attention and heads sub-commands to the `lmforge` parser."""
+    p = sub.add_parser("attention", help="a self-contained HTML view (and PNG/SVG figures) of a model's attention")
+    p.add_argument("text", help="the text to look at")
+    p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face) or installed package")
+    p.add_argument("--pair", help="a second text (a sentence pair; an encoder-decoder's decoder input)")
+    p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
+    p.add_argument("--layers", help="layers to record, e.g. 0,3,5 or 2-5 (default: all)")
+    p.add_argument("--out", help="the HTML file to write")
+    p.add_argument("--png", help="a PNG figure of one layer's heads")
+    p.add_argument("--svg", help="an SVG figure of one layer's heads")
+    p.add_argument("--group", help="figure: self, encoder, decoder or cross (default: the first)")
+    p.add_argument("--layer", type=int, default=0, help="figure: the layer (default 0)")
+    p.add_argument("--heads", help="figure: heads to draw, e.g. 0,2 (default: all)")
+    p.set_defaults(func=cmd_attention)
+
+    p = sub.add_parser("heads", help="head importance and pruning (Michel et al. 2019)")
+    p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json)")
+    p.add_argument("--data", required=True, help="labelled data the metric is measured on")
+    p.add_argument("--task", help="task type (default: the model's task.json)")
+    p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
+    p.add_argument("--importance-data", help="labelled data importance is estimated on (default: --data)")
+    p.add_argument("--prune", type=float, help="remove this share of heads by importance, physically")
+    p.add_argument("--until", type=float, help="remove heads while the metric stays >= this x the unpruned")
+    p.add_argument("--step", type=float, default=0.1, help="share of all heads masked per level (default 0.1)")
+    p.add_argument("--seed", type=int, default=0, help="the random order's seed")
+    p.add_argument("--out", required=True, help="directory for heads.json, heads.png and pruned/")
+    p.set_defaults(func=cmd_heads)

@@ -1,0 +1,90 @@
+"""Real English text no one here wrote: the Collaborative International Dictionary of English.
+
+Debian's `dict-gcide` package installs it as /usr/share/dictd/gcide.dict.dz (dictzip, which gzip
+reads). This module installs nothing: a missing file is an error naming the package.
+
+`definitions()` reads (headword, part of speech, first definition) triples; `pos_task()` turns
+them into a real classification task: a headword's part of speech from its definition alone.
+"""
+from __future__ import annotations
+
+import gzip
+import random
+import re
+from pathlib import Path
+
+GCIDE = Path("/usr/share/dictd/gcide.dict.dz")
+# GCIDE's abbreviations -> the task's labels (transitive and intransitive verbs are both verbs)
+POS = {"n": "noun", "v. t": "verb", "v. i": "verb", "a": "adjective", "adv": "adverb"}
+# an entry's head line: Word \pronunciation\ (respelling), n. | v. t. | v. i. | a. | adv.
+_HEAD = re.compile(r"^([A-Za-z][a-z-]+) \\[^\\\n]+\\(?: \([^)\n]*\))?,\s+(n|v\. t|v\. i|a|adv)\.", re.M)
+_SOURCE = re.compile(r"\[(?:1913 Webster|PJC|WordNet[^\]]*|Webster 1913 Suppl\.|Obs\.|R\.)\]|\{|\}|--\S.*")
+_PLURAL = re.compile(r"^\s*;\s*pl\.\s*[^.\[]*\.")  # "; pl. Canthi." between the head and the etymology
+
+
+def read_gcide(path: Path = GCIDE) -> str:
+    """The dictionary's text; a missing file names the Debian package that installs it."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} not found: install the Debian package dict-gcide "
+                                "(apt-get install dict-gcide)")
+    return gzip.open(path).read().decode("utf-8", "replace")
+
+
+def _after_brackets(text: str) -> str:
+    """text without its leading bracketed groups ([imp. & p. p. ...] [OF. ...]), nested ones
+    ([=a] inside a respelling) included."""
+    text = text.lstrip()
+    while text.startswith("["):
+        depth = 0
+        for i, char in enumerate(text):
+            depth += {"[": 1, "]": -1}.get(char, 0)
+            if depth == 0:
+                break
+        text = text[i + 1:].lstrip()
+    return text
+
+
+def _first_sense(body: str) -> str:
+    """The first definition of an entry's body: after the inflections and etymology, up to the
+    first source mark."""
+    body = _after_brackets(_PLURAL.sub("", body[body.find(".") + 1:], count=1))
+    sense = body.split("[1913 Webster]")[0].split("[PJC]")[0].split("\n\n")[0]
+    sense = re.sub(r"^\s*(?:\d+\.|\(\w\))\s*", "", sense.strip())
+    sense = re.sub(r"^(?:\[[^\]]*\]\s*)+", "", sense)  # [Obs.] [Colloq.] usage labels first
+    return " ".join(_SOURCE.sub("", sense).split())
+
+
+def definitions(text: str | None = None) -> list:
+    """(headword, part of speech, first definition) of every entry with a part of speech the
+    task knows and a definition of at least four words that does not name the headword."""
+    text = read_gcide() if text is None else text
+    heads = list(_HEAD.finditer(text))
+    out = []
+    for match, following in zip(heads, heads[1:] + [None]):
+        end = following.start() if following is not None else len(text)
+        sense = _first_sense(text[match.end() - 1:end])
+        word = match.group(1)
+        if len(sense.split()) >= 4 and word.lower() not in sense.lower():
+            out.append((word, POS[match.group(2)], sense))
+    return out
+
+
+def pos_task(n_per_label: int = 500, seed: int = 0, text: str | None = None) -> dict:
+    """Train / validation / test splits (80/10/10) of {"text": definition, "label": part of
+    speech}, n_per_label records of each part of speech, one record per headword, seeded."""
+    by_label: dict = {}
+    seen = set()
+    for word, label, sense in definitions(text):
+        if word.lower() not in seen:
+            seen.add(word.lower())
+            by_label.setdefault(label, []).append({"text": sense, "label": label})
+    rng = random.Random(seed)
+    records = []
+    for label in sorted(by_label):
+        pool = by_label[label]
+        rng.shuffle(pool)
+        records += pool[:n_per_label]
+    rng.shuffle(records)
+    n = len(records)
+    return {"train": records[:int(0.8 * n)], "validation": records[int(0.8 * n):int(0.9 * n)],
+            "test": records[int(0.9 * n):]}

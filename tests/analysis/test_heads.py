@@ -1,0 +1,169 @@
+"""Head gates, importance (Michel et al. 2019), iterative pruning and physical pruning."""
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.analysis.attention import inspecting
+from lmforge.analysis.heads import full_gates, gates_at, head_importance, masked_heads, pruning_curve
+from lmforge.analysis.pruning import head_counts, prune_heads
+from lmforge.cli import main
+from lmforge.config import ConfigError
+from lmforge.convert import ConversionError
+from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, finetune
+from lmforge.train import TrainConfig
+from tests.conftest import tiny_model
+from tests.tasks.core import sentiment, tiny, tokenizer
+
+PRUNE = {"encoder": {"encoder.0": [1], "encoder.1": [0, 2]},
+         "decoder": {"decoder.0": [1], "decoder.1": [0, 2]},
+         "encoder-decoder": {"encoder.0": [1], "decoder.1": [0, 2], "cross.0": [3]}}
+
+
+def _inputs(model):
+    ids = torch.randint(5, 99, (2, 12), generator=torch.Generator().manual_seed(0))
+    kw = {"decoder_input_ids": ids[:, :6]} if model.config.architecture == "encoder-decoder" else {}
+    return ids, kw
+
+
+def _gates_of(remove: dict, cfg) -> dict:
+    gates = full_gates(cfg)
+    for key, heads in remove.items():
+        attention, _, layer = key.partition(".")
+        gates[attention][int(layer)][heads] = 0.0
+    return gates
+
+
+@pytest.mark.parametrize("name", ["bert-base", "gpt2", "bart-base", "longformer-base", "bigbird-base"])
+def test_physical_pruning_equals_masking_those_heads_and_reloads(tmp_path, name):
+    model = tiny_model(name)
+    ids, kw = _inputs(model)
+    remove = PRUNE[model.config.architecture]
+    with torch.no_grad(), inspecting(model, gates=_gates_of(remove, model.config)):
+        masked = model(ids, **kw).last_hidden_state
+    params = model.num_parameters()
+    prune_heads(model, remove)
+    with torch.no_grad():
+        pruned = model(ids, **kw).last_hidden_state
+    torch.testing.assert_close(pruned, masked, atol=1e-6, rtol=1e-5)
+    assert model.num_parameters() < params
+    model.save(tmp_path)
+    again = lmforge.load(tmp_path).eval()
+    assert again.config.pruned_heads == model.config.pruned_heads
+    assert head_counts(again.config)[next(iter(remove))] == 3
+    with torch.no_grad():
+        assert torch.equal(again(ids, **kw).last_hidden_state, pruned)
+
+
+def test_pruning_twice_names_heads_by_their_original_index():
+    model = tiny_model("bert-base")
+    ids, _ = _inputs(model)
+    with torch.no_grad(), inspecting(model, gates=_gates_of({"encoder.0": [0, 3]}, model.config)):
+        want = model(ids).last_hidden_state
+    prune_heads(model, {"encoder.0": [3]})
+    prune_heads(model, {"encoder.0": [0]})  # head 0 of the original four, now the first of three
+    assert model.config.pruned_heads == {"encoder.0": [0, 3]}
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).last_hidden_state, want, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,reason", [("t5-small", "per-head position"), ("llama-3.2-1b", "n_kv_heads"),
+                                         ("albert-base", "separate layers")])
+def test_models_that_cannot_be_pruned_physically_say_why(name, reason):
+    model = tiny_model(name)
+    key = f"{'encoder' if model.config.architecture != 'decoder' else 'decoder'}.0"
+    with pytest.raises(ConfigError, match="mask those heads instead"):
+        prune_heads(model, {key: [0]})
+
+
+def test_config_refuses_bad_pruned_heads():
+    base = lmforge.tiny("bert-base")
+    for bad, match in (({"decoder.0": [0]}, "not one of"), ({"encoder.9": [0]}, "not one of"),
+                       ({"encoder.0": [0, 1, 2, 3]}, "every head"), ({"encoder.0": [7]}, "distinct heads")):
+        with pytest.raises(ConfigError, match=match):
+            base.replace(pruned_heads=bad)
+
+
+def test_a_pruned_model_refuses_hugging_face_export(tmp_path):
+    model = prune_heads(tiny_model("bert-base"), {"encoder.1": [2]})
+    with pytest.raises(ConversionError, match="pruned per layer"):
+        model.save(tmp_path, format="hf")
+
+
+def test_gates_mask_xlnet_query_stream_and_cross_attention_too():
+    for name in ("xlnet-base", "t5-small"):
+        model = tiny_model(name)
+        ids, kw = _inputs(model)
+        with torch.no_grad():
+            plain = model(ids, **kw).last_hidden_state
+            key = "cross" if kw else "encoder"
+            with inspecting(model, gates=_gates_of({f"{key}.1": [0, 1, 2, 3]}, model.config)):
+                gated = model(ids, **kw).last_hidden_state
+        assert not torch.allclose(plain, gated)
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(tmp_path_factory):
+    """A tiny BERT fine-tuned on the built-in sentiment task (saved with its task.json)."""
+    out = tmp_path_factory.mktemp("sst")
+    data = sentiment(400)
+    finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], data["validation"], out,
+             TrainConfig(steps=60, batch_size=16, lr=3e-3, seed=0, log_every=100), TaskConfig(), log=lambda *a: None)
+    return out / "final", data
+
+
+def test_importance_is_the_mean_absolute_gate_gradient(fine_tuned):
+    path, data = fine_tuned
+    task = fine_tuned_task(path, data["validation"])
+    examples = encode_split(task, data["validation"], "data")[:16]
+    raw = head_importance(task, examples, batch_size=16, normalise=False)["encoder"]
+    # finite difference of the batch loss along one gate: |dL/dxi| at xi = 1
+    gates, eps = full_gates(task.model.config), 1e-3
+    batch = task.collate(examples)
+    task.eval()
+    losses = []
+    for sign in (1, -1):
+        gates["encoder"][1][2] = 1 + sign * eps
+        with torch.no_grad(), inspecting(task.model, gates=gates):
+            losses.append(float(task.forward(batch).loss))
+    assert abs(abs(losses[0] - losses[1]) / (2 * eps) - float(raw[1][2])) < 1e-2 * max(1.0, float(raw[1][2]))
+    normalised = head_importance(task, examples, batch_size=16)["encoder"]
+    assert all(abs(float(layer.norm()) - 1) < 1e-5 for layer in normalised)
+
+
+def test_pruning_curves_keep_a_head_per_layer_and_record_what_they_masked(fine_tuned):
+    path, data = fine_tuned
+    task = fine_tuned_task(path, data["validation"])
+    examples = encode_split(task, data["validation"], "data")
+    levels, gates = pruning_curve(task, (data["validation"], examples), examples, "importance", step=0.25,
+                                  max_fraction=0.9)
+    assert [lv["pruned"] for lv in levels] == [0, 2, 4, 6]  # 8 heads: a head per layer always stays
+    assert all((g > 0).sum() >= 1 for g in gates["encoder"])
+    again = gates_at(task.model.config, levels)
+    assert all(torch.equal(a, b) for a, b in zip(again["encoder"], gates["encoder"]))
+    assert sum(len(v) for v in masked_heads(gates, task.model.config).values()) == 6
+    random_levels, _ = pruning_curve(task, (data["validation"], examples), examples, "random", step=0.25, seed=1)
+    assert random_levels[0]["metric"] == levels[0]["metric"]
+
+
+def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_path, capsys):
+    path, data = fine_tuned
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"]))
+    assert main(["heads", "--model", str(path), "--data", str(dev), "--prune", "0.25", "--step", "0.25",
+                 "--out", str(tmp_path / "heads")]) == 0
+    report = json.loads((tmp_path / "heads" / "heads.json").read_text())
+    assert set(report["curves"]) == {"importance", "random"} and report["heads"] == 8
+    assert report["pruned"]["after"]["parameters"] < report["pruned"]["before"]["parameters"]
+    assert (tmp_path / "heads" / "heads.png").stat().st_size > 10_000
+    pruned = lmforge.load(tmp_path / "heads" / "pruned")
+    assert sum(head_counts(pruned.config).values()) == 6
+    assert "head importance" in capsys.readouterr().out
+
+
+def test_heads_command_refuses_bad_options(fine_tuned, capsys):
+    path, _ = fine_tuned
+    assert main(["heads", "--model", str(path), "--data", "x.jsonl", "--prune", "1.5", "--out", "o"]) == 2
+    err = capsys.readouterr().err
+    assert "--prune 1.5" in err and err.count("\n") == 1

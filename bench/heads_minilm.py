@@ -1,0 +1,108 @@
+"""Head pruning on a real model and a real task (Michel et al. 2019's claims, checked here):
+all-MiniLM-L6-v2 fine-tuned to tell a GCIDE headword's part of speech from its definition
+(noun / verb / adjective / adverb: text no one here wrote, Debian's dict-gcide).
+
+- pruning by importance keeps test accuracy within 1 point of the unpruned model up to >= 30 %
+  of the heads, and beats random order (mean of three seeds) at every level;
+- the physically pruned model at 50 % of the heads runs >= 1.15x faster at batch 16 (same
+  process, same batches, median of repeats) and reloads with identical outputs.
+
+    python bench/heads_minilm.py [--out bench/results/heads] [--per-label 600 --steps 240]
+
+Writes heads_minilm.json and heads_minilm.png under --out and prints a summary.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import lmforge
+from lmforge.analysis.head_report import forward_seconds, plot_curves
+from lmforge.analysis.heads import gates_at, masked_heads, metric, pruning_curve
+from lmforge.analysis.pruning import head_counts, prune_heads
+from lmforge.data.dictionary import pos_task
+from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, finetune, save_model
+from lmforge.train import TrainConfig
+
+
+def fine_tune(records: dict, out: Path, steps: int) -> Path:
+    """MiniLM + a classification head, best validation checkpoint kept."""
+    train = TrainConfig(steps=steps, batch_size=32, lr=1e-4, warmup=max(1, steps // 10), seed=0, progress=False,
+                        log_every=steps, eval_every=max(1, steps // 6))
+    finetune("all-MiniLM-L6-v2", None, "cls", records["train"], records["validation"], out, train,
+             TaskConfig(max_len=64), log=lambda *a: None)
+    return out / "best" if (out / "best").is_dir() else out / "final"
+
+
+def curves(task, records: dict, step: float) -> dict:
+    """The importance curve and three random-order curves on the test split."""
+    test, valid = records["test"], records["validation"]
+    data = (test, encode_split(task, test, "test"))
+    imp = encode_split(task, valid, "validation")
+    out = {"importance": pruning_curve(task, data, imp, "importance", step=step)[0]}
+    for seed in (0, 1, 2):
+        out[f"random-{seed}"] = pruning_curve(task, data, imp, "random", step=step, seed=seed)[0]
+    return out
+
+
+def physical(task, records: dict, curve: list, fraction: float, out: Path) -> dict:
+    """Prune the importance order's heads up to `fraction` physically; speed and reload check."""
+    level = max(i for i, lv in enumerate(curve) if lv["fraction"] <= fraction + 1e-9)
+    examples = encode_split(task, records["test"], "test")
+    model = task.model
+    before = forward_seconds(model, examples, task, batch_size=16, repeats=15)
+    prune_heads(model, masked_heads(gates_at(model.config, curve[:level + 1]), model.config))
+    after = forward_seconds(model, examples, task, batch_size=16, repeats=15)
+    again = forward_seconds(model, examples, task, batch_size=16, repeats=15)  # order effects, once more
+    save_model(task, out / "pruned")
+    batch = task.collate(examples[:16])
+    reloaded = lmforge.load(out / "pruned").eval()
+    with torch.no_grad():
+        ours = model(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        theirs = reloaded(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return {"fraction": curve[level]["fraction"], "heads": head_counts(model.config),
+            "seconds_before": before, "seconds_after": min(after, again), "speedup": before / min(after, again),
+            "accuracy_after": metric(task, records["test"], examples, None)[1],
+            "reload_max_abs_diff": float((ours - theirs).abs().max())}
+
+
+def main() -> None:
+    """Run the bench and print the summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results/heads")
+    parser.add_argument("--per-label", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=240)
+    parser.add_argument("--step", type=float, default=0.1)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    records = pos_task(args.per_label, seed=0)
+    start = time.perf_counter()
+    path = fine_tune(records, out / "finetuned", args.steps)
+    task = fine_tuned_task(path, records["test"])
+    cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].split(":", 1)[1].strip()
+    result = {"cpu": cpu,
+              "threads": torch.get_num_threads(), "records": {k: len(v) for k, v in records.items()},
+              "curves": curves(task, records, args.step)}
+    random_mean = [statistics.mean(c[i]["metric"] for k, c in result["curves"].items() if k.startswith("random"))
+                   for i in range(len(result["curves"]["importance"]))]
+    result["random_mean"] = random_mean
+    result["physical"] = physical(task, records, result["curves"]["importance"], 0.5, out)
+    result["seconds"] = time.perf_counter() - start
+    (out / "heads_minilm.json").write_text(json.dumps(result, indent=2) + "\n")
+    shown = {"importance": result["curves"]["importance"],
+             "random": [dict(lv, metric=m) for lv, m in zip(result["curves"]["random-0"], random_mean)]}
+    plot_curves(shown, "test accuracy (random: mean of 3 orders)", out / "heads_minilm.png")
+    for lv, r in zip(result["curves"]["importance"], random_mean):
+        print(f"{100 * lv['fraction']:5.1f}% pruned  importance {lv['metric']:.4f}  random {r:.4f}")
+    print(json.dumps({k: v for k, v in result["physical"].items() if k != "heads"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

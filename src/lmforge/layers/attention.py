@@ -174,7 +174,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False, n_heads=None) -> None:
         super().__init__()
         self.n_heads, self.n_kv, self.dh = cfg.n_heads, cfg.kv_heads, cfg.head_dim
-        if n_heads is not None:  # heads pruned physically (analysis/pruning.py): MHA only (config checks)
+        if n_heads is not None and n_heads != cfg.n_heads:  # heads pruned physically (analysis/pruning.py):
+            # MHA only (config checks), so the key/value heads go with their query heads
             self.n_heads = self.n_kv = n_heads
         self.pattern, self.cross = pattern, cross
         q_dim, kv_dim = self.n_heads * self.dh, self.n_kv * self.dh

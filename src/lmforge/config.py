@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from lmforge.config_checks import (ConfigError, choice, positive, validate_pruned, validate_rotary_scaling,
-                                   validate_windows)
+from lmforge.config_checks import (ConfigError, choice, positive, validate_elmo, validate_ffn_sizes,
+                                   validate_pruned, validate_rotary_scaling, validate_windows)
 
-ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
+ARCHITECTURES = ("encoder", "decoder", "encoder-decoder", "elmo")  # elmo: a biLSTM LM (lmforge/elmo.py)
 POSITIONS = ("learned", "sinusoidal", "relative-bias", "alibi", "rotary", "xl-relative", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("post", "pre")
@@ -32,6 +32,10 @@ _FFN_ACTIVATION = {"geglu": "gelu", "geglu-tanh": "gelu-tanh"}  # inside the gat
 # Patterns whose definition needs every token to see the whole sequence's layout
 # (global tokens, random blocks, projections over the length): encoder-side only.
 BIDIRECTIONAL_ONLY = ("longformer", "bigbird", "linformer")
+
+
+# Peters et al. 2018 (Jozefowicz et al. 2016's CNN-BIG-LSTM bank): 2048 filters of widths 1-7
+ELMO_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
 
 SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
@@ -108,6 +112,8 @@ class ModelConfig:
     # heads removed by physical pruning (Michel et al. 2019; lmforge/analysis/pruning.py)
     pruned_heads: Optional[dict] = option(None, "heads removed per attention and layer, by original index: "
                                                 "{'encoder.3': [0, 5], 'cross.1': [2]}; null: none")
+    ffn_sizes: Optional[dict] = option(None, "hidden units kept per layer by FFN pruning: {'encoder.3': 1536}; "
+                                             "null: d_ff everywhere")
     # LM head (heads.py reads these so a preset describes its family's head)
     lm_transform: bool = option(True, "LM head: BERT's dense + activation + norm before the projection")
     lm_bias: bool = option(True, "LM head: a bias on the vocabulary projection")
@@ -125,6 +131,20 @@ class ModelConfig:
     decoder_start_token_id: Optional[int] = option(None, "encoder-decoders: the first decoder input")
     forced_bos_token_id: Optional[int] = option(None, "generation: the first new token (mBART's language id)")
     forced_eos_token_id: Optional[int] = option(None, "generation: the token at the maximum length (BART)")
+    # ELMo (architecture="elmo", Peters et al. 2018): vocab_size is the softmax's word vocabulary, d_model the
+    # LSTM projection (and token representation) width, n_layers the LSTM layers of each direction
+    char_embed_dim: int = option(16, "elmo: width of the character embeddings")
+    char_filters: Optional[list] = option(None, "elmo: the character CNN's [width, n_filters] pairs; null: "
+                                                "the original's 2048 filters of widths 1-7")
+    n_highway: int = option(2, "elmo: highway layers after the character CNN")
+    lstm_dim: int = option(4096, "elmo: LSTM memory cell width (projected to d_model: LSTMP)")
+    cell_clip: Optional[float] = option(3.0, "elmo: memory cells clipped to +-cell_clip; null: no clip")
+    proj_clip: Optional[float] = option(3.0, "elmo: projected states clipped to +-proj_clip; null: no clip")
+    n_characters: int = option(262, "elmo: character ids (UTF-8 bytes, 4 marks, padding; 0 pads words)")
+    max_characters_per_token: int = option(50, "elmo: characters per word, marks included (longer ones cut)")
+    skip_connections: bool = option(True, "elmo: residual connection around every LSTM layer but the first")
+    stateful: bool = option(False, "elmo: carry each row's LSTM state into the next batch (the original's "
+                                   "training); false: every batch starts from zeros (deterministic)")
     source: str = option("", "where a preset's numbers come from")
 
     def __post_init__(self) -> None:
@@ -132,6 +152,8 @@ class ModelConfig:
             self.attention_schedule = list(self.attention_schedule)
         if isinstance(self.window_schedule, tuple):
             self.window_schedule = list(self.window_schedule)
+        if isinstance(self.char_filters, (list, tuple)):  # tuples from Python, lists from JSON: one form
+            self.char_filters = [list(f) if isinstance(f, (list, tuple)) else f for f in self.char_filters]
         _validate(self)
 
     # derived sizes -----------------------------------------------------------
@@ -144,6 +166,10 @@ class ModelConfig:
     def kv_heads(self) -> int:
         """Number of key/value heads (GQA/MQA share them across query heads)."""
         return self.n_kv_heads or self.n_heads
+
+    def layer_d_ff(self, stack: str, layer: int) -> int:
+        """Feed-forward hidden units of a stack's ("encoder" or "decoder") layer, after pruning."""
+        return (self.ffn_sizes or {}).get(f"{stack}.{layer}", self.d_ff)
 
     def layer_heads(self, attention: str, layer: int) -> int:
         """Heads of one attention ("encoder", "decoder" or "cross") at `layer`, after pruning."""
@@ -169,6 +195,11 @@ class ModelConfig:
         """Number of leading head dimensions that rotary rotates."""
         return self.rotary_dim or self.head_dim
 
+    @property
+    def cnn_filters(self) -> list:
+        """ELMo's character CNN filters as [width, n_filters] pairs (char_filters, or the original's)."""
+        return self.char_filters or [list(f) for f in ELMO_FILTERS]
+
     def layer_patterns(self) -> list:
         """Attention pattern of each layer (the schedule, or `attention` everywhere)."""
         return list(self.attention_schedule or [self.attention] * self.n_layers)
@@ -177,21 +208,9 @@ class ModelConfig:
         """Window width of one layer (the window schedule, or `window`)."""
         return self.window_schedule[layer] if self.window_schedule else self.window
 
-    def canonical(self) -> "ModelConfig":
-        """A copy with every field that has no effect here reset to its default (and no source),
-        so two configs of the same architecture compare equal."""
-        patterns = _patterns(self)
-        inert = {"source", "generator_size", *SPECIAL_TOKENS, *([] if self.pruned_heads else ["pruned_heads"])}
-        if not patterns & {"sliding-window", "dilated", "longformer"}:
-            inert |= {"window", "dilation", "window_schedule"}
-        elif self.window_schedule and len(set(self.window_schedule)) > 1:
-            inert.add("window")
-        if "longformer" not in patterns:
-            inert |= {"n_global_tokens", "global_projections"}
-        if "bigbird" not in patterns:
-            inert |= {"block_size", "n_random_blocks", "random_block_choice", "dense_max_len"}
-        if "linformer" not in patterns:
-            inert.add("linformer_k")
+    def _inert_positions(self) -> set:
+        """Position fields of no effect under this config's scheme (rotary's when not rotary, ...)."""
+        inert = set()
         if self.position != "rotary":
             inert |= {"rotary_theta", "rotary_dim", "rotary_scaling"}
         if self.position != "rotary" or self.rotary_scaling != "llama3":
@@ -202,6 +221,25 @@ class ModelConfig:
             inert |= {"relative_buckets", "relative_max_distance"}
         if self.position != "learned":
             inert.add("position_offset")
+        return inert
+
+    def canonical(self) -> "ModelConfig":
+        """A copy with every field that has no effect here reset to its default (and no source),
+        so two configs of the same architecture compare equal."""
+        patterns = _patterns(self)
+        unset = [name for name in ("pruned_heads", "ffn_sizes") if not getattr(self, name)]  # {}: none either
+        inert = {"source", "generator_size", *SPECIAL_TOKENS, *unset}
+        if not patterns & {"sliding-window", "dilated", "longformer"}:
+            inert |= {"window", "dilation", "window_schedule"}
+        elif self.window_schedule and len(set(self.window_schedule)) > 1:
+            inert.add("window")
+        if "longformer" not in patterns:
+            inert |= {"n_global_tokens", "global_projections"}
+        if "bigbird" not in patterns:
+            inert |= {"block_size", "n_random_blocks", "random_block_choice", "dense_max_len"}
+        if "linformer" not in patterns:
+            inert.add("linformer_k")
+        inert |= self._inert_positions()
         if not self.lm_transform or self.lm_activation == _FFN_ACTIVATION.get(self.ffn, self.ffn):
             inert.add("lm_activation")
         defaults = {f.name: f.default for f in fields(self) if f.name in inert}
@@ -283,6 +321,9 @@ def _validate(cfg: ModelConfig) -> None:
                           "must be >= 0")
     _validate_heads(cfg)
     validate_pruned(cfg)
+    validate_ffn_sizes(cfg)
+    if cfg.architecture == "elmo":
+        validate_elmo(cfg)
     _validate_patterns(cfg)
     if cfg.n_decoder_layers is not None and cfg.architecture != "encoder-decoder":
         raise ConfigError(f"n_decoder_layers is only valid for architecture='encoder-decoder', "

@@ -1,5 +1,5 @@
 """ModelConfig's rules that read a few fields each (config.py calls them): the error type,
-choices, positive sizes, windows, rotary scaling and pruned heads. No import of config.py, which
+choices, positive sizes, windows, rotary scaling, pruned heads and FFN sizes. No import of config.py, which
 imports this."""
 from __future__ import annotations
 
@@ -58,15 +58,58 @@ def validate_pruned(cfg) -> None:
     if cfg.share_layers or cfg.kv_heads != cfg.n_heads or cfg.position in PER_HEAD_POSITIONS:
         raise ConfigError("pruned_heads needs separate layers, n_kv_heads = n_heads and no per-head position "
                           f"terms (not {', '.join(PER_HEAD_POSITIONS)}); mask those heads instead")
-    stacks = {"encoder": cfg.n_layers, "decoder": cfg.decoder_layers, "cross": cfg.decoder_layers}
-    if cfg.architecture != "encoder-decoder":
-        stacks = {cfg.architecture: cfg.n_layers}
     for key, heads in cfg.pruned_heads.items():
-        attention, _, layer = str(key).partition(".")
-        if attention not in stacks or not layer.isdigit() or int(layer) >= stacks[attention]:
-            raise ConfigError(f"pruned_heads key {key!r} is not one of {sorted(stacks)} '.' a layer index")
+        _layer_key(cfg, "pruned_heads", key, ("encoder", "decoder", "cross"))
         if (not isinstance(heads, list) or len(set(heads)) != len(heads)
                 or not all(isinstance(h, int) and 0 <= h < cfg.n_heads for h in heads)):
             raise ConfigError(f"pruned_heads[{key!r}] must list distinct heads in 0..{cfg.n_heads - 1}")
         if len(heads) >= cfg.n_heads:
             raise ConfigError(f"pruned_heads[{key!r}] removes every head of the layer: keep at least one")
+
+
+def validate_elmo(cfg) -> None:
+    """ELMo's sizes: positive widths, [width, n_filters] pairs that fit a word, >= 0 highway layers,
+    positive clipping values (or none)."""
+    positive(cfg, "char_embed_dim", "lstm_dim", "n_characters", "max_characters_per_token")
+    pairs = cfg.char_filters
+    if pairs is not None and not (isinstance(pairs, list) and pairs and all(
+            isinstance(f, list) and len(f) == 2 and all(type(n) is int and n > 0 for n in f) for f in pairs)):
+        raise ConfigError(f"char_filters={pairs!r:.80} must be a non-empty list of [width, n_filters] pairs "
+                          f"of positive integers")
+    widest = max(width for width, _ in cfg.cnn_filters)
+    if widest > cfg.max_characters_per_token:
+        raise ConfigError(f"char_filters has a width {widest} > max_characters_per_token="
+                          f"{cfg.max_characters_per_token}")
+    if type(cfg.n_highway) is not int or cfg.n_highway < 0:
+        raise ConfigError(f"n_highway={cfg.n_highway!r} must be an integer >= 0")
+    for name in ("cell_clip", "proj_clip"):
+        value = getattr(cfg, name)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if value is not None and not (number and value > 0):
+            raise ConfigError(f"{name}={value!r} must be a positive number (or null: no clipping)")
+
+
+def _stacks(cfg) -> dict:
+    """Attention or stack name -> its number of layers ("cross" for an encoder-decoder's decoder)."""
+    if cfg.architecture != "encoder-decoder":
+        return {cfg.architecture: cfg.n_layers}
+    return {"encoder": cfg.n_layers, "decoder": cfg.decoder_layers, "cross": cfg.decoder_layers}
+
+
+def _layer_key(cfg, field: str, key, names) -> None:
+    stacks = _stacks(cfg)
+    name, _, layer = str(key).partition(".")
+    if name not in names or name not in stacks or not layer.isdigit() or int(layer) >= stacks[name]:
+        raise ConfigError(f"{field} key {key!r} is not one of {sorted(set(stacks) & set(names))} '.' a layer index")
+
+
+def validate_ffn_sizes(cfg) -> None:
+    """ffn_sizes names layers the model has, each keeping between 1 and d_ff hidden units."""
+    if not cfg.ffn_sizes:
+        return
+    if cfg.share_layers:
+        raise ConfigError("ffn_sizes needs separate layers (share_layers=False): one block serves every layer")
+    for key, size in cfg.ffn_sizes.items():
+        _layer_key(cfg, "ffn_sizes", key, ("encoder", "decoder"))
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= cfg.d_ff:
+            raise ConfigError(f"ffn_sizes[{key!r}]={size!r} must be an integer in 1..d_ff={cfg.d_ff}")

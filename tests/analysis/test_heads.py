@@ -11,10 +11,9 @@ from lmforge.analysis.pruning import head_counts, prune_heads
 from lmforge.cli import main
 from lmforge.config import ConfigError
 from lmforge.convert import ConversionError
-from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, finetune
-from lmforge.train import TrainConfig
+from lmforge.tasks.finetune import encode_split, fine_tuned_task
 from tests.conftest import tiny_model
-from tests.tasks.core import sentiment, tiny, tokenizer
+from tests.tasks.core import fine_tuned_sentiment
 
 PRUNE = {"encoder": {"encoder.0": [1], "encoder.1": [0, 2]},
          "decoder": {"decoder.0": [1], "decoder.1": [0, 2]},
@@ -106,11 +105,7 @@ def test_gates_mask_xlnet_query_stream_and_cross_attention_too():
 @pytest.fixture(scope="module")
 def fine_tuned(tmp_path_factory):
     """A tiny BERT fine-tuned on the built-in sentiment task (saved with its task.json)."""
-    out = tmp_path_factory.mktemp("sst")
-    data = sentiment(400)
-    finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], data["validation"], out,
-             TrainConfig(steps=60, batch_size=16, lr=3e-3, seed=0, log_every=100), TaskConfig(), log=lambda *a: None)
-    return out / "final", data
+    return fine_tuned_sentiment(tmp_path_factory.mktemp("sst"))
 
 
 def test_importance_is_the_mean_absolute_gate_gradient(fine_tuned):

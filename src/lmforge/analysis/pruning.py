@@ -46,7 +46,7 @@ def _rows(heads: list, dh: int, parts: int, width: int) -> torch.Tensor:
     return torch.cat([per_part + p * width for p in range(parts)])
 
 
-def _sliced(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+def sliced_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     """A new Linear keeping `index` of its outputs (dim 0) or inputs (dim 1)."""
     weight = linear.weight.detach().index_select(dim, index.to(linear.weight.device))
     bias = linear.bias
@@ -65,13 +65,13 @@ def _shrink(attn: nn.Module, keep: list) -> None:
     """Keep heads at positions `keep` (of the module's current heads)."""
     dh, H = attn.dh, attn.n_heads
     if attn.cross:
-        attn.q = _sliced(attn.q, _rows(keep, dh, 1, H * dh), 0)
-        attn.kv = _sliced(attn.kv, _rows(keep, dh, 2, H * dh), 0)
+        attn.q = sliced_linear(attn.q, _rows(keep, dh, 1, H * dh), 0)
+        attn.kv = sliced_linear(attn.kv, _rows(keep, dh, 2, H * dh), 0)
     else:
-        attn.qkv = _sliced(attn.qkv, _rows(keep, dh, 3, H * dh), 0)
+        attn.qkv = sliced_linear(attn.qkv, _rows(keep, dh, 3, H * dh), 0)
         if hasattr(attn, "global_qkv"):  # Longformer's global projections have the same heads
-            attn.global_qkv = _sliced(attn.global_qkv, _rows(keep, dh, 3, H * dh), 0)
-    attn.out = _sliced(attn.out, _rows(keep, dh, 1, H * dh), 1)
+            attn.global_qkv = sliced_linear(attn.global_qkv, _rows(keep, dh, 3, H * dh), 0)
+    attn.out = sliced_linear(attn.out, _rows(keep, dh, 1, H * dh), 1)
     attn.n_heads = attn.n_kv = len(keep)
 
 

@@ -56,11 +56,28 @@ def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool 
     if cfg.architecture == "encoder-decoder":
         self_attn = projections + 2 * _attended_keys(cfg, "full", context) * q_dim
         macs += cfg.decoder_layers * (self_attn + ffn + projections + 2 * context * q_dim)
+    macs -= _pruned_macs(cfg, context)
     if cfg.embed_dim != d:
         macs += cfg.embed_dim * d
     if lm_head:
         macs += (d * cfg.embed_dim if cfg.lm_transform else 0) + cfg.embed_dim * cfg.vocab_size
     return 2 * macs
+
+
+def _pruned_macs(cfg: ModelConfig, context: int) -> int:
+    """Multiply-adds per token that pruned heads (cfg.pruned_heads) and FFN units (cfg.ffn_sizes) no
+    longer cost: a head's q, k, v and output columns and its scores and mixing; a unit's W1 (V) and
+    W2 weights."""
+    d, dh = cfg.d_model, cfg.head_dim
+    macs = sum((cfg.d_ff - n) * d * (3 if cfg.ffn in GATED else 2) for n in (cfg.ffn_sizes or {}).values())
+    patterns = cfg.layer_patterns() if cfg.pruned_heads else []  # a list per layer: only when needed
+    for key, heads in (cfg.pruned_heads or {}).items():
+        attention, _, layer = key.partition(".")
+        seq2seq_decoder = attention != "encoder" and cfg.architecture == "encoder-decoder"
+        keys = context if attention == "cross" else _attended_keys(
+            cfg, "full" if seq2seq_decoder else patterns[int(layer)], context)
+        macs += len(heads) * (4 * d * dh + 2 * keys * dh)
+    return macs
 
 
 def _meta_counts(cfg: ModelConfig) -> tuple:

@@ -19,8 +19,9 @@ class Block(nn.Module):
     """A layer of the one block stack that encoders, decoders and encoder-decoders share."""
 
     def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False,
-                 heads: tuple = (None, None)) -> None:
-        """heads: (self-attention, cross-attention) head counts of a pruned layer; None: cfg.n_heads."""
+                 heads: tuple = (None, None), d_ff: int | None = None) -> None:
+        """heads: (self-attention, cross-attention) head counts of a pruned layer (None: cfg.n_heads);
+        d_ff: its feed-forward width after FFN pruning (None: cfg.d_ff)."""
         super().__init__()
         self.pre_norm = cfg.norm_placement == "pre"
         # Longformer's global projections are new mathematics: a class of its own, chosen by the pattern
@@ -29,7 +30,7 @@ class Block(nn.Module):
         self.attn_norm = make_norm(cfg)
         self.cross_attn = Attention(cfg, cross=True, n_heads=heads[1]) if cross else None
         self.cross_norm = make_norm(cfg) if cross else None
-        self.ffn = FeedForward(cfg)
+        self.ffn = FeedForward(cfg, d_ff)
         self.ffn_norm = make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 

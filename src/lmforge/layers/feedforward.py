@@ -32,12 +32,14 @@ def activation(cfg: ModelConfig):
 class FeedForward(nn.Module):
     """FFN(x) = W2 act(W1 x); gated variants use W2 (act(W1 x) * V x) (GLU Variants, eq. 5-6)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, d_ff: int | None = None) -> None:
+        """d_ff: this layer's hidden units where FFN pruning left fewer (cfg.ffn_sizes)."""
         super().__init__()
         self.act, gated = ACTIVATIONS[cfg.ffn]
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.ffn_bias)
-        self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.ffn_bias) if gated else None
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.ffn_bias)
+        d_ff = d_ff or cfg.d_ff
+        self.up = nn.Linear(cfg.d_model, d_ff, bias=cfg.ffn_bias)
+        self.gate = nn.Linear(cfg.d_model, d_ff, bias=cfg.ffn_bias) if gated else None
+        self.down = nn.Linear(d_ff, cfg.d_model, bias=cfg.ffn_bias)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_ff)
         """The hidden units act(W1 x), or act(W1 x) * V x for gated variants (act on the gate)."""

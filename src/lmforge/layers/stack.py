@@ -38,7 +38,8 @@ class Stack(nn.Module):
         n_blocks = 1 if cfg.share_layers else n_layers
         name = "decoder" if causal else "encoder"
         heads = [(cfg.layer_heads(name, i), cfg.layer_heads("cross", i)) for i in range(n_blocks)]
-        self.blocks = nn.ModuleList(Block(cfg, self.patterns[i], cross, heads[i]) for i in range(n_blocks))
+        self.blocks = nn.ModuleList(Block(cfg, self.patterns[i], cross, heads[i], cfg.layer_d_ff(name, i))
+                                    for i in range(n_blocks))
         self.mask_keys = [_mask_key(cfg, p, i) for i, p in enumerate(self.patterns)]
         self.bias = BIASES[cfg.position](cfg, not causal) if cfg.position in BIASES else None
         self.rotary = Rotary(cfg) if cfg.position == "rotary" else None

@@ -1,0 +1,250 @@
+"""`lmforge probe` and `lmforge features` (added to the main parser by `add_parsers`).
+
+    lmforge probe --model all-MiniLM-L6-v2 --out runs/probe              # the built-in treebank
+    lmforge probe --model DIR --data ud.conllu --tasks pos,deps,distance,depth --out runs/probe
+    lmforge features --model DIR --data sentences.txt --layers 4-8 --out runs/feats
+    lmforge features --model DIR --task tagging --train train.conll --dev dev.conll --layers mix \\
+        --out runs/ner head=mlp
+
+`probe` caches every layer's word vectors once, runs the probes (analysis/probing.py) and writes
+DIR/probe.json (every score, the summary, the baselines) and DIR/probe.png (per layer: accuracy,
+selectivity, scalar-mix weights, structural scores), and prints the table. `features` writes
+DIR/features.safetensors (every sentence's (layers, words, d) vectors, never pickle) and, with
+--task, trains a feature-based head on the frozen features and writes DIR/metrics.json.
+key=value options are the probes' training options (epochs, lr, hidden, rank, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+TASK_KINDS = {"tagging": "tagging", "classification": "cls"}  # --task -> tasks/formats.py kind
+
+
+def fit_config(args):
+    """The probes' FitConfig from --config and key=value options (a bad one: a usage error)."""
+    from lmforge.analysis.probe_fit import FitConfig
+    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+
+    try:
+        return FitConfig.from_dict({**read_config_file(args.config), **parse_overrides(args.overrides)})
+    except (TypeError, ValueError) as err:
+        raise UsageError(str(err)) from None
+
+
+def existing(path: str | None, option: str) -> str | None:
+    """`path` when it names a file; a usage error naming the option otherwise."""
+    from lmforge.cli.common import UsageError
+
+    if path is not None and not Path(path).is_file():
+        raise UsageError(f"{option} {path}: no such file")
+    return path
+
+
+def _model(args) -> tuple:
+    from lmforge.tasks.finetune import load_model
+
+    return load_model(args.model, args.tokenizer, seed=args.seed)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    from lmforge.config import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=True) + "\n")
+
+
+def probe_data(args) -> dict:
+    """{train, dev, test: treebank records}: the built-in treebank or a CoNLL-U file, split seeded."""
+    import random
+
+    from lmforge.cli.common import UsageError
+    from lmforge.data.conllu import read_conllu
+    from lmforge.data.treebank import treebank_splits
+
+    if not 0 < args.held_out < 0.5:
+        raise UsageError(f"--held-out {args.held_out} must be between 0 and 0.5")
+    if args.data is None:
+        if args.sentences < 3:
+            raise UsageError(f"--sentences {args.sentences}: the treebank needs at least 3 (train, dev, test)")
+        return treebank_splits(args.sentences, args.seed, args.held_out)
+    records = read_conllu(existing(args.data, "--data"))
+    if len(records) < 3:
+        raise UsageError(f"--data {args.data}: {len(records)} sentence(s); probing needs at least 3")
+    random.Random(args.seed).shuffle(records)
+    n = max(1, int(len(records) * args.held_out))
+    return {"train": records[: len(records) - 2 * n], "dev": records[-2 * n: -n], "test": records[-n:]}
+
+
+def probe_tasks(args, records: dict) -> list:
+    """The tasks asked for (all the data supports by default); one the data lacks is a usage error."""
+    from lmforge.analysis.probing import TASKS, available_tasks
+    from lmforge.cli.common import UsageError
+
+    supported = available_tasks(records["train"])
+    if not args.tasks:
+        return supported
+    asked = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in asked if t not in TASKS]
+    if unknown or not asked:
+        raise UsageError(f"--tasks {args.tasks}: unknown task(s) {unknown}; tasks: {', '.join(TASKS)}")
+    lacking = [t for t in asked if t not in supported]
+    if lacking:
+        raise UsageError(f"--tasks {','.join(lacking)}: {args.data} has no such links (only the built-in "
+                         f"treebank has agreement and coref links)")
+    return asked
+
+
+def probe_heads(args) -> tuple:
+    """The probe heads of --heads (linear, mlp)."""
+    from lmforge.analysis.probe_fit import HEADS
+    from lmforge.cli.common import UsageError
+
+    heads = tuple(h.strip() for h in args.heads.split(",") if h.strip())
+    if not heads or set(heads) - set(HEADS):
+        raise UsageError(f"--heads {args.heads}: choose from {', '.join(HEADS)}")
+    return heads
+
+
+def cmd_probe(args) -> None:
+    """Probe every layer of a model; probe.json, probe.png under --out; prints the table."""
+    from lmforge.analysis.features import parse_layers, word_features
+    from lmforge.analysis.probe_report import plot_probes, print_table, summary
+    from lmforge.analysis.probing import probe_sweep
+
+    start = time.perf_counter()
+    config, heads = fit_config(args), probe_heads(args)
+    records = probe_data(args)
+    tasks = probe_tasks(args, records)
+    model, tokenizer = _model(args)
+    layers = parse_layers(args.layers, model.config.n_layers + 1)
+    stats: dict = {}
+    features = {k: word_features(model, tokenizer, [r["words"] for r in v], None, args.pooling, args.batch_size,
+                                 args.max_len, stats) for k, v in records.items()}
+    say = (lambda task: print(f"probing {task} ...", file=sys.stderr, flush=True)) if args.progress else None
+    results = probe_sweep(features, records, layers, tasks, config, args.seed, heads, not args.no_control, say)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results.update(summary=summary(results), model=str(args.model), data=args.data or "built-in treebank",
+                   sentences={k: len(v) for k, v in records.items()}, pooling=args.pooling, seed=args.seed,
+                   config=config.__dict__, truncated_sentences=stats.get("truncated_sentences", 0),
+                   seconds=time.perf_counter() - start)
+    _write_json(out / "probe.json", results)
+    plot_probes(results, out / "probe.png", f"{Path(str(args.model)).name}: probes per layer")
+    print_table(results)
+    print(json.dumps(results["summary"], indent=2))
+    print(f"wrote {out / 'probe.json'} and {out / 'probe.png'} ({results['seconds']:.0f} s)")
+
+
+def read_sentences(path: str) -> list:
+    """Sentences (lists of words) of a file: CoNLL-U (.conllu), JSON lines with "words" or "text"
+    (.jsonl), one sentence a line (.txt), else CoNLL (a word and its columns a line)."""
+    from lmforge.data.conllu import read_conllu
+    from lmforge.tasks.formats import read_rows, read_text
+    from lmforge.tasks.tagging import read_conll
+
+    suffix = Path(path).suffix.lower()
+    if suffix == ".conllu":
+        return [r["words"] for r in read_conllu(path)]
+    if suffix == ".txt":
+        return [line.split() for line in read_text(path).splitlines() if line.strip()]
+    if suffix not in (".jsonl", ".json", ".ndjson"):
+        return [r["words"] for r in read_conll(path)]
+    sentences = []
+    for n, row in read_rows(path):
+        words = row.get("words") if isinstance(row.get("words"), list) else str(row.get("text", "")).split()
+        if not words:
+            raise ValueError(f"{path}:{n}: no \"words\" list or \"text\" in the record")
+        sentences.append([str(w) for w in words])
+    return sentences
+
+
+def transfer_splits(args) -> dict:
+    """{train, dev[, test]: records} of --train, --dev and --test for --task."""
+    from lmforge.cli.common import UsageError
+    from lmforge.tasks.formats import read_task_file
+
+    if not args.train or not args.dev:
+        raise UsageError(f"--task {args.task} needs --train FILE and --dev FILE")
+    files = {"train": args.train, "dev": args.dev, "test": args.test}
+    return {k: read_task_file(existing(f, f"--{k}"), TASK_KINDS[args.task]) for k, f in files.items() if f}
+
+
+def cmd_features(args) -> None:
+    """Write the features of --data; with --task, train a feature-based head and write metrics.json."""
+    from lmforge.analysis.feature_transfer import transfer
+    from lmforge.analysis.features import parse_layers, save_features, word_features
+    from lmforge.cli.common import UsageError
+
+    if not args.data and not args.task:
+        raise UsageError("give --data FILE (features to write) and/or --task with --train and --dev")
+    config = fit_config(args)
+    sentences = read_sentences(existing(args.data, "--data")) if args.data else None
+    splits = transfer_splits(args) if args.task else None
+    model, tokenizer = _model(args)
+    chosen = parse_layers(args.layers, model.config.n_layers + 1)  # a bad --layers fails before any work
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if sentences is not None:
+        stats: dict = {}
+        features = word_features(model, tokenizer, sentences, args.layers, args.pooling, args.batch_size,
+                                 args.max_len, stats)
+        meta = {"model": str(args.model), "data": args.data, "layers": chosen, "pooling": args.pooling,
+                "sentences": len(sentences), "d": int(features[0].shape[-1]), **stats}
+        file = save_features(out, features, meta)
+        _write_json(out / "features.json", meta)
+        print(f"wrote {file} ({len(sentences)} sentences, layers {chosen})")
+    if splits is not None:
+        metrics = transfer(model, tokenizer, args.task, splits, args.layers, args.pooling, args.head, config,
+                           args.seed, args.batch_size, args.max_len)
+        metrics.update(layers=chosen, model=str(args.model), seed=args.seed)
+        _write_json(out / "metrics.json", metrics)
+        print(json.dumps({k: metrics[k] for k in ("task", "layers", "dev", "test") if k in metrics}, indent=2))
+        print(f"wrote {out / 'metrics.json'}")
+
+
+def _common(p) -> None:
+    p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face), installed model "
+                   "(all-MiniLM-L6-v2) or preset (random init, with --tokenizer)")
+    p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
+    p.add_argument("--layers", default="all", help="an int, a range 4-8, a list 0,3,6, all or mix (0 = embeddings)")
+    p.add_argument("--pooling", choices=("first", "mean", "last"), default="first",
+                   help="how a word's pieces become one vector")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.add_argument("--max-len", type=int, help="tokens per sentence (default: the model's max length)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", help="YAML/JSON file of key: value training options")
+    p.add_argument("overrides", nargs="*", help="key=value training options of the probes or head")
+
+
+def add_parsers(sub) -> None:
+    """Add the probe and features sub-commands to the `lmforge` parser."""
+    from lmforge.analysis.probe_fit import FitConfig
+    from lmforge.cli.options import option_lines
+
+    epilog = "training options (key=value):\n" + "\n".join(option_lines(FitConfig))
+    p = sub.add_parser("probe", help="probing classifiers and structural probes on every layer", epilog=epilog,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(p)
+    p.add_argument("--data", help="a CoNLL-U treebank (default: the built-in synthetic treebank)")
+    p.add_argument("--sentences", type=int, default=1500, help="sentences of the built-in treebank")
+    p.add_argument("--held-out", type=float, default=0.15, help="share of the sentences in dev and in test each")
+    p.add_argument("--tasks", help="comma list of pos, deps, agreement, coref, distance, depth (default: all "
+                   "the data supports)")
+    p.add_argument("--heads", default="linear,mlp", help="probe heads per layer: linear, mlp")
+    p.add_argument("--no-control", action="store_true", help="skip the control tasks (and selectivity)")
+    p.add_argument("--progress", action="store_true", help="name each task as it starts (on stderr)")
+    p.set_defaults(func=cmd_probe)
+    p = sub.add_parser("features", help="contextual word features; a feature-based task head", epilog=epilog,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(p)
+    p.add_argument("--data", help="sentences to featurise: .conllu, .jsonl (words or text), .txt, or CoNLL")
+    p.add_argument("--task", choices=tuple(TASK_KINDS), help="train a feature-based head on frozen features")
+    p.add_argument("--train", help="training file (CoNLL or .jsonl for tagging; JSONL text/label for classification)")
+    p.add_argument("--dev", help="development file (early stopping; scored)")
+    p.add_argument("--test", help="held-out file (scored)")
+    p.add_argument("--head", choices=("linear", "mlp"), default="linear", help="the head on the scalar mix")
+    p.set_defaults(func=cmd_features)

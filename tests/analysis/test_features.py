@@ -1,0 +1,115 @@
+"""Contextual word features: pieces pooled per word, one tensor per sentence of every layer, the same
+whatever the batch, truncation counted, and ELMo's own layers used when a model has them."""
+import pytest
+import torch
+
+from lmforge.analysis.features import (
+    TruncationWarning,
+    encode_words,
+    hidden_states,
+    load_features,
+    parse_layers,
+    pool_words,
+    save_features,
+    word_features,
+)
+from tests.tasks.core import tiny, tokenizer
+
+SENTENCES = [["It", "is", "superb", "."], ["I", "love", "it", "and", "it", "works", "perfectly", "."],
+             ["great"]]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matrices: one thread avoids waiting on a busy second core."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_pooling_first_mean_last_on_a_hand_example():
+    hidden = torch.arange(10.0).view(1, 5, 2)  # (L, T, d): token t holds [2t, 2t + 1]
+    word_ids = [-1, 0, 0, 1, -1]  # [CLS] w0 w0 w1 [SEP]; word 2 has no pieces
+    first = pool_words(hidden, word_ids, 3, "first")
+    mean = pool_words(hidden, word_ids, 3, "mean")
+    last = pool_words(hidden, word_ids, 3, "last")
+    assert first[0].tolist() == [[2, 3], [6, 7], [0, 0]]
+    assert mean[0].tolist() == [[3, 4], [6, 7], [0, 0]]
+    assert last[0].tolist() == [[4, 5], [6, 7], [0, 0]]
+    with pytest.raises(ValueError, match="--pooling 'max'"):
+        pool_words(hidden, word_ids, 3, "max")
+
+
+@pytest.mark.parametrize("spec, layers", [(None, [0, 1, 2, 3]), ("all", [0, 1, 2, 3]), ("mix", [0, 1, 2, 3]),
+                                          (2, [2]), ("1-3", [1, 2, 3]), ("0,3", [0, 3]), ("3,1-2", [1, 2, 3])])
+def test_layer_selections(spec, layers):
+    assert parse_layers(spec, 4) == layers
+
+
+@pytest.mark.parametrize("spec", ["4", "2-9", "a", "1-", "-1", ""])
+def test_bad_layer_selections_name_the_option(spec):
+    with pytest.raises(ValueError, match="--layers"):
+        parse_layers(spec, 4)
+
+
+def test_one_tensor_per_sentence_of_every_layer_at_each_words_first_piece():
+    model, tok = tiny("bert-base").eval(), tokenizer("bert")
+    features = word_features(model, tok, SENTENCES, pooling="first")
+    assert [tuple(f.shape) for f in features] == [(3, len(s), model.config.d_model) for s in SENTENCES]
+    example, kept = encode_words(tok, SENTENCES[1], 128)
+    ids = torch.tensor([example["input_ids"]])
+    hidden = hidden_states(model, ids, torch.ones_like(ids), torch.tensor([example["segment_ids"]]))
+    first_piece = [example["word_ids"].index(w) for w in range(kept)]
+    assert torch.allclose(features[1], hidden[:, 0, first_piece], atol=1e-6)
+    chosen = word_features(model, tok, SENTENCES, layers="1-2")
+    assert all(torch.equal(c, f[1:]) for c, f in zip(chosen, features))
+
+
+@pytest.mark.parametrize("preset, family", [("bert-base", "bert"), ("gpt2", "gpt2"), ("t5-base", "t5")])
+def test_features_do_not_depend_on_the_batch_neighbours(preset, family):
+    model, tok = tiny(preset).eval(), tokenizer(family)
+    alone = word_features(model, tok, [SENTENCES[0]], pooling="mean")[0]
+    batched = word_features(model, tok, [SENTENCES[1], SENTENCES[0], SENTENCES[2]], pooling="mean",
+                            batch_size=3)[1]
+    assert torch.allclose(alone, batched, atol=1e-5)
+    assert alone.shape[0] == model.config.n_layers + 1  # an encoder-decoder: its encoder's layers
+
+
+def test_a_decoder_sees_the_left_context_only():
+    model, tok = tiny("gpt2").eval(), tokenizer("gpt2")
+    a, b = word_features(model, tok, [["It", "is", "superb"], ["It", "is", "flimsy"]], pooling="last")
+    assert torch.allclose(a[:, :2], b[:, :2], atol=1e-6)  # the first two words cannot see the third
+    assert not torch.allclose(a[:, 2], b[:, 2])
+    enc, tok = tiny("bert-base").eval(), tokenizer("bert")
+    a, b = word_features(enc, tok, [["It", "is", "superb"], ["It", "is", "flimsy"]])
+    assert not torch.allclose(a[1:, :2], b[1:, :2])  # an encoder's do
+
+
+def test_sentences_past_the_max_length_are_cut_with_a_counted_warning():
+    model, tok = tiny("bert-base").eval(), tokenizer("bert")
+    long = ["superb"] * 20
+    stats = {}
+    with pytest.warns(TruncationWarning, match="1 of 2 sentences exceed max_len=8 tokens.*14 words dropped"):
+        features = word_features(model, tok, [long, SENTENCES[0]], max_len=8, stats=stats)
+    assert features[0].shape[1] == 6 and features[1].shape[1] == 4  # 8 tokens - [CLS], [SEP]
+    assert stats == {"truncated_sentences": 1, "dropped_words": 14}
+
+
+def test_a_model_with_its_own_word_layers_gives_them():
+    class Elmo:
+        def word_layers(self, sentences):
+            return [torch.full((3, len(s), 4), float(i)) for i, s in enumerate(sentences)]
+
+    features = word_features(Elmo(), None, SENTENCES[:2], layers="1-2")
+    assert [tuple(f.shape) for f in features] == [(2, 4, 4), (2, 8, 4)]
+    assert features[1].unique().tolist() == [1.0]
+
+
+def test_features_round_trip_through_safetensors(tmp_path):
+    features = [torch.randn(3, n, 5) for n in (4, 1, 7)]
+    file = save_features(tmp_path, features, {"model": "m", "layers": [0, 1, 2]})
+    back, meta = load_features(file)
+    assert meta == {"model": "m", "layers": [0, 1, 2]}
+    assert all(torch.equal(a, b) for a, b in zip(features, back))
+    assert file.read_bytes()[:8] != b"\x80\x04\x95"  # safetensors, never a pickle

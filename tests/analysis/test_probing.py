@@ -1,0 +1,147 @@
+"""Probing: control tasks, the scalar mix's centre of gravity, cumulative scoring, batched probes that
+train as they would alone, and a seeded sweep over a tiny model."""
+import json
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from lmforge.analysis.features import word_features
+from lmforge.analysis.probe_fit import Examples, FitConfig, LayerProbes, fit
+from lmforge.analysis.probe_report import summary
+from lmforge.analysis.probing import (
+    Split,
+    center_of_gravity,
+    control_labels,
+    differential_scores,
+    expected_layer,
+    label_examples,
+    probe_sweep,
+    task_items,
+)
+from lmforge.data.treebank import treebank_splits
+from lmforge.tokenizer import train_tokenizer
+
+TINY = FitConfig(epochs=4, hidden=16, rank=8, batch_size=64, lr=1e-2)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matrices: one thread avoids waiting on a busy second core."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def swept():
+    """(features, records) of a small treebank under a tiny random BERT with a tokenizer of its words."""
+    import lmforge
+
+    records = treebank_splits(90, seed=0, held_out=0.2)
+    tok = train_tokenizer([" ".join(r["words"]) for r in records["train"]], "wordpiece", 400)
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base", vocab_size=tok.vocab_size, max_seq_len=128)).eval()
+    features = {k: word_features(model, tok, [r["words"] for r in v]) for k, v in records.items()}
+    return features, records
+
+
+def test_control_labels_are_fixed_per_type_with_the_tasks_label_distribution():
+    labels = ["NOUN"] * 600 + ["VERB"] * 300 + ["DET"] * 100
+    types = [f"w{i}" for i in range(4000)]
+    mapping = control_labels(types + types[:50], labels, seed=1)
+    assert set(mapping) == set(types) and set(mapping.values()) == {"NOUN", "VERB", "DET"}
+    share = Counter(mapping.values())
+    for label, p in (("NOUN", 0.6), ("VERB", 0.3), ("DET", 0.1)):
+        assert abs(share[label] / len(types) - p) < 0.03
+    assert control_labels(types, labels, seed=1) == mapping and control_labels(types, labels, seed=2) != mapping
+
+
+def test_a_word_type_has_one_control_label_in_every_split(swept):
+    features, records = swept
+    splits = {k: Split.of(features[k], records[k]) for k in features}
+    examples, names = label_examples(splits, "pos", seed=0)
+    by_type = {}
+    for k, e in examples.items():
+        types = [w.lower() for r in records[k] for w in r["words"]]
+        assert len(types) == len(e)
+        for t, control in zip(types, e.labels[1].tolist()):
+            assert by_type.setdefault(t, control) == control
+    assert len(set(by_type.values())) > 1 and names == sorted(names)
+
+
+def test_task_items_words_and_pairs_and_truncation():
+    record = {"words": ["the", "dog", "runs", "."], "upos": ["DET", "NOUN", "VERB", "PUNCT"],
+              "heads": [1, 2, -1, 2], "deprels": ["det", "nsubj", "root", "punct"],
+              "links": [["agreement", 1, 2, "subject"]]}
+    assert [i[:2] for i in task_items([record], [0, 4], "pos")] == [((0,), "DET"), ((1,), "NOUN"), ((2,), "VERB"),
+                                                                   ((3,), "PUNCT")]
+    assert task_items([record], [0, 4], "deps") == [((0, 1), "det", "the"), ((1, 2), "nsubj", "dog"),
+                                                    ((3, 2), "punct", ".")]
+    assert task_items([record, record], [0, 4, 8], "agreement")[1] == ((5, 6), "subject", "dog")
+    assert task_items([record], [0, 2], "deps") == [((0, 1), "det", "the")]  # words 2, 3 cut off
+
+
+def test_centre_of_gravity_of_known_weights():
+    assert center_of_gravity([0.1, 0.2, 0.7], [0, 1, 2]) == pytest.approx(1.6)
+    assert center_of_gravity([0.1, 0.2, 0.7], [2, 4, 6]) == pytest.approx(5.2)
+    assert center_of_gravity([1.0], [3]) == 3
+
+
+def test_expected_layer_of_cumulative_scores():
+    assert expected_layer([0.5, 0.7, 0.8, 0.8], [0, 1, 2, 3]) == pytest.approx((1 * 0.2 + 2 * 0.1) / 0.3)
+    # a drop is noise: the running best (0.5, 0.8, 0.8, 0.9) gives deltas 0.3, 0, 0.1
+    assert differential_scores([0.5, 0.8, 0.7, 0.9]) == pytest.approx([0.3, 0.0, 0.1])
+    assert expected_layer([0.5, 0.8, 0.7, 0.9], [0, 1, 2, 3]) == pytest.approx(1.5)
+    assert math.isnan(expected_layer([0.9, 0.8, 0.9], [0, 1, 2]))
+
+
+def test_batched_probes_train_as_they_would_alone():
+    torch.manual_seed(0)
+    table = torch.randn(2, 300, 8)
+    labels = (table[0, :, 0] > 0).long()
+    index = torch.arange(300)[:, None]
+    noise = torch.randint(0, 2, (300,))
+
+    def train(second):  # probe 0: layer 0, the real labels; probe 1: layer 1, `second`
+        data = Examples(table, index, torch.stack([labels, second]))
+        probes = LayerProbes(8, 2, [0, 1], [0, 1], "mlp", 16)
+        fit(probes, data, data, FitConfig(epochs=6, batch_size=32, patience=2), seed=3)
+        return probes
+
+    a, b = train(noise), train(labels)
+    for wa, wb in zip(a.weights, b.weights):
+        assert torch.allclose(wa[0], wb[0], atol=1e-6)  # probe 0 never saw what probe 1 learnt
+        assert not torch.allclose(wa[1], wb[1])
+
+
+def test_a_seeded_sweep_reports_every_probe_and_repeats_exactly(swept):
+    features, records = swept
+    tasks = ["pos", "deps", "agreement", "coref", "distance", "depth"]
+    first = probe_sweep(features, records, [0, 1, 2], tasks, TINY, seed=5)
+    again = probe_sweep(features, records, [0, 1, 2], tasks, TINY, seed=5)
+    assert json.dumps(first) == json.dumps(again)  # NaN (no rise in cumulative scores) included
+    pos = first["tasks"]["pos"]
+    for head in ("linear", "mlp"):
+        assert len(pos[head]["accuracy"]) == len(pos[head]["selectivity"]) == 3
+        assert pos[head]["selectivity"] == pytest.approx([a - c for a, c in zip(pos[head]["accuracy"],
+                                                                                   pos[head]["control"])])
+    assert pos["mlp"]["accuracy"][0] > pos["majority"] + 0.2  # word identity alone gives most tags
+    assert sum(pos["cumulative"]["mix_weights"]) == pytest.approx(1.0)
+    assert len(first["tasks"]["distance"]["uuas"]) == 3 and 0 <= first["baselines"]["right_branching_uuas"] <= 1
+    assert first["baselines"]["layer0"]["pos"] == pos["mlp"]["accuracy"][0]
+    report = summary(first)
+    assert set(report["checks"]) == {"pos_expected_layer_below_long_range", "uuas_points_above_right_branching"}
+
+
+def test_a_sweep_on_chosen_layers_names_them(swept):
+    features, records = swept
+    result = probe_sweep(features, records, [1, 2], ["pos", "depth"], TINY, seed=0, heads=("linear",),
+                         control=False)
+    assert result["layers"] == [1, 2] and result["tasks"]["pos"]["linear"]["best_layer"] in (1, 2)
+    assert "control" not in result["tasks"]["pos"]["linear"] and "layer0" not in result["baselines"]
+    assert 1 <= result["tasks"]["pos"]["cumulative"]["center_of_gravity"] <= 2
+    with pytest.raises(ValueError, match="unknown task"):
+        probe_sweep(features, records, [1], ["syntax"], TINY)

@@ -1,0 +1,116 @@
+"""`lmforge probe` and `lmforge features`: what they write, and one-line errors with exit status 2."""
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.analysis.features import load_features
+from lmforge.cli import main
+from lmforge.data.conllu import write_conllu
+from lmforge.data.treebank import treebank
+from lmforge.tokenizer import train_tokenizer
+
+QUICK = ["epochs=2", "hidden=8", "rank=4", "lr=0.01"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matrices: one thread avoids waiting on a busy second core."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny random BERT with a WordPiece tokenizer of the treebank's words, saved."""
+    path = tmp_path_factory.mktemp("model")
+    tok = train_tokenizer([" ".join(r["words"]) for r in treebank(200, seed=9)], "wordpiece", 400)
+    torch.manual_seed(0)
+    lmforge.build(lmforge.tiny("bert-base", vocab_size=tok.vocab_size, max_seq_len=128)).save(path)
+    tok.save(path)
+    return str(path)
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_probe_on_the_builtin_treebank_writes_json_plot_and_table(model_dir, tmp_path, capsys):
+    out = tmp_path / "probe"
+    assert main(["probe", "--model", model_dir, "--sentences", "60", "--out", str(out), *QUICK]) == 0
+    result = json.loads((out / "probe.json").read_text())
+    assert list(result["tasks"]) == ["pos", "deps", "agreement", "coref", "distance", "depth"]
+    assert result["layers"] == [0, 1, 2] and result["sentences"] == {"train": 42, "dev": 9, "test": 9}
+    assert "selectivity" in result["tasks"]["pos"]["mlp"] and "right_branching_uuas" in result["baselines"]
+    assert set(result["summary"]["checks"]) == {"pos_expected_layer_below_long_range",
+                                                "uuas_points_above_right_branching"}
+    assert (out / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "Probing: test score per layer" in printed and "right-branching UUAS" in printed
+
+
+def test_probe_on_a_conllu_file_offers_the_tasks_it_supports(model_dir, tmp_path, capsys):
+    data = write_conllu(treebank(40, seed=1), tmp_path / "ud.conllu")
+    out = tmp_path / "probe"
+    assert main(["probe", "--model", model_dir, "--data", str(data), "--tasks", "pos,distance", "--layers", "1-2",
+                 "--heads", "linear", "--no-control", "--out", str(out), *QUICK]) == 0
+    result = json.loads((out / "probe.json").read_text())
+    assert list(result["tasks"]) == ["pos", "distance"] and result["layers"] == [1, 2]
+    assert "control" not in result["tasks"]["pos"]["linear"]
+    assert main(["probe", "--model", model_dir, "--data", str(data), "--tasks", "coref", "--out", str(out)]) == 2
+    assert "--tasks coref" in capsys.readouterr().err
+
+
+def test_features_are_written_as_safetensors(model_dir, tmp_path):
+    data = write(tmp_path / "s.txt", "the dog runs .\nJohn sees the old cats near the house .\n")
+    out = tmp_path / "feats"
+    assert main(["features", "--model", model_dir, "--data", data, "--layers", "1-2", "--pooling", "mean",
+                 "--out", str(out)]) == 0
+    features, meta = load_features(out / "features.safetensors")
+    assert [tuple(f.shape) for f in features] == [(2, 4, 32), (2, 9, 32)]
+    assert meta["layers"] == [1, 2] and meta["pooling"] == "mean"
+    assert json.loads((out / "features.json").read_text())["sentences"] == 2
+
+
+def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path):
+    conll = "\n\n".join("\n".join(f"{w} {'B-PER' if w == 'John' else 'O'}" for w in s.split())
+                        for s in ["John runs .", "the dog sees John .", "John sleeps ."] * 4)
+    train, dev = write(tmp_path / "train.conll", conll), write(tmp_path / "dev.conll", conll)
+    out = tmp_path / "ner"
+    assert main(["features", "--model", model_dir, "--task", "tagging", "--train", train, "--dev", dev,
+                 "--out", str(out), "--head", "mlp", *QUICK]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == "tagging" and {"f1", "accuracy"} <= set(metrics["dev"])
+    assert metrics["layers"] == [0, 1, 2] and len(metrics["mix_weights"]) == 3
+    lines = "".join(json.dumps({"text": t, "label": label}) + "\n"
+                    for t, label in [("the dog runs", "a"), ("John sleeps", "b")] * 5)
+    texts = write(tmp_path / "t.jsonl", lines)
+    assert main(["features", "--model", model_dir, "--task", "classification", "--train", texts, "--dev", texts,
+                 "--out", str(tmp_path / "cls"), *QUICK]) == 0
+    assert set(json.loads((tmp_path / "cls" / "metrics.json").read_text())["dev"]) == {"accuracy", "f1", "matthews"}
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["probe", "--layers", "9"], "--layers '9'"),
+    (["probe", "--layers", "2-x"], "--layers '2-x'"),
+    (["probe", "--data", "missing.conllu"], "--data missing.conllu: no such file"),
+    (["probe", "--tasks", "pos,syntax"], "--tasks pos,syntax"),
+    (["probe", "--heads", "cnn"], "--heads cnn"),
+    (["probe", "--held-out", "0.7"], "--held-out 0.7"),
+    (["probe", "epochs=0"], "epochs=0"),
+    (["probe", "depth=3"], "unknown option(s) ['depth']"),
+    (["features"], "give --data FILE"),
+    (["features", "--task", "tagging", "--train", "x.conll"], "--task tagging needs --train FILE and --dev FILE"),
+    (["features", "--data", "nowhere.txt"], "--data nowhere.txt: no such file"),
+    (["features", "--data", "{bad}", "--layers", "all,1"], "--layers"),
+])
+def test_bad_input_is_one_line_with_status_2(model_dir, tmp_path, capsys, argv, named):
+    if "{bad}" in argv:
+        argv = [write(tmp_path / "s.txt", "a b\n") if a == "{bad}" else a for a in argv]
+    assert main([argv[0], "--model", model_dir, "--out", str(tmp_path / "o"), *argv[1:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err and err.startswith(f"lmforge {argv[0]}: error:")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from lmforge.config import ModelConfig
+from lmforge.elmo import ELMo
 from lmforge.fast.accelerate import accelerate, accelerated
 from lmforge.fast.blocked import blocked_layers, plans
 from lmforge.fast.kernels import BlockedKernel, DroppingKernel, packed
@@ -326,7 +327,8 @@ class EncoderDecoder(Transformer):
         return self._with_heads(out, decoder_attention_mask, run_heads)
 
 
-ARCHITECTURES = {"encoder": Encoder, "decoder": Decoder, "encoder-decoder": EncoderDecoder}
+# ELMo is a biLSTM, not a Transformer: its own class (lmforge/elmo.py) with the same save/head interface
+ARCHITECTURES = {"encoder": Encoder, "decoder": Decoder, "encoder-decoder": EncoderDecoder, "elmo": ELMo}
 
 
 def model_class(cfg: ModelConfig) -> type:

@@ -111,20 +111,47 @@ PRESETS: dict = {
                        source="BigScience 2022, BLOOM, Table 3; bigscience/bloom-560m config"),
 }
 
+# ELMo (Peters et al. 2018): a biLSTM over characters (lmforge/elmo.py), not a Transformer, so kept out of
+# PRESETS, whose every entry the Transformer contracts (tests/test_model.py) run over; get_config reads both.
+# Sizes from AllenNLP's released options files (elmo_2x{lstm_dim}_{d_model}_2048cnn_{n_highway}xhighway):
+# 2 layers, cell and projection clipping 3, residual connections, ReLU character CNN of 2048 filters
+# (config.ELMO_FILTERS) over 16-d embeddings of 262 character ids, 50 per word. vocab_size is the softmax
+# over the 1B Word Benchmark vocabulary (793471 words, bilm-tf's n_tokens_vocab), absent from the released
+# weights. The parameter counts AllenNLP lists (13.6M, 28.0M, 93.6M) are the biLM without that softmax:
+# character table, CNN, highways, projection and both directions' LSTMs, as num_parameters() counts.
+ELMO = dict(architecture="elmo", vocab_size=793471, n_layers=2, n_heads=1, n_segments=0, max_seq_len=512,
+            dropout=0.1, attention_dropout=0.0, tie_embeddings=False, lm_transform=False, lm_bias=True,
+            char_embed_dim=16, char_filters=None, n_characters=262, max_characters_per_token=50,
+            cell_clip=3.0, proj_clip=3.0, skip_connections=True)
+_ALLENNLP_ELMO = "AllenNLP ELMo models page (allennlp.org/elmo): {} ({}M parameters), its options JSON"
+ELMO_PRESETS: dict = {
+    "elmo-small": dict(ELMO, d_model=128, lstm_dim=1024, n_highway=1,
+                       source=_ALLENNLP_ELMO.format("Small, elmo_2x1024_128_2048cnn_1xhighway", 13.6)),
+    "elmo-medium": dict(ELMO, d_model=256, lstm_dim=2048, n_highway=1,
+                        source=_ALLENNLP_ELMO.format("Medium, elmo_2x2048_256_2048cnn_1xhighway", 28.0)),
+    "elmo-original": dict(ELMO, d_model=512, lstm_dim=4096, n_highway=2,
+                          source="Peters et al. 2018, ELMo, sec. 3.4 (2 biLSTM layers of 4096 units, 512-d "
+                                 "projections, 2048 filters, 2 highway layers); " + _ALLENNLP_ELMO.format(
+                                     "Original, elmo_2x4096_512_2048cnn_2xhighway", 93.6)),
+}
+
 
 def get_config(name: str, **overrides) -> ModelConfig:
     """The preset's ModelConfig with `overrides` applied (validated)."""
-    if name not in PRESETS:
-        close = difflib.get_close_matches(name, PRESETS, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(PRESETS)}"
+    known = {**PRESETS, **ELMO_PRESETS}
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(known)}"
         raise ConfigError(f"unknown preset {name!r}{hint}")
-    return ModelConfig.from_dict({**PRESETS[name], **overrides})
+    return ModelConfig.from_dict({**known[name], **overrides})
 
 
 def tiny_overrides(cfg: ModelConfig) -> dict:
     """Sizes that keep every axis value of `cfg` but make it cheap enough for tests and demos."""
     sizes = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_head=None, d_ff=64, max_seq_len=64,
                  window=8, block_size=4, linformer_k=16, relative_buckets=8, relative_max_distance=16)
+    if cfg.architecture == "elmo":  # small LSTMs and a character CNN of widths 1-3
+        sizes.update(lstm_dim=64, char_embed_dim=8, char_filters=[[1, 8], [2, 8], [3, 16]])
     if cfg.n_kv_heads is not None:
         sizes["n_kv_heads"] = 1 if cfg.n_kv_heads == 1 else 2
     if cfg.attention_schedule is not None:

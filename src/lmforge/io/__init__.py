@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from lmforge import elmo as _elmo
 from lmforge import model as _model
 from lmforge.io.files import CheckpointError, load_state_strict, load_weights, save_tensors
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
@@ -49,6 +50,7 @@ def load(path: str | os.PathLike) -> Transformer:
 
 
 _model.register_saver(save)  # model.save(...) without the model importing io
+_elmo.register_saver(save)  # and ELMo.save, the biLSTM class beside it
 
 __all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "MODEL_PACKAGES", "WEIGHTS_FILE",
            "find_model_dir", "load", "load_state_strict", "load_weights", "model_dir", "register_format",

@@ -19,7 +19,8 @@ from lmforge.config import ARCHITECTURES
 from lmforge.data.stream import ExampleFormat
 
 # the subword model each tokenizer family's original uses (lmforge.tokenizer.train's families)
-TOKENIZER_KINDS = {"bert": "wordpiece", "roberta": "bytelevel-bpe", "gpt2": "bytelevel-bpe", "t5": "unigram"}
+TOKENIZER_KINDS = {"bert": "wordpiece", "roberta": "bytelevel-bpe", "gpt2": "bytelevel-bpe", "t5": "unigram",
+                   "words": "wordlevel"}  # words: whole words, ELMo's softmax vocabulary (tokenizer/chars.py)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -93,8 +93,11 @@ def default_tokenizer(family: str, docs: list, vocab_size: int):
     """A tokenizer of `family` (an objective's: bert, roberta, gpt2, t5) trained on the corpus, with the
     subword model of the family's original: WordPiece, byte-level BPE, or a T5 unigram with sentinels."""
     from lmforge.tokenizer import train_tokenizer
+    from lmforge.tokenizer.chars import train_words
 
     text = [" ".join(doc) for doc in docs]
+    if TOKENIZER_KINDS[family] == "wordlevel":  # a vocabulary of whole words (ELMo's softmax), no subwords
+        return train_words(text, vocab_size)
     return train_tokenizer(text, TOKENIZER_KINDS[family], vocab_size, family=family)
 
 

@@ -1,0 +1,179 @@
+"""ELMo's biLM body (Peters et al. 2018, sec. 3): a character CNN token encoder and L-layer LSTMs
+per direction.
+
+Token representation x_k^LM (Jozefowicz et al. 2016, "char CNN"; Kim et al. 2016): each word's
+characters (tokenizer/chars.py) are embedded, convolved by filters of several widths, max-pooled
+over the characters and passed through ReLU, then highway layers (Srivastava et al. 2015) and a
+linear projection to d_model. Highway as bilm-tf writes it (its names, W_carry and W_transform):
+
+    y = g * relu(W_T x + b_T) + (1 - g) * x,     g = sigmoid(W_C x + b_C)
+
+Contextual layers h_k,j: per direction, n_layers LSTMs with a projection (LSTMP, Sak et al. 2014),
+the memory cell clipped to +-cell_clip and the projected output to +-proj_clip, and a residual
+connection around every layer but the first. One step of one layer, gates in the order
+(input i, forget f, cell input g, output o) of PyTorch and AllenNLP:
+
+    c_t = clip(sigmoid(i) * tanh(g) + sigmoid(f) * c_{t-1});   h_t = clip(P (sigmoid(o) * tanh(c_t)))
+
+The forward LSTMs read w_1 .. w_n left to right; the backward ones the same words right to left
+(each row reversed within its own length, so padding never comes first). They share no state.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+
+class Highway(nn.Module):
+    """One highway layer: y = g * relu(transform(x)) + (1 - g) * x, g = sigmoid(carry(x)) (bilm-tf)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.carry = nn.Linear(d, d)  # the gate (bilm-tf's W_carry, b_carry)
+        self.transform = nn.Linear(d, d)  # the non-linear path (W_transform, b_transform)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, d)
+        g = torch.sigmoid(self.carry(x))
+        return g * torch.relu(self.transform(x)) + (1 - g) * x
+
+    def reset_parameters(self) -> None:
+        """bilm-tf's init: N(0, 1/d) weights; the gate's bias -2, so a new layer mostly passes x through."""
+        for linear in (self.carry, self.transform):
+            nn.init.normal_(linear.weight, std=math.sqrt(1.0 / linear.in_features))
+        nn.init.constant_(self.carry.bias, -2.0)
+        nn.init.zeros_(self.transform.bias)
+
+
+class CharEncoder(nn.Module):
+    """x_k^LM: characters -> embeddings -> CNN, max over characters, ReLU -> highways -> projection."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        filters = cfg.cnn_filters
+        n_filters = sum(n for _, n in filters)
+        self.embed = nn.Embedding(cfg.n_characters, cfg.char_embed_dim, padding_idx=0)  # 0: a padding word
+        self.convs = nn.ModuleList(nn.Conv1d(cfg.char_embed_dim, n, width) for width, n in filters)
+        self.highways = nn.ModuleList(Highway(n_filters) for _ in range(cfg.n_highway))
+        self.projection = nn.Linear(n_filters, cfg.d_model)
+
+    def forward(self, chars: torch.Tensor) -> torch.Tensor:  # (N, L) character ids -> (N, d_model)
+        x = self.embed(chars).transpose(1, 2)  # (N, e, L): channels first for Conv1d
+        # max over the characters, then ReLU (monotone, so the order is the reference's either way)
+        x = torch.cat([torch.relu(conv(x).amax(-1)) for conv in self.convs], dim=-1)  # (N, n_filters)
+        for highway in self.highways:
+            x = highway(x)
+        return self.projection(x)
+
+    def reset_parameters(self) -> None:
+        """bilm-tf's init: character embeddings U(-1, 1) (the padding row 0), filters U(-0.05, 0.05),
+        projection N(0, 1/n_filters); zero biases."""
+        nn.init.uniform_(self.embed.weight, -1.0, 1.0)
+        with torch.no_grad():
+            self.embed.weight[0].zero_()
+        for conv in self.convs:
+            nn.init.uniform_(conv.weight, -0.05, 0.05)
+            nn.init.zeros_(conv.bias)
+        for highway in self.highways:
+            highway.reset_parameters()
+        nn.init.normal_(self.projection.weight, std=math.sqrt(1.0 / self.projection.in_features))
+        nn.init.zeros_(self.projection.bias)
+
+
+class ProjectedLSTM(nn.Module):
+    """One direction of one layer: an LSTM whose output is projected (LSTMP) and clipped, as AllenNLP's
+    LstmCellWithProjection (its parameter names; no bias on the input and projection matrices)."""
+
+    def __init__(self, d_in: int, d_out: int, d_cell: int, cell_clip: Optional[float],
+                 proj_clip: Optional[float]) -> None:
+        super().__init__()
+        self.d_cell, self.cell_clip, self.proj_clip = d_cell, cell_clip, proj_clip
+        self.input_linearity = nn.Linear(d_in, 4 * d_cell, bias=False)
+        self.state_linearity = nn.Linear(d_out, 4 * d_cell)
+        self.state_projection = nn.Linear(d_cell, d_out, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, state: Optional[tuple] = None) -> tuple:
+        """x (B, T, d_in), mask (B, T) bool, state (h (B, d_out), c (B, d_cell)) or None (zeros) ->
+        (outputs (B, T, d_out), zero at padding; final (h, c), each row's after its last real step)."""
+        B, T, _ = x.shape
+        if state is None:
+            state = (x.new_zeros(B, self.state_projection.out_features), x.new_zeros(B, self.d_cell))
+        h, c = state
+        from_input = self.input_linearity(x)  # (B, T, 4 d_cell): the input's share of every step at once
+        outputs = []
+        for t in range(T):
+            i, f, g, o = (from_input[:, t] + self.state_linearity(h)).chunk(4, dim=-1)
+            c_new = torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c
+            if self.cell_clip:
+                c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
+            h_new = self.state_projection(torch.sigmoid(o) * torch.tanh(c_new))
+            if self.proj_clip:
+                h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
+            real = mask[:, t, None]  # (B, 1): a padded step leaves the state as it was
+            h, c = torch.where(real, h_new, h), torch.where(real, c_new, c)
+            outputs.append(h_new * real)
+        return torch.stack(outputs, dim=1), (h, c)
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform matrices (TF's LSTMCell default), zero bias but the forget gate's +1
+        (Jozefowicz et al. 2015; TF adds it at run time, here it is part of the bias)."""
+        for linear in (self.input_linearity, self.state_linearity, self.state_projection):
+            nn.init.xavier_uniform_(linear.weight)
+        with torch.no_grad():
+            self.state_linearity.bias.zero_()
+            self.state_linearity.bias[self.d_cell: 2 * self.d_cell] = 1.0
+
+
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Each row's first lengths[b] steps in reverse order, padding left in place: (B, T, ...) -> same.
+    Its own inverse, so it also maps the backward LSTM's outputs back to word order."""
+    B, T = x.shape[:2]
+    t = torch.arange(T, device=x.device)[None]  # (1, T)
+    n = lengths.to(x.device)[:, None]  # (B, 1)
+    index = torch.where(t < n, n - 1 - t, t)  # (B, T)
+    return x.gather(1, index.view(B, T, *[1] * (x.dim() - 2)).expand_as(x))
+
+
+class BiLSTM(nn.Module):
+    """The forward and backward LSTM stacks; dropout on each layer's input, a residual connection
+    (the layer's input added to its output) from the second layer on when skip_connections."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        d = cfg.d_model
+
+        def stack() -> nn.ModuleList:
+            return nn.ModuleList(ProjectedLSTM(d, d, cfg.lstm_dim, cfg.cell_clip, cfg.proj_clip)
+                                 for _ in range(cfg.n_layers))
+
+        self.forward_layers, self.backward_layers = stack(), stack()
+        self.skip = cfg.skip_connections
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, states: Optional[list] = None) -> tuple:
+        """x (B, T, d) token representations, mask (B, T) bool right-padded, states from a previous
+        call (or None) -> (forward outputs, backward outputs: per layer (B, T, d) in word order,
+        final states: [forward, backward] per layer (h, c))."""
+        lengths = mask.sum(1)
+        fwd, fwd_final = self._direction(self.forward_layers, x, mask, states[0] if states else None)
+        bwd, bwd_final = self._direction(self.backward_layers, reverse_padded(x, lengths), mask,
+                                         states[1] if states else None)
+        return fwd, [reverse_padded(h, lengths) for h in bwd], [fwd_final, bwd_final]
+
+    def _direction(self, layers: nn.ModuleList, x, mask, states) -> tuple:
+        outputs, finals = [], []
+        for k, layer in enumerate(layers):
+            h, final = layer(self.dropout(x), mask, states[k] if states else None)
+            if self.skip and k > 0:
+                h = h + x * mask[..., None]  # (B, T, d); padding stays zero
+            outputs.append(h)
+            finals.append(final)
+            x = h
+        return outputs, finals
+
+    def reset_parameters(self) -> None:
+        """Every layer's reset_parameters."""
+        for layer in (*self.forward_layers, *self.backward_layers):
+            layer.reset_parameters()

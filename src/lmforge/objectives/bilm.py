@@ -1,0 +1,138 @@
+"""ELMo's biLM objective (Peters et al. 2018, sec. 3.1): jointly maximise the log likelihood of the
+forward and the backward language model,
+
+    sum_k  log p(t_k | t_1 .. t_k-1; Θx, Θ->LSTM, Θs)  +  log p(t_k | t_k+1 .. t_N; Θx, Θ<-LSTM, Θs)
+
+with the token representation Θx (the character CNN) and the softmax Θs shared by both directions.
+An example is one sentence, <S> w_1 .. w_n </S> (longer ones cut into pieces of max_len words, each
+between the marks). At position k the forward LM's top state h->_k predicts word k+1 and the backward
+LM's h<-_k predicts word k-1; the loss is the mean of the two directions' mean cross-entropies (bilm-tf's
+0.5 (L-> + L<-)), and each direction's perplexity is logged.
+
+The softmax runs over the word vocabulary of the run's word tokenizer (tokenizer/chars.py): the full
+softmax ("bilm"), or while training a sampled one ("bilm-sampled", Jean et al. 2015, as bilm-tf trains
+with 8192 negatives per batch): the negatives are drawn from a log-uniform (Zipfian) proposal over the
+frequency-ranked ids, every logit corrected by -log(k Q(w)), and a negative equal to the target
+(an "accidental hit") removed. Its training perplexities are those of the sampled loss; evaluation
+always uses the full softmax.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from lmforge.data.stream import ExampleFormat
+from lmforge.heads import make_head
+from lmforge.objectives.base import Loss, Objective, tokenizer_pad
+from lmforge.objectives.registry import ObjectiveSpec, register
+from lmforge.tokenizer.chars import vocabulary_chars
+
+SAMPLES = 8192  # bilm-tf's n_negative_samples_batch
+
+
+def sentence_examples(docs, tokenizer, max_len: int, seed: int = 0) -> list:
+    """Each sentence (a list of word ids) as <S> w_1 .. w_n </S>, cut into pieces of max_len - 2 words."""
+    bos, eos = tokenizer.special_id("bos"), tokenizer.special_id("eos")
+    if bos is None or eos is None:
+        raise ValueError("objectives/bilm.py: the biLM needs a word tokenizer with <S> and </S> (bos and eos "
+                         "tokens), as `lmforge pretrain` trains for it (tokenizer/chars.py)")
+    if max_len < 3:
+        raise ValueError(f"objectives/bilm.py: max_len={max_len} leaves no room for a word between <S> and </S>")
+    n = max_len - 2
+    return [{"input_ids": [bos, *sentence[i: i + n], eos]}
+            for doc in docs for sentence in doc for i in range(0, len(sentence), n)]
+
+
+def log_uniform(ids: torch.Tensor, V: int) -> torch.Tensor:
+    """log Q(w) of the log-uniform proposal over ids 0..V-1: Q(w) = log((w + 2) / (w + 1)) / log(V + 1)."""
+    return torch.log(torch.log1p(1.0 / (ids.float() + 1.0)) / math.log(V + 1.0))
+
+
+def draw_log_uniform(k: int, V: int, device=None) -> torch.Tensor:
+    """k ids drawn from the log-uniform proposal (inverse CDF; the global RNG, which the trainer seeds)."""
+    u = torch.rand(k, device=device)
+    return (torch.exp(u * math.log(V + 1.0)) - 1.0).long().clamp_(0, V - 1)
+
+
+class BiLM(Objective):
+    """Forward and backward next-word cross-entropy through one shared softmax (an "lm" head)."""
+
+    name = "bilm"
+
+    def __init__(self, model, pad_id: int = 0, chars: list | None = None, samples: int = 0) -> None:
+        super().__init__(model, pad_id)
+        if model.config.architecture != "elmo":
+            raise ValueError(f"objectives/bilm.py: the biLM objective trains an ELMo model, not a "
+                             f"{model.config.architecture}")
+        self.softmax = model.heads["softmax"] if "softmax" in model.heads else make_head(model, "lm")
+        self.samples = samples
+        L = model.config.max_characters_per_token
+        # word id -> its characters (id 0..261 fit int16: a 793k-word vocabulary stays ~80 MB)
+        self.char_table = torch.tensor(chars if chars is not None else [[0] * L], dtype=torch.int16)
+
+    @classmethod
+    def build(cls, model, tokenizer, samples: int = 0) -> "BiLM":
+        """The objective over `tokenizer`'s words (each id's characters tabulated once)."""
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise ValueError(f"objectives/bilm.py: the tokenizer has {tokenizer.vocab_size} words but the softmax "
+                             f"only {model.config.vocab_size} rows (vocab_size)")
+        chars = vocabulary_chars(tokenizer, model.config.max_characters_per_token)
+        return cls(model, pad_id=tokenizer_pad(tokenizer), chars=chars, samples=samples)
+
+    def collate(self, examples: list) -> dict:
+        """Padded word ids and attention mask, and char_ids (B, T, max_characters): each word's characters,
+        all zeros at padding."""
+        batch = super().collate(examples)
+        ids = batch["input_ids"]
+        if int(ids.max()) >= len(self.char_table):
+            raise ValueError(f"objectives/bilm.py: word id {int(ids.max())} is beyond the tokenizer's "
+                             f"{len(self.char_table)} words")
+        batch["char_ids"] = self.char_table[ids].long() * batch["attention_mask"][..., None]
+        return batch
+
+    def forward(self, batch: dict) -> Loss:
+        """Mean of the forward LM's loss (h->_k predicts word k+1) and the backward LM's (h<-_k, word k-1)."""
+        ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+        out = self.model(batch["char_ids"], mask)
+        p = self.model.config.dropout  # bilm-tf drops the top LSTM outputs before the softmax too
+        fwd = F.dropout(out.forward_states[-1], p, self.training)  # (B, T, d)
+        bwd = F.dropout(out.backward_states[-1], p, self.training)
+        both = mask[:, 1:] & mask[:, :-1]  # (B, T-1): a real word and its real neighbour
+        forward_loss = self._loss(fwd[:, :-1][both], ids[:, 1:][both])
+        backward_loss = self._loss(bwd[:, 1:][both], ids[:, :-1][both])
+        loss = (forward_loss + backward_loss) / 2
+        return Loss(loss, {"forward_perplexity": forward_loss.detach().exp(),
+                           "backward_perplexity": backward_loss.detach().exp()})
+
+    def _loss(self, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of (N, d) states for (N,) words: sampled while training with samples."""
+        V = self.model.config.vocab_size
+        if self.training and 0 < self.samples < V:
+            return self._sampled(hidden, target, V)
+        return F.cross_entropy(self.softmax(hidden).float(), target)
+
+    def _sampled(self, hidden: torch.Tensor, target: torch.Tensor, V: int) -> torch.Tensor:
+        weight, bias = self.softmax.projection()  # (V, d), (V,) or None
+        negatives = draw_log_uniform(self.samples, V, hidden.device)  # (k,) shared by the batch
+        log_k = math.log(self.samples)
+        true = (hidden * weight[target]).sum(-1) - log_k - log_uniform(target, V)  # (N,)
+        noise = hidden @ weight[negatives].T - log_k - log_uniform(negatives, V)  # (N, k)
+        if bias is not None:
+            true, noise = true + bias[target], noise + bias[negatives]
+        noise = noise.masked_fill(negatives[None] == target[:, None], float("-inf"))  # accidental hits
+        logits = torch.cat([true[:, None], noise], dim=1).float()  # the true word is class 0
+        return F.cross_entropy(logits, torch.zeros_like(target))
+
+    def heads(self) -> dict:
+        """The shared softmax, saved with the model as its "softmax" head (kind "lm")."""
+        return {"softmax": self.softmax}
+
+
+_SENTENCES = ExampleFormat("custom", build=sentence_examples)
+register(ObjectiveSpec(name="bilm", build=BiLM.build, summary="ELMo's forward + backward LMs, full softmax",
+                       aliases=("elmo",), architectures=("elmo",), tokenizer="words", examples=_SENTENCES))
+register(ObjectiveSpec(name="bilm-sampled", build=BiLM.build, options={"samples": SAMPLES},
+                       summary=f"ELMo's biLM with a sampled softmax ({SAMPLES} negatives a batch)",
+                       architectures=("elmo",), tokenizer="words", examples=_SENTENCES))

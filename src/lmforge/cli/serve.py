@@ -1,0 +1,128 @@
+"""`lmforge serve`: the HTTP inference server over one or more model directories.
+
+    lmforge serve --model all-MiniLM-L6-v2 --model gen=runs/gpt/final --port 8000
+
+Routes, limits and the batching worker: lmforge/serve/. --port 0 takes a free port; the address
+is printed when the socket is bound. SIGTERM (or Ctrl-C) stops accepting connections, answers
+every request already admitted, then exits.
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+from dataclasses import fields
+
+LIMIT_HELP = {"max_body_bytes": "bytes of one request body (413 beyond)",
+              "max_inputs": "texts or records of one request (413 beyond)",
+              "max_request_tokens": "tokens of one request (413 beyond)",
+              "max_batch_tokens": "tokens of one forward pass: the batching budget (larger requests split)",
+              "max_batch_items": "texts of one forward pass",
+              "max_queue": "requests admitted and not yet answered (429 with Retry-After beyond)",
+              "max_new_tokens": "new tokens one generation may ask for (413 beyond)",
+              "max_top_k": "fill-mask candidates (413 beyond)", "max_stop": "stop strings of one generation",
+              "batch_wait_ms": "how long the worker waits for a batch to fill (0: take what is queued)"}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def limits_of(args):
+    """The Limits given on the command line; a bad value is a usage error naming its option."""
+    from lmforge.cli.common import UsageError
+    from lmforge.serve import Limits
+
+    values = {}
+    for f in fields(Limits):
+        value = getattr(args, f.name)
+        if value is None:
+            continue
+        if not (math.isfinite(value) and value >= (0 if f.name == "batch_wait_ms" else 1)):
+            least = ">= 0" if f.name == "batch_wait_ms" else ">= 1"
+            raise UsageError(f"{_flag(f.name)} {value}: must be {least}")
+        values[f.name] = value
+    return Limits(**values)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A bound, listening socket (port 0: a free one); a usage error naming --host / --port."""
+    from lmforge.cli.common import UsageError
+
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: must be between 0 and 65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as err:
+        raise UsageError(f"--host {host}: cannot resolve ({err.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise UsageError(f"--port {port}: cannot listen on {host}:{port} ({err.strerror})") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def cmd_serve(args) -> None:
+    """Load the models, bind the socket and serve until SIGTERM / Ctrl-C."""
+    import torch
+    import uvicorn
+
+    from lmforge.cli.common import UsageError
+    from lmforge.serve import create_app, load_served, parse_model_specs
+
+    limits = limits_of(args)
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads {args.threads}: must be >= 1")
+    if args.graceful_timeout is not None and not args.graceful_timeout > 0:
+        raise UsageError(f"--graceful-timeout {args.graceful_timeout}: must be > 0")
+    try:
+        specs = parse_model_specs(args.model)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    sock = listen(args.host, args.port)  # before loading: a taken port costs nothing
+    threads = args.threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)  # the worker runs one op at a time: no inter-op pool needed
+    models = {}
+    for name, where in specs:
+        try:
+            models[name] = load_served(name, where)
+        except (ValueError, OSError) as err:
+            raise UsageError(f"--model {where}: {err}") from None
+    app = create_app(models, limits, threads)
+    host, port = sock.getsockname()[:2]
+    print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {threads} threads; page /, docs /docs)",
+          flush=True)
+    config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=args.graceful_timeout,
+                            access_log=args.access_log)
+    # after a drain, uvicorn raises the signal that stopped it again: the exit status says SIGTERM
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def add_parsers(sub) -> None:
+    """Add `serve` to the `lmforge` parser."""
+    from lmforge.serve import Limits
+
+    p = sub.add_parser("serve", help="HTTP inference server (embeddings, predictions, fill-mask, generation)")
+    p.add_argument("--model", action="append", required=True, metavar="[NAME=]DIR",
+                   help="a model directory or installed model, optionally named (repeat for several)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0: a free port (printed)")
+    p.add_argument("--threads", type=int,
+                   help="torch threads of the worker (default: the CPUs this process may use)")
+    p.add_argument("--graceful-timeout", type=float, default=60.0,
+                   help="seconds SIGTERM waits for admitted requests before cancelling them")
+    p.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    defaults = Limits()
+    for f in fields(Limits):
+        kind = float if f.name == "batch_wait_ms" else int
+        p.add_argument(_flag(f.name), type=kind,
+                       help=f"{LIMIT_HELP[f.name]} (default {getattr(defaults, f.name)})")
+    p.set_defaults(func=cmd_serve)

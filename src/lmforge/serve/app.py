@@ -1,0 +1,233 @@
+"""The FastAPI application: its state (models, limits, queue, worker, metrics), middleware and errors.
+
+    from lmforge.serve import create_app, load_served
+    app = create_app({"minilm": load_served("minilm", "all-MiniLM-L6-v2")})
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+The event loop admits a request (the bounded queue's 429), counts its tokens (413 beyond the
+limits), splits it into budget-sized jobs and awaits them; the worker thread (worker.py) runs
+them. On shutdown (uvicorn's SIGTERM handling) the server stops accepting connections, every
+admitted request is answered, then the worker drains the queue and stops.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from contextlib import asynccontextmanager
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from lmforge import __version__
+from lmforge.serve import page, routes, streaming
+from lmforge.serve.limits import Admission, Limits, RequestError, too_large
+from lmforge.serve.metrics import Metrics
+from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker
+
+DESCRIPTION = """Inference server for lmforge models: embeddings (OpenAI-compatible), task predictions,
+mask filling, generation with server-sent events, tokenisation, health, info and Prometheus metrics.
+Every error body is `{"error": {"message", "type", "param", "code"}}`; 413 names the limit exceeded
+and 429 carries Retry-After. A page to try each route is at `/`; this spec offline at `/docs`."""
+
+
+class Server:
+    """The application's state: served models, limits, admission, the job queue and its worker."""
+
+    def __init__(self, models: dict, limits: Limits | None = None, threads: int | None = None) -> None:
+        if not models:
+            raise ValueError("serve needs at least one model")
+        self.models, self.limits = dict(models), limits or Limits()
+        self.threads = threads or torch.get_num_threads()
+        self.metrics, self.admission, self.queue = Metrics(), Admission(self.limits), JobQueue()
+        self.worker = Worker(self.queue, self.limits, self.metrics, self.admission)
+        self.routes: set = set()  # the app's paths, filled by create_app
+
+    def start(self) -> None:
+        """Set torch's threads for the worker (intra-op; one inter-op thread) and start it."""
+        torch.set_num_threads(self.threads)
+        self.worker.start()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Refuse new work, let the worker finish what is queued, and wait for it."""
+        self.admission.closing = True
+        self.queue.close()
+        if self.worker.is_alive():
+            self.worker.join(timeout)
+
+    def pick(self, name: str | None, capability: str):
+        """The model `name` (default: the first one that has `capability`); 404 / 400 otherwise."""
+        if name is None:
+            found = [m for m in self.models.values() if capability in m.capabilities]
+            if not found:
+                raise RequestError(400, f"no served model can {capability}", param="model")
+            return found[0]
+        if name not in self.models:
+            raise RequestError(404, f"model {name!r} is not served (served: {', '.join(self.models)})",
+                               param="model", kind="model_not_found")
+        served = self.models[name]
+        if capability not in served.capabilities:
+            raise RequestError(400, f"model {name!r} cannot {capability} (it can: "
+                               f"{', '.join(served.capabilities)})", param="model")
+        return served
+
+    async def run(self, kind: str, served, parts: list, key: tuple | None = None,
+                  interleave: bool = False) -> list:
+        """Queue one request as jobs, parts = [(payload, tokens, size)]; their results in order."""
+        tokens = sum(p[1] for p in parts)
+        self._admit(tokens)
+        loop = asyncio.get_running_loop()
+        jobs = [Job(kind, served, payload, n, size, loop, key=key, interleave=interleave)
+                for payload, n, size in parts]
+        try:
+            for job in jobs:
+                self.queue.put(job)
+            return list(await asyncio.gather(*(job.future for job in jobs)))
+        finally:
+            self.admission.release(tokens)
+            for job in jobs:
+                if not job.future.done() or job.future.cancelled():
+                    job.cancel()  # abandoned: the worker skips it or stops it at its next step
+
+    def _admit(self, tokens: int) -> None:
+        try:
+            self.admission.admit(tokens)
+        except RequestError as err:
+            self.metrics.inc("lmforge_rejected_total", limit=err.param or err.kind)
+            raise
+
+    async def stream(self, served, payload: dict, tokens: int):
+        """Queue a generation job; yields its events, then {"result": ...} (or raises its error)."""
+        self._admit(tokens)
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+        job = Job("generate", served, payload, tokens, 1, loop, events=events)
+        job.future.add_done_callback(lambda _: events.put_nowait(None))  # after every emitted event
+        self.queue.put(job)
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+            yield {"result": job.future.result()}
+        finally:
+            self.admission.release(tokens)
+            if not job.future.done():
+                job.cancel()  # the client went away: the worker stops before the next step
+
+    def gauges(self) -> None:
+        """Bring the queue gauges up to date (before a scrape)."""
+        self.metrics.set("lmforge_queue_requests", self.admission.pending)
+        self.metrics.set("lmforge_queue_tokens", self.admission.tokens)
+        self.metrics.set("lmforge_queue_jobs", len(self.queue))
+
+
+class Guard:
+    """ASGI middleware: the payload limit (413 before the body is read where Content-Length says so;
+    a chunked body is read here up to the limit first), and each request's count and latency by route."""
+
+    def __init__(self, app, server: Server) -> None:
+        self.app, self.server = app, server
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), [500]
+        try:
+            receive = await self._bounded(scope, receive)
+            await self.app(scope, receive, _watch_status(send, status))
+        except RequestError as err:
+            await _reply(send, err, status)
+        route = scope["path"] if scope["path"] in self.server.routes else "other"  # bounded labels
+        seconds = time.perf_counter() - start
+        self.server.metrics.inc("lmforge_requests_total", route=route, status=str(status[0]))
+        self.server.metrics.observe("lmforge_request_seconds", seconds, route=route)
+
+    async def _bounded(self, scope, receive):
+        """`receive` itself when the declared length fits; a replay of a chunked body read up to the limit."""
+        limit, headers = self.server.limits.max_body_bytes, dict(scope.get("headers") or [])
+        if b"content-length" in headers:
+            declared = int(headers[b"content-length"] or 0)
+            if declared > limit:
+                raise too_large("max_body_bytes",
+                                f"the body is {declared} bytes, more than max_body_bytes={limit}")
+            return receive
+        if b"chunked" not in headers.get(b"transfer-encoding", b""):
+            return receive
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return receive
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+            if len(body) > limit:
+                raise too_large("max_body_bytes", f"the body is more than max_body_bytes={limit} bytes")
+        replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def replayed():
+            return replay.pop() if replay else await receive()
+
+        return replayed
+
+
+def _watch_status(send, status: list):
+    async def watched(message) -> None:
+        if message["type"] == "http.response.start":
+            status[0] = message["status"]
+        await send(message)
+
+    return watched
+
+
+async def _reply(send, err: RequestError, status: list) -> None:
+    response = error_response(err)
+    status[0] = response.status_code
+
+    async def no_body():
+        return {"type": "http.disconnect"}
+
+    await response({"type": "http"}, no_body, send)
+
+
+def error_response(err: RequestError) -> JSONResponse:
+    """The JSON answer of a refused request."""
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return error_response(RequestError(422, f"{where}: {first.get('msg')}" if where else first.get("msg"),
+                                       param=where or None))
+
+
+def _server_error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, Cancelled):
+        return error_response(RequestError(499, "the request was cancelled", kind="cancelled"))
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    return error_response(RequestError(500, message, kind="server_error"))
+
+
+def create_app(models: dict, limits: Limits | None = None, threads: int | None = None) -> FastAPI:
+    """The server's FastAPI app over `models` (name -> ServedModel, see models.load_served)."""
+    server = Server(models, limits, threads)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        server.start()
+        yield
+        await asyncio.to_thread(server.stop)  # uvicorn has answered every request by now
+        print(f"lmforge serve: drained; stopped after {server.metrics.total('lmforge_requests_total'):.0f} "
+              "requests", file=sys.stderr, flush=True)
+
+    app = FastAPI(title="lmforge serve", description=DESCRIPTION, version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
+    app.state.server = server
+    app.add_exception_handler(RequestError, lambda request, err: error_response(err))
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _server_error)
+    for module in (routes, streaming, page):
+        app.include_router(module.router)
+        server.routes.update(route.path for route in module.router.routes)
+    app.add_middleware(Guard, server=server)
+    return app

@@ -1,0 +1,118 @@
+"""What the server accepts, and the errors that push back when a request or the load exceeds it.
+
+Every refusal names the limit it hit: 413 for a request that is too large (payload bytes, texts,
+tokens, new tokens), 429 with Retry-After when the queue is full, so a client can tell "send
+less" from "send later" and never waits on a timeout.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class Limits:
+    """The server's limits; each one is named in the error of a request that exceeds it."""
+
+    max_body_bytes: int = 4 << 20  # bytes of one request body
+    max_inputs: int = 2048  # texts (or records) in one request
+    max_request_tokens: int = 262144  # tokens of one request, all its texts together
+    max_batch_tokens: int = 8192  # tokens of one forward pass: the worker's batch budget
+    max_batch_items: int = 256  # texts of one forward pass
+    max_queue: int = 512  # requests admitted and not yet answered; more get 429
+    max_new_tokens: int = 1024  # tokens one generation request may ask for
+    max_top_k: int = 100  # fill-mask candidates
+    max_stop: int = 8  # stop strings of one generation request
+    batch_wait_ms: float = 0.0  # how long the worker waits for a batch to fill once it has work
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "batch_wait_ms":
+                if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                    raise ValueError(f"batch_wait_ms must be a finite number >= 0, got {value!r}")
+            elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{f.name} must be an integer >= 1, got {value!r}")
+
+    def as_dict(self) -> dict:
+        """The limits as plain JSON (for /info)."""
+        return asdict(self)
+
+
+class RequestError(Exception):
+    """A refused request: HTTP status, a one-line message, the offending parameter or limit."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 kind: str = "invalid_request_error", headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        """The OpenAI-style error body: {"error": {message, type, param, code}}."""
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": self.status}}
+
+
+def too_large(limit: str, message: str) -> RequestError:
+    """413 naming `limit`."""
+    return RequestError(413, f"{message} (limit {limit})", param=limit, kind="limit_exceeded")
+
+
+def check_count(n: int, limits: Limits) -> None:
+    """Refuse a request of more than max_inputs texts."""
+    if n > limits.max_inputs:
+        raise too_large("max_inputs", f"{n} inputs, more than max_inputs={limits.max_inputs}")
+    if n == 0:
+        raise RequestError(422, "the input is empty: send at least one text", param="input")
+
+
+def fit_lengths(lengths: list, limit: int, truncate: bool, limits: Limits) -> list:
+    """Each text's token count after truncation to the model's `limit` tokens; a text over it is a
+    413 unless `truncate`, and so is a request whose total exceeds max_request_tokens."""
+    out = []
+    for i, n in enumerate(lengths):
+        if n > limit and not truncate:
+            raise too_large("max_seq_len", f"input {i} is {n} tokens, more than the model's "
+                            f"max_seq_len={limit}; send truncate: true to cut it")
+        out.append(min(n, limit))
+    total = sum(out)
+    if total > limits.max_request_tokens:
+        raise too_large("max_request_tokens", f"the request holds {total} tokens, more than "
+                        f"max_request_tokens={limits.max_request_tokens}")
+    return out
+
+
+class Admission:
+    """The bounded queue's front door: requests admitted and not yet answered, and their tokens.
+
+    Used from the event loop only (admit before a job is queued, release when it is answered),
+    so it needs no lock. Retry-After estimates when the backlog will have drained from the
+    worker's measured throughput."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits, self.pending, self.tokens = limits, 0, 0
+        self.tokens_per_second = 0.0  # written by the worker: an exponential average
+        self.closing = False
+
+    def admit(self, tokens: int) -> None:
+        """Count a request in; 429 when max_queue requests are pending, 503 once draining."""
+        if self.closing:
+            raise RequestError(503, "the server is shutting down", kind="unavailable",
+                               headers={"Retry-After": "1"})
+        if self.pending >= self.limits.max_queue:
+            raise RequestError(429, f"the queue is full: {self.pending} requests pending "
+                               f"(limit max_queue={self.limits.max_queue}); retry later", param="max_queue",
+                               kind="rate_limit_exceeded", headers={"Retry-After": str(self.retry_after())})
+        self.pending += 1
+        self.tokens += tokens
+
+    def release(self, tokens: int) -> None:
+        """Count an answered (or abandoned) request out."""
+        self.pending -= 1
+        self.tokens -= tokens
+
+    def retry_after(self) -> int:
+        """Whole seconds until the queued tokens will have been served (at least 1)."""
+        rate = self.tokens_per_second
+        return max(1, math.ceil(self.tokens / rate)) if rate > 0 else 1

@@ -1,0 +1,131 @@
+"""The models a server holds: each a directory loaded once, with what it can do.
+
+A served model is read as the library reads it elsewhere: SentenceEncoder.from_dir (the model,
+its tokenizer and its sentence-transformers pooling), and where the directory holds task.json
+the fine-tuned task rebuilt from it as `lmforge evaluate` rebuilds it. Its capabilities follow
+from its architecture and heads: every model embeds; a masked-LM encoder, T5 or BART fills
+masks; a decoder or encoder-decoder with an LM head generates; a fine-tuned model predicts.
+
+Two tokenizers per model: the worker's (Tokenizer.encode with max_length switches the backend's
+truncation on and off, so it is not shared across threads) and the event loop's own copy for
+counting tokens, /tokenize and turning streamed ids into text.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lmforge.apps.embed import SentenceEncoder
+from lmforge.generate import lm_head_name
+from lmforge.io.resolve import find_model_dir
+from lmforge.tasks.base import Task, task_class
+from lmforge.tasks.finetune import TaskConfig, make_task, task_info
+from lmforge.tokenizer import Tokenizer, load_tokenizer
+
+CAPABILITIES = ("embed", "predict", "fill_mask", "generate", "tokenize")
+
+
+@dataclass
+class ServedModel:
+    """One model directory, loaded: the encoder (model + tokenizer + pooling), its task if fine-tuned."""
+
+    name: str
+    path: Path
+    encoder: SentenceEncoder
+    front: Tokenizer  # the event loop's copy of the tokenizer
+    task: Task | None = None
+    info: dict = field(default_factory=dict)  # task.json
+    capabilities: tuple = ()
+
+    @property
+    def model(self):
+        """The Transformer."""
+        return self.encoder.model
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The worker's tokenizer."""
+        return self.encoder.tokenizer
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens one text may have (longer ones are truncated or refused)."""
+        cfg = self.model.config  # as SentenceEncoder limits them, and never past the positions
+        own = self.encoder.max_length or self.tokenizer.model_max_length or cfg.max_seq_len
+        return min(cfg.max_seq_len, own)
+
+    def count(self, texts: list, pair: list | None = None) -> list:
+        """Tokens of each text (specials included), with the event loop's tokenizer."""
+        return [len(self.front.encode(t, None if pair is None else pair[i]).ids) for i, t in enumerate(texts)]
+
+    def describe(self) -> dict:
+        """What /info says about the model."""
+        return {"path": str(self.path), "architecture": self.model.config.architecture,
+                "capabilities": list(self.capabilities), "max_tokens": self.max_tokens,
+                "parameters": sum(p.numel() for p in self.model.parameters()),
+                "task": self.info or None, "pooling": list(self.encoder.pooling),
+                "config": self.model.config.to_dict()}
+
+
+def _has_lm_head(model) -> bool:
+    try:
+        lm_head_name(model)
+    except ValueError:
+        return False
+    return True
+
+
+def capabilities_of(model, task: Task | None) -> tuple:
+    """What a model can serve (see the module docstring)."""
+    arch, lm = model.config.architecture, _has_lm_head(model)
+    found = {"embed", "tokenize"}
+    if task is not None:
+        found.add("predict")
+    if lm and arch in ("encoder", "encoder-decoder"):
+        found.add("fill_mask")
+    if lm and arch in ("decoder", "encoder-decoder"):
+        found.add("generate")
+    return tuple(c for c in CAPABILITIES if c in found)
+
+
+def rebuild_task(path: Path, model, tokenizer, info: dict) -> Task:
+    """The fine-tuned task of a directory's task.json around its model (as tasks.finetune.evaluate
+    rebuilds it); an error when the model lacks the task's trained head."""
+    kind = info["kind"]
+    options = {name: info[name] for name in task_class(kind).options if name in info}
+    cfg = TaskConfig(max_len=info.get("max_len", 128), text_to_text=info.get("text_to_text"),
+                     prefix=info.get("prefix"), **options)
+    pretrained = {id(head) for head in model.heads.values()}
+    task = make_task(kind, model, tokenizer, [], cfg, info.get("labels"))
+    if task.head != "lm" and id(task.task_head) not in pretrained:
+        raise ValueError(f"{path}: task.json says {kind}, but the model has no trained {task.head} head")
+    return task.eval()
+
+
+def load_served(name: str, where: str | os.PathLike) -> ServedModel:
+    """Load the model directory (or installed model package) `where` as `name`."""
+    path = find_model_dir(where)
+    encoder = SentenceEncoder.from_dir(path)
+    info = task_info(path) if (path / "task.json").is_file() else {}
+    task = rebuild_task(path, encoder.model, encoder.tokenizer, info) if info.get("kind") else None
+    encoder.model.eval()
+    return ServedModel(name, path, encoder, load_tokenizer(path), task, info,
+                       capabilities_of(encoder.model, task))
+
+
+def parse_model_specs(specs: list) -> list:
+    """--model values, DIR or NAME=DIR, as (name, where) pairs; names default to the directory's
+    name and must be unique."""
+    out, seen = [], set()
+    for spec in specs:
+        name, eq, where = str(spec).partition("=")
+        if not eq or os.path.isdir(spec):  # a directory whose own name holds "=" is a directory
+            name, where = Path(str(spec).rstrip("/")).name or str(spec), str(spec)
+        if not name or not where:
+            raise ValueError(f"--model {spec!r}: expected DIR or NAME=DIR")
+        if name in seen:
+            raise ValueError(f"--model {spec!r}: the name {name!r} is given twice (use NAME=DIR)")
+        seen.add(name)
+        out.append((name, where))
+    return out

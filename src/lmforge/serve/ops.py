@@ -1,0 +1,97 @@
+"""What the worker thread runs for each kind of job: the library's own entry points, batched.
+
+Embedding jobs of one model (and one `normalize`) are encoded together by SentenceEncoder.encode:
+one forward pass over texts of mixed lengths, which the model runs unpadded (model.fast, "auto":
+packed real tokens for every position-wise layer, attention per sequence), so a batch costs its
+real tokens rather than rows x longest. Prediction jobs of one task model go through Task.outputs
+the same way, and each job's records are decoded by Task.decode. Results are plain Python: the
+event loop never touches a tensor.
+"""
+from __future__ import annotations
+
+import math
+
+from lmforge.apps.fill_mask import fill_mask
+from lmforge.tasks.qa import best_answer, window_spans
+
+
+def embed_batch(served, payloads: list) -> list:
+    """Embeddings of every job's texts from one encode call; one list of vectors per job."""
+    texts = [t for p in payloads for t in p["texts"]]
+    vectors = served.encoder.encode(texts, batch_size=max(1, len(texts)), normalize=payloads[0]["normalize"],
+                                    max_length=served.max_tokens).tolist()
+    out, at = [], 0
+    for p in payloads:
+        out.append(vectors[at:at + len(p["texts"])])
+        at += len(p["texts"])
+    return out
+
+
+def predict_batch(served, payloads: list) -> list:
+    """Predictions of every job's records: their examples run together, decoded job by job."""
+    task = served.task
+    per_job = [task.encode_all(p["records"]) for p in payloads]
+    examples = [e for job in per_job for e in job]
+    outputs = task.outputs(examples, batch_size=max(1, len(examples)))
+    out, at = [], 0
+    for p, job in zip(payloads, per_job):
+        mine = outputs[at:at + len(job)]
+        at += len(job)
+        predictions = task.decode(p["records"], job, mine)
+        parts = [([], []) for _ in p["records"]]  # each record's examples (QA: windows) and outputs
+        for example, output in zip(job, mine):
+            parts[example["record"]][0].append(example)
+            parts[example["record"]][1].append(output)
+        out.append([describe(task, record, prediction, *part)
+                    for record, prediction, part in zip(p["records"], predictions, parts)])
+    return out
+
+
+def _softmax(scores: list) -> list:
+    top = max(scores)
+    exp = [math.exp(s - top) for s in scores]
+    return [e / sum(exp) for e in exp]
+
+
+def describe(task, record: dict, prediction, examples: list, outputs: list) -> dict:
+    """One record's prediction as the API returns it (see schemas.Prediction)."""
+    kind = task.kind
+    if kind in ("cls", "pair"):
+        scores = outputs[0]
+        if task.head == "lm":  # text-to-text: log-likelihood of each label's text, made a distribution
+            scores = _softmax(scores)
+        return {"label": prediction, "scores": dict(zip(task.labels, scores))}
+    if kind == "regression":
+        return {"value": float(prediction)}
+    if kind == "choice":
+        return {"choice": int(prediction), "scores": list(outputs[0])}
+    if kind == "tagging":
+        return {"tags": [{"word": w, "tag": t} for w, t in zip(record["words"], prediction)]}
+    if kind == "qa":
+        return qa_answer(task, record, examples, outputs)
+    return {"text": prediction}  # seq2seq
+
+
+def qa_answer(task, record: dict, windows: list, outputs: list) -> dict:
+    """The answer of qa.best_answer with its character span in the context."""
+    text, score = best_answer(windows, outputs, record["context"], task.n_best, task.max_answer_len,
+                              bool(task.unanswerable), task.null_threshold)
+    start = end = None
+    for window, (starts, ends) in zip(windows, outputs) if text else ():
+        spans = window_spans(starts, ends, window["context_at"], len(window["offsets"]), task.n_best,
+                             task.max_answer_len)
+        if spans and spans[0][0] == score:  # the window best_answer took its answer from
+            start, end = window["offsets"][spans[0][1]][0], window["offsets"][spans[0][2]][1]
+            break
+    return {"answer": text, "start": start, "end": end, "score": float(score) if score is not None else None}
+
+
+def fill_mask_one(served, payload: dict, job=None) -> list:
+    """The top-k fillings of one text's mask, as apps.fill_mask gives them."""
+    found = fill_mask(served.model, served.tokenizer, payload["text"], top_k=payload["top_k"],
+                      max_span=payload["max_span"])
+    return [{"token": c.token, "score": c.score, "sequence": c.sequence, "token_id": c.token_id}
+            for c in found]
+
+
+BATCHED = {"embed": embed_batch, "predict": predict_batch}

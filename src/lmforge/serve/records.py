@@ -1,0 +1,71 @@
+"""/predict's inputs as the canonical records of a task (tasks/formats.py FIELDS), checked here so a
+missing field is a 422 naming it rather than an error inside the worker."""
+from __future__ import annotations
+
+from lmforge.serve.limits import RequestError
+
+# kind -> (required fields, optional fields) of a record sent to /predict
+FIELDS = {"cls": (("text",), ()), "pair": (("text", "text_pair"), ()),
+          "regression": (("text",), ("text_pair",)), "choice": (("text", "choices"), ()),
+          "tagging": ((), ("text", "words")), "qa": (("question", "context"), ()),
+          "seq2seq": ((), ("text", "source"))}
+
+
+def _refuse(i: int, message: str) -> RequestError:
+    return RequestError(422, f"inputs[{i}]: {message}", param="inputs")
+
+
+def _check(kind: str, i: int, record: dict) -> dict:
+    required, optional = FIELDS[kind]
+    missing = [f for f in required if f not in record]
+    unknown = sorted(set(record) - set(required) - set(optional))
+    if missing or unknown:
+        allowed = ", ".join(required + tuple(f"{f}?" for f in optional))
+        problem = f"lacks {', '.join(missing)}" if missing else f"has unknown field(s) {', '.join(unknown)}"
+        raise _refuse(i, f"a {kind} record {problem} (fields: {allowed})")
+    for key, value in record.items():
+        if key == "choices" or key == "words":
+            if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+                raise _refuse(i, f"{key} must be a non-empty list of strings")
+        elif not isinstance(value, str):
+            raise _refuse(i, f"{key} must be a string")
+    return record
+
+
+def _canonical(kind: str, i: int, record: dict) -> dict:
+    """Shorthands to the task's own fields: tagging's text -> words, seq2seq's text -> source."""
+    if kind == "tagging":
+        if ("text" in record) == ("words" in record):
+            raise _refuse(i, "a tagging record has text or words (one of them)")
+        words = record["words"] if "words" in record else record["text"].split()
+        if not words:
+            raise _refuse(i, "the text has no words")
+        return {"words": words}
+    if kind == "seq2seq":
+        if ("text" in record) == ("source" in record):
+            raise _refuse(i, "a seq2seq record has text or source (one of them)")
+        return {"source": record.get("source", record.get("text"))}
+    return record
+
+
+def as_records(kind: str, inputs) -> list:
+    """The request's inputs (a string, a record, or a list of them) as records of task `kind`."""
+    items = inputs if isinstance(inputs, list) else [inputs]
+    out = []
+    for i, item in enumerate(items):
+        record = {"text": item} if isinstance(item, str) else dict(item)
+        out.append(_canonical(kind, i, _check(kind, i, record)))
+    return out
+
+
+def record_texts(kind: str, record: dict) -> list:
+    """The texts of a record whose tokens count against the limits."""
+    if kind == "tagging":
+        return [" ".join(record["words"])]
+    if kind == "choice":
+        return [record["text"], *record["choices"]]
+    if kind == "qa":
+        return [record["question"], record["context"]]
+    if kind == "seq2seq":
+        return [record["source"]]
+    return [record["text"], *([record["text_pair"]] if "text_pair" in record else [])]

@@ -1,0 +1,173 @@
+"""Routes that answer at once or through batched jobs: embeddings, predictions, fill-mask,
+tokenisation, health, info and metrics.
+
+A request's texts are counted here with the event loop's own tokenizer (413 past a limit, before
+anything is queued), then split into jobs of at most Limits.max_batch_tokens / max_batch_items,
+so a client batch beyond the cap is served as several forward passes and answered as one.
+"""
+from __future__ import annotations
+
+import base64
+import struct
+import time
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from lmforge.serve import schemas
+from lmforge.serve.limits import RequestError, check_count, fit_lengths, too_large
+from lmforge.serve.records import as_records, record_texts
+
+ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
+router = APIRouter(responses=ERRORS)
+INLINE_COUNT = 64  # texts counted on the event loop itself; more are counted on a helper thread
+
+
+def _server(request: Request):
+    return request.app.state.server
+
+
+async def count_tokens(server, served, texts: list, pairs: list | None = None) -> list:
+    """Tokens of each text (pair); a long list is counted off the event loop (the front tokenizer
+    never truncates, so it is safe to share with a helper thread)."""
+    start = time.perf_counter()
+    if len(texts) <= INLINE_COUNT:
+        counts = served.count(texts, pairs)
+    else:
+        counts = await anyio.to_thread.run_sync(served.count, texts, pairs)
+    server.metrics.observe("lmforge_phase_seconds", time.perf_counter() - start, phase="tokenize")
+    return counts
+
+
+def split(items: list, lengths: list, limits) -> list:
+    """Consecutive runs of `items` within the batch budget: [(items, tokens)]."""
+    parts, run, tokens = [], [], 0
+    for item, n in zip(items, lengths):
+        if run and (tokens + n > limits.max_batch_tokens or len(run) >= limits.max_batch_items):
+            parts.append((run, tokens))
+            run, tokens = [], 0
+        run.append(item)
+        tokens += n
+    if run:
+        parts.append((run, tokens))
+    return parts
+
+
+async def embed_texts(server, served, texts: list, normalize: bool, truncate: bool) -> tuple:
+    """(vectors, tokens) of `texts`, batched with whatever else is queued for the model."""
+    check_count(len(texts), server.limits)
+    counts = await count_tokens(server, served, texts)
+    lengths = fit_lengths(counts, served.max_tokens, truncate, server.limits)
+    parts = [({"texts": run, "normalize": normalize}, n, len(run))
+             for run, n in split(texts, lengths, server.limits)]
+    results = await server.run("embed", served, parts, key=("embed", served.name, normalize), interleave=True)
+    return [v for part in results for v in part], sum(lengths)
+
+
+def _base64(vector: list) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+@router.post("/v1/embeddings", response_model=schemas.EmbeddingsResponse, tags=["embeddings"])
+async def embeddings(body: schemas.EmbeddingsRequest, request: Request):
+    """OpenAI-compatible embeddings of a text or a list of texts."""
+    server = _server(request)
+    served = server.pick(body.model, "embed")
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    vectors, tokens = await embed_texts(server, served, texts, True, body.truncate)
+    if body.dimensions is not None and vectors and body.dimensions != len(vectors[0]):
+        raise RequestError(422, f"dimensions={body.dimensions}: this model's embeddings have "
+                           f"{len(vectors[0])}", param="dimensions")
+    encode = _base64 if body.encoding_format == "base64" else (lambda v: v)
+    data = [{"object": "embedding", "embedding": encode(v), "index": i} for i, v in enumerate(vectors)]
+    return JSONResponse({"object": "list", "data": data, "model": served.name,
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+@router.post("/embed", response_model=schemas.EmbedResponse, tags=["embeddings"])
+async def embed(body: schemas.EmbedRequest, request: Request):
+    """Sentence embeddings (lmforge.embed): one vector per text, in order."""
+    server = _server(request)
+    served = server.pick(body.model, "embed")
+    texts = [body.texts] if isinstance(body.texts, str) else body.texts
+    vectors, tokens = await embed_texts(server, served, texts, body.normalize, body.truncate)
+    return JSONResponse({"model": served.name, "embeddings": vectors,
+                         "dim": len(vectors[0]) if vectors else 0, "tokens": tokens})
+
+
+@router.post("/predict", response_model=schemas.PredictResponse, tags=["tasks"])
+async def predict(body: schemas.PredictRequest, request: Request):
+    """A fine-tuned model's predictions (labels and scores; spans for QA; tags for tagging)."""
+    server = _server(request)
+    served = server.pick(body.model, "predict")
+    task = served.task
+    records = as_records(task.kind, body.inputs)
+    check_count(len(records), server.limits)
+    texts = [record_texts(task.kind, r) for r in records]
+    flat = await count_tokens(server, served, [t for ts in texts for t in ts])
+    lengths, at = [], 0
+    for ts in texts:
+        lengths.append(sum(flat[at:at + len(ts)]))
+        at += len(ts)
+    # QA reads a long context in windows; the other tasks read max_len tokens of a record
+    limit = server.limits.max_request_tokens if task.kind == "qa" else task.max_len
+    lengths = fit_lengths(lengths, limit, body.truncate, server.limits)
+    parts = [({"records": run}, n, len(run)) for run, n in split(records, lengths, server.limits)]
+    results = await server.run("predict", served, parts, key=("predict", served.name),
+                               interleave=task.kind != "seq2seq")
+    predictions = [p for part in results for p in part]
+    return JSONResponse({"model": served.name, "task": task.kind, "predictions": predictions})
+
+
+@router.post("/fill_mask", response_model=schemas.FillMaskResponse, tags=["masked language models"])
+async def fill_mask(body: schemas.FillMaskRequest, request: Request):
+    """The top-k fillings of the one [MASK] / <mask> (MLM encoders, T5, BART)."""
+    server = _server(request)
+    served = server.pick(body.model, "fill_mask")
+    if body.top_k > server.limits.max_top_k:
+        raise too_large("max_top_k", f"top_k={body.top_k} is more than max_top_k={server.limits.max_top_k}")
+    counts = await count_tokens(server, served, [body.text])
+    (n,) = fit_lengths(counts, served.max_tokens, False, server.limits)
+    payload = {"text": body.text, "top_k": body.top_k, "max_span": min(body.max_span, served.max_tokens)}
+    (candidates,) = await server.run("fill_mask", served, [(payload, n + body.max_span * body.top_k, 1)])
+    return JSONResponse({"model": served.name, "candidates": candidates})
+
+
+@router.post("/tokenize", response_model=schemas.TokenizeResponse, tags=["tokens"])
+async def tokenize(body: schemas.TokenizeRequest, request: Request):
+    """The model's token ids and token strings of a text."""
+    server = _server(request)
+    served = server.pick(body.model, "tokenize")
+    if len(body.text) > server.limits.max_request_tokens * 64:  # no tokenizer emits 64 characters per token
+        raise too_large("max_request_tokens", "the text is too long to tokenize")
+    enc = served.front.encode(body.text, add_special_tokens=body.add_special_tokens)
+    tokens = [served.front.id_to_token(i) or "" for i in enc.ids]
+    return {"model": served.name, "ids": enc.ids, "tokens": tokens, "count": len(enc.ids)}
+
+
+@router.get("/health", response_model=schemas.HealthResponse, tags=["server"])
+async def health(request: Request):
+    """Whether the server takes work ("draining" during shutdown)."""
+    server = _server(request)
+    status = "draining" if server.admission.closing else "ok"
+    return {"status": status, "models": list(server.models), "queue": server.admission.pending}
+
+
+@router.get("/info", response_model=schemas.InfoResponse, tags=["server"])
+async def info(request: Request):
+    """The served models (capabilities, limit, config, task), the limits and the worker's threads."""
+    from lmforge import __version__
+
+    server = _server(request)
+    return {"version": __version__, "models": {name: m.describe() for name, m in server.models.items()},
+            "limits": server.limits.as_dict(), "threads": server.threads}
+
+
+@router.get("/metrics", response_class=PlainTextResponse, tags=["server"],
+            responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format 0.0.4"}})
+async def metrics(request: Request):
+    """Counters, gauges and histograms in the Prometheus text format."""
+    server = _server(request)
+    server.gauges()
+    return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

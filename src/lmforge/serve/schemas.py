@@ -1,0 +1,277 @@
+"""Request and response bodies of every route: they validate input and make the OpenAPI spec.
+
+/v1/embeddings and /v1/completions follow OpenAI's schemas (unknown fields are ignored, as
+clients send extras); lmforge's own routes refuse unknown fields, so a typo is an error rather
+than a silently ignored setting. No float may be NaN or infinite.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+OPENAI = ConfigDict(extra="ignore", allow_inf_nan=False)
+MODEL_FIELD = Field(None, description="a served model's name (default: the first that can do this): /info")
+TRUNCATE = Field(False, description="cut texts longer than the model's limit instead of refusing them (413)")
+
+
+class ErrorBody(BaseModel):
+    """What went wrong, in one line, and the parameter or limit at fault."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """Every error answer (OpenAI's shape)."""
+
+    error: ErrorBody
+
+
+class Usage(BaseModel):
+    """Tokens read."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsRequest(BaseModel):
+    """OpenAI's embeddings request."""
+
+    model_config = OPENAI
+    input: str | list[str] = Field(..., description="a text or a list of texts")
+    model: str | None = MODEL_FIELD
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, description="must equal the model's size when given")
+    user: str | None = None
+    truncate: bool = TRUNCATE
+
+
+class Embedding(BaseModel):
+    """One text's embedding (base64: little-endian float32)."""
+
+    object: Literal["embedding"] = "embedding"
+    embedding: list[float] | str
+    index: int
+
+
+class EmbeddingsResponse(BaseModel):
+    """OpenAI's embeddings response."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class EmbedRequest(BaseModel):
+    """Sentence embeddings of texts (lmforge.embed)."""
+
+    model_config = STRICT
+    texts: str | list[str]
+    model: str | None = MODEL_FIELD
+    normalize: bool = Field(True, description="L2-normalise each embedding")
+    truncate: bool = TRUNCATE
+
+
+class EmbedResponse(BaseModel):
+    """One embedding per text, in the order given."""
+
+    model: str
+    embeddings: list[list[float]]
+    dim: int
+    tokens: int
+
+
+class PredictRequest(BaseModel):
+    """Inputs for a fine-tuned task model; a record's fields follow the model's task (its task.json):
+    cls {text}, pair {text, text_pair}, regression {text, text_pair?}, choice {text, choices},
+    tagging {text} or {words}, qa {question, context}, seq2seq {text}. A plain string is {text}."""
+
+    model_config = STRICT
+    inputs: str | dict[str, Any] | list[str | dict[str, Any]]
+    model: str | None = MODEL_FIELD
+    truncate: bool = TRUNCATE
+
+
+class Tag(BaseModel):
+    """A word and its predicted tag."""
+
+    word: str
+    tag: str
+
+
+class Prediction(BaseModel):
+    """One record's prediction; the fields present depend on the task."""
+
+    label: str | None = Field(None, description="cls, pair: the most probable label")
+    scores: dict[str, float] | list[float] | None = Field(
+        None, description="cls, pair: each label's probability; choice: each choice's")
+    value: float | None = Field(None, description="regression")
+    choice: int | None = Field(None, description="choice: the most probable choice")
+    tags: list[Tag] | None = Field(None, description="tagging: a tag per word")
+    answer: str | None = Field(None, description="qa: the answer span ('' when unanswerable)")
+    start: int | None = Field(None, description="qa: the answer's first character in the context")
+    end: int | None = Field(None, description="qa: one past its last character")
+    score: float | None = Field(None, description="qa: start + end logit of the answer")
+    text: str | None = Field(None, description="seq2seq: the generated text")
+
+
+class PredictResponse(BaseModel):
+    """One prediction per input record."""
+
+    model: str
+    task: str
+    predictions: list[Prediction]
+
+
+class FillMaskRequest(BaseModel):
+    """A text with one [MASK] (or <mask>) to fill."""
+
+    model_config = STRICT
+    text: str
+    model: str | None = MODEL_FIELD
+    top_k: int = Field(5, ge=1)
+    max_span: int = Field(10, ge=1, description="T5 / BART: most tokens generated for the mask")
+
+
+class Candidate(BaseModel):
+    """A filling, its probability and the filled text."""
+
+    token: str
+    score: float
+    sequence: str
+    token_id: int | None = None
+
+
+class FillMaskResponse(BaseModel):
+    """Candidates, most probable first."""
+
+    model: str
+    candidates: list[Candidate]
+
+
+class Decoding(BaseModel):
+    """Decoding settings shared by /generate and /v1/completions (lmforge.generate's arguments)."""
+
+    model_config = STRICT
+    model: str | None = MODEL_FIELD
+    top_k: int = Field(0, ge=0, description="sample among the k most probable tokens; 0: all")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
+    num_beams: int = Field(1, ge=1, description="beam search (not with stream or sampling)")
+    length_penalty: float = Field(1.0, description="beam score = log-probability / length ** this")
+    repetition_penalty: float = Field(1.0, gt=0)
+    no_repeat_ngram_size: int = Field(0, ge=0)
+    min_new_tokens: int = Field(0, ge=0)
+    seed: int | None = Field(None, ge=0, description="sampling: the same seed gives the same text")
+    stop: str | list[str] | None = Field(None, description="the text ends before any of these")
+    stream: bool = Field(False, description="send tokens as server-sent events as they are generated")
+
+
+class GenerateRequest(Decoding):
+    """Continue a prompt (decoders) or answer it (encoder-decoders)."""
+
+    prompt: str
+    max_new_tokens: int = Field(40, ge=1)
+    temperature: float = Field(0.0, ge=0, description="0: greedy; > 0: sampling")
+
+
+class CompletionUsage(Usage):
+    """Tokens read and written."""
+
+    completion_tokens: int
+
+
+class GenerateResponse(BaseModel):
+    """The new text, its ids, why it ended and the tokens used (streamed: the last event)."""
+
+    model: str
+    text: str
+    token_ids: list[int]
+    finish_reason: Literal["stop", "length"]
+    usage: CompletionUsage
+
+
+class CompletionRequest(Decoding):
+    """OpenAI's (legacy) completions request; lmforge's decoding settings are accepted too."""
+
+    model_config = OPENAI
+    prompt: str | list[str]
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, ge=0, description="OpenAI's default 1 samples; 0 is greedy")
+    n: int = Field(1, ge=1, le=1, description="only 1")
+    echo: bool = Field(False, description="put the prompt before the completion")
+    logprobs: int | None = Field(None, le=0, description="not supported: leave out")
+    user: str | None = None
+
+
+class CompletionChoice(BaseModel):
+    """One prompt's completion (token_ids: an lmforge extension)."""
+
+    text: str
+    index: int
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None = None
+    token_ids: list[int] = []
+
+
+class CompletionResponse(BaseModel):
+    """OpenAI's completions response (streamed: chunks of the same shape, then [DONE])."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage | None = None
+
+
+class TokenizeRequest(BaseModel):
+    """A text to split into the model's tokens."""
+
+    model_config = STRICT
+    text: str
+    model: str | None = MODEL_FIELD
+    add_special_tokens: bool = True
+
+
+class TokenizeResponse(BaseModel):
+    """The ids and token strings of a text."""
+
+    model: str
+    ids: list[int]
+    tokens: list[str]
+    count: int
+
+
+class HealthResponse(BaseModel):
+    """Whether the server takes work."""
+
+    status: Literal["ok", "draining"]
+    models: list[str]
+    queue: int
+
+
+class ModelInfo(BaseModel):
+    """A served model: where it came from, what it can do, its limit and config."""
+
+    path: str
+    architecture: str
+    capabilities: list[str]
+    max_tokens: int
+    parameters: int
+    task: dict[str, Any] | None = None
+    pooling: list[str]
+    config: dict[str, Any]
+
+
+class InfoResponse(BaseModel):
+    """The served models, the limits and the worker's threads."""
+
+    version: str
+    models: dict[str, ModelInfo]
+    limits: dict[str, float]
+    threads: int

@@ -1,0 +1,169 @@
+"""Generation routes: /generate (lmforge's) and /v1/completions (OpenAI's), whole or as server-sent
+events (`data: {json}` per new token, then `data: [DONE]`).
+
+A streamed request waits for its first event before answering, so an error found before any
+token (a bad setting, a prompt too long) is a proper HTTP error, not a 200 that fails inside. A
+client that disconnects cancels its job: a stream's generator is closed by Starlette's
+disconnect listener, a whole answer's by the watcher below; either way the worker stops before
+its next decoding step.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from lmforge.serve import schemas
+from lmforge.serve.generation import Settings, prompt_ids
+from lmforge.serve.limits import RequestError, too_large
+from lmforge.serve.worker import Cancelled
+
+ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
+router = APIRouter(responses=ERRORS, tags=["generation"])
+SSE = {"text/event-stream": {"schema": {"type": "string",
+                                        "description": "data: {json} events, then data: [DONE]"}}}
+SETTINGS = ("top_k", "top_p", "num_beams", "length_penalty", "repetition_penalty", "no_repeat_ngram_size",
+            "min_new_tokens", "seed")
+
+
+def settings_of(body, max_new_tokens: int, limits) -> Settings:
+    """The request's decoding settings, checked against each other and the limits."""
+    stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    if max_new_tokens > limits.max_new_tokens:
+        raise too_large("max_new_tokens", f"{max_new_tokens} new tokens asked, more than "
+                        f"max_new_tokens={limits.max_new_tokens}")
+    if len(stops) > limits.max_stop:
+        raise too_large("max_stop", f"{len(stops)} stop strings, more than max_stop={limits.max_stop}")
+    if body.num_beams > 1 and body.temperature > 0:
+        raise RequestError(422, "num_beams > 1 needs temperature 0: beam search does not sample",
+                           param="num_beams")
+    if body.num_beams > 1 and body.stream:
+        raise RequestError(422, "stream needs num_beams 1: beam search knows its best text only at the end",
+                           param="stream")
+    return Settings(max_new_tokens=max_new_tokens, temperature=body.temperature, stop=tuple(stops),
+                    **{name: getattr(body, name) for name in SETTINGS})
+
+
+def job_of(served, prompt: str, settings: Settings) -> tuple:
+    """(payload, tokens) of one prompt; 413 when prompt and new tokens exceed the model's context."""
+    model = served.model
+    ids = prompt_ids(served.front, model, prompt)
+    if not ids:
+        raise RequestError(422, "the prompt is empty: a decoder needs at least one token", param="prompt")
+    context = model.config.max_seq_len
+    # decoder positions before the new tokens (the last new token is never fed back)
+    start = 1 if model.config.architecture == "encoder-decoder" else len(ids)
+    if len(ids) > context or start + settings.max_new_tokens - 1 > context:
+        raise too_large("max_seq_len", f"the prompt of {len(ids)} tokens plus max_new_tokens="
+                        f"{settings.max_new_tokens} exceed the model's context, max_seq_len={context}")
+    return {"ids": ids, "settings": settings}, len(ids) + settings.max_new_tokens
+
+
+async def _whole(server, served, request: Request, payload: dict, tokens: int) -> dict:
+    """Run one generation to its end; a client that disconnects meanwhile cancels it."""
+    task = asyncio.ensure_future(server.run("generate", served, [(payload, tokens, 1)]))
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():  # the client has gone: Server.run cancels the job on its way out
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise Cancelled()
+    return task.result()[0]
+
+
+def sse(data) -> str:
+    """One server-sent event."""
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _events(server, served, payloads: list, shape):
+    """A StreamingResponse over the prompts' events, each turned into a chunk by `shape`; the first
+    event is awaited here so that an early error is an HTTP error."""
+    streams = [server.stream(served, payload, tokens) for payload, tokens in payloads]
+    first = await streams[0].__anext__()
+
+    async def body():
+        try:
+            yield sse(shape(0, first))
+            for index, stream in enumerate(streams):
+                async for event in stream:
+                    yield sse(shape(index, event))
+            yield sse("[DONE]")
+        except RequestError as err:  # found after the answer began: the last event says so
+            yield sse(err.body())
+        finally:
+            for stream in streams:
+                await stream.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+class CompletionChunks:
+    """Turns a prompt's events into OpenAI completion chunks (the first one led by the prompt with echo)."""
+
+    def __init__(self, head: dict, echo: list | None) -> None:
+        self.head, self.echo, self.echoed = head, echo, set()
+
+    def __call__(self, index: int, event: dict) -> dict:
+        """The chunk of one event of prompt `index`."""
+        done = event.get("result")
+        text = "" if done else event["text"]
+        if self.echo is not None and index not in self.echoed:
+            self.echoed.add(index)
+            text = self.echo[index] + text
+        choice = {"text": text, "index": index, "logprobs": None,
+                  "finish_reason": done["finish_reason"] if done else None,
+                  "token_ids": [] if done else event["token_ids"]}
+        return {**self.head, "choices": [choice], **({"usage": done["usage"]} if done else {})}
+
+
+@router.post("/generate", response_model=schemas.GenerateResponse, responses={200: {"content": SSE}})
+async def generate(body: schemas.GenerateRequest, request: Request):
+    """Continue a prompt: greedy (temperature 0), sampling, or beam search; stop strings; stream."""
+    server = request.app.state.server
+    served = server.pick(body.model, "generate")
+    payload, tokens = job_of(served, body.prompt, settings_of(body, body.max_new_tokens, server.limits))
+    if body.stream:
+        def shape(index, event):
+            return {"model": served.name, **event["result"]} if "result" in event else event
+        return await _events(server, served, [(payload, tokens)], shape)
+    return JSONResponse({"model": served.name, **await _whole(server, served, request, payload, tokens)})
+
+
+@router.post("/v1/completions", response_model=schemas.CompletionResponse, responses={200: {"content": SSE}})
+async def completions(body: schemas.CompletionRequest, request: Request):
+    """OpenAI-compatible completions (one choice per prompt), whole or streamed."""
+    server = request.app.state.server
+    served = server.pick(body.model, "generate")
+    settings = settings_of(body, body.max_tokens, server.limits)
+    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    if not prompts or len(prompts) > server.limits.max_inputs:
+        raise too_large("max_inputs",
+                        f"{len(prompts)} prompts; send 1 to max_inputs={server.limits.max_inputs}")
+    jobs = [job_of(served, p, settings) for p in prompts]
+    head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": served.name}
+    if body.stream:
+        return await _events(server, served, jobs, CompletionChunks(head, prompts if body.echo else None))
+    results = [await _whole(server, served, request, payload, tokens) for payload, tokens in jobs]
+    choices = [{"text": (p if body.echo else "") + r["text"], "index": i, "logprobs": None,
+                "finish_reason": r["finish_reason"], "token_ids": r["token_ids"]}
+               for i, (p, r) in enumerate(zip(prompts, results))]
+    usage = {k: sum(r["usage"][k] for r in results)
+             for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    return JSONResponse({**head, "choices": choices, "usage": usage})

@@ -1,0 +1,271 @@
+"""The one thread that owns the models: a job queue, dynamic batching, and stopping between steps.
+
+The event loop only parses, counts tokens and answers; every forward pass runs here, so the loop
+never blocks on the model and torch's intra-op threads (torch.set_num_threads, set once by the
+server) are the only threads computing: nothing oversubscribes the cores.
+
+Batching. The worker takes the oldest job; when it is batchable (embeddings, predictions), it
+takes with it every queued job of the same model and settings that fits the token budget
+(Limits.max_batch_tokens / max_batch_items), in arrival order, and runs them as one forward pass
+(the model's unpadded path, ops.py). Jobs larger than the budget never exist: the event loop
+splits a client's batch into budget-sized jobs.
+
+Stopping. While a job that is not batched runs (generation, fill-mask), a forward pre-hook on
+its model runs before each forward pass, that is before each decoding step: it raises Cancelled
+when the client has gone, so a cancelled generation stops within one step, and it serves one
+waiting batch of another model, so embeddings are not held up behind a long generation.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from contextlib import contextmanager
+
+from lmforge.serve import generation, ops
+from lmforge.serve.limits import RequestError
+
+
+class Cancelled(Exception):
+    """The job's client has gone: raised between two forward passes to end the job."""
+
+
+class Job:
+    """One unit of the worker's work; settled on the event loop through its future."""
+
+    def __init__(self, kind: str, served, payload: dict, tokens: int, size: int, loop, events=None,
+                 key: tuple | None = None, interleave: bool = False) -> None:
+        self.kind, self.served, self.payload, self.tokens, self.size = kind, served, payload, tokens, size
+        self.loop, self.events, self.future = loop, events, loop.create_future()
+        self.key = key  # jobs with the same key may share a forward pass; None: runs alone
+        self.interleave = interleave  # forward passes only: may run between another model's decoding steps
+        self.cancelled, self.steps, self.steps_at_cancel = False, 0, 0
+        self.enqueued = time.perf_counter()
+
+    def cancel(self) -> None:
+        """Ask the worker to drop the job (called from the event loop when the client goes)."""
+        self.steps_at_cancel, self.cancelled = self.steps, True
+
+    def _call(self, fn, *args) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop has closed: nobody is waiting any more
+            pass
+
+    def emit(self, event: dict) -> None:
+        """Pass a streamed event to the event loop."""
+        if self.events is not None:
+            self._call(self.events.put_nowait, event)
+
+    def settle(self, result=None, error: BaseException | None = None) -> None:
+        """Hand the result (or the error) to the waiting request."""
+        self._call(_settle, self.future, result, error)
+
+
+def _settle(future, result, error) -> None:
+    if future.done():  # the request was abandoned
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class JobQueue:
+    """A FIFO of jobs shared by the event loop (put) and the worker (take); close() ends takes."""
+
+    def __init__(self) -> None:
+        self._jobs: collections.deque = collections.deque()
+        self._ready = threading.Condition()
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def put(self, job: Job) -> None:
+        """Queue a job."""
+        with self._ready:
+            self._jobs.append(job)
+            self._ready.notify()
+
+    def take(self) -> Job | None:
+        """The oldest job, waiting for one; None once closed and empty (the drain is over)."""
+        with self._ready:
+            while not self._jobs and not self.closed:
+                self._ready.wait()
+            return self._jobs.popleft() if self._jobs else None
+
+    def take_similar(self, key: tuple, tokens: int, items: int) -> list:
+        """Queued jobs of `key`, oldest first, while they fit `tokens` and `items`."""
+        found = []
+        with self._ready:
+            for job in list(self._jobs):
+                if job.key == key and job.tokens <= tokens and job.size <= items:
+                    self._jobs.remove(job)
+                    found.append(job)
+                    tokens, items = tokens - job.tokens, items - job.size
+        return found
+
+    def take_interleavable(self, busy_model) -> Job | None:
+        """The oldest batchable job of a model other than `busy_model`, or None."""
+        with self._ready:
+            for job in self._jobs:
+                if job.interleave and job.served.model is not busy_model:
+                    self._jobs.remove(job)
+                    return job
+        return None
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to `seconds`, waking when a job arrives."""
+        with self._ready:
+            self._ready.wait(seconds)
+
+    def close(self) -> None:
+        """Let take() return None once the queue is empty."""
+        with self._ready:
+            self.closed = True
+            self._ready.notify_all()
+
+
+class Worker(threading.Thread):
+    """Runs queued jobs until the queue is closed and drained."""
+
+    def __init__(self, queue: JobQueue, limits, metrics, admission) -> None:
+        super().__init__(name="lmforge-serve-worker", daemon=True)
+        self.queue, self.limits, self.metrics, self.admission = queue, limits, metrics, admission
+        self.current: Job | None = None  # the job whose model the forward hook watches
+
+    def run(self) -> None:
+        """The worker loop."""
+        while (job := self.queue.take()) is not None:
+            self._dispatch(job)
+
+    def _dispatch(self, job: Job) -> None:
+        if job.cancelled:
+            job.settle(error=Cancelled())
+            return
+        if job.key is None:
+            self._timed([job], self._run_alone)
+            return
+        batch = self._fill([job])
+        deadline = time.perf_counter() + self.limits.batch_wait_ms / 1000
+        while time.perf_counter() < deadline and sum(j.tokens for j in batch) < self.limits.max_batch_tokens:
+            self.queue.wait(deadline - time.perf_counter())  # a moment for a fuller batch, when asked
+            batch = self._fill(batch)
+        self._timed(_live(batch), self._run_batch)
+
+    def _fill(self, batch: list) -> list:
+        """`batch` with the queued jobs of its key that fit what is left of the budget."""
+        tokens = self.limits.max_batch_tokens - sum(j.tokens for j in batch)
+        items = self.limits.max_batch_items - sum(j.size for j in batch)
+        return batch + self.queue.take_similar(batch[0].key, tokens, items)
+
+    def _timed(self, jobs: list, run) -> None:
+        if not jobs:
+            return
+        start = time.perf_counter()
+        for job in jobs:
+            self.metrics.observe("lmforge_phase_seconds", start - job.enqueued, phase="queue")
+        run(jobs)
+        seconds = time.perf_counter() - start
+        tokens = sum(j.tokens for j in jobs)
+        self.metrics.inc("lmforge_worker_busy_seconds_total", seconds)
+        self.metrics.observe("lmforge_phase_seconds", seconds, phase="compute", kind=jobs[0].kind)
+        if seconds > 0 and jobs[0].key is not None:  # throughput of batched work: Retry-After's estimate
+            rate = tokens / seconds
+            old = self.admission.tokens_per_second
+            self.admission.tokens_per_second = rate if old == 0 else 0.8 * old + 0.2 * rate
+            self.metrics.set("lmforge_tokens_per_second", self.admission.tokens_per_second)
+
+    def _run_batch(self, jobs: list) -> None:
+        kind = jobs[0].kind
+        self.metrics.observe("lmforge_batch_size", sum(j.size for j in jobs), kind=kind)
+        self.metrics.observe("lmforge_batch_tokens", sum(j.tokens for j in jobs), kind=kind)
+        self.metrics.inc("lmforge_tokens_total", sum(j.tokens for j in jobs), kind=kind)
+        try:
+            results = ops.BATCHED[kind](jobs[0].served, [j.payload for j in jobs])
+        except Exception as err:  # noqa: BLE001 - one bad job must not fail its neighbours
+            if len(jobs) > 1:
+                for job in jobs:
+                    self._run_batch([job])
+                return
+            jobs[0].settle(error=_as_request_error(err))
+            return
+        for job, result in zip(jobs, results):
+            job.settle(result)
+
+    def _run_alone(self, jobs: list) -> None:
+        (job,) = jobs
+        self.metrics.inc("lmforge_tokens_total", job.tokens, kind=job.kind)
+        try:
+            with self._watch(job):
+                result = generation.run(job.served, job.payload, job.emit) if job.kind == "generate" \
+                    else ops.fill_mask_one(job.served, job.payload)
+        except Cancelled as err:
+            self._finished(job, "cancelled")
+            job.settle(error=err)
+            return
+        except Exception as err:  # noqa: BLE001 - reported to the client, the worker goes on
+            self._finished(job, "error")
+            job.settle(error=_as_request_error(err))
+            return
+        if job.kind == "generate":
+            self._finished(job, result["finish_reason"])
+            self.metrics.inc("lmforge_tokens_total", len(result["token_ids"]), kind="generated")
+        job.settle(result)
+
+    def _finished(self, job: Job, reason: str) -> None:
+        if job.kind == "generate":
+            self.metrics.inc("lmforge_generations_total", reason=reason)
+            self.metrics.observe("lmforge_generation_steps", job.steps, reason=reason)
+
+    @contextmanager
+    def _watch(self, job: Job):
+        """Run `job` with the step hook on its model (see the module docstring)."""
+        last = [time.perf_counter()]
+
+        def before_step(module, args):
+            if job.cancelled:
+                raise Cancelled()
+            now = time.perf_counter()
+            if job.steps:  # the time of the step that just ended (the first: the prompt's)
+                self.metrics.observe("lmforge_phase_seconds", now - last[0],
+                                     phase="first_token" if job.steps == 1 else "decode_step")
+            job.steps += 1
+            self.metrics.inc("lmforge_decode_steps_total")
+            self._interleave(job)
+            last[0] = time.perf_counter()
+
+        handle = job.served.model.register_forward_pre_hook(before_step)
+        previous, self.current = self.current, job
+        try:
+            yield
+        finally:
+            handle.remove()
+            self.current = previous
+            if job.cancelled:
+                self.metrics.inc("lmforge_steps_after_cancel_total", max(0, job.steps - job.steps_at_cancel))
+
+    def _interleave(self, busy: Job) -> None:
+        """Between two steps of `busy`, run one waiting batch of another model."""
+        first = self.queue.take_interleavable(busy.served.model)
+        if first is None:
+            return
+        self._timed(_live(self._fill([first])), self._run_batch)
+
+
+def _live(jobs: list) -> list:
+    """The jobs still wanted; the cancelled ones are settled as such."""
+    for job in jobs:
+        if job.cancelled:
+            job.settle(error=Cancelled())
+    return [job for job in jobs if not job.cancelled]
+
+
+def _as_request_error(err: Exception) -> Exception:
+    """A ValueError of the library (bad input it could only find while running) is the client's 422."""
+    if isinstance(err, RequestError):
+        return err
+    if isinstance(err, ValueError):
+        return RequestError(422, str(err).splitlines()[0] if str(err) else type(err).__name__)
+    return err

@@ -1,0 +1,139 @@
+"""Tiny saved models (with tokenizers) and real `lmforge serve` processes on 127.0.0.1 for the tests.
+
+Each server is a subprocess started with --port 0 (it prints the port it bound) and is stopped by
+the fixture's finalizer: SIGTERM, then SIGKILL if it has not exited within a few seconds.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+import lmforge
+from lmforge.heads import attach
+from lmforge.tasks.finetune import TaskConfig, make_task, save_model
+from lmforge.tokenizer import train_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXTS = [f"the {a} {b} sat on the {c} near {d} river today" for a in ("small", "large", "red", "old", "quick")
+         for b in ("cat", "dog", "bird", "fox") for c in ("mat", "hill", "road") for d in ("a", "the", "one")]
+START = "import sys; from lmforge.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _tokenizer(family: str):
+    kind = {"bert": "wordpiece", "t5": "unigram"}.get(family, "bpe")
+    return train_tokenizer(TEXTS, kind, 200, family=family)
+
+
+def _save(model, tokenizer, path: Path) -> Path:
+    model.save(path)
+    tokenizer.save(path)
+    return path
+
+
+def _tiny(preset: str, tokenizer, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return lmforge.build(lmforge.tiny(preset, vocab_size=tokenizer.vocab_size, **overrides)).eval()
+
+
+def _task(kind: str, labels, tokenizer, path: Path, seed: int) -> Path:
+    model = _tiny("bert-base", tokenizer, seed, max_seq_len=128)
+    torch.manual_seed(seed)
+    task = make_task(kind, model, tokenizer, [], TaskConfig(max_len=64 if kind != "qa" else 48), labels)
+    return save_model(task, path)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory) -> dict:
+    """name -> directory: an MLM encoder, a decoder, T5, and fine-tuned cls / tagging / qa models."""
+    root = tmp_path_factory.mktemp("serve-models")
+    bert, gpt, t5 = _tokenizer("bert"), _tokenizer("gpt2"), _tokenizer("t5")
+    enc = _tiny("bert-base", bert, max_seq_len=128)
+    attach(enc, "lm")
+    gen = _tiny("gpt2", gpt, 1, max_seq_len=2048, d_model=64)
+    attach(gen, "lm")
+    seq = _tiny("t5-small", t5, 2, max_seq_len=128)
+    attach(seq, "lm")
+    return {"enc": _save(enc, bert, root / "enc"), "gen": _save(gen, gpt, root / "gen"),
+            "t5": _save(seq, t5, root / "t5"),
+            "cls": _task("cls", ["neg", "pos"], bert, root / "cls", 3),
+            "tag": _task("tagging", ["B-X", "I-X", "O"], bert, root / "tag", 4),
+            "qa": _task("qa", None, bert, root / "qa", 5)}
+
+
+class Served:
+    """A running server process: its base URL, and how to stop it."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
+        self.proc, self.url, self.log = proc, url, log
+
+    def client(self, **kw) -> httpx.Client:
+        """An HTTP client of this server."""
+        return httpx.Client(base_url=self.url, timeout=kw.pop("timeout", 30.0), **kw)
+
+    def stop(self, grace: float = 15.0) -> int:
+        """SIGTERM, then SIGKILL after `grace` seconds; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc.stdout.close()
+        return self.proc.returncode
+
+
+def start_server(model_dirs: dict, names: tuple, log: Path, *options: str, wait: float = 60.0) -> Served:
+    """`lmforge serve` on a free port of 127.0.0.1 with the models `names`; returns once /health answers."""
+    argv = [sys.executable, "-c", START, "serve", "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+            *[arg for n in names for arg in ("--model", f"{n}={model_dirs[n]}")], *options]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with open(log, "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT, env=env)
+    served = Served(proc, "", log)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], wait)
+        line = proc.stdout.readline() if ready else ""
+        if not line.startswith("lmforge serve: http://"):
+            raise RuntimeError(f"server did not start: {line!r}\n{log.read_text()[-2000:]}")
+        served.url = line.split()[2]
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(served.url + "/health", timeout=2).status_code == 200:
+                    return served
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise RuntimeError(f"server never answered /health\n{log.read_text()[-2000:]}")
+    except BaseException:
+        served.stop(2)
+        raise
+
+
+@pytest.fixture(scope="session")
+def server(model_dirs, tmp_path_factory):
+    """The main server: every test model, a small batch budget so that requests are split and batched."""
+    served = start_server(model_dirs, ("enc", "gen", "t5", "cls", "tag", "qa"),
+                          tmp_path_factory.mktemp("logs") / "main.log", "--max-batch-tokens", "256",
+                          "--max-batch-items", "16", "--batch-wait-ms", "5", "--max-new-tokens", "2000")
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="session")
+def tight(model_dirs, tmp_path_factory):
+    """A server with small limits: queue of 8 requests, batches of 4 texts, 2 kB bodies."""
+    served = start_server(model_dirs, ("enc", "gen"), tmp_path_factory.mktemp("logs") / "tight.log",
+                          "--max-queue", "8", "--max-batch-items", "4", "--max-body-bytes", "2000",
+                          "--max-request-tokens", "300", "--max-new-tokens", "50", "--max-top-k", "10")
+    yield served
+    served.stop()

@@ -1,0 +1,40 @@
+"""`lmforge serve` refuses bad input in one line naming the option, with exit status 2, before serving."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from lmforge.cli import build_parser, main
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--model", "/no/such/dir", "--port", "0"], "--model /no/such/dir"),
+    (["--model", "x", "--port", "70000"], "--port 70000"),
+    (["--model", "x", "--max-queue", "0"], "--max-queue 0"),
+    (["--model", "x", "--batch-wait-ms", "nan"], "--batch-wait-ms nan"),
+    (["--model", "x", "--threads", "0"], "--threads 0"),
+    (["--model", "a=x", "--model", "a=y"], "--model 'a=y'"),
+    (["--model", "x", "--host", "no.such.host.invalid"], "--host no.such.host.invalid"),
+])
+def test_bad_input_is_a_one_line_error_naming_the_option(capsys, argv, option):
+    assert main(["serve", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lmforge serve: error: ") and option in err and err.count("\n") == 1, err
+
+
+def test_a_taken_port_is_refused_before_loading(capsys, model_dirs):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["serve", "--model", str(model_dirs["enc"]), "--port", str(port)]) == 2
+    assert f"--port {port}: cannot listen" in capsys.readouterr().err
+
+
+def test_help_lists_every_limit():
+    help_text = build_parser().parse_args(["serve", "--model", "x"]).func.__doc__
+    usage = [a for a in build_parser()._subparsers._group_actions[0].choices["serve"]._actions]
+    flags = {f for a in usage for f in a.option_strings}
+    assert help_text and {"--max-batch-tokens", "--max-queue", "--max-body-bytes", "--max-new-tokens",
+                          "--batch-wait-ms", "--graceful-timeout", "--threads"} <= flags

@@ -1,0 +1,102 @@
+"""Limits push back: 413 naming the limit for oversize requests, 429 with Retry-After when the queue is
+full, and under ten times the batch capacity no answer is lost, late or mixed up."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+import torch
+
+from lmforge.apps.embed import SentenceEncoder
+from tests.serve.test_routes import texts_of_mixed_length
+
+
+@pytest.mark.parametrize("path, body, limit", [
+    ("/embed", {"texts": ["the cat sat on the mat " * 3] * 20}, "max_request_tokens"),
+    ("/embed", {"texts": ["word " * 200]}, "max_seq_len"),
+    ("/v1/embeddings", {"input": "word " * 200}, "max_seq_len"),
+    ("/generate", {"model": "gen", "prompt": "the cat", "max_new_tokens": 51}, "max_new_tokens"),
+    ("/fill_mask", {"text": "the [MASK] sat", "top_k": 11}, "max_top_k"),
+    ("/embed", {"texts": ["x" * 3000]}, "max_body_bytes"),
+])
+def test_oversize_requests_are_413_naming_the_limit(tight, path, body, limit):
+    answer = httpx.post(tight.url + path, json=body, timeout=30)
+    assert answer.status_code == 413, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == limit and limit in error["message"]
+
+
+def test_truncate_cuts_instead_of_refusing(tight, model_dirs):
+    text = "the old red fox " * 60
+    answer = httpx.post(tight.url + "/embed", json={"texts": [text], "truncate": True}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    expected = SentenceEncoder.from_dir(model_dirs["enc"]).encode([text])[0]  # the library truncates the same
+    assert (torch.tensor(answer.json()["embeddings"][0]) - expected).abs().max() <= 1e-5
+
+
+def test_a_chunked_body_over_the_limit_is_413(tight):
+    def chunks():
+        for _ in range(10):
+            yield b'{"texts": ["' + b"a" * 400
+        yield b'"]}'
+
+    answer = httpx.post(tight.url + "/embed", content=chunks(), headers={"content-type": "application/json"},
+                        timeout=30)
+    assert answer.status_code == 413 and answer.json()["error"]["param"] == "max_body_bytes"
+
+
+async def _burst(url: str, bodies: list) -> list:
+    limits = httpx.Limits(max_connections=len(bodies))
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+        return await asyncio.gather(*(client.post("/embed", json=b) for b in bodies))
+
+
+def test_ten_times_the_batch_capacity_gets_answers_or_429_never_lost_or_mixed(tight, model_dirs):
+    texts = texts_of_mixed_length(40, seed=5, longest=25)  # 10 x max_batch_items=4 requests at once
+    encoder = SentenceEncoder.from_dir(model_dirs["enc"])
+    offline = encoder.encode(texts, batch_size=1)  # each text alone
+    pending, refusals = list(range(len(texts))), 0
+    for _ in range(20):  # a polite client sends again what was refused: every text gets its answer
+        start = time.monotonic()
+        answers = asyncio.run(_burst(tight.url, [{"texts": [texts[i]]} for i in pending]))
+        assert time.monotonic() - start < 20  # pushed back at once, not left to time out
+        for i, answer in zip(pending, answers):
+            assert answer.status_code in (200, 429), answer.text
+            if answer.status_code == 429:
+                assert answer.json()["error"]["param"] == "max_queue"
+                assert int(answer.headers["Retry-After"]) >= 1
+            else:
+                got = torch.tensor(answer.json()["embeddings"][0])
+                assert (got - offline[i]).abs().max() <= 1e-5, "an answer was mixed up"
+        refused = [i for i, a in zip(pending, answers) if a.status_code == 429]
+        refusals += len(refused)
+        pending = refused
+        if not pending:
+            break
+        time.sleep(0.05)
+    assert not pending and refusals > 0
+
+
+def test_requests_beyond_the_item_cap_are_split_and_answered_as_one(tight, model_dirs):
+    texts = texts_of_mixed_length(11, seed=6, longest=20)  # 3 forward passes of at most 4 texts
+    answer = httpx.post(tight.url + "/v1/embeddings", json={"input": texts}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()["data"]
+    assert [d["index"] for d in data] == list(range(11))
+    encoder = SentenceEncoder.from_dir(model_dirs["enc"])
+    for text, d in zip(texts, data):
+        assert (torch.tensor(d["embedding"]) - encoder.encode([text])[0]).abs().max() <= 1e-5
+
+
+def test_bad_fields_are_422_naming_the_field(tight):
+    cases = [("/generate", {"prompt": "x", "top_p": 1.5}, "top_p"), ("/embed", {"texts": "x", "normalise": 1},
+                                                                     "normalise"),
+             ("/generate", {"prompt": "x", "num_beams": 2, "stream": True}, "stream"),
+             ("/generate", {"prompt": "x", "num_beams": 2, "temperature": 0.5}, "num_beams")]
+    for path, body, field in cases:
+        answer = httpx.post(tight.url + path, content=json.dumps(body), timeout=30,
+                            headers={"content-type": "application/json"})
+        assert answer.status_code == 422 and answer.json()["error"]["param"] == field, answer.text

@@ -1,0 +1,208 @@
+"""Every answer of a real server equals the library's single-request output, whatever its neighbours
+in a batch: embeddings, task predictions, fill-mask, generation (whole, streamed, beams, sampling)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import httpx
+import pytest
+import torch
+
+import lmforge
+from lmforge.apps.embed import SentenceEncoder
+from lmforge.tasks.finetune import TaskConfig, evaluate, load_model, make_task, task_info
+from tests.serve.test_units import parse_prometheus
+
+WORDS = "the small cat dog bird sat on a mat near river hill road today quick old red".split()
+
+
+def texts_of_mixed_length(n: int, seed: int = 0, longest: int = 60) -> list:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, longest))) for _ in range(n)]
+
+
+async def _post_all(url: str, calls: list) -> list:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        return await asyncio.gather(*(client.post(path, json=body) for path, body in calls))
+
+
+def metric(url: str, family: str, sample: str | None = None, **labels) -> float:
+    """The sum of one family's samples (named `sample`, with these labels) on the server's /metrics."""
+    families = parse_prometheus(httpx.get(url + "/metrics").text)
+    return sum(v for name, found, v in families[family]
+               if (sample is None or name == sample) and all(found.get(k) == w for k, w in labels.items()))
+
+
+def test_concurrent_embeddings_equal_single_text_offline_output(server, model_dirs):
+    texts = texts_of_mixed_length(48)
+    calls, expected = [], []
+    for i in range(0, 40, 2):  # 1- and 2-text requests, both routes
+        batch = texts[i:i + 1 + i % 4 // 2]
+        calls.append(("/embed", {"model": "enc", "texts": batch}) if i % 8 else
+                     ("/v1/embeddings", {"model": "enc", "input": batch}))
+        expected.append(batch)
+    calls.append(("/embed", {"model": "enc", "texts": texts}))  # 48 texts > 16 a batch: split server-side
+    expected.append(texts)
+    batches_before = metric(server.url, "lmforge_batch_size", "lmforge_batch_size_count", kind="embed")
+    answers = asyncio.run(_post_all(server.url, calls))
+    encoder = SentenceEncoder.from_dir(model_dirs["enc"])
+    offline = {t: encoder.encode([t])[0] for t in texts}  # each text alone: no neighbours
+    for (path, _), batch, answer in zip(calls, expected, answers):
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        vectors = body["embeddings"] if path == "/embed" else [d["embedding"] for d in body["data"]]
+        assert len(vectors) == len(batch)
+        for text, vector in zip(batch, vectors):
+            assert (torch.tensor(vector) - offline[text]).abs().max() <= 1e-5
+    batches = metric(server.url, "lmforge_batch_size", "lmforge_batch_size_count", kind="embed")
+    batches -= batches_before
+    assert batches < len(calls) + 2  # neighbours shared forward passes (48 texts alone need 3)
+
+
+def _offline_task(path):
+    info = task_info(path)
+    model, tokenizer = load_model(str(path))
+    options = {k: info[k] for k in ("label_all", "doc_stride", "max_query_len", "n_best", "max_answer_len",
+                                    "unanswerable", "null_threshold") if k in info}
+    return make_task(info["kind"], model, tokenizer, [], TaskConfig(max_len=info["max_len"], **options),
+                     info.get("labels")).eval()
+
+
+def test_concurrent_predictions_equal_the_library_on_one_record(server, model_dirs, tmp_path):
+    texts = texts_of_mixed_length(12, seed=1, longest=40)
+    cases = {"cls": [{"text": t} for t in texts],
+             "tag": [{"words": t.split()} for t in texts],
+             "qa": [{"question": "where is the cat", "context": t} for t in texts_of_mixed_length(6, 2, 70)]}
+    calls = [("/predict", {"model": name, "inputs": [r]}) for name, records in cases.items() for r in records]
+    answers = iter(asyncio.run(_post_all(server.url, calls)))
+    for name, records in cases.items():
+        task = _offline_task(model_dirs[name])
+        for record in records:
+            answer = next(answers)
+            assert answer.status_code == 200, answer.text
+            (got,) = answer.json()["predictions"]
+            evaluate(model_dirs[name], [record], out=tmp_path / "p.jsonl")  # the library's own prediction
+            expected = json.loads((tmp_path / "p.jsonl").read_text())["prediction"]
+            if name == "cls":
+                examples = task.encode_all([record])
+                probs = task.outputs(examples)[0]
+                assert got["label"] == expected
+                assert max(abs(got["scores"][label] - p) for label, p in zip(task.labels, probs)) <= 1e-5
+            elif name == "tag":
+                assert [t["tag"] for t in got["tags"]] == expected
+            else:
+                assert got["answer"] == expected
+                assert record["context"][got["start"]:got["end"]] == expected
+
+
+@pytest.mark.parametrize("name, text", [("enc", "the cat [MASK] on the mat"),
+                                        ("t5", "the cat <mask> on the mat")])
+def test_fill_mask_equals_the_library(server, model_dirs, name, text):
+    answer = httpx.post(server.url + "/fill_mask", json={"model": name, "text": text, "top_k": 3}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    model, tokenizer = lmforge.load(model_dirs[name]), lmforge.load_tokenizer(model_dirs[name])
+    expected = lmforge.fill_mask(model, tokenizer, text, top_k=3)
+    got = answer.json()["candidates"]
+    assert [c["token"] for c in got] == [c.token for c in expected]
+    assert max(abs(c["score"] - e.score) for c, e in zip(got, expected)) <= 1e-5
+
+
+def _events(response) -> list:
+    lines = [line[len("data: "):] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+@pytest.fixture(scope="module")
+def decoder(model_dirs):
+    return lmforge.load(model_dirs["gen"]), lmforge.load_tokenizer(model_dirs["gen"])
+
+
+def _offline(decoder, prompt: str, **options) -> list:
+    model, tokenizer = decoder
+    ids = torch.tensor([tokenizer.encode(prompt, add_special_tokens=False).ids])
+    eos = tokenizer.eos_id if model.config.eos_token_id is None else model.config.eos_token_id
+    return lmforge.generate(model, ids, eos_token_id=eos, **options)[0, ids.shape[1]:].tolist()
+
+
+def test_streamed_and_whole_generation_equal_library_greedy(server, decoder):
+    prompt, n = "the quick dog sat", 30
+    expected = _offline(decoder, prompt, max_new_tokens=n)
+    with server.client() as client:
+        whole = client.post("/generate", json={"model": "gen", "prompt": prompt, "max_new_tokens": n}).json()
+        with client.stream("POST", "/generate", json={"model": "gen", "prompt": prompt, "max_new_tokens": n,
+                                                      "stream": True}) as response:
+            events = _events(response)
+        with client.stream("POST", "/v1/completions", json={"model": "gen", "prompt": prompt, "max_tokens": n,
+                                                            "temperature": 0, "stream": True}) as response:
+            chunks = _events(response)
+    assert whole["token_ids"] == expected
+    assert [t for e in events[:-1] for t in e["token_ids"]] == expected == events[-1]["token_ids"]
+    assert "".join(e["text"] for e in events[:-1]) == events[-1]["text"] == whole["text"]
+    assert [t for c in chunks for t in c["choices"][0]["token_ids"]] == expected
+    assert chunks[-1]["choices"][0]["finish_reason"] == whole["finish_reason"]
+    assert chunks[-1]["usage"]["completion_tokens"] == len(expected)
+
+
+def test_beams_sampling_and_stop_strings_equal_the_library(server, decoder):
+    prompt, model_tok = "the old fox", decoder[1]
+    with server.client() as client:
+        beams = client.post("/generate", json={"model": "gen", "prompt": prompt, "max_new_tokens": 12,
+                                               "num_beams": 3}).json()
+        sampling = {"model": "gen", "prompt": prompt, "max_new_tokens": 12, "temperature": 0.9, "top_k": 20,
+                    "seed": 7}
+        sampled = [client.post("/generate", json=sampling).json() for _ in range(2)]
+        greedy = client.post("/generate", json={"model": "gen", "prompt": prompt,
+                                                "max_new_tokens": 20}).json()
+        stop = greedy["text"][5:8]
+        stopped = client.post("/generate", json={"model": "gen", "prompt": prompt, "max_new_tokens": 20,
+                                                 "stop": [stop]}).json()
+    assert beams["token_ids"] == _offline(decoder, prompt, max_new_tokens=12, num_beams=3)
+    expected = _offline(decoder, prompt, max_new_tokens=12, do_sample=True, temperature=0.9, top_k=20,
+                        generator=torch.Generator().manual_seed(7))
+    assert sampled[0]["token_ids"] == sampled[1]["token_ids"] == expected
+    assert stopped["text"] == greedy["text"][:greedy["text"].index(stop)]
+    assert stopped["finish_reason"] == "stop" and len(stopped["token_ids"]) < 20
+    assert model_tok.decode(stopped["token_ids"]).startswith(stopped["text"])
+
+
+def test_openapi_spec_docs_and_page_are_complete_and_offline(server):
+    with server.client() as client:
+        spec = client.get("/openapi.json").json()
+        docs, swagger, page = client.get("/docs").text, client.get("/docs/swagger").text, client.get("/").text
+        info, health = client.get("/info").json(), client.get("/health").json()
+    routes = {"/v1/embeddings", "/embed", "/predict", "/fill_mask", "/generate", "/v1/completions",
+              "/tokenize", "/health", "/info", "/metrics"}
+    assert routes <= set(spec["paths"])
+    for path in routes:
+        for method, op in spec["paths"][path].items():
+            assert op.get("summary") and op.get("description"), path
+            assert "200" in op["responses"], path
+            if method == "post":
+                schema = op["requestBody"]["content"]["application/json"]["schema"]["$ref"].split("/")[-1]
+                assert spec["components"]["schemas"][schema]["properties"], path
+                assert {"413", "422", "429"} <= set(op["responses"]), path
+    assert "text/event-stream" in spec["paths"]["/generate"]["post"]["responses"]["200"]["content"]
+    for html in (docs, page):
+        assert "<script src" not in html and "<link" not in html and "cdn" not in html.lower()
+    assert "/openapi.json" in docs and "cdn" in swagger  # Swagger UI stays available for online use
+    assert set(info["models"]) == set(health["models"]) == {"enc", "gen", "t5", "cls", "tag", "qa"}
+    assert info["models"]["qa"]["task"]["kind"] == "qa" and "predict" in info["models"]["qa"]["capabilities"]
+    assert info["limits"]["max_batch_tokens"] == 256
+
+
+def test_tokenize_and_metrics_text(server, model_dirs):
+    tokenizer = lmforge.load_tokenizer(model_dirs["enc"])
+    with server.client() as client:
+        got = client.post("/tokenize", json={"model": "enc", "text": "the cat sat"}).json()
+        text = client.get("/metrics")
+    assert got["ids"] == tokenizer.encode("the cat sat").ids and got["count"] == len(got["ids"])
+    assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = parse_prometheus(text.text)
+    for family in ("lmforge_requests_total", "lmforge_request_seconds", "lmforge_queue_requests",
+                   "lmforge_batch_size", "lmforge_batch_tokens", "lmforge_phase_seconds"):
+        assert families[family], family
+    phases = {labels["phase"] for _, labels, _ in families["lmforge_phase_seconds"]}
+    assert {"queue", "compute", "tokenize"} <= phases

@@ -1,0 +1,144 @@
+"""The server's parts without a server: limits, the job queue's batching, stop strings, metrics text."""
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from lmforge.serve.generation import TextTail
+from lmforge.serve.limits import Admission, Limits, RequestError, fit_lengths
+from lmforge.serve.metrics import Metrics
+from lmforge.serve.records import as_records
+from lmforge.serve.routes import split
+from lmforge.serve.worker import Job, JobQueue
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? '
+                    r'(-?[0-9.e+-]+|\+Inf|-Inf|NaN)$')
+
+
+def parse_prometheus(text: str) -> dict:
+    """Check the text exposition format line by line; returns {family: [(sample name, labels, value)]}.
+    Histograms: buckets cumulative, +Inf equal to _count."""
+    families, kinds = {}, {}
+    for line in text.rstrip("\n").split("\n"):
+        if line.startswith(("# HELP ", "# TYPE ")):
+            parts = line.split(" ", 3)
+            if parts[1] == "TYPE":
+                assert parts[3] in ("counter", "gauge", "histogram"), line
+                kinds[parts[2]] = parts[3]
+                families[parts[2]] = []
+            continue
+        match = SAMPLE.match(line)
+        assert match, f"not a sample line: {line!r}"
+        name = match.group(1)
+        family = next(f for f in families if name == f or (kinds[f] == "histogram" and name in
+                                                              (f + "_bucket", f + "_sum", f + "_count")))
+        labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', match.group(2) or ""))
+        families[family].append((name, labels, float(match.group(4))))
+    for family, samples in families.items():
+        if kinds[family] == "histogram":
+            _check_histogram(family, samples)
+    return families
+
+
+def _check_histogram(family: str, samples: list) -> None:
+    series = {}
+    for name, labels, value in samples:
+        key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+        series.setdefault(key, {"buckets": [], "count": None})
+        if name.endswith("_bucket"):
+            series[key]["buckets"].append(value)
+        elif name.endswith("_count"):
+            series[key]["count"] = value
+    for key, found in series.items():
+        assert found["buckets"] == sorted(found["buckets"]), f"{family}{key}: buckets not cumulative"
+        assert found["buckets"][-1] == found["count"], f"{family}{key}: +Inf bucket != count"
+
+
+def test_metrics_render_as_prometheus_text_with_escaped_labels():
+    metrics = Metrics()
+    metrics.inc("lmforge_requests_total", route='/odd"path\\', status="200")
+    for seconds in (0.002, 0.2, 7.0):
+        metrics.observe("lmforge_request_seconds", seconds, route="/embed")
+    families = parse_prometheus(metrics.render())
+    assert families["lmforge_requests_total"] == [("lmforge_requests_total",
+                                                   {"route": '/odd\\"path\\\\', "status": "200"}, 1.0)]
+    buckets = {s[1]["le"]: s[2] for s in families["lmforge_request_seconds"] if s[0].endswith("_bucket")}
+    assert [buckets[le] for le in ("0.001", "0.0025", "0.25", "5", "+Inf")] == [0, 1, 2, 2, 3]
+    assert metrics.value("lmforge_request_seconds", route="/embed") == 3
+
+
+def test_text_tail_holds_back_a_possible_stop_string_and_cuts_at_it():
+    class Chars:  # a tokenizer whose ids are characters
+        def decode(self, ids):
+            return "".join(chr(i) for i in ids)
+
+    tail = TextTail(Chars(), ("END",))
+    shown = [tail.push(ord(c)) for c in "abcENxEND!"]
+    assert shown == ["a", "b", "c", "", "", "ENx", "", "", "", ""]
+    assert tail.stopped and tail.text == "abcENx" and "".join(shown) == tail.text
+
+
+def test_fit_lengths_refuses_or_truncates_naming_the_limit():
+    limits = Limits(max_request_tokens=100)
+    assert fit_lengths([10, 300], 64, truncate=True, limits=limits) == [10, 64]
+    with pytest.raises(RequestError, match="max_seq_len=64") as err:
+        fit_lengths([10, 300], 64, truncate=False, limits=limits)
+    assert err.value.status == 413 and err.value.param == "max_seq_len"
+    with pytest.raises(RequestError, match="max_request_tokens=100"):
+        fit_lengths([60, 60], 64, truncate=False, limits=limits)
+
+
+def test_admission_full_queue_is_429_with_retry_after_from_throughput():
+    admission = Admission(Limits(max_queue=2))
+    admission.admit(500)
+    admission.admit(500)
+    admission.tokens_per_second = 300.0
+    with pytest.raises(RequestError) as err:
+        admission.admit(1)
+    assert err.value.status == 429 and err.value.headers["Retry-After"] == "4"  # 1000 tokens at 300/s
+    admission.release(500)
+    admission.admit(1)  # room again
+
+
+def test_client_batches_split_within_the_budget_in_order():
+    parts = split(list("abcdefg"), [5, 5, 5, 20, 1, 1, 1], Limits(max_batch_tokens=12, max_batch_items=2))
+    assert parts == [(["a", "b"], 10), (["c"], 5), (["d"], 20), (["e", "f"], 2), (["g"], 1)]
+
+
+def test_queue_batches_jobs_of_one_key_within_the_budget_keeping_the_rest_in_order():
+    loop = asyncio.new_event_loop()
+    try:
+        queue = JobQueue()
+        jobs = [Job("embed", None, {}, tokens, 1, loop, key=key) for tokens, key in
+                [(50, "a"), (50, "b"), (60, "a"), (10, "a"), (10, "a")]]
+        for job in jobs:
+            queue.put(job)
+        first = queue.take()
+        assert first is jobs[0]
+        assert queue.take_similar("a", 100 - first.tokens, 10) == [jobs[3], jobs[4]]  # 60 does not fit
+        assert [queue.take(), queue.take()] == [jobs[1], jobs[2]]
+        queue.close()
+        assert queue.take() is None
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("kind, inputs, message", [
+    ("qa", "a bare string", "lacks question, context"),
+    ("cls", {"text": "x", "label": "pos"}, "unknown field(s) label"),
+    ("choice", {"text": "x", "choices": []}, "choices must be a non-empty list"),
+    ("tagging", {"text": "a", "words": ["a"]}, "text or words"),
+])
+def test_predict_records_name_what_is_wrong(kind, inputs, message):
+    with pytest.raises(RequestError, match=re.escape(message)) as err:
+        as_records(kind, inputs)
+    assert err.value.status == 422
+
+
+def test_limits_refuse_nonsense():
+    with pytest.raises(ValueError, match="max_queue"):
+        Limits(max_queue=0)
+    with pytest.raises(ValueError, match="batch_wait_ms"):
+        Limits(batch_wait_ms=float("nan"))

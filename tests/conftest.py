@@ -76,3 +76,12 @@ def forward(model, ids, mask=None, decoder_ids=None, decoder_mask=None, **kw):
 def _deterministic():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny matrices: one thread avoids waiting on a busy second core (pytestmark usefixtures)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

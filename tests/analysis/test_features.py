@@ -19,13 +19,7 @@ SENTENCES = [["It", "is", "superb", "."], ["I", "love", "it", "and", "it", "work
              ["great"]]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrices: one thread avoids waiting on a busy second core."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_pooling_first_mean_last_on_a_hand_example():

@@ -14,13 +14,7 @@ NAMES = ["John", "Mary", "Anna", "Peter"]
 WORDS = ["it", "is", "great", "and", "I", "love", "the", "product", "works", "broke"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrices: one thread avoids waiting on a busy second core."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def tagged(n: int, seed: int) -> list:

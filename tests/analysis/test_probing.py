@@ -26,13 +26,7 @@ from lmforge.tokenizer import train_tokenizer
 TINY = FitConfig(epochs=4, hidden=16, rank=8, batch_size=64, lr=1e-2)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrices: one thread avoids waiting on a busy second core."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,7 @@ HAND = {"words": ["the", "old", "dog", "near", "the", "house", "runs", "."],
         "heads": [2, 2, 6, 5, 5, 2, -1, 6]}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrices: one thread avoids waiting on a busy second core."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_tree_distances_and_depths_on_a_hand_tree():

@@ -14,13 +14,7 @@ from lmforge.tokenizer import train_tokenizer
 QUICK = ["epochs=2", "hidden=8", "rank=4", "lr=0.01"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrices: one thread avoids waiting on a busy second core."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

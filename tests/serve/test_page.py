@@ -12,7 +12,7 @@ import torch
 from matplotlib.image import imread
 
 from lmforge.apps.embed import SentenceEncoder
-from tests.serve.browser import CHROMIUM, Pipe, run_once
+from tests.browser import CHROMIUM, Pipe, run_once
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
 RESULT = ("(() => { const r = document.getElementById('result'); "

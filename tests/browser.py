@@ -1,6 +1,7 @@
-"""Headless Chromium for the page tests: one-shot runs (--dump-dom, --screenshot) and, for what must
-be waited on in real time (a streamed answer), the DevTools protocol over --remote-debugging-pipe
-(JSON messages separated by NUL bytes on file descriptors 3 and 4; no websocket needed)."""
+"""Headless Chromium for the page tests (the server's page, the attention view): one-shot runs
+(--dump-dom, --screenshot) and, for what must be waited on in real time (a streamed answer) or
+watched (the requests a page makes), the DevTools protocol over --remote-debugging-pipe (JSON
+messages separated by NUL bytes on file descriptors 3 and 4; no websocket needed)."""
 from __future__ import annotations
 
 import fcntl
@@ -46,6 +47,7 @@ class Pipe:
         os.close(to_r)
         os.close(from_w)
         self._buffer, self._id, self.session = b"", 0, None
+        self.events = []  # every event the browser sent (Network.requestWillBeSent, ...), in order
 
     def call(self, method: str, params: dict | None = None) -> dict:
         """Send one command (to the attached page, once there is one); its reply."""
@@ -64,6 +66,8 @@ class Pipe:
             reply = json.loads(raw)
             if reply.get("id") == self._id:
                 return reply
+            if "method" in reply:
+                self.events.append(reply)
 
     def open(self, url: str) -> None:
         """Open `url` in a new page and attach to it."""

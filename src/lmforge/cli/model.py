@@ -45,7 +45,7 @@ def cmd_convert(args) -> None:
     same) format: into a fresh folder beside DST that then replaces DST, so nothing old stays."""
     src, dst = Path(args.src), Path(args.dst)
     check_destination(src, dst, args.force)
-    model = load_model(src)
+    model = load_source(src)
     dst.absolute().parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dst.absolute().parent, prefix=f".{dst.name}.convert-"))
     try:
@@ -56,6 +56,15 @@ def cmd_convert(args) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps nothing half-written
         raise
     print(f"wrote {args.dst} ({args.to}{', with ' + ', '.join(copied) if copied else ''})")
+
+
+def load_source(src: Path):
+    """The model of SRC: an lmforge or Hugging Face directory, or an AllenNLP ELMo directory (its options
+    JSON and hdf5 weights, convert/allennlp.py)."""
+    from lmforge.convert.allennlp import allennlp_files, load_allennlp
+
+    files = allennlp_files(src)
+    return load_allennlp(*files) if files else load_model(src)
 
 
 def check_destination(src: Path, dst: Path, force: bool) -> None:
@@ -151,8 +160,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--config", help="YAML/JSON file of field overrides")
     p.add_argument("--context", type=int, help="sequence length for FLOPs: 1 to max_seq_len (the default)")
     p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories (tokenizer too)")
-    p.add_argument("src", help="an lmforge or Hugging Face model directory")
+    p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories (tokenizer too); "
+                       "bring an AllenNLP ELMo directory in")
+    p.add_argument("src", help="an lmforge or Hugging Face model directory, or an AllenNLP ELMo directory "
+                               "(options .json + weights .hdf5)")
     p.add_argument("dst", help="the folder to write (replaced as a whole; not SRC, not inside it)")
     p.add_argument("--to", choices=("hf", "lmforge"), default="lmforge")
     p.add_argument("--force", action="store_true", help="replace DST even if it is not a model folder")

@@ -136,6 +136,22 @@ def read_weights(path, cfg: ModelConfig) -> dict:
     return state
 
 
+def allennlp_files(path) -> tuple | None:
+    """(options JSON, hdf5 weights) of a directory in AllenNLP's layout (one of each, no config.json, as
+    the published elmo_*_options.json and elmo_*_weights.hdf5 sit side by side); None for any other path."""
+    path = Path(path)
+    if not path.is_dir() or (path / "config.json").exists():
+        return None
+    weights = sorted(p for p in path.iterdir() if p.suffix.lower() in (".hdf5", ".h5"))
+    options = sorted(p for p in path.iterdir() if p.suffix.lower() == ".json")
+    if not weights:
+        return None
+    if len(weights) != 1 or len(options) != 1:
+        raise AllenNLPFormatError(f"{path}: an AllenNLP ELMo directory holds one options .json and one .hdf5 "
+                                  f"weight file; found {len(options)} and {len(weights)}")
+    return options[0], weights[0]
+
+
 def load_allennlp(options_file, weight_file) -> ELMo:
     """The ELMo model of an AllenNLP options JSON and hdf5 weight file, in eval mode (no softmax head:
     the files have none)."""

@@ -1,0 +1,63 @@
+"""ELMo's biLM pretraining through `lmforge pretrain` on the built-in corpus: both directions'
+perplexities fall, and a run killed after a checkpoint resumes to the same weights bit for bit."""
+import shutil
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.objectives.bilm import BiLM, sentence_examples
+from lmforge.tokenizer import load_tokenizer
+from lmforge.train.log import read_metrics
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+TINY = ["lstm_dim=64", "d_model=32", "char_filters=[[1,8],[2,8],[3,16]]", "char_embed_dim=8", "batch_size=8",
+        "progress=false", "lr=3e-3", "warmup=2", "max_len=24", "dropout=0"]
+
+
+def pretrain(out, steps: int, *extra) -> list:
+    return ["pretrain", "--preset", "elmo-small", "--objective", "bilm", "--out", str(out), "--steps", str(steps),
+            *TINY, *extra]
+
+
+def held_out_perplexities(model, tokenizer, sentences: list) -> tuple:
+    """(forward, backward) full-softmax perplexities of `model` on `sentences` (lists of word ids)."""
+    objective = BiLM.build(model, tokenizer).eval()
+    batch = objective.collate(sentence_examples([sentences], tokenizer, 24))
+    with torch.no_grad():
+        metrics = objective(batch).metrics
+    return float(metrics["forward_perplexity"]), float(metrics["backward_perplexity"])
+
+
+def test_both_perplexities_fall_on_the_builtin_corpus(tmp_path):
+    assert main(pretrain(tmp_path, 30, "log_every=5")) == 0
+    logged = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in logged] == [5, 10, 15, 20, 25, 30]
+    for direction in ("forward_perplexity", "backward_perplexity"):
+        first, last = logged[0][direction], min(r[direction] for r in logged[-2:])
+        assert last < 0.5 * first, (direction, first, last)
+    model, tokenizer = lmforge.load(tmp_path / "final"), load_tokenizer(tmp_path / "final")
+    assert "softmax" in model.heads and model.config.vocab_size >= tokenizer.vocab_size
+    text = ["Tosk is a city on the river .", "The river runs to the sea ."]
+    sentences = [tokenizer.encode(t).ids for t in text]
+    trained = held_out_perplexities(model, tokenizer, sentences)
+    torch.manual_seed(0)
+    model.reset_parameters()  # the same model untrained (its softmax kept): both directions were learnt
+    untrained = held_out_perplexities(model, tokenizer, sentences)
+    assert trained[0] < 0.5 * untrained[0] and trained[1] < 0.5 * untrained[1], (trained, untrained)
+
+
+def test_a_killed_run_resumes_exactly(tmp_path):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    assert main(pretrain(full, 8, "save_every=4", "log_every=1")) == 0
+    assert main(pretrain(killed, 8, "save_every=4", "log_every=1")) == 0
+    shutil.rmtree(killed / "checkpoints" / "step-0000008")  # killed after the checkpoint of step 4
+    shutil.rmtree(killed / "final")
+    assert main(pretrain(killed, 8, "save_every=4", "log_every=1", "--resume")) == 0
+    a, b = lmforge.load(full / "final").state_dict(), lmforge.load(killed / "final").state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == list(range(1, 9))
+    assert [r["loss"] for r in read_metrics(killed / "metrics.jsonl")] == \
+        [r["loss"] for r in read_metrics(full / "metrics.jsonl")]

@@ -213,6 +213,9 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     task_cfg = task_cfg or TaskConfig()
     out = Path(out)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
+    if model.config.architecture == "elmo":  # a biLSTM over characters, used by its frozen layers' mix
+        raise ValueError("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge "
+                         "features --model DIR --task tagging|classification --train FILE --dev FILE")
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, not the caller's RNG
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, labels)

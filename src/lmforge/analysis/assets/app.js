@@ -27,7 +27,10 @@ const App = {
   header() {
     $("title").textContent = META.title || "Attention";
     const G = META.groups[0], chips = Object.entries(META.meta).map(([k, v]) => `${k}: ${v}`);
-    chips.push(`${G.rows.length} tokens`, `${G.layers.length} layers`, `${Math.max(...G.heads)} heads`);
+    // an encoder-decoder reads two texts: count each side's tokens (cross attention has none of its own)
+    const sides = META.groups.length > 1 ? META.groups.filter((S) => S.name !== "cross") : [G];
+    chips.push(...sides.map((S) => `${S.rows.length} ${sides.length > 1 ? `${S.name} ` : ""}tokens`));
+    chips.push(`${G.layers.length} layers`, `${Math.max(...G.heads)} heads`);
     for (const text of chips) $("meta").append(Object.assign(document.createElement("span"), { textContent: text }));
     for (const note of META.notes) {
       const warn = /top \d+ keys|left out|unavailable/.test(note);

@@ -1,0 +1,141 @@
+"""Training FLOPs per step of every objective, counted from lmforge's own forward count.
+
+A training step costs 3 x the forward FLOPs of every network the objective runs (the backward
+pass is about twice the forward: Kaplan et al. 2020, sec. 2.1), per example, x examples per step.
+The forward count is apps.summary.flops_per_token (2 FLOPs per multiply-add of every matmul).
+What each objective runs, per example of T = max_len tokens:
+
+- masked LM (BERT, RoBERTa, whole-word, NSP/SOP, SpanBERT): the encoder on T tokens; the
+  vocabulary projection only on the `rate` share of positions selected (MaskedLM computes it
+  nowhere else); NSP/SOP's pooler + classifier once; SpanBERT's SBO on the selected positions;
+- replaced-token detection (ELECTRA): the generator (its own config, generator_config) on T tokens
+  with its LM head on the selected positions, plus the discriminator on T tokens with its RTD head
+  (dense d -> d, score d -> 1) on every token — ELECTRA is charged for both networks;
+- encoder-decoders (T5 span corruption, prefix LM, BART denoising): the encoder on its input
+  tokens and the decoder, with the vocabulary projection, on its target tokens;
+- causal LM / a decoder's prefix LM: the decoder on T tokens, the vocabulary at every one.
+
+Every example is charged at the full T (packing fills examples to max_len; a shorter one costs
+less, so the counted FLOPs are an upper bound of the compute spent).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from lmforge.apps.summary import flops_per_token
+from lmforge.config import ModelConfig
+from lmforge.objectives import ObjectiveSpec
+from lmforge.objectives.denoising import Denoising
+from lmforge.objectives.mlm import MaskedLM
+from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
+from lmforge.objectives.span import SpanMLM
+from lmforge.objectives.span_corruption import SpanCorruption
+
+BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
+TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget
+
+
+def objective_options(spec: ObjectiveSpec, options: dict) -> dict:
+    """The keyword arguments the objective is built with: its __init__ defaults, the name's, the arm's."""
+    cls = getattr(spec.build, "__self__", None)
+    defaults = {}
+    if isinstance(cls, type):
+        defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+    return {**defaults, **spec.options, **options}
+
+
+def head_flops(cfg: ModelConfig, context: int) -> int:
+    """Forward FLOPs of the LM head for one token: the transform and the vocabulary projection."""
+    return flops_per_token(cfg, context, lm_head=True) - flops_per_token(cfg, context, lm_head=False)
+
+
+def _encoder_config(cfg: ModelConfig) -> ModelConfig:
+    """An encoder-decoder's encoder alone (the same fields, no decoder)."""
+    return cfg.replace(architecture="encoder", n_decoder_layers=None)
+
+
+def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
+    rate = options.get("rate", 0.15)
+    charges = {"encoder": T * flops_per_token(cfg, T, lm_head=False),
+               "lm_head": rate * T * head_flops(cfg, T)}
+    if options.get("task") in ("nsp", "sop"):  # pooler (d x d) and a 2-way classifier, once
+        charges["pair_head"] = 2 * (cfg.d_model ** 2 + 2 * cfg.d_model)
+    if issubclass(cls, SpanMLM):  # SBO: W1 (3d -> d) and W2 (d -> E) before the shared projection
+        d, E = cfg.d_model, cfg.embed_dim
+        charges["sbo"] = rate * T * (2 * (3 * d * d + d * E) + 2 * E * cfg.vocab_size)
+    return charges
+
+
+def _electra(cfg: ModelConfig, options: dict, T: int) -> dict:
+    rate, d = options.get("rate", 0.15), cfg.d_model
+    gen = options.get("generator") or generator_config(cfg, options.get("ratio"))
+    return {"generator": T * flops_per_token(gen, T, lm_head=False),
+            "generator_lm_head": rate * T * head_flops(gen, T),
+            "discriminator": T * flops_per_token(cfg, T, lm_head=False),
+            "rtd_head": T * 2 * (d * d + d)}
+
+
+def seq2seq_lengths(cls, options: dict, T: int) -> tuple:
+    """(encoder tokens, decoder tokens) of an encoder-decoder objective's example of T tokens.
+
+    T5's span corruption (Raffel et al. 2020, sec. 3.1.4) keeps (1 - r) T tokens plus one sentinel
+    per span (r T / mean span length spans) and </s>; the target is the r T dropped tokens plus the
+    sentinels and </s>. A prefix LM splits at a uniform point (T / 2 each on average); a denoiser
+    reads and writes the whole text."""
+    cls = cls if isinstance(cls, type) else type(None)
+    if issubclass(cls, SpanCorruption):
+        r, span = options.get("noise_density", 0.15), options.get("mean_noise_span_length", 3.0)
+        spans = r * T / span
+        return (1 - r) * T + spans + 1, r * T + spans + 1
+    if issubclass(cls, Denoising):
+        return T, T
+    return T / 2, T / 2
+
+
+def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
+    n_in, n_out = seq2seq_lengths(cls, options, T)
+    context = max(1, round(n_in))  # the decoder's cross-attention sees the encoder's tokens
+    encoder = flops_per_token(_encoder_config(cfg), context, lm_head=False)
+    decoder = flops_per_token(cfg, context, lm_head=True) - encoder
+    return {"encoder": n_in * encoder, "decoder": n_out * decoder}
+
+
+def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict | None = None) -> dict:
+    """Forward FLOPs of one example of T tokens under objective `spec`, by network (see the module)."""
+    options = objective_options(spec, options or {})
+    cls = getattr(spec.build, "__self__", None)
+    if isinstance(cls, type) and issubclass(cls, ReplacedTokenDetection):
+        return _electra(cfg, options, T)
+    if isinstance(cls, type) and issubclass(cls, MaskedLM):
+        return _masked_lm(cls, cfg, options, T)
+    if cfg.architecture == "encoder-decoder":
+        return _seq2seq(cls, cfg, options, T)
+    if cfg.architecture == "decoder":
+        return {"decoder": T * flops_per_token(cfg, T, lm_head=True)}
+    raise ValueError(f"no FLOP count for objective {spec.name!r} on a {cfg.architecture}")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An arm's share of the budget: its steps, FLOPs per step and by network."""
+
+    steps: int
+    flops_per_step: float
+    flops: float
+    by_network: dict
+
+    def error(self, budget: float) -> float:
+        """Relative distance of the counted FLOPs from `budget`."""
+        return abs(self.flops - budget) / budget
+
+
+def schedule(spec: ObjectiveSpec, cfg: ModelConfig, T: int, examples_per_step: int, budget: float,
+             options: dict | None = None) -> Schedule:
+    """The steps that spend `budget` training FLOPs: round(budget / FLOPs per step)."""
+    forward = forward_flops(spec, cfg, T, options)
+    per_step = BACKWARD_FACTOR * examples_per_step * sum(forward.values())
+    steps = max(1, round(budget / per_step))
+    by_network = {k: BACKWARD_FACTOR * examples_per_step * v for k, v in forward.items()}
+    return Schedule(steps, per_step, steps * per_step, by_network)

@@ -1,0 +1,297 @@
+"""A bake-off plan: arms compared at one FLOP budget, on one corpus, one tokenizer, one recipe.
+
+A plan is a YAML or JSON mapping:
+
+    name: electra
+    budget: 2.0e13            # training FLOPs every arm spends (bakeoff/flops.py counts them)
+    corpus: {source: gcide, documents: 3000}
+    tokenizer: {family: bert, vocab_size: 2000}
+    pretrain: {max_len: 64, batch_size: 16, lr: 5.0e-4}   # TrainConfig options shared by every arm
+    finetune: {epochs: 2, batch_size: 16, lr: 1.0e-4, max_len: 64}  # TrainConfig + TaskConfig options
+    tasks: [{name: pos, source: gcide-pos, n_per_label: 150}, {name: sentiment, source: builtin}]
+    seeds: [0, 1, 2]
+    arms:
+      - {name: mlm, objective: mlm, preset: electra-small, overrides: {n_layers: 2}}
+      - {name: electra, objective: rtd, preset: electra-small, options: {ratio: 0.5}}
+    claims: [{better: electra, worse: mlm, task: pos}]
+
+An arm may also set `examples` (fields of the objective's ExampleFormat: kind, pairs,
+cross_documents), `duplication` (static masking), `corpus` (its own), `continue_from` (another
+arm's pretrained model of the same seed) and `train` (TrainConfig options of its own). Every
+error is one line naming the field, e.g. "plan.yaml: arms[1].objective: unknown objective 'x'".
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+CORPUS_SOURCES = ("gcide", "foldoc", "jargon", "builtin", "files")
+TASK_SOURCES = ("gcide-pos", "foldoc-topic", "builtin")
+EXAMPLE_FIELDS = ("kind", "pairs", "cross_documents")
+TOP_KEYS = {"name", "budget", "corpus", "tokenizer", "pretrain", "finetune", "tasks", "seeds", "arms", "claims",
+            "description"}
+ARM_KEYS = {"name", "objective", "preset", "overrides", "options", "examples", "duplication", "corpus",
+            "continue_from", "train", "description"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # arm and task names become directory names
+
+
+class PlanError(ValueError):
+    """A plan that cannot run: the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One pretraining recipe of the comparison."""
+
+    name: str
+    objective: str
+    preset: str | None = None
+    overrides: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    examples: dict = field(default_factory=dict)
+    duplication: int = 0
+    corpus: dict | None = None
+    continue_from: str | None = None
+    train: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A published claim: arm `better` scores above arm `worse` on `task` (its primary metric)."""
+
+    better: str
+    worse: str
+    task: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Arms, one FLOP budget, one corpus, tokenizer, fine-tuning recipe, tasks and seeds."""
+
+    name: str
+    budget: float
+    corpus: dict
+    tokenizer: dict
+    pretrain: dict
+    finetune: dict
+    tasks: tuple
+    seeds: tuple
+    arms: tuple
+    claims: tuple = ()
+    source: str = "plan"
+
+    def arm(self, name: str) -> Arm:
+        """The arm called `name`."""
+        return next(a for a in self.arms if a.name == name)
+
+
+def _fail(where: str, message: str):
+    raise PlanError(f"{where}: {message}")
+
+
+def _mapping(value, where: str, keys: set | None = None) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        _fail(where, f"must be a mapping, got {type(value).__name__}")
+    unknown = set(value) - keys if keys is not None else set()
+    if unknown:
+        _fail(f"{where}.{sorted(unknown)[0]}", f"unknown field (known: {', '.join(sorted(keys))})")
+    return dict(value)
+
+
+def _name(value, where: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        _fail(where, f"must be a name of letters, digits, _ . + - (got {value!r})")
+    return value
+
+
+def check_corpus(corpus, where: str) -> dict:
+    """A corpus mapping {source, documents, files}: checked, with its defaults."""
+    corpus = _mapping(corpus, where, {"source", "documents", "files", "seed"})
+    source = corpus.get("source", "gcide")
+    if source not in CORPUS_SOURCES:
+        _fail(f"{where}.source", f"{source!r} is not one of {', '.join(CORPUS_SOURCES)}")
+    if source == "files" and not (isinstance(corpus.get("files"), list) and corpus["files"]):
+        _fail(f"{where}.files", "source files needs a non-empty list of text files")
+    documents = corpus.get("documents", 2000)
+    if not isinstance(documents, int) or isinstance(documents, bool) or documents < 1:
+        _fail(f"{where}.documents", f"must be a positive integer, got {documents!r}")
+    return {**corpus, "source": source, "documents": documents}
+
+
+def _task(value, where: str) -> dict:
+    task = _mapping(value, where, {"name", "source", "n_per_label", "n", "task"})
+    _name(task.get("name"), f"{where}.name")
+    if task.get("source") not in TASK_SOURCES:
+        _fail(f"{where}.source", f"{task.get('source')!r} is not one of {', '.join(TASK_SOURCES)}")
+    for key in ("n_per_label", "n"):
+        if key in task and (not isinstance(task[key], int) or task[key] < 2):
+            _fail(f"{where}.{key}", f"must be an integer >= 2, got {task[key]!r}")
+    return task
+
+
+def _arm(value, where: str) -> Arm:
+    arm = _mapping(value, where, ARM_KEYS)
+    for key in ("name", "objective"):
+        if key not in arm:
+            _fail(f"{where}.{key}", "missing")
+    arm.pop("description", None)
+    for key in ("overrides", "options", "examples", "train"):
+        arm[key] = _mapping(arm.get(key), f"{where}.{key}", set(EXAMPLE_FIELDS) if key == "examples" else None)
+    if arm.get("corpus") is not None:
+        arm["corpus"] = check_corpus(arm["corpus"], f"{where}.corpus")
+    duplication = arm.get("duplication", 0)
+    if not isinstance(duplication, int) or duplication < 0:
+        _fail(f"{where}.duplication", f"must be an integer >= 0, got {duplication!r}")
+    if (arm.get("preset") is None) == (arm.get("continue_from") is None):
+        _fail(f"{where}.preset", "give a preset or continue_from (another arm), exactly one")
+    return Arm(**{**arm, "name": _name(arm["name"], f"{where}.name")})
+
+
+def _check_arm_objective(arm: Arm, where: str) -> None:
+    """The objective exists, fits the preset, and takes the example fields given."""
+    from lmforge import objectives
+    from lmforge.presets import get_config
+
+    try:
+        spec = objectives.get(arm.objective)
+        if arm.preset is not None:
+            spec.check(get_config(arm.preset, **arm.overrides), arm.preset)
+    except (ValueError, TypeError, KeyError) as err:
+        _fail(f"{where}.objective" if "objective" in str(err) else f"{where}.preset", str(err).splitlines()[0])
+    if spec.teacher:
+        _fail(f"{where}.objective", f"{spec.name!r} needs a teacher: not a bake-off arm")
+
+
+def _claims(values, arms: dict, tasks: set, where: str) -> tuple:
+    if not isinstance(values or [], list):
+        _fail(where, "must be a list")
+    out = []
+    for i, value in enumerate(values or []):
+        claim = _mapping(value, f"{where}[{i}]", {"better", "worse", "task", "source"})
+        for key in ("better", "worse"):
+            if claim.get(key) not in arms:
+                _fail(f"{where}[{i}].{key}", f"{claim.get(key)!r} is not an arm of the plan")
+        if claim.get("task") not in tasks:
+            _fail(f"{where}[{i}].task", f"{claim.get('task')!r} is not a task of the plan")
+        out.append(Claim(**claim))
+    return tuple(out)
+
+
+def check_seeds(value, where: str) -> tuple:
+    """A non-empty list of distinct seeds >= 0, as a tuple; PlanError naming `where` otherwise."""
+    seeds = value if value is not None else [0]
+    if not isinstance(seeds, list) or not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
+        _fail(where, f"must be a non-empty list of integers >= 0, got {value!r}")
+    if len(set(seeds)) != len(seeds):
+        _fail(where, "repeats a seed")
+    return tuple(seeds)
+
+
+def _arms(values, where: str) -> tuple:
+    if not isinstance(values, list) or not values:
+        _fail(where, "must be a non-empty list of arms")
+    arms = tuple(_arm(v, f"{where}[{i}]") for i, v in enumerate(values))
+    names = [a.name for a in arms]
+    for i, arm in enumerate(arms):
+        if arm.name in names[:i]:
+            _fail(f"{where}[{i}].name", f"{arm.name!r} names two arms")
+        if arm.continue_from is not None and arm.continue_from not in names[:i]:
+            _fail(f"{where}[{i}].continue_from", f"{arm.continue_from!r} is not an earlier arm")
+        _check_arm_objective(arm, f"{where}[{i}]")
+    return arms
+
+
+def split_finetune(options: dict) -> tuple:
+    """The fine-tuning recipe's options -> (TrainConfig dict, TaskConfig dict)."""
+    import dataclasses
+
+    from lmforge.tasks.finetune import TaskConfig
+
+    task_keys = {f.name for f in dataclasses.fields(TaskConfig)}
+    return ({k: v for k, v in options.items() if k not in task_keys},
+            {k: v for k, v in options.items() if k in task_keys})
+
+
+def _check_recipes(pretrain: dict, finetune: dict, arms: tuple, source: str) -> None:
+    """Every training option is one TrainConfig (and TaskConfig) knows, with a valid value."""
+    from lmforge.tasks.finetune import TaskConfig
+    from lmforge.train import TrainConfig
+
+    checks = [("pretrain", TrainConfig.from_dict, {k: v for k, v in pretrain.items() if k != "max_len"})]
+    checks += [(f"arms.{a.name}.train", TrainConfig.from_dict, {**pretrain, **a.train, "max_len": None})
+               for a in arms]
+    train, task = split_finetune(finetune)
+    checks += [("finetune", TrainConfig.from_dict, train), ("finetune", TaskConfig.from_dict, task)]
+    for where, make, options in checks:
+        options.pop("max_len", None)
+        for key in ("steps", "seed"):
+            if key in options and (where != "finetune" or key == "seed"):
+                _fail(f"{source}: {where}.{key}", "is set by the plan (budget, seeds), not here")
+        try:
+            make(options)
+        except (ValueError, TypeError) as err:
+            _fail(f"{source}: {where}", str(err).splitlines()[0])
+
+
+def check_plan(data, source: str = "plan") -> Plan:
+    """A plan mapping -> Plan; PlanError (one line naming `source` and the field) when it is wrong."""
+    data = _mapping(data, source, TOP_KEYS)
+    name = _name(data.get("name"), f"{source}: name")
+    budget = data.get("budget")
+    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
+        _fail(f"{source}: budget", f"must be a positive number of FLOPs, got {budget!r}")
+    tok = _mapping(data.get("tokenizer"), f"{source}: tokenizer", {"family", "vocab_size"})
+    from lmforge.objectives.registry import TOKENIZER_KINDS
+
+    if tok.get("family", "bert") not in TOKENIZER_KINDS:
+        _fail(f"{source}: tokenizer.family", f"{tok.get('family')!r} is not one of {', '.join(TOKENIZER_KINDS)}")
+    tasks = data.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        _fail(f"{source}: tasks", "must be a non-empty list of downstream tasks")
+    tasks = tuple(_task(t, f"{source}: tasks[{i}]") for i, t in enumerate(tasks))
+    arms = _arms(data.get("arms"), f"{source}: arms")
+    pretrain = _mapping(data.get("pretrain"), f"{source}: pretrain")
+    finetune = _mapping(data.get("finetune"), f"{source}: finetune")
+    _check_recipes(pretrain, finetune, arms, source)
+    return Plan(name=name, budget=float(budget), corpus=check_corpus(data.get("corpus"), f"{source}: corpus"),
+                tokenizer={"family": "bert", "vocab_size": 2000, **tok},
+                pretrain=pretrain, finetune=finetune, tasks=tasks,
+                seeds=check_seeds(data.get("seeds"), f"{source}: seeds"), arms=arms,
+                claims=_claims(data.get("claims"), {a.name for a in arms}, {t["name"] for t in tasks},
+                               f"{source}: claims"), source=source)
+
+
+SHIPPED = Path(__file__).resolve().parent / "plans"
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML with 1e-3 and 6.0e13 read as numbers (YAML 1.1 wants a dot and a signed exponent)."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
+    r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789."))
+
+
+def shipped_plans() -> tuple:
+    """The names of the plans shipped with lmforge (bakeoff/plans/NAME.yaml)."""
+    return tuple(sorted(p.stem for p in SHIPPED.glob("*.yaml")))
+
+
+def load_plan(path) -> Plan:
+    """A plan from a YAML or JSON file, or a shipped plan's name (electra, roberta, ...)."""
+    path = Path(path)
+    if not path.is_file() and (SHIPPED / f"{path}.yaml").is_file():
+        path = SHIPPED / f"{path}.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_Loader)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
+        raise PlanError(f"cannot read plan {path}: {str(err).splitlines()[0]}") from None
+    return check_plan(data, path.name)

@@ -1,0 +1,130 @@
+"""The bake-off's report: a table per plan, learning curves against FLOPs, and the claims judged.
+
+For each arm and task: mean +- sample standard deviation over seeds of the test-set primary
+metric. For each claim "arm A > arm B on task T", with delta = mean(A) - mean(B) and sd the
+standard deviation of that difference (sqrt(sd_A^2 / n_A + sd_B^2 / n_B), the standard error of a
+difference of two means): "reproduced" when delta > 0 and |delta| > 2 sd, "reversed" when delta < 0
+and |delta| > 2 sd, else "not resolved at this scale" (one seed, or |delta| within 2 sd: no
+verdict the data cannot carry).
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from lmforge.bakeoff.plan import Plan
+from lmforge.bakeoff.runner import read_results
+from lmforge.config import atomic_write_text
+from lmforge.train.log import read_metrics
+
+REPRODUCED, REVERSED, UNRESOLVED = "reproduced", "reversed", "not resolved at this scale"
+
+
+def summarise(rows: list) -> dict:
+    """(arm, task) -> {"metric", "mean", "sd", "n", "values"} over the seeds' rows."""
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault((row["arm"], row["task"]), []).append(row)
+    out = {}
+    for key, group in groups.items():
+        values = [r["value"] for r in sorted(group, key=lambda r: r["seed"])]
+        out[key] = {"metric": group[0]["metric"], "mean": statistics.fmean(values),
+                    "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "n": len(values), "values": values}
+    return out
+
+
+def verdict(better: dict, worse: dict) -> tuple:
+    """(verdict, delta, sd of delta) of the claim better > worse from two summaries."""
+    delta = better["mean"] - worse["mean"]
+    if better["n"] < 2 or worse["n"] < 2:
+        return UNRESOLVED, delta, math.nan
+    sd = math.sqrt(better["sd"] ** 2 / better["n"] + worse["sd"] ** 2 / worse["n"])
+    if abs(delta) > 2 * sd:
+        return (REPRODUCED if delta > 0 else REVERSED), delta, sd
+    return UNRESOLVED, delta, sd
+
+
+def table(plan: Plan, summary: dict) -> list:
+    """Markdown lines: one row per arm, one column per task (mean +- sd, n seeds)."""
+    tasks = [t["name"] for t in plan.tasks]
+    lines = ["| arm | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for arm in plan.arms:
+        cells = []
+        for task in tasks:
+            s = summary.get((arm.name, task))
+            cells.append(f"{s['mean']:.4f} ± {s['sd']:.4f} (n={s['n']})" if s else "not run")
+        lines.append(f"| {arm.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def claim_lines(plan: Plan, summary: dict) -> list:
+    """One line per claim: the claim, delta +- sd and the verdict (or what is missing)."""
+    lines = []
+    for claim in plan.claims:
+        a, b = summary.get((claim.better, claim.task)), summary.get((claim.worse, claim.task))
+        text = f"{claim.better} > {claim.worse} on {claim.task}" + (f" ({claim.source})" if claim.source else "")
+        if a is None or b is None:
+            lines.append(f"- {text}: not run yet")
+            continue
+        found, delta, sd = verdict(a, b)
+        lines.append(f"- {text}: Δ = {delta:+.4f} ± {sd:.4f} (sd of Δ) → **{found}**")
+    return lines
+
+
+def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
+    """learning_curves.png: each arm's pretraining loss against training FLOPs (every seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = False
+    for i, arm in enumerate(plan.arms):
+        per_step = schedules.get(arm.name, {}).get("flops_per_step")
+        for j, seed in enumerate(plan.seeds):
+            path = out / arm.name / f"seed-{seed}" / "pretrain" / "metrics.jsonl"
+            records = [r for r in read_metrics(path) if "loss" in r] if path.is_file() and per_step else []
+            if records:
+                ax.plot([r["step"] * per_step for r in records], [r["loss"] for r in records], color=f"C{i}",
+                        alpha=0.8, label=arm.name if j == 0 else None)
+                drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set(xlabel="training FLOPs", ylabel="pretraining loss (each objective's own)", title=f"bake-off {plan.name}")
+    ax.set_xscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "learning_curves.png", dpi=110)
+    plt.close(fig)
+    return out / "learning_curves.png"
+
+
+def write_report(plan: Plan, out) -> Path:
+    """OUT/report.md (table, claims, curves) and OUT/report.json; returns the markdown's path."""
+    out = Path(out)
+    summary = summarise(read_results(out))
+    path = out / "schedule.json"
+    schedules = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    png = curves(plan, out, schedules)
+    lines = [f"# Bake-off: {plan.name}", "",
+             f"Budget {plan.budget:.3g} training FLOPs per arm; seeds {list(plan.seeds)}; test-set primary "
+             f"metric, mean ± sd over seeds.", "",
+             *table(plan, summary), "", "Steps and counted FLOPs per arm:", ""]
+    for name, s in schedules.items():
+        lines.append(f"- {name}: {s['steps']} steps x {s['flops_per_step']:.3g} = {s['flops']:.4g} FLOPs "
+                     f"({100 * (s['flops'] / plan.budget - 1):+.2f} % of the budget)")
+    lines += ["", "Claims (reproduced: sign matches and |Δ| > 2 sd):", "", *claim_lines(plan, summary)]
+    if png is not None:
+        lines += ["", f"![learning curves]({png.name})"]
+    report = out / "report.md"
+    atomic_write_text(report, "\n".join(lines) + "\n")
+    data = {"plan": plan.name, "summary": [{"arm": a, "task": t, **s} for (a, t), s in summary.items()],
+            "claims": [{"better": c.better, "worse": c.worse, "task": c.task,
+                        "verdict": verdict(summary[(c.better, c.task)], summary[(c.worse, c.task)])[0]}
+                       for c in plan.claims if (c.better, c.task) in summary and (c.worse, c.task) in summary]}
+    atomic_write_text(out / "report.json", json.dumps(data, indent=1) + "\n")
+    return report

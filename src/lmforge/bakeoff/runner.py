@@ -1,0 +1,247 @@
+"""Running a plan: every arm x seed pretrained for its share of the budget, then fine-tuned on
+every task with one recipe; one JSON line per (arm, seed, task) in OUT/results.jsonl.
+
+Layout under OUT: corpus/ (the plan's text, written once), tokenizer/ (trained once, shared by every
+arm), tasks/NAME.json (the downstream splits), ARM/seed-S/pretrain (a `lmforge pretrain` run
+directory: metrics.jsonl, checkpoints/, final/) and ARM/seed-S/TASK (a fine-tuning run), and
+schedule.json (each arm's steps and counted FLOPs). Pretraining goes through train.pretrain.pretrain,
+the code `lmforge pretrain` runs; an arm's objective options and example format become a spec
+registered for the run only (objectives.registry), so the recipe itself is unchanged.
+
+Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl is skipped; a pretraining
+run with checkpoints continues from the newest (checkpoints every quarter of its steps); an
+unfinished fine-tuning run starts again. The same seed gives the same numbers (every draw is seeded).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from lmforge import objectives
+from lmforge.bakeoff.corpus import documents as dictd_documents
+from lmforge.bakeoff.corpus import topic_task, write_documents
+from lmforge.bakeoff.flops import TOLERANCE, schedule
+from lmforge.bakeoff.plan import Arm, Plan, PlanError, split_finetune
+from lmforge.config import atomic_write_text
+from lmforge.presets import get_config
+from lmforge.train import TrainConfig
+from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer
+
+RESULTS = "results.jsonl"
+CHECKPOINTS_PER_RUN = 4  # an interrupted pretraining run loses at most a quarter of its steps
+
+
+def corpus_file(corpus: dict, out: Path) -> Path:
+    """The corpus as one text file under OUT/corpus (written once; later runs read it)."""
+    source = corpus["source"]
+    if source == "files":
+        return Path(corpus["files"][0]) if len(corpus["files"]) == 1 else _joined(corpus["files"], out)
+    path = out / "corpus" / f"{source}-{corpus['documents']}-{corpus.get('seed', 0)}.txt"
+    if path.is_file():
+        return path
+    if source == "builtin":
+        from lmforge.data.synthetic import documents as synthetic
+
+        docs = [" ".join(doc) for doc in synthetic(corpus["documents"], seed=corpus.get("seed", 0))]
+    else:
+        docs = dictd_documents(source, corpus["documents"], seed=corpus.get("seed", 0))
+    return write_documents(docs, path)
+
+
+def _joined(files: list, out: Path) -> Path:
+    path = out / "corpus" / "files.txt"
+    if not path.is_file():
+        texts = [Path(f).read_text(encoding="utf-8").strip() for f in files]
+        write_documents(texts, path)
+    return path
+
+
+def task_splits(task: dict, out: Path) -> dict:
+    """{"kind", "splits"} of a downstream task, built once into OUT/tasks/NAME.json."""
+    path = out / "tasks" / f"{task['name']}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    n = task.get("n_per_label", 100)
+    if task["source"] == "gcide-pos":
+        from lmforge.data.dictionary import pos_task
+
+        data = {"kind": "cls", "splits": pos_task(n, seed=0)}
+    elif task["source"] == "foldoc-topic":
+        data = {"kind": "cls", "splits": topic_task(n, seed=0)}
+    else:
+        from lmforge.tasks.formats import builtin
+
+        kind, splits = builtin(task.get("task", task["name"]), n=task.get("n", 1000), seed=0)
+        data = {"kind": kind, "splits": splits}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(data) + "\n")
+    return data
+
+
+def arm_spec(plan: Plan, arm: Arm):
+    """The arm's objective as a spec of its own: the registered one with the arm's options and
+    example format (a spec named bakeoff.PLAN.ARM)."""
+    spec = objectives.get(arm.objective)
+    try:
+        examples = dataclasses.replace(spec.examples, **arm.examples)
+    except (TypeError, ValueError) as err:
+        raise PlanError(f"{plan.source}: arms.{arm.name}.examples: {err}") from None
+    return dataclasses.replace(spec, name=f"bakeoff.{plan.name}.{arm.name}", aliases=(),
+                               options={**spec.options, **arm.options}, examples=examples)
+
+
+@contextmanager
+def registered(specs: list):
+    """The arms' specs in the objective registry for the duration of the run."""
+    for spec in specs:
+        objectives.registry.register(spec)
+    try:
+        yield
+    finally:
+        for spec in specs:
+            objectives.registry.unregister(spec.name)
+
+
+def arm_config(plan: Plan, arm: Arm, vocab_size: int):
+    """The model config an arm trains (a continued arm: the config of the arm it continues)."""
+    while arm.preset is None:
+        arm = plan.arm(arm.continue_from)
+    return get_config(arm.preset, **arm.overrides).replace(vocab_size=vocab_size)
+
+
+def pretrain_options(plan: Plan, arm: Arm) -> dict:
+    """The arm's TrainConfig options (the plan's, then its own) and its max_len."""
+    options = {**plan.pretrain, **arm.train}
+    return options, options.pop("max_len", None)
+
+
+def schedules(plan: Plan, vocab_size: int) -> dict:
+    """arm name -> flops.Schedule meeting the budget within TOLERANCE; PlanError naming the arm if not."""
+    out = {}
+    for arm in plan.arms:
+        cfg = arm_config(plan, arm, vocab_size)
+        options, max_len = pretrain_options(plan, arm)
+        train = TrainConfig.from_dict(options)
+        T = max_len or min(cfg.max_seq_len, 128)
+        found = schedule(arm_spec(plan, arm), cfg, T, train.batch_size * train.accumulation, plan.budget, arm.options)
+        if found.error(plan.budget) > TOLERANCE:
+            raise PlanError(f"{plan.source}: arms.{arm.name}: the budget buys {found.steps} step(s) of "
+                            f"{found.flops_per_step:.3g} FLOPs, {100 * found.error(plan.budget):.1f} % off: "
+                            f"raise budget or lower batch_size")
+        out[arm.name] = found
+    return out
+
+
+def read_results(out: Path) -> list:
+    """The rows of OUT/results.jsonl (a torn last line skipped)."""
+    path = Path(out) / RESULTS
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class BakeOff:
+    """One plan's run under `out`: corpus, tokenizer, schedules, then arm by arm (see the module)."""
+
+    def __init__(self, plan: Plan, out, log=print) -> None:
+        self.plan, self.out, self.log = plan, Path(out), log
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.corpus = corpus_file(plan.corpus, self.out)
+        docs = read_documents([self.corpus])
+        self.tokenizer = run_tokenizer(self.out, plan.tokenizer["family"], docs, plan.tokenizer["vocab_size"])
+        self.schedules = schedules(plan, self.tokenizer.vocab_size)
+        self.tasks = {t["name"]: task_splits(t, self.out) for t in plan.tasks}
+        self.done = {(r["arm"], r["seed"], r["task"]) for r in read_results(self.out)}
+        self.units = len(plan.arms) * len(plan.seeds) * (1 + len(plan.tasks))
+        self.finished = 0
+        self.start = time.monotonic()
+        atomic_write_text(self.out / "schedule.json", json.dumps(
+            {name: {**dataclasses.asdict(s), "budget": plan.budget} for name, s in self.schedules.items()},
+            indent=1) + "\n")
+
+    def progress(self, what: str) -> None:
+        """One line of progress across the whole plan."""
+        self.finished += 1
+        elapsed = time.monotonic() - self.start
+        self.log(f"[bakeoff {self.plan.name}] {self.finished}/{self.units} ({100 * self.finished / self.units:.0f} %, "
+                 f"{elapsed:.0f} s): {what}")
+
+    def run(self) -> list:
+        """Every arm x seed x task not yet in results.jsonl; returns all rows."""
+        specs = [arm_spec(self.plan, arm) for arm in self.plan.arms]
+        with registered(specs):
+            for arm, spec in zip(self.plan.arms, specs):
+                for seed in self.plan.seeds:
+                    self.run_arm(arm, spec, seed)
+        return read_results(self.out)
+
+    def arm_dir(self, arm: str, seed: int) -> Path:
+        """Where an arm's runs of one seed live."""
+        return self.out / arm / f"seed-{seed}"
+
+    def run_arm(self, arm: Arm, spec, seed: int) -> None:
+        """Pretrain (or resume) one arm at one seed, then fine-tune and test it on every task."""
+        todo = [t for t in self.tasks if (arm.name, seed, t) not in self.done]
+        if not todo:
+            self.finished += 1 + len(self.tasks)
+            self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: done already")
+            return
+        model = self.pretrain(arm, spec, seed)
+        self.progress(f"pretrained {arm.name} seed {seed} ({self.schedules[arm.name].steps} steps)")
+        self.finished += len(self.tasks) - len(todo)
+        for task in todo:
+            row = self.finetune(arm, seed, task, model)
+            with open(self.out / RESULTS, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(row) + "\n")
+            self.progress(f"{arm.name} seed {seed} {task}: {row['metric']} {row['value']:.4f}")
+
+    def pretrain(self, arm: Arm, spec, seed: int) -> Path:
+        """The arm's pretrained model directory, training (or resuming) it unless it is there."""
+        out = self.arm_dir(arm.name, seed) / "pretrain"
+        steps = self.schedules[arm.name].steps
+        if (out / "final" / "config.json").is_file() and (out / "done.json").is_file():
+            return out / "final"
+        options, max_len = pretrain_options(self.plan, arm)
+        train = TrainConfig.from_dict({"progress": False, "log_every": max(1, steps // 50),
+                                       "save_every": max(1, steps // CHECKPOINTS_PER_RUN), **options,
+                                       "steps": steps, "seed": seed})
+        start = self.arm_dir(arm.continue_from, seed) / "pretrain" / "final" if arm.continue_from else None
+        pretrain(arm.preset, spec.name, out, train, files=[self.corpus_of(arm)], tokenizer=self.tokenizer,
+                 overrides=arm.overrides if start is None else None, resume=True, duplication=arm.duplication,
+                 model=start, max_len=max_len, log=lambda line: None)
+        atomic_write_text(out / "done.json", json.dumps({"steps": steps}) + "\n")
+        return out / "final"
+
+    def corpus_of(self, arm: Arm) -> Path:
+        """The text an arm pretrains on: its own corpus or the plan's."""
+        return corpus_file(arm.corpus, self.out) if arm.corpus else self.corpus
+
+    def finetune(self, arm: Arm, seed: int, task: str, model: Path) -> dict:
+        """Fine-tune the pretrained `model` on `task` with the plan's recipe; the test-set row."""
+        from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
+
+        out = self.arm_dir(arm.name, seed) / task
+        shutil.rmtree(out, ignore_errors=True)  # an unfinished fine-tuning run starts again
+        data = self.tasks[task]
+        train, task_options = split_finetune(self.plan.finetune)
+        train_cfg = TrainConfig.from_dict({"progress": False, **train, "seed": seed})
+        splits = data["splits"]
+        finetune(model, None, data["kind"], splits["train"], splits["validation"], out, train_cfg,
+                 TaskConfig.from_dict(task_options), log=lambda line: None)
+        best = out / "best" if (out / "best").is_dir() else out / "final"
+        metrics = evaluate(best, splits["test"], device=train_cfg.device)
+        primary = next(iter(metrics))
+        s = self.schedules[arm.name]
+        return {"plan": self.plan.name, "arm": arm.name, "seed": seed, "task": task, "metric": primary,
+                "value": metrics[primary], "metrics": metrics, "pretrain_steps": s.steps,
+                "pretrain_flops": s.flops, "budget": self.plan.budget}

@@ -1,0 +1,79 @@
+"""`lmforge bakeoff`: pretraining objectives compared at equal compute (lmforge.bakeoff).
+
+    lmforge bakeoff --plan electra --out runs/electra            # a shipped plan, by name
+    lmforge bakeoff --plan my-plan.yaml --out runs/mine --dry-run # steps and FLOPs per arm only
+    lmforge bakeoff --plan electra --out runs/electra --report   # the report of what has run
+
+A rerun with the same --out resumes: finished (arm, seed, task) results are kept, an interrupted
+pretraining run continues from its checkpoint. Shipped plans: see --help's list.
+"""
+from __future__ import annotations
+
+import argparse
+
+from lmforge.cli.common import UsageError
+
+
+def _plan(args):
+    from lmforge.bakeoff import PlanError, load_plan, shipped_plans
+
+    try:
+        return load_plan(args.plan)
+    except PlanError as err:
+        hint = "" if args.plan.endswith((".yaml", ".yml", ".json")) else \
+            f" (shipped plans: {', '.join(shipped_plans())})"
+        raise UsageError(f"{err}{hint}") from None
+
+
+def _seeds(text: str | None, plan):
+    if text is None:
+        return plan
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--seeds: expected integers separated by commas, got {text!r}") from None
+    from dataclasses import replace
+
+    from lmforge.bakeoff.plan import check_seeds
+
+    try:
+        return replace(plan, seeds=check_seeds(seeds, "--seeds"))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def cmd_bakeoff(args) -> None:
+    """Run (or resume) a plan under --out, then write its report."""
+    from lmforge.bakeoff import PlanError
+    from lmforge.bakeoff.report import write_report
+    from lmforge.bakeoff.runner import BakeOff
+
+    plan = _seeds(args.seeds, _plan(args))
+    if not args.report:
+        try:
+            run = BakeOff(plan, args.out)
+        except PlanError as err:
+            raise UsageError(str(err)) from None
+        for name, s in run.schedules.items():
+            print(f"{name}: {s.steps} steps x {s.flops_per_step:.3g} FLOPs = {s.flops:.4g} "
+                  f"({100 * (s.flops / plan.budget - 1):+.2f} % of the budget {plan.budget:.3g})")
+        if args.dry_run:
+            return
+        run.run()
+    print(f"wrote {write_report(plan, args.out)}")
+
+
+def add_parsers(sub) -> None:
+    """Add bakeoff to the main parser."""
+    from lmforge.bakeoff import shipped_plans
+
+    p = sub.add_parser("bakeoff", help="compare pretraining objectives at equal compute (a plan of arms)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--plan", required=True,
+                   help=f"a YAML/JSON plan, or a shipped plan's name: {', '.join(shipped_plans()) or 'none'}")
+    p.add_argument("--out", required=True, help="the run's directory (a rerun resumes it)")
+    p.add_argument("--seeds", help="comma-separated seeds instead of the plan's (e.g. 0 for a first look)")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="prepare corpus, tokenizer and tasks, print each arm's steps and FLOPs, train nothing")
+    p.add_argument("--report", action="store_true", help="only write the report of the results so far")
+    p.set_defaults(func=cmd_bakeoff)

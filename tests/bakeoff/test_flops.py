@@ -1,0 +1,66 @@
+"""FLOP accounting: the per-objective count against the analytic per-layer matmul count, and
+schedules that meet the budget within 2 %."""
+from __future__ import annotations
+
+import pytest
+
+from lmforge import objectives
+from lmforge.bakeoff.flops import BACKWARD_FACTOR, forward_flops, schedule
+from lmforge.presets import get_config
+
+V, T, RATE = 1000, 64, 0.15
+
+
+def encoder_macs_per_token(d, d_ff, n_layers, E, T):
+    """Multiply-adds per token of a BERT encoder, written out (Kaplan et al. 2020, Table 1):
+    per layer Q, K, V and output projections 4 d^2, the feed-forward 2 d d_ff, the attention
+    scores QK^T and the weighted sum of values 2 T d; plus the E -> d embedding projection."""
+    per_layer = 4 * d * d + 2 * d * d_ff + 2 * T * d
+    return n_layers * per_layer + (E * d if E != d else 0)
+
+
+def lm_head_macs(d, E, V):
+    """BERT's MLM head per predicted token: the transform d -> E, then the tied projection E -> V."""
+    return d * E + E * V
+
+
+def test_bert_mlm_matches_the_analytic_count():
+    cfg = get_config("bert-base", vocab_size=V)  # d 768, d_ff 3072, 12 layers, E = d
+    d, d_ff, L = 768, 3072, 12
+    expected = 2 * T * (encoder_macs_per_token(d, d_ff, L, d, T) + RATE * lm_head_macs(d, d, V))
+    got = forward_flops(objectives.get("mlm"), cfg, T)
+    assert sum(got.values()) == pytest.approx(expected, rel=1e-9)
+    # the 6 N rule of thumb (Kaplan): training FLOPs per token ~ 6 x non-embedding parameters, here
+    # 12 layers x 12 d^2; the context term 2 T d per layer is small at T = 64
+    sixn = 6 * L * 12 * d * d
+    assert BACKWARD_FACTOR * got["encoder"] / T == pytest.approx(sixn, rel=0.05)
+
+
+def test_electra_is_charged_for_generator_and_discriminator():
+    cfg = get_config("electra-small", vocab_size=V)  # d 256, d_ff 1024, 12 layers, E 128
+    d, d_ff, L, E = 256, 1024, 12, 128
+    g, g_ff = 64, 256  # generator x 1/4: d_model, d_ff (and heads) scaled, same depth and E
+    disc = encoder_macs_per_token(d, d_ff, L, E, T) + (d * d + d)  # + RTD head: dense d -> d, score d -> 1
+    gen = encoder_macs_per_token(g, g_ff, L, E, T) + RATE * lm_head_macs(g, E, V)
+    got = forward_flops(objectives.get("rtd"), cfg, T, {"ratio": 0.25})
+    assert sum(got.values()) == pytest.approx(2 * T * (disc + gen), rel=1e-9)
+    assert got["generator"] < got["discriminator"]
+    mlm = sum(forward_flops(objectives.get("mlm"), cfg, T).values())
+    assert sum(got.values()) > mlm  # the same discriminator trained by MLM is cheaper per step
+
+
+def test_encoder_decoders_charge_encoder_and_decoder():
+    cfg = get_config("t5-small", vocab_size=V)
+    t5 = forward_flops(objectives.get("span-corruption"), cfg, T)
+    assert set(t5) == {"encoder", "decoder"} and t5["decoder"] > 0
+    half = forward_flops(objectives.get("span-corruption"), cfg, T, {"noise_density": 0.5})
+    assert half["decoder"] > t5["decoder"] and half["encoder"] < t5["encoder"]  # longer targets
+
+
+@pytest.mark.parametrize("name", ["mlm", "rtd", "nsp", "span", "wwm"])
+def test_schedules_meet_the_budget_within_two_percent(name):
+    cfg = get_config("electra-small", vocab_size=V, n_layers=2)
+    for budget in (1e12, 3.3e12, 1e13):
+        s = schedule(objectives.get(name), cfg, T, 16, budget)
+        assert abs(s.flops - budget) / budget <= 0.02
+        assert s.flops == pytest.approx(s.steps * s.flops_per_step)

@@ -1,0 +1,85 @@
+"""Plans: a valid plan loads; every mistake is one line naming the field; shipped plans are valid."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmforge.bakeoff import PlanError, check_plan, load_plan, shipped_plans
+
+
+def test_a_valid_plan_loads_with_defaults(tiny_plan):
+    plan = check_plan(tiny_plan)
+    assert [a.name for a in plan.arms] == ["mlm", "electra"]
+    assert plan.arm("electra").options == {"ratio": 0.5}
+    assert plan.seeds == (0,) and plan.budget == 4.0e8
+    assert plan.claims[0].better == "electra"
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda p: p["arms"][1].update(objective="nonsense"), "arms[1].objective"),
+    (lambda p: p["arms"][0].update(preset="no-such-preset"), "arms[0].preset"),
+    (lambda p: p["arms"][0].update(speed=3), "arms[0].speed"),
+    (lambda p: p.update(budget=-1), "budget"),
+    (lambda p: p.update(seeds=[0, 0]), "seeds"),
+    (lambda p: p["claims"][0].update(better="gpt"), "claims[0].better"),
+    (lambda p: p["claims"][0].update(task="squad"), "claims[0].task"),
+    (lambda p: p["corpus"].update(source="wikipedia"), "corpus.source"),
+    (lambda p: p["pretrain"].update(steps=10), "pretrain.steps"),
+    (lambda p: p["pretrain"].update(lr=-1), "pretrain"),
+    (lambda p: p["finetune"].update(patience=-2), "finetune"),
+    (lambda p: p["tasks"][0].update(source="glue"), "tasks[0].source"),
+    (lambda p: p["arms"].append(dict(p["arms"][0])), "arms[2].name"),
+    (lambda p: p["arms"][0].update(continue_from="electra"), "arms[0].preset"),
+    (lambda p: p["arms"][0].update(objective="t5"), "arms[0].objective"),
+])
+def test_each_mistake_is_one_line_naming_its_field(tiny_plan, change, field):
+    change(tiny_plan)
+    with pytest.raises(PlanError) as err:
+        check_plan(tiny_plan, "my.yaml")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("my.yaml") and field in message, message
+
+
+def test_a_plan_file_reads_as_yaml_or_json(tmp_path, tiny_plan):
+    (tmp_path / "p.json").write_text(json.dumps(tiny_plan))
+    assert load_plan(tmp_path / "p.json").name == "tiny"
+    (tmp_path / "bad.yaml").write_text("arms: [unclosed")
+    with pytest.raises(PlanError, match="cannot read plan"):
+        load_plan(tmp_path / "bad.yaml")
+
+
+def test_shipped_plans_are_valid_and_state_claims():
+    assert {"electra", "roberta", "t5", "spanbert", "domain"} <= set(shipped_plans())
+    for name in shipped_plans():
+        plan = load_plan(name)
+        assert plan.claims, name
+        assert len(plan.seeds) == 3, name
+
+
+def test_yaml_exponents_without_a_dot_read_as_numbers(tmp_path, tiny_plan):
+    import yaml
+
+    text = yaml.safe_dump(tiny_plan).replace("budget: 400000000.0", "budget: 4e8")
+    (tmp_path / "p.yaml").write_text(text.replace("lr: 0.001", "lr: 1e-3"))
+    plan = load_plan(tmp_path / "p.yaml")
+    assert plan.budget == 4e8 and plan.pretrain["lr"] == 1e-3
+
+
+def test_every_shipped_arm_builds_its_objective():
+    """Each arm's objective, options and example format fit its preset and the plan's tokenizer."""
+    from lmforge.bakeoff.runner import arm_config, arm_spec
+    from lmforge.data.synthetic import documents
+    from lmforge.model import from_config
+    from lmforge.train.pretrain import default_tokenizer, special_token_ids
+
+    docs, tokenizers = list(documents(60, seed=0)), {}
+    for name in shipped_plans():
+        plan = load_plan(name)
+        family = plan.tokenizer["family"]
+        tok = tokenizers.setdefault(family, default_tokenizer(family, docs, 300))
+        for arm in plan.arms:
+            cfg = arm_config(plan, arm, tok.vocab_size)
+            if cfg.architecture != "encoder":
+                cfg = cfg.replace(**special_token_ids(tok, cfg.architecture))
+            assert arm_spec(plan, arm).make(from_config(cfg), tok) is not None, (name, arm.name)

@@ -1,0 +1,36 @@
+"""The report: mean +- sd per arm and task, and verdicts never beyond what the data shows."""
+from __future__ import annotations
+
+import json
+
+from lmforge.bakeoff import check_plan
+from lmforge.bakeoff.report import REPRODUCED, REVERSED, UNRESOLVED, summarise, verdict, write_report
+
+
+def rows(arm, values, task="sentiment"):
+    return [{"arm": arm, "seed": s, "task": task, "metric": "accuracy", "value": v} for s, v in enumerate(values)]
+
+
+def test_summary_is_mean_and_sample_sd_over_seeds():
+    s = summarise(rows("a", [0.5, 0.7, 0.9]))[("a", "sentiment")]
+    assert abs(s["mean"] - 0.7) < 1e-12 and abs(s["sd"] - 0.2) < 1e-12 and s["n"] == 3
+
+
+def test_verdicts_need_the_sign_and_two_sd():
+    s = summarise(rows("a", [0.80, 0.81, 0.82]) + rows("b", [0.60, 0.61, 0.62]) + rows("c", [0.5, 0.9, 0.7]))
+    assert verdict(s[("a", "sentiment")], s[("b", "sentiment")])[0] == REPRODUCED
+    assert verdict(s[("b", "sentiment")], s[("a", "sentiment")])[0] == REVERSED
+    assert verdict(s[("c", "sentiment")], s[("a", "sentiment")])[0] == UNRESOLVED  # noise larger than the gap
+    one = summarise(rows("d", [0.9]) + rows("e", [0.1]))
+    assert verdict(one[("d", "sentiment")], one[("e", "sentiment")])[0] == UNRESOLVED  # one seed: no sd
+
+
+def test_report_writes_table_claims_and_json(tmp_path, tiny_plan):
+    tiny_plan["seeds"] = [0, 1, 2]
+    plan = check_plan(tiny_plan)
+    lines = rows("electra", [0.80, 0.81, 0.82]) + rows("mlm", [0.60, 0.61, 0.62])
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    text = write_report(plan, tmp_path).read_text()
+    assert "| electra | 0.8100 ± 0.0100 (n=3) |" in text
+    assert "electra > mlm on sentiment" in text and REPRODUCED in text
+    assert json.loads((tmp_path / "report.json").read_text())["claims"][0]["verdict"] == REPRODUCED

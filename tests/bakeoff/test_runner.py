@@ -1,0 +1,53 @@
+"""The runner: arms' specs carry their options, a rerun gives the same numbers, a finished arm is
+skipped and an interrupted one resumes to the numbers of an uninterrupted run."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from lmforge import objectives
+from lmforge.bakeoff import check_plan, run_plan
+from lmforge.bakeoff.runner import RESULTS, arm_spec, read_results, registered
+
+
+def test_an_arms_spec_carries_its_options_and_example_format(tiny_plan):
+    tiny_plan["arms"][0]["examples"] = {"cross_documents": False}
+    plan = check_plan(tiny_plan)
+    mlm, electra = (arm_spec(plan, arm) for arm in plan.arms)
+    assert mlm.examples.cross_documents is False and objectives.get("mlm").examples.cross_documents
+    assert electra.options == {"ratio": 0.5} and electra.build == objectives.get("rtd").build
+    with registered([mlm, electra]):
+        assert objectives.get("bakeoff.tiny.electra") is electra
+    assert "bakeoff.tiny.electra" not in objectives.names()  # the registry is left as it was
+
+
+def _values(out):
+    return {(r["arm"], r["seed"], r["task"]): r["metrics"] for r in read_results(out)}
+
+
+@pytest.mark.slow
+def test_same_seed_same_numbers_and_an_interrupted_plan_resumes(tmp_path, tiny_plan, one_thread):
+    plan = check_plan(tiny_plan)
+    first = run_plan(plan, tmp_path / "a", log=lambda line: None)
+    assert {(r["arm"], r["task"]) for r in first} == {("mlm", "sentiment"), ("electra", "sentiment")}
+    for row in first:
+        assert abs(row["pretrain_flops"] - plan.budget) / plan.budget <= 0.02
+    run_plan(plan, tmp_path / "b", log=lambda line: None)
+    assert _values(tmp_path / "a") == _values(tmp_path / "b")  # same seed, same numbers
+    # interrupt b inside electra's pretraining: its last checkpoint, result line and final model gone
+    arm = tmp_path / "b" / "electra" / "seed-0" / "pretrain"
+    checkpoints = sorted((arm / "checkpoints").iterdir())
+    shutil.rmtree(checkpoints[-1])
+    shutil.rmtree(arm / "final")
+    (arm / "done.json").unlink()
+    lines = (tmp_path / "b" / RESULTS).read_text().splitlines()
+    (tmp_path / "b" / RESULTS).write_text(lines[0] + "\n")
+    mlm_metrics = (tmp_path / "b" / "mlm" / "seed-0" / "pretrain" / "metrics.jsonl").stat().st_mtime_ns
+    logged = []
+    run_plan(plan, tmp_path / "b", log=logged.append)
+    assert any("mlm seed 0: done already" in line for line in logged)
+    assert (tmp_path / "b" / "mlm" / "seed-0" / "pretrain" / "metrics.jsonl").stat().st_mtime_ns == mlm_metrics
+    assert _values(tmp_path / "a") == _values(tmp_path / "b")  # resumed to the same numbers
+    assert json.loads((tmp_path / "b" / "schedule.json").read_text())["electra"]["steps"] > 1

@@ -1,0 +1,128 @@
+"""Passages: a corpus cut into blocks of about 100 words, each with an id and a title (DPR,
+Karpukhin et al. 2020, sec. 4.1: Wikipedia articles split into disjoint 100-word passages).
+
+Sources: the built-in corpus (one document per entity of the synthetic World: a biography per
+person, a note per city, a review per product; titled by the entity), plain text or JSONL files
+(read by lmforge.data.corpus; titled by file name and document number), or a passages JSONL
+file written here ({"id", "title", "text"} per line).
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lmforge.data.corpus import ReadOptions, expand_files, read_range
+from lmforge.data.synthetic import biography, city_note, review
+from lmforge.data.world import World
+
+WORDS = 100  # words per passage (DPR's block size)
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrievable block of text: a unique id, the title of its document, its words."""
+
+    id: str
+    title: str
+    text: str
+
+
+def split_words(text: str, words: int = WORDS) -> list:
+    """`text` cut into disjoint runs of about `words` words (the chunks share the words evenly,
+    so no tail of three words becomes a passage of its own)."""
+    if words < 1:
+        raise ValueError(f"words must be positive, got {words}")
+    tokens = text.split()
+    if not tokens:
+        return []
+    n = max(1, round(len(tokens) / words))
+    bounds = [round(i * len(tokens) / n) for i in range(n + 1)]
+    return [" ".join(tokens[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
+def passages_from_documents(documents, words: int = WORDS) -> list:
+    """(title, text) documents -> Passages with ids "0", "1", ... in order."""
+    out = []
+    for title, text in documents:
+        for chunk in split_words(text, words):
+            out.append(Passage(str(len(out)), title, chunk))
+    return out
+
+
+def builtin_documents(seed: int = 0, world: World | None = None) -> list:
+    """(title, text) of the built-in corpus: one document per person, city and product of the World."""
+    w = world or World(seed)
+    rng = random.Random(seed + 7)
+    docs = [(p.name, " ".join(biography(w, i, rng))) for i, p in enumerate(w.people)]
+    docs += [(c.name, " ".join(city_note(w, i, rng))) for i, c in enumerate(w.cities)]
+    docs += [(f"{p.maker} {p.name}", " ".join(review(w, i, rng)[0])) for i, p in enumerate(w.products)]
+    return docs
+
+
+def file_documents(files, options: ReadOptions | None = None):
+    """(title, text) of the documents of text / JSONL files: titled "<file stem> <n>"."""
+    options = options or ReadOptions()
+    for path in expand_files([files] if isinstance(files, (str, Path)) else files):
+        for k, sentences in enumerate(read_range(path, options), 1):
+            yield f"{path.stem} {k}", " ".join(sentences)
+
+
+def write_passages(passages: list, path) -> Path:
+    """Passages as JSONL ({"id", "title", "text"} per line)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for p in passages:
+            handle.write(json.dumps(asdict(p), ensure_ascii=False) + "\n")
+    return path
+
+
+def _passage(line: str, where: str) -> Passage:
+    try:
+        record = json.loads(line)
+    except ValueError as err:
+        raise ValueError(f"{where}: not JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected an object with id, title and text")
+    for key in ("id", "title", "text"):
+        if not isinstance(record.get(key), (str, int)) or isinstance(record.get(key), bool):
+            raise ValueError(f"{where}: field {key!r} missing or not a string")
+    return Passage(str(record["id"]), str(record["title"]), str(record["text"]))
+
+
+def read_passages(path) -> list:
+    """Passages of a JSONL file written by write_passages; a bad line or a repeated id is an
+    error naming the file and line."""
+    path, out, seen = Path(path), [], set()
+    with open(path, encoding="utf-8") as handle:
+        for n, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            p = _passage(line, f"{path}: line {n}")
+            if p.id in seen:
+                raise ValueError(f"{path}: line {n}: passage id {p.id!r} repeated")
+            seen.add(p.id)
+            out.append(p)
+    if not out:
+        raise ValueError(f"{path}: no passages")
+    return out
+
+
+def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list:
+    """Passages from a source: None or "builtin" (the built-in corpus), a passages JSONL file
+    (lines with "id", "title" and "text"), or text / JSONL corpus files and directories."""
+    if source in (None, "builtin"):
+        return passages_from_documents(builtin_documents(seed), words)
+    path = Path(source)
+    if path.is_file() and path.suffix == ".jsonl":
+        with open(path, encoding="utf-8") as handle:
+            first = handle.readline()
+        try:
+            head = json.loads(first)
+        except ValueError:
+            head = None
+        if isinstance(head, dict) and {"id", "title", "text"} <= set(head):
+            return read_passages(path)
+    return passages_from_documents(file_documents(source), words)

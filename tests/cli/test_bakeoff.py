@@ -1,0 +1,28 @@
+"""`lmforge bakeoff`: a bad plan is one line and exit 2; --dry-run prints each arm's steps and FLOPs."""
+from __future__ import annotations
+
+import json
+
+from lmforge.cli import main
+from tests.bakeoff.conftest import TINY
+
+
+def test_a_bad_plan_exits_2_with_one_line_naming_the_field(tmp_path, capsys):
+    plan = json.loads(json.dumps(TINY))
+    plan["arms"][0]["objective"] = "nonsense"
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    assert main(["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "arms[0].objective" in err
+    assert main(["bakeoff", "--plan", "no-such-plan", "--out", str(tmp_path / "o")]) == 2
+    assert "shipped plans: " in capsys.readouterr().err
+
+
+def test_dry_run_prints_steps_within_two_percent_and_trains_nothing(tmp_path, capsys):
+    (tmp_path / "p.json").write_text(json.dumps(TINY))
+    assert main(["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["mlm", "electra"]
+    schedule = json.loads((tmp_path / "o" / "schedule.json").read_text())
+    assert all(abs(s["flops"] - s["budget"]) <= 0.02 * s["budget"] for s in schedule.values())
+    assert not (tmp_path / "o" / "mlm").exists()

@@ -1,15 +1,67 @@
-"""`lmforge prune`: structured pruning of a fine-tuned model (FFN neurons or attention heads).
+"""`lmforge prune`: structured pruning of a fine-tuned model (FFN neurons or attention heads), or
+unstructured pruning during fine-tuning (magnitude, Zhu & Gupta 2017; movement, Sanh et al. 2020).
 
     lmforge prune --model runs/sst/best --method ffn --sparsity 0.5 --data dev.jsonl --out runs/ffn50
+    lmforge prune --model all-MiniLM-L6-v2 --method movement --sparsity 0.9 --task cls \\
+        --train train.jsonl --valid dev.jsonl --data test.jsonl --steps 1000 --out runs/mvp10 lr=1e-4
+
+key=value options of magnitude / movement: training (TrainConfig), fine-tuning (TaskConfig) and
+pruning (start, end: the cubic schedule's span as shares of the steps; scores_lr_scale).
 """
 from __future__ import annotations
 
+UNSTRUCTURED = ("magnitude", "movement")
 
-def cmd_prune(args) -> None:
-    """Prune, save under --out/model, print the before/after table; prune.json beside it."""
+
+def _table(title: str, rows: dict, extra: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
+    table = Table(title=title)
+    for col in ("", "parameters", *(("nonzero",) if extra else ()), "safetensors MB", "metric",
+                "forward s (batch 16)"):
+        table.add_column(col, justify="right")
+    for name, r in rows.items():
+        nonzero = (f"{r['nonzero']:,}",) if extra else ()
+        table.add_row(name, f"{r['parameters']:,}", *nonzero, f"{r.get('bytes', 0) / 1e6:.1f}",
+                      f"{r['metric']:.4f}", f"{r['seconds_b16']:.4f}")
+    Console().print(table)
+
+
+def _unstructured(args, kind: str, records: list) -> None:
+    """Fine-tune with magnitude or movement pruning; prints the table, writes prune.json."""
+    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.cli.tasks import split_options
+    from lmforge.compress.sparse_finetune import SparseConfig, run_sparse_prune
+    from lmforge.tasks.finetune import TaskConfig
+    from lmforge.tasks.formats import read_task_file
+    from lmforge.train import TrainConfig
+
+    if not args.train:
+        raise UsageError(f"--method {args.method} fine-tunes while pruning: give --train FILE")
+    train_opts, task_opts, rest = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
+    sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SparseConfig.__dataclass_fields__}
+    if rest:
+        raise UsageError(f"unknown option(s) {sorted(rest)}")
+    train = read_task_file(args.train, kind, args.columns, True)
+    valid = read_task_file(args.valid, kind, args.columns, True) if args.valid else None
+    steps = {"steps": args.steps} if args.steps is not None else {}
+    train_cfg = TrainConfig.from_dict({"seed": args.seed, "eval_every": max(1, (args.steps or 1000) // 10),
+                                       **steps, **train_opts})
+    report = run_sparse_prune(args.model, kind, args.method, args.sparsity, train, valid, records, args.out,
+                              train_cfg, TaskConfig.from_dict(task_opts), SparseConfig.from_dict(sparse_opts),
+                              args.resume)
+    ws = report["weight_sparsity"]
+    rows = {name: {**report[name], "nonzero": report[name]["parameters"] - (ws["zeros"] if name == "after" else 0)}
+            for name in ("before", "after") if name in report}
+    _table(f"{args.method} pruning at sparsity {args.sparsity} ({ws['sparsity']:.3f} of block weights zero)",
+           rows, "nonzero")
+    print(f"speed-up {report['speedup']:.2f}x: {report['note']}")
+    print(f"model in {args.out}/final, report in {args.out}/prune.json")
+
+
+def cmd_prune(args) -> None:
+    """Prune, save under --out, print the before/after table; prune.json beside it."""
     from lmforge.cli.common import UsageError
     from lmforge.compress.prune_report import run_prune
     from lmforge.tasks.finetune import task_info
@@ -19,30 +71,42 @@ def cmd_prune(args) -> None:
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
     records = read_task_file(args.data, kind, args.columns, True)
+    if args.method in UNSTRUCTURED:
+        return _unstructured(args, kind, records)
+    if args.overrides or args.train or args.steps is not None:
+        raise UsageError(f"--method {args.method} prunes a fine-tuned model without training: --train, --steps "
+                         f"and key=value options are for magnitude / movement")
     extra = read_task_file(args.importance_data, kind, args.columns, True) if args.importance_data else None
     report = run_prune(args.model, records, args.out, args.method, args.sparsity, kind, extra)
-    table = Table(title=f"{args.method} pruning at sparsity {args.sparsity}")
-    for col in ("", "parameters", "safetensors MB", "metric", "forward s (batch 16)"):
-        table.add_column(col, justify="right")
-    for name in ("before", "after"):
-        r = report[name]
-        table.add_row(name, f"{r['parameters']:,}", f"{r.get('bytes', 0) / 1e6:.1f}", f"{r['metric']:.4f}",
-                      f"{r['seconds_b16']:.4f}")
-    Console().print(table)
+    _table(f"{args.method} pruning at sparsity {args.sparsity}", {n: report[n] for n in ("before", "after")})
     print(f"speed-up {report['speedup']:.2f}x; model in {args.out}/model, report in {args.out}/prune.json")
 
 
 def add_parsers(sub) -> None:
     """Add the prune sub-command to the `lmforge` parser."""
+    import argparse
+
     from lmforge.compress.prune_report import METHODS
 
-    p = sub.add_parser("prune", help="structured pruning (FFN neurons or heads) that shrinks the matrices")
-    p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json)")
-    p.add_argument("--method", required=True, choices=METHODS, help="ffn: feed-forward units; heads: attention heads")
+    p = sub.add_parser("prune", help="structured pruning (FFN neurons or heads) that shrinks the matrices, or "
+                       "magnitude / movement pruning during fine-tuning", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json); magnitude / "
+                   "movement: also a pretrained model or a Hugging Face directory (then --task)")
+    p.add_argument("--method", required=True, choices=METHODS + UNSTRUCTURED,
+                   help="ffn: feed-forward units; heads: attention heads; magnitude / movement: single weights "
+                        "of the blocks' Linears, pruned while fine-tuning")
     p.add_argument("--sparsity", required=True, type=float, help="share removed, in (0, 1)")
-    p.add_argument("--data", required=True, help="labelled data: importance and the metric")
-    p.add_argument("--importance-data", help="labelled data importance is estimated on (default: --data)")
+    p.add_argument("--data", required=True, help="labelled data: the metric (and ffn / heads importance)")
+    p.add_argument("--importance-data", help="ffn / heads: labelled data importance is estimated on (default: --data)")
     p.add_argument("--task", help="task type (default: the model's task.json)")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
-    p.add_argument("--out", required=True, help="directory for model/ and prune.json")
+    p.add_argument("--out", required=True, help="directory for the model and prune.json")
+    p.add_argument("--train", help="magnitude / movement: training file")
+    p.add_argument("--valid", help="magnitude / movement: validation file (the accuracy curve in metrics.jsonl)")
+    p.add_argument("--steps", type=int, help="magnitude / movement: optimiser steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", help="YAML/JSON file of key: value options")
+    p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
+    p.add_argument("overrides", nargs="*", help="key=value: training, fine-tuning or pruning options")
     p.set_defaults(func=cmd_prune)

@@ -1,0 +1,88 @@
+"""`lmforge distill`: task-specific distillation of a fine-tuned encoder into a smaller student.
+
+    lmforge distill --teacher runs/pos/best --train train.jsonl --valid dev.jsonl --data test.jsonl \\
+        --out runs/pos-distil --steps 300 [--student-layers every-other|N | --student PRESET] \\
+        temperature=2 alpha=0.5 gamma=0 lr=1e-4
+
+The student copies every other teacher layer (or the first N; embeddings and task head too),
+or is a preset's random model with a fresh head. key=value options: training (TrainConfig)
+and the loss (temperature, alpha, gamma: DistillConfig). Prints teacher vs student (metric,
+parameters, size on disk, forward time measured side by side) and writes OUT/distill.json.
+"""
+from __future__ import annotations
+
+
+def _print(report: dict, out) -> None:
+    """The teacher-vs-student table and the ratios."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"task distillation: {report['layers']['teacher']} -> {report['layers']['student']} layers")
+    for col in ("", "parameters", "safetensors MB", report["teacher"]["metric_name"], "forward s (batch 16)"):
+        table.add_column(col, justify="right")
+    for name in ("teacher", "student"):
+        r = report[name]
+        table.add_row(name, f"{r['parameters']:,}", f"{r['bytes'] / 1e6:.1f}", f"{r['metric']:.4f}",
+                      f"{r['seconds_b16']:.4f}")
+    Console().print(table)
+    kept = f"{100 * report['metric_kept']:.1f} %" if report["metric_kept"] is not None else "n/a"
+    print(f"student keeps {kept} of the teacher's {report['teacher']['metric_name']}, "
+          f"{report['speedup']:.2f}x faster, {report['parameters_ratio']:.2f}x the parameters; "
+          f"report in {out}/distill.json")
+
+
+def cmd_distill(args) -> None:
+    """Distil, print the teacher-vs-student table, write distill.json."""
+    from dataclasses import fields
+
+    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.compress.distill import DistillConfig, run_distill
+    from lmforge.tasks.finetune import task_info
+    from lmforge.tasks.formats import read_task_file
+    from lmforge.train import TrainConfig
+
+    if args.student and args.student_layers:
+        raise UsageError("give --student-layers or --student, not both")
+    kind = task_info(args.teacher).get("kind")
+    if kind is None:
+        raise UsageError(f"--teacher {args.teacher}: not a fine-tuned model directory (no task.json)")
+    options = {**read_config_file(args.config), **parse_overrides(args.overrides)}
+    loss_keys = {f.name for f in fields(DistillConfig)}
+    train_keys = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(options) - loss_keys - train_keys)
+    if unknown:
+        raise UsageError(f"unknown option(s) {unknown}: training or loss (temperature, alpha, gamma) options")
+    train = read_task_file(args.train, kind, args.columns, True)
+    valid = read_task_file(args.valid, kind, args.columns, True) if args.valid else None
+    records = read_task_file(args.data, kind, args.columns, True) if args.data else valid
+    if records is None:
+        raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
+    steps = {"steps": args.steps} if args.steps is not None else {}
+    train_cfg = TrainConfig.from_dict({"seed": args.seed, "eval_every": max(1, (args.steps or 1000) // 10), **steps,
+                                       **{k: v for k, v in options.items() if k in train_keys}})
+    cfg = DistillConfig.from_dict({k: v for k, v in options.items() if k in loss_keys})
+    report = run_distill(args.teacher, train, valid, records, args.out, train_cfg, cfg, args.student_layers,
+                         args.student, args.resume)
+    _print(report, args.out)
+
+
+def add_parsers(sub) -> None:
+    """Add the distill sub-command to the `lmforge` parser."""
+    import argparse
+
+    p = sub.add_parser("distill", help="task-specific distillation of a fine-tuned encoder into a smaller student",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", required=True, help="fine-tuned model directory (with task.json)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--train", required=True, help="labelled training file (the teacher's task)")
+    p.add_argument("--valid", help="labelled validation file (best/ kept, metrics.jsonl)")
+    p.add_argument("--data", help="labelled file teacher and student are scored on (default: --valid)")
+    p.add_argument("--student-layers", help="every-other (default) or N: the teacher's first N layers")
+    p.add_argument("--student", help="a preset instead: random init, fresh head")
+    p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", help="YAML/JSON file of key: value options")
+    p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
+    p.add_argument("overrides", nargs="*", help="key=value: training or loss options")
+    p.set_defaults(func=cmd_distill)

@@ -1,0 +1,205 @@
+"""Task-specific distillation: a fine-tuned teacher's soft labels train a smaller student.
+
+    L = alpha * T^2 KL(softmax(z_t / T) || softmax(z_s / T)) + (1 - alpha) * CE(z_s, y)
+        + gamma * (1 - cos(h_s, h_t))
+
+The first term is Hinton et al. (2015)'s soft targets at temperature T (the T^2 keeps its
+gradients on the scale of the hard term's as T grows; objectives/distillation.py's
+soft_cross_entropy), the second the gold labels, the third DistilBERT's cosine between the
+last hidden states (Sanh et al. 2019), over real tokens, off unless gamma > 0. The student
+starts from the teacher as DistilBERT's (sec. 3): every other layer, or the first N, its
+embeddings and task head copied; or from a preset (random, a fresh head). Training is the one
+trainer's: progress, metrics.jsonl, checkpoints, --resume, the seed.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lmforge.compress.measure import measure_side_by_side
+from lmforge.config import atomic_write_text, option
+from lmforge.objectives.base import Loss, Objective
+from lmforge.objectives.distillation import cosine_loss, every_other, soft_cross_entropy, student_from_teacher
+from lmforge.presets import PRESETS
+from lmforge.tasks.finetune import (
+    HEAD_SEED,
+    TaskConfig,
+    Validator,
+    encode_split,
+    fine_tuned_task,
+    make_task,
+    preset_model,
+    save_model,
+)
+from lmforge.train import TrainConfig, Trainer
+from lmforge.train.config import options_from_dict
+from lmforge.train.data import derive_seed
+
+KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidden states
+
+
+@dataclass
+class DistillConfig:
+    """Options of the distillation loss."""
+
+    temperature: float = option(2.0, "T of the soft targets (Hinton et al. 2015)")
+    alpha: float = option(0.5, "weight of the soft-target term; 1 - alpha weighs the gold labels")
+    gamma: float = option(0.0, "weight of the hidden-state cosine term (DistilBERT); 0: off")
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 <= self.alpha <= 1:
+            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+        if self.gamma < 0:
+            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DistillConfig:
+        """Build from a dict; an unknown key is an error naming it."""
+        return options_from_dict(cls, data, "distillation")
+
+
+def student_layers(spec, n_layers: int) -> tuple:
+    """Teacher layers a student copies: "every-other" (0, 2, 4, ...) or an int N (the first N)."""
+    if spec in (None, "every-other"):
+        return every_other(n_layers)
+    try:
+        n = int(spec)
+    except (TypeError, ValueError):
+        raise ValueError(f"--student-layers {spec!r}: expected every-other or a number of layers") from None
+    if not 1 <= n <= n_layers:
+        raise ValueError(f"--student-layers {n}: the teacher has {n_layers} layers")
+    return tuple(range(n))
+
+
+def make_student(teacher_task, layers=None, preset: str | None = None, seed: int = 0):
+    """The student model: teacher blocks `layers` (see student_layers) or preset `preset`."""
+    if preset is None:
+        return student_from_teacher(teacher_task.model, student_layers(layers, teacher_task.model.config.n_layers))
+    if preset not in PRESETS:
+        raise ValueError(f"--student {preset!r} is not a preset")
+    return preset_model(preset, teacher_task.tokenizer, {"max_seq_len": teacher_task.model.config.max_seq_len}, seed)
+
+
+def _pooled(task, batch: dict) -> tuple:
+    """(last hidden states (B, T, d), logits (B, labels)) of an encoder task."""
+    hidden = task.model(batch["input_ids"], batch["attention_mask"], segment_ids=batch.get("segment_ids"),
+                        run_heads=False).last_hidden_state
+    return hidden, task.task_head(hidden, batch["attention_mask"]).float()
+
+
+class TaskDistillation(Objective):
+    """The student task learns from the frozen teacher task's logits (and hidden states)."""
+
+    name = "task-distillation"
+
+    def __init__(self, student, teacher, cfg: DistillConfig) -> None:
+        super().__init__(student.model, student.pad_id)
+        for role, task in (("teacher", teacher), ("student", student)):
+            if task.kind not in KINDS or task.model.config.architecture != "encoder":
+                raise ValueError(f"the {role} must be an encoder fine-tuned for {' or '.join(KINDS)}")
+        if student.labels != teacher.labels:
+            raise ValueError(f"the student's labels {student.labels} differ from the teacher's {teacher.labels}")
+        if cfg.gamma and student.model.config.d_model != teacher.model.config.d_model:
+            raise ValueError("gamma > 0 compares hidden states: it needs the teacher's d_model (or gamma=0)")
+        # the student task's weights are self.model's: kept unregistered so checkpoints hold them once
+        object.__setattr__(self, "student", student)
+        self.cfg, self.teacher = cfg, teacher.requires_grad_(False).eval()
+
+    def corrupt(self, example: dict, generator: torch.Generator) -> dict:
+        """The student task's examples as they are."""
+        return self.student.corrupt(example, generator)
+
+    def collate(self, examples: list) -> dict:
+        """The student task's batches (the teacher shares the tokenizer)."""
+        return self.student.collate(examples)
+
+    def train(self, mode: bool = True) -> TaskDistillation:
+        """Train the student; the teacher stays in eval mode (no dropout)."""
+        super().train(mode)
+        self.teacher.eval()
+        return self
+
+    def forward(self, batch: dict) -> Loss:
+        """alpha soft + (1 - alpha) hard (+ gamma cosine) on one batch; the teacher sees the same input."""
+        with torch.no_grad():
+            t_hidden, t_logits = _pooled(self.teacher, batch)
+        s_hidden, s_logits = _pooled(self.student, batch)
+        cfg, labels = self.cfg, batch["label"]
+        soft = soft_cross_entropy(s_logits, t_logits, cfg.temperature)
+        hard = F.cross_entropy(s_logits, labels)
+        loss = cfg.alpha * soft + (1 - cfg.alpha) * hard
+        metrics = {"soft_loss": soft.detach(), "hard_loss": hard.detach(),
+                   "accuracy": (s_logits.argmax(-1) == labels).float().mean().detach(),
+                   "agreement": (s_logits.argmax(-1) == t_logits.argmax(-1)).float().mean().detach()}
+        if cfg.gamma:
+            real = batch["attention_mask"].bool()
+            cos = cosine_loss(s_hidden[real], t_hidden[real])
+            loss, metrics["cos_loss"] = loss + cfg.gamma * cos, cos.detach()
+        return Loss(loss, metrics)
+
+    def heads(self) -> dict:
+        """The student task's head."""
+        return self.student.heads()
+
+    def finish(self):
+        """The student model with its task head."""
+        return self.student.finish()
+
+
+def distill(teacher_dir, train: list, valid: list | None, out, train_cfg: TrainConfig,
+            cfg: DistillConfig | None = None, layers=None, preset: str | None = None, resume: bool = False,
+            log=print) -> dict:
+    """Distil the fine-tuned teacher at `teacher_dir` into a student on `train` records; writes
+    metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary."""
+    cfg, out = cfg or DistillConfig(), Path(out)
+    teacher = fine_tuned_task(teacher_dir, train)
+    model = make_student(teacher, layers, preset, train_cfg.seed)
+    task_cfg = TaskConfig(max_len=teacher.max_len)
+    with torch.random.fork_rng(devices=[]):  # a fresh head (preset student) is drawn from the run's seed
+        torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
+        student = make_task(teacher.kind, model, teacher.tokenizer, train, task_cfg, teacher.labels)
+    objective = TaskDistillation(student, teacher, cfg)
+    validator = Validator(student, valid, task_cfg, out) if valid else None
+    start = time.perf_counter()
+    trainer = Trainer(objective, encode_split(student, train, "training"), train_cfg, out, log=log,
+                      evaluator=validator)
+    trainer.fit(resume=resume)
+    summary = {"task": teacher.kind, "steps": trainer.step, "seconds": round(time.perf_counter() - start, 2),
+               "student_layers": model.config.n_layers, "teacher_layers": teacher.model.config.n_layers,
+               "loss": cfg.__dict__}
+    if validator is not None:
+        if validator.last_step != trainer.step:
+            validator(trainer)
+        summary.update(final=validator.last, best=validator.best, best_step=validator.best_step)
+    if trainer.main:
+        save_model(student, out / "final")
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def run_distill(teacher_dir, train: list, valid: list | None, records: list, out, train_cfg: TrainConfig,
+                cfg: DistillConfig | None = None, layers=None, preset: str | None = None, resume: bool = False,
+                log=print) -> dict:
+    """`lmforge distill`: distil, then measure teacher and student (best/ if kept, else final/) side by
+    side on `records`: accuracy, parameters, size on disk, forward time; distill.json under `out`."""
+    out = Path(out)
+    summary = distill(teacher_dir, train, valid, out, train_cfg, cfg, layers, preset, resume, log)
+    student_dir = out / "best" if (out / "best").is_dir() else out / "final"
+    tasks = {"teacher": fine_tuned_task(teacher_dir, records), "student": fine_tuned_task(student_dir, records)}
+    measured = measure_side_by_side(tasks, records, {"teacher": teacher_dir, "student": student_dir})
+    t, s = measured["teacher"], measured["student"]
+    report = {"teacher_dir": str(teacher_dir), "student_dir": str(student_dir), "steps": summary["steps"],
+              "train_seconds": summary["seconds"], "loss": summary["loss"],
+              "layers": {"teacher": summary["teacher_layers"], "student": summary["student_layers"]},
+              "teacher": t, "student": s, "metric_kept": s["metric"] / t["metric"] if t["metric"] else None,
+              "speedup": measured["speedup"], "parameters_ratio": s["parameters"] / t["parameters"],
+              "bytes_ratio": s["bytes"] / t["bytes"]}
+    atomic_write_text(out / "distill.json", json.dumps(report, indent=2) + "\n")
+    return report

@@ -1,0 +1,55 @@
+"""What a compression cost and bought, measured the same way for every method: parameters, size
+on disk, the task metric and forward time, with the models timed side by side in one process
+(rounds alternate A B A B ... on the same batch, so load from elsewhere hits both alike)."""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from lmforge.io import model_dir as resolve_dir
+from lmforge.tasks.finetune import encode_split
+
+
+def model_bytes(path) -> int:
+    """Bytes of a model directory's safetensors files."""
+    found = resolve_dir(path)
+    return sum(f.stat().st_size for f in Path(found or path).glob("*.safetensors"))
+
+
+@torch.no_grad()
+def side_by_side(tasks: dict, batches: dict, rounds: int = 9) -> dict:
+    """name -> median seconds of one inference forward (task.predict) of its batch, alternating."""
+    for task in tasks.values():
+        task.eval()
+        task.predict(batches[id(task)])  # warm-up: first-call allocations
+    times: dict = {name: [] for name in tasks}
+    for _ in range(rounds):
+        for name, task in tasks.items():
+            start = time.perf_counter()
+            task.predict(batches[id(task)])
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def measure_side_by_side(tasks: dict, records: list, paths: dict, batch_size: int = 16, rounds: int = 9) -> dict:
+    """name -> {parameters, bytes, metric name and value, seconds_b16} for each task given (None:
+    left out), and "speedup": the first's time over the last's."""
+    tasks = {name: task for name, task in tasks.items() if task is not None}
+    out: dict = {}
+    batches = {}
+    for name, task in tasks.items():
+        examples = encode_split(task, records, "data")
+        _, metrics = task.evaluate(records, 64, examples)
+        primary = next(iter(metrics))
+        out[name] = {"parameters": task.model.num_parameters(), "bytes": model_bytes(paths[name]),
+                     "metric_name": primary, "metric": float(metrics[primary])}
+        batches[id(task)] = {k: v.to(task.device) for k, v in task.collate(examples[:batch_size]).items()}
+    seconds = side_by_side(tasks, batches, rounds)
+    for name, s in seconds.items():
+        out[name]["seconds_b16"] = s
+    names = list(tasks)
+    out["speedup"] = seconds[names[0]] / seconds[names[-1]]
+    return out

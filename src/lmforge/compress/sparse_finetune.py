@@ -1,0 +1,148 @@
+"""Fine-tuning with unstructured pruning (compress/sparsity.py) on the one trainer, and its report.
+
+The task is wrapped by `Pruning`, an objective that advances the cubic schedule at each
+optimiser step and logs the sparsity; validation runs on the masked model, so metrics.jsonl
+holds the accuracy curve as the sparsity rises. At the end the masks are baked into the
+weights: OUT/final is a plain model directory (zeros in the weights) that `lmforge evaluate`
+loads like any other. Unstructured zeros shrink neither the dense matrices nor their time:
+the report measures it, and says so.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from lmforge.compress.measure import measure_side_by_side
+from lmforge.compress.sparsity import Pruner, is_score, weight_sparsity
+from lmforge.config import atomic_write_text, option
+from lmforge.objectives.base import Loss, Objective
+from lmforge.tasks.finetune import (
+    HEAD_SEED,
+    TaskConfig,
+    Validator,
+    encode_split,
+    fine_tuned_task,
+    load_model,
+    make_task,
+    save_model,
+    task_info,
+)
+from lmforge.train import TrainConfig, Trainer
+from lmforge.train.config import options_from_dict
+from lmforge.train.data import derive_seed
+
+NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed-up from dense "
+        "kernels (the time ratio is measured, not assumed)")
+
+
+@dataclass
+class SparseConfig:
+    """Options of pruning during fine-tuning: the schedule's span and the scores' learning rate."""
+
+    start: float = option(0.1, "share of the steps before pruning begins (initial warm-up)")
+    end: float = option(0.7, "share of the steps at which the target sparsity is reached")
+    scores_lr_scale: float = option(100.0, "movement: scores' lr = lr x this (the reference: 1e-2 vs 3e-5)")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start <= self.end <= 1:
+            raise ValueError(f"need 0 <= start <= end <= 1, got start={self.start}, end={self.end}")
+        if self.scores_lr_scale <= 0:
+            raise ValueError(f"scores_lr_scale must be > 0, got {self.scores_lr_scale}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SparseConfig:
+        """Build from a dict; an unknown key is an error naming it."""
+        return options_from_dict(cls, data, "pruning")
+
+
+class Pruning(Objective):
+    """A task trained under a Pruner: the schedule advances with the optimiser step."""
+
+    def __init__(self, task, pruner: Pruner, accumulation: int = 1) -> None:
+        super().__init__(task.model, task.pad_id)
+        # the task's weights are self.model's: kept unregistered so checkpoints hold them once
+        object.__setattr__(self, "task", task)
+        self.pruner, self.accumulation = pruner, accumulation
+        self.name = f"{task.kind} ({pruner.method} pruning)"
+        # micro-batches seen in training: a buffer, so a resumed run continues the schedule
+        self.register_buffer("micro", torch.zeros((), dtype=torch.long))
+
+    def corrupt(self, example: dict, generator: torch.Generator) -> dict:
+        """The task's examples as they are."""
+        return self.task.corrupt(example, generator)
+
+    def collate(self, examples: list) -> dict:
+        """The task's batches."""
+        return self.task.collate(examples)
+
+    def forward(self, batch: dict) -> Loss:
+        """The task's loss under the masks of this step's sparsity."""
+        if self.training:
+            sparsity = self.pruner.at(int(self.micro) // self.accumulation)
+            self.micro += 1
+        else:
+            sparsity = float(self.pruner.masks()[0][1].sparsity)
+        out = self.task.forward(batch)
+        return Loss(out.loss, {**out.metrics, "sparsity": torch.tensor(sparsity)})
+
+    def heads(self) -> dict:
+        """The task's head."""
+        return self.task.heads()
+
+    def finish(self):
+        """The model with the masks baked into its weights, its head attached."""
+        self.pruner.bake()
+        return self.task.finish()
+
+
+def prune_finetune(model, tokenizer, kind: str, method: str, sparsity: float, train: list, valid: list | None,
+                   out, train_cfg: TrainConfig, task_cfg: TaskConfig | None = None,
+                   sparse_cfg: SparseConfig | None = None, resume: bool = False, log=print) -> dict:
+    """Fine-tune `model` on `train` while pruning its block Linears by `method` to `sparsity`;
+    writes metrics.jsonl, checkpoints/ and final/ (masks baked) under `out`; returns the summary."""
+    task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
+    sparse_cfg, out = sparse_cfg or SparseConfig(), Path(out)
+    source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None
+    model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
+    with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, as finetune's
+        torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
+        task = make_task(kind, model, tokenizer, train, task_cfg, source_labels)
+    steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
+    pruner = Pruner(model, method, sparsity, round(sparse_cfg.start * steps), round(sparse_cfg.end * steps))
+    objective = Pruning(task, pruner, train_cfg.accumulation)
+    validator = Validator(task, valid, task_cfg, out) if valid else None
+    scale = sparse_cfg.scores_lr_scale
+    start = time.perf_counter()
+    trainer = Trainer(objective, encode_split(task, train, "training"), train_cfg, out, log=log, evaluator=validator,
+                      lr_scale=lambda name, p: scale if is_score(name) else 1.0)
+    trainer.fit(resume=resume)
+    summary = {"task": kind, "method": method, "sparsity": sparsity, "steps": trainer.step,
+               "seconds": round(time.perf_counter() - start, 2), **weight_sparsity(model)}
+    if validator is not None:
+        summary["final"] = task.evaluate(valid, task_cfg.eval_batch_size, validator.examples)[1]
+    if trainer.main:
+        save_model(task, out / "final")
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def run_sparse_prune(model_dir, kind: str, method: str, sparsity: float, train: list, valid: list | None,
+                     records: list, out, train_cfg: TrainConfig, task_cfg: TaskConfig | None = None,
+                     sparse_cfg: SparseConfig | None = None, resume: bool = False, log=print) -> dict:
+    """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source
+    (when it was fine-tuned for the task) and the pruned model side by side on `records`; prune.json."""
+    out = Path(out)
+    summary = prune_finetune(model_dir, None, kind, method, sparsity, train, valid, out, train_cfg, task_cfg,
+                             sparse_cfg, resume, log)
+    after = fine_tuned_task(out / "final", records, kind)
+    before = fine_tuned_task(model_dir, records, kind) if task_info(model_dir).get("kind") == kind else None
+    measured = measure_side_by_side({"before": before, "after": after}, records,
+                                  {"before": model_dir, "after": out / "final"})
+    report = {"method": method, "sparsity": sparsity, "steps": summary["steps"], "train_seconds": summary["seconds"],
+              **measured, "weight_sparsity": weight_sparsity(after.model), "note": NOTE}
+    atomic_write_text(out / "prune.json", json.dumps(report, indent=2) + "\n")
+    return report

@@ -1,0 +1,169 @@
+"""Unstructured pruning of the encoder's Linear weights during fine-tuning: magnitude and movement.
+
+- The schedule (Zhu & Gupta 2017, eq. 1): the sparsity rises from s_i to s_f as
+  s_t = s_f + (s_i - s_f) (1 - (t - t_0) / (t_1 - t_0))^3 between steps t_0 and t_1: fast at
+  first, while the network is redundant, then slowly; 0 before t_0 and s_f after t_1 (Sanh et
+  al. 2020's initial and final warm-up).
+- Magnitude pruning (Zhu & Gupta 2017): each matrix keeps its largest |W|. A pruned weight
+  stays pruned (it is zero in their method, so it never returns): the mask is re-ranked on
+  |W| x mask as the sparsity rises.
+- Movement pruning (Sanh, Wolf & Rush 2020, sec. 4): importance scores S of the shape of W; the
+  mask keeps each matrix's top-k scores, W' = W * TopK(S). The mask's gradient passes
+  straight through to S, so dL/dS = dL/dW' * W and gradient descent accumulates
+  S = -lr sum_t (dL/dW')_t W_t: weights moving away from zero gain importance.
+  The scores train with their own (larger) learning rate, as the reference code's
+  mask_scores_learning_rate.
+
+Masks are torch.nn.utils.parametrize parametrizations on `weight`, so the model's code stays
+plain nn.Linear; `bake` removes them, leaving the zeros in the weights: the saved model loads
+as a normal model (dense: same size on disk, no speed-up from dense kernels).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+METHODS = ("magnitude", "movement")
+
+
+def cubic_sparsity(step: int, final: float, start: int, end: int, initial: float = 0.0) -> float:
+    """Zhu & Gupta's s_t: `initial` up to step `start`, `final` from `end`, cubic in between."""
+    if step <= start:
+        return initial
+    if step >= end:
+        return final
+    return final + (initial - final) * (1.0 - (step - start) / (end - start)) ** 3
+
+
+def kept(n: int, sparsity: float) -> int:
+    """Weights a matrix of n keeps at `sparsity` (at least one)."""
+    return max(1, n - round(n * sparsity))
+
+
+def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """A 0/1 tensor shaped like `scores` with exactly k ones, at the k largest scores."""
+    mask = torch.zeros(scores.numel(), dtype=scores.dtype, device=scores.device)
+    if k >= scores.numel():
+        return mask.fill_(1.0).view_as(scores)
+    mask[scores.detach().flatten().topk(k, sorted=False).indices] = 1.0
+    return mask.view_as(scores)
+
+
+class StraightThroughTopK(torch.autograd.Function):
+    """TopK(S) forward; the gradient passes to S unchanged (Sanh et al. 2020, eq. 4)."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, k: int) -> torch.Tensor:
+        """The top-k mask of the scores."""
+        return top_k_mask(scores, k)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        """Straight through: dL/dS = dL/dM."""
+        return grad, None
+
+
+class MagnitudeMask(nn.Module):
+    """W -> W * mask; the mask (a buffer, so checkpoints carry it) keeps the largest |W|."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mask", torch.ones_like(weight))
+        self.register_buffer("sparsity", torch.zeros(()))
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        """The masked weight."""
+        return weight * self.mask
+
+    @torch.no_grad()
+    def update(self, weight: torch.Tensor, sparsity: float) -> None:
+        """Re-rank on |W| x mask (pruned weights stay out) when the sparsity rises."""
+        if sparsity > float(self.sparsity):
+            self.mask.copy_(top_k_mask(weight.abs() * self.mask, kept(weight.numel(), sparsity)))
+            self.sparsity.fill_(sparsity)
+
+
+class MovementMask(nn.Module):
+    """W -> W * TopK(S) with learned scores S (straight-through), Sanh et al. 2020."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        # the reference's mask_init "constant", mask_scale 0: every weight starts equal
+        self.scores = nn.Parameter(torch.zeros_like(weight))
+        self.register_buffer("sparsity", torch.zeros(()))
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        """The masked weight; gradients reach both W (through the mask) and S (straight through)."""
+        k = kept(weight.numel(), float(self.sparsity))
+        return weight * StraightThroughTopK.apply(self.scores, k).to(weight.dtype)
+
+    @torch.no_grad()
+    def update(self, weight: torch.Tensor, sparsity: float) -> None:
+        """Set the share pruned; the mask follows the scores at every forward."""
+        self.sparsity.fill_(sparsity)
+
+
+MASKS = {"magnitude": MagnitudeMask, "movement": MovementMask}
+
+
+def prunable(model: nn.Module) -> dict:
+    """name -> nn.Linear of every Linear inside the blocks (attention and FFN); the embeddings
+    and the task head stay dense, as in both papers."""
+    out = {}
+    for stack_name in ("encoder", "decoder"):
+        blocks = getattr(getattr(model, stack_name, None), "blocks", None)
+        for name, module in (blocks.named_modules() if blocks is not None else ()):
+            if isinstance(module, nn.Linear):
+                out[f"{stack_name}.blocks.{name}"] = module
+    if not out:
+        raise ValueError("the model has no Linear layers in its blocks to prune")
+    return out
+
+
+class Pruner:
+    """Masks on `model`'s block Linears by `method`, following the cubic schedule to `sparsity`."""
+
+    def __init__(self, model: nn.Module, method: str, sparsity: float, start: int, end: int) -> None:
+        if method not in METHODS:
+            raise ValueError(f"method {method!r}: expected one of {', '.join(METHODS)}")
+        if not 0 < sparsity < 1:
+            raise ValueError(f"sparsity {sparsity}: the share of weights removed, in (0, 1)")
+        if not 0 <= start <= end:
+            raise ValueError(f"the schedule needs 0 <= start <= end, got {start}, {end}")
+        self.model, self.method, self.sparsity, self.start, self.end = model, method, sparsity, start, end
+        self.linears = prunable(model)
+        for linear in self.linears.values():
+            parametrize.register_parametrization(linear, "weight", MASKS[method](linear.weight))
+
+    def masks(self) -> list:
+        """(linear, its mask module) pairs."""
+        return [(m, m.parametrizations.weight[0]) for m in self.linears.values()]
+
+    def at(self, step: int) -> float:
+        """Bring every mask to the schedule's sparsity at `step`; returns it."""
+        s = cubic_sparsity(step, self.sparsity, self.start, self.end)
+        for linear, mask in self.masks():
+            mask.update(linear.parametrizations.weight.original, s)
+        return s
+
+    def bake(self) -> nn.Module:
+        """Remove the parametrizations, keeping W * mask in the weights; returns the plain model."""
+        for linear in self.linears.values():
+            if parametrize.is_parametrized(linear, "weight"):
+                parametrize.remove_parametrizations(linear, "weight", leave_parametrized=True)
+        return self.model
+
+
+def is_score(name: str) -> bool:
+    """Whether a parameter name is a movement score (its own learning rate, see Pruner)."""
+    return name.endswith(".scores") and ".parametrizations." in name
+
+
+def weight_sparsity(model: nn.Module) -> dict:
+    """Zeros among the block Linear weights: {"zeros", "weights", "sparsity"} (masks applied)."""
+    zeros = total = 0
+    for linear in prunable(model).values():
+        w = linear.weight
+        zeros, total = zeros + int((w == 0).sum()), total + w.numel()
+    return {"zeros": zeros, "weights": total, "sparsity": zeros / total}

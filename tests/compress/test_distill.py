@@ -1,0 +1,110 @@
+"""Task-specific distillation: the loss on a hand example, the student's initialisation from the
+teacher's layers, `lmforge distill` end to end on tiny models, and its refusals."""
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lmforge
+from lmforge.cli import main
+from lmforge.compress.distill import DistillConfig, TaskDistillation, make_student, student_layers
+from lmforge.objectives.distillation import soft_cross_entropy
+from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, make_task, save_model
+from tests.tasks.core import sentiment, tiny, tokenizer
+
+
+def test_soft_cross_entropy_on_a_hand_example():
+    student, teacher, T = torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[0.0, 1.0, 3.0]]), 2.0
+    p = [math.exp(z / T) for z in (0.0, 1.0, 3.0)]
+    p = [x / sum(p) for x in p]
+    log_q = [z / T for z in (1.0, 2.0, 0.0)]
+    log_q = [x - math.log(sum(math.exp(v) for v in log_q)) for x in log_q]
+    # T^2 KL(p || q): the soft cross-entropy -sum p log q less the teacher's entropy, a constant
+    kl = sum(pi * (math.log(pi) - qi) for pi, qi in zip(p, log_q))
+    assert float(soft_cross_entropy(student, teacher, T)) == pytest.approx(T * T * kl, rel=1e-6)
+    assert float(soft_cross_entropy(teacher, teacher, T)) == pytest.approx(0.0, abs=1e-7)
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(tmp_path_factory):
+    """A tiny 4-layer BERT with a sentiment head, saved as a fine-tuned directory (task.json)."""
+    root = tmp_path_factory.mktemp("distill")
+    data = sentiment(200)
+    task = make_task("cls", tiny("bert-base", n_layers=4, n_heads=4), tokenizer(), data["train"],
+                     TaskConfig(max_len=32))
+    save_model(task, root / "teacher")
+    for split in ("train", "validation"):
+        (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data[split][:48]))
+    return root
+
+
+def test_student_copies_every_other_layer_or_the_first_n(teacher_dir):
+    teacher = fine_tuned_task(teacher_dir / "teacher", sentiment(200)["train"])
+    assert student_layers("every-other", 6) == (0, 2, 4) and student_layers("2", 6) == (0, 1)
+    source = teacher.model.state_dict()
+    for spec, layers in (("every-other", (0, 2)), (3, (0, 1, 2))):
+        student = make_student(teacher, spec)
+        assert student.config.n_layers == len(layers)
+        state = student.state_dict()
+        for k, t in enumerate(layers):
+            for key in (k for k in state if k.startswith(f"encoder.blocks.{k}.")):
+                theirs = key.replace(f"encoder.blocks.{k}.", f"encoder.blocks.{t}.", 1)
+                assert torch.equal(state[key], source[theirs])
+        head = [k for k in state if k.startswith("heads.")]
+        assert head and all(torch.equal(state[k], source[k]) for k in head)  # the task head too
+    with pytest.raises(ValueError, match="teacher has 4 layers"):
+        student_layers(5, 4)
+
+
+def test_distillation_loss_mixes_soft_and_hard_labels(teacher_dir):
+    records = sentiment(200)["train"][:8]
+    teacher = fine_tuned_task(teacher_dir / "teacher", records)
+    student = make_task("cls", make_student(teacher, 2), teacher.tokenizer, records, TaskConfig(max_len=32),
+                        teacher.labels)
+    objective = TaskDistillation(student, teacher, DistillConfig(temperature=3.0, alpha=0.25, gamma=0.5)).eval()
+    batch = student.collate(encode_split(student, records, "data"))
+    with torch.no_grad():
+        out = objective(batch)
+        s, t = student.scores(batch), teacher.scores(batch)
+        real = batch["attention_mask"].bool()
+        hs = student.model(batch["input_ids"], batch["attention_mask"], run_heads=False).last_hidden_state[real]
+        ht = teacher.model(batch["input_ids"], batch["attention_mask"], run_heads=False).last_hidden_state[real]
+    soft = 9.0 * F.kl_div(F.log_softmax(s / 3, -1), F.softmax(t / 3, -1), reduction="batchmean")
+    hard = F.cross_entropy(s, batch["label"])
+    cos = (1 - F.cosine_similarity(hs, ht, dim=-1)).mean()
+    torch.testing.assert_close(out.loss, 0.25 * soft + 0.75 * hard + 0.5 * cos)
+    assert not any(p.requires_grad for p in teacher.model.parameters())
+
+
+def test_distill_command_end_to_end(teacher_dir, tmp_path, capsys):
+    out = tmp_path / "student"
+    argv = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
+            "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(out), "--steps", "4",
+            "progress=false", "batch_size=8", "lr=1e-3", "temperature=2", "gamma=1"]
+    assert main(argv) == 0
+    report = json.loads((out / "distill.json").read_text())
+    assert report["layers"] == {"teacher": 4, "student": 2}
+    assert report["student"]["parameters"] < report["teacher"]["parameters"]
+    assert report["student"]["bytes"] < report["teacher"]["bytes"]
+    assert {"metric", "seconds_b16"} <= set(report["student"]) and report["speedup"] > 0
+    assert (out / "metrics.jsonl").is_file() and (out / "final" / "task.json").is_file()
+    assert lmforge.load(out / "final").config.n_layers == 2
+    assert "student keeps" in capsys.readouterr().out
+    # resume: the run is complete, so it continues from its checkpoint and trains no further
+    assert main(argv + ["--resume"]) == 0
+
+
+def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
+    base = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
+            "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "--steps", "1"]
+    for extra, named in ((["--student-layers", "9"], "teacher has 4 layers"), (["--student-layers", "x"], "every-other"),
+                         (["--student", "no-such-preset"], "not a preset"), (["alpha=2"], "alpha"),
+                         (["bogus=1"], "bogus"), (["--student", "bert-base", "--student-layers", "2"], "not both")):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0], (extra, err)
+    assert main(["distill", "--teacher", str(tmp_path), "--train", str(teacher_dir / "train.jsonl"),
+                 "--out", str(tmp_path / "y")]) == 2
+    assert "task.json" in capsys.readouterr().err

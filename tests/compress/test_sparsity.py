@@ -1,0 +1,142 @@
+"""Unstructured pruning: Zhu & Gupta's cubic schedule, magnitude masks, movement scores and their
+straight-through gradient, the exact final sparsity, baked masks that reload, `lmforge prune
+--method magnitude|movement`."""
+import itertools
+import json
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+import lmforge
+from lmforge.cli import main
+from lmforge.compress.sparsity import MovementMask, Pruner, cubic_sparsity, kept, prunable, weight_sparsity
+from tests.conftest import tiny_model
+from tests.tasks.core import sentiment, tiny, tokenizer
+
+
+def test_cubic_schedule_values():
+    # s_t = s_f + (s_i - s_f) (1 - (t - t0) / (t1 - t0))^3, t0 = 10, t1 = 110
+    assert cubic_sparsity(0, 0.9, 10, 110) == 0.0 and cubic_sparsity(10, 0.9, 10, 110) == 0.0
+    assert cubic_sparsity(60, 0.9, 10, 110) == pytest.approx(0.9 - 0.9 * 0.5 ** 3)  # 0.7875
+    assert cubic_sparsity(35, 0.9, 10, 110) == pytest.approx(0.9 - 0.9 * 0.75 ** 3)
+    assert cubic_sparsity(110, 0.9, 10, 110) == 0.9 and cubic_sparsity(500, 0.9, 10, 110) == 0.9
+    values = [cubic_sparsity(t, 0.97, 0, 50, initial=0.1) for t in range(51)]
+    assert values[0] == 0.1 and all(a < b for a, b in itertools.pairwise(values))
+
+
+def test_magnitude_keeps_the_largest_weights_and_pruned_ones_stay_out():
+    model = tiny_model("bert-base")
+    pruner = Pruner(model, "magnitude", 0.5, 0, 10)
+    linear, mask = pruner.masks()[0]
+    w = linear.parametrizations.weight.original
+    pruner.at(5)  # the schedule's sparsity at step 5 of 0..10
+    s = cubic_sparsity(5, 0.5, 0, 10)
+    k = kept(w.numel(), s)
+    assert int(mask.mask.sum()) == k
+    threshold = w.abs().flatten().topk(k).values[-1]
+    assert bool((w.abs()[mask.mask.bool()] >= threshold).all())
+    assert bool((w.abs()[~mask.mask.bool()] <= threshold).all())
+    assert torch.equal(linear.weight, w * mask.mask)  # the forward sees the masked weight
+    out = ~mask.mask.bool()
+    with torch.no_grad():
+        w[out] = 100.0  # a pruned weight that grows is not brought back (Zhu & Gupta: it is zero)
+    pruner.at(10)
+    assert not bool(mask.mask.bool()[out].any()) and int(mask.mask.sum()) == kept(w.numel(), 0.5)
+
+
+def test_movement_scores_accumulate_minus_w_times_grad_through_the_straight_through_mask():
+    torch.manual_seed(0)
+    linear = nn.Linear(3, 2, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -1.0]]))
+    w = linear.weight.detach().clone()
+    parametrize.register_parametrization(linear, "weight", MovementMask(linear.weight))
+    mask = linear.parametrizations.weight[0]
+    mask.sparsity.fill_(0.5)  # 3 of 6 kept: the straight-through gradient still reaches all 6 scores
+    opt = torch.optim.SGD([mask.scores], lr=1.0)  # W stays fixed: S sums -W * grad exactly
+    expected = torch.zeros_like(w)
+    for x, c in ((torch.tensor([[1.0, 2.0, -1.0]]), torch.tensor([[1.0, -1.0]])),
+                 (torch.tensor([[0.5, -1.0, 3.0]]), torch.tensor([[2.0, 0.5]]))):
+        opt.zero_grad()
+        linear.parametrizations.weight.original.grad = None
+        loss = (linear(x) * c).sum()  # dL/dW' = c^T x
+        loss.backward()
+        grad_w = c.T @ x
+        torch.testing.assert_close(mask.scores.grad, grad_w * w)  # dL/dS = dL/dW' * W, for every entry
+        masked = linear.parametrizations.weight.original.grad
+        on = mask.scores.detach().flatten().topk(3).indices
+        assert torch.count_nonzero(masked) <= 3 and torch.equal(masked.flatten()[on], grad_w.flatten()[on])
+        opt.step()
+        expected -= grad_w * w
+    torch.testing.assert_close(mask.scores.detach(), expected)  # S = -sum_t (dL/dW')_t W
+
+
+@pytest.mark.parametrize("method", ["magnitude", "movement"])
+def test_final_sparsity_is_the_target_and_the_baked_model_reloads(tmp_path, method):
+    model = tiny_model("bert-base").eval()
+    pruner = Pruner(model, method, 0.75, 0, 4)
+    if method == "movement":  # distinct scores: a top-k of ties would be arbitrary but as exact
+        for _, mask in pruner.masks():
+            mask.scores.data.normal_()
+    assert pruner.at(4) == 0.75
+    ids = torch.randint(5, 99, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        masked = model(ids).last_hidden_state
+    pruner.bake()
+    assert not any(parametrize.is_parametrized(m) for m in prunable(model).values())
+    counts = weight_sparsity(model)
+    assert counts["zeros"] == sum(m.weight.numel() - kept(m.weight.numel(), 0.75) for m in prunable(model).values())
+    assert abs(counts["sparsity"] - 0.75) < 1e-3
+    model.save(tmp_path)
+    again = lmforge.load(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.equal(again(ids).last_hidden_state, masked)
+    assert weight_sparsity(again) == counts
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A tiny pretrained BERT directory (no task head) and sentiment train / dev files."""
+    root = tmp_path_factory.mktemp("sparse")
+    model = tiny("bert-base", n_layers=2, n_heads=4)
+    model.save(root / "bert")
+    tokenizer().save(root / "bert")
+    data = sentiment(200)
+    for split in ("train", "validation"):
+        (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data[split][:64]))
+    return root
+
+
+@pytest.mark.parametrize("method", ["magnitude", "movement"])
+def test_prune_command_fine_tunes_while_pruning(files, tmp_path, capsys, method):
+    out = tmp_path / method
+    argv = ["prune", "--model", str(files / "bert"), "--task", "cls", "--method", method, "--sparsity", "0.8",
+            "--train", str(files / "train.jsonl"), "--valid", str(files / "validation.jsonl"),
+            "--data", str(files / "validation.jsonl"), "--steps", "6", "--out", str(out), "progress=false",
+            "batch_size=8", "lr=1e-3", "eval_every=3"]
+    assert main(argv) == 0
+    report = json.loads((out / "prune.json").read_text())
+    assert report["weight_sparsity"]["sparsity"] == pytest.approx(0.8, abs=1e-3)
+    assert "before" not in report and report["after"]["bytes"] > 0  # the source had no task head
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["sparsity"] == pytest.approx(0.8) and "valid_accuracy" in rows[-1]
+    assert [r["sparsity"] for r in rows] == sorted(r["sparsity"] for r in rows)
+    final = lmforge.load(out / "final")
+    assert weight_sparsity(final)["sparsity"] == pytest.approx(0.8, abs=1e-3)
+    assert "no speed-up" in capsys.readouterr().out
+
+
+def test_prune_command_refuses_bad_input(files, tmp_path, capsys):
+    base = ["prune", "--model", str(files / "bert"), "--task", "cls", "--data", str(files / "validation.jsonl"),
+            "--out", str(tmp_path / "x")]
+    assert main(base + ["--method", "movement", "--sparsity", "0.5"]) == 2  # no --train
+    assert "--train" in capsys.readouterr().err
+    train = ["--train", str(files / "train.jsonl"), "--steps", "2"]
+    assert main(base + ["--method", "movement", "--sparsity", "1.5", *train]) == 2
+    assert "sparsity" in capsys.readouterr().err
+    assert main(base + ["--method", "magnitude", "--sparsity", "0.5", *train, "start=0.9", "end=0.2"]) == 2
+    assert main(base + ["--method", "magnitude", "--sparsity", "0.5", *train, "bogus=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "bogus" in err[-1]

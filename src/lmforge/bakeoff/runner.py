@@ -32,6 +32,7 @@ from lmforge.train import TrainConfig
 from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer
 
 RESULTS = "results.jsonl"
+LOG = "bakeoff.log"  # the plan's progress and every run's own log lines
 CHECKPOINTS_PER_RUN = 4  # an interrupted pretraining run loses at most a quarter of its steps
 
 
@@ -154,7 +155,7 @@ class BakeOff:
     """One plan's run under `out`: corpus, tokenizer, schedules, then arm by arm (see the module)."""
 
     def __init__(self, plan: Plan, out, log=print) -> None:
-        self.plan, self.out, self.log = plan, Path(out), log
+        self.plan, self.out, self.show = plan, Path(out), log
         self.out.mkdir(parents=True, exist_ok=True)
         self.corpus = corpus_file(plan.corpus, self.out)
         docs = read_documents([self.corpus])
@@ -163,18 +164,30 @@ class BakeOff:
         self.tasks = {t["name"]: task_splits(t, self.out) for t in plan.tasks}
         self.done = {(r["arm"], r["seed"], r["task"]) for r in read_results(self.out)}
         self.units = len(plan.arms) * len(plan.seeds) * (1 + len(plan.tasks))
-        self.finished = 0
+        self.finished = self.ran = 0  # units of the plan done, and done by this process
         self.start = time.monotonic()
         atomic_write_text(self.out / "schedule.json", json.dumps(
             {name: {**dataclasses.asdict(s), "budget": plan.budget} for name, s in self.schedules.items()},
             indent=1) + "\n")
 
+    def detail(self, line: str) -> None:
+        """A line of the runs' own logs (pretraining, fine-tuning): OUT/bakeoff.log only."""
+        with open(self.out / LOG, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+    def log(self, line: str) -> None:
+        """A line of the plan's progress: shown and kept in OUT/bakeoff.log."""
+        self.detail(line)
+        self.show(line)
+
     def progress(self, what: str) -> None:
-        """One line of progress across the whole plan."""
+        """One line of progress across the whole plan, with a rough time left (units done so far)."""
         self.finished += 1
         elapsed = time.monotonic() - self.start
+        self.ran += 1
+        left = elapsed / self.ran * (self.units - self.finished)
         self.log(f"[bakeoff {self.plan.name}] {self.finished}/{self.units} ({100 * self.finished / self.units:.0f} %, "
-                 f"{elapsed:.0f} s): {what}")
+                 f"{elapsed / 60:.1f} min, ~{left / 60:.0f} min left): {what}")
 
     def run(self) -> list:
         """Every arm x seed x task not yet in results.jsonl; returns all rows."""
@@ -218,7 +231,7 @@ class BakeOff:
         start = self.arm_dir(arm.continue_from, seed) / "pretrain" / "final" if arm.continue_from else None
         pretrain(arm.preset, spec.name, out, train, files=[self.corpus_of(arm)], tokenizer=self.tokenizer,
                  overrides=arm.overrides if start is None else None, resume=True, duplication=arm.duplication,
-                 model=start, max_len=max_len, log=lambda line: None)
+                 model=start, max_len=max_len, log=self.detail)
         atomic_write_text(out / "done.json", json.dumps({"steps": steps}) + "\n")
         return out / "final"
 
@@ -237,7 +250,7 @@ class BakeOff:
         train_cfg = TrainConfig.from_dict({"progress": False, **train, "seed": seed})
         splits = data["splits"]
         finetune(model, None, data["kind"], splits["train"], splits["validation"], out, train_cfg,
-                 TaskConfig.from_dict(task_options), log=lambda line: None)
+                 TaskConfig.from_dict(task_options), log=self.detail)
         best = out / "best" if (out / "best").is_dir() else out / "final"
         metrics = evaluate(best, splits["test"], device=train_cfg.device)
         primary = next(iter(metrics))

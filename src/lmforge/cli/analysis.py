@@ -18,10 +18,26 @@ def _layers(text: str | None):
     try:
         if "-" in text:
             low, high = (int(x) for x in text.split("-", 1))
-            return list(range(low, high + 1))
+            layers = list(range(low, high + 1))
+        else:
+            layers = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        layers = []
+    if not layers:
+        raise UsageError(f"--layers {text!r}: expected indices like 0,3,5 or a range like 2-5")
+    return layers
+
+
+def _heads(text: str | None):
+    """--heads "0,2" -> [0, 2]; None: all."""
+    from lmforge.cli.common import UsageError
+
+    if text is None:
+        return None
+    try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UsageError(f"--layers {text!r}: expected indices like 0,3,5 or a range like 2-5") from None
+        raise UsageError(f"--heads {text!r}: expected head indices like 0,2") from None
 
 
 def cmd_attention(args) -> None:
@@ -38,7 +54,7 @@ def cmd_attention(args) -> None:
     if args.out:
         stats = write_html(maps, args.out)
         print(f"wrote {args.out} ({stats.get('bytes', Path(args.out).stat().st_size) / 1e6:.2f} MB)")
-    heads = [int(h) for h in args.heads.split(",")] if args.heads else None
+    heads = _heads(args.heads)
     for path in (args.png, args.svg):
         if path:
             write_figure(maps, path, group=args.group, layer=args.layer, heads=heads)

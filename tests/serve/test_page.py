@@ -53,3 +53,19 @@ def test_page_renders_not_blank(server, tmp_path):
     assert len(colours) > 50 and pixels.std() > 0.1  # text, panels, a header: not one flat colour
     panel = pixels[130:380, 612:1240]  # the answer panel shows the prediction's JSON
     assert panel.std() > 0.05
+
+
+def test_page_shows_the_attention_view_which_runs_in_the_browser(server, tmp_path):
+    frame = "document.getElementById('view').contentDocument"
+    with Pipe(tmp_path / "profile") as browser:
+        browser.open(f"{server.url}/#route=attention&model=enc&text=the%20red%20fox%20sat")
+        assert "attention view below" in browser.wait_for(RESULT)
+        browser.wait_for(f"{frame} && {frame}.readyState === 'complete' && !!{frame}.getElementById('tabs')")
+        # the view as served drives each of its own controls (#selftest) without a script error
+        browser.call("Page.navigate", {"url": "about:blank"})
+        browser.call("Page.navigate", {"url": f"{server.url}/attention?model=gen&text=the%20red%20fox%20sat"
+                                              "#selftest"})
+        browser.wait_for("document.getElementById('selftest') && document.getElementById('selftest').dataset.done",
+                         60)
+        result = json.loads(browser.wait_for("document.getElementById('selftest').textContent"))
+    assert result["errors"] == [] and len(result["steps"]) > 5

@@ -3,14 +3,19 @@ in a batch: embeddings, task predictions, fill-mask, generation (whole, streamed
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
+import re
 
 import httpx
+import numpy as np
 import pytest
 import torch
 
 import lmforge
+from lmforge.analysis.attention import attention_maps
+from lmforge.analysis.view import write_html
 from lmforge.apps.embed import SentenceEncoder
 from lmforge.tasks.finetune import TaskConfig, evaluate, load_model, make_task, task_info
 from tests.serve.test_units import parse_prometheus
@@ -174,7 +179,7 @@ def test_openapi_spec_docs_and_page_are_complete_and_offline(server):
         docs, swagger, page = client.get("/docs").text, client.get("/docs/swagger").text, client.get("/").text
         info, health = client.get("/info").json(), client.get("/health").json()
     routes = {"/v1/embeddings", "/embed", "/predict", "/fill_mask", "/generate", "/v1/completions",
-              "/tokenize", "/health", "/info", "/metrics"}
+              "/tokenize", "/health", "/info", "/metrics", "/attention", "/v1/models"}
     assert routes <= set(spec["paths"])
     for path in routes:
         for method, op in spec["paths"][path].items():
@@ -206,3 +211,60 @@ def test_tokenize_and_metrics_text(server, model_dirs):
         assert families[family], family
     phases = {labels["phase"] for _, labels, _ in families["lmforge_phase_seconds"]}
     assert {"queue", "compute", "tokenize"} <= phases
+
+
+def _view_meta(page: str) -> dict:
+    return json.loads(re.search(r'<script type="application/json" id="lmf-meta">(.*?)</script>', page,
+                                re.DOTALL).group(1))
+
+
+@pytest.mark.parametrize("name, query", [("enc", {}), ("enc", {"layers": "1"}), ("gen", {}),
+                                         ("t5", {"text_pair": "a dog"})])
+def test_attention_view_is_the_analysis_page_of_the_same_maps(server, model_dirs, tmp_path, one_thread,
+                                                              name, query):
+    text = "the quick dog sat on the mat"
+    answer = httpx.get(server.url + "/attention", params={"model": name, "text": text, **query}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/html")
+    model, tokenizer = lmforge.load(model_dirs[name]).eval(), lmforge.load_tokenizer(model_dirs[name])
+    layers = [int(query["layers"])] if "layers" in query else None
+    maps = attention_maps(model, tokenizer, text, pair=query.get("text_pair"), layers=layers)
+    maps.title = f"{name}: {text}"
+    write_html(maps, tmp_path / "view.html")
+    got, expected = _view_meta(answer.text), _view_meta((tmp_path / "view.html").read_text())
+    assert got == expected  # the same tokens, groups, layers and notes as the library's own page
+    assert [g["layers"] for g in got["groups"]][0] == (layers or list(range(model.config.n_layers)))
+
+
+def test_attention_view_refuses_bad_layers_and_long_texts(server, tight):
+    bad = httpx.get(server.url + "/attention", params={"model": "enc", "text": "a cat", "layers": "7"})
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "layers"
+    long = httpx.get(tight.url + "/attention", params={"model": "enc", "text": "word " * 200})
+    assert long.status_code == 413 and long.json()["error"]["param"] == "max_seq_len"
+    unknown = httpx.get(server.url + "/attention", params={"model": "nope", "text": "a cat"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
+
+
+def test_openai_embeddings_base64_usage_models_and_token_ids(server, model_dirs):
+    texts = ["the cat sat on the mat", "a red fox"]
+    tokenizer = lmforge.load_tokenizer(model_dirs["enc"])
+    with server.client() as client:
+        floats = client.post("/v1/embeddings", json={"model": "enc", "input": texts}).json()
+        packed = client.post("/v1/embeddings", json={"model": "enc", "input": texts,
+                                                     "encoding_format": "base64"}).json()
+        ids = client.post("/v1/embeddings", json={"model": "enc", "input": [[5, 6, 7]]})
+        wrong_size = client.post("/v1/embeddings", json={"model": "enc", "input": "x", "dimensions": 3})
+        listed, info = client.get("/v1/models").json(), client.get("/info").json()
+    assert floats["object"] == "list" and floats["model"] == "enc"
+    assert [d["object"] for d in floats["data"]] == ["embedding"] * 2
+    tokens = sum(len(tokenizer.encode(t).ids) for t in texts)
+    assert floats["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    for plain, b64 in zip(floats["data"], packed["data"]):  # OpenAI's base64: little-endian float32
+        decoded = np.frombuffer(base64.b64decode(b64["embedding"]), dtype="<f4")
+        assert np.array_equal(decoded, np.asarray(plain["embedding"], dtype=np.float32))
+    assert len(floats["data"][0]["embedding"]) == info["models"]["enc"]["embedding_dim"]
+    assert ids.status_code == 422 and ids.json()["error"]["param"] == "input"
+    assert "token ids" in ids.json()["error"]["message"]
+    assert wrong_size.status_code == 422 and wrong_size.json()["error"]["param"] == "dimensions"
+    assert listed["object"] == "list"
+    assert {m["id"] for m in listed["data"]} == set(info["models"]) and listed["data"][0]["object"] == "model"

@@ -28,7 +28,8 @@ from lmforge.serve.metrics import Metrics
 from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker
 
 DESCRIPTION = """Inference server for lmforge models: embeddings (OpenAI-compatible), task predictions,
-mask filling, generation with server-sent events, tokenisation, health, info and Prometheus metrics.
+mask filling, generation with server-sent events, attention views, tokenisation, health, info, the
+model list (OpenAI's /v1/models) and Prometheus metrics.
 Every error body is `{"error": {"message", "type", "param", "code"}}`; 413 names the limit exceeded
 and 429 carries Retry-After. A page to try each route is at `/`; this spec offline at `/docs`."""
 
@@ -44,6 +45,7 @@ class Server:
         self.metrics, self.admission, self.queue = Metrics(), Admission(self.limits), JobQueue()
         self.worker = Worker(self.queue, self.limits, self.metrics, self.admission)
         self.routes: set = set()  # the app's paths, filled by create_app
+        self.started = int(time.time())  # when the models were loaded: /v1/models' "created"
 
     def start(self) -> None:
         """Set torch's threads for the worker (intra-op; one inter-op thread) and start it."""

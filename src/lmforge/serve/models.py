@@ -4,7 +4,8 @@ A served model is read as the library reads it elsewhere: SentenceEncoder.from_d
 its tokenizer and its sentence-transformers pooling), and where the directory holds task.json
 the fine-tuned task rebuilt from it as `lmforge evaluate` rebuilds it. Its capabilities follow
 from its architecture and heads: every model embeds; a masked-LM encoder, T5 or BART fills
-masks; a decoder or encoder-decoder with an LM head generates; a fine-tuned model predicts.
+masks; a decoder or encoder-decoder with an LM head generates; a fine-tuned model predicts; every
+Transformer shows its attention.
 
 Two tokenizers per model: the worker's (Tokenizer.encode with max_length switches the backend's
 truncation on and off, so it is not shared across threads) and the event loop's own copy for
@@ -23,7 +24,8 @@ from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.finetune import TaskConfig, make_task, task_info
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
-CAPABILITIES = ("embed", "predict", "fill_mask", "generate", "tokenize")
+CAPABILITIES = ("embed", "predict", "fill_mask", "generate", "tokenize", "attention")
+ATTENTIONAL = ("encoder", "decoder", "encoder-decoder")  # the architectures analysis/attention.py reads
 
 
 @dataclass
@@ -64,6 +66,7 @@ class ServedModel:
         return {"path": str(self.path), "architecture": self.model.config.architecture,
                 "capabilities": list(self.capabilities), "max_tokens": self.max_tokens,
                 "parameters": sum(p.numel() for p in self.model.parameters()),
+                "embedding_dim": self.model.config.d_model * len(self.encoder.pooling),
                 "task": self.info or None, "pooling": list(self.encoder.pooling),
                 "config": self.model.config.to_dict()}
 
@@ -79,7 +82,7 @@ def _has_lm_head(model) -> bool:
 def capabilities_of(model, task: Task | None) -> tuple:
     """What a model can serve (see the module docstring)."""
     arch, lm = model.config.architecture, _has_lm_head(model)
-    found = {"embed", "tokenize"}
+    found = {"embed", "tokenize", *(("attention",) if arch in ATTENTIONAL else ())}
     if task is not None:
         found.add("predict")
     if lm and arch in ("encoder", "encoder-decoder"):

@@ -10,6 +10,8 @@ event loop never touches a tensor.
 from __future__ import annotations
 
 import math
+import tempfile
+from pathlib import Path
 
 from lmforge.apps.fill_mask import fill_mask
 from lmforge.tasks.qa import best_answer, window_spans
@@ -86,7 +88,7 @@ def qa_answer(task, record: dict, windows: list, outputs: list) -> dict:
     return {"answer": text, "start": start, "end": end, "score": float(score) if score is not None else None}
 
 
-def fill_mask_one(served, payload: dict, job=None) -> list:
+def fill_mask_one(served, payload: dict) -> list:
     """The top-k fillings of one text's mask, as apps.fill_mask gives them."""
     found = fill_mask(served.model, served.tokenizer, payload["text"], top_k=payload["top_k"],
                       max_span=payload["max_span"])
@@ -94,4 +96,19 @@ def fill_mask_one(served, payload: dict, job=None) -> list:
             for c in found]
 
 
+def attention_page(served, payload: dict) -> str:
+    """The self-contained attention view (analysis/view.py) of one text, as HTML."""
+    from lmforge.analysis.attention import attention_maps  # on first use: a server start does not pay for it
+    from lmforge.analysis.view import write_html
+
+    maps = attention_maps(served.model, served.tokenizer, payload["text"], pair=payload["text_pair"],
+                          layers=payload["layers"])
+    maps.title = f"{served.name}: {payload['text'][:80]}"
+    with tempfile.TemporaryDirectory(prefix="lmforge-attention-") as where:
+        page = Path(where) / "view.html"
+        write_html(maps, page, max_bytes=payload["max_bytes"])
+        return page.read_text(encoding="utf-8")
+
+
 BATCHED = {"embed": embed_batch, "predict": predict_batch}
+ALONE = {"fill_mask": fill_mask_one, "attention": attention_page}  # run one at a time, between steps

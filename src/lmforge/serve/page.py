@@ -1,4 +1,5 @@
-"""The page at `/`: try each route from a browser (a text box, the request body, the answer).
+"""The page at `/`: try each route from a browser (a text box, the request body, the answer), and
+see a model's attention on the text (the analysis view from GET /attention, shown in a frame).
 
 Self-contained: no script or style from elsewhere, so it works offline. A URL hash fills the form
 and sends the request when the page loads, e.g. `/#route=embed&text=Hello` (the answer lands in
@@ -37,6 +38,8 @@ PAGE_HTML = r"""<!doctype html>
            background: #f0f2f6; border-radius: 6px; padding: 10px; min-height: 240px; max-height: 70vh;
            overflow: auto; }
  .hint { color: #5a6272; font-size: 13px; }
+ #view { display: none; width: calc(100% - 48px); height: 85vh; margin: 0 24px 24px; border: 1px solid #d9dde5;
+         border-radius: 8px; background: #fff; }
 </style></head>
 <body>
 <header><h1>lmforge serve</h1><span id="models" class="hint"></span>
@@ -52,6 +55,7 @@ PAGE_HTML = r"""<!doctype html>
   <option value="fill_mask">POST /fill_mask: fill [MASK]</option>
   <option value="generate">POST /generate: streamed generation</option>
   <option value="completions">POST /v1/completions: OpenAI completions</option>
+  <option value="attention">GET /attention: attention view</option>
   <option value="tokenize">POST /tokenize</option>
   <option value="info">GET /info</option>
   <option value="health">GET /health</option>
@@ -67,6 +71,7 @@ PAGE_HTML = r"""<!doctype html>
 <section><div id="status" class="hint">No request yet.</div>
 <pre id="result" data-state="idle"></pre></section>
 </main>
+<iframe id="view" title="attention view"></iframe>
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
@@ -77,6 +82,7 @@ const ROUTES = {
   fill_mask: ["POST", "/fill_mask", (t) => ({text: t, top_k: 5})],
   generate: ["POST", "/generate", (t) => ({prompt: t, max_new_tokens: 40, temperature: 0, stream: true})],
   completions: ["POST", "/v1/completions", (t) => ({prompt: t, max_tokens: 40, temperature: 0})],
+  attention: ["GET", "/attention", null],
   tokenize: ["POST", "/tokenize", (t) => ({text: t})],
   info: ["GET", "/info", null], health: ["GET", "/health", null],
 };
@@ -111,6 +117,18 @@ async function readStream(response) {
   }
   return text + "\n\n" + JSON.stringify(last, null, 2);
 }
+function target(path) {
+  if (path !== "/attention") return path;  // the view is asked for by query: text and model
+  const query = new URLSearchParams({text: $("text").value});
+  if ($("model").value) query.set("model", $("model").value);
+  return path + "?" + query;
+}
+async function showView(response, said) {
+  const html = await response.text();
+  $("view").style.display = "block";
+  $("view").srcdoc = html;  // the view is self-contained: its script and data are inline
+  show("done", said, "attention view below (" + Math.round(html.length / 1024) + " kB)");
+}
 async function send() {
   const [method, path] = ROUTES[$("route").value];
   const started = performance.now();
@@ -118,13 +136,14 @@ async function send() {
   try {
     const init = {method, headers: {"Content-Type": "application/json"}};
     if (method === "POST") init.body = $("body").value;
-    const response = await fetch(path, init);
+    const response = await fetch(target(path), init);
+    const said = () => response.status + " " + method + " " + path + " in "
+      + Math.round(performance.now() - started) + " ms";
+    if (response.ok && path === "/attention") { await showView(response, said()); return; }
     const stream = (response.headers.get("content-type") || "").startsWith("text/event-stream");
     const text = stream ? await readStream(response)
                         : JSON.stringify(await response.json(), null, 2);
-    const ms = Math.round(performance.now() - started);
-    const said = response.status + " " + method + " " + path + " in " + ms + " ms";
-    show(response.ok ? "done" : "error", said, text);
+    show(response.ok ? "done" : "error", said(), text);
   } catch (err) { show("error", "request failed", String(err)); }
 }
 async function loadModels() {

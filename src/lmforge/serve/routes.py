@@ -1,5 +1,5 @@
 """Routes that answer at once or through batched jobs: embeddings, predictions, fill-mask,
-tokenisation, health, info and metrics.
+attention views, tokenisation, health, info, the model list and metrics.
 
 A request's texts are counted here with the event loop's own tokenizer (413 past a limit, before
 anything is queued), then split into jobs of at most Limits.max_batch_tokens / max_batch_items,
@@ -12,8 +12,8 @@ import struct
 import time
 
 import anyio
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from lmforge.serve import schemas
 from lmforge.serve.limits import RequestError, check_count, fit_lengths, too_large
@@ -22,6 +22,7 @@ from lmforge.serve.records import as_records, record_texts
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
 router = APIRouter(responses=ERRORS)
 INLINE_COUNT = 64  # texts counted on the event loop itself; more are counted on a helper thread
+VIEW_BYTES = 10_000_000  # an attention view's size limit (analysis/view.py keeps each row's top keys beyond)
 
 
 def _server(request: Request):
@@ -75,6 +76,9 @@ async def embeddings(body: schemas.EmbeddingsRequest, request: Request):
     server = _server(request)
     served = server.pick(body.model, "embed")
     texts = [body.input] if isinstance(body.input, str) else body.input
+    if not all(isinstance(t, str) for t in texts):
+        raise RequestError(422, "input: token ids are not accepted (they would be another tokenizer's); "
+                           "send text (LangChain: check_embedding_ctx_length=False)", param="input")
     vectors, tokens = await embed_texts(server, served, texts, True, body.truncate)
     if body.dimensions is not None and vectors and body.dimensions != len(vectors[0]):
         raise RequestError(422, f"dimensions={body.dimensions}: this model's embeddings have "
@@ -134,6 +138,42 @@ async def fill_mask(body: schemas.FillMaskRequest, request: Request):
     return JSONResponse({"model": served.name, "candidates": candidates})
 
 
+def _layers(text: str | None) -> list | None:
+    """?layers=0,3,5 or 2-5 as indices; None for every layer."""
+    if not text:
+        return None
+    try:
+        if "-" in text:
+            low, high = (int(x) for x in text.split("-", 1))
+            return list(range(low, high + 1))
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RequestError(422, f"layers={text!r}: expected indices like 0,3,5 or a range like 2-5",
+                           param="layers") from None
+
+
+@router.get("/attention", response_class=HTMLResponse, tags=["analysis"],
+            responses={200: {"content": {"text/html": {}}, "description": "the self-contained attention view"}})
+async def attention(request: Request, text: str = Query(..., description="the text whose attention to show"),
+                    text_pair: str | None = Query(None, description="a second segment (encoder-decoders: "
+                                                  "the decoder's text; default its greedy continuation)"),
+                    model: str | None = Query(None, description="a served model's name"),
+                    layers: str | None = Query(None, description="layers to show, 0,3,5 or 2-5 (default all)")):
+    """The attention view of one text (head, model and neuron views; offline HTML, at most 10 MB)."""
+    server = _server(request)
+    served = server.pick(model, "attention")
+    chosen = _layers(layers)
+    bad = [i for i in chosen or () if not 0 <= i < served.model.config.n_layers]
+    if bad:
+        raise RequestError(422, f"layers: {bad[0]} is not a layer of {served.name} "
+                           f"(0..{served.model.config.n_layers - 1})", param="layers")
+    counts = await count_tokens(server, served, [text], None if text_pair is None else [text_pair])
+    (n,) = fit_lengths(counts, served.max_tokens, False, server.limits)
+    payload = {"text": text, "text_pair": text_pair, "layers": chosen, "max_bytes": VIEW_BYTES}
+    (page,) = await server.run("attention", served, [(payload, n, 1)])
+    return HTMLResponse(page)
+
+
 @router.post("/tokenize", response_model=schemas.TokenizeResponse, tags=["tokens"])
 async def tokenize(body: schemas.TokenizeRequest, request: Request):
     """The model's token ids and token strings of a text."""
@@ -162,6 +202,14 @@ async def info(request: Request):
     server = _server(request)
     return {"version": __version__, "models": {name: m.describe() for name, m in server.models.items()},
             "limits": server.limits.as_dict(), "threads": server.threads}
+
+
+@router.get("/v1/models", response_model=schemas.ModelList, tags=["server"])
+async def models(request: Request):
+    """The served models as OpenAI's model list (for OpenAI clients that list models first)."""
+    server = _server(request)
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": server.started,
+                                        "owned_by": "lmforge"} for name in server.models]}
 
 
 @router.get("/metrics", response_class=PlainTextResponse, tags=["server"],

@@ -42,7 +42,9 @@ class EmbeddingsRequest(BaseModel):
     """OpenAI's embeddings request."""
 
     model_config = OPENAI
-    input: str | list[str] = Field(..., description="a text or a list of texts")
+    input: str | list[str] | list[int] | list[list[int]] = Field(
+        ..., description="a text or a list of texts (token ids, which OpenAI also takes, are refused: "
+        "they would be another tokenizer's)")
     model: str | None = MODEL_FIELD
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, description="must equal the model's size when given")
@@ -263,9 +265,26 @@ class ModelInfo(BaseModel):
     capabilities: list[str]
     max_tokens: int
     parameters: int
+    embedding_dim: int = Field(..., description="the size of /embed's and /v1/embeddings' vectors")
     task: dict[str, Any] | None = None
     pooling: list[str]
     config: dict[str, Any]
+
+
+class OpenAIModel(BaseModel):
+    """A served model as OpenAI's model list shows it."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    """OpenAI's model list: the served models."""
+
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]
 
 
 class InfoResponse(BaseModel):

@@ -10,7 +10,7 @@ takes with it every queued job of the same model and settings that fits the toke
 (the model's unpadded path, ops.py). Jobs larger than the budget never exist: the event loop
 splits a client's batch into budget-sized jobs.
 
-Stopping. While a job that is not batched runs (generation, fill-mask), a forward pre-hook on
+Stopping. While a job that is not batched runs (generation, fill-mask, an attention view), a forward pre-hook on
 its model runs before each forward pass, that is before each decoding step: it raises Cancelled
 when the client has gone, so a cancelled generation stops within one step, and it serves one
 waiting batch of another model, so embeddings are not held up behind a long generation.
@@ -200,7 +200,7 @@ class Worker(threading.Thread):
         try:
             with self._watch(job):
                 result = generation.run(job.served, job.payload, job.emit) if job.kind == "generate" \
-                    else ops.fill_mask_one(job.served, job.payload)
+                    else ops.ALONE[job.kind](job.served, job.payload)
         except Cancelled as err:
             self._finished(job, "cancelled")
             job.settle(error=err)

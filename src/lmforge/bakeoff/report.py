@@ -73,6 +73,15 @@ def claim_lines(plan: Plan, summary: dict) -> list:
     return lines
 
 
+def _spent_before(plan: Plan, arm, schedules: dict) -> float:
+    """FLOPs a continued arm's model had had before its own run (the arms it continues)."""
+    spent = 0.0
+    while arm.continue_from is not None:
+        arm = plan.arm(arm.continue_from)
+        spent += schedules.get(arm.name, {}).get("flops", 0.0)
+    return spent
+
+
 def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
     """learning_curves.png: each arm's pretraining loss against training FLOPs (every seed)."""
     import matplotlib
@@ -84,11 +93,12 @@ def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
     drawn = False
     for i, arm in enumerate(plan.arms):
         per_step = schedules.get(arm.name, {}).get("flops_per_step")
+        offset = _spent_before(plan, arm, schedules)
         for j, seed in enumerate(plan.seeds):
             path = out / arm.name / f"seed-{seed}" / "pretrain" / "metrics.jsonl"
             records = [r for r in read_metrics(path) if "loss" in r] if path.is_file() and per_step else []
             if records:
-                ax.plot([r["step"] * per_step for r in records], [r["loss"] for r in records], color=f"C{i}",
+                ax.plot([offset + r["step"] * per_step for r in records], [r["loss"] for r in records], color=f"C{i}",
                         alpha=0.8, label=arm.name if j == 0 else None)
                 drawn = True
     if not drawn:

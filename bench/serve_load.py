@@ -1,6 +1,7 @@
 """`lmforge serve` under load: all-MiniLM-L6-v2 sentence embeddings, 64 concurrent clients.
 
-    flock /tmp/lmforge-cpu.lock .venv/bin/python bench/serve_load.py [--requests 2000] [--drift-seconds 150]
+    flock /tmp/lmforge-cpu.lock .venv/bin/python bench/serve_load.py [--requests 2000] \
+        [--drift-requests 100000 --drift-seconds 600] [--out bench/results/serve_load.json]
 
 Measures, on texts of 8-128 tokens (uniform), one text per request:
 - throughput of `lmforge serve` against lmforge's offline batched embed (SentenceEncoder.encode) of the
@@ -8,33 +9,32 @@ Measures, on texts of 8-128 tokens (uniform), one text per request:
   (a sync endpoint calling model.encode, as the tutorials write it; target: ours >= 1.5x), with p50 / p99
   latency of both; each round measures offline, ours and the reference (servers in alternating order),
   and each ratio is taken within its round, so that the drift of a shared machine falls on all three;
-- accuracy: the answers given under load against offline single-text embeddings;
+- accuracy: every answer given under load against the offline embedding of its text alone;
+- overload: ten times the batch capacity at once: answers (equal to offline) or 429 with Retry-After;
 - cold start: process start to /health, and to the first answered embedding;
-- the server's resident memory over a few minutes of requests (drift after warm-up).
-The load generator is a raw asyncio HTTP/1.1 keep-alive client (one connection per client), so that it
-takes as little as possible of the CPU the servers share with it. Prints one JSON object.
+- the server's resident memory over up to --drift-requests requests (bounded by --drift-seconds):
+  drift from the sample after the warm-up to the end.
+The load generator (serve_client.py) is a raw asyncio HTTP/1.1 keep-alive client, one connection per
+client. Prints one JSON object.
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
 import re
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 from pydantic import BaseModel
 
-ROOT = Path(__file__).resolve().parents[1]
+from serve_client import burst, load, rss_mib, start, stop
+
 MODEL = "all-MiniLM-L6-v2"
-KEPT = 128  # answers kept per run to compare with offline single-text output
 START_OURS = "import sys; from lmforge.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
@@ -95,101 +95,10 @@ def make_texts(n: int, seed: int = 0) -> list:
     return out
 
 
-def start(argv: list, marker: str) -> tuple:
-    """Start a server process; (process, base URL, seconds to /health, seconds to a first embedding)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    try:
-        return _ready(proc, marker, t0)
-    except BaseException:
-        stop(proc)
-        raise
-
-
-def _ready(proc, marker: str, t0: float) -> tuple:
-    line = proc.stdout.readline()
-    if marker not in line:
-        raise RuntimeError(f"server did not start: {line!r}")
-    url = re.search(r"http://[\d.]+:\d+", line).group(0)
-    deadline = time.perf_counter() + 120
-    while time.perf_counter() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.02)
-    else:
-        raise RuntimeError("the server never answered /health")
-    health = time.perf_counter() - t0
-    httpx.post(url + "/embed", json={"texts": ["warm up"]}, timeout=60).raise_for_status()
-    return proc, url, health, time.perf_counter() - t0
-
-
-def stop(proc) -> None:
-    """SIGTERM, then SIGKILL."""
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-async def _client(host: str, port: int, bodies, latencies: list, until: float, kept: dict) -> None:
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        for index, body in bodies:
-            if time.perf_counter() > until:
-                return
-            head = (f"POST /embed HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\n\r\n").encode()
-            t = time.perf_counter()
-            writer.write(head + body)
-            status = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) != b"\r\n":
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            answer = await reader.readexactly(length)
-            if b" 200 " not in status:
-                raise RuntimeError(f"answer {status!r}")
-            latencies.append(time.perf_counter() - t)
-            if index < KEPT:  # checked against offline output after the run (answers under load)
-                kept[index] = answer
-    finally:
-        writer.close()
-
-
-async def _load(url: str, texts: list, clients: int, seconds: float, kept: dict) -> dict:
-    host, port = url.removeprefix("http://").split(":")
-    bodies = iter([(i, json.dumps({"texts": [t]}).encode()) for i, t in enumerate(texts)])
-    latencies: list = []
-    t0 = time.perf_counter()
-    until = t0 + seconds
-    await asyncio.gather(*(_client(host, int(port), bodies, latencies, until, kept) for _ in range(clients)))
-    wall = time.perf_counter() - t0
-    ordered = sorted(latencies)
-    return {"requests": len(ordered), "seconds": round(wall, 3), "texts_per_s": round(len(ordered) / wall, 1),
-            "p50_ms": round(1000 * ordered[len(ordered) // 2], 1),
-            "p99_ms": round(1000 * ordered[int(len(ordered) * 0.99) - 1], 1)}
-
-
-def load(url: str, texts: list, clients: int = 64, seconds: float = 1e9, kept: dict | None = None) -> dict:
-    """Send `texts` one per request from `clients` concurrent connections (closed loop); the answers to
-    the first KEPT texts go into `kept`."""
-    return asyncio.run(_load(url, texts, clients, seconds, {} if kept is None else kept))
-
-
-def rss_mib(pid: int) -> float:
-    """A process's resident set, MiB."""
-    return int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1)) / 1024
-
-
 # ---- the measurements --------------------------------------------------------------------------------
 
 class Offline:
-    """lmforge's offline batched embed of the same texts, in this process (idle while servers run)."""
+    """lmforge's offline embed of the texts, in this process (idle while the servers run)."""
 
     def __init__(self, threads: int) -> None:
         import torch
@@ -200,7 +109,7 @@ class Offline:
         self.encoder = SentenceEncoder.from_dir(MODEL)
 
     def __call__(self, texts: list) -> dict:
-        """Texts per second at batch 32 (the default) and 64; the better of the two counts."""
+        """Texts per second batched at 32 (the default) and 64; the better of the two counts."""
         self.encoder.encode(texts[:128], batch_size=32)  # warm-up
         out = {}
         for batch_size in (32, 64):
@@ -209,67 +118,117 @@ class Offline:
             out[f"batch_{batch_size}"] = round(len(texts) / (time.perf_counter() - t), 1)
         return {**out, "texts_per_s": max(out.values())}
 
+    def singles(self, texts: list):
+        """(n, d) each text's embedding computed alone: the answer every request must get."""
+        return self.encoder.encode(texts, batch_size=1)
 
-def serve_once(name: str, argv: list, texts: list, clients: int) -> tuple:
-    """Start one server, warm it, time `texts` through it; (run, cold start)."""
+
+def max_diff(answers: dict, singles) -> float:
+    """Largest |difference| of every answer (index -> JSON body) from the offline single-text output."""
+    import torch
+
+    index = sorted(answers)
+    got = torch.tensor([json.loads(answers[i])["embeddings"][0] for i in index])
+    return float((got - singles[index]).abs().max())
+
+
+def serve_once(name: str, argv: list, texts: list, clients: int, singles) -> tuple:
+    """Start one server, warm it, time `texts` through it and check every answer; (run, cold start)."""
     proc, url, health, first = start(argv, "lmforge serve:" if name == "lmforge" else "reference:")
     try:
-        load(url, texts[:512], clients)  # warm-up
-        kept: dict = {}
-        run = load(url, texts, clients, kept=kept)
-        run["max_abs_diff_vs_offline"] = accuracy(texts, kept)
+        load(url, texts[-128:], clients)  # warm-up
+        answers: dict = {}
+        run = load(url, texts, clients, answers=answers)
+        run["max_abs_diff_vs_offline"] = max_diff(answers, singles)
+        run["answers_checked"] = len(answers)
     finally:
         stop(proc)
     return run, {"to_health_s": round(health, 2), "to_first_embedding_s": round(first, 2)}
 
 
-def rounds(texts: list, args) -> dict:
+def ours(args, *options: str) -> list:
+    """The argv of `lmforge serve` on MiniLM with the bench's threads."""
+    return [sys.executable, "-c", START_OURS, "serve", "--model", MODEL, "--port", "0", "--threads",
+            str(args.threads), *options]
+
+
+def rounds(texts: list, args, offline: Offline, singles) -> dict:
     """Rounds of offline, ours and the reference (the servers' order alternating), so that the machine's
     drift falls on all three; the reference, slower, gets half the texts."""
-    ours = [sys.executable, "-c", START_OURS, "serve", "--model", MODEL, "--port", "0", "--threads",
-            str(args.threads), "--max-queue", "4096", "--batch-wait-ms", str(args.batch_wait_ms)]
+    mine = ours(args, "--max-queue", "4096", "--batch-wait-ms", str(args.batch_wait_ms))
     reference = [sys.executable, str(Path(__file__).resolve()), "--reference-server", "--threads",
                  str(args.threads)]
-    offline, out = Offline(args.threads), {"offline": [], "lmforge": [], "reference": [], "cold_start": []}
+    out = {"offline": [], "lmforge": [], "reference": [], "cold_start": []}
     for r in range(args.rounds):
         out["offline"].append(offline(texts))
         cold = {}
         for name in (("lmforge", "reference") if r % 2 == 0 else ("reference", "lmforge")):
-            argv, some = (ours, texts) if name == "lmforge" else (reference, texts[:len(texts) // 2])
-            run, cold[name] = serve_once(name, argv, some, args.clients)
+            argv, some = (mine, texts) if name == "lmforge" else (reference, texts[:len(texts) // 2])
+            run, cold[name] = serve_once(name, argv, some, args.clients, singles)
             out[name].append(run)
         out["cold_start"].append(cold)
+        out.setdefault("load_average_1min", []).append(round(os.getloadavg()[0], 2))
+        print(f"round {r}: {json.dumps({k: v[-1] for k, v in out.items()})}", file=sys.stderr, flush=True)
     return out
 
 
-def accuracy(texts: list, kept: dict) -> float:
-    """Largest |difference| of answers given under load from offline single-text embeddings."""
-    import torch
+def overload(texts: list, args, singles, capacity: int = 64) -> dict:
+    """Ten times the batch capacity at once (one connection each) against a queue of 2x the capacity:
+    every request is answered at once, 200 (equal to the offline output) or 429 with Retry-After."""
+    proc, url, _, _ = start(ours(args, "--max-batch-items", str(capacity), "--max-queue", str(2 * capacity)),
+                            "lmforge serve:")
+    try:
+        found, seconds = burst(url, texts[:10 * capacity])
+    finally:
+        stop(proc)
+    failed = [repr(f) for f in found if isinstance(f, BaseException)]
+    statuses = [f[0] for f in found if not isinstance(f, BaseException)]
+    ok = {i: f[2] for i, f in enumerate(found) if not isinstance(f, BaseException) and f[0] == 200}
+    refused = [f for f in found if not isinstance(f, BaseException) and f[0] == 429]
+    return {"requests": len(found), "max_batch_items": capacity, "max_queue": 2 * capacity,
+            "answered_200": len(ok), "refused_429": len(refused),
+            "other": sorted(set(statuses) - {200, 429}) + failed[:3],
+            "every_429_has_retry_after": all(int(f[1].get("retry-after", 0)) >= 1 for f in refused),
+            "seconds_to_last_answer": round(seconds, 2),
+            "max_abs_diff_vs_offline": max_diff(ok, singles) if ok else None}
 
-    from lmforge.apps.embed import SentenceEncoder
 
-    encoder = SentenceEncoder.from_dir(MODEL)
-    index = sorted(kept)
-    got = torch.tensor([json.loads(kept[i])["embeddings"][0] for i in index])
-    return float((got - encoder.encode([texts[i] for i in index], batch_size=1)).abs().max())
+def cold_starts(args, times: int = 5) -> dict:
+    """Seconds from process start to /health (and to a first embedding), `times` starts of ours; the load
+    average of the shared machine at each start says how quiet it was."""
+    runs = []
+    for _ in range(times):
+        load_average = os.getloadavg()[0]
+        proc, _, health, first = start(ours(args), "lmforge serve:")
+        stop(proc)
+        runs.append({"to_health_s": round(health, 2), "to_first_embedding_s": round(first, 2),
+                     "load_average_1min": round(load_average, 2)})
+    health = [r["to_health_s"] for r in runs]
+    return {"median_to_health_s": statistics.median(health), "min_to_health_s": min(health),
+            "max_to_health_s": max(health), "runs": runs}
 
 
 def drift(texts: list, args) -> dict:
-    """Our server's resident memory while it answers requests for --drift-seconds."""
-    argv = [sys.executable, "-c", START_OURS, "serve", "--model", MODEL, "--port", "0", "--threads",
-            str(args.threads), "--max-queue", "4096"]
-    proc, url, _, _ = start(argv, "lmforge serve:")
-    samples, served = [], 0
+    """Our server's resident memory while it answers up to --drift-requests (at most --drift-seconds):
+    (requests, seconds, MiB) after each 1000; the drift is taken from the sample after the warm-up."""
+    proc, url, _, _ = start(ours(args, "--max-queue", "4096"), "lmforge serve:")
+    samples, served, at = [(0, 0.0, round(rss_mib(proc.pid), 1))], 0, 0
     try:
         t0 = time.perf_counter()
-        while time.perf_counter() - t0 < args.drift_seconds:
-            served += load(url, texts, args.clients, seconds=10)["requests"]
-            samples.append((round(time.perf_counter() - t0, 1), round(rss_mib(proc.pid), 1)))
+        while served < args.drift_requests and time.perf_counter() - t0 < args.drift_seconds:
+            chunk = [texts[(at + i) % len(texts)] for i in range(min(1000, args.drift_requests - served))]
+            at += len(chunk)
+            served += load(url, chunk, args.clients, seconds=args.drift_seconds - (time.perf_counter() - t0))[
+                "requests"]
+            samples.append((served, round(time.perf_counter() - t0, 1), round(rss_mib(proc.pid), 1)))
     finally:
         stop(proc)
-    settled = [m for t, m in samples if t >= 30] or [samples[-1][1]]
-    return {"requests": served, "rss_mib": samples, "after_warmup_mib": settled[0], "end_mib": settled[-1],
-            "drift_mib": round(settled[-1] - settled[0], 1)}
+    base = next((s for s in samples if s[0] >= args.drift_warmup), samples[-1])
+    end = samples[-1]
+    return {"requests": served, "seconds": end[1], "warmup_requests": base[0], "rss_after_warmup_mib": base[2],
+            "rss_end_mib": end[2], "drift_mib": round(end[2] - base[2], 1),
+            "drift_percent": round(100 * (end[2] - base[2]) / base[2], 2),
+            "peak_mib": max(s[2] for s in samples), "samples_requests_seconds_mib": samples}
 
 
 def summary(result: dict) -> dict:
@@ -279,10 +238,15 @@ def summary(result: dict) -> dict:
            for name in ("lmforge", "reference")}
     ratio = {key: [o["texts_per_s"] / other["texts_per_s"] for o, other in zip(runs["lmforge"], runs[key])]
              for key in ("offline", "reference")}
+    cold = [c["lmforge"]["to_health_s"] for c in runs["cold_start"]]
     return {"offline_texts_per_s": statistics.median(r["texts_per_s"] for r in runs["offline"]), **med,
             "vs_offline": round(statistics.median(ratio["offline"]), 3),
+            "vs_offline_per_round": [round(x, 3) for x in ratio["offline"]],
             "vs_reference": round(statistics.median(ratio["reference"]), 3),
-            "max_abs_diff_vs_offline": max(r["max_abs_diff_vs_offline"] for r in runs["lmforge"])}
+            "vs_reference_per_round": [round(x, 3) for x in ratio["reference"]],
+            "max_abs_diff_vs_offline": max(r["max_abs_diff_vs_offline"] for r in runs["lmforge"]),
+            "answers_checked": sum(r["answers_checked"] for r in runs["lmforge"]),
+            "cold_start_to_health_s": {"median": statistics.median(cold), "max": max(cold)}}
 
 
 def main() -> None:
@@ -293,7 +257,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of offline, ours and the reference")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--batch-wait-ms", type=float, default=0.0)
-    parser.add_argument("--drift-seconds", type=float, default=150.0)
+    parser.add_argument("--drift-requests", type=int, default=100_000, help="0: no memory run")
+    parser.add_argument("--drift-seconds", type=float, default=600.0, help="the memory run's time limit")
+    parser.add_argument("--drift-warmup", type=int, default=2000, help="requests before the drift baseline")
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--reference-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -301,11 +267,15 @@ def main() -> None:
         reference_server(0, args.threads)
         return
     texts = make_texts(args.requests)
+    offline = Offline(args.threads)
+    singles = offline.singles(texts)
     result = {"model": MODEL, "clients": args.clients, "threads": args.threads, "requests": args.requests,
               "mean_tokens": round(_mean_tokens(texts), 1), "cpu": _cpu()}
-    result["rounds"] = rounds(texts, args)
+    result["rounds"] = rounds(texts, args, offline, singles)
     result["summary"] = summary(result)
-    if args.drift_seconds > 0:
+    result["overload"] = overload(texts, args, singles)
+    result["cold_start"] = cold_starts(args)
+    if args.drift_requests > 0:
         result["rss"] = drift(texts, args)
     text = json.dumps(result, indent=2)
     print(text)

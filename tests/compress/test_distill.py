@@ -94,6 +94,11 @@ def test_distill_command_end_to_end(teacher_dir, tmp_path, capsys):
     assert "student keeps" in capsys.readouterr().out
     # resume: the run is complete, so it continues from its checkpoint and trains no further
     assert main(argv + ["--resume"]) == 0
+    # a preset student: random init, fresh head, the teacher's vocabulary
+    assert main(argv[:7] + ["--data", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "preset"),
+                            "--steps", "2", "--student", "bert-tiny", "progress=false", "batch_size=8"]) == 0
+    report = json.loads((tmp_path / "preset" / "distill.json").read_text())
+    assert report["layers"]["student"] == 2 and lmforge.load(tmp_path / "preset" / "final").config.d_model == 128
 
 
 def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
@@ -101,7 +106,8 @@ def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
             "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "--steps", "1"]
     for extra, named in ((["--student-layers", "9"], "teacher has 4 layers"), (["--student-layers", "x"], "every-other"),
                          (["--student", "no-such-preset"], "not a preset"), (["alpha=2"], "alpha"),
-                         (["bogus=1"], "bogus"), (["--student", "bert-base", "--student-layers", "2"], "not both")):
+                         (["bogus=1"], "bogus"),
+                         (["--student", "bert-tiny", "gamma=1"], "d_model"), (["--student", "bert-base", "--student-layers", "2"], "not both")):
         assert main(base + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and named in err[0], (extra, err)

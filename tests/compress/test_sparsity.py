@@ -12,6 +12,7 @@ from torch.nn.utils import parametrize
 import lmforge
 from lmforge.cli import main
 from lmforge.compress.sparsity import MovementMask, Pruner, cubic_sparsity, kept, prunable, weight_sparsity
+from lmforge.io import CheckpointError
 from tests.conftest import tiny_model
 from tests.tasks.core import sentiment, tiny, tokenizer
 
@@ -94,6 +95,10 @@ def test_final_sparsity_is_the_target_and_the_baked_model_reloads(tmp_path, meth
     with torch.no_grad():
         assert torch.equal(again(ids).last_hidden_state, masked)
     assert weight_sparsity(again) == counts
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a truncated copy is refused
+    with pytest.raises(CheckpointError):
+        lmforge.load(tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -195,7 +195,8 @@ def test_openapi_spec_docs_and_page_are_complete_and_offline(server):
     assert "/openapi.json" in docs and "cdn" in swagger  # Swagger UI stays available for online use
     assert set(info["models"]) == set(health["models"]) == {"enc", "gen", "t5", "cls", "tag", "qa"}
     assert info["models"]["qa"]["task"]["kind"] == "qa" and "predict" in info["models"]["qa"]["capabilities"]
-    assert info["limits"]["max_batch_tokens"] == 256
+    assert info["limits"]["max_batch_tokens"] == 256 and info["limits"]["batch_wait_ms"] == 5
+    assert all(type(v) is int for k, v in info["limits"].items() if k != "batch_wait_ms")  # counts stay counts
 
 
 def test_tokenize_and_metrics_text(server, model_dirs):

@@ -292,5 +292,5 @@ class InfoResponse(BaseModel):
 
     version: str
     models: dict[str, ModelInfo]
-    limits: dict[str, float]
+    limits: dict[str, int | float] = Field(..., description="every limit of Limits (413 and 429 name them)")
     threads: int

@@ -269,3 +269,14 @@ def test_openai_embeddings_base64_usage_models_and_token_ids(server, model_dirs)
     assert wrong_size.status_code == 422 and wrong_size.json()["error"]["param"] == "dimensions"
     assert listed["object"] == "list"
     assert {m["id"] for m in listed["data"]} == set(info["models"]) and listed["data"][0]["object"] == "model"
+
+
+def test_fill_mask_and_attention_passes_are_not_counted_as_decoding_steps(server):
+    before = metric(server.url, "lmforge_decode_steps_total")
+    with server.client() as client:
+        assert client.post("/fill_mask", json={"model": "t5", "text": "a <mask> sat", "top_k": 2}).status_code == 200
+        assert client.get("/attention", params={"model": "gen", "text": "the cat"}).status_code == 200
+        generated = client.post("/generate", json={"model": "gen", "prompt": "the cat", "max_new_tokens": 4,
+                                                   "min_new_tokens": 4}).json()
+    # the prompt's pass and one per new token but the last (it is never fed back)
+    assert metric(server.url, "lmforge_decode_steps_total") - before == len(generated["token_ids"])

@@ -228,11 +228,12 @@ class Worker(threading.Thread):
             if job.cancelled:
                 raise Cancelled()
             now = time.perf_counter()
-            if job.steps:  # the time of the step that just ended (the first: the prompt's)
-                self.metrics.observe("lmforge_phase_seconds", now - last[0],
-                                     phase="first_token" if job.steps == 1 else "decode_step")
+            if job.kind == "generate":  # fill-mask's and the attention view's passes are not decoding steps
+                if job.steps:  # the time of the step that just ended (the first: the prompt's)
+                    self.metrics.observe("lmforge_phase_seconds", now - last[0],
+                                         phase="first_token" if job.steps == 1 else "decode_step")
+                self.metrics.inc("lmforge_decode_steps_total")
             job.steps += 1
-            self.metrics.inc("lmforge_decode_steps_total")
             self._interleave(job)
             last[0] = time.perf_counter()
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lmforge.apps.embed import SentenceEncoder
-from tests.serve.test_routes import texts_of_mixed_length
+from tests.serve.test_routes import metric, texts_of_mixed_length
 
 
 @pytest.mark.parametrize("path, body, limit", [
@@ -100,3 +100,23 @@ def test_bad_fields_are_422_naming_the_field(tight):
         answer = httpx.post(tight.url + path, content=json.dumps(body), timeout=30,
                             headers={"content-type": "application/json"})
         assert answer.status_code == 422 and answer.json()["error"]["param"] == field, answer.text
+
+
+def test_truncate_cuts_a_huge_text_before_tokenising_it(server, model_dirs):
+    encoder = SentenceEncoder.from_dir(model_dirs["enc"])
+    huge, spaces = "the old red fox " * 60000, "cat" + " " * 40000 + "dog"  # ~1 MB; 40 kB of 3 tokens
+    tokenized = metric(server.url, "lmforge_phase_seconds", "lmforge_phase_seconds_sum", phase="tokenize")
+    with server.client() as client:
+        cut = client.post("/embed", json={"model": "enc", "texts": [huge], "truncate": True})
+        refused = client.post("/v1/embeddings", json={"model": "enc", "input": huge})
+        sparse = client.post("/embed", json={"model": "enc", "texts": [spaces]})
+    assert cut.status_code == 200, cut.text
+    assert (torch.tensor(cut.json()["embeddings"][0]) - encoder.encode([huge])[0]).abs().max() <= 1e-5
+    assert cut.json()["tokens"] == 128  # the model's max_seq_len
+    assert refused.status_code == 413 and refused.json()["error"]["param"] == "max_seq_len"
+    # a long text of few tokens is counted whole and served as it is
+    assert sparse.status_code == 200 and sparse.json()["tokens"] == len(encoder.tokenizer.encode(spaces).ids)
+    assert (torch.tensor(sparse.json()["embeddings"][0]) - encoder.encode([spaces])[0]).abs().max() <= 1e-5
+    # 2 MB of text were never tokenised whole (that alone takes seconds)
+    after = metric(server.url, "lmforge_phase_seconds", "lmforge_phase_seconds_sum", phase="tokenize")
+    assert after - tokenized < 0.5

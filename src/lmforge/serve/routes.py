@@ -22,6 +22,7 @@ from lmforge.serve.records import as_records, record_texts
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
 router = APIRouter(responses=ERRORS)
 INLINE_COUNT = 64  # texts counted on the event loop itself; more are counted on a helper thread
+MAX_TOKEN_CHARS = 128  # no vocabulary's token spans more characters (WordPiece: 100 make one [UNK])
 VIEW_BYTES = 10_000_000  # an attention view's size limit (analysis/view.py keeps each row's top keys beyond)
 
 
@@ -55,10 +56,30 @@ def split(items: list, lengths: list, limits) -> list:
     return parts
 
 
+async def clip(server, served, texts: list, truncate: bool) -> tuple:
+    """(texts, token counts), a text far longer than the model reads cut before it is tokenised:
+    its first MAX_TOKEN_CHARS x max_tokens characters already hold more tokens than the model's
+    limit (the same first tokens: pre-tokenisers split locally), so the rest is never read;
+    without `truncate` it is a 413 at once."""
+    room = served.max_tokens * MAX_TOKEN_CHARS
+    heads = [t[:room] for t in texts]
+    counts = await count_tokens(server, served, heads)
+    for i, text in enumerate(texts):
+        if len(text) <= room:
+            continue
+        if counts[i] <= served.max_tokens:  # mostly whitespace: the whole text decides
+            heads[i], (counts[i],) = text, await count_tokens(server, served, [text])
+        elif not truncate:
+            raise too_large("max_seq_len", f"input {i} is more than {counts[i]} tokens (its first {room} of "
+                            f"{len(text)} characters), more than the model's max_seq_len={served.max_tokens}; "
+                            "send truncate: true to cut it")
+    return heads, counts
+
+
 async def embed_texts(server, served, texts: list, normalize: bool, truncate: bool) -> tuple:
     """(vectors, tokens) of `texts`, batched with whatever else is queued for the model."""
     check_count(len(texts), server.limits)
-    counts = await count_tokens(server, served, texts)
+    texts, counts = await clip(server, served, texts, truncate)
     lengths = fit_lengths(counts, served.max_tokens, truncate, server.limits)
     parts = [({"texts": run, "normalize": normalize}, n, len(run))
              for run, n in split(texts, lengths, server.limits)]

@@ -64,3 +64,15 @@ def test_schedules_meet_the_budget_within_two_percent(name):
         s = schedule(objectives.get(name), cfg, T, 16, budget)
         assert abs(s.flops - budget) / budget <= 0.02
         assert s.flops == pytest.approx(s.steps * s.flops_per_step)
+
+
+def test_electra_ablations_are_charged_for_the_generator_and_their_heads():
+    cfg = get_config("electra-small", vocab_size=V)
+    rtd = forward_flops(objectives.get("rtd"), cfg, T, {"ratio": 0.25})
+    replace = forward_flops(objectives.get("replace-mlm"), cfg, T, {"ratio": 0.25})
+    every = forward_flops(objectives.get("all-tokens-mlm"), cfg, T, {"ratio": 0.25})
+    for charges in (replace, every):
+        assert charges["generator"] == rtd["generator"] and charges["discriminator"] == rtd["discriminator"]
+    d, E = 256, 128
+    assert replace["lm_head"] == pytest.approx(2 * RATE * T * lm_head_macs(d, E, V))
+    assert every["lm_head"] == pytest.approx(2 * T * lm_head_macs(d, E, V)) and every["copy_gate"] == 2 * T * d

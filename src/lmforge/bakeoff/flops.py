@@ -10,7 +10,9 @@ What each objective runs, per example of T = max_len tokens:
   nowhere else); NSP/SOP's pooler + classifier once; SpanBERT's SBO on the selected positions;
 - replaced-token detection (ELECTRA): the generator (its own config, generator_config) on T tokens
   with its LM head on the selected positions, plus the discriminator on T tokens with its RTD head
-  (dense d -> d, score d -> 1) on every token — ELECTRA is charged for both networks;
+  (dense d -> d, score d -> 1) on every token — ELECTRA is charged for both networks; its MLM
+  ablations the same generator, and the model's LM head on the selected positions (Replace MLM)
+  or on every token with the copy gate (All-Tokens MLM);
 - encoder-decoders (T5 span corruption, prefix LM, BART denoising): the encoder on its input
   tokens and the decoder, with the vocabulary projection, on its target tokens;
 - causal LM / a decoder's prefix LM: the decoder on T tokens, the vocabulary at every one.
@@ -27,6 +29,7 @@ from lmforge.apps.summary import flops_per_token
 from lmforge.config import ModelConfig
 from lmforge.objectives import ObjectiveSpec
 from lmforge.objectives.denoising import Denoising
+from lmforge.objectives.electra_mlm import ElectraMLM
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
 from lmforge.objectives.span import SpanMLM
@@ -68,13 +71,17 @@ def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
     return charges
 
 
-def _electra(cfg: ModelConfig, options: dict, T: int) -> dict:
+def _electra(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
     rate, d = options.get("rate", 0.15), cfg.d_model
     gen = options.get("generator") or generator_config(cfg, options.get("ratio"))
-    return {"generator": T * flops_per_token(gen, T, lm_head=False),
-            "generator_lm_head": rate * T * head_flops(gen, T),
-            "discriminator": T * flops_per_token(cfg, T, lm_head=False),
-            "rtd_head": T * 2 * (d * d + d)}
+    charges = {"generator": T * flops_per_token(gen, T, lm_head=False),
+               "generator_lm_head": rate * T * head_flops(gen, T),
+               "discriminator": T * flops_per_token(cfg, T, lm_head=False)}
+    if not issubclass(cls, ElectraMLM):
+        return {**charges, "rtd_head": T * 2 * (d * d + d)}
+    if options.get("all_tokens"):  # every token's vocabulary projection and copy gate (d -> 1)
+        return {**charges, "lm_head": T * head_flops(cfg, T), "copy_gate": T * 2 * d}
+    return {**charges, "lm_head": rate * T * head_flops(cfg, T)}
 
 
 def seq2seq_lengths(cls, options: dict, T: int) -> tuple:
@@ -106,8 +113,8 @@ def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict |
     """Forward FLOPs of one example of T tokens under objective `spec`, by network (see the module)."""
     options = objective_options(spec, options or {})
     cls = getattr(spec.build, "__self__", None)
-    if isinstance(cls, type) and issubclass(cls, ReplacedTokenDetection):
-        return _electra(cfg, options, T)
+    if isinstance(cls, type) and issubclass(cls, (ReplacedTokenDetection, ElectraMLM)):
+        return _electra(cls, cfg, options, T)
     if isinstance(cls, type) and issubclass(cls, MaskedLM):
         return _masked_lm(cls, cfg, options, T)
     if cfg.architecture == "encoder-decoder":

@@ -1,5 +1,6 @@
 """Every answer of a real server equals the library's single-request output, whatever its neighbours
-in a batch: embeddings, task predictions, fill-mask, generation (whole, streamed, beams, sampling)."""
+in a batch: embeddings, task predictions, fill-mask, generation (whole, streamed, beams, sampling; the
+`lmforge generate` command's text), attention views; the OpenAI details, the spec, /info and /metrics."""
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +18,7 @@ import lmforge
 from lmforge.analysis.attention import attention_maps
 from lmforge.analysis.view import write_html
 from lmforge.apps.embed import SentenceEncoder
+from lmforge.cli import main
 from lmforge.tasks.finetune import TaskConfig, evaluate, load_model, make_task, task_info
 from tests.serve.test_units import parse_prometheus
 
@@ -280,3 +282,16 @@ def test_fill_mask_and_attention_passes_are_not_counted_as_decoding_steps(server
                                                    "min_new_tokens": 4}).json()
     # the prompt's pass and one per new token but the last (it is never fed back)
     assert metric(server.url, "lmforge_decode_steps_total") - before == len(generated["token_ids"])
+
+
+@pytest.mark.parametrize("options", [{}, {"temperature": 0.8, "top_k": 20, "seed": 3}])
+def test_streamed_completions_equal_the_lmforge_generate_command(server, model_dirs, capsys, options):
+    prompt, n = "the small bird", 25
+    body = {"model": "gen", "prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True, **options}
+    with server.client() as client, client.stream("POST", "/v1/completions", json=body) as response:
+        chunks = _events(response)
+    flags = [arg for key, value in options.items() for arg in (f"--{key.replace('_', '-')}", str(value))]
+    assert main(["generate", "--model", str(model_dirs["gen"]), prompt, "--max-new-tokens", str(n),
+                 *(flags or ["--temperature", "0"])]) == 0
+    printed = capsys.readouterr().out
+    assert printed == prompt + "".join(c["choices"][0]["text"] for c in chunks) + "\n"

@@ -69,3 +69,12 @@ def test_page_shows_the_attention_view_which_runs_in_the_browser(server, tmp_pat
                          60)
         result = json.loads(browser.wait_for("document.getElementById('selftest').textContent"))
     assert result["errors"] == [] and len(result["steps"]) > 5
+
+
+def test_the_offline_api_reference_lists_every_route_with_its_fields(server, tmp_path):
+    dom = run_once(tmp_path / "profile", f"{server.url}/docs", "--virtual-time-budget=10000", "--dump-dom")
+    assert 'data-state="done"' in dom, dom[-2000:]
+    for route in ("/v1/embeddings", "/embed", "/predict", "/fill_mask", "/generate", "/v1/completions",
+                  "/attention", "/tokenize", "/health", "/info", "/v1/models", "/metrics"):
+        assert f'<span class="path">{route}</span>' in dom, route
+    assert "Query parameters" in dom and ">text_pair<" in dom and ">encoding_format<" in dom

@@ -77,6 +77,15 @@ function operation(path, method, op) {
     box.appendChild(el("b", "", "Request body (* required)"));
     box.appendChild(fields(body.schema));
   }
+  if (op.parameters && op.parameters.length) {  // GET routes (/attention) take query parameters
+    const query = {properties: {}, required: []};
+    for (const p of op.parameters) {
+      query.properties[p.name] = {...resolve(p.schema), description: p.description || p.schema.description};
+      if (p.required) query.required.push(p.name);
+    }
+    box.appendChild(el("b", "", "Query parameters (* required)"));
+    box.appendChild(fields(query));
+  }
   const answers = Object.entries(op.responses || {}).map(([code, r]) => {
     const content = r.content || {}, kinds = Object.keys(content);
     const schema = kinds.length && content[kinds[0]].schema;

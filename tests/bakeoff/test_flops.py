@@ -76,3 +76,11 @@ def test_electra_ablations_are_charged_for_the_generator_and_their_heads():
     d, E = 256, 128
     assert replace["lm_head"] == pytest.approx(2 * RATE * T * lm_head_macs(d, E, V))
     assert every["lm_head"] == pytest.approx(2 * T * lm_head_macs(d, E, V)) and every["copy_gate"] == 2 * T * d
+
+
+def test_span_masking_without_sbo_is_not_charged_for_it():
+    cfg = get_config("bert-mini", vocab_size=V)
+    with_sbo = forward_flops(objectives.get("span"), cfg, T)
+    without = forward_flops(objectives.get("span-mlm"), cfg, T)
+    assert "sbo" in with_sbo and "sbo" not in without
+    assert without == forward_flops(objectives.get("wwm"), cfg, T)  # the masked LM alone, as whole-word's

@@ -65,7 +65,7 @@ def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
                "lm_head": rate * T * head_flops(cfg, T)}
     if options.get("task") in ("nsp", "sop"):  # pooler (d x d) and a 2-way classifier, once
         charges["pair_head"] = 2 * (cfg.d_model ** 2 + 2 * cfg.d_model)
-    if issubclass(cls, SpanMLM):  # SBO: W1 (3d -> d) and W2 (d -> E) before the shared projection
+    if issubclass(cls, SpanMLM) and getattr(cls, "uses_sbo", True):  # SBO: W1 (3d -> d) and W2 (d -> E) before the shared projection
         d, E = cfg.d_model, cfg.embed_dim
         charges["sbo"] = rate * T * (2 * (3 * d * d + d * E) + 2 * E * cfg.vocab_size)
     return charges

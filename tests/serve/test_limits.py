@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import httpx
@@ -120,3 +121,26 @@ def test_truncate_cuts_a_huge_text_before_tokenising_it(server, model_dirs):
     # 2 MB of text were never tokenised whole (that alone takes seconds)
     after = metric(server.url, "lmforge_phase_seconds", "lmforge_phase_seconds_sum", phase="tokenize")
     assert after - tokenized < 0.5
+
+
+def test_the_server_answers_others_while_a_huge_request_is_counted(server):
+    huge = {"model": "cls", "inputs": ["word " * 600_000]}  # 3 MB: seconds of tokenising, then a 413
+    done: dict = {}
+
+    def send() -> None:
+        start = time.monotonic()
+        done["status"] = httpx.post(server.url + "/predict", json=huge, timeout=120).status_code
+        done["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    time.sleep(0.5)  # the body is in; its counting has begun
+    waits = []
+    while thread.is_alive() and len(waits) < 20:
+        start = time.monotonic()
+        assert httpx.get(server.url + "/health", timeout=60).status_code == 200
+        waits.append(time.monotonic() - start)
+        time.sleep(0.05)
+    thread.join(120)
+    assert done["status"] == 413 and waits
+    assert max(waits) < max(0.5 * done["seconds"], 0.75), (waits, done)  # the event loop was never held

@@ -21,7 +21,7 @@ from lmforge.serve.records import as_records, record_texts
 
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
 router = APIRouter(responses=ERRORS)
-INLINE_COUNT = 64  # texts counted on the event loop itself; more are counted on a helper thread
+INLINE_COUNT, INLINE_CHARS = 64, 100_000  # counted on the event loop itself; more on a helper thread
 MAX_TOKEN_CHARS = 128  # no vocabulary's token spans more characters (WordPiece: 100 make one [UNK])
 VIEW_BYTES = 10_000_000  # an attention view's size limit (analysis/view.py keeps each row's top keys beyond)
 
@@ -31,10 +31,12 @@ def _server(request: Request):
 
 
 async def count_tokens(server, served, texts: list, pairs: list | None = None) -> list:
-    """Tokens of each text (pair); a long list is counted off the event loop (the front tokenizer
-    never truncates, so it is safe to share with a helper thread)."""
+    """Tokens of each text (pair); a long list or long texts are counted off the event loop, so other
+    requests are answered meanwhile (the front tokenizer never truncates, so it is safe to share with
+    a helper thread, and it lets go of the GIL while it works)."""
     start = time.perf_counter()
-    if len(texts) <= INLINE_COUNT:
+    chars = sum(map(len, texts)) + (sum(len(p or "") for p in pairs) if pairs else 0)
+    if len(texts) <= INLINE_COUNT and chars <= INLINE_CHARS:
         counts = served.count(texts, pairs)
     else:
         counts = await anyio.to_thread.run_sync(served.count, texts, pairs)

@@ -84,3 +84,11 @@ def test_span_masking_without_sbo_is_not_charged_for_it():
     without = forward_flops(objectives.get("span-mlm"), cfg, T)
     assert "sbo" in with_sbo and "sbo" not in without
     assert without == forward_flops(objectives.get("wwm"), cfg, T)  # the masked LM alone, as whole-word's
+
+
+def test_whole_text_targets_cost_a_full_decoder_pass():
+    cfg = get_config("t5-small", vocab_size=V)
+    span = forward_flops(objectives.get("span-corruption"), cfg, T)
+    for name in ("t5-bert-style", "t5-deshuffling"):
+        whole = forward_flops(objectives.get(name), cfg, T)
+        assert whole["encoder"] > span["encoder"] and whole["decoder"] > 3 * span["decoder"]

@@ -1,0 +1,68 @@
+"""T5's other unsupervised objectives (Raffel et al. 2020, sec. 3.3.1, Table 4), for comparison with
+span corruption on one encoder-decoder: the target is always the whole original text.
+
+- BERT-style: 15 % of the tokens are corrupted, 90 % of those to a mask token and 10 % to a random
+  token; T5's vocabulary has no [MASK], so the mask is its first sentinel <extra_id_0> (which span
+  corruption uses the same way: a token that stands for what was removed);
+- deshuffling: the tokens are shuffled and the model restores their order.
+
+Both are BART's Denoising (denoising.py) with a noise of their own, on T5's text (blocks of raw
+tokens, no <s>).
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from lmforge.data.stream import ExampleFormat
+from lmforge.objectives.base import tokenizer_pad
+from lmforge.objectives.denoising import Denoising, _chosen
+from lmforge.objectives.registry import ObjectiveSpec, register
+from lmforge.objectives.span_corruption import sentinel_ids
+
+MASK_SHARE = 0.9  # of the corrupted tokens, the share that becomes the mask; the rest random tokens
+
+
+def bert_style(tokens: list, generator: torch.Generator, mask_id: int, vocab_size: int, p: float = 0.15) -> list:
+    """T5's BERT-style noise: a random p of the tokens corrupted, 90 % to mask_id, 10 % to a random token."""
+    chosen = sorted(_chosen(len(tokens), p, generator))
+    draws = torch.rand(len(chosen), generator=generator).tolist()
+    randoms = torch.randint(0, vocab_size, (len(chosen),), generator=generator).tolist()
+    out = list(tokens)
+    for i, u, r in zip(chosen, draws, randoms):
+        out[i] = mask_id if u < MASK_SHARE else r
+    return out
+
+
+def deshuffle(tokens: list, generator: torch.Generator) -> list:
+    """T5's deshuffling noise: the tokens in a uniformly random order."""
+    return [tokens[i] for i in torch.randperm(len(tokens), generator=generator).tolist()]
+
+
+class T5Denoising(Denoising):
+    """Reconstruct T5's text from BERT-style corruption (style="bert") or from its shuffled tokens
+    (style="deshuffle")."""
+
+    name = "t5-denoising"
+
+    @classmethod
+    def build(cls, model, tokenizer, style: str = "bert", rate: float = 0.15) -> T5Denoising:
+        """The objective around an encoder-decoder, with T5's first sentinel as the mask, </s> and pad."""
+        if style == "bert":
+            mask = tokenizer.special_id("mask")
+            mask = mask if mask is not None else sentinel_ids(tokenizer, 1)[0]
+            noise = partial(bert_style, mask_id=mask, vocab_size=model.config.vocab_size, p=rate)
+        elif style == "deshuffle":
+            noise = deshuffle
+        else:
+            raise ValueError(f"style must be 'bert' or 'deshuffle', got {style!r}")
+        return cls(model, None, noises=(noise,), eos_id=tokenizer.special_id("eos"), pad_id=tokenizer_pad(tokenizer))
+
+
+register(ObjectiveSpec(name="t5-bert-style", build=T5Denoising.build, summary="BERT-style denoising, whole text as target (T5)",
+                       architectures=("encoder-decoder",), tokenizer="t5", examples=ExampleFormat("blocks", roles=("eos",)),
+                       options={"style": "bert"}))
+register(ObjectiveSpec(name="t5-deshuffling", build=T5Denoising.build, summary="deshuffling (T5)",
+                       architectures=("encoder-decoder",), tokenizer="t5", examples=ExampleFormat("blocks", roles=("eos",)),
+                       options={"style": "deshuffle"}))

@@ -51,3 +51,20 @@ def test_same_seed_same_numbers_and_an_interrupted_plan_resumes(tmp_path, tiny_p
     assert (tmp_path / "b" / "mlm" / "seed-0" / "pretrain" / "metrics.jsonl").stat().st_mtime_ns == mlm_metrics
     assert _values(tmp_path / "a") == _values(tmp_path / "b")  # resumed to the same numbers
     assert json.loads((tmp_path / "b" / "schedule.json").read_text())["electra"]["steps"] > 1
+
+
+@pytest.mark.slow
+def test_a_checkpoint_continued_and_fine_tuned_as_it_is(tmp_path, tiny_plan, one_thread):
+    first = dict(tiny_plan, arms=tiny_plan["arms"][:1], claims=[])
+    run_plan(check_plan(first), tmp_path / "a", log=lambda line: None)
+    checkpoint = str(tmp_path / "a" / "mlm" / "seed-0" / "pretrain" / "final")
+    arms = [{"name": "none", "objective": "mlm", "model": checkpoint, "pretrain": False},
+            {"name": "more", "objective": "mlm", "model": checkpoint, "corpus": {"source": "builtin", "documents": 60,
+                                                                                  "seed": 1}}]
+    plan = check_plan(dict(first, arms=arms, claims=[{"better": "more", "worse": "none", "task": "sentiment"}]))
+    rows = {r["arm"]: r for r in run_plan(plan, tmp_path / "b", log=lambda line: None)}
+    a = read_results(tmp_path / "a")[0]
+    assert rows["none"]["metrics"] == a["metrics"]  # the same model fine-tuned with the same seed
+    assert rows["none"]["pretrain_flops"] == 0 and rows["more"]["pretrain_steps"] > 0
+    assert not (tmp_path / "b" / "none" / "seed-0" / "pretrain").exists()
+    assert (tmp_path / "b" / "more" / "seed-0" / "pretrain" / "final" / "config.json").is_file()

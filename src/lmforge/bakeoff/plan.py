@@ -35,7 +35,8 @@ EXAMPLE_FIELDS = ("kind", "pairs", "cross_documents")
 TOP_KEYS = {"name", "budget", "corpus", "tokenizer", "pretrain", "finetune", "tasks", "seeds", "arms", "claims",
             "description"}
 ARM_KEYS = {"name", "objective", "preset", "overrides", "options", "examples", "duplication", "corpus",
-            "continue_from", "train", "description"}
+            "continue_from", "model", "pretrain", "train", "description"}
+SOURCES = ("preset", "continue_from", "model")  # where an arm's model comes from: exactly one
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # arm and task names become directory names
 
 
@@ -56,6 +57,8 @@ class Arm:
     duplication: int = 0
     corpus: dict | None = None
     continue_from: str | None = None
+    model: str | None = None  # a checkpoint (directory or installed model) pretrained further
+    pretrain: bool = True  # False: fine-tune the checkpoint / the arm continued as it is (a baseline)
     train: dict = field(default_factory=dict)
 
 
@@ -149,8 +152,14 @@ def _arm(value, where: str) -> Arm:
     duplication = arm.get("duplication", 0)
     if not isinstance(duplication, int) or duplication < 0:
         _fail(f"{where}.duplication", f"must be an integer >= 0, got {duplication!r}")
-    if (arm.get("preset") is None) == (arm.get("continue_from") is None):
-        _fail(f"{where}.preset", "give a preset or continue_from (another arm), exactly one")
+    if sum(arm.get(key) is not None for key in SOURCES) != 1:
+        _fail(f"{where}.preset", "give exactly one of preset, continue_from (another arm) or model (a checkpoint)")
+    if arm.get("pretrain", True) not in (True, False):
+        _fail(f"{where}.pretrain", f"must be true or false, got {arm['pretrain']!r}")
+    if arm.get("pretrain") is False and arm.get("preset") is not None:
+        _fail(f"{where}.pretrain", "an arm without pretraining fine-tunes a checkpoint (model) or another arm's model")
+    if arm.get("model") is not None and arm["overrides"]:
+        _fail(f"{where}.overrides", "a checkpoint (model) is pretrained further as it is: no overrides")
     return Arm(**{**arm, "name": _name(arm["name"], f"{where}.name")})
 
 

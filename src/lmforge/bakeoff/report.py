@@ -126,7 +126,8 @@ def write_report(plan: Plan, out) -> Path:
              *table(plan, summary), "", "Steps and counted FLOPs per arm:", ""]
     for name, s in schedules.items():
         lines.append(f"- {name}: {s['steps']} steps x {s['flops_per_step']:.3g} = {s['flops']:.4g} FLOPs "
-                     f"({100 * (s['flops'] / plan.budget - 1):+.2f} % of the budget)")
+                     f"({100 * (s['flops'] / plan.budget - 1):+.2f} % of the budget)" if s["steps"]
+                     else f"- {name}: no pretraining of its own (a baseline)")
     lines += ["", "Claims (reproduced: sign matches and |Δ| > 2 sd):", "", *claim_lines(plan, summary)]
     if png is not None:
         lines += ["", f"![learning curves]({png.name})"]

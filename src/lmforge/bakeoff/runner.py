@@ -24,7 +24,7 @@ from pathlib import Path
 from lmforge import objectives
 from lmforge.bakeoff.corpus import documents as dictd_documents
 from lmforge.bakeoff.corpus import topic_task, write_documents
-from lmforge.bakeoff.flops import TOLERANCE, schedule
+from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import Arm, Plan, PlanError, split_finetune
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
@@ -108,9 +108,14 @@ def registered(specs: list):
 
 
 def arm_config(plan: Plan, arm: Arm, vocab_size: int):
-    """The model config an arm trains (a continued arm: the config of the arm it continues)."""
-    while arm.preset is None:
+    """The model config an arm trains (a continued arm: the config of the arm it continues; a
+    checkpoint's own, its vocabulary included)."""
+    while arm.continue_from is not None:
         arm = plan.arm(arm.continue_from)
+    if arm.model is not None:
+        from lmforge.io import find_model_dir, load
+
+        return load(find_model_dir(arm.model)).config
     return get_config(arm.preset, **arm.overrides).replace(vocab_size=vocab_size)
 
 
@@ -128,6 +133,9 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
         options, max_len = pretrain_options(plan, arm)
         train = TrainConfig.from_dict(options)
         T = max_len or min(cfg.max_seq_len, 128)
+        if not arm.pretrain:  # a baseline fine-tuned as it is: no FLOPs of its own
+            out[arm.name] = Schedule(0, 0.0, 0.0, {})
+            continue
         found = schedule(arm_spec(plan, arm), cfg, T, train.batch_size * train.accumulation, plan.budget, arm.options)
         if found.error(plan.budget) > TOLERANCE:
             raise PlanError(f"{plan.source}: arms.{arm.name}: the budget buys {found.steps} step(s) of "
@@ -210,7 +218,8 @@ class BakeOff:
             self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: done already")
             return
         model = self.pretrain(arm, spec, seed)
-        self.progress(f"pretrained {arm.name} seed {seed} ({self.schedules[arm.name].steps} steps)")
+        self.progress(f"pretrained {arm.name} seed {seed} ({self.schedules[arm.name].steps} steps)" if arm.pretrain
+                      else f"{arm.name} seed {seed}: no pretraining of its own ({model})")
         self.finished += len(self.tasks) - len(todo)
         for task in todo:
             row = self.finetune(arm, seed, task, model)
@@ -218,20 +227,37 @@ class BakeOff:
                 handle.write(json.dumps(row) + "\n")
             self.progress(f"{arm.name} seed {seed} {task}: {row['metric']} {row['value']:.4f}")
 
+    def final_of(self, arm: Arm, seed: int) -> Path:
+        """The model an arm leaves for fine-tuning (and for the arms continuing it): its pretraining's
+        final/, or, without pretraining of its own, the model it starts from."""
+        if arm.pretrain:
+            return self.arm_dir(arm.name, seed) / "pretrain" / "final"
+        return self.source_of(arm, seed)
+
+    def source_of(self, arm: Arm, seed: int) -> Path | None:
+        """The model an arm starts from: another arm's, a checkpoint, or None (a fresh preset)."""
+        if arm.continue_from is not None:
+            return self.final_of(self.plan.arm(arm.continue_from), seed)
+        if arm.model is not None:
+            from lmforge.io import find_model_dir
+
+            return find_model_dir(arm.model)
+        return None
+
     def pretrain(self, arm: Arm, spec, seed: int) -> Path:
         """The arm's pretrained model directory, training (or resuming) it unless it is there."""
-        out = self.arm_dir(arm.name, seed) / "pretrain"
+        out, source = self.arm_dir(arm.name, seed) / "pretrain", self.source_of(arm, seed)
         steps = self.schedules[arm.name].steps
-        if (out / "final" / "config.json").is_file() and (out / "done.json").is_file():
-            return out / "final"
+        if not arm.pretrain or (out / "done.json").is_file():
+            return self.final_of(arm, seed)
         options, max_len = pretrain_options(self.plan, arm)
         train = TrainConfig.from_dict({"progress": False, "log_every": max(1, steps // 50),
                                        "save_every": max(1, steps // CHECKPOINTS_PER_RUN), **options,
                                        "steps": steps, "seed": seed})
-        start = self.arm_dir(arm.continue_from, seed) / "pretrain" / "final" if arm.continue_from else None
-        pretrain(arm.preset, spec.name, out, train, files=[self.corpus_of(arm)], tokenizer=self.tokenizer,
-                 overrides=arm.overrides if start is None else None, resume=True, duplication=arm.duplication,
-                 model=start, max_len=max_len, log=self.detail)
+        pretrain(arm.preset, spec.name, out, train, files=[self.corpus_of(arm)],
+                 tokenizer=None if arm.model else self.tokenizer,  # a checkpoint reads with its own
+                 overrides=arm.overrides if source is None else None, resume=True, duplication=arm.duplication,
+                 model=source, max_len=max_len, log=self.detail)
         atomic_write_text(out / "done.json", json.dumps({"steps": steps}) + "\n")
         return out / "final"
 

@@ -56,7 +56,8 @@ def cmd_bakeoff(args) -> None:
             raise UsageError(str(err)) from None
         for name, s in run.schedules.items():
             print(f"{name}: {s.steps} steps x {s.flops_per_step:.3g} FLOPs = {s.flops:.4g} "
-                  f"({100 * (s.flops / plan.budget - 1):+.2f} % of the budget {plan.budget:.3g})")
+                  f"({100 * (s.flops / plan.budget - 1):+.2f} % of the budget {plan.budget:.3g})" if s.steps
+                  else f"{name}: no pretraining of its own (a baseline)")
         if args.dry_run:
             return
         run.run()

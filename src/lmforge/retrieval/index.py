@@ -1,0 +1,154 @@
+"""The exact inner-product index: passage embeddings in a memory-mapped .npy file plus a JSON
+manifest, searched with one matmul per batch of queries and a top-k (Maximum Inner Product Search,
+as DPR's exact FAISS IndexFlatIP; Karpukhin et al. 2020, sec. 5.2).
+
+An index directory holds:
+- embeddings.npy: float32 (count, dim), read with mmap (pages come from disk as needed);
+- ids.json: the passage ids, row by row;
+- manifest.json: format, model, dim, count, pooling, and the sha256 of both files.
+
+Never pickle: numpy reads the .npy with allow_pickle=False. A missing file, a truncated or altered
+embeddings file, or a manifest that does not match is refused with a one-line ValueError.
+With `faiss-cpu` installed, backend="faiss" searches the same vectors with faiss.IndexFlatIP.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lmforge.train.checkpoint import sha256
+
+FORMAT = "lmforge-dense-index"
+BACKENDS = ("torch", "faiss")
+
+
+def _bar(total: int, enabled: bool, label: str):
+    if not enabled:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    bar.start()
+    return bar, bar.add_task(label, total=total)
+
+
+def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str = "", batch_size: int = 64,
+                progress: bool = True) -> Path:
+    """Encode rows batch by batch into path/embeddings.npy (`encode(positions) -> (b, dim)` float
+    array or tensor) with a progress bar, then write ids.json and the manifest last (an interrupted
+    build leaves no manifest, so it is never loaded as whole)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "manifest.json").unlink(missing_ok=True)
+    rows = np.lib.format.open_memmap(path / "embeddings.npy", mode="w+", dtype=np.float32, shape=(len(ids), dim))
+    bar = _bar(len(ids), progress, "index")
+    try:
+        for start in range(0, len(ids), batch_size):
+            block = encode(range(start, min(start + batch_size, len(ids))))
+            block = block.detach().cpu().numpy() if isinstance(block, torch.Tensor) else np.asarray(block)
+            rows[start:start + len(block)] = block  # (b, dim)
+            if bar:
+                bar[0].update(bar[1], completed=start + len(block))
+    finally:
+        if bar:
+            bar[0].stop()
+    rows.flush()
+    del rows
+    (path / "ids.json").write_text(json.dumps([str(i) for i in ids]), encoding="utf-8")
+    manifest = {"format": FORMAT, "version": 1, "model": str(model), "pooling": pooling, "dim": dim,
+                "count": len(ids), "dtype": "float32",
+                "sha256": {name: sha256(path / name) for name in ("embeddings.npy", "ids.json")}}
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return path
+
+
+def _manifest(path: Path) -> dict:
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: no readable manifest.json ({type(err).__name__}); build the index again") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{path / 'manifest.json'}: not an lmforge dense index manifest")
+    for key in ("dim", "count"):
+        if not isinstance(manifest.get(key), int) or manifest[key] < 0:
+            raise ValueError(f"{path / 'manifest.json'}: field {key!r} missing or not a count")
+    return manifest
+
+
+def _check_files(path: Path, manifest: dict, verify: bool) -> None:
+    for name in ("embeddings.npy", "ids.json"):
+        if not (path / name).is_file():
+            raise ValueError(f"{path}: {name} is missing")
+        want = (manifest.get("sha256") or {}).get(name)
+        if verify and sha256(path / name) != want:
+            raise ValueError(f"{path / name}: checksum does not match the manifest (damaged or changed)")
+
+
+class DenseIndex:
+    """Passage embeddings (count, dim) and their ids; search(queries, k) -> (scores, positions)."""
+
+    def __init__(self, embeddings, ids: list, manifest: dict | None = None) -> None:
+        self.embeddings = embeddings  # (N, d) numpy array or memmap
+        self.ids = list(ids)
+        self.manifest = manifest or {}
+        with warnings.catch_warnings():  # a read-only memmap: torch warns, and the tensor is never written
+            warnings.simplefilter("ignore", UserWarning)
+            self.matrix = torch.from_numpy(np.asarray(embeddings, dtype=np.float32))  # (N, d), shares memory
+        self._faiss = None
+
+    @property
+    def dim(self) -> int:
+        """Embedding width."""
+        return self.matrix.shape[1]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, verify: bool = True) -> "DenseIndex":
+        """Open an index directory, embeddings memory-mapped; refuses a damaged one in one line."""
+        path = Path(path)
+        manifest = _manifest(path)
+        _check_files(path, manifest, verify)
+        try:
+            rows = np.load(path / "embeddings.npy", mmap_mode="r", allow_pickle=False)
+        except ValueError as err:  # truncated: numpy cannot map the rows the header promises
+            raise ValueError(f"{path / 'embeddings.npy'}: truncated or not a .npy array ({err})") from None
+        if rows.shape != (manifest["count"], manifest["dim"]) or rows.dtype != np.float32:
+            raise ValueError(f"{path / 'embeddings.npy'}: shape {rows.shape} {rows.dtype} does not match the "
+                             f"manifest ({manifest['count']}, {manifest['dim']}) float32")
+        ids = json.loads((path / "ids.json").read_text(encoding="utf-8"))
+        if len(ids) != manifest["count"]:
+            raise ValueError(f"{path / 'ids.json'}: {len(ids)} ids for {manifest['count']} rows")
+        return cls(rows, ids, manifest)
+
+    def search(self, queries, k: int, batch_size: int = 256, backend: str = "torch") -> tuple:
+        """((Q, k) scores, (Q, k) row positions) of the highest inner products, best first."""
+        q = torch.as_tensor(queries, dtype=torch.float32).reshape(-1, self.dim)  # (Q, d)
+        k = min(k, len(self.ids))
+        if backend == "faiss":
+            return self._faiss_search(q, k)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        scores, positions = [], []
+        for start in range(0, len(q), batch_size):
+            s = q[start:start + batch_size] @ self.matrix.T  # (b, N): one matmul per batch of queries
+            top = torch.topk(s, k, dim=1)
+            scores.append(top.values)
+            positions.append(top.indices)
+        if not scores:
+            return torch.empty(0, k), torch.empty(0, k, dtype=torch.long)
+        return torch.cat(scores), torch.cat(positions)
+
+    def _faiss_search(self, q: torch.Tensor, k: int) -> tuple:
+        try:
+            import faiss
+        except ImportError:
+            raise ValueError("backend faiss needs the faiss-cpu package (pip install faiss-cpu)") from None
+        if self._faiss is None:
+            self._faiss = faiss.IndexFlatIP(self.dim)
+            self._faiss.add(np.ascontiguousarray(self.matrix.numpy()))
+        scores, positions = self._faiss.search(np.ascontiguousarray(q.numpy()), k)
+        return torch.from_numpy(scores), torch.from_numpy(positions).long()

@@ -1,0 +1,77 @@
+"""The exact inner-product index: the same top-k as a brute-force sort, reloaded memory-mapped without
+pickle, and a truncated / altered / mismatched one refused in one line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lmforge.retrieval.index import DenseIndex, write_index
+
+
+def _build(tmp_path, n=300, d=16, seed=0):
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, d)).astype(np.float32)
+    path = write_index(tmp_path / "ix", [f"p{i}" for i in range(n)], lambda rows: vectors[list(rows)], d,
+                       model="random", batch_size=64, progress=False)
+    return path, vectors
+
+
+def test_search_is_exact_topk_and_reload_is_memory_mapped(tmp_path):
+    path, vectors = _build(tmp_path)
+    index = DenseIndex.load(path)
+    assert isinstance(index.embeddings, np.memmap)
+    queries = np.random.default_rng(1).standard_normal((7, 16)).astype(np.float32)
+    scores, positions = index.search(queries, k=5, batch_size=3)
+    want = np.argsort(-(queries @ vectors.T), axis=1)[:, :5]
+    assert np.array_equal(positions.numpy(), want)
+    assert torch.allclose(scores, torch.from_numpy(np.take_along_axis(queries @ vectors.T, want, 1)), atol=1e-5)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert (manifest["dim"], manifest["count"], manifest["model"]) == (16, 300, "random")
+    assert len(manifest["sha256"]["embeddings.npy"]) == 64
+    assert not list(path.glob("*.pkl"))
+
+
+def test_faiss_flat_ip_agrees_with_the_matmul(tmp_path):
+    pytest.importorskip("faiss")
+    path, _ = _build(tmp_path)
+    index = DenseIndex.load(path)
+    queries = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
+    assert torch.equal(index.search(queries, 10, backend="faiss")[1], index.search(queries, 10)[1])
+
+
+def test_a_truncated_index_is_refused_in_one_line(tmp_path):
+    path, _ = _build(tmp_path)
+    data = (path / "embeddings.npy").read_bytes()
+    (path / "embeddings.npy").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"embeddings.npy: checksum does not match") as err:
+        DenseIndex.load(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"embeddings.npy: truncated"):
+        DenseIndex.load(path, verify=False)
+
+
+def test_an_altered_or_incomplete_index_is_refused(tmp_path):
+    path, _ = _build(tmp_path)
+    rows = np.load(path / "embeddings.npy", mmap_mode="r+")
+    rows[3, 2] += 1.0
+    rows.flush()
+    del rows
+    with pytest.raises(ValueError, match=r"checksum does not match"):
+        DenseIndex.load(path)
+    (path / "manifest.json").write_text("{")
+    with pytest.raises(ValueError, match=r"no readable manifest.json"):
+        DenseIndex.load(path)
+    (path / "manifest.json").unlink()
+    with pytest.raises(ValueError, match=r"no readable manifest.json"):
+        DenseIndex.load(path)
+
+
+def test_a_manifest_that_does_not_match_the_rows_is_refused(tmp_path):
+    path, _ = _build(tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "count": 299}))
+    with pytest.raises(ValueError, match=r"does not match the manifest \(299, 16\)"):
+        DenseIndex.load(path)

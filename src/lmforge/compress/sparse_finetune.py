@@ -5,7 +5,8 @@ optimiser step and logs the sparsity; validation runs on the masked model, so me
 holds the accuracy curve as the sparsity rises. At the end the masks are baked into the
 weights: OUT/final is a plain model directory (zeros in the weights) that `lmforge evaluate`
 loads like any other. Unstructured zeros shrink neither the dense matrices nor their time:
-the report measures it, and says so.
+the report measures it, and says so. With movement pruning the scores are an AdamW group of
+their own (lr x scores_lr_scale), listed first, so the lr column of metrics.jsonl is theirs.
 """
 from __future__ import annotations
 

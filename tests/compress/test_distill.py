@@ -14,6 +14,8 @@ from lmforge.objectives.distillation import soft_cross_entropy
 from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, make_task, save_model
 from tests.tasks.core import sentiment, tiny, tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: no waiting on a busy second core
+
 
 def test_soft_cross_entropy_on_a_hand_example():
     student, teacher, T = torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[0.0, 1.0, 3.0]]), 2.0
@@ -82,7 +84,7 @@ def test_distill_command_end_to_end(teacher_dir, tmp_path, capsys):
     out = tmp_path / "student"
     argv = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
             "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(out), "--steps", "4",
-            "progress=false", "batch_size=8", "lr=1e-3", "temperature=2", "gamma=1"]
+            "progress=false", "batch_size=8", "lr=1e-3", "temperature=2", "gamma=1", "eval_every=4"]
     assert main(argv) == 0
     report = json.loads((out / "distill.json").read_text())
     assert report["layers"] == {"teacher": 4, "student": 2}

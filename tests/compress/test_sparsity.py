@@ -16,6 +16,8 @@ from lmforge.io import CheckpointError
 from tests.conftest import tiny_model
 from tests.tasks.core import sentiment, tiny, tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: no waiting on a busy second core
+
 
 def test_cubic_schedule_values():
     # s_t = s_f + (s_i - s_f) (1 - (t - t0) / (t1 - t0))^3, t0 = 10, t1 = 110

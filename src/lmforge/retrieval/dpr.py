@@ -1,0 +1,156 @@
+"""Dense Passage Retrieval (Karpukhin et al. 2020): a bi-encoder scores a question q and a passage p
+by the inner product sim(q, p) = E_Q(q)^T E_P(p) (eq. 1), trained with the negative log-likelihood
+of the positive passage against the other passages of the batch (in-batch negatives, sec. 3.2) and
+one BM25 hard negative per question (their best setting, table 3).
+
+Here E_Q and E_P share one encoder (any lmforge encoder: a tiny BERT, all-MiniLM-L6-v2, a pretrained
+directory), pooled by mean over the attention mask or the first token ([CLS]). With normalize=True
+the embeddings are L2-normalised and the logits are sim / temperature (cosine similarity, as the
+sentence-embedding models it starts from were trained), so the untrained encoder is a fair baseline.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lmforge.heads import pool
+from lmforge.io import load
+from lmforge.io.resolve import find_model_dir
+from lmforge.objectives.base import Loss, Objective, pad
+from lmforge.tokenizer import load_tokenizer
+
+POOLINGS = {"mean": "mean", "cls": "first"}
+
+
+@dataclass(frozen=True)
+class EncoderOptions:
+    """How texts become vectors: pooling, normalisation, temperature, the longest input."""
+
+    pooling: str = "mean"
+    normalize: bool = True
+    temperature: float = 0.05
+    max_length: int = 128
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling={self.pooling!r} is not one of {', '.join(POOLINGS)}")
+        if self.temperature <= 0 or self.max_length < 2:
+            raise ValueError("temperature must be positive and max_length at least 2")
+
+
+class BiEncoder:
+    """One encoder for questions and passages: texts -> (N, d) embeddings."""
+
+    def __init__(self, model, tokenizer, options: EncoderOptions | None = None) -> None:
+        if model.config.architecture != "encoder":
+            raise ValueError(f"a DPR encoder must be an encoder model, not {model.config.architecture}")
+        self.model, self.tokenizer, self.options = model, tokenizer, options or EncoderOptions()
+
+    @classmethod
+    def from_dir(cls, name: str | os.PathLike, **options) -> "BiEncoder":
+        """A model directory or installed package (all-MiniLM-L6-v2); retriever.json's options, if any,
+        under those given."""
+        path = find_model_dir(name)
+        saved = json.loads((path / "retriever.json").read_text()) if (path / "retriever.json").is_file() else {}
+        return cls(load(path), load_tokenizer(path), EncoderOptions(**{**saved, **options}))
+
+    def save(self, path) -> Path:
+        """Tokenizer and retriever.json beside a saved model directory."""
+        path = Path(path)
+        self.tokenizer.save(path)
+        (path / "retriever.json").write_text(json.dumps(asdict(self.options), indent=2))
+        return path
+
+    def embed(self, input_ids, attention_mask) -> torch.Tensor:  # (B, T) -> (B, d)
+        """Pooled (and normalised) encoder states of a padded batch."""
+        hidden = self.model(input_ids, attention_mask, run_heads=False).last_hidden_state
+        vectors = pool(hidden.float(), attention_mask, POOLINGS[self.options.pooling])
+        return F.normalize(vectors, dim=-1) if self.options.normalize else vectors
+
+    def ids(self, text: str) -> list:
+        """Token ids of one text, cut to max_length (the last id kept: [SEP])."""
+        ids = self.tokenizer.encode(text).ids
+        limit = min(self.options.max_length, self.model.config.max_seq_len)
+        return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
+
+    @torch.inference_mode()
+    def encode(self, texts: list, batch_size: int = 64) -> torch.Tensor:
+        """(N, d) embeddings of `texts`, in order (eval mode; the caller's mode restored)."""
+        training, device = self.model.training, next(self.model.parameters()).device
+        self.model.eval()
+        out = []
+        try:
+            for start in range(0, len(texts), batch_size):
+                rows = [self.ids(t) for t in texts[start:start + batch_size]]
+                ids, mask = pad_batch(rows, self.tokenizer.special_id("pad") or 0)
+                out.append(self.embed(ids.to(device), mask.to(device)).cpu())
+        finally:
+            self.model.train(training)
+        return torch.cat(out) if out else torch.empty(0, self.model.config.d_model)
+
+
+def pad_batch(rows: list, pad_id: int) -> tuple:
+    """Token id lists -> ((B, T) ids right-padded with pad_id, (B, T) attention mask)."""
+    ids = pad(rows, pad_id)
+    lengths = torch.tensor([len(r) for r in rows])
+    return ids, (torch.arange(ids.shape[1])[None] < lengths[:, None]).long()
+
+
+def passage_text(p) -> str:
+    """What the passage encoder reads: title, then text (DPR joins them with [SEP]; a space here)."""
+    return f"{p.title}. {p.text}"
+
+
+class DPRObjective(Objective):
+    """In-batch negatives + hard negatives: cross-entropy of sim(q_i, p_i) against sim(q_i, p_j) for
+    every positive p_j of the batch and every hard negative."""
+
+    name = "dpr"
+
+    def __init__(self, encoder: BiEncoder) -> None:
+        super().__init__(encoder.model, pad_id=encoder.tokenizer.special_id("pad") or 0)
+        self.encoder = encoder
+
+    def collate(self, examples: list) -> dict:
+        """{"question", "positive", "negatives"} id lists -> question batch and passage batch
+        (positives first, in order, then every hard negative)."""
+        questions = [e["question"] for e in examples]
+        passages = [e["positive"] for e in examples] + [n for e in examples for n in e["negatives"]]
+        q_ids, q_mask = pad_batch(questions, self.pad_id)
+        p_ids, p_mask = pad_batch(passages, self.pad_id)
+        # another copy of question i's own positive (questions sharing a passage) is no negative for it
+        same = torch.tensor([[j != i and passages[j] == passages[i] for j in range(len(passages))]
+                             for i in range(len(questions))])
+        return {"input_ids": q_ids, "attention_mask": q_mask, "p_input_ids": p_ids, "p_attention_mask": p_mask,
+                "same_passage": same}
+
+    def forward(self, batch: dict) -> Loss:
+        """NLL of each question's positive among all passages of the batch (eq. 2)."""
+        q = self.encoder.embed(batch["input_ids"], batch["attention_mask"])  # (B, d)
+        p = self.encoder.embed(batch["p_input_ids"], batch["p_attention_mask"])  # (B + B_neg, d)
+        scale = 1 / self.encoder.options.temperature if self.encoder.options.normalize else 1.0
+        logits = (scale * q @ p.T).masked_fill(batch["same_passage"], float("-inf"))  # (B, B + B_neg)
+        target = torch.arange(len(q), device=q.device)
+        loss = F.cross_entropy(logits, target)
+        accuracy = (logits.argmax(-1) == target).float().mean()
+        return Loss(loss, {"in_batch_accuracy": accuracy.detach()})
+
+
+def training_examples(encoder: BiEncoder, records: list, passages: list, negatives: list) -> list:
+    """Question records (+ their hard negative ids) -> token-id examples for DPRObjective; a record's
+    first positive is its positive."""
+    by_id = {p.id: p for p in passages}
+    cache: dict = {}
+
+    def ids(pid: str) -> list:
+        if pid not in cache:
+            cache[pid] = encoder.ids(passage_text(by_id[pid]))
+        return cache[pid]
+
+    return [{"question": encoder.ids(r["question"]), "positive": ids(r["positives"][0]),
+             "negatives": [ids(n) for n in negs]} for r, negs in zip(records, negatives)]

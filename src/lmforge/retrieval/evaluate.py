@@ -1,0 +1,86 @@
+"""Training the dense retriever on the one trainer, and recall@k (DPR's top-k retrieval accuracy:
+the share of questions with a positive passage among the k retrieved) for BM25, an untrained
+encoder and a trained one, side by side."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from lmforge.retrieval.bm25 import BM25Index, hard_negatives
+from lmforge.retrieval.dpr import BiEncoder, DPRObjective, passage_text, training_examples
+from lmforge.retrieval.index import DenseIndex, write_index
+from lmforge.train import TrainConfig
+from lmforge.train.loop import Trainer
+
+KS = (1, 5, 20)
+
+
+def recall_at_k(rankings: list, records: list, ks=KS) -> dict:
+    """{"recall@k": share of records with one of their positives among the first k ranked ids}."""
+    hits = {k: 0 for k in ks}
+    for ranked, r in zip(rankings, records):
+        positives = set(r["positives"])
+        for k in ks:
+            hits[k] += bool(positives & set(ranked[:k]))
+    return {f"recall@{k}": hits[k] / max(1, len(records)) for k in ks}
+
+
+def bm25_rankings(index: BM25Index, passages: list, records: list, k: int) -> list:
+    """Passage ids ranked by BM25 for each question."""
+    positions, _ = index.search([r["question"] for r in records], k)
+    return [[passages[int(i)].id for i in row] for row in positions]
+
+
+def encode_passages(encoder: BiEncoder, passages: list, path, batch_size: int = 64, progress: bool = False,
+                    model_name: str = "") -> DenseIndex:
+    """Embed every passage into an index directory at `path` and open it."""
+    def encode(rows):
+        return encoder.encode([passage_text(passages[i]) for i in rows], batch_size)
+
+    write_index(path, [p.id for p in passages], encode, encoder.model.config.d_model, model=model_name,
+                pooling=encoder.options.pooling, batch_size=batch_size, progress=progress)
+    return DenseIndex.load(path)
+
+
+def dense_rankings(encoder: BiEncoder, index: DenseIndex, records: list, k: int) -> list:
+    """Passage ids ranked by inner product with each question's embedding."""
+    _, positions = index.search(encoder.encode([r["question"] for r in records]), k)
+    return [[index.ids[int(i)] for i in row] for row in positions]
+
+
+def train_dpr(encoder: BiEncoder, records: list, passages: list, out, cfg: TrainConfig, n_hard: int = 1,
+              resume: bool = False, log=print) -> BiEncoder:
+    """Train `encoder` in place on question records with in-batch and `n_hard` BM25 hard negatives per
+    question (the one trainer: metrics.jsonl, checkpoints, out/final with tokenizer and retriever.json)."""
+    bm25 = BM25Index.build(passages)
+    negatives = hard_negatives(bm25, records, passages, n_hard) if n_hard else [[] for _ in records]
+    examples = training_examples(encoder, records, passages, negatives)
+    Trainer(DPRObjective(encoder), examples, cfg, out, log=log).fit(resume=resume)
+    encoder.save(Path(out) / "final")
+    return encoder
+
+
+def compare(passages: list, records: list, encoders: dict, work, k: int = max(KS)) -> dict:
+    """{"bm25": recalls, name: recalls for each encoder} on `records` (dense indexes under `work`)."""
+    table = {"bm25": recall_at_k(bm25_rankings(BM25Index.build(passages), passages, records, k), records)}
+    for name, encoder in encoders.items():
+        index = encode_passages(encoder, passages, Path(work) / f"index-{name}")
+        table[name] = recall_at_k(dense_rankings(encoder, index, records, k), records)
+    return table
+
+
+def write_table(table: dict, path) -> Path:
+    """The comparison as JSON (numbers rounded to 4 places)."""
+    path = Path(path)
+    path.write_text(json.dumps({n: {k: round(float(v), 4) for k, v in r.items()} for n, r in table.items()},
+                               indent=2) + "\n")
+    return path
+
+
+def mean_reciprocal_rank(rankings: list, records: list) -> float:
+    """Mean over questions of 1 / rank of the first positive (0 when none is ranked)."""
+    ranks = [next((1 / (i + 1) for i, pid in enumerate(ranked) if pid in set(r["positives"])), 0.0)
+             for ranked, r in zip(rankings, records)]
+    return float(np.mean(ranks)) if ranks else 0.0

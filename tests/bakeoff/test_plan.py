@@ -32,7 +32,7 @@ def test_a_valid_plan_loads_with_defaults(tiny_plan):
     (lambda p: p["arms"].append(dict(p["arms"][0])), "arms[2].name"),
     (lambda p: p["arms"][0].update(continue_from="electra"), "arms[0].preset"),
     (lambda p: p["arms"][0].update(objective="t5"), "arms[0].objective"),
-    (lambda p: p["arms"][0].update(pretrain=False), "arms[0].pretrain"),
+    (lambda p: p["arms"][0].update(pretrain="no"), "arms[0].pretrain"),
     (lambda p: p["arms"][0].update(model="some/dir", preset=None), "arms[0].overrides"),
 ])
 def test_each_mistake_is_one_line_naming_its_field(tiny_plan, change, field):

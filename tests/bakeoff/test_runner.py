@@ -54,11 +54,13 @@ def test_same_seed_same_numbers_and_an_interrupted_plan_resumes(tmp_path, tiny_p
 
 
 @pytest.mark.slow
-def test_a_checkpoint_continued_and_fine_tuned_as_it_is(tmp_path, tiny_plan, one_thread):
+def test_a_checkpoint_continued_and_fine_tuned_as_it_is_and_a_preset_from_scratch(tmp_path, tiny_plan, one_thread):
     first = dict(tiny_plan, arms=tiny_plan["arms"][:1], claims=[])
     run_plan(check_plan(first), tmp_path / "a", log=lambda line: None)
     checkpoint = str(tmp_path / "a" / "mlm" / "seed-0" / "pretrain" / "final")
     arms = [{"name": "none", "objective": "mlm", "model": checkpoint, "pretrain": False},
+            {"name": "scratch", "objective": "mlm", "preset": "bert-tiny", "overrides": tiny_plan["arms"][0]["overrides"],
+             "pretrain": False},
             {"name": "more", "objective": "mlm", "model": checkpoint, "corpus": {"source": "builtin", "documents": 60,
                                                                                   "seed": 1}}]
     plan = check_plan(dict(first, arms=arms, claims=[{"better": "more", "worse": "none", "task": "sentiment"}]))
@@ -68,3 +70,4 @@ def test_a_checkpoint_continued_and_fine_tuned_as_it_is(tmp_path, tiny_plan, one
     assert rows["none"]["pretrain_flops"] == 0 and rows["more"]["pretrain_steps"] > 0
     assert not (tmp_path / "b" / "none" / "seed-0" / "pretrain").exists()
     assert (tmp_path / "b" / "more" / "seed-0" / "pretrain" / "final" / "config.json").is_file()
+    assert rows["scratch"]["pretrain_steps"] == 0 and (tmp_path / "b" / "scratch" / "seed-0" / "sentiment" / "best").is_dir()

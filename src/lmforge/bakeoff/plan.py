@@ -58,7 +58,7 @@ class Arm:
     corpus: dict | None = None
     continue_from: str | None = None
     model: str | None = None  # a checkpoint (directory or installed model) pretrained further
-    pretrain: bool = True  # False: fine-tune the checkpoint / the arm continued as it is (a baseline)
+    pretrain: bool = True  # False: fine-tune the start as it is (a baseline; a preset: its seeded random init)
     train: dict = field(default_factory=dict)
 
 
@@ -156,8 +156,6 @@ def _arm(value, where: str) -> Arm:
         _fail(f"{where}.preset", "give exactly one of preset, continue_from (another arm) or model (a checkpoint)")
     if arm.get("pretrain", True) not in (True, False):
         _fail(f"{where}.pretrain", f"must be true or false, got {arm['pretrain']!r}")
-    if arm.get("pretrain") is False and arm.get("preset") is not None:
-        _fail(f"{where}.pretrain", "an arm without pretraining fine-tunes a checkpoint (model) or another arm's model")
     if arm.get("model") is not None and arm["overrides"]:
         _fail(f"{where}.overrides", "a checkpoint (model) is pretrained further as it is: no overrides")
     return Arm(**{**arm, "name": _name(arm["name"], f"{where}.name")})

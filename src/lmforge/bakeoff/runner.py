@@ -265,17 +265,20 @@ class BakeOff:
         """The text an arm pretrains on: its own corpus or the plan's."""
         return corpus_file(arm.corpus, self.out) if arm.corpus else self.corpus
 
-    def finetune(self, arm: Arm, seed: int, task: str, model: Path) -> dict:
+    def finetune(self, arm: Arm, seed: int, task: str, model: Path | None) -> dict:
         """Fine-tune the pretrained `model` on `task` with the plan's recipe; the test-set row."""
-        from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
+        from lmforge.tasks.finetune import TaskConfig, evaluate, finetune, preset_model
 
         out = self.arm_dir(arm.name, seed) / task
+        if model is None:  # a preset fine-tuned from its random init (drawn from the seed): no pretraining
+            model = preset_model(arm.preset, self.tokenizer, arm.overrides, seed)
         shutil.rmtree(out, ignore_errors=True)  # an unfinished fine-tuning run starts again
         data = self.tasks[task]
         train, task_options = split_finetune(self.plan.finetune)
         train_cfg = TrainConfig.from_dict({"progress": False, **train, "seed": seed})
         splits = data["splits"]
-        finetune(model, None, data["kind"], splits["train"], splits["validation"], out, train_cfg,
+        tokenizer = None if isinstance(model, Path) else self.tokenizer  # a directory reads with its own
+        finetune(model, tokenizer, data["kind"], splits["train"], splits["validation"], out, train_cfg,
                  TaskConfig.from_dict(task_options), log=self.detail)
         best = out / "best" if (out / "best").is_dir() else out / "final"
         metrics = evaluate(best, splits["test"], device=train_cfg.device)

@@ -1,0 +1,120 @@
+"""`lmforge index` and `lmforge retrieve`: passages, BM25 and dense indexes, queries, DPR training.
+
+    lmforge index build --passages builtin --model all-MiniLM-L6-v2 --out runs/ix
+    lmforge index build --passages corpus/ --words 100 --out runs/ix          (BM25 only)
+    lmforge retrieve --index runs/ix --query "Where was Migom Koudand born?" --k 5 [--method bm25]
+    lmforge retrieve train --model all-MiniLM-L6-v2 --out runs/dpr --steps 200 [--questions qa.jsonl] \\
+        lr=2e-5 batch_size=16 temperature=0.05
+
+--passages: "builtin" (the built-in corpus), a passages JSONL ({"id", "title", "text"}), or text /
+JSONL corpus files. --questions: "builtin" or a SQuAD JSON / QA JSONL file ("question", "answers",
+"positives" or "context"). key=value options: training (TrainConfig) and the encoder (pooling,
+normalize, temperature, max_length).
+"""
+from __future__ import annotations
+
+import json
+
+
+def _options(args) -> tuple:
+    """(TrainConfig fields, EncoderOptions fields) from --config and key=value."""
+    from dataclasses import fields
+
+    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.retrieval.dpr import EncoderOptions
+    from lmforge.train import TrainConfig
+
+    options = {**read_config_file(getattr(args, "config", None)), **parse_overrides(args.overrides)}
+    train_keys, encoder_keys = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(EncoderOptions)}
+    unknown = sorted(set(options) - train_keys - encoder_keys)
+    if unknown:
+        raise UsageError(f"unknown option(s) {unknown}: training options or pooling, normalize, temperature, "
+                         f"max_length")
+    return ({k: v for k, v in options.items() if k in train_keys},
+            {k: v for k, v in options.items() if k in encoder_keys})
+
+
+def cmd_index_build(args) -> None:
+    """Build passages, BM25 and (with --model) the dense index under --out."""
+    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.run import build_index_dir
+
+    train, encoder = _options(args)
+    if train:
+        raise UsageError(f"index build takes no training options ({sorted(train)})")
+    if args.words < 1:
+        raise UsageError(f"--words must be positive, got {args.words}")
+    summary = build_index_dir(args.out, args.passages, args.model, args.seed, args.words, args.batch_size,
+                              not args.quiet, **encoder)
+    print(json.dumps(summary))
+
+
+def cmd_query(args) -> None:
+    """Print the top-k passages of each --query as JSON lines."""
+    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.run import query_index
+
+    if not args.index or not args.query:
+        raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
+    if args.k < 1:
+        raise UsageError(f"--k must be positive, got {args.k}")
+    for result in query_index(args.index, args.query, args.k, args.method, args.query_model, args.backend):
+        print(json.dumps(result, ensure_ascii=False))
+
+
+def cmd_train(args) -> None:
+    """Train a DPR retriever and print recall@k of BM25, the untrained and the trained encoder."""
+    from lmforge.retrieval.run import run_train
+    from lmforge.train import TrainConfig
+
+    train, encoder = _options(args)
+    steps = {"steps": args.steps} if args.steps is not None else {}
+    cfg = TrainConfig.from_dict({"seed": args.seed, "warmup": 10, **steps, **train})
+    table = run_train(args.model, args.out, cfg, args.questions, args.passages, args.hard_negatives, args.resume,
+                      **encoder)
+    for name, row in table.items():
+        print(f"{name:>10}  " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()))
+    print(f"retriever in {args.out}/final, recall in {args.out}/recall.json")
+
+
+def _index_parser(sub, argparse) -> None:
+    p = sub.add_parser("index", help="build a passage index (BM25, and dense with --model)", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    build = p.add_subparsers(dest="action", required=True).add_parser("build", help="build an index directory")
+    build.add_argument("--passages", default="builtin", help="builtin, a passages JSONL, or corpus files")
+    build.add_argument("--out", required=True, help="index directory")
+    build.add_argument("--model", help="encoder for the dense index (a directory or all-MiniLM-L6-v2)")
+    build.add_argument("--words", type=int, default=100, help="words per passage")
+    build.add_argument("--batch-size", type=int, default=64)
+    build.add_argument("--seed", type=int, default=0, help="the built-in corpus's seed")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument("overrides", nargs="*", help="key=value encoder options (pooling, max_length, ...)")
+    build.set_defaults(func=cmd_index_build)
+
+
+def add_parsers(sub) -> None:
+    """Add the index and retrieve sub-commands to the `lmforge` parser."""
+    import argparse
+
+    _index_parser(sub, argparse)
+    p = sub.add_parser("retrieve", help="query an index, or train a dense retriever (retrieve train)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--index", help="index directory (lmforge index build)")
+    p.add_argument("--query", action="append", help="a question (repeat for several)")
+    p.add_argument("--k", type=int, default=5, help="passages per query")
+    p.add_argument("--method", default="dense", choices=("dense", "bm25"))
+    p.add_argument("--model", dest="query_model", help="query encoder (default: the index's model)")
+    p.add_argument("--backend", default="torch", choices=("torch", "faiss"))
+    p.set_defaults(func=cmd_query)
+    t = p.add_subparsers(dest="action").add_parser("train", help="train DPR; recall@k vs BM25 and untrained")
+    t.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
+    t.add_argument("--out", required=True)
+    t.add_argument("--questions", default="builtin", help="builtin, or a SQuAD JSON / QA JSONL file")
+    t.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
+    t.add_argument("--hard-negatives", type=int, default=1, help="BM25 hard negatives per question")
+    t.add_argument("--steps", type=int)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--config", help="YAML/JSON file of key: value options")
+    t.add_argument("--resume", action="store_true")
+    t.add_argument("overrides", nargs="*", help="key=value: training and encoder options")
+    t.set_defaults(func=cmd_train)

@@ -1,0 +1,64 @@
+"""lmforge index build / retrieve / retrieve train on a tiny BERT: exit status 0 with results, 2 with a
+one-line message naming the problem (corrupt index, bad QA line, unknown option)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.retrieval.passages import load_passages
+from lmforge.tokenizer.train import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny")
+    texts = [f"{p.title}. {p.text}" for p in load_passages(None)]
+    tokenizer = train_tokenizer(texts, "wordpiece", 300)
+    torch.manual_seed(0)
+    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tokenizer.vocab_size,
+                          max_seq_len=64)
+    model.save(path)
+    tokenizer.save(path)
+    return path
+
+
+def test_index_build_and_query_dense_and_bm25(tiny, tmp_path, capsys):
+    out = tmp_path / "ix"
+    assert main(["index", "build", "--out", str(out), "--model", str(tiny), "--quiet", "max_length=64"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["dim"] == 32
+    for method in ("dense", "bm25"):
+        assert main(["retrieve", "--index", str(out), "--query", "Where was Migom Koudand born?",
+                     "--query", "Which river?", "--k", "3", "--method", method]) == 0
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        assert [len(x["results"]) for x in lines] == [3, 3]
+    assert lines[0]["results"][0]["title"] == "Migom Koudand"  # BM25 finds the named person
+    (out / "dense" / "embeddings.npy").write_bytes(b"\x93NUMPY")
+    assert main(["retrieve", "--index", str(out), "--query", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "embeddings.npy: checksum does not match" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow  # ~20 s on a shared 2-core machine: two encoders, BM25, a short run of the trainer
+def test_retrieve_train_writes_a_model_and_the_recall_table(tiny, tmp_path, capsys):
+    out = tmp_path / "dpr"
+    code = main(["retrieve", "train", "--model", str(tiny), "--out", str(out), "--steps", "4", "batch_size=8",
+                 "progress=false", "max_length=64"])
+    assert code == 0
+    table = json.loads((out / "recall.json").read_text())
+    assert set(table) == {"bm25", "untrained", "trained"} and 0 <= table["trained"]["recall@20"] <= 1
+    assert (out / "final" / "retriever.json").is_file() and (out / "metrics.jsonl").is_file()
+    assert "trained" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line_with_status_2(tiny, tmp_path, capsys):
+    bad = tmp_path / "qa.jsonl"
+    bad.write_text('{"question": "Who?", "answers": ["A"], "context": "A did."}\nnot json\n')
+    assert main(["retrieve", "train", "--model", str(tiny), "--out", str(tmp_path / "r"), "--questions", str(bad)]) == 2
+    assert "qa.jsonl: line 2: not JSON" in capsys.readouterr().err
+    assert main(["retrieve", "train", "--model", str(tiny), "--out", str(tmp_path / "r"), "colour=red"]) == 2
+    assert "unknown option(s) ['colour']" in capsys.readouterr().err
+    assert main(["retrieve", "--index", str(tmp_path / "none"), "--query", "q", "--method", "bm25"]) == 2

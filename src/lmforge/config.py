@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lmforge.config_checks import (ConfigError, choice, positive, validate_elmo, validate_ffn_sizes,
-                                   validate_pruned, validate_rotary_scaling, validate_windows)
+                                   validate_pruned, validate_quantization, validate_rotary_scaling,
+                                   validate_windows)
 
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder", "elmo")  # elmo: a biLSTM LM (lmforge/elmo.py)
 POSITIONS = ("learned", "sinusoidal", "relative-bias", "alibi", "rotary", "xl-relative", "none")
@@ -114,6 +115,8 @@ class ModelConfig:
                                                 "{'encoder.3': [0, 5], 'cross.1': [2]}; null: none")
     ffn_sizes: Optional[dict] = option(None, "hidden units kept per layer by FFN pruning: {'encoder.3': 1536}; "
                                              "null: d_ff everywhere")
+    quantization: Optional[dict] = option(None, "int8 Linears (compress/quantize.py): {'mode': 'dynamic' | "
+                                                "'weight-only', ...}; null: fp32")
     # LM head (heads.py reads these so a preset describes its family's head)
     lm_transform: bool = option(True, "LM head: BERT's dense + activation + norm before the projection")
     lm_bias: bool = option(True, "LM head: a bias on the vocabulary projection")
@@ -322,6 +325,7 @@ def _validate(cfg: ModelConfig) -> None:
     _validate_heads(cfg)
     validate_pruned(cfg)
     validate_ffn_sizes(cfg)
+    validate_quantization(cfg)
     if cfg.architecture == "elmo":
         validate_elmo(cfg)
     _validate_patterns(cfg)

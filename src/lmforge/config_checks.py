@@ -113,3 +113,14 @@ def validate_ffn_sizes(cfg) -> None:
         _layer_key(cfg, "ffn_sizes", key, ("encoder", "decoder"))
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= cfg.d_ff:
             raise ConfigError(f"ffn_sizes[{key!r}]={size!r} must be an integer in 1..d_ff={cfg.d_ff}")
+
+
+QUANTIZATION_MODES = ("dynamic", "weight-only")
+
+
+def validate_quantization(cfg) -> None:
+    """quantization is null or a mapping whose "mode" is one of QUANTIZATION_MODES."""
+    q = cfg.quantization
+    if q is not None and not (isinstance(q, dict) and q.get("mode") in QUANTIZATION_MODES):
+        raise ConfigError(f"quantization={q!r:.80} must be null or a mapping with \"mode\": "
+                          f"{' or '.join(QUANTIZATION_MODES)}")

@@ -144,6 +144,9 @@ def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
 
 def family_of(cfg: ModelConfig):
     """The reference family that expresses `cfg` exactly (its config maps there and back)."""
+    if cfg.quantization:
+        raise ConversionError(f"the model is int8-quantised ({cfg.quantization['mode']}), which the Hugging Face "
+                              "format does not hold; export the fp32 model, or save this one in lmforge's format")
     if cfg.pruned_heads:  # transformers v5 dropped pruned_heads: every layer has num_attention_heads
         raise ConversionError(f"the model's heads were pruned per layer ({len(cfg.pruned_heads)} attentions "
                               "changed), which no Hugging Face config expresses; save it in lmforge's format")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from lmforge.fast.int8 import refuse_int8
 from lmforge.io import save
 from lmforge.io.files import DiskFull
 from lmforge.train import distributed as dist
@@ -56,6 +57,7 @@ class Trainer:
         # if it has them, travel in checkpoints so a resumed run stops where it would have;
         # lr_scale: see optim.param_groups
         self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
+        refuse_int8(objective)
         self.device = resolve_device(cfg.device)
         self.rank, self.world = dist.init_from_env(self.device)
         self.objective = objective.to(self.device)

@@ -1,0 +1,74 @@
+"""`lmforge quantize`: int8 quantisation of every Linear for CPU inference, with what it cost and bought.
+
+    lmforge quantize --model all-MiniLM-L6-v2 --out runs/minilm-int8
+    lmforge quantize --model runs/sst/best --out runs/sst-int8 --data dev.jsonl
+    lmforge quantize --model runs/gpt/final --out runs/gpt-int8 --mode weight-only
+
+dynamic: weights int8 per output channel, activations quantised at run time (encoders, batches);
+weight-only: activations stay fp32 (decoding, where the time is reading the weights). Each layer
+runs the kernel this machine measures fastest, fp32 included (the report lists the choices).
+The model is saved under --out/model (loadable by every command); quantize.json beside it.
+"""
+from __future__ import annotations
+
+
+def _table(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    metric = "metric" in report["before"]
+    table = Table(title=f"int8 {report['mode']} quantisation (forward of {report['batch'][0]} x "
+                        f"{report['batch'][1]} on {report['threads']} threads)")
+    for col in ("", "parameters", "int8 layers", "safetensors MB", *(("metric",) if metric else ()), "forward s"):
+        table.add_column(col, justify="right")
+    for name in ("before", "after"):
+        r = report[name]
+        table.add_row(name, f"{r['parameters']:,}", str(r["int8_layers"]), f"{r['bytes'] / 1e6:.1f}",
+                      *((f"{r['metric_name']} {r['metric']:.4f}",) if metric else ()), f"{r['seconds']:.4f}")
+    Console().print(table)
+    kept = sorted({k["kernel"] for k in report["kernels"]})
+    print(f"speed-up {report['speedup']:.2f}x, size {report['size_ratio']:.2f}x; kernels chosen: {', '.join(kept)}")
+
+
+def cmd_quantize(args) -> None:
+    """Quantise, save under --out, print the before/after table; quantize.json beside it."""
+    import torch
+
+    from lmforge.cli.common import UsageError
+    from lmforge.compress.quantize_report import run_quantize
+    from lmforge.tasks.finetune import task_info
+    from lmforge.tasks.formats import read_task_file
+
+    for name in ("batch_size", "seq_len", "rounds"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be a positive integer")
+    torch.manual_seed(args.seed)
+    records, kind = None, args.task
+    if args.data:
+        kind = kind or task_info(args.model).get("kind")
+        if kind is None:
+            raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
+        records = read_task_file(args.data, kind, args.columns, True)
+    report = run_quantize(args.model, args.out, args.mode, records, kind, args.batch_size, args.seq_len, args.rounds)
+    _table(report)
+    print(f"model in {args.out}/model, report in {args.out}/quantize.json")
+
+
+def add_parsers(sub) -> None:
+    """Add the quantize sub-command to the `lmforge` parser."""
+    import argparse
+
+    p = sub.add_parser("quantize", help="int8 quantisation of every Linear (dynamic or weight-only), measured",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a model directory (lmforge or Hugging Face) or installed model")
+    p.add_argument("--out", required=True, help="directory for the model (out/model) and quantize.json")
+    p.add_argument("--mode", default="dynamic", choices=("dynamic", "weight-only"),
+                   help="dynamic: int8 activations too (encoders); weight-only: fp32 activations (decoding)")
+    p.add_argument("--data", help="labelled data: the task metric before and after (a fine-tuned model)")
+    p.add_argument("--task", help="task type (default: the model's task.json)")
+    p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
+    p.add_argument("--batch-size", type=int, default=8, help="rows of the timed forward batch")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per row of the timed batch")
+    p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_quantize)

@@ -1,0 +1,72 @@
+"""int8 quantisation of every Linear of a model's backbone and heads, for CPU inference.
+
+Weights are quantised symmetrically per output channel (one fp32 scale a row, int8 values in
+[-127, 127]); in "dynamic" mode activations are quantised at run time (per row, from its
+range), in "weight-only" mode they stay fp32. The layers are lmforge's own Int8Linear
+(fast/int8.py), which runs whichever kernel this machine measured fastest for each shape,
+fp32 included, so a quantised layer is never slower than its fp32 form. Not the deprecated
+torch.ao.quantization.quantize_dynamic.
+
+What stays fp32: embeddings and norms (not Linears), and an untied LM head's vocabulary
+projection, which generate reads as a weight matrix (its own input-major / screened ways,
+generate/fast/projection.py); a tied one is the token table. The config records the mode and
+what was kept, so `lmforge.load` rebuilds the int8 layers and the safetensors file holds int8
+weights + scales; training such a model, or exporting it to the Hugging Face format, is refused.
+"""
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+
+from lmforge.fast.int8 import MODES, Int8Linear, int8_linears, swap_linears
+from lmforge.heads import LMHead
+from lmforge.model import Transformer
+
+SCHEME = "int8 symmetric, per output channel"
+
+
+def kept_fp32(model: nn.Module) -> list:
+    """Names of the Linears quantisation leaves in fp32: the vocabulary projection of an LM head."""
+    return [f"{name}.decoder" for name, m in model.named_modules()
+            if isinstance(m, LMHead) and isinstance(m.decoder, nn.Linear)]
+
+
+def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False) -> Transformer:
+    """The model with every Linear (but `kept_fp32`) an Int8Linear of `mode`; a copy unless inplace."""
+    if mode not in MODES:
+        raise ValueError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    if model.config.quantization:
+        raise ValueError(f"the model is already int8-quantised ({model.config.quantization['mode']})")
+    if model.config.architecture == "elmo":
+        raise ValueError("ELMo (a biLSTM) has no Transformer Linears to quantise this way")
+    model = model if inplace else copy.deepcopy(model)
+    kept = kept_fp32(model)
+    swapped = swap_linears(model, mode, kept)
+    if not swapped:
+        raise ValueError("the model has no Linear layers to quantise")
+    model.config = model.config.replace(quantization={"mode": mode, "scheme": SCHEME, "kept_fp32": kept})
+    return model.eval()
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Weights of the model, int8 ones included (an Int8Linear's are buffers, not parameters):
+    one per weight and bias, not counting the per-channel scales."""
+    found = int8_linears(model)
+    int8 = sum(m.qweight.numel() + (m.bias.numel() if m.bias is not None else 0) for _, m in found)
+    return sum(p.numel() for p in model.parameters()) + int8
+
+
+def int8_share(model: nn.Module) -> float:
+    """Share of the weights (parameter_count) stored as int8."""
+    found = int8_linears(model)
+    return sum(m.qweight.numel() for _, m in found) / max(parameter_count(model), 1)
+
+
+def int8_layers(model: nn.Module) -> int:
+    """Number of Int8Linear layers."""
+    return len(int8_linears(model))
+
+
+__all__ = ["Int8Linear", "MODES", "SCHEME", "int8_layers", "int8_share", "kept_fp32", "parameter_count",
+           "quantize"]

@@ -1,0 +1,102 @@
+"""`lmforge quantize`'s work: quantise a saved model, save it, and measure what it cost and bought.
+
+Size on disk (safetensors bytes), weights (int8 ones counted), forward time of the fp32 and the
+int8 model side by side in one process (rounds alternate A B A B on the same batch, so load from
+elsewhere hits both alike) and, for a fine-tuned model given labelled data, the task metric.
+The report is a dict, written as quantize.json.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from lmforge.compress.quantize import int8_layers, int8_share, parameter_count, quantize
+from lmforge.config import atomic_write_text
+from lmforge.fast.int8 import choices
+from lmforge.io import find_model_dir, load
+from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
+from lmforge.tokenizer import load_tokenizer
+
+
+@torch.no_grad()
+def side_by_side(calls: dict, rounds: int = 5) -> dict:
+    """name -> median seconds of calls[name](), the calls alternating round by round (after a warm-up
+    call each: first-call allocations and int8 kernel measurement)."""
+    for call in calls.values():
+        call()
+    times: dict = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def random_batch(model, batch_size: int, seq_len: int, seed: int = 0) -> tuple:
+    """(B, T) token ids (drawn from the vocabulary, past the first 1000 where it is large: no special
+    tokens) and an all-ones mask."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    low = 1000 if vocab > 2000 else 0
+    ids = torch.randint(low, vocab, (batch_size, min(seq_len, model.config.max_seq_len)), generator=g)
+    return ids, torch.ones_like(ids)
+
+
+def _sizes(model, path: Path | None) -> dict:
+    out = {"parameters": parameter_count(model), "int8_layers": int8_layers(model),
+           "int8_share": round(int8_share(model), 4)}
+    if path is not None:
+        out["bytes"] = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    return out
+
+
+def _metric(task, records: list) -> dict:
+    examples = encode_split(task, records, "data")
+    predictions = task.decode(records, examples, task.outputs(examples, 64))
+    name, value = next(iter(task.score(records, predictions).items()))
+    return {"metric_name": name, "metric": float(value)}
+
+
+def _models(source: Path, records, kind):
+    """(fp32 task or None, fp32 model, int8-to-be task or None, its model): tasks where the model is
+    fine-tuned and data was given."""
+    if records is not None and ((source / TASK_FILE).is_file() or kind):
+        before, after = fine_tuned_task(source, records, kind), fine_tuned_task(source, records, kind)
+        return before, before.model, after, after.model
+    return None, load(source).eval(), None, load(source).eval()
+
+
+def run_quantize(model, out, mode: str = "dynamic", records: list | None = None, kind: str | None = None,
+                 batch_size: int = 8, seq_len: int = 128, rounds: int = 5) -> dict:
+    """Quantise the model at `model` (a directory or installed model), save it under out/model, and
+    report sizes, speed side by side and (with `records`) the task metric before and after."""
+    source, out = find_model_dir(model), Path(out)
+    task_before, fp32, task_after, int8 = _models(source, records, kind)
+    quantize(int8, mode, inplace=True)
+    if task_after is not None:
+        save_model(task_after, out / "model")
+    else:
+        int8.save(out / "model")
+        try:
+            load_tokenizer(source).save(out / "model")
+        except (OSError, ValueError):
+            pass  # a model without a tokenizer (random ids only): nothing to carry over
+    ids, mask = random_batch(fp32, batch_size, seq_len)
+    seconds = side_by_side({"before": lambda: fp32(ids, mask, run_heads=False),
+                            "after": lambda: int8(ids, mask, run_heads=False)}, rounds)
+    report = {"mode": mode, "batch": [int(ids.shape[0]), int(ids.shape[1])], "threads": torch.get_num_threads(),
+              "before": {**_sizes(fp32, source), "seconds": seconds["before"]},
+              "after": {**_sizes(int8, out / "model"), "seconds": seconds["after"]}}
+    if task_before is not None:
+        report["before"].update(_metric(task_before, records))
+        report["after"].update(_metric(task_after, records))
+    report["speedup"] = seconds["before"] / seconds["after"]
+    report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)
+    report["kernels"] = choices()
+    atomic_write_text(out / "quantize.json", json.dumps(report, indent=2) + "\n")
+    return report

@@ -1,0 +1,230 @@
+"""Int8Linear: y = x W^T + b with W stored as int8 per output channel, W ~ scale[:, None] * q.
+
+Two modes (compress/quantize.py swaps them in for nn.Linear):
+
+- "dynamic": each call quantises the activations (per row, by its range) and multiplies
+  u8 x s8 into int32 (Jacob et al. 2018's scheme, dynamic as in BERT inference on CPU);
+- "weight-only": activations stay fp32; only the weights are int8 (decoding reads every weight
+  once a token, so the bytes read are the time).
+
+Which kernel runs is measured, not assumed. int8 speed depends on the CPU (AVX2 without VNNI
+has no u8 x s8 dot instruction; AVX-512 VNNI has), on the shape and on the rows a call has, so
+the first call of each (mode, in, out, rows bucket, threads) times every kernel that applies on
+its own input and keeps the fastest for the process (CHOICES). "fp32" (the dequantised weight
+through F.linear) is always a candidate: a layer never runs slower than fp32 by more than timing
+noise, and where int8 loses the choice says so (`choices()`). Kernels, guarded (an op missing
+from this torch build is simply no candidate):
+
+- "fbgemm": torch.ops.quantized.linear_dynamic on fbgemm's packed weight (AVX2 packing; its
+  packed form is built from a per-channel qint8 tensor, whose creation functions torch marks
+  deprecated: the build is guarded and lmforge's state is plain int8 + scales either way);
+- "int8pack": aten._weight_int8pack_mm (weight-only);
+- "dequantise": W rebuilt in fp32 at every call, then F.linear (weight-only; a correct fallback);
+- "fp32": a dequantised fp32 copy kept beside the int8 weight, then F.linear.
+
+Each also runs as "<kernel>-serial", on one thread: with few rows, waking a second thread can
+cost more than it saves (on cores shared with other work, a whole scheduler slice: ~16 ms).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MODES = ("dynamic", "weight-only")
+KERNELS = {"dynamic": ("fp32", "fbgemm"), "weight-only": ("fp32", "int8pack", "dequantise")}
+SERIAL = "-serial"  # a kernel's name + SERIAL: the same on one thread (see the module doc)
+ROW_BUCKETS = (1, 8, 64, 512)  # a call's rows are timed as the smallest bucket >= them (else "many")
+CHOICES: dict = {}  # (mode, in, out, bucket, threads) -> kernel, for this process
+TIMINGS: dict = {}  # same key -> {kernel: median seconds}, what the choice was made on
+
+
+def quantise_per_channel(weight: torch.Tensor) -> tuple:
+    """(out, in) fp32 -> (int8 q, (out,) fp32 scale) with q = round(w / scale), scale = max|w_row| / 127
+    (symmetric: zero maps to zero; an all-zero row gets scale 1)."""
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1) / 127.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def _bucket(rows: int):
+    return next((b for b in ROW_BUCKETS if rows <= b), "many")
+
+
+def _median_seconds(fn, repeats: int = 3) -> float:
+    fn()  # warm: packing, allocations
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+class Int8Linear(nn.Module):
+    """nn.Linear's y = x W^T + b over an int8 per-channel weight (buffers qweight, scale, bias), running
+    the kernel measured fastest for its shape on this machine (see the module doc)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, mode: str = "dynamic") -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+        self.in_features, self.out_features, self.mode = in_features, out_features, mode
+        self.register_buffer("qweight", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("scale", torch.ones(out_features))
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        self._derived: dict = {}  # kernel -> its packed / fp32 form, valid for `_derived_key`
+        self._derived_key = None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, mode: str = "dynamic", quantise: bool = True) -> "Int8Linear":
+        """The int8 form of `linear` (its weight quantised per output channel; quantise=False: the
+        shapes only, for a checkpoint's weights to be loaded into)."""
+        module = cls(linear.in_features, linear.out_features, linear.bias is not None, mode)
+        if not quantise:
+            return module.to(linear.weight.device)
+        q, scale = quantise_per_channel(linear.weight)
+        module.qweight.copy_(q)
+        module.scale.copy_(scale)
+        if linear.bias is not None:
+            module.bias.copy_(linear.bias.detach())
+        return module.to(linear.weight.device)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantised (out, in) fp32 weight, a fresh tensor (for code that reads W directly)."""
+        return self.qweight.float() * self.scale[:, None]
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
+        if x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled() and x.requires_grad:
+            return F.linear(x.float(), self.weight, self.bias).to(x.dtype)  # the reference path
+        rows = x.numel() // self.in_features
+        key = (self.mode, self.in_features, self.out_features, _bucket(rows), torch.get_num_threads())
+        kernel = CHOICES.get(key)
+        x2 = x.reshape(rows, self.in_features)
+        if kernel is None:
+            kernel = CHOICES[key] = self._measure(key, x2)
+        return self.run(kernel, x2).view(*x.shape[:-1], self.out_features)
+
+    def run(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
+        """(rows, in) fp32 -> (rows, out) through the named kernel."""
+        if kernel.endswith(SERIAL):
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                return self.run(kernel[:-len(SERIAL)], x)
+            finally:
+                torch.set_num_threads(threads)
+        if kernel == "fp32":
+            return F.linear(x, self._form("fp32"), self.bias)
+        if kernel == "dequantise":
+            return F.linear(x, self.weight, self.bias)
+        if kernel == "int8pack":
+            out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scale)
+            return out if self.bias is None else out.add_(self.bias)
+        return self._fbgemm_rows(x)
+
+    def _fbgemm_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """fbgemm's dynamic u8 x s8 product with per-row activation scales: fbgemm quantises a
+        tensor by one range, so each row is first divided by its largest |x| and the output rows
+        multiplied back (the product is linear in x). all-MiniLM-L6-v2's embeddings: cosine to
+        fp32 0.971 per tensor, 0.990 per row. reduce_range=True (7-bit activations): AVX2 without
+        VNNI sums u8 x s8 pairs in int16, which 8-bit activations saturate (errors 20x the bound)."""
+        s = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)  # (rows, 1)
+        out = torch.ops.quantized.linear_dynamic(x / s, self._form("fbgemm"), True).mul_(s)
+        return out if self.bias is None else out.add_(self.bias)
+
+    def _form(self, kernel: str):
+        """The derived weight a kernel reads, rebuilt when the buffers changed (load_state_dict)."""
+        key = (self.qweight.data_ptr(), self.qweight._version, self.scale._version,
+               None if self.bias is None else (self.bias.data_ptr(), self.bias._version))
+        if key != self._derived_key:
+            self._derived, self._derived_key = {}, key
+        if kernel not in self._derived:
+            self._derived[kernel] = self.weight if kernel == "fp32" else _fbgemm_pack(self.qweight, self.scale, None)
+        return self._derived[kernel]
+
+    def candidates(self) -> list:
+        """The kernels of this mode that this torch build offers."""
+        usable = []
+        for kernel in KERNELS[self.mode]:
+            if kernel == "fbgemm" and _fbgemm_pack(self.qweight[:1], self.scale[:1], None) is None:
+                continue
+            if kernel == "int8pack" and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+                continue
+            usable += [kernel, kernel + SERIAL] if torch.get_num_threads() > 1 else [kernel]
+        return usable
+
+    def _measure(self, key: tuple, x: torch.Tensor) -> str:
+        """Time every usable kernel on x; keep the fastest (and the times, for the report)."""
+        times = {}
+        for kernel in self.candidates():
+            try:
+                times[kernel] = _median_seconds(lambda: self.run(kernel, x))
+            except RuntimeError:  # present but refusing this shape or build: no candidate
+                continue
+        TIMINGS[key] = times
+        best = min(times, key=times.get)
+        for kernel in set(self._derived) - {best.removesuffix(SERIAL)}:
+            self._derived.pop(kernel)  # an fp32 copy is not kept idle beside the int8 weight
+        return best
+
+
+def _fbgemm_pack(q: torch.Tensor, scale: torch.Tensor, bias):
+    """fbgemm's packed form of an int8 per-channel weight, or None where this torch has no fbgemm."""
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return None
+    engine = torch.backends.quantized.engine
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the qint8 tensor fbgemm's prepack reads is marked deprecated
+            torch.backends.quantized.engine = "fbgemm"
+            zeros = torch.zeros(q.shape[0], dtype=torch.long)
+            qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.cpu().double(), zeros, 0)
+            return torch.ops.quantized.linear_prepack(qw, None if bias is None else bias.float().cpu())
+    except (AttributeError, RuntimeError):
+        return None
+    finally:
+        torch.backends.quantized.engine = engine
+
+
+def choices() -> list:
+    """What each measured (mode, in, out, rows, threads) runs, with the times it was chosen on."""
+    return [{"mode": k[0], "in": k[1], "out": k[2], "rows": k[3], "threads": k[4], "kernel": kernel,
+             "ms": {name: round(s * 1e3, 4) for name, s in TIMINGS.get(k, {}).items()}}
+            for k, kernel in CHOICES.items()]
+
+
+def int8_linears(model: nn.Module) -> list:
+    """(name, module) of every Int8Linear in `model`."""
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, Int8Linear)]
+
+
+def swap_linears(model: nn.Module, mode: str, skip=(), quantise: bool = True) -> list:
+    """Replace every nn.Linear of `model` (but the names in `skip`) by an Int8Linear of `mode`,
+    quantising its weight (quantise=False: empty, to load into); returns the names swapped."""
+    swapped = []
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, nn.Linear) and full not in skip:
+                setattr(module, child_name, Int8Linear.from_linear(child, mode, quantise))
+                swapped.append(full)
+    return swapped
+
+
+def refuse_int8(module: nn.Module) -> None:
+    """A ValueError naming the way out if `module` holds int8 Linears (they have no gradients to train)."""
+    found = int8_linears(module)
+    if found:
+        raise ValueError(f"the model is int8-quantised ({len(found)} Int8Linear layers, e.g. {found[0][0]}): "
+                         "training it is refused; train the fp32 model, then lmforge quantize it")

@@ -1,0 +1,172 @@
+"""int8 quantisation: per-channel scales, every kernel within the error bound of its scheme, save /
+load identical, truncated files and training refused, embeddings close to fp32, and quantised
+models through `lmforge quantize`, embed, fill-mask, generate and evaluate."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import lmforge
+from lmforge.cli import main
+from lmforge.compress.quantize import parameter_count, quantize
+from lmforge.config import ConfigError
+from lmforge.fast.int8 import CHOICES, Int8Linear, quantise_per_channel
+from lmforge.heads import attach
+from lmforge.io import CheckpointError
+from tests.conftest import tiny_model
+from tests.tasks.core import sentiment, tiny, tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny matrices, a busy second core
+
+
+def test_per_channel_scales_on_a_hand_example():
+    w = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [127.0, 0.0, -63.5]])
+    q, scale = quantise_per_channel(w)
+    torch.testing.assert_close(scale, torch.tensor([2 / 127, 1.0, 1.0]))
+    # 0.5 / (2 / 127) = 31.75 -> 32; round half to even: 63.5 -> 64, -63.5 -> -64; the row's largest |w| maps to +-127
+    assert q.tolist() == [[64, -127, 32], [0, 0, 0], [127, 0, -64]]
+    assert q.dtype == torch.int8
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "weight-only"])
+def test_every_kernel_stays_within_its_quantisation_bound(mode):
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 40)
+    module = Int8Linear.from_linear(linear, mode)
+    x = torch.randn(37, 96) * 3
+    with torch.no_grad():
+        exact = linear(x)
+        # |x (W - Wq)^T| <= |x| (scale / 2); dynamic adds |Wq| (|x|max_row / 127): 7-bit rows over +-|x|max
+        bound = x.abs() @ (module.scale / 2).expand(96, 40)
+        if mode == "dynamic":
+            bound += (x.abs().amax(1, keepdim=True) / 127) * module.weight.abs().sum(1)
+        for kernel in module.candidates():
+            error = (module.run(kernel, x) - exact).abs()
+            assert (error <= bound * 1.05 + 1e-4).all(), kernel
+        assert (module(x) - exact).abs().max() <= (bound * 1.05 + 1e-4).max()  # whichever was measured fastest
+
+
+def test_a_shape_measures_once_and_never_keeps_a_slower_kernel_than_fp32():
+    module = Int8Linear.from_linear(nn.Linear(24, 12), "dynamic")
+    with torch.no_grad():
+        module(torch.randn(3, 24))
+    key = next(k for k in CHOICES if k[1:3] == (24, 12))
+    from lmforge.fast.int8 import TIMINGS
+    assert "fp32" in TIMINGS[key] and TIMINGS[key][CHOICES[key]] == min(TIMINGS[key].values())
+
+
+def _lm_model(preset="bert-base"):
+    model = tiny_model(preset)
+    attach(model, "lm")
+    return model.eval()
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "weight-only"])
+def test_save_and_load_give_identical_outputs(tmp_path, mode):
+    model = quantize(_lm_model(), mode)
+    ids = torch.randint(5, 99, (2, 12), generator=torch.Generator().manual_seed(0))
+    model.save(tmp_path)
+    again = lmforge.load(tmp_path).eval()
+    assert again.config.quantization["mode"] == mode
+    assert sum(isinstance(m, Int8Linear) for m in again.modules()) == sum(
+        isinstance(m, Int8Linear) for m in model.modules()) > 0
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+    assert parameter_count(again) == parameter_count(_lm_model())
+
+
+def test_truncated_file_is_refused(tmp_path):
+    quantize(_lm_model()).save(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match="truncated"):
+        lmforge.load(tmp_path)
+
+
+def test_training_and_hf_export_are_refused(tmp_path):
+    from lmforge.objectives import MaskedLM
+    from lmforge.train import Trainer
+    from tests.train.helpers import quick, toy_data
+
+    model = quantize(_lm_model())
+    with pytest.raises(ValueError, match="training it is refused"):
+        Trainer(MaskedLM(model, mask_id=3, special_ids=(1, 2)), toy_data(), quick(), tmp_path / "run")
+    with pytest.raises(ValueError, match="int8-quantised"):
+        model.save(tmp_path / "hf", format="hf")
+
+
+def test_the_config_field_is_checked():
+    with pytest.raises(ConfigError, match="quantization="):
+        lmforge.tiny("bert-base").replace(quantization={"mode": "int4"})
+    with pytest.raises(ValueError, match="already int8"):
+        quantize(quantize(_lm_model()))
+
+
+def test_embeddings_stay_close_to_fp32():
+    torch.manual_seed(0)
+    model = lmforge.build("bert-base", n_layers=2, d_model=128, n_heads=4, d_ff=512, vocab_size=400).eval()
+    ids = torch.randint(5, 400, (8, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a = model(ids).last_hidden_state.mean(1)
+        for mode in ("dynamic", "weight-only"):
+            b = quantize(model, mode)(ids).last_hidden_state.mean(1)
+            assert torch.nn.functional.cosine_similarity(a, b).min() >= 0.99, mode
+
+
+def test_generation_runs_quantised_and_leaves_the_model_quantised():
+    model = _lm_model("gpt2")
+    prompt = torch.randint(5, 99, (1, 6), generator=torch.Generator().manual_seed(0))
+    for mode in ("dynamic", "weight-only"):
+        q = quantize(model, mode)
+        out = lmforge.generate(q, prompt, max_new_tokens=5)
+        assert out.shape == (1, 11) and torch.equal(out[:, :6], prompt)
+        assert sum(isinstance(m, Int8Linear) for m in q.modules()) > 0
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(tmp_path_factory):
+    """(directory, splits): a tiny BERT fine-tuned a few steps on the sentiment task, with task.json."""
+    from lmforge.tasks.finetune import finetune
+    from lmforge.train import TrainConfig
+
+    out, data = tmp_path_factory.mktemp("sst"), sentiment(100)
+    finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], None, out,
+             TrainConfig(steps=4, batch_size=8, lr=3e-3, seed=0, log_every=100, progress=False), log=lambda *a: None)
+    return out / "final", data
+
+
+def test_quantize_command_reports_and_the_model_evaluates(fine_tuned, tmp_path, capsys):
+    path, data = fine_tuned
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"]))
+    assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), "--data", str(dev),
+                 "--batch-size", "2", "--seq-len", "16", "--rounds", "1"]) == 0
+    report = json.loads((tmp_path / "q" / "quantize.json").read_text())
+    assert report["after"]["bytes"] < report["before"]["bytes"]  # embeddings (most of a tiny model) stay fp32
+    assert report["after"]["parameters"] == report["before"]["parameters"] and report["after"]["int8_layers"] > 0
+    assert abs(report["after"]["metric"] - report["before"]["metric"]) <= 0.05
+    assert "speed-up" in capsys.readouterr().out
+    assert main(["evaluate", "--model", str(tmp_path / "q" / "model"), "--data", str(dev)]) == 0
+
+
+def test_fill_mask_embed_and_generate_commands_take_a_quantised_model(tmp_path):
+    for preset, family in (("bert-base", "bert"), ("gpt2", "gpt2")):
+        model = tiny(preset)
+        attach(model, "lm")
+        model.save(tmp_path / preset)
+        tokenizer(family).save(tmp_path / preset)
+        assert main(["quantize", "--model", str(tmp_path / preset), "--out", str(tmp_path / f"q-{preset}"),
+                     "--batch-size", "1", "--seq-len", "8", "--rounds", "1"]) == 0
+    bert, gpt = tmp_path / "q-bert-base" / "model", tmp_path / "q-gpt2" / "model"
+    assert main(["fill-mask", "a good [MASK] .", "--model", str(bert), "--top-k", "2"]) == 0
+    assert main(["embed", "a good film", "--model", str(bert)]) == 0
+    assert main(["generate", "a good", "--model", str(gpt), "--max-new-tokens", "3"]) == 0
+
+
+def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
+    assert main(["quantize", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["quantize", "--model", "bert-base", "--out", str(tmp_path / "o")]) == 2
+    assert main(["quantize", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--rounds", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("lmforge quantize: error:") for line in err)

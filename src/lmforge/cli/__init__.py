@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, retrieve, serve, tasks, tokenizer
+from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
 from lmforge.cli.common import UsageError
 from lmforge.config import ConfigError
 from lmforge.io import CheckpointError
 
-JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_probe, prune, distill, retrieve, bakeoff, serve, options)  # each adds its sub-commands
+JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_probe, prune, distill, quantize, retrieve, bakeoff, serve, options)  # each adds its sub-commands
 
 
 def build_parser() -> argparse.ArgumentParser:

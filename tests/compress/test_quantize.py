@@ -76,6 +76,19 @@ def test_save_and_load_give_identical_outputs(tmp_path, mode):
     assert parameter_count(again) == parameter_count(_lm_model())
 
 
+def test_an_encoder_token_table_is_int8_and_reloads(tmp_path):
+    model = tiny_model("bert-base")  # no LM head reads its token table
+    q = quantize(model)
+    assert q.config.quantization["tokens"] and type(q.tokens).__name__ == "Int8Embedding"
+    ids = torch.randint(5, 99, (2, 12), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(q.tokens(ids), model.tokens(ids), atol=float(q.tokens.scale.max()) / 2, rtol=0)
+    q.save(tmp_path)
+    with torch.no_grad():
+        assert torch.equal(lmforge.load(tmp_path).eval()(ids).last_hidden_state, q(ids).last_hidden_state)
+    assert parameter_count(q) == parameter_count(model)
+    assert not quantize(_lm_model()).config.quantization["tokens"]  # a tied LM head projects with it
+
+
 def test_truncated_file_is_refused(tmp_path):
     quantize(_lm_model()).save(tmp_path)
     weights = tmp_path / "model.safetensors"

@@ -7,7 +7,9 @@ range), in "weight-only" mode they stay fp32. The layers are lmforge's own Int8L
 fp32 included, so a quantised layer is never slower than its fp32 form. Not the deprecated
 torch.ao.quantization.quantize_dynamic.
 
-What stays fp32: embeddings and norms (not Linears), and an untied LM head's vocabulary
+The token table becomes int8 too (per row) where no LM head projects with it (an encoder's:
+half of all-MiniLM-L6-v2's weights). What stays fp32: position and segment embeddings, norms,
+a token table that a tied LM head reads, and an untied LM head's vocabulary
 projection, which generate reads as a weight matrix (its own input-major / screened ways,
 generate/fast/projection.py); a tied one is the token table. The config records the mode and
 what was kept, so `lmforge.load` rebuilds the int8 layers and the safetensors file holds int8
@@ -19,7 +21,7 @@ import copy
 
 from torch import nn
 
-from lmforge.fast.int8 import MODES, Int8Linear, int8_linears, swap_linears
+from lmforge.fast.int8 import MODES, Int8Embedding, Int8Linear, int8_linears, swap_linears, swap_tokens
 from lmforge.heads import LMHead
 from lmforge.model import Transformer
 
@@ -45,22 +47,29 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False) -
     swapped = swap_linears(model, mode, kept)
     if not swapped:
         raise ValueError("the model has no Linear layers to quantise")
-    model.config = model.config.replace(quantization={"mode": mode, "scheme": SCHEME, "kept_fp32": kept})
+    tokens = not any(isinstance(m, LMHead) for m in model.modules())  # a tied head reads model.tokens.weight
+    if tokens:
+        swap_tokens(model)
+    model.config = model.config.replace(quantization={"mode": mode, "scheme": SCHEME, "kept_fp32": kept,
+                                                      "tokens": tokens})
     return model.eval()
 
 
+def _int8_modules(model: nn.Module) -> list:
+    return [m for m in model.modules() if isinstance(m, (Int8Linear, Int8Embedding))]
+
+
 def parameter_count(model: nn.Module) -> int:
-    """Weights of the model, int8 ones included (an Int8Linear's are buffers, not parameters):
-    one per weight and bias, not counting the per-channel scales."""
-    found = int8_linears(model)
-    int8 = sum(m.qweight.numel() + (m.bias.numel() if m.bias is not None else 0) for _, m in found)
+    """Weights of the model, int8 ones included (int8 layers hold buffers, not parameters): one per
+    weight and bias, not counting the per-channel scales."""
+    found = _int8_modules(model)
+    int8 = sum(m.qweight.numel() + (m.bias.numel() if getattr(m, "bias", None) is not None else 0) for m in found)
     return sum(p.numel() for p in model.parameters()) + int8
 
 
 def int8_share(model: nn.Module) -> float:
     """Share of the weights (parameter_count) stored as int8."""
-    found = int8_linears(model)
-    return sum(m.qweight.numel() for _, m in found) / max(parameter_count(model), 1)
+    return sum(m.qweight.numel() for m in _int8_modules(model)) / max(parameter_count(model), 1)
 
 
 def int8_layers(model: nn.Module) -> int:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from lmforge.config import ConfigError, ModelConfig, atomic_write_text
-from lmforge.fast.int8 import swap_linears
+from lmforge.fast.int8 import swap_linears, swap_tokens
 from lmforge.heads import make_head
 from lmforge.io.files import CheckpointError, load_weights, save_tensors
 from lmforge.model import Transformer, from_config
@@ -59,6 +59,8 @@ def load_native(path: Path, meta: dict) -> Transformer:
             raise CheckpointError(f"{path / CONFIG_FILE}: heads.{name}: not usable as a head name") from None
     if cfg.quantization:  # int8 Linears (compress/quantize.py), empty until the weights load
         swap_linears(model, cfg.quantization["mode"], cfg.quantization.get("kept_fp32", ()), quantise=False)
+        if cfg.quantization.get("tokens"):
+            swap_tokens(model, quantise=False)
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise CheckpointError(f"{path} has no {WEIGHTS_FILE}")

@@ -183,3 +183,22 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
     assert main(["quantize", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--rounds", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("lmforge quantize: error:") for line in err)
+
+
+def test_the_server_serves_quantised_models(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve.app import create_app
+    from lmforge.serve.models import load_served
+
+    for preset, family in (("bert-base", "bert"), ("gpt2", "gpt2")):
+        model = tiny(preset)
+        attach(model, "lm")
+        quantize(model).save(tmp_path / preset)
+        tokenizer(family).save(tmp_path / preset)
+    app = create_app({"b": load_served("b", tmp_path / "bert-base"), "g": load_served("g", tmp_path / "gpt2")})
+    with TestClient(app) as client:
+        assert len(client.post("/embed", json={"texts": ["a good film"], "model": "b"}).json()["embeddings"]) == 1
+        assert client.post("/fill_mask", json={"text": "a good [MASK] .", "model": "b", "top_k": 2}).status_code == 200
+        reply = client.post("/generate", json={"prompt": "a good", "model": "g", "max_new_tokens": 3}).json()
+        assert len(reply["token_ids"]) == 3

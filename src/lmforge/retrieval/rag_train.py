@@ -1,0 +1,129 @@
+"""RAG trained end to end (Lewis et al. 2020, sec. 2.4): a question encoder retrieves the top k
+passages from a fixed index, an encoder-decoder generator reads "[CLS] question [SEP] passage [SEP]"
+once per passage, and RAG-Sequence or RAG-Token marginalisation (rag.py) gives the answer's
+likelihood; its gradient trains the generator and, through p(z | x), the question encoder, while the
+passage embeddings stay fixed. k = 0 is the closed-book generator (the question alone).
+"""
+from __future__ import annotations
+
+import torch
+
+from lmforge.heads import make_head
+from lmforge.objectives.base import IGNORE, Loss, Objective, pad
+from lmforge.objectives.seq2seq import add_decoder_inputs
+from lmforge.retrieval.dpr import BiEncoder, pad_batch
+from lmforge.retrieval.rag import rag_loss, rag_token_next_log_probs
+
+
+class RAGObjective(Objective):
+    """Answer NLL marginalised over the retrieved passages; the question encoder trains with it."""
+
+    name = "rag"
+
+    def __init__(self, generator, retriever: BiEncoder, passage_vectors: torch.Tensor, passage_tokens: list,
+                 k: int = 3, kind: str = "token", max_len: int = 64) -> None:
+        tok = retriever.tokenizer
+        super().__init__(generator, pad_id=tok.special_id("pad") or 0)
+        if generator.config.architecture != "encoder-decoder":
+            raise ValueError(f"a RAG generator must be an encoder-decoder, not {generator.config.architecture}")
+        self.retriever, self.question_encoder = retriever, retriever.model  # registered: trained too
+        self.register_buffer("passages", passage_vectors.float(), persistent=False)  # (N, d), fixed
+        self.passage_tokens, self.k, self.kind, self.max_len = passage_tokens, k, kind, max_len
+        self.lm = generator.heads["lm"] if "lm" in generator.heads else make_head(generator, "lm")
+        self.cls, self.sep = tok.special_id("cls"), tok.special_id("sep")
+        self.start = generator.config.decoder_start_token_id
+
+    def collate(self, examples: list) -> dict:
+        """{"question": encoder ids, "source": question ids without specials, "labels": answer ids}
+        -> padded tensors, with the decoder's shifted inputs."""
+        q_ids, q_mask = pad_batch([e["question"] for e in examples], self.pad_id)
+        batch = {"input_ids": q_ids, "attention_mask": q_mask, "labels": pad([e["labels"] for e in examples], IGNORE),
+                 "source": pad([e["source"] for e in examples], self.pad_id),
+                 "source_len": torch.tensor([len(e["source"]) for e in examples])}
+        return add_decoder_inputs(batch, examples, self.start, self.pad_id)
+
+    def retrieve(self, batch: dict) -> tuple:
+        """((B, K) log p(z | x) with gradient to the question encoder, (B, K) passage rows)."""
+        q = self.retriever.embed(batch["input_ids"], batch["attention_mask"])  # (B, d)
+        if self.k == 0:
+            return torch.zeros(len(q), 1, device=q.device), None
+        with torch.no_grad():
+            rows = torch.topk(q @ self.passages.T, self.k, dim=1).indices  # (B, K): the fixed index
+        scale = 1 / self.retriever.options.temperature if self.retriever.options.normalize else 1.0
+        scores = scale * torch.einsum("bd,bkd->bk", q, self.passages[rows])
+        return torch.log_softmax(scores, dim=-1), rows
+
+    def generator_inputs(self, batch: dict, rows) -> tuple:
+        """(B * K, S) ids and mask: [CLS] question [SEP] passage [SEP] for each retrieved passage."""
+        out = []
+        for b in range(len(batch["source"])):
+            question = batch["source"][b, :batch["source_len"][b]].tolist()
+            for row in (rows[b].tolist() if rows is not None else [None]):
+                passage = self.passage_tokens[row] if row is not None else []
+                room = max(0, self.max_len - len(question) - 3)
+                out.append([self.cls, *question, self.sep] + ([*passage[:room], self.sep] if passage else []))
+        ids, mask = pad_batch(out, self.pad_id)
+        return ids.to(batch["source"].device), mask.to(batch["source"].device)
+
+    def logits(self, batch: dict, doc_rows, decoder_input_ids, decoder_mask) -> torch.Tensor:
+        """(B, K, T, V) generator logits for each retrieved passage."""
+        ids, mask = self.generator_inputs(batch, doc_rows)
+        K = len(ids) // len(decoder_input_ids)
+        hidden = self.model(ids, mask, decoder_input_ids=decoder_input_ids.repeat_interleave(K, 0),
+                            decoder_attention_mask=decoder_mask.repeat_interleave(K, 0),
+                            run_heads=False).last_hidden_state  # (B * K, T, d)
+        logits = self.lm(hidden)
+        return logits.view(len(decoder_input_ids), K, *logits.shape[1:])
+
+    def forward(self, batch: dict) -> Loss:
+        """RAG-Sequence or RAG-Token NLL of the answers (mean over questions)."""
+        doc_logp, rows = self.retrieve(batch)
+        logits = self.logits(batch, rows, batch["decoder_input_ids"], batch["decoder_attention_mask"])
+        return Loss(rag_loss(logits, batch["labels"], doc_logp, self.kind))
+
+    def heads(self) -> dict:
+        """The generator's LM head, saved with it."""
+        return {"lm": self.lm}
+
+    @torch.no_grad()
+    def answer(self, batch: dict, max_new_tokens: int = 8) -> list:
+        """Greedy answers under RAG-Token's next-token marginal (ids, up to [SEP])."""
+        doc_logp, rows = self.retrieve(batch)
+        B = len(doc_logp)
+        out = torch.full((B, 1), self.start, device=doc_logp.device)
+        for _ in range(max_new_tokens):
+            logits = self.logits(batch, rows, out, torch.ones_like(out))[:, :, -1]  # (B, K, V)
+            out = torch.cat([out, rag_token_next_log_probs(logits, doc_logp).argmax(-1, keepdim=True)], 1)
+        answers = []
+        for row in out[:, 1:].tolist():
+            answers.append(row[:row.index(self.sep)] if self.sep in row else row)
+        return answers
+
+
+def rag_examples(retriever: BiEncoder, records: list) -> list:
+    """Question records -> RAGObjective examples (the first answer is the target, ended by [SEP])."""
+    tok, sep = retriever.tokenizer, retriever.tokenizer.special_id("sep")
+    return [{"question": retriever.ids(r["question"]),
+             "source": tok.encode(r["question"], add_special_tokens=False).ids[:48],
+             "labels": tok.encode(r["answers"][0], add_special_tokens=False).ids[:15] + [sep]} for r in records]
+
+
+def passage_tokens(retriever: BiEncoder, passages: list) -> list:
+    """Each passage's ids without special tokens (title. text), as the generator reads them."""
+    from lmforge.retrieval.dpr import passage_text
+
+    return [retriever.tokenizer.encode(passage_text(p), add_special_tokens=False).ids for p in passages]
+
+
+def exact_match_rate(objective: RAGObjective, records: list, batch_size: int = 32, max_new_tokens: int = 8) -> float:
+    """Share of records whose greedy answer equals a gold answer (SQuAD's normalisation)."""
+    from lmforge.tasks.qa import exact_match
+
+    objective.eval()
+    examples, hits = rag_examples(objective.retriever, records), 0.0
+    for start in range(0, len(records), batch_size):
+        batch = objective.collate(examples[start:start + batch_size])
+        for ids, r in zip(objective.answer(batch, max_new_tokens), records[start:start + batch_size]):
+            text = objective.retriever.tokenizer.decode(ids)
+            hits += max(exact_match(gold, text) for gold in r["answers"])
+    return hits / max(1, len(records))

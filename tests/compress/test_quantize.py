@@ -202,3 +202,17 @@ def test_the_server_serves_quantised_models(tmp_path):
         assert client.post("/fill_mask", json={"text": "a good [MASK] .", "model": "b", "top_k": 2}).status_code == 200
         reply = client.post("/generate", json={"prompt": "a good", "model": "g", "max_new_tokens": 3}).json()
         assert len(reply["token_ids"]) == 3
+
+
+def test_sentence_transformers_files_travel_with_the_quantised_model(tmp_path):
+    from lmforge.compress.quantize_report import carry_sentence_files
+
+    source, dest = tmp_path / "st", tmp_path / "q"
+    (source / "1_Pooling").mkdir(parents=True)
+    dest.mkdir()
+    (source / "modules.json").write_text("[]")
+    (source / "sentence_bert_config.json").write_text('{"max_seq_length": 256}')
+    (source / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    carry_sentence_files(source, dest)
+    assert json.loads((dest / "sentence_bert_config.json").read_text())["max_seq_length"] == 256
+    assert (dest / "modules.json").is_file() and (dest / "1_Pooling" / "config.json").is_file()

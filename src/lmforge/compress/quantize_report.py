@@ -8,6 +8,7 @@ The report is a dict, written as quantize.json.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -62,6 +63,20 @@ def _metric(task, records: list) -> dict:
     return {"metric_name": name, "metric": float(value)}
 
 
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def carry_sentence_files(source: Path, dest: Path) -> None:
+    """Copy a sentence-transformers directory's own files (modules, pooling, max_seq_length), so the
+    quantised model embeds as the original does."""
+    for name in SENTENCE_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, dest / name)
+    for folder in source.glob("[0-9]_*"):
+        if folder.is_dir() and not (dest / folder.name).exists():
+            shutil.copytree(folder, dest / folder.name)
+
+
 def _models(source: Path, records, kind):
     """(fp32 task or None, fp32 model, int8-to-be task or None, its model): tasks where the model is
     fine-tuned and data was given."""
@@ -86,6 +101,7 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
             load_tokenizer(source).save(out / "model")
         except (OSError, ValueError):
             pass  # a model without a tokenizer (random ids only): nothing to carry over
+    carry_sentence_files(source, out / "model")
     ids, mask = random_batch(fp32, batch_size, seq_len)
     seconds = side_by_side({"before": lambda: fp32(ids, mask, run_heads=False),
                             "after": lambda: int8(ids, mask, run_heads=False)}, rounds)

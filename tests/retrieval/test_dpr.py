@@ -3,6 +3,8 @@ one trainer lifts recall@k over the untrained encoder, a seed fixes the run, and
 reloads from DIR/final with its tokenizer and options."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -71,4 +73,22 @@ def test_a_seed_fixes_the_run(data, tmp_path):
     runs = [train_dpr(_encoder(tokenizer), questions["train"][:40], passages, tmp_path / name, cfg,
                       log=lambda m: None) for name in "ab"]
     for (name, a), b in zip(runs[0].model.state_dict().items(), runs[1].model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_a_resumed_run_ends_where_an_unbroken_one_does(data, tmp_path):
+    passages, questions, tokenizer = data
+    records = questions["train"][:40]
+    cfg = dict(batch_size=4, lr=1e-3, warmup=1, progress=False, device="cpu", seed=2, save_every=2)
+    whole = train_dpr(_encoder(tokenizer), records, passages, tmp_path / "whole", TrainConfig(steps=4, **cfg),
+                      log=lambda m: None)
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")  # as if killed after the step-2 checkpoint:
+    checkpoints = sorted((tmp_path / "cut" / "checkpoints").iterdir())
+    assert len(checkpoints) == 2
+    shutil.rmtree(checkpoints[-1])  # the step-4 checkpoint goes
+    shutil.rmtree(tmp_path / "cut" / "final")
+    resumed = train_dpr(_encoder(tokenizer, seed=9), records, passages, tmp_path / "cut", TrainConfig(steps=4, **cfg),
+                        resume=True, log=lambda m: None)
+    assert (tmp_path / "cut" / "final" / "retriever.json").is_file()
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name

@@ -74,6 +74,8 @@ def test_save_and_load_give_identical_outputs(tmp_path, mode):
     with torch.no_grad():
         assert torch.equal(again(ids).logits, model(ids).logits)
     assert parameter_count(again) == parameter_count(_lm_model())
+    with torch.inference_mode():  # buffers without version counters
+        assert torch.equal(lmforge.load(tmp_path).eval()(ids).logits, again(ids).logits)
 
 
 def test_an_encoder_token_table_is_int8_and_reloads(tmp_path):

@@ -53,6 +53,13 @@ def quantise_per_channel(weight: torch.Tensor) -> tuple:
     return q, scale
 
 
+def _version(tensor: torch.Tensor) -> int:
+    try:
+        return tensor._version
+    except RuntimeError:  # an inference tensor (loaded under inference_mode) has no version counter
+        return -1
+
+
 def _bucket(rows: int):
     return next((b for b in ROW_BUCKETS if rows <= b), "many")
 
@@ -145,8 +152,7 @@ class Int8Linear(nn.Module):
 
     def _form(self, kernel: str):
         """The derived weight a kernel reads, rebuilt when the buffers changed (load_state_dict)."""
-        key = (self.qweight.data_ptr(), self.qweight._version, self.scale._version,
-               None if self.bias is None else (self.bias.data_ptr(), self.bias._version))
+        key = (self.qweight.data_ptr(), _version(self.qweight), self.scale.data_ptr(), _version(self.scale))
         if key != self._derived_key:
             self._derived, self._derived_key = {}, key
         if kernel not in self._derived:
@@ -173,7 +179,7 @@ class Int8Linear(nn.Module):
             except RuntimeError:  # present but refusing this shape or build: no candidate
                 continue
         TIMINGS[key] = times
-        best = min(times, key=times.get)
+        best = min(times, key=times.get) if times else "dequantise"  # always correct, needs no op
         for kernel in set(self._derived) - {best.removesuffix(SERIAL)}:
             self._derived.pop(kernel)  # an fp32 copy is not kept idle beside the int8 weight
         return best

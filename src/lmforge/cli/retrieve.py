@@ -4,7 +4,7 @@
     lmforge index build --passages corpus/ --words 100 --out runs/ix          (BM25 only)
     lmforge retrieve --index runs/ix --query "Where was Migom Koudand born?" --k 5 [--method bm25]
     lmforge retrieve train --model all-MiniLM-L6-v2 --out runs/dpr --steps 200 [--questions qa.jsonl] \\
-        lr=2e-5 batch_size=16 temperature=0.05
+        lr=2e-5 batch_size=16 warmup=20 temperature=0.05
 
 --passages: "builtin" (the built-in corpus), a passages JSONL ({"id", "title", "text"}), or text /
 JSONL corpus files. --questions: "builtin" or a SQuAD JSON / QA JSONL file ("question", "answers",
@@ -69,7 +69,7 @@ def cmd_train(args) -> None:
 
     train, encoder = _options(args)
     steps = {"steps": args.steps} if args.steps is not None else {}
-    cfg = TrainConfig.from_dict({"seed": args.seed, "warmup": 10, **steps, **train})
+    cfg = TrainConfig.from_dict({"seed": args.seed, **steps, **train})
     table = run_train(args.model, args.out, cfg, args.questions, args.passages, args.hard_negatives, args.resume,
                       **encoder)
     for name, row in table.items():
@@ -77,10 +77,33 @@ def cmd_train(args) -> None:
     print(f"retriever in {args.out}/final, recall in {args.out}/recall.json")
 
 
+ENCODER_HELP = {"pooling": "mean (over the attention mask) or cls (the first token)",
+                "normalize": "L2-normalise embeddings (cosine similarity, logits / temperature)",
+                "temperature": "softmax temperature of the normalised scores in training",
+                "max_length": "tokens per question or passage"}
+
+
+def _epilog(with_training: bool) -> str:
+    """The key=value options (name=default, help) for --help."""
+    from dataclasses import fields
+
+    from lmforge.cli.options import option_lines
+    from lmforge.retrieval.dpr import EncoderOptions
+    from lmforge.train import TrainConfig
+
+    encoder = [(f.name, f.default, ENCODER_HELP[f.name]) for f in fields(EncoderOptions)]
+    parts = ["encoder options:", *option_lines(encoder)]
+    if with_training:
+        parts = ["training options (TrainConfig):", *option_lines(TrainConfig), "", *parts]
+    return "key=value options, with their defaults:\n\n" + "\n".join(parts)
+
+
 def _index_parser(sub, argparse) -> None:
     p = sub.add_parser("index", help="build a passage index (BM25, and dense with --model)", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    build = p.add_subparsers(dest="action", required=True).add_parser("build", help="build an index directory")
+    build = p.add_subparsers(dest="action", required=True).add_parser(
+        "build", help="build an index directory", epilog=_epilog(False),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     build.add_argument("--passages", default="builtin", help="builtin, a passages JSONL, or corpus files")
     build.add_argument("--out", required=True, help="index directory")
     build.add_argument("--model", help="encoder for the dense index (a directory or all-MiniLM-L6-v2)")
@@ -106,7 +129,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--model", dest="query_model", help="query encoder (default: the index's model)")
     p.add_argument("--backend", default="torch", choices=("torch", "faiss"))
     p.set_defaults(func=cmd_query)
-    t = p.add_subparsers(dest="action").add_parser("train", help="train DPR; recall@k vs BM25 and untrained")
+    t = p.add_subparsers(dest="action").add_parser("train", help="train DPR; recall@k vs BM25 and untrained",
+                                                   epilog=_epilog(True),
+                                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
     t.add_argument("--out", required=True)
     t.add_argument("--questions", default="builtin", help="builtin, or a SQuAD JSON / QA JSONL file")

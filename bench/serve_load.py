@@ -260,7 +260,9 @@ def main() -> None:
     parser.add_argument("--drift-requests", type=int, default=100_000, help="0: no memory run")
     parser.add_argument("--drift-seconds", type=float, default=600.0, help="the memory run's time limit")
     parser.add_argument("--drift-warmup", type=int, default=2000, help="requests before the drift baseline")
-    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--stop-by", type=float, default=float("inf"),
+                        help="a Unix time the memory run must end by (a shared machine's time slot)")
+    parser.add_argument("--out", help="also write the JSON here (after each stage)")
     parser.add_argument("--reference-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_server:
@@ -273,14 +275,22 @@ def main() -> None:
               "mean_tokens": round(_mean_tokens(texts), 1), "cpu": _cpu()}
     result["rounds"] = rounds(texts, args, offline, singles)
     result["summary"] = summary(result)
+    write(result, args.out)
     result["overload"] = overload(texts, args, singles)
     result["cold_start"] = cold_starts(args)
-    if args.drift_requests > 0:
+    write(result, args.out)
+    args.drift_seconds = min(args.drift_seconds, args.stop_by - time.time())
+    if args.drift_requests > 0 and args.drift_seconds > 30:
         result["rss"] = drift(texts, args)
+    print(write(result, args.out))
+
+
+def write(result: dict, out: str | None) -> str:
+    """The result as JSON, written to `out` when given (so that a stage cut short leaves the others)."""
     text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if out:
+        Path(out).write_text(text + "\n")
+    return text
 
 
 def _mean_tokens(texts: list) -> float:

@@ -32,7 +32,7 @@ from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.seq2seq import Seq2SeqLM
 
 
-def _chosen(n: int, p: float, generator: torch.Generator) -> set:
+def chosen_positions(n: int, p: float, generator: torch.Generator) -> set:
     """A uniformly random set of budget(n, p) positions out of n."""
     k = budget(n, p, generator)
     return set(torch.randperm(n, generator=generator)[:k].tolist())
@@ -40,13 +40,13 @@ def _chosen(n: int, p: float, generator: torch.Generator) -> set:
 
 def token_masking(tokens: list, generator: torch.Generator, mask_id: int, p: float = 0.15) -> list:
     """Replace a random p of the tokens by mask_id."""
-    chosen = _chosen(len(tokens), p, generator)
+    chosen = chosen_positions(len(tokens), p, generator)
     return [mask_id if i in chosen else t for i, t in enumerate(tokens)]
 
 
 def token_deletion(tokens: list, generator: torch.Generator, p: float = 0.15) -> list:
     """Delete a random p of the tokens."""
-    chosen = _chosen(len(tokens), p, generator)
+    chosen = chosen_positions(len(tokens), p, generator)
     return [t for i, t in enumerate(tokens) if i not in chosen]
 
 

@@ -17,7 +17,7 @@ import torch
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.objectives.base import tokenizer_pad
-from lmforge.objectives.denoising import Denoising, _chosen
+from lmforge.objectives.denoising import Denoising, chosen_positions
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.span_corruption import sentinel_ids
 
@@ -26,7 +26,7 @@ MASK_SHARE = 0.9  # of the corrupted tokens, the share that becomes the mask; th
 
 def bert_style(tokens: list, generator: torch.Generator, mask_id: int, vocab_size: int, p: float = 0.15) -> list:
     """T5's BERT-style noise: a random p of the tokens corrupted, 90 % to mask_id, 10 % to a random token."""
-    chosen = sorted(_chosen(len(tokens), p, generator))
+    chosen = sorted(chosen_positions(len(tokens), p, generator))
     draws = torch.rand(len(chosen), generator=generator).tolist()
     randoms = torch.randint(0, vocab_size, (len(chosen),), generator=generator).tolist()
     out = list(tokens)

@@ -12,6 +12,7 @@ import torch
 import lmforge
 from lmforge.cli import main
 from lmforge.convert.allennlp import AllenNLPFormatError, load_allennlp
+from lmforge.io import CheckpointError
 from lmforge.tokenizer.chars import sentence_chars
 
 FILTERS = [[1, 4], [2, 5], [3, 6]]  # (width, n): 15 filters
@@ -176,3 +177,9 @@ def test_convert_brings_an_allennlp_directory_in(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "elmo_weights.hdf5: dataset CNN_proj/b_proj is missing" in err and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_loading_an_allennlp_directory_directly_points_to_convert(tmp_path):
+    write_allennlp(tmp_path / "allennlp", tf_arrays())
+    with pytest.raises(CheckpointError, match=r"config.json is missing \(AllenNLP's ELMo weights\? .*lmforge convert"):
+        lmforge.load(tmp_path / "allennlp")

@@ -30,7 +30,10 @@ def read_meta(path: Path) -> dict:
     """The parsed config.json of a model directory (lmforge's or a foreign one)."""
     config_file = path / CONFIG_FILE
     if not config_file.is_file():
-        raise CheckpointError(f"{path} is not a model directory: {CONFIG_FILE} is missing")
+        hint = ""
+        if path.is_dir() and any(p.suffix.lower() in (".hdf5", ".h5") for p in path.iterdir()):
+            hint = f" (AllenNLP's ELMo weights? bring them in first: lmforge convert {path} OUT)"
+        raise CheckpointError(f"{path} is not a model directory: {CONFIG_FILE} is missing{hint}")
     try:
         meta = json.loads(config_file.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

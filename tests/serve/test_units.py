@@ -11,6 +11,7 @@ from lmforge.serve.limits import Admission, Limits, RequestError, fit_lengths
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.records import as_records
 from lmforge.serve.routes import split
+from lmforge.serve import worker
 from lmforge.serve.worker import Job, JobQueue
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? '
@@ -142,3 +143,19 @@ def test_limits_refuse_nonsense():
         Limits(max_queue=0)
     with pytest.raises(ValueError, match="batch_wait_ms"):
         Limits(batch_wait_ms=float("nan"))
+
+
+def test_the_worker_trims_the_heap_every_so_many_forward_passes(monkeypatch):
+    assert worker.trim_heap() is (worker._MALLOC_TRIM is not None)  # glibc here: a real trim
+    trims = []
+    monkeypatch.setattr(worker, "trim_heap", lambda: trims.append(1) or True)
+    limits = Limits()
+    runner = worker.Worker(JobQueue(), limits, Metrics(), Admission(limits))
+
+    async def run_all():
+        job = Job("embed", None, {}, 8, 1, asyncio.get_running_loop(), key=("m",))
+        for _ in range(2 * worker.TRIM_EVERY + 1):
+            runner._timed([job], lambda jobs: None)
+
+    asyncio.run(run_all())
+    assert len(trims) == 2 and runner.runs == 2 * worker.TRIM_EVERY + 1

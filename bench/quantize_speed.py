@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 import lmforge
 from lmforge.compress.quantize import quantize
+from lmforge.compress.quantize_report import side_by_side
 from lmforge.fast.int8 import choices
 from lmforge.heads import attach
 from lmforge.io import find_model_dir
@@ -32,19 +31,6 @@ SENTENCES = ["A man is playing a guitar on the street.", "The new movie is aweso
              "A cat sits on the mat and looks out of the window.", "Stock markets fell sharply on Monday.",
              "She reads a book about the history of Rome.", "Two dogs are running through a field.",
              "The recipe needs three eggs and a cup of flour.", "Quantum computers use qubits."] * 4
-
-
-def medians(calls: dict, rounds: int) -> dict:
-    """name -> median seconds, the calls alternating round by round after one warm-up each."""
-    for call in calls.values():
-        call()
-    times: dict = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def saved_bytes(model) -> int:
@@ -68,7 +54,7 @@ def encoder(name: str, fp32, tokenizer, batch: int, length: int, rounds: int) ->
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, fp32.config.vocab_size, (batch, length), generator=g)
     mask = torch.ones_like(ids)
-    t = medians({"fp32": lambda: fp32(ids, mask, run_heads=False),
+    t = side_by_side({"fp32": lambda: fp32(ids, mask, run_heads=False),
                  "int8": lambda: int8(ids, mask, run_heads=False)}, rounds)
     if tokenizer is not None:
         a, b = (lmforge.embed(SENTENCES, m, tokenizer) for m in (fp32, int8))
@@ -91,7 +77,7 @@ def decoding(new_tokens: int, rounds: int) -> dict:
     models = {"fp32": fp32, "weight-only": quantize(fp32, "weight-only"), "dynamic": quantize(fp32, "dynamic")}
     prompt = torch.randint(1000, fp32.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
     out = {name: lmforge.generate(m, prompt, max_new_tokens=new_tokens) for name, m in models.items()}
-    t = medians({name: (lambda m=m: lmforge.generate(m, prompt, max_new_tokens=new_tokens))
+    t = side_by_side({name: (lambda m=m: lmforge.generate(m, prompt, max_new_tokens=new_tokens))
                  for name, m in models.items()}, rounds)
     report = {"model": "gpt2 (124M, random init)", "batch": 1, "prompt": 16, "new_tokens": new_tokens,
               "fp32_tokens_per_s": new_tokens / t["fp32"]}

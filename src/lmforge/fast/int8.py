@@ -27,13 +27,13 @@ cost more than it saves (on cores shared with other work, a whole scheduler slic
 """
 from __future__ import annotations
 
-import statistics
-import time
 import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from lmforge.fast.timing import median_seconds
 
 MODES = ("dynamic", "weight-only")
 KERNELS = {"dynamic": ("fp32", "fbgemm"), "weight-only": ("fp32", "int8pack", "dequantise")}
@@ -62,16 +62,6 @@ def _version(tensor: torch.Tensor) -> int:
 
 def _bucket(rows: int):
     return next((b for b in ROW_BUCKETS if rows <= b), "many")
-
-
-def _median_seconds(fn, repeats: int = 3) -> float:
-    fn()  # warm: packing, allocations
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 class Int8Linear(nn.Module):
@@ -175,7 +165,7 @@ class Int8Linear(nn.Module):
         times = {}
         for kernel in self.candidates():
             try:
-                times[kernel] = _median_seconds(lambda: self.run(kernel, x))
+                times[kernel] = median_seconds(lambda: self.run(kernel, x))
             except RuntimeError:  # present but refusing this shape or build: no candidate
                 continue
         TIMINGS[key] = times

@@ -18,8 +18,6 @@ fingerprint (screen.table_key) at each generate call: the model itself is never 
 """
 from __future__ import annotations
 
-import statistics
-import time
 import weakref
 from typing import Optional
 
@@ -27,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmforge.fast.timing import median_seconds
 from lmforge.generate.fast.screen import GreedyScreen, ScreenTable, table_key
 
 MODES = ("auto", "plain", "input-major", "screen")
@@ -49,16 +48,6 @@ def _copies(head: nn.Module, weight: torch.Tensor, bias) -> _Copies:
     if copies is None or copies.key != key:
         copies = _COPIES[head] = _Copies(key)
     return copies
-
-
-def _median_seconds(fn, repeats: int = 3) -> float:
-    fn()  # warm: first calls pay for allocations and kernel selection
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 class VocabProjection:
@@ -135,7 +124,7 @@ class VocabProjection:
         """The candidate with the least median time on these features."""
         if len(candidates) == 1:
             return "plain"
-        times = {way: _median_seconds(lambda: fn(features)) for way, fn in candidates.items()}
+        times = {way: median_seconds(lambda: fn(features)) for way, fn in candidates.items()}
         return min(times, key=times.get)
 
     def _keep(self, copies: _Copies) -> None:

@@ -1,6 +1,14 @@
 import random
 
-from lmforge.data.examples import blocks, nsp_pairs, pack_sentences, pair_example, sop_pairs, truncate_pair
+from lmforge.data.examples import (
+    blocks,
+    nsp_pairs,
+    pack_sentences,
+    pair_example,
+    sentence_nsp_pairs,
+    sop_pairs,
+    truncate_pair,
+)
 
 CLS, SEP = 1, 2
 
@@ -80,3 +88,19 @@ def test_pair_builders_are_seeded():
     for build in (nsp_pairs, sop_pairs):
         assert build(docs, CLS, SEP, max_len=24, seed=4) == build(docs, CLS, SEP, max_len=24, seed=4)
         assert build(docs, CLS, SEP, max_len=24, seed=4) != build(docs, CLS, SEP, max_len=24, seed=5)
+
+
+def test_sentence_pairs_are_one_sentence_each_and_half_next():
+    # RoBERTa's SENTENCE-PAIR + NSP: A and B are whole single sentences; B is A's successor exactly
+    # when the label says IsNext (0), else a sentence of another document
+    docs = _docs(3000)
+    pairs = sentence_nsp_pairs(docs, CLS, SEP, max_len=64, seed=0)
+    assert abs(sum(p["pair_label"] == 0 for p in pairs) / len(pairs) - 0.5) < 0.03
+    sentences = {tuple(s) for doc in docs for s in doc}
+    for p in pairs:
+        ids = p["input_ids"]
+        cut = ids.index(SEP)
+        a, b = ids[1:cut], ids[cut + 1:-1]
+        assert tuple(a) in sentences and tuple(b) in sentences  # 64 tokens hold any two of them whole
+        successor = b[0] // 100 == a[0] // 100 + 1  # same document, the next sentence
+        assert successor == (p["pair_label"] == 0)

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from lmforge.cli import main
-from lmforge.data.examples import PLAN, blocks, nsp_pairs, pack_sentences, sop_pairs, sso_pairs
+from lmforge.data.examples import PLAN, blocks, nsp_pairs, pack_sentences, sso_pairs
 from lmforge.data.shards import FORMAT, VERSION, ShardWriter, shard_corpus
 from lmforge.data.stream import (
+    PAIR_BUILDERS,
     DocumentView,
     ExampleFormat,
     PackedBlocks,
@@ -23,7 +24,7 @@ from lmforge.data.synthetic import write_corpus
 from lmforge.tokenizer import load_tokenizer
 from tests.data.test_examples import CLS, SEP, _docs
 
-BUILDERS = {"nsp": nsp_pairs, "sop": sop_pairs, "structural": sso_pairs}
+BUILDERS = PAIR_BUILDERS
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +124,7 @@ def token_shards(path, docs, per_shard):
     return ShardCorpus(path)
 
 
-@pytest.mark.parametrize("objective", ["nsp", "sop", "structural"])
+@pytest.mark.parametrize("objective", ["nsp", "sop", "structural", "sentence-nsp"])
 def test_lazy_pairs_equal_the_list_builders(shard_dir, objective):
     corpus = ShardCorpus(shard_dir)
     ids = corpus.order(np.arange(len(corpus)), seed=0)[:300]

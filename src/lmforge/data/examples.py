@@ -7,11 +7,14 @@
 - ALBERT sentence-order pairs (Lan et al. 2020, sec. 4.1): two consecutive segments,
   swapped half the time (label 1).
 - StructBERT sentence-structural pairs (Wang et al. 2020, sec. 2.2): next, previous or random.
+- RoBERTa SENTENCE-PAIR + NSP (Liu et al. 2019, sec. 4.2): A is one natural sentence, B the
+  next sentence of its document (label 0) or, half the time, a sentence of another (label 1).
 - RoBERTa FULL-SENTENCES (packing may cross documents, with a separator) and
   DOC-SENTENCES (never crosses a document) without NSP (Liu et al. 2019, sec. 4.2).
 - Contiguous blocks for causal LM, and source/target pairs for encoder-decoders.
 
-The pair objectives are defined once, as plans (`plan_nsp`, `plan_sop`, `plan_sso`): from
+The pair objectives are defined once, as plans (`plan_nsp`, `plan_sop`, `plan_sso`,
+`plan_sentence_nsp`): from
 the documents' sentence offsets alone, one row of PLAN per example, every random draw
 (truncation included) made in the order the builders always made them. `nsp_pairs` and
 friends assemble a plan over documents in memory; lmforge.data.stream.PackedPairs over
@@ -139,6 +142,26 @@ def plan_nsp(n_docs: int, offsets, max_len: int = 128, seed: int = 0, short_seq_
     return plan.array()
 
 
+def plan_sentence_nsp(n_docs: int, offsets, max_len: int = 128, seed: int = 0) -> np.ndarray:
+    """The PLAN of RoBERTa's SENTENCE-PAIR + NSP examples (as plan_nsp): single sentences, A and the
+    next one (label 0) or, half the time, a random sentence of another document (label 1)."""
+    rng = random.Random(seed)
+    plan = _Plan(max_len, rng)
+    for d in range(n_docs):
+        off = offsets(d)
+        for i in range(0, len(off) - 2, 2):  # disjoint pairs: every sentence is an A or a B once
+            b, label = (d, off[i + 1], off[i + 2]), 0
+            if rng.random() < 0.5 and n_docs > 1:
+                other = rng.randrange(n_docs - 1)
+                other += other >= d
+                o = offsets(other)
+                j = rng.randrange(len(o) - 1)
+                b, label = (other, o[j], o[j + 1]), 1
+            if off[i + 1] > off[i] and b[2] > b[1]:
+                plan.add((d, off[i], off[i + 1]), b, label)
+    return plan.array()
+
+
 def plan_sop(n_docs: int, offsets, max_len: int = 128, seed: int = 0) -> np.ndarray:
     """The PLAN of ALBERT's sentence-order examples (as plan_nsp): swapped (label 1) half the time."""
     rng = random.Random(seed)
@@ -218,6 +241,11 @@ def nsp_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0,
               short_seq_prob: float = 0.1) -> list:
     """BERT's next-sentence examples (50 % IsNext = 0, 50 % NotNext = 1, from another document)."""
     return _assemble(plan_nsp, docs, cls, sep, max_len=max_len, seed=seed, short_seq_prob=short_seq_prob)
+
+
+def sentence_nsp_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0) -> list:
+    """RoBERTa's SENTENCE-PAIR + NSP examples: one sentence each side, next (0) or another document's (1)."""
+    return _assemble(plan_sentence_nsp, docs, cls, sep, max_len=max_len, seed=seed)
 
 
 def sop_pairs(docs: list, cls: int, sep: int, max_len: int = 128, seed: int = 0) -> list:

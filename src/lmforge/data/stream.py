@@ -37,8 +37,10 @@ from lmforge.data.examples import (
     pack_sentences,
     pair_from_plan,
     plan_nsp,
+    plan_sentence_nsp,
     plan_sop,
     plan_sso,
+    sentence_nsp_pairs,
     sop_pairs,
     sso_pairs,
 )
@@ -244,7 +246,7 @@ class PackedPairs:
     """Sentence-pair examples over documents `ids` (as examples.nsp_pairs, sop_pairs, sso_pairs for
     the same documents and seed), planned in one pass over sentence offsets, tokens read on access."""
 
-    PLANS = {"nsp": plan_nsp, "sop": plan_sop, "structural": plan_sso}
+    PLANS = {"nsp": plan_nsp, "sop": plan_sop, "structural": plan_sso, "sentence-nsp": plan_sentence_nsp}
 
     def __init__(self, corpus: ShardCorpus, ids, pairs: str, cls: int, sep: int, max_len: int = 128,
                  seed: int = 0) -> None:
@@ -283,7 +285,8 @@ class WithWordStarts:
 
 
 KINDS = ("sentences", "blocks", "pairs", "custom")
-PAIR_BUILDERS = {"nsp": nsp_pairs, "sop": sop_pairs, "structural": sso_pairs}  # the list twins of PLANS
+PAIR_BUILDERS = {"nsp": nsp_pairs, "sop": sop_pairs, "structural": sso_pairs,
+                 "sentence-nsp": sentence_nsp_pairs}  # the list twins of PLANS
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,14 @@ from lmforge.model import from_config
 from lmforge.objectives.base import IGNORE, Loss, Objective, tokenizer_mask, tokenizer_pad, tokenizer_specials, top1_accuracy
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
-from lmforge.objectives.rtd import MASKING, generator_config, replace_tokens, sample, share_embeddings
+from lmforge.objectives.rtd import (
+    MASKING,
+    generator_config,
+    generator_step,
+    replace_tokens,
+    sample,
+    share_embeddings,
+)
 
 
 def copy_log_likelihood(logits: torch.Tensor, gate: torch.Tensor, inputs: torch.Tensor,
@@ -69,19 +76,10 @@ class ElectraMLM(Objective):
         """The generator's masked-LM input: 15 % selected, labels = the originals there."""
         return self.generator.corrupt(example, generator)
 
-    def _generator_step(self, batch: dict) -> tuple:
-        """The generator's MLM loss and its samples at the selected positions (N,)."""
-        selected = batch["labels"] != IGNORE
-        hidden = self.generator.model(batch["input_ids"], batch["attention_mask"],
-                                      segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
-        logits = self.generator.lm(hidden[selected]).float()  # (N, V)
-        target = batch["labels"][selected]
-        mlm = F.cross_entropy(logits, target) if target.numel() else logits.sum() * 0.0
-        return mlm, sample(logits, self.temperature, never=self.generator.mask_id)
-
     def forward(self, batch: dict) -> Loss:
         """gen_weight x the generator's MLM loss + the model's MLM loss on the corrupted text."""
-        gen_mlm, sampled = self._generator_step(batch)
+        gen_mlm, gen_logits, _ = generator_step(self.generator, batch)
+        sampled = sample(gen_logits, self.temperature, never=self.generator.mask_id)
         corrupted, _ = replace_tokens(batch["input_ids"], batch["labels"], sampled)
         original = torch.where(batch["labels"] != IGNORE, batch["labels"], batch["input_ids"])
         hidden = self.model(corrupted, batch["attention_mask"], segment_ids=batch.get("segment_ids"),

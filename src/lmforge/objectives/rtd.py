@@ -106,6 +106,17 @@ def replace_tokens(input_ids: torch.Tensor, labels: torch.Tensor, sampled: torch
     return corrupted, (corrupted != original).long()
 
 
+def generator_step(generator: MaskedLM, batch: dict) -> tuple:
+    """The generator's MLM loss, its logits at the selected positions (N, V) and its top-1 accuracy."""
+    selected = batch["labels"] != IGNORE
+    hidden = generator.model(batch["input_ids"], batch["attention_mask"],
+                             segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
+    logits = generator.lm(hidden[selected]).float()  # (N, V): the selected positions only
+    target = batch["labels"][selected]
+    mlm = F.cross_entropy(logits, target) if target.numel() else logits.sum() * 0.0
+    return mlm, logits, top1_accuracy(logits, target)
+
+
 class ReplacedTokenDetection(Objective):
     """ELECTRA: a generator masked LM and the discriminator it trains, sharing their embeddings.
 
@@ -139,20 +150,9 @@ class ReplacedTokenDetection(Objective):
         """The generator's masked-LM input: 15 % selected, labels = the originals there."""
         return self.generator.corrupt(example, generator)
 
-    def _generate(self, batch: dict) -> tuple:
-        """The generator's MLM loss and logits at the selected positions, (N, V)."""
-        selected = batch["labels"] != IGNORE
-        hidden = self.generator.model(batch["input_ids"], batch["attention_mask"],
-                                      segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
-        logits = self.generator.lm(hidden[selected]).float()  # (N, V): the selected positions only
-        target = batch["labels"][selected]
-        mlm = F.cross_entropy(logits, target) if target.numel() else logits.sum() * 0.0
-        accuracy = top1_accuracy(logits, target)
-        return mlm, logits, accuracy
-
     def forward(self, batch: dict) -> Loss:
         """gen_weight x L_MLM + disc_weight x L_Disc, the BCE over every real position (eq. 1-2)."""
-        mlm, logits, mlm_accuracy = self._generate(batch)
+        mlm, logits, mlm_accuracy = generator_step(self.generator, batch)
         sampled = sample(logits, self.temperature, never=self.generator.mask_id)
         corrupted, replaced = replace_tokens(batch["input_ids"], batch["labels"], sampled)
         hidden = self.model(corrupted, batch["attention_mask"], segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state

@@ -8,15 +8,17 @@ import pytest
 import torch
 
 from lmforge.analysis.features import word_features
-from lmforge.analysis.probe_fit import Examples, FitConfig, LayerProbes, fit
+from lmforge.analysis.probe_fit import Examples, FitConfig, LayerProbes, PrefixMixProbes, fit
 from lmforge.analysis.probe_report import summary
 from lmforge.analysis.probing import (
     Split,
     center_of_gravity,
     control_labels,
+    cumulative,
     differential_scores,
     expected_layer,
     label_examples,
+    mix_probe,
     probe_sweep,
     task_items,
 )
@@ -139,3 +141,39 @@ def test_a_sweep_on_chosen_layers_names_them(swept):
     assert 1 <= result["tasks"]["pos"]["cumulative"]["center_of_gravity"] <= 2
     with pytest.raises(ValueError, match="unknown task"):
         probe_sweep(features, records, [1], ["syntax"], TINY)
+
+
+def _layer_two_knows(n: int, seed: int) -> Examples:
+    """Four layers of noise; only layer 2 carries the label (the sign of one dimension)."""
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(4, n, 8, generator=g)
+    return Examples(table, torch.arange(n)[:, None], (table[2, :, 0] > 0).long()[None])
+
+
+def test_batched_cumulative_scoring_matches_one_probe_per_prefix():
+    examples = {k: _layer_two_knows(n, s) for k, n, s in (("train", 600, 0), ("dev", 200, 1), ("test", 400, 2))}
+    config = FitConfig(epochs=12, hidden=16, batch_size=64, lr=1e-2, mix_lr=5e-2, patience=4)
+    batched = cumulative(examples, [0, 1, 2, 3], "mlp", config, seed=0, task="toy")
+    alone = [mix_probe(examples, n, "mlp", config, seed=n)[0] for n in range(1, 5)]
+    # the mixes of layers 0 and 0..1 know nothing; from 0..2 on they know the label, both ways
+    for scores in (batched["scores"], alone):
+        assert max(scores[:2]) < 0.65 and min(scores[2:]) > 0.85, scores
+    assert batched["scores"] == pytest.approx(alone, abs=0.08)
+    assert batched["expected_layer"] == pytest.approx(2.0, abs=0.3)
+    assert sum(batched["mix_weights"]) == pytest.approx(1.0) and batched["mix_weights"][2] == max(
+        batched["mix_weights"])
+
+
+def test_each_prefix_mix_weighs_only_its_own_prefix():
+    examples = _layer_two_knows(300, 0)
+    probes = PrefixMixProbes(8, 2, 4, arity=1, head="linear")
+    assert torch.allclose(probes.mix.weights, torch.tril(torch.ones(4, 4)) / torch.arange(1, 5)[:, None])  # uniform
+    fit(probes, examples, examples, FitConfig(epochs=5, batch_size=32, mix_lr=0.1), seed=0)
+    weights = probes.mix.weights
+    assert (weights.triu(1) == 0).all() and torch.allclose(weights.sum(1), torch.ones(4))
+    assert weights[3, 2] > 0.25  # the full mix moved towards the layer that knows
+    x = torch.randn(4, 5, 1, 8)
+    later = x.clone()
+    later[3] += 100.0  # changing layer 3 changes only the mix that contains it
+    assert torch.equal(probes.mix(x)[:3], probes.mix(later)[:3]) and not torch.equal(probes.mix(x)[3],
+                                                                                     probes.mix(later)[3])

@@ -114,13 +114,52 @@ class LayerProbes(nn.Module):
         """(G', B) each (active) probe's gold labels of (M, B) labels."""
         return labels[self.label_sets[self._groups()]]
 
+    def inputs(self, x: torch.Tensor, g: torch.Tensor | slice) -> torch.Tensor:
+        """x (L, B, k, d) -> (G', B, k d): what probes g read, here each its own layer."""
+        return x[self.layers[g]].flatten(2)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (L, B, k, d) -> (G', B, n_labels) of the probes still training (all in eval mode)."""
         g = self._groups()
-        h = x[self.layers[g]].flatten(2)  # (G', B, k d)
+        h = self.inputs(x, g)  # (G', B, k d)
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             h = torch.baddbmm(b[g], h if i == 0 else torch.relu(h), w[g])
         return h
+
+
+class PrefixMix(nn.Module):
+    """G scalar mixes (Peters et al. 2018, eq. 1), mix g over layers 0..g only: its s outside the
+    prefix is masked to -inf, so softmax gives those layers exactly zero weight."""
+
+    def __init__(self, n_layers: int) -> None:
+        super().__init__()
+        self.scalars = nn.Parameter(torch.zeros(n_layers, n_layers))  # s = 0: uniform over each prefix
+        self.gamma = nn.Parameter(torch.ones(n_layers))
+        self.register_buffer("outside", torch.ones(n_layers, n_layers, dtype=torch.bool).triu(1), persistent=False)
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """(G, L) softmax(s) of each mix, zero past its prefix."""
+        return torch.softmax(self.scalars.masked_fill(self.outside, -math.inf), dim=-1)
+
+    def forward(self, x: torch.Tensor, g: torch.Tensor | slice = slice(None)) -> torch.Tensor:
+        """x (L, B, k, d) -> (G', B, k, d): mixes g of the layers."""
+        mixed = torch.einsum("gl,lbkd->gbkd", self.weights[g].to(x.dtype), x)
+        return self.gamma[g].to(x.dtype)[:, None, None, None] * mixed
+
+
+class PrefixMixProbes(LayerProbes):
+    """Tenney et al.'s (2019) cumulative scoring in one batched module: probe g classifies the
+    scalar mix of layers 0..g (label set 0); as in LayerProbes, each trains as it would alone."""
+
+    def __init__(self, d: int, n_labels: int, n_layers: int, arity: int = 1, head: str = "mlp",
+                 hidden: int = 256) -> None:
+        super().__init__(arity * d, n_labels, list(range(n_layers)), [0] * n_layers, head, hidden)
+        self.mix = PrefixMix(n_layers)
+
+    def inputs(self, x: torch.Tensor, g: torch.Tensor | slice) -> torch.Tensor:
+        """x (L, B, k, d) -> (G', B, k d): each probe's mix of its prefix."""
+        return self.mix(x, g).flatten(2)
 
 
 class Examples:
@@ -168,6 +207,8 @@ def _init(module: nn.Module, seed: int) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for name, p in module.named_parameters():
+            if name.startswith("mix."):  # a scalar mix starts as built: uniform weights, gamma 1
+                continue
             if name.endswith("bias") or name.startswith("biases"):
                 nn.init.zeros_(p)
             elif p.dim() == 2:
@@ -195,8 +236,10 @@ def fit(module: nn.Module, train, dev, config: FitConfig, seed: int, loss=classi
     generator = torch.Generator().manual_seed(seed)
     mix = [p for name, p in module.named_parameters() if name.startswith("mix.")]
     rest = [p for name, p in module.named_parameters() if not name.startswith("mix.")]
+    # fused: one kernel per step instead of a dozen passes over every probe's parameters (on CPU
+    # the optimiser step otherwise costs about as much as the probes' forward and backward)
     optimiser = torch.optim.Adam([{"params": rest}, {"params": mix, "lr": float(config.mix_lr)}],
-                                 lr=float(config.lr), weight_decay=config.weight_decay)
+                                 lr=float(config.lr), weight_decay=config.weight_decay, fused=True)
     best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     best = torch.full((module.groups,), -math.inf)
     waited = torch.zeros(module.groups, dtype=torch.long)

@@ -29,7 +29,16 @@ from itertools import pairwise
 
 import torch
 
-from lmforge.analysis.probe_fit import HEADS, Examples, FitConfig, LayerProbes, Probe, accuracy, fit
+from lmforge.analysis.probe_fit import (
+    HEADS,
+    Examples,
+    FitConfig,
+    LayerProbes,
+    PrefixMixProbes,
+    Probe,
+    accuracy,
+    fit,
+)
 from lmforge.analysis.structural import Sentences, right_branching_uuas, train_structural
 
 LABEL_TASKS = ("pos", "deps", "agreement", "coref")
@@ -161,7 +170,8 @@ def differential_scores(scores: list) -> list:
 
 
 def mix_probe(examples: dict, n: int, head: str, config: FitConfig, seed: int) -> tuple:
-    """(test accuracy, scalar-mix weights) of a probe on the mix of the table's first n layers."""
+    """(test accuracy, scalar-mix weights) of one probe on the mix of the table's first n layers
+    (`cumulative` fits every prefix at once; this is the one-probe form)."""
     data = _layer_slice(examples, slice(0, n))
     train = data["train"]
     probe = Probe(train.table.shape[-1], int(train.labels[0].max()) + 1, train.index.shape[1], head,
@@ -172,9 +182,14 @@ def mix_probe(examples: dict, n: int, head: str, config: FitConfig, seed: int) -
 
 
 def cumulative(examples: dict, layers: list, head: str, config: FitConfig, seed: int, task: str) -> dict:
-    """Cumulative scoring (P_l on the mix of layers[:l + 1]) and the full mix's weights and centre."""
-    runs = [mix_probe(examples, n, head, config, probe_seed(seed, task, "mix", n)) for n in range(1, len(layers) + 1)]
-    scores, weights = [r[0] for r in runs], runs[-1][1]
+    """Cumulative scoring (P_l on the mix of layers[:l + 1], all L probes trained together in one
+    batched module, each as it would alone) and the full mix's weights and centre of gravity."""
+    train = examples["train"]
+    probes = PrefixMixProbes(train.table.shape[-1], int(train.labels[0].max()) + 1, len(layers),
+                             train.index.shape[1], head, config.hidden)
+    fit(probes, train, examples["dev"], config, probe_seed(seed, task, "mix"))
+    scores = accuracy(probes, examples["test"]).tolist()
+    weights = probes.mix.weights[-1].detach().tolist()
     return {"scores": scores, "deltas": differential_scores(scores),
             "expected_layer": expected_layer(scores, layers), "mix_weights": weights,
             "center_of_gravity": center_of_gravity(weights, layers), "mix_accuracy": scores[-1]}

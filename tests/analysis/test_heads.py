@@ -6,7 +6,15 @@ import torch
 
 import lmforge
 from lmforge.analysis.attention import inspecting
-from lmforge.analysis.heads import full_gates, gates_at, head_importance, masked_heads, pruning_curve
+from lmforge.analysis.heads import (
+    curve_band,
+    full_gates,
+    gates_at,
+    head_importance,
+    masked_heads,
+    pruning_curve,
+    random_curves,
+)
 from lmforge.analysis.pruning import head_counts, prune_heads
 from lmforge.cli import main
 from lmforge.config import ConfigError
@@ -147,9 +155,13 @@ def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_p
     dev = tmp_path / "dev.jsonl"
     dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"]))
     assert main(["heads", "--model", str(path), "--data", str(dev), "--prune", "0.25", "--step", "0.25",
-                 "--out", str(tmp_path / "heads")]) == 0
+                 "--random-orders", "3", "--out", str(tmp_path / "heads")]) == 0
     report = json.loads((tmp_path / "heads" / "heads.json").read_text())
     assert set(report["curves"]) == {"importance", "random"} and report["heads"] == 8
+    band = report["random"]["band"]
+    assert report["random"]["seeds"] == [0, 1, 2] and [b["n"] for b in band] == [3] * len(band)
+    assert band[0]["sd"] == 0 and band[1]["metrics"][0] == report["curves"]["random"][1]["metric"]
+    assert len(report["random"]["importance_vs_mean"]["margin"]) == len(band) - 1
     assert report["pruned"]["after"]["parameters"] < report["pruned"]["before"]["parameters"]
     assert (tmp_path / "heads" / "heads.png").stat().st_size > 10_000
     pruned = lmforge.load(tmp_path / "heads" / "pruned")
@@ -162,3 +174,20 @@ def test_heads_command_refuses_bad_options(fine_tuned, capsys):
     assert main(["heads", "--model", str(path), "--data", "x.jsonl", "--prune", "1.5", "--out", "o"]) == 2
     err = capsys.readouterr().err
     assert "--prune 1.5" in err and err.count("\n") == 1
+    assert main(["heads", "--model", str(path), "--data", "x.jsonl", "--random-orders", "0", "--out", "o"]) == 2
+    assert "--random-orders 0" in capsys.readouterr().err
+
+
+def test_random_orders_band_is_the_mean_and_sd_of_seeded_orders(fine_tuned):
+    path, data = fine_tuned
+    task = fine_tuned_task(path, data["validation"])
+    examples = encode_split(task, data["validation"], "data")
+    curves = random_curves(task, (data["validation"], examples), 3, step=0.25, seed=4)
+    alone = pruning_curve(task, (data["validation"], examples), examples, "random", step=0.25, seed=5)[0]
+    assert [lv["masked"] for lv in curves[1]] == [lv["masked"] for lv in alone]  # order i is seed + i
+    band = curve_band(curves)
+    for level, b in enumerate(band):
+        values = [c[level]["metric"] for c in curves]
+        assert b["mean"] == pytest.approx(sum(values) / 3)
+        assert b["sd"] == pytest.approx(float(torch.tensor(values).std()))
+    assert len({tuple(map(tuple, c[1]["masked"])) for c in curves}) > 1  # the orders differ

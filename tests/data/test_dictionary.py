@@ -50,6 +50,11 @@ def test_pos_task_splits_are_disjoint_balanced_and_seeded():
     assert {label: labels.count(label) for label in set(labels)} == {"noun": 5, "adverb": 5, "verb": 5,
                                                                      "adjective": 5}
     assert pos_task(n_per_label=5, seed=3, text=text) == task and pos_task(5, seed=4, text=text) != task
+    more = pos_task(n_per_label=5, seed=3, text=text, held_out_per_label=3)
+    assert {k: more[k] for k in task} == task  # the other splits stay as they were
+    held = [r["text"] for r in more["held_out"]]
+    assert len(held) == 12 and not set(held) & set(texts)
+    assert sorted(r["label"] for r in more["held_out"]) == sorted(["noun", "adverb", "verb", "adjective"] * 3)
 
 
 def test_a_missing_file_names_the_debian_package(tmp_path):

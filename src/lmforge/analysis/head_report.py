@@ -1,7 +1,8 @@
 """`lmforge heads`: importance table, pruning curves (by importance and at random), physical pruning.
 
-Writes heads.json (importance per attention, layer and head; both curves; the pruned model's
-sizes and speed), heads.png (metric against the share of heads pruned, both orders) and, when
+Writes heads.json (importance per attention, layer and head; the importance curve and the random
+orders' curve, mean and sd per level; the pruned model's sizes and speed), heads.png (metric
+against the share of heads pruned: importance, the random mean with a +-1 sd band) and, when
 asked to prune, the pruned model as a loadable directory with its tokenizer and task.json.
 """
 from __future__ import annotations
@@ -12,8 +13,18 @@ from pathlib import Path
 
 import torch
 
-from lmforge.analysis.heads import (full_gates, gates_at, head_importance, masked_heads, metric, pruning_curve,
-                                    total_heads)
+from lmforge.analysis.heads import (
+    against_band,
+    curve_band,
+    full_gates,
+    gates_at,
+    head_importance,
+    masked_heads,
+    metric,
+    pruning_curve,
+    random_curves,
+    total_heads,
+)
 from lmforge.analysis.pruning import head_counts, prune_heads
 from lmforge.config import atomic_write_text
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
@@ -44,26 +55,28 @@ def _prune_level(levels: list, prune: float | None, until: float | None) -> int:
 
 def run_heads(model_dir, records: list, out, kind: str | None = None, importance_records: list | None = None,
               prune: float | None = None, until: float | None = None, step: float = 0.1, seed: int = 0,
-              batch_size: int = 32, progress=None) -> dict:
-    """Importance, both pruning curves and (with prune or until) the physically pruned model."""
+              batch_size: int = 32, progress=None, random_orders: int = 5) -> dict:
+    """Importance, the importance curve, `random_orders` random-order curves (seeds seed, seed + 1,
+    ...; their mean and sd per level) and (with prune or until) the physically pruned model."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     task = fine_tuned_task(model_dir, records, kind)
     examples = encode_split(task, records, "data")
     imp_examples = encode_split(task, importance_records, "importance data") if importance_records else examples
-    curves, final = {}, {}
-    for order in ("importance", "random"):
-        stop = until if order == "importance" else None
-        curves[order], final[order] = pruning_curve(task, (records, examples), imp_examples, order, step,
-                                                    until=stop, seed=seed, batch_size=batch_size,
-                                                    progress=progress and (lambda lv, o=order: progress(o, lv)))
+    say = (lambda order: (lambda lv: progress(order, lv))) if progress else (lambda order: None)
+    curves = {"importance": pruning_curve(task, (records, examples), imp_examples, "importance", step, until=until,
+                                          seed=seed, batch_size=batch_size, progress=say("importance"))[0]}
+    randoms = random_curves(task, (records, examples), random_orders, step, seed=seed, progress=say("random"))
+    curves["random"], band = randoms[0], curve_band(randoms)
     report = {"heads": total_heads(full_gates(task.model.config)), "metric_name": curves["importance"][0]["name"],
-              "importance": _table(head_importance(task, imp_examples, batch_size=batch_size)), "curves": curves}
+              "importance": _table(head_importance(task, imp_examples, batch_size=batch_size)), "curves": curves,
+              "random": {"orders": random_orders, "seeds": [seed + i for i in range(random_orders)], "band": band,
+                         "importance_vs_mean": against_band(curves["importance"], band)}}
     if prune is not None or until is not None:
         report["pruned"] = _prune_and_save(task, records, examples, curves["importance"], prune, until,
                                            out / "pruned")
     atomic_write_text(out / "heads.json", json.dumps(report, indent=2) + "\n")
-    plot_curves(curves, report["metric_name"], out / "heads.png")
+    plot_curves(curves, report["metric_name"], out / "heads.png", band)
     return report
 
 
@@ -87,17 +100,26 @@ def _prune_and_save(task, records, examples, curve: list, prune, until, path) ->
             "speedup": before["seconds"] / after["seconds"], "dir": str(path)}
 
 
-def plot_curves(curves: dict, metric_name: str, path) -> None:
-    """The metric against the share of heads pruned, by importance and at random (Michel et al. fig. 3)."""
+def plot_curves(curves: dict, metric_name: str, path, band: list | None = None) -> None:
+    """The metric against the share of heads pruned, by importance and at random (Michel et al. fig. 3);
+    with `band` (curve_band of several random orders) the random orders' mean and a +-1 sd band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for order, style in (("importance", "o-"), ("random", "s--")):
-        levels = curves.get(order) or []
-        ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], style, label=order)
+    levels = curves.get("importance") or []
+    ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], "o-", label="importance")
+    if band:
+        x = [100 * b["fraction"] for b in band]
+        mean, sd = [b["mean"] for b in band], [b["sd"] for b in band]
+        ax.plot(x, mean, "s--", color="tab:orange", label=f"random (mean of {band[0]['n']} orders)")
+        ax.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], color="tab:orange",
+                        alpha=0.25, label="random +- 1 sd")
+    else:
+        levels = curves.get("random") or []
+        ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], "s--", label="random")
     ax.set_xlabel("heads pruned (%)")
     ax.set_ylabel(metric_name)
     ax.set_title("Pruning heads by importance vs at random")

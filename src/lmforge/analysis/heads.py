@@ -133,6 +133,38 @@ def pruning_curve(task, score_data: tuple, importance_examples: list, order: str
     return levels, gates
 
 
+def random_curves(task, score_data: tuple, orders: int, step: float = 0.1, max_fraction: float = 0.9,
+                  seed: int = 0, progress=None) -> list:
+    """The control of Michel et al.'s fig. 3 as the field runs it: `orders` pruning curves in random
+    order, seeds seed, seed + 1, ... fixed before any is scored (never picked by their outcome)."""
+    if orders < 1:
+        raise ValueError(f"random orders={orders!r}: at least one")
+    return [pruning_curve(task, score_data, [], "random", step, max_fraction=max_fraction, seed=seed + i,
+                          progress=progress)[0] for i in range(orders)]
+
+
+def curve_band(curves: list) -> list:
+    """Per level of equally stepped curves: {"pruned", "fraction", "mean", "sd" (sample; 0 for one
+    curve), "n", "metrics"}; levels some curve lacks are left out."""
+    band = []
+    for levels in zip(*curves):
+        values = [lv["metric"] for lv in levels]
+        mean = sum(values) / len(values)
+        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+        band.append({"pruned": levels[0]["pruned"], "fraction": levels[0]["fraction"], "mean": mean, "sd": sd,
+                     "n": len(values), "metrics": values})
+    return band
+
+
+def against_band(curve: list, band: list) -> dict:
+    """The importance curve against the random orders' mean at each pruned level (level 0, the
+    unpruned model, is the same for both): margins and whether it is ahead at every level."""
+    margins = [lv["metric"] - b["mean"] for lv, b in zip(curve[1:], band[1:])]
+    return {"fraction": [b["fraction"] for b in band[1:]], "margin": margins,
+            "in_sd": [m / b["sd"] if b["sd"] > 0 else None for m, b in zip(margins, band[1:])],
+            "ahead_at_every_level": bool(margins) and all(m > 0 for m in margins)}
+
+
 def _by_importance(task, examples: list, gates: dict, batch_size: int) -> list:
     """Heads still on, least important first, at the current gates."""
     scores = head_importance(task, examples, gates, batch_size)

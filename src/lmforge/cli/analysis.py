@@ -76,6 +76,8 @@ def cmd_heads(args) -> None:
         raise UsageError(f"--prune {args.prune}: a fraction of the heads in (0, 1)")
     if args.until is not None and not 0 < args.until <= 1:
         raise UsageError(f"--until {args.until}: a ratio of the unpruned metric in (0, 1]")
+    if args.random_orders < 1:
+        raise UsageError(f"--random-orders {args.random_orders}: at least 1")
     kind = args.task or task_info(args.model).get("kind")
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
@@ -84,7 +86,8 @@ def cmd_heads(args) -> None:
     console = Console(stderr=True)
     report = run_heads(args.model, records, args.out, kind, extra, args.prune, args.until, args.step, args.seed,
                        progress=lambda order, lv: console.print(
-                           f"[{order}] {100 * lv['fraction']:.0f}% of heads pruned: {lv['metric']:.4f}"))
+                           f"[{order}] {100 * lv['fraction']:.0f}% of heads pruned: {lv['metric']:.4f}"),
+                       random_orders=args.random_orders)
     _print_report(report)
 
 
@@ -102,11 +105,14 @@ def _print_report(report: dict) -> None:
             table.add_row(str(i), *[f"{x:.3f}" for x in layer])
         console.print(table)
     curve = Table(title=f"{report['metric_name']} vs heads pruned")
-    for col in ("pruned", "by importance", "at random"):
+    n = report["random"]["orders"]
+    for col in ("pruned", "by importance", f"at random (mean +- sd of {n} orders)"):
         curve.add_column(col, justify="right")
-    for a, b in zip(report["curves"]["importance"], report["curves"]["random"]):
-        curve.add_row(f"{100 * a['fraction']:.0f}%", f"{a['metric']:.4f}", f"{b['metric']:.4f}")
+    for a, b in zip(report["curves"]["importance"], report["random"]["band"]):
+        curve.add_row(f"{100 * a['fraction']:.0f}%", f"{a['metric']:.4f}", f"{b['mean']:.4f} +- {b['sd']:.4f}")
     console.print(curve)
+    ahead = report["random"]["importance_vs_mean"]["ahead_at_every_level"]
+    console.print(f"importance {'is' if ahead else 'is not'} ahead of the random mean at every level")
     if "pruned" in report:
         console.print(json.dumps({k: v for k, v in report["pruned"].items() if k != "heads"}, indent=2))
 
@@ -136,6 +142,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--prune", type=float, help="remove this share of heads by importance, physically")
     p.add_argument("--until", type=float, help="remove heads while the metric stays >= this x the unpruned")
     p.add_argument("--step", type=float, default=0.1, help="share of all heads masked per level (default 0.1)")
-    p.add_argument("--seed", type=int, default=0, help="the random order's seed")
+    p.add_argument("--seed", type=int, default=0, help="the first random order's seed (the others: seed+1, ...)")
+    p.add_argument("--random-orders", type=int, default=5,
+                   help="random pruning orders averaged as the control (mean +- sd per level; default 5)")
     p.add_argument("--out", required=True, help="directory for heads.json, heads.png and pruned/")
     p.set_defaults(func=cmd_heads)

@@ -69,9 +69,11 @@ def definitions(text: str | None = None) -> list:
     return out
 
 
-def pos_task(n_per_label: int = 500, seed: int = 0, text: str | None = None) -> dict:
+def pos_task(n_per_label: int = 500, seed: int = 0, text: str | None = None, held_out_per_label: int = 0) -> dict:
     """Train / validation / test splits (80/10/10) of {"text": definition, "label": part of
-    speech}, n_per_label records of each part of speech, one record per headword, seeded."""
+    speech}, n_per_label records of each part of speech, one record per headword, seeded; with
+    held_out_per_label, a "held_out" split of that many more per label (headwords in no other
+    split), for scores that one example cannot tip. The other splits do not change with it."""
     by_label: dict = {}
     seen = set()
     for word, label, sense in definitions(text):
@@ -79,12 +81,17 @@ def pos_task(n_per_label: int = 500, seed: int = 0, text: str | None = None) -> 
             seen.add(word.lower())
             by_label.setdefault(label, []).append({"text": sense, "label": label})
     rng = random.Random(seed)
-    records = []
+    records, extra = [], []
     for label in sorted(by_label):
         pool = by_label[label]
         rng.shuffle(pool)
         records += pool[:n_per_label]
+        extra += pool[n_per_label:n_per_label + held_out_per_label]
     rng.shuffle(records)
     n = len(records)
-    return {"train": records[:int(0.8 * n)], "validation": records[int(0.8 * n):int(0.9 * n)],
-            "test": records[int(0.9 * n):]}
+    splits = {"train": records[:int(0.8 * n)], "validation": records[int(0.8 * n):int(0.9 * n)],
+              "test": records[int(0.9 * n):]}
+    if held_out_per_label:
+        random.Random(seed + 1).shuffle(extra)
+        splits["held_out"] = extra
+    return splits

@@ -92,3 +92,18 @@ def test_a_resumed_run_ends_where_an_unbroken_one_does(data, tmp_path):
     assert (tmp_path / "cut" / "final" / "retriever.json").is_file()
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_separate_encoders_train_apart_and_reload(data, tmp_path):
+    passages, questions, tok = data
+    encoder = _encoder(tok).separate()
+    texts = [f"{p.title}. {p.text}" for p in passages[:4]]
+    assert torch.allclose(encoder.encode(texts), encoder.encode(texts, passage=True))  # E_P starts as E_Q
+    cfg = TrainConfig(steps=3, batch_size=8, lr=1e-3, warmup=0, progress=False)
+    train_dpr(encoder, questions["train"][:16], passages, tmp_path, cfg)
+    q, p = encoder.encode(texts), encoder.encode(texts, passage=True)
+    assert not torch.allclose(q, p, atol=1e-4)  # each encoder got its own updates
+    again = BiEncoder.from_dir(tmp_path / "final")
+    assert again.passage_model is not None
+    assert torch.allclose(again.encode(texts, passage=True), p, atol=1e-5)
+    assert torch.allclose(again.encode(texts), q, atol=1e-5)

@@ -4,10 +4,14 @@
     lmforge index build --passages corpus/ --words 100 --out runs/ix          (BM25 only)
     lmforge retrieve --index runs/ix --query "Where was Migom Koudand born?" --k 5 [--method bm25]
     lmforge retrieve train --model all-MiniLM-L6-v2 --out runs/dpr --steps 200 [--questions qa.jsonl] \\
-        lr=2e-5 batch_size=16 warmup=20 temperature=0.05
+        lr=2e-5 batch_size=16 warmup=20 temperature=0.05 [--separate-encoders]
+    lmforge retrieve reader --model all-MiniLM-L6-v2 --questions gcide --retriever runs/dpr/final \\
+        --out runs/reader --steps 150 --k 5
+    lmforge retrieve --index runs/ix --query "..." --reader runs/reader/final     (answers from the top k)
 
 --passages: "builtin" (the built-in corpus), a passages JSONL ({"id", "title", "text"}), or text /
-JSONL corpus files. --questions: "builtin" or a SQuAD JSON / QA JSONL file ("question", "answers",
+JSONL corpus files. --questions: "builtin", "gcide" (dictionary definitions restated with other
+entries' words; needs Debian's dict-gcide) or a SQuAD JSON / QA JSONL file ("question", "answers",
 "positives" or "context"). key=value options: training (TrainConfig) and the encoder (pooling,
 normalize, temperature, max_length).
 """
@@ -58,7 +62,8 @@ def cmd_query(args) -> None:
         raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
     if args.k < 1:
         raise UsageError(f"--k must be positive, got {args.k}")
-    for result in query_index(args.index, args.query, args.k, args.method, args.query_model, args.backend):
+    for result in query_index(args.index, args.query, args.k, args.method, args.query_model, args.backend,
+                              args.reader):
         print(json.dumps(result, ensure_ascii=False))
 
 
@@ -71,10 +76,29 @@ def cmd_train(args) -> None:
     steps = {"steps": args.steps} if args.steps is not None else {}
     cfg = TrainConfig.from_dict({"seed": args.seed, **steps, **train})
     table = run_train(args.model, args.out, cfg, args.questions, args.passages, args.hard_negatives, args.resume,
-                      **encoder)
+                      separate=args.separate_encoders, **encoder)
     for name, row in table.items():
         print(f"{name:>10}  " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()))
     print(f"retriever in {args.out}/final, recall in {args.out}/recall.json")
+
+
+def cmd_reader(args) -> None:
+    """Train an extractive reader and print its exact match over the top-k passages."""
+    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.run import run_reader
+    from lmforge.train import TrainConfig
+
+    train, encoder = _options(args)
+    if encoder:
+        raise UsageError(f"retrieve reader takes no encoder options ({sorted(encoder)})")
+    if args.k < 1 or args.negatives < 1:
+        raise UsageError(f"--k and --negatives must be positive, got {args.k} and {args.negatives}")
+    steps = {"steps": args.steps} if args.steps is not None else {}
+    cfg = TrainConfig.from_dict({"seed": args.seed, **steps, **train})
+    result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, args.k,
+                        args.negatives, args.max_len)
+    print(json.dumps(result))
+    print(f"reader in {args.out}/final, exact match in {args.out}/reader.json")
 
 
 ENCODER_HELP = {"pooling": "mean (over the attention mask) or cls (the first token)",
@@ -115,6 +139,24 @@ def _index_parser(sub, argparse) -> None:
     build.set_defaults(func=cmd_index_build)
 
 
+def _reader_parser(actions, argparse) -> None:
+    r = actions.add_parser("reader", help="train an extractive reader; exact match over the top-k passages",
+                           epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
+    r.add_argument("--out", required=True)
+    r.add_argument("--questions", default="builtin", help="builtin, gcide, or a SQuAD JSON / QA JSONL file")
+    r.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
+    r.add_argument("--retriever", help="a trained DPR directory for the test passages (default: BM25)")
+    r.add_argument("--k", type=int, default=5, help="passages read per question")
+    r.add_argument("--negatives", type=int, default=3, help="BM25 negatives per training question")
+    r.add_argument("--max-len", type=int, default=128, help="tokens per question + passage")
+    r.add_argument("--steps", type=int)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--config", help="YAML/JSON file of key: value options")
+    r.add_argument("overrides", nargs="*", help="key=value: training options")
+    r.set_defaults(func=cmd_reader)
+
+
 def add_parsers(sub) -> None:
     """Add the index and retrieve sub-commands to the `lmforge` parser."""
     import argparse
@@ -128,15 +170,21 @@ def add_parsers(sub) -> None:
     p.add_argument("--method", default="dense", choices=("dense", "bm25"))
     p.add_argument("--model", dest="query_model", help="query encoder (default: the index's model)")
     p.add_argument("--backend", default="torch", choices=("torch", "faiss"))
+    p.add_argument("--reader", help="an extractive reader directory (retrieve reader): answer from the top k")
     p.set_defaults(func=cmd_query)
-    t = p.add_subparsers(dest="action").add_parser("train", help="train DPR; recall@k vs BM25 and untrained",
+    actions = p.add_subparsers(dest="action")
+    _reader_parser(actions, argparse)
+    t = actions.add_parser("train", help="train DPR; recall@k vs BM25 and untrained",
                                                    epilog=_epilog(True),
                                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
     t.add_argument("--out", required=True)
-    t.add_argument("--questions", default="builtin", help="builtin, or a SQuAD JSON / QA JSONL file")
+    t.add_argument("--questions", default="builtin",
+                   help="builtin, gcide (a reverse dictionary: needs dict-gcide), or a SQuAD JSON / QA JSONL file")
     t.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
     t.add_argument("--hard-negatives", type=int, default=1, help="BM25 hard negatives per question")
+    t.add_argument("--separate-encoders", action="store_true",
+                   help="train a passage encoder of its own (DPR's two encoders; default: one shared)")
     t.add_argument("--steps", type=int)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--config", help="YAML/JSON file of key: value options")

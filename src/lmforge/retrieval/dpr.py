@@ -3,13 +3,15 @@ by the inner product sim(q, p) = E_Q(q)^T E_P(p) (eq. 1), trained with the negat
 of the positive passage against the other passages of the batch (in-batch negatives, sec. 3.2) and
 one BM25 hard negative per question (their best setting, table 3).
 
-Here E_Q and E_P share one encoder (any lmforge encoder: a tiny BERT, all-MiniLM-L6-v2, a pretrained
-directory), pooled by mean over the attention mask or the first token ([CLS]). With normalize=True
+Here E_Q and E_P share one encoder by default (any lmforge encoder: a tiny BERT, all-MiniLM-L6-v2, a
+pretrained directory); with separate(), E_P becomes a copy trained on its own, as in DPR (saved under
+passage/ beside the question encoder). Vectors are pooled by mean over the attention mask or the first token ([CLS]). With normalize=True
 the embeddings are L2-normalised and the logits are sim / temperature (cosine similarity, as the
 sentence-embedding models it starts from were trained), so the untrained encoder is a fair baseline.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -44,12 +46,20 @@ class EncoderOptions:
 
 
 class BiEncoder:
-    """One encoder for questions and passages: texts -> (N, d) embeddings."""
+    """E_Q and E_P (one shared encoder, or two after separate()): texts -> (N, d) embeddings."""
 
-    def __init__(self, model, tokenizer, options: EncoderOptions | None = None) -> None:
-        if model.config.architecture != "encoder":
-            raise ValueError(f"a DPR encoder must be an encoder model, not {model.config.architecture}")
+    def __init__(self, model, tokenizer, options: EncoderOptions | None = None, passage_model=None) -> None:
+        for m in (model, passage_model or model):
+            if m.config.architecture != "encoder":
+                raise ValueError(f"a DPR encoder must be an encoder model, not {m.config.architecture}")
         self.model, self.tokenizer, self.options = model, tokenizer, options or EncoderOptions()
+        self.passage_model = passage_model  # None: E_P is E_Q
+
+    def separate(self) -> "BiEncoder":
+        """Give passages their own encoder, a copy of the question encoder (DPR's two BERTs)."""
+        if self.passage_model is None:
+            self.passage_model = copy.deepcopy(self.model)
+        return self
 
     @classmethod
     def from_dir(cls, name: str | os.PathLike, **options) -> "BiEncoder":
@@ -57,18 +67,23 @@ class BiEncoder:
         under those given."""
         path = find_model_dir(name)
         saved = json.loads((path / "retriever.json").read_text()) if (path / "retriever.json").is_file() else {}
-        return cls(load(path), load_tokenizer(path), EncoderOptions(**{**saved, **options}))
+        passage = load(path / "passage") if (path / "passage" / "config.json").is_file() else None
+        return cls(load(path), load_tokenizer(path), EncoderOptions(**{**saved, **options}), passage)
 
     def save(self, path) -> Path:
-        """Tokenizer and retriever.json beside a saved model directory."""
+        """Tokenizer and retriever.json beside a saved model directory (and a separate passage
+        encoder under passage/)."""
         path = Path(path)
+        if self.passage_model is not None:
+            self.passage_model.save(path / "passage")
         self.tokenizer.save(path)
         (path / "retriever.json").write_text(json.dumps(asdict(self.options), indent=2))
         return path
 
-    def embed(self, input_ids, attention_mask) -> torch.Tensor:  # (B, T) -> (B, d)
-        """Pooled (and normalised) encoder states of a padded batch."""
-        hidden = self.model(input_ids, attention_mask, run_heads=False).last_hidden_state
+    def embed(self, input_ids, attention_mask, passage: bool = False) -> torch.Tensor:  # (B, T) -> (B, d)
+        """Pooled (and normalised) states of a padded batch, from E_P if `passage` else E_Q."""
+        model = self.passage_model if passage and self.passage_model is not None else self.model
+        hidden = model(input_ids, attention_mask, run_heads=False).last_hidden_state
         vectors = pool(hidden.float(), attention_mask, POOLINGS[self.options.pooling])
         return F.normalize(vectors, dim=-1) if self.options.normalize else vectors
 
@@ -79,18 +94,20 @@ class BiEncoder:
         return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
 
     @torch.inference_mode()
-    def encode(self, texts: list, batch_size: int = 64) -> torch.Tensor:
-        """(N, d) embeddings of `texts`, in order (eval mode; the caller's mode restored)."""
-        training, device = self.model.training, next(self.model.parameters()).device
-        self.model.eval()
+    def encode(self, texts: list, batch_size: int = 64, passage: bool = False) -> torch.Tensor:
+        """(N, d) embeddings of `texts` (passages with E_P if `passage`), in order (eval mode; the
+        caller's mode restored)."""
+        model = self.passage_model if passage and self.passage_model is not None else self.model
+        training, device = model.training, next(model.parameters()).device
+        model.eval()
         out = []
         try:
             for start in range(0, len(texts), batch_size):
                 rows = [self.ids(t) for t in texts[start:start + batch_size]]
                 ids, mask = pad_batch(rows, self.tokenizer.special_id("pad") or 0)
-                out.append(self.embed(ids.to(device), mask.to(device)).cpu())
+                out.append(self.embed(ids.to(device), mask.to(device), passage).cpu())
         finally:
-            self.model.train(training)
+            model.train(training)
         return torch.cat(out) if out else torch.empty(0, self.model.config.d_model)
 
 
@@ -115,6 +132,8 @@ class DPRObjective(Objective):
     def __init__(self, encoder: BiEncoder) -> None:
         super().__init__(encoder.model, pad_id=encoder.tokenizer.special_id("pad") or 0)
         self.encoder = encoder
+        if encoder.passage_model is not None:
+            self.passage_model = encoder.passage_model  # registered: optimised and checkpointed too
 
     def collate(self, examples: list) -> dict:
         """{"question", "positive", "negatives"} id lists -> question batch and passage batch
@@ -132,7 +151,7 @@ class DPRObjective(Objective):
     def forward(self, batch: dict) -> Loss:
         """NLL of each question's positive among all passages of the batch (eq. 2)."""
         q = self.encoder.embed(batch["input_ids"], batch["attention_mask"])  # (B, d)
-        p = self.encoder.embed(batch["p_input_ids"], batch["p_attention_mask"])  # (B + B_neg, d)
+        p = self.encoder.embed(batch["p_input_ids"], batch["p_attention_mask"], passage=True)  # (B + B_neg, d)
         scale = 1 / self.encoder.options.temperature if self.encoder.options.normalize else 1.0
         logits = (scale * q @ p.T).masked_fill(batch["same_passage"], float("-inf"))  # (B, B + B_neg)
         target = torch.arange(len(q), device=q.device)

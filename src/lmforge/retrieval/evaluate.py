@@ -37,7 +37,7 @@ def encode_passages(encoder: BiEncoder, passages: list, path, batch_size: int = 
                     model_name: str = "") -> DenseIndex:
     """Embed every passage into an index directory at `path` and open it."""
     def encode(rows):
-        return encoder.encode([passage_text(passages[i]) for i in rows], batch_size)
+        return encoder.encode([passage_text(passages[i]) for i in rows], batch_size, passage=True)
 
     write_index(path, [p.id for p in passages], encode, encoder.model.config.d_model, model=model_name,
                 pooling=encoder.options.pooling, batch_size=batch_size, progress=progress)
@@ -53,7 +53,8 @@ def dense_rankings(encoder: BiEncoder, index: DenseIndex, records: list, k: int)
 def train_dpr(encoder: BiEncoder, records: list, passages: list, out, cfg: TrainConfig, n_hard: int = 1,
               resume: bool = False, log=print) -> BiEncoder:
     """Train `encoder` in place on question records with in-batch and `n_hard` BM25 hard negatives per
-    question (the one trainer: metrics.jsonl, checkpoints, out/final with tokenizer and retriever.json)."""
+    question (the one trainer: metrics.jsonl, checkpoints, out/final with tokenizer and retriever.json,
+    and a separate passage encoder, if any, in out/final/passage)."""
     bm25 = BM25Index.build(passages)
     negatives = hard_negatives(bm25, records, passages, n_hard) if n_hard else [[] for _ in records]
     examples = training_examples(encoder, records, passages, negatives)

@@ -121,8 +121,9 @@ def exact_match_rate(objective: RAGObjective, records: list, batch_size: int = 3
 
     objective.eval()
     examples, hits = rag_examples(objective.retriever, records), 0.0
+    device = next(objective.parameters()).device
     for start in range(0, len(records), batch_size):
-        batch = objective.collate(examples[start:start + batch_size])
+        batch = {k: v.to(device) for k, v in objective.collate(examples[start:start + batch_size]).items()}
         for ids, r in zip(objective.answer(batch, max_new_tokens), records[start:start + batch_size]):
             text = objective.retriever.tokenizer.decode(ids)
             hits += max(exact_match(gold, text) for gold in r["answers"])

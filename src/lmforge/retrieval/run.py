@@ -1,5 +1,6 @@
 """The jobs behind `lmforge index build` and `lmforge retrieve`: an index directory (passages, BM25,
-optionally dense), queries against it, and a DPR training run with its recall table.
+optionally dense), queries against it (answered by a reader, if given), a DPR training run with its
+recall table, and an extractive reader's training run with its exact match.
 
 An index directory holds passages.jsonl, bm25/ (bm25s files) and, with a model, dense/ (see
 index.py; its manifest names the model that embeds the queries).
@@ -11,11 +12,14 @@ import random
 from pathlib import Path
 
 from lmforge.retrieval.bm25 import BM25Index
+from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder
-from lmforge.retrieval.evaluate import compare, encode_passages, train_dpr, write_table
+from lmforge.retrieval.evaluate import compare, encode_passages, recall_at_k, train_dpr, write_table
 from lmforge.retrieval.index import DenseIndex
 from lmforge.retrieval.passages import load_passages, read_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
+from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
+from lmforge.train.loop import Trainer
 
 METHODS = ("dense", "bm25")
 
@@ -38,8 +42,9 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
 
 
 def query_index(path, queries: list, k: int = 5, method: str = "dense", model: str | None = None,
-                backend: str = "torch") -> list:
-    """[{"query", "results": [{"rank", "id", "title", "score", "text"}]}] for each query."""
+                backend: str = "torch", reader: str | None = None) -> list:
+    """[{"query", "results": [{"rank", "id", "title", "score", "text"}]}] for each query, and with a
+    `reader` directory its "answer" ({"answer", "id", "score"}) read from those passages."""
     path = Path(path)
     if method not in METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
@@ -53,14 +58,24 @@ def query_index(path, queries: list, k: int = 5, method: str = "dense", model: s
         encoder = BiEncoder.from_dir(model or index.manifest.get("model") or "")
         scores, positions = index.search(encoder.encode(queries), k, backend=backend)
         positions, scores = positions.numpy(), scores.numpy()
-    return [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
-                                      "score": round(float(s), 4), "text": passages[int(i)].text}
-                                     for r, (i, s) in enumerate(zip(row, srow))]}
-            for q, row, srow in zip(queries, positions, scores)]
+    out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
+                                     "score": round(float(s), 4), "text": passages[int(i)].text}
+                                    for r, (i, s) in enumerate(zip(row, srow))]}
+           for q, row, srow in zip(queries, positions, scores)]
+    if reader:
+        read = ExtractiveReader.from_dir(reader).read
+        for result, row in zip(out, positions):
+            result["answer"] = read(result["query"], [passages[int(i)] for i in row])
+    return out
 
 
 def question_sets(questions: str | None, passages_source: str | None, seed: int) -> tuple:
-    """(passages, {"train", "test"} records): built-in, or a user's QA file split 90/10 (seeded)."""
+    """(passages, {"train", "test"} records): built-in, the dictionary's ("gcide": see dictionary_qa),
+    or a user's QA file split 90/10 (seeded)."""
+    if questions == "gcide":
+        if passages_source:
+            raise ValueError("--questions gcide brings its own passages (dictionary entries): drop --passages")
+        return dictionary_questions(seed=seed)
     if questions in (None, "builtin"):
         passages = load_passages(passages_source, seed)
         sets = builtin_questions(passages, seed)
@@ -78,12 +93,14 @@ def question_sets(questions: str | None, passages_source: str | None, seed: int)
 
 
 def run_train(model: str, out, cfg, questions: str | None = None, passages_source: str | None = None,
-              n_hard: int = 1, resume: bool = False, log=print, **options) -> dict:
-    """Train DPR from `model` on the training questions, then recall@k on the held-out ones for BM25,
-    the untrained and the trained encoder; written to out/recall.json and returned."""
+              n_hard: int = 1, resume: bool = False, log=print, separate: bool = False, **options) -> dict:
+    """Train DPR from `model` on the training questions (with `separate` question and passage
+    encoders), then recall@k on the held-out ones for BM25, the untrained and the trained encoder;
+    written to out/recall.json and returned."""
     out = Path(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
-    trained = train_dpr(BiEncoder.from_dir(model, **options), sets["train"], passages, out, cfg, n_hard,
+    encoder = BiEncoder.from_dir(model, **options)
+    trained = train_dpr(encoder.separate() if separate else encoder, sets["train"], passages, out, cfg, n_hard,
                         resume, log)
     table = compare(passages, sets["test"], {"untrained": BiEncoder.from_dir(model, **options),
                                              "trained": trained}, out / "eval")
@@ -91,3 +108,36 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     (out / "eval" / "questions.json").write_text(json.dumps({"train": len(sets["train"]), "test": len(sets["test"]),
                                                              "passages": len(passages)}))
     return table
+
+
+def test_rankings(passages: list, records: list, out, retriever: str | None = None, k: int = 20) -> tuple:
+    """(ranked passage ids, retrieval scores) of `records` from BM25, or from a trained DPR directory
+    (its passages embedded under out/index)."""
+    if retriever is None:
+        positions, scores = BM25Index.build(passages).search([r["question"] for r in records], k)
+        return [[passages[int(i)].id for i in row] for row in positions], scores.tolist()
+    encoder = BiEncoder.from_dir(retriever)
+    index = encode_passages(encoder, passages, Path(out) / "index")
+    scores, positions = index.search(encoder.encode([r["question"] for r in records]), k)
+    return [[index.ids[int(i)] for i in row] for row in positions.tolist()], scores.tolist()
+
+
+def run_reader(model: str, out, cfg, questions: str | None = None, passages_source: str | None = None,
+               retriever: str | None = None, k: int = 5, n_negatives: int = 3, max_len: int = 128,
+               log=print) -> dict:
+    """Train the extractive reader from `model` on the training questions (each with its positive and
+    BM25 negatives), then exact match on the held-out ones read from their top-k passages (BM25's, or
+    `retriever`'s); written to out/reader.json and returned."""
+    out = Path(out)
+    passages, sets = question_sets(questions, passages_source, cfg.seed)
+    reader = ExtractiveReader.from_dir(model, max_len)
+    train_ranked, _ = test_rankings(passages, sets["train"], out, None, 20)
+    examples = reader_examples(reader, sets["train"], passages, train_ranked, n_negatives)
+    Trainer(reader, examples, cfg, out, log=log).fit()
+    reader.tokenizer.save(out / "final")
+    ranked, scores = test_rankings(passages, sets["test"], out, retriever, k)
+    result = {"retriever": retriever or "bm25", "k": k, "test": len(sets["test"]),
+              "reader_exact_match": round(reader_exact_match(reader, sets["test"], passages, ranked, k), 4),
+              **{n: round(v, 4) for n, v in recall_at_k(ranked, sets["test"], (1, k)).items()}}
+    (out / "reader.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result

@@ -11,7 +11,14 @@ import lmforge
 from lmforge.retrieval.dpr import BiEncoder, EncoderOptions
 from lmforge.retrieval.passages import load_passages
 from lmforge.retrieval.questions import builtin_questions
-from lmforge.retrieval.rag_train import RAGObjective, exact_match_rate, passage_tokens, rag_examples
+from lmforge.retrieval.rag_train import (
+    RAGObjective,
+    answer_matches,
+    exact_match_rate,
+    passage_tokens,
+    rag_examples,
+)
+from lmforge.tasks.qa import exact_match
 from lmforge.tokenizer.train import train_tokenizer
 
 
@@ -25,7 +32,7 @@ def parts():
 
 
 def _objective(parts, k):
-    passages, records, tok = parts
+    passages, _, tok = parts
     torch.manual_seed(0)
     bert = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
                          max_seq_len=64)
@@ -71,3 +78,19 @@ def test_the_gradient_reaches_the_question_encoder_and_answers_decode(parts):
     answers = objective.answer(batch, max_new_tokens=3)
     assert len(answers) == 4 and all(len(a) <= 3 for a in answers)
     assert 0.0 <= exact_match_rate(objective, parts[1][:4], max_new_tokens=2) <= 1.0
+
+
+def test_a_hyphenated_answer_matches_by_its_tokens_though_its_decoding_spaces_the_hyphen(parts):
+    tok = parts[2]
+    ids = tok.encode("Short-breathed", add_special_tokens=False).ids
+    assert not exact_match("Short-breathed", tok.decode(ids))  # "short - breathed": text alone misses it
+    assert answer_matches(tok, ids, ["Short-breathed"])
+    assert not answer_matches(tok, ids[:-1], ["Short-breathed"])
+
+
+def test_exact_match_rate_counts_generated_gold_tokens(parts, monkeypatch):
+    objective = _objective(parts, k=1)
+    records = [{**r, "answers": ["Short-breathed"]} for r in parts[1][:2]] + parts[1][2:4]
+    gold = objective.retriever.tokenizer.encode("Short-breathed", add_special_tokens=False).ids
+    monkeypatch.setattr(objective, "answer", lambda batch, max_new_tokens: [gold] * len(batch["source"]))
+    assert exact_match_rate(objective, records, batch_size=3) == 0.5

@@ -61,3 +61,25 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == list(range(1, 9))
     assert [r["loss"] for r in read_metrics(killed / "metrics.jsonl")] == \
         [r["loss"] for r in read_metrics(full / "metrics.jsonl")]
+
+
+def test_a_callers_evaluator_ends_a_bilm_run_early_with_its_final_model(tmp_path):
+    from lmforge.train import TrainConfig
+    from lmforge.train.pretrain import pretrain as run
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("the dog sleeps .\n\nthe cat runs to the dog .\n\na dog sees the cat .\n")
+    seen = []
+
+    def stop_at_three(trainer) -> dict:  # as a wall-clock deadline would, once it has passed
+        seen.append(trainer.step)
+        return {"stop": True} if trainer.step >= 3 else {}
+
+    train = TrainConfig(steps=10, batch_size=2, eval_every=1, eval_batches=1, log_every=1, progress=False, device="cpu")
+    sizes = {"lstm_dim": 16, "d_model": 8, "char_filters": [[1, 4], [2, 4]], "char_embed_dim": 4}
+    model = run("elmo-small", "bilm", tmp_path / "run", train, files=[str(text)], vocab_size=50, overrides=sizes,
+                max_len=12, log=lambda *a: None, evaluator=stop_at_three)
+    assert seen == [1, 2, 3]
+    assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
+    saved = lmforge.load(tmp_path / "run" / "final").state_dict()
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())

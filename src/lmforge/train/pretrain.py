@@ -260,13 +260,14 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
 def pretrain(preset: str | None, objective: str, out, train: TrainConfig, files: list | None = None,
              tokenizer=None, n_docs: int = 2000, vocab_size: int = 1000, overrides: dict | None = None,
              resume: bool = False, log=print, duplication: int = 0, teacher=None, model=None,
-             add_tokens=None, max_len: int | None = None):
+             add_tokens=None, max_len: int | None = None, evaluator=None):
     """Pretrain `preset` with `objective` (a registered name or alias) on `files` (default: the built-in
     corpus); returns the model. model=DIR: continue pretraining that checkpoint instead (its tokenizer,
     an LM head added where missing; add_tokens=FILE adds domain words first: add_words). duplication=d:
     static masking, each example's corruption fixed in d copies (BERT's duplication factor) instead of
     drawn anew each epoch; teacher: the model a teacher objective (distillation) distils, whose config
-    the student's is; max_len: tokens per example (default min(max_seq_len, 128))."""
+    the student's is; max_len: tokens per example (default min(max_seq_len, 128)); evaluator: the
+    Trainer's (called every eval_every steps; {"stop": True} ends the run early, e.g. at a deadline)."""
     spec = objectives.get(objective)
     start = checkpoint_start(model, tokenizer, overrides) if model is not None else None
     cfg = _checked_config(spec, preset, overrides, teacher, start)
@@ -285,7 +286,8 @@ def pretrain(preset: str | None, objective: str, out, train: TrainConfig, files:
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
     examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, max_len), train.seed)
-    trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=duplication)
+    trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=duplication,
+                      evaluator=evaluator)
     untrained = probe_scores(task, tokenizer, train.seed) if not files and trainer.main else None
     result = trainer.fit(resume=resume)
     if trainer.main:

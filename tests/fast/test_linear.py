@@ -109,6 +109,18 @@ def test_transient_is_a_plain_call_where_it_must_be(monkeypatch):
     linear.release_scratch()
 
 
+def test_a_buffer_made_under_inference_mode_is_replaced_for_no_grad(monkeypatch):
+    monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 0)
+    layer, x = _layer(), torch.randn(2, 70, 48)
+    with torch.inference_mode():
+        layer.transient(x, "test")  # an inference tensor: not writable outside inference_mode
+    with torch.no_grad():
+        out = layer.transient(x, "test")  # once raised "Inplace update to inference tensor"
+        assert not out.is_inference() and torch.equal(out, layer.plain(x))
+        assert layer.transient(x, "test").data_ptr() == out.data_ptr()  # and is then reused
+    linear.release_scratch()
+
+
 def test_threads_get_their_own_buffers(monkeypatch):
     import threading
 

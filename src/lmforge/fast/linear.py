@@ -50,7 +50,9 @@ def scratch(slot: str, shape: tuple, like: torch.Tensor) -> torch.Tensor:
     n = math.prod(shape)
     buffers = _SCRATCH.__dict__.setdefault("buffers", {})
     buffer = buffers.get(slot)
-    if buffer is None or buffer.numel() < n or buffer.dtype != like.dtype or buffer.device != like.device:
+    # one made under inference_mode cannot be written outside it (BiEncoder.encode, then a no_grad decode)
+    stale = buffer is not None and buffer.is_inference() and not torch.is_inference_mode_enabled()
+    if stale or buffer is None or buffer.numel() < n or buffer.dtype != like.dtype or buffer.device != like.device:
         buffer = buffers[slot] = like.new_empty(n)
     return buffer[:n].view(shape)
 

@@ -253,7 +253,7 @@ def fit(module: nn.Module, train, dev, config: FitConfig, seed: int, loss=classi
             optimiser.zero_grad()
             loss(module, train.batch(rows)).backward()
             optimiser.step()
-        value = torch.as_tensor(score(module, dev), dtype=torch.float).reshape(module.groups)
+        value = torch.as_tensor(score(module, dev), dtype=torch.float).cpu().reshape(module.groups)
         improved = (value > best) & active
         _keep(best_state, module, improved)
         best, waited = torch.where(improved, value, best), torch.where(improved, 0, waited + 1)

@@ -1,5 +1,5 @@
 """The end-to-end RAG objective on a tiny BERT retriever and a tiny BART generator: its inputs are
-[CLS] question [SEP] passage [SEP] per retrieved passage, closed-book (k = 0) it is the generator's own
+[CLS] passage [SEP] question [SEP] per retrieved passage, closed-book (k = 0) it is the generator's own
 answer NLL, its gradient reaches the question encoder (not the fixed index), and it decodes answers."""
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ def test_generator_inputs_hold_the_question_and_each_retrieved_passage(parts):
     first = ids[1, :int(mask[1].sum())].tolist()  # question 0, its second passage
     question = batch["source"][0, :batch["source_len"][0]].tolist()
     passage = objective.passage_tokens[int(rows[0, 1])]
-    assert first == [objective.cls, *question, objective.sep, *passage[:len(first) - len(question) - 3], objective.sep]
+    n = len(first) - len(question) - 3  # the passage's tokens that fit
+    assert n > 0 and first == [objective.cls, *passage[:n], objective.sep, *question, objective.sep]
 
 
 def test_closed_book_is_the_generators_answer_nll(parts):

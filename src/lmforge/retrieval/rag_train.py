@@ -1,5 +1,5 @@
 """RAG trained end to end (Lewis et al. 2020, sec. 2.4): a question encoder retrieves the top k
-passages from a fixed index, an encoder-decoder generator reads "[CLS] question [SEP] passage [SEP]"
+passages from a fixed index, an encoder-decoder generator reads "[CLS] passage [SEP] question [SEP]"
 once per passage, and RAG-Sequence or RAG-Token marginalisation (rag.py) gives the answer's
 likelihood; its gradient trains the generator and, through p(z | x), the question encoder, while the
 passage embeddings stay fixed. k = 0 is the closed-book generator (the question alone).
@@ -54,7 +54,9 @@ class RAGObjective(Objective):
         return torch.log_softmax(scores, dim=-1), rows
 
     def generator_inputs(self, batch: dict, rows) -> tuple:
-        """(B * K, S) ids and mask: [CLS] question [SEP] passage [SEP] for each retrieved passage."""
+        """(B * K, S) ids and mask: [CLS] passage [SEP] question [SEP] for each retrieved passage
+        ([CLS] question [SEP] closed-book); the passage first, as the reference implementation
+        joins title / text // question, so its title starts at the same position every time."""
         out = []  # read to lists once: one device-to-host copy each, not one per question
         sources, lengths = batch["source"].tolist(), batch["source_len"].tolist()
         retrieved = rows.tolist() if rows is not None else [[None]] * len(sources)
@@ -63,7 +65,7 @@ class RAGObjective(Objective):
             for row in passages:
                 passage = self.passage_tokens[row] if row is not None else []
                 room = max(0, self.max_len - len(question) - 3)
-                out.append([self.cls, *question, self.sep] + ([*passage[:room], self.sep] if passage else []))
+                out.append([self.cls, *([*passage[:room], self.sep] if passage else []), *question, self.sep])
         ids, mask = pad_batch(out, self.pad_id)
         return ids.to(batch["source"].device), mask.to(batch["source"].device)
 

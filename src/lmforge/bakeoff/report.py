@@ -88,6 +88,7 @@ def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drawn = False
@@ -106,6 +107,7 @@ def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
         return None
     ax.set(xlabel="training FLOPs", ylabel="pretraining loss (each objective's own)", title=f"bake-off {plan.name}")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels on a short log range overlap
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "learning_curves.png", dpi=110)

@@ -240,6 +240,15 @@ class Trainer:
         if self.world > 1:
             torch.distributed.barrier()
 
+    def _warn_static(self) -> None:
+        """Say so when static masking's d copies outnumber the run's epochs: then no corruption is
+        ever reused and the run is exactly dynamic masking."""
+        train_data, _, duplication, _ = self._data
+        epochs = self.cfg.steps * self.cfg.batch_size * self.cfg.accumulation * self.world / len(train_data)
+        if duplication and self.main and duplication >= epochs:
+            self.log(f"warning: duplication={duplication} is not below the {epochs:.2f} epochs of this run: "
+                     f"no example's corruption is seen twice, so static masking here equals dynamic masking")
+
     def fit(self, resume: bool = False):
         """Train to cfg.steps (continuing a checkpoint if resume) and return the model kept."""
         if resume:
@@ -247,6 +256,7 @@ class Trainer:
         elif (self.out / "checkpoints").is_dir() and any((self.out / "checkpoints").iterdir()):
             raise FileExistsError(f"{self.out} already holds checkpoints: pass resume=True (--resume) "
                                   f"or choose another output directory")
+        self._warn_static()
         metrics = MetricsLog(self.out / "metrics.jsonl", self.step) if self.main else None
         label = f"train ({self.epochs:g} epochs)" if self.epochs is not None else "train"
         bar = Progress(self.cfg.steps, self.step, self.main and self.cfg.progress, label)

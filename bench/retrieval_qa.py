@@ -11,7 +11,9 @@ other entries' words, 10,000 entries as passages, 500 held-out questions), one s
 
 --budget S stops each training stage early (a share of the time left) so the run ends within
 about S seconds; the steps each stage took are in the JSON, which is written after every stage.
-The closed-book generator trains for the steps the RAG run took. --passages / --train-questions /
+The closed-book generator trains for the steps the RAG run took. --stages picks the stages
+(retrieval, reader, rag; comma-separated) and --retriever DIR reads a trained question encoder
+(work/dpr/final of an earlier run) instead of training one, for rag alone. --passages / --train-questions /
 --test-questions take a subset (a dry run); --model may be an fp16 copy of the checkpoint (its
 weights are read into fp32).
 
@@ -48,6 +50,7 @@ RESULTS = Path(__file__).parent / "results" / "retrieval.json"
 # time) room for as many steps
 SHARES = {"dpr": 0.25, "reader": 0.2, "rag": 0.55, "closed_book": 0.85}
 START = time.perf_counter()
+STAGES = ("retrieval", "reader", "rag")
 
 
 def say(line: str) -> None:
@@ -164,7 +167,7 @@ def reader(args, passages, sets, trained) -> dict:
 def rag_run(args, passages, sets, k: int, stage: str, max_steps: int | None = None) -> dict:
     """A fresh generator (and a fresh copy of the trained question encoder) with k passages, trained
     on args.rag_steps' schedule (stopped at max_steps, if given); test EM."""
-    retriever = BiEncoder.from_dir(args.work / "dpr" / "final")
+    retriever = BiEncoder.from_dir(args.retriever or args.work / "dpr" / "final")
     retriever.model.to(resolve_device(args.device))
     vectors = retriever.encode([passage_text(p) for p in passages], batch_size=256, passage=True)
     tok = retriever.tokenizer
@@ -200,14 +203,24 @@ def run(args) -> dict:
               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "tf32": device.type == "cuda", "budget_s": args.budget}
     say(f"{result['passages']} passages, {result['train']} train / {result['test']} test questions on {result['device']}")
-    result["recall"], trained = retrieval(args, passages, sets)
-    _write(args, result)
-    say(f"recall: {json.dumps({n: r for n, r in result['recall'].items() if isinstance(r, dict)})}")
-    result["reader"] = reader(args, passages, sets, trained)
-    _write(args, result)
-    say(f"reader: {json.dumps(result['reader'])}")
+    if "retrieval" in args.stages:
+        result["recall"], trained = retrieval(args, passages, sets)
+        _write(args, result)
+        say(f"recall: {json.dumps({n: r for n, r in result['recall'].items() if isinstance(r, dict)})}")
+    if "reader" in args.stages:
+        result["reader"] = reader(args, passages, sets, trained)
+        _write(args, result)
+        say(f"reader: {json.dumps(result['reader'])}")
+    if "rag" in args.stages:
+        rag(args, passages, sets, result)
+    return result
+
+
+def rag(args, passages, sets, result: dict) -> None:
+    """RAG with args.rag_k passages, then closed book for the steps RAG took, into result["rag"]."""
     result["rag"] = {"kind": "token", "steps": args.rag_steps, "batch_size": 32, "lr": args.rag_lr,
                      "generator": {"preset": "bart-base", **GENERATOR},
+                     "retriever": str(args.retriever or args.work / "dpr" / "final"),
                      "input": "[CLS] passage [SEP] question [SEP] (closed book: [CLS] question [SEP])",
                      "exact_match": "greedy answer = a gold answer's tokens or its SQuAD-normalised text"}
     result["rag"]["rag"] = rag_run(args, passages, sets, args.rag_k, "rag")
@@ -216,7 +229,6 @@ def run(args) -> dict:
     result["rag"]["closed_book"] = rag_run(args, passages, sets, 0, "closed_book", result["rag"]["rag"]["steps_taken"])
     _write(args, result)
     say(f"closed book: {json.dumps(result['rag']['closed_book'])}")
-    return result
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -232,6 +244,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=int, default=0, help="a subset of this many (0: all)")
     p.add_argument("--rag-lr", type=float, default=5e-4, help="the generator's peak learning rate")
     p.add_argument("--budget", type=float, default=0, help="seconds the run should fit in (0: no limit)")
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
+    p.add_argument("--retriever", type=Path, help="a trained question encoder's directory (rag without retrieval)")
     p.add_argument("--device", default="auto")
     return p
 
@@ -248,6 +262,19 @@ def main() -> None:
     for name in ("passages", "train_questions", "test_questions", "budget"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative")
+    stages = args.stages.split(",")
+    wrong = [name for name in stages if name not in STAGES]
+    if wrong or not stages:
+        p.error(f"--stages: {', '.join(wrong) or 'none'} not of {', '.join(STAGES)}")
+    if "reader" in stages and "retrieval" not in stages:
+        p.error("--stages: reader needs retrieval (the trained retriever's index) in the same run")
+    if "rag" in stages and "retrieval" not in stages and args.retriever is None:
+        p.error("--stages: rag without retrieval needs --retriever DIR (a trained question encoder)")
+    if args.retriever is not None and "retrieval" in stages:
+        p.error("--retriever: only without the retrieval stage (which trains one)")
+    if args.retriever is not None and not args.retriever.is_dir():
+        p.error(f"--retriever: {args.retriever} is not a directory")
+    args.stages = stages
     if args.job == "export":
         return export(args.out)
     if args.job == "merge":

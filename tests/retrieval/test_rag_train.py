@@ -1,6 +1,7 @@
 """The end-to-end RAG objective on a tiny BERT retriever and a tiny BART generator: its inputs are
 [CLS] passage [SEP] question [SEP] per retrieved passage, closed-book (k = 0) it is the generator's own
-answer NLL, its gradient reaches the question encoder (not the fixed index), and it decodes answers."""
+answer NLL, its gradient reaches the question encoder (not the fixed index), it decodes answers, and a
+generator given the right passage learns to copy its title (the answer) for questions it never saw."""
 from __future__ import annotations
 
 import pytest
@@ -95,3 +96,45 @@ def test_exact_match_rate_counts_generated_gold_tokens(parts, monkeypatch):
     gold = objective.retriever.tokenizer.encode("Short-breathed", add_special_tokens=False).ids
     monkeypatch.setattr(objective, "answer", lambda batch, max_new_tokens: [gold] * len(batch["source"]))
     assert exact_match_rate(objective, records, batch_size=3) == 0.5
+
+
+def _copy_task(tok, n: int, titles: int, seed: int) -> tuple:
+    """n entries whose passage starts with one of `titles` title tokens, the answer; the question
+    holds a key of two tokens only (the title cannot be guessed from it) -> (examples, passage ids)."""
+    rng = torch.Generator().manual_seed(seed)
+    V, cls, sep = tok.vocab_size, tok.special_id("cls"), tok.special_id("sep")
+    title = torch.randint(10, 10 + titles, (n,), generator=rng).tolist()
+    keys = torch.randperm((V - 10) ** 2, generator=rng)[:n].tolist()
+    examples = [{"question": [cls, 10 + key // (V - 10), 10 + key % (V - 10), sep], "labels": [t, sep],
+                 "source": torch.randint(10, V, (3,), generator=rng).tolist()} for key, t in zip(keys, title)]
+    return examples, [[t, *torch.randint(10, V, (4,), generator=rng).tolist()] for t in title]
+
+
+def test_the_generator_learns_to_copy_the_retrieved_passages_title_to_questions_it_never_saw(parts):
+    tok, titles = parts[2], 8
+    examples, texts = _copy_task(tok, 600, titles, seed=0)
+    torch.manual_seed(0)
+    bert = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
+                         max_seq_len=64, dropout=0.0, attention_dropout=0.0)  # not trained here: fixed
+    retriever = BiEncoder(bert, tok, EncoderOptions(max_length=64))
+    with torch.no_grad():  # each question's own vector as its passage's: the top 1 is always the right one
+        ids = torch.tensor([e["question"] for e in examples])
+        vectors = retriever.embed(ids, torch.ones_like(ids))
+    generator = lmforge.build(lmforge.tiny("bart-base"), vocab_size=tok.vocab_size, max_seq_len=64, dropout=0.0,
+                              attention_dropout=0.0, decoder_start_token_id=tok.special_id("cls"),
+                              pad_token_id=tok.special_id("pad"))
+    objective = RAGObjective(generator, retriever, vectors, texts, k=1).train()
+    train, held = examples[:-64], examples[-64:]
+    optimizer = torch.optim.AdamW([*generator.parameters(), *objective.lm.parameters()], lr=3e-3)
+    for _ in range(600):
+        loss = objective(objective.collate([train[j] for j in torch.randint(0, len(train), (16,)).tolist()])).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    objective.eval()
+    batch = objective.collate(held)
+    assert objective.retrieve(batch)[1][:, 0].tolist() == list(range(len(train), len(examples)))
+    with torch.no_grad():  # closed book can do no better than log(titles) on the title of a new question
+        assert objective(batch).loss < torch.log(torch.tensor(float(titles)))
+    hits = sum(answer == e["labels"][:1] for answer, e in zip(objective.answer(batch, 2), held))
+    assert hits / len(held) >= 0.5

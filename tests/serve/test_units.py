@@ -145,6 +145,35 @@ def test_limits_refuse_nonsense():
         Limits(batch_wait_ms=float("nan"))
 
 
+HEAP_PROBE = """
+import ctypes, sys
+from lmforge.serve import worker
+bounded = worker.bound_heap() if sys.argv[1] == "bound" else False
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+libc.free(libc.malloc(16 << 20))  # glibc's moving threshold would now let blocks under 16 MiB into the heap
+block = libc.malloc(1 << 20)
+heap = next(line.split()[0] for line in open("/proc/self/maps") if line.rstrip().endswith("[heap]"))
+low, high = (int(x, 16) for x in heap.split("-"))
+print(bounded, low <= block < high)
+libc.free(block)
+"""
+
+
+def test_large_blocks_are_kept_out_of_the_heap():
+    import subprocess
+    import sys
+
+    if worker._MALLOPT is None:
+        pytest.skip("no glibc: nothing to bound")
+    runs = {}
+    for mode in ("bound", "default"):  # fresh processes, so each starts from glibc's own settings
+        out = subprocess.run([sys.executable, "-c", HEAP_PROBE, mode], capture_output=True, text=True, check=True)
+        runs[mode] = out.stdout.split()
+    assert runs["default"] == ["False", "True"]  # glibc's default: after one large free, 1 MiB comes from the heap
+    assert runs["bound"] == ["True", "False"]  # bounded: its own mapping, given back to the system when freed
+
+
 def test_the_worker_trims_the_heap_every_so_many_forward_passes(monkeypatch):
     assert worker.trim_heap() is (worker._MALLOC_TRIM is not None)  # glibc here: a real trim
     trims = []

@@ -74,6 +74,7 @@ def cmd_serve(args) -> None:
 
     from lmforge.cli.common import UsageError
     from lmforge.serve import create_app, load_served, parse_model_specs
+    from lmforge.serve.worker import bound_heap
 
     limits = limits_of(args)
     if args.threads is not None and args.threads < 1:
@@ -88,6 +89,7 @@ def cmd_serve(args) -> None:
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)  # the worker runs one op at a time: no inter-op pool needed
+    bound_heap()  # before loading: no large freed block of the loading stays in the heap for reuse
     models = {}
     for name, where in specs:
         try:

@@ -25,7 +25,7 @@ from lmforge import __version__
 from lmforge.serve import page, routes, streaming
 from lmforge.serve.limits import Admission, Limits, RequestError, too_large
 from lmforge.serve.metrics import Metrics
-from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker
+from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker, bound_heap
 
 DESCRIPTION = """Inference server for lmforge models: embeddings (OpenAI-compatible), task predictions,
 mask filling, generation with server-sent events, attention views, tokenisation, health, info, the
@@ -48,8 +48,10 @@ class Server:
         self.started = int(time.time())  # when the models were loaded: /v1/models' "created"
 
     def start(self) -> None:
-        """Set torch's threads for the worker (intra-op; one inter-op thread) and start it."""
+        """Set torch's threads for the worker (intra-op; one inter-op thread), keep large blocks out
+        of the C heap (worker.bound_heap: its growth under batches of changing shapes) and start it."""
         torch.set_num_threads(self.threads)
+        bound_heap()
         self.worker.start()
 
     def stop(self, timeout: float = 60.0) -> None:

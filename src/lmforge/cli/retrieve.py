@@ -67,14 +67,31 @@ def cmd_query(args) -> None:
         print(json.dumps(result, ensure_ascii=False))
 
 
-def cmd_train(args) -> None:
-    """Train a DPR retriever and print recall@k of BM25, the untrained and the trained encoder."""
-    from lmforge.retrieval.run import run_train
+def _train_config(args) -> tuple:
+    """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values)."""
     from lmforge.train import TrainConfig
 
     train, encoder = _options(args)
     steps = {"steps": args.steps} if args.steps is not None else {}
-    cfg = TrainConfig.from_dict({"seed": args.seed, **steps, **train})
+    return TrainConfig.from_dict({"seed": args.seed, **steps, **train}), encoder
+
+
+def _run_arguments(parser, questions_help: str) -> None:
+    """The options every training sub-command takes: start, output, data, steps, seed, config."""
+    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--questions", default="builtin", help=questions_help)
+    parser.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--config", help="YAML/JSON file of key: value options")
+
+
+def cmd_train(args) -> None:
+    """Train a DPR retriever and print recall@k of BM25, the untrained and the trained encoder."""
+    from lmforge.retrieval.run import run_train
+
+    cfg, encoder = _train_config(args)
     table = run_train(args.model, args.out, cfg, args.questions, args.passages, args.hard_negatives, args.resume,
                       separate=args.separate_encoders, **encoder)
     for name, row in table.items():
@@ -86,15 +103,12 @@ def cmd_reader(args) -> None:
     """Train an extractive reader and print its exact match over the top-k passages."""
     from lmforge.cli.common import UsageError
     from lmforge.retrieval.run import run_reader
-    from lmforge.train import TrainConfig
 
-    train, encoder = _options(args)
+    cfg, encoder = _train_config(args)
     if encoder:
         raise UsageError(f"retrieve reader takes no encoder options ({sorted(encoder)})")
     if args.k < 1 or args.negatives < 1:
         raise UsageError(f"--k and --negatives must be positive, got {args.k} and {args.negatives}")
-    steps = {"steps": args.steps} if args.steps is not None else {}
-    cfg = TrainConfig.from_dict({"seed": args.seed, **steps, **train})
     result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, args.k,
                         args.negatives, args.max_len)
     print(json.dumps(result))
@@ -142,17 +156,11 @@ def _index_parser(sub, argparse) -> None:
 def _reader_parser(actions, argparse) -> None:
     r = actions.add_parser("reader", help="train an extractive reader; exact match over the top-k passages",
                            epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
-    r.add_argument("--out", required=True)
-    r.add_argument("--questions", default="builtin", help="builtin, gcide, or a SQuAD JSON / QA JSONL file")
-    r.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
+    _run_arguments(r, "builtin, gcide, or a SQuAD JSON / QA JSONL file")
     r.add_argument("--retriever", help="a trained DPR directory for the test passages (default: BM25)")
     r.add_argument("--k", type=int, default=5, help="passages read per question")
     r.add_argument("--negatives", type=int, default=3, help="BM25 negatives per training question")
     r.add_argument("--max-len", type=int, default=128, help="tokens per question + passage")
-    r.add_argument("--steps", type=int)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--config", help="YAML/JSON file of key: value options")
     r.add_argument("overrides", nargs="*", help="key=value: training options")
     r.set_defaults(func=cmd_reader)
 
@@ -177,17 +185,10 @@ def add_parsers(sub) -> None:
     t = actions.add_parser("train", help="train DPR; recall@k vs BM25 and untrained",
                                                    epilog=_epilog(True),
                                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
-    t.add_argument("--out", required=True)
-    t.add_argument("--questions", default="builtin",
-                   help="builtin, gcide (a reverse dictionary: needs dict-gcide), or a SQuAD JSON / QA JSONL file")
-    t.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
+    _run_arguments(t, "builtin, gcide (a reverse dictionary: needs dict-gcide), or a SQuAD JSON / QA JSONL file")
     t.add_argument("--hard-negatives", type=int, default=1, help="BM25 hard negatives per question")
     t.add_argument("--separate-encoders", action="store_true",
                    help="train a passage encoder of its own (DPR's two encoders; default: one shared)")
-    t.add_argument("--steps", type=int)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--config", help="YAML/JSON file of key: value options")
     t.add_argument("--resume", action="store_true")
     t.add_argument("overrides", nargs="*", help="key=value: training and encoder options")
     t.set_defaults(func=cmd_train)

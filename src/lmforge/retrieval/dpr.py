@@ -80,9 +80,13 @@ class BiEncoder:
         (path / "retriever.json").write_text(json.dumps(asdict(self.options), indent=2))
         return path
 
+    def encoder_for(self, passage: bool):
+        """E_P for passages when there is one of its own, else E_Q."""
+        return self.passage_model if passage and self.passage_model is not None else self.model
+
     def embed(self, input_ids, attention_mask, passage: bool = False) -> torch.Tensor:  # (B, T) -> (B, d)
         """Pooled (and normalised) states of a padded batch, from E_P if `passage` else E_Q."""
-        model = self.passage_model if passage and self.passage_model is not None else self.model
+        model = self.encoder_for(passage)
         hidden = model(input_ids, attention_mask, run_heads=False).last_hidden_state
         vectors = pool(hidden.float(), attention_mask, POOLINGS[self.options.pooling])
         return F.normalize(vectors, dim=-1) if self.options.normalize else vectors
@@ -97,7 +101,7 @@ class BiEncoder:
     def encode(self, texts: list, batch_size: int = 64, passage: bool = False) -> torch.Tensor:
         """(N, d) embeddings of `texts` (passages with E_P if `passage`), in order (eval mode; the
         caller's mode restored)."""
-        model = self.passage_model if passage and self.passage_model is not None else self.model
+        model = self.encoder_for(passage)
         training, device = model.training, next(model.parameters()).device
         model.eval()
         out = []

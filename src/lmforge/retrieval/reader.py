@@ -117,15 +117,16 @@ class ExtractiveReader(Objective):
         span, select = self.scores(batch)
         select = torch.log_softmax(select, -1)
         if retrieval_scores is not None and retrieval_weight:
-            select = select + retrieval_weight * torch.log_softmax(torch.as_tensor(retrieval_scores).float(), -1)
+            prior = torch.as_tensor(retrieval_scores, dtype=torch.float, device=select.device)
+            select = select + retrieval_weight * torch.log_softmax(prior, -1)
         best = int(select.argmax())
         w = windows[best]
         spans = window_spans(span[best, :, 0].tolist(), span[best, :, 1].tolist(), w["context_at"],
                              len(w["offsets"]), max_answer_len=max_answer_len)
-        if not spans:
-            return {"answer": "", "id": passages[best].id, "score": float(select[best])}
-        _, s, e = spans[0]
-        text = passage_text(passages[best])[w["offsets"][s][0]:w["offsets"][e][1]]
+        text = ""
+        if spans:
+            _, s, e = spans[0]
+            text = passage_text(passages[best])[w["offsets"][s][0]:w["offsets"][e][1]]
         return {"answer": text, "id": passages[best].id, "score": float(select[best])}
 
 

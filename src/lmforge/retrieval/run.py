@@ -14,7 +14,15 @@ from pathlib import Path
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder
-from lmforge.retrieval.evaluate import compare, encode_passages, recall_at_k, train_dpr, write_table
+from lmforge.retrieval.evaluate import (
+    bm25_rankings,
+    compare,
+    dense_rankings,
+    encode_passages,
+    recall_at_k,
+    train_dpr,
+    write_table,
+)
 from lmforge.retrieval.index import DenseIndex
 from lmforge.retrieval.passages import load_passages, read_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
@@ -110,16 +118,13 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     return table
 
 
-def test_rankings(passages: list, records: list, out, retriever: str | None = None, k: int = 20) -> tuple:
-    """(ranked passage ids, retrieval scores) of `records` from BM25, or from a trained DPR directory
-    (its passages embedded under out/index)."""
+def rankings(passages: list, records: list, out, retriever: str | None = None, k: int = 20) -> list:
+    """Ranked passage ids of `records` from BM25, or from a trained DPR directory (its passages
+    embedded under out/index)."""
     if retriever is None:
-        positions, scores = BM25Index.build(passages).search([r["question"] for r in records], k)
-        return [[passages[int(i)].id for i in row] for row in positions], scores.tolist()
+        return bm25_rankings(BM25Index.build(passages), passages, records, k)
     encoder = BiEncoder.from_dir(retriever)
-    index = encode_passages(encoder, passages, Path(out) / "index")
-    scores, positions = index.search(encoder.encode([r["question"] for r in records]), k)
-    return [[index.ids[int(i)] for i in row] for row in positions.tolist()], scores.tolist()
+    return dense_rankings(encoder, encode_passages(encoder, passages, Path(out) / "index"), records, k)
 
 
 def run_reader(model: str, out, cfg, questions: str | None = None, passages_source: str | None = None,
@@ -131,11 +136,11 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     out = Path(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
     reader = ExtractiveReader.from_dir(model, max_len)
-    train_ranked, _ = test_rankings(passages, sets["train"], out, None, 20)
+    train_ranked = rankings(passages, sets["train"], out, None, 20)
     examples = reader_examples(reader, sets["train"], passages, train_ranked, n_negatives)
     Trainer(reader, examples, cfg, out, log=log).fit()
     reader.tokenizer.save(out / "final")
-    ranked, scores = test_rankings(passages, sets["test"], out, retriever, k)
+    ranked = rankings(passages, sets["test"], out, retriever, k)
     result = {"retriever": retriever or "bm25", "k": k, "test": len(sets["test"]),
               "reader_exact_match": round(reader_exact_match(reader, sets["test"], passages, ranked, k), 4),
               **{n: round(v, 4) for n, v in recall_at_k(ranked, sets["test"], (1, k)).items()}}

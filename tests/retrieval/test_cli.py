@@ -62,3 +62,19 @@ def test_bad_input_is_one_line_with_status_2(tiny, tmp_path, capsys):
     assert main(["retrieve", "train", "--model", str(tiny), "--out", str(tmp_path / "r"), "colour=red"]) == 2
     assert "unknown option(s) ['colour']" in capsys.readouterr().err
     assert main(["retrieve", "--index", str(tmp_path / "none"), "--query", "q", "--method", "bm25"]) == 2
+
+
+def test_retrieve_realm_writes_encoder_retriever_and_scores(tiny, tmp_path, capsys):
+    out = tmp_path / "realm"
+    code = main(["retrieve", "realm", "--model", str(tiny), "--out", str(out), "--steps", "2", "--k", "2",
+                 "--refresh-every", "1", "--max-len", "64", "batch_size=4", "progress=false"])
+    assert code == 0
+    result = json.loads((out / "realm.json").read_text())
+    assert result["test_examples"] > 0 and set(result["after"]) == {"span_accuracy", "log_likelihood",
+                                                                    "answer_recall", "p_null"}
+    assert (out / "final" / "config.json").is_file() and (out / "retriever" / "passage" / "config.json").is_file()
+    assert lmforge.load(out / "final").heads["lm"] is not None
+    capsys.readouterr()
+    assert main(["retrieve", "realm", "--model", str(tiny), "--out", str(tmp_path / "x"), "--k", "0",
+                 "--no-null-document"]) == 2
+    assert "--no-null-document" in capsys.readouterr().err

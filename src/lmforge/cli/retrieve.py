@@ -8,6 +8,8 @@
     lmforge retrieve reader --model all-MiniLM-L6-v2 --questions gcide --retriever runs/dpr/final \\
         --out runs/reader --steps 150 --k 5
     lmforge retrieve --index runs/ix --query "..." --reader runs/reader/final     (answers from the top k)
+    lmforge retrieve realm --model all-MiniLM-L6-v2 --out runs/realm --steps 300 --k 4 --refresh-every 50
+        (REALM: salient-span MLM over retrieved passages; both encoders trained)
 
 --passages: "builtin" (the built-in corpus), a passages JSONL ({"id", "title", "text"}), or text /
 JSONL corpus files. --questions: "builtin", "gcide" (dictionary definitions restated with other
@@ -115,6 +117,25 @@ def cmd_reader(args) -> None:
     print(f"reader in {args.out}/final, exact match in {args.out}/reader.json")
 
 
+def cmd_realm(args) -> None:
+    """REALM pretraining; print the held-out spans' scores before and after."""
+    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.run import run_realm
+
+    cfg, encoder = _train_config(args)
+    if encoder:
+        raise UsageError(f"retrieve realm takes no encoder options ({sorted(encoder)})")
+    if args.k < 0 or args.refresh_every < 1 or args.max_len < 8:
+        raise UsageError(f"need --k >= 0, --refresh-every >= 1 and --max-len >= 8, got {args.k}, "
+                         f"{args.refresh_every}, {args.max_len}")
+    if args.k == 0 and args.no_null_document:
+        raise UsageError("--k 0 with --no-null-document leaves no document to read")
+    result = run_realm(args.model, args.out, cfg, args.passages, args.retriever, args.k, args.refresh_every,
+                       args.max_len, not args.no_null_document, args.resume)
+    print(json.dumps(result))
+    print(f"encoder in {args.out}/final, retriever in {args.out}/retriever, scores in {args.out}/realm.json")
+
+
 ENCODER_HELP = {"pooling": "mean (over the attention mask) or cls (the first token)",
                 "normalize": "L2-normalise embeddings (cosine similarity, logits / temperature)",
                 "temperature": "softmax temperature of the normalised scores in training",
@@ -165,6 +186,25 @@ def _reader_parser(actions, argparse) -> None:
     r.set_defaults(func=cmd_reader)
 
 
+def _realm_parser(actions, argparse) -> None:
+    r = actions.add_parser("realm", help="REALM pretraining: salient-span MLM marginalised over retrieved passages",
+                           epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--model", default="all-MiniLM-L6-v2", help="the knowledge-augmented encoder to start from")
+    r.add_argument("--retriever", help="Embed_input / Embed_doc to start from (default: --model)")
+    r.add_argument("--out", required=True)
+    r.add_argument("--passages", default="builtin", help="the knowledge corpus: builtin, a passages JSONL or files")
+    r.add_argument("--k", type=int, default=4, help="documents retrieved per masked input (0: the null one only)")
+    r.add_argument("--refresh-every", type=int, default=50, help="training forward passes between index refreshes")
+    r.add_argument("--max-len", type=int, default=192, help="tokens of [CLS] x [SEP] z [SEP]")
+    r.add_argument("--no-null-document", action="store_true", help="leave out the empty document")
+    r.add_argument("--steps", type=int)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--config", help="YAML/JSON file of key: value options")
+    r.add_argument("--resume", action="store_true")
+    r.add_argument("overrides", nargs="*", help="key=value: training options")
+    r.set_defaults(func=cmd_realm)
+
+
 def add_parsers(sub) -> None:
     """Add the index and retrieve sub-commands to the `lmforge` parser."""
     import argparse
@@ -182,6 +222,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_query)
     actions = p.add_subparsers(dest="action")
     _reader_parser(actions, argparse)
+    _realm_parser(actions, argparse)
     t = actions.add_parser("train", help="train DPR; recall@k vs BM25 and untrained",
                                                    epilog=_epilog(True),
                                                    formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -146,3 +146,50 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
               **{n: round(v, 4) for n, v in recall_at_k(ranked, sets["test"], (1, k)).items()}}
     (out / "reader.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def split_by_title(passages: list, test_share: float, seed: int) -> tuple:
+    """(train rows, test rows) of the passages, whole documents (titles) held out, seeded."""
+    titles = sorted({p.title for p in passages})
+    random.Random(seed).shuffle(titles)
+    held = set(titles[:max(1, round(test_share * len(titles)))])
+    rows = range(len(passages))
+    return [i for i in rows if passages[i].title not in held], [i for i in rows if passages[i].title in held]
+
+
+def run_realm(model: str, out, cfg, passages_source: str | None = None, retriever: str | None = None,
+              k: int = 4, refresh_every: int = 50, max_len: int = 192, null_document: bool = True,
+              resume: bool = False, log=print) -> dict:
+    """REALM pretraining: salient-span MLM over the passages, the knowledge-augmented encoder from
+    `model` and Embed_input / Embed_doc from `retriever` (default `model`), both encoders trained; held-out
+    documents' spans scored before and after (realm.evaluate_realm), written to out/realm.json. The
+    encoder (with its MLM head) is saved in out/final, the retriever in out/retriever."""
+    from lmforge.io import load
+    from lmforge.io.resolve import find_model_dir
+    from lmforge.retrieval.realm import REALMObjective, evaluate_realm
+    from lmforge.retrieval.salient import span_examples
+
+    out = Path(out)
+    passages = load_passages(passages_source, cfg.seed)
+    encoder = BiEncoder.from_dir(retriever or model).separate()
+    reader = load(find_model_dir(model))
+    if reader.config.vocab_size != encoder.model.config.vocab_size:
+        raise ValueError(f"the retriever's vocabulary ({encoder.model.config.vocab_size}) is not the model's "
+                         f"({reader.config.vocab_size}): REALM reads both with one tokenizer")
+    train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)
+    examples = {name: span_examples(encoder.tokenizer, passages, rows, seed=cfg.seed)
+                for name, rows in (("train", train_rows), ("test", test_rows))}
+    if not examples["train"] or not examples["test"]:
+        raise ValueError("no salient spans (names or dates) in the passages to mask")
+    objective = REALMObjective(reader, encoder, passages, k, refresh_every, max_len, null_document)
+    before = evaluate_realm(objective, examples["test"], passages)
+    Trainer(objective, examples["train"], cfg, out, log=log).fit(resume)
+    result = {"passages": len(passages), "train_examples": len(examples["train"]),
+              "test_examples": len(examples["test"]), "k": k, "refresh_every": refresh_every,
+              "null_document": null_document, "steps": cfg.steps, "before": before,
+              "after": evaluate_realm(objective, examples["test"], passages)}
+    encoder.tokenizer.save(out / "final")
+    encoder.model.save(out / "retriever")
+    encoder.save(out / "retriever")
+    (out / "realm.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result

@@ -1,11 +1,14 @@
-"""The dictionary questions' table (lmforge.retrieval.dictionary_qa: definitions restated with
-other entries' words, 10,000 entries as passages, 500 held-out questions), one seeded run:
+"""The QA table, one seeded run, on the dictionary questions (lmforge.retrieval.dictionary_qa:
+definitions restated with other entries' words, 10,000 entries as passages, 500 held-out questions)
+or, with `export --questions builtin`, the built-in corpus's (184 passages; questions about held-out
+people and cities, asked in other words than the passage states them):
 
 - retrieval: recall@1/5/20 of BM25, all-MiniLM-L6-v2 untrained, and DPR-trained from it (in-batch
   + one BM25 hard negative per question);
 - reader: the extractive reader (from all-MiniLM-L6-v2) over the trained retriever's top k,
   exact match;
-- RAG: a small BART (random init, the retriever's WordPiece vocabulary) trained for the same steps
+- RAG: a small BART (random init; the retriever's WordPiece vocabulary, or its own of --generator-vocab
+  pieces) trained for the same steps
   with the same seed reading the trained retriever's top k (RAG-Token, its question encoder trained
   too at a 20x lower learning rate, the passage index fixed) and closed-book (k = 0); exact match.
 
@@ -17,7 +20,7 @@ The closed-book generator trains for the steps the RAG run took. --stages picks 
 --test-questions take a subset (a dry run); --model may be an fp16 copy of the checkpoint (its
 weights are read into fp32).
 
-    .venv/bin/python bench/retrieval_qa.py export --out runs/qa-data     # passages + questions JSONL
+    .venv/bin/python bench/retrieval_qa.py export --out runs/qa-data [--questions builtin]  # passages + questions
     .venv/bin/python bench/retrieval_qa.py run --data runs/qa-data --model all-MiniLM-L6-v2 \\
         --work runs/qa --out runs/qa/result.json [--device cuda] [--budget 380]
     .venv/bin/python bench/retrieval_qa.py merge --out runs/qa/result.json   # into results/retrieval.json
@@ -37,7 +40,8 @@ from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective, passage_text, training_examples
 from lmforge.retrieval.evaluate import bm25_rankings, compare, dense_rankings, recall_at_k
 from lmforge.retrieval.index import DenseIndex
-from lmforge.retrieval.passages import read_passages, write_passages
+from lmforge.retrieval.passages import load_passages, read_passages, write_passages
+from lmforge.retrieval.questions import builtin_questions
 from lmforge.retrieval.rag_train import RAGObjective, exact_match_rate, passage_tokens, rag_examples
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
 from lmforge.train import TrainConfig
@@ -81,10 +85,20 @@ def _without_plots() -> None:
         loop.plot_losses = lambda *args, **kw: None
 
 
-def export(out: Path, seed: int = 0) -> None:
-    """The dictionary questions' passages and train / test records as JSONL under `out`."""
-    passages, sets = dictionary_questions(seed=seed)
+DATA = {"gcide": "dictionary_qa (GCIDE)", "builtin": "builtin_qa (the built-in corpus; test = dev + test questions)"}
+
+
+def export(out: Path, seed: int = 0, questions: str = "gcide") -> None:
+    """The questions' passages and train / test records as JSONL under `out`: the dictionary's, or the
+    built-in corpus's (its dev questions join the test set: 10 % of the entities are too few alone)."""
+    if questions == "gcide":
+        passages, sets = dictionary_questions(seed=seed)
+    else:
+        passages = load_passages(None, seed)
+        split = builtin_questions(passages, seed)
+        sets = {"train": split["train"], "test": split["dev"] + split["test"]}
     write_passages(passages, out / "passages.jsonl")
+    (out / "source.json").write_text(json.dumps({"data": DATA[questions]}) + "\n")
     for name, records in sets.items():
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
@@ -170,18 +184,30 @@ def rag_run(args, passages, sets, k: int, stage: str, max_steps: int | None = No
     retriever = BiEncoder.from_dir(args.retriever or args.work / "dpr" / "final")
     retriever.model.to(resolve_device(args.device))
     vectors = retriever.encode([passage_text(p) for p in passages], batch_size=256, passage=True)
-    tok = retriever.tokenizer
+    tok = generator_tokenizer(args, passages, sets["train"]) or retriever.tokenizer
     torch.manual_seed(0)
     generator = lmforge.build("bart-base", vocab_size=tok.vocab_size, decoder_start_token_id=tok.special_id("cls"),
                               pad_token_id=tok.special_id("pad"), **GENERATOR)
-    objective = RAGObjective(generator, retriever, vectors, passage_tokens(retriever, passages), k=k, max_len=96)
+    objective = RAGObjective(generator, retriever, vectors, passage_tokens(retriever, passages, tok), k=k, max_len=96,
+                             tokenizer=tok)
     start = time.perf_counter()
-    taken = _fit(args, objective, rag_examples(retriever, sets["train"]),
-                 _cfg(args, args.rag_steps, batch_size=32, lr=args.rag_lr, warmup=min(100, args.rag_steps // 10)),
+    taken = _fit(args, objective, rag_examples(retriever, sets["train"], tok),
+                 _cfg(args, args.rag_steps, batch_size=args.rag_batch, lr=args.rag_lr, warmup=min(100, args.rag_steps // 10)),
                  args.work / f"rag-k{k}", stage, max_steps, lr_scale=lambda name, _: 0.05 if name.startswith("question_encoder.") else 1.0)
     train_s = time.perf_counter() - start
     return {"k": k, "steps_taken": taken, "train_s": round(train_s, 1),
             "exact_match": round(exact_match_rate(objective, sets["test"], batch_size=64, max_new_tokens=8), 4)}
+
+
+def generator_tokenizer(args, passages: list, train: list):
+    """With --generator-vocab N, a WordPiece tokenizer of N pieces trained on the passages and the
+    training questions and answers (the generator's own, as RAG's BART beside DPR's BERT); else None."""
+    if not args.generator_vocab:
+        return None
+    from lmforge.tokenizer.train import train_tokenizer
+
+    texts = [passage_text(p) for p in passages] + [r["question"] + " " + " ".join(r["answers"]) for r in train]
+    return train_tokenizer(texts, "wordpiece", args.generator_vocab)
 
 
 def _write(args, result: dict) -> None:
@@ -198,7 +224,9 @@ def run(args) -> dict:
     device = resolve_device(args.device)
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32 matmuls
-    result = {"data": "dictionary_qa (GCIDE)", "passages": len(passages), "train": len(sets["train"]),
+    source = args.data / "source.json"
+    data = json.loads(source.read_text())["data"] if source.is_file() else DATA["gcide"]
+    result = {"data": data, "passages": len(passages), "train": len(sets["train"]),
               "test": len(sets["test"]), "model": str(args.model),
               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "tf32": device.type == "cuda", "budget_s": args.budget}
@@ -218,8 +246,9 @@ def run(args) -> dict:
 
 def rag(args, passages, sets, result: dict) -> None:
     """RAG with args.rag_k passages, then closed book for the steps RAG took, into result["rag"]."""
-    result["rag"] = {"kind": "token", "steps": args.rag_steps, "batch_size": 32, "lr": args.rag_lr,
+    result["rag"] = {"kind": "token", "steps": args.rag_steps, "batch_size": args.rag_batch, "lr": args.rag_lr,
                      "generator": {"preset": "bart-base", **GENERATOR},
+                     "generator_vocab": args.generator_vocab or "the retriever's",
                      "retriever": str(args.retriever or args.work / "dpr" / "final"),
                      "input": "[CLS] passage [SEP] question [SEP] (closed book: [CLS] question [SEP])",
                      "exact_match": "greedy answer = a gold answer's tokens or its SQuAD-normalised text"}
@@ -235,13 +264,17 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("job", choices=("export", "run", "merge"))
     p.add_argument("--data", type=Path)
+    p.add_argument("--questions", choices=tuple(DATA), default="gcide", help="export: which questions")
     p.add_argument("--model", default="all-MiniLM-L6-v2")
     p.add_argument("--work", type=Path, default=Path("runs/qa"))
     p.add_argument("--out", type=Path, required=True)
-    for name, default in (("dpr-steps", 600), ("reader-steps", 300), ("rag-steps", 3000), ("rag-k", 3)):
+    for name, default in (("dpr-steps", 600), ("reader-steps", 300), ("rag-steps", 3000), ("rag-k", 3),
+                          ("rag-batch", 32)):
         p.add_argument(f"--{name}", type=int, default=default)
     for name in ("passages", "train-questions", "test-questions"):
         p.add_argument(f"--{name}", type=int, default=0, help="a subset of this many (0: all)")
+    p.add_argument("--generator-vocab", type=int, default=0,
+                   help="the generator's own WordPiece vocabulary of this size (0: the retriever's)")
     p.add_argument("--rag-lr", type=float, default=5e-4, help="the generator's peak learning rate")
     p.add_argument("--budget", type=float, default=0, help="seconds the run should fit in (0: no limit)")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
@@ -254,12 +287,12 @@ def main() -> None:
     """export, run, or merge."""
     p = _parser()
     args = p.parse_args()
-    for name in ("dpr_steps", "reader_steps", "rag_steps", "rag_k"):
+    for name in ("dpr_steps", "reader_steps", "rag_steps", "rag_k", "rag_batch"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.rag_lr <= 0:
         p.error("--rag-lr must be positive")
-    for name in ("passages", "train_questions", "test_questions", "budget"):
+    for name in ("passages", "train_questions", "test_questions", "budget", "generator_vocab"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative")
     stages = args.stages.split(",")
@@ -276,10 +309,10 @@ def main() -> None:
         p.error(f"--retriever: {args.retriever} is not a directory")
     args.stages = stages
     if args.job == "export":
-        return export(args.out)
+        return export(args.out, questions=args.questions)
     if args.job == "merge":
-        results = json.loads(RESULTS.read_text())
-        results["dictionary_qa"] = json.loads(args.out.read_text())
+        results, merged = json.loads(RESULTS.read_text()), json.loads(args.out.read_text())
+        results["builtin_qa" if merged["data"].startswith("builtin") else "dictionary_qa"] = merged
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
         return None
     if args.data is None:

@@ -138,3 +138,25 @@ def test_the_generator_learns_to_copy_the_retrieved_passages_title_to_questions_
         assert objective(batch).loss < torch.log(torch.tensor(float(titles)))
     hits = sum(answer == e["labels"][:1] for answer, e in zip(objective.answer(batch, 2), held))
     assert hits / len(held) >= 0.5
+
+
+def test_a_generator_with_its_own_tokenizer_reads_passages_in_its_pieces(parts):
+    passages, records, tok = parts
+    small = train_tokenizer([f"{p.title}. {p.text}" for p in passages], "wordpiece", 150)
+    torch.manual_seed(0)
+    bert = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
+                         max_seq_len=64)
+    retriever = BiEncoder(bert, tok, EncoderOptions(max_length=64))
+    generator = lmforge.build(lmforge.tiny("bart-base"), vocab_size=small.vocab_size, max_seq_len=128,
+                              decoder_start_token_id=small.special_id("cls"), pad_token_id=small.special_id("pad"))
+    vectors = retriever.encode([f"{p.title}. {p.text}" for p in passages])
+    objective = RAGObjective(generator, retriever, vectors, passage_tokens(retriever, passages, small), k=2,
+                             tokenizer=small).eval()
+    examples = rag_examples(retriever, records[:2], small)
+    assert examples[0]["question"] == retriever.ids(records[0]["question"])  # the question encoder's pieces
+    assert examples[0]["source"] == small.encode(records[0]["question"], add_special_tokens=False).ids
+    batch = objective.collate(examples)
+    ids, _ = objective.generator_inputs(batch, objective.retrieve(batch)[1])
+    assert int(ids.max()) < small.vocab_size and torch.isfinite(objective(batch).loss)
+    with pytest.raises(ValueError, match="smaller than its tokenizer"):
+        RAGObjective(generator, retriever, vectors, [], tokenizer=tok)

@@ -80,7 +80,8 @@ def test_loss_is_the_marginal_over_documents_read_one_at_a_time(parts):
             for z in range(rows.shape[1]):
                 i = b * rows.shape[1] + z
                 n = int(inputs["attention_mask"][i].sum())
-                hidden = objective.model(inputs["input_ids"][i:i + 1, :n], segment_ids=inputs["segment_ids"][i:i + 1, :n],
+                hidden = objective.model(inputs["input_ids"][i:i + 1, :n],
+                                         segment_ids=inputs["segment_ids"][i:i + 1, :n],
                                          run_heads=False).last_hidden_state[0]
                 labels = inputs["labels"][i]  # x's positions only (shorter than the input)
                 logp = torch.log_softmax(objective.lm(hidden[:len(labels)]), -1)
@@ -135,7 +136,8 @@ def test_resumed_run_equals_an_uninterrupted_one(parts, tmp_path):
         return objective.state_dict()
 
     whole = run(tmp_path / "a", 4)
-    shutil.copytree(tmp_path / "a", tmp_path / "b")  # as if killed after the step-3 checkpoint, whose index was refreshed at step 2
+    # as if killed after the step-3 checkpoint, whose index was refreshed before step 3
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(sorted((tmp_path / "b" / "checkpoints").iterdir())[-1])
     shutil.rmtree(tmp_path / "b" / "final")
     resumed = run(tmp_path / "b", 4, resume=True)

@@ -3,6 +3,10 @@ passages from a fixed index, an encoder-decoder generator reads "[CLS] passage [
 once per passage, and RAG-Sequence or RAG-Token marginalisation (rag.py) gives the answer's
 likelihood; its gradient trains the generator and, through p(z | x), the question encoder, while the
 passage embeddings stay fixed. k = 0 is the closed-book generator (the question alone).
+
+As in the paper (a BERT question encoder, a BART generator), the generator may have a tokenizer of its
+own: passages, questions and answers are then cut into its pieces, and the question encoder reads the
+question with the retriever's.
 """
 from __future__ import annotations
 
@@ -21,9 +25,13 @@ class RAGObjective(Objective):
     name = "rag"
 
     def __init__(self, generator, retriever: BiEncoder, passage_vectors: torch.Tensor, passage_tokens: list,
-                 k: int = 3, kind: str = "token", max_len: int = 64) -> None:
-        tok = retriever.tokenizer
+                 k: int = 3, kind: str = "token", max_len: int = 64, tokenizer=None) -> None:
+        tok = tokenizer or retriever.tokenizer  # the generator's
         super().__init__(generator, pad_id=tok.special_id("pad") or 0)
+        self.tokenizer = tok
+        if generator.config.vocab_size < tok.vocab_size:
+            raise ValueError(f"the generator's vocabulary ({generator.config.vocab_size}) is smaller than its "
+                             f"tokenizer's ({tok.vocab_size})")
         if generator.config.architecture != "encoder-decoder":
             raise ValueError(f"a RAG generator must be an encoder-decoder, not {generator.config.architecture}")
         self.retriever, self.question_encoder = retriever, retriever.model  # registered: trained too
@@ -36,7 +44,7 @@ class RAGObjective(Objective):
     def collate(self, examples: list) -> dict:
         """{"question": encoder ids, "source": question ids without specials, "labels": answer ids}
         -> padded tensors, with the decoder's shifted inputs."""
-        q_ids, q_mask = pad_batch([e["question"] for e in examples], self.pad_id)
+        q_ids, q_mask = pad_batch([e["question"] for e in examples], self.retriever.tokenizer.special_id("pad") or 0)
         batch = {"input_ids": q_ids, "attention_mask": q_mask, "labels": pad([e["labels"] for e in examples], IGNORE),
                  "source": pad([e["source"] for e in examples], self.pad_id),
                  "source_len": torch.tensor([len(e["source"]) for e in examples])}
@@ -104,19 +112,23 @@ class RAGObjective(Objective):
         return answers
 
 
-def rag_examples(retriever: BiEncoder, records: list) -> list:
-    """Question records -> RAGObjective examples (the first answer is the target, ended by [SEP])."""
-    tok, sep = retriever.tokenizer, retriever.tokenizer.special_id("sep")
+def rag_examples(retriever: BiEncoder, records: list, tokenizer=None) -> list:
+    """Question records -> RAGObjective examples (the first answer is the target, ended by [SEP]); the
+    generator's source and labels in `tokenizer`'s pieces (default: the retriever's)."""
+    tok = tokenizer or retriever.tokenizer
+    sep = tok.special_id("sep")
     return [{"question": retriever.ids(r["question"]),
              "source": tok.encode(r["question"], add_special_tokens=False).ids[:48],
              "labels": tok.encode(r["answers"][0], add_special_tokens=False).ids[:15] + [sep]} for r in records]
 
 
-def passage_tokens(retriever: BiEncoder, passages: list) -> list:
-    """Each passage's ids without special tokens (title. text), as the generator reads them."""
+def passage_tokens(retriever: BiEncoder, passages: list, tokenizer=None) -> list:
+    """Each passage's ids without special tokens (title. text), as the generator reads them (in
+    `tokenizer`'s pieces; default: the retriever's)."""
     from lmforge.retrieval.dpr import passage_text
 
-    return [retriever.tokenizer.encode(passage_text(p), add_special_tokens=False).ids for p in passages]
+    tok = tokenizer or retriever.tokenizer
+    return [tok.encode(passage_text(p), add_special_tokens=False).ids for p in passages]
 
 
 def answer_matches(tokenizer, ids: list, answers: list) -> bool:
@@ -132,10 +144,10 @@ def answer_matches(tokenizer, ids: list, answers: list) -> bool:
 def exact_match_rate(objective: RAGObjective, records: list, batch_size: int = 32, max_new_tokens: int = 8) -> float:
     """Share of records whose greedy answer is a gold answer (answer_matches)."""
     objective.eval()
-    examples, hits = rag_examples(objective.retriever, records), 0
+    examples, hits = rag_examples(objective.retriever, records, objective.tokenizer), 0
     device = next(objective.parameters()).device
     for start in range(0, len(records), batch_size):
         batch = {k: v.to(device) for k, v in objective.collate(examples[start:start + batch_size]).items()}
         for ids, r in zip(objective.answer(batch, max_new_tokens), records[start:start + batch_size]):
-            hits += answer_matches(objective.retriever.tokenizer, ids, r["answers"])
+            hits += answer_matches(objective.tokenizer, ids, r["answers"])
     return hits / max(1, len(records))

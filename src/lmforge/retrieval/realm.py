@@ -174,11 +174,16 @@ class REALMObjective(Objective):
         return {"lm": self.lm}
 
 
-def span_correct(token_log_probs: torch.Tensor, doc_log_probs: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
-    """(B,) whether every masked token's argmax under the marginal sum_z p(z | x) p(y_j | z, x) is gold."""
+def token_correct(token_log_probs: torch.Tensor, doc_log_probs: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """(B, M) whether each masked token's argmax under the marginal sum_z p(z | x) p(y_j | z, x) is
+    gold (True at padding)."""
     marginal = torch.logsumexp(doc_log_probs[:, :, None, None] + token_log_probs, dim=1)  # (B, M, V)
-    real = gold != IGNORE
-    return ((marginal.argmax(-1) == gold) | ~real).all(-1)
+    return (marginal.argmax(-1) == gold) | (gold == IGNORE)
+
+
+def span_correct(token_log_probs: torch.Tensor, doc_log_probs: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """(B,) whether every masked token of the span is right under the marginal (token_correct)."""
+    return token_correct(token_log_probs, doc_log_probs, gold).all(-1)
 
 
 def contains(text: str, answer: str) -> bool:
@@ -188,17 +193,21 @@ def contains(text: str, answer: str) -> bool:
 
 @torch.no_grad()
 def evaluate_realm(objective: REALMObjective, examples: list, passages: list, batch_size: int = 16) -> dict:
-    """Over held-out salient-span examples: the marginal's span accuracy, the mean log p(y | x), the
-    mean p(null | x), and answer recall (the share whose masked text is in a retrieved document)."""
+    """Over held-out salient-span examples: the marginal's span accuracy and (per example) token
+    accuracy, the mean log p(y | x), the mean p(null | x), and answer recall (the share whose masked
+    text is in a retrieved document)."""
     objective.eval()
-    device, sums = objective.index.device, {"span_accuracy": 0.0, "log_likelihood": 0.0, "answer_recall": 0.0}
+    device, sums = objective.index.device, {"span_accuracy": 0.0, "token_accuracy": 0.0, "log_likelihood": 0.0,
+                                            "answer_recall": 0.0}
     if objective.null_document:
         sums["p_null"] = 0.0
     for start in range(0, len(examples), batch_size):
         part = examples[start:start + batch_size]
         batch = {k: v.to(device) for k, v in objective.collate(part).items()}
         doc_logp, rows, token_logp, gold, span = objective.score(batch)
-        sums["span_accuracy"] += float(span_correct(token_logp, doc_logp, gold).sum())
+        right = token_correct(token_logp, doc_logp, gold)
+        sums["span_accuracy"] += float(right.all(-1).sum())
+        sums["token_accuracy"] += float((right & (gold != IGNORE)).sum(-1).div((gold != IGNORE).sum(-1)).sum())
         sums["log_likelihood"] += float(realm_log_likelihood(span, doc_logp).sum())
         sums["answer_recall"] += sum(any(r >= 0 and contains(passage_text(passages[r]), e["answer"]) for r in row)
                                      for e, row in zip(part, rows.tolist()))

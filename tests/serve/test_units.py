@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
 import re
 
 import pytest
@@ -188,3 +190,53 @@ def test_the_worker_trims_the_heap_every_so_many_forward_passes(monkeypatch):
 
     asyncio.run(run_all())
     assert len(trims) == 2 and runner.runs == 2 * worker.TRIM_EVERY + 1
+
+
+PRIMITIVE_PROBE = """
+import ctypes, sys
+from lmforge.serve import worker
+bounded = worker.bound_primitive_cache() if sys.argv[1] == "bound" else False
+import torch
+import torch.nn.functional as F
+
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks".split()]
+
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+torch.set_num_threads(1)
+F.gelu(torch.ones(2, 8))
+before = libc.mallinfo2().uordblks
+for rows in range(3, 303):  # a new shape each call, as unpadded batches give
+    F.gelu(torch.ones(rows, 8))
+print(bounded, (libc.mallinfo2().uordblks - before) >> 10)
+"""
+
+
+def test_per_shape_primitives_stay_few():
+    import subprocess
+    import sys
+
+    if not hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2"):
+        pytest.skip("no glibc mallinfo2: nothing to measure")
+    runs = {}
+    for mode in ("bound", "default"):  # fresh processes: oneDNN reads its cache size once
+        env = {k: v for k, v in os.environ.items() if k not in worker._PRIMITIVE_CACHE_VARS}
+        out = subprocess.run([sys.executable, "-c", PRIMITIVE_PROBE, mode], capture_output=True, text=True,
+                             check=True, env=env)
+        runs[mode] = out.stdout.split()
+    if int(runs["default"][1]) < 4096:
+        pytest.skip(f"this torch keeps no per-shape GELU primitives ({runs['default'][1]} KiB for 300 shapes)")
+    assert runs["bound"][0] == "True"
+    assert int(runs["bound"][1]) < 40 * worker.PRIMITIVE_CACHE  # KiB: ~28 a primitive, at most 64 of them
+
+
+def test_a_primitive_cache_size_already_set_stands(monkeypatch):
+    monkeypatch.setenv("DNNL_PRIMITIVE_CACHE_CAPACITY", "7")
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert worker.bound_primitive_cache() is False
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    with pytest.raises(ValueError, match="capacity"):
+        worker.bound_primitive_cache(-1)

@@ -74,7 +74,7 @@ def cmd_serve(args) -> None:
 
     from lmforge.cli.common import UsageError
     from lmforge.serve import create_app, load_served, parse_model_specs
-    from lmforge.serve.worker import bound_heap
+    from lmforge.serve.worker import bound_heap, bound_primitive_cache
 
     limits = limits_of(args)
     if args.threads is not None and args.threads < 1:
@@ -90,6 +90,7 @@ def cmd_serve(args) -> None:
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)  # the worker runs one op at a time: no inter-op pool needed
     bound_heap()  # before loading: no large freed block of the loading stays in the heap for reuse
+    bound_primitive_cache()  # before the first forward pass, when oneDNN reads it
     models = {}
     for name, where in specs:
         try:

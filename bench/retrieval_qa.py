@@ -40,7 +40,8 @@ from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective, passage_text, training_examples
 from lmforge.retrieval.evaluate import bm25_rankings, compare, dense_rankings, recall_at_k
 from lmforge.retrieval.index import DenseIndex
-from lmforge.retrieval.passages import load_passages, read_passages, write_passages
+from lmforge.data.world import World
+from lmforge.retrieval.passages import builtin_documents, passages_from_documents, read_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions
 from lmforge.retrieval.rag_train import RAGObjective, exact_match_rate, passage_tokens, rag_examples
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
@@ -88,14 +89,16 @@ def _without_plots() -> None:
 DATA = {"gcide": "dictionary_qa (GCIDE)", "builtin": "builtin_qa (the built-in corpus; test = dev + test questions)"}
 
 
-def export(out: Path, seed: int = 0, questions: str = "gcide") -> None:
+def export(out: Path, seed: int = 0, questions: str = "gcide", people: int = 120) -> None:
     """The questions' passages and train / test records as JSONL under `out`: the dictionary's, or the
-    built-in corpus's (its dev questions join the test set: 10 % of the entities are too few alone)."""
+    built-in corpus's (its dev questions join the test set: 10 % of the entities are too few alone),
+    drawn from a World of `people` people (120: the built-in corpus itself) and a fifth as many cities."""
     if questions == "gcide":
         passages, sets = dictionary_questions(seed=seed)
     else:
-        passages = load_passages(None, seed)
-        split = builtin_questions(passages, seed)
+        world = World(seed, n_people=people, n_cities=max(24, people // 5), n_products=40)
+        passages = passages_from_documents(builtin_documents(seed, world))
+        split = builtin_questions(passages, seed, world)
         sets = {"train": split["train"], "test": split["dev"] + split["test"]}
     write_passages(passages, out / "passages.jsonl")
     (out / "source.json").write_text(json.dumps({"data": DATA[questions]}) + "\n")
@@ -265,6 +268,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("job", choices=("export", "run", "merge"))
     p.add_argument("--data", type=Path)
     p.add_argument("--questions", choices=tuple(DATA), default="gcide", help="export: which questions")
+    p.add_argument("--people", type=int, default=120, help="export --questions builtin: people in the World")
     p.add_argument("--model", default="all-MiniLM-L6-v2")
     p.add_argument("--work", type=Path, default=Path("runs/qa"))
     p.add_argument("--out", type=Path, required=True)
@@ -309,7 +313,7 @@ def main() -> None:
         p.error(f"--retriever: {args.retriever} is not a directory")
     args.stages = stages
     if args.job == "export":
-        return export(args.out, questions=args.questions)
+        return export(args.out, questions=args.questions, people=args.people)
     if args.job == "merge":
         results, merged = json.loads(RESULTS.read_text()), json.loads(args.out.read_text())
         results["builtin_qa" if merged["data"].startswith("builtin") else "dictionary_qa"] = merged

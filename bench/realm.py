@@ -4,7 +4,12 @@ knowledge-augmented encoder (a fresh MLM head) and as Embed_input / Embed_doc, h
 masked names and dates scored by span accuracy, log p(y | x) and answer recall of the retrieved top k.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/realm.py --steps 150 [--arms realm,no_retrieval]
-writes bench/results/realm.json and bench/plots/realm.png (training loss, held-out scores).
+writes bench/results/realm.json and bench/plots/realm.png (training loss, held-out scores). With
+--reader runs/realm_bench/no_retrieval/final both arms start from a reader already trained on
+salient-span MLM (its MLM head warm, as REALM's BERT is):
+
+    .venv/bin/python bench/realm.py --reader runs/realm_bench/no_retrieval/final --runs runs/realm_warm \
+        --out bench/results/realm_warm.json
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ def arm(name: str, args) -> dict:
     cfg = TrainConfig(steps=args.steps, batch_size=8, lr=args.lr, warmup=10, log_every=5, seed=args.seed,
                       progress=False, eval_every=0)
     start = time.perf_counter()
-    result = run_realm("all-MiniLM-L6-v2", Path(args.runs) / name, cfg, k=ARMS[name]["k"],
+    result = run_realm(args.reader, Path(args.runs) / name, cfg, retriever="all-MiniLM-L6-v2", k=ARMS[name]["k"],
                        refresh_every=args.refresh_every, log=lambda m: None)
     return {**result, "wall_s": round(time.perf_counter() - start, 1)}
 
@@ -63,6 +68,10 @@ def plot(runs: Path, result: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _plot_path(out: str) -> Path:
+    return HERE / "plots" / (Path(out).stem + ".png")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=150)
@@ -72,18 +81,20 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--runs", default="runs/realm_bench")
     parser.add_argument("--out", default=str(HERE / "results" / "realm.json"))
+    parser.add_argument("--reader", default="all-MiniLM-L6-v2",
+                        help="the knowledge-augmented encoder to start from (e.g. a no_retrieval arm's final/: warm)")
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot from --out and --runs")
     args = parser.parse_args()
     if args.plot_only:
-        return plot(Path(args.runs), json.loads(Path(args.out).read_text()), HERE / "plots" / "realm.png")
+        return plot(Path(args.runs), json.loads(Path(args.out).read_text()), _plot_path(args.out))
     arms = args.arms.split(",")
-    result = {"model": "all-MiniLM-L6-v2", "corpus": "built-in", "steps": args.steps, "batch_size": 8,
+    result = {"model": "all-MiniLM-L6-v2", "reader": args.reader, "corpus": "built-in", "steps": args.steps, "batch_size": 8,
               "lr": args.lr, "threads": torch.get_num_threads(), "torch": torch.__version__,
               "cpu": platform.processor() or platform.machine(), "arms": {}}
     for name in arms:
         result["arms"][name] = arm(name, args)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    plot(Path(args.runs), result, HERE / "plots" / "realm.png")
+    plot(Path(args.runs), result, _plot_path(args.out))
     print(json.dumps({n: r["after"] for n, r in result["arms"].items()}, indent=2))
 
 

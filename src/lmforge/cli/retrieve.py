@@ -8,8 +8,9 @@
     lmforge retrieve reader --model all-MiniLM-L6-v2 --questions gcide --retriever runs/dpr/final \\
         --out runs/reader --steps 150 --k 5
     lmforge retrieve --index runs/ix --query "..." --reader runs/reader/final     (answers from the top k)
-    lmforge retrieve realm --model all-MiniLM-L6-v2 --out runs/realm --steps 300 --k 4 --refresh-every 50
-        (REALM: salient-span MLM over retrieved passages; both encoders trained)
+    lmforge retrieve ict --model all-MiniLM-L6-v2 --out runs/ict --steps 200      (inverse cloze warm start)
+    lmforge retrieve realm --model all-MiniLM-L6-v2 --retriever runs/ict/final --out runs/realm --steps 300 \
+        --k 4 --refresh-every 50      (REALM: salient-span MLM over retrieved passages; both encoders trained)
 
 --passages: "builtin" (the built-in corpus), a passages JSONL ({"id", "title", "text"}), or text /
 JSONL corpus files. --questions: "builtin", "gcide" (dictionary definitions restated with other
@@ -136,6 +137,22 @@ def cmd_realm(args) -> None:
     print(f"encoder in {args.out}/final, retriever in {args.out}/retriever, scores in {args.out}/realm.json")
 
 
+def cmd_ict(args) -> None:
+    """Inverse cloze task warm start; print held-out in-batch accuracy before and after."""
+    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.run import run_ict
+
+    cfg, encoder = _train_config(args)
+    if encoder:
+        raise UsageError(f"retrieve ict takes no encoder options ({sorted(encoder)})")
+    if not 0 <= args.keep <= 1 or args.rounds < 1:
+        raise UsageError(f"need 0 <= --keep <= 1 and --rounds >= 1, got {args.keep} and {args.rounds}")
+    result = run_ict(args.model, args.out, cfg, args.passages, not args.shared_encoder, args.keep, args.rounds,
+                     args.resume)
+    print(json.dumps(result))
+    print(f"retriever in {args.out}/final (for retrieve realm --retriever), scores in {args.out}/ict.json")
+
+
 ENCODER_HELP = {"pooling": "mean (over the attention mask) or cls (the first token)",
                 "normalize": "L2-normalise embeddings (cosine similarity, logits / temperature)",
                 "temperature": "softmax temperature of the normalised scores in training",
@@ -205,6 +222,23 @@ def _realm_parser(actions, argparse) -> None:
     r.set_defaults(func=cmd_realm)
 
 
+def _ict_parser(actions, argparse) -> None:
+    r = actions.add_parser("ict", help="warm-start a retriever with the inverse cloze task (REALM's start)",
+                           epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
+    r.add_argument("--out", required=True)
+    r.add_argument("--passages", default="builtin", help="builtin, a passages JSONL or corpus files")
+    r.add_argument("--keep", type=float, default=0.1, help="probability the sentence stays in its context")
+    r.add_argument("--rounds", type=int, default=4, help="pseudo-questions drawn per passage")
+    r.add_argument("--shared-encoder", action="store_true", help="one encoder for sentences and contexts")
+    r.add_argument("--steps", type=int)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--config", help="YAML/JSON file of key: value options")
+    r.add_argument("--resume", action="store_true")
+    r.add_argument("overrides", nargs="*", help="key=value: training options")
+    r.set_defaults(func=cmd_ict)
+
+
 def add_parsers(sub) -> None:
     """Add the index and retrieve sub-commands to the `lmforge` parser."""
     import argparse
@@ -223,6 +257,7 @@ def add_parsers(sub) -> None:
     actions = p.add_subparsers(dest="action")
     _reader_parser(actions, argparse)
     _realm_parser(actions, argparse)
+    _ict_parser(actions, argparse)
     t = actions.add_parser("train", help="train DPR; recall@k vs BM25 and untrained",
                                                    epilog=_epilog(True),
                                                    formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -44,7 +44,12 @@ def _bert(tok, seed):
 def _objective(parts, k=3, **options):
     passages, tok, _ = parts
     retriever = BiEncoder(_bert(tok, 0), tok, EncoderOptions(max_length=64)).separate()
-    return REALMObjective(_bert(tok, 1), retriever, passages, k=k, **options)
+    return REALMObjective(_bert(tok, 1), retriever, passages, k=k, **{"max_len": 128, **options})
+
+
+def test_a_reader_input_longer_than_the_encoder_takes_is_refused(parts):
+    with pytest.raises(ValueError, match="max_len=129 .* max_seq_len=128"):
+        _objective(parts, max_len=129)
 
 
 def test_reader_reads_x_then_each_document_and_never_its_own_passage(parts):

@@ -45,6 +45,9 @@ class REALMObjective(Objective):
         super().__init__(model, pad_id=tok.special_id("pad") or 0)
         if model.config.architecture != "encoder":
             raise ValueError(f"REALM's knowledge-augmented encoder must be an encoder, not {model.config.architecture}")
+        if max_len > model.config.max_seq_len:
+            raise ValueError(f"max_len={max_len} is longer than the knowledge-augmented encoder's "
+                             f"max_seq_len={model.config.max_seq_len}")
         if not passages:
             raise ValueError("REALM needs a knowledge corpus: no passages given")
         if k < 0 or refresh_every < 1 or (k == 0 and not null_document):
@@ -57,8 +60,9 @@ class REALMObjective(Objective):
         self.cls, self.sep = tok.special_id("cls"), tok.special_id("sep")
         self.doc_tokens = [tok.encode(passage_text(p), add_special_tokens=False).ids for p in passages]
         self.doc_inputs = [retriever.ids(passage_text(p)) for p in passages]  # what Embed_doc reads
-        dim = retriever.model.config.d_model
-        self.register_buffer("index", torch.zeros(len(passages), dim))  # (N, d) Embed_doc, stale
+        dim, device = retriever.model.config.d_model, next(retriever.encoder_for(passage=True).parameters()).device
+        # on Embed_doc's device: the index's device is where documents are sent to be embedded
+        self.register_buffer("index", torch.zeros(len(passages), dim, device=device))  # (N, d) Embed_doc, stale
         self.register_buffer("forwards", torch.zeros((), dtype=torch.long))
         self.refresh()  # the index of the starting Embed_doc (a resumed run loads its own instead)
 

@@ -78,6 +78,12 @@ def test_retrieve_realm_writes_encoder_retriever_and_scores(tiny, tmp_path, caps
     assert main(["retrieve", "realm", "--model", str(tiny), "--out", str(tmp_path / "x"), "--k", "0",
                  "--no-null-document"]) == 2
     assert "--no-null-document" in capsys.readouterr().err
+    one_title = tmp_path / "one.jsonl"  # nothing to hold out: the split needs two documents
+    one_title.write_text("".join(json.dumps({"id": str(i), "title": "t", "text": "Mupi is in Klirefaim. It rains."})
+                                 + "\n" for i in range(3)))
+    assert main(["retrieve", "realm", "--model", str(tiny), "--out", str(tmp_path / "y"), "--passages",
+                 str(one_title), "--max-len", "64"]) == 2
+    assert "--passages" in capsys.readouterr().err
 
 
 def test_retrieve_ict_warm_starts_a_retriever_realm_can_read(tiny, tmp_path, capsys):

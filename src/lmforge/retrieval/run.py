@@ -151,6 +151,8 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
 def split_by_title(passages: list, test_share: float, seed: int) -> tuple:
     """(train rows, test rows) of the passages, whole documents (titles) held out, seeded."""
     titles = sorted({p.title for p in passages})
+    if len(titles) < 2:
+        raise ValueError(f"--passages: {len(titles)} document title(s); holding whole documents out needs two or more")
     random.Random(seed).shuffle(titles)
     held = set(titles[:max(1, round(test_share * len(titles)))])
     rows = range(len(passages))
@@ -177,13 +179,15 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
         raise ValueError(f"the retriever's vocabulary ({encoder.model.config.vocab_size}) is not the model's "
                          f"({reader.config.vocab_size}): REALM reads both with one tokenizer")
     train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)
-    examples = {name: span_examples(encoder.tokenizer, passages, rows, seed=cfg.seed)
+    # x takes at most half of max_len, so a retrieved document always has room beside it
+    examples = {name: span_examples(encoder.tokenizer, passages, rows, min(64, max_len // 2), seed=cfg.seed)
                 for name, rows in (("train", train_rows), ("test", test_rows))}
     if not examples["train"] or not examples["test"]:
         raise ValueError("no salient spans (names or dates) in the passages to mask")
     objective = REALMObjective(reader, encoder, passages, k, refresh_every, max_len, null_document)
     before = evaluate_realm(objective, examples["test"], passages)
     Trainer(objective, examples["train"], cfg, out, log=log).fit(resume)
+    objective.refresh()  # "after" scores the final Embed_doc, not an index up to refresh_every forwards stale
     result = {"passages": len(passages), "train_examples": len(examples["train"]),
               "test_examples": len(examples["test"]), "k": k, "refresh_every": refresh_every,
               "null_document": null_document, "steps": cfg.steps, "before": before,

@@ -33,7 +33,7 @@ def arm(name: str, args) -> dict:
     cfg = TrainConfig(steps=args.steps, batch_size=8, lr=args.lr, warmup=10, log_every=5, seed=args.seed,
                       progress=False, eval_every=0)
     start = time.perf_counter()
-    result = run_realm(args.reader, Path(args.runs) / name, cfg, retriever="all-MiniLM-L6-v2", k=ARMS[name]["k"],
+    result = run_realm(args.reader, Path(args.runs) / name, cfg, retriever=args.retriever, k=ARMS[name]["k"],
                        refresh_every=args.refresh_every, log=lambda m: None)
     return {**result, "wall_s": round(time.perf_counter() - start, 1)}
 
@@ -68,6 +68,27 @@ def plot(runs: Path, result: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def rescore(runs: Path, result: dict, seed: int) -> None:
+    """Score each arm's saved encoder and retriever again on the held-out spans with an index built
+    from its final Embed_doc (runs before the fix in run_realm scored "after" with an index up to
+    refresh_every forward passes stale); result's "after" replaced, the stale one kept beside it."""
+    from lmforge.io import load
+    from lmforge.retrieval.dpr import BiEncoder
+    from lmforge.retrieval.passages import load_passages
+    from lmforge.retrieval.realm import REALMObjective, evaluate_realm
+    from lmforge.retrieval.run import split_by_title
+    from lmforge.retrieval.salient import span_examples
+
+    passages = load_passages(None, seed)
+    test_rows = split_by_title(passages, 0.1, seed)[1]
+    for name, arm in result["arms"].items():
+        encoder = BiEncoder.from_dir(runs / name / "retriever")
+        examples = span_examples(encoder.tokenizer, passages, test_rows, 64, seed=seed)
+        objective = REALMObjective(load(runs / name / "final"), encoder, passages, arm["k"], arm["refresh_every"])
+        arm["after_stale_index"] = arm.get("after_stale_index", arm["after"])
+        arm["after"] = evaluate_realm(objective, examples, passages)
+
+
 def _plot_path(out: str) -> Path:
     return HERE / "plots" / (Path(out).stem + ".png")
 
@@ -83,12 +104,20 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results" / "realm.json"))
     parser.add_argument("--reader", default="all-MiniLM-L6-v2",
                         help="the knowledge-augmented encoder to start from (e.g. a no_retrieval arm's final/: warm)")
+    parser.add_argument("--retriever", default="all-MiniLM-L6-v2",
+                        help="Embed_input / Embed_doc to start from (e.g. lmforge retrieve ict's final/)")
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot from --out and --runs")
+    parser.add_argument("--rescore", action="store_true", help="score --runs' saved arms again (fresh index)")
     args = parser.parse_args()
+    if args.rescore:
+        result = json.loads(Path(args.out).read_text())
+        rescore(Path(args.runs), result, args.seed)
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        return plot(Path(args.runs), result, _plot_path(args.out))
     if args.plot_only:
         return plot(Path(args.runs), json.loads(Path(args.out).read_text()), _plot_path(args.out))
     arms = args.arms.split(",")
-    result = {"model": "all-MiniLM-L6-v2", "reader": args.reader, "corpus": "built-in", "steps": args.steps, "batch_size": 8,
+    result = {"model": "all-MiniLM-L6-v2", "reader": args.reader, "retriever": args.retriever, "corpus": "built-in", "steps": args.steps, "batch_size": 8,
               "lr": args.lr, "threads": torch.get_num_threads(), "torch": torch.__version__,
               "cpu": platform.processor() or platform.machine(), "arms": {}}
     for name in arms:

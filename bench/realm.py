@@ -94,6 +94,7 @@ def _plot_path(out: str) -> Path:
 
 
 def main() -> None:
+    """Run the arms (or redraw / rescore saved ones) and print their held-out scores."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--lr", type=float, default=2e-4)
@@ -117,6 +118,8 @@ def main() -> None:
     if args.plot_only:
         return plot(Path(args.runs), json.loads(Path(args.out).read_text()), _plot_path(args.out))
     arms = args.arms.split(",")
+    if set(arms) - set(ARMS) or args.steps < 1 or args.refresh_every < 1:
+        parser.error(f"--arms of {', '.join(ARMS)}; --steps and --refresh-every at least 1")
     result = {"model": "all-MiniLM-L6-v2", "reader": args.reader, "retriever": args.retriever, "corpus": "built-in", "steps": args.steps, "batch_size": 8,
               "lr": args.lr, "threads": torch.get_num_threads(), "torch": torch.__version__,
               "cpu": platform.processor() or platform.machine(), "arms": {}}

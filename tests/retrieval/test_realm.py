@@ -128,6 +128,9 @@ def test_null_document_alone_is_plain_salient_span_mlm(parts):
     batch = objective.collate(parts[2][:3])
     doc_logp, rows = objective.retrieve(batch)
     assert rows.tolist() == [[-1]] * 3 and torch.allclose(doc_logp, torch.zeros(3, 1))
+    objective.train().forwards.fill_(objective.refresh_every)
+    objective(batch)
+    assert not objective.index.any()  # no document is read, so the corpus is never embedded
     with pytest.raises(ValueError, match="null"):
         _objective(parts, k=0, null_document=False)
 

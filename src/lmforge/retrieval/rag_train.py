@@ -39,6 +39,9 @@ class RAGObjective(Objective):
         self.passage_tokens, self.k, self.kind, self.max_len = passage_tokens, k, kind, max_len
         self.lm = generator.heads["lm"] if "lm" in generator.heads else make_head(generator, "lm")
         self.cls, self.sep = tok.special_id("cls"), tok.special_id("sep")
+        if self.cls is None or self.sep is None:
+            raise ValueError("the generator's tokenizer needs [CLS] and [SEP] tokens (its inputs are "
+                             "[CLS] passage [SEP] question [SEP])")
         self.start = generator.config.decoder_start_token_id
 
     def collate(self, examples: list) -> dict:

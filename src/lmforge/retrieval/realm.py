@@ -64,7 +64,8 @@ class REALMObjective(Objective):
         # on Embed_doc's device: the index's device is where documents are sent to be embedded
         self.register_buffer("index", torch.zeros(len(passages), dim, device=device))  # (N, d) Embed_doc, stale
         self.register_buffer("forwards", torch.zeros((), dtype=torch.long))
-        self.refresh()  # the index of the starting Embed_doc (a resumed run loads its own instead)
+        if k:  # the index of the starting Embed_doc (a resumed run loads its own instead); k = 0 reads none
+            self.refresh()
 
     def refresh(self) -> None:
         """Re-embed every document with the current Embed_doc (eval mode, no gradient)."""
@@ -100,7 +101,7 @@ class REALMObjective(Objective):
         """((B, K') log p(z | x) with gradient to both encoders, (B, K') document rows, -1 for the null
         document), K' = k (+ 1 with the null document)."""
         if self.training:
-            if int(self.forwards) and int(self.forwards) % self.refresh_every == 0:
+            if self.k and int(self.forwards) and int(self.forwards) % self.refresh_every == 0:
                 self.refresh()
             self.forwards += 1
         q = self.retriever.embed(batch["input_ids"], batch["attention_mask"])  # (B, d) Embed_input(x)
@@ -166,7 +167,7 @@ class REALMObjective(Objective):
     def forward(self, batch: dict) -> Loss:
         """-log p(y | x) (eq. 1), mean over examples; metrics: the marginal's span accuracy and the
         probability the retriever gives the null document."""
-        doc_logp, rows, token_logp, gold, span = self.score(batch)
+        doc_logp, _, token_logp, gold, span = self.score(batch)
         loss = -realm_log_likelihood(span, doc_logp).mean()
         metrics = {"span_accuracy": span_correct(token_logp, doc_logp, gold).float().mean().detach()}
         if self.null_document:

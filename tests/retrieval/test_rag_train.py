@@ -32,16 +32,20 @@ def parts():
     return passages, records, tokenizer
 
 
-def _objective(parts, k):
+def _objective(parts, k, generator_tokenizer=None):
+    """A tiny BERT retriever over the passages and a tiny BART generator (in generator_tokenizer's
+    pieces, default the retriever's)."""
     passages, _, tok = parts
+    gen_tok = generator_tokenizer or tok
     torch.manual_seed(0)
     bert = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
                          max_seq_len=64)
     retriever = BiEncoder(bert, tok, EncoderOptions(max_length=64))
-    generator = lmforge.build(lmforge.tiny("bart-base"), vocab_size=tok.vocab_size, max_seq_len=128,
-                              decoder_start_token_id=tok.special_id("cls"), pad_token_id=tok.special_id("pad"))
+    generator = lmforge.build(lmforge.tiny("bart-base"), vocab_size=gen_tok.vocab_size, max_seq_len=128,
+                              decoder_start_token_id=gen_tok.special_id("cls"), pad_token_id=gen_tok.special_id("pad"))
     vectors = retriever.encode([f"{p.title}. {p.text}" for p in passages])
-    return RAGObjective(generator, retriever, vectors, passage_tokens(retriever, passages), k=k).eval()
+    return RAGObjective(generator, retriever, vectors, passage_tokens(retriever, passages, gen_tok), k=k,
+                        tokenizer=generator_tokenizer).eval()
 
 
 def test_generator_inputs_hold_the_question_and_each_retrieved_passage(parts):
@@ -143,15 +147,8 @@ def test_the_generator_learns_to_copy_the_retrieved_passages_title_to_questions_
 def test_a_generator_with_its_own_tokenizer_reads_passages_in_its_pieces(parts):
     passages, records, tok = parts
     small = train_tokenizer([f"{p.title}. {p.text}" for p in passages], "wordpiece", 150)
-    torch.manual_seed(0)
-    bert = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
-                         max_seq_len=64)
-    retriever = BiEncoder(bert, tok, EncoderOptions(max_length=64))
-    generator = lmforge.build(lmforge.tiny("bart-base"), vocab_size=small.vocab_size, max_seq_len=128,
-                              decoder_start_token_id=small.special_id("cls"), pad_token_id=small.special_id("pad"))
-    vectors = retriever.encode([f"{p.title}. {p.text}" for p in passages])
-    objective = RAGObjective(generator, retriever, vectors, passage_tokens(retriever, passages, small), k=2,
-                             tokenizer=small).eval()
+    objective = _objective(parts, 2, small)
+    retriever, generator, vectors = objective.retriever, objective.model, objective.passages
     examples = rag_examples(retriever, records[:2], small)
     assert examples[0]["question"] == retriever.ids(records[0]["question"])  # the question encoder's pieces
     assert examples[0]["source"] == small.encode(records[0]["question"], add_special_tokens=False).ids

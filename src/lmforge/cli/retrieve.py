@@ -79,6 +79,16 @@ def _train_config(args) -> tuple:
     return TrainConfig.from_dict({"seed": args.seed, **steps, **train}), encoder
 
 
+def _training_only(args, command: str):
+    """TrainConfig for a sub-command that takes no encoder options (UsageError naming them if given)."""
+    from lmforge.cli.common import UsageError
+
+    cfg, encoder = _train_config(args)
+    if encoder:
+        raise UsageError(f"retrieve {command} takes no encoder options ({sorted(encoder)})")
+    return cfg
+
+
 def _run_arguments(parser, questions_help: str) -> None:
     """The options every training sub-command takes: start, output, data, steps, seed, config."""
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
@@ -107,9 +117,7 @@ def cmd_reader(args) -> None:
     from lmforge.cli.common import UsageError
     from lmforge.retrieval.run import run_reader
 
-    cfg, encoder = _train_config(args)
-    if encoder:
-        raise UsageError(f"retrieve reader takes no encoder options ({sorted(encoder)})")
+    cfg = _training_only(args, "reader")
     if args.k < 1 or args.negatives < 1:
         raise UsageError(f"--k and --negatives must be positive, got {args.k} and {args.negatives}")
     result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, args.k,
@@ -123,9 +131,7 @@ def cmd_realm(args) -> None:
     from lmforge.cli.common import UsageError
     from lmforge.retrieval.run import run_realm
 
-    cfg, encoder = _train_config(args)
-    if encoder:
-        raise UsageError(f"retrieve realm takes no encoder options ({sorted(encoder)})")
+    cfg = _training_only(args, "realm")
     if args.k < 0 or args.refresh_every < 1 or args.max_len < 8:
         raise UsageError(f"need --k >= 0, --refresh-every >= 1 and --max-len >= 8, got {args.k}, "
                          f"{args.refresh_every}, {args.max_len}")
@@ -142,9 +148,7 @@ def cmd_ict(args) -> None:
     from lmforge.cli.common import UsageError
     from lmforge.retrieval.run import run_ict
 
-    cfg, encoder = _train_config(args)
-    if encoder:
-        raise UsageError(f"retrieve ict takes no encoder options ({sorted(encoder)})")
+    cfg = _training_only(args, "ict")
     if not 0 <= args.keep <= 1 or args.rounds < 1:
         raise UsageError(f"need 0 <= --keep <= 1 and --rounds >= 1, got {args.keep} and {args.rounds}")
     result = run_ict(args.model, args.out, cfg, args.passages, not args.shared_encoder, args.keep, args.rounds,
@@ -203,39 +207,38 @@ def _reader_parser(actions, argparse) -> None:
     r.set_defaults(func=cmd_reader)
 
 
+def _corpus_arguments(parser, model_help: str) -> None:
+    """The options of the sub-commands that train on a passage corpus (realm, ict): start, output,
+    passages, steps, seed, config, resume and key=value training options."""
+    parser.add_argument("--model", default="all-MiniLM-L6-v2", help=model_help)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--config", help="YAML/JSON file of key: value options")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("overrides", nargs="*", help="key=value: training options")
+
+
 def _realm_parser(actions, argparse) -> None:
     r = actions.add_parser("realm", help="REALM pretraining: salient-span MLM marginalised over retrieved passages",
                            epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("--model", default="all-MiniLM-L6-v2", help="the knowledge-augmented encoder to start from")
+    _corpus_arguments(r, "the knowledge-augmented encoder to start from")
     r.add_argument("--retriever", help="Embed_input / Embed_doc to start from (default: --model)")
-    r.add_argument("--out", required=True)
-    r.add_argument("--passages", default="builtin", help="the knowledge corpus: builtin, a passages JSONL or files")
     r.add_argument("--k", type=int, default=4, help="documents retrieved per masked input (0: the null one only)")
     r.add_argument("--refresh-every", type=int, default=50, help="training forward passes between index refreshes")
     r.add_argument("--max-len", type=int, default=192, help="tokens of [CLS] x [SEP] z [SEP]")
     r.add_argument("--no-null-document", action="store_true", help="leave out the empty document")
-    r.add_argument("--steps", type=int)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--config", help="YAML/JSON file of key: value options")
-    r.add_argument("--resume", action="store_true")
-    r.add_argument("overrides", nargs="*", help="key=value: training options")
     r.set_defaults(func=cmd_realm)
 
 
 def _ict_parser(actions, argparse) -> None:
     r = actions.add_parser("ict", help="warm-start a retriever with the inverse cloze task (REALM's start)",
                            epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
-    r.add_argument("--out", required=True)
-    r.add_argument("--passages", default="builtin", help="builtin, a passages JSONL or corpus files")
+    _corpus_arguments(r, "encoder to start from")
     r.add_argument("--keep", type=float, default=0.1, help="probability the sentence stays in its context")
     r.add_argument("--rounds", type=int, default=4, help="pseudo-questions drawn per passage")
     r.add_argument("--shared-encoder", action="store_true", help="one encoder for sentences and contexts")
-    r.add_argument("--steps", type=int)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--config", help="YAML/JSON file of key: value options")
-    r.add_argument("--resume", action="store_true")
-    r.add_argument("overrides", nargs="*", help="key=value: training options")
     r.set_defaults(func=cmd_ict)
 
 

@@ -97,22 +97,25 @@ class BiEncoder:
         limit = min(self.options.max_length, self.model.config.max_seq_len)
         return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
 
-    @torch.inference_mode()
     def encode(self, texts: list, batch_size: int = 64, passage: bool = False) -> torch.Tensor:
-        """(N, d) embeddings of `texts` (passages with E_P if `passage`), in order (eval mode; the
-        caller's mode restored)."""
+        """(N, d) embeddings of `texts` (passages with E_P if `passage`), in order, on the CPU (eval
+        mode; the caller's mode restored)."""
+        return self.encode_ids([self.ids(t) for t in texts], batch_size, passage).cpu()
+
+    @torch.inference_mode()
+    def encode_ids(self, rows: list, batch_size: int = 64, passage: bool = False) -> torch.Tensor:
+        """(N, d) embeddings of token id lists, on the encoder's device (as encode)."""
         model = self.encoder_for(passage)
         training, device = model.training, next(model.parameters()).device
         model.eval()
         out = []
         try:
-            for start in range(0, len(texts), batch_size):
-                rows = [self.ids(t) for t in texts[start:start + batch_size]]
-                ids, mask = pad_batch(rows, self.tokenizer.special_id("pad") or 0)
-                out.append(self.embed(ids.to(device), mask.to(device), passage).cpu())
+            for start in range(0, len(rows), batch_size):
+                ids, mask = pad_batch(rows[start:start + batch_size], self.tokenizer.special_id("pad") or 0)
+                out.append(self.embed(ids.to(device), mask.to(device), passage))
         finally:
             model.train(training)
-        return torch.cat(out) if out else torch.empty(0, self.model.config.d_model)
+        return torch.cat(out) if out else torch.empty(0, self.model.config.d_model, device=device)
 
 
 def pad_batch(rows: list, pad_id: int) -> tuple:

@@ -69,19 +69,7 @@ class REALMObjective(Objective):
 
     def refresh(self) -> None:
         """Re-embed every document with the current Embed_doc (eval mode, no gradient)."""
-        self.index.copy_(self._embed_all().to(self.index))
-
-    @torch.no_grad()
-    def _embed_all(self, batch_size: int = 64) -> torch.Tensor:
-        model = self.retriever.encoder_for(passage=True)
-        training = model.training
-        model.eval()
-        try:
-            out = [self._embed_docs(self.doc_inputs[s:s + batch_size]) for s in range(0, len(self.doc_inputs),
-                                                                                        batch_size)]
-        finally:
-            model.train(training)
-        return torch.cat(out)
+        self.index.copy_(self.retriever.encode_ids(self.doc_inputs, passage=True).to(self.index))
 
     def _embed_docs(self, rows: list) -> torch.Tensor:  # id lists -> (n, d) with Embed_doc
         ids, mask = pad_batch(rows, self.pad_id)

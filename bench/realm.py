@@ -76,14 +76,12 @@ def rescore(runs: Path, result: dict, seed: int) -> None:
     from lmforge.retrieval.dpr import BiEncoder
     from lmforge.retrieval.passages import load_passages
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
-    from lmforge.retrieval.run import split_by_title
-    from lmforge.retrieval.salient import span_examples
+    from lmforge.retrieval.run import realm_examples
 
     passages = load_passages(None, seed)
-    test_rows = split_by_title(passages, 0.1, seed)[1]
     for name, arm in result["arms"].items():
         encoder = BiEncoder.from_dir(runs / name / "retriever")
-        examples = span_examples(encoder.tokenizer, passages, test_rows, 64, seed=seed)
+        examples = realm_examples(encoder.tokenizer, passages, seed)["test"]
         objective = REALMObjective(load(runs / name / "final"), encoder, passages, arm["k"], arm["refresh_every"])
         arm["after_stale_index"] = arm.get("after_stale_index", arm["after"])
         arm["after"] = evaluate_realm(objective, examples, passages)

@@ -159,6 +159,19 @@ def split_by_title(passages: list, test_share: float, seed: int) -> tuple:
     return [i for i in rows if passages[i].title not in held], [i for i in rows if passages[i].title in held]
 
 
+def realm_examples(tokenizer, passages: list, seed: int, max_len: int = 192) -> dict:
+    """{"train", "test"} salient-span examples, whole documents held out (split_by_title, 10 %); x takes
+    at most half of max_len (and 64 tokens), so a retrieved document always has room beside it."""
+    from lmforge.retrieval.salient import span_examples
+
+    train_rows, test_rows = split_by_title(passages, 0.1, seed)
+    examples = {name: span_examples(tokenizer, passages, rows, min(64, max_len // 2), seed=seed)
+                for name, rows in (("train", train_rows), ("test", test_rows))}
+    if not examples["train"] or not examples["test"]:
+        raise ValueError("no salient spans (names or dates) in the passages to mask")
+    return examples
+
+
 def run_realm(model: str, out, cfg, passages_source: str | None = None, retriever: str | None = None,
               k: int = 4, refresh_every: int = 50, max_len: int = 192, null_document: bool = True,
               resume: bool = False, log=print) -> dict:
@@ -169,7 +182,6 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     from lmforge.io import load
     from lmforge.io.resolve import find_model_dir
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
-    from lmforge.retrieval.salient import span_examples
 
     out = Path(out)
     passages = load_passages(passages_source, cfg.seed)
@@ -178,12 +190,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     if reader.config.vocab_size != encoder.model.config.vocab_size:
         raise ValueError(f"the retriever's vocabulary ({encoder.model.config.vocab_size}) is not the model's "
                          f"({reader.config.vocab_size}): REALM reads both with one tokenizer")
-    train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)
-    # x takes at most half of max_len, so a retrieved document always has room beside it
-    examples = {name: span_examples(encoder.tokenizer, passages, rows, min(64, max_len // 2), seed=cfg.seed)
-                for name, rows in (("train", train_rows), ("test", test_rows))}
-    if not examples["train"] or not examples["test"]:
-        raise ValueError("no salient spans (names or dates) in the passages to mask")
+    examples = realm_examples(encoder.tokenizer, passages, cfg.seed, max_len)
     objective = REALMObjective(reader, encoder, passages, k, refresh_every, max_len, null_document)
     before = evaluate_realm(objective, examples["test"], passages)
     Trainer(objective, examples["train"], cfg, out, log=log).fit(resume)

@@ -217,3 +217,16 @@ def test_pretrain_takes_a_shard_directory(shard_dir, tmp_path):
     assert load_tokenizer(tmp_path / "run" / "final").vocab_size == load_tokenizer(shard_dir / "tokenizer").vocab_size
     nsp = [*args[:4], "nsp", *args[5:8], str(tmp_path / "nsp"), *args[9:]]  # pairs: planned, read on access
     assert main(nsp) == 0 and (tmp_path / "nsp" / "final").is_dir()
+
+
+@pytest.mark.parametrize("fmt", [ExampleFormat(roles=("bos", "eos")), ExampleFormat("pairs", roles=("bos", "eos"))],
+                         ids=["sentences", "pairs"])
+def test_a_tokenizer_without_the_framing_tokens_is_refused_by_name(shard_dir, fmt):
+    # a BERT-family tokenizer has no <s> / </s>: BART's sentence examples cannot be framed with it
+    corpus, tokenizer = ShardCorpus(shard_dir), load_tokenizer(shard_dir / "tokenizer")
+    assert tokenizer.special_id("bos") is None
+    docs = [corpus.document(0), corpus.document(1)]
+    with pytest.raises(ValueError, match="no 'bos' token"):
+        build_examples(fmt, docs, tokenizer, 40)
+    with pytest.raises(ValueError, match="no 'bos' token"):
+        lazy_examples(fmt, corpus, np.arange(2), tokenizer, 40)

@@ -317,18 +317,30 @@ def _joiner(tokenizer, roles: tuple) -> int | None:
     return reduce(lambda a, b: a or b, [tokenizer.special_id(r) for r in roles])
 
 
+def _ends(tokenizer, roles: tuple) -> tuple:
+    """The ids of the first and last token of sentence / pair examples; a ValueError naming the role
+    the tokenizer lacks (a None id would otherwise surface as a TypeError mid-training)."""
+    ids = tuple(tokenizer.special_id(r) for r in roles)
+    missing = [r for r, i in zip(roles, ids) if i is None]
+    if missing:
+        raise ValueError(f"the tokenizer has no {missing[0]!r} token, which this objective's examples are "
+                         f"framed with ({' / '.join(roles)}): use a tokenizer of a family that has one "
+                         "(e.g. roberta's <s> / </s>, bert's [CLS] / [SEP])")
+    return ids
+
+
 def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int = 0) -> list:
     """The examples of format `fmt` as a list, from documents of sentence id lists (or a DocumentView)."""
-    role, max_len = tokenizer.special_id, max_len - fmt.reserve
+    max_len = max_len - fmt.reserve
     if fmt.kind == "custom":
         return fmt.build(docs, tokenizer, max_len, seed)
     if fmt.kind == "pairs":
-        first, last = map(role, fmt.roles)
+        first, last = _ends(tokenizer, fmt.roles)
         examples = PAIR_BUILDERS[fmt.pairs](docs, first, last, max_len=max_len, seed=seed)
     elif fmt.kind == "blocks":
         examples = blocks(docs, max_len, eos=_joiner(tokenizer, fmt.roles))
     else:
-        first, last = map(role, fmt.roles)
+        first, last = _ends(tokenizer, fmt.roles)
         examples = pack_sentences(docs, first, last, max_len=max_len, cross_documents=fmt.cross_documents)
     if fmt.word_starts:
         for e in examples:
@@ -339,15 +351,15 @@ def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int 
 def lazy_examples(fmt: ExampleFormat, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0):
     """The examples build_examples makes for `fmt` over documents `ids` (with `seed`), built on access;
     None for a custom format (its builder takes lists)."""
-    role, max_len = tokenizer.special_id, max_len - fmt.reserve
+    max_len = max_len - fmt.reserve
     if fmt.kind == "custom":
         return None
     if fmt.kind == "pairs":
-        examples = PackedPairs(corpus, ids, fmt.pairs, *map(role, fmt.roles), max_len, seed)
+        examples = PackedPairs(corpus, ids, fmt.pairs, *_ends(tokenizer, fmt.roles), max_len, seed)
     elif fmt.kind == "blocks":
         examples = PackedBlocks(corpus, ids, max_len, eos=_joiner(tokenizer, fmt.roles))
     else:
-        first, last = map(role, fmt.roles)
+        first, last = _ends(tokenizer, fmt.roles)
         examples = PackedSentences(corpus, ids, first, last, max_len, cross_documents=fmt.cross_documents)
     return WithWordStarts(examples, tokenizer) if fmt.word_starts else examples
 

@@ -5,7 +5,7 @@
     lmforge quantize --model runs/gpt/final --out runs/gpt-int8 --mode weight-only
 
 dynamic: weights int8 per output channel, activations quantised at run time (encoders, batches);
-weight-only: activations stay fp32 (decoding, where the time is reading the weights). Each layer
+weight-only: activations not quantised (decoding, where the time is reading the weights). Each layer
 runs the kernel this machine measures fastest, fp32 included (the report lists the choices).
 The model is saved under --out/model (loadable by every command); quantize.json beside it.
 """
@@ -63,7 +63,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--model", required=True, help="a model directory (lmforge or Hugging Face) or installed model")
     p.add_argument("--out", required=True, help="directory for the model (out/model) and quantize.json")
     p.add_argument("--mode", default="dynamic", choices=("dynamic", "weight-only"),
-                   help="dynamic: int8 activations too (encoders); weight-only: fp32 activations (decoding)")
+                   help="dynamic: int8 activations too (encoders); weight-only: float activations (decoding)")
     p.add_argument("--data", help="labelled data: the task metric before and after (a fine-tuned model)")
     p.add_argument("--task", help="task type (default: the model's task.json)")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")

@@ -2,9 +2,9 @@
 
 Weights are quantised symmetrically per output channel (one fp32 scale a row, int8 values in
 [-127, 127]); in "dynamic" mode activations are quantised at run time (per row, from its
-range), in "weight-only" mode they stay fp32. The layers are lmforge's own Int8Linear
-(fast/int8.py), which runs whichever kernel this machine measured fastest for each shape,
-fp32 included, so a quantised layer is never slower than its fp32 form. Not the deprecated
+range), in "weight-only" mode they are not (fp32, or bf16 inside the int8pack-bf16 kernel). The
+layers are lmforge's own Int8Linear (fast/int8.py), which runs whichever kernel this machine
+measured fastest for each shape, fp32 included, so a quantised layer is never slower than its fp32 form. Not the deprecated
 torch.ao.quantization.quantize_dynamic.
 
 The token table becomes int8 too (per row) where no LM head projects with it (an encoder's:

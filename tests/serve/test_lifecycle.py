@@ -126,17 +126,3 @@ def test_embeddings_are_served_between_the_steps_of_a_long_generation(server, mo
     assert done["embed"] < done["generation"] - 0.2, done
     expected = SentenceEncoder.from_dir(model_dirs["enc"]).encode(["the cat sat"])[0]
     assert (torch.tensor(answer.json()["embeddings"][0]) - expected).abs().max() <= 1e-5
-
-
-def test_serve_restarts_itself_once_with_huge_pages(server):
-    from lmforge.serve import worker
-
-    wanted = worker.huge_pages_environment({})
-    with open(f"/proc/{server.proc.pid}/environ") as f:
-        environ = dict(item.split("=", 1) for item in f.read().split("\0") if "=" in item)
-    if wanted is None:  # nothing to ask for here: the server runs as started
-        assert "LMFORGE_SERVE_REEXEC" not in environ
-        return
-    # the same process (execve keeps the id the test started), its environment the restart's, marked
-    assert "glibc.malloc.hugetlb=1" in environ["GLIBC_TUNABLES"] and environ["LMFORGE_SERVE_REEXEC"] == "1"
-    assert server.client().get("/health").status_code == 200

@@ -240,20 +240,3 @@ def test_a_primitive_cache_size_already_set_stands(monkeypatch):
     assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
     with pytest.raises(ValueError, match="capacity"):
         worker.bound_primitive_cache(-1)
-
-
-def test_huge_pages_are_asked_of_glibc_unless_unavailable_or_set(monkeypatch, tmp_path):
-    thp = tmp_path / "enabled"
-    monkeypatch.setattr(worker, "_THP", str(thp))
-    thp.write_text("always [madvise] never\n")
-    if worker.huge_pages_environment({}) is None:
-        pytest.skip("glibc older than 2.35 or absent: no hugetlb tunable")
-    assert worker.huge_pages_environment({"A": "1"}) == {"A": "1", "GLIBC_TUNABLES": worker.HUGE_PAGES}
-    merged = worker.huge_pages_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
-    assert merged["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:{worker.HUGE_PAGES}"  # the user's kept
-    assert worker.huge_pages_environment({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) is None  # user's choice
-    thp.write_text("always madvise [never]\n")
-    assert worker.huge_pages_environment({}) is None  # the kernel gives none
-    thp.unlink()
-    assert worker.huge_pages_environment({}) is None  # no THP at all
-

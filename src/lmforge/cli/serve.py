@@ -4,17 +4,13 @@
 
 Routes, limits and the batching worker: lmforge/serve/. --port 0 takes a free port; the address
 is printed when the socket is bound. SIGTERM (or Ctrl-C) stops accepting connections, answers
-every request already admitted, then exits. Once its arguments are checked, the command starts
-itself again (execve: same process id) with glibc's malloc asked for transparent huge pages, where
-glibc and the kernel offer them (serve/worker.py huge_pages_environment); GLIBC_TUNABLES with
-glibc.malloc.hugetlb=0 keeps it from doing so.
+every request already admitted, then exits.
 """
 from __future__ import annotations
 
 import math
 import os
 import socket
-import sys
 from dataclasses import fields
 
 LIMIT_HELP = {"max_body_bytes": "bytes of one request body (413 beyond)",
@@ -71,27 +67,14 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-REEXEC_MARK = "LMFORGE_SERVE_REEXEC"  # set in the re-started process: it never restarts again
-
-
-def restart_with_huge_pages() -> None:
-    """Start this command again (same process id, same arguments) with glibc asked for transparent
-    huge pages (worker.huge_pages_environment), where that applies; otherwise return."""
-    from lmforge.serve.worker import huge_pages_environment
-
-    environment = huge_pages_environment(dict(os.environ))
-    argv = getattr(sys, "orig_argv", None)
-    if environment is None or os.environ.get(REEXEC_MARK) or not argv or not sys.executable:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, argv, {**environment, REEXEC_MARK: "1"})
-
-
 def cmd_serve(args) -> None:
     """Load the models, bind the socket and serve until SIGTERM / Ctrl-C."""
+    import torch
+    import uvicorn
+
     from lmforge.cli.common import UsageError
-    from lmforge.serve import parse_model_specs
+    from lmforge.serve import create_app, load_served, parse_model_specs
+    from lmforge.serve.worker import bound_heap, bound_primitive_cache
 
     limits = limits_of(args)
     if args.threads is not None and args.threads < 1:
@@ -102,13 +85,6 @@ def cmd_serve(args) -> None:
         specs = parse_model_specs(args.model)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    restart_with_huge_pages()  # the arguments are valid: a restart cannot fail differently
-    import torch
-    import uvicorn
-
-    from lmforge.serve import create_app, load_served
-    from lmforge.serve.worker import bound_heap, bound_primitive_cache
-
     sock = listen(args.host, args.port)  # before loading: a taken port costs nothing
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)

@@ -58,34 +58,6 @@ def bound_heap(threshold: int = MMAP_THRESHOLD) -> bool:
     return bool(_MALLOPT is not None and _MALLOPT(_M_MMAP_THRESHOLD, int(threshold)) == 1)
 
 
-HUGE_PAGES = "glibc.malloc.hugetlb=1"  # the glibc tunable (2.35+): madvise huge pages for mapped blocks
-_THP = "/sys/kernel/mm/transparent_hugepage/enabled"
-
-
-def huge_pages_environment(environ: dict):
-    """`environ` plus glibc's hugetlb tunable, for a process to be started with; None where glibc is
-    older than 2.35 or absent, the kernel's transparent huge pages are off, or the tunable is set.
-
-    Why: with bound_heap every tensor-sized block is a fresh mapping, and its pages are faulted in at
-    each forward pass. Asked for huge pages, a 2 MiB page costs one fault instead of 512. Measured
-    (MiniLM, one thread, 150 in-process batches of 1-64 texts, 128 KiB threshold): 49.0 -> 53.8
-    texts/s, system time 14.5 -> 6.7 s, resident size unchanged (383-413 vs 384-417 MiB).
-    glibc reads tunables once, at process start: the environment is for a new process."""
-    version = os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names else None
-    if not version or tuple(int(v) for v in version.split()[1].split(".")[:2]) < (2, 35):
-        return None
-    try:
-        with open(_THP, encoding="ascii") as f:
-            if "[never]" in f.read():
-                return None
-    except OSError:
-        return None
-    tunables = environ.get("GLIBC_TUNABLES", "")
-    if "glibc.malloc.hugetlb" in tunables:
-        return None  # the user's value stands
-    return {**environ, "GLIBC_TUNABLES": f"{tunables}:{HUGE_PAGES}" if tunables else HUGE_PAGES}
-
-
 PRIMITIVE_CACHE = 64  # oneDNN primitives kept (its default: 1024)
 _PRIMITIVE_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
 

@@ -147,3 +147,31 @@ def test_prune_command_refuses_bad_input(files, tmp_path, capsys):
     assert main(base + ["--method", "magnitude", "--sparsity", "0.5", *train, "bogus=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "bogus" in err[-1]
+
+
+def test_movement_masks_do_not_depend_on_the_scores_lr_from_constant_scores():
+    # from S = 0, AdamW (no decay on S) moves S by lr x a direction that does not depend on lr:
+    # S scales with the scores' lr and top-k, hence the mask and the weights' path, does not
+    def train(scores_lr: float) -> tuple:
+        torch.manual_seed(0)
+        linear = nn.Linear(8, 6)
+        parametrize.register_parametrization(linear, "weight", MovementMask(linear.weight))
+        mask = linear.parametrizations.weight[0]
+        opt = torch.optim.AdamW([{"params": [mask.scores], "lr": scores_lr, "weight_decay": 0.0},
+                                 {"params": [linear.parametrizations.weight.original, linear.bias]}],
+                                lr=1e-2, eps=1e-12, foreach=False)
+        masks = []
+        for step in range(12):
+            mask.sparsity.fill_(cubic_sparsity(step, 0.75, 2, 10))
+            x = torch.randn(16, 8)
+            loss = ((linear(x) - x[:, :6].flip(1)) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            masks.append(linear.weight.detach().ne(0))
+        return mask.scores.detach(), masks, linear.parametrizations.weight.original.detach()
+
+    small, big = train(1e-2), train(1e-1)
+    torch.testing.assert_close(big[0], 10 * small[0], rtol=1e-4, atol=1e-7)
+    assert all(torch.equal(a, b) for a, b in zip(small[1], big[1])) and int(small[1][-1].sum()) == kept(48, 0.75)
+    torch.testing.assert_close(big[2], small[2])

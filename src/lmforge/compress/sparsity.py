@@ -12,7 +12,15 @@
   straight through to S, so dL/dS = dL/dW' * W and gradient descent accumulates
   S = -lr sum_t (dL/dW')_t W_t: weights moving away from zero gain importance.
   The scores train with their own (larger) learning rate, as the reference code's
-  mask_scores_learning_rate.
+  mask_scores_learning_rate. Under AdamW (the reference's optimiser, and the trainer's) a score
+  moves by at most about its lr per step, along -(dL/dW') W's running mean over its RMS: |W|
+  cancels (but for eps), so S ranks how consistently a weight moved away from zero, and from
+  S = 0 (the reference's constant init) the scores' lr only scales S, leaving every top-k mask
+  as it is: it is no lever on which weights go. Scores learned over few noisy batches rank the
+  weights nearly at random (worse: large ones that happened to move towards zero go first), so
+  the first cut must wait for them (the initial warm-up: one epoch in the reference). Unlike
+  the reference, the trainer's AdamW decays the scores (2-D) too: S forgets at lr_S x
+  weight_decay per step (1e-4 at lr_S 1e-2), otherwise rank-neutral.
 
 Masks are torch.nn.utils.parametrize parametrizations on `weight`, so the model's code stays
 plain nn.Linear; `bake` removes them, leaving the zeros in the weights: the saved model loads

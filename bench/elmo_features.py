@@ -13,7 +13,8 @@ tags (plays, watch, that: NOUN/VERB, PRON/DET) that only the context tells apart
    `--elmo tiny` a 0.7M-parameter one for a CPU. Also reported: ELMo's layer 0 alone (the
    context-free character-CNN token layer, the paper's own baseline) and its softmax word embeddings.
 4. One frozen-feature head per feature set (lmforge's Probe: linear, standardised features; the
-   ELMo mix with ScalarMix over the 3 layers), three head seeds; accuracy on the test words, on
+   ELMo mix with ScalarMix over the 3 layers; and, as the paper uses ELMo (sec. 3.3: [x_k; ELMo_k]),
+   the skip-gram vector joined to the mix), three head seeds; accuracy on the test words, on
    the test words the training data tag two ways, and on those in the corpus' vocabulary (the
    grammar invents proper names, some of which the corpus never shows: a static table has no
    vector of their own for them, ELMo's characters do).
@@ -261,12 +262,16 @@ def evaluate(features: dict, splits: dict, known: torch.Tensor) -> dict:
             "words_not_in_corpus_vocabulary": int((~known).sum()), "runs": runs}
 
 
-def elmo_feature_sets(model, tokenizer, words: dict) -> dict:
-    """name -> split -> per sentence (L, n, d): the scalar mix's 3 layers, the top, layer 0, and the
-    softmax's word embeddings, in the order they are scored."""
+def elmo_feature_sets(model, tokenizer, words: dict, static: dict) -> dict:
+    """name -> split -> per sentence (L, n, d): the scalar mix's 3 layers, the skip-gram vectors joined to
+    them, the top, layer 0, and the softmax's word embeddings, in the order they are scored."""
     layered = {k: model.word_layers(v, batch_size=128) for k, v in words.items()}  # (3, n, 2 d_model) each
     softmax = model.heads["softmax"].projection()[0].detach()  # (V, d_model): the shared output embeddings
-    return {"elmo_scalar_mix": layered,
+    # the paper's use (sec. 3.3): [x_k; ELMo_k], the task's own word vector beside the mix. The static vector
+    # is repeated on each layer: the mix's weights sum to 1, so it passes through the mix unchanged (x gamma)
+    joined = {k: [torch.cat([f, x.to(f.device).expand(len(f), -1, -1)], dim=-1) for f, x in zip(v, static[k])]
+              for k, v in layered.items()}
+    return {"elmo_scalar_mix": layered, "static_skipgram_plus_elmo_mix": joined,
             "elmo_top_layer": {k: [f[2:] for f in v] for k, v in layered.items()},
             "elmo_layer0_char_cnn": {k: [f[:1] for f in v] for k, v in layered.items()},
             "static_elmo_softmax_embeddings": {k: lookup(softmax, tokenizer, v) for k, v in words.items()}}
@@ -286,19 +291,20 @@ def summary(name: str, r: dict) -> str:
             f"words in the vocabulary {r['known_accuracy']:.4f}")
 
 
-def static_stage(args, report: dict, corpus: list, tokenizer, d: int, splits: dict, words: dict, known) -> float:
-    """Skip-gram table and its probe into the report; returns the probes' seconds per epoch."""
+def static_stage(args, report: dict, corpus: list, tokenizer, d: int, splits: dict, words: dict, known) -> tuple:
+    """Skip-gram table and its probe into the report; returns (the probes' seconds per epoch, the
+    skip-gram features: split -> per sentence (1, n, d))."""
     start = time.perf_counter()
     table, losses = skipgram(args, corpus, tokenizer, d, end=START + 0.15 * 60 * args.max_minutes)
     report["static_skipgram"] = {"dim": d, "window": 2, "negatives": 5, "epochs": len(losses),
                                  "epoch_losses": [round(x, 5) for x in losses], "tol": args.skipgram_tol,
                                  "seconds": round(time.perf_counter() - start, 1)}
-    start = time.perf_counter()
-    report["results"]["static_skipgram"] = evaluate(
-        {k: lookup(table, tokenizer, v) for k, v in words.items()}, splits, known)
+    start, static = time.perf_counter(), {k: lookup(table, tokenizer, v) for k, v in words.items()}
+    report["results"]["static_skipgram"] = evaluate(static, splits, known)
     say(summary("static_skipgram", report["results"]["static_skipgram"]) + f"  ({len(losses)} epochs)")
     write(args, report)
-    return (time.perf_counter() - start) / sum(r["epochs"] for r in report["results"]["static_skipgram"]["runs"])
+    epochs = sum(r["epochs"] for r in report["results"]["static_skipgram"]["runs"])
+    return (time.perf_counter() - start) / epochs, static
 
 
 def header(args, corpus: list, splits: dict) -> dict:
@@ -328,16 +334,16 @@ def run(args) -> dict:
     tokenizer = cal["tokenizer"]
     d = 2 * get_config("elmo-small", **SIZES[args.elmo]).d_model  # an ELMo layer's width
     known = torch.tensor([tokenizer.token_to_id(w) is not None for r in splits["test"] for w in r["words"]])
-    epoch_s = static_stage(args, report, corpus, tokenizer, d, splits, words, known)
-    # kept for what follows the pretraining: 4 feature sets x 3 seeds x ~200 epochs of a head (the ELMo
+    epoch_s, static = static_stage(args, report, corpus, tokenizer, d, splits, words, known)
+    # kept for what follows the pretraining: 5 feature sets x 3 seeds x ~200 epochs of a head (the ELMo
     # ones take longer than the skip-gram's; the mix reads 3 layers), the features, saving
-    reserve = 4 * len(SEEDS) * 200 * 1.3 * epoch_s + 10 * cal["seconds_per_step"] + 10
+    reserve = 5 * len(SEEDS) * 200 * 1.3 * epoch_s + 10 * cal["seconds_per_step"] + 10
     model, tokenizer, report["elmo"] = train_elmo(args, work / "corpus.txt", work, cal, reserve)
     last = report["elmo"]["last_logged"]
     say(f"ELMo: {report['elmo']['steps_reached']} steps, perplexities forward {last['forward_perplexity']:.1f} "
         f"backward {last['backward_perplexity']:.1f}; held out {report['elmo']['held_out'][-1:]}")
     write(args, report)
-    for name, features in elmo_feature_sets(model, tokenizer, words).items():
+    for name, features in elmo_feature_sets(model, tokenizer, words, static).items():
         if left(args) < 0:
             report["results"][name] = {"skipped": "out of time (--max-minutes)"}
             say(f"{name}: skipped, out of time")

@@ -8,7 +8,7 @@ people and cities, asked in other words than the passage states them):
 - reader: the extractive reader (from all-MiniLM-L6-v2) over the trained retriever's top k,
   exact match;
 - RAG: a small BART (random init; the retriever's WordPiece vocabulary, or its own of --generator-vocab
-  pieces) trained for the same steps
+  pieces; or --generator DIR, a pretrained one with its own tokenizer) trained for the same steps
   with the same seed reading the trained retriever's top k (RAG-Token, its question encoder trained
   too at a 20x lower learning rate, the passage index fixed) and closed-book (k = 0); exact match.
 
@@ -187,10 +187,7 @@ def rag_run(args, passages, sets, k: int, stage: str, max_steps: int | None = No
     retriever = BiEncoder.from_dir(args.retriever or args.work / "dpr" / "final")
     retriever.model.to(resolve_device(args.device))
     vectors = retriever.encode([passage_text(p) for p in passages], batch_size=256, passage=True)
-    tok = generator_tokenizer(args, passages, sets["train"]) or retriever.tokenizer
-    torch.manual_seed(0)
-    generator = lmforge.build("bart-base", vocab_size=tok.vocab_size, decoder_start_token_id=tok.special_id("cls"),
-                              pad_token_id=tok.special_id("pad"), **GENERATOR)
+    generator, tok = make_generator(args, passages, sets["train"], retriever)
     objective = RAGObjective(generator, retriever, vectors, passage_tokens(retriever, passages, tok), k=k, max_len=96,
                              tokenizer=tok)
     start = time.perf_counter()
@@ -200,6 +197,18 @@ def rag_run(args, passages, sets, k: int, stage: str, max_steps: int | None = No
     train_s = time.perf_counter() - start
     return {"k": k, "steps_taken": taken, "train_s": round(train_s, 1),
             "exact_match": round(exact_match_rate(objective, sets["test"], batch_size=64, max_new_tokens=8), 4)}
+
+
+def make_generator(args, passages: list, train: list, retriever) -> tuple:
+    """(generator, its tokenizer): the pretrained one of --generator DIR (read afresh for each run), or a
+    random-init small BART (seed 0) over --generator-vocab's tokenizer or the retriever's."""
+    if args.generator is not None:
+        return lmforge.load(args.generator), lmforge.load_tokenizer(args.generator)
+    tok = generator_tokenizer(args, passages, train) or retriever.tokenizer
+    torch.manual_seed(0)
+    generator = lmforge.build("bart-base", vocab_size=tok.vocab_size, decoder_start_token_id=tok.special_id("cls"),
+                              pad_token_id=tok.special_id("pad"), **GENERATOR)
+    return generator, tok
 
 
 def generator_tokenizer(args, passages: list, train: list):
@@ -250,8 +259,10 @@ def run(args) -> dict:
 def rag(args, passages, sets, result: dict) -> None:
     """RAG with args.rag_k passages, then closed book for the steps RAG took, into result["rag"]."""
     result["rag"] = {"kind": "token", "steps": args.rag_steps, "batch_size": args.rag_batch, "lr": args.rag_lr,
-                     "generator": {"preset": "bart-base", **GENERATOR},
-                     "generator_vocab": args.generator_vocab or "the retriever's",
+                     "generator": (str(args.generator) if args.generator is not None
+                                   else {"preset": "bart-base", **GENERATOR}),
+                     "generator_vocab": ("the pretrained generator's" if args.generator is not None
+                                         else args.generator_vocab or "the retriever's"),
                      "retriever": str(args.retriever or args.work / "dpr" / "final"),
                      "input": "[CLS] passage [SEP] question [SEP] (closed book: [CLS] question [SEP])",
                      "exact_match": "greedy answer = a gold answer's tokens or its SQuAD-normalised text"}
@@ -279,6 +290,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=int, default=0, help="a subset of this many (0: all)")
     p.add_argument("--generator-vocab", type=int, default=0,
                    help="the generator's own WordPiece vocabulary of this size (0: the retriever's)")
+    p.add_argument("--generator", type=Path,
+                   help="a pretrained encoder-decoder directory with its tokenizer (e.g. lmforge pretrain "
+                        "--objective denoising); default: a random-init small BART")
     p.add_argument("--rag-lr", type=float, default=5e-4, help="the generator's peak learning rate")
     p.add_argument("--budget", type=float, default=0, help="seconds the run should fit in (0: no limit)")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
@@ -299,6 +313,10 @@ def main() -> None:
     for name in ("passages", "train_questions", "test_questions", "budget", "generator_vocab"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative")
+    if args.generator is not None and args.generator_vocab:
+        p.error("--generator brings its own tokenizer: not with --generator-vocab")
+    if args.generator is not None and not (args.generator / "config.json").is_file():
+        p.error(f"--generator {args.generator}: no config.json there (a model directory is expected)")
     stages = args.stages.split(",")
     wrong = [name for name in stages if name not in STAGES]
     if wrong or not stages:

@@ -126,3 +126,13 @@ def test_embeddings_are_served_between_the_steps_of_a_long_generation(server, mo
     assert done["embed"] < done["generation"] - 0.2, done
     expected = SentenceEncoder.from_dir(model_dirs["enc"]).encode(["the cat sat"])[0]
     assert (torch.tensor(answer.json()["embeddings"][0]) - expected).abs().max() <= 1e-5
+
+
+def test_the_server_runs_on_the_allocator_it_reports(server):
+    from lmforge.serve import allocator
+
+    with open(f"/proc/{server.proc.pid}/maps") as f:
+        mapped = "libtcmalloc" in f.read()
+    # the conftest server runs with --malloc auto: tcmalloc exactly where one is installed
+    assert mapped == (allocator.find_tcmalloc() is not None)
+    assert server.client().get("/health").status_code == 200

@@ -240,3 +240,23 @@ def test_a_primitive_cache_size_already_set_stands(monkeypatch):
     assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
     with pytest.raises(ValueError, match="capacity"):
         worker.bound_primitive_cache(-1)
+
+
+def test_the_allocator_restart_environment(tmp_path):
+    from lmforge.serve import allocator
+
+    lib = tmp_path / "libtcmalloc_minimal.so.4"
+    lib.write_bytes(b"")
+    found, missing = (str(lib),), (str(tmp_path / "none.so"),)
+    env = allocator.restart_environment("auto", {"A": "1"}, found)
+    assert env == {"A": "1", "LD_PRELOAD": str(lib), allocator.MARK: "auto"}
+    kept = allocator.restart_environment("tcmalloc", {"LD_PRELOAD": "/x.so"}, found)["LD_PRELOAD"]
+    assert kept == f"{lib}:/x.so"  # the user's preload stays, after ours
+    assert allocator.restart_environment("auto", {}, missing) is None  # none installed: glibc, no restart
+    assert allocator.restart_environment("glibc", {}, found) is None
+    assert allocator.restart_environment("auto", {allocator.MARK: "auto"}, found) is None  # restarted already
+    assert allocator.restart_environment("auto", {"LD_PRELOAD": str(lib)}, found) is None  # preloaded by the user
+    with pytest.raises(ValueError, match="--malloc tcmalloc: .*libtcmalloc-minimal4"):
+        allocator.restart_environment("tcmalloc", {}, missing)
+    with pytest.raises(ValueError, match="--malloc 'jemalloc'"):
+        allocator.restart_environment("jemalloc", {}, found)

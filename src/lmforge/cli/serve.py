@@ -4,7 +4,8 @@
 
 Routes, limits and the batching worker: lmforge/serve/. --port 0 takes a free port; the address
 is printed when the socket is bound. SIGTERM (or Ctrl-C) stops accepting connections, answers
-every request already admitted, then exits.
+every request already admitted, then exits. With tcmalloc installed (--malloc auto, the default),
+the command starts itself again with it preloaded once its arguments are checked (serve/allocator.py).
 """
 from __future__ import annotations
 
@@ -67,14 +68,12 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def cmd_serve(args) -> None:
-    """Load the models, bind the socket and serve until SIGTERM / Ctrl-C."""
-    import torch
-    import uvicorn
-
+def checked(args) -> tuple:
+    """(limits, model specs, the bound socket) once every argument is checked: a one-line UsageError
+    naming the first bad one, before anything is loaded or the process restarted."""
     from lmforge.cli.common import UsageError
-    from lmforge.serve import create_app, load_served, parse_model_specs
-    from lmforge.serve.worker import bound_heap, bound_primitive_cache
+    from lmforge.io import find_model_dir
+    from lmforge.serve import allocator, parse_model_specs
 
     limits = limits_of(args)
     if args.threads is not None and args.threads < 1:
@@ -83,13 +82,40 @@ def cmd_serve(args) -> None:
         raise UsageError(f"--graceful-timeout {args.graceful_timeout}: must be > 0")
     try:
         specs = parse_model_specs(args.model)
+        allocator.restart_environment(args.malloc, {})  # --malloc tcmalloc with none installed: refused here
     except ValueError as err:
         raise UsageError(str(err)) from None
     sock = listen(args.host, args.port)  # before loading: a taken port costs nothing
+    for _, where in specs:  # a missing directory is refused before a restart, as after one
+        try:
+            find_model_dir(where)
+        except (ValueError, OSError) as err:
+            sock.close()
+            raise UsageError(f"--model {where}: {err}") from None
+    return limits, specs, sock
+
+
+def cmd_serve(args) -> None:
+    """Load the models, bind the socket and serve until SIGTERM / Ctrl-C."""
+    from lmforge.cli.common import UsageError
+    from lmforge.serve import allocator
+
+    limits, specs, sock = checked(args)
+    if allocator.restart_environment(args.malloc, dict(os.environ)) is not None:
+        sock.close()  # every argument checked, the port free: the restarted process binds it again
+        allocator.restart(args.malloc)
+    import torch
+    import uvicorn
+
+    from lmforge.serve import create_app, load_served
+    from lmforge.serve.worker import bound_heap, bound_primitive_cache
+
+    malloc = allocator.active()
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)  # the worker runs one op at a time: no inter-op pool needed
-    bound_heap()  # before loading: no large freed block of the loading stays in the heap for reuse
+    if malloc == "glibc":
+        bound_heap()  # before loading: no large freed block of the loading stays in the heap for reuse
     bound_primitive_cache()  # before the first forward pass, when oneDNN reads it
     models = {}
     for name, where in specs:
@@ -99,7 +125,8 @@ def cmd_serve(args) -> None:
             raise UsageError(f"--model {where}: {err}") from None
     app = create_app(models, limits, threads)
     host, port = sock.getsockname()[:2]
-    print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {threads} threads; page /, docs /docs)",
+    print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {threads} threads; malloc {malloc}; "
+          "page /, docs /docs)",
           flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=args.graceful_timeout,
                             access_log=args.access_log)
@@ -123,6 +150,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--access-log", action="store_true", help="log every request")
+    p.add_argument("--malloc", default="auto", choices=("auto", "tcmalloc", "glibc"),
+                   help="the C allocator: tcmalloc (Debian libtcmalloc-minimal4; faster on changing "
+                        "batch shapes) or glibc's with its heap bounded; auto: tcmalloc where installed. "
+                        "The server starts itself again (same pid) with LD_PRELOAD to use it")
     defaults = Limits()
     for f in fields(Limits):
         kind = float if f.name == "batch_wait_ms" else int

@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from lmforge import __version__
-from lmforge.serve import page, routes, streaming
+from lmforge.serve import allocator, page, routes, streaming
 from lmforge.serve.limits import Admission, Limits, RequestError, too_large
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker, bound_heap, bound_primitive_cache
@@ -52,7 +52,8 @@ class Server:
         of the C heap and oneDNN's cache of per-shape primitives small (worker.bound_heap,
         bound_primitive_cache: their growth under batches of changing shapes) and start it."""
         torch.set_num_threads(self.threads)
-        bound_heap()
+        if allocator.active() == "glibc":  # tcmalloc keeps freed blocks by size class itself
+            bound_heap()
         bound_primitive_cache()  # takes effect if no forward pass has run in this process yet
         self.worker.start()
 

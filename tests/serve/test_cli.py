@@ -38,3 +38,18 @@ def test_help_lists_every_limit():
     flags = {f for a in usage for f in a.option_strings}
     assert help_text and {"--max-batch-tokens", "--max-queue", "--max-body-bytes", "--max-new-tokens",
                           "--batch-wait-ms", "--graceful-timeout", "--threads"} <= flags
+
+
+def test_only_the_serve_command_line_itself_restarts(monkeypatch):
+    # a restart runs sys.orig_argv again: a program calling main(["serve", ...]) in-process (this test
+    # suite, a notebook) must not be replaced by a second run of itself
+    from lmforge.cli.serve import started_as
+
+    argv = ["serve", "--model", "x", "--port", "0"]
+    args = build_parser().parse_args(argv)
+    assert not started_as(args)  # sys.argv is pytest's
+    monkeypatch.setattr("sys.argv", ["lmforge", *argv])
+    assert started_as(args)
+    assert not started_as(build_parser().parse_args([*argv, "--malloc", "glibc"]))
+    monkeypatch.setattr("sys.argv", ["lmforge", "serve", "--no-such-option"])
+    assert not started_as(args)

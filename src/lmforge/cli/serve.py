@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import sys
 from dataclasses import fields
 
 LIMIT_HELP = {"max_body_bytes": "bytes of one request body (413 beyond)",
@@ -95,15 +96,29 @@ def checked(args) -> tuple:
     return limits, specs, sock
 
 
+def started_as(args) -> bool:
+    """Whether this process's own command line is `lmforge serve` with `args`: only then does a restart
+    (which runs sys.orig_argv again) serve the same thing, not re-run a program calling main() in-process."""
+    from lmforge.cli import build_parser
+
+    if sys.argv[1:2] != ["serve"]:
+        return False
+    try:
+        return vars(build_parser().parse_args(sys.argv[1:])) == vars(args)
+    except SystemExit:
+        return False
+
+
 def cmd_serve(args) -> None:
     """Load the models, bind the socket and serve until SIGTERM / Ctrl-C."""
     from lmforge.cli.common import UsageError
     from lmforge.serve import allocator
 
     limits, specs, sock = checked(args)
-    if allocator.restart_environment(args.malloc, dict(os.environ)) is not None:
+    if allocator.restart_environment(args.malloc, dict(os.environ)) is not None and started_as(args):
         sock.close()  # every argument checked, the port free: the restarted process binds it again
         allocator.restart(args.malloc)
+        sock = listen(args.host, args.port)  # still here: no restart was possible, go on as it is
     import torch
     import uvicorn
 

@@ -56,6 +56,16 @@ def test_the_bf16_kernel_is_offered_only_where_its_aligned_loads_fit():
     assert "int8pack-bf16" in Int8Linear.from_linear(nn.Linear(112, 8), "weight-only").candidates()
 
 
+def test_a_kernel_chosen_on_a_contiguous_input_takes_a_transposed_one():
+    # the choice is per shape, not per layout: int8pack's op refuses an x whose last dimension is strided
+    module = Int8Linear.from_linear(nn.Linear(64, 24), "weight-only")
+    x = torch.randn(64, 5)
+    with torch.no_grad():
+        for kernel in module.candidates():
+            expected = module.run(kernel, x.T.contiguous())
+            torch.testing.assert_close(module.run(kernel, x.T), expected, rtol=0, atol=0, msg=kernel)
+
+
 def test_a_kernel_that_disagrees_with_fp32_is_never_chosen(monkeypatch):
     module = Int8Linear.from_linear(nn.Linear(64, 20), "weight-only")
     run = Int8Linear.run

@@ -132,10 +132,11 @@ class Int8Linear(nn.Module):
         if kernel == "dequantise":
             return F.linear(x, self.weight, self.bias)
         if kernel == "int8pack":
-            out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scale)
+            out = torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.qweight, self.scale)  # it refuses x.T
             return out if self.bias is None else out.add_(self.bias)
         if kernel == "int8pack-bf16":  # scale 1 inside (bf16 would round it), the fp32 scale after
-            out = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.qweight, self._form("bf16-ones"))
+            x = x.to(torch.bfloat16, memory_format=torch.contiguous_format)  # a chosen kernel meets every layout
+            out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self._form("bf16-ones"))
             out = out.float().mul_(self.scale)
             return out if self.bias is None else out.add_(self.bias)
         return self._fbgemm_rows(x)

@@ -264,7 +264,8 @@ def rag(args, passages, sets, result: dict) -> None:
                      "generator_vocab": ("the pretrained generator's" if args.generator is not None
                                          else args.generator_vocab or "the retriever's"),
                      "retriever": str(args.retriever or args.work / "dpr" / "final"),
-                     "input": "[CLS] passage [SEP] question [SEP] (closed book: [CLS] question [SEP])",
+                     "input": "cls passage sep question sep in the generator tokenizer's tokens ([CLS] / [SEP]; "
+                              "roberta family: <s> / </s>); closed book: cls question sep",
                      "exact_match": "greedy answer = a gold answer's tokens or its SQuAD-normalised text"}
     result["rag"]["rag"] = rag_run(args, passages, sets, args.rag_k, "rag")
     _write(args, result)

@@ -260,3 +260,14 @@ def test_the_allocator_restart_environment(tmp_path):
         allocator.restart_environment("tcmalloc", {}, missing)
     with pytest.raises(ValueError, match="--malloc 'jemalloc'"):
         allocator.restart_environment("jemalloc", {}, found)
+
+
+def test_an_explicit_tcmalloc_that_is_not_loaded_is_refused():
+    from lmforge.serve import allocator
+
+    here = allocator.active()  # this test process: whatever it was started with
+    assert here in ("tcmalloc", "glibc")
+    if here == "glibc":
+        with pytest.raises(ValueError, match="--malloc tcmalloc: the library is not loaded"):
+            allocator.active("tcmalloc")
+    assert allocator.active("auto") == here and allocator.active("glibc") == here

@@ -125,7 +125,7 @@ def cmd_serve(args) -> None:
     from lmforge.serve import create_app, load_served
     from lmforge.serve.worker import bound_heap, bound_primitive_cache
 
-    malloc = allocator.active()
+    malloc = allocator.active(args.malloc)  # --malloc tcmalloc that did not load: refused
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)  # the worker runs one op at a time: no inter-op pool needed

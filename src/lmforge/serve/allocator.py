@@ -30,13 +30,18 @@ def find_tcmalloc(candidates: tuple = TCMALLOC):
     return next((path for path in candidates if os.path.isfile(path)), None)
 
 
-def active() -> str:
-    """"tcmalloc" when this process has tcmalloc mapped (preloaded), else "glibc"."""
+def active(choice: str = "auto") -> str:
+    """"tcmalloc" when this process has tcmalloc mapped (preloaded), else "glibc"; a ValueError where
+    `choice` (--malloc) is "tcmalloc" and it is not loaded (e.g. main() called in-process, a bad preload)."""
     try:
         with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
-            return "tcmalloc" if "libtcmalloc" in f.read() else "glibc"
+            found = "tcmalloc" if "libtcmalloc" in f.read() else "glibc"
     except OSError:
-        return "glibc"
+        found = "glibc"
+    if choice == "tcmalloc" and found != "tcmalloc":
+        raise ValueError(f"--malloc tcmalloc: the library is not loaded in this process (LD_PRELOAD="
+                         f"{os.environ.get('LD_PRELOAD', '')!r}; start it with the `lmforge` command)")
+    return found
 
 
 def restart_environment(choice: str, environ: dict, candidates: tuple = TCMALLOC):

@@ -256,6 +256,7 @@ def test_the_allocator_restart_environment(tmp_path):
     assert allocator.restart_environment("glibc", {}, found) is None
     assert allocator.restart_environment("auto", {allocator.MARK: "auto"}, found) is None  # restarted already
     assert allocator.restart_environment("auto", {"LD_PRELOAD": str(lib)}, found) is None  # preloaded by the user
+    assert allocator.restart_environment("auto", {"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}, found) is None
     with pytest.raises(ValueError, match="--malloc tcmalloc: .*libtcmalloc-minimal4"):
         allocator.restart_environment("tcmalloc", {}, missing)
     with pytest.raises(ValueError, match="--malloc 'jemalloc'"):

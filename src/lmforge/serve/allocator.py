@@ -23,6 +23,7 @@ TCMALLOC = tuple(f"{d}/libtcmalloc_minimal.so.4" for d in LIBRARY_DIRS)
 CHOICES = ("auto", "tcmalloc", "glibc")
 MARK = "LMFORGE_SERVE_MALLOC"  # set in the restarted process: it never restarts again
 PACKAGE = "libtcmalloc-minimal4"
+OTHER_ALLOCATORS = ("jemalloc", "mimalloc", "hoard")  # names in LD_PRELOAD that --malloc auto leaves alone
 
 
 def find_tcmalloc(candidates: tuple = TCMALLOC):
@@ -31,13 +32,15 @@ def find_tcmalloc(candidates: tuple = TCMALLOC):
 
 
 def active(choice: str = "auto") -> str:
-    """"tcmalloc" when this process has tcmalloc mapped (preloaded), else "glibc"; a ValueError where
-    `choice` (--malloc) is "tcmalloc" and it is not loaded (e.g. main() called in-process, a bad preload)."""
+    """The preloaded allocator this process has mapped ("tcmalloc", "jemalloc", ...), else "glibc"; a
+    ValueError where `choice` (--malloc) is "tcmalloc" and it is not loaded (main() called in-process,
+    a bad preload)."""
     try:
         with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
-            found = "tcmalloc" if "libtcmalloc" in f.read() else "glibc"
+            maps = f.read()
     except OSError:
-        found = "glibc"
+        maps = ""
+    found = next((name for name in ("tcmalloc", *OTHER_ALLOCATORS) if f"lib{name}" in maps), "glibc")
     if choice == "tcmalloc" and found != "tcmalloc":
         raise ValueError(f"--malloc tcmalloc: the library is not loaded in this process (LD_PRELOAD="
                          f"{os.environ.get('LD_PRELOAD', '')!r}; start it with the `lmforge` command)")
@@ -49,14 +52,16 @@ def restart_environment(choice: str, environ: dict, candidates: tuple = TCMALLOC
     ValueError naming --malloc and the package where tcmalloc is asked for and missing."""
     if choice not in CHOICES:
         raise ValueError(f"--malloc {choice!r}: expected one of {', '.join(CHOICES)}")
-    if choice == "glibc" or environ.get(MARK) or "libtcmalloc" in environ.get("LD_PRELOAD", ""):
+    preload = environ.get("LD_PRELOAD", "")
+    if choice == "glibc" or environ.get(MARK) or "libtcmalloc" in preload:
         return None
+    if choice == "auto" and any(name in preload for name in OTHER_ALLOCATORS):
+        return None  # the user preloads an allocator of their own: it stands
     path = find_tcmalloc(candidates)
     if path is None:
         if choice == "tcmalloc":
             raise ValueError(f"--malloc tcmalloc: no tcmalloc library found (Debian package {PACKAGE})")
         return None
-    preload = environ.get("LD_PRELOAD", "")
     return {**environ, "LD_PRELOAD": f"{path}:{preload}" if preload else path, MARK: choice}
 
 

@@ -9,6 +9,7 @@ the command starts itself again with it preloaded once its arguments are checked
 """
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import socket
@@ -99,12 +100,12 @@ def checked(args) -> tuple:
 def started_as(args) -> bool:
     """Whether this process's own command line is `lmforge serve` with `args`: only then does a restart
     (which runs sys.orig_argv again) serve the same thing, not re-run a program calling main() in-process."""
-    from lmforge.cli import build_parser
-
     if sys.argv[1:2] != ["serve"]:
         return False
+    parser = argparse.ArgumentParser(prog="lmforge", add_help=False)  # the serve sub-command alone, as
+    add_parsers(parser.add_subparsers(dest="command"))  # lmforge.cli builds it (which imports this module)
     try:
-        return vars(build_parser().parse_args(sys.argv[1:])) == vars(args)
+        return vars(parser.parse_args(sys.argv[1:])) == vars(args)
     except SystemExit:
         return False
 

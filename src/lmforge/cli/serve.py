@@ -71,8 +71,9 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def checked(args) -> tuple:
-    """(limits, model specs, the bound socket) once every argument is checked: a one-line UsageError
-    naming the first bad one, before anything is loaded or the process restarted."""
+    """(limits, model specs, the bound socket, the environment to restart with or None) once every
+    argument is checked: a one-line UsageError naming the first bad one, before anything is loaded or
+    the process restarted."""
     from lmforge.cli.common import UsageError
     from lmforge.io import find_model_dir
     from lmforge.serve import allocator, parse_model_specs
@@ -84,7 +85,7 @@ def checked(args) -> tuple:
         raise UsageError(f"--graceful-timeout {args.graceful_timeout}: must be > 0")
     try:
         specs = parse_model_specs(args.model)
-        allocator.restart_environment(args.malloc, {})  # --malloc tcmalloc with none installed: refused here
+        environment = allocator.restart_environment(args.malloc, dict(os.environ))  # no tcmalloc: refused
     except ValueError as err:
         raise UsageError(str(err)) from None
     sock = listen(args.host, args.port)  # before loading: a taken port costs nothing
@@ -94,7 +95,7 @@ def checked(args) -> tuple:
         except (ValueError, OSError) as err:
             sock.close()
             raise UsageError(f"--model {where}: {err}") from None
-    return limits, specs, sock
+    return limits, specs, sock, environment
 
 
 def started_as(args) -> bool:
@@ -115,24 +116,23 @@ def cmd_serve(args) -> None:
     from lmforge.cli.common import UsageError
     from lmforge.serve import allocator
 
-    limits, specs, sock = checked(args)
-    if allocator.restart_environment(args.malloc, dict(os.environ)) is not None and started_as(args):
+    limits, specs, sock, environment = checked(args)
+    if environment is not None and started_as(args):
         sock.close()  # every argument checked, the port free: the restarted process binds it again
-        allocator.restart(args.malloc)
+        allocator.restart(environment)
         sock = listen(args.host, args.port)  # still here: no restart was possible, go on as it is
     import torch
     import uvicorn
 
     from lmforge.serve import create_app, load_served
-    from lmforge.serve.worker import bound_heap, bound_primitive_cache
+    from lmforge.serve.worker import bound_memory
 
-    malloc = allocator.active(args.malloc)  # --malloc tcmalloc that did not load: refused
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)  # the worker runs one op at a time: no inter-op pool needed
-    if malloc == "glibc":
-        bound_heap()  # before loading: no large freed block of the loading stays in the heap for reuse
-    bound_primitive_cache()  # before the first forward pass, when oneDNN reads it
+    # before loading: no large freed block of the loading stays in glibc's heap for reuse, and before
+    # the first forward pass, when oneDNN reads its cache bound; a --malloc tcmalloc not loaded: refused
+    malloc = bound_memory(args.malloc)
     models = {}
     for name, where in specs:
         try:

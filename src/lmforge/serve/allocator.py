@@ -67,11 +67,11 @@ def restart_environment(choice: str, environ: dict, candidates: tuple = TCMALLOC
     return {**environ, "LD_PRELOAD": f"{path}:{preload}" if preload else path, MARK: choice}
 
 
-def restart(choice: str) -> None:
-    """Start this command again under the allocator `choice` asks for, where that differs; else return."""
-    environment = restart_environment(choice, dict(os.environ))
+def restart(environment: dict) -> None:
+    """Start this command again (execve: the same arguments and process id) with `environment`
+    (restart_environment's); returns only where it cannot (no sys.orig_argv or executable)."""
     argv = getattr(sys, "orig_argv", None)
-    if environment is None or not argv or not sys.executable:
+    if not argv or not sys.executable:
         return
     sys.stdout.flush()
     sys.stderr.flush()

@@ -22,10 +22,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from lmforge import __version__
-from lmforge.serve import allocator, page, routes, streaming
+from lmforge.serve import page, routes, streaming
 from lmforge.serve.limits import Admission, Limits, RequestError, too_large
 from lmforge.serve.metrics import Metrics
-from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker, bound_heap, bound_primitive_cache
+from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker, bound_memory
 
 DESCRIPTION = """Inference server for lmforge models: embeddings (OpenAI-compatible), task predictions,
 mask filling, generation with server-sent events, attention views, tokenisation, health, info, the
@@ -49,12 +49,11 @@ class Server:
 
     def start(self) -> None:
         """Set torch's threads for the worker (intra-op; one inter-op thread), keep large blocks out
-        of the C heap and oneDNN's cache of per-shape primitives small (worker.bound_heap,
-        bound_primitive_cache: their growth under batches of changing shapes) and start it."""
+        of the C heap and oneDNN's cache of per-shape primitives small (worker.bound_memory: their
+        growth under batches of changing shapes; the cache bound takes effect if no forward pass has
+        run in this process yet) and start it."""
         torch.set_num_threads(self.threads)
-        if allocator.active() == "glibc":  # tcmalloc keeps freed blocks by size class itself
-            bound_heap()
-        bound_primitive_cache()  # takes effect if no forward pass has run in this process yet
+        bound_memory()
         self.worker.start()
 
     def stop(self, timeout: float = 60.0) -> None:

@@ -24,7 +24,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from lmforge.serve import generation, ops
+from lmforge.serve import allocator, generation, ops
 from lmforge.serve.limits import RequestError
 
 
@@ -77,6 +77,18 @@ def bound_primitive_cache(capacity: int = PRIMITIVE_CACHE) -> bool:
         return False
     os.environ[_PRIMITIVE_CACHE_VARS[0]] = str(int(capacity))
     return True
+
+
+def bound_memory(choice: str = "auto") -> str:
+    """Bound what batches of changing shapes grow, before the models load: glibc's heap where the
+    process runs on glibc (bound_heap; tcmalloc keeps freed blocks by size class itself) and oneDNN's
+    primitive cache; returns the allocator (allocator.active(choice): refuses a --malloc tcmalloc
+    that is not loaded)."""
+    malloc = allocator.active(choice)
+    if malloc == "glibc":
+        bound_heap()
+    bound_primitive_cache()
+    return malloc
 
 
 class Cancelled(Exception):

@@ -132,11 +132,12 @@ class Int8Linear(nn.Module):
         if kernel == "dequantise":
             return F.linear(x, self.weight, self.bias)
         if kernel == "int8pack":
-            out = torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.qweight, self.scale)  # it refuses x.T
+            # the op refuses a strided last dimension (x.T), and a chosen kernel meets every layout
+            out = torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.qweight, self.scale)
             return out if self.bias is None else out.add_(self.bias)
         if kernel == "int8pack-bf16":  # scale 1 inside (bf16 would round it), the fp32 scale after
-            x = x.to(torch.bfloat16, memory_format=torch.contiguous_format)  # a chosen kernel meets every layout
-            out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self._form("bf16-ones"))
+            x = x.to(torch.bfloat16, memory_format=torch.contiguous_format)
+            out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self._form("int8pack-bf16"))
             out = out.float().mul_(self.scale)
             return out if self.bias is None else out.add_(self.bias)
         return self._fbgemm_rows(x)
@@ -159,8 +160,8 @@ class Int8Linear(nn.Module):
         if kernel not in self._derived:
             if kernel == "fp32":
                 self._derived[kernel] = self.weight
-            elif kernel == "bf16-ones":
-                self._derived[kernel] = torch.ones(self.out_features, dtype=torch.bfloat16, device=self.scale.device)
+            elif kernel == "int8pack-bf16":  # a scale of ones: the fp32 scale is applied after
+                self._derived[kernel] = torch.ones_like(self.scale, dtype=torch.bfloat16)
             else:
                 self._derived[kernel] = _fbgemm_pack(self.qweight, self.scale, None)
         return self._derived[kernel]

@@ -18,23 +18,15 @@ questions' passages, the training questions and answers, and that other World's 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from retrieval_qa import GENERATOR
+from retrieval_qa import GENERATOR, _records, generator_texts, world_passages
 
-from lmforge.data.world import World
 from lmforge.retrieval.dpr import passage_text
-from lmforge.retrieval.passages import builtin_documents, passages_from_documents, read_passages
+from lmforge.retrieval.passages import read_passages
 from lmforge.tokenizer.train import train_tokenizer
 from lmforge.train import TrainConfig
 from lmforge.train.pretrain import pretrain
-
-
-def other_world(seed: int, people: int) -> list:
-    """The passage texts of a World of `people` people drawn with `seed`."""
-    world = World(seed, n_people=people, n_cities=max(24, people // 5), n_products=40)
-    return [passage_text(p) for p in passages_from_documents(builtin_documents(seed, world))]
 
 
 def main() -> None:
@@ -50,14 +42,13 @@ def main() -> None:
         p.error("--people must be >= 10, --steps >= 1, --vocab >= 300")
     if not (args.data / "passages.jsonl").is_file():
         p.error(f"--data {args.data}: no passages.jsonl (run retrieval_qa.py export first)")
-    corpus = other_world(1, args.people)
-    questions = [passage_text(q) for q in read_passages(args.data / "passages.jsonl")]
-    if set(questions) & set(corpus):
+    corpus = [passage_text(p) for p in world_passages(1, args.people)[1]]  # another World: seed 1
+    questions = read_passages(args.data / "passages.jsonl")
+    if {passage_text(q) for q in questions} & set(corpus):
         p.error("the other World shares passages with the questions' World: pick another --people")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "corpus.txt").write_text("\n\n".join(corpus) + "\n")
-    train = [json.loads(line) for line in (args.data / "train.jsonl").read_text().splitlines() if line.strip()]
-    texts = questions + [r["question"] + " " + " ".join(r["answers"]) for r in train] + corpus
+    texts = generator_texts(questions, _records(args.data / "train.jsonl")) + corpus
     tokenizer = train_tokenizer(texts, "bpe", args.vocab, family="roberta")
     sizes = {k: v for k, v in GENERATOR.items() if k != "dropout"}
     pretrain("bart-base", "denoising", args.out, TrainConfig(steps=args.steps, batch_size=16, lr=5e-4, warmup=100,

@@ -96,14 +96,20 @@ def export(out: Path, seed: int = 0, questions: str = "gcide", people: int = 120
     if questions == "gcide":
         passages, sets = dictionary_questions(seed=seed)
     else:
-        world = World(seed, n_people=people, n_cities=max(24, people // 5), n_products=40)
-        passages = passages_from_documents(builtin_documents(seed, world))
+        world, passages = world_passages(seed, people)
         split = builtin_questions(passages, seed, world)
         sets = {"train": split["train"], "test": split["dev"] + split["test"]}
     write_passages(passages, out / "passages.jsonl")
     (out / "source.json").write_text(json.dumps({"data": DATA[questions]}) + "\n")
     for name, records in sets.items():
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def world_passages(seed: int, people: int) -> tuple:
+    """(World, its passages): the built-in corpus drawn from a World of `people` people and a fifth as
+    many cities (at least 24)."""
+    world = World(seed, n_people=people, n_cities=max(24, people // 5), n_products=40)
+    return world, passages_from_documents(builtin_documents(seed, world))
 
 
 def _records(path: Path) -> list:
@@ -218,8 +224,13 @@ def generator_tokenizer(args, passages: list, train: list):
         return None
     from lmforge.tokenizer.train import train_tokenizer
 
-    texts = [passage_text(p) for p in passages] + [r["question"] + " " + " ".join(r["answers"]) for r in train]
-    return train_tokenizer(texts, "wordpiece", args.generator_vocab)
+    return train_tokenizer(generator_texts(passages, train), "wordpiece", args.generator_vocab)
+
+
+def generator_texts(passages: list, train: list) -> list:
+    """What a generator's own vocabulary is trained on: the passages, then each training question
+    with its answers."""
+    return [passage_text(p) for p in passages] + [r["question"] + " " + " ".join(r["answers"]) for r in train]
 
 
 def _write(args, result: dict) -> None:

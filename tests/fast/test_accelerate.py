@@ -1,4 +1,6 @@
 """fast.accelerate: the same results as the plain modules, applied only inside the block, fully undone."""
+import threading
+
 import pytest
 import torch
 from torch import nn
@@ -41,6 +43,35 @@ def test_swaps_inside_the_block_and_restores_after_even_on_an_error():
         with accelerate(model):
             raise RuntimeError("boom")
     assert _same(_snapshot(model), before)
+
+
+def test_two_threads_keep_it_accelerated_until_the_last_leaves():
+    """A server's two workers: the first to leave must not restore the plain classes under the other."""
+    model = lmforge.build(lmforge.tiny("bert-base")).eval()
+    before = _snapshot(model)
+    entered, first_left, second_may_leave = threading.Event(), threading.Event(), threading.Event()
+    seen = []
+
+    def first():
+        with accelerate(model):
+            entered.set()
+            second_may_leave.wait(10)
+        first_left.set()
+
+    def second():
+        entered.wait(10)
+        with accelerate(model):
+            second_may_leave.set()
+            first_left.wait(10)
+            seen.append((accelerated(model), {type(m) for m in model.modules()} & set(SWAPS)))
+
+    threads = [threading.Thread(target=f) for f in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == [(True, set())]  # after the first thread left: still accelerated, no plain module back
+    assert not accelerated(model) and _same(_snapshot(model), before)
 
 
 def test_a_users_own_subclass_keeps_its_forward():

@@ -18,6 +18,7 @@ Re-entrant: a nested `accelerate` of the same model (generate around a forward) 
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from functools import partial
 
@@ -85,30 +86,50 @@ def _plan(model: nn.Module) -> tuple:
     return swapped, slots
 
 
+_LOCK = threading.Lock()  # guards the entries and exits of every model's acceleration
+
+
 @contextmanager
 def accelerate(model: nn.Module, enabled: bool = True):
     """Run `model`'s plain modules as their accelerated subclasses inside the block; restore them
-    after (also on an exception). enabled=False: a no-op, for call sites that choose."""
-    if not enabled or getattr(model, "_accelerated", False):
+    after (also on an exception). enabled=False: a no-op, for call sites that choose. Counted, so
+    re-entrant and thread-safe: the first entry swaps, the last exit restores (a server's workers
+    running one model in two threads never see it restored under a forward pass)."""
+    if not enabled:
         yield model
         return
-    swapped, slots = _plan(model)
+    with _LOCK:
+        depth = model.__dict__.get("_accelerated", 0)
+        if depth == 0:
+            model.__dict__["_acceleration_plan"] = _swap(model)
+        model.__dict__["_accelerated"] = depth + 1
     try:
-        model._accelerated = True
-        for module, plain in swapped:
-            module.__class__ = SWAPS[plain]
-        for linear, slot in slots:
-            if type(linear) is FastLinear:
-                linear.slot = slot
         yield model
     finally:
-        for linear, _ in slots:
-            linear.__dict__.pop("slot", None)
-        for module, plain in swapped:
-            module.__class__ = plain
-        model.__dict__.pop("_accelerated", None)
+        with _LOCK:
+            model.__dict__["_accelerated"] -= 1
+            if model.__dict__["_accelerated"] == 0:
+                _restore(*model.__dict__.pop("_acceleration_plan"))
+                model.__dict__.pop("_accelerated")
+
+
+def _swap(model: nn.Module) -> tuple:
+    swapped, slots = _plan(model)
+    for module, plain in swapped:
+        module.__class__ = SWAPS[plain]
+    for linear, slot in slots:
+        if type(linear) is FastLinear:
+            linear.slot = slot
+    return swapped, slots
+
+
+def _restore(swapped: list, slots: list) -> None:
+    for linear, _ in slots:
+        linear.__dict__.pop("slot", None)
+    for module, plain in swapped:
+        module.__class__ = plain
 
 
 def accelerated(model: nn.Module) -> bool:
     """Whether `model` is inside `accelerate` now."""
-    return bool(getattr(model, "_accelerated", False))
+    return bool(model.__dict__.get("_accelerated", 0))

@@ -272,3 +272,18 @@ def test_an_explicit_tcmalloc_that_is_not_loaded_is_refused():
         with pytest.raises(ValueError, match="--malloc tcmalloc: the library is not loaded"):
             allocator.active("tcmalloc")
     assert allocator.active("auto") == here and allocator.active("glibc") == here
+
+
+def test_json_body_parses_to_starlettes_json_and_refuses_nan_as_it_does():
+    import json
+    import math
+
+    from fastapi.responses import JSONResponse
+
+    from lmforge.serve.schemas import JSONBody
+
+    content = {"embeddings": [[0.1, -3.0000000000000004, 1e-07, 2.5e20]], "text": "é\u2028 NaN said", "n": None}
+    assert json.loads(JSONBody(content).body) == json.loads(JSONResponse(content).body) == content
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError):
+            JSONBody({"x": [bad]})

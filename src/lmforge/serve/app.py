@@ -19,12 +19,12 @@ from contextlib import asynccontextmanager
 import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 
 from lmforge import __version__
 from lmforge.serve import page, routes, streaming
 from lmforge.serve.limits import Admission, Limits, RequestError, too_large
 from lmforge.serve.metrics import Metrics
+from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker, bound_memory
 
 DESCRIPTION = """Inference server for lmforge models: embeddings (OpenAI-compatible), task predictions,
@@ -195,19 +195,19 @@ async def _reply(send, err: RequestError, status: list) -> None:
     await response({"type": "http"}, no_body, send)
 
 
-def error_response(err: RequestError) -> JSONResponse:
+def error_response(err: RequestError) -> JSONBody:
     """The JSON answer of a refused request."""
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+    return JSONBody(err.body(), status_code=err.status, headers=err.headers)
 
 
-def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
     return error_response(RequestError(422, f"{where}: {first.get('msg')}" if where else first.get("msg"),
                                        param=where or None))
 
 
-def _server_error(request: Request, exc: Exception) -> JSONResponse:
+def _server_error(request: Request, exc: Exception) -> JSONBody:
     if isinstance(exc, Cancelled):
         return error_response(RequestError(499, "the request was cancelled", kind="cancelled"))
     message = f"internal error: {type(exc).__name__}: {exc}"
@@ -227,7 +227,7 @@ def create_app(models: dict, limits: Limits | None = None, threads: int | None =
               "requests", file=sys.stderr, flush=True)
 
     app = FastAPI(title="lmforge serve", description=DESCRIPTION, version=__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None)
+                  docs_url=None, redoc_url=None, default_response_class=JSONBody)
     app.state.server = server
     app.add_exception_handler(RequestError, lambda request, err: error_response(err))
     app.add_exception_handler(RequestValidationError, _validation_error)

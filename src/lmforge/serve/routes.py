@@ -13,9 +13,10 @@ import time
 
 import anyio
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from lmforge.serve import schemas
+from lmforge.serve.schemas import JSONBody
 from lmforge.serve.limits import RequestError, check_count, fit_lengths, too_large
 from lmforge.serve.records import as_records, record_texts
 
@@ -108,7 +109,7 @@ async def embeddings(body: schemas.EmbeddingsRequest, request: Request):
                            f"{len(vectors[0])}", param="dimensions")
     encode = _base64 if body.encoding_format == "base64" else (lambda v: v)
     data = [{"object": "embedding", "embedding": encode(v), "index": i} for i, v in enumerate(vectors)]
-    return JSONResponse({"object": "list", "data": data, "model": served.name,
+    return JSONBody({"object": "list", "data": data, "model": served.name,
                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
 
@@ -119,7 +120,7 @@ async def embed(body: schemas.EmbedRequest, request: Request):
     served = server.pick(body.model, "embed")
     texts = [body.texts] if isinstance(body.texts, str) else body.texts
     vectors, tokens = await embed_texts(server, served, texts, body.normalize, body.truncate)
-    return JSONResponse({"model": served.name, "embeddings": vectors,
+    return JSONBody({"model": served.name, "embeddings": vectors,
                          "dim": len(vectors[0]) if vectors else 0, "tokens": tokens})
 
 
@@ -144,7 +145,7 @@ async def predict(body: schemas.PredictRequest, request: Request):
     results = await server.run("predict", served, parts, key=("predict", served.name),
                                interleave=task.kind != "seq2seq")
     predictions = [p for part in results for p in part]
-    return JSONResponse({"model": served.name, "task": task.kind, "predictions": predictions})
+    return JSONBody({"model": served.name, "task": task.kind, "predictions": predictions})
 
 
 @router.post("/fill_mask", response_model=schemas.FillMaskResponse, tags=["masked language models"])
@@ -158,7 +159,7 @@ async def fill_mask(body: schemas.FillMaskRequest, request: Request):
     (n,) = fit_lengths(counts, served.max_tokens, False, server.limits)
     payload = {"text": body.text, "top_k": body.top_k, "max_span": min(body.max_span, served.max_tokens)}
     (candidates,) = await server.run("fill_mask", served, [(payload, n + body.max_span * body.top_k, 1)])
-    return JSONResponse({"model": served.name, "candidates": candidates})
+    return JSONBody({"model": served.name, "candidates": candidates})
 
 
 def _layers(text: str | None) -> list | None:

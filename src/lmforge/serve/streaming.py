@@ -16,9 +16,10 @@ import time
 import uuid
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from lmforge.serve import schemas
+from lmforge.serve.schemas import JSONBody
 from lmforge.serve.generation import Settings, prompt_ids
 from lmforge.serve.limits import RequestError, too_large
 from lmforge.serve.worker import Cancelled
@@ -142,7 +143,7 @@ async def generate(body: schemas.GenerateRequest, request: Request):
         def shape(index, event):
             return {"model": served.name, **event["result"]} if "result" in event else event
         return await _events(server, served, [(payload, tokens)], shape)
-    return JSONResponse({"model": served.name, **await _whole(server, served, request, payload, tokens)})
+    return JSONBody({"model": served.name, **await _whole(server, served, request, payload, tokens)})
 
 
 @router.post("/v1/completions", response_model=schemas.CompletionResponse, responses={200: {"content": SSE}})
@@ -166,4 +167,4 @@ async def completions(body: schemas.CompletionRequest, request: Request):
                for i, (p, r) in enumerate(zip(prompts, results))]
     usage = {k: sum(r["usage"][k] for r in results)
              for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
-    return JSONResponse({**head, "choices": choices, "usage": usage})
+    return JSONBody({**head, "choices": choices, "usage": usage})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -17,6 +18,9 @@ from tokenizers import Tokenizer as Backend
 
 from lmforge.config import atomic_write_text
 from lmforge.tokenizer.words import word_starts
+
+# held from setting a call's truncation to clearing it: threads (a server's workers) share a backend
+_TRUNCATION = threading.Lock()
 
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 PADDINGS = ("longest", "max_length")
@@ -160,17 +164,18 @@ class Tokenizer:
             if len(pairs) != len(texts):
                 raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
             texts = [(t, as_text(p, "pair")) for t, p in zip(texts, pairs)]
-        if max_length is not None:
-            specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0
-            if max_length <= specials:  # the backend would silently not truncate at all
-                raise ValueError(f"max_length={max_length} leaves no room next to {specials} special tokens")
-            self.backend.enable_truncation(max_length, strategy="longest_first")
-        try:
-            return self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)
-        except Exception as err:  # the Rust side raises plain Exceptions, e.g. max_length too small
-            raise ValueError(f"cannot encode: {err}") from None
-        finally:
-            self.backend.no_truncation()
+        specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0
+        if max_length is not None and max_length <= specials:  # the backend would silently not truncate
+            raise ValueError(f"max_length={max_length} leaves no room next to {specials} special tokens")
+        with _TRUNCATION:  # the setting lives on the shared backend: another thread's call must not see it
+            if max_length is not None:
+                self.backend.enable_truncation(max_length, strategy="longest_first")
+            try:
+                return self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)
+            except Exception as err:  # the Rust side raises plain Exceptions, e.g. max_length too small
+                raise ValueError(f"cannot encode: {err}") from None
+            finally:
+                self.backend.no_truncation()
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         """Text of a sequence of ids (a list or a 1-D tensor)."""

@@ -131,8 +131,10 @@ def server(model_dirs, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tight(model_dirs, tmp_path_factory):
-    """A server with small limits: queue of 8 requests, batches of 4 texts, 2 kB bodies."""
+    """A server with small limits: queue of 8 requests, batches of 4 texts, 2 kB bodies; two workers of
+    one thread each, so its floods are batched by both."""
     served = start_server(model_dirs, ("enc", "gen"), tmp_path_factory.mktemp("logs") / "tight.log",
+                          "--threads", "2", "--workers", "2",
                           "--max-queue", "8", "--max-batch-items", "4", "--max-body-bytes", "2000",
                           "--max-request-tokens", "300", "--max-new-tokens", "50", "--max-top-k", "10")
     yield served

@@ -14,6 +14,8 @@ from lmforge.cli import build_parser, main
     (["--model", "x", "--max-queue", "0"], "--max-queue 0"),
     (["--model", "x", "--batch-wait-ms", "nan"], "--batch-wait-ms nan"),
     (["--model", "x", "--threads", "0"], "--threads 0"),
+    (["--model", "x", "--threads", "2", "--workers", "3"], "--workers 3"),
+    (["--model", "x", "--workers", "0"], "--workers 0"),
     (["--model", "a=x", "--model", "a=y"], "--model 'a=y'"),
     (["--model", "x", "--host", "no.such.host.invalid"], "--host no.such.host.invalid"),
 ])
@@ -37,7 +39,7 @@ def test_help_lists_every_limit():
     usage = [a for a in build_parser()._subparsers._group_actions[0].choices["serve"]._actions]
     flags = {f for a in usage for f in a.option_strings}
     assert help_text and {"--max-batch-tokens", "--max-queue", "--max-body-bytes", "--max-new-tokens",
-                          "--batch-wait-ms", "--graceful-timeout", "--threads"} <= flags
+                          "--batch-wait-ms", "--graceful-timeout", "--threads", "--workers"} <= flags
 
 
 def test_only_the_serve_command_line_itself_restarts(monkeypatch):

@@ -128,6 +128,36 @@ def test_embeddings_are_served_between_the_steps_of_a_long_generation(server, mo
     assert (torch.tensor(answer.json()["embeddings"][0]) - expected).abs().max() <= 1e-5
 
 
+def test_a_second_worker_embeds_with_a_generating_model_outside_its_step_hook(model_dirs, tmp_path):
+    """--workers 2: while the first worker generates with "gen", the second batches embeddings of "gen" and
+    "enc"; those forward passes are no decoding steps of the generation (the hook is the first worker's),
+    and every answer equals the offline one."""
+    served = start_server(model_dirs, ("enc", "gen"), tmp_path / "two.log", "--threads", "2", "--workers", "2",
+                          "--max-new-tokens", "2000")
+    try:
+        info = httpx.get(served.url + "/info", timeout=30).json()
+        assert (info["workers"], info["threads_per_worker"], info["threads"]) == (2, 1, 2)
+        out: dict = {}
+        thread = threading.Thread(target=_long_generation, args=(served.url, False, out))
+        thread.start()
+        _wait_for(lambda: metric(served.url, "lmforge_decode_steps_total") > 20)
+        texts = [f"the {w} sat on the mat" for w in ("cat", "dog", "bird", "fox", "old cat", "red dog")]
+        answers = {name: [httpx.post(served.url + "/embed", json={"model": name, "texts": [t]}, timeout=60)
+                          for t in texts] for name in ("gen", "enc")}
+        generating = metric(served.url, "lmforge_decode_steps_total") < 1500
+        thread.join(120)
+        assert generating, "the generation ended before the embeddings: nothing ran side by side"
+        assert out["whole"] == (200, 1500)
+        assert metric(served.url, "lmforge_decode_steps_total") == 1500  # one step per token, none borrowed
+        for name, got in answers.items():
+            expected = SentenceEncoder.from_dir(model_dirs[name]).encode(texts, batch_size=1)
+            assert all(a.status_code == 200 for a in got)
+            vectors = torch.tensor([a.json()["embeddings"][0] for a in got])
+            assert (vectors - expected).abs().max() <= 1e-5
+    finally:
+        served.stop(5)
+
+
 def test_the_server_runs_on_the_allocator_it_reports(server):
     from lmforge.serve import allocator
 

@@ -5,15 +5,17 @@ import asyncio
 import ctypes
 import os
 import re
+import threading
+import time
 
 import pytest
 
+from lmforge.serve import worker
 from lmforge.serve.generation import TextTail
 from lmforge.serve.limits import Admission, Limits, RequestError, fit_lengths
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.records import as_records
 from lmforge.serve.routes import split
-from lmforge.serve import worker
 from lmforge.serve.worker import Job, JobQueue
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? '
@@ -126,6 +128,53 @@ def test_queue_batches_jobs_of_one_key_within_the_budget_keeping_the_rest_in_ord
         assert queue.take() is None
     finally:
         loop.close()
+
+
+def test_a_batches_only_worker_takes_the_oldest_batchable_job_and_leaves_the_rest_to_the_first():
+    loop = asyncio.new_event_loop()
+    try:
+        queue = JobQueue()
+        generate, embed, fill = (Job(kind, None, {}, 5, 1, loop, key=key) for kind, key in
+                                 [("generate", None), ("embed", "a"), ("fill_mask", None)])
+        for job in (generate, embed, fill):
+            queue.put(job)
+        assert queue.take(batched_only=True) is embed
+        queue.close()
+        assert queue.take(batched_only=True) is None  # closed: what is left is the first worker's
+        assert [queue.take(), queue.take(), queue.take()] == [generate, fill, None]
+    finally:
+        loop.close()
+
+
+def test_a_job_wakes_the_first_worker_even_while_a_batches_only_one_waits():
+    loop = asyncio.new_event_loop()
+    queue, taken = JobQueue(), {}
+    waiters = [threading.Thread(target=lambda only=only: taken.setdefault(only, queue.take(only)))
+               for only in (True, False)]
+    try:
+        for thread in waiters:
+            thread.start()
+        time.sleep(0.1)  # both waiting
+        job = Job("generate", None, {}, 5, 1, loop)
+        queue.put(job)
+        waiters[1].join(5)
+        assert taken.get(False) is job and waiters[0].is_alive()  # the other still waits for a batch
+        queue.close()
+        waiters[0].join(5)
+        assert taken[True] is None
+    finally:
+        queue.close()
+        loop.close()
+
+
+def test_default_workers_one_per_thread_unless_a_model_generates():
+    from types import SimpleNamespace
+
+    from lmforge.serve.app import default_workers
+
+    encoder, decoder = SimpleNamespace(capabilities=["embed"]), SimpleNamespace(capabilities=["embed", "generate"])
+    assert default_workers({"a": encoder}, 2) == 2
+    assert default_workers({"a": encoder, "b": decoder}, 2) == 1
 
 
 @pytest.mark.parametrize("kind, inputs, message", [

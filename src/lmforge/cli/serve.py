@@ -81,6 +81,10 @@ def checked(args) -> tuple:
     limits = limits_of(args)
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads {args.threads}: must be >= 1")
+    threads = args.threads or len(os.sched_getaffinity(0))
+    if args.workers is not None and not 1 <= args.workers <= threads:
+        raise UsageError(f"--workers {args.workers}: must be between 1 and the threads ({threads}), "
+                         "each worker running on its share of them")
     if args.graceful_timeout is not None and not args.graceful_timeout > 0:
         raise UsageError(f"--graceful-timeout {args.graceful_timeout}: must be > 0")
     try:
@@ -139,11 +143,10 @@ def cmd_serve(args) -> None:
             models[name] = load_served(name, where)
         except (ValueError, OSError) as err:
             raise UsageError(f"--model {where}: {err}") from None
-    app = create_app(models, limits, threads)
-    host, port = sock.getsockname()[:2]
-    print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {threads} threads; malloc {malloc}; "
-          "page /, docs /docs)",
-          flush=True)
+    app = create_app(models, limits, threads, args.workers)
+    server, (host, port) = app.state.server, sock.getsockname()[:2]
+    print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {server.n_workers} worker(s) x "
+          f"{server.worker_threads} thread(s); malloc {malloc}; page /, docs /docs)", flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=args.graceful_timeout,
                             access_log=args.access_log)
     # after a drain, uvicorn raises the signal that stopped it again: the exit status says SIGTERM
@@ -160,7 +163,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0: a free port (printed)")
     p.add_argument("--threads", type=int,
-                   help="torch threads of the worker (default: the CPUs this process may use)")
+                   help="torch threads of the workers, all together (default: the CPUs this process may use)")
+    p.add_argument("--workers", type=int,
+                   help="model worker threads, each with threads/workers torch threads (default: one per "
+                        "thread when no served model generates, so batches run side by side; else one)")
     p.add_argument("--graceful-timeout", type=float, default=60.0,
                    help="seconds SIGTERM waits for admitted requests before cancelling them")
     p.add_argument("--log-level", default="warning",

@@ -1,5 +1,5 @@
-"""The HTTP inference server (`lmforge serve`): FastAPI routes over one worker thread that owns the
-models and batches their work (see app.py for the request path, worker.py for the batching).
+"""The HTTP inference server (`lmforge serve`): FastAPI routes over worker threads that own the
+models and batch their work (see app.py for the request path, worker.py for the batching).
 
 FastAPI is imported on first use of the app, so that `lmforge --help` does not pay for it."""
 from __future__ import annotations

@@ -5,9 +5,9 @@
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
 The event loop admits a request (the bounded queue's 429), counts its tokens (413 beyond the
-limits), splits it into budget-sized jobs and awaits them; the worker thread (worker.py) runs
+limits), splits it into budget-sized jobs and awaits them; the worker threads (worker.py) run
 them. On shutdown (uvicorn's SIGTERM handling) the server stops accepting connections, every
-admitted request is answered, then the worker drains the queue and stops.
+admitted request is answered, then the workers drain the queue and stop.
 """
 from __future__ import annotations
 
@@ -35,33 +35,44 @@ and 429 carries Retry-After. A page to try each route is at `/`; this spec offli
 
 
 class Server:
-    """The application's state: served models, limits, admission, the job queue and its worker."""
+    """The application's state: served models, limits, admission, the job queue and its workers."""
 
-    def __init__(self, models: dict, limits: Limits | None = None, threads: int | None = None) -> None:
+    def __init__(self, models: dict, limits: Limits | None = None, threads: int | None = None,
+                 workers: int | None = None) -> None:
         if not models:
             raise ValueError("serve needs at least one model")
         self.models, self.limits = dict(models), limits or Limits()
         self.threads = threads or torch.get_num_threads()
+        self.n_workers = workers or default_workers(self.models, self.threads)
+        if not 1 <= self.n_workers <= self.threads:
+            raise ValueError(f"workers={self.n_workers}: must be between 1 and threads={self.threads}")
+        self.worker_threads = self.threads // self.n_workers
         self.metrics, self.admission, self.queue = Metrics(), Admission(self.limits), JobQueue()
-        self.worker = Worker(self.queue, self.limits, self.metrics, self.admission)
+        self.workers = [Worker(self.queue, self.limits, self.metrics, self.admission, self.worker_threads,
+                               batched_only=i > 0, parallel=self.n_workers,
+                               name="lmforge-serve-worker" + (f"-{i}" if i else ""))
+                        for i in range(self.n_workers)]
         self.routes: set = set()  # the app's paths, filled by create_app
         self.started = int(time.time())  # when the models were loaded: /v1/models' "created"
 
     def start(self) -> None:
-        """Set torch's threads for the worker (intra-op; one inter-op thread), keep large blocks out
-        of the C heap and oneDNN's cache of per-shape primitives small (worker.bound_memory: their
-        growth under batches of changing shapes; the cache bound takes effect if no forward pass has
-        run in this process yet) and start it."""
-        torch.set_num_threads(self.threads)
+        """Set torch's threads for the workers (intra-op, each its share; one inter-op thread), keep large
+        blocks out of the C heap and oneDNN's cache of per-shape primitives small (worker.bound_memory:
+        their growth under batches of changing shapes; the cache bound takes effect if no forward pass
+        has run in this process yet) and start them."""
+        torch.set_num_threads(self.worker_threads)
         bound_memory()
-        self.worker.start()
+        for worker in self.workers:
+            worker.start()
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Refuse new work, let the worker finish what is queued, and wait for it."""
+        """Refuse new work, let the workers finish what is queued, and wait for them."""
         self.admission.closing = True
         self.queue.close()
-        if self.worker.is_alive():
-            self.worker.join(timeout)
+        deadline = time.monotonic() + timeout
+        for worker in self.workers:
+            if worker.is_alive():
+                worker.join(max(0.0, deadline - time.monotonic()))
 
     def pick(self, name: str | None, capability: str):
         """The model `name` (default: the first one that has `capability`); 404 / 400 otherwise."""
@@ -125,6 +136,13 @@ class Server:
         self.metrics.set("lmforge_queue_requests", self.admission.pending)
         self.metrics.set("lmforge_queue_tokens", self.admission.tokens)
         self.metrics.set("lmforge_queue_jobs", len(self.queue))
+
+
+def default_workers(models: dict, threads: int) -> int:
+    """One worker per thread where no served model generates (batches of embeddings and predictions
+    run side by side, one thread each); one worker with every thread where one does (a decoding step
+    is latency: it wants all the cores)."""
+    return 1 if any("generate" in m.capabilities for m in models.values()) else threads
 
 
 class Guard:
@@ -214,9 +232,11 @@ def _server_error(request: Request, exc: Exception) -> JSONBody:
     return error_response(RequestError(500, message, kind="server_error"))
 
 
-def create_app(models: dict, limits: Limits | None = None, threads: int | None = None) -> FastAPI:
-    """The server's FastAPI app over `models` (name -> ServedModel, see models.load_served)."""
-    server = Server(models, limits, threads)
+def create_app(models: dict, limits: Limits | None = None, threads: int | None = None,
+               workers: int | None = None) -> FastAPI:
+    """The server's FastAPI app over `models` (name -> ServedModel, see models.load_served); workers
+    None: default_workers."""
+    server = Server(models, limits, threads, workers)
 
     @asynccontextmanager
     async def lifespan(app):

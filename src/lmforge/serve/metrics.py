@@ -1,6 +1,6 @@
 """Counters, gauges and histograms in the Prometheus text exposition format (version 0.0.4).
 
-Written by the event loop (requests) and the worker thread (batches, decoding steps), read by
+Written by the event loop (requests) and the worker threads (batches, decoding steps), read by
 /metrics: one lock guards them. The families are declared once in FAMILIES, so a scrape lists
 every metric even before its first sample.
 """
@@ -32,8 +32,9 @@ FAMILIES = {
                                   None),
     "lmforge_generation_steps": ("histogram", "forward passes per generation, by finish reason", COUNTS),
     "lmforge_steps_after_cancel_total": ("counter", "decoding steps begun after a cancel", None),
-    "lmforge_worker_busy_seconds_total": ("counter", "time the worker thread spent running jobs", None),
-    "lmforge_tokens_per_second": ("gauge", "the worker's recent throughput (exponential average)", None),
+    "lmforge_worker_busy_seconds_total": ("counter", "time the worker threads spent running jobs (summed)",
+                                          None),
+    "lmforge_tokens_per_second": ("gauge", "the workers' recent throughput (exponential average)", None),
 }
 
 

@@ -1,4 +1,4 @@
-"""What the worker thread runs for each kind of job: the library's own entry points, batched.
+"""What a worker thread runs for each kind of job: the library's own entry points, batched.
 
 Embedding jobs of one model (and one `normalize`) are encoded together by SentenceEncoder.encode:
 one forward pass over texts of mixed lengths, which the model runs unpadded (model.fast, "auto":

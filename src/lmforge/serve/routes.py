@@ -16,9 +16,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from lmforge.serve import schemas
-from lmforge.serve.schemas import JSONBody
 from lmforge.serve.limits import RequestError, check_count, fit_lengths, too_large
 from lmforge.serve.records import as_records, record_texts
+from lmforge.serve.schemas import JSONBody
 
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
 router = APIRouter(responses=ERRORS)
@@ -220,12 +220,13 @@ async def health(request: Request):
 
 @router.get("/info", response_model=schemas.InfoResponse, tags=["server"])
 async def info(request: Request):
-    """The served models (capabilities, limit, config, task), the limits and the worker's threads."""
+    """The served models (capabilities, limit, config, task), the limits, the threads and workers."""
     from lmforge import __version__
 
     server = _server(request)
     return {"version": __version__, "models": {name: m.describe() for name, m in server.models.items()},
-            "limits": server.limits.as_dict(), "threads": server.threads}
+            "limits": server.limits.as_dict(), "threads": server.threads, "workers": server.n_workers,
+            "threads_per_worker": server.worker_threads}
 
 
 @router.get("/v1/models", response_model=schemas.ModelList, tags=["server"])

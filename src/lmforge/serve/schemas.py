@@ -303,9 +303,12 @@ class ModelList(BaseModel):
 
 
 class InfoResponse(BaseModel):
-    """The served models, the limits and the worker's threads."""
+    """The served models, the limits, the threads and the workers sharing them."""
 
     version: str
     models: dict[str, ModelInfo]
     limits: dict[str, int | float] = Field(..., description="every limit of Limits (413 and 429 name them)")
-    threads: int
+    threads: int = Field(..., description="torch threads of all the workers together")
+    workers: int = Field(..., description="model worker threads (the first runs every kind of job, the "
+                         "others batches of embeddings and predictions)")
+    threads_per_worker: int

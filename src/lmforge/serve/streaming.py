@@ -19,9 +19,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from lmforge.serve import schemas
-from lmforge.serve.schemas import JSONBody
 from lmforge.serve.generation import Settings, prompt_ids
 from lmforge.serve.limits import RequestError, too_large
+from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled
 
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}

@@ -171,3 +171,21 @@ def test_models_give_the_same_outputs_and_tokens_with_transient_buffers(monkeypa
     monkeypatch.setattr(linear, "SCRATCH_MIN_BYTES", 0)
     assert torch.equal(run(), plain)
     linear.release_scratch()
+
+
+@pytest.mark.parametrize("library", ["/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+                                     "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"])
+def test_no_scratch_buffers_under_an_allocator_that_pools_large_blocks(library):
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.isfile(library):
+        pytest.skip(f"{library} is not installed")
+    probe = "import lmforge.fast.linear as L; print(L.pooling_allocator(), L.SCRATCH_MIN_BYTES > 1 << 40)"
+    run = [sys.executable, "-c", probe]
+    pooled = subprocess.run(run, env={**os.environ, "LD_PRELOAD": library}, capture_output=True, text=True,
+                            check=True)
+    plain = subprocess.run(run, env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
+                           capture_output=True, text=True, check=True)
+    assert pooled.stdout.split() == ["True", "True"] and plain.stdout.split() == ["False", "False"]

@@ -15,6 +15,7 @@ the projections whose outputs are such with a scratch `slot`): glibc maps output
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 
@@ -26,10 +27,26 @@ from torch.nn.modules import module as _module
 # below this many rows (a decoding step has one per sequence) the output is small and addmm's
 # single call is cheaper than two
 MIN_ROWS = 64
+
+
+def pooling_allocator() -> bool:
+    """Whether this process's malloc keeps freed large blocks for reuse itself: tcmalloc, jemalloc or
+    mimalloc preloaded (their entry points are then global symbols)."""
+    try:
+        symbols = ctypes.CDLL(None)
+    except OSError:
+        return False
+    return any(hasattr(symbols, name) for name in ("MallocExtension_ReleaseFreeMemory", "mallctl", "mi_malloc"))
+
+
 # outputs from this size on go to FastLinear.transient's reused buffers: glibc maps those over its mmap
 # threshold (which rises with frees but stops at 32 MB) afresh at every call and page-faults them
-# at their first write; smaller ones mostly come back from its free lists
-SCRATCH_MIN_BYTES = 1 << 24
+# at their first write; smaller ones mostly come back from its free lists. A pooling allocator hands
+# them back without faults, and there per-thread buffers grown to each new largest batch only add
+# memory (MiniLM, two one-thread encoders, 400 batches of 8-40 texts on tcmalloc: resident 462 ->
+# 555 MiB and rising with them, 449 -> 510 MiB and flat from the 160th batch without; 110.0 vs 111.3
+# texts/s): none there
+SCRATCH_MIN_BYTES = 1 << 62 if pooling_allocator() else 1 << 24
 _SCRATCH = threading.local()  # slot -> flat buffer, per thread: concurrent calls never share one
 
 

@@ -24,7 +24,7 @@ LIMIT_HELP = {"max_body_bytes": "bytes of one request body (413 beyond)",
               "max_queue": "requests admitted and not yet answered (429 with Retry-After beyond)",
               "max_new_tokens": "new tokens one generation may ask for (413 beyond)",
               "max_top_k": "fill-mask candidates (413 beyond)", "max_stop": "stop strings of one generation",
-              "batch_wait_ms": "how long the worker waits for a batch to fill (0: take what is queued)"}
+              "batch_wait_ms": "how long a worker waits for a batch to fill (0: take what is queued)"}
 
 
 def _flag(name: str) -> str:

@@ -44,8 +44,7 @@ def pooling_allocator() -> bool:
 # at their first write; smaller ones mostly come back from its free lists. A pooling allocator hands
 # them back without faults, and there per-thread buffers grown to each new largest batch only add
 # memory (MiniLM, two one-thread encoders, 400 batches of 8-40 texts on tcmalloc: resident 462 ->
-# 555 MiB and rising with them, 449 -> 510 MiB and flat from the 160th batch without; 110.0 vs 111.3
-# texts/s): none there
+# 555 MiB with them, 449 -> 510 / 521 MiB in two runs without; 110.0 vs 111.3 / 108.7 texts/s): none there
 SCRATCH_MIN_BYTES = 1 << 62 if pooling_allocator() else 1 << 24
 _SCRATCH = threading.local()  # slot -> flat buffer, per thread: concurrent calls never share one
 

@@ -17,13 +17,13 @@ class Limits:
     max_body_bytes: int = 4 << 20  # bytes of one request body
     max_inputs: int = 2048  # texts (or records) in one request
     max_request_tokens: int = 262144  # tokens of one request, all its texts together
-    max_batch_tokens: int = 8192  # tokens of one forward pass: the worker's batch budget
+    max_batch_tokens: int = 8192  # tokens of one forward pass: a worker's batch budget
     max_batch_items: int = 256  # texts of one forward pass
     max_queue: int = 512  # requests admitted and not yet answered; more get 429
     max_new_tokens: int = 1024  # tokens one generation request may ask for
     max_top_k: int = 100  # fill-mask candidates
     max_stop: int = 8  # stop strings of one generation request
-    batch_wait_ms: float = 0.0  # how long the worker waits for a batch to fill once it has work
+    batch_wait_ms: float = 0.0  # how long a worker waits for a batch to fill once it has work
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -88,11 +88,11 @@ class Admission:
 
     Used from the event loop only (admit before a job is queued, release when it is answered),
     so it needs no lock. Retry-After estimates when the backlog will have drained from the
-    worker's measured throughput."""
+    workers' measured throughput."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits, self.pending, self.tokens = limits, 0, 0
-        self.tokens_per_second = 0.0  # written by the worker: an exponential average
+        self.tokens_per_second = 0.0  # written by the workers: an exponential average
         self.closing = False
 
     def admit(self, tokens: int) -> None:

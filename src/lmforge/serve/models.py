@@ -7,9 +7,9 @@ from its architecture and heads: every model embeds; a masked-LM encoder, T5 or 
 masks; a decoder or encoder-decoder with an LM head generates; a fine-tuned model predicts; every
 Transformer shows its attention.
 
-Two tokenizers per model: the worker's (Tokenizer.encode with max_length switches the backend's
-truncation on and off, so it is not shared across threads) and the event loop's own copy for
-counting tokens, /tokenize and turning streamed ids into text.
+Two tokenizers per model: the workers' (Tokenizer.encode with max_length switches the backend's
+truncation on and off, under a lock, so the workers may share it) and the event loop's own copy
+for counting tokens, /tokenize and turning streamed ids into text, which never waits on that lock.
 """
 from __future__ import annotations
 

@@ -275,6 +275,31 @@ def test_encode_batch_pads_and_truncates(bert_vocab):
     assert tok.encode(*PAIR, max_length=9).ids[-1] == tok.sep_id and len(tok.encode(*PAIR, max_length=9)) == 9
 
 
+def test_threads_sharing_a_tokenizer_never_see_another_calls_truncation_nor_wait_on_another_tokenizer(
+        bert_vocab):
+    import threading
+
+    shared, own = (lmforge.load_tokenizer(bert_vocab.parent) for _ in range(2))
+    text, lengths = " ".join(CORPUS[:3]), []
+    full = len(shared.encode(text))
+
+    def truncating():
+        for _ in range(200):
+            shared.encode(text, max_length=6)
+
+    thread = threading.Thread(target=truncating)
+    thread.start()
+    for _ in range(200):
+        lengths.append(len(shared.encode(text)))
+    thread.join(30)
+    assert set(lengths) == {full} and full > 6  # never cut by the other thread's max_length
+    with shared._truncation:  # a call on `shared` under way: one on its own tokenizer goes on
+        done = threading.Thread(target=lambda: lengths.append(len(own.encode(text, max_length=6))))
+        done.start()
+        done.join(10)
+        assert not done.is_alive() and lengths[-1] == 6
+
+
 def test_bad_text_input(bert_vocab):
     tok = lmforge.load_tokenizer(bert_vocab.parent)
     assert tok.encode("café".encode()).ids == tok.encode("café").ids  # UTF-8 bytes are fine

@@ -19,9 +19,6 @@ from tokenizers import Tokenizer as Backend
 from lmforge.config import atomic_write_text
 from lmforge.tokenizer.words import word_starts
 
-# held from setting a call's truncation to clearing it: threads (a server's workers) share a backend
-_TRUNCATION = threading.Lock()
-
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 PADDINGS = ("longest", "max_length")
 
@@ -91,6 +88,9 @@ class Tokenizer:
         if unknown:
             raise ValueError(f"unknown special token roles {sorted(unknown)}; roles are {', '.join(ROLES)}")
         self.backend = backend
+        # held from setting a call's truncation to clearing it: threads (a server's workers) share this
+        # backend; per tokenizer, so a thread with its own (the server's event loop) never waits on it
+        self._truncation = threading.Lock()
         backend.no_padding()  # a tokenizer.json may carry fixed padding/truncation; ours is per call
         backend.no_truncation()
         self.special_tokens = dict(special_tokens)  # role -> token string, e.g. {"cls": "[CLS]"}
@@ -167,7 +167,7 @@ class Tokenizer:
         specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0
         if max_length is not None and max_length <= specials:  # the backend would silently not truncate
             raise ValueError(f"max_length={max_length} leaves no room next to {specials} special tokens")
-        with _TRUNCATION:  # the setting lives on the shared backend: another thread's call must not see it
+        with self._truncation:  # the setting lives on the backend: another thread's call must not see it
             if max_length is not None:
                 self.backend.enable_truncation(max_length, strategy="longest_first")
             try:

@@ -167,6 +167,24 @@ def test_a_job_wakes_the_first_worker_even_while_a_batches_only_one_waits():
         loop.close()
 
 
+def test_with_two_workers_a_batch_takes_half_the_queued_texts_not_half_the_jobs():
+    limits = Limits()
+    runner = worker.Worker(JobQueue(), limits, Metrics(), Admission(limits), parallel=2)
+    batches = []
+    runner._timed = lambda jobs, run: batches.append(jobs)
+
+    async def dispatch():
+        loop = asyncio.get_running_loop()
+        jobs = [Job("embed", None, {}, 80, 8, loop, key=("m",)) for _ in range(4)]  # 4 requests of 8 texts
+        for job in jobs[1:]:
+            runner.queue.put(job)
+        runner._dispatch(jobs[0])
+        return jobs
+
+    jobs = asyncio.run(dispatch())
+    assert batches == [jobs[:2]] and runner.queue.items() == 16  # 16 of the 32 texts; the rest for the other
+
+
 def test_default_workers_one_per_thread_unless_a_model_generates():
     from types import SimpleNamespace
 

@@ -88,6 +88,26 @@ def test_a_shape_measures_once_and_never_keeps_a_slower_kernel_than_fp32():
     assert "fp32" in TIMINGS[key] and TIMINGS[key][CHOICES[key]] == min(TIMINGS[key].values())
 
 
+def test_a_form_another_threads_measurement_drops_meanwhile_does_not_fail_the_call():
+    # two server workers: one's _measure drops the forms it did not choose while the other reads one
+    module = Int8Linear.from_linear(nn.Linear(24, 12), "weight-only")
+    x = torch.randn(3, 24)
+    with torch.no_grad():
+        expected = module.run("fp32", x)
+
+        class Racing(dict):  # the other thread pops the form right after this one looked it up
+            def __contains__(self, kernel):
+                return bool(self.get(kernel))
+
+            def get(self, kernel, default=None):
+                form = super().get(kernel, default)
+                self.pop(kernel, None)
+                return form
+
+        module._derived = Racing(module._derived)
+        torch.testing.assert_close(module.run("fp32", x), expected, rtol=0, atol=0)
+
+
 def _lm_model(preset="bert-base"):
     model = tiny_model(preset)
     attach(model, "lm")

@@ -157,14 +157,16 @@ class Int8Linear(nn.Module):
         key = (self.qweight.data_ptr(), _version(self.qweight), self.scale.data_ptr(), _version(self.scale))
         if key != self._derived_key:
             self._derived, self._derived_key = {}, key
-        if kernel not in self._derived:
+        form = self._derived.get(kernel)  # one read: another thread's _measure may drop it meanwhile
+        if form is None:
             if kernel == "fp32":
-                self._derived[kernel] = self.weight
+                form = self.weight
             elif kernel == "int8pack-bf16":  # a scale of ones: the fp32 scale is applied after
-                self._derived[kernel] = torch.ones_like(self.scale, dtype=torch.bfloat16)
+                form = torch.ones_like(self.scale, dtype=torch.bfloat16)
             else:
-                self._derived[kernel] = _fbgemm_pack(self.qweight, self.scale, None)
-        return self._derived[kernel]
+                form = _fbgemm_pack(self.qweight, self.scale, None)
+            self._derived[kernel] = form
+        return form
 
     def candidates(self) -> list:
         """The kernels of this mode that this torch build offers."""
@@ -197,7 +199,7 @@ class Int8Linear(nn.Module):
         TIMINGS[key] = times
         best = min(times, key=times.get) if times else "dequantise"  # always correct, needs no op
         for kernel in set(self._derived) - {best.removesuffix(SERIAL)}:
-            self._derived.pop(kernel)  # an fp32 copy is not kept idle beside the int8 weight
+            self._derived.pop(kernel, None)  # an fp32 copy is not kept idle beside the int8 weight
         return best
 
 

@@ -112,3 +112,4 @@ def attention_page(served, payload: dict) -> str:
 
 BATCHED = {"embed": embed_batch, "predict": predict_batch}
 ALONE = {"fill_mask": fill_mask_one, "attention": attention_page}  # run one at a time, between steps
+EXCLUSIVE = {"attention"}  # they change the model while they run (model.inspection): no batch beside them

@@ -21,6 +21,9 @@ Stopping. While a job that is not batched runs (generation, fill-mask, an attent
 its model runs before each forward pass of the first worker, that is before each decoding step: it raises
 Cancelled when the client has gone, so a cancelled generation stops within one step, and it serves one
 waiting batch of another model, so embeddings are not held up behind a long generation.
+
+Sharing. Batches of one model run in several workers at once; a job that changes the model while it
+runs (the attention view) waits for them and they for it (gate.py).
 """
 from __future__ import annotations
 
@@ -30,11 +33,12 @@ import math
 import os
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
 from lmforge.serve import allocator, generation, ops
+from lmforge.serve.gate import gate_of
 from lmforge.serve.limits import RequestError
 
 TRIM_EVERY = 32  # forward passes between heap trims
@@ -284,7 +288,8 @@ class Worker(threading.Thread):
         self.metrics.observe("lmforge_batch_tokens", sum(j.tokens for j in jobs), kind=kind)
         self.metrics.inc("lmforge_tokens_total", sum(j.tokens for j in jobs), kind=kind)
         try:
-            results = ops.BATCHED[kind](jobs[0].served, [j.payload for j in jobs])
+            with gate_of(jobs[0].served.model).shared():  # beside other workers' batches, not an attention view
+                results = ops.BATCHED[kind](jobs[0].served, [j.payload for j in jobs])
         except Exception as err:  # noqa: BLE001 - one bad job must not fail its neighbours
             if len(jobs) > 1:
                 for job in jobs:
@@ -299,7 +304,8 @@ class Worker(threading.Thread):
         (job,) = jobs
         self.metrics.inc("lmforge_tokens_total", job.tokens, kind=job.kind)
         try:
-            with self._watch(job):
+            with self._watch(job), (gate_of(job.served.model).exclusive() if job.kind in ops.EXCLUSIVE
+                                    else nullcontext()):
                 result = generation.run(job.served, job.payload, job.emit) if job.kind == "generate" \
                     else ops.ALONE[job.kind](job.served, job.payload)
         except Cancelled as err:

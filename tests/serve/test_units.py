@@ -195,6 +195,16 @@ def test_default_workers_one_per_thread_unless_a_model_generates():
     assert default_workers({"a": encoder, "b": decoder}, 2) == 1
 
 
+@pytest.mark.parametrize("workers", [0, 3])
+def test_a_server_refuses_workers_outside_one_to_its_threads(workers):
+    from types import SimpleNamespace
+
+    from lmforge.serve.app import Server
+
+    with pytest.raises(ValueError, match=f"workers={workers}: must be between 1 and threads=2"):
+        Server({"a": SimpleNamespace(capabilities=["embed"])}, threads=2, workers=workers)
+
+
 @pytest.mark.parametrize("kind, inputs, message", [
     ("qa", "a bare string", "lacks question, context"),
     ("cls", {"text": "x", "label": "pos"}, "unknown field(s) label"),

@@ -133,7 +133,7 @@ def cmd_serve(args) -> None:
 
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
-    torch.set_num_interop_threads(1)  # the worker runs one op at a time: no inter-op pool needed
+    torch.set_num_interop_threads(1)  # each worker runs one op at a time: no inter-op pool needed
     # before loading: no large freed block of the loading stays in glibc's heap for reuse, and before
     # the first forward pass, when oneDNN reads its cache bound; a --malloc tcmalloc not loaded: refused
     malloc = bound_memory(args.malloc)

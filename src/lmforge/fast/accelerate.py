@@ -115,11 +115,15 @@ def accelerate(model: nn.Module, enabled: bool = True):
 
 def _swap(model: nn.Module) -> tuple:
     swapped, slots = _plan(model)
-    for module, plain in swapped:
-        module.__class__ = SWAPS[plain]
-    for linear, slot in slots:
-        if type(linear) is FastLinear:
-            linear.slot = slot
+    try:
+        for module, plain in swapped:
+            module.__class__ = SWAPS[plain]
+        for linear, slot in slots:
+            if type(linear) is FastLinear:
+                linear.slot = slot
+    except BaseException:  # never leave a model half swapped
+        _restore(swapped, slots)
+        raise
     return swapped, slots
 
 

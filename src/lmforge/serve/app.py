@@ -43,7 +43,7 @@ class Server:
             raise ValueError("serve needs at least one model")
         self.models, self.limits = dict(models), limits or Limits()
         self.threads = threads or torch.get_num_threads()
-        self.n_workers = workers or default_workers(self.models, self.threads)
+        self.n_workers = default_workers(self.models, self.threads) if workers is None else workers
         if not 1 <= self.n_workers <= self.threads:
             raise ValueError(f"workers={self.n_workers}: must be between 1 and threads={self.threads}")
         self.worker_threads = self.threads // self.n_workers

@@ -20,9 +20,9 @@ FAMILIES = {
     "lmforge_rejected_total": ("counter", "requests refused before queueing, by limit", None),
     "lmforge_queue_requests": ("gauge", "requests admitted and not yet answered", None),
     "lmforge_queue_tokens": ("gauge", "tokens of the requests admitted and not yet answered", None),
-    "lmforge_queue_jobs": ("gauge", "jobs waiting for the worker", None),
-    "lmforge_batch_size": ("histogram", "texts per forward pass of the worker, by job kind", COUNTS),
-    "lmforge_batch_tokens": ("histogram", "tokens per forward pass of the worker, by job kind", TOKENS),
+    "lmforge_queue_jobs": ("gauge", "jobs waiting for a worker", None),
+    "lmforge_batch_size": ("histogram", "texts per forward pass of a worker, by job kind", COUNTS),
+    "lmforge_batch_tokens": ("histogram", "tokens per forward pass of a worker, by job kind", TOKENS),
     "lmforge_tokens_total": ("counter", "tokens processed, by job kind (input, or generated)", None),
     "lmforge_phase_seconds": ("histogram", ("time per phase: tokenize (counting, event loop), queue "
                                             "(waiting), compute (worker), first_token, decode_step"),

@@ -15,7 +15,6 @@ the projections whose outputs are such with a scratch `slot`): glibc maps output
 """
 from __future__ import annotations
 
-import ctypes
 import math
 import threading
 
@@ -24,19 +23,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as _module
 
+from lmforge.fast.malloc import preloaded
+
 # below this many rows (a decoding step has one per sequence) the output is small and addmm's
 # single call is cheaper than two
 MIN_ROWS = 64
 
 
 def pooling_allocator() -> bool:
-    """Whether this process's malloc keeps freed large blocks for reuse itself: tcmalloc, jemalloc or
-    mimalloc preloaded (their entry points are then global symbols)."""
-    try:
-        symbols = ctypes.CDLL(None)
-    except OSError:
-        return False
-    return any(hasattr(symbols, name) for name in ("MallocExtension_ReleaseFreeMemory", "mallctl", "mi_malloc"))
+    """Whether this process's malloc keeps freed large blocks for reuse itself (fast/malloc.py)."""
+    return preloaded() is not None
 
 
 # outputs from this size on go to FastLinear.transient's reused buffers: glibc maps those over its mmap

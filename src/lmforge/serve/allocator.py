@@ -20,12 +20,14 @@ from __future__ import annotations
 import os
 import sys
 
+from lmforge.fast.malloc import POOLING, preloaded
+
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 TCMALLOC = tuple(f"{d}/libtcmalloc_minimal.so.4" for d in LIBRARY_DIRS)
 CHOICES = ("auto", "tcmalloc", "glibc")
 MARK = "LMFORGE_SERVE_MALLOC"  # set in the restarted process: it never restarts again
 PACKAGE = "libtcmalloc-minimal4"
-OTHER_ALLOCATORS = ("jemalloc", "mimalloc", "hoard")  # names in LD_PRELOAD that --malloc auto leaves alone
+OTHER_ALLOCATORS = tuple(a for a in POOLING if a != "tcmalloc")  # preloaded: --malloc auto leaves them
 
 
 def find_tcmalloc(candidates: tuple = TCMALLOC):
@@ -37,12 +39,7 @@ def active(choice: str = "auto") -> str:
     """The preloaded allocator this process has mapped ("tcmalloc", "jemalloc", ...), else "glibc"; a
     ValueError where `choice` (--malloc) is "tcmalloc" and it is not loaded (main() called in-process,
     a bad preload)."""
-    try:
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
-            maps = f.read()
-    except OSError:
-        maps = ""
-    found = next((name for name in ("tcmalloc", *OTHER_ALLOCATORS) if f"lib{name}" in maps), "glibc")
+    found = preloaded() or "glibc"
     if choice == "tcmalloc" and found != "tcmalloc":
         raise ValueError(f"--malloc tcmalloc: the library is not loaded in this process (LD_PRELOAD="
                          f"{os.environ.get('LD_PRELOAD', '')!r}; start it with the `lmforge` command)")

@@ -164,9 +164,10 @@ class Tokenizer:
             if len(pairs) != len(texts):
                 raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
             texts = [(t, as_text(p, "pair")) for t, p in zip(texts, pairs)]
-        specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0
-        if max_length is not None and max_length <= specials:  # the backend would silently not truncate
-            raise ValueError(f"max_length={max_length} leaves no room next to {specials} special tokens")
+        if max_length is not None:
+            specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0
+            if max_length <= specials:  # the backend would silently not truncate at all
+                raise ValueError(f"max_length={max_length} leaves no room next to {specials} special tokens")
         with self._truncation:  # the setting lives on the backend: another thread's call must not see it
             if max_length is not None:
                 self.backend.enable_truncation(max_length, strategy="longest_first")

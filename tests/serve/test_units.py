@@ -195,6 +195,16 @@ def test_default_workers_one_per_thread_unless_a_model_generates():
     assert default_workers({"a": encoder, "b": decoder}, 2) == 1
 
 
+def test_threads_that_do_not_divide_go_to_the_first_workers():
+    from types import SimpleNamespace
+
+    from lmforge.serve.app import Server, split_threads
+
+    assert split_threads(3, 2) == [2, 1] and split_threads(8, 3) == [3, 3, 2] and split_threads(2, 2) == [1, 1]
+    server = Server({"a": SimpleNamespace(capabilities=["embed"])}, threads=3, workers=2)
+    assert [w.threads for w in server.workers] == [2, 1]  # no thread left idle
+
+
 @pytest.mark.parametrize("workers", [0, 3])
 def test_a_server_refuses_workers_outside_one_to_its_threads(workers):
     from types import SimpleNamespace
@@ -322,32 +332,57 @@ def test_a_primitive_cache_size_already_set_stands(monkeypatch):
 def test_the_allocator_restart_environment(tmp_path):
     from lmforge.serve import allocator
 
-    lib = tmp_path / "libtcmalloc_minimal.so.4"
-    lib.write_bytes(b"")
-    found, missing = (str(lib),), (str(tmp_path / "none.so"),)
-    env = allocator.restart_environment("auto", {"A": "1"}, found)
-    assert env == {"A": "1", "LD_PRELOAD": str(lib), allocator.MARK: "auto"}
-    kept = allocator.restart_environment("tcmalloc", {"LD_PRELOAD": "/x.so"}, found)["LD_PRELOAD"]
-    assert kept == f"{lib}:/x.so"  # the user's preload stays, after ours
-    assert allocator.restart_environment("auto", {}, missing) is None  # none installed: glibc, no restart
-    assert allocator.restart_environment("glibc", {}, found) is None
-    assert allocator.restart_environment("auto", {allocator.MARK: "auto"}, found) is None  # restarted already
-    assert allocator.restart_environment("auto", {"LD_PRELOAD": str(lib)}, found) is None  # preloaded by the user
-    assert allocator.restart_environment("auto", {"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}, found) is None
+    je, tc = tmp_path / "libjemalloc.so.2", tmp_path / "libtcmalloc_minimal.so.4"
+    je.write_bytes(b"")
+    tc.write_bytes(b"")
+    both, only_tc = {"jemalloc": (str(je),), "tcmalloc": (str(tc),)}, {"jemalloc": (), "tcmalloc": (str(tc),)}
+    none = {"jemalloc": (), "tcmalloc": ()}
+    env = allocator.restart_environment("auto", {"A": "1"}, both)  # jemalloc first, its purging thread on
+    assert env == {"A": "1", "LD_PRELOAD": str(je), allocator.MARK: "auto", "MALLOC_CONF": "background_thread:true"}
+    assert allocator.restart_environment("auto", {"MALLOC_CONF": "narenas:1"}, both)["MALLOC_CONF"] == "narenas:1"
+    assert allocator.restart_environment("auto", {}, only_tc) == {"LD_PRELOAD": str(tc), allocator.MARK: "auto"}
+    kept = allocator.restart_environment("tcmalloc", {"LD_PRELOAD": "/x.so"}, both)["LD_PRELOAD"]
+    assert kept == f"{tc}:/x.so"  # the user's preload stays, after ours
+    assert allocator.restart_environment("auto", {}, none) is None  # none installed: glibc, no restart
+    assert allocator.restart_environment("glibc", {}, both) is None
+    assert allocator.restart_environment("auto", {allocator.MARK: "auto"}, both) is None  # restarted already
+    assert allocator.restart_environment("auto", {"LD_PRELOAD": str(tc)}, both) is None  # preloaded by the user
+    assert allocator.restart_environment("auto", {"LD_PRELOAD": "/usr/lib/libmimalloc.so"}, both) is None
     with pytest.raises(ValueError, match="--malloc tcmalloc: .*libtcmalloc-minimal4"):
-        allocator.restart_environment("tcmalloc", {}, missing)
-    with pytest.raises(ValueError, match="--malloc 'jemalloc'"):
-        allocator.restart_environment("jemalloc", {}, found)
+        allocator.restart_environment("tcmalloc", {}, none)
+    with pytest.raises(ValueError, match="--malloc jemalloc: .*libjemalloc2"):
+        allocator.restart_environment("jemalloc", {}, only_tc)
+    with pytest.raises(ValueError, match="--malloc 'hoard'"):
+        allocator.restart_environment("hoard", {}, both)
 
 
-def test_an_explicit_tcmalloc_that_is_not_loaded_is_refused():
+def test_auto_chooses_the_first_installed_allocator(tmp_path):
+    from lmforge.serve import allocator
+
+    tc = tmp_path / "libtcmalloc_minimal.so.4"
+    tc.write_bytes(b"")
+    assert allocator.chosen("auto", {"jemalloc": (str(tmp_path / "no.so"),), "tcmalloc": (str(tc),)}) == "tcmalloc"
+    assert allocator.chosen("auto", {"jemalloc": (), "tcmalloc": ()}) == "glibc"
+    assert allocator.chosen("jemalloc") == "jemalloc"
+
+
+def test_the_command_offers_every_allocator_choice():
+    from lmforge.cli import build_parser
+    from lmforge.serve import allocator
+
+    action = next(a for a in build_parser()._subparsers._group_actions[0].choices["serve"]._actions
+                  if a.dest == "malloc")
+    assert tuple(action.choices) == allocator.CHOICES
+
+
+def test_an_explicit_allocator_that_is_not_loaded_is_refused():
     from lmforge.serve import allocator
 
     here = allocator.active()  # this test process: whatever it was started with
-    assert here in ("tcmalloc", "glibc")
-    if here == "glibc":
-        with pytest.raises(ValueError, match="--malloc tcmalloc: the library is not loaded"):
-            allocator.active("tcmalloc")
+    for name in ("jemalloc", "tcmalloc"):
+        if here != name:
+            with pytest.raises(ValueError, match=f"--malloc {name}: the library is not loaded"):
+                allocator.active(name)
     assert allocator.active("auto") == here and allocator.active("glibc") == here
 
 

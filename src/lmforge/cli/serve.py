@@ -4,8 +4,9 @@
 
 Routes, limits and the batching worker: lmforge/serve/. --port 0 takes a free port; the address
 is printed when the socket is bound. SIGTERM (or Ctrl-C) stops accepting connections, answers
-every request already admitted, then exits. With tcmalloc installed (--malloc auto, the default),
-the command starts itself again with it preloaded once its arguments are checked (serve/allocator.py).
+every request already admitted, then exits. With jemalloc or tcmalloc installed (--malloc auto, the
+default), the command starts itself again with it preloaded once its arguments are checked
+(serve/allocator.py).
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def checked(args) -> tuple:
         raise UsageError(f"--graceful-timeout {args.graceful_timeout}: must be > 0")
     try:
         specs = parse_model_specs(args.model)
-        environment = allocator.restart_environment(args.malloc, dict(os.environ))  # no tcmalloc: refused
+        environment = allocator.restart_environment(args.malloc, dict(os.environ))  # one not installed: refused
     except ValueError as err:
         raise UsageError(str(err)) from None
     sock = listen(args.host, args.port)  # before loading: a taken port costs nothing
@@ -135,7 +136,7 @@ def cmd_serve(args) -> None:
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)  # each worker runs one op at a time: no inter-op pool needed
     # before loading: no large freed block of the loading stays in glibc's heap for reuse, and before
-    # the first forward pass, when oneDNN reads its cache bound; a --malloc tcmalloc not loaded: refused
+    # the first forward pass, when oneDNN reads its cache bound; a --malloc allocator not loaded: refused
     malloc = bound_memory(args.malloc)
     models = {}
     for name, where in specs:
@@ -145,8 +146,8 @@ def cmd_serve(args) -> None:
             raise UsageError(f"--model {where}: {err}") from None
     app = create_app(models, limits, threads, args.workers)
     server, (host, port) = app.state.server, sock.getsockname()[:2]
-    print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {server.n_workers} worker(s) x "
-          f"{server.worker_threads} thread(s); malloc {malloc}; page /, docs /docs)", flush=True)
+    print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {server.n_workers} worker(s), "
+          f"threads {'+'.join(map(str, server.worker_threads))}; malloc {malloc}; page /, docs /docs)", flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=args.graceful_timeout,
                             access_log=args.access_log)
     # after a drain, uvicorn raises the signal that stopped it again: the exit status says SIGTERM
@@ -172,9 +173,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--access-log", action="store_true", help="log every request")
-    p.add_argument("--malloc", default="auto", choices=("auto", "tcmalloc", "glibc"),
-                   help="the C allocator: tcmalloc (Debian libtcmalloc-minimal4; faster on changing "
-                        "batch shapes) or glibc's with its heap bounded; auto: tcmalloc where installed. "
+    p.add_argument("--malloc", default="auto", choices=("auto", "jemalloc", "tcmalloc", "glibc"),
+                   help="the C allocator: jemalloc (Debian libjemalloc2; resident memory flat under "
+                        "batches of changing shapes), tcmalloc (libtcmalloc-minimal4) or glibc's with its "
+                        "heap bounded; auto: the first of jemalloc, tcmalloc installed. "
                         "The server starts itself again (same pid) with LD_PRELOAD to use it")
     defaults = Limits()
     for f in fields(Limits):

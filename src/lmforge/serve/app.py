@@ -46,12 +46,12 @@ class Server:
         self.n_workers = default_workers(self.models, self.threads) if workers is None else workers
         if not 1 <= self.n_workers <= self.threads:
             raise ValueError(f"workers={self.n_workers}: must be between 1 and threads={self.threads}")
-        self.worker_threads = self.threads // self.n_workers
+        self.worker_threads = split_threads(self.threads, self.n_workers)
         self.metrics, self.admission, self.queue = Metrics(), Admission(self.limits), JobQueue()
-        self.workers = [Worker(self.queue, self.limits, self.metrics, self.admission, self.worker_threads,
+        self.workers = [Worker(self.queue, self.limits, self.metrics, self.admission, threads,
                                batched_only=i > 0, parallel=self.n_workers,
                                name="lmforge-serve-worker" + (f"-{i}" if i else ""))
-                        for i in range(self.n_workers)]
+                        for i, threads in enumerate(self.worker_threads)]
         self.routes: set = set()  # the app's paths, filled by create_app
         self.started = int(time.time())  # when the models were loaded: /v1/models' "created"
 
@@ -60,7 +60,7 @@ class Server:
         blocks out of the C heap and oneDNN's cache of per-shape primitives small (worker.bound_memory:
         their growth under batches of changing shapes; the cache bound takes effect if no forward pass
         has run in this process yet) and start them."""
-        torch.set_num_threads(self.worker_threads)
+        torch.set_num_threads(self.worker_threads[0])
         bound_memory()
         for worker in self.workers:
             worker.start()
@@ -136,6 +136,12 @@ class Server:
         self.metrics.set("lmforge_queue_requests", self.admission.pending)
         self.metrics.set("lmforge_queue_tokens", self.admission.tokens)
         self.metrics.set("lmforge_queue_jobs", len(self.queue))
+
+
+def split_threads(threads: int, workers: int) -> list:
+    """Each worker's torch threads: an even share, the first workers one more each where `threads` does
+    not divide (3 threads, 2 workers: [2, 1]; none left idle)."""
+    return [threads // workers + (i < threads % workers) for i in range(workers)]
 
 
 def default_workers(models: dict, threads: int) -> int:

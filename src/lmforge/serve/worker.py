@@ -94,8 +94,8 @@ def bound_primitive_cache(capacity: int = PRIMITIVE_CACHE) -> bool:
 
 def bound_memory(choice: str = "auto") -> str:
     """Bound what batches of changing shapes grow, before the models load: glibc's heap where the
-    process runs on glibc (bound_heap; tcmalloc keeps freed blocks by size class itself) and oneDNN's
-    primitive cache; returns the allocator (allocator.active(choice): refuses a --malloc tcmalloc
+    process runs on glibc (bound_heap; jemalloc and tcmalloc pool freed blocks themselves) and oneDNN's
+    primitive cache; returns the allocator (allocator.active(choice): refuses a --malloc allocator
     that is not loaded)."""
     malloc = allocator.active(choice)
     if malloc == "glibc":

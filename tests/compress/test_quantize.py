@@ -88,6 +88,32 @@ def test_a_shape_measures_once_and_never_keeps_a_slower_kernel_than_fp32():
     assert "fp32" in TIMINGS[key] and TIMINGS[key][CHOICES[key]] == min(TIMINGS[key].values())
 
 
+def test_threads_meeting_a_new_shape_together_measure_it_once(monkeypatch):
+    import threading
+    import time
+
+    module = Int8Linear.from_linear(nn.Linear(40, 8), "dynamic")
+    calls, barrier = [], threading.Barrier(4)
+    measure = Int8Linear._measure
+
+    def counted(self, key, x):
+        calls.append(key)
+        time.sleep(0.05)  # a measurement takes a while: the other threads arrive meanwhile
+        return measure(self, key, x)
+
+    monkeypatch.setattr(Int8Linear, "_measure", counted)
+
+    def forward():
+        barrier.wait()
+        with torch.no_grad():
+            module(torch.randn(5, 40))
+
+    threads = [threading.Thread(target=forward) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(calls) == len(set(calls)) == 1  # the others waited for the one choice
+
+
 def test_a_form_another_threads_measurement_drops_meanwhile_does_not_fail_the_call():
     # two server workers: one's _measure drops the forms it did not choose while the other reads one
     module = Int8Linear.from_linear(nn.Linear(24, 12), "weight-only")

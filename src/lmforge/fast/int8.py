@@ -32,6 +32,7 @@ cost more than it saves (on cores shared with other work, a whole scheduler slic
 """
 from __future__ import annotations
 
+import threading
 import warnings
 
 import torch
@@ -47,6 +48,8 @@ SERIAL = "-serial"  # a kernel's name + SERIAL: the same on one thread (see the 
 ROW_BUCKETS = (1, 8, 64, 512)  # a call's rows are timed as the smallest bucket >= them (else "many")
 CHOICES: dict = {}  # (mode, in, out, bucket, threads) -> kernel, for this process
 TIMINGS: dict = {}  # same key -> {kernel: median seconds}, what the choice was made on
+_MEASURING = threading.Lock()  # one measurement at a time: threads (a server's workers) meeting a new
+# shape together wait for one choice instead of timing kernels against each other
 
 
 def quantise_per_channel(weight: torch.Tensor) -> tuple:
@@ -115,7 +118,8 @@ class Int8Linear(nn.Module):
         kernel = CHOICES.get(key)
         x2 = x.reshape(rows, self.in_features)
         if kernel is None:
-            kernel = CHOICES[key] = self._measure(key, x2)
+            with _MEASURING:
+                kernel = CHOICES.get(key) or CHOICES.setdefault(key, self._measure(key, x2))
         return self.run(kernel, x2).view(*x.shape[:-1], self.out_features)
 
     def run(self, kernel: str, x: torch.Tensor) -> torch.Tensor:

@@ -146,6 +146,33 @@ def test_a_batches_only_worker_takes_the_oldest_batchable_job_and_leaves_the_res
         loop.close()
 
 
+def test_a_batchable_job_wakes_one_batch_only_worker_not_all():
+    loop = asyncio.new_event_loop()
+    queue, woken = JobQueue(), []
+
+    class Counting(threading.Condition):
+        def wait(self, timeout=None):
+            out = super().wait(timeout)
+            woken.append(threading.current_thread().name)
+            return out
+
+    queue._batched = Counting(queue._lock)
+    waiters = [threading.Thread(target=queue.take, args=(True,), name=f"w{i}") for i in range(4)]
+    try:
+        for thread in waiters:
+            thread.start()
+        time.sleep(0.1)  # all four waiting
+        queue.put(Job("embed", None, {}, 5, 1, loop, key=("m",)))
+        time.sleep(0.2)
+        assert len(woken) == 1 and queue.items() == 0  # one woke and took it; three sleep on
+        queue.close()
+        for thread in waiters:
+            thread.join(5)
+        assert not any(thread.is_alive() for thread in waiters)
+    finally:
+        loop.close()
+
+
 def test_a_job_wakes_the_first_worker_even_while_a_batches_only_one_waits():
     loop = asyncio.new_event_loop()
     queue, taken = JobQueue(), {}

@@ -150,11 +150,17 @@ def _settle(future, result, error) -> None:
 
 
 class JobQueue:
-    """A FIFO of jobs shared by the event loop (put) and the worker (take); close() ends takes."""
+    """A FIFO of jobs shared by the event loop (put) and the workers (take); close() ends takes.
+
+    Wake-ups: the first worker (every kind of job), the batch-only workers and a worker holding a
+    batch open (batch_wait_ms) wait on three conditions of one lock, so a job wakes one thread that
+    may take it, not every worker (one per core by default: 64 wake-ups a request on 64 cores)."""
 
     def __init__(self) -> None:
         self._jobs: collections.deque = collections.deque()
-        self._ready = threading.Condition()
+        self._lock = threading.Lock()
+        self._any, self._batched, self._arrived = (threading.Condition(self._lock) for _ in range(3))
+        self._items = 0  # texts of the queued jobs, kept as they come and go
         self.closed = False
 
     def __len__(self) -> int:
@@ -162,59 +168,68 @@ class JobQueue:
 
     def items(self) -> int:
         """Texts (or records) of the queued jobs, all together."""
-        with self._ready:
-            return sum(job.size for job in self._jobs)
+        return self._items
 
     def put(self, job: Job) -> None:
-        """Queue a job (every worker wakes: only the first may take a job that is not batched)."""
-        with self._ready:
+        """Queue a job and wake one worker that may take it (and any worker holding a batch open)."""
+        with self._lock:
             self._jobs.append(job)
-            self._ready.notify_all()
+            self._items += job.size
+            if job.key is None:  # only the first worker runs it
+                self._any.notify()
+            else:  # the first worker may be busy with a generation: one batch-only worker too
+                self._batched.notify()
+                self._any.notify()
+                self._arrived.notify_all()
+
+    def _remove(self, job: Job) -> Job:
+        self._jobs.remove(job)
+        self._items -= job.size
+        return job
 
     def take(self, batched_only: bool = False) -> Job | None:
         """The oldest job (batched_only: the oldest batchable one), waiting for one; None once closed
         and nothing it may take is left (the drain is over)."""
-        with self._ready:
+        ready = self._batched if batched_only else self._any
+        with self._lock:
             while True:
                 job = next((j for j in self._jobs if j.key is not None), None) if batched_only \
                     else (self._jobs[0] if self._jobs else None)
                 if job is not None:
-                    self._jobs.remove(job)
-                    return job
+                    return self._remove(job)
                 if self.closed:
                     return None
-                self._ready.wait()
+                ready.wait()
 
     def take_similar(self, key: tuple, tokens: int, items: int) -> list:
         """Queued jobs of `key`, oldest first, while they fit `tokens` and `items`."""
         found = []
-        with self._ready:
+        with self._lock:
             for job in list(self._jobs):
                 if job.key == key and job.tokens <= tokens and job.size <= items:
-                    self._jobs.remove(job)
-                    found.append(job)
+                    found.append(self._remove(job))
                     tokens, items = tokens - job.tokens, items - job.size
         return found
 
     def take_interleavable(self, busy_model) -> Job | None:
         """The oldest batchable job of a model other than `busy_model`, or None."""
-        with self._ready:
+        with self._lock:
             for job in self._jobs:
                 if job.interleave and job.served.model is not busy_model:
-                    self._jobs.remove(job)
-                    return job
+                    return self._remove(job)
         return None
 
     def wait(self, seconds: float) -> None:
-        """Sleep up to `seconds`, waking when a job arrives."""
-        with self._ready:
-            self._ready.wait(seconds)
+        """Sleep up to `seconds`, waking when a batchable job arrives."""
+        with self._lock:
+            self._arrived.wait(seconds)
 
     def close(self) -> None:
         """Let take() return None once the queue is empty."""
-        with self._ready:
+        with self._lock:
             self.closed = True
-            self._ready.notify_all()
+            for ready in (self._any, self._batched, self._arrived):
+                ready.notify_all()
 
 
 class Worker(threading.Thread):

@@ -3,7 +3,7 @@ import gzip
 
 import pytest
 
-from lmforge.data.dictionary import GCIDE, definitions, pos_task, read_gcide
+from lmforge.data.dictionary import FIELDS, GCIDE, definitions, field_task, pos_task, read_gcide
 
 # four entries in GCIDE's layout (head line, inflections, etymology, numbered senses, source marks)
 EXCERPT = """\
@@ -57,6 +57,17 @@ def test_pos_task_splits_are_disjoint_balanced_and_seeded():
     assert sorted(r["label"] for r in more["held_out"]) == sorted(["noun", "adverb", "verb", "adjective"] * 3)
 
 
+def test_field_task_labels_a_definition_by_its_field_mark_and_removes_the_mark():
+    marks = ["(Bot.)", "(Zool.)", "(Law)", ""] * 6  # Law: not among the fields asked for; "": no mark
+    text = "\n".join(f"Word{chr(97 + i // 26)}{chr(97 + i % 26)} \\W\\, n.\n   {mark} A sense of four words {i}.\n"
+                     "   [1913 Webster]\n" for i, mark in enumerate(marks))
+    task = field_task(n_per_label=4, seed=1, text=text, fields=("Bot.", "Zool."))
+    records = [r for split in task.values() for r in split]
+    assert sorted(r["label"] for r in records) == ["Bot."] * 4 + ["Zool."] * 4
+    assert all(r["text"].startswith("A sense of four words") for r in records)  # the mark is not the answer
+    assert field_task(n_per_label=4, seed=1, text=text, fields=("Bot.", "Zool.")) == task
+
+
 def test_a_missing_file_names_the_debian_package(tmp_path):
     with pytest.raises(FileNotFoundError, match="install the Debian package dict-gcide"):
         read_gcide(tmp_path / "gcide.dict.dz")
@@ -74,3 +85,6 @@ def test_the_installed_dictionary_gives_tens_of_thousands_of_definitions():
     assert len(found) > 50_000
     assert {pos for _, pos, _ in found} == {"noun", "verb", "adjective", "adverb"}
     assert ("Abandon", "verb", "To cast or drive out; to banish; to expel; to reject.") in found
+    fields = field_task(n_per_label=300)
+    labels = [r["label"] for split in fields.values() for r in split]
+    assert {label: labels.count(label) for label in set(labels)} == {f: 300 for f in FIELDS}

@@ -4,7 +4,8 @@ Debian's `dict-gcide` package installs it as /usr/share/dictd/gcide.dict.dz (dic
 reads). This module installs nothing: a missing file is an error naming the package.
 
 `definitions()` reads (headword, part of speech, first definition) triples; `pos_task()` turns
-them into a real classification task: a headword's part of speech from its definition alone.
+them into a real classification task: a headword's part of speech from its definition alone;
+`field_task()` into a harder one: the field of knowledge a definition is marked with (Zool., Bot., ...).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ POS = {"n": "noun", "v. t": "verb", "v. i": "verb", "a": "adjective", "adv": "ad
 # an entry's head line: Word \pronunciation\ (respelling), n. | v. t. | v. i. | a. | adv.
 _HEAD = re.compile(r"^([A-Za-z][a-z-]+) \\[^\\\n]+\\(?: \([^)\n]*\))?,\s+(n|v\. t|v\. i|a|adv)\.", re.M)
 _SOURCE = re.compile(r"\[(?:1913 Webster|PJC|WordNet[^\]]*|Webster 1913 Suppl\.|Obs\.|R\.)\]|\{|\}|--\S.*")
+_FIELD = re.compile(r"^\(([A-Z][a-z]+\.?)\)")  # a definition's field mark: "(Bot.)", "(Law)"
+FIELDS = ("Zool.", "Bot.", "Chem.", "Med.", "Anat.", "Min.", "Biol.", "Naut.")  # GCIDE's eight most used
 _PLURAL = re.compile(r"^\s*;\s*pl\.\s*[^.\[]*\.")  # "; pl. Canthi." between the head and the etymology
 
 
@@ -80,6 +83,26 @@ def pos_task(n_per_label: int = 500, seed: int = 0, text: str | None = None, hel
         if word.lower() not in seen:
             seen.add(word.lower())
             by_label.setdefault(label, []).append({"text": sense, "label": label})
+    return _splits(by_label, n_per_label, seed, held_out_per_label)
+
+
+def field_task(n_per_label: int = 400, seed: int = 0, text: str | None = None, fields: tuple = FIELDS) -> dict:
+    """pos_task's splits for a harder question: the field of knowledge a first definition is marked with
+    ("(Zool.) A genus of ..."), the mark removed, among `fields` (the eight most used): zoology, botany,
+    anatomy, physiology and medicine share much of their vocabulary."""
+    by_label: dict = {}
+    seen = set()
+    for word, _, sense in definitions(text):
+        mark = _FIELD.match(sense)
+        if mark and mark.group(1) in fields and word.lower() not in seen:
+            rest = sense[mark.end():].strip()
+            if len(rest.split()) >= 4:
+                seen.add(word.lower())
+                by_label.setdefault(mark.group(1), []).append({"text": rest, "label": mark.group(1)})
+    return _splits(by_label, n_per_label, seed)
+
+
+def _splits(by_label: dict, n_per_label: int, seed: int, held_out_per_label: int = 0) -> dict:
     rng = random.Random(seed)
     records, extra = [], []
     for label in sorted(by_label):

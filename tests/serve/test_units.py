@@ -370,6 +370,8 @@ def test_the_allocator_restart_environment(tmp_path):
     assert allocator.restart_environment("auto", {}, only_tc) == {"LD_PRELOAD": str(tc), allocator.MARK: "auto"}
     kept = allocator.restart_environment("tcmalloc", {"LD_PRELOAD": "/x.so"}, both)["LD_PRELOAD"]
     assert kept == f"{tc}:/x.so"  # the user's preload stays, after ours
+    swapped = allocator.restart_environment("jemalloc", {"LD_PRELOAD": f"/x.so {tc}"}, both)["LD_PRELOAD"]
+    assert swapped == f"{je}:/x.so"  # an explicit choice replaces another allocator the user preloads
     assert allocator.restart_environment("auto", {}, none) is None  # none installed: glibc, no restart
     assert allocator.restart_environment("glibc", {}, both) is None
     assert allocator.restart_environment("auto", {allocator.MARK: "auto"}, both) is None  # restarted already

@@ -73,7 +73,9 @@ def restart_environment(choice: str, environ: dict, libraries: dict = LIBRARIES)
         if choice != "auto":
             raise ValueError(f"--malloc {choice}: no {choice} library found (Debian package {PACKAGES[choice]})")
         return None
-    out = {**environ, "LD_PRELOAD": f"{path}:{preload}" if preload else path, MARK: choice}
+    # another allocator the user preloads would be shadowed by ours, and named by preloaded(): dropped
+    rest = [p for p in preload.replace(" ", ":").split(":") if p and not any(f"lib{a}" in p for a in POOLING)]
+    out = {**environ, "LD_PRELOAD": ":".join([path, *rest]), MARK: choice}
     if name == "jemalloc" and "MALLOC_CONF" not in environ:
         out["MALLOC_CONF"] = JEMALLOC_CONF
     return out

@@ -12,11 +12,11 @@ import pytest
 
 from lmforge.serve import worker
 from lmforge.serve.generation import TextTail
+from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import Admission, Limits, RequestError, fit_lengths
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.records import as_records
 from lmforge.serve.routes import split
-from lmforge.serve.worker import Job, JobQueue
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? '
                     r'(-?[0-9.e+-]+|\+Inf|-Inf|NaN)$')
@@ -161,7 +161,9 @@ def test_a_batchable_job_wakes_one_batch_only_worker_not_all():
     try:
         for thread in waiters:
             thread.start()
-        time.sleep(0.1)  # all four waiting
+        deadline = time.monotonic() + 5
+        while len(queue._batched._waiters) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until all four wait
         queue.put(Job("embed", None, {}, 5, 1, loop, key=("m",)))
         time.sleep(0.2)
         assert len(woken) == 1 and queue.items() == 0  # one woke and took it; three sleep on
@@ -170,6 +172,21 @@ def test_a_batchable_job_wakes_one_batch_only_worker_not_all():
             thread.join(5)
         assert not any(thread.is_alive() for thread in waiters)
     finally:
+        loop.close()
+
+
+def test_a_batch_held_open_wakes_for_a_batchable_job_only():
+    loop = asyncio.new_event_loop()
+    queue = JobQueue()
+    try:
+        for job, woke in ((Job("generate", None, {}, 5, 1, loop), False),
+                          (Job("embed", None, {}, 5, 1, loop, key=("m",)), True)):
+            threading.Timer(0.1, queue.put, (job,)).start()
+            start = time.monotonic()
+            queue.wait(2.0)
+            assert (time.monotonic() - start < 1.0) == woke  # a generation is no texts for its batch
+    finally:
+        queue.close()
         loop.close()
 
 
@@ -196,7 +213,7 @@ def test_a_job_wakes_the_first_worker_even_while_a_batches_only_one_waits():
 
 def test_with_two_workers_a_batch_takes_half_the_queued_texts_not_half_the_jobs():
     limits = Limits()
-    runner = worker.Worker(JobQueue(), limits, Metrics(), Admission(limits), parallel=2)
+    runner = worker.Worker(JobQueue(), limits, Metrics(), Admission(limits), share=0.5)
     batches = []
     runner._timed = lambda jobs, run: batches.append(jobs)
 
@@ -230,6 +247,7 @@ def test_threads_that_do_not_divide_go_to_the_first_workers():
     assert split_threads(3, 2) == [2, 1] and split_threads(8, 3) == [3, 3, 2] and split_threads(2, 2) == [1, 1]
     server = Server({"a": SimpleNamespace(capabilities=["embed"])}, threads=3, workers=2)
     assert [w.threads for w in server.workers] == [2, 1]  # no thread left idle
+    assert [w.share for w in server.workers] == pytest.approx([2 / 3, 1 / 3])  # of the queue and the rate
 
 
 @pytest.mark.parametrize("workers", [0, 3])
@@ -354,65 +372,6 @@ def test_a_primitive_cache_size_already_set_stands(monkeypatch):
     assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
     with pytest.raises(ValueError, match="capacity"):
         worker.bound_primitive_cache(-1)
-
-
-def test_the_allocator_restart_environment(tmp_path):
-    from lmforge.serve import allocator
-
-    je, tc = tmp_path / "libjemalloc.so.2", tmp_path / "libtcmalloc_minimal.so.4"
-    je.write_bytes(b"")
-    tc.write_bytes(b"")
-    both, only_tc = {"jemalloc": (str(je),), "tcmalloc": (str(tc),)}, {"jemalloc": (), "tcmalloc": (str(tc),)}
-    none = {"jemalloc": (), "tcmalloc": ()}
-    env = allocator.restart_environment("auto", {"A": "1"}, both)  # jemalloc first, its purging thread on
-    assert env == {"A": "1", "LD_PRELOAD": str(je), allocator.MARK: "auto", "MALLOC_CONF": "background_thread:true"}
-    assert allocator.restart_environment("auto", {"MALLOC_CONF": "narenas:1"}, both)["MALLOC_CONF"] == "narenas:1"
-    assert allocator.restart_environment("auto", {}, only_tc) == {"LD_PRELOAD": str(tc), allocator.MARK: "auto"}
-    kept = allocator.restart_environment("tcmalloc", {"LD_PRELOAD": "/x.so"}, both)["LD_PRELOAD"]
-    assert kept == f"{tc}:/x.so"  # the user's preload stays, after ours
-    swapped = allocator.restart_environment("jemalloc", {"LD_PRELOAD": f"/x.so {tc}"}, both)["LD_PRELOAD"]
-    assert swapped == f"{je}:/x.so"  # an explicit choice replaces another allocator the user preloads
-    assert allocator.restart_environment("auto", {}, none) is None  # none installed: glibc, no restart
-    assert allocator.restart_environment("glibc", {}, both) is None
-    assert allocator.restart_environment("auto", {allocator.MARK: "auto"}, both) is None  # restarted already
-    assert allocator.restart_environment("auto", {"LD_PRELOAD": str(tc)}, both) is None  # preloaded by the user
-    assert allocator.restart_environment("auto", {"LD_PRELOAD": "/usr/lib/libmimalloc.so"}, both) is None
-    with pytest.raises(ValueError, match="--malloc tcmalloc: .*libtcmalloc-minimal4"):
-        allocator.restart_environment("tcmalloc", {}, none)
-    with pytest.raises(ValueError, match="--malloc jemalloc: .*libjemalloc2"):
-        allocator.restart_environment("jemalloc", {}, only_tc)
-    with pytest.raises(ValueError, match="--malloc 'hoard'"):
-        allocator.restart_environment("hoard", {}, both)
-
-
-def test_auto_chooses_the_first_installed_allocator(tmp_path):
-    from lmforge.serve import allocator
-
-    tc = tmp_path / "libtcmalloc_minimal.so.4"
-    tc.write_bytes(b"")
-    assert allocator.chosen("auto", {"jemalloc": (str(tmp_path / "no.so"),), "tcmalloc": (str(tc),)}) == "tcmalloc"
-    assert allocator.chosen("auto", {"jemalloc": (), "tcmalloc": ()}) == "glibc"
-    assert allocator.chosen("jemalloc") == "jemalloc"
-
-
-def test_the_command_offers_every_allocator_choice():
-    from lmforge.cli import build_parser
-    from lmforge.serve import allocator
-
-    action = next(a for a in build_parser()._subparsers._group_actions[0].choices["serve"]._actions
-                  if a.dest == "malloc")
-    assert tuple(action.choices) == allocator.CHOICES
-
-
-def test_an_explicit_allocator_that_is_not_loaded_is_refused():
-    from lmforge.serve import allocator
-
-    here = allocator.active()  # this test process: whatever it was started with
-    for name in ("jemalloc", "tcmalloc"):
-        if here != name:
-            with pytest.raises(ValueError, match=f"--malloc {name}: the library is not loaded"):
-                allocator.active(name)
-    assert allocator.active("auto") == here and allocator.active("glibc") == here
 
 
 def test_json_body_parses_to_starlettes_json_and_refuses_nan_as_it_does():

@@ -118,8 +118,10 @@ class Int8Linear(nn.Module):
         kernel = CHOICES.get(key)
         x2 = x.reshape(rows, self.in_features)
         if kernel is None:
-            with _MEASURING:
-                kernel = CHOICES.get(key) or CHOICES.setdefault(key, self._measure(key, x2))
+            with _MEASURING:  # not re-entrant: _measure runs kernels, never a module's forward
+                kernel = CHOICES.get(key)  # another thread's choice, made while this one waited
+                if kernel is None:
+                    kernel = CHOICES[key] = self._measure(key, x2)
         return self.run(kernel, x2).view(*x.shape[:-1], self.out_features)
 
     def run(self, kernel: str, x: torch.Tensor) -> torch.Tensor:

@@ -65,17 +65,21 @@ def restart_environment(choice: str, environ: dict, libraries: dict = LIBRARIES)
         raise ValueError(f"--malloc {choice!r}: expected one of {', '.join(CHOICES)}")
     preload = environ.get("LD_PRELOAD", "")
     loaded = [name for name in POOLING if f"lib{name}" in preload]
-    if choice == "glibc" or environ.get(MARK) or choice in loaded or (choice == "auto" and loaded):
+    if environ.get(MARK) or choice in loaded or (choice == "auto" and loaded):
         return None  # restarted already, or an allocator the user preloads stands
-    name = chosen(choice, libraries)
-    path = find(name, libraries)
-    if path is None:
+    name, path = chosen(choice, libraries), None
+    if name == "glibc" and not loaded:
+        return None  # on glibc already
+    if name != "glibc" and (path := find(name, libraries)) is None:
         if choice != "auto":
             raise ValueError(f"--malloc {choice}: no {choice} library found (Debian package {PACKAGES[choice]})")
         return None
-    # another allocator the user preloads would be shadowed by ours, and named by preloaded(): dropped
+    # an allocator the user preloads would be shadowed by ours, or shadow glibc's, and be the one
+    # preloaded() names: an explicit --malloc drops it
     rest = [p for p in preload.replace(" ", ":").split(":") if p and not any(f"lib{a}" in p for a in POOLING)]
-    out = {**environ, "LD_PRELOAD": ":".join([path, *rest]), MARK: choice}
+    out = {k: v for k, v in environ.items() if k != "LD_PRELOAD"} | {MARK: choice}
+    if path or rest:
+        out["LD_PRELOAD"] = ":".join([path, *rest] if path else rest)
     if name == "jemalloc" and "MALLOC_CONF" not in environ:
         out["MALLOC_CONF"] = JEMALLOC_CONF
     return out

@@ -22,10 +22,11 @@ from fastapi.exceptions import RequestValidationError
 
 from lmforge import __version__
 from lmforge.serve import page, routes, streaming
+from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import Admission, Limits, RequestError, too_large
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.schemas import JSONBody
-from lmforge.serve.worker import Cancelled, Job, JobQueue, Worker, bound_memory
+from lmforge.serve.worker import Cancelled, Worker, bound_memory
 
 DESCRIPTION = """Inference server for lmforge models: embeddings (OpenAI-compatible), task predictions,
 mask filling, generation with server-sent events, attention views, tokenisation, health, info, the
@@ -49,7 +50,7 @@ class Server:
         self.worker_threads = split_threads(self.threads, self.n_workers)
         self.metrics, self.admission, self.queue = Metrics(), Admission(self.limits), JobQueue()
         self.workers = [Worker(self.queue, self.limits, self.metrics, self.admission, threads,
-                               batched_only=i > 0, parallel=self.n_workers,
+                               batched_only=i > 0, share=threads / self.threads,
                                name="lmforge-serve-worker" + (f"-{i}" if i else ""))
                         for i, threads in enumerate(self.worker_threads)]
         self.routes: set = set()  # the app's paths, filled by create_app

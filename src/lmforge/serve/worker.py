@@ -27,7 +27,6 @@ runs (the attention view) waits for them and they for it (gate.py).
 """
 from __future__ import annotations
 
-import collections
 import ctypes
 import math
 import os
@@ -39,6 +38,7 @@ import torch
 
 from lmforge.serve import allocator, generation, ops
 from lmforge.serve.gate import gate_of
+from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import RequestError
 
 TRIM_EVERY = 32  # forward passes between heap trims
@@ -108,139 +108,15 @@ class Cancelled(Exception):
     """The job's client has gone: raised between two forward passes to end the job."""
 
 
-class Job:
-    """One unit of the worker's work; settled on the event loop through its future."""
-
-    def __init__(self, kind: str, served, payload: dict, tokens: int, size: int, loop, events=None,
-                 key: tuple | None = None, interleave: bool = False) -> None:
-        self.kind, self.served, self.payload, self.tokens, self.size = kind, served, payload, tokens, size
-        self.loop, self.events, self.future = loop, events, loop.create_future()
-        self.key = key  # jobs with the same key may share a forward pass; None: runs alone
-        self.interleave = interleave  # forward passes only: may run between another model's decoding steps
-        self.cancelled, self.steps, self.steps_at_cancel = False, 0, 0
-        self.enqueued = time.perf_counter()
-
-    def cancel(self) -> None:
-        """Ask the worker to drop the job (called from the event loop when the client goes)."""
-        self.steps_at_cancel, self.cancelled = self.steps, True
-
-    def _call(self, fn, *args) -> None:
-        try:
-            self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop has closed: nobody is waiting any more
-            pass
-
-    def emit(self, event: dict) -> None:
-        """Pass a streamed event to the event loop."""
-        if self.events is not None:
-            self._call(self.events.put_nowait, event)
-
-    def settle(self, result=None, error: BaseException | None = None) -> None:
-        """Hand the result (or the error) to the waiting request."""
-        self._call(_settle, self.future, result, error)
-
-
-def _settle(future, result, error) -> None:
-    if future.done():  # the request was abandoned
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-class JobQueue:
-    """A FIFO of jobs shared by the event loop (put) and the workers (take); close() ends takes.
-
-    Wake-ups: the first worker (every kind of job), the batch-only workers and a worker holding a
-    batch open (batch_wait_ms) wait on three conditions of one lock, so a job wakes one thread that
-    may take it, not every worker (one per core by default: 64 wake-ups a request on 64 cores)."""
-
-    def __init__(self) -> None:
-        self._jobs: collections.deque = collections.deque()
-        self._lock = threading.Lock()
-        self._any, self._batched, self._arrived = (threading.Condition(self._lock) for _ in range(3))
-        self._items = 0  # texts of the queued jobs, kept as they come and go
-        self.closed = False
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def items(self) -> int:
-        """Texts (or records) of the queued jobs, all together."""
-        return self._items
-
-    def put(self, job: Job) -> None:
-        """Queue a job and wake one worker that may take it (and any worker holding a batch open)."""
-        with self._lock:
-            self._jobs.append(job)
-            self._items += job.size
-            if job.key is None:  # only the first worker runs it
-                self._any.notify()
-            else:  # the first worker may be busy with a generation: one batch-only worker too
-                self._batched.notify()
-                self._any.notify()
-                self._arrived.notify_all()
-
-    def _remove(self, job: Job) -> Job:
-        self._jobs.remove(job)
-        self._items -= job.size
-        return job
-
-    def take(self, batched_only: bool = False) -> Job | None:
-        """The oldest job (batched_only: the oldest batchable one), waiting for one; None once closed
-        and nothing it may take is left (the drain is over)."""
-        ready = self._batched if batched_only else self._any
-        with self._lock:
-            while True:
-                job = next((j for j in self._jobs if j.key is not None), None) if batched_only \
-                    else (self._jobs[0] if self._jobs else None)
-                if job is not None:
-                    return self._remove(job)
-                if self.closed:
-                    return None
-                ready.wait()
-
-    def take_similar(self, key: tuple, tokens: int, items: int) -> list:
-        """Queued jobs of `key`, oldest first, while they fit `tokens` and `items`."""
-        found = []
-        with self._lock:
-            for job in list(self._jobs):
-                if job.key == key and job.tokens <= tokens and job.size <= items:
-                    found.append(self._remove(job))
-                    tokens, items = tokens - job.tokens, items - job.size
-        return found
-
-    def take_interleavable(self, busy_model) -> Job | None:
-        """The oldest batchable job of a model other than `busy_model`, or None."""
-        with self._lock:
-            for job in self._jobs:
-                if job.interleave and job.served.model is not busy_model:
-                    return self._remove(job)
-        return None
-
-    def wait(self, seconds: float) -> None:
-        """Sleep up to `seconds`, waking when a batchable job arrives."""
-        with self._lock:
-            self._arrived.wait(seconds)
-
-    def close(self) -> None:
-        """Let take() return None once the queue is empty."""
-        with self._lock:
-            self.closed = True
-            for ready in (self._any, self._batched, self._arrived):
-                ready.notify_all()
-
-
 class Worker(threading.Thread):
     """Runs queued jobs until the queue is closed and drained: every kind, or batchable ones only."""
 
     def __init__(self, queue: JobQueue, limits, metrics, admission, threads: int = 0, batched_only: bool = False,
-                 parallel: int = 1, name: str = "lmforge-serve-worker") -> None:
+                 share: float = 1.0, name: str = "lmforge-serve-worker") -> None:
         super().__init__(name=name, daemon=True)
         self.queue, self.limits, self.metrics, self.admission = queue, limits, metrics, admission
         self.threads, self.batched_only = threads, batched_only  # threads 0: the process's setting
-        self.parallel = parallel  # workers running batches at once: the server's rate is about that many times ours
+        self.share = share  # its part of the server's threads: of the queue it takes, of the rate it makes
         self.current: Job | None = None  # the job whose model the forward hook watches
         self.runs = 0  # forward passes run (batches and single jobs), for the heap trim
 
@@ -259,10 +135,10 @@ class Worker(threading.Thread):
             self._timed([job], self._run_alone)
             return
         items = self.limits.max_batch_items
-        if self.parallel > 1:  # its share of the queued texts, the rest left to the other workers (MiniLM,
+        if self.share < 1:  # its share of the queued texts, the rest left to the other workers (MiniLM,
             # 2 x 1 thread: 105 texts/s, p99 0.85 s; taking all that fits, 102 and 1.36 s: one long batch
             # behind another)
-            items = min(items, math.ceil((self.queue.items() + job.size) / self.parallel))
+            items = min(items, math.ceil((self.queue.items() + job.size) * self.share))
         batch = self._fill([job], items)
         deadline = time.perf_counter() + self.limits.batch_wait_ms / 1000
         while (time.perf_counter() < deadline and sum(j.tokens for j in batch) < self.limits.max_batch_tokens
@@ -292,7 +168,7 @@ class Worker(threading.Thread):
         self.metrics.inc("lmforge_worker_busy_seconds_total", seconds)
         self.metrics.observe("lmforge_phase_seconds", seconds, phase="compute", kind=jobs[0].kind)
         if seconds > 0 and jobs[0].key is not None:  # throughput of batched work: Retry-After's estimate
-            rate = tokens / seconds * self.parallel
+            rate = tokens / seconds / self.share
             old = self.admission.tokens_per_second
             self.admission.tokens_per_second = rate if old == 0 else 0.8 * old + 0.2 * rate
             self.metrics.set("lmforge_tokens_per_second", self.admission.tokens_per_second)

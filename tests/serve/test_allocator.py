@@ -34,6 +34,7 @@ def test_the_allocator_restart_environment(tmp_path):
     with pytest.raises(ValueError, match="--malloc 'hoard'"):
         allocator.restart_environment("hoard", {}, both)
 
+
 def test_auto_chooses_the_first_installed_allocator(tmp_path):
     from lmforge.serve import allocator
 
@@ -43,6 +44,7 @@ def test_auto_chooses_the_first_installed_allocator(tmp_path):
     assert allocator.chosen("auto", {"jemalloc": (), "tcmalloc": ()}) == "glibc"
     assert allocator.chosen("jemalloc") == "jemalloc"
 
+
 def test_the_command_offers_every_allocator_choice():
     from lmforge.cli import build_parser
     from lmforge.serve import allocator
@@ -50,6 +52,7 @@ def test_the_command_offers_every_allocator_choice():
     action = next(a for a in build_parser()._subparsers._group_actions[0].choices["serve"]._actions
                   if a.dest == "malloc")
     assert tuple(action.choices) == allocator.CHOICES
+
 
 def test_an_explicit_allocator_that_is_not_loaded_is_refused():
     from lmforge.serve import allocator

@@ -8,6 +8,11 @@ from __future__ import annotations
 POOLING = ("tcmalloc", "jemalloc", "mimalloc", "hoard")  # allocators that keep freed blocks for reuse
 
 
+def named_in(text: str) -> list:
+    """The pooling allocators whose library a text names (a process's maps, an LD_PRELOAD), in POOLING's order."""
+    return [name for name in POOLING if f"lib{name}" in text]
+
+
 def preloaded() -> str | None:
     """The pooling allocator mapped into this process ("tcmalloc", "jemalloc", ...), or None (glibc)."""
     try:
@@ -15,4 +20,4 @@ def preloaded() -> str | None:
             maps = f.read()
     except OSError:
         return None
-    return next((name for name in POOLING if f"lib{name}" in maps), None)
+    return next(iter(named_in(maps)), None)

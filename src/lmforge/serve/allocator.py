@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from lmforge.fast.malloc import POOLING, preloaded
+from lmforge.fast.malloc import named_in, preloaded
 
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 LIBRARIES = {"jemalloc": tuple(f"{d}/libjemalloc.so.2" for d in LIBRARY_DIRS),  # auto's order of preference
@@ -64,7 +64,7 @@ def restart_environment(choice: str, environ: dict, libraries: dict = LIBRARIES)
     if choice not in CHOICES:
         raise ValueError(f"--malloc {choice!r}: expected one of {', '.join(CHOICES)}")
     preload = environ.get("LD_PRELOAD", "")
-    loaded = [name for name in POOLING if f"lib{name}" in preload]
+    loaded = named_in(preload)
     if environ.get(MARK) or choice in loaded or (choice == "auto" and loaded):
         return None  # restarted already, or an allocator the user preloads stands
     name, path = chosen(choice, libraries), None
@@ -76,7 +76,7 @@ def restart_environment(choice: str, environ: dict, libraries: dict = LIBRARIES)
         return None
     # an allocator the user preloads would be shadowed by ours, or shadow glibc's, and be the one
     # preloaded() names: an explicit --malloc drops it
-    rest = [p for p in preload.replace(" ", ":").split(":") if p and not any(f"lib{a}" in p for a in POOLING)]
+    rest = [p for p in preload.replace(" ", ":").split(":") if p and not named_in(p)]
     out = {k: v for k, v in environ.items() if k != "LD_PRELOAD"} | {MARK: choice}
     if path or rest:
         out["LD_PRELOAD"] = ":".join([path, *rest] if path else rest)

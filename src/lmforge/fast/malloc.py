@@ -9,7 +9,7 @@ POOLING = ("tcmalloc", "jemalloc", "mimalloc", "hoard")  # allocators that keep 
 
 
 def named_in(text: str) -> list:
-    """The pooling allocators whose library a text names (a process's maps, an LD_PRELOAD), in POOLING's order."""
+    """The pooling allocators a text (a process's maps, an LD_PRELOAD) names, in POOLING's order."""
     return [name for name in POOLING if f"lib{name}" in text]
 
 

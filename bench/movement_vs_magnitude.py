@@ -10,6 +10,7 @@ but leaves the scores little time to learn: the ordering found is reported as it
 
     python bench/movement_vs_magnitude.py [--out /tmp/movement] [--steps 80 --per-label 400]
                                           [--prune-start 0.1 --prune-end 0.7] [--task pos|field]
+                                          [--methods magnitude movement soft-movement]
 
 --task field asks a harder question of the same definitions: the field of knowledge a definition is
 marked with (eight fields whose vocabularies overlap: zoology, botany, anatomy, medicine, ...), where
@@ -66,7 +67,8 @@ def run(method: str, sparsity: float, records: dict, out: Path, args) -> dict:
 
 def sparse_config(args) -> SparseConfig:
     """The pruning options of the command line."""
-    return SparseConfig(start=args.prune_start, end=args.prune_end, scores_lr_scale=args.scores_lr_scale)
+    return SparseConfig(start=args.prune_start, end=args.prune_end, scores_lr_scale=args.scores_lr_scale,
+                        soft_lambda=args.soft_lambda)
 
 
 def schedule(args) -> str:
@@ -83,7 +85,7 @@ def plot(runs: list, path: Path, args) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4), dpi=120)
     for r in runs:
-        style = "o-" if r["method"] == "movement" else "s--"
+        style = {"movement": "o-", "soft-movement": "^-."}.get(r["method"], "s--")
         ax.plot([p["step"] for p in r["curve"]], [p["valid_accuracy"] for p in r["curve"]], style,
                 label=f"{r['method']}, {100 * r['kept']:g} % kept (test {r['test_accuracy']:.3f})")
     ax.set_xlabel(f"step (sparsity: {schedule(args)})")
@@ -101,19 +103,21 @@ def write(runs: list, records: dict, args) -> None:
     """The JSON of the runs so far, with movement minus magnitude where both ran."""
     cpu = Path("/proc/cpuinfo").read_text().split("model name")[1].split("\n")[0].split(":", 1)[1].strip()
     by = {(r["method"], r["kept"]): r["test_accuracy"] for r in runs}
+    minus = {f"{method}_minus_magnitude": {f"{100 * k:g}% kept": by[(method, k)] - by[("magnitude", k)]
+                                           for k in args.kept if (method, k) in by and ("magnitude", k) in by}
+             for method in ("movement", "soft-movement")}
     result = {"task": TASKS[args.task][1], "model": "all-MiniLM-L6-v2 (pretrained)",
               "records": {k: len(v) for k, v in records.items()}, "cpu": cpu, "threads": torch.get_num_threads(),
               "seed": args.seed, "budget": {"steps": args.steps, "batch_size": 32, "lr": args.lr,
-                         "scores_lr": args.lr * args.scores_lr_scale, "schedule": schedule(args)},
-              "movement_minus_magnitude": {f"{100 * k:g}% kept": by[("movement", k)] - by[("magnitude", k)]
-                                           for k in args.kept if ("movement", k) in by and ("magnitude", k) in by},
-              "runs": runs}
+                         "scores_lr": args.lr * args.scores_lr_scale, "schedule": schedule(args),
+                         **({"soft_lambda": args.soft_lambda} if "soft-movement" in args.methods else {})},
+              **{name: d for name, d in minus.items() if d}, "runs": runs}
     Path(args.result).parent.mkdir(parents=True, exist_ok=True)
     Path(args.result).write_text(json.dumps(result, indent=2) + "\n")
 
 
 def main() -> None:
-    """Four runs (two methods x two sparsities), the JSON and the plot."""
+    """The runs (--methods x --kept), the JSON and the plot."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/movement")
     parser.add_argument("--task", choices=sorted(TASKS), default="pos",
@@ -124,6 +128,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--scores-lr-scale", type=float, default=100.0)
+    parser.add_argument("--soft-lambda", type=float, default=400.0, help="soft movement's L1 weight")
+    parser.add_argument("--methods", nargs="+", choices=("magnitude", "movement", "soft-movement"),
+                        default=["magnitude", "movement"], help="the runs at each sparsity (magnitude is "
+                        "deterministic for a seed: a run of another method compares with its earlier JSON)")
     parser.add_argument("--prune-start", type=float, default=0.1, help="share of the steps before the first cut")
     parser.add_argument("--prune-end", type=float, default=0.7, help="share of the steps at the final sparsity")
     parser.add_argument("--kept", type=float, nargs="+", default=[0.1, 0.03], help="shares of weights kept")
@@ -137,14 +145,15 @@ def main() -> None:
     records = TASKS[args.task][0](args.per_label, seed=0)
     runs: list = []
     for sparsity in (round(1 - k, 4) for k in args.kept):
-        for method in ("magnitude", "movement"):
+        for method in args.methods:
             runs.append(run(method, sparsity, records, Path(args.out) / f"{method}-{sparsity}", args))
             r = runs[-1]
-            print(f"{method:9s} {100 * r['kept']:4.1f}% kept  test {r['test_accuracy']:.4f}  "
+            print(f"{method:13s} {100 * r['kept']:4.1f}% kept  test {r['test_accuracy']:.4f}  "
                   f"valid {r['valid_accuracy']:.4f}  {r['train_seconds']:.0f}s", flush=True)
             write(runs, records, args)  # after each run: a cut-off bench keeps what it measured
     plot(runs, PLOT if args.result == str(RESULT) else Path(args.result).with_suffix(".png"), args)
-    print(json.dumps(json.loads(Path(args.result).read_text())["movement_minus_magnitude"], indent=2))
+    print(json.dumps({k: v for k, v in json.loads(Path(args.result).read_text()).items() if "_minus_" in k},
+                     indent=2))
 
 
 if __name__ == "__main__":

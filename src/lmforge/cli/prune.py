@@ -1,16 +1,18 @@
 """`lmforge prune`: structured pruning of a fine-tuned model (FFN neurons or attention heads), or
-unstructured pruning during fine-tuning (magnitude, Zhu & Gupta 2017; movement, Sanh et al. 2020).
+unstructured pruning during fine-tuning (magnitude, Zhu & Gupta 2017; movement and soft movement,
+Sanh et al. 2020).
 
     lmforge prune --model runs/sst/best --method ffn --sparsity 0.5 --data dev.jsonl --out runs/ffn50
     lmforge prune --model all-MiniLM-L6-v2 --method movement --sparsity 0.9 --task cls \\
         --train train.jsonl --valid dev.jsonl --data test.jsonl --steps 1000 --out runs/mvp10 lr=1e-4
 
 key=value options of magnitude / movement: training (TrainConfig), fine-tuning (TaskConfig) and
-pruning (start, end: the cubic schedule's span as shares of the steps; scores_lr_scale).
+pruning (start, end: the cubic schedule's span as shares of the steps; scores_lr_scale; soft_lambda:
+soft movement's L1 weight).
 """
 from __future__ import annotations
 
-UNSTRUCTURED = ("magnitude", "movement")
+UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 
 
 def _table(title: str, rows: dict, extra: str = "") -> None:
@@ -94,8 +96,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json); magnitude / "
                    "movement: also a pretrained model or a Hugging Face directory (then --task)")
     p.add_argument("--method", required=True, choices=METHODS + UNSTRUCTURED,
-                   help="ffn: feed-forward units; heads: attention heads; magnitude / movement: single weights "
-                        "of the blocks' Linears, pruned while fine-tuning")
+                   help="ffn: feed-forward units; heads: attention heads; magnitude / movement / soft-movement: "
+                        "single weights of the blocks' Linears, pruned while fine-tuning")
     p.add_argument("--sparsity", required=True, type=float, help="share removed, in (0, 1)")
     p.add_argument("--data", required=True, help="labelled data: the metric (and ffn / heads importance)")
     p.add_argument("--importance-data", help="ffn / heads: labelled data importance is estimated on (default: --data)")

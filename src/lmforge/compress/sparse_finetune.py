@@ -4,7 +4,8 @@ The task is wrapped by `Pruning`, an objective that advances the cubic schedule 
 optimiser step and logs the sparsity; validation runs on the masked model, so metrics.jsonl
 holds the accuracy curve as the sparsity rises. At the end the masks are baked into the
 weights: OUT/final is a plain model directory (zeros in the weights) that `lmforge evaluate`
-loads like any other. Unstructured zeros shrink neither the dense matrices nor their time:
+loads like any other. Soft movement adds its L1 penalty to the training loss (task_loss and
+l1_penalty are logged beside it). Unstructured zeros shrink neither the dense matrices nor their time:
 the report measures it, and says so. With movement pruning the scores are an AdamW group of
 their own (lr x scores_lr_scale), listed first, so the lr column of metrics.jsonl is theirs.
 """
@@ -47,12 +48,15 @@ class SparseConfig:
     start: float = option(0.1, "share of the steps before pruning begins (initial warm-up)")
     end: float = option(0.7, "share of the steps at which the target sparsity is reached")
     scores_lr_scale: float = option(100.0, "movement: scores' lr = lr x this (the reference: 1e-2 vs 3e-5)")
+    soft_lambda: float = option(400.0, "soft-movement: the L1 penalty's final weight (the reference's final_lambda)")
 
     def __post_init__(self) -> None:
         if not 0 <= self.start <= self.end <= 1:
             raise ValueError(f"need 0 <= start <= end <= 1, got start={self.start}, end={self.end}")
         if self.scores_lr_scale <= 0:
             raise ValueError(f"scores_lr_scale must be > 0, got {self.scores_lr_scale}")
+        if self.soft_lambda < 0:
+            raise ValueError(f"soft_lambda must be >= 0, got {self.soft_lambda}")
 
     @classmethod
     def from_dict(cls, data: dict) -> SparseConfig:
@@ -88,7 +92,11 @@ class Pruning(Objective):
         else:
             sparsity = float(self.pruner.masks()[0][1].sparsity)
         out = self.task.forward(batch)
-        return Loss(out.loss, {**out.metrics, "sparsity": torch.tensor(sparsity)})
+        penalty = self.pruner.penalty() if self.training else None
+        if penalty is None:
+            return Loss(out.loss, {**out.metrics, "sparsity": torch.tensor(sparsity)})
+        return Loss(out.loss + penalty, {**out.metrics, "sparsity": torch.tensor(sparsity),
+                                         "task_loss": out.loss.detach(), "l1_penalty": penalty.detach()})
 
     def heads(self) -> dict:
         """The task's head."""
@@ -113,7 +121,8 @@ def prune_finetune(model, tokenizer, kind: str, method: str, sparsity: float, tr
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, source_labels)
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
-    pruner = Pruner(model, method, sparsity, round(sparse_cfg.start * steps), round(sparse_cfg.end * steps))
+    pruner = Pruner(model, method, sparsity, round(sparse_cfg.start * steps), round(sparse_cfg.end * steps),
+                    sparse_cfg.soft_lambda)
     objective = Pruning(task, pruner, train_cfg.accumulation)
     validator = Validator(task, valid, task_cfg, out) if valid else None
     scale = sparse_cfg.scores_lr_scale

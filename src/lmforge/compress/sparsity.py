@@ -19,8 +19,17 @@
   as it is: it is no lever on which weights go. Scores learned over few noisy batches rank the
   weights nearly at random (worse: large ones that happened to move towards zero go first), so
   the first cut must wait for them (the initial warm-up: one epoch in the reference). Unlike
-  the reference, the trainer's AdamW decays the scores (2-D) too: S forgets at lr_S x
-  weight_decay per step (1e-4 at lr_S 1e-2), otherwise rank-neutral.
+  the reference, scores are not decayed (they carry `no_weight_decay`, see train/optim).
+- Soft movement pruning (Sanh et al. 2020, sec. 4, "soft"): the mask is 1[S > tau] with one
+  threshold for the whole model, so each matrix finds its own sparsity, and an L1 penalty
+  lambda x mean sigmoid(S) (the reference's, a mean per matrix, then over matrices) pulls down the
+  scores of weights whose movement is weaker than it: under AdamW that is no longer a change of
+  scale alone, unlike the scores' lr. The reference fixes tau and lets lambda set the sparsity
+  it ends at; here tau is set at each step to the global score that keeps the schedule's share
+  (a global top-k), so runs compare at the same sparsity, and lambda ramps with it
+  (lambda x s_t / s_f, as the reference ramps it with its threshold). Each matrix keeps at least
+  0.5 % of its weights (the reference's floor), its largest scores: a matrix at the floor adds
+  to the share kept.
 
 Masks are torch.nn.utils.parametrize parametrizations on `weight`, so the model's code stays
 plain nn.Linear; `bake` removes them, leaving the zeros in the weights: the saved model loads
@@ -28,11 +37,14 @@ as a normal model (dense: same size on disk, no speed-up from dense kernels).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-METHODS = ("magnitude", "movement")
+METHODS = ("magnitude", "movement", "soft-movement")
+FLOOR = 0.005  # soft movement: the share of each matrix always kept (the reference's min_elements)
 
 
 def cubic_sparsity(step: int, final: float, start: int, end: int, initial: float = 0.0) -> float:
@@ -72,6 +84,20 @@ class StraightThroughTopK(torch.autograd.Function):
         return grad, None
 
 
+class StraightThroughMask(torch.autograd.Function):
+    """A mask chosen outside (soft movement's global top-k) forward; the gradient passes to S."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The given mask."""
+        return mask
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        """Straight through: dL/dS = dL/dM."""
+        return grad, None
+
+
 class MagnitudeMask(nn.Module):
     """W -> W * mask; the mask (a buffer, so checkpoints carry it) keeps the largest |W|."""
 
@@ -99,6 +125,7 @@ class MovementMask(nn.Module):
         super().__init__()
         # the reference's mask_init "constant", mask_scale 0: every weight starts equal
         self.scores = nn.Parameter(torch.zeros_like(weight))
+        self.scores.no_weight_decay = True  # the reference's scores group has no decay
         self.register_buffer("sparsity", torch.zeros(()))
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
@@ -112,7 +139,26 @@ class MovementMask(nn.Module):
         self.sparsity.fill_(sparsity)
 
 
-MASKS = {"magnitude": MagnitudeMask, "movement": MovementMask}
+class SoftMovementMask(MovementMask):
+    """W -> W * M (straight-through to S), M this matrix's part of the global top-k of the scores,
+    which the Pruner sets (1[S > tau] for the tau that keeps the share, ties broken)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__(weight)
+        self.register_buffer("mask", torch.ones_like(weight))
+        self.floor = max(1, math.ceil(FLOOR * weight.numel()))
+        self.settle = None  # the Pruner's: M follows scores changed since (validation, bake)
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        """The masked weight: every weight before the first cut, then those of the top scores."""
+        if float(self.sparsity) == 0:
+            return weight
+        if self.settle is not None:
+            self.settle()
+        return weight * StraightThroughMask.apply(self.scores, self.mask).to(weight.dtype)
+
+
+MASKS = {"magnitude": MagnitudeMask, "movement": MovementMask, "soft-movement": SoftMovementMask}
 
 
 def prunable(model: nn.Module) -> dict:
@@ -132,17 +178,23 @@ def prunable(model: nn.Module) -> dict:
 class Pruner:
     """Masks on `model`'s block Linears by `method`, following the cubic schedule to `sparsity`."""
 
-    def __init__(self, model: nn.Module, method: str, sparsity: float, start: int, end: int) -> None:
+    def __init__(self, model: nn.Module, method: str, sparsity: float, start: int, end: int,
+                 soft_lambda: float = 0.0) -> None:
         if method not in METHODS:
             raise ValueError(f"method {method!r}: expected one of {', '.join(METHODS)}")
         if not 0 < sparsity < 1:
             raise ValueError(f"sparsity {sparsity}: the share of weights removed, in (0, 1)")
         if not 0 <= start <= end:
             raise ValueError(f"the schedule needs 0 <= start <= end, got {start}, {end}")
+        if soft_lambda < 0:
+            raise ValueError(f"soft_lambda {soft_lambda}: the L1 penalty's weight, >= 0")
         self.model, self.method, self.sparsity, self.start, self.end = model, method, sparsity, start, end
+        self.soft_lambda, self._settled = soft_lambda, None
         self.linears = prunable(model)
         for linear in self.linears.values():
             parametrize.register_parametrization(linear, "weight", MASKS[method](linear.weight))
+            if method == "soft-movement":
+                linear.parametrizations.weight[0].settle = self.settle
 
     def masks(self) -> list:
         """(linear, its mask module) pairs."""
@@ -153,10 +205,40 @@ class Pruner:
         s = cubic_sparsity(step, self.sparsity, self.start, self.end)
         for linear, mask in self.masks():
             mask.update(linear.parametrizations.weight.original, s)
+        self.settle()
         return s
+
+    @torch.no_grad()
+    def settle(self) -> None:
+        """Soft movement: the masks of the global top-k scores at the current share, each matrix
+        at least its floor (recomputed only when the scores changed: validation between steps
+        sees the scores it runs with)."""
+        masks = [mask for _, mask in self.masks()]
+        key = (float(masks[0].sparsity), *(m.scores._version for m in masks)) if self.method == "soft-movement" else None
+        if key is None or key == self._settled or key[0] == 0:
+            return
+        scores = torch.cat([m.scores.detach().flatten() for m in masks])
+        # top-k rather than S > tau: early scores are few distinct values (Adam's first steps
+        # move each by +-lr), and a threshold among ties would keep far fewer than k
+        on = top_k_mask(scores, kept(scores.numel(), key[0]))
+        for m, part in zip(masks, on.split([m.scores.numel() for m in masks])):
+            part = part.view_as(m.scores)
+            m.mask.copy_(top_k_mask(m.scores.detach(), m.floor) if int(part.sum()) < m.floor else part)
+        self._settled = key
+
+    def penalty(self) -> torch.Tensor | None:
+        """Soft movement's L1 term: lambda x s_t / s_f x the mean over matrices of mean sigmoid(S)."""
+        if self.method != "soft-movement" or self.soft_lambda == 0:
+            return None
+        masks = [mask for _, mask in self.masks()]
+        ramp = float(masks[0].sparsity) / self.sparsity
+        return self.soft_lambda * ramp * torch.stack([torch.sigmoid(m.scores).mean() for m in masks]).mean()
 
     def bake(self) -> nn.Module:
         """Remove the parametrizations, keeping W * mask in the weights; returns the plain model."""
+        self.settle()
+        for _, mask in self.masks():  # tau is final: the masks must not look for matrices baked before them
+            mask.settle = None
         for linear in self.linears.values():
             if parametrize.is_parametrized(linear, "weight"):
                 parametrize.remove_parametrizations(linear, "weight", leave_parametrized=True)

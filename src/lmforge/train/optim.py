@@ -11,8 +11,9 @@ SCHEDULES = ("linear", "cosine", "constant")
 
 
 def no_decay(name: str, param: nn.Parameter) -> bool:
-    """Biases and norm gains (every 1-D parameter) are not decayed, as in BERT's optimiser."""
-    return param.dim() < 2 or name.endswith(".bias")
+    """Biases and norm gains (every 1-D parameter) are not decayed, as in BERT's optimiser, nor a
+    parameter marked `no_weight_decay` (movement pruning's scores)."""
+    return param.dim() < 2 or name.endswith(".bias") or getattr(param, "no_weight_decay", False)
 
 
 def param_groups(module: nn.Module, weight_decay: float, lr: float | None = None, lr_scale=None) -> list:

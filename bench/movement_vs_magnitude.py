@@ -35,7 +35,9 @@ from pathlib import Path
 
 import torch
 
+import lmforge
 from lmforge.compress.sparse_finetune import SparseConfig, prune_finetune
+from lmforge.compress.sparsity import prunable
 from lmforge.data.dictionary import field_task, pos_task
 from lmforge.tasks.finetune import TaskConfig, evaluate
 from lmforge.train import TrainConfig
@@ -62,7 +64,15 @@ def run(method: str, sparsity: float, records: dict, out: Path, args) -> dict:
              for r in rows if "valid_accuracy" in r]
     return {"method": method, "kept": round(1 - sparsity, 4), "test_accuracy": test["accuracy"],
             "valid_accuracy": summary["final"]["accuracy"], "weight_sparsity": summary["sparsity"],
-            "train_seconds": summary["seconds"], "wall_seconds": seconds, "curve": curve}
+            "train_seconds": summary["seconds"], "wall_seconds": seconds, "curve": curve,
+            "kept_by_matrix": kept_by_matrix(out / "final")}
+
+
+def kept_by_matrix(model_dir: Path) -> dict:
+    """The share of each block Linear's weights left nonzero (soft movement's differ by matrix)."""
+    model = lmforge.load(model_dir)
+    return {name.removeprefix("encoder.blocks."): round(float(linear.weight.ne(0).float().mean()), 4)
+            for name, linear in prunable(model).items()}
 
 
 def sparse_config(args) -> SparseConfig:
@@ -151,7 +161,7 @@ def main() -> None:
             print(f"{method:13s} {100 * r['kept']:4.1f}% kept  test {r['test_accuracy']:.4f}  "
                   f"valid {r['valid_accuracy']:.4f}  {r['train_seconds']:.0f}s", flush=True)
             write(runs, records, args)  # after each run: a cut-off bench keeps what it measured
-    plot(runs, PLOT if args.result == str(RESULT) else Path(args.result).with_suffix(".png"), args)
+    plot(runs, PLOT.with_name(Path(args.result).stem + ".png"), args)  # bench/plots/, named as the JSON
     print(json.dumps({k: v for k, v in json.loads(Path(args.result).read_text()).items() if "_minus_" in k},
                      indent=2))
 

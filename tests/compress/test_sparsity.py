@@ -16,6 +16,7 @@ from lmforge.compress.sparsity import (
     MovementMask,
     Pruner,
     cubic_sparsity,
+    fused_rows,
     is_score,
     kept,
     prunable,
@@ -240,12 +241,32 @@ def test_soft_movement_masks_follow_scores_changed_by_a_step():
 def test_soft_movement_penalty_is_lambda_times_mean_sigmoid_ramped_with_the_schedule():
     _, pruner = soft_pruned(0.8, soft_lambda=400.0)
     assert Pruner(tiny_model("bert-base"), "movement", 0.8, 0, 2, 400.0).penalty() is None
+    names = list(pruner.linears)
+    assert names[0].endswith("attn.qkv") and names[1].endswith("attn.out")
     masks = [mask for _, mask in pruner.masks()]
+    d = masks[1].scores.shape[0]  # tiny BERT: q, k, v each d x d, fused in qkv
+    parts = [p for m in masks for p in (m.scores.split(d) if m is masks[0] or m.scores.shape[0] == 3 * d
+                                         else [m.scores])]
     pruner.at(1)  # halfway: s_1 = 0.8 - 0.8 * 0.5^3 = 0.7
-    expected = 400.0 * (0.7 / 0.8) * torch.stack([torch.sigmoid(m.scores).mean() for m in masks]).mean()
+    expected = 400.0 * (0.7 / 0.8) * torch.stack([torch.sigmoid(p).mean() for p in parts]).mean()
     penalty = pruner.penalty()
     torch.testing.assert_close(penalty, expected)
     penalty.backward()
-    s = masks[1].scores.detach()
-    grad = 400.0 * (0.7 / 0.8) * torch.sigmoid(s) * (1 - torch.sigmoid(s)) / (s.numel() * len(masks))
-    torch.testing.assert_close(masks[1].scores.grad, grad)  # every score pulled down, hardest near 0
+    for m in masks[:2]:  # each of q, k, v weighs as much as the output projection (the reference's BERT)
+        s = m.scores.detach()
+        grad = 400.0 * (0.7 / 0.8) * torch.sigmoid(s) * (1 - torch.sigmoid(s)) / (d * d * len(parts))
+        torch.testing.assert_close(m.scores.grad, grad)  # every score pulled down, hardest near 0
+
+
+def test_fused_rows_name_the_matrices_a_projection_fuses():
+    model = tiny_model("llama-3.2-1b")  # grouped-query attention: fewer key/value heads than queries
+    attn = model.decoder.blocks[0].attn
+    q, kv = attn.n_heads * attn.dh, attn.n_kv * attn.dh
+    assert kv < q
+    rows = {name: fused_rows(model, name, linear) for name, linear in prunable(model).items()}
+    assert rows["decoder.blocks.0.attn.qkv"] == [q, kv, kv]
+    assert all(r == [linear.out_features] for (name, linear), r in zip(prunable(model).items(), rows.values())
+               if not name.endswith(".qkv"))
+    t5 = tiny_model("t5-small")  # cross-attention: its kv fuses k and v
+    cross = {n: fused_rows(t5, n, m) for n, m in prunable(t5).items() if n.endswith(".kv")}
+    assert cross and all(len(r) == 2 and r[0] == r[1] for r in cross.values())

@@ -22,7 +22,8 @@
   the reference, scores are not decayed (they carry `no_weight_decay`, see train/optim).
 - Soft movement pruning (Sanh et al. 2020, sec. 4, "soft"): the mask is 1[S > tau] with one
   threshold for the whole model, so each matrix finds its own sparsity, and an L1 penalty
-  lambda x mean sigmoid(S) (the reference's, a mean per matrix, then over matrices) pulls down the
+  lambda x mean sigmoid(S) (the reference's: a mean per matrix, then over matrices, q, k and v
+  counted apart as in its BERT though lmforge fuses them) pulls down the
   scores of weights whose movement is weaker than it: under AdamW that is no longer a change of
   scale alone, unlike the scores' lr. The reference fixes tau and lets lambda set the sparsity
   it ends at; here tau is set at each step to the global score that keeps the schedule's share
@@ -175,6 +176,17 @@ def prunable(model: nn.Module) -> dict:
     return out
 
 
+def fused_rows(model: nn.Module, name: str, linear: nn.Linear) -> list:
+    """The output rows of each matrix a Linear fuses: q, k, v in attention's qkv, k, v in its
+    cross kv; [out_features] for any other."""
+    parent_name, _, leaf = name.rpartition(".")
+    parent = model.get_submodule(parent_name)
+    if leaf in ("qkv", "kv") and hasattr(parent, "n_kv"):
+        kv = parent.n_kv * parent.dh
+        return ([linear.out_features - 2 * kv] if leaf == "qkv" else []) + [kv, kv]
+    return [linear.out_features]
+
+
 class Pruner:
     """Masks on `model`'s block Linears by `method`, following the cubic schedule to `sparsity`."""
 
@@ -191,6 +203,7 @@ class Pruner:
         self.model, self.method, self.sparsity, self.start, self.end = model, method, sparsity, start, end
         self.soft_lambda, self._settled = soft_lambda, None
         self.linears = prunable(model)
+        self.rows = [fused_rows(model, name, linear) for name, linear in self.linears.items()]
         for linear in self.linears.values():
             parametrize.register_parametrization(linear, "weight", MASKS[method](linear.weight))
             if method == "soft-movement":
@@ -227,12 +240,14 @@ class Pruner:
         self._settled = key
 
     def penalty(self) -> torch.Tensor | None:
-        """Soft movement's L1 term: lambda x s_t / s_f x the mean over matrices of mean sigmoid(S)."""
+        """Soft movement's L1 term: lambda x s_t / s_f x the mean over matrices of mean sigmoid(S),
+        a fused projection counted as the matrices it fuses (the reference's BERT has q, k, v apart)."""
         if self.method != "soft-movement" or self.soft_lambda == 0:
             return None
         masks = [mask for _, mask in self.masks()]
         ramp = float(masks[0].sparsity) / self.sparsity
-        return self.soft_lambda * ramp * torch.stack([torch.sigmoid(m.scores).mean() for m in masks]).mean()
+        means = [part.mean() for m, rows in zip(masks, self.rows) for part in torch.sigmoid(m.scores).split(rows)]
+        return self.soft_lambda * ramp * torch.stack(means).mean()
 
     def bake(self) -> nn.Module:
         """Remove the parametrizations, keeping W * mask in the weights; returns the plain model."""

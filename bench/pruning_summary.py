@@ -1,0 +1,115 @@
+"""One picture and one table of every field-task pruning run in bench/results/ (written by
+bench/movement_vs_magnitude.py --task field): test accuracy by method, share kept and seed, and
+where soft movement put the weights it kept.
+
+    python bench/pruning_summary.py   # -> bench/results/pruning_field_summary.json, bench/plots/pruning_field_summary.png
+
+Only runs with the same budget as the first are gathered (steps, lr, schedule): a run of another
+budget is named and left out, not averaged in.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import mean
+
+from lmforge.compress.sparsity import FLOOR
+
+HERE = Path(__file__).resolve().parent
+RESULT, PLOT = HERE / "results" / "pruning_field_summary.json", HERE / "plots" / "pruning_field_summary.png"
+METHODS = ("magnitude", "movement", "soft-movement")
+KINDS = ("attn.qkv", "attn.out", "ffn.up", "ffn.down")  # MiniLM's block Linears (q, k, v fused)
+
+
+def gather(results: Path = HERE / "results") -> tuple:
+    """Runs of the field task at the first file's budget: [{method, kept, seed, test, valid, file, by}], skipped."""
+    runs, skipped, budget = [], [], None
+    for path in sorted(results.glob("movement_pruning_field*.json")):
+        data = json.loads(path.read_text())
+        key = {k: data["budget"][k] for k in ("steps", "lr", "schedule")}
+        budget = budget or key
+        if key != budget:
+            skipped.append(path.name)
+            continue
+        runs += [{"method": r["method"], "kept": r["kept"], "seed": data.get("seed", 0), "test": r["test_accuracy"],
+                  "valid": r["valid_accuracy"], "file": path.name, "by": r.get("kept_by_matrix")}
+                 for r in data["runs"]]
+    return runs, skipped, budget
+
+
+def table(runs: list) -> list:
+    """Mean test / validation accuracy per (kept, method), with the seeds behind each."""
+    rows = []
+    for kept in sorted({r["kept"] for r in runs}, reverse=True):
+        for method in METHODS:
+            these = [r for r in runs if r["kept"] == kept and r["method"] == method]
+            if these:
+                rows.append({"kept": kept, "method": method, "seeds": sorted(r["seed"] for r in these),
+                             "test": round(mean(r["test"] for r in these), 4),
+                             "valid": round(mean(r["valid"] for r in these), 4),
+                             "test_by_seed": {r["seed"]: round(r["test"], 4) for r in these}})
+    return rows
+
+
+def plot(runs: list, path: Path) -> None:
+    """Left: test accuracy per method at each share kept (a dot per seed, a bar for the mean);
+    right: soft movement's share kept per layer and matrix kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120, gridspec_kw={"width_ratios": [1, 1.3]})
+    shares = sorted({r["kept"] for r in runs}, reverse=True)
+    colors = {"magnitude": "tab:gray", "movement": "tab:blue", "soft-movement": "tab:orange"}
+    for i, kept in enumerate(shares):
+        for j, method in enumerate(METHODS):
+            tests = [r["test"] for r in runs if r["kept"] == kept and r["method"] == method]
+            if tests:
+                x = i + (j - 1) * 0.27
+                left.bar(x, mean(tests), 0.25, color=colors[method], alpha=0.45,
+                         label=method if i == 0 else None)
+                left.plot([x] * len(tests), tests, "o", color=colors[method], ms=4)
+    left.set_xticks(range(len(shares)), [f"{100 * k:g} % kept" for k in shares])
+    left.set_ylim(0.6, 0.9)
+    left.set_ylabel("test accuracy (dots: seeds)")
+    left.set_title("GCIDE field, MiniLM pruned while fine-tuned")
+    left.legend(fontsize=8, loc="lower left")
+    left.grid(axis="y", alpha=0.3)
+    soft = [r for r in runs if r["method"] == "soft-movement" and r["by"]]
+    for kept, style in zip(sorted({r["kept"] for r in soft}, reverse=True), ("-", "--")):
+        these = [r["by"] for r in soft if r["kept"] == kept]
+        layers = sorted({int(name.split(".")[0]) for name in these[0]})
+        for kind, marker, color in zip(KINDS, "os^v", ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+            ys = [100 * mean(by[f"{layer}.{kind}"] for by in these) for layer in layers]
+            right.plot(layers, ys, marker + style, color=color, label=f"{kind}, {100 * kept:g} % kept")
+        right.axhline(100 * kept, color="black", lw=0.8, ls=style, alpha=0.5)
+    right.axhline(100 * FLOOR, color="gray", lw=0.8, ls=":", label="floor (0.5 %)")
+    right.set_yscale("log")
+    right.set_xlabel("layer")
+    right.set_ylabel("% of the matrix kept (mean over seeds)")
+    right.set_title("Where soft movement keeps weights (black: the overall share)")
+    right.legend(fontsize=7, ncol=2)
+    right.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    """Gather, tabulate, draw."""
+    runs, skipped, budget = gather()
+    if not runs:
+        raise SystemExit("no bench/results/movement_pruning_field*.json: run bench/movement_vs_magnitude.py first")
+    rows = table(runs)
+    RESULT.write_text(json.dumps({"budget": budget, "skipped_other_budget": skipped, "rows": rows,
+                                  "files": sorted({r["file"] for r in runs})}, indent=2) + "\n")
+    plot(runs, PLOT)
+    for row in rows:
+        print(f"{100 * row['kept']:4g} % kept  {row['method']:13s}  test {row['test']:.4f}  valid {row['valid']:.4f}  "
+              f"seeds {row['seeds']}")
+
+
+if __name__ == "__main__":
+    main()

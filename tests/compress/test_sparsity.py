@@ -219,6 +219,18 @@ def test_soft_movement_keeps_the_global_top_share_and_each_matrix_finds_its_own(
     assert all(int(o.sum()) >= max(1, FLOOR * o.numel()) for o in on)  # the floor: no matrix emptied
 
 
+def test_soft_movement_scores_learn_before_the_first_cut():
+    model = tiny_model("bert-base")
+    pruner = Pruner(model, "soft-movement", 0.9, 5, 10)
+    assert pruner.at(3) == 0  # the initial warm-up: nothing pruned, the scores already move
+    ids = torch.randint(5, 99, (2, 9), generator=torch.Generator().manual_seed(0))
+    model(ids).last_hidden_state.pow(2).mean().backward()
+    for linear, mask in pruner.masks():
+        w = linear.parametrizations.weight.original
+        assert torch.equal(linear.weight, w) and mask.scores.grad is not None
+        torch.testing.assert_close(mask.scores.grad, w.grad * w)  # dL/dS = dL/dW' * W with M = 1
+
+
 def test_soft_movement_masks_follow_scores_changed_by_a_step():
     model, pruner = soft_pruned()
     pruner.at(2)

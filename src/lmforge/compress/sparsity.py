@@ -151,9 +151,8 @@ class SoftMovementMask(MovementMask):
         self.settle = None  # the Pruner's: M follows scores changed since (validation, bake)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        """The masked weight: every weight before the first cut, then those of the top scores."""
-        if float(self.sparsity) == 0:
-            return weight
+        """The masked weight: every weight before the first cut (the scores learn meanwhile, the
+        initial warm-up), then those of the top scores."""
         if self.settle is not None:
             self.settle()
         return weight * StraightThroughMask.apply(self.scores, self.mask).to(weight.dtype)

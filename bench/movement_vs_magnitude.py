@@ -37,7 +37,7 @@ import torch
 
 import lmforge
 from lmforge.compress.sparse_finetune import SparseConfig, prune_finetune
-from lmforge.compress.sparsity import prunable
+from lmforge.compress.sparsity import kept_by_matrix as shares
 from lmforge.data.dictionary import field_task, pos_task
 from lmforge.tasks.finetune import TaskConfig, evaluate
 from lmforge.train import TrainConfig
@@ -69,10 +69,8 @@ def run(method: str, sparsity: float, records: dict, out: Path, args) -> dict:
 
 
 def kept_by_matrix(model_dir: Path) -> dict:
-    """The share of each block Linear's weights left nonzero (soft movement's differ by matrix)."""
-    model = lmforge.load(model_dir)
-    return {name.removeprefix("encoder.blocks."): round(float(linear.weight.ne(0).float().mean()), 4)
-            for name, linear in prunable(model).items()}
+    """The share of each block Linear's weights left nonzero, by "layer.matrix"."""
+    return {name.removeprefix("encoder.blocks."): share for name, share in shares(lmforge.load(model_dir)).items()}
 
 
 def sparse_config(args) -> SparseConfig:

@@ -149,6 +149,10 @@ def test_prune_command_fine_tunes_while_pruning(files, tmp_path, capsys, method)
     assert [r["sparsity"] for r in rows] == sorted(r["sparsity"] for r in rows)
     final = lmforge.load(out / "final")
     assert weight_sparsity(final) == report["weight_sparsity"]
+    sizes = {name: linear.weight.numel() for name, linear in prunable(final).items()}
+    kept_weights = sum(share * sizes[name] for name, share in report["kept_by_matrix"].items())
+    share = kept_weights / sum(sizes.values())
+    assert share == pytest.approx(1 - report["weight_sparsity"]["sparsity"], abs=1e-3)
     assert "no speed-up" in capsys.readouterr().out
 
 

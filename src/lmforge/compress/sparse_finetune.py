@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from lmforge.compress.measure import measure_side_by_side
-from lmforge.compress.sparsity import Pruner, is_score, weight_sparsity
+from lmforge.compress.sparsity import Pruner, is_score, kept_by_matrix, weight_sparsity
 from lmforge.config import atomic_write_text, option
 from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (
@@ -48,7 +48,7 @@ class SparseConfig:
     start: float = option(0.1, "share of the steps before pruning begins (initial warm-up)")
     end: float = option(0.7, "share of the steps at which the target sparsity is reached")
     scores_lr_scale: float = option(100.0, "movement: scores' lr = lr x this (the reference: 1e-2 vs 3e-5)")
-    soft_lambda: float = option(400.0, "soft-movement: the L1 penalty's final weight (the reference's final_lambda)")
+    soft_lambda: float = option(400.0, "soft-movement: the L1 penalty's final weight (reference: final_lambda)")
 
     def __post_init__(self) -> None:
         if not 0 <= self.start <= self.end <= 1:
@@ -153,6 +153,7 @@ def run_sparse_prune(model_dir, kind: str, method: str, sparsity: float, train: 
     measured = measure_side_by_side({"before": before, "after": after}, records,
                                   {"before": model_dir, "after": out / "final"})
     report = {"method": method, "sparsity": sparsity, "steps": summary["steps"], "train_seconds": summary["seconds"],
-              **measured, "weight_sparsity": weight_sparsity(after.model), "note": NOTE}
+              **measured, "weight_sparsity": weight_sparsity(after.model),
+              "kept_by_matrix": kept_by_matrix(after.model), "note": NOTE}
     atomic_write_text(out / "prune.json", json.dumps(report, indent=2) + "\n")
     return report

@@ -271,3 +271,8 @@ def weight_sparsity(model: nn.Module) -> dict:
         w = linear.weight
         zeros, total = zeros + int((w == 0).sum()), total + w.numel()
     return {"zeros": zeros, "weights": total, "sparsity": zeros / total}
+
+
+def kept_by_matrix(model: nn.Module) -> dict:
+    """name -> share of each block Linear's weights left nonzero (soft movement's differ by matrix)."""
+    return {name: round(float(linear.weight.ne(0).float().mean()), 4) for name, linear in prunable(model).items()}

@@ -70,7 +70,8 @@ def run(method: str, sparsity: float, records: dict, out: Path, args) -> dict:
 
 def kept_by_matrix(model_dir: Path) -> dict:
     """The share of each block Linear's weights left nonzero, by "layer.matrix"."""
-    return {name.removeprefix("encoder.blocks."): share for name, share in shares(lmforge.load(model_dir)).items()}
+    model = lmforge.load(model_dir)
+    return {name.removeprefix("encoder.blocks."): share for name, share in shares(model).items()}
 
 
 def sparse_config(args) -> SparseConfig:

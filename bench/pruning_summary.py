@@ -2,7 +2,8 @@
 bench/movement_vs_magnitude.py --task field): test accuracy by method, share kept and seed, and
 where soft movement put the weights it kept.
 
-    python bench/pruning_summary.py   # -> bench/results/pruning_field_summary.json, bench/plots/pruning_field_summary.png
+    python bench/pruning_summary.py
+    # -> bench/results/pruning_field_summary.json, bench/plots/pruning_field_summary.png
 
 Only runs with the same budget as the first are gathered (steps, lr, schedule): a run of another
 budget is named and left out, not averaged in.
@@ -22,7 +23,8 @@ KINDS = ("attn.qkv", "attn.out", "ffn.up", "ffn.down")  # MiniLM's block Linears
 
 
 def gather(results: Path = HERE / "results") -> tuple:
-    """Runs of the field task at the first file's budget: [{method, kept, seed, test, valid, file, by}], skipped."""
+    """Runs of the field task at the first file's budget ({method, kept, seed, test, valid, file,
+    by}), the files of another budget, and the budget."""
     runs, skipped, budget = [], [], None
     for path in sorted(results.glob("movement_pruning_field*.json")):
         data = json.loads(path.read_text())
@@ -31,8 +33,9 @@ def gather(results: Path = HERE / "results") -> tuple:
         if key != budget:
             skipped.append(path.name)
             continue
-        runs += [{"method": r["method"], "kept": r["kept"], "seed": data.get("seed", 0), "test": r["test_accuracy"],
-                  "valid": r["valid_accuracy"], "file": path.name, "by": r.get("kept_by_matrix")}
+        runs += [{"method": r["method"], "kept": r["kept"], "seed": data.get("seed", 0),
+                  "test": r["test_accuracy"], "valid": r["valid_accuracy"], "file": path.name,
+                  "by": r.get("kept_by_matrix")}
                  for r in data["runs"]]
     return runs, skipped, budget
 
@@ -59,7 +62,8 @@ def plot(runs: list, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120, gridspec_kw={"width_ratios": [1, 1.3]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120,
+                                      gridspec_kw={"width_ratios": [1, 1.3]})
     shares = sorted({r["kept"] for r in runs}, reverse=True)
     colors = {"magnitude": "tab:gray", "movement": "tab:blue", "soft-movement": "tab:orange"}
     for i, kept in enumerate(shares):
@@ -101,14 +105,15 @@ def main() -> None:
     """Gather, tabulate, draw."""
     runs, skipped, budget = gather()
     if not runs:
-        raise SystemExit("no bench/results/movement_pruning_field*.json: run bench/movement_vs_magnitude.py first")
+        raise SystemExit("no bench/results/movement_pruning_field*.json: "
+                         "run bench/movement_vs_magnitude.py --task field first")
     rows = table(runs)
     RESULT.write_text(json.dumps({"budget": budget, "skipped_other_budget": skipped, "rows": rows,
                                   "files": sorted({r["file"] for r in runs})}, indent=2) + "\n")
     plot(runs, PLOT)
     for row in rows:
-        print(f"{100 * row['kept']:4g} % kept  {row['method']:13s}  test {row['test']:.4f}  valid {row['valid']:.4f}  "
-              f"seeds {row['seeds']}")
+        print(f"{100 * row['kept']:4g} % kept  {row['method']:13s}  test {row['test']:.4f}  "
+              f"valid {row['valid']:.4f}  seeds {row['seeds']}")
 
 
 if __name__ == "__main__":

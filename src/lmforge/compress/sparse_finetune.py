@@ -48,7 +48,7 @@ class SparseConfig:
     start: float = option(0.1, "share of the steps before pruning begins (initial warm-up)")
     end: float = option(0.7, "share of the steps at which the target sparsity is reached")
     scores_lr_scale: float = option(100.0, "movement: scores' lr = lr x this (the reference: 1e-2 vs 3e-5)")
-    soft_lambda: float = option(400.0, "soft-movement: the L1 penalty's final weight (reference: final_lambda)")
+    soft_lambda: float = option(400.0, "soft-movement: the L1 penalty's final weight (final_lambda)")
 
     def __post_init__(self) -> None:
         if not 0 <= self.start <= self.end <= 1:

@@ -226,8 +226,10 @@ class Pruner:
         at least its floor (recomputed only when the scores changed: validation between steps
         sees the scores it runs with)."""
         masks = [mask for _, mask in self.masks()]
-        key = (float(masks[0].sparsity), *(m.scores._version for m in masks)) if self.method == "soft-movement" else None
-        if key is None or key == self._settled or key[0] == 0:
+        if self.method != "soft-movement":
+            return
+        key = (float(masks[0].sparsity), *(m.scores._version for m in masks))
+        if key == self._settled or key[0] == 0:
             return
         scores = torch.cat([m.scores.detach().flatten() for m in masks])
         # top-k rather than S > tau: early scores are few distinct values (Adam's first steps
@@ -245,7 +247,8 @@ class Pruner:
             return None
         masks = [mask for _, mask in self.masks()]
         ramp = float(masks[0].sparsity) / self.sparsity
-        means = [part.mean() for m, rows in zip(masks, self.rows) for part in torch.sigmoid(m.scores).split(rows)]
+        means = [part.mean() for m, rows in zip(masks, self.rows)
+                 for part in torch.sigmoid(m.scores).split(rows)]
         return self.soft_lambda * ramp * torch.stack(means).mean()
 
     def bake(self) -> nn.Module:
@@ -275,4 +278,5 @@ def weight_sparsity(model: nn.Module) -> dict:
 
 def kept_by_matrix(model: nn.Module) -> dict:
     """name -> share of each block Linear's weights left nonzero (soft movement's differ by matrix)."""
-    return {name: round(float(linear.weight.ne(0).float().mean()), 4) for name, linear in prunable(model).items()}
+    return {name: round(float(linear.weight.ne(0).float().mean()), 4)
+            for name, linear in prunable(model).items()}

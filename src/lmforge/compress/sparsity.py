@@ -225,9 +225,9 @@ class Pruner:
         """Soft movement: the masks of the global top-k scores at the current share, each matrix
         at least its floor (recomputed only when the scores changed: validation between steps
         sees the scores it runs with)."""
-        masks = [mask for _, mask in self.masks()]
         if self.method != "soft-movement":
             return
+        masks = [mask for _, mask in self.masks()]
         key = (float(masks[0].sparsity), *(m.scores._version for m in masks))
         if key == self._settled or key[0] == 0:
             return
@@ -254,8 +254,8 @@ class Pruner:
     def bake(self) -> nn.Module:
         """Remove the parametrizations, keeping W * mask in the weights; returns the plain model."""
         self.settle()
-        for _, mask in self.masks():  # tau is final: the masks must not look for matrices baked before them
-            mask.settle = None
+        for _, mask in self.masks() if self.method == "soft-movement" else ():
+            mask.settle = None  # the masks are final: none may look for matrices baked before it
         for linear in self.linears.values():
             if parametrize.is_parametrized(linear, "weight"):
                 parametrize.remove_parametrizations(linear, "weight", leave_parametrized=True)

@@ -160,14 +160,13 @@ def test_a_second_worker_embeds_with_a_generating_model_outside_its_step_hook(mo
 
 
 def test_the_server_runs_on_the_allocator_it_reports(server):
-    from lmforge.fast.malloc import POOLING
+    from lmforge.fast.malloc import named_in
     from lmforge.serve import allocator
 
     with open(f"/proc/{server.proc.pid}/maps") as f:
         maps = f.read()
     # the conftest server runs with --malloc auto: an allocator this test run preloads, else the first of
     # jemalloc, tcmalloc installed, else glibc
-    mapped = next((name for name in POOLING if f"lib{name}" in maps), "glibc")
-    preload = os.environ.get("LD_PRELOAD", "")
-    assert mapped == next((name for name in POOLING if f"lib{name}" in preload), allocator.chosen("auto"))
+    mapped = next(iter(named_in(maps)), "glibc")
+    assert mapped == next(iter(named_in(os.environ.get("LD_PRELOAD", ""))), allocator.chosen("auto"))
     assert server.client().get("/health").status_code == 200

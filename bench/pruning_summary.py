@@ -1,6 +1,7 @@
 """One picture and one table of every field-task pruning run in bench/results/ (written by
 bench/movement_vs_magnitude.py --task field): test accuracy by method, share kept and seed, and
-where soft movement put the weights it kept.
+where soft movement put the weights it kept; soft movement's runs at other lambdas
+(soft_movement_lambda*.json) are listed apart.
 
     python bench/pruning_summary.py
     # -> bench/results/pruning_field_summary.json, bench/plots/pruning_field_summary.png
@@ -38,6 +39,19 @@ def gather(results: Path = HERE / "results") -> tuple:
                   "by": r.get("kept_by_matrix")}
                  for r in data["runs"]]
     return runs, skipped, budget
+
+
+def sweep(results: Path = HERE / "results") -> list:
+    """Soft movement runs at other lambdas (soft_movement_lambda*_field*.json; the default 400
+    runs are the table's): [{soft_lambda, seed, kept, test, valid}], by lambda."""
+    rows = []
+    for path in sorted(results.glob("soft_movement_lambda*_field*.json")):
+        data = json.loads(path.read_text())
+        rows += [{"soft_lambda": data["budget"]["soft_lambda"], "seed": data["seed"], "kept": r["kept"],
+                  "test": round(r["test_accuracy"], 4), "valid": round(r["valid_accuracy"], 4),
+                  "file": path.name}
+                 for r in data["runs"]]
+    return sorted(rows, key=lambda r: (r["kept"], r["soft_lambda"], r["seed"]))
 
 
 def table(runs: list) -> list:
@@ -108,12 +122,17 @@ def main() -> None:
         raise SystemExit("no bench/results/movement_pruning_field*.json: "
                          "run bench/movement_vs_magnitude.py --task field first")
     rows = table(runs)
+    lambdas = sweep()
     RESULT.write_text(json.dumps({"budget": budget, "skipped_other_budget": skipped, "rows": rows,
-                                  "files": sorted({r["file"] for r in runs})}, indent=2) + "\n")
+                                  "files": sorted({r["file"] for r in runs}), "soft_lambda_sweep": lambdas},
+                                 indent=2) + "\n")
     plot(runs, PLOT)
     for row in rows:
         print(f"{100 * row['kept']:4g} % kept  {row['method']:13s}  test {row['test']:.4f}  "
               f"valid {row['valid']:.4f}  seeds {row['seeds']}")
+    for row in lambdas:
+        print(f"{100 * row['kept']:4g} % kept  soft lambda {row['soft_lambda']:g}, seed {row['seed']}: "
+              f"test {row['test']:.4f}  valid {row['valid']:.4f}")
 
 
 if __name__ == "__main__":

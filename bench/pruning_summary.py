@@ -68,9 +68,10 @@ def table(runs: list) -> list:
     return rows
 
 
-def plot(runs: list, path: Path) -> None:
-    """Left: test accuracy per method at each share kept (a dot per seed, a bar for the mean);
-    right: soft movement's share kept per layer and matrix kind."""
+def plot(runs: list, path: Path, lambdas: list) -> None:
+    """Left: test accuracy per method at each share kept (a dot per seed, a bar for the mean),
+    with soft movement at another lambda where two seeds ran it; right: soft movement's share kept
+    per layer and matrix kind."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,20 +80,26 @@ def plot(runs: list, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120,
                                       gridspec_kw={"width_ratios": [1, 1.3]})
     shares = sorted({r["kept"] for r in runs}, reverse=True)
-    colors = {"magnitude": "tab:gray", "movement": "tab:blue", "soft-movement": "tab:orange"}
+    series = [(m + (", lambda 400" if m == "soft-movement" else ""), c, [r for r in runs if r["method"] == m])
+              for m, c in zip(METHODS, ("tab:gray", "tab:blue", "tab:orange"))]
+    for lam in sorted({r["soft_lambda"] for r in lambdas}):
+        these = [r for r in lambdas if r["soft_lambda"] == lam]
+        if any(sum(r["kept"] == k for r in these) >= 2 for k in shares):
+            series.append((f"soft-movement, lambda {lam:g}", "tab:red", these))
+    width = 0.8 / len(series)
     for i, kept in enumerate(shares):
-        for j, method in enumerate(METHODS):
-            tests = [r["test"] for r in runs if r["kept"] == kept and r["method"] == method]
+        for j, (label, color, these) in enumerate(series):
+            tests = [r["test"] for r in these if r["kept"] == kept]
             if tests:
-                x = i + (j - 1) * 0.27
-                left.bar(x, mean(tests), 0.25, color=colors[method], alpha=0.45,
-                         label=method if i == 0 else None)
-                left.plot([x] * len(tests), tests, "o", color=colors[method], ms=4)
+                x = i + (j - (len(series) - 1) / 2) * width
+                left.bar(x, mean(tests), width * 0.92, color=color, alpha=0.45,
+                         label=label if i == 0 else None)
+                left.plot([x] * len(tests), tests, "o", color=color, ms=4)
     left.set_xticks(range(len(shares)), [f"{100 * k:g} % kept" for k in shares])
-    left.set_ylim(0.6, 0.9)
+    left.set_ylim(0.6, 0.95)
     left.set_ylabel("test accuracy (dots: seeds)")
     left.set_title("GCIDE field, MiniLM pruned while fine-tuned")
-    left.legend(fontsize=8, loc="lower left")
+    left.legend(fontsize=7.5, loc="upper center", ncol=2)
     left.grid(axis="y", alpha=0.3)
     soft = [r for r in runs if r["method"] == "soft-movement" and r["by"]]
     for kept, style in zip(sorted({r["kept"] for r in soft}, reverse=True), ("-", "--")):
@@ -126,7 +133,7 @@ def main() -> None:
     RESULT.write_text(json.dumps({"budget": budget, "skipped_other_budget": skipped, "rows": rows,
                                   "files": sorted({r["file"] for r in runs}), "soft_lambda_sweep": lambdas},
                                  indent=2) + "\n")
-    plot(runs, PLOT)
+    plot(runs, PLOT, lambdas)
     for row in rows:
         print(f"{100 * row['kept']:4g} % kept  {row['method']:13s}  test {row['test']:.4f}  "
               f"valid {row['valid']:.4f}  seeds {row['seeds']}")

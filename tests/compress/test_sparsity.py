@@ -20,10 +20,11 @@ from lmforge.compress.sparsity import (
     is_score,
     kept,
     prunable,
+    top_k_mask,
     weight_sparsity,
 )
 from lmforge.io import CheckpointError
-from lmforge.train.optim import param_groups
+from lmforge.train.optim import build_optimizer, param_groups
 from tests.conftest import tiny_model
 from tests.tasks.core import sentiment, tiny, tokenizer
 
@@ -235,23 +236,40 @@ def test_soft_movement_scores_learn_before_the_first_cut():
         torch.testing.assert_close(mask.scores.grad, w.grad * w)  # dL/dS = dL/dW' * W with M = 1
 
 
-def test_soft_movement_masks_follow_scores_changed_by_a_step():
+def test_soft_movement_masks_follow_the_scores_past_the_schedule_and_into_the_baked_model():
     model, pruner = soft_pruned()
-    pruner.at(2)
     groups = param_groups(model, 0.01, 1.0, lambda name, p: 100.0 if is_score(name) else 1.0)
     scores = [p for g in groups if g["weight_decay"] == 0.0 and g["lr"] == 100.0 for p in g["params"]]
     assert len(scores) == len(pruner.masks())  # the scores are never decayed (as the reference's)
-    optimizer = torch.optim.AdamW(groups)
+    # the trainer's optimiser: fused AdamW, whose step leaves the parameters' version counters alone
+    optimizer = build_optimizer(model, 1e-3, 0.01, lr_scale=lambda name, p: 100.0 if is_score(name) else 1.0)
     ids = torch.randint(5, 99, (2, 9), generator=torch.Generator().manual_seed(0))
-    model(ids).last_hidden_state.pow(2).mean().backward()
-    optimizer.step()
-    before = [mask.mask.clone() for _, mask in pruner.masks()]
-    model.eval()
-    with torch.no_grad():
-        model(ids)  # validation between steps: the masks re-chosen from the stepped scores
-    assert any(not torch.equal(a, mask.mask) for a, (_, mask) in zip(before, pruner.masks()))
     total = sum(mask.scores.numel() for _, mask in pruner.masks())
-    assert sum(int(linear.weight.ne(0).sum()) for linear, _ in pruner.masks()) == kept(total, 0.9)
+
+    def global_top_k() -> list:  # the masks from the scores as they are, each matrix at least its floor
+        masks = [m for _, m in pruner.masks()]
+        on = top_k_mask(torch.cat([m.scores.detach().flatten() for m in masks]), kept(total, 0.9))
+        parts = [p.view_as(m.scores) for m, p in zip(masks, on.split([m.scores.numel() for m in masks]))]
+        return [p if p.sum() >= m.floor else top_k_mask(m.scores.detach(), m.floor) for m, p in zip(masks, parts)]
+
+    changed = 0
+    for step in range(2, 8):  # the schedule ends at step 2: the masks must go on following the scores
+        model.train()
+        pruner.at(step)
+        model(ids).last_hidden_state.pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        before = [mask.mask for _, mask in pruner.masks()]
+        model.eval()
+        with torch.no_grad():
+            model(ids)  # validation between steps: the masks re-chosen from the stepped scores
+        expected = global_top_k()
+        assert all(torch.equal(mask.mask, e) for (_, mask), e in zip(pruner.masks(), expected))
+        changed += any(not torch.equal(a, m.mask) for a, (_, m) in zip(before, pruner.masks()))
+    assert changed >= 3  # at the final sparsity the masks still move with the scores
+    expected = global_top_k()
+    pruner.bake()
+    assert all(torch.equal(linear.weight.ne(0), e.bool()) for linear, e in zip(prunable(model).values(), expected))
 
 
 def test_soft_movement_penalty_is_lambda_times_mean_sigmoid_ramped_with_the_schedule():

@@ -148,7 +148,7 @@ class SoftMovementMask(MovementMask):
         super().__init__(weight)
         self.register_buffer("mask", torch.ones_like(weight))
         self.floor = max(1, math.ceil(FLOOR * weight.numel()))
-        self.settle = None  # the Pruner's: M follows scores changed since (validation, bake)
+        self.settle = None  # the Pruner's, on the first matrix: every forward re-chooses M
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         """The masked weight: every weight before the first cut (the scores learn meanwhile, the
@@ -200,13 +200,13 @@ class Pruner:
         if soft_lambda < 0:
             raise ValueError(f"soft_lambda {soft_lambda}: the L1 penalty's weight, >= 0")
         self.model, self.method, self.sparsity, self.start, self.end = model, method, sparsity, start, end
-        self.soft_lambda, self._settled = soft_lambda, None
+        self.soft_lambda = soft_lambda
         self.linears = prunable(model)
         self.rows = [fused_rows(model, name, linear) for name, linear in self.linears.items()]
         for linear in self.linears.values():
             parametrize.register_parametrization(linear, "weight", MASKS[method](linear.weight))
-            if method == "soft-movement":
-                linear.parametrizations.weight[0].settle = self.settle
+        if method == "soft-movement":  # the first matrix a forward meets re-chooses all the masks
+            self.masks()[0][1].settle = self.settle
 
     def masks(self) -> list:
         """(linear, its mask module) pairs."""
@@ -217,28 +217,25 @@ class Pruner:
         s = cubic_sparsity(step, self.sparsity, self.start, self.end)
         for linear, mask in self.masks():
             mask.update(linear.parametrizations.weight.original, s)
-        self.settle()
         return s
 
     @torch.no_grad()
     def settle(self) -> None:
         """Soft movement: the masks of the global top-k scores at the current share, each matrix
-        at least its floor (recomputed only when the scores changed: validation between steps
-        sees the scores it runs with)."""
-        if self.method != "soft-movement":
-            return
+        at least its floor. Run at every forward (from the first matrix's mask), as hard movement's
+        top-k: a check for changed scores cannot rest on version counters, which the fused AdamW
+        step does not advance."""
         masks = [mask for _, mask in self.masks()]
-        key = (float(masks[0].sparsity), *(m.scores._version for m in masks))
-        if key == self._settled or key[0] == 0:
+        if self.method != "soft-movement" or float(masks[0].sparsity) == 0:
             return
         scores = torch.cat([m.scores.detach().flatten() for m in masks])
         # top-k rather than S > tau: early scores are few distinct values (Adam's first steps
         # move each by +-lr), and a threshold among ties would keep far fewer than k
-        on = top_k_mask(scores, kept(scores.numel(), key[0]))
+        on = top_k_mask(scores, kept(scores.numel(), float(masks[0].sparsity)))
         for m, part in zip(masks, on.split([m.scores.numel() for m in masks])):
             part = part.view_as(m.scores)
-            m.mask.copy_(top_k_mask(m.scores.detach(), m.floor) if int(part.sum()) < m.floor else part)
-        self._settled = key
+            # a new tensor, not copy_: a graph not yet backpropagated may hold the old one
+            m.mask = top_k_mask(m.scores.detach(), m.floor) if int(part.sum()) < m.floor else part.clone()
 
     def penalty(self) -> torch.Tensor | None:
         """Soft movement's L1 term: lambda x s_t / s_f x the mean over matrices of mean sigmoid(S),

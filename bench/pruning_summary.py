@@ -20,6 +20,7 @@ from lmforge.compress.sparsity import FLOOR
 HERE = Path(__file__).resolve().parent
 RESULT, PLOT = HERE / "results" / "pruning_field_summary.json", HERE / "plots" / "pruning_field_summary.png"
 METHODS = ("magnitude", "movement", "soft-movement")
+DEFAULT_LAMBDA = 400.0  # the table's soft movement; other lambdas are the sweep's
 KINDS = ("attn.qkv", "attn.out", "ffn.up", "ffn.down")  # MiniLM's block Linears (q, k, v fused)
 
 
@@ -31,7 +32,7 @@ def gather(results: Path = HERE / "results") -> tuple:
         data = json.loads(path.read_text())
         key = {k: data["budget"][k] for k in ("steps", "lr", "schedule")}
         budget = budget or key
-        if key != budget:
+        if key != budget or data["budget"].get("soft_lambda", DEFAULT_LAMBDA) != DEFAULT_LAMBDA:
             skipped.append(path.name)
             continue
         runs += [{"method": r["method"], "kept": r["kept"], "seed": data.get("seed", 0),
@@ -80,7 +81,7 @@ def plot(runs: list, path: Path, lambdas: list) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120,
                                       gridspec_kw={"width_ratios": [1, 1.3]})
     shares = sorted({r["kept"] for r in runs}, reverse=True)
-    series = [(m + (", lambda 400" if m == "soft-movement" else ""), c, [r for r in runs if r["method"] == m])
+    series = [(m + (f", lambda {DEFAULT_LAMBDA:g}" if m == "soft-movement" else ""), c, [r for r in runs if r["method"] == m])
               for m, c in zip(METHODS, ("tab:gray", "tab:blue", "tab:orange"))]
     for lam in sorted({r["soft_lambda"] for r in lambdas}):
         these = [r for r in lambdas if r["soft_lambda"] == lam]

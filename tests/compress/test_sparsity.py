@@ -148,6 +148,8 @@ def test_prune_command_fine_tunes_while_pruning(files, tmp_path, capsys, method)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["sparsity"] == pytest.approx(0.8) and "valid_accuracy" in rows[-1]
     assert [r["sparsity"] for r in rows] == sorted(r["sparsity"] for r in rows)
+    if method == "soft-movement":  # the L1 penalty reaches the loss once pruning has begun
+        assert any(r.get("l1_penalty", 0) > 0 and r["loss"] > r["task_loss"] for r in rows)
     final = lmforge.load(out / "final")
     assert weight_sparsity(final) == report["weight_sparsity"]
     sizes = {name: linear.weight.numel() for name, linear in prunable(final).items()}
@@ -169,6 +171,8 @@ def test_prune_command_refuses_bad_input(files, tmp_path, capsys):
     assert main(base + ["--method", "magnitude", "--sparsity", "0.5", *train, "bogus=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "bogus" in err[-1]
+    assert main(base + ["--method", "soft-movement", "--sparsity", "0.5", *train, "parallel=fsdp"]) == 2
+    assert "parallel=fsdp" in capsys.readouterr().err  # FSDP shards the matrices a top-k ranks
 
 
 def test_movement_masks_do_not_depend_on_the_scores_lr_from_constant_scores():

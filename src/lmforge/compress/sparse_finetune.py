@@ -113,6 +113,8 @@ def prune_finetune(model, tokenizer, kind: str, method: str, sparsity: float, tr
                    sparse_cfg: SparseConfig | None = None, resume: bool = False, log=print) -> dict:
     """Fine-tune `model` on `train` while pruning its block Linears by `method` to `sparsity`;
     writes metrics.jsonl, checkpoints/ and final/ (masks baked) under `out`; returns the summary."""
+    if train_cfg.parallel == "fsdp":  # FSDP shards the weights and scores: a matrix's top-k needs it whole
+        raise ValueError("parallel=fsdp: pruning during fine-tuning ranks whole matrices; use parallel=ddp")
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
     sparse_cfg, out = sparse_cfg or SparseConfig(), Path(out)
     source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None

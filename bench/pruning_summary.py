@@ -81,7 +81,8 @@ def plot(runs: list, path: Path, lambdas: list) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120,
                                       gridspec_kw={"width_ratios": [1, 1.3]})
     shares = sorted({r["kept"] for r in runs}, reverse=True)
-    series = [(m + (f", lambda {DEFAULT_LAMBDA:g}" if m == "soft-movement" else ""), c, [r for r in runs if r["method"] == m])
+    names = {"soft-movement": f"soft-movement, lambda {DEFAULT_LAMBDA:g}"}
+    series = [(names.get(m, m), c, [r for r in runs if r["method"] == m])
               for m, c in zip(METHODS, ("tab:gray", "tab:blue", "tab:orange"))]
     for lam in sorted({r["soft_lambda"] for r in lambdas}):
         these = [r for r in lambdas if r["soft_lambda"] == lam]

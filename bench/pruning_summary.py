@@ -26,13 +26,14 @@ KINDS = ("attn.qkv", "attn.out", "ffn.up", "ffn.down")  # MiniLM's block Linears
 
 def gather(results: Path = HERE / "results") -> tuple:
     """Runs of the field task at the first file's budget ({method, kept, seed, test, valid, file,
-    by}), the files of another budget, and the budget."""
+    by}), the files of another budget or superseded, and the budget."""
     runs, skipped, budget = [], [], None
     for path in sorted(results.glob("movement_pruning_field*.json")):
         data = json.loads(path.read_text())
         key = {k: data["budget"][k] for k in ("steps", "lr", "schedule")}
         budget = budget or key
-        if key != budget or data["budget"].get("soft_lambda", DEFAULT_LAMBDA) != DEFAULT_LAMBDA:
+        lam = data["budget"].get("soft_lambda", DEFAULT_LAMBDA)
+        if key != budget or lam != DEFAULT_LAMBDA or "superseded" in data:
             skipped.append(path.name)
             continue
         runs += [{"method": r["method"], "kept": r["kept"], "seed": data.get("seed", 0),
@@ -48,6 +49,8 @@ def sweep(results: Path = HERE / "results") -> list:
     rows = []
     for path in sorted(results.glob("soft_movement_lambda*_field*.json")):
         data = json.loads(path.read_text())
+        if "superseded" in data:  # a run of code since mended: its note says what
+            continue
         rows += [{"soft_lambda": data["budget"]["soft_lambda"], "seed": data["seed"], "kept": r["kept"],
                   "test": round(r["test_accuracy"], 4), "valid": round(r["valid_accuracy"], 4),
                   "file": path.name}

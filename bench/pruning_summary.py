@@ -91,14 +91,15 @@ def plot(runs: list, path: Path, lambdas: list) -> None:
         these = [r for r in lambdas if r["soft_lambda"] == lam]
         if any(sum(r["kept"] == k for r in these) >= 2 for k in shares):
             series.append((f"soft-movement, lambda {lam:g}", "tab:red", these))
-    width = 0.8 / len(series)
+    width, labelled = 0.8 / len(series), set()
     for i, kept in enumerate(shares):
         for j, (label, color, these) in enumerate(series):
             tests = [r["test"] for r in these if r["kept"] == kept]
             if tests:
                 x = i + (j - (len(series) - 1) / 2) * width
                 left.bar(x, mean(tests), width * 0.92, color=color, alpha=0.45,
-                         label=label if i == 0 else None)
+                         label=None if label in labelled else label)
+                labelled.add(label)
                 left.plot([x] * len(tests), tests, "o", color=color, ms=4)
     left.set_xticks(range(len(shares)), [f"{100 * k:g} % kept" for k in shares])
     left.set_ylim(0.6, 0.95)

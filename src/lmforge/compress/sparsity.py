@@ -71,22 +71,9 @@ def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     return mask.view_as(scores)
 
 
-class StraightThroughTopK(torch.autograd.Function):
-    """TopK(S) forward; the gradient passes to S unchanged (Sanh et al. 2020, eq. 4)."""
-
-    @staticmethod
-    def forward(ctx, scores: torch.Tensor, k: int) -> torch.Tensor:
-        """The top-k mask of the scores."""
-        return top_k_mask(scores, k)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        """Straight through: dL/dS = dL/dM."""
-        return grad, None
-
-
-class StraightThroughMask(torch.autograd.Function):
-    """A mask chosen outside (soft movement's global top-k) forward; the gradient passes to S."""
+class StraightThrough(torch.autograd.Function):
+    """A mask chosen from the scores (a top-k) forward; the gradient passes to S unchanged
+    (Sanh et al. 2020, eq. 4)."""
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -132,7 +119,7 @@ class MovementMask(nn.Module):
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         """The masked weight; gradients reach both W (through the mask) and S (straight through)."""
         k = kept(weight.numel(), float(self.sparsity))
-        return weight * StraightThroughTopK.apply(self.scores, k).to(weight.dtype)
+        return weight * StraightThrough.apply(self.scores, top_k_mask(self.scores, k)).to(weight.dtype)
 
     @torch.no_grad()
     def update(self, weight: torch.Tensor, sparsity: float) -> None:
@@ -155,7 +142,7 @@ class SoftMovementMask(MovementMask):
         initial warm-up), then those of the top scores."""
         if self.settle is not None:
             self.settle()
-        return weight * StraightThroughMask.apply(self.scores, self.mask).to(weight.dtype)
+        return weight * StraightThrough.apply(self.scores, self.mask).to(weight.dtype)
 
 
 MASKS = {"magnitude": MagnitudeMask, "movement": MovementMask, "soft-movement": SoftMovementMask}
@@ -225,8 +212,10 @@ class Pruner:
         at least its floor. Run at every forward (from the first matrix's mask), as hard movement's
         top-k: a check for changed scores cannot rest on version counters, which the fused AdamW
         step does not advance."""
+        if self.method != "soft-movement":
+            return
         masks = [mask for _, mask in self.masks()]
-        if self.method != "soft-movement" or float(masks[0].sparsity) == 0:
+        if float(masks[0].sparsity) == 0:
             return
         scores = torch.cat([m.scores.detach().flatten() for m in masks])
         # top-k rather than S > tau: early scores are few distinct values (Adam's first steps
@@ -251,8 +240,8 @@ class Pruner:
     def bake(self) -> nn.Module:
         """Remove the parametrizations, keeping W * mask in the weights; returns the plain model."""
         self.settle()
-        for _, mask in self.masks() if self.method == "soft-movement" else ():
-            mask.settle = None  # the masks are final: none may look for matrices baked before it
+        if self.method == "soft-movement":  # the masks are final: none may look for matrices baked before it
+            self.masks()[0][1].settle = None
         for linear in self.linears.values():
             if parametrize.is_parametrized(linear, "weight"):
                 parametrize.remove_parametrizations(linear, "weight", leave_parametrized=True)

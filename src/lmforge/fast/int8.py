@@ -154,7 +154,8 @@ class Int8Linear(nn.Module):
         multiplied back (the product is linear in x). all-MiniLM-L6-v2's embeddings: cosine to
         fp32 0.971 per tensor, 0.990 per row. reduce_range=True (7-bit activations): AVX2 without
         VNNI sums u8 x s8 pairs in int16, which 8-bit activations saturate (errors 20x the bound)."""
-        s = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)  # (rows, 1)
+        # (rows, 1) largest |x|, from two reductions: x.abs() would allocate and write a tensor as large as x
+        s = torch.maximum(x.amax(dim=1, keepdim=True), x.amin(dim=1, keepdim=True).neg_()).clamp_(min=1e-30)
         out = torch.ops.quantized.linear_dynamic(x / s, self._form("fbgemm"), True).mul_(s)
         return out if self.bias is None else out.add_(self.bias)
 

@@ -2,7 +2,9 @@
 
 - dynamic int8 encoder inference at 32 x 128: all-MiniLM-L6-v2 (the installed package) and a
   bert-base-sized random model; forward time ratio, embedding cosine to fp32 (mean pooled, on
-  real sentences for MiniLM, on the timed batch for bert-base), safetensors size ratio;
+  real sentences for MiniLM, on the timed batch for bert-base), safetensors size ratio; where the
+  MiniLM package is not installed (a borrowed machine), `--only minilm-shape` times its shape on
+  random weights;
 - greedy decoding of a GPT-2-small-sized random model at batch 1 (lmforge.generate, fp32 vs
   weight-only int8 and vs dynamic int8), tokens/s ratio and whether the tokens agree;
 - held-out perplexity of a trained decoder (--decoder DIR, an lmforge checkpoint with its
@@ -147,7 +149,7 @@ def perplexity(where: str, heldout: str, block: int) -> dict:
     return report
 
 
-PARTS = ("minilm", "bert-base", "decoding", "perplexity")
+PARTS = ("minilm", "bert-base", "decoding", "perplexity", "minilm-shape")
 
 
 def main() -> None:
@@ -175,6 +177,11 @@ def main() -> None:
         minilm, tok = lmforge.load(where), lmforge.load_tokenizer(where)
         report["minilm"] = encoder("all-MiniLM-L6-v2", minilm, tok, args.batch, args.length, args.rounds)
         print(json.dumps(report["minilm"]), flush=True)
+    if "minilm-shape" in args.only:  # where the package is not installed: its shape, random weights
+        shape = lmforge.build("bert-base", n_layers=6, d_model=384, n_heads=12, d_ff=1536)
+        report["minilm_shape"] = encoder("all-MiniLM-L6-v2's shape (random init)", shape, None,
+                                         args.batch, args.length, args.rounds)
+        print(json.dumps(report["minilm_shape"]), flush=True)
     if "bert-base" in args.only:
         report["bert_base"] = encoder("bert-base (random init)", lmforge.build("bert-base"), None,
                                       args.batch, args.length, args.rounds)

@@ -10,7 +10,6 @@ from lmforge.compress.quantize import quantize
 from lmforge.generate import generate
 from lmforge.heads import attach
 from lmforge.train import Trainer
-
 from tests.conftest import CASES, forward, tiny_model
 from tests.train.helpers import clm_objective, mlm_objective, quick, toy_data
 
@@ -67,14 +66,15 @@ def test_greedy_generation_on_cuda_gives_the_cpus_tokens(name):
 
 
 def test_a_seeded_run_on_cuda_is_bit_identical_twice(tmp_path):
-    runs = [_weights(Trainer(mlm_objective(), toy_data(), quick(steps=6, device="cuda"), tmp_path / out).fit())
-            for out in "ab"]
+    gpu = quick(steps=6, device="cuda")
+    runs = [_weights(Trainer(mlm_objective(), toy_data(), gpu, tmp_path / out).fit()) for out in "ab"]
     assert _same(*runs)
 
 
 def test_a_run_on_cuda_resumes_exactly(tmp_path):
-    full = _weights(Trainer(clm_objective(), toy_data(), quick(steps=6, device="cuda"), tmp_path / "a").fit())
-    interrupted = Trainer(clm_objective(), toy_data(), quick(steps=6, save_every=1, device="cuda"), tmp_path / "b")
+    gpu = quick(steps=6, save_every=1, device="cuda")
+    full = _weights(Trainer(clm_objective(), toy_data(), gpu, tmp_path / "a").fit())
+    interrupted = Trainer(clm_objective(), toy_data(), gpu, tmp_path / "b")
     step = interrupted.train_step
 
     def stop_after_three():
@@ -85,7 +85,7 @@ def test_a_run_on_cuda_resumes_exactly(tmp_path):
     interrupted.train_step = stop_after_three
     with pytest.raises(KeyboardInterrupt):
         interrupted.fit()
-    resumed = Trainer(clm_objective(seed=5), toy_data(), quick(steps=6, save_every=1, device="cuda"), tmp_path / "b")
+    resumed = Trainer(clm_objective(seed=5), toy_data(), gpu, tmp_path / "b")
     assert _same(_weights(resumed.fit(resume=True)), full)
 
 

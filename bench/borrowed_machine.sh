@@ -6,7 +6,13 @@
 set -u
 OUT=${OUT:-bench/results/borrowed}
 mkdir -p "$OUT"
-export PYTHONPATH=src PYTHONUNBUFFERED=1
+# wheels carried in .whl (packages the image lacks) go to /tmp/site; lmforge runs from src/ (absolute:
+# the tests' subprocesses start elsewhere)
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 {
   date -u; nvidia-smi -L 2>&1; lscpu 2>&1 | grep -E 'Model name|^CPU\(s\)|Thread|Socket|MHz'
@@ -15,11 +21,17 @@ PY=${PY:-python3}
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -40 > "$OUT/cuda_tests.txt"
-tail -3 "$OUT/cuda_tests.txt"
-timeout 200 $PY -m pytest -q -p no:cacheprovider --tb=line -rfE tests/train \
-  --ignore tests/train/test_distributed.py --ignore tests/train/test_compile.py 2>&1 | tail -60 > "$OUT/train_tests_on_gpu.txt"
-tail -3 "$OUT/train_tests_on_gpu.txt"
+# --tb=short into $OUT: what failed and why comes back even when the suite runs out of time
+tests() { local name=$1 limit=$2; shift 2
+  timeout "$limit" $PY -m pytest -q -p no:cacheprovider --tb=short -rfE "$@" > "$OUT/$name.txt" 2>&1
+  tail -2 "$OUT/$name.txt"; }
+tests cuda_tests 120 tests/test_cuda.py
+[ "${SUITES:-1}" = 1 ] && {  # the suites below train with device=auto: on the GPU here
+  tests train_tests_on_gpu 120 tests/train --ignore tests/train/test_distributed.py --ignore tests/train/test_compile.py
+  tests compress_tests_on_gpu 150 tests/compress
+  tests tasks_and_pretrain_tests_on_gpu 150 tests/tasks tests/test_pretrain.py tests/test_pretrain_generative.py
+}
+[ "${INT8:-1}" = 1 ] || exit 0
 
 tuned="MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=1073741824 OMP_NUM_THREADS=2"
 avx2="ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"

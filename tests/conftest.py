@@ -57,7 +57,8 @@ def tiny_model(name_or_cfg, **overrides) -> lmforge.Transformer:
 def segments_for(cfg, ids: torch.Tensor):
     """Segment ids exercising every segment embedding (or XLNet's segment term), else None."""
     if cfg.n_segments >= 2 or cfg.position == "xl-relative":
-        return (torch.arange(ids.shape[1]) >= 3).long().expand_as(ids)  # independent of padding
+        # independent of padding; on the ids' device (a GPU run's too)
+        return (torch.arange(ids.shape[1], device=ids.device) >= 3).long().expand_as(ids)
     return None
 
 

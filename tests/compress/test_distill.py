@@ -45,7 +45,7 @@ def teacher_dir(tmp_path_factory):
 def test_student_copies_every_other_layer_or_the_first_n(teacher_dir):
     teacher = fine_tuned_task(teacher_dir / "teacher", sentiment(200)["train"])
     assert student_layers("every-other", 6) == (0, 2, 4) and student_layers("2", 6) == (0, 1)
-    source = teacher.model.state_dict()
+    source = {k: v.cpu() for k, v in teacher.model.state_dict().items()}  # a teacher on a GPU too
     for spec, layers in (("every-other", (0, 2)), (3, (0, 1, 2))):
         student = make_student(teacher, spec)
         assert student.config.n_layers == len(layers)
@@ -64,9 +64,10 @@ def test_distillation_loss_mixes_soft_and_hard_labels(teacher_dir):
     records = sentiment(200)["train"][:8]
     teacher = fine_tuned_task(teacher_dir / "teacher", records)
     student = make_task("cls", make_student(teacher, 2), teacher.tokenizer, records, TaskConfig(max_len=32),
-                        teacher.labels)
+                        teacher.labels).to(teacher.device)  # beside the teacher, on a GPU too
     objective = TaskDistillation(student, teacher, DistillConfig(temperature=3.0, alpha=0.25, gamma=0.5)).eval()
     batch = student.collate(encode_split(student, records, "data"))
+    batch = {k: v.to(teacher.device) for k, v in batch.items()}
     with torch.no_grad():
         out = objective(batch)
         s, t = student.scores(batch), teacher.scores(batch)

@@ -18,7 +18,7 @@ from tests.train.helpers import clm_objective, mlm_objective, quick, toy_data
 
 
 def _weights(model):
-    return {k: v.clone() for k, v in model.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}  # a GPU run's too
 
 
 def assert_same_weights(a, b):
@@ -139,7 +139,8 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path):
     data = toy_data()
     full = _weights(Trainer(mlm_objective(), data, quick(steps=40), tmp_path / "full").fit())
     run = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    paths = (os.getcwd(), os.environ.get("PYTHONPATH"))  # the caller's path too (lmforge from src/, say)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(run)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     target = int(torch.randint(3, 30, ()))

@@ -66,14 +66,16 @@ def _scores(model, rows: list, pad_id: int, causal: bool, head=None) -> list:
     mask = torch.zeros_like(input_ids)
     for i, (ids, _, _) in enumerate(rows):
         input_ids[i, : len(ids)], mask[i, : len(ids)] = torch.tensor(ids), 1
-    hidden = model(input_ids, attention_mask=mask, run_heads=False).last_hidden_state  # (B, T, C)
+    device = next(model.parameters()).device  # a model training on a GPU is probed there
+    hidden = model(input_ids.to(device), attention_mask=mask.to(device), run_heads=False).last_hidden_state
     head = head if head is not None else model.heads[lm_head_name(model)]
     out = []
     for i, (_, positions, targets) in enumerate(rows):
         # a causal LM predicts position p from the hidden state at p - 1
-        at = torch.tensor(positions) - (1 if causal else 0)
+        at = torch.tensor(positions, device=device) - (1 if causal else 0)
         logp = head(hidden[i, at]).log_softmax(-1)  # (n, V)
-        out.append(float(logp[torch.arange(len(targets)), torch.tensor(targets)].sum()))
+        picked = logp[torch.arange(len(targets), device=device), torch.tensor(targets, device=device)]
+        out.append(float(picked.sum()))
     return out
 
 

@@ -30,8 +30,10 @@ def ffn_modules(model: Transformer) -> dict:
 def ffn_importance(task, examples: list, batch_size: int = 32) -> dict:
     """"encoder.L" -> (d_ff_L,) mean over batches of |dL/dxi_i| for each hidden unit."""
     modules = ffn_modules(task.model)
-    gates = {key: torch.ones(m.down.in_features, requires_grad=True) for key, m in modules.items()}
-    totals = {key: torch.zeros(m.down.in_features) for key, m in modules.items()}
+    device = task.device  # the gates beside the weights (on a GPU too); the importances return on the CPU
+    gates = {key: torch.ones(m.down.in_features, device=device, requires_grad=True)
+             for key, m in modules.items()}
+    totals = {key: torch.zeros(m.down.in_features, device=device) for key, m in modules.items()}
     # the gate multiplies the hidden units on their way into W2: the down projection's input
     hooks = [m.down.register_forward_pre_hook(lambda mod, args, g=gates[key]: (args[0] * g.to(args[0].dtype),))
              for key, m in modules.items()]
@@ -50,7 +52,7 @@ def ffn_importance(task, examples: list, batch_size: int = 32) -> dict:
             h.remove()
         task.train(was_training)
         task.model.zero_grad(set_to_none=True)
-    return {key: t / max(n, 1) for key, t in totals.items()}
+    return {key: (t / max(n, 1)).cpu() for key, t in totals.items()}
 
 
 def _shrink(ffn: FeedForward, keep: torch.Tensor) -> None:

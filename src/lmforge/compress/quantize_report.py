@@ -81,7 +81,8 @@ def _models(source: Path, records, kind):
     """(fp32 task or None, fp32 model, int8-to-be task or None, its model): tasks where the model is
     fine-tuned and data was given."""
     if records is not None and ((source / TASK_FILE).is_file() or kind):
-        before, after = fine_tuned_task(source, records, kind), fine_tuned_task(source, records, kind)
+        # on the CPU, where the int8 kernels are (on a GPU the int8 layers would run dequantised)
+        before, after = (fine_tuned_task(source, records, kind, device="cpu") for _ in range(2))
         return before, before.model, after, after.model
     return None, load(source).eval(), None, load(source).eval()
 

@@ -31,6 +31,7 @@ tests cuda_tests 120 tests/test_cuda.py
   tests compress_tests_on_gpu 150 tests/compress
   tests tasks_and_pretrain_tests_on_gpu 150 tests/tasks tests/test_pretrain.py tests/test_pretrain_generative.py
 }
+[ -n "${MORE:-}" ] && tests more_tests_on_gpu "${MORE_LIMIT:-150}" $MORE  # MORE="tests/bakeoff ..."
 [ "${INT8:-1}" = 1 ] || exit 0
 
 tuned="MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=1073741824 OMP_NUM_THREADS=2"

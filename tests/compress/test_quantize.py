@@ -11,7 +11,7 @@ import lmforge
 from lmforge.cli import main
 from lmforge.compress.quantize import parameter_count, quantize
 from lmforge.config import ConfigError
-from lmforge.fast.int8 import CHOICES, Int8Linear, quantise_per_channel
+from lmforge.fast.int8 import CHOICES, Int8Linear, quantise_per_channel, vnni_in_use
 from lmforge.heads import attach
 from lmforge.io import CheckpointError
 from tests.conftest import tiny_model
@@ -48,6 +48,16 @@ def test_every_kernel_stays_within_its_quantisation_bound(mode):
             error = (module.run(kernel, x) - exact).abs()
             assert (error <= (bound + rounding.get(kernel.removesuffix("-serial"), 0)) * 1.05 + 1e-4).all(), kernel
         assert (module(x) - exact).abs().max() <= ((bound + rounding["int8pack-bf16"]) * 1.05 + 1e-4).max()
+
+
+def test_eight_bit_activations_only_where_the_kernels_run_vnni():
+    flags = "fpu sse avx2 avx512f avx512_vnni"
+    assert vnni_in_use(flags, {}) and vnni_in_use("avx2 avx512f amx_int8", {})
+    assert not vnni_in_use("fpu sse avx2 avx512f", {})  # AVX-512 without VNNI sums pairs in int16
+    assert not vnni_in_use("avx2 avx_vnni", {})  # fbgemm has no AVX-VNNI code
+    assert not vnni_in_use(flags, {"ONEDNN_MAX_CPU_ISA": "AVX2"})  # an AVX2 CPU emulated
+    assert not vnni_in_use(flags, {"FBGEMM_ENABLE_INSTRUCTIONS": "avx512"})
+    assert vnni_in_use(flags, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX512_E1"})
 
 
 def test_the_bf16_kernel_is_offered_only_where_its_aligned_loads_fit():

@@ -239,6 +239,15 @@ def fine_tuned(tmp_path_factory):
     return out / "final", data
 
 
+def test_a_fine_tuned_model_is_timed_in_eval_mode_on_the_cpu(fine_tuned):
+    from lmforge.compress.quantize_report import _models
+
+    path, data = fine_tuned
+    _, fp32, _, int8 = _models(path, data["validation"], None)
+    assert not fp32.training and not int8.training  # dropout would slow both and blur the ratio
+    assert all(p.device.type == "cpu" for p in (*fp32.parameters(), *int8.parameters()))
+
+
 def test_quantize_command_reports_and_the_model_evaluates(fine_tuned, tmp_path, capsys):
     path, data = fine_tuned
     dev = tmp_path / "dev.jsonl"

@@ -82,8 +82,8 @@ def _models(source: Path, records, kind):
     fine-tuned and data was given."""
     if records is not None and ((source / TASK_FILE).is_file() or kind):
         # on the CPU, where the int8 kernels are (on a GPU the int8 layers would run dequantised)
-        before, after = (fine_tuned_task(source, records, kind, device="cpu") for _ in range(2))
-        return before, before.model, after, after.model
+        before, after = (fine_tuned_task(source, records, kind, device="cpu").eval() for _ in range(2))
+        return before, before.model, after, after.model  # timed in eval mode: no dropout
     return None, load(source).eval(), None, load(source).eval()
 
 

@@ -57,6 +57,10 @@ def test_eight_bit_activations_only_where_the_kernels_run_vnni():
     assert not vnni_in_use("avx2 avx_vnni", {})  # fbgemm has no AVX-VNNI code
     assert not vnni_in_use(flags, {"ONEDNN_MAX_CPU_ISA": "AVX2"})  # an AVX2 CPU emulated
     assert not vnni_in_use(flags, {"FBGEMM_ENABLE_INSTRUCTIONS": "avx512"})
+    assert not vnni_in_use(flags, {"DNNL_MAX_CPU_ISA": "AVX2"})  # oneDNN's older name for its cap
+    assert not vnni_in_use(flags, {"ONEDNN_MAX_CPU_ISA": "AVX2_VNNI"})  # needs avx_vnni, which flags lacks
+    assert not vnni_in_use(flags, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"})  # AVX-512 before VNNI
+    assert vnni_in_use(flags, {"ONEDNN_MAX_CPU_ISA": "DEFAULT", "FBGEMM_ENABLE_INSTRUCTIONS": ""})
     kept = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX512_E1"}
     assert vnni_in_use(flags, kept)
 

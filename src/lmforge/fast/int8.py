@@ -19,8 +19,10 @@ from this torch build is simply no candidate):
   packed form is built from a per-channel qint8 tensor, whose creation functions torch marks
   deprecated: the build is guarded and lmforge's state is plain int8 + scales either way);
 - "onednn": the same op on oneDNN's packed weight (its VNNI / AMX code where the CPU has them): on
-  an AVX-512 VNNI EPYC 3-20 % faster than fbgemm for most MiniLM and bert-base shapes, slower for
-  some; AVX2 code only (the same CPU capped): 2-15 % faster for most;
+  an AVX-512 VNNI EPYC 3-20 % faster than fbgemm for most MiniLM and bert-base shapes at a fixed
+  input shape, slower for some; AVX2 code only (the same CPU capped): 2-15 % faster for most. It
+  keeps a set-up per input shape and rebuilds it when the shape changes, so kernels are timed on
+  inputs of two lengths in turn;
 - "int8pack": aten._weight_int8pack_mm on the fp32 activations (weight-only; on x86 its fp32 form
   is ATen's scalar loop);
 - "int8pack-bf16": the same op on bfloat16 activations, its vectorised (AVX2 / AVX-512) form: int8
@@ -35,6 +37,7 @@ cost more than it saves (on cores shared with other work, a whole scheduler slic
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import warnings
@@ -56,6 +59,7 @@ CHOICES: dict = {}  # (mode, in, out, bucket, threads) -> kernel, for this proce
 TIMINGS: dict = {}  # same key -> {kernel: median seconds}, what the choice was made on
 _MEASURING = threading.Lock()  # one measurement at a time: threads (a server's workers) meeting a new
 # shape together wait for one choice instead of timing kernels against each other
+_ENGINE = threading.Lock()  # held while the process-wide quantized engine is switched to pack a weight
 
 
 def quantise_per_channel(weight: torch.Tensor) -> tuple:
@@ -159,8 +163,8 @@ class Int8Linear(nn.Module):
         a tensor by one range, so each row is first divided by its largest |x| and the output rows
         multiplied back (the product is linear in x). all-MiniLM-L6-v2's embeddings: cosine to
         fp32 0.971 per tensor, 0.990 per row (7-bit), 0.995 per row (8-bit). 7-bit activations
-        (reduce_range) unless eight_bit_activations(): AVX2 without VNNI sums u8 x s8 pairs in int16,
-        which 8-bit activations saturate (errors 20x the bound)."""
+        (reduce_range) unless eight_bit_activations(): a CPU without VNNI (AVX2, AVX-512 before VNNI)
+        sums u8 x s8 pairs in int16, which 8-bit activations saturate (errors 20x the bound)."""
         # (rows, 1) largest |x|, from two reductions: x.abs() would allocate and write a tensor as large as x
         s = torch.maximum(x.amax(dim=1, keepdim=True), x.amin(dim=1, keepdim=True).neg_()).clamp_(min=1e-30)
         out = torch.ops.quantized.linear_dynamic(x / s, self._form(kernel), not eight_bit_activations())
@@ -209,7 +213,8 @@ class Int8Linear(nn.Module):
             try:
                 if not _agrees(self.run(kernel, x), reference):
                     continue
-                times[kernel] = median_seconds(lambda kernel=kernel: self.run(kernel, x))
+                call = _alternating(lambda rows, kernel=kernel: self.run(kernel, rows), x)
+                times[kernel] = median_seconds(call)
             except RuntimeError:  # present but refusing this shape or build: no candidate
                 continue
         TIMINGS[key] = times
@@ -248,6 +253,14 @@ class Int8Embedding(nn.Module):
         return F.embedding(ids, self.qweight).float().mul_(self.scale[ids].unsqueeze(-1))
 
 
+def _alternating(run, x: torch.Tensor):
+    """A call running `run` on x and on x without its first row in turn: a kernel that keeps a set-up
+    per input shape (oneDNN's) is timed paying its rebuild, as calls of varying lengths (a server's) do."""
+    inputs = [x, x[1:]] if x.shape[0] > 1 else [x]
+    turn = itertools.count()
+    return lambda: run(inputs[next(turn) % len(inputs)])
+
+
 def _agrees(out: torch.Tensor, reference: torch.Tensor) -> bool:
     """Whether a kernel's output is within AGREE (relative norm) of the fp32 reference, all finite."""
     if not torch.isfinite(out).all():
@@ -258,16 +271,20 @@ def _agrees(out: torch.Tensor, reference: torch.Tensor) -> bool:
 # what lets the kernel libraries use VNNI (u8 x s8 summed straight into int32): the CPU's flags, and no
 # cap to older code (ONEDNN_MAX_CPU_ISA=AVX2, FBGEMM_ENABLE_INSTRUCTIONS=AVX2 emulate an AVX2 CPU)
 VNNI_FLAGS = ("avx512_vnni", "amx_int8")
-VNNI_CAPS = {"ONEDNN_MAX_CPU_ISA": ("VNNI", "BF16", "AMX", "FP16", "ALL"),
-             "FBGEMM_ENABLE_INSTRUCTIONS": ("E1", "VNNI")}  # the capped values that keep VNNI
+# the capped values that keep VNNI (AVX2_VNNI does not: it needs the avx_vnni flag besides; AVX512_CORE
+# is AVX-512 before VNNI); oneDNN reads its cap as ONEDNN_ or DNNL_MAX_CPU_ISA
+ONEDNN_KEEPS = ("AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10",
+                "DEFAULT", "ALL")
+VNNI_CAPS = {"ONEDNN_MAX_CPU_ISA": ONEDNN_KEEPS, "DNNL_MAX_CPU_ISA": ONEDNN_KEEPS,
+             "FBGEMM_ENABLE_INSTRUCTIONS": ("AVX512_E1",)}
 
 
 def vnni_in_use(flags: str, environ) -> bool:
     """Whether fbgemm and oneDNN run their VNNI code, given /proc/cpuinfo's flags and the environment."""
     if not any(flag in flags.split() for flag in VNNI_FLAGS):
         return False
-    return all(name not in environ or any(ok in environ[name].upper() for ok in allowed)
-               for name, allowed in VNNI_CAPS.items())
+    caps = {name: environ.get(name, "").strip().upper() for name in VNNI_CAPS}
+    return all(not cap or any(ok in cap for ok in VNNI_CAPS[name]) for name, cap in caps.items())
 
 
 _EIGHT_BIT: list = []
@@ -292,18 +309,19 @@ def _pack(engine: str, q: torch.Tensor, scale: torch.Tensor):
     The engine is chosen at packing time; linear_dynamic follows the packed form's."""
     if engine not in torch.backends.quantized.supported_engines:
         return None
-    before = torch.backends.quantized.engine
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the qint8 tensor the prepack reads is marked deprecated
-            torch.backends.quantized.engine = engine
-            zeros = torch.zeros(q.shape[0], dtype=torch.long)
-            qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.cpu().double(), zeros, 0)
-            return torch.ops.quantized.linear_prepack(qw, None)
-    except (AttributeError, RuntimeError):
-        return None
-    finally:
-        torch.backends.quantized.engine = before
+    with _ENGINE:  # the engine is process-wide: two threads packing for two engines would cross
+        before = torch.backends.quantized.engine
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the qint8 tensor the prepack reads is marked deprecated
+                torch.backends.quantized.engine = engine
+                zeros = torch.zeros(q.shape[0], dtype=torch.long)
+                qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.cpu().double(), zeros, 0)
+                return torch.ops.quantized.linear_prepack(qw, None)
+        except (AttributeError, RuntimeError):
+            return None
+        finally:
+            torch.backends.quantized.engine = before
 
 
 def choices() -> list:

@@ -71,6 +71,24 @@ def test_the_bf16_kernel_is_offered_only_where_its_aligned_loads_fit():
     assert "int8pack-bf16" in Int8Linear.from_linear(nn.Linear(112, 8), "weight-only").candidates()
 
 
+def test_a_large_input_scaled_into_the_reused_buffer_gives_the_same_output(monkeypatch):
+    import lmforge.fast.int8 as int8
+
+    torch.manual_seed(0)
+    module = Int8Linear.from_linear(nn.Linear(64, 48), "dynamic")
+    x = torch.randn(30, 64)
+    kernels = [k for k in module.candidates() if k.removesuffix("-serial") in int8.ENGINES]
+    if not kernels:
+        pytest.skip("this torch build has no quantized engine")
+    with torch.no_grad():
+        for kernel in kernels:
+            fresh = module.run(kernel, x)
+            monkeypatch.setattr(int8, "SCRATCH_MIN_BYTES", 0)  # every input "large": the buffer path
+            reused = [module.run(kernel, x), module.run(kernel, x * 2)]  # the buffer's second use
+            monkeypatch.setattr(int8, "SCRATCH_MIN_BYTES", 1 << 62)
+            assert torch.equal(reused[0], fresh) and torch.equal(reused[1], module.run(kernel, x * 2)), kernel
+
+
 def test_a_kernel_chosen_on_a_contiguous_input_takes_a_transposed_one():
     # the choice is per shape, not per layout: int8pack's op refuses an x whose last dimension is strided
     module = Int8Linear.from_linear(nn.Linear(64, 24), "weight-only")

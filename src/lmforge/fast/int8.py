@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
 from lmforge.fast.timing import median_seconds
 
 MODES = ("dynamic", "weight-only")
@@ -167,7 +168,10 @@ class Int8Linear(nn.Module):
         sums u8 x s8 pairs in int16, which 8-bit activations saturate (errors 20x the bound)."""
         # (rows, 1) largest |x|, from two reductions: x.abs() would allocate and write a tensor as large as x
         s = torch.maximum(x.amax(dim=1, keepdim=True), x.amin(dim=1, keepdim=True).neg_()).clamp_(min=1e-30)
-        out = torch.ops.quantized.linear_dynamic(x / s, self._form(kernel), not eight_bit_activations())
+        # the scaled input dies in the op: under glibc a large one goes to a reused buffer (fast/linear.py)
+        big = x.numel() * x.element_size() >= SCRATCH_MIN_BYTES
+        scaled = torch.div(x, s, out=scratch("int8-input", x.shape, x)) if big else x / s
+        out = torch.ops.quantized.linear_dynamic(scaled, self._form(kernel), not eight_bit_activations())
         if self.bias is None:
             return out.mul_(s)
         return torch.addcmul(self.bias, out, s, out=out)  # one pass over the output, not two

@@ -73,6 +73,12 @@ def test_a_seeded_run_on_cuda_is_bit_identical_twice(tmp_path):
     assert _same(*runs)
 
 
+def test_a_gpu_run_asks_cudnn_for_deterministic_algorithms(tmp_path):
+    Trainer(mlm_objective(), toy_data(), quick(steps=1, device="cuda"), tmp_path)
+    # convolutions (ELMo's character CNN) would otherwise sum their gradients in any order
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+
+
 def test_a_run_on_cuda_resumes_exactly(tmp_path):
     gpu = quick(steps=6, save_every=1, device="cuda")
     full = _weights(Trainer(clm_objective(), toy_data(), gpu, tmp_path / "a").fit())

@@ -59,6 +59,10 @@ class Trainer:
         self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
         refuse_int8(objective)
         self.device = resolve_device(cfg.device)
+        if self.device.type == "cuda":
+            # cuDNN's convolutions (ELMo's character CNN) may pick backward algorithms that sum in any
+            # order: a seed fixes a GPU run only with the deterministic ones
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
         self.rank, self.world = dist.init_from_env(self.device)
         self.objective = objective.to(self.device)
         self._data = (train_data, eval_data, duplication, lr_scale)

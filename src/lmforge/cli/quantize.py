@@ -27,7 +27,9 @@ def _table(report: dict) -> None:
                       *((f"{r['metric_name']} {r['metric']:.4f}",) if metric else ()), f"{r['seconds']:.4f}")
     Console().print(table)
     kept = sorted({k["kernel"] for k in report["kernels"]})
-    print(f"speed-up {report['speedup']:.2f}x, size {report['size_ratio']:.2f}x; kernels chosen: {', '.join(kept)}")
+    bits = f"; activations {report['activation_bits']}-bit" if "activation_bits" in report else ""
+    print(f"speed-up {report['speedup']:.2f}x, size {report['size_ratio']:.2f}x; "
+          f"kernels chosen: {', '.join(kept)}{bits}")
 
 
 def cmd_quantize(args) -> None:

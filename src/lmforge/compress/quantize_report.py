@@ -17,7 +17,7 @@ import torch
 
 from lmforge.compress.quantize import int8_layers, int8_share, parameter_count, quantize
 from lmforge.config import atomic_write_text
-from lmforge.fast.int8 import choices
+from lmforge.fast.int8 import choices, eight_bit_activations
 from lmforge.io import find_model_dir, load
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
 from lmforge.tokenizer import load_tokenizer
@@ -115,5 +115,7 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
     report["speedup"] = seconds["before"] / seconds["after"]
     report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)
     report["kernels"] = choices()
+    if mode == "dynamic":  # 8 under VNNI, else 7 (fast/int8.py): accuracy rests on it
+        report["activation_bits"] = 8 if eight_bit_activations() else 7
     atomic_write_text(out / "quantize.json", json.dumps(report, indent=2) + "\n")
     return report

@@ -75,6 +75,21 @@ def test_probes_longer_than_the_model_are_left_out(tokenizers):
     assert score_probes(model, tok, [p for p in sample if p not in fits]) == {}
 
 
+def test_scoring_leaves_the_model_in_its_mode_even_when_it_fails(tokenizers, monkeypatch):
+    import lmforge.analysis.cloze as cloze
+
+    model = tiny("bert-tiny", tokenizers["bert"]).train()  # a pretraining run probed mid-way
+    score_probes(model, tokenizers["bert"], probes(1, seed=0))
+    assert model.training
+    def fail(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(cloze, "_scores", fail)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        score_probes(model, tokenizers["bert"], probes(1, seed=0))
+    assert model.training
+
+
 def test_encoder_decoders_and_mask_less_tokenizers_are_refused(tokenizers):
     with pytest.raises(ValueError, match="mask token"):
         score_probes(tiny("bert-tiny", tokenizers["gpt2"]), tokenizers["gpt2"], probes(1))

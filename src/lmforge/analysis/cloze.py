@@ -100,6 +100,17 @@ def score_probes(model, tokenizer, probes: list, head=None, batch_probes: int = 
     pad = tokenizer.special_id("pad") or 0
     was_training = model.training
     model.eval()
+    try:
+        sums = _summed(model, tokenizer, probes, head, batch_probes, causal, pad)
+    finally:
+        model.train(was_training)  # a pretraining run probed mid-way goes on in its own mode
+    groups = {p.get("group") for p in probes}
+    order = [k for k in sums if k not in groups and k != "all"] + [k for k in sums if k in groups] + ["all"]
+    return {k: _means(sums[k]) for k in order if k in sums}
+
+
+def _summed(model, tokenizer, probes: list, head, batch_probes: int, causal: bool, pad: int) -> dict:
+    """kind / group / "all" -> the sums of each measure over its probes (and n, margin^2)."""
     sums: dict = defaultdict(lambda: defaultdict(float))
     for start in range(0, len(probes), batch_probes):
         chunk = [(p, (_causal_rows if causal else _masked_rows)(tokenizer, p))
@@ -115,10 +126,7 @@ def score_probes(model, tokenizer, probes: list, head=None, batch_probes: int = 
                 if key is not None:
                     for name, value in {**measures, "n": 1, "margin2": measures["margin"] ** 2}.items():
                         sums[key][name] += value
-    model.train(was_training)
-    groups = {p.get("group") for p in probes}
-    order = [k for k in sums if k not in groups and k != "all"] + [k for k in sums if k in groups] + ["all"]
-    return {k: _means(sums[k]) for k in order if k in sums}
+    return sums
 
 
 def _means(s: dict) -> dict:

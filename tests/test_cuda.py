@@ -12,7 +12,7 @@ from lmforge.heads import attach
 from lmforge.train import Trainer
 from lmforge.train.log import read_metrics
 from tests.conftest import CASES, forward, tiny_model
-from tests.train.helpers import clm_objective, mlm_objective, quick, toy_data
+from tests.train.helpers import clm_objective, interrupt_after, mlm_objective, quick, toy_data
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -82,17 +82,7 @@ def test_a_gpu_run_asks_cudnn_for_deterministic_algorithms(tmp_path):
 def test_a_run_on_cuda_resumes_exactly(tmp_path):
     gpu = quick(steps=6, save_every=1, device="cuda")
     full = _weights(Trainer(clm_objective(), toy_data(), gpu, tmp_path / "a").fit())
-    interrupted = Trainer(clm_objective(), toy_data(), gpu, tmp_path / "b")
-    step = interrupted.train_step
-
-    def stop_after_three():
-        if interrupted.step == 3:
-            raise KeyboardInterrupt
-        return step()
-
-    interrupted.train_step = stop_after_three
-    with pytest.raises(KeyboardInterrupt):
-        interrupted.fit()
+    interrupt_after(Trainer(clm_objective(), toy_data(), gpu, tmp_path / "b"), 3)
     resumed = Trainer(clm_objective(seed=5), toy_data(), gpu, tmp_path / "b")
     assert _same(_weights(resumed.fit(resume=True)), full)
     assert [r["step"] for r in read_metrics(tmp_path / "b" / "metrics.jsonl")] == list(range(1, 7))

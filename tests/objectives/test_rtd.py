@@ -10,7 +10,7 @@ from lmforge.objectives.rtd import generator_config, replace_tokens
 from lmforge.train import Trainer
 
 from tests.parity.helpers import transformers
-from tests.train.helpers import quick, toy_data
+from tests.train.helpers import interrupt_after, quick, toy_data
 
 MASK, CLS, SEP = 3, 1, 2
 
@@ -190,17 +190,7 @@ def test_loss_falls_and_the_discriminator_exports_as_electra_for_pretraining(tmp
 
 def test_resume_continues_exactly_with_the_shared_table(tmp_path):
     full = Trainer(_objective(), toy_data(), quick(steps=4), tmp_path / "a").fit()
-    interrupted = Trainer(_objective(), toy_data(), quick(steps=4, save_every=1), tmp_path / "b")
-    step = interrupted.train_step
-
-    def stop_at_three():
-        if interrupted.step == 2:
-            raise KeyboardInterrupt
-        return step()
-
-    interrupted.train_step = stop_at_three
-    with pytest.raises(KeyboardInterrupt):
-        interrupted.fit()
+    interrupt_after(Trainer(_objective(), toy_data(), quick(steps=4, save_every=1), tmp_path / "b"), 2)
     objective = _objective()
     resumed = Trainer(objective, toy_data(), quick(steps=4, save_every=1), tmp_path / "b").fit(resume=True)
     assert objective.generator.model.tokens.weight is resumed.tokens.weight

@@ -1,4 +1,5 @@
 """A tiny training setup shared by the training-loop tests."""
+import pytest
 import torch
 
 import lmforge
@@ -33,3 +34,17 @@ def quick(**kw):
     """A short run's training config."""
     base = dict(steps=6, batch_size=4, lr=1e-3, warmup=2, log_every=1, progress=False)
     return TrainConfig(**{**base, **kw})
+
+
+def interrupt_after(trainer, steps: int) -> None:
+    """Run trainer.fit() as if killed (KeyboardInterrupt) once `steps` steps are done."""
+    step = trainer.train_step
+
+    def stop():
+        if trainer.step == steps:
+            raise KeyboardInterrupt
+        return step()
+
+    trainer.train_step = stop
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()

@@ -14,7 +14,7 @@ from lmforge.objectives import CausalLM
 from lmforge.train import Trainer, TrainingDiverged
 from lmforge.train.log import read_metrics
 
-from tests.train.helpers import clm_objective, mlm_objective, quick, toy_data
+from tests.train.helpers import clm_objective, interrupt_after, mlm_objective, quick, toy_data
 
 
 def _weights(model):
@@ -44,17 +44,7 @@ def test_loss_falls_and_outputs_are_written(tmp_path):
 def test_resume_continues_exactly(tmp_path):
     data = toy_data()
     full = _weights(Trainer(mlm_objective(), data, quick(steps=8), tmp_path / "a").fit())
-    interrupted = Trainer(mlm_objective(), data, quick(steps=8, save_every=1), tmp_path / "b")
-    step = interrupted.train_step
-
-    def stop_at_six():
-        if interrupted.step == 5:
-            raise KeyboardInterrupt
-        return step()
-
-    interrupted.train_step = stop_at_six
-    with pytest.raises(KeyboardInterrupt):
-        interrupted.fit()
+    interrupt_after(Trainer(mlm_objective(), data, quick(steps=8, save_every=1), tmp_path / "b"), 5)
     resumed = Trainer(mlm_objective(seed=5), data, quick(steps=8, save_every=1), tmp_path / "b")
     assert_same_weights(_weights(resumed.fit(resume=True)), full)
     steps = [r["step"] for r in read_metrics(tmp_path / "b" / "metrics.jsonl")]

@@ -37,6 +37,7 @@ cost more than it saves (on cores shared with other work, a whole scheduler slic
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -196,7 +197,7 @@ class Int8Linear(nn.Module):
         """The kernels of this mode that this torch build offers."""
         usable = []
         for kernel in KERNELS[self.mode]:
-            if kernel in ENGINES and _pack(kernel, self.qweight[:1], self.scale[:1]) is None:
+            if kernel in ENGINES and not _engine_usable(kernel):
                 continue
             if kernel.startswith("int8pack") and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
                 continue
@@ -291,20 +292,22 @@ def vnni_in_use(flags: str, environ) -> bool:
     return all(not cap or any(ok in cap for ok in VNNI_CAPS[name]) for name, cap in caps.items())
 
 
-_EIGHT_BIT: list = []
-
-
+@functools.cache
 def eight_bit_activations() -> bool:
     """Whether dynamic int8 quantises activations to 8 bits (VNNI in use: no int16 pair sums to
     saturate) rather than 7; read once per process."""
-    if not _EIGHT_BIT:
-        try:
-            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-                flags = next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "")
-        except OSError:
-            flags = ""
-        _EIGHT_BIT.append(vnni_in_use(flags, os.environ))
-    return _EIGHT_BIT[0]
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return vnni_in_use(flags, os.environ)
+
+
+@functools.cache
+def _engine_usable(engine: str) -> bool:
+    """Whether this torch build packs weights for the quantized engine (asked once per process)."""
+    return _pack(engine, torch.ones(1, 16, dtype=torch.int8), torch.ones(1)) is not None
 
 
 def _pack(engine: str, q: torch.Tensor, scale: torch.Tensor):

@@ -124,3 +124,10 @@ def validate_quantization(cfg) -> None:
     if q is not None and not (isinstance(q, dict) and q.get("mode") in QUANTIZATION_MODES):
         raise ConfigError(f"quantization={q!r:.80} must be null or a mapping with \"mode\": "
                           f"{' or '.join(QUANTIZATION_MODES)}")
+    smoothing = (q or {}).get("smoothing")
+    if smoothing is not None:
+        layers = smoothing.get("layers") if isinstance(smoothing, dict) else None
+        names = isinstance(layers, list) and all(isinstance(name, str) for name in layers)
+        if q["mode"] != "dynamic" or not names:
+            raise ConfigError(f"quantization.smoothing={smoothing!r:.80} must be a mapping whose \"layers\" "
+                              "lists Linear names, in dynamic mode")

@@ -4,7 +4,9 @@
     lmforge quantize --model runs/sst/best --out runs/sst-int8 --data dev.jsonl
     lmforge quantize --model runs/gpt/final --out runs/gpt-int8 --mode weight-only
 
-dynamic: weights int8 per output channel, activations quantised at run time (encoders, batches);
+dynamic: weights int8 per output channel, activations quantised at run time (encoders, batches),
+the layers reading a LayerNorm smoothed first (SmoothQuant: outlier channels moved into the weights,
+calibrated on --calibration text or random tokens);
 weight-only: activations not quantised (decoding, where the time is reading the weights). Each layer
 runs the kernel this machine measures fastest, fp32 included (the report lists the choices).
 The model is saved under --out/model (loadable by every command); quantize.json beside it.
@@ -28,8 +30,31 @@ def _table(report: dict) -> None:
     Console().print(table)
     kept = sorted({k["kernel"] for k in report["kernels"]})
     bits = f"; activations {report['activation_bits']}-bit" if "activation_bits" in report else ""
+    if "smoothing" in report:
+        smoothing = report["smoothing"]
+        bits += (f", {len(smoothing['layers'])} layers smoothed (alpha {smoothing['alpha']}, "
+                 f"{smoothing['calibration']})")
     print(f"speed-up {report['speedup']:.2f}x, size {report['size_ratio']:.2f}x; "
           f"kernels chosen: {', '.join(kept)}{bits}")
+
+
+CALIBRATION_TEXTS = 512  # SmoothQuant's calibration set size
+
+
+def _calibration(path: str) -> list:
+    """The first CALIBRATION_TEXTS non-empty lines of a UTF-8 text file; a one-line error otherwise."""
+    from pathlib import Path
+
+    from lmforge.cli.common import UsageError
+
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"--calibration {path}: {getattr(err, 'strerror', None) or err}") from None
+    texts = [line.strip() for line in lines if line.strip()][:CALIBRATION_TEXTS]
+    if not texts:
+        raise UsageError(f"--calibration {path}: no text (one calibration text a line)")
+    return texts
 
 
 def cmd_quantize(args) -> None:
@@ -38,6 +63,7 @@ def cmd_quantize(args) -> None:
 
     from lmforge.cli.common import UsageError
     from lmforge.compress.quantize_report import run_quantize
+    from lmforge.compress.smooth import ALPHA
     from lmforge.tasks.finetune import task_info
     from lmforge.tasks.formats import read_task_file
 
@@ -51,7 +77,12 @@ def cmd_quantize(args) -> None:
         if kind is None:
             raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
         records = read_task_file(args.data, kind, args.columns, True)
-    report = run_quantize(args.model, args.out, args.mode, records, kind, args.batch_size, args.seq_len, args.rounds)
+    alpha = ALPHA if args.smooth_alpha is None else args.smooth_alpha
+    if not 0.0 <= alpha <= 1.0:
+        raise UsageError(f"--smooth-alpha {alpha}: the migration strength is in [0, 1]")
+    texts = _calibration(args.calibration) if args.calibration else None
+    report = run_quantize(args.model, args.out, args.mode, records, kind, args.batch_size, args.seq_len,
+                          args.rounds, None if args.no_smooth else alpha, texts)
     _table(report)
     print(f"model in {args.out}/model, report in {args.out}/quantize.json")
 
@@ -69,6 +100,13 @@ def add_parsers(sub) -> None:
     p.add_argument("--data", help="labelled data: the task metric before and after (a fine-tuned model)")
     p.add_argument("--task", help="task type (default: the model's task.json)")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
+    p.add_argument("--calibration", metavar="FILE",
+                   help=f"text, one a line (the first {CALIBRATION_TEXTS} used), whose activations set the "
+                        "smoothing (default: random tokens)")
+    p.add_argument("--smooth-alpha", type=float,
+                   help="SmoothQuant's migration strength in [0, 1] for the layers reading a LayerNorm "
+                        "(dynamic; default compress/smooth.ALPHA, 0.75)")
+    p.add_argument("--no-smooth", action="store_true", help="dynamic mode without smoothing")
     p.add_argument("--batch-size", type=int, default=8, help="rows of the timed forward batch")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per row of the timed batch")
     p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")

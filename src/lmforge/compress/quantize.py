@@ -2,7 +2,9 @@
 
 Weights are quantised symmetrically per output channel (one fp32 scale a row, int8 values in
 [-127, 127]); in "dynamic" mode activations are quantised at run time (per row, from its
-range), in "weight-only" mode they are not (fp32, or bf16 inside the int8pack-bf16 kernel). The
+range), in "weight-only" mode they are not (fp32, or bf16 inside the int8pack-bf16 kernel). Before
+dynamic quantisation the Linears that read a LayerNorm are smoothed (SmoothQuant, compress/smooth.py):
+its outlier channels are moved into their weights, calibrated on text or random tokens. The
 layers are lmforge's own Int8Linear (fast/int8.py), which runs whichever kernel this machine
 measured fastest for each shape, fp32 included, so a quantised layer is never slower than its fp32 form. Not the deprecated
 torch.ao.quantization.quantize_dynamic.
@@ -21,6 +23,7 @@ import copy
 
 from torch import nn
 
+from lmforge.compress.smooth import ALPHA, random_batches, smoothing
 from lmforge.fast.int8 import MODES, Int8Embedding, Int8Linear, int8_linears, swap_linears, swap_tokens
 from lmforge.heads import LMHead
 from lmforge.model import Transformer
@@ -34,8 +37,11 @@ def kept_fp32(model: nn.Module) -> list:
             if isinstance(m, LMHead) and isinstance(m.decoder, nn.Linear)]
 
 
-def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False) -> Transformer:
-    """The model with every Linear (but `kept_fp32`) an Int8Linear of `mode`; a copy unless inplace."""
+def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, alpha: float | None = ALPHA,
+             calibration: list | None = None) -> Transformer:
+    """The model with every Linear (but `kept_fp32`) an Int8Linear of `mode`; a copy unless inplace.
+    Dynamic mode smooths the Linears that read a LayerNorm (compress/smooth.py) with strength
+    `alpha` (None: not), from the calibration batches (smooth.text_batches; None: random tokens)."""
     if mode not in MODES:
         raise ValueError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     if model.config.quantization:
@@ -44,14 +50,20 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False) -
         raise ValueError("ELMo (a biLSTM) has no Transformer Linears to quantise this way")
     model = model if inplace else copy.deepcopy(model)
     kept = kept_fp32(model)
-    swapped = swap_linears(model, mode, kept)
+    factors = {}
+    if mode == "dynamic" and alpha is not None:  # measured on the fp32 model, before any layer is swapped
+        factors = smoothing(model, calibration or random_batches(model), alpha=alpha)
+    swapped = swap_linears(model, mode, kept, smooth=factors)
     if not swapped:
         raise ValueError("the model has no Linear layers to quantise")
     tokens = not any(isinstance(m, LMHead) for m in model.modules())  # a tied head reads model.tokens.weight
     if tokens:
         swap_tokens(model)
-    model.config = model.config.replace(quantization={"mode": mode, "scheme": SCHEME, "kept_fp32": kept,
-                                                      "tokens": tokens})
+    record = {"mode": mode, "scheme": SCHEME, "kept_fp32": kept, "tokens": tokens}
+    if factors:
+        record["smoothing"] = {"alpha": alpha, "calibration": "text" if calibration else "random tokens",
+                               "layers": sorted(factors)}
+    model.config = model.config.replace(quantization=record)
     return model.eval()
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from lmforge.compress.quantize import int8_layers, int8_share, parameter_count, quantize
+from lmforge.compress.smooth import ALPHA, random_tokens, text_batches
 from lmforge.config import atomic_write_text
 from lmforge.fast.int8 import choices, eight_bit_activations
 from lmforge.io import find_model_dir, load
@@ -36,16 +37,6 @@ def side_by_side(calls: dict, rounds: int = 5) -> dict:
             call()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
-
-
-def random_batch(model, batch_size: int, seq_len: int, seed: int = 0) -> tuple:
-    """(B, T) token ids (drawn from the vocabulary, past the first 1000 where it is large: no special
-    tokens) and an all-ones mask."""
-    g = torch.Generator().manual_seed(seed)
-    vocab = model.config.vocab_size
-    low = 1000 if vocab > 2000 else 0
-    ids = torch.randint(low, vocab, (batch_size, min(seq_len, model.config.max_seq_len)), generator=g)
-    return ids, torch.ones_like(ids)
 
 
 def _sizes(model, path: Path | None) -> dict:
@@ -88,12 +79,15 @@ def _models(source: Path, records, kind):
 
 
 def run_quantize(model, out, mode: str = "dynamic", records: list | None = None, kind: str | None = None,
-                 batch_size: int = 8, seq_len: int = 128, rounds: int = 5) -> dict:
+                 batch_size: int = 8, seq_len: int = 128, rounds: int = 5, alpha: float | None = ALPHA,
+                 calibration: list | None = None) -> dict:
     """Quantise the model at `model` (a directory or installed model), save it under out/model, and
-    report sizes, speed side by side and (with `records`) the task metric before and after."""
+    report sizes, speed side by side and (with `records`) the task metric before and after;
+    calibration: texts to smooth from (None: random tokens), alpha None: no smoothing."""
     source, out = find_model_dir(model), Path(out)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
-    quantize(int8, mode, inplace=True)
+    batches = text_batches(fp32, load_tokenizer(source), calibration) if calibration else None
+    quantize(int8, mode, inplace=True, alpha=alpha, calibration=batches)
     if task_after is not None:
         save_model(task_after, out / "model")
     else:
@@ -103,7 +97,7 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
         except (OSError, ValueError):
             pass  # a model without a tokenizer (random ids only): nothing to carry over
     carry_sentence_files(source, out / "model")
-    ids, mask = random_batch(fp32, batch_size, seq_len)
+    ids, mask = random_tokens(fp32, batch_size, seq_len)
     seconds = side_by_side({"before": lambda: fp32(ids, mask, run_heads=False),
                             "after": lambda: int8(ids, mask, run_heads=False)}, rounds)
     report = {"mode": mode, "batch": [int(ids.shape[0]), int(ids.shape[1])], "threads": torch.get_num_threads(),
@@ -117,5 +111,8 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
     report["kernels"] = choices()
     if mode == "dynamic":  # 8 under VNNI, else 7 (fast/int8.py): accuracy rests on it
         report["activation_bits"] = 8 if eight_bit_activations() else 7
+        smoothing = int8.config.quantization.get("smoothing")
+        if smoothing:
+            report["smoothing"] = {**smoothing, "calibration_texts": len(calibration or ())}
     atomic_write_text(out / "quantize.json", json.dumps(report, indent=2) + "\n")
     return report

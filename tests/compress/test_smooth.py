@@ -182,3 +182,18 @@ def test_quantize_command_calibrates_on_a_file_and_refuses_bad_options(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("lmforge quantize: error:") for line in err), err
     assert "missing.txt" in err[0] and "empty.txt" in err[1] and "--smooth-alpha" in err[2]
+
+
+@pytest.mark.parametrize("preset", ["t5-small", "llama-3.2-1b", "albert-base", "longformer-base", "xlnet-base"])
+def test_every_architecture_calibrates_smooths_and_reloads_identically(preset, tmp_path):
+    model = tiny_model(preset)
+    q = quantize(model)
+    smoothed = q.config.quantization["smoothing"]["layers"]
+    assert smoothed == sorted(layer_norm_readers(model))  # calibration reached every reader
+    q.save(tmp_path)
+    again = lmforge.load(tmp_path).eval()
+    ids = torch.randint(5, 90, (2, 10), generator=torch.Generator().manual_seed(0))
+    extra = {"decoder_input_ids": ids} if model.config.architecture == "encoder-decoder" else {}
+    with torch.no_grad():
+        assert torch.equal(again(ids, **extra, run_heads=False).last_hidden_state,
+                           q(ids, **extra, run_heads=False).last_hidden_state)

@@ -114,3 +114,10 @@ def test_a_quantised_model_runs_on_cuda_as_its_dequantised_weights(mode):
     # 7 or 8 bits; weight-only: perhaps to bf16)
     tolerance = 0.05 if mode == "dynamic" else 1e-2
     assert (gpu - cpu).norm() <= tolerance * cpu.norm()
+
+
+def test_a_model_on_cuda_is_calibrated_and_quantised_where_it_is():
+    model = tiny_model("bert-base").cuda()
+    q = quantize(model)  # the smoothing's calibration batches are built on the CPU, run on the GPU
+    assert q.config.quantization["smoothing"]["layers"]
+    assert all(b.device.type == "cuda" for b in q.buffers())

@@ -45,10 +45,11 @@ def input_ranges(model: nn.Module, batches, names) -> dict:
         if name in wanted and isinstance(module, nn.Linear):
             hooks.append(module.register_forward_pre_hook(record(name)))
     was_training = model.training
+    device = next(model.parameters()).device  # batches are built on the CPU
     try:
         model.eval()
         for batch in batches:
-            model(**batch)
+            model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
     finally:
         for hook in hooks:
             hook.remove()

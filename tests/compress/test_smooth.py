@@ -177,14 +177,19 @@ def test_quantize_command_calibrates_on_a_file_and_refuses_bad_options(tmp_path,
     assert "smoothing" not in json.loads((tmp_path / "n" / "quantize.json").read_text())
     capsys.readouterr()
     for bad in (["--calibration", str(tmp_path / "missing.txt")],
-                ["--calibration", str(tmp_path / "empty.txt")], ["--smooth-alpha", "1.5"]):
+                ["--calibration", str(tmp_path / "empty.txt")], ["--smooth-alpha", "1.5"],
+                ["--mode", "weight-only", "--smooth-alpha", "0.5"], ["--no-smooth", "--smooth-alpha", "0.5"]):
         assert main([*base, "--out", str(tmp_path / "x"), *bad]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("lmforge quantize: error:") for line in err), err
+    assert len(err) == 5 and all(line.startswith("lmforge quantize: error:") for line in err), err
     assert "missing.txt" in err[0] and "empty.txt" in err[1] and "--smooth-alpha" in err[2]
+    assert "--mode dynamic" in err[3] and "--no-smooth" in err[4]
 
 
-@pytest.mark.parametrize("preset", ["t5-small", "llama-3.2-1b", "albert-base", "longformer-base", "xlnet-base"])
+ARCHITECTURES = ["t5-small", "llama-3.2-1b", "albert-base", "longformer-base", "xlnet-base"]
+
+
+@pytest.mark.parametrize("preset", ARCHITECTURES)
 def test_every_architecture_calibrates_smooths_and_reloads_identically(preset, tmp_path):
     model = tiny_model(preset)
     q = quantize(model)

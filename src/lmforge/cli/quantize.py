@@ -77,6 +77,13 @@ def cmd_quantize(args) -> None:
         if kind is None:
             raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
         records = read_task_file(args.data, kind, args.columns, True)
+    smoothing = [f"--{name.replace('_', '-')}" for name in ("calibration", "smooth_alpha", "no_smooth")
+                 if getattr(args, name) not in (None, False)]
+    if args.mode != "dynamic" and smoothing:
+        raise UsageError(f"{smoothing[0]}: smoothing is for --mode dynamic (weight-only quantises no "
+                         "activations)")
+    if args.no_smooth and len(smoothing) > 1:
+        raise UsageError(f"{smoothing[0]} and --no-smooth: smoothing is either on or off")
     alpha = ALPHA if args.smooth_alpha is None else args.smooth_alpha
     if not 0.0 <= alpha <= 1.0:
         raise UsageError(f"--smooth-alpha {alpha}: the migration strength is in [0, 1]")
@@ -103,7 +110,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--calibration", metavar="FILE",
                    help=f"text, one a line (the first {CALIBRATION_TEXTS} used), whose activations set the "
                         "smoothing (default: random tokens)")
-    p.add_argument("--smooth-alpha", type=float,
+    p.add_argument("--smooth-alpha", type=float, metavar="A",
                    help="SmoothQuant's migration strength in [0, 1] for the layers reading a LayerNorm "
                         "(dynamic; default compress/smooth.ALPHA, 0.75)")
     p.add_argument("--no-smooth", action="store_true", help="dynamic mode without smoothing")

@@ -72,7 +72,7 @@ def encoder(name: str, fp32, tokenizer, batch: int, length: int, rounds: int) ->
     out = {"model": name, "batch": [batch, length], "fp32_s": t["fp32"], "int8_s": t["int8"],
            "speedup": t["fp32"] / t["int8"], "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()),
            "fp32_bytes": size[0], "int8_bytes": size[1], "size_ratio": size[1] / size[0],
-           "smoothing": {k: v for k, v in int8.config.quantization.get("smoothing", {}).items()
+           "smoothing": {k: v for k, v in (int8.config.quantization.get("smoothing") or {}).items()
                          if k != "layers"}}
     texts = gcide_texts() if tokenizer is not None else []
     if texts:  # the same measure over many real texts: the lowest of 512 is a sterner test than of 8

@@ -71,12 +71,15 @@ def test_the_bf16_kernel_is_offered_only_where_its_aligned_loads_fit():
     assert "int8pack-bf16" in Int8Linear.from_linear(nn.Linear(112, 8), "weight-only").candidates()
 
 
-def test_a_large_input_scaled_into_the_reused_buffer_gives_the_same_output(monkeypatch):
+@pytest.mark.parametrize("smoothed", [False, True])
+def test_a_large_input_scaled_into_the_reused_buffer_gives_the_same_output(monkeypatch, smoothed):
     import lmforge.fast.int8 as int8
 
     torch.manual_seed(0)
-    module = Int8Linear.from_linear(nn.Linear(64, 48), "dynamic")
+    smooth = torch.rand(64) + 0.5 if smoothed else None
+    module = Int8Linear.from_linear(nn.Linear(64, 48), "dynamic", smooth=smooth)
     x = torch.randn(30, 64)
+    before = x.clone()
     kernels = [k for k in module.candidates() if k.removesuffix("-serial") in int8.ENGINES]
     if not kernels:
         pytest.skip("this torch build has no quantized engine")
@@ -87,6 +90,7 @@ def test_a_large_input_scaled_into_the_reused_buffer_gives_the_same_output(monke
             reused = [module.run(kernel, x), module.run(kernel, x * 2)]  # the buffer's second use
             monkeypatch.setattr(int8, "SCRATCH_MIN_BYTES", 1 << 62)
             assert torch.equal(reused[0], fresh) and torch.equal(reused[1], module.run(kernel, x * 2)), kernel
+    assert torch.equal(x, before)  # the caller's input is divided into another tensor, never in place
 
 
 def test_a_kernel_chosen_on_a_contiguous_input_takes_a_transposed_one():
@@ -173,9 +177,10 @@ def _lm_model(preset="bert-base"):
     return model.eval()
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "weight-only"])
+@pytest.mark.parametrize("mode", ["dynamic", "weight-only", "dynamic unsmoothed"])
 def test_save_and_load_give_identical_outputs(tmp_path, mode):
-    model = quantize(_lm_model(), mode)
+    mode, *unsmoothed = mode.split()
+    model = quantize(_lm_model(), mode, alpha=None if unsmoothed else 0.75)
     ids = torch.randint(5, 99, (2, 12), generator=torch.Generator().manual_seed(0))
     model.save(tmp_path)
     again = lmforge.load(tmp_path).eval()

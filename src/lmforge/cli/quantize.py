@@ -38,14 +38,12 @@ def _table(report: dict) -> None:
           f"kernels chosen: {', '.join(kept)}{bits}")
 
 
-CALIBRATION_TEXTS = 512  # SmoothQuant's calibration set size
-
-
 def _calibration(path: str) -> list:
     """The first CALIBRATION_TEXTS non-empty lines of a UTF-8 text file; a one-line error otherwise."""
     from pathlib import Path
 
     from lmforge.cli.common import UsageError
+    from lmforge.compress.smooth import CALIBRATION_TEXTS
 
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -108,8 +106,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--task", help="task type (default: the model's task.json)")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     p.add_argument("--calibration", metavar="FILE",
-                   help=f"text, one a line (the first {CALIBRATION_TEXTS} used), whose activations set the "
-                        "smoothing (default: random tokens)")
+                   help="text, one a line (the first 512 used: compress/smooth.CALIBRATION_TEXTS), whose "
+                        "activations set the smoothing (default: random tokens)")
     p.add_argument("--smooth-alpha", type=float, metavar="A",
                    help="SmoothQuant's migration strength in [0, 1] for the layers reading a LayerNorm "
                         "(dynamic; default compress/smooth.ALPHA, 0.75)")

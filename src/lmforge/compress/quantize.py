@@ -23,7 +23,7 @@ import copy
 
 from torch import nn
 
-from lmforge.compress.smooth import ALPHA, random_batches, smoothing
+from lmforge.compress.smooth import ALPHA, check_alpha, random_batches, smoothing
 from lmforge.fast.int8 import MODES, Int8Embedding, Int8Linear, int8_linears, swap_linears, swap_tokens
 from lmforge.heads import LMHead
 from lmforge.model import Transformer
@@ -38,16 +38,21 @@ def kept_fp32(model: nn.Module) -> list:
 
 
 def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, alpha: float | None = ALPHA,
-             calibration: list | None = None) -> Transformer:
+             calibration: list | None = None, source: str | None = None) -> Transformer:
     """The model with every Linear (but `kept_fp32`) an Int8Linear of `mode`; a copy unless inplace.
     Dynamic mode smooths the Linears that read a LayerNorm (compress/smooth.py) with strength
-    `alpha` (None: not), from the calibration batches (smooth.text_batches; None: random tokens)."""
+    `alpha` (None: not), from the calibration batches (smooth.text_batches; None: random tokens),
+    recorded as coming from `source` ("text", ...)."""
     if mode not in MODES:
         raise ValueError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     if model.config.quantization:
         raise ValueError(f"the model is already int8-quantised ({model.config.quantization['mode']})")
     if model.config.architecture == "elmo":
         raise ValueError("ELMo (a biLSTM) has no Transformer Linears to quantise this way")
+    if alpha is not None:
+        check_alpha(alpha)
+    if calibration is not None and (mode != "dynamic" or alpha is None):
+        raise ValueError("calibration batches serve smoothing: dynamic mode with an alpha only")
     model = model if inplace else copy.deepcopy(model)
     kept = kept_fp32(model)
     factors = {}
@@ -60,9 +65,10 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     if tokens:
         swap_tokens(model)
     record = {"mode": mode, "scheme": SCHEME, "kept_fp32": kept, "tokens": tokens}
-    if factors:
-        record["smoothing"] = {"alpha": alpha, "calibration": "text" if calibration else "random tokens",
-                               "layers": sorted(factors)}
+    smoothed = sorted(set(factors) & set(swapped))
+    if smoothed:
+        origin = source or ("random tokens" if calibration is None else "batches given")
+        record["smoothing"] = {"alpha": alpha, "calibration": origin, "layers": smoothed}
     model.config = model.config.replace(quantization=record)
     return model.eval()
 

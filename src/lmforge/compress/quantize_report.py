@@ -68,6 +68,14 @@ def carry_sentence_files(source: Path, dest: Path) -> None:
             shutil.copytree(folder, dest / folder.name)
 
 
+def _tokenizer(source: Path, option: str):
+    """The model's tokenizer, or a ValueError naming the option that needs it."""
+    try:
+        return load_tokenizer(source)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{option} needs the model's tokenizer: {err}") from None
+
+
 def _models(source: Path, records, kind):
     """(fp32 task or None, fp32 model, int8-to-be task or None, its model): tasks where the model is
     fine-tuned and data was given."""
@@ -86,8 +94,8 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
     calibration: texts to smooth from (None: random tokens), alpha None: no smoothing."""
     source, out = find_model_dir(model), Path(out)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
-    batches = text_batches(fp32, load_tokenizer(source), calibration) if calibration else None
-    quantize(int8, mode, inplace=True, alpha=alpha, calibration=batches)
+    batches = text_batches(fp32, _tokenizer(source, "--calibration"), calibration) if calibration else None
+    quantize(int8, mode, inplace=True, alpha=alpha, calibration=batches, source="text" if batches else None)
     if task_after is not None:
         save_model(task_after, out / "model")
     else:

@@ -61,8 +61,13 @@ def load_native(path: Path, meta: dict) -> Transformer:
         except KeyError:  # a name the head container reserves ("keys", "update", ...)
             raise CheckpointError(f"{path / CONFIG_FILE}: heads.{name}: not usable as a head name") from None
     if cfg.quantization:  # int8 Linears (compress/quantize.py), empty until the weights load
-        smoothed = dict.fromkeys(cfg.quantization.get("smoothing", {}).get("layers", ()), True)
-        swap_linears(model, cfg.quantization["mode"], cfg.quantization.get("kept_fp32", ()), False, smoothed)
+        smoothed = dict.fromkeys((cfg.quantization.get("smoothing") or {}).get("layers", ()), True)
+        swapped = swap_linears(model, cfg.quantization["mode"], cfg.quantization.get("kept_fp32", ()), False,
+                               smoothed)
+        unknown = sorted(set(smoothed) - set(swapped))
+        if unknown:
+            raise CheckpointError(f"{path / CONFIG_FILE}: quantization.smoothing.layers names "
+                                  f"{unknown[0]!r}, not an int8 Linear of this model")
         if cfg.quantization.get("tokens"):
             swap_tokens(model, quantise=False)
     weights = path / WEIGHTS_FILE

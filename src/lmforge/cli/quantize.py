@@ -75,13 +75,12 @@ def cmd_quantize(args) -> None:
         if kind is None:
             raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
         records = read_task_file(args.data, kind, args.columns, True)
-    smoothing = [f"--{name.replace('_', '-')}" for name in ("calibration", "smooth_alpha", "no_smooth")
-                 if getattr(args, name) not in (None, False)]
-    if args.mode != "dynamic" and smoothing:
-        raise UsageError(f"{smoothing[0]}: smoothing is for --mode dynamic (weight-only quantises no "
-                         "activations)")
-    if args.no_smooth and len(smoothing) > 1:
-        raise UsageError(f"{smoothing[0]} and --no-smooth: smoothing is either on or off")
+    given = [f"--{name.replace('_', '-')}" for name in ("calibration", "smooth_alpha", "no_smooth")
+             if getattr(args, name) not in (None, False)]  # the smoothing options on the command line
+    if args.mode != "dynamic" and given:
+        raise UsageError(f"{given[0]}: smoothing is for --mode dynamic (weight-only quantises no activations)")
+    if args.no_smooth and len(given) > 1:
+        raise UsageError(f"{given[0]} and --no-smooth: smoothing is either on or off")
     alpha = ALPHA if args.smooth_alpha is None else args.smooth_alpha
     if not 0.0 <= alpha <= 1.0:
         raise UsageError(f"--smooth-alpha {alpha}: the migration strength is in [0, 1]")

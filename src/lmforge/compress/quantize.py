@@ -55,17 +55,17 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
         raise ValueError("calibration batches serve smoothing: dynamic mode with an alpha only")
     model = model if inplace else copy.deepcopy(model)
     kept = kept_fp32(model)
-    factors = {}
+    per_layer = {}  # Linear name -> its smoothing factors
     if mode == "dynamic" and alpha is not None:  # measured on the fp32 model, before any layer is swapped
-        factors = smoothing(model, calibration or random_batches(model), alpha=alpha)
-    swapped = swap_linears(model, mode, kept, smooth=factors)
+        per_layer = smoothing(model, calibration or random_batches(model), alpha=alpha)
+    swapped = swap_linears(model, mode, kept, smooth=per_layer)
     if not swapped:
         raise ValueError("the model has no Linear layers to quantise")
     tokens = not any(isinstance(m, LMHead) for m in model.modules())  # a tied head reads model.tokens.weight
     if tokens:
         swap_tokens(model)
     record = {"mode": mode, "scheme": SCHEME, "kept_fp32": kept, "tokens": tokens}
-    smoothed = sorted(set(factors) & set(swapped))
+    smoothed = sorted(set(per_layer) & set(swapped))
     if smoothed:
         origin = source or ("random tokens" if calibration is None else "batches given")
         record["smoothing"] = {"alpha": alpha, "calibration": origin, "layers": smoothed}

@@ -78,7 +78,8 @@ def cmd_quantize(args) -> None:
     given = [f"--{name.replace('_', '-')}" for name in ("calibration", "smooth_alpha", "no_smooth")
              if getattr(args, name) not in (None, False)]  # the smoothing options on the command line
     if args.mode != "dynamic" and given:
-        raise UsageError(f"{given[0]}: smoothing is for --mode dynamic (weight-only quantises no activations)")
+        raise UsageError(f"{given[0]}: smoothing is for --mode dynamic (weight-only quantises no "
+                         "activations)")
     if args.no_smooth and len(given) > 1:
         raise UsageError(f"{given[0]} and --no-smooth: smoothing is either on or off")
     alpha = ALPHA if args.smooth_alpha is None else args.smooth_alpha

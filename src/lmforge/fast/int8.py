@@ -18,11 +18,9 @@ from this torch build is simply no candidate):
 - "fbgemm": torch.ops.quantized.linear_dynamic on fbgemm's packed weight (AVX2 packing; its
   packed form is built from a per-channel qint8 tensor, whose creation functions torch marks
   deprecated: the build is guarded and lmforge's state is plain int8 + scales either way);
-- "onednn": the same op on oneDNN's packed weight (its VNNI / AMX code where the CPU has them): on
-  an AVX-512 VNNI EPYC 3-20 % faster than fbgemm for most MiniLM and bert-base shapes at a fixed
-  input shape, slower for some; AVX2 code only (the same CPU capped): 2-15 % faster for most. It
-  keeps a set-up per input shape and rebuilds it when the shape changes, so kernels are timed on
-  inputs of two lengths in turn;
+- "onednn": the same op on oneDNN's packed weight (its VNNI / AMX code where the CPU has them): 3-20 %
+  faster than fbgemm for most MiniLM and bert-base shapes (VNNI EPYC), 2-15 % with AVX2 code. It
+  rebuilds a per-shape set-up when the input shape changes, so kernels are timed on two lengths in turn;
 - "int8pack": aten._weight_int8pack_mm on the fp32 activations (weight-only; on x86 its fp32 form
   is ATen's scalar loop);
 - "int8pack-bf16": the same op on bfloat16 activations, its vectorised (AVX2 / AVX-512) form: int8
@@ -114,7 +112,7 @@ class Int8Linear(nn.Module):
         s that move the input's outlier channels into the weight, W x = (W s)(x / s) (compress/
         smooth.py), or True with quantise=False: room for them."""
         smoothed = smooth is not None and smooth is not False
-        if smoothed and (smooth is True) == quantise:
+        if smoothed and (smooth is True) == quantise:  # factors to apply, or room to load them into
             raise ValueError("smooth: (in,) factors to quantise with, or True with quantise=False")
         module = cls(linear.in_features, linear.out_features, linear.bias is not None, mode, smoothed)
         if not quantise:
@@ -137,9 +135,8 @@ class Int8Linear(nn.Module):
 
     @property
     def weight(self) -> torch.Tensor:
-        """The dequantised (out, in) fp32 weight, a fresh tensor (for code that reads W directly). Where
-        smoothed, W s was quantised, so columns with small factors come back coarser (MiniLM's layers:
-        0.76 % relative error unsmoothed, 0.9-1.9 % smoothed)."""
+        """The dequantised (out, in) fp32 weight, a fresh tensor (for code that reads W directly); where
+        smoothed, coarser (W s was quantised: bench/FINDINGS.md)."""
         weight = self.qweight.float() * self.scale[:, None]
         return weight if self.smooth is None else weight.div_(self.smooth)
 

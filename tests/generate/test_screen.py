@@ -25,24 +25,27 @@ def _features(N, d, seed=1, outlier=True):
     return h
 
 
-def test_two_stage_quantisation_error_within_its_bound():
+@pytest.mark.parametrize("levels", [127, 63])
+def test_two_stage_quantisation_error_within_its_bound(levels):
     h = _features(4, 96)
-    rows, a, ratio = quantise_features(h.clone())
+    rows, a, ratio = quantise_features(h.clone(), levels)
     q1, q2 = rows.view(4, 2, 96).unbind(1)
-    assert rows.abs().max() <= 127 and torch.equal(rows, rows.round())
-    error = (h.double() - a.double() / 127 * (q1.double() + q2.double() / 254)).abs()
-    assert (error <= a.double() / (2 * 127 * 254) * (1 + 1e-3)).all()
+    assert rows.abs().max() <= levels and torch.equal(rows, rows.round())
+    error = (h.double() - a.double() / levels * (q1.double() + q2.double() / (2 * levels))).abs()
+    assert (error <= a.double() / (2 * levels * 2 * levels) * (1 + 1e-3)).all()
     torch.testing.assert_close(ratio.double(), h.double().norm(dim=1, keepdim=True) / a.double())
 
 
-@pytest.mark.parametrize("kind", ["onednn", "int_mm"])
-def test_int8_matmul_is_exact(kind):
+@pytest.mark.parametrize("kind", ["fbgemm", "onednn", "int_mm"])
+@pytest.mark.parametrize("levels", [127, 63])
+def test_int8_matmul_is_exact(kind, levels):
     q = torch.randint(-127, 128, (300, 64), dtype=torch.int8)
     scale = torch.rand(300) + 0.5
-    mm = Int8Matmul(q, scale, kinds=(kind,))
+    mm = Int8Matmul(q, scale, kinds=(kind,), levels=levels)
     if mm.kind is None:
-        pytest.skip(f"no exact {kind} int8 kernel in this build")
-    x = torch.randint(-127, 128, (6, 64)).float()
+        pytest.skip(f"no exact {kind} int8 kernel for {levels} levels in this build")
+    x = torch.randint(-levels, levels + 1, (6, 64)).float()
+    x[0] = levels  # the extreme the int16 pair sums of a kernel without VNNI would saturate on
     expected = (x.double() @ q.double().t()) * scale.double()
     torch.testing.assert_close(mm(x).double(), expected, rtol=2e-7, atol=0)
 
@@ -56,11 +59,20 @@ def test_int8_matmul_refuses_a_kernel_it_cannot_trust():
         torch.testing.assert_close(mm(x), (x @ q.float().t()), rtol=0, atol=0)
 
 
+@pytest.fixture(params=vocab_screen.FEATURE_LEVELS, ids=lambda levels: f"{levels}-levels")
+def feature_levels(request, monkeypatch):
+    """Each features' precision the screen may settle on (63 where the kernel sums pairs in int16)."""
+    monkeypatch.setattr(vocab_screen, "FEATURE_LEVELS", (request.param,))
+    return request.param
+
+
 @pytest.mark.parametrize("bias", [False, True])
-def test_bound_holds_for_every_token(bias):
+def test_bound_holds_for_every_token(bias, feature_levels):
     W, b = _projection(bias=bias)
     table = ScreenTable(W, b)
-    assert table.usable
+    if not table.usable:
+        pytest.skip(f"no exact int8 kernel for {feature_levels} levels here")
+    assert table.levels == feature_levels
     h = _features(3, W.shape[1])
     t, bound, _ = table.scores(h)
     a = h.abs().amax(1, keepdim=True).double()
@@ -75,9 +87,11 @@ def test_bound_holds_for_every_token(bias):
 
 @pytest.mark.parametrize("N", [1, 4])
 @pytest.mark.parametrize("bias", [False, True])
-def test_screen_returns_the_fp32_argmax(N, bias):
+def test_screen_returns_the_fp32_argmax(N, bias, feature_levels):
     W, b = _projection(bias=bias)
     screen = greedy_screen(torch.nn.Module(), W, b)
+    if screen is None:
+        pytest.skip(f"no exact int8 kernel for {feature_levels} levels here")
     for seed in range(20):
         h = _features(N, W.shape[1], seed=seed, outlier=seed % 2 == 0)
         expected = torch.nn.functional.linear(h, W, b).argmax(-1)

@@ -219,7 +219,7 @@ class Int8Linear(nn.Module):
             elif kernel == "int8pack-bf16":  # a scale of ones: the fp32 scale is applied after
                 form = torch.ones_like(self.scale, dtype=torch.bfloat16)
             else:
-                form = _pack(kernel, self.qweight, self.scale)
+                form = pack_weight(kernel, self.qweight, self.scale)
             self._derived[kernel] = form
         return form
 
@@ -337,10 +337,10 @@ def eight_bit_activations() -> bool:
 @functools.cache
 def _engine_usable(engine: str) -> bool:
     """Whether this torch build packs weights for the quantized engine (asked once per process)."""
-    return _pack(engine, torch.ones(1, 16, dtype=torch.int8), torch.ones(1)) is not None
+    return pack_weight(engine, torch.ones(1, 16, dtype=torch.int8), torch.ones(1)) is not None
 
 
-def _pack(engine: str, q: torch.Tensor, scale: torch.Tensor):
+def pack_weight(engine: str, q: torch.Tensor, scale: torch.Tensor):
     """The quantized engine's ("fbgemm", "onednn") packed form of an int8 per-channel weight (no bias:
     it is added after the row scales), or None where this torch lacks the engine or refuses it.
     The engine is chosen at packing time; linear_dynamic follows the packed form's."""

@@ -12,7 +12,9 @@ fp32 kernels.
 The bound. W is first centred: W = c + W', with c the mean row; h.c is the same for every token, so
 it never changes an argmax and scores are taken on W'. Each row is quantised with its own scale,
 W'_v = Q_v + d_v with Q_v = scale_v q_v (q_v int8) and d_v its residual; the features are quantised
-in two int8 stages, h = hq + e. An int8 matmul gives the dot products hq.Q_v exactly (int32), so
+in two integer stages of L levels a side, h = hq + e (L = 127; 63 where the kernel sums u8 x s8
+pairs in int16, as AVX2 without VNNI does: 255 x 127 x 2 saturates there, 127 x 127 x 2 does not).
+An int8 matmul gives the dot products hq.Q_v exactly (int32), so
     |h.W'_v - hq.Q_v| = |e.Q_v + h.d_v| <= ||e|| ||Q_v|| + ||h|| ||d_v||     (Cauchy-Schwarz)
 plus the fp32 rounding of the few steps around it, bounded generously (ROUNDING). Every norm is
 rounded up where it is computed, so the bound stays a bound in fp32.
@@ -23,10 +25,13 @@ from typing import Optional
 
 import torch
 
+from lmforge.fast.int8 import pack_weight
+
 MAX_CANDIDATES = 256  # a step with more tokens a row to re-score falls back to the full projection
 CHUNK = 8192  # rows quantised at a time
 ROUNDING = 2.0 ** -18  # fp32 rounding of the screened scores, relative to ||h|| ||Q_v|| (generous)
 MAX_DIM = 2 ** 14  # feature sizes the rounding allowances are worked out for
+FEATURE_LEVELS = (127, 63)  # the features' levels a side, tried in turn until a kernel is exact with them
 
 
 _FINGERPRINT_VECTORS: dict = {}  # size -> fixed random vector, for fingerprints
@@ -64,39 +69,43 @@ def table_key(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple:
     return tuple(parts)
 
 
-def quantise_features(h: torch.Tensor) -> tuple:
-    """(N, d) fp32 -> (2N, d) integer rows [q1; q2] of each row with h ~ (a / 127) (q1 + q2 / 254), the
-    (N, 1) largest |h_i| a and (N, 1) ||h|| / a (not finite where h is not, is 0, or a < ~1e-36).
-    Two stages, the second on the first's residual (|127 h / a - q1| <= 1/2), keep outlier features
-    from costing the rest their precision: each |e_i| <= a / (2 127 254)."""
+def quantise_features(h: torch.Tensor, levels: int = 127) -> tuple:
+    """(N, d) fp32 -> (2N, d) integer rows [q1; q2] in [-L, L] (L = levels) of each row with
+    h ~ (a / L) (q1 + q2 / 2L), the (N, 1) largest |h_i| a and (N, 1) ||h|| / a (not finite where h is
+    not, is 0, or a < ~1e-36). Two stages, the second on the first's residual (|L h / a - q1| <= 1/2),
+    keep outlier features from costing the rest their precision: each |e_i| <= a / (2 L 2L)."""
     a = torch.linalg.vector_norm(h, float("inf"), dim=1, keepdim=True)  # (N, 1)
-    y = h * (127 / a)
-    ratio = torch.linalg.vector_norm(y, dim=1, keepdim=True).div_(127)  # ||h|| / a, free of under/overflow
+    y = h * (levels / a)
+    ratio = torch.linalg.vector_norm(y, dim=1, keepdim=True).div_(levels)  # ||h|| / a, free of under/overflow
     q1 = y.round()
-    q2 = y.sub_(q1).mul_(254).round_()
+    q2 = y.sub_(q1).mul_(2 * levels).round_()
     return torch.cat([q1, q2], dim=1).view(-1, h.shape[1]), a, ratio  # integer-valued fp32 rows
 
 
-def _probe_pair(d: int) -> tuple:
-    """(64, d) and (64, d) integer matrices in [-127, 127] with the extremes a kernel might mishandle
-    (16-bit pair sums saturate at 127 x 255 x 2 when activations are shifted to uint8)."""
+def _probe_pair(d: int, levels: int = 127) -> tuple:
+    """(64, d) integer activations in [-levels, levels] and (64, d) int8 weights with the extremes a
+    kernel might mishandle (16-bit pair sums saturate at 127 x 255 x 2 when activations are shifted to
+    uint8)."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.randint(-127, 128, (64, d), generator=generator)
+    x = torch.randint(-levels, levels + 1, (64, d), generator=generator)
     w = torch.randint(-127, 128, (64, d), generator=generator)
-    x[0], x[1], w[0], w[1] = 127, -127, 127, -127
+    x[0], x[1], w[0], w[1] = levels, -levels, 127, -127
     return x, w.to(torch.int8)
 
 
 class Int8Matmul:
-    """(M, d) integer rows in [-127, 127] times a fixed (V, d) int8 matrix q with per-row scales:
-    (M, V) fp32 scale_v sum_i x_i q_vi, the integer sums exact. oneDNN's u8 x s8 matmul on weights
-    laid out once where this build has it (bench/FINDINGS.md: GPT-2's vocabulary at 2 rows, ~2.4 vs
-    ~3.2 ms for torch._int_mm on the plain int8 matrix), else torch._int_mm; `kind` is None
-    when a probe finds neither exact here."""
+    """(M, d) integer rows in [-L, L] (L = levels) times a fixed (V, d) int8 matrix q with per-row scales:
+    (M, V) fp32 scale_v sum_i x_i q_vi, the integer sums exact. The first kind a probe finds exact:
+    fbgemm's u8 x s8 product on its packed weight, the activations' range given (GPT-2's vocabulary at
+    2 rows: 0.89 ms on an AVX-512 VNNI EPYC, 1.5 with AVX2 code and 7-bit activations), oneDNN's
+    (1.19; 7.2 with AVX2 code), torch._int_mm on the plain int8 matrix (2.4; inexact with AVX2 code);
+    `kind` is None where none is."""
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, kinds: tuple = ("onednn", "int_mm")) -> None:
-        """q (V, d) int8, scale (V,) fp32; kinds: the kernels to try, in order."""
-        x, w = _probe_pair(q.shape[1])
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, kinds: tuple = ("fbgemm", "onednn", "int_mm"),
+                 levels: int = 127) -> None:
+        """q (V, d) int8, scale (V,) fp32; kinds: the kernels to try, in order; levels: the activations'."""
+        self.zero_point = levels + 1  # the u8 x s8 kernels' activations are unsigned: [-L, L] -> [1, 2L + 1]
+        x, w = _probe_pair(q.shape[1], levels)
         exact = (x @ w.long().t()).float()
         for kind in kinds:
             try:
@@ -110,6 +119,11 @@ class Int8Matmul:
         self.kind = self.weight = None
 
     def _prepare(self, kind: str, q: torch.Tensor, scale: torch.Tensor) -> tuple:
+        if kind == "fbgemm":
+            packed = pack_weight("fbgemm", q, scale)
+            if packed is None:
+                raise RuntimeError("fbgemm is not in this build")
+            return (packed,)
         if kind == "onednn":
             packed = torch.ops.onednn.qlinear_prepack(q, None)
             return packed, scale, torch.zeros(q.shape[0], dtype=torch.long)
@@ -117,11 +131,14 @@ class Int8Matmul:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """(M, d) integer-valued fp32 -> (M, V) fp32."""
+        if self.kind == "fbgemm":  # scale 1: x + zero point are the u8 values themselves
+            op = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32  # missing: the probe skips it
+            return op(x, 1.0, self.zero_point, self.weight[0])
         if self.kind == "onednn":
             packed, scale, zero = self.weight
-            shifted = (x + 128).to(torch.uint8)  # activations are unsigned: zero point 128
-            return torch.ops.onednn.qlinear_pointwise(shifted, 1.0, 128, packed, scale, zero, None, 1.0, 0,
-                                                      torch.float32, "none", [], "")
+            shifted = (x + self.zero_point).to(torch.uint8)
+            return torch.ops.onednn.qlinear_pointwise(shifted, 1.0, self.zero_point, packed, scale, zero,
+                                                      None, 1.0, 0, torch.float32, "none", [], "")
         q, scale = self.weight
         return torch._int_mm(x.to(torch.int8), q.t()).float().mul_(scale)
 
@@ -146,11 +163,14 @@ class ScreenTable:
             finite &= self._quantise(W[i:i + CHUNK], i, q, scale)
         if bias is not None:
             finite &= bool(torch.isfinite(bias).all())
+        for levels in FEATURE_LEVELS:  # the finest the kernel sums exactly; it keeps the copy it reads
+            self.levels, self.matmul = levels, Int8Matmul(q, scale / (levels * 2 * levels), levels=levels)
+            if self.matmul.kind is not None:
+                break
         # in units of a row's largest feature a: t = hq.Q_v / a; ||e|| / a and ||h|| / a are at most sqrt(d)
         # times a constant, so the ||e|| ||Q_v|| and rounding terms of the bound are fixed per token
-        self.e_term = self.norms[0] * (d ** 0.5 * (1 / (2 * 127 * 254) + 2.0 ** -22 + ROUNDING))
+        self.e_term = self.norms[0] * (d ** 0.5 * (1 / (2 * levels * 2 * levels) + 2.0 ** -22 + ROUNDING))
         finite &= bool(torch.isfinite(self.e_term).all() and torch.isfinite(self.norms).all())
-        self.matmul = Int8Matmul(q, scale / (127 * 254))  # keeps the copy its kernel reads
         # the fp32 rounding allowances hold for d <= 2^14 (the per-call ||h|| / a sums d squares)
         self.usable = finite and d <= MAX_DIM and self.matmul.kind is not None
 
@@ -179,9 +199,9 @@ class ScreenTable:
         both divided by the row's largest |h_i| (a positive factor per row changes no comparison
         within it), and (N, 1) ||h|| / max |h_i| (not finite where h is not)."""
         N = h.shape[0]
-        hq, a, ratio = quantise_features(h)
-        dots = self.matmul(hq).view(N, 2, -1)  # q1.Q_v and q2.Q_v, over 127 x 254
-        t = torch.add(dots[:, 1], dots[:, 0], alpha=254)  # (N, V): hq.Q_v / a
+        hq, a, ratio = quantise_features(h, self.levels)
+        dots = self.matmul(hq).view(N, 2, -1)  # q1.Q_v and q2.Q_v, over L x 2L
+        t = torch.add(dots[:, 1], dots[:, 0], alpha=2 * self.levels)  # (N, V): hq.Q_v / a
         bound = torch.addcmul(self.e_term, self.norms[1], ratio)
         if self.bias is not None:  # in the same units, with its fp32 rounding in the bound
             t.add_(self.bias / a)

@@ -6,9 +6,10 @@ its largest read (GPT-2 small: 154 MB of ~500 MB a token). Three ways give what 
 - "plain": F.linear on the weight as the model stores it, (V, d) row-major;
 - "input-major": addmm on a (d, V) copy of it. oneDNN's few-row GEMM reads (in, out) weights
   faster (GPT-2's head at 1 row on an AVX2 EPYC: 7.5 vs 12.2 ms; bench/FINDINGS.md);
-- "screen" (greedy only): the int8 screen of screen.py, a quarter of the bytes, which pays where
-  the u8 x s8 kernel is fast (AVX-512 VNNI) and loses where it is not (an AVX2-only EPYC: 51.6 vs
-  32.3 ms a GPT-2 token).
+- "screen" (greedy only): the int8 screen of screen.py, a quarter of the bytes. GPT-2 small's
+  vocabulary, one row, with the argmax: 1.16 vs 6.6 ms input-major on an AVX-512 VNNI EPYC, 1.33 vs
+  7.2 ms with AVX2 code (its features then take 7-bit stages: without VNNI pairs sum in int16).
+  Through oneDNN and 8-bit stages only, an AVX2-only EPYC had measured 51.6 vs 32.3 ms a token.
 
 Which one wins depends on the CPU, so "auto" times every candidate once per (V, d, rows, threads)
 on the first step's own features and keeps the fastest; "plain" is always a candidate, so auto is

@@ -1,12 +1,14 @@
 """The screened greedy argmax: its bound holds, it returns the fp32 argmax, and generation is unchanged."""
+import os
+
 import pytest
 import torch
 
 import lmforge
 from lmforge.generate.fast import screen as vocab_screen
-from lmforge.heads import attach
 from lmforge.generate.fast.projection import VocabProjection, _copies
 from lmforge.generate.fast.screen import GreedyScreen, Int8Matmul, ScreenTable, quantise_features
+from lmforge.heads import attach
 
 
 def _projection(V=3000, d=96, seed=0, bias=False):
@@ -32,31 +34,39 @@ def test_two_stage_quantisation_error_within_its_bound(levels):
     q1, q2 = rows.view(4, 2, 96).unbind(1)
     assert rows.abs().max() <= levels and torch.equal(rows, rows.round())
     error = (h.double() - a.double() / levels * (q1.double() + q2.double() / (2 * levels))).abs()
-    assert (error <= a.double() / (2 * levels * 2 * levels) * (1 + 1e-3)).all()
+    assert (error <= a.double() * (1 / (2 * levels * 2 * levels) + 2.0 ** -22)).all()  # + fp32's rounding
     torch.testing.assert_close(ratio.double(), h.double().norm(dim=1, keepdim=True) / a.double())
 
 
 @pytest.mark.parametrize("kind", ["fbgemm", "onednn", "int_mm"])
 @pytest.mark.parametrize("levels", [127, 63])
-def test_int8_matmul_is_exact(kind, levels):
-    q = torch.randint(-127, 128, (300, 64), dtype=torch.int8)
-    scale = torch.rand(300) + 0.5
+@pytest.mark.parametrize("d, M", [(64, 6), (5, 2), (33, 130), (100, 2)])
+def test_int8_matmul_is_exact(kind, levels, d, M):
+    g = torch.Generator().manual_seed(d)
+    q = torch.randint(-127, 128, (301, d), dtype=torch.int8, generator=g)
+    # row scales as wide as a real table's (its scales over L 2L are ~1e-7)
+    scale = (torch.rand(301, generator=g) + 0.5) * 2.0 ** torch.randint(-122, 10, (301,), generator=g)
     mm = Int8Matmul(q, scale, kinds=(kind,), levels=levels)
     if mm.kind is None:
         pytest.skip(f"no exact {kind} int8 kernel for {levels} levels in this build")
-    x = torch.randint(-levels, levels + 1, (6, 64)).float()
+    x = torch.randint(-levels, levels + 1, (M, d), generator=g).float()
     x[0] = levels  # the extreme the int16 pair sums of a kernel without VNNI would saturate on
-    expected = (x.double() @ q.double().t()) * scale.double()
-    torch.testing.assert_close(mm(x).double(), expected, rtol=2e-7, atol=0)
+    # the integer sums exact, then one fp32 conversion and one fp32 product with the row's scale
+    assert torch.equal(mm(x), (x.long() @ q.long().t()).float() * scale)
 
 
 def test_int8_matmul_refuses_a_kernel_it_cannot_trust():
-    # torch._int_mm gives wrong sums for a single column on this build; the probe must notice
-    q = torch.randint(-127, 128, (50, 1), dtype=torch.int8)
+    # torch._int_mm gives wrong sums for a single column on some builds: the probe follows the kernel
+    q = torch.randint(-127, 128, (50, 1), dtype=torch.int8, generator=torch.Generator().manual_seed(0))
+    x = torch.randint(-127, 128, (3, 1), generator=torch.Generator().manual_seed(1))
+    try:
+        right = torch.equal(torch._int_mm(x.to(torch.int8), q.t()), (x @ q.long().t()).int())
+    except RuntimeError:  # refused outright here
+        right = False
     mm = Int8Matmul(q, torch.ones(50), kinds=("int_mm",))
-    if mm.kind is not None:
-        x = torch.randint(-127, 128, (3, 1)).float()
-        torch.testing.assert_close(mm(x), (x @ q.float().t()), rtol=0, atol=0)
+    assert (mm.kind == "int_mm") == right
+    if right:
+        assert torch.equal(mm(x.float()), (x @ q.long().t()).float())
 
 
 @pytest.fixture(params=vocab_screen.FEATURE_LEVELS, ids=lambda levels: f"{levels}-levels")
@@ -64,6 +74,26 @@ def feature_levels(request, monkeypatch):
     """Each features' precision the screen may settle on (63 where the kernel sums pairs in int16)."""
     monkeypatch.setattr(vocab_screen, "FEATURE_LEVELS", (request.param,))
     return request.param
+
+
+def test_the_feature_term_of_the_bound_holds_where_it_is_tight(feature_levels):
+    L, d = feature_levels, 64
+    signs = torch.randint(0, 2, (50, d), generator=torch.Generator().manual_seed(0)).float() * 2 - 1
+    W = torch.cat([signs, -signs])  # mean row 0, every weight +-1: int8 exactly, no weight error
+    table = ScreenTable(W)
+    if not table.usable:
+        pytest.skip(f"no exact int8 kernel for {L} levels here")
+    g = torch.Generator().manual_seed(1)
+    k = torch.randint(-(L - 1), L, (1, d), generator=g).float()
+    j = torch.randint(-(L - 2), L - 1, (1, d), generator=g).float()
+    # each h_i sits 0.45 of a second-stage step off its levels, signed as token 0's weights: the
+    # features' error lines up with W_0, the worst case of the bound's ||e|| ||Q_0|| term
+    h = (k + (j + 0.45 * W[:1]) / (2 * L)) / L
+    h[0, 0] = W[0, 0]  # the largest |h_i|: a = 1, on a level
+    t, bound, _ = table.scores(h)
+    exact = h.double() @ W.double().t()
+    ratio = (exact - t.double()).abs() / bound.double()
+    assert (ratio <= 1).all() and ratio[0, 0] > 0.5  # holds, and a term 4x too small would fail
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -271,3 +301,20 @@ def test_projection_mode_is_checked():
     model = _model()
     with pytest.raises(ValueError, match="projection"):
         lmforge.generate(model, torch.tensor([[5, 6]]), max_new_tokens=2, projection="sometimes")
+
+
+def test_a_cpu_without_vnni_gets_7_bit_feature_stages():
+    import subprocess
+    import sys
+
+    with open("/proc/cpuinfo") as f:
+        avx2 = "avx2" in f.read()
+    if "fbgemm" not in torch.backends.quantized.supported_engines or not avx2:
+        pytest.skip("needs fbgemm on an AVX2 CPU")
+    code = ("import torch; from lmforge.generate.fast.screen import ScreenTable; "
+            "t = ScreenTable(torch.randn(500, 96)); print(t.levels, t.matmul.kind, t.usable)")
+    capped = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",  # an AVX2 CPU's kernels
+              "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **capped}, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.split() == ["63", "fbgemm", "True"], out.stderr[-500:]

@@ -27,6 +27,7 @@ from torch import nn
 
 from lmforge.config import ModelConfig
 from lmforge.layers.variants.elmo import BiLSTM, CharEncoder
+from lmforge.modes import evaluating
 from lmforge.tokenizer.chars import check_sentences, sentence_chars
 
 # lmforge.io registers its save function here on import, as it does with lmforge.model (no import of io)
@@ -118,19 +119,14 @@ class ELMo(nn.Module):
         device = next(self.parameters()).device
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # less padding per batch
         out: list = [None] * len(sentences)
-        was_training = self.training
-        self.eval()
-        try:
-            with torch.no_grad():
-                for start in range(0, len(order), batch_size):
-                    chunk = order[start: start + batch_size]
-                    words = [sentences[i] for i in chunk]
-                    chars, mask = sentence_chars(words, self.config.max_characters_per_token)
-                    layers = self._run(chars.to(device), mask.to(device), carry=False).layers()
-                    for b, i in enumerate(chunk):
-                        out[i] = layers[:, b, 1: len(sentences[i]) + 1]  # (L + 1, n_words, 2 d_model)
-        finally:
-            self.train(was_training)
+        with evaluating(self), torch.no_grad():
+            for start in range(0, len(order), batch_size):
+                chunk = order[start: start + batch_size]
+                words = [sentences[i] for i in chunk]
+                chars, mask = sentence_chars(words, self.config.max_characters_per_token)
+                layers = self._run(chars.to(device), mask.to(device), carry=False).layers()
+                for b, i in enumerate(chunk):
+                    out[i] = layers[:, b, 1: len(sentences[i]) + 1]  # (L + 1, n_words, 2 d_model)
         return out
 
     def reset_state(self) -> None:

@@ -16,6 +16,7 @@ from lmforge.analysis.maps import AttentionGroup, AttentionMaps
 from lmforge.generate import generate
 from lmforge.layers.inspection import Inspection
 from lmforge.model import Transformer
+from lmforge.modes import evaluating
 
 
 @contextmanager
@@ -74,20 +75,15 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
     seq2seq = cfg.architecture == "encoder-decoder"
     enc = tokenizer.encode(text, None if seq2seq else pair, max_length=cfg.max_seq_len)
     ids = torch.tensor([enc.ids])
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            target = _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens) if seq2seq else None
-        with torch.no_grad(), inspecting(model, record=chosen) as inspection:
+    with evaluating(model), torch.no_grad():
+        target = _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens) if seq2seq else None
+        with inspecting(model, record=chosen) as inspection:
             if seq2seq:
                 model(ids, decoder_input_ids=target, run_heads=False)
             else:
                 segments = torch.tensor([enc.segment_ids]) if cfg.n_segments >= 2 else None
                 kw = {"segment_ids": segments} if cfg.architecture == "encoder" else {}
                 model(ids, run_heads=False, **kw)
-    finally:
-        model.train(was_training)
     return _maps(model, tokenizer, inspection.records, enc, target)
 
 

@@ -27,6 +27,7 @@ import torch
 
 from lmforge.data.probes import MASK
 from lmforge.generate import lm_head_name
+from lmforge.modes import evaluating
 
 
 def _pieces(tokenizer, text: str) -> list:
@@ -98,12 +99,8 @@ def score_probes(model, tokenizer, probes: list, head=None, batch_probes: int = 
     if not causal and tokenizer.special_id("mask") is None:
         raise ValueError("cloze probes on a masked LM need a tokenizer with a mask token")
     pad = tokenizer.special_id("pad") or 0
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):  # a pretraining run probed mid-way goes on in its own mode
         sums = _summed(model, tokenizer, probes, head, batch_probes, causal, pad)
-    finally:
-        model.train(was_training)  # a pretraining run probed mid-way goes on in its own mode
     groups = {p.get("group") for p in probes}
     order = [k for k in sums if k not in groups and k != "all"] + [k for k in sums if k in groups] + ["all"]
     return {k: _means(sums[k]) for k in order if k in sums}

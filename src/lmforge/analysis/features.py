@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from lmforge.modes import evaluating
 from lmforge.tasks.tagging import align
 
 POOLINGS = ("first", "mean", "last")
@@ -143,19 +144,14 @@ def word_features(model, tokenizer, sentences: list, layers=None, pooling: str =
     device = next(model.parameters()).device
     order = sorted(range(len(sentences)), key=lambda i: len(encoded[i][0]["input_ids"]))  # less padding
     out: list = [None] * len(sentences)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(order), batch_size):
-                chunk = order[start: start + batch_size]
-                hidden = hidden_states(model, *_batch([encoded[i][0] for i in chunk], tokenizer.pad_id or 0,
-                                                      device))[pick].float().cpu()  # (L, B, T, d)
-                for b, i in enumerate(chunk):
-                    example, kept = encoded[i]
-                    out[i] = pool_words(hidden[:, b], example["word_ids"], kept, pooling)
-    finally:
-        model.train(was_training)
+    with evaluating(model), torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            chunk = order[start: start + batch_size]
+            hidden = hidden_states(model, *_batch([encoded[i][0] for i in chunk], tokenizer.pad_id or 0,
+                                                  device))[pick].float().cpu()  # (L, B, T, d)
+            for b, i in enumerate(chunk):
+                example, kept = encoded[i]
+                out[i] = pool_words(hidden[:, b], example["word_ids"], kept, pooling)
     return out
 
 

@@ -16,6 +16,7 @@ import torch
 
 from lmforge.analysis.attention import inspecting
 from lmforge.analysis.pruning import attention_keys, kept_heads
+from lmforge.modes import evaluating
 
 
 def full_gates(cfg, requires_grad: bool = False) -> dict:
@@ -41,10 +42,8 @@ def head_importance(task, examples: list, gates: dict | None = None, batch_size:
     gates = {a: [g.detach().clone().requires_grad_(True) for g in layer_gates]
              for a, layer_gates in (gates or full_gates(model.config)).items()}
     total = {a: [torch.zeros_like(g) for g in layer_gates] for a, layer_gates in gates.items()}
-    was_training = task.training
-    task.eval()  # no dropout: the gradient of the model that is scored
-    try:
-        with inspecting(model, gates=gates):
+    try:  # in eval mode, no dropout: the gradient of the model that is scored
+        with evaluating(task), inspecting(model, gates=gates):
             for batch in _batches(task, examples, batch_size):
                 task.forward(batch).loss.backward()
                 for a, layer_gates in gates.items():
@@ -52,7 +51,6 @@ def head_importance(task, examples: list, gates: dict | None = None, batch_size:
                         acc += g.grad.abs()  # |dL/dxi| per batch: a batch's mean loss, as the paper's code
                         g.grad = None
     finally:
-        task.train(was_training)
         model.zero_grad(set_to_none=True)
     n = max(1, -(-len(examples) // batch_size))
     out = {a: [acc / n for acc in accs] for a, accs in total.items()}

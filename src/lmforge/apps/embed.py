@@ -21,6 +21,7 @@ from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
 from lmforge.model import Transformer
+from lmforge.modes import evaluating
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 
 # sentence-transformers' legacy boolean pooling keys, in its concatenation order
@@ -134,17 +135,13 @@ class SentenceEncoder:
         out = torch.empty(len(texts), d, device=device)
         # similar lengths share a batch, so little compute goes to padding
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        training = self.model.training
-        self.model.eval()  # no dropout; the caller's mode is restored below
-        try:
+        with evaluating(self.model):  # no dropout; the caller's mode comes back after
             for start in range(0, len(texts), batch_size):
                 index = order[start:start + batch_size]
                 batch = self.tokenizer.encode_batch([texts[i] for i in index], max_length=limit).to(device)
                 hidden = self._states(batch).float()
                 pooled = torch.cat([POOLINGS[m](hidden, batch.attention_mask) for m in self.pooling], -1)
                 out[index] = F.normalize(pooled, p=2, dim=-1) if normalize else pooled
-        finally:
-            self.model.train(training)
         return out
 
 

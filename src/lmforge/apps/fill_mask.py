@@ -16,6 +16,7 @@ import torch
 
 from lmforge.generate import generate, lm_head_name
 from lmforge.model import EncoderDecoder
+from lmforge.modes import evaluating
 from lmforge.tokenizer.fits import check_fits
 from lmforge.tokenizer.wrapper import as_text
 
@@ -43,9 +44,7 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
     check_fits(tokenizer, model)  # else a candidate id past the tokenizer's prints as "[776]"
     head = lm_head_name(model)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         if not isinstance(model, EncoderDecoder):
             if model.config.architecture != "encoder":
                 raise ValueError("fill-mask needs an encoder with a masked-LM head or an encoder-decoder "
@@ -54,8 +53,6 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
         if tokenizer.token_to_id(SENTINEL) is not None:
             return _fill_span(model, tokenizer, text, top_k, max_span)
         return _fill_sentence(model, tokenizer, text, top_k, max_span)
-    finally:
-        model.train(was_training)
 
 
 def with_mask(text, token: str) -> str:

@@ -14,6 +14,7 @@ from torch import nn
 from lmforge.analysis.pruning import sliced_linear
 from lmforge.layers.feedforward import FeedForward
 from lmforge.model import Transformer
+from lmforge.modes import evaluating
 
 
 def ffn_modules(model: Transformer) -> dict:
@@ -37,20 +38,20 @@ def ffn_importance(task, examples: list, batch_size: int = 32) -> dict:
     # the gate multiplies the hidden units on their way into W2: the down projection's input
     hooks = [m.down.register_forward_pre_hook(lambda mod, args, g=gates[key]: (args[0] * g.to(args[0].dtype),))
              for key, m in modules.items()]
-    was_training, n = task.training, 0
-    task.eval()
+    n = 0
     try:
-        for start in range(0, len(examples), batch_size):
-            batch = {k: v.to(task.device) for k, v in task.collate(examples[start:start + batch_size]).items()}
-            task.forward(batch).loss.backward()
-            for key, g in gates.items():
-                totals[key] += g.grad.abs()
-                g.grad = None
-            n += 1
+        with evaluating(task):
+            for start in range(0, len(examples), batch_size):
+                rows = task.collate(examples[start:start + batch_size])
+                batch = {k: v.to(task.device) for k, v in rows.items()}
+                task.forward(batch).loss.backward()
+                for key, g in gates.items():
+                    totals[key] += g.grad.abs()
+                    g.grad = None
+                n += 1
     finally:
         for h in hooks:
             h.remove()
-        task.train(was_training)
         task.model.zero_grad(set_to_none=True)
     return {key: (t / max(n, 1)).cpu() for key, t in totals.items()}
 

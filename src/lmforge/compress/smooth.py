@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lmforge.modes import evaluating
+
 # migration strength: the share of an outlier's range moved into the weight. all-MiniLM-L6-v2, lowest
 # embedding cosine to fp32 over 512 GCIDE definitions with 7-bit activations: 0.9862 unsmoothed,
 # alpha 0.5 0.9938, 0.75 0.9954, 0.85 0.9955, 1.0 0.9949 (8-bit: 0.9916, -, 0.9979, 0.9982, 0.9969)
@@ -51,16 +53,14 @@ def input_ranges(model: nn.Module, batches, names) -> dict:
     for name, module in model.named_modules():
         if name in wanted and isinstance(module, nn.Linear):
             hooks.append(module.register_forward_pre_hook(record(name)))
-    was_training = model.training
     device = next(model.parameters()).device  # batches are built on the CPU
     try:
-        model.eval()
-        for batch in batches:
-            model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+        with evaluating(model):
+            for batch in batches:
+                model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
     finally:
         for hook in hooks:
             hook.remove()
-        model.train(was_training)
     return ranges
 
 

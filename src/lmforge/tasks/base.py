@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from lmforge.heads import make_head
+from lmforge.modes import evaluating
 from lmforge.objectives.base import Loss, Objective
 
 TASKS: dict = {}  # kind -> Task subclass, filled by @register
@@ -184,18 +185,14 @@ class Task(Objective, abc.ABC):
     def outputs(self, examples: list, batch_size: int = 64) -> list:
         """Raw outputs of many examples, batch by batch, in eval mode (sorted by length so a
         batch pads little; returned in the examples' order)."""
-        was_training = self.training
-        self.eval()
         order = sorted(range(len(examples)), key=lambda i: self.length(examples[i]))
         out: list = [None] * len(examples)
-        try:
+        with evaluating(self):
             for start in range(0, len(order), batch_size):
                 chunk = order[start:start + batch_size]
                 batch = {k: v.to(self.device) for k, v in self.collate([examples[i] for i in chunk]).items()}
                 for i, value in zip(chunk, self.predict(batch)):
                     out[i] = value
-        finally:
-            self.train(was_training)
         return out
 
     def evaluate(self, records: list, batch_size: int = 64, examples: list | None = None) -> tuple:

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 import lmforge
+from lmforge.compress.measure import alternating
 from lmforge.compress.quantize import quantize
-from lmforge.compress.quantize_report import side_by_side
 from lmforge.fast.int8 import CHOICES, ROW_BUCKETS, choices, int8_linears
 from lmforge.heads import attach
 from lmforge.io import find_model_dir
@@ -61,7 +61,7 @@ def encoder(name: str, fp32, tokenizer, batch: int, length: int, rounds: int) ->
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, fp32.config.vocab_size, (batch, length), generator=g)
     mask = torch.ones_like(ids)
-    t = side_by_side({"fp32": lambda: fp32(ids, mask, run_heads=False),
+    t = alternating({"fp32": lambda: fp32(ids, mask, run_heads=False),
                  "int8": lambda: int8(ids, mask, run_heads=False)}, rounds)
     if tokenizer is not None:
         a, b = (lmforge.embed(SENTENCES, m, tokenizer) for m in (fp32, int8))
@@ -121,7 +121,7 @@ def decoding(new_tokens: int, rounds: int, where=None, heldout=None) -> dict:
     models = {"fp32": fp32, "weight-only": quantize(fp32, "weight-only"), "dynamic": quantize(fp32, "dynamic")}
     new = {n: [lmforge.generate(m, p[None], max_new_tokens=new_tokens)[0, prompts.shape[1]:] for p in prompts]
            for n, m in models.items()}
-    t = side_by_side({n: (lambda m=m: lmforge.generate(m, prompts[:1], max_new_tokens=new_tokens))
+    t = alternating({n: (lambda m=m: lmforge.generate(m, prompts[:1], max_new_tokens=new_tokens))
                       for n, m in models.items()}, rounds)
     report = {"model": name, "batch": 1, "prompt": prompts.shape[1], "prompts": len(prompts),
               "new_tokens": new_tokens, "fp32_tokens_per_s": new_tokens / t["fp32"]}

@@ -20,18 +20,26 @@ def model_bytes(path) -> int:
 
 
 @torch.no_grad()
+def alternating(calls: dict, rounds: int = 5) -> dict:
+    """name -> median seconds of calls[name](), the calls alternating round by round (after a warm-up
+    call each: first-call allocations and int8 kernel measurement)."""
+    for call in calls.values():
+        call()
+    times: dict = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def side_by_side(tasks: dict, batches: dict, rounds: int = 9) -> dict:
     """name -> median seconds of one inference forward (task.predict) of its batch, alternating."""
     for task in tasks.values():
         task.eval()
-        task.predict(batches[id(task)])  # warm-up: first-call allocations
-    times: dict = {name: [] for name in tasks}
-    for _ in range(rounds):
-        for name, task in tasks.items():
-            start = time.perf_counter()
-            task.predict(batches[id(task)])
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    calls = {name: (lambda task=task: task.predict(batches[id(task)])) for name, task in tasks.items()}
+    return alternating(calls, rounds)
 
 
 def measure_side_by_side(tasks: dict, records: list, paths: dict, batch_size: int = 16, rounds: int = 9) -> dict:

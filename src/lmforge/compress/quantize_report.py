@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
+from lmforge.compress.measure import alternating
 from lmforge.compress.quantize import int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.smooth import ALPHA, random_tokens, text_batches
 from lmforge.config import atomic_write_text
@@ -22,21 +21,6 @@ from lmforge.fast.int8 import choices, eight_bit_activations
 from lmforge.io import find_model_dir, load
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
 from lmforge.tokenizer import load_tokenizer
-
-
-@torch.no_grad()
-def side_by_side(calls: dict, rounds: int = 5) -> dict:
-    """name -> median seconds of calls[name](), the calls alternating round by round (after a warm-up
-    call each: first-call allocations and int8 kernel measurement)."""
-    for call in calls.values():
-        call()
-    times: dict = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _sizes(model, path: Path | None) -> dict:
@@ -106,7 +90,7 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
             pass  # a model without a tokenizer (random ids only): nothing to carry over
     carry_sentence_files(source, out / "model")
     ids, mask = random_tokens(fp32, batch_size, seq_len)
-    seconds = side_by_side({"before": lambda: fp32(ids, mask, run_heads=False),
+    seconds = alternating({"before": lambda: fp32(ids, mask, run_heads=False),
                             "after": lambda: int8(ids, mask, run_heads=False)}, rounds)
     report = {"mode": mode, "batch": [int(ids.shape[0]), int(ids.shape[1])], "threads": torch.get_num_threads(),
               "before": {**_sizes(fp32, source), "seconds": seconds["before"]},

@@ -157,3 +157,36 @@ def test_cli_embed_writes_npy(tmp_path, capsys):
     assert np.load(tmp_path / "dir" / "embeddings.npy").shape == (1, 32)
     assert main(["embed", "--model", str(tmp_path / "missing"), "x"]) == 2
     assert "neither a model directory nor a known model package" in capsys.readouterr().err
+
+
+def test_cli_embed_file_rows_are_lines(tmp_path, capsys, monkeypatch):
+    import io
+
+    path = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
+    texts = ["abc def", "", "a\u2028b c", "the lazy dog"]  # U+2028 stays inside its line
+    (tmp_path / "in.txt").write_bytes("\r\n".join(texts).encode("utf-8") + b"\r\n")
+    assert main(["embed", "--model", str(path), "--file", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "e.npy")]) == 0
+    saved = np.load(tmp_path / "e.npy")
+    assert saved.shape == (4, 32)
+    assert np.allclose(saved, lmforge.embed(texts, model=path).numpy(), atol=1e-6)
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("abc\n\nxyz".encode("utf-8"))))
+    assert main(["embed", "--model", str(path), "--file", "-"]) == 0
+    assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == ["abc", "", "xyz"]
+
+
+@pytest.mark.parametrize("args, content, message", [
+    (["x", "--file", "IN"], b"abc\n", "not both"),
+    ([], None, "no texts: give them as arguments or --file"),
+    (["--file", "IN"], b"", "--file IN: no lines"),
+    (["--file", "IN"], b"caf\xe9\n", "--file IN: 'utf-8' codec can't decode"),
+    (["--file", "missing.txt"], None, "--file missing.txt: No such file"),
+])
+def test_cli_embed_refuses_bad_text_sources(tmp_path, capsys, monkeypatch, args, content, message):
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / "IN").write_bytes(content)
+    assert main(["embed", "--model", "unused-model-dir", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err

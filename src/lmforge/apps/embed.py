@@ -123,8 +123,9 @@ class SentenceEncoder:
 
     @torch.inference_mode()
     def encode(self, texts, batch_size: int = 32, normalize: bool = True,
-               max_length: int | None = None) -> torch.Tensor:
-        """(N, d) embeddings of `texts` (one text: (1, d)), in the order given."""
+               max_length: int | None = None, progress=None) -> torch.Tensor:
+        """(N, d) embeddings of `texts` (one text: (1, d)), in the order given; progress(done) is called
+        after each batch with the number of texts embedded so far."""
         texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -142,14 +143,16 @@ class SentenceEncoder:
                 hidden = self._states(batch).float()
                 pooled = torch.cat([POOLINGS[m](hidden, batch.attention_mask) for m in self.pooling], -1)
                 out[index] = F.normalize(pooled, p=2, dim=-1) if normalize else pooled
+                if progress is not None:
+                    progress(start + len(index))
         return out
 
 
 def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32, normalize: bool = True,
-          max_length: int | None = None) -> torch.Tensor:
+          max_length: int | None = None, progress=None) -> torch.Tensor:
     """(N, d) sentence embeddings: mean pooling over the attention mask (or the directory's own
     pooling), L2-normalised; `model` is a directory, a model package name, a Transformer
-    (with `tokenizer`) or a SentenceEncoder."""
+    (with `tokenizer`) or a SentenceEncoder; progress: as SentenceEncoder.encode's."""
     if isinstance(model, SentenceEncoder):
         encoder = model
     elif isinstance(model, Transformer):
@@ -158,4 +161,5 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
         encoder = SentenceEncoder(model, tokenizer)
     else:
         encoder = SentenceEncoder.from_dir(model, tokenizer)
-    return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length)
+    return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length,
+                          progress=progress)

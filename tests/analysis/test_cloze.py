@@ -44,6 +44,22 @@ def test_batched_scores_equal_one_at_a_time(tokenizers):
     assert together == pytest.approx(alone, abs=1e-4)
 
 
+@pytest.mark.parametrize("preset,kind,causal", [("bert-tiny", "bert", False), ("gpt2", "gpt2", True)])
+def test_scores_are_the_summed_log_probabilities_of_the_targets(tokenizers, preset, kind, causal):
+    from lmforge.analysis.cloze import _causal_rows
+
+    tok = tokenizers[kind]
+    model = tiny(preset, tok)
+    rows = [r for p in probes(2, seed=3) for r in (_causal_rows if causal else _masked_rows)(tok, p)]
+    got = _scores(model, rows, tok.special_id("pad") or 0, causal=causal)
+    for (ids, positions, targets), score in zip(rows, got):  # each row alone, unpadded, position by position
+        with torch.no_grad():
+            hidden = model(torch.tensor([ids]), run_heads=False).last_hidden_state[0]
+            logp = model.heads["lm"](hidden).log_softmax(-1)
+        expected = sum(float(logp[p - causal, t]) for p, t in zip(positions, targets))
+        assert score == pytest.approx(expected, abs=1e-4)
+
+
 @pytest.mark.parametrize("preset,kind", [("bert-tiny", "bert"), ("gpt2", "gpt2")])
 def test_a_model_that_prefers_the_answers_scores_every_probe(tokenizers, preset, kind):
     tok = tokenizers[kind]

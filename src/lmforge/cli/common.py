@@ -77,3 +77,22 @@ def split_overrides(pairs: dict) -> tuple:
     train_keys = {f.name for f in fields(TrainConfig)}
     return ({k: v for k, v in pairs.items() if k in train_keys},
             {k: v for k, v in pairs.items() if k not in train_keys})
+
+
+def check_out(out: str, *sources, option: str = "--out") -> Path:
+    """The output folder `out` of a job that writes out/<name> from source model directories: a
+    UsageError where it is empty, an existing file, or is or holds a source (the job would write
+    over what it reads)."""
+    if not str(out).strip():
+        raise UsageError(f"{option} is empty: name the folder to write")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {out}: exists and is not a folder")
+    target = path.resolve()
+    for source in sources:
+        if source is None or not Path(source).exists():
+            continue  # a preset or package name: nothing on disk to write over
+        src = Path(source).resolve()
+        if src == target or target in src.parents:
+            raise UsageError(f"{option} {out}: is or holds the source model {source}; choose another folder")
+    return path

@@ -16,9 +16,22 @@ from lmforge.io import CheckpointError
 JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_probe, prune, distill, quantize, retrieve, bakeoff, serve, options)  # each adds its sub-commands
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (argparse's own print the usage block first)."""
+
+    def error(self, message: str):
+        """Exit with status 2 after one line naming the command, the error and where help is."""
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(message) -> str:
+    """A message on one line: line breaks and runs of spaces (a YAML parser's report) made one space."""
+    return " ".join(str(message).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
-    parser = argparse.ArgumentParser(prog="lmforge", description="The `lmforge` command: one sub-command per job.")
+    parser = OneLineParser(prog="lmforge", description="The `lmforge` command: one sub-command per job.")
     sub = parser.add_subparsers(dest="command", required=True)
     for job in JOBS:
         job.add_parsers(sub)
@@ -32,7 +45,7 @@ def main(argv: list | None = None) -> int:
     try:
         args.func(args)
     except (UsageError, ConfigError, CheckpointError, ValueError, OSError) as err:
-        print(f"lmforge {args.command}: error: {err}", file=sys.stderr)
+        print(f"lmforge {args.command}: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

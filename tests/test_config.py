@@ -125,3 +125,21 @@ def test_every_field_has_a_line_of_help():
     from dataclasses import fields
 
     assert all(f.metadata.get("help") for f in fields(ModelConfig))
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_saved_files_follow_the_umask(tmp_path, mask):
+    import os
+    import stat
+
+    import lmforge
+    from lmforge.config import umask
+
+    before = os.umask(mask)
+    try:
+        assert umask() == mask
+        lmforge.build("bert-tiny", n_layers=1).save(tmp_path / "m")
+    finally:
+        os.umask(before)
+    for name in ("model.safetensors", "config.json"):  # written to a mkstemp file (0600), then renamed
+        assert stat.S_IMODE((tmp_path / "m" / name).stat().st_mode) == 0o666 & ~mask

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from lmforge.cli.common import UsageError, parse_overrides, read_config_file, resolve_config
+from lmforge.config import as_created
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
@@ -50,6 +51,7 @@ def cmd_convert(args) -> None:
     dst.absolute().parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dst.absolute().parent, prefix=f".{dst.name}.convert-"))
     try:
+        as_created(tmp, directory=True)
         model.save(tmp, format=args.to)
         copied = copy_companions(src, tmp)
         replace_dir(tmp, dst)

@@ -18,6 +18,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from lmforge.config import as_created
+
 
 class CheckpointError(ValueError):
     """A model directory that cannot be read: missing files, foreign or corrupt contents."""
@@ -55,6 +57,7 @@ def save_tensors(tensors: dict, file: Path, metadata: dict) -> None:
     os.close(fd)
     try:
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp, metadata=metadata)
+        as_created(tmp)  # after: the writer makes the file anew
         os.replace(tmp, file)
     except BaseException as err:
         full = isinstance(err, Exception) and out_of_space(err, file.parent)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.data.stream import ExampleFormat
+from lmforge.fast.int8 import int8_linears
 from lmforge.heads import make_head
 from lmforge.model import from_config
 from lmforge.objectives.base import IGNORE, Loss, tokenizer_pad, tokenizer_specials
@@ -53,10 +54,20 @@ def _teacher_key(key: str, layers: tuple) -> str:
     return f"{match.group(1)}.blocks.{layers[int(match.group(2))]}.{key[match.end():]}"
 
 
+def refuse_int8_teacher(teacher: nn.Module) -> None:
+    """A ValueError where the teacher is int8-quantised: its float weights, which a student copies and
+    its soft targets come from, are gone (give the fp32 model it was quantised from)."""
+    found = int8_linears(teacher)
+    if found:
+        raise ValueError(f"the teacher is int8-quantised ({len(found)} Int8Linear layers, e.g. {found[0][0]}): "
+                         "distil from the fp32 model it was quantised from")
+
+
 def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = None) -> nn.Module:
     """A student of the teacher's width whose block k copies teacher block layers[k] (default
     `every_other`: block k <- block 2k); embeddings, final norm and heads are copied too."""
     cfg = teacher.config
+    refuse_int8_teacher(teacher)
     if cfg.architecture == "encoder-decoder" or cfg.share_layers:
         raise ValueError("student_from_teacher takes an encoder or decoder with one block per layer")
     layers = tuple(every_other(cfg.n_layers) if layers is None else layers)
@@ -102,6 +113,7 @@ class Distillation(MaskedLM):
     def __init__(self, student, teacher, mask_id: int, alpha: float = 5.0, beta: float = 2.0, gamma: float = 1.0,
                  temperature: float = 2.0, soft_on: str = "real", **mlm) -> None:
         super().__init__(student, mask_id, **mlm)
+        refuse_int8_teacher(teacher)
         if student.config.architecture != "encoder" or teacher.config.architecture != "encoder":
             raise ValueError("masked-LM distillation needs an encoder teacher and student")
         if "lm" not in teacher.heads:

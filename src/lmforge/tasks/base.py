@@ -28,6 +28,7 @@ import importlib
 import torch
 from torch import nn
 
+from lmforge.fast.int8 import refuse_int8
 from lmforge.heads import make_head
 from lmforge.modes import evaluating
 from lmforge.objectives.base import Loss, Objective
@@ -110,6 +111,7 @@ class Task(Objective, abc.ABC):
         if existing is not None and existing.spec == fresh.spec:
             head = existing  # a fine-tuned model's own head: keep it (evaluation, continued training)
         else:
+            refuse_int8(model)  # a new head is for training, which an int8 model cannot do
             head, pooler = fresh, _reusable_pooler(model)
             if getattr(head, "pooler", None) is not None and pooler is not None:
                 head.pooler.dense.load_state_dict(pooler.dense.state_dict())

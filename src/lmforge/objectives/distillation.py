@@ -59,8 +59,8 @@ def refuse_int8_teacher(teacher: nn.Module) -> None:
     its soft targets come from, are gone (give the fp32 model it was quantised from)."""
     found = int8_linears(teacher)
     if found:
-        raise ValueError(f"the teacher is int8-quantised ({len(found)} Int8Linear layers, e.g. {found[0][0]}): "
-                         "distil from the fp32 model it was quantised from")
+        raise ValueError(f"the teacher is int8-quantised ({len(found)} Int8Linear layers, e.g. "
+                         f"{found[0][0]}): distil from the fp32 model it was quantised from")
 
 
 def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = None) -> nn.Module:

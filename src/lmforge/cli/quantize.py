@@ -13,20 +13,24 @@ The model is saved under --out/model (loadable by every command); quantize.json 
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def _table(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    metric = "metric" in report["before"]
+    metric = report["before"].get("metric_name")  # the column is named by the metric: short cells
+    threads = f"{report['threads']} thread{'s' * (report['threads'] != 1)}"
     table = Table(title=f"int8 {report['mode']} quantisation (forward of {report['batch'][0]} x "
-                        f"{report['batch'][1]} on {report['threads']} threads)")
-    for col in ("", "parameters", "int8 layers", "safetensors MB", *(("metric",) if metric else ()), "forward s"):
-        table.add_column(col, justify="right")
+                        f"{report['batch'][1]} on {threads})")
+    columns = ("", "parameters", "int8 layers", "safetensors MB", *((metric,) if metric else ()), "forward s")
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
     for name in ("before", "after"):
         r = report[name]
         table.add_row(name, f"{r['parameters']:,}", str(r["int8_layers"]), f"{r['bytes'] / 1e6:.1f}",
-                      *((f"{r['metric_name']} {r['metric']:.4f}",) if metric else ()), f"{r['seconds']:.4f}")
+                      *((f"{r['metric']:.4f}",) if metric else ()), f"{r['seconds']:.4f}")
     Console().print(table)
     kept = sorted({k["kernel"] for k in report["kernels"]})
     bits = f"; activations {report['activation_bits']}-bit" if "activation_bits" in report else ""
@@ -34,6 +38,7 @@ def _table(report: dict) -> None:
         smoothing = report["smoothing"]
         bits += (f", {len(smoothing['layers'])} layers smoothed (alpha {smoothing['alpha']}, "
                  f"{smoothing['calibration']})")
+    print(f"parameters: {report['parameters_counted']}")
     print(f"speed-up {report['speedup']:.2f}x, size {report['size_ratio']:.2f}x; "
           f"kernels chosen: {', '.join(kept)}{bits}")
 
@@ -55,26 +60,17 @@ def _calibration(path: str) -> list:
     return texts
 
 
-def cmd_quantize(args) -> None:
-    """Quantise, save under --out, print the before/after table; quantize.json beside it."""
-    import torch
-
+def _check(args) -> None:
+    """One-line errors for options out of range or given without what they serve."""
     from lmforge.cli.common import UsageError
-    from lmforge.compress.quantize_report import run_quantize
-    from lmforge.compress.smooth import ALPHA
-    from lmforge.tasks.finetune import task_info
-    from lmforge.tasks.formats import read_task_file
 
     for name in ("batch_size", "seq_len", "rounds"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be a positive integer")
-    torch.manual_seed(args.seed)
-    records, kind = None, args.task
-    if args.data:
-        kind = kind or task_info(args.model).get("kind")
-        if kind is None:
-            raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
-        records = read_task_file(args.data, kind, args.columns, True)
+    if args.seed < 0:
+        raise UsageError(f"--seed {args.seed}: must be >= 0")
+    if not args.data and (args.task or args.columns):
+        raise UsageError(f"{'--task' if args.task else '--columns'} reads --data: give --data FILE too")
     given = [f"--{name.replace('_', '-')}" for name in ("calibration", "smooth_alpha", "no_smooth")
              if getattr(args, name) not in (None, False)]  # the smoothing options on the command line
     if args.mode != "dynamic" and given:
@@ -82,14 +78,48 @@ def cmd_quantize(args) -> None:
                          "activations)")
     if args.no_smooth and len(given) > 1:
         raise UsageError(f"{given[0]} and --no-smooth: smoothing is either on or off")
+    if args.smooth_alpha is not None and not 0.0 <= args.smooth_alpha <= 1.0:
+        raise UsageError(f"--smooth-alpha {args.smooth_alpha}: the migration strength is in [0, 1]")
+
+
+def _task_kind(source, given: str | None) -> str | None:
+    """The task kind: given, or the model's task.json's; a one-line error for an unreadable task.json."""
+    import json
+
+    from lmforge.cli.common import UsageError
+    from lmforge.tasks.finetune import TASK_FILE, task_info
+
+    try:
+        return given or task_info(source).get("kind")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+        raise UsageError(f"--model {source}: {TASK_FILE} is not a JSON object ({err})") from None
+
+
+def cmd_quantize(args) -> None:
+    """Quantise, save under --out, print the before/after table; quantize.json beside it."""
+    import torch
+
+    from lmforge.cli.common import UsageError, check_out
+    from lmforge.compress.quantize_report import run_quantize
+    from lmforge.compress.smooth import ALPHA
+    from lmforge.io import find_model_dir
+    from lmforge.tasks.formats import read_task_file
+
+    _check(args)
+    source = find_model_dir(args.model)
+    check_out(args.out, source)
+    torch.manual_seed(args.seed)
+    kind, records = _task_kind(source, args.task), None
+    if args.data:
+        if kind is None:
+            raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
+        records = read_task_file(args.data, kind, args.columns, True)
     alpha = ALPHA if args.smooth_alpha is None else args.smooth_alpha
-    if not 0.0 <= alpha <= 1.0:
-        raise UsageError(f"--smooth-alpha {alpha}: the migration strength is in [0, 1]")
     texts = _calibration(args.calibration) if args.calibration else None
-    report = run_quantize(args.model, args.out, args.mode, records, kind, args.batch_size, args.seq_len,
-                          args.rounds, None if args.no_smooth else alpha, texts)
+    report = run_quantize(source, args.out, args.mode, records, kind if records else None, args.batch_size,
+                          args.seq_len, args.rounds, None if args.no_smooth else alpha, texts, args.seed)
     _table(report)
-    print(f"model in {args.out}/model, report in {args.out}/quantize.json")
+    print(f"model in {Path(args.out) / 'model'}, report in {Path(args.out) / 'quantize.json'}")
 
 
 def add_parsers(sub) -> None:
@@ -113,7 +143,10 @@ def add_parsers(sub) -> None:
                         "(dynamic; default compress/smooth.ALPHA, 0.75)")
     p.add_argument("--no-smooth", action="store_true", help="dynamic mode without smoothing")
     p.add_argument("--batch-size", type=int, default=8, help="rows of the timed forward batch")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per row of the timed batch")
+    p.add_argument("--seq-len", type=int, help="tokens per row of the timed batch, at most the model's "
+                                                 "max_seq_len (default 128, or its longest where shorter)")
     p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random tokens drawn: the timed batch, and the smoothing's calibration "
+                        "without --calibration")
     p.set_defaults(func=cmd_quantize)

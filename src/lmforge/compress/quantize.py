@@ -38,11 +38,11 @@ def kept_fp32(model: nn.Module) -> list:
 
 
 def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, alpha: float | None = ALPHA,
-             calibration: list | None = None, source: str | None = None) -> Transformer:
+             calibration: list | None = None, source: str | None = None, seed: int = 0) -> Transformer:
     """The model with every Linear (but `kept_fp32`) an Int8Linear of `mode`; a copy unless inplace.
     Dynamic mode smooths the Linears that read a LayerNorm (compress/smooth.py) with strength
-    `alpha` (None: not), from the calibration batches (smooth.text_batches; None: random tokens),
-    recorded as coming from `source` ("text", ...)."""
+    `alpha` (None: not), from the calibration batches (smooth.text_batches; None: random tokens
+    drawn from `seed`), recorded as coming from `source` ("text", ...)."""
     if mode not in MODES:
         raise ValueError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     if model.config.quantization:
@@ -57,7 +57,7 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     kept = kept_fp32(model)
     per_layer = {}  # Linear name -> its smoothing factors
     if mode == "dynamic" and alpha is not None:  # measured on the fp32 model, before any layer is swapped
-        per_layer = smoothing(model, calibration or random_batches(model), alpha=alpha)
+        per_layer = smoothing(model, calibration or random_batches(model, seed), alpha=alpha)
     swapped = swap_linears(model, mode, kept, smooth=per_layer)
     if not swapped:
         raise ValueError("the model has no Linear layers to quantise")
@@ -73,20 +73,28 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     return model.eval()
 
 
+def _backbone(name: str) -> bool:
+    return not name.startswith("heads.")  # as Transformer.num_parameters: the heads are not counted
+
+
 def _int8_modules(model: nn.Module) -> list:
-    return [m for m in model.modules() if isinstance(m, (Int8Linear, Int8Embedding))]
+    return [m for name, m in model.named_modules()
+            if isinstance(m, (Int8Linear, Int8Embedding)) and _backbone(name)]
+
+
+COUNTED = "backbone weights, heads excluded (as lmforge inspect, prune and distill count them)"
 
 
 def parameter_count(model: nn.Module) -> int:
-    """Weights of the model, int8 ones included (int8 layers hold buffers, not parameters): one per
-    weight and bias, not counting the per-channel scales."""
+    """Weights of the backbone (COUNTED: the heads excluded, as Transformer.num_parameters), int8 ones
+    included (int8 layers hold buffers, not parameters): one per weight and bias, not the scales."""
     found = _int8_modules(model)
     int8 = sum(m.qweight.numel() + (m.bias.numel() if getattr(m, "bias", None) is not None else 0) for m in found)
-    return sum(p.numel() for p in model.parameters()) + int8
+    return sum(p.numel() for name, p in model.named_parameters() if _backbone(name)) + int8
 
 
 def int8_share(model: nn.Module) -> float:
-    """Share of the weights (parameter_count) stored as int8."""
+    """Share of the backbone's weights (parameter_count) stored as int8."""
     return sum(m.qweight.numel() for m in _int8_modules(model)) / max(parameter_count(model), 1)
 
 
@@ -95,5 +103,5 @@ def int8_layers(model: nn.Module) -> int:
     return len(int8_linears(model))
 
 
-__all__ = ["Int8Linear", "MODES", "SCHEME", "int8_layers", "int8_share", "kept_fp32", "parameter_count",
-           "quantize"]
+__all__ = ["COUNTED", "Int8Linear", "MODES", "SCHEME", "int8_layers", "int8_share", "kept_fp32",
+           "parameter_count", "quantize"]

@@ -13,14 +13,16 @@ from pathlib import Path
 
 import torch
 
-from lmforge.compress.measure import alternating
-from lmforge.compress.quantize import int8_layers, int8_share, parameter_count, quantize
-from lmforge.compress.smooth import ALPHA, random_tokens, text_batches
+from lmforge.compress.measure import alternating, model_bytes
+from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
+from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
 from lmforge.fast.int8 import choices, eight_bit_activations
 from lmforge.io import find_model_dir, load
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
 from lmforge.tokenizer import load_tokenizer
+
+SEQ_LEN = 128  # tokens a row of the timed batch unless told (the model's longest where shorter)
 
 
 def _sizes(model, path: Path | None) -> dict:
@@ -70,41 +72,77 @@ def _models(source: Path, records, kind):
     return None, load(source).eval(), None, load(source).eval()
 
 
-def run_quantize(model, out, mode: str = "dynamic", records: list | None = None, kind: str | None = None,
-                 batch_size: int = 8, seq_len: int = 128, rounds: int = 5, alpha: float | None = ALPHA,
-                 calibration: list | None = None) -> dict:
-    """Quantise the model at `model` (a directory or installed model), save it under out/model, and
-    report sizes, speed side by side and (with `records`) the task metric before and after;
-    calibration: texts to smooth from (None: random tokens), alpha None: no smoothing."""
-    source, out = find_model_dir(model), Path(out)
-    task_before, fp32, task_after, int8 = _models(source, records, kind)
-    batches = text_batches(fp32, _tokenizer(source, "--calibration"), calibration) if calibration else None
-    quantize(int8, mode, inplace=True, alpha=alpha, calibration=batches, source="text" if batches else None)
-    if task_after is not None:
-        save_model(task_after, out / "model")
+def timed_length(model, seq_len: int | None) -> int:
+    """Tokens a row of the timed batch: seq_len, or SEQ_LEN (the model's longest where shorter) for
+    None; a ValueError naming --seq-len past the model's max_seq_len."""
+    limit = model.config.max_seq_len
+    if seq_len is None:
+        return min(SEQ_LEN, limit)
+    if seq_len > limit:
+        raise ValueError(f"--seq-len {seq_len}: the model reads at most {limit} tokens (its max_seq_len)")
+    return seq_len
+
+
+def _save(source: Path, dest: Path, int8, task) -> None:
+    """The int8 model with what travels with it (tokenizer, task.json, sentence-transformers files),
+    written beside `dest` first and moved into place whole, so a failure leaves no half model."""
+    staging = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    if task is not None:
+        save_model(task, staging)
     else:
-        int8.save(out / "model")
+        int8.save(staging)
         try:
-            load_tokenizer(source).save(out / "model")
+            load_tokenizer(source).save(staging)
         except (OSError, ValueError):
             pass  # a model without a tokenizer (random ids only): nothing to carry over
-    carry_sentence_files(source, out / "model")
-    ids, mask = random_tokens(fp32, batch_size, seq_len)
-    seconds = alternating({"before": lambda: fp32(ids, mask, run_heads=False),
-                            "after": lambda: int8(ids, mask, run_heads=False)}, rounds)
-    report = {"mode": mode, "batch": [int(ids.shape[0]), int(ids.shape[1])], "threads": torch.get_num_threads(),
-              "before": {**_sizes(fp32, source), "seconds": seconds["before"]},
-              "after": {**_sizes(int8, out / "model"), "seconds": seconds["after"]}}
+        if (source / TASK_FILE).is_file():  # a fine-tuned model stays one (lmforge evaluate reads it)
+            shutil.copy2(source / TASK_FILE, staging / TASK_FILE)
+    carry_sentence_files(source, staging)
+    if dest.is_dir():
+        shutil.rmtree(dest)
+    elif dest.exists():
+        dest.unlink()
+    staging.rename(dest)
+
+
+def _report(mode: str, fp32, int8, source: Path, batch: dict, rounds: int) -> dict:
+    """Sizes and forward seconds of both models, timed side by side on `batch` (smooth.as_batch)."""
+    seconds = alternating({"before": lambda: fp32(**batch), "after": lambda: int8(**batch)}, rounds)
+    ids = batch["input_ids"]
+    return {"mode": mode, "batch": [int(ids.shape[0]), int(ids.shape[1])], "threads": torch.get_num_threads(),
+            "parameters_counted": COUNTED,
+            "before": {**_sizes(fp32, source), "seconds": seconds["before"]},
+            "after": {**_sizes(int8, None), "seconds": seconds["after"]},
+            "speedup": seconds["before"] / seconds["after"]}
+
+
+def run_quantize(model, out, mode: str = "dynamic", records: list | None = None, kind: str | None = None,
+                 batch_size: int = 8, seq_len: int | None = None, rounds: int = 5,
+                 alpha: float | None = ALPHA, calibration: list | None = None, seed: int = 0) -> dict:
+    """Quantise the model at `model` (a directory or installed model), measure sizes, speed side by
+    side and (with `records`) the task metric before and after, then save it under out/model and
+    the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
+    texts to smooth from (None: random tokens drawn from `seed`, as the timed batch is), alpha None:
+    no smoothing."""
+    source, out = find_model_dir(model), Path(out)
+    task_before, fp32, task_after, int8 = _models(source, records, kind)
+    ids, mask = random_tokens(fp32, batch_size, timed_length(fp32, seq_len), seed)
+    batches = text_batches(fp32, _tokenizer(source, "--calibration"), calibration) if calibration else None
+    quantize(int8, mode, inplace=True, alpha=alpha, calibration=batches, source="text" if batches else None,
+             seed=seed)
+    report = _report(mode, fp32, int8, source, as_batch(fp32, ids, mask), rounds)
     if task_before is not None:
         report["before"].update(_metric(task_before, records))
         report["after"].update(_metric(task_after, records))
-    report["speedup"] = seconds["before"] / seconds["after"]
-    report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)
     report["kernels"] = choices()
     if mode == "dynamic":  # 8 under VNNI, else 7 (fast/int8.py): accuracy rests on it
         report["activation_bits"] = 8 if eight_bit_activations() else 7
         smoothing = int8.config.quantization.get("smoothing")
         if smoothing:
             report["smoothing"] = {**smoothing, "calibration_texts": len(calibration or ())}
+    _save(source, out / "model", int8, task_after)
+    report["after"]["bytes"] = model_bytes(out / "model")
+    report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)
     atomic_write_text(out / "quantize.json", json.dumps(report, indent=2) + "\n")
     return report

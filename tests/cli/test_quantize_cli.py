@@ -1,0 +1,116 @@
+"""`lmforge quantize` end to end: encoder-decoders timed with decoder inputs, nothing written when a
+step fails, --out checked before any work, task.json carried, --seq-len / --seed / --task checked,
+parameters counted as inspect counts them, and a table whose metric cells stay on their row."""
+import json
+
+import pytest
+
+import lmforge
+from lmforge.cli import main
+from lmforge.heads import attach
+from tests.tasks.core import sentiment, tiny, tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny matrices, a busy second core
+FAST = ["--batch-size", "1", "--seq-len", "8", "--rounds", "1"]
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(tmp_path_factory):
+    """(directory, dev file): a tiny BERT fine-tuned a few steps on the sentiment task, with task.json."""
+    from lmforge.tasks.finetune import finetune
+    from lmforge.train import TrainConfig
+
+    out, data = tmp_path_factory.mktemp("sst"), sentiment(100)
+    finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], None, out,
+             TrainConfig(steps=2, batch_size=8, seed=0, log_every=100, progress=False), log=lambda *a: None)
+    dev = out / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"][:16]))
+    return out / "final", dev
+
+
+@pytest.mark.parametrize("preset,family", [("t5-small", "t5"), ("bart-base", "gpt2")])
+def test_an_encoder_decoder_is_quantised_end_to_end(tmp_path, preset, family):
+    model = tiny(preset)
+    attach(model, "lm")
+    model.save(tmp_path / "src")
+    tokenizer(family).save(tmp_path / "src")
+    assert main(["quantize", "--model", str(tmp_path / "src"), "--out", str(tmp_path / "q"), *FAST]) == 0
+    report = json.loads((tmp_path / "q" / "quantize.json").read_text())
+    assert report["after"]["int8_layers"] > 0 and report["speedup"] > 0
+    assert lmforge.load(tmp_path / "q" / "model").config.quantization["mode"] == "dynamic"
+
+
+def test_a_failing_step_leaves_nothing_half_written(fine_tuned, tmp_path, monkeypatch, capsys):
+    import lmforge.compress.quantize_report as report
+
+    def broken(*args, **kwargs):
+        raise ValueError("the timing failed")
+
+    monkeypatch.setattr(report, "alternating", broken)
+    path, _ = fine_tuned
+    assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), *FAST]) == 2
+    assert "timing failed" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists() or not any((tmp_path / "q").iterdir())
+
+
+def test_out_is_checked_before_any_work(fine_tuned, tmp_path, capsys):
+    path, _ = fine_tuned
+    before = {f.name: f.read_bytes() for f in path.iterdir()}
+    for out in (str(path), str(path.parent), ""):
+        assert main(["quantize", "--model", str(path), "--out", out, *FAST]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--out" in err[0], err
+    assert {f.name: f.read_bytes() for f in path.iterdir()} == before  # the source untouched
+
+
+def test_task_json_travels_without_data_and_the_model_evaluates(fine_tuned, tmp_path):
+    path, dev = fine_tuned
+    assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), *FAST]) == 0
+    assert json.loads((tmp_path / "q" / "model" / "task.json").read_text()) == json.loads(
+        (path / "task.json").read_text())
+    assert main(["evaluate", "--model", str(tmp_path / "q" / "model"), "--data", str(dev)]) == 0
+
+
+def test_options_that_would_be_ignored_are_refused(fine_tuned, tmp_path, capsys):
+    path, dev = fine_tuned
+    base = ["quantize", "--model", str(path), "--out", str(tmp_path / "q")]
+    cases = ((["--seq-len", "100000"], "--seq-len 100000"), (["--seed", "-1"], "--seed -1"),
+             (["--task", "cls"], "--task"), (["--columns", "text=sentence"], "--columns"))
+    for extra, named in cases:
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0], (extra, err)
+    assert not (tmp_path / "q").exists()
+
+
+def test_the_seed_draws_the_calibration_and_timing_tokens(fine_tuned, tmp_path, monkeypatch):
+    import lmforge.compress.quantize_report as report
+
+    ids, drawn = [], report.random_tokens
+
+    def spy(*args):
+        ids.append(drawn(*args)[0])
+        return drawn(*args)
+
+    monkeypatch.setattr(report, "random_tokens", spy)
+    path, _ = fine_tuned
+    for seed in ("0", "0", "1"):
+        assert main(["quantize", "--model", str(path), "--out", str(tmp_path / seed), "--seed", seed, *FAST]) == 0
+    weights = [(tmp_path / s / "model" / "model.safetensors").read_bytes() for s in ("0", "1")]
+    assert ids[0].equal(ids[1]) and not ids[0].equal(ids[2])  # the timed batch follows --seed
+    assert weights[0] != weights[1]  # so does the smoothing calibrated on random tokens
+
+
+def test_parameters_are_counted_as_inspect_counts_them_and_cells_stay_on_their_row(fine_tuned, tmp_path,
+                                                                                     capsys):
+    path, dev = fine_tuned
+    assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), "--data", str(dev), *FAST]) == 0
+    report = json.loads((tmp_path / "q" / "quantize.json").read_text())
+    backbone = lmforge.load(path).num_parameters()  # heads excluded, as inspect, prune and distill count
+    assert report["before"]["parameters"] == report["after"]["parameters"] == backbone
+    assert "heads excluded" in report["parameters_counted"]
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "before" in line or "after" in line]
+    assert any("accuracy" in line for line in out.splitlines()) and len(rows) == 2
+    for name, row in zip(("before", "after"), rows):
+        assert f"{report[name]['metric']:.4f}" in row and f"{backbone:,}" in row

@@ -143,3 +143,12 @@ def test_saved_files_follow_the_umask(tmp_path, mask):
         os.umask(before)
     for name in ("model.safetensors", "config.json"):  # written to a mkstemp file (0600), then renamed
         assert stat.S_IMODE((tmp_path / "m" / name).stat().st_mode) == 0o666 & ~mask
+
+
+def test_a_layer_key_of_no_layer_is_named_with_the_keys_there_are():
+    cfg = ModelConfig(architecture="encoder-decoder", vocab_size=99, d_model=32, n_heads=4, d_ff=64,
+                      n_layers=2, n_decoder_layers=1)
+    with pytest.raises(ConfigError) as err:
+        cfg.replace(pruned_heads={"encoder.5": [1]})
+    assert str(err.value) == ("pruned_heads key 'encoder.5' names no layer of this encoder-decoder model "
+                              "(keys are encoder.0 to encoder.1 or decoder.0 or cross.0)")

@@ -97,10 +97,14 @@ def _stacks(cfg) -> dict:
 
 
 def _layer_key(cfg, field: str, key, names) -> None:
+    """`key` is "stack.layer" (a stack of `names` the architecture has, a layer it has), or ConfigError."""
     stacks = _stacks(cfg)
     name, _, layer = str(key).partition(".")
     if name not in names or name not in stacks or not layer.isdigit() or int(layer) >= stacks[name]:
-        raise ConfigError(f"{field} key {key!r} is not one of {sorted(set(stacks) & set(names))} '.' a layer index")
+        valid = [f"{n}.0" + (f" to {n}.{stacks[n] - 1}" if stacks[n] > 1 else "")
+                 for n in names if n in stacks]
+        raise ConfigError(f"{field} key {key!r} names no layer of this {cfg.architecture} model "
+                          f"(keys are {' or '.join(valid)})")
 
 
 def validate_ffn_sizes(cfg) -> None:

@@ -88,3 +88,29 @@ def test_a_context_must_be_positive():
     for bad in (0, -5):
         with pytest.raises(ValueError, match="context"):
             flops_per_token(lmforge.get_config("gpt2"), bad)
+
+
+PRUNED = {  # tiny presets of each family with heads (where the positions allow) and FFN units removed
+    "bert-tiny": dict(pruned_heads={"encoder.0": [1, 3], "encoder.2": [0]}, ffn_sizes={"encoder.1": 20}),
+    "gpt2": dict(pruned_heads={"decoder.1": [2]}, ffn_sizes={"decoder.0": 7, "decoder.2": 64}),
+    "llama-3.2-1b": dict(n_kv_heads=None, pruned_heads={"decoder.2": [0, 1, 2]}, ffn_sizes={"decoder.1": 9}),
+    "t5-small": dict(ffn_sizes={"encoder.0": 5, "decoder.3": 30}),  # per-head relative bias: no head pruning
+    "bart-base": dict(pruned_heads={"encoder.1": [1], "decoder.0": [0], "cross.3": [0, 2]},
+                      ffn_sizes={"decoder.2": 11}),
+}
+
+
+@pytest.mark.parametrize("name", list(PRUNED))
+def test_pruned_configs_are_counted_as_built(name):
+    cfg = _deeper(lmforge.tiny(name), layers=3).replace(**PRUNED[name])
+    with torch.device("meta"):
+        model = from_config(cfg, init=False)
+    assert config_parameter_counts(cfg) == parameter_counts(model)
+
+
+def test_describe_reports_what_pruning_left():
+    cfg = _deeper(lmforge.tiny("bart-base"), layers=3).replace(**PRUNED["bart-base"])  # 3 + 4 layers, 4 heads
+    line = next(row for row in describe(cfg).splitlines() if row.startswith("pruned"))
+    assert "heads: 4 of 44 removed (in 3 attentions)" in line  # (3 + 2 x 4) attentions x 4 heads
+    assert "feed-forward: 395 of 448 units kept (1 layer pruned to 11 units)" in line  # 7 layers x 64
+    assert not any(row.startswith("pruned") for row in describe(lmforge.tiny("bart-base")).splitlines())

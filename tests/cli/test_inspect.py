@@ -46,3 +46,40 @@ def test_bad_values_are_one_line_errors(capsys, argv, message):
 def test_a_context_within_the_model_is_counted(capsys):
     assert main(["inspect", "bert-tiny", "--context", "128"]) == 0
     assert "(context 128)" in capsys.readouterr().out
+
+
+def _tiny(**fields):
+    import lmforge
+
+    sizes = dict(n_layers=3, d_model=32, n_heads=4, d_ff=64, vocab_size=99, max_seq_len=64)
+    return lmforge.build("bert-tiny", **sizes, **fields)
+
+
+def test_a_pruned_model_directory_reports_its_pruned_sizes_and_counts(tmp_path, capsys):
+    model = _tiny(pruned_heads={"encoder.0": [1, 3]}, ffn_sizes={"encoder.2": 20})
+    model.save(tmp_path / "m")
+    assert main(["inspect", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr().out
+    assert f"parameters     {model.num_parameters():,} total" in out
+    assert "pruned         heads: 2 of 12 removed (in 1 attention); feed-forward: 148 of 192 units" in out
+
+
+def test_an_int8_model_directory_says_so_and_gives_its_size_against_fp32(tmp_path, capsys):
+    from torch import nn
+
+    from lmforge.apps.summary import model_bytes
+    from lmforge.compress.quantize import quantize
+    from lmforge.heads import attach
+
+    fp32 = _tiny()
+    attach(fp32, "classification", n_labels=2)
+    int8 = quantize(fp32)
+    int8.save(tmp_path / "q")
+    held, as_fp32 = model_bytes(int8)
+    assert as_fp32 == model_bytes(fp32)[0] and held < as_fp32 / 2
+    assert main(["inspect", str(tmp_path / "q")]) == 0
+    out = capsys.readouterr().out
+    assert f"parameters     {fp32.num_parameters():,} total" in out
+    linears = sum(isinstance(m, nn.Linear) for m in fp32.modules())  # the head's included
+    assert f"int8           dynamic (int8 symmetric, per output channel): {linears} of {linears} " in out
+    assert "smoothing      SmoothQuant alpha=" in out and f"{as_fp32 / held:.2f}x smaller" in out

@@ -11,6 +11,7 @@ from collections import Counter
 import torch
 
 from lmforge.config import ModelConfig
+from lmforge.fast.int8 import Int8Embedding, Int8Linear
 from lmforge.model import from_config
 
 GATED = ("geglu", "geglu-tanh", "swiglu")
@@ -101,9 +102,41 @@ def _sample(cfg: ModelConfig, patterns: list, decoder_layers: int) -> ModelConfi
     return cfg.replace(**changes)
 
 
+def _removed_parameters(cfg: ModelConfig) -> int:
+    """Parameters that pruned heads (cfg.pruned_heads) and FFN units (cfg.ffn_sizes) took away: per
+    layer, the units (heads) gone times what one unit (head) of that stack (attention and pattern)
+    holds, measured on a one-layer sample (the samples index layers from 0, so keys cannot be kept)."""
+    base = cfg.replace(pruned_heads=None, ffn_sizes=None)
+    costs = {}
+
+    def cost(field: str, stack: str, pattern: str) -> int:  # what one unit or head of one layer holds
+        if (field, stack, pattern) not in costs:
+            pruned = {"ffn_sizes": {f"{stack}.0": cfg.d_ff - 1}, "pruned_heads": {f"{stack}.0": [0]}}[field]
+            sample = _sample(base, [pattern], 1)
+            costs[field, stack, pattern] = _meta_counts(sample)[0] - _meta_counts(sample.replace(
+                **{field: pruned}))[0]
+        return costs[field, stack, pattern]
+
+    removed = 0
+    for key, size in (cfg.ffn_sizes or {}).items():
+        if size < cfg.d_ff:
+            removed += (cfg.d_ff - size) * cost("ffn_sizes", key.partition(".")[0], cfg.attention)
+    for key, heads in (cfg.pruned_heads or {}).items():
+        attention, _, layer = key.partition(".")
+        # an encoder-decoder's decoder layers all have one pattern (layers/stack.py)
+        one_pattern = cfg.architecture == "encoder-decoder" and attention != "encoder"
+        schedule = cfg.attention_schedule if not one_pattern else None
+        pattern = schedule[int(layer)] if schedule else cfg.attention
+        removed += len(heads) * cost("pruned_heads", attention, pattern)
+    return removed
+
+
 def config_parameter_counts(cfg: ModelConfig) -> dict:
     """parameter_counts of the model `cfg` describes, at any depth: a sample with one layer per
-    pattern, plus (layers - 1) x what one more layer of each pattern (and of the decoder) adds."""
+    pattern, plus (layers - 1) x what one more layer of each pattern (and of the decoder) adds,
+    less what pruning removed (_removed_parameters)."""
+    removed = _removed_parameters(cfg) if cfg.pruned_heads or cfg.ffn_sizes else 0
+    cfg = cfg.replace(pruned_heads=None, ffn_sizes=None)
     layers = pattern_counts(cfg)
     distinct = list(layers)
     total, body = _meta_counts(_sample(cfg, distinct, 1))
@@ -115,15 +148,15 @@ def config_parameter_counts(cfg: ModelConfig) -> dict:
         more_total, more_body = _meta_counts(sample)
         extra_total += times * (more_total - total)
         extra_body += times * (more_body - body)
-    total, body = total + extra_total, body + extra_body
+    total, body = total + extra_total - removed, body + extra_body - removed
     return {"total": total, "embeddings": total - body, "non_embedding": body}
 
 
 def parameter_counts(model) -> dict:
     """Backbone parameters: total, in the token/position tables, and the rest; of a model, or of a
     config (counted without building it: config_parameter_counts)."""
-    if isinstance(model, ModelConfig):
-        return config_parameter_counts(model)
+    if isinstance(model, ModelConfig) or model.config.quantization:  # int8 weights are buffers, not counted
+        return config_parameter_counts(model if isinstance(model, ModelConfig) else model.config)
     total = model.num_parameters()
     body = model.num_parameters(embeddings=False)
     return {"total": total, "embeddings": total - body, "non_embedding": body}
@@ -131,6 +164,29 @@ def parameter_counts(model) -> dict:
 
 def _millions(n: int) -> str:
     return f"{n / 1e6:,.2f}M" if n >= 1e5 else f"{n:,}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' * (n != 1)}"
+
+
+def pruning_summary(cfg: ModelConfig) -> str:
+    """What structural pruning left (cfg.pruned_heads, cfg.ffn_sizes), "" when none: heads removed of
+    all the attentions' heads, feed-forward units kept of all the layers' units."""
+    parts = []
+    decoders = cfg.decoder_layers if cfg.architecture == "encoder-decoder" else 0
+    pruned = [len(heads) for heads in (cfg.pruned_heads or {}).values() if heads]
+    if pruned:
+        heads = (cfg.n_layers + 2 * decoders) * cfg.n_heads  # an encoder-decoder's decoder: self + cross
+        parts.append(f"heads: {sum(pruned):,} of {heads:,} removed (in {_plural(len(pruned), 'attention')})")
+    gone = {key: cfg.d_ff - n for key, n in (cfg.ffn_sizes or {}).items() if n < cfg.d_ff}
+    if gone:
+        units = (cfg.n_layers + decoders) * cfg.d_ff
+        kept = sorted({cfg.d_ff - n for n in gone.values()})
+        widths = f"{kept[0]:,}" if len(kept) == 1 else f"{kept[0]:,} to {kept[-1]:,}"
+        parts.append(f"feed-forward: {units - sum(gone.values()):,} of {units:,} units kept "
+                     f"({_plural(len(gone), 'layer')} pruned to {widths} units)")
+    return "; ".join(parts)
 
 
 def describe(model, context: int | None = None) -> str:
@@ -157,9 +213,52 @@ def describe(model, context: int | None = None) -> str:
         f"attention      {', '.join(patterns)}",
         f"parameters     {_millions(counts['total'])} total, {_millions(counts['embeddings'])} embeddings, "
         f"{_millions(counts['non_embedding'])} non-embedding",
+        *([f"pruned         {pruning_summary(cfg)}"] if pruning_summary(cfg) else []),
         f"FLOPs/token    {flops / 1e9:,.3f} GFLOP forward, {3 * flops / 1e9:,.3f} GFLOP training "
         f"(context {context})",
     ]
     if cfg.source:
         lines.append(f"source         {cfg.source}")
     return "\n".join(lines)
+
+
+def _sizes(*sizes: int) -> list:
+    """Byte counts in one unit (MiB, KiB or bytes, as the largest needs)."""
+    units = ((2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
+    unit, name = next((u, n) for u, n in units if max(sizes) >= 10 * u or u == 1)
+    return [f"{n / unit:,.2f} {name}" if unit > 1 else f"{n:,} bytes" for n in sizes]
+
+
+def model_bytes(model) -> tuple:
+    """(bytes its tensors hold, bytes they would hold with every int8 weight in fp32): a tied tensor
+    counted once; an int8 layer's scales and smoothing factors have no fp32 counterpart."""
+    held = {t.data_ptr(): t.numel() * t.element_size() for t in model.state_dict().values()}
+    fp32 = sum(held.values())
+    for m in model.modules():
+        if isinstance(m, (Int8Linear, Int8Embedding)):
+            extras = [t for t in (m.scale, getattr(m, "smooth", None)) if t is not None]
+            fp32 += 3 * m.qweight.numel() - sum(t.numel() * t.element_size() for t in extras)
+    return sum(held.values()), fp32
+
+
+def quantization_summary(model) -> list:
+    """Lines on an int8-quantised model (compress/quantize.py; [] for an fp32 one): its mode and
+    scheme, the Linears and token table held int8, SmoothQuant's smoothing, and its size against fp32."""
+    q = model.config.quantization
+    if not q:
+        return []
+    int8 = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    linears = len(int8) + sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    kept = f" ({', '.join(q.get('kept_fp32', []))} kept fp32)" if q.get("kept_fp32") else ""
+    table = "int8" if any(isinstance(m, Int8Embedding) for m in model.modules()) else "fp32"
+    smoothing = q.get("smoothing")
+    smoothed = "none" if not smoothing else (f"SmoothQuant alpha={smoothing.get('alpha')} on "
+                                             f"{_plural(len(smoothing['layers']), 'layer')} "
+                                             f"(calibration: {smoothing.get('calibration', '?')})")
+    held, fp32 = model_bytes(model)
+    held_text, fp32_text = _sizes(held, fp32)
+    return [f"int8           {q['mode']} ({q.get('scheme', 'int8')}): {len(int8)} of {linears} Linear "
+            f"layers int8{kept}; token table {table}",
+            f"smoothing      {smoothed}",
+            f"size           {held_text} of tensors (heads included), {fp32_text} in fp32: "
+            f"{fp32 / max(held, 1):.2f}x smaller"]

@@ -24,16 +24,20 @@ COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 
 def cmd_inspect(args) -> None:
     """Print architecture, parameter counts and FLOPs per token (counted, never built: any size)."""
-    from lmforge.apps.summary import describe
+    from lmforge.apps.summary import describe, quantization_summary
 
     if args.context is not None and args.context < 1:
         raise UsageError(f"--context {args.context}: the context must be at least 1 token")
-    cfg = resolve_config(args.model, {**read_config_file(args.config), **parse_overrides(args.overrides)})
+    overrides = {**read_config_file(args.config), **parse_overrides(args.overrides)}
+    folder = Path(args.model).is_dir() and args.model not in PRESETS  # a preset name wins, as in resolve_config
+    model = load_model(args.model) if folder else None  # a directory: its int8 layers are reported too
+    cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
     if args.context is not None and args.context > cfg.max_seq_len:
         raise UsageError(f"--context {args.context} exceeds max_seq_len={cfg.max_seq_len} "
                          f"(add max_seq_len={args.context} to count a longer context)")
     summary = describe(cfg, args.context)  # before any output: a refusal prints nothing else
-    print(f"{args.model}\n{summary}")
+    int8 = quantization_summary(model) if model is not None else []
+    print("\n".join([args.model, summary, *int8]))
 
 
 def cmd_presets(args) -> None:

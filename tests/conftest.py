@@ -1,11 +1,17 @@
 """Shared helpers: tiny models of every preset and inputs that fit them."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 import lmforge
 from lmforge.presets import PRESETS
+
+# int8 kernel choices stay per process in tests (and in the commands they start): a file under the
+# user's cache would carry one test run's choices into another (fast/kernel_store.py has its own tests)
+os.environ.setdefault("LMFORGE_INT8_KERNELS", "off")
 
 ALL_PRESETS = list(PRESETS)
 

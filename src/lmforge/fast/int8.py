@@ -9,8 +9,9 @@ Two modes (compress/quantize.py swaps them in for nn.Linear):
 
 Which kernel runs is measured, not assumed. int8 speed depends on the CPU (AVX2 without VNNI
 has no u8 x s8 dot instruction; AVX-512 VNNI has), on the shape and on the rows a call has, so
-the first call of each (mode, in, out, rows bucket, threads) times every kernel that applies on
-its own input and keeps the fastest for the process (CHOICES). "fp32" (the dequantised weight
+the first call of each (mode, in, out, rows bucket, threads) on this machine times every kernel
+that applies on its own input and keeps the fastest (CHOICES; written down for later processes
+by fast/kernel_store.py, so outputs do not change from run to run). "fp32" (the dequantised weight
 through F.linear) is always a candidate: a layer never runs slower than fp32 by more than timing
 noise, and where int8 loses the choice says so (`choices()`). Kernels, guarded (an op missing
 from this torch build is simply no candidate):
@@ -18,11 +19,10 @@ from this torch build is simply no candidate):
 - "fbgemm": torch.ops.quantized.linear_dynamic on fbgemm's packed weight (AVX2 packing; its
   packed form is built from a per-channel qint8 tensor, whose creation functions torch marks
   deprecated: the build is guarded and lmforge's state is plain int8 + scales either way);
-- "onednn": the same op on oneDNN's packed weight (its VNNI / AMX code where the CPU has them): 3-20 %
-  faster than fbgemm for most MiniLM and bert-base shapes (VNNI EPYC), 2-15 % with AVX2 code. It
-  rebuilds a per-shape set-up when the input shape changes, so kernels are timed on two lengths in turn;
-- "int8pack": aten._weight_int8pack_mm on the fp32 activations (weight-only; on x86 its fp32 form
-  is ATen's scalar loop);
+- "onednn": the same op on oneDNN's packed weight (VNNI / AMX code where the CPU has them; 3-20 %
+  faster than fbgemm on most MiniLM and bert-base shapes), timed on two lengths in turn (it
+  rebuilds a per-shape set-up when the input shape changes);
+- "int8pack": aten._weight_int8pack_mm on fp32 activations (weight-only; on x86 a scalar loop);
 - "int8pack-bf16": the same op on bfloat16 activations, its vectorised (AVX2 / AVX-512) form: int8
   rows widened in registers, products summed in fp32, the sum rounded to bf16 and scaled in fp32
   (relative error ~0.24 % against the dequantised fp32 product, of the order of int8 rounding
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import threading
 import warnings
 
@@ -45,6 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmforge.fast import kernel_store
+from lmforge.fast.isa import eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use: re-exported)
 from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
 from lmforge.fast.timing import median_seconds
 
@@ -155,7 +156,7 @@ class Int8Linear(nn.Module):
             with _MEASURING:  # not re-entrant: _measure runs kernels, never a module's forward
                 kernel = CHOICES.get(key)  # another thread's choice, made while this one waited
                 if kernel is None:
-                    kernel = CHOICES[key] = self._measure(key, x2)
+                    kernel = CHOICES[key] = self._choose(key, x2)
         return self.run(kernel, x2).view(*x.shape[:-1], self.out_features)
 
     def run(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
@@ -241,6 +242,14 @@ class Int8Linear(nn.Module):
         q = self.qweight
         return self.in_features % 16 == 0 and q.is_contiguous() and q.data_ptr() % 64 == 0
 
+    def _choose(self, key: tuple, x: torch.Tensor) -> str:
+        """This machine's kernel for `key`: the one written down before (fast/kernel_store.py), else
+        the fastest measured now, written down (unless another process wrote one first)."""
+        known = kernel_store.recall(key)
+        if known == "dequantise" or known in self.candidates():
+            return known
+        return kernel_store.settle(key, self._measure(key, x), stale=known)
+
     def _measure(self, key: tuple, x: torch.Tensor) -> str:
         """Time every usable kernel on x that agrees with fp32 on it; keep the fastest (and the times)."""
         times, reference = {}, F.linear(x, self.weight, self.bias)
@@ -301,37 +310,6 @@ def _agrees(out: torch.Tensor, reference: torch.Tensor) -> bool:
     if not torch.isfinite(out).all():
         return False
     return bool((out - reference).norm() <= AGREE * reference.norm().clamp(min=1e-12))
-
-
-# what lets the kernel libraries use VNNI (u8 x s8 summed straight into int32): the CPU's flags, and no
-# cap to older code (ONEDNN_MAX_CPU_ISA=AVX2, FBGEMM_ENABLE_INSTRUCTIONS=AVX2 emulate an AVX2 CPU)
-VNNI_FLAGS = ("avx512_vnni", "amx_int8")
-# the capped values that keep VNNI (AVX2_VNNI does not: it needs the avx_vnni flag besides; AVX512_CORE
-# is AVX-512 before VNNI); oneDNN reads its cap as ONEDNN_ or DNNL_MAX_CPU_ISA
-ONEDNN_KEEPS = ("AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10",
-                "DEFAULT", "ALL")
-VNNI_CAPS = {"ONEDNN_MAX_CPU_ISA": ONEDNN_KEEPS, "DNNL_MAX_CPU_ISA": ONEDNN_KEEPS,
-             "FBGEMM_ENABLE_INSTRUCTIONS": ("AVX512_E1",)}
-
-
-def vnni_in_use(flags: str, environ) -> bool:
-    """Whether fbgemm and oneDNN run their VNNI code, given /proc/cpuinfo's flags and the environment."""
-    if not any(flag in flags.split() for flag in VNNI_FLAGS):
-        return False
-    caps = {name: environ.get(name, "").strip().upper() for name in VNNI_CAPS}
-    return all(not cap or any(ok in cap for ok in VNNI_CAPS[name]) for name, cap in caps.items())
-
-
-@functools.cache
-def eight_bit_activations() -> bool:
-    """Whether dynamic int8 quantises activations to 8 bits (VNNI in use: no int16 pair sums to
-    saturate) rather than 7; read once per process."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            flags = next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return vnni_in_use(flags, os.environ)
 
 
 @functools.cache

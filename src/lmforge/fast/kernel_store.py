@@ -1,0 +1,91 @@
+"""The int8 kernel choices of this machine, kept in a file: a quantised model gives the same outputs
+in every process.
+
+fast/int8.py times the kernels of each (mode, in, out, rows, threads) the first time it meets it
+and runs the fastest. Kernels do not round alike (the fp32 product against an int8 one; fbgemm's
+activation quantisation against oneDNN's), so two processes that chose differently gave different
+outputs from one checkpoint: all-MiniLM-L6-v2 int8 embeddings of the same texts were up to ~4e-3
+apart in 3 of 6 runs (measured). Here a choice is measured once per machine (CPU, its flags, the
+ISA caps in the environment, the torch version) and written down; every later process reads it.
+
+The file is $LMFORGE_INT8_KERNELS, else $XDG_CACHE_HOME/lmforge/int8_kernels.json (~/.cache by
+default). Delete it to measure again; LMFORGE_INT8_KERNELS=off keeps choices per process only.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import warnings
+from pathlib import Path
+
+from lmforge.config import atomic_write_text
+from lmforge.fast.isa import machine
+
+ENV = "LMFORGE_INT8_KERNELS"
+_WARNED: set = set()  # files already warned about in this process
+
+
+def store_path() -> Path | None:
+    """The file choices are kept in, or None where LMFORGE_INT8_KERNELS=off."""
+    where = os.environ.get(ENV, "").strip()
+    if where.lower() == "off":
+        return None
+    if where:
+        return Path(where)
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "lmforge" / "int8_kernels.json"
+
+
+def _name(key: tuple) -> str:
+    return "|".join(str(part) for part in key)
+
+
+def _read(path: Path) -> dict:
+    """The file's {machine: {choice key: kernel}}; empty where it is missing, and where unreadable
+    (said once: it is written anew)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and all(isinstance(v, dict) for v in data.values()):
+            return data
+        raise ValueError("not a mapping of machines to choices")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        if path not in _WARNED:
+            _WARNED.add(path)
+            warnings.warn(f"{path}: int8 kernel choices unreadable ({err}); measuring again", stacklevel=3)
+        return {}
+
+
+def recall(key: tuple) -> str | None:
+    """The kernel this machine chose for `key` before, or None."""
+    path = store_path()
+    return None if path is None else _read(path).get(machine(), {}).get(_name(key))
+
+
+def settle(key: tuple, measured: str, stale: str | None = None) -> str:
+    """Write `measured` down for `key` unless another process did first (a written `stale` kernel, one
+    this torch cannot run, is replaced); returns the kernel to run, the one written down. Where the
+    file cannot be written, `measured`, said once."""
+    path = store_path()
+    if path is None:
+        return measured
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # read, add, write: no other process's choice lost
+            data = _read(path)
+            mine = data.setdefault(machine(), {})
+            if stale is not None and mine.get(_name(key)) == stale:
+                del mine[_name(key)]
+            kernel = mine.setdefault(_name(key), measured)
+            if kernel == measured:
+                atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+            return kernel
+    except OSError as err:
+        if path not in _WARNED:
+            _WARNED.add(path)
+            warnings.warn(f"{path}: int8 kernel choices not kept ({err.strerror or err}); set {ENV}=off "
+                          "or a writable file", stacklevel=3)
+        return measured

@@ -1,0 +1,72 @@
+"""fast/kernel_store: int8 kernel choices written down once per machine, read back by later processes."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lmforge.fast import int8, kernel_store
+from lmforge.fast.isa import machine
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    path = tmp_path / "kernels.json"
+    monkeypatch.setenv(kernel_store.ENV, str(path))
+    monkeypatch.setattr(int8, "CHOICES", {})
+    return path
+
+
+def _layer(mode="dynamic"):
+    torch.manual_seed(0)
+    return int8.Int8Linear.from_linear(torch.nn.Linear(64, 48), mode).eval()
+
+
+def test_a_choice_is_measured_once_and_written_down(store, monkeypatch):
+    layer, x = _layer(), torch.randn(20, 64)
+    with torch.no_grad():
+        layer(x)
+    key, chosen = next(iter(int8.CHOICES.items()))
+    assert json.loads(store.read_text())[machine()] == {"|".join(map(str, key)): chosen}
+    monkeypatch.setattr(int8, "CHOICES", {})  # a new process: the written choice is taken, nothing timed
+    monkeypatch.setattr(int8.Int8Linear, "_measure", lambda *a: pytest.fail("measured again"))
+    with torch.no_grad():
+        layer(x)
+    assert int8.CHOICES[key] == chosen
+
+
+def test_the_first_writer_wins_and_unknown_kernels_are_measured(store):
+    key = ("dynamic", 64, 48, 64, 2)
+    assert kernel_store.settle(key, "fbgemm") == "fbgemm"
+    assert kernel_store.settle(key, "fp32") == "fbgemm"  # another process chose first: its choice runs
+    assert kernel_store.recall(key) == "fbgemm"
+    name = "|".join(map(str, key))
+    store.write_text(json.dumps({machine(): {name: "no-such-kernel"}}))
+    chosen = _layer()._choose(key, torch.randn(40, 64))
+    assert chosen in _layer().candidates() and kernel_store.recall(key) == chosen  # measured, written
+
+
+def test_off_and_unreadable_files_measure_per_process(store, monkeypatch):
+    monkeypatch.setenv(kernel_store.ENV, "off")
+    assert kernel_store.store_path() is None and kernel_store.settle(("k",), "fp32") == "fp32"
+    monkeypatch.setenv(kernel_store.ENV, str(store))
+    store.write_text("{not json")
+    with pytest.warns(UserWarning, match="int8 kernel choices unreadable"):
+        assert kernel_store.recall(("k",)) is None
+    assert kernel_store.settle(("k",), "fp32") == "fp32"  # written anew
+    assert kernel_store.recall(("k",)) == "fp32"
+
+
+def test_two_processes_give_the_same_outputs(store):
+    """The defect this fixes: the same checkpoint's outputs differed between processes that timed
+    kernels differently. Two processes, each choosing, now agree bitwise."""
+    code = ("import sys, torch; from lmforge.fast.int8 import Int8Linear; torch.manual_seed(0); "
+            "m = Int8Linear.from_linear(torch.nn.Linear(384, 384), 'dynamic'); x = torch.randn(300, 384); "
+            "torch.save(m(x).detach(), sys.argv[1])")
+    outs = []
+    for i in range(2):
+        subprocess.run([sys.executable, "-c", code, str(store.with_name(f"out{i}.pt"))], check=True,
+                       env={**__import__("os").environ, kernel_store.ENV: str(store)}, timeout=120)
+        outs.append(torch.load(store.with_name(f"out{i}.pt"), weights_only=True))
+    assert torch.equal(outs[0], outs[1]) and len(json.loads(store.read_text())[machine()]) == 1

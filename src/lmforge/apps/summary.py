@@ -185,7 +185,7 @@ def pruning_summary(cfg: ModelConfig) -> str:
         kept = sorted({cfg.d_ff - n for n in gone.values()})
         widths = f"{kept[0]:,}" if len(kept) == 1 else f"{kept[0]:,} to {kept[-1]:,}"
         parts.append(f"feed-forward: {units - sum(gone.values()):,} of {units:,} units kept "
-                     f"({_plural(len(gone), 'layer')} pruned to {widths} units)")
+                     f"({_plural(len(gone), 'layer')} pruned to {widths} unit{'s' * (kept[-1] > 1)})")
     return "; ".join(parts)
 
 

@@ -117,3 +117,57 @@ def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
     assert main(["distill", "--teacher", str(tmp_path), "--train", str(teacher_dir / "train.jsonl"),
                  "--out", str(tmp_path / "y")]) == 2
     assert "task.json" in capsys.readouterr().err
+
+
+def _refused(argv, capsys) -> str:
+    """The one error line of a refused command (exit 2)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_an_int8_teacher_is_refused_in_one_line_before_any_training(teacher_dir, tmp_path, capsys):
+    from lmforge.compress.quantize import quantize
+
+    teacher = fine_tuned_task(teacher_dir / "teacher", sentiment(200)["train"], device="cpu")
+    quantize(teacher.model, inplace=True)
+    save_model(teacher, tmp_path / "int8")
+    base = ["distill", "--teacher", str(tmp_path / "int8"), "--train", str(teacher_dir / "train.jsonl"),
+            "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "--steps", "1"]
+    for student in ([], ["--student", "bert-tiny"]):  # copied layers, or a preset taught by the teacher
+        line = _refused(base + student, capsys)
+        assert "--teacher" in line and "int8-quantised" in line and "fp32 model" in line, line
+    assert not (tmp_path / "x" / "metrics.jsonl").exists()
+
+
+def test_loss_options_that_are_not_finite_are_refused_by_name(teacher_dir, tmp_path, capsys):
+    base = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
+            "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "--steps", "1"]
+    for option in ("temperature=nan", "temperature=inf", "gamma=nan", "gamma=inf", "alpha=nan", "temperature=-1"):
+        name = option.partition("=")[0]
+        assert _refused(base + [option], capsys).startswith(f"lmforge distill: error: {name} must be"), option
+        with pytest.raises(ValueError, match=name):
+            DistillConfig.from_dict({name: float(option.partition("=")[2])})
+    assert not (tmp_path / "x").exists()
+
+
+def test_data_labels_and_out_are_checked_before_training(teacher_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "a good film", "label": "banana"}) + "\n")
+    base = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
+            "--steps", "1", "progress=false"]
+    line = _refused(base + ["--data", str(bad), "--out", str(tmp_path / "x")], capsys)
+    assert f"--data {bad}" in line and "banana" in line, line
+    assert not (tmp_path / "x" / "metrics.jsonl").exists() and not (tmp_path / "x" / "final").exists()
+    teacher = {f.name: f.read_bytes() for f in (teacher_dir / "teacher").iterdir()}
+    for out in (str(teacher_dir / "teacher"), str(teacher_dir), ""):  # over the teacher, or nowhere
+        assert "--out" in _refused(base + ["--valid", str(teacher_dir / "validation.jsonl"), "--out", out], capsys)
+    assert {f.name: f.read_bytes() for f in (teacher_dir / "teacher").iterdir()} == teacher
+
+
+def test_a_slower_student_is_called_slower():
+    from lmforge.cli.distill import speed
+
+    assert speed(1.5) == "1.50x faster" and speed(1.0) == "1.00x faster"
+    assert speed(0.69) == "1.45x slower"  # the teacher's time over the student's below 1

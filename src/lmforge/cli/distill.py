@@ -11,6 +11,8 @@ parameters, size on disk, forward time measured side by side) and writes OUT/dis
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def _print(report: dict, out) -> None:
     """The teacher-vs-student table and the ratios."""
@@ -27,25 +29,44 @@ def _print(report: dict, out) -> None:
     Console().print(table)
     kept = f"{100 * report['metric_kept']:.1f} %" if report["metric_kept"] is not None else "n/a"
     print(f"student keeps {kept} of the teacher's {report['teacher']['metric_name']}, "
-          f"{report['speedup']:.2f}x faster, {report['parameters_ratio']:.2f}x the parameters; "
-          f"report in {out}/distill.json")
+          f"{speed(report['speedup'])}, {report['parameters_ratio']:.2f}x the parameters; "
+          f"report in {Path(out) / 'distill.json'}")
+
+
+def speed(ratio: float) -> str:
+    """The teacher's time over the student's in words: "1.52x faster", or "1.45x slower" below 1."""
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+
+
+def _teacher_kind(teacher: str) -> str:
+    """The task the teacher was fine-tuned for (its task.json); a one-line error naming --teacher."""
+    import json
+
+    from lmforge.cli.common import UsageError
+    from lmforge.tasks.finetune import TASK_FILE, task_info
+
+    try:
+        kind = task_info(teacher).get("kind")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+        raise UsageError(f"--teacher {teacher}: {TASK_FILE} is not a JSON object ({err})") from None
+    if kind is None:
+        raise UsageError(f"--teacher {teacher}: not a fine-tuned model directory (no task.json)")
+    return kind
 
 
 def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
     from dataclasses import fields
 
-    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.cli.common import UsageError, check_out, parse_overrides, read_config_file
     from lmforge.compress.distill import DistillConfig, run_distill
-    from lmforge.tasks.finetune import task_info
     from lmforge.tasks.formats import read_task_file
     from lmforge.train import TrainConfig
 
     if args.student and args.student_layers:
         raise UsageError("give --student-layers or --student, not both")
-    kind = task_info(args.teacher).get("kind")
-    if kind is None:
-        raise UsageError(f"--teacher {args.teacher}: not a fine-tuned model directory (no task.json)")
+    check_out(args.out, args.teacher)  # the student is the teacher's layers or a preset: no other source
+    kind = _teacher_kind(args.teacher)
     options = {**read_config_file(args.config), **parse_overrides(args.overrides)}
     loss_keys = {f.name for f in fields(DistillConfig)}
     train_keys = {f.name for f in fields(TrainConfig)}
@@ -61,8 +82,9 @@ def cmd_distill(args) -> None:
     train_cfg = TrainConfig.from_dict({"seed": args.seed, "eval_every": max(1, (args.steps or 1000) // 10), **steps,
                                        **{k: v for k, v in options.items() if k in train_keys}})
     cfg = DistillConfig.from_dict({k: v for k, v in options.items() if k in loss_keys})
+    source = f"--data {args.data}" if args.data else f"--valid {args.valid}"
     report = run_distill(args.teacher, train, valid, records, args.out, train_cfg, cfg, args.student_layers,
-                         args.student, args.resume)
+                         args.student, args.resume, source=source)
     _print(report, args.out)
 
 

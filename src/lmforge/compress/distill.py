@@ -14,6 +14,7 @@ trainer's: progress, metrics.jsonl, checkpoints, --resume, the seed.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,13 @@ import torch.nn.functional as F
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.config import atomic_write_text, option
 from lmforge.objectives.base import Loss, Objective
-from lmforge.objectives.distillation import cosine_loss, every_other, soft_cross_entropy, student_from_teacher
+from lmforge.objectives.distillation import (
+    cosine_loss,
+    every_other,
+    refuse_int8_teacher,
+    soft_cross_entropy,
+    student_from_teacher,
+)
 from lmforge.presets import PRESETS
 from lmforge.tasks.finetune import (
     HEAD_SEED,
@@ -52,6 +59,10 @@ class DistillConfig:
     gamma: float = option(0.0, "weight of the hidden-state cosine term (DistilBERT); 0: off")
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "alpha", "gamma"):  # nan passes every comparison below
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if not 0 <= self.alpha <= 1:
@@ -153,13 +164,27 @@ class TaskDistillation(Objective):
         return self.student.finish()
 
 
+def load_teacher(teacher_dir, train: list, checked: dict | None = None):
+    """The teacher task at `teacher_dir`; a ValueError naming --teacher where it is int8-quantised, or
+    naming the source where records of `checked` ({source: records}) do not fit its labels."""
+    teacher = fine_tuned_task(teacher_dir, train)
+    try:
+        refuse_int8_teacher(teacher.model)
+    except ValueError as err:
+        raise ValueError(f"--teacher {teacher_dir}: {err}") from None
+    for source, records in (checked or {}).items():
+        encode_split(teacher, records, source)  # before training, not after it
+    return teacher
+
+
 def distill(teacher_dir, train: list, valid: list | None, out, train_cfg: TrainConfig,
             cfg: DistillConfig | None = None, layers=None, preset: str | None = None, resume: bool = False,
-            log=print) -> dict:
+            log=print, checked: dict | None = None) -> dict:
     """Distil the fine-tuned teacher at `teacher_dir` into a student on `train` records; writes
-    metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary."""
+    metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary.
+    checked: {source: records} the teacher's labels must fit, checked before training."""
     cfg, out = cfg or DistillConfig(), Path(out)
-    teacher = fine_tuned_task(teacher_dir, train)
+    teacher = load_teacher(teacher_dir, train, checked)
     model = make_student(teacher, layers, preset, train_cfg.seed)
     task_cfg = TaskConfig(max_len=teacher.max_len)
     with torch.random.fork_rng(devices=[]):  # a fresh head (preset student) is drawn from the run's seed
@@ -186,11 +211,13 @@ def distill(teacher_dir, train: list, valid: list | None, out, train_cfg: TrainC
 
 def run_distill(teacher_dir, train: list, valid: list | None, records: list, out, train_cfg: TrainConfig,
                 cfg: DistillConfig | None = None, layers=None, preset: str | None = None, resume: bool = False,
-                log=print) -> dict:
+                log=print, source: str = "data") -> dict:
     """`lmforge distill`: distil, then measure teacher and student (best/ if kept, else final/) side by
-    side on `records`: accuracy, parameters, size on disk, forward time; distill.json under `out`."""
+    side on `records` (read from `source`, checked against the teacher's labels before training):
+    accuracy, parameters, size on disk, forward time; distill.json under `out`."""
     out = Path(out)
-    summary = distill(teacher_dir, train, valid, out, train_cfg, cfg, layers, preset, resume, log)
+    summary = distill(teacher_dir, train, valid, out, train_cfg, cfg, layers, preset, resume, log,
+                      checked={source: records})
     student_dir = out / "best" if (out / "best").is_dir() else out / "final"
     tasks = {"teacher": fine_tuned_task(teacher_dir, records), "student": fine_tuned_task(student_dir, records)}
     measured = measure_side_by_side(tasks, records, {"teacher": teacher_dir, "student": student_dir})

@@ -95,7 +95,8 @@ def test_the_seed_draws_the_calibration_and_timing_tokens(fine_tuned, tmp_path, 
     monkeypatch.setattr(report, "random_tokens", spy)
     path, _ = fine_tuned
     for seed in ("0", "0", "1"):
-        assert main(["quantize", "--model", str(path), "--out", str(tmp_path / seed), "--seed", seed, *FAST]) == 0
+        out = str(tmp_path / seed)
+        assert main(["quantize", "--model", str(path), "--out", out, "--seed", seed, *FAST]) == 0
     weights = [(tmp_path / s / "model" / "model.safetensors").read_bytes() for s in ("0", "1")]
     assert ids[0].equal(ids[1]) and not ids[0].equal(ids[2])  # the timed batch follows --seed
     assert weights[0] != weights[1]  # so does the smoothing calibrated on random tokens
@@ -104,7 +105,8 @@ def test_the_seed_draws_the_calibration_and_timing_tokens(fine_tuned, tmp_path, 
 def test_parameters_are_counted_as_inspect_counts_them_and_cells_stay_on_their_row(fine_tuned, tmp_path,
                                                                                      capsys):
     path, dev = fine_tuned
-    assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), "--data", str(dev), *FAST]) == 0
+    out = str(tmp_path / "q")
+    assert main(["quantize", "--model", str(path), "--out", out, "--data", str(dev), *FAST]) == 0
     report = json.loads((tmp_path / "q" / "quantize.json").read_text())
     backbone = lmforge.load(path).num_parameters()  # heads excluded, as inspect, prune and distill count
     assert report["before"]["parameters"] == report["after"]["parameters"] == backbone

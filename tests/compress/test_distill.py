@@ -144,7 +144,8 @@ def test_an_int8_teacher_is_refused_in_one_line_before_any_training(teacher_dir,
 def test_loss_options_that_are_not_finite_are_refused_by_name(teacher_dir, tmp_path, capsys):
     base = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
             "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "--steps", "1"]
-    for option in ("temperature=nan", "temperature=inf", "gamma=nan", "gamma=inf", "alpha=nan", "temperature=-1"):
+    options = ("temperature=nan", "temperature=inf", "gamma=nan", "gamma=inf", "alpha=nan", "temperature=-1")
+    for option in options:
         name = option.partition("=")[0]
         assert _refused(base + [option], capsys).startswith(f"lmforge distill: error: {name} must be"), option
         with pytest.raises(ValueError, match=name):
@@ -161,8 +162,9 @@ def test_data_labels_and_out_are_checked_before_training(teacher_dir, tmp_path, 
     assert f"--data {bad}" in line and "banana" in line, line
     assert not (tmp_path / "x" / "metrics.jsonl").exists() and not (tmp_path / "x" / "final").exists()
     teacher = {f.name: f.read_bytes() for f in (teacher_dir / "teacher").iterdir()}
+    valid = ["--valid", str(teacher_dir / "validation.jsonl")]
     for out in (str(teacher_dir / "teacher"), str(teacher_dir), ""):  # over the teacher, or nowhere
-        assert "--out" in _refused(base + ["--valid", str(teacher_dir / "validation.jsonl"), "--out", out], capsys)
+        assert "--out" in _refused(base + valid + ["--out", out], capsys)
     assert {f.name: f.read_bytes() for f in (teacher_dir / "teacher").iterdir()} == teacher
 
 

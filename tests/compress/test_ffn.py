@@ -108,3 +108,13 @@ def test_flops_count_what_pruning_removed():
               0.25)
     removed = 2 * (cfg.d_ff - 48) * d * 2
     assert full - flops_per_token(model.config, 16, lm_head=False) == 2 * 2 * (4 * d * dh + 2 * keys * dh) + 2 * removed
+
+
+def test_an_int8_model_is_refused_not_pruned_into_one_that_will_not_load():
+    from lmforge.compress.quantize import quantize
+
+    model = quantize(tiny_model("bert-base"), alpha=None)
+    importance = {k: torch.ones(m.down.in_features) for k, m in ffn_modules(model).items()}
+    with pytest.raises(ValueError, match="int8-quantised .*prune the fp32 model"):
+        prune_ffn(model, importance, 0.5)
+    assert model.config.ffn_sizes is None

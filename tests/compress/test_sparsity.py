@@ -144,7 +144,13 @@ def test_prune_command_fine_tunes_while_pruning(files, tmp_path, capsys, method)
     # soft movement: matrices kept at their floor (few steps: few distinct scores) add to the share kept
     low = 0.8 - (FLOOR if method == "soft-movement" else 0) - 1e-3
     assert low <= report["weight_sparsity"]["sparsity"] <= 0.8 + 1e-3
-    assert "before" not in report and report["after"]["bytes"] > 0  # the source had no task head
+    # the source (no task head) is measured as the run began: size and time, not a fresh head's metric
+    before, after = report["before"], report["after"]
+    assert before["metric"] is None and "not fine-tuned" in before["metric_note"] and after["metric"] >= 0
+    assert before["parameters"] == after["parameters"] and before["bytes"] > 0 and after["bytes"] > 0
+    assert report["speedup"] == before["seconds_b16"] / after["seconds_b16"]
+    assert report["achieved_sparsity"] == report["weight_sparsity"]["sparsity"]
+    assert report["metric_name"] == after["metric_name"] == "accuracy"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["sparsity"] == pytest.approx(0.8) and "valid_accuracy" in rows[-1]
     assert [r["sparsity"] for r in rows] == sorted(r["sparsity"] for r in rows)
@@ -156,7 +162,10 @@ def test_prune_command_fine_tunes_while_pruning(files, tmp_path, capsys, method)
     kept_weights = sum(share * sizes[name] for name, share in report["kept_by_matrix"].items())
     share = kept_weights / sum(sizes.values())
     assert share == pytest.approx(1 - report["weight_sparsity"]["sparsity"], abs=1e-3)
-    assert "no speed-up" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "no speed-up" in printed and "before: not fine-tuned for cls" in printed
+    assert f"{report['speedup']:.2f}x" in printed
+    assert f"0.8 asked, {report['achieved_sparsity']:.4f}" in printed
 
 
 def test_prune_command_refuses_bad_input(files, tmp_path, capsys):
@@ -173,6 +182,24 @@ def test_prune_command_refuses_bad_input(files, tmp_path, capsys):
     assert len(err) == 2 and "bogus" in err[-1]
     assert main(base + ["--method", "soft-movement", "--sparsity", "0.5", *train, "parallel=fsdp"]) == 2
     assert "parallel=fsdp" in capsys.readouterr().err  # FSDP shards the matrices a top-k ranks
+
+
+@pytest.mark.parametrize("method", ["magnitude", "movement", "soft-movement"])
+def test_int8_models_and_sparsities_that_remove_nothing_are_refused(method):
+    from lmforge.compress.quantize import quantize
+
+    with pytest.raises(ValueError, match="int8-quantised .*prune the fp32 model"):
+        Pruner(quantize(tiny_model("bert-base"), alpha=None), method, 0.5, 0, 4)
+    model = tiny_model("bert-base")
+    sizes = [m.weight.numel() for m in prunable(model).values()]
+    pool = sum(sizes) if method == "soft-movement" else max(sizes)  # soft movement ranks all weights at once
+    with pytest.raises(ValueError, match=r"--sparsity \S+ removes no weight") as refused:
+        Pruner(model, method, 0.4 / pool, 0, 4)
+    smallest = float(str(refused.value).rsplit(" ", 1)[-1])  # "... the smallest sparsity ... is X"
+    assert not any(parametrize.is_parametrized(m) for m in prunable(model).values())
+    # the least of 4 decimals that removes one
+    assert kept(pool, smallest) < pool and kept(pool, round(smallest - 1e-4, 4)) == pool
+    Pruner(model, method, smallest, 0, 4)
 
 
 def test_movement_masks_do_not_depend_on_the_scores_lr_from_constant_scores():

@@ -78,6 +78,12 @@ def cmd_heads(args) -> None:
         raise UsageError(f"--until {args.until}: a ratio of the unpruned metric in (0, 1]")
     if args.random_orders < 1:
         raise UsageError(f"--random-orders {args.random_orders}: at least 1")
+    if args.prune is not None or args.until is not None:  # writes the pruned model to OUT/pruned
+        from lmforge.cli.common import check_out
+        from lmforge.compress.prune_report import refuse_quantised
+
+        check_out(args.out, args.model)
+        refuse_quantised(args.model)
     kind = args.task or task_info(args.model).get("kind")
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")

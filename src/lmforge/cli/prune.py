@@ -13,6 +13,37 @@ soft movement's L1 weight).
 from __future__ import annotations
 
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
+# options a method does not use: refused, never ignored (structured methods prune without training)
+UNUSED = {"structured": ("train", "valid", "steps", "resume", "seed", "config", "overrides"),
+          "unstructured": ("importance_data",)}
+
+
+def _refuse_unused(args) -> None:
+    """A UsageError naming the first option given that --method does not use."""
+    from lmforge.cli.common import UsageError
+
+    kind = "unstructured" if args.method in UNSTRUCTURED else "structured"
+    for name in UNUSED[kind]:
+        if getattr(args, name) not in (None, False, []):
+            option = "key=value options" if name == "overrides" else "--" + name.replace("_", "-")
+            why = ("it ranks heads and FFN units only" if kind == "unstructured" else
+                   "it prunes a fine-tuned model without training; the option is for magnitude / movement")
+            raise UsageError(f"{option} is not used by --method {args.method} ({why})")
+
+
+def _records(option: str, path, kind: str, columns) -> list:
+    """The labelled records of a task file; an unreadable one is an error naming `option`."""
+    from lmforge.cli.common import UsageError
+    from lmforge.tasks.formats import read_task_file
+
+    try:
+        return read_task_file(path, kind, columns, True)
+    except OSError as err:
+        raise UsageError(f"{option} {path}: {err.strerror or err}") from None
+
+
+def _cell(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
 
 
 def _table(title: str, rows: dict, extra: str = "") -> None:
@@ -25,8 +56,9 @@ def _table(title: str, rows: dict, extra: str = "") -> None:
         table.add_column(col, justify="right")
     for name, r in rows.items():
         nonzero = (f"{r['nonzero']:,}",) if extra else ()
-        table.add_row(name, f"{r['parameters']:,}", *nonzero, f"{r.get('bytes', 0) / 1e6:.1f}",
-                      f"{r['metric']:.4f}", f"{r['seconds_b16']:.4f}")
+        size = None if r.get("bytes") is None else r["bytes"] / 1e6
+        table.add_row(name, f"{r['parameters']:,}", *nonzero, _cell(size, ".1f"), _cell(r["metric"], ".4f"),
+                      f"{r['seconds_b16']:.4f}")
     Console().print(table)
 
 
@@ -36,7 +68,6 @@ def _unstructured(args, kind: str, records: list) -> None:
     from lmforge.cli.tasks import split_options
     from lmforge.compress.sparse_finetune import SparseConfig, run_sparse_prune
     from lmforge.tasks.finetune import TaskConfig
-    from lmforge.tasks.formats import read_task_file
     from lmforge.train import TrainConfig
 
     if not args.train:
@@ -45,42 +76,51 @@ def _unstructured(args, kind: str, records: list) -> None:
     sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SparseConfig.__dataclass_fields__}
     if rest:
         raise UsageError(f"unknown option(s) {sorted(rest)}")
-    train = read_task_file(args.train, kind, args.columns, True)
-    valid = read_task_file(args.valid, kind, args.columns, True) if args.valid else None
-    steps = {"steps": args.steps} if args.steps is not None else {}
-    train_cfg = TrainConfig.from_dict({"seed": args.seed, "eval_every": max(1, (args.steps or 1000) // 10),
-                                       **steps, **train_opts})
+    train = _records("--train", args.train, kind, args.columns)
+    valid = _records("--valid", args.valid, kind, args.columns) if args.valid else None
+    given = {"steps": args.steps, "seed": args.seed}
+    train_cfg = TrainConfig.from_dict({"seed": 0, "eval_every": max(1, (args.steps or 1000) // 10),
+                                       **{k: v for k, v in given.items() if v is not None}, **train_opts})
     report = run_sparse_prune(args.model, kind, args.method, args.sparsity, train, valid, records, args.out,
                               train_cfg, TaskConfig.from_dict(task_opts), SparseConfig.from_dict(sparse_opts),
                               args.resume)
     ws = report["weight_sparsity"]
     rows = {name: {**report[name], "nonzero": report[name]["parameters"] - (ws["zeros"] if name == "after" else 0)}
-            for name in ("before", "after") if name in report}
-    _table(f"{args.method} pruning at sparsity {args.sparsity} ({ws['sparsity']:.3f} of block weights zero)",
-           rows, "nonzero")
+            for name in ("before", "after")}
+    _table(f"{args.method} pruning: sparsity {args.sparsity} asked, {ws['sparsity']:.4f} of block weights "
+           "zero", rows, "nonzero")
+    if abs(ws["sparsity"] - args.sparsity) >= 5e-4:
+        print(f"--sparsity {args.sparsity} rounds to {ws['sparsity']:.4f}: each matrix keeps whole weights"
+              f"{' (and at least 0.5 % of its own)' if args.method == 'soft-movement' else ''}")
+    if report["before"].get("metric_note"):
+        print(f"before: {report['before']['metric_note']}")
     print(f"speed-up {report['speedup']:.2f}x: {report['note']}")
     print(f"model in {args.out}/final, report in {args.out}/prune.json")
 
 
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
-    from lmforge.cli.common import UsageError
-    from lmforge.compress.prune_report import run_prune
+    from lmforge.cli.common import UsageError, check_out
+    from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
-    from lmforge.tasks.formats import read_task_file
 
+    check_out(args.out, args.model)
+    _refuse_unused(args)
+    refuse_quantised(args.model)
     kind = args.task or task_info(args.model).get("kind")
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
-    records = read_task_file(args.data, kind, args.columns, True)
+    records = _records("--data", args.data, kind, args.columns)
     if args.method in UNSTRUCTURED:
         return _unstructured(args, kind, records)
-    if args.overrides or args.train or args.steps is not None:
-        raise UsageError(f"--method {args.method} prunes a fine-tuned model without training: --train, --steps "
-                         f"and key=value options are for magnitude / movement")
-    extra = read_task_file(args.importance_data, kind, args.columns, True) if args.importance_data else None
-    report = run_prune(args.model, records, args.out, args.method, args.sparsity, kind, extra)
-    _table(f"{args.method} pruning at sparsity {args.sparsity}", {n: report[n] for n in ("before", "after")})
+    extra = args.importance_data and _records("--importance-data", args.importance_data, kind, args.columns)
+    report = run_prune(args.model, records, args.out, args.method, args.sparsity, kind, extra or None)
+    removed = report["removed"]
+    title = (f"{args.method} pruning: sparsity {args.sparsity} asked, {report['achieved_sparsity']:.4f} "
+             f"removed ({removed['removed']} of {removed['of']} {removed['unit']})")
+    _table(title, {n: report[n] for n in ("before", "after")})
+    if "rounding" in report:
+        print(report["rounding"])
     print(f"speed-up {report['speedup']:.2f}x; model in {args.out}/model, report in {args.out}/prune.json")
 
 
@@ -107,8 +147,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--train", help="magnitude / movement: training file")
     p.add_argument("--valid", help="magnitude / movement: validation file (the accuracy curve in metrics.jsonl)")
     p.add_argument("--steps", type=int, help="magnitude / movement: optimiser steps")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--config", help="YAML/JSON file of key: value options")
-    p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
+    p.add_argument("--seed", type=int, help="magnitude / movement: the run's seed (data order, a fresh head, "
+                   "a preset's init; default 0)")
+    p.add_argument("--config", help="magnitude / movement: YAML/JSON file of key: value options")
+    p.add_argument("--resume", action="store_true",
+                   help="magnitude / movement: continue the newest checkpoint in --out")
     p.add_argument("overrides", nargs="*", help="key=value: training, fine-tuning or pruning options")
     p.set_defaults(func=cmd_prune)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from lmforge.analysis.pruning import sliced_linear
+from lmforge.compress.sparsity import refuse_int8
 from lmforge.layers.feedforward import FeedForward
 from lmforge.model import Transformer
 from lmforge.modes import evaluating
@@ -56,6 +57,16 @@ def ffn_importance(task, examples: list, batch_size: int = 32) -> dict:
     return {key: (t / max(n, 1)).cpu() for key, t in totals.items()}
 
 
+def units_kept(width: int, sparsity: float) -> int:
+    """Hidden units a layer of `width` keeps at `sparsity`: whole units, at least one."""
+    return max(1, round(width * (1 - sparsity)))
+
+
+def widths(model: Transformer) -> dict:
+    """"encoder.L" -> that layer's number of FFN hidden units."""
+    return {key: ffn.down.in_features for key, ffn in ffn_modules(model).items()}
+
+
 def _shrink(ffn: FeedForward, keep: torch.Tensor) -> None:
     """Keep hidden units `keep` (sorted indices) of one FFN."""
     ffn.up = sliced_linear(ffn.up, keep, 0)
@@ -69,13 +80,14 @@ def prune_ffn(model: Transformer, importance: dict, sparsity: float) -> dict:
     returns "encoder.L" -> units kept. The config's ffn_sizes records the new widths."""
     if not 0 <= sparsity < 1:
         raise ValueError(f"sparsity={sparsity!r} must be in [0, 1): the share of hidden units removed")
+    refuse_int8(model)
     modules = ffn_modules(model)
     if set(importance) != set(modules):
         raise ValueError(f"importance covers {sorted(importance)}, the model has {sorted(modules)}")
     sizes = {}
     for key, ffn in modules.items():
         width = ffn.down.in_features
-        keep_n = max(1, round(width * (1 - sparsity)))
+        keep_n = units_kept(width, sparsity)
         keep = importance[key].topk(keep_n).indices.sort().values
         sizes[key] = keep_n
         if keep_n < width:

@@ -3,43 +3,128 @@
 Methods: "ffn" (each layer's least important feed-forward units, compress/ffn.py) and "heads"
 (iterative head pruning by importance, analysis/heads.py). Either shrinks the matrices; the
 report gives size on disk, parameters, the task metric and the measured forward time before
-and after, as a table and prune.json.
+and after, as a table and prune.json, and the share of units or heads removed as counted on the
+pruned model beside the share asked (whole units and heads: rounding is said, and a share that
+rounds to nothing is refused). An int8-quantised model is refused: its weights are int8 codes.
 """
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+from torch import nn
+
 from lmforge.analysis.head_report import forward_seconds
-from lmforge.analysis.heads import masked_heads, metric, pruning_curve
+from lmforge.analysis.heads import full_gates, masked_heads, metric, pruning_curve, total_heads
 from lmforge.analysis.pruning import prune_heads
-from lmforge.compress.ffn import ffn_importance, prune_ffn
+from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
+from lmforge.compress.sparsity import refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
+from lmforge.io import CONFIG_FILE, read_meta
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
 
 METHODS = ("ffn", "heads")
 
 
+def refuse_quantised(model) -> None:
+    """A ValueError where `model` (a loaded model, or a directory or name: its config.json, read
+    before any weight loads) is int8-quantised: pruning needs the fp32 weights."""
+    if isinstance(model, nn.Module):
+        return refuse_int8(model)
+    path = resolve_dir(model)
+    if path is None or not (Path(path) / CONFIG_FILE).is_file():
+        return None  # a preset name, or no model at all: the loader says so
+    config = read_meta(Path(path)).get("config")
+    quantization = config.get("quantization") if isinstance(config, dict) else None
+    if quantization:
+        mode = quantization.get("mode") if isinstance(quantization, dict) else quantization
+        raise ValueError(f"--model {model}: the model is int8-quantised ({mode}); pruning it is refused: "
+                         "prune the fp32 model, then lmforge quantize the result")
+    return None
+
+
 def _measure(task, records: list, examples: list, path: Path | None = None) -> dict:
     model = task.model
+    name, value = metric(task, records, examples, None)
     out = {"parameters": model.num_parameters(), "seconds_b16": forward_seconds(model, examples, task, 16, 9),
-           "metric": metric(task, records, examples, None)[1]}
+           "metric_name": name, "metric": value}
     if path is not None:
         out["bytes"] = sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
     return out
 
 
-def _prune(task, method: str, sparsity: float, importance_examples: list, score_data: tuple) -> dict:
-    """Apply `method` at `sparsity`; returns what was removed."""
+def _heads_plan(cfg, sparsity: float) -> dict:
+    """Whole heads, never a layer's last, at most `sparsity` of them, in levels of about a tenth of the
+    heads (the iterative pruning of Michel et al. 2019) chosen to add up to that many where they can."""
+    gates = full_gates(cfg)
+    n = total_heads(gates)
+    removable = sum(g.numel() - 1 for layer_gates in gates.values() for g in layer_gates)
+    k = min(math.floor(sparsity * n + 1e-9), removable)
+    tenth = max(1, round(min(0.1, sparsity) * n))
+    per_level = next((d for d in range(min(tenth, k), (tenth + 1) // 2 - 1, -1) if d > 0 and k % d == 0),
+                     max(1, min(tenth, k)))
+    removed = k // per_level * per_level
+    why = (f"each layer keeps a head, so at most {removable} can go" if removable < sparsity * n else
+           f"whole heads, in levels of {per_level}")
+    return {"unit": "heads", "total": n, "removed": removed, "removable": removable, "per_level": per_level,
+            "why": why}
+
+
+def _ffn_plan(model, sparsity: float) -> dict:
+    """Whole FFN hidden units, each layer its own share (at least one kept)."""
+    sizes = widths(model)
+    total = sum(sizes.values())
+    removed = sum(w - units_kept(w, sparsity) for w in sizes.values())
+    per_layer = "/".join(str(w) for w in sorted(set(sizes.values())))
+    return {"unit": "FFN units", "total": total, "removed": removed, "largest": max(sizes.values()),
+            "why": f"whole units, each layer of {per_layer} rounding its own share"}
+
+
+def plan(model, method: str, sparsity: float) -> dict:
+    """What `method` at `sparsity` removes from `model`: {"unit", "total", "removed", "why"}; a
+    ValueError naming --sparsity (and the smallest that removes something) where that is nothing."""
+    found = _ffn_plan(model, sparsity) if method == "ffn" else _heads_plan(model.config, sparsity)
+    if found["removed"] > 0:
+        return found
+    unit = found["unit"][:-1]
+    if found.get("removable") == 0:
+        raise ValueError(f"--method heads: every layer has one head left, and a layer keeps its last: "
+                         f"no {unit} can go")
+    planned = _ffn_plan if method == "ffn" else (lambda m, s: _heads_plan(m.config, s))
+    smallest = smallest_sparsity(lambda s: planned(model, s)["removed"] > 0,
+                                 found.get("largest", found["total"]))
+    raise ValueError(f"--sparsity {sparsity} removes no {unit} ({found['total']} {found['unit']} in all; "
+                     f"{found['why']}); the smallest sparsity that removes one is {smallest}")
+
+
+def _count(model, method: str) -> int:
+    """The model's FFN hidden units (ffn) or attention heads (heads), as they are now."""
+    return sum(widths(model).values()) if method == "ffn" else total_heads(full_gates(model.config))
+
+
+def _prune(task, method: str, found: dict, sparsity: float, importance: list, score_data: tuple) -> dict:
+    """Apply `method` at `sparsity` as `found` (plan) planned it; returns what was removed."""
     if method == "ffn":
-        return {"ffn_sizes": prune_ffn(task.model, ffn_importance(task, importance_examples), sparsity)}
-    step = min(0.1, sparsity)
-    levels, gates = pruning_curve(task, score_data, importance_examples, "importance", step=step,
-                                  max_fraction=sparsity + 1e-9)
+        return {"ffn_sizes": prune_ffn(task.model, ffn_importance(task, importance), sparsity)}
+    n = found["total"]  # levels of per_level heads, up to the planned count
+    levels, gates = pruning_curve(task, score_data, importance, "importance", step=found["per_level"] / n,
+                                  max_fraction=(found["removed"] + 0.5) / n)
     removed = masked_heads(gates, task.model.config)
     prune_heads(task.model, removed)
     return {"pruned_heads": removed, "levels": levels}
+
+
+def _achieved(sparsity: float, found: dict, total: int, left: int) -> dict:
+    """The share removed as counted on the pruned model, and a line where rounding made it differ."""
+    achieved = (total - left) / total
+    out = {"achieved_sparsity": achieved,
+           "removed": {"unit": found["unit"], "removed": total - left, "of": total}}
+    if abs(achieved - sparsity) > 1e-9:
+        out["rounding"] = (f"--sparsity {sparsity} rounds to {total - left} of {total} {found['unit']} "
+                           f"({achieved:.4f}): {found['why']}")
+    return out
 
 
 def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind: str | None = None,
@@ -50,14 +135,20 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
     if not 0 < sparsity < 1:
         raise ValueError(f"--sparsity {sparsity}: the share removed, in (0, 1)")
     out = Path(out)
+    refuse_quantised(model_dir)
     task = fine_tuned_task(model_dir, records, kind)
+    refuse_quantised(task.model)
+    found = plan(task.model, method, sparsity)
     examples = encode_split(task, records, "data")
     imp = encode_split(task, importance_records, "importance data") if importance_records else examples
+    total = _count(task.model, method)
     before = _measure(task, records, examples, resolve_dir(model_dir))
-    removed = _prune(task, method, sparsity, imp, (records, examples))
+    removed = _prune(task, method, found, sparsity, imp, (records, examples))
     save_model(task, out / "model")
     after = _measure(task, records, examples, out / "model")
-    report = {"method": method, "sparsity": sparsity, "before": before, "after": after,
+    report = {"method": method, "sparsity": sparsity,
+              **_achieved(sparsity, found, total, _count(task.model, method)),
+              "metric_name": before["metric_name"], "before": before, "after": after,
               "speedup": before["seconds_b16"] / after["seconds_b16"], **removed}
     atomic_write_text(out / "prune.json", json.dumps(report, indent=2) + "\n")
     return report

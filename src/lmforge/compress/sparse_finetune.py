@@ -21,6 +21,7 @@ import torch
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.sparsity import Pruner, is_score, kept_by_matrix, weight_sparsity
 from lmforge.config import atomic_write_text, option
+from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (
     HEAD_SEED,
@@ -142,20 +143,43 @@ def prune_finetune(model, tokenizer, kind: str, method: str, sparsity: float, tr
     return summary
 
 
+def _source_task(model_dir, kind: str, records: list, after, seed: int):
+    """The source as the run began, not fine-tuned for `kind`: its backbone (a preset: drawn from
+    `seed`, as the run's) under a fresh head of the pruned model's labels, drawn as the run drew its
+    own. Its size and time are measured; its metric would be a random head's and is not."""
+    model, tokenizer = load_model(model_dir, seed=seed)
+    fields = TaskConfig.__dataclass_fields__
+    cfg = TaskConfig.from_dict({k: v for k, v in after.info().items() if k in fields})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, HEAD_SEED))
+        return make_task(kind, model, tokenizer, records, cfg, after.labels).to(after.device)
+
+
 def run_sparse_prune(model_dir, kind: str, method: str, sparsity: float, train: list, valid: list | None,
                      records: list, out, train_cfg: TrainConfig, task_cfg: TaskConfig | None = None,
                      sparse_cfg: SparseConfig | None = None, resume: bool = False, log=print) -> dict:
-    """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source
-    (when it was fine-tuned for the task) and the pruned model side by side on `records`; prune.json."""
+    """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source and
+    the pruned model side by side on `records` (the source's metric only where it was fine-tuned for
+    the task); prune.json."""
     out = Path(out)
     summary = prune_finetune(model_dir, None, kind, method, sparsity, train, valid, out, train_cfg, task_cfg,
                              sparse_cfg, resume, log)
     after = fine_tuned_task(out / "final", records, kind)
-    before = fine_tuned_task(model_dir, records, kind) if task_info(model_dir).get("kind") == kind else None
+    found = resolve_dir(model_dir)
+    tuned = found is not None and task_info(found).get("kind") == kind
+    before = (fine_tuned_task(model_dir, records, kind) if tuned
+              else _source_task(model_dir, kind, records, after, train_cfg.seed))
     measured = measure_side_by_side({"before": before, "after": after}, records,
-                                  {"before": model_dir, "after": out / "final"})
-    report = {"method": method, "sparsity": sparsity, "steps": summary["steps"], "train_seconds": summary["seconds"],
-              **measured, "weight_sparsity": weight_sparsity(after.model),
+                                    {"before": model_dir, "after": out / "final"})
+    if not tuned and before.head != "lm":  # text-to-text: the pretrained LM head scores as it is
+        note = f"not fine-tuned for {kind}: a fresh head's metric is not reported; size and time are measured"
+        measured["before"].update(metric=None, metric_note=note)
+    if found is None:
+        measured["before"]["bytes"] = None  # a preset: no file on disk
+    ws = weight_sparsity(after.model)
+    report = {"method": method, "sparsity": sparsity, "achieved_sparsity": ws["sparsity"],
+              "metric_name": measured["after"]["metric_name"], "steps": summary["steps"],
+              "train_seconds": summary["seconds"], **measured, "weight_sparsity": ws,
               "kept_by_matrix": kept_by_matrix(after.model), "note": NOTE}
     atomic_write_text(out / "prune.json", json.dumps(report, indent=2) + "\n")
     return report

@@ -44,6 +44,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from lmforge.fast.int8 import int8_linears
+
 METHODS = ("magnitude", "movement", "soft-movement")
 FLOOR = 0.005  # soft movement: the share of each matrix always kept (the reference's min_elements)
 
@@ -148,9 +150,28 @@ class SoftMovementMask(MovementMask):
 MASKS = {"magnitude": MagnitudeMask, "movement": MovementMask, "soft-movement": SoftMovementMask}
 
 
+def refuse_int8(model: nn.Module) -> None:
+    """A ValueError naming the way out where `model` holds int8 Linears: they have no fp32 weights to
+    rank, mask or slice, and a pruned copy would not load."""
+    found = int8_linears(model)
+    if found:
+        raise ValueError(f"the model is int8-quantised ({len(found)} Int8Linear layers, e.g. {found[0][0]}): "
+                         "pruning it is refused; prune the fp32 model, then lmforge quantize the result")
+
+
+def smallest_sparsity(removes, n: int) -> float:
+    """The smallest sparsity of 4 decimals at which `removes(sparsity)` holds, for a rounding of shares
+    of n things (nothing below half of one of them, and 1 / n rounded up removes one)."""
+    k = max(1, math.floor(0.5e4 / n))
+    while not removes(k / 1e4):
+        k += 1
+    return k / 1e4
+
+
 def prunable(model: nn.Module) -> dict:
     """name -> nn.Linear of every Linear inside the blocks (attention and FFN); the embeddings
     and the task head stay dense, as in both papers."""
+    refuse_int8(model)
     out = {}
     for stack_name in ("encoder", "decoder"):
         blocks = getattr(getattr(model, stack_name, None), "blocks", None)
@@ -189,6 +210,7 @@ class Pruner:
         self.model, self.method, self.sparsity, self.start, self.end = model, method, sparsity, start, end
         self.soft_lambda = soft_lambda
         self.linears = prunable(model)
+        _refuse_nothing_removed(method, sparsity, [m.weight.numel() for m in self.linears.values()])
         self.rows = [fused_rows(model, name, linear) for name, linear in self.linears.items()]
         for linear in self.linears.values():
             parametrize.register_parametrization(linear, "weight", MASKS[method](linear.weight))
@@ -246,6 +268,19 @@ class Pruner:
             if parametrize.is_parametrized(linear, "weight"):
                 parametrize.remove_parametrizations(linear, "weight", leave_parametrized=True)
         return self.model
+
+
+def _refuse_nothing_removed(method: str, sparsity: float, sizes: list) -> None:
+    """A ValueError where `sparsity` rounds to no weight at all: each matrix (soft movement: all of
+    them together) keeps whole weights."""
+    pools = [sum(sizes)] if method == "soft-movement" else sizes
+    if all(kept(n, sparsity) == n for n in pools):
+        n, largest = len(sizes), max(pools)
+        where = (f"the {n} block matrices hold {largest:,} weights in all" if method == "soft-movement"
+                 else f"the largest of the {n} block matrices has {largest:,} weights")
+        smallest = smallest_sparsity(lambda s: kept(largest, s) < largest, largest)
+        raise ValueError(f"--sparsity {sparsity} removes no weight ({where}); the smallest sparsity that "
+                         f"removes one is {smallest}")
 
 
 def is_score(name: str) -> bool:

@@ -1,0 +1,132 @@
+"""`lmforge prune` and `lmforge heads --prune`: int8 models, unsafe --out folders and options a method
+does not use are refused up front in one line; the sparsity achieved is reported beside the one asked,
+and an amount that rounds to nothing is refused naming --sparsity."""
+import json
+import shutil
+
+import pytest
+
+from lmforge.cli import main
+from lmforge.compress.quantize import quantize
+from tests.tasks.core import fine_tuned_sentiment, tiny, tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+METHODS = ["ffn", "heads", "magnitude", "movement", "soft-movement"]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """(fine-tuned tiny BERT directory: 2 layers x 4 heads, d_ff 64; its dev file)."""
+    root = tmp_path_factory.mktemp("prune_cli")
+    path, data = fine_tuned_sentiment(root / "sst")
+    dev = root / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"][:48]))
+    return path, dev
+
+
+@pytest.fixture(scope="module")
+def int8_dir(tmp_path_factory):
+    """A tiny BERT quantised to int8, saved with its tokenizer."""
+    path = tmp_path_factory.mktemp("int8") / "model"
+    quantize(tiny("bert-base", n_layers=2, n_heads=4), alpha=None).save(path)
+    tokenizer().save(path)
+    return path
+
+
+def _prune(model, dev, out, method="ffn", sparsity="0.5", *extra):
+    return main(["prune", "--model", str(model), "--task", "cls", "--method", method, "--sparsity", sparsity,
+                 "--data", str(dev), "--out", str(out), *extra])
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_an_int8_model_is_refused_before_any_work(int8_dir, tuned, tmp_path, capsys, method):
+    extra = ["--train", str(tuned[1]), "--steps", "2"] if method not in ("ffn", "heads") else []
+    assert _prune(int8_dir, tuned[1], tmp_path / "o", method, "0.5", *extra) == 2
+    err = _one_line_error(capsys)
+    assert "int8" in err and "prune the fp32 model" in err and "no Linear layers" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_heads_prune_refuses_an_int8_model(int8_dir, tuned, tmp_path, capsys):
+    assert main(["heads", "--model", str(int8_dir), "--task", "cls", "--data", str(tuned[1]),
+                 "--prune", "0.3", "--out", str(tmp_path / "h")]) == 2
+    assert "int8" in _one_line_error(capsys) and not (tmp_path / "h").exists()
+
+
+def test_unsafe_out_folders_are_refused_up_front(tuned, tmp_path, capsys):
+    path, dev = tuned
+    source = tmp_path / "src"
+    shutil.copytree(path, source / "model")
+    before = (source / "model" / "model.safetensors").read_bytes()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, words in (("", "is empty"), (afile, "not a folder"), (source, "holds the source"),
+                       (source / "model", "holds the source")):
+        assert _prune(source / "model", dev, out) == 2
+        assert "--out" in (err := _one_line_error(capsys)) and words in err
+    assert (source / "model" / "model.safetensors").read_bytes() == before and afile.read_text() == "x"
+    assert main(["heads", "--model", str(source / "model"), "--data", str(dev), "--prune", "0.3",
+                 "--out", str(source)]) == 2
+    assert "holds the source" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("method, extra, option", [
+    ("ffn", ["--valid", "v.jsonl"], "--valid"), ("heads", ["--resume"], "--resume"),
+    ("ffn", ["--seed", "3"], "--seed"), ("heads", ["--config", "c.yaml"], "--config"),
+    ("ffn", ["--train", "t.jsonl"], "--train"), ("ffn", ["lr=1e-3"], "key=value"),
+    ("magnitude", ["--importance-data", "i.jsonl"], "--importance-data"),
+])
+def test_options_a_method_does_not_use_are_refused(tuned, tmp_path, capsys, method, extra, option):
+    assert _prune(tuned[0], tuned[1], tmp_path / "o", method, "0.5", *extra) == 2
+    err = _one_line_error(capsys)
+    assert option in err and f"--method {method}" in err
+
+
+def test_an_unreadable_importance_file_names_its_option(tuned, tmp_path, capsys):
+    assert _prune(tuned[0], tuned[1], tmp_path / "o", "heads", "0.5", "--importance-data",
+                  str(tmp_path / "nofile.jsonl")) == 2
+    err = _one_line_error(capsys)
+    assert "--importance-data" in err and "nofile.jsonl" in err and "No such file" in err
+
+
+@pytest.mark.parametrize("method, sparsity, smallest", [
+    ("ffn", "0.001", "0.0079"),  # 64 x (1 - 0.0079) = 63.49 rounds to 63 kept; 0.0078 keeps 64
+    ("heads", "0.05", "0.125"),  # whole heads: one of 8
+])
+def test_a_sparsity_that_removes_nothing_is_refused(tuned, tmp_path, capsys, method, sparsity, smallest):
+    assert _prune(tuned[0], tuned[1], tmp_path / "o", method, sparsity) == 2
+    err = _one_line_error(capsys)
+    assert f"--sparsity {sparsity} removes no" in err
+    assert f"the smallest sparsity that removes one is {smallest}" in err
+    assert not (tmp_path / "o" / "model").exists()
+
+
+@pytest.mark.parametrize("method, sparsity, removed, of", [
+    ("heads", "0.3", 2, 8), ("heads", "0.999", 6, 8),  # whole heads; each of the 2 layers keeps one
+    ("ffn", "0.3", 2 * (64 - 45), 128),  # each layer keeps round(64 x 0.7) = 45 units
+    ("ffn", "0.5", 64, 128),
+])
+def test_the_sparsity_achieved_is_reported_beside_the_one_asked(tuned, tmp_path, capsys, method, sparsity,
+                                                                 removed, of):
+    import lmforge
+    from lmforge.analysis.heads import full_gates, total_heads
+
+    assert _prune(tuned[0], tuned[1], tmp_path / "o", method, sparsity) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "o" / "prune.json").read_text())
+    unit = "heads" if method == "heads" else "FFN units"
+    assert report["removed"] == {"unit": unit, "removed": removed, "of": of}
+    assert report["achieved_sparsity"] == removed / of and f"{removed / of:.4f} removed" in out
+    model = lmforge.load(tmp_path / "o" / "model")  # counted on the saved model
+    cfg = model.config
+    left = total_heads(full_gates(cfg)) if method == "heads" else sum(cfg.ffn_sizes.values())
+    assert left == of - removed
+    assert ("rounds to" in out) == (removed / of != float(sparsity)) == ("rounding" in report)
+    names = (report["metric_name"], report["before"]["metric_name"], report["after"]["metric_name"])
+    assert names == ("accuracy",) * 3

@@ -40,6 +40,22 @@ def test_an_encoder_decoder_is_quantised_end_to_end(tmp_path, preset, family):
     assert lmforge.load(tmp_path / "q" / "model").config.quantization["mode"] == "dynamic"
 
 
+def test_a_fine_tuned_encoder_decoder_is_scored_before_and_after(tmp_path):
+    from lmforge.tasks.finetune import finetune
+    from lmforge.train import TrainConfig
+
+    data = sentiment(100)
+    finetune(tiny("t5-small"), tokenizer("t5"), "cls", data["train"], None, tmp_path / "ft",
+             TrainConfig(steps=2, batch_size=8, seed=0, log_every=100, progress=False), log=lambda *a: None)
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"][:8]))
+    source, out = str(tmp_path / "ft" / "final"), str(tmp_path / "q")
+    assert main(["quantize", "--model", source, "--out", out, "--data", str(dev), *FAST]) == 0
+    report = json.loads((tmp_path / "q" / "quantize.json").read_text())
+    assert {"metric", "metric_name"} <= set(report["after"]) and report["after"]["int8_layers"] > 0
+    assert main(["evaluate", "--model", str(tmp_path / "q" / "model"), "--data", str(dev)]) == 0
+
+
 def test_a_failing_step_leaves_nothing_half_written(fine_tuned, tmp_path, monkeypatch, capsys):
     import lmforge.compress.quantize_report as report
 

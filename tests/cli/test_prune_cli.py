@@ -128,5 +128,6 @@ def test_the_sparsity_achieved_is_reported_beside_the_one_asked(tuned, tmp_path,
     left = total_heads(full_gates(cfg)) if method == "heads" else sum(cfg.ffn_sizes.values())
     assert left == of - removed
     assert ("rounds to" in out) == (removed / of != float(sparsity)) == ("rounding" in report)
+    assert report["speedup"] == report["before"]["seconds_b16"] / report["after"]["seconds_b16"]  # both timed
     names = (report["metric_name"], report["before"]["metric_name"], report["after"]["metric_name"])
     assert names == ("accuracy",) * 3

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from torch import nn
 
-from lmforge.analysis.head_report import forward_seconds
-from lmforge.analysis.heads import full_gates, masked_heads, metric, pruning_curve, total_heads
+from lmforge.analysis.heads import full_gates, masked_heads, pruning_curve, total_heads
 from lmforge.analysis.pruning import prune_heads
 from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
+from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.sparsity import refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
 from lmforge.io import CONFIG_FILE, read_meta
@@ -43,16 +43,6 @@ def refuse_quantised(model) -> None:
         raise ValueError(f"--model {model}: the model is int8-quantised ({mode}); pruning it is refused: "
                          "prune the fp32 model, then lmforge quantize the result")
     return None
-
-
-def _measure(task, records: list, examples: list, path: Path | None = None) -> dict:
-    model = task.model
-    name, value = metric(task, records, examples, None)
-    out = {"parameters": model.num_parameters(), "seconds_b16": forward_seconds(model, examples, task, 16, 9),
-           "metric_name": name, "metric": value}
-    if path is not None:
-        out["bytes"] = sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
-    return out
 
 
 def _heads_plan(cfg, sparsity: float) -> dict:
@@ -129,7 +119,8 @@ def _achieved(sparsity: float, found: dict, total: int, left: int) -> dict:
 
 def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind: str | None = None,
               importance_records: list | None = None) -> dict:
-    """Prune the fine-tuned model at `model_dir` by `method`, save it under out/model, report."""
+    """Prune the fine-tuned model at `model_dir` by `method`, save it under out/model, and report both
+    models as saved, measured side by side (compress/measure.py), and what was removed."""
     if method not in METHODS:
         raise ValueError(f"--method {method!r}: expected one of {', '.join(METHODS)}")
     if not 0 < sparsity < 1:
@@ -142,13 +133,14 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
     examples = encode_split(task, records, "data")
     imp = encode_split(task, importance_records, "importance data") if importance_records else examples
     total = _count(task.model, method)
-    before = _measure(task, records, examples, resolve_dir(model_dir))
     removed = _prune(task, method, found, sparsity, imp, (records, examples))
     save_model(task, out / "model")
-    after = _measure(task, records, examples, out / "model")
+    # both as saved, loaded alike and timed side by side (rounds alternate): load elsewhere hits both
+    after = fine_tuned_task(out / "model", records, kind)
+    measured = measure_side_by_side({"before": fine_tuned_task(model_dir, records, kind), "after": after},
+                                    records, {"before": model_dir, "after": out / "model"})
     report = {"method": method, "sparsity": sparsity,
-              **_achieved(sparsity, found, total, _count(task.model, method)),
-              "metric_name": before["metric_name"], "before": before, "after": after,
-              "speedup": before["seconds_b16"] / after["seconds_b16"], **removed}
+              **_achieved(sparsity, found, total, _count(after.model, method)),
+              "metric_name": measured["after"]["metric_name"], **measured, **removed}
     atomic_write_text(out / "prune.json", json.dumps(report, indent=2) + "\n")
     return report

@@ -133,7 +133,7 @@ def test_saved_files_follow_the_umask(tmp_path, mask):
     import stat
 
     import lmforge
-    from lmforge.config import umask
+    from lmforge.atomic import umask
 
     before = os.umask(mask)
     try:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from lmforge.atomic import atomic_write_text
 from lmforge.config_checks import (ConfigError, choice, positive, validate_elmo, validate_ffn_sizes,
                                    validate_pruned, validate_quantization, validate_rotary_scaling,
                                    validate_windows)
@@ -285,38 +285,6 @@ class ModelConfig:
     def load(cls, path: str | os.PathLike) -> "ModelConfig":
         """Read a JSON file written by `save`."""
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-def umask() -> int:
-    """The process's file-creation mask, read without changing it (os.umask can only read by setting,
-    which would race with other threads creating files)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
-    except (OSError, StopIteration, ValueError, IndexError):  # not Linux, or a kernel before 4.7
-        mask = os.umask(0o022)
-        os.umask(mask)
-        return mask
-
-
-def as_created(path, directory: bool = False) -> None:
-    """Give a file (folder) made by tempfile the mode open() (mkdir) would have: mkstemp makes it
-    0600 and mkdtemp 0700 whatever the umask, so a renamed model would be readable by its owner only."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~umask())
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text to a temporary file in the same folder, then rename over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        as_created(tmp)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _validate(cfg: ModelConfig) -> None:

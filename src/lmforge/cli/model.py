@@ -8,8 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lmforge.atomic import as_created
 from lmforge.cli.common import UsageError, parse_overrides, read_config_file, resolve_config
-from lmforge.config import as_created
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta

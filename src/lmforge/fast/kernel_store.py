@@ -19,7 +19,7 @@ import os
 import warnings
 from pathlib import Path
 
-from lmforge.config import atomic_write_text
+from lmforge.atomic import atomic_write_text
 from lmforge.fast.isa import machine
 
 ENV = "LMFORGE_INT8_KERNELS"

@@ -41,7 +41,7 @@ def test_foreign_config_is_refused(saved, config, message):
 
 def test_non_utf8_config_is_refused(saved):
     (saved / "config.json").write_bytes(b"\xff\xfe{")
-    with pytest.raises(CheckpointError, match="not valid JSON"):
+    with pytest.raises(CheckpointError, match=r"config.json is not UTF-8 text \(byte 0\)"):
         lmforge.load(saved)
 
 
@@ -124,3 +124,10 @@ def test_malformed_config_fields_are_named_in_one_line(saved, capsys, field, val
     assert main(["inspect", str(saved)]) == 2
     printed = capsys.readouterr().err
     assert printed.count("\n") == 1 and "Traceback" not in printed and message in printed
+
+
+def test_a_config_that_is_not_json_is_named_with_the_cause(saved):
+    (saved / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError) as err:
+        lmforge.load(saved)
+    assert str(err.value).startswith(f"{saved / 'config.json'} is not valid JSON: Expecting property name")

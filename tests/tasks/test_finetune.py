@@ -7,8 +7,8 @@ import torch
 
 from lmforge.tasks import task_class
 from lmforge.tasks.control import depth, freeze, lr_scale_fn
-from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
-from lmforge.tasks.formats import builtin
+from lmforge.tasks.finetune import TaskConfig, encode_split, evaluate, finetune, task_info
+from lmforge.tasks.formats import builtin, read_task_file
 from lmforge.train import TrainConfig, Trainer
 from tests.tasks.core import sentiment, tiny, tokenizer
 
@@ -202,3 +202,30 @@ def test_the_finetune_command_is_reproducible(tmp_path):
 
     first = go("a", 5)
     assert go("b", 5) == first and go("c", 6) != first
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("task.json", '{"kind": ', "task.json is not valid JSON: Expecting value: line 1 column 10"),
+    ("task.json", "[1, 2]", "task.json must hold a JSON object {...}, not list [1, 2]"),
+    ("task.json", '{"kind": "sentiment"}', "task.json: \"kind\" 'sentiment' is not a task kind (cls, pair"),
+    ("task.json", '{"kind": "cls", "labels": "01"}', "task.json: \"labels\" must be a list of the labels"),
+    ("task.json", '{"kind": "cls", "max_len": 0}', "task.json: \"max_len\" must be a positive integer"),
+    ("config.json", "{not json", "config.json is not valid JSON: Expecting property name"),
+    ("config.json", b"\xff{}", "config.json is not UTF-8 text (byte 0)"),
+    ("config.json", '{"id2label": {"a": "x"}}', "config.json: id2label keys must be label numbers"),
+])
+def test_a_bad_task_or_config_json_is_one_line_naming_the_file(tmp_path, name, text, message):
+    file = tmp_path / name
+    file.write_bytes(text) if isinstance(text, bytes) else file.write_text(text)
+    with pytest.raises(ValueError) as err:
+        task_info(tmp_path)
+    assert str(err.value).startswith(str(tmp_path / message.split(" ")[0])) and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_label_unknown_to_the_model_names_the_data_file(tmp_path):
+    data = tmp_path / "test_names.jsonl"
+    data.write_text('{"text": "good", "label": "0"}\n{"text": "bad", "label": "neg"}\n')
+    task = task_class("cls")(tiny(), tokenizer(), labels=["0", "1"])
+    with pytest.raises(ValueError, match=f"^{data}: line 2: label 'neg' is not one of the training labels"):
+        encode_split(task, read_task_file(data, "cls"), "data")

@@ -3,7 +3,15 @@ import json
 
 import pytest
 
-from lmforge.tasks.formats import builtin, check_labels, label_set, parse_columns, read_records, read_task_file
+from lmforge.tasks.formats import (
+    builtin,
+    check_labels,
+    gold_given,
+    label_set,
+    parse_columns,
+    read_records,
+    read_task_file,
+)
 
 
 def write(tmp_path, name, text, mode="w"):
@@ -160,3 +168,13 @@ def test_squad_json_is_not_read_as_conll(tmp_path, indent):
 def test_files_without_the_fields_the_task_needs_are_refused(tmp_path, name, text, kind, message):
     with pytest.raises(ValueError, match=message):
         read_task_file(write(tmp_path, name, text), kind)
+
+
+def test_records_remember_their_file_so_later_errors_name_it(tmp_path):
+    path = write(tmp_path, "mixed.jsonl", '{"text": "a", "label": "x"}\n{"text": "b"}\n')
+    records = read_task_file(path, "cls", labelled=False)
+    assert records == [{"line": 1, "text": "a", "label": "x"}, {"line": 2, "text": "b", "label": None}]
+    with pytest.raises(ValueError, match=f"^{path}:2: no label, though other records have one"):
+        gold_given(records, "data")
+    with pytest.raises(ValueError, match=f"^{path}:1: label 'x' does not occur"):
+        check_labels(records, ["y"], "data")

@@ -101,3 +101,16 @@ def test_preset_with_tokenizer_and_model_fields(model_dir, tmp_path):
                  "--out", str(out), "--steps", "1", "n_layers=1", "d_model=32", "n_heads=4", "d_ff=64",
                  *FAST]) == 0
     assert json.loads((out / "best" / "config.json").read_text())["config"]["d_model"] == 32
+
+
+@pytest.mark.parametrize("name, text", [("task.json", '{"kind": '), ("config.json", "{not json")])
+def test_a_corrupt_task_or_config_json_is_one_line_naming_the_file(model_dir, tmp_path, capsys, name, text):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model_dir, broken)
+    (broken / name).write_text(text)
+    data = write(tmp_path / "test.jsonl", '{"text": "good", "label": "1"}\n')
+    assert main(["evaluate", "--model", str(broken), "--task", "cls", "--data", data]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken / name} is not valid JSON: Expecting" in err and err.count("\n") == 1

@@ -36,7 +36,9 @@ def read_meta(path: Path) -> dict:
         raise CheckpointError(f"{path} is not a model directory: {CONFIG_FILE} is missing{hint}")
     try:
         meta = json.loads(config_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{config_file} is not UTF-8 text (byte {err.start}): not JSON") from None
+    except json.JSONDecodeError as err:
         raise CheckpointError(f"{config_file} is not valid JSON: {err}") from None
     if not isinstance(meta, dict) or (meta.get("format") != FORMAT and "model_type" not in meta):
         raise CheckpointError(f"{path} is neither an lmforge model directory ({CONFIG_FILE} has no "

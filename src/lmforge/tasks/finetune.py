@@ -23,9 +23,9 @@ from lmforge.config import atomic_write_text, option
 from lmforge.io import load, model_dir
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
-from lmforge.tasks.base import Task, task_class
+from lmforge.tasks.base import MODULES, Task, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
-from lmforge.tasks.formats import check_labels, gold_given
+from lmforge.tasks.formats import check_labels, gold_given, source_of
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
@@ -124,15 +124,43 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
     return model, tokenizer
 
 
+def read_json_object(path: Path) -> dict:
+    """The JSON object (mapping) a file holds; anything else is a one-line error naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text (byte {err.start}): not a JSON file") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object {{...}}, not {type(data).__name__} {data!r:.40}")
+    return data
+
+
+def _checked_info(file: Path, info: dict) -> dict:
+    """task.json's fields that commands read, checked: kind a task kind, labels a list, max_len > 0."""
+    kind, labels, max_len = info.get("kind"), info.get("labels"), info.get("max_len")
+    if kind is not None and not (isinstance(kind, str) and kind in MODULES):
+        raise ValueError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
+    if labels is not None and not isinstance(labels, list):
+        raise ValueError(f"{file}: \"labels\" must be a list of the labels, not {labels!r:.40}")
+    if max_len is not None and (type(max_len) is not int or max_len < 1):
+        raise ValueError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
+    return info
+
+
 def task_info(path) -> dict:
-    """A model directory's task.json ({} when absent); a Hugging Face config's id2label as labels."""
+    """A model directory's task.json ({} when absent); a Hugging Face config's id2label as labels.
+    A file that is not JSON, or fields of the wrong kind, are one-line errors naming the file."""
     path = Path(path)
     if (path / TASK_FILE).is_file():
-        return json.loads((path / TASK_FILE).read_text(encoding="utf-8"))
+        return _checked_info(path / TASK_FILE, read_json_object(path / TASK_FILE))
     config = path / "config.json"
     if config.is_file():
-        id2label = json.loads(config.read_text(encoding="utf-8")).get("id2label")
+        id2label = read_json_object(config).get("id2label")
         if isinstance(id2label, dict) and id2label:
+            if not all(str(k).isdigit() for k in id2label):
+                raise ValueError(f"{config}: id2label keys must be label numbers, got {sorted(id2label)[:3]}")
             return {"labels": [id2label[k] for k in sorted(id2label, key=int)]}
     return {}
 
@@ -150,8 +178,8 @@ def encode_split(task: Task, records: list, source: str) -> list:
     """Examples of a split; an encoding error names the split's source."""
     try:
         return task.encode_all(records)
-    except ValueError as err:
-        raise ValueError(f"{source}: {err}") from None
+    except ValueError as err:  # the file the records came from, where known
+        raise ValueError(f"{source_of(records, source)}: {err}") from None
 
 
 class Validator:

@@ -208,7 +208,21 @@ def _require(path, n: int, row: dict, kind: str, mapping: dict, labelled: bool) 
                          f"to columns)")
 
 
-def read_task_file(path, kind: str, columns=None, labelled: bool = True) -> list:
+class Records(list):
+    """Records read from one file, which they remember (`source`) so that an error about one of them,
+    found later (an unknown label when encoding), can name the file and not just the line."""
+
+    def __init__(self, records=(), source="") -> None:
+        super().__init__(records)
+        self.source = str(source)
+
+
+def source_of(records, default: str) -> str:
+    """The file `records` were read from (Records, as read_task_file returns), else `default`."""
+    return getattr(records, "source", "") or default
+
+
+def read_task_file(path, kind: str, columns=None, labelled: bool = True) -> Records:
     """Records of any task file: CoNLL (tagging) and SQuAD JSON (qa) by the span tasks' readers,
     JSONL of canonical records for those two, CSV/TSV/JSONL with a column mapping for the rest."""
     suffix = Path(path).suffix.lower()
@@ -216,14 +230,14 @@ def read_task_file(path, kind: str, columns=None, labelled: bool = True) -> list
         from lmforge.tasks.tagging import read_conll
 
         _refuse_json(path)
-        return read_conll(path)
+        return Records(read_conll(path), path)
     if kind == "qa" and suffix != ".jsonl":
         from lmforge.tasks.qa import read_squad
 
-        return read_squad(path)
+        return Records(read_squad(path), path)
     if kind in ("tagging", "qa"):
-        return _canonical_jsonl(path, kind)
-    return read_records(path, kind, columns, labelled)
+        return Records(_canonical_jsonl(path, kind), path)
+    return Records(read_records(path, kind, columns, labelled), path)
 
 
 SPAN_FIELDS = {"tagging": ("words", "tags"), "qa": ("id", "question", "context", "answers")}
@@ -305,8 +319,8 @@ def gold_given(records: list, source) -> bool:
     have = [any(r.get(g) is not None for g in ("label", "tags", "answers", "target")) for r in records]
     if all(have) or not any(have):
         return all(have)
-    r = records[have.index(False)]
-    raise ValueError(f"{source}:{r.get('line', '?')}: no label, though other records have one; label every "
+    r, where = records[have.index(False)], source_of(records, source)
+    raise ValueError(f"{where}:{r.get('line', '?')}: no label, though other records have one; label every "
                      f"record (to be scored) or none (for predictions only)")
 
 
@@ -317,10 +331,10 @@ def label_set(records: list) -> list:
 
 def check_labels(records: list, labels: list, source) -> None:
     """Every record's label must be one of the training labels (an error naming the line)."""
-    known = set(labels)
+    known, where = set(labels), source_of(records, source)
     for r in records:
         if r.get("label") is not None and r["label"] not in known:
-            raise ValueError(f"{source}:{r.get('line', '?')}: label {r['label']!r} does not occur in the "
+            raise ValueError(f"{where}:{r.get('line', '?')}: label {r['label']!r} does not occur in the "
                              f"training data (labels: {', '.join(map(str, labels))})")
 
 

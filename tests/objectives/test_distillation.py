@@ -137,3 +137,14 @@ def test_bad_settings_are_refused():
         Distillation(lmforge.build(lmforge.tiny("gpt2")), teacher, mask_id=3)
     with pytest.raises(ValueError, match="one block per layer"):  # ALBERT's shared block has no layers to pick
         student_from_teacher(lmforge.build(lmforge.tiny("albert-base")))
+
+
+@pytest.mark.parametrize("option, value", [("temperature", float("nan")), ("temperature", 0.0),
+                                           ("temperature", float("inf")), ("gamma", float("nan")),
+                                           ("alpha", -1.0), ("beta", float("inf"))])
+def test_loss_options_that_are_not_finite_or_negative_are_named(option, value):
+    teacher = _teacher(2)
+    with pytest.raises(ValueError, match=f"^{option}={value}: the loss weights are finite"):
+        Distillation(student_from_teacher(teacher), teacher, mask_id=3, **{option: value})
+    with pytest.raises(ValueError, match="soft_on='every'"):
+        Distillation(student_from_teacher(teacher), teacher, mask_id=3, soft_on="every")

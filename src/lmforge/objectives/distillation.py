@@ -20,6 +20,7 @@ pooler (the student keeps the teacher's config but for its depth).
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Optional
@@ -122,8 +123,11 @@ class Distillation(MaskedLM):
             raise ValueError("teacher and student must share the vocabulary")
         if gamma and teacher.config.d_model != student.config.d_model:
             raise ValueError("the cosine loss compares hidden states: same d_model, or gamma=0")
-        if soft_on not in SOFT_ON or temperature <= 0:
-            raise ValueError(f"need soft_on in {SOFT_ON} and temperature > 0, got {soft_on!r}, {temperature}")
+        if soft_on not in SOFT_ON:
+            raise ValueError(f"soft_on={soft_on!r}: expected one of {', '.join(SOFT_ON)}")
+        for name, value in (("alpha", alpha), ("beta", beta), ("gamma", gamma), ("temperature", temperature)):
+            if not math.isfinite(value) or value < 0 or name == "temperature" and value == 0:
+                raise ValueError(f"{name}={value}: the loss weights are finite and >= 0, the temperature > 0")
         self.teacher = teacher.requires_grad_(False).eval()
         self.alpha, self.beta, self.gamma, self.temperature, self.soft_on = alpha, beta, gamma, temperature, soft_on
 

@@ -131,3 +131,9 @@ def test_a_config_that_is_not_json_is_named_with_the_cause(saved):
     with pytest.raises(CheckpointError) as err:
         lmforge.load(saved)
     assert str(err.value).startswith(f"{saved / 'config.json'} is not valid JSON: Expecting property name")
+
+
+def test_a_config_that_is_not_a_json_object_is_named(saved):
+    (saved / "config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match=r"config.json must hold a JSON object \{...\}, not list \[1, 2\]"):
+        lmforge.load(saved)

@@ -26,6 +26,21 @@ def save_native(model: Transformer, path: str | os.PathLike, state: dict | None 
     return path
 
 
+def read_json_object(file: Path) -> dict:
+    """The JSON object (mapping) of a model directory's JSON file (config.json, task.json): not UTF-8,
+    not JSON or not an object is a one-line CheckpointError naming the file and what is wrong."""
+    try:
+        data = json.loads(Path(file).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{file} is not UTF-8 text (byte {err.start}): not JSON") from None
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{file} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file} must hold a JSON object {{...}}, not {type(data).__name__} "
+                              f"{data!r:.40}")
+    return data
+
+
 def read_meta(path: Path) -> dict:
     """The parsed config.json of a model directory (lmforge's or a foreign one)."""
     config_file = path / CONFIG_FILE
@@ -34,13 +49,8 @@ def read_meta(path: Path) -> dict:
         if path.is_dir() and any(p.suffix.lower() in (".hdf5", ".h5") for p in path.iterdir()):
             hint = f" (AllenNLP's ELMo weights? bring them in first: lmforge convert {path} OUT)"
         raise CheckpointError(f"{path} is not a model directory: {CONFIG_FILE} is missing{hint}")
-    try:
-        meta = json.loads(config_file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise CheckpointError(f"{config_file} is not UTF-8 text (byte {err.start}): not JSON") from None
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{config_file} is not valid JSON: {err}") from None
-    if not isinstance(meta, dict) or (meta.get("format") != FORMAT and "model_type" not in meta):
+    meta = read_json_object(config_file)
+    if meta.get("format") != FORMAT and "model_type" not in meta:
         raise CheckpointError(f"{path} is neither an lmforge model directory ({CONFIG_FILE} has no "
                               f"\"format\": \"{FORMAT}\") nor a Hugging Face one (no \"model_type\")")
     return meta

@@ -21,6 +21,7 @@ import torch
 
 from lmforge.config import atomic_write_text, option
 from lmforge.io import load, model_dir
+from lmforge.io.native import read_json_object
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import MODULES, Task, task_class
@@ -122,19 +123,6 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
         raise ValueError("a tokenizer is needed next to a model object")
     check_fits(tokenizer, model)  # ids the model lacks would index past its embeddings
     return model, tokenizer
-
-
-def read_json_object(path: Path) -> dict:
-    """The JSON object (mapping) a file holds; anything else is a one-line error naming the file."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path} is not UTF-8 text (byte {err.start}): not a JSON file") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object {{...}}, not {type(data).__name__} {data!r:.40}")
-    return data
 
 
 def _checked_info(file: Path, info: dict) -> dict:

@@ -68,7 +68,7 @@ def test_an_int8_model_directory_says_so_and_gives_its_size_against_fp32(tmp_pat
     from torch import nn
 
     from lmforge.apps.summary import model_bytes
-    from lmforge.compress.quantize import quantize
+    from lmforge.compress.quantize import parameter_count, quantize
     from lmforge.heads import attach
 
     fp32 = _tiny()
@@ -83,3 +83,7 @@ def test_an_int8_model_directory_says_so_and_gives_its_size_against_fp32(tmp_pat
     linears = sum(isinstance(m, nn.Linear) for m in fp32.modules())  # the head's included
     assert f"int8           dynamic (int8 symmetric, per output channel): {linears} of {linears} " in out
     assert "smoothing      SmoothQuant alpha=" in out and f"{as_fp32 / held:.2f}x smaller" in out
+    assert parameter_count(int8) == fp32.num_parameters()  # the backbone count lmforge quantize reports
+    head = sum(p.numel() for p in fp32.heads.parameters())
+    total = fp32.num_parameters() + head
+    assert f"heads          classification {head:,} ({total:,} parameters with the backbone)" in out

@@ -262,3 +262,25 @@ def quantization_summary(model) -> list:
             f"smoothing      {smoothed}",
             f"size           {held_text} of tensors (heads included), {fp32_text} in fp32: "
             f"{fp32 / max(held, 1):.2f}x smaller"]
+
+
+def head_weights(model) -> dict:
+    """Head name -> the weights it adds to the backbone (int8 ones included; a tied table not again)."""
+    backbone = {id(p) for n, p in model.named_parameters() if not n.startswith("heads.")}
+    out = {}
+    for name, head in model.heads.items():
+        int8 = [m for m in head.modules() if isinstance(m, Int8Linear)]
+        out[name] = (sum(p.numel() for p in head.parameters() if id(p) not in backbone)
+                     + sum(m.qweight.numel() + (m.bias.numel() if m.bias is not None else 0) for m in int8))
+    return out
+
+
+def heads_summary(model, backbone: int) -> list:
+    """A line naming a model's heads and their weights, and the total with the `backbone`'s ([]: none)."""
+    weights = head_weights(model)
+    if not weights:
+        return []
+    kinds = {name: model.heads[name].spec["kind"] for name in weights}
+    heads = ", ".join(f"{name}{'' if kinds[name] == name else f' ({kinds[name]})'} {n:,}"
+                      for name, n in weights.items())
+    return [f"heads          {heads} ({backbone + sum(weights.values()):,} parameters with the backbone)"]

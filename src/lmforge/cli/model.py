@@ -24,7 +24,7 @@ COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 
 def cmd_inspect(args) -> None:
     """Print architecture, parameter counts and FLOPs per token (counted, never built: any size)."""
-    from lmforge.apps.summary import describe, quantization_summary
+    from lmforge.apps.summary import describe, heads_summary, parameter_counts, quantization_summary
 
     if args.context is not None and args.context < 1:
         raise UsageError(f"--context {args.context}: the context must be at least 1 token")
@@ -36,8 +36,9 @@ def cmd_inspect(args) -> None:
         raise UsageError(f"--context {args.context} exceeds max_seq_len={cfg.max_seq_len} "
                          f"(add max_seq_len={args.context} to count a longer context)")
     summary = describe(cfg, args.context)  # before any output: a refusal prints nothing else
-    int8 = quantization_summary(model) if model is not None else []
-    print("\n".join([args.model, summary, *int8]))
+    more = [] if model is None else [*heads_summary(model, parameter_counts(cfg)["total"]),
+                                     *quantization_summary(model)]
+    print("\n".join([args.model, summary, *more]))
 
 
 def cmd_presets(args) -> None:

@@ -2,7 +2,9 @@
 
 Counting never builds a block per layer: a config's parameters are counted on the meta device
 for a sample of at most one layer per distinct pattern (plus one), and what one more layer adds
-is multiplied out, so `n_layers=100000000` answers in a second with flat memory.
+is multiplied out, so `n_layers=100000000` answers in a second with flat memory. What structural
+pruning removed (pruned_heads, ffn_sizes) is measured per head and per unit on the same kind of sample
+and subtracted. A loaded model directory also gets its heads, and an int8 one its layers and size.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 
 
 def cmd_inspect(args) -> None:
-    """Print architecture, parameter counts and FLOPs per token (counted, never built: any size)."""
+    """Print architecture, parameter counts and FLOPs per token (a preset or config file counted, never
+    built: any size; a model directory loaded, its heads and int8 layers reported too)."""
     from lmforge.apps.summary import describe, heads_summary, parameter_counts, quantization_summary
 
     if args.context is not None and args.context < 1:

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 import lmforge
-from lmforge.compress.measure import alternating
 from lmforge.compress.quantize import quantize
 from lmforge.fast.int8 import CHOICES, ROW_BUCKETS, choices, int8_linears
+from lmforge.fast.timing import alternating
 from lmforge.heads import attach
 from lmforge.io import find_model_dir
 from lmforge.objectives.clm import CausalLM

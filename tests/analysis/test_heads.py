@@ -163,10 +163,27 @@ def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_p
     assert band[0]["sd"] == 0 and band[1]["metrics"][0] == report["curves"]["random"][1]["metric"]
     assert len(report["random"]["importance_vs_mean"]["margin"]) == len(band) - 1
     assert report["pruned"]["after"]["parameters"] < report["pruned"]["before"]["parameters"]
+    assert report["pruned"]["asked"] == {"prune": 0.25} and report["pruned"]["level"]["fraction"] == 0.25
+    timed = report["pruned"]["before"]["seconds"], report["pruned"]["after"]["seconds"]
+    assert report["pruned"]["speedup"] == timed[0] / timed[1]
     assert (tmp_path / "heads" / "heads.png").stat().st_size > 10_000
     pruned = lmforge.load(tmp_path / "heads" / "pruned")
     assert sum(head_counts(pruned.config).values()) == 6
-    assert "head importance" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps lines at the terminal's width
+    assert "head importance" in out and "0.2500 of the heads removed (--prune 0.25)" in out
+
+
+def test_heads_command_says_when_no_level_removes_a_head(fine_tuned, tmp_path, capsys):
+    path, data = fine_tuned
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"]))
+    assert main(["heads", "--model", str(path), "--data", str(dev), "--prune", "0.1", "--step", "0.25",
+                 "--random-orders", "1", "--out", str(tmp_path / "heads")]) == 0
+    pruned = json.loads((tmp_path / "heads" / "heads.json").read_text())["pruned"]
+    assert pruned["note"] == ("no heads removed at --prune 0.1: the curve's first level removes 0.2500 "
+                              "of the heads")
+    assert not (tmp_path / "heads" / "pruned").exists()
+    assert pruned["note"] in " ".join(capsys.readouterr().out.split())
 
 
 def test_heads_command_refuses_bad_options(fine_tuned, capsys):

@@ -7,6 +7,7 @@ asked to prune, the pruned model as a loadable directory with its tokenizer and 
 """
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from lmforge.analysis.heads import (
 )
 from lmforge.analysis.pruning import head_counts, prune_heads
 from lmforge.config import atomic_write_text
+from lmforge.fast.timing import alternating
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
 
 
@@ -86,18 +88,42 @@ def _table(importance: dict) -> dict:
 
 def _prune_and_save(task, records, examples, curve: list, prune, until, path) -> dict:
     """Remove the heads the importance curve masked up to the chosen level, save the smaller model,
-    and measure parameters, metric and forward time before and after."""
+    and measure parameters, metric and forward time (side by side with a copy of the model as it
+    was) before and after; where no level of the curve removes a head, say so and save nothing."""
     level = _prune_level(curve, prune, until)
+    asked = {"prune": prune} if prune is not None else {"until": until}
+    if level == 0:
+        first = next((lv["fraction"] for lv in curve[1:]), None)
+        why = (f"the curve's first level removes {first:.4f} of the heads" if first is not None
+               else "the curve has no level that removes heads")
+        option = f"--prune {prune}" if prune is not None else f"--until {until}"
+        return {"asked": asked, "level": curve[0], "note": f"no heads removed at {option}: {why}"}
     gates = gates_at(task.model.config, curve[:level + 1])
-    model = task.model
-    before = {"parameters": model.num_parameters(), "seconds": forward_seconds(model, examples, task),
+    unpruned = copy.deepcopy(task.model).eval()
+    prune_heads(task.model, masked_heads(gates, task.model.config))
+    batch = {k: v.to(task.device) for k, v in task.collate(examples[:16]).items()}
+    task.eval()
+    with torch.no_grad():  # alternating rounds: load from elsewhere hits both alike
+        seconds = alternating({"before": lambda: _predict_with(task, unpruned, batch),
+                               "after": lambda: task.predict(batch)}, rounds=9)
+    before = {"parameters": unpruned.num_parameters(), "seconds": seconds["before"],
               "metric": curve[0]["metric"]}
-    prune_heads(model, masked_heads(gates, model.config))
-    after = {"parameters": model.num_parameters(), "seconds": forward_seconds(model, examples, task),
+    after = {"parameters": task.model.num_parameters(), "seconds": seconds["after"],
              "metric": metric(task, records, examples, None)[1]}
     save_model(task, path)
-    return {"level": curve[level], "before": before, "after": after, "heads": head_counts(model.config),
-            "speedup": before["seconds"] / after["seconds"], "dir": str(path)}
+    return {"asked": asked, "level": curve[level], "before": before, "after": after,
+            "heads": head_counts(task.model.config), "speedup": before["seconds"] / after["seconds"],
+            "dir": str(path)}
+
+
+def _predict_with(task, model, batch: dict) -> list:
+    """task.predict(batch) with `model` as its backbone for the call (the task head is shared)."""
+    own = task.model
+    task.model = model
+    try:
+        return task.predict(batch)
+    finally:
+        task.model = own
 
 
 def plot_curves(curves: dict, metric_name: str, path, band: list | None = None) -> None:

@@ -120,7 +120,15 @@ def _print_report(report: dict) -> None:
     ahead = report["random"]["importance_vs_mean"]["ahead_at_every_level"]
     console.print(f"importance {'is' if ahead else 'is not'} ahead of the random mean at every level")
     if "pruned" in report:
-        console.print(json.dumps({k: v for k, v in report["pruned"].items() if k != "heads"}, indent=2))
+        pruned = report["pruned"]
+        console.print(json.dumps({k: v for k, v in pruned.items() if k != "heads"}, indent=2))
+        console.print(pruned["note"] if "note" in pruned else
+                      f"{pruned['level']['fraction']:.4f} of the heads removed ({_asked(pruned['asked'])}); "
+                      f"forward {pruned['speedup']:.2f}x as fast, side by side; model in {pruned['dir']}")
+
+
+def _asked(asked: dict) -> str:
+    return f"--prune {asked['prune']}" if "prune" in asked else f"--until {asked['until']}"
 
 
 def add_parsers(sub) -> None:

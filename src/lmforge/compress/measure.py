@@ -3,12 +3,11 @@ on disk, the task metric and forward time, with the models timed side by side in
 (rounds alternate A B A B ... on the same batch, so load from elsewhere hits both alike)."""
 from __future__ import annotations
 
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
+from lmforge.fast.timing import alternating
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split
 
@@ -20,20 +19,6 @@ def model_bytes(path) -> int:
 
 
 @torch.no_grad()
-def alternating(calls: dict, rounds: int = 5) -> dict:
-    """name -> median seconds of calls[name](), the calls alternating round by round (after a warm-up
-    call each: first-call allocations and int8 kernel measurement)."""
-    for call in calls.values():
-        call()
-    times: dict = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def side_by_side(tasks: dict, batches: dict, rounds: int = 9) -> dict:
     """name -> median seconds of one inference forward (task.predict) of its batch, alternating."""
     for task in tasks.values():

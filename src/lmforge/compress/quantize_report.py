@@ -13,11 +13,12 @@ from pathlib import Path
 
 import torch
 
-from lmforge.compress.measure import alternating, model_bytes
+from lmforge.compress.measure import model_bytes
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
 from lmforge.fast.int8 import choices, eight_bit_activations
+from lmforge.fast.timing import alternating
 from lmforge.io import find_model_dir, load
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
 from lmforge.tokenizer import load_tokenizer

@@ -1,4 +1,5 @@
-"""Timing for the measured choices of fast paths (int8 kernels, decoding projections)."""
+"""Timing for the measured choices of fast paths (int8 kernels, decoding projections) and for
+side-by-side comparisons of models (compress/measure.py, analysis/head_report.py)."""
 from __future__ import annotations
 
 import statistics
@@ -15,3 +16,17 @@ def median_seconds(fn, repeats: int = 3) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def alternating(calls: dict, rounds: int = 5) -> dict:
+    """name -> median seconds of calls[name](), the calls alternating round by round (after a warm-up
+    call each: first-call allocations and int8 kernel measurement)."""
+    for call in calls.values():
+        call()
+    times: dict = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -1,4 +1,4 @@
-"""cli/common.check_out: an output folder that would write over its source is refused."""
+"""cli/common: an output folder that would write over its source is refused; unreadable inputs are named."""
 import pytest
 
 from lmforge.cli.common import UsageError, check_out
@@ -24,3 +24,15 @@ def test_check_out_accepts_new_folders_beside_or_inside_the_source(tmp_path):
         assert check_out(str(out), str(source), "all-MiniLM-L6-v2", None) == out
     with pytest.raises(UsageError, match="--teacher-out"):
         check_out("", option="--teacher-out")
+
+
+def test_records_and_config_files_that_cannot_be_read_are_named(tmp_path):
+    from lmforge.cli.common import read_records, resolve_config
+    from lmforge.io import CheckpointError
+
+    with pytest.raises(UsageError, match=r"^--importance-data .*nofile.jsonl: No such file or directory$"):
+        read_records("--importance-data", str(tmp_path / "nofile.jsonl"), "cls", None)
+    for text, message in [("[1, 2]", "must hold a JSON object"), ("{not json", "is not valid JSON")]:
+        (tmp_path / "c.json").write_text(text)
+        with pytest.raises(CheckpointError, match=f"c.json {message}"):
+            resolve_config(str(tmp_path / "c.json"), {})

@@ -66,9 +66,8 @@ def cmd_heads(args) -> None:
     from rich.console import Console
 
     from lmforge.analysis.head_report import run_heads
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import UsageError, read_records
     from lmforge.tasks.finetune import task_info
-    from lmforge.tasks.formats import read_task_file
 
     if args.prune is not None and args.until is not None:
         raise UsageError("give --prune FRACTION or --until RATIO, not both")
@@ -87,8 +86,9 @@ def cmd_heads(args) -> None:
     kind = args.task or task_info(args.model).get("kind")
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
-    records = read_task_file(args.data, kind, args.columns, True)
-    extra = read_task_file(args.importance_data, kind, args.columns, True) if args.importance_data else None
+    records = read_records("--data", args.data, kind, args.columns)
+    extra = args.importance_data and read_records("--importance-data", args.importance_data, kind,
+                                                  args.columns)
     console = Console(stderr=True)
     report = run_heads(args.model, records, args.out, kind, extra, args.prune, args.until, args.step, args.seed,
                        progress=lambda order, lv: console.print(

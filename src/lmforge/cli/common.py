@@ -1,7 +1,6 @@
 """Helpers every `lmforge` sub-command shares: usage errors, key=value overrides, config files."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
@@ -64,7 +63,9 @@ def resolve_config(name: str, overrides: dict) -> ModelConfig:
     if path.is_dir():
         return load_model(path).config.replace(**overrides)
     if path.is_file():
-        return ModelConfig.from_dict({**json.loads(path.read_text(encoding="utf-8")), **overrides})
+        from lmforge.io.native import read_json_object
+
+        return ModelConfig.from_dict({**read_json_object(path), **overrides})
     return get_config(name, **overrides)  # raises with the closest preset names
 
 
@@ -96,3 +97,13 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
         if src == target or target in src.parents:
             raise UsageError(f"{option} {out}: is or holds the source model {source}; choose another folder")
     return path
+
+
+def read_records(option: str, path, kind: str, columns) -> list:
+    """The labelled records of a task file given as `option`; an unreadable file is an error naming it."""
+    from lmforge.tasks.formats import read_task_file
+
+    try:
+        return read_task_file(path, kind, columns, True)
+    except OSError as err:
+        raise UsageError(f"{option} {path}: {err.strerror or err}") from None

@@ -58,9 +58,8 @@ def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
     from dataclasses import fields
 
-    from lmforge.cli.common import UsageError, check_out, parse_overrides, read_config_file
+    from lmforge.cli.common import UsageError, check_out, parse_overrides, read_config_file, read_records
     from lmforge.compress.distill import DistillConfig, run_distill
-    from lmforge.tasks.formats import read_task_file
     from lmforge.train import TrainConfig
 
     if args.student and args.student_layers:
@@ -73,9 +72,9 @@ def cmd_distill(args) -> None:
     unknown = sorted(set(options) - loss_keys - train_keys)
     if unknown:
         raise UsageError(f"unknown option(s) {unknown}: training or loss (temperature, alpha, gamma) options")
-    train = read_task_file(args.train, kind, args.columns, True)
-    valid = read_task_file(args.valid, kind, args.columns, True) if args.valid else None
-    records = read_task_file(args.data, kind, args.columns, True) if args.data else valid
+    train = read_records("--train", args.train, kind, args.columns)
+    valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
+    records = read_records("--data", args.data, kind, args.columns) if args.data else valid
     if records is None:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
     steps = {"steps": args.steps} if args.steps is not None else {}

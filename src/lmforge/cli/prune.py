@@ -31,17 +31,6 @@ def _refuse_unused(args) -> None:
             raise UsageError(f"{option} is not used by --method {args.method} ({why})")
 
 
-def _records(option: str, path, kind: str, columns) -> list:
-    """The labelled records of a task file; an unreadable one is an error naming `option`."""
-    from lmforge.cli.common import UsageError
-    from lmforge.tasks.formats import read_task_file
-
-    try:
-        return read_task_file(path, kind, columns, True)
-    except OSError as err:
-        raise UsageError(f"{option} {path}: {err.strerror or err}") from None
-
-
 def _cell(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -64,7 +53,7 @@ def _table(title: str, rows: dict, extra: str = "") -> None:
 
 def _unstructured(args, kind: str, records: list) -> None:
     """Fine-tune with magnitude or movement pruning; prints the table, writes prune.json."""
-    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.cli.common import UsageError, parse_overrides, read_config_file, read_records
     from lmforge.cli.tasks import split_options
     from lmforge.compress.sparse_finetune import SparseConfig, run_sparse_prune
     from lmforge.tasks.finetune import TaskConfig
@@ -76,8 +65,8 @@ def _unstructured(args, kind: str, records: list) -> None:
     sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SparseConfig.__dataclass_fields__}
     if rest:
         raise UsageError(f"unknown option(s) {sorted(rest)}")
-    train = _records("--train", args.train, kind, args.columns)
-    valid = _records("--valid", args.valid, kind, args.columns) if args.valid else None
+    train = read_records("--train", args.train, kind, args.columns)
+    valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     given = {"steps": args.steps, "seed": args.seed}
     train_cfg = TrainConfig.from_dict({"seed": 0, "eval_every": max(1, (args.steps or 1000) // 10),
                                        **{k: v for k, v in given.items() if v is not None}, **train_opts})
@@ -100,7 +89,7 @@ def _unstructured(args, kind: str, records: list) -> None:
 
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
-    from lmforge.cli.common import UsageError, check_out
+    from lmforge.cli.common import UsageError, check_out, read_records
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
 
@@ -110,10 +99,11 @@ def cmd_prune(args) -> None:
     kind = args.task or task_info(args.model).get("kind")
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
-    records = _records("--data", args.data, kind, args.columns)
+    records = read_records("--data", args.data, kind, args.columns)
     if args.method in UNSTRUCTURED:
         return _unstructured(args, kind, records)
-    extra = args.importance_data and _records("--importance-data", args.importance_data, kind, args.columns)
+    extra = args.importance_data and read_records("--importance-data", args.importance_data, kind,
+                                                  args.columns)
     report = run_prune(args.model, records, args.out, args.method, args.sparsity, kind, extra or None)
     removed = report["removed"]
     title = (f"{args.method} pruning: sparsity {args.sparsity} asked, {report['achieved_sparsity']:.4f} "

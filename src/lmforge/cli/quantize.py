@@ -99,11 +99,10 @@ def cmd_quantize(args) -> None:
     """Quantise, save under --out, print the before/after table; quantize.json beside it."""
     import torch
 
-    from lmforge.cli.common import UsageError, check_out
+    from lmforge.cli.common import UsageError, check_out, read_records
     from lmforge.compress.quantize_report import run_quantize
     from lmforge.compress.smooth import ALPHA
     from lmforge.io import find_model_dir
-    from lmforge.tasks.formats import read_task_file
 
     _check(args)
     source = find_model_dir(args.model)
@@ -113,7 +112,7 @@ def cmd_quantize(args) -> None:
     if args.data:
         if kind is None:
             raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
-        records = read_task_file(args.data, kind, args.columns, True)
+        records = read_records("--data", args.data, kind, args.columns)
     alpha = ALPHA if args.smooth_alpha is None else args.smooth_alpha
     texts = _calibration(args.calibration) if args.calibration else None
     report = run_quantize(source, args.out, args.mode, records, kind if records else None, args.batch_size,

@@ -19,7 +19,7 @@ from lmforge.analysis.heads import full_gates, masked_heads, pruning_curve, tota
 from lmforge.analysis.pruning import prune_heads
 from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
 from lmforge.compress.measure import measure_side_by_side
-from lmforge.compress.sparsity import refuse_int8, smallest_sparsity
+from lmforge.compress.sparsity import PRUNING, refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
 from lmforge.io import CONFIG_FILE, read_meta
 from lmforge.io import model_dir as resolve_dir
@@ -40,8 +40,7 @@ def refuse_quantised(model) -> None:
     quantization = config.get("quantization") if isinstance(config, dict) else None
     if quantization:
         mode = quantization.get("mode") if isinstance(quantization, dict) else quantization
-        raise ValueError(f"--model {model}: the model is int8-quantised ({mode}); pruning it is refused: "
-                         "prune the fp32 model, then lmforge quantize the result")
+        raise ValueError(f"--model {model}: the model is int8-quantised ({mode}): {PRUNING}")
     return None
 
 

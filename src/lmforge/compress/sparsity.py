@@ -44,7 +44,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from lmforge.fast.int8 import int8_linears
+from lmforge.fast import int8
 
 METHODS = ("magnitude", "movement", "soft-movement")
 FLOOR = 0.005  # soft movement: the share of each matrix always kept (the reference's min_elements)
@@ -150,13 +150,13 @@ class SoftMovementMask(MovementMask):
 MASKS = {"magnitude": MagnitudeMask, "movement": MovementMask, "soft-movement": SoftMovementMask}
 
 
+PRUNING = "pruning it is refused; prune the fp32 model, then lmforge quantize the result"  # int8's way out
+
+
 def refuse_int8(model: nn.Module) -> None:
     """A ValueError naming the way out where `model` holds int8 Linears: they have no fp32 weights to
     rank, mask or slice, and a pruned copy would not load."""
-    found = int8_linears(model)
-    if found:
-        raise ValueError(f"the model is int8-quantised ({len(found)} Int8Linear layers, e.g. {found[0][0]}): "
-                         "pruning it is refused; prune the fp32 model, then lmforge quantize the result")
+    int8.refuse_int8(model, PRUNING)
 
 
 def smallest_sparsity(removes, n: int) -> float:

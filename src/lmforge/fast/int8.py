@@ -370,9 +370,13 @@ def swap_linears(model: nn.Module, mode: str, skip=(), quantise: bool = True, sm
     return swapped
 
 
-def refuse_int8(module: nn.Module) -> None:
-    """A ValueError naming the way out if `module` holds int8 Linears (they have no gradients to train)."""
+TRAINING = "training it is refused; train the fp32 model, then lmforge quantize it"  # refuse_int8's default
+
+
+def refuse_int8(module: nn.Module, why: str = TRAINING, what: str = "the model") -> None:
+    """A ValueError naming the way out if `module` holds int8 Linears, which have no gradients to
+    train and no fp32 weights to rank, slice or copy: "{what} is int8-quantised (...): {why}"."""
     found = int8_linears(module)
     if found:
-        raise ValueError(f"the model is int8-quantised ({len(found)} Int8Linear layers, e.g. {found[0][0]}): "
-                         "training it is refused; train the fp32 model, then lmforge quantize it")
+        raise ValueError(f"{what} is int8-quantised ({len(found)} Int8Linear layers, e.g. {found[0][0]}): "
+                         f"{why}")

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.data.stream import ExampleFormat
-from lmforge.fast.int8 import int8_linears
+from lmforge.fast.int8 import refuse_int8
 from lmforge.heads import make_head
 from lmforge.model import from_config
 from lmforge.objectives.base import IGNORE, Loss, tokenizer_pad, tokenizer_specials
@@ -58,10 +58,7 @@ def _teacher_key(key: str, layers: tuple) -> str:
 def refuse_int8_teacher(teacher: nn.Module) -> None:
     """A ValueError where the teacher is int8-quantised: its float weights, which a student copies and
     its soft targets come from, are gone (give the fp32 model it was quantised from)."""
-    found = int8_linears(teacher)
-    if found:
-        raise ValueError(f"the teacher is int8-quantised ({len(found)} Int8Linear layers, e.g. "
-                         f"{found[0][0]}): distil from the fp32 model it was quantised from")
+    refuse_int8(teacher, "distil from the fp32 model it was quantised from", what="the teacher")
 
 
 def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = None) -> nn.Module:

@@ -284,6 +284,7 @@ def test_quantize_command_reports_and_the_model_evaluates(fine_tuned, tmp_path, 
                  "--batch-size", "2", "--seq-len", "16", "--rounds", "1"]) == 0
     report = json.loads((tmp_path / "q" / "quantize.json").read_text())
     assert report["activation_bits"] in (7, 8)  # what the accuracy rests on, said
+    assert report["kernels"]  # the int8 layers were timed on their kernels, not on the autograd fallback
     assert report["after"]["bytes"] < report["before"]["bytes"]  # embeddings (most of a tiny model) stay fp32
     assert report["after"]["parameters"] == report["before"]["parameters"] and report["after"]["int8_layers"] > 0
     assert abs(report["after"]["metric"] - report["before"]["metric"]) <= 0.05

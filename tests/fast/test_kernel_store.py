@@ -70,3 +70,12 @@ def test_two_processes_give_the_same_outputs(store):
                        env={**__import__("os").environ, kernel_store.ENV: str(store)}, timeout=120)
         outs.append(torch.load(store.with_name(f"out{i}.pt"), weights_only=True))
     assert torch.equal(outs[0], outs[1]) and len(json.loads(store.read_text())[machine()]) == 1
+
+
+def test_side_by_side_timing_runs_without_autograd():
+    """With autograd on, an Int8Linear takes its fp32 reference path: timing that would time fp32 twice."""
+    from lmforge.fast.timing import alternating
+
+    seen = []
+    alternating({"a": lambda: seen.append(torch.is_grad_enabled()), "b": lambda: seen.append(False)}, rounds=2)
+    assert seen and not any(seen)

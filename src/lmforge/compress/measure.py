@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from lmforge.fast.timing import alternating
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split
@@ -18,7 +16,6 @@ def model_bytes(path) -> int:
     return sum(f.stat().st_size for f in Path(found or path).glob("*.safetensors"))
 
 
-@torch.no_grad()
 def side_by_side(tasks: dict, batches: dict, rounds: int = 9) -> dict:
     """name -> median seconds of one inference forward (task.predict) of its batch, alternating."""
     for task in tasks.values():

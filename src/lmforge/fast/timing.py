@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 import time
 
+import torch
+
 
 def median_seconds(fn, repeats: int = 3) -> float:
     """Median wall time of `repeats` calls of fn(), after one warm-up call (allocations, packing,
@@ -18,6 +20,7 @@ def median_seconds(fn, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
+@torch.no_grad()  # inference is timed: with autograd on, an int8 layer takes its fp32 reference path
 def alternating(calls: dict, rounds: int = 5) -> dict:
     """name -> median seconds of calls[name](), the calls alternating round by round (after a warm-up
     call each: first-call allocations and int8 kernel measurement)."""

@@ -151,4 +151,9 @@ def test_a_layer_key_of_no_layer_is_named_with_the_keys_there_are():
     with pytest.raises(ConfigError) as err:
         cfg.replace(pruned_heads={"encoder.5": [1]})
     assert str(err.value) == ("pruned_heads key 'encoder.5' names no layer of this encoder-decoder model "
-                              "(keys are encoder.0 to encoder.1 or decoder.0 or cross.0)")
+                              "(keys are encoder.0 to encoder.1 or decoder.0 or cross.0): n_layers=2 leaves "
+                              "no layer 5 (per-layer fields follow their layers)")
+    with pytest.raises(ConfigError, match="'cross.1' .* n_decoder_layers=1 leaves no layer 1"):
+        cfg.replace(pruned_heads={"cross.1": [1]})
+    with pytest.raises(ConfigError, match=r"\(keys are encoder.0 to encoder.1 or decoder.0\)$"):
+        cfg.replace(ffn_sizes={"cross.0": 8})  # no FFN of that name: no layer count to blame

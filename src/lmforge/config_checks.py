@@ -103,8 +103,14 @@ def _layer_key(cfg, field: str, key, names) -> None:
     if name not in names or name not in stacks or not layer.isdigit() or int(layer) >= stacks[name]:
         valid = [f"{n}.0" + (f" to {n}.{stacks[n] - 1}" if stacks[n] > 1 else "")
                  for n in names if n in stacks]
+        depth = ""  # a stack it has, too few layers: the layer count (an override, often) is named
+        if name in names and name in stacks and layer.isdigit():
+            decoder = cfg.architecture == "encoder-decoder" and name != "encoder"
+            count = "n_decoder_layers" if decoder else "n_layers"
+            depth = (f": {count}={stacks[name]} leaves no layer {int(layer)} "
+                     "(per-layer fields follow their layers)")
         raise ConfigError(f"{field} key {key!r} names no layer of this {cfg.architecture} model "
-                          f"(keys are {' or '.join(valid)})")
+                          f"(keys are {' or '.join(valid)}){depth}")
 
 
 def validate_ffn_sizes(cfg) -> None:

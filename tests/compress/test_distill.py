@@ -56,8 +56,10 @@ def test_student_copies_every_other_layer_or_the_first_n(teacher_dir):
                 assert torch.equal(state[key], source[theirs])
         head = [k for k in state if k.startswith("heads.")]
         assert head and all(torch.equal(state[k], source[k]) for k in head)  # the task head too
-    with pytest.raises(ValueError, match="teacher has 4 layers"):
-        student_layers(5, 4)
+    for n in (5, 0):  # the option named, and what it takes
+        with pytest.raises(ValueError, match=f"--student-layers {n}: expected every-other or a number of "
+                                             "layers from 1 to 4"):
+            student_layers(n, 4)
 
 
 def test_distillation_loss_mixes_soft_and_hard_labels(teacher_dir):
@@ -107,7 +109,9 @@ def test_distill_command_end_to_end(teacher_dir, tmp_path, capsys):
 def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
     base = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
             "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "--steps", "1"]
-    for extra, named in ((["--student-layers", "9"], "teacher has 4 layers"), (["--student-layers", "x"], "every-other"),
+    for extra, named in ((["--student-layers", "9"], "from 1 to 4"),
+                         (["--student-layers", "0"], "--student-layers 0: expected every-other"),
+                         (["--student-layers", "x"], "every-other"),
                          (["--student", "no-such-preset"], "not a preset"), (["alpha=2"], "alpha"),
                          (["bogus=1"], "bogus"),
                          (["--student", "bert-tiny", "gamma=1"], "d_model"), (["--student", "bert-base", "--student-layers", "2"], "not both")):
@@ -173,3 +177,25 @@ def test_a_slower_student_is_called_slower():
 
     assert speed(1.5) == "1.50x faster" and speed(1.0) == "1.00x faster"
     assert speed(0.69) == "1.45x slower"  # the teacher's time over the student's below 1
+
+
+def test_a_student_of_a_structurally_pruned_teacher_starts_as_its_kept_layers(teacher_dir, tmp_path):
+    from lmforge.analysis.pruning import prune_heads
+    from lmforge.compress.ffn import ffn_importance, prune_ffn
+
+    records = sentiment(200)["train"][:16]
+    teacher = fine_tuned_task(teacher_dir / "teacher", records, device="cpu")
+    prune_ffn(teacher.model, ffn_importance(teacher, encode_split(teacher, records, "data")), 0.5)
+    prune_heads(teacher.model, {"encoder.2": [0, 3], "encoder.3": [1]})
+    save_model(teacher, tmp_path / "pruned")
+    loaded = fine_tuned_task(tmp_path / "pruned", records, device="cpu")  # as distill reads it
+    student, source = make_student(loaded), teacher.model.state_dict()  # teacher layers 0 and 2
+    assert student.config.pruned_heads == {"encoder.1": [0, 3]}
+    assert student.config.ffn_sizes == {"encoder.0": 32, "encoder.1": 32}
+    for key, value in student.state_dict().items():
+        assert torch.equal(value, source[key.replace("encoder.blocks.1.", "encoder.blocks.2.", 1)]), key
+    argv = ["distill", "--teacher", str(tmp_path / "pruned"), "--train", str(teacher_dir / "train.jsonl"),
+            "--data", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "d"), "--steps", "1",
+            "progress=false", "batch_size=4"]
+    assert main(argv) == 0
+    assert lmforge.load(tmp_path / "d" / "final").config.pruned_heads == {"encoder.1": [0, 3]}

@@ -148,3 +148,22 @@ def test_loss_options_that_are_not_finite_or_negative_are_named(option, value):
         Distillation(student_from_teacher(teacher), teacher, mask_id=3, **{option: value})
     with pytest.raises(ValueError, match="soft_on='every'"):
         Distillation(student_from_teacher(teacher), teacher, mask_id=3, soft_on="every")
+
+
+def test_a_student_of_a_structurally_pruned_teacher_reindexes_its_layers_and_copies_them_exactly(tmp_path):
+    from lmforge.analysis.pruning import prune_heads
+    from lmforge.compress.ffn import prune_ffn
+
+    teacher = _teacher()
+    prune_ffn(teacher, {f"encoder.{i}": torch.rand(64) for i in range(4)}, 0.25)
+    prune_heads(teacher, {"encoder.1": [0], "encoder.3": [1, 2]})
+    for layers in ((0, 2), (1, 3), (3,)):
+        student = student_from_teacher(teacher, layers)
+        cfg = student.config  # student layer k <- teacher layer layers[k]
+        assert cfg.ffn_sizes == {f"encoder.{k}": teacher.config.ffn_sizes[f"encoder.{i}"]
+                                 for k, i in enumerate(layers)}
+        assert cfg.pruned_heads == ({f"encoder.{k}": teacher.config.pruned_heads[f"encoder.{i}"]
+                                     for k, i in enumerate(layers) if i in (1, 3)} or None)
+        assert all(_same(student.encoder.blocks[k], teacher.encoder.blocks[i]) for k, i in enumerate(layers))
+        student.save(tmp_path / str(layers))
+        assert _same(lmforge.load(tmp_path / str(layers)), student)  # it reloads as it was built

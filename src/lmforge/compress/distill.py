@@ -85,7 +85,8 @@ def student_layers(spec, n_layers: int) -> tuple:
     except (TypeError, ValueError):
         raise ValueError(f"--student-layers {spec!r}: expected every-other or a number of layers") from None
     if not 1 <= n <= n_layers:
-        raise ValueError(f"--student-layers {n}: the teacher has {n_layers} layers")
+        raise ValueError(f"--student-layers {n}: expected every-other or a number of layers from 1 to "
+                         f"{n_layers} (the teacher has {n_layers} layers)")
     return tuple(range(n))
 
 

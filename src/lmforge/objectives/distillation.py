@@ -61,6 +61,23 @@ def refuse_int8_teacher(teacher: nn.Module) -> None:
     refuse_int8(teacher, "distil from the fp32 model it was quantised from", what="the teacher")
 
 
+def layer_fields(cfg, layers: Sequence[int]) -> dict:
+    """The per-layer config fields of a student of `layers` (student layer k <- teacher layer layers[k]):
+    schedules, and what structural pruning left (ffn_sizes, pruned_heads: keys "stack.L") re-indexed."""
+    changes: dict = {}
+    for field in ("attention_schedule", "window_schedule"):  # a list, an entry per layer
+        if getattr(cfg, field):
+            changes[field] = [getattr(cfg, field)[i] for i in layers]
+    stack = cfg.architecture  # an encoder or a decoder: one stack, keys "encoder.L" or "decoder.L"
+    for field in ("ffn_sizes", "pruned_heads"):
+        found = getattr(cfg, field) or {}
+        if found:
+            kept = {f"{stack}.{k}": found[f"{stack}.{i}"] for k, i in enumerate(layers)
+                    if f"{stack}.{i}" in found}
+            changes[field] = kept or None
+    return changes
+
+
 def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = None) -> nn.Module:
     """A student of the teacher's width whose block k copies teacher block layers[k] (default
     `every_other`: block k <- block 2k); embeddings, final norm and heads are copied too."""
@@ -71,11 +88,7 @@ def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = N
     layers = tuple(every_other(cfg.n_layers) if layers is None else layers)
     if not layers or not all(0 <= i < cfg.n_layers for i in layers):
         raise ValueError(f"layers {layers} must be a non-empty choice among the teacher's {cfg.n_layers}")
-    changes: dict = {"n_layers": len(layers)}
-    for field in ("attention_schedule", "window_schedule"):  # per-layer settings follow their layers
-        if getattr(cfg, field):
-            changes[field] = [getattr(cfg, field)[i] for i in layers]
-    student = from_config(cfg.replace(**changes), init=False)
+    student = from_config(cfg.replace(n_layers=len(layers), **layer_fields(cfg, layers)), init=False)
     for name, head in teacher.heads.items():
         spec = dict(head.spec)
         student.add_head(name, make_head(student, spec.pop("kind"), **spec))

@@ -1,0 +1,94 @@
+"""`lmforge generate` and `lmforge fill-mask` refuse bad input in one line naming the option, before
+anything reaches standard output; a T5 without decoder_start_token_id starts from its pad token."""
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.heads import attach
+from tests.tasks.core import tokenizer
+
+
+def _save(root, name, family, lm=True, **overrides):
+    tok = tokenizer(family)
+    torch.manual_seed(0)
+    preset = {"gpt2": "gpt2", "t5": "t5-small", "bert": "bert-base"}[family]
+    model = lmforge.build(lmforge.tiny(preset, vocab_size=len(tok), **overrides))
+    if lm:
+        attach(model, "lm")
+    model.save(root / name)
+    tok.save(root / name)
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gencli")
+    return {"gpt2": _save(root, "gpt2", "gpt2"), "gpt2-cls": _save(root, "gpt2-cls", "gpt2", lm=False),
+            "bert-cls": _save(root, "bert-cls", "bert", lm=False),
+            "t5": _save(root, "t5", "t5", pad_token_id=0, eos_token_id=1)}
+
+
+def _refused(capsys, argv, message):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "", out  # nothing printed before the refusal: not even the prompt
+    assert err.count("\n") == 1 and "Traceback" not in err and message in err, err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-new-tokens", "0"], "--max-new-tokens 0: must be at least 1"),
+    (["--num-beams", "0"], "--num-beams 0: must be at least 1"),
+    (["--top-k", "-1"], "--top-k -1: must be at least 0"),
+    (["--min-new-tokens", "-2"], "--min-new-tokens -2: must be at least 0"),
+    (["--min-new-tokens", "50", "--max-new-tokens", "5"], "--min-new-tokens 50 is more than --max-new-tokens 5"),
+    (["--num-beams", "3", "--temperature", "0.7"], "--num-beams 3 with sampling"),
+    (["--max-new-tokens", "100"], "--max-new-tokens 100: 4 starting tokens plus 100 new ones exceed"),
+])
+def test_generate_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, message):
+    _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat", *flags], message)
+
+
+def test_an_empty_prompt_is_refused(dirs, capsys):
+    _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), ""], "the prompt '' holds no tokens")
+
+
+def test_a_prompt_longer_than_the_context_is_refused(dirs, capsys):
+    _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat " * 60, "--max-new-tokens", "1"],
+             "more than the model's context (max_seq_len=64)")
+
+
+@pytest.mark.parametrize("command, name, message", [
+    ("generate", "gpt2-cls", "the model has no language-modelling head ('lm'): generate needs a model pretrained"),
+    ("fill-mask", "bert-cls", "the model has no masked-LM head ('lm'): fill-mask needs a model pretrained with MLM"),
+    ("fill-mask", "gpt2", "is a decoder: fill-mask needs an encoder"),
+])
+def test_models_without_the_head_a_command_needs_are_refused_in_cli_terms(dirs, capsys, command, name, message):
+    _refused(capsys, [command, "--model", str(dirs[name]), "a [MASK] b"], message)
+    assert "attach(" not in message
+
+
+@pytest.mark.parametrize("flags, message", [(["--top-k", "0"], "--top-k 0: must be at least 1"),
+                                            (["--max-span", "0"], "--max-span 0: must be at least 1")])
+def test_fill_mask_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, message):
+    _refused(capsys, ["fill-mask", "--model", str(dirs["t5"]), "a [MASK] b", *flags], message)
+
+
+def test_a_t5_without_decoder_start_starts_from_its_pad_token(dirs, capsys):
+    path = dirs["t5"]
+    assert lmforge.load(path).config.decoder_start_token_id is None
+    assert main(["generate", "--model", str(path), "the film", "--max-new-tokens", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert "starts from the pad token (id 0)" in err
+    model, tok = lmforge.load(path), lmforge.load_tokenizer(path)
+    ids = torch.tensor([tok.encode("the film").ids])
+    expected = lmforge.generate(model, ids, max_new_tokens=3, decoder_start_token_id=0, eos_token_id=1)
+    assert expected[0, 0] == 0 and out == tok.decode(expected[0, 1:].tolist()) + "\n"
+
+
+def test_the_stream_prints_the_prompt_with_its_first_token(dirs, capsys):
+    common = ["generate", "--model", str(dirs["gpt2"]), "the cat", "--max-new-tokens", "4"]
+    assert main(common) == 0
+    plain = capsys.readouterr().out
+    assert main([*common, "--stream"]) == 0
+    assert capsys.readouterr().out == plain and plain.startswith("the cat")

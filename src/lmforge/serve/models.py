@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmforge.apps.embed import SentenceEncoder
+from lmforge.compress.quantize import COUNTED, parameter_count
 from lmforge.generate import lm_head_name
 from lmforge.io.resolve import find_model_dir
 from lmforge.tasks.base import Task, task_class
@@ -65,7 +66,7 @@ class ServedModel:
         """What /info says about the model."""
         return {"path": str(self.path), "architecture": self.model.config.architecture,
                 "capabilities": list(self.capabilities), "max_tokens": self.max_tokens,
-                "parameters": sum(p.numel() for p in self.model.parameters()),
+                "parameters": parameter_count(self.model), "parameters_counted": COUNTED,
                 "embedding_dim": self.model.config.d_model * len(self.encoder.pooling),
                 "task": self.info or None, "pooling": list(self.encoder.pooling),
                 "config": self.model.config.to_dict()}

@@ -279,7 +279,9 @@ class ModelInfo(BaseModel):
     architecture: str
     capabilities: list[str]
     max_tokens: int
-    parameters: int
+    parameters: int = Field(..., description="the backbone's weights, int8 ones included, heads excluded "
+                                             "(as lmforge inspect counts them)")
+    parameters_counted: str = Field(..., description="what `parameters` counts, in words")
     embedding_dim: int = Field(..., description="the size of /embed's and /v1/embeddings' vectors")
     task: dict[str, Any] | None = None
     pooling: list[str]

@@ -101,6 +101,11 @@ def test_bad_fields_are_422_naming_the_field(tight):
         answer = httpx.post(tight.url + path, content=json.dumps(body), timeout=30,
                             headers={"content-type": "application/json"})
         assert answer.status_code == 422 and answer.json()["error"]["param"] == field, answer.text
+    answer = httpx.post(tight.url + "/embed", content=b'{"texts": "x",', timeout=30,
+                        headers={"content-type": "application/json"})
+    error = answer.json()["error"]  # no field is wrong: the body is not JSON (was "14: JSON decode error")
+    assert answer.status_code == 400 and error["param"] is None, answer.text
+    assert error["message"].startswith("request body is not valid JSON: ") and "(character 14)" in error["message"]
 
 
 def test_truncate_cuts_a_huge_text_before_tokenising_it(server, model_dirs):

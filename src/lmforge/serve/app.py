@@ -227,6 +227,9 @@ def error_response(err: RequestError) -> JSONBody:
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody:
     first = exc.errors()[0]
+    if first.get("type") == "json_invalid":  # its loc is ("body", character offset): no field to name
+        why, at = (first.get("ctx") or {}).get("error", first.get("msg")), first.get("loc", (None, None))[-1]
+        return error_response(RequestError(400, f"request body is not valid JSON: {why} (character {at})"))
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
     return error_response(RequestError(422, f"{where}: {first.get('msg')}" if where else first.get("msg"),
                                        param=where or None))

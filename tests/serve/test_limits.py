@@ -105,7 +105,8 @@ def test_bad_fields_are_422_naming_the_field(tight):
                         headers={"content-type": "application/json"})
     error = answer.json()["error"]  # no field is wrong: the body is not JSON (was "14: JSON decode error")
     assert answer.status_code == 400 and error["param"] is None, answer.text
-    assert error["message"].startswith("request body is not valid JSON: ") and "(character 14)" in error["message"]
+    assert error["message"].startswith("request body is not valid JSON: ")
+    assert error["message"].endswith("(character 14)"), error
 
 
 def test_truncate_cuts_a_huge_text_before_tokenising_it(server, model_dirs):

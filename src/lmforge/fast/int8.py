@@ -54,6 +54,7 @@ KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn"),
            "weight-only": ("fp32", "int8pack", "int8pack-bf16", "dequantise")}
 ENGINES = ("fbgemm", "onednn")  # kernels that are quantized engines: linear_dynamic on their packed weight
 AGREE = 0.1  # a candidate further than this (relative norm) from fp32 is broken, not imprecise: dropped
+PINS = torch.tensor([[1.0], [-1.0]])  # the rows under a dynamic product's input (_quantised_rows)
 SERIAL = "-serial"  # a kernel's name + SERIAL: the same on one thread (see the module doc)
 ROW_BUCKETS = (1, 8, 64, 512)  # a call's rows are timed as the smallest bucket >= them (else "many")
 CHOICES: dict = {}  # (mode, in, out, bucket, threads) -> kernel, for this process
@@ -192,17 +193,23 @@ class Int8Linear(nn.Module):
         sums u8 x s8 pairs in int16, which 8-bit activations saturate (errors 20x the bound). A smoothed
         layer divides x by its `smooth` factors first (compress/smooth.py): lowest cosine over 512 GCIDE
         definitions 0.9862 -> 0.9934 with 7 bits, 0.9916 -> 0.9981 with 8 (random-token calibration)."""
-        # the scaled input dies in the op: under glibc a large one goes to a reused buffer (fast/linear.py)
+        # the scaled input dies in the op: under glibc a large one goes to a reused buffer (fast/linear.py).
+        # Two rows of +1 and -1 below it pin the op's tensor range to [-1, 1]: every row is then quantised
+        # alike in any batch (a text alone and in a batch gave 7e-3 apart through the same kernel)
+        rows = x.shape[0]
+        shape = (rows + 2, self.in_features)
         big = x.numel() * x.element_size() >= SCRATCH_MIN_BYTES
-        buffer = scratch("int8-input", x.shape, x) if big else None
-        owned = self.smooth is not None  # x / s first (a tensor of its own): its rows' ranges are quantised
-        if owned:
-            x = torch.div(x, self.smooth, out=buffer)
+        scaled = scratch("int8-input", shape, x) if big else x.new_empty(shape)
+        scaled[rows:].copy_(PINS)
+        body = scaled[:rows]
+        if self.smooth is not None:  # x / s first: its rows' ranges are the ones quantised
+            x = torch.div(x, self.smooth, out=body)
         # (rows, 1) largest |x|, from two reductions: x.abs() would allocate and write a tensor as large as x
         peak = torch.maximum(x.amax(dim=1, keepdim=True), x.amin(dim=1, keepdim=True).neg_())
         peak.clamp_(min=1e-30)
-        scaled = x.div_(peak) if owned else torch.div(x, peak, out=buffer)
+        torch.div(x, peak, out=body)
         out = torch.ops.quantized.linear_dynamic(scaled, self._form(kernel), not eight_bit_activations())
+        out = out[:rows]
         if self.bias is None:
             return out.mul_(peak)
         return torch.addcmul(self.bias, out, peak, out=out)  # one pass over the output, not two

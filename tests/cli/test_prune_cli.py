@@ -131,3 +131,20 @@ def test_the_sparsity_achieved_is_reported_beside_the_one_asked(tuned, tmp_path,
     assert report["speedup"] == report["before"]["seconds_b16"] / report["after"]["seconds_b16"]  # both timed
     names = (report["metric_name"], report["before"]["metric_name"], report["after"]["metric_name"])
     assert names == ("accuracy",) * 3
+
+
+def test_a_resume_with_other_pruning_settings_is_refused_naming_the_option_and_both_values(tuned, tmp_path,
+                                                                                            capsys):
+    path, dev = tuned
+    run = ["--train", str(dev), "--steps", "2", "progress=false", "batch_size=8"]
+    assert _prune(path, dev, tmp_path / "o", "magnitude", "0.5", *run) == 0
+    capsys.readouterr()
+    for sparsity, extra, named in (("0.7", [], ("--sparsity 0.7", "(--sparsity 0.5)")),
+                                   ("0.5", ["end=0.9"], ("end=0.9", "(end=0.7)")),
+                                   ("0.5", ["max_len=16"], ("max_len=16", "(max_len=128)"))):
+        assert _prune(path, dev, tmp_path / "o", "magnitude", sparsity, *run, *extra, "--resume") == 2
+        err = _one_line_error(capsys)
+        assert all(words in err for words in named) and "resumed" in err, err
+    report = json.loads((tmp_path / "o" / "prune.json").read_text())
+    assert report["sparsity"] == 0.5  # the run's report stands
+    assert _prune(path, dev, tmp_path / "o", "magnitude", "0.5", *run, "--resume") == 0  # the same: resumed

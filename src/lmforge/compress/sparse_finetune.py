@@ -38,6 +38,10 @@ from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 
+SETTINGS = "prune_settings.json"  # the run's pruning settings: a resume with others is refused
+# the TaskConfig fields that change what is trained (the others: evaluation, and keep_best, forced off)
+TRAINED = ("max_len", "freeze_embeddings", "freeze_layers", "freeze_backbone", "layer_decay", "label_all",
+           "text_to_text", "prefix", "doc_stride", "max_query_len")
 NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed-up from dense "
         "kernels (the time ratio is measured, not assumed)")
 
@@ -109,6 +113,31 @@ class Pruning(Objective):
         return self.task.finish()
 
 
+def _settings(model, sparsity: float, task_cfg: TaskConfig, sparse_cfg: SparseConfig) -> dict:
+    """What a run is pruned with, by the option that sets it: --model, --sparsity, key=value ones."""
+    source = Path(model).resolve() if isinstance(model, (str, Path)) and Path(model).exists() else model
+    return {"--model": str(source), "--sparsity": sparsity,
+            **{f"{k}=": v for k, v in sparse_cfg.__dict__.items()},
+            **{f"{k}=": getattr(task_cfg, k) for k in TRAINED}}
+
+
+def check_settings(out: Path, settings: dict, resume: bool) -> None:
+    """A resumed run's settings are the run's (a ValueError naming the first option that differs, with
+    both values); a fresh run's are written to out/SETTINGS (not where checkpoints wait for --resume)."""
+    path = out / SETTINGS
+    if resume and path.is_file():
+        run = json.loads(path.read_text(encoding="utf-8"))
+        for option, value in settings.items():
+            if option in run and run[option] != value:
+                shown = f"{option}{value}" if option.endswith("=") else f"{option} {value}"
+                was = f"{option}{run[option]}" if option.endswith("=") else f"{option} {run[option]}"
+                raise ValueError(f"{shown} differs from the run being resumed in {out} ({was}): resume with "
+                                 f"the run's settings, or choose another --out")
+    elif resume or not (out / "checkpoints").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(settings, indent=2) + "\n")
+
+
 def prune_finetune(model, tokenizer, kind: str, method: str, sparsity: float, train: list, valid: list | None,
                    out, train_cfg: TrainConfig, task_cfg: TaskConfig | None = None,
                    sparse_cfg: SparseConfig | None = None, resume: bool = False, log=print) -> dict:
@@ -118,6 +147,7 @@ def prune_finetune(model, tokenizer, kind: str, method: str, sparsity: float, tr
         raise ValueError("parallel=fsdp: pruning during fine-tuning ranks whole matrices; use parallel=ddp")
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
     sparse_cfg, out = sparse_cfg or SparseConfig(), Path(out)
+    check_settings(out, _settings(model, sparsity, task_cfg, sparse_cfg), resume)
     source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, as finetune's

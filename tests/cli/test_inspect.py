@@ -87,3 +87,15 @@ def test_an_int8_model_directory_says_so_and_gives_its_size_against_fp32(tmp_pat
     head = sum(p.numel() for p in fp32.heads.parameters())
     total = fp32.num_parameters() + head
     assert f"heads          classification {head:,} ({total:,} parameters with the backbone)" in out
+
+
+def test_a_path_gets_a_path_error_not_the_preset_list(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q1").mkdir()  # a folder without config.json (a job's output folder, say)
+    for name, message in (("nodir/x", "nodir/x: no such model directory or config file"),
+                          ("q1", "q1 is not a model directory: config.json is missing")):
+        assert main(["inspect", name]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "presets:" not in err and err.count("\n") == 1
+    assert main(["inspect", "bert-tinyy"]) == 2  # a plain name may still be a misspelt preset
+    assert "bert-tiny" in capsys.readouterr().err

@@ -114,3 +114,19 @@ def test_a_corrupt_task_or_config_json_is_one_line_naming_the_file(model_dir, tm
     assert main(["evaluate", "--model", str(broken), "--task", "cls", "--data", data]) == 2
     err = capsys.readouterr().err
     assert f"{broken / name} is not valid JSON: Expecting" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["evaluate", "finetune"])
+def test_a_model_that_is_no_directory_is_named_before_the_data(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q1").mkdir()  # a folder without config.json
+    (tmp_path / "afile").write_text("x")
+    data = ["--data", "test.jsonl"] if command == "evaluate" else ["--train", "t.jsonl", "--out", "o"]
+    for name, message in (("nodir/x", "--model nodir/x: no such directory"),
+                          ("q1", "--model q1: is not a model directory: config.json is missing"),
+                          ("afile", "--model afile: is a file, not a model directory"),
+                          ("bogus", "--model bogus: no such directory (nor a preset name")):
+        assert main([command, "--model", name, *data]) == 2  # no --task: the model was to tell it
+        err = capsys.readouterr().err
+        assert message in err and "--task" not in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "q1"]

@@ -29,8 +29,12 @@ def cmd_inspect(args) -> None:
 
     if args.context is not None and args.context < 1:
         raise UsageError(f"--context {args.context}: the context must be at least 1 token")
+    path = Path(args.model)
+    if args.model not in PRESETS and not path.exists() and ("/" in args.model or os.sep in args.model):
+        # a path, not a preset name: the closest preset names would not help
+        raise UsageError(f"{args.model}: no such model directory or config file")
     overrides = {**read_config_file(args.config), **parse_overrides(args.overrides)}
-    folder = Path(args.model).is_dir() and args.model not in PRESETS  # a preset name wins (resolve_config)
+    folder = path.is_dir() and args.model not in PRESETS  # a preset name wins (resolve_config)
     model = load_model(args.model) if folder else None  # a directory: its int8 layers are reported too
     cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
     if args.context is not None and args.context > cfg.max_seq_len:

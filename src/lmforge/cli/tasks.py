@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq")
 SPLITS = ("train", "validation", "test")
@@ -64,6 +65,28 @@ def task_data(args, labelled: bool = True) -> tuple:
                        for split, f in files.items() if f}
 
 
+def check_model(name: str) -> None:
+    """Refuse, naming --model, a name that is no preset, installed model or model directory: a path
+    that does not exist, a file, a folder without config.json."""
+    from pathlib import Path
+
+    from lmforge.cli.common import UsageError
+    from lmforge.io import model_dir
+    from lmforge.presets import PRESETS
+
+    path = Path(name)
+    if name in PRESETS or (not path.exists() and model_dir(name) is not None):
+        return  # a preset, or an installed model package
+    if not path.exists():
+        looks_like_path = "/" in name or os.sep in name or name.startswith(".")
+        raise UsageError(f"--model {name}: no such directory" + ("" if looks_like_path else
+                         " (nor a preset name or an installed model)"))
+    if not path.is_dir():
+        raise UsageError(f"--model {name}: is a file, not a model directory")
+    if not (path / "config.json").is_file():
+        raise UsageError(f"--model {name}: is not a model directory: config.json is missing")
+
+
 def cmd_finetune(args) -> None:
     """Fine-tune a model on a task; metrics, best/ and final/ under --out; prints the summary."""
     from lmforge.cli.common import UsageError, parse_overrides, read_config_file
@@ -74,6 +97,7 @@ def cmd_finetune(args) -> None:
 
     if not args.builtin and not args.train:
         raise UsageError("give --train FILE (and --valid FILE), or --builtin NAME")
+    check_model(args.model)
     train, task, model = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
     kind, splits = task_data(args)
     if model and model_dir(args.model) is not None:
@@ -99,6 +123,7 @@ def cmd_evaluate(args) -> None:
 
     if not args.builtin and not args.data:
         raise UsageError("give --data FILE or --builtin NAME")
+    check_model(args.model)  # before task.json is looked for in it
     if not args.task and not args.builtin:
         args.task = task_info(args.model).get("kind")  # the fine-tuned model's own task
     kind, splits = task_data(args, labelled=False)

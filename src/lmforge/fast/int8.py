@@ -47,7 +47,7 @@ from torch import nn
 from lmforge.fast import kernel_store
 from lmforge.fast.isa import eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use: re-exported)
 from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
-from lmforge.fast.timing import median_seconds
+from lmforge.fast.timing import alternating
 
 MODES = ("dynamic", "weight-only")
 KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn"),
@@ -258,17 +258,19 @@ class Int8Linear(nn.Module):
         return kernel_store.settle(key, self._measure(key, x), stale=known)
 
     def _measure(self, key: tuple, x: torch.Tensor) -> str:
-        """Time every usable kernel on x that agrees with fp32 on it; keep the fastest (and the times)."""
-        times, reference = {}, F.linear(x, self.weight, self.bias)
+        """Time every usable kernel on x that agrees with fp32 on it; keep the fastest (and the times).
+        The kernels take turns round by round and each keeps its fastest round: the choice is kept for
+        the machine (kernel_store), so a burst of load from elsewhere must not decide it."""
+        calls, reference = {}, F.linear(x, self.weight, self.bias)
         for kernel in self.candidates():
             try:
-                if not _agrees(self.run(kernel, x), reference):
-                    continue
-                call = _alternating(lambda rows, kernel=kernel: self.run(kernel, rows), x)
-                times[kernel] = median_seconds(call)
+                if _agrees(self.run(kernel, x), reference):
+                    call = _alternating(lambda rows, kernel=kernel: self.run(kernel, rows), x)
+                    call(), call()  # both of its inputs' shapes run here, where a refusal is caught
+                    calls[kernel] = call
             except RuntimeError:  # present but refusing this shape or build: no candidate
                 continue
-        TIMINGS[key] = times
+        times = TIMINGS[key] = alternating(calls, rounds=5, pick=min) if calls else {}
         best = min(times, key=times.get) if times else "dequantise"  # always correct, needs no op
         for kernel in set(self._derived) - {best.removesuffix(SERIAL)}:
             self._derived.pop(kernel, None)  # an fp32 copy is not kept idle beside the int8 weight

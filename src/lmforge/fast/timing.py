@@ -21,9 +21,9 @@ def median_seconds(fn, repeats: int = 3) -> float:
 
 
 @torch.no_grad()  # inference is timed: with autograd on, an int8 layer takes its fp32 reference path
-def alternating(calls: dict, rounds: int = 5) -> dict:
-    """name -> median seconds of calls[name](), the calls alternating round by round (after a warm-up
-    call each: first-call allocations and int8 kernel measurement)."""
+def alternating(calls: dict, rounds: int = 5, pick=statistics.median) -> dict:
+    """name -> median (or `pick`) seconds of calls[name](), the calls alternating round by round (after
+    a warm-up call each: first-call allocations and int8 kernel measurement)."""
     for call in calls.values():
         call()
     times: dict = {name: [] for name in calls}
@@ -32,4 +32,4 @@ def alternating(calls: dict, rounds: int = 5) -> dict:
             start = time.perf_counter()
             call()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: pick(t) for name, t in times.items()}

@@ -148,3 +148,15 @@ def test_a_resume_with_other_pruning_settings_is_refused_naming_the_option_and_b
     report = json.loads((tmp_path / "o" / "prune.json").read_text())
     assert report["sparsity"] == 0.5  # the run's report stands
     assert _prune(path, dev, tmp_path / "o", "magnitude", "0.5", *run, "--resume") == 0  # the same: resumed
+
+
+def test_an_existing_model_folder_is_replaced_whole_and_said(tuned, tmp_path, capsys):
+    path, dev = tuned
+    stale = tmp_path / "o" / "model"
+    (stale / "1_Pooling").mkdir(parents=True)
+    (stale / "keep.txt").write_text("old")
+    (tmp_path / "o" / "notes.txt").write_text("beside")
+    assert _prune(path, dev, tmp_path / "o", "ffn", "0.5") == 0
+    assert f"{stale} existed: replaced as a whole" in capsys.readouterr().out
+    assert not (stale / "keep.txt").exists() and not (stale / "1_Pooling").exists()
+    assert (stale / "model.safetensors").is_file() and (tmp_path / "o" / "notes.txt").read_text() == "beside"

@@ -132,3 +132,31 @@ def test_parameters_are_counted_as_inspect_counts_them_and_cells_stay_on_their_r
     assert any("accuracy" in line for line in out.splitlines()) and len(rows) == 2
     for name, row in zip(("before", "after"), rows):
         assert f"{report[name]['metric']:.4f}" in row and f"{backbone:,}" in row
+
+
+def test_an_existing_model_folder_is_replaced_whole_and_said_and_task_json_gets_the_umask_mode(
+        fine_tuned, tmp_path, capsys):
+    import os
+    import shutil
+    import stat
+
+    path, _ = fine_tuned
+    source = tmp_path / "src"
+    shutil.copytree(path, source)
+    os.chmod(source / "task.json", 0o600)  # copied by content: the copy's mode is a new file's
+    stale = tmp_path / "q" / "model"
+    (stale / "1_Pooling").mkdir(parents=True)
+    (stale / "keep.txt").write_text("old")
+    (tmp_path / "q" / "notes.txt").write_text("beside")
+    before = os.umask(0o022)
+    try:
+        assert main(["quantize", "--model", str(source), "--out", str(tmp_path / "q"), *FAST]) == 0
+    finally:
+        os.umask(before)
+    out = capsys.readouterr().out
+    assert f"{stale} existed: replaced as a whole" in out
+    assert not (stale / "keep.txt").exists() and not (stale / "1_Pooling").exists()
+    assert (tmp_path / "q" / "notes.txt").read_text() == "beside"
+    assert stat.S_IMODE((stale / "task.json").stat().st_mode) == 0o644
+    assert main(["quantize", "--model", str(source), "--out", str(tmp_path / "q2"), *FAST]) == 0
+    assert "existed" not in capsys.readouterr().out

@@ -334,7 +334,7 @@ def test_the_server_serves_quantised_models(tmp_path):
 
 
 def test_sentence_transformers_files_travel_with_the_quantised_model(tmp_path):
-    from lmforge.compress.quantize_report import carry_sentence_files
+    from lmforge.compress.output import carry_sentence_files
 
     source, dest = tmp_path / "st", tmp_path / "q"
     (source / "1_Pooling").mkdir(parents=True)

@@ -12,6 +12,8 @@ soft movement's L1 weight).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 # options a method does not use: refused, never ignored (structured methods prune without training)
 UNUSED = {"structured": ("train", "valid", "steps", "resume", "seed", "config", "overrides"),
@@ -90,6 +92,7 @@ def _unstructured(args, kind: str, records: list) -> None:
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
     from lmforge.cli.common import UsageError, check_out, read_records
+    from lmforge.compress.output import replaced_line
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
 
@@ -104,6 +107,7 @@ def cmd_prune(args) -> None:
         return _unstructured(args, kind, records)
     extra = args.importance_data and read_records("--importance-data", args.importance_data, kind,
                                                   args.columns)
+    existed = (Path(args.out) / "model").exists()
     report = run_prune(args.model, records, args.out, args.method, args.sparsity, kind, extra or None)
     removed = report["removed"]
     title = (f"{args.method} pruning: sparsity {args.sparsity} asked, {report['achieved_sparsity']:.4f} "
@@ -111,6 +115,8 @@ def cmd_prune(args) -> None:
     _table(title, {n: report[n] for n in ("before", "after")})
     if "rounding" in report:
         print(report["rounding"])
+    if existed:
+        print(replaced_line(Path(args.out) / "model"))
     print(f"speed-up {report['speedup']:.2f}x; model in {args.out}/model, report in {args.out}/prune.json")
 
 

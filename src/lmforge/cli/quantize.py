@@ -100,6 +100,7 @@ def cmd_quantize(args) -> None:
     import torch
 
     from lmforge.cli.common import UsageError, check_out, read_records
+    from lmforge.compress.output import replaced_line
     from lmforge.compress.quantize_report import run_quantize
     from lmforge.compress.smooth import ALPHA
     from lmforge.io import find_model_dir
@@ -115,9 +116,12 @@ def cmd_quantize(args) -> None:
         records = read_records("--data", args.data, kind, args.columns)
     alpha = ALPHA if args.smooth_alpha is None else args.smooth_alpha
     texts = _calibration(args.calibration) if args.calibration else None
+    existed = (Path(args.out) / "model").exists()
     report = run_quantize(source, args.out, args.mode, records, kind if records else None, args.batch_size,
                           args.seq_len, args.rounds, None if args.no_smooth else alpha, texts, args.seed)
     _table(report)
+    if existed:
+        print(replaced_line(Path(args.out) / "model"))
     print(f"model in {Path(args.out) / 'model'}, report in {Path(args.out) / 'quantize.json'}")
 
 

@@ -19,6 +19,7 @@ from lmforge.analysis.heads import full_gates, masked_heads, pruning_curve, tota
 from lmforge.analysis.pruning import prune_heads
 from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
 from lmforge.compress.measure import measure_side_by_side
+from lmforge.compress.output import carry_sentence_files, replace_model_dir
 from lmforge.compress.sparsity import PRUNING, refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
 from lmforge.io import CONFIG_FILE, read_meta
@@ -116,6 +117,14 @@ def _achieved(sparsity: float, found: dict, total: int, left: int) -> dict:
     return out
 
 
+def _write(task, source, staging: Path) -> None:
+    """The pruned task's model, tokenizer and task.json, and the source's sentence-transformers files."""
+    save_model(task, staging)
+    found = resolve_dir(source)
+    if found is not None:
+        carry_sentence_files(Path(found), staging)
+
+
 def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind: str | None = None,
               importance_records: list | None = None) -> dict:
     """Prune the fine-tuned model at `model_dir` by `method`, save it under out/model, and report both
@@ -133,7 +142,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
     imp = encode_split(task, importance_records, "importance data") if importance_records else examples
     total = _count(task.model, method)
     removed = _prune(task, method, found, sparsity, imp, (records, examples))
-    save_model(task, out / "model")
+    replace_model_dir(out / "model", lambda staging: _write(task, model_dir, staging))  # whole, never mixed
     # both as saved, loaded alike and timed side by side (rounds alternate): load elsewhere hits both
     after = fine_tuned_task(out / "model", records, kind)
     measured = measure_side_by_side({"before": fine_tuned_task(model_dir, records, kind), "after": after},

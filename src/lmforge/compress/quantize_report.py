@@ -8,12 +8,12 @@ The report is a dict, written as quantize.json.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
 
 from lmforge.compress.measure import model_bytes
+from lmforge.compress.output import carry_sentence_files, copy_as_created, replace_model_dir
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
@@ -39,20 +39,6 @@ def _metric(task, records: list) -> dict:
     predictions = task.decode(records, examples, task.outputs(examples, 64))
     name, value = next(iter(task.score(records, predictions).items()))
     return {"metric_name": name, "metric": float(value)}
-
-
-SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
-
-
-def carry_sentence_files(source: Path, dest: Path) -> None:
-    """Copy a sentence-transformers directory's own files (modules, pooling, max_seq_length), so the
-    quantised model embeds as the original does."""
-    for name in SENTENCE_FILES:
-        if (source / name).is_file():
-            shutil.copy2(source / name, dest / name)
-    for folder in source.glob("[0-9]_*"):
-        if folder.is_dir() and not (dest / folder.name).exists():
-            shutil.copytree(folder, dest / folder.name)
 
 
 def _tokenizer(source: Path, option: str):
@@ -84,11 +70,8 @@ def timed_length(model, seq_len: int | None) -> int:
     return seq_len
 
 
-def _save(source: Path, dest: Path, int8, task) -> None:
-    """The int8 model with what travels with it (tokenizer, task.json, sentence-transformers files),
-    written beside `dest` first and moved into place whole, so a failure leaves no half model."""
-    staging = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
+def _write(source: Path, int8, task, staging: Path) -> None:
+    """The int8 model with what travels with it (tokenizer, task.json, sentence-transformers files)."""
     if task is not None:
         save_model(task, staging)
     else:
@@ -98,13 +81,8 @@ def _save(source: Path, dest: Path, int8, task) -> None:
         except (OSError, ValueError):
             pass  # a model without a tokenizer (random ids only): nothing to carry over
         if (source / TASK_FILE).is_file():  # a fine-tuned model stays one (lmforge evaluate reads it)
-            shutil.copy2(source / TASK_FILE, staging / TASK_FILE)
+            copy_as_created(source / TASK_FILE, staging / TASK_FILE)
     carry_sentence_files(source, staging)
-    if dest.is_dir():
-        shutil.rmtree(dest)
-    elif dest.exists():
-        dest.unlink()
-    staging.rename(dest)
 
 
 def _report(mode: str, fp32, int8, source: Path, batch: dict, rounds: int) -> dict:
@@ -142,7 +120,8 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
         smoothing = int8.config.quantization.get("smoothing")
         if smoothing:
             report["smoothing"] = {**smoothing, "calibration_texts": len(calibration or ())}
-    _save(source, out / "model", int8, task_after)
+    # written beside out/model, then put in its place whole (compress/output.py)
+    replace_model_dir(out / "model", lambda staging: _write(source, int8, task_after, staging))
     report["after"]["bytes"] = model_bytes(out / "model")
     report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)
     atomic_write_text(out / "quantize.json", json.dumps(report, indent=2) + "\n")

@@ -95,3 +95,16 @@ def test_the_stream_prints_the_prompt_with_its_first_token(dirs, capsys):
     plain = capsys.readouterr().out
     assert main([*common, "--stream"]) == 0
     assert capsys.readouterr().out == plain and plain.startswith("the cat")
+
+
+def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dirs, capsys, tmp_path):
+    import json
+    import shutil
+
+    path = tmp_path / "recommends"
+    shutil.copytree(dirs["gpt2"], path)
+    (path / "generation_config.json").write_text(json.dumps({"num_beams": 3, "min_length": 30}))
+    _refused(capsys, ["generate", "--model", str(path), "the cat", "--temperature", "0.7"],
+             "--num-beams 3 (the checkpoint's or the default) with sampling")
+    _refused(capsys, ["generate", "--model", str(path), "the cat", "--max-new-tokens", "5"],
+             "--min-new-tokens 26 (the checkpoint's or the default) is more than --max-new-tokens 5")

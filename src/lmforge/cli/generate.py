@@ -63,9 +63,12 @@ def cmd_generate(args) -> None:
     # an encoder reads the text with its template (T5: text </s>); a decoder continues the bare text
     ids = torch.tensor([tokenizer.encode(args.prompt, add_special_tokens=seq2seq).ids])
     eos = model.config.eos_token_id if model.config.eos_token_id is not None else tokenizer.eos_id
-    options = decoding_options(args, path, 1 if seq2seq else ids.shape[1])
+    options, taken = decoding_options(args, path, 1 if seq2seq else ids.shape[1])
     check_options(args, options, model.config.max_seq_len, 1 if seq2seq else ids.shape[1])
     start = decoder_start(args.model, model, tokenizer) if seq2seq else None
+    if taken:  # say where settings the user did not type come from (after every refusal)
+        print("settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in taken.items()),
+              file=sys.stderr)
     prompt = "" if seq2seq else args.prompt  # printed with the first new token, after every refusal
     stream = TextStream(tokenizer, prompt) if args.stream else None
     out = generate(model, ids, **options, eos_token_id=eos, prefix_lm=args.prefix_lm,
@@ -163,10 +166,11 @@ FLAGS = {"max_new_tokens": ("max_new_tokens", 40), "top_k": ("top_k", 0), "top_p
          "no_repeat_ngram": ("no_repeat_ngram_size", 0), "min_new_tokens": ("min_new_tokens", 0)}
 
 
-def decoding_options(args, model_dir, start: int) -> dict:
-    """generate() settings: each flag given, else the checkpoint's recommendation
-    (convert.hf.generation_defaults), else the CLI default. `start`: tokens before the new ones
-    (the prompt for a decoder, the start token for an encoder-decoder), to turn lengths into new tokens."""
+def decoding_options(args, model_dir, start: int) -> tuple:
+    """(generate() settings, those taken from the checkpoint): each flag given, else the checkpoint's
+    recommendation (convert.hf.generation_defaults), else the CLI default. `start`: tokens before the new
+    ones (the prompt for a decoder, the start token for an encoder-decoder), to turn lengths into new
+    tokens."""
     from lmforge.convert.hf import generation_defaults
 
     recommended = generation_defaults(model_dir)
@@ -186,9 +190,7 @@ def decoding_options(args, model_dir, start: int) -> dict:
         taken.update(do_sample=True, temperature=temperature)
     if options["num_beams"] > 1 and "early_stopping" in recommended:
         options["early_stopping"] = recommended["early_stopping"]
-    if taken:  # say where settings the user did not type come from
-        print("settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in taken.items()), file=sys.stderr)
-    return {**options, "do_sample": sampling, "temperature": temperature}
+    return {**options, "do_sample": sampling, "temperature": temperature}, taken
 
 
 def cmd_fill_mask(args) -> None:

@@ -47,15 +47,18 @@ def test_the_first_writer_wins_and_unknown_kernels_are_measured(store):
     assert chosen in _layer().candidates() and kernel_store.recall(key) == chosen  # measured, written
 
 
-def test_off_and_unreadable_files_measure_per_process(store, monkeypatch):
+def test_off_and_unreadable_files_measure_per_process(store, monkeypatch, capsys):
     monkeypatch.setenv(kernel_store.ENV, "off")
     assert kernel_store.store_path() is None and kernel_store.settle(("k",), "fp32") == "fp32"
     monkeypatch.setenv(kernel_store.ENV, str(store))
     store.write_text("{not json")
-    with pytest.warns(UserWarning, match="int8 kernel choices unreadable"):
-        assert kernel_store.recall(("k",)) is None
+    assert kernel_store.recall(("k",)) is None and kernel_store.recall(("k",)) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "int8 kernel choices unreadable" in err and str(store) in err  # once
     assert kernel_store.settle(("k",), "fp32") == "fp32"  # written anew
     assert kernel_store.recall(("k",)) == "fp32"
+    monkeypatch.setenv(kernel_store.ENV, str(store.parent))  # a folder: the file inside it
+    assert kernel_store.store_path() == store.parent / kernel_store.NAME
 
 
 def test_two_processes_give_the_same_outputs(store):
@@ -77,5 +80,5 @@ def test_side_by_side_timing_runs_without_autograd():
     from lmforge.fast.timing import alternating
 
     seen = []
-    alternating({"a": lambda: seen.append(torch.is_grad_enabled()), "b": lambda: seen.append(False)}, rounds=2)
+    alternating({"a": lambda: seen.append(torch.is_grad_enabled()), "b": lambda: None}, rounds=2)
     assert seen and not any(seen)

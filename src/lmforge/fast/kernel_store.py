@@ -8,21 +8,24 @@ outputs from one checkpoint: all-MiniLM-L6-v2 int8 embeddings of the same texts 
 apart in 3 of 6 runs (measured). Here a choice is measured once per machine (CPU, its flags, the
 ISA caps in the environment, the torch version) and written down; every later process reads it.
 
-The file is $LMFORGE_INT8_KERNELS, else $XDG_CACHE_HOME/lmforge/int8_kernels.json (~/.cache by
-default). Delete it to measure again; LMFORGE_INT8_KERNELS=off keeps choices per process only.
+The file is $LMFORGE_INT8_KERNELS (int8_kernels.json inside it where it names a folder), else
+$XDG_CACHE_HOME/lmforge/int8_kernels.json (~/.cache by default). Delete it to measure again;
+LMFORGE_INT8_KERNELS=off keeps choices per process only. A file that cannot be read or written is
+said once, in one line on standard error, and the process goes on measuring for itself.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
-import warnings
+import sys
 from pathlib import Path
 
 from lmforge.atomic import atomic_write_text
 from lmforge.fast.isa import machine
 
 ENV = "LMFORGE_INT8_KERNELS"
+NAME = "int8_kernels.json"
 _WARNED: set = set()  # files already warned about in this process
 
 
@@ -32,9 +35,9 @@ def store_path() -> Path | None:
     if where.lower() == "off":
         return None
     if where:
-        return Path(where)
+        return Path(where) / NAME if Path(where).is_dir() else Path(where)
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "lmforge" / "int8_kernels.json"
+    return Path(cache) / "lmforge" / NAME
 
 
 def _name(key: tuple) -> str:
@@ -52,9 +55,7 @@ def _read(path: Path) -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        if path not in _WARNED:
-            _WARNED.add(path)
-            warnings.warn(f"{path}: int8 kernel choices unreadable ({err}); measuring again", stacklevel=3)
+        _say_once(path, f"int8 kernel choices unreadable ({err}); measuring again")
         return {}
 
 
@@ -84,8 +85,14 @@ def settle(key: tuple, measured: str, stale: str | None = None) -> str:
                 atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
             return kernel
     except OSError as err:
-        if path not in _WARNED:
-            _WARNED.add(path)
-            warnings.warn(f"{path}: int8 kernel choices not kept ({err.strerror or err}); set {ENV}=off "
-                          "or a writable file", stacklevel=3)
+        _say_once(path, f"int8 kernel choices not kept ({err.strerror or err}); set {ENV}=off or a "
+                        "writable file")
         return measured
+
+
+def _say_once(path: Path, message: str) -> None:
+    """One line on standard error per file and process (a warning's two lines would break a command's
+    one-line output rule)."""
+    if path not in _WARNED:
+        _WARNED.add(path)
+        print(f"lmforge: {path}: {message}", file=sys.stderr)

@@ -130,14 +130,22 @@ QUANTIZATION_MODES = ("dynamic", "weight-only")
 
 def validate_quantization(cfg) -> None:
     """quantization is null or a mapping whose "mode" is one of QUANTIZATION_MODES."""
-    q = cfg.quantization
-    if q is not None and not (isinstance(q, dict) and q.get("mode") in QUANTIZATION_MODES):
-        raise ConfigError(f"quantization={q!r:.80} must be null or a mapping with \"mode\": "
-                          f"{' or '.join(QUANTIZATION_MODES)}")
+    q, modes = cfg.quantization, " or ".join(QUANTIZATION_MODES)
+    if q is not None and not isinstance(q, dict):
+        raise ConfigError(f"quantization={_short(q)} must be null or a mapping with \"mode\": {modes}")
+    if q is not None and q.get("mode") not in QUANTIZATION_MODES:  # the bad value, not the whole mapping
+        raise ConfigError(f"quantization mode {_short(q.get('mode'))} is not {modes}")
     smoothing = (q or {}).get("smoothing")
     if smoothing is not None:
         layers = smoothing.get("layers") if isinstance(smoothing, dict) else None
         names = isinstance(layers, list) and all(isinstance(name, str) for name in layers)
-        if q["mode"] != "dynamic" or not names:
-            raise ConfigError(f"quantization.smoothing={smoothing!r:.80} must be a mapping whose \"layers\" "
-                              "lists Linear names, in dynamic mode")
+        if q["mode"] != "dynamic":
+            raise ConfigError(f"quantization.smoothing is for mode dynamic, not {q['mode']}")
+        if not names:
+            raise ConfigError(f"quantization.smoothing.layers={_short(layers)} must list Linear names")
+
+
+def _short(value) -> str:
+    """repr of a value, cut to 60 characters with an ellipsis where longer."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

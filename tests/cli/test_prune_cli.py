@@ -86,6 +86,19 @@ def test_options_a_method_does_not_use_are_refused(tuned, tmp_path, capsys, meth
     assert _prune(tuned[0], tuned[1], tmp_path / "o", method, "0.5", *extra) == 2
     err = _one_line_error(capsys)
     assert option in err and f"--method {method}" in err
+    verb = "options are" if option == "key=value" else "is"
+    assert f"{option} {verb} not used" in err
+
+
+@pytest.mark.parametrize("command", ["prune", "quantize"])
+def test_a_task_that_is_no_task_kind_names_task(tuned, tmp_path, capsys, command):
+    path, dev = tuned
+    method = ["--method", "ffn", "--sparsity", "0.5"] if command == "prune" else []
+    argv = [command, "--model", str(path), "--task", "bogus", "--data", str(dev), "--out", str(tmp_path / "o"),
+            *method]
+    assert main(argv) == 2
+    err = _one_line_error(capsys)
+    assert "--task 'bogus': expected one of cls, pair" in err and not (tmp_path / "o").exists()
 
 
 def test_an_unreadable_importance_file_names_its_option(tuned, tmp_path, capsys):

@@ -27,10 +27,19 @@ def _refuse_unused(args) -> None:
     kind = "unstructured" if args.method in UNSTRUCTURED else "structured"
     for name in UNUSED[kind]:
         if getattr(args, name) not in (None, False, []):
-            option = "key=value options" if name == "overrides" else "--" + name.replace("_", "-")
+            option = "key=value options are" if name == "overrides" else f"--{name.replace('_', '-')} is"
             why = ("it ranks heads and FFN units only" if kind == "unstructured" else
                    "it prunes a fine-tuned model without training; the option is for magnitude / movement")
-            raise UsageError(f"{option} is not used by --method {args.method} ({why})")
+            raise UsageError(f"{option} not used by --method {args.method} ({why})")
+
+
+def check_task(task) -> None:
+    """A UsageError naming --task where it is not a task kind."""
+    from lmforge.cli.common import UsageError
+    from lmforge.tasks.base import MODULES
+
+    if task is not None and task not in MODULES:
+        raise UsageError(f"--task {task!r}: expected one of {', '.join(MODULES)}")
 
 
 def _cell(value, fmt: str) -> str:
@@ -98,6 +107,7 @@ def cmd_prune(args) -> None:
 
     check_out(args.out, args.model)
     _refuse_unused(args)
+    check_task(args.task)
     refuse_quantised(args.model)
     kind = args.task or task_info(args.model).get("kind")
     if kind is None:

@@ -63,12 +63,14 @@ def _calibration(path: str) -> list:
 def _check(args) -> None:
     """One-line errors for options out of range or given without what they serve."""
     from lmforge.cli.common import UsageError
+    from lmforge.cli.prune import check_task
 
     for name in ("batch_size", "seq_len", "rounds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be a positive integer")
     if args.seed < 0:
         raise UsageError(f"--seed {args.seed}: must be >= 0")
+    check_task(args.task)
     if not args.data and (args.task or args.columns):
         raise UsageError(f"{'--task' if args.task else '--columns'} reads --data: give --data FILE too")
     given = [f"--{name.replace('_', '-')}" for name in ("calibration", "smooth_alpha", "no_smooth")

@@ -94,8 +94,8 @@ def test_options_a_method_does_not_use_are_refused(tuned, tmp_path, capsys, meth
 def test_a_task_that_is_no_task_kind_names_task(tuned, tmp_path, capsys, command):
     path, dev = tuned
     method = ["--method", "ffn", "--sparsity", "0.5"] if command == "prune" else []
-    argv = [command, "--model", str(path), "--task", "bogus", "--data", str(dev), "--out", str(tmp_path / "o"),
-            *method]
+    out = tmp_path / "o"
+    argv = [command, "--model", str(path), "--task", "bogus", "--data", str(dev), "--out", str(out), *method]
     assert main(argv) == 2
     err = _one_line_error(capsys)
     assert "--task 'bogus': expected one of cls, pair" in err and not (tmp_path / "o").exists()

@@ -101,6 +101,15 @@ def test_bad_texts_are_refused(saved, text, match):
         fill_mask(model, tokenizer, text)
 
 
+def test_an_encoder_without_its_masked_lm_head_is_refused_in_its_own_words(saved):
+    _, model, tokenizer = saved["bert"]
+    bare = lmforge.build(model.config)
+    for name in list(bare.heads):
+        del bare.heads[name]
+    with pytest.raises(ValueError, match=r"^fill-mask needs the model's masked-LM head \('lm'\)"):
+        fill_mask(bare, tokenizer, TEXT)
+
+
 def test_a_decoder_cannot_fill_a_mask(saved):
     _, model, tokenizer = saved["gpt2"]
     with pytest.raises(ValueError, match="decoder"):

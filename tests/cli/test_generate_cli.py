@@ -46,6 +46,7 @@ def _refused(capsys, argv, message):
      "--min-new-tokens 50 is more than --max-new-tokens 5"),
     (["--num-beams", "3", "--temperature", "0.7"], "--num-beams 3 with sampling"),
     (["--max-new-tokens", "100"], "--max-new-tokens 100: 4 starting tokens plus 100 new ones exceed"),
+    (["--length-penalty", "2.0"], "--length-penalty 2.0 ranks finished beams: it needs --num-beams > 1"),
 ])
 def test_generate_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, message):
     _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat", *flags], message)

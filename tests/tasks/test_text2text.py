@@ -139,6 +139,8 @@ def test_tiny_t5_learns_text_to_text_through_the_cli(tmp_path, capsys):
     assert summary["best"]["accuracy"] >= 0.9  # chance is 0.5
     info = json.loads((out / "best" / "task.json").read_text())
     assert info["text_to_text"] is True and info["labels"] == ["no", "yes"]
+    # the start id it decoded from is kept, so `lmforge generate` starts where training did
+    assert lmforge.load(out / "best").config.decoder_start_token_id == tokenizer("t5").pad_id
     lmforge.load(out / "best").save(tmp_path / "hf", format="hf")  # exports as T5ForConditionalGeneration
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert hf_config["architectures"] == ["T5ForConditionalGeneration"]

@@ -43,6 +43,9 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
     check_fits(tokenizer, model)  # else a candidate id past the tokenizer's prints as "[776]"
+    if not any(h.spec["kind"] == "lm" for h in model.heads.values()):
+        raise ValueError("fill-mask needs the model's masked-LM head ('lm'): load a *ForMaskedLM or "
+                         "*ForConditionalGeneration checkpoint, or one pretrained with an MLM objective")
     head = lm_head_name(model)
     with evaluating(model):
         if not isinstance(model, EncoderDecoder):

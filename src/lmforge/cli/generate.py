@@ -143,6 +143,9 @@ def check_options(args, options: dict, context: int, start: int) -> None:
         raise UsageError(f"{_named(args, 'num_beams', options['num_beams'])} with sampling "
                          f"(temperature {options['temperature']}): beam search does not sample; give "
                          "--num-beams 1 or --temperature 0")
+    if args.length_penalty is not None and options["num_beams"] == 1:
+        raise UsageError(f"--length-penalty {args.length_penalty} ranks finished beams: it needs "
+                         "--num-beams > 1")
     if args.stream and options["num_beams"] > 1:
         raise UsageError("--stream needs --num-beams 1: beam search knows its best text only at the end")
     if start > context:

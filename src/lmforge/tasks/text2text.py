@@ -93,6 +93,8 @@ class TextToTextTask(TeacherForced, Task):
         self.prefix = self.kind if prefix is None else str(prefix)
         start = model.config.decoder_start_token_id
         self.start = self.pad_id if start is None else start  # T5's convention: the pad id
+        if start is None:  # written into the config, so the fine-tuned model generates from it too
+            model.config = model.config.replace(decoder_start_token_id=self.start)
         self.targets = self.label_targets()
 
     def info(self) -> dict:

@@ -113,10 +113,11 @@ class Pruning(Objective):
         return self.task.finish()
 
 
-def _settings(model, sparsity: float, task_cfg: TaskConfig, sparse_cfg: SparseConfig) -> dict:
-    """What a run is pruned with, by the option that sets it: --model, --sparsity, key=value ones."""
+def _settings(model, sparsity: float, steps: int, task_cfg: TaskConfig, sparse_cfg: SparseConfig) -> dict:
+    """What a run is pruned with, by the option that sets it: --model, --sparsity, --steps (the schedule
+    spans them), key=value ones."""
     source = Path(model).resolve() if isinstance(model, (str, Path)) and Path(model).exists() else model
-    return {"--model": str(source), "--sparsity": sparsity,
+    return {"--model": str(source), "--sparsity": sparsity, "--steps": steps,
             **{f"{k}=": v for k, v in sparse_cfg.__dict__.items()},
             **{f"{k}=": getattr(task_cfg, k) for k in TRAINED}}
 
@@ -147,13 +148,13 @@ def prune_finetune(model, tokenizer, kind: str, method: str, sparsity: float, tr
         raise ValueError("parallel=fsdp: pruning during fine-tuning ranks whole matrices; use parallel=ddp")
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
     sparse_cfg, out = sparse_cfg or SparseConfig(), Path(out)
-    check_settings(out, _settings(model, sparsity, task_cfg, sparse_cfg), resume)
+    steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
+    check_settings(out, _settings(model, sparsity, steps, task_cfg, sparse_cfg), resume)
     source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, as finetune's
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, source_labels)
-    steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
     pruner = Pruner(model, method, sparsity, round(sparse_cfg.start * steps), round(sparse_cfg.end * steps),
                     sparse_cfg.soft_lambda)
     objective = Pruning(task, pruner, train_cfg.accumulation)

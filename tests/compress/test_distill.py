@@ -172,6 +172,17 @@ def test_data_labels_and_out_are_checked_before_training(teacher_dir, tmp_path, 
     assert {f.name: f.read_bytes() for f in (teacher_dir / "teacher").iterdir()} == teacher
 
 
+def test_a_student_of_the_teacher_s_size_claims_no_speed_up(capsys):
+    from lmforge.cli.distill import _print
+
+    row = {"parameters": 100, "bytes": 400, "metric": 0.9, "metric_name": "accuracy", "seconds_b16": 0.01}
+    report = {"layers": {"teacher": 4, "student": 4}, "teacher": row, "student": row, "metric_kept": 1.0,
+              "speedup": 1.07, "parameters_ratio": 1.0}
+    _print(report, "out")
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "the teacher's size (times 1.07x apart: noise)" in line and "faster" not in line
+
+
 def test_a_slower_student_is_called_slower():
     from lmforge.cli.distill import speed
 

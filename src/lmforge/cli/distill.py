@@ -28,8 +28,11 @@ def _print(report: dict, out) -> None:
                       f"{r['seconds_b16']:.4f}")
     Console().print(table)
     kept = f"{100 * report['metric_kept']:.1f} %" if report["metric_kept"] is not None else "n/a"
+    same = report["parameters_ratio"] == 1 and report["layers"]["teacher"] == report["layers"]["student"]
+    # a student of the teacher's layers has no speed-up to claim: its time ratio is noise
+    timed = f"the teacher's size (times {report['speedup']:.2f}x apart: noise)" if same else speed(report["speedup"])
     print(f"student keeps {kept} of the teacher's {report['teacher']['metric_name']}, "
-          f"{speed(report['speedup'])}, {report['parameters_ratio']:.2f}x the parameters; "
+          f"{timed}, {report['parameters_ratio']:.2f}x the parameters; "
           f"report in {Path(out) / 'distill.json'}")
 
 

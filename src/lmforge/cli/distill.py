@@ -30,7 +30,8 @@ def _print(report: dict, out) -> None:
     kept = f"{100 * report['metric_kept']:.1f} %" if report["metric_kept"] is not None else "n/a"
     same = report["parameters_ratio"] == 1 and report["layers"]["teacher"] == report["layers"]["student"]
     # a student of the teacher's layers has no speed-up to claim: its time ratio is noise
-    timed = f"the teacher's size (times {report['speedup']:.2f}x apart: noise)" if same else speed(report["speedup"])
+    noise = f"the teacher's size (times {report['speedup']:.2f}x apart: noise)"
+    timed = noise if same else speed(report["speedup"])
     print(f"student keeps {kept} of the teacher's {report['teacher']['metric_name']}, "
           f"{timed}, {report['parameters_ratio']:.2f}x the parameters; "
           f"report in {Path(out) / 'distill.json'}")

@@ -107,3 +107,11 @@ def read_records(option: str, path, kind: str, columns) -> list:
         return read_task_file(path, kind, columns, True)
     except OSError as err:
         raise UsageError(f"{option} {path}: {err.strerror or err}") from None
+
+
+def check_task(task) -> None:
+    """A UsageError naming --task where it is not a task kind."""
+    from lmforge.tasks.base import MODULES
+
+    if task is not None and task not in MODULES:
+        raise UsageError(f"--task {task!r}: expected one of {', '.join(MODULES)}")

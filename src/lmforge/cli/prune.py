@@ -33,15 +33,6 @@ def _refuse_unused(args) -> None:
             raise UsageError(f"{option} not used by --method {args.method} ({why})")
 
 
-def check_task(task) -> None:
-    """A UsageError naming --task where it is not a task kind."""
-    from lmforge.cli.common import UsageError
-    from lmforge.tasks.base import MODULES
-
-    if task is not None and task not in MODULES:
-        raise UsageError(f"--task {task!r}: expected one of {', '.join(MODULES)}")
-
-
 def _cell(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -100,7 +91,7 @@ def _unstructured(args, kind: str, records: list) -> None:
 
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
-    from lmforge.cli.common import UsageError, check_out, read_records
+    from lmforge.cli.common import UsageError, check_out, check_task, read_records
     from lmforge.compress.output import replaced_line
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info

@@ -62,8 +62,7 @@ def _calibration(path: str) -> list:
 
 def _check(args) -> None:
     """One-line errors for options out of range or given without what they serve."""
-    from lmforge.cli.common import UsageError
-    from lmforge.cli.prune import check_task
+    from lmforge.cli.common import UsageError, check_task
 
     for name in ("batch_size", "seq_len", "rounds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:

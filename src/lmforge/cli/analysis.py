@@ -119,13 +119,14 @@ def _print_report(report: dict) -> None:
         curve.add_row(f"{100 * a['fraction']:.0f}%", f"{a['metric']:.4f}", f"{b['mean']:.4f} +- {b['sd']:.4f}")
     console.print(curve)
     ahead = report["random"]["importance_vs_mean"]["ahead_at_every_level"]
-    console.print(f"importance {'is' if ahead else 'is not'} ahead of the random mean at every level")
+    # plain lines by print: rich would wrap them at 80 columns where the output is piped
+    print(f"importance {'is' if ahead else 'is not'} ahead of the random mean at every level")
     if "pruned" in report:
         pruned = report["pruned"]
-        console.print(json.dumps({k: v for k, v in pruned.items() if k != "heads"}, indent=2))
-        console.print(pruned["note"] if "note" in pruned else
-                      f"{pruned['level']['fraction']:.4f} of the heads removed ({_asked(pruned['asked'])}); "
-                      f"forward {pruned['speedup']:.2f}x as fast, side by side; model in {pruned['dir']}")
+        print(json.dumps({k: v for k, v in pruned.items() if k != "heads"}, indent=2))
+        print(pruned["note"] if "note" in pruned else
+              f"{pruned['level']['fraction']:.4f} of the heads removed ({_asked(pruned['asked'])}); "
+              f"forward {pruned['speedup']:.2f}x as fast, side by side; model in {pruned['dir']}")
 
 
 def _asked(asked: dict) -> str:

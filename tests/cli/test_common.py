@@ -36,3 +36,17 @@ def test_records_and_config_files_that_cannot_be_read_are_named(tmp_path):
         (tmp_path / "c.json").write_text(text)
         with pytest.raises(CheckpointError, match=f"c.json {message}"):
             resolve_config(str(tmp_path / "c.json"), {})
+
+
+def test_evaluate_names_the_option_it_refuses(tmp_path, capsys):
+    from lmforge.cli import main
+
+    for argv, message in [(["evaluate", "--model", "m", "--data", "d.jsonl", "--batch-size", "0"],
+                           "--batch-size 0: must be at least 1"),
+                          (["evaluate", "--model", str(tmp_path), "--task", "cls", "--data",
+                            str(tmp_path / "missing.jsonl")], "missing.jsonl: No such file or directory"),
+                          ]:
+        (tmp_path / "config.json").write_text("{}")
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err

@@ -160,3 +160,15 @@ def test_an_existing_model_folder_is_replaced_whole_and_said_and_task_json_gets_
     assert stat.S_IMODE((stale / "task.json").stat().st_mode) == 0o644
     assert main(["quantize", "--model", str(source), "--out", str(tmp_path / "q2"), *FAST]) == 0
     assert "existed" not in capsys.readouterr().out
+
+
+def test_no_activation_bits_are_claimed_where_every_layer_ran_fp32(fine_tuned, tmp_path, monkeypatch, capsys):
+    from lmforge.fast import int8
+
+    path, _ = fine_tuned
+    monkeypatch.setattr(int8, "CHOICES", {})
+    monkeypatch.setattr(int8.Int8Linear, "_measure", lambda self, key, x: "fp32")  # as a tiny model measures
+    assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), "--rounds", "1"]) == 0
+    report = json.loads((tmp_path / "q" / "quantize.json").read_text())
+    assert {k["kernel"] for k in report["kernels"]} == {"fp32"} and report["activation_bits"] is None
+    assert "no activation quantised here" in capsys.readouterr().out

@@ -10,7 +10,10 @@ from tests.tasks.core import tiny, tokenizer
 
 def test_a_new_task_head_on_an_int8_model_is_refused():
     model = quantize(tiny("bert-base"), "dynamic")
-    with pytest.raises(ValueError, match="the model is int8-quantised .*train the fp32 model"):
+    # the same words whether it came to be trained or evaluated: the head it lacks, then the way out
+    expected = ("the model is int8-quantised .*: it has no classification head to run, and a new one "
+                "cannot be trained on it: fine-tune the fp32 model")
+    with pytest.raises(ValueError, match=expected):
         task_class("cls")(model, tokenizer("bert"), labels=["neg", "pos"])
 
 

@@ -99,12 +99,12 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
     return path
 
 
-def read_records(option: str, path, kind: str, columns) -> list:
-    """The labelled records of a task file given as `option`; an unreadable file is an error naming it."""
+def read_records(option: str, path, kind: str, columns, labelled: bool = True) -> list:
+    """The (labelled) records of a task file given as `option`; an unreadable file is an error naming it."""
     from lmforge.tasks.formats import read_task_file
 
     try:
-        return read_task_file(path, kind, columns, True)
+        return read_task_file(path, kind, columns, labelled)
     except OSError as err:
         raise UsageError(f"{option} {path}: {err.strerror or err}") from None
 

@@ -81,6 +81,8 @@ def cmd_distill(args) -> None:
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid
     if records is None:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps {args.steps}: must be at least 1")
     steps = {"steps": args.steps} if args.steps is not None else {}
     train_cfg = TrainConfig.from_dict({"seed": args.seed, "eval_every": max(1, (args.steps or 1000) // 10), **steps,
                                        **{k: v for k, v in options.items() if k in train_keys}})

@@ -33,7 +33,9 @@ def _table(report: dict) -> None:
                       *((f"{r['metric']:.4f}",) if metric else ()), f"{r['seconds']:.4f}")
     Console().print(table)
     kept = sorted({k["kernel"] for k in report["kernels"]})
-    bits = f"; activations {report['activation_bits']}-bit" if "activation_bits" in report else ""
+    bits = "" if "activation_bits" not in report else (
+        f"; activations {report['activation_bits']}-bit" if report["activation_bits"] else
+        "; no activation quantised here: every layer ran its dequantised weight in fp32, measured faster")
     if "smoothing" in report:
         smoothing = report["smoothing"]
         bits += (f", {len(smoothing['layers'])} layers smoothed (alpha {smoothing['alpha']}, "

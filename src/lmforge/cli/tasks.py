@@ -49,8 +49,8 @@ def split_options(pairs: dict) -> tuple:
 
 def task_data(args, labelled: bool = True) -> tuple:
     """(kind, {split: records}) from --builtin or the files given (--train/--valid or --data)."""
-    from lmforge.cli.common import UsageError
-    from lmforge.tasks.formats import BUILTIN, builtin, read_task_file
+    from lmforge.cli.common import UsageError, read_records
+    from lmforge.tasks.formats import BUILTIN, builtin
 
     if args.builtin:
         kind, splits = builtin(args.builtin, args.builtin_size, args.seed)
@@ -59,10 +59,11 @@ def task_data(args, labelled: bool = True) -> tuple:
         return kind, splits
     if not args.task:
         raise UsageError(f"--task is needed with data files (or use --builtin {'|'.join(BUILTIN)})")
-    files = {"train": getattr(args, "train", None), "validation": getattr(args, "valid", None),
-             "test": getattr(args, "data", None)}
-    return args.task, {split: read_task_file(f, args.task, args.columns, labelled or split == "train")
-                       for split, f in files.items() if f}
+    files = {"train": ("--train", getattr(args, "train", None)),
+             "validation": ("--valid", getattr(args, "valid", None)),
+             "test": ("--data", getattr(args, "data", None))}
+    return args.task, {split: read_records(option, f, args.task, args.columns, labelled or split == "train")
+                       for split, (option, f) in files.items() if f}
 
 
 def check_model(name: str) -> None:
@@ -123,6 +124,8 @@ def cmd_evaluate(args) -> None:
 
     if not args.builtin and not args.data:
         raise UsageError("give --data FILE or --builtin NAME")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size {args.batch_size}: must be at least 1")
     check_model(args.model)  # before task.json is looked for in it
     if not args.task and not args.builtin:
         args.task = task_info(args.model).get("kind")  # the fine-tuned model's own task

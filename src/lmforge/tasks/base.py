@@ -111,7 +111,9 @@ class Task(Objective, abc.ABC):
         if existing is not None and existing.spec == fresh.spec:
             head = existing  # a fine-tuned model's own head: keep it (evaluation, continued training)
         else:
-            refuse_int8(model)  # a new head is for training, which an int8 model cannot do
+            # a new head is for training, which an int8 model cannot do
+            refuse_int8(model, f"it has no {self.head} head to run, and a new one cannot be trained on it: "
+                               "fine-tune the fp32 model, then lmforge quantize it")
             head, pooler = fresh, _reusable_pooler(model)
             if getattr(head, "pooler", None) is not None and pooler is not None:
                 head.pooler.dense.load_state_dict(pooler.dense.state_dict())

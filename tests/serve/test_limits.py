@@ -109,6 +109,18 @@ def test_bad_fields_are_422_naming_the_field(tight):
     assert error["message"].endswith("(character 14)"), error
 
 
+def test_refusals_outside_the_routes_have_the_error_shape_too(tight):
+    cases = [("GET", "/predict", None, 405, "GET is not allowed on /predict"),
+             ("GET", "/no-such-route", None, 404, "no route /no-such-route"),
+             ("POST", "/embed", b"", 422, "the request has no body")]
+    for method, path, body, status, message in cases:
+        answer = httpx.request(method, tight.url + path, content=body, timeout=30,
+                               headers={"content-type": "application/json"})
+        error = answer.json()["error"]
+        assert answer.status_code == status and error["code"] == status, answer.text
+        assert error["message"].startswith(message) and set(error) == {"message", "type", "param", "code"}
+
+
 def test_truncate_cuts_a_huge_text_before_tokenising_it(server, model_dirs):
     encoder = SentenceEncoder.from_dir(model_dirs["enc"])
     huge, spaces = "the old red fox " * 60000, "cat" + " " * 40000 + "dog"  # ~1 MB; 40 kB of 3 tokens

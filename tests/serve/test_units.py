@@ -88,7 +88,7 @@ def test_text_tail_holds_back_a_possible_stop_string_and_cuts_at_it():
 def test_fit_lengths_refuses_or_truncates_naming_the_limit():
     limits = Limits(max_request_tokens=100)
     assert fit_lengths([10, 300], 64, truncate=True, limits=limits) == [10, 64]
-    with pytest.raises(RequestError, match="max_seq_len=64") as err:
+    with pytest.raises(RequestError, match="max_tokens=64 in /info") as err:
         fit_lengths([10, 300], 64, truncate=False, limits=limits)
     assert err.value.status == 413 and err.value.param == "max_seq_len"
     with pytest.raises(RequestError, match="max_request_tokens=100"):

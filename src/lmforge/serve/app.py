@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lmforge import __version__
 from lmforge.serve import page, routes, streaming
@@ -231,8 +232,18 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody
         why, at = (first.get("ctx") or {}).get("error", first.get("msg")), first.get("loc", (None, None))[-1]
         return error_response(RequestError(400, f"request body is not valid JSON: {why} (character {at})"))
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    if not where and first.get("type") == "missing":  # the body itself
+        return error_response(RequestError(422, "the request has no body: send a JSON object"))
     return error_response(RequestError(422, f"{where}: {first.get('msg')}" if where else first.get("msg"),
                                        param=where or None))
+
+
+def _http_error(request: Request, exc: StarletteHTTPException) -> JSONBody:
+    """Starlette's own refusals (no such route, a method the route lacks) in the server's error shape."""
+    known = {404: f"no route {request.url.path} (see /docs)",
+             405: f"{request.method} is not allowed on {request.url.path}"}
+    why = known.get(exc.status_code, str(exc.detail))
+    return error_response(RequestError(exc.status_code, why, headers=getattr(exc, "headers", None)))
 
 
 def _server_error(request: Request, exc: Exception) -> JSONBody:
@@ -261,6 +272,7 @@ def create_app(models: dict, limits: Limits | None = None, threads: int | None =
     app.state.server = server
     app.add_exception_handler(RequestError, lambda request, err: error_response(err))
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _server_error)
     for module in (routes, streaming, page):
         app.include_router(module.router)

@@ -73,8 +73,8 @@ def fit_lengths(lengths: list, limit: int, truncate: bool, limits: Limits) -> li
     out = []
     for i, n in enumerate(lengths):
         if n > limit and not truncate:
-            raise too_large("max_seq_len", f"input {i} is {n} tokens, more than the model's "
-                            f"max_seq_len={limit}; send truncate: true to cut it")
+            raise too_large("max_seq_len", f"input {i} is {n} tokens, more than the model takes, "
+                            f"max_tokens={limit} in /info; send truncate: true to cut it")
         out.append(min(n, limit))
     total = sum(out)
     if total > limits.max_request_tokens:

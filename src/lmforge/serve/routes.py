@@ -74,8 +74,8 @@ async def clip(server, served, texts: list, truncate: bool) -> tuple:
             heads[i], (counts[i],) = text, await count_tokens(server, served, [text])
         elif not truncate:
             raise too_large("max_seq_len", f"input {i} is more than {counts[i]} tokens (its first {room} of "
-                            f"{len(text)} characters), more than the model's max_seq_len={served.max_tokens}; "
-                            "send truncate: true to cut it")
+                            f"{len(text)} characters), more than the model takes, max_tokens="
+                            f"{served.max_tokens} in /info; send truncate: true to cut it")
     return heads, counts
 
 

@@ -42,7 +42,8 @@ def _table(title: str, rows: dict, extra: str = "") -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("", "parameters", *(("nonzero",) if extra else ()), "safetensors MB", "metric",
+    metric = next((r["metric_name"] for r in rows.values() if r.get("metric_name")), "metric")
+    for col in ("", "parameters", *(("nonzero",) if extra else ()), "safetensors MB", metric,
                 "forward s (batch 16)"):
         table.add_column(col, justify="right")
     for name, r in rows.items():

@@ -178,10 +178,11 @@ def test_a_student_of_the_teacher_s_size_claims_no_speed_up(capsys):
 
     row = {"parameters": 100, "bytes": 400, "metric": 0.9, "metric_name": "accuracy", "seconds_b16": 0.01}
     report = {"layers": {"teacher": 4, "student": 4}, "teacher": row, "student": row, "metric_kept": 1.0,
-              "speedup": 1.07, "parameters_ratio": 1.0}
+              "speedup": 1.07, "parameters_ratio": 1.0, "student_dir": "out/best"}
     _print(report, "out")
     line = capsys.readouterr().out.splitlines()[-1]
     assert "the teacher's size (times 1.07x apart: noise)" in line and "faster" not in line
+    assert "student in out/best" in line  # where the student to use is
 
 
 def test_a_slower_student_is_called_slower():

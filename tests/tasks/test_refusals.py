@@ -90,6 +90,12 @@ def test_evaluate_names_a_record_without_its_label(finetuned, tmp_path, capsys):
     assert_refused(capsys, ["evaluate", "--model", str(finetuned), "--data", csv], f"{csv}:2: no label")
 
 
+def test_evaluate_says_unlabelled_records_get_no_metrics(finetuned, tmp_path, capsys):
+    data = write(tmp_path / "new.jsonl", '{"text": "It is superb."}\n{"text": "It broke."}\n')
+    assert main(["evaluate", "--model", str(finetuned), "--data", data]) == 0
+    assert "no metrics: the records carry no labels" in capsys.readouterr().err
+
+
 def test_evaluate_api_refuses_mixed_gold_and_a_fresh_head(model_dir, finetuned):
     from lmforge.tasks.finetune import evaluate
 

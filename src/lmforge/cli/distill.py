@@ -34,7 +34,7 @@ def _print(report: dict, out) -> None:
     timed = noise if same else speed(report["speedup"])
     print(f"student keeps {kept} of the teacher's {report['teacher']['metric_name']}, "
           f"{timed}, {report['parameters_ratio']:.2f}x the parameters; "
-          f"report in {Path(out) / 'distill.json'}")
+          f"student in {report['student_dir']}, report in {Path(out) / 'distill.json'}")
 
 
 def speed(ratio: float) -> str:

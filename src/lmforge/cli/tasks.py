@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq")
 SPLITS = ("train", "validation", "test")
@@ -131,13 +132,16 @@ def cmd_evaluate(args) -> None:
         args.task = task_info(args.model).get("kind")  # the fine-tuned model's own task
     kind, splits = task_data(args, labelled=False)
     records = splits[args.split if args.builtin else "test"]
-    gold_given(records, args.data or f"--builtin {args.builtin}")  # a record without its label, named
+    labelled = gold_given(records, args.data or f"--builtin {args.builtin}")  # a mix is refused, named
     labels = task_info(args.model).get("labels")
     if args.data and labels and kind in ("cls", "pair"):
         check_labels(records, labels, args.data)
     metrics = evaluate(args.model, records, kind, tokenizer=args.tokenizer, out=args.out,
                        batch_size=args.batch_size)
     print(json.dumps({"task": kind, "records": len(records), **metrics}, indent=2))
+    if not labelled:
+        print("no metrics: the records carry no labels (predictions only"
+              + (", written to --out)" if args.out else "; give --out FILE to keep them)"), file=sys.stderr)
     if args.out:
         print(f"wrote {args.out}")
 

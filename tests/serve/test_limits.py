@@ -96,7 +96,9 @@ def test_bad_fields_are_422_naming_the_field(tight):
     cases = [("/generate", {"prompt": "x", "top_p": 1.5}, "top_p"), ("/embed", {"texts": "x", "normalise": 1},
                                                                      "normalise"),
              ("/generate", {"prompt": "x", "num_beams": 2, "stream": True}, "stream"),
-             ("/generate", {"prompt": "x", "num_beams": 2, "temperature": 0.5}, "num_beams")]
+             ("/generate", {"prompt": "x", "num_beams": 2, "temperature": 0.5}, "num_beams"),
+             ("/embed", {"texts": ["a", 5]}, "texts.1"),
+             ("/predict", {"inputs": ["a", 5]}, "inputs.1")]  # a union's branch names no field, the index does
     for path, body, field in cases:
         answer = httpx.post(tight.url + path, content=json.dumps(body), timeout=30,
                             headers={"content-type": "application/json"})

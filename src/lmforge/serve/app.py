@@ -226,12 +226,24 @@ def error_response(err: RequestError) -> JSONBody:
     return JSONBody(err.body(), status_code=err.status, headers=err.headers)
 
 
+def _field(loc) -> str:
+    """A validation error's field path ("inputs.0"): without "body" and the names pydantic gives the
+    branches of a union ("str", "list[str]"), which name no field of the request."""
+    def branch(part) -> bool:
+        return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict", "list")
+                                          or "[" in part)
+
+    return ".".join(str(p) for p in loc if p != "body" and not branch(p))
+
+
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody:
-    first = exc.errors()[0]
+    errors = exc.errors()
+    # of a union's branch errors, the one that reached into the value (an index) says where it is wrong
+    first = next((e for e in errors if any(isinstance(p, int) for p in e.get("loc", ()))), errors[0])
     if first.get("type") == "json_invalid":  # its loc is ("body", character offset): no field to name
         why, at = (first.get("ctx") or {}).get("error", first.get("msg")), first.get("loc", (None, None))[-1]
         return error_response(RequestError(400, f"request body is not valid JSON: {why} (character {at})"))
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    where = _field(first.get("loc", ()))
     if not where and first.get("type") == "missing":  # the body itself
         return error_response(RequestError(422, "the request has no body: send a JSON object"))
     return error_response(RequestError(422, f"{where}: {first.get('msg')}" if where else first.get("msg"),

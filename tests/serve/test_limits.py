@@ -98,7 +98,7 @@ def test_bad_fields_are_422_naming_the_field(tight):
              ("/generate", {"prompt": "x", "num_beams": 2, "stream": True}, "stream"),
              ("/generate", {"prompt": "x", "num_beams": 2, "temperature": 0.5}, "num_beams"),
              ("/embed", {"texts": ["a", 5]}, "texts.1"),
-             ("/predict", {"inputs": ["a", 5]}, "inputs.1")]  # a union's branch names no field, the index does
+             ("/predict", {"inputs": ["a", 5]}, "inputs.1")]  # the index, not the union branch
     for path, body, field in cases:
         answer = httpx.post(tight.url + path, content=json.dumps(body), timeout=30,
                             headers={"content-type": "application/json"})

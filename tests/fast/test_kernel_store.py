@@ -82,3 +82,27 @@ def test_side_by_side_timing_runs_without_autograd():
     seen = []
     alternating({"a": lambda: seen.append(torch.is_grad_enabled()), "b": lambda: None}, rounds=2)
     assert seen and not any(seen)
+
+
+def test_a_non_finite_input_does_not_write_its_fallback_down(store):
+    """Every kernel disagrees on a row of NaN: the fallback is this call's, and a later process measures."""
+    layer, x = _layer(), torch.randn(20, 64)
+    x[:] = float("nan")
+    with torch.no_grad():
+        layer(x)
+    assert not store.exists() or not json.loads(store.read_text()).get(machine())
+    x = torch.randn(20, 64)
+    x[3] = float("nan")  # one padding-like row: the others still judge the kernels
+    int8.CHOICES.clear()
+    with torch.no_grad():
+        layer(x)
+    assert next(iter(int8.CHOICES.values())) != "dequantise"
+
+
+def test_a_written_kernel_this_layer_cannot_run_is_kept_for_the_layers_that_can(store):
+    key = ("weight-only", 64, 48, 64, 2)
+    kernel_store.settle(key, "int8pack-bf16-serial")
+    layer = _layer("weight-only")
+    layer.candidates = lambda: ["fp32"]  # as an unaligned weight offers no int8pack-bf16
+    assert layer._choose(key, torch.randn(40, 64)) == "fp32"
+    assert kernel_store.recall(key) == "int8pack-bf16-serial"  # not flipped back and forth between processes

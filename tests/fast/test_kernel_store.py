@@ -106,3 +106,13 @@ def test_a_written_kernel_this_layer_cannot_run_is_kept_for_the_layers_that_can(
     layer.candidates = lambda: ["fp32"]  # as an unaligned weight offers no int8pack-bf16
     assert layer._choose(key, torch.randn(40, 64)) == "fp32"
     assert kernel_store.recall(key) == "int8pack-bf16-serial"  # not flipped back and forth between processes
+
+
+def test_arm_machines_are_told_apart_by_their_cpu_part():
+    from lmforge.fast.isa import parse_cpuinfo
+
+    a = parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\n"
+                      "CPU part\t: 0xd40\n")
+    b = parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n")
+    assert a != b and a["CPU part"] == "0xd40" and a["flags"] == ""
+    assert parse_cpuinfo("model name : X\nflags : avx2\nmodel name : Y\n")["model name"] == "X"

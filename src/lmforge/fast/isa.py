@@ -16,19 +16,27 @@ ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "FB
             "MKL_ENABLE_INSTRUCTIONS")  # settings that cap the code torch's kernel libraries run
 
 
+CPU_FIELDS = ("model name", "flags", "Features", "CPU implementer", "CPU part", "CPU variant")  # x86, ARM
+
+
+def parse_cpuinfo(text: str) -> dict:
+    """The first value of each of CPU_FIELDS in /proc/cpuinfo's text ("" where absent)."""
+    found = dict.fromkeys(CPU_FIELDS, "")
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in found and not found[name.strip()]:
+            found[name.strip()] = value.strip()
+    return found
+
+
 @functools.cache
 def cpu_fields() -> dict:
-    """/proc/cpuinfo's first "model name" and "flags" values (empty where there is no such file)."""
-    found = {"model name": "", "flags": ""}
+    """This machine's parse_cpuinfo (the model name from platform where there is no /proc/cpuinfo)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name.strip() in found and not found[name.strip()]:
-                    found[name.strip()] = value.strip()
+            return parse_cpuinfo(f.read())
     except OSError:
-        found["model name"] = platform.processor()
-    return found
+        return {**dict.fromkeys(CPU_FIELDS, ""), "model name": platform.processor()}
 
 
 # what lets the kernel libraries use VNNI (u8 x s8 summed straight into int32): the CPU's flags, and no

@@ -42,6 +42,24 @@ def test_a_failed_write_leaves_the_old_folder_and_no_staging(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["model"] and (dest / "config.json").read_text() == "old"
 
 
+def test_a_failed_move_into_place_puts_the_old_folder_back(tmp_path, monkeypatch):
+    dest = tmp_path / "model"
+    dest.mkdir()
+    (dest / "config.json").write_text("old")
+    real, calls = os.replace, []
+
+    def second_fails(a, b):  # moving the old folder aside works, moving the new one in does not
+        calls.append((a, b))
+        if len(calls) == 2:
+            raise OSError("disk gone")
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", second_fails)
+    with pytest.raises(OSError):
+        replace_model_dir(dest, lambda folder: (folder / "config.json").write_text("new"))
+    assert [p.name for p in tmp_path.iterdir()] == ["model"] and (dest / "config.json").read_text() == "old"
+
+
 def test_a_link_is_replaced_not_what_it_points_to(tmp_path):
     target = tmp_path / "elsewhere"
     target.mkdir()

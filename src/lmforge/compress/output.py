@@ -10,6 +10,7 @@ where the umask says so).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -45,24 +46,33 @@ def carry_sentence_files(source: Path, dest: Path) -> None:
 
 
 def replace_model_dir(dest: Path, write: Callable[[Path], object]) -> bool:
-    """Call write(folder) on a fresh folder beside `dest`, then put it in the place of `dest` whole
-    (an existing `dest` removed first; a link removed, not what it points to). Returns whether a `dest`
-    was there; on a failure the fresh folder goes and `dest` is as it was."""
+    """Call write(folder) on a fresh folder beside `dest`, then put it in the place of `dest` whole:
+    the old `dest` (a link: the link, not what it points to) is moved aside first and removed only
+    once the new one is in place. Returns whether a `dest` was there; on a failure the fresh folder
+    goes and `dest` is as it was."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.new-"))
+    existed = dest.exists() or dest.is_symlink()
+    old = dest.with_name(f".{dest.name}.old-{staging.name.rsplit('-', 1)[-1]}")
     try:
         as_created(staging, directory=True)  # mkdtemp makes it 0700 whatever the umask
         write(staging)
-        existed = dest.exists() or dest.is_symlink()
-        if dest.is_dir() and not dest.is_symlink():
-            shutil.rmtree(dest)
-        elif existed:
-            dest.unlink()
-        staging.rename(dest)
+        if existed:
+            os.replace(dest, old)  # a rename: nothing of the old model is lost if the next one fails
+        try:
+            os.replace(staging, dest)
+        except BaseException:
+            if existed:
+                os.replace(old, dest)
+            raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old, ignore_errors=True)
+    elif existed:
+        old.unlink(missing_ok=True)
     return existed
 
 

@@ -157,3 +157,17 @@ def test_a_layer_key_of_no_layer_is_named_with_the_keys_there_are():
         cfg.replace(pruned_heads={"cross.1": [1]})
     with pytest.raises(ConfigError, match=r"\(keys are encoder.0 to encoder.1 or decoder.0\)$"):
         cfg.replace(ffn_sizes={"cross.0": 8})  # no FFN of that name: no layer count to blame
+
+
+def test_a_rewritten_file_keeps_its_own_mode(tmp_path):
+    import os
+    import stat
+
+    import lmforge
+
+    lmforge.build("bert-tiny", n_layers=1).save(tmp_path / "m")
+    for name in ("model.safetensors", "config.json"):
+        os.chmod(tmp_path / "m" / name, 0o600)  # the owner made them private
+    lmforge.build("bert-tiny", n_layers=1).save(tmp_path / "m")
+    for name in ("model.safetensors", "config.json"):
+        assert stat.S_IMODE((tmp_path / "m" / name).stat().st_mode) == 0o600

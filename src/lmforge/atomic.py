@@ -19,10 +19,15 @@ def umask() -> int:
         return mask
 
 
-def as_created(path, directory: bool = False) -> None:
+def as_created(path, directory: bool = False, replacing=None) -> None:
     """Give a file (folder) made by tempfile the mode open() (mkdir) would have: mkstemp makes it
-    0600 and mkdtemp 0700 whatever the umask, so a renamed model would be readable by its owner only."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~umask())
+    0600 and mkdtemp 0700 whatever the umask, so a renamed model would be readable by its owner only.
+    `replacing`: the file it will be renamed over, whose mode it keeps where it exists (as open() does)."""
+    try:
+        mode = os.stat(replacing).st_mode & 0o7777 if replacing is not None else None
+    except OSError:
+        mode = None
+    os.chmod(path, mode if mode is not None else (0o777 if directory else 0o666) & ~umask())
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -30,7 +35,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        as_created(tmp)
+        as_created(tmp, replacing=path)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

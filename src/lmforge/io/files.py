@@ -57,7 +57,7 @@ def save_tensors(tensors: dict, file: Path, metadata: dict) -> None:
     os.close(fd)
     try:
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp, metadata=metadata)
-        as_created(tmp)  # after: the writer makes the file anew
+        as_created(tmp, replacing=file)  # after: the writer makes the file anew
         os.replace(tmp, file)
     except BaseException as err:
         full = isinstance(err, Exception) and out_of_space(err, file.parent)

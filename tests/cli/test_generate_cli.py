@@ -29,11 +29,12 @@ def dirs(tmp_path_factory):
             "t5": _save(root, "t5", "t5", pad_token_id=0, eos_token_id=1)}
 
 
-def _refused(capsys, argv, message):
+def _refused(capsys, argv) -> str:
+    """The one error line of a command refused with status 2 before it printed anything."""
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "", out  # nothing printed before the refusal: not even the prompt
-    assert err.count("\n") == 1 and "Traceback" not in err and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
     return err
 
 
@@ -49,16 +50,18 @@ def _refused(capsys, argv, message):
     (["--length-penalty", "2.0"], "--length-penalty 2.0 ranks finished beams: it needs --num-beams > 1"),
 ])
 def test_generate_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, message):
-    _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat", *flags], message)
+    assert message in _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat", *flags])
 
 
 def test_an_empty_prompt_is_refused(dirs, capsys):
-    _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), ""], "the prompt '' holds no tokens")
+    err = _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), ""])
+    assert "the prompt '' holds no tokens" in err
 
 
 def test_a_prompt_longer_than_the_context_is_refused(dirs, capsys):
-    _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat " * 60, "--max-new-tokens", "1"],
-             "more than the model's context (max_seq_len=64)")
+    long = "the cat " * 60
+    err = _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), long, "--max-new-tokens", "1"])
+    assert "more than the model's context (max_seq_len=64)" in err
 
 
 @pytest.mark.parametrize("command, name, message", [
@@ -68,14 +71,14 @@ def test_a_prompt_longer_than_the_context_is_refused(dirs, capsys):
 ])
 def test_models_without_the_head_a_command_needs_are_refused_in_cli_terms(dirs, capsys, command, name,
                                                                           message):
-    err = _refused(capsys, [command, "--model", str(dirs[name]), "a [MASK] b"], message)
-    assert "attach(" not in err  # no Python advice in a command's message
+    err = _refused(capsys, [command, "--model", str(dirs[name]), "a [MASK] b"])
+    assert message in err and "attach(" not in err  # no Python advice in a command's message
 
 
 @pytest.mark.parametrize("flags, message", [(["--top-k", "0"], "--top-k 0: must be at least 1"),
                                             (["--max-span", "0"], "--max-span 0: must be at least 1")])
 def test_fill_mask_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, message):
-    _refused(capsys, ["fill-mask", "--model", str(dirs["t5"]), "a [MASK] b", *flags], message)
+    assert message in _refused(capsys, ["fill-mask", "--model", str(dirs["t5"]), "a [MASK] b", *flags])
 
 
 def test_a_t5_without_decoder_start_starts_from_its_pad_token(dirs, capsys):
@@ -105,7 +108,7 @@ def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dir
     path = tmp_path / "recommends"
     shutil.copytree(dirs["gpt2"], path)
     (path / "generation_config.json").write_text(json.dumps({"num_beams": 3, "min_length": 30}))
-    _refused(capsys, ["generate", "--model", str(path), "the cat", "--temperature", "0.7"],
-             "--num-beams 3 (the checkpoint's or the default) with sampling")
-    _refused(capsys, ["generate", "--model", str(path), "the cat", "--max-new-tokens", "5"],
-             "--min-new-tokens 26 (the checkpoint's or the default) is more than --max-new-tokens 5")
+    err = _refused(capsys, ["generate", "--model", str(path), "the cat", "--temperature", "0.7"])
+    assert "--num-beams 3 (the checkpoint's or the default) with sampling" in err
+    err = _refused(capsys, ["generate", "--model", str(path), "the cat", "--max-new-tokens", "5"])
+    assert "--min-new-tokens 26 (the checkpoint's or the default) is more than --max-new-tokens 5" in err

@@ -150,13 +150,18 @@ def test_pruning_curves_keep_a_head_per_layer_and_record_what_they_masked(fine_t
     assert random_levels[0]["metric"] == levels[0]["metric"]
 
 
-def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_path, capsys):
+def _heads_command(fine_tuned, tmp_path, prune: str, orders: str) -> dict:
+    """heads.json of `lmforge heads --prune PRUNE --step 0.25` on the validation split, which must succeed."""
     path, data = fine_tuned
     dev = tmp_path / "dev.jsonl"
     dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"]))
-    assert main(["heads", "--model", str(path), "--data", str(dev), "--prune", "0.25", "--step", "0.25",
-                 "--random-orders", "3", "--out", str(tmp_path / "heads")]) == 0
-    report = json.loads((tmp_path / "heads" / "heads.json").read_text())
+    assert main(["heads", "--model", str(path), "--data", str(dev), "--prune", prune, "--step", "0.25",
+                 "--random-orders", orders, "--out", str(tmp_path / "heads")]) == 0
+    return json.loads((tmp_path / "heads" / "heads.json").read_text())
+
+
+def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_path, capsys):
+    report = _heads_command(fine_tuned, tmp_path, "0.25", "3")
     assert set(report["curves"]) == {"importance", "random"} and report["heads"] == 8
     band = report["random"]["band"]
     assert report["random"]["seeds"] == [0, 1, 2] and [b["n"] for b in band] == [3] * len(band)
@@ -174,12 +179,7 @@ def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_p
 
 
 def test_heads_command_says_when_no_level_removes_a_head(fine_tuned, tmp_path, capsys):
-    path, data = fine_tuned
-    dev = tmp_path / "dev.jsonl"
-    dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"]))
-    assert main(["heads", "--model", str(path), "--data", str(dev), "--prune", "0.1", "--step", "0.25",
-                 "--random-orders", "1", "--out", str(tmp_path / "heads")]) == 0
-    pruned = json.loads((tmp_path / "heads" / "heads.json").read_text())["pruned"]
+    pruned = _heads_command(fine_tuned, tmp_path, "0.1", "1")["pruned"]
     assert pruned["note"] == ("no heads removed at --prune 0.1: the curve's first level removes 0.2500 "
                               "of the heads")
     assert not (tmp_path / "heads" / "pruned").exists()

@@ -1,9 +1,11 @@
-"""Files written whole or not at all (a temporary file in the same folder, then a rename), with the
-mode a plain open() would have given them."""
+"""Files and folders written whole or not at all (a temporary one in the same folder, then a rename),
+with the mode a plain open() (mkdir) would have given them."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -42,3 +44,67 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def replace_dir(dest, write: Callable[[Path], object]) -> bool:
+    """Call write(folder) on a fresh folder beside `dest`, then put it in the place of `dest` whole:
+    the old `dest` (a link: the link, not what it points to) is moved aside first and removed only
+    once the new one is in place. Returns whether a `dest` was there; on a failure the fresh folder
+    goes and `dest` is as it was. What a killed earlier call left beside `dest` is tidied first."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _tidy(dest)
+    staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.new-{os.getpid()}-"))
+    existed = dest.exists() or dest.is_symlink()
+    old = dest.with_name(f".{dest.name}.old-{staging.name.split('.new-', 1)[1]}")
+    try:
+        as_created(staging, directory=True)  # mkdtemp makes it 0700 whatever the umask
+        write(staging)
+        if existed:
+            os.replace(dest, old)  # a rename: nothing of the old folder is lost if the next one fails
+        try:
+            os.replace(staging, dest)
+        except BaseException:
+            if existed:
+                os.replace(old, dest)
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    remove_path(old)
+    return existed
+
+
+def _tidy(dest: Path) -> None:
+    """Remove the fresh and set-aside folders of replace_dir calls whose process is gone (killed
+    mid-write); where one was killed between its two renames, its set-aside `dest` is put back first."""
+    for old in sorted(dest.parent.glob(f".{dest.name}.old-*")):
+        if not _alive(old.name.split(".old-", 1)[1]):
+            if not (dest.exists() or dest.is_symlink()):
+                os.replace(old, dest)  # the state before the killed call: its new folder is dropped below
+            else:
+                remove_path(old)
+    for staging in sorted(dest.parent.glob(f".{dest.name}.new-*")):
+        if not _alive(staging.name.split(".new-", 1)[1]):
+            remove_path(staging)
+
+
+def _alive(tag: str) -> bool:
+    """Whether the process whose id starts `tag` ("<pid>-<random>") still runs; a tag without an id
+    (a folder from before ids were written) is taken as gone."""
+    try:
+        pid = int(tag.split("-", 1)[0])
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return pid != 0
+
+
+def remove_path(path: Path) -> None:
+    """Remove a folder (a link: the link, not what it points to; a file) if there; errors ignored."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -161,7 +161,10 @@ def _heads_command(fine_tuned, tmp_path, prune: str, orders: str) -> dict:
 
 
 def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_path, capsys):
+    (tmp_path / "heads" / "pruned").mkdir(parents=True)
+    (tmp_path / "heads" / "pruned" / "model.safetensors.stale").write_text("an earlier run's")
     report = _heads_command(fine_tuned, tmp_path, "0.25", "3")
+    assert not (tmp_path / "heads" / "pruned" / "model.safetensors.stale").exists()  # replaced whole
     assert set(report["curves"]) == {"importance", "random"} and report["heads"] == 8
     band = report["random"]["band"]
     assert report["random"]["seeds"] == [0, 1, 2] and [b["n"] for b in band] == [3] * len(band)
@@ -178,10 +181,14 @@ def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_p
     assert "head importance" in out and "0.2500 of the heads removed (--prune 0.25)" in out
 
 
-def test_heads_command_says_when_no_level_removes_a_head(fine_tuned, tmp_path, capsys):
+@pytest.mark.parametrize("earlier", [False, True])
+def test_heads_command_says_when_no_level_removes_a_head(fine_tuned, tmp_path, capsys, earlier):
+    if earlier:  # a model an earlier run pruned would pass for this run's
+        (tmp_path / "heads" / "pruned").mkdir(parents=True)
     pruned = _heads_command(fine_tuned, tmp_path, "0.1", "1")["pruned"]
+    gone = f"; {tmp_path / 'heads' / 'pruned'} from an earlier run removed" if earlier else ""
     assert pruned["note"] == ("no heads removed at --prune 0.1: the curve's first level removes 0.2500 "
-                              "of the heads")
+                              "of the heads" + gone)
     assert not (tmp_path / "heads" / "pruned").exists()
     assert pruned["note"] in capsys.readouterr().out.splitlines()  # one line, unwrapped
 

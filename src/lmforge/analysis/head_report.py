@@ -27,6 +27,7 @@ from lmforge.analysis.heads import (
     total_heads,
 )
 from lmforge.analysis.pruning import head_counts, prune_heads
+from lmforge.atomic import remove_path, replace_dir
 from lmforge.config import atomic_write_text
 from lmforge.fast.timing import alternating
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
@@ -89,7 +90,9 @@ def _table(importance: dict) -> dict:
 def _prune_and_save(task, records, examples, curve: list, prune, until, path) -> dict:
     """Remove the heads the importance curve masked up to the chosen level, save the smaller model,
     and measure parameters, metric and forward time (side by side with a copy of the model as it
-    was) before and after; where no level of the curve removes a head, say so and save nothing."""
+    was) before and after; where no level of the curve removes a head, say so and save nothing (an
+    earlier run's model at `path` is removed: it would pass for this run's). The model replaces
+    `path` whole (lmforge/atomic.replace_dir): no file of an earlier model is left mixed in."""
     level = _prune_level(curve, prune, until)
     asked = {"prune": prune} if prune is not None else {"until": until}
     if level == 0:
@@ -97,7 +100,11 @@ def _prune_and_save(task, records, examples, curve: list, prune, until, path) ->
         why = (f"the curve's first level removes {first:.4f} of the heads" if first is not None
                else "the curve has no level that removes heads")
         option = f"--prune {prune}" if prune is not None else f"--until {until}"
-        return {"asked": asked, "level": curve[0], "note": f"no heads removed at {option}: {why}"}
+        note = f"no heads removed at {option}: {why}"
+        if path.exists() or path.is_symlink():
+            remove_path(path)
+            note += f"; {path} from an earlier run removed"
+        return {"asked": asked, "level": curve[0], "note": note}
     gates = gates_at(task.model.config, curve[:level + 1])
     unpruned = copy.deepcopy(task.model).eval()
     prune_heads(task.model, masked_heads(gates, task.model.config))
@@ -110,7 +117,7 @@ def _prune_and_save(task, records, examples, curve: list, prune, until, path) ->
               "metric": curve[0]["metric"]}
     after = {"parameters": task.model.num_parameters(), "seconds": seconds["after"],
              "metric": metric(task, records, examples, None)[1]}
-    save_model(task, path)
+    replace_dir(path, lambda staging: save_model(task, staging))  # whole, never mixed with an older one
     return {"asked": asked, "level": curve[level], "before": before, "after": after,
             "heads": head_counts(task.model.config), "speedup": before["seconds"] / after["seconds"],
             "dir": str(path)}

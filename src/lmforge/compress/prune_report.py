@@ -17,9 +17,10 @@ from torch import nn
 
 from lmforge.analysis.heads import full_gates, masked_heads, pruning_curve, total_heads
 from lmforge.analysis.pruning import prune_heads
+from lmforge.atomic import replace_dir
 from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
 from lmforge.compress.measure import measure_side_by_side
-from lmforge.compress.output import carry_sentence_files, replace_model_dir
+from lmforge.compress.output import carry_sentence_files
 from lmforge.compress.sparsity import PRUNING, refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
 from lmforge.io import CONFIG_FILE, read_meta
@@ -142,7 +143,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
     imp = encode_split(task, importance_records, "importance data") if importance_records else examples
     total = _count(task.model, method)
     removed = _prune(task, method, found, sparsity, imp, (records, examples))
-    replace_model_dir(out / "model", lambda staging: _write(task, model_dir, staging))  # whole, never mixed
+    replace_dir(out / "model", lambda staging: _write(task, model_dir, staging))  # whole, never mixed
     # both as saved, loaded alike and timed side by side (rounds alternate): load elsewhere hits both
     after = fine_tuned_task(out / "model", records, kind)
     measured = measure_side_by_side({"before": fine_tuned_task(model_dir, records, kind), "after": after},

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import torch
 
+from lmforge.atomic import replace_dir
 from lmforge.compress.measure import model_bytes
-from lmforge.compress.output import carry_sentence_files, copy_as_created, replace_model_dir
+from lmforge.compress.output import carry_sentence_files, copy_as_created
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
@@ -123,7 +124,7 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
         if smoothing:
             report["smoothing"] = {**smoothing, "calibration_texts": len(calibration or ())}
     # written beside out/model, then put in its place whole (compress/output.py)
-    replace_model_dir(out / "model", lambda staging: _write(source, int8, task_after, staging))
+    replace_dir(out / "model", lambda staging: _write(source, int8, task_after, staging))
     report["after"]["bytes"] = model_bytes(out / "model")
     report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)
     atomic_write_text(out / "quantize.json", json.dumps(report, indent=2) + "\n")

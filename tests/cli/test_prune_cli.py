@@ -159,6 +159,11 @@ def test_a_resume_with_other_pruning_settings_is_refused_naming_the_option_and_b
         assert _prune(path, dev, tmp_path / "o", "magnitude", sparsity, *run, *extra, "--resume") == 2
         err = _one_line_error(capsys)
         assert all(words in err for words in named) and "resumed" in err, err
+    fewer = tmp_path / "train.jsonl"  # the same options, another --train file
+    fewer.write_text("".join(dev.read_text().splitlines(keepends=True)[1:]))
+    other = ["--train", str(fewer), *run[2:]]
+    assert _prune(path, dev, tmp_path / "o", "magnitude", "0.5", *other, "--resume") == 2
+    assert "trained on other data" in _one_line_error(capsys)
     report = json.loads((tmp_path / "o" / "prune.json").read_text())
     assert report["sparsity"] == 0.5  # the run's report stands
     assert _prune(path, dev, tmp_path / "o", "magnitude", "0.5", *run, "--resume") == 0  # the same: resumed

@@ -50,3 +50,31 @@ def test_static_masking_with_more_copies_than_epochs_is_said(tmp_path):
     lines.clear()
     trainer._warn_static()
     assert lines == []
+
+
+def test_the_data_fingerprint_sees_content_and_order_and_samples_a_lazy_view():
+    from lmforge.train.data import SAMPLED, data_fingerprint
+
+    data = [{"input_ids": [5, 6, i], "label": i % 2} for i in range(10)]
+    same = [{"label": r["label"], "input_ids": list(r["input_ids"])} for r in data]  # key order aside
+    assert data_fingerprint(data) == data_fingerprint(same) and data_fingerprint(data)["examples"] == 10
+    edited = [dict(r) for r in data]
+    edited[7] = {**edited[7], "input_ids": [5, 6, 70]}
+    for other in (edited, data[::-1], data[:9], [{**r, "input_ids": torch.tensor(r["input_ids"])} for r in data]):
+        assert data_fingerprint(other)["sha256"] != data_fingerprint(data)["sha256"]
+
+    class Lazy:  # a shard view: read on access, too large to read whole at each checkpoint
+        def __init__(self, n):
+            self.n, self.read = n, 0
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, i):
+            self.read += 1
+            return {"input_ids": torch.full((4,), i)}
+
+    lazy = Lazy(10 * SAMPLED)
+    seen = data_fingerprint(lazy)
+    assert seen["sampled"] == lazy.read == SAMPLED and seen["examples"] == 10 * SAMPLED
+    assert data_fingerprint(Lazy(10 * SAMPLED + 1))["sha256"] != seen["sha256"]

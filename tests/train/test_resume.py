@@ -85,3 +85,16 @@ def test_resumed_config_keeps_exactly_the_run_options():
     assert "ignored: lr=0.5" in line and "eval_every" in line.split("taken from the command line: ")[1]
     longer, line = resumed_config(quick(steps=12), quick(steps=6).to_dict())  # extending a finished run
     assert longer.steps == 12 and "steps=12 (the run's: 6): the linear decay now spans 12" in line
+
+
+def test_resume_on_other_training_data_is_refused_and_on_the_same_data_goes_on(run):
+    data = toy_data()
+    info = json.loads((run / "checkpoints" / "step-0000004" / "trainer.json").read_text())
+    assert info["data"]["examples"] == len(data) and len(info["data"]["sha256"]) == 64
+    edited = list(data)
+    edited[3] = edited[4]  # one example changed: the same count, other batches
+    for other, said in ((edited, f"the same {len(data)} examples in count"),
+                        (data[:-1], f"{len(data)} examples \\(the run's\\) vs {len(data) - 1} \\(now\\)")):
+        with pytest.raises(ValueError, match=f"trained on other data \\({said}, their contents differ\\)"):
+            Trainer(mlm_objective(), other, quick(steps=4), run).resume()
+    assert Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=lambda m: None).resume()

@@ -10,9 +10,16 @@ micro-batches as w processes with accumulation k.
 Each example is corrupted with a generator seeded by (seed, epoch, index): dynamic
 masking draws a new corruption every epoch, static masking (BERT's duplication factor
 d) reuses epoch % d.
+
+A run's data is recorded by fingerprint (data_fingerprint) in its checkpoints, so a resume on
+other data is refused rather than continued as if it were the same run.
 """
 from __future__ import annotations
 
+import hashlib
+from array import array
+
+import numpy as np
 import torch
 
 MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: spreads nearby seeds apart
@@ -25,6 +32,50 @@ def derive_seed(*parts: int) -> int:
         h = ((h ^ (int(part) & 0xFFFFFFFFFFFFFFFF)) * MIX + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
         h ^= h >> 29
     return h & 0x7FFFFFFFFFFFFFFF
+
+
+SAMPLED = 4096  # examples a lazy dataset (shards read on access) is fingerprinted by, evenly spaced
+
+
+def data_fingerprint(dataset) -> dict:
+    """{"examples": n, "sha256": ...} of a training set, order included: every example of a list
+    (fine-tuning sets, built in memory), SAMPLED evenly spaced ones of a lazy view over shards
+    (reading all of a large corpus again at each checkpoint would cost minutes; the shards'
+    manifest already checks their bytes)."""
+    n = len(dataset)
+    whole = isinstance(dataset, (list, tuple)) or n <= SAMPLED
+    picks = range(n) if whole else sorted({i * (n - 1) // (SAMPLED - 1) for i in range(SAMPLED)})
+    digest = hashlib.sha256(str(n).encode())
+    for i in picks:
+        _digest_value(digest, dataset[i])
+    return {"examples": n, "sha256": digest.hexdigest(), **({} if whole else {"sampled": len(picks)})}
+
+
+def _digest_value(digest, value) -> None:
+    """Feed one example (dicts, lists, tensors, numbers, strings, nested) into `digest`, unambiguously."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        digest.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, np.ndarray):  # its repr elides the middle of a long array
+        digest.update(f"A{value.dtype}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)}".encode())
+        for key in sorted(value, key=str):
+            digest.update(f"{key!s}:".encode())
+            _digest_value(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        try:  # token ids: one C-level conversion, not an update per id
+            digest.update(b"I%d:" % len(value) + array("q", value).tobytes())
+            return
+        except (TypeError, OverflowError):  # not all 64-bit integers
+            pass
+        digest.update(f"L{len(value)}".encode())
+        for item in value:
+            _digest_value(digest, item)
+    else:
+        digest.update(f"V{type(value).__name__}{value!r};".encode())
 
 
 class StepBatches:

@@ -29,7 +29,7 @@ from lmforge.train.checkpoint import (
     set_rng_states,
 )
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config
-from lmforge.train.data import StepBatches, derive_seed, eval_batches
+from lmforge.train.data import StepBatches, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.optim import build_optimizer, build_scheduler
 
@@ -75,6 +75,7 @@ class Trainer:
         self.step = 0
         self.last_checkpoint = None
         self.stopped = False  # the evaluator ended training early (kept in checkpoints)
+        self._fingerprint = None  # of the training data, computed at the first checkpoint or resume
 
     def _build(self) -> None:
         """Batches, evaluation set, optimiser and schedule from self.cfg (again on resume, with the run's)."""
@@ -116,6 +117,7 @@ class Trainer:
             return False
         path, weights, optimizer, info = found
         self._check_same_run(path, info, weights)
+        self._check_same_data(path, info.get("data"))
         self.cfg, options = resumed_config(self.cfg, info.get("train") or {})
         self.cfg = self._count_epochs(self.cfg, self.cfg.steps)  # with the run's batch size, accumulation
         self._build()
@@ -162,6 +164,24 @@ class Trainer:
             raise ValueError(f"cannot resume {path}: it was trained with another model or objective: "
                              f"{'; '.join(problems[:6])}{more}; resume with the run's settings or choose "
                              f"another --out")
+
+    def _data_identity(self) -> dict:
+        """The training data's fingerprint (train/data.py), computed once per run."""
+        if self._fingerprint is None:
+            self._fingerprint = data_fingerprint(self._data[0])
+        return self._fingerprint
+
+    def _check_same_data(self, path: Path, run: dict | None) -> None:
+        """ValueError if the checkpoint's run was trained on other data (a changed --train file):
+        its batches would not be the ones the step numbers promise. Checkpoints before fingerprints pass."""
+        if run is None:
+            return
+        now = self._data_identity()
+        if run.get("sha256") != now["sha256"]:
+            count = (f"{run.get('examples')} examples (the run's) vs {now['examples']} (now)"
+                     if run.get("examples") != now["examples"] else f"the same {now['examples']} examples in count")
+            raise ValueError(f"cannot resume {path}: it was trained on other data ({count}, their contents "
+                             f"differ); resume with the run's training data or choose another --out")
 
     def _micro_step(self, batch: dict, last: bool) -> tuple:
         # backward runs even on a non-finite loss so every rank joins the all-reduce;
@@ -234,7 +254,7 @@ class Trainer:
             info = {"train": self.cfg.to_dict(), "world": self.world, "stopped": self.stopped}
             if hasattr(self.evaluator, "state_dict"):
                 info["evaluator"] = self.evaluator.state_dict()
-            info.update(self._identity())
+            info.update(self._identity(), data=self._data_identity())
             try:
                 self.last_checkpoint = save_checkpoint(self.out / "checkpoints", self.step, weights, optimizer,
                                                        info, self.cfg.keep_last)

@@ -172,3 +172,23 @@ def test_no_activation_bits_are_claimed_where_every_layer_ran_fp32(fine_tuned, t
     report = json.loads((tmp_path / "q" / "quantize.json").read_text())
     assert {k["kernel"] for k in report["kernels"]} == {"fp32"} and report["activation_bits"] is None
     assert "no activation quantised here" in capsys.readouterr().out
+
+
+def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_times(fine_tuned, tmp_path,
+                                                                                 monkeypatch, capsys):
+    from lmforge.fast import int8, kernel_store
+
+    store = tmp_path / "kernels.json"
+    monkeypatch.setenv(kernel_store.ENV, str(store))
+    outs = []
+    for run in ("first", "second"):  # the second as a later process: nothing of the first kept in memory
+        monkeypatch.setattr(int8, "CHOICES", {})
+        monkeypatch.setattr(int8, "TIMINGS", {})
+        assert main(["quantize", "--model", str(fine_tuned[0]), "--out", str(tmp_path / run), *FAST]) == 0
+        kernels = json.loads((tmp_path / run / "quantize.json").read_text())["kernels"]
+        outs.append((kernels, capsys.readouterr().out))
+    (first, said_first), (second, said_second) = outs
+    assert all("ms" in k and "kept_in" not in k for k in first) and "measured before" not in said_first
+    assert [k["kernel"] for k in second] == [k["kernel"] for k in first]
+    assert all(k["kept_in"] == str(store) and "ms" not in k for k in second)
+    assert f"kernels as measured before on this machine ({store}: delete it to measure again)" in said_second

@@ -15,6 +15,7 @@ def store(tmp_path, monkeypatch):
     path = tmp_path / "kernels.json"
     monkeypatch.setenv(kernel_store.ENV, str(path))
     monkeypatch.setattr(int8, "CHOICES", {})
+    monkeypatch.setattr(int8, "TIMINGS", {})
     return path
 
 
@@ -29,11 +30,14 @@ def test_a_choice_is_measured_once_and_written_down(store, monkeypatch):
         layer(x)
     key, chosen = next(iter(int8.CHOICES.items()))
     assert json.loads(store.read_text())[machine()] == {"|".join(map(str, key)): chosen}
+    assert chosen in int8.choices()[0]["ms"]  # measured here: the report has the times
     monkeypatch.setattr(int8, "CHOICES", {})  # a new process: the written choice is taken, nothing timed
+    monkeypatch.setattr(int8, "TIMINGS", {})
     monkeypatch.setattr(int8.Int8Linear, "_measure", lambda *a: pytest.fail("measured again"))
     with torch.no_grad():
         layer(x)
     assert int8.CHOICES[key] == chosen
+    assert int8.choices()[0]["kept_in"] == str(store) and "ms" not in int8.choices()[0]  # said, not blank
 
 
 def test_the_first_writer_wins_and_unknown_kernels_are_measured(store):

@@ -40,6 +40,9 @@ def _table(report: dict) -> None:
         smoothing = report["smoothing"]
         bits += (f", {len(smoothing['layers'])} layers smoothed (alpha {smoothing['alpha']}, "
                  f"{smoothing['calibration']})")
+    stores = sorted({k["kept_in"] for k in report["kernels"] if "kept_in" in k})
+    if stores:  # chosen by an earlier process on this machine: the report has no times for them
+        bits += f"; kernels as measured before on this machine ({stores[0]}: delete it to measure again)"
     print(f"parameters: {report['parameters_counted']}")
     print(f"speed-up {report['speedup']:.2f}x, size {report['size_ratio']:.2f}x; "
           f"kernels chosen: {', '.join(kept)}{bits}")

@@ -357,9 +357,10 @@ def pack_weight(engine: str, q: torch.Tensor, scale: torch.Tensor):
 
 
 def choices() -> list:
-    """What each measured (mode, in, out, rows, threads) runs, with the times it was chosen on."""
+    """What each (mode, in, out, rows, threads) met runs: its times ("ms"), or the file it was read from."""
+    kept = {"kept_in": str(kernel_store.store_path())}  # the machine's choice, read back: no times
     return [{"mode": k[0], "in": k[1], "out": k[2], "rows": k[3], "threads": k[4], "kernel": kernel,
-             "ms": {name: round(s * 1e3, 4) for name, s in TIMINGS.get(k, {}).items()}}
+             **({"ms": {n: round(s * 1e3, 4) for n, s in TIMINGS[k].items()}} if k in TIMINGS else kept)}
             for k, kernel in CHOICES.items()]
 
 

@@ -14,6 +14,7 @@ from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
 from lmforge.presets import PRESETS
+from lmforge.progress import Bar
 
 # what travels with the weights in `convert`: the tokenizer's files, a fine-tuned model's task.json
 # and a sentence-transformers directory's description (modules.json names its module folders)
@@ -168,20 +169,6 @@ def embed_texts(texts: list, file: str | None) -> list:
     return lines
 
 
-def _bar(total: int):
-    """(progress(done), stop()) drawing a bar on standard error where it is a terminal, else doing nothing."""
-    if not sys.stderr.isatty():
-        return None, lambda: None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    bar = Progress(TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=Console(stderr=True))
-    task = bar.add_task("embed", total=total)
-    bar.start()
-    return (lambda done: bar.update(task, completed=done)), bar.stop
-
-
 def cmd_embed(args) -> None:
     """Sentence embeddings of texts: one JSON line per text, or an (N, d) .npy file with --out."""
     import numpy as np
@@ -198,12 +185,12 @@ def cmd_embed(args) -> None:
     if args.max_length is not None and args.max_length > context:
         raise UsageError(f"--max-length {args.max_length}: more tokens than the model reads "
                          f"(max_seq_len={context})")
-    progress, stop = _bar(len(texts))
+    bar = Bar(len(texts), "embed", enabled=sys.stderr.isatty(), stderr=True)  # stdout: the embeddings
     try:
         vectors = embed(texts, model=encoder, batch_size=args.batch_size, normalize=not args.no_normalize,
-                        max_length=args.max_length, progress=progress).cpu()
+                        max_length=args.max_length, progress=bar.update).cpu()
     finally:
-        stop()
+        bar.close()
     if out is None:
         for text, vector in zip(texts, vectors.tolist()):
             print(json.dumps({"text": text, "embedding": vector}, ensure_ascii=False))

@@ -21,20 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lmforge.progress import Bar
 from lmforge.train.checkpoint import sha256
 
 FORMAT = "lmforge-dense-index"
 BACKENDS = ("torch", "faiss")
-
-
-def _bar(total: int, enabled: bool, label: str):
-    if not enabled:
-        return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    bar.start()
-    return bar, bar.add_task(label, total=total)
 
 
 def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str = "", batch_size: int = 64,
@@ -46,17 +37,15 @@ def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str
     path.mkdir(parents=True, exist_ok=True)
     (path / "manifest.json").unlink(missing_ok=True)
     rows = np.lib.format.open_memmap(path / "embeddings.npy", mode="w+", dtype=np.float32, shape=(len(ids), dim))
-    bar = _bar(len(ids), progress, "index")
+    bar = Bar(len(ids), "index", progress)
     try:
         for start in range(0, len(ids), batch_size):
             block = encode(range(start, min(start + batch_size, len(ids))))
             block = block.detach().cpu().numpy() if isinstance(block, torch.Tensor) else np.asarray(block)
             rows[start:start + len(block)] = block  # (b, dim)
-            if bar:
-                bar[0].update(bar[1], completed=start + len(block))
+            bar.update(start + len(block))
     finally:
-        if bar:
-            bar[0].stop()
+        bar.close()
     rows.flush()
     del rows
     (path / "ids.json").write_text(json.dumps([str(i) for i in ids]), encoding="utf-8")

@@ -5,6 +5,8 @@ import json
 import math
 from pathlib import Path
 
+from lmforge.progress import Bar
+
 
 class MetricsLog:
     """Appends one JSON object per logged step to DIR/metrics.jsonl (a resumed run continues it)."""
@@ -57,34 +59,17 @@ def plot_losses(metrics: Path, png: Path, title: str = "training") -> Path:
     return png
 
 
-class Progress:
-    """A rich progress bar showing step, loss, tokens/s and ETA (silent when disabled)."""
+class Progress(Bar):
+    """A training run's bar: step, loss, tokens/s and ETA (silent when disabled)."""
 
     def __init__(self, total: int, start: int, enabled: bool, label: str = "train") -> None:
-        self.bar = None
-        if not enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
-        from rich.progress import Progress as Bar
-
-        self.bar = Bar(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                       TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]} tok/s"),
-                       TimeRemainingColumn(), transient=False)
-        self.task = self.bar.add_task(label, total=total, completed=start, loss="-", speed="-")
-        self.bar.start()
+        super().__init__(total, label, enabled, start, fields={"loss": "loss {}", "speed": "{} tok/s"})
 
     def update(self, step: int, loss: float | None = None, tokens_per_s: float | None = None) -> None:
         """Move to `step`, showing the latest loss and throughput."""
-        if self.bar is None:
-            return
         fields = {}
         if loss is not None:
             fields["loss"] = f"{loss:.4f}"
         if tokens_per_s is not None:
             fields["speed"] = f"{tokens_per_s:,.0f}"
-        self.bar.update(self.task, completed=step, **fields)
-
-    def close(self) -> None:
-        """Stop drawing."""
-        if self.bar is not None:
-            self.bar.stop()
+        super().update(step, **fields)

@@ -1,7 +1,10 @@
 """Shared helpers: tiny models of every preset and inputs that fit them."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -12,6 +15,11 @@ from lmforge.presets import PRESETS
 # int8 kernel choices stay per process in tests (and in the commands they start): a file under the
 # user's cache would carry one test run's choices into another (fast/kernel_store.py has its own tests)
 os.environ.setdefault("LMFORGE_INT8_KERNELS", "off")
+# the native kernel (fast/native.py) is built once per test run, beside the run's own files, not in the
+# user's cache
+if "LMFORGE_NATIVE" not in os.environ:
+    os.environ["LMFORGE_NATIVE"] = tempfile.mkdtemp(prefix="lmforge-native-")
+    atexit.register(shutil.rmtree, os.environ["LMFORGE_NATIVE"], True)
 
 ALL_PRESETS = list(PRESETS)
 

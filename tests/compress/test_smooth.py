@@ -21,6 +21,7 @@ from lmforge.compress.smooth import (
 )
 from lmforge.config import ConfigError
 from lmforge.fast import int8
+from lmforge.fast.engines import engine_usable
 from lmforge.fast.int8 import Int8Linear
 from lmforge.io import CheckpointError
 from tests.conftest import tiny_model
@@ -135,7 +136,7 @@ class _Always(dict):
 
 
 def test_every_smoothed_layer_loses_less_on_the_inputs_the_model_gives_it(monkeypatch):
-    engine = next((e for e in int8.ENGINES if int8._engine_usable(e)), None)
+    engine = next((e for e in int8.ENGINES if engine_usable(e)), None)
     if engine is None:
         pytest.skip("no quantized engine in this torch build")
     monkeypatch.setattr(int8, "CHOICES", _Always(engine))  # the int8 product itself, at every shape

@@ -22,6 +22,8 @@ from this torch build is simply no candidate):
 - "onednn": the same op on oneDNN's packed weight (VNNI / AMX code where the CPU has them; 3-20 %
   faster than fbgemm on most MiniLM and bert-base shapes), timed on two lengths in turn (it
   rebuilds a per-shape set-up when the input shape changes);
+- "onednn-u8": oneDNN's product on bytes lmforge quantised per row in one pass of native code
+  (fast/engines.py, fast/native.py; where gcc can build it);
 - "int8pack": aten._weight_int8pack_mm on fp32 activations (weight-only; on x86 a scalar loop);
 - "int8pack-bf16": the same op on bfloat16 activations, its vectorised (AVX2 / AVX-512) form: int8
   rows widened in registers, products summed in fp32, the sum rounded to bf16 and scaled in fp32
@@ -35,24 +37,22 @@ cost more than it saves (on cores shared with other work, a whole scheduler slic
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
-import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from lmforge.fast import kernel_store
+from lmforge.fast.engines import ENGINES, U8, engine_usable, pack_u8, pack_weight, u8_product, u8_usable
 from lmforge.fast.isa import eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use: re-exported)
 from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
 from lmforge.fast.timing import alternating
 
 MODES = ("dynamic", "weight-only")
-KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn"),
+KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn", U8),
            "weight-only": ("fp32", "int8pack", "int8pack-bf16", "dequantise")}
-ENGINES = ("fbgemm", "onednn")  # kernels that are quantized engines: linear_dynamic on their packed weight
 AGREE = 0.1  # a candidate further than this (relative norm) from fp32 is broken, not imprecise: dropped
 PINS = torch.tensor([[1.0], [-1.0]])  # the rows under a dynamic product's input (_quantised_rows)
 SERIAL = "-serial"  # a kernel's name + SERIAL: the same on one thread (see the module doc)
@@ -61,7 +61,6 @@ CHOICES: dict = {}  # (mode, in, out, bucket, threads) -> kernel, for this proce
 TIMINGS: dict = {}  # same key -> {kernel: median seconds}, what the choice was made on
 _MEASURING = threading.Lock()  # one measurement at a time: threads (a server's workers) meeting a new
 # shape together wait for one choice instead of timing kernels against each other
-_ENGINE = threading.Lock()  # held while the process-wide quantized engine is switched to pack a weight
 
 
 def quantise_per_channel(weight: torch.Tensor) -> tuple:
@@ -182,6 +181,9 @@ class Int8Linear(nn.Module):
             out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self._form("int8pack-bf16"))
             out = out.float().mul_(self.scale)
             return out if self.bias is None else out.add_(self.bias)
+        if kernel == U8:  # rows quantised by lmforge's native kernel (fast/engines.py): no buffer, no pins
+            out, peak = u8_product(x, self._form(U8), 8 if eight_bit_activations() else 7)
+            return out.mul_(peak) if self.bias is None else torch.addcmul(self.bias, out, peak, out=out)
         return self._quantised_rows(kernel, x)
 
     def _quantised_rows(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
@@ -226,6 +228,8 @@ class Int8Linear(nn.Module):
                 form = self.weight
             elif kernel == "int8pack-bf16":  # a scale of ones: the fp32 scale is applied after
                 form = torch.ones_like(self.scale, dtype=torch.bfloat16)
+            elif kernel == U8:
+                form = pack_u8(self.qweight, self.scale, self.smooth)
             else:
                 form = pack_weight(kernel, self.qweight, self.scale)
             self._derived[kernel] = form
@@ -235,7 +239,7 @@ class Int8Linear(nn.Module):
         """The kernels of this mode that this torch build offers."""
         usable = []
         for kernel in KERNELS[self.mode]:
-            if kernel in ENGINES and not _engine_usable(kernel):
+            if kernel in ENGINES and not engine_usable(kernel) or kernel == U8 and not u8_usable():
                 continue
             if kernel.startswith("int8pack") and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
                 continue
@@ -327,33 +331,6 @@ def _agrees(out: torch.Tensor, reference: torch.Tensor) -> bool:
     if not rows.any() or not torch.isfinite(out).all():  # no row to judge by: no kernel is chosen on it
         return False
     return bool((out - reference).norm() <= AGREE * reference.norm().clamp(min=1e-12))
-
-
-@functools.cache
-def _engine_usable(engine: str) -> bool:
-    """Whether this torch build packs weights for the quantized engine (asked once per process)."""
-    return pack_weight(engine, torch.ones(1, 16, dtype=torch.int8), torch.ones(1)) is not None
-
-
-def pack_weight(engine: str, q: torch.Tensor, scale: torch.Tensor):
-    """The quantized engine's ("fbgemm", "onednn") packed form of an int8 per-channel weight (no bias:
-    it is added after the row scales), or None where this torch lacks the engine or refuses it.
-    The engine is chosen at packing time; linear_dynamic follows the packed form's."""
-    if engine not in torch.backends.quantized.supported_engines:
-        return None
-    with _ENGINE:  # the engine is process-wide: two threads packing for two engines would cross
-        before = torch.backends.quantized.engine
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the qint8 tensor the prepack reads is marked deprecated
-                torch.backends.quantized.engine = engine
-                zeros = torch.zeros(q.shape[0], dtype=torch.long)
-                qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.cpu().double(), zeros, 0)
-                return torch.ops.quantized.linear_prepack(qw, None)
-        except (AttributeError, RuntimeError):
-            return None
-        finally:
-            torch.backends.quantized.engine = before
 
 
 def choices() -> list:

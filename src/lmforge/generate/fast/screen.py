@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from lmforge.fast.int8 import pack_weight
+from lmforge.fast.engines import pack_weight
 
 MAX_CANDIDATES = 256  # a step with more tokens a row to re-score falls back to the full projection
 CHUNK = 8192  # rows quantised at a time

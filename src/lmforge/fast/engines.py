@@ -1,0 +1,97 @@
+"""The int8 products behind fast/int8.py's quantising kernels.
+
+- "fbgemm", "onednn": torch.ops.quantized.linear_dynamic on the engine's packed weight. The op finds
+  its input's range and quantises it itself, by one range for the whole tensor (Int8Linear divides
+  each row by its peak first, so its rows are quantised alike);
+- "onednn-u8": lmforge quantises each row itself (fast/native.py: one pass over the input, where
+  the above take four), and oneDNN multiplies the bytes (onednn.qlinear_pointwise). The same
+  u8 x s8 product, per-row ranges without the division into a buffer. all-MiniLM-L6-v2 at 32 x 128
+  with AVX2 code: 1.59x fp32 -> 1.77x (bench/FINDINGS.md).
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from lmforge.fast import native
+
+ENGINES = ("fbgemm", "onednn")  # kernels that are quantized engines: linear_dynamic on their packed weight
+U8 = "onednn-u8"  # the kernel fed with bytes lmforge quantised per row
+QUANTISING = (*ENGINES, U8)  # the kernels that quantise activations (the others read them in fp32)
+_ENGINE = threading.Lock()  # held while the process-wide quantized engine is switched to pack a weight
+
+
+@functools.cache
+def engine_usable(engine: str) -> bool:
+    """Whether this torch build packs weights for the quantized engine (asked once per process)."""
+    return pack_weight(engine, torch.ones(1, 16, dtype=torch.int8), torch.ones(1)) is not None
+
+
+def pack_weight(engine: str, q: torch.Tensor, scale: torch.Tensor):
+    """The quantized engine's ("fbgemm", "onednn") packed form of an int8 per-channel weight (no bias:
+    it is added after the row scales), or None where this torch lacks the engine or refuses it.
+    The engine is chosen at packing time; linear_dynamic follows the packed form's."""
+    if engine not in torch.backends.quantized.supported_engines:
+        return None
+    with _ENGINE:  # the engine is process-wide: two threads packing for two engines would cross
+        before = torch.backends.quantized.engine
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the qint8 tensor the prepack reads is marked deprecated
+                torch.backends.quantized.engine = engine
+                zeros = torch.zeros(q.shape[0], dtype=torch.long)
+                qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.cpu().double(), zeros, 0)
+                return torch.ops.quantized.linear_prepack(qw, None)
+        except (AttributeError, RuntimeError):
+            return None
+        finally:
+            torch.backends.quantized.engine = before
+
+
+@dataclass(frozen=True)
+class U8Weight:
+    """A layer's weight as "onednn-u8" reads it: oneDNN's packed int8, its (out,) fp32 scales and zero
+    points, and 1 / s for a smoothed layer's input (None unsmoothed)."""
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+    zero_points: torch.Tensor
+    inverse_smooth: torch.Tensor | None
+
+
+def pack_u8(q: torch.Tensor, scale: torch.Tensor, smooth: torch.Tensor | None) -> U8Weight:
+    """The U8Weight of an int8 per-channel weight (q (out, in), scale (out,))."""
+    inverse = None if smooth is None else torch.reciprocal(smooth.float()).contiguous()
+    return U8Weight(torch.ops.onednn.qlinear_prepack(q.contiguous(), None), scale.float().contiguous(),
+                    torch.zeros(q.shape[0], dtype=torch.long), inverse)
+
+
+@functools.cache
+def u8_usable() -> bool:
+    """Whether "onednn-u8" runs here: the native kernel built and loaded, oneDNN's int8 ops in this
+    torch, and a small product through them right (asked once per process)."""
+    if native.library() is None or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
+        return False
+    try:
+        q = torch.tensor([[1, -2, 3, 4] * 4, [5, 6, -7, 8] * 4], dtype=torch.int8)
+        x = torch.linspace(-1, 1, 3 * 16).view(3, 16)
+        with torch.no_grad():
+            out, peak = u8_product(x, pack_u8(q, torch.ones(2), None), 7)
+        return bool(torch.allclose(out * peak, x @ q.float().T, rtol=0.05, atol=0.1))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def u8_product(x: torch.Tensor, weight: U8Weight, bits: int) -> tuple:
+    """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak) through "onednn-u8": each row
+    quantised to `bits` (7: [1, 127], 8: [1, 255]) by its own peak, multiplied in oneDNN; the caller
+    multiplies each output row by its peak (with the bias, in one pass)."""
+    levels = (1 << (bits - 1)) - 1  # 63 or 127 steps either side of the zero point
+    q, peak = native.quantise_rows(x, weight.inverse_smooth, levels, levels + 1)
+    out = torch.ops.onednn.qlinear_pointwise(q, 1.0 / levels, levels + 1, weight.packed, weight.scale,
+                                             weight.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
+    return out, peak

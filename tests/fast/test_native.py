@@ -1,0 +1,102 @@
+"""fast/native and the "onednn-u8" kernel: lmforge's per-row activation quantisation, built once with
+gcc, and the int8 product fed with its bytes."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lmforge.fast import engines, int8, native
+
+pytestmark = pytest.mark.skipif(native.library() is None,
+                                reason="the native kernel is not built here (no gcc, or no libgomp in torch)")
+
+
+def _rows(rows=37, cols=96, seed=0):
+    torch.manual_seed(seed)
+    x = torch.randn(rows, cols) * (torch.rand(rows, 1) * 4 + 0.01)
+    x[5] = x[5].abs()  # no negative value
+    x[9] = 0.0  # an all-zero row
+    return x
+
+
+@pytest.mark.parametrize("levels", [63, 127])
+def test_each_row_is_quantised_by_its_own_peak(levels):
+    x, inv = _rows(), torch.rand(96) + 0.5
+    for scale in (None, inv):
+        q, peak = native.quantise_rows(x, scale, levels, levels + 1)
+        scaled = x if scale is None else x * scale
+        assert torch.equal(peak[:, 0], scaled.abs().amax(dim=1).clamp(min=1e-30))
+        assert int(q.min()) >= 1 and int(q.max()) <= 2 * levels + 1
+        back = (q.float() - (levels + 1)) / levels * peak  # within half a step of every value
+        assert ((back - scaled).abs() <= peak / levels * 0.5 + 1e-6).all()
+        assert (q[9] == levels + 1).all()  # zero stays exactly zero
+
+
+def test_rows_are_independent_of_their_batch_and_of_the_thread_count():
+    x = _rows(rows=2000, cols=64)  # over the size from which rows are split between threads
+    q, peak = native.quantise_rows(x, None, 63, 64)
+    alone = [native.quantise_rows(x[i:i + 1], None, 63, 64) for i in (0, 777, 1999)]
+    for (q_alone, peak_alone), i in zip(alone, (0, 777, 1999)):
+        assert torch.equal(q_alone[0], q[i]) and torch.equal(peak_alone[0], peak[i])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        serial = native.quantise_rows(x, None, 63, 64)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(serial[0], q) and torch.equal(serial[1], peak)
+
+
+def test_a_non_finite_row_gets_a_non_finite_peak_and_spoils_no_other_row():
+    x = _rows()
+    x[2, 7], x[4, 0] = float("nan"), float("-inf")
+    q, peak = native.quantise_rows(x, None, 63, 64)
+    assert peak[2].isnan().all() and peak[4].isinf().all() and (q[2] == 64).all()
+    clean = torch.cat([x[:2], x[5:]])
+    assert torch.equal(torch.cat([peak[:2], peak[5:]]), native.quantise_rows(clean, None, 63, 64)[1])
+
+
+def test_the_kernel_agrees_with_fp32_and_a_non_finite_row_comes_out_nan():
+    assert engines.u8_usable()
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 40)
+    layer = int8.Int8Linear.from_linear(linear, "dynamic", smooth=torch.rand(96) + 0.5).eval()
+    assert engines.U8 in layer.candidates()
+    x = _rows()
+    with torch.no_grad():
+        out, ref = layer.run(engines.U8, x), linear(x)
+        assert (out - ref).norm() < 0.03 * ref.norm()
+        x[3, 1] = float("nan")
+        out = layer.run(engines.U8, x)
+    assert out[3].isnan().all() and torch.isfinite(torch.cat([out[:3], out[4:]])).all()
+
+
+def test_the_library_is_built_once_and_kept(tmp_path):
+    code = ("from lmforge.fast import native; import sys; "
+            "sys.exit(0 if native.library() is not None else 1)")
+    env = {"LMFORGE_NATIVE": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    built = list(tmp_path.glob("rowquant-*.so"))
+    assert len(built) == 1 and not list(tmp_path.glob(".rowquant-*"))  # no temporary file left
+    first = built[0].stat().st_mtime_ns
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    assert built[0].stat().st_mtime_ns == first  # read back, not rebuilt
+
+
+def test_off_and_a_failed_build_leave_the_kernel_out_said_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(native.ENV, "off")
+    native.library.cache_clear()
+    try:
+        assert native.library() is None
+        monkeypatch.setenv(native.ENV, str(tmp_path))
+        broken = tmp_path / "broken.c"
+        broken.write_text("this is not C\n")
+        monkeypatch.setattr(native, "SOURCE", broken)
+        native.library.cache_clear()
+        assert native.library() is None and native.library() is None
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "broken.c not built (gcc:" in err and "int8 runs without" in err
+    finally:
+        native.library.cache_clear()

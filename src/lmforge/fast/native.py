@@ -1,4 +1,4 @@
-"""lmforge's one piece of native code, fast/native/rowquant.c (per-row activation quantisation for
+"""lmforge's one piece of native code, fast/csrc/rowquant.c (per-row activation quantisation for
 int8's "onednn-u8" kernel, fast/engines.py): built with the system's gcc on first use, then kept.
 
 Kept per source, flags and compiler in $LMFORGE_NATIVE (a folder) or $XDG_CACHE_HOME/lmforge/native
@@ -26,7 +26,7 @@ import torch
 from lmforge.atomic import as_created
 
 ENV = "LMFORGE_NATIVE"
-SOURCE = Path(__file__).with_name("native") / "rowquant.c"
+SOURCE = Path(__file__).with_name("csrc") / "rowquant.c"
 # no -ffast-math: the C is written to vectorise without it, and NaN must stay NaN
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math",
          "-fno-math-errno")

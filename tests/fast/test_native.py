@@ -100,3 +100,48 @@ def test_off_and_a_failed_build_leave_the_kernel_out_said_once(tmp_path, monkeyp
         assert err.count("\n") == 1 and "broken.c not built (gcc:" in err and "int8 runs without" in err
     finally:
         native.library.cache_clear()
+
+
+def test_an_input_the_c_code_would_misread_is_refused():
+    x = _rows()
+    wrong = [(x.double(), None), (x.bfloat16(), None), (x.view(37, 8, 12), None), (x, torch.ones(8)),
+             (x, torch.ones(96, dtype=torch.float64))]
+    for bad_x, bad_inv in wrong:  # read as raw fp32: wrong values, or past the end of the memory
+        with pytest.raises(ValueError, match="x: |inv: "):
+            native.quantise_rows(bad_x, bad_inv, 63, 64)
+    with pytest.raises(ValueError, match="levels"):
+        native.quantise_rows(x, None, 128, 128)
+    inv = (torch.rand(192) + 0.5)[::2]  # a strided view: read as its values, not every other one
+    assert all(torch.equal(a, b) for a, b in zip(native.quantise_rows(x, inv, 63, 64),
+                                                   native.quantise_rows(x, inv.contiguous(), 63, 64)))
+
+
+def test_without_the_library_the_product_says_so(monkeypatch):
+    monkeypatch.setattr(native, "library", lambda: None)
+    with pytest.raises(RuntimeError, match="not loaded"):
+        native.quantise_rows(_rows(), None, 63, 64)
+
+
+def test_no_gcc_is_said_once_and_int8_runs_its_other_kernels(tmp_path):
+    code = ("import torch; from lmforge.fast import engines, int8; "
+            "layer = int8.Int8Linear.from_linear(torch.nn.Linear(64, 32), 'dynamic').eval(); "
+            "torch.set_grad_enabled(False); out = layer(torch.randn(4, 64)); "
+            "assert engines.U8 not in layer.candidates() and out.isfinite().all()")
+    env = {"LMFORGE_NATIVE": str(tmp_path), "PATH": "/nonexistent", "OMP_NUM_THREADS": "1",
+           "LMFORGE_INT8_KERNELS": "off"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and "no gcc on PATH" in done.stderr
+
+
+def test_a_second_openmp_runtime_is_refused_said_once(monkeypatch, capsys):
+    # torch's libgomp under another soname (a wheel's renamed copy): the library would load the system's
+    monkeypatch.setattr(native, "_gomp_files", lambda: {"/torch/lib/libgomp-1a2b.so.1", "/usr/lib/libgomp.so.1"})
+    native.library.cache_clear()
+    try:
+        assert native.library() is None and native.library() is None
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "second OpenMP runtime" in err
+    finally:
+        native.library.cache_clear()

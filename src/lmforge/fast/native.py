@@ -5,8 +5,10 @@ Kept per source, flags and compiler in $LMFORGE_NATIVE (a folder) or $XDG_CACHE_
 (~/.cache by default); LMFORGE_NATIVE=off: never built nor loaded. It is built only where it can share
 torch's OpenMP runtime (Linux, torch's libgomp loaded, gcc: clang's -fopenmp would bring a second
 runtime), for the code torch itself runs here (its CPU capability: AVX2 code where
-ATEN_CPU_CAPABILITY=avx2 caps it; never -march=native). Elsewhere, or where the build fails (said once
-on standard error), the kernel is no candidate and int8 runs its other kernels, as measured.
+ATEN_CPU_CAPABILITY=avx2 caps it; never -march=native). Elsewhere (not Linux, torch without libgomp),
+the kernel is no candidate and int8 runs its other kernels, as measured; so too where gcc is missing,
+the build fails, or the library's libgomp is not torch's (a wheel's renamed copy): said once on
+standard error.
 """
 from __future__ import annotations
 
@@ -52,24 +54,30 @@ def isa_flags() -> tuple:
     return ISA_FLAGS.get(torch.backends.cpu.get_cpu_capability(), ())
 
 
-def _gomp_loaded() -> bool:
-    """Whether torch's OpenMP runtime in this process is libgomp (the one gcc's -fopenmp links)."""
+def _gomp_files() -> set:
+    """The libgomp files mapped into this process: torch's OpenMP runtime where it is libgomp (the one
+    gcc's -fopenmp links); a second one after loading the library: it did not share torch's."""
     try:
         with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
-            return "libgomp" in f.read()
+            return {line.split(maxsplit=5)[-1].strip() for line in f if "libgomp" in line}
     except OSError:
-        return False
+        return set()
 
 
 @functools.cache
 def library():
     """The loaded library (ctypes), or None where it is switched off, cannot share torch's OpenMP
     runtime, or does not build (said once)."""
-    where, gcc = folder(), shutil.which("gcc")
-    if where is None or gcc is None or sys.platform != "linux" or not _gomp_loaded():
+    where = folder()
+    if where is None or sys.platform != "linux" or not _gomp_files():
         return None
     try:
+        gcc = shutil.which("gcc")
+        if gcc is None:
+            raise OSError("no gcc on PATH; LMFORGE_NATIVE=off: not looked for")
         lib = ctypes.CDLL(str(_built(gcc, where)))
+        if len(_gomp_files()) > 1:  # torch's libgomp has another soname (a renamed copy in its wheel)
+            raise OSError(f"it would run a second OpenMP runtime beside torch's: {sorted(_gomp_files())}")
     except (OSError, subprocess.SubprocessError) as err:
         print(f"lmforge: {SOURCE.name} not built ({err}); int8 runs without its kernel", file=sys.stderr)
         return None
@@ -107,10 +115,27 @@ def _built(gcc: str, where: Path) -> Path:
 def quantise_rows(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: int) -> tuple:
     """(rows, cols) fp32 -> ((rows, cols) uint8 q, (rows, 1) fp32 peak): each row (times inv, (cols,),
     where given) mapped onto [zp - levels, zp + levels] by its largest |value|; a non-finite row's peak
-    is non-finite. Needs library()."""
-    x = x.contiguous()
+    is non-finite. Needs library(); an input the C code would misread is refused (ValueError)."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"{SOURCE.name} is not loaded here (native.library() is None)")
+    x, inv = _checked(x, inv, levels, zp)
     rows, cols = x.shape
     q, peak = torch.empty((rows, cols), dtype=torch.uint8), torch.empty((rows, 1))
-    library().quantise_rows(x.data_ptr(), rows, cols, None if inv is None else inv.data_ptr(),
-                            float(levels), int(zp), q.data_ptr(), peak.data_ptr(), torch.get_num_threads())
+    lib.quantise_rows(x.data_ptr(), rows, cols, None if inv is None else inv.data_ptr(),
+                      float(levels), int(zp), q.data_ptr(), peak.data_ptr(), torch.get_num_threads())
     return q, peak
+
+
+def _checked(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: int) -> tuple:
+    """x and inv as the C code reads them (contiguous), or ValueError naming what does not fit: it reads
+    raw fp32 memory, so another dtype, device or length would be read wrong or past its end."""
+    if x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu":
+        raise ValueError(f"x: a 2-D float32 CPU tensor expected, got {x.dim()}-D {x.dtype} on {x.device}")
+    if inv is not None and (tuple(inv.shape) != (x.shape[1],) or inv.dtype != torch.float32
+                            or inv.device.type != "cpu"):
+        raise ValueError(f"inv: ({x.shape[1]},) float32 CPU expected, got {tuple(inv.shape)} {inv.dtype} "
+                         f"on {inv.device}")
+    if not 1 <= levels <= 127 or not levels <= zp <= 255 - levels:
+        raise ValueError(f"levels {levels}, zp {zp}: 1 <= levels <= 127 and levels <= zp <= 255 - levels")
+    return x.contiguous(), None if inv is None else inv.contiguous()

@@ -35,11 +35,15 @@ def test_each_row_is_quantised_by_its_own_peak(levels):
 
 def test_rows_are_independent_of_their_batch_and_of_the_thread_count():
     x = _rows(rows=2000, cols=64)  # over the size from which rows are split between threads
-    q, peak = native.quantise_rows(x, None, 63, 64)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)  # split in any run (OMP_NUM_THREADS=1 too), into uneven parts
+    try:
+        q, peak = native.quantise_rows(x, None, 63, 64)
+    finally:
+        torch.set_num_threads(threads)
     alone = [native.quantise_rows(x[i:i + 1], None, 63, 64) for i in (0, 777, 1999)]
     for (q_alone, peak_alone), i in zip(alone, (0, 777, 1999)):
         assert torch.equal(q_alone[0], q[i]) and torch.equal(peak_alone[0], peak[i])
-    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         serial = native.quantise_rows(x, None, 63, 64)
@@ -122,17 +126,21 @@ def test_without_the_library_the_product_says_so(monkeypatch):
         native.quantise_rows(_rows(), None, 63, 64)
 
 
-def test_no_gcc_is_said_once_and_int8_runs_its_other_kernels(tmp_path):
+@pytest.mark.parametrize("case", ["no gcc", "a file"])
+def test_no_gcc_or_a_file_for_a_folder_is_said_once_and_int8_runs_its_other_kernels(case, tmp_path):
     code = ("import torch; from lmforge.fast import engines, int8; "
             "layer = int8.Int8Linear.from_linear(torch.nn.Linear(64, 32), 'dynamic').eval(); "
             "torch.set_grad_enabled(False); out = layer(torch.randn(4, 64)); "
             "assert engines.U8 not in layer.candidates() and out.isfinite().all()")
-    env = {"LMFORGE_NATIVE": str(tmp_path), "PATH": "/nonexistent", "OMP_NUM_THREADS": "1",
+    (tmp_path / "a-file").write_text("not a folder\n")
+    env = {"LMFORGE_NATIVE": str(tmp_path / "a-file") if case == "a file" else str(tmp_path),
+           "PATH": "/nonexistent" if case == "no gcc" else "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
            "LMFORGE_INT8_KERNELS": "off"}
     done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count("\n") == 1 and "no gcc on PATH" in done.stderr
+    said = "no gcc on PATH" if case == "no gcc" else "File exists"
+    assert done.stderr.count("\n") == 1 and said in done.stderr and "LMFORGE_NATIVE" in done.stderr
 
 
 def test_a_second_openmp_runtime_is_refused_said_once(monkeypatch, capsys):

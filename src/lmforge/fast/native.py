@@ -74,12 +74,13 @@ def library():
     try:
         gcc = shutil.which("gcc")
         if gcc is None:
-            raise OSError("no gcc on PATH; LMFORGE_NATIVE=off: not looked for")
+            raise OSError("no gcc on PATH")
         lib = ctypes.CDLL(str(_built(gcc, where)))
         if len(_gomp_files()) > 1:  # torch's libgomp has another soname (a renamed copy in its wheel)
             raise OSError(f"it would run a second OpenMP runtime beside torch's: {sorted(_gomp_files())}")
     except (OSError, subprocess.SubprocessError) as err:
-        print(f"lmforge: {SOURCE.name} not built ({err}); int8 runs without its kernel", file=sys.stderr)
+        print(f"lmforge: {SOURCE.name} not built ({err}); int8 runs without its kernel ({ENV}: the folder "
+              "it is kept in, or off)", file=sys.stderr)
         return None
     lib.quantise_rows.argtypes = [_POINTER, ctypes.c_long, ctypes.c_long, _POINTER, ctypes.c_float,
                                   ctypes.c_int, _POINTER, _POINTER, ctypes.c_int]

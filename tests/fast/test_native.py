@@ -1,5 +1,6 @@
 """fast/native and the "onednn-u8" kernel: lmforge's per-row activation quantisation, built once with
 gcc, and the int8 product fed with its bytes."""
+import functools
 import subprocess
 import sys
 
@@ -89,21 +90,26 @@ def test_the_library_is_built_once_and_kept(tmp_path):
     assert built[0].stat().st_mtime_ns == first  # read back, not rebuilt
 
 
-def test_off_and_a_failed_build_leave_the_kernel_out_said_once(tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def fresh_library(monkeypatch):
+    """native.library with a cache of its own for the test: the process's loaded library stays as it was
+    for the tests after (engines.u8_usable has already said yes to it)."""
+    fresh = functools.cache(native.library.__wrapped__)
+    monkeypatch.setattr(native, "library", fresh)
+    return fresh
+
+
+def test_off_and_a_failed_build_leave_the_kernel_out_said_once(tmp_path, monkeypatch, capsys, fresh_library):
     monkeypatch.setenv(native.ENV, "off")
-    native.library.cache_clear()
-    try:
-        assert native.library() is None
-        monkeypatch.setenv(native.ENV, str(tmp_path))
-        broken = tmp_path / "broken.c"
-        broken.write_text("this is not C\n")
-        monkeypatch.setattr(native, "SOURCE", broken)
-        native.library.cache_clear()
-        assert native.library() is None and native.library() is None
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "broken.c not built (gcc:" in err and "int8 runs without" in err
-    finally:
-        native.library.cache_clear()
+    assert fresh_library() is None
+    monkeypatch.setenv(native.ENV, str(tmp_path))
+    broken = tmp_path / "broken.c"
+    broken.write_text("this is not C\n")
+    monkeypatch.setattr(native, "SOURCE", broken)
+    fresh_library.cache_clear()
+    assert fresh_library() is None and fresh_library() is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "broken.c not built (gcc:" in err and "int8 runs without" in err
 
 
 def test_an_input_the_c_code_would_misread_is_refused():
@@ -143,13 +149,17 @@ def test_no_gcc_or_a_file_for_a_folder_is_said_once_and_int8_runs_its_other_kern
     assert done.stderr.count("\n") == 1 and said in done.stderr and "LMFORGE_NATIVE" in done.stderr
 
 
-def test_a_second_openmp_runtime_is_refused_said_once(monkeypatch, capsys):
-    # torch's libgomp under another soname (a wheel's renamed copy): the library would load the system's
-    monkeypatch.setattr(native, "_gomp_files", lambda: {"/torch/lib/libgomp-1a2b.so.1", "/usr/lib/libgomp.so.1"})
-    native.library.cache_clear()
-    try:
-        assert native.library() is None and native.library() is None
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "second OpenMP runtime" in err
-    finally:
-        native.library.cache_clear()
+def test_a_second_openmp_runtime_is_refused_said_once(monkeypatch, capsys, fresh_library):
+    # torch's libgomp under another soname (a wheel's renamed copy): loading the library maps the system's
+    maps = iter([{"/torch/lib/libgomp-1a2b.so.1"}, {"/torch/lib/libgomp-1a2b.so.1", "/usr/lib/libgomp.so.1"}])
+    monkeypatch.setattr(native, "_gomp_files", lambda: next(maps))
+    assert fresh_library() is None and fresh_library() is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "second OpenMP runtime beside torch's: ['/usr/lib/libgomp.so.1']" in err
+
+
+def test_another_librarys_own_openmp_runtime_does_not_stop_it(monkeypatch, capsys, fresh_library):
+    # scikit-learn's wheel maps its own renamed libgomp beside torch's: the library still links torch's
+    both = {"/torch/lib/libgomp.so.1", "/sklearn.libs/libgomp-e985bcbb.so.1.0.0"}
+    monkeypatch.setattr(native, "_gomp_files", lambda: set(both))
+    assert fresh_library() is not None and capsys.readouterr().err == ""

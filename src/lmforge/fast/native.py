@@ -56,7 +56,7 @@ def isa_flags() -> tuple:
 
 def _gomp_files() -> set:
     """The libgomp files mapped into this process: torch's OpenMP runtime where it is libgomp (the one
-    gcc's -fopenmp links); a second one after loading the library: it did not share torch's."""
+    gcc's -fopenmp links); one more after loading the library: it did not share torch's."""
     try:
         with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
             return {line.split(maxsplit=5)[-1].strip() for line in f if "libgomp" in line}
@@ -68,16 +68,17 @@ def _gomp_files() -> set:
 def library():
     """The loaded library (ctypes), or None where it is switched off, cannot share torch's OpenMP
     runtime, or does not build (said once)."""
-    where = folder()
-    if where is None or sys.platform != "linux" or not _gomp_files():
+    where, before = folder(), _gomp_files()
+    if where is None or sys.platform != "linux" or not before:
         return None
     try:
         gcc = shutil.which("gcc")
         if gcc is None:
             raise OSError("no gcc on PATH")
         lib = ctypes.CDLL(str(_built(gcc, where)))
-        if len(_gomp_files()) > 1:  # torch's libgomp has another soname (a renamed copy in its wheel)
-            raise OSError(f"it would run a second OpenMP runtime beside torch's: {sorted(_gomp_files())}")
+        added = _gomp_files() - before  # torch's libgomp has another soname (a renamed copy in its wheel):
+        if added:  # the library brought its own (other libraries' copies, scikit-learn's, are not its)
+            raise OSError(f"it would run a second OpenMP runtime beside torch's: {sorted(added)}")
     except (OSError, subprocess.SubprocessError) as err:
         print(f"lmforge: {SOURCE.name} not built ({err}); int8 runs without its kernel ({ENV}: the folder "
               "it is kept in, or off)", file=sys.stderr)

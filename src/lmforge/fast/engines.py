@@ -6,7 +6,7 @@
 - "onednn-u8": lmforge quantises each row itself (fast/native.py: one pass over the input, where
   the above take four), and oneDNN multiplies the bytes (onednn.qlinear_pointwise). The same
   u8 x s8 product, per-row ranges without the division into a buffer. all-MiniLM-L6-v2 at 32 x 128
-  with AVX2 code: 1.59x fp32 -> 1.77x (bench/FINDINGS.md).
+  with AVX2 code: 1.59x fp32 -> 1.76x (bench/FINDINGS.md).
 """
 from __future__ import annotations
 

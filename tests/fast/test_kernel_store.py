@@ -29,7 +29,7 @@ def test_a_choice_is_measured_once_and_written_down(store, monkeypatch):
     with torch.no_grad():
         layer(x)
     key, chosen = next(iter(int8.CHOICES.items()))
-    assert json.loads(store.read_text())[machine()] == {"|".join(map(str, key)): chosen}
+    assert json.loads(store.read_text())[machine()] == {"|".join(map(str, int8.stored(key))): chosen}
     assert chosen in int8.choices()[0]["ms"]  # measured here: the report has the times
     monkeypatch.setattr(int8, "CHOICES", {})  # a new process: the written choice is taken, nothing timed
     monkeypatch.setattr(int8, "TIMINGS", {})
@@ -45,10 +45,20 @@ def test_the_first_writer_wins_and_unknown_kernels_are_measured(store):
     assert kernel_store.settle(key, "fbgemm") == "fbgemm"
     assert kernel_store.settle(key, "fp32") == "fbgemm"  # another process chose first: its choice runs
     assert kernel_store.recall(key) == "fbgemm"
-    name = "|".join(map(str, key))
+    name = "|".join(map(str, int8.stored(key)))
     store.write_text(json.dumps({machine(): {name: "no-such-kernel"}}))
     chosen = _layer()._choose(key, torch.randn(40, 64))
-    assert chosen in _layer().candidates() and kernel_store.recall(key) == chosen  # measured, written
+    assert chosen in _layer().candidates() and kernel_store.recall(int8.stored(key)) == chosen  # measured
+
+
+def test_a_choice_made_before_a_kernel_was_added_is_measured_again(store, monkeypatch):
+    key = ("dynamic", 64, 48, 64, 2)
+    old = (*key, "fp32+fbgemm+onednn")  # the kernels an earlier lmforge offered: onednn-u8 never timed
+    kernel_store.settle(old, "fp32")
+    calls = []
+    monkeypatch.setattr(int8.Int8Linear, "_measure", lambda self, k, x: calls.append(k) or "fbgemm")
+    assert _layer()._choose(key, torch.randn(40, 64)) == "fbgemm" and calls == [key]
+    assert kernel_store.recall(int8.stored(key)) == "fbgemm" and kernel_store.recall(old) == "fp32"
 
 
 def test_off_and_unreadable_files_measure_per_process(store, monkeypatch, capsys):
@@ -105,11 +115,11 @@ def test_a_non_finite_input_does_not_write_its_fallback_down(store):
 
 def test_a_written_kernel_this_layer_cannot_run_is_kept_for_the_layers_that_can(store):
     key = ("weight-only", 64, 48, 64, 2)
-    kernel_store.settle(key, "int8pack-bf16-serial")
+    kernel_store.settle(int8.stored(key), "int8pack-bf16-serial")
     layer = _layer("weight-only")
     layer.candidates = lambda: ["fp32"]  # as an unaligned weight offers no int8pack-bf16
     assert layer._choose(key, torch.randn(40, 64)) == "fp32"
-    assert kernel_store.recall(key) == "int8pack-bf16-serial"  # not flipped back and forth between processes
+    assert kernel_store.recall(int8.stored(key)) == "int8pack-bf16-serial"  # not flipped between processes
 
 
 def test_arm_machines_are_told_apart_by_their_cpu_part():

@@ -80,6 +80,12 @@ def _version(tensor: torch.Tensor) -> int:
         return -1
 
 
+def stored(key: tuple) -> tuple:
+    """The name a choice is kept under on this machine: its key and the kernels this lmforge offers for
+    its mode, so a choice made before a kernel was added is measured again, not kept for ever."""
+    return (*key, "+".join(KERNELS[key[0]]))
+
+
 def _bucket(rows: int):
     return next((b for b in ROW_BUCKETS if rows <= b), "many")
 
@@ -256,7 +262,7 @@ class Int8Linear(nn.Module):
     def _choose(self, key: tuple, x: torch.Tensor) -> str:
         """This machine's kernel for `key`: the one written down before (fast/kernel_store.py), else
         the fastest measured now, written down (unless another process wrote one first)."""
-        known = kernel_store.recall(key)
+        known = kernel_store.recall(stored(key))
         if known in self.candidates():
             return known
         measured = self._measure(key, x)
@@ -264,7 +270,7 @@ class Int8Linear(nn.Module):
             # the fallback of an input no kernel could run (non-finite) is this call's, not the machine's;
             # a kernel this torch offers but this layer cannot run (int8pack-bf16 unaligned) stays written
             return measured
-        return kernel_store.settle(key, measured, stale=known)
+        return kernel_store.settle(stored(key), measured, stale=known)
 
     def _measure(self, key: tuple, x: torch.Tensor) -> str:
         """Time every usable kernel on x that agrees with fp32 on it; keep the fastest (and the times).

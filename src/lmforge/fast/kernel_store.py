@@ -7,6 +7,8 @@ activation quantisation against oneDNN's), so two processes that chose different
 outputs from one checkpoint: all-MiniLM-L6-v2 int8 embeddings of the same texts were up to ~4e-3
 apart in 3 of 6 runs (measured). Here a choice is measured once per machine (CPU, its flags, the
 ISA caps in the environment, the torch version) and written down; every later process reads it.
+fast/int8.stored names a choice with the kernels lmforge offered when it was made, so a kernel added
+later is timed, not shut out by an older choice.
 
 The file is $LMFORGE_INT8_KERNELS (int8_kernels.json inside it where it names a folder), else
 $XDG_CACHE_HOME/lmforge/int8_kernels.json (~/.cache by default). Delete it to measure again;

@@ -188,8 +188,7 @@ class Int8Linear(nn.Module):
             out = out.float().mul_(self.scale)
             return out if self.bias is None else out.add_(self.bias)
         if kernel == U8:  # rows quantised by lmforge's native kernel (fast/engines.py): no buffer, no pins
-            out, peak = u8_product(x, self._form(U8), 8 if eight_bit_activations() else 7)
-            return out.mul_(peak) if self.bias is None else torch.addcmul(self.bias, out, peak, out=out)
+            return self._rows_back(*u8_product(x, self._form(U8), 8 if eight_bit_activations() else 7))
         return self._quantised_rows(kernel, x)
 
     def _quantised_rows(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
@@ -217,7 +216,10 @@ class Int8Linear(nn.Module):
         peak.clamp_(min=1e-30)
         torch.div(x, peak, out=body)
         out = torch.ops.quantized.linear_dynamic(scaled, self._form(kernel), not eight_bit_activations())
-        out = out[:rows]
+        return self._rows_back(out[:rows], peak)
+
+    def _rows_back(self, out: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
+        """The product of row-scaled inputs (rows, out) times each row's peak (rows, 1), plus the bias."""
         if self.bias is None:
             return out.mul_(peak)
         return torch.addcmul(self.bias, out, peak, out=out)  # one pass over the output, not two

@@ -31,15 +31,21 @@ NAME = "int8_kernels.json"
 _WARNED: set = set()  # files already warned about in this process
 
 
-def store_path() -> Path | None:
-    """The file choices are kept in, or None where LMFORGE_INT8_KERNELS=off."""
-    where = os.environ.get(ENV, "").strip()
+def cached_place(env: str, default: str) -> Path | None:
+    """Where lmforge keeps what it learned about this machine (kernel choices, built native code): the
+    path in $env (`off`: None, nowhere), else `default` under $XDG_CACHE_HOME/lmforge (~/.cache)."""
+    where = os.environ.get(env, "").strip()
     if where.lower() == "off":
         return None
     if where:
-        return Path(where) / NAME if Path(where).is_dir() else Path(where)
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "lmforge" / NAME
+        return Path(where)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lmforge" / default
+
+
+def store_path() -> Path | None:
+    """The file choices are kept in, or None where LMFORGE_INT8_KERNELS=off."""
+    path = cached_place(ENV, NAME)
+    return path / NAME if path is not None and path.is_dir() else path
 
 
 def _name(key: tuple) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from lmforge.atomic import as_created
+from lmforge.fast.kernel_store import cached_place
 
 ENV = "LMFORGE_NATIVE"
 SOURCE = Path(__file__).with_name("csrc") / "rowquant.c"
@@ -39,12 +40,7 @@ _POINTER = ctypes.c_void_p
 
 def folder() -> Path | None:
     """Where built libraries are kept, or None where LMFORGE_NATIVE=off."""
-    where = os.environ.get(ENV, "").strip()
-    if where.lower() == "off":
-        return None
-    if where:
-        return Path(where)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lmforge" / "native"
+    return cached_place(ENV, "native")
 
 
 def isa_flags() -> tuple:

@@ -107,7 +107,7 @@ def test_a_kernel_that_disagrees_with_fp32_is_never_chosen(monkeypatch):
     module = Int8Linear.from_linear(nn.Linear(64, 20), "weight-only")
     run = Int8Linear.run
     broken = {"int8pack-bf16": float("nan"), "dequantise": 5.0}  # one not finite, one far off
-    monkeypatch.setattr(Int8Linear, "candidates", lambda self: ["fp32", *broken])
+    monkeypatch.setattr(Int8Linear, "candidates", lambda self, bucket=1: ["fp32", *broken])
     monkeypatch.setattr(Int8Linear, "run", lambda self, k, x: run(self, k, x) + broken.get(k, 0.0))
     with torch.no_grad():
         module(torch.randn(5, 64))

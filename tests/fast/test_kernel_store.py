@@ -117,7 +117,7 @@ def test_a_written_kernel_this_layer_cannot_run_is_kept_for_the_layers_that_can(
     key = ("weight-only", 64, 48, 64, 2)
     kernel_store.settle(int8.stored(key), "int8pack-bf16-serial")
     layer = _layer("weight-only")
-    layer.candidates = lambda: ["fp32"]  # as an unaligned weight offers no int8pack-bf16
+    layer.candidates = lambda bucket=1: ["fp32"]  # as an unaligned weight offers no int8pack-bf16
     assert layer._choose(key, torch.randn(40, 64)) == "fp32"
     assert kernel_store.recall(int8.stored(key)) == "int8pack-bf16-serial"  # not flipped between processes
 

@@ -83,8 +83,8 @@ def test_the_library_is_built_once_and_kept(tmp_path):
     env = {"LMFORGE_NATIVE": str(tmp_path), "PATH": "/usr/bin:/bin"}
     for _ in range(2):
         subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
-    built = list(tmp_path.glob("rowquant-*.so"))
-    assert len(built) == 1 and not list(tmp_path.glob(".rowquant-*"))  # no temporary file left
+    built = list(tmp_path.glob(f"{native.NAME}-*.so"))
+    assert len(built) == 1 and not list(tmp_path.glob(f".{native.NAME}-*"))  # no temporary file left
     first = built[0].stat().st_mtime_ns
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
     assert built[0].stat().st_mtime_ns == first  # read back, not rebuilt
@@ -105,11 +105,12 @@ def test_off_and_a_failed_build_leave_the_kernel_out_said_once(tmp_path, monkeyp
     monkeypatch.setenv(native.ENV, str(tmp_path))
     broken = tmp_path / "broken.c"
     broken.write_text("this is not C\n")
-    monkeypatch.setattr(native, "SOURCE", broken)
+    monkeypatch.setattr(native, "SOURCES", (broken,))
     fresh_library.cache_clear()
     assert fresh_library() is None and fresh_library() is None
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "broken.c not built (gcc:" in err and "int8 runs without" in err
+    assert err.count("\n") == 1 and f"{native.NAME} not built (gcc: " in err and "broken.c" in err
+    assert "int8 runs without" in err
 
 
 def test_an_input_the_c_code_would_misread_is_refused():

@@ -38,7 +38,7 @@ def test_two_stage_quantisation_error_within_its_bound(levels):
     torch.testing.assert_close(ratio.double(), h.double().norm(dim=1, keepdim=True) / a.double())
 
 
-@pytest.mark.parametrize("kind", ["fbgemm", "onednn", "int_mm"])
+@pytest.mark.parametrize("kind", vocab_screen.KINDS)
 @pytest.mark.parametrize("levels", [127, 63])
 @pytest.mark.parametrize("d, M", [(64, 6), (5, 2), (33, 130), (100, 2)])
 def test_int8_matmul_is_exact(kind, levels, d, M):
@@ -303,7 +303,8 @@ def test_projection_mode_is_checked():
         lmforge.generate(model, torch.tensor([[5, 6]]), max_new_tokens=2, projection="sometimes")
 
 
-def test_a_cpu_without_vnni_gets_7_bit_feature_stages():
+def test_a_cpu_without_vnni_gets_7_bit_feature_stages_from_fbgemm():
+    import json
     import subprocess
     import sys
 
@@ -311,10 +312,15 @@ def test_a_cpu_without_vnni_gets_7_bit_feature_stages():
         avx2 = "avx2" in f.read()
     if "fbgemm" not in torch.backends.quantized.supported_engines or not avx2:
         pytest.skip("needs fbgemm on an AVX2 CPU")
-    code = ("import torch; from lmforge.generate.fast.screen import ScreenTable; "
-            "t = ScreenTable(torch.randn(500, 96)); print(t.levels, t.matmul.kind, t.usable)")
+    code = ("import json, torch; from lmforge.generate.fast.screen import Int8Matmul, ScreenTable; "
+            "q = torch.randint(-127, 128, (500, 96), dtype=torch.int8); "
+            "t = ScreenTable(torch.randn(500, 96)); "
+            "print(json.dumps([[L, Int8Matmul(q, torch.ones(500), ('fbgemm',), L).kind] for L in (127, 63)] "
+            "+ [t.levels, t.matmul.kind, t.usable, t.kinds_ms]))")
     capped = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",  # an AVX2 CPU's kernels
               "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **capped}, capture_output=True,
                          text=True, timeout=120)
-    assert out.stdout.split() == ["63", "fbgemm", "True"], out.stderr[-500:]
+    seven, eight, levels, kind, usable, times = json.loads(out.stdout or "null") or (None,) * 6
+    assert seven == [127, None] and eight == [63, "fbgemm"], out.stderr[-500:]  # int16 pair sums: 7 bits
+    assert usable and kind == min(times, key=times.get) and "fbgemm" in times  # the fastest exact kind

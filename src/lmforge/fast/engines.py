@@ -6,7 +6,10 @@
 - "onednn-u8": lmforge quantises each row itself (fast/native.py: one pass over the input, where
   the above take four), and oneDNN multiplies the bytes (onednn.qlinear_pointwise). The same
   u8 x s8 product, per-row ranges without the division into a buffer. all-MiniLM-L6-v2 at 32 x 128
-  with AVX2 code: 1.59x fp32 -> 1.76x (bench/FINDINGS.md).
+  with AVX2 code: 1.59x fp32 -> 1.76x (bench/FINDINGS.md);
+- "w8a32" (both modes, at few rows): the int8 weight widened to fp32 in registers against fp32 input
+  (fast/native.py), read as tiles packed once. No activation is quantised: for decoding, where the
+  time is the weight bytes read.
 """
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ from dataclasses import dataclass
 import torch
 
 from lmforge.fast import native
+from lmforge.fast.native import Int8Tiles  # noqa: F401 (w8a32's weight form, for fast/int8.py)
 
 ENGINES = ("fbgemm", "onednn")  # kernels that are quantized engines: linear_dynamic on their packed weight
 U8 = "onednn-u8"  # the kernel fed with bytes lmforge quantised per row
+W8A32 = "w8a32"  # the native weight-only product (int8 weights, fp32 activations)
 QUANTISING = (*ENGINES, U8)  # the kernels that quantise activations (the others read them in fp32)
 _ENGINE = threading.Lock()  # held while the process-wide quantized engine is switched to pack a weight
 
@@ -95,3 +100,15 @@ def u8_product(x: torch.Tensor, weight: U8Weight, bits: int) -> tuple:
     out = torch.ops.onednn.qlinear_pointwise(q, 1.0 / levels, levels + 1, weight.packed, weight.scale,
                                              weight.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
     return out, peak
+
+
+@functools.cache
+def w8a32_usable() -> bool:
+    """Whether "w8a32" runs here: the native library built and loaded, and a small product through it
+    right (asked once per process)."""
+    if native.library() is None:
+        return False
+    q = torch.tensor([[1, -2, 3, 4] * 4, [5, 6, -7, 8] * 4, [-1, 0, 1, 2] * 4], dtype=torch.int8)
+    x, scale, bias = torch.linspace(-1, 1, 2 * 16).view(2, 16), torch.tensor([0.5, 2.0, 1.0]), torch.ones(3)
+    out = native.Int8Tiles(q, scale)(x, bias)
+    return bool(torch.allclose(out, x @ (q.float() * scale[:, None]).T + bias, rtol=1e-5, atol=1e-5))

@@ -29,6 +29,8 @@ from this torch build is simply no candidate):
   rows widened in registers, products summed in fp32, the sum rounded to bf16 and scaled in fp32
   (relative error ~0.24 % against the dequantised fp32 product, of the order of int8 rounding
   itself). The kernel loads 16 columns at a time with aligned loads, so only for in % 16 == 0;
+- "w8a32" (both modes, at up to 64 rows): the int8 weight, packed once as tiles, widened to fp32 in
+  native code against fp32 input (fast/engines.py): decoding's kernel where int8pack-bf16 is slow;
 - "dequantise": W rebuilt in fp32 at every call, then F.linear (weight-only; a correct fallback);
 - "fp32": a dequantised fp32 copy kept beside the int8 weight, then F.linear.
 
@@ -44,19 +46,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmforge.fast import kernel_store
+from lmforge.fast import engines, kernel_store
 from lmforge.fast.engines import ENGINES, U8, engine_usable, pack_u8, pack_weight, u8_product, u8_usable
 from lmforge.fast.isa import eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use: re-exported)
 from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
 from lmforge.fast.timing import alternating
 
 MODES = ("dynamic", "weight-only")
-KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn", U8),
-           "weight-only": ("fp32", "int8pack", "int8pack-bf16", "dequantise")}
+KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn", U8, engines.W8A32),
+           "weight-only": ("fp32", "int8pack", "int8pack-bf16", "dequantise", engines.W8A32)}
 AGREE = 0.1  # a candidate further than this (relative norm) from fp32 is broken, not imprecise: dropped
 PINS = torch.tensor([[1.0], [-1.0]])  # the rows under a dynamic product's input (_quantised_rows)
 SERIAL = "-serial"  # a kernel's name + SERIAL: the same on one thread (see the module doc)
 ROW_BUCKETS = (1, 8, 64, 512)  # a call's rows are timed as the smallest bucket >= them (else "many")
+FEW = (1, 8, 64)  # the buckets w8a32 is a candidate at: it reads its tiles again for every row
 CHOICES: dict = {}  # (mode, in, out, bucket, threads) -> kernel, for this process
 TIMINGS: dict = {}  # same key -> {kernel: median seconds}, what the choice was made on
 _MEASURING = threading.Lock()  # one measurement at a time: threads (a server's workers) meeting a new
@@ -187,6 +190,9 @@ class Int8Linear(nn.Module):
             out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self._form("int8pack-bf16"))
             out = out.float().mul_(self.scale)
             return out if self.bias is None else out.add_(self.bias)
+        if kernel == engines.W8A32:  # a smoothed (dynamic) layer's int8 weight is W s: its input x / s
+            x = x if self.smooth is None else x / self.smooth
+            return self._form(engines.W8A32)(x, self.bias)
         if kernel == U8:  # rows quantised by lmforge's native kernel (fast/engines.py): no buffer, no pins
             return self._rows_back(*u8_product(x, self._form(U8), 8 if eight_bit_activations() else 7))
         return self._quantised_rows(kernel, x)
@@ -238,16 +244,20 @@ class Int8Linear(nn.Module):
                 form = torch.ones_like(self.scale, dtype=torch.bfloat16)
             elif kernel == U8:
                 form = pack_u8(self.qweight, self.scale, self.smooth)
+            elif kernel == engines.W8A32:
+                form = engines.Int8Tiles(self.qweight, self.scale)
             else:
                 form = pack_weight(kernel, self.qweight, self.scale)
             self._derived[kernel] = form
         return form
 
-    def candidates(self) -> list:
-        """The kernels of this mode that this torch build offers."""
+    def candidates(self, bucket=1) -> list:
+        """The kernels of this mode that this torch build offers for calls of the rows `bucket`."""
         usable = []
         for kernel in KERNELS[self.mode]:
             if kernel in ENGINES and not engine_usable(kernel) or kernel == U8 and not u8_usable():
+                continue
+            if kernel == engines.W8A32 and not (bucket in FEW and engines.w8a32_usable()):
                 continue
             if kernel.startswith("int8pack") and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
                 continue
@@ -265,7 +275,7 @@ class Int8Linear(nn.Module):
         """This machine's kernel for `key`: the one written down before (fast/kernel_store.py), else
         the fastest measured now, written down (unless another process wrote one first)."""
         known = kernel_store.recall(stored(key))
-        if known in self.candidates():
+        if known in self.candidates(key[3]):
             return known
         measured = self._measure(key, x)
         if measured == "dequantise" or known is not None and known.removesuffix(SERIAL) in KERNELS[self.mode]:
@@ -279,7 +289,7 @@ class Int8Linear(nn.Module):
         The kernels take turns round by round and each keeps its fastest round: the choice is kept for
         the machine (kernel_store), so a burst of load from elsewhere must not decide it."""
         calls, reference = {}, F.linear(x, self.weight, self.bias)
-        for kernel in self.candidates():
+        for kernel in self.candidates(key[3]):
             try:
                 if _agrees(self.run(kernel, x), reference):
                     call = _alternating(lambda rows, kernel=kernel: self.run(kernel, rows), x)

@@ -1,5 +1,6 @@
-"""lmforge's one piece of native code, fast/csrc/rowquant.c (per-row activation quantisation for
-int8's "onednn-u8" kernel, fast/engines.py): built with the system's gcc on first use, then kept.
+"""lmforge's native code, fast/csrc/ (rowquant.c: per-row activation quantisation for int8's
+"onednn-u8" kernel; w8a32.c: the weight-only "w8a32" product; both called from fast/engines.py): one
+library, built with the system's gcc on first use, then kept.
 
 Kept per source, flags and compiler in $LMFORGE_NATIVE (a folder) or $XDG_CACHE_HOME/lmforge/native
 (~/.cache by default); LMFORGE_NATIVE=off: never built nor loaded. It is built only where it can share
@@ -29,7 +30,8 @@ from lmforge.atomic import as_created
 from lmforge.fast.kernel_store import cached_place
 
 ENV = "LMFORGE_NATIVE"
-SOURCE = Path(__file__).with_name("csrc") / "rowquant.c"
+SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rowquant.c", "w8a32.c"))
+NAME = "lmforge-native"  # the library's file: NAME-<digest of sources, flags, compiler>.so
 # no -ffast-math: the C is written to vectorise without it, and NaN must stay NaN
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math",
          "-fno-math-errno")
@@ -76,12 +78,15 @@ def library():
         if added:  # the library brought its own (other libraries' copies, scikit-learn's, are not its)
             raise OSError(f"it would run a second OpenMP runtime beside torch's: {sorted(added)}")
     except (OSError, subprocess.SubprocessError) as err:
-        print(f"lmforge: {SOURCE.name} not built ({err}); int8 runs without its kernel ({ENV}: the folder "
+        print(f"lmforge: {NAME} not built ({err}); int8 runs without its native kernels ({ENV}: the folder "
               "it is kept in, or off)", file=sys.stderr)
         return None
     lib.quantise_rows.argtypes = [_POINTER, ctypes.c_long, ctypes.c_long, _POINTER, ctypes.c_float,
                                   ctypes.c_int, _POINTER, _POINTER, ctypes.c_int]
     lib.quantise_rows.restype = None
+    lib.w8a32.argtypes = [_POINTER, _POINTER, _POINTER, _POINTER, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                          _POINTER, ctypes.c_int]
+    lib.w8a32.restype = None
     return lib
 
 
@@ -91,18 +96,19 @@ def _built(gcc: str, where: Path) -> Path:
     flags = FLAGS + isa_flags()
     version = subprocess.run([gcc, "--version"], check=False, capture_output=True, text=True,
                              timeout=60).stdout.splitlines()[:1]
-    digest = hashlib.sha256(SOURCE.read_bytes() + repr((flags, version)).encode()).hexdigest()
-    path = where / f"rowquant-{digest[:16]}.so"
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + repr((flags, version)).encode())
+    path = where / f"{NAME}-{digest.hexdigest()[:16]}.so"
     if path.is_file():
         return path
     where.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=where, prefix=".rowquant-", suffix=".so")
+    fd, tmp = tempfile.mkstemp(dir=where, prefix=f".{NAME}-", suffix=".so")
     os.close(fd)
     try:
-        done = subprocess.run([gcc, *flags, str(SOURCE), "-o", tmp], check=False, capture_output=True,
+        done = subprocess.run([gcc, *flags, *map(str, SOURCES), "-o", tmp], check=False, capture_output=True,
                               text=True, timeout=300)
         if done.returncode != 0:
-            raise OSError(f"gcc: {(done.stderr.strip().splitlines() or ['failed'])[0]}")
+            said = done.stderr.strip().splitlines() or ["failed"]  # the first error, not "In function ..."
+            raise OSError(f"gcc: {next((line for line in said if 'error' in line), said[0])}")
         as_created(tmp)
         os.replace(tmp, path)
     finally:
@@ -116,7 +122,7 @@ def quantise_rows(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: in
     is non-finite. Needs library(); an input the C code would misread is refused (ValueError)."""
     lib = library()
     if lib is None:
-        raise RuntimeError(f"{SOURCE.name} is not loaded here (native.library() is None)")
+        raise RuntimeError(f"{NAME} is not loaded here (native.library() is None)")
     x, inv = _checked(x, inv, levels, zp)
     rows, cols = x.shape
     q, peak = torch.empty((rows, cols), dtype=torch.uint8), torch.empty((rows, 1))
@@ -137,3 +143,46 @@ def _checked(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: int) ->
     if not 1 <= levels <= 127 or not levels <= zp <= 255 - levels:
         raise ValueError(f"levels {levels}, zp {zp}: 1 <= levels <= 127 and levels <= zp <= 255 - levels")
     return x.contiguous(), None if inv is None else inv.contiguous()
+
+
+TILE = 64  # output channels side by side in w8a32's weight tiles (w8a32.c's TILE)
+
+
+class Int8Tiles:
+    """An (out, in) int8 weight and its (out,) fp32 scales as fast/csrc/w8a32.c reads them: tiles of TILE
+    channels side by side, t[b, i, j] = q[b TILE + j, i] (zero past the last channel). Calling it on
+    (rows, in) fp32 x gives (rows, out) fp32 (x q^T) * scale + bias, the int8 weights widened to fp32 in
+    registers. Needs library(); arguments the C code would misread are refused (ValueError naming the
+    argument): the weight once here, x and bias at each call."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
+        if library() is None:
+            raise RuntimeError(f"{NAME} is not loaded here (native.library() is None)")
+        if q.dim() != 2 or q.dtype != torch.int8 or q.device.type != "cpu":
+            raise ValueError(f"q: a 2-D int8 CPU tensor expected, got {q.dim()}-D {q.dtype} on {q.device}")
+        self.out, self.cols = q.shape
+        _check("scale", scale, (self.out,))
+        padded = torch.zeros((-(-self.out // TILE) * TILE, self.cols), dtype=torch.int8)
+        padded[:self.out] = q
+        self.tiles = padded.view(-1, TILE, self.cols).transpose(1, 2).contiguous()
+        self.scale = scale.contiguous()
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """(rows, in) fp32 -> (rows, out) fp32."""
+        if x.dim() != 2 or x.shape[1] != self.cols or x.dtype != torch.float32 or x.device.type != "cpu":
+            raise ValueError(f"x: (rows, {self.cols}) float32 on the CPU expected, got {tuple(x.shape)} "
+                             f"{x.dtype} on {x.device}")
+        if bias is not None:
+            _check("bias", bias, (self.out,))
+            bias = bias.contiguous()
+        x, y = x.contiguous(), torch.empty((x.shape[0], self.out))
+        b = None if bias is None else bias.data_ptr()
+        library().w8a32(self.tiles.data_ptr(), self.scale.data_ptr(), b, x.data_ptr(), x.shape[0], self.cols,
+                        self.out, y.data_ptr(), torch.get_num_threads())
+        return y
+
+
+def _check(name: str, t: torch.Tensor, shape: tuple) -> None:
+    if tuple(t.shape) != shape or t.dtype != torch.float32 or t.device.type != "cpu":
+        raise ValueError(f"{name}: {shape} float32 on the CPU expected, got {tuple(t.shape)} {t.dtype} on "
+                         f"{t.device}")

@@ -25,13 +25,16 @@ from typing import Optional
 
 import torch
 
+from lmforge.fast import native
 from lmforge.fast.engines import pack_weight
+from lmforge.fast.timing import median_seconds
 
 MAX_CANDIDATES = 256  # a step with more tokens a row to re-score falls back to the full projection
 CHUNK = 8192  # rows quantised at a time
 ROUNDING = 2.0 ** -18  # fp32 rounding of the screened scores, relative to ||h|| ||Q_v|| (generous)
 MAX_DIM = 2 ** 14  # feature sizes the rounding allowances are worked out for
 FEATURE_LEVELS = (127, 63)  # the features' levels a side, tried in turn until a kernel is exact with them
+KINDS = ("w8a32", "fbgemm", "onednn", "int_mm")  # Int8Matmul's kernels: the table times the exact ones
 
 
 _FINGERPRINT_VECTORS: dict = {}  # size -> fixed random vector, for fingerprints
@@ -97,13 +100,14 @@ def _probe_pair(d: int, levels: int = 127) -> tuple:
 class Int8Matmul:
     """(M, d) integer rows in [-L, L] (L = levels) times a fixed (V, d) int8 matrix q with per-row scales:
     (M, V) fp32 scale_v sum_i x_i q_vi, the integer sums exact. The first kind a probe finds exact:
-    fbgemm's u8 x s8 product on its packed weight, the activations' range given (GPT-2's vocabulary at
-    2 rows: 0.89 ms on an AVX-512 VNNI EPYC, 1.5 with AVX2 code and 7-bit activations), oneDNN's
-    (1.19; 7.2 with AVX2 code), torch._int_mm on the plain int8 matrix (2.4; inexact with AVX2 code);
-    `kind` is None where none is."""
+    lmforge's native w8a32 (fast/native.py: int8 widened to fp32, exact while every partial sum stays
+    below 2^24, d L 127 < 2^24; GPT-2's vocabulary at 2 rows: 3.3 ms on an AVX2-only EPYC), fbgemm's
+    u8 x s8 product on its packed weight, the activations' range given (0.89 ms on an AVX-512 VNNI EPYC,
+    1.5 with AVX2 code and 7-bit activations, 3.0 on the AVX2-only EPYC), oneDNN's (1.19; 7.2 with AVX2
+    code; 17 on the AVX2-only EPYC), torch._int_mm on the plain int8 matrix (2.4; inexact with AVX2
+    code on a VNNI CPU; 47 and exact on the AVX2-only EPYC); `kind` is None where none is."""
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, kinds: tuple = ("fbgemm", "onednn", "int_mm"),
-                 levels: int = 127) -> None:
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, kinds: tuple = KINDS, levels: int = 127) -> None:
         """q (V, d) int8, scale (V,) fp32; kinds: the kernels to try, in order; levels: the activations'."""
         self.zero_point = levels + 1  # u8 x s8 kernels' activations are unsigned: [-L, L] -> [1, 2L + 1]
         x, w = _probe_pair(q.shape[1], levels)
@@ -120,6 +124,10 @@ class Int8Matmul:
         self.kind = self.weight = None
 
     def _prepare(self, kind: str, q: torch.Tensor, scale: torch.Tensor) -> tuple:
+        if kind == "w8a32":
+            if native.library() is None:
+                raise RuntimeError("lmforge's native library is not built here")
+            return (native.Int8Tiles(q, scale.float()),)
         if kind == "fbgemm":
             packed = pack_weight("fbgemm", q, scale)
             if packed is None:
@@ -132,6 +140,8 @@ class Int8Matmul:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """(M, d) integer-valued fp32 -> (M, V) fp32."""
+        if self.kind == "w8a32":
+            return self.weight[0](x)
         if self.kind == "fbgemm":  # scale 1: x + zero point are the u8 values themselves
             op = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32  # missing: probe skips
             return op(x, 1.0, self.zero_point, self.weight[0])
@@ -142,6 +152,26 @@ class Int8Matmul:
                                                       None, 1.0, 0, torch.float32, "none", [], "")
         q, scale = self.weight
         return torch._int_mm(x.to(torch.int8), q.t()).float().mul_(scale)
+
+
+def fastest_matmul(q: torch.Tensor, scale: torch.Tensor) -> tuple:
+    """(levels, Int8Matmul, {kind: ms}) for the (V, d) int8 table q with scales `scale`: each kind at the
+    finest FEATURE_LEVELS it sums exactly, timed on a step's two feature rows; the fastest is kept (the
+    fastest exact kind differs by CPU, and the first exact one could be 15x slower: int_mm on an AVX2-only
+    EPYC). A matmul of kind None where no kind is exact."""
+    best, times, rows = None, {}, torch.Generator().manual_seed(0)
+    for kind in KINDS:
+        for levels in FEATURE_LEVELS:  # a kind runs as fast at any levels: the finest exact one is taken
+            matmul = Int8Matmul(q, scale / (levels * 2 * levels), kinds=(kind,), levels=levels)
+            if matmul.kind is not None:
+                x = torch.randint(-levels, levels + 1, (2, q.shape[1]), generator=rows).float()
+                times[kind] = median_seconds(lambda matmul=matmul, x=x: matmul(x)) * 1e3
+                if best is None or times[kind] < times[best[1].kind]:
+                    best = (levels, matmul)  # the slower copies are dropped as they lose
+                break
+    if best is None:
+        return FEATURE_LEVELS[-1], Int8Matmul(q[:0], scale[:0], kinds=()), times
+    return (*best, times)
 
 
 class ScreenTable:
@@ -164,10 +194,7 @@ class ScreenTable:
             finite &= self._quantise(W[i:i + CHUNK], i, q, scale)
         if bias is not None:
             finite &= bool(torch.isfinite(bias).all())
-        for levels in FEATURE_LEVELS:  # the finest the kernel sums exactly; it keeps the copy it reads
-            self.levels, self.matmul = levels, Int8Matmul(q, scale / (levels * 2 * levels), levels=levels)
-            if self.matmul.kind is not None:
-                break
+        self.levels, self.matmul, self.kinds_ms = fastest_matmul(q, scale)
         # in units of a row's largest feature a: t = hq.Q_v / a; ||e|| / a and ||h|| / a are at most sqrt(d)
         # times a constant, so the ||e|| ||Q_v|| and rounding terms of the bound are fixed per token
         L = self.levels

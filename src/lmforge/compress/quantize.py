@@ -2,7 +2,7 @@
 
 Weights are quantised symmetrically per output channel (one fp32 scale a row, int8 values in
 [-127, 127]); in "dynamic" mode activations are quantised at run time (per row, from its
-range), in "weight-only" mode they are not (fp32, or bf16 inside the int8pack-bf16 kernel). Before
+range), in "weight-only" mode they are not (fp32; bf16 inside the int8pack-bf16 kernel). Before
 dynamic quantisation the Linears that read a LayerNorm are smoothed (SmoothQuant, compress/smooth.py):
 its outlier channels are moved into their weights, calibrated on text or random tokens. The
 layers are lmforge's own Int8Linear (fast/int8.py), which runs whichever kernel this machine

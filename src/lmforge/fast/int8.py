@@ -5,7 +5,7 @@ Two modes (compress/quantize.py swaps them in for nn.Linear):
 - "dynamic": each call quantises the activations (per row, by its range) and multiplies
   u8 x s8 into int32 (Jacob et al. 2018's scheme, dynamic as in BERT inference on CPU);
 - "weight-only": activations are not quantised, only the weights are int8 (decoding reads every
-  weight once a token, so the bytes read are the time); the fastest kernel reads them as bf16.
+  weight once a token, so the bytes read are the time): w8a32 widens them to fp32 in registers.
 
 Which kernel runs is measured, not assumed. int8 speed depends on the CPU (AVX2 without VNNI
 has no u8 x s8 dot instruction; AVX-512 VNNI has), on the shape and on the rows a call has, so

@@ -9,7 +9,9 @@ its largest read (GPT-2 small: 154 MB of ~500 MB a token). Three ways give what 
 - "screen" (greedy only): the int8 screen of screen.py, a quarter of the bytes. GPT-2 small's
   vocabulary, one row, with the argmax: 1.16 vs 6.6 ms input-major on an AVX-512 VNNI EPYC, 1.33 vs
   7.2 ms with AVX2 code (its features then take 7-bit stages: without VNNI pairs sum in int16).
-  Through oneDNN and 8-bit stages only, an AVX2-only EPYC had measured 51.6 vs 32.3 ms a token.
+  Through oneDNN and 8-bit stages only, an AVX2-only EPYC had measured 51.6 vs 32.3 ms a token;
+  taking the first exact kernel (int_mm there) its scores took 45 ms; timing the exact ones, 3.3 ms
+  (w8a32 or fbgemm) against 12.5 ms input-major.
 
 Which one wins depends on the CPU, so "auto" times every candidate once per (V, d, rows, threads)
 on the first step's own features and keeps the fastest; "plain" is always a candidate, so auto is

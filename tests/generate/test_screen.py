@@ -324,3 +324,13 @@ def test_a_cpu_without_vnni_gets_7_bit_feature_stages_from_fbgemm():
     seven, eight, levels, kind, usable, times = json.loads(out.stdout or "null") or (None,) * 6
     assert seven == [127, None] and eight == [63, "fbgemm"], out.stderr[-500:]  # int16 pair sums: 7 bits
     assert usable and kind == min(times, key=times.get) and "fbgemm" in times  # the fastest exact kind
+
+
+def test_w8a32_sums_only_where_fp32_holds_every_partial_sum_exactly():
+    from lmforge.fast import native
+
+    if native.library() is None:
+        pytest.skip("the native library is not built here")
+    for d, exact in ((1040, True), (1041, False)):  # 1040 x 127 x 127 < 2^24 <= 1041 x 127 x 127
+        q = torch.randint(-127, 128, (70, d), dtype=torch.int8, generator=torch.Generator().manual_seed(d))
+        assert (Int8Matmul(q, torch.ones(70), kinds=("w8a32",)).kind == "w8a32") == exact

@@ -124,9 +124,9 @@ class Int8Matmul:
         self.kind = self.weight = None
 
     def _prepare(self, kind: str, q: torch.Tensor, scale: torch.Tensor) -> tuple:
-        if kind == "w8a32":
-            if native.library() is None:
-                raise RuntimeError("lmforge's native library is not built here")
+        if kind == "w8a32":  # fp32 sums: exact while no partial sum can reach 2^24 (the probe's may be even)
+            if native.library() is None or q.shape[1] * (self.zero_point - 1) * 127 >= 1 << 24:
+                raise RuntimeError("no native library here, or sums past fp32's exact integers")
             return (native.Int8Tiles(q, scale.float()),)
         if kind == "fbgemm":
             packed = pack_weight("fbgemm", q, scale)

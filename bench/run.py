@@ -59,6 +59,10 @@ def child(env: str, suites: list, repeats: int, quick: bool) -> None:
     """Run the suites in this process and merge them into results/<env>.json."""
     out = HERE / "results" / f"{env}.json"
     results = json.loads(out.read_text()) if out.is_file() else {}
+    earlier = results.get("machine", {}).get("cpu")
+    for name, suite in results.items():  # a suite kept from an earlier run keeps that run's CPU
+        if name != "machine" and earlier is not None:
+            suite.setdefault("cpu", earlier)
     results["machine"] = _machine()
     for name in suites:
         load_before = os.getloadavg()

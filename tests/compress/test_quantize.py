@@ -11,6 +11,7 @@ import lmforge
 from lmforge.cli import main
 from lmforge.compress.quantize import parameter_count, quantize
 from lmforge.config import ConfigError
+from lmforge.fast.engines import ENGINES
 from lmforge.fast.int8 import CHOICES, Int8Linear, quantise_per_channel, vnni_in_use
 from lmforge.heads import attach
 from lmforge.io import CheckpointError
@@ -80,7 +81,7 @@ def test_a_large_input_scaled_into_the_reused_buffer_gives_the_same_output(monke
     module = Int8Linear.from_linear(nn.Linear(64, 48), "dynamic", smooth=smooth)
     x = torch.randn(30, 64)
     before = x.clone()
-    kernels = [k for k in module.candidates() if k.removesuffix("-serial") in int8.ENGINES]
+    kernels = [k for k in module.candidates() if k.removesuffix("-serial") in ENGINES]
     if not kernels:
         pytest.skip("this torch build has no quantized engine")
     with torch.no_grad():

@@ -21,7 +21,7 @@ from lmforge.compress.smooth import (
 )
 from lmforge.config import ConfigError
 from lmforge.fast import int8
-from lmforge.fast.engines import engine_usable
+from lmforge.fast.engines import ENGINES, engine_usable
 from lmforge.fast.int8 import Int8Linear
 from lmforge.io import CheckpointError
 from tests.conftest import tiny_model
@@ -78,7 +78,7 @@ def test_a_smoothed_layer_computes_x_w_and_loses_less_on_outlier_channels():
         exact = linear(x)
         step = float(smoothed.scale.max() / s.min())  # one int8 step of W s, divided back by s
         torch.testing.assert_close(smoothed.weight, linear.weight, atol=step, rtol=0)
-        kernels = [k for k in plain.candidates() if k.removesuffix("-serial") in int8.ENGINES]
+        kernels = [k for k in plain.candidates() if k.removesuffix("-serial") in ENGINES]
         if not kernels:
             pytest.skip("no quantized engine in this torch build")
         for kernel in kernels:
@@ -136,7 +136,7 @@ class _Always(dict):
 
 
 def test_every_smoothed_layer_loses_less_on_the_inputs_the_model_gives_it(monkeypatch):
-    engine = next((e for e in int8.ENGINES if engine_usable(e)), None)
+    engine = next((e for e in ENGINES if engine_usable(e)), None)
     if engine is None:
         pytest.skip("no quantized engine in this torch build")
     monkeypatch.setattr(int8, "CHOICES", _Always(engine))  # the int8 product itself, at every shape

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 
 from lmforge.fast import native
-from lmforge.fast.native import Int8Tiles  # noqa: F401 (w8a32's weight form, for fast/int8.py)
 
 ENGINES = ("fbgemm", "onednn")  # kernels that are quantized engines: linear_dynamic on their packed weight
 U8 = "onednn-u8"  # the kernel fed with bytes lmforge quantised per row
@@ -102,6 +101,19 @@ def u8_product(x: torch.Tensor, weight: U8Weight, bits: int) -> tuple:
     return out, peak
 
 
+def usable(kernel: str) -> bool:
+    """Whether this build and machine run the op behind `kernel` (an engine's, onednn-u8's, w8a32's, each
+    asked once per process); the other kernels are plain torch calls, checked by the layer."""
+    checks = {"fbgemm": engine_usable, "onednn": engine_usable, U8: lambda _: u8_usable(),
+              W8A32: lambda _: w8a32_usable()}
+    return kernel not in checks or checks[kernel](kernel)
+
+
+def pack_w8a32(q: torch.Tensor, scale: torch.Tensor) -> native.Int8Tiles:
+    """The form "w8a32" reads of an int8 per-channel weight (q (out, in), scale (out,)): its tiles."""
+    return native.Int8Tiles(q, scale)
+
+
 @functools.cache
 def w8a32_usable() -> bool:
     """Whether "w8a32" runs here: the native library built and loaded, and a small product through it
@@ -110,5 +122,5 @@ def w8a32_usable() -> bool:
         return False
     q = torch.tensor([[1, -2, 3, 4] * 4, [5, 6, -7, 8] * 4, [-1, 0, 1, 2] * 4], dtype=torch.int8)
     x, scale, bias = torch.linspace(-1, 1, 2 * 16).view(2, 16), torch.tensor([0.5, 2.0, 1.0]), torch.ones(3)
-    out = native.Int8Tiles(q, scale)(x, bias)
+    out = pack_w8a32(q, scale)(x, bias)
     return bool(torch.allclose(out, x @ (q.float() * scale[:, None]).T + bias, rtol=1e-5, atol=1e-5))

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.fast import engines, kernel_store
-from lmforge.fast.engines import ENGINES, U8, engine_usable, pack_u8, pack_weight, u8_product, u8_usable
+from lmforge.fast.engines import U8, pack_u8, pack_weight, u8_product
 from lmforge.fast.isa import eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use: re-exported)
 from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
 from lmforge.fast.timing import alternating, cold_caches
@@ -246,7 +246,7 @@ class Int8Linear(nn.Module):
             elif kernel == U8:
                 form = pack_u8(self.qweight, self.scale, self.smooth)
             elif kernel == engines.W8A32:
-                form = engines.Int8Tiles(self.qweight, self.scale)
+                form = engines.pack_w8a32(self.qweight, self.scale)
             else:
                 form = pack_weight(kernel, self.qweight, self.scale)
             self._derived[kernel] = form
@@ -256,9 +256,7 @@ class Int8Linear(nn.Module):
         """The kernels of this mode that this torch build offers for calls of the rows `bucket`."""
         usable = []
         for kernel in KERNELS[self.mode]:
-            if kernel in ENGINES and not engine_usable(kernel) or kernel == U8 and not u8_usable():
-                continue
-            if kernel == engines.W8A32 and not (bucket in FEW and engines.w8a32_usable()):
+            if not engines.usable(kernel) or kernel == engines.W8A32 and bucket not in FEW:
                 continue
             if kernel.startswith("int8pack") and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
                 continue

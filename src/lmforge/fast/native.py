@@ -136,10 +136,8 @@ def _checked(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: int) ->
     raw fp32 memory, so another dtype, device or length would be read wrong or past its end."""
     if x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu":
         raise ValueError(f"x: a 2-D float32 CPU tensor expected, got {x.dim()}-D {x.dtype} on {x.device}")
-    if inv is not None and (tuple(inv.shape) != (x.shape[1],) or inv.dtype != torch.float32
-                            or inv.device.type != "cpu"):
-        raise ValueError(f"inv: ({x.shape[1]},) float32 CPU expected, got {tuple(inv.shape)} {inv.dtype} "
-                         f"on {inv.device}")
+    if inv is not None:
+        _check("inv", inv, (x.shape[1],))
     if not 1 <= levels <= 127 or not levels <= zp <= 255 - levels:
         raise ValueError(f"levels {levels}, zp {zp}: 1 <= levels <= 127 and levels <= zp <= 255 - levels")
     return x.contiguous(), None if inv is None else inv.contiguous()

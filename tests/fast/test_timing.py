@@ -33,7 +33,7 @@ def test_decodings_row_counts_are_chosen_with_cold_caches_and_others_not(monkeyp
     layer = int8.Int8Linear.from_linear(torch.nn.Linear(64, 48), "weight-only").eval()
     for rows, cold in ((1, True), (8, True), (40, False)):
         emptied.clear()
-        key = ("weight-only", 64, 48, int8._bucket(rows), torch.get_num_threads())
+        key = ("weight-only", 64, 48, int8.bucket_of(rows), torch.get_num_threads())
         with torch.no_grad():
             layer._measure(key, torch.randn(rows, 64))
         assert (len(emptied) == 5 * len(int8.TIMINGS[key])) == cold and (not emptied) == (not cold)

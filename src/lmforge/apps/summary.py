@@ -13,7 +13,8 @@ from collections import Counter
 import torch
 
 from lmforge.config import ModelConfig
-from lmforge.fast.int8 import Int8Embedding, Int8Linear
+from lmforge.fast.int8 import Int8Linear
+from lmforge.fast.int8_embedding import Int8Embedding
 from lmforge.model import from_config
 
 GATED = ("geglu", "geglu-tanh", "swiglu")

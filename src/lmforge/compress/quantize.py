@@ -24,7 +24,8 @@ import copy
 from torch import nn
 
 from lmforge.compress.smooth import ALPHA, check_alpha, random_batches, smoothing
-from lmforge.fast.int8 import MODES, Int8Embedding, Int8Linear, int8_linears, swap_linears, swap_tokens
+from lmforge.fast.int8 import MODES, Int8Linear, int8_linears, swap_linears
+from lmforge.fast.int8_embedding import Int8Embedding, swap_tokens
 from lmforge.heads import LMHead
 from lmforge.model import Transformer
 

@@ -10,10 +10,12 @@ and state-dict names whose forward takes a cheaper route where it is exact and m
   go into per-thread buffers reused from call to call (glibc page-faults fresh large outputs);
 - FastDropout: CPU masks drawn as four 16-bit uniforms per 64-bit draw (~4x cheaper);
 - FastFeedForward / FastBlock: in inference the activation and the residual sum overwrite the
-  fresh tensor they read (an allocation saved per sublayer: bert-mini 210 -> 154 ms a batch).
+  fresh tensor they read (an allocation saved per sublayer: bert-mini 210 -> 154 ms a batch); an
+  FFN between two int8 layers makes its hidden units and quantises them in one pass.
 
 Every route has the same results as the plain module (bitwise, or for dropout the same keep
-rate, to 2^-16). On exit every module gets its own class back: a model is never left changed.
+rate, to 2^-16; the int8 FFN's quantised hidden units, but a few in millions one step apart:
+fast/int8_ffn.py). On exit every module gets its own class back: a model is never left changed.
 Re-entrant: a nested `accelerate` of the same model (generate around a forward) does nothing.
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.fast.dropout import FastDropout
+from lmforge.fast.int8_ffn import fused_feedforward
 from lmforge.fast.linear import FastLinear
 from lmforge.layers.attention import Attention
 from lmforge.layers.block import Block
@@ -50,7 +53,12 @@ def add_residual(h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 class FastFeedForward(FeedForward):
-    """FeedForward whose activation overwrites the fresh hidden units in inference."""
+    """FeedForward whose activation overwrites the fresh hidden units in inference; between two int8
+    layers, made and quantised for the second in one pass (fast/int8_ffn.py)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model)
+        fused = fused_feedforward(self, x)
+        return super().forward(x) if fused is None else fused
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
         """act(W1 x) (or the gated form), the activation in place."""

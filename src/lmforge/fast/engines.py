@@ -94,11 +94,21 @@ def u8_product(x: torch.Tensor, weight: U8Weight, bits: int) -> tuple:
     """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak) through "onednn-u8": each row
     quantised to `bits` (7: [1, 127], 8: [1, 255]) by its own peak, multiplied in oneDNN; the caller
     multiplies each output row by its peak (with the bias, in one pass)."""
-    levels = (1 << (bits - 1)) - 1  # 63 or 127 steps either side of the zero point
-    q, peak = native.quantise_rows(x, weight.inverse_smooth, levels, levels + 1)
-    out = torch.ops.onednn.qlinear_pointwise(q, 1.0 / levels, levels + 1, weight.packed, weight.scale,
-                                             weight.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
-    return out, peak
+    q, peak = native.quantise_rows(x, weight.inverse_smooth, levels(bits), levels(bits) + 1)
+    return u8_multiply(q, weight, bits), peak
+
+
+def levels(bits: int) -> int:
+    """The steps either side of the zero point (levels + 1) of `bits`-bit activations: 63 or 127."""
+    return (1 << (bits - 1)) - 1
+
+
+def u8_multiply(q: torch.Tensor, weight: U8Weight, bits: int) -> torch.Tensor:
+    """(rows, in) bytes quantised per row to `bits` (zero point levels + 1, step 1 / levels) -> (rows, out)
+    fp32 (q - zp) / levels W^T, multiplied in oneDNN."""
+    steps = levels(bits)
+    return torch.ops.onednn.qlinear_pointwise(q, 1.0 / steps, steps + 1, weight.packed, weight.scale,
+                                              weight.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
 
 
 def usable(kernel: str) -> bool:

@@ -90,7 +90,8 @@ def stored(key: tuple) -> tuple:
     return (*key, "+".join(KERNELS[key[0]]))
 
 
-def _bucket(rows: int):
+def bucket_of(rows: int):
+    """The smallest of ROW_BUCKETS holding `rows`, else "many": the rows a kernel choice is made for."""
     return next((b for b in ROW_BUCKETS if rows <= b), "many")
 
 
@@ -158,16 +159,23 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         if x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled() and x.requires_grad:
             return F.linear(x.float(), self.weight, self.bias).to(x.dtype)  # the reference path
-        rows = x.numel() // self.in_features
-        key = (self.mode, self.in_features, self.out_features, _bucket(rows), torch.get_num_threads())
+        x2 = x.reshape(-1, self.in_features)
+        return self.run(self.kernel_for(x2), x2).view(*x.shape[:-1], self.out_features)
+
+    def key(self, rows: int) -> tuple:
+        """(mode, in, out, rows bucket, threads): what a kernel is chosen for (CHOICES)."""
+        return self.mode, self.in_features, self.out_features, bucket_of(rows), torch.get_num_threads()
+
+    def kernel_for(self, x: torch.Tensor) -> str:
+        """The kernel for (rows, in) fp32 x here: chosen, timed on x, at the first call of its key."""
+        key = self.key(x.shape[0])
         kernel = CHOICES.get(key)
-        x2 = x.reshape(rows, self.in_features)
         if kernel is None:
             with _MEASURING:  # not re-entrant: _measure runs kernels, never a module's forward
                 kernel = CHOICES.get(key)  # another thread's choice, made while this one waited
                 if kernel is None:
-                    kernel = CHOICES[key] = self._choose(key, x2)
-        return self.run(kernel, x2).view(*x.shape[:-1], self.out_features)
+                    kernel = CHOICES[key] = self._choose(key, x)
+        return kernel
 
     def run(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
         """(rows, in) fp32 -> (rows, out) through the named kernel."""
@@ -179,7 +187,7 @@ class Int8Linear(nn.Module):
             finally:
                 torch.set_num_threads(threads)
         if kernel == "fp32":
-            return F.linear(x, self._form("fp32"), self.bias)
+            return F.linear(x, self.form("fp32"), self.bias)
         if kernel == "dequantise":
             return F.linear(x, self.weight, self.bias)
         if kernel == "int8pack":
@@ -188,14 +196,14 @@ class Int8Linear(nn.Module):
             return out if self.bias is None else out.add_(self.bias)
         if kernel == "int8pack-bf16":  # scale 1 inside (bf16 would round it), the fp32 scale after
             x = x.to(torch.bfloat16, memory_format=torch.contiguous_format)
-            out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self._form("int8pack-bf16"))
+            out = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.form("int8pack-bf16"))
             out = out.float().mul_(self.scale)
             return out if self.bias is None else out.add_(self.bias)
         if kernel == engines.W8A32:  # a smoothed (dynamic) layer's int8 weight is W s: its input x / s
             x = x if self.smooth is None else x / self.smooth
-            return self._form(engines.W8A32)(x, self.bias)
+            return self.form(engines.W8A32)(x, self.bias)
         if kernel == U8:  # rows quantised by lmforge's native kernel (fast/engines.py): no buffer, no pins
-            return self._rows_back(*u8_product(x, self._form(U8), 8 if eight_bit_activations() else 7))
+            return self.rows_back(*u8_product(x, self.form(U8), 8 if eight_bit_activations() else 7))
         return self._quantised_rows(kernel, x)
 
     def _quantised_rows(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
@@ -222,16 +230,16 @@ class Int8Linear(nn.Module):
         peak = torch.maximum(x.amax(dim=1, keepdim=True), x.amin(dim=1, keepdim=True).neg_())
         peak.clamp_(min=1e-30)
         torch.div(x, peak, out=body)
-        out = torch.ops.quantized.linear_dynamic(scaled, self._form(kernel), not eight_bit_activations())
-        return self._rows_back(out[:rows], peak)
+        out = torch.ops.quantized.linear_dynamic(scaled, self.form(kernel), not eight_bit_activations())
+        return self.rows_back(out[:rows], peak)
 
-    def _rows_back(self, out: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
+    def rows_back(self, out: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
         """The product of row-scaled inputs (rows, out) times each row's peak (rows, 1), plus the bias."""
         if self.bias is None:
             return out.mul_(peak)
         return torch.addcmul(self.bias, out, peak, out=out)  # one pass over the output, not two
 
-    def _form(self, kernel: str):
+    def form(self, kernel: str):
         """The derived weight a kernel reads, rebuilt when the buffers changed (load_state_dict)."""
         buffers = (self.qweight, self.scale, self.smooth)
         key = tuple((t.data_ptr(), _version(t)) for t in buffers if t is not None)
@@ -292,7 +300,7 @@ class Int8Linear(nn.Module):
         calls, reference = {}, F.linear(x, self.weight, self.bias)
         for kernel in self.candidates(key[3]):
             try:
-                if _agrees(self.run(kernel, x), reference):
+                if agrees(self.run(kernel, x), reference):
                     call = _alternating(lambda rows, kernel=kernel: self.run(kernel, rows), x)
                     call(), call()  # both of its inputs' shapes run here, where a refusal is caught
                     calls[kernel] = call
@@ -306,35 +314,6 @@ class Int8Linear(nn.Module):
         return best
 
 
-class Int8Embedding(nn.Module):
-    """A token table stored int8 per row (buffers qweight, scale): a lookup dequantises only the rows
-    it reads. For a table no LM head projects with (an encoder's: half of all-MiniLM-L6-v2's weights)."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
-        super().__init__()
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.register_buffer("qweight", torch.zeros(num_embeddings, embedding_dim, dtype=torch.int8))
-        self.register_buffer("scale", torch.ones(num_embeddings))
-
-    @classmethod
-    def from_embedding(cls, table: nn.Embedding, quantise: bool = True) -> "Int8Embedding":
-        """The int8 form of `table` (quantise=False: the shapes only, to load into)."""
-        module = cls(table.num_embeddings, table.embedding_dim).to(table.weight.device)
-        if quantise:
-            q, scale = quantise_per_channel(table.weight)
-            module.qweight.copy_(q)
-            module.scale.copy_(scale)
-        return module
-
-    @property
-    def weight(self) -> torch.Tensor:
-        """The dequantised (V, E) fp32 table, a fresh tensor."""
-        return self.qweight.float() * self.scale[:, None]
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # (...) -> (..., E)
-        return F.embedding(ids, self.qweight).float().mul_(self.scale[ids].unsqueeze(-1))
-
-
 def _alternating(run, x: torch.Tensor):
     """A call running `run` on x and on x without its first row in turn: a kernel that keeps a set-up
     per input shape (oneDNN's) is timed paying its rebuild, as calls of varying lengths (a server's) do."""
@@ -343,7 +322,7 @@ def _alternating(run, x: torch.Tensor):
     return lambda: run(inputs[next(turn) % len(inputs)])
 
 
-def _agrees(out: torch.Tensor, reference: torch.Tensor) -> bool:
+def agrees(out: torch.Tensor, reference: torch.Tensor) -> bool:
     """Whether a kernel's output is within AGREE (relative norm) of the fp32 reference on the rows the
     reference has finite (a padding row of NaN says nothing of the kernel), finite there itself."""
     rows = torch.isfinite(reference).all(dim=-1)
@@ -359,11 +338,6 @@ def choices() -> list:
     return [{"mode": k[0], "in": k[1], "out": k[2], "rows": k[3], "threads": k[4], "kernel": kernel,
              **({"ms": {n: round(s * 1e3, 4) for n, s in TIMINGS[k].items()}} if k in TIMINGS else kept)}
             for k, kernel in CHOICES.items()]
-
-
-def swap_tokens(model: nn.Module, quantise: bool = True) -> None:
-    """Replace the model's token table (model.tokens) by an Int8Embedding."""
-    model.tokens = Int8Embedding.from_embedding(model.tokens, quantise)
 
 
 def int8_linears(model: nn.Module) -> list:

@@ -1,6 +1,7 @@
 """lmforge's native code, fast/csrc/ (rowquant.c: per-row activation quantisation for int8's
-"onednn-u8" kernel; w8a32.c: the weight-only "w8a32" product; both called from fast/engines.py): one
-library, built with the system's gcc on first use, then kept.
+"onednn-u8" kernel, and of a feed-forward layer's hidden units as they are made, fast/int8_ffn.py;
+w8a32.c: the weight-only "w8a32" product; both called from fast/engines.py): one library, built with
+the system's gcc on first use, then kept.
 
 Kept per source, flags and compiler in $LMFORGE_NATIVE (a folder) or $XDG_CACHE_HOME/lmforge/native
 (~/.cache by default); LMFORGE_NATIVE=off: never built nor loaded. It is built only where it can share
@@ -84,6 +85,10 @@ def library():
     lib.quantise_rows.argtypes = [_POINTER, ctypes.c_long, ctypes.c_long, _POINTER, ctypes.c_float,
                                   ctypes.c_int, _POINTER, _POINTER, ctypes.c_int]
     lib.quantise_rows.restype = None
+    lib.act_quantise_rows.argtypes = [_POINTER, ctypes.c_long, ctypes.c_long, _POINTER, _POINTER,
+                                      ctypes.c_int, _POINTER, ctypes.c_float, ctypes.c_int, _POINTER,
+                                      _POINTER, ctypes.c_int]
+    lib.act_quantise_rows.restype = None
     lib.w8a32.argtypes = [_POINTER, _POINTER, _POINTER, _POINTER, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                           _POINTER, ctypes.c_int]
     lib.w8a32.restype = None
@@ -131,11 +136,38 @@ def quantise_rows(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: in
     return q, peak
 
 
-def _checked(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: int) -> tuple:
+ACTIVATIONS = ("none", "relu", "gelu")  # act_quantise_rows's act, by its code in rowquant.c
+
+
+def act_quantise_rows(acc: torch.Tensor, rowscale: torch.Tensor, bias: torch.Tensor | None, act: str,
+                      inv: torch.Tensor | None, levels: int, zp: int) -> tuple:
+    """quantise_rows(act(acc * rowscale + bias) (* inv)) in one pass (rowquant.c): an int8 FFN's hidden
+    units from its up product acc (rows, cols), rowscale (rows, 1) and bias (cols,) or None, quantised for
+    the down product; act one of ACTIVATIONS (GELU within 2e-7 |v|). Needs library(); an argument the C
+    code would misread is refused (ValueError naming it)."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"{NAME} is not loaded here (native.library() is None)")
+    if act not in ACTIVATIONS:
+        raise ValueError(f"act: one of {', '.join(ACTIVATIONS)} expected, got {act!r}")
+    acc, inv = _checked(acc, inv, levels, zp, "acc")
+    rows, cols = acc.shape
+    _check("rowscale", rowscale, (rows, 1))
+    if bias is not None:
+        _check("bias", bias, (cols,))
+    rowscale, bias = rowscale.contiguous(), None if bias is None else bias.contiguous()
+    q, peak = torch.empty((rows, cols), dtype=torch.uint8), torch.empty((rows, 1))
+    b, i = (None if t is None else t.data_ptr() for t in (bias, inv))
+    lib.act_quantise_rows(acc.data_ptr(), rows, cols, rowscale.data_ptr(), b, ACTIVATIONS.index(act), i,
+                          float(levels), int(zp), q.data_ptr(), peak.data_ptr(), torch.get_num_threads())
+    return q, peak
+
+
+def _checked(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: int, name: str = "x") -> tuple:
     """x and inv as the C code reads them (contiguous), or ValueError naming what does not fit: it reads
     raw fp32 memory, so another dtype, device or length would be read wrong or past its end."""
     if x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu":
-        raise ValueError(f"x: a 2-D float32 CPU tensor expected, got {x.dim()}-D {x.dtype} on {x.device}")
+        raise ValueError(f"{name}: a 2-D float32 CPU tensor expected, got {x.dim()}-D {x.dtype} on {x.device}")
     if inv is not None:
         _check("inv", inv, (x.shape[1],))
     if not 1 <= levels <= 127 or not levels <= zp <= 255 - levels:

@@ -1,0 +1,95 @@
+"""An int8 feed-forward layer's hidden units made and quantised in one pass (the accelerated FFN's
+route, fast/accelerate.py).
+
+Where both projections of a plain (not gated) ReLU or GELU FFN are dynamic Int8Linears, the hidden
+units act(W1 x + b1) exist only to be quantised again for W2. Unfused, the (rows, d_ff) fp32 tensor is
+written by the up product's row scaling, read and written by the activation, read by the down
+product's quantisation. Fused (fast/csrc/rowquant.c's act_quantise_rows), each row of the up product
+("onednn-u8") is scaled, biased, activated and quantised in cache for the down product ("onednn-u8"):
+all-MiniLM-L6-v2's 4096 x 1536 hidden units 9.4 -> 5.5 ms on an AVX2 EPYC (bench/FINDINGS.md).
+
+Which route runs is measured like a kernel (fast/int8.py): the first call of each (activation, d_model,
+d_ff, rows bucket, threads) times the fused route against the plain one (each layer on its own
+chosen kernel) and keeps the faster, written down for this machine (fast/kernel_store.py). Not at
+decoding's few rows (int8.COLD), where the hidden units are a few KB. The fused bytes are the
+unfused route's but where the fused GELU (within 2e-7 |v| of the exact one) falls on the other side of
+a rounding boundary: one step, a few values in millions.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.nn.functional as F
+
+from lmforge.fast import engines, kernel_store, native
+from lmforge.fast.engines import U8
+from lmforge.fast.int8 import COLD, Int8Linear, agrees, bucket_of
+from lmforge.fast.isa import eight_bit_activations
+from lmforge.fast.timing import alternating
+
+FUSED = {F.relu: "relu", F.gelu: "gelu"}  # the activations act_quantise_rows computes (native.ACTIVATIONS)
+ROUTES = ("fused", "plain")
+CHOICES: dict = {}  # ("ffn-" act, d_model, d_ff, bucket, threads) -> route, for this process
+TIMINGS: dict = {}  # same key -> {route: fastest seconds}
+_MEASURING = threading.Lock()  # taken before int8's own (the plain route makes the layers' choices)
+
+
+def _applies(ffn, x: torch.Tensor) -> bool:
+    """Whether the fused route may run: a plain FFN of FUSED activation between two dynamic Int8Linears,
+    in CPU fp32 inference, where the native kernel runs."""
+    up, down = ffn.up, ffn.down
+    if ffn.gate is not None or ffn.act not in FUSED or not isinstance(up, Int8Linear) \
+            or not isinstance(down, Int8Linear) or up.mode != "dynamic" or down.mode != "dynamic":
+        return False
+    if x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled() and x.requires_grad:
+        return False
+    return engines.usable(U8)
+
+
+def fused_feedforward(ffn, x: torch.Tensor) -> torch.Tensor | None:
+    """W2 act(W1 x + b1) + b2 (..., d_model) through the fused route where it applies and was measured
+    faster here, else None (the caller runs its plain route). The first call of a key makes the choice
+    and then runs the chosen route too."""
+    if not _applies(ffn, x):
+        return None
+    rows = x.reshape(-1, ffn.up.in_features)
+    key = (f"ffn-{FUSED[ffn.act]}", ffn.up.in_features, ffn.up.out_features, bucket_of(rows.shape[0]),
+           torch.get_num_threads())
+    if key[3] in COLD:
+        return None
+    route = CHOICES.get(key)
+    if route is None:
+        with _MEASURING:
+            route = CHOICES.get(key)  # another thread's choice, made while this one waited
+            if route is None:
+                route = CHOICES[key] = _choose(ffn, key, rows)
+    return fused(ffn, rows).view(*x.shape[:-1], ffn.down.out_features) if route == "fused" else None
+
+
+def fused(ffn, rows: torch.Tensor) -> torch.Tensor:
+    """(rows, d_model) fp32 -> (rows, d_model): the fused route, both products on "onednn-u8"."""
+    up, down, bits = ffn.up, ffn.down, 8 if eight_bit_activations() else 7
+    acc, peak = engines.u8_product(rows, up.form(U8), bits)  # (rows, d_ff) of rows / peak, (rows, 1)
+    weight, levels = down.form(U8), engines.levels(bits)
+    q, peak = native.act_quantise_rows(acc, peak, up.bias, FUSED[ffn.act], weight.inverse_smooth, levels,
+                                       levels + 1)
+    return down.rows_back(engines.u8_multiply(q, weight, bits), peak)
+
+
+def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
+    """The route written down for `key` on this machine, else the faster of the two measured on rows
+    now (the fused one only where its output agrees with the plain one's), written down."""
+    stored = (*key, "+".join(ROUTES))
+    known = kernel_store.recall(stored)
+    if known in ROUTES:
+        return known
+
+    def plain():
+        return ffn.down(ffn.hidden(rows))  # each layer on its chosen kernel
+
+    calls = {"plain": plain}
+    if agrees(fused(ffn, rows), plain()):
+        calls["fused"] = lambda: fused(ffn, rows)
+    times = TIMINGS[key] = alternating(calls, rounds=5, pick=min)
+    return kernel_store.settle(stored, min(times, key=times.get))

@@ -1,0 +1,157 @@
+"""fast/int8_ffn and native.act_quantise_rows: an int8 FFN's hidden units made and quantised in one pass."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lmforge
+from lmforge.compress.quantize import quantize
+from lmforge.fast import engines, int8, int8_ffn, native
+from lmforge.fast.int8 import Int8Linear
+from lmforge.layers.feedforward import FeedForward
+
+pytestmark = pytest.mark.skipif(native.library() is None or not engines.u8_usable(),
+                                reason="the native kernel or oneDNN's int8 product is not here")
+ACT = {"relu": F.relu, "gelu": F.gelu}
+
+
+def _acc(rows=300, cols=96, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, cols, generator=g) * 2, torch.rand(rows, 1, generator=g) + 0.5,
+            torch.randn(cols, generator=g), torch.rand(cols, generator=g) + 0.5)
+
+
+def test_the_fused_gelu_is_within_its_bound_of_the_exact_one():
+    v = torch.linspace(-12, 12, 60001).view(-1, 1)  # one value a row: the row's peak is |GELU(v)|
+    _, peak = native.act_quantise_rows(v, torch.ones(60001, 1), None, "gelu", None, 127, 128)
+    exact = F.gelu(v.double()).abs().clamp(min=1e-30)
+    assert ((peak.double() - exact).abs() <= 3e-7 * v.double().abs() + 1e-12).all()
+    _, peak = native.act_quantise_rows(v, torch.ones(60001, 1), None, "relu", None, 127, 128)
+    assert torch.equal(peak, F.relu(v).clamp(min=1e-30))
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "none"])
+@pytest.mark.parametrize("levels", [63, 127])
+def test_the_bytes_are_the_unfused_steps_bytes_but_at_a_rounding_boundary(act, levels):
+    acc, rowscale, bias, inv = _acc()
+    for b, i in ((bias, None), (None, inv), (bias, inv)):
+        q, peak = native.act_quantise_rows(acc, rowscale, b, act, i, levels, levels + 1)
+        h = acc * rowscale if b is None else torch.addcmul(b, acc, rowscale)
+        q_ref, peak_ref = native.quantise_rows(ACT[act](h) if act in ACT else h, i, levels, levels + 1)
+        assert ((peak - peak_ref).abs() <= 1e-6 * peak_ref).all()
+        steps = (q.int() - q_ref.int()).abs()
+        assert int(steps.max()) <= 1 and int(steps.sum()) <= 1e-3 * steps.numel()
+
+
+def test_rows_are_independent_of_their_batch_and_of_the_thread_count():
+    acc, rowscale, bias, _ = _acc(rows=1500, cols=64)  # over the size split between threads
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        q, peak = native.act_quantise_rows(acc, rowscale, bias, "gelu", None, 127, 128)
+    finally:
+        torch.set_num_threads(threads)
+    for i in (0, 777, 1499):
+        one = native.act_quantise_rows(acc[i:i + 1], rowscale[i:i + 1], bias, "gelu", None, 127, 128)
+        assert torch.equal(one[0][0], q[i]) and torch.equal(one[1][0], peak[i])
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_a_non_finite_value_or_row_scale_makes_its_row_nan_and_no_other(act):
+    acc, rowscale, bias, _ = _acc()
+    acc[2, 7], acc[4, 0], rowscale[9] = float("nan"), float("-inf"), float("nan")
+    q, peak = native.act_quantise_rows(acc, rowscale, bias, act, None, 63, 64)
+    bad = [2, 4, 9] if act == "gelu" else [2, 9]  # ReLU(-inf) is 0: that row is finite
+    assert [r for r in range(len(peak)) if not peak[r].isfinite()] == bad
+    assert all((q[r] == 64).all() for r in bad)
+
+
+def test_an_argument_the_c_code_would_misread_is_refused():
+    acc, rowscale, bias, inv = _acc()
+    cases = {"act": dict(act="tanh"), "acc": dict(acc=acc.double()), "rowscale": dict(rowscale=rowscale[:-1]),
+             "bias": dict(bias=bias[:-1]), "inv": dict(inv=inv.half())}
+    for name, change in cases.items():
+        args = dict(acc=acc, rowscale=rowscale, bias=bias, act="gelu", inv=None, levels=127, zp=128) | change
+        with pytest.raises(ValueError, match=f"^{name}"):
+            native.act_quantise_rows(**args)
+
+
+def _int8_ffn(ffn_name="gelu", d=48, d_ff=160, smooth=False):
+    """(an FFN whose Linears are dynamic Int8Linears, the fp32 FFN it was quantised from)."""
+    torch.manual_seed(0)
+    cfg = lmforge.ModelConfig(vocab_size=50, d_model=d, n_layers=1, n_heads=4, d_ff=d_ff, ffn=ffn_name)
+    ffn, fp32 = FeedForward(cfg).eval(), FeedForward(cfg).eval()
+    fp32.load_state_dict(ffn.state_dict())
+    for name in ("up", "gate", "down"):
+        if getattr(ffn, name) is not None:
+            factors = torch.rand(getattr(ffn, name).in_features) + 0.5 if smooth else None
+            setattr(ffn, name, Int8Linear.from_linear(getattr(ffn, name), "dynamic", smooth=factors))
+    return ffn, fp32
+
+
+@pytest.fixture
+def fresh_choices(monkeypatch):
+    monkeypatch.setattr(int8, "CHOICES", {})
+    monkeypatch.setattr(int8_ffn, "CHOICES", {})
+    monkeypatch.setattr(int8_ffn, "TIMINGS", {})
+
+
+@pytest.mark.parametrize("smooth", [False, True])
+def test_the_fused_route_agrees_with_the_plain_one_and_with_fp32(fresh_choices, smooth):
+    ffn, fp32 = _int8_ffn(smooth=smooth)
+    x = torch.randn(2, 50, 48)
+    with torch.no_grad():
+        for layer in (ffn.up, ffn.down):  # both layers on onednn-u8, as the fused route multiplies
+            int8.CHOICES[layer.key(100)] = engines.U8
+        fused, plain, reference = int8_ffn.fused(ffn, x.view(100, 48)), ffn(x).view(100, 48), fp32(x).view(100, 48)
+    assert (fused - plain).norm() <= 1e-3 * plain.norm()  # the same bytes but a few, one step apart
+    assert (fused - reference).norm() <= 0.05 * reference.norm()
+
+
+def test_the_route_is_measured_once_kept_and_run_from_the_first_call(fresh_choices):
+    ffn, _ = _int8_ffn()
+    x = torch.randn(2, 50, 48)
+    with torch.no_grad():
+        first = int8_ffn.fused_feedforward(ffn, x)
+        (key, route), = int8_ffn.CHOICES.items()
+        assert key == ("ffn-gelu", 48, 160, 512, torch.get_num_threads()) and route in int8_ffn.ROUTES
+        assert set(int8_ffn.TIMINGS[key]) == {"plain", "fused"}
+        again = int8_ffn.fused_feedforward(ffn, x)
+        expected = ffn(x) if route == "plain" else int8_ffn.fused(ffn, x.view(100, 48)).view(2, 50, 48)
+    assert (first is None) == (route == "plain") and (again is None) == (route == "plain")
+    if route == "fused":
+        assert torch.equal(first, again) and torch.equal(first, expected)
+
+
+def test_a_route_written_down_before_is_taken_untimed(fresh_choices, monkeypatch):
+    monkeypatch.setattr(int8_ffn.kernel_store, "recall", lambda key: "fused")
+    ffn, _ = _int8_ffn()
+    with torch.no_grad():
+        out = int8_ffn.fused_feedforward(ffn, torch.randn(100, 48))
+    assert out is not None and out.shape == (100, 48) and not int8_ffn.TIMINGS
+
+
+@pytest.mark.parametrize("case", ["geglu", "gelu-tanh", "few rows", "training", "fp32 layers", "weight-only"])
+def test_where_the_fused_route_does_not_apply_the_plain_one_runs(fresh_choices, case):
+    ffn, plain = _int8_ffn(case if case in ("geglu", "gelu-tanh") else "gelu")
+    x = torch.randn(8 if case == "few rows" else 100, 48, requires_grad=case == "training")
+    if case == "fp32 layers":
+        ffn = plain
+    if case == "weight-only":
+        ffn.up = Int8Linear.from_linear(plain.up, "weight-only")
+    assert int8_ffn.fused_feedforward(ffn, x) is None and not int8_ffn.CHOICES
+
+
+def test_a_quantised_model_runs_the_fused_route_inside_accelerate_only(fresh_choices, monkeypatch):
+    torch.manual_seed(0)
+    model = quantize(lmforge.build(lmforge.tiny("bert-base")).eval(), "dynamic")
+    monkeypatch.setattr(int8_ffn.kernel_store, "recall", lambda key: "fused")
+    calls = []
+    fuse = native.act_quantise_rows
+    monkeypatch.setattr(native, "act_quantise_rows", lambda *a: calls.append(1) or fuse(*a))
+    ids = torch.randint(5, 90, (4, 30))
+    with torch.no_grad():
+        fast = model(ids).last_hidden_state
+        assert len(calls) == model.config.n_layers
+        model.fast.accelerate = False
+        slow = model(ids).last_hidden_state
+    assert len(calls) == model.config.n_layers and (fast - slow).norm() <= 1e-2 * slow.norm()

@@ -29,6 +29,7 @@ import torch
 import lmforge
 from lmforge.compress.quantize import quantize
 from lmforge.fast.int8 import CHOICES, ROW_BUCKETS, choices, int8_linears
+from lmforge.fast.int8_ffn import routes
 from lmforge.fast.timing import alternating
 from lmforge.heads import attach
 from lmforge.io import find_model_dir
@@ -221,7 +222,7 @@ def main() -> None:
     if "perplexity" in args.only:
         report["perplexity"] = perplexity(args.decoder, args.heldout, args.block)
         print(json.dumps(report["perplexity"]), flush=True)
-    report["kernels"] = choices()
+    report["kernels"], report["ffn_routes"] = choices(), routes()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 

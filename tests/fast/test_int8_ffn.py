@@ -102,7 +102,8 @@ def test_the_fused_route_agrees_with_the_plain_one_and_with_fp32(fresh_choices, 
     with torch.no_grad():
         for layer in (ffn.up, ffn.down):  # both layers on onednn-u8, as the fused route multiplies
             int8.CHOICES[layer.key(100)] = engines.U8
-        fused, plain, reference = int8_ffn.fused(ffn, x.view(100, 48)), ffn(x).view(100, 48), fp32(x).view(100, 48)
+        fused = int8_ffn.fused(ffn, x.view(100, 48))
+        plain, reference = ffn(x).view(100, 48), fp32(x).view(100, 48)
     assert (fused - plain).norm() <= 1e-3 * plain.norm()  # the same bytes but a few, one step apart
     assert (fused - reference).norm() <= 0.05 * reference.norm()
 
@@ -115,6 +116,9 @@ def test_the_route_is_measured_once_kept_and_run_from_the_first_call(fresh_choic
         (key, route), = int8_ffn.CHOICES.items()
         assert key == ("ffn-gelu", 48, 160, 512, torch.get_num_threads()) and route in int8_ffn.ROUTES
         assert set(int8_ffn.TIMINGS[key]) == {"plain", "fused"}
+        assert int8_ffn.routes() == [{"ffn": "ffn-gelu", "d_model": 48, "d_ff": 160, "rows": 512,
+                                      "threads": key[4], "route": route,
+                                      "ms": {n: round(s * 1e3, 4) for n, s in int8_ffn.TIMINGS[key].items()}}]
         again = int8_ffn.fused_feedforward(ffn, x)
         expected = ffn(x) if route == "plain" else int8_ffn.fused(ffn, x.view(100, 48)).view(2, 50, 48)
     assert (first is None) == (route == "plain") and (again is None) == (route == "plain")

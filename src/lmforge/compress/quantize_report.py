@@ -20,6 +20,7 @@ from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
 from lmforge.fast.engines import QUANTISING
 from lmforge.fast.int8 import SERIAL, choices, eight_bit_activations
+from lmforge.fast.int8_ffn import routes
 from lmforge.fast.timing import alternating
 from lmforge.io import find_model_dir, load
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
@@ -116,7 +117,7 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
     if task_before is not None:
         report["before"].update(_metric(task_before, records))
         report["after"].update(_metric(task_after, records))
-    report["kernels"] = choices()
+    report["kernels"], report["ffn_routes"] = choices(), routes()
     if mode == "dynamic":  # 8 under VNNI, else 7 (fast/int8.py): accuracy rests on it; None where every
         # layer measured its dequantised fp32 form fastest, so no activation was quantised
         engines = [k for k in report["kernels"] if k["kernel"].removesuffix(SERIAL) in QUANTISING]

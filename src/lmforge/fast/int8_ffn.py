@@ -93,3 +93,12 @@ def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
         calls["fused"] = lambda: fused(ffn, rows)
     times = TIMINGS[key] = alternating(calls, rounds=5, pick=min)
     return kernel_store.settle(stored, min(times, key=times.get))
+
+
+def routes() -> list:
+    """What each (activation, d_model, d_ff, rows, threads) met runs: its times ("ms"), or the file the
+    route was read from."""
+    kept = {"kept_in": str(kernel_store.store_path())}
+    return [{"ffn": k[0], "d_model": k[1], "d_ff": k[2], "rows": k[3], "threads": k[4], "route": route,
+             **({"ms": {n: round(s * 1e3, 4) for n, s in TIMINGS[k].items()}} if k in TIMINGS else kept)}
+            for k, route in CHOICES.items()]

@@ -130,3 +130,16 @@ def test_arm_machines_are_told_apart_by_their_cpu_part():
     b = parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n")
     assert a != b and a["CPU part"] == "0xd40" and a["flags"] == ""
     assert parse_cpuinfo("model name : X\nflags : avx2\nmodel name : Y\n")["model name"] == "X"
+
+
+class _Busy:
+    busy, share = True, 0.5
+
+
+def test_a_choice_measured_while_the_machine_was_busy_is_not_kept(store, capsys):
+    key = ("dynamic", 64, 48, 64, 2)
+    assert kernel_store.settle(key, "fbgemm", elsewhere=_Busy()) == "fbgemm"  # this process runs it
+    assert kernel_store.recall(key) is None and not store.exists()  # the next one measures again
+    assert "50% of the CPUs' time went to other work" in capsys.readouterr().err
+    assert kernel_store.settle(key, "onednn", elsewhere=type("Quiet", (), {"busy": False})()) == "onednn"
+    assert kernel_store.recall(key) == "onednn"

@@ -1,7 +1,11 @@
 """fast/timing: alternating rounds, the work run between timed calls, the caches emptied for decoding's
-kernel choices."""
+kernel choices, the other work seen during a measurement."""
+import os
+import subprocess
+import sys
 import time
 
+import pytest
 import torch
 
 from lmforge.fast import int8, timing
@@ -37,3 +41,34 @@ def test_decodings_row_counts_are_chosen_with_cold_caches_and_others_not(monkeyp
         with torch.no_grad():
             layer._measure(key, torch.randn(rows, 64))
         assert (len(emptied) == 5 * len(int8.TIMINGS[key])) == cold and (not emptied) == (not cold)
+
+
+def test_elsewhere_counts_the_other_work_on_this_process_cpus(monkeypatch):
+    readings = iter([(1000, 200, 5000.0, 2), (1300, 260, 5200.0, 2)])  # busy, own, clock ticks, CPUs
+    monkeypatch.setattr(timing, "_ticks", lambda: next(readings))
+    with timing.Elsewhere() as other:
+        pass
+    assert other.ticks == 240 and other.share == 240 / 400 and other.busy  # 300 busy, 60 of them ours
+    readings = iter([(1000, 200, 5000.0, 2), (1010, 200, 5010.0, 2)])  # a share over the bar, too few ticks
+    with timing.Elsewhere() as other:
+        pass
+    assert other.share > timing.BUSY_SHARE and not other.busy
+    monkeypatch.setattr(timing, "_ticks", lambda: None)  # no /proc: nothing seen
+    with timing.Elsewhere() as other:
+        pass
+    assert other.ticks == 0 and not other.busy
+
+
+@pytest.mark.skipif(timing._ticks() is None, reason="no /proc to read CPU time from")
+def test_elsewhere_sees_a_neighbour_process_spinning():
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 3: pass"
+    neighbour = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.5)
+        with timing.Elsewhere() as other:
+            time.sleep(1.5)
+    finally:
+        neighbour.wait()
+    # it spun through the whole 1.5 s: one CPU's worth of other work (of 2 here: busy)
+    assert other.ticks >= 0.6 * 1.5 * os.sysconf("SC_CLK_TCK")
+    assert other.busy == (other.share > timing.BUSY_SHARE)

@@ -50,7 +50,7 @@ from lmforge.fast import engines, kernel_store
 from lmforge.fast.engines import U8, pack_u8, pack_weight, u8_product
 from lmforge.fast.isa import eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use: re-exported)
 from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
-from lmforge.fast.timing import alternating, cold_caches
+from lmforge.fast.timing import Elsewhere, alternating, cold_caches
 
 MODES = ("dynamic", "weight-only")
 KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn", U8, engines.W8A32),
@@ -284,12 +284,13 @@ class Int8Linear(nn.Module):
         known = kernel_store.recall(stored(key))
         if known in self.candidates(key[3]):
             return known
-        measured = self._measure(key, x)
+        with Elsewhere() as elsewhere:
+            measured = self._measure(key, x)
         if measured == "dequantise" or known is not None and known.removesuffix(SERIAL) in KERNELS[self.mode]:
             # the fallback of an input no kernel could run (non-finite) is this call's, not the machine's;
             # a kernel this torch offers but this layer cannot run (int8pack-bf16 unaligned) stays written
             return measured
-        return kernel_store.settle(stored(key), measured, stale=known)
+        return kernel_store.settle(stored(key), measured, stale=known, elsewhere=elsewhere)
 
     def _measure(self, key: tuple, x: torch.Tensor) -> str:
         """Time every usable kernel on x that agrees with fp32 on it; keep the fastest (and the times).

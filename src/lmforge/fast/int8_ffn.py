@@ -26,7 +26,7 @@ from lmforge.fast import engines, kernel_store, native
 from lmforge.fast.engines import U8
 from lmforge.fast.int8 import COLD, Int8Linear, agrees, bucket_of
 from lmforge.fast.isa import eight_bit_activations
-from lmforge.fast.timing import alternating
+from lmforge.fast.timing import Elsewhere, alternating
 
 FUSED = {F.relu: "relu", F.gelu: "gelu"}  # the activations act_quantise_rows computes (native.ACTIVATIONS)
 ROUTES = ("fused", "plain")
@@ -91,8 +91,9 @@ def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
     calls = {"plain": plain}
     if agrees(fused(ffn, rows), plain()):
         calls["fused"] = lambda: fused(ffn, rows)
-    times = TIMINGS[key] = alternating(calls, rounds=5, pick=min)
-    return kernel_store.settle(stored, min(times, key=times.get))
+    with Elsewhere() as elsewhere:
+        times = TIMINGS[key] = alternating(calls, rounds=5, pick=min)
+    return kernel_store.settle(stored, min(times, key=times.get), elsewhere=elsewhere)
 
 
 def routes() -> list:

@@ -13,7 +13,9 @@ later is timed, not shut out by an older choice.
 The file is $LMFORGE_INT8_KERNELS (int8_kernels.json inside it where it names a folder), else
 $XDG_CACHE_HOME/lmforge/int8_kernels.json (~/.cache by default). Delete it to measure again;
 LMFORGE_INT8_KERNELS=off keeps choices per process only. A file that cannot be read or written is
-said once, in one line on standard error, and the process goes on measuring for itself.
+said once, in one line on standard error, and the process goes on measuring for itself. A choice
+measured while other work took over a quarter of the process's CPUs (timing.Elsewhere: other
+processes, a virtual machine's steal time) is not written down either: it was made for that load.
 """
 from __future__ import annotations
 
@@ -73,12 +75,17 @@ def recall(key: tuple) -> str | None:
     return None if path is None else _read(path).get(machine(), {}).get(_name(key))
 
 
-def settle(key: tuple, measured: str, stale: str | None = None) -> str:
+def settle(key: tuple, measured: str, stale: str | None = None, elsewhere=None) -> str:
     """Write `measured` down for `key` unless another process did first (a written `stale` kernel, one
     this torch cannot run, is replaced); returns the kernel to run, the one written down. Where the
-    file cannot be written, `measured`, said once."""
+    file cannot be written, `measured`, said once. elsewhere: the measurement's timing.Elsewhere; a
+    busy one is this process's choice only (said once), the next process measures again."""
     path = store_path()
     if path is None:
+        return measured
+    if elsewhere is not None and elsewhere.busy:
+        _say_once(path, f"int8 kernel choice {_name(key)} measured while {elsewhere.share:.0%} of the CPUs' "
+                        "time went to other work: used in this process, not kept")
         return measured
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

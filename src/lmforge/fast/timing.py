@@ -3,6 +3,7 @@ side-by-side comparisons of models (compress/measure.py, analysis/head_report.py
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 from pathlib import Path
@@ -11,6 +12,8 @@ import torch
 
 FALLBACK_CACHE_BYTES = 32 << 20  # a last-level cache's size where /sys does not say it
 MAX_EMPTYING_BYTES = 1 << 30  # cold_caches' block at most: a CPU reporting a huge cache gets 1 GB
+BUSY_SHARE = 0.25  # a measurement while more of its CPUs' time than this went to other work is "busy",
+BUSY_TICKS = 20  # if that is at least this many clock ticks (0.2 s at 100 Hz): fewer cannot tell
 
 
 def median_seconds(fn, repeats: int = 3) -> float:
@@ -61,3 +64,47 @@ def cold_caches():
     cache is what a decoding step finds of a layer's weights after every other layer has run."""
     block = torch.ones(min(2 * last_level_cache_bytes(), MAX_EMPTYING_BYTES) // 4)
     return lambda: float(block.amax())
+
+
+class Elsewhere:
+    """With `with Elsewhere() as other:` around a measurement, the CPU time its CPUs (this process's
+    affinity) gave to other work meanwhile: other processes and, in a virtual machine, the hypervisor's
+    other guests (steal). other.ticks (clock ticks), other.share (of those CPUs' time), other.busy. A
+    kernel chosen while a neighbour took a CPU is chosen for that load (one thread, where two lose),
+    not for the machine. Read from /proc (Linux); elsewhere nothing is seen (0)."""
+
+    def __enter__(self) -> Elsewhere:
+        self.ticks, self.share, self._start = 0, 0.0, _ticks()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        end = _ticks()
+        if self._start is not None and end is not None:
+            (busy, own, wall, cpus), (busy_end, own_end, wall_end, _) = self._start, end
+            self.ticks = max(0, (busy_end - busy) - (own_end - own))
+            self.share = self.ticks / max(1.0, (wall_end - wall) * cpus)
+        return False
+
+    @property
+    def busy(self) -> bool:
+        """Whether other work took more than BUSY_SHARE of the CPUs, and at least BUSY_TICKS."""
+        return self.share > BUSY_SHARE and self.ticks >= BUSY_TICKS
+
+
+def _ticks():
+    """(busy ticks of this process's CPUs, this process's own ticks, clock ticks now, CPUs), or None."""
+    try:
+        cpus, hz = os.sched_getaffinity(0), os.sysconf("SC_CLK_TCK")
+        busy = 0
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                name, *values = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                    # user nice system idle iowait irq softirq steal: all but idle and iowait
+                    busy += sum(int(values[i]) for i in (0, 1, 2, 5, 6, 7))
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        own = int(fields[11]) + int(fields[12])  # utime, stime: every thread of this process
+        return busy, own, time.monotonic() * hz, len(cpus)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None

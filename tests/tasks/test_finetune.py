@@ -229,3 +229,20 @@ def test_a_label_unknown_to_the_model_names_the_data_file(tmp_path):
     task = task_class("cls")(tiny(), tokenizer(), labels=["0", "1"])
     with pytest.raises(ValueError, match=f"^{data}: line 2: label 'neg' is not one of the training labels"):
         encode_split(task, read_task_file(data, "cls"), "data")
+
+
+def test_a_resume_on_other_validation_data_is_refused_and_on_the_same_goes_on(tmp_path):
+    data = sentiment()
+
+    def go(valid, resume=False):
+        return finetune(tiny(), tokenizer(), "cls", data["train"][:16], valid, tmp_path,
+                        cfg(steps=3, eval_every=1, save_every=1), TaskConfig(patience=5), resume=resume,
+                        log=quiet)
+
+    go(data["validation"][:16])
+    edited = [dict(r) for r in data["validation"][:16]]
+    edited[2]["label"] = "1" if edited[2]["label"] == "0" else "0"  # one gold label changed
+    for other, said in ((edited, "the same 16 examples in count"), (data["validation"][:12], "16 examples")):
+        with pytest.raises(ValueError, match=f"validated on other data \\({said}"):
+            go(other, resume=True)
+    assert go(data["validation"][:16], resume=True)["steps"] == 3

@@ -30,7 +30,7 @@ from lmforge.tasks.formats import check_labels, gold_given, source_of
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
-from lmforge.train.data import derive_seed
+from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
 
 TASK_FILE = "task.json"
@@ -178,14 +178,29 @@ class Validator:
         self.task, self.records, self.cfg, self.out = task, records, cfg, out
         self.examples = encode_split(task, records, "validation")
         self.best, self.best_step, self.stale, self.last, self.last_step = None, 0, 0, {}, -1
+        self._fingerprint = None
+
+    def fingerprint(self) -> dict:
+        """The validation examples' data_fingerprint (train/data.py), computed once."""
+        if self._fingerprint is None:
+            self._fingerprint = data_fingerprint(self.examples)
+        return self._fingerprint
 
     def state_dict(self) -> dict:
-        """The best score, its step and the evaluations since: JSON for the trainer's checkpoints."""
+        """The best score, its step, the evaluations since and the validation data's fingerprint: JSON
+        for the trainer's checkpoints."""
         return {"best": self.best, "best_step": self.best_step, "stale": self.stale,
-                "last": self.last, "last_step": self.last_step}
+                "last": self.last, "last_step": self.last_step, "validation": self.fingerprint()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from a checkpoint's state_dict() (a resumed run)."""
+        """Continue from a checkpoint's state_dict() (a resumed run). ValueError where the run was
+        validated on other data: its best score would be compared with scores on this set (checkpoints
+        from before fingerprints pass)."""
+        change = data_change(state.get("validation"), self.fingerprint())
+        if change is not None:
+            raise ValueError(f"cannot resume {self.out}: it was validated on other data ({change}), and "
+                             "its best score and patience were counted there; resume with the run's "
+                             "validation data or choose another --out")
         self.best, self.best_step, self.stale = state["best"], state["best_step"], state["stale"]
         self.last, self.last_step = state["last"], state["last_step"]
 

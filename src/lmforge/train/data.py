@@ -51,6 +51,17 @@ def data_fingerprint(dataset) -> dict:
     return {"examples": n, "sha256": digest.hexdigest(), **({} if whole else {"sampled": len(picks)})}
 
 
+def data_change(run: dict | None, now: dict) -> str | None:
+    """How the data_fingerprint a run recorded differs from `now`'s, for a refusal to resume ("N
+    examples (the run's) vs M (now), their contents differ"); None where they agree or the run recorded
+    none (checkpoints from before fingerprints)."""
+    if run is None or run.get("sha256") == now["sha256"]:
+        return None
+    count = (f"{run.get('examples')} examples (the run's) vs {now['examples']} (now)"
+             if run.get("examples") != now["examples"] else f"the same {now['examples']} examples in count")
+    return f"{count}, their contents differ"
+
+
 def _digest_value(digest, value) -> None:
     """Feed one example (dicts, lists, tensors, numbers, strings, nested) into `digest`, unambiguously."""
     if isinstance(value, torch.Tensor):

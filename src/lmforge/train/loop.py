@@ -29,7 +29,7 @@ from lmforge.train.checkpoint import (
     set_rng_states,
 )
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config
-from lmforge.train.data import StepBatches, data_fingerprint, derive_seed, eval_batches
+from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.optim import build_optimizer, build_scheduler
 
@@ -174,14 +174,10 @@ class Trainer:
     def _check_same_data(self, path: Path, run: dict | None) -> None:
         """ValueError if the checkpoint's run was trained on other data (a changed --train file):
         its batches would not be the ones the step numbers promise. Checkpoints before fingerprints pass."""
-        if run is None:
-            return
-        now = self._data_identity()
-        if run.get("sha256") != now["sha256"]:
-            count = (f"{run.get('examples')} examples (the run's) vs {now['examples']} (now)"
-                     if run.get("examples") != now["examples"] else f"the same {now['examples']} examples in count")
-            raise ValueError(f"cannot resume {path}: it was trained on other data ({count}, their contents "
-                             f"differ); resume with the run's training data or choose another --out")
+        change = data_change(run, self._data_identity())
+        if change is not None:
+            raise ValueError(f"cannot resume {path}: it was trained on other data ({change}); resume with "
+                             "the run's training data or choose another --out")
 
     def _micro_step(self, batch: dict, last: bool) -> tuple:
         # backward runs even on a non-finite loss so every rank joins the all-reduce;

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from lmforge.fast import int8, kernel_store
+from lmforge.fast import int8, kernel_store, timing
 from lmforge.fast.isa import machine
 
 
@@ -14,6 +14,7 @@ from lmforge.fast.isa import machine
 def store(tmp_path, monkeypatch):
     path = tmp_path / "kernels.json"
     monkeypatch.setenv(kernel_store.ENV, str(path))
+    monkeypatch.setattr(timing, "BUSY_SHARE", float("inf"))  # on any load (the busy rule: its own test)
     monkeypatch.setattr(int8, "CHOICES", {})
     monkeypatch.setattr(int8, "TIMINGS", {})
     return path
@@ -78,7 +79,8 @@ def test_off_and_unreadable_files_measure_per_process(store, monkeypatch, capsys
 def test_two_processes_give_the_same_outputs(store):
     """The defect this fixes: the same checkpoint's outputs differed between processes that timed
     kernels differently. Two processes, each choosing, now agree bitwise."""
-    code = ("import sys, torch; from lmforge.fast.int8 import Int8Linear; torch.manual_seed(0); "
+    code = ("import sys, torch; from lmforge.fast import timing; timing.BUSY_SHARE = float('inf'); "
+            "from lmforge.fast.int8 import Int8Linear; torch.manual_seed(0); "
             "m = Int8Linear.from_linear(torch.nn.Linear(384, 384), 'dynamic'); x = torch.randn(300, 384); "
             "torch.save(m(x).detach(), sys.argv[1])")
     outs = []

@@ -260,6 +260,10 @@ class Int8Linear(nn.Module):
             self._derived[kernel] = form
         return form
 
+    def release(self, kernel: str) -> None:
+        """Drop the derived form `kernel` reads (packed again when next needed)."""
+        self._derived.pop(kernel, None)
+
     def candidates(self, bucket=1) -> list:
         """The kernels of this mode that this torch build offers for calls of the rows `bucket`."""
         usable = []

@@ -22,7 +22,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from lmforge.fast import engines, kernel_store, native
+from lmforge.fast import engines, int8, kernel_store, native
 from lmforge.fast.engines import U8
 from lmforge.fast.int8 import COLD, Int8Linear, agrees, bucket_of
 from lmforge.fast.isa import eight_bit_activations
@@ -36,11 +36,14 @@ _MEASURING = threading.Lock()  # taken before int8's own (the plain route makes 
 
 
 def _applies(ffn, x: torch.Tensor) -> bool:
-    """Whether the fused route may run: a plain FFN of FUSED activation between two dynamic Int8Linears,
-    in CPU fp32 inference, where the native kernel runs."""
+    """Whether the fused route may run: a plain FFN of FUSED activation between two dynamic Int8Linears
+    (with no hooks: an analysis hooking a layer sees its plain call), in CPU fp32 inference, where the
+    native kernel runs."""
     up, down = ffn.up, ffn.down
     if ffn.gate is not None or ffn.act not in FUSED or not isinstance(up, Int8Linear) \
             or not isinstance(down, Int8Linear) or up.mode != "dynamic" or down.mode != "dynamic":
+        return False
+    if any(m._forward_hooks or m._forward_pre_hooks for m in (up, down)):  # what hooks see runs: plain
         return False
     if x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled() and x.requires_grad:
         return False
@@ -79,7 +82,8 @@ def fused(ffn, rows: torch.Tensor) -> torch.Tensor:
 
 def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
     """The route written down for `key` on this machine, else the faster of the two measured on rows
-    now (the fused one only where its output agrees with the plain one's), written down."""
+    now, written down. Where the fused output does not agree with the plain one's (or these rows give
+    nothing to judge by: non-finite), the plain route runs, for this process only."""
     stored = (*key, "+".join(ROUTES))
     known = kernel_store.recall(stored)
     if known in ROUTES:
@@ -88,12 +92,24 @@ def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
     def plain():
         return ffn.down(ffn.hidden(rows))  # each layer on its chosen kernel
 
-    calls = {"plain": plain}
-    if agrees(fused(ffn, rows), plain()):
-        calls["fused"] = lambda: fused(ffn, rows)
+    if not agrees(fused(ffn, rows), plain()):
+        _release(ffn, rows.shape[0])
+        return "plain"
+    calls = {"plain": plain, "fused": lambda: fused(ffn, rows)}
     with Elsewhere() as elsewhere:
         times = TIMINGS[key] = alternating(calls, rounds=5, pick=min)
-    return kernel_store.settle(stored, min(times, key=times.get), elsewhere=elsewhere)
+    route = kernel_store.settle(stored, min(times, key=times.get), stale=known, elsewhere=elsewhere)
+    if route == "plain":
+        _release(ffn, rows.shape[0])
+    return route
+
+
+def _release(ffn, rows: int) -> None:
+    """Drop the layers' "onednn-u8" forms packed for the fused route where they run another kernel: an
+    idle copy of the weights is not kept (as int8's own measurement drops its losers')."""
+    for layer in (ffn.up, ffn.down):
+        if int8.CHOICES.get(layer.key(rows)) != U8:
+            layer.release(U8)
 
 
 def routes() -> list:

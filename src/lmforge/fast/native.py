@@ -167,7 +167,8 @@ def _checked(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: int, na
     """x and inv as the C code reads them (contiguous), or ValueError naming what does not fit: it reads
     raw fp32 memory, so another dtype, device or length would be read wrong or past its end."""
     if x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu":
-        raise ValueError(f"{name}: a 2-D float32 CPU tensor expected, got {x.dim()}-D {x.dtype} on {x.device}")
+        raise ValueError(f"{name}: a 2-D float32 CPU tensor expected, got {x.dim()}-D {x.dtype} on "
+                         f"{x.device}")
     if inv is not None:
         _check("inv", inv, (x.shape[1],))
     if not 1 <= levels <= 127 or not levels <= zp <= 255 - levels:

@@ -94,7 +94,7 @@ class Elsewhere:
 def _ticks():
     """(busy ticks of this process's CPUs, this process's own ticks, clock ticks now, CPUs), or None."""
     try:
-        cpus, hz = os.sched_getaffinity(0), os.sysconf("SC_CLK_TCK")
+        hz, cpus = os.sysconf("SC_CLK_TCK"), _cpus()
         busy = 0
         with open("/proc/stat", encoding="ascii") as f:
             for line in f:
@@ -108,3 +108,14 @@ def _ticks():
         return busy, own, time.monotonic() * hz, len(cpus)
     except (OSError, ValueError, IndexError, AttributeError):
         return None
+
+
+def _cpus() -> set:
+    """The CPUs any thread of this process may run on (OpenMP may pin its threads to one CPU each)."""
+    cpus = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            cpus |= os.sched_getaffinity(int(task))
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return cpus or os.sched_getaffinity(0)

@@ -192,15 +192,18 @@ class Validator:
         return {"best": self.best, "best_step": self.best_step, "stale": self.stale,
                 "last": self.last, "last_step": self.last_step, "validation": self.fingerprint()}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from a checkpoint's state_dict() (a resumed run). ValueError where the run was
-        validated on other data: its best score would be compared with scores on this set (checkpoints
-        from before fingerprints pass)."""
+    def check_state(self, state: dict) -> None:
+        """ValueError where a checkpoint's state_dict() was validated on other data: its best score would
+        be compared with scores on this set (checkpoints from before fingerprints pass)."""
         change = data_change(state.get("validation"), self.fingerprint())
         if change is not None:
             raise ValueError(f"cannot resume {self.out}: it was validated on other data ({change}), and "
                              "its best score and patience were counted there; resume with the run's "
                              "validation data or choose another --out")
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a checkpoint's state_dict() (a resumed run), checked first (check_state)."""
+        self.check_state(state)
         self.best, self.best_step, self.stale = state["best"], state["best_step"], state["stale"]
         self.last, self.last_step = state["last"], state["last_step"]
 

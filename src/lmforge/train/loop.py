@@ -54,7 +54,8 @@ class Trainer:
                  log=print, evaluator=None, lr_scale=None) -> None:
         # evaluator(trainer) -> metrics, run every cfg.eval_every steps and logged; {"stop": True} in
         # them ends training early (fine-tuning's early stopping); its state_dict() / load_state_dict(),
-        # if it has them, travel in checkpoints so a resumed run stops where it would have;
+        # if it has them, travel in checkpoints so a resumed run stops where it would have (check_state,
+        # if it has one, refuses a checkpoint's state before the run is rebuilt);
         # lr_scale: see optim.param_groups
         self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
         refuse_int8(objective)
@@ -118,6 +119,8 @@ class Trainer:
         path, weights, optimizer, info = found
         self._check_same_run(path, info, weights)
         self._check_same_data(path, info.get("data"))
+        if "evaluator" in info and hasattr(self.evaluator, "check_state"):  # before anything is loaded
+            self.evaluator.check_state(info["evaluator"])
         self.cfg, options = resumed_config(self.cfg, info.get("train") or {})
         self.cfg = self._count_epochs(self.cfg, self.cfg.steps)  # with the run's batch size, accumulation
         self._build()

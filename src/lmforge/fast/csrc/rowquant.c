@@ -114,10 +114,10 @@ static inline float gelu(float v) {
                    ERF_P[0]);
     float q = MADD(MADD(MADD(MADD(MADD(ERF_Q[5], s, ERF_Q[4]), s, ERF_Q[3]), s, ERF_Q[2]), s, ERF_Q[1]), s,
                    ERF_Q[0]);
-    float erf = a * p / q;
-    erf = erf < 1.0f ? erf : 1.0f;
-    erf = u < 0.0f ? -erf : erf;
-    return MADD(0.5f * v, erf, 0.5f * v);
+    float e = a * p / q; /* erf(|u|) */
+    e = e < 1.0f ? e : 1.0f;
+    e = u < 0.0f ? -e : e;
+    return MADD(0.5f * v, e, 0.5f * v);
 }
 
 void act_quantise_rows(const float *acc, long rows, long cols, const float *rowscale, const float *bias,

@@ -35,7 +35,8 @@ from this torch build is simply no candidate):
 - "fp32": a dequantised fp32 copy kept beside the int8 weight, then F.linear.
 
 Each also runs as "<kernel>-serial", on one thread: with few rows, waking a second thread can
-cost more than it saves (on cores shared with other work, a whole scheduler slice: ~16 ms).
+cost more than it saves (on cores shared with other work, a whole scheduler slice: ~16 ms). Between
+two dynamic layers, an FFN's hidden units may skip their fp32 form altogether (fast/int8_ffn.py).
 """
 from __future__ import annotations
 

@@ -19,8 +19,9 @@ from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, paramete
 from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
 from lmforge.fast.engines import QUANTISING
-from lmforge.fast.int8 import SERIAL, choices, eight_bit_activations
+from lmforge.fast.int8 import SERIAL, choices
 from lmforge.fast.int8_ffn import routes
+from lmforge.fast.isa import activation_bits
 from lmforge.fast.timing import alternating
 from lmforge.io import find_model_dir, load
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
@@ -121,7 +122,7 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
     if mode == "dynamic":  # 8 under VNNI, else 7 (fast/int8.py): accuracy rests on it; None where every
         # layer measured its dequantised fp32 form fastest, so no activation was quantised
         engines = [k for k in report["kernels"] if k["kernel"].removesuffix(SERIAL) in QUANTISING]
-        report["activation_bits"] = (8 if eight_bit_activations() else 7) if engines else None
+        report["activation_bits"] = activation_bits() if engines else None
         smoothing = int8.config.quantization.get("smoothing")
         if smoothing:
             report["smoothing"] = {**smoothing, "calibration_texts": len(calibration or ())}

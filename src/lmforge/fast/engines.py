@@ -114,9 +114,8 @@ def u8_multiply(q: torch.Tensor, weight: U8Weight, bits: int) -> torch.Tensor:
 def usable(kernel: str) -> bool:
     """Whether this build and machine run the op behind `kernel` (an engine's, onednn-u8's, w8a32's, each
     asked once per process); the other kernels are plain torch calls, checked by the layer."""
-    checks = {"fbgemm": engine_usable, "onednn": engine_usable, U8: lambda _: u8_usable(),
-              W8A32: lambda _: w8a32_usable()}
-    return kernel not in checks or checks[kernel](kernel)
+    check = _CHECKS.get(kernel)
+    return check is None or check(kernel)
 
 
 def pack_w8a32(q: torch.Tensor, scale: torch.Tensor) -> native.Int8Tiles:
@@ -134,3 +133,7 @@ def w8a32_usable() -> bool:
     x, scale, bias = torch.linspace(-1, 1, 2 * 16).view(2, 16), torch.tensor([0.5, 2.0, 1.0]), torch.ones(3)
     out = pack_w8a32(q, scale)(x, bias)
     return bool(torch.allclose(out, x @ (q.float() * scale[:, None]).T + bias, rtol=1e-5, atol=1e-5))
+
+
+_CHECKS = {"fbgemm": engine_usable, "onednn": engine_usable, U8: lambda _: u8_usable(),
+           W8A32: lambda _: w8a32_usable()}  # usable's: kernel -> its check

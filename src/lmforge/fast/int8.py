@@ -49,7 +49,7 @@ from torch import nn
 
 from lmforge.fast import engines, kernel_store
 from lmforge.fast.engines import U8, pack_u8, pack_weight, u8_product
-from lmforge.fast.isa import eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use: re-exported)
+from lmforge.fast.isa import activation_bits, eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use)
 from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
 from lmforge.fast.timing import Elsewhere, alternating, cold_caches
 
@@ -169,14 +169,8 @@ class Int8Linear(nn.Module):
 
     def kernel_for(self, x: torch.Tensor) -> str:
         """The kernel for (rows, in) fp32 x here: chosen, timed on x, at the first call of its key."""
-        key = self.key(x.shape[0])
-        kernel = CHOICES.get(key)
-        if kernel is None:
-            with _MEASURING:  # not re-entrant: _measure runs kernels, never a module's forward
-                kernel = CHOICES.get(key)  # another thread's choice, made while this one waited
-                if kernel is None:
-                    kernel = CHOICES[key] = self._choose(key, x)
-        return kernel
+        key = self.key(x.shape[0])  # _MEASURING is not re-entrant: _measure runs kernels, never a forward
+        return kernel_store.chosen(CHOICES, _MEASURING, key, lambda: self._choose(key, x))
 
     def run(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
         """(rows, in) fp32 -> (rows, out) through the named kernel."""
@@ -204,7 +198,7 @@ class Int8Linear(nn.Module):
             x = x if self.smooth is None else x / self.smooth
             return self.form(engines.W8A32)(x, self.bias)
         if kernel == U8:  # rows quantised by lmforge's native kernel (fast/engines.py): no buffer, no pins
-            return self.rows_back(*u8_product(x, self.form(U8), 8 if eight_bit_activations() else 7))
+            return self.rows_back(*u8_product(x, self.form(U8), activation_bits()))
         return self._quantised_rows(kernel, x)
 
     def _quantised_rows(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
@@ -340,10 +334,7 @@ def agrees(out: torch.Tensor, reference: torch.Tensor) -> bool:
 
 def choices() -> list:
     """What each (mode, in, out, rows, threads) met runs: its times ("ms"), or the file it was read from."""
-    kept = {"kept_in": str(kernel_store.store_path())}  # the machine's choice, read back: no times
-    return [{"mode": k[0], "in": k[1], "out": k[2], "rows": k[3], "threads": k[4], "kernel": kernel,
-             **({"ms": {n: round(s * 1e3, 4) for n, s in TIMINGS[k].items()}} if k in TIMINGS else kept)}
-            for k, kernel in CHOICES.items()]
+    return kernel_store.report(CHOICES, TIMINGS, ("mode", "in", "out", "rows", "threads"), "kernel")
 
 
 def int8_linears(model: nn.Module) -> list:

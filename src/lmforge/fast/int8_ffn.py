@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from lmforge.fast import engines, int8, kernel_store, native
 from lmforge.fast.engines import U8
 from lmforge.fast.int8 import COLD, Int8Linear, agrees, bucket_of
-from lmforge.fast.isa import eight_bit_activations
+from lmforge.fast.isa import activation_bits
 from lmforge.fast.timing import Elsewhere, alternating
 
 FUSED = {F.relu: "relu", F.gelu: "gelu"}  # the activations act_quantise_rows computes (native.ACTIVATIONS)
@@ -61,18 +61,13 @@ def fused_feedforward(ffn, x: torch.Tensor) -> torch.Tensor | None:
            torch.get_num_threads())
     if key[3] in COLD:
         return None
-    route = CHOICES.get(key)
-    if route is None:
-        with _MEASURING:
-            route = CHOICES.get(key)  # another thread's choice, made while this one waited
-            if route is None:
-                route = CHOICES[key] = _choose(ffn, key, rows)
+    route = kernel_store.chosen(CHOICES, _MEASURING, key, lambda: _choose(ffn, key, rows))
     return fused(ffn, rows).view(*x.shape[:-1], ffn.down.out_features) if route == "fused" else None
 
 
 def fused(ffn, rows: torch.Tensor) -> torch.Tensor:
     """(rows, d_model) fp32 -> (rows, d_model): the fused route, both products on "onednn-u8"."""
-    up, down, bits = ffn.up, ffn.down, 8 if eight_bit_activations() else 7
+    up, down, bits = ffn.up, ffn.down, activation_bits()
     acc, peak = engines.u8_product(rows, up.form(U8), bits)  # (rows, d_ff) of rows / peak, (rows, 1)
     weight, levels = down.form(U8), engines.levels(bits)
     q, peak = native.act_quantise_rows(acc, peak, up.bias, FUSED[ffn.act], weight.inverse_smooth, levels,
@@ -115,7 +110,4 @@ def _release(ffn, rows: int) -> None:
 def routes() -> list:
     """What each (activation, d_model, d_ff, rows, threads) met runs: its times ("ms"), or the file the
     route was read from."""
-    kept = {"kept_in": str(kernel_store.store_path())}
-    return [{"ffn": k[0], "d_model": k[1], "d_ff": k[2], "rows": k[3], "threads": k[4], "route": route,
-             **({"ms": {n: round(s * 1e3, 4) for n, s in TIMINGS[k].items()}} if k in TIMINGS else kept)}
-            for k, route in CHOICES.items()]
+    return kernel_store.report(CHOICES, TIMINGS, ("ffn", "d_model", "d_ff", "rows", "threads"), "route")

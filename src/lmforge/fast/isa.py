@@ -65,6 +65,11 @@ def eight_bit_activations() -> bool:
     return vnni_in_use(cpu_fields()["flags"], os.environ)
 
 
+def activation_bits() -> int:
+    """The bits dynamic int8 quantises activations to here: 8 or 7 (eight_bit_activations)."""
+    return 8 if eight_bit_activations() else 7
+
+
 def machine() -> str:
     """A digest of what decides the kernels' speed and rounding here: the CPU model and flags, the ISA
     caps set in the environment, the torch version."""

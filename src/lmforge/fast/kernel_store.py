@@ -69,6 +69,27 @@ def _read(path: Path) -> dict:
         return {}
 
 
+def chosen(table: dict, lock, key: tuple, choose) -> str:
+    """table[key], made by choose() at the key's first call in this process, one at a time under `lock`
+    (threads meeting a new key together, a server's workers, wait for one choice)."""
+    value = table.get(key)
+    if value is None:
+        with lock:
+            value = table.get(key)  # another thread's choice, made while this one waited
+            if value is None:
+                value = table[key] = choose()
+    return value
+
+
+def report(table: dict, timings: dict, fields: tuple, name: str) -> list:
+    """Each of this process's choices as a dict: its key under `fields`, the choice under `name`, and the
+    times it was made on ("ms"), or for a choice read back, the file it came from."""
+    kept = {"kept_in": str(store_path())}
+    return [{**dict(zip(fields, key)), name: value,
+             **({"ms": {n: round(s * 1e3, 4) for n, s in timings[key].items()}} if key in timings else kept)}
+            for key, value in table.items()]
+
+
 def recall(key: tuple) -> str | None:
     """The kernel this machine chose for `key` before, or None."""
     path = store_path()

@@ -121,13 +121,19 @@ def _built(gcc: str, where: Path) -> Path:
     return path
 
 
+def _loaded():
+    """library(), or RuntimeError where it is not loaded here."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"{NAME} is not loaded here (native.library() is None)")
+    return lib
+
+
 def quantise_rows(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: int) -> tuple:
     """(rows, cols) fp32 -> ((rows, cols) uint8 q, (rows, 1) fp32 peak): each row (times inv, (cols,),
     where given) mapped onto [zp - levels, zp + levels] by its largest |value|; a non-finite row's peak
     is non-finite. Needs library(); an input the C code would misread is refused (ValueError)."""
-    lib = library()
-    if lib is None:
-        raise RuntimeError(f"{NAME} is not loaded here (native.library() is None)")
+    lib = _loaded()
     x, inv = _checked(x, inv, levels, zp)
     rows, cols = x.shape
     q, peak = torch.empty((rows, cols), dtype=torch.uint8), torch.empty((rows, 1))
@@ -145,9 +151,7 @@ def act_quantise_rows(acc: torch.Tensor, rowscale: torch.Tensor, bias: torch.Ten
     units from its up product acc (rows, cols), rowscale (rows, 1) and bias (cols,) or None, quantised for
     the down product; act one of ACTIVATIONS (GELU within 2e-7 |v|). Needs library(); an argument the C
     code would misread is refused (ValueError naming it)."""
-    lib = library()
-    if lib is None:
-        raise RuntimeError(f"{NAME} is not loaded here (native.library() is None)")
+    lib = _loaded()
     if act not in ACTIVATIONS:
         raise ValueError(f"act: one of {', '.join(ACTIVATIONS)} expected, got {act!r}")
     acc, inv = _checked(acc, inv, levels, zp, "acc")
@@ -187,8 +191,7 @@ class Int8Tiles:
     argument): the weight once here, x and bias at each call."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
-        if library() is None:
-            raise RuntimeError(f"{NAME} is not loaded here (native.library() is None)")
+        _loaded()
         if q.dim() != 2 or q.dtype != torch.int8 or q.device.type != "cpu":
             raise ValueError(f"q: a 2-D int8 CPU tensor expected, got {q.dim()}-D {q.dtype} on {q.device}")
         self.out, self.cols = q.shape

@@ -25,6 +25,17 @@
 
 static const float ROUND = 12582912.0f; /* 1.5 * 2^23 */
 
+static int team(long rows, long cols, int threads) { /* small calls: waking a thread costs more */
+    return threads < 1 || rows * cols < 65536 ? 1 : threads;
+}
+
+static void my_rows(long rows, long *first, long *last) { /* this OpenMP thread's share of the rows */
+    int n = omp_get_num_threads(), t = omp_get_thread_num();
+    long per = (rows + n - 1) / n;
+    *first = t * per;
+    *last = *first + per < rows ? *first + per : rows;
+}
+
 static void unusable_row(uint8_t *q, long cols, int zp, float *peak) { /* no memory to work in: NaN */
     float nan;
     uint32_t bits = 0x7fc00000u;
@@ -58,11 +69,10 @@ static void quantise_row(const float *x, long cols, float levels, int zp, uint8_
    levels <= 127 and zp in [levels, 255 - levels]. threads: at most this many (torch's count). */
 void quantise_rows(const float *x, long rows, long cols, const float *inv, float levels, int zp,
                    uint8_t *q, float *peak, int threads) {
-    if (threads < 1 || rows * cols < 65536) threads = 1; /* small calls: waking a thread costs more */
-    #pragma omp parallel num_threads(threads)
+    #pragma omp parallel num_threads(team(rows, cols, threads))
     {
-        int n = omp_get_num_threads(), t = omp_get_thread_num();
-        long per = (rows + n - 1) / n, first = t * per, last = first + per < rows ? first + per : rows;
+        long first, last;
+        my_rows(rows, &first, &last);
         float *scaled = inv != NULL && first < last ? malloc(sizeof(float) * (size_t)cols) : NULL;
         for (long r = first; r < last; r++) {
             const float *row = x + r * cols;
@@ -123,11 +133,10 @@ static inline float gelu(float v) {
 void act_quantise_rows(const float *acc, long rows, long cols, const float *rowscale, const float *bias,
                        int act, const float *inv, float levels, int zp, uint8_t *q, float *peak,
                        int threads) {
-    if (threads < 1 || rows * cols < 65536) threads = 1;
-    #pragma omp parallel num_threads(threads)
+    #pragma omp parallel num_threads(team(rows, cols, threads))
     {
-        int n = omp_get_num_threads(), t = omp_get_thread_num();
-        long per = (rows + n - 1) / n, first = t * per, last = first + per < rows ? first + per : rows;
+        long first, last;
+        my_rows(rows, &first, &last);
         float *h = first < last ? malloc(sizeof(float) * (size_t)cols) : NULL;
         for (long r = first; r < last; r++) {
             if (h == NULL) { /* no memory for the row: its values are marked unusable */

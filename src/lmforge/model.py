@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from lmforge.config import ModelConfig
+from lmforge.config.memory import check_fits
 from lmforge.elmo import ELMo
 from lmforge.fast.accelerate import accelerate, accelerated
 from lmforge.fast.blocked import blocked_layers, plans
@@ -337,7 +338,9 @@ def model_class(cfg: ModelConfig) -> type:
 
 
 def from_config(cfg: ModelConfig, init: bool = True) -> Transformer:
-    """The model that `cfg` describes, randomly initialised unless init=False."""
+    """The model that `cfg` describes, randomly initialised unless init=False; a config whose weights
+    cannot fit in the memory free now is refused before anything is allocated (config/memory.py)."""
+    check_fits(cfg)
     model = model_class(cfg)(cfg)
     if init:
         model.reset_parameters()

@@ -9,12 +9,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
 from lmforge.atomic import atomic_write_text
-from lmforge.config_checks import (ConfigError, choice, positive, validate_elmo, validate_ffn_sizes,
+from lmforge.config.options import check_options, coerce, option
+from lmforge.config.checks import (ConfigError, choice, positive, validate_elmo, validate_ffn_sizes,
                                    validate_pruned, validate_quantization, validate_rotary_scaling,
                                    validate_windows)
 
@@ -39,13 +40,12 @@ BIDIRECTIONAL_ONLY = ("longformer", "bigbird", "linformer")
 ELMO_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
 
+# upper bounds of the sizes: far above any published model (BLOOM's 250,880 tokens, 12,288 widths,
+# 128 layers), far below a count that alone exhausts memory; `fits` then checks the model's bytes
+MAX_VOCAB, MAX_WIDTH, MAX_FF, MAX_LAYERS, MAX_HEADS, MAX_LEN = 2**22, 2**16, 2**18, 1024, 1024, 2**20
+
 SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
                   "forced_bos_token_id", "forced_eos_token_id")
-
-
-def option(default, doc: str):
-    """A dataclass field with its default and one line of help (listed by `lmforge options`)."""
-    return field(default=default, metadata={"help": doc})
 
 
 @dataclass
@@ -53,39 +53,52 @@ class ModelConfig:
     """All hyper-parameters of one model, named as in the papers (Vaswani et al. 2017 onwards)."""
 
     architecture: str = option("encoder", "encoder (BERT), decoder (GPT) or encoder-decoder (T5, BART)")
-    vocab_size: int = option(30522, "rows of the token embedding table (token ids 0 .. vocab_size-1)")
-    d_model: int = option(768, "hidden width of every layer (the residual stream)")
-    n_layers: int = option(12, "blocks in the stack (the encoder's, for an encoder-decoder)")
-    n_heads: int = option(12, "attention (query) heads per layer")
-    n_kv_heads: Optional[int] = option(None, "key/value heads: null = n_heads (MHA); 1: MQA; else GQA")
-    d_head: Optional[int] = option(None, "width of one head; null: d_model // n_heads")
-    d_ff: int = option(3072, "inner width of the feed-forward sub-layer")
-    n_decoder_layers: Optional[int] = option(None, "encoder-decoder only: decoder blocks; null: n_layers")
-    max_seq_len: int = option(512, "longest sequence (positions) the model takes")
-    dropout: float = option(0.1, "dropout on embeddings and sub-layer outputs, in [0, 1)")
-    attention_dropout: float = option(0.1, "dropout on attention probabilities, in [0, 1)")
+    vocab_size: int = option(30522, "rows of the token embedding table (token ids 0 .. vocab_size-1)",
+                             low=1, high=MAX_VOCAB)
+    d_model: int = option(768, "hidden width of every layer (the residual stream)", low=1, high=MAX_WIDTH)
+    n_layers: int = option(12, "blocks in the stack (the encoder's, for an encoder-decoder)",
+                           low=1, high=MAX_LAYERS)
+    n_heads: int = option(12, "attention (query) heads per layer", low=1, high=MAX_HEADS)
+    n_kv_heads: Optional[int] = option(None, "key/value heads: null = n_heads (MHA); 1: MQA; else GQA",
+                                       low=1, high=MAX_HEADS)
+    d_head: Optional[int] = option(None, "width of one head; null: d_model // n_heads", low=1, high=MAX_WIDTH)
+    d_ff: int = option(3072, "inner width of the feed-forward sub-layer", low=1, high=MAX_FF)
+    n_decoder_layers: Optional[int] = option(None, "encoder-decoder only: decoder blocks; null: n_layers",
+                                             low=1, high=MAX_LAYERS)
+    max_seq_len: int = option(512, "longest sequence (positions) the model takes", low=1, high=MAX_LEN)
+    dropout: float = option(0.1, "dropout on embeddings and sub-layer outputs, in [0, 1)", low=0, high=1)
+    attention_dropout: float = option(0.1, "dropout on attention probabilities, in [0, 1)", low=0, high=1)
     # embeddings
-    d_embed: Optional[int] = option(None, "factorised embedding size E (ALBERT, ELECTRA); null: d_model")
-    n_segments: int = option(2, "token-type (segment) embeddings; 0 for none")
+    d_embed: Optional[int] = option(None, "factorised embedding size E (ALBERT, ELECTRA); null: d_model",
+                                    low=1, high=MAX_WIDTH)
+    n_segments: int = option(2, "token-type (segment) embeddings; 0 for none", low=0, high=MAX_HEADS)
     position: str = option("learned", f"position scheme: {', '.join(POSITIONS)}")
-    position_offset: int = option(0, "first learned position id (RoBERTa and BART start at 2)")
+    position_offset: int = option(0, "first learned position id (RoBERTa and BART start at 2)",
+                                  low=0, high=MAX_LEN)
     scale_embeddings: bool = option(False, "multiply token embeddings by sqrt(d_model)")
     embedding_norm: bool = option(True, "BERT's LayerNorm after the embedding sum")
     tie_embeddings: bool = option(True, "the LM head reuses the token embedding matrix")
     # position-scheme parameters
-    rotary_theta: float = option(10000.0, "rotary: base of the rotation frequencies")
-    rotary_dim: Optional[int] = option(None, "rotary: leading head dimensions rotated; null: d_head")
+    rotary_theta: float = option(10000.0, "rotary: base of the rotation frequencies",
+                                 low=0, high=1e12, open_low=True)
+    rotary_dim: Optional[int] = option(None, "rotary: leading head dimensions rotated; null: d_head",
+                                       low=1, high=MAX_WIDTH)
     rotary_scaling: str = option("none", "rotary: none, linear (all frequencies / factor), llama3")
-    rotary_scaling_factor: float = option(1.0, "rotary: the context-extension factor of the scaling")
-    rotary_low_freq_factor: float = option(1.0, "llama3: wavelengths > original/low are divided by it")
-    rotary_high_freq_factor: float = option(4.0, "llama3: wavelengths < original/high are kept")
-    rotary_original_max_len: int = option(8192, "llama3: the context the base frequencies were trained on")
-    relative_buckets: int = option(32, "relative-bias (T5): number of distance buckets")
-    relative_max_distance: int = option(128, "relative-bias (T5): distance of the last bucket")
+    rotary_scaling_factor: float = option(1.0, "rotary: the context-extension factor of the scaling",
+                                          low=0, high=1e6, open_low=True)
+    rotary_low_freq_factor: float = option(1.0, "llama3: wavelengths > original/low are divided by it",
+                                           low=0, high=1e6, open_low=True)
+    rotary_high_freq_factor: float = option(4.0, "llama3: wavelengths < original/high are kept",
+                                            low=0, high=1e6, open_low=True)
+    rotary_original_max_len: int = option(8192, "llama3: the context the base frequencies were trained on",
+                                          low=1, high=MAX_LEN)
+    relative_buckets: int = option(32, "relative-bias (T5): number of distance buckets", low=1, high=MAX_LEN)
+    relative_max_distance: int = option(128, "relative-bias (T5): distance of the last bucket",
+                                        low=1, high=MAX_LEN)
     # normalisation
     norm: str = option("layernorm", "layernorm or rmsnorm")
     norm_placement: str = option("post", "post (BERT: after the residual add) or pre (GPT-2: before)")
-    norm_eps: float = option(1e-12, "epsilon inside every norm")
+    norm_eps: float = option(1e-12, "epsilon inside every norm", low=0, high=1, open_low=True)
     norm_bias: bool = option(True, "norms have a bias (a shift)")
     final_norm: Optional[bool] = option(None, "a norm after the last block; null: true for pre-norm")
     # sub-layers
@@ -96,18 +109,23 @@ class ModelConfig:
     # attention pattern
     attention: str = option("full", f"attention pattern: {', '.join(PATTERNS)}")
     attention_schedule: Optional[list] = option(None, "per-layer pattern names; null: `attention` in all")
-    window: int = option(512, "window width: |i-j| <= window//2 (bidirectional), i-window < j <= i (causal)")
+    window: int = option(512, "window width: |i-j| <= window//2 (bidirectional), i-window < j <= i (causal)",
+                         low=1, high=MAX_LEN)
     window_schedule: Optional[list] = option(None, "per-layer windows (Longformer sec. 3.1); null: `window`")
-    dilation: int = option(1, "dilated pattern: attend to every dilation-th key of the window")
-    n_global_tokens: int = option(1, "longformer: leading global tokens when none are given ([CLS])")
+    dilation: int = option(1, "dilated pattern: attend to every dilation-th key of the window",
+                           low=1, high=MAX_LEN)
+    n_global_tokens: int = option(1, "longformer: leading global tokens when none are given ([CLS])",
+                                  low=0, high=MAX_LEN)
     global_projections: bool = option(False, "longformer: separate q/k/v projections for global attention")
-    block_size: int = option(64, "bigbird: tokens per block")
-    n_random_blocks: int = option(3, "bigbird: random blocks each query block attends to")
+    block_size: int = option(64, "bigbird: tokens per block", low=1, high=MAX_LEN)
+    n_random_blocks: int = option(3, "bigbird: random blocks each query block attends to",
+                                  low=0, high=MAX_HEADS)
     # BigBird: "seeded" draws the random blocks per layer; "first" puts every draw on the first block,
     # which then counts 1 + n_random_blocks times (the reference library's inference-time layout)
     random_block_choice: str = option("seeded", "bigbird: seeded (random blocks per layer) or first")
-    dense_max_len: int = option(0, "bigbird: sequences of at most this many tokens attend fully; 0: never")
-    linformer_k: int = option(256, "linformer: projected length of keys and values")
+    dense_max_len: int = option(0, "bigbird: sequences of at most this many tokens attend fully; 0: never",
+                                low=0, high=MAX_LEN)
+    linformer_k: int = option(256, "linformer: projected length of keys and values", low=1, high=MAX_LEN)
     # parameter economy
     share_layers: bool = option(False, "one block's weights for every layer (ALBERT cross-layer sharing)")
     # heads removed by physical pruning (Michel et al. 2019; lmforge/analysis/pruning.py)
@@ -126,25 +144,35 @@ class ModelConfig:
     # ELECTRA (objectives/rtd.py): a pretraining option read from the discriminator's config, of no
     # effect on this model's architecture (canonical() ignores it)
     generator_size: Optional[float] = option(None, "ELECTRA: the generator's d_model, d_ff and n_heads as "
-                                                   "a fraction of this model's; null: 1/4")
+                                                   "a fraction of this model's; null: 1/4",
+                                                   low=0, high=1, open_low=True)
     # special token ids (generation, padding); no effect on the architecture
-    pad_token_id: Optional[int] = option(None, "id of the padding token")
-    bos_token_id: Optional[int] = option(None, "id of the beginning-of-sequence token")
-    eos_token_id: Optional[int] = option(None, "id of the end-of-sequence token (generation stops there)")
-    decoder_start_token_id: Optional[int] = option(None, "encoder-decoders: the first decoder input")
-    forced_bos_token_id: Optional[int] = option(None, "generation: the first new token (mBART's language id)")
-    forced_eos_token_id: Optional[int] = option(None, "generation: the token at the maximum length (BART)")
+    pad_token_id: Optional[int] = option(None, "id of the padding token", low=0, high=MAX_VOCAB)
+    bos_token_id: Optional[int] = option(None, "id of the beginning-of-sequence token", low=0, high=MAX_VOCAB)
+    eos_token_id: Optional[int] = option(None, "id of the end-of-sequence token (generation stops there)",
+                                         low=0, high=MAX_VOCAB)
+    decoder_start_token_id: Optional[int] = option(None, "encoder-decoders: the first decoder input",
+                                                   low=0, high=MAX_VOCAB)
+    forced_bos_token_id: Optional[int] = option(None, "generation: the first new token (mBART's language id)",
+                                                low=0, high=MAX_VOCAB)
+    forced_eos_token_id: Optional[int] = option(None, "generation: the token at the maximum length (BART)",
+                                                low=0, high=MAX_VOCAB)
     # ELMo (architecture="elmo", Peters et al. 2018): vocab_size is the softmax's word vocabulary, d_model the
     # LSTM projection (and token representation) width, n_layers the LSTM layers of each direction
-    char_embed_dim: int = option(16, "elmo: width of the character embeddings")
+    char_embed_dim: int = option(16, "elmo: width of the character embeddings", low=1, high=MAX_WIDTH)
     char_filters: Optional[list] = option(None, "elmo: the character CNN's [width, n_filters] pairs; null: "
                                                 "the original's 2048 filters of widths 1-7")
-    n_highway: int = option(2, "elmo: highway layers after the character CNN")
-    lstm_dim: int = option(4096, "elmo: LSTM memory cell width (projected to d_model: LSTMP)")
-    cell_clip: Optional[float] = option(3.0, "elmo: memory cells clipped to +-cell_clip; null: no clip")
-    proj_clip: Optional[float] = option(3.0, "elmo: projected states clipped to +-proj_clip; null: no clip")
-    n_characters: int = option(262, "elmo: character ids (UTF-8 bytes, 4 marks, padding; 0 pads words)")
-    max_characters_per_token: int = option(50, "elmo: characters per word, marks included (longer ones cut)")
+    n_highway: int = option(2, "elmo: highway layers after the character CNN", low=0, high=MAX_HEADS)
+    lstm_dim: int = option(4096, "elmo: LSTM memory cell width (projected to d_model: LSTMP)",
+                           low=1, high=MAX_FF)
+    cell_clip: Optional[float] = option(3.0, "elmo: memory cells clipped to +-cell_clip; null: no clip",
+                                        low=0, high=1e6, open_low=True)
+    proj_clip: Optional[float] = option(3.0, "elmo: projected states clipped to +-proj_clip; null: no clip",
+                                        low=0, high=1e6, open_low=True)
+    n_characters: int = option(262, "elmo: character ids (UTF-8 bytes, 4 marks, padding; 0 pads words)",
+                               low=1, high=MAX_VOCAB)
+    max_characters_per_token: int = option(50, "elmo: characters per word, marks included (longer ones cut)",
+                                           low=1, high=MAX_HEADS)
     skip_connections: bool = option(True, "elmo: residual connection around every LSTM layer but the first")
     stateful: bool = option(False, "elmo: carry each row's LSTM state into the next batch (the original's "
                                    "training); false: every batch starts from zeros (deterministic)")
@@ -157,6 +185,7 @@ class ModelConfig:
             self.window_schedule = list(self.window_schedule)
         if isinstance(self.char_filters, (list, tuple)):  # tuples from Python, lists from JSON: one form
             self.char_filters = [list(f) if isinstance(f, (list, tuple)) else f for f in self.char_filters]
+        check_options(self, ConfigError)  # types (a bool is true or false, not "false"), bounds both ways
         _validate(self)
 
     # derived sizes -----------------------------------------------------------
@@ -267,11 +296,13 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
         """Build from a dict, rejecting unknown keys by name."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a model config must be a mapping of fields, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
-            raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(known)}")
-        return cls(**data)
+            raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(known)}", unknown[0])
+        return cls(**{k: coerce(cls, k, v, ConfigError, from_text=False) for k, v in data.items()})
 
     def replace(self, **overrides: Any) -> "ModelConfig":
         """A validated copy with some fields changed."""
@@ -309,6 +340,10 @@ def _validate(cfg: ModelConfig) -> None:
             or cfg.dense_max_len < 0):
         raise ConfigError("n_segments, position_offset, n_random_blocks, n_global_tokens and dense_max_len "
                           "must be >= 0")
+    for name in SPECIAL_TOKENS:
+        token = getattr(cfg, name)
+        if token is not None and token >= cfg.vocab_size:
+            raise ConfigError(f"{name}={token} is outside the vocabulary [0, {cfg.vocab_size})", name)
     _validate_heads(cfg)
     validate_pruned(cfg)
     validate_ffn_sizes(cfg)

@@ -1,13 +1,15 @@
-"""ModelConfig's rules that read a few fields each (config.py calls them): the error type,
-choices, positive sizes, windows, rotary scaling, pruned heads and FFN sizes. No import of config.py, which
+"""ModelConfig's rules that read a few fields each (config/model.py calls them): the error type,
+choices, positive sizes, windows, rotary scaling, pruned heads and FFN sizes. No import of config/model.py, which
 imports this."""
 from __future__ import annotations
+
+from lmforge.config.options import OptionsError
 
 # position schemes with a term per head: a pruned layer would need its own slice of them
 PER_HEAD_POSITIONS = ("relative-bias", "alibi", "xl-relative")
 
 
-class ConfigError(ValueError):
+class ConfigError(OptionsError):
     """An invalid ModelConfig field; the message names the field and the valid choices."""
 
 

@@ -1,0 +1,160 @@
+"""Typed options: one dataclass per job holds each option's name, type, bounds, default and help.
+
+A field is declared with `option(default, help, low=..., high=..., choices=...)`; `check_options`
+enforces its declared type (a bool is not a number, "false" is not a bool, NaN is not a number),
+its bounds both ways and its choices, and raises `OptionsError` naming the field. `from_dict`
+builds an options object from a JSON / YAML / key=value mapping (unknown keys named), and
+`coerce` turns a command-line string into the field's type. The command line, the Python API and
+the server build the same object from these, so the three accept and refuse alike.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import field
+from typing import Any
+
+
+class OptionsError(ValueError):
+    """An option (or config field) that cannot be served; the message names it, `.field` holds it."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def option(default, doc: str, *, low=None, high=None, open_low: bool = False, choices: tuple | None = None,
+           factory=None):
+    """A dataclass field with its default, one line of help and its bounds (listed by `lmforge options`).
+
+    low/high: inclusive bounds of a number (open_low: the lower one excluded); None: no bound on that side
+    (sizes always have an upper one). choices: the values a string may take."""
+    meta = {"help": doc, "low": low, "high": high, "open_low": open_low, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+BASE_TYPES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+              "list": "a list", "dict": "a mapping", "tuple": "a list"}
+
+
+def base_type(kind: str) -> tuple:
+    """('int', optional?) from a field's annotation string ('Optional[int]' -> ('int', True))."""
+    kind = str(kind).replace("typing.", "").strip()
+    if kind.startswith("Optional[") and kind.endswith("]"):
+        return kind[len("Optional["):-1], True
+    if kind.endswith("| None"):
+        return kind[:-len("| None")].strip(), True
+    return kind, False
+
+
+def _is_instance(kind: str, value) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind in ("list", "tuple"):
+        return isinstance(value, (list, tuple))
+    if kind == "dict":
+        return isinstance(value, dict)
+    return True  # a type this checker does not know: the dataclass's own checks decide
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> None:
+    """One field's value against its declared type, finiteness, bounds and choices."""
+    base, optional = base_type(kind)
+    if value is None:
+        if optional:
+            return
+        raise error(f"{name} must be {BASE_TYPES.get(base, base)}, got null", name)
+    if not _is_instance(base, value):
+        raise error(f"{name} must be {BASE_TYPES.get(base, base)}, got {_short(value)}", name)
+    if base in ("int", "float"):
+        check_range(name, value, meta.get("low"), meta.get("high"), meta.get("open_low", False), error,
+                    "an integer" if base == "int" else "a finite number")
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise error(f"{name}={_short(value)} is not one of {', '.join(map(str, choices))}", name)
+
+
+def check_range(name: str, value, low, high, open_low: bool = False, error=OptionsError,
+                noun: str = "a finite number") -> None:
+    """A finite number within [low, high] ((low, high] when open_low; None: no bound on that side)."""
+    if value is None:
+        return
+    below = low is not None and (value <= low if open_low else value < low)
+    if not math.isfinite(value) or below or (high is not None and value > high):
+        parts = ([f"{'>' if open_low else '>='} {low}"] if low is not None else []) + \
+                ([f"<= {high}"] if high is not None else [])
+        raise error(f"{name} must be {noun} {' and '.join(parts)}, got {_short(value)}", name)
+
+
+def check_options(obj, error=OptionsError) -> None:
+    """Every field of the options dataclass `obj` against its declaration (see `option`)."""
+    for f in dataclasses.fields(obj):
+        check_value(f.name, f.type, f.metadata, getattr(obj, f.name), error)
+
+
+def coerce(cls, name: str, value: Any, error=OptionsError, from_text: bool = True):
+    """A value for field `name` of `cls` as its type: a whole float (3.0) as an int; from_text (a command
+    line's key=value): also "true"/"false" as a bool, "null" as None and a numeric string as a number.
+    Anything else is returned as given, for `check_options` to judge (a JSON "false" is not a bool)."""
+    kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+    base, optional = base_type(kinds[name])
+    if isinstance(value, str) and from_text:
+        text = value.strip()
+        if optional and text.lower() in ("null", "none", "~"):
+            return None
+        if base == "bool" and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        if base in ("int", "float"):
+            try:
+                value = float(text)
+            except ValueError:
+                raise error(f"{name} must be {BASE_TYPES[base]}, got {_short(value)}", name) from None
+    if base == "int" and isinstance(value, float) and not isinstance(value, bool):
+        if not math.isfinite(value) or value != int(value):
+            raise error(f"{name} must be a whole number, got {_short(value)}", name)
+        return int(value)
+    return value
+
+
+def from_dict(cls, data: dict, what: str = "", error=OptionsError, from_text: bool = False):
+    """The options dataclass `cls` from a mapping; an unknown key is an error naming it and the known ones.
+    from_text: the values are a command line's strings (see `coerce`)."""
+    if not isinstance(data, dict):
+        raise error(f"{what or cls.__name__} options must be a mapping, got {_short(data)}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        raise error(f"unknown {what + ' ' if what else ''}option(s) {unknown}; known: {', '.join(sorted(known))}",
+                    unknown[0])
+    return cls(**{k: coerce(cls, k, v, error, from_text) for k, v in data.items()})
+
+
+def help_rows(cls) -> list:
+    """(name, default, help with its bounds) of each option of `cls`."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        rows.append((f.name, default, f.metadata.get("help", "") + bounds_text(f.metadata)))
+    return rows
+
+
+def bounds_text(meta: dict) -> str:
+    """' [low, high]' (or ' (low, high]') for a bounded option, '' otherwise."""
+    low, high = meta.get("low"), meta.get("high")
+    if low is None and high is None:
+        return ""
+    opening = "(" if meta.get("open_low") else "["
+    return f" {opening}{'' if low is None else low}, {'' if high is None else high}]"

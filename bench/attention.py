@@ -14,6 +14,7 @@ import torch
 
 import lmforge
 from common import peak_during, side_by_side
+from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -35,7 +36,7 @@ def layer(variant: str, T: int):
                               d_ff=3072, max_seq_len=T, **fields)
     torch.manual_seed(0)
     model = lmforge.build(cfg).eval()
-    model.fast = fast
+    optimize(model, paths=fast)
     stack, x = model.encoder, torch.randn(1, T, 768)
     positions = torch.arange(T)[None]
 

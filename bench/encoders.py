@@ -6,6 +6,7 @@ import random
 import torch
 
 from common import batch, bert_config, encoder_flops, pair, ratio, side_by_side
+from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths
 
 
@@ -30,9 +31,9 @@ def encoder_inference(repeats: int, quick: bool) -> list:
                     bf16 = side_by_side({"lmforge": lambda: ours(ids, mask)}, repeats) if not quick else None
                 repadded = None
                 if variable and not quick:  # the other unpadded attention: re-padded, one call a layer
-                    ours.fast = FastPaths(sequence_attention=False)
+                    optimize(ours, paths=FastPaths(sequence_attention=False))
                     repadded = side_by_side({"lmforge": lambda: ours(ids, mask)}, repeats)
-                    ours.fast = FastPaths()
+                    optimize(ours, paths=FastPaths())
             flops = encoder_flops(cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, mask)
             common = {"model": name, "lengths": "uniform 8..128" if variable else "all 128",
                       "real_tokens": float(mask.sum()), "useful_flops": flops, "max_abs_diff": diff}

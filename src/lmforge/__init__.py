@@ -2,7 +2,8 @@
 from lmforge import convert  # registers the Hugging Face format with lmforge.io
 from lmforge.apps.embed import embed
 from lmforge.apps.fill_mask import fill_mask
-from lmforge.config import ConfigError, ModelConfig
+from lmforge.config import ConfigError, ModelConfig, OptionsError
+from lmforge.fast.optimize import optimize
 from lmforge.generate import generate
 from lmforge.io import load, save
 from lmforge.model import ModelOutput, Transformer, from_config
@@ -18,6 +19,6 @@ def build(name: str | ModelConfig, **overrides) -> Transformer:
     return from_config(cfg)
 
 
-__all__ = ["ConfigError", "convert", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
+__all__ = ["ConfigError", "OptionsError", "optimize", "convert", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
            "build", "embed", "fill_mask", "from_config", "generate", "get_config", "load", "load_tokenizer",
            "save", "tiny", "__version__"]

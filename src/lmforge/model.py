@@ -4,8 +4,9 @@ Three thin wrappers over one `Stack`: `Encoder` (bidirectional, BERT), `Decoder`
 (causal, GPT) and `EncoderDecoder` (T5/BART, the decoder cross-attends to the
 encoder), and `XLNetEncoder` for XLNet's two-stream inputs. The model returns hidden
 states and caches; task heads (heads.py) are attached by name and their outputs
-returned alongside. Which attention backend each layer runs (dense, explicit
-probabilities, blocked local, packed rows) is decided in one place, `_context`.
+returned alongside. Every layer runs the plain way (padded batch, dense SDPA);
+`lmforge.optimize(model)` gives the model a faster execution with the same results
+(layers/execution.py), which `_context` and `_packing` consult.
 """
 from __future__ import annotations
 
@@ -18,13 +19,9 @@ from torch import nn
 from lmforge.config import ModelConfig
 from lmforge.config.memory import check_fits
 from lmforge.elmo import ELMo
-from lmforge.fast.accelerate import accelerate, accelerated
-from lmforge.fast.blocked import blocked_layers, plans
-from lmforge.fast.kernels import BlockedKernel, DroppingKernel, packed
-from lmforge.fast.paths import FastPaths
-from lmforge.fast.packing import Packing
-from lmforge.layers.attention import AttentionContext, DenseKernel, KVCache
+from lmforge.layers.attention import AttentionContext, KVCache
 from lmforge.layers.embeddings import Embeddings
+from lmforge.layers.execution import PLAIN
 from lmforge.layers.inspection import Inspection
 from lmforge.layers.norms import RMSNorm
 from lmforge.layers.patterns import cross_bias
@@ -80,14 +77,10 @@ class Transformer(nn.Module):
         self.config = cfg
         self.tokens = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
         self.heads = nn.ModuleDict()
-        self.fast = FastPaths()  # unpadding and blocked local attention (not saved; same results)
+        # how the forward runs (layers/execution.py): plain until lmforge.optimize gives it a faster
+        # one with the same results; not a module, not saved
+        self.execution = PLAIN
         self.inspection = None  # an analysis's head gates and attention records (layers/inspection.py)
-
-    def __call__(self, *args, **kwargs):
-        """nn.Module's call, run under fast.accelerate unless self.fast.accelerate is off: the one
-        place where the CPU accelerations are applied (and undone when the call returns)."""
-        with accelerate(self, self.fast.accelerate):
-            return super().__call__(*args, **kwargs)
 
     def add_head(self, name: str, head: nn.Module) -> nn.Module:
         """Attach a task head (heads.py); its output appears in ModelOutput.head_outputs[name]."""
@@ -152,25 +145,18 @@ class Transformer(nn.Module):
     def _context(self, stack: Stack, x, position_ids, past: int, key_padding, *, global_tokens=None,
                  cache=None, prefix_lengths=None, return_attention=False, packing=None,
                  dense=False) -> AttentionContext:
-        """The stack's masks for this pass and the attention backend of each, decided here only:
-        windowed patterns of long sequences in query chunks (fast/blocked.py), an unpadded batch's
-        rows re-padded or attended sequence by sequence (fast/packing.py), else dense SDPA, or an
-        probabilities recorded from dense masks. dense: the caller edits the masks."""
+        """The stack's masks for this pass and the attention backend of each, which the model's
+        execution chooses (plain: dense SDPA). Recorded probabilities, prefixes and cached decoding
+        need the dense masks; dense: the caller edits them."""
         recording = bool(return_attention) or (self.inspection is not None and bool(self.inspection.record))
         dense = dense or recording or prefix_lengths is not None or past > 0
-        chosen = {} if dense else blocked_layers(stack, self.fast, x.shape[1])
+        chosen = {} if dense else self.execution.local_layers(stack, x.shape[1])
         ctx = stack.context(x, position_ids, past, key_padding, global_tokens, cache, prefix_lengths,
                             skip=chosen)
-        ctx.biases.update(plans(stack, ctx, chosen, x.dtype, self.fast.chunk))
-        # with the accelerations, attention dropout draws the cheaper mask (fast/kernels.py)
-        ctx.kernel = (DroppingKernel if accelerated(self) else DenseKernel)()
-        ctx.kernels = {key: BlockedKernel() for key in chosen}
+        self.execution.choose_kernels(self, stack, ctx, chosen, packing, recording, x.dtype)
         if recording or self.inspection is not None:
             inspection = self.inspection or Inspection()
             ctx.inspection = inspection.for_stack("decoder" if stack.causal else "encoder", return_attention)
-        if packing is not None:  # layers see (N, d_model) rows; rotations and records need (B, T)
-            by_sequence = packing.by_sequence and ctx.rope is None and not recording
-            ctx.kernel, ctx.kernels = packed(packing, ctx, by_sequence)
         return ctx
 
     @staticmethod
@@ -178,17 +164,10 @@ class Transformer(nn.Module):
         return ModelOutput(x, hidden, [p[0] for p in probs] if return_attention else None,
                            [p[1] for p in probs] if return_attention and cross else None, cache)
 
-    def _packing(self, key_padding, cache, memory, keep_padding=False) -> Optional[Packing]:
-        """Unpadding (fast/packing.py) when self.fast asks for it; not while decoding with a cache or
-        cross-attending, whose layers need the padded layout. keep_padding: a per-token head will
-        read padded rows, which must then be the padded path's."""
-        if cache is not None or memory is not None or not self.fast.wants_unpad(key_padding, keep_padding,
-                                                                                 self.training):
-            return None
-        # attention dropout sends CPU SDPA to its math path: one re-padded call then beats B small
-        # ones with their masks and backward (MiniLM fine-tuning: 6.0 s vs 7.1 s per 12 steps)
-        dropping = self.training and self.config.attention_dropout > 0
-        return Packing(key_padding, self.fast.sequence_attention and not dropping)
+    def _packing(self, key_padding, cache, memory, keep_padding=False):
+        """The batch's real tokens packed for the position-wise layers, where the execution does so
+        (plain: never); keep_padding: a per-token head will read the padded rows."""
+        return self.execution.packing(self, key_padding, cache, memory, keep_padding)
 
     def _token_heads(self, run_heads: bool) -> bool:
         """Whether a head that reads every position (LM, tagging, spans) runs on this pass."""

@@ -4,6 +4,7 @@ import torch
 
 import lmforge
 import lmforge.heads
+from lmforge.fast.optimize import optimize
 from lmforge.layers.attention import KVCache
 from lmforge.fast.blocked import ChunkPlan, plan
 from lmforge.fast.paths import FastPaths
@@ -20,7 +21,7 @@ def _batch(vocab: int, lengths=LENGTHS, seed: int = 0):
 
 
 def _run(model, fast: FastPaths, ids, mask, **kw):
-    model.fast = fast
+    optimize(model, paths=fast)
     return forward(model, ids, mask, decoder_mask=mask, **kw)
 
 
@@ -68,6 +69,8 @@ def test_auto_unpads_when_padding_is_substantial():
     model = lmforge.build(lmforge.tiny("bert-base"))
     full = torch.ones(4, 10, dtype=torch.bool)
     half = torch.arange(10)[None].expand(4, 10) < 5
+    assert model._packing(half, None, None) is None  # the plain model never packs
+    optimize(model)
     assert model._packing(full, None, None) is None
     assert model._packing(half, None, None).n_tokens == 20
     assert model._packing(half, KVCache(), None) is None  # decoding keeps the padded layout
@@ -75,19 +78,19 @@ def test_auto_unpads_when_padding_is_substantial():
     assert not model._token_heads(run_heads=True)  # a bare encoder: hidden states only
     lmforge.heads.attach(model, "lm")
     assert model._token_heads(run_heads=True) and not model._token_heads(run_heads=False)
-    model.fast = FastPaths(unpad="never")
+    optimize(model, paths=FastPaths(unpad="never"))
     assert model._packing(half, None, None) is None
     with pytest.raises(ValueError, match="unpad"):
         FastPaths(unpad="sometimes")
 
 
 def test_training_unpads_at_any_padding_and_re_pads_attention_under_dropout():
-    model = lmforge.build(lmforge.tiny("bert-base", attention_dropout=0.1))
+    model = optimize(lmforge.build(lmforge.tiny("bert-base", attention_dropout=0.1)))
     slight = torch.arange(20)[None].expand(4, 20) < torch.tensor([[20], [20], [20], [19]])  # 1.25 % padding
     assert model.eval()._packing(slight, None, None) is None  # inference: not worth re-padding
     packing = model.train()._packing(slight, None, None)
     assert packing.n_tokens == 79 and not packing.by_sequence  # SDPA with dropout: one padded call
-    model = lmforge.build(lmforge.tiny("bert-base", attention_dropout=0.0)).train()
+    model = optimize(lmforge.build(lmforge.tiny("bert-base", attention_dropout=0.0))).train()
     assert model._packing(slight, None, None).by_sequence
 
 
@@ -184,7 +187,7 @@ def test_blocked_gradients_equal_dense_gradients(pattern):
 
 def test_auto_blocks_long_sequences_only():
     cfg = lmforge.ModelConfig(**_BASE, attention="sliding-window")
-    model = lmforge.build(cfg)
+    model = optimize(lmforge.build(cfg))
     for T, blocked in ((16, False), (24, False), (25, True), (100, True)):  # band 16 + 4 + 4 = 24 keys
         x = torch.zeros(1, T, 32)
         ctx = model._context(model.encoder, x, torch.arange(T)[None], 0, None)
@@ -236,7 +239,7 @@ def test_kv_cache_keeps_autograd_intact():
 def test_bf16_autocast_runs_every_fast_path_close_to_fp32(name):
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny(name), max_seq_len=128, window=8).eval()
-    model.fast = FastPaths(unpad="always", local_attention="blocked")
+    optimize(model, paths=FastPaths(unpad="always", local_attention="blocked"))
     ids, mask = _batch(model.config.vocab_size, lengths=(70, 40, 12))
     with torch.no_grad():
         want = model(ids, mask).last_hidden_state
@@ -266,17 +269,17 @@ def test_unpadded_causal_attention_sequence_by_sequence_with_left_padding():
 @pytest.mark.parametrize("ffn", ["relu", "gelu", "gelu-tanh", "geglu", "swiglu"])
 @pytest.mark.parametrize("placement", ["pre", "post"])
 def test_inference_writes_activations_and_residuals_in_place_with_the_same_results(ffn, placement):
-    from lmforge.fast.accelerate import IN_PLACE, accelerate
+    from lmforge.fast.optimize import IN_PLACE, optimized_for
     from lmforge.layers.feedforward import ACTIVATIONS
 
     assert {act for act, _ in ACTIVATIONS.values()} <= set(IN_PLACE)  # no activation falls back
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny("bert-base", ffn=ffn, norm_placement=placement)).eval()
     ids, mask = _batch(model.config.vocab_size)
-    model.fast = FastPaths(unpad="never")
-    with torch.no_grad(), accelerate(model):  # in place: nothing keeps the sublayers' outputs for a backward
+    optimize(model, paths=FastPaths(unpad="never"))
+    with torch.no_grad(), optimized_for(model):  # in place: nothing keeps the sublayers' outputs for a backward
         in_place = model(ids, mask, return_hidden=True)
-    with accelerate(model):
+    with optimized_for(model):
         autograd = model(ids, mask, return_hidden=True)  # parameters require grad: out of place
     assert autograd.last_hidden_state.requires_grad
     assert torch.equal(in_place.last_hidden_state, autograd.last_hidden_state.detach())

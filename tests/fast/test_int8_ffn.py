@@ -145,7 +145,7 @@ def test_where_the_fused_route_does_not_apply_the_plain_one_runs(fresh_choices, 
     assert int8_ffn.fused_feedforward(ffn, x) is None and not int8_ffn.CHOICES
 
 
-def test_a_quantised_model_runs_the_fused_route_inside_accelerate_only(fresh_choices, monkeypatch):
+def test_a_quantised_model_runs_the_fused_route_when_optimized_only(fresh_choices, monkeypatch):
     torch.manual_seed(0)
     model = quantize(lmforge.build(lmforge.tiny("bert-base")).eval(), "dynamic")
     monkeypatch.setattr(int8_ffn.kernel_store, "recall", lambda key: "fused")
@@ -153,12 +153,13 @@ def test_a_quantised_model_runs_the_fused_route_inside_accelerate_only(fresh_cho
     fuse = native.act_quantise_rows
     monkeypatch.setattr(native, "act_quantise_rows", lambda *a: calls.append(1) or fuse(*a))
     ids = torch.randint(5, 90, (4, 30))
+    lmforge.optimize(model)
     with torch.no_grad():
         fast = model(ids).last_hidden_state
         assert len(calls) == model.config.n_layers
         for key in list(int8.CHOICES):  # every layer on onednn-u8, the fused route's products
             int8.CHOICES[key] = engines.U8
-        model.fast.accelerate = False
+        lmforge.optimize(model, enabled=False)
         slow = model(ids).last_hidden_state
     assert len(calls) == model.config.n_layers and (fast - slow).norm() <= 1e-3 * slow.norm()
 

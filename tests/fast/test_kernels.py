@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import lmforge
+from lmforge.fast.optimize import optimize
 from lmforge.fast.blocked import ChunkPlan
 from lmforge.fast.kernels import BlockedKernel, PerSequence, Repadded
 from lmforge.fast.packing import Packing
@@ -20,6 +21,8 @@ def _context(model, T, mask=None, packing=None, **kw):
 
 def test_windowed_masks_of_long_sequences_run_blocked_and_get_no_dense_mask():
     model = lmforge.build(lmforge.ModelConfig(**_BASE, attention="sliding-window"))
+    assert type(_context(model, 100).kernel_for("sliding-window")) is DenseKernel  # plain: dense masks
+    optimize(model)
     for T, blocked in ((16, False), (24, False), (25, True), (100, True)):  # band 16 + 4 + 4 = 24 keys
         ctx = _context(model, T)
         assert isinstance(ctx.biases["sliding-window"], ChunkPlan) == blocked
@@ -27,27 +30,28 @@ def test_windowed_masks_of_long_sequences_run_blocked_and_get_no_dense_mask():
     for dense in (dict(return_attention=True), dict(dense=True)):  # attention maps, masks a caller edits
         ctx = _context(model, 100, **dense)
         assert not isinstance(ctx.biases["sliding-window"], ChunkPlan)
-        assert type(ctx.kernel_for("sliding-window")) is DenseKernel
+        assert not isinstance(ctx.kernel_for("sliding-window"), BlockedKernel)
     assert _context(model, 100, return_attention=True).inspection.wants(0)
-    model.fast = FastPaths(local_attention="dense")
+    optimize(model, paths=FastPaths(local_attention="dense"))
     assert not isinstance(_context(model, 100).biases["sliding-window"], ChunkPlan)
 
 
 def test_a_schedule_gets_a_backend_per_mask():
     schedule = ["sliding-window", "full", "dilated"]
-    model = lmforge.build(lmforge.ModelConfig(**{**_BASE, "n_layers": 3}, attention_schedule=schedule, dilation=2))
+    model = optimize(lmforge.build(lmforge.ModelConfig(**{**_BASE, "n_layers": 3}, attention_schedule=schedule,
+                                                       dilation=2)))
     mask = torch.arange(100)[None] < torch.tensor([[100], [60]])
     packing = Packing(mask, by_sequence=True)
     ctx = _context(model, 100, mask, packing)
     kinds = {key: type(ctx.kernel_for(key)) for key in ("sliding-window", "full", "dilated")}
     assert kinds == {"sliding-window": Repadded, "full": PerSequence, "dilated": Repadded}
     assert isinstance(ctx.kernel_for("dilated").inner, BlockedKernel)
-    assert type(ctx.kernel.inner) is DenseKernel  # cross-attention and any other mask
+    assert isinstance(ctx.kernel.inner, DenseKernel) and not isinstance(ctx.kernel.inner, BlockedKernel)  # cross-attention and any other mask
 
 
 @pytest.mark.parametrize("name, by_sequence", [("bert-base", True), ("llama-3.2-1b", False)])
 def test_packed_rows_attend_sequence_by_sequence_only_where_nothing_needs_the_padded_layout(name, by_sequence):
-    model = lmforge.build(lmforge.tiny(name))
+    model = optimize(lmforge.build(lmforge.tiny(name)))
     mask = torch.arange(10)[None] < torch.tensor([[10], [4]])
     packing = Packing(mask, by_sequence=True)
     # rotary's angles are laid out (B, T): its packed rows are re-padded

@@ -148,7 +148,7 @@ def test_threads_get_their_own_buffers(monkeypatch):
 @pytest.mark.parametrize("name", ["bert-tiny", "gpt2", "t5-small", "llama-3.2-1b", "xlnet-base"])
 def test_models_give_the_same_outputs_and_tokens_with_transient_buffers(monkeypatch, name):
     import lmforge
-    from lmforge.fast.accelerate import accelerate
+    from lmforge.fast.optimize import optimized_for
     from lmforge.heads import attach
 
     torch.manual_seed(0)
@@ -160,7 +160,7 @@ def test_models_give_the_same_outputs_and_tokens_with_transient_buffers(monkeypa
     def run():
         with torch.inference_mode():
             if model.config.architecture == "encoder" or name == "xlnet-base":
-                with accelerate(model):
+                with optimized_for(model):
                     return model(ids, mask, run_heads=False).last_hidden_state
             attach(model, "lm") if "lm" not in model.heads else None
             extra = {"decoder_start_token_id": 0} if model.config.architecture == "encoder-decoder" else {}

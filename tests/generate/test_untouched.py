@@ -4,7 +4,7 @@ import torch
 
 import lmforge
 from lmforge.heads import attach
-from tests.fast.test_accelerate import _same, _snapshot
+from tests.fast.test_optimize import _same, _snapshot
 
 
 @pytest.mark.parametrize("projection", ["auto", "plain", "input-major", "screen"])

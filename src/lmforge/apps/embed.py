@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
@@ -102,7 +103,8 @@ class SentenceEncoder:
         path = find_model_dir(path)
         st_file = path / "sentence_bert_config.json"
         st = _read(st_file) if st_file.is_file() else {}
-        return cls(load(path), tokenizer or load_tokenizer(path), pooling_modes(path),
+        # the embedding job runs the optimized model (same vectors, fast/optimize.py)
+        return cls(optimize(load(path)), tokenizer or load_tokenizer(path), pooling_modes(path),
                    st.get("max_seq_length"), bool(st.get("do_lower_case", False)))
 
     def _limit(self, max_length: int | None) -> int | None:

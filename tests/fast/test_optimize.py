@@ -1,12 +1,12 @@
-"""fast.accelerate: the same results as the plain modules, applied only inside the block, fully undone."""
-import threading
+"""lmforge.optimize: the same results as the plain modules, applied once, fully undone by enabled=False."""
 
 import pytest
 import torch
 from torch import nn
 
 import lmforge
-from lmforge.fast.accelerate import SWAPS, FastBlock, FastFeedForward, accelerate, accelerated
+from lmforge.fast.optimize import SWAPS, FastBlock, FastFeedForward, optimized, optimized_for
+from lmforge.fast.paths import FastPaths
 from lmforge.fast.dropout import FastDropout
 from lmforge.fast.linear import FastLinear
 from lmforge.heads import attach
@@ -26,52 +26,38 @@ def _same(a: tuple, b: tuple) -> bool:
         a[1][k][:2] == b[1][k][:2] and torch.equal(a[1][k][2], b[1][k][2]) for k in a[1])
 
 
-def test_swaps_inside_the_block_and_restores_after_even_on_an_error():
+def test_optimize_swaps_once_and_is_undone_by_enabled_false():
     model = lmforge.build(lmforge.tiny("bert-base")).eval()
     before = _snapshot(model)
-    with accelerate(model):
-        assert accelerated(model)
-        kinds = {type(m) for m in model.modules()}
-        assert {FastLinear, FastDropout, FastBlock, FastFeedForward} <= kinds
-        assert not kinds & set(SWAPS)  # every plain module of a swapped kind runs accelerated
-        assert list(model.state_dict()) == list(before[1])  # the same state-dict names
-        with accelerate(model):  # re-entrant: the inner block changes nothing
-            assert accelerated(model)
-        assert accelerated(model)
-    assert not accelerated(model) and _same(_snapshot(model), before)
-    with pytest.raises(RuntimeError, match="boom"):
-        with accelerate(model):
-            raise RuntimeError("boom")
-    assert _same(_snapshot(model), before)
+    assert lmforge.optimize(model) is model and optimized(model)
+    kinds = {type(m) for m in model.modules()}
+    assert {FastLinear, FastDropout, FastBlock, FastFeedForward} <= kinds
+    assert not kinds & set(SWAPS)  # every plain module of a swapped kind runs accelerated
+    assert list(model.state_dict()) == list(before[1])  # the same state-dict names
+    lmforge.optimize(model)  # twice: the same
+    assert {type(m) for m in model.modules()} == kinds
+    lmforge.optimize(model, enabled=False)
+    assert not optimized(model) and _same(_snapshot(model), before)
 
 
-def test_two_threads_keep_it_accelerated_until_the_last_leaves():
-    """A server's two workers: the first to leave must not restore the plain classes under the other."""
-    model = lmforge.build(lmforge.tiny("bert-base")).eval()
-    before = _snapshot(model)
-    entered, first_left, second_may_leave = threading.Event(), threading.Event(), threading.Event()
-    seen = []
+def test_no_call_is_wrapped_and_no_lock_is_taken():
+    """Speed is applied once: a forward is nn.Module's own call, whatever the model's state."""
+    model = lmforge.optimize(lmforge.build(lmforge.tiny("bert-base")).eval())
+    assert type(model).__call__ is nn.Module.__call__
+    classes = [type(m) for m in model.modules()]
+    with torch.inference_mode():
+        model(torch.randint(3, 99, (2, 7)))
+    assert [type(m) for m in model.modules()] == classes  # nothing swapped by the call
 
-    def first():
-        with accelerate(model):
-            entered.set()
-            second_may_leave.wait(10)
-        first_left.set()
 
-    def second():
-        entered.wait(10)
-        with accelerate(model):
-            second_may_leave.set()
-            first_left.wait(10)
-            seen.append((accelerated(model), {type(m) for m in model.modules()} & set(SWAPS)))
+def test_model_and_layers_import_nothing_from_the_speed_package():
+    import pathlib
+    import re
 
-    threads = [threading.Thread(target=f) for f in (first, second)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
-    assert seen == [(True, set())]  # after the first thread left: still accelerated, no plain module back
-    assert not accelerated(model) and _same(_snapshot(model), before)
+    root = pathlib.Path(lmforge.__file__).parent
+    files = [root / "model.py", *sorted((root / "layers").rglob("*.py"))]
+    offenders = [f.name for f in files if re.search(r"^\s*(from|import) lmforge\.(fast|quant)", f.read_text(), re.M)]
+    assert offenders == []
 
 
 def test_a_users_own_subclass_keeps_its_forward():
@@ -79,7 +65,7 @@ def test_a_users_own_subclass_keeps_its_forward():
         pass
 
     layer = nn.Sequential(Mine(4, 4), nn.Linear(4, 4))
-    with accelerate(layer):
+    with optimized_for(layer):
         assert type(layer[0]) is Mine and type(layer[1]) is FastLinear
     assert type(layer[1]) is nn.Linear
 
@@ -95,8 +81,8 @@ def test_inference_outputs_are_bitwise_the_plain_ones(name):
     kwargs = {"decoder_input_ids": ids[:, :5]} if model.config.architecture == "encoder-decoder" else {}
     with torch.inference_mode():
         plain = model(ids, mask, **kwargs)
-        with accelerate(model):
-            fast = model(ids, mask, **kwargs)
+        lmforge.optimize(model, paths=FastPaths(unpad="never"))  # packed rows sum in another order
+        fast = model(ids, mask, **kwargs)
     assert torch.equal(fast.last_hidden_state, plain.last_hidden_state) and torch.equal(fast.logits, plain.logits)
 
 
@@ -111,8 +97,8 @@ def test_training_gradients_are_the_plain_ones_without_dropout(ffn, placement):
 
     def grads(fast: bool) -> list:
         model.zero_grad()
-        with accelerate(model, fast):
-            (model(ids).last_hidden_state * direction).sum().backward()
+        lmforge.optimize(model, enabled=fast)
+        (model(ids).last_hidden_state * direction).sum().backward()
         return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
     assert all(torch.equal(a, b) for a, b in zip(grads(True), grads(False)))
@@ -121,7 +107,7 @@ def test_training_gradients_are_the_plain_ones_without_dropout(ffn, placement):
 def test_dropout_is_drawn_by_the_cheaper_mask_inside_only():
     layer = nn.Dropout(0.5).train()
     x = torch.ones(4096)
-    with accelerate(layer):
+    with optimized_for(layer):
         assert type(layer) is FastDropout
         torch.manual_seed(0)
         kept = layer(x) != 0
@@ -134,7 +120,7 @@ def test_inference_block_and_feed_forward_write_in_place_with_the_same_results()
     x = torch.randn(2, 5, cfg.d_model)
     with torch.inference_mode():
         want = ffn(x)
-        with accelerate(ffn):
+        with optimized_for(ffn):
             assert torch.equal(ffn(x), want)
         h = torch.randn(2, 5, cfg.d_model)
         want = x + h

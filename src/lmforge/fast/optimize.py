@@ -1,9 +1,10 @@
-"""CPU accelerations, applied explicitly and reversibly: `with accelerate(model): ...`.
+"""`lmforge.optimize(model)`: the accelerations turned on once, explicitly, and off again.
 
-The model's layers are plain PyTorch (nn.Linear, nn.Dropout, `x + dropout(h)`, `act(W1 x)`).
-Inside `accelerate(model)` each of those modules runs as a subclass with the same parameters
-and state-dict names whose forward takes a cheaper route where it is exact and measured to pay
-(bench/FINDINGS.md):
+The model's layers are plain PyTorch (nn.Linear, nn.Dropout, `x + dropout(h)`, `act(W1 x)`) and its
+forward runs the plain way (padded batches, dense SDPA). `optimize(model)` does two things, once:
+it gives the model the fast execution (fast/execution.py: unpadding, blocked local attention), and
+it turns each of those modules into a subclass with the same parameters and state-dict names whose
+forward takes a cheaper route where it is exact and measured to pay (bench/FINDINGS.md):
 
 - FastLinear: in CPU inference the bias is added after the matmul (addmm copies it into every
   row first); the fused q, k, v and the FFN's hidden units, outputs that die inside their layer,
@@ -15,12 +16,13 @@ and state-dict names whose forward takes a cheaper route where it is exact and m
 
 Every route has the same results as the plain module (bitwise, or for dropout the same keep
 rate, to 2^-16; the int8 FFN's quantised hidden units, but a few in millions one step apart:
-fast/int8_ffn.py). On exit every module gets its own class back: a model is never left changed.
-Re-entrant: a nested `accelerate` of the same model (generate around a forward) does nothing.
+fast/int8_ffn.py). `optimize(model, enabled=False)` gives every module its own class and the model
+the plain execution back. Nothing is swapped per call and no lock is taken: a forward pass costs the
+same whether it runs in one thread or in a server's many. Modules added after `optimize` (a new head)
+run plain until `optimize` is called again.
 """
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from functools import partial
 
@@ -29,10 +31,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.fast.dropout import FastDropout
+from lmforge.fast.execution import FastExecution
 from lmforge.fast.int8_ffn import fused_feedforward
 from lmforge.fast.linear import FastLinear
+from lmforge.fast.paths import FastPaths
 from lmforge.layers.attention import Attention
 from lmforge.layers.block import Block
+from lmforge.layers.execution import PLAIN
 from lmforge.layers.feedforward import FeedForward, gelu_tanh
 
 # in-place forms, for inference: an activation that overwrites its input allocates nothing (a
@@ -77,71 +82,63 @@ class FastBlock(Block):
 
 # exact class -> its accelerated subclass (exact: a user's own subclass keeps its forward)
 SWAPS = {nn.Linear: FastLinear, nn.Dropout: FastDropout, Block: FastBlock, FeedForward: FastFeedForward}
+PLAIN_OF = {fast: plain for plain, fast in SWAPS.items()}
 
 
-def _plan(model: nn.Module) -> tuple:
-    """One pass over the modules: (module, its plain class) for each to swap, and (linear, slot) for
-    the projections whose outputs die inside their layer: the fused q, k, v (KVCache copies what it
-    keeps) and the FFN's hidden units."""
-    swapped, slots = [], []
+def _slots(model: nn.Module) -> list:
+    """(linear, slot) of the projections whose outputs die inside their layer: the fused q, k, v
+    (KVCache copies what it keeps) and the FFN's hidden units, which reuse per-thread buffers."""
+    slots = []
     for module in model.modules():
-        if type(module) in SWAPS:
-            swapped.append((module, type(module)))
         if isinstance(module, Attention) and isinstance(getattr(module, "qkv", None), nn.Linear):
             slots.append((module.qkv, "attn.qkv"))
         elif isinstance(module, FeedForward):
             slots += [(module.up, "ffn.up")] + ([(module.gate, "ffn.gate")] if module.gate is not None else [])
-    return swapped, slots
+    return slots
 
 
-_LOCK = threading.Lock()  # guards the entries and exits of every model's acceleration
+def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = None) -> nn.Module:
+    """Turn `model`'s accelerations on (enabled=False: off), once; returns the model. paths: which
+    execution choices to make (fast/paths.py; default: every one that is measured to pay)."""
+    if not enabled:
+        for module in model.modules():
+            module.__dict__.pop("slot", None)
+            if type(module) in PLAIN_OF:
+                module.__class__ = PLAIN_OF[type(module)]
+        _set_execution(model, PLAIN)
+        return model
+    paths = paths or FastPaths()
+    if paths.accelerate:
+        for module in model.modules():
+            if type(module) in SWAPS:
+                module.__class__ = SWAPS[type(module)]
+        for linear, slot in _slots(model):
+            if type(linear) is FastLinear:
+                linear.slot = slot
+    _set_execution(model, FastExecution(paths))
+    return model
+
+
+def _set_execution(model: nn.Module, execution) -> None:
+    for module in model.modules():  # a model inside another (ELECTRA's generator, a teacher) too
+        if hasattr(module, "execution"):
+            module.execution = execution
+
+
+def optimized(model: nn.Module) -> bool:
+    """Whether `optimize` has turned `model`'s accelerations on."""
+    return getattr(model, "execution", PLAIN).name != "plain" or any(type(m) in PLAIN_OF for m in model.modules())
 
 
 @contextmanager
-def accelerate(model: nn.Module, enabled: bool = True):
-    """Run `model`'s plain modules as their accelerated subclasses inside the block; restore them
-    after (also on an exception). enabled=False: a no-op, for call sites that choose. Counted, so
-    re-entrant and thread-safe: the first entry swaps, the last exit restores (a server's workers
-    running one model in two threads never see it restored under a forward pass)."""
-    if not enabled:
-        yield model
-        return
-    with _LOCK:
-        depth = model.__dict__.get("_accelerated", 0)
-        if depth == 0:
-            model.__dict__["_acceleration_plan"] = _swap(model)
-        model.__dict__["_accelerated"] = depth + 1
+def optimized_for(model: nn.Module, enabled: bool = True):
+    """`optimize(model)` inside the block, undone after, for a model that was plain (a one-off run
+    such as a benchmark's arm); an already optimized model is left as it is."""
+    was = optimized(model)
+    if enabled and not was:
+        optimize(model)
     try:
         yield model
     finally:
-        with _LOCK:
-            model.__dict__["_accelerated"] -= 1
-            if model.__dict__["_accelerated"] == 0:
-                _restore(*model.__dict__.pop("_acceleration_plan"))
-                model.__dict__.pop("_accelerated")
-
-
-def _swap(model: nn.Module) -> tuple:
-    swapped, slots = _plan(model)
-    try:
-        for module, plain in swapped:
-            module.__class__ = SWAPS[plain]
-        for linear, slot in slots:
-            if type(linear) is FastLinear:
-                linear.slot = slot
-    except BaseException:  # never leave a model half swapped
-        _restore(swapped, slots)
-        raise
-    return swapped, slots
-
-
-def _restore(swapped: list, slots: list) -> None:
-    for linear, _ in slots:
-        linear.__dict__.pop("slot", None)
-    for module, plain in swapped:
-        module.__class__ = plain
-
-
-def accelerated(model: nn.Module) -> bool:
-    """Whether `model` is inside `accelerate` now."""
-    return bool(model.__dict__.get("_accelerated", 0))
+        if enabled and not was:
+            optimize(model, enabled=False)

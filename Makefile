@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # the package itself accepts any torch>=2.4,<3.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-all bench clean
+.PHONY: demo test test-all bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test-all: $(VENV)/.dev-installed
 # side-by-side benchmarks against the reference library; rewrites bench/RESULTS.md (long: see bench/run.py)
 bench: $(VENV)/.dev-installed
 	$(PY) bench/run.py
+
+# the documentation as a static site in site/ (mkdocs-material; every link checked)
+docs: $(VENV)/.dev-installed
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) runs

@@ -1,0 +1,160 @@
+"""Documentation that cannot go stale: every ```bash / ```sh / ```console command and every ```python
+block of README.md and docs/*.md runs here, and the static site builds with `mkdocs build --strict`.
+
+The blocks of one file run in order in one temporary folder (a later block may read what an earlier
+one wrote) with LMFORGE_DOCS_TEST=1 set; Python blocks of a file share one namespace. A block whose
+first line is `# slow` is marked slow (run with `-m slow`). Blocks that must not run are fenced
+```text. A command line `lmforge ...` with no shell syntax runs in this process (lmforge.cli.main),
+which saves the ~3 s import of a subprocess; any other line runs under bash.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUN_LANGS = {"bash", "sh", "console", "python"}
+FENCE = re.compile(r"^```(\S*)\s*$")
+SHELL_SYNTAX = set("|&;<>()$`*?[]{}~\\\"'")
+
+
+def blocks(path: Path) -> list:
+    """(line of the opening fence, language, code) of each runnable fenced block in `path`."""
+    found, lang, start, lines = [], None, 0, []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        match = FENCE.match(line.strip())
+        if lang is None and match and match.group(1):
+            lang, start, lines = match.group(1), number, []
+        elif lang is not None and line.strip() == "```":
+            if lang in RUN_LANGS:
+                found.append((start, lang, "\n".join(lines) + "\n"))
+            lang = None
+        elif lang is not None:
+            lines.append(line)
+    return found
+
+
+def _cases() -> list:
+    """One pytest param per runnable block, named file:line, slow when its first line says so."""
+    cases = []
+    for path in DOC_FILES:
+        for line, lang, code in blocks(path):
+            marks = [pytest.mark.slow] if code.lstrip().startswith("# slow") else []
+            name = f"{path.relative_to(ROOT)}:{line}"
+            cases.append(pytest.param(path, line, lang, code, id=name, marks=marks))
+    return cases
+
+
+def commands(code: str) -> list:
+    """The command lines of a shell block: `$ ` prompts stripped, continuations joined, comments dropped."""
+    lines, pending = [], ""
+    for raw in code.splitlines():
+        line = raw[2:] if raw.startswith("$ ") else raw
+        if pending:
+            line = pending + " " + line.strip()
+        if line.rstrip().endswith("\\"):
+            pending = line.rstrip()[:-1].rstrip()
+            continue
+        pending = ""
+        if line.strip() and not line.lstrip().startswith("#"):
+            lines.append(line.strip())
+    return lines
+
+
+class DocRun:
+    """The state of one documentation file's run: its folder, its Python namespace, the blocks done."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.namespace, self.done = folder, {"__name__": "__docs__"}, set()
+
+    def run(self, lang: str, code: str, where: str) -> None:
+        """Run one block in this file's folder; a failure names the block and the command."""
+        if lang == "python":
+            exec(compile(code, where, "exec"), self.namespace)
+            return
+        for line in commands(code):
+            self._shell(line, where)
+
+    def _shell(self, line: str, where: str) -> None:
+        words = line.split()
+        if words[0] == "lmforge" and not SHELL_SYNTAX & set(line.replace("=", "")):
+            from lmforge.cli import main
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    status = main(shlex.split(line)[1:])
+                except SystemExit as stop:  # argparse's --help and usage errors exit
+                    status = stop.code or 0
+            assert status == 0, f"{where}: `{line}` exited {status}\n{out.getvalue()[-2000:]}"
+            return
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", line], cwd=self.folder, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{where}: `{line}` exited {done.returncode}\n{done.stderr[-2000:]}"
+
+
+@pytest.fixture(scope="session")
+def doc_runs(tmp_path_factory):
+    """file -> its DocRun, one temporary folder per documentation file for the whole session."""
+    runs = {}
+
+    def get(path: Path) -> DocRun:
+        if path not in runs:
+            runs[path] = DocRun(tmp_path_factory.mktemp(path.stem))
+        return runs[path]
+    return get
+
+
+@pytest.mark.parametrize("path,line,lang,code", _cases())
+def test_doc_block(path, line, lang, code, doc_runs, monkeypatch, request):
+    """The block runs without error, after every earlier block of its file (run first if not yet)."""
+    state = doc_runs(path)
+    monkeypatch.chdir(state.folder)
+    monkeypatch.setenv("LMFORGE_DOCS_TEST", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    selected_slow = request.node.get_closest_marker("slow") is not None
+    for earlier, lang_before, before in blocks(path):
+        if earlier >= line:
+            break
+        if earlier not in state.done:
+            if before.lstrip().startswith("# slow") and not selected_slow:
+                continue  # a fast block never waits on a slow one; docs keep fast ones independent
+            state.run(lang_before, before, f"{path.name}:{earlier}")
+            state.done.add(earlier)
+    state.run(lang, code, f"{path.name}:{line}")
+    state.done.add(line)
+
+
+def test_every_doc_has_a_runnable_block():
+    """Each guide shows at least one command or Python call that this file runs."""
+    empty = [p.name for p in DOC_FILES[1:] if p.name not in ("index.md", "architecture.md") and not blocks(p)]
+    assert not empty, f"guides without a runnable block: {empty}"
+
+
+def test_blocks_parser_reads_fences_and_continuations(tmp_path):
+    """The extractor keeps runnable languages only and joins backslash continuations."""
+    page = tmp_path / "p.md"
+    page.write_text("x\n```bash\nlmforge a \\\n  --b 1\n# note\n```\n```text\nno\n```\n```python\nx = 1\n```\n")
+    found = blocks(page)
+    assert [(lang, line) for line, lang, _ in found] == [("bash", 2), ("python", 10)]
+    assert commands(found[0][2]) == ["lmforge a --b 1"]
+
+
+def test_site_builds_strict(tmp_path):
+    """`mkdocs build --strict` succeeds: every link between the pages resolves."""
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
+    if mkdocs is None:
+        pytest.skip("mkdocs is not installed (pip install -e '.[dev]')")
+    done = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

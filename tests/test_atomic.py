@@ -1,12 +1,20 @@
-"""lmforge/atomic.replace_dir: a folder replaced whole, nothing beside it touched, a failure changes
-nothing, what a killed call left tidied (files' modes: tests/test_config.py)."""
+"""lmforge/atomic: a folder replaced whole, nothing beside it touched, a failure changes nothing, what a
+killed call left tidied (files' modes: tests/test_config.py); files, figures and appended lines never
+written through a link planted at their path."""
 import os
 import subprocess
 import sys
 
 import pytest
 
-from lmforge.atomic import replace_dir
+from lmforge.atomic import (
+    UnsafePath,
+    append_text,
+    atomic_savefig,
+    atomic_write,
+    atomic_write_text,
+    replace_dir,
+)
 
 
 def test_an_existing_folder_is_replaced_whole_and_nothing_beside_it_is_touched(tmp_path):
@@ -93,3 +101,57 @@ def test_a_call_killed_between_its_renames_gets_the_old_folder_back_first(tmp_pa
     seen = []
     replace_dir(tmp_path / "model", lambda d: seen.append((tmp_path / "model" / "config.json").read_text()))
     assert seen == ["old"] and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def _planted(tmp_path, name):
+    """A link at tmp_path/out/name to a file holding "the user's", and that file."""
+    target = tmp_path / "precious.txt"
+    target.write_text("the user's")
+    (tmp_path / "out").mkdir(exist_ok=True)
+    (tmp_path / "out" / name).symlink_to(target)
+    return tmp_path / "out" / name, target
+
+
+def test_a_file_written_over_a_link_replaces_the_link_not_its_target(tmp_path):
+    link, target = _planted(tmp_path, "predictions.jsonl")
+    atomic_write_text(link, "new\n")
+    assert not link.is_symlink() and link.read_text() == "new\n" and target.read_text() == "the user's"
+    assert sorted(p.name for p in link.parent.iterdir()) == ["predictions.jsonl"]  # no temporary left
+
+
+def test_a_failed_write_leaves_the_file_as_it_was_and_no_temporary(tmp_path):
+    path = tmp_path / "out.bin"
+    path.write_bytes(b"old")
+
+    def broken(handle):
+        handle.write(b"half")
+        raise ValueError("failed")
+
+    with pytest.raises(ValueError):
+        atomic_write(path, broken)
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_an_append_refuses_a_link_in_one_line_naming_it_and_appends_to_a_file(tmp_path):
+    link, target = _planted(tmp_path, "metrics.jsonl")
+    with pytest.raises(UnsafePath, match=f"^{link}: is a symbolic link; refusing to write through it"):
+        append_text(link, "{}\n")
+    assert target.read_text() == "the user's"
+    plain = tmp_path / "out" / "log.jsonl"
+    append_text(plain, "a\n")
+    append_text(plain, "b\n")
+    assert plain.read_text() == "a\nb\n"
+
+
+def test_a_figure_is_saved_whole_over_a_link_without_touching_its_target(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    link, target = _planted(tmp_path, "loss.png")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    atomic_savefig(fig, link, dpi=50)
+    plt.close(fig)
+    assert not link.is_symlink() and link.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert target.read_text() == "the user's"

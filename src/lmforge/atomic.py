@@ -1,12 +1,15 @@
 """Files and folders written whole or not at all (a temporary one in the same folder, then a rename),
-with the mode a plain open() (mkdir) would have given them."""
+with the mode a plain open() (mkdir) would have given them, never through a symbolic link: a rename
+replaces a link planted at the path (its target is untouched), and an append refuses one."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 
 def umask() -> int:
@@ -25,25 +28,76 @@ def as_created(path, directory: bool = False, replacing=None) -> None:
     """Give a file (folder) made by tempfile the mode open() (mkdir) would have: mkstemp makes it
     0600 and mkdtemp 0700 whatever the umask, so a renamed model would be readable by its owner only.
     `replacing`: the file it will be renamed over, whose mode it keeps where it exists (as open() does)."""
-    try:
-        mode = os.stat(replacing).st_mode & 0o7777 if replacing is not None else None
+    try:  # a link's target's mode is not the file's: a link is replaced, its target left alone
+        mode = (os.stat(replacing).st_mode & 0o7777
+                if replacing is not None and not os.path.islink(replacing) else None)
     except OSError:
         mode = None
     os.chmod(path, mode if mode is not None else (0o777 if directory else 0o666) & ~umask())
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text to a temporary file in the same folder, then rename over `path`."""
+class UnsafePath(ValueError):
+    """An output path that is a symbolic link where lmforge appends (it never writes through one)."""
+
+
+def atomic_write(path, write: Callable[[BinaryIO], object]) -> Path:
+    """Call write(handle) on a temporary binary file in `path`'s folder, then rename it over `path`
+    (a link there is replaced, never followed); on any failure the temporary file goes and `path`
+    is as it was."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         as_created(tmp, replacing=path)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    """Write bytes to a temporary file in the same folder, then rename over `path`."""
+    return atomic_write(path, lambda handle: handle.write(data))
+
+
+def atomic_write_text(path, text: str) -> Path:
+    """Write text (UTF-8) to a temporary file in the same folder, then rename over `path`."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_savefig(fig, path, dpi: float | None = None, fmt: str | None = None) -> Path:
+    """Save a matplotlib figure atomically (savefig into a temporary file, then a rename); the
+    format from `fmt` or the file's suffix (savefig cannot see a name through a handle)."""
+    fmt = fmt or Path(path).suffix.lstrip(".").lower() or "png"
+    return atomic_write(path, lambda handle: fig.savefig(handle, format=fmt, dpi=dpi))
+
+
+def refuse_link(path) -> Path:
+    """`path`, or UnsafePath naming it where it is a symbolic link (lmforge never writes through one)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise UnsafePath(f"{path}: is a symbolic link; refusing to write through it (remove it or choose "
+                         f"another output folder)")
+    return path
+
+
+def append_text(path, text: str) -> None:
+    """Append text to `path` (created if missing) without following a link there: O_NOFOLLOW, and a
+    link is UnsafePath naming the file. An append of one line is written whole (one write call)."""
+    path = refuse_link(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags, 0o666)
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # planted between the check and the open
+            refuse_link(path)
+        raise
+    with os.fdopen(fd, "ab") as handle:
+        handle.write(text.encode("utf-8"))
 
 
 def replace_dir(dest, write: Callable[[Path], object]) -> bool:

@@ -121,7 +121,7 @@ SCRIPT = textwrap.dedent("""
     from lmforge.train import Trainer
     from tests.train.helpers import mlm_objective, quick, toy_data
     trainer = Trainer(mlm_objective(), toy_data(), quick(steps=40, save_every=1), sys.argv[1])
-    trainer.fit(resume=True)
+    trainer.fit()  # a fresh run (a resume needs a checkpoint to resume)
 """)
 
 

@@ -27,7 +27,7 @@ from lmforge.analysis.heads import (
     total_heads,
 )
 from lmforge.analysis.pruning import head_counts, prune_heads
-from lmforge.atomic import remove_path, replace_dir
+from lmforge.atomic import atomic_savefig, remove_path, replace_dir
 from lmforge.config import atomic_write_text
 from lmforge.fast.timing import alternating
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
@@ -159,5 +159,5 @@ def plot_curves(curves: dict, metric_name: str, path, band: list | None = None) 
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    atomic_savefig(fig, path)
     plt.close(fig)

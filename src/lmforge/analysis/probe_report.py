@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from lmforge.analysis.probing import LONG_RANGE
+from lmforge.atomic import atomic_savefig
 
 STRUCTURAL_MAIN = {"distance": ("uuas", "dspr"), "depth": ("root_accuracy", "nspr")}
 
@@ -162,6 +163,6 @@ def plot_probes(results: dict, path, title: str = "") -> Path:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return Path(path)

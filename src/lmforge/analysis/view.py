@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from lmforge.analysis.maps import AttentionMaps
+from lmforge.analysis.maps import AttentionMaps, truncation_note
 from lmforge.analysis.view_figure import write_figure
+from lmforge.atomic import atomic_write_bytes
 
 __all__ = ["write_html", "write_figure"]
 
@@ -43,7 +44,7 @@ def write_html(maps: AttentionMaps, path, max_bytes: int = 10_000_000) -> dict:
     data = _page(maps, _meta(maps, shapes, k, qk, notes), blocks).encode()
     if len(data) > max_bytes:  # the plan counts every byte, so this is a bug, not bad input
         raise RuntimeError(f"attention page is {len(data)} bytes, over its plan of {max_bytes}")
-    Path(path).write_bytes(data)
+    atomic_write_bytes(path, data)
     truncated = any(_stored_k(k, tk) is not None for group in shapes for _, _, tk, _ in group)
     return {"path": str(path), "bytes": len(data), "max_bytes": max_bytes,
             "top_k": k if truncated else None, "truncated": truncated,
@@ -228,7 +229,7 @@ def _notes(maps: AttentionMaps, shapes: list, k, qk: set, mass: dict, max_bytes:
                          for gi, g in enumerate(maps.groups) if any(gj == gi for gj, _ in qk))
         notes.append(f"The neuron view's q and k are kept for layers {kept}; the others were left out "
                      f"to fit {mb}.")
-    return notes
+    return notes + [note for note in [truncation_note(maps)] if note]
 
 
 def _meta(maps: AttentionMaps, shapes: list, k, qk: set, notes: list) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from lmforge.analysis.maps import AttentionMaps
+from lmforge.atomic import atomic_savefig
 
 FORMATS = ("png", "svg")
 _LABELLED = 80  # beyond this many tokens an axis shows positions, not token text
@@ -29,7 +30,7 @@ def write_figure(maps: AttentionMaps, path, group=None, layer: int = 0, heads=No
     probs = torch.as_tensor(g.probs[g.layers.index(layer)]).detach().to("cpu", torch.float32)
     heads = _heads(heads, probs.shape[0])
     fig = _draw(probs, heads, g, layer, maps.title)
-    fig.savefig(path, format=fmt, dpi=200 if fmt == "png" else None)
+    atomic_savefig(fig, path, dpi=200 if fmt == "png" else None, fmt=fmt)
     return path
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import lmforge
 from lmforge.analysis import compare
+from lmforge.atomic import atomic_write_text
 from lmforge.data.synthetic import corpus_text
 from lmforge.model import from_config
 from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
@@ -153,7 +154,7 @@ def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> di
     tasks = {task: finetune_both(cfg, task, tokenizer, out, seed, log) for task in cfg.tasks}
     seconds = time.perf_counter() - start
     report = {"config": cfg.__dict__, "seed": seed, "seconds": round(seconds, 1), "probes": probes, "tasks": tasks}
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    atomic_write_text(out / "report.json", json.dumps(report, indent=1) + "\n")
     plot_demo(report, out / "pretrain" / "metrics.jsonl", out / "demo.png")
     print_table(probes, tasks, seconds)
     log(f"report: {out / 'report.json'}; plots: {out / 'demo.png'}, {out / 'pretrain' / 'loss.png'}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lmforge.atomic import atomic_savefig
+
 
 def read_metrics(path) -> list:
     """The JSON lines of a run's metrics.jsonl."""
@@ -52,6 +54,6 @@ def plot_demo(report: dict, pretrain_metrics, path) -> Path:
     for ax, (task, runs) in zip(axes[1], report["tasks"].items()):
         _task(ax, task, runs)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return Path(path)

@@ -18,6 +18,8 @@ import random
 import re
 from pathlib import Path
 
+from lmforge.atomic import atomic_write_text
+
 DICTD = Path("/usr/share/dictd")
 SOURCES = {"gcide": ("gcide.dict.dz", "dict-gcide"), "foldoc": ("foldoc.dict.dz", "dict-foldoc"),
            "jargon": ("jargon.dict.dz", "dict-jargon")}
@@ -75,11 +77,7 @@ def write_documents(docs: list, path) -> Path:
     """Documents as a text file pretraining reads (lmforge.data.corpus): one block per document,
     its sentences segmented by the reader."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, "\n\n".join(docs) + "\n")
 
 
 _TOPIC = re.compile(r"^<([a-z ]+)[,>]")  # the first of an entry's topics

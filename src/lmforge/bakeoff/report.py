@@ -14,6 +14,8 @@ import math
 import statistics
 from pathlib import Path
 
+from lmforge.atomic import atomic_savefig
+from lmforge.bakeoff.fingerprint import current
 from lmforge.bakeoff.plan import Plan
 from lmforge.bakeoff.runner import read_results
 from lmforge.config import atomic_write_text
@@ -110,7 +112,7 @@ def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
     ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels on a short log range overlap
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "learning_curves.png", dpi=110)
+    atomic_savefig(fig, out / "learning_curves.png", dpi=110)
     plt.close(fig)
     return out / "learning_curves.png"
 
@@ -118,7 +120,8 @@ def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
 def write_report(plan: Plan, out) -> Path:
     """OUT/report.md (table, claims, curves) and OUT/report.json; returns the markdown's path."""
     out = Path(out)
-    summary = summarise(read_results(out))
+    rows, stale = current(plan, read_results(out))  # results of an earlier version of the plan: left out
+    summary = summarise(rows)
     path = out / "schedule.json"
     schedules = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     png = curves(plan, out, schedules)
@@ -131,6 +134,8 @@ def write_report(plan: Plan, out) -> Path:
                      f"({100 * (s['flops'] / plan.budget - 1):+.2f} % of the budget)" if s["steps"]
                      else f"- {name}: no pretraining of its own (a baseline)")
     lines += ["", "Claims (reproduced: sign matches and |Δ| > 2 sd):", "", *claim_lines(plan, summary)]
+    if stale:
+        lines += ["", f"{len(stale)} result(s) of an earlier version of the plan left out (a rerun replaces them)."]
     if png is not None:
         lines += ["", f"![learning curves]({png.name})"]
     report = out / "report.md"

@@ -1,16 +1,17 @@
 """Running a plan: every arm x seed pretrained for its share of the budget, then fine-tuned on
 every task with one recipe; one JSON line per (arm, seed, task) in OUT/results.jsonl.
 
-Layout under OUT: corpus/ (the plan's text, written once), tokenizer/ (trained once, shared by every
-arm), tasks/NAME.json (the downstream splits), ARM/seed-S/pretrain (a `lmforge pretrain` run
+Layout under OUT: corpus/ (the plan's text, written once), tokenizers/KEY/tokenizer (trained once,
+shared by every arm), tasks/NAME-KEY.json (the downstream splits), ARM/seed-S/pretrain (a `lmforge pretrain` run
 directory: metrics.jsonl, checkpoints/, final/) and ARM/seed-S/TASK (a fine-tuning run), and
 schedule.json (each arm's steps and counted FLOPs). Pretraining goes through train.pretrain.pretrain,
 the code `lmforge pretrain` runs; an arm's objective options and example format become a spec
 registered for the run only (objectives.registry), so the recipe itself is unchanged.
 
-Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl is skipped; a pretraining
-run with checkpoints continues from the newest (checkpoints every quarter of its steps); an
-unfinished fine-tuning run starts again. The same seed gives the same numbers (every draw is seeded).
+Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl is skipped when its
+fingerprint is the plan's (fingerprint.py: a changed plan reruns what it changed, and says so); a
+pretraining run with checkpoints continues from the newest (checkpoints every quarter of its steps);
+an unfinished fine-tuning run starts again. The same seed gives the same numbers (every draw is seeded).
 """
 from __future__ import annotations
 
@@ -22,18 +23,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lmforge import objectives
+from lmforge.atomic import append_text
 from lmforge.bakeoff.corpus import documents as dictd_documents
 from lmforge.bakeoff.corpus import topic_task, write_documents
+from lmforge.bakeoff.fingerprint import digest, pretrain_key, result_key, task_key, tokenizer_key
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
-from lmforge.bakeoff.plan import Arm, Plan, PlanError, split_finetune
+from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
+from lmforge.train.checkpoint import checkpoints
 from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer
 
 RESULTS = "results.jsonl"
 LOG = "bakeoff.log"  # the plan's progress and every run's own log lines
 CHECKPOINTS_PER_RUN = 4  # an interrupted pretraining run loses at most a quarter of its steps
+STAMP = "plan.json"  # in a pretraining run's directory: the fingerprint of what it trains
 
 
 def corpus_file(corpus: dict, out: Path) -> Path:
@@ -54,7 +59,7 @@ def corpus_file(corpus: dict, out: Path) -> Path:
 
 
 def _joined(files: list, out: Path) -> Path:
-    path = out / "corpus" / "files.txt"
+    path = out / "corpus" / f"files-{digest(files)}.txt"  # another list of files: another corpus
     if not path.is_file():
         texts = [Path(f).read_text(encoding="utf-8").strip() for f in files]
         write_documents(texts, path)
@@ -63,7 +68,7 @@ def _joined(files: list, out: Path) -> Path:
 
 def task_splits(task: dict, out: Path) -> dict:
     """{"kind", "splits"} of a downstream task, built once into OUT/tasks/NAME.json."""
-    path = out / "tasks" / f"{task['name']}.json"
+    path = out / "tasks" / f"{task['name']}-{task_key(task)}.json"  # a changed task: new splits
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
     n = task.get("n_per_label", 100)
@@ -137,6 +142,9 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
             out[arm.name] = Schedule(0, 0.0, 0.0, {})
             continue
         found = schedule(arm_spec(plan, arm), cfg, T, train.batch_size * train.accumulation, plan.budget, arm.options)
+        if found.steps > BOUNDS["steps"][1]:
+            raise PlanError(f"{plan.source}: budget: buys arm {arm.name} {found.steps} steps, over the bound on "
+                            f"steps ({BOUNDS['steps'][1]}): lower the budget")
         if found.error(plan.budget) > TOLERANCE:
             raise PlanError(f"{plan.source}: arms.{arm.name}: the budget buys {found.steps} step(s) of "
                             f"{found.flops_per_step:.3g} FLOPs, {100 * found.error(plan.budget):.1f} % off: "
@@ -167,10 +175,11 @@ class BakeOff:
         self.out.mkdir(parents=True, exist_ok=True)
         self.corpus = corpus_file(plan.corpus, self.out)
         docs = read_documents([self.corpus])
-        self.tokenizer = run_tokenizer(self.out, plan.tokenizer["family"], docs, plan.tokenizer["vocab_size"])
+        self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
+                                       plan.tokenizer["vocab_size"])
         self.schedules = schedules(plan, self.tokenizer.vocab_size)
         self.tasks = {t["name"]: task_splits(t, self.out) for t in plan.tasks}
-        self.done = {(r["arm"], r["seed"], r["task"]) for r in read_results(self.out)}
+        self.done = {(r["arm"], r["seed"], r["task"]): r.get("fingerprint") for r in read_results(self.out)}
         self.units = len(plan.arms) * len(plan.seeds) * (1 + len(plan.tasks))
         self.finished = self.ran = 0  # units of the plan done, and done by this process
         self.start = time.monotonic()
@@ -180,8 +189,7 @@ class BakeOff:
 
     def detail(self, line: str) -> None:
         """A line of the runs' own logs (pretraining, fine-tuning): OUT/bakeoff.log only."""
-        with open(self.out / LOG, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        append_text(self.out / LOG, line + "\n")
 
     def log(self, line: str) -> None:
         """A line of the plan's progress: shown and kept in OUT/bakeoff.log."""
@@ -212,20 +220,34 @@ class BakeOff:
 
     def run_arm(self, arm: Arm, spec, seed: int) -> None:
         """Pretrain (or resume) one arm at one seed, then fine-tune and test it on every task."""
-        todo = [t for t in self.tasks if (arm.name, seed, t) not in self.done]
+        keys = {t["name"]: result_key(self.plan, arm, seed, t) for t in self.plan.tasks}
+        todo = [t for t in self.tasks if self.done.get((arm.name, seed, t)) != keys[t]]
         if not todo:
             self.finished += 1 + len(self.tasks)
             self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: done already")
             return
+        changed = [t for t in todo if (arm.name, seed, t) in self.done]
+        if changed:
+            self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since the result(s) of "
+                     f"{', '.join(changed)} (arm, seed, budget, corpus, recipe, task or lmforge version): running again")
         model = self.pretrain(arm, spec, seed)
         self.progress(f"pretrained {arm.name} seed {seed} ({self.schedules[arm.name].steps} steps)" if arm.pretrain
                       else f"{arm.name} seed {seed}: no pretraining of its own ({model})")
         self.finished += len(self.tasks) - len(todo)
         for task in todo:
-            row = self.finetune(arm, seed, task, model)
-            with open(self.out / RESULTS, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(row) + "\n")
+            row = {**self.finetune(arm, seed, task, model), "fingerprint": keys[task]}
+            self.record(row)
             self.progress(f"{arm.name} seed {seed} {task}: {row['metric']} {row['value']:.4f}")
+
+    def record(self, row: dict) -> None:
+        """Add a result row to results.jsonl, dropping an older row of the same (arm, seed, task)."""
+        unit = (row["arm"], row["seed"], row["task"])
+        if unit not in self.done:
+            append_text(self.out / RESULTS, json.dumps(row) + "\n")
+        else:  # a result of a changed plan: replaced, never averaged with the new one
+            rows = [r for r in read_results(self.out) if (r["arm"], r["seed"], r["task"]) != unit] + [row]
+            atomic_write_text(self.out / RESULTS, "".join(json.dumps(r) + "\n" for r in rows))
+        self.done[unit] = row["fingerprint"]
 
     def final_of(self, arm: Arm, seed: int) -> Path:
         """The model an arm leaves for fine-tuning (and for the arms continuing it): its pretraining's
@@ -248,18 +270,36 @@ class BakeOff:
         """The arm's pretrained model directory, training (or resuming) it unless it is there."""
         out, source = self.arm_dir(arm.name, seed) / "pretrain", self.source_of(arm, seed)
         steps = self.schedules[arm.name].steps
-        if not arm.pretrain or (out / "done.json").is_file():
+        if not arm.pretrain:
             return self.final_of(arm, seed)
+        key = pretrain_key(self.plan, arm, seed)
+        if self.stamp_of(out) == key and (out / "done.json").is_file():
+            return self.final_of(arm, seed)
+        if out.exists() and self.stamp_of(out) != key:  # trained (or begun) for another plan: start again
+            self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since its pretraining "
+                     f"(arm, seed, budget, corpus or recipe): pretraining again")
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / STAMP, json.dumps({"fingerprint": key}) + "\n")
         options, max_len = pretrain_options(self.plan, arm)
         train = TrainConfig.from_dict({"progress": False, "log_every": max(1, steps // 50),
                                        "save_every": max(1, steps // CHECKPOINTS_PER_RUN), **options,
                                        "steps": steps, "seed": seed})
         pretrain(arm.preset, spec.name, out, train, files=[self.corpus_of(arm)],
                  tokenizer=None if arm.model else self.tokenizer,  # a checkpoint reads with its own
-                 overrides=arm.overrides if source is None else None, resume=True, duplication=arm.duplication,
+                 overrides=arm.overrides if source is None else None, duplication=arm.duplication,
+                 resume=bool(checkpoints(out / "checkpoints")),  # a rerun continues, a first run starts
                  model=source, max_len=max_len, log=self.detail)
         atomic_write_text(out / "done.json", json.dumps({"steps": steps}) + "\n")
         return out / "final"
+
+    @staticmethod
+    def stamp_of(out: Path) -> str | None:
+        """The fingerprint a pretraining run directory was started for (None: none, or unreadable)."""
+        try:
+            return json.loads((out / STAMP).read_text(encoding="utf-8")).get("fingerprint")
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def corpus_of(self, arm: Arm) -> Path:
         """The text an arm pretrains on: its own corpus or the plan's."""

@@ -42,15 +42,22 @@ def _heads(text: str | None):
 
 def cmd_attention(args) -> None:
     """Write the self-contained HTML view (and figures) of a model's attention on a text."""
+    import sys
+
     from lmforge.analysis.attention import attention_maps
+    from lmforge.analysis.maps import truncation_note
     from lmforge.analysis.view import write_figure, write_html
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import UsageError, refuse_overwrite
     from lmforge.tasks.finetune import load_model
 
     if not args.out and not args.png and not args.svg:
         raise UsageError("give --out view.html and/or --png / --svg figure files")
+    for flag, out in (("--out", args.out), ("--png", args.png), ("--svg", args.svg)):
+        refuse_overwrite(out, ("--model", args.model), ("--tokenizer", args.tokenizer), option=flag)
     model, tokenizer = load_model(args.model, args.tokenizer)
     maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=_layers(args.layers))
+    if truncation_note(maps):
+        print(f"note: {truncation_note(maps)}", file=sys.stderr)
     if args.out:
         stats = write_html(maps, args.out)
         print(f"wrote {args.out} ({stats.get('bytes', Path(args.out).stat().st_size) / 1e6:.2f} MB)")
@@ -66,7 +73,7 @@ def cmd_heads(args) -> None:
     from rich.console import Console
 
     from lmforge.analysis.head_report import run_heads
-    from lmforge.cli.common import UsageError, check_out, read_records
+    from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
     from lmforge.tasks.finetune import task_info
 
     if args.prune is not None and args.until is not None:
@@ -80,6 +87,7 @@ def cmd_heads(args) -> None:
     if not 0 < args.step < 1:
         raise UsageError(f"--step {args.step}: a fraction of the heads masked per level, in (0, 1)")
     check_out(args.out, args.model)  # every run writes OUT/heads.json (and a pruning run OUT/pruned)
+    refuse_overwrite(args.out, ("--data", args.data), writes=("heads.json", "heads.png", "pruned"))
     if args.prune is not None or args.until is not None:
         from lmforge.compress.prune_report import refuse_quantised
 

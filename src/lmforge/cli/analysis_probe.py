@@ -122,7 +122,10 @@ def cmd_probe(args) -> None:
     from lmforge.analysis.features import parse_layers, word_features
     from lmforge.analysis.probe_report import plot_probes, print_table, summary
     from lmforge.analysis.probing import probe_sweep
+    from lmforge.cli.common import refuse_overwrite
 
+    refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model),
+                     writes=("probe.json", "probe.png"))
     start = time.perf_counter()
     config, heads = fit_config(args), probe_heads(args)
     records = probe_data(args)
@@ -185,8 +188,10 @@ def cmd_features(args) -> None:
     """Write the features of --data; with --task, train a feature-based head and write metrics.json."""
     from lmforge.analysis.feature_transfer import transfer
     from lmforge.analysis.features import parse_layers, save_features, word_features
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import UsageError, refuse_overwrite
 
+    refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--dev", args.dev),
+                     ("--test", args.test), ("--model", args.model), writes=("features.json", "metrics.json"))
     if not args.data and not args.task:
         raise UsageError("give --data FILE (features to write) and/or --task with --train and --dev")
     config = fit_config(args)

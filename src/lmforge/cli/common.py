@@ -1,6 +1,8 @@
 """Helpers every `lmforge` sub-command shares: usage errors, key=value overrides, config files."""
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import yaml
@@ -26,6 +28,32 @@ def parse_overrides(pairs: list) -> dict:
             raise UsageError(f"{key.strip()}= has no value (write {key.strip()}=null for none)")
         overrides[key.strip()] = _scalar(value)
     return overrides
+
+
+KEY_VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*=")  # an override's start: a field name, then =
+
+
+def overrides_last(parser, args: list | None) -> list | None:
+    """`args` with every key=value override moved behind the flags (after "--"), so that a sub-command
+    with an `overrides` positional takes them wherever they stand: `steps=3 --out x lr=1e-3` as
+    `--out x steps=3 lr=1e-3`, and `--data a.txt steps=3` does not read steps=3 as a file. The value
+    of a one-value flag (`--out a=b`) stays where it is; args with their own "--" are left as given."""
+    positionals = [a for a in parser._actions if not a.option_strings]
+    if args is None or "--" in args or [a.dest for a in positionals] != ["overrides"]:
+        return args
+    takes = {flag: a.nargs for a in parser._actions for flag in a.option_strings}
+    kept, moved, skip = [], [], 0
+    for arg in args:
+        if skip:
+            kept.append(arg)
+            skip -= 1
+        elif KEY_VALUE.match(arg):
+            moved.append(arg)
+        else:
+            kept.append(arg)
+            nargs = takes.get(arg, 0)
+            skip = 1 if nargs in (None, "?") else nargs if isinstance(nargs, int) else 0
+    return [*kept, "--", *moved] if moved else kept
 
 
 def _scalar(text: str):
@@ -97,6 +125,29 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
         if src == target or target in src.parents:
             raise UsageError(f"{option} {out}: is or holds the source model {source}; choose another folder")
     return path
+
+
+TRAINING_OUTPUTS = ("metrics.jsonl", "loss.png", "checkpoints", "final", "best", "summary.json")
+
+
+def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out") -> None:
+    """A UsageError naming both where the output `out` is one of the inputs, given as (flag, path or
+    paths or None) pairs, or is a folder the job writes the names `writes` into and one of them is or
+    holds an input; on resolved paths (links, ../ and hard links seen through), before any work."""
+    if out is None or not str(out).strip():
+        return
+    target = Path(out).resolve()
+    written = [target / name for name in writes]
+    for flag, given in inputs:
+        for source in [given] if isinstance(given, (str, os.PathLike)) else list(given or []):
+            src = Path(source)
+            if not src.exists():
+                continue  # a preset, "builtin" or a missing file: nothing on disk to write over
+            src = src.resolve()
+            same = src == target or (target.exists() and os.path.samefile(src, target))
+            if same or any(w == src or w in src.parents for w in written):
+                raise UsageError(f"{option} {out} would write over the input {flag} {source}; "
+                                 f"choose another {option}")
 
 
 def read_records(option: str, path, kind: str, columns, labelled: bool = True) -> list:

@@ -17,8 +17,11 @@ def _print_warning(message, category, filename, lineno, file=None, line=None) ->
 
 def cmd_corpus_shard(args) -> None:
     """Tokenise FILES into shards under --out with --workers processes; resumes an unfinished --out."""
+    from lmforge.cli.common import refuse_overwrite
     from lmforge.data.shards import shard_corpus, verify
 
+    refuse_overwrite(args.out, ("FILES", args.files), ("--tokenizer", args.tokenizer),
+                     writes=("manifest.json", "tokenizer"))
     if args.workers < 1 or args.shard_mb <= 0:
         raise ValueError("--workers and --shard-mb must be positive")
     options = ReadOptions(format=args.format, text_field=args.text_field, document=args.document,

@@ -62,13 +62,23 @@ def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
     from dataclasses import fields
 
-    from lmforge.cli.common import UsageError, check_out, parse_overrides, read_config_file, read_records
+    from lmforge.cli.common import (
+        TRAINING_OUTPUTS,
+        UsageError,
+        check_out,
+        parse_overrides,
+        read_config_file,
+        read_records,
+        refuse_overwrite,
+    )
     from lmforge.compress.distill import DistillConfig, run_distill
     from lmforge.train import TrainConfig
 
     if args.student and args.student_layers:
         raise UsageError("give --student-layers or --student, not both")
     check_out(args.out, args.teacher)  # the student is the teacher's layers or a preset: no other source
+    refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--data", args.data),
+                     ("--config", args.config), writes=(*TRAINING_OUTPUTS, "distill.json"))
     kind = _teacher_kind(args.teacher)
     options = {**read_config_file(args.config), **parse_overrides(args.overrides)}
     loss_keys = {f.name for f in fields(DistillConfig)}

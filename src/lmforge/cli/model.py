@@ -8,8 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lmforge.atomic import as_created
-from lmforge.cli.common import UsageError, parse_overrides, read_config_file, resolve_config
+from lmforge.atomic import as_created, atomic_write
+from lmforge.cli.common import UsageError, parse_overrides, read_config_file, refuse_overwrite, resolve_config
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
@@ -180,6 +180,7 @@ def cmd_embed(args) -> None:
             raise UsageError(f"{flag} {value}: must be at least 1")
     texts = embed_texts(args.texts, args.file)
     out = embed_out(args.out)
+    refuse_overwrite(out, ("--file", args.file), ("--model", args.model))
     encoder = SentenceEncoder.from_dir(args.model)
     context = encoder.model.config.max_seq_len
     if args.max_length is not None and args.max_length > context:
@@ -195,8 +196,7 @@ def cmd_embed(args) -> None:
         for text, vector in zip(texts, vectors.tolist()):
             print(json.dumps({"text": text, "embedding": vector}, ensure_ascii=False))
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.save(out, vectors.numpy().astype(np.float32))
+    atomic_write(out, lambda handle: np.save(handle, vectors.numpy().astype(np.float32)))
     print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]})")
 
 

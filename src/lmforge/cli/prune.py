@@ -92,12 +92,21 @@ def _unstructured(args, kind: str, records: list) -> None:
 
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
-    from lmforge.cli.common import UsageError, check_out, check_task, read_records
+    from lmforge.cli.common import (
+        TRAINING_OUTPUTS,
+        UsageError,
+        check_out,
+        check_task,
+        read_records,
+        refuse_overwrite,
+    )
     from lmforge.compress.output import replaced_line
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
 
     check_out(args.out, args.model)
+    refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--valid", args.valid),
+                     ("--config", args.config), writes=(*TRAINING_OUTPUTS, "model", "prune.json"))
     _refuse_unused(args)
     check_task(args.task)
     refuse_quantised(args.model)

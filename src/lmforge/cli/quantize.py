@@ -105,7 +105,7 @@ def cmd_quantize(args) -> None:
     """Quantise, save under --out, print the before/after table; quantize.json beside it."""
     import torch
 
-    from lmforge.cli.common import UsageError, check_out, read_records
+    from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
     from lmforge.compress.output import replaced_line
     from lmforge.compress.quantize_report import run_quantize
     from lmforge.compress.smooth import ALPHA
@@ -114,6 +114,7 @@ def cmd_quantize(args) -> None:
     _check(args)
     source = find_model_dir(args.model)
     check_out(args.out, source)
+    refuse_overwrite(args.out, ("--data", args.data), writes=("model", "quantize.json"))
     torch.manual_seed(args.seed)
     kind, records = _task_kind(source, args.task), None
     if args.data:

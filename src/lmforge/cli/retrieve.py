@@ -43,9 +43,11 @@ def _options(args) -> tuple:
 
 def cmd_index_build(args) -> None:
     """Build passages, BM25 and (with --model) the dense index under --out."""
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import UsageError, refuse_overwrite
     from lmforge.retrieval.run import build_index_dir
 
+    refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
+                     writes=("passages.jsonl", "bm25", "dense"))
     train, encoder = _options(args)
     if train:
         raise UsageError(f"index build takes no training options ({sorted(train)})")
@@ -72,8 +74,14 @@ def cmd_query(args) -> None:
 
 def _train_config(args) -> tuple:
     """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values)."""
+    from lmforge.cli.common import TRAINING_OUTPUTS, refuse_overwrite
     from lmforge.train import TrainConfig
 
+    refuse_overwrite(args.out, ("--questions", getattr(args, "questions", None)),
+                     ("--passages", args.passages), ("--config", getattr(args, "config", None)),
+                     ("--retriever", getattr(args, "retriever", None)),
+                     writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",
+                             "ict.json", "retriever"))
     train, encoder = _options(args)
     steps = {"steps": args.steps} if args.steps is not None else {}
     return TrainConfig.from_dict({"seed": args.seed, **steps, **train}), encoder

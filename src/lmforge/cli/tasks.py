@@ -91,12 +91,20 @@ def check_model(name: str) -> None:
 
 def cmd_finetune(args) -> None:
     """Fine-tune a model on a task; metrics, best/ and final/ under --out; prints the summary."""
-    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.cli.common import (
+        TRAINING_OUTPUTS,
+        UsageError,
+        parse_overrides,
+        read_config_file,
+        refuse_overwrite,
+    )
     from lmforge.io import model_dir
     from lmforge.tasks.finetune import TaskConfig, finetune, load_model
     from lmforge.tasks.formats import check_labels, label_set
     from lmforge.train import TrainConfig
 
+    refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--model", args.model),
+                     ("--tokenizer", args.tokenizer), ("--config", args.config), writes=TRAINING_OUTPUTS)
     if not args.builtin and not args.train:
         raise UsageError("give --train FILE (and --valid FILE), or --builtin NAME")
     check_model(args.model)
@@ -119,10 +127,12 @@ def cmd_finetune(args) -> None:
 
 def cmd_evaluate(args) -> None:
     """Score a fine-tuned model on a labelled file (or a built-in split); predictions to --out."""
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import UsageError, refuse_overwrite
     from lmforge.tasks.finetune import evaluate, task_info
     from lmforge.tasks.formats import check_labels, gold_given
 
+    refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model),
+                     ("--tokenizer", args.tokenizer))
     if not args.builtin and not args.data:
         raise UsageError("give --data FILE or --builtin NAME")
     if args.batch_size is not None and args.batch_size < 1:

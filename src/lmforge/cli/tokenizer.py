@@ -6,8 +6,11 @@ from pathlib import Path
 
 def cmd_tokenizer_train(args) -> None:
     """Train a tokenizer on text files (default: the built-in corpus) and save it under --out."""
+    from lmforge.cli.common import refuse_overwrite
     from lmforge.data import corpus_text
     from lmforge.tokenizer import train_tokenizer
+
+    refuse_overwrite(args.out, ("FILES", args.files), writes=("tokenizer.json", "tokenizer_config.json"))
 
     source = [Path(f) for f in args.files] if args.files else corpus_text(args.docs, args.seed).splitlines()
     tokenizer = train_tokenizer(source, args.kind, args.vocab_size, family=args.family,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lmforge.atomic import atomic_write_text
 from lmforge.data.treebank import tree_error
 
 FIELDS = 10
@@ -89,5 +90,5 @@ def write_conllu(records: list, path: str | os.PathLike) -> Path:
             lines.append("\t".join([str(i), word, "_", upos, "_", "_", str(head + 1), deprel, "_", "_"]))
         lines.append("")
     path = Path(path)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from lmforge.atomic import atomic_write
 from lmforge.data.world import World
 
 GOOD = ["excellent", "wonderful", "great", "reliable", "superb"]
@@ -104,13 +105,13 @@ def corpus_text(n_docs: int, seed: int = 0) -> str:
 
 def write_corpus(path, n_bytes: int, seed: int = 0) -> Path:
     """Write at least `n_bytes` of corpus text to `path` (streamed: any size)."""
-    path = Path(path)
-    written = 0
-    with open(path, "w", encoding="utf-8") as handle:
+    def write(handle) -> None:
+        written = 0
         for doc in documents(10 ** 12, seed):
-            text = "\n".join(doc) + "\n\n"
+            text = ("\n".join(doc) + "\n\n").encode("utf-8")
             handle.write(text)
-            written += len(text.encode("utf-8"))
+            written += len(text)
             if written >= n_bytes:
                 break
-    return path
+
+    return atomic_write(Path(path), write)

@@ -78,7 +78,22 @@ def load_state_strict(model: torch.nn.Module, tensors: dict, source) -> None:
                 f"wrong shape: {shapes}" * bool(shapes)]
     if any(problems):
         raise CheckpointError(f"weights in {source} do not fit the model: " + "; ".join(p for p in problems if p))
+    bad = first_non_finite(tensors)
+    if bad is not None:  # NaN weights would load and score nan with nothing said
+        raise CheckpointError(f"weights in {source}: {bad} holds non-finite values (NaN or inf)")
     model.load_state_dict({k: v.to(own[k].dtype) for k, v in tensors.items()}, strict=True)
+
+
+def first_non_finite(tensors: dict) -> str | None:
+    """The name of the first floating-point tensor (by name) holding a NaN or inf; None if all are finite.
+    One pass, no copy: a sum per tensor (NaN and inf propagate through it), and the exact check only
+    where the sum is not finite (finite weights near the top of the range can overflow it)."""
+    for name in sorted(tensors):
+        t = tensors[name]
+        if t.is_floating_point() and t.numel() and not torch.isfinite(t.sum()):
+            if not torch.isfinite(t).all():
+                return name
+    return None
 
 
 def safetensors_damage(file) -> str | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lmforge.atomic import atomic_write_text, replace_dir
+
 STOPWORDS = "en"
 
 
@@ -44,11 +46,14 @@ class BM25Index:
         return np.asarray(positions), np.asarray(scores)
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the index under `path` (bm25s's .npy and JSON files; no pickle)."""
-        path = Path(path)
-        self.retriever.save(str(path), allow_pickle=False, show_progress=False)
-        (path / "count.txt").write_text(str(self.n))
-        return path
+        """Write the index under `path` (bm25s's .npy and JSON files; no pickle), replacing it whole."""
+
+        def write(folder: Path) -> None:  # bm25s writes with plain open(): into a fresh folder only
+            self.retriever.save(str(folder), allow_pickle=False, show_progress=False)
+            atomic_write_text(folder / "count.txt", str(self.n))
+
+        replace_dir(path, write)
+        return Path(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "BM25Index":

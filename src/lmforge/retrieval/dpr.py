@@ -12,6 +12,7 @@ sentence-embedding models it starts from were trained), so the untrained encoder
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lmforge.atomic import atomic_write_text
 from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
@@ -77,8 +79,21 @@ class BiEncoder:
         if self.passage_model is not None:
             self.passage_model.save(path / "passage")
         self.tokenizer.save(path)
-        (path / "retriever.json").write_text(json.dumps(asdict(self.options), indent=2))
+        atomic_write_text(path / "retriever.json", json.dumps(asdict(self.options), indent=2))
         return path
+
+    @property
+    def width(self) -> int:
+        """The width of the vectors it gives (the encoder's d_model)."""
+        return self.model.config.d_model
+
+    def fingerprint(self) -> str:
+        """The models behind its vectors: E_Q's and E_P's configs and weights (a dense index stores its
+        encoder's, so queries from another model are refused, not mis-scored)."""
+        digest = hashlib.sha256()
+        for model in (self.model, self.encoder_for(passage=True)):
+            model_digest(model, digest)
+        return digest.hexdigest()[:16]
 
     def encoder_for(self, passage: bool):
         """E_P for passages when there is one of its own, else E_Q."""
@@ -116,6 +131,17 @@ class BiEncoder:
         finally:
             model.train(training)
         return torch.cat(out) if out else torch.empty(0, self.model.config.d_model, device=device)
+
+
+def model_digest(model, digest) -> None:
+    """Update `digest` with a model's config and a strided sample (up to 1024 values) of every weight:
+    cheap enough per query, and any training moves the samples."""
+    digest.update(json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().reshape(-1)
+        sample = flat[::max(1, flat.numel() // 1024)][:1024]
+        digest.update(f"{name}{tuple(tensor.shape)}".encode())
+        digest.update(sample.float().cpu().numpy().tobytes())
 
 
 def pad_batch(rows: list, pad_id: int) -> tuple:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmforge.atomic import atomic_write_text
 from lmforge.retrieval.bm25 import BM25Index, hard_negatives
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective, passage_text, training_examples
 from lmforge.retrieval.index import DenseIndex, write_index
@@ -39,8 +40,9 @@ def encode_passages(encoder: BiEncoder, passages: list, path, batch_size: int = 
     def encode(rows):
         return encoder.encode([passage_text(passages[i]) for i in rows], batch_size, passage=True)
 
-    write_index(path, [p.id for p in passages], encode, encoder.model.config.d_model, model=model_name,
-                pooling=encoder.options.pooling, batch_size=batch_size, progress=progress)
+    write_index(path, [p.id for p in passages], encode, encoder.width, model=model_name,
+                pooling=encoder.options.pooling, batch_size=batch_size, progress=progress,
+                encoder=encoder.fingerprint())
     return DenseIndex.load(path)
 
 
@@ -75,8 +77,8 @@ def compare(passages: list, records: list, encoders: dict, work, k: int = max(KS
 def write_table(table: dict, path) -> Path:
     """The comparison as JSON (numbers rounded to 4 places)."""
     path = Path(path)
-    path.write_text(json.dumps({n: {k: round(float(v), 4) for k, v in r.items()} for n, r in table.items()},
-                               indent=2) + "\n")
+    rounded = {n: {k: round(float(v), 4) for k, v in r.items()} for n, r in table.items()}
+    atomic_write_text(path, json.dumps(rounded, indent=2) + "\n")
     return path
 
 

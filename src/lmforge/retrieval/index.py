@@ -5,7 +5,8 @@ as DPR's exact FAISS IndexFlatIP; Karpukhin et al. 2020, sec. 5.2).
 An index directory holds:
 - embeddings.npy: float32 (count, dim), read with mmap (pages come from disk as needed);
 - ids.json: the passage ids, row by row;
-- manifest.json: format, model, dim, count, pooling, and the sha256 of both files.
+- manifest.json: format, model, dim, count, pooling, the encoder's fingerprint (dpr.BiEncoder.fingerprint),
+  and the sha256 of both files.
 
 Never pickle: numpy reads the .npy with allow_pickle=False. A missing file, a truncated or altered
 embeddings file, or a manifest that does not match is refused with a one-line ValueError.
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lmforge.atomic import atomic_write_text
 from lmforge.progress import Bar
 from lmforge.train.checkpoint import sha256
 
@@ -29,14 +31,17 @@ BACKENDS = ("torch", "faiss")
 
 
 def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str = "", batch_size: int = 64,
-                progress: bool = True) -> Path:
+                progress: bool = True, encoder: str = "") -> Path:
     """Encode rows batch by batch into path/embeddings.npy (`encode(positions) -> (b, dim)` float
     array or tensor) with a progress bar, then write ids.json and the manifest last (an interrupted
     build leaves no manifest, so it is never loaded as whole)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / "manifest.json").unlink(missing_ok=True)
-    rows = np.lib.format.open_memmap(path / "embeddings.npy", mode="w+", dtype=np.float32, shape=(len(ids), dim))
+    # a fresh file renamed into place: a link planted at embeddings.npy is replaced, never written through
+    staging = path / f".embeddings.npy.{os.getpid()}"
+    staging.unlink(missing_ok=True)
+    rows = np.lib.format.open_memmap(staging, mode="w+", dtype=np.float32, shape=(len(ids), dim))
     bar = Bar(len(ids), "index", progress)
     try:
         for start in range(0, len(ids), batch_size):
@@ -44,15 +49,19 @@ def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str
             block = block.detach().cpu().numpy() if isinstance(block, torch.Tensor) else np.asarray(block)
             rows[start:start + len(block)] = block  # (b, dim)
             bar.update(start + len(block))
+        rows.flush()
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
     finally:
         bar.close()
-    rows.flush()
     del rows
-    (path / "ids.json").write_text(json.dumps([str(i) for i in ids]), encoding="utf-8")
-    manifest = {"format": FORMAT, "version": 1, "model": str(model), "pooling": pooling, "dim": dim,
+    os.replace(staging, path / "embeddings.npy")
+    atomic_write_text(path / "ids.json", json.dumps([str(i) for i in ids]))
+    manifest = {"format": FORMAT, "version": 1, "model": str(model), "pooling": pooling, "dim": dim, "encoder": encoder,
                 "count": len(ids), "dtype": "float32",
                 "sha256": {name: sha256(path / name) for name in ("embeddings.npy", "ids.json")}}
-    (path / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    atomic_write_text(path / "manifest.json", json.dumps(manifest, indent=2))
     return path
 
 
@@ -113,9 +122,23 @@ class DenseIndex:
             raise ValueError(f"{path / 'ids.json'}: {len(ids)} ids for {manifest['count']} rows")
         return cls(rows, ids, manifest)
 
+    def check_encoder(self, width: int, fingerprint: str, name: str) -> None:
+        """Refuse a query encoder other than the one the index was built with (another width, or, where
+        the manifest has one, another fingerprint): its inner products would rank nonsense."""
+        built = self.manifest.get("model") or "its model"
+        if width != self.dim:
+            raise ValueError(f"the dense index was built by {built} ({self.dim}-wide vectors); the query encoder "
+                             f"{name} gives {width}-wide ones: query with the index's model")
+        if self.manifest.get("encoder") and fingerprint != self.manifest["encoder"]:
+            raise ValueError(f"the dense index was built by {built} (encoder {self.manifest['encoder']}); the query "
+                             f"encoder {name} is another model (encoder {fingerprint}): query with the index's model")
+
     def search(self, queries, k: int, batch_size: int = 256, backend: str = "torch") -> tuple:
         """((Q, k) scores, (Q, k) row positions) of the highest inner products, best first."""
-        q = torch.as_tensor(queries, dtype=torch.float32).reshape(-1, self.dim)  # (Q, d)
+        q = torch.as_tensor(queries, dtype=torch.float32)
+        if q.ndim not in (1, 2) or q.shape[-1] != self.dim:  # a reshape would cut wider rows into several queries
+            raise ValueError(f"queries of shape {tuple(q.shape)}: the index holds {self.dim}-wide vectors")
+        q = q.reshape(-1, self.dim)  # (Q, d)
         k = min(k, len(self.ids))
         if backend == "faiss":
             return self._faiss_search(q, k)

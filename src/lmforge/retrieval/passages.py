@@ -13,6 +13,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lmforge.atomic import atomic_write_text
 from lmforge.data.corpus import ReadOptions, expand_files, read_range
 from lmforge.data.synthetic import biography, city_note, review
 from lmforge.data.world import World
@@ -72,11 +73,8 @@ def file_documents(files, options: ReadOptions | None = None):
 def write_passages(passages: list, path) -> Path:
     """Passages as JSONL ({"id", "title", "text"} per line)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        for p in passages:
-            handle.write(json.dumps(asdict(p), ensure_ascii=False) + "\n")
-    return path
+    lines = (json.dumps(asdict(p), ensure_ascii=False) + "\n" for p in passages)
+    return atomic_write_text(path, "".join(lines))
 
 
 def _passage(line: str, where: str) -> Passage:

@@ -11,6 +11,7 @@ import json
 import random
 from pathlib import Path
 
+from lmforge.atomic import atomic_write_text
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective
@@ -63,7 +64,9 @@ def query_index(path, queries: list, k: int = 5, method: str = "dense", model: s
         if not (path / "dense").is_dir():
             raise ValueError(f"{path}: no dense index (build it with --model, or query with --method bm25)")
         index = DenseIndex.load(path / "dense")
-        encoder = BiEncoder.from_dir(model or index.manifest.get("model") or "")
+        name = model or index.manifest.get("model") or ""
+        encoder = BiEncoder.from_dir(name)
+        index.check_encoder(encoder.width, encoder.fingerprint(), name)
         scores, positions = index.search(encoder.encode(queries), k, backend=backend)
         positions, scores = positions.numpy(), scores.numpy()
     out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
@@ -71,7 +74,7 @@ def query_index(path, queries: list, k: int = 5, method: str = "dense", model: s
                                     for r, (i, s) in enumerate(zip(row, srow))]}
            for q, row, srow in zip(queries, positions, scores)]
     if reader:
-        read = ExtractiveReader.from_dir(reader).read
+        read = ExtractiveReader.from_dir(reader, trained=True).read
         for result, row in zip(out, positions):
             result["answer"] = read(result["query"], [passages[int(i)] for i in row])
     return out
@@ -113,8 +116,8 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     table = compare(passages, sets["test"], {"untrained": BiEncoder.from_dir(model, **options),
                                              "trained": trained}, out / "eval")
     write_table(table, out / "recall.json")
-    (out / "eval" / "questions.json").write_text(json.dumps({"train": len(sets["train"]), "test": len(sets["test"]),
-                                                             "passages": len(passages)}))
+    atomic_write_text(out / "eval" / "questions.json", json.dumps({"train": len(sets["train"]), "test": len(
+        sets["test"]), "passages": len(passages)}))
     return table
 
 
@@ -144,7 +147,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     result = {"retriever": retriever or "bm25", "k": k, "test": len(sets["test"]),
               "reader_exact_match": round(reader_exact_match(reader, sets["test"], passages, ranked, k), 4),
               **{n: round(v, 4) for n, v in recall_at_k(ranked, sets["test"], (1, k)).items()}}
-    (out / "reader.json").write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out / "reader.json", json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -187,6 +190,8 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
     reader = load(find_model_dir(model))
+    if "lm" not in reader.heads:  # REALM trains it; its "before" scores read with an untrained head
+        log(f"note: {model} has no MLM head: REALM starts one untrained (the 'before' scores read with it)")
     if reader.config.vocab_size != encoder.model.config.vocab_size:
         raise ValueError(f"the retriever's vocabulary ({encoder.model.config.vocab_size}) is not the model's "
                          f"({reader.config.vocab_size}): REALM reads both with one tokenizer")
@@ -202,7 +207,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     encoder.tokenizer.save(out / "final")
     encoder.model.save(out / "retriever")
     encoder.save(out / "retriever")
-    (out / "realm.json").write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out / "realm.json", json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -226,7 +231,7 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, separate: 
     encoder.save(out / "final")
     result = {"passages": len(passages), "train_pairs": len(train), "test_pairs": len(test), "keep": keep,
               "steps": cfg.steps, "test_accuracy_before": before, "test_accuracy_after": in_batch_accuracy(encoder, test)}
-    (out / "ict.json").write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out / "ict.json", json.dumps(result, indent=2) + "\n")
     return result
 
 

@@ -2,12 +2,14 @@
 
 A checkpoint is a directory `checkpoints/step-NNNNNNN/` holding the trained module's
 weights (safetensors), the optimiser and scheduler states (a tensor-only torch file,
-read back with weights_only=True), the RNG states and `trainer.json` (step, config, and the
-sha256 of the two other files). It is written under a temporary name and renamed into
-place, so a run killed at any moment leaves either the whole checkpoint or none of it; a
-full disk removes the partial one and keeps the previous. Nothing non-finite is written,
-and a checkpoint is read back only if its files match their checksums and its weights are
-finite.
+read back with weights_only=True), the RNG states and `trainer.json` (step, which is the data
+position, config, evaluator state, the sha256 of the two other files, and `state_sha256` over all of
+trainer.json's other fields): everything a resume reads is checksummed. It is written under a
+temporary name and renamed into place, so a run killed at any moment leaves either the whole
+checkpoint or none of it; a full disk removes the partial one and keeps the previous. Nothing
+non-finite is written, and a checkpoint is read back only if its files match their checksums and
+its weights are finite. One written before the checksums is loaded with a warning saying it is
+unverified.
 """
 from __future__ import annotations
 
@@ -24,10 +26,12 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from lmforge.atomic import atomic_write_text
 from lmforge.io.files import DiskFull, out_of_space
 
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.pt")  # checksummed in trainer.json
+STATE_KEY = "state_sha256"  # trainer.json's checksum of its own other fields
 
 
 class CheckpointCorrupt(ValueError):
@@ -98,6 +102,14 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def state_digest(info: dict) -> str:
+    """sha256 of a trainer.json's fields other than STATE_KEY (the files' checksums included), in one
+    canonical JSON form, so a changed step, option or evaluator state is told from the written one."""
+    state = {k: v for k, v in info.items() if k != STATE_KEY}
+    text = json.dumps(state, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -113,9 +125,10 @@ def _write_files(tmp: Path, step: int, weights: dict, optimizer: dict, info: dic
               str(tmp / FILES[0]))
     with open(tmp / FILES[1], "wb") as handle:  # a Python file: a full disk raises OSError(ENOSPC)
         torch.save({**optimizer, "rng": rng_states()}, handle)
+    # through JSON first, as a resume reads it (tuples become lists, int keys strings)
     sums = {name: sha256(tmp / name) for name in FILES}
-    (tmp / "trainer.json").write_text(json.dumps({"step": step, **info, "sha256": sums}, indent=2),
-                                      encoding="utf-8")
+    state = json.loads(json.dumps({"step": step, **info, "sha256": sums}))
+    atomic_write_text(tmp / "trainer.json", json.dumps({**state, STATE_KEY: state_digest(state)}, indent=2))
     for file in tmp.iterdir():
         with open(file, "rb") as handle:
             os.fsync(handle.fileno())
@@ -168,22 +181,44 @@ def read_info(path: Path) -> dict:
     return info
 
 
-def _verify_checksums(path: Path, info: dict) -> None:
-    # checkpoints written before checksums existed carry none: they are read as they are
-    for name, want in (info.get("sha256") or {}).items():
+def check_state(path: Path, info: dict) -> None:
+    """CheckpointCorrupt where trainer.json's fields do not match its own checksum (edited or damaged)."""
+    if STATE_KEY in info and info[STATE_KEY] != state_digest(info):
+        raise CheckpointCorrupt(f"checkpoint {path}: trainer.json does not match its checksum (its step, "
+                                f"options or state were changed or damaged)")
+
+
+def _verify_checksums(path: Path, info: dict) -> str | None:
+    """CheckpointCorrupt on any mismatch; where the checkpoint predates (some of) the checksums, a
+    line naming what is unverified; None when everything a resume reads is verified."""
+    check_state(path, info)
+    sums = info.get("sha256") or {}
+    if not isinstance(sums, dict):
+        raise CheckpointCorrupt(f"checkpoint {path}: trainer.json's sha256 is not a mapping of checksums")
+    for name, want in sums.items():
         try:
             got = sha256(path / name)
         except OSError as err:
             raise CheckpointCorrupt(f"checkpoint {path}: {name} cannot be read ({err})") from None
         if got != want:
             raise CheckpointCorrupt(f"checkpoint {path}: {name} does not match its checksum (changed or damaged)")
+    unverified = [name for name in FILES if name not in sums] + ["trainer.json"] * (STATE_KEY not in info)
+    if unverified and STATE_KEY in info:  # a checkpoint that has checksums has them all
+        raise CheckpointCorrupt(f"checkpoint {path}: trainer.json lacks the checksum of "
+                                f"{', '.join(unverified)}")
+    if unverified:
+        return (f"checkpoint {path} was written without checksums for {', '.join(unverified)}: "
+                f"loading it unverified")
+    return None
 
 
-def read_checkpoint(path: Path) -> tuple:
+def read_checkpoint(path: Path, warn=None) -> tuple:
     """(weights, optimiser state, trainer info) of one checkpoint whose files match their checksums
-    and whose weights are finite, or CheckpointCorrupt."""
+    and whose weights are finite, or CheckpointCorrupt; warn(line) where it predates the checksums."""
     info = read_info(path)
-    _verify_checksums(path, info)
+    note = _verify_checksums(path, info)
+    if note and warn is not None:
+        warn(f"warning: {note}")
     try:
         weights = load_file(str(path / FILES[0]))
         optimizer = torch.load(path / FILES[1], map_location="cpu", weights_only=True)
@@ -201,7 +236,7 @@ def latest_checkpoint(root: Path, warn=print):
     found = checkpoints(root)
     for path in reversed(found):
         try:
-            return (path, *read_checkpoint(path))
+            return (path, *read_checkpoint(path, warn))
         except CheckpointCorrupt as err:
             warn(f"warning: {err}; falling back to the previous checkpoint")
     if found:
@@ -215,7 +250,9 @@ def run_options(root: Path) -> dict | None:
     trainer.json reads, or None: what a resumed run keeps (config.resumed_config) before it builds data."""
     for path in reversed(checkpoints(root)):
         try:
-            return read_info(path).get("train")
+            info = read_info(path)
+            check_state(path, info)  # an edited trainer.json is skipped here as latest_checkpoint skips it
+            return info.get("train")
         except CheckpointCorrupt:
             continue
     return None

@@ -5,25 +5,26 @@ import json
 import math
 from pathlib import Path
 
+from lmforge.atomic import append_text, atomic_savefig, atomic_write_text, refuse_link
 from lmforge.progress import Bar
 
 
 class MetricsLog:
-    """Appends one JSON object per logged step to DIR/metrics.jsonl (a resumed run continues it)."""
+    """Appends one JSON object per logged step to DIR/metrics.jsonl (a resumed run continues it); a
+    symbolic link there is refused (UnsafePath), never written through."""
 
     def __init__(self, path: Path, resume_step: int = 0) -> None:
-        self.path = path
+        self.path = refuse_link(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():  # drop lines past the checkpoint we resume from: they will be redone
             kept = [r for r in read_metrics(path) if r.get("step", 0) <= resume_step]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write(self, record: dict) -> None:
         """Append one record (floats rounded to 6 significant digits)."""
         clean = {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v)
                  for k, v in record.items()}
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(clean) + "\n")
+        append_text(self.path, json.dumps(clean) + "\n")
 
 
 def read_metrics(path: Path) -> list:
@@ -54,7 +55,7 @@ def plot_losses(metrics: Path, png: Path, title: str = "training") -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    atomic_savefig(fig, png, dpi=120)
     plt.close(fig)
     return png
 

@@ -18,12 +18,14 @@ from pathlib import Path
 import torch
 
 from lmforge.fast.int8 import refuse_int8
+from lmforge.fast.optimize import optimize
 from lmforge.io import save
 from lmforge.io.files import DiskFull
 from lmforge.train import distributed as dist
 from lmforge.train.checkpoint import (
     TrainingDiverged,
     all_finite,
+    checkpoints,
     latest_checkpoint,
     save_checkpoint,
     set_rng_states,
@@ -33,7 +35,20 @@ from lmforge.train.data import StepBatches, data_change, data_fingerprint, deriv
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.optim import build_optimizer, build_scheduler
 
-__all__ = ["Trainer", "TrainingDiverged", "resolve_device"]
+__all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "resolve_device"]
+
+
+class NothingToResume(ValueError):
+    """A resume asked for where the output folder holds no checkpoint."""
+
+
+def check_resumable(out) -> None:
+    """NothingToResume naming out/checkpoints where it holds no checkpoint (a mistyped --out must not
+    silently train afresh); called by jobs before their work, and by Trainer.fit."""
+    root = Path(out) / "checkpoints"
+    if not checkpoints(root):
+        raise NothingToResume(f"--resume: no checkpoint under {root} (nothing to resume; run without "
+                              f"--resume to start)")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -65,7 +80,8 @@ class Trainer:
             # order: a seed fixes a GPU run only with the deterministic ones
             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
         self.rank, self.world = dist.init_from_env(self.device)
-        self.objective = objective.to(self.device)
+        # the accelerations, once, for the whole run (fast/optimize.py): same results as the plain layers
+        self.objective = optimize(objective.to(self.device))
         self._data = (train_data, eval_data, duplication, lr_scale)
         self.module = dist.wrap(self.objective, cfg.parallel, self.device)
         if cfg.compile:
@@ -275,8 +291,9 @@ class Trainer:
     def fit(self, resume: bool = False):
         """Train to cfg.steps (continuing a checkpoint if resume) and return the model kept."""
         if resume:
+            check_resumable(self.out)
             self.resume()
-        elif (self.out / "checkpoints").is_dir() and any((self.out / "checkpoints").iterdir()):
+        elif checkpoints(self.out / "checkpoints"):  # a killed first save's .tmp folder is no checkpoint
             raise FileExistsError(f"{self.out} already holds checkpoints: pass resume=True (--resume) "
                                   f"or choose another output directory")
         self._warn_static()

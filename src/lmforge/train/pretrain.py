@@ -30,6 +30,7 @@ import torch
 from tokenizers import AddedToken
 
 from lmforge import objectives
+from lmforge.atomic import atomic_write_text
 from lmforge.data.corpus import CorpusReader
 from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.stream import build_examples, open_shards, shard_examples
@@ -41,6 +42,7 @@ from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.data import derive_seed
+from lmforge.train.loop import check_resumable
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
 # evaluation (seed, i, 2), dropout (seed, step, rank, 3), fine-tuning's head (seed, 4) and preset
@@ -268,6 +270,8 @@ def pretrain(preset: str | None, objective: str, out, train: TrainConfig, files:
     drawn anew each epoch; teacher: the model a teacher objective (distillation) distils, whose config
     the student's is; max_len: tokens per example (default min(max_seq_len, 128)); evaluator: the
     Trainer's (called every eval_every steps; {"stop": True} ends the run early, e.g. at a deadline)."""
+    if resume:
+        check_resumable(out)  # before the corpus is read and a tokenizer trained
     spec = objectives.get(objective)
     start = checkpoint_start(model, tokenizer, overrides) if model is not None else None
     cfg = _checked_config(spec, preset, overrides, teacher, start)
@@ -280,6 +284,9 @@ def pretrain(preset: str | None, objective: str, out, train: TrainConfig, files:
     docs = None if shards else read_documents(files) if files else list(documents(n_docs, seed=train.seed))
     tokenizer = _tokenizer(spec, out, tokenizer, start, shards, docs, vocab_size)
     if start is None and teacher is None:
+        asked = (overrides or {}).get("vocab_size")
+        if asked is not None and asked != tokenizer.vocab_size:  # the embeddings follow the tokenizer
+            log(f"vocab_size={asked}: the model takes the tokenizer's {tokenizer.vocab_size} ids instead")
         cfg = cfg.replace(vocab_size=tokenizer.vocab_size)
         if cfg.architecture != "encoder":  # generation reads eos, pad and the decoder's start from the config
             cfg = cfg.replace(**special_token_ids(tokenizer, cfg.architecture))
@@ -316,7 +323,7 @@ def report_probes(untrained: dict, trained: dict, path: Path, log=print) -> None
     the overall and per-group lines."""
     from lmforge.analysis import compare
 
-    path.write_text(json.dumps({"untrained": untrained, "trained": trained}, indent=1) + "\n")
+    atomic_write_text(path, json.dumps({"untrained": untrained, "trained": trained}, indent=1) + "\n")
     log(f"cloze probes, untrained->pretrained [chance] (per kind in {path}):")
     for line in compare(untrained, trained):
         log("  " + line)

@@ -215,3 +215,16 @@ def test_random_orders_band_is_the_mean_and_sd_of_seeded_orders(fine_tuned):
         assert b["mean"] == pytest.approx(sum(values) / 3)
         assert b["sd"] == pytest.approx(float(torch.tensor(values).std()))
     assert len({tuple(map(tuple, c[1]["masked"])) for c in curves}) > 1  # the orders differ
+
+
+@pytest.mark.parametrize("value", ["x", 3, ["encoder.0"]])
+def test_pruned_heads_of_the_wrong_type_is_one_line_naming_the_field(value):
+    from types import SimpleNamespace
+
+    from lmforge.config.checks import validate_pruned
+
+    with pytest.raises(ConfigError, match=r"^pruned_heads ") as err:
+        validate_pruned(SimpleNamespace(pruned_heads=value))  # the check itself, whatever runs before it
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="pruned_heads"):
+        lmforge.build("bert-base", n_layers=2, d_model=32, n_heads=2, d_ff=64, vocab_size=50, pruned_heads=value)

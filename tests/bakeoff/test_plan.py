@@ -85,3 +85,46 @@ def test_every_shipped_arm_builds_its_objective():
             if cfg.architecture != "encoder":
                 cfg = cfg.replace(**special_token_ids(tok, cfg.architecture))
             assert arm_spec(plan, arm).make(from_config(cfg), tok) is not None, (name, arm.name)
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda p: p["tasks"].append(dict(p["tasks"][0])), "tasks[1].name"),
+    (lambda p: p["claims"][0].update(worse="electra"), "claims[0].worse"),
+])
+def test_a_task_named_twice_or_an_arm_compared_with_itself_is_refused(tiny_plan, change, field):
+    change(tiny_plan)
+    with pytest.raises(PlanError, match=r"names two tasks|with itself") as err:
+        check_plan(tiny_plan, "my.yaml")
+    assert field in str(err.value)
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda p: p["corpus"].update(documents=10 ** 9), "corpus.documents"),
+    (lambda p: p["corpus"].update(documents=0), "corpus.documents"),
+    (lambda p: p.update(budget=float("inf")), "budget"),
+    (lambda p: p.update(budget=float("nan")), "budget"),
+    (lambda p: p.update(budget=1e30), "budget"),
+    (lambda p: p.update(seeds=list(range(1000))), "seeds"),
+    (lambda p: p.update(seeds=[2 ** 40]), "seeds[0]"),
+    (lambda p: p["tasks"][0].update(n=10 ** 9), "tasks[0].n"),
+    (lambda p: p["tokenizer"].update(vocab_size=10 ** 9), "tokenizer.vocab_size"),
+    (lambda p: p["arms"][0].update(duplication=10 ** 6), "arms[0].duplication"),
+    (lambda p: p["finetune"].update(steps=10 ** 12), "finetune.steps"),
+    (lambda p: p["finetune"].update(epochs=1e9), "finetune.epochs"),
+    (lambda p: p["pretrain"].update(batch_size=10 ** 9), "pretrain.batch_size"),
+    (lambda p: p["pretrain"].update(max_len=1), "pretrain.max_len"),
+])
+def test_every_size_is_bounded_both_ways_naming_the_bound(tiny_plan, change, field):
+    change(tiny_plan)
+    with pytest.raises(PlanError) as err:
+        check_plan(tiny_plan, "my.yaml")
+    message = str(err.value)
+    assert "\n" not in message and field in message and "the bound on" in message, message
+
+
+def test_a_budget_that_buys_more_steps_than_the_bound_is_refused(tmp_path, tiny_plan):
+    from lmforge.bakeoff.runner import schedules
+
+    tiny_plan["budget"] = 1e21
+    with pytest.raises(PlanError, match="over the bound on steps"):
+        schedules(check_plan(tiny_plan), vocab_size=300)

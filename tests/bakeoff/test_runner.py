@@ -71,3 +71,37 @@ def test_a_checkpoint_continued_and_fine_tuned_as_it_is_and_a_preset_from_scratc
     assert not (tmp_path / "b" / "none" / "seed-0" / "pretrain").exists()
     assert (tmp_path / "b" / "more" / "seed-0" / "pretrain" / "final" / "config.json").is_file()
     assert rows["scratch"]["pretrain_steps"] == 0 and (tmp_path / "b" / "scratch" / "seed-0" / "sentiment" / "best").is_dir()
+
+
+def test_a_changed_plan_reruns_what_changed_and_says_so(tmp_path, tiny_plan, monkeypatch):
+    """Results are keyed by a fingerprint of what made them: a changed arm or recipe reruns only what it
+    touches (one line says so), and its old result is replaced, never averaged with the new one."""
+    from lmforge.bakeoff import runner
+
+    trained, tuned = [], []
+
+    def fake_pretrain(preset, spec, out, *rest, **options):  # a run directory, no training
+        trained.append(out.parent.parent.name)
+        (out / "final").mkdir(parents=True, exist_ok=True)
+
+    def fake_finetune(self, arm, seed, task, model):
+        tuned.append(arm.name)
+        return {"plan": self.plan.name, "arm": arm.name, "seed": seed, "task": task, "metric": "accuracy",
+                "value": float(len(tuned)), "metrics": {"accuracy": float(len(tuned))}}
+
+    monkeypatch.setattr(runner, "pretrain", fake_pretrain)
+    monkeypatch.setattr(runner.BakeOff, "finetune", fake_finetune)
+    run_plan(check_plan(tiny_plan), tmp_path, log=lambda line: None)
+    assert sorted(trained) == ["electra", "mlm"] and sorted(tuned) == ["electra", "mlm"]
+    trained.clear(), tuned.clear()
+    tiny_plan["arms"][1]["duplication"] = 1  # electra's arm changes (static masking), mlm's does not
+    logged = []
+    rows = run_plan(check_plan(tiny_plan), tmp_path, log=logged.append)
+    assert trained == ["electra"] and tuned == ["electra"]
+    assert any("mlm seed 0: done already" in line for line in logged)
+    assert sum("electra seed 0: the plan changed" in line for line in logged) == 2  # pretraining, result
+    assert len(rows) == 2 and {r["arm"]: r["value"] for r in rows}["electra"] == 1.0  # replaced, not added
+    trained.clear(), tuned.clear()
+    tiny_plan["finetune"]["lr"] = 5e-4  # the recipe changes: every result again, no pretraining
+    run_plan(check_plan(tiny_plan), tmp_path, log=lambda line: None)
+    assert trained == [] and sorted(tuned) == ["electra", "mlm"]

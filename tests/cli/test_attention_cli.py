@@ -93,3 +93,17 @@ def test_a_missing_model_is_named(tmp_path, capsys):
     assert main(["attention", "--model", str(tmp_path / "none"), TEXT, "--out", str(tmp_path / "v.html")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--model" in err and str(tmp_path / "none") in err
+
+
+def test_a_text_cut_at_max_seq_len_is_said_on_stderr_and_in_the_page(bert, tmp_path, capsys):
+    out = tmp_path / "view.html"
+    long_text = " ".join([TEXT] * 20)  # well over the model's 64 tokens
+    assert main(["attention", "--model", bert, long_text, "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cut to the model's max_seq_len: 64 of its" in err, err
+    meta = page_meta(out)
+    assert meta["meta"]["truncated"] == "True" and meta["meta"]["tokens_kept"] == "64"
+    assert int(meta["meta"]["tokens_total"]) > 64 and any("64 of its" in note for note in meta["notes"])
+    assert len(meta["groups"][0]["rows"]) == 64
+    assert main(["attention", "--model", bert, TEXT, "--out", str(out)]) == 0  # a short text: no note
+    assert capsys.readouterr().err == "" and "truncated" not in page_meta(out)["meta"]

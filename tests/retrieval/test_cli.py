@@ -69,6 +69,7 @@ def test_retrieve_realm_writes_encoder_retriever_and_scores(tiny, tmp_path, caps
     code = main(["retrieve", "realm", "--model", str(tiny), "--out", str(out), "--steps", "2", "--k", "2",
                  "--refresh-every", "1", "--max-len", "64", "batch_size=4", "progress=false"])
     assert code == 0
+    assert "has no MLM head: REALM starts one untrained" in capsys.readouterr().out  # a plain encoder: noted
     result = json.loads((out / "realm.json").read_text())
     assert result["test_examples"] > 0
     assert set(result["after"]) == {"span_accuracy", "token_accuracy", "log_likelihood", "answer_recall", "p_null"}
@@ -99,3 +100,42 @@ def test_retrieve_ict_warm_starts_a_retriever_realm_can_read(tiny, tmp_path, cap
     capsys.readouterr()
     assert main(["retrieve", "ict", "--model", str(tiny), "--out", str(tmp_path / "x"), "--keep", "2"]) == 2
     assert "--keep" in capsys.readouterr().err
+
+
+def _other(tiny, tmp_path, name, d_model, seed):
+    """A model of `d_model` and seed `seed` beside the tiny one's tokenizer."""
+    from lmforge.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny)
+    torch.manual_seed(seed)
+    model = lmforge.build("bert-base", n_layers=1, d_model=d_model, n_heads=2, d_ff=64,
+                          vocab_size=tokenizer.vocab_size, max_seq_len=64)
+    model.save(tmp_path / name)
+    tokenizer.save(tmp_path / name)
+    return tmp_path / name
+
+
+def test_a_query_encoder_other_than_the_indexs_is_refused_naming_both(tiny, tmp_path, capsys):
+    out = tmp_path / "ix"
+    assert main(["index", "build", "--out", str(out), "--model", str(tiny), "--quiet"]) == 0
+    capsys.readouterr()
+    for other, says in ((_other(tiny, tmp_path, "wide", 48, 0), ("32-wide", "48-wide")),
+                        (_other(tiny, tmp_path, "same-width", 32, 1), ("is another model", "encoder "))):
+        assert main(["retrieve", "--index", str(out), "--query", "Which river?", "--model", str(other)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(tiny) in err and str(other) in err, err
+        assert all(s in err for s in says), err
+    from lmforge.retrieval.index import DenseIndex
+
+    with pytest.raises(ValueError, match="32-wide"):  # no reshape of 64-wide rows into two queries
+        DenseIndex.load(out / "dense").search(torch.zeros(1, 64), 3)
+
+
+def test_a_plain_encoder_is_refused_as_a_reader(tiny, tmp_path, capsys):
+    out = tmp_path / "ix"
+    assert main(["index", "build", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["retrieve", "--index", str(out), "--query", "Which river?", "--method", "bm25",
+                 "--reader", str(tiny)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a trained reader" in err and "span-qa" in err, err

@@ -246,3 +246,23 @@ def test_a_resume_on_other_validation_data_is_refused_and_on_the_same_goes_on(tm
         with pytest.raises(ValueError, match=f"validated on other data \\({said}"):
             go(other, resume=True)
     assert go(data["validation"][:16], resume=True)["steps"] == 3
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"freeze_backbone": "maybe"}, "freeze_backbone"),
+    ({"keep_best": 1}, "keep_best"),
+    ({"text_to_text": "yes"}, "text_to_text"),
+    ({"max_len": 10 ** 9}, "max_len"),
+    ({"max_len": 0}, "max_len"),
+    ({"num_beams": 10 ** 6}, "num_beams"),
+    ({"patience": -1}, "patience"),
+    ({"null_threshold": float("nan")}, "null_threshold"),
+    ({"layer_decay": 0}, "layer_decay"),
+    ({"prefix": 3}, "prefix"),
+])
+def test_task_options_are_strictly_typed_and_bounded_both_ways(options, field):
+    with pytest.raises(ValueError) as err:
+        TaskConfig.from_dict(options)
+    assert str(err.value).startswith(field) and "\n" not in str(err.value)
+    cfg = TaskConfig.from_dict({"freeze_backbone": "true", "label_all": "false", "text_to_text": "auto"})
+    assert cfg.freeze_backbone is True and cfg.label_all is False and cfg.text_to_text is None

@@ -178,3 +178,36 @@ def test_records_remember_their_file_so_later_errors_name_it(tmp_path):
         gold_given(records, "data")
     with pytest.raises(ValueError, match=f"^{path}:1: label 'x' does not occur"):
         check_labels(records, ["y"], "data")
+
+
+def test_a_csv_field_over_csvs_limit_is_one_line_naming_file_and_line(tmp_path):
+    path = write(tmp_path, "big.csv", 'text,label\nok,1\n"' + "x" * (200 * 1024) + '",1\n')
+    with pytest.raises(ValueError) as err:
+        read_records(path, "cls")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{path}:3:") and "128 KiB" in message
+
+
+@pytest.mark.parametrize("kind, good, field, bad", [
+    ("cls", {"text": "a", "label": "p"}, "text", ["a", "b"]),
+    ("pair", {"text": "a", "text_pair": "b", "label": "p"}, "text_pair", {"x": 1}),
+    ("seq2seq", {"source": "a", "target": "b"}, "target", ["b"]),
+])
+def test_a_json_list_or_object_in_a_text_field_is_refused_naming_file_line_field(tmp_path, kind, good, field, bad):
+    path = write(tmp_path, "t.jsonl", json.dumps(good) + "\n" + json.dumps({**good, field: bad}) + "\n")
+    with pytest.raises(ValueError) as err:
+        read_records(path, kind)
+    assert str(err.value).startswith(f"{path}:2: {field} (column '{field}') must be text"), str(err.value)
+
+
+@pytest.mark.parametrize("name, text", [
+    ("r.jsonl", '{"text": "a", "label": 1.5}\n{"text": "b", "label": NaN}\n'),
+    ("r.csv", "text,label\na,1.5\nb,inf\n"),
+    ("r.tsv", "text\tlabel\na\t1.5\nb\t-Infinity\n"),
+])
+def test_a_regression_label_that_is_not_finite_is_refused_naming_file_and_line(tmp_path, name, text):
+    path = write(tmp_path, name, text)
+    line = 2 if name.endswith(".jsonl") else 3
+    with pytest.raises(ValueError, match="not a finite number") as err:
+        read_records(path, "regression")
+    assert str(err.value).startswith(f"{path}:{line}:")

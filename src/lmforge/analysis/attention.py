@@ -74,6 +74,7 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
     cfg = model.config
     seq2seq = cfg.architecture == "encoder-decoder"
     enc = tokenizer.encode(text, None if seq2seq else pair, max_length=cfg.max_seq_len)
+    total = len(tokenizer.encode(text, None if seq2seq else pair).ids)  # what max_seq_len cut off, if anything
     ids = torch.tensor([enc.ids])
     with evaluating(model), torch.no_grad():
         target = _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens) if seq2seq else None
@@ -84,7 +85,11 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
                 segments = torch.tensor([enc.segment_ids]) if cfg.n_segments >= 2 else None
                 kw = {"segment_ids": segments} if cfg.architecture == "encoder" else {}
                 model(ids, run_heads=False, **kw)
-    return _maps(model, tokenizer, inspection.records, enc, target)
+    maps = _maps(model, tokenizer, inspection.records, enc, target)
+    if total > len(enc.ids):
+        maps.meta.update(truncated=True, tokens_kept=len(enc.ids), tokens_total=total)
+    return maps
+
 
 
 def _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens: int) -> torch.Tensor:

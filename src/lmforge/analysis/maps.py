@@ -47,6 +47,13 @@ class AttentionMaps:
         raise KeyError(f"no attention group {name!r}; have {[g.name for g in self.groups]}")
 
 
+def truncation_note(maps: AttentionMaps) -> str | None:
+    """One line saying the text was cut to the model's max_seq_len (None when it was not)."""
+    if not maps.meta.get("truncated"):
+        return None
+    return (f"The text was cut to the model's max_seq_len: {maps.meta['tokens_kept']} of its "
+            f"{maps.meta['tokens_total']} tokens are shown.")
+
 def random_maps(n_layers: int = 2, n_heads: int = 3, length: int = 7, dh: int = 4, seed: int = 0,
                 cross: bool = False) -> AttentionMaps:
     """Well-formed maps of random numbers (for views' tests): softmax rows, q and k of each head."""

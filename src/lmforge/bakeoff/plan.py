@@ -18,11 +18,14 @@ A plan is a YAML or JSON mapping:
 An arm may also set `examples` (fields of the objective's ExampleFormat: kind, pairs,
 cross_documents), `duplication` (static masking), `corpus` (its own), `continue_from` (another
 arm's pretrained model of the same seed) and `train` (TrainConfig options of its own). Every
-error is one line naming the field, e.g. "plan.yaml: arms[1].objective: unknown objective 'x'".
+error is one line naming the field, e.g. "plan.yaml: arms[1].objective: unknown objective 'x'"; every
+size (documents, budget, seeds, steps, batch sizes, ...) is bounded both ways (BOUNDS), and the error
+names the bound.
 """
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +41,14 @@ ARM_KEYS = {"name", "objective", "preset", "overrides", "options", "examples", "
             "continue_from", "model", "pretrain", "train", "description"}
 SOURCES = ("preset", "continue_from", "model")  # where an arm's model comes from: exactly one
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # arm and task names become directory names
+# every size a plan chooses is bounded both ways (a dry run of documents: 1e9 would never end);
+# name -> (lowest, highest)
+BOUNDS = {"documents": (1, 10 ** 6), "n_per_label": (2, 10 ** 5), "n": (2, 10 ** 6), "duplication": (0, 100),
+          "vocab_size": (100, 10 ** 6), "seed": (0, 2 ** 31 - 1), "seeds": (1, 100), "arms": (1, 64),
+          "tasks": (1, 64), "budget": (1.0, 1e21), "steps": (1, 10 ** 7), "epochs": (0, 1000),
+          "batch_size": (1, 65536), "accumulation": (1, 1024), "max_len": (2, 65536), "warmup": (0, 10 ** 7),
+          "eval_every": (0, 10 ** 7), "eval_batches": (1, 10 ** 5), "log_every": (1, 10 ** 7),
+          "save_every": (0, 10 ** 7), "keep_last": (1, 1000)}
 
 
 class PlanError(ValueError):
@@ -108,6 +119,18 @@ def _mapping(value, where: str, keys: set | None = None) -> dict:
     return dict(value)
 
 
+def bounded(value, where: str, bound: str, integer: bool = True):
+    """`value`, a finite number within BOUNDS[bound] (an integer if `integer`); PlanError naming `where`
+    and the bound otherwise."""
+    low, high = BOUNDS[bound]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or (integer and not isinstance(value, int)) or not math.isfinite(value) or \
+            not low <= value <= high:
+        kind = "an integer" if integer else "a finite number"
+        _fail(where, f"must be {kind} in [{low}, {high}] (the bound on {bound}), got {value!r}")
+    return value
+
+
 def _name(value, where: str) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
         _fail(where, f"must be a name of letters, digits, _ . + - (got {value!r})")
@@ -122,9 +145,9 @@ def check_corpus(corpus, where: str) -> dict:
         _fail(f"{where}.source", f"{source!r} is not one of {', '.join(CORPUS_SOURCES)}")
     if source == "files" and not (isinstance(corpus.get("files"), list) and corpus["files"]):
         _fail(f"{where}.files", "source files needs a non-empty list of text files")
-    documents = corpus.get("documents", 2000)
-    if not isinstance(documents, int) or isinstance(documents, bool) or documents < 1:
-        _fail(f"{where}.documents", f"must be a positive integer, got {documents!r}")
+    documents = bounded(corpus.get("documents", 2000), f"{where}.documents", "documents")
+    if "seed" in corpus:
+        bounded(corpus["seed"], f"{where}.seed", "seed")
     return {**corpus, "source": source, "documents": documents}
 
 
@@ -134,8 +157,8 @@ def _task(value, where: str) -> dict:
     if task.get("source") not in TASK_SOURCES:
         _fail(f"{where}.source", f"{task.get('source')!r} is not one of {', '.join(TASK_SOURCES)}")
     for key in ("n_per_label", "n"):
-        if key in task and (not isinstance(task[key], int) or task[key] < 2):
-            _fail(f"{where}.{key}", f"must be an integer >= 2, got {task[key]!r}")
+        if key in task:
+            bounded(task[key], f"{where}.{key}", key)
     return task
 
 
@@ -149,9 +172,7 @@ def _arm(value, where: str) -> Arm:
         arm[key] = _mapping(arm.get(key), f"{where}.{key}", set(EXAMPLE_FIELDS) if key == "examples" else None)
     if arm.get("corpus") is not None:
         arm["corpus"] = check_corpus(arm["corpus"], f"{where}.corpus")
-    duplication = arm.get("duplication", 0)
-    if not isinstance(duplication, int) or duplication < 0:
-        _fail(f"{where}.duplication", f"must be an integer >= 0, got {duplication!r}")
+    bounded(arm.get("duplication", 0), f"{where}.duplication", "duplication")
     if sum(arm.get(key) is not None for key in SOURCES) != 1:
         _fail(f"{where}.preset", "give exactly one of preset, continue_from (another arm) or model (a checkpoint)")
     if arm.get("pretrain", True) not in (True, False):
@@ -185,6 +206,8 @@ def _claims(values, arms: dict, tasks: set, where: str) -> tuple:
         for key in ("better", "worse"):
             if claim.get(key) not in arms:
                 _fail(f"{where}[{i}].{key}", f"{claim.get(key)!r} is not an arm of the plan")
+        if claim["better"] == claim["worse"]:
+            _fail(f"{where}[{i}].worse", f"compares arm {claim['worse']!r} with itself")
         if claim.get("task") not in tasks:
             _fail(f"{where}[{i}].task", f"{claim.get('task')!r} is not a task of the plan")
         out.append(Claim(**claim))
@@ -194,8 +217,11 @@ def _claims(values, arms: dict, tasks: set, where: str) -> tuple:
 def check_seeds(value, where: str) -> tuple:
     """A non-empty list of distinct seeds >= 0, as a tuple; PlanError naming `where` otherwise."""
     seeds = value if value is not None else [0]
-    if not isinstance(seeds, list) or not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
+    if not isinstance(seeds, list) or not seeds:
         _fail(where, f"must be a non-empty list of integers >= 0, got {value!r}")
+    bounded(len(seeds), where, "seeds")
+    for i, seed in enumerate(seeds):
+        bounded(seed, f"{where}[{i}]", "seed")
     if len(set(seeds)) != len(seeds):
         _fail(where, "repeats a seed")
     return tuple(seeds)
@@ -204,6 +230,7 @@ def check_seeds(value, where: str) -> tuple:
 def _arms(values, where: str) -> tuple:
     if not isinstance(values, list) or not values:
         _fail(where, "must be a non-empty list of arms")
+    bounded(len(values), where, "arms")
     arms = tuple(_arm(v, f"{where}[{i}]") for i, v in enumerate(values))
     names = [a.name for a in arms]
     for i, arm in enumerate(arms):
@@ -236,6 +263,9 @@ def _check_recipes(pretrain: dict, finetune: dict, arms: tuple, source: str) -> 
                for a in arms]
     train, task = split_finetune(finetune)
     checks += [("finetune", TrainConfig.from_dict, train), ("finetune", TaskConfig.from_dict, task)]
+    for where, options in (("pretrain", pretrain), ("finetune", finetune),
+                           *((f"arms[{i}].train", a.train) for i, a in enumerate(arms))):
+        _bound_sizes(options, f"{source}: {where}")
     for where, make, options in checks:
         options.pop("max_len", None)
         for key in ("steps", "seed"):
@@ -247,22 +277,39 @@ def _check_recipes(pretrain: dict, finetune: dict, arms: tuple, source: str) -> 
             _fail(f"{source}: {where}", str(err).splitlines()[0])
 
 
+def _bound_sizes(options: dict, where: str) -> None:
+    """The sizes of a training recipe within BOUNDS (TrainConfig and TaskConfig check the rest)."""
+    for key, value in options.items():
+        if key in BOUNDS and value is not None:
+            bounded(value, f"{where}.{key}", key, integer=key != "epochs")
+
+
+def _tasks(values, where: str) -> tuple:
+    """The downstream tasks, checked, each name once (a task's name is its directory and report column)."""
+    if not isinstance(values, list) or not values:
+        _fail(where, "must be a non-empty list of downstream tasks")
+    bounded(len(values), where, "tasks")
+    tasks = tuple(_task(t, f"{where}[{i}]") for i, t in enumerate(values))
+    names = [t["name"] for t in tasks]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            _fail(f"{where}[{i}].name", f"{name!r} names two tasks")
+    return tasks
+
+
 def check_plan(data, source: str = "plan") -> Plan:
     """A plan mapping -> Plan; PlanError (one line naming `source` and the field) when it is wrong."""
     data = _mapping(data, source, TOP_KEYS)
     name = _name(data.get("name"), f"{source}: name")
-    budget = data.get("budget")
-    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
-        _fail(f"{source}: budget", f"must be a positive number of FLOPs, got {budget!r}")
+    budget = bounded(data.get("budget"), f"{source}: budget", "budget", integer=False)
     tok = _mapping(data.get("tokenizer"), f"{source}: tokenizer", {"family", "vocab_size"})
+    if "vocab_size" in tok:
+        bounded(tok["vocab_size"], f"{source}: tokenizer.vocab_size", "vocab_size")
     from lmforge.objectives.registry import TOKENIZER_KINDS
 
     if tok.get("family", "bert") not in TOKENIZER_KINDS:
         _fail(f"{source}: tokenizer.family", f"{tok.get('family')!r} is not one of {', '.join(TOKENIZER_KINDS)}")
-    tasks = data.get("tasks")
-    if not isinstance(tasks, list) or not tasks:
-        _fail(f"{source}: tasks", "must be a non-empty list of downstream tasks")
-    tasks = tuple(_task(t, f"{source}: tasks[{i}]") for i, t in enumerate(tasks))
+    tasks = _tasks(data.get("tasks"), f"{source}: tasks")
     arms = _arms(data.get("arms"), f"{source}: arms")
     pretrain = _mapping(data.get("pretrain"), f"{source}: pretrain")
     finetune = _mapping(data.get("finetune"), f"{source}: finetune")

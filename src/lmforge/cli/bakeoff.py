@@ -4,14 +4,15 @@
     lmforge bakeoff --plan my-plan.yaml --out runs/mine --dry-run # steps and FLOPs per arm only
     lmforge bakeoff --plan electra --out runs/electra --report   # the report of what has run
 
-A rerun with the same --out resumes: finished (arm, seed, task) results are kept, an interrupted
-pretraining run continues from its checkpoint. Shipped plans: see --help's list.
+A rerun with the same --out resumes: finished (arm, seed, task) results of the plan as it is are kept,
+an interrupted pretraining run continues from its checkpoint; what a changed plan changed (an arm, the
+budget, corpus, recipe or a task) runs again, and a line says so. Every size in a plan is bounded. Shipped plans: see --help's list.
 """
 from __future__ import annotations
 
 import argparse
 
-from lmforge.cli.common import UsageError
+from lmforge.cli.common import UsageError, refuse_overwrite
 
 
 def _plan(args):
@@ -48,6 +49,7 @@ def cmd_bakeoff(args) -> None:
     from lmforge.bakeoff.report import write_report
     from lmforge.bakeoff.runner import BakeOff
 
+    refuse_overwrite(args.out, ("--plan", args.plan))
     plan = _seeds(args.seeds, _plan(args))
     if not args.report:
         try:

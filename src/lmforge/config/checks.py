@@ -57,6 +57,9 @@ def validate_pruned(cfg) -> None:
     """pruned_heads names attentions the architecture has, layers it has, and leaves each a head."""
     if not cfg.pruned_heads:
         return
+    if not isinstance(cfg.pruned_heads, dict):  # pruned_heads=x on the command line reads as a string
+        raise ConfigError(f"pruned_heads must map layers to head lists, e.g. {{\"encoder.0\": [1, 3]}}, got "
+                          f"{cfg.pruned_heads!r:.40}")
     if cfg.share_layers or cfg.kv_heads != cfg.n_heads or cfg.position in PER_HEAD_POSITIONS:
         raise ConfigError("pruned_heads needs separate layers, n_kv_heads = n_heads and no per-head position "
                           f"terms (not {', '.join(PER_HEAD_POSITIONS)}); mask those heads instead")

@@ -22,6 +22,9 @@ from lmforge.tasks.qa import Template, exact_match, features, window_spans
 from lmforge.tokenizer import load_tokenizer
 
 
+READER_HEADS = ("span-qa", "select")  # the answer span and the passage selection
+
+
 def answer_start(context: str, answers: list) -> tuple:
     """(character start, answer text) of the first answer found in `context` (case-insensitive),
     or (None, None)."""
@@ -60,10 +63,16 @@ class ExtractiveReader(Objective):
         self.tokenizer, self.template, self.max_len = tokenizer, Template.of(tokenizer), max_len
 
     @classmethod
-    def from_dir(cls, name: str | os.PathLike, max_len: int = 128) -> "ExtractiveReader":
-        """A trained reader directory (or any encoder: its heads start untrained)."""
+    def from_dir(cls, name: str | os.PathLike, max_len: int = 128, trained: bool = False) -> "ExtractiveReader":
+        """A reader directory; with trained=False (to train one) any encoder, its heads started untrained;
+        with trained=True (to read) only a trained reader: a plain encoder would answer with random heads."""
         path = find_model_dir(name)
-        return cls(load(path), load_tokenizer(path), max_len)
+        model = load(path)
+        missing = [head for head in READER_HEADS if head not in model.heads]
+        if trained and missing:
+            raise ValueError(f"{path}: not a trained reader: it has no {' or '.join(missing)} head (heads: "
+                             f"{', '.join(model.heads) or 'none'}); train one with `lmforge retrieve reader`")
+        return cls(model, load_tokenizer(path), max_len)
 
     def heads(self) -> dict:
         """The span and selection heads, saved with the encoder."""

@@ -11,6 +11,7 @@ and decoding options, tagging's label_all), so
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Optional
 
 import torch
 
+from lmforge.fast.optimize import optimize
 from lmforge.config import atomic_write_text, option
 from lmforge.io import load, model_dir
 from lmforge.io.native import read_json_object
@@ -29,7 +31,7 @@ from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.formats import check_labels, gold_given, source_of
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.config import options_from_dict
+from lmforge.train.config import _check_range, _check_type, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
 
@@ -38,6 +40,12 @@ TASK_FILE = "task.json"
 # head's initialisation, and a preset's random initialisation (load_model)
 HEAD_SEED = 4
 PRESET_SEED = 5
+# every number a fine-tuning run chooses, bounded both ways: name -> (lowest, highest)
+BOUNDS = {"max_len": (1, 65536), "eval_batch_size": (1, 65536), "freeze_layers": (0, 10_000),
+          "patience": (0, 10 ** 6), "doc_stride": (1, 65536), "max_query_len": (1, 65536), "n_best": (1, 1000),
+          "max_answer_len": (1, 65536), "num_beams": (1, 64), "max_new_tokens": (1, 65536),
+          "null_threshold": (-1e6, 1e6)}
+MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 
 
 @dataclass
@@ -73,20 +81,18 @@ class TaskConfig:
     def __post_init__(self) -> None:
         if self.text_to_text == "auto":
             self.text_to_text = None
-        if self.text_to_text not in (None, True, False):
-            raise ValueError(f"text_to_text must be true, false or auto, got {self.text_to_text!r}")
-        for name in ("max_len", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("freeze_layers", "patience"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("n_best", "max_answer_len", "doc_stride", "max_query_len", "num_beams",
-                     "max_new_tokens"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 < self.layer_decay <= 1.0:
-            raise ValueError(f"layer_decay must be in (0, 1], got {self.layer_decay}")
+        for f in dataclasses.fields(self):  # a bool is true or false ("maybe" would read as true)
+            value = getattr(self, f.name)
+            if "bool" in f.type and isinstance(value, str) and value.lower() in ("true", "false"):
+                setattr(self, f.name, value.lower() == "true")
+            optional = f.type.startswith("Optional[") and getattr(self, f.name) is not None
+            kind = f.type[len("Optional["):-1] if optional else f.type  # a value given: of the type
+            _check_type(f.name, kind, getattr(self, f.name))
+        for name, (low, high) in BOUNDS.items():
+            _check_range(name, getattr(self, name), low, high)
+        _check_range("layer_decay", self.layer_decay, 0, 1, open_low=True)
+        if self.prefix is not None and len(self.prefix) > MAX_PREFIX:
+            raise ValueError(f"prefix must be at most {MAX_PREFIX} characters, got {len(self.prefix)}")
 
     @classmethod
     def from_dict(cls, data: dict) -> "TaskConfig":
@@ -122,7 +128,7 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
     if tokenizer is None:
         raise ValueError("a tokenizer is needed next to a model object")
     check_fits(tokenizer, model)  # ids the model lacks would index past its embeddings
-    return model, tokenizer
+    return optimize(model), tokenizer  # the fine-tuning and evaluation jobs run it optimized
 
 
 def _checked_info(file: Path, info: dict) -> dict:

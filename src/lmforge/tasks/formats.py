@@ -3,7 +3,8 @@ the built-in corpus's tasks, read into the canonical records of tasks/base.py (e
 line in the file).
 
 Every problem is an error naming the file and the line: bytes that are not UTF-8, empty
-lines or records, missing columns, rows of the wrong width, non-numeric regression labels,
+lines or records, missing columns, rows of the wrong width, a CSV field over csv's limit (128 KiB),
+a JSON list or object where text belongs, regression labels that are not finite numbers,
 and (check_labels) validation labels that the training split never showed. A file that is
 not of the task's kind (SQuAD JSON given to tagging, records without the task's fields) is
 refused naming the fields it lacks, never read as garbage.
@@ -90,7 +91,7 @@ def _jsonl_rows(path, text: str) -> list:
 def _delimited_rows(path, text: str, delimiter: str) -> list:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     header, rows, end = None, [], 0
-    for values in reader:
+    for values in _records(path, reader):
         n, end = end + 1, reader.line_num  # a quoted field may span lines: a record starts after the last
         if not values or not any(v.strip() for v in values):
             raise ValueError(f"{path}:{n}: empty {'line' if not values else 'record'}")
@@ -103,6 +104,20 @@ def _delimited_rows(path, text: str, delimiter: str) -> list:
     if not rows:
         raise ValueError(f"{path}: no records below the header")
     return rows
+
+
+def _records(path, reader):
+    """The reader's records; csv's own errors (a field over its 128 KiB limit, a NUL byte, an
+    unclosed quote) as one line naming the file and the line."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            what = (f"a field longer than csv's limit of {csv.field_size_limit()} characters (128 KiB); use .jsonl "
+                    f"for long texts" if "field limit" in str(err) else str(err))
+            raise ValueError(f"{path}:{reader.line_num}: {what}") from None
 
 
 def _field(path, n: int, row: dict, field: str, column: str, optional: bool = False):
@@ -122,9 +137,12 @@ def _field(path, n: int, row: dict, field: str, column: str, optional: bool = Fa
 def _label(path, n: int, kind: str, value, choices=None):
     if kind == "regression":
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{path}:{n}: regression label {value!r} is not a number") from None
+        if not math.isfinite(number):  # a NaN or infinite target makes every loss after it NaN
+            raise ValueError(f"{path}:{n}: regression label {value!r} is not a finite number")
+        return number
     if kind == "choice":
         try:
             index = int(value)
@@ -136,6 +154,15 @@ def _label(path, n: int, kind: str, value, choices=None):
     if isinstance(value, (list, dict)):
         raise ValueError(f"{path}:{n}: label {json.dumps(value)[:40]} is not a string, number or boolean")
     return str(value).strip() if isinstance(value, str) else json.dumps(value)
+
+
+def _text(path, n: int, field: str, column: str, value) -> str:
+    """A text field's value as text; a JSON list or object there is an error (str() would turn it
+    into Python's spelling of it, silently)."""
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{path}:{n}: {field} (column {column!r}) must be text, got a JSON "
+                         f"{'list' if isinstance(value, list) else 'object'} {json.dumps(value)[:40]}")
+    return str(value)
 
 
 def _spelling_check(path, n: int, raw, label: str, seen: dict) -> None:
@@ -159,7 +186,7 @@ def _choices(path, n: int, row: dict, column: str) -> list:
     if not isinstance(value, list) or not value:
         raise ValueError(f"{path}:{n}: choices (column {column!r}) must be a non-empty list; in CSV/TSV "
                          f"name the columns: --columns choices=ending0+ending1+...")
-    return [str(c) for c in value]
+    return [_text(path, n, "choices", column, c) for c in value]
 
 
 def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
@@ -190,7 +217,7 @@ def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
                     _spelling_check(path, n, value, label, seen)
                 value = label
             elif value is not None:
-                value = str(value)
+                value = _text(path, n, field, column, value)
             record[field] = value
         records.append(record)
     return records

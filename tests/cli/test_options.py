@@ -41,7 +41,7 @@ def test_the_listing_holds_every_field_with_its_default_and_help(kind, capsys):
 
 
 def test_the_pretraining_recipe_options_are_listed():
-    listed = {name for name, _, _ in RECIPE[1]}
+    listed = {name for name, _, _ in rows(RECIPE[1])}
     assert set(getattr(pretrain, "RECIPE_KEYS", ())) <= listed  # cli/pretrain.py's own key=value options
 
 
@@ -61,3 +61,13 @@ def test_lmforge_options_through_the_command(capsys):
         main(["options", "nonsense"])
     assert stop.value.code == 2
     assert options_text() != options_text("model")
+
+
+def test_every_bounded_option_is_listed_with_its_bounds():
+    text = options_text("pretrain")
+    lines = {line.split()[0].split("=")[0]: line for line in text.splitlines() if line.startswith("  ")}
+    assert lines["steps"].endswith("[1, 10000000]") and lines["lr"].endswith("(0, 10]")
+    assert lines["keep_last"].endswith("[1, 1000]") and lines["max_len"].endswith("[2, 1048576]")
+    for f in dataclasses.fields(TrainConfig):
+        if f.metadata.get("high") is not None:
+            assert lines[f.name].endswith(f"{f.metadata['high']}]"), f.name

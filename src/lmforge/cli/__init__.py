@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
-from lmforge.cli.common import UsageError
+from lmforge.cli.common import UsageError, overrides_last
 from lmforge.config import ConfigError
 from lmforge.io import CheckpointError
 
@@ -18,6 +18,10 @@ JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_pr
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (argparse's own print the usage block first)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, with a sub-command's key=value overrides taken wherever they stand among its flags."""
+        return super().parse_known_args(overrides_last(self, args), namespace)
 
     def error(self, message: str):
         """Exit with status 2 after one line naming the command, the error and where help is."""

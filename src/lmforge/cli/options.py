@@ -1,4 +1,4 @@
-"""`lmforge options [pretrain|finetune|model]`: every key=value option, its default and a line of help.
+"""`lmforge options [pretrain|finetune|model]`: every key=value option, its default, help and bounds.
 
 The options are the fields of TrainConfig (training), TaskConfig (fine-tuning) and ModelConfig (a
 preset's architecture), each declared with its help (lmforge.config.option), and the pretraining
@@ -11,16 +11,14 @@ import dataclasses
 import json
 
 from lmforge.config import ModelConfig
+from lmforge.cli.pretrain import RecipeOptions
+from lmforge.config.options import help_rows
 from lmforge.tasks.finetune import TaskConfig
 from lmforge.train.config import TrainConfig
 
 TRAINING = ("training options (TrainConfig)", TrainConfig)
 FINETUNING = ("fine-tuning options (TaskConfig)", TaskConfig)
-# the pretraining recipe's own key=value options (cli/pretrain.py RECIPE_KEYS): (name, default, help)
-RECIPE = ("pretraining recipe options", (
-    ("add_tokens", None, "with --model: a file of domain words, one a line, added to the vocabulary"),
-    ("max_len", None, "tokens per example; null: min(max_seq_len, 128) (also --max-len)"),
-))
+RECIPE = ("pretraining recipe options", RecipeOptions)  # cli/pretrain.py's own key=value options
 # which options each kind of command takes, in the order they are listed
 SECTIONS = {
     "pretrain": (TRAINING, RECIPE, ("model config fields (ModelConfig), for --preset", ModelConfig)),
@@ -42,9 +40,9 @@ def show(value) -> str:
 
 
 def rows(options) -> list:
-    """(name, default, help) of each field of an options dataclass (or the rows themselves)."""
+    """(name, default, help with its bounds) of each field of an options dataclass (or the rows)."""
     if dataclasses.is_dataclass(options):
-        return [(f.name, f.default, f.metadata.get("help", "")) for f in dataclasses.fields(options)]
+        return help_rows(options)
     return list(options)
 
 

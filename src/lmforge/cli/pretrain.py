@@ -2,14 +2,39 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from lmforge import objectives
-from lmforge.cli.common import UsageError, parse_overrides, read_config_file, split_overrides
+from lmforge.cli.common import (
+    TRAINING_OUTPUTS,
+    UsageError,
+    parse_overrides,
+    read_config_file,
+    refuse_overwrite,
+    split_overrides,
+)
+from lmforge.config.options import check_options, from_dict, option
 from lmforge.io import load as load_model
 
-# key=value options of the recipe itself (neither training options nor model config fields)
-RECIPE_KEYS = ("add_tokens", "max_len")
+
+@dataclass
+class RecipeOptions:
+    """The pretraining recipe's own key=value options (neither training options nor model config fields)."""
+
+    add_tokens: Optional[str] = option(None, "with --model: a file of domain words, one a line, added to the "
+                                             "vocabulary")
+    # the model's max_seq_len bounds it too, checked once the model is known (train/pretrain.py _max_len)
+    max_len: Optional[int] = option(None, "tokens per example, at most the model's max_seq_len; null: "
+                                          "min(max_seq_len, 128) (also --max-len)", low=2, high=1 << 20)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+RECIPE_KEYS = tuple(f.name for f in dataclasses.fields(RecipeOptions))
 SOURCES = "give one of --preset NAME, --model DIR (continue pretraining a checkpoint) or --teacher DIR " \
           "(with --objective distillation: the student is every other teacher layer)"
 
@@ -20,9 +45,22 @@ def recipe_options(args, model: dict) -> dict:
     for key in RECIPE_KEYS:
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
-    if options.get("add_tokens") is not None and args.model is None:
+    options = dataclasses.asdict(from_dict(RecipeOptions, options, "pretraining recipe"))
+    if options["add_tokens"] is not None and args.model is None:
         raise UsageError("add_tokens grows a checkpoint's vocabulary: give the checkpoint with --model DIR")
     return options
+
+
+def vocabulary(model: dict, tokenizer, source) -> dict:
+    """pretrain()'s vocab_size: a `vocab_size=` override sizes the tokenizer trained here; with a
+    tokenizer given, the model's embeddings follow it, so another vocab_size is refused."""
+    asked = model.get("vocab_size")
+    if asked is None:
+        return {}
+    if tokenizer is not None and asked != tokenizer.vocab_size:
+        raise UsageError(f"vocab_size={asked} conflicts with the tokenizer {source} ({tokenizer.vocab_size} "
+                         f"ids): the embeddings follow the tokenizer; drop vocab_size=")
+    return {"vocab_size": asked}
 
 
 def cmd_pretrain(args) -> None:
@@ -31,20 +69,25 @@ def cmd_pretrain(args) -> None:
     from lmforge.train import TrainConfig
     from lmforge.train.pretrain import pretrain
 
+    refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model), ("--teacher", args.teacher),
+                     ("--tokenizer", args.tokenizer), ("--add-tokens", args.add_tokens),
+                     ("--config", args.config),
+                     writes=(*TRAINING_OUTPUTS, "tokenizer", "probes.json"))
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
     train = TrainConfig.from_dict({"seed": args.seed, **({"steps": args.steps} if args.steps is not None else {}), **train})
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
         raise UsageError(SOURCES)
     options = recipe_options(args, model)
-    if args.model is not None and model:
+    if (args.model is not None or args.teacher is not None) and model:
+        given = "--model DIR is pretrained further" if args.model else "the student is the teacher's"
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to --preset only; "
-                         f"--model DIR is pretrained further as it is)")
+                         f"{given} as it is)")
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None
     pretrain(args.preset, args.objective, args.out, train, files=args.data, tokenizer=tokenizer,
              overrides=model, resume=args.resume, duplication=args.duplication, teacher=teacher,
-             model=args.model, **options)
+             model=args.model, **options, **vocabulary(model, tokenizer, source))
     print(f"wrote {Path(args.out) / 'final'}")
 
 

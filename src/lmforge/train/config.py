@@ -6,67 +6,66 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from lmforge.config import option
+from lmforge.config.options import (
+    OptionsError,
+    base_type,
+    check_options,
+    check_range,
+    check_value,
+    coerce,
+    from_dict,
+    option,
+)
 from lmforge.train.optim import SCHEDULES
 
 PRECISIONS = ("fp32", "bf16")
 PARALLEL = ("none", "ddp", "fsdp")
 DEFAULT_STEPS = 1000
+MAX_STEPS = 10_000_000  # every count of steps (steps, warmup, the *_every) is bounded by it
+MAX_SEED = 2 ** 63 - 1
 
 
 @dataclass
 class TrainConfig:
     """How to train: batch, optimiser, schedule, precision, evaluation, checkpoints, logging."""
 
-    steps: int = option(DEFAULT_STEPS, "optimiser steps (--steps); not with epochs")
+    steps: int = option(DEFAULT_STEPS, "optimiser steps (--steps); not with epochs", low=1, high=MAX_STEPS)
     # epochs become steps where the training set's size is known (Trainer): ceil(epochs x examples /
     # examples per step), so a run's trainer.json records the steps it took, not the epochs
-    epochs: Optional[float] = option(None, "passes over the training set, instead of steps (e.g. 3 or 0.5)")
-    batch_size: int = option(32, "examples per micro-batch per process")
+    epochs: Optional[float] = option(None, "passes over the training set, instead of steps (e.g. 3 or 0.5)",
+                                     low=0, high=10_000, open_low=True)
+    batch_size: int = option(32, "examples per micro-batch per process", low=1, high=65536)
     accumulation: int = option(1, "micro-batches per optimiser step (global batch = batch_size x "
-                                  "accumulation x processes)")
-    lr: float = option(1e-4, "peak learning rate (AdamW)")
-    weight_decay: float = option(0.01, "AdamW's decoupled weight decay (not on biases and norms)")
+                                  "accumulation x processes)", low=1, high=4096)
+    lr: float = option(1e-4, "peak learning rate (AdamW)", low=0, high=10, open_low=True)
+    weight_decay: float = option(0.01, "AdamW's decoupled weight decay (not on biases and norms)",
+                                 low=0, high=10)
     betas: tuple = option((0.9, 0.999), "AdamW's (beta1, beta2), each in [0, 1)")
-    eps: float = option(1e-6, "AdamW's epsilon")
-    warmup: int = option(100, "steps of linear warm-up from 0 to lr")
-    schedule: str = option("linear", f"decay after warm-up: {' | '.join(SCHEDULES)}")
-    min_lr_ratio: float = option(0.0, "the decay ends at lr x this, in [0, 1]")
-    clip: Optional[float] = option(1.0, "global gradient-norm clipping; null (or 0): off")
-    precision: str = option("fp32", "fp32, or bf16: autocast on CPU and GPU (weights, optimiser stay fp32)")
+    eps: float = option(1e-6, "AdamW's epsilon", low=0, high=1, open_low=True)
+    warmup: int = option(100, "steps of linear warm-up from 0 to lr", low=0, high=MAX_STEPS)
+    schedule: str = option("linear", f"decay after warm-up: {' | '.join(SCHEDULES)}", choices=SCHEDULES)
+    min_lr_ratio: float = option(0.0, "the decay ends at lr x this", low=0, high=1)
+    clip: Optional[float] = option(1.0, "global gradient-norm clipping; null (or 0): off", low=0, high=1_000_000)
+    precision: str = option("fp32", "fp32, or bf16: autocast on CPU and GPU (weights, optimiser stay fp32)",
+                            choices=PRECISIONS)
     compile: bool = option(False, "torch.compile the objective (model + heads): same results, slow start")
-    seed: int = option(0, "seed of everything the run draws (initial weights, data order, masking, dropout)")
-    eval_every: int = option(0, "steps between evaluations; 0: none during training")
-    eval_batches: int = option(8, "batches of held-out data per evaluation")
-    log_every: int = option(10, "steps between lines of metrics.jsonl")
-    save_every: int = option(0, "steps between checkpoints; 0: only the final one")
-    keep_last: int = option(2, "checkpoints kept on disk")
-    parallel: str = option("none", "none | ddp | fsdp (under torchrun)")
+    seed: int = option(0, "seed of everything the run draws (initial weights, data order, masking, dropout)",
+                       low=0, high=MAX_SEED)
+    eval_every: int = option(0, "steps between evaluations; 0: none during training", low=0, high=MAX_STEPS)
+    eval_batches: int = option(8, "batches of held-out data per evaluation", low=1, high=100_000)
+    log_every: int = option(10, "steps between lines of metrics.jsonl", low=1, high=MAX_STEPS)
+    save_every: int = option(0, "steps between checkpoints; 0: only the final one", low=0, high=MAX_STEPS)
+    keep_last: int = option(2, "checkpoints kept on disk", low=1, high=1000)
+    parallel: str = option("none", "none | ddp | fsdp (under torchrun)", choices=PARALLEL)
     device: str = option("auto", "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps")
     progress: bool = option(True, "show a progress bar")
 
     def __post_init__(self) -> None:
-        for name, kind in ((f.name, f.type) for f in dataclasses.fields(self)):
-            _check_type(name, kind, getattr(self, name))
-        self.betas = _betas(self.betas)
-        if self.epochs is not None:
-            _check_range("epochs", self.epochs, 0, None, open_low=True)
-            if self.steps != DEFAULT_STEPS:
-                raise ValueError(f"give steps ({self.steps}) or epochs ({self.epochs}), not both")
-        for name in ("steps", "batch_size", "accumulation", "log_every", "keep_last", "eval_batches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup", "eval_every", "save_every", "seed"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("lr", "eps"):
-            _check_range(name, getattr(self, name), 0, None, open_low=True)
-        for name in ("weight_decay", "clip"):
-            _check_range(name, getattr(self, name), 0, None)
-        _check_range("min_lr_ratio", self.min_lr_ratio, 0, 1)
-        for name, choices in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("parallel", PARALLEL)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {', '.join(choices)}")
+        if isinstance(self.betas, (str, list, tuple)):  # "0.9,0.98" or [0.9, 0.98]: checked as a pair
+            self.betas = _betas(self.betas)
+        check_options(self)  # types (a bool is not a number, "false" is not a bool), bounds, choices
+        if self.epochs is not None and self.steps != DEFAULT_STEPS:
+            raise OptionsError(f"give steps ({self.steps}) or epochs ({self.epochs}), not both", "epochs")
         check_device(self.device)
 
     def to_dict(self) -> dict:
@@ -76,8 +75,9 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
         """Build from a dict; an unknown key is an error naming it, and so are both steps and epochs."""
-        if data.get("steps") is not None and data.get("epochs") is not None:
-            raise ValueError(f"give --steps ({data['steps']}) or epochs= ({data['epochs']}), not both")
+        if isinstance(data, dict) and data.get("steps") is not None and data.get("epochs") is not None:
+            raise OptionsError(f"give --steps ({data['steps']}) or epochs= ({data['epochs']}), not both",
+                               "epochs")
         return options_from_dict(cls, data, "training")
 
     def for_data(self, examples: int, world: int = 1) -> tuple:
@@ -87,6 +87,9 @@ class TrainConfig:
             return self, None
         per_step = self.batch_size * self.accumulation * world
         steps = max(1, math.ceil(self.epochs * examples / per_step))
+        if steps > MAX_STEPS:
+            raise OptionsError(f"epochs={self.epochs:g} over {examples} examples is {steps} steps, more than "
+                               f"{MAX_STEPS}", "epochs")
         line = (f"epochs={self.epochs:g}: {steps} steps ({examples} examples, {per_step} per step = "
                 f"batch_size {self.batch_size} x accumulation {self.accumulation} x {world} process(es))")
         return dataclasses.replace(self, steps=steps, epochs=None), line
@@ -117,61 +120,35 @@ def resumed_config(cfg: TrainConfig, run: dict) -> tuple:
 
 
 def options_from_dict(cls, data: dict, what: str):
-    """The options dataclass `cls` from a dict (numbers as their fields' types); an unknown key is an
-    error naming it and the known ones."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} option(s) {unknown}; known: {', '.join(sorted(known))}")
-    return cls(**{k: _typed(cls, k, v) for k, v in data.items()})
-
-
-def _typed(cls, name: str, value):
-    """A value of a numeric field as its type (3.0 -> 3 for ints); an error naming the field if it is not one."""
-    kind = {f.name: f.type for f in dataclasses.fields(cls)}[name]
-    want = int if kind in ("int", "Optional[int]") else float if kind in ("float", "Optional[float]") else None
-    if want is None or value is None or isinstance(value, bool):
-        return value
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if want is int and (not math.isfinite(number) or number != int(number)):
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
-    return int(number) if want is int else number
+    """The options dataclass `cls` from a dict; an unknown key is an OptionsError naming it and the known
+    ones. A number field may be given as a numeric string (YAML 1.1 reads 1e-4 as one); a bool is not."""
+    if isinstance(data, dict):
+        kinds = {f.name: base_type(f.type)[0] for f in dataclasses.fields(cls)}
+        data = {k: coerce(cls, k, v) if kinds.get(k) in ("int", "float") and isinstance(v, str) else v
+                for k, v in data.items()}
+    return from_dict(cls, data, what)
 
 
 def _check_type(name: str, kind: str, value) -> None:
     """A field's value is of its declared type (a bool is not a number; None only where Optional)."""
-    if value is None and kind.startswith("Optional"):
-        return
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = {"int": isinstance(value, int) and not isinstance(value, bool), "float": number,
-          "Optional[int]": isinstance(value, int) and not isinstance(value, bool), "Optional[float]": number,
-          "bool": isinstance(value, bool), "str": isinstance(value, str)}.get(kind, True)
-    if not ok:
-        raise ValueError(f"{name} must be {'a number' if 'int' in kind or 'float' in kind else 'a ' + kind}, "
-                         f"got {value!r}")
+    check_value(name, kind, {}, value)
 
 
 def _check_range(name: str, value, low, high, open_low: bool = False) -> None:
     """A finite number within [low, high] ((low, high] when open_low; None: no bound); None passes."""
-    if value is None:
-        return
-    below = low is not None and (value <= low if open_low else value < low)
-    if not math.isfinite(value) or below or (high is not None and value > high):
-        bounds = f"{'>' if open_low else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-        raise ValueError(f"{name} must be a finite number {bounds}, got {value!r}")
+    check_range(name, value, low, high, open_low)
 
 
 def _betas(value) -> tuple:
     """AdamW's (beta1, beta2), each in [0, 1): from a pair of numbers or a "0.9,0.98" string."""
-    try:
-        betas = tuple(float(b) for b in (value.strip("()[] ").split(",") if isinstance(value, str) else value))
+    parts = value.strip("()[] ").split(",") if isinstance(value, str) else value
+    try:  # a bool is not a number (float(True) would pass as 1.0)
+        betas = () if any(isinstance(b, bool) for b in parts) else tuple(float(b) for b in parts)
     except (TypeError, ValueError):
         betas = ()
     if len(betas) != 2 or not all(0 <= b < 1 for b in betas):  # NaN fails the comparison too
-        raise ValueError(f"betas must be two numbers in [0, 1), e.g. betas=[0.9,0.999], got {value!r}")
+        raise OptionsError(f"betas must be two numbers in [0, 1), e.g. betas=[0.9,0.999], got {value!r:.60}",
+                           "betas")
     return betas
 
 
@@ -184,11 +161,14 @@ def check_device(name: str) -> None:
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device={name!r} is not a device: use auto, cpu, cuda, cuda:N or mps") from None
+        raise OptionsError(f"device={name!r:.60} is not a device: use auto, cpu, cuda, cuda:N or mps",
+                           "device") from None
     if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
         have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA"
-        raise ValueError(f"device={name!r} but this machine has {have}; use device=auto or device=cpu")
+        raise OptionsError(f"device={name!r:.60} but this machine has {have}; use device=auto or device=cpu",
+                           "device")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device={name!r} but MPS is not available; use device=auto or device=cpu")
+        raise OptionsError(f"device={name!r:.60} but MPS is not available; use device=auto or device=cpu",
+                           "device")
     if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device={name!r}: training runs on cpu, cuda or mps")
+        raise OptionsError(f"device={name!r:.60}: training runs on cpu, cuda or mps", "device")

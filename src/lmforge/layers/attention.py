@@ -51,7 +51,7 @@ def attend(q, k, v, bias=None, dropout_p: float = 0.0, scale: float = 1.0, retur
 
 def split_heads(fused: torch.Tensor, n_heads: int, n_kv: int, dh: int) -> tuple:
     """A fused projection (B, T, (H + 2 Hkv) dh) -> q (B, H, T, dh), k and v (B, Hkv, T, dh), as views.
-    One view, transpose and tensor_split rather than three of each: 6 vs 22 us a layer (bench/FINDINGS.md)."""
+    One view of the fused output, split once: no copy of q, k or v."""
     B, T, _ = fused.shape
     heads = fused.view(B, T, n_heads + 2 * n_kv, dh).transpose(1, 2)
     return heads.tensor_split([n_heads, n_heads + n_kv], dim=1)
@@ -90,7 +90,7 @@ class KVCache:
         if buffers is None or past is None or not _views_of(past[0], buffers[0], k) or end > buffers[0].shape[2]:
             buffers = tuple(_grown(old, new, end) for old, new in zip(past or (None, None), (k, v)))
             self._buffers[layer] = buffers
-        else:  # narrow rather than indexing with slices: a few us less per call, which decoding steps see
+        else:  # write the new positions into the grown buffers in place
             buffers[0].narrow(2, n, end - n).copy_(k)
             buffers[1].narrow(2, n, end - n).copy_(v)
         self.self_kv[layer] = (buffers[0].narrow(2, 0, end), buffers[1].narrow(2, 0, end))
@@ -174,7 +174,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False, n_heads=None) -> None:
         super().__init__()
         self.n_heads, self.n_kv, self.dh = cfg.n_heads, cfg.kv_heads, cfg.head_dim
-        if n_heads is not None and n_heads != cfg.n_heads:  # heads pruned physically (analysis/pruning.py):
+        if n_heads is not None and n_heads != cfg.n_heads:  # heads pruned physically (compress/head_pruning.py):
             # MHA only (config checks), so the key/value heads go with their query heads
             self.n_heads = self.n_kv = n_heads
         self.pattern, self.cross = pattern, cross

@@ -42,7 +42,7 @@ class Block(nn.Module):
         return norm(self._add(x, h)), extra
 
     def _add(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """The residual sum x + dropout(h) (fast.accelerate's block adds in place in inference)."""
+        """The residual sum x + dropout(h)."""
         return x + self.dropout(h)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext, layer: int, mask_key=None,

@@ -35,7 +35,7 @@ test-all: $(VENV)/.dev-installed
 
 # side-by-side benchmarks against the reference library; rewrites bench/RESULTS.md (long: see bench/run.py)
 bench: $(VENV)/.dev-installed
-	$(PY) bench/run.py
+	$(PY) -m bench.run
 
 # the documentation as a static site in site/ (mkdocs-material; every link checked)
 docs: $(VENV)/.dev-installed

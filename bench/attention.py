@@ -13,7 +13,7 @@ import sys
 import torch
 
 import lmforge
-from common import peak_during, side_by_side
+from bench.common import peak_during, side_by_side
 from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths
 
@@ -66,7 +66,7 @@ def scaling_sweep(repeats: int, quick: bool) -> list:
             if T > (4096 if quick else longest):
                 continue
             reps = max(1, repeats if T <= 4096 else min(repeats, 3))
-            code = ("import json, sys; sys.path.insert(0, 'bench'); import attention; "
+            code = ("import json; from bench import attention; "
                     f"print(json.dumps(attention.measure({variant!r}, {T}, {reps})))")
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy(),
                                  cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -4,12 +4,12 @@ from __future__ import annotations
 import re
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 import lmforge
+from lmforge.utils.timing import rounds_of
 
 # BERT sizes (Turc et al. 2019, "Well-Read Students Learn Better", table 1 for mini/small)
 BERT_SIZES = {"bert-mini": (4, 256, 4), "bert-small": (4, 512, 8), "bert-base": (12, 768, 12)}
@@ -45,18 +45,10 @@ def peak_during(fn, runs: int = 2) -> float:
 
 
 def side_by_side(fns: dict, repeats: int, warmup: int = 1) -> dict:
-    """Seconds of each fn over `repeats` rounds, alternating the order within a round so that
-    drift (other load, heat) falls on both alike: name -> {"median", "runs"}."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    runs = {name: [] for name in fns}
-    names = list(fns)
-    for r in range(repeats):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            start = time.perf_counter()
-            fns[name]()
-            runs[name].append(time.perf_counter() - start)
+    """Seconds of each fn over `repeats` rounds, the order reversed every other round so that drift
+    (other load, heat) falls on both alike (lmforge.utils.timing.rounds_of, autograd left as it is:
+    training steps are timed too): name -> {"median", "runs"}."""
+    runs = rounds_of(fns, repeats, warmup=warmup, zigzag=True)
     return {name: {"median": statistics.median(t), "runs": t} for name, t in runs.items()}
 
 

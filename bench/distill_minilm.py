@@ -7,7 +7,7 @@ Targets (issue 21): the student keeps >= 97 % of the teacher's test accuracy and
 faster (forward at batch 16 on test definitions, and at 16 x 128 random ids; the two models
 timed side by side in one process, median of alternating rounds).
 
-    python bench/distill_minilm.py [--out /tmp/distill_minilm] [--per-label 600 --steps 240]
+    python -m bench.distill_minilm [--out /tmp/distill_minilm] [--per-label 600 --steps 240]
 
 The teacher is fine-tuned as bench/heads_minilm.py does (same records, steps, seed) and cached
 in OUT/teacher (or given with --teacher DIR). Writes bench/results/distill_minilm.json.
@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from heads_minilm import fine_tune  # the same teacher recipe
-from prune_speed import timed
-
 import lmforge
-from lmforge.compress.distill import DistillConfig, run_distill
+from bench.heads_minilm import fine_tune  # the same teacher recipe
+from bench.prune_speed import timed
+from lmforge.compress.task_distillation import DistillConfig, run_distill
 from lmforge.data.dictionary import pos_task
 from lmforge.train import TrainConfig
 

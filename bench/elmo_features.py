@@ -26,9 +26,9 @@ then ELMo trains for the steps that fit, so the learning-rate schedule ends wher
 deadline stops it early should it still run late (the JSON records the steps reached), and a feature
 set still unscored when the time is up is marked skipped. The JSON is written after every stage.
 
-    flock /tmp/lmforge-cpu.lock .venv/bin/python bench/elmo_features.py --elmo tiny --lm-sentences 20000 \
+    flock /tmp/lmforge-cpu.lock .venv/bin/python -m bench.elmo_features --elmo tiny --lm-sentences 20000 \
         --batch-size 32 --steps 400 --max-minutes 30       # a CPU
-    PYTHONPATH=src python bench/elmo_features.py --device cuda --out $OUT     # a GPU: the defaults
+    PYTHONPATH=src python -m bench.elmo_features --device cuda --out $OUT     # a GPU: the defaults
 
 Writes elmo_features.json under --out and prints a summary.
 """

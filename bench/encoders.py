@@ -5,7 +5,7 @@ import random
 
 import torch
 
-from common import batch, bert_config, encoder_flops, pair, ratio, side_by_side
+from bench.common import batch, bert_config, encoder_flops, pair, ratio, side_by_side
 from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths
 
@@ -65,10 +65,10 @@ def _sentences(n: int, seed: int = 0) -> list:
 
 
 def sentence_embeddings(repeats: int, quick: bool) -> list:
-    """Sentences/s of lmforge.apps.embed and sentence-transformers on all-MiniLM-L6-v2 (tokenising included)."""
+    """Sentences/s of lmforge.pipelines.embed and sentence-transformers on all-MiniLM-L6-v2 (tokenising included)."""
     from sentence_transformers import SentenceTransformer
 
-    from lmforge.apps.embed import SentenceEncoder
+    from lmforge.pipelines.embed import SentenceEncoder
     from lmforge.io import find_model_dir
 
     path = find_model_dir("all-MiniLM-L6-v2")

@@ -1,10 +1,10 @@
-"""The rational erf behind the fused int8 FFN's GELU (fast/csrc/rowquant.c): erf(u) ~ u P(u^2) / Q(u^2)
+"""The rational erf behind the fused int8 FFN's GELU (quant/csrc/rowquant.c): erf(u) ~ u P(u^2) / Q(u^2)
 on [0, 3.92] (erf rounds to 1 in fp32 beyond), P and Q of degree 5, Q(0) = 1.
 
 Linearised least squares (u P(s) - erf(u) Q(s) = 0 at 20,001 points), the weights then moved towards
 the points of largest error and 1 / Q (Lawson's and Loeb's iterations); the best of 60 rounds is kept.
 Prints the coefficients and the largest error in float64 and evaluated in fp32 (Horner's rule), over
-[0, 6]: `python bench/erf_fit.py`.
+[0, 6]: `python -m bench.erf_fit`.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ evaluation excluded), examples per second. At 150 steps the task is bimodal in b
 (a run finds the rule or not), so the default is 300 steps over five seeds (bench/FINDINGS.md).
 
 Needs the dev extras and `accelerate` (the reference Trainer's dependency):
-    pip install -e '.[dev,bench]'; python bench/finetune_minilm.py [--steps 300 --seeds 0 1 2 3 4]
+    pip install -e '.[dev,bench]'; python -m bench.finetune_minilm [--steps 300 --seeds 0 1 2 3 4]
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from common import pair, ratio, side_by_side
+from bench.common import pair, ratio, side_by_side
 
 
 def _fast_paths(model, batch: int) -> dict:

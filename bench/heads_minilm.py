@@ -10,7 +10,7 @@ all-MiniLM-L6-v2 fine-tuned to tell a GCIDE headword's part of speech from its d
 - the physically pruned model at 50 % of the heads runs >= 1.15x faster at batch 16 (same
   process, same batches, median of repeats) and reloads with identical outputs.
 
-    python bench/heads_minilm.py [--out bench/results/heads] [--per-label 1500 --steps 240]
+    python -m bench.heads_minilm [--out bench/results/heads] [--per-label 1500 --steps 240]
         [--random-orders 5 --held-out-per-label 500] [--finetuned DIR: reuse an earlier run's model]
 
 Writes heads_minilm.json and heads_minilm.png under --out and prints a summary.
@@ -27,7 +27,7 @@ import torch
 
 import lmforge
 from lmforge.analysis.head_report import forward_seconds, plot_curves
-from lmforge.analysis.heads import (
+from lmforge.compress.head_importance import (
     against_band,
     curve_band,
     gates_at,
@@ -36,7 +36,7 @@ from lmforge.analysis.heads import (
     pruning_curve,
     random_curves,
 )
-from lmforge.analysis.pruning import head_counts, prune_heads
+from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.data.dictionary import pos_task
 from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, finetune, save_model
 from lmforge.train import TrainConfig

@@ -8,7 +8,7 @@ Its budget was 10 epochs of SQuAD / MNLI; here the budget is small (--steps at b
 about 2 epochs of --per-label x 4 x 0.8 definitions), which favours neither method on paper
 but leaves the scores little time to learn: the ordering found is reported as it comes out.
 
-    python bench/movement_vs_magnitude.py [--out /tmp/movement] [--steps 80 --per-label 400]
+    python -m bench.movement_vs_magnitude [--out /tmp/movement] [--steps 80 --per-label 400]
                                           [--prune-start 0.1 --prune-end 0.7] [--task pos|field]
                                           [--methods magnitude movement soft-movement]
 

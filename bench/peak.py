@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from common import side_by_side
+from bench.common import side_by_side
 
 
 def matmul_peak(repeats: int, quick: bool) -> list:

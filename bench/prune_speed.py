@@ -3,7 +3,7 @@
 Rounds alternate between the models (A B C A B C ...) on the same batch, so load from other
 processes hits every model alike; the ratio of medians is reported.
 
-    python bench/prune_speed.py SOURCE_DIR PRUNED_DIR [PRUNED_DIR ...] [--batch 16 --length 128]
+    python -m bench.prune_speed SOURCE_DIR PRUNED_DIR [PRUNED_DIR ...] [--batch 16 --length 128]
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ bench/movement_vs_magnitude.py --task field): test accuracy by method, share kep
 where soft movement put the weights it kept; soft movement's runs at other lambdas
 (soft_movement_lambda*.json) are listed apart.
 
-    python bench/pruning_summary.py
+    python -m bench.pruning_summary
     # -> bench/results/pruning_field_summary.json, bench/plots/pruning_field_summary.png
 
 Only runs with the same budget as the first are gathered (steps, lr, schedule): a run of another

@@ -14,7 +14,7 @@
 Rounds alternate between the models (A B A B ...) on the same input, so load from other processes
 hits both alike; ratios of medians are reported. Run it under the CPU lock:
 
-    flock /tmp/lmforge-cpu.lock python bench/quantize_speed.py --out bench/results/quantize.json
+    flock /tmp/lmforge-cpu.lock python -m bench.quantize_speed --out bench/results/quantize.json
 """
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ import torch
 
 import lmforge
 from lmforge.compress.quantize import quantize
-from lmforge.fast.int8 import CHOICES, ROW_BUCKETS, choices, int8_linears
-from lmforge.fast.int8_ffn import routes
-from lmforge.fast.timing import alternating
 from lmforge.heads import attach
 from lmforge.io import find_model_dir
 from lmforge.objectives.clm import CausalLM
+from lmforge.quant.int8 import CHOICES, ROW_BUCKETS, choices, int8_linears
+from lmforge.quant.int8_ffn import routes
+from lmforge.utils.timing import alternating
 
 SENTENCES = ["A man is playing a guitar on the street.", "The new movie is awesome.",
              "A cat sits on the mat and looks out of the window.", "Stock markets fell sharply on Monday.",
@@ -135,7 +135,7 @@ def decoding(new_tokens: int, rounds: int, where=None, heldout=None) -> dict:
 
 
 def force_kernel(model, kernel: str) -> dict:
-    """Make every Int8Linear of `model` run `kernel` at any row count (fast/int8.CHOICES, per shape);
+    """Make every Int8Linear of `model` run `kernel` at any row count (quant/int8.CHOICES, per shape);
     returns the choices it replaced, for restore_choices."""
     saved = dict(CHOICES)
     for _, m in int8_linears(model):

@@ -10,8 +10,8 @@ those of the questions' World). The generator's own byte-level BPE vocabulary (r
 <s> </s> frame BART's examples and RAG's "<s> passage </s> question </s>" inputs) is trained on the
 questions' passages, the training questions and answers, and that other World's passages.
 
-    .venv/bin/python bench/rag_generator.py --data runs/qa-builtin --out runs/rag-generator [--steps 1500]
-    .venv/bin/python bench/retrieval_qa.py run --data runs/qa-builtin --stages rag \
+    .venv/bin/python -m bench.rag_generator --data runs/qa-builtin --out runs/rag-generator [--steps 1500]
+    .venv/bin/python -m bench.retrieval_qa run --data runs/qa-builtin --stages rag \
         --retriever <all-MiniLM-L6-v2's directory> --generator runs/rag-generator/final --rag-k 2 \
         --rag-batch 16 --rag-steps 600 --rag-lr 3e-4 --work runs/qa --out runs/qa/result.json
 """
@@ -20,8 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from retrieval_qa import GENERATOR, _records, generator_texts, world_passages
-
+from bench.retrieval_qa import GENERATOR, _records, generator_texts, world_passages
 from lmforge.retrieval.dpr import passage_text
 from lmforge.retrieval.passages import read_passages
 from lmforge.tokenizer.train import train_tokenizer

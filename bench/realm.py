@@ -3,12 +3,12 @@
 knowledge-augmented encoder (a fresh MLM head) and as Embed_input / Embed_doc, held-out documents'
 masked names and dates scored by span accuracy, log p(y | x) and answer recall of the retrieved top k.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/realm.py --steps 150 [--arms realm,no_retrieval]
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.realm --steps 150 [--arms realm,no_retrieval]
 writes bench/results/realm.json and bench/plots/realm.png (training loss, held-out scores). With
 --reader runs/realm_bench/no_retrieval/final both arms start from a reader already trained on
 salient-span MLM (its MLM head warm, as REALM's BERT is):
 
-    .venv/bin/python bench/realm.py --reader runs/realm_bench/no_retrieval/final --runs runs/realm_warm \
+    .venv/bin/python -m bench.realm --reader runs/realm_bench/no_retrieval/final --runs runs/realm_warm \
         --out bench/results/realm_warm.json
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from lmforge.retrieval.run import run_realm
+from lmforge.retrieval.jobs import run_realm
 from lmforge.train import TrainConfig
 
 HERE = Path(__file__).resolve().parent
@@ -76,7 +76,7 @@ def rescore(runs: Path, result: dict, seed: int) -> None:
     from lmforge.retrieval.dpr import BiEncoder
     from lmforge.retrieval.passages import load_passages
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
-    from lmforge.retrieval.run import realm_examples
+    from lmforge.retrieval.jobs import realm_examples
 
     passages = load_passages(None, seed)
     for name, arm in result["arms"].items():

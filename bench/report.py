@@ -5,7 +5,7 @@ import json
 import statistics
 from pathlib import Path
 
-from attention import LENGTHS, VARIANTS, slope
+from bench.attention import LENGTHS, VARIANTS, slope
 
 # the issue's acceptance checks: (suite, row filter, field, target, direction)
 CHECKS = [
@@ -33,7 +33,7 @@ def _finetune(folder: Path) -> str:
     """finetune_minilm.py's comparison: accuracy and speed per seed, then mean ± sd."""
     path = folder / "finetune_minilm.json"
     if not path.is_file():
-        return "not run (`python bench/finetune_minilm.py`)\n"
+        return "not run (`python -m bench.finetune_minilm`)\n"
     data = json.loads(path.read_text())
     ours, ref = data["runs"]["lmforge"], data["runs"]["reference"]
     rows = [[seed, f"{a['accuracy']:.3f}", f"{b['accuracy']:.3f}", a["examples_per_s"], b["examples_per_s"]]
@@ -177,7 +177,7 @@ def write(results_dir: Path, out: Path, plots: Path) -> None:
     results = _load(results_dir)
     images = _plots(results, plots)
     parts = ["# lmforge vs the reference library: benchmark results\n",
-             "Regenerate with `python bench/run.py` (options: `--repeats`, `--only`, `--envs`, `--quick`). "
+             "Regenerate with `python -m bench.run` (options: `--repeats`, `--only`, `--envs`, `--quick`). "
              "Medians of the repeats, both libraries in one process on the same weights and inputs; "
              "ratio = lmforge / reference throughput (memory: lmforge / reference, lower is better). "
              "The checks are decided on the ratio of the medians; beside it, the same ratio taken round by "

@@ -2,7 +2,7 @@
 all-MiniLM-L6-v2) on 2 threads: ms per query, one query at a time and in batches, for lmforge's
 memory-mapped index (one matmul + top-k) and, when installed, faiss.IndexFlatIP on the same rows.
 
-    flock /tmp/lmforge-cpu.lock .venv/bin/python bench/retrieval.py
+    flock /tmp/lmforge-cpu.lock .venv/bin/python -m bench.retrieval
 writes bench/results/retrieval.json.
 """
 from __future__ import annotations

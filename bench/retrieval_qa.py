@@ -20,10 +20,10 @@ The closed-book generator trains for the steps the RAG run took. --stages picks 
 --test-questions take a subset (a dry run); --model may be an fp16 copy of the checkpoint (its
 weights are read into fp32).
 
-    .venv/bin/python bench/retrieval_qa.py export --out runs/qa-data [--questions builtin]  # passages + questions
-    .venv/bin/python bench/retrieval_qa.py run --data runs/qa-data --model all-MiniLM-L6-v2 \\
+    .venv/bin/python -m bench.retrieval_qa export --out runs/qa-data [--questions builtin]  # passages + questions
+    .venv/bin/python -m bench.retrieval_qa run --data runs/qa-data --model all-MiniLM-L6-v2 \\
         --work runs/qa --out runs/qa/result.json [--device cuda] [--budget 380]
-    .venv/bin/python bench/retrieval_qa.py merge --out runs/qa/result.json   # into results/retrieval.json
+    .venv/bin/python -m bench.retrieval_qa merge --out runs/qa/result.json   # into results/retrieval.json
 """
 from __future__ import annotations
 

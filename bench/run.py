@@ -1,7 +1,7 @@
 """Regenerate bench/RESULTS.md: every benchmark, lmforge against the reference library.
 
-    python bench/run.py                  # everything, 5 repeats, both allocator environments
-    python bench/run.py --repeats 3 --only encoder,mlm --envs default
+    python -m bench.run                  # everything, 5 repeats, both allocator environments
+    python -m bench.run --repeats 3 --only encoder,mlm --envs default
 
 Each allocator environment runs in its own process (the variables must be set before
 Python starts); results land in bench/results/<env>.json and the report is rebuilt from
@@ -30,12 +30,7 @@ DEFAULT_ONLY_IN = {"attention": "default"}  # the sweep measures kernels, not th
 
 
 def _suite(name: str):
-    sys.path.insert(0, str(HERE))
-    import attention
-    import encoders
-    import generation
-    import peak
-    import training
+    from bench import attention, encoders, generation, peak, training
 
     return {"peak": peak.matmul_peak, "encoder": encoders.encoder_inference, "mlm": training.training_step,
             "generation": generation.greedy_generation, "sentences": encoders.sentence_embeddings,
@@ -98,11 +93,10 @@ def main(argv=None) -> int:
         chosen = [s for s in suites if DEFAULT_ONLY_IN.get(s, env) == env]
         if not chosen:
             continue
-        command = [sys.executable, str(HERE / "run.py"), "--child", env, "--only", ",".join(chosen),
+        command = [sys.executable, "-m", "bench.run", "--child", env, "--only", ",".join(chosen),
                    "--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])
         subprocess.run(command, env={**os.environ, **ENVS[env]}, cwd=ROOT, check=True)
-    sys.path.insert(0, str(HERE))
-    import report
+    from bench import report
 
     report.write(HERE / "results", HERE / "RESULTS.md", HERE / "plots")
     print(f"wrote {HERE / 'RESULTS.md'}")

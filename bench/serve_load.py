@@ -1,6 +1,6 @@
 """`lmforge serve` under load: all-MiniLM-L6-v2 sentence embeddings, 64 concurrent clients.
 
-    flock /tmp/lmforge-cpu.lock .venv/bin/python bench/serve_load.py [--requests 2000] \
+    flock /tmp/lmforge-cpu.lock .venv/bin/python -m bench.serve_load [--requests 2000] \
         [--drift-requests 100000 --drift-seconds 600] [--out bench/results/serve_load.json]
 
 Measures, on texts of 8-128 tokens (uniform), one text per request:
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from serve_client import burst, load, rss_mib, start, stop
+from bench.serve_client import burst, load, rss_mib, start, stop
 
 MODEL = "all-MiniLM-L6-v2"
 START_OURS = "import sys; from lmforge.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -103,7 +103,7 @@ class Offline:
     def __init__(self, threads: int) -> None:
         import torch
 
-        from lmforge.apps.embed import SentenceEncoder
+        from lmforge.pipelines.embed import SentenceEncoder
 
         torch.set_num_threads(threads)
         self.encoder = SentenceEncoder.from_dir(MODEL)

@@ -1,6 +1,6 @@
 """Sharding throughput and peak memory: `lmforge corpus shard` on ~1 GB of built-in-corpus text.
 
-    .venv/bin/python bench/shard_bench.py --mb 1024 --workers 2 [--dir /tmp/shard_bench]
+    .venv/bin/python -m bench.shard_bench --mb 1024 --workers 2 [--dir /tmp/shard_bench]
 
 The text is 16 MB (or --mb, if smaller) of the built-in corpus, written once and repeated
 to the size asked for; a WordPiece tokenizer (8000 ids) is trained on the first 16 MB.

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from common import batch, bert_config, encoder_flops, pair, peak_during, ratio, side_by_side
+from bench.common import batch, bert_config, encoder_flops, pair, peak_during, ratio, side_by_side
 
 MASK_ID, RATE = 103, 0.15
 
@@ -100,7 +100,7 @@ def _useful_flops(kind: str, cfg) -> float:
 def _child_memory(kind: str, name: str, impl: str) -> float:
     """Peak resident-set growth over two steps, measured in a fresh process (the high-water mark
     of one process cannot separate two models)."""
-    code = ("import json, sys; sys.path.insert(0, 'bench'); import training; "
+    code = ("import json; from bench import training; "
             f"print(json.dumps(training.memory_of({kind!r}, {name!r}, {impl!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy(),
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), check=True)

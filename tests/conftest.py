@@ -13,9 +13,9 @@ import lmforge
 from lmforge.presets import PRESETS
 
 # int8 kernel choices stay per process in tests (and in the commands they start): a file under the
-# user's cache would carry one test run's choices into another (fast/kernel_store.py has its own tests)
+# user's cache would carry one test run's choices into another (quant/kernel_store.py has its own tests)
 os.environ.setdefault("LMFORGE_INT8_KERNELS", "off")
-# the native kernel (fast/native.py) is built once per test run, beside the run's own files, not in the
+# the native kernel (quant/native.py) is built once per test run, beside the run's own files, not in the
 # user's cache
 if "LMFORGE_NATIVE" not in os.environ:
     os.environ["LMFORGE_NATIVE"] = tempfile.mkdtemp(prefix="lmforge-native-")

@@ -134,7 +134,7 @@ def test_saved_files_follow_the_umask(tmp_path, mask):
     import stat
 
     import lmforge
-    from lmforge.atomic import umask
+    from lmforge.utils.atomic import umask
 
     before = os.umask(mask)
     try:

@@ -1,12 +1,12 @@
 """lmforge: the Transformer language-model family from one configurable model."""
 from lmforge import convert  # registers the Hugging Face format with lmforge.io
-from lmforge.apps.embed import embed
-from lmforge.apps.fill_mask import fill_mask
 from lmforge.config import ConfigError, ModelConfig, OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.generate import generate
 from lmforge.io import load, save
 from lmforge.model import ModelOutput, Transformer, from_config
+from lmforge.pipelines.embed import embed
+from lmforge.pipelines.fill_mask import fill_mask
 from lmforge.presets import PRESETS, get_config, tiny
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 

@@ -27,8 +27,8 @@ from torch import nn
 
 from lmforge.config import ModelConfig
 from lmforge.layers.variants.elmo import BiLSTM, CharEncoder
-from lmforge.modes import evaluating
 from lmforge.tokenizer.chars import check_sentences, sentence_chars
+from lmforge.utils.modes import evaluating
 
 # lmforge.io registers its save function here on import, as it does with lmforge.model (no import of io)
 _SAVERS: list = []
@@ -128,6 +128,13 @@ class ELMo(nn.Module):
                 for b, i in enumerate(chunk):
                     out[i] = layers[:, b, 1: len(sentences[i]) + 1]  # (L + 1, n_words, 2 d_model)
         return out
+
+    def set_fused_lstm(self, mode: str) -> "ELMo":
+        """Run the LSTMs fused (one cuDNN call per layer and direction) or step by step: 'auto' (fused
+        on CUDA where exact, i.e. without cell_clip / proj_clip), 'on' (fused wherever exact; refused
+        with a clip), 'off'. Not saved with the model: an execution choice."""
+        self.lstm.set_fused(mode)
+        return self
 
     def reset_state(self) -> None:
         """Forget the carried LSTM states (stateful mode): the next batch starts from zeros."""

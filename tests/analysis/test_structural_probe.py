@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lmforge.analysis.probe_fit import FitConfig
-from lmforge.analysis.structural import (
+from lmforge.analysis.structural_probe import (
     Sentences,
     mst_edges,
     right_branching_uuas,

@@ -67,7 +67,7 @@ def test_a_pruned_model_directory_reports_its_pruned_sizes_and_counts(tmp_path, 
 def test_an_int8_model_directory_says_so_and_gives_its_size_against_fp32(tmp_path, capsys):
     from torch import nn
 
-    from lmforge.apps.summary import model_bytes
+    from lmforge.pipelines.summary import model_bytes
     from lmforge.compress.quantize import parameter_count, quantize
     from lmforge.heads import attach
 

@@ -128,7 +128,7 @@ def test_a_sparsity_that_removes_nothing_is_refused(tuned, tmp_path, capsys, met
 def test_the_sparsity_achieved_is_reported_beside_the_one_asked(tuned, tmp_path, capsys, method, sparsity,
                                                                  removed, of):
     import lmforge
-    from lmforge.analysis.heads import full_gates, total_heads
+    from lmforge.compress.head_importance import full_gates, total_heads
 
     assert _prune(tuned[0], tuned[1], tmp_path / "o", method, sparsity) == 0
     out = capsys.readouterr().out

@@ -163,7 +163,7 @@ def test_an_existing_model_folder_is_replaced_whole_and_said_and_task_json_gets_
 
 
 def test_no_activation_bits_are_claimed_where_every_layer_ran_fp32(fine_tuned, tmp_path, monkeypatch, capsys):
-    from lmforge.fast import int8
+    from lmforge.quant import int8
 
     path, _ = fine_tuned
     monkeypatch.setattr(int8, "CHOICES", {})
@@ -176,7 +176,7 @@ def test_no_activation_bits_are_claimed_where_every_layer_ran_fp32(fine_tuned, t
 
 def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_times(fine_tuned, tmp_path,
                                                                                  monkeypatch, capsys):
-    from lmforge.fast import int8, kernel_store
+    from lmforge.quant import int8, kernel_store
 
     store = tmp_path / "kernels.json"
     monkeypatch.setenv(kernel_store.ENV, str(store))

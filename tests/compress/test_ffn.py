@@ -95,8 +95,8 @@ def test_prune_command_writes_the_smaller_model_and_its_report(fine_tuned, tmp_p
 
 
 def test_flops_count_what_pruning_removed():
-    from lmforge.analysis.pruning import prune_heads
-    from lmforge.apps.summary import flops_per_token
+    from lmforge.compress.head_pruning import prune_heads
+    from lmforge.pipelines.summary import flops_per_token
 
     model = tiny_model("bert-base")
     cfg = model.config

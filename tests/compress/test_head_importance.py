@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import lmforge
-from lmforge.analysis.attention import inspecting
-from lmforge.analysis.heads import (
+from lmforge.layers.inspection import inspecting
+from lmforge.compress.head_importance import (
     curve_band,
     full_gates,
     gates_at,
@@ -15,8 +15,8 @@ from lmforge.analysis.heads import (
     pruning_curve,
     random_curves,
 )
-from lmforge.analysis.pruning import head_counts, prune_heads
 from lmforge.cli import main
+from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.config import ConfigError
 from lmforge.convert import ConversionError
 from lmforge.tasks.finetune import encode_split, fine_tuned_task

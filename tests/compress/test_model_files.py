@@ -4,8 +4,8 @@ import stat
 
 import pytest
 
-from lmforge.atomic import replace_dir
-from lmforge.compress.output import carry_sentence_files
+from lmforge.compress.model_files import carry_sentence_files
+from lmforge.utils.atomic import replace_dir
 
 
 def _mode(path) -> int:

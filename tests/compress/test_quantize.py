@@ -11,10 +11,10 @@ import lmforge
 from lmforge.cli import main
 from lmforge.compress.quantize import parameter_count, quantize
 from lmforge.config import ConfigError
-from lmforge.fast.engines import ENGINES
-from lmforge.fast.int8 import CHOICES, Int8Linear, quantise_per_channel, vnni_in_use
 from lmforge.heads import attach
 from lmforge.io import CheckpointError
+from lmforge.quant.engines import ENGINES
+from lmforge.quant.int8 import CHOICES, Int8Linear, quantise_per_channel, vnni_in_use
 from tests.conftest import tiny_model
 from tests.tasks.core import sentiment, tiny, tokenizer
 
@@ -74,7 +74,7 @@ def test_the_bf16_kernel_is_offered_only_where_its_aligned_loads_fit():
 
 @pytest.mark.parametrize("smoothed", [False, True])
 def test_a_large_input_scaled_into_the_reused_buffer_gives_the_same_output(monkeypatch, smoothed):
-    import lmforge.fast.int8 as int8
+    import lmforge.quant.int8 as int8
 
     torch.manual_seed(0)
     smooth = torch.rand(64) + 0.5 if smoothed else None
@@ -112,7 +112,7 @@ def test_a_kernel_that_disagrees_with_fp32_is_never_chosen(monkeypatch):
     monkeypatch.setattr(Int8Linear, "run", lambda self, k, x: run(self, k, x) + broken.get(k, 0.0))
     with torch.no_grad():
         module(torch.randn(5, 64))
-    from lmforge.fast.int8 import TIMINGS
+    from lmforge.quant.int8 import TIMINGS
     key = next(k for k in CHOICES if k[:3] == ("weight-only", 64, 20))
     assert CHOICES[key] == "fp32" and set(TIMINGS[key]) == {"fp32"}
 
@@ -122,7 +122,7 @@ def test_a_shape_measures_once_and_never_keeps_a_slower_kernel_than_fp32():
     with torch.no_grad():
         module(torch.randn(3, 24))
     key = next(k for k in CHOICES if k[1:3] == (24, 12))
-    from lmforge.fast.int8 import TIMINGS
+    from lmforge.quant.int8 import TIMINGS
     assert "fp32" in TIMINGS[key] and TIMINGS[key][CHOICES[key]] == min(TIMINGS[key].values())
 
 
@@ -337,7 +337,7 @@ def test_the_server_serves_quantised_models(tmp_path):
 
 
 def test_sentence_transformers_files_travel_with_the_quantised_model(tmp_path):
-    from lmforge.compress.output import carry_sentence_files
+    from lmforge.compress.model_files import carry_sentence_files
 
     source, dest = tmp_path / "st", tmp_path / "q"
     (source / "1_Pooling").mkdir(parents=True)

@@ -20,10 +20,10 @@ from lmforge.compress.smooth import (
     text_batches,
 )
 from lmforge.config import ConfigError
-from lmforge.fast import int8
-from lmforge.fast.engines import ENGINES, engine_usable
-from lmforge.fast.int8 import Int8Linear
 from lmforge.io import CheckpointError
+from lmforge.quant import int8
+from lmforge.quant.engines import ENGINES, engine_usable
+from lmforge.quant.int8 import Int8Linear
 from tests.conftest import tiny_model
 from tests.tasks.core import tokenizer
 

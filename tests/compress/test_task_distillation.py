@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 import lmforge
 from lmforge.cli import main
-from lmforge.compress.distill import DistillConfig, TaskDistillation, make_student, student_layers
-from lmforge.objectives.distillation import soft_cross_entropy
+from lmforge.compress.task_distillation import DistillConfig, TaskDistillation, make_student, student_layers
+from lmforge.objectives.distilbert import soft_cross_entropy
 from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, make_task, save_model
 from tests.tasks.core import sentiment, tiny, tokenizer
 
@@ -193,7 +193,7 @@ def test_a_slower_student_is_called_slower():
 
 
 def test_a_student_of_a_structurally_pruned_teacher_starts_as_its_kept_layers(teacher_dir, tmp_path):
-    from lmforge.analysis.pruning import prune_heads
+    from lmforge.compress.head_pruning import prune_heads
     from lmforge.compress.ffn import ffn_importance, prune_ffn
 
     records = sentiment(200)["train"][:16]

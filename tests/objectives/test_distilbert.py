@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import lmforge
 from lmforge.heads import attach
 from lmforge.objectives import IGNORE, Distillation, student_from_teacher
-from lmforge.objectives.distillation import DISTILBERT_LAYERS, cosine_loss, soft_cross_entropy
+from lmforge.objectives.distilbert import DISTILBERT_LAYERS, cosine_loss, soft_cross_entropy
 from lmforge.train import Trainer
 
 from tests.train.helpers import quick, toy_data
@@ -151,7 +151,7 @@ def test_loss_options_that_are_not_finite_or_negative_are_named(option, value):
 
 
 def test_a_student_of_a_structurally_pruned_teacher_reindexes_its_layers_and_copies_them_exactly(tmp_path):
-    from lmforge.analysis.pruning import prune_heads
+    from lmforge.compress.head_pruning import prune_heads
     from lmforge.compress.ffn import prune_ffn
 
     teacher = _teacher()

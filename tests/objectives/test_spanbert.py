@@ -6,7 +6,7 @@ from safetensors.torch import load_file
 
 import lmforge
 from lmforge.objectives import IGNORE, SpanMLM
-from lmforge.objectives.span import length_distribution
+from lmforge.objectives.spanbert import length_distribution
 from lmforge.train import Trainer
 from lmforge.train.log import read_metrics
 

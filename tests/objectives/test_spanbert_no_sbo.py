@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 import lmforge
-from lmforge.objectives.span import SpanMLM
-from lmforge.objectives.span_mlm import SpanMaskedLM
+from lmforge.objectives.spanbert import SpanMLM
+from lmforge.objectives.spanbert_no_sbo import SpanMaskedLM
 
 MASK, CLS, SEP = 3, 1, 2
 

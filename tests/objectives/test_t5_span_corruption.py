@@ -5,7 +5,7 @@ import torch
 
 import lmforge
 from lmforge.objectives import IGNORE, SpanCorruption
-from lmforge.objectives.span_corruption import (corrupt_spans, noise_counts, random_segmentation,
+from lmforge.objectives.t5_span_corruption import (corrupt_spans, noise_counts, random_segmentation,
                                                 random_spans_noise_mask, sentinel_ids)
 from lmforge.tokenizer import train_tokenizer
 from lmforge.train import Trainer

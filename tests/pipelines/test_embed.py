@@ -1,4 +1,4 @@
-"""lmforge.apps.embed against sentence-transformers: the real all-MiniLM-L6-v2 and tiny random models."""
+"""lmforge.pipelines.embed against sentence-transformers: the real all-MiniLM-L6-v2 and tiny random models."""
 import json
 
 import numpy as np
@@ -7,8 +7,8 @@ import torch
 
 import lmforge
 from lmforge.cli import main
-from lmforge.apps.embed import SentenceEncoder, pooling_modes
 from lmforge.io import find_model_dir
+from lmforge.pipelines.embed import SentenceEncoder, pooling_modes
 
 TEXTS = ["Héllo wörld! Ça va? naïve café", "emoji 😀🎉 and 👩‍👩‍👧", "The quick brown fox.",
          "pneumonoultramicroscopicsilicovolcanoconiosis " * 40,  # > 256 tokens: truncated

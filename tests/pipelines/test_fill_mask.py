@@ -1,4 +1,4 @@
-"""lmforge.apps.fill_mask and the `lmforge fill-mask` / `lmforge generate` commands on tiny random
+"""lmforge.pipelines.fill_mask and the `lmforge fill-mask` / `lmforge generate` commands on tiny random
 models saved with tokenizers trained here (BERT: WordPiece, BART: byte-level BPE, T5: unigram)."""
 import json
 
@@ -8,8 +8,8 @@ import torch
 import lmforge
 from lmforge.cli import main
 from lmforge.data import corpus_text
-from lmforge.apps.fill_mask import fill_mask
 from lmforge.heads import attach
+from lmforge.pipelines.fill_mask import fill_mask
 from lmforge.tokenizer import train_tokenizer
 
 CORPUS = [line for line in corpus_text(60, seed=0).splitlines() if line.strip()]

@@ -6,11 +6,11 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import WordLevel
 
 import lmforge
-from lmforge.apps.embed import embed
-from lmforge.apps.fill_mask import fill_mask
 from lmforge.cli import main
 from lmforge.data import corpus_text
 from lmforge.heads import attach
+from lmforge.pipelines.embed import embed
+from lmforge.pipelines.fill_mask import fill_mask
 from lmforge.tokenizer import Tokenizer, check_fits, id_count, train_tokenizer
 
 

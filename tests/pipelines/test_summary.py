@@ -2,8 +2,8 @@ import pytest
 import torch
 
 import lmforge
-from lmforge.apps.summary import config_parameter_counts, describe, flops_per_token, parameter_counts
 from lmforge.model import from_config
+from lmforge.pipelines.summary import config_parameter_counts, describe, flops_per_token, parameter_counts
 
 from tests.conftest import ALL_PRESETS
 

@@ -1,13 +1,13 @@
-"""fast/int8_ffn and native.act_quantise_rows: an int8 FFN's hidden units made and quantised in one pass."""
+"""quant/int8_ffn and native.act_quantise_rows: an int8 FFN's hidden units made and quantised in one pass."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import lmforge
 from lmforge.compress.quantize import quantize
-from lmforge.fast import engines, int8, int8_ffn, native
-from lmforge.fast.int8 import Int8Linear
 from lmforge.layers.feedforward import FeedForward
+from lmforge.quant import engines, int8, int8_ffn, native
+from lmforge.quant.int8 import Int8Linear
 
 pytestmark = pytest.mark.skipif(native.library() is None or not engines.u8_usable(),
                                 reason="the native kernel or oneDNN's int8 product is not here")

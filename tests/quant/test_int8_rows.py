@@ -1,9 +1,9 @@
-"""fast/int8's dynamic product: a row's output does not depend on the other rows of its call."""
+"""quant/int8's dynamic product: a row's output does not depend on the other rows of its call."""
 import pytest
 import torch
 
-from lmforge.fast import int8
-from lmforge.fast.engines import QUANTISING
+from lmforge.quant import int8
+from lmforge.quant.engines import QUANTISING
 
 
 @pytest.mark.parametrize("smoothed", [False, True])

@@ -1,4 +1,4 @@
-"""fast/kernel_store: int8 kernel choices written down once per machine, read back by later processes."""
+"""quant/kernel_store: int8 kernel choices written down once per machine, read back by later processes."""
 import json
 import subprocess
 import sys
@@ -6,8 +6,9 @@ import sys
 import pytest
 import torch
 
-from lmforge.fast import int8, kernel_store, timing
-from lmforge.fast.isa import machine
+from lmforge.quant import int8, kernel_store
+from lmforge.quant.isa import machine
+from lmforge.utils import timing
 
 
 @pytest.fixture
@@ -79,8 +80,8 @@ def test_off_and_unreadable_files_measure_per_process(store, monkeypatch, capsys
 def test_two_processes_give_the_same_outputs(store):
     """The defect this fixes: the same checkpoint's outputs differed between processes that timed
     kernels differently. Two processes, each choosing, now agree bitwise."""
-    code = ("import sys, torch; from lmforge.fast import timing; timing.BUSY_SHARE = float('inf'); "
-            "from lmforge.fast.int8 import Int8Linear; torch.manual_seed(0); "
+    code = ("import sys, torch; from lmforge.utils import timing; timing.BUSY_SHARE = float('inf'); "
+            "from lmforge.quant.int8 import Int8Linear; torch.manual_seed(0); "
             "m = Int8Linear.from_linear(torch.nn.Linear(384, 384), 'dynamic'); x = torch.randn(300, 384); "
             "torch.save(m(x).detach(), sys.argv[1])")
     outs = []
@@ -93,7 +94,7 @@ def test_two_processes_give_the_same_outputs(store):
 
 def test_side_by_side_timing_runs_without_autograd():
     """With autograd on, an Int8Linear takes its fp32 reference path: timing that would time fp32 twice."""
-    from lmforge.fast.timing import alternating
+    from lmforge.utils.timing import alternating
 
     seen = []
     alternating({"a": lambda: seen.append(torch.is_grad_enabled()), "b": lambda: None}, rounds=2)
@@ -125,7 +126,7 @@ def test_a_written_kernel_this_layer_cannot_run_is_kept_for_the_layers_that_can(
 
 
 def test_arm_machines_are_told_apart_by_their_cpu_part():
-    from lmforge.fast.isa import parse_cpuinfo
+    from lmforge.quant.isa import parse_cpuinfo
 
     a = parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\n"
                       "CPU part\t: 0xd40\n")

@@ -1,4 +1,4 @@
-"""fast/native and the "onednn-u8" kernel: lmforge's per-row activation quantisation, built once with
+"""quant/native and the "onednn-u8" kernel: lmforge's per-row activation quantisation, built once with
 gcc, and the int8 product fed with its bytes."""
 import functools
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from lmforge.fast import engines, int8, native
+from lmforge.quant import engines, int8, native
 
 pytestmark = pytest.mark.skipif(native.library() is None,
                                 reason="the native kernel is not built here (no gcc, or no libgomp in torch)")
@@ -78,7 +78,7 @@ def test_the_kernel_agrees_with_fp32_and_a_non_finite_row_comes_out_nan():
 
 
 def test_the_library_is_built_once_and_kept(tmp_path):
-    code = ("from lmforge.fast import native; import sys; "
+    code = ("from lmforge.quant import native; import sys; "
             "sys.exit(0 if native.library() is not None else 1)")
     env = {"LMFORGE_NATIVE": str(tmp_path), "PATH": "/usr/bin:/bin"}
     for _ in range(2):
@@ -135,7 +135,7 @@ def test_without_the_library_the_product_says_so(monkeypatch):
 
 @pytest.mark.parametrize("case", ["no gcc", "a file"])
 def test_no_gcc_or_a_file_for_a_folder_is_said_once_and_int8_runs_its_other_kernels(case, tmp_path):
-    code = ("import torch; from lmforge.fast import engines, int8; "
+    code = ("import torch; from lmforge.quant import engines, int8; "
             "layer = int8.Int8Linear.from_linear(torch.nn.Linear(64, 32), 'dynamic').eval(); "
             "torch.set_grad_enabled(False); out = layer(torch.randn(4, 64)); "
             "assert engines.U8 not in layer.candidates() and out.isfinite().all()")

@@ -1,4 +1,4 @@
-"""fast/native.Int8Tiles and int8's "w8a32" kernel: int8 weights widened to fp32 against fp32 input."""
+"""quant/native.Int8Tiles and int8's "w8a32" kernel: int8 weights widened to fp32 against fp32 input."""
 import os
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from lmforge.fast import engines, int8, native
+from lmforge.quant import engines, int8, native
 
 pytestmark = pytest.mark.skipif(native.library() is None,
                                 reason="the native kernel is not built here (no gcc, or no libgomp in torch)")
@@ -98,7 +98,7 @@ def test_the_kernel_is_offered_at_few_rows_only_and_agrees_with_fp32_smoothed_to
 
 
 def test_the_portable_c_gives_the_same_products(tmp_path):
-    code = ("import torch; from lmforge.fast import native; "
+    code = ("import torch; from lmforge.quant import native; "
             "q = torch.randint(-127, 128, (70, 45), dtype=torch.int8); s = torch.rand(70); "
             "x = torch.randn(3, 45); "
             "y = native.Int8Tiles(q, s)(x); ref = x.double() @ (q.double() * s.double()[:, None]).T; "

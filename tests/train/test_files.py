@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from lmforge.atomic import UnsafePath
 from lmforge.cli import main
 from lmforge.cli.common import UsageError, refuse_overwrite
 from lmforge.retrieval.evaluate import write_table
 from lmforge.train import Trainer
 from lmforge.train.checkpoint import STATE_KEY, CheckpointCorrupt, read_checkpoint
 from lmforge.train.loop import NothingToResume
+from lmforge.utils.atomic import UnsafePath
 from tests.train.helpers import mlm_objective, quick, toy_data
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from lmforge.atomic import (
+from lmforge.utils.atomic import (
     UnsafePath,
     append_text,
     atomic_savefig,

@@ -2,7 +2,7 @@
 import pytest
 from torch import nn
 
-from lmforge.modes import evaluating
+from lmforge.utils.modes import evaluating
 
 
 @pytest.mark.parametrize("training", [True, False])

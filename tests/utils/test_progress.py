@@ -1,6 +1,6 @@
 """lmforge/progress.Bar: items done of a total, extra columns, standard error where asked, silent when off."""
-from lmforge.progress import Bar
 from lmforge.train.log import Progress
+from lmforge.utils.progress import Bar
 
 
 def test_a_bar_shows_its_count_and_columns_on_the_stream_asked(capsys):

@@ -1,4 +1,4 @@
-"""fast/timing: alternating rounds, the work run between timed calls, the caches emptied for decoding's
+"""utils/timing: alternating rounds, the work run between timed calls, the caches emptied for decoding's
 kernel choices, the other work seen during a measurement."""
 import os
 import subprocess
@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from lmforge.fast import int8, timing
+from lmforge.quant import int8
+from lmforge.utils import timing
 
 
 def test_between_runs_before_every_timed_call_and_is_not_timed():

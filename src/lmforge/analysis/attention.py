@@ -7,28 +7,15 @@ BigBird's random blocks), GQA groups and position biases (ALiBi, T5, XL) are all
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Optional
 
 import torch
 
 from lmforge.analysis.maps import AttentionGroup, AttentionMaps
 from lmforge.generate import generate
-from lmforge.layers.inspection import Inspection
+from lmforge.layers.inspection import inspecting
 from lmforge.model import Transformer
-from lmforge.modes import evaluating
-
-
-@contextmanager
-def inspecting(model: Transformer, record=None, gates: Optional[dict] = None):
-    """Run the model's forwards under an Inspection (recording `record`: "all" or layer indices;
-    head `gates` by attention) and give it back; the model's own is restored on exit."""
-    previous = model.inspection
-    model.inspection = inspection = Inspection(gates=dict(gates or {}), record=record)
-    try:
-        yield inspection
-    finally:
-        model.inspection = previous
+from lmforge.utils.modes import evaluating
 
 
 def _layers(model: Transformer, layers) -> object:

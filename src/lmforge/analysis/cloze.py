@@ -27,7 +27,7 @@ import torch
 
 from lmforge.data.probes import MASK
 from lmforge.generate import lm_head_name
-from lmforge.modes import evaluating
+from lmforge.utils.modes import evaluating
 
 
 def _pieces(tokenizer, text: str) -> list:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from lmforge.modes import evaluating
 from lmforge.tasks.tagging import align
+from lmforge.utils.modes import evaluating
 
 POOLINGS = ("first", "mean", "last")
 FEATURES_FILE = "features.safetensors"

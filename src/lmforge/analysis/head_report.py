@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from lmforge.analysis.heads import (
+from lmforge.compress.head_importance import (
     against_band,
     curve_band,
     full_gates,
@@ -26,11 +26,11 @@ from lmforge.analysis.heads import (
     random_curves,
     total_heads,
 )
-from lmforge.analysis.pruning import head_counts, prune_heads
-from lmforge.atomic import atomic_savefig, remove_path, replace_dir
+from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.config import atomic_write_text
-from lmforge.fast.timing import alternating
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
+from lmforge.utils.atomic import atomic_savefig, remove_path, replace_dir
+from lmforge.utils.timing import alternating
 
 
 def forward_seconds(model, examples: list, task, batch_size: int = 16, repeats: int = 5) -> float:

@@ -1,5 +1,5 @@
 """Training small classifiers on frozen features: the probes of analysis/probing.py and
-analysis/structural.py, and the task heads of feature-based transfer (analysis/feature_transfer.py).
+analysis/structural_probe.py, and the task heads of feature-based transfer (analysis/feature_transfer.py).
 
 Features live once in a word table H (L, W, d): L layers, W words of a split. An example is k
 word indices into it (k = 1: a word; k = 2: a word pair, Tenney et al. 2019's edge probing over

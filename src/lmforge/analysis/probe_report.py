@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from lmforge.analysis.probing import LONG_RANGE
-from lmforge.atomic import atomic_savefig
+from lmforge.utils.atomic import atomic_savefig
 
 STRUCTURAL_MAIN = {"distance": ("uuas", "dspr"), "depth": ("root_accuracy", "nspr")}
 

@@ -8,7 +8,7 @@ frozen. Tasks over treebank records (lmforge.data.treebank, or a CoNLL-U file):
   one-word spans: the two vectors concatenated, then classified);
 - "agreement", "coref": the long-range links as pair classification (is this noun the verb's
   subject or an attractor; the pronoun's antecedent or another noun);
-- "distance", "depth": the structural probes of analysis/structural.py.
+- "distance", "depth": the structural probes of analysis/structural_probe.py.
 
 For each label task: a linear and an MLP probe per layer, each also on Hewitt & Liang's (2019)
 control task (every word type gets a random but fixed label drawn from the task's label
@@ -39,7 +39,7 @@ from lmforge.analysis.probe_fit import (
     accuracy,
     fit,
 )
-from lmforge.analysis.structural import Sentences, right_branching_uuas, train_structural
+from lmforge.analysis.structural_probe import Sentences, right_branching_uuas, train_structural
 
 LABEL_TASKS = ("pos", "deps", "agreement", "coref")
 STRUCTURAL_TASKS = ("distance", "depth")

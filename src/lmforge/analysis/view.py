@@ -20,7 +20,7 @@ import torch
 
 from lmforge.analysis.maps import AttentionMaps, truncation_note
 from lmforge.analysis.view_figure import write_figure
-from lmforge.atomic import atomic_write_bytes
+from lmforge.utils.atomic import atomic_write_bytes
 
 __all__ = ["write_html", "write_figure"]
 

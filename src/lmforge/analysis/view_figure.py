@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from lmforge.analysis.maps import AttentionMaps
-from lmforge.atomic import atomic_savefig
+from lmforge.utils.atomic import atomic_savefig
 
 FORMATS = ("png", "svg")
 _LABELLED = 80  # beyond this many tokens an axis shows positions, not token text

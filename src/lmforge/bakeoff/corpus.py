@@ -18,7 +18,7 @@ import random
 import re
 from pathlib import Path
 
-from lmforge.atomic import atomic_write_text
+from lmforge.utils.atomic import atomic_write_text
 
 DICTD = Path("/usr/share/dictd")
 SOURCES = {"gcide": ("gcide.dict.dz", "dict-gcide"), "foldoc": ("foldoc.dict.dz", "dict-foldoc"),

@@ -2,7 +2,7 @@
 
 A training step costs 3 x the forward FLOPs of every network the objective runs (the backward
 pass is about twice the forward: Kaplan et al. 2020, sec. 2.1), per example, x examples per step.
-The forward count is apps.summary.flops_per_token (2 FLOPs per multiply-add of every matmul).
+The forward count is pipelines.summary.flops_per_token (2 FLOPs per multiply-add of every matmul).
 What each objective runs, per example of T = max_len tokens:
 
 - masked LM (BERT, RoBERTa, whole-word, NSP/SOP, SpanBERT): the encoder on T tokens; the
@@ -25,15 +25,15 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from lmforge.apps.summary import flops_per_token
 from lmforge.config import ModelConfig
 from lmforge.objectives import ObjectiveSpec
 from lmforge.objectives.denoising import Denoising
 from lmforge.objectives.electra_mlm import ElectraMLM
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
-from lmforge.objectives.span import SpanMLM
-from lmforge.objectives.span_corruption import SpanCorruption
+from lmforge.objectives.spanbert import SpanMLM
+from lmforge.objectives.t5_span_corruption import SpanCorruption
+from lmforge.pipelines.summary import flops_per_token
 
 BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
 TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget

@@ -14,12 +14,12 @@ import math
 import statistics
 from pathlib import Path
 
-from lmforge.atomic import atomic_savefig
 from lmforge.bakeoff.fingerprint import current
 from lmforge.bakeoff.plan import Plan
 from lmforge.bakeoff.runner import read_results
 from lmforge.config import atomic_write_text
 from lmforge.train.log import read_metrics
+from lmforge.utils.atomic import atomic_savefig
 
 REPRODUCED, REVERSED, UNRESOLVED = "reproduced", "reversed", "not resolved at this scale"
 

@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lmforge import objectives
-from lmforge.atomic import append_text
 from lmforge.bakeoff.corpus import documents as dictd_documents
 from lmforge.bakeoff.corpus import topic_task, write_documents
 from lmforge.bakeoff.fingerprint import digest, pretrain_key, result_key, task_key, tokenizer_key
@@ -34,6 +33,7 @@ from lmforge.presets import get_config
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import checkpoints
 from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer
+from lmforge.utils.atomic import append_text
 
 RESULTS = "results.jsonl"
 LOG = "bakeoff.log"  # the plan's progress and every run's own log lines

@@ -71,7 +71,7 @@ def cmd_distill(args) -> None:
         read_records,
         refuse_overwrite,
     )
-    from lmforge.compress.distill import DistillConfig, run_distill
+    from lmforge.compress.task_distillation import DistillConfig, run_distill
     from lmforge.train import TrainConfig
 
     if args.student and args.student_layers:

@@ -8,13 +8,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lmforge.atomic import as_created, atomic_write
 from lmforge.cli.common import UsageError, parse_overrides, read_config_file, refuse_overwrite, resolve_config
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
 from lmforge.presets import PRESETS
-from lmforge.progress import Bar
+from lmforge.utils.atomic import as_created, atomic_write
+from lmforge.utils.progress import Bar
 
 # what travels with the weights in `convert`: the tokenizer's files, a fine-tuned model's task.json
 # and a sentence-transformers directory's description (modules.json names its module folders)
@@ -26,7 +26,7 @@ COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 def cmd_inspect(args) -> None:
     """Print architecture, parameter counts and FLOPs per token (a preset or config file counted, never
     built: any size; a model directory loaded, its heads and int8 layers reported too)."""
-    from lmforge.apps.summary import describe, heads_summary, parameter_counts, quantization_summary
+    from lmforge.pipelines.summary import describe, heads_summary, parameter_counts, quantization_summary
 
     if args.context is not None and args.context < 1:
         raise UsageError(f"--context {args.context}: the context must be at least 1 token")
@@ -141,8 +141,8 @@ def replace_dir(new: Path, dst: Path) -> None:
 
 
 def cmd_demo(args) -> None:
-    """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see lmforge.apps.demo)."""
-    from lmforge.apps.demo import DemoConfig, run_demo
+    """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see lmforge.pipelines.demo)."""
+    from lmforge.pipelines.demo import DemoConfig, run_demo
 
     run_demo(Path(args.out), seed=args.seed, cfg=DemoConfig.quick() if args.quick else DemoConfig())
 
@@ -173,7 +173,7 @@ def cmd_embed(args) -> None:
     """Sentence embeddings of texts: one JSON line per text, or an (N, d) .npy file with --out."""
     import numpy as np
 
-    from lmforge.apps.embed import SentenceEncoder, embed
+    from lmforge.pipelines.embed import SentenceEncoder, embed
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-length", args.max_length)):
         if value is not None and value < 1:

@@ -11,14 +11,14 @@ import dataclasses
 import json
 
 from lmforge.config import ModelConfig
-from lmforge.cli.pretrain import RecipeOptions
 from lmforge.config.options import help_rows
 from lmforge.tasks.finetune import TaskConfig
 from lmforge.train.config import TrainConfig
+from lmforge.train.pretrain import RecipeOptions
 
 TRAINING = ("training options (TrainConfig)", TrainConfig)
 FINETUNING = ("fine-tuning options (TaskConfig)", TaskConfig)
-RECIPE = ("pretraining recipe options", RecipeOptions)  # cli/pretrain.py's own key=value options
+RECIPE = ("pretraining recipe options", RecipeOptions)  # lmforge pretrain's own key=value options
 # which options each kind of command takes, in the order they are listed
 SECTIONS = {
     "pretrain": (TRAINING, RECIPE, ("model config fields (ModelConfig), for --preset", ModelConfig)),

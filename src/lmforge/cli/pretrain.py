@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from lmforge import objectives
 from lmforge.cli.common import (
@@ -16,22 +14,9 @@ from lmforge.cli.common import (
     refuse_overwrite,
     split_overrides,
 )
-from lmforge.config.options import check_options, from_dict, option
+from lmforge.config.options import from_dict
 from lmforge.io import load as load_model
-
-
-@dataclass
-class RecipeOptions:
-    """The pretraining recipe's own key=value options (neither training options nor model config fields)."""
-
-    add_tokens: Optional[str] = option(None, "with --model: a file of domain words, one a line, added to the "
-                                             "vocabulary")
-    # the model's max_seq_len bounds it too, checked once the model is known (train/pretrain.py _max_len)
-    max_len: Optional[int] = option(None, "tokens per example, at most the model's max_seq_len; null: "
-                                          "min(max_seq_len, 128) (also --max-len)", low=2, high=1 << 20)
-
-    def __post_init__(self) -> None:
-        check_options(self)
+from lmforge.train.pretrain import RecipeOptions
 
 
 RECIPE_KEYS = tuple(f.name for f in dataclasses.fields(RecipeOptions))

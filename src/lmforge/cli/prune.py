@@ -100,7 +100,7 @@ def cmd_prune(args) -> None:
         read_records,
         refuse_overwrite,
     )
-    from lmforge.compress.output import replaced_line
+    from lmforge.compress.model_files import replaced_line
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
 

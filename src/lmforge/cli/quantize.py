@@ -106,7 +106,7 @@ def cmd_quantize(args) -> None:
     import torch
 
     from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
-    from lmforge.compress.output import replaced_line
+    from lmforge.compress.model_files import replaced_line
     from lmforge.compress.quantize_report import run_quantize
     from lmforge.compress.smooth import ALPHA
     from lmforge.io import find_model_dir

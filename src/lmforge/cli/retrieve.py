@@ -44,7 +44,7 @@ def _options(args) -> tuple:
 def cmd_index_build(args) -> None:
     """Build passages, BM25 and (with --model) the dense index under --out."""
     from lmforge.cli.common import UsageError, refuse_overwrite
-    from lmforge.retrieval.run import build_index_dir
+    from lmforge.retrieval.jobs import build_index_dir
 
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
                      writes=("passages.jsonl", "bm25", "dense"))
@@ -61,7 +61,7 @@ def cmd_index_build(args) -> None:
 def cmd_query(args) -> None:
     """Print the top-k passages of each --query as JSON lines."""
     from lmforge.cli.common import UsageError
-    from lmforge.retrieval.run import query_index
+    from lmforge.retrieval.jobs import query_index
 
     if not args.index or not args.query:
         raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
@@ -110,7 +110,7 @@ def _run_arguments(parser, questions_help: str) -> None:
 
 def cmd_train(args) -> None:
     """Train a DPR retriever and print recall@k of BM25, the untrained and the trained encoder."""
-    from lmforge.retrieval.run import run_train
+    from lmforge.retrieval.jobs import run_train
 
     cfg, encoder = _train_config(args)
     table = run_train(args.model, args.out, cfg, args.questions, args.passages, args.hard_negatives, args.resume,
@@ -123,7 +123,7 @@ def cmd_train(args) -> None:
 def cmd_reader(args) -> None:
     """Train an extractive reader and print its exact match over the top-k passages."""
     from lmforge.cli.common import UsageError
-    from lmforge.retrieval.run import run_reader
+    from lmforge.retrieval.jobs import run_reader
 
     cfg = _training_only(args, "reader")
     if args.k < 1 or args.negatives < 1:
@@ -137,7 +137,7 @@ def cmd_reader(args) -> None:
 def cmd_realm(args) -> None:
     """REALM pretraining; print the held-out spans' scores before and after."""
     from lmforge.cli.common import UsageError
-    from lmforge.retrieval.run import run_realm
+    from lmforge.retrieval.jobs import run_realm
 
     cfg = _training_only(args, "realm")
     if args.k < 0 or args.refresh_every < 1 or args.max_len < 8:
@@ -154,7 +154,7 @@ def cmd_realm(args) -> None:
 def cmd_ict(args) -> None:
     """Inverse cloze task warm start; print held-out in-batch accuracy before and after."""
     from lmforge.cli.common import UsageError
-    from lmforge.retrieval.run import run_ict
+    from lmforge.retrieval.jobs import run_ict
 
     cfg = _training_only(args, "ict")
     if not 0 <= args.keep <= 1 or args.rounds < 1:

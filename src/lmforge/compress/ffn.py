@@ -11,11 +11,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lmforge.analysis.pruning import sliced_linear
+from lmforge.compress.head_pruning import sliced_linear
 from lmforge.compress.sparsity import refuse_int8
 from lmforge.layers.feedforward import FeedForward
 from lmforge.model import Transformer
-from lmforge.modes import evaluating
+from lmforge.utils.modes import evaluating
 
 
 def ffn_modules(model: Transformer) -> dict:

@@ -6,7 +6,7 @@ I_h = E_x |dL/dxi_h| at the current gates (eq. 3), over a data set, normalised p
 layer's L2 norm (sec. 4.2: scores of different layers are otherwise not comparable). Pruning is
 iterative (sec. 4.3): mask the least important share of the remaining heads, re-estimate, repeat,
 with the task metric measured at every level; a random order is the control. Every layer keeps
-at least one head. `analysis/pruning.py` then removes the masked heads physically.
+at least one head. `compress/head_pruning.py` then removes the masked heads physically.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import random
 
 import torch
 
-from lmforge.analysis.attention import inspecting
-from lmforge.analysis.pruning import attention_keys, kept_heads
-from lmforge.modes import evaluating
+from lmforge.compress.head_pruning import attention_keys, kept_heads
+from lmforge.layers.inspection import inspecting
+from lmforge.utils.modes import evaluating
 
 
 def full_gates(cfg, requires_grad: bool = False) -> dict:

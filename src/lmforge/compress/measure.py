@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.fast.timing import alternating
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split
+from lmforge.utils.timing import alternating
 
 
 def model_bytes(path) -> int:

@@ -1,7 +1,7 @@
 """`lmforge prune`: structured pruning of a fine-tuned model, with what it cost and what it bought.
 
 Methods: "ffn" (each layer's least important feed-forward units, compress/ffn.py) and "heads"
-(iterative head pruning by importance, analysis/heads.py). Either shrinks the matrices; the
+(iterative head pruning by importance, compress/head_importance.py). Either shrinks the matrices; the
 report gives size on disk, parameters, the task metric and the measured forward time before
 and after, as a table and prune.json, and the share of units or heads removed as counted on the
 pruned model beside the share asked (whole units and heads: rounding is said, and a share that
@@ -15,17 +15,17 @@ from pathlib import Path
 
 from torch import nn
 
-from lmforge.analysis.heads import full_gates, masked_heads, pruning_curve, total_heads
-from lmforge.analysis.pruning import prune_heads
-from lmforge.atomic import replace_dir
 from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
+from lmforge.compress.head_importance import full_gates, masked_heads, pruning_curve, total_heads
+from lmforge.compress.head_pruning import prune_heads
 from lmforge.compress.measure import measure_side_by_side
-from lmforge.compress.output import carry_sentence_files
+from lmforge.compress.model_files import carry_sentence_files
 from lmforge.compress.sparsity import PRUNING, refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
 from lmforge.io import CONFIG_FILE, read_meta
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
+from lmforge.utils.atomic import replace_dir
 
 METHODS = ("ffn", "heads")
 

@@ -5,7 +5,7 @@ Weights are quantised symmetrically per output channel (one fp32 scale a row, in
 range), in "weight-only" mode they are not (fp32; bf16 inside the int8pack-bf16 kernel). Before
 dynamic quantisation the Linears that read a LayerNorm are smoothed (SmoothQuant, compress/smooth.py):
 its outlier channels are moved into their weights, calibrated on text or random tokens. The
-layers are lmforge's own Int8Linear (fast/int8.py), which runs whichever kernel this machine
+layers are lmforge's own Int8Linear (quant/int8.py), which runs whichever kernel this machine
 measured fastest for each shape, fp32 included, so a quantised layer is never slower than its fp32 form. Not the deprecated
 torch.ao.quantization.quantize_dynamic.
 
@@ -24,10 +24,10 @@ import copy
 from torch import nn
 
 from lmforge.compress.smooth import ALPHA, check_alpha, random_batches, smoothing
-from lmforge.fast.int8 import MODES, Int8Linear, int8_linears, swap_linears
-from lmforge.fast.int8_embedding import Int8Embedding, swap_tokens
 from lmforge.heads import LMHead
 from lmforge.model import Transformer
+from lmforge.quant.int8 import MODES, Int8Linear, int8_linears, swap_linears
+from lmforge.quant.int8_embedding import Int8Embedding, swap_tokens
 
 SCHEME = "int8 symmetric, per output channel"
 

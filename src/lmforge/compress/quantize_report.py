@@ -12,20 +12,20 @@ from pathlib import Path
 
 import torch
 
-from lmforge.atomic import replace_dir
 from lmforge.compress.measure import model_bytes
-from lmforge.compress.output import carry_sentence_files, copy_as_created
+from lmforge.compress.model_files import carry_sentence_files, copy_as_created
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
-from lmforge.fast.engines import QUANTISING
-from lmforge.fast.int8 import SERIAL, choices
-from lmforge.fast.int8_ffn import routes
-from lmforge.fast.isa import activation_bits
-from lmforge.fast.timing import alternating
 from lmforge.io import find_model_dir, load
+from lmforge.quant.engines import QUANTISING
+from lmforge.quant.int8 import SERIAL, choices
+from lmforge.quant.int8_ffn import routes
+from lmforge.quant.isa import activation_bits
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
 from lmforge.tokenizer import load_tokenizer
+from lmforge.utils.atomic import replace_dir
+from lmforge.utils.timing import alternating
 
 SEQ_LEN = 128  # tokens a row of the timed batch unless told (the model's longest where shorter)
 
@@ -119,14 +119,14 @@ def run_quantize(model, out, mode: str = "dynamic", records: list | None = None,
         report["before"].update(_metric(task_before, records))
         report["after"].update(_metric(task_after, records))
     report["kernels"], report["ffn_routes"] = choices(), routes()
-    if mode == "dynamic":  # 8 under VNNI, else 7 (fast/int8.py): accuracy rests on it; None where every
+    if mode == "dynamic":  # 8 under VNNI, else 7 (quant/int8.py): accuracy rests on it; None where every
         # layer measured its dequantised fp32 form fastest, so no activation was quantised
         engines = [k for k in report["kernels"] if k["kernel"].removesuffix(SERIAL) in QUANTISING]
         report["activation_bits"] = activation_bits() if engines else None
         smoothing = int8.config.quantization.get("smoothing")
         if smoothing:
             report["smoothing"] = {**smoothing, "calibration_texts": len(calibration or ())}
-    # written beside out/model, then put in its place whole (compress/output.py)
+    # written beside out/model, then put in its place whole (compress/model_files.py)
     replace_dir(out / "model", lambda staging: _write(source, int8, task_after, staging))
     report["after"]["bytes"] = model_bytes(out / "model")
     report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)

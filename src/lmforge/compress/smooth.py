@@ -8,7 +8,7 @@ SmoothQuant's s_j = max|x_j|^alpha / max_i |W_ij|^(1 - alpha) evens the channels
 activation and weight (the paper's default alpha is 0.5; 0.75 measured better here, see ALPHA).
 The maxima of x come from calibration batches run through the fp32 model: text, or without any,
 random tokens, since the outlier channels belong to the LayerNorm, not to the input (all-MiniLM-L6-v2:
-0.9934 lowest cosine calibrated on random tokens, 0.9954 on text). fast/int8.Int8Linear divides its
+0.9934 lowest cosine calibrated on random tokens, 0.9954 on text). quant/int8.Int8Linear divides its
 input by s before quantising it, at no measured cost (one more pass over x: 255 ms a 32 x 128 batch
 either way).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lmforge.modes import evaluating
+from lmforge.utils.modes import evaluating
 
 # migration strength: the share of an outlier's range moved into the weight. all-MiniLM-L6-v2, lowest
 # embedding cosine to fp32 over 512 GCIDE definitions with 7-bit activations: 0.9862 unsmoothed,

@@ -44,7 +44,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from lmforge.fast import int8
+from lmforge.quant import int8
 
 METHODS = ("magnitude", "movement", "soft-movement")
 FLOOR = 0.005  # soft movement: the share of each matrix always kept (the reference's min_elements)

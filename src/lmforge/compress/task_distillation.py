@@ -4,7 +4,7 @@
         + gamma * (1 - cos(h_s, h_t))
 
 The first term is Hinton et al. (2015)'s soft targets at temperature T (the T^2 keeps its
-gradients on the scale of the hard term's as T grows; objectives/distillation.py's
+gradients on the scale of the hard term's as T grows; objectives/distilbert.py's
 soft_cross_entropy), the second the gold labels, the third DistilBERT's cosine between the
 last hidden states (Sanh et al. 2019), over real tokens, off unless gamma > 0. The student
 starts from the teacher as DistilBERT's (sec. 3): every other layer, or the first N, its
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.config import atomic_write_text, option
 from lmforge.objectives.base import Loss, Objective
-from lmforge.objectives.distillation import (
+from lmforge.objectives.distilbert import (
     cosine_loss,
     every_other,
     refuse_int8_teacher,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from lmforge.atomic import atomic_write_text
 from lmforge.config.options import check_options, coerce, option
+from lmforge.utils.atomic import atomic_write_text
 from lmforge.config.checks import (ConfigError, choice, positive, validate_elmo, validate_ffn_sizes,
                                    validate_pruned, validate_quantization, validate_rotary_scaling,
                                    validate_windows)
@@ -128,7 +128,7 @@ class ModelConfig:
     linformer_k: int = option(256, "linformer: projected length of keys and values", low=1, high=MAX_LEN)
     # parameter economy
     share_layers: bool = option(False, "one block's weights for every layer (ALBERT cross-layer sharing)")
-    # heads removed by physical pruning (Michel et al. 2019; lmforge/analysis/pruning.py)
+    # heads removed by physical pruning (Michel et al. 2019; lmforge/compress/head_pruning.py)
     pruned_heads: Optional[dict] = option(None, "heads removed per attention and layer, by original index: "
                                                 "{'encoder.3': [0, 5], 'cross.1': [2]}; null: none")
     ffn_sizes: Optional[dict] = option(None, "hidden units kept per layer by FFN pruning: {'encoder.3': 1536}; "

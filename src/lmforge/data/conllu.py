@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lmforge.atomic import atomic_write_text
 from lmforge.data.treebank import tree_error
+from lmforge.utils.atomic import atomic_write_text
 
 FIELDS = 10
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from lmforge.atomic import atomic_write
 from lmforge.data.world import World
+from lmforge.utils.atomic import atomic_write
 
 GOOD = ["excellent", "wonderful", "great", "reliable", "superb"]
 BAD = ["terrible", "awful", "useless", "disappointing", "flimsy"]

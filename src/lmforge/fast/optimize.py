@@ -16,7 +16,7 @@ forward takes a cheaper route where it is exact and measured to pay (bench/FINDI
 
 Every route has the same results as the plain module (bitwise, or for dropout the same keep
 rate, to 2^-16; the int8 FFN's quantised hidden units, but a few in millions one step apart:
-fast/int8_ffn.py). `optimize(model, enabled=False)` gives every module its own class and the model
+quant/int8_ffn.py). `optimize(model, enabled=False)` gives every module its own class and the model
 the plain execution back. Nothing is swapped per call and no lock is taken: a forward pass costs the
 same whether it runs in one thread or in a server's many. Modules added after `optimize` (a new head)
 run plain until `optimize` is called again.
@@ -32,13 +32,13 @@ from torch import nn
 
 from lmforge.fast.dropout import FastDropout
 from lmforge.fast.execution import FastExecution
-from lmforge.fast.int8_ffn import fused_feedforward
 from lmforge.fast.linear import FastLinear
 from lmforge.fast.paths import FastPaths
 from lmforge.layers.attention import Attention
 from lmforge.layers.block import Block
 from lmforge.layers.execution import PLAIN
 from lmforge.layers.feedforward import FeedForward, gelu_tanh
+from lmforge.quant.int8_ffn import fused_feedforward
 
 # in-place forms, for inference: an activation that overwrites its input allocates nothing (a
 # bert-mini batch of 32 x 128 allocates 16 MB per layer for it, bench/FINDINGS.md)
@@ -59,7 +59,7 @@ def add_residual(h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 class FastFeedForward(FeedForward):
     """FeedForward whose activation overwrites the fresh hidden units in inference; between two int8
-    layers, made and quantised for the second in one pass (fast/int8_ffn.py)."""
+    layers, made and quantised for the second in one pass (quant/int8_ffn.py)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model)
         fused = fused_feedforward(self, x)

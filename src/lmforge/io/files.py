@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from lmforge.atomic import as_created
+from lmforge.utils.atomic import as_created
 
 
 class CheckpointError(ValueError):

@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 from lmforge.config import ConfigError, ModelConfig, atomic_write_text
-from lmforge.fast.int8 import swap_linears
-from lmforge.fast.int8_embedding import swap_tokens
 from lmforge.heads import make_head
 from lmforge.io.files import CheckpointError, load_weights, save_tensors
 from lmforge.model import Transformer, from_config
+from lmforge.quant.int8 import swap_linears
+from lmforge.quant.int8_embedding import swap_tokens
 
 FORMAT = "lmforge"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"

@@ -12,6 +12,7 @@ puts each stack's view of it on the AttentionContext.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -93,3 +94,15 @@ class StackInspection:
     def keep(self, kind: str, layer: int, record: Record) -> None:
         """Store a layer's record under (stack, kind, layer)."""
         self.owner.records[(self.stack, kind, layer)] = record
+
+
+@contextmanager
+def inspecting(model, record=None, gates: Optional[dict] = None):
+    """Run the model's forwards under an Inspection (recording `record`: "all" or layer indices;
+    head `gates` by attention) and give it back; the model's own is restored on exit."""
+    previous = model.inspection
+    model.inspection = inspection = Inspection(gates=dict(gates or {}), record=record)
+    try:
+        yield inspection
+    finally:
+        model.inspection = previous

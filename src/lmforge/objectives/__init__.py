@@ -8,15 +8,15 @@ from lmforge.objectives.base import IGNORE, Loss, Objective
 # the built-in objectives, in the order `lmforge pretrain --help` lists them
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.pairs import PairMLM
-from lmforge.objectives.span import SpanMLM
-from lmforge.objectives.structural import StructuralMLM
+from lmforge.objectives.spanbert import SpanMLM
+from lmforge.objectives.structbert import StructuralMLM
 from lmforge.objectives.rtd import ReplacedTokenDetection
 from lmforge.objectives.clm import CausalLM
 from lmforge.objectives.prefix_lm import EncoderDecoderPrefixLM, PrefixLM, prefix_lm
-from lmforge.objectives.span_corruption import SpanCorruption
+from lmforge.objectives.t5_span_corruption import SpanCorruption
 from lmforge.objectives.denoising import Denoising
 from lmforge.objectives.plm import PermutationLM
-from lmforge.objectives.distillation import Distillation, student_from_teacher
+from lmforge.objectives.distilbert import Distillation, student_from_teacher
 from lmforge.objectives.seq2seq import Seq2SeqLM
 from lmforge.objectives.registry import ObjectiveSpec, aliases, get, names, register, specs, unregister
 

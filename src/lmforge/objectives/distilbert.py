@@ -30,12 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.data.stream import ExampleFormat
-from lmforge.fast.int8 import refuse_int8
 from lmforge.heads import make_head
 from lmforge.model import from_config
 from lmforge.objectives.base import IGNORE, Loss, tokenizer_pad, tokenizer_specials
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
+from lmforge.quant.int8 import refuse_int8
 
 SOFT_ON = ("real", "masked")  # positions of L_ce: every real token (reference default) or the masked ones
 # scripts/extract_distilbert.py's choice for a 12-layer BERT: every other layer, keeping the first and last

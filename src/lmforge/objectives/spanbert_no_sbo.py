@@ -7,7 +7,7 @@ from __future__ import annotations
 from lmforge.data.stream import ExampleFormat
 from lmforge.objectives.base import Loss
 from lmforge.objectives.registry import ObjectiveSpec, register
-from lmforge.objectives.span import SpanMLM
+from lmforge.objectives.spanbert import SpanMLM
 
 
 class SpanMaskedLM(SpanMLM):

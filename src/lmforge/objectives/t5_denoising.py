@@ -19,7 +19,7 @@ from lmforge.data.stream import ExampleFormat
 from lmforge.objectives.base import tokenizer_pad
 from lmforge.objectives.denoising import Denoising, chosen_positions
 from lmforge.objectives.registry import ObjectiveSpec, register
-from lmforge.objectives.span_corruption import sentinel_ids
+from lmforge.objectives.t5_span_corruption import sentinel_ids
 
 MASK_SHARE = 0.9  # of the corrupted tokens, the share that becomes the mask; the rest random tokens
 

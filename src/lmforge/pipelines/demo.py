@@ -22,7 +22,6 @@ from pathlib import Path
 
 import lmforge
 from lmforge.analysis import compare
-from lmforge.atomic import atomic_write_text
 from lmforge.data.synthetic import corpus_text
 from lmforge.model import from_config
 from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
@@ -30,6 +29,7 @@ from lmforge.tasks.formats import BUILTIN, builtin
 from lmforge.tokenizer import train_tokenizer
 from lmforge.train import TrainConfig
 from lmforge.train.pretrain import pretrain
+from lmforge.utils.atomic import atomic_write_text
 
 
 @dataclass
@@ -143,7 +143,7 @@ def print_table(probes: dict, tasks: dict, seconds: float) -> None:
 
 def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> dict:
     """Tokenizer -> MLM pretraining -> fine-tuning with and without it -> table, report.json, demo.png."""
-    from lmforge.apps.demo_plots import plot_demo
+    from lmforge.pipelines.demo_plots import plot_demo
 
     cfg, out, start = cfg or DemoConfig(), Path(out), time.perf_counter()
     if (out / "pretrain").exists():

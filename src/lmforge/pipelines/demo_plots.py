@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.atomic import atomic_savefig
+from lmforge.utils.atomic import atomic_savefig
 
 
 def read_metrics(path) -> list:

@@ -22,8 +22,8 @@ from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
 from lmforge.model import Transformer
-from lmforge.modes import evaluating
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
+from lmforge.utils.modes import evaluating
 
 # sentence-transformers' legacy boolean pooling keys, in its concatenation order
 LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",

@@ -16,9 +16,9 @@ import torch
 
 from lmforge.generate import generate, lm_head_name
 from lmforge.model import EncoderDecoder
-from lmforge.modes import evaluating
 from lmforge.tokenizer.fits import check_fits
 from lmforge.tokenizer.wrapper import as_text
+from lmforge.utils.modes import evaluating
 
 MASK_SPELLINGS = ("[MASK]", "<mask>")  # what a user may write for the mask, whatever the tokenizer's
 SENTINEL, NEXT_SENTINEL = "<extra_id_0>", "<extra_id_1>"  # T5's first two span sentinels

@@ -13,9 +13,9 @@ from collections import Counter
 import torch
 
 from lmforge.config import ModelConfig
-from lmforge.fast.int8 import Int8Linear
-from lmforge.fast.int8_embedding import Int8Embedding
 from lmforge.model import from_config
+from lmforge.quant.int8 import Int8Linear
+from lmforge.quant.int8_embedding import Int8Embedding
 
 GATED = ("geglu", "geglu-tanh", "swiglu")
 

@@ -1,14 +1,14 @@
-"""The int8 products behind fast/int8.py's quantising kernels.
+"""The int8 products behind quant/int8.py's quantising kernels.
 
 - "fbgemm", "onednn": torch.ops.quantized.linear_dynamic on the engine's packed weight. The op finds
   its input's range and quantises it itself, by one range for the whole tensor (Int8Linear divides
   each row by its peak first, so its rows are quantised alike);
-- "onednn-u8": lmforge quantises each row itself (fast/native.py: one pass over the input, where
+- "onednn-u8": lmforge quantises each row itself (quant/native.py: one pass over the input, where
   the above take four), and oneDNN multiplies the bytes (onednn.qlinear_pointwise). The same
   u8 x s8 product, per-row ranges without the division into a buffer. all-MiniLM-L6-v2 at 32 x 128
   with AVX2 code: 1.59x fp32 -> 1.76x (bench/FINDINGS.md);
 - "w8a32" (both modes, at few rows): the int8 weight widened to fp32 in registers against fp32 input
-  (fast/native.py), read as tiles packed once. No activation is quantised: for decoding, where the
+  (quant/native.py), read as tiles packed once. No activation is quantised: for decoding, where the
   time is the weight bytes read.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lmforge.fast import native
+from lmforge.quant import native
 
 ENGINES = ("fbgemm", "onednn")  # kernels that are quantized engines: linear_dynamic on their packed weight
 U8 = "onednn-u8"  # the kernel fed with bytes lmforge quantised per row

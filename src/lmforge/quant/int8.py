@@ -11,7 +11,7 @@ Which kernel runs is measured, not assumed. int8 speed depends on the CPU (AVX2 
 has no u8 x s8 dot instruction; AVX-512 VNNI has), on the shape and on the rows a call has, so
 the first call of each (mode, in, out, rows bucket, threads) on this machine times every kernel
 that applies on its own input and keeps the fastest (CHOICES; written down for later processes
-by fast/kernel_store.py, so outputs do not change from run to run). "fp32" (the dequantised weight
+by quant/kernel_store.py, so outputs do not change from run to run). "fp32" (the dequantised weight
 through F.linear) is always a candidate: a layer never runs slower than fp32 by more than timing
 noise, and where int8 loses the choice says so (`choices()`). Kernels, guarded (an op missing
 from this torch build is simply no candidate):
@@ -23,20 +23,20 @@ from this torch build is simply no candidate):
   faster than fbgemm on most MiniLM and bert-base shapes), timed on two lengths in turn (it
   rebuilds a per-shape set-up when the input shape changes);
 - "onednn-u8": oneDNN's product on bytes lmforge quantised per row in one pass of native code
-  (fast/engines.py, fast/native.py; where gcc can build it);
+  (quant/engines.py, quant/native.py; where gcc can build it);
 - "int8pack": aten._weight_int8pack_mm on fp32 activations (weight-only; on x86 a scalar loop);
 - "int8pack-bf16": the same op on bfloat16 activations, its vectorised (AVX2 / AVX-512) form: int8
   rows widened in registers, products summed in fp32, the sum rounded to bf16 and scaled in fp32
   (relative error ~0.24 % against the dequantised fp32 product, of the order of int8 rounding
   itself). The kernel loads 16 columns at a time with aligned loads, so only for in % 16 == 0;
 - "w8a32" (both modes, at up to 64 rows): the int8 weight, packed once as tiles, widened to fp32 in
-  native code against fp32 input (fast/engines.py): decoding's kernel where int8pack-bf16 is slow;
+  native code against fp32 input (quant/engines.py): decoding's kernel where int8pack-bf16 is slow;
 - "dequantise": W rebuilt in fp32 at every call, then F.linear (weight-only; a correct fallback);
 - "fp32": a dequantised fp32 copy kept beside the int8 weight, then F.linear.
 
 Each also runs as "<kernel>-serial", on one thread: with few rows, waking a second thread can
 cost more than it saves (on cores shared with other work, a whole scheduler slice: ~16 ms). Between
-two dynamic layers, an FFN's hidden units may skip their fp32 form altogether (fast/int8_ffn.py).
+two dynamic layers, an FFN's hidden units may skip their fp32 form altogether (quant/int8_ffn.py).
 """
 from __future__ import annotations
 
@@ -47,11 +47,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmforge.fast import engines, kernel_store
-from lmforge.fast.engines import U8, pack_u8, pack_weight, u8_product
-from lmforge.fast.isa import activation_bits, eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use)
-from lmforge.fast.linear import SCRATCH_MIN_BYTES, scratch
-from lmforge.fast.timing import Elsewhere, alternating, cold_caches
+from lmforge.quant import engines, kernel_store
+from lmforge.quant.engines import U8, pack_u8, pack_weight, u8_product
+from lmforge.quant.isa import activation_bits, eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use)
+from lmforge.quant.scratch import SCRATCH_MIN_BYTES, scratch
+from lmforge.utils.timing import Elsewhere, alternating, cold_caches
 
 MODES = ("dynamic", "weight-only")
 KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn", U8, engines.W8A32),
@@ -197,7 +197,7 @@ class Int8Linear(nn.Module):
         if kernel == engines.W8A32:  # a smoothed (dynamic) layer's int8 weight is W s: its input x / s
             x = x if self.smooth is None else x / self.smooth
             return self.form(engines.W8A32)(x, self.bias)
-        if kernel == U8:  # rows quantised by lmforge's native kernel (fast/engines.py): no buffer, no pins
+        if kernel == U8:  # rows quantised by lmforge's native kernel (quant/engines.py): no buffer, no pins
             return self.rows_back(*u8_product(x, self.form(U8), activation_bits()))
         return self._quantised_rows(kernel, x)
 
@@ -210,7 +210,7 @@ class Int8Linear(nn.Module):
         sums u8 x s8 pairs in int16, which 8-bit activations saturate (errors 20x the bound). A smoothed
         layer divides x by its `smooth` factors first (compress/smooth.py): lowest cosine over 512 GCIDE
         definitions 0.9862 -> 0.9934 with 7 bits, 0.9916 -> 0.9981 with 8 (random-token calibration)."""
-        # the scaled input dies in the op: under glibc a large one goes to a reused buffer (fast/linear.py).
+        # the scaled input dies in the op: under glibc a large one goes to a reused buffer (quant/scratch.py).
         # Two rows of +1 and -1 below it pin the op's tensor range to [-1, 1]: every row is then quantised
         # alike in any batch (a text alone and in a batch gave 7e-3 apart through the same kernel)
         rows = x.shape[0]
@@ -278,7 +278,7 @@ class Int8Linear(nn.Module):
         return self.in_features % 16 == 0 and q.is_contiguous() and q.data_ptr() % 64 == 0
 
     def _choose(self, key: tuple, x: torch.Tensor) -> str:
-        """This machine's kernel for `key`: the one written down before (fast/kernel_store.py), else
+        """This machine's kernel for `key`: the one written down before (quant/kernel_store.py), else
         the fastest measured now, written down (unless another process wrote one first)."""
         known = kernel_store.recall(stored(key))
         if known in self.candidates(key[3]):

@@ -1,11 +1,11 @@
-"""Int8Embedding: a token table stored int8 per row, beside fast/int8.py's Int8Linear."""
+"""Int8Embedding: a token table stored int8 per row, beside quant/int8.py's Int8Linear."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmforge.fast.int8 import quantise_per_channel
+from lmforge.quant.int8 import quantise_per_channel
 
 
 class Int8Embedding(nn.Module):

@@ -1,16 +1,16 @@
 """An int8 feed-forward layer's hidden units made and quantised in one pass (the accelerated FFN's
-route, fast/accelerate.py).
+route, fast/optimize.py).
 
 Where both projections of a plain (not gated) ReLU or GELU FFN are dynamic Int8Linears, the hidden
 units act(W1 x + b1) exist only to be quantised again for W2. Unfused, the (rows, d_ff) fp32 tensor is
 written by the up product's row scaling, read and written by the activation, read by the down
-product's quantisation. Fused (fast/csrc/rowquant.c's act_quantise_rows), each row of the up product
+product's quantisation. Fused (quant/csrc/rowquant.c's act_quantise_rows), each row of the up product
 ("onednn-u8") is scaled, biased, activated and quantised in cache for the down product ("onednn-u8"):
 all-MiniLM-L6-v2's 4096 x 1536 hidden units 9.4 -> 5.5 ms on an AVX2 EPYC (bench/FINDINGS.md).
 
-Which route runs is measured like a kernel (fast/int8.py): the first call of each (activation, d_model,
+Which route runs is measured like a kernel (quant/int8.py): the first call of each (activation, d_model,
 d_ff, rows bucket, threads) times the fused route against the plain one (each layer on its own
-chosen kernel) and keeps the faster, written down for this machine (fast/kernel_store.py). Not at
+chosen kernel) and keeps the faster, written down for this machine (quant/kernel_store.py). Not at
 decoding's few rows (int8.COLD), where the hidden units are a few KB. The fused bytes are the
 unfused route's but where the fused GELU (within 2e-7 |v| of the exact one) falls on the other side of
 a rounding boundary: one step, a few values in millions.
@@ -22,11 +22,11 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from lmforge.fast import engines, int8, kernel_store, native
-from lmforge.fast.engines import U8
-from lmforge.fast.int8 import COLD, Int8Linear, agrees, bucket_of
-from lmforge.fast.isa import activation_bits
-from lmforge.fast.timing import Elsewhere, alternating
+from lmforge.quant import engines, int8, kernel_store, native
+from lmforge.quant.engines import U8
+from lmforge.quant.int8 import COLD, Int8Linear, agrees, bucket_of
+from lmforge.quant.isa import activation_bits
+from lmforge.utils.timing import Elsewhere, alternating
 
 FUSED = {F.relu: "relu", F.gelu: "gelu"}  # the activations act_quantise_rows computes (native.ACTIVATIONS)
 ROUTES = ("fused", "plain")

@@ -1,7 +1,7 @@
 """What code the CPU kernel libraries run here: the CPU's flags and the ISA caps in the environment.
 
-int8's activation width follows it (fast/int8.py), and so does the machine digest under which int8
-kernel choices are kept (fast/kernel_store.py).
+int8's activation width follows it (quant/int8.py), and so does the machine digest under which int8
+kernel choices are kept (quant/kernel_store.py).
 """
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """The int8 kernel choices of this machine, kept in a file: a quantised model gives the same outputs
 in every process.
 
-fast/int8.py times the kernels of each (mode, in, out, rows, threads) the first time it meets it
+quant/int8.py times the kernels of each (mode, in, out, rows, threads) the first time it meets it
 and runs the fastest. Kernels do not round alike (the fp32 product against an int8 one; fbgemm's
 activation quantisation against oneDNN's), so two processes that chose differently gave different
 outputs from one checkpoint: all-MiniLM-L6-v2 int8 embeddings of the same texts were up to ~4e-3
 apart in 3 of 6 runs (measured). Here a choice is measured once per machine (CPU, its flags, the
 ISA caps in the environment, the torch version) and written down; every later process reads it.
-fast/int8.stored names a choice with the kernels lmforge offered when it was made, so a kernel added
+quant/int8.stored names a choice with the kernels lmforge offered when it was made, so a kernel added
 later is timed, not shut out by an older choice.
 
 The file is $LMFORGE_INT8_KERNELS (int8_kernels.json inside it where it names a folder), else
@@ -25,8 +25,8 @@ import os
 import sys
 from pathlib import Path
 
-from lmforge.atomic import atomic_write_text
-from lmforge.fast.isa import machine
+from lmforge.quant.isa import machine
+from lmforge.utils.atomic import atomic_write_text
 
 ENV = "LMFORGE_INT8_KERNELS"
 NAME = "int8_kernels.json"

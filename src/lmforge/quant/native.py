@@ -1,6 +1,6 @@
-"""lmforge's native code, fast/csrc/ (rowquant.c: per-row activation quantisation for int8's
-"onednn-u8" kernel, and of a feed-forward layer's hidden units as they are made, fast/int8_ffn.py;
-w8a32.c: the weight-only "w8a32" product; both called from fast/engines.py): one library, built with
+"""lmforge's native code, quant/csrc/ (rowquant.c: per-row activation quantisation for int8's
+"onednn-u8" kernel, and of a feed-forward layer's hidden units as they are made, quant/int8_ffn.py;
+w8a32.c: the weight-only "w8a32" product; both called from quant/engines.py): one library, built with
 the system's gcc on first use, then kept.
 
 Kept per source, flags and compiler in $LMFORGE_NATIVE (a folder) or $XDG_CACHE_HOME/lmforge/native
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from lmforge.atomic import as_created
-from lmforge.fast.kernel_store import cached_place
+from lmforge.quant.kernel_store import cached_place
+from lmforge.utils.atomic import as_created
 
 ENV = "LMFORGE_NATIVE"
 SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rowquant.c", "w8a32.c"))
@@ -184,7 +184,7 @@ TILE = 64  # output channels side by side in w8a32's weight tiles (w8a32.c's TIL
 
 
 class Int8Tiles:
-    """An (out, in) int8 weight and its (out,) fp32 scales as fast/csrc/w8a32.c reads them: tiles of TILE
+    """An (out, in) int8 weight and its (out,) fp32 scales as quant/csrc/w8a32.c reads them: tiles of TILE
     channels side by side, t[b, i, j] = q[b TILE + j, i] (zero past the last channel). Calling it on
     (rows, in) fp32 x gives (rows, out) fp32 (x q^T) * scale + bias, the int8 weights widened to fp32 in
     registers. Needs library(); arguments the C code would misread are refused (ValueError naming the

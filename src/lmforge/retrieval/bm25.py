@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmforge.atomic import atomic_write_text, replace_dir
+from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 STOPWORDS = "en"
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lmforge.atomic import atomic_write_text
 from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.tokenizer import load_tokenizer
+from lmforge.utils.atomic import atomic_write_text
 
 POOLINGS = {"mean": "mean", "cls": "first"}
 

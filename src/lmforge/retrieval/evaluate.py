@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lmforge.atomic import atomic_write_text
 from lmforge.retrieval.bm25 import BM25Index, hard_negatives
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective, passage_text, training_examples
 from lmforge.retrieval.index import DenseIndex, write_index
 from lmforge.train import TrainConfig
 from lmforge.train.loop import Trainer
+from lmforge.utils.atomic import atomic_write_text
 
 KS = (1, 5, 20)
 

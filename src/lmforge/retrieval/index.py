@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lmforge.atomic import atomic_write_text
-from lmforge.progress import Bar
 from lmforge.train.checkpoint import sha256
+from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.progress import Bar
 
 FORMAT = "lmforge-dense-index"
 BACKENDS = ("torch", "faiss")

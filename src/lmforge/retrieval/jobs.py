@@ -11,10 +11,10 @@ import json
 import random
 from pathlib import Path
 
-from lmforge.atomic import atomic_write_text
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective
+from lmforge.utils.atomic import atomic_write_text
 from lmforge.retrieval.evaluate import (
     bm25_rankings,
     compare,

@@ -13,10 +13,10 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lmforge.atomic import atomic_write_text
 from lmforge.data.corpus import ReadOptions, expand_files, read_range
 from lmforge.data.synthetic import biography, city_note, review
 from lmforge.data.world import World
+from lmforge.utils.atomic import atomic_write_text
 
 WORDS = 100  # words per passage (DPR's block size)
 

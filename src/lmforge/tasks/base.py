@@ -28,10 +28,10 @@ import importlib
 import torch
 from torch import nn
 
-from lmforge.fast.int8 import refuse_int8
 from lmforge.heads import make_head
-from lmforge.modes import evaluating
 from lmforge.objectives.base import Loss, Objective
+from lmforge.quant.int8 import refuse_int8
+from lmforge.utils.modes import evaluating
 
 TASKS: dict = {}  # kind -> Task subclass, filled by @register
 # kind -> the module of lmforge.tasks defining it

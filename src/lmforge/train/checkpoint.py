@@ -26,8 +26,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from lmforge.atomic import atomic_write_text
 from lmforge.io.files import DiskFull, out_of_space
+from lmforge.utils.atomic import atomic_write_text
 
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.pt")  # checksummed in trainer.json

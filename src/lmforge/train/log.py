@@ -5,8 +5,8 @@ import json
 import math
 from pathlib import Path
 
-from lmforge.atomic import append_text, atomic_savefig, atomic_write_text, refuse_link
-from lmforge.progress import Bar
+from lmforge.utils.atomic import append_text, atomic_savefig, atomic_write_text, refuse_link
+from lmforge.utils.progress import Bar
 
 
 class MetricsLog:

@@ -1,9 +1,11 @@
 """The one training loop: any objective, one process or many, resumable exactly.
 
 Each optimiser step: reseed dropout from (seed, step, rank); run `accumulation`
-micro-batches (gradient all-reduce only on the last); stop on a non-finite loss before
-touching the weights; clip; AdamW; stop if the updated weights are not finite; schedule.
-Rank 0 logs and writes checkpoints. A stop writes nothing: every checkpoint and the final
+micro-batches (gradient all-reduce only on the last); clip; AdamW; schedule. The step's loss and
+whether it and the updated weights are finite stay on the device (train/speed.py): the host reads
+them only at a logged, evaluated, saved or last step, so a CUDA step never waits for the GPU; a
+non-finite loss or weight then stops the run, naming the first bad step. Rank 0 logs and writes
+checkpoints. A stop writes nothing (every save follows a read): every checkpoint and the final
 model hold finite weights. A resume continues the newest checkpoint that passes its
 checksums, with the run's model, objective and schedule (see config.RUN_OPTIONS).
 """
@@ -17,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from lmforge.fast.int8 import refuse_int8
 from lmforge.fast.optimize import optimize
 from lmforge.io import save
 from lmforge.io.files import DiskFull
+from lmforge.quant.int8 import refuse_int8
 from lmforge.train import distributed as dist
 from lmforge.train.checkpoint import (
     TrainingDiverged,
@@ -34,6 +36,8 @@ from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.optim import build_optimizer, build_scheduler
+from lmforge.train.speed import Pending, checkpoint_blocks, finite_flag, read_record, to_device, uncheckpoint_blocks
+from lmforge.train.speed import use_tf32
 
 __all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "resolve_device"]
 
@@ -58,10 +62,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _to(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
 class Trainer:
     """Trains `objective` (which holds the model) on `train_data`, writing under `out`."""
 
@@ -79,9 +79,12 @@ class Trainer:
             # cuDNN's convolutions (ELMo's character CNN) may pick backward algorithms that sum in any
             # order: a seed fixes a GPU run only with the deterministic ones
             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        use_tf32(self.device, cfg.tf32)
         self.rank, self.world = dist.init_from_env(self.device)
         # the accelerations, once, for the whole run (fast/optimize.py): same results as the plain layers
         self.objective = optimize(objective.to(self.device))
+        # undone when fit ends, so the model it returns runs plain
+        self._checkpointed = checkpoint_blocks(self.objective) if cfg.checkpointing else []
         self._data = (train_data, eval_data, duplication, lr_scale)
         self.module = dist.wrap(self.objective, cfg.parallel, self.device)
         if cfg.compile:
@@ -103,6 +106,7 @@ class Trainer:
                          if eval_data is not None and cfg.eval_every else [])
         self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, cfg.betas, cfg.eps, lr_scale)
         self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.steps, cfg.schedule, cfg.min_lr_ratio)
+        self.pending = Pending(self.device)
 
     def _count_epochs(self, cfg: TrainConfig, counted_before: int | None = None) -> TrainConfig:
         """cfg with self.epochs (if given) turned into steps for this training set, said in the log
@@ -203,13 +207,14 @@ class Trainer:
         # the step is then refused before the optimiser touches the weights
         with dist.no_sync(self.module, last):
             with self._autocast():
-                out = self.module(_to(batch, self.device))
+                out = self.module(to_device(batch, self.device))
             loss = out.loss.float()
             (loss / self.cfg.accumulation).backward()
-        return float(loss.detach()), out.metrics
+        return loss.detach(), out.metrics
 
     def train_step(self) -> dict:
-        """One optimiser step over this process's micro-batches; returns its metrics."""
+        """One optimiser step over this process's micro-batches; returns its metrics, as device tensors
+        where the step computed them (read_record, or a logged step, turns them into numbers)."""
         torch.manual_seed(derive_seed(self.cfg.seed, self.step, self.rank, 3))  # dropout, sampling
         self.module.train()
         batches = self.batches.micro_batches(self.step)
@@ -217,36 +222,55 @@ class Trainer:
         for i, batch in enumerate(batches):
             loss, extra = self._micro_step(batch, i == len(batches) - 1)
             losses.append(loss)
-            tokens += int(batch["attention_mask"].sum())
+            tokens += int(batch["attention_mask"].sum())  # a host tensor: no wait for the device
             for k, v in extra.items():
-                metrics[k] = metrics.get(k, 0.0) + float(v) / len(batches)
-        loss = dist.all_mean(sum(losses) / len(losses), self.device)
-        if not torch.isfinite(torch.tensor(loss)):
-            self.optimizer.zero_grad(set_to_none=True)
-            self._diverged(f"the loss is {loss} at step {self.step + 1}")
-        norm = self._update()
+                v = v.detach().double() if isinstance(v, torch.Tensor) else float(v)
+                metrics[k] = metrics.get(k, 0.0) + v / len(batches)
+        loss = torch.stack(losses).double().mean()
+        norm, lr, weights_ok = self._update(loss)
+        self.pending.note(self.step + 1, loss, weights_ok, lr)
         return {"loss": loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": norm,
-                "tokens": tokens * self.world, **{k: dist.all_mean(v, self.device) for k, v in metrics.items()}}
+                "tokens": tokens * self.world, **metrics}
+
+    def _read(self, record: dict) -> dict:
+        """The record in numbers (averaged over processes), after the guards: TrainingDiverged naming
+        the first step since the last read whose loss or updated weights were not finite."""
+        params = list(self.module.parameters())
+        bad_loss, bad_weights, lr = self.pending.read(params, self.world)
+        if bad_loss is not None:
+            self._diverged(f"the loss is not finite at step {bad_loss}")
+        if bad_weights is not None:
+            self._diverged(f"the weights are not finite after the update of step {bad_weights} (lr {lr:.3g})")
+        record = read_record(record)
+        return {k: dist.all_mean(v, self.device) if k not in ("lr", "grad_norm") else v for k, v in record.items()}
 
     def _diverged(self, what: str) -> None:
         where = self.last_checkpoint or "none (no checkpoint was written)"
         raise TrainingDiverged(f"training diverged: {what}; stopped without saving anything (a lower lr= "
                                f"may help); last good checkpoint: {where}")
 
-    def _update(self) -> float:
+    def _update(self, loss: torch.Tensor) -> tuple:
+        """Clip, AdamW (not on a non-finite loss), schedule: (gradient norm, the lr used, whether the
+        weights are finite), the first and last as device tensors."""
+        if self.optimizer.defaults.get("fused"):
+            # the fused kernel skips the whole update, its step count included, where found_inf is 1:
+            # a non-finite loss leaves the weights untouched without the host waiting for the loss
+            self.optimizer.found_inf = (~torch.isfinite(loss)).float()
+        elif not bool(torch.isfinite(loss)):  # the per-tensor loop (FSDP shards) has no such switch
+            self.optimizer.zero_grad(set_to_none=True)
+            self._diverged(f"the loss is not finite at step {self.step + 1}")
         params = [p for p in self.module.parameters() if p.grad is not None]
         # with clip=None the norm is still measured (for the log); FSDP's sharded norms are DTensors
         norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.clip or float("inf"))
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        # a finite loss can still take the weights past float range (lr=1e39): checked after every
-        # update (a sum per tensor, ~3 % of a tiny CPU step; agreed by every rank), so no save writes them
-        if not all_finite(params):
-            lr = self.scheduler.get_last_lr()[0]
-            self._diverged(f"the weights are not finite after the update of step {self.step + 1} (lr {lr:.3g})")
+        # a finite loss can still take the weights past float range (lr=1e39): flagged after every
+        # update (a sum per tensor, ~3 % of a tiny CPU step), read with the step's loss (_read)
+        lr = self.scheduler.get_last_lr()[0]
+        weights_ok = finite_flag(params)
         self.scheduler.step()
-        return float(norm)
+        return norm, lr, weights_ok
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -255,7 +279,7 @@ class Trainer:
         totals: dict = {}
         for batch in self.eval_set:
             with self._autocast():
-                out = self.module(_to(batch, self.device))
+                out = self.module(to_device(batch, self.device))
             for k, v in {"loss": out.loss, **out.metrics}.items():
                 totals[k] = totals.get(k, 0.0) + float(v) / len(self.eval_set)
         return {f"eval_{k}": dist.all_mean(v, self.device) for k, v in totals.items()}
@@ -304,6 +328,7 @@ class Trainer:
             self._loop(metrics, bar)
         finally:
             bar.close()
+            uncheckpoint_blocks(self._checkpointed)
         model = self.objective.finish()
         self._save_final(model)
         if self.main:
@@ -322,13 +347,18 @@ class Trainer:
             save(model, self.out / "final", state=state)
 
     def _loop(self, metrics, bar) -> None:
-        start, seen = time.perf_counter(), 0
+        start, seen, shown = time.perf_counter(), 0, None
         while self.step < self.cfg.steps and not self.stopped:
             record = self.train_step()
             self.step += 1
             seen += record.pop("tokens")
             speed = seen / (time.perf_counter() - start)
             evaluating = self.cfg.eval_every and self.step % self.cfg.eval_every == 0
+            every = self.cfg.save_every and self.step % self.cfg.save_every == 0
+            # the host reads the device only here (speed.Pending): before any log, evaluation or save
+            if evaluating or every or self.step % self.cfg.log_every == 0 or self.step == self.cfg.steps:
+                record = self._read(record)
+                shown = record["loss"]
             if evaluating and self.eval_set:
                 record.update(self.evaluate())
             found = dict(self.evaluator(self)) if evaluating and self.evaluator is not None else {}
@@ -338,8 +368,7 @@ class Trainer:
                               or "eval_loss" in record or found):
                 metrics.write({"step": self.step, **record, "tokens_per_s": speed,
                                "elapsed_s": time.perf_counter() - start})
-            bar.update(self.step, record["loss"], speed)
-            every = self.cfg.save_every and self.step % self.cfg.save_every == 0
+            bar.update(self.step, shown, speed)  # the loss last read
             if every or stop or self.step == self.cfg.steps:
                 self.save()
             if stop:

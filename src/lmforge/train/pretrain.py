@@ -25,12 +25,14 @@ import time
 from pathlib import Path
 
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from tokenizers import AddedToken
 
 from lmforge import objectives
-from lmforge.atomic import atomic_write_text
+from lmforge.config.options import check_options, option
 from lmforge.data.corpus import CorpusReader
 from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.stream import build_examples, open_shards, shard_examples
@@ -43,12 +45,27 @@ from lmforge.presets import get_config
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
+from lmforge.utils.atomic import atomic_write_text
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
 # evaluation (seed, i, 2), dropout (seed, step, rank, 3), fine-tuning's head (seed, 4) and preset
 # (seed, 5). The initial weights take (seed, INIT_STREAM, 0, 0, 0): five parts, a length no other
 # stream has, so their seed is never one of those (as two parts it would be epoch 6's data order).
 INIT_STREAM = 6
+
+
+@dataclass
+class RecipeOptions:
+    """The pretraining recipe's own key=value options (neither training options nor model config fields)."""
+
+    add_tokens: Optional[str] = option(None, "with --model: a file of domain words, one a line, added to the "
+                                             "vocabulary")
+    # the model's max_seq_len bounds it too, checked once the model is known (_max_len)
+    max_len: Optional[int] = option(None, "tokens per example, at most the model's max_seq_len; null: "
+                                          "min(max_seq_len, 128) (also --max-len)", low=2, high=1 << 20)
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
 def init_seed(seed: int) -> int:

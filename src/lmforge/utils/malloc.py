@@ -1,6 +1,6 @@
 """Which C allocator this process runs on: one that pools freed blocks itself, preloaded, or glibc's.
 
-Read from the process's mappings, so it names what is loaded, whatever asked for it. fast/linear.py
+Read from the process's mappings, so it names what is loaded, whatever asked for it. quant/scratch.py
 leaves its scratch buffers off under a pooling allocator; serve/allocator.py reports and checks it.
 """
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Timing for the measured choices of fast paths (int8 kernels, decoding projections) and for
-side-by-side comparisons of models (compress/measure.py, analysis/head_report.py)."""
+"""The one timing helper: rounds of calls side by side, for the measured choices of fast paths (int8
+kernels, decoding projections), for comparisons of models (compress/measure.py,
+analysis/head_report.py) and for the benchmarks (bench/common.py)."""
 from __future__ import annotations
 
 import functools
@@ -28,22 +29,31 @@ def median_seconds(fn, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-@torch.no_grad()  # inference is timed: with autograd on, an int8 layer takes its fp32 reference path
-def alternating(calls: dict, rounds: int = 5, pick=statistics.median, between=None) -> dict:
-    """name -> median (or `pick`) seconds of calls[name](), the calls alternating round by round (after
-    a warm-up call each: first-call allocations and int8 kernel measurement); between(), where given,
-    runs before each timed call, outside its time (cold_caches)."""
+def rounds_of(calls: dict, rounds: int = 5, between=None, warmup: int = 1, zigzag: bool = False) -> dict:
+    """name -> seconds of calls[name]() in each of `rounds` rounds, every call once a round, so load
+    from elsewhere (other work, heat) falls on all alike; after `warmup` untimed calls each (first-call
+    allocations, int8 kernel measurement). between(), where given, runs before each timed call, outside
+    its time (cold_caches); `zigzag` reverses the order every other round (no call always goes first)."""
     for call in calls.values():
-        call()
+        for _ in range(warmup):
+            call()
     times: dict = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
+    names = list(calls)
+    for r in range(rounds):
+        for name in (names[::-1] if zigzag and r % 2 else names):
             if between is not None:
                 between()
             start = time.perf_counter()
-            call()
+            calls[name]()
             times[name].append(time.perf_counter() - start)
-    return {name: pick(t) for name, t in times.items()}
+    return times
+
+
+@torch.no_grad()  # inference is timed: with autograd on, an int8 layer takes its fp32 reference path
+def alternating(calls: dict, rounds: int = 5, pick=statistics.median, between=None) -> dict:
+    """name -> median (or `pick`) seconds of calls[name]() over alternating rounds (rounds_of), in
+    inference (no autograd)."""
+    return {name: pick(t) for name, t in rounds_of(calls, rounds, between=between).items()}
 
 
 @functools.cache

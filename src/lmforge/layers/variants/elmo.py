@@ -15,6 +15,14 @@ connection around every layer but the first. One step of one layer, gates in the
 
     c_t = clip(sigmoid(i) * tanh(g) + sigmoid(f) * c_{t-1});   h_t = clip(P (sigmoid(o) * tanh(c_t)))
 
+Two ways to run a layer, chosen by ProjectedLSTM.fused (`auto` | `on` | `off`, set through
+ELMo.set_fused_lstm): step by step (the reference: T small matmuls, the clips applied between
+steps), or fused: one cuDNN LSTMP call (torch.lstm with a projection; a packed batch, so padding and
+each row's final state are the reference's). A fused LSTM has no hook between steps, so it is
+exact only where neither clip can act: cell_clip and proj_clip null (or 0). `auto` fuses on CUDA
+where it is exact, `on` fuses on any device where it is exact and refuses a clipped layer, `off`
+never fuses. (ELMo's original sets both clips to 3, so it runs step by step.)
+
 The forward LSTMs read w_1 .. w_n left to right; the backward ones the same words right to left
 (each row reversed within its own length, so padding never comes first). They share no state.
 """
@@ -25,6 +33,9 @@ from typing import Optional
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+FUSED_MODES = ("auto", "on", "off")
 
 
 class Highway(nn.Module):
@@ -90,6 +101,7 @@ class ProjectedLSTM(nn.Module):
                  proj_clip: Optional[float]) -> None:
         super().__init__()
         self.d_cell, self.cell_clip, self.proj_clip = d_cell, cell_clip, proj_clip
+        self.fused = "auto"  # an execution choice (not saved): see the module docstring
         self.input_linearity = nn.Linear(d_in, 4 * d_cell, bias=False)
         self.state_linearity = nn.Linear(d_out, 4 * d_cell)
         self.state_projection = nn.Linear(d_cell, d_out, bias=False)
@@ -100,6 +112,8 @@ class ProjectedLSTM(nn.Module):
         B, T, _ = x.shape
         if state is None:
             state = (x.new_zeros(B, self.state_projection.out_features), x.new_zeros(B, self.d_cell))
+        if self.use_fused(x.device):
+            return self._fused(x, mask, state)
         h, c = state
         from_input = self.input_linearity(x)  # (B, T, 4 d_cell): the input's share of every step at once
         outputs = []
@@ -115,6 +129,37 @@ class ProjectedLSTM(nn.Module):
             h, c = torch.where(real, h_new, h), torch.where(real, c_new, c)
             outputs.append(h_new * real)
         return torch.stack(outputs, dim=1), (h, c)
+
+    @property
+    def clipped(self) -> bool:
+        """Whether a clip acts between steps (then only the step-by-step path is exact)."""
+        return bool(self.cell_clip) or bool(self.proj_clip)
+
+    def use_fused(self, device: torch.device) -> bool:
+        """Whether this call runs fused (self.fused, where exact); 'on' with a clip is an error."""
+        if self.fused == "on" and self.clipped:
+            raise ValueError(f"fused_lstm='on' but cell_clip={self.cell_clip}, proj_clip={self.proj_clip}: "
+                             f"a fused LSTM cannot clip between steps; use 'auto' or 'off'")
+        return not self.clipped and (self.fused == "on" or (self.fused == "auto" and device.type == "cuda"))
+
+    def _fused(self, x: torch.Tensor, mask: torch.Tensor, state: tuple) -> tuple:
+        """The unclipped layer in one LSTMP call (cuDNN on CUDA) over the packed real steps."""
+        lengths = mask.sum(1)
+        real = lengths > 0  # a row without words keeps its state, as in the reference
+        packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        order = packed.sorted_indices
+        h0, c0 = (s.index_select(0, order)[None].contiguous() for s in state)  # (1, B, d): one layer
+        weights = [self.input_linearity.weight, self.state_linearity.weight,
+                   self.state_linearity.bias.new_zeros(4 * self.d_cell),  # no input bias (AllenNLP)
+                   self.state_linearity.bias, self.state_projection.weight]
+        data, h, c = torch.lstm(packed.data, packed.batch_sizes, (h0, c0), weights, True, 1, 0.0,
+                                self.training, False)
+        out, _ = pad_packed_sequence(PackedSequence(data, packed.batch_sizes, order, packed.unsorted_indices),
+                                     batch_first=True, total_length=x.shape[1])
+        back = packed.unsorted_indices
+        h, c = h[0].index_select(0, back), c[0].index_select(0, back)
+        h, c = torch.where(real[:, None], h, state[0]), torch.where(real[:, None], c, state[1])
+        return out * mask[..., None], (h, c)
 
     def reset_parameters(self) -> None:
         """Glorot-uniform matrices (TF's LSTMCell default), zero bias but the forget gate's +1
@@ -172,6 +217,21 @@ class BiLSTM(nn.Module):
             finals.append(final)
             x = h
         return outputs, finals
+
+    def set_fused(self, mode: str) -> None:
+        """Every layer's fused mode: auto | on | off (see the module docstring); ValueError otherwise,
+        and for 'on' where a clip is set."""
+        if mode not in FUSED_MODES:
+            raise ValueError(f"fused_lstm must be one of {', '.join(FUSED_MODES)}, got {mode!r:.40}")
+        layers = (*self.forward_layers, *self.backward_layers)
+        for layer in layers:
+            layer.fused = mode
+        if mode == "on":
+            try:
+                layers[0].use_fused(torch.device("cpu"))  # raises, naming the clips, where they are set
+            except ValueError:
+                self.set_fused("auto")
+                raise
 
     def reset_parameters(self) -> None:
         """Every layer's reset_parameters."""

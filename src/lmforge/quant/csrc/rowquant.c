@@ -1,5 +1,5 @@
-/* Per-row activation quantisation for lmforge's int8 products (fast/native.py builds this file,
-   fast/engines.py calls it), and the same for a feed-forward layer's hidden units as they are made.
+/* Per-row activation quantisation for lmforge's int8 products (quant/native.py builds this file,
+   quant/engines.py calls it), and the same for a feed-forward layer's hidden units as they are made.
 
    Each row of x (rows, cols) is mapped onto the integers [zp - levels, zp + levels] by its own largest
    |value| (its peak): q = round(x * levels / peak) + zp, as unsigned bytes, and the peak is returned
@@ -90,7 +90,7 @@ void quantise_rows(const float *x, long rows, long cols, const float *inv, float
 }
 
 /* The hidden units of a feed-forward layer whose up and down projections both run "onednn-u8"
-   (fast/int8_ffn.py), made and quantised for the down projection in one pass: row r of the up
+   (quant/int8_ffn.py), made and quantised for the down projection in one pass: row r of the up
    product acc (rows, cols) (its input row was scaled by 1 / rowscale[r]) becomes
    h = act(acc * rowscale[r] + bias) (* inv, the down projection's 1 / s where it was smoothed) in a
    row buffer that stays in cache, and is quantised from there as quantise_rows does. Unfused, the same

@@ -1,5 +1,5 @@
-/* Weight-only int8 products at a few rows, for decoding (fast/native.py builds this file beside
-   rowquant.c, fast/engines.py calls it): y = (x q^T) * scale + bias, q (out, in) int8 per output
+/* Weight-only int8 products at a few rows, for decoding (quant/native.py builds this file beside
+   rowquant.c, quant/engines.py calls it): y = (x q^T) * scale + bias, q (out, in) int8 per output
    channel, x (rows, in) and y (rows, out) fp32.
 
    At one row a token's time is the bytes of weights read from memory, and an int8 weight is a quarter
@@ -9,7 +9,7 @@
    output is summed in fp32 in input order (F.linear on the dequantised weight sums in another order),
    and the scale comes once at the end.
 
-   The weight is read as tiles (fast/engines.py packs them once): TILE output channels side by side
+   The weight is read as tiles (quant/engines.py packs them once): TILE output channels side by side
    for each input, t[b, i, j] = q[b * TILE + j, i] (zero past the last channel), so each tile is one
    sequential stream, which the hardware prefetchers follow (measured on an AVX2 EPYC, the 48 Linears of
    GPT-2 small at one row: 5.0 ms a token on two threads, 8.0 ms reading q's rows four at a time, 31.5

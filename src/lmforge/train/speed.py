@@ -1,0 +1,122 @@
+"""The training loop's device-side pieces: TF32, pinned copies, activation checkpointing, and the
+guards kept on the device so that a CUDA step never waits for the GPU.
+
+A step's loss, gradient norm and metrics stay tensors; whether its loss and its updated weights are
+finite is folded into two device integers (the first bad step, or NONE). The host reads them back
+in one transfer only where the loop needs numbers: a logged step, an evaluation, a checkpoint and
+the last step (Pending.read). A stop therefore still names the first bad step, and nothing
+non-finite is ever saved, since every save is preceded by a read.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from lmforge.train.checkpoint import all_finite
+
+NONE = 2 ** 62  # "no bad step yet": the earliest bad step is the minimum (agreed across ranks by MIN)
+
+
+def use_tf32(device: torch.device, on: bool) -> None:
+    """On CUDA, let fp32 matmuls and convolutions use TF32 tensor cores (10-bit mantissa products,
+    fp32 sums: the Ampere+ default of most training code); nothing elsewhere."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """The batch on `device`; to CUDA through pinned memory, so the copy overlaps the running step."""
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def finite_flag(params) -> torch.Tensor:
+    """A device bool: whether every parameter's sum is finite (NaN and inf propagate through a sum;
+    a finite tensor near float range can overflow it, which Pending.read confirms exactly)."""
+    floats = [p.detach() for p in params if p.is_floating_point() and p.numel()]
+    floats = [t.to_local() if hasattr(t, "to_local") else t for t in floats]  # FSDP: this rank's shard
+    if not floats:
+        return torch.ones((), dtype=torch.bool)
+    return torch.isfinite(torch.stack([t.sum().float() for t in floats])).all()
+
+
+class Pending:
+    """The steps since the last read: their guards as device integers, their lrs for the message."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.bad_loss = torch.full((), NONE, dtype=torch.long, device=device)
+        self.bad_weights = torch.full((), NONE, dtype=torch.long, device=device)
+        self.lrs: dict = {}
+
+    def note(self, step: int, loss: torch.Tensor, weights_ok: torch.Tensor, lr: float) -> None:
+        """Record step `step` (1-based): its loss and whether its updated weights are finite, without a
+        host read (torch.where with a Python scalar copies nothing to the device)."""
+        self.bad_loss = torch.where(torch.isfinite(loss), self.bad_loss, torch.clamp(self.bad_loss, max=step))
+        weights_ok = weights_ok.to(self.device, non_blocking=True)
+        self.bad_weights = torch.where(weights_ok, self.bad_weights, torch.clamp(self.bad_weights, max=step))
+        self.lrs[step] = lr
+
+    def read(self, params, world: int) -> tuple:
+        """(first step with a non-finite loss or None, first step with non-finite weights or None, its lr),
+        in one host read, agreed by every rank; a weight alarm is confirmed by the exact check."""
+        flags = torch.stack([self.bad_loss, self.bad_weights])
+        if world > 1:
+            torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MIN)
+        bad_loss, bad_weights = (None if v == NONE else int(v) for v in flags.tolist())
+        if bad_weights is not None and bad_loss is None and all_finite(params):
+            bad_weights = None  # finite weights whose sum overflowed: a false alarm
+            self.bad_weights.fill_(NONE)
+        lr = self.lrs.get(bad_weights, 0.0)
+        self.lrs.clear()
+        return bad_loss, bad_weights, lr
+
+
+def read_record(record: dict) -> dict:
+    """The record with every tensor turned into a float, in one host read."""
+    keys = [k for k, v in record.items() if isinstance(v, torch.Tensor)]
+    if not keys:
+        return record
+    values = torch.stack([record[k].detach().double().reshape(()) for k in keys]).tolist()
+    return {**record, **dict(zip(keys, values))}
+
+
+def _blocks(module: nn.Module) -> list:
+    """Every block of every Stack in `module` (an ELMo has none)."""
+    from lmforge.layers.stack import Stack  # train <- layers: the dependency points the right way
+
+    return [block for m in module.modules() if isinstance(m, Stack) for block in m.blocks]
+
+
+def checkpoint_blocks(module: nn.Module) -> list:
+    """Activation checkpointing (Chen et al. 2016): each Stack block keeps only its input in the forward
+    pass and recomputes its activations in the backward pass. Applied from outside the model (an
+    instance attribute over Block.forward, so model.py stays plain); the same dropout masks are drawn
+    again (torch's checkpoint restores the RNG state), so gradients equal the plain ones. Returns the
+    blocks wrapped, for `uncheckpoint_blocks`."""
+    blocks = _blocks(module)
+    for block in blocks:
+        block.forward = _Checkpointed(type(block).forward.__get__(block))
+    return blocks
+
+
+def uncheckpoint_blocks(blocks: list) -> None:
+    """Undo checkpoint_blocks: the blocks run their plain forward again."""
+    for block in blocks:
+        if isinstance(block.__dict__.get("forward"), _Checkpointed):
+            del block.forward
+
+
+class _Checkpointed:
+    """A block's forward under torch.utils.checkpoint while gradients are recorded; plain otherwise."""
+
+    def __init__(self, forward) -> None:
+        self.forward = forward
+
+    def __call__(self, x, ctx, layer, mask_key=None, self_attention=None):
+        if not torch.is_grad_enabled():
+            return self.forward(x, ctx, layer, mask_key, self_attention)
+        return checkpoint(self.forward, x, ctx, layer, mask_key, self_attention, use_reentrant=False)

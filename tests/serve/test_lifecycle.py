@@ -12,7 +12,7 @@ import httpx
 import pytest
 import torch
 
-from lmforge.apps.embed import SentenceEncoder
+from lmforge.pipelines.embed import SentenceEncoder
 from tests.serve.conftest import start_server
 from tests.serve.test_routes import metric
 
@@ -160,7 +160,7 @@ def test_a_second_worker_embeds_with_a_generating_model_outside_its_step_hook(mo
 
 
 def test_the_server_runs_on_the_allocator_it_reports(server):
-    from lmforge.fast.malloc import named_in
+    from lmforge.utils.malloc import named_in
     from lmforge.serve import allocator
 
     with open(f"/proc/{server.proc.pid}/maps") as f:

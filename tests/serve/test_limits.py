@@ -11,7 +11,7 @@ import httpx
 import pytest
 import torch
 
-from lmforge.apps.embed import SentenceEncoder
+from lmforge.pipelines.embed import SentenceEncoder
 from tests.serve.test_routes import metric, texts_of_mixed_length
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 import lmforge
-from lmforge.apps.summary import parameter_counts
 from lmforge.compress.quantize import quantize
 from lmforge.heads import attach
+from lmforge.pipelines.summary import parameter_counts
 from lmforge.serve.models import load_served
 from lmforge.tokenizer import train_tokenizer
 

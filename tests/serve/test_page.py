@@ -11,7 +11,7 @@ import pytest
 import torch
 from matplotlib.image import imread
 
-from lmforge.apps.embed import SentenceEncoder
+from lmforge.pipelines.embed import SentenceEncoder
 from tests.browser import CHROMIUM, Pipe, run_once
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")

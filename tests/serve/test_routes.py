@@ -17,8 +17,8 @@ import torch
 import lmforge
 from lmforge.analysis.attention import attention_maps
 from lmforge.analysis.view import write_html
-from lmforge.apps.embed import SentenceEncoder
 from lmforge.cli import main
+from lmforge.pipelines.embed import SentenceEncoder
 from lmforge.tasks.finetune import TaskConfig, evaluate, load_model, make_task, task_info
 from tests.serve.test_units import parse_prometheus
 

@@ -25,6 +25,14 @@ LIMIT_HELP = {"max_body_bytes": "bytes of one request body (413 beyond)",
               "max_queue": "requests admitted and not yet answered (429 with Retry-After beyond)",
               "max_new_tokens": "new tokens one generation may ask for (413 beyond)",
               "max_top_k": "fill-mask candidates (413 beyond)", "max_stop": "stop strings of one generation",
+              "max_input_tokens": "tokens of one text tokenized whole: /tokenize's text, a prompt "
+                                  "(413 beyond)",
+              "max_stop_chars": "characters of one stop string (413 beyond)",
+              "max_layers": "layers of one attention view (413 beyond)",
+              "max_json_depth": "nesting of a request's JSON (413 beyond)",
+              "max_num_beams": "beams of one generation (413 beyond)",
+              "max_return_sequences": "texts one generation request may ask for (413 beyond)",
+              "max_sampling_top_k": "a generation's top_k (413 beyond)",
               "batch_wait_ms": "how long a worker waits for a batch to fill (0: take what is queued)"}
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from lmforge.fast.malloc import named_in, preloaded
+from lmforge.utils.malloc import named_in, preloaded
 
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 LIBRARIES = {"jemalloc": tuple(f"{d}/libjemalloc.so.2" for d in LIBRARY_DIRS),  # auto's order of preference

@@ -12,6 +12,7 @@ admitted request is answered, then the workers drain the queue and stop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from contextlib import asynccontextmanager
@@ -23,8 +24,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lmforge import __version__
 from lmforge.serve import page, routes, streaming
+from lmforge.serve.body import checked_body
 from lmforge.serve.jobs import Job, JobQueue
-from lmforge.serve.limits import Admission, Limits, RequestError, too_large
+from lmforge.serve.limits import Admission, Limits, RequestError
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled, Worker, bound_memory
@@ -34,6 +36,9 @@ mask filling, generation with server-sent events, attention views, tokenisation,
 model list (OpenAI's /v1/models) and Prometheus metrics.
 Every error body is `{"error": {"message", "type", "param", "code"}}`; 413 names the limit exceeded
 and 429 carries Retry-After. A page to try each route is at `/`; this spec offline at `/docs`."""
+
+
+LOG = logging.getLogger("uvicorn.error")  # uvicorn's own log: on stderr, at --log-level
 
 
 class Server:
@@ -132,6 +137,8 @@ class Server:
             self.admission.release(tokens)
             if not job.future.done():
                 job.cancel()  # the client went away: the worker stops before the next step
+                LOG.info("lmforge serve: a streamed generation was cancelled: its client went away after "
+                         "%d steps", job.steps)
 
     def gauges(self) -> None:
         """Bring the queue gauges up to date (before a scrape)."""
@@ -154,8 +161,9 @@ def default_workers(models: dict, threads: int) -> int:
 
 
 class Guard:
-    """ASGI middleware: the payload limit (413 before the body is read where Content-Length says so;
-    a chunked body is read here up to the limit first), and each request's count and latency by route."""
+    """ASGI middleware: the body read and checked here first (body.py: 413 past max_body_bytes, before it
+    is read where Content-Length says so; 413 past max_json_depth; 422 for text that is not Unicode), and
+    each request's count and latency by route."""
 
     def __init__(self, app, server: Server) -> None:
         self.app, self.server = app, server
@@ -166,7 +174,7 @@ class Guard:
             return
         start, status = time.perf_counter(), [500]
         try:
-            receive = await self._bounded(scope, receive)
+            receive = await checked_body(receive, dict(scope.get("headers") or []), self.server.limits)
             await self.app(scope, receive, _watch_status(send, status))
         except RequestError as err:
             await _reply(send, err, status)
@@ -174,32 +182,6 @@ class Guard:
         seconds = time.perf_counter() - start
         self.server.metrics.inc("lmforge_requests_total", route=route, status=str(status[0]))
         self.server.metrics.observe("lmforge_request_seconds", seconds, route=route)
-
-    async def _bounded(self, scope, receive):
-        """`receive` itself when the declared length fits; a replay of a chunked body read up to the limit."""
-        limit, headers = self.server.limits.max_body_bytes, dict(scope.get("headers") or [])
-        if b"content-length" in headers:
-            declared = int(headers[b"content-length"] or 0)
-            if declared > limit:
-                raise too_large("max_body_bytes",
-                                f"the body is {declared} bytes, more than max_body_bytes={limit}")
-            return receive
-        if b"chunked" not in headers.get(b"transfer-encoding", b""):
-            return receive
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return receive
-            body, more = body + message.get("body", b""), message.get("more_body", False)
-            if len(body) > limit:
-                raise too_large("max_body_bytes", f"the body is more than max_body_bytes={limit} bytes")
-        replay = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def replayed():
-            return replay.pop() if replay else await receive()
-
-        return replayed
 
 
 def _watch_status(send, status: list):
@@ -258,9 +240,13 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> JSONBody:
     return error_response(RequestError(exc.status_code, why, headers=getattr(exc, "headers", None)))
 
 
+def _cancelled(request: Request, exc: Cancelled) -> JSONBody:
+    """A request whose client went away: one log line (an expected end, no traceback), a 499 nobody reads."""
+    LOG.info("lmforge serve: %s %s was cancelled: its client went away", request.method, request.url.path)
+    return error_response(RequestError(499, "the request was cancelled", kind="cancelled"))
+
+
 def _server_error(request: Request, exc: Exception) -> JSONBody:
-    if isinstance(exc, Cancelled):
-        return error_response(RequestError(499, "the request was cancelled", kind="cancelled"))
     message = f"internal error: {type(exc).__name__}: {exc}"
     return error_response(RequestError(500, message, kind="server_error"))
 
@@ -285,6 +271,7 @@ def create_app(models: dict, limits: Limits | None = None, threads: int | None =
     app.add_exception_handler(RequestError, lambda request, err: error_response(err))
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Cancelled, _cancelled)  # not Exception's handler, which logs a traceback
     app.add_exception_handler(Exception, _server_error)
     for module in (routes, streaming, page):
         app.include_router(module.router)

@@ -12,34 +12,57 @@ Cancellation is not here: the worker stops a job between any two forward passes 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from lmforge.config.options import OptionsError
 from lmforge.generate import generate
+from lmforge.generate.options import FIELDS, GenerationOptions, sampling_from_temperature
+from lmforge.serve.limits import RequestError
 
 
 class StopText(Exception):
     """Raised from the streamer when a stop string has appeared: generation ends there."""
 
 
+def _default(name: str):
+    return FIELDS[name].default
+
+
 @dataclass
 class Settings:
-    """The decoding settings of one request (generate()'s arguments of the same names)."""
+    """The decoding settings of one request: GenerationOptions fields (temperature 0: greedy, > 0:
+    sampling), a seed and stop strings. Building it builds the request's GenerationOptions, so the server
+    refuses what lmforge.generate and the command line refuse: a 422 naming the field."""
 
-    max_new_tokens: int = 40
+    max_new_tokens: int = _default("max_new_tokens")
     temperature: float = 0.0  # 0: greedy; > 0: sampling
-    top_k: int = 0
-    top_p: float = 1.0
-    num_beams: int = 1
-    length_penalty: float = 1.0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    min_new_tokens: int = 0
+    top_k: int = _default("top_k")
+    top_p: float = _default("top_p")
+    num_beams: int = _default("num_beams")
+    length_penalty: float = _default("length_penalty")
+    repetition_penalty: float = _default("repetition_penalty")
+    no_repeat_ngram_size: int = _default("no_repeat_ngram_size")
+    min_new_tokens: int = _default("min_new_tokens")
     seed: int | None = None  # sampling: a fixed seed gives the same text again
     stop: tuple = field(default_factory=tuple)
+    options: GenerationOptions = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in FIELDS}
+        self.options = request_options(sampling_from_temperature(fields))
+
+
+def request_options(fields: dict, options: GenerationOptions | None = None) -> GenerationOptions:
+    """GenerationOptions from a request's fields; a refusal is the client's 422 naming the field."""
+    try:
+        return GenerationOptions.build(options, fields)
+    except OptionsError as err:
+        raise RequestError(422, str(err), param=err.field) from None
 
 
 def prompt_ids(tokenizer, model, text: str) -> list:
@@ -88,18 +111,13 @@ class TextTail:
         return self.text[len(self.shown):] if self.text.startswith(self.shown) else ""
 
 
-def _options(settings: Settings, model, tokenizer) -> dict:
-    cfg = model.config
+def _options(settings: Settings, model, tokenizer) -> tuple:
+    """(the request's GenerationOptions with the stop id, the sampling generator or None)."""
+    cfg, options = model.config, settings.options
     eos = cfg.eos_token_id if cfg.eos_token_id is not None else tokenizer.eos_id
-    sampling = settings.temperature > 0
     seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
-    return {"max_new_tokens": settings.max_new_tokens, "do_sample": sampling,
-            "temperature": settings.temperature if sampling else 1.0, "top_k": settings.top_k,
-            "top_p": settings.top_p, "num_beams": settings.num_beams,
-            "length_penalty": settings.length_penalty,
-            "repetition_penalty": settings.repetition_penalty,
-            "no_repeat_ngram_size": settings.no_repeat_ngram_size, "min_new_tokens": settings.min_new_tokens,
-            "eos_token_id": eos, "generator": torch.Generator().manual_seed(seed) if sampling else None}
+    generator = torch.Generator().manual_seed(seed) if options.do_sample else None
+    return request_options({"eos_token_id": eos}, options), generator
 
 
 def _finish(ids: list, eos, stopped: bool, max_new: int) -> str:
@@ -113,7 +131,7 @@ def run(served, payload: dict, emit: Callable) -> dict:
     Returns the whole result: text, token ids, finish reason and token counts."""
     model, tokenizer, settings = served.model, served.tokenizer, payload["settings"]
     ids = torch.tensor([payload["ids"]])
-    tail, options = TextTail(tokenizer, settings.stop), _options(settings, model, tokenizer)
+    tail, (options, generator) = TextTail(tokenizer, settings.stop), _options(settings, model, tokenizer)
 
     def streamer(chosen: torch.Tensor) -> None:
         token = int(chosen[0])
@@ -123,19 +141,21 @@ def run(served, payload: dict, emit: Callable) -> dict:
 
     beams = settings.num_beams > 1
     try:
-        out = generate(model, ids, **options, streamer=None if beams else streamer)
+        out = generate(model, ids, options=options, generator=generator, streamer=None if beams else streamer)
         new = out[0, 1 if model.config.architecture == "encoder-decoder" else ids.shape[1]:].tolist()
     except StopText:
         new = tail.ids
+    except OptionsError as err:  # a setting this model cannot serve (its vocabulary, its context)
+        raise RequestError(422, str(err), param=err.field) from None
     if beams:
-        new = _until_eos(new, options["eos_token_id"])
+        new = _until_eos(new, options.eos_token_id)
         for token in new:
             tail.push(token)
             if tail.stopped:
                 break
     elif not tail.stopped and tail.rest():
         emit({"text": tail.rest(), "token_ids": []})
-    reason = _finish(new, options["eos_token_id"], tail.stopped, settings.max_new_tokens)
+    reason = _finish(new, options.eos_token_id, tail.stopped, settings.max_new_tokens)
     return {"text": tail.text, "token_ids": new, "finish_reason": reason,
             "usage": {"prompt_tokens": ids.shape[1], "completion_tokens": len(new),
                       "total_tokens": ids.shape[1] + len(new)}}

@@ -26,6 +26,7 @@ class Job:
     def cancel(self) -> None:
         """Ask the worker to drop the job (called from the event loop when the client goes)."""
         self.steps_at_cancel, self.cancelled = self.steps, True
+        self.future.add_done_callback(_retrieve)  # nobody awaits it now: its Cancelled is expected
 
     def _call(self, fn, *args) -> None:
         try:
@@ -41,6 +42,12 @@ class Job:
     def settle(self, result=None, error: BaseException | None = None) -> None:
         """Hand the result (or the error) to the waiting request."""
         self._call(_settle, self.future, result, error)
+
+
+def _retrieve(future) -> None:
+    """Mark an abandoned job's error as seen (asyncio logs a traceback for an error never retrieved)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _settle(future, result, error) -> None:

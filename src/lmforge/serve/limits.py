@@ -1,7 +1,8 @@
 """What the server accepts, and the errors that push back when a request or the load exceeds it.
 
-Every refusal names the limit it hit: 413 for a request that is too large (payload bytes, texts,
-tokens, new tokens), 429 with Retry-After when the queue is full, so a client can tell "send
+Every refusal names the limit it hit: 413 for a request that is too large (payload bytes, JSON nesting,
+texts, tokens of a text and of the request, layers of a view, fill-mask candidates, and a generation's
+new tokens, beams, sequences, top_k and stop strings), checked before the work it sizes is done; 429 with Retry-After when the queue is full, so a client can tell "send
 less" from "send later" and never waits on a timeout.
 """
 from __future__ import annotations
@@ -23,6 +24,13 @@ class Limits:
     max_new_tokens: int = 1024  # tokens one generation request may ask for
     max_top_k: int = 100  # fill-mask candidates
     max_stop: int = 8  # stop strings of one generation request
+    max_stop_chars: int = 256  # characters of one stop string (each is sought at every step)
+    max_input_tokens: int = 65536  # tokens of one text the server tokenizes whole (/tokenize, a prompt)
+    max_layers: int = 64  # layers of one attention view
+    max_json_depth: int = 32  # nesting of a request body's JSON (records need 3)
+    max_num_beams: int = 16  # beams of one generation (each holds its own cache)
+    max_return_sequences: int = 16  # texts one generation request may ask for
+    max_sampling_top_k: int = 1000  # a generation's top_k
     batch_wait_ms: float = 0.0  # how long a worker waits for a batch to fill once it has work
 
     def __post_init__(self) -> None:
@@ -37,6 +45,10 @@ class Limits:
     def as_dict(self) -> dict:
         """The limits as plain JSON (for /info)."""
         return asdict(self)
+
+
+MAX_TOKEN_CHARS = 128  # no vocabulary's token spans more characters (WordPiece: 100 make one [UNK])
+HEAD_CHARS = 8  # characters a token per max_input_tokens read first (English runs ~4.5 a token)
 
 
 class RequestError(Exception):
@@ -65,6 +77,46 @@ def check_count(n: int, limits: Limits) -> None:
         raise too_large("max_inputs", f"{n} inputs, more than max_inputs={limits.max_inputs}")
     if n == 0:
         raise RequestError(422, "the input is empty: send at least one text", param="input")
+
+
+def check_text(field: str, text: str, limits: Limits) -> None:
+    """Refuse, before tokenizing it, a text too long to hold max_input_tokens tokens or fewer."""
+    if len(text) > limits.max_input_tokens * MAX_TOKEN_CHARS:
+        raise too_large("max_input_tokens", f"{field} has {len(text)} characters, more than "
+                        f"max_input_tokens={limits.max_input_tokens} tokens can hold")
+
+
+def check_tokens(field: str, n: int, limits: Limits, head: int | None = None) -> None:
+    """Refuse a text of more than max_input_tokens tokens (`head`: n counts its first `head` characters)."""
+    if n > limits.max_input_tokens:
+        held = f"holds {n} tokens in its first {head} characters" if head else f"is {n} tokens"
+        raise too_large("max_input_tokens", f"{field} {held}, more than "
+                        f"max_input_tokens={limits.max_input_tokens}")
+
+
+def bounded_ids(field: str, encode, text: str, limits: Limits) -> list:
+    """`encode(text)`'s ids, 413 past max_input_tokens; a long text is refused from its head alone when the
+    head already holds too many tokens (pre-tokenizers split locally: the head's tokens are the text's
+    first ones, but for a word cut at its end, one token of slack). Run it off the event loop."""
+    check_text(field, text, limits)
+    head = limits.max_input_tokens * HEAD_CHARS
+    if len(text) > head:
+        check_tokens(field, len(encode(text[:head])) - 1, limits, head)
+    ids = encode(text)
+    check_tokens(field, len(ids), limits)
+    return ids
+
+
+def check_generation(body, max_new_tokens: int, limits: Limits, new_tokens: str = "max_new_tokens") -> None:
+    """Refuse, before any work, a generation request whose costs exceed the limits (413 naming the limit)."""
+    asked = {"max_new_tokens": (new_tokens, max_new_tokens),
+             "max_num_beams": ("num_beams", getattr(body, "num_beams", 1) or 1),
+             "max_return_sequences": ("num_return_sequences", getattr(body, "num_return_sequences", 1) or 1),
+             "max_sampling_top_k": ("top_k", getattr(body, "top_k", 0) or 0)}
+    for limit, (name, value) in asked.items():
+        most = getattr(limits, limit)
+        if value > most:
+            raise too_large(limit, f"{name}={value} asks for more than {limit}={most}")
 
 
 def fit_lengths(lengths: list, limit: int, truncate: bool, limits: Limits) -> list:

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmforge.apps.embed import SentenceEncoder
+from lmforge.pipelines.embed import SentenceEncoder
 from lmforge.compress.quantize import COUNTED, parameter_count
 from lmforge.generate import lm_head_name
 from lmforge.io.resolve import find_model_dir
@@ -63,13 +63,14 @@ class ServedModel:
         return [len(self.front.encode(t, None if pair is None else pair[i]).ids) for i, t in enumerate(texts)]
 
     def describe(self) -> dict:
-        """What /info says about the model."""
-        return {"path": str(self.path), "architecture": self.model.config.architecture,
+        """What /info says about the model: its name and sizes, never where it lies on disk."""
+        cfg = self.model.config
+        return {"name": self.name, "architecture": cfg.architecture,
                 "capabilities": list(self.capabilities), "max_tokens": self.max_tokens,
                 "parameters": parameter_count(self.model), "parameters_counted": COUNTED,
-                "embedding_dim": self.model.config.d_model * len(self.encoder.pooling),
-                "task": self.info or None, "pooling": list(self.encoder.pooling),
-                "config": self.model.config.to_dict()}
+                "n_layers": cfg.n_layers, "d_model": cfg.d_model, "vocab_size": cfg.vocab_size,
+                "embedding_dim": cfg.d_model * len(self.encoder.pooling),
+                "task": self.info or None, "pooling": list(self.encoder.pooling), "config": cfg.to_dict()}
 
 
 def _has_lm_head(model) -> bool:

@@ -13,7 +13,7 @@ import math
 import tempfile
 from pathlib import Path
 
-from lmforge.apps.fill_mask import fill_mask
+from lmforge.pipelines.fill_mask import fill_mask
 from lmforge.tasks.qa import best_answer, window_spans
 
 

@@ -16,14 +16,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from lmforge.serve import schemas
-from lmforge.serve.limits import RequestError, check_count, fit_lengths, too_large
+from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, bounded_ids, check_count, check_text,
+                                  fit_lengths, too_large)
 from lmforge.serve.records import as_records, record_texts
 from lmforge.serve.schemas import JSONBody
 
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
 router = APIRouter(responses=ERRORS)
 INLINE_COUNT, INLINE_CHARS = 64, 100_000  # counted on the event loop itself; more on a helper thread
-MAX_TOKEN_CHARS = 128  # no vocabulary's token spans more characters (WordPiece: 100 make one [UNK])
 VIEW_BYTES = 10_000_000  # an attention view's size limit (analysis/view.py keeps each row's top keys beyond)
 
 
@@ -157,23 +157,49 @@ async def fill_mask(body: schemas.FillMaskRequest, request: Request):
         raise too_large("max_top_k", f"top_k={body.top_k} is more than max_top_k={server.limits.max_top_k}")
     counts = await count_tokens(server, served, [body.text])
     (n,) = fit_lengths(counts, served.max_tokens, False, server.limits)
-    payload = {"text": body.text, "top_k": body.top_k, "max_span": min(body.max_span, served.max_tokens)}
-    (candidates,) = await server.run("fill_mask", served, [(payload, n + body.max_span * body.top_k, 1)])
+    span = min(body.max_span, served.max_tokens)
+    payload = {"text": body.text, "top_k": body.top_k, "max_span": span}
+    (candidates,) = await server.run("fill_mask", served, [(payload, n + span * body.top_k, 1)])
     return JSONBody({"model": served.name, "candidates": candidates})
 
 
-def _layers(text: str | None) -> list | None:
-    """?layers=0,3,5 or 2-5 as indices; None for every layer."""
+def _layer(part: str, n_layers: int) -> int:
+    if not part.strip().isdigit():  # digits only: int() of a long numeral costs what its length does
+        raise ValueError(part)
+    index = int(part) if len(part.strip()) <= 6 else n_layers
+    if index >= n_layers:
+        raise RequestError(422, f"layers: {part.strip()} is not a layer of this model (0..{n_layers - 1})",
+                           param="layers")
+    return index
+
+
+def parse_layers(text: str | None, n_layers: int, limits) -> list | None:
+    """?layers=0,3,5 or 2-5 (or both: 0,2-5) as sorted indices, each checked against `n_layers` before
+    any range is made; None for every layer. 413 past max_layers, 422 for a layer the model lacks."""
     if not text:
+        if n_layers > limits.max_layers:
+            raise too_large("max_layers", f"the model has {n_layers} layers, more than max_layers="
+                            f"{limits.max_layers}: choose some with layers=")
         return None
+    parts = text.split(",", limits.max_layers)
+    if len(parts) > limits.max_layers:
+        raise too_large("max_layers", f"layers: more than max_layers={limits.max_layers} layers asked")
+    chosen = set()
     try:
-        if "-" in text:
-            low, high = (int(x) for x in text.split("-", 1))
-            return list(range(low, high + 1))
-        return [int(x) for x in text.split(",") if x.strip()]
+        for part in filter(str.strip, parts):
+            low, dash, high = part.partition("-")
+            first = _layer(low, n_layers)
+            last = _layer(high, n_layers) if dash else first
+            if last < first:
+                raise ValueError(part)
+            chosen.update(range(first, last + 1))  # both ends are layers of the model: at most n_layers
     except ValueError:
-        raise RequestError(422, f"layers={text!r}: expected indices like 0,3,5 or a range like 2-5",
+        raise RequestError(422, f"layers={text[:100]!r}: expected indices like 0,3,5 or a range like 2-5",
                            param="layers") from None
+    if len(chosen) > limits.max_layers:
+        raise too_large("max_layers",
+                        f"layers: {len(chosen)} layers asked, more than max_layers={limits.max_layers}")
+    return sorted(chosen)
 
 
 @router.get("/attention", response_class=HTMLResponse, tags=["analysis"],
@@ -186,11 +212,8 @@ async def attention(request: Request, text: str = Query(..., description="the te
     """The attention view of one text (head, model and neuron views; offline HTML, at most 10 MB)."""
     server = _server(request)
     served = server.pick(model, "attention")
-    chosen = _layers(layers)
-    bad = [i for i in chosen or () if not 0 <= i < served.model.config.n_layers]
-    if bad:
-        raise RequestError(422, f"layers: {bad[0]} is not a layer of {served.name} "
-                           f"(0..{served.model.config.n_layers - 1})", param="layers")
+    chosen = parse_layers(layers, served.model.config.n_layers, server.limits)
+    check_text("text", text, server.limits)
     counts = await count_tokens(server, served, [text], None if text_pair is None else [text_pair])
     (n,) = fit_lengths(counts, served.max_tokens, False, server.limits)
     payload = {"text": text, "text_pair": text_pair, "layers": chosen, "max_bytes": VIEW_BYTES}
@@ -203,11 +226,16 @@ async def tokenize(body: schemas.TokenizeRequest, request: Request):
     """The model's token ids and token strings of a text."""
     server = _server(request)
     served = server.pick(body.model, "tokenize")
-    if len(body.text) > server.limits.max_request_tokens * 64:  # no tokenizer emits 64 characters per token
-        raise too_large("max_request_tokens", "the text is too long to tokenize")
-    enc = served.front.encode(body.text, add_special_tokens=body.add_special_tokens)
-    tokens = [served.front.id_to_token(i) or "" for i in enc.ids]
-    return {"model": served.name, "ids": enc.ids, "tokens": tokens, "count": len(enc.ids)}
+
+    def encode(text: str) -> list:
+        return served.front.encode(text, add_special_tokens=body.add_special_tokens).ids
+
+    def split_text() -> tuple:
+        ids = bounded_ids("text", encode, body.text, server.limits)  # before a string is made for each
+        return ids, [served.front.id_to_token(i) or "" for i in ids]
+
+    ids, tokens = await anyio.to_thread.run_sync(split_text)  # a long text: the event loop answers meanwhile
+    return JSONBody({"model": served.name, "ids": ids, "tokens": tokens, "count": len(ids)})
 
 
 @router.get("/health", response_model=schemas.HealthResponse, tags=["server"])

@@ -6,11 +6,16 @@ than a silently ignored setting. No float may be NaN or infinite.
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+import functools
+from typing import Annotated, Any, Literal
 
 import pydantic_core
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+
+from lmforge.config.options import bounds_text
+from lmforge.generate.options import FIELDS, checked_type, field_kind
 
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 OPENAI = ConfigDict(extra="ignore", allow_inf_nan=False)
@@ -171,29 +176,44 @@ class FillMaskResponse(BaseModel):
     candidates: list[Candidate]
 
 
-class Decoding(BaseModel):
-    """Decoding settings shared by /generate and /v1/completions (lmforge.generate's arguments)."""
+def option_field(name: str, default: Any = dataclasses.MISSING, note: str = "") -> tuple:
+    """(type, Field) of the GenerationOptions field `name` for a request model: its help, default and
+    bounds in the schema. Its type is checked here as the options object checks it (a bool is not a
+    number, "3" is not 3); its bounds are checked when the request's GenerationOptions is built
+    (generation.Settings), after the server's Limits, which may be stricter and answer 413."""
+    spec = FIELDS[name]
+    meta, kind = spec.metadata, {"int": int, "float": float, "bool": bool}[field_kind(name)]
+    bounds = {("exclusiveMinimum" if meta["open_low"] else "minimum"): meta["low"], "maximum": meta["high"]}
+    return (Annotated[kind, BeforeValidator(functools.partial(checked_type, name))],
+            Field(spec.default if default is dataclasses.MISSING else default,
+                  description=meta["help"] + bounds_text(meta) + note,
+                  json_schema_extra={k: v for k, v in bounds.items() if v is not None}))
+
+
+DECODING = ("top_k", "top_p", "num_beams", "length_penalty", "repetition_penalty", "no_repeat_ngram_size",
+            "min_new_tokens")
+
+
+class DecodingBase(BaseModel):
+    """The settings of /generate and /v1/completions that are not GenerationOptions fields."""
 
     model_config = STRICT
     model: str | None = MODEL_FIELD
-    top_k: int = Field(0, ge=0, description="sample among the k most probable tokens; 0: all")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
-    num_beams: int = Field(1, ge=1, description="beam search (not with stream or sampling)")
-    length_penalty: float = Field(1.0, description="beam score = log-probability / length ** this")
-    repetition_penalty: float = Field(1.0, gt=0)
-    no_repeat_ngram_size: int = Field(0, ge=0)
-    min_new_tokens: int = Field(0, ge=0)
     seed: int | None = Field(None, ge=0, description="sampling: the same seed gives the same text")
     stop: str | list[str] | None = Field(None, description="the text ends before any of these")
     stream: bool = Field(False, description="send tokens as server-sent events as they are generated")
 
 
-class GenerateRequest(Decoding):
-    """Continue a prompt (decoders) or answer it (encoder-decoders)."""
+Decoding = create_model("Decoding", __base__=DecodingBase, __module__=__name__,
+                        __doc__="Decoding settings shared by /generate and /v1/completions (GenerationOptions "
+                                "fields; beam search not with stream or sampling).",
+                        **{name: option_field(name) for name in DECODING})
 
-    prompt: str
-    max_new_tokens: int = Field(40, ge=1)
-    temperature: float = Field(0.0, ge=0, description="0: greedy; > 0: sampling")
+GenerateRequest = create_model(
+    "GenerateRequest", __base__=Decoding, __module__=__name__,
+    __doc__="Continue a prompt (decoders) or answer it (encoder-decoders).",
+    prompt=(str, ...), max_new_tokens=option_field("max_new_tokens"),
+    temperature=option_field("temperature", 0.0, "; here 0 (the default) is greedy, > 0 samples"))
 
 
 class CompletionUsage(Usage):
@@ -273,15 +293,18 @@ class HealthResponse(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    """A served model: where it came from, what it can do, its limit and config."""
+    """A served model: its name and sizes, what it can do, its limit and config (never its path on disk)."""
 
-    path: str
+    name: str = Field(..., description="the name it is served under (--model NAME=DIR)")
     architecture: str
     capabilities: list[str]
     max_tokens: int
     parameters: int = Field(..., description="the backbone's weights, int8 ones included, heads excluded "
                                              "(as lmforge inspect counts them)")
     parameters_counted: str = Field(..., description="what `parameters` counts, in words")
+    n_layers: int = Field(..., description="Transformer blocks (an encoder-decoder's encoder)")
+    d_model: int
+    vocab_size: int
     embedding_dim: int = Field(..., description="the size of /embed's and /v1/embeddings' vectors")
     task: dict[str, Any] | None = None
     pooling: list[str]

@@ -15,12 +15,14 @@ import json
 import time
 import uuid
 
+import anyio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from lmforge.serve import schemas
 from lmforge.serve.generation import Settings, prompt_ids
-from lmforge.serve.limits import RequestError, too_large
+from lmforge.serve.limits import RequestError, bounded_ids, check_generation, too_large
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled
 
@@ -28,18 +30,21 @@ ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413,
 router = APIRouter(responses=ERRORS, tags=["generation"])
 SSE = {"text/event-stream": {"schema": {"type": "string",
                                         "description": "data: {json} events, then data: [DONE]"}}}
+INLINE_CHARS = 10_000  # a prompt tokenized on the event loop itself; longer ones (or several): a thread
 SETTINGS = ("top_k", "top_p", "num_beams", "length_penalty", "repetition_penalty", "no_repeat_ngram_size",
             "min_new_tokens", "seed")
 
 
-def settings_of(body, max_new_tokens: int, limits) -> Settings:
-    """The request's decoding settings, checked against each other and the limits."""
+def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_tokens") -> Settings:
+    """The request's decoding settings, checked against the limits (before any work) and each other."""
+    check_generation(body, max_new_tokens, limits, new_tokens)
     stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-    if max_new_tokens > limits.max_new_tokens:
-        raise too_large("max_new_tokens", f"{max_new_tokens} new tokens asked, more than "
-                        f"max_new_tokens={limits.max_new_tokens}")
     if len(stops) > limits.max_stop:
         raise too_large("max_stop", f"{len(stops)} stop strings, more than max_stop={limits.max_stop}")
+    longest = max(map(len, stops), default=0)
+    if longest > limits.max_stop_chars:
+        raise too_large("max_stop_chars", f"a stop string of {longest} characters, more than "
+                        f"max_stop_chars={limits.max_stop_chars}")
     if body.num_beams > 1 and body.temperature > 0:
         raise RequestError(422, "num_beams > 1 needs temperature 0: beam search does not sample",
                            param="num_beams")
@@ -50,12 +55,28 @@ def settings_of(body, max_new_tokens: int, limits) -> Settings:
                     **{name: getattr(body, name) for name in SETTINGS})
 
 
-def job_of(served, prompt: str, settings: Settings) -> tuple:
-    """(payload, tokens) of one prompt; 413 when prompt and new tokens exceed the model's context."""
+async def jobs_of(served, prompts: list, settings: Settings, limits, listed: bool = False) -> list:
+    """[(payload, tokens)] of the prompts (`listed`: sent as a list, so errors name prompt.i), tokenized
+    off the event loop; 413 for a prompt past max_input_tokens, or when a prompt and its new tokens
+    exceed the model's context."""
+    fields = [f"prompt.{i}" if listed else "prompt" for i in range(len(prompts))]
+
+    def encode_all() -> list:
+        return [bounded_ids(field, lambda t: prompt_ids(served.front, served.model, t), prompt, limits)
+                for field, prompt in zip(fields, prompts)]
+
+    if len(prompts) == 1 and len(prompts[0]) <= INLINE_CHARS:
+        all_ids = encode_all()
+    else:
+        all_ids = await anyio.to_thread.run_sync(encode_all)
+    return [_job(served, field, ids, settings) for field, ids in zip(fields, all_ids)]
+
+
+def _job(served, field: str, ids: list, settings: Settings) -> tuple:
     model = served.model
-    ids = prompt_ids(served.front, model, prompt)
     if not ids:
-        raise RequestError(422, "the prompt is empty: a decoder needs at least one token", param="prompt")
+        raise RequestError(422, f"{field}: the prompt is empty: a decoder needs at least one token",
+                           param=field)
     context = model.config.max_seq_len
     # decoder positions before the new tokens (the last new token is never fed back)
     start = 1 if model.config.architecture == "encoder-decoder" else len(ids)
@@ -82,7 +103,7 @@ async def _whole(server, served, request: Request, payload: dict, tokens: int) -
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        raise Cancelled()
+        raise Cancelled()  # app.py's handler: one log line, a 499 nobody reads
     return task.result()[0]
 
 
@@ -138,7 +159,8 @@ async def generate(body: schemas.GenerateRequest, request: Request):
     """Continue a prompt: greedy (temperature 0), sampling, or beam search; stop strings; stream."""
     server = request.app.state.server
     served = server.pick(body.model, "generate")
-    payload, tokens = job_of(served, body.prompt, settings_of(body, body.max_new_tokens, server.limits))
+    settings = settings_of(body, body.max_new_tokens, server.limits)
+    ((payload, tokens),) = await jobs_of(served, [body.prompt], settings, server.limits)
     if body.stream:
         def shape(index, event):
             return {"model": served.name, **event["result"]} if "result" in event else event
@@ -151,12 +173,12 @@ async def completions(body: schemas.CompletionRequest, request: Request):
     """OpenAI-compatible completions (one choice per prompt), whole or streamed."""
     server = request.app.state.server
     served = server.pick(body.model, "generate")
-    settings = settings_of(body, body.max_tokens, server.limits)
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
     if not prompts or len(prompts) > server.limits.max_inputs:
         raise too_large("max_inputs",
                         f"{len(prompts)} prompts; send 1 to max_inputs={server.limits.max_inputs}")
-    jobs = [job_of(served, p, settings) for p in prompts]
+    settings = settings_of(body, body.max_tokens, server.limits, "max_tokens")
+    jobs = await jobs_of(served, prompts, settings, server.limits, listed=not isinstance(body.prompt, str))
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": served.name}
     if body.stream:

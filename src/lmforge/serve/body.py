@@ -1,0 +1,115 @@
+"""A request body read within the limits and checked before any route parses it.
+
+The body is counted as it arrives (a declared Content-Length over max_body_bytes is refused before a
+byte is read, a body that sends more than it declared or a chunked one at the first chunk past the
+limit), then two things the JSON parser and the routes cannot refuse cleanly are checked: nesting
+deeper than max_json_depth (a 4 MB `[[[[...` would otherwise reach the parser's recursion limit),
+and text that is not Unicode (bytes that are not UTF-8, or an escaped lone surrogate such as
+"\\ud800", which Python's JSON parser accepts and every tokenizer refuses): a 422 naming the field.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import anyio
+import numpy as np
+
+from lmforge.serve.limits import Limits, RequestError, too_large
+
+INLINE_BYTES = 64 * 1024  # bodies checked on the event loop itself; larger ones on a helper thread
+# a JSON string, escapes included; an unterminated one runs to the end (so each byte is scanned once)
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.S)
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+async def read_body(receive, headers: dict, limit: int) -> list:
+    """The request's messages up to its end (or the client's disconnect); 413 naming max_body_bytes
+    as soon as the declared or the received size exceeds `limit`."""
+    declared = headers.get(b"content-length")
+    if declared is not None:
+        size = int(declared) if declared.strip().isdigit() else 0  # a bad value: the server refuses it
+        if size > limit:
+            raise too_large("max_body_bytes", f"the body is {size} bytes, more than max_body_bytes={limit}")
+    messages, received = [], 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages
+        received += len(message.get("body", b""))
+        if received > limit:
+            raise too_large("max_body_bytes", f"the body is more than max_body_bytes={limit} bytes")
+        if not message.get("more_body", False):
+            return messages
+
+
+def too_deep(body: bytes, depth: int) -> bool:
+    """Whether the JSON `body` nests arrays and objects deeper than `depth` (strings skipped): the highest
+    running count of openers less closers, in one pass over the bytes."""
+    brackets = np.frombuffer(_NOT_BRACKET.sub(b"", _STRING.sub(b"", body)), dtype=np.uint8)
+    if brackets.size <= depth:
+        return False
+    steps = np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1).astype(np.int32)
+    return int(np.cumsum(steps).max()) > depth
+
+
+def not_unicode(body: bytes) -> str | None:
+    """The field (a path like texts.1 or inputs.0.text) of the first string of the JSON `body` that is
+    not Unicode; None when every string is (or the body is no JSON: the route's parser says so)."""
+    try:
+        body.decode("utf-8")
+        if not _SURROGATE_ESCAPE.search(body):
+            return None
+    except UnicodeDecodeError:
+        pass
+    try:  # the bytes that are not UTF-8 become lone surrogates, as the escaped ones are
+        value = json.loads(body.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return None
+    return _first_bad(value, ())
+
+
+def _first_bad(value, path: tuple) -> str | None:
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    if isinstance(value, str):
+        return (".".join(map(str, path)) or "body") if _SURROGATE.search(value) else None
+    for key, item in items:
+        if isinstance(key, str) and _SURROGATE.search(key):
+            return ".".join(map(str, path + (key.encode("utf-8", "replace").decode(),)))
+        found = _first_bad(item, path + (key,))
+        if found is not None:
+            return found
+    return None
+
+
+def check_json(body: bytes, limits: Limits) -> None:
+    """413 for nesting past max_json_depth, 422 naming the field of text that is not Unicode."""
+    if too_deep(body, limits.max_json_depth):
+        raise too_large("max_json_depth",
+                        f"the JSON nests deeper than max_json_depth={limits.max_json_depth}")
+    field = not_unicode(body)
+    if field is not None:
+        raise RequestError(422, f"{field}: not valid Unicode (bytes that are not UTF-8, or a lone surrogate "
+                           "such as \\ud800)", param=field)
+
+
+async def checked_body(receive, headers: dict, limits: Limits):
+    """A `receive` that replays the body read and checked here, then passes on to the client's
+    (whose next message is its disconnect)."""
+    messages = await read_body(receive, headers, limits.max_body_bytes)
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+    if body:
+        if len(body) <= INLINE_BYTES:
+            check_json(body, limits)
+        else:
+            await anyio.to_thread.run_sync(check_json, body, limits)
+    replay = [{"type": "http.request", "body": body, "more_body": False}] \
+        if messages[-1]["type"] == "http.request" else messages[-1:]
+
+    async def replayed():
+        return replay.pop(0) if replay else await receive()
+
+    return replayed

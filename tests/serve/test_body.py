@@ -1,0 +1,83 @@
+"""The checks a request meets before any route parses it (body.py), and the bounded parsing of what
+a client sizes: attention layers and generation costs, each refused before anything is built."""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from lmforge.serve.body import not_unicode, too_deep
+from lmforge.serve.limits import Limits, RequestError, bounded_ids, check_generation
+from lmforge.serve.routes import parse_layers
+
+
+@pytest.mark.parametrize("body, depth", [
+    (b"1", 0), (b"[]", 1), (b'{"a": [1, {"b": [2]}]}', 4), (b'["[[[[", "\\"[[["]', 1),
+    (b'{"a": "\\\\"}', 1), (b"[" * 40 + b"]" * 40, 40),
+])
+def test_too_deep_measures_the_nesting_strings_skipped(body, depth):
+    assert too_deep(body, depth - 1) if depth else True
+    assert not too_deep(body, depth)
+
+
+def test_too_deep_is_one_pass_over_a_bomb():
+    start = time.perf_counter()
+    assert too_deep(b"[" * 3_000_000, 32)
+    assert not too_deep(b'"' + b'\\"' * 1_000_000 + b"\\" + b"[" * 40, 32)  # all one unterminated string
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("body, field", [
+    (b'{"texts": ["ok", "a\\ud800"]}', "texts.1"),
+    (b'{"inputs": [{"text": "ok"}, {"text": "x\xc3"}]}', "inputs.1.text"),
+    (b'{"text": "\xff"}', "text"),
+    (b'"\\udc00"', "body"),
+    (b'{"t": "\\ud83d\\ude00 fine", "u": "caf\xc3\xa9"}', None),  # a pair and real UTF-8 are Unicode
+    (b'{"t": "\\\\ud800 is text"}', None),  # an escaped backslash: the letters, not a surrogate
+])
+def test_not_unicode_names_the_field(body, field):
+    assert not_unicode(body) == field
+
+
+def test_layers_are_bounded_before_any_range_is_made():
+    limits = Limits(max_layers=4)
+    assert parse_layers("0,2-3", 12, limits) == [0, 2, 3] and parse_layers(None, 4, limits) is None
+    start = time.perf_counter()
+    for spec in ("0-10000000", "0-" + "9" * 5000, "3-1", "-1", "a"):
+        with pytest.raises(RequestError) as err:
+            parse_layers(spec, 12, limits)
+        assert (err.value.status, err.value.param) == (422, "layers")
+    assert time.perf_counter() - start < 1
+    for spec, n in (("0-7", 12), (",".join(["1"] * 100_000), 12), (None, 12)):
+        with pytest.raises(RequestError) as err:
+            parse_layers(spec, n, limits)
+        assert (err.value.status, err.value.param) == (413, "max_layers")
+
+
+@pytest.mark.parametrize("field, value, limit", [
+    ("num_beams", 17, "max_num_beams"), ("num_return_sequences", 17, "max_return_sequences"),
+    ("top_k", 1001, "max_sampling_top_k"),
+])
+def test_generation_costs_are_413_naming_the_limit(field, value, limit):
+    body = SimpleNamespace(**{"num_beams": 1, "top_k": 0, field: value})
+    check_generation(SimpleNamespace(num_beams=16, top_k=1000, num_return_sequences=16), 10, Limits())
+    with pytest.raises(RequestError) as err:
+        check_generation(body, 10, Limits())
+    assert (err.value.status, err.value.param) == (413, limit) and field in err.value.message
+    with pytest.raises(RequestError, match="max_tokens=2000"):
+        check_generation(SimpleNamespace(), 2000, Limits(max_new_tokens=1000), "max_tokens")
+
+
+def test_a_long_text_is_refused_from_its_head():
+    seen = []
+
+    def encode(text: str) -> list:
+        seen.append(len(text))
+        return text.split()
+
+    limits = Limits(max_input_tokens=100)
+    with pytest.raises(RequestError, match="first 800 characters") as err:
+        bounded_ids("text", encode, "word " * 2000, limits)
+    assert err.value.param == "max_input_tokens" and seen == [800]  # the rest never tokenized
+    assert len(bounded_ids("text", encode, "w" * 5000, limits)) == 1

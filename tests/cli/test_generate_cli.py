@@ -39,15 +39,21 @@ def _refused(capsys, argv) -> str:
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--max-new-tokens", "0"], "--max-new-tokens 0: must be at least 1"),
-    (["--num-beams", "0"], "--num-beams 0: must be at least 1"),
-    (["--top-k", "-1"], "--top-k -1: must be at least 0"),
-    (["--min-new-tokens", "-2"], "--min-new-tokens -2: must be at least 0"),
+    (["--max-new-tokens", "0"], "--max-new-tokens 0: max_new_tokens must be an integer >= 1 and <= 4096, got 0"),
+    (["--max-new-tokens", "5000"], "--max-new-tokens 5000: max_new_tokens must be an integer >= 1 and <= 4096"),
+    (["--num-beams", "0"], "--num-beams 0: num_beams must be an integer >= 1 and <= 64"),
+    (["--num-beams", "1000000"], "--num-beams 1000000: num_beams must be an integer >= 1 and <= 64"),
+    (["--top-k", "-1"], "--top-k -1: top_k must be an integer >= 0"),
+    (["--top-k", "many"], "--top-k many: top_k must be an integer, got 'many'"),
+    (["--top-k", "2.5"], "--top-k 2.5: top_k must be a whole number"),
+    (["--min-new-tokens", "-2"], "--min-new-tokens -2: min_new_tokens must be an integer >= 0"),
     (["--min-new-tokens", "50", "--max-new-tokens", "5"],
-     "--min-new-tokens 50 is more than --max-new-tokens 5"),
-    (["--num-beams", "3", "--temperature", "0.7"], "--num-beams 3 with sampling"),
-    (["--max-new-tokens", "100"], "--max-new-tokens 100: 4 starting tokens plus 100 new ones exceed"),
-    (["--length-penalty", "2.0"], "--length-penalty 2.0 ranks finished beams: it needs --num-beams > 1"),
+     "--min-new-tokens 50: min_new_tokens=50 is more than max_new_tokens=5"),
+    (["--num-beams", "3", "--temperature", "0.7"], "--num-beams 3: num_beams=3 with sampling"),
+    (["--max-new-tokens", "100"], "--max-new-tokens 100: 4 starting tokens plus max_new_tokens=100 exceed"),
+    (["--top-k", "10000"], "--top-k 10000: top_k=10000 is more than the vocabulary"),
+    (["--do-sample", "yes"], "--do-sample yes: do_sample must be true or false, got 'yes'"),
+    (["--early-stopping", "sometimes"], "--early-stopping sometimes: early_stopping must be true, false or"),
 ])
 def test_generate_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, message):
     assert message in _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat", *flags])
@@ -109,6 +115,7 @@ def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dir
     shutil.copytree(dirs["gpt2"], path)
     (path / "generation_config.json").write_text(json.dumps({"num_beams": 3, "min_length": 30}))
     err = _refused(capsys, ["generate", "--model", str(path), "the cat", "--temperature", "0.7"])
-    assert "--num-beams 3 (the checkpoint's or the default) with sampling" in err
+    assert "--num-beams (the checkpoint's or the default): num_beams=3 with sampling" in err
     err = _refused(capsys, ["generate", "--model", str(path), "the cat", "--max-new-tokens", "5"])
-    assert "--min-new-tokens 26 (the checkpoint's or the default) is more than --max-new-tokens 5" in err
+    assert "--min-new-tokens (the checkpoint's or the default): min_new_tokens=26 is more than max_new_tokens=5" \
+        in err

@@ -128,3 +128,21 @@ def test_inference_block_and_feed_forward_write_in_place_with_the_same_results()
         got = block._add(x, h)
         block.__class__ = Block
     assert torch.equal(got, want) and got.data_ptr() == h.data_ptr()  # the sublayer's output, overwritten
+
+
+def test_generate_runs_the_model_as_given_with_the_same_tokens():
+    """No acceleration is switched on behind the caller's back: a plain model decodes with its plain
+    modules, an optimized one with its fast ones, and the tokens are the same."""
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("gpt2")).eval()
+    attach(model, "lm")
+    seen = []
+    model.decoder.blocks[0].ffn.up.register_forward_pre_hook(lambda module, args: seen.append(type(module)))
+    prompt = torch.tensor([[5, 6, 7]])
+    plain = lmforge.generate(model, prompt, max_new_tokens=4)
+    assert set(seen) == {nn.Linear}
+    seen.clear()
+    fast = lmforge.generate(lmforge.optimize(model), prompt, max_new_tokens=4)
+    assert set(seen) == {FastLinear} and torch.equal(plain, fast)
+    with pytest.raises(lmforge.OptionsError, match="accelerated"):  # the old per-call flag is gone
+        lmforge.generate(model, prompt, max_new_tokens=4, accelerated=False)

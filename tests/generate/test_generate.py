@@ -3,7 +3,8 @@ import torch
 
 import lmforge
 from lmforge.presets import PRESETS
-from lmforge.generate import generate
+from lmforge.config.options import OptionsError
+from lmforge.generate import GenerationOptions, generate
 from lmforge.generate.sampling import Sampling, argmax_rows, filter_top_k, filter_top_p, next_tokens
 from lmforge.generate.processors import Constraints, ban_repeated_ngrams, penalise_repetition
 from lmforge.heads import attach
@@ -36,7 +37,7 @@ def test_greedy_matches_reference_on_left_padded_batch(tmp_path, eos):
 
 
 def test_greedy_stops_at_eos_and_pads_finished_rows(tmp_path):
-    reference, model = _gpt2(tmp_path)
+    reference, model = _gpt2(tmp_path, bos_token_id=None, eos_token_id=None)  # GPT2Config's 50256: past 99
     ids, mask = _left_padded()
     free = generate(model, ids, mask, max_new_tokens=12, eos_token_id=None)
     stop = int(free[0, ids.shape[1] + 2])  # the third token of row 0 becomes a stop token
@@ -346,15 +347,71 @@ def test_prefix_lm_generation_reads_the_prompt_bidirectionally():
 @pytest.mark.parametrize("options, match", [
     (dict(temperature=float("nan")), "temperature must be a finite number"),  # greedy too: NaN is a mistake
     (dict(temperature=float("inf")), "temperature must be a finite number"),
+    (dict(temperature=-1.0), "temperature must be a finite number >= 0.0"),  # greedy too: never ignored
     (dict(do_sample=True, temperature=float("nan")), "temperature must be a finite number"),
     (dict(do_sample=True, temperature=float("inf")), "temperature must be a finite number"),
-    (dict(do_sample=True, temperature=-0.5), "temperature must be > 0 when sampling"),
-    (dict(do_sample=True, top_p=float("nan")), "top_p must be in"),
-    (dict(top_p=float("nan")), "top_p must be in"),
+    (dict(do_sample=True, temperature=-0.5), "temperature must be a finite number >= 0.0"),
+    (dict(do_sample=True, temperature=0.0), "temperature must be > 0 when sampling"),
+    (dict(do_sample=True, top_p=float("nan")), "top_p must be a finite number > 0.0 and <= 1.0"),
+    (dict(top_p=float("nan")), "top_p must be a finite number > 0.0"),
+    (dict(min_new_tokens=9, max_new_tokens=4), "min_new_tokens=9 is more than max_new_tokens=4"),
+    (dict(num_beams=10**6), "num_beams must be an integer >= 1 and <= 64"),
+    (dict(length_penalty=float("-inf")), "length_penalty must be a finite number"),
+    (dict(do_sample="false"), "do_sample must be true or false"),
+    (dict(top_k=True), "top_k must be an integer"),
+    (dict(beams=2), "unknown generation option"),
 ])
 def test_non_finite_sampling_settings_are_refused(options, match):
-    with pytest.raises(ValueError, match=match):
-        Sampling(**options)
+    with pytest.raises(OptionsError, match=match) as err:
+        GenerationOptions(**options) if "beams" not in options else GenerationOptions.build(None, options)
+    named = "beams" if match.startswith("unknown") else match.split()[0].split("=")[0]
+    assert err.value.field == named  # the field to change, for the CLI's flag and the server's param
+
+
+def test_generate_refuses_a_bad_option_before_any_model_call():
+    model = GENERATORS["gpt2"]
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        for options in (dict(temperature=-1), dict(min_new_tokens=5, max_new_tokens=3), dict(num_beams=10**6),
+                        dict(top_k=500), dict(top_k="3")):
+            with pytest.raises(OptionsError) as err:
+                generate(model, torch.zeros(1, 3, dtype=torch.long), **options)
+            assert err.value.field in options and "\n" not in str(err.value)
+    finally:
+        hook.remove()
+    assert not calls
+
+
+def test_options_object_and_keywords_give_the_same_tokens(tmp_path):
+    model = GENERATORS["gpt2"]
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    options = GenerationOptions(max_new_tokens=5, num_beams=2, no_repeat_ngram_size=2)
+    assert torch.equal(generate(model, ids, options=options), generate(model, ids, max_new_tokens=5, num_beams=2,
+                                                                       no_repeat_ngram_size=2))
+    # keywords change the object's fields, checked again
+    assert generate(model, ids, options=options, max_new_tokens=2).shape == (1, 5)
+    with pytest.raises(OptionsError, match="num_return_sequences=3"):
+        generate(model, ids, options=options, num_return_sequences=3)
+
+
+
+def test_options_round_trip_through_generation_config_json(tmp_path):
+    import json
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"transformers_version": "4.45", "bos_token_id": 0}))
+    options = GenerationOptions(num_beams=3, num_return_sequences=2, eos_token_id=[0, 1], early_stopping="never",
+                                length_penalty=0.5)
+    options.save(tmp_path)
+    assert GenerationOptions.load(tmp_path) == options
+    written = json.loads((tmp_path / "generation_config.json").read_text())
+    assert written["transformers_version"] == "4.45" and written["num_beams"] == 3  # the file's other keys kept
+    (tmp_path / "generation_config.json").write_text(json.dumps({"top_p": 2.0, "max_length": 30}))
+    with pytest.raises(OptionsError, match="generation_config.json: top_p must be") as err:
+        GenerationOptions.load(tmp_path)
+    assert err.value.field == "top_p"
+    (tmp_path / "generation_config.json").write_text(json.dumps({"max_length": 30, "min_length": 10}))
+    assert GenerationOptions.load(tmp_path, start=4).max_new_tokens == 26  # a total length, as new tokens
 
 
 @pytest.fixture(scope="module")
@@ -372,12 +429,12 @@ def gpt2_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--temperature", "nan"], "--temperature nan: must be a finite number"),
-    (["--temperature", "inf"], "--temperature inf: must be a finite number"),
-    (["--temperature", "-1"], "--temperature -1.0: must be >= 0"),
-    (["--top-p", "nan"], "--top-p nan: must be a finite number"),
-    (["--top-p", "0"], "--top-p 0.0: must be in (0, 1]"),
-    (["--length-penalty=-inf"], "--length-penalty -inf: must be a finite number"),
+    (["--temperature", "nan"], "--temperature nan: temperature must be a finite number"),
+    (["--temperature", "inf"], "--temperature inf: temperature must be a finite number"),
+    (["--temperature", "-1"], "--temperature -1: temperature must be a finite number >= 0.0 and <= 100.0"),
+    (["--top-p", "nan"], "--top-p nan: top_p must be a finite number"),
+    (["--top-p", "0"], "--top-p 0: top_p must be a finite number > 0.0 and <= 1.0"),
+    (["--length-penalty=-inf"], "--length-penalty -inf: length_penalty must be a finite number"),
 ])
 def test_generate_refuses_bad_decoding_numbers_in_one_line(gpt2_dir, capsys, flags, message):
     from lmforge.cli import main

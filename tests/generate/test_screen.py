@@ -328,7 +328,7 @@ def test_a_cpu_without_vnni_gets_7_bit_feature_stages_from_fbgemm():
 
 
 def test_w8a32_sums_only_where_fp32_holds_every_partial_sum_exactly():
-    from lmforge.fast import native
+    from lmforge.quant import native
 
     if native.library() is None:
         pytest.skip("the native library is not built here")

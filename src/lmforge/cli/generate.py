@@ -1,8 +1,8 @@
 """`lmforge generate` and `lmforge fill-mask`: text from a model directory that holds a tokenizer."""
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import sys
 
 import torch
@@ -40,11 +40,13 @@ def _encoder_decoder(model) -> bool:
 def load_named(name) -> tuple:
     """(directory, model, tokenizer) of --model: a model directory or an installed model, resolved as
     every command resolves it (io.find_model_dir; a preset name, without weights, is refused)."""
+    from lmforge.fast.optimize import optimize
     from lmforge.io import find_model_dir, load
     from lmforge.tokenizer import check_fits, load_tokenizer
 
     path = find_model_dir(name)
-    model, tokenizer = load(path), load_tokenizer(path)
+    # the generation and fill-mask jobs run the model optimized (the same tokens; fast/optimize.py)
+    model, tokenizer = optimize(load(path)), load_tokenizer(path)
     check_fits(tokenizer, model)  # a tokenizer emitting ids the model lacks is refused, not used
     return path, model, tokenizer
 
@@ -54,7 +56,7 @@ def cmd_generate(args) -> None:
     from lmforge.cli.common import UsageError
     from lmforge.generate import generate
 
-    check_numbers(args)  # before the model is loaded: a bad flag costs nothing
+    typed = typed_options(args)  # before the model is loaded: a bad flag costs nothing
     path, model, tokenizer = load_named(args.model)
     check_generator(args.model, model)
     seq2seq = _encoder_decoder(model)
@@ -62,22 +64,29 @@ def cmd_generate(args) -> None:
         raise UsageError(f"the prompt {args.prompt!r} holds no tokens: give some text")
     # an encoder reads the text with its template (T5: text </s>); a decoder continues the bare text
     ids = torch.tensor([tokenizer.encode(args.prompt, add_special_tokens=seq2seq).ids])
-    eos = model.config.eos_token_id if model.config.eos_token_id is not None else tokenizer.eos_id
-    options, taken = decoding_options(args, path, 1 if seq2seq else ids.shape[1])
-    check_options(args, options, model.config.max_seq_len, 1 if seq2seq else ids.shape[1])
-    start = decoder_start(args.model, model, tokenizer) if seq2seq else None
+    start = 1 if seq2seq else ids.shape[1]  # decoder positions before the new tokens
+    if ids.shape[1] > model.config.max_seq_len:
+        raise UsageError(f"the prompt is {ids.shape[1]} tokens long, more than the model's context "
+                         f"(max_seq_len={model.config.max_seq_len})")
+    first, note = decoder_start(args.model, model, tokenizer) if seq2seq else (None, None)
+    options, taken = decoding_options(args, typed, path, model, start, {"eos_token_id": tokenizer.eos_id,
+                                                                        "decoder_start_token_id": first})
+    if args.stream and options.num_beams > 1:
+        raise UsageError(f"{_named(args, 'num_beams')}: --stream needs --num-beams 1: beam search knows its "
+                         "best text only at the end")
+    if note and "decoder_start_token_id" not in taken:  # after every refusal: a refusal is one line
+        print(note, file=sys.stderr)
     if taken:  # say where settings the user did not type come from (after every refusal)
         print("settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in taken.items()),
               file=sys.stderr)
     prompt = "" if seq2seq else args.prompt  # printed with the first new token, after every refusal
     stream = TextStream(tokenizer, prompt) if args.stream else None
-    out = generate(model, ids, **options, eos_token_id=eos, prefix_lm=args.prefix_lm,
-                   decoder_start_token_id=start, generator=torch.Generator().manual_seed(args.seed),
-                   streamer=stream)
+    out = generate(model, ids, options=options, prefix_lm=args.prefix_lm,
+                   generator=torch.Generator().manual_seed(args.seed), streamer=stream)
     if stream is not None:
         stream.close()
     else:
-        print(prompt + tokenizer.decode(out[0, 1 if seq2seq else ids.shape[1]:].tolist()))
+        print(prompt + tokenizer.decode(out[0, start:].tolist()))
 
 
 def check_generator(name, model) -> None:
@@ -94,111 +103,95 @@ def check_generator(name, model) -> None:
                          "fine-tuned classifier")
 
 
-def decoder_start(name, model, tokenizer) -> int:
-    """An encoder-decoder's first decoder token: its config's, else the pad token, as Hugging Face's T5
-    configs set it and lmforge's text-to-text fine-tuning uses it (said on standard error)."""
+def decoder_start(name, model, tokenizer) -> tuple:
+    """(an encoder-decoder's first decoder token, a note to print or None): its config's, else the pad
+    token, as Hugging Face's T5 configs set it and lmforge's text-to-text fine-tuning uses it (said in the
+    note)."""
     from lmforge.cli.common import UsageError
 
     cfg = model.config
     if cfg.decoder_start_token_id is not None:
-        return cfg.decoder_start_token_id
+        return cfg.decoder_start_token_id, None
     pad = cfg.pad_token_id if cfg.pad_token_id is not None else tokenizer.pad_id
     if pad is None:
         raise UsageError(f"--model {name}: its config.json names no decoder_start_token_id and the model "
                          "has no pad token to start from: add decoder_start_token_id to its config.json")
-    print(f"the decoder starts from the pad token (id {pad}), as T5 does: the config names no "
-          "decoder_start_token_id", file=sys.stderr)
-    return pad
+    return pad, (f"the decoder starts from the pad token (id {pad}), as T5 does: the config names no "
+                 "decoder_start_token_id")
 
 
-def check_numbers(args) -> None:
-    """Refuse NaN and infinite decoding numbers, a negative --temperature (0 means greedy, so a
-    negative value would silently decode greedily) and counts out of range, naming the flag."""
+# GenerationOptions fields without a flag: ids are the model's and its tokenizer's; one text is printed
+NOT_FLAGS = ("eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
+             "forced_eos_token_id", "suppress_tokens", "num_return_sequences")
+ALIASES = {"no_repeat_ngram_size": ("--no-repeat-ngram",)}  # earlier spellings, still accepted
+
+
+def flag_fields() -> list:
+    """The GenerationOptions fields that are `lmforge generate` flags."""
+    from lmforge.generate.options import GenerationOptions
+
+    return [f for f in dataclasses.fields(GenerationOptions) if f.name not in NOT_FLAGS]
+
+
+def typed_options(args) -> dict:
+    """The generation flags given, each as its field's type and within its bounds, naming the flag."""
     from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+    from lmforge.generate.options import checked_value
 
-    for flag in ("temperature", "top_p", "length_penalty"):
-        value = getattr(args, flag)
-        if value is not None and not math.isfinite(value):
-            raise UsageError(f"--{flag.replace('_', '-')} {value}: must be a finite number")
-    if args.temperature is not None and args.temperature < 0:
-        raise UsageError(f"--temperature {args.temperature}: must be >= 0 (0: greedy; > 0: sampling)")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise UsageError(f"--top-p {args.top_p}: must be in (0, 1]")
-    for flag, low in (("max_new_tokens", 1), ("num_beams", 1), ("top_k", 0), ("no_repeat_ngram", 0),
-                      ("min_new_tokens", 0)):
-        value = getattr(args, flag)
-        if value is not None and value < low:
-            raise UsageError(f"--{flag.replace('_', '-')} {value}: must be at least {low}")
+    typed = {}
+    for f in flag_fields():
+        text = getattr(args, f.name)
+        if text is None:
+            continue
+        try:
+            typed[f.name] = checked_value(f.name, text, from_text=True)
+        except OptionsError as err:
+            raise UsageError(f"--{_flag(f.name)} {text}: {err}") from None
+    return typed
 
 
-def check_options(args, options: dict, context: int, start: int) -> None:
-    """Refuse settings (typed, or the checkpoint's) that contradict each other or the model's context."""
+def decoding_options(args, typed: dict, model_dir, model, start: int, ids: dict) -> tuple:
+    """(GenerationOptions, the settings taken from the checkpoint): each flag given, else the checkpoint's
+    recommendation (its generation_config.json), else the default; checked against each other and the
+    model (vocabulary, context). `start`: decoder positions before the new tokens; `ids`: the stop id
+    (the tokenizer's) and the decoder start id to use where the model's config names none."""
     from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+    from lmforge.generate.checks import check_for_model
+    from lmforge.generate.options import GenerationOptions, sampling_from_temperature
 
-    most, least = options["max_new_tokens"], options["min_new_tokens"]
-    if least > most:
-        raise UsageError(f"{_named(args, 'min_new_tokens', least)} is more than "
-                         f"{_named(args, 'max_new_tokens', most)}: no text could end before the budget")
-    if options["num_beams"] > 1 and options["do_sample"]:
-        raise UsageError(f"{_named(args, 'num_beams', options['num_beams'])} with sampling "
-                         f"(temperature {options['temperature']}): beam search does not sample; give "
-                         "--num-beams 1 or --temperature 0")
-    if args.length_penalty is not None and options["num_beams"] == 1:
-        raise UsageError(f"--length-penalty {args.length_penalty} ranks finished beams: it needs "
-                         "--num-beams > 1")
-    if args.stream and options["num_beams"] > 1:
-        raise UsageError("--stream needs --num-beams 1: beam search knows its best text only at the end")
-    if start > context:
-        raise UsageError(f"the prompt is {start} tokens long, more than the model's context "
-                         f"(max_seq_len={context})")
-    if start + most - 1 > context:  # the last new token is never fed back
-        raise UsageError(f"{_named(args, 'max_new_tokens', most)}: {start} starting tokens plus {most} new "
-                         f"ones exceed the model's context (max_seq_len={context}); give a smaller "
-                         "--max-new-tokens")
+    try:
+        recommended = GenerationOptions.recommended(model_dir, start)
+        if "temperature" in typed:  # the flag decides sampling (0: greedy), whatever the checkpoint says
+            recommended.pop("do_sample", None)
+        taken = {k: v for k, v in recommended.items() if k not in typed and k not in NOT_FLAGS}  # ids: not said
+        fields = {**recommended, **sampling_from_temperature(typed)}
+        fields.update({k: v for k, v in ids.items()
+                       if v is not None and k not in fields and getattr(model.config, k) is None})
+        options = GenerationOptions.build(None, fields)
+        check_for_model(options, model, start)
+    except OptionsError as err:
+        raise UsageError(f"{_named(args, err.field)}: {err}") from None
+    return options, taken
 
 
-def _named(args, flag: str, value) -> str:
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _named(args, field) -> str:
     """'--flag value' as typed, or saying where an untyped value came from."""
-    typed = getattr(args, flag) is not None
-    return f"--{flag.replace('_', '-')} {value}" + ("" if typed else " (the checkpoint's or the default)")
-
-
-# CLI flag -> (generate argument, its value when neither the flag nor the checkpoint gives one)
-FLAGS = {"max_new_tokens": ("max_new_tokens", 40), "top_k": ("top_k", 0), "top_p": ("top_p", 1.0),
-         "num_beams": ("num_beams", 1), "length_penalty": ("length_penalty", 1.0),
-         "no_repeat_ngram": ("no_repeat_ngram_size", 0), "min_new_tokens": ("min_new_tokens", 0)}
-
-
-def decoding_options(args, model_dir, start: int) -> tuple:
-    """(generate() settings, those taken from the checkpoint): each flag given, else the checkpoint's
-    recommendation (convert.hf.generation_defaults), else the CLI default. `start`: tokens before the new
-    ones (the prompt for a decoder, the start token for an encoder-decoder), to turn lengths into new
-    tokens."""
-    from lmforge.convert.hf import generation_defaults
-
-    recommended = generation_defaults(model_dir)
-    if "max_new_tokens" not in recommended and "max_length" in recommended:
-        recommended["max_new_tokens"] = max(1, recommended["max_length"] - start)
-    if "min_new_tokens" not in recommended and recommended.get("min_length"):
-        recommended["min_new_tokens"] = max(0, recommended["min_length"] - start)
-    options, taken = {}, {}
-    for flag, (name, default) in FLAGS.items():
-        given = getattr(args, flag)
-        options[name] = given if given is not None else recommended.get(name, default)
-        if given is None and name in recommended:
-            taken[name] = recommended[name]
-    sampling = args.temperature > 0 if args.temperature is not None else bool(recommended.get("do_sample"))
-    temperature = args.temperature or recommended.get("temperature", 1.0)
-    if args.temperature is None and recommended.get("do_sample"):
-        taken.update(do_sample=True, temperature=temperature)
-    if options["num_beams"] > 1 and "early_stopping" in recommended:
-        options["early_stopping"] = recommended["early_stopping"]
-    return {**options, "do_sample": sampling, "temperature": temperature}, taken
+    if field is None or not hasattr(args, field):  # not a flag: an id the checkpoint or the model gave
+        return f"{field} (the checkpoint's or the model's)" if field else "the generation settings"
+    typed = getattr(args, field)
+    return f"--{_flag(field)} {typed}" if typed is not None else \
+        f"--{_flag(field)} (the checkpoint's or the default)"
 
 
 def cmd_fill_mask(args) -> None:
     """Print the top-k fillings of the mask with their probabilities (one per line, or JSON lines)."""
-    from lmforge.apps.fill_mask import fill_mask
+    from lmforge.pipelines.fill_mask import fill_mask
 
     check_fill_options(args)  # before the model is loaded
     _, model, tokenizer = load_named(args.model)
@@ -239,21 +232,27 @@ def check_filler(name, model) -> None:
 MODEL_HELP = "a trained model directory with its tokenizer (lmforge or Hugging Face) or an installed model"
 
 
+def add_generation_flags(p) -> None:
+    """One flag per GenerationOptions field (its help, bounds and default); a flag left out takes the
+    checkpoint's generation_config.json value, else the default. Values are read as text and checked by
+    the options object, so a refusal is one line naming the flag."""
+    from lmforge.config.options import bounds_text
+
+    for f in flag_fields():
+        kind = f.type.replace("Optional[", "").rstrip("]")
+        metavar = {"int": "N", "float": "X", "bool": "true|false"}.get(kind, "VALUE")
+        default = json.dumps(f.default) if isinstance(f.default, bool) else f.default  # true, as typed
+        p.add_argument(f"--{_flag(f.name)}", *ALIASES.get(f.name, ()), dest=f.name, metavar=metavar,
+                       help=f"{f.metadata['help']}{bounds_text(f.metadata)} (default: the checkpoint's, "
+                       f"else {default})")
+
+
 def add_parsers(sub) -> None:
     """Register `generate` and `fill-mask` on the `lmforge` sub-command parser."""
     p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
     p.add_argument("prompt")
     p.add_argument("--model", required=True, help=MODEL_HELP)
-    # settings left out come from the checkpoint's generation_config.json, else these defaults
-    p.add_argument("--max-new-tokens", type=int, help="default: the checkpoint's, else 40")
-    p.add_argument("--temperature", type=float, help="0: greedy; > 0: sampling (default: the checkpoint's, else 0)")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--num-beams", type=int, help="beam search with this many beams (default: the checkpoint's, else 1)")
-    p.add_argument("--length-penalty", type=float,
-                   help="beam score = log-probability / length ** this (> 0 favours longer texts)")
-    p.add_argument("--no-repeat-ngram", type=int, help="never repeat an n-gram of this size")
-    p.add_argument("--min-new-tokens", type=int, help="no end of text before this many tokens")
+    add_generation_flags(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
     p.add_argument("--prefix-lm", action="store_true",

@@ -96,7 +96,7 @@ def check_range(name: str, value, low, high, open_low: bool = False, error=Optio
     if not math.isfinite(value) or below or (high is not None and value > high):
         parts = ([f"{'>' if open_low else '>='} {low}"] if low is not None else []) + \
                 ([f"<= {high}"] if high is not None else [])
-        raise error(f"{name} must be {noun} {' and '.join(parts)}, got {_short(value)}", name)
+        raise error(f"{name} must be {' '.join([noun, ' and '.join(parts)]).strip()}, got {_short(value)}", name)
 
 
 def check_options(obj, error=OptionsError) -> None:

@@ -9,20 +9,20 @@ token — the same shapes the reference library's `generate` returns.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from typing import Callable, Optional
 
 import torch
 
-from lmforge.fast.accelerate import accelerate
 from lmforge.generate.beam import Beams, beam_search
-from lmforge.generate.checks import check_options, check_prompt, special_ids
+from lmforge.generate.checks import check_for_model, check_prompt
 from lmforge.generate.fast.projection import VocabProjection
+from lmforge.generate.options import GenerationOptions
 from lmforge.generate.processors import Constraints
 from lmforge.generate.sampling import Sampling, argmax_rows, next_tokens
 from lmforge.generate.steps import DecoderSteps, EncoderDecoderSteps, lm_head_name
 from lmforge.model import EncoderDecoder, Transformer
 
-__all__ = ["Sampling", "argmax_rows", "generate", "lm_head_name", "next_tokens"]
+__all__ = ["GenerationOptions", "Sampling", "argmax_rows", "generate", "lm_head_name", "next_tokens"]
 
 
 class _Finished:
@@ -78,13 +78,15 @@ def _steps(model, input_ids, mask, ids: dict, copies: int, use_cache: bool, pref
                         use_cache, prefix_lm, projection)
 
 
-def _decode(steps, ids: dict, rule: Sampling, beams: Beams, options: dict, generator, streamer):
+def _decode(steps, ids: dict, options: GenerationOptions, generator, streamer):
     """Run beam search or greedy / sampled decoding over `steps`."""
-    prompt_len, max_new_tokens = steps.tokens.shape[1], options["max_new_tokens"]
+    prompt_len, max_new_tokens = steps.tokens.shape[1], options.max_new_tokens
+    rule = Sampling(options.do_sample, options.temperature, options.top_k, options.top_p)
+    beams = Beams(options.num_beams, options.length_penalty, options.early_stopping, options.num_return_sequences)
     padding = (steps.mask == 0).sum(1) if not isinstance(steps, EncoderDecoderSteps) else None
-    constraints = Constraints(prompt_len, prompt_len + max_new_tokens, ids["eos"], options["repetition_penalty"],
-                              padding, options["no_repeat_ngram_size"], options["min_length"],
-                              options["min_new_tokens"], ids["bos"], ids["forced_eos"], ids["suppress"])
+    constraints = Constraints(prompt_len, prompt_len + max_new_tokens, ids["eos"], options.repetition_penalty,
+                              padding, options.no_repeat_ngram_size, options.min_length,
+                              options.min_new_tokens, ids["bos"], ids["forced_eos"], ids["suppress"])
     if beams.num_beams > 1:
         # the reference fills short hypotheses with pad, or eos where pad is unset or 0
         fill = ids["pad"] if ids["pad"] else int(ids["eos"][0]) if ids["eos"] is not None else -1
@@ -96,42 +98,35 @@ def _decode(steps, ids: dict, rule: Sampling, beams: Beams, options: dict, gener
 
 @torch.no_grad()
 def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, *,
-             max_new_tokens: int = 20, do_sample: bool = False, temperature: float = 1.0, top_k: int = 0,
-             top_p: float = 1.0, repetition_penalty: float = 1.0, num_beams: int = 1,
-             length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
-             num_return_sequences: int = 1, min_new_tokens: int = 0, min_length: int = 0,
-             no_repeat_ngram_size: int = 0, forced_bos_token_id: Optional[int] = None,
-             forced_eos_token_id: Optional[int] = None, suppress_tokens=None, eos_token_id=None,
-             pad_token_id=None, decoder_start_token_id: Optional[int] = None, use_cache: bool = True,
-             prefix_lm: bool = False, generator: Optional[torch.Generator] = None,
-             streamer: Optional[Callable] = None, projection: str = "auto", accelerated: bool = True) -> torch.Tensor:
+             options: Optional[GenerationOptions] = None, use_cache: bool = True, prefix_lm: bool = False,
+             generator: Optional[torch.Generator] = None, streamer: Optional[Callable] = None,
+             projection: str = "auto", **fields) -> torch.Tensor:
     """Continue `input_ids` (B, T), left-padded when `attention_mask` has zeros.
 
     Decoders return (B * R, T + n) prompt and new tokens; encoder-decoders return (B * R, 1 + n)
     decoder tokens (R = num_return_sequences; with beams the R best of each input, best first).
-    Arguments mean what the reference library's `generate` arguments of the same names mean;
-    stop, pad, forced and decoder start ids default to the model config's. use_cache=False
+    The decoding settings are a GenerationOptions: `options`, with any of its fields given as keyword
+    arguments (max_new_tokens=20, do_sample=True, num_beams=4, ...: the reference library's `generate`
+    arguments of the same names); a bad or unknown one raises OptionsError (a ValueError) naming it.
+    Stop, pad, forced and decoder start ids default to the model config's. use_cache=False
     recomputes every position at every step (same tokens, slower); prefix_lm=True lets a decoder
     pretrained as a prefix LM read the prompt bidirectionally (objectives/prefix_lm.py); `streamer`
     receives each step's (B * R,) new tokens (greedy and sampling only). Speed options, same tokens:
     `projection` computes the vocabulary projection "auto" (the fastest way timed on this machine),
-    "plain", "input-major" or "screen" (generate/fast/projection.py); `accelerated` runs the model
-    under fast.accelerate. The model is left exactly as it was found (weights, layout, mode)."""
-    rule = Sampling(do_sample, temperature, top_k, top_p)
-    beams = Beams(num_beams, length_penalty, early_stopping, num_return_sequences)
-    mask = check_prompt(model, input_ids, attention_mask, max_new_tokens)
-    ids = special_ids(model, eos_token_id, pad_token_id, decoder_start_token_id, forced_bos_token_id,
-                      forced_eos_token_id, suppress_tokens)
-    check_options(beams, rule, streamer, repetition_penalty, min_new_tokens, min_length, no_repeat_ngram_size)
-    options = {"max_new_tokens": max_new_tokens, "repetition_penalty": repetition_penalty, "min_length": min_length,
-               "no_repeat_ngram_size": no_repeat_ngram_size, "min_new_tokens": min_new_tokens}
-    copies = num_beams if num_beams > 1 else num_return_sequences
-    projection = VocabProjection(model.heads[lm_head_name(model)], projection, steps=max_new_tokens)
+    "plain", "input-major" or "screen" (generate/fast/projection.py). The model runs as it is given:
+    plain, or accelerated where `lmforge.optimize(model)` was called (the same tokens either way). It is
+    left exactly as it was found (weights, layout, mode)."""
+    options = GenerationOptions.build(options, fields)
+    mask = check_prompt(model, input_ids, attention_mask)
+    ids = check_for_model(options, model, 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1])
+    if options.num_beams > 1 and streamer is not None:
+        raise ValueError("beam search cannot stream tokens: the best hypothesis is known only at the end")
+    copies = options.num_beams if options.num_beams > 1 else options.num_return_sequences
+    projection = VocabProjection(model.heads[lm_head_name(model)], projection, steps=options.max_new_tokens)
     modes = [(module, module.training) for module in model.modules()]  # each module's own, restored
     try:
-        with accelerate(model.eval(), accelerated):
-            steps = _steps(model, input_ids, mask, ids, copies, use_cache, prefix_lm, projection)
-            return _decode(steps, ids, rule, beams, options, generator, streamer)
+        steps = _steps(model.eval(), input_ids, mask, ids, copies, use_cache, prefix_lm, projection)
+        return _decode(steps, ids, options, generator, streamer)
     finally:
         for module, training in modes:
             module.training = training

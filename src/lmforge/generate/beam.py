@@ -22,26 +22,16 @@ from typing import Union
 import torch
 
 NEG = -1.0e9  # the score of a hypothesis that must not be chosen (finite: sums stay ordered)
-EARLY_STOPPING = (True, False, "never")
 
 
 @dataclass
 class Beams:
-    """Beam-search settings (num_beams=1: no beam search)."""
+    """Beam-search settings (num_beams=1: no beam search), checked by GenerationOptions."""
 
     num_beams: int = 1
     length_penalty: float = 1.0  # > 0 favours longer hypotheses, < 0 shorter ones
     early_stopping: Union[bool, str] = False  # True, False or "never" (see the module docstring)
     num_return_sequences: int = 1  # best hypotheses returned per input, <= num_beams
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.num_beams, int) or self.num_beams < 1:
-            raise ValueError(f"num_beams must be an integer >= 1, got {self.num_beams!r}")
-        if self.early_stopping not in EARLY_STOPPING or not isinstance(self.early_stopping, (bool, str)):
-            raise ValueError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
-        if self.num_beams > 1 and not 1 <= self.num_return_sequences <= self.num_beams:
-            raise ValueError(f"num_return_sequences={self.num_return_sequences} must be between 1 and "
-                             f"num_beams={self.num_beams}")
 
 
 class _Pool:

@@ -1,16 +1,17 @@
-"""Checks of a generation request, before any model call: prompt, special ids, option mixes."""
+"""Checks of a generation request against the model, before any model call: the prompt, and the options'
+vocabulary and context (the options' own types, bounds and mixes are GenerationOptions's)."""
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
 
-from lmforge.generate.beam import Beams
-from lmforge.generate.sampling import Sampling
+from lmforge.config.options import OptionsError
+from lmforge.generate.options import GenerationOptions
 from lmforge.model import EncoderDecoder, Transformer
 
 
-def check_prompt(model: Transformer, input_ids, attention_mask, max_new_tokens: int) -> torch.Tensor:
+def check_prompt(model: Transformer, input_ids, attention_mask) -> torch.Tensor:
     """Refuse a request the model cannot serve, before any model call; returns the (B, T) mask."""
     if model.config.architecture == "encoder":
         raise ValueError("generation needs a decoder or an encoder-decoder; an encoder with an MLM head "
@@ -32,19 +33,26 @@ def check_prompt(model: Transformer, input_ids, attention_mask, max_new_tokens: 
     if low < 0 or high >= cfg.vocab_size:
         raise ValueError(f"the prompt holds token id {low if low < 0 else high} outside the vocabulary "
                          f"[0, {cfg.vocab_size})")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if T > cfg.max_seq_len:
         raise ValueError(f"the prompt of {T} tokens is longer than the context, "
                          f"max_seq_len={cfg.max_seq_len}")
-    decoded = 1 if isinstance(model, EncoderDecoder) else T  # decoder positions before the new tokens
-    if decoded + max_new_tokens - 1 > cfg.max_seq_len:  # the last new token is never fed back
-        raise ValueError(f"{decoded} starting tokens plus max_new_tokens={max_new_tokens} exceed the "
-                         f"context, max_seq_len={cfg.max_seq_len}")
     if not isinstance(model, EncoderDecoder) and not bool(mask[:, -1].all()):
         raise ValueError("the prompt is right-padded: a decoder continues each row's last position, "
                          "so pad on the left")
     return mask
+
+
+def check_for_model(options: GenerationOptions, model: Transformer, start: int) -> dict:
+    """Refuse options this model cannot serve (top_k beyond its vocabulary, ids outside it, more new tokens
+    than its context leaves after `start` decoder positions); returns the special ids (see special_ids)."""
+    cfg = model.config
+    if options.top_k > cfg.vocab_size:
+        raise OptionsError(f"top_k={options.top_k} is more than the vocabulary, vocab_size={cfg.vocab_size}",
+                           "top_k")
+    if start + options.max_new_tokens - 1 > cfg.max_seq_len:  # the last new token is never fed back
+        raise OptionsError(f"{start} starting tokens plus max_new_tokens={options.max_new_tokens} exceed the "
+                           f"context, max_seq_len={cfg.max_seq_len}", "max_new_tokens")
+    return special_ids(model, options)
 
 
 def _token_ids(value, name: str, vocab_size: Optional[int], device) -> Optional[torch.Tensor]:
@@ -54,21 +62,22 @@ def _token_ids(value, name: str, vocab_size: Optional[int], device) -> Optional[
     ids = [value] if isinstance(value, int) else list(value)
     limit = float("inf") if vocab_size is None else vocab_size
     if not ids or any(not isinstance(i, int) or not 0 <= i < limit for i in ids):
-        raise ValueError(f"{name}={value!r} must be token ids in [0, {vocab_size})")
+        raise OptionsError(f"{name}={value!r} must be token ids in [0, {vocab_size})", name)
     return torch.tensor(ids, dtype=torch.long, device=device)
 
 
-def special_ids(model, eos, pad, start, bos, forced_eos, suppress) -> dict:
-    """Stop, pad, start, forced and suppressed ids: the arguments, else the model config's. A config's
+def special_ids(model, options: GenerationOptions) -> dict:
+    """Stop, pad, start, forced and suppressed ids: the options', else the model config's. A config's
     stop id outside the vocabulary is kept, as the reference keeps it: it is never produced."""
     cfg, device, V = model.config, model.tokens.weight.device, model.config.vocab_size
+    eos = options.eos_token_id
     out = {"eos": _token_ids(cfg.eos_token_id if eos is None else eos, "eos_token_id",
                              None if eos is None else V, device),
-           "suppress": _token_ids(suppress, "suppress_tokens", V, device)}
+           "suppress": _token_ids(options.suppress_tokens, "suppress_tokens", V, device)}
     # ids fed to the model (pad: after a row's stop) or indexing the scores must be in the vocabulary
-    for key, name, given in (("pad", "pad_token_id", pad), ("start", "decoder_start_token_id", start),
-                             ("bos", "forced_bos_token_id", bos),
-                             ("forced_eos", "forced_eos_token_id", forced_eos)):
+    for key, name in (("pad", "pad_token_id"), ("start", "decoder_start_token_id"), ("bos", "forced_bos_token_id"),
+                      ("forced_eos", "forced_eos_token_id")):
+        given = getattr(options, name)
         value = getattr(cfg, name) if given is None else given
         ids = _token_ids(value, name, V, device)
         out[key] = None if ids is None else int(ids[0])
@@ -77,22 +86,3 @@ def special_ids(model, eos, pad, start, bos, forced_eos, suppress) -> dict:
     if isinstance(model, EncoderDecoder) and out["start"] is None:
         raise ValueError("an encoder-decoder needs decoder_start_token_id (in the config or as an argument)")
     return out
-
-
-def check_options(beams: Beams, rule: Sampling, streamer, repetition_penalty, min_new_tokens, min_length,
-                   no_repeat_ngram_size) -> None:
-    """Refuse settings that contradict each other or are out of range, naming the option."""
-    if beams.num_beams > 1 and rule.do_sample:
-        raise ValueError("beam search with sampling is not supported: use num_beams=1 or do_sample=False")
-    if beams.num_beams > 1 and streamer is not None:
-        raise ValueError("beam search cannot stream tokens: the best hypothesis is known only at the end")
-    if beams.num_beams == 1 and not rule.do_sample and beams.num_return_sequences != 1:
-        raise ValueError("greedy decoding returns one sequence per input: num_return_sequences must be 1")
-    if not isinstance(beams.num_return_sequences, int) or beams.num_return_sequences < 1:
-        raise ValueError(f"num_return_sequences must be an integer >= 1, got {beams.num_return_sequences!r}")
-    if not repetition_penalty > 0:
-        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
-    for name, value in (("min_new_tokens", min_new_tokens), ("min_length", min_length),
-                        ("no_repeat_ngram_size", no_repeat_ngram_size)):
-        if not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")

@@ -2,7 +2,6 @@
 (nucleus, Holtzman et al. 2020)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -11,24 +10,12 @@ import torch
 
 @dataclass
 class Sampling:
-    """How the next token is chosen from the logits (greedy unless do_sample)."""
+    """How the next token is chosen from the logits (greedy unless do_sample), checked by GenerationOptions."""
 
     do_sample: bool = False
     temperature: float = 1.0
     top_k: int = 0  # 0: no top-k filter
     top_p: float = 1.0  # 1.0: no nucleus filter
-
-    def __post_init__(self) -> None:
-        # greedy ignores the temperature, but a NaN or infinite one is a mistake to report, not to skip
-        if not math.isfinite(self.temperature):
-            raise ValueError(f"temperature must be a finite number, got {self.temperature}")
-        if self.do_sample and not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature} "
-                             f"(use do_sample=False for greedy)")
-        if not 0 < self.top_p <= 1:  # NaN fails this too
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
 
 
 def filter_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmforge.fast.timing import median_seconds
 from lmforge.generate.fast.screen import GreedyScreen, ScreenTable, table_key
+from lmforge.utils.timing import median_seconds
 
 MODES = ("auto", "plain", "input-major", "screen")
 MAX_COPY_BYTES = 1 << 30  # an input-major copy is another weight's worth of memory: not for huge heads

@@ -25,9 +25,9 @@ from typing import Optional
 
 import torch
 
-from lmforge.fast import native
-from lmforge.fast.engines import pack_weight
-from lmforge.fast.timing import median_seconds
+from lmforge.quant import native
+from lmforge.quant.engines import pack_weight
+from lmforge.utils.timing import median_seconds
 
 MAX_CANDIDATES = 256  # a step with more tokens a row to re-score falls back to the full projection
 CHUNK = 8192  # rows quantised at a time
@@ -100,7 +100,7 @@ def _probe_pair(d: int, levels: int = 127) -> tuple:
 class Int8Matmul:
     """(M, d) integer rows in [-L, L] (L = levels) times a fixed (V, d) int8 matrix q with per-row scales:
     (M, V) fp32 scale_v sum_i x_i q_vi, the integer sums exact. The first kind a probe finds exact:
-    lmforge's native w8a32 (fast/native.py: int8 widened to fp32, exact while every partial sum stays
+    lmforge's native w8a32 (quant/native.py: int8 widened to fp32, exact while every partial sum stays
     below 2^24, d L 127 < 2^24; GPT-2's vocabulary at 2 rows: 3.3 ms on an AVX2-only EPYC), fbgemm's
     u8 x s8 product on its packed weight, the activations' range given (0.89 ms on an AVX-512 VNNI EPYC,
     1.5 with AVX2 code and 7-bit activations, 3.0 on the AVX2-only EPYC), oneDNN's (1.19; 7.2 with AVX2

@@ -1,0 +1,197 @@
+"""GenerationOptions: every setting of a generation request, its type, bounds (both ways), default and help.
+
+One object for the three faces: `lmforge.generate(model, ids, **fields)` builds it from its keyword
+arguments, `lmforge generate` makes its flags from its fields, and the server's /generate request
+schema is made from them too, so the three accept and refuse the same requests. Field names are the
+reference library's GenerationConfig names, so a checkpoint's generation_config.json is read and
+written as it is (`load` / `save`). Settings that depend on the model (the vocabulary, the context)
+are checked against it by `checks.check_for_model(options, model, start)`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from lmforge.utils.atomic import atomic_write_text
+from lmforge.config.model import MAX_LEN, MAX_VOCAB
+from lmforge.config.options import (OptionsError, base_type, check_options, check_value, coerce, from_dict,
+                                    option)
+
+MAX_NEW_TOKENS = 4096  # new tokens one request may ask for (a server's Limits may ask fewer)
+MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x length x vocabulary
+EARLY_STOPPING = (True, False, "never")
+FILE = "generation_config.json"
+TOKEN_ID = dict(low=0, high=MAX_VOCAB - 1)
+
+
+@dataclass
+class GenerationOptions:
+    """How new tokens are chosen: greedy, sampling or beam search, with the logit processors and stop ids."""
+
+    max_new_tokens: int = option(20, "new tokens generated at most (also bounded by the model's context)",
+                                 low=1, high=MAX_NEW_TOKENS)
+    min_new_tokens: int = option(0, "no stop token before this many new tokens (<= max_new_tokens)",
+                                 low=0, high=MAX_NEW_TOKENS)
+    min_length: int = option(0, "no stop token before the whole sequence (prompt included) is this long",
+                             low=0, high=MAX_LEN)
+    do_sample: bool = option(False, "sample the next token (false: greedy, or beam search); the command line "
+                             "and the server sample when temperature > 0")
+    temperature: float = option(1.0, "divide the scores by this before sampling (> 0 when sampling; "
+                                "0 means greedy)", low=0.0, high=100.0)
+    top_k: int = option(0, "sample among the k most probable tokens (at most the vocabulary); 0: all",
+                        low=0, high=MAX_VOCAB)
+    top_p: float = option(1.0, "nucleus: sample among the most probable tokens whose mass reaches this",
+                          low=0.0, high=1.0, open_low=True)
+    num_beams: int = option(1, "beam search with this many hypotheses per input; 1: none", low=1, high=MAX_BEAMS)
+    num_return_sequences: int = option(1, "sequences returned per input (beams: the best first, <= num_beams; "
+                                       "greedy: 1)", low=1, high=MAX_BEAMS)
+    length_penalty: float = option(1.0, "beam score = log-probability / length ** this (> 0 favours longer texts)",
+                                   low=-100.0, high=100.0)
+    early_stopping: Union[bool, str] = option(False, "beam search ends an input: true, once num_beams hypotheses "
+                                              "are finished; false, once none can do better at this length; "
+                                              '"never", once none can at any length')
+    repetition_penalty: float = option(1.0, "divide the scores of tokens already present by this (CTRL); 1: off",
+                                       low=0.0, high=100.0, open_low=True)
+    no_repeat_ngram_size: int = option(0, "never repeat an n-gram of this size; 0: off", low=0, high=64)
+    eos_token_id: Optional[Union[int, list]] = option(None, "stop token id(s); default: the model config's")
+    pad_token_id: Optional[int] = option(None, "filler after a row's stop; default: the config's, else eos",
+                                         **TOKEN_ID)
+    decoder_start_token_id: Optional[int] = option(None, "an encoder-decoder's first decoder token; default: "
+                                                   "the config's", **TOKEN_ID)
+    forced_bos_token_id: Optional[int] = option(None, "the token forced first; default: the config's", **TOKEN_ID)
+    forced_eos_token_id: Optional[int] = option(None, "the token forced at the last position; default: the "
+                                                "config's", **TOKEN_ID)
+    suppress_tokens: Optional[list] = option(None, "token ids never generated")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.early_stopping, (bool, str)) or self.early_stopping not in EARLY_STOPPING:
+            raise OptionsError(f'early_stopping must be true, false or "never", got {self.early_stopping!r}',
+                               "early_stopping")
+        check_options(self)
+        for name, most in (("eos_token_id", MAX_BEAMS), ("suppress_tokens", MAX_VOCAB)):
+            _check_ids(name, getattr(self, name), most)
+        self._check_mix()
+
+    def _check_mix(self) -> None:
+        """Settings that contradict each other, each refusal naming the field to change."""
+        if self.do_sample and self.temperature == 0:
+            raise OptionsError("temperature must be > 0 when sampling, got 0 (do_sample=false is greedy)",
+                               "temperature")
+        if self.num_beams > 1 and self.do_sample:
+            raise OptionsError(f"num_beams={self.num_beams} with sampling: beam search does not sample; give "
+                               "num_beams=1, or do_sample=false (temperature 0)", "num_beams")
+        if self.min_new_tokens > self.max_new_tokens:
+            raise OptionsError(f"min_new_tokens={self.min_new_tokens} is more than max_new_tokens="
+                               f"{self.max_new_tokens}: no text could end before the budget", "min_new_tokens")
+        if self.num_beams > 1 and self.num_return_sequences > self.num_beams:
+            raise OptionsError(f"num_return_sequences={self.num_return_sequences} must be between 1 and "
+                               f"num_beams={self.num_beams}", "num_return_sequences")
+        if self.num_beams == 1 and not self.do_sample and self.num_return_sequences != 1:
+            raise OptionsError("greedy decoding returns one sequence per input: num_return_sequences must be 1, "
+                               f"got {self.num_return_sequences}", "num_return_sequences")
+
+    @classmethod
+    def build(cls, options: Optional["GenerationOptions"] = None, fields: Optional[dict] = None):
+        """`options` (or the defaults) with `fields` changed; an unknown name or a bad value names the field."""
+        if options is not None and not isinstance(options, cls):
+            raise OptionsError(f"options must be a GenerationOptions, got {type(options).__name__}", "options")
+        base = {} if options is None else dataclasses.asdict(options)
+        return from_dict(cls, {**base, **(fields or {})}, "generation")
+
+    @classmethod
+    def recommended(cls, path, start: Optional[int] = None) -> dict:
+        """The fields a model directory recommends: its generation_config.json's (the names that coincide),
+        else config.json's decoding keys (older checkpoints such as BART's keep them there); max_length /
+        min_length become new-token counts when `start` (the positions before the new tokens) is given."""
+        from lmforge.convert.hf import generation_defaults
+
+        found = _read_json(Path(path) / FILE)
+        found = {k: v for k, v in found.items() if v is not None} if found else generation_defaults(path)
+        if start is not None and "max_new_tokens" not in found and _is_int(found.get("max_length")):
+            found["max_new_tokens"] = max(1, found["max_length"] - start)
+        if start is not None and "min_new_tokens" not in found and _is_int(found.get("min_length")):
+            found["min_new_tokens"] = max(0, found["min_length"] - start)
+        return {k: v for k, v in found.items() if k in FIELD_NAMES}
+
+    @classmethod
+    def load(cls, path, start: Optional[int] = None) -> "GenerationOptions":
+        """The options a model directory recommends (see `recommended`), the defaults for the rest."""
+        try:
+            return from_dict(cls, cls.recommended(path, start), FILE)
+        except OptionsError as err:
+            raise OptionsError(f"{Path(path) / FILE}: {err}", err.field) from None
+
+    def save(self, path) -> Path:
+        """Write the options into `path`/generation_config.json (atomically), keeping its other keys."""
+        target = Path(path) / FILE
+        kept = _read_json(target)
+        ours = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return atomic_write_text(target, json.dumps({**kept, **ours}, indent=2) + "\n")
+
+
+def _read_json(path: Path) -> dict:
+    """The JSON object in `path`; {} where there is none."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_ids(name: str, value, most: int) -> None:
+    """An id or a list of at most `most` ids, each an integer in [0, MAX_VOCAB) (the model's vocabulary is
+    checked by check_for_model)."""
+    if value is None:
+        return
+    ids = [value] if _is_int(value) else value
+    if not isinstance(ids, (list, tuple)) or not 0 < len(ids) <= most \
+            or not all(_is_int(i) and 0 <= i < MAX_VOCAB for i in ids):
+        raise OptionsError(f"{name} must be a token id or a list of 1 to {most} token ids, got "
+                           f"{str(value)[:60]}", name)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(GenerationOptions)}
+FIELD_NAMES = frozenset(FIELDS)
+
+
+def checked_type(name: str, value, from_text: bool = False):
+    """`value` as field `name`'s type (a whole 3.0 as 3; from_text: a command line's string), refused unless
+    it has that type and is finite. Bounds are left to the object, so that a server's stricter caps speak
+    first."""
+    field = FIELDS[name]
+    value = coerce(GenerationOptions, name, value, from_text=from_text)
+    if isinstance(value, float) and not math.isfinite(value):  # said here: check_value's wording wants bounds
+        raise OptionsError(f"{name} must be a finite number, got {value}", name)
+    if name == "early_stopping" and from_text and str(value).lower() in ("true", "false"):
+        value = str(value).lower() == "true"
+    check_value(name, field.type, {}, value)
+    return value
+
+
+def checked_value(name: str, value, from_text: bool = False):
+    """`value` as field `name`'s type, within its declared bounds (the cross-field rules are the object's)."""
+    value = checked_type(name, value, from_text)
+    check_value(name, FIELDS[name].type, FIELDS[name].metadata, value)
+    return value
+
+
+def sampling_from_temperature(fields: dict) -> dict:
+    """The command line's and the server's convention: where do_sample is not given, temperature > 0
+    samples and temperature 0 is greedy."""
+    temperature = fields.get("temperature")
+    if "do_sample" in fields or not isinstance(temperature, (int, float)) or isinstance(temperature, bool):
+        return dict(fields)
+    return {**fields, "do_sample": bool(temperature > 0)}  # NaN: false, and the object refuses it
+
+
+def field_kind(name: str) -> str:
+    """'int', 'float', 'bool', ... of field `name` (its annotation without Optional)."""
+    return base_type(FIELDS[name].type)[0]

@@ -1,0 +1,165 @@
+"""One request, checked once: random generation settings, in range or not, of the right type or not, go
+through the three faces (lmforge.generate, `lmforge generate`, POST /generate) built from GenerationOptions,
+and the three accept and refuse alike, each refusal in its own clean form naming the setting, none slow."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmforge
+from lmforge.cli import main
+from lmforge.config.options import OptionsError
+from lmforge.generate.options import GenerationOptions, sampling_from_temperature
+from lmforge.heads import attach
+
+fastapi = pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from lmforge.serve.app import create_app  # noqa: E402
+from lmforge.serve.models import load_served  # noqa: E402
+
+PROMPT = "the cat"
+SECONDS = 5.0
+NAN, INF = float("nan"), float("inf")
+WRONG = st.sampled_from(["abc", "", True, False, None, [1], {"a": 1}])  # never a number's text: the CLI reads text
+
+
+def _ints(valid: st.SearchStrategy, invalid: list) -> st.SearchStrategy:
+    return st.one_of(valid, valid, st.sampled_from(invalid), st.integers(-10**12, -1), WRONG,
+                     st.sampled_from([2.5, NAN, INF]))
+
+
+def _floats(valid: st.SearchStrategy, invalid: list) -> st.SearchStrategy:
+    return st.one_of(valid, valid, st.sampled_from([NAN, INF, -INF, 1e300, *invalid]), WRONG)
+
+
+def _unit(low: float, high: float) -> st.SearchStrategy:
+    return st.floats(low, high, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 3))
+
+
+# the generation settings the three faces share; accepted draws stay small (a short, cheap generation)
+FIELDS = {
+    "max_new_tokens": _ints(st.integers(1, 6), [0, 4097, 10**9]),
+    "min_new_tokens": _ints(st.integers(0, 8), [4097, 10**6]),
+    "temperature": _floats(st.sampled_from([0, 0.0, 0.5, 1, 1.5]), [-1.0, -1e-9, 100.5]),
+    "top_k": _ints(st.integers(0, 40), [301, 5000, 10**7]),  # 301..: past the vocabulary of 300
+    "top_p": _floats(_unit(0.05, 1.0), [0.0, -0.5, 1.5]),
+    "num_beams": _ints(st.integers(1, 3), [0, 65, 10**6]),
+    "length_penalty": _floats(_unit(-2.0, 2.0), [100.5, -1e4]),
+    "repetition_penalty": _floats(_unit(0.5, 2.0), [0.0, -1.0, 101.0]),
+    "no_repeat_ngram_size": _ints(st.integers(0, 3), [65, 10**5]),
+}
+REQUESTS = st.fixed_dictionaries({}, optional=FIELDS)
+
+
+@pytest.fixture(scope="module")
+def faces(tmp_path_factory):
+    """(model directory, loaded model, prompt ids, a client of the server's app on that model)."""
+    from tests.tasks.core import tokenizer
+
+    path = tmp_path_factory.mktemp("faces") / "gen"
+    tok = tokenizer("gpt2")
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("gpt2", vocab_size=tok.vocab_size))
+    attach(model, "lm")
+    model.save(path)
+    tok.save(path)
+    ids = torch.tensor([tok.encode(PROMPT, add_special_tokens=False).ids])
+    with TestClient(create_app({"gen": load_served("gen", path)}, threads=1)) as client:
+        yield path, lmforge.load(path), ids, client
+
+
+def _timed(call):
+    start = time.monotonic()
+    out = call()
+    assert time.monotonic() - start < SECONDS, f"took {time.monotonic() - start:.1f} s"
+    return out
+
+
+def _python(model, ids, request: dict):
+    """None when accepted, else the refusal's field (an OptionsError, a ValueError)."""
+    try:
+        _timed(lambda: lmforge.generate(model, ids, **sampling_from_temperature(request)))
+    except OptionsError as err:
+        assert "\n" not in str(err) and err.field in str(err)
+        return err.field
+    return None
+
+
+def _text(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _cli(path, request: dict):
+    """None when accepted, else the one error line (exit status 2, nothing on standard output)."""
+    argv = ["generate", "--model", str(path), PROMPT]
+    for name, value in request.items():
+        argv.append(f"--{name.replace('_', '-')}={_text(value)}")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = _timed(lambda: main(argv))
+        except SystemExit as exit_:  # argparse's own refusals
+            status = exit_.code
+    if status == 0:
+        return None
+    assert status == 2 and out.getvalue() == "", (status, out.getvalue())
+    line = err.getvalue()
+    assert line.count("\n") == 1 and "Traceback" not in line, line
+    return line
+
+
+def _server(client, request: dict):
+    """None when accepted, else the error's message (413 or 422, naming the setting)."""
+    body = json.dumps({"model": "gen", "prompt": PROMPT, **request})  # NaN and Infinity as Python writes them
+    answer = _timed(lambda: client.post("/generate", content=body, headers={"content-type": "application/json"}))
+    if answer.status_code == 200:
+        assert answer.json()["token_ids"] is not None
+        return None
+    assert answer.status_code in (413, 422), answer.text[:300]
+    error = answer.json()["error"]
+    return f"{error['param']}: {error['message']}"
+
+
+@settings(max_examples=40, deadline=timedelta(seconds=3 * SECONDS), suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True)
+@given(request=REQUESTS)
+def test_the_three_faces_accept_and_refuse_alike(faces, request):
+    path, model, ids, client = faces
+    python, cli, server = _python(model, ids, request), _cli(path, request), _server(client, request)
+    verdicts = {"python": python is None, "cli": cli is None, "server": server is None}
+    assert len(set(verdicts.values())) == 1, (request, python, cli, server)
+    if python is not None:  # each refusal names a setting of the request
+        assert python in request, (request, python)
+        assert any(f"--{name.replace('_', '-')}" in cli for name in request), (request, cli)
+        assert any(name in server for name in request), (request, server)
+
+
+def test_the_issue_s_three_requests_are_refused_everywhere(faces):
+    path, model, ids, client = faces
+    for request, field in (({"temperature": -1}, "temperature"), ({"min_new_tokens": 9, "max_new_tokens": 3},
+                                                                  "min_new_tokens"), ({"num_beams": 10**6},
+                                                                                      "num_beams")):
+        assert _python(model, ids, request) == field
+        assert f"--{field.replace('_', '-')}" in _cli(path, request)
+        assert field in _server(client, request)
+
+
+def test_the_schema_carries_the_options_bounds_and_help(faces):
+    spec = faces[3].get("/openapi.json").json()["components"]["schemas"]["GenerateRequest"]["properties"]
+    declared = {f.name: f.metadata for f in __import__("dataclasses").fields(GenerationOptions)}
+    for name in FIELDS:
+        meta, prop = declared[name], spec[name]
+        assert prop["description"].startswith(meta["help"])
+        low_key = "exclusiveMinimum" if meta["open_low"] else "minimum"
+        assert prop.get(low_key) == meta["low"] and prop.get("maximum") == meta["high"]
+    assert math.isclose(spec["temperature"]["default"], 0.0)  # the server's convention: 0 is greedy

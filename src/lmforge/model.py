@@ -318,8 +318,10 @@ def model_class(cfg: ModelConfig) -> type:
 
 def from_config(cfg: ModelConfig, init: bool = True) -> Transformer:
     """The model that `cfg` describes, randomly initialised unless init=False; a config whose weights
-    cannot fit in the memory free now is refused before anything is allocated (config/memory.py)."""
-    check_fits(cfg)
+    cannot fit in the machine's memory is refused before anything is allocated (config/memory.py);
+    on the meta device (shapes only, nothing allocated) any config builds."""
+    if torch.get_default_device().type != "meta":
+        check_fits(cfg)
     model = model_class(cfg)(cfg)
     if init:
         model.reset_parameters()

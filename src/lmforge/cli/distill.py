@@ -58,10 +58,23 @@ def _teacher_kind(teacher: str) -> str:
     return kind
 
 
-def cmd_distill(args) -> None:
-    """Distil, print the teacher-vs-student table, write distill.json."""
+def _option_keys(options: dict) -> tuple:
+    """(loss option names, training option names); an option that is neither is a UsageError."""
     from dataclasses import fields
 
+    from lmforge.cli.common import UsageError
+    from lmforge.compress.task_distillation import DistillConfig
+    from lmforge.train import TrainConfig
+
+    loss_keys, train_keys = {f.name for f in fields(DistillConfig)}, {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(options) - loss_keys - train_keys)
+    if unknown:
+        raise UsageError(f"unknown option(s) {unknown}: training or loss (temperature, alpha, gamma) options")
+    return loss_keys, train_keys
+
+
+def cmd_distill(args) -> None:
+    """Distil, print the teacher-vs-student table, write distill.json."""
     from lmforge.cli.common import (
         TRAINING_OUTPUTS,
         UsageError,
@@ -81,11 +94,7 @@ def cmd_distill(args) -> None:
                      ("--config", args.config), writes=(*TRAINING_OUTPUTS, "distill.json"))
     kind = _teacher_kind(args.teacher)
     options = {**read_config_file(args.config), **parse_overrides(args.overrides)}
-    loss_keys = {f.name for f in fields(DistillConfig)}
-    train_keys = {f.name for f in fields(TrainConfig)}
-    unknown = sorted(set(options) - loss_keys - train_keys)
-    if unknown:
-        raise UsageError(f"unknown option(s) {unknown}: training or loss (temperature, alpha, gamma) options")
+    loss_keys, train_keys = _option_keys(options)
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid

@@ -154,3 +154,44 @@ def _short(value) -> str:
     """repr of a value, cut to 60 characters with an ellipsis where longer."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def pattern_set(cfg) -> set:
+    """The patterns the layers use, without a list per layer (n_layers may be huge: `inspect`)."""
+    return set(cfg.attention_schedule) if cfg.attention_schedule else {cfg.attention}
+
+
+def validate_patterns(cfg, patterns: tuple, bidirectional_only: tuple) -> None:
+    """The attention schedule names known patterns, one per layer, that the architecture allows, with
+    windows, blocks and projections that fit max_seq_len."""
+    given = cfg.attention_schedule
+    if given is not None and not (isinstance(given, list) and all(isinstance(s, str) for s in given)):
+        raise ConfigError(f"attention_schedule must be a list of pattern names, got {given!r:.80}")
+    schedule = pattern_set(cfg)
+    if cfg.attention_schedule and len(cfg.attention_schedule) != cfg.n_layers:
+        raise ConfigError(f"attention_schedule has {len(cfg.attention_schedule)} entries but "
+                          f"n_layers={cfg.n_layers}")
+    for pattern in sorted(schedule):
+        if pattern not in patterns:
+            raise ConfigError(f"attention_schedule entry {pattern!r} is not one of {', '.join(patterns)}")
+        if pattern in bidirectional_only and cfg.architecture == "decoder":
+            raise ConfigError(f"attention={pattern!r} needs bidirectional attention; "
+                              f"architecture='decoder' supports full, sliding-window, dilated")
+    if cfg.share_layers and len(schedule) > 1:
+        raise ConfigError("share_layers=True needs one attention pattern for every layer")
+    windowed = {"sliding-window", "dilated", "longformer"} & schedule
+    validate_windows(cfg)
+    widest = max(cfg.window_schedule or [cfg.window])
+    if windowed and widest > cfg.max_seq_len:
+        raise ConfigError(f"window={widest} is larger than max_seq_len={cfg.max_seq_len}")
+    if "bigbird" in schedule and cfg.block_size * 3 > cfg.max_seq_len:
+        raise ConfigError(f"block_size={cfg.block_size} needs max_seq_len >= 3 blocks "
+                          f"({3 * cfg.block_size}), got {cfg.max_seq_len}")
+    if "linformer" in schedule and cfg.linformer_k > cfg.max_seq_len:
+        raise ConfigError(f"linformer_k={cfg.linformer_k} exceeds max_seq_len={cfg.max_seq_len}")
+    if "linformer" in schedule and cfg.position in ("relative-bias", "alibi", "xl-relative"):
+        # projected keys no longer have positions for a (query, key) bias to refer to
+        raise ConfigError(f"attention='linformer' cannot use position={cfg.position!r}; "
+                          f"use learned, sinusoidal, rotary or none")
+    if cfg.global_projections and "longformer" not in schedule:
+        raise ConfigError("global_projections=True needs attention='longformer'")

@@ -13,11 +13,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from lmforge.config.checks import (ConfigError, choice, pattern_set, positive, validate_elmo, validate_ffn_sizes,
+                                   validate_patterns, validate_pruned, validate_quantization,
+                                   validate_rotary_scaling, validate_windows)
 from lmforge.config.options import check_options, coerce, option
 from lmforge.utils.atomic import atomic_write_text
-from lmforge.config.checks import (ConfigError, choice, positive, validate_elmo, validate_ffn_sizes,
-                                   validate_pruned, validate_quantization, validate_rotary_scaling,
-                                   validate_windows)
 
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder", "elmo")  # elmo: a biLSTM LM (lmforge/elmo.py)
 POSITIONS = ("learned", "sinusoidal", "relative-bias", "alibi", "rotary", "xl-relative", "none")
@@ -258,7 +258,7 @@ class ModelConfig:
     def canonical(self) -> "ModelConfig":
         """A copy with every field that has no effect here reset to its default (and no source),
         so two configs of the same architecture compare equal."""
-        patterns = _patterns(self)
+        patterns = pattern_set(self)
         unset = [name for name in ("pruned_heads", "ffn_sizes") if not getattr(self, name)]  # {}: none either
         inert = {"source", "generator_size", *SPECIAL_TOKENS, *unset}
         if not patterns & {"sliding-window", "dilated", "longformer"}:
@@ -350,7 +350,7 @@ def _validate(cfg: ModelConfig) -> None:
     validate_quantization(cfg)
     if cfg.architecture == "elmo":
         validate_elmo(cfg)
-    _validate_patterns(cfg)
+    validate_patterns(cfg, PATTERNS, BIDIRECTIONAL_ONLY)
     if cfg.n_decoder_layers is not None and cfg.architecture != "encoder-decoder":
         raise ConfigError(f"n_decoder_layers is only valid for architecture='encoder-decoder', "
                           f"not {cfg.architecture!r}")
@@ -372,42 +372,3 @@ def _validate_heads(cfg: ModelConfig) -> None:
         validate_rotary_scaling(cfg, ROTARY_SCALINGS)
     if cfg.position == "xl-relative" and cfg.architecture != "encoder":
         raise ConfigError("position='xl-relative' (XLNet) is only implemented for architecture='encoder'")
-
-
-def _patterns(cfg: ModelConfig) -> set:
-    """The patterns the layers use, without a list per layer (n_layers may be huge: `inspect`)."""
-    return set(cfg.attention_schedule) if cfg.attention_schedule else {cfg.attention}
-
-
-def _validate_patterns(cfg: ModelConfig) -> None:
-    given = cfg.attention_schedule
-    if given is not None and not (isinstance(given, list) and all(isinstance(s, str) for s in given)):
-        raise ConfigError(f"attention_schedule must be a list of pattern names, got {given!r:.80}")
-    schedule = _patterns(cfg)
-    if cfg.attention_schedule and len(cfg.attention_schedule) != cfg.n_layers:
-        raise ConfigError(f"attention_schedule has {len(cfg.attention_schedule)} entries but "
-                          f"n_layers={cfg.n_layers}")
-    for pattern in sorted(schedule):
-        if pattern not in PATTERNS:
-            raise ConfigError(f"attention_schedule entry {pattern!r} is not one of {', '.join(PATTERNS)}")
-        if pattern in BIDIRECTIONAL_ONLY and cfg.architecture == "decoder":
-            raise ConfigError(f"attention={pattern!r} needs bidirectional attention; "
-                              f"architecture='decoder' supports full, sliding-window, dilated")
-    if cfg.share_layers and len(schedule) > 1:
-        raise ConfigError("share_layers=True needs one attention pattern for every layer")
-    windowed = {"sliding-window", "dilated", "longformer"} & schedule
-    validate_windows(cfg)
-    widest = max(cfg.window_schedule or [cfg.window])
-    if windowed and widest > cfg.max_seq_len:
-        raise ConfigError(f"window={widest} is larger than max_seq_len={cfg.max_seq_len}")
-    if "bigbird" in schedule and cfg.block_size * 3 > cfg.max_seq_len:
-        raise ConfigError(f"block_size={cfg.block_size} needs max_seq_len >= 3 blocks "
-                          f"({3 * cfg.block_size}), got {cfg.max_seq_len}")
-    if "linformer" in schedule and cfg.linformer_k > cfg.max_seq_len:
-        raise ConfigError(f"linformer_k={cfg.linformer_k} exceeds max_seq_len={cfg.max_seq_len}")
-    if "linformer" in schedule and cfg.position in ("relative-bias", "alibi", "xl-relative"):
-        # projected keys no longer have positions for a (query, key) bias to refer to
-        raise ConfigError(f"attention='linformer' cannot use position={cfg.position!r}; "
-                          f"use learned, sinusoidal, rotary or none")
-    if cfg.global_projections and "longformer" not in schedule:
-        raise ConfigError("global_projections=True needs attention='longformer'")

@@ -276,6 +276,17 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
     return examples[held_out:], examples[:held_out]
 
 
+def _sized_to(cfg, tokenizer, asked, log):
+    """cfg with the tokenizer's vocabulary (a different vocab_size override is said to be replaced)
+    and, for generators, its special token ids."""
+    if asked is not None and asked != tokenizer.vocab_size:  # the embeddings follow the tokenizer
+        log(f"vocab_size={asked}: the model takes the tokenizer's {tokenizer.vocab_size} ids instead")
+    cfg = cfg.replace(vocab_size=tokenizer.vocab_size)
+    if cfg.architecture != "encoder":  # generation reads eos, pad and the decoder's start from the config
+        cfg = cfg.replace(**special_token_ids(tokenizer, cfg.architecture))
+    return cfg
+
+
 def pretrain(preset: str | None, objective: str, out, train: TrainConfig, files: list | None = None,
              tokenizer=None, n_docs: int = 2000, vocab_size: int = 1000, overrides: dict | None = None,
              resume: bool = False, log=print, duplication: int = 0, teacher=None, model=None,
@@ -301,12 +312,7 @@ def pretrain(preset: str | None, objective: str, out, train: TrainConfig, files:
     docs = None if shards else read_documents(files) if files else list(documents(n_docs, seed=train.seed))
     tokenizer = _tokenizer(spec, out, tokenizer, start, shards, docs, vocab_size)
     if start is None and teacher is None:
-        asked = (overrides or {}).get("vocab_size")
-        if asked is not None and asked != tokenizer.vocab_size:  # the embeddings follow the tokenizer
-            log(f"vocab_size={asked}: the model takes the tokenizer's {tokenizer.vocab_size} ids instead")
-        cfg = cfg.replace(vocab_size=tokenizer.vocab_size)
-        if cfg.architecture != "encoder":  # generation reads eos, pad and the decoder's start from the config
-            cfg = cfg.replace(**special_token_ids(tokenizer, cfg.architecture))
+        cfg = _sized_to(cfg, tokenizer, (overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
     examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, max_len), train.seed)

@@ -174,7 +174,8 @@ def bench_embeddings(device: torch.device, tiny: bool) -> dict:
 
     texts = [f"sentence number {i} about the weather and the sea" for i in range(64 if tiny else 4096)]
     ours, tok = lmforge.load(folder).to(device).eval(), lmforge.load_tokenizer(folder)
-    reference, ref_tok = AutoModel.from_pretrained(folder).to(device).eval(), AutoTokenizer.from_pretrained(folder)
+    reference = AutoModel.from_pretrained(folder).to(device).eval()
+    ref_tok = AutoTokenizer.from_pretrained(folder)
 
     def theirs():
         for i in range(0, len(texts), 256):

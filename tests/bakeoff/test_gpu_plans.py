@@ -16,7 +16,7 @@ def test_gpu_plan_keeps_the_cpu_plans_arms_and_claims_and_states_its_costs(name)
     assert [(a.name, a.objective, a.options, a.pretrain) for a in gpu.arms] == \
         [(a.name, a.objective, a.options, a.pretrain) for a in cpu.arms]
     assert gpu.claims == cpu.claims and len(gpu.seeds) == 3  # the same verdicts, 3 seeds
-    assert gpu.budget >= 50 * cpu.budget  # the scale the CPU plans lack
+    assert gpu.budget >= 30 * cpu.budget  # the scale the CPU plans lack
     assert gpu.pretrain["precision"] == "bf16" and gpu.pretrain["max_len"] >= 128
     header = (SHIPPED / f"{name}.yaml").read_text().split("\nname:")[0]
     for stated in (r"FLOPs per\s+(#\s+)?arm", r"M\s+(#\s+)?tokens", r"H200", r"8 min"):

@@ -18,7 +18,8 @@ def _losses(out):
 def test_bf16_trains_close_to_fp32_with_fp32_weights_and_optimizer_state(tmp_path):
     runs = {}
     for precision in ("fp32", "bf16"):
-        trainer = Trainer(mlm_objective(), toy_data(), quick(steps=3, precision=precision), tmp_path / precision)
+        cfg = quick(steps=3, precision=precision)
+        trainer = Trainer(mlm_objective(), toy_data(), cfg, tmp_path / precision)
         trainer.fit()
         runs[precision] = _losses(tmp_path / precision)
         assert {p.dtype for p in trainer.objective.parameters()} == {torch.float32}  # the master weights
@@ -33,7 +34,8 @@ def test_compiled_bf16_step_equals_eager_bf16(tmp_path):
     losses = []
     for compiled in (False, True):
         objective = mlm_objective(dropout=0.0, attention_dropout=0.0)  # compiled dropout draws other masks
-        Trainer(objective, toy_data(), quick(steps=2, precision="bf16", compile=compiled), tmp_path / str(compiled)).fit()
+        cfg = quick(steps=2, precision="bf16", compile=compiled)
+        Trainer(objective, toy_data(), cfg, tmp_path / str(compiled)).fit()
         losses.append(_losses(tmp_path / str(compiled)))
     # fusion changes where bf16 rounds: agreement to bf16's resolution, not bitwise
     assert losses[1] == pytest.approx(losses[0], rel=1e-2)

@@ -51,8 +51,8 @@ class TrainConfig:
     compile: bool = option(False, "torch.compile the objective (model + heads): same results, slow start")
     tf32: bool = option(True, "on CUDA: fp32 matmuls on TF32 tensor cores (10-bit mantissa products, fp32 "
                               "sums); false: exact fp32. No effect elsewhere")
-    checkpointing: bool = option(False, "activation checkpointing: each block's activations are recomputed in "
-                                        "the backward pass (less memory, ~1/3 more compute, same gradients)")
+    checkpointing: bool = option(False, "activation checkpointing: each block's activations are recomputed "
+                                        "in the backward pass (less memory, ~1/3 more compute, same gradients)")
     seed: int = option(0, "seed of everything the run draws (initial weights, data order, masking, dropout)",
                        low=0, high=MAX_SEED)
     eval_every: int = option(0, "steps between evaluations; 0: none during training", low=0, high=MAX_STEPS)

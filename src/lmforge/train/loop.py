@@ -36,8 +36,15 @@ from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.optim import build_optimizer, build_scheduler
-from lmforge.train.speed import Pending, checkpoint_blocks, finite_flag, read_record, to_device, uncheckpoint_blocks
-from lmforge.train.speed import use_tf32
+from lmforge.train.speed import (
+    Pending,
+    checkpoint_blocks,
+    finite_flag,
+    read_record,
+    to_device,
+    uncheckpoint_blocks,
+    use_tf32,
+)
 
 __all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "resolve_device"]
 
@@ -242,7 +249,8 @@ class Trainer:
         if bad_weights is not None:
             self._diverged(f"the weights are not finite after the update of step {bad_weights} (lr {lr:.3g})")
         record = read_record(record)
-        return {k: dist.all_mean(v, self.device) if k not in ("lr", "grad_norm") else v for k, v in record.items()}
+        same = ("lr", "grad_norm")  # equal on every process already
+        return {k: v if k in same else dist.all_mean(v, self.device) for k, v in record.items()}
 
     def _diverged(self, what: str) -> None:
         where = self.last_checkpoint or "none (no checkpoint was written)"

@@ -20,8 +20,9 @@ from typing import Optional
 
 import torch
 
-from lmforge.fast.optimize import optimize
 from lmforge.config import atomic_write_text, option
+from lmforge.config.options import OptionsError, check_options, coerce
+from lmforge.fast.optimize import optimize
 from lmforge.io import load, model_dir
 from lmforge.io.native import read_json_object
 from lmforge.model import from_config
@@ -31,7 +32,7 @@ from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.formats import check_labels, gold_given, source_of
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.config import _check_range, _check_type, options_from_dict
+from lmforge.train.config import options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
 
@@ -41,10 +42,6 @@ TASK_FILE = "task.json"
 HEAD_SEED = 4
 PRESET_SEED = 5
 # every number a fine-tuning run chooses, bounded both ways: name -> (lowest, highest)
-BOUNDS = {"max_len": (1, 65536), "eval_batch_size": (1, 65536), "freeze_layers": (0, 10_000),
-          "patience": (0, 10 ** 6), "doc_stride": (1, 65536), "max_query_len": (1, 65536), "n_best": (1, 1000),
-          "max_answer_len": (1, 65536), "num_beams": (1, 64), "max_new_tokens": (1, 65536),
-          "null_threshold": (-1e6, 1e6)}
 MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 
 
@@ -52,47 +49,45 @@ MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 class TaskConfig:
     """Fine-tuning options beyond the training loop's: length, freezing, LLRD, early stopping."""
 
-    max_len: int = option(128, "tokens per example (longer ones are truncated)")
+    max_len: int = option(128, "tokens per example (longer ones are truncated)", low=1, high=65536)
     freeze_embeddings: bool = option(False, "keep the embeddings fixed")
-    freeze_layers: int = option(0, "keep the first k blocks fixed")
+    freeze_layers: int = option(0, "keep the first k blocks fixed", low=0, high=10_000)
     freeze_backbone: bool = option(False, "train the head only (feature-based use)")
-    layer_decay: float = option(1.0, "layer-wise lr decay: each layer down from the top multiplies lr by it; 1: off")
-    patience: int = option(0, "evaluations without a better primary metric before stopping; 0: never")
+    layer_decay: float = option(1.0, "layer-wise lr decay: each layer down from the top multiplies lr by it; 1: off",
+                                low=0, high=1, open_low=True)
+    patience: int = option(0, "evaluations without a better primary metric before stopping; 0: never",
+                           low=0, high=10 ** 6)
     keep_best: bool = option(True, "write OUT/best at every new best validation score")
-    eval_batch_size: int = option(64, "examples per batch when evaluating")
+    eval_batch_size: int = option(64, "examples per batch when evaluating", low=1, high=65536)
     # encoder-decoders on cls / pair / regression (tasks/text2text.py): True casts the task as text
     # (T5), False uses the classification head (BART's); None (auto): the head where the model's
     # reference family has one (BART), else text-to-text (T5)
     text_to_text: Optional[bool] = option(None, "encoder-decoders: true (as text), false (head), null: auto")
     prefix: Optional[str] = option(None, "text-to-text task prefix (\"sst2\"); null: the task kind (seq2seq: no prefix)")
     # extractive QA (tasks/qa.py QATask): windows over long contexts and answer decoding
-    doc_stride: Optional[int] = option(None, "qa: tokens shared by consecutive windows; null: max_len // 3")
-    max_query_len: Optional[int] = option(None, "qa: question tokens kept; null: min(64, max_len // 2)")
-    n_best: int = option(20, "qa: start and end candidates paired per window")
-    max_answer_len: int = option(30, "qa: longest answer, in tokens")
+    doc_stride: Optional[int] = option(None, "qa: tokens shared by consecutive windows; null: max_len // 3",
+                                       low=1, high=65536)
+    max_query_len: Optional[int] = option(None, "qa: question tokens kept; null: min(64, max_len // 2)",
+                                          low=1, high=65536)
+    n_best: int = option(20, "qa: start and end candidates paired per window", low=1, high=1000)
+    max_answer_len: int = option(30, "qa: longest answer, in tokens", low=1, high=65536)
     unanswerable: Optional[bool] = option(None, "qa: null answers; null: on once a record has none (SQuAD 2)")
-    null_threshold: float = option(0.0, "qa: how much the null score must beat the best span's")
+    null_threshold: float = option(0.0, "qa: how much the null score must beat the best span's", low=-1e6, high=1e6)
     # tagging (tasks/tagging.py): train on every sub-word's label, not only the first sub-word's
     label_all: bool = option(False, "tagging: train on every sub-word's label, not only the first's")
     # seq2seq (tasks/seq2seq.py): generation at evaluation; num_beams 1 is greedy
-    num_beams: int = option(1, "seq2seq: beams when generating at evaluation; 1: greedy")
-    max_new_tokens: int = option(64, "seq2seq: most tokens generated per example at evaluation")
+    num_beams: int = option(1, "seq2seq: beams when generating at evaluation; 1: greedy", low=1, high=64)
+    max_new_tokens: int = option(64, "seq2seq: most tokens generated per example at evaluation",
+                                 low=1, high=65536)
 
     def __post_init__(self) -> None:
         if self.text_to_text == "auto":
             self.text_to_text = None
-        for f in dataclasses.fields(self):  # a bool is true or false ("maybe" would read as true)
-            value = getattr(self, f.name)
-            if "bool" in f.type and isinstance(value, str) and value.lower() in ("true", "false"):
-                setattr(self, f.name, value.lower() == "true")
-            optional = f.type.startswith("Optional[") and getattr(self, f.name) is not None
-            kind = f.type[len("Optional["):-1] if optional else f.type  # a value given: of the type
-            _check_type(f.name, kind, getattr(self, f.name))
-        for name, (low, high) in BOUNDS.items():
-            _check_range(name, getattr(self, name), low, high)
-        _check_range("layer_decay", self.layer_decay, 0, 1, open_low=True)
+        for f in dataclasses.fields(self):  # key=value's "true"/"false"; "maybe" is refused, not read as true
+            setattr(self, f.name, coerce(TaskConfig, f.name, getattr(self, f.name), OptionsError))
+        check_options(self)
         if self.prefix is not None and len(self.prefix) > MAX_PREFIX:
-            raise ValueError(f"prefix must be at most {MAX_PREFIX} characters, got {len(self.prefix)}")
+            raise OptionsError(f"prefix must be at most {MAX_PREFIX} characters, got {len(self.prefix)}", "prefix")
 
     @classmethod
     def from_dict(cls, data: dict) -> "TaskConfig":

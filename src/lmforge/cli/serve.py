@@ -11,30 +11,10 @@ default), the command starts itself again with it preloaded once its arguments a
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import socket
 import sys
 from dataclasses import fields
-
-LIMIT_HELP = {"max_body_bytes": "bytes of one request body (413 beyond)",
-              "max_inputs": "texts or records of one request (413 beyond)",
-              "max_request_tokens": "tokens of one request (413 beyond)",
-              "max_batch_tokens": "tokens of one forward pass: the batching budget (larger requests split)",
-              "max_batch_items": "texts of one forward pass",
-              "max_queue": "requests admitted and not yet answered (429 with Retry-After beyond)",
-              "max_new_tokens": "new tokens one generation may ask for (413 beyond)",
-              "max_top_k": "fill-mask candidates (413 beyond)", "max_stop": "stop strings of one generation",
-              "max_input_tokens": "tokens of one text tokenized whole: /tokenize's text, a prompt "
-                                  "(413 beyond)",
-              "max_stop_chars": "characters of one stop string (413 beyond)",
-              "max_layers": "layers of one attention view (413 beyond)",
-              "max_json_depth": "nesting of a request's JSON (413 beyond)",
-              "max_num_beams": "beams of one generation (413 beyond)",
-              "max_return_sequences": "texts one generation request may ask for (413 beyond)",
-              "max_sampling_top_k": "a generation's top_k (413 beyond)",
-              "batch_wait_ms": "how long a worker waits for a batch to fill (0: take what is queued)"}
-
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
@@ -43,18 +23,15 @@ def _flag(name: str) -> str:
 def limits_of(args):
     """The Limits given on the command line; a bad value is a usage error naming its option."""
     from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
     from lmforge.serve import Limits
 
-    values = {}
-    for f in fields(Limits):
-        value = getattr(args, f.name)
-        if value is None:
-            continue
-        if not (math.isfinite(value) and value >= (0 if f.name == "batch_wait_ms" else 1)):
-            least = ">= 0" if f.name == "batch_wait_ms" else ">= 1"
-            raise UsageError(f"{_flag(f.name)} {value}: must be {least}")
-        values[f.name] = value
-    return Limits(**values)
+    values = {f.name: getattr(args, f.name) for f in fields(Limits) if getattr(args, f.name) is not None}
+    try:
+        return Limits(**values)
+    except OptionsError as err:  # the shared check's message, naming the flag the user typed
+        rule = str(err).removeprefix(err.field or "").split(", got ")[0].strip()
+        raise UsageError(f"{_flag(err.field)} {values.get(err.field)}: {rule}") from None
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -164,6 +141,7 @@ def cmd_serve(args) -> None:
 
 def add_parsers(sub) -> None:
     """Add `serve` to the `lmforge` parser."""
+    from lmforge.config.options import bounds_text
     from lmforge.serve import Limits
 
     p = sub.add_parser("serve", help="HTTP inference server (embeddings, predictions, fill-mask, generation)")
@@ -189,6 +167,6 @@ def add_parsers(sub) -> None:
     defaults = Limits()
     for f in fields(Limits):
         kind = float if f.name == "batch_wait_ms" else int
-        p.add_argument(_flag(f.name), type=kind,
-                       help=f"{LIMIT_HELP[f.name]} (default {getattr(defaults, f.name)})")
+        p.add_argument(_flag(f.name), type=kind, help=f"{f.metadata['help']} (default {getattr(defaults, f.name)}; "
+                                                      f"{bounds_text(f.metadata).strip()})")
     p.set_defaults(func=cmd_serve)

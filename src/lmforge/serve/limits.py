@@ -8,39 +8,43 @@ less" from "send later" and never waits on a timeout.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
+
+from lmforge.config.options import check_options, option
 
 
 @dataclass
 class Limits:
-    """The server's limits; each one is named in the error of a request that exceeds it."""
+    """The server's limits, bounded both ways; each one is named in the error of a request that exceeds it."""
 
-    max_body_bytes: int = 4 << 20  # bytes of one request body
-    max_inputs: int = 2048  # texts (or records) in one request
-    max_request_tokens: int = 262144  # tokens of one request, all its texts together
-    max_batch_tokens: int = 8192  # tokens of one forward pass: a worker's batch budget
-    max_batch_items: int = 256  # texts of one forward pass
-    max_queue: int = 512  # requests admitted and not yet answered; more get 429
-    max_new_tokens: int = 1024  # tokens one generation request may ask for
-    max_top_k: int = 100  # fill-mask candidates
-    max_stop: int = 8  # stop strings of one generation request
-    max_stop_chars: int = 256  # characters of one stop string (each is sought at every step)
-    max_input_tokens: int = 65536  # tokens of one text the server tokenizes whole (/tokenize, a prompt)
-    max_layers: int = 64  # layers of one attention view
-    max_json_depth: int = 32  # nesting of a request body's JSON (records need 3)
-    max_num_beams: int = 16  # beams of one generation (each holds its own cache)
-    max_return_sequences: int = 16  # texts one generation request may ask for
-    max_sampling_top_k: int = 1000  # a generation's top_k
-    batch_wait_ms: float = 0.0  # how long a worker waits for a batch to fill once it has work
+    max_body_bytes: int = option(4 << 20, "bytes of one request body (413 beyond)", low=1, high=1 << 30)
+    max_inputs: int = option(2048, "texts or records of one request (413 beyond)", low=1, high=10**6)
+    max_request_tokens: int = option(262144, "tokens of one request, all its texts together (413 beyond)",
+                                     low=1, high=1 << 27)
+    max_batch_tokens: int = option(8192, "tokens of one forward pass: the batching budget (larger requests "
+                                         "split)", low=1, high=1 << 24)
+    max_batch_items: int = option(256, "texts of one forward pass", low=1, high=65536)
+    max_queue: int = option(512, "requests admitted and not yet answered (429 with Retry-After beyond)",
+                            low=1, high=10**6)
+    max_new_tokens: int = option(1024, "new tokens one generation may ask for (413 beyond)", low=1, high=65536)
+    max_top_k: int = option(100, "fill-mask candidates (413 beyond)", low=1, high=100_000)
+    max_stop: int = option(8, "stop strings of one generation", low=1, high=1024)
+    # each stop string is sought at every step
+    max_stop_chars: int = option(256, "characters of one stop string (413 beyond)", low=1, high=65536)
+    max_input_tokens: int = option(65536, "tokens of one text tokenized whole: /tokenize's text, a prompt "
+                                          "(413 beyond)", low=1, high=1 << 24)
+    max_layers: int = option(64, "layers of one attention view (413 beyond)", low=1, high=1024)
+    max_json_depth: int = option(32, "nesting of a request's JSON (413 beyond; records need 3)", low=3, high=1024)
+    # each beam holds its own cache
+    max_num_beams: int = option(16, "beams of one generation (413 beyond)", low=1, high=1024)
+    max_return_sequences: int = option(16, "texts one generation request may ask for (413 beyond)",
+                                       low=1, high=1024)
+    max_sampling_top_k: int = option(1000, "a generation's top_k (413 beyond)", low=1, high=1 << 22)
+    batch_wait_ms: float = option(0.0, "how long a worker waits for a batch to fill (0: take what is queued)",
+                                  low=0, high=60_000)
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "batch_wait_ms":
-                if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                    raise ValueError(f"batch_wait_ms must be a finite number >= 0, got {value!r}")
-            elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{f.name} must be an integer >= 1, got {value!r}")
+        check_options(self)
 
     def as_dict(self) -> dict:
         """The limits as plain JSON (for /info)."""

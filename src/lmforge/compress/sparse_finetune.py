@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from lmforge.config.options import OptionsError, check_options
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.sparsity import Pruner, is_score, kept_by_matrix, weight_sparsity
 from lmforge.config import atomic_write_text, option
@@ -50,18 +51,17 @@ NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed
 class SparseConfig:
     """Options of pruning during fine-tuning: the schedule's span and the scores' learning rate."""
 
-    start: float = option(0.1, "share of the steps before pruning begins (initial warm-up)")
-    end: float = option(0.7, "share of the steps at which the target sparsity is reached")
-    scores_lr_scale: float = option(100.0, "movement: scores' lr = lr x this (the reference: 1e-2 vs 3e-5)")
-    soft_lambda: float = option(400.0, "soft-movement: the L1 penalty's final weight (final_lambda)")
+    start: float = option(0.1, "share of the steps before pruning begins (initial warm-up)", low=0, high=1)
+    end: float = option(0.7, "share of the steps at which the target sparsity is reached", low=0, high=1)
+    scores_lr_scale: float = option(100.0, "movement: scores' lr = lr x this (the reference: 1e-2 vs 3e-5)",
+                                    low=0, high=1e6, open_low=True)
+    soft_lambda: float = option(400.0, "soft-movement: the L1 penalty's final weight (final_lambda)",
+                                low=0, high=1e9)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.start <= self.end <= 1:
-            raise ValueError(f"need 0 <= start <= end <= 1, got start={self.start}, end={self.end}")
-        if self.scores_lr_scale <= 0:
-            raise ValueError(f"scores_lr_scale must be > 0, got {self.scores_lr_scale}")
-        if self.soft_lambda < 0:
-            raise ValueError(f"soft_lambda must be >= 0, got {self.soft_lambda}")
+        check_options(self)
+        if self.start > self.end:
+            raise OptionsError(f"need start <= end, got start={self.start}, end={self.end}", "start")
 
     @classmethod
     def from_dict(cls, data: dict) -> SparseConfig:

@@ -14,7 +14,6 @@ trainer's: progress, metrics.jsonl, checkpoints, --resume, the seed.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lmforge.config.options import check_options
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.config import atomic_write_text, option
 from lmforge.objectives.base import Loss, Objective
@@ -54,21 +54,12 @@ KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidde
 class DistillConfig:
     """Options of the distillation loss."""
 
-    temperature: float = option(2.0, "T of the soft targets (Hinton et al. 2015)")
-    alpha: float = option(0.5, "weight of the soft-target term; 1 - alpha weighs the gold labels")
-    gamma: float = option(0.0, "weight of the hidden-state cosine term (DistilBERT); 0: off")
+    temperature: float = option(2.0, "T of the soft targets (Hinton et al. 2015)", low=0, high=1000, open_low=True)
+    alpha: float = option(0.5, "weight of the soft-target term; 1 - alpha weighs the gold labels", low=0, high=1)
+    gamma: float = option(0.0, "weight of the hidden-state cosine term (DistilBERT); 0: off", low=0, high=1000)
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "alpha", "gamma"):  # nan passes every comparison below
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if not 0 <= self.alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
-        if self.gamma < 0:
-            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
+        check_options(self)  # types, finiteness (NaN passes every comparison) and bounds
 
     @classmethod
     def from_dict(cls, data: dict) -> DistillConfig:

@@ -158,3 +158,21 @@ def test_site_builds_strict(tmp_path):
     done = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_every_options_marker_renders_a_row_per_option():
+    """The guides' option tables are made from the options objects (docs/hooks/options.py), one row
+    per field, and every marker in the guides names an object the hook knows."""
+    import dataclasses
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("options_hook", ROOT / "docs" / "hooks" / "options.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    for name, where in hook.OPTIONS.items():
+        module, cls = where.split(":")
+        fields = dataclasses.fields(getattr(importlib.import_module(module), cls))
+        table = hook.options_table(name).splitlines()
+        assert [row.split("`")[1] for row in table[2:]] == [f.name for f in fields]
+    used = {m for page in (ROOT / "docs").glob("*.md") for m in hook.MARKER.findall(page.read_text())}
+    assert used and used <= set(hook.OPTIONS)

@@ -1,5 +1,6 @@
 """lmforge: the Transformer language-model family from one configurable model."""
 from lmforge import convert  # registers the Hugging Face format with lmforge.io
+from lmforge.analysis.text_features import features
 from lmforge.config import ConfigError, ModelConfig, OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.generate import generate
@@ -20,5 +21,5 @@ def build(name: str | ModelConfig, **overrides) -> Transformer:
 
 
 __all__ = ["ConfigError", "OptionsError", "optimize", "convert", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
-           "build", "embed", "fill_mask", "from_config", "generate", "get_config", "load", "load_tokenizer",
+           "build", "embed", "features", "fill_mask", "from_config", "generate", "get_config", "load", "load_tokenizer",
            "save", "tiny", "__version__"]

@@ -41,7 +41,7 @@ def test_layer_selections(spec, layers):
     assert parse_layers(spec, 4) == layers
 
 
-@pytest.mark.parametrize("spec", ["4", "2-9", "a", "1-", "-1", ""])
+@pytest.mark.parametrize("spec", ["4", "2-9", "a", "1-", "-5", ""])
 def test_bad_layer_selections_name_the_option(spec):
     with pytest.raises(ValueError, match="--layers"):
         parse_layers(spec, 4)

@@ -256,7 +256,7 @@ def test_openai_embeddings_base64_usage_models_and_token_ids(server, model_dirs)
         packed = client.post("/v1/embeddings", json={"model": "enc", "input": texts,
                                                      "encoding_format": "base64"}).json()
         ids = client.post("/v1/embeddings", json={"model": "enc", "input": [[5, 6, 7]]})
-        wrong_size = client.post("/v1/embeddings", json={"model": "enc", "input": "x", "dimensions": 3})
+        wrong_size = client.post("/v1/embeddings", json={"model": "enc", "input": "x", "dimensions": 4096})  # more than it has
         listed, info = client.get("/v1/models").json(), client.get("/info").json()
     assert floats["object"] == "list" and floats["model"] == "enc"
     assert [d["object"] for d in floats["data"]] == ["embedding"] * 2

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from lmforge.analysis.feature_options import resolve_layers
+from lmforge.config.options import OptionsError
 from lmforge.tasks.tagging import align
 from lmforge.utils.modes import evaluating
 
@@ -32,24 +34,13 @@ class TruncationWarning(UserWarning):
 
 
 def parse_layers(spec, n_states: int) -> list:
-    """Hidden-state indices (0 = embeddings .. n_states - 1) of a layer selection: an int, "4",
-    a range "4-8" (inclusive), a list "0,3,6", "all" or "mix" (all of them, mixed by the head)."""
-    if spec is None or str(spec).strip() in ("all", "mix"):
-        return list(range(n_states))
-    if isinstance(spec, int):
-        chosen = [spec]
-    else:
-        chosen = []
-        for part in str(spec).split(","):
-            low, dash, high = part.strip().partition("-")
-            if not low.isdigit() or (dash and not high.isdigit()):
-                raise ValueError(f"--layers {spec!r}: expected an int, a range like 4-8, a list like 0,3,6, "
-                                 f"'all' or 'mix'")
-            chosen += list(range(int(low), int(high) + 1)) if dash else [int(low)]
-    bad = [layer for layer in chosen if not 0 <= layer < n_states]
-    if bad or not chosen:
-        raise ValueError(f"--layers {spec!r}: layer(s) {bad} outside 0..{n_states - 1} (0 is the embeddings)")
-    return sorted(set(chosen))
+    """Hidden-state indices (0 = embeddings .. n_states - 1) of a layer selection: an int (negative: from the
+    top), "4", a range "4-8" (inclusive), a list "0,3,6", "all" or "mix" (all of them, mixed by the head);
+    see feature_options.resolve_layers."""
+    try:
+        return resolve_layers("all" if spec is None else spec, n_states)
+    except OptionsError as err:
+        raise OptionsError(f"--layers {spec!r}: {err}", "layers") from None
 
 
 def pool_words(hidden: torch.Tensor, word_ids: list, n_words: int, pooling: str = "first") -> torch.Tensor:

@@ -192,6 +192,13 @@ def cmd_features(args) -> None:
 
     refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--dev", args.dev),
                      ("--test", args.test), ("--model", args.model), writes=("features.json", "metrics.json"))
+    if args.text:
+        _text_features(args)
+        return
+    if args.pooling not in (None, "first", "mean", "last"):
+        raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or last; "
+                         "the other poolings are for --text")
+    args.pooling = args.pooling or "first"
     if not args.data and not args.task:
         raise UsageError("give --data FILE (features to write) and/or --task with --train and --dev")
     config = fit_config(args)
@@ -219,13 +226,58 @@ def cmd_features(args) -> None:
         print(f"wrote {out / 'metrics.json'}")
 
 
-def _common(p) -> None:
+FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--mix-gamma", "pooling": "--pooling",
+         "max_length": "--max-len", "truncate": "--truncate"}
+
+
+def feature_options(args):
+    """The FeatureOptions of the flags (the server's /features builds the same object): a bad value names
+    its flag."""
+    from lmforge.analysis.feature_options import FeatureOptions
+    from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+
+    try:
+        weights = None if args.mix_weights is None else [float(w) for w in args.mix_weights.split(",")]
+    except ValueError:
+        raise UsageError(f"--mix-weights {args.mix_weights!r}: expected numbers like 0.5,1,2") from None
+    fields = {"layers": args.layers, "mix_weights": weights, "mix_gamma": args.mix_gamma,
+              "pooling": args.pooling or "none", "max_length": args.max_len, "truncate": args.truncate or None}
+    try:
+        return FeatureOptions.build(fields=fields, from_text=True)
+    except OptionsError as err:
+        raise UsageError(f"{FLAGS.get(err.field, err.field)}: {err}") from None
+
+
+def _text_features(args) -> None:
+    """--text: each text's features (per token with offsets, or pooled) as OUT/features.json, the shape
+    of the server's /features answer."""
+    import dataclasses
+
+    from lmforge.analysis.text_features import text_features
+    from lmforge.cli.common import UsageError
+
+    if args.data or args.task:
+        raise UsageError("give --text or --data / --task, not both")
+    options = feature_options(args)
+    model, tokenizer = _model(args)
+    found = text_features(model, tokenizer, args.text, options, args.batch_size)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(out / "features.json", {"model": str(args.model), "options": dataclasses.asdict(options),
+                                        "data": [f.as_json(options.pooling == "none") for f in found]})
+    print(f"wrote {out / 'features.json'} ({len(found)} texts, layers {found[0].layers})")
+
+
+def _common(p, poolings=("first", "mean", "last"), pooling="first") -> None:
     p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face), installed model "
                    "(all-MiniLM-L6-v2) or preset (random init, with --tokenizer)")
     p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
     p.add_argument("--layers", default="all", help="an int, a range 4-8, a list 0,3,6, all or mix (0 = embeddings)")
-    p.add_argument("--pooling", choices=("first", "mean", "last"), default="first",
-                   help="how a word's pieces become one vector")
+    p.add_argument("--pooling", choices=poolings, default=pooling,
+                   help="how a word's pieces become one vector" + ("" if pooling else
+                   " (--data: first, mean, last; default first); --text: none (per token), mean, max, "
+                   "mean_max, cls, sep, last (default none)"))
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
     p.add_argument("--max-len", type=int, help="tokens per sentence (default: the model's max length)")
     p.add_argument("--out", required=True, help="output directory")
@@ -254,7 +306,14 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_probe)
     p = sub.add_parser("features", help="contextual word features; a feature-based task head", epilog=epilog,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(p)
+    from lmforge.analysis.feature_options import POOLINGS
+
+    _common(p, POOLINGS, None)
+    p.add_argument("--text", action="append", help="a text whose token features to write as features.json "
+                   "(repeat for more; the server's /features answer)")
+    p.add_argument("--mix-weights", help="--layers mix: the scalar mix's weights, one per hidden state, e.g. 0,1,2")
+    p.add_argument("--mix-gamma", type=float, help="--layers mix: the scalar mix's scale (default 1)")
+    p.add_argument("--truncate", action="store_true", help="--text: cut a text longer than --max-len")
     p.add_argument("--data", help="sentences to featurise: .conllu, .jsonl (words or text), .txt, or CoNLL")
     p.add_argument("--task", choices=tuple(TASK_KINDS), help="train a feature-based head on frozen features")
     p.add_argument("--train", help="training file (CoNLL or .jsonl for tagging; JSONL text/label for classification)")

@@ -186,6 +186,10 @@ def cmd_embed(args) -> None:
     if args.max_length is not None and args.max_length > context:
         raise UsageError(f"--max-length {args.max_length}: more tokens than the model reads "
                          f"(max_seq_len={context})")
+    options = embed_options(args)
+    if options is not None:
+        _embed_with_options(args, encoder, texts, options, out)
+        return
     bar = Bar(len(texts), "embed", enabled=sys.stderr.isatty(), stderr=True)  # stdout: the embeddings
     try:
         vectors = embed(texts, model=encoder, batch_size=args.batch_size, normalize=not args.no_normalize,
@@ -198,6 +202,53 @@ def cmd_embed(args) -> None:
         return
     atomic_write(out, lambda handle: np.save(handle, vectors.numpy().astype(np.float32)))
     print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]})")
+
+
+EMBED_FLAGS = {"dimensions": "--dimensions", "encoding_format": "--encoding-format", "prompt": "--prompt",
+               "prompt_name": "--prompt-name", "truncate": "--truncate", "max_chunks": "--max-chunks",
+               "batch_invariant": "--batch-invariant", "normalize": "--no-normalize"}
+
+
+def embed_options(args):
+    """The EmbedOptions of the flags (the server's /embed builds the same object), None where no option
+    flag is given; a bad value names its flag."""
+    from lmforge.config.options import OptionsError
+    from lmforge.pipelines.embed_options import EmbedOptions
+
+    truncate = {"true": True, "false": False, "chunk": "chunk", None: None}[args.truncate]
+    fields = {"dimensions": args.dimensions, "encoding_format": args.encoding_format, "prompt": args.prompt,
+              "prompt_name": args.prompt_name, "truncate": truncate, "max_chunks": args.max_chunks,
+              "batch_invariant": args.batch_invariant or None}
+    if all(v is None for v in fields.values()) and not args.calibrate:
+        return None
+    try:
+        return EmbedOptions.build(fields={**fields, "normalize": not args.no_normalize})
+    except OptionsError as err:
+        raise UsageError(f"{EMBED_FLAGS.get(err.field, err.field)}: {err}") from None
+
+
+def _embed_with_options(args, encoder, texts: list, options, out) -> None:
+    """The options' vectors as JSON lines or .npy; --calibrate: save their ranges beside the model instead."""
+    import numpy as np
+
+    from lmforge.config.options import OptionsError
+    from lmforge.pipelines.embed_options import save_ranges
+
+    try:
+        found = encoder.embed_with(texts, options, batch_size=args.batch_size)
+        if args.calibrate:
+            print(f"wrote {save_ranges(encoder.path, found.vectors, options)} ({len(texts)} texts)")
+            return
+        rows = found.output()
+    except OptionsError as err:
+        raise UsageError(f"{EMBED_FLAGS.get(err.field, err.field)}: {err}") from None
+    if out is None:
+        for text, row, n, cut in zip(texts, rows, found.tokens, found.truncated):
+            print(json.dumps({"text": text, "embedding": row, "tokens": n, "truncated": cut}, ensure_ascii=False))
+        return
+    array = found.tensor().numpy()
+    atomic_write(out, lambda handle: np.save(handle, array))
+    print(f"wrote {out} ({array.shape[0]} x {array.shape[1]} {array.dtype})")
 
 
 def embed_out(out: str | None) -> Path | None:
@@ -218,6 +269,20 @@ def embed_out(out: str | None) -> Path | None:
     if not above.is_dir():
         raise UsageError(f"--out {out}: {above} is a file, not a folder")
     return path
+
+
+def _embed_option_flags(p) -> None:
+    """The EmbedOptions flags of `lmforge embed`."""
+    p.add_argument("--dimensions", type=int, help="keep the first this many coordinates (Matryoshka), renormalised")
+    p.add_argument("--encoding-format", help="float, base64, int8, uint8 (calibrated: --calibrate), binary, ubinary")
+    p.add_argument("--prompt", help="a prefix put before each text")
+    p.add_argument("--prompt-name", help="a prompt of the model's config_sentence_transformers.json")
+    p.add_argument("--truncate", choices=("false", "true", "chunk"),
+                   help="a text over the model's limit: refuse (false), cut (true) or average its windows (chunk)")
+    p.add_argument("--max-chunks", type=int, help="--truncate chunk: windows of one text at most (default 16)")
+    p.add_argument("--batch-invariant", action="store_true", help="run each text alone (bitwise batch-independent)")
+    p.add_argument("--calibrate", action="store_true", help="save the texts' per-coordinate ranges (of these "
+                   "--dimensions) beside the model, for int8 / uint8")
 
 
 def add_parsers(sub) -> None:
@@ -255,4 +320,5 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-length", type=int,
                    help="tokens per text, 1 to the model's max_seq_len (default: its max_seq_length)")
     p.add_argument("--no-normalize", action="store_true", help="skip the L2 normalisation")
+    _embed_option_flags(p)
     p.set_defaults(func=cmd_embed)

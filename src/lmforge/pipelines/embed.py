@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
 from lmforge.model import Transformer
+from lmforge.pipelines.embed_options import EmbedOptions, encoded, prompt_of, quantize, read_prompts, read_ranges
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 from lmforge.utils.modes import evaluating
 
@@ -89,13 +92,15 @@ class SentenceEncoder:
     """A model, its tokenizer and a pooling: texts -> (N, d) sentence embeddings."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, pooling: tuple = ("mean",),
-                 max_length: int | None = None, lowercase: bool = False) -> None:
+                 max_length: int | None = None, lowercase: bool = False, path: Path | None = None) -> None:
         unknown = [m for m in pooling if m not in POOLINGS]
         if unknown:
             raise ValueError(f"pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
         check_fits(tokenizer, model)
         self.model, self.tokenizer, self.pooling = model, tokenizer, tuple(pooling)
         self.max_length, self.lowercase = max_length, lowercase
+        self.path = path  # where the prompts and the int8 calibration ranges are read (None: none)
+        self.prompts, self.default_prompt = read_prompts(path)
 
     @classmethod
     def from_dir(cls, path: str | os.PathLike, tokenizer: Tokenizer | None = None) -> "SentenceEncoder":
@@ -105,7 +110,7 @@ class SentenceEncoder:
         st = _read(st_file) if st_file.is_file() else {}
         # the embedding job runs the optimized model (same vectors, fast/optimize.py)
         return cls(optimize(load(path)), tokenizer or load_tokenizer(path), pooling_modes(path),
-                   st.get("max_seq_length"), bool(st.get("do_lower_case", False)))
+                   st.get("max_seq_length"), bool(st.get("do_lower_case", False)), path)
 
     def _limit(self, max_length: int | None) -> int | None:
         cfg = self.model.config
@@ -149,12 +154,95 @@ class SentenceEncoder:
                     progress(start + len(index))
         return out
 
+    def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32) -> "Embedded":
+        """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
+        dimensions, normalisation), with each text's token count and whether it was cut."""
+        options = options or EmbedOptions()
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        prefix = prompt_of(options, self.prompts, self.default_prompt)
+        texts = [prefix + t for t in texts]
+        limit = self._limit(None)
+        counts = [len(self.tokenizer.encode(t).ids) for t in texts]
+        pieces, owners, weights = self._pieces(texts, counts, limit, options)
+        raw = self.encode(pieces, batch_size=1 if options.batch_invariant else batch_size, normalize=False,
+                          max_length=limit)
+        pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, torch.tensor(owners, device=raw.device),
+                                                                    raw * torch.tensor(weights, device=raw.device)[:, None])
+        chunks = torch.bincount(torch.tensor(owners), minlength=len(texts)).tolist()
+        if options.dimensions and options.dimensions > pooled.shape[1]:
+            raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have {pooled.shape[1]}",
+                               "dimensions")
+        vectors = pooled[:, :options.dimensions] if options.dimensions else pooled  # Matryoshka: a prefix
+        vectors = F.normalize(vectors, p=2, dim=-1) if options.normalize else vectors
+        truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
+        return Embedded(vectors.float().cpu(), counts, truncated, chunks, options, self.path)
+
+    def _pieces(self, texts: list, counts: list, limit: int | None, options: EmbedOptions) -> tuple:
+        """(texts to encode, the text each belongs to, its weight in that text's mean): a text over the
+        limit is refused, cut (encode truncates it) or split into windows of the limit."""
+        pieces, owners, weights = [], [], []
+        for i, (text, n) in enumerate(zip(texts, counts)):
+            if limit and n > limit and options.truncate is False:
+                raise OptionsError(f"text {i} is {n} tokens, more than the model's limit of {limit}; send "
+                                   'truncate=true to cut it or "chunk" to average its windows', "truncate")
+            windows = self._windows(text, limit) if limit and n > limit and options.truncate == "chunk" \
+                else [(text, 1)]
+            if len(windows) > options.max_chunks:
+                raise OptionsError(f"text {i} makes {len(windows)} windows of {limit} tokens, more than "
+                                   f"max_chunks={options.max_chunks}", "max_chunks")
+            total = sum(w for _, w in windows)
+            pieces += [w for w, _ in windows]
+            owners += [i] * len(windows)
+            weights += [w / total for _, w in windows]
+        return pieces, owners, weights
+
+    def _windows(self, text: str, limit: int) -> list:
+        """(window text, its tokens) of consecutive windows of `limit` tokens (special ones included)."""
+        whole = self.tokenizer.encode(text, add_special_tokens=False)
+        room = max(1, limit - self.tokenizer.backend.num_special_tokens_to_add(False))
+        spans = whole.offsets
+        return [(text[spans[a][0]:spans[min(a + room, len(spans)) - 1][1]], min(room, len(spans) - a))
+                for a in range(0, len(spans), room)]
+
+
+@dataclass
+class Embedded:
+    """Vectors (N, k) float32 and, per text, its tokens (prompt included), whether it was cut, its windows."""
+
+    vectors: torch.Tensor
+    tokens: list
+    truncated: list
+    chunks: list
+    options: EmbedOptions
+    path: Path | None = None
+
+    def output(self) -> list:
+        """Each vector in the options' encoding_format (floats, base64 text, integers)."""
+        fmt = self.options.encoding_format
+        return encoded(self.vectors, fmt, read_ranges(self.path, self.options) if fmt in ("int8", "uint8") else None)
+
+    def tensor(self) -> torch.Tensor:
+        """The vectors as floats, or as the integers of int8 / uint8 / binary / ubinary."""
+        fmt = self.options.encoding_format
+        if fmt in ("float", "base64"):
+            return self.vectors
+        return quantize(self.vectors, fmt, read_ranges(self.path, self.options) if fmt in ("int8", "uint8") else None)
+
 
 def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32, normalize: bool = True,
-          max_length: int | None = None, progress=None) -> torch.Tensor:
+          max_length: int | None = None, progress=None, options: EmbedOptions | None = None, *,
+          dimensions: int | None = None, encoding_format: str | None = None, prompt: str | None = None,
+          prompt_name: str | None = None, truncate: bool | str | None = None,
+          batch_invariant: bool | None = None) -> torch.Tensor:
     """(N, d) sentence embeddings: mean pooling over the attention mask (or the directory's own
     pooling), L2-normalised; `model` is a directory, a model package name, a Transformer
-    (with `tokenizer`) or a SentenceEncoder; progress: as SentenceEncoder.encode's."""
+    (with `tokenizer`) or a SentenceEncoder; progress: as SentenceEncoder.encode's. `options` or any of
+    the EmbedOptions fields named after it: the options' vectors (int8 / uint8 / binary / ubinary: their
+    integers), as the server's /embed gives them."""
+    fields = {"dimensions": dimensions, "encoding_format": encoding_format, "prompt": prompt,
+              "prompt_name": prompt_name, "truncate": truncate, "batch_invariant": batch_invariant}
+    if options is not None or any(v is not None for v in fields.values()):
+        options = EmbedOptions.build(options, {**fields, "normalize": normalize if options is None else None})
     if isinstance(model, SentenceEncoder):
         encoder = model
     elif isinstance(model, Transformer):
@@ -163,5 +251,7 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
         encoder = SentenceEncoder(model, tokenizer)
     else:
         encoder = SentenceEncoder.from_dir(model, tokenizer)
+    if options is not None:
+        return encoder.embed_with(texts, options, batch_size).tensor()
     return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length,
                           progress=progress)

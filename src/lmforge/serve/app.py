@@ -23,7 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lmforge import __version__
-from lmforge.serve import page, routes, streaming
+from lmforge.serve import feature_routes, page, routes, streaming
 from lmforge.serve.body import checked_body
 from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import Admission, Limits, RequestError
@@ -31,7 +31,8 @@ from lmforge.serve.metrics import Metrics
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled, Worker, bound_memory
 
-DESCRIPTION = """Inference server for lmforge models: embeddings (OpenAI-compatible), task predictions,
+DESCRIPTION = """Inference server for lmforge models: embeddings (OpenAI-compatible; Matryoshka dimensions,
+int8 / binary encodings, prompts, chunking), contextual features, reranking, task predictions,
 mask filling, generation with server-sent events, attention views, tokenisation, health, info, the
 model list (OpenAI's /v1/models) and Prometheus metrics.
 Every error body is `{"error": {"message", "type", "param", "code"}}`; 413 names the limit exceeded
@@ -273,7 +274,7 @@ def create_app(models: dict, limits: Limits | None = None, threads: int | None =
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Cancelled, _cancelled)  # not Exception's handler, which logs a traceback
     app.add_exception_handler(Exception, _server_error)
-    for module in (routes, streaming, page):
+    for module in (routes, feature_routes, streaming, page):
         app.include_router(module.router)
         server.routes.update(route.path for route in module.router.routes)
     app.add_middleware(Guard, server=server)

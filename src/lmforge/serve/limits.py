@@ -33,7 +33,10 @@ class Limits:
     max_stop_chars: int = option(256, "characters of one stop string (413 beyond)", low=1, high=65536)
     max_input_tokens: int = option(65536, "tokens of one text tokenized whole: /tokenize's text, a prompt "
                                           "(413 beyond)", low=1, high=1 << 24)
-    max_layers: int = option(64, "layers of one attention view (413 beyond)", low=1, high=1024)
+    max_layers: int = option(64, "layers of one attention view or /features answer (413 beyond)", low=1, high=1024)
+    max_feature_values: int = option(2_000_000, "numbers in one /features answer: texts x layers x tokens x "
+                                     "width (413 beyond)", low=1, high=1 << 30)
+    max_documents: int = option(1024, "documents one /rerank request scores (413 beyond)", low=1, high=10**6)
     max_json_depth: int = option(32, "nesting of a request's JSON (413 beyond; records need 3)", low=3, high=1024)
     # each beam holds its own cache
     max_num_beams: int = option(16, "beams of one generation (413 beyond)", low=1, high=1024)

@@ -3,7 +3,8 @@
 A served model is read as the library reads it elsewhere: SentenceEncoder.from_dir (the model,
 its tokenizer and its sentence-transformers pooling), and where the directory holds task.json
 the fine-tuned task rebuilt from it as `lmforge evaluate` rebuilds it. Its capabilities follow
-from its architecture and heads: every model embeds; a masked-LM encoder, T5 or BART fills
+from its architecture and heads: every model embeds and gives its contextual features; a reranker
+(task.json kind rerank) reranks; a masked-LM encoder, T5 or BART fills
 masks; a decoder or encoder-decoder with an LM head generates; a fine-tuned model predicts; every
 Transformer shows its attention.
 
@@ -25,7 +26,7 @@ from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.finetune import TaskConfig, make_task, task_info
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
-CAPABILITIES = ("embed", "predict", "fill_mask", "generate", "tokenize", "attention")
+CAPABILITIES = ("embed", "features", "rerank", "predict", "fill_mask", "generate", "tokenize", "attention")
 ATTENTIONAL = ("encoder", "decoder", "encoder-decoder")  # the architectures analysis/attention.py reads
 
 
@@ -84,9 +85,9 @@ def _has_lm_head(model) -> bool:
 def capabilities_of(model, task: Task | None) -> tuple:
     """What a model can serve (see the module docstring)."""
     arch, lm = model.config.architecture, _has_lm_head(model)
-    found = {"embed", "tokenize", *(("attention",) if arch in ATTENTIONAL else ())}
+    found = {"embed", "tokenize", *(("attention", "features") if arch in ATTENTIONAL else ())}
     if task is not None:
-        found.add("predict")
+        found.add("rerank" if task.kind == "rerank" else "predict")
     if lm and arch in ("encoder", "encoder-decoder"):
         found.add("fill_mask")
     if lm and arch in ("decoder", "encoder-decoder"):

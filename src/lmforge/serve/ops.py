@@ -18,15 +18,33 @@ from lmforge.tasks.qa import best_answer, window_spans
 
 
 def embed_batch(served, payloads: list) -> list:
-    """Embeddings of every job's texts from one encode call; one list of vectors per job."""
+    """Embeddings of every job's texts from one embed_with call (one EmbedOptions: the jobs' key); per job,
+    a list of (vector in the options' encoding, {tokens, truncated, chunks, dim})."""
     texts = [t for p in payloads for t in p["texts"]]
-    vectors = served.encoder.encode(texts, batch_size=max(1, len(texts)), normalize=payloads[0]["normalize"],
-                                    max_length=served.max_tokens).tolist()
+    found = served.encoder.embed_with(texts, payloads[0]["options"], batch_size=max(1, len(texts)))
+    vectors, dim = found.output(), found.vectors.shape[1]
+    info = [{"tokens": n, "truncated": cut, "chunks": c, "dim": dim}
+            for n, cut, c in zip(found.tokens, found.truncated, found.chunks)]
+    return _per_job(payloads, list(zip(vectors, info)))
+
+
+def _per_job(payloads: list, results: list) -> list:
+    """`results` of every job's texts, one list per job."""
     out, at = [], 0
     for p in payloads:
-        out.append(vectors[at:at + len(p["texts"])])
+        out.append(results[at:at + len(p["texts"])])
         at += len(p["texts"])
     return out
+
+
+def features_batch(served, payloads: list) -> list:
+    """Contextual features of every job's texts in one pass (one FeatureOptions: the jobs' key)."""
+    from lmforge.analysis.text_features import text_features
+
+    texts = [t for p in payloads for t in p["texts"]]
+    options = payloads[0]["options"]
+    found = text_features(served.model, served.tokenizer, texts, options, batch_size=max(1, len(texts)))
+    return _per_job(payloads, [f.as_json(options.pooling == "none") for f in found])
 
 
 def predict_batch(served, payloads: list) -> list:
@@ -110,6 +128,6 @@ def attention_page(served, payload: dict) -> str:
         return page.read_text(encoding="utf-8")
 
 
-BATCHED = {"embed": embed_batch, "predict": predict_batch}
+BATCHED = {"embed": embed_batch, "predict": predict_batch, "features": features_batch}
 ALONE = {"fill_mask": fill_mask_one, "attention": attention_page}  # run one at a time, between steps
 EXCLUSIVE = {"attention"}  # they change the model while they run (model.inspection): no batch beside them

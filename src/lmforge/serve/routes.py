@@ -7,15 +7,16 @@ so a client batch beyond the cap is served as several forward passes and answere
 """
 from __future__ import annotations
 
-import base64
-import struct
+import dataclasses
 import time
 
 import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
-from lmforge.serve import schemas
+from lmforge.config.options import OptionsError
+from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
+from lmforge.serve import option_schemas, schemas
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, bounded_ids, check_count, check_text,
                                   fit_lengths, too_large)
 from lmforge.serve.records import as_records, record_texts
@@ -59,18 +60,19 @@ def split(items: list, lengths: list, limits) -> list:
     return parts
 
 
-async def clip(server, served, texts: list, truncate: bool) -> tuple:
+async def clip(server, served, texts: list, truncate: bool, tokens: int | None = None) -> tuple:
     """(texts, token counts), a text far longer than the model reads cut before it is tokenised:
-    its first MAX_TOKEN_CHARS x max_tokens characters already hold more tokens than the model's
-    limit (the same first tokens: pre-tokenisers split locally), so the rest is never read;
+    its first MAX_TOKEN_CHARS x `tokens` characters (default the model's max_tokens) already hold more
+    tokens than that (the same first tokens: pre-tokenisers split locally), so the rest is never read;
     without `truncate` it is a 413 at once."""
-    room = served.max_tokens * MAX_TOKEN_CHARS
+    tokens = tokens or served.max_tokens
+    room = tokens * MAX_TOKEN_CHARS
     heads = [t[:room] for t in texts]
     counts = await count_tokens(server, served, heads)
     for i, text in enumerate(texts):
         if len(text) <= room:
             continue
-        if counts[i] <= served.max_tokens:  # mostly whitespace: the whole text decides
+        if counts[i] <= tokens:  # mostly whitespace: the whole text decides
             heads[i], (counts[i],) = text, await count_tokens(server, served, [text])
         elif not truncate:
             raise too_large("max_seq_len", f"input {i} is more than {counts[i]} tokens (its first {room} of "
@@ -79,49 +81,65 @@ async def clip(server, served, texts: list, truncate: bool) -> tuple:
     return heads, counts
 
 
-async def embed_texts(server, served, texts: list, normalize: bool, truncate: bool) -> tuple:
-    """(vectors, tokens) of `texts`, batched with whatever else is queued for the model."""
+def build_options(cls, body, names=None):
+    """The options object `cls` of a request's fields (all of `cls`'s, or `names`): a bad value is a 422
+    naming the field, as the library's OptionsError names it."""
+    names = names or [f.name for f in dataclasses.fields(cls)]
+    try:
+        return cls.build(fields={k: getattr(body, k) for k in names})
+    except OptionsError as err:
+        raise RequestError(422, str(err), param=err.field) from None
+
+
+async def embed_texts(server, served, texts: list, options) -> tuple:
+    """(vectors in the options' encoding, tokens read, each input's InputInfo) of `texts`, batched with whatever
+    else is queued for the model with the same options."""
     check_count(len(texts), server.limits)
-    texts, counts = await clip(server, served, texts, truncate)
-    lengths = fit_lengths(counts, served.max_tokens, truncate, server.limits)
-    parts = [({"texts": run, "normalize": normalize}, n, len(run))
-             for run, n in split(texts, lengths, server.limits)]
-    results = await server.run("embed", served, parts, key=("embed", served.name, normalize), interleave=True)
-    return [v for part in results for v in part], sum(lengths)
-
-
-def _base64(vector: list) -> str:
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    try:
+        prefix = prompt_of(options, served.encoder.prompts, served.encoder.default_prompt)
+        options = dataclasses.replace(options, prompt="", prompt_name=None)  # the prefix is in the texts now
+    except OptionsError as err:
+        raise RequestError(422, str(err), param=err.field) from None
+    chunk = options.truncate == "chunk"
+    most = served.max_tokens * (options.max_chunks if chunk else 1)
+    texts, counts = await clip(server, served, [prefix + t for t in texts], bool(options.truncate), most)
+    if chunk and any(n > most for n in counts):
+        raise RequestError(422, f"an input is more than max_chunks={options.max_chunks} windows of "
+                           f"{served.max_tokens} tokens", param="max_chunks")
+    lengths = fit_lengths(counts, most, bool(options.truncate), server.limits)
+    parts = [({"texts": run, "options": options}, n, len(run)) for run, n in split(texts, lengths, server.limits)]
+    results = await server.run("embed", served, parts, key=("embed", served.name, repr(options)), interleave=True)
+    found = [v for part in results for v in part]
+    return [f[0] for f in found], sum(lengths), [f[1] for f in found]  # tokens read: after any cut
 
 
 @router.post("/v1/embeddings", response_model=schemas.EmbeddingsResponse, tags=["embeddings"])
 async def embeddings(body: schemas.EmbeddingsRequest, request: Request):
-    """OpenAI-compatible embeddings of a text or a list of texts."""
+    """OpenAI-compatible embeddings of a text or a list of texts (dimensions: Matryoshka)."""
     server = _server(request)
     served = server.pick(body.model, "embed")
     texts = [body.input] if isinstance(body.input, str) else body.input
     if not all(isinstance(t, str) for t in texts):
         raise RequestError(422, "input: token ids are not accepted (they would be another tokenizer's); "
                            "send text (LangChain: check_embedding_ctx_length=False)", param="input")
-    vectors, tokens = await embed_texts(server, served, texts, True, body.truncate)
-    if body.dimensions is not None and vectors and body.dimensions != len(vectors[0]):
-        raise RequestError(422, f"dimensions={body.dimensions}: this model's embeddings have "
-                           f"{len(vectors[0])}", param="dimensions")
-    encode = _base64 if body.encoding_format == "base64" else (lambda v: v)
-    data = [{"object": "embedding", "embedding": encode(v), "index": i} for i, v in enumerate(vectors)]
+    options = build_options(EmbedOptions, body, ("dimensions", "encoding_format", "truncate"))
+    vectors, tokens, _ = await embed_texts(server, served, texts, options)
+    data = [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)]
     return JSONBody({"object": "list", "data": data, "model": served.name,
-                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
 
-@router.post("/embed", response_model=schemas.EmbedResponse, tags=["embeddings"])
-async def embed(body: schemas.EmbedRequest, request: Request):
-    """Sentence embeddings (lmforge.embed): one vector per text, in order."""
+@router.post("/embed", response_model=option_schemas.EmbedResponse, tags=["embeddings"])
+async def embed(body: option_schemas.EmbedRequest, request: Request):
+    """Sentence embeddings (lmforge.embed): one vector per text, in order, with each input's tokens."""
     server = _server(request)
     served = server.pick(body.model, "embed")
     texts = [body.texts] if isinstance(body.texts, str) else body.texts
-    vectors, tokens = await embed_texts(server, served, texts, body.normalize, body.truncate)
-    return JSONBody({"model": served.name, "embeddings": vectors,
-                         "dim": len(vectors[0]) if vectors else 0, "tokens": tokens})
+    options = build_options(EmbedOptions, body)
+    vectors, tokens, inputs = await embed_texts(server, served, texts, options)
+    return JSONBody({"model": served.name, "embeddings": vectors, "encoding_format": options.encoding_format,
+                     "dim": inputs[0]["dim"] if inputs else 0, "tokens": tokens,
+                     "inputs": [{k: i[k] for k in ("tokens", "truncated", "chunks")} for i in inputs]})
 
 
 @router.post("/predict", response_model=schemas.PredictResponse, tags=["tasks"])
@@ -262,7 +280,8 @@ async def models(request: Request):
     """The served models as OpenAI's model list (for OpenAI clients that list models first)."""
     server = _server(request)
     return {"object": "list", "data": [{"id": name, "object": "model", "created": server.started,
-                                        "owned_by": "lmforge"} for name in server.models]}
+                                        "owned_by": "lmforge", "capabilities": list(m.capabilities)}
+                                       for name, m in server.models.items()]}
 
 
 @router.get("/metrics", response_class=PlainTextResponse, tags=["server"],

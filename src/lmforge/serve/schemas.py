@@ -18,6 +18,8 @@ from lmforge.config.options import bounds_text
 from lmforge.generate.options import FIELDS, checked_type, field_kind
 
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+# made from an options dataclass: no coercion ("3" is not 3), the object's checks name the field (422)
+EXACT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 OPENAI = ConfigDict(extra="ignore", allow_inf_nan=False)
 MODEL_FIELD = Field(None, description="a served model's name (default: the first that can do this): /info")
 TRUNCATE = Field(False, description="cut texts longer than the model's limit instead of refusing them (413)")
@@ -67,9 +69,10 @@ class EmbeddingsRequest(BaseModel):
         "they would be another tokenizer's)")
     model: str | None = MODEL_FIELD
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(None, description="must equal the model's size when given")
+    dimensions: int | None = Field(None, description="keep the first this many coordinates (Matryoshka), "
+                                   "renormalised; default all")
     user: str | None = None
-    truncate: bool = TRUNCATE
+    truncate: bool | Literal["chunk"] = TRUNCATE
 
 
 class Embedding(BaseModel):
@@ -87,25 +90,6 @@ class EmbeddingsResponse(BaseModel):
     data: list[Embedding]
     model: str
     usage: Usage
-
-
-class EmbedRequest(BaseModel):
-    """Sentence embeddings of texts (lmforge.embed)."""
-
-    model_config = STRICT
-    texts: str | list[str]
-    model: str | None = MODEL_FIELD
-    normalize: bool = Field(True, description="L2-normalise each embedding")
-    truncate: bool = TRUNCATE
-
-
-class EmbedResponse(BaseModel):
-    """One embedding per text, in the order given."""
-
-    model: str
-    embeddings: list[list[float]]
-    dim: int
-    tokens: int
 
 
 class PredictRequest(BaseModel):
@@ -312,12 +296,14 @@ class ModelInfo(BaseModel):
 
 
 class OpenAIModel(BaseModel):
-    """A served model as OpenAI's model list shows it."""
+    """A served model as OpenAI's model list shows it, with what it can do (an lmforge extension)."""
 
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    capabilities: list[str] = Field([], description="embed, features, rerank, predict, fill_mask, generate, "
+                                    "tokenize, attention: the routes this model serves (route by `model`)")
 
 
 class ModelList(BaseModel):

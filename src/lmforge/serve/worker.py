@@ -268,5 +268,6 @@ def _as_request_error(err: Exception) -> Exception:
     if isinstance(err, RequestError):
         return err
     if isinstance(err, ValueError):
-        return RequestError(422, str(err).splitlines()[0] if str(err) else type(err).__name__)
+        return RequestError(422, str(err).splitlines()[0] if str(err) else type(err).__name__,
+                            param=getattr(err, "field", None))  # an OptionsError names its field
     return err

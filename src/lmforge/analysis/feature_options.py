@@ -1,0 +1,152 @@
+"""FeatureOptions: one request for contextual features, shared by `lmforge.features`, `lmforge features`
+and the server's POST /features, so the three accept and refuse alike.
+
+layers: which hidden states (0 = the embedding output, n = the top layer; a negative index counts from
+the top, so -1 is the last layer and -2 BERT's second-to-last, bert-as-service's default), as an int, a
+list, a text "0,3,6", a range "4-8", "all", or "mix": every state mixed by ELMo's scalar mix,
+gamma * sum_j softmax(s)_j h_j (Peters et al. 2018, eq. 1) with s = mix_weights (equal by default).
+pooling: a text's tokens kept ("none", each with its text and character offsets) or reduced, as
+bert-as-service's strategies: mean, max, mean_max (the two concatenated), cls (the first token), sep /
+last (the last real token). Word inputs (`lmforge features --data`) pool a word's pieces: first, mean, last.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from lmforge.config.model import MAX_LAYERS, MAX_LEN
+from lmforge.config.options import OptionsError, check_options, from_dict, option
+
+TEXT_POOLINGS = ("none", "mean", "max", "mean_max", "cls", "sep", "last")
+WORD_POOLINGS = ("first", "mean", "last")
+POOLINGS = TEXT_POOLINGS + ("first",)
+MAX_SPEC_CHARS = 4096  # characters of a layer selection text
+MAX_WEIGHT = 100.0  # |s_j| and |gamma|: softmax saturates long before
+_INDEX = re.compile(r"-?\d{1,7}")
+_RANGE = re.compile(r"(\d{1,7})-(\d{1,7})")
+
+
+@dataclass
+class FeatureOptions:
+    """Which hidden states, mixed or not, pooled how, and the length a text may have."""
+
+    layers: Union[int, str, list] = option("all", "hidden states: an index (0 = embeddings, -1 = the top "
+                                           "layer), a list, 0,3,6, a range 4-8, all, or mix (the scalar mix)")
+    mix_weights: Optional[list] = option(None, "layers=mix: the scalar mix's weights s_j, one per hidden state "
+                                         "(softmax-normalised); default equal")
+    mix_gamma: float = option(1.0, "layers=mix: the scalar mix's scale gamma", low=-MAX_WEIGHT, high=MAX_WEIGHT)
+    pooling: str = option("none", "none (per token, with its text and offsets), mean, max, mean_max, cls, "
+                          "sep or last; word inputs: first, mean or last", choices=POOLINGS)
+    max_length: Optional[int] = option(None, "tokens per text (default: the model's limit)", low=2, high=MAX_LEN)
+    truncate: bool = option(False, "cut a text longer than max_length instead of refusing it")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        self.layers = _checked_spec(self.layers)
+        if self.mix_weights is not None:
+            _check_weights(self.mix_weights)
+            if self.layers != "mix":
+                raise OptionsError("mix_weights needs layers=mix", "mix_weights")
+
+    @classmethod
+    def build(cls, options: Optional["FeatureOptions"] = None, fields: Optional[dict] = None,
+              from_text: bool = False) -> "FeatureOptions":
+        """`options` (or the defaults) with `fields` changed; an unknown name or a bad value names the field."""
+        if options is not None and not isinstance(options, cls):
+            raise OptionsError(f"options must be a FeatureOptions, got {type(options).__name__}", "options")
+        base = {} if options is None else {k: getattr(options, k) for k in cls.__dataclass_fields__}
+        return from_dict(cls, {**base, **{k: v for k, v in (fields or {}).items() if v is not None}},
+                         "features", from_text=from_text)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the chosen states are mixed into one."""
+        return self.layers == "mix"
+
+    def chosen(self, n_states: int) -> list:
+        """The hidden-state indices (0 .. n_states - 1, sorted) the options select from a model with
+        n_states states; a layer the model lacks names the field."""
+        return resolve_layers(self.layers, n_states)
+
+    def mix(self, n_states: int) -> tuple:
+        """(softmax weights (n_states,), gamma) of the scalar mix; a weight count that is not n_states names
+        mix_weights."""
+        import torch
+
+        weights = [0.0] * n_states if self.mix_weights is None else list(self.mix_weights)
+        if len(weights) != n_states:
+            raise OptionsError(f"mix_weights has {len(weights)} weights; this model has {n_states} hidden "
+                               f"states (embeddings + {n_states - 1} layers)", "mix_weights")
+        return torch.softmax(torch.tensor(weights, dtype=torch.float64), 0), float(self.mix_gamma)
+
+
+def _checked_spec(spec):
+    """The layer selection as given, refused (naming layers) where it cannot be read; a list stays a list."""
+    if isinstance(spec, bool):
+        raise OptionsError(f"layers must be an index, a list of indices or a text, got {spec!r}", "layers")
+    if isinstance(spec, int):
+        _index(str(spec))
+        return spec
+    if isinstance(spec, (list, tuple)):
+        if not 0 < len(spec) <= MAX_LAYERS or not all(isinstance(i, int) and not isinstance(i, bool) for i in spec):
+            raise OptionsError(f"layers must be a list of 1 to {MAX_LAYERS} integers, got {str(spec)[:60]}",
+                               "layers")
+        for i in spec:
+            _index(str(i))
+        return list(spec)
+    text = str(spec).strip()
+    if len(text) > MAX_SPEC_CHARS:
+        raise OptionsError(f"layers has {len(text)} characters, more than {MAX_SPEC_CHARS}", "layers")
+    if text in ("all", "mix"):
+        return text
+    _parts(text)
+    return text
+
+
+def _index(part: str) -> int:
+    if not _INDEX.fullmatch(part):
+        raise OptionsError(f"layers: {part[:20]!r} is not a layer index (0 = embeddings, -1 = the top layer)",
+                           "layers")
+    return int(part)
+
+
+def _parts(text: str) -> list:
+    """[(first, last)] of a text selection, each bound an int (a range's ends non-negative)."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts) or len(parts) > MAX_LAYERS:
+        raise OptionsError(f"layers {text[:60]!r}: expected an index, a range like 4-8, a list like 0,3,6 "
+                           f"(negative: from the top), all or mix", "layers")
+    out = []
+    for part in parts:
+        found = _RANGE.fullmatch(part)
+        out.append((int(found[1]), int(found[2])) if found else (_index(part),) * 2)
+    return out
+
+
+def resolve_layers(spec, n_states: int) -> list:
+    """Sorted hidden-state indices of a selection (see FeatureOptions.layers) in a model of n_states."""
+    spec = _checked_spec(spec)
+    if spec in ("all", "mix"):
+        return list(range(n_states))
+    pairs = [(spec, spec)] if isinstance(spec, int) else [(i, i) for i in spec] if isinstance(spec, list) \
+        else _parts(spec)
+    chosen = set()
+    for first, last in pairs:
+        first, last = (i + n_states if i < 0 else i for i in (first, last))
+        if not (0 <= first < n_states and 0 <= last < n_states) or last < first:
+            raise OptionsError(f"layers {str(spec)[:60]!r}: outside 0..{n_states - 1} (0 is the embeddings, "
+                               f"-1 the top layer)", "layers")
+        chosen.update(range(first, last + 1))
+    return sorted(chosen)
+
+
+def _check_weights(weights) -> None:
+    import math
+
+    if not isinstance(weights, (list, tuple)) or not 0 < len(weights) <= MAX_LAYERS + 1:
+        raise OptionsError(f"mix_weights must be a list of 1 to {MAX_LAYERS + 1} numbers", "mix_weights")
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or abs(w) > MAX_WEIGHT:
+            raise OptionsError(f"mix_weights must hold finite numbers within [-{MAX_WEIGHT}, {MAX_WEIGHT}], "
+                               f"got {str(w)[:30]}", "mix_weights")

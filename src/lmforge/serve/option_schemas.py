@@ -1,0 +1,98 @@
+"""Request and response bodies made from options objects: /embed's (EmbedOptions) and /features'
+(FeatureOptions), each field's help, default, bounds and choices in the spec; the values are judged when
+the route builds the options object, so the server refuses what the library and the command refuse.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+from pydantic import BaseModel, Field, create_model
+
+from lmforge.analysis.feature_options import FeatureOptions
+from lmforge.config.options import bounds_text
+from lmforge.pipelines.embed_options import EmbedOptions
+from lmforge.serve.schemas import EXACT, MODEL_FIELD
+
+
+def options_fields(cls, skip: tuple = ()) -> dict:
+    """name -> (type, Field) of each field of the options dataclass `cls` (its help, default, bounds and
+    choices in the schema); the values are judged when the request's options object is built."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        meta = f.metadata
+        extra = {k: v for k, v in (("minimum", meta.get("low")), ("maximum", meta.get("high"))) if v is not None}
+        if meta.get("choices"):
+            extra["enum"] = list(meta["choices"])
+        out[f.name] = (hints[f.name], Field(f.default, description=meta.get("help", "") + bounds_text(meta),
+                                            json_schema_extra=extra or None))
+    return out
+
+
+class TextsBase(BaseModel):
+    """Texts and the model that reads them."""
+
+    model_config = EXACT
+    texts: str | list[str]
+    model: str | None = MODEL_FIELD
+
+
+EmbedRequest = create_model("EmbedRequest", __base__=TextsBase, __module__=__name__,
+                            __doc__="Sentence embeddings of texts (lmforge.embed's EmbedOptions).",
+                            **options_fields(EmbedOptions))
+
+
+class InputInfo(BaseModel):
+    """What became of one input: its tokens (prompt included), whether it was cut, its windows."""
+
+    tokens: int
+    truncated: bool
+    chunks: int = 1
+
+
+class EmbedResponse(BaseModel):
+    """One embedding per text, in the order given, in the asked encoding."""
+
+    model: str
+    embeddings: list[list[float]] | list[str] | list[list[int]]
+    encoding_format: str
+    dim: int = Field(..., description="coordinates of each vector (before packing bits)")
+    tokens: int
+    inputs: list[InputInfo]
+
+
+FeaturesRequest = create_model("FeaturesRequest", __base__=TextsBase, __module__=__name__,
+                               __doc__="Contextual features of texts (lmforge.features' FeatureOptions).",
+                               **options_fields(FeatureOptions))
+
+
+class FeatureToken(BaseModel):
+    """A token: its id (None for ELMo's words), its piece, the text it covers and where."""
+
+    id: int | None
+    token: str
+    text: str
+    start: int
+    end: int
+
+
+class TextFeature(BaseModel):
+    """One text's features: [layer][token][d] (pooling none) or [layer][d]; one layer for a mix."""
+
+    index: int
+    layers: list[int] | str
+    n_tokens: int
+    truncated: bool
+    tokens: list[FeatureToken] | None = None
+    features: list
+
+
+class FeaturesResponse(BaseModel):
+    """The features of each text, in order."""
+
+    model: str
+    pooling: str
+    data: list[TextFeature]

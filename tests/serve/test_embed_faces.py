@@ -1,0 +1,112 @@
+"""One request, checked once, for serving: random embedding settings, in range or not, of the right
+type or not, go through the three faces built from EmbedOptions (lmforge.embed, `lmforge embed`,
+POST /embed) and the three accept and refuse alike, each refusal clean and naming the setting."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmforge
+from lmforge.cli import main
+from lmforge.config.options import OptionsError
+from tests.serve.conftest import _save, _tiny, _tokenizer
+
+fastapi = pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from lmforge.serve.app import create_app  # noqa: E402
+from lmforge.serve.models import load_served  # noqa: E402
+
+TEXT = "the cat sat on the mat"
+SECONDS = 5.0
+NAN, INF = float("nan"), float("inf")
+WRONG = st.sampled_from(["abc", "", [1], {"a": 1}])  # never a number's or a bool's text: the CLI reads text
+FIELDS = {
+    "dimensions": st.one_of(st.integers(1, 32), st.sampled_from([0, -3, 10**9, 2.5, NAN, INF]), WRONG),
+    "encoding_format": st.one_of(st.sampled_from(["float", "base64", "binary", "ubinary"]),
+                                 st.sampled_from(["int4", "FLOAT", ""])),
+    "truncate": st.sampled_from([True, False, "chunk", "maybe", "sometimes"]),
+    "max_chunks": st.one_of(st.integers(1, 8), st.sampled_from([0, 257, 10**12, NAN]), WRONG),
+    "prompt": st.one_of(st.sampled_from(["query: ", ""]), st.just("x" * 5000)),
+}
+REQUESTS = st.fixed_dictionaries({}, optional=FIELDS)
+
+
+@pytest.fixture(scope="module")
+def faces(tmp_path_factory):
+    """(model directory, a client of the server's app on that model)."""
+    tokenizer = _tokenizer("bert")
+    path = _save(_tiny("bert-base", tokenizer, 7, max_seq_len=32), tokenizer,
+                 tmp_path_factory.mktemp("faces") / "embed")
+    with TestClient(create_app({"embed": load_served("embed", path)}, threads=1)) as client:
+        yield path, client
+
+
+def _timed(call):
+    start = time.monotonic()
+    out = call()
+    assert time.monotonic() - start < SECONDS, f"took {time.monotonic() - start:.1f} s"
+    return out
+
+
+def _python(path, request: dict):
+    """None when accepted, else the refusal's field."""
+    try:
+        _timed(lambda: lmforge.embed([TEXT], path, **request))
+    except OptionsError as err:
+        assert "\n" not in str(err) and err.field in str(err)
+        return err.field
+    return None
+
+
+def _cli(path, request: dict):
+    """None when accepted, else the one error line (exit status 2, nothing on standard output)."""
+    argv = ["embed", "--model", str(path), TEXT]
+    for name, value in request.items():
+        text = repr(value) if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else value
+        argv.append(f"--{name.replace('_', '-')}={text}")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = _timed(lambda: main(argv))
+        except SystemExit as exit_:  # argparse's own refusals
+            status = exit_.code
+    if status == 0:
+        return None
+    assert status == 2 and out.getvalue() == "", (status, out.getvalue())
+    line = err.getvalue()
+    assert line.count("\n") == 1 and "Traceback" not in line, line
+    return line
+
+
+def _server(client, request: dict):
+    """None when accepted, else the error's parameter and message (413 or 422)."""
+    body = json.dumps({"model": "embed", "texts": [TEXT], **request})
+    answer = _timed(lambda: client.post("/embed", content=body, headers={"content-type": "application/json"}))
+    if answer.status_code == 200:
+        assert len(answer.json()["embeddings"]) == 1
+        return None
+    assert answer.status_code in (413, 422), answer.text[:300]
+    error = answer.json()["error"]
+    return f"{error['param']}: {error['message']}"
+
+
+@settings(max_examples=40, deadline=timedelta(seconds=3 * SECONDS), suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True)
+@given(request=REQUESTS)
+def test_the_three_faces_accept_and_refuse_alike(faces, request):
+    path, client = faces
+    python, cli, server = _python(path, request), _cli(path, request), _server(client, request)
+    verdicts = {"python": python is None, "cli": cli is None, "server": server is None}
+    assert len(set(verdicts.values())) == 1, (request, python, cli, server)
+    if python is not None:  # each refusal names a setting of the request
+        assert python in request, (request, python)
+        assert any(f"--{name.replace('_', '-')}" in cli or name in cli for name in request), (request, cli)
+        assert any(name in server for name in request), (request, server)

@@ -1,7 +1,7 @@
 """cli/common: an output folder that would write over its source is refused; unreadable inputs are named."""
 import pytest
 
-from lmforge.cli.common import UsageError, check_out
+from lmforge.cli.common import UsageError, check_out, refuse_overwrite
 
 
 def test_check_out_refuses_empty_files_and_sources(tmp_path):
@@ -25,6 +25,17 @@ def test_check_out_accepts_new_folders_beside_or_inside_the_source(tmp_path):
     with pytest.raises(UsageError, match="--teacher-out"):
         check_out("", option="--teacher-out")
 
+
+def test_refuse_overwrite_refuses_a_file_of_an_input_folder_and_accepts_a_new_one(tmp_path):
+    """`lmforge attention --model DIR --out DIR/config.json` wrote its HTML over the model's config."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    with pytest.raises(UsageError, match="would write over the input --model"):
+        refuse_overwrite(model / "config.json", ("--model", str(model)))
+    with pytest.raises(UsageError, match="would write over the input --model"):  # a name the job writes
+        refuse_overwrite(model, ("--model", str(model / "..")), writes=("config.json",))
+    refuse_overwrite(model / "view.html", ("--model", str(model)))  # a new file beside the inputs: fine
 
 def test_records_and_config_files_that_cannot_be_read_are_named(tmp_path):
     from lmforge.cli.common import read_records, resolve_config
@@ -50,3 +61,20 @@ def test_evaluate_names_the_option_it_refuses(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["generate", "--model", "m", "--seed", "9" * 23, "hi"], "--seed"),  # was "Overflow when unpacking ..."
+    (["heads", "--model", "m", "--data", "d", "--out", "o", "--random-orders", "10" * 4], "--random-orders"),
+    (["probe", "--model", "m", "--out", "o", "--sentences", "1000000000000"], "--sentences"),  # were hangs
+    (["quantize", "--model", "m", "--out", "o", "--batch-size", "100000000"], "--batch-size"),  # 51 GB
+    (["retrieve", "train", "--out", "o", "--hard-negatives", "-1"], "--hard-negatives"),
+    (["finetune", "--model", "m", "--builtin", "sentiment", "--out", "o", "--builtin-size", "nan"],
+     "--builtin-size")])
+def test_count_flags_are_bounded_both_ways_before_any_work(capsys, argv, flag):
+    from lmforge.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err.count("\n") == 1 and f"argument {flag}: " in err, err

@@ -312,9 +312,11 @@ def test_fill_mask_embed_and_generate_commands_take_a_quantised_model(tmp_path):
 def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
     assert main(["quantize", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert main(["quantize", "--model", "bert-base", "--out", str(tmp_path / "o")]) == 2
-    assert main(["quantize", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--rounds", "0"]) == 2
+    with pytest.raises(SystemExit, match="2"):  # a count out of its bounds: argparse's one line
+        main(["quantize", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--rounds", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("lmforge quantize: error:") for line in err)
+    assert "argument --rounds: must be in [1, 1000], got 0" in err[2]
 
 
 def test_the_server_serves_quantised_models(tmp_path):

@@ -107,6 +107,14 @@ def test_top_p_keeps_at_least_one_token_and_greedy_ignores_temperature():
     assert int(next_tokens(scores, Sampling(temperature=5.0))) == 0
 
 
+
+def test_a_tiny_sampling_temperature_samples_the_top_token_instead_of_overflowing():
+    """scores / 1e-300 overflow to inf (softmax NaN, multinomial raised): the limit is greedy."""
+    scores = torch.tensor([[3.0, 2.0, -1.0, float("-inf")], [0.5, 4.0, 4.0 - 1e-3, 1.0]])
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        assert next_tokens(scores, Sampling(do_sample=True, temperature=1e-300), gen).tolist() == [0, 1]
+
 @pytest.mark.parametrize("V", [5, 256, 300, 50257])
 def test_blockwise_argmax_equals_argmax_with_ties_nan_and_a_maximum_in_the_tail(V):
     gen = torch.Generator().manual_seed(V)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lmforge.cli.common import SEED, bounded
+
 
 def _layers(text: str | None):
     """--layers "0,3,5" or "2-5" -> indices; None: all."""
@@ -166,8 +168,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--prune", type=float, help="remove this share of heads by importance, physically")
     p.add_argument("--until", type=float, help="remove heads while the metric stays >= this x the unpruned")
     p.add_argument("--step", type=float, default=0.1, help="share of all heads masked per level (default 0.1)")
-    p.add_argument("--seed", type=int, default=0, help="the first random order's seed (the others: seed+1, ...)")
-    p.add_argument("--random-orders", type=int, default=5,
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
+                   help="the first random order's seed (the others: seed+1, ...)")
+    p.add_argument("--random-orders", type=bounded(int, 1, 1000), default=5,
                    help="random pruning orders averaged as the control (mean +- sd per level; default 5)")
     p.add_argument("--out", required=True, help="directory for heads.json, heads.png and pruned/")
     p.set_defaults(func=cmd_heads)

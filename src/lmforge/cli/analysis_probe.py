@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from lmforge.cli.common import SEED, bounded
+
 TASK_KINDS = {"tagging": "tagging", "classification": "cls"}  # --task -> tasks/formats.py kind
 
 
@@ -278,10 +280,10 @@ def _common(p, poolings=("first", "mean", "last"), pooling="first") -> None:
                    help="how a word's pieces become one vector" + ("" if pooling else
                    " (--data: first, mean, last; default first); --text: none (per token), mean, max, "
                    "mean_max, cls, sep, last (default none)"))
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=32, help="sentences per forward pass")
     p.add_argument("--max-len", type=int, help="tokens per sentence (default: the model's max length)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--config", help="YAML/JSON file of key: value training options")
     p.add_argument("overrides", nargs="*", help="key=value training options of the probes or head")
 
@@ -296,7 +298,8 @@ def add_parsers(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--data", help="a CoNLL-U treebank (default: the built-in synthetic treebank)")
-    p.add_argument("--sentences", type=int, default=1500, help="sentences of the built-in treebank")
+    p.add_argument("--sentences", type=bounded(int, 3, 1_000_000), default=1500,
+                   help="sentences of the built-in treebank")
     p.add_argument("--held-out", type=float, default=0.15, help="share of the sentences in dev and in test each")
     p.add_argument("--tasks", help="comma list of pos, deps, agreement, coref, distance, depth (default: all "
                    "the data supports)")

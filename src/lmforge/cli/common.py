@@ -1,6 +1,7 @@
 """Helpers every `lmforge` sub-command shares: usage errors, key=value overrides, config files."""
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from pathlib import Path
@@ -15,6 +16,23 @@ from lmforge.presets import PRESETS, get_config
 class UsageError(ValueError):
     """Bad command-line input; reported in one line with exit status 2."""
 
+
+SEED = (0, 2 ** 63 - 1)  # TrainConfig's bound on seed
+
+
+def bounded(kind: type, low, high):
+    """An argparse `type`: a `kind` (int or float) in [low, high]; anything else is argparse's one-line
+    error naming the flag and the bounds (a count of 1e12 would run for days, -1 is no count, NaN no size)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in "
+                                             f"[{low}, {high}], got {text!r}") from None
+        if not low <= value <= high:  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text}")
+        return value
+    return parse
 
 def parse_overrides(pairs: list) -> dict:
     """`key=value` pairs; values are read as YAML scalars (1e-5, true, [a, b]); an empty key or value
@@ -145,7 +163,9 @@ def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out") ->
                 continue  # a preset, "builtin" or a missing file: nothing on disk to write over
             src = src.resolve()
             same = src == target or (target.exists() and os.path.samefile(src, target))
-            if same or any(w == src or w in src.parents for w in written):
+            # an input folder's existing files are inputs too (--model DIR: DIR/config.json)
+            inside = src.is_dir() and any(c.is_file() and src in c.parents for c in [target, *written])
+            if same or inside or any(w == src or w in src.parents for w in written):
                 raise UsageError(f"{option} {out} would write over the input {flag} {source}; "
                                  f"choose another {option}")
 

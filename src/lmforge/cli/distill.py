@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmforge.cli.common import SEED, bounded
+
 
 def _print(report: dict, out) -> None:
     """The teacher-vs-student table and the ratios."""
@@ -127,7 +129,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--student", help="a preset instead: random init, fresh head")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     p.add_argument("--steps", type=int)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--config", help="YAML/JSON file of key: value options")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.add_argument("overrides", nargs="*", help="key=value: training or loss options")

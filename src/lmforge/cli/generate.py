@@ -7,6 +7,8 @@ import sys
 
 import torch
 
+from lmforge.cli.common import SEED, bounded
+
 
 class TextStream:
     """Prints the text of a growing list of ids as it grows (decoding piece by piece would lose
@@ -253,7 +255,7 @@ def add_parsers(sub) -> None:
     p.add_argument("prompt")
     p.add_argument("--model", required=True, help=MODEL_HELP)
     add_generation_flags(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
     p.add_argument("--prefix-lm", action="store_true",
                    help="read the prompt bidirectionally (a decoder pretrained with --objective prefix-lm)")

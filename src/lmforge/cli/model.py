@@ -8,7 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lmforge.cli.common import UsageError, parse_overrides, read_config_file, refuse_overwrite, resolve_config
+from lmforge.cli.common import (SEED, UsageError, bounded, parse_overrides, read_config_file,
+                                refuse_overwrite, resolve_config)
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
@@ -305,7 +306,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_presets)
     p = sub.add_parser("demo", help="the main job on the built-in default")
     p.add_argument("--out", default="runs/demo")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--quick", action="store_true", help="a seconds-long run at toy sizes")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("embed", help="sentence embeddings (mean pooling, L2-normalised)")

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from lmforge import objectives
 from lmforge.cli.common import (
+    SEED,
     TRAINING_OUTPUTS,
     UsageError,
+    bounded,
     parse_overrides,
     read_config_file,
     refuse_overwrite,
@@ -112,6 +114,7 @@ def add_parsers(sub) -> None:
                                        "the checkpoint's)")
     p.add_argument("--out", required=True)
     p.add_argument("--steps", type=int)
-    p.add_argument("--seed", type=int, default=0, help="fixes everything the run draws, initial weights included")
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
+                   help="fixes everything the run draws, initial weights included")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.set_defaults(func=cmd_pretrain)

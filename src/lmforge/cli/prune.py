@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmforge.cli.common import SEED, bounded
+
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 # options a method does not use: refused, never ignored (structured methods prune without training)
 UNUSED = {"structured": ("train", "valid", "steps", "resume", "seed", "config", "overrides"),
@@ -154,7 +156,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--train", help="magnitude / movement: training file")
     p.add_argument("--valid", help="magnitude / movement: validation file (the accuracy curve in metrics.jsonl)")
     p.add_argument("--steps", type=int, help="magnitude / movement: optimiser steps")
-    p.add_argument("--seed", type=int, help="magnitude / movement: the run's seed (data order, a fresh head, "
+    p.add_argument("--seed", type=bounded(int, *SEED),
+                   help="magnitude / movement: the run's seed (data order, a fresh head, "
                    "a preset's init; default 0)")
     p.add_argument("--config", help="magnitude / movement: YAML/JSON file of key: value options")
     p.add_argument("--resume", action="store_true",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmforge.cli.common import SEED, bounded
+
 
 def _table(report: dict) -> None:
     from rich.console import Console
@@ -72,8 +74,8 @@ def _check(args) -> None:
     for name in ("batch_size", "seq_len", "rounds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be a positive integer")
-    if args.seed < 0:
-        raise UsageError(f"--seed {args.seed}: must be >= 0")
+    if not SEED[0] <= args.seed <= SEED[1]:
+        raise UsageError(f"--seed {args.seed}: must be in [{SEED[0]}, {SEED[1]}]")
     check_task(args.task)
     if not args.data and (args.task or args.columns):
         raise UsageError(f"{'--task' if args.task else '--columns'} reads --data: give --data FILE too")
@@ -152,10 +154,11 @@ def add_parsers(sub) -> None:
                    help="SmoothQuant's migration strength in [0, 1] for the layers reading a LayerNorm "
                         "(dynamic; default compress/smooth.ALPHA, 0.75)")
     p.add_argument("--no-smooth", action="store_true", help="dynamic mode without smoothing")
-    p.add_argument("--batch-size", type=int, default=8, help="rows of the timed forward batch")
+    p.add_argument("--batch-size", type=bounded(int, 1, 4096), default=8,
+                   help="rows of the timed forward batch")
     p.add_argument("--seq-len", type=int, help="tokens per row of the timed batch, at most the model's "
                                                  "max_seq_len (default 128, or its longest where shorter)")
-    p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    p.add_argument("--rounds", type=bounded(int, 1, 1000), default=5, help="alternating timing rounds")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random tokens drawn: the timed batch, and the smoothing's calibration "
                         "without --calibration")

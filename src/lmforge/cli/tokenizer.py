@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmforge.cli.common import SEED, bounded
+
 
 def cmd_tokenizer_train(args) -> None:
     """Train a tokenizer on text files (default: the built-in corpus) and save it under --out."""
@@ -36,6 +38,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--strip-accents", action="store_true", help="NFD, then drop combining marks")
     p.add_argument("--min-frequency", type=int, default=2, help="least count of a merged pair")
     p.add_argument("--out", required=True)
-    p.add_argument("--docs", type=int, default=5000, help="documents of the built-in corpus")
-    p.add_argument("--seed", type=int, default=0, help="seed of the built-in corpus")
+    p.add_argument("--docs", type=bounded(int, 1, 1_000_000), default=5000,
+                   help="documents of the built-in corpus")
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0, help="seed of the built-in corpus")
     p.set_defaults(func=cmd_tokenizer_train)

@@ -31,7 +31,6 @@ Bad text never stops a run deep in a loop:
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import re
 import warnings
@@ -40,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lmforge.data.segment import SentenceStream
+from lmforge.utils.jsontext import loads
 
 CHUNK = 1 << 20  # bytes read at once from a long line
 FORMATS, DOCUMENTS, ERRORS = ("auto", "text", "jsonl"), ("block", "file"), ("skip", "replace", "strict")
@@ -261,7 +261,7 @@ def _record(line: bytes, offset: int, opts: ReadOptions, stats: FileStats):
     if text is None:
         return
     try:
-        record = json.loads(text, strict=False)  # control characters were cleaned by _decode
+        record = loads(text, strict=False)  # control characters were cleaned by _decode
     except ValueError:
         stats.bad_json += 1
         return

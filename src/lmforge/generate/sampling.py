@@ -59,7 +59,14 @@ def next_tokens(scores: torch.Tensor, rule: Sampling,
     scores = scores.float()
     if not rule.do_sample:
         return argmax_rows(scores)
-    scores = scores / rule.temperature
+    temperature = rule.temperature
+    if temperature < 1.0:
+        # a tiny temperature overflows the quotients to inf (softmax NaN), or is 0 in float32: the top
+        # score shifted to 0 (softmax is shift-invariant) and a divisor >= float32's tiny keep every
+        # quotient <= 0, the top one 0, so the limit is greedy
+        scores = scores - scores.amax(-1, keepdim=True)
+        temperature = max(temperature, torch.finfo(scores.dtype).tiny)
+    scores = scores / temperature
     if rule.top_k:
         scores = filter_top_k(scores, rule.top_k)
     if rule.top_p < 1.0:

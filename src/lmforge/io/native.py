@@ -11,6 +11,7 @@ from lmforge.io.files import CheckpointError, load_weights, save_tensors
 from lmforge.model import Transformer, from_config
 from lmforge.quant.int8 import swap_linears
 from lmforge.quant.int8_embedding import swap_tokens
+from lmforge.utils.jsontext import loads
 
 FORMAT = "lmforge"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
@@ -31,7 +32,7 @@ def read_json_object(file: Path) -> dict:
     """The JSON object (mapping) of a model directory's JSON file (config.json, task.json): not UTF-8,
     not JSON or not an object is a one-line CheckpointError naming the file and what is wrong."""
     try:
-        data = json.loads(Path(file).read_text(encoding="utf-8"))
+        data = loads(Path(file).read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
         raise CheckpointError(f"{file} is not UTF-8 text (byte {err.start}): not JSON") from None
     except json.JSONDecodeError as err:

@@ -17,6 +17,7 @@ from lmforge.data.corpus import ReadOptions, expand_files, read_range
 from lmforge.data.synthetic import biography, city_note, review
 from lmforge.data.world import World
 from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.jsontext import loads
 
 WORDS = 100  # words per passage (DPR's block size)
 
@@ -79,7 +80,7 @@ def write_passages(passages: list, path) -> Path:
 
 def _passage(line: str, where: str) -> Passage:
     try:
-        record = json.loads(line)
+        record = loads(line)
     except ValueError as err:
         raise ValueError(f"{where}: not JSON ({err.msg})") from None
     if not isinstance(record, dict):
@@ -118,7 +119,7 @@ def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list
         with open(path, encoding="utf-8") as handle:
             first = handle.readline()
         try:
-            head = json.loads(first)
+            head = loads(first)
         except ValueError:
             head = None
         if isinstance(head, dict) and {"id", "title", "text"} <= set(head):

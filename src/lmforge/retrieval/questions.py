@@ -14,13 +14,13 @@ ids) or "context" (the passage text). A bad line is an error naming the file and
 """
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
 from lmforge.data.world import World
 from lmforge.retrieval.passages import Passage
 from lmforge.tasks.qa import read_squad
+from lmforge.utils.jsontext import loads
 
 
 def _person_facts(p) -> list:
@@ -67,7 +67,7 @@ def _strings(value, where: str, key: str) -> list:
 
 def _jsonl_record(line: str, where: str, contexts: dict) -> dict:
     try:
-        record = json.loads(line)
+        record = loads(line)
     except ValueError as err:
         raise ValueError(f"{where}: not JSON ({err.msg})") from None
     if not isinstance(record, dict) or not isinstance(record.get("question"), str):

@@ -22,6 +22,8 @@ import json
 import math
 from pathlib import Path
 
+from lmforge.utils.jsontext import loads
+
 # canonical field -> its default column; "?" marks optional fields
 FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
           "regression": ("text", "text_pair?", "label"), "choice": ("text", "choices", "label"),
@@ -77,7 +79,7 @@ def _jsonl_rows(path, text: str) -> list:
         if not line.strip():
             raise ValueError(f"{path}:{n}: empty line (one JSON object per line)")
         try:
-            row = json.loads(line)
+            row = loads(line)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{n}: not valid JSON: {err.msg} (column {err.colno})") from None
         if not isinstance(row, dict) or not row:
@@ -277,7 +279,7 @@ def _refuse_json(path) -> None:
     first = next((line for line in text.split("\n") if line.strip()), "")
     for candidate in (text, first):
         try:
-            data = json.loads(candidate)
+            data = loads(candidate)
         except json.JSONDecodeError:  # not JSON: CoNLL, as expected
             continue
         row = data[0] if isinstance(data, list) and data else data

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from lmforge.objectives.base import Loss
 from lmforge.tasks.base import Task, register
 from lmforge.tasks.tagging import decode_utf8
+from lmforge.utils.jsontext import loads
 
 # ---- reading SQuAD JSON ----------------------------------------------------------------------
 
@@ -71,7 +72,7 @@ def read_squad(path: str | os.PathLike) -> list:
     path = Path(path)
     text = decode_utf8(path.read_bytes(), path)
     try:
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: line {err.lineno} column {err.colno}: not valid JSON "
                          f"({err.msg})") from None

@@ -120,9 +120,11 @@ def _check_options(kind: str, vocab_size: int, family: str, min_frequency: int) 
     spec = FAMILIES[family]
     # byte-level BPE starts from the 256 bytes; the other kinds need room beyond the specials
     least = len(spec.specials) + (256 if kind == "bytelevel-bpe" else 1)
-    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < least:
+    # the `tokenizers` trainer aborts the process (a Rust panic) on a vocabulary of 1e10; ModelConfig's bound
+    most = 4_194_304
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not least <= vocab_size <= most:
         raise ValueError(f"vocab_size must be an integer >= {least} for {kind} with {family} special "
-                         f"tokens, got {vocab_size!r}")
+                         f"tokens, and <= {most}, got {vocab_size!r}")
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise ValueError(f"min_frequency must be a positive integer, got {min_frequency!r}")
     return spec

@@ -78,3 +78,18 @@ def test_count_flags_are_bounded_both_ways_before_any_work(capsys, argv, flag):
         main(argv)
     err = capsys.readouterr().err
     assert refused.value.code == 2 and err.count("\n") == 1 and f"argument {flag}: " in err, err
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    from lmforge.cli.common import UsageError, refuse_overwrite
+
+    (tmp_path / "afile").write_text("kept")
+    (tmp_path / "adir").mkdir()
+    cases = [(tmp_path / "afile", dict(writes=("metrics.jsonl",)), "exists and is not a folder"),
+             (tmp_path / "adir", dict(kind="file"), "is a folder; name the file to write"),
+             (tmp_path / "afile" / "out.jsonl", dict(kind="file"), "afile is a file, not a folder")]
+    for out, how, message in cases:
+        with pytest.raises(UsageError, match=message):
+            refuse_overwrite(str(out), ("--data", None), **how)
+    refuse_overwrite(str(tmp_path / "adir"), ("--data", None))  # a folder where either may go: fine
+    assert (tmp_path / "afile").read_text() == "kept"

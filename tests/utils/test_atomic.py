@@ -155,3 +155,14 @@ def test_a_figure_is_saved_whole_over_a_link_without_touching_its_target(tmp_pat
     plt.close(fig)
     assert not link.is_symlink() and link.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert target.read_text() == "the user's"
+
+def test_a_folder_or_a_path_under_a_file_is_refused_in_one_line(tmp_path):
+    from lmforge.utils.atomic import UnsafePath, atomic_write_text
+
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "plain").write_text("kept")
+    with pytest.raises(UnsafePath, match="dir: is a folder, not a file$"):
+        atomic_write_text(tmp_path / "dir", "x")
+    with pytest.raises(UnsafePath, match="plain is a file, not a folder$"):
+        atomic_write_text(tmp_path / "plain" / "sub" / "out.json", "x")
+    assert (tmp_path / "plain").read_text() == "kept" and list((tmp_path / "dir").iterdir()) == []

@@ -55,7 +55,8 @@ def cmd_attention(args) -> None:
     if not args.out and not args.png and not args.svg:
         raise UsageError("give --out view.html and/or --png / --svg figure files")
     for flag, out in (("--out", args.out), ("--png", args.png), ("--svg", args.svg)):
-        refuse_overwrite(out, ("--model", args.model), ("--tokenizer", args.tokenizer), option=flag)
+        refuse_overwrite(out, ("--model", args.model), ("--tokenizer", args.tokenizer), option=flag,
+                         kind="file")
     model, tokenizer = load_model(args.model, args.tokenizer)
     maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=_layers(args.layers))
     if truncation_note(maps):

@@ -148,12 +148,26 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
 TRAINING_OUTPUTS = ("metrics.jsonl", "loss.png", "checkpoints", "final", "best", "summary.json")
 
 
-def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out") -> None:
+def _check_out_path(path: Path, kind: str | None, option: str) -> None:
+    """A UsageError where the output cannot be written: a folder's place taken by a file, a file's by a
+    folder (kind "folder" or "file"; None: either), or a file where one of its parent folders must be."""
+    if kind == "folder" and path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path}: exists and is not a folder")
+    if kind == "file" and path.is_dir():
+        raise UsageError(f"{option} {path}: is a folder; name the file to write")
+    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise UsageError(f"{option} {path}: {blocking} is a file, not a folder")
+
+
+def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None) -> None:
     """A UsageError naming both where the output `out` is one of the inputs, given as (flag, path or
     paths or None) pairs, or is a folder the job writes the names `writes` into and one of them is or
-    holds an input; on resolved paths (links, ../ and hard links seen through), before any work."""
+    holds an input; on resolved paths (links, ../ and hard links seen through), before any work. Also
+    where `out` cannot be written (kind: "file" or "folder"; a folder where `writes` are given)."""
     if out is None or not str(out).strip():
         return
+    _check_out_path(Path(out), "folder" if writes else kind, option)
     target = Path(out).resolve()
     written = [target / name for name in writes]
     for flag, given in inputs:

@@ -37,14 +37,28 @@ def as_created(path, directory: bool = False, replacing=None) -> None:
 
 
 class UnsafePath(ValueError):
-    """An output path that is a symbolic link where lmforge appends (it never writes through one)."""
+    """An output path lmforge will not write: a symbolic link where it appends (it never writes through
+    one), a folder where a file goes, or a path under a file."""
+
+
+def check_file_path(path) -> Path:
+    """`path` as a place a file can be written: not a folder, no file where a parent folder must be."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        raise UnsafePath(f"{path}: is a folder, not a file")
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise UnsafePath(f"{path}: {parent} is a file, not a folder")
+            break
+    return path
 
 
 def atomic_write(path, write: Callable[[BinaryIO], object]) -> Path:
     """Call write(handle) on a temporary binary file in `path`'s folder, then rename it over `path`
     (a link there is replaced, never followed); on any failure the temporary file goes and `path`
     is as it was."""
-    path = Path(path)
+    path = check_file_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:

@@ -81,3 +81,18 @@ def test_a_long_text_is_refused_from_its_head():
         bounded_ids("text", encode, "word " * 2000, limits)
     assert err.value.param == "max_input_tokens" and seen == [800]  # the rest never tokenized
     assert len(bounded_ids("text", encode, "w" * 5000, limits)) == 1
+
+
+def test_strict_numbers_bounded_seeds_and_unknown_query_parameters_are_refused():
+    """Probes of the second round: a bool is not a count, a seed has an upper bound, and a misspelt
+    query parameter of /attention is refused, as a body's unknown field is."""
+    import pydantic
+
+    from lmforge.serve import schemas
+
+    for bad in ({"text": "a [MASK]", "top_k": True}, {"text": "a [MASK]", "max_span": 10**6}):
+        with pytest.raises(pydantic.ValidationError):
+            schemas.FillMaskRequest(**bad)
+    with pytest.raises(pydantic.ValidationError):
+        schemas.DecodingBase(seed=10**23)
+    assert schemas.DecodingBase(seed=2**63 - 1).seed == 2**63 - 1

@@ -37,6 +37,7 @@ BODIES = [  # (method, path, body or query, the expected status, the limit or fi
     ("GET", "/attention", {"model": "enc", "text": "a cat", "layers": "0-10000000"}, 422, "layers"),
     ("GET", "/attention", {"model": "enc", "text": "a cat", "layers": ",".join(["1"] * 3000)}, 413,
      "max_layers"),
+    ("GET", "/attention", {"model": "enc", "text": "a cat", "heads": "1e18"}, 422, "heads"),  # unknown: refused
     ("POST", "/embed", {"model": "enc", "texts": ["the cat"] * 300_000}, 413, "max_inputs"),
     ("POST", "/embed", {"model": "enc", "texts": [BIG_TEXT]}, 413, "max_seq_len"),
     ("POST", "/generate", {"model": "gen", "prompt": "the cat", "num_beams": 10**9}, 413, "max_num_beams"),

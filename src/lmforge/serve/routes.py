@@ -228,6 +228,10 @@ async def attention(request: Request, text: str = Query(..., description="the te
                     model: str | None = Query(None, description="a served model's name"),
                     layers: str | None = Query(None, description="layers to show, 0,3,5 or 2-5 (default all)")):
     """The attention view of one text (head, model and neuron views; offline HTML, at most 10 MB)."""
+    unknown = sorted(set(request.query_params) - {"text", "text_pair", "model", "layers"})
+    if unknown:  # as a JSON body's unknown fields are: a misspelt option is not silently ignored
+        raise RequestError(422, f"unknown query parameter {unknown[0]!r} (known: text, text_pair, model, "
+                           "layers)", unknown[0])
     server = _server(request)
     served = server.pick(model, "attention")
     chosen = parse_layers(layers, served.model.config.n_layers, server.limits)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic_core
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, create_model
 
 from lmforge.config.options import bounds_text
 from lmforge.generate.options import FIELDS, checked_type, field_kind
@@ -140,8 +140,8 @@ class FillMaskRequest(BaseModel):
     model_config = STRICT
     text: str
     model: str | None = MODEL_FIELD
-    top_k: int = Field(5, ge=1)
-    max_span: int = Field(10, ge=1, description="T5 / BART: most tokens generated for the mask")
+    top_k: StrictInt = Field(5, ge=1, description="candidates returned (at most the server's max_top_k)")
+    max_span: StrictInt = Field(10, ge=1, le=1024, description="T5 / BART: most tokens generated for the mask")
 
 
 class Candidate(BaseModel):
@@ -183,7 +183,8 @@ class DecodingBase(BaseModel):
 
     model_config = STRICT
     model: str | None = MODEL_FIELD
-    seed: int | None = Field(None, ge=0, description="sampling: the same seed gives the same text")
+    seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1, description="sampling: the same seed gives the "
+                                   "same text")
     stop: str | list[str] | None = Field(None, description="the text ends before any of these")
     stream: bool = Field(False, description="send tokens as server-sent events as they are generated")
 

@@ -166,3 +166,14 @@ def test_pretraining_on_a_truncated_shard_exits_2_in_one_line(corpus_dir, tokeni
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "shard-00000.bin" in err and "truncated" in err
+
+
+@pytest.mark.parametrize("flag, value", [("--shard-mb", "nan"), ("--shard-mb", "0"), ("--workers", "100000"),
+                                         ("--workers", "0")])
+def test_shard_sizes_and_workers_are_bounded_both_ways(tmp_path, capsys, flag, value):
+    from lmforge.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["corpus", "shard", "x.txt", "--tokenizer", "t", "--out", str(tmp_path / "o"), flag, value])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and flag in err and err.count("\n") == 1 and not (tmp_path / "o").exists()

@@ -5,6 +5,7 @@ import sys
 import time
 import warnings
 
+from lmforge.cli.common import bounded
 from lmforge.data.corpus import DOCUMENTS, ERRORS, FORMATS, CorpusWarning, ReadOptions
 
 
@@ -22,8 +23,6 @@ def cmd_corpus_shard(args) -> None:
 
     refuse_overwrite(args.out, ("FILES", args.files), ("--tokenizer", args.tokenizer),
                      writes=("manifest.json", "tokenizer"))
-    if args.workers < 1 or args.shard_mb <= 0:
-        raise ValueError("--workers and --shard-mb must be positive")
     options = ReadOptions(format=args.format, text_field=args.text_field, document=args.document,
                           join_lines=args.join_lines, errors=args.errors)
     start = time.perf_counter()
@@ -53,13 +52,15 @@ def add_parsers(sub) -> None:
     p.add_argument("files", nargs="+", help="text, JSONL or .gz files, or directories of them")
     p.add_argument("--tokenizer", required=True, help="tokenizer directory (copied into --out)")
     p.add_argument("--out", required=True)
-    p.add_argument("--workers", type=int, default=1, help="worker processes (the shards are the same for any)")
+    p.add_argument("--workers", type=bounded(int, 1, 256), default=1,
+                   help="worker processes, 1 to 256 (the shards are the same for any)")
     p.add_argument("--format", choices=FORMATS, default="auto", help="default: .jsonl/.ndjson/.json are JSONL")
     p.add_argument("--text-field", default="text", help="the JSONL field holding the text")
     p.add_argument("--document", choices=DOCUMENTS, default="block",
                    help="plain text: a document per blank-line-separated block, or per file")
     p.add_argument("--join-lines", action="store_true", help="lines of a block are wrapped prose, not sentences")
     p.add_argument("--errors", choices=ERRORS, default="skip", help="bytes that are not UTF-8")
-    p.add_argument("--shard-mb", type=float, default=64.0, help="large uncompressed files: MB of text per shard")
+    p.add_argument("--shard-mb", type=bounded(float, 0.001, 65536.0), default=64.0,
+                   help="large uncompressed files: MB of text per shard (0.001 to 65536)")
     p.add_argument("--verify", action="store_true", help="re-read every shard and check its checksums")
     p.set_defaults(func=cmd_corpus_shard)

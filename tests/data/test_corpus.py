@@ -122,3 +122,12 @@ def test_read_documents_keeps_its_contract(tmp_path):
         read_documents([tmp_path / "bad.txt"])
     (tmp_path / "a.jsonl").write_text('{"text": "Mr. X left. Then Y."}\n')
     assert read_documents([tmp_path / "a.jsonl"]) == [["Mr. X left.", "Then Y."]]
+
+
+def test_a_utf16_file_is_refused_naming_it(tmp_path):
+    from lmforge.train.pretrain import read_documents
+
+    wide = tmp_path / "wide.txt"
+    wide.write_bytes("the cat sat on the mat.\n".encode("utf-16"))  # with its byte-order mark
+    with pytest.raises(ValueError, match=r"wide\.txt: UTF-16 \(little-endian\) text; lmforge reads UTF-8"):
+        read_documents([wide])

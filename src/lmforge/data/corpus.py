@@ -133,10 +133,18 @@ class FileStats:
         return out
 
 
+# UTF-16 and UTF-32 byte-order marks: such a file reads as NULs between letters, not as text
+WIDE_MARKS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)"}
+
+
 def open_binary(path: Path):
-    """The file's bytes: gunzipped when it starts with the gzip magic number."""
+    """The file's bytes: gunzipped when it starts with the gzip magic number; a UTF-16 / UTF-32 file
+    (told by its byte-order mark) is a ValueError naming it, not text to skip byte by byte."""
     with open(path, "rb") as probe:
         magic = probe.read(2)
+    if magic in WIDE_MARKS:
+        raise ValueError(f"{path}: {WIDE_MARKS[magic]} text; lmforge reads UTF-8 "
+                         f"(iconv -f UTF-16 -t UTF-8 {path} > out.txt)")
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 

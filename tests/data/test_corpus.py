@@ -117,7 +117,7 @@ def test_byte_ranges_read_as_the_whole(tmp_path):
 
 
 def test_read_documents_keeps_its_contract(tmp_path):
-    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe text")
+    (tmp_path / "bad.txt").write_bytes(b"\x80\x81 text")  # not UTF-8 (and no byte-order mark)
     with pytest.warns(CorpusWarning), pytest.raises(ValueError, match="no text in .*not UTF-8"):
         read_documents([tmp_path / "bad.txt"])
     (tmp_path / "a.jsonl").write_text('{"text": "Mr. X left. Then Y."}\n')

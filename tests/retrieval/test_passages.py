@@ -85,3 +85,19 @@ def test_qa_jsonl_and_squad_files(tmp_path):
     assert records == [{"question": "Who met Cy?", "answers": ["Bo"], "positives": ["0"]}]
     with pytest.raises(ValueError, match=r"q.jsonl: question 1: positive passage id '9'"):
         check_positives([{"positives": ["9"]}], passages, "q.jsonl")
+
+
+def test_passages_without_string_text_are_refused_naming_the_file(tmp_path):
+    import warnings
+
+    from lmforge.retrieval.passages import load_passages
+
+    typed = tmp_path / "typed.jsonl"
+    typed.write_text('{"id": 1, "title": "a", "text": 5}\n')  # a number is not a passage's text
+    with pytest.raises(ValueError, match=r"typed\.jsonl: line 1: field 'text' missing or not a string"):
+        load_passages(str(typed))
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text('{"text": 5}\n')
+    with warnings.catch_warnings(), pytest.raises(ValueError, match=r"bare\.jsonl: no passages"):
+        warnings.simplefilter("ignore")
+        load_passages(str(bare))

@@ -85,8 +85,8 @@ def _passage(line: str, where: str) -> Passage:
         raise ValueError(f"{where}: not JSON ({err.msg})") from None
     if not isinstance(record, dict):
         raise ValueError(f"{where}: expected an object with id, title and text")
-    for key in ("id", "title", "text"):
-        if not isinstance(record.get(key), (str, int)) or isinstance(record.get(key), bool):
+    for key, kinds in (("id", (str, int)), ("title", str), ("text", str)):  # an id may be a number
+        if not isinstance(record.get(key), kinds) or isinstance(record.get(key), bool):
             raise ValueError(f"{where}: field {key!r} missing or not a string")
     return Passage(str(record["id"]), str(record["title"]), str(record["text"]))
 
@@ -124,4 +124,8 @@ def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list
             head = None
         if isinstance(head, dict) and {"id", "title", "text"} <= set(head):
             return read_passages(path)
-    return passages_from_documents(file_documents(source), words)
+    passages = passages_from_documents(file_documents(source), words)
+    if not passages:  # e.g. JSONL records whose "text" is no string: nothing to index
+        raise ValueError(f"{source}: no passages (no text; a passages file has id, title and text strings "
+                         f"per line)")
+    return passages

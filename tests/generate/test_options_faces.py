@@ -3,11 +3,8 @@ through the three faces (lmforge.generate, `lmforge generate`, POST /generate) b
 and the three accept and refuse alike, each refusal in its own clean form naming the setting, none slow."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
-import time
 from datetime import timedelta
 
 import pytest
@@ -16,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmforge
-from lmforge.cli import main
 from lmforge.config.options import OptionsError
 from lmforge.generate.options import GenerationOptions, sampling_from_temperature
 from lmforge.heads import attach
+from tests.faces import SECONDS, cli_verdict, timed
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -28,7 +25,6 @@ from lmforge.serve.app import create_app  # noqa: E402
 from lmforge.serve.models import load_served  # noqa: E402
 
 PROMPT = "the cat"
-SECONDS = 5.0
 NAN, INF = float("nan"), float("inf")
 WRONG = st.sampled_from(["abc", "", True, False, None, [1], {"a": 1}])  # never a number's text: the CLI reads text
 
@@ -78,11 +74,7 @@ def faces(tmp_path_factory):
         yield path, lmforge.load(path), ids, client
 
 
-def _timed(call):
-    start = time.monotonic()
-    out = call()
-    assert time.monotonic() - start < SECONDS, f"took {time.monotonic() - start:.1f} s"
-    return out
+_timed = timed
 
 
 def _python(model, ids, request: dict):
@@ -101,21 +93,7 @@ def _text(value) -> str:
 
 def _cli(path, request: dict):
     """None when accepted, else the one error line (exit status 2, nothing on standard output)."""
-    argv = ["generate", "--model", str(path), PROMPT]
-    for name, value in request.items():
-        argv.append(f"--{name.replace('_', '-')}={_text(value)}")
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = _timed(lambda: main(argv))
-        except SystemExit as exit_:  # argparse's own refusals
-            status = exit_.code
-    if status == 0:
-        return None
-    assert status == 2 and out.getvalue() == "", (status, out.getvalue())
-    line = err.getvalue()
-    assert line.count("\n") == 1 and "Traceback" not in line, line
-    return line
+    return cli_verdict(["generate", "--model", str(path), PROMPT], request, _text)
 
 
 def _server(client, request: dict):

@@ -3,10 +3,7 @@ type or not, go through the three faces built from EmbedOptions (lmforge.embed, 
 POST /embed) and the three accept and refuse alike, each refusal clean and naming the setting."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -14,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmforge
-from lmforge.cli import main
 from lmforge.config.options import OptionsError
+from tests.faces import SECONDS, cli_verdict, timed
 from tests.serve.conftest import _save, _tiny, _tokenizer
 
 fastapi = pytest.importorskip("fastapi")
@@ -25,7 +22,6 @@ from lmforge.serve.app import create_app  # noqa: E402
 from lmforge.serve.models import load_served  # noqa: E402
 
 TEXT = "the cat sat on the mat"
-SECONDS = 5.0
 NAN, INF = float("nan"), float("inf")
 WRONG = st.sampled_from(["abc", "", [1], {"a": 1}])  # never a number's or a bool's text: the CLI reads text
 FIELDS = {
@@ -49,11 +45,7 @@ def faces(tmp_path_factory):
         yield path, client
 
 
-def _timed(call):
-    start = time.monotonic()
-    out = call()
-    assert time.monotonic() - start < SECONDS, f"took {time.monotonic() - start:.1f} s"
-    return out
+_timed = timed
 
 
 def _python(path, request: dict):
@@ -66,24 +58,13 @@ def _python(path, request: dict):
     return None
 
 
+def _text(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else value
+
+
 def _cli(path, request: dict):
     """None when accepted, else the one error line (exit status 2, nothing on standard output)."""
-    argv = ["embed", "--model", str(path), TEXT]
-    for name, value in request.items():
-        text = repr(value) if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else value
-        argv.append(f"--{name.replace('_', '-')}={text}")
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = _timed(lambda: main(argv))
-        except SystemExit as exit_:  # argparse's own refusals
-            status = exit_.code
-    if status == 0:
-        return None
-    assert status == 2 and out.getvalue() == "", (status, out.getvalue())
-    line = err.getvalue()
-    assert line.count("\n") == 1 and "Traceback" not in line, line
-    return line
+    return cli_verdict(["embed", "--model", str(path), TEXT], request, _text)
 
 
 def _server(client, request: dict):

@@ -14,7 +14,6 @@ import html
 import json
 import re
 from importlib import resources
-from pathlib import Path
 
 import torch
 

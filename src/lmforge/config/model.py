@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from lmforge.config.checks import (ConfigError, choice, pattern_set, positive, validate_elmo, validate_ffn_sizes,
                                    validate_patterns, validate_pruned, validate_quantization,
-                                   validate_rotary_scaling, validate_windows)
+                                   validate_rotary_scaling)
 from lmforge.config.options import check_options, coerce, option
 from lmforge.utils.atomic import atomic_write_text
 

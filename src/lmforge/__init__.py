@@ -8,6 +8,7 @@ from lmforge.io import load, save
 from lmforge.model import ModelOutput, Transformer, from_config
 from lmforge.pipelines.embed import embed
 from lmforge.pipelines.fill_mask import fill_mask
+from lmforge.pipelines.rerank import rerank
 from lmforge.presets import PRESETS, get_config, tiny
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
@@ -22,4 +23,4 @@ def build(name: str | ModelConfig, **overrides) -> Transformer:
 
 __all__ = ["ConfigError", "OptionsError", "optimize", "convert", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
            "build", "embed", "features", "fill_mask", "from_config", "generate", "get_config", "load", "load_tokenizer",
-           "save", "tiny", "__version__"]
+           "rerank", "save", "tiny", "__version__"]

@@ -8,6 +8,8 @@
     lmforge retrieve reader --model all-MiniLM-L6-v2 --questions gcide --retriever runs/dpr/final \\
         --out runs/reader --steps 150 --k 5
     lmforge retrieve --index runs/ix --query "..." --reader runs/reader/final     (answers from the top k)
+    lmforge retrieve --index runs/ix --query "..." --rerank runs/rerank/final --candidates 20 --k 5
+                                               (a cross-encoder re-orders the top 20, the best 5 kept)
     lmforge retrieve ict --model all-MiniLM-L6-v2 --out runs/ict --steps 200      (inverse cloze warm start)
     lmforge retrieve realm --model all-MiniLM-L6-v2 --retriever runs/ict/final --out runs/realm --steps 300 \
         --k 4 --refresh-every 50      (REALM: salient-span MLM over retrieved passages; both encoders trained)
@@ -21,6 +23,8 @@ normalize, temperature, max_length).
 from __future__ import annotations
 
 import json
+
+from lmforge.cli.common import SEED, bounded
 
 
 def _options(args) -> tuple:
@@ -67,9 +71,32 @@ def cmd_query(args) -> None:
         raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
     if args.k < 1:
         raise UsageError(f"--k must be positive, got {args.k}")
+    _check_rerank(args)
     for result in query_index(args.index, args.query, args.k, args.method, args.query_model, args.backend,
-                              args.reader):
+                              args.reader, args.rerank, args.candidates):
         print(json.dumps(result, ensure_ascii=False))
+
+
+def _check_rerank(args) -> None:
+    """--rerank names a reranker directory; --candidates needs it and lies in [--k, MAX_CANDIDATES]."""
+    from pathlib import Path
+
+    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.jobs import MAX_CANDIDATES
+    from lmforge.tasks.finetune import task_info
+
+    if args.candidates is not None and not args.rerank:
+        raise UsageError("--candidates: give --rerank DIR too (the candidates are what it re-orders)")
+    if args.candidates is not None and not args.k <= args.candidates <= MAX_CANDIDATES:
+        raise UsageError(f"--candidates {args.candidates}: must be between --k {args.k} and {MAX_CANDIDATES}")
+    if args.rerank is None:
+        return
+    if not Path(args.rerank).is_dir():
+        raise UsageError(f"--rerank {args.rerank}: no such directory")
+    kind = task_info(args.rerank).get("kind")
+    if kind != "rerank":
+        raise UsageError(f"--rerank {args.rerank}: not a reranker (its task.json says {kind or 'nothing'}; "
+                         f"train one with lmforge finetune --task rerank)")
 
 
 def _train_config(args) -> tuple:
@@ -104,7 +131,7 @@ def _run_arguments(parser, questions_help: str) -> None:
     parser.add_argument("--questions", default="builtin", help=questions_help)
     parser.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
     parser.add_argument("--steps", type=int)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=bounded(int, *SEED), default=0)
     parser.add_argument("--config", help="YAML/JSON file of key: value options")
 
 
@@ -196,8 +223,8 @@ def _index_parser(sub, argparse) -> None:
     build.add_argument("--out", required=True, help="index directory")
     build.add_argument("--model", help="encoder for the dense index (a directory or all-MiniLM-L6-v2)")
     build.add_argument("--words", type=int, default=100, help="words per passage")
-    build.add_argument("--batch-size", type=int, default=64)
-    build.add_argument("--seed", type=int, default=0, help="the built-in corpus's seed")
+    build.add_argument("--batch-size", type=bounded(int, 1, 65536), default=64)
+    build.add_argument("--seed", type=bounded(int, *SEED), default=0, help="the built-in corpus's seed")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.add_argument("overrides", nargs="*", help="key=value encoder options (pooling, max_length, ...)")
     build.set_defaults(func=cmd_index_build)
@@ -208,7 +235,7 @@ def _reader_parser(actions, argparse) -> None:
                            epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_arguments(r, "builtin, gcide, or a SQuAD JSON / QA JSONL file")
     r.add_argument("--retriever", help="a trained DPR directory for the test passages (default: BM25)")
-    r.add_argument("--k", type=int, default=5, help="passages read per question")
+    r.add_argument("--k", type=bounded(int, 1, 1000), default=5, help="passages read per question")
     r.add_argument("--negatives", type=int, default=3, help="BM25 negatives per training question")
     r.add_argument("--max-len", type=int, default=128, help="tokens per question + passage")
     r.add_argument("overrides", nargs="*", help="key=value: training options")
@@ -222,7 +249,7 @@ def _corpus_arguments(parser, model_help: str) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
     parser.add_argument("--steps", type=int)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=bounded(int, *SEED), default=0)
     parser.add_argument("--config", help="YAML/JSON file of key: value options")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("overrides", nargs="*", help="key=value: training options")
@@ -233,7 +260,8 @@ def _realm_parser(actions, argparse) -> None:
                            epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
     _corpus_arguments(r, "the knowledge-augmented encoder to start from")
     r.add_argument("--retriever", help="Embed_input / Embed_doc to start from (default: --model)")
-    r.add_argument("--k", type=int, default=4, help="documents retrieved per masked input (0: the null one only)")
+    r.add_argument("--k", type=bounded(int, 0, 1000), default=4,
+                   help="documents retrieved per masked input (0: the null one only)")
     r.add_argument("--refresh-every", type=int, default=50, help="training forward passes between index refreshes")
     r.add_argument("--max-len", type=int, default=192, help="tokens of [CLS] x [SEP] z [SEP]")
     r.add_argument("--no-null-document", action="store_true", help="leave out the empty document")
@@ -245,7 +273,8 @@ def _ict_parser(actions, argparse) -> None:
                            epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
     _corpus_arguments(r, "encoder to start from")
     r.add_argument("--keep", type=float, default=0.1, help="probability the sentence stays in its context")
-    r.add_argument("--rounds", type=int, default=4, help="pseudo-questions drawn per passage")
+    r.add_argument("--rounds", type=bounded(int, 1, 1000), default=4,
+                   help="pseudo-questions drawn per passage")
     r.add_argument("--shared-encoder", action="store_true", help="one encoder for sentences and contexts")
     r.set_defaults(func=cmd_ict)
 
@@ -259,11 +288,14 @@ def add_parsers(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", help="index directory (lmforge index build)")
     p.add_argument("--query", action="append", help="a question (repeat for several)")
-    p.add_argument("--k", type=int, default=5, help="passages per query")
+    p.add_argument("--k", type=bounded(int, 1, 1_000_000), default=5, help="passages per query")
     p.add_argument("--method", default="dense", choices=("dense", "bm25"))
     p.add_argument("--model", dest="query_model", help="query encoder (default: the index's model)")
     p.add_argument("--backend", default="torch", choices=("torch", "faiss"))
     p.add_argument("--reader", help="an extractive reader directory (retrieve reader): answer from the top k")
+    p.add_argument("--rerank", metavar="DIR", help="a reranker (lmforge finetune --task rerank): re-order the "
+                   "retriever's top --candidates and keep the best --k")
+    p.add_argument("--candidates", type=int, help="passages retrieved for --rerank to re-order (default: --k)")
     p.set_defaults(func=cmd_query)
     actions = p.add_subparsers(dest="action")
     _reader_parser(actions, argparse)
@@ -273,7 +305,8 @@ def add_parsers(sub) -> None:
                                                    epilog=_epilog(True),
                                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_arguments(t, "builtin, gcide (a reverse dictionary: needs dict-gcide), or a SQuAD JSON / QA JSONL file")
-    t.add_argument("--hard-negatives", type=int, default=1, help="BM25 hard negatives per question")
+    t.add_argument("--hard-negatives", type=bounded(int, 0, 1000), default=1,
+                   help="BM25 hard negatives per question")
     t.add_argument("--separate-encoders", action="store_true",
                    help="train a passage encoder of its own (DPR's two encoders; default: one shared)")
     t.add_argument("--resume", action="store_true")

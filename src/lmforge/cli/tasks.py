@@ -22,6 +22,12 @@ the Transformer of Vaswani et al. from scratch (a preset: sized to --tokenizer):
         --columns source=article,target=highlights --out runs/sum prefix=summarize num_beams=4
     lmforge finetune --model transformer-base --tokenizer bpe-dir --task seq2seq --train en-de.csv \
         --out runs/ende --steps 100000
+
+--task rerank trains a cross-encoder (one score per query and document) on JSONL records of a query, its
+positive and its negatives (and a teacher's "scores" for loss=distill), validated by MRR@10 and recall@1:
+
+    lmforge finetune --model all-MiniLM-L6-v2 --task rerank --train pairs.jsonl --valid dev.jsonl \
+        --out runs/rerank loss=listwise negatives=7
 """
 from __future__ import annotations
 
@@ -30,7 +36,9 @@ import json
 import os
 import sys
 
-KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq")
+from lmforge.cli.common import SEED, bounded
+
+KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq", "rerank")
 SPLITS = ("train", "validation", "test")
 
 
@@ -63,8 +71,22 @@ def task_data(args, labelled: bool = True) -> tuple:
     files = {"train": ("--train", getattr(args, "train", None)),
              "validation": ("--valid", getattr(args, "valid", None)),
              "test": ("--data", getattr(args, "data", None))}
-    return args.task, {split: read_records(option, f, args.task, args.columns, labelled or split == "train")
+    read = _read_rerank if args.task == "rerank" else read_records
+    return args.task, {split: read(option, f, args.task, args.columns, labelled or split == "train")
                        for split, (option, f) in files.items() if f}
+
+
+def _read_rerank(option: str, path, kind: str, columns, labelled: bool) -> list:
+    """Rerank records (tasks/rerank.py: JSONL of query, positive, negatives[, scores]); --columns has no say."""
+    from lmforge.cli.common import UsageError
+    from lmforge.tasks.rerank import read_rerank
+
+    if columns:
+        raise UsageError("--columns: rerank records name their fields query, positive, negatives (and scores)")
+    try:
+        return read_rerank(path, labelled)
+    except OSError as err:
+        raise UsageError(f"{option} {path}: {err.strerror or err}") from None
 
 
 def check_model(name: str) -> None:
@@ -132,7 +154,7 @@ def cmd_evaluate(args) -> None:
     from lmforge.tasks.formats import check_labels, gold_given
 
     refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model),
-                     ("--tokenizer", args.tokenizer))
+                     ("--tokenizer", args.tokenizer), kind="file")
     if not args.builtin and not args.data:
         raise UsageError("give --data FILE or --builtin NAME")
     if args.batch_size is not None and args.batch_size < 1:
@@ -161,11 +183,12 @@ def _common(p) -> None:
     p.add_argument("--task", choices=KINDS, help="task type (default with --builtin: the task's own)")
     p.add_argument("--builtin", choices=("sentiment", "entailment", "tagging", "questions"),
                    help="a built-in corpus task instead of files")
-    p.add_argument("--builtin-size", type=int, default=1000, help="records of the built-in task (80/10/10)")
+    p.add_argument("--builtin-size", type=bounded(int, 10, 1_000_000), default=1000,
+                   help="records of the built-in task (80/10/10)")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold or "
                    "source=article,target=summary")
     p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
 
 
 def add_parsers(sub) -> None:

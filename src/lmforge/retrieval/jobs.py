@@ -51,32 +51,65 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
 
 
 def query_index(path, queries: list, k: int = 5, method: str = "dense", model: str | None = None,
-                backend: str = "torch", reader: str | None = None) -> list:
+                backend: str = "torch", reader: str | None = None, rerank: str | None = None,
+                candidates: int | None = None) -> list:
     """[{"query", "results": [{"rank", "id", "title", "score", "text"}]}] for each query, and with a
-    `reader` directory its "answer" ({"answer", "id", "score"}) read from those passages."""
+    `reader` directory its "answer" ({"answer", "id", "score"}) read from those passages. With a `rerank`
+    directory (a cross-encoder, lmforge finetune --task rerank) the retriever's top `candidates` (default
+    k) are re-ordered by it and the best k kept: "score" is then the reranker's relevance, beside the
+    retriever's "retriever_rank" and "retriever_score"."""
     path = Path(path)
     if method not in METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
+    if candidates is not None and (rerank is None or not k <= candidates <= MAX_CANDIDATES):
+        raise ValueError(f"candidates={candidates}: needs a reranker and k <= candidates <= {MAX_CANDIDATES}")
     passages = read_passages(path / "passages.jsonl")
-    if method == "bm25":
-        positions, scores = BM25Index.load(path / "bm25").search(queries, k)
-    else:
-        if not (path / "dense").is_dir():
-            raise ValueError(f"{path}: no dense index (build it with --model, or query with --method bm25)")
-        index = DenseIndex.load(path / "dense")
-        name = model or index.manifest.get("model") or ""
-        encoder = BiEncoder.from_dir(name)
-        index.check_encoder(encoder.width, encoder.fingerprint(), name)
-        scores, positions = index.search(encoder.encode(queries), k, backend=backend)
-        positions, scores = positions.numpy(), scores.numpy()
+    positions, scores = _search(path, passages, queries, candidates or k, method, model, backend)
     out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
                                      "score": round(float(s), 4), "text": passages[int(i)].text}
                                     for r, (i, s) in enumerate(zip(row, srow))]}
            for q, row, srow in zip(queries, positions, scores)]
+    if rerank:
+        out = _reranked(out, passages, rerank, k)
+        at = {p.id: i for i, p in enumerate(passages)}
+        positions = [[at[res["id"]] for res in o["results"]] for o in out]
     if reader:
         read = ExtractiveReader.from_dir(reader, trained=True).read
         for result, row in zip(out, positions):
             result["answer"] = read(result["query"], [passages[int(i)] for i in row])
+    return out
+
+
+MAX_CANDIDATES = 1000  # passages one query's reranking scores
+
+
+def _search(path: Path, passages: list, queries: list, k: int, method: str, model: str | None,
+            backend: str) -> tuple:
+    """(positions, scores) of each query's top k passages by BM25 or the dense index."""
+    if method == "bm25":
+        return BM25Index.load(path / "bm25").search(queries, k)
+    if not (path / "dense").is_dir():
+        raise ValueError(f"{path}: no dense index (build it with --model, or query with --method bm25)")
+    index = DenseIndex.load(path / "dense")
+    name = model or index.manifest.get("model") or ""
+    encoder = BiEncoder.from_dir(name)
+    index.check_encoder(encoder.width, encoder.fingerprint(), name)
+    scores, positions = index.search(encoder.encode(queries), k, backend=backend)
+    return positions.numpy(), scores.numpy()
+
+
+def _reranked(out: list, passages: list, rerank: str, k: int) -> list:
+    """The results re-ordered by the reranker, the best k kept."""
+    from lmforge.pipelines.rerank import Reranker
+    from lmforge.retrieval.rerank import rerank_ids
+
+    reranker, by_id = Reranker.load(rerank), {p.id: p for p in passages}
+    for o in out:
+        was = {res["id"]: res for res in o["results"]}
+        ids, scores = rerank_ids(reranker, o["query"], list(was), by_id)
+        o["results"] = [{**was[i], "rank": r + 1, "score": round(s, 4), "retriever_rank": was[i]["rank"],
+                         "retriever_score": was[i]["score"]}
+                        for r, (i, s) in enumerate(zip(ids[:k], scores[:k]))]
     return out
 
 

@@ -23,7 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lmforge import __version__
-from lmforge.serve import feature_routes, page, routes, streaming
+from lmforge.serve import feature_routes, page, rerank_routes, routes, streaming
 from lmforge.serve.body import checked_body
 from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import Admission, Limits, RequestError
@@ -274,7 +274,7 @@ def create_app(models: dict, limits: Limits | None = None, threads: int | None =
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Cancelled, _cancelled)  # not Exception's handler, which logs a traceback
     app.add_exception_handler(Exception, _server_error)
-    for module in (routes, feature_routes, streaming, page):
+    for module in (routes, feature_routes, rerank_routes, streaming, page):
         app.include_router(module.router)
         server.routes.update(route.path for route in module.router.routes)
     app.add_middleware(Guard, server=server)

@@ -1,4 +1,4 @@
-"""Routes of contextual features (POST /features) and of rerankers (POST /rerank, /v1/rerank).
+"""The route of contextual features (POST /features); the rerankers' are in rerank_routes.py.
 
 /features builds the request's FeatureOptions (analysis/feature_options.py), as `lmforge.features` and
 `lmforge features` do, so the three accept and refuse alike; the server's own limits speak first (413

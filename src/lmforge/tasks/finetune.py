@@ -30,6 +30,7 @@ from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import MODULES, Task, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.formats import check_labels, gold_given, source_of
+from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
@@ -79,6 +80,11 @@ class TaskConfig:
     num_beams: int = option(1, "seq2seq: beams when generating at evaluation; 1: greedy", low=1, high=64)
     max_new_tokens: int = option(64, "seq2seq: most tokens generated per example at evaluation",
                                  low=1, high=65536)
+    # rerank (tasks/rerank.py): declared once there, in RerankOptions
+    loss: str = rerank_option("loss")
+    negatives: int = rerank_option("negatives")
+    distill: str = rerank_option("distill")
+    temperature: float = rerank_option("temperature")
 
     def __post_init__(self) -> None:
         if self.text_to_text == "auto":

@@ -1,0 +1,122 @@
+"""Reranking with a fine-tuned cross-encoder (tasks/rerank.py): a query and documents -> each document's
+relevance, best first; `lmforge.rerank`, the server's /rerank and `lmforge retrieve --rerank` share it.
+
+    lmforge.rerank("runs/rerank/final", "which word means a traveller?", ["Wayfarer. One who ...", ...])
+    -> [(0, 0.97), (2, 0.41), (1, 0.03)]
+
+A document's score is the sigmoid of the cross-encoder's logit (a relevance in (0, 1), as
+sentence-transformers' CrossEncoder gives for one output); the order is the logits' (ties: the earlier
+document first). A (query, document) pair longer than the model's max_len tokens is cut (its tokens
+taken longest side first) and said so, or refused with truncate=false. RerankQueryOptions holds a
+request's settings for the three faces.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from lmforge.config.options import OptionsError, check_options, from_dict, option
+
+MAX_TOP_N = 10 ** 6
+
+
+@dataclass
+class RerankQueryOptions:
+    """One rerank request's settings (the server's documents are bounded by its max_documents)."""
+
+    top_n: Optional[int] = option(None, "keep the best n documents; null: all of them", low=1, high=MAX_TOP_N)
+    return_documents: bool = option(False, "put each document's text in its result")
+    truncate: bool = option(True, "cut a (query, document) pair longer than the model's max_len; false: refuse it")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+    @classmethod
+    def build(cls, options: Optional["RerankQueryOptions"] = None, fields: Optional[dict] = None,
+              from_text: bool = False) -> "RerankQueryOptions":
+        """`options` (or the defaults) with the fields that are not None changed; a bad one names the field."""
+        base = {} if options is None else {k: getattr(options, k) for k in cls.__dataclass_fields__}
+        return from_dict(cls, {**base, **{k: v for k, v in (fields or {}).items() if v is not None}}, "rerank",
+                         from_text=from_text)
+
+
+@dataclass
+class Ranked:
+    """One document's place: its index in the request, relevance, logit, tokens read, whether it was cut."""
+
+    index: int
+    score: float
+    logit: float
+    tokens: int
+    truncated: bool
+
+
+def relevance(logit: float) -> float:
+    """sigmoid(logit), in float64."""
+    return 1 / (1 + math.exp(-logit)) if logit >= 0 else math.exp(logit) / (1 + math.exp(logit))
+
+
+def order(logits: list) -> list:
+    """Document indices by logit, best first; ties keep the documents' order."""
+    return sorted(range(len(logits)), key=lambda i: (-logits[i], i))
+
+
+class Reranker:
+    """A fine-tuned RerankTask (its model, tokenizer and max_len) as a scorer of documents."""
+
+    def __init__(self, task) -> None:
+        if getattr(task, "kind", None) != "rerank":
+            raise ValueError(f"a reranker needs a model fine-tuned with --task rerank, not {getattr(task, 'kind', task)!r}")
+        self.task = task
+
+    @classmethod
+    def load(cls, model, device: str = "auto") -> "Reranker":
+        """A reranker directory (its task.json says rerank), a RerankTask or a Reranker."""
+        if isinstance(model, Reranker):
+            return model
+        if isinstance(model, (str, Path)):
+            from lmforge.tasks.finetune import fine_tuned_task
+
+            return cls(fine_tuned_task(model, [], kind="rerank", device=device).eval())
+        return cls(model)
+
+    def counts(self, query: str, documents: list) -> list:
+        """Tokens of each whole (query, document) pair, specials included."""
+        return [len(self.task.tokenizer.encode(query, d).ids) for d in documents]
+
+    def rank(self, query: str, documents: list, options: RerankQueryOptions | None = None,
+             batch_size: int = 64) -> list:
+        """Ranked documents, best first (top_n of them); a pair over max_len refused unless truncate."""
+        options = options or RerankQueryOptions()
+        _check_texts(query, documents)
+        counts = self.counts(query, documents)
+        limit = self.task.max_len
+        too_long = next((i for i, n in enumerate(counts) if n > limit), None)
+        if too_long is not None and not options.truncate:
+            raise OptionsError(f"document {too_long} makes {counts[too_long]} tokens with the query, more than the "
+                               f"model's max_len={limit}; send truncate=true to cut it", "truncate")
+        logits = self.task.pair_scores(query, documents, batch_size)
+        ranked = [Ranked(i, relevance(logits[i]), logits[i], min(counts[i], limit), counts[i] > limit)
+                  for i in order(logits)]
+        return ranked[:options.top_n] if options.top_n else ranked
+
+
+def _check_texts(query, documents) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise OptionsError("query must be non-empty text", "query")
+    if isinstance(documents, str) or not isinstance(documents, (list, tuple)) or not documents:
+        raise OptionsError("documents must be a non-empty list of texts", "documents")
+    for i, d in enumerate(documents):
+        if not isinstance(d, str):
+            raise OptionsError(f"documents[{i}] must be text, got {type(d).__name__}", "documents")
+
+
+def rerank(model, query: str, documents: list, top_n: int | None = None, truncate: bool | None = None,
+           batch_size: int = 64) -> list:
+    """[(index, score)] of `documents` for `query`, best first (the best `top_n`); `model` is a reranker
+    directory (lmforge finetune --task rerank), a RerankTask or a Reranker. The server's /rerank gives the
+    same order and scores."""
+    options = RerankQueryOptions.build(fields={"top_n": top_n, "truncate": truncate})
+    return [(r.index, r.score) for r in Reranker.load(model).rank(query, list(documents), options, batch_size)]

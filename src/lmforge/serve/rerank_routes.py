@@ -1,0 +1,131 @@
+"""Rerank routes: POST /rerank and POST /v1/rerank (Jina's and Cohere's shape) score a query against
+documents with a served reranker (task.json kind rerank) and answer them best first.
+
+    {"model", "query", "documents": ["...", {"text": "..."}], "top_n", "return_documents", "truncate"}
+    -> {"model", "results": [{"index", "relevance_score", "truncated", "document": {"text"}?}], "usage"}
+
+The request's settings are pipelines/rerank.py's RerankQueryOptions, as `lmforge.rerank` takes them, and the
+scores are computed as there (Reranker: the sigmoid of the logit, ordered by logit), so the two answer alike.
+The limits speak before any work: 413 past max_documents, a pair past the model's max_len without truncate
+(max_seq_len) or a request past max_request_tokens; each pair's tokens are counted on the event loop's
+tokenizer, and the pairs run batched with other requests' pairs of the same model.
+"""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field, create_model
+
+from lmforge.pipelines.rerank import RerankQueryOptions, order, relevance
+from lmforge.serve import ops
+from lmforge.serve.limits import MAX_TOKEN_CHARS, RequestError, check_text, fit_lengths, too_large
+from lmforge.serve.option_schemas import options_fields
+from lmforge.serve.routes import ERRORS, build_options, count_tokens, split
+from lmforge.serve.schemas import EXACT, MODEL_FIELD, JSONBody
+
+router = APIRouter(responses=ERRORS)
+
+
+class RerankDocument(BaseModel):
+    """A document given as an object (Jina's and Cohere's {"text": ...})."""
+
+    model_config = EXACT
+    text: str
+
+
+class RerankBase(BaseModel):
+    """A query, the documents to score against it, and the reranker that reads them."""
+
+    model_config = EXACT
+    query: str = Field(..., description="the query (or question)")
+    documents: list[str | RerankDocument] = Field(..., description="texts, or objects {\"text\": ...}; at most "
+                                                  "max_documents of them (/info)")
+    model: str | None = MODEL_FIELD
+
+
+RerankRequest = create_model("RerankRequest", __base__=RerankBase, __module__=__name__,
+                             __doc__="Rerank documents for a query (lmforge.rerank's RerankQueryOptions).",
+                             **options_fields(RerankQueryOptions))
+
+
+class RerankResult(BaseModel):
+    """One document: its index in the request, its relevance (sigmoid of the logit), whether it was cut."""
+
+    index: int
+    relevance_score: float
+    truncated: bool
+    document: RerankDocument | None = None
+
+
+class RerankUsage(BaseModel):
+    """Tokens read, every (query, document) pair after truncation."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class RerankResponse(BaseModel):
+    """The documents best first (the best top_n)."""
+
+    model: str
+    results: list[RerankResult]
+    usage: RerankUsage
+
+
+def rerank_batch(served, payloads: list) -> list:
+    """The logits of every job's (query, document) pairs from one pass of the task (Task.outputs)."""
+    task = served.task
+    examples = [{"pairs": [task.encode_text(p["query"], d)]} for p in payloads for d in p["documents"]]
+    logits = [s[0] for s in task.outputs(examples, batch_size=max(1, len(examples)))]
+    out, at = [], 0
+    for p in payloads:
+        out.append(logits[at:at + len(p["documents"])])
+        at += len(p["documents"])
+    return out
+
+
+ops.BATCHED["rerank"] = rerank_batch  # the workers' table of batched jobs (ops.py): this route's kind
+
+
+async def _pair_lengths(server, served, query: str, documents: list, truncate: bool) -> tuple:
+    """(documents cut to what the model can read, each pair's tokens within max_len, each pair's whole count)."""
+    limit = served.task.max_len
+    room = limit * MAX_TOKEN_CHARS  # no token spans more characters: the rest of a longer text is never read
+    query, heads = query[:room], [d[:room] for d in documents]
+    counts = await count_tokens(server, served, [query] * len(heads), heads)
+    try:
+        lengths = fit_lengths(counts, limit, truncate, server.limits)
+    except RequestError as err:
+        if err.param != "max_seq_len":
+            raise
+        i = next(i for i, n in enumerate(counts) if n > limit)
+        raise too_large("max_seq_len", f"documents.{i}: with the query it is {counts[i]} tokens, more than the "
+                        f"reranker's max_len={limit}; send truncate: true to cut it") from None
+    return query, heads, lengths, counts
+
+
+@router.post("/rerank", response_model=RerankResponse, tags=["rerank"])
+@router.post("/v1/rerank", response_model=RerankResponse, tags=["rerank"])
+async def rerank(body: RerankRequest, request: Request):
+    """A reranker's relevance of each document to the query, best first (Jina / Cohere rerank shape)."""
+    server = request.app.state.server
+    served = server.pick(body.model, "rerank")
+    options = build_options(RerankQueryOptions, body)
+    documents = [d if isinstance(d, str) else d.text for d in body.documents]
+    if len(documents) > server.limits.max_documents:
+        raise too_large("max_documents", f"documents: {len(documents)}, more than max_documents="
+                        f"{server.limits.max_documents}")
+    if not documents:
+        raise RequestError(422, "documents: send at least one document", param="documents")
+    if not body.query.strip():
+        raise RequestError(422, "query: send a non-empty query", param="query")
+    check_text("query", body.query, server.limits)
+    query, heads, lengths, counts = await _pair_lengths(server, served, body.query, documents, options.truncate)
+    parts = [({"query": query, "documents": run}, n, len(run)) for run, n in split(heads, lengths, server.limits)]
+    results = await server.run("rerank", served, parts, key=("rerank", served.name), interleave=True)
+    logits = [s for part in results for s in part]
+    ranked = order(logits)[:options.top_n] if options.top_n else order(logits)
+    answer = [{"index": i, "relevance_score": relevance(logits[i]), "truncated": counts[i] > served.task.max_len,
+               **({"document": {"text": documents[i]}} if options.return_documents else {})} for i in ranked]
+    tokens = sum(lengths)
+    return JSONBody({"model": served.name, "results": answer,
+                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})

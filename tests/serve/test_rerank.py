@@ -1,0 +1,103 @@
+"""POST /rerank and /v1/rerank against a real server: the same order and scores as `lmforge.rerank` offline,
+top_n and return_documents, truncation said per document, and every refusal naming its field (422) or its
+limit (413); the spec and /v1/models list the routes and the capability."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.config.options import OptionsError
+from lmforge.tasks.finetune import TaskConfig, make_task, save_model
+from tests.serve.conftest import TEXTS, _tiny, _tokenizer, start_server
+
+QUERY = "the small cat sat on the mat"
+DOCS = TEXTS[:6] + ["a dog", "the old fox near the river today"]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("rerank-models")
+    tokenizer = _tokenizer("bert")
+    model = _tiny("bert-base", tokenizer, 7, max_seq_len=128)
+    torch.manual_seed(7)
+    task = make_task("rerank", model, tokenizer, [], TaskConfig(max_len=24))
+    plain = _tiny("bert-base", tokenizer, 8, max_seq_len=128)
+    plain.save(root / "plain")
+    tokenizer.save(root / "plain")
+    return {"rr": save_model(task, root / "rr"), "plain": root / "plain"}
+
+
+@pytest.fixture(scope="module")
+def served(dirs, tmp_path_factory):
+    server = start_server(dirs, ("rr", "plain"), tmp_path_factory.mktemp("logs") / "rerank.log",
+                          "--max-documents", "8", "--max-batch-items", "3", "--max-request-tokens", "170")
+    yield server
+    server.stop()
+
+
+def test_rerank_gives_the_offline_order_and_scores(served, dirs):
+    documents = [d if i % 2 else {"text": d} for i, d in enumerate(DOCS)]
+    answer = served.client().post("/rerank", json={"query": QUERY, "documents": documents})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    offline = lmforge.rerank(dirs["rr"], QUERY, DOCS)
+    assert [r["index"] for r in body["results"]] == [i for i, _ in offline]  # split into 3 jobs, batched
+    assert [r["relevance_score"] for r in body["results"]] == pytest.approx([s for _, s in offline], abs=1e-5)
+    assert body["model"] == "rr" and not any(r["truncated"] for r in body["results"])
+    assert "document" not in body["results"][0] and body["usage"]["total_tokens"] > len(DOCS)
+    assert len({s for _, s in offline}) == len(DOCS)  # distinct scores: the order is a real one
+
+
+def test_v1_rerank_top_n_and_documents(served, dirs):
+    answer = served.client().post("/v1/rerank", json={"model": "rr", "query": QUERY, "documents": DOCS,
+                                                     "top_n": 2, "return_documents": True})
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    best = lmforge.rerank(dirs["rr"], QUERY, DOCS, top_n=2)
+    assert [r["index"] for r in results] == [i for i, _ in best]
+    assert [r["document"]["text"] for r in results] == [DOCS[i] for i, _ in best]
+
+
+def test_truncation_is_said_per_document_or_refused(served, dirs):
+    long = " ".join(["the old fox near the river"] * 20)
+    answer = served.client().post("/rerank", json={"query": QUERY, "documents": ["a dog", long]})
+    assert answer.status_code == 200, answer.text
+    assert {r["index"]: r["truncated"] for r in answer.json()["results"]} == {0: False, 1: True}
+    assert [r["index"] for r in answer.json()["results"]] == [i for i, _ in lmforge.rerank(dirs["rr"], QUERY,
+                                                                                           ["a dog", long])]
+    refused = served.client().post("/rerank", json={"query": QUERY, "documents": ["a dog", long],
+                                                    "truncate": False})
+    assert refused.status_code == 413 and refused.json()["error"]["param"] == "max_seq_len"
+    assert "documents.1" in refused.json()["error"]["message"]
+    with pytest.raises(OptionsError, match="document 1 makes") as err:
+        lmforge.rerank(dirs["rr"], QUERY, ["a dog", long], truncate=False)
+    assert err.value.field == "truncate"
+
+
+@pytest.mark.parametrize("body,status,param", [
+    ({"query": QUERY, "documents": ["a dog"] * 9}, 413, "max_documents"),
+    ({"query": QUERY, "documents": [" ".join(["fox river"] * 9)] * 8}, 413, "max_request_tokens"),
+    ({"query": QUERY, "documents": []}, 422, "documents"),
+    ({"query": " ", "documents": ["a dog"]}, 422, "query"),
+    ({"query": QUERY, "documents": ["a dog"], "top_n": 0}, 422, "top_n"),
+    ({"query": QUERY, "documents": ["a dog"], "top_n": "2"}, 422, "top_n"),
+    ({"query": QUERY, "documents": [{"txt": "a dog"}]}, 422, "documents.0"),
+    ({"query": QUERY, "documents": ["a dog"], "rank_fields": ["x"]}, 422, "rank_fields"),
+    ({"documents": ["a dog"]}, 422, "query"),
+    ({"model": "plain", "query": QUERY, "documents": ["a dog"]}, 400, "model"),
+    ({"model": "nope", "query": QUERY, "documents": ["a dog"]}, 404, "model"),
+])
+def test_refusals_name_the_field_or_limit(served, body, status, param):
+    answer = served.client().post("/rerank", json=body)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["error"]["param"] == param
+
+
+def test_spec_and_model_list(served):
+    client = served.client()
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/rerank", "/v1/rerank"} <= set(paths)
+    capabilities = {m["id"]: m["capabilities"] for m in client.get("/v1/models").json()["data"]}
+    assert "rerank" in capabilities["rr"] and "predict" not in capabilities["rr"]
+    assert "rerank" not in capabilities["plain"]

@@ -9,7 +9,7 @@ the layers reading a LayerNorm smoothed first (SmoothQuant: outlier channels mov
 calibrated on --calibration text or random tokens);
 weight-only: activations not quantised (decoding, where the time is reading the weights). Each layer
 runs the kernel this machine measures fastest, fp32 included (the report lists the choices).
-The model is saved under --out/model (loadable by every command); quantize.json beside it.
+The model is saved under --out/model, quantize.json beside it; every loader reads --out itself too.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from lmforge import elmo as _elmo
 from lmforge import model as _model
 from lmforge.io.files import CheckpointError, load_state_strict, load_weights, save_tensors
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
-from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, model_dir
+from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, inside_job_folder, model_dir
 from lmforge.model import Transformer
 
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path) -> path)
@@ -37,8 +37,9 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
 
 
 def load(path: str | os.PathLike) -> Transformer:
-    """Read an lmforge or a foreign (Hugging Face) model directory, heads included."""
-    path = Path(path)
+    """Read an lmforge or a foreign (Hugging Face) model directory (or a job's output folder holding
+    one in model/ or final/), heads included."""
+    path = inside_job_folder(Path(path))
     meta = read_meta(path)
     if meta.get("format") == FORMAT:
         return load_native(path, meta)

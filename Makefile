@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # the package itself accepts any torch>=2.4,<3.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-all bench docs clean
+.PHONY: demo test test-slow test-all bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,13 @@ demo: $(VENV)/.installed
 		mv runs/demo $$kept && echo "the earlier demo run is now in $$kept"; fi
 	$(VENV)/bin/lmforge demo --out runs/demo
 
+# the default suite (minutes): every contract, parity and refusal test; long end-to-end runs are
+# marked slow and left to `make test-slow` (CI runs both: .ci/run)
 test: $(VENV)/.dev-installed
 	$(PY) -m pytest -q
+
+test-slow: $(VENV)/.dev-installed
+	$(PY) -m pytest -q -m slow
 
 test-all: $(VENV)/.dev-installed
 	$(PY) -m pytest -q -m ''

@@ -94,9 +94,50 @@ def _deterministic():
 
 
 @pytest.fixture
+def few_probes(monkeypatch):
+    """Pretraining on the built-in corpus scores 800 cloze probes before and after (most of a tiny
+    run's time): a test that does not read probes.json scores 8 (pytestmark usefixtures)."""
+    import lmforge.train.pretrain as pretrain
+
+    monkeypatch.setattr(pretrain, "PROBES_PER_KIND", 1)
+
+
+@pytest.fixture
 def one_thread():
     """Tiny matrices: one thread avoids waiting on a busy second core (pytestmark usefixtures)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+# --- the end of a run says what was skipped and what installs it ---
+
+# modules the suite imports-or-skips: the command that installs each (the dev extra holds most)
+_INSTALL = {"faiss": "pip install faiss-cpu", "sacrebleu": "pip install sacrebleu",
+            "rouge_score": "pip install rouge-score"}
+_DEV = "pip install -e '.[dev]'"
+
+
+def _skip_reason(report) -> str:
+    """A skip's reason, with the command that installs a missing module (importorskip's reasons)."""
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if reason.startswith("could not import "):
+        module = reason.split("'")[1].split(".")[0]
+        return f"no {module} ({_INSTALL.get(module, _DEV)})"
+    return reason
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Group the skipped tests by reason, most first, so that a run says what it did not test."""
+    reports = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "when", "") != "teardown"]
+    if not reports:
+        return
+    counts: dict = {}
+    for report in reports:
+        reason = _skip_reason(report)
+        counts[reason] = counts.get(reason, 0) + 1
+    terminalreporter.write_sep("-", f"{len(reports)} skipped")
+    for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        terminalreporter.write_line(f"{n} skipped: {reason}")

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 import lmforge
 from lmforge.cli import main
 
@@ -31,6 +33,9 @@ def test_bad_input_exits_2_with_one_line(capsys):
     assert main(["inspect", "gpt2", "nonsense"]) == 2
 
 
+# slow (pretraining, two fine-tunes and their plots in one run): each step is its command's own test
+# (tests/test_pretrain.py, tests/tasks/test_task_cli.py); the whole job is CI's `make test-slow`
+@pytest.mark.slow
 def test_demo_runs_the_main_job_end_to_end(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--quick"]) == 0
     report = json.loads((tmp_path / "report.json").read_text())

@@ -36,6 +36,7 @@ HEADS = {"nsp": {"lm", "nsp"}, "clm": {"lm"}, "wwm": {"lm"}, "span": {"lm"}, "st
          "rtd": {"rtd"}}
 
 
+@pytest.mark.usefixtures("few_probes")  # tests/conftest.py
 @pytest.mark.parametrize("objective,preset", [("nsp", "bert-tiny"), ("clm", "gpt2"), ("wwm", "bert-tiny"),
                                               ("span", "bert-tiny"), ("structural", "bert-tiny"),
                                               ("rtd", "electra-small")])
@@ -64,13 +65,19 @@ def test_read_documents_splits_blocks_and_sentences(tmp_path):
     assert read_documents([tmp_path / "a.txt"]) == [["One.", "Two!", "Three?"], ["Four."]]
 
 
+@pytest.mark.usefixtures("few_probes")
 def test_distillation_and_static_masking_through_the_cli(tmp_path, capsys):
     teacher_dir = tmp_path / "teacher"
-    common = ["--steps", "2", "batch_size=2", "progress=false", "max_seq_len=64"]
+    common = ["--steps", "2", "batch_size=2", "progress=false"]
     assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(teacher_dir),
-                 "--duplication", "3", *common, "n_layers=2", "d_model=32", "n_heads=2", "d_ff=64"]) == 0
+                 "--duplication", "3", *common, "n_layers=2", "d_model=32", "n_heads=2", "d_ff=64",
+                 "max_seq_len=64"]) == 0
     teacher = lmforge.load(teacher_dir / "final")
     student_dir = tmp_path / "student"
+    # the student is the teacher's every other layer: a model config field is refused, not ignored
+    assert main(["pretrain", "--objective", "distillation", "--teacher", str(teacher_dir / "final"),
+                 "--out", str(student_dir), *common, "max_seq_len=32"]) == 2
+    assert "max_seq_len" in capsys.readouterr().err and not student_dir.exists()
     assert main(["pretrain", "--objective", "distillation", "--teacher", str(teacher_dir / "final"),
                  "--out", str(student_dir), *common]) == 0
     student = lmforge.load(student_dir / "final")

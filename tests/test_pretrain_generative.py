@@ -11,6 +11,7 @@ from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig
 
 TINY = dict(n_layers=1, d_model=32, n_heads=2, d_ff=64, max_seq_len=64)
+pytestmark = pytest.mark.usefixtures("few_probes")  # tests/conftest.py
 
 
 def _losses(out):

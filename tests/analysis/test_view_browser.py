@@ -21,9 +21,10 @@ from lmforge.analysis.attention import attention_maps
 from lmforge.analysis.view import write_html
 from lmforge.tokenizer import train_tokenizer
 from tests.analysis.test_view import peaked_maps
-from tests.browser import CHROMIUM, Pipe
+from tests import requires
+from tests.browser import Pipe
 
-pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+pytestmark = [requires.chromium,
               pytest.mark.usefixtures("one_thread")]
 
 TEXTS = [f"the {a} {b} sat on the {c} near {d} river" for a in ("small", "red", "old", "quick")

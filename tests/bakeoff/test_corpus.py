@@ -5,7 +5,8 @@ import gzip
 
 import pytest
 
-from lmforge.bakeoff.corpus import DICTD, SOURCES, clean, dictd_path, documents, entries, topic_task
+from lmforge.bakeoff.corpus import SOURCES, clean, dictd_path, documents, entries, topic_task
+from tests import requires
 
 FOLDOC = """00-database-short
      The Free On-line Dictionary of Computing
@@ -52,9 +53,8 @@ def test_a_missing_dictionary_names_its_debian_package(tmp_path):
         dictd_path("jargon", tmp_path)
 
 
+@requires.dictionary("foldoc")
 def test_installed_foldoc_gives_a_balanced_topic_task():
-    if not (DICTD / "foldoc.dict.dz").is_file():
-        pytest.skip("dict-foldoc is not installed")
     splits = topic_task(n_per_label=20, seed=1)
     train = splits["train"]
     assert len(train) + len(splits["validation"]) + len(splits["test"]) == 80

@@ -6,6 +6,7 @@ import pytest
 pytest.importorskip("transformers")
 
 
+@pytest.mark.slow  # a benchmark harness, not the library: CI's `make test-slow` runs it
 def test_tiny_cpu_run_writes_every_measurement(tmp_path):
     from bench.gpu import main
 

@@ -3,7 +3,8 @@ import gzip
 
 import pytest
 
-from lmforge.data.dictionary import FIELDS, GCIDE, definitions, field_task, pos_task, read_gcide
+from lmforge.data.dictionary import FIELDS, definitions, field_task, pos_task, read_gcide
+from tests import requires
 
 # four entries in GCIDE's layout (head line, inflections, etymology, numbered senses, source marks)
 EXCERPT = """\
@@ -79,7 +80,10 @@ def test_the_dictzip_file_reads_as_gzip(tmp_path):
     assert read_gcide(path) == EXCERPT
 
 
-@pytest.mark.skipif(not GCIDE.is_file(), reason="needs Debian's dict-gcide")
+# slow (the whole 13 MB dictionary, read twice): the layout is read by the tests above on entries written
+# in it, and the tasks' splits on those; CI's `make test-slow` reads the real file
+@pytest.mark.slow
+@requires.dictionary("gcide")
 def test_the_installed_dictionary_gives_tens_of_thousands_of_definitions():
     found = definitions()
     assert len(found) > 50_000

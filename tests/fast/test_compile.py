@@ -15,7 +15,6 @@ from lmforge.heads import attach
 FAMILIES = ["bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-small", "spanbert-base",
             "xlnet-base", "openai-gpt", "gpt2", "llama-3.2-1b", "mistral-7b", "bloom-560m", "t5-small",
             "bart-base", "transformer-base", "longformer-base", "bigbird-base"]
-QUICK = ["bert-base", "gpt2"]
 
 
 def _model(name: str):
@@ -57,8 +56,13 @@ def _check(name: str, backend: str, optimized: bool, backward: bool = False) -> 
         assert any(p.grad is not None for p in model.parameters())
 
 
-@pytest.mark.parametrize("optimized", [False, True], ids=["plain", "optimized"])
-@pytest.mark.parametrize("name", QUICK)
+# an encoder plain and a decoder optimized here (each a few seconds of tracing); the other two pairs,
+# and every family, in the slow suite
+@pytest.mark.parametrize("name, optimized", [
+    pytest.param("bert-base", False, id="bert-base-plain"),
+    pytest.param("bert-base", True, id="bert-base-optimized", marks=pytest.mark.slow),
+    pytest.param("gpt2", False, id="gpt2-plain", marks=pytest.mark.slow),
+    pytest.param("gpt2", True, id="gpt2-optimized")])
 def test_compiled_model_matches_eager(name, optimized):
     _check(name, "aot_eager", optimized)
 

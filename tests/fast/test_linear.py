@@ -173,15 +173,18 @@ def test_models_give_the_same_outputs_and_tokens_with_transient_buffers(monkeypa
     linear.release_scratch()
 
 
-@pytest.mark.parametrize("library", ["/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
-                                     "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"])
+ALLOCATORS = {"/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4": "libtcmalloc-minimal4",
+              "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2": "libjemalloc2"}
+
+
+@pytest.mark.parametrize("library", list(ALLOCATORS))
 def test_no_scratch_buffers_under_an_allocator_that_pools_large_blocks(library):
     import os
     import subprocess
     import sys
 
     if not os.path.isfile(library):
-        pytest.skip(f"{library} is not installed")
+        pytest.skip(f"no {os.path.basename(library)} (apt-get install {ALLOCATORS[library]})")
     probe = "import lmforge.fast.linear as L; print(L.pooling_allocator(), L.SCRATCH_MIN_BYTES > 1 << 40)"
     run = [sys.executable, "-c", probe]
     pooled = subprocess.run(run, env={**os.environ, "LD_PRELOAD": library}, capture_output=True, text=True,

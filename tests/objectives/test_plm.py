@@ -146,6 +146,7 @@ def test_refuses_a_model_without_two_stream_attention():
         _objective(K=1)
 
 
+@pytest.mark.usefixtures("few_probes")  # tests/conftest.py
 def test_pretrain_plm_on_the_builtin_corpus(tmp_path, capsys):
     args = ["pretrain", "--preset", "xlnet-base", "--objective", "plm", "--out", str(tmp_path), "--steps", "2",
             "batch_size=2", "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64"]

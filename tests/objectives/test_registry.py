@@ -62,6 +62,7 @@ def toy():
 
 # --- the tests ---
 
+@pytest.mark.usefixtures("few_probes")  # tests/conftest.py
 def test_a_new_objective_trains_through_pretrain_and_the_cli(toy, tmp_path, capsys):
     train = TrainConfig(steps=2, batch_size=2, progress=False)
     model = pretrain("bert-tiny", "copy", tmp_path, train, n_docs=60, vocab_size=300, overrides=TINY,

@@ -16,8 +16,9 @@ def _bert():
 
 
 def _gpt2():
+    # special ids inside the tiny vocabulary (GPT-2's own 50256 is refused on load: outside [0, 99))
     return transformers.GPT2Model(transformers.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4,
-                                                          n_positions=64))
+                                                          n_positions=64, bos_token_id=0, eos_token_id=0))
 
 
 def _llama():

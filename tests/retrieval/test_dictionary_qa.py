@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from lmforge.data.dictionary import GCIDE
 from lmforge.retrieval.dictionary_qa import PREFIX, dictionary_questions, paraphrase, synonyms
+from tests import requires
 
 ENTRIES = [("Wayfarer", "noun", "One who travels; a traveler; a passenger."),
            ("Traveler", "noun", "One who journeys; a wayfarer."),
@@ -51,7 +51,7 @@ def test_questions_point_at_the_entry_that_answers_them():
 
 
 @pytest.mark.slow  # ~15 s: parses the whole dictionary and indexes 10,000 entries
-@pytest.mark.skipif(not GCIDE.is_file(), reason="needs Debian's dict-gcide")
+@requires.dictionary("gcide")
 def test_on_the_real_dictionary_bm25_alone_misses_some():
     from lmforge.retrieval.bm25 import BM25Index
     from lmforge.retrieval.evaluate import bm25_rankings, recall_at_k

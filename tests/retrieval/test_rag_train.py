@@ -114,6 +114,10 @@ def _copy_task(tok, n: int, titles: int, seed: int) -> tuple:
     return examples, [[t, *torch.randint(10, V, (4,), generator=rng).tolist()] for t in title]
 
 
+# slow (600 steps): what each step is made of is the faster tests' (the generator's inputs hold the
+# question and each retrieved passage, the gradient reaches the question encoder, closed book is the
+# answer's NLL); that the steps add up to learning is CI's `make test-slow`
+@pytest.mark.slow
 def test_the_generator_learns_to_copy_the_retrieved_passages_title_to_questions_it_never_saw(parts):
     tok, titles = parts[2], 8
     examples, texts = _copy_task(tok, 600, titles, seed=0)

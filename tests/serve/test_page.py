@@ -12,9 +12,10 @@ import torch
 from matplotlib.image import imread
 
 from lmforge.pipelines.embed import SentenceEncoder
-from tests.browser import CHROMIUM, Pipe, run_once
+from tests import requires
+from tests.browser import Pipe, run_once
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
+pytestmark = requires.chromium
 RESULT = ("(() => { const r = document.getElementById('result'); "
           "return r.dataset.state === 'done' && r.textContent; })()")
 

@@ -281,8 +281,10 @@ def test_limits_refuse_nonsense():
 
 HEAP_PROBE = """
 import ctypes, sys
-from lmforge.serve import worker
-bounded = worker.bound_heap() if sys.argv[1] == "bound" else False
+bounded = False
+if sys.argv[1] == "bound":  # glibc's default needs no lmforge (whose import is most of a probe's time)
+    from lmforge.serve import worker
+    bounded = worker.bound_heap()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
 libc.free(libc.malloc(16 << 20))  # glibc's moving threshold would now let blocks under 16 MiB into the heap

@@ -69,7 +69,7 @@ def test_qa_options_reach_the_task_and_its_task_json(model_dir, tmp_path):
     (["--builtin", "sentiment", "--out", "o", "n_layers=1"], "model config fields apply to presets only"),
     (["--builtin", "sentiment", "--out", "o", "frozen=1"], "model config fields apply to presets only"),
     (["--builtin", "sentiment", "--out", "o", "layer_decay=2"], "layer_decay must be a finite number > 0 and <= 1"),
-    (["--builtin", "questions", "--out", "o", "n_best=0"], "n_best must be a finite number >= 1 and <= 1000"),
+    (["--builtin", "questions", "--out", "o", "n_best=0"], "n_best must be an integer >= 1 and <= 1000"),
     (["--builtin", "questions", "--out", "o", "max_answer_len=2.5"], "max_answer_len must be a whole number"),
 ])
 def test_finetune_usage_errors_exit_2(model_dir, capsys, args, message):

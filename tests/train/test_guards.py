@@ -20,9 +20,13 @@ def _all_saved_weights(out):
 
 
 def test_weights_past_float_range_stop_the_run_and_nothing_non_finite_is_saved(tmp_path):
-    # lr=1e39 leaves the loss finite at step 1 but sends the updated weights to inf / NaN
+    # lr=10 and weight_decay=10 scale every decayed weight by 1 - 100 = -99 in step 1's update: a
+    # position row that no example reaches (1e37) leaves the loss finite and overflows to -inf
     objective = mlm_objective()
-    trainer = Trainer(objective, toy_data(), quick(steps=4, save_every=1, lr=1e39), tmp_path)
+    with torch.no_grad():
+        objective.model.embed.positions.weight[-1] = 1e37
+    trainer = Trainer(objective, toy_data(), quick(steps=4, save_every=1, lr=10, weight_decay=10, warmup=1),
+                      tmp_path)
     with pytest.raises(TrainingDiverged, match=r"weights are not finite .* step 1.*last good checkpoint: none"):
         trainer.fit()
     assert not (tmp_path / "final").exists() and not list((tmp_path / "checkpoints").glob("step-*"))
@@ -72,13 +76,16 @@ def test_the_weight_check_costs_little_on_a_tiny_step(tmp_path):
 def test_divergence_through_the_cli_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "text.txt").write_text("".join(f"Sentence {i} of the text. Another one {i}.\n\n" for i in range(200)))
     out = tmp_path / "run"
-    args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "3",
-            "lr=1e39", "save_every=1", "batch_size=4", "progress=false", "warmup=1", "n_layers=1", "d_model=32",
-            "n_heads=2", "d_ff=64", "max_seq_len=64", "--data", str(tmp_path / "text.txt")]
+    # lr=10 with weight_decay=10 multiplies the decayed weights by about -99 a step: the loss overflows
+    # within a few steps (step 6 here), after some checkpoints were written
+    args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "12",
+            "lr=10", "weight_decay=10", "save_every=1", "batch_size=4", "progress=false", "warmup=1",
+            "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64", "--data", str(tmp_path / "text.txt")]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "diverged" in err and "last good checkpoint: none" in err
-    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1 and "diverged" in err and "Traceback" not in err
+    saved = sorted(out.glob("checkpoints/step-*"))
+    assert saved and err.endswith("last good checkpoint: " + str(saved[-1])), err
     assert all(all_finite(tensors.values()) for tensors in _all_saved_weights(out).values())
     assert not (out / "final").exists()
 

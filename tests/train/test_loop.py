@@ -125,6 +125,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+# slow (a 40-step run twice and a process start): an exact resume is test_resume_continues_exactly's and a
+# torn checkpoint test_corrupt_checkpoint_is_refused_and_the_previous_one_used's; CI runs this one too
+@pytest.mark.slow
 def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path):
     data = toy_data()
     full = _weights(Trainer(mlm_objective(), data, quick(steps=40), tmp_path / "full").fit())

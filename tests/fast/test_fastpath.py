@@ -56,7 +56,7 @@ def test_unpadding_equals_the_padded_path(name):
     with torch.no_grad():
         padded = _run(model, FastPaths(unpad="never"), ids, mask, return_hidden=True)
         for by_sequence in (False, True):
-            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence), ids, mask,
+            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence, sequence_min_length=0), ids, mask,
                           return_hidden=True)
             assert_same_at_real_positions(packed.last_hidden_state, padded.last_hidden_state, mask)
             for ours, ref in zip(packed.hidden_states, padded.hidden_states):
@@ -94,12 +94,22 @@ def test_training_unpads_at_any_padding_and_re_pads_attention_under_dropout():
     assert model._packing(slight, None, None).by_sequence
 
 
+def test_short_batches_attend_re_padded_and_long_ones_sequence_by_sequence():
+    model = optimize(lmforge.build(lmforge.tiny("bert-base")).eval(), paths=FastPaths(unpad="always"))
+    execution = model.execution
+    for lengths, by_sequence in (((31, 8, 3), False), ((32, 8, 3), True)):
+        mask = _batch(model.config.vocab_size, lengths)[1].bool()
+        assert execution.packing(model, mask, None, None, False).by_sequence is by_sequence
+    with pytest.raises(ValueError, match="sequence_min_length"):
+        FastPaths(sequence_min_length=-1)
+
+
 def test_unpadded_gradients_equal_padded_gradients():
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny("bert-base"), dropout=0.0, attention_dropout=0.0)
     ids, mask = _batch(model.config.vocab_size)
     grads = []
-    paths = (FastPaths(unpad="never"), FastPaths(unpad="always"), FastPaths(unpad="always", sequence_attention=True))
+    paths = (FastPaths(unpad="never"), FastPaths(unpad="always"), FastPaths(unpad="always", sequence_min_length=0))
     for fast in paths:
         model.zero_grad()
         hidden = _run(model, fast, ids, mask).last_hidden_state
@@ -262,7 +272,7 @@ def test_unpadded_causal_attention_sequence_by_sequence_with_left_padding():
     with torch.no_grad():
         padded = _run(model, FastPaths(unpad="never"), ids, mask).last_hidden_state
         for by_sequence in (False, True):
-            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence), ids, mask)
+            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence, sequence_min_length=0), ids, mask)
             assert_same_at_real_positions(packed.last_hidden_state, padded, mask)
 
 

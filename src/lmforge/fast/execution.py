@@ -34,7 +34,10 @@ class FastExecution(Execution):
         # attention dropout sends CPU SDPA to its math path: one re-padded call then beats B small
         # ones with their masks and backward (MiniLM fine-tuning: 6.0 s vs 7.1 s per 12 steps)
         dropping = model.training and model.config.attention_dropout > 0
-        return Packing(key_padding, self.paths.sequence_attention and not dropping)
+        packing = Packing(key_padding)
+        long_enough = model.training or max(packing.lengths, default=0) >= self.paths.sequence_min_length
+        packing.by_sequence = self.paths.sequence_attention and not dropping and long_enough
+        return packing
 
     def local_layers(self, stack, length: int) -> dict:
         """The windowed masks that pay to run in query chunks at this length (fast/blocked.py)."""

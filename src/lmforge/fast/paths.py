@@ -31,6 +31,10 @@ class FastPaths:
     # unpadded full attention sequence by sequence (sum of L^2 scores, B calls a layer, no mask) instead
     # of re-padding (B T^2 scores, one call): bench/RESULTS.md, 1.6x vs 1.2x the reference on bert-mini
     sequence_attention: bool = True
+    # ... but in inference only when the batch's longest sequence has at least this many tokens:
+    # below it the B small calls a layer (each a parallel region) cost more than the few padded
+    # scores of one re-padded call (all-MiniLM-L6-v2, 32 texts of ~14 tokens, bench/FINDINGS.md)
+    sequence_min_length: int = 32
     # windowed patterns (sliding-window, dilated, longformer, bigbird) in query chunks against
     # their key band (linear in T) instead of a dense (T, T) mask; "auto": when the band is short
     local_attention: str = "auto"
@@ -46,6 +50,8 @@ class FastPaths:
                              f"{', '.join(LOCAL_ATTENTION)}")
         if self.chunk < 0:
             raise ValueError(f"chunk must be >= 0, got {self.chunk}")
+        if self.sequence_min_length < 0:
+            raise ValueError(f"sequence_min_length must be >= 0, got {self.sequence_min_length}")
 
     def wants_unpad(self, mask, keep_padding: bool = False, training: bool = False) -> bool:
         """Whether to pack the batch whose (B, T) bool mask is `mask` (True at real tokens);

@@ -18,6 +18,7 @@ print("peak_mib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "c
 """
 
 
+@pytest.mark.slow  # a process of its own to measure peak memory; the count itself: pipelines/test_summary
 def test_the_largest_config_allowed_answers_in_seconds_with_bounded_memory():
     start = time.perf_counter()
     run = subprocess.run([sys.executable, "-c", MEASURED, "inspect", "bert-tiny", "n_layers=1024",

@@ -77,6 +77,7 @@ def test_off_and_unreadable_files_measure_per_process(store, monkeypatch, capsys
     assert kernel_store.store_path() == store.parent / kernel_store.NAME
 
 
+@pytest.mark.slow  # a process start each; the suite's fast half keeps the property's other tests
 def test_two_processes_give_the_same_outputs(store):
     """The defect this fixes: the same checkpoint's outputs differed between processes that timed
     kernels differently. Two processes, each choosing, now agree bitwise."""

@@ -77,6 +77,7 @@ def test_the_kernel_agrees_with_fp32_and_a_non_finite_row_comes_out_nan():
     assert out[3].isnan().all() and torch.isfinite(torch.cat([out[:3], out[4:]])).all()
 
 
+@pytest.mark.slow  # a process start each; the suite's fast half keeps the property's other tests
 def test_the_library_is_built_once_and_kept(tmp_path):
     code = ("from lmforge.quant import native; import sys; "
             "sys.exit(0 if native.library() is not None else 1)")
@@ -133,6 +134,7 @@ def test_without_the_library_the_product_says_so(monkeypatch):
         native.quantise_rows(_rows(), None, 63, 64)
 
 
+@pytest.mark.slow  # a process start each; the suite's fast half keeps the property's other tests
 @pytest.mark.parametrize("case", ["no gcc", "a file"])
 def test_no_gcc_or_a_file_for_a_folder_is_said_once_and_int8_runs_its_other_kernels(case, tmp_path):
     code = ("import torch; from lmforge.quant import engines, int8; "

@@ -79,6 +79,7 @@ def _long_generation(url: str, stream: bool, out: dict) -> None:
         out["stream"] = (response.status_code, len(json.loads(lines[-2][6:])["token_ids"]), lines[-1])
 
 
+@pytest.mark.slow  # a server of its own stopped mid-request: seconds; CI runs it (make test-slow)
 def test_sigterm_drains_admitted_requests_then_exits(model_dirs, tmp_path):
     served = start_server(model_dirs, ("enc", "gen"), tmp_path / "drain.log", "--max-new-tokens", "2000")
     try:
@@ -129,6 +130,7 @@ def test_embeddings_are_served_between_the_steps_of_a_long_generation(server, mo
     assert (torch.tensor(answer.json()["embeddings"][0]) - expected).abs().max() <= 1e-5
 
 
+@pytest.mark.slow  # a server of its own with two workers and a long generation
 def test_a_second_worker_embeds_with_a_generating_model_outside_its_step_hook(model_dirs, tmp_path):
     """--workers 2: while the first worker generates with "gen", the second batches embeddings of "gen" and
     "enc"; those forward passes are no decoding steps of the generation (the hook is the first worker's),

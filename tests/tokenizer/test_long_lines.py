@@ -89,6 +89,7 @@ print("growth_mib", growth, "warned", any("in pieces" in str(w.message) for w in
 """
 
 
+@pytest.mark.slow  # a 4 MB line: seconds of training
 def test_a_4mb_line_trains_in_bounded_memory(tmp_path):
     run = subprocess.run([sys.executable, "-c", MEASURED, str(tmp_path / "long.txt")], cwd=ROOT,
                          capture_output=True, text=True, timeout=600,

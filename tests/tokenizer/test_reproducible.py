@@ -27,6 +27,7 @@ def train_all(out) -> None:
         train_tokenizer(more, kind, 1500, lowercase=True).save(f"{out}/{kind}-big")
 
 
+@pytest.mark.slow  # a process start each; the suite's fast half keeps the property's other tests
 def test_two_processes_train_the_same_tokenizer_json(tmp_path):
     # the other process has another hash seed (Python's own hashing differs between the processes too);
     # it trains while this one does (one process start instead of two)

@@ -36,7 +36,8 @@ def _held(full, rank: int, parallel: str):
 
 # three process starts each: two processes equal one stays in the default suite with DDP; FSDP's
 # sharded run is the same comparison, left to CI's `make test-slow`
-@pytest.mark.parametrize("parallel", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
+@pytest.mark.slow  # two processes and a gloo group: seconds; CI runs it (make test-slow)
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_two_gloo_processes_equal_one_process_with_the_same_global_batch(tmp_path, parallel):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

@@ -60,6 +60,7 @@ def test_elsewhere_counts_the_other_work_on_this_process_cpus(monkeypatch):
     assert other.ticks == 0 and not other.busy
 
 
+@pytest.mark.slow  # a spinning neighbour process for a second
 @pytest.mark.skipif(timing._ticks() is None, reason="no /proc to read CPU time from")
 def test_elsewhere_sees_a_neighbour_process_spinning():
     spin = "import time\nt = time.time()\nwhile time.time() - t < 10: pass"

@@ -53,12 +53,13 @@ def side_by_side(fns: dict, repeats: int, warmup: int = 1) -> dict:
 
 
 def pair(reference) -> tuple:
-    """(reference in eval mode, the lmforge model read from its saved directory): same weights."""
+    """(reference in eval mode, the lmforge model read from its saved directory and optimized): same
+    weights."""
     reference.eval()
     with tempfile.TemporaryDirectory() as tmp:
         reference.save_pretrained(tmp)
         ours = lmforge.load(tmp)
-    return reference, ours.eval()
+    return reference, lmforge.optimize(ours.eval())  # as lmforge's jobs run a model: optimized
 
 
 def bert_config(name: str, **extra):

@@ -349,6 +349,7 @@ print(bounded, (libc.mallinfo2().uordblks - before) >> 10)
 """
 
 
+@pytest.mark.slow  # primes the allocator over many shapes: seconds
 def test_per_shape_primitives_stay_few():
     import subprocess
     import sys

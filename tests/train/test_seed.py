@@ -54,6 +54,7 @@ def _bytes(run: Path, *parts: str) -> bytes:
     return run.joinpath(*parts).read_bytes()
 
 
+@pytest.mark.slow  # a second process (another hash seed); in one process: the ELECTRA test below
 def test_the_same_seed_in_two_processes_gives_the_same_mlm_model(tmp_path):
     a = _pretrain(tmp_path, "A", "bert-tiny", "mlm", 0)
     b, c = (_pretrain(tmp_path, out, "bert-tiny", "mlm", seed, here=True) for out, seed in (("B", 0), ("C", 1)))

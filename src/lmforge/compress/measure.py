@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmforge.fast.optimize import optimize
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split
 from lmforge.utils.timing import alternating
@@ -17,9 +18,10 @@ def model_bytes(path) -> int:
 
 
 def side_by_side(tasks: dict, batches: dict, rounds: int = 9) -> dict:
-    """name -> median seconds of one inference forward (task.predict) of its batch, alternating."""
+    """name -> median seconds of one inference forward (task.predict) of its batch, alternating; each
+    model optimized first, as the jobs that serve it run it (fast/optimize.py)."""
     for task in tasks.values():
-        task.eval()
+        optimize(task.eval())
     calls = {name: (lambda task=task: task.predict(batches[id(task)])) for name, task in tasks.items()}
     return alternating(calls, rounds)
 

@@ -33,7 +33,7 @@ RESULT = Path(__file__).resolve().parent / "results" / "distill_minilm.json"
 
 def long_batch_speed(dirs: list, rounds: int = 9) -> list:
     """Median seconds of a forward at 16 x 128 random ids per model, rounds alternating."""
-    models = [lmforge.load(d).eval() for d in dirs]
+    models = [lmforge.optimize(lmforge.load(d).eval()) for d in dirs]
     ids = torch.randint(1000, 20000, (16, 128), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     for m in models:

@@ -173,7 +173,7 @@ def bench_embeddings(device: torch.device, tiny: bool) -> dict:
     from transformers import AutoModel, AutoTokenizer
 
     texts = [f"sentence number {i} about the weather and the sea" for i in range(64 if tiny else 4096)]
-    ours, tok = lmforge.load(folder).to(device).eval(), lmforge.load_tokenizer(folder)
+    ours, tok = lmforge.optimize(lmforge.load(folder).to(device).eval()), lmforge.load_tokenizer(folder)
     reference = AutoModel.from_pretrained(folder).to(device).eval()
     ref_tok = AutoTokenizer.from_pretrained(folder)
 

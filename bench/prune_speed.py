@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
-    models = [lmforge.load(m).eval() for m in args.models]
+    models = [lmforge.optimize(lmforge.load(m).eval()) for m in args.models]
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 20000, (args.batch, args.length), generator=g)
     mask = torch.ones_like(ids)

@@ -120,6 +120,7 @@ def decoding(new_tokens: int, rounds: int, where=None, heldout=None) -> dict:
     that agree with fp32's up to the first difference (a greedy run follows its own tokens after it)."""
     fp32, prompts, name = decoder_and_prompts(where, heldout)
     models = {"fp32": fp32, "weight-only": quantize(fp32, "weight-only"), "dynamic": quantize(fp32, "dynamic")}
+    models = {n: lmforge.optimize(m) for n, m in models.items()}  # as the jobs run them
     new = {n: [lmforge.generate(m, p[None], max_new_tokens=new_tokens)[0, prompts.shape[1]:] for p in prompts]
            for n, m in models.items()}
     t = alternating({n: (lambda m=m: lmforge.generate(m, prompts[:1], max_new_tokens=new_tokens))

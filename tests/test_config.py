@@ -19,7 +19,7 @@ from lmforge.config import ConfigError, ModelConfig
     (dict(attention_schedule=["full", "sliding-window"]), "attention_schedule has 2 entries but n_layers=12"),
     (dict(n_layers=2, attention_schedule=["full", "sparse"]), "entry 'sparse' is not one of"),
     (dict(d_model=0), "d_model must be an integer >= 1"),
-    (dict(dropout=1.5), "dropout must be a finite number >= 0 and <= 1, got 1.5"),
+    (dict(dropout=1.5), "dropout must be a finite number >= 0 and < 1, got 1.5"),
     (dict(n_decoder_layers=3), "n_decoder_layers is only valid for architecture='encoder-decoder'"),
     (dict(attention="linformer", linformer_k=1024), "linformer_k=1024 exceeds max_seq_len=512"),
     (dict(attention="linformer", position="alibi"), "attention='linformer' cannot use position='alibi'"),
@@ -202,3 +202,13 @@ def test_json_whole_numbers_are_integers():
     assert ModelConfig.from_dict({"d_model": 768.0}).d_model == 768
     with pytest.raises(ConfigError, match="d_model must be a whole number"):
         ModelConfig.from_dict({"d_model": 768.5})
+
+
+def test_huge_integers_tuples_and_bools_in_containers_are_judged_not_crashed():
+    with pytest.raises(ConfigError, match="^vocab_size must be an integer"):
+        ModelConfig.from_dict({"vocab_size": 10**400})  # past float's range: no OverflowError
+    with pytest.raises(ConfigError, match=r"^dropout must be a finite number >= 0 and < 1, got 1.0$"):
+        ModelConfig(dropout=1.0)
+    with pytest.raises(ConfigError, match="pruned_heads"):
+        ModelConfig(pruned_heads={"encoder.0": [True]})  # a bool is no head index
+    assert ModelConfig(pruned_heads={"encoder.0": (1, 3)}).pruned_heads == {"encoder.0": [1, 3]}

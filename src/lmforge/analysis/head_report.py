@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from lmforge.fast.optimize import optimize
 from lmforge.compress.head_importance import (
     against_band,
     curve_band,
@@ -108,6 +109,7 @@ def _prune_and_save(task, records, examples, curve: list, prune, until, path) ->
     gates = gates_at(task.model.config, curve[:level + 1])
     unpruned = copy.deepcopy(task.model).eval()
     prune_heads(task.model, masked_heads(gates, task.model.config))
+    optimize(task.model)  # the new, smaller projections too: timed as the unpruned copy is
     batch = {k: v.to(task.device) for k, v in task.collate(examples[:16]).items()}
     task.eval()
     with torch.no_grad():  # alternating rounds: load from elsewhere hits both alike

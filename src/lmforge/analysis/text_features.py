@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lmforge.fast.optimize import optimize
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
 from lmforge.config.options import OptionsError
@@ -156,7 +157,7 @@ def load_for_features(where) -> tuple:
     from lmforge.tokenizer import load_tokenizer
 
     path = find_model_dir(where)
-    model = load(path)
+    model = optimize(load(path))  # the features job runs the model optimized, as every job does
     return model.eval(), (None if hasattr(model, "word_layers") else load_tokenizer(path))
 
 

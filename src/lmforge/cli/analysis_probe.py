@@ -49,6 +49,7 @@ def existing(path: str | None, option: str) -> str | None:
 def _model(args) -> tuple:
     """(model, tokenizer); an ELMo directory gives None for the tokenizer: ELMo reads characters, so its
     features need none (and `lmforge convert` of AllenNLP files writes none)."""
+    from lmforge.fast.optimize import optimize
     from lmforge.io import load, model_dir
     from lmforge.io.native import read_meta
     from lmforge.tasks.finetune import load_model
@@ -57,7 +58,7 @@ def _model(args) -> tuple:
     if path is not None and args.tokenizer is None:
         config = read_meta(path).get("config")
         if isinstance(config, dict) and config.get("architecture") == "elmo":
-            return load(path), None
+            return optimize(load(path)), None
     return load_model(args.model, args.tokenizer, seed=args.seed)
 
 

@@ -66,7 +66,7 @@ def validate_pruned(cfg) -> None:
     for key, heads in cfg.pruned_heads.items():
         _layer_key(cfg, "pruned_heads", key, ("encoder", "decoder", "cross"))
         if (not isinstance(heads, list) or len(set(heads)) != len(heads)
-                or not all(isinstance(h, int) and 0 <= h < cfg.n_heads for h in heads)):
+                or not all(type(h) is int and 0 <= h < cfg.n_heads for h in heads)):
             raise ConfigError(f"pruned_heads[{key!r}] must list distinct heads in 0..{cfg.n_heads - 1}")
         if len(heads) >= cfg.n_heads:
             raise ConfigError(f"pruned_heads[{key!r}] removes every head of the layer: keep at least one")

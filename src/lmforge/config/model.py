@@ -66,8 +66,10 @@ class ModelConfig:
     n_decoder_layers: Optional[int] = option(None, "encoder-decoder only: decoder blocks; null: n_layers",
                                              low=1, high=MAX_LAYERS)
     max_seq_len: int = option(512, "longest sequence (positions) the model takes", low=1, high=MAX_LEN)
-    dropout: float = option(0.1, "dropout on embeddings and sub-layer outputs, in [0, 1)", low=0, high=1)
-    attention_dropout: float = option(0.1, "dropout on attention probabilities, in [0, 1)", low=0, high=1)
+    dropout: float = option(0.1, "dropout on embeddings and sub-layer outputs", low=0, high=1,
+                                    open_high=True)
+    attention_dropout: float = option(0.1, "dropout on attention probabilities", low=0, high=1,
+                                              open_high=True)
     # embeddings
     d_embed: Optional[int] = option(None, "factorised embedding size E (ALBERT, ELECTRA); null: d_model",
                                     low=1, high=MAX_WIDTH)
@@ -183,6 +185,8 @@ class ModelConfig:
             self.attention_schedule = list(self.attention_schedule)
         if isinstance(self.window_schedule, tuple):
             self.window_schedule = list(self.window_schedule)
+        if isinstance(self.pruned_heads, dict):  # tuples from Python, lists from JSON: one form
+            self.pruned_heads = {k: list(v) if isinstance(v, tuple) else v for k, v in self.pruned_heads.items()}
         if isinstance(self.char_filters, (list, tuple)):  # tuples from Python, lists from JSON: one form
             self.char_filters = [list(f) if isinstance(f, (list, tuple)) else f for f in self.char_filters]
         check_options(self, ConfigError)  # types (a bool is true or false, not "false"), bounds both ways

@@ -23,13 +23,14 @@ class OptionsError(ValueError):
         self.field = field
 
 
-def option(default, doc: str, *, low=None, high=None, open_low: bool = False, choices: tuple | None = None,
-           factory=None):
+def option(default, doc: str, *, low=None, high=None, open_low: bool = False, open_high: bool = False,
+           choices: tuple | None = None, factory=None):
     """A dataclass field with its default, one line of help and its bounds (listed by `lmforge options`).
 
-    low/high: inclusive bounds of a number (open_low: the lower one excluded); None: no bound on that side
+    low/high: inclusive bounds of a number (open_low / open_high: that one excluded); None: no bound on that side
     (sizes always have an upper one). choices: the values a string may take."""
-    meta = {"help": doc, "low": low, "high": high, "open_low": open_low, "choices": choices}
+    meta = {"help": doc, "low": low, "high": high, "open_low": open_low, "open_high": open_high,
+            "choices": choices}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -81,21 +82,23 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
         raise error(f"{name} must be {BASE_TYPES.get(base, base)}, got {_short(value)}", name)
     if base in ("int", "float"):
         check_range(name, value, meta.get("low"), meta.get("high"), meta.get("open_low", False), error,
-                    "an integer" if base == "int" else "a finite number")
+                    "an integer" if base == "int" else "a finite number", meta.get("open_high", False))
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise error(f"{name}={_short(value)} is not one of {', '.join(map(str, choices))}", name)
 
 
 def check_range(name: str, value, low, high, open_low: bool = False, error=OptionsError,
-                noun: str = "a finite number") -> None:
-    """A finite number within [low, high] ((low, high] when open_low; None: no bound on that side)."""
+                noun: str = "a finite number", open_high: bool = False) -> None:
+    """A finite number within [low, high] (open_low / open_high: that bound excluded; None: no bound)."""
     if value is None:
         return
     below = low is not None and (value <= low if open_low else value < low)
-    if not math.isfinite(value) or below or (high is not None and value > high):
+    above = high is not None and (value >= high if open_high else value > high)
+    # bounds first: an int past float's range (10**400) would overflow isfinite
+    if below or above or not math.isfinite(value):
         parts = ([f"{'>' if open_low else '>='} {low}"] if low is not None else []) + \
-                ([f"<= {high}"] if high is not None else [])
+                ([f"{'<' if open_high else '<='} {high}"] if high is not None else [])
         raise error(f"{name} must be {' '.join([noun, ' and '.join(parts)]).strip()}, got {_short(value)}", name)
 
 
@@ -156,5 +159,5 @@ def bounds_text(meta: dict) -> str:
     low, high = meta.get("low"), meta.get("high")
     if low is None and high is None:
         return ""
-    opening = "(" if meta.get("open_low") else "["
-    return f" {opening}{'' if low is None else low}, {'' if high is None else high}]"
+    opening, closing = "(" if meta.get("open_low") else "[", ")" if meta.get("open_high") else "]"
+    return f" {opening}{'' if low is None else low}, {'' if high is None else high}{closing}"

@@ -1,4 +1,4 @@
-"""Dropout (Srivastava et al. 2014) with a cheaper mask on CPU (FastDropout, swapped in by fast.accelerate).
+"""Dropout (Srivastava et al. 2014) with a cheaper mask on CPU (FastDropout, swapped in by lmforge.optimize).
 
 torch draws dropout masks on CPU one float per element from a single-threaded Mersenne Twister,
 which made dropout about a fifth of a bert-mini MLM step in both libraries (bench/FINDINGS.md).

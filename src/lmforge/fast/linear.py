@@ -1,4 +1,4 @@
-"""FastLinear: nn.Linear with a leaner CPU inference path (swapped in by fast.accelerate).
+"""FastLinear: nn.Linear with a leaner CPU inference path (swapped in by lmforge.optimize).
 
 F.linear with a bias runs addmm: it first copies the bias into every row of a fresh (N, out)
 output, then has the matrix product accumulate onto it, which reads that output back. In CPU
@@ -43,7 +43,7 @@ class FastLinear(nn.Linear):
     """y = x W^T + b (weights and state-dict names as nn.Linear's): the bias after the matmul in CPU
     inference; an output named by `slot` (one that dies inside its layer) goes to a reused buffer."""
 
-    slot = None  # set per module by fast.accelerate for the fused q, k, v and the FFN's hidden units
+    slot = None  # set per module by lmforge.optimize for the fused q, k, v and the FFN's hidden units
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         return self.plain(x) if self.slot is None else self.transient(x, self.slot)

@@ -1,7 +1,8 @@
 """Execution choices that change speed and memory, never results (beyond float rounding).
 
-They belong to a model instance (`model.fast`), not to its config: they are not saved, and every
-choice is tested against the path it replaces (tests/layers/test_fastpath.py). Generation's own
+They belong to a model instance (given by `lmforge.optimize(model, paths=FastPaths(...))`), not to its
+config: they are not saved, and every choice is tested against the path it replaces
+(tests/fast/test_fastpath.py). Generation's own
 speed options are arguments of `lmforge.generate` (generate/fast/).
 """
 from __future__ import annotations

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
@@ -69,8 +70,9 @@ class BiEncoder:
         under those given."""
         path = find_model_dir(name)
         saved = json.loads((path / "retriever.json").read_text()) if (path / "retriever.json").is_file() else {}
-        passage = load(path / "passage") if (path / "passage" / "config.json").is_file() else None
-        return cls(load(path), load_tokenizer(path), EncoderOptions(**{**saved, **options}), passage)
+        # retrieval jobs embed corpora: the encoders run optimized (fast/optimize.py), as every job's do
+        passage = optimize(load(path / "passage")) if (path / "passage" / "config.json").is_file() else None
+        return cls(optimize(load(path)), load_tokenizer(path), EncoderOptions(**{**saved, **options}), passage)
 
     def save(self, path) -> Path:
         """Tokenizer and retriever.json beside a saved model directory (and a separate passage

@@ -11,6 +11,7 @@ import json
 import random
 from pathlib import Path
 
+from lmforge.fast.optimize import optimize
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective
@@ -229,7 +230,8 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
         raise ValueError(f"the retriever's vocabulary ({encoder.model.config.vocab_size}) is not the model's "
                          f"({reader.config.vocab_size}): REALM reads both with one tokenizer")
     examples = realm_examples(encoder.tokenizer, passages, cfg.seed, max_len)
-    objective = REALMObjective(reader, encoder, passages, k, refresh_every, max_len, null_document)
+    objective = optimize(REALMObjective(optimize(reader), encoder, passages, k, refresh_every, max_len,
+                                       null_document))
     before = evaluate_realm(objective, examples["test"], passages)
     Trainer(objective, examples["train"], cfg, out, log=log).fit(resume)
     objective.refresh()  # "after" scores the final Embed_doc, not an index up to refresh_every forwards stale

@@ -13,6 +13,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from lmforge.fast.optimize import optimize
 from lmforge.heads import make_head
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
@@ -72,7 +73,9 @@ class ExtractiveReader(Objective):
         if trained and missing:
             raise ValueError(f"{path}: not a trained reader: it has no {' or '.join(missing)} head (heads: "
                              f"{', '.join(model.heads) or 'none'}); train one with `lmforge retrieve reader`")
-        return cls(model, load_tokenizer(path), max_len)
+        reader = cls(model, load_tokenizer(path), max_len)
+        optimize(reader.model)  # after the heads are made: they run optimized too
+        return reader
 
     def heads(self) -> dict:
         """The span and selection heads, saved with the encoder."""

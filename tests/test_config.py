@@ -212,3 +212,14 @@ def test_huge_integers_tuples_and_bools_in_containers_are_judged_not_crashed():
     with pytest.raises(ConfigError, match="pruned_heads"):
         ModelConfig(pruned_heads={"encoder.0": [True]})  # a bool is no head index
     assert ModelConfig(pruned_heads={"encoder.0": (1, 3)}).pruned_heads == {"encoder.0": [1, 3]}
+
+
+def test_a_union_field_admits_each_of_its_types_and_nothing_else():
+    """The shared check reads Union annotations too (EmbedOptions.truncate, FeatureOptions.layers)."""
+    from lmforge.analysis.feature_options import FeatureOptions
+    from lmforge.config.options import OptionsError
+
+    for fine in ("all", -2, [0, 1]):
+        assert FeatureOptions(layers=fine).layers == fine
+    with pytest.raises(OptionsError, match="^layers must be an integer or a string or a list, got 2.5$"):
+        FeatureOptions(layers=2.5)

@@ -50,7 +50,17 @@ def base_type(kind: str) -> tuple:
     return kind, False
 
 
+def members(kind: str) -> list:
+    """The types a Union annotation admits ('Union[int, list]' or 'int | list' -> ['int', 'list'])."""
+    kind = kind.strip()
+    if kind.startswith("Union[") and kind.endswith("]"):
+        kind = kind[len("Union["):-1].replace(",", "|")
+    return [part.strip() for part in kind.split("|")] if "|" in kind and "[" not in kind else [kind]
+
+
 def _is_instance(kind: str, value) -> bool:
+    if len(members(kind)) > 1:
+        return any(_is_instance(member, value) for member in members(kind))
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "float":
@@ -79,8 +89,10 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
             return
         raise error(f"{name} must be {BASE_TYPES.get(base, base)}, got null", name)
     if not _is_instance(base, value):
-        raise error(f"{name} must be {BASE_TYPES.get(base, base)}, got {_short(value)}", name)
-    if base in ("int", "float"):
+        wanted = " or ".join(BASE_TYPES.get(m, m) for m in members(base))
+        raise error(f"{name} must be {wanted}, got {_short(value)}", name)
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base in ("int", "float") or (numeric and {"int", "float"} & set(members(base))):
         check_range(name, value, meta.get("low"), meta.get("high"), meta.get("open_low", False), error,
                     "an integer" if base == "int" else "a finite number", meta.get("open_high", False))
     choices = meta.get("choices")

@@ -35,3 +35,16 @@ def cli_verdict(argv: list, request: dict, text=str):
     line = err.getvalue()
     assert line.count("\n") == 1 and "Traceback" not in line, line
     return line
+
+
+def server_verdict(client, route: str, body: dict):
+    """(None, the answer's JSON) when POST `route` with `body` succeeds, else (its refusal as "param:
+    message", None); a refusal must be 413 or 422 (NaN and Infinity go as Python writes them)."""
+    import json
+
+    answer = timed(lambda: client.post(route, content=json.dumps(body), headers={"content-type": "application/json"}))
+    if answer.status_code == 200:
+        return None, answer.json()
+    assert answer.status_code in (413, 422), answer.text[:300]
+    error = answer.json()["error"]
+    return f"{error['param']}: {error['message']}", None

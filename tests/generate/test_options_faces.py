@@ -3,7 +3,6 @@ through the three faces (lmforge.generate, `lmforge generate`, POST /generate) b
 and the three accept and refuse alike, each refusal in its own clean form naming the setting, none slow."""
 from __future__ import annotations
 
-import json
 import math
 from datetime import timedelta
 
@@ -16,7 +15,7 @@ import lmforge
 from lmforge.config.options import OptionsError
 from lmforge.generate.options import GenerationOptions, sampling_from_temperature
 from lmforge.heads import attach
-from tests.faces import SECONDS, cli_verdict, timed
+from tests.faces import SECONDS, cli_verdict, server_verdict, timed
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -98,14 +97,9 @@ def _cli(path, request: dict):
 
 def _server(client, request: dict):
     """None when accepted, else the error's message (413 or 422, naming the setting)."""
-    body = json.dumps({"model": "gen", "prompt": PROMPT, **request})  # NaN and Infinity as Python writes them
-    answer = _timed(lambda: client.post("/generate", content=body, headers={"content-type": "application/json"}))
-    if answer.status_code == 200:
-        assert answer.json()["token_ids"] is not None
-        return None
-    assert answer.status_code in (413, 422), answer.text[:300]
-    error = answer.json()["error"]
-    return f"{error['param']}: {error['message']}"
+    refusal, answer = server_verdict(client, "/generate", {"model": "gen", "prompt": PROMPT, **request})
+    assert refusal is not None or answer["token_ids"] is not None
+    return refusal
 
 
 @settings(max_examples=40, deadline=timedelta(seconds=3 * SECONDS), suppress_health_check=[HealthCheck.too_slow],

@@ -3,7 +3,6 @@ type or not, go through the three faces built from EmbedOptions (lmforge.embed, 
 POST /embed) and the three accept and refuse alike, each refusal clean and naming the setting."""
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 import pytest
@@ -12,7 +11,7 @@ from hypothesis import strategies as st
 
 import lmforge
 from lmforge.config.options import OptionsError
-from tests.faces import SECONDS, cli_verdict, timed
+from tests.faces import SECONDS, cli_verdict, server_verdict, timed
 from tests.serve.conftest import _save, _tiny, _tokenizer
 
 fastapi = pytest.importorskip("fastapi")
@@ -69,14 +68,9 @@ def _cli(path, request: dict):
 
 def _server(client, request: dict):
     """None when accepted, else the error's parameter and message (413 or 422)."""
-    body = json.dumps({"model": "embed", "texts": [TEXT], **request})
-    answer = _timed(lambda: client.post("/embed", content=body, headers={"content-type": "application/json"}))
-    if answer.status_code == 200:
-        assert len(answer.json()["embeddings"]) == 1
-        return None
-    assert answer.status_code in (413, 422), answer.text[:300]
-    error = answer.json()["error"]
-    return f"{error['param']}: {error['message']}"
+    refusal, answer = server_verdict(client, "/embed", {"model": "embed", "texts": [TEXT], **request})
+    assert refusal is not None or len(answer["embeddings"]) == 1
+    return refusal
 
 
 @settings(max_examples=40, deadline=timedelta(seconds=3 * SECONDS), suppress_health_check=[HealthCheck.too_slow],

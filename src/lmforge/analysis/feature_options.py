@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from lmforge.config.model import MAX_LAYERS, MAX_LEN
-from lmforge.config.options import OptionsError, check_options, from_dict, option
+from lmforge.config.options import OptionsError, check_options, option, with_changes
 
 TEXT_POOLINGS = ("none", "mean", "max", "mean_max", "cls", "sep", "last")
 WORD_POOLINGS = ("first", "mean", "last")
@@ -53,11 +53,7 @@ class FeatureOptions:
     def build(cls, options: Optional["FeatureOptions"] = None, fields: Optional[dict] = None,
               from_text: bool = False) -> "FeatureOptions":
         """`options` (or the defaults) with `fields` changed; an unknown name or a bad value names the field."""
-        if options is not None and not isinstance(options, cls):
-            raise OptionsError(f"options must be a FeatureOptions, got {type(options).__name__}", "options")
-        base = {} if options is None else {k: getattr(options, k) for k in cls.__dataclass_fields__}
-        return from_dict(cls, {**base, **{k: v for k, v in (fields or {}).items() if v is not None}},
-                         "features", from_text=from_text)
+        return with_changes(cls, options, fields, "features", from_text, drop_none=True)
 
     @property
     def mixed(self) -> bool:

@@ -157,6 +157,17 @@ def from_dict(cls, data: dict, what: str = "", error=OptionsError, from_text: bo
     return cls(**{k: coerce(cls, k, v, error, from_text) for k, v in data.items()})
 
 
+def with_changes(cls, options, fields: dict | None, what: str, from_text: bool = False,
+                 drop_none: bool = False):
+    """`options` (an instance of `cls`, or None for its defaults) with `fields` changed, checked again
+    (drop_none: a field given as None keeps its value, for keyword arguments that default to None)."""
+    if options is not None and not isinstance(options, cls):
+        raise OptionsError(f"options must be a {cls.__name__}, got {type(options).__name__}", "options")
+    base = {} if options is None else {f.name: getattr(options, f.name) for f in dataclasses.fields(cls)}
+    changes = {k: v for k, v in (fields or {}).items() if not (drop_none and v is None)}
+    return from_dict(cls, {**base, **changes}, what, from_text=from_text)
+
+
 def help_rows(cls) -> list:
     """(name, default, help with its bounds) of each option of `cls`."""
     rows = []

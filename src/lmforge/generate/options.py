@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from lmforge.utils.atomic import atomic_write_text
 from lmforge.config.model import MAX_LEN, MAX_VOCAB
-from lmforge.config.options import (OptionsError, base_type, check_options, check_value, coerce, from_dict,
-                                    option)
+from lmforge.config.options import (OptionsError, base_type, check_options, check_value, coerce, from_dict, option,
+                                    with_changes)
+from lmforge.utils.atomic import atomic_write_text
 
 MAX_NEW_TOKENS = 4096  # new tokens one request may ask for (a server's Limits may ask fewer)
 MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x length x vocabulary
@@ -97,10 +97,7 @@ class GenerationOptions:
     @classmethod
     def build(cls, options: Optional["GenerationOptions"] = None, fields: Optional[dict] = None):
         """`options` (or the defaults) with `fields` changed; an unknown name or a bad value names the field."""
-        if options is not None and not isinstance(options, cls):
-            raise OptionsError(f"options must be a GenerationOptions, got {type(options).__name__}", "options")
-        base = {} if options is None else dataclasses.asdict(options)
-        return from_dict(cls, {**base, **(fields or {})}, "generation")
+        return with_changes(cls, options, fields, "generation")
 
     @classmethod
     def recommended(cls, path, start: Optional[int] = None) -> dict:

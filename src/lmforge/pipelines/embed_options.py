@@ -24,7 +24,7 @@ from typing import Optional, Union
 import torch
 
 from lmforge.config.model import MAX_WIDTH
-from lmforge.config.options import OptionsError, check_options, from_dict, option
+from lmforge.config.options import OptionsError, check_options, option, with_changes
 from lmforge.utils.atomic import atomic_write_text
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
@@ -67,11 +67,7 @@ class EmbedOptions:
     def build(cls, options: Optional["EmbedOptions"] = None, fields: Optional[dict] = None,
               from_text: bool = False) -> "EmbedOptions":
         """`options` (or the defaults) with the fields that are not None changed; a bad one names the field."""
-        if options is not None and not isinstance(options, cls):
-            raise OptionsError(f"options must be an EmbedOptions, got {type(options).__name__}", "options")
-        base = {} if options is None else {k: getattr(options, k) for k in cls.__dataclass_fields__}
-        return from_dict(cls, {**base, **{k: v for k, v in (fields or {}).items() if v is not None}}, "embed",
-                         from_text=from_text)
+        return with_changes(cls, options, fields, "embed", from_text, drop_none=True)
 
 
 def read_prompts(path) -> tuple:

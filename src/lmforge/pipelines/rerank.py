@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lmforge.config.options import OptionsError, check_options, from_dict, option
+from lmforge.config.options import OptionsError, check_options, option, with_changes
 
 MAX_TOP_N = 10 ** 6
 
@@ -37,9 +37,7 @@ class RerankQueryOptions:
     def build(cls, options: Optional["RerankQueryOptions"] = None, fields: Optional[dict] = None,
               from_text: bool = False) -> "RerankQueryOptions":
         """`options` (or the defaults) with the fields that are not None changed; a bad one names the field."""
-        base = {} if options is None else {k: getattr(options, k) for k in cls.__dataclass_fields__}
-        return from_dict(cls, {**base, **{k: v for k, v in (fields or {}).items() if v is not None}}, "rerank",
-                         from_text=from_text)
+        return with_changes(cls, options, fields, "rerank", from_text, drop_none=True)
 
 
 @dataclass

@@ -230,18 +230,14 @@ class Embedded:
 
 
 def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32, normalize: bool = True,
-          max_length: int | None = None, progress=None, options: EmbedOptions | None = None, *,
-          dimensions: int | None = None, encoding_format: str | None = None, prompt: str | None = None,
-          prompt_name: str | None = None, truncate: bool | str | None = None, max_chunks: int | None = None,
-          batch_invariant: bool | None = None) -> torch.Tensor:
+          max_length: int | None = None, progress=None, options: EmbedOptions | None = None,
+          **fields) -> torch.Tensor:
     """(N, d) sentence embeddings: mean pooling over the attention mask (or the directory's own
     pooling), L2-normalised; `model` is a directory, a model package name, a Transformer
     (with `tokenizer`) or a SentenceEncoder; progress: as SentenceEncoder.encode's. `options` or any of
-    the EmbedOptions fields named after it: the options' vectors (int8 / uint8 / binary / ubinary: their
-    integers), as the server's /embed gives them."""
-    fields = {"dimensions": dimensions, "encoding_format": encoding_format, "prompt": prompt,
-              "prompt_name": prompt_name, "truncate": truncate, "max_chunks": max_chunks,
-              "batch_invariant": batch_invariant}
+    the EmbedOptions fields as keyword arguments (dimensions=, encoding_format=, prompt=, prompt_name=,
+    truncate=, max_chunks=, batch_invariant=; an unknown one is an OptionsError naming it): the options'
+    vectors (int8 / uint8 / binary / ubinary: their integers), as the server's /embed gives them."""
     if options is not None or any(v is not None for v in fields.values()):
         options = EmbedOptions.build(options, {**fields, "normalize": normalize if options is None else None})
     if isinstance(model, SentenceEncoder):

@@ -106,13 +106,15 @@ class Transformer(nn.Module):
             raise ValueError(f"{name} is empty: a sequence needs at least one token")
         if past + T > self.config.max_seq_len:
             raise ValueError(f"{name}: {past + T} positions exceed max_seq_len={self.config.max_seq_len}")
+        if attention_mask is not None and tuple(attention_mask.shape) != (B, past + T):
+            raise ValueError(f"attention mask of shape {tuple(attention_mask.shape)} does not match "
+                             f"(batch, cached + new positions) = {(B, past + T)}")
+        if torch.compiler.is_compiling():
+            return  # reading the ids back would break the graph; the embedding lookup still refuses them
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= self.config.vocab_size:
             raise ValueError(f"{name} holds token id {low if low < 0 else high} outside the "
                              f"vocabulary [0, {self.config.vocab_size})")
-        if attention_mask is not None and tuple(attention_mask.shape) != (B, past + T):
-            raise ValueError(f"attention mask of shape {tuple(attention_mask.shape)} does not match "
-                             f"(batch, cached + new positions) = {(B, past + T)}")
 
     def _embed(self, embed: Embeddings, input_ids, position_ids, segment_ids, past: int):
         if position_ids is None:

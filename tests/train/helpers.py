@@ -24,10 +24,10 @@ def mlm_objective(seed=0, **overrides):
     return MaskedLM(model, mask_id=3, special_ids=(1, 2))
 
 
-def clm_objective(seed=0):
+def clm_objective(seed=0, **overrides):
     """A tiny GPT-2 under causal LM."""
     torch.manual_seed(seed)
-    return CausalLM(lmforge.build(lmforge.tiny("gpt2")))
+    return CausalLM(lmforge.build(lmforge.tiny("gpt2"), **overrides))
 
 
 def quick(**kw):

@@ -9,10 +9,10 @@ Which of them runs is decided per call from the model's `FastPaths` (fast/paths.
 from __future__ import annotations
 
 from lmforge.fast.blocked import blocked_layers, plans
-from lmforge.fast.kernels import BlockedKernel, DroppingKernel, packed
+from lmforge.fast.kernels import BLOCKED, DROPPING, packed
 from lmforge.fast.packing import Packing
 from lmforge.fast.paths import FastPaths
-from lmforge.layers.attention import DenseKernel
+from lmforge.layers.attention import DENSE
 from lmforge.layers.execution import EXECUTIONS, Execution
 
 
@@ -46,8 +46,8 @@ class FastExecution(Execution):
     def choose_kernels(self, model, stack, ctx, chosen: dict, packing, recording: bool, dtype) -> None:
         """Chunk plans for the blocked masks, the cheaper dropout mask, and packed rows' backends."""
         ctx.biases.update(plans(stack, ctx, chosen, dtype, self.paths.chunk))
-        ctx.kernel = DroppingKernel() if self.paths.accelerate else DenseKernel()
-        ctx.kernels = {key: BlockedKernel() for key in chosen}
+        ctx.kernel = DROPPING if self.paths.accelerate else DENSE
+        ctx.kernels = {key: BLOCKED for key in chosen}
         if packing is not None:  # layers see (N, d_model) rows; rotations and records need (B, T)
             by_sequence = packing.by_sequence and ctx.rope is None and not recording
             ctx.kernel, ctx.kernels = packed(packing, ctx, by_sequence)

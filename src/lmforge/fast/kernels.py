@@ -30,6 +30,9 @@ class DroppingKernel(DenseKernel):
         return attend(q, k, v, bias, dropout_p, scale, drop=dropout)
 
 
+DROPPING = DroppingKernel()  # stateless, as layers.attention.DENSE
+
+
 class BlockedKernel(DenseKernel):
     """Windowed patterns in query chunks against their key bands (fast/blocked.py): the mask's
     bias is the pass's ChunkPlan, the layout the padded one."""
@@ -37,6 +40,9 @@ class BlockedKernel(DenseKernel):
     def attend(self, q, k, v, plan, dropout_p: float, scale: float) -> tuple:
         """(out (B, H, T, dh), None): blocked attention returns no probabilities."""
         return blocked_attend(q, k, v, plan, dropout_p, scale), None
+
+
+BLOCKED = BlockedKernel()  # stateless, as layers.attention.DENSE
 
 
 class Repadded:

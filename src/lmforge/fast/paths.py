@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 UNPAD = ("auto", "always", "never")
 LOCAL_ATTENTION = ("auto", "blocked", "dense")
 # "auto" packs the real tokens of a batch when at least this share of it is padding: below it
@@ -59,5 +61,7 @@ class FastPaths:
         keep_padding: the padded rows of the output will be read; training: a backward pass follows."""
         if mask is None or self.unpad == "never" or (keep_padding and self.unpad == "auto"):
             return False
+        if torch.compiler.is_compiling():
+            return False  # packing's shapes depend on the mask's values: a compiled graph stays padded
         padding = 1.0 - float(mask.sum()) / mask.numel()
         return padding > 0 and (self.unpad == "always" or training or padding >= UNPAD_MIN_PADDING)

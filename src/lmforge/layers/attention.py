@@ -144,6 +144,9 @@ class DenseKernel:
         return out.transpose(1, 2).reshape(B, T, H * dh)
 
 
+DENSE = DenseKernel()  # stateless: one instance, so that a compiled forward builds no object per call
+
+
 @dataclass
 class AttentionContext:
     """What every layer of one stack's forward pass shares: masks and positions (Stack.context),
@@ -159,7 +162,7 @@ class AttentionContext:
     cross_bias: Optional[torch.Tensor] = None  # (B, 1, 1, Tsrc) encoder padding
     memory: Optional[torch.Tensor] = None  # (B, Tsrc, d_model) encoder output
     padding_only: dict = field(default_factory=dict)  # mask key -> causal, for masks of padding (+ causality) only
-    kernel: object = field(default_factory=DenseKernel)  # the backend of every layer, unless `kernels` names one
+    kernel: object = DENSE  # the backend of every layer, unless `kernels` names one
     kernels: dict = field(default_factory=dict)  # mask key -> the backend of that mask's layers
     inspection: Optional[StackInspection] = None  # head gates and attention records (analysis)
 

@@ -8,7 +8,7 @@ gives the plain one back. The model itself never imports the speed package.
 """
 from __future__ import annotations
 
-from lmforge.layers.attention import DenseKernel
+from lmforge.layers.attention import DENSE
 
 
 class Execution:
@@ -26,7 +26,7 @@ class Execution:
 
     def choose_kernels(self, model, stack, ctx, chosen: dict, packing, recording: bool, dtype) -> None:
         """Set ctx.kernel (and ctx.kernels per mask key): the attention backend of each layer."""
-        ctx.kernel = DenseKernel()
+        ctx.kernel = DENSE
         ctx.kernels = {}
 
 

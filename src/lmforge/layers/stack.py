@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from lmforge.config import BIDIRECTIONAL_ONLY, ModelConfig
-from lmforge.layers.attention import AttentionContext
+from lmforge.layers.attention import DENSE, AttentionContext
 from lmforge.layers.block import Block
 from lmforge.layers.norms import make_norm
 from lmforge.layers.patterns import additive, default_global_tokens, pattern_bias, pattern_mask, prefix_keys
@@ -53,7 +53,7 @@ class Stack(nn.Module):
         B, T, _ = x.shape
         q_pos = torch.arange(past, past + T, device=x.device)
         k_pos = torch.arange(past + T, device=x.device)
-        ctx = AttentionContext(q_pos, k_pos, key_padding=key_padding, cache=cache,
+        ctx = AttentionContext(q_pos, k_pos, key_padding=key_padding, cache=cache, kernel=DENSE,
                                global_tokens=self._global_tokens(global_tokens, B, T, x.device))
         bias = self.bias(q_pos, k_pos) if self.bias is not None else None
         prefix = self._prefix(k_pos, prefix_lengths, B) if prefix_lengths is not None else None
@@ -85,8 +85,10 @@ class Stack(nn.Module):
         if ctx.key_padding is not None and pattern != "linformer":  # Linformer keys are projections
             padding = ctx.key_padding[:, None, None, :]
             allowed = padding if allowed is None else allowed & padding
-        if allowed is not None and bool(allowed.all()):
-            allowed = None  # every key visible (no padding, a decoding step): SDPA's unmasked kernel
+        if allowed is not None and not torch.compiler.is_compiling() and bool(allowed.all()):
+            # every key visible (no padding, a decoding step): SDPA's unmasked kernel; a compiled
+            # graph keeps the mask rather than read it back (same result, no graph break)
+            allowed = None
         extra = pattern_bias(self.cfg, pattern, ctx.q_pos, ctx.k_pos, layer)
         layer_bias = bias if extra is None else extra if bias is None else bias + extra
         return additive(allowed, layer_bias, dtype)

@@ -1,11 +1,9 @@
 """Causal language modelling (Radford et al. 2018, eq. 1): predict every next token."""
 from __future__ import annotations
 
-import torch.nn.functional as F
-
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import Loss, Objective
+from lmforge.objectives.base import IGNORE, Loss, Objective, labelled, token_loss
 from lmforge.objectives.registry import ObjectiveSpec, register
 
 
@@ -22,9 +20,9 @@ class CausalLM(Objective):
         """Loss of token t+1 given tokens <= t, at positions whose successor is real."""
         ids, mask = batch["input_ids"], batch["attention_mask"]
         hidden = self.model(ids, mask, run_heads=False).last_hidden_state
-        keep = mask[:, 1:].bool()  # (B, T-1): the next token exists
-        logits = self.lm(hidden[:, :-1][keep])  # (N, V)
-        loss = F.cross_entropy(logits.float(), ids[:, 1:][keep])
+        target = ids[:, 1:].masked_fill(~mask[:, 1:].bool(), IGNORE)  # (B, T-1): where the next token exists
+        rows, target = labelled(hidden[:, :-1], target)
+        loss = token_loss(self.lm(rows), target)  # (N, V) logits
         return Loss(loss, {"perplexity": loss.detach().exp()})
 
     def heads(self) -> dict:

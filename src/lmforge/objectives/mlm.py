@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
@@ -20,6 +19,8 @@ from lmforge.objectives.base import (
     IGNORE,
     Loss,
     Objective,
+    labelled,
+    token_loss,
     tokenizer_mask,
     tokenizer_pad,
     tokenizer_specials,
@@ -101,11 +102,10 @@ class MaskedLM(Objective):
 
     def mlm_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> Loss:
         """Cross-entropy of the original tokens at the selected positions of hidden (B, T, d)."""
-        selected = labels != IGNORE  # (B, T)
-        logits = self.lm(hidden[selected])  # (N, V): only the ~15 % selected positions
-        target = labels[selected]
+        rows, target = labelled(hidden, labels)
+        logits = self.lm(rows)  # (N, V): only the ~15 % selected positions
         # a batch without a selected position (very short texts) contributes nothing, not NaN
-        loss = F.cross_entropy(logits.float(), target) if target.numel() else hidden.sum() * 0.0
+        loss = token_loss(logits, target)
         accuracy = top1_accuracy(logits, target)
         return Loss(loss, {"mlm_accuracy": accuracy.detach()})
 

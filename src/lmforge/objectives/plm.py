@@ -26,7 +26,6 @@ z and the targets; `collate` turns them into the reference's inputs: perm_mask (
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
@@ -34,7 +33,9 @@ from lmforge.objectives.base import (
     IGNORE,
     Loss,
     Objective,
+    labelled,
     pad,
+    token_loss,
     tokenizer_pad,
     tokenizer_specials,
     top1_accuracy,
@@ -139,10 +140,9 @@ class PermutationLM(Objective):
                        perm_mask=batch["perm_mask"], target_mapping=batch["target_mapping"], mems=mems,
                        run_heads=False).last_hidden_state  # (B, n, d): the query stream
         labels = batch["labels"]
-        selected = labels != IGNORE
-        logits = self.lm(g[selected])  # (N, V): the vocabulary projection on targets only
-        target = labels[selected]
-        loss = F.cross_entropy(logits.float(), target) if target.numel() else g.sum() * 0.0
+        rows, target = labelled(g, labels)
+        logits = self.lm(rows)  # (N, V): the vocabulary projection on targets only
+        loss = token_loss(logits, target)
         accuracy = top1_accuracy(logits, target)
         return Loss(loss, {"plm_accuracy": accuracy.detach()})
 

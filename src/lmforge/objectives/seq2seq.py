@@ -9,10 +9,9 @@ runs on the target's real positions only.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective, top1_accuracy
+from lmforge.objectives.base import IGNORE, Loss, Objective, labelled, token_loss, top1_accuracy
 
 
 def shift_right(labels: torch.Tensor, start: int, pad: int) -> torch.Tensor:
@@ -37,10 +36,9 @@ def teacher_forced_loss(model, lm, batch: dict) -> Loss:
     hidden = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"],
                    decoder_attention_mask=batch["decoder_attention_mask"],
                    run_heads=False).last_hidden_state  # (B, T_target, d)
-    selected = batch["labels"] != IGNORE
-    logits = lm(hidden[selected])  # (N, V): the projection runs on the real target positions only
-    target = batch["labels"][selected]
-    loss = F.cross_entropy(logits.float(), target)
+    rows, target = labelled(hidden, batch["labels"])
+    logits = lm(rows)  # (N, V): the projection runs on the real target positions only
+    loss = token_loss(logits, target)
     accuracy = top1_accuracy(logits, target)
     return Loss(loss, {"perplexity": loss.detach().exp(), "accuracy": accuracy.detach()})
 

@@ -49,8 +49,13 @@ class XLRelativeBias(nn.Module):
         """(q_i + v)·W_r R_{i-j}: (B, H, Tq, Tk), from one projection per distinct distance."""
         B, H, Tq, dh = q.shape
         distance = q_pos[:, None] - k_pos[None, :]  # (Tq, Tk): i - j
-        low = int(distance.min())
-        values = torch.arange(low, int(distance.max()) + 1, device=q.device)
+        if torch.compiler.is_compiling():
+            # the stack's positions are q = past..past+Tq-1 over keys 0..Tk-1: the distances' range
+            # follows from the shapes, so the graph reads nothing back
+            low, high = 1 - q_pos.shape[0], k_pos.shape[0] - 1
+        else:
+            low, high = int(distance.min()), int(distance.max())
+        values = torch.arange(low, high + 1, device=q.device)
         r = self.r_proj(self.dropout(relative_sinusoids(values, self.d_model).to(q.dtype)))
         by_distance = torch.einsum("bhid,nhd->bhin", q + self.r_r_bias[:, None], r.view(-1, H, dh))
         return by_distance.gather(-1, (distance - low).expand(B, H, Tq, -1))

@@ -6,8 +6,9 @@ the top, so -1 is the last layer and -2 BERT's second-to-last, bert-as-service's
 list, a text "0,3,6", a range "4-8", "all", or "mix": every state mixed by ELMo's scalar mix,
 gamma * sum_j softmax(s)_j h_j (Peters et al. 2018, eq. 1) with s = mix_weights (equal by default).
 pooling: a text's tokens kept ("none", each with its text and character offsets) or reduced, as
-bert-as-service's strategies: mean, max, mean_max (the two concatenated), cls (the first token), sep /
-last (the last real token). Word inputs (`lmforge features --data`) pool a word's pieces: first, mean, last.
+bert-as-service's strategies: mean, max, mean_max (the two concatenated), cls (the first token: [CLS], <s>;
+T5's first piece, ELMo's first word), sep / last (the last real token: [SEP], </s>; ELMo's last word).
+Word inputs (`lmforge features --data`) pool a word's pieces: first, mean, last.
 """
 from __future__ import annotations
 

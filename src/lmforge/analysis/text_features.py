@@ -4,7 +4,9 @@ every token, or one vector per text pooled from them, as FeatureOptions says (an
 Each token comes with its id, its piece, the text it covers and that text's character offsets [start,
 end) in the input (special tokens cover nothing: start == end). A text longer than the options' length
 is refused, or cut with truncate (its answer says so). An encoder-decoder gives its encoder's states; a
-decoder's see the left context only. ELMo reads whitespace-separated words: its tokens are the words.
+decoder's see the left context only. ELMo reads whitespace-separated words: its tokens are the words
+(id None), pooled alike (cls: the first word, sep: the last). SentencePiece's "▁" before a word covers
+none of its characters (Metaspace gives it the word's first one, which the next piece covers).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from lmforge.config.options import OptionsError
 from lmforge.utils.modes import evaluating
 
 _WORD = re.compile(r"\S+")
+_SPACE_MARK = "\u2581"  # SentencePiece's space, a piece of its own before a word it does not start
 
 
 @dataclass
@@ -61,8 +64,13 @@ def pool(hidden: torch.Tensor, pooling: str) -> torch.Tensor:
 
 
 def _tokens(tokenizer, text: str, encoding) -> list:
-    return [{"id": i, "token": tokenizer.id_to_token(i) or "", "text": text[a:b], "start": a, "end": b}
-            for i, (a, b) in zip(encoding.ids, encoding.offsets)]
+    out = []
+    for i, (a, b) in zip(encoding.ids, encoding.offsets):
+        token = tokenizer.id_to_token(i) or ""
+        if token == _SPACE_MARK and not text[a:b].isspace():  # Metaspace's prepended "▁" (T5) is given the
+            b = a  # first character of the word after it, which the next piece covers: it covers nothing
+        out.append({"id": i, "token": token, "text": text[a:b], "start": a, "end": b})
+    return out
 
 
 def encode_text(tokenizer, text: str, limit: int, truncate: bool, index: int = 0) -> tuple:

@@ -3,7 +3,8 @@
 /features builds the request's FeatureOptions (analysis/feature_options.py), as `lmforge.features` and
 `lmforge features` do, so the three accept and refuse alike; the server's own limits speak first (413
 naming max_layers, max_feature_values, max_seq_len), and the texts run batched with other requests of
-the same options.
+the same options. A model of words (ELMo, serve/models.py ServedWords) is served here alike: its tokens,
+counted for the limits and cut by truncate, are a text's whitespace-separated words.
 """
 from __future__ import annotations
 
@@ -50,7 +51,10 @@ async def features(body: option_schemas.FeaturesRequest, request: Request):
     limit = min(options.max_length or served.max_tokens, served.max_tokens)
     texts, counts = await clip(server, served, texts, options.truncate, limit)
     lengths = fit_lengths(counts, limit, options.truncate, server.limits)
-    width = served.model.config.d_model * (2 if options.pooling == "mean_max" else 1)
+    if 0 in lengths:  # nothing to give features of (ELMo's text without words), as offline refuses it
+        unit = "tokens" if served.tokenizer is not None else "words (ELMo reads whitespace-separated words)"
+        raise RequestError(422, f"text {lengths.index(0)} has no {unit}", param="texts")
+    width = served.feature_width * (2 if options.pooling == "mean_max" else 1)
     values = sum(layers * width * (n if options.pooling == "none" else 1) for n in lengths)
     if values > server.limits.max_feature_values:
         raise too_large("max_feature_values", f"the answer would hold {values} numbers, more than "

@@ -6,7 +6,9 @@ the fine-tuned task rebuilt from it as `lmforge evaluate` rebuilds it. Its capab
 from its architecture and heads: every model embeds and gives its contextual features; a reranker
 (task.json kind rerank) reranks; a masked-LM encoder, T5 or BART fills
 masks; a decoder or encoder-decoder with an LM head generates; a fine-tuned model predicts; every
-Transformer shows its attention.
+Transformer shows its attention. ELMo (a directory of architecture "elmo") has no tokenizer: it reads
+whitespace-separated words, as lmforge.features does offline, so it serves its features alone, its
+tokens (counted for the limits, cut by truncate) being words.
 
 Two tokenizers per model: the workers' (Tokenizer.encode with max_length switches the backend's
 truncation on and off, under a lock, so the workers may share it) and the event loop's own copy
@@ -15,17 +17,20 @@ for counting tokens, /tokenize and turning streamed ids into text, which never w
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmforge.pipelines.embed import SentenceEncoder
 from lmforge.compress.quantize import COUNTED, parameter_count
 from lmforge.generate import lm_head_name
+from lmforge.io.native import read_meta
 from lmforge.io.resolve import find_model_dir
 from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.finetune import TaskConfig, make_task, task_info
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
+_WORD = re.compile(r"\S+")  # ELMo's tokens, as analysis/text_features.py splits them
 CAPABILITIES = ("embed", "features", "rerank", "predict", "fill_mask", "generate", "tokenize", "attention")
 ATTENTIONAL = ("encoder", "decoder", "encoder-decoder")  # the architectures analysis/attention.py reads
 
@@ -36,8 +41,8 @@ class ServedModel:
 
     name: str
     path: Path
-    encoder: SentenceEncoder
-    front: Tokenizer  # the event loop's copy of the tokenizer
+    encoder: SentenceEncoder | None  # None for a model of words (ServedWords)
+    front: Tokenizer | None  # the event loop's copy of the tokenizer
     task: Task | None = None
     info: dict = field(default_factory=dict)  # task.json
     capabilities: tuple = ()
@@ -59,19 +64,56 @@ class ServedModel:
         own = self.encoder.max_length or self.tokenizer.model_max_length or cfg.max_seq_len
         return min(cfg.max_seq_len, own)
 
+    @property
+    def feature_width(self) -> int:
+        """The width of one hidden state /features gives."""
+        return self.model.config.d_model
+
     def count(self, texts: list, pair: list | None = None) -> list:
         """Tokens of each text (specials included), with the event loop's tokenizer."""
         return [len(self.front.encode(t, None if pair is None else pair[i]).ids) for i, t in enumerate(texts)]
 
     def describe(self) -> dict:
         """What /info says about the model: its name and sizes, never where it lies on disk."""
-        cfg = self.model.config
+        cfg, pooling = self.model.config, list(self.encoder.pooling) if self.encoder is not None else []
         return {"name": self.name, "architecture": cfg.architecture,
                 "capabilities": list(self.capabilities), "max_tokens": self.max_tokens,
                 "parameters": parameter_count(self.model), "parameters_counted": COUNTED,
                 "n_layers": cfg.n_layers, "d_model": cfg.d_model, "vocab_size": cfg.vocab_size,
-                "embedding_dim": cfg.d_model * len(self.encoder.pooling),
-                "task": self.info or None, "pooling": list(self.encoder.pooling), "config": cfg.to_dict()}
+                "embedding_dim": cfg.d_model * len(pooling) if pooling else None,
+                "task": self.info or None, "pooling": pooling, "config": cfg.to_dict()}
+
+
+@dataclass
+class ServedWords(ServedModel):
+    """A model that reads whitespace-separated words (ELMo): no tokenizer, no sentence encoder; its
+    tokens are words, its features [h-> ; h<-] (2 d_model wide)."""
+
+    words_model: object = None
+
+    @property
+    def model(self):
+        """The biLM."""
+        return self.words_model
+
+    @property
+    def tokenizer(self) -> None:
+        """None: the model reads characters of words."""
+        return None
+
+    @property
+    def max_tokens(self) -> int:
+        """The most words one text may have (lmforge.features' default max_length)."""
+        return self.model.config.max_seq_len
+
+    @property
+    def feature_width(self) -> int:
+        """Each layer is [forward ; backward] states."""
+        return 2 * self.model.config.d_model
+
+    def count(self, texts: list, pair: list | None = None) -> list:
+        """Words of each text."""
+        return [sum(1 for _ in _WORD.finditer(t)) for t in texts]
 
 
 def _has_lm_head(model) -> bool:
@@ -84,6 +126,8 @@ def _has_lm_head(model) -> bool:
 
 def capabilities_of(model, task: Task | None) -> tuple:
     """What a model can serve (see the module docstring)."""
+    if hasattr(model, "word_layers"):  # ELMo: features of words, nothing that needs a tokenizer
+        return ("features",)
     arch, lm = model.config.architecture, _has_lm_head(model)
     found = {"embed", "tokenize", *(("attention", "features") if arch in ATTENTIONAL else ())}
     if task is not None:
@@ -112,12 +156,22 @@ def rebuild_task(path: Path, model, tokenizer, info: dict) -> Task:
 def load_served(name: str, where: str | os.PathLike) -> ServedModel:
     """Load the model directory (or installed model package) `where` as `name`."""
     path = find_model_dir(where)
+    if read_meta(path).get("config", {}).get("architecture") == "elmo":
+        return load_words(name, path)
     encoder = SentenceEncoder.from_dir(path)
     info = task_info(path) if (path / "task.json").is_file() else {}
     task = rebuild_task(path, encoder.model, encoder.tokenizer, info) if info.get("kind") else None
     encoder.model.eval()
     return ServedModel(name, path, encoder, load_tokenizer(path), task, info,
                        capabilities_of(encoder.model, task))
+
+
+def load_words(name: str, path: Path) -> ServedWords:
+    """An ELMo directory, loaded (optimized) as `lmforge features` loads it."""
+    from lmforge.analysis.text_features import load_for_features
+
+    model, _ = load_for_features(path)
+    return ServedWords(name, path, None, None, capabilities=capabilities_of(model, None), words_model=model)
 
 
 def parse_model_specs(specs: list) -> list:

@@ -290,7 +290,8 @@ class ModelInfo(BaseModel):
     n_layers: int = Field(..., description="Transformer blocks (an encoder-decoder's encoder)")
     d_model: int
     vocab_size: int
-    embedding_dim: int = Field(..., description="the size of /embed's and /v1/embeddings' vectors")
+    embedding_dim: int | None = Field(..., description="the size of /embed's and /v1/embeddings' vectors "
+                                      "(None: the model does not embed, as ELMo)")
     task: dict[str, Any] | None = None
     pooling: list[str]
     config: dict[str, Any]

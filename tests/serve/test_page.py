@@ -1,23 +1,74 @@
 """The page at / in headless Chromium: it renders (the screenshot is not blank) and the page's own
-script sends a request and shows the server's answer (asked for by the URL hash)."""
+script sends a request and shows the server's answer (asked for by the URL hash): embeddings with their
+options, features (tokens, offsets, shape), reranking (order, scores, truncation per document), each
+route and model offered by its capability, and refusals shown with the field or limit they name."""
 from __future__ import annotations
 
 import html
 import json
 import re
+from urllib.parse import quote
 
 import numpy as np
 import pytest
 import torch
 from matplotlib.image import imread
 
+import lmforge
 from lmforge.pipelines.embed import SentenceEncoder
+from lmforge.tasks.finetune import TaskConfig, make_task, save_model
 from tests import requires
 from tests.browser import Pipe, run_once
+from tests.serve.conftest import _save, _tiny, _tokenizer, start_server
 
 pytestmark = requires.chromium
 RESULT = ("(() => { const r = document.getElementById('result'); "
           "return r.dataset.state === 'done' && r.textContent; })()")
+ANSWERED = ("(() => { const s = document.getElementById('result').dataset.state; "
+            "return (s === 'done' || s === 'error') && s; })()")
+QUERY = "the small cat sat on the mat"
+LONG = " ".join(["the old fox near the river"] * 20)  # past the reranker's max_len of 24 with the query
+DOCUMENTS = ["the small cat sat on the mat today", "a dog", LONG, "the red bird sat on the hill"]
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory):
+    """A server with a reranker (rr, as tests/serve/test_rerank.py builds it) and a plain encoder (plain:
+    no rerank), at most 4 documents a request; (server, model directories)."""
+    root = tmp_path_factory.mktemp("page-rerank")
+    tokenizer = _tokenizer("bert")
+    model = _tiny("bert-base", tokenizer, 7, max_seq_len=128)
+    torch.manual_seed(7)
+    task = make_task("rerank", model, tokenizer, [], TaskConfig(max_len=24))
+    dirs = {"rr": save_model(task, root / "rr"),
+            "plain": _save(_tiny("bert-base", tokenizer, 8, max_seq_len=128), tokenizer, root / "plain")}
+    served = start_server(dirs, ("rr", "plain"), root / "serve.log", "--max-documents", "4")
+    yield served, dirs
+    served.stop()
+
+
+def ask(browser, **fields) -> tuple:
+    """Set the page's hash (the form is filled from it and sent); (state, status line, answer, summary's kind)."""
+    hash_ = "#" + "&".join(f"{k}={quote(str(v))}" for k, v in fields.items())
+    browser.call("Runtime.evaluate", {"expression": "document.getElementById('result').dataset.state = 'asked'; "
+                                                    f"location.hash = {json.dumps(hash_)}"})
+    state = browser.wait_for(ANSWERED)
+    said = browser.wait_for("[document.getElementById('status').textContent, "
+                            "document.getElementById('result').textContent, "
+                            "document.getElementById('summary').dataset.kind || '']")
+    return state, said[0], json.loads(said[1]), said[2]
+
+
+def cells(browser, rows: str) -> list:
+    """The text of each cell of the summary's rows `rows` (a CSS selector)."""
+    return json.loads(browser.wait_for(f"JSON.stringify([...document.querySelectorAll('#summary {rows}')]"
+                                       ".map(r => [...r.cells].map(c => c.textContent)))"))
+
+
+def opened(browser, url: str) -> None:
+    """Open the page at `url` and wait until it has read /v1/models."""
+    browser.open(url)
+    browser.wait_for("document.getElementById('models').textContent")
 
 
 def test_page_runs_an_embedding_request_and_shows_the_answer(server, model_dirs, tmp_path):
@@ -44,15 +95,17 @@ def test_page_streams_a_generation(server, tmp_path):
     assert final["finish_reason"] in ("stop", "length") and streamed == final["text"] and final["token_ids"]
 
 
-def test_page_renders_not_blank(server, tmp_path):
+@pytest.mark.parametrize("asked", ["route=predict&model=cls&text=the%20cat%20sat",
+                                   "route=features&model=enc&text=the%20cat%20sat&layers=0,-1"])
+def test_page_renders_not_blank(server, tmp_path, asked):
     shot = tmp_path / "page.png"
-    run_once(tmp_path / "profile", f"{server.url}/#route=predict&model=cls&text=the%20cat%20sat",
+    run_once(tmp_path / "profile", f"{server.url}/#{asked}",
              "--virtual-time-budget=15000", "--window-size=1280,860", f"--screenshot={shot}")
     pixels = imread(shot)[..., :3]
     assert pixels.shape[:2] == (860, 1280)
     colours = np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)
     assert len(colours) > 50 and pixels.std() > 0.1  # text, panels, a header: not one flat colour
-    panel = pixels[130:380, 612:1240]  # the answer panel shows the prediction's JSON
+    panel = pixels[130:380, 612:1240]  # the answer panel shows the prediction's JSON, the features' tokens
     assert panel.std() > 0.05
 
 
@@ -75,7 +128,116 @@ def test_page_shows_the_attention_view_which_runs_in_the_browser(server, tmp_pat
 def test_the_offline_api_reference_lists_every_route_with_its_fields(server, tmp_path):
     dom = run_once(tmp_path / "profile", f"{server.url}/docs", "--virtual-time-budget=10000", "--dump-dom")
     assert 'data-state="done"' in dom, dom[-2000:]
-    for route in ("/v1/embeddings", "/embed", "/predict", "/fill_mask", "/generate", "/v1/completions",
-                  "/attention", "/tokenize", "/health", "/info", "/v1/models", "/metrics"):
+    for route in ("/v1/embeddings", "/embed", "/features", "/rerank", "/v1/rerank", "/predict", "/fill_mask",
+                  "/generate", "/v1/completions", "/attention", "/tokenize", "/health", "/info", "/v1/models",
+                  "/metrics"):
         assert f'<span class="path">{route}</span>' in dom, route
     assert "Query parameters" in dom and ">text_pair<" in dom and ">encoding_format<" in dom
+
+
+def test_page_offers_routes_and_models_by_capability(ranked, tmp_path):
+    served, _ = ranked
+    show = ("(() => {{ const r = document.getElementById('route'); r.value = '{}'; "
+            "r.dispatchEvent(new Event('change')); return JSON.stringify({{"
+            "models: [...document.getElementById('model').options].map(o => o.value), "
+            "shown: [...document.querySelectorAll('fieldset.options')].filter(f => !f.hidden)"
+            ".map(f => f.dataset.group)}}); }})()")
+    with Pipe(tmp_path / "profile") as browser:
+        opened(browser, served.url + "/")
+        disabled = json.loads(browser.wait_for("JSON.stringify([...document.getElementById('route').options]"
+                                               ".filter(o => o.disabled).map(o => o.value))"))
+        seen = {route: json.loads(browser.wait_for(show.format(route)))
+                for route in ("rerank", "v1_rerank", "features", "embed", "embeddings", "tokenize", "health")}
+    assert set(disabled) == {"predict", "fill_mask", "generate", "completions"}  # no served model can
+    assert seen["rerank"] == seen["v1_rerank"] == {"models": ["", "rr"], "shown": ["rerank"]}
+    assert seen["features"] == {"models": ["", "rr", "plain"], "shown": ["features"]}  # in /v1/models order
+    assert seen["embed"]["shown"] == seen["embeddings"]["shown"] == ["embed"]
+    assert seen["tokenize"]["shown"] == seen["health"]["shown"] == []
+
+
+def test_page_reranks_showing_order_scores_and_truncation(ranked, tmp_path):
+    served, dirs = ranked
+    offline = lmforge.rerank(dirs["rr"], QUERY, DOCUMENTS)
+    with Pipe(tmp_path / "profile") as browser:
+        opened(browser, served.url + "/")
+        state, status, answer, kind = ask(browser, route="rerank", model="rr", query=QUERY,
+                                          text="\n".join(DOCUMENTS), top_n=3)
+        best = cells(browser, "tr.ranked")
+        state_all, _, every, _ = ask(browser, route="v1_rerank", query=QUERY, text="\n".join(DOCUMENTS),
+                                     return_documents="true")
+        rows = cells(browser, "tr.ranked")
+    assert state == "done" and status.startswith("200 POST /rerank") and kind == "rerank"
+    assert [r["index"] for r in answer["results"]] == [i for i, _ in offline[:3]]
+    scores = [r["relevance_score"] for r in answer["results"]]
+    assert scores == pytest.approx([s for _, s in offline[:3]], abs=1e-5)
+    assert [row[:3] for row in best] == [[str(rank + 1), str(r["index"]), f"{r['relevance_score']:.6f}"]
+                                         for rank, r in enumerate(answer["results"])]
+    assert state_all == "done" and [r["index"] for r in every["results"]] == [i for i, _ in offline]
+    for row, result in zip(rows, every["results"]):  # each document's truncation, and its text
+        assert result["truncated"] == (result["index"] == 2)  # LONG alone is past max_len
+        assert row[3] == ("truncated" if result["truncated"] else "whole")
+        assert DOCUMENTS[result["index"]].startswith(row[4].rstrip("…"))
+
+
+def test_page_shows_rerank_refusals_naming_the_limit_or_field(ranked, tmp_path):
+    served, _ = ranked
+    with Pipe(tmp_path / "profile") as browser:
+        opened(browser, served.url + "/")
+        too_many = ask(browser, route="rerank", query=QUERY, text="\n".join(DOCUMENTS + ["one more"]))
+        box = browser.wait_for("document.getElementById('summary').textContent")
+        bad_top = ask(browser, route="rerank", query=QUERY, text="a dog", top_n=0)
+        marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
+                                  ".map(c => c.dataset.field))")
+        not_rr = ask(browser, route="rerank", model="plain", query=QUERY, text="a dog")
+    assert too_many[0] == "error" and too_many[1].startswith("413 POST /rerank")
+    assert too_many[2]["error"]["param"] == "max_documents" and too_many[3] == "refusal"
+    assert "Refused (413)" in box and "limit: max_documents" in box
+    assert bad_top[1].startswith("422") and bad_top[2]["error"]["param"] == "top_n"
+    assert json.loads(marked) == ["top_n"]  # the form's top_n is marked
+    assert not_rr[1].startswith("400") and not_rr[2]["error"]["param"] == "model"
+
+
+def test_page_tries_features_showing_tokens_offsets_and_shape(server, tmp_path):
+    text = "the red fox sat near the river"
+    width = server.client().get("/info").json()["models"]["enc"]["d_model"]
+    with Pipe(tmp_path / "profile") as browser:
+        opened(browser, server.url + "/")
+        state, status, answer, kind = ask(browser, route="features", model="enc", text=text, layers="0,-1")
+        tokens = cells(browser, "tr.token")
+        shape = browser.wait_for("document.querySelector('#summary .shape').textContent")
+        mixed = ask(browser, route="features", model="enc", text=text, layers="mix", mix_weights="1, 2, 3",
+                    pooling="mean_max")
+        mixed_shape = browser.wait_for("document.querySelector('#summary .shape').textContent")
+        refused = ask(browser, route="features", model="enc", text=text, layers="7")
+        marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
+                                  ".map(c => c.dataset.field))")
+    direct = server.client().post("/features", json={"model": "enc", "texts": [text], "layers": "0,-1"}).json()
+    assert state == "done" and status.startswith("200 POST /features") and kind == "features"
+    item = answer["data"][0]
+    torch.testing.assert_close(torch.tensor(item["features"]), torch.tensor(direct["data"][0]["features"]),
+                               atol=1e-5, rtol=1e-4)
+    n = item["n_tokens"]
+    assert f"shape 2 × {n} × {width} (layers × tokens × d)" in shape and "layers [0,2]" in shape
+    assert len(tokens) == n == len(item["tokens"])
+    for row, token in zip(tokens, item["tokens"]):  # the text each token covers, and where
+        assert row[3] == json.dumps(text[token["start"]:token["end"]])
+        assert row[4] == f"{token['start']}–{token['end']}"
+    assert mixed[0] == "done" and f"shape 1 × {2 * width} (layers × d)" in mixed_shape
+    assert refused[1].startswith("422") and refused[2]["error"]["param"] == "layers"
+    assert json.loads(marked) == ["layers"] and refused[3] == "refusal"
+
+
+def test_page_sends_the_embedding_options(server, tmp_path):
+    with Pipe(tmp_path / "profile") as browser:
+        opened(browser, server.url + "/")
+        cut = ask(browser, route="embed", model="enc", text="a cat", dimensions=8)
+        summary = browser.wait_for("document.getElementById('summary').textContent")
+        packed = ask(browser, route="embeddings", model="enc", text="a cat", encoding_format="base64")
+        refused = ask(browser, route="embeddings", model="enc", text="a cat", encoding_format="int8")
+        marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
+                                  ".map(c => c.dataset.field))")
+    assert cut[0] == "done" and cut[2]["dim"] == 8 and len(cut[2]["embeddings"][0]) == 8
+    assert "dim 8" in summary and f"0 ({cut[2]['inputs'][0]['tokens']} tokens): " in summary
+    assert packed[0] == "done" and isinstance(packed[2]["data"][0]["embedding"], str)
+    assert refused[1].startswith("422") and refused[2]["error"]["param"] == "encoding_format"
+    assert json.loads(marked) == ["encoding_format"]

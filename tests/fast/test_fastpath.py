@@ -55,9 +55,9 @@ def test_unpadding_equals_the_padded_path(name):
     ids, mask = _batch(model.config.vocab_size)
     with torch.no_grad():
         padded = _run(model, FastPaths(unpad="never"), ids, mask, return_hidden=True)
-        for by_sequence in (False, True):
-            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence, sequence_min_length=0), ids, mask,
-                          return_hidden=True)
+        variants = ({"sequence_attention": False}, {"sequence_min_length": 0}, {"jagged_attention": "always"})
+        for variant in variants:  # re-padded, sequence by sequence, one nested jagged call
+            packed = _run(model, FastPaths(unpad="always", **variant), ids, mask, return_hidden=True)
             assert_same_at_real_positions(packed.last_hidden_state, padded.last_hidden_state, mask)
             for ours, ref in zip(packed.hidden_states, padded.hidden_states):
                 assert_same_at_real_positions(ours, ref, mask)
@@ -109,7 +109,8 @@ def test_unpadded_gradients_equal_padded_gradients():
     model = lmforge.build(lmforge.tiny("bert-base"), dropout=0.0, attention_dropout=0.0)
     ids, mask = _batch(model.config.vocab_size)
     grads = []
-    paths = (FastPaths(unpad="never"), FastPaths(unpad="always"), FastPaths(unpad="always", sequence_min_length=0))
+    paths = (FastPaths(unpad="never"), FastPaths(unpad="always"), FastPaths(unpad="always", sequence_min_length=0),
+             FastPaths(unpad="always", jagged_attention="always"))
     for fast in paths:
         model.zero_grad()
         hidden = _run(model, fast, ids, mask).last_hidden_state
@@ -117,6 +118,7 @@ def test_unpadded_gradients_equal_padded_gradients():
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert_same_gradients(grads[1], grads[0])
     assert_same_gradients(grads[2], grads[0])
+    assert_same_gradients(grads[3], grads[0])
 
 
 _BASE = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128, window=8, block_size=4)

@@ -5,7 +5,7 @@ import torch
 import lmforge
 from lmforge.fast.optimize import optimize
 from lmforge.fast.blocked import ChunkPlan
-from lmforge.fast.kernels import BlockedKernel, PerSequence, Repadded
+from lmforge.fast.kernels import BlockedKernel, Jagged, PerSequence, Repadded
 from lmforge.fast.packing import Packing
 from lmforge.layers.attention import DenseKernel
 from lmforge.fast.paths import FastPaths
@@ -58,6 +58,17 @@ def test_packed_rows_attend_sequence_by_sequence_only_where_nothing_needs_the_pa
     assert isinstance(_context(model, 10, mask, packing).kernel_for("full"), PerSequence) == by_sequence
     assert isinstance(_context(model, 10, mask, packing, return_attention=True).kernel_for("full"), Repadded)
     assert isinstance(_context(model, 10, mask, Packing(mask, by_sequence=False)).kernel_for("full"), Repadded)
+
+
+def test_bidirectional_padding_masks_attend_as_one_jagged_call_where_asked_and_on_cuda_by_default():
+    model = optimize(lmforge.build(lmforge.tiny("bert-base")), paths=FastPaths(jagged_attention="always"))
+    mask = torch.arange(10)[None] < torch.tensor([[10], [4]])
+    packing = model._packing(mask, None, None)
+    assert packing.jagged and isinstance(_context(model, 10, mask, packing).kernel_for("full"), Jagged)
+    causal = optimize(lmforge.build(lmforge.tiny("gpt2")), paths=FastPaths(jagged_attention="always", unpad="always"))
+    kernel = _context(causal, 10, mask, causal._packing(mask, None, None)).kernel_for("full")
+    assert not isinstance(kernel, Jagged)  # the jagged layout has no causal path on the CPU
+    assert FastPaths().wants_jagged(torch.device("cuda")) and not FastPaths().wants_jagged(torch.device("cpu"))
 
 
 def test_kernels_keep_the_layouts_they_promise():

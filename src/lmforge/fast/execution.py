@@ -37,6 +37,8 @@ class FastExecution(Execution):
         packing = Packing(key_padding)
         long_enough = model.training or max(packing.lengths, default=0) >= self.paths.sequence_min_length
         packing.by_sequence = self.paths.sequence_attention and not dropping and long_enough
+        # one call a layer with no empty row: nothing of the CPU loop's costs above
+        packing.jagged = self.paths.wants_jagged(key_padding.device) and min(packing.lengths) > 0
         return packing
 
     def local_layers(self, stack, length: int) -> dict:
@@ -49,8 +51,8 @@ class FastExecution(Execution):
         ctx.kernel = DROPPING if self.paths.accelerate else DENSE
         ctx.kernels = {key: BLOCKED for key in chosen}
         if packing is not None:  # layers see (N, d_model) rows; rotations and records need (B, T)
-            by_sequence = packing.by_sequence and ctx.rope is None and not recording
-            ctx.kernel, ctx.kernels = packed(packing, ctx, by_sequence)
+            alone = ctx.rope is None and not recording
+            ctx.kernel, ctx.kernels = packed(packing, ctx, packing.by_sequence and alone, packing.jagged and alone)
 
 
 EXECUTIONS["fast"] = FastExecution

@@ -86,10 +86,26 @@ class PerSequence:
         return out.flatten(1)
 
 
-def packed(packing: Packing, ctx, by_sequence: bool) -> tuple:
+class Jagged(PerSequence):
+    """Packed rows of a bidirectional mask of padding only attended in one nested jagged SDPA call
+    (Packing.attend_jagged): variable-length attention, no re-padding, no mask."""
+
+    def __init__(self, packing: Packing) -> None:
+        super().__init__(packing, causal=False)
+
+    def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
+        """(out (N, H, dh), None), as PerSequence's."""
+        return self.packing.attend_jagged(q, k, v, dropout_p, scale), None
+
+
+def packed(packing: Packing, ctx, by_sequence: bool, jagged: bool = False) -> tuple:
     """(default kernel, per-mask kernels) of ctx's padded backends for packed rows: re-padded, or,
-    with by_sequence, sequence by sequence for the masks of padding (and causality) only."""
+    for the masks of padding (and causality) only, with by_sequence sequence by sequence, and with
+    jagged in one nested call where the mask is bidirectional."""
     kernels = {key: Repadded(packing, kernel) for key, kernel in ctx.kernels.items()}
-    if by_sequence:
-        kernels.update({key: PerSequence(packing, causal) for key, causal in ctx.padding_only.items()})
+    for key, causal in ctx.padding_only.items():
+        if jagged and not causal:  # the jagged layout has no causal path on every backend
+            kernels[key] = Jagged(packing)
+        elif by_sequence:
+            kernels[key] = PerSequence(packing, causal)
     return Repadded(packing, ctx.kernel), kernels

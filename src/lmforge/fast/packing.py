@@ -21,6 +21,7 @@ class Packing:
     def __init__(self, mask: torch.Tensor, by_sequence: bool = True) -> None:
         self.shape = tuple(mask.shape)  # (B, T)
         self.by_sequence = by_sequence  # masks of padding only may use `attend` instead of re-padding
+        self.jagged = False  # ... and, bidirectional, `attend_jagged` (one call) whatever by_sequence says
         self.index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
         self.lengths = [int(n) for n in mask.sum(1).tolist()]  # each row's real tokens, contiguous once packed
 
@@ -43,6 +44,23 @@ class Packing:
         deterministic, unlike advanced indexing's accumulating scatter)."""
         B, H, T, dh = out.shape
         return out.transpose(1, 2).reshape(B * T, H * dh).index_select(0, self.index)
+
+    def attend_jagged(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                      scale: float = 1.0) -> torch.Tensor:
+        """`attend` without causality in one call: q (N, H, dh), k, v (N, Hkv, dh) viewed as nested
+        jagged (B, H, j, dh) tensors over the sequences' offsets -> (N, H, dh). CUDA runs it with the
+        flash or memory-efficient variable-length kernels; the CPU with SDPA's math path."""
+        if k.shape[1] != q.shape[1]:  # GQA/MQA
+            groups = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        offsets = torch.tensor([0, *self.lengths], device=q.device).cumsum(0)
+        # contiguous rows: the split views of the fused projection are strided, which only some
+        # backends accept (SDPA's math path on nested tensors does not)
+        jagged = [torch.nested.nested_tensor_from_jagged(t.contiguous(), offsets, min_seqlen=min(self.lengths),
+                                                         max_seqlen=max(self.lengths)).transpose(1, 2)
+                  for t in (q, k, v)]
+        out = F.scaled_dot_product_attention(*jagged, dropout_p=dropout_p, scale=scale)
+        return out.transpose(1, 2).values()
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                dropout_p: float = 0.0, scale: float = 1.0) -> torch.Tensor:

@@ -13,6 +13,7 @@ import torch
 
 UNPAD = ("auto", "always", "never")
 LOCAL_ATTENTION = ("auto", "blocked", "dense")
+JAGGED = ("auto", "always", "never")
 # "auto" packs the real tokens of a batch when at least this share of it is padding: below it
 # packing costs about what it saves in inference (bench/FINDINGS.md: at 3.5 % padding bert-base
 # gains 2 % and bert-mini loses 6 %; at 7-8 % bert-base gains 10 %, bert-mini breaks even, and
@@ -41,6 +42,10 @@ class FastPaths:
     # windowed patterns (sliding-window, dilated, longformer, bigbird) in query chunks against
     # their key band (linear in T) instead of a dense (T, T) mask; "auto": when the band is short
     local_attention: str = "auto"
+    # packed rows of a bidirectional mask of padding only in one SDPA call over a nested jagged tensor
+    # (variable-length attention: flash / memory-efficient kernels on CUDA, no mask, no padding);
+    # "auto": on CUDA, where it replaces B calls a layer by one; the CPU keeps its measured choices above
+    jagged_attention: str = "auto"
     chunk: int = 0  # queries per chunk of blocked attention; 0: chosen from the window
     # run the layers as their accelerated subclasses (fast/accelerate.py) during each forward call
     accelerate: bool = True
@@ -51,10 +56,16 @@ class FastPaths:
         if self.local_attention not in LOCAL_ATTENTION:
             raise ValueError(f"local_attention={self.local_attention!r} is not one of "
                              f"{', '.join(LOCAL_ATTENTION)}")
+        if self.jagged_attention not in JAGGED:
+            raise ValueError(f"jagged_attention={self.jagged_attention!r} is not one of {', '.join(JAGGED)}")
         if self.chunk < 0:
             raise ValueError(f"chunk must be >= 0, got {self.chunk}")
         if self.sequence_min_length < 0:
             raise ValueError(f"sequence_min_length must be >= 0, got {self.sequence_min_length}")
+
+    def wants_jagged(self, device: torch.device) -> bool:
+        """Whether packed rows of bidirectional padding-only masks attend as one nested jagged call."""
+        return self.jagged_attention == "always" or (self.jagged_attention == "auto" and device.type == "cuda")
 
     def wants_unpad(self, mask, keep_padding: bool = False, training: bool = False) -> bool:
         """Whether to pack the batch whose (B, T) bool mask is `mask` (True at real tokens);

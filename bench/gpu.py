@@ -1,6 +1,7 @@
 """One GPU, side by side with the reference (Hugging Face transformers, SDPA attention): training
 tokens/s, MFU and peak memory of bert-base MLM (sequence 128) and GPT-2 124M causal LM (sequence
-1024), generation throughput at batch 1 and 64, MiniLM embeddings per second. One JSON out.
+1024), generation throughput at batch 1 and 64, MiniLM embeddings per second; and ELMo-small's biLM
+step fused (checked against its clips) vs step by step. One JSON out.
 
 Both sides get the same device, dtype (bf16 autocast over fp32 weights on CUDA, fp32 on the CPU),
 batch, fused AdamW and (on CUDA) torch.compile, in a plain training loop. Sized for at most 8
@@ -194,6 +195,38 @@ def bench_embeddings(device: torch.device, tiny: bool) -> dict:
     return out
 
 
+def bench_elmo(device: torch.device, tiny: bool) -> dict:
+    """ELMo-small biLM training steps (batch 128 of 48 words, its original clips of 3) fused and
+    checked against the clips (the default on CUDA) vs step by step: ms a step, the speed-up, and
+    the share of layer calls that stayed fused (the rest ran again step by step)."""
+    from lmforge.objectives.bilm import BiLM
+
+    torch.manual_seed(0)
+    cfg = lmforge.tiny("elmo-small") if tiny else lmforge.get_config("elmo-small").replace(vocab_size=10000)
+    model = lmforge.build(cfg)
+    words = [[1 + (7 * b + t) % 40 for t in range(12 if tiny else 48)] for b in range(8 if tiny else 128)]
+    chars = [[0] * cfg.max_characters_per_token] + [[1 + (i + j) % 200 for j in range(6)] + [0] * (
+        cfg.max_characters_per_token - 6) for i in range(1, 41)]
+    objective = BiLM(model, chars=chars).to(device).train()
+    data = {k: v.to(device) for k, v in objective.collate([{"input_ids": w} for w in words]).items()}
+    layers = (*model.lstm.forward_layers, *model.lstm.backward_layers)
+    out = {"preset": "elmo-small", "batch": len(words), "words": len(words[0]),
+           "cell_clip": cfg.cell_clip, "proj_clip": cfg.proj_clip}
+    for name, mode in (("fused", "on"), ("steps", "off")):
+        model.set_fused_lstm(mode)
+        runs = []
+        step = training_step(lambda: objective(data).loss, objective, device, compile_=False)
+
+        def counted():
+            step()
+            runs.extend(layer.last_run for layer in layers)
+        seconds, memory = timed(counted, 2 if tiny else 10, 1 if tiny else 3, device)
+        out[name] = {"ms_per_step": seconds * 1e3, "peak_mib": memory,
+                     "fused_share": runs.count("fused") / max(len(runs), 1)}
+    out["speedup"] = out["steps"]["ms_per_step"] / out["fused"]["ms_per_step"]
+    return out
+
+
 def run(device: torch.device, tiny: bool, compile_: bool) -> dict:
     """Every measurement, with the device, versions and seconds each part took."""
     if device.type == "cuda":
@@ -204,7 +237,8 @@ def run(device: torch.device, tiny: bool, compile_: bool) -> dict:
     parts = {"bert_base_mlm": lambda: bench_training("mlm", device, tiny, compile_),
              "gpt2_124m_clm": lambda: bench_training("clm", device, tiny, compile_),
              "gpt2_generation": lambda: bench_generation(device, tiny),
-             "minilm_embeddings": lambda: bench_embeddings(device, tiny)}
+             "minilm_embeddings": lambda: bench_embeddings(device, tiny),
+             "elmo_small_bilm": lambda: bench_elmo(device, tiny)}
     for name, part in parts.items():
         start = time.perf_counter()
         result[name] = part()

@@ -130,9 +130,9 @@ class ELMo(nn.Module):
         return out
 
     def set_fused_lstm(self, mode: str) -> "ELMo":
-        """Run the LSTMs fused (one cuDNN call per layer and direction) or step by step: 'auto' (fused
-        on CUDA where exact, i.e. without cell_clip / proj_clip), 'on' (fused wherever exact; refused
-        with a clip), 'off'. Not saved with the model: an execution choice."""
+        """Run the LSTMs fused (one cuDNN call per layer and direction, checked against the clips,
+        step by step again where one acted) or step by step: 'auto' (fused on CUDA), 'on' (fused on
+        any device), 'off'. Not saved with the model: an execution choice."""
         self.lstm.set_fused(mode)
         return self
 

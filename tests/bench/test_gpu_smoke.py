@@ -23,5 +23,8 @@ def test_tiny_cpu_run_writes_every_measurement(tmp_path):
         assert result["gpt2_generation"][rows]["lmforge"]["tokens_per_s"] > 0
     embeddings = result["minilm_embeddings"]
     assert "skipped" in embeddings or embeddings["lmforge"]["sentences_per_s"] > 0
-    parts = {"bert_base_mlm", "gpt2_124m_clm", "gpt2_generation", "minilm_embeddings"}
+    elmo = result["elmo_small_bilm"]
+    assert elmo["fused"]["ms_per_step"] > 0 and elmo["steps"]["ms_per_step"] > 0 and elmo["cell_clip"] == 3
+    assert elmo["steps"]["fused_share"] == 0 and 0 <= elmo["fused"]["fused_share"] <= 1
+    parts = {"bert_base_mlm", "gpt2_124m_clm", "gpt2_generation", "minilm_embeddings", "elmo_small_bilm"}
     assert set(result["seconds"]) == parts

@@ -18,10 +18,12 @@ connection around every layer but the first. One step of one layer, gates in the
 Two ways to run a layer, chosen by ProjectedLSTM.fused (`auto` | `on` | `off`, set through
 ELMo.set_fused_lstm): step by step (the reference: T small matmuls, the clips applied between
 steps), or fused: one cuDNN LSTMP call (torch.lstm with a projection; a packed batch, so padding and
-each row's final state are the reference's). A fused LSTM has no hook between steps, so it is
-exact only where neither clip can act: cell_clip and proj_clip null (or 0). `auto` fuses on CUDA
-where it is exact, `on` fuses on any device where it is exact and refuses a clipped layer, `off`
-never fuses. (ELMo's original sets both clips to 3, so it runs step by step.)
+each row's final state are the reference's). A fused LSTM has no hook between steps, so with a clip
+set (ELMo's original sets both to 3) the fused run is checked: every real step's output h_t is in
+its result, and every cell c_t follows from the gates, which the outputs give for all steps in one
+product, by an elementwise recurrence. Where no h_t and no c_t reached its clip, neither clip acted
+and the fused result is the clipped layer's; otherwise the layer runs again step by step. `auto`
+fuses on CUDA, `on` on any device, `off` never.
 
 The forward LSTMs read w_1 .. w_n left to right; the backward ones the same words right to left
 (each row reversed within its own length, so padding never comes first). They share no state.
@@ -102,6 +104,7 @@ class ProjectedLSTM(nn.Module):
         super().__init__()
         self.d_cell, self.cell_clip, self.proj_clip = d_cell, cell_clip, proj_clip
         self.fused = "auto"  # an execution choice (not saved): see the module docstring
+        self.last_run = None  # "fused" or "steps": the path the last call took
         self.input_linearity = nn.Linear(d_in, 4 * d_cell, bias=False)
         self.state_linearity = nn.Linear(d_out, 4 * d_cell)
         self.state_projection = nn.Linear(d_cell, d_out, bias=False)
@@ -109,12 +112,21 @@ class ProjectedLSTM(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, state: Optional[tuple] = None) -> tuple:
         """x (B, T, d_in), mask (B, T) bool, state (h (B, d_out), c (B, d_cell)) or None (zeros) ->
         (outputs (B, T, d_out), zero at padding; final (h, c), each row's after its last real step)."""
-        B, T, _ = x.shape
+        B = x.shape[0]
         if state is None:
             state = (x.new_zeros(B, self.state_projection.out_features), x.new_zeros(B, self.d_cell))
         if self.use_fused(x.device):
-            return self._fused(x, mask, state)
+            out, final = self._fused(x, mask, state)
+            self.last_run = "fused"
+            if not self.clipped or self._within_clips(x, mask, state, out):
+                return out, final
+        self.last_run = "steps"
+        return self._steps(x, mask, state)
+
+    def _steps(self, x: torch.Tensor, mask: torch.Tensor, state: tuple) -> tuple:
+        """The reference: one step at a time, the clips applied between steps."""
         h, c = state
+        T = x.shape[1]
         from_input = self.input_linearity(x)  # (B, T, 4 d_cell): the input's share of every step at once
         outputs = []
         for t in range(T):
@@ -132,18 +144,34 @@ class ProjectedLSTM(nn.Module):
 
     @property
     def clipped(self) -> bool:
-        """Whether a clip acts between steps (then only the step-by-step path is exact)."""
+        """Whether a clip is set (then a fused run is checked against it)."""
         return bool(self.cell_clip) or bool(self.proj_clip)
 
     def use_fused(self, device: torch.device) -> bool:
-        """Whether this call runs fused (self.fused, where exact); 'on' with a clip is an error."""
-        if self.fused == "on" and self.clipped:
-            raise ValueError(f"fused_lstm='on' but cell_clip={self.cell_clip}, proj_clip={self.proj_clip}: "
-                             f"a fused LSTM cannot clip between steps; use 'auto' or 'off'")
-        return not self.clipped and (self.fused == "on" or (self.fused == "auto" and device.type == "cuda"))
+        """Whether this call tries the fused path: 'on', or 'auto' on CUDA."""
+        return self.fused == "on" or (self.fused == "auto" and device.type == "cuda")
+
+    @torch.no_grad()
+    def _within_clips(self, x: torch.Tensor, mask: torch.Tensor, state: tuple, out: torch.Tensor) -> bool:
+        """Whether the unclipped run's h_t and c_t stay strictly inside their clips at every real step
+        (then the clipped layer computes the same): h_t is its output; c_t is rebuilt from the gates,
+        all steps' at once from the previous outputs, leaving only an elementwise recurrence."""
+        inside = torch.ones((), dtype=torch.bool, device=x.device)
+        if self.proj_clip:
+            inside &= (out.abs() < self.proj_clip).all()
+        if self.cell_clip:
+            previous = torch.cat([state[0][:, None], out[:, :-1]], dim=1)  # h_{t-1} of each real step
+            i, f, g, _ = (self.input_linearity(x) + self.state_linearity(previous)).chunk(4, dim=-1)
+            keep, add = torch.sigmoid(f), torch.sigmoid(i) * torch.tanh(g)
+            c, top = state[1], state[1].abs().amax()
+            for t in range(x.shape[1]):
+                c = torch.where(mask[:, t, None], keep[:, t] * c + add[:, t], c)
+                top = torch.maximum(top, c.abs().amax())
+            inside &= top < self.cell_clip
+        return bool(inside)  # one read-back a layer: the choice of path
 
     def _fused(self, x: torch.Tensor, mask: torch.Tensor, state: tuple) -> tuple:
-        """The unclipped layer in one LSTMP call (cuDNN on CUDA) over the packed real steps."""
+        """The layer without clips in one LSTMP call (cuDNN on CUDA) over the packed real steps."""
         lengths = mask.sum(1)
         real = lengths > 0  # a row without words keeps its state, as in the reference
         packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
@@ -219,19 +247,11 @@ class BiLSTM(nn.Module):
         return outputs, finals
 
     def set_fused(self, mode: str) -> None:
-        """Every layer's fused mode: auto | on | off (see the module docstring); ValueError otherwise,
-        and for 'on' where a clip is set."""
+        """Every layer's fused mode: auto | on | off (see the module docstring); ValueError otherwise."""
         if mode not in FUSED_MODES:
             raise ValueError(f"fused_lstm must be one of {', '.join(FUSED_MODES)}, got {mode!r:.40}")
-        layers = (*self.forward_layers, *self.backward_layers)
-        for layer in layers:
+        for layer in (*self.forward_layers, *self.backward_layers):
             layer.fused = mode
-        if mode == "on":
-            try:
-                layers[0].use_fused(torch.device("cpu"))  # raises, naming the clips, where they are set
-            except ValueError:
-                self.set_fused("auto")
-                raise
 
     def reset_parameters(self) -> None:
         """Every layer's reset_parameters."""

@@ -106,9 +106,9 @@ def train_config(args, steps: int, **kw) -> TrainConfig:
 def run_elmo(args, corpus: Path, out: Path, train: TrainConfig, tokenizer=None, evaluator=None):
     """ELMo pretrained with bilm on the corpus: (model, its tokenizer, metrics rows, seconds)."""
     start = time.perf_counter()
-    model = pretrain("elmo-small", "bilm", out, train, files=[str(corpus)], tokenizer=tokenizer,
-                     vocab_size=args.vocab_size, overrides=SIZES[args.elmo] or None, max_len=args.max_len,
-                     log=lambda *a: None, evaluator=evaluator)
+    model = pretrain("bilm", out, train, preset="elmo-small", data=[str(corpus)], tokenizer=tokenizer,
+                     overrides={**(SIZES[args.elmo] or {}), "vocab_size": args.vocab_size},
+                     max_len=args.max_len, log=lambda *a: None, evaluator=evaluator)
     return model.eval(), load_tokenizer(out / "final"), read_metrics(out / "metrics.jsonl"), \
         time.perf_counter() - start
 

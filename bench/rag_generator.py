@@ -50,9 +50,9 @@ def main() -> None:
     texts = generator_texts(questions, _records(args.data / "train.jsonl")) + corpus
     tokenizer = train_tokenizer(texts, "bpe", args.vocab, family="roberta")
     sizes = {k: v for k, v in GENERATOR.items() if k != "dropout"}
-    pretrain("bart-base", "denoising", args.out, TrainConfig(steps=args.steps, batch_size=16, lr=5e-4, warmup=100,
-                                                            seed=0, progress=True, log_every=50),
-             files=[str(args.out / "corpus.txt")], tokenizer=tokenizer,
+    pretrain("denoising", args.out, TrainConfig(steps=args.steps, batch_size=16, lr=5e-4, warmup=100, seed=0,
+                                                progress=True, log_every=50),
+             preset="bart-base", data=[str(args.out / "corpus.txt")], tokenizer=tokenizer,
              overrides={**sizes, "dropout": GENERATOR["dropout"], "vocab_size": tokenizer.vocab_size})
     print(f"wrote {args.out / 'final'}")
 

@@ -22,8 +22,8 @@ def _losses(out):
                                               ("span-corruption", "t5-small"), ("denoising", "bart-base")])
 def test_loss_falls_on_the_builtin_corpus(tmp_path, objective, preset):
     train = TrainConfig(steps=30, batch_size=8, lr=1e-2, warmup=5, log_every=1, progress=False)
-    model = pretrain(preset, objective, tmp_path, train, n_docs=100, vocab_size=300, overrides=TINY,
-                     log=lambda *a: None)
+    model = pretrain(objective, tmp_path, train, preset=preset, n_docs=100,
+                     overrides={**TINY, "vocab_size": 300}, log=lambda *a: None)
     losses = _losses(tmp_path)
     assert sum(losses[-5:]) / 5 < 0.85 * sum(losses[:5]) / 5
     kept, tok = lmforge.load(tmp_path / "final"), load_tokenizer(tmp_path / "final")

@@ -10,7 +10,7 @@ import re
 OPTIONS = {
     "generation": "lmforge.generate.options:GenerationOptions",
     "training": "lmforge.train.config:TrainConfig",
-    "recipe": "lmforge.train.pretrain:RecipeOptions",
+    "recipe": "lmforge.train.pretrain_options:RecipeOptions",
     "finetuning": "lmforge.tasks.finetune:TaskConfig",
     "model": "lmforge.config.model:ModelConfig",
     "server": "lmforge.serve.limits:Limits",

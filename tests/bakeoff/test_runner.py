@@ -80,7 +80,7 @@ def test_a_changed_plan_reruns_what_changed_and_says_so(tmp_path, tiny_plan, mon
 
     trained, tuned = [], []
 
-    def fake_pretrain(preset, spec, out, *rest, **options):  # a run directory, no training
+    def fake_pretrain(objective, out, *rest, **options):  # a run directory, no training
         trained.append(out.parent.parent.name)
         (out / "final").mkdir(parents=True, exist_ok=True)
 

@@ -77,8 +77,9 @@ def test_a_callers_evaluator_ends_a_bilm_run_early_with_its_final_model(tmp_path
 
     train = TrainConfig(steps=10, batch_size=2, eval_every=1, eval_batches=1, log_every=1, progress=False, device="cpu")
     sizes = {"lstm_dim": 16, "d_model": 8, "char_filters": [[1, 4], [2, 4]], "char_embed_dim": 4}
-    model = run("elmo-small", "bilm", tmp_path / "run", train, files=[str(text)], vocab_size=50, overrides=sizes,
-                max_len=12, log=lambda *a: None, evaluator=stop_at_three)
+    model = run("bilm", tmp_path / "run", train, preset="elmo-small", data=[str(text)],
+                overrides={**sizes, "vocab_size": 50}, max_len=12, log=lambda *a: None,
+                evaluator=stop_at_three)
     assert seen == [1, 2, 3]
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
     saved = lmforge.load(tmp_path / "run" / "final").state_dict()

@@ -65,8 +65,8 @@ def toy():
 @pytest.mark.usefixtures("few_probes")  # tests/conftest.py
 def test_a_new_objective_trains_through_pretrain_and_the_cli(toy, tmp_path, capsys):
     train = TrainConfig(steps=2, batch_size=2, progress=False)
-    model = pretrain("bert-tiny", "copy", tmp_path, train, n_docs=60, vocab_size=300, overrides=TINY,
-                     log=lambda *a: None)
+    model = pretrain("copy", tmp_path, train, preset="bert-tiny", n_docs=60,
+                     overrides={**TINY, "vocab_size": 300}, log=lambda *a: None)
     assert model.config.architecture == "encoder" and "lm" in lmforge.load(tmp_path / "final").heads
     assert (tmp_path / "metrics.jsonl").is_file()
     # the parser is built on each run (cli.main), after the registration: it lists and takes the toy
@@ -93,7 +93,7 @@ def test_an_unknown_name_is_a_one_line_error_naming_the_choices():
     assert "\n" not in message and "'mlmm'" in message and "electra=rtd" in message
     assert all(name in message for name in registry.names())
     with pytest.raises(ValueError, match="unknown objective 'mlmm'"):
-        pretrain("bert-tiny", "mlmm", "unused", TrainConfig(steps=1))
+        pretrain("mlmm", "unused", TrainConfig(steps=1), preset="bert-tiny")
     with pytest.raises(SystemExit) as exit_:  # the CLI refuses it before any work, with status 2
         build_parser().parse_args(["pretrain", "--preset", "bert-tiny", "--objective", "mlmm", "--out", "x"])
     assert exit_.value.code == 2
@@ -121,7 +121,7 @@ def test_an_architecture_the_objective_does_not_train_is_a_clear_error(tmp_path)
     with pytest.raises(ValueError, match=r"'rtd' does not fit a decoder \(gpt2\): it trains encoder models"):
         registry.get("electra").check(get_config("gpt2"), "gpt2")
     with pytest.raises(ValueError, match="'span-corruption' does not fit a decoder .* encoder-decoder models"):
-        pretrain("gpt2", "t5", tmp_path, TrainConfig(steps=1), overrides=TINY)
+        pretrain("t5", tmp_path, TrainConfig(steps=1), preset="gpt2", overrides=TINY)
     with pytest.raises(ValueError, match="'plm' does not fit position='learned'.*xl-relative"):
         registry.get("plm").check(get_config("bert-tiny"), "bert-tiny")
     registry.get("prefix-lm").check(get_config("gpt2"))

@@ -72,8 +72,8 @@ class Ran:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, preset, objective, out, train, **given):
-        self.calls.append((train, given))
+    def __call__(self, objective, out, train, recipe=None, inputs=None, **fields):
+        self.calls.append((train, recipe, inputs))
 
 
 @pytest.fixture
@@ -131,8 +131,8 @@ def test_every_number_is_bounded_both_ways(name):
 def test_key_values_are_taken_in_any_order_around_the_flags(order, ran, tmp_path):
     out = str(tmp_path / "o")
     assert main(["pretrain", *[out if a == "OUT" else a for a in order]]) == 0
-    (train, given), = ran.calls
-    assert (train.steps, train.lr) == (3, 0.5) and given["files"] == ["a.txt"]
+    (train, _, inputs), = ran.calls
+    assert (train.steps, train.lr) == (3, 0.5) and inputs.data == ["a.txt"]
 
 
 def test_a_key_value_is_kept_as_the_value_of_a_one_value_flag(ran, tmp_path):
@@ -144,7 +144,8 @@ def test_a_key_value_is_kept_as_the_value_of_a_one_value_flag(ran, tmp_path):
 def test_vocab_size_sizes_the_tokenizer_trained_here(ran, tmp_path):
     assert main(["pretrain", "--preset", "bert-mini", "--objective", "mlm", "--out", str(tmp_path / "o"),
                  "vocab_size=500"]) == 0
-    assert ran.calls[0][1]["vocab_size"] == 500
+    inputs = ran.calls[0][2]
+    assert inputs.overrides["vocab_size"] == 500 and inputs.vocab_size() == 500
 
 
 def test_vocab_size_against_a_given_tokenizer_is_refused_before_any_work(ran, tmp_path, capsys):
@@ -169,7 +170,7 @@ def test_a_replaced_vocab_size_is_said(tmp_path):
     said = []
     tiny = dict(n_layers=1, d_model=32, n_heads=2, d_ff=64, max_seq_len=64, vocab_size=500)
     train = TrainConfig(steps=1, batch_size=2, progress=False, warmup=0)
-    model = pretrain_module.pretrain("bert-tiny", "mlm", tmp_path / "o", train, files=[str(text)],
+    model = pretrain_module.pretrain("mlm", tmp_path / "o", train, preset="bert-tiny", data=[str(text)],
                                      tokenizer=tok, overrides=tiny, log=said.append)
     assert model.config.vocab_size == tok.vocab_size
     assert f"vocab_size=500: the model takes the tokenizer's {tok.vocab_size} ids instead" in said

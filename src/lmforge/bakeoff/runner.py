@@ -285,7 +285,7 @@ class BakeOff:
         train = TrainConfig.from_dict({"progress": False, "log_every": max(1, steps // 50),
                                        "save_every": max(1, steps // CHECKPOINTS_PER_RUN), **options,
                                        "steps": steps, "seed": seed})
-        pretrain(arm.preset, spec.name, out, train, files=[self.corpus_of(arm)],
+        pretrain(spec.name, out, train, preset=arm.preset, data=[self.corpus_of(arm)],
                  tokenizer=None if arm.model else self.tokenizer,  # a checkpoint reads with its own
                  overrides=arm.overrides if source is None else None, duplication=arm.duplication,
                  resume=bool(checkpoints(out / "checkpoints")),  # a rerun continues, a first run starts

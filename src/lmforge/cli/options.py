@@ -2,8 +2,9 @@
 
 The options are the fields of TrainConfig (training), TaskConfig (fine-tuning) and ModelConfig (a
 preset's architecture), each declared with its help (lmforge.config.option), and the pretraining
-recipe's own two (RECIPE); this module only lists them, so a new field is listed the moment it is
-declared. `options_epilog` gives the same list for a sub-command's --help.
+recipe's own (RECIPE: train.pretrain_options.RecipeOptions); this module only lists them, so a new
+field is listed the moment it is declared. `options_epilog` gives the same list for a sub-command's
+--help.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from lmforge.config import ModelConfig
 from lmforge.config.options import help_rows
 from lmforge.tasks.finetune import TaskConfig
 from lmforge.train.config import TrainConfig
-from lmforge.train.pretrain import RecipeOptions
+from lmforge.train.pretrain_options import RecipeOptions
 
 TRAINING = ("training options (TrainConfig)", TrainConfig)
 FINETUNING = ("fine-tuning options (TaskConfig)", TaskConfig)

@@ -16,38 +16,38 @@ from lmforge.cli.common import (
     refuse_overwrite,
     split_overrides,
 )
-from lmforge.config.options import from_dict
+from lmforge.config.options import coerce, from_dict
 from lmforge.io import load as load_model
-from lmforge.train.pretrain import RecipeOptions
+from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
 
 
 RECIPE_KEYS = tuple(f.name for f in dataclasses.fields(RecipeOptions))
+NUMBER_FLAGS = ("max_len", "duplication")  # flags whose text is read as key=value's is (1e2: 100)
 SOURCES = "give one of --preset NAME, --model DIR (continue pretraining a checkpoint) or --teacher DIR " \
           "(with --objective distillation: the student is every other teacher layer)"
 
 
-def recipe_options(args, model: dict) -> dict:
-    """add_tokens and max_len from their flags or key=value (taken out of the model overrides)."""
+def recipe_options(args, model: dict) -> RecipeOptions:
+    """The recipe's options from key=value (taken out of the model overrides) and their flags (--max-len,
+    --duplication: read as key=value's text is, so both refuse alike, naming the field)."""
     options = {key: model.pop(key) for key in RECIPE_KEYS if key in model}
     for key in RECIPE_KEYS:
-        if getattr(args, key) is not None:
-            options[key] = getattr(args, key)
-    options = dataclasses.asdict(from_dict(RecipeOptions, options, "pretraining recipe"))
-    if options["add_tokens"] is not None and args.model is None:
+        given = getattr(args, key, None)  # n_docs has no flag: key=value only
+        if given is not None:
+            options[key] = coerce(RecipeOptions, key, given) if key in NUMBER_FLAGS else given
+    recipe = from_dict(RecipeOptions, options, "pretraining recipe")
+    if recipe.add_tokens is not None and args.model is None:
         raise UsageError("add_tokens grows a checkpoint's vocabulary: give the checkpoint with --model DIR")
-    return options
+    return recipe
 
 
-def vocabulary(model: dict, tokenizer, source) -> dict:
-    """pretrain()'s vocab_size: a `vocab_size=` override sizes the tokenizer trained here; with a
-    tokenizer given, the model's embeddings follow it, so another vocab_size is refused."""
+def check_vocabulary(model: dict, tokenizer, source) -> None:
+    """A `vocab_size=` override sizes the tokenizer trained here; with a tokenizer given, the model's
+    embeddings follow it, so another vocab_size is refused."""
     asked = model.get("vocab_size")
-    if asked is None:
-        return {}
-    if tokenizer is not None and asked != tokenizer.vocab_size:
+    if asked is not None and tokenizer is not None and asked != tokenizer.vocab_size:
         raise UsageError(f"vocab_size={asked} conflicts with the tokenizer {source} ({tokenizer.vocab_size} "
                          f"ids): the embeddings follow the tokenizer; drop vocab_size=")
-    return {"vocab_size": asked}
 
 
 def cmd_pretrain(args) -> None:
@@ -64,7 +64,7 @@ def cmd_pretrain(args) -> None:
     train = TrainConfig.from_dict({"seed": args.seed, **({"steps": args.steps} if args.steps is not None else {}), **train})
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
         raise UsageError(SOURCES)
-    options = recipe_options(args, model)
+    recipe = recipe_options(args, model)
     if (args.model is not None or args.teacher is not None) and model:
         given = "--model DIR is pretrained further" if args.model else "the student is the teacher's"
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to --preset only; "
@@ -72,9 +72,10 @@ def cmd_pretrain(args) -> None:
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None
-    pretrain(args.preset, args.objective, args.out, train, files=args.data, tokenizer=tokenizer,
-             overrides=model, resume=args.resume, duplication=args.duplication, teacher=teacher,
-             model=args.model, **options, **vocabulary(model, tokenizer, source))
+    check_vocabulary(model, tokenizer, source)
+    inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=teacher, data=args.data,
+                            tokenizer=tokenizer, overrides=model, resume=args.resume)
+    pretrain(args.objective, args.out, train, recipe, inputs)
     print(f"wrote {Path(args.out) / 'final'}")
 
 
@@ -99,14 +100,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--add-tokens", dest="add_tokens", metavar="FILE",
                    help="with --model: domain words, one a line, added to the vocabulary (each new embedding "
                         "the mean of its old sub-words'); also add_tokens=FILE")
-    p.add_argument("--max-len", dest="max_len", type=int,
+    p.add_argument("--max-len", dest="max_len", metavar="N",
                    help="tokens per example (default: min(max_seq_len, 128)); also max_len=N")
     p.add_argument("--objective", required=True, choices=(*objectives.names(), *objectives.aliases()),
                    metavar="NAME", help=objective_help())
     p.add_argument("--teacher", help="distillation: the teacher's model directory (with its MLM head and tokenizer)")
-    p.add_argument("--duplication", type=int, default=0,
-                   help="static masking: each example's corruption fixed in this many copies (BERT: 10); "
-                        "0 (default): dynamic, drawn anew each epoch (RoBERTa)")
+    p.add_argument("--duplication", metavar="N",
+                   help="static masking: each example's corruption fixed in this many copies (BERT: 10, "
+                        f"at most {MAX_DUPLICATION}); 0 (default): dynamic, drawn anew each epoch (RoBERTa); "
+                        "also duplication=N")
     p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
     p.add_argument("--config", help="YAML/JSON file of the same keys")
     p.add_argument("--data", nargs="*", help="plain-text files (default: the built-in corpus)")

@@ -97,7 +97,7 @@ def run_pretraining(cfg: DemoConfig, tokenizer, out: Path, seed: int, log) -> di
     train = TrainConfig(steps=cfg.pretrain_steps, batch_size=cfg.batch_size, lr=cfg.pretrain_lr,
                         warmup=max(1, cfg.pretrain_steps // 10), eval_every=max(1, cfg.pretrain_steps // 6),
                         log_every=max(1, cfg.pretrain_steps // 30), seed=seed)
-    pretrain(cfg.preset, "mlm", out / "pretrain", train, tokenizer=tokenizer, n_docs=cfg.docs,
+    pretrain("mlm", out / "pretrain", train, preset=cfg.preset, tokenizer=tokenizer, n_docs=cfg.docs,
              overrides=cfg.model, log=log)
     return json.loads((out / "pretrain" / "probes.json").read_text())
 

@@ -1,16 +1,17 @@
 """Pretraining recipes: corpus -> tokenizer -> examples -> objective -> Trainer.
 
-`pretrain(...)` is what `lmforge pretrain` runs: the built-in corpus unless text files
-are given, a tokenizer trained on it unless one is given, the examples the objective
-needs, and the one training loop. What differs between objectives is data that each
-objective file registers (lmforge.objectives.registry): the architectures it trains, the
-tokenizer family it wants, the format of its examples and how it is built; this recipe
-reads those facts and never tests an objective's name. The tokenizer is saved next to the
-model (DIR/final) so the result is a complete, loadable model directory.
+`pretrain(objective, out, train, recipe, inputs)` is what `lmforge pretrain` runs (its options:
+train.pretrain_options): the built-in corpus unless text files are given, a tokenizer trained on
+it unless one is given, the examples the objective needs, and the one training loop. What differs
+between objectives is data that each objective file registers (lmforge.objectives.registry): the
+architectures it trains, the tokenizer family it wants, the format of its examples and how it is
+built; this recipe reads those facts and never tests an objective's name. The tokenizer is saved
+next to the model (DIR/final) so the result is a complete, loadable model directory.
 
 Continued pretraining (SciBERT, Legal-BERT; Gururangan et al. 2020, "Don't stop pretraining")
-starts from a checkpoint instead of a preset (`model=`): its weights, its own tokenizer, and an
-LM head initialised where it has none; `add_tokens` first adds domain words to the vocabulary.
+starts from a checkpoint instead of a preset (PretrainInputs' `model=`): its weights, its own
+tokenizer, and an LM head initialised where it has none; `add_tokens` first adds domain words to
+the vocabulary.
 
 The initial weights (the model, the heads, an objective's own modules such as ELECTRA's
 generator) are drawn from the run's seed (`seeded_init`), so the same seed gives the same
@@ -25,14 +26,12 @@ import time
 from pathlib import Path
 
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from tokenizers import AddedToken
 
 from lmforge import objectives
-from lmforge.config.options import check_options, option
+from lmforge.config.options import OptionsError
 from lmforge.data.corpus import CorpusReader
 from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.stream import build_examples, open_shards, shard_examples
@@ -45,6 +44,7 @@ from lmforge.presets import get_config
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
+from lmforge.train.pretrain_options import MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, recipe_and_inputs
 from lmforge.utils.atomic import atomic_write_text
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
@@ -52,20 +52,6 @@ from lmforge.utils.atomic import atomic_write_text
 # (seed, 5). The initial weights take (seed, INIT_STREAM, 0, 0, 0): five parts, a length no other
 # stream has, so their seed is never one of those (as two parts it would be epoch 6's data order).
 INIT_STREAM = 6
-
-
-@dataclass
-class RecipeOptions:
-    """The pretraining recipe's own key=value options (neither training options nor model config fields)."""
-
-    add_tokens: Optional[str] = option(None, "with --model: a file of domain words, one a line, added to the "
-                                             "vocabulary")
-    # the model's max_seq_len bounds it too, checked once the model is known (_max_len)
-    max_len: Optional[int] = option(None, "tokens per example, at most the model's max_seq_len; null: "
-                                          "min(max_seq_len, 128) (also --max-len)", low=2, high=1 << 20)
-
-    def __post_init__(self) -> None:
-        check_options(self)
 
 
 def init_seed(seed: int) -> int:
@@ -147,7 +133,8 @@ def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float =
 
 
 def read_words(path) -> list:
-    """The domain words of an add_tokens file: one a line; blank lines and repeats skipped."""
+    """The domain words of an add_tokens file: one a line; blank lines and repeats skipped; at most
+    MAX_ADDED_WORDS (each is a new embedding row)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -159,6 +146,8 @@ def read_words(path) -> list:
             raise ValueError(f"{path} line {n}: {word!r} is not one word (the file holds one word a line)")
         if word:
             words[word] = None
+        if len(words) > MAX_ADDED_WORDS:
+            raise ValueError(f"{path}: more than {MAX_ADDED_WORDS} words to add (add_tokens)")
     return list(words)
 
 
@@ -287,39 +276,51 @@ def _sized_to(cfg, tokenizer, asked, log):
     return cfg
 
 
-def pretrain(preset: str | None, objective: str, out, train: TrainConfig, files: list | None = None,
-             tokenizer=None, n_docs: int = 2000, vocab_size: int = 1000, overrides: dict | None = None,
-             resume: bool = False, log=print, duplication: int = 0, teacher=None, model=None,
-             add_tokens=None, max_len: int | None = None, evaluator=None):
-    """Pretrain `preset` with `objective` (a registered name or alias) on `files` (default: the built-in
-    corpus); returns the model. model=DIR: continue pretraining that checkpoint instead (its tokenizer,
-    an LM head added where missing; add_tokens=FILE adds domain words first: add_words). duplication=d:
-    static masking, each example's corruption fixed in d copies (BERT's duplication factor) instead of
-    drawn anew each epoch; teacher: the model a teacher objective (distillation) distils, whose config
-    the student's is; max_len: tokens per example (default min(max_seq_len, 128)); evaluator: the
-    Trainer's (called every eval_every steps; {"stop": True} ends the run early, e.g. at a deadline)."""
-    if resume:
-        check_resumable(out)  # before the corpus is read and a tokenizer trained
-    spec = objectives.get(objective)
-    start = checkpoint_start(model, tokenizer, overrides) if model is not None else None
-    cfg = _checked_config(spec, preset, overrides, teacher, start)
-    words = read_words(add_tokens) if add_tokens else []
+def _corpus(inputs: PretrainInputs, recipe: RecipeOptions, start, seed: int) -> tuple:
+    """(shards or None, documents or None, the domain words to add): what the run reads, checked
+    against what it starts from."""
+    words = read_words(recipe.add_tokens) if recipe.add_tokens else []
     if words and start is None:
         raise ValueError("add_tokens grows a checkpoint's vocabulary: give the checkpoint (--model DIR)")
-    shards = open_shards(files)  # a directory of `lmforge corpus shard`: streamed, never loaded
+    shards = open_shards(inputs.data)  # a directory of `lmforge corpus shard`: streamed, never loaded
     if words and shards:
         raise ValueError("add_tokens needs text files: shards are tokenized already, without the new words")
-    docs = None if shards else read_documents(files) if files else list(documents(n_docs, seed=train.seed))
-    tokenizer = _tokenizer(spec, out, tokenizer, start, shards, docs, vocab_size)
+    if shards:
+        return shards, None, words
+    docs = read_documents(inputs.data) if inputs.data else list(documents(recipe.n_docs, seed=seed))
+    return None, docs, words
+
+
+def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | None = None,
+             inputs: PretrainInputs | None = None, **fields):
+    """Pretrain with `objective` (a registered name or alias) into `out`; returns the model. `inputs`
+    (PretrainInputs): what the run starts from and reads: preset=, or model=DIR to continue a checkpoint
+    (its tokenizer, an LM head added where missing), or teacher= (distillation); data= files (default:
+    the built-in corpus), tokenizer=, overrides=, resume=, log=, evaluator=. `recipe` (RecipeOptions):
+    add_tokens=FILE (domain words added first: add_words), max_len=, duplication=d (static masking: each
+    example's corruption fixed in d copies, BERT's duplication factor), n_docs=. Any of their fields may
+    be given as a keyword instead; an unknown or out-of-range one is an OptionsError naming it."""
+    recipe, inputs = recipe_and_inputs(recipe, inputs, fields)
+    if not isinstance(train, TrainConfig):
+        raise OptionsError(f"train must be a TrainConfig, got {type(train).__name__}", "train")
+    if inputs.resume:
+        check_resumable(out)  # before the corpus is read and a tokenizer trained
+    spec, log, teacher = objectives.get(objective), inputs.log, inputs.teacher
+    start = None  # or (model, tokenizer) of the checkpoint continued
+    if inputs.model is not None:
+        start = checkpoint_start(inputs.model, inputs.tokenizer, inputs.overrides)
+    cfg = _checked_config(spec, inputs.preset, inputs.overrides, teacher, start)
+    shards, docs, words = _corpus(inputs, recipe, start, train.seed)
+    tokenizer = _tokenizer(spec, out, inputs.tokenizer, start, shards, docs, inputs.vocab_size())
     if start is None and teacher is None:
-        cfg = _sized_to(cfg, tokenizer, (overrides or {}).get("vocab_size"), log)
+        cfg = _sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
-    examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, max_len), train.seed)
-    trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=duplication,
-                      evaluator=evaluator)
-    untrained = probe_scores(task, tokenizer, train.seed) if not files and trainer.main else None
-    result = trainer.fit(resume=resume)
+    examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, recipe.max_len), train.seed)
+    trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=recipe.duplication,
+                      evaluator=inputs.evaluator)
+    untrained = probe_scores(task, tokenizer, train.seed) if not inputs.data and trainer.main else None
+    result = trainer.fit(resume=inputs.resume)
     if trainer.main:
         tokenizer.save(Path(out) / "final")
         if untrained:  # None: no LM head; {}: every probe longer than the model's positions

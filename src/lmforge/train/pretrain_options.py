@@ -1,0 +1,93 @@
+"""The options of a pretraining run (`train.pretrain.pretrain`), beside its TrainConfig.
+
+`RecipeOptions` holds the recipe's own key=value options (typed, bounded both ways, listed by
+`lmforge options pretrain`); `PretrainInputs` what the run starts from and reads: a preset, a
+checkpoint or a teacher, the corpus, a tokenizer, model config overrides, and the caller's hooks.
+`recipe_and_inputs` builds both from objects and keyword arguments, so the Python face refuses
+what the command line refuses: a misspelt or out-of-range field is an OptionsError naming it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from lmforge.config.options import OptionsError, check_options, option, with_changes
+
+MAX_DUPLICATION = 100  # BERT's factor is 10; each copy is another corruption of every example per pass
+MAX_DOCS = 10 ** 6  # the built-in corpus: ~3 sentences a document, all held and tokenized in memory
+MAX_ADDED_WORDS = 1 << 16  # add_tokens: SciBERT's whole vocabulary is ~31k
+DEFAULT_VOCAB = 1000  # the tokenizer trained here, unless the overrides give a vocab_size
+
+
+@dataclass
+class RecipeOptions:
+    """The pretraining recipe's own key=value options (neither training options nor model config fields)."""
+
+    add_tokens: Optional[str] = option(None, "with --model: a file of domain words, one a line (at most "
+                                             f"{MAX_ADDED_WORDS}), added to the vocabulary")
+    # the model's max_seq_len bounds it too, checked once the model is known (pretrain._max_len)
+    max_len: Optional[int] = option(None, "tokens per example, at most the model's max_seq_len; null: "
+                                          "min(max_seq_len, 128) (also --max-len)", low=2, high=1 << 20)
+    duplication: int = option(0, "static masking: each example's corruption fixed in this many copies (BERT: "
+                                 "10); 0: dynamic, drawn anew each epoch (RoBERTa) (also --duplication)",
+                              low=0, high=MAX_DUPLICATION)
+    n_docs: int = option(2000, "documents of the built-in corpus (without --data)", low=1, high=MAX_DOCS)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+@dataclass
+class PretrainInputs:
+    """What a pretraining run starts from and reads (objects and paths, not key=value options)."""
+
+    preset: Optional[str] = option(None, "a preset to train afresh (its weights from the run's seed)")
+    model: Optional[str] = option(None, "continue pretraining this checkpoint: a directory or an installed "
+                                        "model")
+    teacher: Optional[Any] = option(None, "a teacher objective's model (distillation), whose config the "
+                                          "student's is")
+    data: Optional[list] = option(None, "text / JSONL / gzip files or a shard directory; null: the built-in "
+                                        "corpus")
+    tokenizer: Optional[Any] = option(None, "the tokenizer; null: a checkpoint's own, the shards', or one "
+                                            "trained here")
+    overrides: Optional[dict] = option(None, "model config fields of the preset (vocab_size also sizes the "
+                                             "tokenizer trained here)")
+    resume: bool = option(False, "continue the newest checkpoint in the output directory")
+    log: Optional[Any] = option(print, "called with each line the run reports")
+    evaluator: Optional[Any] = option(None, "the Trainer's: called every eval_every steps; {'stop': True} "
+                                            "ends the run")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, Path):  # a directory given as a Path is as good as its name
+            self.model = str(self.model)
+        check_options(self)
+        if not callable(self.log):
+            raise OptionsError(f"log must be callable, got {type(self.log).__name__}", "log")
+        if self.evaluator is not None and not callable(self.evaluator):
+            raise OptionsError(f"evaluator must be callable or null, got {type(self.evaluator).__name__}",
+                               "evaluator")
+
+    def vocab_size(self) -> int:
+        """The vocabulary of a tokenizer trained here: the overrides' vocab_size, else DEFAULT_VOCAB."""
+        return (self.overrides or {}).get("vocab_size", DEFAULT_VOCAB)
+
+
+def _names(cls) -> list:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def recipe_and_inputs(recipe: RecipeOptions | None, inputs: PretrainInputs | None, fields: dict) -> tuple:
+    """(RecipeOptions, PretrainInputs): `recipe` and `inputs` (or the defaults) with the keyword
+    arguments `fields` changed, each to the object whose field it is; an unknown name is an
+    OptionsError naming it and every known one."""
+    known = _names(RecipeOptions) + _names(PretrainInputs)
+    unknown = sorted(str(k) for k in fields if k not in known)
+    if unknown:
+        raise OptionsError(f"unknown pretrain option(s) {unknown}; known: {', '.join(sorted(known))}",
+                           unknown[0])
+    recipe_fields = {k: v for k, v in fields.items() if k in _names(RecipeOptions)}
+    input_fields = {k: v for k, v in fields.items() if k not in recipe_fields}
+    return (with_changes(RecipeOptions, recipe, recipe_fields, "pretraining recipe"),
+            with_changes(PretrainInputs, inputs, input_fields, "pretraining input"))

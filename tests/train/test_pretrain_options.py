@@ -1,0 +1,131 @@
+"""pretrain()'s knobs come from its options objects (RecipeOptions, PretrainInputs) or their fields as
+keywords; the Python face and `lmforge pretrain` accept and refuse alike: a misspelt, mistyped or
+out-of-range field is one line naming it (an OptionsError; exit 2), before any work."""
+import dataclasses
+
+import pytest
+
+import lmforge.train.pretrain as pretrain_module
+from lmforge.cli import main
+from lmforge.config import OptionsError
+from lmforge.train import TrainConfig
+from lmforge.train.pretrain import PretrainInputs, RecipeOptions, pretrain
+from lmforge.train.pretrain_options import MAX_DUPLICATION, recipe_and_inputs
+
+TINY = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_seq_len": 64}
+NUMBERS = [f for f in dataclasses.fields(RecipeOptions) if f.type.replace("Optional[", "").rstrip("]")
+           in ("int", "float")]
+
+
+class Ran:
+    """pretrain() stood in for: the command line's work ends at the call, which records its options."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, objective, out, train, recipe=None, inputs=None, **fields):
+        self.calls.append((recipe, inputs))
+
+
+@pytest.fixture
+def ran(monkeypatch):
+    stub = Ran()
+    monkeypatch.setattr(pretrain_module, "pretrain", stub)
+    return stub
+
+
+def cli(out, *args) -> list:
+    return ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), *args]
+
+
+def refused_in_python(out, **fields) -> OptionsError:
+    """The OptionsError pretrain() raises for `fields`, having written nothing."""
+    with pytest.raises(OptionsError) as caught:
+        pretrain("mlm", out, TrainConfig(steps=1), preset="bert-tiny", **fields)
+    assert "\n" not in str(caught.value) and not out.exists()
+    return caught.value
+
+
+def refused_on_the_command_line(capsys, args) -> str:
+    """The one line `lmforge pretrain ARGS` exits 2 with."""
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("field", NUMBERS, ids=lambda f: f.name)
+def test_every_recipe_number_is_bounded_both_ways_on_both_faces(field, capsys, tmp_path):
+    low, high = field.metadata["low"], field.metadata["high"]
+    assert low is not None and high is not None, field.name  # every cost a client chooses is bounded
+    for beyond in (high + 1, high * 10 ** 6, low - 1):
+        err = refused_in_python(tmp_path / "o", **{field.name: beyond})
+        assert err.field == field.name and str(err).startswith(f"{field.name} must be"), err
+        said = refused_on_the_command_line(capsys, cli(tmp_path / "o", f"{field.name}={beyond}"))
+        assert f"{field.name} must be" in said and not (tmp_path / "o").exists()
+
+
+def test_duplication_past_its_bound_is_refused_by_flag_key_value_and_python(ran, capsys, tmp_path):
+    out = tmp_path / "o"
+    for args in (["--duplication", "1e8"], ["--duplication", str(MAX_DUPLICATION + 1)], ["duplication=1e8"]):
+        said = refused_on_the_command_line(capsys, cli(out, *args))
+        assert f"duplication must be an integer >= 0 and <= {MAX_DUPLICATION}" in said, said
+    said = refused_on_the_command_line(capsys, cli(out, "--duplication", "2.5"))
+    assert "duplication must be a whole number" in said
+    assert not ran.calls and not out.exists()
+    assert refused_in_python(out, duplication=10 ** 8).field == "duplication"
+    assert refused_in_python(out, recipe=RecipeOptions(), duplication=-1).field == "duplication"
+    with pytest.raises(OptionsError, match="^duplication must be") as caught:
+        RecipeOptions(duplication=MAX_DUPLICATION + 1)
+    assert caught.value.field == "duplication"
+    assert main(cli(out, "--duplication", str(MAX_DUPLICATION))) == 0  # the bound itself is allowed
+    assert main(cli(out, "duplication=1e1")) == 0  # 1e1 is ten, written as key=value's text is
+    assert [recipe.duplication for recipe, _ in ran.calls] == [MAX_DUPLICATION, 10]
+
+
+def test_a_misspelt_field_is_an_options_error_naming_it(capsys, tmp_path):
+    err = refused_in_python(tmp_path / "o", duplicaton=2)
+    assert err.field == "duplicaton" and "'duplicaton'" in str(err) and "duplication" in str(err)
+    said = refused_on_the_command_line(capsys, cli(tmp_path / "o", "duplicaton=2"))
+    assert "duplicaton" in said and not (tmp_path / "o").exists()
+    assert refused_in_python(tmp_path / "o", data="corpus.txt").field == "data"  # a list of files
+    assert refused_in_python(tmp_path / "o", n_docs=True).field == "n_docs"  # a bool is not a number
+    assert refused_in_python(tmp_path / "o", log="print").field == "log"
+    with pytest.raises(OptionsError, match="train must be a TrainConfig"):
+        pretrain("mlm", tmp_path / "o", {"steps": 1}, preset="bert-tiny")
+
+
+def test_keywords_change_the_options_objects_they_belong_to():
+    given = RecipeOptions(max_len=16, duplication=2), PretrainInputs(preset="gpt2")
+    recipe, inputs = recipe_and_inputs(*given, {"max_len": 8, "model": None, "n_docs": 5.0})
+    assert (recipe.max_len, recipe.duplication, recipe.n_docs) == (8, 2, 5)  # 5.0 is the whole number 5
+    assert inputs.preset == "gpt2" and inputs.vocab_size() == 1000
+    assert recipe_and_inputs(None, None, {"overrides": {"vocab_size": 300}})[1].vocab_size() == 300
+
+
+def test_n_docs_is_a_key_value_of_the_command_line(ran, tmp_path):
+    assert main(cli(tmp_path / "o", "n_docs=50", "--max-len", "32")) == 0
+    (recipe, inputs), = ran.calls
+    assert (recipe.n_docs, recipe.max_len, recipe.duplication) == (50, 32, 0)
+    assert "n_docs" not in inputs.overrides  # a recipe option, not a model config field
+
+
+def test_a_run_from_the_options_objects_reaches_the_trainer(tmp_path):
+    text = tmp_path / "corpus.txt"  # files given: no cloze probes scored
+    text.write_text("the cat sat on the mat.\n\nthe dog ran to the cat.\n\n" * 20)
+    said = []
+    train = TrainConfig(steps=1, batch_size=2, progress=False, warmup=0)
+    inputs = PretrainInputs(preset="bert-tiny", data=[str(text)], overrides={**TINY, "vocab_size": 200},
+                            log=said.append)
+    model = pretrain("mlm", tmp_path / "o", train, RecipeOptions(max_len=16, duplication=3), inputs)
+    assert (tmp_path / "o" / "final" / "tokenizer.json").is_file() and model.config.d_model == 32
+    assert any("duplication=3 is not below" in line for line in said), said  # the Trainer got the copies
+
+
+def test_an_add_tokens_file_past_its_bound_is_refused_naming_it(tmp_path, monkeypatch):
+    words = tmp_path / "words.txt"
+    words.write_text("alpha\nbeta\nalpha\n\ngamma\n")
+    assert pretrain_module.read_words(words) == ["alpha", "beta", "gamma"]
+    monkeypatch.setattr(pretrain_module, "MAX_ADDED_WORDS", 2)  # the bound is 65536; three words pass it here
+    with pytest.raises(ValueError, match=r"words.txt: more than 2 words to add \(add_tokens\)"):
+        pretrain_module.read_words(words)

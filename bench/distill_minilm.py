@@ -69,9 +69,9 @@ def main() -> None:
     teacher_seconds = time.perf_counter() - start
     cfg = TrainConfig(steps=args.steps, batch_size=32, lr=args.lr, warmup=max(1, args.steps // 10), seed=0,
                       progress=False, log_every=max(1, args.steps // 12), eval_every=max(1, args.steps // 6))
-    report = run_distill(teacher, records["train"], records["validation"], records["test"], out / "student", cfg,
-                         DistillConfig(temperature=2.0, alpha=0.5, gamma=args.gamma), "every-other",
-                         log=lambda *a: None)
+    loss = DistillConfig(temperature=2.0, alpha=0.5, gamma=args.gamma, student_layers="every-other")
+    report = run_distill(teacher, records["train"], records["validation"], records["test"], out / "student",
+                         train_cfg=cfg, cfg=loss, log=lambda *a: None)
     t_long, s_long = long_batch_speed([teacher, report["student_dir"]])
     cpu = Path("/proc/cpuinfo").read_text().split("model name")[1].split("\n")[0].split(":", 1)[1].strip()
     result = {"task": "GCIDE part of speech from definition (noun/verb/adjective/adverb)",

@@ -28,6 +28,7 @@ import torch
 import lmforge
 from lmforge.analysis.head_report import forward_seconds, plot_curves
 from lmforge.compress.head_importance import (
+    CurveOptions,
     against_band,
     curve_band,
     gates_at,
@@ -57,8 +58,8 @@ def curves(task, records: dict, step: float, orders: int) -> dict:
     held, valid = records["held_out"], records["validation"]
     data = (held, encode_split(task, held, "held_out"))
     imp = encode_split(task, valid, "validation")
-    out = {"importance": pruning_curve(task, data, imp, "importance", step=step)[0]}
-    for i, curve in enumerate(random_curves(task, data, orders, step=step, seed=0)):
+    out = {"importance": pruning_curve(task, data, imp, CurveOptions(step=step))[0]}
+    for i, curve in enumerate(random_curves(task, data, orders, CurveOptions(step=step, seed=0))):
         out[f"random-{i}"] = curve
     return out
 

@@ -54,8 +54,8 @@ def run(method: str, sparsity: float, records: dict, out: Path, args) -> dict:
     cfg = TrainConfig(steps=args.steps, batch_size=32, lr=args.lr, warmup=max(1, args.steps // 10), seed=args.seed,
                       progress=False, log_every=max(1, args.steps // 12), eval_every=max(1, args.steps // 5))
     start = time.perf_counter()
-    summary = prune_finetune("all-MiniLM-L6-v2", None, "cls", method, sparsity, records["train"],
-                             records["validation"], out, cfg, TaskConfig(max_len=64), sparse_config(args),
+    summary = prune_finetune("all-MiniLM-L6-v2", "cls", records["train"], records["validation"], out, train_cfg=cfg,
+                             sparse_cfg=sparse_config(args, method, sparsity), task_cfg=TaskConfig(max_len=64),
                              log=lambda *a: None)
     seconds = time.perf_counter() - start
     test = evaluate(out / "final", records["test"])
@@ -74,10 +74,10 @@ def kept_by_matrix(model_dir: Path) -> dict:
     return {name.removeprefix("encoder.blocks."): share for name, share in shares(model).items()}
 
 
-def sparse_config(args) -> SparseConfig:
-    """The pruning options of the command line."""
-    return SparseConfig(start=args.prune_start, end=args.prune_end, scores_lr_scale=args.scores_lr_scale,
-                        soft_lambda=args.soft_lambda)
+def sparse_config(args, method: str, sparsity: float) -> SparseConfig:
+    """The pruning options of the command line for one run."""
+    return SparseConfig(method=method, sparsity=sparsity, start=args.prune_start, end=args.prune_end,
+                        scores_lr_scale=args.scores_lr_scale, soft_lambda=args.soft_lambda)
 
 
 def schedule(args) -> str:
@@ -146,14 +146,17 @@ def main() -> None:
     parser.add_argument("--kept", type=float, nargs="+", default=[0.1, 0.03], help="shares of weights kept")
     parser.add_argument("--result", default=str(RESULT), help="where the JSON goes")
     args = parser.parse_args()
-    try:
-        sparse_config(args)
+    sparsities = [round(1 - k, 4) for k in args.kept]
+    try:  # every run's options, before the first one trains
+        for sparsity in sparsities:
+            for method in args.methods:
+                sparse_config(args, method, sparsity)
     except ValueError as e:
-        parser.error(f"--prune-start/--prune-end: {e}")
+        parser.error(f"--prune-start/--prune-end/--kept: {e}")
     torch.manual_seed(args.seed)
     records = TASKS[args.task][0](args.per_label, seed=0)
     runs: list = []
-    for sparsity in (round(1 - k, 4) for k in args.kept):
+    for sparsity in sparsities:
         for method in args.methods:
             runs.append(run(method, sparsity, records, Path(args.out) / f"{method}-{sparsity}", args))
             r = runs[-1]

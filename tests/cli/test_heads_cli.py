@@ -25,3 +25,36 @@ def test_a_run_without_prune_refuses_bad_out_and_step_up_front(model, capsys, fl
     assert out == "" and err.count("\n") == 1 and words in err and "Errno" not in err, err
     assert sorted(p.name for p in model.parent.iterdir()) == ["afile", "model"]  # nothing written
     assert (model.parent / "afile").read_text() == "x"
+
+
+@pytest.mark.parametrize("fields, flags, field", [
+    ({"step": 1.0}, ["--step", "1"], "step"),
+    ({"prune": 1.5}, ["--prune", "1.5"], "prune"),
+    ({"until": 0.0}, ["--until", "0"], "until"),
+    ({"prune": float("nan")}, ["--prune", "nan"], "prune"),
+    ({"prune": 0.3, "until": 0.9}, ["--prune", "0.3", "--until", "0.9"], "until"),
+])
+def test_python_and_the_command_line_refuse_the_same_heads_options(model, capsys, fields, flags, field):
+    from lmforge.analysis.head_report import HeadsOptions
+    from lmforge.config.options import OptionsError
+
+    with pytest.raises(OptionsError) as refused:
+        HeadsOptions(**fields)
+    assert refused.value.field == field
+    assert main(["heads", "--model", "model", "--data", "missing.jsonl", "--task", "cls", "--out", "o", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (f"--{field}" in err or "not both" in err), err
+    assert sorted(p.name for p in model.parent.iterdir()) == ["afile", "model"]  # nothing written
+
+
+def test_heads_options_the_command_line_builds_are_the_ones_run_heads_gets():
+    import lmforge.analysis.head_report as report
+    from lmforge.cli import build_parser
+    from lmforge.cli.analysis import heads_options
+
+    args = build_parser().parse_args(["heads", "--model", "m", "--data", "d", "--out", "o", "--until", "0.9",
+                                      "--step", "0.25", "--seed", "7", "--random-orders", "2"])
+    options = heads_options(args)
+    assert options == report.HeadsOptions(until=0.9, step=0.25, seed=7, random_orders=2)
+    curve = options.curve()
+    assert (curve.order, curve.step, curve.until, curve.seed, curve.batch_size) == ("importance", 0.25, 0.9, 7, 32)

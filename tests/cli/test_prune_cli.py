@@ -179,3 +179,35 @@ def test_an_existing_model_folder_is_replaced_whole_and_said(tuned, tmp_path, ca
     assert f"{stale} existed: replaced as a whole" in capsys.readouterr().out
     assert not (stale / "keep.txt").exists() and not (stale / "1_Pooling").exists()
     assert (stale / "model.safetensors").is_file() and (tmp_path / "o" / "notes.txt").read_text() == "beside"
+
+
+@pytest.mark.parametrize("method, sparsity, field", [("magnitude", "1.5", "sparsity"), ("movement", "0", "sparsity"),
+                                                     ("soft-movement", "nan", "sparsity")])
+def test_python_and_the_command_line_refuse_the_same_sparse_options_before_any_work(tuned, tmp_path, capsys,
+                                                                                    method, sparsity, field):
+    from lmforge.compress.sparse_finetune import SparseConfig
+    from lmforge.config.options import OptionsError
+
+    with pytest.raises(OptionsError) as refused:
+        SparseConfig(method=method, sparsity=float(sparsity))
+    assert refused.value.field == field
+    assert _prune(tuned[0], tuned[1], tmp_path / "o", method, sparsity, "--train", str(tuned[1]), "--steps",
+                  "2") == 2
+    assert f"--sparsity {float(sparsity)}: must be" in _one_line_error(capsys)
+    assert not (tmp_path / "o").exists()  # not even prune_settings.json
+
+
+def test_sparse_options_have_no_default_method_or_sparsity_and_key_value_sets_the_schedule_only(tuned, tmp_path,
+                                                                                                capsys):
+    from lmforge.compress.sparse_finetune import SCHEDULE, SparseConfig
+    from lmforge.config.options import OptionsError
+
+    for given, field in (({}, "method"), ({"method": "movement"}, "sparsity"),
+                         ({"method": "ffn", "sparsity": 0.5}, "method")):
+        with pytest.raises(OptionsError) as refused:
+            SparseConfig(**given)
+        assert refused.value.field == field
+    assert SCHEDULE == ("start", "end", "scores_lr_scale", "soft_lambda")
+    assert _prune(tuned[0], tuned[1], tmp_path / "o", "magnitude", "0.5", "--train", str(tuned[1]),
+                  "sparsity=0.9") == 2
+    assert "unknown option(s) ['sparsity']" in _one_line_error(capsys)  # --sparsity is the one way to say it

@@ -192,3 +192,33 @@ def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_time
     assert [k["kernel"] for k in second] == [k["kernel"] for k in first]
     assert all(k["kept_in"] == str(store) and "ms" not in k for k in second)
     assert f"kernels as measured before on this machine ({store}: delete it to measure again)" in said_second
+
+
+@pytest.mark.parametrize("fields, flags, named", [
+    ({"seq_len": 0}, ["--seq-len", "0"], "--seq-len 0: must be"),
+    ({"alpha": 1.5}, ["--smooth-alpha", "1.5"], "--smooth-alpha 1.5: the migration strength is in [0, 1]"),
+    ({"alpha": float("nan")}, ["--smooth-alpha", "nan"], "--smooth-alpha nan"),
+    ({"seed": -1}, ["--seed", "-1"], "--seed -1: must be in"),
+])
+def test_python_and_the_command_line_refuse_the_same_quantize_options(tmp_path, capsys, fields, flags, named):
+    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.config.options import OptionsError
+
+    with pytest.raises(OptionsError) as refused:
+        QuantizeOptions(**fields)
+    assert refused.value.field == next(iter(fields))
+    assert main(["quantize", "--model", "m", "--out", str(tmp_path / "q"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0], err
+    assert not (tmp_path / "q").exists()
+
+
+def test_the_command_line_s_defaults_are_the_python_defaults():
+    from lmforge.cli import build_parser
+    from lmforge.cli.quantize import quantize_options
+    from lmforge.compress.quantize_report import QuantizeOptions
+
+    args = build_parser().parse_args(["quantize", "--model", "m", "--out", "o"])
+    assert quantize_options(args) == QuantizeOptions()
+    args = build_parser().parse_args(["quantize", "--model", "m", "--out", "o", "--no-smooth", "--rounds", "2"])
+    assert quantize_options(args) == QuantizeOptions(alpha=None, rounds=2)

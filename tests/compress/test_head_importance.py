@@ -7,6 +7,7 @@ import torch
 import lmforge
 from lmforge.layers.inspection import inspecting
 from lmforge.compress.head_importance import (
+    CurveOptions,
     curve_band,
     full_gates,
     gates_at,
@@ -139,14 +140,15 @@ def test_pruning_curves_keep_a_head_per_layer_and_record_what_they_masked(fine_t
     path, data = fine_tuned
     task = fine_tuned_task(path, data["validation"])
     examples = encode_split(task, data["validation"], "data")
-    levels, gates = pruning_curve(task, (data["validation"], examples), examples, "importance", step=0.25,
-                                  max_fraction=0.9)
+    levels, gates = pruning_curve(task, (data["validation"], examples), examples,
+                                  CurveOptions(order="importance", step=0.25, max_fraction=0.9))
     assert [lv["pruned"] for lv in levels] == [0, 2, 4, 6]  # 8 heads: a head per layer always stays
     assert all((g > 0).sum() >= 1 for g in gates["encoder"])
     again = gates_at(task.model.config, levels)
     assert all(torch.equal(a, b) for a, b in zip(again["encoder"], gates["encoder"]))
     assert sum(len(v) for v in masked_heads(gates, task.model.config).values()) == 6
-    random_levels, _ = pruning_curve(task, (data["validation"], examples), examples, "random", step=0.25, seed=1)
+    random_levels, _ = pruning_curve(task, (data["validation"], examples), examples,
+                                     CurveOptions(order="random", step=0.25, seed=1))
     assert random_levels[0]["metric"] == levels[0]["metric"]
 
 
@@ -207,8 +209,9 @@ def test_random_orders_band_is_the_mean_and_sd_of_seeded_orders(fine_tuned):
     path, data = fine_tuned
     task = fine_tuned_task(path, data["validation"])
     examples = encode_split(task, data["validation"], "data")
-    curves = random_curves(task, (data["validation"], examples), 3, step=0.25, seed=4)
-    alone = pruning_curve(task, (data["validation"], examples), examples, "random", step=0.25, seed=5)[0]
+    curves = random_curves(task, (data["validation"], examples), 3, CurveOptions(step=0.25, seed=4))
+    alone = pruning_curve(task, (data["validation"], examples), examples,
+                          CurveOptions(order="random", step=0.25, seed=5))[0]
     assert [lv["masked"] for lv in curves[1]] == [lv["masked"] for lv in alone]  # order i is seed + i
     band = curve_band(curves)
     for level, b in enumerate(band):

@@ -91,6 +91,7 @@ def test_distill_command_end_to_end(teacher_dir, tmp_path, capsys):
     assert main(argv) == 0
     report = json.loads((out / "distill.json").read_text())
     assert report["layers"] == {"teacher": 4, "student": 2}
+    assert report["loss"] == {"temperature": 2, "alpha": 0.5, "gamma": 1}  # the loss's options only
     assert report["student"]["parameters"] < report["teacher"]["parameters"]
     assert report["student"]["bytes"] < report["teacher"]["bytes"]
     assert {"metric", "seconds_b16"} <= set(report["student"]) and report["speedup"] > 0
@@ -212,3 +213,20 @@ def test_a_student_of_a_structurally_pruned_teacher_starts_as_its_kept_layers(te
             "progress=false", "batch_size=4"]
     assert main(argv) == 0
     assert lmforge.load(tmp_path / "d" / "final").config.pruned_heads == {"encoder.1": [0, 3]}
+
+
+def test_the_student_is_chosen_in_the_options_python_and_the_command_line_refuse_alike(teacher_dir, tmp_path,
+                                                                                      capsys):
+    from lmforge.config.options import OptionsError
+
+    for fields, flags, words in (({"student": "bert-base", "student_layers": "2"},
+                                  ["--student", "bert-base", "--student-layers", "2"], "not both"),
+                                 ({"student": "no-such-preset"}, ["--student", "no-such-preset"],
+                                  "--student no-such-preset: is not a preset")):
+        with pytest.raises(OptionsError) as refused:
+            DistillConfig(**fields)
+        assert refused.value.field == "student"
+        argv = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
+                "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), *flags]
+        assert words in _refused(argv, capsys)
+    assert not (tmp_path / "x").exists()

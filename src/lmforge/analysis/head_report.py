@@ -10,12 +10,14 @@ from __future__ import annotations
 import copy
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from lmforge.fast.optimize import optimize
 from lmforge.compress.head_importance import (
+    MAX_BATCH,
+    CurveOptions,
     against_band,
     curve_band,
     full_gates,
@@ -29,9 +31,38 @@ from lmforge.compress.head_importance import (
 )
 from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.config import atomic_write_text
+from lmforge.config.options import OptionsError, check_options, option
+from lmforge.fast.optimize import optimize
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
+from lmforge.train.config import MAX_SEED
 from lmforge.utils.atomic import atomic_savefig, remove_path, replace_dir
 from lmforge.utils.timing import alternating
+
+MAX_ORDERS = 1000  # random orders a report averages
+
+
+@dataclass
+class HeadsOptions:
+    """Options of `lmforge heads`: the curves' step and seeds, and how far to prune physically."""
+
+    prune: float | None = option(None, "remove this share of the heads by importance, physically", low=0, high=1,
+                                 open_low=True, open_high=True)
+    until: float | None = option(None, "remove heads while the metric stays >= this x the unpruned one", low=0,
+                                 high=1, open_low=True)
+    step: float = option(0.1, "share of all heads masked per level", low=0, high=1, open_low=True, open_high=True)
+    seed: int = option(0, "the first random order's seed (the others: seed + 1, ...)", low=0, high=MAX_SEED)
+    batch_size: int = option(32, "examples per batch of the importance estimate", low=1, high=MAX_BATCH)
+    random_orders: int = option(5, "random pruning orders averaged as the control (mean +- sd per level)", low=1,
+                                high=MAX_ORDERS)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if self.prune is not None and self.until is not None:
+            raise OptionsError("give prune or until, not both", "until")
+
+    def curve(self) -> CurveOptions:
+        """The importance curve's options (until stops it early)."""
+        return CurveOptions(step=self.step, until=self.until, seed=self.seed, batch_size=self.batch_size)
 
 
 def forward_seconds(model, examples: list, task, batch_size: int = 16, repeats: int = 5) -> float:
@@ -58,26 +89,26 @@ def _prune_level(levels: list, prune: float | None, until: float | None) -> int:
 
 
 def run_heads(model_dir, records: list, out, kind: str | None = None, importance_records: list | None = None,
-              prune: float | None = None, until: float | None = None, step: float = 0.1, seed: int = 0,
-              batch_size: int = 32, progress=None, random_orders: int = 5) -> dict:
+              options: HeadsOptions | None = None, *, progress=None) -> dict:
     """Importance, the importance curve, `random_orders` random-order curves (seeds seed, seed + 1,
     ...; their mean and sd per level) and (with prune or until) the physically pruned model."""
-    out = Path(out)
+    o, out = options or HeadsOptions(), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     task = fine_tuned_task(model_dir, records, kind)
     examples = encode_split(task, records, "data")
     imp_examples = encode_split(task, importance_records, "importance data") if importance_records else examples
     say = (lambda order: (lambda lv: progress(order, lv))) if progress else (lambda order: None)
-    curves = {"importance": pruning_curve(task, (records, examples), imp_examples, "importance", step, until=until,
-                                          seed=seed, batch_size=batch_size, progress=say("importance"))[0]}
-    randoms = random_curves(task, (records, examples), random_orders, step, seed=seed, progress=say("random"))
+    curves = {"importance": pruning_curve(task, (records, examples), imp_examples, o.curve(),
+                                          progress=say("importance"))[0]}
+    randoms = random_curves(task, (records, examples), o.random_orders, CurveOptions(step=o.step, seed=o.seed),
+                            progress=say("random"))
     curves["random"], band = randoms[0], curve_band(randoms)
     report = {"heads": total_heads(full_gates(task.model.config)), "metric_name": curves["importance"][0]["name"],
-              "importance": _table(head_importance(task, imp_examples, batch_size=batch_size)), "curves": curves,
-              "random": {"orders": random_orders, "seeds": [seed + i for i in range(random_orders)], "band": band,
-                         "importance_vs_mean": against_band(curves["importance"], band)}}
-    if prune is not None or until is not None:
-        report["pruned"] = _prune_and_save(task, records, examples, curves["importance"], prune, until,
+              "importance": _table(head_importance(task, imp_examples, batch_size=o.batch_size)), "curves": curves,
+              "random": {"orders": o.random_orders, "seeds": [o.seed + i for i in range(o.random_orders)],
+                         "band": band, "importance_vs_mean": against_band(curves["importance"], band)}}
+    if o.prune is not None or o.until is not None:
+        report["pruned"] = _prune_and_save(task, records, examples, curves["importance"], o.prune, o.until,
                                            out / "pruned")
     atomic_write_text(out / "heads.json", json.dumps(report, indent=2) + "\n")
     plot_curves(curves, report["metric_name"], out / "heads.png", band)

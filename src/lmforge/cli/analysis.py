@@ -71,6 +71,27 @@ def cmd_attention(args) -> None:
             print(f"wrote {path}")
 
 
+HEADS_FLAGS = ("prune", "until", "step", "seed", "random_orders")  # the HeadsOptions fields that are flags
+# the flags' rules in words (their bounds are HeadsOptions')
+HEADS_WORDS = {"prune": "a fraction of the heads in (0, 1)", "until": "a ratio of the unpruned metric in (0, 1]",
+               "step": "a fraction of the heads masked per level, in (0, 1)"}
+
+
+def heads_options(args):
+    """The HeadsOptions of the flags (run_heads takes the same object): a bad value names its flag."""
+    from lmforge.analysis.head_report import HeadsOptions
+    from lmforge.cli.common import UsageError, flag_error
+    from lmforge.config.options import OptionsError
+
+    if args.prune is not None and args.until is not None:  # HeadsOptions refuses it too, naming fields
+        raise UsageError("give --prune FRACTION or --until RATIO, not both")
+    values = {name: getattr(args, name) for name in HEADS_FLAGS}
+    try:
+        return HeadsOptions(**values)
+    except OptionsError as err:
+        raise flag_error(err, values, HEADS_WORDS) from None
+
+
 def cmd_heads(args) -> None:
     """Head importance, pruning curves by importance and at random, optional physical pruning."""
     from rich.console import Console
@@ -79,19 +100,10 @@ def cmd_heads(args) -> None:
     from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
     from lmforge.tasks.finetune import task_info
 
-    if args.prune is not None and args.until is not None:
-        raise UsageError("give --prune FRACTION or --until RATIO, not both")
-    if args.prune is not None and not 0 < args.prune < 1:
-        raise UsageError(f"--prune {args.prune}: a fraction of the heads in (0, 1)")
-    if args.until is not None and not 0 < args.until <= 1:
-        raise UsageError(f"--until {args.until}: a ratio of the unpruned metric in (0, 1]")
-    if args.random_orders < 1:
-        raise UsageError(f"--random-orders {args.random_orders}: at least 1")
-    if not 0 < args.step < 1:
-        raise UsageError(f"--step {args.step}: a fraction of the heads masked per level, in (0, 1)")
+    options = heads_options(args)
     check_out(args.out, args.model)  # every run writes OUT/heads.json (and a pruning run OUT/pruned)
     refuse_overwrite(args.out, ("--data", args.data), writes=("heads.json", "heads.png", "pruned"))
-    if args.prune is not None or args.until is not None:
+    if options.prune is not None or options.until is not None:
         from lmforge.compress.prune_report import refuse_quantised
 
         refuse_quantised(args.model)
@@ -102,10 +114,9 @@ def cmd_heads(args) -> None:
     extra = args.importance_data and read_records("--importance-data", args.importance_data, kind,
                                                   args.columns)
     console = Console(stderr=True)
-    report = run_heads(args.model, records, args.out, kind, extra, args.prune, args.until, args.step, args.seed,
+    report = run_heads(args.model, records, args.out, kind, extra, options,
                        progress=lambda order, lv: console.print(
-                           f"[{order}] {100 * lv['fraction']:.0f}% of heads pruned: {lv['metric']:.4f}"),
-                       random_orders=args.random_orders)
+                           f"[{order}] {100 * lv['fraction']:.0f}% of heads pruned: {lv['metric']:.4f}"))
     _print_report(report)
 
 

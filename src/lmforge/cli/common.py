@@ -34,6 +34,17 @@ def bounded(kind: type, low, high):
         return value
     return parse
 
+
+def flag_error(err, values: dict, words: dict | None = None, flags: dict | None = None) -> UsageError:
+    """An OptionsError from an options object built of flags, said as the command line says it:
+    "--flag VALUE: rule", the rule in `words` (field -> text) or the check's own less the field's name;
+    `flags`: a field whose flag is not --field-name."""
+    field = str(err.field)
+    flag = (flags or {}).get(field, "--" + field.replace("_", "-"))
+    rule = (words or {}).get(field) or re.sub(rf"^{re.escape(field)}(=\S+)?:?\s*", "", str(err).split(", got ")[0])
+    return UsageError(f"{flag} {values.get(field)}: {rule}")
+
+
 def parse_overrides(pairs: list) -> dict:
     """`key=value` pairs; values are read as YAML scalars (1e-5, true, [a, b]); an empty key or value
     is an error (write key=null for none)."""

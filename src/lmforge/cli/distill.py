@@ -65,14 +65,30 @@ def _option_keys(options: dict) -> tuple:
     from dataclasses import fields
 
     from lmforge.cli.common import UsageError
-    from lmforge.compress.task_distillation import DistillConfig
+    from lmforge.compress.task_distillation import LOSS
     from lmforge.train import TrainConfig
 
-    loss_keys, train_keys = {f.name for f in fields(DistillConfig)}, {f.name for f in fields(TrainConfig)}
+    loss_keys, train_keys = set(LOSS), {f.name for f in fields(TrainConfig)}
     unknown = sorted(set(options) - loss_keys - train_keys)
     if unknown:
-        raise UsageError(f"unknown option(s) {unknown}: training or loss (temperature, alpha, gamma) options")
+        raise UsageError(f"unknown option(s) {unknown}: training or loss ({', '.join(LOSS)}) options")
     return loss_keys, train_keys
+
+
+def distill_options(args, loss: dict):
+    """The DistillConfig of the `loss` key=value options, --student-layers and --student (run_distill
+    takes the same object): a bad flag value names its flag, a bad key=value one its key."""
+    from lmforge.cli.common import flag_error
+    from lmforge.compress.task_distillation import DistillConfig
+    from lmforge.config.options import OptionsError
+
+    flags = {"student_layers": args.student_layers, "student": args.student}
+    try:
+        return DistillConfig.from_dict({**loss, **flags})
+    except OptionsError as err:
+        if err.field in flags:
+            raise flag_error(err, flags) from None
+        raise
 
 
 def cmd_distill(args) -> None:
@@ -86,10 +102,10 @@ def cmd_distill(args) -> None:
         read_records,
         refuse_overwrite,
     )
-    from lmforge.compress.task_distillation import DistillConfig, run_distill
+    from lmforge.compress.task_distillation import run_distill
     from lmforge.train import TrainConfig
 
-    if args.student and args.student_layers:
+    if args.student and args.student_layers:  # DistillConfig refuses it too, naming its fields
         raise UsageError("give --student-layers or --student, not both")
     check_out(args.out, args.teacher)  # the student is the teacher's layers or a preset: no other source
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--data", args.data),
@@ -107,10 +123,10 @@ def cmd_distill(args) -> None:
     steps = {"steps": args.steps} if args.steps is not None else {}
     train_cfg = TrainConfig.from_dict({"seed": args.seed, "eval_every": max(1, (args.steps or 1000) // 10), **steps,
                                        **{k: v for k, v in options.items() if k in train_keys}})
-    cfg = DistillConfig.from_dict({k: v for k, v in options.items() if k in loss_keys})
+    cfg = distill_options(args, {k: v for k, v in options.items() if k in loss_keys})
     source = f"--data {args.data}" if args.data else f"--valid {args.valid}"
-    report = run_distill(args.teacher, train, valid, records, args.out, train_cfg, cfg, args.student_layers,
-                         args.student, args.resume, source=source)
+    report = run_distill(args.teacher, train, valid, records, args.out, train_cfg=train_cfg, cfg=cfg,
+                         resume=args.resume, source=source)
     _print(report, args.out)
 
 

@@ -56,28 +56,44 @@ def _table(title: str, rows: dict, extra: str = "") -> None:
     Console().print(table)
 
 
+def sparse_options(args, given: dict):
+    """The SparseConfig of --method, --sparsity and the `given` key=value schedule options (SCHEDULE);
+    a bad flag value names its flag, a bad key=value one its key."""
+    from lmforge.cli.common import flag_error
+    from lmforge.compress.sparse_finetune import SparseConfig
+    from lmforge.config.options import OptionsError
+
+    flags = {"method": args.method, "sparsity": args.sparsity}
+    try:
+        return SparseConfig.from_dict({**given, **flags})
+    except OptionsError as err:
+        if err.field in flags:
+            raise flag_error(err, flags) from None
+        raise
+
+
 def _unstructured(args, kind: str, records: list) -> None:
     """Fine-tune with magnitude or movement pruning; prints the table, writes prune.json."""
     from lmforge.cli.common import UsageError, parse_overrides, read_config_file, read_records
     from lmforge.cli.tasks import split_options
-    from lmforge.compress.sparse_finetune import SparseConfig, run_sparse_prune
+    from lmforge.compress.sparse_finetune import SCHEDULE, run_sparse_prune
     from lmforge.tasks.finetune import TaskConfig
     from lmforge.train import TrainConfig
 
     if not args.train:
         raise UsageError(f"--method {args.method} fine-tunes while pruning: give --train FILE")
     train_opts, task_opts, rest = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SparseConfig.__dataclass_fields__}
+    sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SCHEDULE}
     if rest:
         raise UsageError(f"unknown option(s) {sorted(rest)}")
+    sparse_cfg = sparse_options(args, sparse_opts)
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     given = {"steps": args.steps, "seed": args.seed}
     train_cfg = TrainConfig.from_dict({"seed": 0, "eval_every": max(1, (args.steps or 1000) // 10),
                                        **{k: v for k, v in given.items() if v is not None}, **train_opts})
-    report = run_sparse_prune(args.model, kind, args.method, args.sparsity, train, valid, records, args.out,
-                              train_cfg, TaskConfig.from_dict(task_opts), SparseConfig.from_dict(sparse_opts),
-                              args.resume)
+    report = run_sparse_prune(args.model, kind, train, valid, records, args.out, train_cfg=train_cfg,
+                              sparse_cfg=sparse_cfg, task_cfg=TaskConfig.from_dict(task_opts), resume=args.resume)
     ws = report["weight_sparsity"]
     rows = {name: {**report[name], "nonzero": report[name]["parameters"] - (ws["zeros"] if name == "after" else 0)}
             for name in ("before", "after")}

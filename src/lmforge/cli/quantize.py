@@ -68,14 +68,9 @@ def _calibration(path: str) -> list:
 
 
 def _check(args) -> None:
-    """One-line errors for options out of range or given without what they serve."""
+    """One-line errors for options given without what they serve (their values: quantize_options)."""
     from lmforge.cli.common import UsageError, check_task
 
-    for name in ("batch_size", "seq_len", "rounds"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be a positive integer")
-    if not SEED[0] <= args.seed <= SEED[1]:
-        raise UsageError(f"--seed {args.seed}: must be in [{SEED[0]}, {SEED[1]}]")
     check_task(args.task)
     if not args.data and (args.task or args.columns):
         raise UsageError(f"{'--task' if args.task else '--columns'} reads --data: give --data FILE too")
@@ -86,8 +81,28 @@ def _check(args) -> None:
                          "activations)")
     if args.no_smooth and len(given) > 1:
         raise UsageError(f"{given[0]} and --no-smooth: smoothing is either on or off")
-    if args.smooth_alpha is not None and not 0.0 <= args.smooth_alpha <= 1.0:
-        raise UsageError(f"--smooth-alpha {args.smooth_alpha}: the migration strength is in [0, 1]")
+
+
+# the flags' rules in words (their bounds are QuantizeOptions'), and the field whose flag is another name
+QUANTIZE_WORDS = {"batch_size": "must be a positive integer", "rounds": "must be a positive integer",
+                  "seed": f"must be in [{SEED[0]}, {SEED[1]}]", "alpha": "the migration strength is in [0, 1]"}
+QUANTIZE_FLAGS = {"alpha": "--smooth-alpha"}
+
+
+def quantize_options(args):
+    """The QuantizeOptions of the flags (run_quantize takes the same object): a bad value names its flag."""
+    from lmforge.cli.common import flag_error
+    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.smooth import ALPHA
+    from lmforge.config.options import OptionsError
+
+    alpha = None if args.no_smooth else ALPHA if args.smooth_alpha is None else args.smooth_alpha
+    values = {"mode": args.mode, "alpha": alpha, "batch_size": args.batch_size, "seq_len": args.seq_len,
+              "rounds": args.rounds, "seed": args.seed}
+    try:
+        return QuantizeOptions(**values)
+    except OptionsError as err:
+        raise flag_error(err, {**values, "alpha": args.smooth_alpha}, QUANTIZE_WORDS, QUANTIZE_FLAGS) from None
 
 
 def _task_kind(source, given: str | None) -> str | None:
@@ -110,24 +125,22 @@ def cmd_quantize(args) -> None:
     from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.quantize_report import run_quantize
-    from lmforge.compress.smooth import ALPHA
     from lmforge.io import find_model_dir
 
     _check(args)
+    options = quantize_options(args)
     source = find_model_dir(args.model)
     check_out(args.out, source)
     refuse_overwrite(args.out, ("--data", args.data), writes=("model", "quantize.json"))
-    torch.manual_seed(args.seed)
+    torch.manual_seed(options.seed)
     kind, records = _task_kind(source, args.task), None
     if args.data:
         if kind is None:
             raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
         records = read_records("--data", args.data, kind, args.columns)
-    alpha = ALPHA if args.smooth_alpha is None else args.smooth_alpha
     texts = _calibration(args.calibration) if args.calibration else None
     existed = (Path(args.out) / "model").exists()
-    report = run_quantize(source, args.out, args.mode, records, kind if records else None, args.batch_size,
-                          args.seq_len, args.rounds, None if args.no_smooth else alpha, texts, args.seed)
+    report = run_quantize(source, args.out, records, kind if records else None, texts, options)
     _table(report)
     if existed:
         print(replaced_line(Path(args.out) / "model"))

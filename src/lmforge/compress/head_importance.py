@@ -11,12 +11,35 @@ at least one head. `compress/head_pruning.py` then removes the masked heads phys
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, replace
 
 import torch
 
 from lmforge.compress.head_pruning import attention_keys, kept_heads
+from lmforge.config.options import check_options, option
 from lmforge.layers.inspection import inspecting
 from lmforge.utils.modes import evaluating
+
+ORDERS = ("importance", "random")
+MAX_BATCH = 65536  # examples per importance batch (TrainConfig's bound on batch_size)
+
+
+@dataclass
+class CurveOptions:
+    """How an iterative head-pruning curve runs (Michel et al. 2019, sec. 4.3)."""
+
+    order: str = option("importance", "importance (re-estimated at every level) or a seeded random order",
+                        choices=ORDERS)
+    step: float = option(0.1, "share of all heads masked per level", low=0, high=1, open_low=True, open_high=True)
+    until: float | None = option(None, "stop once the metric falls below until x the unpruned one (null: never)",
+                                 low=0, high=1, open_low=True)
+    max_fraction: float = option(0.9, "stop before more than this share of the heads is masked", low=0, high=1)
+    # random_curves draws order i from seed + i: any 64-bit value, past a run's seed bound
+    seed: int = option(0, "seed of the random order", low=0, high=2 ** 64 - 1)
+    batch_size: int = option(32, "examples per batch of the importance estimate", low=1, high=MAX_BATCH)
+
+    def __post_init__(self) -> None:
+        check_options(self)  # types, finiteness (NaN passes every comparison), bounds and choices
 
 
 def full_gates(cfg, requires_grad: bool = False) -> dict:
@@ -98,26 +121,22 @@ def total_heads(gates: dict) -> int:
     return sum(g.numel() for layer_gates in gates.values() for g in layer_gates)
 
 
-def pruning_curve(task, score_data: tuple, importance_examples: list, order: str = "importance",
-                  step: float = 0.1, until: float | None = None, max_fraction: float = 0.9,
-                  seed: int = 0, batch_size: int = 32, progress=None) -> tuple:
-    """Iterative pruning: (levels, final gates). Each level masks `step` of all heads more, by
+def pruning_curve(task, score_data: tuple, importance_examples: list, options: CurveOptions | None = None,
+                  progress=None) -> tuple:
+    """Iterative pruning: (levels, final gates). Each level masks `options.step` of all heads more, by
     importance (re-estimated on `importance_examples` at each level) or in a seeded random order,
     and records {"pruned", "fraction", "metric", "masked": [[attention, layer, head], ...] newly
     masked} on score_data = (records, examples). Stops past max_fraction, when no head can go, or
     when metric < until x the unpruned metric."""
-    if order not in ("importance", "random"):
-        raise ValueError(f"order={order!r}: expected importance or random")
-    if not 0 < step < 1:
-        raise ValueError(f"step={step!r} must be a fraction in (0, 1)")
+    o = options or CurveOptions()
     gates = full_gates(task.model.config)
-    n_total, per_level = total_heads(gates), max(1, round(step * total_heads(gates)))
+    n_total, per_level = total_heads(gates), max(1, round(o.step * total_heads(gates)))
     name, base = metric(task, *score_data, gates)
     levels, pruned = [{"pruned": 0, "fraction": 0.0, "metric": base, "name": name, "masked": []}], 0
     shuffled = _candidates(gates)
-    random.Random(seed).shuffle(shuffled)
-    while pruned + per_level <= max_fraction * n_total:
-        ranked = shuffled if order == "random" else _by_importance(task, importance_examples, gates, batch_size)
+    random.Random(o.seed).shuffle(shuffled)
+    while pruned + per_level <= o.max_fraction * n_total:
+        ranked = shuffled if o.order == "random" else _by_importance(task, importance_examples, gates, o.batch_size)
         done = _mask_next(gates, ranked, per_level)
         if not done:
             break
@@ -126,18 +145,21 @@ def pruning_curve(task, score_data: tuple, importance_examples: list, order: str
                        "name": name, "masked": [list(d) for d in done]})
         if progress is not None:
             progress(levels[-1])
-        if until is not None and levels[-1]["metric"] < until * base:
+        if o.until is not None and levels[-1]["metric"] < o.until * base:
             break
     return levels, gates
 
 
-def random_curves(task, score_data: tuple, orders: int, step: float = 0.1, max_fraction: float = 0.9,
-                  seed: int = 0, progress=None) -> list:
+def random_curves(task, score_data: tuple, orders: int, options: CurveOptions | None = None,
+                  progress=None) -> list:
     """The control of Michel et al.'s fig. 3 as the field runs it: `orders` pruning curves in random
-    order, seeds seed, seed + 1, ... fixed before any is scored (never picked by their outcome)."""
+    order (options' step and max_fraction), seeds seed, seed + 1, ... fixed before any is scored (never
+    picked by their outcome)."""
     if orders < 1:
         raise ValueError(f"random orders={orders!r}: at least one")
-    return [pruning_curve(task, score_data, [], "random", step, max_fraction=max_fraction, seed=seed + i,
+    o = options or CurveOptions()
+    # until stays off: every order runs its levels in full, so the band's levels line up
+    return [pruning_curve(task, score_data, [], replace(o, order="random", until=None, seed=o.seed + i),
                           progress=progress)[0] for i in range(orders)]
 
 

@@ -16,7 +16,13 @@ from pathlib import Path
 from torch import nn
 
 from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
-from lmforge.compress.head_importance import full_gates, masked_heads, pruning_curve, total_heads
+from lmforge.compress.head_importance import (
+    CurveOptions,
+    full_gates,
+    masked_heads,
+    pruning_curve,
+    total_heads,
+)
 from lmforge.compress.head_pruning import prune_heads
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.model_files import carry_sentence_files
@@ -100,8 +106,8 @@ def _prune(task, method: str, found: dict, sparsity: float, importance: list, sc
     if method == "ffn":
         return {"ffn_sizes": prune_ffn(task.model, ffn_importance(task, importance), sparsity)}
     n = found["total"]  # levels of per_level heads, up to the planned count
-    levels, gates = pruning_curve(task, score_data, importance, "importance", step=found["per_level"] / n,
-                                  max_fraction=(found["removed"] + 0.5) / n)
+    curve = CurveOptions(step=found["per_level"] / n, max_fraction=(found["removed"] + 0.5) / n)
+    levels, gates = pruning_curve(task, score_data, importance, curve)
     removed = masked_heads(gates, task.model.config)
     prune_heads(task.model, removed)
     return {"pruned_heads": removed, "levels": levels}

@@ -8,27 +8,50 @@ The report is a dict, written as quantize.json.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from lmforge.fast.optimize import optimize
 from lmforge.compress.measure import model_bytes
 from lmforge.compress.model_files import carry_sentence_files, copy_as_created
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
+from lmforge.config.model import MAX_LEN
+from lmforge.config.options import check_options, option
+from lmforge.fast.optimize import optimize
 from lmforge.io import find_model_dir, load
 from lmforge.quant.engines import QUANTISING
-from lmforge.quant.int8 import SERIAL, choices
+from lmforge.quant.int8 import MODES, SERIAL, choices
 from lmforge.quant.int8_ffn import routes
 from lmforge.quant.isa import activation_bits
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
 from lmforge.tokenizer import load_tokenizer
+from lmforge.train.config import MAX_SEED
 from lmforge.utils.atomic import replace_dir
 from lmforge.utils.timing import alternating
 
 SEQ_LEN = 128  # tokens a row of the timed batch unless told (the model's longest where shorter)
+
+
+@dataclass
+class QuantizeOptions:
+    """Options of `lmforge quantize`: the mode, the smoothing, and the timed batch and its seed."""
+
+    mode: str = option("dynamic", "dynamic: int8 activations too (encoders); weight-only: float activations "
+                       "(decoding)", choices=MODES)
+    alpha: float | None = option(ALPHA, "SmoothQuant's migration strength for the layers reading a LayerNorm "
+                                 "(dynamic); null: no smoothing", low=0, high=1)
+    batch_size: int = option(8, "rows of the timed forward batch", low=1, high=4096)
+    seq_len: int | None = option(None, "tokens per row of the timed batch, at most the model's max_seq_len "
+                                 f"(null: {SEQ_LEN}, or its longest where shorter)", low=1, high=MAX_LEN)
+    rounds: int = option(5, "alternating timing rounds", low=1, high=1000)
+    seed: int = option(0, "seed of the random tokens drawn: the timed batch, and the smoothing's calibration "
+                       "without texts", low=0, high=MAX_SEED)
+
+    def __post_init__(self) -> None:
+        check_options(self)  # types, finiteness, bounds and choices
 
 
 def _sizes(model, path: Path | None) -> dict:
@@ -104,26 +127,24 @@ def _report(mode: str, fp32, int8, source: Path, batch: dict, rounds: int) -> di
             "speedup": seconds["before"] / seconds["after"]}
 
 
-def run_quantize(model, out, mode: str = "dynamic", records: list | None = None, kind: str | None = None,
-                 batch_size: int = 8, seq_len: int | None = None, rounds: int = 5,
-                 alpha: float | None = ALPHA, calibration: list | None = None, seed: int = 0) -> dict:
+def run_quantize(model, out, records: list | None = None, kind: str | None = None, calibration: list | None = None,
+                 options: QuantizeOptions | None = None) -> dict:
     """Quantise the model at `model` (a directory or installed model), measure sizes, speed side by
     side and (with `records`) the task metric before and after, then save it under out/model and
     the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
-    texts to smooth from (None: random tokens drawn from `seed`, as the timed batch is), alpha None:
-    no smoothing."""
-    source, out = find_model_dir(model), Path(out)
+    texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
+    o, source, out = options or QuantizeOptions(), find_model_dir(model), Path(out)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
-    ids, mask = random_tokens(fp32, batch_size, timed_length(fp32, seq_len), seed)
+    ids, mask = random_tokens(fp32, o.batch_size, timed_length(fp32, o.seq_len), o.seed)
     batches = text_batches(fp32, _tokenizer(source, "--calibration"), calibration) if calibration else None
-    quantize(int8, mode, inplace=True, alpha=alpha, calibration=batches, source="text" if batches else None,
-             seed=seed)
-    report = _report(mode, fp32, int8, source, as_batch(fp32, ids, mask), rounds)
+    quantize(int8, o.mode, inplace=True, alpha=o.alpha, calibration=batches, source="text" if batches else None,
+             seed=o.seed)
+    report = _report(o.mode, fp32, int8, source, as_batch(fp32, ids, mask), o.rounds)
     if task_before is not None:
         report["before"].update(_metric(task_before, records))
         report["after"].update(_metric(task_after, records))
     report["kernels"], report["ffn_routes"] = choices(), routes()
-    if mode == "dynamic":  # 8 under VNNI, else 7 (quant/int8.py): accuracy rests on it; None where every
+    if o.mode == "dynamic":  # 8 under VNNI, else 7 (quant/int8.py): accuracy rests on it; None where every
         # layer measured its dequantised fp32 form fastest, so no activation was quantised
         engines = [k for k in report["kernels"] if k["kernel"].removesuffix(SERIAL) in QUANTISING]
         report["activation_bits"] = activation_bits() if engines else None

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from lmforge.config.options import OptionsError, check_options
 from lmforge.compress.measure import measure_side_by_side
-from lmforge.compress.sparsity import Pruner, is_score, kept_by_matrix, weight_sparsity
+from lmforge.compress.sparsity import METHODS, Pruner, is_score, kept_by_matrix, weight_sparsity
 from lmforge.config import atomic_write_text, option
+from lmforge.config.options import OptionsError, check_options
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (
@@ -47,10 +47,17 @@ NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed
         "kernels (the time ratio is measured, not assumed)")
 
 
+SCHEDULE = ("start", "end", "scores_lr_scale", "soft_lambda")  # the key=value options (method, sparsity: flags)
+
+
 @dataclass
 class SparseConfig:
-    """Options of pruning during fine-tuning: the schedule's span and the scores' learning rate."""
+    """Options of pruning during fine-tuning: the method, the sparsity, the schedule's span and the
+    scores' learning rate. method and sparsity have no default: give both."""
 
+    method: str | None = option(None, "magnitude, movement or soft-movement (required)", choices=METHODS)
+    sparsity: float | None = option(None, "share of the blocks' Linear weights removed (required)", low=0, high=1,
+                                    open_low=True, open_high=True)
     start: float = option(0.1, "share of the steps before pruning begins (initial warm-up)", low=0, high=1)
     end: float = option(0.7, "share of the steps at which the target sparsity is reached", low=0, high=1)
     scores_lr_scale: float = option(100.0, "movement: scores' lr = lr x this (the reference: 1e-2 vs 3e-5)",
@@ -60,6 +67,9 @@ class SparseConfig:
 
     def __post_init__(self) -> None:
         check_options(self)
+        for name in ("method", "sparsity"):
+            if getattr(self, name) is None:
+                raise OptionsError(f"{name} is required (no default)", name)
         if self.start > self.end:
             raise OptionsError(f"need start <= end, got start={self.start}, end={self.end}", "start")
 
@@ -113,12 +123,12 @@ class Pruning(Objective):
         return self.task.finish()
 
 
-def _settings(model, sparsity: float, steps: int, task_cfg: TaskConfig, sparse_cfg: SparseConfig) -> dict:
+def _settings(model, steps: int, task_cfg: TaskConfig, sparse_cfg: SparseConfig) -> dict:
     """What a run is pruned with, by the option that sets it: --model, --sparsity, --steps (the schedule
     spans them), key=value ones."""
     source = Path(model).resolve() if isinstance(model, (str, Path)) and Path(model).exists() else model
-    return {"--model": str(source), "--sparsity": sparsity, "--steps": steps,
-            **{f"{k}=": v for k, v in sparse_cfg.__dict__.items()},
+    return {"--model": str(source), "--sparsity": sparse_cfg.sparsity, "--steps": steps,
+            **{f"{k}=": getattr(sparse_cfg, k) for k in SCHEDULE},
             **{f"{k}=": getattr(task_cfg, k) for k in TRAINED}}
 
 
@@ -139,32 +149,30 @@ def check_settings(out: Path, settings: dict, resume: bool) -> None:
         atomic_write_text(path, json.dumps(settings, indent=2) + "\n")
 
 
-def prune_finetune(model, tokenizer, kind: str, method: str, sparsity: float, train: list, valid: list | None,
-                   out, train_cfg: TrainConfig, task_cfg: TaskConfig | None = None,
-                   sparse_cfg: SparseConfig | None = None, resume: bool = False, log=print) -> dict:
-    """Fine-tune `model` on `train` while pruning its block Linears by `method` to `sparsity`;
-    writes metrics.jsonl, checkpoints/ and final/ (masks baked) under `out`; returns the summary."""
+def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, train_cfg: TrainConfig,
+                   sparse_cfg: SparseConfig, task_cfg: TaskConfig | None = None, tokenizer=None,
+                   resume: bool = False, log=print) -> dict:
+    """Fine-tune `model` on `train` while pruning its block Linears by sparse_cfg's method to its
+    sparsity; writes metrics.jsonl, checkpoints/ and final/ (masks baked) under `out`; returns the summary."""
     if train_cfg.parallel == "fsdp":  # FSDP shards the weights and scores: a matrix's top-k needs it whole
         raise ValueError("parallel=fsdp: pruning during fine-tuning ranks whole matrices; use parallel=ddp")
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
-    sparse_cfg, out = sparse_cfg or SparseConfig(), Path(out)
+    s, out = sparse_cfg, Path(out)
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
-    check_settings(out, _settings(model, sparsity, steps, task_cfg, sparse_cfg), resume)
+    check_settings(out, _settings(model, steps, task_cfg, s), resume)
     source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, as finetune's
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, source_labels)
-    pruner = Pruner(model, method, sparsity, round(sparse_cfg.start * steps), round(sparse_cfg.end * steps),
-                    sparse_cfg.soft_lambda)
+    pruner = Pruner(model, s.method, s.sparsity, round(s.start * steps), round(s.end * steps), s.soft_lambda)
     objective = Pruning(task, pruner, train_cfg.accumulation)
     validator = Validator(task, valid, task_cfg, out) if valid else None
-    scale = sparse_cfg.scores_lr_scale
     start = time.perf_counter()
     trainer = Trainer(objective, encode_split(task, train, "training"), train_cfg, out, log=log, evaluator=validator,
-                      lr_scale=lambda name, p: scale if is_score(name) else 1.0)
+                      lr_scale=lambda name, p: s.scores_lr_scale if is_score(name) else 1.0)
     trainer.fit(resume=resume)
-    summary = {"task": kind, "method": method, "sparsity": sparsity, "steps": trainer.step,
+    summary = {"task": kind, "method": s.method, "sparsity": s.sparsity, "steps": trainer.step,
                "seconds": round(time.perf_counter() - start, 2), **weight_sparsity(model)}
     if validator is not None:
         summary["final"] = task.evaluate(valid, task_cfg.eval_batch_size, validator.examples)[1]
@@ -186,15 +194,15 @@ def _source_task(model_dir, kind: str, records: list, after, seed: int):
         return make_task(kind, model, tokenizer, records, cfg, after.labels).to(after.device)
 
 
-def run_sparse_prune(model_dir, kind: str, method: str, sparsity: float, train: list, valid: list | None,
-                     records: list, out, train_cfg: TrainConfig, task_cfg: TaskConfig | None = None,
-                     sparse_cfg: SparseConfig | None = None, resume: bool = False, log=print) -> dict:
+def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, records: list, out, *,
+                     train_cfg: TrainConfig, sparse_cfg: SparseConfig, task_cfg: TaskConfig | None = None,
+                     resume: bool = False, log=print) -> dict:
     """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source and
     the pruned model side by side on `records` (the source's metric only where it was fine-tuned for
     the task); prune.json."""
     out = Path(out)
-    summary = prune_finetune(model_dir, None, kind, method, sparsity, train, valid, out, train_cfg, task_cfg,
-                             sparse_cfg, resume, log)
+    summary = prune_finetune(model_dir, kind, train, valid, out, train_cfg=train_cfg, sparse_cfg=sparse_cfg,
+                             task_cfg=task_cfg, resume=resume, log=log)
     after = fine_tuned_task(out / "final", records, kind)
     found = resolve_dir(model_dir)
     tuned = found is not None and task_info(found).get("kind") == kind
@@ -208,7 +216,7 @@ def run_sparse_prune(model_dir, kind: str, method: str, sparsity: float, train: 
     if found is None:
         measured["before"]["bytes"] = None  # a preset: no file on disk
     ws = weight_sparsity(after.model)
-    report = {"method": method, "sparsity": sparsity, "achieved_sparsity": ws["sparsity"],
+    report = {"method": sparse_cfg.method, "sparsity": sparse_cfg.sparsity, "achieved_sparsity": ws["sparsity"],
               "metric_name": measured["after"]["metric_name"], "steps": summary["steps"],
               "train_seconds": summary["seconds"], **measured, "weight_sparsity": ws,
               "kept_by_matrix": kept_by_matrix(after.model), "note": NOTE}

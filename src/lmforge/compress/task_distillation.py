@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lmforge.config.options import check_options
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.config import atomic_write_text, option
+from lmforge.config.options import OptionsError, check_options
 from lmforge.objectives.base import Loss, Objective
 from lmforge.objectives.distilbert import (
     cosine_loss,
@@ -48,18 +48,26 @@ from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 
 KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidden states
+LOSS = ("temperature", "alpha", "gamma")  # the loss's options: key=value ones, reported as "loss"
 
 
 @dataclass
 class DistillConfig:
-    """Options of the distillation loss."""
+    """Options of distillation: the loss, and the student (the teacher's layers, or a preset)."""
 
     temperature: float = option(2.0, "T of the soft targets (Hinton et al. 2015)", low=0, high=1000, open_low=True)
     alpha: float = option(0.5, "weight of the soft-target term; 1 - alpha weighs the gold labels", low=0, high=1)
     gamma: float = option(0.0, "weight of the hidden-state cosine term (DistilBERT); 0: off", low=0, high=1000)
+    student_layers: int | str | None = option(None, "the teacher's layers the student copies: every-other, or N "
+                                              "(the first N); null: every-other")
+    student: str | None = option(None, "a preset student instead of the teacher's layers (random init, fresh head)")
 
     def __post_init__(self) -> None:
         check_options(self)  # types, finiteness (NaN passes every comparison) and bounds
+        if self.student is not None and self.student_layers is not None:
+            raise OptionsError("give student_layers or student, not both", "student")
+        if self.student is not None and self.student not in PRESETS:
+            raise OptionsError(f"student={self.student!r} is not a preset", "student")
 
     @classmethod
     def from_dict(cls, data: dict) -> DistillConfig:
@@ -169,15 +177,14 @@ def load_teacher(teacher_dir, train: list, checked: dict | None = None):
     return teacher
 
 
-def distill(teacher_dir, train: list, valid: list | None, out, train_cfg: TrainConfig,
-            cfg: DistillConfig | None = None, layers=None, preset: str | None = None, resume: bool = False,
-            log=print, checked: dict | None = None) -> dict:
+def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: TrainConfig,
+            cfg: DistillConfig | None = None, resume: bool = False, log=print, checked: dict | None = None) -> dict:
     """Distil the fine-tuned teacher at `teacher_dir` into a student on `train` records; writes
     metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary.
     checked: {source: records} the teacher's labels must fit, checked before training."""
     cfg, out = cfg or DistillConfig(), Path(out)
     teacher = load_teacher(teacher_dir, train, checked)
-    model = make_student(teacher, layers, preset, train_cfg.seed)
+    model = make_student(teacher, cfg.student_layers, cfg.student, train_cfg.seed)
     task_cfg = TaskConfig(max_len=teacher.max_len)
     with torch.random.fork_rng(devices=[]):  # a fresh head (preset student) is drawn from the run's seed
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
@@ -190,7 +197,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, train_cfg: TrainC
     trainer.fit(resume=resume)
     summary = {"task": teacher.kind, "steps": trainer.step, "seconds": round(time.perf_counter() - start, 2),
                "student_layers": model.config.n_layers, "teacher_layers": teacher.model.config.n_layers,
-               "loss": cfg.__dict__}
+               "loss": {k: getattr(cfg, k) for k in LOSS}}
     if validator is not None:
         if validator.last_step != trainer.step:
             validator(trainer)
@@ -201,14 +208,13 @@ def distill(teacher_dir, train: list, valid: list | None, out, train_cfg: TrainC
     return summary
 
 
-def run_distill(teacher_dir, train: list, valid: list | None, records: list, out, train_cfg: TrainConfig,
-                cfg: DistillConfig | None = None, layers=None, preset: str | None = None, resume: bool = False,
-                log=print, source: str = "data") -> dict:
+def run_distill(teacher_dir, train: list, valid: list | None, records: list, out, *, train_cfg: TrainConfig,
+                cfg: DistillConfig | None = None, resume: bool = False, log=print, source: str = "data") -> dict:
     """`lmforge distill`: distil, then measure teacher and student (best/ if kept, else final/) side by
     side on `records` (read from `source`, checked against the teacher's labels before training):
     accuracy, parameters, size on disk, forward time; distill.json under `out`."""
     out = Path(out)
-    summary = distill(teacher_dir, train, valid, out, train_cfg, cfg, layers, preset, resume, log,
+    summary = distill(teacher_dir, train, valid, out, train_cfg=train_cfg, cfg=cfg, resume=resume, log=log,
                       checked={source: records})
     student_dir = out / "best" if (out / "best").is_dir() else out / "final"
     tasks = {"teacher": fine_tuned_task(teacher_dir, records), "student": fine_tuned_task(student_dir, records)}

@@ -158,6 +158,7 @@ class AttentionContext:
     rope: Optional[tuple] = None  # positions.Rotation: (cos, sin), each (B|1, 1, Tq, r)
     key_padding: Optional[torch.Tensor] = None  # (B, Tk) True at real tokens
     global_tokens: Optional[torch.Tensor] = None  # (B, T) Longformer global positions
+    global_rows: Optional[torch.Tensor] = None  # (G,) their positions where known without reading them (the default)
     cache: Optional[KVCache] = None  # or anything with KVCache.extend (XLNet's memory)
     cross_bias: Optional[torch.Tensor] = None  # (B, 1, 1, Tsrc) encoder padding
     memory: Optional[torch.Tensor] = None  # (B, Tsrc, d_model) encoder output

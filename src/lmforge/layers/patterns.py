@@ -59,18 +59,34 @@ def longformer(cfg, q_pos, k_pos, causal, global_tokens, layer):
     return band | rows | cols
 
 
+def _last_position(k_pos: torch.Tensor) -> int:
+    """The last key position: the keys are 0 .. Tk-1 (cached + new), so a compiled graph takes it from
+    the shape rather than read the tensor back (a graph break a layer)."""
+    return k_pos.shape[-1] - 1 if torch.compiler.is_compiling() else int(k_pos.max())
+
+
+_RANDOM_BLOCKS: dict = {}  # (n_random_blocks, n_blocks, layer) -> the drawn blocks: a compiled graph reads them
+
+
 def bigbird_random_blocks(cfg: ModelConfig, n_blocks: int, layer: int) -> torch.Tensor:
     """(n_blocks, n_blocks) bool: the random key blocks of each query block, fixed per layer.
 
     Drawn from a generator seeded by (layer, n_blocks), so the pattern is reproducible and a
     sparse kernel can rebuild it; the first and last block are global and get none."""
+    key = (cfg.n_random_blocks, n_blocks, layer)
+    if key not in _RANDOM_BLOCKS:
+        _RANDOM_BLOCKS[key] = _draw_random_blocks(cfg.n_random_blocks, n_blocks, layer)
+    return _RANDOM_BLOCKS[key]
+
+
+def _draw_random_blocks(n_random: int, n_blocks: int, layer: int) -> torch.Tensor:
     chosen = torch.zeros(n_blocks, n_blocks, dtype=torch.bool)
     gen = torch.Generator().manual_seed(1_000_003 * (layer + 1) + n_blocks)
     for qb in range(1, n_blocks - 1):
         candidates = [b for b in range(1, n_blocks - 1) if abs(b - qb) > 1]
         if not candidates:
             continue
-        pick = torch.randperm(len(candidates), generator=gen)[: cfg.n_random_blocks]
+        pick = torch.randperm(len(candidates), generator=gen)[:n_random]
         chosen[qb, [candidates[i] for i in pick.tolist()]] = True
     return chosen
 
@@ -78,10 +94,10 @@ def bigbird_random_blocks(cfg: ModelConfig, n_blocks: int, layer: int) -> torch.
 def bigbird(cfg, q_pos, k_pos, causal, global_tokens, layer):
     """BigBird ITC (Zaheer et al. 2020, sec. 2): blocks of b tokens; each query block sees its
     3-block window, r random blocks and the global first and last blocks, which see everything."""
-    if int(k_pos.max()) + 1 <= cfg.dense_max_len:  # short sequences attend fully (as the reference code does)
+    if _last_position(k_pos) + 1 <= cfg.dense_max_len:  # short sequences attend fully (as the reference code does)
         return None
     qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
-    n_blocks = int(max(qb.max(), kb.max())) + 1
+    n_blocks = _last_position(k_pos) // cfg.block_size + 1  # the queries are among the keys
     last = n_blocks - 1
     qb, kb = qb[..., :, None], kb[..., None, :]
     window = (qb - kb).abs() <= 1
@@ -95,10 +111,10 @@ def bigbird(cfg, q_pos, k_pos, causal, global_tokens, layer):
 def bigbird_bias(cfg, q_pos, k_pos, layer):
     """random_block_choice="first": the middle query blocks see the first block 1 + r times, and r
     duplicates of a key in a softmax weigh it by 1 + r, i.e. add log(1 + r) to its scores."""
-    if cfg.random_block_choice != "first" or not cfg.n_random_blocks or int(k_pos.max()) + 1 <= cfg.dense_max_len:
+    if cfg.random_block_choice != "first" or not cfg.n_random_blocks or _last_position(k_pos) + 1 <= cfg.dense_max_len:
         return None
     qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
-    last = int(max(qb.max(), kb.max()))
+    last = _last_position(k_pos) // cfg.block_size
     repeated = ((qb > 0) & (qb < last))[..., :, None] & (kb == 0)[..., None, :]  # (Tq, Tk)
     return (repeated.float() * math.log(1 + cfg.n_random_blocks))[None, None]
 

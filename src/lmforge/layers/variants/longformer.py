@@ -32,7 +32,9 @@ class LongformerGlobalAttention(Attention):
     def _global_inputs(self, x: torch.Tensor, ctx: AttentionContext, kernel) -> tuple:
         """(rows (G,), q (B, H, G, dh), k, v (B, Hkv, T, dh), padding bias (B, 1, 1, T) or None) of
         the tokens global in some row of the batch, through the global projections."""
-        rows = ctx.global_tokens.any(0).nonzero().squeeze(1)  # (G,)
+        rows = ctx.global_rows  # (G,): the default's, known without reading the mask back
+        if rows is None:
+            rows = ctx.global_tokens.any(0).nonzero().squeeze(1)
         q, k, v = kernel.heads(self.global_qkv(x), self.n_heads, self.n_kv, self.dh)  # padded layout
         bias = None
         if ctx.key_padding is not None:
@@ -42,7 +44,7 @@ class LongformerGlobalAttention(Attention):
 
     def _global_rows(self, x: torch.Tensor, local: torch.Tensor, ctx: AttentionContext, kernel) -> torch.Tensor:
         """local (B, H, T, dh) with each row's global tokens recomputed over all keys."""
-        if not ctx.global_tokens.any():
+        if ctx.global_rows is None and not ctx.global_tokens.any():
             return local
         rows, q, k, v, bias = self._global_inputs(x, ctx, kernel)
         p = self.dropout_p if self.training else 0.0

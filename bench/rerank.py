@@ -7,13 +7,16 @@ retriever's first hard negatives (listwise softmax loss), on one thread. The hel
 from the retriever are then re-ordered by it: recall@1, recall@5 and MRR@10 before and after.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.rerank [--retriever bm25|dense] [--steps 300]
-writes bench/results/rerank.json.
+writes bench/results/rerank.json (bm25) or bench/results/rerank_dense.json (dense: all-MiniLM-L6-v2 as it
+is, or a trained DPR directory with --dense-model DIR, e.g. bench.embedding_precision's --save; --reranker-from
+DIR starts the cross-encoder from that encoder instead of all-MiniLM-L6-v2).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -27,17 +30,20 @@ from lmforge.retrieval.evaluate import bm25_rankings, dense_rankings, encode_pas
 from lmforge.retrieval.rerank import reranked_rankings, rerank_training_records
 from lmforge.tasks.finetune import TaskConfig, finetune
 from lmforge.train import TrainConfig
+from lmforge.utils.atomic import atomic_write_text
 
 MODEL = "all-MiniLM-L6-v2"
 DEPTH = 20
-RESULTS = Path(__file__).parent / "results" / "rerank.json"
+RESULTS = {"bm25": Path(__file__).parent / "results" / "rerank.json",
+           "dense": Path(__file__).parent / "results" / "rerank_dense.json"}
 
 
-def retrieve(kind: str, passages: list, records: list, work: Path) -> list:
-    """Each record's top DEPTH passage ids from BM25 or from all-MiniLM-L6-v2 as it is (dense)."""
+def retrieve(kind: str, passages: list, records: list, work: Path, dense_model: str = MODEL) -> list:
+    """Each record's top DEPTH passage ids from BM25 or from a dense bi-encoder (all-MiniLM-L6-v2 as it
+    is, or a trained DPR directory)."""
     if kind == "bm25":
         return bm25_rankings(BM25Index.build(passages), passages, records, DEPTH)
-    encoder = BiEncoder.from_dir(MODEL)
+    encoder = BiEncoder.from_dir(dense_model)
     return dense_rankings(encoder, encode_passages(encoder, passages, work / "index", batch_size=64), records, DEPTH)
 
 
@@ -48,16 +54,33 @@ def scores(rankings: list, records: list) -> dict:
     return {k: round(v, 4) for k, v in table.items()}
 
 
+def describe(kind: str, dense_model: str) -> str:
+    """The retriever as the JSON names it."""
+    if kind == "bm25":
+        return "bm25"
+    if dense_model == MODEL:
+        return f"dense {MODEL} (not fine-tuned)"
+    return f"dense, trained DPR from {dense_model}"
+
+
 def main() -> None:
     """Retrieve, train the reranker, rerank, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retriever", choices=("bm25", "dense"), default="bm25")
+    parser.add_argument("--dense-model", default=MODEL, help="--retriever dense: a bi-encoder directory "
+                        "(a trained DPR's) or all-MiniLM-L6-v2 as it is")
+    parser.add_argument("--reranker-from", default=MODEL, help="the encoder the cross-encoder starts from: "
+                        "all-MiniLM-L6-v2, or a directory (the trained DPR's encoder, which knows the paraphrases)")
+    parser.add_argument("--save", help="also keep the trained reranker in this folder (with bench_rankings.json: "
+                        "the test questions, their retrieved and reranked ids)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--negatives", type=int, default=3)
     parser.add_argument("--max-len", type=int, default=64)
     parser.add_argument("--test", type=int, default=500, help="held-out questions reranked (of 500)")
     args = parser.parse_args()
+    if args.dense_model != MODEL and args.retriever != "dense":
+        parser.error("--dense-model needs --retriever dense")
     torch.set_num_threads(1)
     start = time.perf_counter()
     passages, sets = dictionary_questions(seed=0)
@@ -65,27 +88,31 @@ def main() -> None:
     train = sets["train"][:args.steps * args.batch_size]  # each question seen once
     with tempfile.TemporaryDirectory(prefix="lmforge-rerank-") as tmp:
         work = Path(tmp)
-        ranked = retrieve(args.retriever, passages, train + test, work)
+        ranked = retrieve(args.retriever, passages, train + test, work, args.dense_model)
         train_ranked, test_ranked = ranked[:len(train)], ranked[len(train):]
         records = rerank_training_records(train, passages, train_ranked, args.negatives)
         retrieved_s = time.perf_counter() - start
-        summary = finetune(MODEL, None, "rerank", records, None, work / "run",
+        summary = finetune(args.reranker_from, None, "rerank", records, None, work / "run",
                            TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=5e-5, warmup=30, seed=0,
                                        log_every=50, progress=False),
                            TaskConfig(max_len=args.max_len, loss="listwise", negatives=args.negatives),
                            log=lambda *a: None)
         trained_s = time.perf_counter() - start - retrieved_s
         reranked = reranked_rankings(work / "run" / "final", test, passages, test_ranked)
+        if args.save:  # the reranker, and what it was given and gave, for a check against the server's /rerank
+            shutil.copytree(work / "run" / "final", args.save, dirs_exist_ok=True)
+            atomic_write_text(Path(args.save) / "bench_rankings.json", json.dumps(
+                {"questions": [r["question"] for r in test], "retrieved": test_ranked, "reranked": reranked}))
     out = {"data": "dictionary_qa (GCIDE), seed 0", "passages": len(passages), "train_questions": len(records),
-           "test_questions": len(test), "retriever": args.retriever if args.retriever == "bm25"
-           else f"dense {MODEL} (not fine-tuned)", "reranked_depth": DEPTH,
-           "reranker": {"from": MODEL, "loss": "listwise", "negatives": args.negatives, "max_len": args.max_len,
+           "test_questions": len(test), "retriever": describe(args.retriever, args.dense_model),
+           "reranked_depth": DEPTH,
+           "reranker": {"from": args.reranker_from, "loss": "listwise", "negatives": args.negatives, "max_len": args.max_len,
                         "steps": summary["steps"], "batch_size": args.batch_size, "lr": 5e-5},
            "retriever_scores": scores(test_ranked, test), "reranked_scores": scores(reranked, test),
            "seconds": {"retrieve": round(retrieved_s, 1), "train": round(trained_s, 1),
                        "total": round(time.perf_counter() - start, 1)},
            "threads": 1, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+    RESULTS[args.retriever].write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 
 

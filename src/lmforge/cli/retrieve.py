@@ -18,7 +18,7 @@
 JSONL corpus files. --questions: "builtin", "gcide" (dictionary definitions restated with other
 entries' words; needs Debian's dict-gcide) or a SQuAD JSON / QA JSONL file ("question", "answers",
 "positives" or "context"). key=value options: training (TrainConfig) and the encoder (pooling,
-normalize, temperature, max_length).
+normalize, temperature, max_length, matryoshka_dims=[384,192,96,48] for a Matryoshka loss, matryoshka_weights).
 """
 from __future__ import annotations
 
@@ -39,8 +39,7 @@ def _options(args) -> tuple:
     train_keys, encoder_keys = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(EncoderOptions)}
     unknown = sorted(set(options) - train_keys - encoder_keys)
     if unknown:
-        raise UsageError(f"unknown option(s) {unknown}: training options or pooling, normalize, temperature, "
-                         f"max_length")
+        raise UsageError(f"unknown option(s) {unknown}: training options or {', '.join(sorted(encoder_keys))}")
     return ({k: v for k, v in options.items() if k in train_keys},
             {k: v for k, v in options.items() if k in encoder_keys})
 
@@ -192,22 +191,13 @@ def cmd_ict(args) -> None:
     print(f"retriever in {args.out}/final (for retrieve realm --retriever), scores in {args.out}/ict.json")
 
 
-ENCODER_HELP = {"pooling": "mean (over the attention mask) or cls (the first token)",
-                "normalize": "L2-normalise embeddings (cosine similarity, logits / temperature)",
-                "temperature": "softmax temperature of the normalised scores in training",
-                "max_length": "tokens per question or passage"}
-
-
 def _epilog(with_training: bool) -> str:
     """The key=value options (name=default, help) for --help."""
-    from dataclasses import fields
-
     from lmforge.cli.options import option_lines
     from lmforge.retrieval.dpr import EncoderOptions
     from lmforge.train import TrainConfig
 
-    encoder = [(f.name, f.default, ENCODER_HELP[f.name]) for f in fields(EncoderOptions)]
-    parts = ["encoder options:", *option_lines(encoder)]
+    parts = ["encoder options:", *option_lines(EncoderOptions)]  # their help declared in EncoderOptions
     if with_training:
         parts = ["training options (TrainConfig):", *option_lines(TrainConfig), "", *parts]
     return "key=value options, with their defaults:\n\n" + "\n".join(parts)

@@ -8,12 +8,17 @@ pretrained directory); with separate(), E_P becomes a copy trained on its own, a
 passage/ beside the question encoder). Vectors are pooled by mean over the attention mask or the first token ([CLS]). With normalize=True
 the embeddings are L2-normalised and the logits are sim / temperature (cosine similarity, as the
 sentence-embedding models it starts from were trained), so the untrained encoder is a fair baseline.
+
+With matryoshka_dims (Matryoshka Representation Learning, Kusupati et al. 2022, as sentence-transformers'
+MatryoshkaLoss) the loss is the weighted sum of the same loss on nested prefixes of the embeddings, each
+prefix L2-normalised again when the similarity is cosine, so the first d/4 coordinates alone still retrieve.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
 import json
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lmforge.config.options import OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
@@ -32,20 +38,39 @@ from lmforge.utils.atomic import atomic_write_text
 POOLINGS = {"mean": "mean", "cls": "first"}
 
 
+MAX_DIMS = 65536  # a bound on any embedding width (and on how many prefixes are listed)
+
+
 @dataclass(frozen=True)
 class EncoderOptions:
-    """How texts become vectors: pooling, normalisation, temperature, the longest input."""
+    """How texts become vectors: pooling, normalisation, temperature, the longest input, and the nested
+    prefixes a Matryoshka loss trains."""
 
-    pooling: str = "mean"
-    normalize: bool = True
-    temperature: float = 0.05
-    max_length: int = 128
+    pooling: str = option("mean", "mean (over the attention mask) or cls (the first token)", choices=tuple(POOLINGS))
+    normalize: bool = option(True, "L2-normalise embeddings (cosine similarity, logits / temperature)")
+    temperature: float = option(0.05, "softmax temperature of the normalised scores in training", low=0,
+                                open_low=True, high=100.0)
+    max_length: int = option(128, "tokens per question or passage", low=2, high=MAX_DIMS)
+    matryoshka_dims: tuple = option((), "Matryoshka loss: the DPR loss summed over these prefix widths "
+                                    "(e.g. [384,192,96,48]; each <= the model width); [] for the plain loss")
+    matryoshka_weights: tuple = option((), "each prefix's weight in the Matryoshka sum, as many as "
+                                       "matryoshka_dims; [] for all 1")
 
     def __post_init__(self) -> None:
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling={self.pooling!r} is not one of {', '.join(POOLINGS)}")
-        if self.temperature <= 0 or self.max_length < 2:
-            raise ValueError("temperature must be positive and max_length at least 2")
+        check_options(self)
+        # JSON (retriever.json) gives lists: kept as tuples, so a reloaded encoder's options compare equal
+        object.__setattr__(self, "matryoshka_dims", tuple(self.matryoshka_dims))
+        object.__setattr__(self, "matryoshka_weights", tuple(self.matryoshka_weights))
+        dims, weights = self.matryoshka_dims, self.matryoshka_weights
+        if len(dims) > 16 or len(set(dims)) != len(dims) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_DIMS for d in dims):
+            raise OptionsError(f"matryoshka_dims must be at most 16 distinct integers in [1, {MAX_DIMS}], "
+                               f"got {list(dims)[:20]}", "matryoshka_dims")
+        if weights and (len(weights) != len(dims) or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w <= 1e3 and math.isfinite(w)
+                for w in weights)):
+            raise OptionsError(f"matryoshka_weights must be {len(dims)} finite numbers in [0, 1000] (one per "
+                               f"matryoshka_dims), got {list(weights)[:20]}", "matryoshka_weights")
 
 
 class BiEncoder:
@@ -57,6 +82,9 @@ class BiEncoder:
                 raise ValueError(f"a DPR encoder must be an encoder model, not {m.config.architecture}")
         self.model, self.tokenizer, self.options = model, tokenizer, options or EncoderOptions()
         self.passage_model = passage_model  # None: E_P is E_Q
+        if any(d > model.config.d_model for d in self.options.matryoshka_dims):
+            raise OptionsError(f"matryoshka_dims {list(self.options.matryoshka_dims)}: this model's embeddings "
+                               f"have {model.config.d_model}", "matryoshka_dims")
 
     def separate(self) -> "BiEncoder":
         """Give passages their own encoder, a copy of the question encoder (DPR's two BERTs)."""
@@ -184,15 +212,39 @@ class DPRObjective(Objective):
                 "same_passage": same}
 
     def forward(self, batch: dict) -> Loss:
-        """NLL of each question's positive among all passages of the batch (eq. 2)."""
+        """NLL of each question's positive among all passages of the batch (eq. 2); with matryoshka_dims,
+        the weighted sum of it over those prefixes of the embeddings (accuracy: the first prefix's)."""
         q = self.encoder.embed(batch["input_ids"], batch["attention_mask"])  # (B, d)
         p = self.encoder.embed(batch["p_input_ids"], batch["p_attention_mask"], passage=True)  # (B + B_neg, d)
+        options = self.encoder.options
+        if not options.matryoshka_dims:
+            loss, logits = self.nll(q, p, batch["same_passage"])
+            return Loss(loss, {"in_batch_accuracy": in_batch_accuracy(logits)})
+        weights = options.matryoshka_weights or (1.0,) * len(options.matryoshka_dims)
+        parts = [self.nll(self.prefix(q, d), self.prefix(p, d), batch["same_passage"])
+                 for d in options.matryoshka_dims]
+        loss = sum(w * part for w, (part, _) in zip(weights, parts))
+        metrics = {f"loss_{d}": part.detach() for d, (part, _) in zip(options.matryoshka_dims, parts)}
+        return Loss(loss, {"in_batch_accuracy": in_batch_accuracy(parts[0][1]), **metrics})
+
+    def prefix(self, vectors: torch.Tensor, d: int) -> torch.Tensor:
+        """The first d coordinates, L2-normalised again when the similarity is cosine (the whole vector,
+        already normalised by embed, as it is)."""
+        if d >= vectors.shape[-1]:
+            return vectors
+        cut = vectors[:, :d]
+        return F.normalize(cut, dim=-1) if self.encoder.options.normalize else cut
+
+    def nll(self, q: torch.Tensor, p: torch.Tensor, same_passage: torch.Tensor) -> tuple:
+        """(cross-entropy of each question's own positive among the batch's passages, the logits)."""
         scale = 1 / self.encoder.options.temperature if self.encoder.options.normalize else 1.0
-        logits = (scale * q @ p.T).masked_fill(batch["same_passage"], float("-inf"))  # (B, B + B_neg)
-        target = torch.arange(len(q), device=q.device)
-        loss = F.cross_entropy(logits, target)
-        accuracy = (logits.argmax(-1) == target).float().mean()
-        return Loss(loss, {"in_batch_accuracy": accuracy.detach()})
+        logits = (scale * q @ p.T).masked_fill(same_passage, float("-inf"))  # (B, B + B_neg)
+        return F.cross_entropy(logits, torch.arange(len(q), device=q.device)), logits
+
+
+def in_batch_accuracy(logits: torch.Tensor) -> torch.Tensor:
+    """Share of questions whose own positive (passage i for question i) scores highest, detached."""
+    return (logits.argmax(-1) == torch.arange(len(logits), device=logits.device)).float().mean().detach()
 
 
 def training_examples(encoder: BiEncoder, records: list, passages: list, negatives: list) -> list:

@@ -1,0 +1,89 @@
+"""Retrieval from reduced embeddings: how much of fp32 recall@k survives Matryoshka truncation and binary
+quantization, on the same query and passage vectors.
+
+- fp32: exact inner product (cosine for normalised vectors).
+- truncated: the first `dims` coordinates of both, renormalised (Matryoshka, Kusupati et al. 2022; the
+  cut of pipelines/embed_options.cut_dimensions, as `lmforge embed dimensions=k` gives it).
+- binary: the sign bits of both (1 where a coordinate > 0), packed as embed_options.quantize's ubinary;
+  the passages ranked by Hamming distance to the query's bits (ties: the lower passage index first).
+- binary + rescoring, as sentence-transformers' semantic_search_* (quantization.py, rescore=True): the
+  rescore_multiplier * k nearest by Hamming distance are re-ordered by the fp32 query's inner product
+  with their binary vectors unpacked to +-1 (not with their fp32 vectors: only the bits are kept in
+  the index). Unpacking to {0, 1} instead orders alike: q . b01 = (q . b+-1 + sum(q)) / 2, the same
+  shift for every passage of one query.
+"""
+from __future__ import annotations
+
+import torch
+
+from lmforge.pipelines.embed_options import EmbedOptions, cut_dimensions, quantize
+
+_BITS = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8)  # quantize's big-endian bit order
+_POPCOUNT = torch.tensor([i.bit_count() for i in range(256)], dtype=torch.uint8)
+
+
+def pack_bits(vectors: torch.Tensor) -> torch.Tensor:
+    """(N, d) floats -> (N, ceil(d / 8)) uint8 sign bits (embed_options' ubinary encoding)."""
+    return quantize(vectors.float(), "ubinary")
+
+
+def unpack_signs(packed: torch.Tensor, d: int) -> torch.Tensor:
+    """(N, ceil(d / 8)) packed bits -> (N, d) float +1 / -1 (the padding bits of the last byte dropped)."""
+    bits = (packed.to(torch.uint8)[..., None] & _BITS).ne(0)
+    return bits.reshape(*packed.shape[:-1], -1)[..., :d].float() * 2 - 1
+
+
+def hamming(queries: torch.Tensor, passages: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+    """(Q, B) and (N, B) packed bits -> (Q, N) int32 Hamming distances (XOR, then a byte popcount table;
+    `chunk` queries at a time to bound memory)."""
+    out = []
+    for start in range(0, len(queries), chunk):
+        xor = queries[start:start + chunk, None, :] ^ passages[None]  # (c, N, B)
+        out.append(_POPCOUNT[xor.long()].sum(-1, dtype=torch.int32))
+    return torch.cat(out) if out else torch.empty(0, len(passages), dtype=torch.int32)
+
+
+def float_search(queries: torch.Tensor, passages: torch.Tensor, k: int) -> torch.Tensor:
+    """(Q, k) passage positions by inner product, best first."""
+    return torch.topk(queries.float() @ passages.float().T, min(k, len(passages)), dim=-1).indices
+
+
+def truncated_search(queries: torch.Tensor, passages: torch.Tensor, k: int, dims: int) -> torch.Tensor:
+    """(Q, k) passage positions by the inner product of the first `dims` coordinates, renormalised."""
+    options = EmbedOptions(dimensions=dims)
+    return float_search(cut_dimensions(queries.float(), options), cut_dimensions(passages.float(), options), k)
+
+
+def binary_search(queries: torch.Tensor, passages: torch.Tensor, k: int, rescore_multiplier: int = 0) -> torch.Tensor:
+    """(Q, k) passage positions from sign bits: the k nearest by Hamming distance, or with
+    rescore_multiplier >= 1 the rescore_multiplier * k nearest re-ordered by the fp32 query's inner
+    product with their +-1 vectors (see the module's docstring)."""
+    if rescore_multiplier < 0:
+        raise ValueError(f"rescore_multiplier must be >= 0, got {rescore_multiplier}")
+    n, d = passages.shape
+    packed = pack_bits(passages)
+    distances = hamming(pack_bits(queries), packed)
+    wanted = min(n, k * max(1, rescore_multiplier))
+    # a stable sort, so that ties (common in Hamming distance) fall to the lower index, run after run
+    candidates = torch.sort(distances, dim=-1, stable=True).indices[:, :wanted]  # (Q, wanted)
+    if not rescore_multiplier:
+        return candidates[:, :k]
+    signs = unpack_signs(packed[candidates], d)  # (Q, wanted, d)
+    scores = torch.einsum("qd,qcd->qc", queries.float(), signs)
+    best = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :k]
+    return torch.gather(candidates, 1, best)
+
+
+def reduced_rankings(queries: torch.Tensor, passages: torch.Tensor, ids: list, k: int, dims: int,
+                     rescore_multipliers: tuple = (4,)) -> dict:
+    """{"fp32", f"first {dims}", "binary", f"binary rescored x{m}" for each m: each question's top-k
+    passage ids} from fp32 query and passage embeddings (rows of `passages` are `ids`)."""
+    def named(positions: torch.Tensor) -> list:
+        return [[ids[int(i)] for i in row] for row in positions]
+
+    table = {"fp32": named(float_search(queries, passages, k)),
+             f"first {dims}": named(truncated_search(queries, passages, k, dims)),
+             "binary": named(binary_search(queries, passages, k))}
+    for m in rescore_multipliers:
+        table[f"binary rescored x{m}"] = named(binary_search(queries, passages, k, m))
+    return table

@@ -78,10 +78,12 @@ def main() -> None:
     parser.add_argument("--negatives", type=int, default=3)
     parser.add_argument("--max-len", type=int, default=64)
     parser.add_argument("--test", type=int, default=500, help="held-out questions reranked (of 500)")
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if args.dense_model != MODEL and args.retriever != "dense":
         parser.error("--dense-model needs --retriever dense")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     start = time.perf_counter()
     passages, sets = dictionary_questions(seed=0)
     test = sets["test"][:args.test]
@@ -93,7 +95,7 @@ def main() -> None:
         records = rerank_training_records(train, passages, train_ranked, args.negatives)
         retrieved_s = time.perf_counter() - start
         summary = finetune(args.reranker_from, None, "rerank", records, None, work / "run",
-                           TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=5e-5, warmup=30, seed=0,
+                           TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=30, seed=0,
                                        log_every=50, progress=False),
                            TaskConfig(max_len=args.max_len, loss="listwise", negatives=args.negatives),
                            log=lambda *a: None)
@@ -107,11 +109,11 @@ def main() -> None:
            "test_questions": len(test), "retriever": describe(args.retriever, args.dense_model),
            "reranked_depth": DEPTH,
            "reranker": {"from": args.reranker_from, "loss": "listwise", "negatives": args.negatives, "max_len": args.max_len,
-                        "steps": summary["steps"], "batch_size": args.batch_size, "lr": 5e-5},
+                        "steps": summary["steps"], "batch_size": args.batch_size, "lr": args.lr},
            "retriever_scores": scores(test_ranked, test), "reranked_scores": scores(reranked, test),
            "seconds": {"retrieve": round(retrieved_s, 1), "train": round(trained_s, 1),
                        "total": round(time.perf_counter() - start, 1)},
-           "threads": 1, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
+           "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
     RESULTS[args.retriever].write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 

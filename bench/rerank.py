@@ -54,6 +54,16 @@ def scores(rankings: list, records: list) -> dict:
     return {k: round(v, 4) for k, v in table.items()}
 
 
+def paired_at_1(retrieved: list, reranked: list, records: list) -> dict:
+    """Questions whose first passage the reranker made right (gained) and made wrong (lost)."""
+    gained = lost = 0
+    for record, before, after in zip(records, retrieved, reranked):
+        positives = set(record["positives"])
+        was, now = before[0] in positives, after[0] in positives
+        gained, lost = gained + (now and not was), lost + (was and not now)
+    return {"gained": gained, "lost": lost}
+
+
 def describe(kind: str, dense_model: str) -> str:
     """The retriever as the JSON names it."""
     if kind == "bm25":
@@ -111,6 +121,7 @@ def main() -> None:
            "reranker": {"from": args.reranker_from, "loss": "listwise", "negatives": args.negatives, "max_len": args.max_len,
                         "steps": summary["steps"], "batch_size": args.batch_size, "lr": args.lr},
            "retriever_scores": scores(test_ranked, test), "reranked_scores": scores(reranked, test),
+           "recall@1_paired": paired_at_1(test_ranked, reranked, test),
            "seconds": {"retrieve": round(retrieved_s, 1), "train": round(trained_s, 1),
                        "total": round(time.perf_counter() - start, 1)},
            "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}

@@ -96,7 +96,8 @@ def test_page_streams_a_generation(server, tmp_path):
 
 
 @pytest.mark.parametrize("asked", ["route=predict&model=cls&text=the%20cat%20sat",
-                                   "route=features&model=enc&text=the%20cat%20sat&layers=0,-1"])
+                                   pytest.param("route=features&model=enc&text=the%20cat%20sat&layers=0,-1",
+                                                marks=pytest.mark.slow)])
 def test_page_renders_not_blank(server, tmp_path, asked):
     shot = tmp_path / "page.png"
     run_once(tmp_path / "profile", f"{server.url}/#{asked}",
@@ -179,6 +180,7 @@ def test_page_reranks_showing_order_scores_and_truncation(ranked, tmp_path):
         assert DOCUMENTS[result["index"]].startswith(row[4].rstrip("…"))
 
 
+@pytest.mark.slow  # the default suite keeps one page test per route
 def test_page_shows_rerank_refusals_naming_the_limit_or_field(ranked, tmp_path):
     served, _ = ranked
     with Pipe(tmp_path / "profile") as browser:
@@ -227,6 +229,7 @@ def test_page_tries_features_showing_tokens_offsets_and_shape(server, tmp_path):
     assert json.loads(marked) == ["layers"] and refused[3] == "refusal"
 
 
+@pytest.mark.slow  # the default suite keeps one page test per route
 def test_page_sends_the_embedding_options(server, tmp_path):
     with Pipe(tmp_path / "profile") as browser:
         opened(browser, server.url + "/")

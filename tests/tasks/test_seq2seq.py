@@ -206,6 +206,7 @@ def test_tiny_t5_checkpoint_learns_through_the_cli(tmp_path, capsys):
     assert result["task"] == "seq2seq" and result["records"] == 6
 
 
+@pytest.mark.slow  # an end-to-end run through the command line
 def test_transformer_preset_trains_from_scratch_through_the_cli(tmp_path, capsys):
     tokenizer().save(tmp_path / "tok")
     train = csv(tmp_path / "train.csv", pairs(64, 0, reverse=True))

@@ -123,6 +123,7 @@ def separable(n: int, seed: int) -> str:
     return "\n".join(rows) + "\n"
 
 
+@pytest.mark.slow  # an end-to-end run through the command line
 def test_tiny_t5_learns_text_to_text_through_the_cli(tmp_path, capsys):
     model_dir = tmp_path / "t5"
     t5(n_layers=1, d_model=64, d_ff=128).save(model_dir)

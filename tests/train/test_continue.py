@@ -54,6 +54,7 @@ def test_continued_pretraining_trains_the_checkpoint_with_a_new_lm_head(continue
     assert len(ids) == 3 and min(ids[0], ids[2]) >= tokenizer.vocab_size - 2
 
 
+@pytest.mark.slow  # an end-to-end run through the command line
 def test_the_continued_model_fine_tunes_and_fills_masks(continued, tmp_path, capsys):
     assert main(["finetune", "--model", str(continued / "final"), "--builtin", "sentiment", "--builtin-size", "20",
                  "--out", str(tmp_path / "ft"), "--steps", "2", "batch_size=2", "max_len=32", "progress=false"]) == 0

@@ -73,8 +73,8 @@ def describe(kind: str, dense_model: str) -> str:
     return f"dense, trained DPR from {dense_model}"
 
 
-def main() -> None:
-    """Retrieve, train the reranker, rerank, write the JSON."""
+def arguments(argv=None) -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retriever", choices=("bm25", "dense"), default="bm25")
     parser.add_argument("--dense-model", default=MODEL, help="--retriever dense: a bi-encoder directory "
@@ -90,31 +90,43 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=500, help="held-out questions reranked (of 500)")
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.dense_model != MODEL and args.retriever != "dense":
         parser.error("--dense-model needs --retriever dense")
-    torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    passages, sets = dictionary_questions(seed=0)
-    test = sets["test"][:args.test]
-    train = sets["train"][:args.steps * args.batch_size]  # each question seen once
+    return args
+
+
+def train_and_rerank(args, passages: list, train: list, test: list, clock: dict) -> tuple:
+    """(the test questions' retrieved ids, their reranked ids, the training records, the run's summary)."""
     with tempfile.TemporaryDirectory(prefix="lmforge-rerank-") as tmp:
         work = Path(tmp)
         ranked = retrieve(args.retriever, passages, train + test, work, args.dense_model)
         train_ranked, test_ranked = ranked[:len(train)], ranked[len(train):]
         records = rerank_training_records(train, passages, train_ranked, args.negatives)
-        retrieved_s = time.perf_counter() - start
+        clock["retrieve"] = time.perf_counter()
         summary = finetune(args.reranker_from, None, "rerank", records, None, work / "run",
                            TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=30, seed=0,
                                        log_every=50, progress=False),
                            TaskConfig(max_len=args.max_len, loss="listwise", negatives=args.negatives),
                            log=lambda *a: None)
-        trained_s = time.perf_counter() - start - retrieved_s
+        clock["train"] = time.perf_counter()
         reranked = reranked_rankings(work / "run" / "final", test, passages, test_ranked)
         if args.save:  # the reranker, and what it was given and gave, for a check against the server's /rerank
             shutil.copytree(work / "run" / "final", args.save, dirs_exist_ok=True)
             atomic_write_text(Path(args.save) / "bench_rankings.json", json.dumps(
                 {"questions": [r["question"] for r in test], "retrieved": test_ranked, "reranked": reranked}))
+    return test_ranked, reranked, records, summary
+
+
+def main(argv=None) -> None:
+    """Retrieve, train the reranker, rerank, write the JSON."""
+    args = arguments(argv)
+    torch.set_num_threads(args.threads)
+    clock = {"start": time.perf_counter()}
+    passages, sets = dictionary_questions(seed=0)
+    test = sets["test"][:args.test]
+    train = sets["train"][:args.steps * args.batch_size]  # each question seen once
+    test_ranked, reranked, records, summary = train_and_rerank(args, passages, train, test, clock)
     out = {"data": "dictionary_qa (GCIDE), seed 0", "passages": len(passages), "train_questions": len(records),
            "test_questions": len(test), "retriever": describe(args.retriever, args.dense_model),
            "reranked_depth": DEPTH,
@@ -122,10 +134,11 @@ def main() -> None:
                         "steps": summary["steps"], "batch_size": args.batch_size, "lr": args.lr},
            "retriever_scores": scores(test_ranked, test), "reranked_scores": scores(reranked, test),
            "recall@1_paired": paired_at_1(test_ranked, reranked, test),
-           "seconds": {"retrieve": round(retrieved_s, 1), "train": round(trained_s, 1),
-                       "total": round(time.perf_counter() - start, 1)},
+           "seconds": {"retrieve": round(clock["retrieve"] - clock["start"], 1),
+                       "train": round(clock["train"] - clock["retrieve"], 1),
+                       "total": round(time.perf_counter() - clock["start"], 1)},
            "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
-    RESULTS[args.retriever].write_text(json.dumps(out, indent=2) + "\n")
+    atomic_write_text(RESULTS[args.retriever], json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import lmforge
 from lmforge.cli import main
 from lmforge.compress.task_distillation import DistillConfig, TaskDistillation, make_student, student_layers
+from lmforge.config.options import OptionsError
 from lmforge.objectives.distilbert import soft_cross_entropy
 from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, make_task, save_model
 from tests.tasks.core import sentiment, tiny, tokenizer
@@ -230,3 +231,10 @@ def test_the_student_is_chosen_in_the_options_python_and_the_command_line_refuse
                 "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), *flags]
         assert words in _refused(argv, capsys)
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("layers", ["every-others", 0, -3, 2.7, True, "1025"])
+def test_a_bad_student_layers_is_refused_when_the_options_are_built(layers):
+    with pytest.raises(OptionsError) as err:
+        DistillConfig(student_layers=layers)
+    assert err.value.field == "student_layers"

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import lmforge
+from lmforge.fast.paths import FastPaths
 from lmforge.heads import attach
 
 FAMILIES = ["bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-small", "spanbert-base",
@@ -102,3 +103,20 @@ def test_a_compiled_model_does_not_recompile_per_batch_shape():
             torch.testing.assert_close(compiled(ids, mask).logits[mask.bool()], model(ids, mask).logits[mask.bool()],
                                        atol=1e-4, rtol=1e-4)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["longformer-base", "bigbird-base"])
+def test_long_inputs_that_eager_runs_blocked_compile_in_one_graph_with_dense_masks(name):
+    """Blocked attention's chunk plans follow the data: a compiled graph runs the dense masks instead."""
+    torch._dynamo.reset()
+    model = _model(name)
+    lmforge.optimize(model, paths=FastPaths(local_attention="blocked"))
+    T = 64
+    ids = torch.randint(3, model.config.vocab_size, (2, T), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, T - 5:] = 0
+    with torch.no_grad():
+        want = model(ids, mask).logits
+        got = torch.compile(model, backend="aot_eager", fullgraph=True)(ids, mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-4, rtol=1e-4)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.config import atomic_write_text, option
+from lmforge.config.model import MAX_LAYERS
 from lmforge.config.options import OptionsError, check_options
 from lmforge.objectives.base import Loss, Objective
 from lmforge.objectives.distilbert import (
@@ -68,6 +69,12 @@ class DistillConfig:
             raise OptionsError("give student_layers or student, not both", "student")
         if self.student is not None and self.student not in PRESETS:
             raise OptionsError(f"student={self.student!r} is not a preset", "student")
+        layers = self.student_layers
+        whole = isinstance(layers, int) and not isinstance(layers, bool)
+        counted = str(layers).isdigit() if isinstance(layers, str) else whole
+        if layers not in (None, "every-other") and not (counted and 1 <= int(layers) <= MAX_LAYERS):
+            raise OptionsError(f"student_layers: expected every-other or a number of layers from 1 to "
+                               f"{MAX_LAYERS}, got {str(layers)[:40]!r}", "student_layers")
 
     @classmethod
     def from_dict(cls, data: dict) -> DistillConfig:

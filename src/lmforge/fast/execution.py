@@ -8,6 +8,8 @@ Which of them runs is decided per call from the model's `FastPaths` (fast/paths.
 """
 from __future__ import annotations
 
+import torch
+
 from lmforge.fast.blocked import blocked_layers, plans
 from lmforge.fast.kernels import BLOCKED, DROPPING, packed
 from lmforge.fast.packing import Packing
@@ -42,7 +44,10 @@ class FastExecution(Execution):
         return packing
 
     def local_layers(self, stack, length: int) -> dict:
-        """The windowed masks that pay to run in query chunks at this length (fast/blocked.py)."""
+        """The windowed masks that pay to run in query chunks at this length (fast/blocked.py); none in
+        a compiled graph, whose chunk plans (global rows, key bands) would follow the data."""
+        if torch.compiler.is_compiling():
+            return {}
         return blocked_layers(stack, self.paths, length)
 
     def choose_kernels(self, model, stack, ctx, chosen: dict, packing, recording: bool, dtype) -> None:

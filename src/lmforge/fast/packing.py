@@ -22,6 +22,7 @@ class Packing:
         self.shape = tuple(mask.shape)  # (B, T)
         self.by_sequence = by_sequence  # masks of padding only may use `attend` instead of re-padding
         self.jagged = False  # ... and, bidirectional, `attend_jagged` (one call) whatever by_sequence says
+        self._offsets = None  # the sequences' starts in the packed rows, for attend_jagged
         self.index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
         self.lengths = [int(n) for n in mask.sum(1).tolist()]  # each row's real tokens, contiguous once packed
 
@@ -53,7 +54,9 @@ class Packing:
         if k.shape[1] != q.shape[1]:  # GQA/MQA
             groups = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        offsets = torch.tensor([0, *self.lengths], device=q.device).cumsum(0)
+        if self._offsets is None or self._offsets.device != q.device:  # once a pass, not once a layer
+            self._offsets = torch.tensor([0, *self.lengths], device=q.device).cumsum(0)
+        offsets = self._offsets
         # contiguous rows: the split views of the fused projection are strided, which only some
         # backends accept (SDPA's math path on nested tensors does not)
         jagged = [torch.nested.nested_tensor_from_jagged(t.contiguous(), offsets, min_seqlen=min(self.lengths),

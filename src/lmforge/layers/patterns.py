@@ -60,9 +60,12 @@ def longformer(cfg, q_pos, k_pos, causal, global_tokens, layer):
 
 
 def _last_position(k_pos: torch.Tensor) -> int:
-    """The last key position: the keys are 0 .. Tk-1 (cached + new), so a compiled graph takes it from
-    the shape rather than read the tensor back (a graph break a layer)."""
-    return k_pos.shape[-1] - 1 if torch.compiler.is_compiling() else int(k_pos.max())
+    """The last key position. A stack's keys are 0 .. Tk-1 (cached + new), so a compiled graph takes it
+    from their shape rather than read the tensor back (a graph break a layer); other key sets (a blocked
+    plan's bands, 2-D) are read."""
+    if torch.compiler.is_compiling() and k_pos.dim() == 1:
+        return k_pos.shape[0] - 1
+    return int(k_pos.max())
 
 
 _RANDOM_BLOCKS: dict = {}  # (n_random_blocks, n_blocks, layer) -> the drawn blocks: a compiled graph reads them
@@ -75,11 +78,13 @@ def bigbird_random_blocks(cfg: ModelConfig, n_blocks: int, layer: int) -> torch.
     sparse kernel can rebuild it; the first and last block are global and get none."""
     key = (cfg.n_random_blocks, n_blocks, layer)
     if key not in _RANDOM_BLOCKS:
-        _RANDOM_BLOCKS[key] = _draw_random_blocks(cfg.n_random_blocks, n_blocks, layer)
-    return _RANDOM_BLOCKS[key]
+        _RANDOM_BLOCKS[key] = draw_random_blocks(cfg.n_random_blocks, n_blocks, layer)
+    found = _RANDOM_BLOCKS[key]
+    return found if torch.compiler.is_compiling() else found.clone()  # a caller's edit never reaches the cache
 
 
-def _draw_random_blocks(n_random: int, n_blocks: int, layer: int) -> torch.Tensor:
+def draw_random_blocks(n_random: int, n_blocks: int, layer: int) -> torch.Tensor:
+    """bigbird_random_blocks' draw itself (uncached): n_random key blocks per middle query block."""
     chosen = torch.zeros(n_blocks, n_blocks, dtype=torch.bool)
     gen = torch.Generator().manual_seed(1_000_003 * (layer + 1) + n_blocks)
     for qb in range(1, n_blocks - 1):

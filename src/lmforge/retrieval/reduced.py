@@ -33,14 +33,16 @@ def unpack_signs(packed: torch.Tensor, d: int) -> torch.Tensor:
     return bits.reshape(*packed.shape[:-1], -1)[..., :d].float() * 2 - 1
 
 
-def hamming(queries: torch.Tensor, passages: torch.Tensor, chunk: int = 64) -> torch.Tensor:
-    """(Q, B) and (N, B) packed bits -> (Q, N) int32 Hamming distances (XOR, then a byte popcount table;
-    `chunk` queries at a time to bound memory)."""
-    out = []
-    for start in range(0, len(queries), chunk):
-        xor = queries[start:start + chunk, None, :] ^ passages[None]  # (c, N, B)
-        out.append(_POPCOUNT[xor.long()].sum(-1, dtype=torch.int32))
-    return torch.cat(out) if out else torch.empty(0, len(passages), dtype=torch.int32)
+def hamming(queries: torch.Tensor, passages: torch.Tensor, chunk: int = 64, passage_chunk: int = 8192) -> torch.Tensor:
+    """(Q, B) and (N, B) packed bits -> (Q, N) int32 Hamming distances (XOR, then a byte popcount table),
+    `chunk` queries by `passage_chunk` passages at a time: memory stays ~ chunk x passage_chunk x B x 5
+    bytes whatever N is."""
+    out = torch.empty(len(queries), len(passages), dtype=torch.int32)
+    for q in range(0, len(queries), chunk):
+        for p in range(0, len(passages), passage_chunk):
+            xor = queries[q:q + chunk, None, :] ^ passages[None, p:p + passage_chunk]  # (c, n, B) uint8
+            out[q:q + chunk, p:p + passage_chunk] = _POPCOUNT[xor.int()].sum(-1, dtype=torch.int32)
+    return out
 
 
 def float_search(queries: torch.Tensor, passages: torch.Tensor, k: int) -> torch.Tensor:

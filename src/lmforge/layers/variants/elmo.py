@@ -21,9 +21,9 @@ steps), or fused: one cuDNN LSTMP call (torch.lstm with a projection; a packed b
 each row's final state are the reference's). A fused LSTM has no hook between steps, so with a clip
 set (ELMo's original sets both to 3) the fused run is checked: every real step's output h_t is in
 its result, and every cell c_t follows from the gates, which the outputs give for all steps in one
-product, by an elementwise recurrence. Where no h_t and no c_t reached its clip, neither clip acted
-and the fused result is the clipped layer's; otherwise the layer runs again step by step. `auto`
-fuses on CUDA, `on` on any device, `off` never.
+product, by an elementwise recurrence. Where every h_t and c_t stayed below its clip (by a 1 % margin
+that covers the kernels' rounding), neither clip acted and the fused result is the clipped layer's;
+otherwise the layer runs again step by step. `auto` fuses on CUDA, `on` on any device, `off` never.
 
 The forward LSTMs read w_1 .. w_n left to right; the backward ones the same words right to left
 (each row reversed within its own length, so padding never comes first). They share no state.
@@ -38,6 +38,8 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 FUSED_MODES = ("auto", "on", "off")
+# a fused run counts as unclipped only where every checked state stays this share below its clip
+CHECK_MARGIN = 1e-2
 
 
 class Highway(nn.Module):
@@ -153,22 +155,31 @@ class ProjectedLSTM(nn.Module):
 
     @torch.no_grad()
     def _within_clips(self, x: torch.Tensor, mask: torch.Tensor, state: tuple, out: torch.Tensor) -> bool:
-        """Whether the unclipped run's h_t and c_t stay strictly inside their clips at every real step
-        (then the clipped layer computes the same): h_t is its output; c_t is rebuilt from the gates,
-        all steps' at once from the previous outputs, leaving only an elementwise recurrence."""
-        inside = torch.ones((), dtype=torch.bool, device=x.device)
-        if self.proj_clip:
-            inside &= (out.abs() < self.proj_clip).all()
-        if self.cell_clip:
-            previous = torch.cat([state[0][:, None], out[:, :-1]], dim=1)  # h_{t-1} of each real step
-            i, f, g, _ = (self.input_linearity(x) + self.state_linearity(previous)).chunk(4, dim=-1)
-            keep, add = torch.sigmoid(f), torch.sigmoid(i) * torch.tanh(g)
-            c, top = state[1], state[1].abs().amax()
-            for t in range(x.shape[1]):
-                c = torch.where(mask[:, t, None], keep[:, t] * c + add[:, t], c)
-                top = torch.maximum(top, c.abs().amax())
-            inside &= top < self.cell_clip
+        """Whether the unclipped run's h_t and c_t stay inside their clips, with a margin, at every real
+        step (then the clipped layer computes the same): h_t is its output; c_t is rebuilt from the
+        gates, all steps' at once from the previous outputs, leaving only an elementwise recurrence. In
+        fp32 without autocast; the margin (CHECK_MARGIN of the clip) covers the fused kernel's own
+        rounding, TF32's included."""
+        with torch.autocast(x.device.type, enabled=False):
+            x, out, state = x.float(), out.float(), (state[0].float(), state[1].float())
+            inside = torch.ones((), dtype=torch.bool, device=x.device)
+            if self.proj_clip:
+                inside &= (out.abs() < self.proj_clip * (1 - CHECK_MARGIN)).all()
+            if self.cell_clip:
+                inside &= self._top_cell(x, mask, state, out) < self.cell_clip * (1 - CHECK_MARGIN)
         return bool(inside)  # one read-back a layer: the choice of path
+
+    def _top_cell(self, x: torch.Tensor, mask: torch.Tensor, state: tuple, out: torch.Tensor) -> torch.Tensor:
+        """The largest |c_t| over the real steps (the initial state, which no step clips, left out)."""
+        previous = torch.cat([state[0][:, None], out[:, :-1]], dim=1)  # h_{t-1} of each real step
+        i, f, g, _ = (self.input_linearity(x) + self.state_linearity(previous)).float().chunk(4, dim=-1)
+        keep, add = torch.sigmoid(f), torch.sigmoid(i) * torch.tanh(g)
+        c, top = state[1], x.new_zeros(())
+        for t in range(x.shape[1]):
+            real = mask[:, t, None]
+            c = torch.where(real, keep[:, t] * c + add[:, t], c)
+            top = torch.maximum(top, torch.where(real, c.abs(), 0).amax())
+        return top
 
     def _fused(self, x: torch.Tensor, mask: torch.Tensor, state: tuple) -> tuple:
         """The layer without clips in one LSTMP call (cuDNN on CUDA) over the packed real steps."""

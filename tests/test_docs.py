@@ -77,15 +77,20 @@ class DocRun:
     def __init__(self, folder: Path) -> None:
         self.folder, self.namespace, self.done = folder, {"__name__": "__docs__"}, set()
 
-    def run(self, lang: str, code: str, where: str) -> None:
-        """Run one block in this file's folder; a failure names the block and the command."""
+    def run(self, lang: str, code: str, where: str) -> list:
+        """Run one block in this file's folder: (command, exit status, output tail) of each command run
+        until one fails (a Python block is one command; an exception in it propagates, naming the block)."""
         if lang == "python":
             exec(compile(code, where, "exec"), self.namespace)
-            return
+            return [("python", 0, "")]
+        results = []
         for line in commands(code):
-            self._shell(line, where)
+            results.append(self._shell(line))
+            if results[-1][1]:
+                break
+        return results
 
-    def _shell(self, line: str, where: str) -> None:
+    def _shell(self, line: str) -> tuple:
         words = line.split()
         if words[0] == "lmforge" and not SHELL_SYNTAX & set(line.replace("=", "")):
             from lmforge.cli import main
@@ -95,12 +100,16 @@ class DocRun:
                     status = main(shlex.split(line)[1:])
                 except SystemExit as stop:  # argparse's --help and usage errors exit
                     status = stop.code or 0
-            assert status == 0, f"{where}: `{line}` exited {status}\n{out.getvalue()[-2000:]}"
-            return
+            return line, status, out.getvalue()[-2000:]
         env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
         done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", line], cwd=self.folder, env=env,
                               capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"{where}: `{line}` exited {done.returncode}\n{done.stderr[-2000:]}"
+        return line, done.returncode, done.stderr[-2000:]
+
+
+def failures(results: list, where: str) -> list:
+    """The failed commands of a block's results, each said with its block, status and output."""
+    return [f"{where}: `{line}` exited {status}\n{tail}" for line, status, tail in results if status]
 
 
 @pytest.fixture(scope="session")
@@ -129,9 +138,12 @@ def test_doc_block(path, line, lang, code, doc_runs, monkeypatch, request):
         if earlier not in state.done:
             if before.lstrip().startswith("# slow") and not selected_slow:
                 continue  # a fast block never waits on a slow one; docs keep fast ones independent
-            state.run(lang_before, before, f"{path.name}:{earlier}")
+            where = f"{path.name}:{earlier}"
+            assert not (failed := failures(state.run(lang_before, before, where), where)), failed[0]
             state.done.add(earlier)
-    state.run(lang, code, f"{path.name}:{line}")
+    where = f"{path.name}:{line}"
+    results = state.run(lang, code, where)
+    assert results and not failures(results, where), (failures(results, where) or [f"{where}: no command ran"])[0]
     state.done.add(line)
 
 

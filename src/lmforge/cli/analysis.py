@@ -80,16 +80,12 @@ HEADS_WORDS = {"prune": "a fraction of the heads in (0, 1)", "until": "a ratio o
 def heads_options(args):
     """The HeadsOptions of the flags (run_heads takes the same object): a bad value names its flag."""
     from lmforge.analysis.head_report import HeadsOptions
-    from lmforge.cli.common import UsageError, flag_error
-    from lmforge.config.options import OptionsError
+    from lmforge.cli.common import UsageError, from_flags
 
     if args.prune is not None and args.until is not None:  # HeadsOptions refuses it too, naming fields
         raise UsageError("give --prune FRACTION or --until RATIO, not both")
-    values = {name: getattr(args, name) for name in HEADS_FLAGS}
-    try:
-        return HeadsOptions(**values)
-    except OptionsError as err:
-        raise flag_error(err, values, HEADS_WORDS) from None
+    return from_flags(lambda values: HeadsOptions(**values), {name: getattr(args, name) for name in HEADS_FLAGS},
+                      words=HEADS_WORDS)
 
 
 def cmd_heads(args) -> None:

@@ -45,6 +45,21 @@ def flag_error(err, values: dict, words: dict | None = None, flags: dict | None 
     return UsageError(f"{flag} {values.get(field)}: {rule}")
 
 
+def from_flags(build, flags: dict, given: dict | None = None, words: dict | None = None,
+               names: dict | None = None, shown: dict | None = None):
+    """build({**given, **flags}): an options object of flags (and `given` key=value options). A bad flag
+    value is said as the command line says it (flag_error, with `words` and `names`; `shown`: values to
+    print instead of the built ones); a bad key=value one keeps its own message, naming its key."""
+    from lmforge.config.options import OptionsError
+
+    try:
+        return build({**(given or {}), **flags})
+    except OptionsError as err:
+        if str(err.field) in flags:
+            raise flag_error(err, {**flags, **(shown or {})}, words, names) from None
+        raise
+
+
 def parse_overrides(pairs: list) -> dict:
     """`key=value` pairs; values are read as YAML scalars (1e-5, true, [a, b]); an empty key or value
     is an error (write key=null for none)."""

@@ -78,17 +78,11 @@ def _option_keys(options: dict) -> tuple:
 def distill_options(args, loss: dict):
     """The DistillConfig of the `loss` key=value options, --student-layers and --student (run_distill
     takes the same object): a bad flag value names its flag, a bad key=value one its key."""
-    from lmforge.cli.common import flag_error
+    from lmforge.cli.common import from_flags
     from lmforge.compress.task_distillation import DistillConfig
-    from lmforge.config.options import OptionsError
 
-    flags = {"student_layers": args.student_layers, "student": args.student}
-    try:
-        return DistillConfig.from_dict({**loss, **flags})
-    except OptionsError as err:
-        if err.field in flags:
-            raise flag_error(err, flags) from None
-        raise
+    return from_flags(DistillConfig.from_dict, {"student_layers": args.student_layers, "student": args.student},
+                      loss)
 
 
 def cmd_distill(args) -> None:

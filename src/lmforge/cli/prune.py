@@ -59,17 +59,10 @@ def _table(title: str, rows: dict, extra: str = "") -> None:
 def sparse_options(args, given: dict):
     """The SparseConfig of --method, --sparsity and the `given` key=value schedule options (SCHEDULE);
     a bad flag value names its flag, a bad key=value one its key."""
-    from lmforge.cli.common import flag_error
+    from lmforge.cli.common import from_flags
     from lmforge.compress.sparse_finetune import SparseConfig
-    from lmforge.config.options import OptionsError
 
-    flags = {"method": args.method, "sparsity": args.sparsity}
-    try:
-        return SparseConfig.from_dict({**given, **flags})
-    except OptionsError as err:
-        if err.field in flags:
-            raise flag_error(err, flags) from None
-        raise
+    return from_flags(SparseConfig.from_dict, {"method": args.method, "sparsity": args.sparsity}, given)
 
 
 def _unstructured(args, kind: str, records: list) -> None:

@@ -91,18 +91,15 @@ QUANTIZE_FLAGS = {"alpha": "--smooth-alpha"}
 
 def quantize_options(args):
     """The QuantizeOptions of the flags (run_quantize takes the same object): a bad value names its flag."""
-    from lmforge.cli.common import flag_error
+    from lmforge.cli.common import from_flags
     from lmforge.compress.quantize_report import QuantizeOptions
     from lmforge.compress.smooth import ALPHA
-    from lmforge.config.options import OptionsError
 
     alpha = None if args.no_smooth else ALPHA if args.smooth_alpha is None else args.smooth_alpha
     values = {"mode": args.mode, "alpha": alpha, "batch_size": args.batch_size, "seq_len": args.seq_len,
               "rounds": args.rounds, "seed": args.seed}
-    try:
-        return QuantizeOptions(**values)
-    except OptionsError as err:
-        raise flag_error(err, {**values, "alpha": args.smooth_alpha}, QUANTIZE_WORDS, QUANTIZE_FLAGS) from None
+    return from_flags(lambda given: QuantizeOptions(**given), values, words=QUANTIZE_WORDS, names=QUANTIZE_FLAGS,
+                      shown={"alpha": args.smooth_alpha})
 
 
 def _task_kind(source, given: str | None) -> str | None:

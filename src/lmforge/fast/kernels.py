@@ -15,6 +15,7 @@ import torch
 
 from lmforge.fast.blocked import blocked_attend
 from lmforge.fast.dropout import dropout
+from lmforge.fast.native_attention import attend_rows, supports
 from lmforge.fast.packing import Packing
 from lmforge.layers.attention import DenseKernel, attend
 
@@ -98,13 +99,56 @@ class Jagged(PerSequence):
         return self.packing.attend_jagged(q, k, v, dropout_p, scale), None
 
 
-def packed(packing: Packing, ctx, by_sequence: bool, jagged: bool = False) -> tuple:
+class NativeRows(PerSequence):
+    """Packed rows of a bidirectional mask of padding only attended in one call of the native kernel
+    (fast/native_attention.py): every sequence and head in one parallel region, no re-padding, no mask."""
+
+    def __init__(self, packing: Packing) -> None:
+        super().__init__(packing, causal=False)
+
+    def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
+        """(out (N, H, dh), None), as PerSequence's, which runs what the kernel cannot (a gradient, dropout,
+        autocast's half-precision heads)."""
+        if not _native(q, dropout_p):
+            return super().attend(q, k, v, bias, dropout_p, scale)
+        return attend_rows(q, k, v, *self.packing.spans(), scale), None
+
+
+class NativePadded(DenseKernel):
+    """The padded layout's bidirectional attention with no mask or a key-padding bias, in one call of
+    the native kernel; any other bias, dropout or gradient goes to the dense kernel."""
+
+    def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
+        """(out (B, H, T, dh) as a view of (B, T, H, dh) rows, which `merge` reads without a copy, None)."""
+        B, H, T, dh = q.shape
+        keys = None if bias is None else bias.flatten(1) if bias.shape == (B, 1, 1, T) else False
+        if keys is False or not _native(q, dropout_p):
+            return super().attend(q, k, v, bias, dropout_p, scale)
+        rows = [t.transpose(1, 2).flatten(0, 1) for t in (q, k, v)]  # views of the fused projection's rows
+        starts = torch.arange(0, B * T, T, dtype=torch.int64)
+        out = q.new_empty(B, T, H, dh)
+        attend_rows(*rows, starts, torch.full((B,), T, dtype=torch.int64), scale, keys, out.flatten(0, 1))
+        return out.transpose(1, 2), None
+
+
+NATIVE_PADDED = NativePadded()  # stateless, as layers.attention.DENSE
+
+
+def _native(q: torch.Tensor, dropout_p: float) -> bool:
+    """Whether the native kernel can run these heads now: no dropout, no gradient (it has no backward),
+    a head size and dtype it has code for."""
+    return not dropout_p and not torch.is_grad_enabled() and supports(q.shape[-1], q.dtype, q.device)
+
+
+def packed(packing: Packing, ctx, by_sequence: bool, jagged: bool = False, native: bool = False) -> tuple:
     """(default kernel, per-mask kernels) of ctx's padded backends for packed rows: re-padded, or,
-    for the masks of padding (and causality) only, with by_sequence sequence by sequence, and with
-    jagged in one nested call where the mask is bidirectional."""
+    for the masks of padding (and causality) only, with by_sequence sequence by sequence, with
+    jagged in one nested call where the mask is bidirectional, and with native in one native call."""
     kernels = {key: Repadded(packing, kernel) for key, kernel in ctx.kernels.items()}
     for key, causal in ctx.padding_only.items():
-        if jagged and not causal:  # the jagged layout has no causal path on every backend
+        if native and not causal:
+            kernels[key] = NativeRows(packing)
+        elif jagged and not causal:  # the jagged layout has no causal path on every backend
             kernels[key] = Jagged(packing)
         elif by_sequence:
             kernels[key] = PerSequence(packing, causal)

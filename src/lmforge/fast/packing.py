@@ -23,6 +23,7 @@ class Packing:
         self.by_sequence = by_sequence  # masks of padding only may use `attend` instead of re-padding
         self.jagged = False  # ... and, bidirectional, `attend_jagged` (one call) whatever by_sequence says
         self._offsets = None  # the sequences' starts in the packed rows, for attend_jagged
+        self._spans = None  # (starts, lengths) int64, for the native kernel (fast/kernels.py NativeRows)
         self.index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
         self.lengths = [int(n) for n in mask.sum(1).tolist()]  # each row's real tokens, contiguous once packed
 
@@ -30,6 +31,13 @@ class Packing:
     def n_tokens(self) -> int:
         """N, the number of real tokens."""
         return self.index.numel()
+
+    def spans(self) -> tuple:
+        """(starts, lengths): each sequence's first row in the packed rows and its length, int64 (B,)."""
+        if self._spans is None:  # once a pass, not once a layer
+            lengths = torch.tensor(self.lengths, dtype=torch.int64)
+            self._spans = (lengths.cumsum(0) - lengths, lengths)
+        return self._spans
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...) real positions only."""

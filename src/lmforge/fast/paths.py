@@ -46,6 +46,10 @@ class FastPaths:
     # (variable-length attention: flash / memory-efficient kernels on CUDA, no mask, no padding);
     # "auto": on CUDA, where it replaces B calls a layer by one; the CPU keeps its measured choices above
     jagged_attention: str = "auto"
+    # bidirectional attention of padding-only masks in inference by lmforge's native kernel (fp32 CPU,
+    # fast/native_attention.py: all sequences and heads in one parallel region, packed rows included)
+    # instead of SDPA: 2.1x SDPA's attention at MiniLM's long texts on two threads (bench/FINDINGS.md)
+    native_attention: bool = True
     chunk: int = 0  # queries per chunk of blocked attention; 0: chosen from the window
     # run the layers as their accelerated subclasses (fast/accelerate.py) during each forward call
     accelerate: bool = True

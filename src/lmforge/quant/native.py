@@ -1,6 +1,7 @@
-"""lmforge's native code, quant/csrc/ (rowquant.c: per-row activation quantisation for int8's
+"""lmforge's native code: quant/csrc/ (rowquant.c: per-row activation quantisation for int8's
 "onednn-u8" kernel, and of a feed-forward layer's hidden units as they are made, quant/int8_ffn.py;
-w8a32.c: the weight-only "w8a32" product; both called from quant/engines.py): one library, built with
+w8a32.c: the weight-only "w8a32" product; both called from quant/engines.py) and fast/csrc/attention.c
+(bidirectional attention for inference, called from fast/native_attention.py): one library, built with
 the system's gcc on first use, then kept.
 
 Kept per source, flags and compiler in $LMFORGE_NATIVE (a folder) or $XDG_CACHE_HOME/lmforge/native
@@ -31,7 +32,8 @@ from lmforge.quant.kernel_store import cached_place
 from lmforge.utils.atomic import as_created
 
 ENV = "LMFORGE_NATIVE"
-SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rowquant.c", "w8a32.c"))
+SOURCES = (*(Path(__file__).with_name("csrc") / name for name in ("rowquant.c", "w8a32.c")),
+           Path(__file__).parents[1] / "fast" / "csrc" / "attention.c")
 NAME = "lmforge-native"  # the library's file: NAME-<digest of sources, flags, compiler>.so
 # no -ffast-math: the C is written to vectorise without it, and NaN must stay NaN
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math",
@@ -79,8 +81,8 @@ def library():
         if added:  # the library brought its own (other libraries' copies, scikit-learn's, are not its)
             raise OSError(f"it would run a second OpenMP runtime beside torch's: {sorted(added)}")
     except (OSError, subprocess.SubprocessError) as err:
-        print(f"lmforge: {NAME} not built ({err}); int8 runs without its native kernels ({ENV}: the folder "
-              "it is kept in, or off)", file=sys.stderr)
+        print(f"lmforge: {NAME} not built ({err}); int8 and attention run without its native kernels "
+              f"({ENV}: the folder it is kept in, or off)", file=sys.stderr)
         return None
     lib.quantise_rows.argtypes = [_POINTER, ctypes.c_long, ctypes.c_long, _POINTER, ctypes.c_float,
                                   ctypes.c_int, _POINTER, _POINTER, ctypes.c_int]
@@ -92,6 +94,11 @@ def library():
     lib.w8a32.argtypes = [_POINTER, _POINTER, _POINTER, _POINTER, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                           _POINTER, ctypes.c_int]
     lib.w8a32.restype = None
+    lib.attend_rows.argtypes = [_POINTER, ctypes.c_long, ctypes.c_long] * 4 + [
+        _POINTER, _POINTER, ctypes.c_long, _POINTER, ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+        ctypes.c_float, ctypes.c_int]
+    lib.attend_rows.restype = ctypes.c_int
+    lib.attention_vector_width.argtypes, lib.attention_vector_width.restype = [], ctypes.c_int
     return lib
 
 

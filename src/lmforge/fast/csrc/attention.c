@@ -13,7 +13,7 @@
    Layout: rows addressed as base + row * row_stride + head * head_stride + i (the fused projection's
    views, as split in layers/attention.py), a sequence's rows consecutive from starts[s]. key_bias:
    NULL or an additive bias per key, key_bias[s * bias_stride + j]. Queries are scaled before the
-   product; exp is a polynomial (Cephes' expf, ~1 ulp). NaN in q, k or v stays NaN in the output. */
+   product; exp is a polynomial (relative error ~2e-7). NaN in q, k or v stays NaN in the output. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -90,12 +90,27 @@ int attention_vector_width(void) {
 
 #ifdef HAVE_VECTORS
 
-/* exp(x) for x <= 0 (scores less their row's maximum); below -87.3 it underflows to 0 */
+/* exp(x) for x <= 0 (scores less their row's maximum): 2^n 2^f with n = round(x log2 e), |f| <= 1/2,
+   2^f by its degree-6 Taylor polynomial (relative error ~2e-7, plus x's rounding times log2 e: at most
+   ~1e-5 where exp(x) < 1e-37, a share of a row's sum nothing can see); below -87.3 it is 0 */
+#if VLEN == 16
+INLINE vec vexp(vec x) {
+    vec t = vmul(vmax(vset1(-126.0f), x), vset1(1.44269504088896341f)); /* this operand order keeps NaN */
+    vec n = vround(t), f = vsub(t, n), p = vset1(1.5403530393381606e-4f);
+    p = vfma(p, f, vset1(1.3333558146428443e-3f));
+    p = vfma(p, f, vset1(9.6181291076284772e-3f));
+    p = vfma(p, f, vset1(5.5504108664821580e-2f));
+    p = vfma(p, f, vset1(2.4022650695910071e-1f));
+    p = vfma(p, f, vset1(6.9314718055994531e-1f));
+    p = vfma(p, f, vset1(1.0f));
+    return _mm512_scalef_ps(p, n); /* p 2^n, 0 below the smallest normal's range */
+}
+#else
 INLINE vec vexp(vec x) {
     x = vmax(vset1(-87.33654f), x); /* this operand order keeps NaN */
     vec n = vround(vmul(x, vset1(1.44269504088896341f)));
     vec r = vsub(vsub(x, vmul(n, vset1(0.693359375f))), vmul(n, vset1(-2.12194440e-4f)));
-    vec p = vset1(1.9875691500e-4f);
+    vec p = vset1(1.9875691500e-4f); /* Cephes' expf */
     p = vfma(p, r, vset1(1.3981999507e-3f));
     p = vfma(p, r, vset1(8.3334519073e-3f));
     p = vfma(p, r, vset1(4.1665795894e-2f));
@@ -105,6 +120,7 @@ INLINE vec vexp(vec x) {
     /* n may be -127 after the clamp (2^-127 has a zero exponent field: 0), never below */
     return vmul(p, vpow2(vmax(n, vset1(-127.0f))));
 }
+#endif
 
 /* s[r][c * VLEN ..] = q rows r (4 of them, dh long, already scaled) . keys (kt: dh x lk), for NV
    key vectors from column c0 */
@@ -223,25 +239,61 @@ static void prefetch_head(const job *a, long seq, int h) {
         }
 }
 
-/* One (sequence, head): work holds kt (dh x lk), qs (Q_ROWS x dh), s (Q_ROWS x lk) and inv */
+/* dst (8 x 8, rows dst_row apart) = the transpose of src (8 x 8, rows src_row apart): the classic
+   unpack / shuffle / lane-permute sequence (gcc would otherwise scatter, which costs a third of the
+   kernel's time) */
+static inline void transpose8(const float *src, long src_row, float *dst, long dst_row) {
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * src_row);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + i * dst_row, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * dst_row, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+
+/* kt (dh x lk) = the n keys (rows k_row apart) transposed, zero past n; vs (n x dh) = the values, rows
+   side by side: the product loops then read consecutive memory, not a page a row */
+static void gather_keys_values(const float *k, long k_row, const float *v, long v_row, long n, long lk, int dh,
+                               float *kt, float *vs) {
+    long j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int i = 0; i < dh; i += 8) transpose8(k + j * k_row + i, k_row, kt + (long)i * lk + j, lk);
+    for (; j < n; j++)
+        for (int i = 0; i < dh; i++) kt[(long)i * lk + j] = k[j * k_row + i];
+    for (int i = 0; i < dh; i++)
+        for (j = n; j < lk; j++) kt[(long)i * lk + j] = 0.0f;
+    for (j = 0; j < n; j++) memcpy(vs + j * dh, v + j * v_row, dh * sizeof(float));
+}
+
+/* One (sequence, head): work holds kt (dh x lk), vs (lk x dh), qs (Q_ROWS x dh), s (Q_ROWS x lk), inv */
 static void one_head(const job *a, long seq, int h, float *work, long max_lk) {
     long n = a->lengths[seq], first = a->starts[seq], lk = (n + VLEN - 1) / VLEN * VLEN;
     int dh = a->dh, g = h / (a->heads / a->kv_heads);
-    float *kt = work, *qs = kt + (long)dh * max_lk, *s = qs + Q_ROWS * dh, *inv = s + Q_ROWS * max_lk;
-    const float *k = a->k + first * a->k_row + g * a->k_head, *v = a->v + first * a->v_row + g * a->v_head;
+    float *kt = work, *vs = kt + (long)dh * max_lk, *qs = vs + (long)dh * max_lk, *s = qs + Q_ROWS * dh,
+          *inv = s + Q_ROWS * max_lk;
     const float *bias = a->key_bias != NULL ? a->key_bias + seq * a->bias_stride : NULL;
-    for (long j = 0; j < n; j++)
-        for (int i = 0; i < dh; i++) kt[i * lk + j] = k[j * a->k_row + i];
-    for (int i = 0; i < dh; i++)
-        for (long j = n; j < lk; j++) kt[i * lk + j] = 0.0f;
+    gather_keys_values(a->k + first * a->k_row + g * a->k_head, a->k_row, a->v + first * a->v_row + g * a->v_head,
+                       a->v_row, n, lk, dh, kt, vs);
     for (long r0 = 0; r0 < n; r0 += Q_ROWS) {
         int rows = n - r0 < Q_ROWS ? (int)(n - r0) : Q_ROWS;
         const float *q = a->q + (first + r0) * a->q_row + h * a->q_head;
-        for (int r = 0; r < Q_ROWS; r++)
-            for (int i = 0; i < dh; i++) qs[r * dh + i] = r < rows ? q[r * a->q_row + i] * a->scale : 0.0f;
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < dh; i++) qs[r * dh + i] = q[r * a->q_row + i] * a->scale;
+        for (int r = rows; r < Q_ROWS; r++)
+            for (int i = 0; i < dh; i++) qs[r * dh + i] = 0.0f;
         scores(qs, dh, kt, lk, s);
         softmax_rows(s, lk, n, bias, inv);
-        outputs(s, lk, n, v, a->v_row, dh, inv, a->o + (first + r0) * a->o_row + h * a->o_head, a->o_row, rows);
+        outputs(s, lk, n, vs, dh, dh, inv, a->o + (first + r0) * a->o_row + h * a->o_head, a->o_row, rows);
     }
 }
 
@@ -261,7 +313,7 @@ int attend_rows(const float *q, long q_row, long q_head, const float *k, long k_
     for (long s = 0; s < n_seq; s++)
         if (lengths[s] > max_lk) max_lk = lengths[s];
     max_lk = (max_lk + VLEN - 1) / VLEN * VLEN;
-    size_t bytes = ((size_t)dh * max_lk + Q_ROWS * dh + Q_ROWS * max_lk + Q_ROWS) * sizeof(float);
+    size_t bytes = ((size_t)2 * dh * max_lk + Q_ROWS * dh + Q_ROWS * max_lk + Q_ROWS) * sizeof(float);
     bytes = (bytes + 63) / 64 * 64;
     if (threads < 1 || tasks < 2) threads = 1;
     float *work = aligned_alloc(64, bytes * threads); /* one work space a thread, allocated once */

@@ -81,7 +81,8 @@ def test_inference_outputs_are_bitwise_the_plain_ones(name):
     kwargs = {"decoder_input_ids": ids[:, :5]} if model.config.architecture == "encoder-decoder" else {}
     with torch.inference_mode():
         plain = model(ids, mask, **kwargs)
-        lmforge.optimize(model, paths=FastPaths(unpad="never"))  # packed rows sum in another order
+        # packed rows sum in another order, and the native attention (where dh suits it) in its own
+        lmforge.optimize(model, paths=FastPaths(unpad="never", native_attention=False))
         fast = model(ids, mask, **kwargs)
     assert torch.equal(fast.last_hidden_state, plain.last_hidden_state) and torch.equal(fast.logits, plain.logits)
 

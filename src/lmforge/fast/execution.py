@@ -67,8 +67,10 @@ class FastExecution(Execution):
     def wants_native(self, model, k_pos: torch.Tensor, dtype) -> bool:
         """Whether bidirectional masks of padding only run the native kernel (fast/native_attention.py):
         where `paths` allows it, in inference (no gradient), eager, on fp32 CPU heads it has code for, up to
-        its length. The kernels check again per call (autocast may change the heads' dtype)."""
-        return (self.paths.native_attention and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        its length; not while compiling or tracing. The kernels check again per call (autocast may change the
+        heads' dtype)."""
+        tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()  # a graph would not see the C call
+        return (self.paths.native_attention and not torch.is_grad_enabled() and not tracing
                 and k_pos.numel() <= MAX_LENGTH and supports(model.config.head_dim, dtype, k_pos.device))
 
 

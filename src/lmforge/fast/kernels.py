@@ -121,9 +121,10 @@ class NativePadded(DenseKernel):
     def attend(self, q, k, v, bias, dropout_p: float, scale: float) -> tuple:
         """(out (B, H, T, dh) as a view of (B, T, H, dh) rows, which `merge` reads without a copy, None)."""
         B, H, T, dh = q.shape
-        keys = None if bias is None else bias.flatten(1) if bias.shape == (B, 1, 1, T) else False
-        if keys is False or not _native(q, dropout_p):
+        per_key = bias is None or (bias.shape == (B, 1, 1, T) and bias.dtype == q.dtype)
+        if not per_key or not _native(q, dropout_p):
             return super().attend(q, k, v, bias, dropout_p, scale)
+        keys = None if bias is None else bias.reshape(B, T).contiguous()  # a transposed mask's bias is strided
         rows = [t.transpose(1, 2).flatten(0, 1) for t in (q, k, v)]  # views of the fused projection's rows
         starts = torch.arange(0, B * T, T, dtype=torch.int64)
         out = q.new_empty(B, T, H, dh)

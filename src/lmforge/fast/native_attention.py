@@ -37,12 +37,22 @@ def _rows(t: torch.Tensor, name: str) -> tuple:
     return t.stride(0), t.stride(1)
 
 
+def _spans(starts: torch.Tensor, lengths: torch.Tensor, n: int) -> None:
+    """ValueError unless the sequences are int64 CPU (S,) spans within the n rows."""
+    if any(t.dtype != torch.int64 or t.device.type != "cpu" or t.dim() != 1 for t in (starts, lengths)) \
+            or starts.shape != lengths.shape:
+        raise ValueError("starts, lengths: int64 (S,) CPU tensors of one shape expected")
+    if len(lengths) and (int(starts.min()) < 0 or int(lengths.min()) < 0 or int(starts.max()) > n
+                         or int(lengths.max()) > n or int((starts + lengths).max()) > n):
+        raise ValueError(f"starts, lengths: every sequence within the {n} rows expected")
+
+
 def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor,
                 scale: float, key_bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale + key_bias) v for each sequence of rows: q (N, H, dh), k and v (N, Hkv, dh),
     sequence s the rows starts[s] .. starts[s] + lengths[s] (int64); key_bias None or (S, >= T) additive
-    per key. Writes out (N, H, dh) (default: a new tensor) and returns it; rows outside every sequence
-    are left as they were. Arguments the C code would misread are refused (ValueError naming them)."""
+    per key (a row whose every key is -inf gives NaN; SDPA gives 0). Writes out (N, H, dh) (default: a
+    new tensor, never one of the inputs) and returns it; rows outside every sequence are left as they were. Arguments the C code would misread are refused (ValueError naming them)."""
     lib = native.library()
     n, heads, dh = q.shape
     if lib is None or not supports(dh, q.dtype, q.device):
@@ -50,17 +60,16 @@ def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch
     strides = [_rows(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v"))]
     if k.shape != v.shape or k.shape[0] != n or k.shape[2] != dh or heads % k.shape[1]:
         raise ValueError(f"k, v: ({n}, a divisor of {heads}, {dh}) expected, got {tuple(k.shape)}, {tuple(v.shape)}")
-    if starts.dtype != torch.int64 or lengths.dtype != torch.int64 or starts.shape != lengths.shape:
-        raise ValueError("starts, lengths: int64 tensors of one shape expected")
-    if len(lengths) and (int(starts.min()) < 0 or int((starts + lengths).max()) > n):
-        raise ValueError(f"starts, lengths: every sequence within the {n} rows expected")
+    _spans(starts, lengths, n)
     if key_bias is not None and (key_bias.dim() != 2 or key_bias.shape[0] != len(lengths) or key_bias.stride(1) != 1
-                                 or key_bias.dtype != torch.float32 or key_bias.shape[1] < int(lengths.max())):
-        raise ValueError(f"key_bias: ({len(lengths)}, >= longest) float32 with contiguous keys expected, got "
-                         f"{tuple(key_bias.shape)} {key_bias.dtype}")
+                                 or key_bias.dtype != torch.float32 or key_bias.device.type != "cpu"
+                                 or key_bias.shape[1] < max(lengths.tolist(), default=0)):
+        raise ValueError(f"key_bias: ({len(lengths)}, >= longest) float32 on the CPU with contiguous keys "
+                         f"expected, got {tuple(key_bias.shape)} {key_bias.dtype} on {key_bias.device}")
     out = q.new_empty(q.shape) if out is None else out
-    if out.shape != q.shape:
-        raise ValueError(f"out: {tuple(q.shape)} expected, got {tuple(out.shape)}")
+    if out.shape != q.shape or any(out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+                                   for t in (q, k, v)):
+        raise ValueError(f"out: a {tuple(q.shape)} tensor of its own expected, got {tuple(out.shape)}")
     strides.append(_rows(out, "out"))
     args = [x for t, (row, head) in zip((q, k, v, out), strides) for x in (t.data_ptr(), row, head)]
     bias = (None, 0) if key_bias is None else (key_bias.data_ptr(), key_bias.stride(0))

@@ -16,7 +16,9 @@ forward takes a cheaper route where it is exact and measured to pay (bench/FINDI
 
 Every route has the same results as the plain module (bitwise, or for dropout the same keep
 rate, to 2^-16; the int8 FFN's quantised hidden units, but a few in millions one step apart:
-quant/int8_ffn.py). `optimize(model, enabled=False)` gives every module its own class and the model
+quant/int8_ffn.py). The execution's native attention (fast/native_attention.py) equals SDPA within
+float rounding, not bitwise: FastPaths(native_attention=False) keeps SDPA.
+`optimize(model, enabled=False)` gives every module its own class and the model
 the plain execution back. Nothing is swapped per call and no lock is taken: a forward pass costs the
 same whether it runs in one thread or in a server's many. Modules added after `optimize` (a new head)
 run plain until `optimize` is called again.

@@ -48,6 +48,25 @@ class ModelOutput:
     mems: Optional[list] = None  # per layer (B, mem_len, d_model): XLNet's next memory (mem_len given)
 
 
+@dataclass
+class StackPass:
+    """What one pass through a block stack is asked (Transformer._run): its inputs, the encoder
+    output a decoder cross-attends to, and what to return besides the last hidden state."""
+
+    input_ids: Optional[torch.Tensor] = None  # (B, T) new tokens
+    attention_mask: Optional[torch.Tensor] = None  # (B, cached + T), 1 at real tokens
+    position_ids: Optional[torch.Tensor] = None  # (B|1, T); default: past .. past + T - 1
+    segment_ids: Optional[torch.Tensor] = None
+    cache: Optional[KVCache] = None  # earlier positions' keys and values (decoding)
+    global_tokens: Optional[torch.Tensor] = None  # (B, T) Longformer's global positions
+    prefix_lengths: Optional[torch.Tensor] = None  # (B,) a prefix LM's bidirectional prefixes
+    memory: Optional[torch.Tensor] = None  # (B, Tsrc, d_model) the encoder's output
+    memory_mask: Optional[torch.Tensor] = None  # (B, Tsrc) its padding
+    return_attention: object = False  # True, or the layers whose maps to return
+    return_hidden: bool = False
+    keep_padding: bool = False  # a per-token head reads the padded rows: no unpadding
+
+
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """N(0, std) weights and tables (Devlin et al. 2019), zero biases, unit norm gains."""
     for name, p in module.named_parameters():
@@ -121,44 +140,41 @@ class Transformer(nn.Module):
             position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)[None]
         return embed(self.tokens(input_ids), position_ids, segment_ids), position_ids
 
-    def _run(self, stack: Stack, embed: Embeddings, input_ids, attention_mask, *, position_ids=None,
-             segment_ids=None, cache=None, global_tokens=None, return_attention=False,
-             return_hidden=False, memory=None, memory_mask=None, prefix_lengths=None,
-             keep_padding=False) -> ModelOutput:
-        past = cache.length if cache is not None else 0
-        self._check(input_ids, attention_mask, past, "input_ids")
-        x, position_ids = self._embed(embed, input_ids, position_ids, segment_ids, past)
-        key_padding = attention_mask.bool() if attention_mask is not None else None
-        packing = self._packing(key_padding, cache, memory, keep_padding)
-        ctx = self._context(stack, x, position_ids, past, key_padding, global_tokens=global_tokens,
-                            cache=cache, prefix_lengths=prefix_lengths, return_attention=return_attention,
-                            packing=packing)
+    def _run(self, stack: Stack, embed: Embeddings, step: StackPass) -> ModelOutput:
+        """One pass of `step`'s tokens through embeddings and stack, packed where the execution says."""
+        past = step.cache.length if step.cache is not None else 0
+        self._check(step.input_ids, step.attention_mask, past, "input_ids")
+        x, step.position_ids = self._embed(embed, step.input_ids, step.position_ids, step.segment_ids, past)
+        key_padding = step.attention_mask.bool() if step.attention_mask is not None else None
+        packing = self._packing(key_padding, step.cache, step.memory, step.keep_padding)
+        ctx = self._context(stack, x, step.position_ids, past, key_padding, step, packing=packing)
         if packing is not None:
             x = packing.pack(x)  # (N, d_model): real tokens only
-        if memory is not None:
-            ctx.memory = memory
-            if memory_mask is not None:
-                ctx.cross_bias = cross_bias(memory_mask, x.dtype)
-        x, hidden, probs = stack(x, ctx, return_hidden)
+        if step.memory is not None:
+            ctx.memory = step.memory
+            if step.memory_mask is not None:
+                ctx.cross_bias = cross_bias(step.memory_mask, x.dtype)
+        x, hidden, probs = stack(x, ctx, step.return_hidden)
         if packing is not None:
             x, hidden = packing.unpack(x), hidden and [packing.unpack(h) for h in hidden]
-        return self._output(x, hidden, probs, return_attention, cache, cross=memory is not None)
+        return self._output(x, hidden, probs, step.return_attention, step.cache, cross=step.memory is not None)
 
-    def _context(self, stack: Stack, x, position_ids, past: int, key_padding, *, global_tokens=None,
-                 cache=None, prefix_lengths=None, return_attention=False, packing=None,
-                 dense=False) -> AttentionContext:
-        """The stack's masks for this pass and the attention backend of each, which the model's
-        execution chooses (plain: dense SDPA). Recorded probabilities, prefixes and cached decoding
-        need the dense masks; dense: the caller edits them."""
-        recording = bool(return_attention) or (self.inspection is not None and bool(self.inspection.record))
-        dense = dense or recording or prefix_lengths is not None or past > 0
+    def _context(self, stack: Stack, x, position_ids, past: int, key_padding, step: StackPass | None = None, *,
+                 packing=None, dense=False) -> AttentionContext:
+        """The stack's masks for this pass (`step`'s global tokens, cache, prefixes; None: none of them)
+        and the attention backend of each, which the model's execution chooses (plain: dense SDPA).
+        Recorded probabilities, prefixes and cached decoding need the dense masks; dense: the caller
+        edits them."""
+        step = step or StackPass()
+        recording = bool(step.return_attention) or (self.inspection is not None and bool(self.inspection.record))
+        dense = dense or recording or step.prefix_lengths is not None or past > 0
         chosen = {} if dense else self.execution.local_layers(stack, x.shape[1])
-        ctx = stack.context(x, position_ids, past, key_padding, global_tokens, cache, prefix_lengths,
+        ctx = stack.context(x, position_ids, past, key_padding, step.global_tokens, step.cache, step.prefix_lengths,
                             skip=chosen)
         self.execution.choose_kernels(self, stack, ctx, chosen, packing, recording, x.dtype)
         if recording or self.inspection is not None:
             inspection = self.inspection or Inspection()
-            ctx.inspection = inspection.for_stack("decoder" if stack.causal else "encoder", return_attention)
+            ctx.inspection = inspection.for_stack("decoder" if stack.causal else "encoder", step.return_attention)
         return ctx
 
     @staticmethod
@@ -223,10 +239,10 @@ class Encoder(Transformer):
                 global_tokens=None, return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
         """input_ids (B, T) -> ModelOutput; global_tokens (B, T) bool for Longformer; run_heads=False
         returns hidden states only."""
-        out = self._run(self.encoder, self.embed, input_ids, attention_mask, position_ids=position_ids,
-                        segment_ids=segment_ids, global_tokens=global_tokens,
-                        return_attention=return_attention, return_hidden=return_hidden,
-                        keep_padding=self._token_heads(run_heads))
+        out = self._run(self.encoder, self.embed, StackPass(
+            input_ids, attention_mask, position_ids, segment_ids, global_tokens=global_tokens,
+            return_attention=return_attention, return_hidden=return_hidden,
+            keep_padding=self._token_heads(run_heads)))
         return self._with_heads(out, attention_mask, run_heads)
 
 
@@ -246,8 +262,8 @@ class XLNetEncoder(Encoder):
         self._check(input_ids, attention_mask, past, "input_ids")
         x, position_ids = self._embed(self.embed, input_ids, position_ids, segment_ids, past)
         key_padding = attention_mask.bool() if attention_mask is not None else None
-        ctx = self._context(self.encoder, x, position_ids, past, key_padding, global_tokens=global_tokens,
-                            return_attention=return_attention, dense=True)  # two streams edit dense masks
+        ctx = self._context(self.encoder, x, position_ids, past, key_padding,  # two streams edit dense masks
+                            StackPass(global_tokens=global_tokens, return_attention=return_attention), dense=True)
         ctx = streams.prepare(ctx, self.encoder, segment_ids, x.dtype)
         x, hidden, probs = self.encoder(x, ctx, keep_hidden=True)  # the query stream reads layer inputs
         x, new_mems = streams.run(self.encoder, self.embed.query_init, self.embed.dropout, x, hidden, ctx)
@@ -270,9 +286,10 @@ class Decoder(Transformer):
         (B,) makes the first P_b positions a bidirectional prefix (a prefix LM)."""
         if use_cache and cache is None:
             cache = KVCache()
-        out = self._run(self.decoder, self.embed, input_ids, attention_mask, position_ids=position_ids,
-                        cache=cache, return_attention=return_attention, return_hidden=return_hidden,
-                        prefix_lengths=prefix_lengths, keep_padding=self._token_heads(run_heads))
+        out = self._run(self.decoder, self.embed, StackPass(
+            input_ids, attention_mask, position_ids, cache=cache, prefix_lengths=prefix_lengths,
+            return_attention=return_attention, return_hidden=return_hidden,
+            keep_padding=self._token_heads(run_heads)))
         return self._with_heads(out, attention_mask, run_heads)
 
 
@@ -289,8 +306,8 @@ class EncoderDecoder(Transformer):
     def encode(self, input_ids, attention_mask=None, return_attention=False,
                return_hidden=False) -> ModelOutput:
         """Run the encoder alone (once per generation)."""
-        return self._run(self.encoder, self.encoder_embed, input_ids, attention_mask,
-                         return_attention=return_attention, return_hidden=return_hidden)
+        return self._run(self.encoder, self.encoder_embed, StackPass(
+            input_ids, attention_mask, return_attention=return_attention, return_hidden=return_hidden))
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None,
                 decoder_attention_mask=None, encoder_output=None, cache=None, use_cache=False,
@@ -302,9 +319,9 @@ class EncoderDecoder(Transformer):
             encoder_output = self.encode(input_ids, attention_mask, return_attention, return_hidden)
         if use_cache and cache is None:
             cache = KVCache()
-        out = self._run(self.decoder, self.decoder_embed, decoder_input_ids, decoder_attention_mask,
-                        cache=cache, return_attention=return_attention, return_hidden=return_hidden,
-                        memory=encoder_output.last_hidden_state, memory_mask=attention_mask)
+        out = self._run(self.decoder, self.decoder_embed, StackPass(
+            decoder_input_ids, decoder_attention_mask, cache=cache, memory=encoder_output.last_hidden_state,
+            memory_mask=attention_mask, return_attention=return_attention, return_hidden=return_hidden))
         out.encoder_last_hidden_state = encoder_output.last_hidden_state
         return self._with_heads(out, decoder_attention_mask, run_heads)
 

@@ -8,6 +8,7 @@ from lmforge.fast.optimize import optimize
 from lmforge.layers.attention import KVCache
 from lmforge.fast.blocked import ChunkPlan, plan
 from lmforge.fast.paths import FastPaths
+from lmforge.model import StackPass
 from tests.conftest import CASES, forward
 
 LENGTHS = (13, 8, 3)
@@ -204,7 +205,7 @@ def test_auto_blocks_long_sequences_only():
         x = torch.zeros(1, T, 32)
         ctx = model._context(model.encoder, x, torch.arange(T)[None], 0, None)
         assert isinstance(ctx.biases["sliding-window"], ChunkPlan) == blocked
-    ctx = model._context(model.encoder, x, torch.arange(T)[None], 0, None, return_attention=True)
+    ctx = model._context(model.encoder, x, torch.arange(T)[None], 0, None, StackPass(return_attention=True))
     assert not isinstance(ctx.biases["sliding-window"], ChunkPlan)  # attention maps need the dense path
 
 

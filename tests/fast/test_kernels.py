@@ -8,15 +8,17 @@ from lmforge.fast.blocked import ChunkPlan
 from lmforge.fast.kernels import BlockedKernel, Jagged, PerSequence, Repadded
 from lmforge.fast.packing import Packing
 from lmforge.layers.attention import DenseKernel
+from lmforge.model import StackPass
 from lmforge.fast.paths import FastPaths
 
 _BASE = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128, window=8, block_size=4)
 
 
-def _context(model, T, mask=None, packing=None, **kw):
+def _context(model, T, mask=None, packing=None, return_attention=False, dense=False):
     stack = model.decoder if model.config.architecture == "decoder" else model.encoder
     x = torch.zeros(1 if mask is None else mask.shape[0], T, model.config.d_model)
-    return model._context(stack, x, torch.arange(T)[None], 0, mask, packing=packing, **kw)
+    return model._context(stack, x, torch.arange(T)[None], 0, mask, StackPass(return_attention=return_attention),
+                          packing=packing, dense=dense)
 
 
 def test_windowed_masks_of_long_sequences_run_blocked_and_get_no_dense_mask():

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import lmforge
-import lmforge.fast.kernels as kernels
+from lmforge.fast import kernels
 from lmforge.fast.native_attention import attend_rows, supports, vector_width
 from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths

@@ -187,3 +187,20 @@ def test_every_family_and_axis_with_the_kernel_equals_it_without(monkeypatch):
         keep = mask.bool() if got.shape[:2] == mask.shape else slice(None)
         torch.testing.assert_close(got[keep], want[keep], atol=2e-5, rtol=1e-5, msg=name)
     assert NATIVE_FAMILIES <= ran, NATIVE_FAMILIES - ran
+
+
+def test_autocast_and_attention_dropout_keep_the_paths_chosen_without_it(monkeypatch):
+    """Decided once a pass: no native call (nor its per-call fallback) under autocast or dropout."""
+    torch.manual_seed(0)
+    cfg = lmforge.ModelConfig(vocab_size=97, d_model=64, n_layers=2, n_heads=2, d_ff=96, max_seq_len=64,
+                              attention_dropout=0.1)
+    model, ids = lmforge.from_config(cfg).eval(), torch.randint(1, 97, (6, 40))
+    mask = (torch.arange(40)[None] < torch.tensor([[40], [33], [40], [12], [40], [39]])).long()
+    calls = _count_native(monkeypatch)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = optimize(model)(ids, attention_mask=mask).last_hidden_state
+        want = optimize(model, paths=FastPaths(native_attention=False))(ids, attention_mask=mask).last_hidden_state
+    optimize(model).train()
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+    assert calls == [] and torch.equal(got, want)

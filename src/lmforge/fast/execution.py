@@ -66,12 +66,15 @@ class FastExecution(Execution):
 
     def wants_native(self, model, k_pos: torch.Tensor, dtype) -> bool:
         """Whether bidirectional masks of padding only run the native kernel (fast/native_attention.py):
-        where `paths` allows it, in inference (no gradient), eager, on fp32 CPU heads it has code for, up to
-        its length; not while compiling or tracing. The kernels check again per call (autocast may change the
-        heads' dtype)."""
-        tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()  # a graph would not see the C call
-        return (self.paths.native_attention and not torch.is_grad_enabled() and not tracing
-                and k_pos.numel() <= MAX_LENGTH and supports(model.config.head_dim, dtype, k_pos.device))
-
+        where `paths` allows it, in inference (no gradient, no attention dropout, no autocast), eager (not
+        compiling or tracing: a graph would not see the C call), on fp32 CPU heads it has code for, up to
+        its length. Decided here once a pass: the kernels' own per-call fallback is packed-layout SDPA
+        sequence by sequence, whatever `paths` chose."""
+        tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()
+        dropping = model.training and model.config.attention_dropout > 0
+        if not self.paths.native_attention or torch.is_grad_enabled() or tracing or dropping:
+            return False
+        return (not torch.is_autocast_enabled(k_pos.device.type) and k_pos.numel() <= MAX_LENGTH
+                and supports(model.config.head_dim, dtype, k_pos.device))
 
 EXECUTIONS["fast"] = FastExecution

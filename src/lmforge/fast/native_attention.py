@@ -2,8 +2,8 @@
 
 At sentence encoders' sizes (T <= 128, dh = 32 or 64) SDPA's CPU kernel runs at a fraction of the
 products' rate, and on two threads barely faster than on one. The native kernel runs every (sequence,
-head) of a batch as one task of one parallel region, in registers and L1: 2.1x SDPA at (32, 12, 64, 32)
-on two threads of an AVX-512 EPYC, 3.4x at 14 tokens, 1.4x at (32, 12, 128, 64) (bench/FINDINGS.md).
+head) of a batch as one task of one parallel region, in registers and L1: 2.3x SDPA at (32, 12, 64, 32)
+on two threads of an AVX-512 EPYC, 3.8x at 14 tokens, 1.5x at (32, 12, 128, 64) (bench/FINDINGS.md).
 It reads the fused projection's strided views and packed rows of any lengths (no re-padding, no
 mask), and writes its output where the output projection reads it. No backward: inference only.
 """

@@ -2,11 +2,12 @@
    calls it; quant/native.py builds it into lmforge's one native library):
    out = softmax(q k^T * scale + key_bias) v, sequence by sequence and head by head, no mask.
 
-   Why: at the sizes of sentence encoders (T <= 128, dh = 32 or 64) SDPA's CPU kernel runs at a fifth
-   of the products' rate (bench/FINDINGS.md): it blocks for long sequences and calls a general GEMM
-   per block. Here one (sequence, head) is one task: its keys transposed into a small buffer, eight
-   queries at a time scored against every key in registers (4 queries x up to 4 key vectors), the
-   eight rows' softmax, and their outputs summed over the values (8 queries x 2 value vectors), all in
+   Why: at the sizes of sentence encoders (T <= 128, dh = 32 or 64) SDPA's CPU kernel runs at under
+   half the products' rate and barely gains from a second thread (bench/FINDINGS.md): it blocks for
+   long sequences and calls a general GEMM per block. Here one (sequence, head) is one task: its keys
+   transposed and its values copied side by side into small buffers, eight queries at a time scored
+   against every key in registers (4 queries x up to 4 key vectors; 3 on AVX2), the eight rows'
+   softmax, and their outputs summed over the values (8 queries, 4 on AVX2, x 2 value vectors), all in
    L1. One OpenMP region a call (torch's pool, `threads` threads) serves every sequence of the batch,
    packed rows of different lengths included: no padding and no mask.
 

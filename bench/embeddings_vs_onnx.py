@@ -108,7 +108,7 @@ def _ort_isa() -> str:
 
 
 def worker(arm: str, cache: Path, texts_file: Path, out: Path) -> None:
-    """Serve `arm` on stdin: 'run SET' times nothing (the driver does) but encodes SET; 'save SET'
+    """Serve `arm` on stdin: 'run SET' encodes SET WARM_PASSES times untimed, then once timed; 'save SET'
     writes its embeddings to out/ARM-SET.pt; 'quit'."""
     import torch
 

@@ -6,7 +6,7 @@ encoder), and `XLNetEncoder` for XLNet's two-stream inputs. The model returns hi
 states and caches; task heads (heads.py) are attached by name and their outputs
 returned alongside. Every layer runs the plain way (padded batch, dense SDPA);
 `lmforge.optimize(model)` gives the model a faster execution with the same results
-(layers/execution.py), which `_context` and `_packing` consult.
+within float rounding (layers/execution.py), which `_context` and `_packing` consult.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The optimized forward (given to a model by `lmforge.optimize`): same results, less work.
+"""The optimized forward (given to a model by `lmforge.optimize`): the same results within float
+rounding, less work.
 
 - unpadding: the batch's real tokens packed for every position-wise layer (fast/packing.py), with
   attention re-padded per layer or run sequence by sequence (fast/kernels.py);

@@ -1,7 +1,7 @@
-"""Bidirectional attention for CPU inference in lmforge's native library (fast/csrc/attention.c).
+"""Bidirectional attention for CPU inference in a native library of its own (fast/csrc/attention.c).
 
-At sentence encoders' sizes (T <= 128, dh = 32 or 64) SDPA's CPU kernel runs at a fraction of the
-products' rate, and on two threads barely faster than on one. The native kernel runs every (sequence,
+At sentence encoders' sizes (T <= 128, dh = 32 or 64) SDPA's CPU kernel runs at under half the
+products' rate, and a second thread gives it 1.6-1.7x (none at 14 tokens). The native kernel runs every (sequence,
 head) of a batch as one task of one parallel region, in registers and L1: 2.3x SDPA at (32, 12, 64, 32)
 on two threads of an AVX-512 EPYC, 3.8x at 14 tokens, 1.5x at (32, 12, 128, 64) (bench/FINDINGS.md).
 It reads the fused projection's strided views and packed rows of any lengths (no re-padding, no
@@ -9,16 +9,36 @@ mask), and writes its output where the output projection reads it. No backward: 
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+from pathlib import Path
+
 import torch
 
 from lmforge.quant import native
 
 MAX_LENGTH = 1024  # its keys' work space is dh x T per thread; past this SDPA's blocked kernel is the choice
+NAME = "lmforge-attention"  # the library's file in quant/native.py's folder: NAME-<digest>.so
+SOURCE = Path(__file__).with_name("csrc") / "attention.c"
+
+
+@functools.cache
+def library():
+    """The loaded kernel (ctypes), built by quant/native.py's `load`, or None where there is none."""
+    lib = native.load(NAME, (SOURCE,), "attention runs SDPA")
+    if lib is not None:
+        row = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long]  # a tensor's data, row and head strides
+        lib.attend_rows.argtypes = row * 4 + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p,
+                                              ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                              ctypes.c_float, ctypes.c_int]
+        lib.attend_rows.restype = ctypes.c_int
+        lib.attention_vector_width.argtypes, lib.attention_vector_width.restype = [], ctypes.c_int
+    return lib
 
 
 def vector_width() -> int:
     """Floats per vector of the built kernel (16: AVX-512, 8: AVX2), or 0 where there is none here."""
-    lib = native.library()
+    lib = library()
     return 0 if lib is None else int(lib.attention_vector_width())
 
 
@@ -51,9 +71,10 @@ def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch
                 scale: float, key_bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale + key_bias) v for each sequence of rows: q (N, H, dh), k and v (N, Hkv, dh),
     sequence s the rows starts[s] .. starts[s] + lengths[s] (int64); key_bias None or (S, >= T) additive
-    per key (a row whose every key is -inf gives NaN; SDPA gives 0). Writes out (N, H, dh) (default: a
-    new tensor, never one of the inputs) and returns it; rows outside every sequence are left as they were. Arguments the C code would misread are refused (ValueError naming them)."""
-    lib = native.library()
+    per key (a row whose every key is -inf gives NaN; SDPA gives 0). Writes out (N, H, dh) (default:
+    a new tensor, never one of the inputs) and returns it; a given out keeps its rows outside every
+    sequence. Arguments the C code would misread are refused (ValueError naming them)."""
+    lib = library()
     n, heads, dh = q.shape
     if lib is None or not supports(dh, q.dtype, q.device):
         raise ValueError(f"q: no native attention for dh={dh} {q.dtype} on {q.device} here")

@@ -48,7 +48,8 @@ class FastPaths:
     jagged_attention: str = "auto"
     # bidirectional attention of padding-only masks in inference by lmforge's native kernel (fp32 CPU,
     # fast/native_attention.py: all sequences and heads in one parallel region, packed rows included)
-    # instead of SDPA: 2.3x SDPA's attention at MiniLM's long texts on two threads (bench/FINDINGS.md)
+    # instead of SDPA: 2.3x SDPA's attention at MiniLM's long texts on two threads (bench/FINDINGS.md).
+    # Where it runs it comes first: sequence_attention and jagged_attention then choose for the rest
     native_attention: bool = True
     chunk: int = 0  # queries per chunk of blocked attention; 0: chosen from the window
     # run the layers as their accelerated subclasses (fast/accelerate.py) during each forward call

@@ -1,17 +1,17 @@
-"""lmforge's native code: quant/csrc/ (rowquant.c: per-row activation quantisation for int8's
+"""lmforge's native code, quant/csrc/ (rowquant.c: per-row activation quantisation for int8's
 "onednn-u8" kernel, and of a feed-forward layer's hidden units as they are made, quant/int8_ffn.py;
-w8a32.c: the weight-only "w8a32" product; both called from quant/engines.py) and fast/csrc/attention.c
-(bidirectional attention for inference, called from fast/native_attention.py): one library, built with
-the system's gcc on first use, then kept.
+w8a32.c: the weight-only "w8a32" product; both called from quant/engines.py): one library, built with
+the system's gcc on first use, then kept. `load` builds and loads any such library the same way
+(fast/native_attention.py's attention kernel is another).
 
 Kept per source, flags and compiler in $LMFORGE_NATIVE (a folder) or $XDG_CACHE_HOME/lmforge/native
 (~/.cache by default); LMFORGE_NATIVE=off: never built nor loaded. It is built only where it can share
 torch's OpenMP runtime (Linux, torch's libgomp loaded, gcc: clang's -fopenmp would bring a second
 runtime), for the code torch itself runs here (its CPU capability: AVX2 code where
 ATEN_CPU_CAPABILITY=avx2 caps it; never -march=native). Elsewhere (not Linux, torch without libgomp),
-the kernel is no candidate and int8 runs its other kernels, as measured; so too where gcc is missing,
-the build fails, or the library's libgomp is not torch's (a wheel's renamed copy): said once on
-standard error.
+the kernels are no candidates: int8 runs its other kernels, as measured, and attention SDPA; so too
+where gcc is missing, the build fails, or the library's libgomp is not torch's (a wheel's renamed
+copy): said once on standard error.
 """
 from __future__ import annotations
 
@@ -32,8 +32,7 @@ from lmforge.quant.kernel_store import cached_place
 from lmforge.utils.atomic import as_created
 
 ENV = "LMFORGE_NATIVE"
-SOURCES = (*(Path(__file__).with_name("csrc") / name for name in ("rowquant.c", "w8a32.c")),
-           Path(__file__).parents[1] / "fast" / "csrc" / "attention.c")
+SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rowquant.c", "w8a32.c"))
 NAME = "lmforge-native"  # the library's file: NAME-<digest of sources, flags, compiler>.so
 # no -ffast-math: the C is written to vectorise without it, and NaN must stay NaN
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math",
@@ -65,10 +64,10 @@ def _gomp_files() -> set:
         return set()
 
 
-@functools.cache
-def library():
-    """The loaded library (ctypes), or None where it is switched off, cannot share torch's OpenMP
-    runtime, or does not build (said once)."""
+def load(name: str, sources: tuple, without: str):
+    """The library `name` built from `sources` and loaded (ctypes), or None where it is switched off,
+    cannot share torch's OpenMP runtime, or does not build: said on standard error with `without`, what
+    runs instead (callers cache the answer, so it is said once)."""
     where, before = folder(), _gomp_files()
     if where is None or sys.platform != "linux" or not before:
         return None
@@ -76,13 +75,22 @@ def library():
         gcc = shutil.which("gcc")
         if gcc is None:
             raise OSError("no gcc on PATH")
-        lib = ctypes.CDLL(str(_built(gcc, where)))
+        lib = ctypes.CDLL(str(_built(gcc, where, name, sources)))
         added = _gomp_files() - before  # torch's libgomp has another soname (a renamed copy in its wheel):
         if added:  # the library brought its own (other libraries' copies, scikit-learn's, are not its)
             raise OSError(f"it would run a second OpenMP runtime beside torch's: {sorted(added)}")
     except (OSError, subprocess.SubprocessError) as err:
-        print(f"lmforge: {NAME} not built ({err}); int8 and attention run without its native kernels "
-              f"({ENV}: the folder it is kept in, or off)", file=sys.stderr)
+        print(f"lmforge: {name} not built ({err}); {without} ({ENV}: the folder it is kept in, or off)",
+              file=sys.stderr)
+        return None
+    return lib
+
+
+@functools.cache
+def library():
+    """The loaded int8 library (ctypes), or None where `load` gives none."""
+    lib = load(NAME, SOURCES, "int8 runs without its native kernels")
+    if lib is None:
         return None
     lib.quantise_rows.argtypes = [_POINTER, ctypes.c_long, ctypes.c_long, _POINTER, ctypes.c_float,
                                   ctypes.c_int, _POINTER, _POINTER, ctypes.c_int]
@@ -94,29 +102,24 @@ def library():
     lib.w8a32.argtypes = [_POINTER, _POINTER, _POINTER, _POINTER, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                           _POINTER, ctypes.c_int]
     lib.w8a32.restype = None
-    lib.attend_rows.argtypes = [_POINTER, ctypes.c_long, ctypes.c_long] * 4 + [
-        _POINTER, _POINTER, ctypes.c_long, _POINTER, ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-        ctypes.c_float, ctypes.c_int]
-    lib.attend_rows.restype = ctypes.c_int
-    lib.attention_vector_width.argtypes, lib.attention_vector_width.restype = [], ctypes.c_int
     return lib
 
 
-def _built(gcc: str, where: Path) -> Path:
-    """The library for this source, flags and compiler: built now (into a temporary name, then renamed:
+def _built(gcc: str, where: Path, name: str, sources: tuple) -> Path:
+    """The library for these sources, flags and compiler: built now (into a temporary name, then renamed:
     processes building together each get a whole file) unless kept from before."""
     flags = FLAGS + isa_flags()
     version = subprocess.run([gcc, "--version"], check=False, capture_output=True, text=True,
                              timeout=60).stdout.splitlines()[:1]
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + repr((flags, version)).encode())
-    path = where / f"{NAME}-{digest.hexdigest()[:16]}.so"
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in sources) + repr((flags, version)).encode())
+    path = where / f"{name}-{digest.hexdigest()[:16]}.so"
     if path.is_file():
         return path
     where.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=where, prefix=f".{NAME}-", suffix=".so")
+    fd, tmp = tempfile.mkstemp(dir=where, prefix=f".{name}-", suffix=".so")
     os.close(fd)
     try:
-        done = subprocess.run([gcc, *flags, *map(str, SOURCES), "-o", tmp], check=False, capture_output=True,
+        done = subprocess.run([gcc, *flags, *map(str, sources), "-o", tmp], check=False, capture_output=True,
                               text=True, timeout=300)
         if done.returncode != 0:
             said = done.stderr.strip().splitlines() or ["failed"]  # the first error, not "In function ..."

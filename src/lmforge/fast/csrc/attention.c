@@ -1,9 +1,9 @@
 /* Bidirectional attention for inference on the CPU at small head sizes (fast/native_attention.py
-   calls it; quant/native.py builds it into lmforge's one native library):
+   calls it; quant/native.py's `load` builds it into a library of its own):
    out = softmax(q k^T * scale + key_bias) v, sequence by sequence and head by head, no mask.
 
    Why: at the sizes of sentence encoders (T <= 128, dh = 32 or 64) SDPA's CPU kernel runs at under
-   half the products' rate and barely gains from a second thread (bench/FINDINGS.md): it blocks for
+   half the products' rate, and a second thread gives it 1.6-1.7x (bench/FINDINGS.md): it blocks for
    long sequences and calls a general GEMM per block. Here one (sequence, head) is one task: its keys
    transposed and its values copied side by side into small buffers, eight queries at a time scored
    against every key in registers (4 queries x up to 4 key vectors; 3 on AVX2), the eight rows'
@@ -93,7 +93,9 @@ int attention_vector_width(void) {
 
 /* exp(x) for x <= 0 (scores less their row's maximum): 2^n 2^f with n = round(x log2 e), |f| <= 1/2,
    2^f by its degree-6 Taylor polynomial (relative error ~2e-7, plus x's rounding times log2 e: at most
-   ~1e-5 where exp(x) < 1e-37, a share of a row's sum nothing can see); below -87.3 it is 0 */
+   ~1e-5 where exp(x) < 1e-37, a share of a row's sum nothing can see). Far below that: AVX-512's
+   scalef gives denormals down to x ~ -103, then 0; the AVX2 form stops at 2^-126 (~1e-38, x < -87.3).
+   -inf (a padded key's score) gives the same, never NaN */
 #if VLEN == 16
 INLINE vec vexp(vec x) {
     vec t = vmul(vmax(vset1(-126.0f), x), vset1(1.44269504088896341f)); /* this operand order keeps NaN */
@@ -104,7 +106,7 @@ INLINE vec vexp(vec x) {
     p = vfma(p, f, vset1(2.4022650695910071e-1f));
     p = vfma(p, f, vset1(6.9314718055994531e-1f));
     p = vfma(p, f, vset1(1.0f));
-    return _mm512_scalef_ps(p, n); /* p 2^n, 0 below the smallest normal's range */
+    return _mm512_scalef_ps(p, n); /* p 2^n */
 }
 #else
 INLINE vec vexp(vec x) {
@@ -118,7 +120,7 @@ INLINE vec vexp(vec x) {
     p = vfma(p, r, vset1(1.6666665459e-1f));
     p = vfma(p, r, vset1(5.0000001201e-1f));
     p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
-    /* n may be -127 after the clamp (2^-127 has a zero exponent field: 0), never below */
+    /* the clamp keeps n >= -126, where 2^n is a normal float */
     return vmul(p, vpow2(vmax(n, vset1(-127.0f))));
 }
 #endif

@@ -1,6 +1,7 @@
 """Shared by the benchmarks: side-by-side timing, peak memory, model pairs with one set of weights."""
 from __future__ import annotations
 
+import platform
 import re
 import statistics
 import tempfile
@@ -92,3 +93,11 @@ def encoder_flops(layers: int, d: int, d_ff: int, mask: torch.Tensor) -> float:
 def ratio(ours: float, theirs: float) -> float:
     """ours / theirs, rounded for the report."""
     return round(ours / theirs, 3) if theirs else float("nan")
+
+
+def cpu_name() -> str:
+    """The processor's model name (/proc/cpuinfo), else the machine type: what every result names."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.machine())

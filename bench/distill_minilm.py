@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import lmforge
+from bench.common import cpu_name
 from bench.heads_minilm import fine_tune  # the same teacher recipe
 from bench.prune_speed import timed
 from lmforge.compress.task_distillation import DistillConfig, run_distill
@@ -73,7 +74,7 @@ def main() -> None:
     report = run_distill(teacher, records["train"], records["validation"], records["test"], out / "student",
                          train_cfg=cfg, cfg=loss, log=lambda *a: None)
     t_long, s_long = long_batch_speed([teacher, report["student_dir"]])
-    cpu = Path("/proc/cpuinfo").read_text().split("model name")[1].split("\n")[0].split(":", 1)[1].strip()
+    cpu = cpu_name()
     result = {"task": "GCIDE part of speech from definition (noun/verb/adjective/adverb)",
               "records": {k: len(v) for k, v in records.items()}, "cpu": cpu, "threads": torch.get_num_threads(),
               "teacher_origin": origin, "teacher_seconds": teacher_seconds, **report,

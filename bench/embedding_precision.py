@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from bench.common import cpu_name
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, passage_text
 from lmforge.retrieval.evaluate import recall_at_k, train_dpr
@@ -53,14 +53,6 @@ def retained(table: dict) -> dict:
     fp32 = table["fp32"]
     return {form: {k: round(v / fp32[k], 4) if fp32[k] else None for k, v in scores.items()}
             for form, scores in table.items() if form != "fp32"}
-
-
-def cpu_name() -> str:
-    """The processor's model name (/proc/cpuinfo), else the machine type."""
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.is_file() else []
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                platform.machine())
 
 
 def arguments() -> argparse.Namespace:

@@ -228,17 +228,14 @@ class Arm:
 
 
 def measure(arms: dict, rounds: int) -> dict:
-    """set -> arm -> seconds of its timed pass in each round (every arm once a round after one warm-up
-    call each, the order reversed every other round, GAP_S between calls)."""
-    times: dict = {}
-    for name in SETS:
-        for worker_ in arms.values():
-            worker_.ask(f"run {name}")
-        for r in range(rounds):
-            for arm in (list(arms)[::-1] if r % 2 else list(arms)):
-                time.sleep(GAP_S)
-                times.setdefault(name, {}).setdefault(arm, []).append(arms[arm].ask(f"run {name}"))
-    return times
+    """set -> arm -> seconds of its timed pass (as its worker timed it) in each round: every arm once a
+    round after one warm-up call each, the order reversed every other round, GAP_S between calls."""
+    from lmforge.utils.timing import rounds_of
+
+    pause = lambda: time.sleep(GAP_S)  # noqa: E731
+    return {name: rounds_of({arm: (lambda a=worker_: a.ask(f"run {name}")) for arm, worker_ in arms.items()},
+                            rounds, between=pause, warmup=1, zigzag=True, self_timed=True)
+            for name in SETS}
 
 
 def cosines(out: Path) -> dict:

@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 import lmforge
+from bench.common import cpu_name
 from lmforge.compress.sparse_finetune import SparseConfig, prune_finetune
 from lmforge.compress.sparsity import kept_by_matrix as shares
 from lmforge.data.dictionary import field_task, pos_task
@@ -110,7 +111,7 @@ def plot(runs: list, path: Path, args) -> None:
 
 def write(runs: list, records: dict, args) -> None:
     """The JSON of the runs so far, with movement minus magnitude where both ran."""
-    cpu = Path("/proc/cpuinfo").read_text().split("model name")[1].split("\n")[0].split(":", 1)[1].strip()
+    cpu = cpu_name()
     by = {(r["method"], r["kept"]): r["test_accuracy"] for r in runs}
     minus = {f"{method}_minus_magnitude": {f"{100 * k:g}% kept": by[(method, k)] - by[("magnitude", k)]
                                            for k in args.kept if (method, k) in by and ("magnitude", k) in by}

@@ -25,6 +25,19 @@ def test_between_runs_before_every_timed_call_and_is_not_timed():
     assert max(times.values()) < 0.01  # the 20 ms between calls is in no call's time
 
 
+def test_self_timed_calls_report_their_own_seconds_in_alternated_rounds():
+    order = []
+
+    def call(name, seconds):
+        order.append(name)
+        return seconds
+
+    times = timing.rounds_of({"a": lambda: call("a", 1.5), "b": lambda: call("b", 2.5)}, rounds=3, warmup=1,
+                             zigzag=True, self_timed=True)
+    assert times == {"a": [1.5] * 3, "b": [2.5] * 3}
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-ups, then the order reversed every other round
+
+
 def test_the_last_level_cache_is_read_or_a_fallback_given():
     size = timing.last_level_cache_bytes()
     assert size >= 256 << 10 and size % 1024 == 0  # at least an L2's kilobytes

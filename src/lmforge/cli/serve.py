@@ -22,16 +22,11 @@ def _flag(name: str) -> str:
 
 def limits_of(args):
     """The Limits given on the command line; a bad value is a usage error naming its option."""
-    from lmforge.cli.common import UsageError
-    from lmforge.config.options import OptionsError
+    from lmforge.cli.common import from_flags
     from lmforge.serve import Limits
 
     values = {f.name: getattr(args, f.name) for f in fields(Limits) if getattr(args, f.name) is not None}
-    try:
-        return Limits(**values)
-    except OptionsError as err:  # the shared check's message, naming the flag the user typed
-        rule = str(err).removeprefix(err.field or "").split(", got ")[0].strip()
-        raise UsageError(f"{_flag(err.field)} {values.get(err.field)}: {rule}") from None
+    return from_flags(lambda given: Limits(**given), values)
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -75,6 +75,8 @@ class DistillConfig:
         if layers not in (None, "every-other") and not (counted and 1 <= int(layers) <= MAX_LAYERS):
             raise OptionsError(f"student_layers: expected every-other or a number of layers from 1 to "
                                f"{MAX_LAYERS}, got {str(layers)[:40]!r}", "student_layers")
+        if counted:  # "3" from a flag or a file: an int from here on, parsed once
+            self.student_layers = int(layers)
 
     @classmethod
     def from_dict(cls, data: dict) -> DistillConfig:

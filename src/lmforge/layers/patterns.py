@@ -68,19 +68,20 @@ def _last_position(k_pos: torch.Tensor) -> int:
     return int(k_pos.max())
 
 
-_RANDOM_BLOCKS: dict = {}  # (n_random_blocks, n_blocks, layer) -> the drawn blocks: a compiled graph reads them
+# (n_random_blocks, n_blocks, layer, device) -> the drawn blocks, read (never edited) by every layer's
+# mask and by a compiled graph: drawn and moved to the device once
+_RANDOM_BLOCKS: dict = {}
 
 
-def bigbird_random_blocks(cfg: ModelConfig, n_blocks: int, layer: int) -> torch.Tensor:
-    """(n_blocks, n_blocks) bool: the random key blocks of each query block, fixed per layer.
-
-    Drawn from a generator seeded by (layer, n_blocks), so the pattern is reproducible and a
-    sparse kernel can rebuild it; the first and last block are global and get none."""
-    key = (cfg.n_random_blocks, n_blocks, layer)
+def bigbird_random_blocks(cfg: ModelConfig, n_blocks: int, layer: int, device=None) -> torch.Tensor:
+    """(n_blocks, n_blocks) bool on `device` (default: the CPU): the random key blocks of each query
+    block, fixed per layer. Drawn from a generator seeded by (layer, n_blocks), so the pattern is
+    reproducible and a sparse kernel can rebuild it; the first and last block are global and get none.
+    The cached tensor itself: callers read it."""
+    key = (cfg.n_random_blocks, n_blocks, layer, torch.device(device or "cpu"))
     if key not in _RANDOM_BLOCKS:
-        _RANDOM_BLOCKS[key] = draw_random_blocks(cfg.n_random_blocks, n_blocks, layer)
-    found = _RANDOM_BLOCKS[key]
-    return found if torch.compiler.is_compiling() else found.clone()  # a caller's edit never reaches the cache
+        _RANDOM_BLOCKS[key] = draw_random_blocks(cfg.n_random_blocks, n_blocks, layer).to(key[-1])
+    return _RANDOM_BLOCKS[key]
 
 
 def draw_random_blocks(n_random: int, n_blocks: int, layer: int) -> torch.Tensor:
@@ -99,27 +100,31 @@ def draw_random_blocks(n_random: int, n_blocks: int, layer: int) -> torch.Tensor
 def bigbird(cfg, q_pos, k_pos, causal, global_tokens, layer):
     """BigBird ITC (Zaheer et al. 2020, sec. 2): blocks of b tokens; each query block sees its
     3-block window, r random blocks and the global first and last blocks, which see everything."""
-    if _last_position(k_pos) + 1 <= cfg.dense_max_len:  # short sequences attend fully (as the reference code does)
+    end = _last_position(k_pos)  # once: a read-back in eager runs
+    if end + 1 <= cfg.dense_max_len:  # short sequences attend fully (as the reference code does)
         return None
     qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
-    n_blocks = _last_position(k_pos) // cfg.block_size + 1  # the queries are among the keys
+    n_blocks = end // cfg.block_size + 1  # the queries are among the keys
     last = n_blocks - 1
     qb, kb = qb[..., :, None], kb[..., None, :]
     window = (qb - kb).abs() <= 1
     glob = (qb == 0) | (qb == last) | (kb == 0) | (kb == last)
     if cfg.random_block_choice == "first":  # every draw is the first block, already seen: see bigbird_bias
         return (window | glob)[None, None]
-    random = bigbird_random_blocks(cfg, n_blocks, layer).to(q_pos.device)[qb, kb]
+    random = bigbird_random_blocks(cfg, n_blocks, layer, q_pos.device)[qb, kb]
     return (window | glob | random)[None, None]
 
 
 def bigbird_bias(cfg, q_pos, k_pos, layer):
     """random_block_choice="first": the middle query blocks see the first block 1 + r times, and r
     duplicates of a key in a softmax weigh it by 1 + r, i.e. add log(1 + r) to its scores."""
-    if cfg.random_block_choice != "first" or not cfg.n_random_blocks or _last_position(k_pos) + 1 <= cfg.dense_max_len:
+    if cfg.random_block_choice != "first" or not cfg.n_random_blocks:
+        return None
+    end = _last_position(k_pos)
+    if end + 1 <= cfg.dense_max_len:
         return None
     qb, kb = q_pos // cfg.block_size, k_pos // cfg.block_size
-    last = _last_position(k_pos) // cfg.block_size
+    last = end // cfg.block_size
     repeated = ((qb > 0) & (qb < last))[..., :, None] & (kb == 0)[..., None, :]  # (Tq, Tk)
     return (repeated.float() * math.log(1 + cfg.n_random_blocks))[None, None]
 

@@ -109,8 +109,7 @@ def _built(gcc: str, where: Path, name: str, sources: tuple) -> Path:
     """The library for these sources, flags and compiler: built now (into a temporary name, then renamed:
     processes building together each get a whole file) unless kept from before."""
     flags = FLAGS + isa_flags()
-    version = subprocess.run([gcc, "--version"], check=False, capture_output=True, text=True,
-                             timeout=60).stdout.splitlines()[:1]
+    version = _version(gcc)
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in sources) + repr((flags, version)).encode())
     path = where / f"{name}-{digest.hexdigest()[:16]}.so"
     if path.is_file():
@@ -129,6 +128,13 @@ def _built(gcc: str, where: Path, name: str, sources: tuple) -> Path:
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
+
+
+@functools.cache
+def _version(gcc: str) -> list:
+    """gcc's first `--version` line, asked once a process (every library's digest holds it)."""
+    return subprocess.run([gcc, "--version"], check=False, capture_output=True, text=True,
+                          timeout=60).stdout.splitlines()[:1]
 
 
 def _loaded():

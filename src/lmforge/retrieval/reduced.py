@@ -60,20 +60,31 @@ def binary_search(queries: torch.Tensor, passages: torch.Tensor, k: int, rescore
     """(Q, k) passage positions from sign bits: the k nearest by Hamming distance, or with
     rescore_multiplier >= 1 the rescore_multiplier * k nearest re-ordered by the fp32 query's inner
     product with their +-1 vectors (see the module's docstring)."""
-    if rescore_multiplier < 0:
-        raise ValueError(f"rescore_multiplier must be >= 0, got {rescore_multiplier}")
+    return binary_searches(queries, passages, k, (rescore_multiplier,))[rescore_multiplier]
+
+
+def binary_searches(queries: torch.Tensor, passages: torch.Tensor, k: int, rescore_multipliers: tuple) -> dict:
+    """{m: binary_search(queries, passages, k, m)} for each m, the bits packed, the distances taken and
+    sorted once for all of them."""
+    if any(m < 0 for m in rescore_multipliers):
+        raise ValueError(f"rescore_multiplier must be >= 0, got {min(rescore_multipliers)}")
     n, d = passages.shape
     packed = pack_bits(passages)
     distances = hamming(pack_bits(queries), packed)
-    wanted = min(n, k * max(1, rescore_multiplier))
+    wanted = min(n, k * max(1, *rescore_multipliers))
     # a stable sort, so that ties (common in Hamming distance) fall to the lower index, run after run
-    candidates = torch.sort(distances, dim=-1, stable=True).indices[:, :wanted]  # (Q, wanted)
-    if not rescore_multiplier:
-        return candidates[:, :k]
-    signs = unpack_signs(packed[candidates], d)  # (Q, wanted, d)
-    scores = torch.einsum("qd,qcd->qc", queries.float(), signs)
-    best = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :k]
-    return torch.gather(candidates, 1, best)
+    order = torch.sort(distances, dim=-1, stable=True).indices[:, :wanted]  # (Q, wanted)
+    found = {}
+    for m in rescore_multipliers:
+        candidates = order[:, :min(n, k * max(1, m))]
+        if not m:
+            found[m] = candidates[:, :k]
+            continue
+        signs = unpack_signs(packed[candidates], d)  # (Q, m k, d)
+        scores = torch.einsum("qd,qcd->qc", queries.float(), signs)
+        best = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :k]
+        found[m] = torch.gather(candidates, 1, best)
+    return found
 
 
 def reduced_rankings(queries: torch.Tensor, passages: torch.Tensor, ids: list, k: int, dims: int,
@@ -84,8 +95,9 @@ def reduced_rankings(queries: torch.Tensor, passages: torch.Tensor, ids: list, k
         return [[ids[int(i)] for i in row] for row in positions]
 
     table = {"fp32": named(float_search(queries, passages, k)),
-             f"first {dims}": named(truncated_search(queries, passages, k, dims)),
-             "binary": named(binary_search(queries, passages, k))}
+             f"first {dims}": named(truncated_search(queries, passages, k, dims))}
+    binary = binary_searches(queries, passages, k, (0, *rescore_multipliers))
+    table["binary"] = named(binary[0])
     for m in rescore_multipliers:
-        table[f"binary rescored x{m}"] = named(binary_search(queries, passages, k, m))
+        table[f"binary rescored x{m}"] = named(binary[m])
     return table

@@ -29,11 +29,13 @@ def median_seconds(fn, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def rounds_of(calls: dict, rounds: int = 5, between=None, warmup: int = 1, zigzag: bool = False) -> dict:
+def rounds_of(calls: dict, rounds: int = 5, between=None, warmup: int = 1, zigzag: bool = False,
+              self_timed: bool = False) -> dict:
     """name -> seconds of calls[name]() in each of `rounds` rounds, every call once a round, so load
     from elsewhere (other work, heat) falls on all alike; after `warmup` untimed calls each (first-call
     allocations, int8 kernel measurement). between(), where given, runs before each timed call, outside
-    its time (cold_caches); `zigzag` reverses the order every other round (no call always goes first)."""
+    its time (cold_caches); `zigzag` reverses the order every other round (no call always goes first);
+    `self_timed`: each call returns its own seconds (timed where it runs, another process's part of it)."""
     for call in calls.values():
         for _ in range(warmup):
             call()
@@ -44,8 +46,8 @@ def rounds_of(calls: dict, rounds: int = 5, between=None, warmup: int = 1, zigza
             if between is not None:
                 between()
             start = time.perf_counter()
-            calls[name]()
-            times[name].append(time.perf_counter() - start)
+            seconds = calls[name]()
+            times[name].append(seconds if self_timed else time.perf_counter() - start)
     return times
 
 

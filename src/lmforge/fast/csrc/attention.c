@@ -227,19 +227,11 @@ typedef struct {
     float scale;
 } job;
 
-/* Ask for the lines of one (sequence, head)'s rows: they are strided (the fused projection's), and
-   a miss on each in turn would cost more than the task's arithmetic */
-static void prefetch_head(const job *a, long seq, int h) {
-    long n = a->lengths[seq], first = a->starts[seq];
-    int g = h / (a->heads / a->kv_heads);
-    const float *q = a->q + first * a->q_row + h * a->q_head, *k = a->k + first * a->k_row + g * a->k_head,
-                *v = a->v + first * a->v_row + g * a->v_head;
+/* Ask for the lines of n strided rows (the fused projection's) at once: a miss on each in turn, as the
+   copies below read them, would cost more than the task's arithmetic */
+static void prefetch_rows(const float *x, long row, long n, int dh) {
     for (long j = 0; j < n; j++)
-        for (int i = 0; i < a->dh; i += 16) {
-            __builtin_prefetch(q + j * a->q_row + i);
-            __builtin_prefetch(k + j * a->k_row + i);
-            __builtin_prefetch(v + j * a->v_row + i);
-        }
+        for (int i = 0; i < dh; i += 16) __builtin_prefetch(x + j * row + i);
 }
 
 /* dst (8 x 8, rows dst_row apart) = the transpose of src (8 x 8, rows src_row apart): the classic
@@ -285,11 +277,15 @@ static void one_head(const job *a, long seq, int h, float *work, long max_lk) {
     float *kt = work, *vs = kt + (long)dh * max_lk, *qs = vs + (long)dh * max_lk, *s = qs + Q_ROWS * dh,
           *inv = s + Q_ROWS * max_lk;
     const float *bias = a->key_bias != NULL ? a->key_bias + seq * a->bias_stride : NULL;
-    gather_keys_values(a->k + first * a->k_row + g * a->k_head, a->k_row, a->v + first * a->v_row + g * a->v_head,
-                       a->v_row, n, lk, dh, kt, vs);
+    const float *q0 = a->q + first * a->q_row + h * a->q_head, *k = a->k + first * a->k_row + g * a->k_head,
+                *v = a->v + first * a->v_row + g * a->v_head;
+    prefetch_rows(q0, a->q_row, n, dh);
+    prefetch_rows(k, a->k_row, n, dh);
+    prefetch_rows(v, a->v_row, n, dh);
+    gather_keys_values(k, a->k_row, v, a->v_row, n, lk, dh, kt, vs);
     for (long r0 = 0; r0 < n; r0 += Q_ROWS) {
         int rows = n - r0 < Q_ROWS ? (int)(n - r0) : Q_ROWS;
-        const float *q = a->q + (first + r0) * a->q_row + h * a->q_head;
+        const float *q = q0 + r0 * a->q_row;
         for (int r = 0; r < rows; r++)
             for (int i = 0; i < dh; i++) qs[r * dh + i] = q[r * a->q_row + i] * a->scale;
         for (int r = rows; r < Q_ROWS; r++)
@@ -323,11 +319,8 @@ int attend_rows(const float *q, long q_row, long q_head, const float *k, long k_
     if (work == NULL) return -1;
     #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (long t = 0; t < tasks; t++)
-        if (lengths[t / heads] > 0) {
-            float *mine = work + omp_get_thread_num() * (bytes / sizeof(float));
-            prefetch_head(&a, t / heads, (int)(t % heads));
-            one_head(&a, t / heads, (int)(t % heads), mine, max_lk);
-        }
+        if (lengths[t / heads] > 0)
+            one_head(&a, t / heads, (int)(t % heads), work + omp_get_thread_num() * (bytes / sizeof(float)), max_lk);
     free(work);
     return 0;
 #else

@@ -174,12 +174,13 @@ class ProjectedLSTM(nn.Module):
         previous = torch.cat([state[0][:, None], out[:, :-1]], dim=1)  # h_{t-1} of each real step
         i, f, g, _ = (self.input_linearity(x) + self.state_linearity(previous)).float().chunk(4, dim=-1)
         keep, add = torch.sigmoid(f), torch.sigmoid(i) * torch.tanh(g)
-        c, top = state[1], x.new_zeros(())
+        c = state[1]
+        top = torch.zeros_like(c)  # an elementwise running max: one reduction after the loop, not one a step
         for t in range(x.shape[1]):
             real = mask[:, t, None]
             c = torch.where(real, keep[:, t] * c + add[:, t], c)
-            top = torch.maximum(top, torch.where(real, c.abs(), 0).amax())
-        return top
+            top = torch.maximum(top, torch.where(real, c.abs(), 0))
+        return top.amax()
 
     def _fused(self, x: torch.Tensor, mask: torch.Tensor, state: tuple) -> tuple:
         """The layer without clips in one LSTMP call (cuDNN on CUDA) over the packed real steps."""

@@ -1,4 +1,5 @@
-"""FastLinear's inference path (matmul, then the bias in place) equals F.linear; other cases use F.linear."""
+"""FastLinear's inference paths (oneDNN's linear; matmul, then the bias in place) equal F.linear; other
+cases use F.linear."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -67,6 +68,60 @@ def test_same_parameters_as_nn_linear():
     with torch.inference_mode():
         x = torch.randn(MIN_ROWS, 48)
         assert torch.equal(layer(x), F.linear(x, layer.weight))
+
+
+# oneDNN's linear (FastPaths.onednn_linear)
+
+needs_onednn = pytest.mark.skipif(not linear.ONEDNN, reason="this torch has no oneDNN linear")
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("input_major", [False, True])
+@pytest.mark.parametrize("shape", [(1, 48), (5, 48), (3, 40, 48), (2, 130, 48), (0, 48)])
+def test_onednn_route_equals_f_linear(shape, input_major, bias):
+    layer = _layer(bias=bias, input_major=input_major)
+    layer.onednn = True
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        got = layer(x)
+        taken = torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "none", [], "")
+        want = F.linear(x, layer.weight, layer.bias)
+    assert torch.equal(got, taken) and got.shape == shape[:-1] + (80,)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_onednn_route_leaves_training_autocast_and_float64_to_f_linear():
+    ours, ref = _layer(), nn.Linear(48, 80)
+    ref.load_state_dict(ours.state_dict())
+    ours.onednn = True
+    x = torch.randn(MIN_ROWS, 48)
+    ours(x).square().sum().backward()  # autograd: F.linear's graph, the same gradients
+    ref(x).square().sum().backward()
+    assert torch.equal(ours.weight.grad, ref.weight.grad) and torch.equal(ours.bias.grad, ref.bias.grad)
+    with torch.no_grad():
+        assert not linear.onednn_applies(x.double(), ours.weight)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert ours(x).dtype == torch.bfloat16
+
+
+@needs_onednn
+def test_optimize_turns_onednn_on_per_its_paths_and_off_again():
+    import lmforge
+    from lmforge.fast.paths import FastPaths
+
+    model = lmforge.build(lmforge.tiny("bert-tiny")).eval()
+
+    def linears() -> list:
+        return [m for m in model.modules() if isinstance(m, nn.Linear)]
+
+    lmforge.optimize(model)
+    assert all(type(m) is FastLinear and m.onednn for m in linears())
+    lmforge.optimize(model, paths=FastPaths(onednn_linear=False))
+    assert not any(m.onednn for m in linears())
+    lmforge.optimize(model, enabled=False)
+    assert all(type(m) is nn.Linear and "onednn" not in m.__dict__ for m in linears())
 
 
 # transient outputs: reused per-thread buffers for intermediates that die inside a layer
@@ -148,11 +203,12 @@ def test_threads_get_their_own_buffers(monkeypatch):
 @pytest.mark.parametrize("name", ["bert-tiny", "gpt2", "t5-small", "llama-3.2-1b", "xlnet-base"])
 def test_models_give_the_same_outputs_and_tokens_with_transient_buffers(monkeypatch, name):
     import lmforge
-    from lmforge.fast.optimize import optimized_for
+    from lmforge.fast.paths import FastPaths
     from lmforge.heads import attach
 
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny(name)).eval()
+    lmforge.optimize(model, paths=FastPaths(onednn_linear=False))  # oneDNN's outputs are always fresh
     ids = torch.randint(3, 99, (2, 9), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding: packed rows in encoders, padded rows in decoders
@@ -160,8 +216,7 @@ def test_models_give_the_same_outputs_and_tokens_with_transient_buffers(monkeypa
     def run():
         with torch.inference_mode():
             if model.config.architecture == "encoder" or name == "xlnet-base":
-                with optimized_for(model):
-                    return model(ids, mask, run_heads=False).last_hidden_state
+                return model(ids, mask, run_heads=False).last_hidden_state
             attach(model, "lm") if "lm" not in model.heads else None
             extra = {"decoder_start_token_id": 0} if model.config.architecture == "encoder-decoder" else {}
             return lmforge.generate(model, ids, mask, max_new_tokens=5, **extra)

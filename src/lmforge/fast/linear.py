@@ -1,5 +1,12 @@
 """FastLinear: nn.Linear with a leaner CPU inference path (swapped in by lmforge.optimize).
 
+In fp32 CPU inference the product runs as oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`, the
+bias inside it), where torch has oneDNN and `FastPaths(onednn_linear=True)` (the default): F.linear
+runs MKL's sgemm, which on the AVX-512 EPYC reaches 165-195 GFLOP/s on MiniLM's and BERT's shapes
+on two threads, where oneDNN reaches 180-225, and a decoding step's few rows take 1.3-2.8x less
+(bench/FINDINGS.md, "oneDNN's linear"). Its sums are ordered otherwise: equal to F.linear within
+float rounding, not bitwise. Without it (flag off, or no oneDNN in this torch):
+
 F.linear with a bias runs addmm: it first copies the bias into every row of a fresh (N, out)
 output, then has the matrix product accumulate onto it, which reads that output back. In CPU
 inference the product can instead write the fresh output and the bias be added into it while it
@@ -23,6 +30,9 @@ from torch.nn.modules import module as _module
 # the scratch buffers are quant/'s (its int8 layers share them), so quant never imports fast/
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, pooling_allocator, release_scratch, scratch  # noqa: F401
 
+# oneDNN's fp32 linear with the bias fused, in this torch build (its CPU wheels have it)
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
 # below this many rows (a decoding step has one per sequence) the output is small and addmm's
 # single call is cheaper than two
 MIN_ROWS = 64
@@ -39,13 +49,24 @@ def bias_after(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
     return bias is not None and cpu_inference(x, weight) and x.numel() >= MIN_ROWS * x.shape[-1]
 
 
+def onednn_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether x W^T + b can run as oneDNN's linear: fp32 CPU inference in a torch that has it."""
+    return ONEDNN and x.dtype == torch.float32 and cpu_inference(x, weight)
+
+
 class FastLinear(nn.Linear):
-    """y = x W^T + b (weights and state-dict names as nn.Linear's): the bias after the matmul in CPU
-    inference; an output named by `slot` (one that dies inside its layer) goes to a reused buffer."""
+    """y = x W^T + b (weights and state-dict names as nn.Linear's): oneDNN's linear in fp32 CPU
+    inference; else the bias after the matmul, and an output named by `slot` (one that dies inside its
+    layer) in a reused buffer."""
 
     slot = None  # set per module by lmforge.optimize for the fused q, k, v and the FFN's hidden units
+    onednn = False  # set per module by lmforge.optimize from FastPaths.onednn_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
+        if self.onednn and onednn_applies(x, self.weight):
+            # its fresh outputs beat MKL's product into a reused buffer, page faults included
+            # (bert-base 32 x 128: 3.70 vs 3.79 s a batch, bench/FINDINGS.md)
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return self.plain(x) if self.slot is None else self.transient(x, self.slot)
 
     def plain(self, x: torch.Tensor) -> torch.Tensor:

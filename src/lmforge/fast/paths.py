@@ -51,8 +51,12 @@ class FastPaths:
     # instead of SDPA: 2.3x SDPA's attention at MiniLM's long texts on two threads (bench/FINDINGS.md).
     # Where it runs it comes first: sequence_attention and jagged_attention then choose for the rest
     native_attention: bool = True
+    # fp32 CPU inference products by oneDNN's linear (fast/linear.py) instead of F.linear's MKL sgemm:
+    # 10-20 % faster on MiniLM's and BERT's shapes, 1.3-2.8x on a decoding step's rows (bench/FINDINGS.md);
+    # equal within float rounding, not bitwise
+    onednn_linear: bool = True
     chunk: int = 0  # queries per chunk of blocked attention; 0: chosen from the window
-    # run the layers as their accelerated subclasses (fast/accelerate.py) during each forward call
+    # turn the layers into their accelerated subclasses (fast/optimize.py), once
     accelerate: bool = True
 
     def __post_init__(self) -> None:

@@ -223,3 +223,30 @@ def test_a_union_field_admits_each_of_its_types_and_nothing_else():
         assert FeatureOptions(layers=fine).layers == fine
     with pytest.raises(OptionsError, match="^layers must be an integer or a string or a list, got 2.5$"):
         FeatureOptions(layers=2.5)
+
+
+def test_list_options_bound_their_count_and_every_item_by_one_declaration():
+    """option(item=...) checks a list's length, each item's type and bounds, and repeats, in check_options."""
+    from lmforge.config.options import OptionsError, help_rows
+    from lmforge.retrieval.dpr import MAX_DIMS, EncoderOptions
+
+    assert EncoderOptions(matryoshka_dims=[64, 32]).matryoshka_dims == (64, 32)
+    refused = {(0,): r"^matryoshka_dims\[0\] must be an integer >= 1", (8, 8.5): r"^matryoshka_dims\[1\] must be "
+               r"an integer", (MAX_DIMS + 1,): rf"<= {MAX_DIMS}, got {MAX_DIMS + 1}$",
+               tuple(range(1, 18)): "^matryoshka_dims must hold 0 to 16 integers, got 17$",
+               (16, 16): "^matryoshka_dims must not repeat a value", (True,): r"^matryoshka_dims\[0\] must be an integer"}
+    for dims, message in refused.items():
+        with pytest.raises(OptionsError, match=message) as err:
+            EncoderOptions(matryoshka_dims=dims)
+        assert err.value.field == "matryoshka_dims"
+    with pytest.raises(OptionsError, match=r"^matryoshka_weights\[0\] must be a finite number"):
+        EncoderOptions(matryoshka_dims=(8,), matryoshka_weights=(float("inf"),))
+    helps = {name: text for name, _, text in help_rows(EncoderOptions)}
+    assert helps["matryoshka_dims"].endswith(f"(0 to 16, distinct, each in [1, {MAX_DIMS}])")
+
+
+def test_a_list_option_must_bound_its_count():
+    from lmforge.config.options import option
+
+    with pytest.raises(ValueError, match="max_items is required"):
+        option((), "widths", item="int", low=1)

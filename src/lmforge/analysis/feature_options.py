@@ -35,7 +35,8 @@ class FeatureOptions:
     layers: Union[int, str, list] = option("all", "hidden states: an index (0 = embeddings, -1 = the top "
                                            "layer), a list, 0,3,6, a range 4-8, all, or mix (the scalar mix)")
     mix_weights: Optional[list] = option(None, "layers=mix: the scalar mix's weights s_j, one per hidden state "
-                                         "(softmax-normalised); default equal")
+                                         "(softmax-normalised); default equal", item="float", low=-MAX_WEIGHT,
+                                         high=MAX_WEIGHT, min_items=1, max_items=MAX_LAYERS + 1)
     mix_gamma: float = option(1.0, "layers=mix: the scalar mix's scale gamma", low=-MAX_WEIGHT, high=MAX_WEIGHT)
     pooling: str = option("none", "none (per token, with its text and offsets), mean, max, mean_max, cls, "
                           "sep or last; word inputs: first, mean or last", choices=POOLINGS)
@@ -45,10 +46,8 @@ class FeatureOptions:
     def __post_init__(self) -> None:
         check_options(self)
         self.layers = _checked_spec(self.layers)
-        if self.mix_weights is not None:
-            _check_weights(self.mix_weights)
-            if self.layers != "mix":
-                raise OptionsError("mix_weights needs layers=mix", "mix_weights")
+        if self.mix_weights is not None and self.layers != "mix":
+            raise OptionsError("mix_weights needs layers=mix", "mix_weights")
 
     @classmethod
     def build(cls, options: Optional["FeatureOptions"] = None, fields: Optional[dict] = None,
@@ -137,13 +136,3 @@ def resolve_layers(spec, n_states: int) -> list:
         chosen.update(range(first, last + 1))
     return sorted(chosen)
 
-
-def _check_weights(weights) -> None:
-    import math
-
-    if not isinstance(weights, (list, tuple)) or not 0 < len(weights) <= MAX_LAYERS + 1:
-        raise OptionsError(f"mix_weights must be a list of 1 to {MAX_LAYERS + 1} numbers", "mix_weights")
-    for w in weights:
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or abs(w) > MAX_WEIGHT:
-            raise OptionsError(f"mix_weights must hold finite numbers within [-{MAX_WEIGHT}, {MAX_WEIGHT}], "
-                               f"got {str(w)[:30]}", "mix_weights")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,9 +51,11 @@ class EncoderOptions:
                                 open_low=True, high=100.0)
     max_length: int = option(128, "tokens per question or passage", low=2, high=MAX_DIMS)
     matryoshka_dims: tuple = option((), "Matryoshka loss: the DPR loss summed over these prefix widths "
-                                    "(e.g. [384,192,96,48]; each <= the model width); [] for the plain loss")
+                                    "(e.g. [384,192,96,48]; each <= the model width); [] for the plain loss",
+                                    item="int", low=1, high=MAX_DIMS, max_items=16, distinct=True)
     matryoshka_weights: tuple = option((), "each prefix's weight in the Matryoshka sum, as many as "
-                                       "matryoshka_dims; [] for all 1")
+                                       "matryoshka_dims; [] for all 1", item="float", low=0, high=1e3,
+                                       max_items=16)
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -62,15 +63,9 @@ class EncoderOptions:
         object.__setattr__(self, "matryoshka_dims", tuple(self.matryoshka_dims))
         object.__setattr__(self, "matryoshka_weights", tuple(self.matryoshka_weights))
         dims, weights = self.matryoshka_dims, self.matryoshka_weights
-        if len(dims) > 16 or len(set(dims)) != len(dims) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_DIMS for d in dims):
-            raise OptionsError(f"matryoshka_dims must be at most 16 distinct integers in [1, {MAX_DIMS}], "
-                               f"got {list(dims)[:20]}", "matryoshka_dims")
-        if weights and (len(weights) != len(dims) or not all(
-                isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w <= 1e3 and math.isfinite(w)
-                for w in weights)):
-            raise OptionsError(f"matryoshka_weights must be {len(dims)} finite numbers in [0, 1000] (one per "
-                               f"matryoshka_dims), got {list(weights)[:20]}", "matryoshka_weights")
+        if weights and len(weights) != len(dims):
+            raise OptionsError(f"matryoshka_weights must hold one weight per matryoshka_dims ({len(dims)}), "
+                               f"got {len(weights)}", "matryoshka_weights")
 
 
 class BiEncoder:

@@ -40,7 +40,8 @@ class TrainConfig:
     lr: float = option(1e-4, "peak learning rate (AdamW)", low=0, high=10, open_low=True)
     weight_decay: float = option(0.01, "AdamW's decoupled weight decay (not on biases and norms)",
                                  low=0, high=10)
-    betas: tuple = option((0.9, 0.999), "AdamW's (beta1, beta2), each in [0, 1)")
+    betas: tuple = option((0.9, 0.999), "AdamW's (beta1, beta2)", item="float", low=0, high=1, open_high=True,
+                          min_items=2, max_items=2)
     eps: float = option(1e-6, "AdamW's epsilon", low=0, high=1, open_low=True)
     warmup: int = option(100, "steps of linear warm-up from 0 to lr", low=0, high=MAX_STEPS)
     schedule: str = option("linear", f"decay after warm-up: {' | '.join(SCHEDULES)}", choices=SCHEDULES)
@@ -65,9 +66,10 @@ class TrainConfig:
     progress: bool = option(True, "show a progress bar")
 
     def __post_init__(self) -> None:
-        if isinstance(self.betas, (str, list, tuple)):  # "0.9,0.98" or [0.9, 0.98]: checked as a pair
+        if isinstance(self.betas, str):  # "0.9,0.98" from a command line
             self.betas = _betas(self.betas)
-        check_options(self)  # types (a bool is not a number, "false" is not a bool), bounds, choices
+        check_options(self)
+        self.betas = tuple(self.betas)  # types (a bool is not a number, "false" is not a bool), bounds, choices
         if self.epochs is not None and self.steps != DEFAULT_STEPS:
             raise OptionsError(f"give steps ({self.steps}) or epochs ({self.epochs}), not both", "epochs")
         check_device(self.device)
@@ -143,17 +145,14 @@ def _check_range(name: str, value, low, high, open_low: bool = False) -> None:
     check_range(name, value, low, high, open_low)
 
 
-def _betas(value) -> tuple:
-    """AdamW's (beta1, beta2), each in [0, 1): from a pair of numbers or a "0.9,0.98" string."""
-    parts = value.strip("()[] ").split(",") if isinstance(value, str) else value
-    try:  # a bool is not a number (float(True) would pass as 1.0)
-        betas = () if any(isinstance(b, bool) for b in parts) else tuple(float(b) for b in parts)
-    except (TypeError, ValueError):
-        betas = ()
-    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):  # NaN fails the comparison too
-        raise OptionsError(f"betas must be two numbers in [0, 1), e.g. betas=[0.9,0.999], got {value!r:.60}",
-                           "betas")
-    return betas
+def _betas(text: str) -> list:
+    """AdamW's betas from a "0.9,0.98" string (check_options judges the pair)."""
+    parts = [part.strip() for part in text.strip("()[] ").split(",")]
+    try:
+        return [float(part) for part in parts]
+    except ValueError:
+        raise OptionsError(f"betas must be two numbers in [0, 1), e.g. betas=0.9,0.999, got {text!r:.60}",
+                           "betas") from None
 
 
 def check_device(name: str) -> None:

@@ -1,11 +1,23 @@
-"""Encoder inference (BERT, batch 32 x 128) and sentence-embedding throughput, side by side."""
+"""Encoder inference (BERT, batch 32 x 128) and sentence-embedding throughput, side by side.
+
+    python -m bench.encoders [--repeats 5] [--out bench/results/encoders_avx512.json]
+
+runs the encoder suite alone on this machine and writes it, with the machine named, to --out (bench.run
+merges it with the other suites into results/<env>.json instead).
+"""
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import platform
 import random
+import time
+from pathlib import Path
 
 import torch
 
-from bench.common import batch, bert_config, encoder_flops, pair, ratio, side_by_side
+from bench.common import batch, bert_config, cpu_name, encoder_flops, pair, ratio, side_by_side
 from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths
 
@@ -86,3 +98,43 @@ def sentence_embeddings(repeats: int, quick: bool) -> list:
     return [{"model": "all-MiniLM-L6-v2", "sentences": len(texts), "lmforge_sent_s": len(texts) / ours_s,
              "reference_sent_s": len(texts) / theirs_s, "ratio": ratio(theirs_s, ours_s),
              "min_cosine": cosine, "runs": runs}]
+
+
+FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "amx_int8")
+
+
+def machine() -> dict:
+    """The CPU, its vector flags, cores and versions: what a result is measured on."""
+    import transformers
+
+    info = Path("/proc/cpuinfo")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.read_text().splitlines()
+                      if line.startswith("flags")), [])) if info.is_file() else set()
+    return {"cpu": cpu_name(), "cpu_flags": [f for f in FLAGS if f in flags], "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version()}
+
+
+def main() -> None:
+    """`python -m bench.encoders`: the encoder suite alone, written to --out."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per arm (median reported)")
+    parser.add_argument("--quick", action="store_true", help="bert-mini only, for a trial")
+    parser.add_argument("--out", required=True, help="the JSON to write")
+    parser.add_argument("--note", default="", help="a line kept with the result")
+    args = parser.parse_args()
+    start, clock = Path("/proc/loadavg").read_text().split()[:3], time.perf_counter()
+    rows = encoder_inference(args.repeats, args.quick)
+    result = {"suite": "encoder inference, 32 x 128, lmforge (optimized) vs the reference (HF BertModel, its "
+                       "default attention)", "machine": machine(), "loadavg_at_start": start,
+              "seconds": round(time.perf_counter() - clock, 1), "date": time.strftime("%Y-%m-%d %H:%M"),
+              "note": args.note, "rows": rows}
+    target = Path(args.out)
+    partial = target.with_suffix(".tmp")
+    partial.write_text(json.dumps(result, indent=1) + "\n")
+    partial.replace(target)  # atomic: a reader never sees half a result
+    print(json.dumps([{k: r[k] for k in ("model", "lengths", "precision", "ratio")} for r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from lmforge.fast.blocked import blocked_layers, plans
-from lmforge.fast.kernels import BLOCKED, DROPPING, NATIVE_PADDED, packed
+from lmforge.fast.kernels import BLOCKED, DROPPING, NATIVE_PADDED, Jagged, NativeRows, packed
 from lmforge.fast.native_attention import MAX_LENGTH, supports
 from lmforge.fast.packing import Packing
 from lmforge.fast.paths import FastPaths
@@ -60,8 +60,8 @@ class FastExecution(Execution):
         native = not recording and self.wants_native(model, ctx.k_pos, dtype)
         if packing is not None:  # layers see (N, d_model) rows; rotations and records need (B, T)
             alone = ctx.rope is None and not recording
-            ctx.kernel, ctx.kernels = packed(packing, ctx, packing.by_sequence and alone, packing.jagged and alone,
-                                             native and alone)
+            rows = (NativeRows if native else Jagged if packing.jagged else None) if alone else None
+            ctx.kernel, ctx.kernels = packed(packing, ctx, rows, packing.by_sequence and alone)
         elif native:
             ctx.kernels.update({key: NATIVE_PADDED for key, causal in ctx.padding_only.items() if not causal})
 

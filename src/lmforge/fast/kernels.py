@@ -141,16 +141,14 @@ def _native(q: torch.Tensor, dropout_p: float) -> bool:
     return not dropout_p and not torch.is_grad_enabled() and supports(q.shape[-1], q.dtype, q.device)
 
 
-def packed(packing: Packing, ctx, by_sequence: bool, jagged: bool = False, native: bool = False) -> tuple:
-    """(default kernel, per-mask kernels) of ctx's padded backends for packed rows: re-padded, or,
-    for the masks of padding (and causality) only, with by_sequence sequence by sequence, with
-    jagged in one nested call where the mask is bidirectional, and with native in one native call."""
+def packed(packing: Packing, ctx, rows=None, by_sequence: bool = False) -> tuple:
+    """(default kernel, per-mask kernels) of ctx's padded backends for packed rows: re-padded, or, for the
+    masks of padding (and causality) only, `rows` (NativeRows or Jagged: every sequence in one call) where
+    the mask is bidirectional, and with by_sequence sequence by sequence where `rows` does not serve."""
     kernels = {key: Repadded(packing, kernel) for key, kernel in ctx.kernels.items()}
     for key, causal in ctx.padding_only.items():
-        if native and not causal:
-            kernels[key] = NativeRows(packing)
-        elif jagged and not causal:  # the jagged layout has no causal path on every backend
-            kernels[key] = Jagged(packing)
+        if rows is not None and not causal:  # the jagged layout has no causal path on every backend
+            kernels[key] = rows(packing)
         elif by_sequence:
             kernels[key] = PerSequence(packing, causal)
     return Repadded(packing, ctx.kernel), kernels

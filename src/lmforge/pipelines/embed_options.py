@@ -105,8 +105,16 @@ def cut_dimensions(vectors: torch.Tensor, options: EmbedOptions) -> torch.Tensor
     if options.dimensions > vectors.shape[-1]:
         raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have {vectors.shape[-1]}",
                            "dimensions")
-    cut = vectors[:, :options.dimensions]
-    return torch.nn.functional.normalize(cut, p=2, dim=-1) if options.normalize else cut
+    return leading(vectors, options.dimensions, options.normalize)
+
+
+def leading(vectors: torch.Tensor, k: int, normalize: bool) -> torch.Tensor:
+    """(N, d) -> (N, min(k, d)): a Matryoshka prefix, L2-normalised again where the similarity is cosine
+    (the whole vector is returned as it is)."""
+    if k >= vectors.shape[-1]:
+        return vectors
+    cut = vectors[:, :k]
+    return torch.nn.functional.normalize(cut, p=2, dim=-1) if normalize else cut
 
 
 def _key(options: EmbedOptions) -> str:

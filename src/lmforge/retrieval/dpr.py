@@ -31,6 +31,7 @@ from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
+from lmforge.pipelines.embed_options import leading
 from lmforge.tokenizer import load_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 
@@ -212,23 +213,13 @@ class DPRObjective(Objective):
         q = self.encoder.embed(batch["input_ids"], batch["attention_mask"])  # (B, d)
         p = self.encoder.embed(batch["p_input_ids"], batch["p_attention_mask"], passage=True)  # (B + B_neg, d)
         options = self.encoder.options
-        if not options.matryoshka_dims:
-            loss, logits = self.nll(q, p, batch["same_passage"])
-            return Loss(loss, {"in_batch_accuracy": in_batch_accuracy(logits)})
-        weights = options.matryoshka_weights or (1.0,) * len(options.matryoshka_dims)
-        parts = [self.nll(self.prefix(q, d), self.prefix(p, d), batch["same_passage"])
-                 for d in options.matryoshka_dims]
+        dims = options.matryoshka_dims or (q.shape[-1],)  # the plain loss: one "prefix", the whole vector
+        weights = options.matryoshka_weights or (1.0,) * len(dims)
+        parts = [self.nll(leading(q, d, options.normalize), leading(p, d, options.normalize), batch["same_passage"])
+                 for d in dims]
         loss = sum(w * part for w, (part, _) in zip(weights, parts))
         metrics = {f"loss_{d}": part.detach() for d, (part, _) in zip(options.matryoshka_dims, parts)}
         return Loss(loss, {"in_batch_accuracy": in_batch_accuracy(parts[0][1]), **metrics})
-
-    def prefix(self, vectors: torch.Tensor, d: int) -> torch.Tensor:
-        """The first d coordinates, L2-normalised again when the similarity is cosine (the whole vector,
-        already normalised by embed, as it is)."""
-        if d >= vectors.shape[-1]:
-            return vectors
-        cut = vectors[:, :d]
-        return F.normalize(cut, dim=-1) if self.encoder.options.normalize else cut
 
     def nll(self, q: torch.Tensor, p: torch.Tensor, same_passage: torch.Tensor) -> tuple:
         """(cross-entropy of each question's own positive among the batch's passages, the logits)."""

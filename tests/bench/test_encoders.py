@@ -14,7 +14,8 @@ def test_quick_run_writes_its_rows_and_machine(tmp_path, monkeypatch):
                                       "--note", "a trial"])
     encoders.main()
     result = json.loads(out.read_text())
-    assert result["note"] == "a trial" and result["machine"]["cores"] >= 1 and isinstance(result["machine"]["cpu_flags"], list)
+    machine = result["machine"]
+    assert result["note"] == "a trial" and machine["cores"] >= 1 and isinstance(machine["cpu_flags"], list)
     rows = result["rows"]
     assert {(r["model"], r["lengths"]) for r in rows} == {("bert-mini", "all 128"), ("bert-mini", "uniform 8..128")}
     assert all(r["max_abs_diff"] < 1e-4 and r["ratio"] > 0 for r in rows)  # the same outputs as the reference

@@ -1,6 +1,7 @@
 """Shared by the benchmarks: side-by-side timing, peak memory, model pairs with one set of weights."""
 from __future__ import annotations
 
+import os
 import platform
 import re
 import statistics
@@ -101,3 +102,18 @@ def cpu_name() -> str:
     lines = info.read_text().splitlines() if info.is_file() else []
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
                 platform.machine())
+
+
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")  # what a result names
+
+
+def machine() -> dict:
+    """The CPU, its vector flags, cores, threads and versions: what every result is measured on."""
+    import transformers
+
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    return {"cpu": cpu_name(), "cpu_flags": [f for f in CPU_FLAGS if f in flags], "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version()}

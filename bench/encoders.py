@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import time
 from pathlib import Path
 
 import torch
 
-from bench.common import batch, bert_config, cpu_name, encoder_flops, pair, ratio, side_by_side
+from bench.common import batch, bert_config, encoder_flops, machine, pair, ratio, side_by_side
 from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths
 
@@ -98,21 +96,6 @@ def sentence_embeddings(repeats: int, quick: bool) -> list:
     return [{"model": "all-MiniLM-L6-v2", "sentences": len(texts), "lmforge_sent_s": len(texts) / ours_s,
              "reference_sent_s": len(texts) / theirs_s, "ratio": ratio(theirs_s, ours_s),
              "min_cosine": cosine, "runs": runs}]
-
-
-FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "amx_int8")
-
-
-def machine() -> dict:
-    """The CPU, its vector flags, cores and versions: what a result is measured on."""
-    import transformers
-
-    info = Path("/proc/cpuinfo")
-    flags = set(next((line.split(":", 1)[1].split() for line in info.read_text().splitlines()
-                      if line.startswith("flags")), [])) if info.is_file() else set()
-    return {"cpu": cpu_name(), "cpu_flags": [f for f in FLAGS if f in flags], "cores": os.cpu_count(),
-            "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -37,29 +36,17 @@ def _suite(name: str):
             "attention": attention.scaling_sweep}[name]
 
 
-def _machine() -> dict:
-    import torch
-    import transformers
-
-    from bench.common import cpu_name
-
-    cpu = cpu_name()
-    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("flags")), [])
-    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")
-    return {"cpu": cpu, "cpu_flags": [f for f in wanted if f in flags], "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}
-
-
 def child(env: str, suites: list, repeats: int, quick: bool) -> None:
     """Run the suites in this process and merge them into results/<env>.json."""
+    from bench.common import machine
+
     out = HERE / "results" / f"{env}.json"
     results = json.loads(out.read_text()) if out.is_file() else {}
     earlier = results.get("machine", {}).get("cpu")
     for name, suite in results.items():  # a suite kept from an earlier run keeps that run's CPU
         if name != "machine" and earlier is not None:
             suite.setdefault("cpu", earlier)
-    results["machine"] = _machine()
+    results["machine"] = machine()
     for name in suites:
         load_before = os.getloadavg()
         start = time.time()

@@ -8,6 +8,7 @@ import pytest
 from lmforge.cli import main
 from lmforge.cli import pretrain
 from lmforge.cli.options import RECIPE, SECTIONS, add_parsers, options_epilog, options_text, rows, show
+from lmforge.config.options import bounds_text
 from lmforge.config import ModelConfig
 from lmforge.tasks.finetune import TaskConfig
 from lmforge.train import TrainConfig
@@ -68,6 +69,8 @@ def test_every_bounded_option_is_listed_with_its_bounds():
     lines = {line.split()[0].split("=")[0]: line for line in text.splitlines() if line.startswith("  ")}
     assert lines["steps"].endswith("[1, 10000000]") and lines["lr"].endswith("(0, 10]")
     assert lines["keep_last"].endswith("[1, 1000]") and lines["max_len"].endswith("[2, 1048576]")
+    assert lines["betas"].endswith("(2, each in [0, 1))")  # a list option: its count and each item's bounds
     for f in dataclasses.fields(TrainConfig):
         if f.metadata.get("high") is not None:
-            assert lines[f.name].endswith(f"{f.metadata['high']}]"), f.name
+            listed = bounds_text(f.metadata)
+            assert str(f.metadata["high"]) in listed and lines[f.name].endswith(listed), f.name

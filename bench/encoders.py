@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 
 from bench.common import batch, bert_config, encoder_flops, machine, pair, ratio, side_by_side
 from lmforge.fast.optimize import optimize
+from lmforge.utils.atomic import atomic_write_text
 from lmforge.fast.paths import FastPaths
 
 
@@ -106,16 +108,13 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="the JSON to write")
     parser.add_argument("--note", default="", help="a line kept with the result")
     args = parser.parse_args()
-    start, clock = Path("/proc/loadavg").read_text().split()[:3], time.perf_counter()
+    start, clock = [f"{load:.2f}" for load in os.getloadavg()], time.perf_counter()
     rows = encoder_inference(args.repeats, args.quick)
     result = {"suite": "encoder inference, 32 x 128, lmforge (optimized) vs the reference (HF BertModel, its "
                        "default attention)", "machine": machine(), "loadavg_at_start": start,
               "seconds": round(time.perf_counter() - clock, 1), "date": time.strftime("%Y-%m-%d %H:%M"),
               "note": args.note, "rows": rows}
-    target = Path(args.out)
-    partial = target.with_suffix(".tmp")
-    partial.write_text(json.dumps(result, indent=1) + "\n")
-    partial.replace(target)  # atomic: a reader never sees half a result
+    atomic_write_text(Path(args.out), json.dumps(result, indent=1) + "\n")  # a reader never sees half of it
     print(json.dumps([{k: r[k] for k in ("model", "lengths", "precision", "ratio")} for r in rows], indent=1))
 
 

@@ -1,5 +1,7 @@
 """FastLinear's inference paths (oneDNN's linear; matmul, then the bias in place) equal F.linear; other
 cases use F.linear."""
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -101,7 +103,7 @@ def test_onednn_route_leaves_training_autocast_and_float64_to_f_linear():
     ref(x).square().sum().backward()
     assert torch.equal(ours.weight.grad, ref.weight.grad) and torch.equal(ours.bias.grad, ref.bias.grad)
     with torch.no_grad():
-        assert not linear.onednn_applies(x.double(), ours.weight)
+        assert not linear.onednn_applies(x.double(), ours.weight, ours.bias)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert ours(x).dtype == torch.bfloat16
 
@@ -122,6 +124,29 @@ def test_optimize_turns_onednn_on_per_its_paths_and_off_again():
     assert not any(m.onednn for m in linears())
     lmforge.optimize(model, enabled=False)
     assert all(type(m) is nn.Linear and "onednn" not in m.__dict__ for m in linears())
+
+
+@needs_onednn
+def test_onednn_route_is_left_where_onednn_would_misread_or_is_off():
+    layer = _layer()
+    layer.onednn = True
+    layer.bias = nn.Parameter(torch.randn(160)[::2])  # strided: oneDNN would read it as dense
+    x = torch.randn(MIN_ROWS, 48)
+    with torch.inference_mode():
+        assert not linear.onednn_applies(x, layer.weight, layer.bias)
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-6, atol=1e-6)
+        layer.bias = nn.Parameter(torch.randn(1).expand(80))  # stride 0
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-6, atol=1e-6)
+        torch.backends.mkldnn.enabled = False  # (its flags() context also sets a TF32 flag, with a warning)
+        try:
+            assert not linear.onednn_applies(x, layer.weight, None)
+        finally:
+            torch.backends.mkldnn.enabled = True
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # initialising a zero-element weight is a no-op
+            empty = FastLinear(0, 5)
+        empty.onednn = True
+        assert torch.equal(empty(torch.randn(3, 0)), empty.bias.expand(3, 5))  # no input features: the bias
 
 
 # transient outputs: reused per-thread buffers for intermediates that die inside a layer

@@ -47,7 +47,8 @@ def load_named(name) -> tuple:
     from lmforge.tokenizer import check_fits, load_tokenizer
 
     path = find_model_dir(name)
-    # the generation and fill-mask jobs run the model optimized (the same tokens; fast/optimize.py)
+    # the generation and fill-mask jobs run the model optimized (the same tokens but at ties within float
+    # rounding; fast/optimize.py)
     model, tokenizer = optimize(load(path)), load_tokenizer(path)
     check_fits(tokenizer, model)  # a tokenizer emitting ids the model lacks is refused, not used
     return path, model, tokenizer

@@ -202,8 +202,8 @@ def help_rows(cls) -> list:
 
 
 def bounds_text(meta: dict) -> str:
-    """' [low, high]' (or ' (low, high]') for a bounded option, ' (at most N, each in [low, high])' for a
-    list of numbers, '' otherwise."""
+    """' [low, high]' (or ' (low, high]') for a bounded option, ' (2 to 16, each in [low, high])' (its count,
+    then each item's bounds) for a list of numbers, '' otherwise."""
     low, high = meta.get("low"), meta.get("high")
     opening, closing = "(" if meta.get("open_low") else "[", ")" if meta.get("open_high") else "]"
     interval = f"{opening}{'' if low is None else low}, {'' if high is None else high}{closing}"

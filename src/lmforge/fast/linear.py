@@ -1,11 +1,13 @@
 """FastLinear: nn.Linear with a leaner CPU inference path (swapped in by lmforge.optimize).
 
 In fp32 CPU inference the product runs as oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`, the
-bias inside it), where torch has oneDNN and `FastPaths(onednn_linear=True)` (the default): F.linear
-runs MKL's sgemm, which on the AVX-512 EPYC reaches 165-195 GFLOP/s on MiniLM's and BERT's shapes
-on two threads, where oneDNN reaches 180-225, and a decoding step's few rows take 1.3-2.8x less
-(bench/FINDINGS.md, "oneDNN's linear"). Its sums are ordered otherwise: equal to F.linear within
-float rounding, not bitwise. Without it (flag off, or no oneDNN in this torch):
+bias inside it), where torch has oneDNN enabled on an x86 CPU with AVX2 or AVX-512 and
+`FastPaths(onednn_linear=True)` (the default): F.linear runs MKL's sgemm, which on the AVX-512 EPYC
+reaches 164-197 GFLOP/s on MiniLM's and BERT's shapes on two threads, where oneDNN reaches 178-217,
+and a decoding step's few rows take 1.6-2.8x less (bench/FINDINGS.md, "oneDNN's linear"). Its sums
+are ordered otherwise: equal to F.linear within float rounding, not bitwise. Eager only: a compiled
+graph keeps F.linear (Inductor lowers this op only for frozen weights). Without it (flag off, no
+oneDNN, another CPU, a graph being compiled or traced):
 
 F.linear with a bias runs addmm: it first copies the bias into every row of a fresh (N, out)
 output, then has the matrix product accumulate onto it, which reads that output back. In CPU
@@ -30,8 +32,10 @@ from torch.nn.modules import module as _module
 # the scratch buffers are quant/'s (its int8 layers share them), so quant never imports fast/
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, pooling_allocator, release_scratch, scratch  # noqa: F401
 
-# oneDNN's fp32 linear with the bias fused, in this torch build (its CPU wheels have it)
-ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+# oneDNN's fp32 linear with the bias fused, in this torch build (its CPU wheels have it), on the x86
+# vector units it was measured on (an ARM or pre-AVX2 build keeps F.linear until measured there)
+ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+          and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
 
 # below this many rows (a decoding step has one per sequence) the output is small and addmm's
 # single call is cheaper than two
@@ -49,9 +53,12 @@ def bias_after(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
     return bias is not None and cpu_inference(x, weight) and x.numel() >= MIN_ROWS * x.shape[-1]
 
 
-def onednn_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether x W^T + b can run as oneDNN's linear: fp32 CPU inference in a torch that has it."""
-    return ONEDNN and x.dtype == torch.float32 and cpu_inference(x, weight)
+def onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
+    """Whether x W^T + b can run as oneDNN's linear: eager fp32 CPU inference in a torch that has it
+    enabled, with at least one input feature and a dense bias (oneDNN reads the bias as contiguous)."""
+    tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()
+    return (ONEDNN and torch.backends.mkldnn.enabled and x.dtype == torch.float32 and not tracing
+            and cpu_inference(x, weight) and weight.shape[-1] > 0 and (bias is None or bias.is_contiguous()))
 
 
 class FastLinear(nn.Linear):
@@ -63,7 +70,7 @@ class FastLinear(nn.Linear):
     onednn = False  # set per module by lmforge.optimize from FastPaths.onednn_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        if self.onednn and onednn_applies(x, self.weight):
+        if self.onednn and onednn_applies(x, self.weight, self.bias):
             # its fresh outputs beat MKL's product into a reused buffer, page faults included
             # (bert-base 32 x 128: 3.70 vs 3.79 s a batch, bench/FINDINGS.md)
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")

@@ -4,10 +4,10 @@ The model's layers are plain PyTorch (nn.Linear, nn.Dropout, `x + dropout(h)`, `
 forward runs the plain way (padded batches, dense SDPA). `optimize(model)` does two things, once:
 it gives the model the fast execution (fast/execution.py: unpadding, blocked local attention), and
 it turns each of those modules into a subclass with the same parameters and state-dict names whose
-forward takes a cheaper route where it is exact and measured to pay (bench/FINDINGS.md):
+forward takes a cheaper route where it is measured to pay (bench/FINDINGS.md), exact but where said:
 
-- FastLinear: in fp32 CPU inference the product is oneDNN's linear (10-20 % faster than MKL's
-  sgemm here); without it, the bias is added after the matmul (addmm copies it into every row
+- FastLinear: in eager fp32 CPU inference the product is oneDNN's linear (4-18 % faster than MKL's
+  sgemm on the bench's shapes here, 1.6-2.8x on a decoding step's rows); without it, the bias is added after the matmul (addmm copies it into every row
   first) and the fused q, k, v and the FFN's hidden units, outputs that die inside their layer, go
   into per-thread buffers reused from call to call (glibc page-faults fresh large outputs);
 - FastDropout: CPU masks drawn as four 16-bit uniforms per 64-bit draw (~4x cheaper);
@@ -117,11 +117,12 @@ def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = N
         for module in model.modules():
             if type(module) in SWAPS:
                 module.__class__ = SWAPS[type(module)]
-            if type(module) is FastLinear:
-                module.onednn = paths.onednn_linear
         for linear, slot in _slots(model):
             if type(linear) is FastLinear:
                 linear.slot = slot
+    for module in model.modules():  # also where an earlier optimize left its layers fast
+        if type(module) is FastLinear:
+            module.onednn = paths.onednn_linear
     _set_execution(model, FastExecution(paths))
     return model
 

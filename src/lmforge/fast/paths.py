@@ -2,7 +2,7 @@
 
 They belong to a model instance (given by `lmforge.optimize(model, paths=FastPaths(...))`), not to its
 config: they are not saved, and every choice is tested against the path it replaces
-(tests/fast/test_fastpath.py). Generation's own
+(tests/fast/test_fastpath.py, test_linear.py, test_native_attention.py). Generation's own
 speed options are arguments of `lmforge.generate` (generate/fast/).
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ class FastPaths:
     # Where it runs it comes first: sequence_attention and jagged_attention then choose for the rest
     native_attention: bool = True
     # fp32 CPU inference products by oneDNN's linear (fast/linear.py) instead of F.linear's MKL sgemm:
-    # 10-20 % faster on MiniLM's and BERT's shapes, 1.3-2.8x on a decoding step's rows (bench/FINDINGS.md);
+    # 4-18 % faster on MiniLM's and BERT's shapes, 1.6-2.8x on a decoding step's rows (bench/FINDINGS.md);
     # equal within float rounding, not bitwise
     onednn_linear: bool = True
     chunk: int = 0  # queries per chunk of blocked attention; 0: chosen from the window

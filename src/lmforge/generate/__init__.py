@@ -114,8 +114,9 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     receives each step's (B * R,) new tokens (greedy and sampling only). Speed options, same tokens:
     `projection` computes the vocabulary projection "auto" (the fastest way timed on this machine),
     "plain", "input-major" or "screen" (generate/fast/projection.py). The model runs as it is given:
-    plain, or accelerated where `lmforge.optimize(model)` was called (the same tokens either way). It is
-    left exactly as it was found (weights, layout, mode)."""
+    plain, or accelerated where `lmforge.optimize(model)` was called (the same tokens either way, but
+    where two logits are equal within float rounding). It is left exactly as it was found (weights,
+    layout, mode)."""
     options = GenerationOptions.build(options, fields)
     mask = check_prompt(model, input_ids, attention_mask)
     ids = check_for_model(options, model, 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1])

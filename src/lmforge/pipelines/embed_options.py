@@ -110,10 +110,8 @@ def cut_dimensions(vectors: torch.Tensor, options: EmbedOptions) -> torch.Tensor
 
 def leading(vectors: torch.Tensor, k: int, normalize: bool) -> torch.Tensor:
     """(N, d) -> (N, min(k, d)): a Matryoshka prefix, L2-normalised again where the similarity is cosine
-    (the whole vector is returned as it is)."""
-    if k >= vectors.shape[-1]:
-        return vectors
-    cut = vectors[:, :k]
+    (the whole vector too: a prefix of any width compares as a cosine)."""
+    cut = vectors[:, :k] if k < vectors.shape[-1] else vectors
     return torch.nn.functional.normalize(cut, p=2, dim=-1) if normalize else cut
 
 

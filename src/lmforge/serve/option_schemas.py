@@ -24,12 +24,23 @@ def options_fields(cls, skip: tuple = ()) -> dict:
         if f.name in skip:
             continue
         meta = f.metadata
-        extra = {k: v for k, v in (("minimum", meta.get("low")), ("maximum", meta.get("high"))) if v is not None}
+        extra = _bounds(meta)
+        if meta.get("item"):  # a list of numbers: the bounds are each item's (JSON Schema ignores them on arrays)
+            extra = {"items": {"type": "integer" if meta["item"] == "int" else "number", **extra},
+                     "minItems": meta.get("min_items", 0), "maxItems": meta["max_items"],
+                     **({"uniqueItems": True} if meta.get("distinct") else {})}
         if meta.get("choices"):
             extra["enum"] = list(meta["choices"])
         out[f.name] = (hints[f.name], Field(f.default, description=meta.get("help", "") + bounds_text(meta),
                                             json_schema_extra=extra or None))
     return out
+
+
+def _bounds(meta: dict) -> dict:
+    """JSON Schema's minimum / maximum (exclusive where the option's bound is open) of a number option."""
+    names = (("low", "exclusiveMinimum" if meta.get("open_low") else "minimum"),
+             ("high", "exclusiveMaximum" if meta.get("open_high") else "maximum"))
+    return {name: meta[key] for key, name in names if meta.get(key) is not None}
 
 
 class TextsBase(BaseModel):

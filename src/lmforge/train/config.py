@@ -68,8 +68,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.betas, str):  # "0.9,0.98" from a command line
             self.betas = _betas(self.betas)
-        check_options(self)
-        self.betas = tuple(self.betas)  # types (a bool is not a number, "false" is not a bool), bounds, choices
+        check_options(self)  # types (a bool is not a number, "false" is not a bool), bounds, choices
+        self.betas = tuple(self.betas)  # a JSON list kept as the pair AdamW takes
         if self.epochs is not None and self.steps != DEFAULT_STEPS:
             raise OptionsError(f"give steps ({self.steps}) or epochs ({self.epochs}), not both", "epochs")
         check_device(self.device)

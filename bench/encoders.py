@@ -1,24 +1,12 @@
-"""Encoder inference (BERT, batch 32 x 128) and sentence-embedding throughput, side by side.
-
-    python -m bench.encoders [--repeats 5] [--out bench/results/encoders_avx512.json]
-
-runs the encoder suite alone on this machine and writes it, with the machine named, to --out (bench.run
-merges it with the other suites into results/<env>.json instead).
-"""
+"""Encoder inference (BERT, batch 32 x 128) and sentence-embedding throughput, side by side."""
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
-import time
-from pathlib import Path
 
 import torch
 
-from bench.common import batch, bert_config, encoder_flops, machine, pair, ratio, side_by_side
+from bench.common import batch, bert_config, encoder_flops, pair, ratio, side_by_side
 from lmforge.fast.optimize import optimize
-from lmforge.utils.atomic import atomic_write_text
 from lmforge.fast.paths import FastPaths
 
 
@@ -99,24 +87,3 @@ def sentence_embeddings(repeats: int, quick: bool) -> list:
              "reference_sent_s": len(texts) / theirs_s, "ratio": ratio(theirs_s, ours_s),
              "min_cosine": cosine, "runs": runs}]
 
-
-def main() -> None:
-    """`python -m bench.encoders`: the encoder suite alone, written to --out."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per arm (median reported)")
-    parser.add_argument("--quick", action="store_true", help="bert-mini only, for a trial")
-    parser.add_argument("--out", required=True, help="the JSON to write")
-    parser.add_argument("--note", default="", help="a line kept with the result")
-    args = parser.parse_args()
-    start, clock = [f"{load:.2f}" for load in os.getloadavg()], time.perf_counter()
-    rows = encoder_inference(args.repeats, args.quick)
-    result = {"suite": "encoder inference, 32 x 128, lmforge (optimized) vs the reference (HF BertModel, its "
-                       "default attention)", "machine": machine(), "loadavg_at_start": start,
-              "seconds": round(time.perf_counter() - clock, 1), "date": time.strftime("%Y-%m-%d %H:%M"),
-              "note": args.note, "rows": rows}
-    atomic_write_text(Path(args.out), json.dumps(result, indent=1) + "\n")  # a reader never sees half of it
-    print(json.dumps([{k: r[k] for k in ("model", "lengths", "precision", "ratio")} for r in rows], indent=1))
-
-
-if __name__ == "__main__":
-    main()

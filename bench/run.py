@@ -2,10 +2,12 @@
 
     python -m bench.run                  # everything, 5 repeats, both allocator environments
     python -m bench.run --repeats 3 --only encoder,mlm --envs default
+    python -m bench.run --only encoder,generation --out bench/results/avx512.json
 
 Each allocator environment runs in its own process (the variables must be set before
 Python starts); results land in bench/results/<env>.json and the report is rebuilt from
-whatever results are there.
+whatever results are there. With --out the suites run in this process (its allocator as it is)
+and land in that file alone, machine named, for a CPU other than the report's.
 """
 from __future__ import annotations
 
@@ -36,11 +38,12 @@ def _suite(name: str):
             "attention": attention.scaling_sweep}[name]
 
 
-def child(env: str, suites: list, repeats: int, quick: bool) -> None:
-    """Run the suites in this process and merge them into results/<env>.json."""
+def child(env: str, suites: list, repeats: int, quick: bool, out: Path | None = None) -> None:
+    """Run the suites in this process and merge them into `out` (default results/<env>.json)."""
     from bench.common import machine
+    from lmforge.utils.atomic import atomic_write_text
 
-    out = HERE / "results" / f"{env}.json"
+    out = out or HERE / "results" / f"{env}.json"
     results = json.loads(out.read_text()) if out.is_file() else {}
     earlier = results.get("machine", {}).get("cpu")
     for name, suite in results.items():  # a suite kept from an earlier run keeps that run's CPU
@@ -56,7 +59,7 @@ def child(env: str, suites: list, repeats: int, quick: bool) -> None:
                          "load_before": load_before, "load_after": os.getloadavg(),
                          "date": time.strftime("%Y-%m-%d %H:%M")}
         out.parent.mkdir(exist_ok=True)
-        out.write_text(json.dumps(results, indent=1))
+        atomic_write_text(out, json.dumps(results, indent=1))  # a reader never sees half of it
         print(f"[{env}] {name}: {results[name]['seconds']} s", flush=True)
 
 
@@ -68,14 +71,15 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default=",".join(SUITES), help=f"comma-separated suites of {', '.join(SUITES)}")
     parser.add_argument("--envs", default="default,tuned", help="allocator environments: default, tuned")
     parser.add_argument("--report-only", action="store_true", help="rebuild RESULTS.md from bench/results")
+    parser.add_argument("--out", help="run in this process and write this JSON only (RESULTS.md untouched)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     suites = [s for s in args.only.split(",") if s]
     unknown = [s for s in suites if s not in SUITES] + [e for e in args.envs.split(",") if e not in ENVS]
     if unknown or args.repeats < 1:
         parser.error(f"unknown suite or environment {unknown}" if unknown else "--repeats must be >= 1")
-    if args.child:
-        child(args.child, suites, args.repeats, args.quick)
+    if args.child or args.out:
+        child(args.child or "default", suites, args.repeats, args.quick, Path(args.out) if args.out else None)
         return 0
     for env in ([] if args.report_only else args.envs.split(",")):
         chosen = [s for s in suites if DEFAULT_ONLY_IN.get(s, env) == env]

@@ -6,8 +6,8 @@ The reranker is fine-tuned from all-MiniLM-L6-v2 (`lmforge finetune --task reran
 retriever's first hard negatives (listwise softmax loss), on one thread. The held-out questions' top 20
 from the retriever are then re-ordered by it: recall@1, recall@5 and MRR@10 before and after.
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.rerank [--retriever bm25|dense] [--steps 300]
-writes bench/results/rerank.json (bm25) or bench/results/rerank_dense.json (dense: all-MiniLM-L6-v2 as it
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.rerank [--retriever bm25|dense] [--steps 300] [--out FILE]
+writes --out, else bench/results/rerank.json (bm25) or rerank_dense.json (dense: all-MiniLM-L6-v2 as it
 is, or a trained DPR directory with --dense-model DIR, e.g. bench.embedding_precision's --save; --reranker-from
 DIR starts the cross-encoder from that encoder instead of all-MiniLM-L6-v2).
 """
@@ -90,14 +90,18 @@ def arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--test", type=int, default=500, help="held-out questions reranked (of 500)")
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", help="the JSON to write (default: the retriever's file in bench/results; give "
+                                      "another for a run with another --dense-model, so the kept one stays)")
     args = parser.parse_args(argv)
     if args.dense_model != MODEL and args.retriever != "dense":
         parser.error("--dense-model needs --retriever dense")
     return args
 
 
-def train_and_rerank(args, passages: list, train: list, test: list, clock: dict) -> tuple:
-    """(the test questions' retrieved ids, their reranked ids, the training records, the run's summary)."""
+def train_and_rerank(args, passages: list, train: list, test: list) -> tuple:
+    """(the test questions' retrieved ids, their reranked ids, the training records, the run's summary,
+    {"retrieve", "train": seconds})."""
+    clock = {"start": time.perf_counter()}
     with tempfile.TemporaryDirectory(prefix="lmforge-rerank-") as tmp:
         work = Path(tmp)
         ranked = retrieve(args.retriever, passages, train + test, work, args.dense_model)
@@ -115,18 +119,20 @@ def train_and_rerank(args, passages: list, train: list, test: list, clock: dict)
             shutil.copytree(work / "run" / "final", args.save, dirs_exist_ok=True)
             atomic_write_text(Path(args.save) / "bench_rankings.json", json.dumps(
                 {"questions": [r["question"] for r in test], "retrieved": test_ranked, "reranked": reranked}))
-    return test_ranked, reranked, records, summary
+    seconds = {"retrieve": round(clock["retrieve"] - clock["start"], 1),
+               "train": round(clock["train"] - clock["retrieve"], 1)}
+    return test_ranked, reranked, records, summary, seconds
 
 
 def main(argv=None) -> None:
     """Retrieve, train the reranker, rerank, write the JSON."""
     args = arguments(argv)
     torch.set_num_threads(args.threads)
-    clock = {"start": time.perf_counter()}
+    start = time.perf_counter()
     passages, sets = dictionary_questions(seed=0)
     test = sets["test"][:args.test]
     train = sets["train"][:args.steps * args.batch_size]  # each question seen once
-    test_ranked, reranked, records, summary = train_and_rerank(args, passages, train, test, clock)
+    test_ranked, reranked, records, summary, seconds = train_and_rerank(args, passages, train, test)
     out = {"data": "dictionary_qa (GCIDE), seed 0", "passages": len(passages), "train_questions": len(records),
            "test_questions": len(test), "retriever": describe(args.retriever, args.dense_model),
            "reranked_depth": DEPTH,
@@ -134,11 +140,9 @@ def main(argv=None) -> None:
                         "steps": summary["steps"], "batch_size": args.batch_size, "lr": args.lr},
            "retriever_scores": scores(test_ranked, test), "reranked_scores": scores(reranked, test),
            "recall@1_paired": paired_at_1(test_ranked, reranked, test),
-           "seconds": {"retrieve": round(clock["retrieve"] - clock["start"], 1),
-                       "train": round(clock["train"] - clock["retrieve"], 1),
-                       "total": round(time.perf_counter() - clock["start"], 1)},
+           "seconds": {**seconds, "total": round(time.perf_counter() - start, 1)},
            "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
-    atomic_write_text(RESULTS[args.retriever], json.dumps(out, indent=2) + "\n")
+    atomic_write_text(Path(args.out) if args.out else RESULTS[args.retriever], json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 
 

@@ -80,9 +80,10 @@ def main() -> None:
     passages, sets = dictionary_questions(n_passages=args.passages, n_test=args.test, seed=0)
     test, train = sets["test"], sets["train"][:args.steps * args.batch_size]
     options = {"matryoshka_dims": args.dims, "matryoshka_weights": args.weights}
-    quarter = BiEncoder.from_dir(MODEL).width // 4
-    untrained = measure(BiEncoder.from_dir(MODEL), passages, test, quarter, tuple(args.multipliers)) \
-        if args.untrained else None
+    base = BiEncoder.from_dir(MODEL)  # measured as it is; training starts from a fresh copy below
+    quarter = base.width // 4
+    untrained = measure(base, passages, test, quarter, tuple(args.multipliers)) if args.untrained else None
+    del base
     measured_s = time.perf_counter() - start
     with tempfile.TemporaryDirectory(prefix="lmforge-precision-") as tmp:
         cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=20, seed=0, log_every=50,

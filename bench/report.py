@@ -24,8 +24,11 @@ CHECKS = [
 
 
 def _load(folder: Path) -> dict:
-    """The allocator environments' results (run.py's files: those with a "machine")."""
-    found = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    """The allocator environments' results (run.py's results/<env>.json; a `bench.run --out` file of another
+    CPU is not one of them)."""
+    from bench.run import ENVS
+
+    found = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.stem in ENVS}
     return {env: data for env, data in found.items() if "machine" in data}
 
 

@@ -90,18 +90,18 @@ def arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--test", type=int, default=500, help="held-out questions reranked (of 500)")
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", help="the JSON to write (default: the retriever's file in bench/results; give "
-                                      "another for a run with another --dense-model, so the kept one stays)")
+    parser.add_argument("--out", help="the JSON to write (default: the retriever's file in bench/results; "
+                                      "give another for a run with another --dense-model, so the kept one stays)")
     args = parser.parse_args(argv)
     if args.dense_model != MODEL and args.retriever != "dense":
         parser.error("--dense-model needs --retriever dense")
     return args
 
 
-def train_and_rerank(args, passages: list, train: list, test: list) -> tuple:
+def train_and_rerank(args, passages: list, train: list, test: list, start: float) -> tuple:
     """(the test questions' retrieved ids, their reranked ids, the training records, the run's summary,
-    {"retrieve", "train": seconds})."""
-    clock = {"start": time.perf_counter()}
+    {"retrieve", "train": seconds}, retrieval counted from `start`, the run's start)."""
+    clock = {"start": start}
     with tempfile.TemporaryDirectory(prefix="lmforge-rerank-") as tmp:
         work = Path(tmp)
         ranked = retrieve(args.retriever, passages, train + test, work, args.dense_model)
@@ -132,7 +132,7 @@ def main(argv=None) -> None:
     passages, sets = dictionary_questions(seed=0)
     test = sets["test"][:args.test]
     train = sets["train"][:args.steps * args.batch_size]  # each question seen once
-    test_ranked, reranked, records, summary, seconds = train_and_rerank(args, passages, train, test)
+    test_ranked, reranked, records, summary, seconds = train_and_rerank(args, passages, train, test, start)
     out = {"data": "dictionary_qa (GCIDE), seed 0", "passages": len(passages), "train_questions": len(records),
            "test_questions": len(test), "retriever": describe(args.retriever, args.dense_model),
            "reranked_depth": DEPTH,
@@ -142,7 +142,8 @@ def main(argv=None) -> None:
            "recall@1_paired": paired_at_1(test_ranked, reranked, test),
            "seconds": {**seconds, "total": round(time.perf_counter() - start, 1)},
            "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
-    atomic_write_text(Path(args.out) if args.out else RESULTS[args.retriever], json.dumps(out, indent=2) + "\n")
+    target = Path(args.out) if args.out else RESULTS[args.retriever]
+    atomic_write_text(target, json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 
 

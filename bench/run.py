@@ -43,13 +43,15 @@ def child(env: str, suites: list, repeats: int, quick: bool, out: Path | None = 
     from bench.common import machine
     from lmforge.utils.atomic import atomic_write_text
 
+    fresh = out is not None  # --out: this run's suites alone, whatever the file held
     out = out or HERE / "results" / f"{env}.json"
-    results = json.loads(out.read_text()) if out.is_file() else {}
+    results = json.loads(out.read_text()) if out.is_file() and not fresh else {}
     earlier = results.get("machine", {}).get("cpu")
     for name, suite in results.items():  # a suite kept from an earlier run keeps that run's CPU
         if name != "machine" and earlier is not None:
             suite.setdefault("cpu", earlier)
     results["machine"] = machine()
+    out.parent.mkdir(parents=True, exist_ok=True)  # before minutes of work, not after
     for name in suites:
         load_before = os.getloadavg()
         start = time.time()
@@ -58,7 +60,6 @@ def child(env: str, suites: list, repeats: int, quick: bool, out: Path | None = 
                          "cpu": results["machine"]["cpu"],
                          "load_before": load_before, "load_after": os.getloadavg(),
                          "date": time.strftime("%Y-%m-%d %H:%M")}
-        out.parent.mkdir(exist_ok=True)
         atomic_write_text(out, json.dumps(results, indent=1))  # a reader never sees half of it
         print(f"[{env}] {name}: {results[name]['seconds']} s", flush=True)
 
@@ -78,6 +79,9 @@ def main(argv=None) -> int:
     unknown = [s for s in suites if s not in SUITES] + [e for e in args.envs.split(",") if e not in ENVS]
     if unknown or args.repeats < 1:
         parser.error(f"unknown suite or environment {unknown}" if unknown else "--repeats must be >= 1")
+    if args.out and (args.report_only or args.child or args.envs != parser.get_default("envs")):
+        parser.error("--out runs in this process, under its own allocator: "
+                     "not with --envs, --child or --report-only")
     if args.child or args.out:
         child(args.child or "default", suites, args.repeats, args.quick, Path(args.out) if args.out else None)
         return 0

@@ -42,7 +42,8 @@ def _inputs(model):
 # layer, outside the graph: the eager call below draws them (a first compiled call would break there once)
 
 
-def _compare(name: str, backend: str, optimized: bool, backward: bool = False, inference: bool = False) -> tuple:
+def _compare(name: str, backend: str, optimized: bool, backward: bool = False,
+             inference: bool = False) -> tuple:
     """(compiled logits, eager logits) at the real positions, and whether a backward pass through the
     compiled model gave finite gradients (None without backward); the compiled model in one graph,
     under no_grad where `inference` (as an evaluation or a server runs it)."""

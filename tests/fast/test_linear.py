@@ -122,6 +122,9 @@ def test_optimize_turns_onednn_on_per_its_paths_and_off_again():
     assert all(type(m) is FastLinear and m.onednn for m in linears())
     lmforge.optimize(model, paths=FastPaths(onednn_linear=False))
     assert not any(m.onednn for m in linears())
+    lmforge.optimize(model)
+    lmforge.optimize(model, paths=FastPaths(onednn_linear=False, accelerate=False))  # the layers stay fast
+    assert all(type(m) is FastLinear and not m.onednn for m in linears())
     lmforge.optimize(model, enabled=False)
     assert all(type(m) is nn.Linear and "onednn" not in m.__dict__ for m in linears())
 
@@ -135,7 +138,8 @@ def test_onednn_route_is_left_where_onednn_would_misread_or_is_off():
     with torch.inference_mode():
         assert not linear.onednn_applies(x, layer.weight, layer.bias)
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-6, atol=1e-6)
-        layer.bias = nn.Parameter(torch.randn(1).expand(80))  # stride 0
+        layer.bias = nn.Parameter(torch.randn(1).expand(80))  # stride 0: read past its storage
+        assert not linear.onednn_applies(x, layer.weight, layer.bias)
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-6, atol=1e-6)
         torch.backends.mkldnn.enabled = False  # (its flags() context also sets a TF32 flag, with a warning)
         try:

@@ -32,8 +32,9 @@ from torch.nn.modules import module as _module
 # the scratch buffers are quant/'s (its int8 layers share them), so quant never imports fast/
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, pooling_allocator, release_scratch, scratch  # noqa: F401
 
-# oneDNN's fp32 linear with the bias fused, in this torch build (its CPU wheels have it), on the x86
-# vector units it was measured on (an ARM or pre-AVX2 build keeps F.linear until measured there)
+# oneDNN's fp32 linear with the bias fused, in this torch build (its CPU wheels have it), on x86 with AVX2
+# or AVX-512: measured on an AVX-512 EPYC, and held to AVX2 there (ONEDNN_MAX_CPU_ISA), not on an AVX2-only
+# CPU; an ARM or pre-AVX2 build keeps F.linear until measured there
 ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
           and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
 

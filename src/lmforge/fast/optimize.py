@@ -7,9 +7,10 @@ it turns each of those modules into a subclass with the same parameters and stat
 forward takes a cheaper route where it is measured to pay (bench/FINDINGS.md), exact but where said:
 
 - FastLinear: in eager fp32 CPU inference the product is oneDNN's linear (4-18 % faster than MKL's
-  sgemm on the bench's shapes here, 1.6-2.8x on a decoding step's rows); without it, the bias is added after the matmul (addmm copies it into every row
-  first) and the fused q, k, v and the FFN's hidden units, outputs that die inside their layer, go
-  into per-thread buffers reused from call to call (glibc page-faults fresh large outputs);
+  sgemm on the bench's shapes here, 1.6-2.8x on a decoding step's rows); without it, the bias is
+  added after the matmul (addmm copies it into every row first) and the fused q, k, v and the FFN's
+  hidden units, outputs that die inside their layer, go into per-thread buffers reused from call to
+  call (glibc page-faults fresh large outputs);
 - FastDropout: CPU masks drawn as four 16-bit uniforms per 64-bit draw (~4x cheaper);
 - FastFeedForward / FastBlock: in inference the activation and the residual sum overwrite the
   fresh tensor they read (an allocation saved per sublayer: bert-mini 210 -> 154 ms a batch); an

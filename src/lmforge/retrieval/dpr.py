@@ -215,8 +215,11 @@ class DPRObjective(Objective):
         options = self.encoder.options
         dims = options.matryoshka_dims or (q.shape[-1],)  # the plain loss: one "prefix", the whole vector
         weights = options.matryoshka_weights or (1.0,) * len(dims)
-        parts = [self.nll(leading(q, d, options.normalize), leading(p, d, options.normalize), batch["same_passage"])
-                 for d in dims]
+
+        def cut(vectors: torch.Tensor, d: int) -> torch.Tensor:  # embed normalised whole vectors already
+            return leading(vectors, d, options.normalize and d < vectors.shape[-1])
+
+        parts = [self.nll(cut(q, d), cut(p, d), batch["same_passage"]) for d in dims]
         loss = sum(w * part for w, (part, _) in zip(weights, parts))
         metrics = {f"loss_{d}": part.detach() for d, (part, _) in zip(options.matryoshka_dims, parts)}
         return Loss(loss, {"in_batch_accuracy": in_batch_accuracy(parts[0][1]), **metrics})

@@ -25,12 +25,10 @@ def options_fields(cls, skip: tuple = ()) -> dict:
             continue
         meta = f.metadata
         extra = _bounds(meta)
-        if meta.get("item"):  # a list of numbers: the bounds are each item's (JSON Schema ignores them on arrays)
-            extra = {"items": {"type": "integer" if meta["item"] == "int" else "number", **extra},
-                     "minItems": meta.get("min_items", 0), "maxItems": meta["max_items"],
-                     **({"uniqueItems": True} if meta.get("distinct") else {})}
         if meta.get("choices"):
             extra["enum"] = list(meta["choices"])
+        if meta.get("item"):  # a list of numbers: the bounds are each item's, in the array's own schema
+            extra = _list_schema(meta, extra)
         out[f.name] = (hints[f.name], Field(f.default, description=meta.get("help", "") + bounds_text(meta),
                                             json_schema_extra=extra or None))
     return out
@@ -41,6 +39,20 @@ def _bounds(meta: dict) -> dict:
     names = (("low", "exclusiveMinimum" if meta.get("open_low") else "minimum"),
              ("high", "exclusiveMaximum" if meta.get("open_high") else "maximum"))
     return {name: meta[key] for key, name in names if meta.get(key) is not None}
+
+
+def _list_schema(meta: dict, bounds: dict):
+    """pydantic's schema hook giving the array (itself, or its branch of an Optional's anyOf) its item
+    type and bounds, its count and, if distinct, uniqueItems."""
+    keywords = {"items": {"type": "integer" if meta["item"] == "int" else "number", **bounds},
+                "minItems": meta.get("min_items", 0), "maxItems": meta["max_items"],
+                **({"uniqueItems": True} if meta.get("distinct") else {})}
+
+    def apply(schema: dict) -> None:
+        for branch in schema.get("anyOf", [schema]):
+            if branch.get("type") == "array":
+                branch.update(keywords)
+    return apply
 
 
 class TextsBase(BaseModel):

@@ -32,7 +32,8 @@ def test_packing_round_trips_the_signs_and_hamming_counts_differing_signs(d):
     assert torch.equal(pack_bits(p), quantize(p, "ubinary"))
     assert torch.equal(unpack_signs(pack_bits(p), d), torch.where(p > 0, 1.0, -1.0))
     want = ((q[:, None] > 0) != (p[None] > 0)).sum(-1)
-    assert torch.equal(hamming(pack_bits(q), pack_bits(p), chunk=2).long(), want)
+    assert torch.equal(hamming(pack_bits(q), pack_bits(p), chunk=2, passage_chunk=7).long(), want)
+    assert torch.equal(hamming(pack_bits(q), pack_bits(p)).long(), want)
 
 
 def test_rescoring_over_every_passage_is_the_exhaustive_ordering_against_the_signs():

@@ -86,4 +86,3 @@ def sentence_embeddings(repeats: int, quick: bool) -> list:
     return [{"model": "all-MiniLM-L6-v2", "sentences": len(texts), "lmforge_sent_s": len(texts) / ours_s,
              "reference_sent_s": len(texts) / theirs_s, "ratio": ratio(theirs_s, ours_s),
              "min_cosine": cosine, "runs": runs}]
-

@@ -226,7 +226,7 @@ def test_a_union_field_admits_each_of_its_types_and_nothing_else():
 
 
 def test_list_options_bound_their_count_and_every_item_by_one_declaration():
-    """option(item=...) checks a list's length, each item's type and bounds, and repeats, in check_options."""
+    """option(items=Items(...)) checks a list's length, each item's type and bounds, and repeats, in check_options."""
     from lmforge.config.options import OptionsError, help_rows
     from lmforge.retrieval.dpr import MAX_DIMS, EncoderOptions
 
@@ -246,7 +246,7 @@ def test_list_options_bound_their_count_and_every_item_by_one_declaration():
 
 
 def test_a_list_option_must_bound_its_count():
-    from lmforge.config.options import option
+    from lmforge.config.options import Items, option
 
     with pytest.raises(ValueError, match="max_items is required"):
-        option((), "widths", item="int", low=1)
+        option((), "widths", items=Items("int"), low=1)

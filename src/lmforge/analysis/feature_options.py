@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from lmforge.config.model import MAX_LAYERS, MAX_LEN
-from lmforge.config.options import OptionsError, check_options, option, with_changes
+from lmforge.config.options import Items, OptionsError, check_options, option, with_changes
 
 TEXT_POOLINGS = ("none", "mean", "max", "mean_max", "cls", "sep", "last")
 WORD_POOLINGS = ("first", "mean", "last")
@@ -35,8 +35,8 @@ class FeatureOptions:
     layers: Union[int, str, list] = option("all", "hidden states: an index (0 = embeddings, -1 = the top "
                                            "layer), a list, 0,3,6, a range 4-8, all, or mix (the scalar mix)")
     mix_weights: Optional[list] = option(None, "layers=mix: the scalar mix's weights s_j, one per hidden state "
-                                         "(softmax-normalised); default equal", item="float", low=-MAX_WEIGHT,
-                                         high=MAX_WEIGHT, min_items=1, max_items=MAX_LAYERS + 1)
+                                         "(softmax-normalised); default equal", low=-MAX_WEIGHT, high=MAX_WEIGHT,
+                                         items=Items("float", MAX_LAYERS + 1, min_items=1))
     mix_gamma: float = option(1.0, "layers=mix: the scalar mix's scale gamma", low=-MAX_WEIGHT, high=MAX_WEIGHT)
     pooling: str = option("none", "none (per token, with its text and offsets), mean, max, mean_max, cls, "
                           "sep or last; word inputs: first, mean or last", choices=POOLINGS)

@@ -23,19 +23,32 @@ class OptionsError(ValueError):
         self.field = field
 
 
+@dataclasses.dataclass(frozen=True)
+class Items:
+    """A list option's items: their kind ("int" or "float"), how many (min_items to max_items: a list's
+    cost is bounded, so max_items is required) and whether they must differ; the option's low/high bound
+    each item."""
+
+    kind: str
+    max_items: int | None = None
+    min_items: int = 0
+    distinct: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("int", "float") or self.max_items is None:
+            raise ValueError(f"Items({self.kind!r}): a list option's items are int or float, and max_items "
+                             "is required")
+
+
 def option(default, doc: str, *, low=None, high=None, open_low: bool = False, open_high: bool = False,
-           choices: tuple | None = None, factory=None, item: str | None = None, min_items: int = 0,
-           max_items: int | None = None, distinct: bool = False):
+           choices: tuple | None = None, factory=None, items: Items | None = None):
     """A dataclass field with its default, one line of help and its bounds (listed by `lmforge options`).
 
     low/high: inclusive bounds of a number (open_low / open_high: that one excluded); None: no bound on that side
-    (sizes always have an upper one). choices: the values a string may take. item ("int" or "float"): the
-    field is a list of such numbers, low/high bound each one, min_items/max_items their count (a list's
-    cost is bounded: max_items is required) and distinct forbids repeats."""
-    if item is not None and (item not in ("int", "float") or max_items is None):
-        raise ValueError(f"item={item!r}: a list option's items are int or float, and max_items is required")
+    (sizes always have an upper one). choices: the values a string may take. items: the field is a list of
+    numbers (see Items), and low/high bound each one."""
     meta = {"help": doc, "low": low, "high": high, "open_low": open_low, "open_high": open_high,
-            "choices": choices, "item": item, "min_items": min_items, "max_items": max_items, "distinct": distinct}
+            "choices": choices, "items": items}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -97,7 +110,7 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
     if not _is_instance(base, value):
         wanted = " or ".join(BASE_TYPES.get(m, m) for m in members(base))
         raise error(f"{name} must be {wanted}, got {_short(value)}", name)
-    if meta.get("item") and isinstance(value, (list, tuple)):
+    if meta.get("items") and isinstance(value, (list, tuple)):
         return check_items(name, meta, value, error)
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     if base in ("int", "float") or (numeric and {"int", "float"} & set(members(base))):
@@ -110,18 +123,23 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
 
 def check_items(name: str, meta: dict, value, error=OptionsError) -> None:
     """A list option's count, each item's type and bounds (reported as name[i]) and, if distinct, no repeats."""
-    low, high = meta.get("min_items", 0), meta["max_items"]
-    if not low <= len(value) <= high:
-        count = f"{low} to {high}" if low != high else str(low)
-        raise error(f"{name} must hold {count} {ITEM_NOUNS[meta['item']]}, got {len(value)}", name)
+    items = meta["items"]
+    if not items.min_items <= len(value) <= items.max_items:
+        raise error(f"{name} must hold {_count(items)} {ITEM_NOUNS[items.kind]}, got {len(value)}", name)
     bounds = {k: meta.get(k) for k in ("low", "high", "open_low", "open_high")}
     for i, item in enumerate(value):
         try:
-            check_value(f"{name}[{i}]", meta["item"], bounds, item, error)
+            check_value(f"{name}[{i}]", items.kind, bounds, item, error)
         except error as bad:  # the message names the item, the field stays the option's
             raise error(str(bad), name) from None
-    if meta.get("distinct") and len(set(value)) != len(value):
+    if items.distinct and len(set(value)) != len(value):
         raise error(f"{name} must not repeat a value, got {_short(list(value))}", name)
+
+
+def _count(items: Items) -> str:
+    """'2' or '0 to 16': how many items a list option holds."""
+    low, high = items.min_items, items.max_items
+    return str(low) if low == high else f"{low} to {high}"
 
 
 def check_range(name: str, value, low, high, open_low: bool = False, error=OptionsError,
@@ -207,8 +225,7 @@ def bounds_text(meta: dict) -> str:
     low, high = meta.get("low"), meta.get("high")
     opening, closing = "(" if meta.get("open_low") else "[", ")" if meta.get("open_high") else "]"
     interval = f"{opening}{'' if low is None else low}, {'' if high is None else high}{closing}"
-    if meta.get("item"):
-        count = meta.get("min_items", 0), meta["max_items"]
-        many = f"{count[0]} to {count[1]}" if count[0] != count[1] else str(count[0])
-        return f" ({many}{', distinct' if meta.get('distinct') else ''}, each in {interval})"
+    items = meta.get("items")
+    if items:
+        return f" ({_count(items)}{', distinct' if items.distinct else ''}, each in {interval})"
     return "" if low is None and high is None else f" {interval}"

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lmforge.config.options import OptionsError, check_options, option
+from lmforge.config.options import Items, OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
@@ -53,10 +53,10 @@ class EncoderOptions:
     max_length: int = option(128, "tokens per question or passage", low=2, high=MAX_DIMS)
     matryoshka_dims: tuple = option((), "Matryoshka loss: the DPR loss summed over these prefix widths "
                                     "(e.g. [384,192,96,48]; each <= the model width); [] for the plain loss",
-                                    item="int", low=1, high=MAX_DIMS, max_items=16, distinct=True)
+                                    items=Items("int", 16, distinct=True), low=1, high=MAX_DIMS)
     matryoshka_weights: tuple = option((), "each prefix's weight in the Matryoshka sum, as many as "
-                                       "matryoshka_dims; [] for all 1", item="float", low=0, high=1e3,
-                                       max_items=16)
+                                       "matryoshka_dims; [] for all 1", items=Items("float", 16), low=0,
+                                       high=1e3)
 
     def __post_init__(self) -> None:
         check_options(self)

@@ -27,7 +27,7 @@ def options_fields(cls, skip: tuple = ()) -> dict:
         extra = _bounds(meta)
         if meta.get("choices"):
             extra["enum"] = list(meta["choices"])
-        if meta.get("item"):  # a list of numbers: the bounds are each item's, in the array's own schema
+        if meta.get("items"):  # a list of numbers: the bounds are each item's, in the array's own schema
             extra = _list_schema(meta, extra)
         out[f.name] = (hints[f.name], Field(f.default, description=meta.get("help", "") + bounds_text(meta),
                                             json_schema_extra=extra or None))
@@ -44,9 +44,10 @@ def _bounds(meta: dict) -> dict:
 def _list_schema(meta: dict, bounds: dict):
     """pydantic's schema hook giving the array (itself, or its branch of an Optional's anyOf) its item
     type and bounds, its count and, if distinct, uniqueItems."""
-    keywords = {"items": {"type": "integer" if meta["item"] == "int" else "number", **bounds},
-                "minItems": meta.get("min_items", 0), "maxItems": meta["max_items"],
-                **({"uniqueItems": True} if meta.get("distinct") else {})}
+    items = meta["items"]
+    keywords = {"items": {"type": "integer" if items.kind == "int" else "number", **bounds},
+                "minItems": items.min_items, "maxItems": items.max_items,
+                **({"uniqueItems": True} if items.distinct else {})}
 
     def apply(schema: dict) -> None:
         for branch in schema.get("anyOf", [schema]):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lmforge.config.options import (
+    Items,
     OptionsError,
     base_type,
     check_options,
@@ -40,8 +41,8 @@ class TrainConfig:
     lr: float = option(1e-4, "peak learning rate (AdamW)", low=0, high=10, open_low=True)
     weight_decay: float = option(0.01, "AdamW's decoupled weight decay (not on biases and norms)",
                                  low=0, high=10)
-    betas: tuple = option((0.9, 0.999), "AdamW's (beta1, beta2)", item="float", low=0, high=1, open_high=True,
-                          min_items=2, max_items=2)
+    betas: tuple = option((0.9, 0.999), "AdamW's (beta1, beta2)", items=Items("float", 2, min_items=2), low=0,
+                          high=1, open_high=True)
     eps: float = option(1e-6, "AdamW's epsilon", low=0, high=1, open_low=True)
     warmup: int = option(100, "steps of linear warm-up from 0 to lr", low=0, high=MAX_STEPS)
     schedule: str = option("linear", f"decay after warm-up: {' | '.join(SCHEDULES)}", choices=SCHEDULES)

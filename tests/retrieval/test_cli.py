@@ -64,6 +64,15 @@ def test_bad_input_is_one_line_with_status_2(tiny, tmp_path, capsys):
     assert main(["retrieve", "--index", str(tmp_path / "none"), "--query", "q", "--method", "bm25"]) == 2
 
 
+def test_a_reader_longer_than_the_models_positions_is_refused_naming_max_len(tiny, tmp_path, capsys):
+    assert main(["retrieve", "reader", "--model", str(tiny), "--out", str(tmp_path / "r"), "--max-len", "65",
+                 "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "max_len=65" in err and "max_seq_len=64" in err and err.count("\n") == 1, err
+    assert main(["retrieve", "reader", "--model", str(tiny), "--out", str(tmp_path / "r"), "--negatives", "0"]) == 2
+    assert "--negatives 0: must be" in capsys.readouterr().err
+
+
 def test_retrieve_realm_writes_encoder_retriever_and_scores(tiny, tmp_path, capsys):
     out = tmp_path / "realm"
     code = main(["retrieve", "realm", "--model", str(tiny), "--out", str(out), "--steps", "2", "--k", "2",

@@ -37,12 +37,13 @@ def bounded(kind: type, low, high):
 
 def flag_error(err, values: dict, words: dict | None = None, flags: dict | None = None) -> UsageError:
     """An OptionsError from an options object built of flags, said as the command line says it:
-    "--flag VALUE: rule", the rule in `words` (field -> text) or the check's own less the field's name;
-    `flags`: a field whose flag is not --field-name."""
+    "--flag VALUE: rule" (a switch: "--switch: rule"), the rule in `words` (field -> text) or the check's own
+    less the field's name; `flags`: a field whose flag is not --field-name."""
     field = str(err.field)
     flag = (flags or {}).get(field, "--" + field.replace("_", "-"))
     rule = (words or {}).get(field) or re.sub(rf"^{re.escape(field)}(=\S+)?:?\s*", "", str(err).split(", got ")[0])
-    return UsageError(f"{flag} {values.get(field)}: {rule}")
+    value = values.get(field)
+    return UsageError(f"{flag}: {rule}" if isinstance(value, bool) else f"{flag} {value}: {rule}")
 
 
 def from_flags(build, flags: dict, given: dict | None = None, words: dict | None = None,

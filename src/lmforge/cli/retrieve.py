@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 
 from lmforge.cli.common import SEED, bounded
+from lmforge.retrieval.job_options import IctOptions, ReaderOptions, RealmOptions
 
 
 def _options(args) -> tuple:
@@ -148,59 +149,87 @@ def cmd_train(args) -> None:
 
 def cmd_reader(args) -> None:
     """Train an extractive reader and print its exact match over the top-k passages."""
-    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.job_options import ReaderOptions
     from lmforge.retrieval.jobs import run_reader
 
+    options = job_options(args, ReaderOptions)
     cfg = _training_only(args, "reader")
-    if args.k < 1 or args.negatives < 1:
-        raise UsageError(f"--k and --negatives must be positive, got {args.k} and {args.negatives}")
-    result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, args.k,
-                        args.negatives, args.max_len)
+    result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, options)
     print(json.dumps(result))
     print(f"reader in {args.out}/final, exact match in {args.out}/reader.json")
 
 
 def cmd_realm(args) -> None:
     """REALM pretraining; print the held-out spans' scores before and after."""
-    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.job_options import RealmOptions
     from lmforge.retrieval.jobs import run_realm
 
+    options = job_options(args, RealmOptions)
     cfg = _training_only(args, "realm")
-    if args.k < 0 or args.refresh_every < 1 or args.max_len < 8:
-        raise UsageError(f"need --k >= 0, --refresh-every >= 1 and --max-len >= 8, got {args.k}, "
-                         f"{args.refresh_every}, {args.max_len}")
-    if args.k == 0 and args.no_null_document:
-        raise UsageError("--k 0 with --no-null-document leaves no document to read")
-    result = run_realm(args.model, args.out, cfg, args.passages, args.retriever, args.k, args.refresh_every,
-                       args.max_len, not args.no_null_document, args.resume)
+    result = run_realm(args.model, args.out, cfg, args.passages, args.retriever, options, args.resume)
     print(json.dumps(result))
     print(f"encoder in {args.out}/final, retriever in {args.out}/retriever, scores in {args.out}/realm.json")
 
 
 def cmd_ict(args) -> None:
     """Inverse cloze task warm start; print held-out in-batch accuracy before and after."""
-    from lmforge.cli.common import UsageError
+    from lmforge.retrieval.job_options import IctOptions
     from lmforge.retrieval.jobs import run_ict
 
+    options = job_options(args, IctOptions)
     cfg = _training_only(args, "ict")
-    if not 0 <= args.keep <= 1 or args.rounds < 1:
-        raise UsageError(f"need 0 <= --keep <= 1 and --rounds >= 1, got {args.keep} and {args.rounds}")
-    result = run_ict(args.model, args.out, cfg, args.passages, not args.shared_encoder, args.keep, args.rounds,
-                     args.resume)
+    result = run_ict(args.model, args.out, cfg, args.passages, options, args.resume)
     print(json.dumps(result))
     print(f"retriever in {args.out}/final (for retrieve realm --retriever), scores in {args.out}/ict.json")
 
 
-def _epilog(with_training: bool) -> str:
-    """The key=value options (name=default, help) for --help."""
+def _epilog(with_training: bool, encoder: bool = True) -> str:
+    """The key=value options (name=default, help) for --help: training ones, encoder ones, or both."""
     from lmforge.cli.options import option_lines
     from lmforge.retrieval.dpr import EncoderOptions
     from lmforge.train import TrainConfig
 
-    parts = ["encoder options:", *option_lines(EncoderOptions)]  # their help declared in EncoderOptions
+    parts = ["encoder options:", *option_lines(EncoderOptions)] if encoder else []  # help: EncoderOptions
     if with_training:
-        parts = ["training options (TrainConfig):", *option_lines(TrainConfig), "", *parts]
+        parts = ["training options (TrainConfig):", *option_lines(TrainConfig)] + ([""] + parts if parts else [])
     return "key=value options, with their defaults:\n\n" + "\n".join(parts)
+
+
+# options that are switches on the command line, said as the opposite of their default (True)
+SWITCHES = {"null_document": ("--no-null-document", "leave out the empty document"),
+            "separate": ("--shared-encoder", "one encoder for sentences and contexts")}
+SWITCH_WORDS = {"null_document": "with --k 0 no document is left to read"}
+
+
+def job_flags(parser, cls) -> None:
+    """A flag per option of a retrieval job (ReaderOptions, RealmOptions, IctOptions): its help and bounds
+    are the declaration's, and the object checks them (job_options)."""
+    from dataclasses import fields
+
+    from lmforge.config.options import bounds_text
+
+    defaults = cls()
+    for f in fields(cls):
+        if f.name in SWITCHES:
+            flag, text = SWITCHES[f.name]
+            parser.add_argument(flag, dest=f.name, action="store_true", help=text)
+            continue
+        parser.add_argument("--" + f.name.replace("_", "-"), type=float if f.type == "float" else int,
+                            help=f"{f.metadata['help']} (default {getattr(defaults, f.name)}; "
+                                 f"{bounds_text(f.metadata).strip()})")
+
+
+def job_options(args, cls):
+    """The options object of a retrieval job's flags (the Python API takes the same); a bad value names its
+    flag, in one line."""
+    from dataclasses import fields
+
+    from lmforge.cli.common import from_flags
+
+    given = {f.name: getattr(args, f.name) for f in fields(cls) if getattr(args, f.name) is not None}
+    given.update({name: not given[name] for name in SWITCHES if name in given})
+    return from_flags(lambda values: cls(**values), given, words=SWITCH_WORDS,
+                      names={name: flag for name, (flag, _) in SWITCHES.items()})
 
 
 def _index_parser(sub, argparse) -> None:
@@ -222,12 +251,11 @@ def _index_parser(sub, argparse) -> None:
 
 def _reader_parser(actions, argparse) -> None:
     r = actions.add_parser("reader", help="train an extractive reader; exact match over the top-k passages",
-                           epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog=_epilog(True, encoder=False),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_arguments(r, "builtin, gcide, or a SQuAD JSON / QA JSONL file")
     r.add_argument("--retriever", help="a trained DPR directory for the test passages (default: BM25)")
-    r.add_argument("--k", type=bounded(int, 1, 1000), default=5, help="passages read per question")
-    r.add_argument("--negatives", type=int, default=3, help="BM25 negatives per training question")
-    r.add_argument("--max-len", type=int, default=128, help="tokens per question + passage")
+    job_flags(r, ReaderOptions)
     r.add_argument("overrides", nargs="*", help="key=value: training options")
     r.set_defaults(func=cmd_reader)
 
@@ -247,25 +275,20 @@ def _corpus_arguments(parser, model_help: str) -> None:
 
 def _realm_parser(actions, argparse) -> None:
     r = actions.add_parser("realm", help="REALM pretraining: salient-span MLM marginalised over retrieved passages",
-                           epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog=_epilog(True, encoder=False),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _corpus_arguments(r, "the knowledge-augmented encoder to start from")
     r.add_argument("--retriever", help="Embed_input / Embed_doc to start from (default: --model)")
-    r.add_argument("--k", type=bounded(int, 0, 1000), default=4,
-                   help="documents retrieved per masked input (0: the null one only)")
-    r.add_argument("--refresh-every", type=int, default=50, help="training forward passes between index refreshes")
-    r.add_argument("--max-len", type=int, default=192, help="tokens of [CLS] x [SEP] z [SEP]")
-    r.add_argument("--no-null-document", action="store_true", help="leave out the empty document")
+    job_flags(r, RealmOptions)
     r.set_defaults(func=cmd_realm)
 
 
 def _ict_parser(actions, argparse) -> None:
     r = actions.add_parser("ict", help="warm-start a retriever with the inverse cloze task (REALM's start)",
-                           epilog=_epilog(True), formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog=_epilog(True, encoder=False),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _corpus_arguments(r, "encoder to start from")
-    r.add_argument("--keep", type=float, default=0.1, help="probability the sentence stays in its context")
-    r.add_argument("--rounds", type=bounded(int, 1, 1000), default=4,
-                   help="pseudo-questions drawn per passage")
-    r.add_argument("--shared-encoder", action="store_true", help="one encoder for sentences and contexts")
+    job_flags(r, IctOptions)
     r.set_defaults(func=cmd_ict)
 
 

@@ -11,6 +11,7 @@ import json
 import random
 from pathlib import Path
 
+from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
@@ -26,6 +27,7 @@ from lmforge.retrieval.evaluate import (
     write_table,
 )
 from lmforge.retrieval.index import DenseIndex
+from lmforge.retrieval.job_options import IctOptions, ReaderOptions, RealmOptions
 from lmforge.retrieval.passages import load_passages, read_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
@@ -165,16 +167,17 @@ def rankings(passages: list, records: list, out, retriever: str | None = None, k
 
 
 def run_reader(model: str, out, cfg, questions: str | None = None, passages_source: str | None = None,
-               retriever: str | None = None, k: int = 5, n_negatives: int = 3, max_len: int = 128,
-               log=print) -> dict:
+               retriever: str | None = None, options: ReaderOptions | None = None, log=print) -> dict:
     """Train the extractive reader from `model` on the training questions (each with its positive and
     BM25 negatives), then exact match on the held-out ones read from their top-k passages (BM25's, or
     `retriever`'s); written to out/reader.json and returned."""
-    out = Path(out)
+    options = options or ReaderOptions()
+    k, out = options.k, Path(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
-    reader = ExtractiveReader.from_dir(model, max_len)
+    reader = ExtractiveReader.from_dir(model, options.max_len)
+    fits(options.max_len, reader.model)
     train_ranked = rankings(passages, sets["train"], out, None, 20)
-    examples = reader_examples(reader, sets["train"], passages, train_ranked, n_negatives)
+    examples = reader_examples(reader, sets["train"], passages, train_ranked, options.negatives)
     Trainer(reader, examples, cfg, out, log=log).fit()
     reader.tokenizer.save(out / "final")
     ranked = rankings(passages, sets["test"], out, retriever, k)
@@ -183,6 +186,13 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
               **{n: round(v, 4) for n, v in recall_at_k(ranked, sets["test"], (1, k)).items()}}
     atomic_write_text(out / "reader.json", json.dumps(result, indent=2) + "\n")
     return result
+
+
+def fits(max_len: int, model) -> None:
+    """An OptionsError naming max_len where the model's positions are fewer."""
+    if max_len > model.config.max_seq_len:
+        raise OptionsError(f"max_len={max_len} is longer than the model's max_seq_len="
+                           f"{model.config.max_seq_len}", "max_len")
 
 
 def split_by_title(passages: list, test_share: float, seed: int) -> tuple:
@@ -210,8 +220,7 @@ def realm_examples(tokenizer, passages: list, seed: int, max_len: int = 192) -> 
 
 
 def run_realm(model: str, out, cfg, passages_source: str | None = None, retriever: str | None = None,
-              k: int = 4, refresh_every: int = 50, max_len: int = 192, null_document: bool = True,
-              resume: bool = False, log=print) -> dict:
+              options: RealmOptions | None = None, resume: bool = False, log=print) -> dict:
     """REALM pretraining: salient-span MLM over the passages, the knowledge-augmented encoder from
     `model` and Embed_input / Embed_doc from `retriever` (default `model`), both encoders trained; held-out
     documents' spans scored before and after (realm.evaluate_realm), written to out/realm.json. The
@@ -220,6 +229,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     from lmforge.io.resolve import find_model_dir
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
 
+    options = options or RealmOptions()
     out = Path(out)
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
@@ -229,15 +239,15 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     if reader.config.vocab_size != encoder.model.config.vocab_size:
         raise ValueError(f"the retriever's vocabulary ({encoder.model.config.vocab_size}) is not the model's "
                          f"({reader.config.vocab_size}): REALM reads both with one tokenizer")
-    examples = realm_examples(encoder.tokenizer, passages, cfg.seed, max_len)
-    objective = optimize(REALMObjective(optimize(reader), encoder, passages, k, refresh_every, max_len,
-                                       null_document))
+    examples = realm_examples(encoder.tokenizer, passages, cfg.seed, options.max_len)
+    objective = optimize(REALMObjective(optimize(reader), encoder, passages, options.k, options.refresh_every,
+                                       options.max_len, options.null_document))
     before = evaluate_realm(objective, examples["test"], passages)
     Trainer(objective, examples["train"], cfg, out, log=log).fit(resume)
     objective.refresh()  # "after" scores the final Embed_doc, not an index up to refresh_every forwards stale
     result = {"passages": len(passages), "train_examples": len(examples["train"]),
-              "test_examples": len(examples["test"]), "k": k, "refresh_every": refresh_every,
-              "null_document": null_document, "steps": cfg.steps, "before": before,
+              "test_examples": len(examples["test"]), "k": options.k, "refresh_every": options.refresh_every,
+              "null_document": options.null_document, "steps": cfg.steps, "before": before,
               "after": evaluate_realm(objective, examples["test"], passages)}
     encoder.tokenizer.save(out / "final")
     encoder.model.save(out / "retriever")
@@ -246,25 +256,27 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     return result
 
 
-def run_ict(model: str, out, cfg, passages_source: str | None = None, separate: bool = True, keep: float = 0.1,
-            rounds: int = 4, resume: bool = False, log=print) -> dict:
+def run_ict(model: str, out, cfg, passages_source: str | None = None, options: IctOptions | None = None,
+            resume: bool = False, log=print) -> dict:
     """Warm-start a retriever with the inverse cloze task (ict.py) on the passages: trained from
     `model` (with separate Embed_input / Embed_doc, as REALM's), saved in out/final (a `--retriever`
     for `retrieve realm`); the in-batch accuracy of held-out pairs before and after, in out/ict.json."""
     from lmforge.retrieval.ict import ict_examples
 
+    options = options or IctOptions()
     out = Path(out)
     passages = load_passages(passages_source, cfg.seed)
     train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)
     encoder = BiEncoder.from_dir(model)
-    if separate:
+    if options.separate:
         encoder.separate()
-    train = ict_examples(encoder, [passages[i] for i in train_rows], cfg.seed, keep, rounds)
+    train = ict_examples(encoder, [passages[i] for i in train_rows], cfg.seed, options.keep, options.rounds)
     test = ict_examples(encoder, [passages[i] for i in test_rows], cfg.seed + 1, 0.0)
     before = in_batch_accuracy(encoder, test)
     Trainer(DPRObjective(encoder), train, cfg, out, log=log).fit(resume=resume)
     encoder.save(out / "final")
-    result = {"passages": len(passages), "train_pairs": len(train), "test_pairs": len(test), "keep": keep,
+    result = {"passages": len(passages), "train_pairs": len(train), "test_pairs": len(test),
+              "keep": options.keep,
               "steps": cfg.steps, "test_accuracy_before": before, "test_accuracy_after": in_batch_accuracy(encoder, test)}
     atomic_write_text(out / "ict.json", json.dumps(result, indent=2) + "\n")
     return result

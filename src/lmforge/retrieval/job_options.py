@@ -1,0 +1,52 @@
+"""The options of the retrieval training jobs (`lmforge retrieve reader | realm | ict`), one typed object
+each: the command line builds its flags from these fields and the Python API (retrieval/jobs.py) takes
+the objects, so both accept and refuse alike. Training options (steps, batch size, ...) are TrainConfig's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lmforge.config.options import OptionsError, check_options, option
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """DPR's extractive reader: how many passages it reads and what it trains on."""
+
+    k: int = option(5, "passages read per test question", low=1, high=1000)
+    negatives: int = option(3, "BM25 negatives per training question", low=1, high=100)
+    max_len: int = option(128, "tokens of question + passage (at most the model's max_seq_len)", low=16,
+                          high=8192)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class RealmOptions:
+    """REALM pretraining: documents retrieved per input, how often the index is rebuilt, the input size."""
+
+    k: int = option(4, "documents retrieved per masked input (0: the null document only)", low=0, high=1000)
+    refresh_every: int = option(50, "training forward passes between rebuilds of the document index", low=1,
+                                high=1_000_000)
+    max_len: int = option(192, "tokens of [CLS] x [SEP] z [SEP] (at most the model's max_seq_len)", low=8,
+                          high=8192)
+    null_document: bool = option(True, "also read the empty document (REALM's null document)")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if self.k == 0 and not self.null_document:
+            raise OptionsError("k=0 with null_document=false leaves no document to read", "null_document")
+
+
+@dataclass(frozen=True)
+class IctOptions:
+    """The inverse cloze task: how its pseudo-questions are drawn, and the encoders it trains."""
+
+    keep: float = option(0.1, "probability the sentence stays in its context (ORQA: 0.1)", low=0.0, high=1.0)
+    rounds: int = option(4, "pseudo-questions drawn per passage", low=1, high=1000)
+    separate: bool = option(True, "separate encoders for sentences and contexts (REALM's Embed_input and "
+                                  "Embed_doc)")
+
+    def __post_init__(self) -> None:
+        check_options(self)

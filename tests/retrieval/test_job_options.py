@@ -1,0 +1,74 @@
+"""The retrieval jobs' options (retrieve reader, realm, ict): each bound refused both ways, naming its
+field; the command line refuses exactly what the object refuses, with its flag, in one line, status 2."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from lmforge.cli.retrieve import job_flags, job_options
+from lmforge.config.options import OptionsError
+from lmforge.retrieval.job_options import IctOptions, ReaderOptions, RealmOptions
+
+# (options class, field, a value below its bounds, one above, one inside)
+BOUNDS = [(ReaderOptions, "k", 0, 1001, 1000), (ReaderOptions, "negatives", 0, 101, 1),
+          (ReaderOptions, "max_len", 15, 8193, 16), (RealmOptions, "k", -1, 1001, 0),
+          (RealmOptions, "refresh_every", 0, 1_000_001, 1), (RealmOptions, "max_len", 7, 8193, 8192),
+          (IctOptions, "keep", -0.01, 1.01, 1.0), (IctOptions, "rounds", 0, 1001, 1000)]
+
+
+@pytest.mark.parametrize("cls, name, low, high, inside", BOUNDS)
+def test_each_bound_is_refused_both_ways_naming_the_field(cls, name, low, high, inside):
+    assert getattr(cls(**{name: inside}), name) == inside
+    for bad in (low, high, "3", True):
+        with pytest.raises(OptionsError, match=name) as err:
+            cls(**{name: bad})
+        assert err.value.field == name
+
+
+def test_realm_needs_a_document_to_read():
+    assert RealmOptions(k=0).null_document and RealmOptions(k=1, null_document=False).k == 1
+    with pytest.raises(OptionsError, match="no document") as err:
+        RealmOptions(k=0, null_document=False)
+    assert err.value.field == "null_document"
+
+
+def _parse(cls, argv: list):
+    parser = argparse.ArgumentParser()
+    job_flags(parser, cls)
+    return job_options(parser.parse_args(argv), cls)
+
+
+@pytest.mark.parametrize("cls, name, low, high, inside", BOUNDS)
+def test_the_flags_accept_and_refuse_as_the_object_does(cls, name, low, high, inside):
+    from lmforge.cli.common import UsageError
+
+    flag = "--" + name.replace("_", "-")
+    assert _parse(cls, [flag, str(inside)]) == cls(**{name: inside})
+    for bad in (low, high):
+        with pytest.raises(UsageError, match=f"^{flag} {bad}") as err:
+            _parse(cls, [flag, str(bad)])
+        assert "\n" not in str(err.value)
+
+
+def test_switches_say_the_opposite_of_the_default():
+    from lmforge.cli.common import UsageError
+
+    assert _parse(RealmOptions, []) == RealmOptions()
+    assert _parse(RealmOptions, ["--no-null-document"]).null_document is False
+    assert _parse(IctOptions, ["--shared-encoder"]).separate is False
+    with pytest.raises(UsageError, match="^--no-null-document: with --k 0 no document is left to read$"):
+        _parse(RealmOptions, ["--k", "0", "--no-null-document"])
+
+
+def test_every_option_has_a_flag_with_its_bounds_in_the_help():
+    for cls in (ReaderOptions, RealmOptions, IctOptions):
+        parser = argparse.ArgumentParser()
+        job_flags(parser, cls)
+        dests = {action.dest: action for action in parser._actions}
+        for f in dataclasses.fields(cls):
+            assert f.name in dests, (cls, f.name)
+            if f.type != "bool":
+                assert f"default {getattr(cls(), f.name)}" in dests[f.name].help
+                assert str(f.metadata["high"]) in dests[f.name].help.replace(",", "").replace("_", "")

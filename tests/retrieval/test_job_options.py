@@ -9,10 +9,14 @@ import pytest
 
 from lmforge.cli.retrieve import job_flags, job_options
 from lmforge.config.options import OptionsError
-from lmforge.retrieval.job_options import IctOptions, ReaderOptions, RealmOptions
+from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
+
+CLASSES = (IndexOptions, QueryOptions, ReaderOptions, RealmOptions, IctOptions)
 
 # (options class, field, a value below its bounds, one above, one inside)
-BOUNDS = [(ReaderOptions, "k", 0, 1001, 1000), (ReaderOptions, "negatives", 0, 101, 1),
+BOUNDS = [(IndexOptions, "words", 0, 100_001, 1), (IndexOptions, "batch_size", 0, 65537, 65536),
+          (QueryOptions, "k", 0, 1_000_001, 1), (QueryOptions, "candidates", 0, 1001, 1000),
+          (ReaderOptions, "k", 0, 1001, 1000), (ReaderOptions, "negatives", 0, 101, 1),
           (ReaderOptions, "max_len", 15, 8193, 16), (RealmOptions, "k", -1, 1001, 0),
           (RealmOptions, "refresh_every", 0, 1_000_001, 1), (RealmOptions, "max_len", 7, 8193, 8192),
           (IctOptions, "keep", -0.01, 1.01, 1.0), (IctOptions, "rounds", 0, 1001, 1000)]
@@ -25,6 +29,17 @@ def test_each_bound_is_refused_both_ways_naming_the_field(cls, name, low, high, 
         with pytest.raises(OptionsError, match=name) as err:
             cls(**{name: bad})
         assert err.value.field == name
+
+
+def test_query_choices_and_candidates_at_least_k():
+    assert QueryOptions(method="bm25", backend="faiss").method == "bm25"
+    for name, bad in (("method", "sparse"), ("backend", "annoy")):
+        with pytest.raises(OptionsError, match=name):
+            QueryOptions(**{name: bad})
+    assert QueryOptions(k=3, candidates=3).candidates == 3
+    with pytest.raises(OptionsError, match="at least k=4") as err:
+        QueryOptions(k=4, candidates=3)
+    assert err.value.field == "candidates"
 
 
 def test_realm_needs_a_document_to_read():
@@ -63,7 +78,7 @@ def test_switches_say_the_opposite_of_the_default():
 
 
 def test_every_option_has_a_flag_with_its_bounds_in_the_help():
-    for cls in (ReaderOptions, RealmOptions, IctOptions):
+    for cls in CLASSES:
         parser = argparse.ArgumentParser()
         job_flags(parser, cls)
         dests = {action.dest: action for action in parser._actions}
@@ -71,4 +86,7 @@ def test_every_option_has_a_flag_with_its_bounds_in_the_help():
             assert f.name in dests, (cls, f.name)
             if f.type != "bool":
                 assert f"default {getattr(cls(), f.name)}" in dests[f.name].help
+            if f.metadata["high"] is not None:
                 assert str(f.metadata["high"]) in dests[f.name].help.replace(",", "").replace("_", "")
+            if f.metadata["choices"]:
+                assert tuple(dests[f.name].choices) == f.metadata["choices"]

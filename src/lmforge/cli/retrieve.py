@@ -11,7 +11,7 @@
     lmforge retrieve --index runs/ix --query "..." --rerank runs/rerank/final --candidates 20 --k 5
                                                (a cross-encoder re-orders the top 20, the best 5 kept)
     lmforge retrieve ict --model all-MiniLM-L6-v2 --out runs/ict --steps 200      (inverse cloze warm start)
-    lmforge retrieve realm --model all-MiniLM-L6-v2 --retriever runs/ict/final --out runs/realm --steps 300 \
+    lmforge retrieve realm --model all-MiniLM-L6-v2 --retriever runs/ict/final --out runs/realm --steps 300 \\
         --k 4 --refresh-every 50      (REALM: salient-span MLM over retrieved passages; both encoders trained)
 
 --passages: "builtin" (the built-in corpus), a passages JSONL ({"id", "title", "text"}), or text /
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 
 from lmforge.cli.common import SEED, bounded
-from lmforge.retrieval.job_options import IctOptions, ReaderOptions, RealmOptions
+from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
 
 
 def _options(args) -> tuple:
@@ -52,13 +52,12 @@ def cmd_index_build(args) -> None:
 
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
                      writes=("passages.jsonl", "bm25", "dense"))
+    index = job_options(args, IndexOptions)
     train, encoder = _options(args)
     if train:
         raise UsageError(f"index build takes no training options ({sorted(train)})")
-    if args.words < 1:
-        raise UsageError(f"--words must be positive, got {args.words}")
-    summary = build_index_dir(args.out, args.passages, args.model, args.seed, args.words, args.batch_size,
-                              not args.quiet, **encoder)
+    summary = build_index_dir(args.out, args.passages, args.model, args.seed, index, not args.quiet,
+                              **encoder)
     print(json.dumps(summary))
 
 
@@ -69,26 +68,21 @@ def cmd_query(args) -> None:
 
     if not args.index or not args.query:
         raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
-    if args.k < 1:
-        raise UsageError(f"--k must be positive, got {args.k}")
+    options = job_options(args, QueryOptions)
     _check_rerank(args)
-    for result in query_index(args.index, args.query, args.k, args.method, args.query_model, args.backend,
-                              args.reader, args.rerank, args.candidates):
+    for result in query_index(args.index, args.query, options, args.query_model, args.reader, args.rerank):
         print(json.dumps(result, ensure_ascii=False))
 
 
 def _check_rerank(args) -> None:
-    """--rerank names a reranker directory; --candidates needs it and lies in [--k, MAX_CANDIDATES]."""
+    """--rerank names a reranker directory, and --candidates needs it (their bounds: QueryOptions)."""
     from pathlib import Path
 
     from lmforge.cli.common import UsageError
-    from lmforge.retrieval.jobs import MAX_CANDIDATES
     from lmforge.tasks.finetune import task_info
 
     if args.candidates is not None and not args.rerank:
         raise UsageError("--candidates: give --rerank DIR too (the candidates are what it re-orders)")
-    if args.candidates is not None and not args.k <= args.candidates <= MAX_CANDIDATES:
-        raise UsageError(f"--candidates {args.candidates}: must be between --k {args.k} and {MAX_CANDIDATES}")
     if args.rerank is None:
         return
     if not Path(args.rerank).is_dir():
@@ -202,11 +196,11 @@ SWITCH_WORDS = {"null_document": "with --k 0 no document is left to read"}
 
 
 def job_flags(parser, cls) -> None:
-    """A flag per option of a retrieval job (ReaderOptions, RealmOptions, IctOptions): its help and bounds
-    are the declaration's, and the object checks them (job_options)."""
+    """A flag per option of a retrieval job (job_options.py's classes): its help, bounds and choices are the
+    declaration's, and the object checks them (job_options)."""
     from dataclasses import fields
 
-    from lmforge.config.options import bounds_text
+    from lmforge.config.options import base_type, bounds_text
 
     defaults = cls()
     for f in fields(cls):
@@ -214,9 +208,10 @@ def job_flags(parser, cls) -> None:
             flag, text = SWITCHES[f.name]
             parser.add_argument(flag, dest=f.name, action="store_true", help=text)
             continue
-        parser.add_argument("--" + f.name.replace("_", "-"), type=float if f.type == "float" else int,
-                            help=f"{f.metadata['help']} (default {getattr(defaults, f.name)}; "
-                                 f"{bounds_text(f.metadata).strip()})")
+        kind = {"int": int, "float": float, "str": str}[base_type(f.type)[0]]
+        bounds = "; " + bounds_text(f.metadata).strip() if f.metadata["low"] is not None else ""
+        parser.add_argument("--" + f.name.replace("_", "-"), type=kind, choices=f.metadata["choices"],
+                            help=f"{f.metadata['help']} (default {getattr(defaults, f.name)}{bounds})")
 
 
 def job_options(args, cls):
@@ -241,8 +236,7 @@ def _index_parser(sub, argparse) -> None:
     build.add_argument("--passages", default="builtin", help="builtin, a passages JSONL, or corpus files")
     build.add_argument("--out", required=True, help="index directory")
     build.add_argument("--model", help="encoder for the dense index (a directory or all-MiniLM-L6-v2)")
-    build.add_argument("--words", type=int, default=100, help="words per passage")
-    build.add_argument("--batch-size", type=bounded(int, 1, 65536), default=64)
+    job_flags(build, IndexOptions)
     build.add_argument("--seed", type=bounded(int, *SEED), default=0, help="the built-in corpus's seed")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.add_argument("overrides", nargs="*", help="key=value encoder options (pooling, max_length, ...)")
@@ -301,14 +295,11 @@ def add_parsers(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", help="index directory (lmforge index build)")
     p.add_argument("--query", action="append", help="a question (repeat for several)")
-    p.add_argument("--k", type=bounded(int, 1, 1_000_000), default=5, help="passages per query")
-    p.add_argument("--method", default="dense", choices=("dense", "bm25"))
     p.add_argument("--model", dest="query_model", help="query encoder (default: the index's model)")
-    p.add_argument("--backend", default="torch", choices=("torch", "faiss"))
     p.add_argument("--reader", help="an extractive reader directory (retrieve reader): answer from the top k")
     p.add_argument("--rerank", metavar="DIR", help="a reranker (lmforge finetune --task rerank): re-order the "
                    "retriever's top --candidates and keep the best --k")
-    p.add_argument("--candidates", type=int, help="passages retrieved for --rerank to re-order (default: --k)")
+    job_flags(p, QueryOptions)
     p.set_defaults(func=cmd_query)
     actions = p.add_subparsers(dest="action")
     _reader_parser(actions, argparse)

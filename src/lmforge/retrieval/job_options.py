@@ -1,12 +1,44 @@
-"""The options of the retrieval training jobs (`lmforge retrieve reader | realm | ict`), one typed object
-each: the command line builds its flags from these fields and the Python API (retrieval/jobs.py) takes
-the objects, so both accept and refuse alike. Training options (steps, batch size, ...) are TrainConfig's.
+"""The options of the retrieval jobs (`lmforge index build`, `lmforge retrieve` and its reader, realm and
+ict training), one typed object each: the command line builds its flags from these fields and the Python
+API (retrieval/jobs.py) takes the objects, so both accept and refuse alike. Training options (steps,
+batch size, ...) are TrainConfig's; how texts become vectors, EncoderOptions'.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from lmforge.config.options import OptionsError, check_options, option
+
+METHODS = ("dense", "bm25")
+BACKENDS = ("torch", "faiss")
+MAX_CANDIDATES = 1000  # passages one query's reranking scores
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """An index directory's passages (the corpus cut into windows of words) and how they are embedded."""
+
+    words: int = option(100, "words per passage", low=1, high=100_000)
+    batch_size: int = option(64, "passages embedded at once", low=1, high=65536)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """A query against an index: how many passages, found how, and how many a reranker re-orders."""
+
+    k: int = option(5, "passages per query", low=1, high=1_000_000)
+    method: str = option("dense", "dense (the index's encoder) or bm25", choices=METHODS)
+    backend: str = option("torch", "the dense search: torch (exact) or faiss", choices=BACKENDS)
+    candidates: int | None = option(None, "passages retrieved for the reranker to re-order (default: k)", low=1,
+                                    high=MAX_CANDIDATES)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if self.candidates is not None and self.candidates < self.k:
+            raise OptionsError(f"candidates={self.candidates} must be at least k={self.k}", "candidates")
 
 
 @dataclass(frozen=True)

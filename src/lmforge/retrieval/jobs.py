@@ -16,7 +16,6 @@ from lmforge.fast.optimize import optimize
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective
-from lmforge.utils.atomic import atomic_write_text
 from lmforge.retrieval.evaluate import (
     bm25_rankings,
     compare,
@@ -27,47 +26,45 @@ from lmforge.retrieval.evaluate import (
     write_table,
 )
 from lmforge.retrieval.index import DenseIndex
-from lmforge.retrieval.job_options import IctOptions, ReaderOptions, RealmOptions
+from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
 from lmforge.retrieval.passages import load_passages, read_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
 from lmforge.train.loop import Trainer
+from lmforge.utils.atomic import atomic_write_text
 
-METHODS = ("dense", "bm25")
 
-
-def build_index_dir(out, source: str | None, model: str | None = None, seed: int = 0, words: int = 100,
-                    batch_size: int = 64, progress: bool = True, **options) -> dict:
-    """Passages from `source` into out/passages.jsonl, out/bm25/, and with `model` out/dense/;
-    returns counts for the summary line."""
-    out = Path(out)
-    passages = load_passages(source, seed, words)
+def build_index_dir(out, source: str | None, model: str | None = None, seed: int = 0,
+                    index: IndexOptions | None = None, progress: bool = True, **options) -> dict:
+    """Passages from `source` into out/passages.jsonl, out/bm25/, and with `model` out/dense/ (`options`:
+    EncoderOptions fields); returns counts for the summary line."""
+    index, out = index or IndexOptions(), Path(out)
+    passages = load_passages(source, seed, index.words)
     write_passages(passages, out / "passages.jsonl")
     BM25Index.build(passages).save(out / "bm25")
     summary = {"passages": len(passages), "bm25": str(out / "bm25")}
     if model:
         encoder = BiEncoder.from_dir(model, **options)
         name = str(Path(model).resolve()) if Path(model).is_dir() else str(model)
-        index = encode_passages(encoder, passages, out / "dense", batch_size, progress, model_name=name)
-        summary.update(dense=str(out / "dense"), dim=index.dim)
+        dense = encode_passages(encoder, passages, out / "dense", index.batch_size, progress, model_name=name)
+        summary.update(dense=str(out / "dense"), dim=dense.dim)
     return summary
 
 
-def query_index(path, queries: list, k: int = 5, method: str = "dense", model: str | None = None,
-                backend: str = "torch", reader: str | None = None, rerank: str | None = None,
-                candidates: int | None = None) -> list:
+def query_index(path, queries: list, options: QueryOptions | None = None, model: str | None = None,
+                reader: str | None = None, rerank: str | None = None) -> list:
     """[{"query", "results": [{"rank", "id", "title", "score", "text"}]}] for each query, and with a
     `reader` directory its "answer" ({"answer", "id", "score"}) read from those passages. With a `rerank`
     directory (a cross-encoder, lmforge finetune --task rerank) the retriever's top `candidates` (default
     k) are re-ordered by it and the best k kept: "score" is then the reranker's relevance, beside the
     retriever's "retriever_rank" and "retriever_score"."""
-    path = Path(path)
-    if method not in METHODS:
-        raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
-    if candidates is not None and (rerank is None or not k <= candidates <= MAX_CANDIDATES):
-        raise ValueError(f"candidates={candidates}: needs a reranker and k <= candidates <= {MAX_CANDIDATES}")
+    options, path = options or QueryOptions(), Path(path)
+    k = options.k
+    if options.candidates is not None and rerank is None:
+        raise OptionsError(f"candidates={options.candidates}: needs a reranker to re-order them",
+                           "candidates")
     passages = read_passages(path / "passages.jsonl")
-    positions, scores = _search(path, passages, queries, candidates or k, method, model, backend)
+    positions, scores = _search(path, passages, queries, options.candidates or k, options, model)
     out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
                                      "score": round(float(s), 4), "text": passages[int(i)].text}
                                     for r, (i, s) in enumerate(zip(row, srow))]}
@@ -83,13 +80,10 @@ def query_index(path, queries: list, k: int = 5, method: str = "dense", model: s
     return out
 
 
-MAX_CANDIDATES = 1000  # passages one query's reranking scores
-
-
-def _search(path: Path, passages: list, queries: list, k: int, method: str, model: str | None,
-            backend: str) -> tuple:
-    """(positions, scores) of each query's top k passages by BM25 or the dense index."""
-    if method == "bm25":
+def _search(path: Path, passages: list, queries: list, k: int, options: QueryOptions,
+            model: str | None) -> tuple:
+    """(positions, scores) of each query's top k passages by BM25 or the dense index (options.method)."""
+    if options.method == "bm25":
         return BM25Index.load(path / "bm25").search(queries, k)
     if not (path / "dense").is_dir():
         raise ValueError(f"{path}: no dense index (build it with --model, or query with --method bm25)")
@@ -97,7 +91,7 @@ def _search(path: Path, passages: list, queries: list, k: int, method: str, mode
     name = model or index.manifest.get("model") or ""
     encoder = BiEncoder.from_dir(name)
     index.check_encoder(encoder.width, encoder.fingerprint(), name)
-    scores, positions = index.search(encoder.encode(queries), k, backend=backend)
+    scores, positions = index.search(encoder.encode(queries), k, backend=options.backend)
     return positions.numpy(), scores.numpy()
 
 

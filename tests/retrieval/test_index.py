@@ -75,3 +75,16 @@ def test_a_manifest_that_does_not_match_the_rows_is_refused(tmp_path):
     (path / "manifest.json").write_text(json.dumps({**manifest, "count": 299}))
     with pytest.raises(ValueError, match=r"does not match the manifest \(299, 16\)"):
         DenseIndex.load(path)
+
+
+def test_top_inner_products_in_batches_equal_one_product():
+    from lmforge.retrieval.index import top_inner_products
+
+    torch.manual_seed(0)
+    queries, passages = torch.randn(7, 16), torch.randn(40, 16)
+    whole = torch.topk(queries @ passages.T, 5, dim=1)
+    scores, positions = top_inner_products(queries, passages, 5, batch_size=3)  # batches of 3, 3 and 1
+    assert torch.equal(positions, whole.indices) and torch.allclose(scores, whole.values)
+    assert top_inner_products(queries, passages, 99)[1].shape == (7, 40)  # k beyond the passages: all of them
+    empty = top_inner_products(torch.zeros(0, 16), passages, 5)
+    assert empty[0].shape == (0, 5) and empty[1].dtype == torch.long

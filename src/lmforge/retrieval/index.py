@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lmforge.retrieval.job_options import BACKENDS
 from lmforge.train.checkpoint import sha256
 from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.progress import Bar
 
 FORMAT = "lmforge-dense-index"
-BACKENDS = ("torch", "faiss")
 
 
 def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str = "", batch_size: int = 64,
@@ -87,6 +87,20 @@ def _check_files(path: Path, manifest: dict, verify: bool) -> None:
             raise ValueError(f"{path / name}: checksum does not match the manifest (damaged or changed)")
 
 
+def top_inner_products(queries: torch.Tensor, passages: torch.Tensor, k: int, batch_size: int = 256) -> tuple:
+    """((Q, k) scores, (Q, k) passage positions) of each query's k highest inner products, best first: one
+    matrix product per batch of queries, so a (batch, N) score matrix is the most held at once."""
+    k = min(k, len(passages))
+    scores, positions = [], []
+    for start in range(0, len(queries), batch_size):
+        top = torch.topk(queries[start:start + batch_size] @ passages.T, k, dim=1)
+        scores.append(top.values)
+        positions.append(top.indices)
+    if not scores:
+        return torch.empty(0, k), torch.empty(0, k, dtype=torch.long)
+    return torch.cat(scores), torch.cat(positions)
+
+
 class DenseIndex:
     """Passage embeddings (count, dim) and their ids; search(queries, k) -> (scores, positions)."""
 
@@ -144,15 +158,7 @@ class DenseIndex:
             return self._faiss_search(q, k)
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
-        scores, positions = [], []
-        for start in range(0, len(q), batch_size):
-            s = q[start:start + batch_size] @ self.matrix.T  # (b, N): one matmul per batch of queries
-            top = torch.topk(s, k, dim=1)
-            scores.append(top.values)
-            positions.append(top.indices)
-        if not scores:
-            return torch.empty(0, k), torch.empty(0, k, dtype=torch.long)
-        return torch.cat(scores), torch.cat(positions)
+        return top_inner_products(q, self.matrix, k, batch_size)
 
     def _faiss_search(self, q: torch.Tensor, k: int) -> tuple:
         try:

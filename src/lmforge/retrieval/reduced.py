@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from lmforge.pipelines.embed_options import EmbedOptions, cut_dimensions, quantize
+from lmforge.retrieval.index import top_inner_products
 
 _BITS = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8)  # quantize's big-endian bit order
 
@@ -49,7 +50,7 @@ def hamming(queries: torch.Tensor, passages: torch.Tensor, chunk: int = 1024, pa
 
 def float_search(queries: torch.Tensor, passages: torch.Tensor, k: int) -> torch.Tensor:
     """(Q, k) passage positions by inner product, best first."""
-    return torch.topk(queries.float() @ passages.float().T, min(k, len(passages)), dim=-1).indices
+    return top_inner_products(queries.float(), passages.float(), k)[1]
 
 
 def truncated_search(queries: torch.Tensor, passages: torch.Tensor, k: int, dims: int) -> torch.Tensor:

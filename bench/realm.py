@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from lmforge.retrieval.job_options import RealmOptions
 from lmforge.retrieval.jobs import run_realm
 from lmforge.train import TrainConfig
 
@@ -33,8 +34,9 @@ def arm(name: str, args) -> dict:
     cfg = TrainConfig(steps=args.steps, batch_size=8, lr=args.lr, warmup=10, log_every=5, seed=args.seed,
                       progress=False, eval_every=0)
     start = time.perf_counter()
-    result = run_realm(args.reader, Path(args.runs) / name, cfg, retriever=args.retriever, k=ARMS[name]["k"],
-                       refresh_every=args.refresh_every, log=lambda m: None)
+    options = RealmOptions(k=ARMS[name]["k"], refresh_every=args.refresh_every)
+    result = run_realm(args.reader, Path(args.runs) / name, cfg, retriever=args.retriever, options=options,
+                       log=lambda m: None)
     return {**result, "wall_s": round(time.perf_counter() - start, 1)}
 
 

@@ -69,7 +69,8 @@ def test_a_reader_longer_than_the_models_positions_is_refused_naming_max_len(tin
                  "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "max_len=65" in err and "max_seq_len=64" in err and err.count("\n") == 1, err
-    assert main(["retrieve", "reader", "--model", str(tiny), "--out", str(tmp_path / "r"), "--negatives", "0"]) == 2
+    assert main(["retrieve", "reader", "--model", str(tiny), "--out", str(tmp_path / "r"),
+                 "--negatives", "0"]) == 2
     assert "--negatives 0: must be" in capsys.readouterr().err
 
 

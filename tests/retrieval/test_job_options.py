@@ -37,7 +37,7 @@ def test_query_choices_and_candidates_at_least_k():
         with pytest.raises(OptionsError, match=name):
             QueryOptions(**{name: bad})
     assert QueryOptions(k=3, candidates=3).candidates == 3
-    with pytest.raises(OptionsError, match="at least k=4") as err:
+    with pytest.raises(OptionsError, match=r"at least k \(4\)") as err:
         QueryOptions(k=4, candidates=3)
     assert err.value.field == "candidates"
 
@@ -84,9 +84,33 @@ def test_every_option_has_a_flag_with_its_bounds_in_the_help():
         dests = {action.dest: action for action in parser._actions}
         for f in dataclasses.fields(cls):
             assert f.name in dests, (cls, f.name)
-            if f.type != "bool":
+            if f.type != "bool" and getattr(cls(), f.name) is not None:
                 assert f"default {getattr(cls(), f.name)}" in dests[f.name].help
             if f.metadata["high"] is not None:
                 assert str(f.metadata["high"]) in dests[f.name].help.replace(",", "").replace("_", "")
             if f.metadata["choices"]:
                 assert tuple(dests[f.name].choices) == f.metadata["choices"]
+
+
+def test_the_jobs_take_only_their_own_options_object(tmp_path):
+    from lmforge.retrieval import jobs
+
+    for call in (lambda: jobs.run_ict("m", tmp_path, None, None, False),  # a flag where the options go
+                 lambda: jobs.run_reader("m", tmp_path, None, options=RealmOptions()),
+                 lambda: jobs.query_index(tmp_path, ["q"], {"k": 3})):
+        with pytest.raises(OptionsError, match="options must be a"):
+            call()
+    with pytest.raises(OptionsError, match="need a model") as err:  # nothing would read them
+        jobs.build_index_dir(tmp_path / "ix", None, None, words=50)
+    assert err.value.field == "words"
+    with pytest.raises(OptionsError, match="at most 1000") as err:  # the reranker's bound holds for k too
+        jobs.query_index(tmp_path, ["q"], QueryOptions(k=1001), rerank=str(tmp_path))
+    assert err.value.field == "k"
+
+
+def test_query_flags_before_a_sub_command_are_refused(capsys):
+    from lmforge.cli import main
+
+    assert main(["retrieve", "--k", "3", "reader", "--out", "unused", "--model", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert "--k: a query's flags" in err and err.count("\n") == 1

@@ -54,7 +54,7 @@ def test_rerank_reorders_the_candidates(setup, capsys):
 
 @pytest.mark.parametrize("extra,message", [
     (["--candidates", "6"], "--candidates: give --rerank DIR too"),
-    (["--rerank", "RR", "--candidates", "2"], "--candidates 2: must be at least k=3"),
+    (["--rerank", "RR", "--candidates", "2"], "--candidates 2: must be at least k (3)"),
     (["--rerank", "RR", "--candidates", "1001"], "--candidates 1001: must be an integer >= 1 and <= 1000"),
     (["--rerank", "PLAIN"], "not a reranker"),
     (["--rerank", "NOWHERE"], "no such directory"),

@@ -68,8 +68,8 @@ def cmd_query(args) -> None:
 
     if not args.index or not args.query:
         raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
-    options = job_options(args, QueryOptions)
     _check_rerank(args)
+    options = job_options(args, QueryOptions, prefix=QUERY)
     for result in query_index(args.index, args.query, options, args.query_model, args.reader, args.rerank):
         print(json.dumps(result, ensure_ascii=False))
 
@@ -81,7 +81,7 @@ def _check_rerank(args) -> None:
     from lmforge.cli.common import UsageError
     from lmforge.tasks.finetune import task_info
 
-    if args.candidates is not None and not args.rerank:
+    if args.query_candidates is not None and not args.rerank:
         raise UsageError("--candidates: give --rerank DIR too (the candidates are what it re-orders)")
     if args.rerank is None:
         return
@@ -95,7 +95,7 @@ def _check_rerank(args) -> None:
 
 def _train_config(args) -> tuple:
     """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values)."""
-    from lmforge.cli.common import TRAINING_OUTPUTS, refuse_overwrite
+    from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_overwrite
     from lmforge.train import TrainConfig
 
     refuse_overwrite(args.out, ("--questions", getattr(args, "questions", None)),
@@ -103,6 +103,10 @@ def _train_config(args) -> tuple:
                      ("--retriever", getattr(args, "retriever", None)),
                      writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",
                              "ict.json", "retriever"))
+    before = [f"--{name}" for name in given_flags(args, QueryOptions, QUERY)]
+    if before:
+        raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "
+                         f"(retrieve {args.action} --k N)")
     train, encoder = _options(args)
     steps = {"steps": args.steps} if args.steps is not None else {}
     return TrainConfig.from_dict({"seed": args.seed, **steps, **train}), encoder
@@ -143,7 +147,6 @@ def cmd_train(args) -> None:
 
 def cmd_reader(args) -> None:
     """Train an extractive reader and print its exact match over the top-k passages."""
-    from lmforge.retrieval.job_options import ReaderOptions
     from lmforge.retrieval.jobs import run_reader
 
     options = job_options(args, ReaderOptions)
@@ -155,7 +158,6 @@ def cmd_reader(args) -> None:
 
 def cmd_realm(args) -> None:
     """REALM pretraining; print the held-out spans' scores before and after."""
-    from lmforge.retrieval.job_options import RealmOptions
     from lmforge.retrieval.jobs import run_realm
 
     options = job_options(args, RealmOptions)
@@ -167,7 +169,6 @@ def cmd_realm(args) -> None:
 
 def cmd_ict(args) -> None:
     """Inverse cloze task warm start; print held-out in-batch accuracy before and after."""
-    from lmforge.retrieval.job_options import IctOptions
     from lmforge.retrieval.jobs import run_ict
 
     options = job_options(args, IctOptions)
@@ -185,7 +186,8 @@ def _epilog(with_training: bool, encoder: bool = True) -> str:
 
     parts = ["encoder options:", *option_lines(EncoderOptions)] if encoder else []  # help: EncoderOptions
     if with_training:
-        parts = ["training options (TrainConfig):", *option_lines(TrainConfig)] + ([""] + parts if parts else [])
+        training = ["training options (TrainConfig):", *option_lines(TrainConfig)]
+        parts = training + ([""] + parts if parts else [])
     return "key=value options, with their defaults:\n\n" + "\n".join(parts)
 
 
@@ -193,11 +195,13 @@ def _epilog(with_training: bool, encoder: bool = True) -> str:
 SWITCHES = {"null_document": ("--no-null-document", "leave out the empty document"),
             "separate": ("--shared-encoder", "one encoder for sentences and contexts")}
 SWITCH_WORDS = {"null_document": "with --k 0 no document is left to read"}
+QUERY = "query_"  # the dest prefix of `retrieve`'s own query flags (QueryOptions)
 
 
-def job_flags(parser, cls) -> None:
+def job_flags(parser, cls, prefix: str = "") -> None:
     """A flag per option of a retrieval job (job_options.py's classes): its help, bounds and choices are the
-    declaration's, and the object checks them (job_options)."""
+    declaration's, and the object checks them (job_options). prefix: of each flag's dest (`retrieve`'s own
+    query flags, kept apart from its sub-commands' flags of the same name)."""
     from dataclasses import fields
 
     from lmforge.config.options import base_type, bounds_text
@@ -206,24 +210,32 @@ def job_flags(parser, cls) -> None:
     for f in fields(cls):
         if f.name in SWITCHES:
             flag, text = SWITCHES[f.name]
-            parser.add_argument(flag, dest=f.name, action="store_true", help=text)
+            parser.add_argument(flag, dest=prefix + f.name, action="store_true", help=text)
             continue
-        kind = {"int": int, "float": float, "str": str}[base_type(f.type)[0]]
-        bounds = "; " + bounds_text(f.metadata).strip() if f.metadata["low"] is not None else ""
-        parser.add_argument("--" + f.name.replace("_", "-"), type=kind, choices=f.metadata["choices"],
-                            help=f"{f.metadata['help']} (default {getattr(defaults, f.name)}{bounds})")
+        default = getattr(defaults, f.name)
+        said = ([f"default {default}"] if default is not None else []) + \
+               ([bounds_text(f.metadata).strip()] if f.metadata["low"] is not None else [])
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name, metavar=f.name.upper(),
+                            choices=f.metadata["choices"],
+                            type={"int": int, "float": float, "str": str}[base_type(f.type)[0]],
+                            help=f"{f.metadata['help']}" + (f" ({'; '.join(said)})" if said else ""))
 
 
-def job_options(args, cls):
-    """The options object of a retrieval job's flags (the Python API takes the same); a bad value names its
-    flag, in one line."""
+def given_flags(args, cls, prefix: str = "") -> dict:
+    """field -> value of the flags of `cls` given on the command line (switches as their field's value)."""
     from dataclasses import fields
 
+    given = {f.name: getattr(args, prefix + f.name, None) for f in fields(cls)}
+    given = {name: value for name, value in given.items() if value is not None}
+    return {**given, **{name: not given[name] for name in SWITCHES if name in given}}
+
+
+def job_options(args, cls, prefix: str = ""):
+    """The options object of a retrieval job's flags (the Python API takes the same); a bad value names its
+    flag, in one line."""
     from lmforge.cli.common import from_flags
 
-    given = {f.name: getattr(args, f.name) for f in fields(cls) if getattr(args, f.name) is not None}
-    given.update({name: not given[name] for name in SWITCHES if name in given})
-    return from_flags(lambda values: cls(**values), given, words=SWITCH_WORDS,
+    return from_flags(lambda values: cls(**values), given_flags(args, cls, prefix), words=SWITCH_WORDS,
                       names={name: flag for name, (flag, _) in SWITCHES.items()})
 
 
@@ -299,7 +311,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--reader", help="an extractive reader directory (retrieve reader): answer from the top k")
     p.add_argument("--rerank", metavar="DIR", help="a reranker (lmforge finetune --task rerank): re-order the "
                    "retriever's top --candidates and keep the best --k")
-    job_flags(p, QueryOptions)
+    job_flags(p, QueryOptions, prefix=QUERY)
     p.set_defaults(func=cmd_query)
     actions = p.add_subparsers(dest="action")
     _reader_parser(actions, argparse)

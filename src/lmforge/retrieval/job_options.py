@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmforge.config.options import OptionsError, check_options, option
+from lmforge.config.options import OptionsError, check_options, option, with_changes
 
 METHODS = ("dense", "bm25")
 BACKENDS = ("torch", "faiss")
@@ -32,13 +32,18 @@ class QueryOptions:
     k: int = option(5, "passages per query", low=1, high=1_000_000)
     method: str = option("dense", "dense (the index's encoder) or bm25", choices=METHODS)
     backend: str = option("torch", "the dense search: torch (exact) or faiss", choices=BACKENDS)
-    candidates: int | None = option(None, "passages retrieved for the reranker to re-order (default: k)", low=1,
-                                    high=MAX_CANDIDATES)
+    candidates: int | None = option(None, "passages retrieved for the reranker to re-order (default: k)",
+                                    low=1, high=MAX_CANDIDATES)
 
     def __post_init__(self) -> None:
         check_options(self)
         if self.candidates is not None and self.candidates < self.k:
-            raise OptionsError(f"candidates={self.candidates} must be at least k={self.k}", "candidates")
+            raise OptionsError(f"candidates={self.candidates} must be at least k ({self.k})", "candidates")
+
+
+def options_of(cls, options):
+    """`options` checked to be a `cls` (None: its defaults); anything else is an OptionsError naming it."""
+    return with_changes(cls, options, None, cls.__name__)
 
 
 @dataclass(frozen=True)

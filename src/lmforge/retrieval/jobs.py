@@ -26,7 +26,15 @@ from lmforge.retrieval.evaluate import (
     write_table,
 )
 from lmforge.retrieval.index import DenseIndex
-from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
+from lmforge.retrieval.job_options import (
+    MAX_CANDIDATES,
+    IctOptions,
+    IndexOptions,
+    QueryOptions,
+    ReaderOptions,
+    RealmOptions,
+    options_of,
+)
 from lmforge.retrieval.passages import load_passages, read_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
@@ -38,7 +46,10 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
                     index: IndexOptions | None = None, progress: bool = True, **options) -> dict:
     """Passages from `source` into out/passages.jsonl, out/bm25/, and with `model` out/dense/ (`options`:
     EncoderOptions fields); returns counts for the summary line."""
-    index, out = index or IndexOptions(), Path(out)
+    index, out = options_of(IndexOptions, index), Path(out)
+    if options and not model:
+        raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
+                           min(options))
     passages = load_passages(source, seed, index.words)
     write_passages(passages, out / "passages.jsonl")
     BM25Index.build(passages).save(out / "bm25")
@@ -58,11 +69,13 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
     directory (a cross-encoder, lmforge finetune --task rerank) the retriever's top `candidates` (default
     k) are re-ordered by it and the best k kept: "score" is then the reranker's relevance, beside the
     retriever's "retriever_rank" and "retriever_score"."""
-    options, path = options or QueryOptions(), Path(path)
+    options, path = options_of(QueryOptions, options), Path(path)
     k = options.k
     if options.candidates is not None and rerank is None:
         raise OptionsError(f"candidates={options.candidates}: needs a reranker to re-order them",
                            "candidates")
+    if rerank is not None and options.candidates is None and k > MAX_CANDIDATES:
+        raise OptionsError(f"k={k}: a reranker re-orders at most {MAX_CANDIDATES} passages a query", "k")
     passages = read_passages(path / "passages.jsonl")
     positions, scores = _search(path, passages, queries, options.candidates or k, options, model)
     out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
@@ -165,7 +178,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     """Train the extractive reader from `model` on the training questions (each with its positive and
     BM25 negatives), then exact match on the held-out ones read from their top-k passages (BM25's, or
     `retriever`'s); written to out/reader.json and returned."""
-    options = options or ReaderOptions()
+    options = options_of(ReaderOptions, options)
     k, out = options.k, Path(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
     reader = ExtractiveReader.from_dir(model, options.max_len)
@@ -223,11 +236,12 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     from lmforge.io.resolve import find_model_dir
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
 
-    options = options or RealmOptions()
+    options = options_of(RealmOptions, options)
     out = Path(out)
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
     reader = load(find_model_dir(model))
+    fits(options.max_len, reader)
     if "lm" not in reader.heads:  # REALM trains it; its "before" scores read with an untrained head
         log(f"note: {model} has no MLM head: REALM starts one untrained (the 'before' scores read with it)")
     if reader.config.vocab_size != encoder.model.config.vocab_size:
@@ -257,7 +271,7 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
     for `retrieve realm`); the in-batch accuracy of held-out pairs before and after, in out/ict.json."""
     from lmforge.retrieval.ict import ict_examples
 
-    options = options or IctOptions()
+    options = options_of(IctOptions, options)
     out = Path(out)
     passages = load_passages(passages_source, cfg.seed)
     train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)

@@ -218,6 +218,10 @@ def test_bad_input(tmp_path):
         train_tokenizer(CORPUS, "bpe", 10 ** 10)
     with pytest.raises(ValueError, match="min_frequency"):
         train_tokenizer(CORPUS, "bpe", 300, min_frequency=0)
+    with pytest.raises(ValueError, match="<= 1000000000, got 100000000000000000000"):  # was an OverflowError
+        train_tokenizer(CORPUS, "wordpiece", 300, min_frequency=10 ** 20)
+    with pytest.raises(ValueError, match="unigram merges none"):  # not silently ignored
+        train_tokenizer(CORPUS, "unigram", 300, min_frequency=5)
     for empty in ([], ["", "  \n"], iter([])):
         with pytest.raises(TokenizerError, match="empty corpus"):
             train_tokenizer(empty, "wordpiece", 300)

@@ -116,6 +116,22 @@ def test_a_decoder_cannot_fill_a_mask(saved):
         fill_mask(model, tokenizer, TEXT)
 
 
+def test_costs_are_bounded_both_ways_naming_the_field(saved, capsys):
+    _, model, tokenizer = saved["bert"]
+    for kwargs, match in (({"top_k": 0}, "top_k must be"), ({"top_k": 10 ** 12}, "<= 100000"),
+                          ({"top_k": True}, "top_k must be"), ({"max_span": 0}, "max_span must be"),
+                          ({"max_span": 10 ** 12}, "<= 4096")):
+        with pytest.raises(ValueError, match=match):
+            fill_mask(model, tokenizer, TEXT, **kwargs)
+    _, t5, t5_tokenizer = saved["t5"]
+    with pytest.raises(ValueError, match="top_k=65: an encoder-decoder's fillings are beams, at most 64"):
+        fill_mask(t5, t5_tokenizer, TEXT, top_k=65)
+    for flag, value in (("--top-k", "1000000000000"), ("--max-span", "0")):  # before any model loads
+        assert main(["fill-mask", "--model", "no-such-model", TEXT, flag, value]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} {value}: " in err and err.count("\n") == 1, err
+
+
 def test_fill_mask_command(saved, capsys):
     assert main(["fill-mask", "--model", str(saved["bert"][0]), TEXT, "--top-k", "3", "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

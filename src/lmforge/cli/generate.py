@@ -208,12 +208,15 @@ def cmd_fill_mask(args) -> None:
 
 
 def check_fill_options(args) -> None:
-    """Refuse --top-k and --max-span below 1, naming the flag."""
+    """Refuse --top-k and --max-span out of fill_mask's bounds, naming the flag, before a model loads."""
     from lmforge.cli.common import UsageError
+    from lmforge.pipelines.fill_mask import check_fill
 
-    for flag in ("top_k", "max_span"):
-        if getattr(args, flag) < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least 1")
+    try:
+        check_fill(args.top_k, args.max_span)
+    except ValueError as err:
+        flag = "--top-k" if str(err).startswith("top_k") else "--max-span"
+        raise UsageError(f"{flag} {getattr(args, flag[2:].replace('-', '_'))}: {err}") from None
 
 
 def check_filler(name, model) -> None:

@@ -25,7 +25,7 @@ def cmd_tokenizer_train(args) -> None:
 
 def add_parsers(sub) -> None:
     """Add tokenizer train to the main parser."""
-    from lmforge.tokenizer.train import FAMILIES, KINDS
+    from lmforge.tokenizer.train import DEFAULT_MIN_FREQUENCY, FAMILIES, KINDS, MAX_MIN_FREQUENCY
 
     group = sub.add_parser("tokenizer", help="train tokenizers").add_subparsers(dest="action", required=True)
     p = group.add_parser("train", help="train a tokenizer (tokenizer.json + tokenizer_config.json in --out)")
@@ -36,7 +36,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--family", choices=tuple(FAMILIES), help="special tokens and template (default: by kind)")
     p.add_argument("--lowercase", action="store_true")
     p.add_argument("--strip-accents", action="store_true", help="NFD, then drop combining marks")
-    p.add_argument("--min-frequency", type=int, default=2, help="least count of a merged pair")
+    p.add_argument("--min-frequency", type=bounded(int, 1, MAX_MIN_FREQUENCY), default=DEFAULT_MIN_FREQUENCY,
+                   help="least count of a merged pair (BPE, WordPiece)")
     p.add_argument("--out", required=True)
     p.add_argument("--docs", type=bounded(int, 1, 1_000_000), default=5000,
                    help="documents of the built-in corpus")

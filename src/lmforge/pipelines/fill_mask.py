@@ -15,11 +15,14 @@ from typing import Optional
 import torch
 
 from lmforge.generate import generate, lm_head_name
+from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.model import EncoderDecoder
 from lmforge.tokenizer.fits import check_fits
 from lmforge.tokenizer.wrapper import as_text
 from lmforge.utils.modes import evaluating
 
+# a token's candidates are the vocabulary's rows (none of ours reaches this); a span's are beams, fewer
+MAX_TOP_K = 100_000
 MASK_SPELLINGS = ("[MASK]", "<mask>")  # what a user may write for the mask, whatever the tokenizer's
 SENTINEL, NEXT_SENTINEL = "<extra_id_0>", "<extra_id_1>"  # T5's first two span sentinels
 
@@ -34,14 +37,20 @@ class Candidate:
     token_id: Optional[int] = None  # encoders: the vocabulary id put at the mask
 
 
+def check_fill(top_k: int, max_span: int) -> None:
+    """A ValueError naming top_k or max_span outside [1, MAX_TOP_K] / [1, MAX_NEW_TOKENS]."""
+    for name, value, most in (("top_k", top_k, MAX_TOP_K), ("max_span", max_span, MAX_NEW_TOKENS)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+            raise ValueError(f"{name} must be an integer >= 1 and <= {most}, got {value!r}")
+
+
 @torch.no_grad()
 def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -> list:
     """The top_k candidates (most probable first) for the one mask ([MASK] or <mask>) in `text`.
 
     Encoders need a masked-LM head; T5-style encoder-decoders (a tokenizer with <extra_id_0>)
     generate a span of at most `max_span` tokens, BART-style ones the whole sentence."""
-    if not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+    check_fill(top_k, max_span)
     check_fits(tokenizer, model)  # else a candidate id past the tokenizer's prints as "[776]"
     if not any(h.spec["kind"] == "lm" for h in model.heads.values()):
         raise ValueError("fill-mask needs the model's masked-LM head ('lm'): load a *ForMaskedLM or "
@@ -53,6 +62,8 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
                 raise ValueError("fill-mask needs an encoder with a masked-LM head or an encoder-decoder "
                                  "(T5, BART); a decoder only continues text")
             return _fill_token(model, tokenizer, head, text, top_k)
+        if top_k > MAX_BEAMS:  # a span's or a sentence's candidates are beam search's hypotheses
+            raise ValueError(f"top_k={top_k}: an encoder-decoder's fillings are beams, at most {MAX_BEAMS}")
         if tokenizer.token_to_id(SENTINEL) is not None:
             return _fill_span(model, tokenizer, text, top_k, max_span)
         return _fill_sentence(model, tokenizer, text, top_k, max_span)

@@ -112,6 +112,12 @@ def backend_and_trainer(kind: str, vocab_size: int, family: Family, min_frequenc
     return backend, trainers.UnigramTrainer(unk_token=unk, **common)
 
 
+# the `tokenizers` trainers count in fixed-width integers: 1e20 overflowed them (a traceback); no corpus
+# here repeats a pair a billion times
+MAX_MIN_FREQUENCY = 1_000_000_000
+DEFAULT_MIN_FREQUENCY = 2
+
+
 def _check_options(kind: str, vocab_size: int, family: str, min_frequency: int) -> Family:
     if kind not in KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r}; kinds are {', '.join(KINDS)}")
@@ -125,8 +131,12 @@ def _check_options(kind: str, vocab_size: int, family: str, min_frequency: int) 
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not least <= vocab_size <= most:
         raise ValueError(f"vocab_size must be an integer >= {least} for {kind} with {family} special "
                          f"tokens, and <= {most}, got {vocab_size!r}")
-    if not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ValueError(f"min_frequency must be a positive integer, got {min_frequency!r}")
+    if not isinstance(min_frequency, int) or isinstance(min_frequency, bool) or \
+            not 1 <= min_frequency <= MAX_MIN_FREQUENCY:
+        raise ValueError(f"min_frequency must be an integer >= 1 and <= {MAX_MIN_FREQUENCY}, got {min_frequency!r}")
+    if kind == "unigram" and min_frequency != DEFAULT_MIN_FREQUENCY:  # not silently ignored
+        raise ValueError(f"min_frequency={min_frequency}: it counts the pairs BPE and WordPiece merge; unigram "
+                         "merges none")
     return spec
 
 
@@ -256,7 +266,7 @@ def _pinned(kind: str, spec: Family, min_frequency: int, norm, corpus: _Corpus) 
 
 
 def train_tokenizer(source, kind: str, vocab_size: int, family: str | None = None, lowercase: bool = False,
-                    strip_accents: bool = False, min_frequency: int = 2) -> Tokenizer:
+                    strip_accents: bool = False, min_frequency: int = DEFAULT_MIN_FREQUENCY) -> Tokenizer:
     """Train a `kind` tokenizer of about `vocab_size` ids (specials included) on files or texts.
 
     `source` is a file path, a list of file paths or an iterable of texts (a text may hold

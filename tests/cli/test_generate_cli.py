@@ -81,9 +81,10 @@ def test_models_without_the_head_a_command_needs_are_refused_in_cli_terms(dirs, 
     assert message in err and "attach(" not in err  # no Python advice in a command's message
 
 
-@pytest.mark.parametrize("flags, message", [(["--top-k", "0"], "--top-k 0: top_k must be an integer >= 1"),
-                                            (["--max-span", "0"], "--max-span 0: max_span must be an integer >= 1"),
-                                            (["--top-k", "65"], "top_k=65: an encoder-decoder's fillings are beams")])
+@pytest.mark.parametrize("flags, message", [
+    (["--top-k", "0"], "--top-k 0: top_k must be an integer >= 1"),
+    (["--max-span", "0"], "--max-span 0: max_span must be an integer >= 1"),
+    (["--top-k", "65"], "top_k=65: an encoder-decoder's fillings are beams")])
 def test_fill_mask_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, message):
     assert message in _refused(capsys, ["fill-mask", "--model", str(dirs["t5"]), "a [MASK] b", *flags])
 

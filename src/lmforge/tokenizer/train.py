@@ -133,10 +133,11 @@ def _check_options(kind: str, vocab_size: int, family: str, min_frequency: int) 
                          f"tokens, and <= {most}, got {vocab_size!r}")
     if not isinstance(min_frequency, int) or isinstance(min_frequency, bool) or \
             not 1 <= min_frequency <= MAX_MIN_FREQUENCY:
-        raise ValueError(f"min_frequency must be an integer >= 1 and <= {MAX_MIN_FREQUENCY}, got {min_frequency!r}")
+        raise ValueError(f"min_frequency must be an integer >= 1 and <= {MAX_MIN_FREQUENCY}, "
+                         f"got {min_frequency!r}")
     if kind == "unigram" and min_frequency != DEFAULT_MIN_FREQUENCY:  # not silently ignored
-        raise ValueError(f"min_frequency={min_frequency}: it counts the pairs BPE and WordPiece merge; unigram "
-                         "merges none")
+        raise ValueError(f"min_frequency={min_frequency}: it counts the pairs BPE and WordPiece merge; "
+                         "unigram merges none")
     return spec
 
 

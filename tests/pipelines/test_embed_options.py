@@ -23,3 +23,15 @@ def test_cut_dimensions_refuses_more_than_the_model_has():
         cut_dimensions(torch.randn(2, 16), EmbedOptions(dimensions=17))
     assert err.value.field == "dimensions"
     assert cut_dimensions(torch.randn(2, 16), EmbedOptions()).shape == (2, 16)  # no dimensions: all of them
+
+
+def test_max_chunks_is_refused_where_nothing_is_chunked():
+    from lmforge.config.options import OptionsError
+    from lmforge.pipelines.embed_options import EmbedOptions
+
+    assert EmbedOptions(truncate="chunk", max_chunks=4).max_chunks == 4
+    assert EmbedOptions(truncate=True).max_chunks == 16  # the default is no request
+    for truncate in (False, True):
+        with pytest.raises(OptionsError, match='max_chunks=4: it bounds truncate="chunk"') as err:
+            EmbedOptions(truncate=truncate, max_chunks=4)
+        assert err.value.field == "max_chunks"

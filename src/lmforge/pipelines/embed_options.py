@@ -32,6 +32,7 @@ RANGES_FILE = "embedding_ranges.json"
 PROMPTS_FILE = "config_sentence_transformers.json"
 MAX_PROMPT_CHARS = 4096
 MAX_DIMENSIONS = 4 * MAX_WIDTH  # a pooling may concatenate modes (cls + mean + max ...)
+MAX_CHUNKS = 16  # truncate="chunk"'s default bound on a text's windows
 
 
 @dataclass
@@ -48,7 +49,7 @@ class EmbedOptions:
                                         "config_sentence_transformers.json")
     truncate: Union[bool, str] = option(False, 'a text over the model\'s limit: false refuses it, true cuts '
                                         'it, "chunk" averages its windows')
-    max_chunks: int = option(16, 'truncate="chunk": windows of one text at most', low=1, high=256)
+    max_chunks: int = option(MAX_CHUNKS, 'truncate="chunk": windows of one text at most', low=1, high=256)
     batch_invariant: bool = option(False, "run each text alone: its vector does not depend on its batch")
 
     def __post_init__(self) -> None:
@@ -56,6 +57,9 @@ class EmbedOptions:
         if self.truncate not in (True, False, "chunk") or not isinstance(self.truncate, (bool, str)):
             raise OptionsError(f'truncate must be true, false or "chunk", got {str(self.truncate)[:40]!r}',
                                "truncate")
+        if self.max_chunks != MAX_CHUNKS and self.truncate != "chunk":  # else it would be ignored
+            raise OptionsError(f'max_chunks={self.max_chunks}: it bounds truncate="chunk"\'s windows, and '
+                               f"truncate is {str(self.truncate).lower()}", "max_chunks")
         if self.prompt is not None and len(self.prompt) > MAX_PROMPT_CHARS:
             raise OptionsError(f"prompt has {len(self.prompt)} characters, more than {MAX_PROMPT_CHARS}", "prompt")
         if self.prompt_name is not None and not 0 < len(self.prompt_name) <= 128:

@@ -90,6 +90,25 @@ def test_sentences_past_the_max_length_are_cut_with_a_counted_warning():
     assert stats == {"truncated_sentences": 1, "dropped_words": 14}
 
 
+def test_max_len_is_bounded_by_the_models_positions():
+    model, tok = tiny("bert-base").eval(), tokenizer("bert")
+    for bad in (0, 2, model.config.max_seq_len + 1):  # 0 meant "the default" once, silently
+        with pytest.raises(ValueError, match=f"max_len must be >= 3 and <= the model's max_seq_len=.*got {bad}$"):
+            word_features(model, tok, SENTENCES, max_len=bad)
+    assert len(word_features(model, tok, SENTENCES, max_len=3)) == len(SENTENCES)
+
+
+def test_the_scalar_mix_settings_need_the_mix():
+    from lmforge.analysis.feature_options import FeatureOptions
+    from lmforge.config.options import OptionsError
+
+    assert FeatureOptions(layers="mix", mix_gamma=2.0).mix_gamma == 2.0
+    assert FeatureOptions(layers="all", mix_gamma=1.0).layers == "all"  # the default is no request
+    with pytest.raises(OptionsError, match="mix_gamma=2.0 needs layers=mix") as err:
+        FeatureOptions(layers="all", mix_gamma=2.0)
+    assert err.value.field == "mix_gamma"
+
+
 def test_a_model_with_its_own_word_layers_gives_them():
     class Elmo:
         def word_layers(self, sentences):

@@ -101,6 +101,8 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["features", "--task", "tagging", "--train", "x.conll"], "--task tagging needs --train FILE and --dev FILE"),
     (["features", "--data", "nowhere.txt"], "--data nowhere.txt: no such file"),
     (["features", "--data", "{bad}", "--layers", "all,1"], "--layers"),
+    (["features", "--data", "{bad}", "--mix-gamma", "2"], "--mix-gamma: the scalar mix is for --text"),
+    (["features", "--data", "{bad}", "--max-len", "100000"], "max_len must be >= 3 and <= the model's"),
 ])
 def test_bad_input_is_one_line_with_status_2(model_dir, tmp_path, capsys, argv, named):
     if "{bad}" in argv:

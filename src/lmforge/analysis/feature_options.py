@@ -48,6 +48,8 @@ class FeatureOptions:
         self.layers = _checked_spec(self.layers)
         if self.mix_weights is not None and self.layers != "mix":
             raise OptionsError("mix_weights needs layers=mix", "mix_weights")
+        if self.mix_gamma != 1.0 and self.layers != "mix":  # else it would be ignored
+            raise OptionsError(f"mix_gamma={self.mix_gamma} needs layers=mix", "mix_gamma")
 
     @classmethod
     def build(cls, options: Optional["FeatureOptions"] = None, fields: Optional[dict] = None,

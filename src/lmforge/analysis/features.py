@@ -128,6 +128,9 @@ def word_features(model, tokenizer, sentences: list, layers=None, pooling: str =
         layered = model.word_layers(sentences)
         pick = parse_layers(layers, layered[0].shape[0])
         return [f[pick].float().cpu() for f in layered]
+    if max_len is not None and not 3 <= max_len <= model.config.max_seq_len:  # [CLS] a word [SEP]
+        raise ValueError(f"max_len must be >= 3 and <= the model's max_seq_len={model.config.max_seq_len}, "
+                         f"got {max_len}")
     max_len = max_len or default_max_len(model, tokenizer)
     encoded = [encode_words(tokenizer, list(words), max_len) for words in sentences]
     _warn_cut(sentences, [k for _, k in encoded], max_len, stats)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from lmforge.cli.common import SEED, bounded
+from lmforge.config.model import MAX_LEN
 
 TASK_KINDS = {"tagging": "tagging", "classification": "cls"}  # --task -> tasks/formats.py kind
 
@@ -198,6 +199,10 @@ def cmd_features(args) -> None:
     if args.text:
         _text_features(args)
         return
+    mixing = [flag for flag, value in (("--mix-weights", args.mix_weights), ("--mix-gamma", args.mix_gamma))
+              if value is not None]
+    if mixing:  # words (--data, --task) take a layer selection, not the scalar mix
+        raise UsageError(f"{', '.join(mixing)}: the scalar mix is for --text with --layers mix")
     if args.pooling not in (None, "first", "mean", "last"):
         raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or last; "
                          "the other poolings are for --text")
@@ -282,7 +287,8 @@ def _common(p, poolings=("first", "mean", "last"), pooling="first") -> None:
                    " (--data: first, mean, last; default first); --text: none (per token), mean, max, "
                    "mean_max, cls, sep, last (default none)"))
     p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=32, help="sentences per forward pass")
-    p.add_argument("--max-len", type=int, help="tokens per sentence (default: the model's max length)")
+    p.add_argument("--max-len", type=bounded(int, 2, MAX_LEN),
+                   help="tokens per sentence, at most the model's max_seq_len (default: the model's)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--config", help="YAML/JSON file of key: value training options")

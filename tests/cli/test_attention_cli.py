@@ -76,10 +76,12 @@ def test_an_encoder_decoder_shows_its_three_attentions(tmp_path):
     ([TEXT, "--out", "v.html", "--layers", "0,7"], "--layers [7] outside the model's layers 0..1"),
     ([TEXT, "--out", "v.html", "--layers", "3-1"], "--layers '3-1': expected indices"),
     ([TEXT, "--png", "f.jpg"], "path: the figure's format comes from its suffix"),
-    ([TEXT, "--png", "f.png", "--layer", "9"], "layer=9: group 'self' has layers [0, 1]"),
-    ([TEXT, "--png", "f.png", "--heads", "0,9"], "heads=[0, 9]: pick one or more of 0..3"),
+    ([TEXT, "--png", "f.png", "--layer", "9"], "--layer 9: group 'self' has layers [0, 1]"),
+    ([TEXT, "--out", "v.html", "--png", "f.png", "--layer", "9"], "--layer 9: group"),  # before the HTML
+    ([TEXT, "--out", "v.html", "--layer", "1"], "--layer: they choose what a figure draws; give --png"),
+    ([TEXT, "--png", "f.png", "--heads", "0,9"], "--heads [0, 9]: pick one or more of 0..3"),
     ([TEXT, "--png", "f.png", "--heads", "a"], "--heads 'a': expected head indices"),
-    ([TEXT, "--svg", "f.svg", "--group", "cross"], "group='cross': have ['self']"),
+    ([TEXT, "--svg", "f.svg", "--group", "cross"], "--group 'cross': have ['self']"),
 ])
 def test_bad_input_is_one_line_and_status_2(bert, tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)

@@ -24,14 +24,20 @@ def write_figure(maps: AttentionMaps, path, group=None, layer: int = 0, heads=No
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise ValueError(f"path: the figure's format comes from its suffix, .png or .svg, not {path.suffix!r}")
+    g, probs, heads = selection(maps, group, layer, heads)
+    fig = _draw(probs, heads, g, layer, maps.title)
+    atomic_savefig(fig, path, dpi=200 if fmt == "png" else None, fmt=fmt)
+    return path
+
+
+def selection(maps: AttentionMaps, group=None, layer: int = 0, heads=None) -> tuple:
+    """(the group, its `layer`'s (heads, T, T) probabilities, the heads to draw) of a figure; a choice the
+    maps lack is a ValueError naming it (group=, layer=, heads=)."""
     g = _group(maps, group)
     if isinstance(layer, bool) or not isinstance(layer, int) or layer not in g.layers:
         raise ValueError(f"layer={layer!r}: group {g.name!r} has layers {list(g.layers)}")
     probs = torch.as_tensor(g.probs[g.layers.index(layer)]).detach().to("cpu", torch.float32)
-    heads = _heads(heads, probs.shape[0])
-    fig = _draw(probs, heads, g, layer, maps.title)
-    atomic_savefig(fig, path, dpi=200 if fmt == "png" else None, fmt=fmt)
-    return path
+    return g, probs, _heads(heads, probs.shape[0])
 
 
 def _group(maps: AttentionMaps, name):

@@ -54,6 +54,10 @@ def cmd_attention(args) -> None:
 
     if not args.out and not args.png and not args.svg:
         raise UsageError("give --out view.html and/or --png / --svg figure files")
+    chosen = [flag for flag in ("group", "layer", "heads") if getattr(args, flag) is not None]
+    if chosen and not (args.png or args.svg):  # else they would choose nothing
+        raise UsageError(f"{', '.join('--' + f for f in chosen)}: they choose what a figure draws; "
+                         "give --png or --svg")
     for flag, out in (("--out", args.out), ("--png", args.png), ("--svg", args.svg)):
         refuse_overwrite(out, ("--model", args.model), ("--tokenizer", args.tokenizer), option=flag,
                          kind="file")
@@ -61,14 +65,29 @@ def cmd_attention(args) -> None:
     maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=_layers(args.layers))
     if truncation_note(maps):
         print(f"note: {truncation_note(maps)}", file=sys.stderr)
+    layer, heads = 0 if args.layer is None else args.layer, _heads(args.heads)
+    if args.png or args.svg:
+        _check_figure(maps, args.group, layer, heads)  # before any file is written
     if args.out:
         stats = write_html(maps, args.out)
         print(f"wrote {args.out} ({stats.get('bytes', Path(args.out).stat().st_size) / 1e6:.2f} MB)")
-    heads = _heads(args.heads)
     for path in (args.png, args.svg):
         if path:
-            write_figure(maps, path, group=args.group, layer=args.layer, heads=heads)
+            write_figure(maps, path, group=args.group, layer=layer, heads=heads)
             print(f"wrote {path}")
+
+
+def _check_figure(maps, group, layer: int, heads) -> None:
+    """A UsageError naming --group, --layer or --heads where the recorded maps lack the choice."""
+    from lmforge.analysis.view_figure import selection
+    from lmforge.cli.common import UsageError
+
+    try:
+        selection(maps, group, layer, heads)
+    except ValueError as err:
+        name = str(err).split("=", 1)[0]
+        raise UsageError(f"--{name} {str(err).split('=', 1)[1]}" if name in ("group", "layer", "heads")
+                         else str(err)) from None
 
 
 HEADS_FLAGS = ("prune", "until", "step", "seed", "random_orders")  # the HeadsOptions fields that are flags
@@ -163,7 +182,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--png", help="a PNG figure of one layer's heads")
     p.add_argument("--svg", help="an SVG figure of one layer's heads")
     p.add_argument("--group", help="figure: self, encoder, decoder or cross (default: the first)")
-    p.add_argument("--layer", type=int, default=0, help="figure: the layer (default 0)")
+    p.add_argument("--layer", type=int, help="figure: the layer (default 0)")
     p.add_argument("--heads", help="figure: heads to draw, e.g. 0,2 (default: all)")
     p.set_defaults(func=cmd_attention)
 

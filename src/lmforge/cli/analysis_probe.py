@@ -199,10 +199,7 @@ def cmd_features(args) -> None:
     if args.text:
         _text_features(args)
         return
-    mixing = [flag for flag, value in (("--mix-weights", args.mix_weights), ("--mix-gamma", args.mix_gamma))
-              if value is not None]
-    if mixing:  # words (--data, --task) take a layer selection, not the scalar mix
-        raise UsageError(f"{', '.join(mixing)}: the scalar mix is for --text with --layers mix")
+    _no_mix(args)
     if args.pooling not in (None, "first", "mean", "last"):
         raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or last; "
                          "the other poolings are for --text")
@@ -232,6 +229,16 @@ def cmd_features(args) -> None:
         _write_json(out / "metrics.json", metrics)
         print(json.dumps({k: metrics[k] for k in ("task", "layers", "dev", "test") if k in metrics}, indent=2))
         print(f"wrote {out / 'metrics.json'}")
+
+
+def _no_mix(args) -> None:
+    """Words (--data, --task) take a layer selection, not the scalar mix: a UsageError naming its flags."""
+    from lmforge.cli.common import UsageError
+
+    mixing = [flag for flag, value in (("--mix-weights", args.mix_weights), ("--mix-gamma", args.mix_gamma))
+              if value is not None]
+    if mixing:  # else they would be ignored
+        raise UsageError(f"{', '.join(mixing)}: the scalar mix is for --text with --layers mix")
 
 
 FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--mix-gamma", "pooling": "--pooling",

@@ -66,3 +66,14 @@ def test_convert_both_ways(tmp_path, capsys):
     back = lmforge.load(tmp_path / "back")
     assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
     assert main(["convert", str(tmp_path / "missing"), str(tmp_path / "x")]) == 2
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`lmforge options | head -1`: the reader leaving is no error to report (status 141, as SIGPIPE's)."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1); "
+            "from lmforge.cli import main; sys.exit(main(['options']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 141 and done.stderr == "", done.stderr

@@ -6,6 +6,7 @@ traceback), 1 on an internal error.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
@@ -48,6 +49,9 @@ def main(argv: list | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.func(args)
+    except BrokenPipeError:  # `lmforge ... | head` closed the pipe: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE, as a shell reports a command its pipe stopped
     except (UsageError, ConfigError, CheckpointError, ValueError, OSError) as err:
         print(f"lmforge {args.command}: error: {one_line(err)}", file=sys.stderr)
         return 2

@@ -81,7 +81,7 @@ def encode_text(tokenizer, text: str, limit: int, truncate: bool, index: int = 0
         return whole, len(whole.ids)
     if not truncate:
         raise OptionsError(f"text {index} is {len(whole.ids)} tokens, more than max_length={limit}; "
-                           "send truncate=true to cut it", "truncate")
+                           "truncate=true cuts it", "truncate")
     return tokenizer.encode(text, max_length=limit), len(whole.ids)
 
 

@@ -94,7 +94,7 @@ class Reranker:
         too_long = next((i for i, n in enumerate(counts) if n > limit), None)
         if too_long is not None and not options.truncate:
             raise OptionsError(f"document {too_long} makes {counts[too_long]} tokens with the query, more than the "
-                               f"model's max_len={limit}; send truncate=true to cut it", "truncate")
+                               f"model's max_len={limit}; truncate=true cuts it", "truncate")
         logits = self.task.pair_scores(query, documents, batch_size)
         ranked = [Ranked(i, relevance(logits[i]), logits[i], min(counts[i], limit), counts[i] > limit)
                   for i in order(logits)]

@@ -199,10 +199,7 @@ def cmd_features(args) -> None:
     if args.text:
         _text_features(args)
         return
-    _no_mix(args)
-    if args.pooling not in (None, "first", "mean", "last"):
-        raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or last; "
-                         "the other poolings are for --text")
+    _word_flags(args)
     args.pooling = args.pooling or "first"
     if not args.data and not args.task:
         raise UsageError("give --data FILE (features to write) and/or --task with --train and --dev")
@@ -231,14 +228,18 @@ def cmd_features(args) -> None:
         print(f"wrote {out / 'metrics.json'}")
 
 
-def _no_mix(args) -> None:
-    """Words (--data, --task) take a layer selection, not the scalar mix: a UsageError naming its flags."""
+def _word_flags(args) -> None:
+    """Words (--data, --task) pool their pieces by first, mean or last, and take a layer selection, not the
+    scalar mix: a UsageError naming the flag otherwise."""
     from lmforge.cli.common import UsageError
 
     mixing = [flag for flag, value in (("--mix-weights", args.mix_weights), ("--mix-gamma", args.mix_gamma))
               if value is not None]
     if mixing:  # else they would be ignored
         raise UsageError(f"{', '.join(mixing)}: the scalar mix is for --text with --layers mix")
+    if args.pooling not in (None, "first", "mean", "last"):
+        raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or last; "
+                         "the other poolings are for --text")
 
 
 FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--mix-gamma", "pooling": "--pooling",

@@ -36,7 +36,8 @@ def test_the_largest_config_allowed_answers_in_seconds_with_bounded_memory():
 @pytest.mark.parametrize("argv, message", [
     (["bert-tiny", "--context", "-5"], "--context -5"),
     (["bert-tiny", "--context", "0"], "--context 0"),
-    (["bert-tiny", "--context", "513"], "exceeds max_seq_len=512"),
+    (["bert-tiny", "--context", "513"], "exceeds max_seq_len=512 (add max_seq_len=513 to count"),
+    (["bert-tiny", "--context", "1000000000000"], "(no model's is over 1048576)"),
     (["bert-tiny", "d_model=10000000000", "n_heads=1"], "d_model must be an integer >= 1 and <= 65536"),
     (["bert-tiny", "n_layers=100000000"], "n_layers must be an integer >= 1 and <= 1024"),
     (["bert-tiny", "attention_schedule=full"], "attention_schedule must be a list"),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lmforge.cli.common import (SEED, UsageError, bounded, parse_overrides, read_config_file,
                                 refuse_overwrite, resolve_config)
+from lmforge.config.model import MAX_LEN
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
@@ -40,8 +41,9 @@ def cmd_inspect(args) -> None:
     model = load_model(args.model) if folder else None  # a directory: its int8 layers are reported too
     cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
     if args.context is not None and args.context > cfg.max_seq_len:
-        raise UsageError(f"--context {args.context} exceeds max_seq_len={cfg.max_seq_len} "
-                         f"(add max_seq_len={args.context} to count a longer context)")
+        more = (f"add max_seq_len={args.context} to count a longer context" if args.context <= MAX_LEN
+                else f"no model's is over {MAX_LEN}")  # not a hint the config would refuse
+        raise UsageError(f"--context {args.context} exceeds max_seq_len={cfg.max_seq_len} ({more})")
     summary = describe(cfg, args.context)  # before any output: a refusal prints nothing else
     more = [] if model is None else [*heads_summary(model, parameter_counts(cfg)["total"]),
                                      *quantization_summary(model)]

@@ -77,3 +77,15 @@ def test_a_closed_pipe_ends_the_command_quietly():
             "from lmforge.cli import main; sys.exit(main(['options']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 141 and done.stderr == "", done.stderr
+
+
+def test_a_broken_pipe_other_than_stdout_is_an_error_like_any_other(monkeypatch, capsys):
+    """Only a reader of stdout gone ends quietly; a socket's or a subprocess's broken pipe is reported."""
+    from lmforge.cli import model
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(model, "cmd_inspect", broken)
+    assert main(["inspect", "bert-tiny"]) == 2  # stdout here is pytest's capture, not a closed pipe
+    assert "error: [Errno 32] Broken pipe" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 
 from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
@@ -43,15 +44,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _reader_gone() -> bool:
+    """Whether stdout is a pipe its reader has closed; if so it is pointed at /dev/null, so that the
+    interpreter's flush at exit does not report the same broken pipe again."""
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poll.poll(0))  # a pipe with no reader
+    except (AttributeError, OSError, ValueError):  # no file behind it (a caller's StringIO)
+        return False
+    if gone:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    return gone
+
+
 def main(argv: list | None = None) -> int:
     """Entry point of the `lmforge` command."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except BrokenPipeError:  # `lmforge ... | head` closed the pipe: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
-        return 141  # 128 + SIGPIPE, as a shell reports a command its pipe stopped
+        sys.stdout.flush()  # a reader gone before the last buffered line breaks here, not at exit
+    except BrokenPipeError as err:
+        if not _reader_gone():  # another pipe (a socket, a subprocess): an error like any other
+            print(f"lmforge {args.command}: error: {one_line(err)}", file=sys.stderr)
+            return 2
+        return 141  # `lmforge ... | head`: the reader has what it wanted; 128 + SIGPIPE, as a shell says
     except (UsageError, ConfigError, CheckpointError, ValueError, OSError) as err:
         print(f"lmforge {args.command}: error: {one_line(err)}", file=sys.stderr)
         return 2

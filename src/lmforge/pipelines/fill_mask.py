@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from lmforge.generate import generate, lm_head_name
+from lmforge.config.options import OptionsError
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.model import EncoderDecoder
 from lmforge.tokenizer.fits import check_fits
@@ -63,7 +64,8 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
                                  "(T5, BART); a decoder only continues text")
             return _fill_token(model, tokenizer, head, text, top_k)
         if top_k > MAX_BEAMS:  # a span's or a sentence's candidates are beam search's hypotheses
-            raise ValueError(f"top_k={top_k}: an encoder-decoder's fillings are beams, at most {MAX_BEAMS}")
+            raise OptionsError(f"top_k={top_k}: an encoder-decoder's fillings are beams, at most {MAX_BEAMS}",
+                               "top_k")
         if tokenizer.token_to_id(SENTINEL) is not None:
             return _fill_span(model, tokenizer, text, top_k, max_span)
         return _fill_sentence(model, tokenizer, text, top_k, max_span)

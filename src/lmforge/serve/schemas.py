@@ -140,7 +140,8 @@ class FillMaskRequest(BaseModel):
     model_config = STRICT
     text: str
     model: str | None = MODEL_FIELD
-    top_k: StrictInt = Field(5, ge=1, description="candidates returned (at most the server's max_top_k)")
+    top_k: StrictInt = Field(5, ge=1, description="candidates returned (at most the server's max_top_k; "
+                             "a T5 / BART model's at most its 64 beams)")
     max_span: StrictInt = Field(10, ge=1, le=1024, description="T5 / BART: most tokens generated for the mask")
 
 

@@ -54,10 +54,7 @@ def cmd_attention(args) -> None:
 
     if not args.out and not args.png and not args.svg:
         raise UsageError("give --out view.html and/or --png / --svg figure files")
-    chosen = [flag for flag in ("group", "layer", "heads") if getattr(args, flag) is not None]
-    if chosen and not (args.png or args.svg):  # else they would choose nothing
-        raise UsageError(f"{', '.join('--' + f for f in chosen)}: they choose what a figure draws; "
-                         "give --png or --svg")
+    _figure_flags(args)
     for flag, out in (("--out", args.out), ("--png", args.png), ("--svg", args.svg)):
         refuse_overwrite(out, ("--model", args.model), ("--tokenizer", args.tokenizer), option=flag,
                          kind="file")
@@ -75,6 +72,19 @@ def cmd_attention(args) -> None:
         if path:
             write_figure(maps, path, group=args.group, layer=layer, heads=heads)
             print(f"wrote {path}")
+
+
+def _figure_flags(args) -> None:
+    """A UsageError, before any work, for figure flags without a figure or a figure file of another format."""
+    from lmforge.cli.common import UsageError
+
+    chosen = [flag for flag in ("group", "layer", "heads") if getattr(args, flag) is not None]
+    if chosen and not (args.png or args.svg):  # else they would choose nothing
+        raise UsageError(f"{', '.join('--' + f for f in chosen)}: they choose what a figure draws; "
+                         "give --png or --svg")
+    for flag, path, suffix in (("--png", args.png, ".png"), ("--svg", args.svg, ".svg")):
+        if path and Path(path).suffix.lower() != suffix:
+            raise UsageError(f"{flag} {path}: the figure's file must end in {suffix}")
 
 
 def _check_figure(maps, group, layer: int, heads) -> None:

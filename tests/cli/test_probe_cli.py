@@ -102,11 +102,13 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["features", "--data", "nowhere.txt"], "--data nowhere.txt: no such file"),
     (["features", "--data", "{bad}", "--layers", "all,1"], "--layers"),
     (["features", "--data", "{bad}", "--mix-gamma", "2"], "--mix-gamma: the scalar mix is for --text"),
-    (["features", "--data", "{bad}", "--max-len", "100000"], "max_len must be >= 3 and <= the model's"),
+    (["features", "--data", "{bad}", "--max-len", "100000"], "--max-len 100000: more tokens than the model"),
+    (["features", "--data", "{bad}", "--max-len", "2"], "--max-len 2: a word needs 3 tokens at least"),
 ])
 def test_bad_input_is_one_line_with_status_2(model_dir, tmp_path, capsys, argv, named):
     if "{bad}" in argv:
         argv = [write(tmp_path / "s.txt", "a b\n") if a == "{bad}" else a for a in argv]
     assert main([argv[0], "--model", model_dir, "--out", str(tmp_path / "o"), *argv[1:]]) == 2
+    assert not (tmp_path / "o").exists()  # refused before any output
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and named in err and err.startswith(f"lmforge {argv[0]}: error:")

@@ -124,6 +124,8 @@ def word_features(model, tokenizer, sentences: list, layers=None, pooling: str =
         raise ValueError(f"--pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
     if not sentences or any(not s for s in sentences):
         raise ValueError("word_features needs sentences of at least one word each")
+    if hasattr(model, "word_layers") and max_len is not None:  # else it would be ignored
+        raise ValueError(f"max_len={max_len}: ELMo reads whole words, with no token limit to set")
     if hasattr(model, "word_layers"):  # ELMo: its own character CNN + biLSTM layers, per word already
         layered = model.word_layers(sentences)
         pick = parse_layers(layers, layered[0].shape[0])

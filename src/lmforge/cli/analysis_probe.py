@@ -207,6 +207,7 @@ def cmd_features(args) -> None:
     sentences = read_sentences(existing(args.data, "--data")) if args.data else None
     splits = transfer_splits(args) if args.task else None
     model, tokenizer = _model(args)
+    _fits(args.max_len, model)
     chosen = parse_layers(args.layers, model.config.n_layers + 1)  # a bad --layers fails before any work
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -240,6 +241,17 @@ def _word_flags(args) -> None:
     if args.pooling not in (None, "first", "mean", "last"):
         raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or last; "
                          "the other poolings are for --text")
+    if args.max_len is not None and args.max_len < 3:
+        raise UsageError(f"--max-len {args.max_len}: a word needs 3 tokens at least ([CLS] word [SEP])")
+
+
+def _fits(max_len, model) -> None:
+    """A UsageError naming --max-len where the model reads fewer positions (before any file is written)."""
+    from lmforge.cli.common import UsageError
+
+    if max_len is not None and not hasattr(model, "word_layers") and max_len > model.config.max_seq_len:
+        raise UsageError(f"--max-len {max_len}: more tokens than the model reads "
+                         f"(max_seq_len={model.config.max_seq_len})")
 
 
 FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--mix-gamma", "pooling": "--pooling",

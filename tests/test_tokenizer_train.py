@@ -259,6 +259,10 @@ def test_cli_trains_on_files_and_on_the_built_in_corpus(tmp_path, capsys):
     (["--kind", "bpe", "--vocab-size", "300", "--docs", "0"], "argument --docs: must be in [1, 1000000]"),
     (["--kind", "bpe", "--vocab-size", "300", "--docs", "10" * 6], "argument --docs: must be"),  # was a hang
     (["--kind", "bytelevel-bpe", "--vocab-size", "100"], "vocab_size must be an integer >= 261"),
+    (["--kind", "bpe", "--vocab-size", "300", "--min-frequency", "1" + "0" * 20],
+     "argument --min-frequency: must be"),  # was an OverflowError's traceback
+    (["--kind", "unigram", "--vocab-size", "300", "--min-frequency", "2"],
+     "--min-frequency 2: it counts the pairs"),  # was ignored
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
     (tmp_path / "EMPTY").write_text("")

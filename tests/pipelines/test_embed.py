@@ -227,3 +227,17 @@ def test_cli_embed_max_length_reaches_the_encoder(tmp_path, capsys):
         assert torch.allclose(got, lmforge.embed([text], model=path, max_length=n)[0], atol=1e-6)
     assert not torch.allclose(lmforge.embed([text], model=path, max_length=4),
                               lmforge.embed([text], model=path, max_length=64))
+
+
+def test_max_length_holds_with_embedding_options_too(tmp_path, capsys):
+    """--max-length beside an option flag (here --truncate true) once fell back to the model's limit."""
+    path = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
+    text = "a b c d e f g h i j k l"
+    cut = lmforge.embed([text], model=path, max_length=4, truncate=True)
+    assert not torch.allclose(cut, lmforge.embed([text], model=path, truncate=True))
+    assert torch.allclose(cut, lmforge.embed([text], model=path, max_length=4), atol=1e-6)  # the same cut
+    assert main(["embed", "--model", str(path), text, "--max-length", "4", "--truncate", "true"]) == 0
+    got = torch.tensor(json.loads(capsys.readouterr().out)["embedding"])
+    assert torch.allclose(got, cut[0], atol=1e-6)
+    with pytest.raises(ValueError, match="max_length must be a positive integer or None, got 0"):
+        lmforge.embed([text], model=path, max_length=0)  # 0 once meant the model's limit

@@ -235,7 +235,7 @@ def _embed_with_options(args, encoder, texts: list, options, out) -> None:
     from lmforge.pipelines.embed_options import save_ranges
 
     try:
-        found = encoder.embed_with(texts, options, batch_size=args.batch_size)
+        found = encoder.embed_with(texts, options, batch_size=args.batch_size, max_length=args.max_length)
         if args.calibrate:
             print(f"wrote {save_ranges(encoder.path, found.vectors, options)} ({len(texts)} texts)")
             return

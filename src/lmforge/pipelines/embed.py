@@ -113,6 +113,9 @@ class SentenceEncoder:
                    st.get("max_seq_length"), bool(st.get("do_lower_case", False)), path)
 
     def _limit(self, max_length: int | None) -> int | None:
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
+                                       or max_length < 1):  # 0 meant "the default", silently
+            raise ValueError(f"max_length must be a positive integer or None, got {max_length!r}")
         cfg = self.model.config
         limit = max_length or self.max_length or self.tokenizer.model_max_length
         if cfg.position == "learned":  # no position embedding beyond max_seq_len
@@ -154,14 +157,16 @@ class SentenceEncoder:
                     progress(start + len(index))
         return out
 
-    def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32) -> "Embedded":
+    def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32,
+                   max_length: int | None = None) -> "Embedded":
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
-        dimensions, normalisation), with each text's token count and whether it was cut."""
+        dimensions, normalisation), with each text's token count and whether it was cut; max_length: the
+        tokens a text may have (default: the model's limit), as in `encode`."""
         options = options or EmbedOptions()
         texts = [texts] if isinstance(texts, str) else list(texts)
         prefix = prompt_of(options, self.prompts, self.default_prompt)
         texts = [prefix + t for t in texts]
-        limit = self._limit(None)
+        limit = self._limit(max_length)
         counts = [len(self.tokenizer.encode(t).ids) for t in texts]
         pieces, owners, weights = self._pieces(texts, counts, limit, options)
         raw = self.encode(pieces, batch_size=1 if options.batch_invariant else batch_size, normalize=False,
@@ -249,6 +254,6 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     else:
         encoder = SentenceEncoder.from_dir(model, tokenizer)
     if options is not None:
-        return encoder.embed_with(texts, options, batch_size).tensor()
+        return encoder.embed_with(texts, options, batch_size, max_length).tensor()
     return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length,
                           progress=progress)

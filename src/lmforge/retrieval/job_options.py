@@ -41,11 +41,6 @@ class QueryOptions:
             raise OptionsError(f"candidates={self.candidates} must be at least k ({self.k})", "candidates")
 
 
-def options_of(cls, options):
-    """`options` checked to be a `cls` (None: its defaults); anything else is an OptionsError naming it."""
-    return with_changes(cls, options, None, cls.__name__)
-
-
 @dataclass(frozen=True)
 class ReaderOptions:
     """DPR's extractive reader: how many passages it reads and what it trains on."""
@@ -87,3 +82,8 @@ class IctOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
+
+
+def options_of(cls, options):
+    """`options` checked to be a `cls` (None: its defaults); anything else is an OptionsError naming it."""
+    return with_changes(cls, options, None, cls.__name__)

@@ -157,8 +157,6 @@ def cmd_evaluate(args) -> None:
                      ("--tokenizer", args.tokenizer), kind="file")
     if not args.builtin and not args.data:
         raise UsageError("give --data FILE or --builtin NAME")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UsageError(f"--batch-size {args.batch_size}: must be at least 1")
     check_model(args.model)  # before task.json is looked for in it
     if not args.task and not args.builtin:
         args.task = task_info(args.model).get("kind")  # the fine-tuned model's own task
@@ -211,5 +209,5 @@ def add_parsers(sub) -> None:
     p.add_argument("--data", help="file to evaluate (same formats as finetune)")
     p.add_argument("--split", choices=SPLITS, default="validation", help="the --builtin split")
     p.add_argument("--out", help="predictions file (JSON lines)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=64, help="examples scored at once")
     p.set_defaults(func=cmd_evaluate)

@@ -67,6 +67,11 @@ def test_evaluate_names_the_option_it_refuses(tmp_path, capsys):
     (["probe", "--model", "m", "--out", "o", "--sentences", "1000000000000"], "--sentences"),  # were hangs
     (["quantize", "--model", "m", "--out", "o", "--batch-size", "100000000"], "--batch-size"),  # 51 GB
     (["evaluate", "--model", "m", "--data", "d.jsonl", "--batch-size", "0"], "--batch-size"),
+    *[([*command, "--steps", steps], "--steps") for steps in ("0", "10000001")
+      for command in (["pretrain", "--preset", "bert-tiny", "--out", "o"],
+                      ["finetune", "--model", "m", "--out", "o"],
+                      ["distill", "--teacher", "t", "--train", "d", "--out", "o"],
+                      ["retrieve", "train", "--out", "o"], ["retrieve", "realm", "--out", "o"])],
     (["evaluate", "--model", "m", "--data", "d.jsonl", "--batch-size", "1000000000000"], "--batch-size"),
     (["retrieve", "train", "--out", "o", "--hard-negatives", "-1"], "--hard-negatives"),
     (["finetune", "--model", "m", "--builtin", "sentiment", "--out", "o", "--builtin-size", "nan"],
@@ -93,3 +98,10 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path):
             refuse_overwrite(str(out), ("--data", None), **how)
     refuse_overwrite(str(tmp_path / "adir"), ("--data", None))  # a folder where either may go: fine
     assert (tmp_path / "afile").read_text() == "kept"
+
+
+def test_the_steps_flags_bound_is_train_configs():
+    from lmforge.cli.common import STEPS
+    from lmforge.train.config import MAX_STEPS
+
+    assert STEPS == (1, MAX_STEPS)

@@ -156,7 +156,10 @@ def test_loss_options_that_are_not_finite_are_refused_by_name(teacher_dir, tmp_p
         assert _refused(base + [option], capsys).startswith(f"lmforge distill: error: {name} must be"), option
         with pytest.raises(ValueError, match=name):
             DistillConfig.from_dict({name: float(option.partition("=")[2])})
-    assert _refused(base[:-1] + ["0"], capsys) == "lmforge distill: error: --steps 0: must be at least 1"
+    with pytest.raises(SystemExit) as refused:  # the flag's own bounds, at parsing (tests/cli/test_common.py)
+        main(base[:-1] + ["0"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "argument --steps: must be in [1, 10000000], got 0" in err
     assert not (tmp_path / "x").exists()
 
 

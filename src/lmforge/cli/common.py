@@ -18,6 +18,7 @@ class UsageError(ValueError):
 
 
 SEED = (0, 2 ** 63 - 1)  # TrainConfig's bound on seed
+STEPS = (1, 10_000_000)  # TrainConfig's bound on steps (train/config.py MAX_STEPS), said as the flag's
 
 
 def bounded(kind: type, low, high):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, bounded
+from lmforge.cli.common import SEED, STEPS, bounded
 
 
 def _print(report: dict, out) -> None:
@@ -112,8 +112,6 @@ def cmd_distill(args) -> None:
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid
     if records is None:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
-    if args.steps is not None and args.steps < 1:
-        raise UsageError(f"--steps {args.steps}: must be at least 1")
     steps = {"steps": args.steps} if args.steps is not None else {}
     train_cfg = TrainConfig.from_dict({"seed": args.seed, "eval_every": max(1, (args.steps or 1000) // 10), **steps,
                                        **{k: v for k, v in options.items() if k in train_keys}})
@@ -138,7 +136,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--student-layers", help="every-other (default) or N: the teacher's first N layers")
     p.add_argument("--student", help="a preset instead: random init, fresh head")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
-    p.add_argument("--steps", type=int)
+    p.add_argument("--steps", type=bounded(int, *STEPS))
     p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--config", help="YAML/JSON file of key: value options")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")

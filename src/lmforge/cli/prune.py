@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, bounded
+from lmforge.cli.common import SEED, STEPS, bounded
 
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 # options a method does not use: refused, never ignored (structured methods prune without training)
@@ -164,7 +164,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", required=True, help="directory for the model and prune.json")
     p.add_argument("--train", help="magnitude / movement: training file")
     p.add_argument("--valid", help="magnitude / movement: validation file (the accuracy curve in metrics.jsonl)")
-    p.add_argument("--steps", type=int, help="magnitude / movement: optimiser steps")
+    p.add_argument("--steps", type=bounded(int, *STEPS), help="magnitude / movement: optimiser steps")
     p.add_argument("--seed", type=bounded(int, *SEED),
                    help="magnitude / movement: the run's seed (data order, a fresh head, "
                    "a preset's init; default 0)")

@@ -215,7 +215,8 @@ def job_flags(parser, cls, prefix: str = "") -> None:
         default = getattr(defaults, f.name)
         said = ([f"default {default}"] if default is not None else []) + \
                ([bounds_text(f.metadata).strip()] if f.metadata["low"] is not None else [])
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name, metavar=f.name.upper(),
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name,
+                            metavar=None if f.metadata["choices"] else f.name.upper(),
                             choices=f.metadata["choices"],
                             type={"int": int, "float": float, "str": str}[base_type(f.type)[0]],
                             help=f"{f.metadata['help']}" + (f" ({'; '.join(said)})" if said else ""))

@@ -11,6 +11,7 @@ import yaml
 from lmforge.config import ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
+from lmforge.train.config import MAX_STEPS
 
 
 class UsageError(ValueError):
@@ -18,7 +19,7 @@ class UsageError(ValueError):
 
 
 SEED = (0, 2 ** 63 - 1)  # TrainConfig's bound on seed
-STEPS = (1, 10_000_000)  # TrainConfig's bound on steps (train/config.py MAX_STEPS), said as the flag's
+STEPS = (1, MAX_STEPS)  # TrainConfig's bound on steps, said as the flag's
 
 
 def bounded(kind: type, low, high):
@@ -45,6 +46,39 @@ def flag_error(err, values: dict, words: dict | None = None, flags: dict | None 
     rule = (words or {}).get(field) or re.sub(rf"^{re.escape(field)}(=\S+)?:?\s*", "", str(err).split(", got ")[0])
     value = values.get(field)
     return UsageError(f"{flag}: {rule}" if isinstance(value, bool) else f"{flag} {value}: {rule}")
+
+
+def option_flags(parser, cls, prefix: str = "", switches: dict | None = None) -> None:
+    """A flag per field of the options dataclass `cls`, with the declaration's help, default, bounds and
+    choices (the object checks the values: flag_values, then from_flags). switches: field -> (flag, help)
+    of a bool said as the opposite of its default True; prefix: of each dest, to keep a parent parser's
+    flags apart from its sub-commands' flags of the same name."""
+    from dataclasses import fields
+
+    from lmforge.config.options import base_type, bounds_text
+
+    defaults = cls()
+    for f in fields(cls):
+        if f.name in (switches or {}):
+            flag, text = switches[f.name]
+            parser.add_argument(flag, dest=prefix + f.name, action="store_true", help=text)
+            continue
+        default, bounds = getattr(defaults, f.name), bounds_text(f.metadata).strip()
+        said = ([f"default {default}"] if default is not None else []) + ([bounds] if bounds else [])
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name,
+                            metavar=None if f.metadata["choices"] else f.name.upper(),
+                            choices=f.metadata["choices"],
+                            type={"int": int, "float": float, "str": str}[base_type(f.type)[0]],
+                            help=f"{f.metadata['help']}" + (f" ({'; '.join(said)})" if said else ""))
+
+
+def flag_values(args, cls, prefix: str = "", switches: dict | None = None) -> dict:
+    """field -> value of the option_flags of `cls` given on the command line (a switch: its field's value)."""
+    from dataclasses import fields
+
+    given = {f.name: getattr(args, prefix + f.name, None) for f in fields(cls)}
+    given = {name: value for name, value in given.items() if value is not None}
+    return {**given, **{name: not given[name] for name in (switches or {}) if name in given}}
 
 
 def from_flags(build, flags: dict, given: dict | None = None, words: dict | None = None,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from lmforge.cli.common import SEED, STEPS, bounded
+from lmforge.cli.common import SEED, STEPS, bounded, flag_values, option_flags
 from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
 
 
@@ -103,7 +103,7 @@ def _train_config(args) -> tuple:
                      ("--retriever", getattr(args, "retriever", None)),
                      writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",
                              "ict.json", "retriever"))
-    before = [f"--{name}" for name in given_flags(args, QueryOptions, QUERY)]
+    before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
         raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "
                          f"(retrieve {args.action} --k N)")
@@ -199,36 +199,9 @@ QUERY = "query_"  # the dest prefix of `retrieve`'s own query flags (QueryOption
 
 
 def job_flags(parser, cls, prefix: str = "") -> None:
-    """A flag per option of a retrieval job (job_options.py's classes): its help, bounds and choices are the
-    declaration's, and the object checks them (job_options). prefix: of each flag's dest (`retrieve`'s own
-    query flags, kept apart from its sub-commands' flags of the same name)."""
-    from dataclasses import fields
-
-    from lmforge.config.options import base_type, bounds_text
-
-    defaults = cls()
-    for f in fields(cls):
-        if f.name in SWITCHES:
-            flag, text = SWITCHES[f.name]
-            parser.add_argument(flag, dest=prefix + f.name, action="store_true", help=text)
-            continue
-        default = getattr(defaults, f.name)
-        said = ([f"default {default}"] if default is not None else []) + \
-               ([bounds_text(f.metadata).strip()] if f.metadata["low"] is not None else [])
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name,
-                            metavar=None if f.metadata["choices"] else f.name.upper(),
-                            choices=f.metadata["choices"],
-                            type={"int": int, "float": float, "str": str}[base_type(f.type)[0]],
-                            help=f"{f.metadata['help']}" + (f" ({'; '.join(said)})" if said else ""))
-
-
-def given_flags(args, cls, prefix: str = "") -> dict:
-    """field -> value of the flags of `cls` given on the command line (switches as their field's value)."""
-    from dataclasses import fields
-
-    given = {f.name: getattr(args, prefix + f.name, None) for f in fields(cls)}
-    given = {name: value for name, value in given.items() if value is not None}
-    return {**given, **{name: not given[name] for name in SWITCHES if name in given}}
+    """The flags of a retrieval job's options (job_options.py's classes; cli.common.option_flags), its
+    switches said as SWITCHES; prefix: `retrieve`'s own query flags, apart from its sub-commands'."""
+    option_flags(parser, cls, prefix, SWITCHES)
 
 
 def job_options(args, cls, prefix: str = ""):
@@ -236,8 +209,8 @@ def job_options(args, cls, prefix: str = ""):
     flag, in one line."""
     from lmforge.cli.common import from_flags
 
-    return from_flags(lambda values: cls(**values), given_flags(args, cls, prefix), words=SWITCH_WORDS,
-                      names={name: flag for name, (flag, _) in SWITCHES.items()})
+    return from_flags(lambda values: cls(**values), flag_values(args, cls, prefix, SWITCHES),
+                      words=SWITCH_WORDS, names={name: flag for name, (flag, _) in SWITCHES.items()})
 
 
 def _index_parser(sub, argparse) -> None:

@@ -14,19 +14,14 @@ import argparse
 import os
 import socket
 import sys
-from dataclasses import fields
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def limits_of(args):
     """The Limits given on the command line; a bad value is a usage error naming its option."""
-    from lmforge.cli.common import from_flags
+    from lmforge.cli.common import flag_values, from_flags
     from lmforge.serve import Limits
 
-    values = {f.name: getattr(args, f.name) for f in fields(Limits) if getattr(args, f.name) is not None}
-    return from_flags(lambda given: Limits(**given), values)
+    return from_flags(lambda given: Limits(**given), flag_values(args, Limits))
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -136,7 +131,7 @@ def cmd_serve(args) -> None:
 
 def add_parsers(sub) -> None:
     """Add `serve` to the `lmforge` parser."""
-    from lmforge.config.options import bounds_text
+    from lmforge.cli.common import option_flags
     from lmforge.serve import Limits
 
     p = sub.add_parser("serve", help="HTTP inference server (embeddings, predictions, fill-mask, generation)")
@@ -159,9 +154,5 @@ def add_parsers(sub) -> None:
                         "batches of changing shapes), tcmalloc (libtcmalloc-minimal4) or glibc's with its "
                         "heap bounded; auto: the first of jemalloc, tcmalloc installed. "
                         "The server starts itself again (same pid) with LD_PRELOAD to use it")
-    defaults = Limits()
-    for f in fields(Limits):
-        kind = float if f.name == "batch_wait_ms" else int
-        p.add_argument(_flag(f.name), type=kind, help=f"{f.metadata['help']} (default {getattr(defaults, f.name)}; "
-                                                      f"{bounds_text(f.metadata).strip()})")
+    option_flags(p, Limits)
     p.set_defaults(func=cmd_serve)

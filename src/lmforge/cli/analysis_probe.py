@@ -247,11 +247,15 @@ def _word_flags(args) -> None:
 
 def _fits(max_len, model) -> None:
     """A UsageError naming --max-len where the model reads fewer positions (before any file is written)."""
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import flag_error
+    from lmforge.config.checks import within_context
+    from lmforge.config.options import OptionsError
 
-    if max_len is not None and not hasattr(model, "word_layers") and max_len > model.config.max_seq_len:
-        raise UsageError(f"--max-len {max_len}: more tokens than the model reads "
-                         f"(max_seq_len={model.config.max_seq_len})")
+    try:
+        if not hasattr(model, "word_layers"):  # ELMo reads words: word_features refuses a max_len for it
+            within_context("max_len", max_len, model.config)
+    except OptionsError as err:
+        raise flag_error(err, {"max_len": max_len}) from None
 
 
 FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--mix-gamma", "pooling": "--pooling",

@@ -176,16 +176,19 @@ def cmd_embed(args) -> None:
     """Sentence embeddings of texts: one JSON line per text, or an (N, d) .npy file with --out."""
     import numpy as np
 
+    from lmforge.cli.common import flag_error
+    from lmforge.config.checks import within_context
+    from lmforge.config.options import OptionsError
     from lmforge.pipelines.embed import SentenceEncoder, embed
 
     texts = embed_texts(args.texts, args.file)
     out = embed_out(args.out)
     refuse_overwrite(out, ("--file", args.file), ("--model", args.model))
     encoder = SentenceEncoder.from_dir(args.model)
-    context = encoder.model.config.max_seq_len
-    if args.max_length is not None and args.max_length > context:
-        raise UsageError(f"--max-length {args.max_length}: more tokens than the model reads "
-                         f"(max_seq_len={context})")
+    try:
+        within_context("max_length", args.max_length, encoder.model.config)
+    except OptionsError as err:
+        raise flag_error(err, {"max_length": args.max_length}) from None
     options = embed_options(args)
     if options is not None:
         _embed_with_options(args, encoder, texts, options, out)

@@ -11,6 +11,7 @@ import json
 import random
 from pathlib import Path
 
+from lmforge.config.checks import within_context
 from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.retrieval.bm25 import BM25Index
@@ -182,7 +183,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     k, out = options.k, Path(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
     reader = ExtractiveReader.from_dir(model, options.max_len)
-    fits(options.max_len, reader.model)
+    within_context("max_len", options.max_len, reader.model.config)
     train_ranked = rankings(passages, sets["train"], out, None, 20)
     examples = reader_examples(reader, sets["train"], passages, train_ranked, options.negatives)
     Trainer(reader, examples, cfg, out, log=log).fit()
@@ -193,13 +194,6 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
               **{n: round(v, 4) for n, v in recall_at_k(ranked, sets["test"], (1, k)).items()}}
     atomic_write_text(out / "reader.json", json.dumps(result, indent=2) + "\n")
     return result
-
-
-def fits(max_len: int, model) -> None:
-    """An OptionsError naming max_len where the model's positions are fewer."""
-    if max_len > model.config.max_seq_len:
-        raise OptionsError(f"max_len={max_len} is longer than the model's max_seq_len="
-                           f"{model.config.max_seq_len}", "max_len")
 
 
 def split_by_title(passages: list, test_share: float, seed: int) -> tuple:
@@ -241,7 +235,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
     reader = load(find_model_dir(model))
-    fits(options.max_len, reader)
+    within_context("max_len", options.max_len, reader.config)
     if "lm" not in reader.heads:  # REALM trains it; its "before" scores read with an untrained head
         log(f"note: {model} has no MLM head: REALM starts one untrained (the 'before' scores read with it)")
     if reader.config.vocab_size != encoder.model.config.vocab_size:

@@ -201,5 +201,5 @@ def within_context(name: str, tokens: int | None, cfg) -> None:
     """An OptionsError naming `name` where `tokens` (None: the model's own) are more positions than a model
     of config `cfg` reads (its max_seq_len)."""
     if tokens is not None and tokens > cfg.max_seq_len:
-        raise OptionsError(f"{name}={tokens}: more tokens than the model reads (max_seq_len={cfg.max_seq_len})",
-                           name)
+        raise OptionsError(f"{name}={tokens}: more tokens than the model reads "
+                           f"(max_seq_len={cfg.max_seq_len})", name)

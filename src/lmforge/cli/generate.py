@@ -210,13 +210,13 @@ def cmd_fill_mask(args) -> None:
 def check_fill_options(args) -> None:
     """Refuse --top-k and --max-span out of fill_mask's bounds, naming the flag, before a model loads."""
     from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
     from lmforge.pipelines.fill_mask import check_fill
 
     try:
         check_fill(args.top_k, args.max_span)
-    except ValueError as err:
-        flag = "--top-k" if str(err).startswith("top_k") else "--max-span"
-        raise UsageError(f"{flag} {getattr(args, flag[2:].replace('-', '_'))}: {err}") from None
+    except OptionsError as err:
+        raise UsageError(f"--{err.field.replace('_', '-')} {getattr(args, err.field)}: {err}") from None
 
 
 def check_filler(name, model) -> None:

@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from lmforge.generate import generate, lm_head_name
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, check_value
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.model import EncoderDecoder
 from lmforge.tokenizer.fits import check_fits
@@ -39,10 +39,9 @@ class Candidate:
 
 
 def check_fill(top_k: int, max_span: int) -> None:
-    """A ValueError naming top_k or max_span outside [1, MAX_TOP_K] / [1, MAX_NEW_TOKENS]."""
+    """An OptionsError naming top_k or max_span outside [1, MAX_TOP_K] / [1, MAX_NEW_TOKENS]."""
     for name, value, most in (("top_k", top_k, MAX_TOP_K), ("max_span", max_span, MAX_NEW_TOKENS)):
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
-            raise ValueError(f"{name} must be an integer >= 1 and <= {most}, got {value!r}")
+        check_value(name, "int", {"low": 1, "high": most}, value)
 
 
 @torch.no_grad()

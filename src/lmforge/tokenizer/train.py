@@ -39,6 +39,7 @@ from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, traine
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
+from lmforge.config.options import check_value
 from lmforge.tokenizer.canonical import base_pieces, canonical
 from lmforge.tokenizer.lines import file_pieces, first_long_line, text_pieces
 from lmforge.tokenizer.load import BERT_TOKENS, GPT2_TOKENS, ROBERTA_TOKENS, post_processor
@@ -131,10 +132,7 @@ def _check_options(kind: str, vocab_size: int, family: str, min_frequency: int) 
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not least <= vocab_size <= most:
         raise ValueError(f"vocab_size must be an integer >= {least} for {kind} with {family} special "
                          f"tokens, and <= {most}, got {vocab_size!r}")
-    if not isinstance(min_frequency, int) or isinstance(min_frequency, bool) or \
-            not 1 <= min_frequency <= MAX_MIN_FREQUENCY:
-        raise ValueError(f"min_frequency must be an integer >= 1 and <= {MAX_MIN_FREQUENCY}, "
-                         f"got {min_frequency!r}")
+    check_value("min_frequency", "int", {"low": 1, "high": MAX_MIN_FREQUENCY}, min_frequency)
     if kind == "unigram" and min_frequency != DEFAULT_MIN_FREQUENCY:  # not silently ignored
         raise ValueError(f"min_frequency={min_frequency}: it counts the pairs BPE and WordPiece merge; "
                          "unigram merges none")

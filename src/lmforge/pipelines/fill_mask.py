@@ -14,8 +14,8 @@ from typing import Optional
 
 import torch
 
-from lmforge.generate import generate, lm_head_name
 from lmforge.config.options import OptionsError, check_value
+from lmforge.generate import generate, lm_head_name
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.model import EncoderDecoder
 from lmforge.tokenizer.fits import check_fits

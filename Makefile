@@ -6,6 +6,10 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # torch is pinned here (not in pyproject) to the CPU wheel this machine has locally;
 # the package itself accepts any torch>=2.4,<3.
 TORCH  ?= torch==2.13.0
+# the suite runs in parallel workers, a file to a worker (module fixtures load once); each worker takes an
+# equal share of the cores (tests/conftest.py). TEST_WORKERS=1 runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: demo test test-slow test-all bench docs clean
 
@@ -30,13 +34,13 @@ demo: $(VENV)/.installed
 # the default suite (minutes): every contract, parity and refusal test; long end-to-end runs are
 # marked slow and left to `make test-slow` (CI runs both: .ci/run)
 test: $(VENV)/.dev-installed
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-slow: $(VENV)/.dev-installed
-	$(PY) -m pytest -q -m slow
+	$(PYTEST) -m slow
 
 test-all: $(VENV)/.dev-installed
-	$(PY) -m pytest -q -m ''
+	$(PYTEST) -m ''
 
 # side-by-side benchmarks against the reference library; rewrites bench/RESULTS.md (long: see bench/run.py)
 bench: $(VENV)/.dev-installed

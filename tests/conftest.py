@@ -7,7 +7,14 @@ import shutil
 import tempfile
 
 import pytest
-import torch
+
+# `make test` runs the suite in parallel workers (pytest-xdist): each takes an equal share of the cores,
+# for itself and the commands it starts, so that two workers never make torch threads wait on a busy core
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+
+import torch  # noqa: E402  (after the thread share: torch reads OMP_NUM_THREADS when it loads)
 
 import lmforge
 from lmforge.presets import PRESETS

@@ -31,5 +31,5 @@ class Execution:
 
 
 PLAIN = Execution()
-# name -> the Execution a model may be given: "plain" here, "fast" added by lmforge.fast on import
+# name -> the Execution a model may be given: "plain" here; the speed package registers "fast" when loaded
 EXECUTIONS = {"plain": Execution}

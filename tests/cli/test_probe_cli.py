@@ -59,6 +59,17 @@ def test_probe_on_a_conllu_file_offers_the_tasks_it_supports(model_dir, tmp_path
     assert "--tasks coref" in capsys.readouterr().err
 
 
+def test_a_few_sentences_probe_what_they_hold_and_say_what_they_lack(model_dir, tmp_path, capsys):
+    out = tmp_path / "probe"
+    assert main(["probe", "--model", model_dir, "--sentences", "3", "--out", str(out), *QUICK]) == 0
+    assert "agreement" not in json.loads((out / "probe.json").read_text())["tasks"]
+    assert "note: no agreement, coref probe: the 3 sentences drawn" in capsys.readouterr().err
+    assert main(["probe", "--model", model_dir, "--sentences", "3", "--tasks", "coref",
+                 "--out", str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--tasks coref" in err and "more --sentences" in err
+
+
 def test_features_are_written_as_safetensors(model_dir, tmp_path):
     data = write(tmp_path / "s.txt", "the dog runs .\nJohn sees the old cats near the house .\n")
     out = tmp_path / "feats"

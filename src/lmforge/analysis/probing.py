@@ -219,10 +219,11 @@ def probe_structural_task(splits: dict, task: str, layers: list, config: FitConf
     return result
 
 
-def available_tasks(records: list) -> list:
-    """The tasks `records` support: links exist only in the built-in treebank."""
-    kinds = {link[0] for r in records for link in r.get("links", [])}
-    return [t for t in TASKS if t not in LONG_RANGE or t in kinds]
+def available_tasks(*splits: list) -> list:
+    """The tasks every one of `splits` (lists of records) supports: links exist only in the built-in
+    treebank, and a few of its sentences may hold no link of a kind (a probe needs train and test)."""
+    kinds = [{link[0] for r in records for link in r.get("links", [])} for records in splits]
+    return [t for t in TASKS if t not in LONG_RANGE or all(t in k for k in kinds)]
 
 
 def probe_sweep(features: dict, records: dict, layers: list, tasks: list | None = None,
@@ -231,7 +232,7 @@ def probe_sweep(features: dict, records: dict, layers: list, tasks: list | None 
     """All probes of `tasks` on every layer in `layers` (indices into each (L, n, d) feature tensor,
     named by those numbers): features and records are {train, dev, test: per-sentence lists}."""
     config = config or FitConfig()
-    tasks = tasks or available_tasks(records["train"])
+    tasks = tasks or available_tasks(records["train"], records["test"])
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         raise ValueError(f"--tasks: unknown task(s) {unknown}; tasks: {', '.join(TASKS)}")

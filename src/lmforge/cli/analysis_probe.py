@@ -96,8 +96,14 @@ def probe_tasks(args, records: dict) -> list:
     from lmforge.analysis.probing import TASKS, available_tasks
     from lmforge.cli.common import UsageError
 
-    supported = available_tasks(records["train"])
+    supported = available_tasks(records["train"], records["test"])
+    # the built-in treebank has every kind of link, but a few sentences may draw none of one
+    few = (f"the {args.sentences} sentences drawn hold no such link in train or in test (more --sentences "
+           "give them)")
     if not args.tasks:
+        lacking = [t for t in TASKS if t not in supported]
+        if args.data is None and lacking:
+            print(f"note: no {', '.join(lacking)} probe: {few}", file=sys.stderr)
         return supported
     asked = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in asked if t not in TASKS]
@@ -105,8 +111,9 @@ def probe_tasks(args, records: dict) -> list:
         raise UsageError(f"--tasks {args.tasks}: unknown task(s) {unknown}; tasks: {', '.join(TASKS)}")
     lacking = [t for t in asked if t not in supported]
     if lacking:
-        raise UsageError(f"--tasks {','.join(lacking)}: {args.data} has no such links (only the built-in "
-                         f"treebank has agreement and coref links)")
+        why = few if args.data is None else (f"{args.data} has no such links (only the built-in treebank has "
+                                             "agreement and coref links)")
+        raise UsageError(f"--tasks {','.join(lacking)}: {why}")
     return asked
 
 

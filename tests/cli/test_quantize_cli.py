@@ -199,6 +199,13 @@ def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_time
     ({"alpha": 1.5}, ["--smooth-alpha", "1.5"], "--smooth-alpha 1.5: the migration strength is in [0, 1]"),
     ({"alpha": float("nan")}, ["--smooth-alpha", "nan"], "--smooth-alpha nan"),
     ({"seed": -1}, ["--seed", "-1"], "--seed -1: must be in"),
+    # the timed tokens are bounded together: each flag is within its own bounds here
+    ({"seq_len": 512, "batch_size": 4096}, ["--batch-size", "4096", "--seq-len", "512"],
+     "--seq-len 512: 2097152 tokens in the timed batch (4096 rows of 512), over 65536"),
+    ({"batch_size": 4096}, ["--batch-size", "4096"],
+     "--batch-size 4096: 524288 tokens in the timed batch (4096 rows of 128), over 65536"),
+    ({"rounds": 100, "batch_size": 512}, ["--rounds", "100", "--batch-size", "512"],
+     "--rounds 100: 6553600 tokens timed (100 rounds of 65536), over 1048576"),
 ])
 def test_python_and_the_command_line_refuse_the_same_quantize_options(tmp_path, capsys, fields, flags, named):
     from lmforge.compress.quantize_report import QuantizeOptions
@@ -211,6 +218,14 @@ def test_python_and_the_command_line_refuse_the_same_quantize_options(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0], err
     assert not (tmp_path / "q").exists()
+
+
+def test_the_timed_tokens_bound_admits_its_largest_batch_and_rounds():
+    from lmforge.compress.quantize_report import MAX_BATCH_TOKENS, MAX_TIMED_TOKENS, QuantizeOptions
+
+    assert QuantizeOptions(batch_size=MAX_BATCH_TOKENS // 512, seq_len=512, rounds=16).rounds == 16
+    assert QuantizeOptions(batch_size=1, seq_len=1, rounds=1000).rounds * 1 <= MAX_TIMED_TOKENS
+    assert QuantizeOptions(batch_size=512).batch_size * 128 == MAX_BATCH_TOKENS  # a default seq_len: 128
 
 
 def test_the_command_line_s_defaults_are_the_python_defaults():

@@ -83,9 +83,9 @@ def _check(args) -> None:
         raise UsageError(f"{given[0]} and --no-smooth: smoothing is either on or off")
 
 
-# the flags' rules in words (their bounds are QuantizeOptions'), and the field whose flag is another name
-QUANTIZE_WORDS = {"batch_size": "must be a positive integer", "rounds": "must be a positive integer",
-                  "seed": f"must be in [{SEED[0]}, {SEED[1]}]", "alpha": "the migration strength is in [0, 1]"}
+# the flags' rules in words (their bounds are QuantizeOptions'; the timed tokens' bound says its own), and
+# the field whose flag is another name
+QUANTIZE_WORDS = {"seed": f"must be in [{SEED[0]}, {SEED[1]}]", "alpha": "the migration strength is in [0, 1]"}
 QUANTIZE_FLAGS = {"alpha": "--smooth-alpha"}
 
 
@@ -165,7 +165,8 @@ def add_parsers(sub) -> None:
                         "(dynamic; default compress/smooth.ALPHA, 0.75)")
     p.add_argument("--no-smooth", action="store_true", help="dynamic mode without smoothing")
     p.add_argument("--batch-size", type=bounded(int, 1, 4096), default=8,
-                   help="rows of the timed forward batch")
+                   help="rows of the timed forward batch (with --seq-len, at most 65,536 tokens; over the "
+                        "--rounds, 2^20)")
     p.add_argument("--seq-len", type=int, help="tokens per row of the timed batch, at most the model's "
                                                  "max_seq_len (default 128, or its longest where shorter)")
     p.add_argument("--rounds", type=bounded(int, 1, 1000), default=5, help="alternating timing rounds")

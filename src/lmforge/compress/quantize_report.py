@@ -19,7 +19,7 @@ from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, paramete
 from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
 from lmforge.config.model import MAX_LEN
-from lmforge.config.options import check_options, option
+from lmforge.config.options import OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.io import find_model_dir, load
 from lmforge.quant.engines import QUANTISING
@@ -33,6 +33,10 @@ from lmforge.utils.atomic import replace_dir
 from lmforge.utils.timing import alternating
 
 SEQ_LEN = 128  # tokens a row of the timed batch unless told (the model's longest where shorter)
+# what a client may have timed (each round runs the fp32 and the int8 model once): a batch of at most
+# 512 rows of 128 tokens, and at most 2^20 tokens over the rounds (bert-base: a few minutes on 2 cores)
+MAX_BATCH_TOKENS = 1 << 16
+MAX_TIMED_TOKENS = 1 << 20
 
 
 @dataclass
@@ -43,7 +47,8 @@ class QuantizeOptions:
                        "(decoding)", choices=MODES)
     alpha: float | None = option(ALPHA, "SmoothQuant's migration strength for the layers reading a LayerNorm "
                                  "(dynamic); null: no smoothing", low=0, high=1)
-    batch_size: int = option(8, "rows of the timed forward batch", low=1, high=4096)
+    batch_size: int = option(8, "rows of the timed forward batch (with seq_len, at most 65,536 tokens; "
+                                "over the rounds, 2^20)", low=1, high=4096)
     seq_len: int | None = option(None, "tokens per row of the timed batch, at most the model's max_seq_len "
                                  f"(null: {SEQ_LEN}, or its longest where shorter)", low=1, high=MAX_LEN)
     rounds: int = option(5, "alternating timing rounds", low=1, high=1000)
@@ -52,6 +57,14 @@ class QuantizeOptions:
 
     def __post_init__(self) -> None:
         check_options(self)  # types, finiteness, bounds and choices
+        rows, length = self.batch_size, self.seq_len or SEQ_LEN  # the most a default seq_len can mean
+        if rows * length > MAX_BATCH_TOKENS:  # named by seq_len where given, as its own bound is the model's
+            field, value = ("batch_size", rows) if self.seq_len is None else ("seq_len", length)
+            raise OptionsError(f"{field}={value}: {rows * length} tokens in the timed batch ({rows} rows of "
+                               f"{length}), over {MAX_BATCH_TOKENS}", field)
+        if rows * length * self.rounds > MAX_TIMED_TOKENS:
+            raise OptionsError(f"rounds={self.rounds}: {rows * length * self.rounds} tokens timed ({self.rounds} "
+                               f"rounds of {rows * length}), over {MAX_TIMED_TOKENS}", "rounds")
 
 
 def _sizes(model, path: Path | None) -> dict:

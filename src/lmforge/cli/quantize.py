@@ -85,7 +85,8 @@ def _check(args) -> None:
 
 # the flags' rules in words (their bounds are QuantizeOptions'; the timed tokens' bound says its own), and
 # the field whose flag is another name
-QUANTIZE_WORDS = {"seed": f"must be in [{SEED[0]}, {SEED[1]}]", "alpha": "the migration strength is in [0, 1]"}
+QUANTIZE_WORDS = {"seed": f"must be in [{SEED[0]}, {SEED[1]}]",
+                  "alpha": "the migration strength is in [0, 1]"}
 QUANTIZE_FLAGS = {"alpha": "--smooth-alpha"}
 
 

@@ -63,8 +63,9 @@ class QuantizeOptions:
             raise OptionsError(f"{field}={value}: {rows * length} tokens in the timed batch ({rows} rows of "
                                f"{length}), over {MAX_BATCH_TOKENS}", field)
         if rows * length * self.rounds > MAX_TIMED_TOKENS:
-            raise OptionsError(f"rounds={self.rounds}: {rows * length * self.rounds} tokens timed ({self.rounds} "
-                               f"rounds of {rows * length}), over {MAX_TIMED_TOKENS}", "rounds")
+            timed = rows * length * self.rounds
+            raise OptionsError(f"rounds={self.rounds}: {timed} tokens timed ({self.rounds} rounds of "
+                               f"{rows * length}), over {MAX_TIMED_TOKENS}", "rounds")
 
 
 def _sizes(model, path: Path | None) -> dict:

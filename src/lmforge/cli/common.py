@@ -48,24 +48,31 @@ def flag_error(err, values: dict, words: dict | None = None, flags: dict | None 
     return UsageError(f"{flag}: {rule}" if isinstance(value, bool) else f"{flag} {value}: {rule}")
 
 
-def option_flags(parser, cls, prefix: str = "", switches: dict | None = None) -> None:
+def option_flags(parser, cls, prefix: str = "", switches: dict | None = None, required: tuple = ()) -> None:
     """A flag per field of the options dataclass `cls`, with the declaration's help, default, bounds and
-    choices (the object checks the values: flag_values, then from_flags). switches: field -> (flag, help)
-    of a bool said as the opposite of its default True; prefix: of each dest, to keep a parent parser's
-    flags apart from its sub-commands' flags of the same name."""
+    choices (the object checks the values: flag_values, then from_flags). A bool that defaults to False is
+    its own switch; switches: field -> (flag, help) of a bool said as the opposite of its default True;
+    required: fields whose flag must be given; prefix: of each dest, to keep a parent parser's flags apart
+    from its sub-commands' flags of the same name."""
     from dataclasses import fields
 
     from lmforge.config.options import base_type, bounds_text
 
     defaults = cls()
     for f in fields(cls):
+        default, bounds = getattr(defaults, f.name), bounds_text(f.metadata).strip()
         if f.name in (switches or {}):
             flag, text = switches[f.name]
             parser.add_argument(flag, dest=prefix + f.name, action="store_true", help=text)
             continue
-        default, bounds = getattr(defaults, f.name), bounds_text(f.metadata).strip()
-        said = ([f"default {default}"] if default is not None else []) + ([bounds] if bounds else [])
+        if base_type(f.type)[0] == "bool" and default is False:
+            parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name, action="store_true",
+                                default=None, help=f.metadata["help"])
+            continue
+        said = ([f"default {default}"] if default is not None and f.name not in required else []) + \
+            ([bounds] if bounds else [])
         parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name,
+                            required=f.name in required,
                             metavar=None if f.metadata["choices"] else f.name.upper(),
                             choices=f.metadata["choices"],
                             type={"int": int, "float": float, "str": str}[base_type(f.type)[0]],

@@ -39,7 +39,8 @@ from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, traine
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
-from lmforge.config.options import check_value
+from lmforge.config.model import MAX_VOCAB
+from lmforge.config.options import OptionsError, check_options, option
 from lmforge.tokenizer.canonical import base_pieces, canonical
 from lmforge.tokenizer.lines import file_pieces, first_long_line, text_pieces
 from lmforge.tokenizer.load import BERT_TOKENS, GPT2_TOKENS, ROBERTA_TOKENS, post_processor
@@ -119,24 +120,46 @@ MAX_MIN_FREQUENCY = 1_000_000_000
 DEFAULT_MIN_FREQUENCY = 2
 
 
-def _check_options(kind: str, vocab_size: int, family: str, min_frequency: int) -> Family:
-    if kind not in KINDS:
-        raise ValueError(f"unknown tokenizer kind {kind!r}; kinds are {', '.join(KINDS)}")
-    if family not in FAMILIES:
-        raise ValueError(f"unknown tokenizer family {family!r}; families are {', '.join(FAMILIES)}")
-    spec = FAMILIES[family]
-    # byte-level BPE starts from the 256 bytes; the other kinds need room beyond the specials
-    least = len(spec.specials) + (256 if kind == "bytelevel-bpe" else 1)
-    # the `tokenizers` trainer aborts the process (a Rust panic) on a vocabulary of 1e10; ModelConfig's bound
-    most = 4_194_304
-    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not least <= vocab_size <= most:
-        raise ValueError(f"vocab_size must be an integer >= {least} for {kind} with {family} special "
-                         f"tokens, and <= {most}, got {vocab_size!r}")
-    check_value("min_frequency", "int", {"low": 1, "high": MAX_MIN_FREQUENCY}, min_frequency)
-    if kind == "unigram" and min_frequency != DEFAULT_MIN_FREQUENCY:  # not silently ignored
-        raise ValueError(f"min_frequency={min_frequency}: it counts the pairs BPE and WordPiece merge; "
-                         "unigram merges none")
-    return spec
+@dataclass
+class TokenizerOptions:
+    """Options of `lmforge tokenizer train` and train_tokenizer: the algorithm, its size, its special tokens,
+    the normalisation and the merges' least count."""
+
+    kind: str = option("wordpiece", "the algorithm", choices=KINDS)
+    # the `tokenizers` trainer aborts the process (a Rust panic) on a vocabulary of 1e10: ModelConfig's bound
+    vocab_size: int = option(30522, "ids, special tokens included (about: training may stop short)", low=1,
+                             high=MAX_VOCAB)
+    family: str | None = option(None, "special tokens and template (where not given: bert for wordpiece "
+                                "and bpe, roberta for bytelevel-bpe, t5 for unigram)",
+                                choices=tuple(FAMILIES))
+    lowercase: bool = option(False, "lower-case the text")
+    strip_accents: bool = option(False, "NFD, then drop combining marks")
+    min_frequency: int | None = option(None, f"least count of a merged pair (BPE, WordPiece; "
+                                       f"{DEFAULT_MIN_FREQUENCY} where not given; unigram merges none)",
+                                       low=1, high=MAX_MIN_FREQUENCY)
+
+    def __post_init__(self) -> None:
+        check_options(self)  # types, bounds and choices
+        # byte-level BPE starts from the 256 bytes; the other kinds need room beyond the specials
+        least = len(self.spec().specials) + (256 if self.kind == "bytelevel-bpe" else 1)
+        if self.vocab_size < least:
+            raise OptionsError(f"vocab_size must be an integer >= {least} for {self.kind} with "
+                               f"{self.family_name()} special tokens, got {self.vocab_size}", "vocab_size")
+        if self.kind == "unigram" and self.min_frequency is not None:  # not silently ignored
+            raise OptionsError(f"min_frequency={self.min_frequency}: it counts the pairs BPE and WordPiece "
+                               "merge; unigram merges none", "min_frequency")
+
+    def family_name(self) -> str:
+        """The family given, or the kind's own."""
+        return self.family or DEFAULT_FAMILY[self.kind]
+
+    def spec(self) -> Family:
+        """The special tokens and template of the family."""
+        return FAMILIES[self.family_name()]
+
+    def merges_least(self) -> int:
+        """min_frequency as the trainers take it (the default where none was given)."""
+        return DEFAULT_MIN_FREQUENCY if self.min_frequency is None else self.min_frequency
 
 
 def _blank_file(file: Path) -> bool:
@@ -265,18 +288,23 @@ def _pinned(kind: str, spec: Family, min_frequency: int, norm, corpus: _Corpus) 
 
 
 def train_tokenizer(source, kind: str, vocab_size: int, family: str | None = None, lowercase: bool = False,
-                    strip_accents: bool = False, min_frequency: int = DEFAULT_MIN_FREQUENCY) -> Tokenizer:
+                    strip_accents: bool = False, min_frequency: int | None = None) -> Tokenizer:
     """Train a `kind` tokenizer of about `vocab_size` ids (specials included) on files or texts.
 
     `source` is a file path, a list of file paths or an iterable of texts (a text may hold
-    many lines). `family` picks the special tokens and template (default: by kind, see the
-    module docstring). `min_frequency` is the least count of a merged pair (not for unigram).
+    many lines). The options are TokenizerOptions' (checked there: a bad one is an OptionsError naming
+    it); `family` picks the special tokens and template (default: by kind, see the module docstring).
     """
-    family = family or DEFAULT_FAMILY.get(kind, "bert")
-    spec = _check_options(kind, vocab_size, family, min_frequency)
-    corpus, norm = _Corpus(source), normalizer(lowercase, strip_accents)
-    pinned = _pinned(kind, spec, min_frequency, norm, corpus)
-    backend, trainer = backend_and_trainer(kind, vocab_size, spec, min_frequency, pinned)
+    options = TokenizerOptions(kind, vocab_size, family, lowercase, strip_accents, min_frequency)
+    return train_with(source, options)
+
+
+def train_with(source, options: TokenizerOptions) -> Tokenizer:
+    """train_tokenizer with its options in one object (the command line builds it from its flags)."""
+    kind, spec, least = options.kind, options.spec(), options.merges_least()
+    corpus, norm = _Corpus(source), normalizer(options.lowercase, options.strip_accents)
+    pinned = _pinned(kind, spec, least, norm, corpus)
+    backend, trainer = backend_and_trainer(kind, options.vocab_size, spec, least, pinned)
     backend.normalizer = norm
     _run(backend, trainer, corpus, kind)
     backend = canonical(backend, spec.specials, pinned)

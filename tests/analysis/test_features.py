@@ -103,10 +103,11 @@ def test_the_scalar_mix_settings_need_the_mix():
     from lmforge.config.options import OptionsError
 
     assert FeatureOptions(layers="mix", mix_gamma=2.0).mix_gamma == 2.0
-    assert FeatureOptions(layers="all", mix_gamma=1.0).layers == "all"  # the default is no request
-    with pytest.raises(OptionsError, match="mix_gamma=2.0 needs layers=mix") as err:
-        FeatureOptions(layers="all", mix_gamma=2.0)
-    assert err.value.field == "mix_gamma"
+    assert FeatureOptions(layers="mix").mix(3)[1] == 1.0  # not given: gamma 1
+    for given in (2.0, 1.0):  # the default's value too, where given: it would be ignored
+        with pytest.raises(OptionsError, match=f"mix_gamma={given} needs layers=mix") as err:
+            FeatureOptions(layers="all", mix_gamma=given)
+        assert err.value.field == "mix_gamma"
 
 
 def test_a_model_with_its_own_word_layers_gives_them():

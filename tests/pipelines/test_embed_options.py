@@ -30,8 +30,9 @@ def test_max_chunks_is_refused_where_nothing_is_chunked():
     from lmforge.pipelines.embed_options import EmbedOptions
 
     assert EmbedOptions(truncate="chunk", max_chunks=4).max_chunks == 4
-    assert EmbedOptions(truncate=True).max_chunks == 16  # the default is no request
-    for truncate in (False, True):
-        with pytest.raises(OptionsError, match='max_chunks=4: it bounds truncate="chunk"') as err:
-            EmbedOptions(truncate=truncate, max_chunks=4)
+    assert EmbedOptions(truncate=True).chunk_limit() == 16  # not given: no request
+    assert EmbedOptions(truncate="chunk").chunk_limit() == 16
+    for truncate, given in ((False, 4), (True, 4), (False, 16)):  # the default's value too, where given
+        with pytest.raises(OptionsError, match=f'max_chunks={given}: it bounds truncate="chunk"') as err:
+            EmbedOptions(truncate=truncate, max_chunks=given)
         assert err.value.field == "max_chunks"

@@ -37,7 +37,8 @@ class FeatureOptions:
     mix_weights: Optional[list] = option(None, "layers=mix: the scalar mix's weights s_j, one per hidden state "
                                          "(softmax-normalised); default equal", low=-MAX_WEIGHT, high=MAX_WEIGHT,
                                          items=Items("float", MAX_LAYERS + 1, min_items=1))
-    mix_gamma: float = option(1.0, "layers=mix: the scalar mix's scale gamma", low=-MAX_WEIGHT, high=MAX_WEIGHT)
+    mix_gamma: Optional[float] = option(None, "layers=mix: the scalar mix's scale gamma (null: 1)",
+                                        low=-MAX_WEIGHT, high=MAX_WEIGHT)
     pooling: str = option("none", "none (per token, with its text and offsets), mean, max, mean_max, cls, "
                           "sep or last; word inputs: first, mean or last", choices=POOLINGS)
     max_length: Optional[int] = option(None, "tokens per text (default: the model's limit)", low=2, high=MAX_LEN)
@@ -48,7 +49,7 @@ class FeatureOptions:
         self.layers = _checked_spec(self.layers)
         if self.mix_weights is not None and self.layers != "mix":
             raise OptionsError("mix_weights needs layers=mix", "mix_weights")
-        if self.mix_gamma != 1.0 and self.layers != "mix":  # else it would be ignored
+        if self.mix_gamma is not None and self.layers != "mix":  # given, it would be ignored
             raise OptionsError(f"mix_gamma={self.mix_gamma} needs layers=mix", "mix_gamma")
 
     @classmethod
@@ -76,7 +77,8 @@ class FeatureOptions:
         if len(weights) != n_states:
             raise OptionsError(f"mix_weights has {len(weights)} weights; this model has {n_states} hidden "
                                f"states (embeddings + {n_states - 1} layers)", "mix_weights")
-        return torch.softmax(torch.tensor(weights, dtype=torch.float64), 0), float(self.mix_gamma)
+        gamma = 1.0 if self.mix_gamma is None else float(self.mix_gamma)
+        return torch.softmax(torch.tensor(weights, dtype=torch.float64), 0), gamma
 
 
 def _checked_spec(spec):

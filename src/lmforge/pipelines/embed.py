@@ -192,9 +192,9 @@ class SentenceEncoder:
                                    'truncate=true to cut it or "chunk" to average its windows', "truncate")
             windows = self._windows(text, limit) if limit and n > limit and options.truncate == "chunk" \
                 else [(text, 1)]
-            if len(windows) > options.max_chunks:
+            if len(windows) > options.chunk_limit():
                 raise OptionsError(f"text {i} makes {len(windows)} windows of {limit} tokens, more than "
-                                   f"max_chunks={options.max_chunks}", "max_chunks")
+                                   f"max_chunks={options.chunk_limit()}", "max_chunks")
             total = sum(w for _, w in windows)
             pieces += [w for w, _ in windows]
             owners += [i] * len(windows)

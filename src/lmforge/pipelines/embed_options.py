@@ -49,7 +49,8 @@ class EmbedOptions:
                                         "config_sentence_transformers.json")
     truncate: Union[bool, str] = option(False, 'a text over the model\'s limit: false refuses it, true cuts '
                                         'it, "chunk" averages its windows')
-    max_chunks: int = option(MAX_CHUNKS, 'truncate="chunk": windows of one text at most', low=1, high=256)
+    max_chunks: Optional[int] = option(None, 'truncate="chunk": windows of one text at most '
+                                       f"(null: {MAX_CHUNKS})", low=1, high=256)
     batch_invariant: bool = option(False, "run each text alone: its vector does not depend on its batch")
 
     def __post_init__(self) -> None:
@@ -57,7 +58,7 @@ class EmbedOptions:
         if self.truncate not in (True, False, "chunk") or not isinstance(self.truncate, (bool, str)):
             raise OptionsError(f'truncate must be true, false or "chunk", got {str(self.truncate)[:40]!r}',
                                "truncate")
-        if self.max_chunks != MAX_CHUNKS and self.truncate != "chunk":  # else it would be ignored
+        if self.max_chunks is not None and self.truncate != "chunk":  # given, it would be ignored
             raise OptionsError(f'max_chunks={self.max_chunks}: it bounds truncate="chunk"\'s windows, and '
                                f"truncate is {str(self.truncate).lower()}", "max_chunks")
         if self.prompt is not None and len(self.prompt) > MAX_PROMPT_CHARS:
@@ -66,6 +67,10 @@ class EmbedOptions:
             raise OptionsError("prompt_name must be 1 to 128 characters", "prompt_name")
         if self.prompt is not None and self.prompt_name is not None:
             raise OptionsError("give prompt or prompt_name, not both", "prompt_name")
+
+    def chunk_limit(self) -> int:
+        """The windows a text may make under truncate="chunk": max_chunks, or MAX_CHUNKS where not given."""
+        return MAX_CHUNKS if self.max_chunks is None else self.max_chunks
 
     @classmethod
     def build(cls, options: Optional["EmbedOptions"] = None, fields: Optional[dict] = None,

@@ -101,10 +101,10 @@ async def embed_texts(server, served, texts: list, options) -> tuple:
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
     chunk = options.truncate == "chunk"
-    most = served.max_tokens * (options.max_chunks if chunk else 1)
+    most = served.max_tokens * (options.chunk_limit() if chunk else 1)
     texts, counts = await clip(server, served, [prefix + t for t in texts], bool(options.truncate), most)
     if chunk and any(n > most for n in counts):
-        raise RequestError(422, f"an input is more than max_chunks={options.max_chunks} windows of "
+        raise RequestError(422, f"an input is more than max_chunks={options.chunk_limit()} windows of "
                            f"{served.max_tokens} tokens", param="max_chunks")
     lengths = fit_lengths(counts, most, bool(options.truncate), server.limits)
     parts = [({"texts": run, "options": options}, n, len(run)) for run, n in split(texts, lengths, server.limits)]

@@ -116,11 +116,20 @@ def test_a_decoder_cannot_fill_a_mask(saved):
         fill_mask(model, tokenizer, TEXT)
 
 
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_the_largest_span_allowed_writes_what_the_context_holds(saved, family):
+    from lmforge.pipelines.fill_mask import MAX_SPAN
+
+    _, model, tokenizer = saved[family]  # max_seq_len 64: far below MAX_SPAN
+    candidates = fill_mask(model, tokenizer, TEXT, top_k=2, max_span=MAX_SPAN)  # was max_new_tokens' refusal
+    assert len(candidates) == 2 and all(0 < c.score <= 1 for c in candidates)
+
+
 def test_costs_are_bounded_both_ways_naming_the_field(saved, capsys):
     _, model, tokenizer = saved["bert"]
     for kwargs, match in (({"top_k": 0}, "top_k must be"), ({"top_k": 10 ** 12}, "<= 100000"),
                           ({"top_k": True}, "top_k must be"), ({"max_span": 0}, "max_span must be"),
-                          ({"max_span": 10 ** 12}, "<= 4096")):
+                          ({"max_span": 10 ** 12}, "<= 4094")):
         with pytest.raises(ValueError, match=match):
             fill_mask(model, tokenizer, TEXT, **kwargs)
     _, t5, t5_tokenizer = saved["t5"]

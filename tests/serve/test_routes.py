@@ -273,6 +273,30 @@ def test_openai_embeddings_base64_usage_models_and_token_ids(server, model_dirs)
     assert {m["id"] for m in listed["data"]} == set(info["models"]) and listed["data"][0]["object"] == "model"
 
 
+@pytest.mark.parametrize("route, body, param", [
+    ("/v1/embeddings", {"model": "enc", "input": "a b", "dimensions": True}, "dimensions"),  # was [1.0]
+    ("/v1/embeddings", {"model": "enc", "input": "a b", "dimensions": "8"}, "dimensions"),
+    ("/v1/completions", {"model": "gen", "prompt": "a", "temperature": True}, "temperature"),
+    ("/v1/completions", {"model": "gen", "prompt": "a", "temperature": "1"}, "temperature"),
+    ("/v1/completions", {"model": "gen", "prompt": "a", "max_tokens": "5"}, "max_tokens"),
+    ("/v1/completions", {"model": "gen", "prompt": "a", "echo": "yes"}, "echo"),
+    ("/tokenize", {"model": "enc", "text": "a", "add_special_tokens": "no"}, "add_special_tokens"),
+    ("/fill_mask", {"model": "enc", "text": "a [MASK]", "max_span": 4095}, "max_span"),  # the pipeline's
+])
+def test_a_value_of_another_json_type_is_refused_not_coerced(server, route, body, param):
+    with server.client() as client:
+        answer = client.post(route, json=body)
+    assert answer.status_code == 422 and answer.json()["error"]["param"] == param, answer.text
+
+
+def test_fill_mask_s_span_bound_is_the_pipeline_s():
+    from lmforge.pipelines.fill_mask import MAX_SPAN
+    from lmforge.serve.schemas import FillMaskRequest
+
+    limits = FillMaskRequest.model_json_schema()["properties"]["max_span"]
+    assert limits["maximum"] == MAX_SPAN and limits["minimum"] == 1
+
+
 def test_fill_mask_and_attention_passes_are_not_counted_as_decoding_steps(server):
     before = metric(server.url, "lmforge_decode_steps_total")
     with server.client() as client:

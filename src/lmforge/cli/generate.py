@@ -255,6 +255,8 @@ def add_generation_flags(p) -> None:
 
 def add_parsers(sub) -> None:
     """Register `generate` and `fill-mask` on the `lmforge` sub-command parser."""
+    from lmforge.pipelines.fill_mask import MAX_SPAN, MAX_TOP_K
+
     p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
     p.add_argument("prompt")
     p.add_argument("--model", required=True, help=MODEL_HELP)
@@ -267,7 +269,10 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("fill-mask", help="top-k fillings of [MASK] / <mask> with probabilities")
     p.add_argument("text", help='e.g. "Paris is the [MASK] of France."')
     p.add_argument("--model", required=True, help=MODEL_HELP)
-    p.add_argument("--top-k", type=int, default=5)
-    p.add_argument("--max-span", type=int, default=10, help="T5/BART: most tokens generated for the mask")
+    p.add_argument("--top-k", type=int, default=5,
+                   help=f"candidates printed (default 5; [1, {MAX_TOP_K}]; T5 / BART: at most their 64 "
+                        "beams)")
+    p.add_argument("--max-span", type=int, default=10,
+                   help=f"T5 / BART: most tokens generated for the mask (default 10; [1, {MAX_SPAN}])")
     p.add_argument("--json", action="store_true", help="one JSON object per candidate")
     p.set_defaults(func=cmd_fill_mask)

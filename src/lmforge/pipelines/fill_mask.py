@@ -24,6 +24,7 @@ from lmforge.utils.modes import evaluating
 
 # a token's candidates are the vocabulary's rows (none of ours reaches this); a span's are beams, fewer
 MAX_TOP_K = 100_000
+MAX_SPAN = MAX_NEW_TOKENS - 2  # a T5 span's beams also generate its opening and closing sentinels
 MASK_SPELLINGS = ("[MASK]", "<mask>")  # what a user may write for the mask, whatever the tokenizer's
 SENTINEL, NEXT_SENTINEL = "<extra_id_0>", "<extra_id_1>"  # T5's first two span sentinels
 
@@ -39,8 +40,8 @@ class Candidate:
 
 
 def check_fill(top_k: int, max_span: int) -> None:
-    """An OptionsError naming top_k or max_span outside [1, MAX_TOP_K] / [1, MAX_NEW_TOKENS]."""
-    for name, value, most in (("top_k", top_k, MAX_TOP_K), ("max_span", max_span, MAX_NEW_TOKENS)):
+    """An OptionsError naming top_k or max_span outside [1, MAX_TOP_K] / [1, MAX_SPAN]."""
+    for name, value, most in (("top_k", top_k, MAX_TOP_K), ("max_span", max_span, MAX_SPAN)):
         check_value(name, "int", {"low": 1, "high": most}, value)
 
 
@@ -141,7 +142,10 @@ def _fill_span(model, tokenizer, text: str, top_k: int, max_span: int) -> list:
     eos = model.config.eos_token_id if model.config.eos_token_id is not None else tokenizer.eos_id
     stop = [i for i in (after, eos) if i is not None]
     start = model.config.decoder_start_token_id
-    decoded = _beams(model, ids, top_k, max_span + 2, forced_bos_token_id=first, eos_token_id=stop,
+    # the span, its sentinel and its end, within the decoder's context after its start token: max_span is
+    # a most, as in BART's sentence below, so a model with a short context writes what fits
+    max_new = min(max_span + 2, model.config.max_seq_len - 1)
+    decoded = _beams(model, ids, top_k, max_new, forced_bos_token_id=first, eos_token_id=stop,
                      decoder_start_token_id=tokenizer.pad_id if start is None else start)
     scores = sequence_log_probs(model, ids, decoded, torch.tensor(stop, device=ids.device), skip=1).exp()
     out = []
@@ -172,7 +176,7 @@ def _fill_sentence(model, tokenizer, text: str, top_k: int, max_span: int) -> li
         raise ValueError("the model config and the tokenizer name no eos token to end the sentence")
     # BART's decoder starts with eos
     start = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else eos
-    max_new = min(ids.shape[1] + max_span, cfg.max_seq_len)
+    max_new = min(ids.shape[1] + max_span, cfg.max_seq_len - 1)  # after the decoder's start token
     decoded = _beams(model, ids, top_k, max_new, eos_token_id=eos, decoder_start_token_id=start)
     skip = int(cfg.forced_bos_token_id is not None)  # a forced bos has no probability of its own
     scores = sequence_log_probs(model, ids, decoded, torch.tensor([eos], device=ids.device), skip).exp()

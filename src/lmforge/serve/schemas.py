@@ -16,11 +16,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, c
 
 from lmforge.config.options import bounds_text
 from lmforge.generate.options import FIELDS, checked_type, field_kind
+from lmforge.pipelines.fill_mask import MAX_SPAN
 
-STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+# no coercion anywhere: "8" is not 8, true is not 1, "no" is not false (a client's typo, refused: 422)
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 # made from an options dataclass: no coercion ("3" is not 3), the object's checks name the field (422)
 EXACT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-OPENAI = ConfigDict(extra="ignore", allow_inf_nan=False)
+OPENAI = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 MODEL_FIELD = Field(None, description="a served model's name (default: the first that can do this): /info")
 TRUNCATE = Field(False, description="cut texts longer than the model's limit instead of refusing them (413)")
 
@@ -142,7 +144,8 @@ class FillMaskRequest(BaseModel):
     model: str | None = MODEL_FIELD
     top_k: StrictInt = Field(5, ge=1, description="candidates returned (at most the server's max_top_k; "
                              "a T5 / BART model's at most its 64 beams)")
-    max_span: StrictInt = Field(10, ge=1, le=1024, description="T5 / BART: most tokens generated for the mask")
+    max_span: StrictInt = Field(10, ge=1, le=MAX_SPAN, description="T5 / BART: most tokens generated for the "
+                                "mask (the pipeline's bound: the same in Python and on the command line)")
 
 
 class Candidate(BaseModel):

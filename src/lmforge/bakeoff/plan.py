@@ -18,12 +18,15 @@ A plan is a YAML or JSON mapping:
 An arm may also set `examples` (fields of the objective's ExampleFormat: kind, pairs,
 cross_documents), `duplication` (static masking), `corpus` (its own), `continue_from` (another
 arm's pretrained model of the same seed) and `train` (TrainConfig options of its own). Every
-error is one line naming the field, e.g. "plan.yaml: arms[1].objective: unknown objective 'x'"; every
-size (documents, budget, seeds, steps, batch sizes, ...) is bounded both ways (BOUNDS), and the error
-names the bound.
+error is one line naming the field, e.g. "plan.yaml: arms[1].objective: unknown objective 'x'". A value
+the plan hands to a run (training options, max_len, duplication, seeds) is checked by the options object
+that runs it (TrainConfig, TaskConfig, RecipeOptions), so a plan accepts what `lmforge pretrain` and
+`lmforge finetune` accept, in their words; the plan's own sizes (documents, budget, counts of seeds,
+arms and tasks, ...) are bounded both ways here (BOUNDS), and the error names the bound.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -32,23 +35,29 @@ from pathlib import Path
 
 import yaml
 
+from lmforge.config.options import OptionsError, check_value
+
 CORPUS_SOURCES = ("gcide", "foldoc", "jargon", "builtin", "files")
 TASK_SOURCES = ("gcide-pos", "foldoc-topic", "builtin")
 EXAMPLE_FIELDS = ("kind", "pairs", "cross_documents")
-TOP_KEYS = {"name", "budget", "corpus", "tokenizer", "pretrain", "finetune", "tasks", "seeds", "arms", "claims",
-            "description"}
+TOP_KEYS = {"name", "budget", "corpus", "tokenizer", "pretrain", "finetune", "tasks", "seeds", "arms",
+            "claims", "description"}
 ARM_KEYS = {"name", "objective", "preset", "overrides", "options", "examples", "duplication", "corpus",
             "continue_from", "model", "pretrain", "train", "description"}
 SOURCES = ("preset", "continue_from", "model")  # where an arm's model comes from: exactly one
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # arm and task names become directory names
-# every size a plan chooses is bounded both ways (a dry run of documents: 1e9 would never end);
-# name -> (lowest, highest)
-BOUNDS = {"documents": (1, 10 ** 6), "n_per_label": (2, 10 ** 5), "n": (2, 10 ** 6), "duplication": (0, 100),
-          "vocab_size": (100, 10 ** 6), "seed": (0, 2 ** 31 - 1), "seeds": (1, 100), "arms": (1, 64),
-          "tasks": (1, 64), "budget": (1.0, 1e21), "steps": (1, 10 ** 7), "epochs": (0, 1000),
-          "batch_size": (1, 65536), "accumulation": (1, 1024), "max_len": (2, 65536), "warmup": (0, 10 ** 7),
-          "eval_every": (0, 10 ** 7), "eval_batches": (1, 10 ** 5), "log_every": (1, 10 ** 7),
-          "save_every": (0, 10 ** 7), "keep_last": (1, 1000)}
+# the plan's own sizes, bounded both ways (a dry run of documents: 1e9 would never end); name -> (lowest,
+# highest). What a run takes (training options, max_len, duplication, seeds) is not here: the options
+# object that runs it checks it (_option, _built), so a plan and the commands accept alike
+BOUNDS = {"documents": (1, 10 ** 6),  # the corpus is built here (runner.corpus_file), held in memory
+          "n_per_label": (2, 10 ** 5), "n": (2, 10 ** 6),  # a task's records, built here (runner.task_splits)
+          "vocab_size": (100, 10 ** 6),  # the one tokenizer every arm shares, trained here on the corpus
+          "seeds": (1, 100), "arms": (1, 64), "tasks": (1, 64),  # every arm x seed x task is a run
+          "budget": (1.0, 1e21),  # FLOPs per arm
+          # the steps a budget buys (runner.schedules) are TrainConfig's steps: its bound (MAX_STEPS), a
+          # literal so that building the CLI's parser imports no torch (tests/bakeoff check they agree)
+          "steps": (1, 10 ** 7)}
+NOT_IN_PRETRAIN = ("steps", "epochs", "seed")  # the budget sets a pretraining run's steps, the seeds its seed
 
 
 class PlanError(ValueError):
@@ -69,7 +78,8 @@ class Arm:
     corpus: dict | None = None
     continue_from: str | None = None
     model: str | None = None  # a checkpoint (directory or installed model) pretrained further
-    pretrain: bool = True  # False: fine-tune the start as it is (a baseline; a preset: its seeded random init)
+    # False: fine-tune the start as it is (a baseline; a preset: its seeded random init)
+    pretrain: bool = True
     train: dict = field(default_factory=dict)
 
 
@@ -106,6 +116,31 @@ class Plan:
 
 def _fail(where: str, message: str):
     raise PlanError(f"{where}: {message}")
+
+
+def _option(cls, name: str, value, where: str):
+    """`value` as field `name` of the options class `cls` takes it (type, bounds both ways, wording);
+    PlanError naming `where` otherwise."""
+    declared = next(f for f in dataclasses.fields(cls) if f.name == name)
+    try:
+        check_value(where, declared.type, declared.metadata, value)
+    except OptionsError as err:
+        raise PlanError(str(err).splitlines()[0]) from None
+    return value
+
+
+def _built(make, options: dict, where: str):
+    """make(options): an options object built as the run builds it; its refusal as a PlanError naming
+    the plan's key (`where`.field)."""
+    try:
+        return make(options)
+    except OptionsError as err:
+        message = str(err).splitlines()[0]
+        if err.field and re.match(rf"{re.escape(err.field)}[ \[]", message):  # "epochs must be ..."
+            raise PlanError(f"{where}.{message}") from None
+        _fail(f"{where}.{err.field}" if err.field else where, message)
+    except (ValueError, TypeError) as err:
+        _fail(where, str(err).splitlines()[0])
 
 
 def _mapping(value, where: str, keys: set | None = None) -> dict:
@@ -146,8 +181,10 @@ def check_corpus(corpus, where: str) -> dict:
     if source == "files" and not (isinstance(corpus.get("files"), list) and corpus["files"]):
         _fail(f"{where}.files", "source files needs a non-empty list of text files")
     documents = bounded(corpus.get("documents", 2000), f"{where}.documents", "documents")
-    if "seed" in corpus:
-        bounded(corpus["seed"], f"{where}.seed", "seed")
+    if "seed" in corpus:  # drawn from as a run's seed is: the same range (TrainConfig's)
+        from lmforge.train import TrainConfig
+
+        _option(TrainConfig, "seed", corpus["seed"], f"{where}.seed")
     return {**corpus, "source": source, "documents": documents}
 
 
@@ -169,12 +206,16 @@ def _arm(value, where: str) -> Arm:
             _fail(f"{where}.{key}", "missing")
     arm.pop("description", None)
     for key in ("overrides", "options", "examples", "train"):
-        arm[key] = _mapping(arm.get(key), f"{where}.{key}", set(EXAMPLE_FIELDS) if key == "examples" else None)
+        known = set(EXAMPLE_FIELDS) if key == "examples" else None
+        arm[key] = _mapping(arm.get(key), f"{where}.{key}", known)
     if arm.get("corpus") is not None:
         arm["corpus"] = check_corpus(arm["corpus"], f"{where}.corpus")
-    bounded(arm.get("duplication", 0), f"{where}.duplication", "duplication")
+    from lmforge.train.pretrain_options import RecipeOptions  # pretrain() builds it from the duplication
+
+    _option(RecipeOptions, "duplication", arm.get("duplication", 0), f"{where}.duplication")
     if sum(arm.get(key) is not None for key in SOURCES) != 1:
-        _fail(f"{where}.preset", "give exactly one of preset, continue_from (another arm) or model (a checkpoint)")
+        _fail(f"{where}.preset",
+              "give exactly one of preset, continue_from (another arm) or model (a checkpoint)")
     if arm.get("pretrain", True) not in (True, False):
         _fail(f"{where}.pretrain", f"must be true or false, got {arm['pretrain']!r}")
     if arm.get("model") is not None and arm["overrides"]:
@@ -192,7 +233,8 @@ def _check_arm_objective(arm: Arm, where: str) -> None:
         if arm.preset is not None:
             spec.check(get_config(arm.preset, **arm.overrides), arm.preset)
     except (ValueError, TypeError, KeyError) as err:
-        _fail(f"{where}.objective" if "objective" in str(err) else f"{where}.preset", str(err).splitlines()[0])
+        named = f"{where}.objective" if "objective" in str(err) else f"{where}.preset"
+        _fail(named, str(err).splitlines()[0])
     if spec.teacher:
         _fail(f"{where}.objective", f"{spec.name!r} needs a teacher: not a bake-off arm")
 
@@ -215,13 +257,16 @@ def _claims(values, arms: dict, tasks: set, where: str) -> tuple:
 
 
 def check_seeds(value, where: str) -> tuple:
-    """A non-empty list of distinct seeds >= 0, as a tuple; PlanError naming `where` otherwise."""
+    """A non-empty list of distinct seeds, each one TrainConfig takes, as a tuple; PlanError naming `where`
+    otherwise."""
+    from lmforge.train import TrainConfig  # each seed is a run's TrainConfig seed
+
     seeds = value if value is not None else [0]
     if not isinstance(seeds, list) or not seeds:
         _fail(where, f"must be a non-empty list of integers >= 0, got {value!r}")
     bounded(len(seeds), where, "seeds")
     for i, seed in enumerate(seeds):
-        bounded(seed, f"{where}[{i}]", "seed")
+        _option(TrainConfig, "seed", seed, f"{where}[{i}]")
     if len(set(seeds)) != len(seeds):
         _fail(where, "repeats a seed")
     return tuple(seeds)
@@ -254,34 +299,28 @@ def split_finetune(options: dict) -> tuple:
 
 
 def _check_recipes(pretrain: dict, finetune: dict, arms: tuple, source: str) -> None:
-    """Every training option is one TrainConfig (and TaskConfig) knows, with a valid value."""
+    """Every training option as the runs take it: the pretraining options (the plan's, then each arm's) as
+    TrainConfig and RecipeOptions (max_len) take them, the fine-tuning ones as TrainConfig and TaskConfig."""
     from lmforge.tasks.finetune import TaskConfig
     from lmforge.train import TrainConfig
+    from lmforge.train.pretrain_options import RecipeOptions
 
-    checks = [("pretrain", TrainConfig.from_dict, {k: v for k, v in pretrain.items() if k != "max_len"})]
-    checks += [(f"arms.{a.name}.train", TrainConfig.from_dict, {**pretrain, **a.train, "max_len": None})
-               for a in arms]
+    recipes = [("pretrain", pretrain)] + [(f"arms[{i}].train", a.train) for i, a in enumerate(arms)]
+    for where, options in recipes:
+        where = f"{source}: {where}"
+        for key in NOT_IN_PRETRAIN:
+            if key in options:
+                _fail(f"{where}.{key}", "is set by the plan (budget, seeds), not here")
+        if "max_len" in options:
+            _option(RecipeOptions, "max_len", options["max_len"], f"{where}.max_len")
+        # an arm's run takes the plan's options, then its own (runner.pretrain_options)
+        merged = {k: v for k, v in {**pretrain, **options}.items() if k != "max_len"}
+        _built(TrainConfig.from_dict, merged, where)
+    if "seed" in finetune:
+        _fail(f"{source}: finetune.seed", "is set by the plan (seeds), not here")
     train, task = split_finetune(finetune)
-    checks += [("finetune", TrainConfig.from_dict, train), ("finetune", TaskConfig.from_dict, task)]
-    for where, options in (("pretrain", pretrain), ("finetune", finetune),
-                           *((f"arms[{i}].train", a.train) for i, a in enumerate(arms))):
-        _bound_sizes(options, f"{source}: {where}")
-    for where, make, options in checks:
-        options.pop("max_len", None)
-        for key in ("steps", "seed"):
-            if key in options and (where != "finetune" or key == "seed"):
-                _fail(f"{source}: {where}.{key}", "is set by the plan (budget, seeds), not here")
-        try:
-            make(options)
-        except (ValueError, TypeError) as err:
-            _fail(f"{source}: {where}", str(err).splitlines()[0])
-
-
-def _bound_sizes(options: dict, where: str) -> None:
-    """The sizes of a training recipe within BOUNDS (TrainConfig and TaskConfig check the rest)."""
-    for key, value in options.items():
-        if key in BOUNDS and value is not None:
-            bounded(value, f"{where}.{key}", key, integer=key != "epochs")
+    _built(TrainConfig.from_dict, train, f"{source}: finetune")
+    _built(TaskConfig.from_dict, task, f"{source}: finetune")
 
 
 def _tasks(values, where: str) -> tuple:
@@ -308,7 +347,8 @@ def check_plan(data, source: str = "plan") -> Plan:
     from lmforge.objectives.registry import TOKENIZER_KINDS
 
     if tok.get("family", "bert") not in TOKENIZER_KINDS:
-        _fail(f"{source}: tokenizer.family", f"{tok.get('family')!r} is not one of {', '.join(TOKENIZER_KINDS)}")
+        _fail(f"{source}: tokenizer.family",
+              f"{tok.get('family')!r} is not one of {', '.join(TOKENIZER_KINDS)}")
     tasks = _tasks(data.get("tasks"), f"{source}: tasks")
     arms = _arms(data.get("arms"), f"{source}: arms")
     pretrain = _mapping(data.get("pretrain"), f"{source}: pretrain")

@@ -175,6 +175,17 @@ def test_beams_sampling_and_stop_strings_equal_the_library(server, decoder):
     assert model_tok.decode(stopped["token_ids"]).startswith(stopped["text"])
 
 
+def test_every_decoding_setting_of_the_command_line_is_served_alike(server, decoder):
+    prompt = "the old fox"
+    settings = {"max_new_tokens": 8, "num_beams": 3, "early_stopping": "never", "min_length": 9}
+    with server.client() as client:
+        served = client.post("/generate", json={"model": "gen", "prompt": prompt, **settings}).json()
+        sampling = client.post("/generate", json={"model": "gen", "prompt": prompt, "do_sample": True})
+    assert served["token_ids"] == _offline(decoder, prompt, **settings)
+    # sampling is said by temperature on the server (0: greedy, > 0: samples)
+    assert sampling.status_code == 422 and sampling.json()["error"]["param"] == "do_sample"
+
+
 def test_openapi_spec_docs_and_page_are_complete_and_offline(server):
     with server.client() as client:
         spec = client.get("/openapi.json").json()

@@ -45,9 +45,11 @@ class Settings:
     top_p: float = _default("top_p")
     num_beams: int = _default("num_beams")
     length_penalty: float = _default("length_penalty")
+    early_stopping: bool = _default("early_stopping")
     repetition_penalty: float = _default("repetition_penalty")
     no_repeat_ngram_size: int = _default("no_repeat_ngram_size")
     min_new_tokens: int = _default("min_new_tokens")
+    min_length: int = _default("min_length")
     seed: int | None = None  # sampling: a fixed seed gives the same text again
     stop: tuple = field(default_factory=tuple)
     options: GenerationOptions = field(init=False, repr=False)

@@ -170,7 +170,8 @@ def option_field(name: str, default: Any = dataclasses.MISSING, note: str = "") 
     number, "3" is not 3); its bounds are checked when the request's GenerationOptions is built
     (generation.Settings), after the server's Limits, which may be stricter and answer 413."""
     spec = FIELDS[name]
-    meta, kind = spec.metadata, {"int": int, "float": float, "bool": bool}[field_kind(name)]
+    kinds = {"int": int, "float": float, "bool": bool, "Union[bool, str]": bool | str}  # early_stopping: "never"
+    meta, kind = spec.metadata, kinds[field_kind(name)]
     bounds = {("exclusiveMinimum" if meta["open_low"] else "minimum"): meta["low"], "maximum": meta["high"]}
     return (Annotated[kind, BeforeValidator(functools.partial(checked_type, name))],
             Field(spec.default if default is dataclasses.MISSING else default,
@@ -178,8 +179,10 @@ def option_field(name: str, default: Any = dataclasses.MISSING, note: str = "") 
                   json_schema_extra={k: v for k, v in bounds.items() if v is not None}))
 
 
-DECODING = ("top_k", "top_p", "num_beams", "length_penalty", "repetition_penalty", "no_repeat_ngram_size",
-            "min_new_tokens")
+# the GenerationOptions fields a request may set (generation.Settings holds them); sampling is said by
+# temperature (0: greedy, > 0: samples), so do_sample is not one of them
+DECODING = ("top_k", "top_p", "num_beams", "length_penalty", "early_stopping", "repetition_penalty",
+            "no_repeat_ngram_size", "min_new_tokens", "min_length")
 
 
 class DecodingBase(BaseModel):

@@ -31,8 +31,7 @@ router = APIRouter(responses=ERRORS, tags=["generation"])
 SSE = {"text/event-stream": {"schema": {"type": "string",
                                         "description": "data: {json} events, then data: [DONE]"}}}
 INLINE_CHARS = 10_000  # a prompt tokenized on the event loop itself; longer ones (or several): a thread
-SETTINGS = ("top_k", "top_p", "num_beams", "length_penalty", "repetition_penalty", "no_repeat_ngram_size",
-            "min_new_tokens", "seed")
+SETTINGS = (*schemas.DECODING, "seed")
 
 
 def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_tokens") -> Settings:

@@ -170,7 +170,8 @@ def option_field(name: str, default: Any = dataclasses.MISSING, note: str = "") 
     number, "3" is not 3); its bounds are checked when the request's GenerationOptions is built
     (generation.Settings), after the server's Limits, which may be stricter and answer 413."""
     spec = FIELDS[name]
-    kinds = {"int": int, "float": float, "bool": bool, "Union[bool, str]": bool | str}  # early_stopping: "never"
+    # early_stopping is true, false or "never"
+    kinds = {"int": int, "float": float, "bool": bool, "Union[bool, str]": bool | str}
     meta, kind = spec.metadata, kinds[field_kind(name)]
     bounds = {("exclusiveMinimum" if meta["open_low"] else "minimum"): meta["low"], "maximum": meta["high"]}
     return (Annotated[kind, BeforeValidator(functools.partial(checked_type, name))],

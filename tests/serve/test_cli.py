@@ -14,7 +14,10 @@ from lmforge.cli import build_parser, main
     (["--model", "x", "--max-queue", "0"], "--max-queue 0"),
     (["--model", "x", "--batch-wait-ms", "nan"], "--batch-wait-ms nan"),
     (["--model", "x", "--threads", "0"], "--threads 0"),
-    (["--model", "x", "--threads", "2", "--workers", "3"], "--workers 3"),
+    (["--model", "x", "--threads", "100000"], "--threads 100000"),  # was 10^5 workers, then a crash
+    (["--model", "x", "--threads", "1", "--workers", "2"], "--workers 2"),
+    (["--model", "x", "--graceful-timeout", "inf"], "--graceful-timeout inf: seconds in (0, 3600]"),
+    (["--model", "x", "--graceful-timeout", "nan"], "--graceful-timeout nan: seconds in (0, 3600]"),
     (["--model", "x", "--workers", "0"], "--workers 0"),
     (["--model", "a=x", "--model", "a=y"], "--model 'a=y'"),
     (["--model", "x", "--host", "no.such.host.invalid"], "--host no.such.host.invalid"),

@@ -46,6 +46,9 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+MAX_GRACE = 3600.0  # seconds a stopping server may wait for its admitted requests
+
+
 def checked(args) -> tuple:
     """(limits, model specs, the bound socket, the environment to restart with or None) once every
     argument is checked: a one-line UsageError naming the first bad one, before anything is loaded or
@@ -55,14 +58,16 @@ def checked(args) -> tuple:
     from lmforge.serve import allocator, parse_model_specs
 
     limits = limits_of(args)
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads {args.threads}: must be >= 1")
-    threads = args.threads or len(os.sched_getaffinity(0))
+    cpus = len(os.sched_getaffinity(0))
+    if args.threads is not None and not 1 <= args.threads <= cpus:  # more only wait on each other; 10^5 crashed
+        raise UsageError(f"--threads {args.threads}: must be between 1 and the CPUs this process may use "
+                         f"({cpus})")
+    threads = args.threads or cpus
     if args.workers is not None and not 1 <= args.workers <= threads:
         raise UsageError(f"--workers {args.workers}: must be between 1 and the threads ({threads}), "
                          "each worker running on its share of them")
-    if args.graceful_timeout is not None and not args.graceful_timeout > 0:
-        raise UsageError(f"--graceful-timeout {args.graceful_timeout}: must be > 0")
+    if args.graceful_timeout is not None and not 0 < args.graceful_timeout <= MAX_GRACE:  # NaN fails too
+        raise UsageError(f"--graceful-timeout {args.graceful_timeout}: seconds in (0, {MAX_GRACE:g}]")
     try:
         specs = parse_model_specs(args.model)
         environment = allocator.restart_environment(args.malloc, dict(os.environ))  # one not installed: refused
@@ -140,12 +145,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0: a free port (printed)")
     p.add_argument("--threads", type=int,
-                   help="torch threads of the workers, all together (default: the CPUs this process may use)")
+                   help="torch threads of the workers, all together (default and most: the CPUs this process "
+                        "may use)")
     p.add_argument("--workers", type=int,
                    help="model worker threads, each with threads/workers torch threads (default: one per "
                         "thread when no served model generates, so batches run side by side; else one)")
     p.add_argument("--graceful-timeout", type=float, default=60.0,
-                   help="seconds SIGTERM waits for admitted requests before cancelling them")
+                   help="seconds SIGTERM waits for admitted requests before cancelling them (at most "
+                        f"{MAX_GRACE:g})")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--access-log", action="store_true", help="log every request")

@@ -2,6 +2,7 @@
 TrainConfig, TaskConfig and RecipeOptions (so `lmforge pretrain` / `lmforge finetune`) accept and refuse."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
@@ -42,7 +43,8 @@ SHARED = ([(f"pretrain.{k}", TrainConfig, k) for k in _bounded(TrainConfig, NOT_
           + [(f"arms[0].train.{k}", TrainConfig, k) for k in _bounded(TrainConfig, NOT_IN_PRETRAIN)]
           + [(f"finetune.{k}", TrainConfig, k) for k in _bounded(TrainConfig, ("seed",))]
           + [(f"finetune.{k}", TaskConfig, k) for k in _bounded(TaskConfig)]
-          + [("pretrain.max_len", RecipeOptions, "max_len"), ("arms[0].train.max_len", RecipeOptions, "max_len"),
+          + [("pretrain.max_len", RecipeOptions, "max_len"),
+             ("arms[0].train.max_len", RecipeOptions, "max_len"),
              ("arms[0].duplication", RecipeOptions, "duplication"),
              ("seeds[0]", TrainConfig, "seed"), ("corpus.seed", TrainConfig, "seed")])
 
@@ -77,7 +79,7 @@ def test_a_plan_accepts_and_refuses_what_the_options_object_does_on_both_sides_o
     assert values, where
     verdicts = set()
     for value in values:
-        plan = {**tiny_plan, "arms": [dict(a) for a in tiny_plan["arms"]], "corpus": dict(tiny_plan["corpus"])}
+        plan = copy.deepcopy(tiny_plan)
         _put(plan, where, value)
         runs = _accepts(lambda v: build({name: v}), value)
         try:
@@ -93,7 +95,8 @@ def test_a_plan_accepts_and_refuses_what_the_options_object_does_on_both_sides_o
 
 @pytest.mark.parametrize("where, value, accepted", [
     ("finetune.epochs", 5000, True), ("finetune.epochs", 10_000, True), ("finetune.epochs", 10_001, False),
-    ("finetune.epochs", 0, False), ("pretrain.accumulation", 4096, True), ("pretrain.accumulation", 4097, False),
+    ("finetune.epochs", 0, False),
+    ("pretrain.accumulation", 4096, True), ("pretrain.accumulation", 4097, False),
     ("seeds[0]", 2 ** 63 - 1, True), ("seeds[0]", 2 ** 63, False), ("seeds[0]", -1, False),
 ])
 def test_the_probes_values_are_judged_as_the_commands_judge_them(tiny_plan, where, value, accepted):

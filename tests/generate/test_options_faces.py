@@ -135,3 +135,43 @@ def test_the_schema_carries_the_options_bounds_and_help(faces):
         low_key = "exclusiveMinimum" if meta["open_low"] else "minimum"
         assert prop.get(low_key) == meta["low"] and prop.get("maximum") == meta["high"]
     assert math.isclose(spec["temperature"]["default"], 0.0)  # the server's convention: 0 is greedy
+
+
+# min_length counts the whole decoder sequence, prompt included (HF's): start + max_new_tokens is the
+# longest text the budget allows, so a min_length past it could never let the text end, as a min_new_tokens
+# past max_new_tokens could not. (request, refused), start being the prompt's tokens
+MIN_LENGTHS = [(lambda start: {"min_length": start + 3, "max_new_tokens": 3}, False),
+               (lambda start: {"min_length": start + 4, "max_new_tokens": 3}, True),
+               (lambda start: {"min_length": 2 ** 20, "max_new_tokens": 3}, True)]
+
+
+@pytest.mark.parametrize("start, max_new", [(1, 1), (1, 7), (4, 3), (30, 1)])
+def test_a_min_length_is_refused_exactly_where_prompt_and_budget_cannot_reach_it(start, max_new):
+    """The same boundary as min_new_tokens' (equal to the budget: served; one past it: refused)."""
+    GenerationOptions(max_new_tokens=max_new, min_length=start + max_new).check_start(start)
+    GenerationOptions(max_new_tokens=max_new, min_new_tokens=max_new)
+    for fields in ({"min_length": start + max_new + 1}, {"min_new_tokens": max_new + 1}):
+        with pytest.raises(OptionsError, match="no text could end before the budget") as err:
+            GenerationOptions(max_new_tokens=max_new, **fields).check_start(start)
+        assert err.value.field in fields and "\n" not in str(err.value)
+
+
+def test_an_unreachable_min_length_is_refused_by_python_and_the_command_line(faces):
+    path, model, ids, _ = faces
+    for make, refused in MIN_LENGTHS:
+        request = make(ids.shape[1])
+        assert _python(model, ids, request) == ("min_length" if refused else None), request
+        cli = _cli(path, request)
+        assert (cli is not None) == refused, (request, cli)
+        assert not refused or ("--min-length" in cli and "no text could end before the budget" in cli), cli
+
+
+def test_an_unreachable_min_length_is_refused_by_the_server_where_it_takes_min_length(faces):
+    *_, ids, client = faces
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["GenerateRequest"]["properties"]
+    if "min_length" not in schema:
+        pytest.skip("this server's /generate takes no min_length")
+    for make, refused in MIN_LENGTHS:
+        server = _server(client, make(ids.shape[1]))
+        assert (server is not None) == refused, server
+        assert not refused or server.startswith("min_length: "), server

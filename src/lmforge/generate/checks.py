@@ -44,8 +44,10 @@ def check_prompt(model: Transformer, input_ids, attention_mask) -> torch.Tensor:
 
 def check_for_model(options: GenerationOptions, model: Transformer, start: int) -> dict:
     """Refuse options this model cannot serve (top_k beyond its vocabulary, ids outside it, more new tokens
-    than its context leaves after `start` decoder positions); returns the special ids (see special_ids)."""
+    than its context leaves after `start` decoder positions, a min_length they cannot reach); returns the
+    special ids (see special_ids)."""
     cfg = model.config
+    options.check_start(start)
     if options.top_k > cfg.vocab_size:
         raise OptionsError(f"top_k={options.top_k} is more than the vocabulary, vocab_size={cfg.vocab_size}",
                            "top_k")

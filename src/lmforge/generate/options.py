@@ -36,7 +36,8 @@ class GenerationOptions:
                                  low=1, high=MAX_NEW_TOKENS)
     min_new_tokens: int = option(0, "no stop token before this many new tokens (<= max_new_tokens)",
                                  low=0, high=MAX_NEW_TOKENS)
-    min_length: int = option(0, "no stop token before the whole sequence (prompt included) is this long",
+    min_length: int = option(0, "no stop token before the whole sequence (prompt included) is this long "
+                             "(<= the prompt + max_new_tokens)",
                              low=0, high=MAX_LEN)
     do_sample: bool = option(False, "sample the next token (false: greedy, or beam search); the command line "
                              "and the server sample when temperature > 0")
@@ -93,6 +94,14 @@ class GenerationOptions:
         if self.num_beams == 1 and not self.do_sample and self.num_return_sequences != 1:
             raise OptionsError("greedy decoding returns one sequence per input: num_return_sequences must be 1, "
                                f"got {self.num_return_sequences}", "num_return_sequences")
+
+    def check_start(self, start: int) -> None:
+        """Settings that contradict the `start` decoder positions before the new tokens (a decoder's prompt,
+        an encoder-decoder's start token): a min_length, which counts them, beyond the budget's reach."""
+        if self.min_length > start + self.max_new_tokens:  # as min_new_tokens > max_new_tokens is
+            raise OptionsError(f"min_length={self.min_length} is more than {start} starting tokens plus "
+                               f"max_new_tokens={self.max_new_tokens}: no text could end before the budget",
+                               "min_length")
 
     @classmethod
     def build(cls, options: Optional["GenerationOptions"] = None, fields: Optional[dict] = None):

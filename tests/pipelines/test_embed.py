@@ -239,5 +239,19 @@ def test_max_length_holds_with_embedding_options_too(tmp_path, capsys):
     assert main(["embed", "--model", str(path), text, "--max-length", "4", "--truncate", "true"]) == 0
     got = torch.tensor(json.loads(capsys.readouterr().out)["embedding"])
     assert torch.allclose(got, cut[0], atol=1e-6)
-    with pytest.raises(ValueError, match="max_length must be a positive integer or None, got 0"):
+    with pytest.raises(ValueError, match="max_length must be an integer >= 1"):
         lmforge.embed([text], model=path, max_length=0)  # 0 once meant the model's limit
+
+
+@pytest.mark.parametrize("keywords, field", [
+    ({"normalize": "no"}, "normalize"),  # was normalised all the same
+    ({"batch_size": 10**12}, "batch_size"), ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": 2.5}, "batch_size"),
+    ({"max_length": 513}, "max_length"),  # more than the model reads: refused as the command line does
+])
+def test_embed_s_own_arguments_are_checked_as_the_command_line_checks_them(keywords, field):
+    from lmforge.config.options import OptionsError
+
+    with pytest.raises(OptionsError) as refused:
+        lmforge.embed(["a b c"], "all-MiniLM-L6-v2", **keywords)
+    assert refused.value.field == field

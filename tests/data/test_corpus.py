@@ -4,7 +4,7 @@ import tracemalloc
 
 import pytest
 
-from lmforge.data.corpus import CHUNK, CorpusReader, CorpusWarning, ReadOptions, read_range
+from lmforge.data.corpus import CHUNK, CorpusReader, CorpusWarning, ReadOptions, expand_files, read_range
 from lmforge.data.synthetic import documents, write_corpus
 from lmforge.train.pretrain import read_documents
 
@@ -131,3 +131,15 @@ def test_a_utf16_file_is_refused_naming_it(tmp_path):
     wide.write_bytes("the cat sat on the mat.\n".encode("utf-16"))  # with its byte-order mark
     with pytest.raises(ValueError, match=r"wide\.txt: UTF-16 \(little-endian\) text; lmforge reads UTF-8"):
         read_documents([wide])
+
+
+def test_a_folder_walk_leaves_out_shard_folders_only(tmp_path):
+    (tmp_path / "sh").mkdir()
+    (tmp_path / "sh" / "manifest.json").write_text(json.dumps({"format": "lmforge-shards", "version": 1}))
+    (tmp_path / "sh" / "shard-00000.bin").write_bytes(b"\x01\x00\x02\x00")
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "manifest.json").write_text(json.dumps({"text": "A user's own file."}) + "\n")
+    (tmp_path / "a.txt").write_text("Text.\n")
+    with pytest.warns(CorpusWarning, match="sh: skipped"):
+        found = expand_files([tmp_path])
+    assert found == [tmp_path / "a.txt", tmp_path / "own" / "manifest.json"]

@@ -177,3 +177,27 @@ def test_shard_sizes_and_workers_are_bounded_both_ways(tmp_path, capsys, flag, v
         main(["corpus", "shard", "x.txt", "--tokenizer", "t", "--out", str(tmp_path / "o"), flag, value])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and flag in err and err.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+def test_an_out_nested_with_an_input_folder_is_refused_naming_both_before_reading(corpus_dir, tokenizer_dir,
+                                                                                  tmp_path, capsys):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text((corpus_dir / "c.txt").read_text())
+    for given, out in ((tmp_path / "c", tmp_path / "c" / "sh"), (tmp_path / "c" / "a.txt", tmp_path / "c")):
+        args = ["corpus", "shard", str(given), "--tokenizer", str(tokenizer_dir), "--out", str(out)]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "FILES" in err and "--out" in err and "lies inside" in err, err
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["a.txt"]  # nothing written
+
+
+def test_an_earlier_runs_shard_folder_is_never_read_as_text(corpus_dir, tokenizer_dir, tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text((corpus_dir / "c.txt").read_text())
+    alone = shard_corpus([tmp_path / "c"], tokenizer_dir, tmp_path / "first", log=lambda m: None)
+    _one_shard(corpus_dir, tokenizer_dir, tmp_path / "c" / "old")  # a shard folder inside the input
+    with pytest.warns(CorpusWarning, match="old: skipped, an lmforge shard folder"):
+        again = shard_corpus([tmp_path / "c"], tokenizer_dir, tmp_path / "second", log=lambda m: None)
+    assert again["totals"] == alone["totals"] and len(again["inputs"]) == 1
+    with pytest.raises(ValueError, match="old is an lmforge shard folder"):
+        shard_corpus([tmp_path / "c" / "old"], tokenizer_dir, tmp_path / "third", log=lambda m: None)

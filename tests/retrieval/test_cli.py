@@ -149,3 +149,28 @@ def test_a_plain_encoder_is_refused_as_a_reader(tiny, tmp_path, capsys):
                  "--reader", str(tiny)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a trained reader" in err and "span-qa" in err, err
+
+
+def test_an_index_longer_than_the_models_positions_is_refused_before_it_is_made(tiny, tmp_path, capsys):
+    out = tmp_path / "ix"
+    assert main(["index", "build", "--out", str(out), "--model", str(tiny), "max_length=65536"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "max_length=65536" in err and "max_seq_len=64" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, named", [
+    (["retrieve", "--index", "{tmp}/none", "--query", "q"], "--index {tmp}/none: no such index"),
+    (["retrieve", "train", "--questions", "{tmp}/none.jsonl"], "--questions {tmp}/none.jsonl: no such file"),
+    (["retrieve", "train", "--questions", "{tmp}"], "--questions {tmp}: a folder"),
+    (["retrieve", "ict", "--passages", "{tmp}/none.txt"], "--passages {tmp}/none.txt: no such file"),
+    (["index", "build", "--passages", "{tmp}/none.txt"], "--passages {tmp}/none.txt: no such file"),
+])
+def test_a_missing_input_is_one_line_naming_its_flag(tiny, tmp_path, capsys, args, named):
+    out = ["--out", str(tmp_path / "out")] if args[1] != "--index" else []
+    model = ["--model", str(tiny)] if args[0] == "retrieve" and out else []
+    argv = [a.format(tmp=tmp_path) for a in args] + out + model
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named.format(tmp=tmp_path) in err and "Errno" not in err, err
+    assert not (tmp_path / "out").exists()

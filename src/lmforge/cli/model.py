@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, UsageError, bounded, parse_overrides, read_config_file,
+from lmforge.cli.common import (SEED, UsageError, bounded, check_out, parse_overrides, read_config_file,
                                 refuse_overwrite, resolve_config)
 from lmforge.config.model import MAX_LEN
 from lmforge.io import CheckpointError
@@ -147,6 +147,8 @@ def cmd_demo(args) -> None:
     """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see lmforge.pipelines.demo)."""
     from lmforge.pipelines.demo import DemoConfig, run_demo
 
+    check_out(args.out)  # empty, or a file where the run's folder goes
+    refuse_overwrite(args.out, kind="folder")  # a file where a folder above it must be
     run_demo(Path(args.out), seed=args.seed, cfg=DemoConfig.quick() if args.quick else DemoConfig())
 
 

@@ -17,6 +17,7 @@ from lmforge.cli.common import (
     refuse_overwrite,
     split_overrides,
 )
+from lmforge.cli.data import refuse_nested
 from lmforge.config.options import coerce, from_dict
 from lmforge.io import load as load_model
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
@@ -61,6 +62,7 @@ def cmd_pretrain(args) -> None:
                      ("--tokenizer", args.tokenizer), ("--add-tokens", args.add_tokens),
                      ("--config", args.config),
                      writes=(*TRAINING_OUTPUTS, "tokenizer", "probes.json"))
+    refuse_nested(args.out, ("--data", args.data))
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
     train = TrainConfig.from_dict({"seed": args.seed, **({"steps": args.steps} if args.steps is not None else {}), **train})
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:

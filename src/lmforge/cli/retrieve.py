@@ -23,8 +23,9 @@ normalize, temperature, max_length, matryoshka_dims=[384,192,96,48] for a Matryo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, bounded, flag_values, option_flags
+from lmforge.cli.common import SEED, STEPS, UsageError, bounded, flag_values, option_flags
 from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
 
 
@@ -52,6 +53,7 @@ def cmd_index_build(args) -> None:
 
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
                      writes=("passages.jsonl", "bm25", "dense"))
+    check_source("--passages", args.passages)
     index = job_options(args, IndexOptions)
     train, encoder = _options(args)
     if train:
@@ -63,22 +65,32 @@ def cmd_index_build(args) -> None:
 
 def cmd_query(args) -> None:
     """Print the top-k passages of each --query as JSON lines."""
-    from lmforge.cli.common import UsageError
     from lmforge.retrieval.jobs import query_index
 
     if not args.index or not args.query:
         raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
+    if not (Path(args.index) / "passages.jsonl").is_file():
+        raise UsageError(f"--index {args.index}: no such index (no passages.jsonl; build one with "
+                         f"lmforge index build)")
     _check_rerank(args)
     options = job_options(args, QueryOptions, prefix=QUERY)
     for result in query_index(args.index, args.query, options, args.query_model, args.reader, args.rerank):
         print(json.dumps(result, ensure_ascii=False))
 
 
+def check_source(flag: str, given: str | None, named: tuple = ("builtin",), folder: bool = True) -> None:
+    """A UsageError naming `flag` where `given` is neither one of the `named` sources nor a file (or, with
+    `folder`, a folder) on disk; the job would otherwise fail on it in an OS error naming no flag."""
+    path = Path(given or "")
+    if given is None or given in named or path.is_file() or (folder and path.is_dir()):
+        return
+    kind = "file or folder" if folder else "file"
+    raise UsageError(f"{flag} {given}: {'a folder, not a file' if path.is_dir() else f'no such {kind}'} "
+                     f"(or {' / '.join(named)})")
+
+
 def _check_rerank(args) -> None:
     """--rerank names a reranker directory, and --candidates needs it (their bounds: QueryOptions)."""
-    from pathlib import Path
-
-    from lmforge.cli.common import UsageError
     from lmforge.tasks.finetune import task_info
 
     if args.query_candidates is not None and not args.rerank:
@@ -103,6 +115,8 @@ def _train_config(args) -> tuple:
                      ("--retriever", getattr(args, "retriever", None)),
                      writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",
                              "ict.json", "retriever"))
+    check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
+    check_source("--passages", args.passages)
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
         raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "

@@ -44,6 +44,7 @@ from lmforge.utils.jsontext import loads
 CHUNK = 1 << 20  # bytes read at once from a long line
 FORMATS, DOCUMENTS, ERRORS = ("auto", "text", "jsonl"), ("block", "file"), ("skip", "replace", "strict")
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+SHARD_FORMAT = "lmforge-shards"  # the "format" of a shard folder's manifest.json (shards.py writes it)
 MAX_JSON_LINE = 1 << 28  # a JSONL record longer than this (bytes) is skipped, not parsed
 
 _CONTROL = {c: None for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0xFEFF, 0xFFFE, 0xFFFF]}
@@ -341,12 +342,37 @@ def read_range(path, opts: ReadOptions, start: int = 0, end: int | None = None, 
     return stats
 
 
+def is_shard_dir(path) -> bool:
+    """Whether `path` is a folder `lmforge corpus shard` wrote (it holds the shards' manifest.json)."""
+    try:
+        with open(Path(path) / "manifest.json", encoding="utf-8") as handle:
+            head = loads(handle.read())
+    except (OSError, ValueError):  # no manifest, or a file of the user's own named so
+        return False
+    return isinstance(head, dict) and head.get("format") == SHARD_FORMAT
+
+
+def _walk(folder: Path) -> list:
+    """The files under `folder`, sorted, but those of shard folders inside it (an earlier run's token ids,
+    manifest and tokenizer, read as text, would be junk documents), with a warning naming each."""
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    shard_dirs = {p.parent for p in found if p.name == "manifest.json" and is_shard_dir(p.parent)}
+    for skipped in sorted(shard_dirs):
+        warnings.warn(f"{skipped}: skipped, an lmforge shard folder (its manifest.json), not text",
+                      CorpusWarning, stacklevel=3)
+    return [p for p in found if shard_dirs.isdisjoint(p.parents)]
+
+
 def expand_files(files) -> list:
-    """The files named (a directory stands for the files under it, sorted), checked to exist."""
+    """The files named (a directory stands for the files under it, sorted, shard folders left out),
+    checked to exist; a shard folder named itself is a ValueError (its files are no text)."""
     out = []
     for f in map(Path, files):
+        if f.is_dir() and is_shard_dir(f):
+            raise ValueError(f"{f} is an lmforge shard folder (its manifest.json), not text files "
+                             f"(pretrain --data takes it alone)")
         if f.is_dir():
-            out += sorted(p for p in f.rglob("*") if p.is_file() and not p.name.startswith("."))
+            out += _walk(f)
         elif f.is_file():
             out.append(f)
         else:

@@ -34,9 +34,17 @@ from pathlib import Path
 import numpy as np
 
 from lmforge.config import atomic_write_text
-from lmforge.data.corpus import CHUNK, CorpusWarning, ReadOptions, expand_files, open_binary, read_range
+from lmforge.data.corpus import (
+    CHUNK,
+    SHARD_FORMAT,
+    CorpusWarning,
+    ReadOptions,
+    expand_files,
+    open_binary,
+    read_range,
+)
 
-FORMAT, VERSION = "lmforge-shards", 1
+FORMAT, VERSION = SHARD_FORMAT, 1
 SUFFIXES = (".bin", ".sent", ".docs")
 OFFSET = np.dtype("<i8")
 BATCH_SENTENCES = 4096  # sentences tokenised per encode_batch call

@@ -51,16 +51,24 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
+    encoder = _encoder(model, **options) if model else None  # a bad max_length refused before out is made
     passages = load_passages(source, seed, index.words)
     write_passages(passages, out / "passages.jsonl")
     BM25Index.build(passages).save(out / "bm25")
     summary = {"passages": len(passages), "bm25": str(out / "bm25")}
     if model:
-        encoder = BiEncoder.from_dir(model, **options)
         name = str(Path(model).resolve()) if Path(model).is_dir() else str(model)
         dense = encode_passages(encoder, passages, out / "dense", index.batch_size, progress, model_name=name)
         summary.update(dense=str(out / "dense"), dim=dense.dim)
     return summary
+
+
+def _encoder(model: str, **options) -> BiEncoder:
+    """BiEncoder.from_dir(model, **options); an OptionsError naming max_length where it is more tokens than
+    the model reads (the encoder would cut every text to its positions, silently)."""
+    encoder = BiEncoder.from_dir(model, **options)
+    within_context("max_length", options.get("max_length"), encoder.model.config)
+    return encoder
 
 
 def query_index(path, queries: list, options: QueryOptions | None = None, model: str | None = None,
@@ -153,8 +161,8 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     encoders), then recall@k on the held-out ones for BM25, the untrained and the trained encoder;
     written to out/recall.json and returned."""
     out = Path(out)
+    encoder = _encoder(model, **options)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
-    encoder = BiEncoder.from_dir(model, **options)
     trained = train_dpr(encoder.separate() if separate else encoder, sets["train"], passages, out, cfg, n_hard,
                         resume, log)
     table = compare(passages, sets["test"], {"untrained": BiEncoder.from_dir(model, **options),

@@ -105,3 +105,32 @@ def test_the_steps_flags_bound_is_train_configs():
     from lmforge.train.config import MAX_STEPS
 
     assert STEPS == (1, MAX_STEPS)
+
+
+@pytest.mark.parametrize("argv", [
+    ["finetune", "--model", "bert-tiny", "--builtin", "sentiment", "--steps", "1", "--out", "{out}"],
+    ["embed", "--model", "all-MiniLM-L6-v2", "a b", "--out", "{out}"],
+    ["convert", "bert-tiny", "{out}", "--to", "hf"],
+])
+@pytest.mark.parametrize("target", ["folder", "nowhere"])
+def test_no_output_is_written_through_a_symbolic_link(tmp_path, capsys, argv, target):
+    from lmforge.cli import main
+
+    (tmp_path / "folder").mkdir()
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / target)
+    assert main([a.format(out=link) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a symbolic link; outputs are never written through one" in err
+    assert link.is_symlink() and not any((tmp_path / "folder").iterdir())  # the link and its folder as they were
+
+
+def test_a_file_output_replaces_its_link_and_never_writes_where_it_points(tmp_path):
+    from lmforge.utils.atomic import atomic_write_text
+
+    (tmp_path / "kept.txt").write_text("kept")
+    link = tmp_path / "out.txt"
+    link.symlink_to(tmp_path / "kept.txt")
+    refuse_overwrite(link, kind="file")  # a file output may be a link: it is replaced, not followed
+    atomic_write_text(link, "new")
+    assert not link.is_symlink() and link.read_text() == "new" and (tmp_path / "kept.txt").read_text() == "kept"

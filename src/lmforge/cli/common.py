@@ -202,6 +202,7 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
     if not str(out).strip():
         raise UsageError(f"{option} is empty: name the folder to write")
     path = Path(out)
+    not_a_link(path, "folder", option)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{option} {out}: exists and is not a folder")
     target = path.resolve()
@@ -217,9 +218,20 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
 TRAINING_OUTPUTS = ("metrics.jsonl", "loss.png", "checkpoints", "final", "best", "summary.json")
 
 
+def not_a_link(path: Path, kind: str | None, option: str) -> None:
+    """A UsageError where the output `path` is a symbolic link that writing would go through: a link to a
+    folder, or a dangling one, unless the output is a file (kind "file"), which replaces the link itself
+    (atomic_write renames over it) and so never writes where the link points."""
+    if path.is_symlink() and kind != "file" and (kind == "folder" or path.is_dir() or not path.exists()):
+        raise UsageError(f"{option} {path}: is a symbolic link; outputs are never written through one "
+                         "(name the folder it points to)")
+
+
 def _check_out_path(path: Path, kind: str | None, option: str) -> None:
     """A UsageError where the output cannot be written: a folder's place taken by a file, a file's by a
-    folder (kind "folder" or "file"; None: either), or a file where one of its parent folders must be."""
+    folder (kind "folder" or "file"; None: either), a file where one of its parent folders must be, or a
+    symbolic link it would be written through."""
+    not_a_link(path, kind, option)
     if kind == "folder" and path.exists() and not path.is_dir():
         raise UsageError(f"{option} {path}: exists and is not a folder")
     if kind == "file" and path.is_dir():

@@ -87,6 +87,9 @@ def load_source(src: Path):
 def check_destination(src: Path, dst: Path, force: bool) -> None:
     """UsageError unless DST can be replaced: not SRC, not inside it, not holding it, and (unless force)
     absent, empty or a model directory (lmforge or Hugging Face)."""
+    from lmforge.cli.common import not_a_link
+
+    not_a_link(dst, "folder", "DST")  # replacing it would swap the link for a folder and keep its target
     a, b = src.resolve(), dst.resolve()
     if a == b or a in b.parents:
         raise UsageError(f"DST {dst} is SRC {src} or inside it: convert into another folder")
@@ -261,10 +264,13 @@ def embed_out(out: str | None) -> Path | None:
     written (empty, a file where a folder is needed, a folder where the file goes)."""
     if out is None:
         return None
+    from lmforge.cli.common import not_a_link
+
     if not out.strip():
         raise UsageError("--out is empty: name a .npy file or a folder")
     path = Path(out)
     if path.suffix != ".npy":
+        not_a_link(path, "folder", "--out")  # the file goes into the folder: never through a link to one
         if path.exists() and not path.is_dir():
             raise UsageError(f"--out {out}: exists and is not a folder (give FILE.npy or a folder)")
         path = path / "embeddings.npy"

@@ -122,7 +122,7 @@ def test_no_output_is_written_through_a_symbolic_link(tmp_path, capsys, argv, ta
     assert main([a.format(out=link) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a symbolic link; outputs are never written through one" in err
-    assert link.is_symlink() and not any((tmp_path / "folder").iterdir())  # the link and its folder as they were
+    assert link.is_symlink() and not any((tmp_path / "folder").iterdir())  # both as they were
 
 
 def test_a_file_output_replaces_its_link_and_never_writes_where_it_points(tmp_path):
@@ -133,4 +133,5 @@ def test_a_file_output_replaces_its_link_and_never_writes_where_it_points(tmp_pa
     link.symlink_to(tmp_path / "kept.txt")
     refuse_overwrite(link, kind="file")  # a file output may be a link: it is replaced, not followed
     atomic_write_text(link, "new")
-    assert not link.is_symlink() and link.read_text() == "new" and (tmp_path / "kept.txt").read_text() == "kept"
+    assert not link.is_symlink() and link.read_text() == "new"
+    assert (tmp_path / "kept.txt").read_text() == "kept"

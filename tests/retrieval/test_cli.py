@@ -165,6 +165,9 @@ def test_an_index_longer_than_the_models_positions_is_refused_before_it_is_made(
     (["retrieve", "train", "--questions", "{tmp}"], "--questions {tmp}: a folder"),
     (["retrieve", "ict", "--passages", "{tmp}/none.txt"], "--passages {tmp}/none.txt: no such file"),
     (["index", "build", "--passages", "{tmp}/none.txt"], "--passages {tmp}/none.txt: no such file"),
+    # refused before training, not after it
+    (["retrieve", "reader", "--retriever", "{tmp}/none"], "--retriever {tmp}/none: "),
+    (["retrieve", "realm", "--retriever", "{tmp}/none"], "--retriever {tmp}/none: "),
 ])
 def test_a_missing_input_is_one_line_naming_its_flag(tiny, tmp_path, capsys, args, named):
     out = ["--out", str(tmp_path / "out")] if args[1] != "--index" else []

@@ -105,6 +105,20 @@ def _check_rerank(args) -> None:
                          f"train one with lmforge finetune --task rerank)")
 
 
+def _check_retriever(given: str | None) -> None:
+    """--retriever names a model directory (or installed model): refused before any training, which would
+    otherwise run first and fail at the end on it."""
+    from lmforge.cli.common import UsageError
+    from lmforge.io import find_model_dir
+
+    if given is None:
+        return
+    try:
+        find_model_dir(given)
+    except (ValueError, OSError) as err:
+        raise UsageError(f"--retriever {given}: {err}") from None
+
+
 def _train_config(args) -> tuple:
     """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values)."""
     from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_overwrite
@@ -117,6 +131,7 @@ def _train_config(args) -> tuple:
                              "ict.json", "retriever"))
     check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
     check_source("--passages", args.passages)
+    _check_retriever(getattr(args, "retriever", None))
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
         raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "

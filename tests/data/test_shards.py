@@ -93,11 +93,12 @@ def test_resume_after_an_interruption_redoes_only_unfinished_shards(corpus_dir, 
         shard_corpus([tmp_path / "other.txt"], tokenizer_dir, out, log=lambda m: None)
 
 
-def test_cli_shards_and_reports_bad_input(corpus_dir, tokenizer_dir, tmp_path, capsys):
+def test_cli_shards_and_reports_bad_input(corpus_dir, tokenizer_dir, tmp_path, capsys, monkeypatch):
     (tmp_path / "bad.txt").write_bytes(b"Fine.\n\xff\xfe\n")
     args = ["corpus", "shard", str(corpus_dir / "c.txt"), str(tmp_path / "bad.txt"), "--tokenizer",
             str(tokenizer_dir), "--out", str(tmp_path / "s"), "--workers", "2", "--verify"]
-    assert main(args) == 0
+    monkeypatch.setattr("sys.argv", ["lmforge", *args])
+    assert main() == 0  # as the installed command runs it: its warnings said in one line each
     out = capsys.readouterr()
     assert "2 shards" in out.out and "checksums verified" in out.out
     assert "warning:" in out.err and "bad.txt" in out.err and "offset 6" in out.err
@@ -111,6 +112,20 @@ def test_worker_warnings_reach_the_caller(tokenizer_dir, tmp_path):
     with pytest.warns(CorpusWarning, match="e.txt is empty"):
         manifest = shard_corpus([tmp_path / "e.txt"], tokenizer_dir, tmp_path / "s", log=lambda m: None)
     assert manifest["totals"]["documents"] == 0 and manifest["shards"][0]["problems"]
+
+
+def test_the_command_says_each_data_warning_in_one_line(tokenizer_dir, tmp_path, monkeypatch, capsys):
+    (tmp_path / "c").mkdir()
+    texts = [json.dumps({"text": f"Sentence {i} is here. Another one follows."}) for i in range(40)]
+    (tmp_path / "c" / "a.jsonl").write_text("\n".join(['not json', '{"title": 1}', *texts]) + "\n")
+    for command in (["corpus", "shard", str(tmp_path / "c"), "--tokenizer", str(tokenizer_dir)],
+                    ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--data", str(tmp_path / "c"),
+                     "--tokenizer", str(tokenizer_dir), "--steps", "1", "max_seq_len=32"]):
+        monkeypatch.setattr("sys.argv", ["lmforge", *command, "--out", str(tmp_path / command[0])])
+        assert main() == 0  # as the installed command runs it: main(None)
+        said = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+        assert said == [f"lmforge {command[0]}: warning: {tmp_path / 'c' / 'a.jsonl'}: skipped 1 line(s) "
+                        "that are not JSON and 1 without a string text field"], said
 
 
 def test_split_points_cut_at_document_starts(corpus_dir, tmp_path):

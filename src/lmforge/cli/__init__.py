@@ -9,6 +9,7 @@ import argparse
 import os
 import select
 import sys
+import warnings
 
 from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
 from lmforge.cli.common import UsageError, overrides_last
@@ -61,12 +62,28 @@ def _reader_gone() -> bool:
     return gone
 
 
+def _warning_line(command: str):
+    """warnings.showwarning for a command: lmforge's own warnings (data, truncation ...) as one line each,
+    "lmforge COMMAND: warning: ...", as its errors are; others (torch's ...) as Python shows them."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if category.__module__.startswith("lmforge."):
+            print(f"lmforge {command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+    return show
+
+
 def main(argv: list | None = None) -> int:
     """Entry point of the `lmforge` command."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.func(args)
+        with warnings.catch_warnings():
+            if argv is None:  # the command itself; a caller's main([...]) keeps its warnings as it has them
+                warnings.showwarning = _warning_line(args.command)
+            args.func(args)
         sys.stdout.flush()  # a reader gone before the last buffered line breaks here, not at exit
     except BrokenPipeError as err:
         if not _reader_gone():  # another pipe (a socket, a subprocess): an error like any other

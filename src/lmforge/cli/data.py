@@ -2,20 +2,12 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
 
 from lmforge.cli.common import UsageError, bounded
 from lmforge.data.corpus import DOCUMENTS, ERRORS, FORMATS, CorpusWarning, ReadOptions
-
-
-def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    if issubclass(category, CorpusWarning):
-        print(f"lmforge corpus: warning: {message}", file=sys.stderr)
-    else:
-        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def refuse_nested(out, *inputs, option: str = "--out") -> None:
@@ -46,8 +38,7 @@ def cmd_corpus_shard(args) -> None:
                           join_lines=args.join_lines, errors=args.errors)
     start = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("always", CorpusWarning)
-        warnings.showwarning = _print_warning
+        warnings.simplefilter("always", CorpusWarning)  # every file's, each said (cli.main: one line each)
         manifest = shard_corpus(args.files, args.tokenizer, args.out, workers=args.workers, options=options,
                                 shard_bytes=int(args.shard_mb * (1 << 20)), log=lambda m: print(m, flush=True))
     seconds = time.perf_counter() - start

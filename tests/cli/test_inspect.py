@@ -53,6 +53,19 @@ def test_a_context_within_the_model_is_counted(capsys):
     assert "(context 128)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("format", ["lmforge", "hf"])
+def test_a_model_directory_s_own_config_json_is_read_as_its_directory_is(tmp_path, capsys, format):
+    model = _tiny()
+    model.save(tmp_path / "m", format=format)
+    assert main(["inspect", str(tmp_path / "m")]) == 0
+    whole = capsys.readouterr().out.splitlines()[1:]
+    assert main(["inspect", str(tmp_path / "m" / "config.json")]) == 0  # was "unknown config field(s)"
+    file = capsys.readouterr().out.splitlines()[1:]
+    assert file == whole[:len(file)] and "layers         3" in file  # a directory adds its heads, if any
+    assert main(["inspect", str(tmp_path / "m" / "config.json"), "n_layers=4"]) == 0
+    assert "layers         4" in capsys.readouterr().out
+
+
 def _tiny(**fields):
     import lmforge
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from lmforge.config import ModelConfig
+from lmforge.config import ConfigError, ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS
@@ -178,10 +178,30 @@ def resolve_config(name: str, overrides: dict) -> ModelConfig:
     if path.is_dir():
         return load_model(path).config.replace(**overrides)
     if path.is_file():
-        from lmforge.io.native import read_json_object
-
-        return ModelConfig.from_dict({**read_json_object(path), **overrides})
+        return config_of_file(path, overrides)
     return get_config(name, **overrides)  # raises with the closest preset names
+
+
+def config_of_file(path: Path, overrides: dict) -> ModelConfig:
+    """The ModelConfig a JSON file holds, with overrides: its fields, or a model directory's config.json as
+    lmforge writes it ({"format": "lmforge", "config": {...}}) or as Hugging Face does (its model_type)."""
+    from lmforge.io.native import FORMAT, read_json_object
+
+    data = read_json_object(path)
+    if data.get("format") == FORMAT and isinstance(data.get("config"), dict):
+        return ModelConfig.from_dict({**data["config"], **overrides})
+    if "model_type" in data:
+        from lmforge.convert import FAMILIES
+
+        if data["model_type"] not in FAMILIES:
+            raise ConfigError(f"{path}: model_type {data['model_type']!r} is not supported; supported: "
+                              f"{', '.join(FAMILIES)}")
+        try:
+            cfg = FAMILIES[data["model_type"]].config(data)
+        except KeyError as err:
+            raise ConfigError(f"{path}: the {data['model_type']} config lacks the field {err}") from None
+        return cfg.replace(**overrides)
+    return ModelConfig.from_dict({**data, **overrides})
 
 
 def split_overrides(pairs: dict) -> tuple:

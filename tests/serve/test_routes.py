@@ -293,6 +293,10 @@ def test_openai_embeddings_base64_usage_models_and_token_ids(server, model_dirs)
     ("/v1/completions", {"model": "gen", "prompt": "a", "echo": "yes"}, "echo"),
     ("/tokenize", {"model": "enc", "text": "a", "add_special_tokens": "no"}, "add_special_tokens"),
     ("/fill_mask", {"model": "enc", "text": "a [MASK]", "max_span": 4095}, "max_span"),  # the pipeline's
+    # nothing to do: 422 naming the route's own field (was "input" on /embed; 413 on /v1/completions)
+    ("/embed", {"model": "enc", "texts": []}, "texts"),
+    ("/v1/embeddings", {"model": "enc", "input": []}, "input"),
+    ("/v1/completions", {"model": "gen", "prompt": []}, "prompt"),
 ])
 def test_a_value_of_another_json_type_is_refused_not_coerced(server, route, body, param):
     with server.client() as client:

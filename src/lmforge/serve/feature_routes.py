@@ -46,7 +46,7 @@ async def features(body: option_schemas.FeaturesRequest, request: Request):
     served = server.pick(body.model, "features")
     options = build_options(FeatureOptions, body)
     texts = [body.texts] if isinstance(body.texts, str) else body.texts
-    check_count(len(texts), server.limits)
+    check_count(len(texts), server.limits, "texts")
     layers = _chosen(options, served, server.limits)
     limit = min(options.max_length or served.max_tokens, served.max_tokens)
     texts, counts = await clip(server, served, texts, options.truncate, limit)

@@ -78,12 +78,12 @@ def too_large(limit: str, message: str) -> RequestError:
     return RequestError(413, f"{message} (limit {limit})", param=limit, kind="limit_exceeded")
 
 
-def check_count(n: int, limits: Limits) -> None:
-    """Refuse a request of more than max_inputs texts."""
+def check_count(n: int, limits: Limits, field: str = "input") -> None:
+    """Refuse a request of more than max_inputs texts (413), or of none (422 naming the request's `field`)."""
     if n > limits.max_inputs:
         raise too_large("max_inputs", f"{n} inputs, more than max_inputs={limits.max_inputs}")
     if n == 0:
-        raise RequestError(422, "the input is empty: send at least one text", param="input")
+        raise RequestError(422, f"{field} is empty: send at least one text", param=field)
 
 
 def check_text(field: str, text: str, limits: Limits) -> None:

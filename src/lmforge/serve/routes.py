@@ -91,10 +91,10 @@ def build_options(cls, body, names=None):
         raise RequestError(422, str(err), param=err.field) from None
 
 
-async def embed_texts(server, served, texts: list, options) -> tuple:
+async def embed_texts(server, served, texts: list, options, field: str = "input") -> tuple:
     """(vectors in the options' encoding, tokens read, each input's InputInfo) of `texts`, batched with whatever
     else is queued for the model with the same options."""
-    check_count(len(texts), server.limits)
+    check_count(len(texts), server.limits, field)
     try:
         prefix = prompt_of(options, served.encoder.prompts, served.encoder.default_prompt)
         options = dataclasses.replace(options, prompt="", prompt_name=None)  # the prefix is in the texts now
@@ -136,7 +136,7 @@ async def embed(body: option_schemas.EmbedRequest, request: Request):
     served = server.pick(body.model, "embed")
     texts = [body.texts] if isinstance(body.texts, str) else body.texts
     options = build_options(EmbedOptions, body)
-    vectors, tokens, inputs = await embed_texts(server, served, texts, options)
+    vectors, tokens, inputs = await embed_texts(server, served, texts, options, "texts")
     return JSONBody({"model": served.name, "embeddings": vectors, "encoding_format": options.encoding_format,
                      "dim": inputs[0]["dim"] if inputs else 0, "tokens": tokens,
                      "inputs": [{k: i[k] for k in ("tokens", "truncated", "chunks")} for i in inputs]})
@@ -149,7 +149,7 @@ async def predict(body: schemas.PredictRequest, request: Request):
     served = server.pick(body.model, "predict")
     task = served.task
     records = as_records(task.kind, body.inputs)
-    check_count(len(records), server.limits)
+    check_count(len(records), server.limits, "inputs")
     texts = [record_texts(task.kind, r) for r in records]
     flat = await count_tokens(server, served, [t for ts in texts for t in ts])
     lengths, at = [], 0

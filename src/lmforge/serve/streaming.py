@@ -22,7 +22,7 @@ from fastapi.responses import StreamingResponse
 
 from lmforge.serve import schemas
 from lmforge.serve.generation import Settings, prompt_ids
-from lmforge.serve.limits import RequestError, bounded_ids, check_generation, too_large
+from lmforge.serve.limits import RequestError, bounded_ids, check_count, check_generation, too_large
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled
 
@@ -173,9 +173,7 @@ async def completions(body: schemas.CompletionRequest, request: Request):
     server = request.app.state.server
     served = server.pick(body.model, "generate")
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-    if not prompts or len(prompts) > server.limits.max_inputs:
-        raise too_large("max_inputs",
-                        f"{len(prompts)} prompts; send 1 to max_inputs={server.limits.max_inputs}")
+    check_count(len(prompts), server.limits, "prompt")  # none: 422; over max_inputs: 413
     settings = settings_of(body, body.max_tokens, server.limits, "max_tokens")
     jobs = await jobs_of(served, prompts, settings, server.limits, listed=not isinstance(body.prompt, str))
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),

@@ -35,6 +35,7 @@ from lmforge.train.checkpoint import (
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
+from lmforge.train.memory import check_step_fits
 from lmforge.train.optim import build_optimizer, build_scheduler
 from lmforge.train.speed import (
     Pending,
@@ -329,6 +330,9 @@ class Trainer:
             raise FileExistsError(f"{self.out} already holds checkpoints: pass resume=True (--resume) "
                                   f"or choose another output directory")
         self._warn_static()
+        if self.step < self.cfg.steps:  # a step past the memory would be killed, not refused: judged first
+            first = self.batches.micro_batches(self.step)[0]  # drawn again, the same, by the step
+            check_step_fits(getattr(self.objective, "model", None), first, self.device, self.cfg.checkpointing)
         metrics = MetricsLog(self.out / "metrics.jsonl", self.step) if self.main else None
         label = f"train ({self.epochs:g} epochs)" if self.epochs is not None else "train"
         bar = Progress(self.cfg.steps, self.step, self.main and self.cfg.progress, label)

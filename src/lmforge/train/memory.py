@@ -1,0 +1,66 @@
+"""Whether one training step fits in the memory at hand, judged before the first one runs.
+
+A micro-batch's cost is the client's choice (batch_size, the sequences' length), and a step that does
+not fit is not an error Python sees: Linux's out-of-memory killer ends the process (signal 9, no
+message) after it has taken every page, the machine's other work with it. So the trainer draws its
+first micro-batch, estimates the step's peak from its shape and the model's sizes, and refuses (a
+ValueError naming batch_size) where that is more than the device has free.
+
+The estimate follows the usual count of what backpropagation keeps (Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models", sec. 4.1), in fp32: per token and layer
+16 d_model + 3 d_ff + 3 heads x T floats (the layer's input alone under activation checkpointing, and
+one layer whole); the logits, their softmax and gradient; the weights, their gradients and Adam's two
+moments. Its coefficients were set above what the process's peak grew by per token on this CPU
+(bert-tiny: 3,050 floats a token and layer against 4,352 counted; bert-base: 21,100 against 26,112), so a
+step it refuses would not have fitted.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+FLOAT = 4  # bytes: training runs in fp32 (bf16 autocast keeps fp32 weights and many fp32 activations)
+
+
+def step_bytes(cfg, shape: tuple, checkpointing: bool = False, parameters: int = 0) -> int:
+    """Estimated peak bytes of one fp32 training step of a model of config `cfg` on a micro-batch of
+    `shape` (rows, tokens): activations of every layer, the logits and their gradient, and the weights
+    with their gradients and Adam's moments (`parameters` of them)."""
+    rows, tokens = shape
+    n = rows * tokens
+    layer = 16 * cfg.d_model + 3 * cfg.d_ff + 3 * cfg.n_heads * tokens
+    layers = cfg.n_layers * (2 if cfg.architecture == "encoder-decoder" else 1)
+    kept = cfg.d_model * layers + layer if checkpointing else layer * layers
+    return FLOAT * (n * (kept + 3 * cfg.vocab_size) + 4 * parameters)
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Bytes the device has free now (CPU: the kernel's MemAvailable), or None where that is unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu" or not os.path.exists("/proc/meminfo"):
+        return None
+    with open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def check_step_fits(model, batch: dict, device: torch.device, checkpointing: bool = False) -> None:
+    """A ValueError naming batch_size where one training step on `batch` (a collated micro-batch) would
+    need more memory than `device` has free; nothing for a model without a Transformer's config."""
+    cfg, ids = getattr(model, "config", None), batch.get("input_ids")
+    if not all(hasattr(cfg, k) for k in ("d_model", "d_ff", "n_heads", "n_layers", "vocab_size")) \
+            or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        return
+    free = free_bytes(device)
+    parameters = sum(p.numel() for p in model.parameters())
+    need = step_bytes(cfg, tuple(ids.shape), checkpointing, parameters)
+    if free is not None and need > free:
+        rows, tokens = ids.shape
+        raise ValueError(f"batch_size={rows}: a micro-batch of {rows} x {tokens} tokens needs about "
+                         f"{need / 2**30:.1f} GiB to train, more than the {free / 2**30:.1f} GiB free on "
+                         f"{device.type}; lower batch_size (accumulation keeps the global batch)"
+                         + ("" if checkpointing else " or set checkpointing=true"))

@@ -1,0 +1,36 @@
+"""A training step that would not fit in the memory at hand is refused before it runs (the kernel's
+out-of-memory killer would end the process without a word), naming batch_size; one that fits runs."""
+import pytest
+import torch
+
+import lmforge
+from lmforge.train import Trainer
+from lmforge.train import memory
+from lmforge.train.memory import step_bytes
+from tests.train.helpers import mlm_objective, quick, toy_data
+
+
+def test_the_estimate_grows_with_the_batch_and_checkpointing_keeps_less():
+    cfg = lmforge.get_config("bert-base")
+    one, two = step_bytes(cfg, (32, 128)), step_bytes(cfg, (64, 128))
+    assert two == 2 * one  # activations only: linear in the rows
+    assert step_bytes(cfg, (32, 128), checkpointing=True) < one / 3  # the logits stay
+    assert step_bytes(cfg, (32, 128), parameters=10**8) - one == 16 * 10**8  # weights, grads, Adam's two
+    # the probe's pretraining run that the kernel killed at 24 GB: far past any such machine
+    assert step_bytes(lmforge.get_config("bert-tiny"), (65536, 128)) > 100 * 2**30
+
+
+def test_a_step_past_the_free_memory_is_refused_before_it_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 1 << 20)  # a machine with 1 MiB free
+    trainer = Trainer(mlm_objective(), toy_data(), quick(steps=2, batch_size=8), tmp_path / "run")
+    with pytest.raises(ValueError, match=r"^batch_size=8: a micro-batch of 8 x \d+ tokens needs about "
+                                         r"[\d.]+ GiB to train, more than the 0.0 GiB free on cpu; lower "
+                                         "batch_size .* or set checkpointing=true$"):
+        trainer.fit()
+    assert trainer.step == 0 and not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_step_that_fits_runs_as_before(tmp_path):
+    torch.manual_seed(0)
+    model = Trainer(mlm_objective(), toy_data(), quick(steps=2), tmp_path / "run").fit()
+    assert (tmp_path / "run" / "final").is_dir() and model is not None

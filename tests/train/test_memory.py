@@ -4,8 +4,7 @@ import pytest
 import torch
 
 import lmforge
-from lmforge.train import Trainer
-from lmforge.train import memory
+from lmforge.train import Trainer, memory
 from lmforge.train.memory import step_bytes
 from tests.train.helpers import mlm_objective, quick, toy_data
 

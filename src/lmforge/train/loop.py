@@ -332,7 +332,8 @@ class Trainer:
         self._warn_static()
         if self.step < self.cfg.steps:  # a step past the memory would be killed, not refused: judged first
             first = self.batches.micro_batches(self.step)[0]  # drawn again, the same, by the step
-            check_step_fits(getattr(self.objective, "model", None), first, self.device, self.cfg.checkpointing)
+            model = getattr(self.objective, "model", None)
+            check_step_fits(model, first, self.device, self.cfg.checkpointing)
         metrics = MetricsLog(self.out / "metrics.jsonl", self.step) if self.main else None
         label = f"train ({self.epochs:g} epochs)" if self.epochs is not None else "train"
         bar = Progress(self.cfg.steps, self.step, self.main and self.cfg.progress, label)

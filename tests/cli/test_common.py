@@ -135,3 +135,25 @@ def test_a_file_output_replaces_its_link_and_never_writes_where_it_points(tmp_pa
     atomic_write_text(link, "new")
     assert not link.is_symlink() and link.read_text() == "new"
     assert (tmp_path / "kept.txt").read_text() == "kept"
+
+
+def test_every_bounded_flag_says_its_bounds_and_every_error_its_whole_command(capsys):
+    import argparse
+
+    from lmforge.cli import build_parser, main
+
+    def walk(parser):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from walk(sub)
+            elif getattr(action.type, "bounds", None):
+                yield parser.prog, action
+
+    flags = list(walk(build_parser()))
+    assert len(flags) > 40  # every command's counts, sizes and seeds
+    for prog, action in flags:
+        low, high = action.type.bounds
+        assert f"[{low}, {high}]" in action.help, (prog, action.option_strings)
+    assert main(["index", "build", "--passages", "none.txt", "--out", "x"]) == 2
+    assert capsys.readouterr().err.startswith("lmforge index build: error: --passages none.txt")

@@ -124,7 +124,8 @@ def test_the_command_says_each_data_warning_in_one_line(tokenizer_dir, tmp_path,
         monkeypatch.setattr("sys.argv", ["lmforge", *command, "--out", str(tmp_path / command[0])])
         assert main() == 0  # as the installed command runs it: main(None)
         said = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-        assert said == [f"lmforge {command[0]}: warning: {tmp_path / 'c' / 'a.jsonl'}: skipped 1 line(s) "
+        name = "corpus shard" if command[0] == "corpus" else command[0]  # the sub-command's whole name
+        assert said == [f"lmforge {name}: warning: {tmp_path / 'c' / 'a.jsonl'}: skipped 1 line(s) "
                         "that are not JSON and 1 without a string text field"], said
 
 

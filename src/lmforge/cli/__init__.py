@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
-from lmforge.cli.common import UsageError, overrides_last
+from lmforge.cli.common import UsageError, overrides_last, with_bounds
 from lmforge.config import ConfigError
 from lmforge.io import CheckpointError
 
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for job in JOBS:
         job.add_parsers(sub)
+    with_bounds(parser)
     return parser
 
 
@@ -63,13 +64,14 @@ def _reader_gone() -> bool:
 
 
 def _warning_line(command: str):
-    """warnings.showwarning for a command: lmforge's own warnings (data, truncation ...) as one line each,
-    "lmforge COMMAND: warning: ...", as its errors are; others (torch's ...) as Python shows them."""
+    """warnings.showwarning for a command (its whole name): lmforge's own warnings (data, truncation ...) as
+    one line each, "lmforge COMMAND: warning: ...", as its errors are; others (torch's ...) as Python shows
+    them."""
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
         if category.__module__.startswith("lmforge."):
-            print(f"lmforge {command}: warning: {message}", file=sys.stderr)
+            print(f"{command}: warning: {message}", file=sys.stderr)
         else:
             shown(message, category, filename, lineno, file, line)
     return show
@@ -82,16 +84,16 @@ def main(argv: list | None = None) -> int:
     try:
         with warnings.catch_warnings():
             if argv is None:  # the command itself; a caller's main([...]) keeps its warnings as it has them
-                warnings.showwarning = _warning_line(args.command)
+                warnings.showwarning = _warning_line(args.prog)
             args.func(args)
         sys.stdout.flush()  # a reader gone before the last buffered line breaks here, not at exit
     except BrokenPipeError as err:
         if not _reader_gone():  # another pipe (a socket, a subprocess): an error like any other
-            print(f"lmforge {args.command}: error: {one_line(err)}", file=sys.stderr)
+            print(f"{args.prog}: error: {one_line(err)}", file=sys.stderr)
             return 2
         return 141  # `lmforge ... | head`: the reader has what it wanted; 128 + SIGPIPE, as a shell says
     except (UsageError, ConfigError, CheckpointError, ValueError, OSError) as err:
-        print(f"lmforge {args.command}: error: {one_line(err)}", file=sys.stderr)
+        print(f"{args.prog}: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -34,7 +34,22 @@ def bounded(kind: type, low, high):
         if not low <= value <= high:  # NaN fails this too
             raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text}")
         return value
+    parse.bounds = (low, high)  # said in the flag's help (cli.build_parser: with_bounds)
     return parse
+
+
+def with_bounds(parser: argparse.ArgumentParser) -> None:
+    """Every `bounded` flag of `parser` and its sub-commands says its bounds in its help, as the flags made
+    from an options object do, where its help does not say them already; and each sub-command knows its
+    whole name (args.prog: "lmforge index build"), for its errors to say as argparse's do."""
+    for action in parser._actions:
+        for sub in (action.choices or {}).values() if isinstance(action, argparse._SubParsersAction) else ():
+            sub.set_defaults(prog=sub.prog)
+            with_bounds(sub)
+        low, high = getattr(action.type, "bounds", (None, None))
+        said = f"[{low}, {high}]"
+        if low is not None and said not in (action.help or ""):
+            action.help = f"{action.help} ({said})" if action.help else said
 
 
 def flag_error(err, values: dict, words: dict | None = None, flags: dict | None = None) -> UsageError:

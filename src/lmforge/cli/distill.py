@@ -136,7 +136,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--student-layers", help="every-other (default) or N: the teacher's first N layers")
     p.add_argument("--student", help="a preset instead: random init, fresh head")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
-    p.add_argument("--steps", type=bounded(int, *STEPS))
+    p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--config", help="YAML/JSON file of key: value options")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")

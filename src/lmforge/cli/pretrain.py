@@ -118,7 +118,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--tokenizer", help="tokenizer directory (default: train one on the corpus; with --model, "
                                        "the checkpoint's)")
     p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=bounded(int, *STEPS))
+    p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     p.add_argument("--seed", type=bounded(int, *SEED), default=0,
                    help="fixes everything the run draws, initial weights included")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")

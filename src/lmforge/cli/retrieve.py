@@ -157,7 +157,7 @@ def _run_arguments(parser, questions_help: str) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--questions", default="builtin", help=questions_help)
     parser.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
-    parser.add_argument("--steps", type=bounded(int, *STEPS))
+    parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     parser.add_argument("--seed", type=bounded(int, *SEED), default=0)
     parser.add_argument("--config", help="YAML/JSON file of key: value options")
 
@@ -275,7 +275,7 @@ def _corpus_arguments(parser, model_help: str) -> None:
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help=model_help)
     parser.add_argument("--out", required=True)
     parser.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
-    parser.add_argument("--steps", type=bounded(int, *STEPS))
+    parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     parser.add_argument("--seed", type=bounded(int, *SEED), default=0)
     parser.add_argument("--config", help="YAML/JSON file of key: value options")
     parser.add_argument("--resume", action="store_true")

@@ -88,8 +88,11 @@ def started_as(args) -> bool:
     (which runs sys.orig_argv again) serve the same thing, not re-run a program calling main() in-process."""
     if sys.argv[1:2] != ["serve"]:
         return False
+    from lmforge.cli.common import with_bounds
+
     parser = argparse.ArgumentParser(prog="lmforge", add_help=False)  # the serve sub-command alone, as
     add_parsers(parser.add_subparsers(dest="command"))  # lmforge.cli builds it (which imports this module)
+    with_bounds(parser)
     try:
         return vars(parser.parse_args(sys.argv[1:])) == vars(args)
     except SystemExit:

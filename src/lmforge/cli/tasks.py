@@ -199,7 +199,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--train", help="training file (.csv, .tsv, .jsonl; CoNLL for tagging, SQuAD JSON for qa)")
     p.add_argument("--valid", help="validation file, same format")
     p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=bounded(int, *STEPS))
+    p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     p.add_argument("--config", help="YAML/JSON file of key: value options")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.add_argument("overrides", nargs="*", help="key=value: training, fine-tuning or model options")

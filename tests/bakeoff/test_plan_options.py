@@ -119,6 +119,13 @@ def test_epochs_zero_is_refused_in_the_options_words_naming_the_plans_key(tiny_p
     assert str(err.value) == f"my.yaml: finetune.{options.value}"
 
 
+def test_an_unknown_fine_tuning_option_lists_both_objects_keys(tiny_plan):
+    tiny_plan["finetune"] = {"max_len": 64, "lr": 1e-4, "learning_rate": 1e-4}  # TaskConfig's, TrainConfig's
+    with pytest.raises(PlanError, match=r"^my\.yaml: finetune\.learning_rate: unknown option \(known: ") as e:
+        check_plan(tiny_plan, "my.yaml")
+    assert "max_len" in str(e.value) and "lr" in str(e.value)  # TaskConfig's keys too, not TrainConfig's alone
+
+
 @pytest.mark.parametrize("key", NOT_IN_PRETRAIN)
 def test_what_the_plan_sets_is_refused_in_a_pretraining_recipe(tiny_plan, key):
     """The budget sets a pretraining run's steps (epochs would contradict them), the seeds its seed."""

@@ -318,6 +318,10 @@ def _check_recipes(pretrain: dict, finetune: dict, arms: tuple, source: str) -> 
         _built(TrainConfig.from_dict, merged, where)
     if "seed" in finetune:
         _fail(f"{source}: finetune.seed", "is set by the plan (seeds), not here")
+    known = {f.name for cls in (TrainConfig, TaskConfig) for f in dataclasses.fields(cls)} - {"seed"}
+    unknown = sorted(set(finetune) - known)  # said here: TrainConfig alone would list only its own keys
+    if unknown:
+        _fail(f"{source}: finetune.{unknown[0]}", f"unknown option (known: {', '.join(sorted(known))})")
     train, task = split_finetune(finetune)
     _built(TrainConfig.from_dict, train, f"{source}: finetune")
     _built(TaskConfig.from_dict, task, f"{source}: finetune")

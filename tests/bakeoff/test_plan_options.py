@@ -123,7 +123,7 @@ def test_an_unknown_fine_tuning_option_lists_both_objects_keys(tiny_plan):
     tiny_plan["finetune"] = {"max_len": 64, "lr": 1e-4, "learning_rate": 1e-4}  # TaskConfig's, TrainConfig's
     with pytest.raises(PlanError, match=r"^my\.yaml: finetune\.learning_rate: unknown option \(known: ") as e:
         check_plan(tiny_plan, "my.yaml")
-    assert "max_len" in str(e.value) and "lr" in str(e.value)  # TaskConfig's keys too, not TrainConfig's alone
+XX
 
 
 @pytest.mark.parametrize("key", NOT_IN_PRETRAIN)

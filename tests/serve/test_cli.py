@@ -58,3 +58,16 @@ def test_only_the_serve_command_line_itself_restarts(monkeypatch):
     assert not started_as(build_parser().parse_args([*argv, "--malloc", "glibc"]))
     monkeypatch.setattr("sys.argv", ["lmforge", "serve", "--no-such-option"])
     assert not started_as(args)
+
+
+def test_the_python_face_bounds_threads_and_workers_as_the_command_line_does(model_dirs):
+    from lmforge.config.options import OptionsError
+    from lmforge.serve.app import Server
+    from lmforge.serve.models import load_served
+
+    served = {"enc": load_served("enc", model_dirs["enc"])}
+    for threads, workers, field in ((10**5, None, "threads"), (0, None, "threads"), (1, 2, "workers")):
+        with pytest.raises(OptionsError) as refused:
+            Server(served, threads=threads, workers=workers)
+        assert refused.value.field == field
+    assert Server(served, threads=1, workers=1).n_workers == 1

@@ -239,11 +239,12 @@ def test_default_workers_one_per_thread_unless_a_model_generates():
     assert default_workers({"a": encoder, "b": decoder}, 2) == 1
 
 
-def test_threads_that_do_not_divide_go_to_the_first_workers():
+def test_threads_that_do_not_divide_go_to_the_first_workers(monkeypatch):
     from types import SimpleNamespace
 
     from lmforge.serve.app import Server, split_threads
 
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))  # a machine with the CPUs for it
     assert split_threads(3, 2) == [2, 1] and split_threads(8, 3) == [3, 3, 2] and split_threads(2, 2) == [1, 1]
     server = Server({"a": SimpleNamespace(capabilities=["embed"])}, threads=3, workers=2)
     assert [w.threads for w in server.workers] == [2, 1]  # no thread left idle
@@ -256,7 +257,7 @@ def test_a_server_refuses_workers_outside_one_to_its_threads(workers):
 
     from lmforge.serve.app import Server
 
-    with pytest.raises(ValueError, match=f"workers={workers}: must be between 1 and threads=2"):
+    with pytest.raises(ValueError, match=rf"workers={workers}: must be between 1 and the threads \(2\)"):
         Server({"a": SimpleNamespace(capabilities=["embed"])}, threads=2, workers=workers)
 
 

@@ -53,19 +53,17 @@ def checked(args) -> tuple:
     """(limits, model specs, the bound socket, the environment to restart with or None) once every
     argument is checked: a one-line UsageError naming the first bad one, before anything is loaded or
     the process restarted."""
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import UsageError, flag_error
+    from lmforge.config.options import OptionsError
     from lmforge.io import find_model_dir
     from lmforge.serve import allocator, parse_model_specs
+    from lmforge.serve.app import check_threads
 
     limits = limits_of(args)
-    cpus = len(os.sched_getaffinity(0))
-    if args.threads is not None and not 1 <= args.threads <= cpus:  # more only wait on each other; 10^5 crashed
-        raise UsageError(f"--threads {args.threads}: must be between 1 and the CPUs this process may use "
-                         f"({cpus})")
-    threads = args.threads or cpus
-    if args.workers is not None and not 1 <= args.workers <= threads:
-        raise UsageError(f"--workers {args.workers}: must be between 1 and the threads ({threads}), "
-                         "each worker running on its share of them")
+    try:
+        check_threads(args.threads, args.workers)
+    except OptionsError as err:
+        raise flag_error(err, {"threads": args.threads, "workers": args.workers}) from None
     if args.graceful_timeout is not None and not 0 < args.graceful_timeout <= MAX_GRACE:  # NaN fails too
         raise UsageError(f"--graceful-timeout {args.graceful_timeout}: seconds in (0, {MAX_GRACE:g}]")
     try:

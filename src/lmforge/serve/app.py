@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from contextlib import asynccontextmanager
@@ -23,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lmforge import __version__
+from lmforge.config.options import OptionsError
 from lmforge.serve import feature_routes, page, rerank_routes, routes, streaming
 from lmforge.serve.body import checked_body
 from lmforge.serve.jobs import Job, JobQueue
@@ -42,6 +44,19 @@ and 429 carries Retry-After. A page to try each route is at `/`; this spec offli
 LOG = logging.getLogger("uvicorn.error")  # uvicorn's own log: on stderr, at --log-level
 
 
+def check_threads(threads: int | None, workers: int | None = None) -> None:
+    """An OptionsError naming threads or workers where they cannot be served: torch threads beyond the CPUs
+    this process may use only wait on each other (100,000 crashed), and each worker needs a thread."""
+    cpus = len(os.sched_getaffinity(0))
+    if threads is not None and (not isinstance(threads, int) or not 1 <= threads <= cpus):
+        raise OptionsError(f"threads={threads}: must be between 1 and the CPUs this process may use ({cpus})",
+                           "threads")
+    most = threads or cpus
+    if workers is not None and (not isinstance(workers, int) or not 1 <= workers <= most):
+        raise OptionsError(f"workers={workers}: must be between 1 and the threads ({most}), each worker "
+                           "running on its share of them", "workers")
+
+
 class Server:
     """The application's state: served models, limits, admission, the job queue and its workers."""
 
@@ -50,10 +65,9 @@ class Server:
         if not models:
             raise ValueError("serve needs at least one model")
         self.models, self.limits = dict(models), limits or Limits()
-        self.threads = threads or torch.get_num_threads()
+        check_threads(threads, workers)
+        self.threads = torch.get_num_threads() if threads is None else threads
         self.n_workers = default_workers(self.models, self.threads) if workers is None else workers
-        if not 1 <= self.n_workers <= self.threads:
-            raise ValueError(f"workers={self.n_workers}: must be between 1 and threads={self.threads}")
         self.worker_threads = split_threads(self.threads, self.n_workers)
         self.metrics, self.admission, self.queue = Metrics(), Admission(self.limits), JobQueue()
         self.workers = [Worker(self.queue, self.limits, self.metrics, self.admission, threads,

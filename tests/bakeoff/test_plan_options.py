@@ -123,7 +123,7 @@ def test_an_unknown_fine_tuning_option_lists_both_objects_keys(tiny_plan):
     tiny_plan["finetune"] = {"max_len": 64, "lr": 1e-4, "learning_rate": 1e-4}  # TaskConfig's, TrainConfig's
     with pytest.raises(PlanError, match=r"^my\.yaml: finetune\.learning_rate: unknown option \(known: ") as e:
         check_plan(tiny_plan, "my.yaml")
-XX
+    assert "max_len" in str(e.value) and "lr" in str(e.value)  # TaskConfig's keys too, not only TrainConfig's
 
 
 @pytest.mark.parametrize("key", NOT_IN_PRETRAIN)
@@ -144,3 +144,13 @@ def test_the_command_lines_seeds_are_a_runs_seeds():
     assert check_seeds([0, 2 ** 63 - 1], "--seeds") == (0, 2 ** 63 - 1)
     with pytest.raises(PlanError, match=r"^--seeds\[1\] must be an integer"):
         check_seeds([0, 2 ** 63], "--seeds")
+
+
+def test_the_shared_tokenizer_is_judged_by_tokenizer_options(tiny_plan):
+    """A byte-level vocabulary needs its 256 bytes and the specials: refused by the plan, not after the
+    corpus is built."""
+    tiny_plan["tokenizer"] = {"family": "roberta", "vocab_size": 200}
+    with pytest.raises(PlanError, match=r"^my\.yaml: tokenizer\.vocab_size must be an integer >= 261 "):
+        check_plan(tiny_plan, "my.yaml")
+    tiny_plan["tokenizer"] = {"family": "roberta", "vocab_size": 261}
+    check_plan(tiny_plan, "my.yaml")

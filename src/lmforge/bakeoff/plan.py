@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from lmforge.config.options import OptionsError, check_value
+from lmforge.train.config import MAX_STEPS
 
 CORPUS_SOURCES = ("gcide", "foldoc", "jargon", "builtin", "files")
 TASK_SOURCES = ("gcide-pos", "foldoc-topic", "builtin")
@@ -54,9 +55,7 @@ BOUNDS = {"documents": (1, 10 ** 6),  # the corpus is built here (runner.corpus_
           "vocab_size": (100, 10 ** 6),  # the one tokenizer every arm shares, trained here on the corpus
           "seeds": (1, 100), "arms": (1, 64), "tasks": (1, 64),  # every arm x seed x task is a run
           "budget": (1.0, 1e21),  # FLOPs per arm
-          # the steps a budget buys (runner.schedules) are TrainConfig's steps: its bound (MAX_STEPS), a
-          # literal so that building the CLI's parser imports no torch (tests/bakeoff check they agree)
-          "steps": (1, 10 ** 7)}
+          "steps": (1, MAX_STEPS)}  # the steps a budget buys (runner.schedules) are TrainConfig's steps
 NOT_IN_PRETRAIN = ("steps", "epochs", "seed")  # the budget sets a pretraining run's steps, the seeds its seed
 
 
@@ -289,8 +288,6 @@ def _arms(values, where: str) -> tuple:
 
 def split_finetune(options: dict) -> tuple:
     """The fine-tuning recipe's options -> (TrainConfig dict, TaskConfig dict)."""
-    import dataclasses
-
     from lmforge.tasks.finetune import TaskConfig
 
     task_keys = {f.name for f in dataclasses.fields(TaskConfig)}
@@ -353,6 +350,12 @@ def check_plan(data, source: str = "plan") -> Plan:
     if tok.get("family", "bert") not in TOKENIZER_KINDS:
         _fail(f"{source}: tokenizer.family",
               f"{tok.get('family')!r} is not one of {', '.join(TOKENIZER_KINDS)}")
+    if tok.get("family", "bert") != "words":  # the least a kind takes (roberta: 261), as tokenizer train says
+        from lmforge.tokenizer.train import TokenizerOptions
+
+        family = tok.get("family", "bert")
+        _built(lambda given: TokenizerOptions(**given), {"kind": TOKENIZER_KINDS[family], "family": family,
+               "vocab_size": tok.get("vocab_size", 2000)}, f"{source}: tokenizer")
     tasks = _tasks(data.get("tasks"), f"{source}: tasks")
     arms = _arms(data.get("arms"), f"{source}: arms")
     pretrain = _mapping(data.get("pretrain"), f"{source}: pretrain")

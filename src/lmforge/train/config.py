@@ -65,6 +65,8 @@ class TrainConfig:
     parallel: str = option("none", "none | ddp | fsdp (under torchrun)", choices=PARALLEL)
     device: str = option("auto", "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps")
     progress: bool = option(True, "show a progress bar")
+    memory_check: bool = option(True, "refuse a micro-batch estimated past the free memory before the first "
+                                "step (train/memory.py; the estimate errs high: false runs it anyway)")
 
     def __post_init__(self) -> None:
         if isinstance(self.betas, str):  # "0.9,0.98" from a command line

@@ -120,13 +120,13 @@ class StepBatches:
 
     def micro_batches(self, step: int) -> list:
         """This process's `accumulation` padded micro-batches of optimiser step `step`."""
-        per_step = self.batch_size * self.accumulation * self.world
-        out = []
-        for a in range(self.accumulation):
-            m = a * self.world + self.rank
-            start = step * per_step + m * self.batch_size
-            out.append(self.objective.collate([self.example(p) for p in range(start, start + self.batch_size)]))
-        return out
+        return [self.micro_batch(step, a) for a in range(self.accumulation)]
+
+    def micro_batch(self, step: int, a: int) -> dict:
+        """This process's padded micro-batch `a` of optimiser step `step` (the same each time it is drawn)."""
+        m = a * self.world + self.rank
+        start = step * self.batch_size * self.accumulation * self.world + m * self.batch_size
+        return self.objective.collate([self.example(p) for p in range(start, start + self.batch_size)])
 
 
 def eval_batches(dataset, objective, batch_size: int, n_batches: int, seed: int) -> list:

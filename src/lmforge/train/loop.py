@@ -330,8 +330,8 @@ class Trainer:
             raise FileExistsError(f"{self.out} already holds checkpoints: pass resume=True (--resume) "
                                   f"or choose another output directory")
         self._warn_static()
-        if self.step < self.cfg.steps:  # a step past the memory would be killed, not refused: judged first
-            first = self.batches.micro_batches(self.step)[0]  # drawn again, the same, by the step
+        if self.step < self.cfg.steps and self.cfg.memory_check:  # past the memory: killed, not refused
+            first = self.batches.micro_batch(self.step, 0)  # drawn again, the same, by the step
             model = getattr(self.objective, "model", None)
             check_step_fits(model, first, self.device, self.cfg.checkpointing)
         metrics = MetricsLog(self.out / "metrics.jsonl", self.step) if self.main else None

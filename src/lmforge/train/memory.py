@@ -9,8 +9,8 @@ ValueError naming batch_size) where that is more than the device has free.
 The estimate follows the usual count of what backpropagation keeps (Korthikanti et al. 2022, "Reducing
 Activation Recomputation in Large Transformer Models", sec. 4.1), in fp32: per token and layer
 16 d_model + 3 d_ff + 3 heads x T floats (the layer's input alone under activation checkpointing, and
-one layer whole); the logits, their softmax and gradient; the weights, their gradients and Adam's two
-moments. Its coefficients were set above what the process's peak grew by per token on this CPU
+one layer whole); the logits, their softmax and gradient; the trained weights' gradients and Adam's two
+moments (the weights themselves are in memory already). Its coefficients were set above what the process's peak grew by per token on this CPU
 (bert-tiny: 3,050 floats a token and layer against 4,352 counted; bert-base: 21,100 against 26,112), so a
 step it refuses would not have fitted.
 """
@@ -24,21 +24,22 @@ FLOAT = 4  # bytes: training runs in fp32 (bf16 autocast keeps fp32 weights and 
 
 
 def step_bytes(cfg, shape: tuple, checkpointing: bool = False, parameters: int = 0) -> int:
-    """Estimated peak bytes of one fp32 training step of a model of config `cfg` on a micro-batch of
-    `shape` (rows, tokens): activations of every layer, the logits and their gradient, and the weights
-    with their gradients and Adam's moments (`parameters` of them)."""
+    """Estimated peak bytes one fp32 training step adds to a model of config `cfg` (its weights are in memory
+    already) on a micro-batch of `shape` (rows, tokens): activations of every layer, the logits and their
+    gradient, and the gradients and Adam's two moments of the `parameters` trained."""
     rows, tokens = shape
     n = rows * tokens
     layer = 16 * cfg.d_model + 3 * cfg.d_ff + 3 * cfg.n_heads * tokens
-    layers = cfg.n_layers * (2 if cfg.architecture == "encoder-decoder" else 1)
+    layers = cfg.n_layers + (cfg.decoder_layers if cfg.architecture == "encoder-decoder" else 0)
     kept = cfg.d_model * layers + layer if checkpointing else layer * layers
-    return FLOAT * (n * (kept + 3 * cfg.vocab_size) + 4 * parameters)
+    return FLOAT * (n * (kept + 3 * cfg.vocab_size) + 3 * parameters)
 
 
 def free_bytes(device: torch.device) -> int | None:
     """Bytes the device has free now (CPU: the kernel's MemAvailable), or None where that is unknown."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cuda":  # what the driver has free, and what torch holds but does not use
+        return torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) \
+            - torch.cuda.memory_allocated(device)
     if device.type != "cpu" or not os.path.exists("/proc/meminfo"):
         return None
     with open("/proc/meminfo", encoding="ascii") as f:
@@ -56,11 +57,12 @@ def check_step_fits(model, batch: dict, device: torch.device, checkpointing: boo
             or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         return
     free = free_bytes(device)
-    parameters = sum(p.numel() for p in model.parameters())
+    parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
     need = step_bytes(cfg, tuple(ids.shape), checkpointing, parameters)
     if free is not None and need > free:
         rows, tokens = ids.shape
         raise ValueError(f"batch_size={rows}: a micro-batch of {rows} x {tokens} tokens needs about "
                          f"{need / 2**30:.1f} GiB to train, more than the {free / 2**30:.1f} GiB free on "
                          f"{device.type}; lower batch_size (accumulation keeps the global batch)"
-                         + ("" if checkpointing else " or set checkpointing=true"))
+                         + ("" if checkpointing else ", set checkpointing=true")
+                         + " or, to run it anyway, memory_check=false")

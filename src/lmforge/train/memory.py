@@ -10,9 +10,10 @@ The estimate follows the usual count of what backpropagation keeps (Korthikanti 
 Activation Recomputation in Large Transformer Models", sec. 4.1), in fp32: per token and layer
 16 d_model + 3 d_ff + 3 heads x T floats (the layer's input alone under activation checkpointing, and
 one layer whole); the logits, their softmax and gradient; the trained weights' gradients and Adam's two
-moments (the weights themselves are in memory already). Its coefficients were set above what the process's peak grew by per token on this CPU
-(bert-tiny: 3,050 floats a token and layer against 4,352 counted; bert-base: 21,100 against 26,112), so a
-step it refuses would not have fitted.
+moments (the weights themselves are in memory already). Its coefficients were set above what the
+process's peak grew by per token on this CPU (bert-tiny: 3,050 floats a token and layer against 4,352
+counted; bert-base: 21,100 against 26,112), so a step it refuses would not have fitted; memory_check=false
+runs one anyway.
 """
 from __future__ import annotations
 

@@ -205,16 +205,13 @@ def config_of_file(path: Path, overrides: dict) -> ModelConfig:
     data = read_json_object(path)
     if data.get("format") == FORMAT and isinstance(data.get("config"), dict):
         return ModelConfig.from_dict({**data["config"], **overrides})
-    if "model_type" in data:
-        from lmforge.convert import FAMILIES
+    if "model_type" in data:  # read as lmforge.load reads its directory (but weights: it counts, not loads)
+        from lmforge.convert.hf import forced_tokens, hf_model_config
 
-        if data["model_type"] not in FAMILIES:
-            raise ConfigError(f"{path}: model_type {data['model_type']!r} is not supported; supported: "
-                              f"{', '.join(FAMILIES)}")
         try:
-            cfg = FAMILIES[data["model_type"]].config(data)
-        except KeyError as err:
-            raise ConfigError(f"{path}: the {data['model_type']} config lacks the field {err}") from None
+            _, cfg = hf_model_config({**data, **forced_tokens(path.parent)})
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
         return cfg.replace(**overrides)
     return ModelConfig.from_dict({**data, **overrides})
 

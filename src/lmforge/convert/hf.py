@@ -110,19 +110,26 @@ def generation_defaults(path: str | Path) -> dict:
     return {}
 
 
-def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
-    """Load a Hugging Face model directory as an lmforge model, heads included."""
-    path = Path(path)
-    hf = hf_config or json.loads((path / "config.json").read_text(encoding="utf-8"))
-    hf = {**hf, **forced_tokens(path)}
+def hf_model_config(hf: dict) -> tuple:
+    """(the family, the ModelConfig) of a Hugging Face config.json's mapping (its forced tokens merged in);
+    a ConfigError for a model_type lmforge does not read or a field the family needs missing."""
     model_type = hf.get("model_type")
     if model_type not in FAMILIES:
         raise ConfigError(f"model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
     family = FAMILIES[model_type]
     try:
-        cfg = family.config(hf)
+        return family, family.config(hf)
     except KeyError as err:
         raise ConfigError(f"config.json of {model_type} lacks the field {err}") from None
+
+
+def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
+    """Load a Hugging Face model directory as an lmforge model, heads included."""
+    path = Path(path)
+    hf = hf_config or json.loads((path / "config.json").read_text(encoding="utf-8"))
+    hf = {**hf, **forced_tokens(path)}
+    family, cfg = hf_model_config(hf)
+    model_type = hf["model_type"]
     architecture = (hf.get("architectures") or [None])[0]
     if architecture not in family.heads:
         raise ConfigError(f"architecture {architecture!r} is not supported for {model_type}; "

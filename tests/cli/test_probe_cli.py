@@ -63,7 +63,7 @@ def test_a_few_sentences_probe_what_they_hold_and_say_what_they_lack(model_dir, 
     out = tmp_path / "probe"
     assert main(["probe", "--model", model_dir, "--sentences", "3", "--out", str(out), *QUICK]) == 0
     assert "agreement" not in json.loads((out / "probe.json").read_text())["tasks"]
-    assert "note: no agreement, coref probe: the 3 sentences drawn" in capsys.readouterr().err
+    assert "lmforge probe: note: no agreement, coref probe: the 3 sentences drawn" in capsys.readouterr().err
     assert main(["probe", "--model", model_dir, "--sentences", "3", "--tasks", "coref",
                  "--out", str(tmp_path / "again")]) == 2
     err = capsys.readouterr().err.strip()

@@ -103,7 +103,7 @@ def probe_tasks(args, records: dict) -> list:
     if not args.tasks:
         lacking = [t for t in TASKS if t not in supported]
         if args.data is None and lacking:
-            print(f"note: no {', '.join(lacking)} probe: {few}", file=sys.stderr)
+            print(f"lmforge probe: note: no {', '.join(lacking)} probe: {few}", file=sys.stderr)
         return supported
     asked = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in asked if t not in TASKS]

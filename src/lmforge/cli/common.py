@@ -234,9 +234,7 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
     if not str(out).strip():
         raise UsageError(f"{option} is empty: name the folder to write")
     path = Path(out)
-    not_a_link(path, "folder", option)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {out}: exists and is not a folder")
+    _check_out_path(path, "folder", option)  # a file, a link, or a file where a folder above it must be
     target = path.resolve()
     for source in sources:
         if source is None or not Path(source).exists():

@@ -8,8 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, UsageError, bounded, check_out, parse_overrides, read_config_file,
-                                refuse_overwrite, resolve_config)
+from lmforge.cli.common import (SEED, UsageError, bounded, check_out, not_a_link, parse_overrides,
+                                read_config_file, refuse_overwrite, resolve_config)
 from lmforge.config.model import MAX_LEN
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
@@ -87,8 +87,6 @@ def load_source(src: Path):
 def check_destination(src: Path, dst: Path, force: bool) -> None:
     """UsageError unless DST can be replaced: not SRC, not inside it, not holding it, and (unless force)
     absent, empty or a model directory (lmforge or Hugging Face)."""
-    from lmforge.cli.common import not_a_link
-
     not_a_link(dst, "folder", "DST")  # replacing it would swap the link for a folder and keep its target
     a, b = src.resolve(), dst.resolve()
     if a == b or a in b.parents:
@@ -150,8 +148,7 @@ def cmd_demo(args) -> None:
     """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see lmforge.pipelines.demo)."""
     from lmforge.pipelines.demo import DemoConfig, run_demo
 
-    check_out(args.out)  # empty, or a file where the run's folder goes
-    refuse_overwrite(args.out, kind="folder")  # a file where a folder above it must be
+    check_out(args.out)  # empty, a file or a link where the run's folder goes, or a file above it
     run_demo(Path(args.out), seed=args.seed, cfg=DemoConfig.quick() if args.quick else DemoConfig())
 
 
@@ -264,8 +261,6 @@ def embed_out(out: str | None) -> Path | None:
     written (empty, a file where a folder is needed, a folder where the file goes)."""
     if out is None:
         return None
-    from lmforge.cli.common import not_a_link
-
     if not out.strip():
         raise UsageError("--out is empty: name a .npy file or a folder")
     path = Path(out)

@@ -108,7 +108,6 @@ def _check_rerank(args) -> None:
 def _check_retriever(given: str | None) -> None:
     """--retriever names a model directory (or installed model): refused before any training, which would
     otherwise run first and fail at the end on it."""
-    from lmforge.cli.common import UsageError
     from lmforge.io import find_model_dir
 
     if given is None:

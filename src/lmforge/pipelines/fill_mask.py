@@ -176,7 +176,7 @@ def _fill_sentence(model, tokenizer, text: str, top_k: int, max_span: int) -> li
         raise ValueError("the model config and the tokenizer name no eos token to end the sentence")
     # BART's decoder starts with eos
     start = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else eos
-    max_new = min(ids.shape[1] + max_span, cfg.max_seq_len - 1)  # after the decoder's start token
+    max_new = min(ids.shape[1] + max_span, cfg.max_seq_len - 1, MAX_NEW_TOKENS)  # after the start token
     decoded = _beams(model, ids, top_k, max_new, eos_token_id=eos, decoder_start_token_id=start)
     skip = int(cfg.forced_bos_token_id is not None)  # a forced bos has no probability of its own
     scores = sequence_log_probs(model, ids, decoded, torch.tensor([eos], device=ids.device), skip).exp()

@@ -78,12 +78,13 @@ def too_large(limit: str, message: str) -> RequestError:
     return RequestError(413, f"{message} (limit {limit})", param=limit, kind="limit_exceeded")
 
 
-def check_count(n: int, limits: Limits, field: str = "input") -> None:
-    """Refuse a request of more than max_inputs texts (413), or of none (422 naming the request's `field`)."""
-    if n > limits.max_inputs:
-        raise too_large("max_inputs", f"{n} inputs, more than max_inputs={limits.max_inputs}")
+def check_count(n: int, limits: Limits, field: str = "input", limit: str = "max_inputs") -> None:
+    """Refuse a request's list `field` of more items than the limit named `limit` (413), or of none (422)."""
+    most = getattr(limits, limit)
+    if n > most:
+        raise too_large(limit, f"{field}: {n} items, more than {limit}={most}")
     if n == 0:
-        raise RequestError(422, f"{field} is empty: send at least one text", param=field)
+        raise RequestError(422, f"{field} is empty: send at least one", param=field)
 
 
 def check_text(field: str, text: str, limits: Limits) -> None:

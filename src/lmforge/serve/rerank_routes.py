@@ -17,7 +17,8 @@ from pydantic import BaseModel, Field, create_model
 
 from lmforge.pipelines.rerank import RerankQueryOptions, order, relevance
 from lmforge.serve import ops
-from lmforge.serve.limits import MAX_TOKEN_CHARS, RequestError, check_text, fit_lengths, too_large
+from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, check_count, check_text, fit_lengths,
+                                  too_large)
 from lmforge.serve.option_schemas import options_fields
 from lmforge.serve.routes import ERRORS, build_options, count_tokens, split
 from lmforge.serve.schemas import EXACT, MODEL_FIELD, JSONBody
@@ -111,11 +112,7 @@ async def rerank(body: RerankRequest, request: Request):
     served = server.pick(body.model, "rerank")
     options = build_options(RerankQueryOptions, body)
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    if len(documents) > server.limits.max_documents:
-        raise too_large("max_documents", f"documents: {len(documents)}, more than max_documents="
-                        f"{server.limits.max_documents}")
-    if not documents:
-        raise RequestError(422, "documents: send at least one document", param="documents")
+    check_count(len(documents), server.limits, "documents", "max_documents")
     if not body.query.strip():
         raise RequestError(422, "query: send a non-empty query", param="query")
     check_text("query", body.query, server.limits)

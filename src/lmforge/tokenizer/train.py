@@ -127,11 +127,11 @@ class TokenizerOptions:
 
     kind: str = option("wordpiece", "the algorithm", choices=KINDS)
     # the `tokenizers` trainer aborts the process (a Rust panic) on a vocabulary of 1e10: ModelConfig's bound
-    vocab_size: int = option(30522, "ids, special tokens included (about: training may stop short)", low=1,
+    vocab_size: int = option(30522, "ids, special tokens included (about: training may stop short); at least "
+                             "the specials and one more, byte-level BPE's 256 bytes too", low=1,
                              high=MAX_VOCAB)
-    family: str | None = option(None, "special tokens and template (where not given: bert for wordpiece "
-                                "and bpe, roberta for bytelevel-bpe, t5 for unigram)",
-                                choices=tuple(FAMILIES))
+    family: str | None = option(None, "special tokens and template (where not given: " + ", ".join(
+        f"{family} for {kind}" for kind, family in DEFAULT_FAMILY.items()) + ")", choices=tuple(FAMILIES))
     lowercase: bool = option(False, "lower-case the text")
     strip_accents: bool = option(False, "NFD, then drop combining marks")
     min_frequency: int | None = option(None, f"least count of a merged pair (BPE, WordPiece; "

@@ -295,6 +295,22 @@ def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", ki
                                  f"choose another {option}")
 
 
+def refuse_nested(out, *inputs, option: str = "--out") -> None:
+    """A UsageError naming both flags where the output folder `out` lies inside an input folder, or an input
+    inside `out`, given as (flag, path or paths or None) pairs: a later run reading that folder would take
+    this run's output (shards, checkpoints) as text. On resolved paths, before anything is read."""
+    target = Path(out).resolve()
+    for flag, given in inputs:
+        for source in [given] if isinstance(given, (str, os.PathLike)) else list(given or []):
+            src = Path(source).resolve() if Path(source).exists() else None
+            if src is not None and src.is_dir() and src in target.parents:
+                raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}: a later run "
+                                 f"would read it as text; choose an {option} outside it")
+            if src is not None and target in src.parents:
+                raise UsageError(f"{flag} {source} lies inside {option} {out}: choose an {option} apart from "
+                                 f"the inputs")
+
+
 def read_records(option: str, path, kind: str, columns, labelled: bool = True) -> list:
     """The (labelled) records of a task file given as `option`; an unreadable file is an error naming it."""
     from lmforge.tasks.formats import read_task_file

@@ -1,34 +1,16 @@
 """`lmforge corpus shard`: text, JSONL or gzip files -> pre-tokenised shards (see lmforge.data.shards)."""
 from __future__ import annotations
 
-import os
 import time
 import warnings
-from pathlib import Path
 
-from lmforge.cli.common import UsageError, bounded
+from lmforge.cli.common import bounded
 from lmforge.data.corpus import DOCUMENTS, ERRORS, FORMATS, CorpusWarning, ReadOptions
-
-
-def refuse_nested(out, *inputs, option: str = "--out") -> None:
-    """A UsageError naming both flags where the output folder `out` lies inside an input folder, or an input
-    inside `out`, given as (flag, path or paths or None) pairs: a later run reading that folder would take
-    this run's output (shards, checkpoints) as text. On resolved paths, before anything is read."""
-    target = Path(out).resolve()
-    for flag, given in inputs:
-        for source in [given] if isinstance(given, (str, os.PathLike)) else list(given or []):
-            src = Path(source).resolve() if Path(source).exists() else None
-            if src is not None and src.is_dir() and src in target.parents:
-                raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}: a later run "
-                                 f"would read it as text; choose an {option} outside it")
-            if src is not None and target in src.parents:
-                raise UsageError(f"{flag} {source} lies inside {option} {out}: choose an {option} apart from "
-                                 f"the inputs")
 
 
 def cmd_corpus_shard(args) -> None:
     """Tokenise FILES into shards under --out with --workers processes; resumes an unfinished --out."""
-    from lmforge.cli.common import refuse_overwrite
+    from lmforge.cli.common import refuse_nested, refuse_overwrite
     from lmforge.data.shards import shard_corpus, verify
 
     refuse_overwrite(args.out, ("FILES", args.files), ("--tokenizer", args.tokenizer),

@@ -14,10 +14,10 @@ from lmforge.cli.common import (
     bounded,
     parse_overrides,
     read_config_file,
+    refuse_nested,
     refuse_overwrite,
     split_overrides,
 )
-from lmforge.cli.data import refuse_nested
 from lmforge.config.options import coerce, from_dict
 from lmforge.io import load as load_model
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions

@@ -204,9 +204,8 @@ def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_time
     # the timed tokens are bounded together: each flag is within its own bounds here
     ({"seq_len": 512, "batch_size": 4096}, ["--batch-size", "4096", "--seq-len", "512"],
      "--seq-len 512: 2097152 tokens in the timed batch (4096 rows of 512), over 65536"),
-    ({"batch_size": 4096}, ["--batch-size", "4096"],
-     "--batch-size 4096: 524288 tokens in the timed batch (4096 rows of 128), over 65536"),
-    ({"rounds": 100, "batch_size": 512}, ["--rounds", "100", "--batch-size", "512"],
+    ({"rounds": 100, "batch_size": 512, "seq_len": 128},
+     ["--rounds", "100", "--batch-size", "512", "--seq-len", "128"],
      "--rounds 100: 6553600 tokens timed (100 rounds of 65536), over 1048576"),
 ])
 def test_python_and_the_command_line_refuse_the_same_quantize_options(tmp_path, capsys, fields, flags, named):
@@ -220,6 +219,20 @@ def test_python_and_the_command_line_refuse_the_same_quantize_options(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0], err
     assert not (tmp_path / "q").exists()
+
+
+def test_without_seq_len_the_timed_batch_is_bounded_at_the_model_s_length(fine_tuned, tmp_path, capsys):
+    from lmforge.compress.quantize_report import QuantizeOptions
+
+    import lmforge
+
+    path = fine_tuned[0]
+    length = min(128, lmforge.load(path).config.max_seq_len)  # the timed rows: the model's longest, <= 128
+    assert QuantizeOptions(batch_size=4096).batch_size == 4096  # judged once the model is read
+    assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), "--batch-size", "4096"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"lmforge quantize: error: --batch-size 4096: {4096 * length} tokens in the timed batch "
+                   f"(4096 rows of {length}), over 65536"] and not (tmp_path / "q").exists()
 
 
 def test_the_timed_tokens_bound_admits_its_largest_batch_and_rounds():

@@ -120,9 +120,10 @@ def cmd_quantize(args) -> None:
     """Quantise, save under --out, print the before/after table; quantize.json beside it."""
     import torch
 
-    from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, check_out, flag_error, read_records, refuse_overwrite
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.quantize_report import run_quantize
+    from lmforge.config.options import OptionsError
     from lmforge.io import find_model_dir
 
     _check(args)
@@ -138,7 +139,12 @@ def cmd_quantize(args) -> None:
         records = read_records("--data", args.data, kind, args.columns)
     texts = _calibration(args.calibration) if args.calibration else None
     existed = (Path(args.out) / "model").exists()
-    report = run_quantize(source, args.out, records, kind if records else None, texts, options)
+    try:
+        report = run_quantize(source, args.out, records, kind if records else None, texts, options)
+    except OptionsError as err:  # the timed batch's bound, judged once the model says its length
+        if err.field not in ("batch_size", "rounds"):
+            raise
+        raise flag_error(err, {"batch_size": args.batch_size, "rounds": args.rounds}) from None
     _table(report)
     if existed:
         print(replaced_line(Path(args.out) / "model"))

@@ -57,8 +57,14 @@ class QuantizeOptions:
 
     def __post_init__(self) -> None:
         check_options(self)  # types, finiteness, bounds and choices
-        rows, length = self.batch_size, self.seq_len or SEQ_LEN  # the most a default seq_len can mean
-        if rows * length > MAX_BATCH_TOKENS:  # named by seq_len where given, as its own bound is the model's
+        if self.seq_len is not None:  # else once the model says its length (timed_length)
+            self.check_timed(self.seq_len)
+
+    def check_timed(self, length: int) -> None:
+        """An OptionsError where the timed batch of rows of `length` tokens is over MAX_BATCH_TOKENS (named
+        by seq_len where given, as its own bound is the model's), or its rounds over MAX_TIMED_TOKENS."""
+        rows = self.batch_size
+        if rows * length > MAX_BATCH_TOKENS:
             field, value = ("batch_size", rows) if self.seq_len is None else ("seq_len", length)
             raise OptionsError(f"{field}={value}: {rows * length} tokens in the timed batch ({rows} rows of "
                                f"{length}), over {MAX_BATCH_TOKENS}", field)
@@ -149,7 +155,9 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
     o, source, out = options or QuantizeOptions(), find_model_dir(model), Path(out)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
-    ids, mask = random_tokens(fp32, o.batch_size, timed_length(fp32, o.seq_len), o.seed)
+    length = timed_length(fp32, o.seq_len)
+    o.check_timed(length)  # before any work: the default length is the model's (at most SEQ_LEN)
+    ids, mask = random_tokens(fp32, o.batch_size, length, o.seed)
     batches = text_batches(fp32, _tokenizer(source, "--calibration"), calibration) if calibration else None
     quantize(int8, o.mode, inplace=True, alpha=o.alpha, calibration=batches, source="text" if batches else None,
              seed=o.seed)

@@ -256,8 +256,8 @@ def test_cli_trains_on_files_and_on_the_built_in_corpus(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--kind", "bpe", "--vocab-size", "300", "missing.txt"], "no such file: "),
     (["--kind", "bpe", "--vocab-size", "300", "EMPTY"], "empty corpus"),
-    (["--kind", "bpe", "--vocab-size", "300", "--docs", "0"], "argument --docs: must be in [1, 1000000]"),
-    (["--kind", "bpe", "--vocab-size", "300", "--docs", "10" * 6], "argument --docs: must be"),  # was a hang
+    (["--kind", "bpe", "--vocab-size", "300", "--docs", "0"], "--docs 0: must be in [1, 1000000]"),
+    (["--kind", "bpe", "--vocab-size", "300", "--docs", "10" * 6], "--docs 101010101010: must be"),  # a hang
     (["--kind", "bytelevel-bpe", "--vocab-size", "100"], "--vocab-size 100: must be an integer >= 261"),
     (["--kind", "bpe", "--vocab-size", "300", "--min-frequency", "1" + "0" * 20],
      "--min-frequency 100000000000000000000: must be an integer >= 1"),  # was an OverflowError's traceback

@@ -82,7 +82,8 @@ def test_count_flags_are_bounded_both_ways_before_any_work(capsys, argv, flag):
     with pytest.raises(SystemExit) as refused:
         main(argv)
     err = capsys.readouterr().err
-    assert refused.value.code == 2 and err.count("\n") == 1 and f"argument {flag}: " in err, err
+    value = argv[argv.index(flag) + 1]
+    assert refused.value.code == 2 and err.count("\n") == 1 and f"error: {flag} {value}: " in err, err
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path):

@@ -5,9 +5,10 @@ from lmforge.cli import main, one_line
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["quantize", "--model", "m", "--out", "o", "--mode", "int4"], "argument --mode: invalid choice: 'int4'"),
-    (["prune", "--sparsity", "abc"], "argument --sparsity: invalid float value: 'abc'"),
-    (["no-such-job"], "argument command: invalid choice: 'no-such-job'"),
+    (["quantize", "--model", "m", "--out", "o", "--mode", "int4"],
+     "--mode int4: not one of dynamic, weight-only"),
+    (["prune", "--sparsity", "abc"], "--sparsity abc: must be a number"),
+    (["no-such-job"], "no-such-job: no such command (one of inspect, convert,"),
     ([], "the following arguments are required: command"),
 ])
 def test_argument_errors_are_one_line(capsys, argv, message):

@@ -202,7 +202,7 @@ def test_heads_command_refuses_bad_options(fine_tuned, capsys):
     assert "--prune 1.5" in err and err.count("\n") == 1
     with pytest.raises(SystemExit, match="2"):  # a count out of its bounds: argparse's one line
         main(["heads", "--model", str(path), "--data", "x.jsonl", "--random-orders", "0", "--out", "o"])
-    assert "argument --random-orders: must be in [1, 1000], got 0" in capsys.readouterr().err
+    assert "--random-orders 0: must be in [1, 1000]" in capsys.readouterr().err
 
 
 def test_random_orders_band_is_the_mean_and_sd_of_seeded_orders(fine_tuned):

@@ -316,7 +316,7 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
         main(["quantize", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--rounds", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("lmforge quantize: error:") for line in err)
-    assert "argument --rounds: must be in [1, 1000], got 0" in err[2]
+    assert "--rounds 0: must be in [1, 1000]" in err[2]
 
 
 def test_the_server_serves_quantised_models(tmp_path):

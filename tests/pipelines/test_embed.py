@@ -193,10 +193,10 @@ def test_cli_embed_refuses_bad_text_sources(tmp_path, capsys, monkeypatch, args,
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--max-length", "0"], "argument --max-length: must be in [1, 1048576], got 0"),
+    (["--max-length", "0"], "--max-length 0: must be in [1, 1048576]"),
     (["--max-length", "100000"], "--max-length 100000: more tokens than the model reads (max_seq_len=64)"),
-    (["--batch-size", "0"], "argument --batch-size: must be in [1, 65536], got 0"),
-    (["--batch-size", "1000000000000"], "argument --batch-size: must be in [1, 65536]"),
+    (["--batch-size", "0"], "--batch-size 0: must be in [1, 65536]"),
+    (["--batch-size", "1000000000000"], "--batch-size 1000000000000: must be in [1, 65536]"),
     (["--out", ""], "--out is empty"),
     (["--out", "afile"], "--out afile: exists and is not a folder"),
     (["--out", "afile/e.npy"], "afile is a file, not a folder"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import select
 import sys
 import warnings
@@ -28,7 +29,32 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         """Exit with status 2 after one line naming the command, the error and where help is."""
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(as_flag_value(message))} (see {self.prog} --help)\n")
+
+
+# argparse's refusals of a flag's value, said as the options objects' are ("--flag VALUE: rule"): the
+# rule's text, then the value given
+FLAG_VALUE = (
+    (re.compile(r"^argument (?P<flag>\S+): (?P<rule>.*?), got '?(?P<value>.*?)'?$"), "{rule}"),
+    (re.compile(r"^argument (?P<flag>\S+): invalid (?P<kind>int|float) value: '(?P<value>.*)'$"), "{kind}"),
+    (re.compile(r"^argument (?P<flag>\S+): invalid choice: '(?P<value>.*?)' \(choose from (?P<rule>.*)\)$"),
+     "not one of {rule}"),
+)
+KINDS = {"int": "must be an integer", "float": "must be a number"}
+
+
+def as_flag_value(message: str) -> str:
+    """argparse's "argument --flag: rule, got VALUE" as "--flag VALUE: rule"; other messages as they are."""
+    for pattern, said in FLAG_VALUE:
+        found = pattern.match(message)
+        if found:
+            parts = found.groupdict()
+            rule = said.format(rule=parts.get("rule", "").replace("'", ""),
+                               kind=KINDS.get(parts.get("kind"), ""))
+            if not parts["flag"].startswith("-"):  # a sub-command's name: "job: no such command (...)"
+                return f"{parts['value']}: no such {parts['flag']} ({rule.removeprefix('not ')})"
+            return f"{parts['flag']} {parts['value']}: {rule}"
+    return message
 
 
 def one_line(message) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+import torch
 
 from lmforge.cli import build_parser, main
 
@@ -65,9 +66,15 @@ def test_the_python_face_bounds_threads_and_workers_as_the_command_line_does(mod
     from lmforge.serve.app import Server
     from lmforge.serve.models import load_served
 
-    served = {"enc": load_served("enc", model_dirs["enc"])}
+    served, threads_before = {"enc": load_served("enc", model_dirs["enc"])}, torch.get_num_threads()
     for threads, workers, field in ((10**5, None, "threads"), (0, None, "threads"), (1, 2, "workers")):
         with pytest.raises(OptionsError) as refused:
             Server(served, threads=threads, workers=workers)
         assert refused.value.field == field
     assert Server(served, threads=1, workers=1).n_workers == 1
+    torch.set_num_threads(1)  # no threads given: the workers share torch's, here one
+    try:
+        with pytest.raises(OptionsError, match=r"workers=2: must be between 1 and the threads \(1\)"):
+            Server(served, workers=2)
+    finally:
+        torch.set_num_threads(threads_before)

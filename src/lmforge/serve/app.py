@@ -44,14 +44,15 @@ and 429 carries Retry-After. A page to try each route is at `/`; this spec offli
 LOG = logging.getLogger("uvicorn.error")  # uvicorn's own log: on stderr, at --log-level
 
 
-def check_threads(threads: int | None, workers: int | None = None) -> None:
+def check_threads(threads: int | None, workers: int | None = None, default: int | None = None) -> None:
     """An OptionsError naming threads or workers where they cannot be served: torch threads beyond the CPUs
-    this process may use only wait on each other (100,000 crashed), and each worker needs a thread."""
+    this process may use only wait on each other (100,000 crashed), and each worker needs a thread of the
+    threads given (or of `default`, the CPUs where None)."""
     cpus = len(os.sched_getaffinity(0))
     if threads is not None and (not isinstance(threads, int) or not 1 <= threads <= cpus):
         raise OptionsError(f"threads={threads}: must be between 1 and the CPUs this process may use ({cpus})",
                            "threads")
-    most = threads or cpus
+    most = threads if threads is not None else default or cpus
     if workers is not None and (not isinstance(workers, int) or not 1 <= workers <= most):
         raise OptionsError(f"workers={workers}: must be between 1 and the threads ({most}), each worker "
                            "running on its share of them", "workers")
@@ -65,7 +66,7 @@ class Server:
         if not models:
             raise ValueError("serve needs at least one model")
         self.models, self.limits = dict(models), limits or Limits()
-        check_threads(threads, workers)
+        check_threads(threads, workers, torch.get_num_threads())
         self.threads = torch.get_num_threads() if threads is None else threads
         self.n_workers = default_workers(self.models, self.threads) if workers is None else workers
         self.worker_threads = split_threads(self.threads, self.n_workers)

@@ -116,9 +116,10 @@ class SentenceEncoder:
                    st.get("max_seq_length"), bool(st.get("do_lower_case", False)), path)
 
     def _limit(self, max_length: int | None) -> int | None:
-        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
-                                       or max_length < 1):  # 0 meant "the default", silently
-            raise ValueError(f"max_length must be a positive integer or None, got {max_length!r}")
+        """The tokens a text may have: max_length (checked: 0 once meant the default, and more than the model
+        reads was cut to its positions, silently), else the model's limit."""
+        check_value("max_length", "Optional[int]", {"low": 1, "high": MAX_LEN}, max_length)
+        within_context("max_length", max_length, self.model.config)
         cfg = self.model.config
         limit = max_length or self.max_length or self.tokenizer.model_max_length
         if cfg.position == "learned":  # no position embedding beyond max_seq_len
@@ -247,12 +248,10 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     truncate=, max_chunks=, batch_invariant=; an unknown one is an OptionsError naming it): the options'
     vectors (int8 / uint8 / binary / ubinary: their integers), as the server's /embed gives them."""
     check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
-    check_value("max_length", "Optional[int]", {"low": 1, "high": MAX_LEN}, max_length)
     check_value("normalize", "bool", {}, normalize)  # "no" is not false: it would normalise
     if options is not None or any(v is not None for v in fields.values()):
         options = EmbedOptions.build(options, {**fields, "normalize": normalize if options is None else None})
-    encoder = _encoder(model, tokenizer)
-    within_context("max_length", max_length, encoder.model.config)
+    encoder = _encoder(model, tokenizer)  # its encode and embed_with check max_length (_limit)
     if options is not None:
         return encoder.embed_with(texts, options, batch_size, max_length).tensor()
     return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length,

@@ -281,18 +281,24 @@ def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", ki
     _check_out_path(Path(out), "folder" if writes else kind, option)
     target = Path(out).resolve()
     written = [target / name for name in writes]
+    for flag, source, src in _on_disk(inputs):
+        same = src == target or (target.exists() and os.path.samefile(src, target))
+        # an input folder's existing files are inputs too (--model DIR: DIR/config.json)
+        inside = src.is_dir() and any(c.is_file() and src in c.parents for c in [target, *written])
+        if same or inside or any(w == src or w in src.parents for w in written):
+            raise UsageError(f"{option} {out} would write over the input {flag} {source}; "
+                             f"choose another {option}")
+
+
+def _on_disk(inputs) -> list:
+    """(flag, path as given, resolved path) of each input on disk, of (flag, path or paths or None) pairs:
+    a preset, "builtin" or a missing file is nothing on disk to write over or into."""
+    found = []
     for flag, given in inputs:
         for source in [given] if isinstance(given, (str, os.PathLike)) else list(given or []):
-            src = Path(source)
-            if not src.exists():
-                continue  # a preset, "builtin" or a missing file: nothing on disk to write over
-            src = src.resolve()
-            same = src == target or (target.exists() and os.path.samefile(src, target))
-            # an input folder's existing files are inputs too (--model DIR: DIR/config.json)
-            inside = src.is_dir() and any(c.is_file() and src in c.parents for c in [target, *written])
-            if same or inside or any(w == src or w in src.parents for w in written):
-                raise UsageError(f"{option} {out} would write over the input {flag} {source}; "
-                                 f"choose another {option}")
+            if Path(source).exists():
+                found.append((flag, source, Path(source).resolve()))
+    return found
 
 
 def refuse_nested(out, *inputs, option: str = "--out") -> None:
@@ -300,15 +306,13 @@ def refuse_nested(out, *inputs, option: str = "--out") -> None:
     inside `out`, given as (flag, path or paths or None) pairs: a later run reading that folder would take
     this run's output (shards, checkpoints) as text. On resolved paths, before anything is read."""
     target = Path(out).resolve()
-    for flag, given in inputs:
-        for source in [given] if isinstance(given, (str, os.PathLike)) else list(given or []):
-            src = Path(source).resolve() if Path(source).exists() else None
-            if src is not None and src.is_dir() and src in target.parents:
-                raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}: a later run "
-                                 f"would read it as text; choose an {option} outside it")
-            if src is not None and target in src.parents:
-                raise UsageError(f"{flag} {source} lies inside {option} {out}: choose an {option} apart from "
-                                 f"the inputs")
+    for flag, source, src in _on_disk(inputs):
+        if src.is_dir() and src in target.parents:
+            raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}: a later run "
+                             f"would read it as text; choose an {option} outside it")
+        if target in src.parents:
+            raise UsageError(f"{flag} {source} lies inside {option} {out}: choose an {option} apart from "
+                             f"the inputs")
 
 
 def read_records(option: str, path, kind: str, columns, labelled: bool = True) -> list:

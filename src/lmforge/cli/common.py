@@ -315,6 +315,17 @@ def refuse_nested(out, *inputs, option: str = "--out") -> None:
                              f"the inputs")
 
 
+def existing_model(flag: str, given: str) -> Path:
+    """The model directory `given` names (a folder, or an installed model's); a UsageError naming `flag`
+    where it names none, before the job that needs it runs."""
+    from lmforge.io import find_model_dir
+
+    try:
+        return find_model_dir(given)
+    except (ValueError, OSError) as err:
+        raise UsageError(f"{flag} {given}: {err}") from None
+
+
 def read_records(option: str, path, kind: str, columns, labelled: bool = True) -> list:
     """The (labelled) records of a task file given as `option`; an unreadable file is an error naming it."""
     from lmforge.tasks.formats import read_task_file

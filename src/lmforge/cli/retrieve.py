@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, UsageError, bounded, flag_values, option_flags
+from lmforge.cli.common import SEED, STEPS, UsageError, bounded, existing_model, flag_values, option_flags
 from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
 
 
@@ -105,19 +105,6 @@ def _check_rerank(args) -> None:
                          f"train one with lmforge finetune --task rerank)")
 
 
-def _check_retriever(given: str | None) -> None:
-    """--retriever names a model directory (or installed model): refused before any training, which would
-    otherwise run first and fail at the end on it."""
-    from lmforge.io import find_model_dir
-
-    if given is None:
-        return
-    try:
-        find_model_dir(given)
-    except (ValueError, OSError) as err:
-        raise UsageError(f"--retriever {given}: {err}") from None
-
-
 def _train_config(args) -> tuple:
     """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values)."""
     from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_overwrite
@@ -130,7 +117,8 @@ def _train_config(args) -> tuple:
                              "ict.json", "retriever"))
     check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
     check_source("--passages", args.passages)
-    _check_retriever(getattr(args, "retriever", None))
+    if getattr(args, "retriever", None) is not None:  # before training (it failed after it)
+        existing_model("--retriever", args.retriever)
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
         raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "

@@ -53,9 +53,8 @@ def checked(args) -> tuple:
     """(limits, model specs, the bound socket, the environment to restart with or None) once every
     argument is checked: a one-line UsageError naming the first bad one, before anything is loaded or
     the process restarted."""
-    from lmforge.cli.common import UsageError, flag_error
+    from lmforge.cli.common import UsageError, existing_model, flag_error
     from lmforge.config.options import OptionsError
-    from lmforge.io import find_model_dir
     from lmforge.serve import allocator, parse_model_specs
     from lmforge.serve.app import check_threads
 
@@ -74,10 +73,10 @@ def checked(args) -> tuple:
     sock = listen(args.host, args.port)  # before loading: a taken port costs nothing
     for _, where in specs:  # a missing directory is refused before a restart, as after one
         try:
-            find_model_dir(where)
-        except (ValueError, OSError) as err:
+            existing_model("--model", where)
+        except UsageError:
             sock.close()
-            raise UsageError(f"--model {where}: {err}") from None
+            raise
     return limits, specs, sock, environment
 
 

@@ -44,14 +44,20 @@ def parameter_shares(cfg) -> dict:
     return shares
 
 
+def meminfo(field: str) -> int | None:
+    """Bytes of one of the kernel's /proc/meminfo fields (MemTotal, MemAvailable ...), or None where it
+    cannot be read (not Linux)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
 def available_bytes() -> int | None:
     """This machine's memory (MemTotal: what other processes hold now comes and goes, and a model that
     fits once they finish should build), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return None
+    return meminfo("MemTotal")
 
 
 def check_fits(cfg, bytes_per_parameter: int = 4, available: int | None = None) -> None:

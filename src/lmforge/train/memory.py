@@ -17,9 +17,9 @@ runs one anyway.
 """
 from __future__ import annotations
 
-import os
-
 import torch
+
+from lmforge.config.memory import meminfo
 
 FLOAT = 4  # bytes: training runs in fp32 (bf16 autocast keeps fp32 weights and many fp32 activations)
 
@@ -41,13 +41,8 @@ def free_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":  # what the driver has free, and what torch holds but does not use
         return torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) \
             - torch.cuda.memory_allocated(device)
-    if device.type != "cpu" or not os.path.exists("/proc/meminfo"):
-        return None
-    with open("/proc/meminfo", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
+    # a step's activations are needed now, beside what other processes hold: MemAvailable, not MemTotal
+    return meminfo("MemAvailable") if device.type == "cpu" else None
 
 
 def check_step_fits(model, batch: dict, device: torch.device, checkpointing: bool = False) -> None:

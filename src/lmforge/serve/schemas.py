@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import Annotated, Any, Literal
 
 import pydantic_core
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, create_model
 
-from lmforge.config.options import bounds_text
+from lmforge.config.options import bounds_text, members
 from lmforge.generate.options import FIELDS, checked_type, field_kind
 from lmforge.pipelines.fill_mask import MAX_SPAN
 
@@ -170,9 +171,8 @@ def option_field(name: str, default: Any = dataclasses.MISSING, note: str = "") 
     number, "3" is not 3); its bounds are checked when the request's GenerationOptions is built
     (generation.Settings), after the server's Limits, which may be stricter and answer 413."""
     spec = FIELDS[name]
-    # early_stopping is true, false or "never"
-    kinds = {"int": int, "float": float, "bool": bool, "Union[bool, str]": bool | str}
-    meta, kind = spec.metadata, kinds[field_kind(name)]
+    types = [{"int": int, "float": float, "bool": bool, "str": str}[m] for m in members(field_kind(name))]
+    meta, kind = spec.metadata, functools.reduce(operator.or_, types)  # early_stopping: bool | str
     bounds = {("exclusiveMinimum" if meta["open_low"] else "minimum"): meta["low"], "maximum": meta["high"]}
     return (Annotated[kind, BeforeValidator(functools.partial(checked_type, name))],
             Field(spec.default if default is dataclasses.MISSING else default,

@@ -106,8 +106,10 @@ def test_a_task_named_twice_or_an_arm_compared_with_itself_is_refused(tiny_plan,
     (lambda p: p.update(budget=1e30), "budget"),
     (lambda p: p.update(seeds=list(range(1000))), "seeds"),
     (lambda p: p["tasks"][0].update(n=10 ** 9), "tasks[0].n"),
+    (lambda p: p["tasks"][0].update(n=9), "tasks[0].n"),
     (lambda p: p["tasks"][0].update(n_per_label=1), "tasks[0].n_per_label"),
     (lambda p: p["tokenizer"].update(vocab_size=10 ** 9), "tokenizer.vocab_size"),
+    (lambda p: p["tokenizer"].update(family="words", vocab_size=4), "tokenizer.vocab_size"),
     (lambda p: p.update(arms=p["arms"] * 40), "arms"),
 ])
 def test_every_size_of_the_plans_own_is_bounded_both_ways_naming_the_bound(tiny_plan, change, field):
@@ -125,3 +127,17 @@ def test_a_budget_that_buys_more_steps_than_the_bound_is_refused(tmp_path, tiny_
     tiny_plan["budget"] = 1e21
     with pytest.raises(PlanError, match="over the bound on steps"):
         schedules(check_plan(tiny_plan), vocab_size=300)
+
+
+def test_the_plans_bounds_on_a_builtin_task_and_a_tokenizer_are_the_commands():
+    """A built-in task's records and the tokenizer's size: one bound for the plan and the commands."""
+    from lmforge.bakeoff.plan import BOUNDS
+    from lmforge.config.model import MAX_VOCAB
+    from lmforge.tasks.formats import BUILTIN_SIZE, builtin
+    from lmforge.tokenizer.train import TokenizerOptions
+
+    assert BOUNDS["n"] == BUILTIN_SIZE and BOUNDS["vocab_size"][1] == MAX_VOCAB
+    assert TokenizerOptions(vocab_size=MAX_VOCAB).vocab_size == MAX_VOCAB
+    for n in (BUILTIN_SIZE[0] - 1, BUILTIN_SIZE[1] + 1, 10.0):
+        with pytest.raises(ValueError, match=r"^n: .*built-in task"):
+            builtin("sentiment", n=n)

@@ -35,7 +35,10 @@ from pathlib import Path
 
 import yaml
 
+from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import OptionsError, check_value
+from lmforge.tasks.formats import BUILTIN_SIZE
+from lmforge.tokenizer.chars import WORD_TOKENS
 from lmforge.train.config import MAX_STEPS
 
 CORPUS_SOURCES = ("gcide", "foldoc", "jargon", "builtin", "files")
@@ -51,8 +54,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # arm and task names becom
 # highest). What a run takes (training options, max_len, duplication, seeds) is not here: the options
 # object that runs it checks it (_option, _built), so a plan and the commands accept alike
 BOUNDS = {"documents": (1, 10 ** 6),  # the corpus is built here (runner.corpus_file), held in memory
-          "n_per_label": (2, 10 ** 5), "n": (2, 10 ** 6),  # a task's records, built here (runner.task_splits)
-          "vocab_size": (100, 10 ** 6),  # the one tokenizer every arm shares, trained here on the corpus
+          "n_per_label": (2, 10 ** 5), "n": BUILTIN_SIZE,  # a task's records, built here (runner.task_splits)
+          # the one tokenizer every arm shares, trained here on the corpus: words' least (its 4 specials and
+          # one word) and the models' most; TokenizerOptions judges the other kinds' least (roberta: 261)
+          "vocab_size": (len(WORD_TOKENS) + 1, MAX_VOCAB),
           "seeds": (1, 100), "arms": (1, 64), "tasks": (1, 64),  # every arm x seed x task is a run
           "budget": (1.0, 1e21),  # FLOPs per arm
           "steps": (1, MAX_STEPS)}  # the steps a budget buys (runner.schedules) are TrainConfig's steps

@@ -37,6 +37,7 @@ import os
 import sys
 
 from lmforge.cli.common import SEED, STEPS, bounded
+from lmforge.tasks.formats import BUILTIN_SIZE
 
 KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq", "rerank")
 SPLITS = ("train", "validation", "test")
@@ -181,7 +182,7 @@ def _common(p) -> None:
     p.add_argument("--task", choices=KINDS, help="task type (default with --builtin: the task's own)")
     p.add_argument("--builtin", choices=("sentiment", "entailment", "tagging", "questions"),
                    help="a built-in corpus task instead of files")
-    p.add_argument("--builtin-size", type=bounded(int, 10, 1_000_000), default=1000,
+    p.add_argument("--builtin-size", type=bounded(int, *BUILTIN_SIZE), default=1000,
                    help="records of the built-in task (80/10/10)")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold or "
                    "source=article,target=summary")

@@ -30,6 +30,7 @@ FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
           "seq2seq": ("source", "target")}
 GOLD = ("label", "target")  # the fields a file to predict on (labelled=False) may leave out
 BUILTIN = {"sentiment": "cls", "entailment": "pair", "tagging": "tagging", "questions": "qa"}
+BUILTIN_SIZE = (10, 10 ** 6)  # records of a built-in task, split 80/10/10: at least one in every split
 
 
 def parse_columns(spec) -> dict:
@@ -373,6 +374,9 @@ def builtin(name: str, n: int = 1000, seed: int = 0) -> tuple:
 
     if name not in BUILTIN:
         raise ValueError(f"built-in task {name!r} is not one of {', '.join(BUILTIN)}")
+    low, high = BUILTIN_SIZE
+    if type(n) is not int or not low <= n <= high:
+        raise ValueError(f"n: the records of a built-in task must be an integer in [{low}, {high}], got {n!r}")
     splits = tasks(n, seed)[name]
     convert = {"sentiment": lambda r: {"text": r["text"], "label": str(r["label"])},
                "entailment": lambda r: {"text": r["premise"], "text_pair": r["hypothesis"],

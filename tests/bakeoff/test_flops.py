@@ -92,3 +92,25 @@ def test_whole_text_targets_cost_a_full_decoder_pass():
     for name in ("t5-bert-style", "t5-deshuffling"):
         whole = forward_flops(objectives.get(name), cfg, T)
         assert whole["encoder"] > span["encoder"] and whole["decoder"] > 3 * span["decoder"]
+
+
+@pytest.mark.parametrize("name", ["mlm", "span", "span-mlm", "rtd", "replace-mlm", "distillation"])
+def test_the_count_reads_the_masking_the_objective_is_built_with(name):
+    """Every masked LM's count reads its rate from what builds it (MaskedLM's default, passed on through
+    **mlm), not from a default of its own; ELECTRA's generator keeps ELECTRA's replacement mix."""
+    import lmforge
+    from lmforge.bakeoff.flops import objective_options
+
+    spec = objectives.get(name)
+    options = objective_options(spec, {})
+    if spec.teacher:  # distillation: the student objective is a MaskedLM too, built around a teacher
+        assert options["rate"] == RATE
+        return
+    model = lmforge.build(lmforge.tiny("electra-small" if "rtd" in name or "replace" in name else "bert-base"))
+    built = spec.build.__self__(model, 4, **{k: v for k, v in options.items() if k in ("rate", "replace")})
+    masked = getattr(built, "generator", built)
+    assert (masked.rate, masked.replace) == (options["rate"], options["replace"]) == (
+        RATE, (0.85, 0.0, 0.15) if masked is not built else (0.8, 0.1, 0.1))
+    cfg = get_config("bert-mini", vocab_size=V)
+    more = forward_flops(spec, cfg, T, {"rate": 0.3})  # twice the positions predicted
+    assert sum(more.values()) > sum(forward_flops(spec, cfg, T).values())

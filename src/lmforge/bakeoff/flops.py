@@ -42,11 +42,20 @@ TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget
 def objective_options(spec: ObjectiveSpec, options: dict) -> dict:
     """The keyword arguments the objective is built with: its __init__ defaults, the name's, the arm's."""
     cls = getattr(spec.build, "__self__", None)
-    defaults = {}
-    if isinstance(cls, type):
-        defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
-                    if p.default is not inspect.Parameter.empty}
-    return {**defaults, **spec.options, **options}
+    return {**(init_defaults(cls) if isinstance(cls, type) else {}), **spec.options, **options}
+
+
+def init_defaults(cls: type) -> dict:
+    """The defaults of `cls.__init__`, under them those of the masked LM it passes `**mlm` on to: a
+    subclass's base class, ELECTRA's generator's MaskedLM."""
+    params = inspect.signature(cls.__init__).parameters
+    own = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    if "mlm" not in params or params["mlm"].kind is not inspect.Parameter.VAR_KEYWORD:
+        return own
+    to = MaskedLM
+    if issubclass(cls, MaskedLM):
+        to = next(base for base in cls.__mro__[1:] if "__init__" in vars(base))
+    return {**init_defaults(to), **own}
 
 
 def head_flops(cfg: ModelConfig, context: int) -> int:
@@ -60,7 +69,7 @@ def _encoder_config(cfg: ModelConfig) -> ModelConfig:
 
 
 def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
-    rate = options.get("rate", 0.15)
+    rate = options["rate"]
     charges = {"encoder": T * flops_per_token(cfg, T, lm_head=False),
                "lm_head": rate * T * head_flops(cfg, T)}
     if options.get("task") in ("nsp", "sop"):  # pooler (d x d) and a 2-way classifier, once
@@ -72,7 +81,7 @@ def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
 
 
 def _electra(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
-    rate, d = options.get("rate", 0.15), cfg.d_model
+    rate, d = options["rate"], cfg.d_model
     gen = options.get("generator") or generator_config(cfg, options.get("ratio"))
     charges = {"generator": T * flops_per_token(gen, T, lm_head=False),
                "generator_lm_head": rate * T * head_flops(gen, T),

@@ -53,14 +53,14 @@ class ElectraMLM(Objective):
     name = "replace-mlm"
 
     def __init__(self, model, mask_id: int, all_tokens: bool = False, ratio: float | None = None,
-                 rate: float = 0.15, replace: tuple = MASKING, gen_weight: float = 1.0, temperature: float = 1.0,
-                 special_ids: tuple = (), pad_id: int = 0) -> None:
+                 replace: tuple = MASKING, gen_weight: float = 1.0, temperature: float = 1.0, pad_id: int = 0,
+                 **mlm) -> None:
         super().__init__(model, pad_id)
         if model.config.architecture != "encoder":
             raise ValueError(f"{type(self).__name__} trains an encoder, not a {model.config.architecture}")
         G = from_config(generator_config(model.config, ratio))
         self.shared = share_embeddings(G, model)
-        self.generator = MaskedLM(G, mask_id, rate=rate, replace=replace, special_ids=special_ids, pad_id=pad_id)
+        self.generator = MaskedLM(G, mask_id, replace=replace, pad_id=pad_id, **mlm)  # rate, whole_word, special_ids
         self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")
         self.all_tokens, self.gen_weight, self.temperature = all_tokens, gen_weight, temperature
         self.name = "all-tokens-mlm" if all_tokens else "replace-mlm"

@@ -122,21 +122,21 @@ class ReplacedTokenDetection(Objective):
 
     `model` is the discriminator; the generator is built from `generator` (a ModelConfig) or,
     without one, from `generator_config(model.config, ratio)` (ratio None: the config's
-    generator_size, else 1/4), and kept as `self.generator`."""
+    generator_size, else 1/4), and kept as `self.generator`; `mlm` (rate, whole_word, special_ids) goes to
+    the generator's MaskedLM with ELECTRA's `replace`, the masking both networks train on."""
 
     name = "rtd"
 
     def __init__(self, model, mask_id: int, ratio: float | None = None, generator: ModelConfig | None = None,
-                 rate: float = 0.15, replace: tuple = MASKING, disc_weight: float = 50.0, gen_weight: float = 1.0,
-                 temperature: float = 1.0, whole_word: bool = False, special_ids: tuple = (), pad_id: int = 0) -> None:
+                 replace: tuple = MASKING, disc_weight: float = 50.0, gen_weight: float = 1.0,
+                 temperature: float = 1.0, pad_id: int = 0, **mlm) -> None:
         super().__init__(model, pad_id)
         if model.config.architecture != "encoder":
             raise ValueError(f"replaced-token detection trains an encoder, not a {model.config.architecture}")
         G = from_config(generator or generator_config(model.config, ratio))
         self.shared = share_embeddings(G, model)
         # the generator's masked LM (its tied LM head is built after sharing, so it ties to the shared table)
-        self.generator = MaskedLM(G, mask_id, rate=rate, replace=replace, whole_word=whole_word,
-                                  special_ids=special_ids, pad_id=pad_id)
+        self.generator = MaskedLM(G, mask_id, replace=replace, pad_id=pad_id, **mlm)
         self.rtd = model.heads["rtd"] if "rtd" in model.heads else make_head(model, "rtd")
         self.disc_weight, self.gen_weight, self.temperature = disc_weight, gen_weight, temperature
 

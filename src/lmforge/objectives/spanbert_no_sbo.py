@@ -16,8 +16,8 @@ class SpanMaskedLM(SpanMLM):
     name = "span-mlm"
     uses_sbo = False  # read by FLOP accounting (lmforge.bakeoff.flops): no SBO is computed
 
-    def __init__(self, model, mask_id: int, **options) -> None:
-        super().__init__(model, mask_id, **options)
+    def __init__(self, model, mask_id: int, **mlm) -> None:
+        super().__init__(model, mask_id, **mlm)
         del self.sbo  # SpanMLM builds the SBO head; this objective never runs it, so it holds no weights
 
     def forward(self, batch: dict) -> Loss:

@@ -110,16 +110,14 @@ def test_equivalent_long_context_configs_are_canonically_equal():
 
 
 def test_a_hundred_million_layers_are_refused_without_a_list_per_layer():
-    import time
     import tracemalloc
 
     tracemalloc.start()
-    start = time.perf_counter()
     with pytest.raises(ConfigError, match="n_layers must be an integer >= 1 and <= 1024"):
         ModelConfig(n_layers=100_000_000)
-    seconds, (_, peak) = time.perf_counter() - start, tracemalloc.get_traced_memory()
+    _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert peak < 1_000_000 and seconds < 1  # a list per layer: 800 MB
+    assert peak < 1_000_000  # a list per layer: 800 MB
 
 
 def test_every_field_has_a_line_of_help():

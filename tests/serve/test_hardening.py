@@ -55,14 +55,11 @@ BODIES = [  # (method, path, body or query, the expected status, the limit or fi
 def test_no_request_raises_resident_memory_by_a_gigabyte(hard, method, path, body, status, named):
     pid = hard.proc.pid
     before = _kib(pid, "VmRSS")
-    with hard.client(timeout=60) as client:
-        start = time.monotonic()
+    with hard.client(timeout=20) as client:  # a refusal that did the work would hang past this
         answer = client.get(path, params=body) if method == "GET" else client.post(path, json=body)
-        seconds = time.monotonic() - start
     assert answer.status_code == status, answer.text[:300]
     assert answer.json()["error"]["param"] == named and named in answer.json()["error"]["message"]
     assert _kib(pid, "VmHWM") - before < GB  # the peak while it ran, not only what stayed
-    assert seconds < 20
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(hard):

@@ -51,6 +51,22 @@ def test_resume_continues_exactly(tmp_path):
     assert steps == list(range(1, 9))
 
 
+def test_resume_is_exact_with_a_trained_parameter_that_never_has_a_gradient(tmp_path):
+    """Adam keeps no state for a parameter no loss reaches (an unused head, XLNet's segment bias under
+    PLM): the checkpoint has none for it either, and the resumed run goes on as the whole run did."""
+    def objective(seed=0):
+        made = mlm_objective(seed)
+        made.model.unused = torch.nn.Parameter(torch.ones(3))  # trained, but in no loss
+        return made
+
+    data = toy_data()
+    full = _weights(Trainer(objective(), data, quick(steps=6), tmp_path / "a").fit())
+    interrupt_after(Trainer(objective(), data, quick(steps=6, save_every=1), tmp_path / "b"), 3)
+    resumed = Trainer(objective(seed=5), data, quick(steps=6, save_every=1), tmp_path / "b").fit(resume=True)
+    assert_same_weights(_weights(resumed), full)
+    assert torch.equal(resumed.unused, torch.ones(3))
+
+
 def _causal_lm_without_dropout():
     torch.manual_seed(0)
     return CausalLM(lmforge.build(lmforge.tiny("gpt2"), dropout=0.0, attention_dropout=0.0))

@@ -5,6 +5,7 @@ import json
 
 from lmforge.bakeoff import check_plan
 from lmforge.bakeoff.report import REPRODUCED, REVERSED, UNRESOLVED, summarise, verdict, write_report
+from lmforge.bakeoff.results import stamped
 
 
 def rows(arm, values, task="sentiment"):
@@ -29,7 +30,7 @@ def test_report_writes_table_claims_and_json(tmp_path, tiny_plan):
     tiny_plan["seeds"] = [0, 1, 2]
     plan = check_plan(tiny_plan)
     lines = rows("electra", [0.80, 0.81, 0.82]) + rows("mlm", [0.60, 0.61, 0.62])
-    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(stamped(r)) + "\n" for r in lines))
     text = write_report(plan, tmp_path).read_text()
     assert "| electra | 0.8100 ± 0.0100 (n=3) |" in text
     assert "electra > mlm on sentiment" in text and REPRODUCED in text

@@ -3,12 +3,16 @@ skipped and an interrupted one resumes to the numbers of an uninterrupted run.""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import warnings
 
 import pytest
 
 from lmforge import objectives
 from lmforge.bakeoff import check_plan, run_plan
+from lmforge.bakeoff.results import ResultsWarning
 from lmforge.bakeoff.runner import RESULTS, arm_spec, read_results, registered
 
 
@@ -73,14 +77,13 @@ def test_a_checkpoint_continued_and_fine_tuned_as_it_is_and_a_preset_from_scratc
     assert rows["scratch"]["pretrain_steps"] == 0 and (tmp_path / "b" / "scratch" / "seed-0" / "sentiment" / "best").is_dir()
 
 
-def test_a_changed_plan_reruns_what_changed_and_says_so(tmp_path, tiny_plan, monkeypatch):
-    """Results are keyed by a fingerprint of what made them: a changed arm or recipe reruns only what it
-    touches (one line says so), and its old result is replaced, never averaged with the new one."""
+def _fake_training(monkeypatch) -> tuple:
+    """(arms pretrained, arms fine-tuned), in order: a run directory and a made-up row, no training."""
     from lmforge.bakeoff import runner
 
     trained, tuned = [], []
 
-    def fake_pretrain(objective, out, *rest, **options):  # a run directory, no training
+    def fake_pretrain(objective, out, *rest, **options):
         trained.append(out.parent.parent.name)
         (out / "final").mkdir(parents=True, exist_ok=True)
 
@@ -91,6 +94,13 @@ def test_a_changed_plan_reruns_what_changed_and_says_so(tmp_path, tiny_plan, mon
 
     monkeypatch.setattr(runner, "pretrain", fake_pretrain)
     monkeypatch.setattr(runner.BakeOff, "finetune", fake_finetune)
+    return trained, tuned
+
+
+def test_a_changed_plan_reruns_what_changed_and_says_so(tmp_path, tiny_plan, monkeypatch):
+    """Results are keyed by a fingerprint of what made them: a changed arm or recipe reruns only what it
+    touches (one line says so), and its old result is replaced, never averaged with the new one."""
+    trained, tuned = _fake_training(monkeypatch)
     run_plan(check_plan(tiny_plan), tmp_path, log=lambda line: None)
     assert sorted(trained) == ["electra", "mlm"] and sorted(tuned) == ["electra", "mlm"]
     trained.clear(), tuned.clear()
@@ -105,3 +115,25 @@ def test_a_changed_plan_reruns_what_changed_and_says_so(tmp_path, tiny_plan, mon
     tiny_plan["finetune"]["lr"] = 5e-4  # the recipe changes: every result again, no pretraining
     run_plan(check_plan(tiny_plan), tmp_path, log=lambda line: None)
     assert trained == [] and sorted(tuned) == ["electra", "mlm"]
+
+
+def test_a_torn_last_line_reruns_only_its_unit_and_leaves_the_file_clean(tmp_path, tiny_plan, monkeypatch):
+    """A kill mid-append tears the last row: the rerun cuts it (saying so, naming the file), runs that unit
+    alone again, and writes its row on a line of its own, so the next rerun has nothing left to do."""
+    tiny_plan["seeds"] = [0, 1]
+    plan = check_plan(tiny_plan)
+    trained, tuned = _fake_training(monkeypatch)
+    run_plan(plan, tmp_path, log=lambda line: None)
+    path = tmp_path / RESULTS
+    last = json.loads(path.read_text().splitlines()[-1])
+    os.truncate(path, path.stat().st_size - 40)  # truncate -s -40: the last row torn, no newline
+    trained.clear(), tuned.clear()
+    with pytest.warns(ResultsWarning, match=re.escape(f"{path}: its last line was torn")):
+        run_plan(plan, tmp_path, log=lambda line: None)
+    assert trained == [] and tuned == [last["arm"]]  # its pretraining was finished: the fine-tuning alone
+    assert path.read_bytes().endswith(b"\n") and len(path.read_text().splitlines()) == 4
+    tuned.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every line whole and verified: nothing to warn about
+        rows = run_plan(plan, tmp_path, log=lambda line: None)
+    assert tuned == [] and len({(r["arm"], r["seed"], r["task"]) for r in rows}) == 4

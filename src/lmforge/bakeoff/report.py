@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lmforge.bakeoff.fingerprint import current
 from lmforge.bakeoff.plan import Plan
-from lmforge.bakeoff.runner import read_results
+from lmforge.bakeoff.results import read_results
 from lmforge.config import atomic_write_text
 from lmforge.train.log import read_metrics
 from lmforge.utils.atomic import atomic_savefig

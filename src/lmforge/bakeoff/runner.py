@@ -8,9 +8,9 @@ schedule.json (each arm's steps and counted FLOPs). Pretraining goes through tra
 the code `lmforge pretrain` runs; an arm's objective options and example format become a spec
 registered for the run only (objectives.registry), so the recipe itself is unchanged.
 
-Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl is skipped when its
-fingerprint is the plan's (fingerprint.py: a changed plan reruns what it changed, and says so); a
-pretraining run with checkpoints continues from the newest (checkpoints every quarter of its steps);
+Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl (each verified against
+its checksum, a torn last line cut: results.py) is skipped when its fingerprint is the plan's
+(fingerprint.py: a changed plan reruns what it changed, and says so); a pretraining run with checkpoints continues from the newest (checkpoints every quarter of its steps);
 an unfinished fine-tuning run starts again. The same seed gives the same numbers (every draw is seeded).
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from lmforge.bakeoff.corpus import topic_task, write_documents
 from lmforge.bakeoff.fingerprint import digest, pretrain_key, result_key, task_key, tokenizer_key
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
+from lmforge.bakeoff.results import RESULTS, append_row, mend, read_results, replace_row  # noqa: F401 (RESULTS: callers')
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
@@ -35,7 +36,6 @@ from lmforge.train.checkpoint import checkpoints
 from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer
 from lmforge.utils.atomic import append_text
 
-RESULTS = "results.jsonl"
 LOG = "bakeoff.log"  # the plan's progress and every run's own log lines
 CHECKPOINTS_PER_RUN = 4  # an interrupted pretraining run loses at most a quarter of its steps
 STAMP = "plan.json"  # in a pretraining run's directory: the fingerprint of what it trains
@@ -153,33 +153,20 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
     return out
 
 
-def read_results(out: Path) -> list:
-    """The rows of OUT/results.jsonl (a torn last line skipped)."""
-    path = Path(out) / RESULTS
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 class BakeOff:
     """One plan's run under `out`: corpus, tokenizer, schedules, then arm by arm (see the module)."""
 
     def __init__(self, plan: Plan, out, log=print) -> None:
         self.plan, self.out, self.show = plan, Path(out), log
         self.out.mkdir(parents=True, exist_ok=True)
+        mend(self.out)  # a torn last row (a kill mid-append) cut, before hours of training rest on the file
+        self.done = {(r["arm"], r["seed"], r["task"]): r.get("fingerprint") for r in read_results(self.out)}
         self.corpus = corpus_file(plan.corpus, self.out)
         docs = read_documents([self.corpus])
         self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
                                        plan.tokenizer["vocab_size"])
         self.schedules = schedules(plan, self.tokenizer.vocab_size)
         self.tasks = {t["name"]: task_splits(t, self.out) for t in plan.tasks}
-        self.done = {(r["arm"], r["seed"], r["task"]): r.get("fingerprint") for r in read_results(self.out)}
         self.units = len(plan.arms) * len(plan.seeds) * (1 + len(plan.tasks))
         self.finished = self.ran = 0  # units of the plan done, and done by this process
         self.start = time.monotonic()
@@ -240,13 +227,12 @@ class BakeOff:
             self.progress(f"{arm.name} seed {seed} {task}: {row['metric']} {row['value']:.4f}")
 
     def record(self, row: dict) -> None:
-        """Add a result row to results.jsonl, dropping an older row of the same (arm, seed, task)."""
+        """Add a result row (with its checksum) to results.jsonl, dropping an older row of its (arm, seed, task)."""
         unit = (row["arm"], row["seed"], row["task"])
         if unit not in self.done:
-            append_text(self.out / RESULTS, json.dumps(row) + "\n")
+            append_row(self.out, row)
         else:  # a result of a changed plan: replaced, never averaged with the new one
-            rows = [r for r in read_results(self.out) if (r["arm"], r["seed"], r["task"]) != unit] + [row]
-            atomic_write_text(self.out / RESULTS, "".join(json.dumps(r) + "\n" for r in rows))
+            replace_row(self.out, row)
         self.done[unit] = row["fingerprint"]
 
     def final_of(self, arm: Arm, seed: int) -> Path:

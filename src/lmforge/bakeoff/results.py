@@ -1,0 +1,131 @@
+"""OUT/results.jsonl: one JSON line per finished unit of a plan (arm x seed x task), each row carrying
+a checksum of its own content, so a result is verified on every read and resume is exact.
+
+A row whose checksum does not match its content (a value edited since it was written), and any line
+that is not a row, is a ResultsError naming file:line: never skipped (its unit would be trained again
+on every rerun) and never believed (a report built on an edited number). The one damage tolerated is
+a torn last line (no newline at its end, not JSON: a process killed mid-append): a reader leaves it
+out with a warning, and a run cuts it from the file with a warning and runs its unit again. A row
+without a checksum (written before rows carried one, or by hand) is read as it is with a warning, and
+kept so: a rewrite of the file never gives a row a checksum it was not written with.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+from lmforge.bakeoff.fingerprint import digest
+from lmforge.utils.atomic import append_text, atomic_write_bytes, atomic_write_text
+
+RESULTS = "results.jsonl"
+CHECKSUM = "checksum"
+KEYS = {"arm": str, "seed": int, "task": str, "metric": str, "value": (int, float)}  # what a reader relies on
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be trusted: the message names file:line."""
+
+
+class ResultsWarning(UserWarning):
+    """A results file read with a caveat: a torn last line left out or cut, rows without a checksum."""
+
+
+def checksum(row: dict) -> str:
+    """sha256 (hex, 16 characters) of a row's canonical JSON (keys sorted), its checksum field left out."""
+    return digest({key: value for key, value in row.items() if key != CHECKSUM})
+
+
+def stamped(row: dict) -> dict:
+    """The row as JSON writes it (tuples as lists ...), with the checksum of that content (an older one replaced)."""
+    row = json.loads(json.dumps({key: value for key, value in row.items() if key != CHECKSUM}))  # what a reader sees
+    return {**row, CHECKSUM: checksum(row)}
+
+
+def _parses(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        return False
+    return True
+
+
+def _torn_tail(data: bytes) -> int | None:
+    """Where a torn last line starts (after the last newline), or None: the file ends on a newline,
+    or its last line is whole JSON that only lacks the newline (a row added by hand)."""
+    start = data.rfind(b"\n") + 1
+    tail = data[start:]
+    return start if tail.strip() and not _parses(tail) else None
+
+
+def _row(path: Path, number: int, line: bytes) -> dict:
+    """Line `number` of `path` as a verified row; ResultsError naming file:line if it is not one."""
+    where = f"{path}:{number}"
+    try:
+        row = json.loads(line)
+    except ValueError:
+        raise ResultsError(f"{where}: not a JSON row (a damaged line; delete it to run its unit again)") from None
+    if not isinstance(row, dict):
+        raise ResultsError(f"{where}: not a result row (a JSON object), a {type(row).__name__}")
+    wrong = [k for k, kind in KEYS.items() if not isinstance(row.get(k), kind) or isinstance(row.get(k), bool)]
+    if wrong:
+        raise ResultsError(f"{where}: not a result row: {', '.join(wrong)} missing or of the wrong type")
+    if CHECKSUM in row and row[CHECKSUM] != checksum(row):
+        raise ResultsError(f"{where}: the row does not match its checksum (changed since it was written); "
+                           f"delete the line to run its unit again")
+    return row
+
+
+def read_results(out) -> list:
+    """The verified rows of OUT/results.jsonl ([] if none): ResultsError naming file:line for a line that is
+    not a row or does not match its checksum; a torn last line left out with a warning (never written)."""
+    path = Path(out) / RESULTS
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    torn = _torn_tail(data)
+    if torn is not None:
+        warnings.warn(f"{path}: its last line is torn (a write cut short): left out; a rerun runs its unit again",
+                      ResultsWarning, stacklevel=2)
+        data = data[:torn]
+    rows = [_row(path, number, line) for number, line in enumerate(data.split(b"\n"), 1) if line.strip()]
+    unsigned = sum(CHECKSUM not in row for row in rows)
+    if unsigned:
+        warnings.warn(f"{path}: {unsigned} row(s) without a checksum (written before rows carried one, or by hand): "
+                      f"read unverified", ResultsWarning, stacklevel=2)
+    return rows
+
+
+def mend(out) -> None:
+    """Make OUT/results.jsonl end on a fresh line: a torn last line cut (with a warning naming the file,
+    its unit then runs again), a whole last row without its newline given one."""
+    path = Path(out) / RESULTS
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    torn = _torn_tail(data)
+    if torn is None:
+        append_text(path, "\n")
+        return
+    warnings.warn(f"{path}: its last line was torn (a write cut short): cut from the file; its unit runs again",
+                  ResultsWarning, stacklevel=2)
+    atomic_write_bytes(path, data[:torn])  # whole or not at all: a second kill leaves the torn file as it was
+
+
+def append_row(out, row: dict) -> dict:
+    """Add a row (with its checksum) to OUT/results.jsonl, on a line of its own; returns the row written."""
+    row = stamped(row)
+    mend(out)  # never onto a torn line: the two would be one unreadable line
+    append_text(Path(out) / RESULTS, json.dumps(row) + "\n")
+    return row
+
+
+def replace_row(out, row: dict) -> dict:
+    """Rewrite OUT/results.jsonl with `row` (with its checksum) in place of the rows of its unit (arm, seed,
+    task); the other rows as they were read. Returns the row written."""
+    row, unit = stamped(row), (row["arm"], row["seed"], row["task"])
+    rows = [r for r in read_results(out) if (r["arm"], r["seed"], r["task"]) != unit] + [row]
+    atomic_write_text(Path(out) / RESULTS, "".join(json.dumps(r) + "\n" for r in rows))
+    return row

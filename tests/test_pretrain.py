@@ -103,3 +103,19 @@ def test_distillation_and_static_masking_through_the_cli(tmp_path, capsys):
     assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--teacher", str(teacher_dir / "final"),
                  "--out", str(tmp_path / "y"), *common]) == 2
     assert "give one of --preset" in capsys.readouterr().err
+
+
+def test_the_runs_tokenizer_replaces_a_link_named_tokenizer_and_leaves_its_target(tmp_path):
+    """OUT/tokenizer is staged and put in place whole (other ranks see all of it or none): a link there
+    is replaced, not written through, and the run goes on."""
+    from lmforge.data.synthetic import documents
+    from lmforge.train.pretrain import run_tokenizer
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "tokenizer").symlink_to(elsewhere, target_is_directory=True)
+    tokenizer = run_tokenizer(tmp_path / "out", "bert", documents(40, seed=0), 300)
+    path = tmp_path / "out" / "tokenizer"
+    assert not path.is_symlink() and (path / "tokenizer.json").is_file() and not list(elsewhere.iterdir())
+    assert load_tokenizer(path).vocab_size == tokenizer.vocab_size

@@ -130,3 +130,22 @@ def test_a_model_that_is_no_directory_is_named_before_the_data(tmp_path, capsys,
         err = capsys.readouterr().err
         assert message in err and "--task" not in err and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "q1"]
+
+
+def test_fine_tuning_writes_best_and_final_whole_with_their_task_files(model_dir, tmp_path):
+    """best/ and final/ are staged with the model's tokenizer and task.json and put in place whole (a link
+    named best/ is replaced, its target untouched): a killed run leaves no folder a later job would load
+    without its task."""
+    from lmforge.tasks.finetune import TASK_FILE
+
+    out = tmp_path / "ft"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "best").symlink_to(elsewhere, target_is_directory=True)
+    assert main(["finetune", "--model", str(model_dir), "--builtin", "sentiment", "--out", str(out),
+                 "--steps", "2", "eval_every=1", *FAST]) == 0
+    for name in ("best", "final"):
+        files = {p.name for p in (out / name).iterdir()}
+        assert not (out / name).is_symlink() and {"model.safetensors", "tokenizer.json", TASK_FILE} <= files
+    assert not list(elsewhere.iterdir())

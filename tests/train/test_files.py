@@ -108,3 +108,35 @@ def test_an_output_that_is_an_input_is_refused_naming_both_and_the_input_kept(tm
         refuse_overwrite(tmp_path / "link.csv", ("--data", [str(data)]))
     refuse_overwrite(tmp_path / "other.csv", ("--data", str(data)), ("--model", "bert-base"),
                      ("--valid", None))  # another file, a preset name, an option not given: nothing refused
+
+
+def test_a_link_named_final_is_replaced_by_the_whole_folder_and_its_target_kept(tmp_path):
+    """final/ is staged and put in place whole: a link there is replaced, not written through, and the
+    job's own files (final_files) are in it from the first moment it exists."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("the user's")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "final").symlink_to(elsewhere, target_is_directory=True)
+    Trainer(mlm_objective(), toy_data(), quick(steps=1), tmp_path / "out").fit(
+        final_files=(lambda folder: (folder / "extra.txt").write_text("written with the model"),))
+    final = tmp_path / "out" / "final"
+    assert not final.is_symlink() and {p.name for p in final.iterdir()} == {
+        "config.json", "model.safetensors", "extra.txt"}
+    assert [p.name for p in elsewhere.iterdir()] == ["notes.txt"]
+
+
+def test_a_final_folder_that_fails_to_be_written_leaves_the_one_before_and_no_part(tmp_path):
+    out = tmp_path / "out"
+    Trainer(mlm_objective(), toy_data(), quick(steps=1, save_every=1), out).fit()
+    (out / "final" / "marker").write_text("the folder before")  # a new final/ would not have it
+    before = {p.name: p.read_bytes() for p in (out / "final").iterdir()}
+
+    def fails(folder):
+        raise OSError("the disk went away")
+
+    with pytest.raises(OSError, match="the disk went away"):
+        Trainer(mlm_objective(), toy_data(), quick(steps=1, save_every=1), out).fit(
+            resume=True, final_files=(fails,))
+    assert {p.name: p.read_bytes() for p in (out / "final").iterdir()} == before
+    assert not [p for p in out.iterdir() if p.name.startswith(".final")]  # no staged part left

@@ -33,9 +33,9 @@ from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
-from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
+from lmforge.tasks.finetune import encode_split, fine_tuned_task, keep_model
 from lmforge.train.config import MAX_SEED
-from lmforge.utils.atomic import atomic_savefig, remove_path, replace_dir
+from lmforge.utils.atomic import atomic_savefig, remove_path
 from lmforge.utils.timing import alternating
 
 MAX_ORDERS = 1000  # random orders a report averages
@@ -150,7 +150,7 @@ def _prune_and_save(task, records, examples, curve: list, prune, until, path) ->
               "metric": curve[0]["metric"]}
     after = {"parameters": task.model.num_parameters(), "seconds": seconds["after"],
              "metric": metric(task, records, examples, None)[1]}
-    replace_dir(path, lambda staging: save_model(task, staging))  # whole, never mixed with an older one
+    keep_model(task, path)  # whole, never mixed with an older one
     return {"asked": asked, "level": curve[level], "before": before, "after": after,
             "heads": head_counts(task.model.config), "speedup": before["seconds"] / after["seconds"],
             "dir": str(path)}

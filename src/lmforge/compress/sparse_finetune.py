@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -32,8 +33,8 @@ from lmforge.tasks.finetune import (
     fine_tuned_task,
     load_model,
     make_task,
-    save_model,
     task_info,
+    write_task_files,
 )
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
@@ -171,13 +172,12 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     start = time.perf_counter()
     trainer = Trainer(objective, encode_split(task, train, "training"), train_cfg, out, log=log, evaluator=validator,
                       lr_scale=lambda name, p: s.scores_lr_scale if is_score(name) else 1.0)
-    trainer.fit(resume=resume)
+    trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))
     summary = {"task": kind, "method": s.method, "sparsity": s.sparsity, "steps": trainer.step,
                "seconds": round(time.perf_counter() - start, 2), **weight_sparsity(model)}
     if validator is not None:
         summary["final"] = task.evaluate(valid, task_cfg.eval_batch_size, validator.examples)[1]
     if trainer.main:
-        save_model(task, out / "final")
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -42,7 +43,7 @@ from lmforge.tasks.finetune import (
     fine_tuned_task,
     make_task,
     preset_model,
-    save_model,
+    write_task_files,
 )
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
@@ -203,7 +204,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     start = time.perf_counter()
     trainer = Trainer(objective, encode_split(student, train, "training"), train_cfg, out, log=log,
                       evaluator=validator)
-    trainer.fit(resume=resume)
+    trainer.fit(resume=resume, final_files=(partial(write_task_files, student),))
     summary = {"task": teacher.kind, "steps": trainer.step, "seconds": round(time.perf_counter() - start, 2),
                "student_layers": model.config.n_layers, "teacher_layers": teacher.model.config.n_layers,
                "loss": {k: getattr(cfg, k) for k in LOSS}}
@@ -212,7 +213,6 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
             validator(trainer)
         summary.update(final=validator.last, best=validator.best, best_step=validator.best_step)
     if trainer.main:
-        save_model(student, out / "final")
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 

@@ -60,8 +60,8 @@ def train_dpr(encoder: BiEncoder, records: list, passages: list, out, cfg: Train
     bm25 = BM25Index.build(passages)
     negatives = hard_negatives(bm25, records, passages, n_hard) if n_hard else [[] for _ in records]
     examples = training_examples(encoder, records, passages, negatives)
-    Trainer(DPRObjective(encoder), examples, cfg, out, log=log).fit(resume=resume)
-    encoder.save(Path(out) / "final")
+    trainer = Trainer(DPRObjective(encoder), examples, cfg, out, log=log)
+    trainer.fit(resume=resume, final_files=(encoder.save,))
     return encoder
 
 

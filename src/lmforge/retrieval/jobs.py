@@ -40,7 +40,7 @@ from lmforge.retrieval.passages import load_passages, read_passages, write_passa
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
 from lmforge.train.loop import Trainer
-from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 
 def build_index_dir(out, source: str | None, model: str | None = None, seed: int = 0,
@@ -194,8 +194,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     within_context("max_len", options.max_len, reader.model.config)
     train_ranked = rankings(passages, sets["train"], out, None, 20)
     examples = reader_examples(reader, sets["train"], passages, train_ranked, options.negatives)
-    Trainer(reader, examples, cfg, out, log=log).fit()
-    reader.tokenizer.save(out / "final")
+    Trainer(reader, examples, cfg, out, log=log).fit(final_files=(reader.tokenizer.save,))
     ranked = rankings(passages, sets["test"], out, retriever, k)
     result = {"retriever": retriever or "bm25", "k": k, "test": len(sets["test"]),
               "reader_exact_match": round(reader_exact_match(reader, sets["test"], passages, ranked, k), 4),
@@ -253,15 +252,14 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     objective = optimize(REALMObjective(optimize(reader), encoder, passages, options.k, options.refresh_every,
                                        options.max_len, options.null_document))
     before = evaluate_realm(objective, examples["test"], passages)
-    Trainer(objective, examples["train"], cfg, out, log=log).fit(resume)
+    trainer = Trainer(objective, examples["train"], cfg, out, log=log)
+    trainer.fit(resume, final_files=(encoder.tokenizer.save,))
     objective.refresh()  # "after" scores the final Embed_doc, not an index up to refresh_every forwards stale
     result = {"passages": len(passages), "train_examples": len(examples["train"]),
               "test_examples": len(examples["test"]), "k": options.k, "refresh_every": options.refresh_every,
               "null_document": options.null_document, "steps": cfg.steps, "before": before,
               "after": evaluate_realm(objective, examples["test"], passages)}
-    encoder.tokenizer.save(out / "final")
-    encoder.model.save(out / "retriever")
-    encoder.save(out / "retriever")
+    replace_dir(out / "retriever", lambda folder: (encoder.model.save(folder), encoder.save(folder)))
     atomic_write_text(out / "realm.json", json.dumps(result, indent=2) + "\n")
     return result
 
@@ -283,8 +281,7 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
     train = ict_examples(encoder, [passages[i] for i in train_rows], cfg.seed, options.keep, options.rounds)
     test = ict_examples(encoder, [passages[i] for i in test_rows], cfg.seed + 1, 0.0)
     before = in_batch_accuracy(encoder, test)
-    Trainer(DPRObjective(encoder), train, cfg, out, log=log).fit(resume=resume)
-    encoder.save(out / "final")
+    Trainer(DPRObjective(encoder), train, cfg, out, log=log).fit(resume=resume, final_files=(encoder.save,))
     result = {"passages": len(passages), "train_pairs": len(train), "test_pairs": len(test),
               "keep": options.keep,
               "steps": cfg.steps, "test_accuracy_before": before, "test_accuracy_after": in_batch_accuracy(encoder, test)}

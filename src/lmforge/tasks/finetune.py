@@ -15,6 +15,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -33,6 +34,7 @@ from lmforge.tasks.formats import check_labels, gold_given, source_of
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
+from lmforge.utils.atomic import replace_dir
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
@@ -161,12 +163,25 @@ def task_info(path) -> dict:
 
 
 def save_model(task: Task, path) -> Path:
-    """Write the task's model, its tokenizer and task.json to the directory `path`."""
+    """Write the task's model, its tokenizer and task.json into the directory `path` (a folder being
+    staged; keep_model puts one in place whole)."""
     path = Path(path)
     task.model.save(path)
-    task.tokenizer.save(path)
-    atomic_write_text(path / TASK_FILE, json.dumps(task.info(), indent=2, ensure_ascii=False) + "\n")
+    write_task_files(task, path)
     return path
+
+
+def write_task_files(task: Task, path) -> None:
+    """The task's tokenizer and task.json, beside its saved model in the directory `path`."""
+    task.tokenizer.save(path)
+    atomic_write_text(Path(path) / TASK_FILE, json.dumps(task.info(), indent=2, ensure_ascii=False) + "\n")
+
+
+def keep_model(task: Task, path) -> Path:
+    """save_model into a staged folder put in the place of `path` whole: a kill leaves the folder that was
+    there (or none), never a part of one, and a link named `path` is replaced, not written through."""
+    replace_dir(path, lambda folder: save_model(task, folder))
+    return Path(path)
 
 
 def encode_split(task: Task, records: list, source: str) -> list:
@@ -222,7 +237,7 @@ class Validator:
         if self.best is None or metrics[primary] > self.best[primary]:
             self.best, self.best_step, self.stale = metrics, trainer.step, 0
             if self.cfg.keep_best and trainer.main:
-                save_model(self.task, self.out / "best")
+                keep_model(self.task, self.out / "best")
         else:
             self.stale += 1
         found = {f"valid_{k}": v for k, v in metrics.items()}
@@ -268,7 +283,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     start = time.perf_counter()
     trainer = Trainer(task, examples, train_cfg, out, log=log, evaluator=validator,
                       lr_scale=lr_scale_fn(model, task_cfg.layer_decay))
-    trainer.fit(resume=resume)
+    trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))
     seconds = time.perf_counter() - start
     if validator is not None and validator.last_step != trainer.step:
         validator(trainer)  # the final model's score (and best/ if it is the best)
@@ -278,7 +293,6 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
         summary.update(primary=next(iter(validator.last)), final=validator.last, best=validator.best,
                        best_step=validator.best_step, stopped_early=trainer.step < trainer.cfg.steps)
     if trainer.main:
-        save_model(task, out / "final")
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 

@@ -46,6 +46,7 @@ from lmforge.train.speed import (
     uncheckpoint_blocks,
     use_tf32,
 )
+from lmforge.utils.atomic import replace_dir
 
 __all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "resolve_device"]
 
@@ -321,8 +322,9 @@ class Trainer:
             self.log(f"warning: duplication={duplication} is not below the {epochs:.2f} epochs of this run: "
                      f"no example's corruption is seen twice, so static masking here equals dynamic masking")
 
-    def fit(self, resume: bool = False):
-        """Train to cfg.steps (continuing a checkpoint if resume) and return the model kept."""
+    def fit(self, resume: bool = False, final_files: tuple = ()):
+        """Train to cfg.steps (continuing a checkpoint if resume) and return the model kept, in out/final
+        with what each of `final_files` (folder -> None: the tokenizer's save, a task's files) writes."""
         if resume:
             check_resumable(self.out)
             self.resume()
@@ -343,12 +345,12 @@ class Trainer:
             bar.close()
             uncheckpoint_blocks(self._checkpointed)
         model = self.objective.finish()
-        self._save_final(model)
+        self._save_final(model, final_files)
         if self.main:
             plot_losses(self.out / "metrics.jsonl", self.out / "loss.png", getattr(self.objective, "name", ""))
         return model
 
-    def _save_final(self, model) -> None:
+    def _save_final(self, model, final_files: tuple) -> None:
         # under FSDP the weights are shards: every rank joins the gather, rank 0 writes
         state = None
         if self.world > 1:
@@ -357,7 +359,15 @@ class Trainer:
         if self.main:
             if not all_finite(model.state_dict().values() if state is None else state.values()):
                 self._diverged("the final weights are not finite")
-            save(model, self.out / "final", state=state)
+
+            def write(folder: Path) -> None:
+                save(model, folder, state=state)
+                for write_more in final_files:
+                    write_more(folder)
+
+            # staged and put in place whole: a kill leaves the last final/ or none, never a part of one
+            # that a later job would load, and a link named final/ is replaced, not written through
+            replace_dir(self.out / "final", write)
 
     def _loop(self, metrics, bar) -> None:
         start, seen, shown = time.perf_counter(), 0, None

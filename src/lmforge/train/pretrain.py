@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from lmforge.train import TrainConfig, Trainer
 from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, recipe_and_inputs
-from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
 # evaluation (seed, i, 2), dropout (seed, step, rank, 3), fine-tuning's head (seed, 4) and preset
@@ -125,10 +124,7 @@ def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float =
             time.sleep(0.2)
         return load_tokenizer(path)
     tokenizer = default_tokenizer(family, docs, vocab_size)
-    tmp = path.with_name(".tokenizer.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tokenizer.save(tmp)
-    os.replace(tmp, path)  # other ranks see the whole directory or nothing
+    replace_dir(path, tokenizer.save)  # other ranks see the whole directory or nothing
     return tokenizer
 
 
@@ -320,9 +316,8 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=recipe.duplication,
                       evaluator=inputs.evaluator)
     untrained = probe_scores(task, tokenizer, train.seed) if not inputs.data and trainer.main else None
-    result = trainer.fit(resume=inputs.resume)
+    result = trainer.fit(resume=inputs.resume, final_files=(tokenizer.save,))
     if trainer.main:
-        tokenizer.save(Path(out) / "final")
         if untrained:  # None: no LM head; {}: every probe longer than the model's positions
             report_probes(untrained, probe_scores(task, tokenizer, train.seed), Path(out) / "probes.json", log)
     return result

@@ -37,6 +37,7 @@ from lmforge.tasks.finetune import (
     write_task_files,
 )
 from lmforge.train import TrainConfig, Trainer
+from lmforge.train.checkpoint import STATE_KEY, state_digest
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 
@@ -135,19 +136,34 @@ def _settings(model, steps: int, task_cfg: TaskConfig, sparse_cfg: SparseConfig)
 
 def check_settings(out: Path, settings: dict, resume: bool) -> None:
     """A resumed run's settings are the run's (a ValueError naming the first option that differs, with
-    both values); a fresh run's are written to out/SETTINGS (not where checkpoints wait for --resume)."""
+    both values); a fresh run's are written to out/SETTINGS with their checksum (not where checkpoints
+    wait for --resume)."""
     path = out / SETTINGS
-    if resume and path.is_file():
-        run = json.loads(path.read_text(encoding="utf-8"))
+    if resume and (path.is_file() or (out / "checkpoints").exists()):
+        run = read_settings(path)
         for option, value in settings.items():
             if option in run and run[option] != value:
                 shown = f"{option}{value}" if option.endswith("=") else f"{option} {value}"
                 was = f"{option}{run[option]}" if option.endswith("=") else f"{option} {run[option]}"
                 raise ValueError(f"{shown} differs from the run being resumed in {out} ({was}): resume with "
                                  f"the run's settings, or choose another --out")
-    elif resume or not (out / "checkpoints").exists():
+    elif not (out / "checkpoints").exists():
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(settings, indent=2) + "\n")
+        atomic_write_text(path, json.dumps({**settings, STATE_KEY: state_digest(settings)}, indent=2) + "\n")
+
+
+def read_settings(path: Path) -> dict:
+    """The settings a run wrote to `path`, verified by their checksum: missing, not JSON or changed is a
+    ValueError naming the file (a resume cannot be checked against settings it cannot trust)."""
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: the run's pruning settings cannot be read ({err}); a resume is checked "
+                         f"against them: choose another --out") from None
+    if not isinstance(run, dict) or run.get(STATE_KEY) != state_digest(run):
+        raise ValueError(f"{path}: the run's pruning settings do not match their checksum (changed or "
+                         f"damaged); choose another --out")
+    return run
 
 
 def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, train_cfg: TrainConfig,

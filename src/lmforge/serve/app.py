@@ -240,7 +240,8 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody
     first = next((e for e in errors if any(isinstance(p, int) for p in e.get("loc", ()))), errors[0])
     if first.get("type") == "json_invalid":  # its loc is ("body", character offset): no field to name
         why, at = (first.get("ctx") or {}).get("error", first.get("msg")), first.get("loc", (None, None))[-1]
-        return error_response(RequestError(400, f"request body is not valid JSON: {why} (character {at})"))
+        return error_response(RequestError(422, f"request body is not valid JSON: {why} (character {at})",
+                                           param="body"))
     where = _field(first.get("loc", ()))
     if not where and first.get("type") == "missing":  # the body itself
         return error_response(RequestError(422, "the request has no body: send a JSON object"))
@@ -249,11 +250,23 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody
 
 
 def _http_error(request: Request, exc: StarletteHTTPException) -> JSONBody:
-    """Starlette's own refusals (no such route, a method the route lacks) in the server's error shape."""
+    """Starlette's own refusals (no such route, a method the route lacks) in the server's error shape; a body
+    FastAPI's JSON parser refused other than as malformed (its 400) is the client's 422 naming the body."""
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
+        return error_response(RequestError(422, f"request body {_unparsed(exc.__cause__)}", param="body"))
     known = {404: f"no route {request.url.path} (see /docs)",
              405: f"{request.method} is not allowed on {request.url.path}"}
     why = known.get(exc.status_code, str(exc.detail))
     return error_response(RequestError(exc.status_code, why, headers=getattr(exc, "headers", None)))
+
+
+def _unparsed(err: ValueError) -> str:
+    """Why json.loads refused a body, in one line: Python reads no integer of more digits than
+    sys.get_int_max_str_digits() (its time grows as their square; its advice is to the programmer)."""
+    if "integer string conversion" in str(err):
+        most = sys.get_int_max_str_digits()
+        return f"holds an integer of more than {most} digits, longer than the server reads"
+    return "is not valid JSON: " + (str(err).splitlines() or [type(err).__name__])[0]
 
 
 def _cancelled(request: Request, exc: Cancelled) -> JSONBody:

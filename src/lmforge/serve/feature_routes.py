@@ -2,9 +2,10 @@
 
 /features builds the request's FeatureOptions (analysis/feature_options.py), as `lmforge.features` and
 `lmforge features` do, so the three accept and refuse alike; the server's own limits speak first (413
-naming max_layers, max_feature_values, max_seq_len), and the texts run batched with other requests of
-the same options. A model of words (ELMo, serve/models.py ServedWords) is served here alike: its tokens,
-counted for the limits and cut by truncate, are a text's whitespace-separated words.
+naming max_layers, max_feature_values, max_seq_len, or max_length where the request's is the shorter),
+and the texts run batched with other requests of the same options. A model of words (ELMo,
+serve/models.py ServedWords) is served here alike: its tokens, counted for the limits and cut by
+truncate, are a text's whitespace-separated words.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from fastapi import APIRouter, Request
 from lmforge.analysis.feature_options import TEXT_POOLINGS, FeatureOptions
 from lmforge.config.options import OptionsError
 from lmforge.serve import option_schemas
-from lmforge.serve.limits import RequestError, check_count, fit_lengths, too_large
+from lmforge.serve.limits import RequestError, TextBound, check_count, fit_lengths, too_large
 from lmforge.serve.routes import ERRORS, build_options, clip, split
 from lmforge.serve.schemas import JSONBody
 
@@ -38,6 +39,15 @@ def _chosen(options: FeatureOptions, served, limits) -> int:
     return count
 
 
+def _length_bound(options: FeatureOptions, served) -> TextBound:
+    """The tokens a text may have: the request's max_length where it is below the model's (and then named
+    as the field at fault), else the model's max_tokens (/info's)."""
+    asked, most = options.max_length, served.max_tokens
+    if asked is None or asked >= most:
+        return TextBound(most)
+    return TextBound(asked, f"max_length={asked} (the model takes max_tokens={most}, /info)", "max_length")
+
+
 @router.post("/features", response_model=option_schemas.FeaturesResponse, tags=["analysis"])
 async def features(body: option_schemas.FeaturesRequest, request: Request):
     """Contextual features: the chosen layers' (or their scalar mix's) states of each token, with its text
@@ -48,9 +58,9 @@ async def features(body: option_schemas.FeaturesRequest, request: Request):
     texts = [body.texts] if isinstance(body.texts, str) else body.texts
     check_count(len(texts), server.limits, "texts")
     layers = _chosen(options, served, server.limits)
-    limit = min(options.max_length or served.max_tokens, served.max_tokens)
-    texts, counts = await clip(server, served, texts, options.truncate, limit)
-    lengths = fit_lengths(counts, limit, options.truncate, server.limits)
+    bound = _length_bound(options, served)
+    texts, counts = await clip(server, served, texts, options.truncate, bound)
+    lengths = fit_lengths(counts, bound, options.truncate, server.limits)
     if 0 in lengths:  # nothing to give features of (ELMo's text without words), as offline refuses it
         unit = "tokens" if served.tokenizer is not None else "words (ELMo reads whitespace-separated words)"
         raise RequestError(422, f"text {lengths.index(0)} has no {unit}", param="texts")
@@ -60,7 +70,7 @@ async def features(body: option_schemas.FeaturesRequest, request: Request):
         raise too_large("max_feature_values", f"the answer would hold {values} numbers, more than "
                         f"max_feature_values={server.limits.max_feature_values}: ask fewer layers, pool, or "
                         "send fewer texts")
-    options = dataclasses.replace(options, max_length=limit)
+    options = dataclasses.replace(options, max_length=bound.tokens)
     parts = [({"texts": run, "options": options}, n, len(run)) for run, n in split(texts, lengths, server.limits)]
     results = await server.run("features", served, parts, key=("features", served.name, repr(options)),
                                interleave=True)

@@ -19,7 +19,8 @@ class Limits:
 
     max_body_bytes: int = option(4 << 20, "bytes of one request body (413 beyond)", low=1, high=1 << 30)
     max_inputs: int = option(2048, "texts or records of one request (413 beyond)", low=1, high=10**6)
-    max_request_tokens: int = option(262144, "tokens of one request, all its texts together (413 beyond)",
+    max_request_tokens: int = option(262144, "tokens of one request, all its texts together; a generation's: "
+                                     "its prompts' and each one's new tokens, times its beams (413 beyond)",
                                      low=1, high=1 << 27)
     max_batch_tokens: int = option(8192, "tokens of one forward pass: the batching budget (larger requests "
                                          "split)", low=1, high=1 << 24)
@@ -127,19 +128,48 @@ def check_generation(body, max_new_tokens: int, limits: Limits, new_tokens: str 
             raise too_large(limit, f"{name}={value} asks for more than {limit}={most}")
 
 
-def fit_lengths(lengths: list, limit: int, truncate: bool, limits: Limits) -> list:
-    """Each text's token count after truncation to the model's `limit` tokens; a text over it is a
-    413 unless `truncate`, and so is a request whose total exceeds max_request_tokens."""
+@dataclass(frozen=True)
+class TextBound:
+    """The tokens one text may have, and how a refusal names them: `param` the limit (or the request's own
+    field) at fault, `said` its words as /info (or the request) spells them, `cut` whether the route takes
+    truncate (only there may a refusal tell the client to send it), `field` the text ("input {}": by index)."""
+
+    tokens: int
+    said: str = ""  # "": the model's, max_tokens in /info
+    param: str = "max_seq_len"
+    cut: bool = True
+    field: str = "input {}"
+
+    def refuse(self, index: int, size: str) -> RequestError:
+        """413: text `index`, of `size` ("600 tokens"), is more than the bound."""
+        said = self.said or f"the model takes, max_tokens={self.tokens} in /info"
+        advice = "; send truncate: true to cut it" if self.cut else ""
+        return too_large(self.param, f"{self.field.format(index)} is {size}, more than {said}{advice}")
+
+
+def text_bound(limit) -> TextBound:
+    """`limit` as a TextBound: an int is the model's max_tokens (/info's), on a route that takes truncate."""
+    return limit if isinstance(limit, TextBound) else TextBound(limit)
+
+
+def check_request_tokens(total: int, limits: Limits, detail: str = "") -> None:
+    """413 naming max_request_tokens for a request of more tokens than it, all its texts together (`detail`:
+    how they add up)."""
+    if total > limits.max_request_tokens:
+        raise too_large("max_request_tokens", f"the request holds {total} tokens{detail}, more than "
+                        f"max_request_tokens={limits.max_request_tokens}")
+
+
+def fit_lengths(lengths: list, limit, truncate: bool, limits: Limits) -> list:
+    """Each text's token count after truncation to `limit` (tokens, or a TextBound that names them); a text
+    over it is a 413 unless `truncate`, and so is a request whose total exceeds max_request_tokens."""
+    bound = text_bound(limit)
     out = []
     for i, n in enumerate(lengths):
-        if n > limit and not truncate:
-            raise too_large("max_seq_len", f"input {i} is {n} tokens, more than the model takes, "
-                            f"max_tokens={limit} in /info; send truncate: true to cut it")
-        out.append(min(n, limit))
-    total = sum(out)
-    if total > limits.max_request_tokens:
-        raise too_large("max_request_tokens", f"the request holds {total} tokens, more than "
-                        f"max_request_tokens={limits.max_request_tokens}")
+        if n > bound.tokens and not truncate:
+            raise bound.refuse(i, f"{n} tokens")
+        out.append(min(n, bound.tokens))
+    check_request_tokens(sum(out), limits)
     return out
 
 

@@ -16,9 +16,10 @@ from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from lmforge.config.options import OptionsError
 from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
+from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, with_mask
 from lmforge.serve import option_schemas, schemas
-from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, bounded_ids, check_count, check_text,
-                                  fit_lengths, too_large)
+from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, TextBound, bounded_ids, check_count,
+                                  check_text, fit_lengths, text_bound, too_large)
 from lmforge.serve.records import as_records, record_texts
 from lmforge.serve.schemas import JSONBody
 
@@ -60,24 +61,22 @@ def split(items: list, lengths: list, limits) -> list:
     return parts
 
 
-async def clip(server, served, texts: list, truncate: bool, tokens: int | None = None) -> tuple:
+async def clip(server, served, texts: list, truncate: bool, limit=None) -> tuple:
     """(texts, token counts), a text far longer than the model reads cut before it is tokenised:
-    its first MAX_TOKEN_CHARS x `tokens` characters (default the model's max_tokens) already hold more
-    tokens than that (the same first tokens: pre-tokenisers split locally), so the rest is never read;
-    without `truncate` it is a 413 at once."""
-    tokens = tokens or served.max_tokens
-    room = tokens * MAX_TOKEN_CHARS
+    its first MAX_TOKEN_CHARS x `limit` characters (tokens, default the model's max_tokens, or a TextBound
+    that names them) already hold more tokens than that (the same first tokens: pre-tokenisers split
+    locally), so the rest is never read; without `truncate` it is a 413 at once."""
+    bound = text_bound(limit or served.max_tokens)
+    room = bound.tokens * MAX_TOKEN_CHARS
     heads = [t[:room] for t in texts]
     counts = await count_tokens(server, served, heads)
     for i, text in enumerate(texts):
         if len(text) <= room:
             continue
-        if counts[i] <= tokens:  # mostly whitespace: the whole text decides
+        if counts[i] <= bound.tokens:  # mostly whitespace: the whole text decides
             heads[i], (counts[i],) = text, await count_tokens(server, served, [text])
         elif not truncate:
-            raise too_large("max_seq_len", f"input {i} is more than {counts[i]} tokens (its first {room} of "
-                            f"{len(text)} characters), more than the model takes, max_tokens="
-                            f"{served.max_tokens} in /info; send truncate: true to cut it")
+            raise bound.refuse(i, f"more than {counts[i]} tokens (its first {room} of {len(text)} characters)")
     return heads, counts
 
 
@@ -142,6 +141,17 @@ async def embed(body: option_schemas.EmbedRequest, request: Request):
                      "inputs": [{k: i[k] for k in ("tokens", "truncated", "chunks")} for i in inputs]})
 
 
+def record_bound(task, truncate: bool, limits) -> tuple:
+    """(the TextBound of a task's record, whether it may be cut): QA reads every token of a long context in
+    windows, so truncate cuts nothing and only the request's limit bounds it; the other tasks read the
+    first max_len tokens of a record (task.json's)."""
+    if task.kind == "qa":
+        most = limits.max_request_tokens
+        return TextBound(most, f"max_request_tokens={most} (QA reads the whole context)", "max_request_tokens",
+                         cut=False), False
+    return TextBound(task.max_len, f"the task reads, max_len={task.max_len}"), truncate
+
+
 @router.post("/predict", response_model=schemas.PredictResponse, tags=["tasks"])
 async def predict(body: schemas.PredictRequest, request: Request):
     """A fine-tuned model's predictions (labels and scores; spans for QA; tags for tagging)."""
@@ -156,14 +166,24 @@ async def predict(body: schemas.PredictRequest, request: Request):
     for ts in texts:
         lengths.append(sum(flat[at:at + len(ts)]))
         at += len(ts)
-    # QA reads a long context in windows; the other tasks read max_len tokens of a record
-    limit = server.limits.max_request_tokens if task.kind == "qa" else task.max_len
-    lengths = fit_lengths(lengths, limit, body.truncate, server.limits)
+    lengths = fit_lengths(lengths, *record_bound(task, body.truncate, server.limits), server.limits)
     parts = [({"records": run}, n, len(run)) for run, n in split(records, lengths, server.limits)]
     results = await server.run("predict", served, parts, key=("predict", served.name),
                                interleave=task.kind != "seq2seq")
     predictions = [p for part in results for p in part]
     return JSONBody({"model": served.name, "task": task.kind, "predictions": predictions})
+
+
+def one_mask(served, text: str) -> None:
+    """422 naming text unless it holds exactly one mask, counted as the pipeline counts it (every spelling
+    of the mask taken for the model's own: T5's first sentinel, else the tokenizer's mask token)."""
+    front, seq2seq = served.front, served.model.config.architecture == "encoder-decoder"
+    spans = seq2seq and front.token_to_id(SENTINEL) is not None
+    token = SENTINEL if spans else front.special_tokens.get("mask") or MASK_SPELLINGS[0]
+    try:
+        with_mask(text, token)
+    except ValueError as err:
+        raise RequestError(422, f"text: {err}", param="text") from None
 
 
 @router.post("/fill_mask", response_model=schemas.FillMaskResponse, tags=["masked language models"])
@@ -173,8 +193,9 @@ async def fill_mask(body: schemas.FillMaskRequest, request: Request):
     served = server.pick(body.model, "fill_mask")
     if body.top_k > server.limits.max_top_k:
         raise too_large("max_top_k", f"top_k={body.top_k} is more than max_top_k={server.limits.max_top_k}")
+    one_mask(served, body.text)
     counts = await count_tokens(server, served, [body.text])
-    (n,) = fit_lengths(counts, served.max_tokens, False, server.limits)
+    (n,) = fit_lengths(counts, TextBound(served.max_tokens, cut=False, field="text"), False, server.limits)
     span = min(body.max_span, served.max_tokens)
     payload = {"text": body.text, "top_k": body.top_k, "max_span": span}
     (candidates,) = await server.run("fill_mask", served, [(payload, n + span * body.top_k, 1)])
@@ -235,9 +256,12 @@ async def attention(request: Request, text: str = Query(..., description="the te
     server = _server(request)
     served = server.pick(model, "attention")
     chosen = parse_layers(layers, served.model.config.n_layers, server.limits)
+    if not text.strip():  # the library's refusal would name no field
+        raise RequestError(422, "text is empty: send the text whose attention to show", param="text")
     check_text("text", text, server.limits)
     counts = await count_tokens(server, served, [text], None if text_pair is None else [text_pair])
-    (n,) = fit_lengths(counts, served.max_tokens, False, server.limits)
+    field = "text" if text_pair is None else "text with text_pair"
+    (n,) = fit_lengths(counts, TextBound(served.max_tokens, cut=False, field=field), False, server.limits)
     payload = {"text": text, "text_pair": text_pair, "layers": chosen, "max_bytes": VIEW_BYTES}
     (page,) = await server.run("attention", served, [(payload, n, 1)])
     return HTMLResponse(page)

@@ -22,7 +22,8 @@ from fastapi.responses import StreamingResponse
 
 from lmforge.serve import schemas
 from lmforge.serve.generation import Settings, prompt_ids
-from lmforge.serve.limits import RequestError, bounded_ids, check_count, check_generation, too_large
+from lmforge.serve.limits import (RequestError, bounded_ids, check_count, check_generation,
+                                  check_request_tokens, too_large)
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled
 
@@ -54,10 +55,12 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
                     **{name: getattr(body, name) for name in SETTINGS})
 
 
-async def jobs_of(served, prompts: list, settings: Settings, limits, listed: bool = False) -> list:
+async def jobs_of(served, prompts: list, settings: Settings, limits, listed: bool = False,
+                  new_tokens: str = "max_new_tokens") -> list:
     """[(payload, tokens)] of the prompts (`listed`: sent as a list, so errors name prompt.i), tokenized
-    off the event loop; 413 for a prompt past max_input_tokens, or when a prompt and its new tokens
-    exceed the model's context."""
+    off the event loop; 413 for a prompt past max_input_tokens, when a prompt and its new tokens
+    exceed the model's context, or when the request's tokens (`new_tokens` names its field) exceed
+    max_request_tokens."""
     fields = [f"prompt.{i}" if listed else "prompt" for i in range(len(prompts))]
 
     def encode_all() -> list:
@@ -68,7 +71,20 @@ async def jobs_of(served, prompts: list, settings: Settings, limits, listed: boo
         all_ids = encode_all()
     else:
         all_ids = await anyio.to_thread.run_sync(encode_all)
-    return [_job(served, field, ids, settings) for field, ids in zip(fields, all_ids)]
+    jobs = [_job(served, field, ids, settings) for field, ids in zip(fields, all_ids)]
+    check_request(all_ids, settings, limits, new_tokens)
+    return jobs
+
+
+def check_request(all_ids: list, settings: Settings, limits, new_tokens: str = "max_new_tokens") -> None:
+    """413 naming max_request_tokens when the prompts' tokens and each one's new tokens, times the beams
+    (each beam holds its own sequence), exceed it."""
+    read = sum(map(len, all_ids))
+    beams = settings.num_beams
+    total = (read + len(all_ids) * settings.max_new_tokens) * beams
+    times = f", times num_beams={beams}" if beams > 1 else ""
+    check_request_tokens(total, limits, f": {len(all_ids)} prompt(s) of {read} tokens, plus {new_tokens}="
+                         f"{settings.max_new_tokens} for each{times}")
 
 
 def _job(served, field: str, ids: list, settings: Settings) -> tuple:
@@ -175,7 +191,8 @@ async def completions(body: schemas.CompletionRequest, request: Request):
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
     check_count(len(prompts), server.limits, "prompt")  # none: 422; over max_inputs: 413
     settings = settings_of(body, body.max_tokens, server.limits, "max_tokens")
-    jobs = await jobs_of(served, prompts, settings, server.limits, listed=not isinstance(body.prompt, str))
+    listed = not isinstance(body.prompt, str)
+    jobs = await jobs_of(served, prompts, settings, server.limits, listed, new_tokens="max_tokens")
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": served.name}
     if body.stream:

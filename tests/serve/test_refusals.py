@@ -1,0 +1,107 @@
+"""Every refusal is true to the request and to /info: a request's generation cost is the sum over its
+prompts (and beams) against max_request_tokens; a 413 advises truncate only where following the advice
+is served; the limit it names is the one at fault (the request's max_length, a task's max_len); a body
+that is not JSON, and a text the route cannot read, are 422s naming the body or the text."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from lmforge.serve.limits import Limits, RequestError, fit_lengths
+from lmforge.serve.routes import record_bound
+
+LONG = "word " * 200  # past the encoder's 128 tokens (and under tight's 2 kB bodies)
+
+
+def _error(answer, status: int, param: str) -> str:
+    """The message of an answer that must be `status` naming `param`."""
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == param, error
+    return error["message"]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": ["the cat"] * 10, "max_tokens": 40, "temperature": 0}),  # 10 x 42 tokens
+    ("/v1/completions", {"prompt": ["the cat"] * 10, "max_tokens": 40, "temperature": 0, "stream": True}),
+    ("/generate", {"prompt": "the cat", "max_new_tokens": 40, "num_beams": 8}),  # 8 beams x 42 tokens
+], ids=["prompts", "prompts-streamed", "beams"])
+def test_a_generation_s_tokens_add_up_over_its_prompts_and_beams(tight, path, body):
+    with tight.client() as client:
+        refused = client.post(path, json={"model": "gen", **body})
+        one = client.post(path, json={"model": "gen", **body, "prompt": "the cat", "num_beams": 1})
+    message = _error(refused, 413, "max_request_tokens")  # each prompt alone is far under 300
+    assert "max_request_tokens=300" in message
+    assert one.status_code == 200, one.text  # the same settings for one prompt and one beam are served
+
+
+def _send(client, method: str, path: str, body: dict):
+    return client.get(path, params=body) if method == "GET" else client.post(path, json=body)
+
+
+def test_a_refusal_advises_truncate_only_where_the_route_takes_it(tight):
+    max_tokens = tight.client().get("/info").json()["models"]["enc"]["max_tokens"]
+    cases = [("POST", "/fill_mask", {"model": "enc", "text": LONG + "[MASK]"}),
+             ("GET", "/attention", {"model": "enc", "text": LONG}),
+             ("POST", "/embed", {"model": "enc", "texts": [LONG]})]
+    advised = []
+    with tight.client() as client:
+        for method, path, body in cases:
+            message = _error(_send(client, method, path, body), 413, "max_seq_len")
+            assert f"max_tokens={max_tokens} in /info" in message  # the words /info uses, its number
+            if "truncate" in message:  # the advice, followed, is served
+                advised.append(path)
+                assert _send(client, method, path, {**body, "truncate": True}).status_code == 200
+    assert advised == ["/embed"]
+
+
+def test_a_features_text_over_the_request_s_max_length_names_max_length(tight):
+    max_tokens = tight.client().get("/info").json()["models"]["enc"]["max_tokens"]
+    body = {"model": "enc", "texts": "the cat sat on the mat", "layers": "0", "max_length": 3}
+    with tight.client() as client:
+        refused = client.post("/features", json=body)
+        cut = client.post("/features", json={**body, "truncate": True})
+    message = _error(refused, 413, "max_length")
+    assert "max_length=3" in message and f"max_tokens={max_tokens}" in message and "max_tokens=3" not in message
+    assert cut.status_code == 200 and cut.json()["data"][0]["truncated"], cut.text
+
+
+def test_a_record_over_its_task_s_max_len_says_the_task_s_limit(server):
+    info = server.client().get("/info").json()["models"]["cls"]
+    max_len = info["task"]["max_len"]
+    assert max_len < info["max_tokens"]  # the task reads fewer tokens than the model could
+    answer = server.client().post("/predict", json={"model": "cls", "inputs": ["word " * (max_len + 10)]})
+    message = _error(answer, 413, "max_seq_len")
+    assert f"max_len={max_len}" in message and "max_tokens" not in message
+
+
+def test_a_qa_context_is_never_cut_so_truncate_cannot_hide_its_tokens():
+    limits = Limits(max_request_tokens=100)
+    qa, cls = SimpleNamespace(kind="qa", max_len=48), SimpleNamespace(kind="cls", max_len=48)
+    assert fit_lengths([500], *record_bound(cls, True, limits), limits) == [48]  # cls reads 48 of them
+    with pytest.raises(RequestError) as err:  # QA's windows read all 500
+        fit_lengths([500], *record_bound(qa, True, limits), limits)
+    assert err.value.status == 413 and err.value.param == "max_request_tokens"
+    assert "truncate" not in err.value.message
+
+
+@pytest.mark.parametrize("body", [b'{"model": "enc", "texts": [', b'{"model": "enc", "texts": "x", "dimensions": '
+                                  + b"7" * 5000 + b"}"], ids=["cut-short", "5000-digit-integer"])
+def test_a_body_that_is_not_json_is_422_naming_the_body(server, body):
+    answer = server.client().post("/embed", content=body, headers={"content-type": "application/json"})
+    message = _error(answer, 422, "body")
+    assert message.startswith("request body ") and "\n" not in message
+    assert "sys." not in message  # Python's advice to its programmer is not the client's
+
+
+@pytest.mark.parametrize("method, path, query", [
+    ("POST", "/fill_mask", {"model": "enc", "text": "the cat sat on the mat"}),
+    ("POST", "/fill_mask", {"model": "enc", "text": "the [MASK] sat on the <mask>"}),
+    ("POST", "/fill_mask", {"model": "t5", "text": "the cat sat on the mat"}),
+    ("GET", "/attention", {"model": "enc", "text": ""}),
+    ("GET", "/attention", {"model": "enc", "text": "   "}),
+], ids=["no-mask", "two-masks", "t5-no-mask", "empty", "blank"])
+def test_a_text_the_route_cannot_read_is_422_naming_text(server, method, path, query):
+    with server.client() as client:
+        assert "text" in _error(_send(client, method, path, query), 422, "text")

@@ -49,13 +49,16 @@ def test_both_perplexities_fall_on_the_builtin_corpus(tmp_path):
     assert trained[0] < 0.5 * untrained[0] and trained[1] < 0.5 * untrained[1], (trained, untrained)
 
 
-def test_a_killed_run_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("stateful", ["false", "true"])
+def test_a_killed_run_resumes_exactly(tmp_path, stateful):
+    """Stateful: the checkpoint keeps the LSTM states the next batch starts from (Objective.carried)."""
     full, killed = tmp_path / "full", tmp_path / "killed"
-    assert main(pretrain(full, 8, "save_every=4", "log_every=1")) == 0
-    assert main(pretrain(killed, 8, "save_every=4", "log_every=1")) == 0
+    run = ("save_every=4", "log_every=1", f"stateful={stateful}")
+    assert main(pretrain(full, 8, *run)) == 0
+    assert main(pretrain(killed, 8, *run)) == 0
     shutil.rmtree(killed / "checkpoints" / "step-0000008")  # killed after the checkpoint of step 4
     shutil.rmtree(killed / "final")
-    assert main(pretrain(killed, 8, "save_every=4", "log_every=1", "--resume")) == 0
+    assert main(pretrain(killed, 8, *run, "--resume")) == 0
     a, b = lmforge.load(full / "final").state_dict(), lmforge.load(killed / "final").state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == list(range(1, 9))

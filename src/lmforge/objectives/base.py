@@ -138,6 +138,14 @@ class Objective(nn.Module, abc.ABC):
         """The heads this objective trains, by name (attached to the kept model by `finish`)."""
         return {}
 
+    def carried(self):
+        """What training carries from one batch to the next beside the weights (tensors, or None: nothing);
+        a checkpoint keeps it, so that a resumed run goes on exactly (ELMo's stateful LSTM states)."""
+        return None
+
+    def carry(self, state) -> None:
+        """Take up what `carried` gave at a checkpoint (a resume)."""
+
     def finish(self) -> nn.Module:
         """The model to keep, with this objective's heads attached."""
         for name, head in self.heads().items():

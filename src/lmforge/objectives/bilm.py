@@ -72,6 +72,16 @@ class BiLM(Objective):
         # word id -> its characters (id 0..261 fit int16: a 793k-word vocabulary stays ~80 MB)
         self.char_table = torch.tensor(chars if chars is not None else [[0] * L], dtype=torch.int16)
 
+    def carried(self):
+        """A stateful biLM's last batch's final LSTM states (None where it carries none)."""
+        return self.model.states
+
+    def carry(self, state) -> None:
+        """Start the next batch from the checkpoint's states, as the run did."""
+        device = next(self.model.parameters()).device
+        self.model.states = None if state is None else [[(h.to(device), c.to(device)) for h, c in direction]
+                                                        for direction in state]
+
     @classmethod
     def build(cls, model, tokenizer, samples: int = 0) -> "BiLM":
         """The objective over `tokenizer`'s words (each id's characters tabulated once)."""

@@ -157,6 +157,8 @@ class Trainer:
         dist.load_optimizer_state(self.module, self.optimizer, optimizer["optimizer"])
         self.scheduler.load_state_dict(optimizer["scheduler"])
         set_rng_states(optimizer["rng"])
+        if hasattr(self.objective, "carry"):
+            self.objective.carry(optimizer.get("carried"))
         self.step, self.last_checkpoint = int(info["step"]), path
         self.stopped = bool(info.get("stopped", False))
         if "evaluator" in info and hasattr(self.evaluator, "load_state_dict"):
@@ -299,6 +301,9 @@ class Trainer:
         weights = dist.full_state_dict(self.module)
         optimizer = {"optimizer": dist.optimizer_state(self.module, self.optimizer),
                      "scheduler": self.scheduler.state_dict()}
+        carried = self.objective.carried() if hasattr(self.objective, "carried") else None
+        if carried is not None:  # ELMo's stateful LSTM states: the next batch starts from them
+            optimizer["carried"] = carried
         if self.main:
             info = {"train": self.cfg.to_dict(), "world": self.world, "stopped": self.stopped}
             if hasattr(self.evaluator, "state_dict"):

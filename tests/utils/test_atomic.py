@@ -166,3 +166,21 @@ def test_a_folder_or_a_path_under_a_file_is_refused_in_one_line(tmp_path):
     with pytest.raises(UnsafePath, match="plain is a file, not a folder$"):
         atomic_write_text(tmp_path / "plain" / "sub" / "out.json", "x")
     assert (tmp_path / "plain").read_text() == "kept" and list((tmp_path / "dir").iterdir()) == []
+
+
+def test_a_place_that_cannot_be_written_is_named_as_asked_not_by_a_temporary_name(tmp_path):
+    """The error of an output that cannot be made names the output (and the file in the way), never the
+    hidden temporary name beside it that the user did not ask for."""
+    (tmp_path / "a-file").write_text("in the way")
+    with pytest.raises(FileNotFoundError) as err:  # /proc takes no new file: the temporary one fails
+        atomic_write_text("/proc/x.npy", "x")
+    assert str(err.value).endswith("'/proc/x.npy'") and "/." not in str(err.value)
+    with pytest.raises(FileNotFoundError) as err:
+        replace_dir("/proc/model", lambda folder: None)
+    assert str(err.value).endswith("'/proc/model'") and "/." not in str(err.value)
+    with pytest.raises(FileNotFoundError) as err:  # a folder on the way: named, with the output
+        atomic_write_text("/proc/no-such-dir/x.npy", "x")
+    assert "(writing /proc/no-such-dir/x.npy): '/proc/no-such-dir'" in str(err.value)
+    with pytest.raises(FileExistsError) as err:
+        replace_dir(tmp_path / "a-file" / "model", lambda folder: None)
+    assert f"writing {tmp_path / 'a-file' / 'model'}" in str(err.value) and "a-file'" in str(err.value)

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -54,13 +55,28 @@ def check_file_path(path) -> Path:
     return path
 
 
+@contextmanager
+def naming(path):
+    """An OSError while making room for `path` (its folders, a temporary name beside it) names `path`,
+    the output asked for, not the temporary name or a folder on the way."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno is None or err.filename is None or err.filename == str(path):
+            raise
+        if os.path.basename(err.filename).startswith(f".{Path(path).name}."):  # the temporary name
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        raise OSError(err.errno, f"{err.strerror} (writing {path})", err.filename) from None
+
+
 def atomic_write(path, write: Callable[[BinaryIO], object]) -> Path:
     """Call write(handle) on a temporary binary file in `path`'s folder, then rename it over `path`
     (a link there is replaced, never followed); on any failure the temporary file goes and `path`
     is as it was."""
     path = check_file_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         as_created(tmp, replacing=path)
         with os.fdopen(fd, "wb") as handle:
@@ -120,9 +136,10 @@ def replace_dir(dest, write: Callable[[Path], object]) -> bool:
     once the new one is in place. Returns whether a `dest` was there; on a failure the fresh folder
     goes and `dest` is as it was. What a killed earlier call left beside `dest` is tidied first."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _tidy(dest)
-    staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.new-{os.getpid()}-"))
+    with naming(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _tidy(dest)
+        staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.new-{os.getpid()}-"))
     existed = dest.exists() or dest.is_symlink()
     old = dest.with_name(f".{dest.name}.old-{staging.name.split('.new-', 1)[1]}")
     try:

@@ -183,7 +183,7 @@ def test_elmo_lists_features_alone_and_other_routes_refuse_it(served):
                        ("/v1/completions", {"prompt": "a cat"}),
                        ("/rerank", {"query": "a", "documents": ["b"]})]:
         answer = client.post(path, json={"model": "elmo", **body})
-        assert answer.status_code == 400 and answer.json()["error"]["param"] == "model", (path, answer.text)
+        assert answer.status_code == 422 and answer.json()["error"]["param"] == "model", (path, answer.text)
         assert "it can: features" in answer.json()["error"]["message"]
     view = client.get("/attention", params={"model": "elmo", "text": "a cat"})
-    assert view.status_code == 400 and "it can: features" in view.json()["error"]["message"]
+    assert view.status_code == 422 and "it can: features" in view.json()["error"]["message"]

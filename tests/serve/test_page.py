@@ -196,7 +196,7 @@ def test_page_shows_rerank_refusals_naming_the_limit_or_field(ranked, tmp_path):
     assert "Refused (413)" in box and "limit: max_documents" in box
     assert bad_top[1].startswith("422") and bad_top[2]["error"]["param"] == "top_n"
     assert json.loads(marked) == ["top_n"]  # the form's top_n is marked
-    assert not_rr[1].startswith("400") and not_rr[2]["error"]["param"] == "model"
+    assert not_rr[1].startswith("422") and not_rr[2]["error"]["param"] == "model"
 
 
 def test_page_tries_features_showing_tokens_offsets_and_shape(server, tmp_path):

@@ -85,7 +85,7 @@ def test_truncation_is_said_per_document_or_refused(served, dirs):
     ({"query": QUERY, "documents": [{"txt": "a dog"}]}, 422, "documents.0"),
     ({"query": QUERY, "documents": ["a dog"], "rank_fields": ["x"]}, 422, "rank_fields"),
     ({"documents": ["a dog"]}, 422, "query"),
-    ({"model": "plain", "query": QUERY, "documents": ["a dog"]}, 400, "model"),
+    ({"model": "plain", "query": QUERY, "documents": ["a dog"]}, 422, "model"),
     ({"model": "nope", "query": QUERY, "documents": ["a dog"]}, 404, "model"),
 ])
 def test_refusals_name_the_field_or_limit(served, body, status, param):

@@ -98,7 +98,8 @@ class Server:
                 worker.join(max(0.0, deadline - time.monotonic()))
 
     def pick(self, name: str | None, capability: str):
-        """The model `name` (default: the first one that has `capability`); 404 / 400 otherwise."""
+        """The model `name` (default: the first one that has `capability`); otherwise 404 (not served), 422
+        (the client's model cannot do this: another value of `model` can) or 400 (no served model can)."""
         if name is None:
             found = [m for m in self.models.values() if capability in m.capabilities]
             if not found:
@@ -109,7 +110,7 @@ class Server:
                                param="model", kind="model_not_found")
         served = self.models[name]
         if capability not in served.capabilities:
-            raise RequestError(400, f"model {name!r} cannot {capability} (it can: "
+            raise RequestError(422, f"model {name!r} cannot {capability} (it can: "
                                f"{', '.join(served.capabilities)})", param="model")
         return served
 

@@ -105,3 +105,18 @@ def test_a_body_that_is_not_json_is_422_naming_the_body(server, body):
 def test_a_text_the_route_cannot_read_is_422_naming_text(server, method, path, query):
     with server.client() as client:
         assert "text" in _error(_send(client, method, path, query), 422, "text")
+
+
+@pytest.mark.parametrize("field, value", [("best_of", 3), ("logprobs", 2), ("logprobs", -1), ("suffix", "."),
+                                          ("presence_penalty", 0.5), ("frequency_penalty", -1.0),
+                                          ("logit_bias", {"50256": -100})])
+def test_an_openai_completion_setting_that_is_not_served_is_refused_never_ignored(server, field, value):
+    """OpenAI's extras are ignored where they change nothing (user); one that would change the answer is a
+    422 naming it, as n > 1 is: a client never gets one completion where it asked for the best of three."""
+    body = {"model": "gen", "prompt": "the cat", "max_tokens": 2, "temperature": 0}
+    with server.client() as client:
+        refused = client.post("/v1/completions", json={**body, field: value})
+        served = client.post("/v1/completions", json={**body, "user": "someone"})
+    _error(refused, 422, field)
+    assert served.status_code == 200, served.text
+

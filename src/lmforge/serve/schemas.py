@@ -234,7 +234,13 @@ class CompletionRequest(Decoding):
     temperature: float = Field(1.0, ge=0, description="OpenAI's default 1 samples; 0 is greedy")
     n: int = Field(1, ge=1, le=1, description="only 1")
     echo: bool = Field(False, description="put the prompt before the completion")
-    logprobs: int | None = Field(None, le=0, description="not supported: leave out")
+    # OpenAI's settings lmforge does not serve: refused where they would change the answer, never ignored
+    best_of: int = Field(1, ge=1, le=1, description="only 1")
+    logprobs: None = Field(None, description="not supported: leave out")
+    suffix: None = Field(None, description="not supported: leave out")
+    presence_penalty: float = Field(0.0, ge=0, le=0, description="not supported: only 0")
+    frequency_penalty: float = Field(0.0, ge=0, le=0, description="not supported: only 0")
+    logit_bias: dict[str, float] | None = Field(None, max_length=0, description="not supported: leave out")
     user: str | None = None
 
 

@@ -109,9 +109,11 @@ def test_cli_shards_and_reports_bad_input(corpus_dir, tokenizer_dir, tmp_path, c
 
 def test_worker_warnings_reach_the_caller(tokenizer_dir, tmp_path):
     (tmp_path / "e.txt").write_bytes(b"")
+    (tmp_path / "f.txt").write_text("One sentence here. Another one follows.\n")
     with pytest.warns(CorpusWarning, match="e.txt is empty"):
-        manifest = shard_corpus([tmp_path / "e.txt"], tokenizer_dir, tmp_path / "s", log=lambda m: None)
-    assert manifest["totals"]["documents"] == 0 and manifest["shards"][0]["problems"]
+        manifest = shard_corpus([tmp_path / "e.txt", tmp_path / "f.txt"], tokenizer_dir, tmp_path / "s",
+                                log=lambda m: None)
+    assert manifest["totals"]["documents"] == 1 and manifest["shards"][0]["problems"]
 
 
 def test_the_command_says_each_data_warning_in_one_line(tokenizer_dir, tmp_path, monkeypatch, capsys):
@@ -217,3 +219,16 @@ def test_an_earlier_runs_shard_folder_is_never_read_as_text(corpus_dir, tokenize
     assert again["totals"] == alone["totals"] and len(again["inputs"]) == 1
     with pytest.raises(ValueError, match="old is an lmforge shard folder"):
         shard_corpus([tmp_path / "c" / "old"], tokenizer_dir, tmp_path / "third", log=lambda m: None)
+
+
+def test_inputs_that_hold_no_document_are_refused_and_no_folder_is_left(tokenizer_dir, tmp_path, capsys):
+    """A corpus of nothing (every JSONL line without the text field) would train on nothing: the command
+    says so, points at the field, and leaves no shard folder a later pretrain would read."""
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"body": "hello world"}\n{"body": "more words"}\n')
+    argv = ["corpus", "shard", str(data), "--tokenizer", str(tokenizer_dir), "--out", str(tmp_path / "s")]
+    with pytest.warns(CorpusWarning) as said:
+        assert main(argv) == 2
+    assert any("without a string text field" in str(w.message) for w in said)
+    assert "no document to shard" in capsys.readouterr().err and not (tmp_path / "s").exists()
+    assert main([*argv, "--text-field", "body"]) == 0 and ShardCorpus(tmp_path / "s").n_tokens > 0

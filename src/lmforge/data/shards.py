@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from lmforge.config import atomic_write_text
+from lmforge.utils.atomic import remove_path
 from lmforge.data.corpus import (
     CHUNK,
     SHARD_FORMAT,
@@ -287,6 +288,7 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     files = expand_files([files] if isinstance(files, (str, os.PathLike)) else files)
     tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     out, opts = Path(out), options or ReadOptions()
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     manifest = _prepare(files, tokenizer, out, opts, shard_bytes)
     itemsize = np.dtype(manifest["dtype"]).itemsize
@@ -304,6 +306,11 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
             warnings.warn(message, CorpusWarning, stacklevel=2)
         log(f"{entry['name']}: {entry['documents']} documents, {entry['tokens']} tokens")
     manifest["totals"] = {k: sum(s[k] for s in manifest["shards"]) for k in ("documents", "sentences", "tokens")}
+    if not manifest["totals"]["documents"]:  # a corpus of nothing would train on nothing: refused, not kept
+        if made:
+            remove_path(out)
+        raise ValueError(f"{', '.join(map(str, files[:3]))}{' ...' if len(files) > 3 else ''}: no document to "
+                         f"shard (the warnings say what was skipped: another --text-field or --format?)")
     manifest["complete"] = True
     _write_manifest(out, manifest)
     return manifest

@@ -53,6 +53,15 @@ def test_an_edited_value_is_refused_naming_its_line(tmp_path):
         read_results(tmp_path)
 
 
+def test_a_second_row_of_a_unit_is_refused_naming_both_lines(tmp_path):
+    """A run replaces a unit's row; two rows of one unit would count it twice in the report's n."""
+    lines = three(tmp_path)
+    (tmp_path / RESULTS).write_text("\n".join([*lines, lines[0]]) + "\n")  # a second writer, or a hand
+    with pytest.raises(ResultsError, match=re.escape(f"{tmp_path / RESULTS}:4: a second row of arm mlm, seed 0, "
+                                                     f"task sentiment (line 1 is the first)")):
+        read_results(tmp_path)
+
+
 @pytest.mark.parametrize("bad", ["not json", '{"arm": "mlm", "budget": 30000000{"plan": "tiny"}', "[1, 2]",
                                  '{"arm": "mlm"}'])
 def test_a_bad_line_before_the_last_is_refused_naming_it(tmp_path, bad):

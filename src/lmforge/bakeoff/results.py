@@ -88,11 +88,29 @@ def read_results(out) -> list:
         warnings.warn(f"{path}: its last line is torn (a write cut short): left out; a rerun runs its unit again",
                       ResultsWarning, stacklevel=2)
         data = data[:torn]
-    rows = [_row(path, number, line) for number, line in enumerate(data.split(b"\n"), 1) if line.strip()]
+    rows = _rows(path, data)
     unsigned = sum(CHECKSUM not in row for row in rows)
     if unsigned:
         warnings.warn(f"{path}: {unsigned} row(s) without a checksum (written before rows carried one, or by hand): "
                       f"read unverified", ResultsWarning, stacklevel=2)
+    return rows
+
+
+def _rows(path: Path, data: bytes) -> list:
+    """The verified rows of the file's bytes, one a unit: a second row of a unit (arm, seed, task) is a
+    ResultsError naming both lines (a run replaces a unit's row, so two mean a hand or a second writer, and
+    a report would count the unit twice)."""
+    rows, seen = [], {}
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        row = _row(path, number, line)
+        unit = (row["arm"], row["seed"], row["task"])
+        if unit in seen:
+            raise ResultsError(f"{path}:{number}: a second row of arm {unit[0]}, seed {unit[1]}, task {unit[2]} "
+                               f"(line {seen[unit]} is the first); delete one of them")
+        seen[unit] = number
+        rows.append(row)
     return rows
 
 

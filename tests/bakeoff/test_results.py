@@ -57,8 +57,8 @@ def test_a_second_row_of_a_unit_is_refused_naming_both_lines(tmp_path):
     """A run replaces a unit's row; two rows of one unit would count it twice in the report's n."""
     lines = three(tmp_path)
     (tmp_path / RESULTS).write_text("\n".join([*lines, lines[0]]) + "\n")  # a second writer, or a hand
-    with pytest.raises(ResultsError, match=re.escape(f"{tmp_path / RESULTS}:4: a second row of arm mlm, seed 0, "
-                                                     f"task sentiment (line 1 is the first)")):
+    first = "a second row of arm mlm, seed 0, task sentiment (line 1 is the first)"
+    with pytest.raises(ResultsError, match=re.escape(f"{tmp_path / RESULTS}:4: {first}")):
         read_results(tmp_path)
 
 

@@ -107,8 +107,8 @@ def _rows(path: Path, data: bytes) -> list:
         row = _row(path, number, line)
         unit = (row["arm"], row["seed"], row["task"])
         if unit in seen:
-            raise ResultsError(f"{path}:{number}: a second row of arm {unit[0]}, seed {unit[1]}, task {unit[2]} "
-                               f"(line {seen[unit]} is the first); delete one of them")
+            raise ResultsError(f"{path}:{number}: a second row of arm {unit[0]}, seed {unit[1]}, "
+                               f"task {unit[2]} (line {seen[unit]} is the first); delete one of them")
         seen[unit] = number
         rows.append(row)
     return rows

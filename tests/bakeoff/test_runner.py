@@ -128,9 +128,13 @@ def test_a_torn_last_line_reruns_only_its_unit_and_leaves_the_file_clean(tmp_pat
     last = json.loads(path.read_text().splitlines()[-1])
     os.truncate(path, path.stat().st_size - 40)  # truncate -s -40: the last row torn, no newline
     trained.clear(), tuned.clear()
+    logged = []
     with pytest.warns(ResultsWarning, match=re.escape(f"{path}: its last line was torn")):
-        run_plan(plan, tmp_path, log=lambda line: None)
+        run_plan(plan, tmp_path, log=logged.append)
     assert trained == [] and tuned == [last["arm"]]  # its pretraining was finished: the fine-tuning alone
+    unit = f"{last['arm']} seed {last['seed']}"
+    assert any(f"{unit}: pretrained already" in line for line in logged)  # said as it is: kept, not trained
+    assert not any(f"pretrained {unit}" in line for line in logged)
     assert path.read_bytes().endswith(b"\n") and len(path.read_text().splitlines()) == 4
     tuned.clear()
     with warnings.catch_warnings():

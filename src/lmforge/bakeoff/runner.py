@@ -217,9 +217,12 @@ class BakeOff:
         if changed:
             self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since the result(s) of "
                      f"{', '.join(changed)} (arm, seed, budget, corpus, recipe, task or lmforge version): running again")
+        kept = arm.pretrain and self.pretrained(arm, seed)
         model = self.pretrain(arm, spec, seed)
-        self.progress(f"pretrained {arm.name} seed {seed} ({self.schedules[arm.name].steps} steps)" if arm.pretrain
-                      else f"{arm.name} seed {seed}: no pretraining of its own ({model})")
+        steps = self.schedules[arm.name].steps
+        self.progress(f"{arm.name} seed {seed}: no pretraining of its own ({model})" if not arm.pretrain
+                      else f"{arm.name} seed {seed}: pretrained already ({steps} steps), kept" if kept
+                      else f"pretrained {arm.name} seed {seed} ({steps} steps)")
         self.finished += len(self.tasks) - len(todo)
         for task in todo:
             row = {**self.finetune(arm, seed, task, model), "fingerprint": keys[task]}
@@ -259,7 +262,7 @@ class BakeOff:
         if not arm.pretrain:
             return self.final_of(arm, seed)
         key = pretrain_key(self.plan, arm, seed)
-        if self.stamp_of(out) == key and (out / "done.json").is_file():
+        if self.pretrained(arm, seed):
             return self.final_of(arm, seed)
         if out.exists() and self.stamp_of(out) != key:  # trained (or begun) for another plan: start again
             self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since its pretraining "
@@ -278,6 +281,11 @@ class BakeOff:
                  model=source, max_len=max_len, log=self.detail)
         atomic_write_text(out / "done.json", json.dumps({"steps": steps}) + "\n")
         return out / "final"
+
+    def pretrained(self, arm: Arm, seed: int) -> bool:
+        """Whether the arm's pretraining at `seed` is finished for this plan (its fingerprint and done.json)."""
+        out = self.arm_dir(arm.name, seed) / "pretrain"
+        return self.stamp_of(out) == pretrain_key(self.plan, arm, seed) and (out / "done.json").is_file()
 
     @staticmethod
     def stamp_of(out: Path) -> str | None:

@@ -283,7 +283,7 @@ class BakeOff:
         return out / "final"
 
     def pretrained(self, arm: Arm, seed: int) -> bool:
-        """Whether the arm's pretraining at `seed` is finished for this plan (its fingerprint and done.json)."""
+        """Whether the arm's pretraining at `seed` is finished for this plan (fingerprint, done.json)."""
         out = self.arm_dir(arm.name, seed) / "pretrain"
         return self.stamp_of(out) == pretrain_key(self.plan, arm, seed) and (out / "done.json").is_file()
 

@@ -263,6 +263,9 @@ def embed_out(out: str | None) -> Path | None:
         return None
     if not out.strip():
         raise UsageError("--out is empty: name a .npy file or a folder")
+    if out == "-":  # the usual name of standard output, which takes the JSON lines: leave --out out
+        raise UsageError("--out -: the embeddings go to standard output as JSON lines without --out; "
+                         "--out names a .npy file or a folder")
     path = Path(out)
     if path.suffix != ".npy":
         not_a_link(path, "folder", "--out")  # the file goes into the folder: never through a link to one

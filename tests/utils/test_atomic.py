@@ -184,3 +184,22 @@ def test_a_place_that_cannot_be_written_is_named_as_asked_not_by_a_temporary_nam
     with pytest.raises(FileExistsError) as err:
         replace_dir(tmp_path / "a-file" / "model", lambda folder: None)
     assert f"writing {tmp_path / 'a-file' / 'model'}" in str(err.value) and "a-file'" in str(err.value)
+
+
+@pytest.mark.parametrize("fmt", ["svg", "pdf", "png"])
+def test_a_figure_saved_twice_is_the_same_bytes(tmp_path, fmt):
+    """No date and no random element ids in a saved figure: the same run draws the same file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    saved = []
+    for i in range(2):
+        fig, ax = plt.subplots()
+        ax.imshow([[1, 2], [3, 4]])
+        ax.set_title("attention")
+        saved.append(atomic_savefig(fig, tmp_path / f"{i}.{fmt}").read_bytes())
+        plt.close(fig)
+    assert saved[0] == saved[1]
+

@@ -101,8 +101,15 @@ def atomic_write_text(path, text: str) -> Path:
 def atomic_savefig(fig, path, dpi: float | None = None, fmt: str | None = None) -> Path:
     """Save a matplotlib figure atomically (savefig into a temporary file, then a rename); the
     format from `fmt` or the file's suffix (savefig cannot see a name through a handle)."""
+    import matplotlib
+
     fmt = fmt or Path(path).suffix.lstrip(".").lower() or "png"
-    return atomic_write(path, lambda handle: fig.savefig(handle, format=fmt, dpi=dpi))
+    # the same figure, the same bytes: no date stamped in (svg, pdf, ps), and svg's element ids from a
+    # fixed salt rather than a random one
+    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "ps": {"CreationDate": None},
+                "eps": {"CreationDate": None}}.get(fmt)
+    with matplotlib.rc_context({"svg.hashsalt": "lmforge"}):
+        return atomic_write(path, lambda handle: fig.savefig(handle, format=fmt, dpi=dpi, metadata=metadata))
 
 
 def refuse_link(path) -> Path:

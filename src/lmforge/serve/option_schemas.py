@@ -1,6 +1,7 @@
-"""Request and response bodies made from options objects: /embed's (EmbedOptions) and /features'
-(FeatureOptions), each field's help, default, bounds and choices in the spec; the values are judged when
-the route builds the options object, so the server refuses what the library and the command refuse.
+"""Request and response bodies made from options objects: /embed's and /v1/embeddings' (EmbedOptions) and
+/features' (FeatureOptions), each field's help, default, bounds and choices in the spec; the values are
+judged when the route builds the options object, so the server refuses what the library and the command
+refuse. A null is the field not given (its default), as the objects' build() reads a Python None.
 """
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from pydantic import BaseModel, Field, create_model
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.config.options import bounds_text
 from lmforge.pipelines.embed_options import EmbedOptions
-from lmforge.serve.schemas import EXACT, MODEL_FIELD
+from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI
 
 
 def options_fields(cls, skip: tuple = ()) -> dict:
     """name -> (type, Field) of each field of the options dataclass `cls` (its help, default, bounds and
-    choices in the schema); the values are judged when the request's options object is built."""
+    choices in the schema); the values are judged when the request's options object is built. Each may be
+    null, read as not given: build() drops a None (drop_none), as lmforge.embed's keyword arguments do."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
@@ -26,11 +28,12 @@ def options_fields(cls, skip: tuple = ()) -> dict:
         meta = f.metadata
         extra = _bounds(meta)
         if meta.get("choices"):
-            extra["enum"] = list(meta["choices"])
+            extra["enum"] = [*meta["choices"], None]
         if meta.get("items"):  # a list of numbers: the bounds are each item's, in the array's own schema
             extra = _list_schema(meta, extra)
-        out[f.name] = (hints[f.name], Field(f.default, description=meta.get("help", "") + bounds_text(meta),
-                                            json_schema_extra=extra or None))
+        described = meta.get("help", "") + bounds_text(meta)
+        out[f.name] = (hints[f.name] | None, Field(f.default, description=described,
+                                                   json_schema_extra=extra or None))
     return out
 
 
@@ -67,6 +70,23 @@ class TextsBase(BaseModel):
 EmbedRequest = create_model("EmbedRequest", __base__=TextsBase, __module__=__name__,
                             __doc__="Sentence embeddings of texts (lmforge.embed's EmbedOptions).",
                             **options_fields(EmbedOptions))
+
+
+class EmbeddingsBase(BaseModel):
+    """OpenAI's embeddings request without lmforge's settings."""
+
+    model_config = OPENAI
+    input: str | list[str] | list[int] | list[list[int]] = Field(
+        ..., description="a text or a list of texts (token ids, which OpenAI also takes, are refused: "
+        "they would be another tokenizer's)")
+    model: str | None = MODEL_FIELD
+    user: str | None = Field(None, description="OpenAI's: taken and unused")
+
+
+EmbeddingsRequest = create_model(
+    "EmbeddingsRequest", __base__=EmbeddingsBase, __module__=__name__,
+    __doc__="OpenAI's embeddings request, with every EmbedOptions field of /embed (encoding_format: OpenAI's "
+            "float and base64, and lmforge's others).", **options_fields(EmbedOptions))
 
 
 class InputInfo(BaseModel):

@@ -80,12 +80,11 @@ async def clip(server, served, texts: list, truncate: bool, limit=None) -> tuple
     return heads, counts
 
 
-def build_options(cls, body, names=None):
-    """The options object `cls` of a request's fields (all of `cls`'s, or `names`): a bad value is a 422
-    naming the field, as the library's OptionsError names it."""
-    names = names or [f.name for f in dataclasses.fields(cls)]
+def build_options(cls, body):
+    """The options object `cls` of a request's fields (every field of `cls`; a null one is not given): a bad
+    value is a 422 naming the field, as the library's OptionsError names it."""
     try:
-        return cls.build(fields={k: getattr(body, k) for k in names})
+        return cls.build(fields={f.name: getattr(body, f.name) for f in dataclasses.fields(cls)})
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
 
@@ -113,15 +112,16 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
 
 
 @router.post("/v1/embeddings", response_model=schemas.EmbeddingsResponse, tags=["embeddings"])
-async def embeddings(body: schemas.EmbeddingsRequest, request: Request):
-    """OpenAI-compatible embeddings of a text or a list of texts (dimensions: Matryoshka)."""
+async def embeddings(body: option_schemas.EmbeddingsRequest, request: Request):
+    """OpenAI-compatible embeddings of a text or a list of texts, with /embed's options (dimensions:
+    Matryoshka)."""
     server = _server(request)
     served = server.pick(body.model, "embed")
     texts = [body.input] if isinstance(body.input, str) else body.input
     if not all(isinstance(t, str) for t in texts):
         raise RequestError(422, "input: token ids are not accepted (they would be another tokenizer's); "
                            "send text (LangChain: check_embedding_ctx_length=False)", param="input")
-    options = build_options(EmbedOptions, body, ("dimensions", "encoding_format", "truncate"))
+    options = build_options(EmbedOptions, body)  # every field, as /embed takes them: none ignored
     vectors, tokens, _ = await embed_texts(server, served, texts, options)
     data = [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)]
     return JSONBody({"object": "list", "data": data, "model": served.name,

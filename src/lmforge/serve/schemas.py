@@ -1,22 +1,26 @@
 """Request and response bodies of every route: they validate input and make the OpenAPI spec.
 
 /v1/embeddings and /v1/completions follow OpenAI's schemas (unknown fields are ignored, as
-clients send extras); lmforge's own routes refuse unknown fields, so a typo is an error rather
-than a silently ignored setting. No float may be NaN or infinite.
+clients send extras, but lmforge's own names of settings the route does not take are refused);
+lmforge's own routes refuse unknown fields, so a typo is an error rather than a silently ignored
+setting. No float may be NaN or infinite. /v1/embeddings' request is made in option_schemas.py.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import operator
 from typing import Annotated, Any, Literal
 
 import pydantic_core
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, create_model
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
-from lmforge.config.options import bounds_text, members
-from lmforge.generate.options import FIELDS, checked_type, field_kind
+from lmforge.config.options import BASE_TYPES, OptionsError, bounds_text, members
+from lmforge.generate.options import EARLY_STOPPING, FIELDS, checked_type, field_kind
 from lmforge.pipelines.fill_mask import MAX_SPAN
 
 # no coercion anywhere: "8" is not 8, true is not 1, "no" is not false (a client's typo, refused: 422)
@@ -61,21 +65,6 @@ class Usage(BaseModel):
 
     prompt_tokens: int
     total_tokens: int
-
-
-class EmbeddingsRequest(BaseModel):
-    """OpenAI's embeddings request."""
-
-    model_config = OPENAI
-    input: str | list[str] | list[int] | list[list[int]] = Field(
-        ..., description="a text or a list of texts (token ids, which OpenAI also takes, are refused: "
-        "they would be another tokenizer's)")
-    model: str | None = MODEL_FIELD
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(None, description="keep the first this many coordinates (Matryoshka), "
-                                   "renormalised; default all")
-    user: str | None = None
-    truncate: bool | Literal["chunk"] = TRUNCATE
 
 
 class Embedding(BaseModel):
@@ -174,10 +163,34 @@ def option_field(name: str, default: Any = dataclasses.MISSING, note: str = "") 
     types = [{"int": int, "float": float, "bool": bool, "str": str}[m] for m in members(field_kind(name))]
     meta, kind = spec.metadata, functools.reduce(operator.or_, types)  # early_stopping: bool | str
     bounds = {("exclusiveMinimum" if meta["open_low"] else "minimum"): meta["low"], "maximum": meta["high"]}
-    return (Annotated[kind, BeforeValidator(functools.partial(checked_type, name))],
+    return (Annotated[kind, BeforeValidator(functools.partial(typed, name))],
             Field(spec.default if default is dataclasses.MISSING else default,
                   description=meta["help"] + bounds_text(meta) + note,
                   json_schema_extra={k: v for k, v in bounds.items() if v is not None}))
+
+
+def spelt(values) -> str:
+    """'true, false or "never"': `values` as a client writes them in JSON."""
+    words = [json.dumps(v) for v in values]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+# a setting of a few values, said by them rather than by its Python annotation (Union[bool, str])
+VALUES = {"early_stopping": spelt(EARLY_STOPPING)}
+
+
+def typed(name: str, value):
+    """`value` as GenerationOptions field `name`'s type (checked_type), a refusal in the API's words and
+    without pydantic's "Value error, " before it. A null is refused rather than read as the default, as
+    lmforge.generate and `lmforge generate` refuse None: GenerationOptions.build takes every field given."""
+    try:
+        if value is None or (name in VALUES and not isinstance(value, (bool, str))):
+            wanted = VALUES.get(name) or " or ".join(BASE_TYPES[m] for m in members(field_kind(name)))
+            raise OptionsError(f"{name} must be {wanted}, got {json.dumps(value)[:60]}", name)
+        return checked_type(name, value)
+    except OptionsError as err:  # the route's answer says the field before the message
+        why = str(err).removeprefix(f"{name} ")
+        raise PydanticCustomError("value_error", "{why}", {"why": why}) from None
 
 
 # the GenerationOptions fields a request may set (generation.Settings holds them); sampling is said by
@@ -225,7 +238,7 @@ class GenerateResponse(BaseModel):
     usage: CompletionUsage
 
 
-class CompletionRequest(Decoding):
+class OpenAICompletion(Decoding):
     """OpenAI's (legacy) completions request; lmforge's decoding settings are accepted too."""
 
     model_config = OPENAI
@@ -242,6 +255,31 @@ class CompletionRequest(Decoding):
     frequency_penalty: float = Field(0.0, ge=0, le=0, description="not supported: only 0")
     logit_bias: dict[str, float] | None = Field(None, max_length=0, description="not supported: leave out")
     user: str | None = None
+
+
+# /v1/completions' own names of lmforge's settings; the rest of LMFORGE_NAMES it does not take at all
+ROUTE_NAMES = {"max_new_tokens": "max_tokens", "num_return_sequences": "n (only 1)",
+               "do_sample": "temperature (0: greedy, > 0: samples)"}
+# lmforge's names of settings (GenerationOptions' fields, /generate's) that /v1/completions does not take
+# under them: refused, since an OpenAI client's unknown extras are ignored and they would be too, silently
+LMFORGE_NAMES = sorted((FIELDS.keys() | GenerateRequest.model_fields.keys())
+                       - OpenAICompletion.model_fields.keys())
+
+
+def lmforge_name(name: str) -> tuple:
+    """(type, Field) of a setting sent to /v1/completions under lmforge's name `name`: any value, null too,
+    is a 422 naming it and the route's own name where it has one (hidden from the spec: never taken)."""
+    why = (f"/v1/completions takes {ROUTE_NAMES[name]}" if name in ROUTE_NAMES
+           else "lmforge's generation setting, which /v1/completions does not take")
+
+    def refuse(value):
+        raise PydanticCustomError("lmforge_name", why)
+    return SkipJsonSchema[Annotated[Any, BeforeValidator(refuse)]], Field(None, exclude=True, repr=False)
+
+
+CompletionRequest = create_model(
+    "CompletionRequest", __base__=OpenAICompletion, __module__=__name__, __doc__=OpenAICompletion.__doc__,
+    **{name: lmforge_name(name) for name in LMFORGE_NAMES})
 
 
 class CompletionChoice(BaseModel):

@@ -176,58 +176,48 @@ def embed_texts(texts: list, file: str | None) -> list:
 
 def cmd_embed(args) -> None:
     """Sentence embeddings of texts: one JSON line per text, or an (N, d) .npy file with --out."""
-    import numpy as np
-
     from lmforge.cli.common import flag_error
     from lmforge.config.checks import within_context
     from lmforge.config.options import OptionsError
-    from lmforge.pipelines.embed import SentenceEncoder, embed
+    from lmforge.pipelines.embed import SentenceEncoder
 
     texts = embed_texts(args.texts, args.file)
     out = embed_out(args.out)
     refuse_overwrite(out, ("--file", args.file), ("--model", args.model))
+    options = embed_options(args)  # always: its defaults refuse a long text, as the server's do
     encoder = SentenceEncoder.from_dir(args.model)
     try:
         within_context("max_length", args.max_length, encoder.model.config)
     except OptionsError as err:
         raise flag_error(err, {"max_length": args.max_length}) from None
-    options = embed_options(args)
-    if options is not None:
-        _embed_with_options(args, encoder, texts, options, out)
-        return
-    bar = Bar(len(texts), "embed", enabled=sys.stderr.isatty(), stderr=True)  # stdout: the embeddings
-    try:
-        vectors = embed(texts, model=encoder, batch_size=args.batch_size, normalize=not args.no_normalize,
-                        max_length=args.max_length, progress=bar.update).cpu()
-    finally:
-        bar.close()
-    if out is None:
-        for text, vector in zip(texts, vectors.tolist()):
-            print(json.dumps({"text": text, "embedding": vector}, ensure_ascii=False))
-        return
-    atomic_write(out, lambda handle: np.save(handle, vectors.numpy().astype(np.float32)))
-    print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]})")
+    _embed_with_options(args, encoder, texts, options, out)
 
 
+# each EmbedOptions field's flag (normalize is said as its opposite, a switch), and max_length's, for errors
 EMBED_FLAGS = {"dimensions": "--dimensions", "encoding_format": "--encoding-format", "prompt": "--prompt",
                "prompt_name": "--prompt-name", "truncate": "--truncate", "max_chunks": "--max-chunks",
-               "batch_invariant": "--batch-invariant", "normalize": "--no-normalize"}
+               "batch_invariant": "--batch-invariant", "normalize": "--no-normalize",
+               "max_length": "--max-length"}
+TRUNCATE_WORDS = {"false": False, "true": True, "chunk": "chunk"}  # truncate's values on the command line
+
+
+def _dest(field: str) -> str:
+    return EMBED_FLAGS[field].lstrip("-").replace("-", "_")
 
 
 def embed_options(args):
-    """The EmbedOptions of the flags (the server's /embed builds the same object), None where no option
-    flag is given; a bad value names its flag."""
+    """The EmbedOptions of the flags, their defaults where none is given (the server's /embed builds the
+    same object); a bad value names its flag."""
+    from dataclasses import fields as fields_of
+
     from lmforge.config.options import OptionsError
     from lmforge.pipelines.embed_options import EmbedOptions
 
-    truncate = {"true": True, "false": False, "chunk": "chunk", None: None}[args.truncate]
-    fields = {"dimensions": args.dimensions, "encoding_format": args.encoding_format, "prompt": args.prompt,
-              "prompt_name": args.prompt_name, "truncate": truncate, "max_chunks": args.max_chunks,
-              "batch_invariant": args.batch_invariant or None}
-    if all(v is None for v in fields.values()) and not args.calibrate:
-        return None
+    given = {f.name: getattr(args, _dest(f.name)) for f in fields_of(EmbedOptions)}
+    given.update(normalize=not args.no_normalize, truncate=TRUNCATE_WORDS.get(args.truncate),
+                 batch_invariant=args.batch_invariant or None)
     try:
-        return EmbedOptions.build(fields={**fields, "normalize": not args.no_normalize})
+        return EmbedOptions.build(fields=given)
     except OptionsError as err:
         raise UsageError(f"{EMBED_FLAGS.get(err.field, err.field)}: {err}") from None
 
@@ -239,14 +229,18 @@ def _embed_with_options(args, encoder, texts: list, options, out) -> None:
     from lmforge.config.options import OptionsError
     from lmforge.pipelines.embed_options import save_ranges
 
+    bar = Bar(len(texts), "embed", enabled=sys.stderr.isatty(), stderr=True)  # stdout: the embeddings
     try:
-        found = encoder.embed_with(texts, options, batch_size=args.batch_size, max_length=args.max_length)
+        found = encoder.embed_with(texts, options, batch_size=args.batch_size, max_length=args.max_length,
+                                   progress=bar.update)
         if args.calibrate:
             print(f"wrote {save_ranges(encoder.path, found.vectors, options)} ({len(texts)} texts)")
             return
         rows = found.output()
     except OptionsError as err:
         raise UsageError(f"{EMBED_FLAGS.get(err.field, err.field)}: {err}") from None
+    finally:
+        bar.close()
     if out is None:
         for text, row, n, cut in zip(texts, rows, found.tokens, found.truncated):
             print(json.dumps({"text": text, "embedding": row, "tokens": n, "truncated": cut}, ensure_ascii=False))
@@ -281,15 +275,25 @@ def embed_out(out: str | None) -> Path | None:
 
 
 def _embed_option_flags(p) -> None:
-    """The EmbedOptions flags of `lmforge embed`."""
-    p.add_argument("--dimensions", type=int, help="keep the first this many coordinates (Matryoshka), renormalised")
-    p.add_argument("--encoding-format", help="float, base64, int8, uint8 (calibrated: --calibrate), binary, ubinary")
-    p.add_argument("--prompt", help="a prefix put before each text")
-    p.add_argument("--prompt-name", help="a prompt of the model's config_sentence_transformers.json")
-    p.add_argument("--truncate", choices=("false", "true", "chunk"),
-                   help="a text over the model's limit: refuse (false), cut (true) or average its windows (chunk)")
-    p.add_argument("--max-chunks", type=int, help="--truncate chunk: windows of one text at most (default 16)")
-    p.add_argument("--batch-invariant", action="store_true", help="run each text alone (bitwise batch-independent)")
+    """A flag per EmbedOptions field, its help, default, bounds and choices the declaration's (cli.common's
+    option_flags cannot say truncate, a bool or "chunk"); and --calibrate."""
+    from dataclasses import fields
+
+    from lmforge.config.options import base_type
+    from lmforge.pipelines.embed_options import EmbedOptions
+
+    for f in fields(EmbedOptions):
+        flag, meta, kind = EMBED_FLAGS[f.name], f.metadata, base_type(f.type)[0]
+        if kind == "bool":  # normalize (true by default) is its opposite, --no-normalize
+            said = "skip the L2 normalisation" if f.default else meta["help"]
+            p.add_argument(flag, action="store_true", help=said)
+            continue
+        choices = tuple(TRUNCATE_WORDS) if f.name == "truncate" else meta["choices"]
+        default = "false" if f.name == "truncate" else f.default
+        # bounded: --help says the bounds, and 1e18 is told them, not only that it is no integer
+        p.add_argument(flag, dest=_dest(f.name), choices=choices, metavar=None if choices else f.name.upper(),
+                       type=bounded(int, meta["low"], meta["high"]) if kind == "int" else str,
+                       help=meta["help"] + ("" if default is None else f" (default {default})"))
     p.add_argument("--calibrate", action="store_true", help="save the texts' per-coordinate ranges (of these "
                    "--dimensions) beside the model, for int8 / uint8")
 
@@ -330,6 +334,5 @@ def add_parsers(sub) -> None:
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
     p.add_argument("--max-length", type=bounded(int, 1, MAX_LEN),
                    help="tokens per text, 1 to the model's max_seq_len (default: its max_seq_length)")
-    p.add_argument("--no-normalize", action="store_true", help="skip the L2 normalisation")
     _embed_option_flags(p)
     p.set_defaults(func=cmd_embed)

@@ -120,6 +120,10 @@ class SentenceEncoder:
         reads was cut to its positions, silently), else the model's limit."""
         check_value("max_length", "Optional[int]", {"low": 1, "high": MAX_LEN}, max_length)
         within_context("max_length", max_length, self.model.config)
+        specials = self.tokenizer.backend.num_special_tokens_to_add(False)
+        if max_length is not None and max_length <= specials:  # a cut text would hold no token of its own
+            raise OptionsError(f"max_length={max_length} leaves no room next to the model's {specials} "
+                               "special tokens", "max_length")
         cfg = self.model.config
         limit = max_length or self.max_length or self.tokenizer.model_max_length
         if cfg.position == "learned":  # no position embedding beyond max_seq_len
@@ -138,8 +142,9 @@ class SentenceEncoder:
     @torch.inference_mode()
     def encode(self, texts, batch_size: int = 32, normalize: bool = True,
                max_length: int | None = None, progress=None) -> torch.Tensor:
-        """(N, d) embeddings of `texts` (one text: (1, d)), in the order given; progress(done) is called
-        after each batch with the number of texts embedded so far."""
+        """(N, d) embeddings of `texts` (one text: (1, d)), in the order given, each cut at the limit as
+        sentence-transformers' encode cuts it (lmforge.embed and embed_with refuse a longer text unless
+        truncate says otherwise); progress(done) is called after each batch with the texts done so far."""
         texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -162,22 +167,27 @@ class SentenceEncoder:
         return out
 
     def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32,
-                   max_length: int | None = None) -> "Embedded":
+                   max_length: int | None = None, progress=None) -> "Embedded":
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
         dimensions, normalisation), with each text's token count and whether it was cut; max_length: the
-        tokens a text may have (default: the model's limit), as in `encode`."""
+        tokens a text may have (default: the model's limit), as in `encode`; progress: as encode's."""
         options = options or EmbedOptions()
-        texts = [texts] if isinstance(texts, str) else list(texts)
         prefix = prompt_of(options, self.prompts, self.default_prompt)
-        texts = [prefix + t for t in texts]
+        texts = [prefix + t for t in checked_texts(texts)]
+        if self.lowercase:  # counted and windowed as encode will read them
+            texts = [t.lower() for t in texts]
         limit = self._limit(max_length)
         counts = [len(self.tokenizer.encode(t).ids) for t in texts]
-        pieces, owners, weights = self._pieces(texts, counts, limit, options)
+        bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
+        pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
+        if progress is not None and len(pieces) != len(texts):  # windows: the share of the texts done
+            progress = _share(progress, len(texts), len(pieces))
         raw = self.encode(pieces, batch_size=1 if options.batch_invariant else batch_size, normalize=False,
-                          max_length=limit)
-        pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, torch.tensor(owners, device=raw.device),
-                                                                    raw * torch.tensor(weights, device=raw.device)[:, None])
-        chunks = torch.bincount(torch.tensor(owners), minlength=len(texts)).tolist()
+                          max_length=limit, progress=progress)
+        at = torch.tensor(owners, dtype=torch.long, device=raw.device)  # long even when there are none
+        share = torch.tensor(weights, dtype=raw.dtype, device=raw.device)[:, None]
+        pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, at, raw * share)
+        chunks = torch.bincount(at.cpu(), minlength=len(texts)).tolist()
         if options.dimensions and options.dimensions > pooled.shape[1]:
             raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have {pooled.shape[1]}",
                                "dimensions")
@@ -186,14 +196,15 @@ class SentenceEncoder:
         truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
         return Embedded(vectors.float().cpu(), counts, truncated, chunks, options, self.path)
 
-    def _pieces(self, texts: list, counts: list, limit: int | None, options: EmbedOptions) -> tuple:
+    def _pieces(self, texts: list, counts: list, limit: int | None, options: EmbedOptions,
+                bound: str = "the limit") -> tuple:
         """(texts to encode, the text each belongs to, its weight in that text's mean): a text over the
-        limit is refused, cut (encode truncates it) or split into windows of the limit."""
+        limit (said as `bound`) is refused, cut (encode truncates it) or split into windows of the limit."""
         pieces, owners, weights = [], [], []
         for i, (text, n) in enumerate(zip(texts, counts)):
             if limit and n > limit and options.truncate is False:
-                raise OptionsError(f"text {i} is {n} tokens, more than the model's limit of {limit}; send "
-                                   'truncate=true to cut it or "chunk" to average its windows', "truncate")
+                raise OptionsError(f"text {i} is {n} tokens, more than {bound}; send truncate=true to cut "
+                                   'it or "chunk" to average its windows', "truncate")
             windows = self._windows(text, limit) if limit and n > limit and options.truncate == "chunk" \
                 else [(text, 1)]
             if len(windows) > options.chunk_limit():
@@ -238,24 +249,45 @@ class Embedded:
         return quantize(self.vectors, fmt, read_ranges(self.path, self.options) if fmt in ("int8", "uint8") else None)
 
 
-def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32, normalize: bool = True,
-          max_length: int | None = None, progress=None, options: EmbedOptions | None = None,
-          **fields) -> torch.Tensor:
+def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32,
+          normalize: bool | None = None, max_length: int | None = None, progress=None,
+          options: EmbedOptions | None = None, **fields) -> torch.Tensor:
     """(N, d) sentence embeddings: mean pooling over the attention mask (or the directory's own
     pooling), L2-normalised; `model` is a directory, a model package name, a Transformer
-    (with `tokenizer`) or a SentenceEncoder; progress: as SentenceEncoder.encode's. `options` or any of
-    the EmbedOptions fields as keyword arguments (dimensions=, encoding_format=, prompt=, prompt_name=,
-    truncate=, max_chunks=, batch_invariant=; an unknown one is an OptionsError naming it): the options'
-    vectors (int8 / uint8 / binary / ubinary: their integers), as the server's /embed gives them."""
+    (with `tokenizer`) or a SentenceEncoder; progress: as SentenceEncoder.encode's. `options` with any
+    EmbedOptions field given as a keyword argument changed (normalize=, dimensions=, encoding_format=,
+    prompt=, prompt_name=, truncate=, max_chunks=, batch_invariant=; an unknown one is an OptionsError naming
+    it): the options' vectors (int8 / uint8 / binary / ubinary: their integers), as the server's /embed
+    gives them. A text over the limit is refused unless truncate says otherwise; no texts: (0, d)."""
     check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
-    check_value("normalize", "bool", {}, normalize)  # "no" is not false: it would normalise
-    if options is not None or any(v is not None for v in fields.values()):
-        options = EmbedOptions.build(options, {**fields, "normalize": normalize if options is None else None})
-    encoder = _encoder(model, tokenizer)  # its encode and embed_with check max_length (_limit)
-    if options is not None:
-        return encoder.embed_with(texts, options, batch_size, max_length).tensor()
-    return encoder.encode(texts, batch_size=batch_size, normalize=normalize, max_length=max_length,
-                          progress=progress)
+    # one path, whatever is given: the defaults refuse a long text as the server does (it was cut silently)
+    options = EmbedOptions.build(options, {**fields, "normalize": normalize})
+    texts = checked_texts(texts)  # before the model is read
+    encoder = _encoder(model, tokenizer)  # embed_with checks max_length (_limit)
+    return encoder.embed_with(texts, options, batch_size, max_length, progress).tensor()
+
+
+def checked_texts(texts) -> list:
+    """`texts` (a text or a list of texts) as a list of str; anything else an OptionsError naming texts."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
+        raise OptionsError(f"texts must be a text or a list of texts, got {type(texts).__name__}", "texts")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise OptionsError(f"texts[{i}] must be text, got {type(text).__name__}", "texts")
+        try:
+            text.encode("utf-8")  # the tokenizer refuses a lone surrogate without naming the text
+        except UnicodeEncodeError as err:
+            raise OptionsError(f"texts[{i}] is not valid Unicode: {err.reason} at position {err.start}",
+                               "texts") from None
+    return texts
+
+
+def _share(progress, n_texts: int, n_pieces: int):
+    """progress(done) told the texts' share of `done` of the pieces (a text's windows are pieces)."""
+    return lambda done: progress(done * n_texts // n_pieces)
 
 
 def _encoder(model, tokenizer: Tokenizer | None) -> SentenceEncoder:

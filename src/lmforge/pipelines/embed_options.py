@@ -156,7 +156,8 @@ def quantize(vectors: torch.Tensor, encoding: str, ranges: tuple | None = None) 
     if encoding in ("binary", "ubinary"):
         bits = (vectors > 0).to(torch.uint8)
         pad = (-bits.shape[1]) % 8
-        bits = torch.nn.functional.pad(bits, (0, pad)).view(bits.shape[0], -1, 8)
+        bytes_ = (bits.shape[1] + pad) // 8  # said, not -1: no rows (no texts) leave -1 undecided
+        bits = torch.nn.functional.pad(bits, (0, pad)).view(bits.shape[0], bytes_, 8)
         packed = (bits * torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8)).sum(-1, dtype=torch.int32)
         return (packed - 128).to(torch.int8) if encoding == "binary" else packed.to(torch.uint8)
     if ranges is None:

@@ -1,0 +1,114 @@
+"""One request, checked once, in Python and on the command line as the server checks it: a text over the
+limit refused unless truncate says otherwise (whatever else is given), no texts or texts that are not
+text, a keyword beside options=, and `lmforge embed`'s option flags made from EmbedOptions (their bounds)."""
+import json
+import re
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import build_parser, main
+from lmforge.config.options import OptionsError
+from lmforge.pipelines.embed_options import EmbedOptions
+from tests.pipelines.test_embed import tiny_st_dir
+
+LONG = " ".join("abcdefghijklmnopqrstuvwxyz")  # 26 tokens and 2 special ones: more than the model's 16
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny sentence-transformers BERT whose texts may have 16 tokens (sentence_bert_config.json)."""
+    return tiny_st_dir(tmp_path_factory.mktemp("embed") / "model", {"pooling_mode": "mean"})
+
+
+@pytest.mark.parametrize("keywords", [{}, {"dimensions": 8}, {"normalize": False},
+                                      {"options": EmbedOptions()}, {"batch_size": 1}])
+def test_a_text_over_the_limit_is_refused_whatever_else_is_given(model_dir, keywords):
+    """It was cut silently unless an embedding option was given too."""
+    said = "^text 1 is 28 tokens, more than the model's limit of 16"
+    with pytest.raises(OptionsError, match=said) as refused:
+        lmforge.embed(["a b", LONG], model=model_dir, **keywords)
+    assert refused.value.field == "truncate"
+
+
+@pytest.mark.parametrize("flags", [[], ["--dimensions", "8"], ["--no-normalize"], ["--out", "e.npy"]])
+def test_the_command_line_refuses_it_alike(model_dir, tmp_path, monkeypatch, capsys, flags):
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["embed", "--model", str(model_dir), "a b", LONG, *flags]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "--truncate: text 1 is 28 tokens" in err, err
+    assert not (tmp_path / "e.npy").exists()
+
+
+def test_truncate_true_cuts_to_the_first_tokens_and_says_so(model_dir, capsys):
+    cut = lmforge.embed([LONG], model=model_dir, truncate=True)
+    first = lmforge.embed([" ".join("abcdefghijklmn")], model=model_dir)  # the 14 beside [CLS] and [SEP]
+    torch.testing.assert_close(cut, first, atol=1e-6, rtol=0)
+    assert main(["embed", "--model", str(model_dir), LONG, "--truncate", "true"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["tokens"] == 28 and line["truncated"] is True
+    torch.testing.assert_close(torch.tensor([line["embedding"]]), cut, atol=1e-6, rtol=0)
+
+
+def test_max_length_without_room_for_a_token_names_max_length(model_dir, capsys):
+    said = "max_length=2 leaves no room next to the model's 2 special"
+    with pytest.raises(OptionsError, match=said) as refused:
+        lmforge.embed(["a b"], model=model_dir, max_length=2, truncate=True)
+    assert refused.value.field == "max_length"
+    capsys.readouterr()
+    assert main(["embed", "--model", str(model_dir), "a b", "--max-length", "2", "--truncate", "true"]) == 2
+    assert capsys.readouterr().err.startswith(f"lmforge embed: error: --max-length: {said}")
+
+
+@pytest.mark.parametrize("keywords, width", [
+    ({}, 32), ({"dimensions": 8}, 8), ({"encoding_format": "ubinary"}, 4),
+    ({"encoding_format": "base64"}, 32),
+    ({"truncate": "chunk", "max_chunks": 2}, 32), ({"batch_invariant": True, "normalize": False}, 32),
+])
+def test_no_texts_give_no_vectors_whatever_the_options(model_dir, keywords, width):
+    """As sentence-transformers gives none (the server refuses an empty request: 422 texts is empty)."""
+    assert lmforge.embed([], model=model_dir, **keywords).shape == (0, width)
+    with pytest.raises(OptionsError) as refused:  # a refusal does not depend on the texts' count
+        lmforge.embed([], model=model_dir, **{**keywords, "dimensions": 33})
+    assert refused.value.field == "dimensions"
+
+
+@pytest.mark.parametrize("texts, said", [
+    ([1, 2], "texts[0] must be text, got int"), (["a", None], "texts[1] must be text, got NoneType"),
+    (None, "texts must be a text or a list of texts, got NoneType"), (b"a b", "got bytes"),
+    ({"a": 1}, "got dict"),
+    (["\ud800"], "texts[0] is not valid Unicode"),
+])
+def test_texts_that_are_not_text_name_texts_before_the_model_is_read(tmp_path, texts, said):
+    with pytest.raises(OptionsError, match=re.escape(said)) as refused:
+        lmforge.embed(texts, model=tmp_path / "missing")
+    assert refused.value.field == "texts" and "\n" not in str(refused.value)
+
+
+def test_a_keyword_beside_options_is_applied_not_dropped(model_dir):
+    raw = lmforge.embed(["a b c"], model=model_dir, options=EmbedOptions(), normalize=False)
+    torch.testing.assert_close(raw, lmforge.embed(["a b c"], model=model_dir, normalize=False))
+    assert abs(float(raw.norm()) - 1) > 0.1  # not normalised
+    cut = lmforge.embed(["a b c"], model=model_dir, options=EmbedOptions(dimensions=8), normalize=False)
+    torch.testing.assert_close(cut, raw[:, :8])  # the options' dimensions and the keyword's normalize
+    kept = lmforge.embed(["a b c"], model=model_dir, options=EmbedOptions(normalize=False), dimensions=None)
+    torch.testing.assert_close(kept, raw)  # a keyword left as None changes nothing
+
+
+def _flag(name: str):
+    embed = next(a for a in build_parser()._actions if a.choices and "embed" in a.choices).choices["embed"]
+    return next(a for a in embed._actions if name in a.option_strings)
+
+
+@pytest.mark.parametrize("field, flag", [("dimensions", "--dimensions"), ("max_chunks", "--max-chunks")])
+def test_option_flags_take_and_say_the_bounds_of_embed_options(field, flag, capsys):
+    meta = EmbedOptions.__dataclass_fields__[field].metadata
+    bounds = f"[{meta['low']}, {meta['high']}]"
+    action = _flag(flag)
+    assert action.type.bounds == (meta["low"], meta["high"]) and bounds in action.help
+    with pytest.raises(SystemExit) as refused:
+        main(["embed", "--model", "unused", "x", "--truncate", "chunk", flag, "1e18"])
+    assert refused.value.code == 2
+    assert f"{flag} 1e18: expected an integer in {bounds}" in capsys.readouterr().err

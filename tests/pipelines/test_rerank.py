@@ -1,0 +1,52 @@
+"""lmforge.rerank's own arguments, checked as the server's /rerank checks them: documents are a list of texts
+(one text is not three documents of one character each), batch_size within embed's bound; each refusal an
+OptionsError naming its argument, before the model is read."""
+import pytest
+import torch
+
+import lmforge
+from lmforge.config.options import OptionsError
+from lmforge.tasks.finetune import TaskConfig, make_task
+from tests.tasks.core import tiny, tokenizer
+
+QUERY = "a good film"
+DOCS = ["it is superb .", "the plot is dull", "great acting and a great story"]
+
+
+@pytest.fixture(scope="module")
+def reranker():
+    """A tiny (untrained) cross-encoder: its order is arbitrary but fixed."""
+    torch.manual_seed(0)
+    return make_task("rerank", tiny("bert-base"), tokenizer("bert"), [], TaskConfig(max_len=24))
+
+
+@pytest.mark.parametrize("arguments, field", [
+    ({"documents": "abc"}, "documents"), ({"documents": b"abc"}, "documents"),
+    ({"documents": []}, "documents"),
+    ({"documents": ["a", 3]}, "documents"), ({"query": ""}, "query"),
+    ({"batch_size": 0}, "batch_size"), ({"batch_size": 2.0}, "batch_size"),
+    ({"batch_size": True}, "batch_size"),
+    ({"batch_size": 10 ** 9}, "batch_size"),
+])
+def test_bad_arguments_name_themselves_before_the_model_is_read(tmp_path, arguments, field):
+    given = {"query": QUERY, "documents": DOCS, **arguments}
+    with pytest.raises(OptionsError) as refused:
+        lmforge.rerank(tmp_path / "missing", **given)
+    assert refused.value.field == field and "\n" not in str(refused.value)
+
+
+def test_every_batch_size_gives_one_ranking_of_the_documents(reranker):
+    ranked = lmforge.rerank(reranker, QUERY, DOCS)
+    assert sorted(i for i, _ in ranked) == list(range(len(DOCS)))
+    for batch_size in (1, 2, 65536):
+        again = lmforge.rerank(reranker, QUERY, tuple(DOCS), batch_size=batch_size)
+        assert [i for i, _ in again] == [i for i, _ in ranked]
+        assert [s for _, s in again] == pytest.approx([s for _, s in ranked], abs=1e-5)
+
+
+@pytest.mark.parametrize("arguments", [{"documents": "abc"}, {"batch_size": 0}, {"batch_size": 2.0}])
+def test_a_loaded_reranker_refuses_them_too(reranker, arguments):
+    """The documents "abc" once gave three results, one per character; batch_size=0 a bare range() error."""
+    with pytest.raises(OptionsError) as refused:
+        lmforge.rerank(reranker, **{"query": QUERY, "documents": DOCS, **arguments})
+    assert refused.value.field == next(iter(arguments))

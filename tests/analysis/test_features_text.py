@@ -2,6 +2,8 @@
 options refused alike by the library (an OptionsError naming the field)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -33,3 +35,48 @@ def test_bad_options_name_the_field(fields, field):
     with pytest.raises(OptionsError) as err:
         lmforge.features(["the cat sat"], model, **fields)
     assert err.value.field == field
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    """A tiny BERT reading 128 positions, saved with its tokenizer."""
+    from tests.tasks.core import tiny, tokenizer
+
+    path = tmp_path_factory.mktemp("features") / "bert"
+    tiny("bert-base").save(path)
+    tokenizer("bert").save(path)
+    return path
+
+
+LONG = "it is a good film and " * 30  # more than 128 tokens
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"max_length": 1000, "truncate": True}, "max_length=1000: more tokens than the model reads"),
+    ({"max_length": 129}, "max_length=129: more tokens than the model reads"),
+    ({"max_length": 2, "truncate": True}, "max_length=2 leaves no room next to the model's 2 special tokens"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1"),
+])
+def test_a_length_the_model_cannot_take_names_it(bert_dir, fields, said):
+    """Past the positions the model failed naming neither field nor option; 2 failed in the tokenizer."""
+    with pytest.raises(OptionsError, match=re.escape(said)) as err:
+        lmforge.features([LONG], bert_dir, **fields)
+    assert err.value.field == next(iter(fields))
+
+
+def test_the_model_s_whole_context_is_taken(bert_dir):
+    found = lmforge.features([LONG, "a film"], bert_dir, max_length=128, truncate=True, pooling="mean")
+    assert found[0].truncated and len(found[0].tokens) == 128 and found[0].n_tokens > 128
+    assert not found[1].truncated
+
+
+@pytest.mark.parametrize("max_len", ["1000", "2"])
+def test_the_command_line_refuses_them_alike(bert_dir, tmp_path, capsys, max_len):
+    from lmforge.cli import main
+
+    capsys.readouterr()
+    assert main(["features", "--model", str(bert_dir), "--text", LONG, "--max-len", max_len, "--truncate",
+                 "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and f"max_length={max_len}" in err, err
+    assert not (tmp_path / "out").exists()

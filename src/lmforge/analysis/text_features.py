@@ -18,7 +18,9 @@ import torch
 from lmforge.fast.optimize import optimize
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
-from lmforge.config.options import OptionsError
+from lmforge.config.checks import within_context
+from lmforge.config.options import OptionsError, check_value
+from lmforge.pipelines.embed import MAX_BATCH_SIZE
 from lmforge.utils.modes import evaluating
 
 _WORD = re.compile(r"\S+")
@@ -102,7 +104,7 @@ def text_features(model, tokenizer, texts: list, options: FeatureOptions | None 
         return _elmo_features(model, texts, options)
     n_states = model.config.n_layers + 1
     chosen = options.chosen(n_states)
-    limit = options.max_length or default_max_len(model, tokenizer)
+    limit = _limit(model, tokenizer, options.max_length)
     encoded = [encode_text(tokenizer, t, limit, options.truncate, i) for i, t in enumerate(texts)]
     device = next(model.parameters()).device
     out: list = [None] * len(texts)
@@ -119,6 +121,19 @@ def text_features(model, tokenizer, texts: list, options: FeatureOptions | None 
                                       "mix" if options.mixed else chosen,
                                       _reduce(hidden[:, b, :n], options, n_states))
     return out
+
+
+def _limit(model, tokenizer, max_length: int | None) -> int:
+    """The tokens a text may have: max_length, where the model reads that many positions and it leaves room
+    for a token beside the special ones (else an OptionsError naming it), or the model's limit."""
+    if max_length is None:
+        return default_max_len(model, tokenizer)
+    within_context("max_length", max_length, model.config)  # past it the model fails, naming neither
+    specials = tokenizer.backend.num_special_tokens_to_add(False)
+    if max_length <= specials:  # within the field's bound, but a cut text would hold no token of its own
+        raise OptionsError(f"max_length={max_length} leaves no room next to the model's {specials} special "
+                           "tokens", "max_length")
+    return max_length
 
 
 def _batch(encodings: list, tokenizer, device) -> tuple:
@@ -176,6 +191,8 @@ def features(texts, model, tokenizer=None, options: FeatureOptions | None = None
     FeatureOptions); `model` is a model, a directory or an installed model package."""
     options = FeatureOptions.build(options, {"layers": layers, "mix_weights": mix_weights, "mix_gamma": mix_gamma,
                                              "pooling": pooling, "max_length": max_length, "truncate": truncate})
+    check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)  # embed's bound
+    texts = _checked_texts(texts)  # before the model is read
     if not hasattr(model, "config"):
         model, found = load_for_features(model)
         tokenizer = tokenizer or found

@@ -54,6 +54,8 @@ def _refused(capsys, argv) -> str:
     (["--top-k", "10000"], "--top-k 10000: top_k=10000 is more than the vocabulary"),
     (["--do-sample", "yes"], "--do-sample yes: do_sample must be true or false, got 'yes'"),
     (["--early-stopping", "sometimes"], "--early-stopping sometimes: early_stopping must be true, false or"),
+    (["--top-k", "5"], "--top-k 5: top_k=5 is read only when sampling"),  # no --temperature: greedy
+    (["--length-penalty", "2"], "--length-penalty 2: length_penalty=2.0 is read only by beam search"),
 ])
 def test_generate_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, message):
     assert message in _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat", *flags])

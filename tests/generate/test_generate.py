@@ -391,6 +391,32 @@ def test_generate_refuses_a_bad_option_before_any_model_call():
     assert not calls
 
 
+@pytest.mark.parametrize("given, named", [
+    (dict(temperature=100.0), "temperature"), (dict(top_k=5), "top_k"), (dict(top_p=0.5), "top_p"),
+    (dict(num_beams=2, temperature=0.5), "temperature"), (dict(length_penalty=2.0), "length_penalty"),
+    (dict(early_stopping=True), "early_stopping"), (dict(do_sample=True, early_stopping="never"), "early_stopping"),
+])
+def test_a_setting_the_decoding_would_not_read_is_refused_not_ignored(given, named):
+    """temperature=100 without sampling was greedy, silently; the command line and the server sample there.
+    A setting given that the chosen decoding would ignore is refused naming it."""
+    with pytest.raises(OptionsError, match=rf"^{named}=.* is read only (when sampling|by beam search)") as err:
+        generate(GENERATORS["gpt2"], torch.zeros(1, 3, dtype=torch.long), max_new_tokens=2, **given)
+    assert err.value.field == named
+
+
+def test_settings_at_their_defaults_or_read_by_the_decoding_are_taken():
+    """A default changes nothing (OpenAI's clients send top_p=1 always), temperature 0 is the faces' greedy,
+    and a checkpoint's options object may hold settings its decoding does not read."""
+    model, ids = GENERATORS["gpt2"], torch.zeros(1, 3, dtype=torch.long)
+    greedy = generate(model, ids, max_new_tokens=3)
+    for same in (dict(top_p=1.0, top_k=0, temperature=1.0), dict(temperature=0.0), dict(length_penalty=1.0)):
+        assert torch.equal(generate(model, ids, max_new_tokens=3, **same), greedy)
+    recommended = GenerationOptions(max_new_tokens=3, temperature=0.6, top_p=0.9)  # do_sample false
+    assert torch.equal(generate(model, ids, options=recommended), greedy)
+    generate(model, ids, max_new_tokens=3, do_sample=True, temperature=0.5, top_k=5, top_p=0.9)
+    generate(model, ids, max_new_tokens=3, num_beams=2, length_penalty=2.0, early_stopping=True)
+
+
 def test_options_object_and_keywords_give_the_same_tokens(tmp_path):
     model = GENERATORS["gpt2"]
     ids = torch.zeros(1, 3, dtype=torch.long)

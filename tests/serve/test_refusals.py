@@ -120,3 +120,20 @@ def test_an_openai_completion_setting_that_is_not_served_is_refused_never_ignore
     _error(refused, 422, field)
     assert served.status_code == 200, served.text
 
+
+
+@pytest.mark.parametrize("path, body, named", [
+    ("/generate", {"top_k": 5}, "top_k"),  # /generate's temperature defaults to 0: greedy
+    ("/generate", {"length_penalty": 2.0}, "length_penalty"),  # one beam
+    ("/v1/completions", {"temperature": 0, "top_p": 0.5}, "top_p"),
+])
+def test_a_decoding_setting_the_request_would_not_use_is_422_naming_it(server, path, body, named):
+    """As lmforge.generate and the command line refuse it (generate.options.refuse_unused): a setting given
+    that greedy or beam search would ignore; its default (OpenAI's clients send top_p=1 always) passes."""
+    budget = {"max_new_tokens": 2} if path == "/generate" else {"max_tokens": 2}
+    with server.client() as client:
+        refused = client.post(path, json={"model": "gen", "prompt": "the cat", **budget, **body})
+        default = client.post(path, json={"model": "gen", "prompt": "the cat", **budget, "top_p": 1.0,
+                                          "temperature": 0})
+    assert "read only" in _error(refused, 422, named)
+    assert default.status_code == 200, default.text

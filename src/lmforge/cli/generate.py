@@ -162,7 +162,7 @@ def decoding_options(args, typed: dict, model_dir, model, start: int, ids: dict)
     from lmforge.cli.common import UsageError
     from lmforge.config.options import OptionsError
     from lmforge.generate.checks import check_for_model
-    from lmforge.generate.options import GenerationOptions, sampling_from_temperature
+    from lmforge.generate.options import GenerationOptions, refuse_unused, sampling_from_temperature
 
     try:
         recommended = GenerationOptions.recommended(model_dir, start)
@@ -174,6 +174,7 @@ def decoding_options(args, typed: dict, model_dir, model, start: int, ids: dict)
                        if v is not None and k not in fields and getattr(model.config, k) is None})
         options = GenerationOptions.build(None, fields)
         check_for_model(options, model, start)
+        refuse_unused(options, typed)  # the flags given: a checkpoint's recommendations may hold both
     except OptionsError as err:
         raise UsageError(f"{_named(args, err.field)}: {err}") from None
     return options, taken
@@ -243,14 +244,17 @@ def add_generation_flags(p) -> None:
     checkpoint's generation_config.json value, else the default. Values are read as text and checked by
     the options object, so a refusal is one line naming the flag."""
     from lmforge.config.options import bounds_text
+    from lmforge.generate.options import SAMPLING_ONLY
 
     for f in flag_fields():
         kind = f.type.replace("Optional[", "").rstrip("]")
         metavar = {"int": "N", "float": "X", "bool": "true|false"}.get(kind, "VALUE")
         default = json.dumps(f.default) if isinstance(f.default, bool) else f.default  # true, as typed
+        # a sampling setting's default is read only when sampling: leaving --temperature out is greedy
+        when = " when sampling" if f.name in SAMPLING_ONLY else ""
         p.add_argument(f"--{_flag(f.name)}", *ALIASES.get(f.name, ()), dest=f.name, metavar=metavar,
                        help=f"{f.metadata['help']}{bounds_text(f.metadata)} (default: the checkpoint's, "
-                       f"else {default})")
+                       f"else {default}{when})")
 
 
 def add_parsers(sub) -> None:

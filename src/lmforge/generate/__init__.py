@@ -16,7 +16,7 @@ import torch
 from lmforge.generate.beam import Beams, beam_search
 from lmforge.generate.checks import check_for_model, check_prompt
 from lmforge.generate.fast.projection import VocabProjection
-from lmforge.generate.options import GenerationOptions
+from lmforge.generate.options import GenerationOptions, refuse_unused
 from lmforge.generate.processors import Constraints
 from lmforge.generate.sampling import Sampling, argmax_rows, next_tokens
 from lmforge.generate.steps import DecoderSteps, EncoderDecoderSteps, lm_head_name
@@ -118,6 +118,7 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     where two logits are equal within float rounding). It is left exactly as it was found (weights,
     layout, mode)."""
     options = GenerationOptions.build(options, fields)
+    refuse_unused(options, fields)  # what the caller gave: an `options` object's fields may be a checkpoint's
     mask = check_prompt(model, input_ids, attention_mask)
     ids = check_for_model(options, model, 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1])
     if options.num_beams > 1 and streamer is not None:

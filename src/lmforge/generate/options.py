@@ -198,6 +198,32 @@ def sampling_from_temperature(fields: dict) -> dict:
     return {**fields, "do_sample": bool(temperature > 0)}  # NaN: false, and the object refuses it
 
 
+SAMPLING_ONLY = ("temperature", "top_k", "top_p")  # what only sampling reads
+BEAMS_ONLY = ("length_penalty", "early_stopping")  # what only beam search reads
+
+
+def refuse_unused(options: GenerationOptions, given) -> None:
+    """OptionsError naming a setting among `given` (the names a request set itself, not a checkpoint's
+    recommendations, which may hold both) that its decoding would not read, set to other than its default
+    (which changes nothing: OpenAI's clients send top_p=1 with every request): a sampling setting without
+    sampling (temperature 0 aside: the command line's and the server's word for greedy), a beam setting
+    without beams. Given, it would be ignored: a silently different result from the one asked for."""
+    def changed(name: str) -> bool:
+        return name in given and getattr(options, name) != FIELDS[name].default
+
+    if not options.do_sample:
+        for name in SAMPLING_ONLY:
+            if changed(name) and not (name == "temperature" and options.temperature == 0):
+                raise OptionsError(f"{name}={getattr(options, name)!r} is read only when sampling (do_sample=true; "
+                                   "on the command line and the server, temperature > 0): leave it out for "
+                                   "greedy or beam search", name)
+    if options.num_beams == 1:
+        for name in BEAMS_ONLY:
+            if changed(name):
+                raise OptionsError(f"{name}={getattr(options, name)!r} is read only by beam search (num_beams > 1)",
+                                   name)
+
+
 def field_kind(name: str) -> str:
     """'int', 'float', 'bool', ... of field `name` (its annotation without Optional)."""
     return base_type(FIELDS[name].type)[0]

@@ -117,8 +117,9 @@ def _check_length(model, T: int) -> None:
 
 def _beams(model, ids, top_k: int, max_new_tokens: int, **options) -> torch.Tensor:
     """The top_k hypotheses of a beam search ranked by plain log-probability (no length penalty)."""
+    ranked = {"length_penalty": 0.0} if top_k > 1 else {}  # one beam is greedy: nothing to rank
     return generate(model, ids, max_new_tokens=max_new_tokens, num_beams=top_k, num_return_sequences=top_k,
-                    length_penalty=0.0, **options)
+                    **ranked, **options)
 
 
 def sequence_log_probs(model, ids, decoded, stop: torch.Tensor, skip: int = 0) -> torch.Tensor:

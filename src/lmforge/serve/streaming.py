@@ -20,6 +20,8 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from lmforge.config.options import OptionsError
+from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
 from lmforge.serve.generation import Settings, prompt_ids
 from lmforge.serve.limits import (RequestError, bounded_ids, check_count, check_generation,
@@ -51,8 +53,13 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     if body.num_beams > 1 and body.stream:
         raise RequestError(422, "stream needs num_beams 1: beam search knows its best text only at the end",
                            param="stream")
-    return Settings(max_new_tokens=max_new_tokens, temperature=body.temperature, stop=tuple(stops),
-                    **{name: getattr(body, name) for name in SETTINGS})
+    settings = Settings(max_new_tokens=max_new_tokens, temperature=body.temperature, stop=tuple(stops),
+                        **{name: getattr(body, name) for name in SETTINGS})
+    try:  # a setting the request gave that its decoding would not read: refused as the other faces do
+        refuse_unused(settings.options, body.model_fields_set)
+    except OptionsError as err:
+        raise RequestError(422, str(err), param=err.field) from None
+    return settings
 
 
 async def jobs_of(served, prompts: list, settings: Settings, limits, listed: bool = False,

@@ -23,6 +23,27 @@ def test_writes_safetensors_and_json(saved):
     assert not [p for p in saved.iterdir() if p.name.startswith(".")]  # no temporary files left
 
 
+def test_a_flipped_byte_of_the_weights_is_refused_by_their_checksum(saved):
+    """safetensors checks the layout, not the numbers: a byte changed inside a tensor would load as other
+    weights. config.json records the file's sha256, and a load verifies it."""
+    weights = saved / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x01  # inside the last tensor's bytes: the layout is intact
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"^{weights} does not match its checksum in config.json"):
+        lmforge.load(saved)
+
+
+def test_a_folder_written_without_checksums_still_loads_and_a_bad_field_is_refused(saved):
+    meta = json.loads((saved / "config.json").read_text())
+    assert set(meta["sha256"]) == {"model.safetensors"}
+    (saved / "config.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "sha256"}))
+    lmforge.load(saved)  # written before checksums were recorded: nothing to check
+    (saved / "config.json").write_text(json.dumps({**meta, "sha256": ["not", "a", "mapping"]}))
+    with pytest.raises(CheckpointError, match='config.json: "sha256" must map file names to checksums'):
+        lmforge.load(saved)
+
+
 def test_missing_directory_or_files(tmp_path):
     with pytest.raises(CheckpointError, match="config.json is missing"):
         lmforge.load(tmp_path)

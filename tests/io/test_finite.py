@@ -1,4 +1,6 @@
 """Loaded weights must be finite: a NaN or inf weight is refused at load, naming the file and tensor."""
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -14,6 +16,13 @@ def saved(tmp_path):
     model = lmforge.build(lmforge.tiny("bert-base"))
     model.save(tmp_path / "m")
     return tmp_path / "m"
+
+
+def unsigned(folder):
+    """The folder as a hand-made one: config.json without the weights' checksum (an edit would not match)."""
+    meta = json.loads((folder / "config.json").read_text())
+    meta.pop("sha256")
+    (folder / "config.json").write_text(json.dumps(meta))
 
 
 def spoil(folder, value, count: int = 1):
@@ -42,6 +51,7 @@ def test_finite_weights_whose_sum_overflows_still_load(saved):
     name = next(k for k in sorted(tensors) if tensors[k].is_floating_point() and tensors[k].numel() > 2)
     tensors[name].view(-1)[:2] = 3e38  # finite, but their float32 sum is inf
     save_file(tensors, str(file), metadata={"format": "pt"})
+    unsigned(saved)
     assert not torch.isfinite(tensors[name].sum())
     assert first_non_finite(tensors) is None
     assert lmforge.load(saved).state_dict()[name].view(-1)[0] == torch.tensor(3e38)

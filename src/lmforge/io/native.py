@@ -11,19 +11,23 @@ from lmforge.io.files import CheckpointError, load_weights, save_tensors
 from lmforge.model import Transformer, from_config
 from lmforge.quant.int8 import swap_linears
 from lmforge.quant.int8_embedding import swap_tokens
+from lmforge.utils.checksum import sha256
 from lmforge.utils.jsontext import loads
 
 FORMAT = "lmforge"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+CHECKSUMS = "sha256"  # config.json's field: file name -> hex sha256
 
 
 def save_native(model: Transformer, path: str | os.PathLike, state: dict | None = None) -> Path:
-    """Write config.json and model.safetensors; `state` replaces model.state_dict()."""
+    """Write config.json and model.safetensors; `state` replaces model.state_dict(). config.json records
+    the weights' checksum, which every load verifies."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     save_tensors(model.state_dict() if state is None else state, path / WEIGHTS_FILE, {"format": FORMAT})
     meta = {"format": FORMAT, "config": model.config.to_dict(),
-            "heads": {name: head.spec for name, head in model.heads.items()}}
+            "heads": {name: head.spec for name, head in model.heads.items()},
+            CHECKSUMS: {WEIGHTS_FILE: sha256(path / WEIGHTS_FILE)}}
     atomic_write_text(path / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
     return path
 
@@ -87,8 +91,24 @@ def load_native(path: Path, meta: dict) -> Transformer:
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise CheckpointError(f"{path} has no {WEIGHTS_FILE}")
-    load_weights(model, weights)
+    load_weights(model, weights)  # first: a truncated file, a wrong shape or a NaN is said as such
+    check_sums(path, meta)
     return model
+
+
+def check_sums(path: Path, meta: dict) -> None:
+    """CheckpointError naming the file where config.json records a checksum its file does not match (a
+    flipped byte of the weights loads as other weights: safetensors checks only the layout). A folder
+    written before the checksums were recorded has none to check."""
+    sums = meta.get(CHECKSUMS, {})
+    if not isinstance(sums, dict) or any(not isinstance(v, str) for v in sums.values()):
+        raise CheckpointError(f"{path / CONFIG_FILE}: \"{CHECKSUMS}\" must map file names to checksums")
+    for name, want in sums.items():
+        if name != WEIGHTS_FILE:  # the one file this loader reads; another is not its to judge
+            continue
+        if sha256(path / name) != want:
+            raise CheckpointError(f"{path / name} does not match its checksum in {CONFIG_FILE} (changed or "
+                                  f"damaged since it was written)")
 
 
 def _heads(config_file: Path, model: Transformer, specs) -> dict:

@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
 from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.checksum import sha256
 
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.pt")  # checksummed in trainer.json
@@ -91,15 +92,6 @@ def _nested_tensors(state) -> list:
     if isinstance(state, (list, tuple)):
         return [t for v in state for t in _nested_tensors(v)]
     return []
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def state_digest(info: dict) -> str:

@@ -137,3 +137,22 @@ def test_a_decoding_setting_the_request_would_not_use_is_422_naming_it(server, p
                                           "temperature": 0})
     assert "read only" in _error(refused, 422, named)
     assert default.status_code == 200, default.text
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/embed", {"texts": ["the cat"], "dimensions": 8.0}),
+    ("/v1/embeddings", {"input": "the cat", "dimensions": 8.0}),
+    ("/features", {"texts": ["the cat"], "max_length": 8.0}),
+    ("/generate", {"prompt": "the cat", "max_new_tokens": 2.0}),
+    ("/v1/completions", {"prompt": "the cat", "max_tokens": 2.0, "temperature": 0}),
+])
+def test_a_whole_float_is_the_int_it_is_and_a_fraction_is_refused(server, path, body):
+    """JSON does not tell 8 from 8.0, and lmforge.embed / .features / .generate and a config file read a whole
+    float as its int (config.options.coerce): every route reads it so, and refuses 8.5 naming the field."""
+    model = "gen" if path in ("/generate", "/v1/completions") else "enc"
+    (field, value), = [(k, v) for k, v in body.items() if isinstance(v, float)]
+    with server.client() as client:
+        whole = client.post(path, json={"model": model, **body})
+        fraction = client.post(path, json={"model": model, **body, field: value + 0.5})
+    assert whole.status_code == 200, whole.text
+    assert "whole number" in _error(fraction, 422, field)

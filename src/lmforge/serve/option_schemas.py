@@ -6,12 +6,15 @@ refuse. A null is the field not given (its default), as the objects' build() rea
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
+from typing import Annotated
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, BeforeValidator, Field, create_model
+from pydantic_core import PydanticCustomError
 
 from lmforge.analysis.feature_options import FeatureOptions
-from lmforge.config.options import bounds_text
+from lmforge.config.options import OptionsError, base_type, bounds_text, coerce
 from lmforge.pipelines.embed_options import EmbedOptions
 from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI
 
@@ -32,9 +35,23 @@ def options_fields(cls, skip: tuple = ()) -> dict:
         if meta.get("items"):  # a list of numbers: the bounds are each item's, in the array's own schema
             extra = _list_schema(meta, extra)
         described = meta.get("help", "") + bounds_text(meta)
-        out[f.name] = (hints[f.name] | None, Field(f.default, description=described,
-                                                   json_schema_extra=extra or None))
+        kind = hints[f.name] | None
+        if base_type(f.type)[0] == "int":  # a whole 3.0 is 3, as the library and a config file read it
+            kind = Annotated[kind, BeforeValidator(functools.partial(_whole, cls, f.name))]
+        out[f.name] = (kind, Field(f.default, description=described, json_schema_extra=extra or None))
     return out
+
+
+def _whole(cls, name: str, value):
+    """A whole float as the int it is (coerce), other values as given for the schema's strict type to judge;
+    a fraction is refused in the API's words."""
+    if not isinstance(value, float):
+        return value
+    try:
+        return coerce(cls, name, value, from_text=False)
+    except OptionsError as err:
+        why = str(err).removeprefix(f"{name} ")
+        raise PydanticCustomError("value_error", "{why}", {"why": why}) from None
 
 
 def _bounds(meta: dict) -> dict:

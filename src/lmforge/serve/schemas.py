@@ -243,7 +243,8 @@ class OpenAICompletion(Decoding):
 
     model_config = OPENAI
     prompt: str | list[str]
-    max_tokens: int = Field(16, ge=1)
+    # checked as /generate's max_new_tokens is (a whole 2.0 is 2); bounded by the server (check_generation)
+    max_tokens: Annotated[int, BeforeValidator(functools.partial(typed, "max_new_tokens"))] = Field(16, ge=1)
     temperature: float = Field(1.0, ge=0, description="OpenAI's default 1 samples; 0 is greedy")
     n: int = Field(1, ge=1, le=1, description="only 1")
     echo: bool = Field(False, description="put the prompt before the completion")

@@ -156,3 +156,16 @@ def test_a_whole_float_is_the_int_it_is_and_a_fraction_is_refused(server, path, 
         fraction = client.post(path, json={"model": model, **body, field: value + 0.5})
     assert whole.status_code == 200, whole.text
     assert "whole number" in _error(fraction, 422, field)
+
+
+def test_a_features_max_length_past_the_model_s_positions_is_422_as_offline(server):
+    """lmforge.features and `lmforge features` refuse a max_length the model cannot read (within_context);
+    the server did not: it cut at its own limit and answered 200."""
+    body = {"model": "enc", "texts": ["the cat " * 400], "truncate": True}
+    with server.client() as client:
+        refused = client.post("/features", json={**body, "max_length": 100_000})
+        served = client.post("/features", json=body)
+    assert "more tokens than the model reads" in _error(refused, 422, "max_length")
+    (text,) = served.json()["data"]
+    assert served.status_code == 200 and text["truncated"]  # within the model: cut to it, as asked
+

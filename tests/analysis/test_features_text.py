@@ -79,4 +79,17 @@ def test_the_command_line_refuses_them_alike(bert_dir, tmp_path, capsys, max_len
                  "--out", str(tmp_path / "out")]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and f"max_length={max_len}" in err, err
+    assert f"error: --max-len: max_length={max_len}" in err  # the flag first, as every refusal of a flag
     assert not (tmp_path / "out").exists()
+
+
+def test_the_mix_flags_say_and_keep_their_bounds(bert_dir, tmp_path, capsys):
+    from lmforge.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["features", "--help"])
+    assert " ".join(capsys.readouterr().out.split()).count("[-100.0, 100.0]") == 2  # weights and gamma
+    with pytest.raises(SystemExit) as refused:
+        main(["features", "--model", str(bert_dir), "--text", "a film", "--layers", "mix", "--mix-gamma", "1e9",
+              "--out", str(tmp_path / "out")])
+    assert refused.value.code == 2 and "--mix-gamma 1e9: must be in [-100.0, 100.0]" in capsys.readouterr().err

@@ -298,9 +298,14 @@ def _text_features(args) -> None:
 
     if args.data or args.task:
         raise UsageError("give --text or --data / --task, not both")
+    from lmforge.config.options import OptionsError
+
     options = feature_options(args)
     model, tokenizer = _model(args)
-    found = text_features(model, tokenizer, args.text, options, args.batch_size)
+    try:  # the model's own limits (its positions, its special tokens): named by the flag, as the options' are
+        found = text_features(model, tokenizer, args.text, options, args.batch_size)
+    except OptionsError as err:
+        raise UsageError(f"{FLAGS.get(err.field, err.field)}: {err}") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "features.json", {"model": str(args.model), "options": dataclasses.asdict(options),
@@ -352,8 +357,13 @@ def add_parsers(sub) -> None:
     _common(p, POOLINGS, None)
     p.add_argument("--text", action="append", help="a text whose token features to write as features.json "
                    "(repeat for more; the server's /features answer)")
-    p.add_argument("--mix-weights", help="--layers mix: the scalar mix's weights, one per hidden state, e.g. 0,1,2")
-    p.add_argument("--mix-gamma", type=float, help="--layers mix: the scalar mix's scale (default 1)")
+    from lmforge.analysis.feature_options import MAX_WEIGHT
+    from lmforge.config.model import MAX_LAYERS
+
+    p.add_argument("--mix-weights", help=f"--layers mix: the scalar mix's weights, one per hidden state (at most "
+                   f"{MAX_LAYERS + 1}), each in [{-MAX_WEIGHT}, {MAX_WEIGHT}], e.g. 0,1,2")
+    p.add_argument("--mix-gamma", type=bounded(float, -MAX_WEIGHT, MAX_WEIGHT),
+                   help="--layers mix: the scalar mix's scale (default 1)")
     p.add_argument("--truncate", action="store_true", help="--text: cut a text longer than --max-len")
     p.add_argument("--data", help="sentences to featurise: .conllu, .jsonl (words or text), .txt, or CoNLL")
     p.add_argument("--task", choices=tuple(TASK_KINDS), help="train a feature-based head on frozen features")

@@ -1,6 +1,13 @@
 """BM25 from bm25s: ranks the passage sharing the query's rare words first, reloads without pickle to
-the same ranking, and gives hard negatives that are neither positives nor hold the answer."""
+the same ranking, refuses a changed file naming it, writes the same bytes whatever Python's hash seed,
+indexes a passage without words as an empty document (and refuses passages with none), and gives hard
+negatives that are neither positives nor hold the answer."""
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -24,8 +31,62 @@ def test_bm25_ranks_the_matching_passage_first_and_reloads(tmp_path):
 
 
 def test_a_damaged_bm25_directory_is_refused_in_one_line(tmp_path):
-    with pytest.raises(ValueError, match=r"not a readable BM25 index"):
+    with pytest.raises(ValueError, match=r"manifest.json: missing"):
         BM25Index.load(tmp_path)
+
+
+def _flip_last_byte(file):
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 1
+    file.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name", ["data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy",
+                                  "vocab.index.json", "params.index.json"])
+def test_a_changed_or_missing_file_is_refused_naming_it(tmp_path, name):
+    index = BM25Index.build(PASSAGES).save(tmp_path / "bm25")
+    _flip_last_byte(index / name)
+    with pytest.raises(ValueError, match=rf"{name}: checksum does not match"):
+        BM25Index.load(index)
+    (index / name).unlink()
+    with pytest.raises(ValueError, match=rf"{name}: missing"):
+        BM25Index.load(index)
+
+
+def test_a_manifest_whose_count_is_not_the_index_is_refused(tmp_path):
+    index = BM25Index.build(PASSAGES).save(tmp_path / "bm25")
+    manifest = json.loads((index / "manifest.json").read_text())
+    (index / "manifest.json").write_text(json.dumps({**manifest, "count": 1}))
+    with pytest.raises(ValueError, match=r"manifest.json: count 1 is not the index's 3 passages"):
+        BM25Index.load(index)
+    (index / "manifest.json").write_text(json.dumps({**manifest, "sha256": {"params.index.json": "0"}}))
+    with pytest.raises(ValueError, match=r"lists no checksum of data.csc.index.npy"):
+        BM25Index.load(index)
+
+
+BUILD = """import hashlib, sys
+from pathlib import Path
+from lmforge.retrieval.bm25 import BM25Index
+from lmforge.retrieval.passages import load_passages
+out = BM25Index.build(load_passages(None)).save(Path(sys.argv[1]))
+print({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())})
+"""
+
+
+def test_the_files_are_the_same_bytes_whatever_the_hash_seed(tmp_path):
+    runs = [subprocess.Popen([sys.executable, "-c", BUILD, str(tmp_path / seed)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}) for seed in ("1", "2")]
+    outputs = [run.communicate(timeout=120)[0] for run in runs]
+    assert all(run.returncode == 0 for run in runs)
+    assert outputs[0] == outputs[1] and "vocab.index.json" in outputs[0]
+
+
+def test_a_passage_without_words_is_an_empty_document_and_none_with_words_is_refused():
+    index = BM25Index.build([*PASSAGES, Passage("e", "t", ""), Passage("f", "a", "the of and")])
+    positions, scores = index.search(["dog moon"], k=5)
+    assert positions[0, 0] == 1 and set(positions[0, scores[0] == 0].tolist()) >= {3, 4}  # they score 0
+    with pytest.raises(ValueError, match=r"^empty.jsonl: no passage has a word BM25 can index \(passage 'e', 'f'"):
+        BM25Index.build([Passage("e", "t", ""), Passage("f", "a", "the of and")], where="empty.jsonl")
 
 
 def test_hard_negatives_are_not_positives_nor_hold_the_answer():

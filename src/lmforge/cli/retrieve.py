@@ -6,7 +6,7 @@
     lmforge retrieve train --model all-MiniLM-L6-v2 --out runs/dpr --steps 200 [--questions qa.jsonl] \\
         lr=2e-5 batch_size=16 warmup=20 temperature=0.05 [--separate-encoders]
     lmforge retrieve reader --model all-MiniLM-L6-v2 --questions gcide --retriever runs/dpr/final \\
-        --out runs/reader --steps 150 --k 5
+        --out runs/reader --steps 150 --k 5 [--resume]
     lmforge retrieve --index runs/ix --query "..." --reader runs/reader/final     (answers from the top k)
     lmforge retrieve --index runs/ix --query "..." --rerank runs/rerank/final --candidates 20 --k 5
                                                (a cross-encoder re-orders the top 20, the best 5 kept)
@@ -52,7 +52,7 @@ def cmd_index_build(args) -> None:
     from lmforge.retrieval.jobs import build_index_dir
 
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
-                     writes=("passages.jsonl", "bm25", "dense"))
+                     writes=("passages.jsonl", "bm25", "dense", "index.json"))
     check_source("--passages", args.passages)
     index = job_options(args, IndexOptions)
     train, encoder = _options(args)
@@ -167,7 +167,8 @@ def cmd_reader(args) -> None:
 
     options = job_options(args, ReaderOptions)
     cfg = _training_only(args, "reader")
-    result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, options)
+    result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, options,
+                        args.resume)
     print(json.dumps(result))
     print(f"reader in {args.out}/final, exact match in {args.out}/reader.json")
 
@@ -252,6 +253,7 @@ def _reader_parser(actions, argparse) -> None:
     _run_arguments(r, "builtin, gcide, or a SQuAD JSON / QA JSONL file")
     r.add_argument("--retriever", help="a trained DPR directory for the test passages (default: BM25)")
     job_flags(r, ReaderOptions)
+    r.add_argument("--resume", action="store_true", help="continue the run's last checkpoint under --out")
     r.add_argument("overrides", nargs="*", help="key=value: training options")
     r.set_defaults(func=cmd_reader)
 

@@ -2,24 +2,46 @@
 library (Lù 2024), and the BM25 hard negatives DPR trains with (Karpukhin et al. 2020, sec. 3.2:
 top BM25 passages that do not hold the answer).
 
-Saved by bm25s as .npy arrays (written and read with allow_pickle=False) and JSON.
+Saved by bm25s as .npy arrays (written and read with allow_pickle=False) and JSON, beside a
+manifest.json written last: the passage count and the sha256 of every file, checked on load, so a
+damaged, changed or half-written index is refused naming the file. The vocabulary is numbered in
+sorted order (bm25s numbers words as a set yields them, which follows Python's hash seed), so the
+same passages give the same files byte for byte.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 
+from lmforge.train.checkpoint import sha256
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 STOPWORDS = "en"
+FORMAT = "lmforge-bm25-index"
+MANIFEST = "manifest.json"
+# what bm25s reads back (params.index.json says whether it reads more): each must be in the manifest
+FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "vocab.index.json",
+         "params.index.json")
 
 
 def _tokens(texts: list) -> list:
     import bm25s
 
     return bm25s.tokenize(texts, stopwords=STOPWORDS, return_ids=False, show_progress=False)
+
+
+def _numbered(documents: list, passages: list, where: str) -> tuple:
+    """(word ids per document, {word: id} in sorted order); a ValueError naming `where` and a passage
+    when no passage has a word to index (BM25 has nothing to score: bm25s fails on it)."""
+    vocabulary = {word: i for i, word in enumerate(sorted({w for doc in documents for w in doc}))}
+    if not vocabulary:
+        shown = ", ".join(repr(p.id) for p in passages[:3]) + (", ..." if len(passages) > 3 else "")
+        raise ValueError(f"{where}: no passage has a word BM25 can index (passage {shown}: only stopwords "
+                         f"and one-letter words, or none)")
+    return [[vocabulary[w] for w in doc] for doc in documents], vocabulary
 
 
 class BM25Index:
@@ -29,12 +51,14 @@ class BM25Index:
         self.retriever, self.n = retriever, n_passages
 
     @classmethod
-    def build(cls, passages: list, k1: float = 1.5, b: float = 0.75) -> "BM25Index":
-        """Index `passages` (Lucene's BM25 variant, bm25s's default)."""
+    def build(cls, passages: list, k1: float = 1.5, b: float = 0.75, where: str = "passages") -> "BM25Index":
+        """Index `passages` (Lucene's BM25 variant, bm25s's default); a passage with no word to index is
+        an empty document (it scores 0); passages (`where`, for the error) with none at all are refused."""
         import bm25s
 
+        documents = _tokens([f"{p.title} {p.text}" for p in passages])
         retriever = bm25s.BM25(k1=k1, b=b)
-        retriever.index(_tokens([f"{p.title} {p.text}" for p in passages]), show_progress=False)
+        retriever.index(_numbered(documents, passages, where), show_progress=False)
         return cls(retriever, len(passages))
 
     def search(self, queries: list, k: int) -> tuple:
@@ -46,27 +70,60 @@ class BM25Index:
         return np.asarray(positions), np.asarray(scores)
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the index under `path` (bm25s's .npy and JSON files; no pickle), replacing it whole."""
+        """Write the index under `path` (bm25s's .npy and JSON files; no pickle) with its manifest,
+        replacing it whole."""
 
         def write(folder: Path) -> None:  # bm25s writes with plain open(): into a fresh folder only
             self.retriever.save(str(folder), allow_pickle=False, show_progress=False)
-            atomic_write_text(folder / "count.txt", str(self.n))
+            files = sorted(p.name for p in folder.iterdir() if p.is_file())
+            manifest = {"format": FORMAT, "version": 1, "count": self.n,
+                        "sha256": {name: sha256(folder / name) for name in files}}
+            atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
         replace_dir(path, write)
         return Path(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "BM25Index":
-        """Read an index written by save(); a missing or damaged one is a one-line ValueError."""
+        """Read an index written by save(), every file checked against its manifest; a missing, damaged
+        or changed one is a one-line ValueError naming the file."""
         import bm25s
 
         path = Path(path)
+        manifest = _manifest(path)
         try:
-            n = int((path / "count.txt").read_text())
-            retriever = bm25s.BM25.load(str(path), allow_pickle=False, show_progress=False)
-        except (OSError, ValueError, KeyError) as err:
+            retriever = bm25s.BM25.load(str(path), allow_pickle=False, show_progress=False, load_corpus=False)
+        except (OSError, ValueError, KeyError) as err:  # checksums matched: a file bm25s itself cannot read
             raise ValueError(f"{path}: not a readable BM25 index ({type(err).__name__}: {err})") from None
-        return cls(retriever, n)
+        if retriever.scores.get("num_docs") != manifest["count"]:
+            raise ValueError(f"{path / MANIFEST}: count {manifest['count']} is not the index's "
+                             f"{retriever.scores.get('num_docs')} passages")
+        return cls(retriever, manifest["count"])
+
+
+def _manifest(path: Path) -> dict:
+    """The manifest of a BM25 index folder, each file it lists present and matching its checksum."""
+    file = path / MANIFEST
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{file}: missing or not JSON ({type(err).__name__}): not an lmforge BM25 index, or "
+                         f"its build was cut short; build the index again") from None
+    sums = manifest.get("sha256") if isinstance(manifest, dict) else None
+    if not isinstance(sums, dict) or manifest.get("format") != FORMAT or not sums:
+        raise ValueError(f"{file}: not an lmforge BM25 index manifest")
+    count = manifest.get("count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"{file}: field 'count' missing or not a count")
+    unlisted = [name for name in FILES if name not in sums]
+    if unlisted:
+        raise ValueError(f"{file}: lists no checksum of {', '.join(unlisted)}")
+    for name, want in sums.items():
+        if Path(name).name != name or not (path / name).is_file():
+            raise ValueError(f"{path / name}: missing (listed in {file})")
+        if sha256(path / name) != want:
+            raise ValueError(f"{path / name}: checksum does not match the manifest (damaged or changed)")
+    return manifest
 
 
 def hard_negatives(index: BM25Index, records: list, passages: list, n: int = 1, depth: int = 20) -> list:

@@ -19,7 +19,7 @@ import copy
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -29,6 +29,7 @@ from lmforge.config.options import Items, OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
+from lmforge.io.native import read_json_object
 from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.pipelines.embed_options import leading
@@ -36,6 +37,8 @@ from lmforge.tokenizer import load_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 
 POOLINGS = {"mean": "mean", "cls": "first"}
+RETRIEVER_FILE, PASSAGE_DIR = "retriever.json", "passage"  # a retriever folder's options, its own E_P
+SEPARATE = "passage_encoder"  # retriever.json's field beside the options: whether passage/ holds E_P
 
 
 MAX_DIMS = 65536  # a bound on any embedding width (and on how many prefixes are listed)
@@ -69,6 +72,37 @@ class EncoderOptions:
                                f"got {len(weights)}", "matryoshka_weights")
 
 
+def retriever_file(path: Path) -> tuple:
+    """(EncoderOptions fields, whether passages have an encoder of their own) of a model folder. One with
+    retriever.json was written by BiEncoder.save: the file and, where it says so, passage/ are read whole
+    or refused naming the file. One without is a plain encoder (shared, default options), unless it holds
+    passage/: a retriever that lost its retriever.json."""
+    file = path / RETRIEVER_FILE
+    if not file.is_file():
+        if (path / PASSAGE_DIR).exists():
+            raise ValueError(f"{file}: missing, though {path / PASSAGE_DIR} holds a passage encoder; a "
+                             f"retriever folder is read whole: save or train it again")
+        return {}, False
+    saved = read_json_object(file)
+    # a file written before SEPARATE was recorded: passage/ says it
+    separate = saved.pop(SEPARATE, (path / PASSAGE_DIR).exists())
+    unknown = sorted(set(saved) - {f.name for f in fields(EncoderOptions)})
+    if unknown or not isinstance(separate, bool):
+        raise ValueError(f"{file}: " + (f"unknown field(s) {unknown}" if unknown else
+                                        f"field {SEPARATE!r} must be true or false"))
+    try:
+        EncoderOptions(**saved)
+    except OptionsError as err:
+        raise ValueError(f"{file}: {err}") from None
+    if separate and not (path / PASSAGE_DIR / "config.json").is_file():
+        raise ValueError(f"{path / PASSAGE_DIR / 'config.json'}: missing; {file} says the passages have an "
+                         f"encoder of their own")
+    if not separate and (path / PASSAGE_DIR).exists():
+        raise ValueError(f"{path / PASSAGE_DIR}: a passage encoder, but {file} says the passages share the "
+                         f"question encoder")
+    return saved, separate
+
+
 class BiEncoder:
     """E_Q and E_P (one shared encoder, or two after separate()): texts -> (N, d) embeddings."""
 
@@ -90,22 +124,24 @@ class BiEncoder:
 
     @classmethod
     def from_dir(cls, name: str | os.PathLike, **options) -> "BiEncoder":
-        """A model directory or installed package (all-MiniLM-L6-v2); retriever.json's options, if any,
-        under those given."""
+        """A retriever folder (saved by save(): read whole, see retriever_file) or any other model directory
+        or installed package (all-MiniLM-L6-v2: a plain encoder, shared, default options); `options` over
+        the saved ones."""
         path = find_model_dir(name)
-        saved = json.loads((path / "retriever.json").read_text()) if (path / "retriever.json").is_file() else {}
+        saved, separate = retriever_file(path)
         # retrieval jobs embed corpora: the encoders run optimized (fast/optimize.py), as every job's do
-        passage = optimize(load(path / "passage")) if (path / "passage" / "config.json").is_file() else None
+        passage = optimize(load(path / PASSAGE_DIR)) if separate else None
         return cls(optimize(load(path)), load_tokenizer(path), EncoderOptions(**{**saved, **options}), passage)
 
     def save(self, path) -> Path:
         """Tokenizer and retriever.json beside a saved model directory (and a separate passage
-        encoder under passage/)."""
+        encoder under passage/); retriever.json last, so a folder that has it is whole."""
         path = Path(path)
         if self.passage_model is not None:
-            self.passage_model.save(path / "passage")
+            self.passage_model.save(path / PASSAGE_DIR)
         self.tokenizer.save(path)
-        atomic_write_text(path / "retriever.json", json.dumps(asdict(self.options), indent=2))
+        saved = {**asdict(self.options), SEPARATE: self.passage_model is not None}
+        atomic_write_text(path / RETRIEVER_FILE, json.dumps(saved, indent=2))
         return path
 
     @property

@@ -16,6 +16,7 @@ from lmforge.train.loop import Trainer
 from lmforge.utils.atomic import atomic_write_text
 
 KS = (1, 5, 20)
+VECTOR_OPTIONS = ("pooling", "normalize", "max_length")
 
 
 def recall_at_k(rankings: list, records: list, ks=KS) -> dict:
@@ -42,8 +43,13 @@ def encode_passages(encoder: BiEncoder, passages: list, path, batch_size: int = 
 
     write_index(path, [p.id for p in passages], encode, encoder.width, model=model_name,
                 pooling=encoder.options.pooling, batch_size=batch_size, progress=progress,
-                encoder=encoder.fingerprint())
+                encoder=encoder.fingerprint(), options=vector_options(encoder.options))
     return DenseIndex.load(path)
+
+
+def vector_options(options) -> dict:
+    """The EncoderOptions fields that make a text's vector (a query must be embedded as the passages were)."""
+    return {name: getattr(options, name) for name in VECTOR_OPTIONS}
 
 
 def dense_rankings(encoder: BiEncoder, index: DenseIndex, records: list, k: int) -> list:

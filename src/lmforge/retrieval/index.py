@@ -6,7 +6,8 @@ An index directory holds:
 - embeddings.npy: float32 (count, dim), read with mmap (pages come from disk as needed);
 - ids.json: the passage ids, row by row;
 - manifest.json: format, model, dim, count, pooling, the encoder's fingerprint (dpr.BiEncoder.fingerprint),
-  and the sha256 of both files.
+  the encoder options its vectors were made with (pooling, normalize, max_length: queries are embedded
+  with them too), and the sha256 of both files.
 
 Never pickle: numpy reads the .npy with allow_pickle=False. A missing file, a truncated or altered
 embeddings file, or a manifest that does not match is refused with a one-line ValueError.
@@ -31,10 +32,11 @@ FORMAT = "lmforge-dense-index"
 
 
 def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str = "", batch_size: int = 64,
-                progress: bool = True, encoder: str = "") -> Path:
+                progress: bool = True, encoder: str = "", options: dict | None = None) -> Path:
     """Encode rows batch by batch into path/embeddings.npy (`encode(positions) -> (b, dim)` float
     array or tensor) with a progress bar, then write ids.json and the manifest last (an interrupted
-    build leaves no manifest, so it is never loaded as whole)."""
+    build leaves no manifest, so it is never loaded as whole); `options`: how the encoder made its vectors
+    (queries are embedded the same way)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / "manifest.json").unlink(missing_ok=True)
@@ -59,7 +61,7 @@ def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str
     os.replace(staging, path / "embeddings.npy")
     atomic_write_text(path / "ids.json", json.dumps([str(i) for i in ids]))
     manifest = {"format": FORMAT, "version": 1, "model": str(model), "pooling": pooling, "dim": dim, "encoder": encoder,
-                "count": len(ids), "dtype": "float32",
+                "count": len(ids), "dtype": "float32", "options": dict(options or {}),
                 "sha256": {name: sha256(path / name) for name in ("embeddings.npy", "ids.json")}}
     atomic_write_text(path / "manifest.json", json.dumps(manifest, indent=2))
     return path

@@ -3,7 +3,8 @@ optionally dense), queries against it (answered by a reader, if given), a DPR tr
 recall table, and an extractive reader's training run with its exact match.
 
 An index directory holds passages.jsonl, bm25/ (bm25s files) and, with a model, dense/ (see
-index.py; its manifest names the model that embeds the queries).
+index.py; its manifest names the model that embeds the queries), bound by index.json (index_dir.py):
+every file is checked on read.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective
 from lmforge.retrieval.evaluate import (
+    VECTOR_OPTIONS,
     bm25_rankings,
     compare,
     dense_rankings,
@@ -27,6 +29,7 @@ from lmforge.retrieval.evaluate import (
     write_table,
 )
 from lmforge.retrieval.index import DenseIndex
+from lmforge.retrieval.index_dir import finish_build, open_index, start_build
 from lmforge.retrieval.job_options import (
     MAX_CANDIDATES,
     IctOptions,
@@ -36,10 +39,10 @@ from lmforge.retrieval.job_options import (
     RealmOptions,
     options_of,
 )
-from lmforge.retrieval.passages import load_passages, read_passages, write_passages
+from lmforge.retrieval.passages import load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
-from lmforge.train.loop import Trainer
+from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 
@@ -53,13 +56,17 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
                            min(options))
     encoder = _encoder(model, **options) if model else None  # a bad max_length refused before out is made
     passages = load_passages(source, seed, index.words)
+    bm25 = BM25Index.build(passages, where=source or "builtin")  # passages with no words: refused before out
+    start_build(out)
     write_passages(passages, out / "passages.jsonl")
-    BM25Index.build(passages).save(out / "bm25")
+    bm25.save(out / "bm25")
     summary = {"passages": len(passages), "bm25": str(out / "bm25")}
     if model:
         name = str(Path(model).resolve()) if Path(model).is_dir() else str(model)
         dense = encode_passages(encoder, passages, out / "dense", index.batch_size, progress, model_name=name)
         summary.update(dense=str(out / "dense"), dim=dense.dim)
+    # a dense/ left from an earlier build holds other passages' vectors: not listed, so never searched
+    finish_build(out, len(passages), ("bm25", "dense") if model else ("bm25",))
     return summary
 
 
@@ -85,8 +92,8 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
                            "candidates")
     if rerank is not None and options.candidates is None and k > MAX_CANDIDATES:
         raise OptionsError(f"k={k}: a reranker re-orders at most {MAX_CANDIDATES} passages a query", "k")
-    passages = read_passages(path / "passages.jsonl")
-    positions, scores = _search(path, passages, queries, options.candidates or k, options, model)
+    passages, parts = open_index(path)
+    positions, scores = _search(path, parts, queries, options.candidates or k, options, model)
     out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
                                      "score": round(float(s), 4), "text": passages[int(i)].text}
                                     for r, (i, s) in enumerate(zip(row, srow))]}
@@ -102,16 +109,17 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
     return out
 
 
-def _search(path: Path, passages: list, queries: list, k: int, options: QueryOptions,
-            model: str | None) -> tuple:
+def _search(path: Path, parts: set, queries: list, k: int, options: QueryOptions, model: str | None) -> tuple:
     """(positions, scores) of each query's top k passages by BM25 or the dense index (options.method)."""
     if options.method == "bm25":
         return BM25Index.load(path / "bm25").search(queries, k)
-    if not (path / "dense").is_dir():
+    if "dense" not in parts:
         raise ValueError(f"{path}: no dense index (build it with --model, or query with --method bm25)")
     index = DenseIndex.load(path / "dense")
     name = model or index.manifest.get("model") or ""
-    encoder = BiEncoder.from_dir(name)
+    # queries embedded as the passages were (pooling, max_length given at build time, not the folder's own)
+    built = index.manifest.get("options") if isinstance(index.manifest.get("options"), dict) else {}
+    encoder = BiEncoder.from_dir(name, **{field: v for field, v in built.items() if field in VECTOR_OPTIONS})
     index.check_encoder(encoder.width, encoder.fingerprint(), name)
     scores, positions = index.search(encoder.encode(queries), k, backend=options.backend)
     return positions.numpy(), scores.numpy()
@@ -183,18 +191,22 @@ def rankings(passages: list, records: list, out, retriever: str | None = None, k
 
 
 def run_reader(model: str, out, cfg, questions: str | None = None, passages_source: str | None = None,
-               retriever: str | None = None, options: ReaderOptions | None = None, log=print) -> dict:
-    """Train the extractive reader from `model` on the training questions (each with its positive and
-    BM25 negatives), then exact match on the held-out ones read from their top-k passages (BM25's, or
-    `retriever`'s); written to out/reader.json and returned."""
+               retriever: str | None = None, options: ReaderOptions | None = None, resume: bool = False,
+               log=print) -> dict:
+    """Train the extractive reader from `model` (its new heads drawn from cfg.seed; `resume` continues
+    out/checkpoints) on the training questions (each with its positive and BM25 negatives), then exact
+    match on the held-out ones read from their top-k passages (BM25's, or `retriever`'s); written to
+    out/reader.json and returned."""
     options = options_of(ReaderOptions, options)
     k, out = options.k, Path(out)
+    if resume:  # a mistyped --out is refused before the work, not after it
+        check_resumable(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
-    reader = ExtractiveReader.from_dir(model, options.max_len)
+    reader = ExtractiveReader.from_dir(model, options.max_len, seed=cfg.seed)
     within_context("max_len", options.max_len, reader.model.config)
     train_ranked = rankings(passages, sets["train"], out, None, 20)
     examples = reader_examples(reader, sets["train"], passages, train_ranked, options.negatives)
-    Trainer(reader, examples, cfg, out, log=log).fit(final_files=(reader.tokenizer.save,))
+    Trainer(reader, examples, cfg, out, log=log).fit(resume, final_files=(reader.tokenizer.save,))
     ranked = rankings(passages, sets["test"], out, retriever, k)
     result = {"retriever": retriever or "bm25", "k": k, "test": len(sets["test"]),
               "reader_exact_match": round(reader_exact_match(reader, sets["test"], passages, ranked, k), 4),
@@ -250,7 +262,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
                          f"({reader.config.vocab_size}): REALM reads both with one tokenizer")
     examples = realm_examples(encoder.tokenizer, passages, cfg.seed, options.max_len)
     objective = optimize(REALMObjective(optimize(reader), encoder, passages, options.k, options.refresh_every,
-                                       options.max_len, options.null_document))
+                                       options.max_len, options.null_document, seed=cfg.seed))
     before = evaluate_realm(objective, examples["test"], passages)
     trainer = Trainer(objective, examples["train"], cfg, out, log=log)
     trainer.fit(resume, final_files=(encoder.tokenizer.save,))

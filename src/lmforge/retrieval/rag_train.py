@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import torch
 
-from lmforge.heads import make_head
 from lmforge.objectives.base import IGNORE, Loss, Objective, pad
 from lmforge.objectives.seq2seq import add_decoder_inputs
 from lmforge.retrieval.dpr import BiEncoder, pad_batch
+from lmforge.retrieval.heads import head_or_new, seeded_heads
 from lmforge.retrieval.rag import rag_loss, rag_token_next_log_probs
 
 
 class RAGObjective(Objective):
-    """Answer NLL marginalised over the retrieved passages; the question encoder trains with it."""
+    """Answer NLL marginalised over the retrieved passages; the question encoder trains with it. An LM
+    head the generator lacks starts untrained, drawn from `seed` (the run's)."""
 
     name = "rag"
 
     def __init__(self, generator, retriever: BiEncoder, passage_vectors: torch.Tensor, passage_tokens: list,
-                 k: int = 3, kind: str = "token", max_len: int = 64, tokenizer=None) -> None:
+                 k: int = 3, kind: str = "token", max_len: int = 64, tokenizer=None, seed: int = 0) -> None:
         tok = tokenizer or retriever.tokenizer  # the generator's
         super().__init__(generator, pad_id=tok.special_id("pad") or 0)
         self.tokenizer = tok
@@ -37,7 +38,8 @@ class RAGObjective(Objective):
         self.retriever, self.question_encoder = retriever, retriever.model  # registered: trained too
         self.register_buffer("passages", passage_vectors.float(), persistent=False)  # (N, d), fixed
         self.passage_tokens, self.k, self.kind, self.max_len = passage_tokens, k, kind, max_len
-        self.lm = generator.heads["lm"] if "lm" in generator.heads else make_head(generator, "lm")
+        with seeded_heads(seed):  # a generator without an LM head starts one drawn from the run's seed
+            self.lm = head_or_new(generator, "lm", "lm")
         self.cls, self.sep = tok.special_id("cls"), tok.special_id("sep")
         if self.cls is None or self.sep is None:
             raise ValueError("the generator's tokenizer needs [CLS] and [SEP] tokens (its inputs are "

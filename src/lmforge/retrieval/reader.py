@@ -14,14 +14,13 @@ import torch
 import torch.nn.functional as F
 
 from lmforge.fast.optimize import optimize
-from lmforge.heads import make_head
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.retrieval.dpr import pad_batch, passage_text
+from lmforge.retrieval.heads import head_or_new, seeded_heads
 from lmforge.tasks.qa import Template, exact_match, features, window_spans
 from lmforge.tokenizer import load_tokenizer
-
 
 READER_HEADS = ("span-qa", "select")  # the answer span and the passage selection
 
@@ -49,31 +48,33 @@ def window(tokenizer, template: Template, question: str, passage, answers=(), ma
 
 
 class ExtractiveReader(Objective):
-    """DPR's reader: passage selection + answer span, trained on (positive, negatives) groups."""
+    """DPR's reader: passage selection + answer span, trained on (positive, negatives) groups; heads the
+    model lacks start untrained, drawn from `seed` (the run's)."""
 
     name = "reader"
 
-    def __init__(self, model, tokenizer, max_len: int = 128) -> None:
+    def __init__(self, model, tokenizer, max_len: int = 128, seed: int = 0) -> None:
         super().__init__(model, pad_id=tokenizer.special_id("pad") or 0)
         if model.config.architecture != "encoder":
             raise ValueError(f"a reader must be an encoder model, not {model.config.architecture}")
-        heads = model.heads
-        self.span = heads["span-qa"] if "span-qa" in heads else make_head(model, "span-qa")
-        self.select = heads["select"] if "select" in heads else make_head(model, "classification", n_labels=1,
-                                                                          pooler=False)
+        with seeded_heads(seed):  # one stream for both: the selection head's draw follows the span head's
+            self.span = head_or_new(model, "span-qa", "span-qa")
+            self.select = head_or_new(model, "select", "classification", n_labels=1, pooler=False)
         self.tokenizer, self.template, self.max_len = tokenizer, Template.of(tokenizer), max_len
 
     @classmethod
-    def from_dir(cls, name: str | os.PathLike, max_len: int = 128, trained: bool = False) -> "ExtractiveReader":
-        """A reader directory; with trained=False (to train one) any encoder, its heads started untrained;
-        with trained=True (to read) only a trained reader: a plain encoder would answer with random heads."""
+    def from_dir(cls, name: str | os.PathLike, max_len: int = 128, trained: bool = False,
+                 seed: int = 0) -> "ExtractiveReader":
+        """A reader directory; with trained=False (to train one) any encoder, its heads started untrained
+        (from `seed`); with trained=True (to read) only a trained reader: a plain encoder would answer
+        with random heads."""
         path = find_model_dir(name)
         model = load(path)
         missing = [head for head in READER_HEADS if head not in model.heads]
         if trained and missing:
             raise ValueError(f"{path}: not a trained reader: it has no {' or '.join(missing)} head (heads: "
                              f"{', '.join(model.heads) or 'none'}); train one with `lmforge retrieve reader`")
-        reader = cls(model, load_tokenizer(path), max_len)
+        reader = cls(model, load_tokenizer(path), max_len, seed)
         optimize(reader.model)  # after the heads are made: they run optimized too
         return reader
 

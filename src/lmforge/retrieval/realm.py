@@ -23,9 +23,9 @@ import re
 
 import torch
 
-from lmforge.heads import make_head
 from lmforge.objectives.base import IGNORE, Loss, Objective, pad
 from lmforge.retrieval.dpr import BiEncoder, pad_batch, passage_text
+from lmforge.retrieval.heads import head_or_new, seeded_heads
 
 
 def realm_log_likelihood(span_log_probs: torch.Tensor, doc_log_probs: torch.Tensor) -> torch.Tensor:
@@ -35,12 +35,13 @@ def realm_log_likelihood(span_log_probs: torch.Tensor, doc_log_probs: torch.Tens
 
 class REALMObjective(Objective):
     """Salient-span MLM marginalised over retrieved documents; model = the knowledge-augmented encoder,
-    retriever = Embed_input (its model) and Embed_doc (its passage model), all three trained."""
+    retriever = Embed_input (its model) and Embed_doc (its passage model), all three trained; an MLM
+    head the model lacks starts untrained, drawn from `seed` (the run's)."""
 
     name = "realm"
 
     def __init__(self, model, retriever: BiEncoder, passages: list, k: int = 4, refresh_every: int = 100,
-                 max_len: int = 192, null_document: bool = True) -> None:
+                 max_len: int = 192, null_document: bool = True, seed: int = 0) -> None:
         tok = retriever.tokenizer
         super().__init__(model, pad_id=tok.special_id("pad") or 0)
         if model.config.architecture != "encoder":
@@ -55,7 +56,8 @@ class REALMObjective(Objective):
         self.retriever, self.input_encoder = retriever, retriever.model  # registered: trained and saved
         if retriever.passage_model is not None:
             self.doc_encoder = retriever.passage_model
-        self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")
+        with seeded_heads(seed):  # a model without an MLM head starts one drawn from the run's seed
+            self.lm = head_or_new(model, "lm", "lm")
         self.k, self.refresh_every, self.max_len, self.null_document = k, refresh_every, max_len, null_document
         self.cls, self.sep = tok.special_id("cls"), tok.special_id("sep")
         self.doc_tokens = [tok.encode(passage_text(p), add_special_tokens=False).ids for p in passages]

@@ -1,0 +1,77 @@
+"""An index directory's manifest, index.json: written last by `lmforge index build`, it records the
+passage count, the sha256 of passages.jsonl and of each part's own manifest (bm25/manifest.json and,
+with a model, dense/manifest.json; each part checks its files against its manifest). Queries look
+passages up by their row in the parts' results, so passages.jsonl is checked on every read: a swapped,
+cut or edited line would otherwise report another passage's text under a score, or fail deep inside.
+A part from another build (its manifest's checksum is not the recorded one) is refused the same way,
+and a folder the manifest does not list (a dense/ left from an earlier build) is not part of the index.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lmforge.retrieval.passages import read_passages
+from lmforge.train.checkpoint import sha256
+from lmforge.utils.atomic import atomic_write_text
+
+FORMAT = "lmforge-index"
+MANIFEST = "index.json"
+PASSAGES = "passages.jsonl"
+PARTS = ("bm25", "dense")  # each with a manifest.json of its own
+
+
+def start_build(out) -> None:
+    """Remove out's index.json before its files are rewritten: a build cut short leaves no manifest, so
+    the half-written index is refused, never read as whole."""
+    (Path(out) / MANIFEST).unlink(missing_ok=True)
+
+
+def finish_build(out, count: int, parts: tuple) -> Path:
+    """Write out/index.json over the passages and the `parts` built (of PARTS)."""
+    out = Path(out)
+    parts = {name: sha256(out / name / "manifest.json") for name in parts}
+    manifest = {"format": FORMAT, "version": 1, "count": count, "sha256": {PASSAGES: sha256(out / PASSAGES)},
+                "parts": parts}
+    return atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+
+
+def open_index(path) -> tuple:
+    """(passages, names of the parts built) of an index directory, passages.jsonl and each part's manifest
+    checked against index.json; a missing or changed file is a one-line ValueError naming it."""
+    path = Path(path)
+    manifest = _manifest(path)
+    if sha256(path / PASSAGES) != manifest["sha256"].get(PASSAGES):
+        raise ValueError(f"{path / PASSAGES}: checksum does not match {MANIFEST} (damaged or changed since "
+                         f"the index was built); build the index again")
+    for name, want in manifest["parts"].items():
+        file = path / name / "manifest.json"
+        if name not in PARTS or not file.is_file() or sha256(file) != want:
+            raise ValueError(f"{file}: missing, or not the one {path / MANIFEST} was built with; build the "
+                             f"index again")
+    passages = read_passages(path / PASSAGES)
+    if len(passages) != manifest["count"]:  # the checksum matched: a manifest edited by hand
+        raise ValueError(f"{path / PASSAGES}: {len(passages)} passages; {path / MANIFEST} says "
+                         f"{manifest['count']}")
+    return passages, set(manifest["parts"])
+
+
+def _manifest(path: Path) -> dict:
+    """index.json, its fields of the expected kinds."""
+    file = path / MANIFEST
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{file}: missing or not JSON ({type(err).__name__}): built by an older lmforge, or "
+                         f"its build was cut short; build the index again (lmforge index build)") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{file}: not an lmforge index manifest")
+    count = manifest.get("count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"{file}: field 'count' missing or not a count")
+    for key in ("sha256", "parts"):
+        if not isinstance(manifest.get(key), dict):
+            raise ValueError(f"{file}: field {key!r} missing or not an object")
+    if not (path / PASSAGES).is_file():
+        raise ValueError(f"{path / PASSAGES}: missing")
+    return manifest

@@ -1,0 +1,134 @@
+"""An index directory is verified on read: a swapped, cut or edited passages.jsonl, a changed BM25 file
+or a part from another build is refused in one line naming the file (exit status 2), never answered
+from; `index build` refuses passages with no word to index naming the file and a passage; queries are
+embedded with the encoder options the passages were."""
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.retrieval.dpr import passage_text
+from lmforge.retrieval.passages import load_passages
+from lmforge.tokenizer.train import train_tokenizer
+
+QUERY = "Where was Dreatou Klaisebor born?"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(a tiny BERT folder, an index of the built-in passages with BM25 and dense parts)."""
+    root = tmp_path_factory.mktemp("index-files")
+    tok = train_tokenizer([passage_text(p) for p in load_passages(None)], "wordpiece", 300)
+    torch.manual_seed(0)
+    lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
+                  max_seq_len=64).save(root / "tiny")
+    tok.save(root / "tiny")
+    assert main(["index", "build", "--out", str(root / "ix"), "--model", str(root / "tiny"), "--quiet",
+                 "max_length=32", "pooling=cls"]) == 0
+    return root / "tiny", root / "ix"
+
+
+@pytest.fixture
+def index(built, tmp_path):
+    """A copy of the built index to damage."""
+    return shutil.copytree(built[1], tmp_path / "ix")
+
+
+def _query(index, capsys, *flags, query: str = QUERY) -> tuple:
+    """(exit status, JSON lines printed, standard error) of one query."""
+    code = main(["retrieve", "--index", str(index), "--query", query, *flags])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines()], err
+
+
+def _refused(index, capsys, name: str, *flags) -> None:
+    code, printed, err = _query(index, capsys, *flags)
+    assert code == 2 and not printed and err.count("\n") == 1 and name in err, err
+
+
+def test_an_intact_index_answers_both_ways(index, capsys):
+    for method in ("bm25", "dense"):
+        code, printed, _ = _query(index, capsys, "--method", method, "--k", "5")
+        assert code == 0 and len(printed[0]["results"]) == 5
+    assert printed[0]["results"][0]["id"]  # dense answered too
+
+
+@pytest.mark.parametrize("damage", ["swap", "cut", "edit"])
+def test_a_changed_passages_file_is_refused_naming_it(index, capsys, damage):
+    lines = (index / "passages.jsonl").read_text().splitlines(keepends=True)
+    if damage == "swap":  # the BM25 rows then point at the other passage's id and text
+        lines[108], lines[109] = lines[109], lines[108]
+    elif damage == "cut":
+        lines = lines[:100]
+    else:
+        lines[108] = lines[108].replace("Sileafe", "Sadun")
+    (index / "passages.jsonl").write_text("".join(lines))
+    for method in ("bm25", "dense"):
+        _refused(index, capsys, "passages.jsonl: checksum does not match index.json", "--method", method)
+
+
+def test_a_changed_bm25_file_is_refused_naming_it(index, capsys):
+    (index / "bm25" / "params.index.json").write_text((index / "bm25" / "params.index.json").read_text() + " ")
+    _refused(index, capsys, "params.index.json: checksum does not match", "--method", "bm25")
+
+
+def test_a_part_from_another_build_is_refused(index, built, capsys, tmp_path):
+    assert main(["index", "build", "--out", str(tmp_path / "other"), "--seed", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    shutil.rmtree(index / "bm25")
+    shutil.copytree(tmp_path / "other" / "bm25", index / "bm25")  # whole and self-consistent, but not this index's
+    _refused(index, capsys, "bm25/manifest.json: missing, or not the one", "--method", "bm25")
+    (index / "index.json").unlink()
+    _refused(index, capsys, "index.json: missing", "--method", "bm25")
+
+
+def test_a_bm25_only_build_does_not_adopt_an_earlier_dense_part(index, capsys):
+    assert main(["index", "build", "--out", str(index), "--quiet"]) == 0
+    capsys.readouterr()
+    _refused(index, capsys, "no dense index")
+    assert _query(index, capsys, "--method", "bm25")[0] == 0
+
+
+def test_queries_are_embedded_with_the_options_the_passages_were(built, index, capsys):
+    from lmforge.retrieval.dpr import BiEncoder
+    from lmforge.retrieval.index import DenseIndex
+
+    code, printed, _ = _query(index, capsys, "--k", "3")
+    assert code == 0
+    dense = DenseIndex.load(index / "dense")
+    assert dense.manifest["options"] == {"pooling": "cls", "normalize": True, "max_length": 32}
+    query = BiEncoder.from_dir(built[0], pooling="cls", max_length=32).encode([QUERY])
+    scores, positions = dense.search(query, 3)
+    assert [r["id"] for r in printed[0]["results"]] == [dense.ids[int(i)] for i in positions[0]]
+    assert [r["score"] for r in printed[0]["results"]] == [round(float(s), 4) for s in scores[0]]
+
+
+@pytest.mark.parametrize("lines", [['{"id": "a", "title": "t", "text": ""}'],
+                                   ['{"id": "a", "title": "t", "text": "the of and"}',
+                                    '{"id": "b", "title": "x", "text": "a"}']])
+def test_passages_without_any_word_to_index_are_refused_naming_file_and_passage(tmp_path, capsys, lines):
+    source = tmp_path / "empty.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy RuntimeWarning on the way
+        code = main(["index", "build", "--passages", str(source), "--out", str(tmp_path / "ix"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "empty.jsonl: no passage has a word BM25 can index (passage 'a'" in err
+    assert not (tmp_path / "ix").exists()  # refused before anything is written
+
+
+def test_a_passage_without_words_beside_others_is_indexed_and_found_by_no_query(tmp_path, capsys):
+    source = tmp_path / "some.jsonl"
+    rows = [{"id": "a", "title": "t", "text": ""}, {"id": "b", "title": "Cats", "text": "cats purr softly"}]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["index", "build", "--passages", str(source), "--out", str(tmp_path / "ix"), "--quiet"]) == 0
+    capsys.readouterr()
+    code, printed, _ = _query(tmp_path / "ix", capsys, "--method", "bm25", "--k", "2", query="which cats purr")
+    assert code == 0 and [(r["id"], r["score"] > 0) for r in printed[0]["results"]] == [("b", True), ("a", False)]

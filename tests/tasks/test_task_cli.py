@@ -149,3 +149,18 @@ def test_fine_tuning_writes_best_and_final_whole_with_their_task_files(model_dir
         files = {p.name for p in (out / name).iterdir()}
         assert not (out / name).is_symlink() and {"model.safetensors", "tokenizer.json", TASK_FILE} <= files
     assert not list(elsewhere.iterdir())
+
+
+def test_a_job_s_output_folder_names_the_model_in_it_for_evaluate_and_finetune(model_dir, tmp_path, capsys):
+    """Every loader reads a job's --out folder as the model it wrote (final/, model/): evaluate and finetune
+    refused it ("config.json is missing") where embed and quantize took it."""
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", str(model_dir), "--builtin", "sentiment", "--out", str(out),
+                 "--steps", "1", *FAST]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--builtin", "sentiment", "--builtin-size", "60"]) == 0
+    by_folder = capsys.readouterr().out
+    assert main(["evaluate", "--model", str(out / "final"), "--builtin", "sentiment", "--builtin-size", "60"]) == 0
+    assert capsys.readouterr().out == by_folder  # the same model, the same scores
+    assert main(["finetune", "--model", str(out), "--builtin", "sentiment", "--out", str(tmp_path / "again"),
+                 "--steps", "1", *FAST]) == 0

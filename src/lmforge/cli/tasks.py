@@ -98,6 +98,7 @@ def check_model(name: str) -> None:
     from lmforge.cli.common import UsageError
     from lmforge.io import model_dir
     from lmforge.presets import PRESETS
+    from lmforge.utils.model_folder import inside_job_folder
 
     path = Path(name)
     if name in PRESETS or (not path.exists() and model_dir(name) is not None):
@@ -108,7 +109,7 @@ def check_model(name: str) -> None:
                          " (nor a preset name or an installed model)"))
     if not path.is_dir():
         raise UsageError(f"--model {name}: is a file, not a model directory")
-    if not (path / "config.json").is_file():
+    if not (inside_job_folder(path) / "config.json").is_file():  # a job's --out folder: the model in it
         raise UsageError(f"--model {name}: is not a model directory: config.json is missing")
 
 

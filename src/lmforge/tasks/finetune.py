@@ -35,6 +35,7 @@ from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.utils.atomic import replace_dir
+from lmforge.utils.model_folder import inside_job_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
@@ -148,8 +149,9 @@ def _checked_info(file: Path, info: dict) -> dict:
 
 def task_info(path) -> dict:
     """A model directory's task.json ({} when absent); a Hugging Face config's id2label as labels.
-    A file that is not JSON, or fields of the wrong kind, are one-line errors naming the file."""
-    path = Path(path)
+    A file that is not JSON, or fields of the wrong kind, are one-line errors naming the file. A job's output
+    folder stands for the model inside it, as every loader reads it."""
+    path = inside_job_folder(Path(path))
     if (path / TASK_FILE).is_file():
         return _checked_info(path / TASK_FILE, read_json_object(path / TASK_FILE))
     config = path / "config.json"

@@ -37,8 +37,10 @@ import yaml
 
 from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import OptionsError, check_value
+from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.tasks.formats import BUILTIN_SIZE
 from lmforge.tokenizer.chars import WORD_TOKENS
+from lmforge.tokenizer.train import TokenizerOptions
 from lmforge.train.config import MAX_STEPS
 
 CORPUS_SOURCES = ("gcide", "foldoc", "jargon", "builtin", "files")
@@ -55,9 +57,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # arm and task names becom
 # object that runs it checks it (_option, _built), so a plan and the commands accept alike
 BOUNDS = {"documents": (1, 10 ** 6),  # the corpus is built here (runner.corpus_file), held in memory
           "n_per_label": (2, 10 ** 5), "n": BUILTIN_SIZE,  # a task's records, built here (runner.task_splits)
-          # the one tokenizer every arm shares, trained here on the corpus: words' least (its 4 specials and
-          # one word) and the models' most; TokenizerOptions judges the other kinds' least (roberta: 261)
-          "vocab_size": (len(WORD_TOKENS) + 1, MAX_VOCAB),
+          "vocab_size": (len(WORD_TOKENS) + 1, MAX_VOCAB),  # words' least; the other kinds': TokenizerOptions
           "seeds": (1, 100), "arms": (1, 64), "tasks": (1, 64),  # every arm x seed x task is a run
           "budget": (1.0, 1e21),  # FLOPs per arm
           "steps": (1, MAX_STEPS)}  # the steps a budget buys (runner.schedules) are TrainConfig's steps
@@ -350,14 +350,10 @@ def check_plan(data, source: str = "plan") -> Plan:
     tok = _mapping(data.get("tokenizer"), f"{source}: tokenizer", {"family", "vocab_size"})
     if "vocab_size" in tok:
         bounded(tok["vocab_size"], f"{source}: tokenizer.vocab_size", "vocab_size")
-    from lmforge.objectives.registry import TOKENIZER_KINDS
-
     if tok.get("family", "bert") not in TOKENIZER_KINDS:
         _fail(f"{source}: tokenizer.family",
               f"{tok.get('family')!r} is not one of {', '.join(TOKENIZER_KINDS)}")
     if tok.get("family", "bert") != "words":  # the least a kind takes (roberta: 261), as tokenizer train says
-        from lmforge.tokenizer.train import TokenizerOptions
-
         family = tok.get("family", "bert")
         _built(lambda given: TokenizerOptions(**given), {"kind": TOKENIZER_KINDS[family], "family": family,
                "vocab_size": tok.get("vocab_size", 2000)}, f"{source}: tokenizer")

@@ -350,16 +350,18 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-control", action="store_true", help="skip the control tasks (and selectivity)")
     p.add_argument("--progress", action="store_true", help="name each task as it starts (on stderr)")
     p.set_defaults(func=cmd_probe)
-    p = sub.add_parser("features", help="contextual word features; a feature-based task head", epilog=epilog,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    from lmforge.analysis.feature_options import POOLINGS
+    _feature_flags(sub.add_parser("features", help="contextual word features; a feature-based task head",
+                                  epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter))
+
+
+def _feature_flags(p) -> None:
+    """The flags of `lmforge features`."""
+    from lmforge.analysis.feature_options import MAX_WEIGHT, POOLINGS
+    from lmforge.config.model import MAX_LAYERS
 
     _common(p, POOLINGS, None)
     p.add_argument("--text", action="append", help="a text whose token features to write as features.json "
                    "(repeat for more; the server's /features answer)")
-    from lmforge.analysis.feature_options import MAX_WEIGHT
-    from lmforge.config.model import MAX_LAYERS
-
     p.add_argument("--mix-weights", help=f"--layers mix: the scalar mix's weights, one per hidden state (at most "
                    f"{MAX_LAYERS + 1}), each in [{-MAX_WEIGHT}, {MAX_WEIGHT}], e.g. 0,1,2")
     p.add_argument("--mix-gamma", type=bounded(float, -MAX_WEIGHT, MAX_WEIGHT),

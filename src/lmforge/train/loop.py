@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -364,15 +365,10 @@ class Trainer:
         if self.main:
             if not all_finite(model.state_dict().values() if state is None else state.values()):
                 self._diverged("the final weights are not finite")
-
-            def write(folder: Path) -> None:
-                save(model, folder, state=state)
-                for write_more in final_files:
-                    write_more(folder)
-
             # staged and put in place whole: a kill leaves the last final/ or none, never a part of one
             # that a later job would load, and a link named final/ is replaced, not written through
-            replace_dir(self.out / "final", write)
+            replace_dir(self.out / "final", lambda folder: [write(folder) for write in
+                                                            (partial(save, model, state=state), *final_files)])
 
     def _loop(self, metrics, bar) -> None:
         start, seen, shown = time.perf_counter(), 0, None

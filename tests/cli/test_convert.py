@@ -100,3 +100,18 @@ def test_sentence_transformers_files_travel_too(tmp_path, source, capsys):
     assert main(["convert", str(source), str(tmp_path / "dst")]) == 0
     dst = tmp_path / "dst"
     assert (dst / "1_Pooling" / "config.json").is_file() and (dst / "modules.json").is_file()
+
+
+@pytest.mark.parametrize("name, damage", [("tokenizer.json", lambda text: text[: len(text) // 2]),
+                                          ("task.json", lambda text: "{not json")])
+def test_a_damaged_tokenizer_or_task_file_is_refused_before_anything_is_written(tmp_path, source, capsys,
+                                                                                 name, damage):
+    """convert copied a cut tokenizer.json or a junk task.json and said 'wrote': the next job failed on the
+    copy. Both are read as the jobs read them first, and a damaged one is refused naming it."""
+    file = source / name
+    file.write_text(damage(file.read_text()))
+    capsys.readouterr()
+    assert main(["convert", str(source), str(tmp_path / "dst")]) == 2
+    _one_line(capsys, name)
+    assert not (tmp_path / "dst").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".dst")]

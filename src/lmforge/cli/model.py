@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from lmforge.cli.common import (SEED, UsageError, bounded, check_out, not_a_link, parse_overrides,
@@ -15,7 +14,7 @@ from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
 from lmforge.presets import PRESETS
-from lmforge.utils.atomic import as_created, atomic_write
+from lmforge.utils.atomic import atomic_write, replace_dir
 from lmforge.utils.progress import Bar
 
 # what travels with the weights in `convert`: the tokenizer's files, a fine-tuned model's task.json
@@ -62,17 +61,23 @@ def cmd_convert(args) -> None:
     src, dst = Path(args.src), Path(args.dst)
     check_destination(src, dst, args.force)
     model = load_source(src)
-    dst.absolute().parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dst.absolute().parent, prefix=f".{dst.name}.convert-"))
-    try:
-        as_created(tmp, directory=True)
-        model.save(tmp, format=args.to)
-        copied = copy_companions(src, tmp)
-        replace_dir(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps nothing half-written
-        raise
+    check_companions(src)  # a damaged tokenizer or task.json is refused here, not copied for a later job
+    copied = []
+    # staged beside DST and put in its place whole (a full disk keeps nothing half-written)
+    replace_dir(dst, lambda folder: (model.save(folder, format=args.to),
+                                     copied.extend(copy_companions(src, folder))))
     print(f"wrote {args.dst} ({args.to}{', with ' + ', '.join(copied) if copied else ''})")
+
+
+def check_companions(src: Path) -> None:
+    """Read SRC's tokenizer and task.json as the jobs will (a one-line error naming the file where either
+    is damaged), before anything is written."""
+    from lmforge.tasks.finetune import task_info
+    from lmforge.tokenizer import load_tokenizer
+
+    if (src / "tokenizer.json").is_file():
+        load_tokenizer(src)
+    task_info(src)
 
 
 def load_source(src: Path):
@@ -123,25 +128,6 @@ def copy_companions(src: Path, dst: Path) -> list:
             shutil.copytree(src / folder, dst / folder, dirs_exist_ok=True)
             copied.append(folder + "/")
     return copied
-
-
-def replace_dir(new: Path, dst: Path) -> None:
-    """Put the folder `new` where `dst` is (renames on one file system; the old DST is removed only
-    once the new one is in place, and put back if that fails)."""
-    if not dst.exists():
-        os.replace(new, dst)
-        return
-    old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
-    os.replace(dst, old)
-    try:
-        os.replace(new, dst)
-    except BaseException:
-        os.replace(old, dst)
-        raise
-    if old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        old.unlink()
 
 
 def cmd_demo(args) -> None:

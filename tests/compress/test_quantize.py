@@ -13,8 +13,8 @@ from lmforge.compress.quantize import parameter_count, quantize
 from lmforge.config import ConfigError
 from lmforge.heads import attach
 from lmforge.io import CheckpointError
-from lmforge.quant.engines import ENGINES
-from lmforge.quant.int8 import CHOICES, Int8Linear, quantise_per_channel, vnni_in_use
+from lmforge.quant.engines import ENGINES, QUANTISING
+from lmforge.quant.int8 import CHOICES, SERIAL, Int8Linear, quantise_per_channel, vnni_in_use
 from tests.conftest import tiny_model
 from tests.tasks.core import sentiment, tiny, tokenizer
 
@@ -286,7 +286,10 @@ def test_quantize_command_reports_and_the_model_evaluates(fine_tuned, tmp_path, 
     assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), "--data", str(dev),
                  "--batch-size", "2", "--seq-len", "16", "--rounds", "1"]) == 0
     report = json.loads((tmp_path / "q" / "quantize.json").read_text())
-    assert report["activation_bits"] in (7, 8)  # what the accuracy rests on, said
+    # what the accuracy rests on, said: the activations' bits wherever a kernel quantises them (on a busy
+    # machine every layer may measure its fp32 form fastest, and then none is quantised: None)
+    quantising = [k for k in report["kernels"] if k["kernel"].removesuffix(SERIAL) in QUANTISING]
+    assert report["activation_bits"] in ((7, 8) if quantising else (None,))
     assert report["kernels"]  # the int8 layers were timed on their kernels, not on the autograd fallback
     assert report["after"]["bytes"] < report["before"]["bytes"]  # embeddings (most of a tiny model) stay fp32
     assert report["after"]["parameters"] == report["before"]["parameters"] and report["after"]["int8_layers"] > 0

@@ -9,13 +9,9 @@ import shutil
 import warnings
 
 import pytest
-import torch
 
-import lmforge
 from lmforge.cli import main
-from lmforge.retrieval.dpr import passage_text
-from lmforge.retrieval.passages import load_passages
-from lmforge.tokenizer.train import train_tokenizer
+from tests.retrieval.conftest import tiny_bert
 
 QUERY = "Where was Dreatou Klaisebor born?"
 
@@ -24,11 +20,7 @@ QUERY = "Where was Dreatou Klaisebor born?"
 def built(tmp_path_factory):
     """(a tiny BERT folder, an index of the built-in passages with BM25 and dense parts)."""
     root = tmp_path_factory.mktemp("index-files")
-    tok = train_tokenizer([passage_text(p) for p in load_passages(None)], "wordpiece", 300)
-    torch.manual_seed(0)
-    lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
-                  max_seq_len=64).save(root / "tiny")
-    tok.save(root / "tiny")
+    tiny_bert(root / "tiny")
     assert main(["index", "build", "--out", str(root / "ix"), "--model", str(root / "tiny"), "--quiet",
                  "max_length=32", "pooling=cls"]) == 0
     return root / "tiny", root / "ix"

@@ -10,25 +10,17 @@ import torch
 
 import lmforge
 from lmforge.cli import main
-from lmforge.retrieval.dpr import passage_text
 from lmforge.retrieval.job_options import ReaderOptions
 from lmforge.retrieval.jobs import run_reader
-from lmforge.retrieval.passages import load_passages
-from lmforge.tokenizer.train import train_tokenizer
 from lmforge.train import TrainConfig
+from tests.retrieval.conftest import tiny_bert
 
 OPTIONS = ReaderOptions(max_len=64, k=3, negatives=1)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-reader")
-    tok = train_tokenizer([passage_text(p) for p in load_passages(None)], "wordpiece", 300)
-    torch.manual_seed(0)
-    lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
-                  max_seq_len=64).save(path)
-    tok.save(path)
-    return path
+    return tiny_bert(tmp_path_factory.mktemp("tiny-reader"))
 
 
 def _cfg(**kw):

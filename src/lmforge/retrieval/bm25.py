@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lmforge.train.checkpoint import sha256
+from lmforge.retrieval.index_dir import read_manifest
 from lmforge.utils.atomic import atomic_write_text, replace_dir
+from lmforge.utils.checksum import sha256
 
 STOPWORDS = "en"
 FORMAT = "lmforge-bm25-index"
@@ -104,17 +105,10 @@ class BM25Index:
 def _manifest(path: Path) -> dict:
     """The manifest of a BM25 index folder, each file it lists present and matching its checksum."""
     file = path / MANIFEST
-    try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{file}: missing or not JSON ({type(err).__name__}): not an lmforge BM25 index, or "
-                         f"its build was cut short; build the index again") from None
-    sums = manifest.get("sha256") if isinstance(manifest, dict) else None
-    if not isinstance(sums, dict) or manifest.get("format") != FORMAT or not sums:
+    manifest = read_manifest(file, FORMAT, "an lmforge BM25 index manifest")
+    sums = manifest.get("sha256")
+    if not isinstance(sums, dict) or not sums:
         raise ValueError(f"{file}: not an lmforge BM25 index manifest")
-    count = manifest.get("count")
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ValueError(f"{file}: field 'count' missing or not a count")
     unlisted = [name for name in FILES if name not in sums]
     if unlisted:
         raise ValueError(f"{file}: lists no checksum of {', '.join(unlisted)}")

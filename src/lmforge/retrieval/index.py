@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from lmforge.retrieval.job_options import BACKENDS
-from lmforge.train.checkpoint import sha256
 from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.checksum import sha256
 from lmforge.utils.progress import Bar
 
 FORMAT = "lmforge-dense-index"

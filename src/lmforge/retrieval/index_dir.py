@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 from lmforge.retrieval.passages import read_passages
-from lmforge.train.checkpoint import sha256
 from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.checksum import sha256
 
 FORMAT = "lmforge-index"
 MANIFEST = "index.json"
@@ -56,19 +56,26 @@ def open_index(path) -> tuple:
     return passages, set(manifest["parts"])
 
 
-def _manifest(path: Path) -> dict:
-    """index.json, its fields of the expected kinds."""
-    file = path / MANIFEST
+def read_manifest(file: Path, fmt: str, what: str) -> dict:
+    """The manifest `file` of an index (or one of its parts): a JSON object of format `fmt` with a count
+    of passages; a ValueError naming the file, and what it should be (`what`), otherwise."""
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(f"{file}: missing or not JSON ({type(err).__name__}): built by an older lmforge, or "
                          f"its build was cut short; build the index again (lmforge index build)") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{file}: not an lmforge index manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        raise ValueError(f"{file}: not {what}")
     count = manifest.get("count")
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"{file}: field 'count' missing or not a count")
+    return manifest
+
+
+def _manifest(path: Path) -> dict:
+    """index.json, its fields of the expected kinds."""
+    file = path / MANIFEST
+    manifest = read_manifest(file, FORMAT, "an lmforge index manifest")
     for key in ("sha256", "parts"):
         if not isinstance(manifest.get(key), dict):
             raise ValueError(f"{file}: field {key!r} missing or not an object")

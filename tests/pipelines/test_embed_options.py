@@ -1,4 +1,6 @@
 """Matryoshka prefixes: `leading` and `cut_dimensions` cut and renormalise alike at every width."""
+import re
+
 import pytest
 import torch
 
@@ -36,3 +38,10 @@ def test_max_chunks_is_refused_where_nothing_is_chunked():
         with pytest.raises(OptionsError, match=f'max_chunks={given}: it bounds truncate="chunk"') as err:
             EmbedOptions(truncate=truncate, max_chunks=given)
         assert err.value.field == "max_chunks"
+
+
+@pytest.mark.parametrize("value, got", [(3, "3"), ([1], "[1]"), (None, "null"), ("cut", "'cut'")])
+def test_truncate_is_refused_in_its_three_values_not_its_annotation(value, got):
+    """truncate is true, false or "chunk": a refusal says so, not "true or false or a string"."""
+    with pytest.raises(OptionsError, match=rf'^truncate must be true, false or "chunk", got {re.escape(got)}$'):
+        EmbedOptions(truncate=value)

@@ -54,10 +54,11 @@ class EmbedOptions:
     batch_invariant: bool = option(False, "run each text alone: its vector does not depend on its batch")
 
     def __post_init__(self) -> None:
-        check_options(self)
+        # first: said in its three values, not as its annotation's types ("true or false or a string")
         if self.truncate not in (True, False, "chunk") or not isinstance(self.truncate, (bool, str)):
-            raise OptionsError(f'truncate must be true, false or "chunk", got {str(self.truncate)[:40]!r}',
-                               "truncate")
+            got = "null" if self.truncate is None else repr(self.truncate)[:40]
+            raise OptionsError(f'truncate must be true, false or "chunk", got {got}', "truncate")
+        check_options(self)
         if self.max_chunks is not None and self.truncate != "chunk":  # given, it would be ignored
             raise OptionsError(f'max_chunks={self.max_chunks}: it bounds truncate="chunk"\'s windows, and '
                                f"truncate is {str(self.truncate).lower()}", "max_chunks")

@@ -299,14 +299,25 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
             warnings.warn(message, CorpusWarning, stacklevel=2)
         log(f"{entry['name']}: {entry['documents']} documents, {entry['tokens']} tokens")
     manifest["totals"] = {k: sum(s[k] for s in manifest["shards"]) for k in ("documents", "sentences", "tokens")}
-    if not manifest["totals"]["documents"]:  # a corpus of nothing would train on nothing: refused, not kept
-        if made:
-            remove_path(out)
-        raise ValueError(f"{', '.join(map(str, files[:3]))}{' ...' if len(files) > 3 else ''}: no document to "
-                         f"shard (the warnings say what was skipped: another --text-field or --format?)")
+    _refuse_empty(out, manifest, files, made)
     manifest["complete"] = True
     _write_manifest(out, manifest)
     return manifest
+
+
+def _refuse_empty(out: Path, manifest: dict, files: list, made: bool) -> None:
+    """A ValueError where the inputs held no document (a corpus of nothing would train on nothing), after
+    removing what the run wrote (the folder it made; else its manifest, tokenizer and shard files), so a
+    rerun with another --text-field or --format starts afresh."""
+    if manifest["totals"]["documents"]:
+        return
+    shard_files = [out / f"{s['name']}{suffix}" for s in manifest["shards"] for suffix in SUFFIXES]
+    written = [out] if made else [out / "manifest.json", out / "tokenizer", *shard_files]
+    for path in written:
+        remove_path(path)
+    named = ", ".join(map(str, files[:3])) + (" ..." if len(files) > 3 else "")
+    raise ValueError(f"{named}: no document to shard (the warnings say what was skipped: another "
+                     f"--text-field or --format?)")
 
 
 def _run(jobs: list, workers: int):

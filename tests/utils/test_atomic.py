@@ -4,6 +4,7 @@ written through a link planted at their path."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -196,6 +197,7 @@ def test_a_figure_saved_twice_is_the_same_bytes(tmp_path, fmt):
 
     saved = []
     for i in range(2):
+        time.sleep(1.1 * i)  # a date stamped in would differ: the two saves are seconds apart
         fig, ax = plt.subplots()
         ax.imshow([[1, 2], [3, 4]])
         ax.set_title("attention")

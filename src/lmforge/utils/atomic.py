@@ -104,10 +104,10 @@ def atomic_savefig(fig, path, dpi: float | None = None, fmt: str | None = None) 
     import matplotlib
 
     fmt = fmt or Path(path).suffix.lstrip(".").lower() or "png"
-    # the same figure, the same bytes: no date stamped in (svg, pdf, ps), and svg's element ids from a
-    # fixed salt rather than a random one
-    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "ps": {"CreationDate": None},
-                "eps": {"CreationDate": None}}.get(fmt)
+    # the same figure, the same bytes: no date stamped into svg or pdf, and svg's element ids from a fixed
+    # salt rather than a random one (png holds no date; ps would need SOURCE_DATE_EPOCH, which lmforge
+    # does not set for a caller's process)
+    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt)
     with matplotlib.rc_context({"svg.hashsalt": "lmforge"}):
         return atomic_write(path, lambda handle: fig.savefig(handle, format=fmt, dpi=dpi, metadata=metadata))
 

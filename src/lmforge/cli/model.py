@@ -15,6 +15,7 @@ from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
 from lmforge.presets import PRESETS
 from lmforge.utils.atomic import atomic_write, replace_dir
+from lmforge.utils.model_folder import inside_job_folder
 from lmforge.utils.progress import Bar
 
 # what travels with the weights in `convert`: the tokenizer's files, a fine-tuned model's task.json
@@ -60,6 +61,7 @@ def cmd_convert(args) -> None:
     same) format: into a fresh folder beside DST that then replaces DST, so nothing old stays."""
     src, dst = Path(args.src), Path(args.dst)
     check_destination(src, dst, args.force)
+    src = inside_job_folder(src)  # a job's --out folder: the model it wrote, whose files travel with it
     model = load_source(src)
     check_companions(src)  # a damaged tokenizer or task.json is refused here, not copied for a later job
     copied = []

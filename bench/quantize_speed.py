@@ -65,7 +65,7 @@ def encoder(name: str, fp32, tokenizer, batch: int, length: int, rounds: int) ->
     t = alternating({"fp32": lambda: fp32(ids, mask, run_heads=False),
                  "int8": lambda: int8(ids, mask, run_heads=False)}, rounds)
     if tokenizer is not None:
-        a, b = (lmforge.embed(SENTENCES, m, tokenizer) for m in (fp32, int8))
+        a, b = (lmforge.embed(SENTENCES, m, tokenizer, truncate=True) for m in (fp32, int8))
     else:
         a, b = mean_pool(fp32, ids, mask), mean_pool(int8, ids, mask)
     cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)
@@ -77,7 +77,7 @@ def encoder(name: str, fp32, tokenizer, batch: int, length: int, rounds: int) ->
                          if k != "layers"}}
     texts = gcide_texts() if tokenizer is not None else []
     if texts:  # the same measure over many real texts: the lowest of 512 is a sterner test than of 8
-        a, b = (lmforge.embed(texts, m, tokenizer) for m in (fp32, int8))
+        a, b = (lmforge.embed(texts, m, tokenizer, truncate=True) for m in (fp32, int8))  # as ST cuts
         cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)
         out.update(gcide_texts=len(texts), cosine_min_gcide=float(cos.min()),
                    cosine_mean_gcide=float(cos.mean()))

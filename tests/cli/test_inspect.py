@@ -1,4 +1,4 @@
-"""`lmforge inspect` answers any size in seconds with bounded memory, or refuses in one line."""
+"""`lmforge inspect` answers any size allowed with bounded memory, or refuses in one line."""
 import subprocess
 import sys
 from pathlib import Path

@@ -69,3 +69,5 @@ def test_resume_with_nothing_to_resume_is_refused_before_the_work(tiny, tmp_path
                  "--resume"]) == 2
     err = capsys.readouterr().err
     assert "no checkpoint" in err and err.count("\n") == 1
+    none = tmp_path / "none"  # refused before the work: nothing ranked, trained or written
+    assert not none.exists() or not [p for p in none.rglob("*") if p.is_file()]

@@ -37,8 +37,9 @@ def checksum(row: dict) -> str:
 
 
 def stamped(row: dict) -> dict:
-    """The row as JSON writes it (tuples as lists ...), with the checksum of that content (an older one replaced)."""
-    row = json.loads(json.dumps({key: value for key, value in row.items() if key != CHECKSUM}))  # what a reader sees
+    """The row as JSON writes it (tuples as lists ...), with the checksum of that content (an older one
+    replaced)."""
+    row = json.loads(json.dumps({k: v for k, v in row.items() if k != CHECKSUM}))  # what a reader sees
     return {**row, CHECKSUM: checksum(row)}
 
 
@@ -64,10 +65,12 @@ def _row(path: Path, number: int, line: bytes) -> dict:
     try:
         row = json.loads(line)
     except ValueError:
-        raise ResultsError(f"{where}: not a JSON row (a damaged line; delete it to run its unit again)") from None
+        raise ResultsError(f"{where}: not a JSON row (a damaged line; delete it to run its unit again)") \
+            from None
     if not isinstance(row, dict):
         raise ResultsError(f"{where}: not a result row (a JSON object), a {type(row).__name__}")
-    wrong = [k for k, kind in KEYS.items() if not isinstance(row.get(k), kind) or isinstance(row.get(k), bool)]
+    wrong = [k for k, kind in KEYS.items()
+             if not isinstance(row.get(k), kind) or isinstance(row.get(k), bool)]
     if wrong:
         raise ResultsError(f"{where}: not a result row: {', '.join(wrong)} missing or of the wrong type")
     if CHECKSUM in row and row[CHECKSUM] != checksum(row):
@@ -85,14 +88,14 @@ def read_results(out) -> list:
     data = path.read_bytes()
     torn = _torn_tail(data)
     if torn is not None:
-        warnings.warn(f"{path}: its last line is torn (a write cut short): left out; a rerun runs its unit again",
-                      ResultsWarning, stacklevel=2)
+        warnings.warn(f"{path}: its last line is torn (a write cut short): left out; a rerun runs its unit "
+                      "again", ResultsWarning, stacklevel=2)
         data = data[:torn]
     rows = _rows(path, data)
     unsigned = sum(CHECKSUM not in row for row in rows)
     if unsigned:
-        warnings.warn(f"{path}: {unsigned} row(s) without a checksum (written before rows carried one, or by hand): "
-                      f"read unverified", ResultsWarning, stacklevel=2)
+        warnings.warn(f"{path}: {unsigned} row(s) without a checksum (written before rows carried one, or by "
+                      f"hand): read unverified", ResultsWarning, stacklevel=2)
     return rows
 
 
@@ -127,8 +130,8 @@ def mend(out) -> None:
     if torn is None:
         append_text(path, "\n")
         return
-    warnings.warn(f"{path}: its last line was torn (a write cut short): cut from the file; its unit runs again",
-                  ResultsWarning, stacklevel=2)
+    warnings.warn(f"{path}: its last line was torn (a write cut short): cut from the file; its unit runs "
+                  "again", ResultsWarning, stacklevel=2)
     atomic_write_bytes(path, data[:torn])  # whole or not at all: a second kill leaves the torn file as it was
 
 

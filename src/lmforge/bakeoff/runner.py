@@ -10,7 +10,8 @@ registered for the run only (objectives.registry), so the recipe itself is uncha
 
 Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl (each verified against
 its checksum, a torn last line cut: results.py) is skipped when its fingerprint is the plan's
-(fingerprint.py: a changed plan reruns what it changed, and says so); a pretraining run with checkpoints continues from the newest (checkpoints every quarter of its steps);
+(fingerprint.py: a changed plan reruns what it changed, and says so); a pretraining run with
+checkpoints continues from the newest (checkpoints every quarter of its steps);
 an unfinished fine-tuning run starts again. The same seed gives the same numbers (every draw is seeded).
 """
 from __future__ import annotations
@@ -28,7 +29,13 @@ from lmforge.bakeoff.corpus import topic_task, write_documents
 from lmforge.bakeoff.fingerprint import digest, pretrain_key, result_key, task_key, tokenizer_key
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
-from lmforge.bakeoff.results import RESULTS, append_row, mend, read_results, replace_row  # noqa: F401 (RESULTS: callers')
+from lmforge.bakeoff.results import (
+    RESULTS,  # noqa: F401 (callers read it here)
+    append_row,
+    mend,
+    read_results,
+    replace_row,
+)
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
@@ -230,7 +237,8 @@ class BakeOff:
             self.progress(f"{arm.name} seed {seed} {task}: {row['metric']} {row['value']:.4f}")
 
     def record(self, row: dict) -> None:
-        """Add a result row (with its checksum) to results.jsonl, dropping an older row of its (arm, seed, task)."""
+        """Add a result row (with its checksum) to results.jsonl, dropping an older row of its unit (arm,
+        seed, task)."""
         unit = (row["arm"], row["seed"], row["task"])
         if unit not in self.done:
             append_row(self.out, row)

@@ -362,8 +362,8 @@ def _feature_flags(p) -> None:
     _common(p, POOLINGS, None)
     p.add_argument("--text", action="append", help="a text whose token features to write as features.json "
                    "(repeat for more; the server's /features answer)")
-    p.add_argument("--mix-weights", help=f"--layers mix: the scalar mix's weights, one per hidden state (at most "
-                   f"{MAX_LAYERS + 1}), each in [{-MAX_WEIGHT}, {MAX_WEIGHT}], e.g. 0,1,2")
+    p.add_argument("--mix-weights", help=f"--layers mix: the scalar mix's weights, one per hidden state (at "
+                   f"most {MAX_LAYERS + 1}), each in [{-MAX_WEIGHT}, {MAX_WEIGHT}], e.g. 0,1,2")
     p.add_argument("--mix-gamma", type=bounded(float, -MAX_WEIGHT, MAX_WEIGHT),
                    help="--layers mix: the scalar mix's scale (default 1)")
     p.add_argument("--truncate", action="store_true", help="--text: cut a text longer than --max-len")

@@ -214,14 +214,15 @@ def refuse_unused(options: GenerationOptions, given) -> None:
     if not options.do_sample:
         for name in SAMPLING_ONLY:
             if changed(name) and not (name == "temperature" and options.temperature == 0):
-                raise OptionsError(f"{name}={getattr(options, name)!r} is read only when sampling (do_sample=true; "
-                                   "on the command line and the server, temperature > 0): leave it out for "
+                raise OptionsError(f"{name}={getattr(options, name)!r} is read only when sampling "
+                                   "(do_sample=true; on the command line and the server, temperature > 0): "
+                                   "leave it out for "
                                    "greedy or beam search", name)
     if options.num_beams == 1:
         for name in BEAMS_ONLY:
             if changed(name):
-                raise OptionsError(f"{name}={getattr(options, name)!r} is read only by beam search (num_beams > 1)",
-                                   name)
+                raise OptionsError(f"{name}={getattr(options, name)!r} is read only by beam search "
+                                   "(num_beams > 1)", name)
 
 
 def field_kind(name: str) -> str:

@@ -60,7 +60,8 @@ class ElectraMLM(Objective):
             raise ValueError(f"{type(self).__name__} trains an encoder, not a {model.config.architecture}")
         G = from_config(generator_config(model.config, ratio))
         self.shared = share_embeddings(G, model)
-        self.generator = MaskedLM(G, mask_id, replace=replace, pad_id=pad_id, **mlm)  # rate, whole_word, special_ids
+        # mlm: rate, whole_word, special_ids
+        self.generator = MaskedLM(G, mask_id, replace=replace, pad_id=pad_id, **mlm)
         self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")
         self.all_tokens, self.gen_weight, self.temperature = all_tokens, gen_weight, temperature
         self.name = "all-tokens-mlm" if all_tokens else "replace-mlm"

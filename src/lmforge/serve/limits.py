@@ -132,7 +132,8 @@ def check_generation(body, max_new_tokens: int, limits: Limits, new_tokens: str 
 class TextBound:
     """The tokens one text may have, and how a refusal names them: `param` the limit (or the request's own
     field) at fault, `said` its words as /info (or the request) spells them, `cut` whether the route takes
-    truncate (only there may a refusal tell the client to send it), `field` the text ("input {}": by index)."""
+    truncate (only there may a refusal tell the client to send it), `field` the text ("input {}": by
+    index)."""
 
     tokens: int
     said: str = ""  # "": the model's, max_tokens in /info

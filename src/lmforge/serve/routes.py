@@ -76,7 +76,8 @@ async def clip(server, served, texts: list, truncate: bool, limit=None) -> tuple
         if counts[i] <= bound.tokens:  # mostly whitespace: the whole text decides
             heads[i], (counts[i],) = text, await count_tokens(server, served, [text])
         elif not truncate:
-            raise bound.refuse(i, f"more than {counts[i]} tokens (its first {room} of {len(text)} characters)")
+            raise bound.refuse(i, f"more than {counts[i]} tokens (its first {room} of {len(text)} "
+                                  "characters)")
     return heads, counts
 
 
@@ -147,8 +148,8 @@ def record_bound(task, truncate: bool, limits) -> tuple:
     first max_len tokens of a record (task.json's)."""
     if task.kind == "qa":
         most = limits.max_request_tokens
-        return TextBound(most, f"max_request_tokens={most} (QA reads the whole context)", "max_request_tokens",
-                         cut=False), False
+        said = f"max_request_tokens={most} (QA reads the whole context)"
+        return TextBound(most, said, "max_request_tokens", cut=False), False
     return TextBound(task.max_len, f"the task reads, max_len={task.max_len}"), truncate
 
 

@@ -376,7 +376,8 @@ def builtin(name: str, n: int = 1000, seed: int = 0) -> tuple:
         raise ValueError(f"built-in task {name!r} is not one of {', '.join(BUILTIN)}")
     low, high = BUILTIN_SIZE
     if type(n) is not int or not low <= n <= high:
-        raise ValueError(f"n: the records of a built-in task must be an integer in [{low}, {high}], got {n!r}")
+        raise ValueError(f"n: the records of a built-in task must be an integer in [{low}, {high}], "
+                         f"got {n!r}")
     splits = tasks(n, seed)[name]
     convert = {"sentiment": lambda r: {"text": r["text"], "label": str(r["label"])},
                "entailment": lambda r: {"text": r["premise"], "text_pair": r["hypothesis"],

@@ -367,8 +367,8 @@ class Trainer:
                 self._diverged("the final weights are not finite")
             # staged and put in place whole: a kill leaves the last final/ or none, never a part of one
             # that a later job would load, and a link named final/ is replaced, not written through
-            replace_dir(self.out / "final", lambda folder: [write(folder) for write in
-                                                            (partial(save, model, state=state), *final_files)])
+            writers = (partial(save, model, state=state), *final_files)
+            replace_dir(self.out / "final", lambda folder: [write(folder) for write in writers])
 
     def _loop(self, metrics, bar) -> None:
         start, seen, shown = time.perf_counter(), 0, None

@@ -169,3 +169,13 @@ def test_a_features_max_length_past_the_model_s_positions_is_422_as_offline(serv
     (text,) = served.json()["data"]
     assert served.status_code == 200 and text["truncated"]  # within the model: cut to it, as asked
 
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_a_features_max_length_with_no_room_beside_the_special_tokens_is_422_either_way(server, truncate):
+    """The library refuses max_length=2 for BERT ([CLS] and [SEP] fill it) whatever truncate says
+    (config.checks.room_for_text); the server answered 413 without truncate and 422 with it."""
+    with server.client() as client:
+        answer = client.post("/features", json={"model": "enc", "texts": ["the cat sat"], "max_length": 2,
+                                                "truncate": truncate})
+    assert "leaves no room next to the model's 2 special tokens" in _error(answer, 422, "max_length")

@@ -18,7 +18,7 @@ import torch
 from lmforge.fast.optimize import optimize
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
-from lmforge.config.checks import within_context
+from lmforge.config.checks import room_for_text
 from lmforge.config.options import OptionsError, check_value
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
 from lmforge.utils.modes import evaluating
@@ -128,11 +128,8 @@ def _limit(model, tokenizer, max_length: int | None) -> int:
     for a token beside the special ones (else an OptionsError naming it), or the model's limit."""
     if max_length is None:
         return default_max_len(model, tokenizer)
-    within_context("max_length", max_length, model.config)  # past it the model fails, naming neither
-    specials = tokenizer.backend.num_special_tokens_to_add(False)
-    if max_length <= specials:  # within the field's bound, but a cut text would hold no token of its own
-        raise OptionsError(f"max_length={max_length} leaves no room next to the model's {specials} special "
-                           "tokens", "max_length")
+    # past the positions the model failed naming neither; within the field's bound, 2 left no room for text
+    room_for_text("max_length", max_length, model.config, tokenizer.backend.num_special_tokens_to_add(False))
     return max_length
 
 

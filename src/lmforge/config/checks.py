@@ -203,3 +203,12 @@ def within_context(name: str, tokens: int | None, cfg) -> None:
     if tokens is not None and tokens > cfg.max_seq_len:
         raise OptionsError(f"{name}={tokens}: more tokens than the model reads "
                            f"(max_seq_len={cfg.max_seq_len})", name)
+
+
+def room_for_text(name: str, tokens: int | None, cfg, specials: int) -> None:
+    """within_context, and room for a token of text beside the `specials` special tokens a text is framed
+    with (a shorter cut would hold none of its own): an OptionsError naming `name` otherwise."""
+    within_context(name, tokens, cfg)
+    if tokens is not None and tokens <= specials:
+        raise OptionsError(f"{name}={tokens} leaves no room next to the model's {specials} special tokens", name)
+

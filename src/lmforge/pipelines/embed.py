@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lmforge.config.checks import within_context
+from lmforge.config.checks import room_for_text
 from lmforge.config.model import MAX_LEN
 from lmforge.config.options import OptionsError, check_value
 from lmforge.fast.optimize import optimize
@@ -119,11 +119,8 @@ class SentenceEncoder:
         """The tokens a text may have: max_length (checked: 0 once meant the default, and more than the model
         reads was cut to its positions, silently), else the model's limit."""
         check_value("max_length", "Optional[int]", {"low": 1, "high": MAX_LEN}, max_length)
-        within_context("max_length", max_length, self.model.config)
-        specials = self.tokenizer.backend.num_special_tokens_to_add(False)
-        if max_length is not None and max_length <= specials:  # a cut text would hold no token of its own
-            raise OptionsError(f"max_length={max_length} leaves no room next to the model's {specials} "
-                               "special tokens", "max_length")
+        room_for_text("max_length", max_length, self.model.config,
+                      self.tokenizer.backend.num_special_tokens_to_add(False))
         cfg = self.model.config
         limit = max_length or self.max_length or self.tokenizer.model_max_length
         if cfg.position == "learned":  # no position embedding beyond max_seq_len

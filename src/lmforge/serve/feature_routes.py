@@ -14,7 +14,7 @@ import dataclasses
 from fastapi import APIRouter, Request
 
 from lmforge.analysis.feature_options import TEXT_POOLINGS, FeatureOptions
-from lmforge.config.checks import within_context
+from lmforge.config.checks import room_for_text
 from lmforge.config.options import OptionsError
 from lmforge.serve import option_schemas
 from lmforge.serve.limits import RequestError, TextBound, check_count, fit_lengths, too_large
@@ -44,9 +44,10 @@ def _length_bound(options: FeatureOptions, served) -> TextBound:
     """The tokens a text may have: the request's max_length where it is below the model's (and then named
     as the field at fault), else the model's max_tokens (/info's)."""
     asked, most = options.max_length, served.max_tokens
-    if asked is not None and served.tokenizer is not None:  # past the model's positions: refused, as offline
+    if asked is not None and served.tokenizer is not None:  # refused as offline: past the positions, no room
         try:
-            within_context("max_length", asked, served.model.config)
+            room_for_text("max_length", asked, served.model.config,
+                          served.tokenizer.backend.num_special_tokens_to_add(False))
         except OptionsError as err:
             raise RequestError(422, str(err), param="max_length") from None
     if asked is None or asked >= most:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lmforge.retrieval.index_dir import read_manifest
 from lmforge.retrieval.job_options import BACKENDS
 from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.checksum import sha256
@@ -68,15 +69,10 @@ def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str
 
 
 def _manifest(path: Path) -> dict:
-    try:
-        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: no readable manifest.json ({type(err).__name__}); build the index again") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{path / 'manifest.json'}: not an lmforge dense index manifest")
-    for key in ("dim", "count"):
-        if not isinstance(manifest.get(key), int) or manifest[key] < 0:
-            raise ValueError(f"{path / 'manifest.json'}: field {key!r} missing or not a count")
+    """The dense part's manifest.json (index_dir.read_manifest's rules), with its vectors' width."""
+    manifest = read_manifest(path / "manifest.json", FORMAT, "an lmforge dense index manifest")
+    if not isinstance(manifest.get("dim"), int) or isinstance(manifest["dim"], bool) or manifest["dim"] < 1:
+        raise ValueError(f"{path / 'manifest.json'}: field 'dim' missing or not a width")
     return manifest
 
 

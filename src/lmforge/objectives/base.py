@@ -140,7 +140,9 @@ class Objective(nn.Module, abc.ABC):
 
     def carried(self):
         """What training carries from one batch to the next beside the weights (tensors, or None: nothing);
-        a checkpoint keeps it, so that a resumed run goes on exactly (ELMo's stateful LSTM states)."""
+        a checkpoint keeps it, so that a resumed run goes on exactly (ELMo's stateful LSTM states). A
+        checkpoint holds rank 0's: a run of several processes that carries state resumes exactly on rank 0
+        only."""
         return None
 
     def carry(self, state) -> None:

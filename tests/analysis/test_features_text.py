@@ -90,6 +90,8 @@ def test_the_mix_flags_say_and_keep_their_bounds(bert_dir, tmp_path, capsys):
         main(["features", "--help"])
     assert " ".join(capsys.readouterr().out.split()).count("[-100.0, 100.0]") == 2  # weights and gamma
     with pytest.raises(SystemExit) as refused:
-        main(["features", "--model", str(bert_dir), "--text", "a film", "--layers", "mix", "--mix-gamma", "1e9",
+        main(["features", "--model", str(bert_dir), "--text", "a film", "--layers", "mix",
+              "--mix-gamma", "1e9",
               "--out", str(tmp_path / "out")])
-    assert refused.value.code == 2 and "--mix-gamma 1e9: must be in [-100.0, 100.0]" in capsys.readouterr().err
+    assert refused.value.code == 2
+    assert "--mix-gamma 1e9: must be in [-100.0, 100.0]" in capsys.readouterr().err

@@ -106,7 +106,8 @@ def test_the_count_reads_the_masking_the_objective_is_built_with(name):
     if spec.teacher:  # distillation: the student objective is a MaskedLM too, built around a teacher
         assert options["rate"] == RATE
         return
-    model = lmforge.build(lmforge.tiny("electra-small" if "rtd" in name or "replace" in name else "bert-base"))
+    electra = "rtd" in name or "replace" in name
+    model = lmforge.build(lmforge.tiny("electra-small" if electra else "bert-base"))
     built = spec.build.__self__(model, 4, **{k: v for k, v in options.items() if k in ("rate", "replace")})
     masked = getattr(built, "generator", built)
     assert (masked.rate, masked.replace) == (options["rate"], options["replace"]) == (

@@ -21,7 +21,8 @@ from lmforge.bakeoff.results import (
 
 
 def row(arm="mlm", seed=0, value=0.5):
-    return {"plan": "tiny", "arm": arm, "seed": seed, "task": "sentiment", "metric": "accuracy", "value": value,
+    return {"plan": "tiny", "arm": arm, "seed": seed, "task": "sentiment", "metric": "accuracy",
+            "value": value,
             "metrics": {"accuracy": value}, "budget": 30000000, "fingerprint": f"{arm}{seed}"}
 
 
@@ -49,7 +50,8 @@ def test_an_edited_value_is_refused_naming_its_line(tmp_path):
     lines = three(tmp_path)
     lines[1] = lines[1].replace('"value": 0.5,', '"value": 0.99,')  # sed -i '2s/.../.../'
     (tmp_path / RESULTS).write_text("\n".join(lines) + "\n")
-    with pytest.raises(ResultsError, match=re.escape(f"{tmp_path / RESULTS}:2: the row does not match its checksum")):
+    said = f"{tmp_path / RESULTS}:2: the row does not match its checksum"
+    with pytest.raises(ResultsError, match=re.escape(said)):
         read_results(tmp_path)
 
 

@@ -177,14 +177,16 @@ def test_a_resume_whose_settings_file_is_missing_edited_or_cut_is_refused_naming
     assert _prune(path, dev, tmp_path / "o", "magnitude", "0.5", *run) == 0
     settings = tmp_path / "o" / "prune_settings.json"
     written = settings.read_text()
-    for damage in (lambda: settings.unlink(), lambda: settings.write_text(written.replace('": 0.5', '": 0.3')),
+    for damage in (lambda: settings.unlink(),
+                   lambda: settings.write_text(written.replace('": 0.5', '": 0.3')),
                    lambda: settings.write_text(written[:30])):
         damage()
         capsys.readouterr()
         assert _prune(path, dev, tmp_path / "o", "magnitude", "0.3", *run, "--resume") == 2
         assert "prune_settings.json" in _one_line_error(capsys)
         settings.write_text(written)
-    assert json.loads((tmp_path / "o" / "prune.json").read_text())["sparsity"] == 0.5  # the run's report stands
+    report = json.loads((tmp_path / "o" / "prune.json").read_text())
+    assert report["sparsity"] == 0.5  # the run's report stands
 
 
 def test_an_existing_model_folder_is_replaced_whole_and_said(tuned, tmp_path, capsys):

@@ -394,12 +394,14 @@ def test_generate_refuses_a_bad_option_before_any_model_call():
 @pytest.mark.parametrize("given, named", [
     (dict(temperature=100.0), "temperature"), (dict(top_k=5), "top_k"), (dict(top_p=0.5), "top_p"),
     (dict(num_beams=2, temperature=0.5), "temperature"), (dict(length_penalty=2.0), "length_penalty"),
-    (dict(early_stopping=True), "early_stopping"), (dict(do_sample=True, early_stopping="never"), "early_stopping"),
+    (dict(early_stopping=True), "early_stopping"),
+    (dict(do_sample=True, early_stopping="never"), "early_stopping"),
 ])
 def test_a_setting_the_decoding_would_not_read_is_refused_not_ignored(given, named):
     """temperature=100 without sampling was greedy, silently; the command line and the server sample there.
     A setting given that the chosen decoding would ignore is refused naming it."""
-    with pytest.raises(OptionsError, match=rf"^{named}=.* is read only (when sampling|by beam search)") as err:
+    said = rf"^{named}=.* is read only (when sampling|by beam search)"
+    with pytest.raises(OptionsError, match=said) as err:
         generate(GENERATORS["gpt2"], torch.zeros(1, 3, dtype=torch.long), max_new_tokens=2, **given)
     assert err.value.field == named
 

@@ -43,5 +43,6 @@ def test_max_chunks_is_refused_where_nothing_is_chunked():
 @pytest.mark.parametrize("value, got", [(3, "3"), ([1], "[1]"), (None, "null"), ("cut", "'cut'")])
 def test_truncate_is_refused_in_its_three_values_not_its_annotation(value, got):
     """truncate is true, false or "chunk": a refusal says so, not "true or false or a string"."""
-    with pytest.raises(OptionsError, match=rf'^truncate must be true, false or "chunk", got {re.escape(got)}$'):
+    said = rf'^truncate must be true, false or "chunk", got {re.escape(got)}$'
+    with pytest.raises(OptionsError, match=said):
         EmbedOptions(truncate=value)

@@ -74,8 +74,8 @@ print({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.it
 
 
 def test_the_files_are_the_same_bytes_whatever_the_hash_seed(tmp_path):
-    runs = [subprocess.Popen([sys.executable, "-c", BUILD, str(tmp_path / seed)], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONHASHSEED": seed}) for seed in ("1", "2")]
+    runs = [subprocess.Popen([sys.executable, "-c", BUILD, str(tmp_path / seed)], stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONHASHSEED": seed}) for seed in ("1", "2")]
     outputs = [run.communicate(timeout=120)[0] for run in runs]
     assert all(run.returncode == 0 for run in runs)
     assert outputs[0] == outputs[1] and "vocab.index.json" in outputs[0]
@@ -85,7 +85,8 @@ def test_a_passage_without_words_is_an_empty_document_and_none_with_words_is_ref
     index = BM25Index.build([*PASSAGES, Passage("e", "t", ""), Passage("f", "a", "the of and")])
     positions, scores = index.search(["dog moon"], k=5)
     assert positions[0, 0] == 1 and set(positions[0, scores[0] == 0].tolist()) >= {3, 4}  # they score 0
-    with pytest.raises(ValueError, match=r"^empty.jsonl: no passage has a word BM25 can index \(passage 'e', 'f'"):
+    said = r"^empty.jsonl: no passage has a word BM25 can index \(passage 'e', 'f'"
+    with pytest.raises(ValueError, match=said):
         BM25Index.build([Passage("e", "t", ""), Passage("f", "a", "the of and")], where="empty.jsonl")
 
 

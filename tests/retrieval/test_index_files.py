@@ -66,7 +66,8 @@ def test_a_changed_passages_file_is_refused_naming_it(index, capsys, damage):
 
 
 def test_a_changed_bm25_file_is_refused_naming_it(index, capsys):
-    (index / "bm25" / "params.index.json").write_text((index / "bm25" / "params.index.json").read_text() + " ")
+    params = index / "bm25" / "params.index.json"
+    params.write_text(params.read_text() + " ")
     _refused(index, capsys, "params.index.json: checksum does not match", "--method", "bm25")
 
 
@@ -74,7 +75,8 @@ def test_a_part_from_another_build_is_refused(index, built, capsys, tmp_path):
     assert main(["index", "build", "--out", str(tmp_path / "other"), "--seed", "1", "--quiet"]) == 0
     capsys.readouterr()
     shutil.rmtree(index / "bm25")
-    shutil.copytree(tmp_path / "other" / "bm25", index / "bm25")  # whole and self-consistent, but not this index's
+    # whole and self-consistent, but not this index's
+    shutil.copytree(tmp_path / "other" / "bm25", index / "bm25")
     _refused(index, capsys, "bm25/manifest.json: missing, or not the one", "--method", "bm25")
     (index / "index.json").unlink()
     _refused(index, capsys, "index.json: missing", "--method", "bm25")
@@ -122,5 +124,7 @@ def test_a_passage_without_words_beside_others_is_indexed_and_found_by_no_query(
     source.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["index", "build", "--passages", str(source), "--out", str(tmp_path / "ix"), "--quiet"]) == 0
     capsys.readouterr()
-    code, printed, _ = _query(tmp_path / "ix", capsys, "--method", "bm25", "--k", "2", query="which cats purr")
-    assert code == 0 and [(r["id"], r["score"] > 0) for r in printed[0]["results"]] == [("b", True), ("a", False)]
+    code, printed, _ = _query(tmp_path / "ix", capsys, "--method", "bm25", "--k", "2",
+                              query="which cats purr")
+    found = [(r["id"], r["score"] > 0) for r in printed[0]["results"]]
+    assert code == 0 and found == [("b", True), ("a", False)]

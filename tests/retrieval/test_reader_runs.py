@@ -24,8 +24,8 @@ def tiny(tmp_path_factory):
 
 
 def _cfg(**kw):
-    return TrainConfig(**{"steps": 4, "batch_size": 4, "lr": 1e-3, "warmup": 1, "progress": False, "device": "cpu",
-                          "seed": 1, **kw})
+    return TrainConfig(**{"steps": 4, "batch_size": 4, "lr": 1e-3, "warmup": 1, "progress": False,
+                          "device": "cpu", "seed": 1, **kw})
 
 
 def _final(out) -> dict:
@@ -40,7 +40,8 @@ def test_a_seed_fixes_the_reader_run(tiny, tmp_path):
     results = []
     for name in "ab":
         torch.manual_seed(len(name) * 100 + ord(name))  # each run finds the global RNG elsewhere
-        results.append(run_reader(str(tiny), tmp_path / name, _cfg(steps=2), options=OPTIONS, log=lambda m: None))
+        results.append(run_reader(str(tiny), tmp_path / name, _cfg(steps=2), options=OPTIONS,
+                                  log=lambda m: None))
     assert results[0] == results[1]
     assert _same(_final(tmp_path / "a"), _final(tmp_path / "b"))
     assert {"span-qa", "select"} <= set(lmforge.load(tmp_path / "a" / "final").heads)
@@ -54,9 +55,9 @@ def test_a_resumed_reader_run_ends_where_an_unbroken_one_does(tiny, tmp_path, ca
     shutil.rmtree(checkpoints[-1])
     shutil.rmtree(tmp_path / "cut" / "final")
     (tmp_path / "cut" / "reader.json").unlink()
-    args = ["retrieve", "reader", "--model", str(tiny), "--out", str(tmp_path / "cut"), "--steps", "4", "--seed", "1",
-            "--max-len", "64", "--k", "3", "--negatives", "1", "batch_size=4", "lr=1e-3", "warmup=1",
-            "progress=false", "device=cpu", "save_every=2"]
+    args = ["retrieve", "reader", "--model", str(tiny), "--out", str(tmp_path / "cut"), "--steps", "4",
+            "--seed", "1", "--max-len", "64", "--k", "3", "--negatives", "1", "batch_size=4", "lr=1e-3",
+            "warmup=1", "progress=false", "device=cpu", "save_every=2"]
     assert main(args) == 2  # without --resume the checkpoints are not written over
     assert "--resume" in capsys.readouterr().err
     assert main([*args, "--resume"]) == 0
@@ -65,8 +66,8 @@ def test_a_resumed_reader_run_ends_where_an_unbroken_one_does(tiny, tmp_path, ca
 
 
 def test_resume_with_nothing_to_resume_is_refused_before_the_work(tiny, tmp_path, capsys):
-    assert main(["retrieve", "reader", "--model", str(tiny), "--out", str(tmp_path / "none"), "--max-len", "64",
-                 "--resume"]) == 2
+    assert main(["retrieve", "reader", "--model", str(tiny), "--out", str(tmp_path / "none"),
+                 "--max-len", "64", "--resume"]) == 2
     err = capsys.readouterr().err
     assert "no checkpoint" in err and err.count("\n") == 1
     none = tmp_path / "none"  # refused before the work: nothing ranked, trained or written

@@ -73,7 +73,8 @@ def test_a_retriever_missing_a_side_file_is_refused_naming_it(retriever, capsys,
     (retriever / "passage" / "config.json").unlink()
     with pytest.raises(ValueError, match=r"passage/config\.json: missing"):
         BiEncoder.from_dir(retriever)
-    shutil.rmtree(retriever / "passage")  # the whole passage encoder gone: retriever.json still says it had one
+    # the whole passage encoder gone: retriever.json still says it had one
+    shutil.rmtree(retriever / "passage")
     with pytest.raises(ValueError, match=r"passage/config\.json: missing"):
         BiEncoder.from_dir(retriever)
     (retriever / "passage").mkdir()

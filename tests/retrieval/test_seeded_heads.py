@@ -62,7 +62,8 @@ def test_new_heads_come_from_the_seed_not_the_global_rng(parts, make):
     again = _heads(make(parts, seed=7))
     other = _heads(make(parts, seed=8))
     assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
-    drawn = [k for k in first if first[k].numel() > 1 and first[k].std() > 0]  # BART's tied LM head: a zero bias
+    # BART's tied LM head: a zero bias
+    drawn = [k for k in first if first[k].numel() > 1 and first[k].std() > 0]
     assert not drawn or any(not torch.equal(first[k], other[k]) for k in drawn)
     torch.manual_seed(3)
     expected = torch.rand(3)

@@ -160,7 +160,8 @@ def test_a_job_s_output_folder_names_the_model_in_it_for_evaluate_and_finetune(m
     capsys.readouterr()
     assert main(["evaluate", "--model", str(out), "--builtin", "sentiment", "--builtin-size", "60"]) == 0
     by_folder = capsys.readouterr().out
-    assert main(["evaluate", "--model", str(out / "final"), "--builtin", "sentiment", "--builtin-size", "60"]) == 0
+    assert main(["evaluate", "--model", str(out / "final"), "--builtin", "sentiment",
+                 "--builtin-size", "60"]) == 0
     assert capsys.readouterr().out == by_folder  # the same model, the same scores
     assert main(["finetune", "--model", str(out), "--builtin", "sentiment", "--out", str(tmp_path / "again"),
                  "--steps", "1", *FAST]) == 0

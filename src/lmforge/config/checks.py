@@ -210,5 +210,6 @@ def room_for_text(name: str, tokens: int | None, cfg, specials: int) -> None:
     with (a shorter cut would hold none of its own): an OptionsError naming `name` otherwise."""
     within_context(name, tokens, cfg)
     if tokens is not None and tokens <= specials:
-        raise OptionsError(f"{name}={tokens} leaves no room next to the model's {specials} special tokens", name)
+        raise OptionsError(f"{name}={tokens} leaves no room next to the model's {specials} special tokens",
+                           name)
 

@@ -15,8 +15,8 @@ import json
 import warnings
 from pathlib import Path
 
-from lmforge.bakeoff.fingerprint import digest
 from lmforge.utils.atomic import append_text, atomic_write_bytes, atomic_write_text
+from lmforge.utils.checksum import json_sha256
 
 RESULTS = "results.jsonl"
 CHECKSUM = "checksum"
@@ -32,8 +32,8 @@ class ResultsWarning(UserWarning):
 
 
 def checksum(row: dict) -> str:
-    """sha256 (hex, 16 characters) of a row's canonical JSON (keys sorted), its checksum field left out."""
-    return digest({key: value for key, value in row.items() if key != CHECKSUM})
+    """sha256 (hex) of a row's canonical JSON (keys sorted), its checksum field left out."""
+    return json_sha256(row, CHECKSUM)
 
 
 def stamped(row: dict) -> dict:

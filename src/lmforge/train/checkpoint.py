@@ -13,7 +13,6 @@ unverified.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -28,7 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
 from lmforge.utils.atomic import atomic_write_text
-from lmforge.utils.checksum import sha256
+from lmforge.utils.checksum import json_sha256, sha256
 
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.pt")  # checksummed in trainer.json
@@ -97,9 +96,7 @@ def _nested_tensors(state) -> list:
 def state_digest(info: dict) -> str:
     """sha256 of a trainer.json's fields other than STATE_KEY (the files' checksums included), in one
     canonical JSON form, so a changed step, option or evaluator state is told from the written one."""
-    state = {k: v for k, v in info.items() if k != STATE_KEY}
-    text = json.dumps(state, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return json_sha256(info, STATE_KEY)
 
 
 def _fsync_dir(path: Path) -> None:

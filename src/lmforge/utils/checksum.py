@@ -1,7 +1,9 @@
-"""The one file checksum every verified artefact records and checks: checkpoints, shards, model folders."""
+"""The checksums every verified artefact records and checks: of a file (checkpoints, shards, model folders,
+indexes), and of a JSON object that holds its own checksum (trainer.json, prune settings, result rows)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 BLOCK = 1 << 20  # bytes hashed at a time: large blocks let hashlib release the GIL (threads hash in parallel)
@@ -14,3 +16,11 @@ def sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def json_sha256(value: dict, own: str | None = None) -> str:
+    """Hex sha256 of a JSON object in one canonical form (keys sorted, no spaces), its field `own` (where it
+    keeps this checksum) left out: a changed value is told from the written one."""
+    text = json.dumps({k: v for k, v in value.items() if k != own}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+

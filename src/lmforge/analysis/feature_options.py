@@ -41,7 +41,9 @@ class FeatureOptions:
                                         low=-MAX_WEIGHT, high=MAX_WEIGHT)
     pooling: str = option("none", "none (per token, with its text and offsets), mean, max, mean_max, cls, "
                           "sep or last; word inputs: first, mean or last", choices=POOLINGS)
-    max_length: Optional[int] = option(None, "tokens per text (default: the model's limit)", low=2, high=MAX_LEN)
+    max_length: Optional[int] = option(None, "tokens per text, at most the model's limit and room for one "
+                                       "beside its special tokens (3 for BERT; default: the model's limit)",
+                                       low=2, high=MAX_LEN)
     truncate: bool = option(False, "cut a text longer than max_length instead of refusing it")
 
     def __post_init__(self) -> None:

@@ -324,7 +324,8 @@ def _common(p, poolings=("first", "mean", "last"), pooling="first") -> None:
                    "mean_max, cls, sep, last (default none)"))
     p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=32, help="sentences per forward pass")
     p.add_argument("--max-len", type=bounded(int, 2, MAX_LEN),
-                   help="tokens per sentence, at most the model's max_seq_len (default: the model's)")
+                   help="tokens per sentence, at most the model's max_seq_len and room for one beside its "
+                   "special tokens (3 for BERT; default: the model's)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--config", help="YAML/JSON file of key: value training options")

@@ -321,6 +321,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
     p.add_argument("--max-length", type=bounded(int, 1, MAX_LEN),
-                   help="tokens per text, 1 to the model's max_seq_len (default: its max_seq_length)")
+                   help="tokens per text, at most the model's max_seq_len and room for one beside its "
+                   "special tokens (3 for BERT; default: its max_seq_length)")
     _embed_option_flags(p)
     p.set_defaults(func=cmd_embed)

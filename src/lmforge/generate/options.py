@@ -32,7 +32,8 @@ TOKEN_ID = dict(low=0, high=MAX_VOCAB - 1)
 class GenerationOptions:
     """How new tokens are chosen: greedy, sampling or beam search, with the logit processors and stop ids."""
 
-    max_new_tokens: int = option(20, "new tokens generated at most (also bounded by the model's context)",
+    max_new_tokens: int = option(20, "new tokens generated at most (the prompt and these must fit the "
+                                 "model's context, else refused)",
                                  low=1, high=MAX_NEW_TOKENS)
     min_new_tokens: int = option(0, "no stop token before this many new tokens (<= max_new_tokens)",
                                  low=0, high=MAX_NEW_TOKENS)

@@ -119,3 +119,13 @@ def test_the_runs_tokenizer_replaces_a_link_named_tokenizer_and_leaves_its_targe
     path = tmp_path / "out" / "tokenizer"
     assert not path.is_symlink() and (path / "tokenizer.json").is_file() and not list(elsewhere.iterdir())
     assert load_tokenizer(path).vocab_size == tokenizer.vocab_size
+
+
+def test_a_misspelt_option_with_a_preset_is_named_among_every_kind_of_option(tmp_path, capsys):
+    """`duplicaton=2` with --preset was refused listing the model's fields only, as if duplication, steps
+    and batch_size were no options; the refusal names it and where every option is listed, before any work."""
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(tmp_path / "o"),
+                 "--steps", "1", "duplicaton=2"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option(s) ['duplicaton']" in err and "lmforge options pretrain" in err
+    assert err.count("\n") == 1 and not (tmp_path / "o").exists()

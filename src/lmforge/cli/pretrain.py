@@ -18,6 +18,7 @@ from lmforge.cli.common import (
     refuse_overwrite,
     split_overrides,
 )
+from lmforge.config import ModelConfig
 from lmforge.config.options import coerce, from_dict
 from lmforge.io import load as load_model
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
@@ -72,6 +73,10 @@ def cmd_pretrain(args) -> None:
         given = "--model DIR is pretrained further" if args.model else "the student is the teacher's"
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to --preset only; "
                          f"{given} as it is)")
+    unknown = sorted(set(model) - {f.name for f in dataclasses.fields(ModelConfig)})
+    if unknown:  # neither a training, a recipe nor a model option: the model's list alone would mislead
+        raise UsageError(f"unknown option(s) {unknown}: neither training options, recipe options nor model "
+                         f"config fields (`lmforge options pretrain` lists them all)")
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None

@@ -39,9 +39,11 @@ def _query(index, capsys, *flags, query: str = QUERY) -> tuple:
     return code, [json.loads(line) for line in out.splitlines()], err
 
 
-def _refused(index, capsys, name: str, *flags) -> None:
+def _refusal(index, capsys, *flags) -> str:
+    """The one-line error of a query refused (exit status 2, nothing on standard output)."""
     code, printed, err = _query(index, capsys, *flags)
-    assert code == 2 and not printed and err.count("\n") == 1 and name in err, err
+    assert code == 2 and not printed and err.count("\n") == 1, err
+    return err
 
 
 def test_an_intact_index_answers_both_ways(index, capsys):
@@ -62,13 +64,14 @@ def test_a_changed_passages_file_is_refused_naming_it(index, capsys, damage):
         lines[108] = lines[108].replace("Sileafe", "Sadun")
     (index / "passages.jsonl").write_text("".join(lines))
     for method in ("bm25", "dense"):
-        _refused(index, capsys, "passages.jsonl: checksum does not match index.json", "--method", method)
+        err = _refusal(index, capsys, "--method", method)
+        assert "passages.jsonl: checksum does not match index.json" in err
 
 
 def test_a_changed_bm25_file_is_refused_naming_it(index, capsys):
     params = index / "bm25" / "params.index.json"
     params.write_text(params.read_text() + " ")
-    _refused(index, capsys, "params.index.json: checksum does not match", "--method", "bm25")
+    assert "params.index.json: checksum does not match" in _refusal(index, capsys, "--method", "bm25")
 
 
 def test_a_part_from_another_build_is_refused(index, built, capsys, tmp_path):
@@ -77,15 +80,15 @@ def test_a_part_from_another_build_is_refused(index, built, capsys, tmp_path):
     shutil.rmtree(index / "bm25")
     # whole and self-consistent, but not this index's
     shutil.copytree(tmp_path / "other" / "bm25", index / "bm25")
-    _refused(index, capsys, "bm25/manifest.json: missing, or not the one", "--method", "bm25")
+    assert "bm25/manifest.json: missing, or not the one" in _refusal(index, capsys, "--method", "bm25")
     (index / "index.json").unlink()
-    _refused(index, capsys, "index.json: missing", "--method", "bm25")
+    assert "index.json: missing" in _refusal(index, capsys, "--method", "bm25")
 
 
 def test_a_bm25_only_build_does_not_adopt_an_earlier_dense_part(index, capsys):
     assert main(["index", "build", "--out", str(index), "--quiet"]) == 0
     capsys.readouterr()
-    _refused(index, capsys, "no dense index")
+    assert "no dense index" in _refusal(index, capsys)
     assert _query(index, capsys, "--method", "bm25")[0] == 0
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from lmforge.retrieval.index_dir import read_manifest
 from lmforge.utils.atomic import atomic_write_text, replace_dir
-from lmforge.utils.checksum import sha256
+from lmforge.utils.checksum import check_files, sha256
 
 STOPWORDS = "en"
 FORMAT = "lmforge-bm25-index"
@@ -112,11 +112,7 @@ def _manifest(path: Path) -> dict:
     unlisted = [name for name in FILES if name not in sums]
     if unlisted:
         raise ValueError(f"{file}: lists no checksum of {', '.join(unlisted)}")
-    for name, want in sums.items():
-        if Path(name).name != name or not (path / name).is_file():
-            raise ValueError(f"{path / name}: missing (listed in {file})")
-        if sha256(path / name) != want:
-            raise ValueError(f"{path / name}: checksum does not match the manifest (damaged or changed)")
+    check_files(path, sums, file)
     return manifest
 
 

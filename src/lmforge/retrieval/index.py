@@ -26,7 +26,7 @@ import torch
 from lmforge.retrieval.index_dir import read_manifest
 from lmforge.retrieval.job_options import BACKENDS
 from lmforge.utils.atomic import atomic_write_text
-from lmforge.utils.checksum import sha256
+from lmforge.utils.checksum import check_files, sha256
 from lmforge.utils.progress import Bar
 
 FORMAT = "lmforge-dense-index"
@@ -77,12 +77,12 @@ def _manifest(path: Path) -> dict:
 
 
 def _check_files(path: Path, manifest: dict, verify: bool) -> None:
-    for name in ("embeddings.npy", "ids.json"):
-        if not (path / name).is_file():
-            raise ValueError(f"{path}: {name} is missing")
-        want = (manifest.get("sha256") or {}).get(name)
-        if verify and sha256(path / name) != want:
-            raise ValueError(f"{path / name}: checksum does not match the manifest (damaged or changed)")
+    """Both files there and, where `verify`, matching the manifest's checksums."""
+    names = ("embeddings.npy", "ids.json")
+    missing = [name for name in names if not (path / name).is_file()]
+    if missing or verify:
+        check_files(path, {name: (manifest.get("sha256") or {}).get(name) for name in missing or names},
+                    path / "manifest.json")
 
 
 def top_inner_products(queries: torch.Tensor, passages: torch.Tensor, k: int, batch_size: int = 256) -> tuple:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 BLOCK = 1 << 20  # bytes hashed at a time: large blocks let hashlib release the GIL (threads hash in parallel)
 
@@ -23,4 +24,14 @@ def json_sha256(value: dict, own: str | None = None) -> str:
     keeps this checksum) left out: a changed value is told from the written one."""
     text = json.dumps({k: v for k, v in value.items() if k != own}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_files(folder: Path, sums: dict, listed_in: Path) -> None:
+    """A ValueError naming the first of `sums` (file name in `folder` -> hex sha256, as `listed_in` records
+    them) that is missing or does not match: damaged or changed since it was written."""
+    for name, want in sums.items():
+        if Path(name).name != name or not (folder / name).is_file():
+            raise ValueError(f"{folder / name}: missing (listed in {listed_in})")
+        if sha256(folder / name) != want:
+            raise ValueError(f"{folder / name}: checksum does not match the manifest (damaged or changed)")
 

@@ -11,12 +11,11 @@ import typing
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, Field, create_model
-from pydantic_core import PydanticCustomError
 
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.config.options import OptionsError, base_type, bounds_text, coerce
 from lmforge.pipelines.embed_options import EmbedOptions
-from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI
+from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI, field_error
 
 
 def options_fields(cls, skip: tuple = ()) -> dict:
@@ -50,8 +49,7 @@ def _whole(cls, name: str, value):
     try:
         return coerce(cls, name, value, from_text=False)
     except OptionsError as err:
-        why = str(err).removeprefix(f"{name} ")
-        raise PydanticCustomError("value_error", "{why}", {"why": why}) from None
+        raise field_error(err, name) from None
 
 
 def _bounds(meta: dict) -> dict:

@@ -188,9 +188,15 @@ def typed(name: str, value):
             wanted = VALUES.get(name) or " or ".join(BASE_TYPES[m] for m in members(field_kind(name)))
             raise OptionsError(f"{name} must be {wanted}, got {json.dumps(value)[:60]}", name)
         return checked_type(name, value)
-    except OptionsError as err:  # the route's answer says the field before the message
-        why = str(err).removeprefix(f"{name} ")
-        raise PydanticCustomError("value_error", "{why}", {"why": why}) from None
+    except OptionsError as err:
+        raise field_error(err, name) from None
+
+
+def field_error(err: OptionsError, name: str) -> PydanticCustomError:
+    """An options object's refusal of field `name` as the request schema's error: the route's answer says
+    the field before the message, so the message does not say it again (nor pydantic's "Value error, ")."""
+    why = str(err).removeprefix(f"{name} ")
+    return PydanticCustomError("value_error", "{why}", {"why": why})
 
 
 # the GenerationOptions fields a request may set (generation.Settings holds them); sampling is said by

@@ -87,6 +87,23 @@ def test_a_qa_context_is_never_cut_so_truncate_cannot_hide_its_tokens():
     assert "truncate" not in err.value.message
 
 
+def test_a_qa_record_costs_the_tokens_its_overlapping_windows_hold():
+    from lmforge.serve.records import record_tokens
+    from lmforge.tasks.qa import QATask, Template
+
+    # BERT's template: [CLS] q [SEP] c [SEP]; windows of 48 tokens overlapping by 16
+    qa = QATask.__new__(QATask)
+    qa.kind, qa.max_len, qa.doc_stride, qa.max_query_len = "qa", 48, 16, 24
+    qa.template = Template((101,), (102,), (102,), (0, 0, 0, 1, 1))
+    counts = [5, 90]  # room 48 - 5 - 3 = 40: windows at 0, 24, 48, 72 read 40 + 40 + 40 + 18 context tokens
+    assert record_tokens(qa, counts) == 4 * (5 + 3) + 138 > sum(counts)
+    limits = Limits(max_request_tokens=120)  # the texts fit (95); the windows read 170
+    with pytest.raises(RequestError) as err:
+        fit_lengths([record_tokens(qa, counts)], *record_bound(qa, True, limits), limits)
+    assert err.value.status == 413 and "170 tokens" in err.value.message and "windows" in err.value.message
+    assert record_tokens(SimpleNamespace(kind="cls"), counts) == 95  # other tasks read each text once
+
+
 @pytest.mark.parametrize("body", [b'{"model": "enc", "texts": [',
                                   b'{"model": "enc", "texts": "x", "dimensions": ' + b"7" * 5000 + b"}"],
                          ids=["cut-short", "5000-digit-integer"])

@@ -287,3 +287,16 @@ def test_finetune_and_evaluate_plumbing_on_the_builtin_questions(tmp_path, tok):
     rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == [r["id"] for r in data["test"]]
     assert all(r["prediction"] in t["context"] for r, t in zip(rows, data["test"]))
+
+
+def test_read_tokens_are_the_tokens_of_the_windows_encode_makes(tok):
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base"), vocab_size=tok.vocab_size, max_seq_len=64)
+    task = QATask(model, tok, max_len=12, doc_stride=3, max_query_len=8)
+    for answer in ((7, 9), ()):  # WORDS: 26 context tokens in 8 overlapping windows
+        windows = task.encode(record(answer))
+        question = len(tok.encode("Which words?", add_special_tokens=False).ids)
+        assert task.read_tokens(question, len(WORDS)) == sum(len(w["input_ids"]) for w in windows)
+    assert task.read_tokens(3, len(WORDS)) > 3 + len(WORDS)  # the overlaps are read twice
+    assert task.read_tokens(3, 0) == 3 + task.template.n_special  # no context: one window, no room used
+    assert task.read_tokens(20, 5) == 8 + 5  # a question that leaves no room: its tokens as given

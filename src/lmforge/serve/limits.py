@@ -20,7 +20,8 @@ class Limits:
     max_body_bytes: int = option(4 << 20, "bytes of one request body (413 beyond)", low=1, high=1 << 30)
     max_inputs: int = option(2048, "texts or records of one request (413 beyond)", low=1, high=10**6)
     max_request_tokens: int = option(262144, "tokens of one request, all its texts together; a generation's: "
-                                     "its prompts' and each one's new tokens, times its beams (413 beyond)",
+                                     "its prompts' and each one's new tokens, times its beams; a QA "
+                                     "record's: what its overlapping windows hold (413 beyond)",
                                      low=1, high=1 << 27)
     max_batch_tokens: int = option(8192, "tokens of one forward pass: the batching budget (larger requests "
                                          "split)", low=1, high=1 << 24)

@@ -58,6 +58,12 @@ def as_records(kind: str, inputs) -> list:
     return out
 
 
+def record_tokens(task, counts: list) -> int:
+    """The tokens a record costs, from its record_texts' counts: QA's windows read the context tokens they
+    share again (QATask.read_tokens), the other tasks read each text once."""
+    return task.read_tokens(*counts) if task.kind == "qa" else sum(counts)
+
+
 def record_texts(kind: str, record: dict) -> list:
     """The texts of a record whose tokens count against the limits."""
     if kind == "tagging":

@@ -20,7 +20,7 @@ from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, with_mask
 from lmforge.serve import option_schemas, schemas
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, TextBound, bounded_ids, check_count,
                                   check_text, fit_lengths, text_bound, too_large)
-from lmforge.serve.records import as_records, record_texts
+from lmforge.serve.records import as_records, record_texts, record_tokens
 from lmforge.serve.schemas import JSONBody
 
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
@@ -144,11 +144,11 @@ async def embed(body: option_schemas.EmbedRequest, request: Request):
 
 def record_bound(task, truncate: bool, limits) -> tuple:
     """(the TextBound of a task's record, whether it may be cut): QA reads every token of a long context in
-    windows, so truncate cuts nothing and only the request's limit bounds it; the other tasks read the
-    first max_len tokens of a record (task.json's)."""
+    overlapping windows (a record counts what they hold: record_tokens), so truncate cuts nothing and only
+    the request's limit bounds it; the other tasks read the first max_len tokens of a record (task.json's)."""
     if task.kind == "qa":
         most = limits.max_request_tokens
-        said = f"max_request_tokens={most} (QA reads the whole context)"
+        said = f"max_request_tokens={most} (QA reads the whole context, in windows that overlap)"
         return TextBound(most, said, "max_request_tokens", cut=False), False
     return TextBound(task.max_len, f"the task reads, max_len={task.max_len}"), truncate
 
@@ -165,7 +165,7 @@ async def predict(body: schemas.PredictRequest, request: Request):
     flat = await count_tokens(server, served, [t for ts in texts for t in ts])
     lengths, at = [], 0
     for ts in texts:
-        lengths.append(sum(flat[at:at + len(ts)]))
+        lengths.append(record_tokens(task, flat[at:at + len(ts)]))
         at += len(ts)
     lengths = fit_lengths(lengths, *record_bound(task, body.truncate, server.limits), server.limits)
     parts = [({"records": run}, n, len(run)) for run, n in split(records, lengths, server.limits)]

@@ -308,6 +308,16 @@ class QATask(Task):
         return features(self.tokenizer, record, self.template, self.max_len, self.doc_stride,
                         self.max_query_len)
 
+    def read_tokens(self, question: int, context: int) -> int:
+        """The tokens a record's windows hold, for a question and a context of (at most) these many tokens:
+        what the model reads, each overlap again (a server's bound on a record's cost)."""
+        question = min(question, self.max_query_len)
+        room = self.max_len - question - self.template.n_special
+        if room < 1 or self.doc_stride >= room:  # encode refuses such a record: its tokens as given
+            return question + context
+        starts = window_starts(context, room, self.doc_stride)
+        return len(starts) * (question + self.template.n_special) + sum(min(room, context - s) for s in starts)
+
     def logits(self, batch: dict) -> torch.Tensor:
         """(B, T, 2) start and end logits of a padded batch (padding masked)."""
         hidden = self.model(batch["input_ids"], batch["attention_mask"], segment_ids=batch.get("segment_ids"),

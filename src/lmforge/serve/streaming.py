@@ -105,7 +105,8 @@ def _job(served, field: str, ids: list, settings: Settings) -> tuple:
     if len(ids) > context or start + settings.max_new_tokens - 1 > context:
         raise too_large("max_seq_len", f"the prompt of {len(ids)} tokens plus max_new_tokens="
                         f"{settings.max_new_tokens} exceed the model's context, max_seq_len={context}")
-    return {"ids": ids, "settings": settings}, len(ids) + settings.max_new_tokens
+    # the tokens check_request counts, so the queue's backlog (Retry-After, the gauges) weighs beams too
+    return {"ids": ids, "settings": settings}, (len(ids) + settings.max_new_tokens) * settings.num_beams
 
 
 async def _whole(server, served, request: Request, payload: dict, tokens: int) -> dict:

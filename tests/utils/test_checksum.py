@@ -32,3 +32,27 @@ def test_files_are_checked_against_their_recorded_sums_naming_the_first_wrong_on
         check_files(tmp_path, sums, tmp_path / "manifest.json")
     with pytest.raises(ValueError, match=r"/c: missing \(listed in .*manifest.json\)"):
         check_files(tmp_path, {"c": "0"}, tmp_path / "manifest.json")
+
+
+def test_a_signed_object_verifies_and_an_edited_or_unsigned_one_is_refused_naming_its_place():
+    import pytest
+
+    from lmforge.utils.checksum import sign, verify
+
+    class Refused(ValueError):
+        pass
+
+    signed = sign({"arm": "mlm", "shape": (2, 3), "by_id": {1: "a"}}, "sum")
+    # as JSON reads it back: tuples as lists, int keys as strings
+    assert signed == {"arm": "mlm", "shape": [2, 3], "by_id": {"1": "a"}, "sum": signed["sum"]}
+    assert signed["sum"] == json_sha256({k: v for k, v in signed.items() if k != "sum"})  # key: not hashed
+    assert sign({**signed, "sum": "stale"}, "sum") == signed  # an old checksum replaced, not hashed
+    assert verify(signed, "sum", "f.json:2") is signed
+    with pytest.raises(Refused, match=r"^f\.json:2: the row was edited$"):
+        verify({**signed, "arm": "electra"}, "sum", "f.json:2", what="the row was edited", error=Refused)
+    unsigned = {k: v for k, v in signed.items() if k != "sum"}
+    with pytest.raises(ValueError, match=r"^f\.json: does not match its checksum"):
+        verify(unsigned, "sum", "f.json")  # a missing checksum is refused ...
+    assert verify(unsigned, "sum", "f.json", optional=True) is unsigned  # ... unless the caller tolerates it
+    with pytest.raises(ValueError, match=r"^f\.json: does not match its checksum"):
+        verify([signed], "sum", "f.json", optional=True)  # not an object: nothing to verify

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from lmforge.utils.atomic import append_text, atomic_write_bytes, atomic_write_text
-from lmforge.utils.checksum import json_sha256
+from lmforge.utils.checksum import sign, verify
 
 RESULTS = "results.jsonl"
 CHECKSUM = "checksum"
@@ -31,16 +31,10 @@ class ResultsWarning(UserWarning):
     """A results file read with a caveat: a torn last line left out or cut, rows without a checksum."""
 
 
-def checksum(row: dict) -> str:
-    """sha256 (hex) of a row's canonical JSON (keys sorted), its checksum field left out."""
-    return json_sha256(row, CHECKSUM)
-
-
 def stamped(row: dict) -> dict:
     """The row as JSON writes it (tuples as lists ...), with the checksum of that content (an older one
     replaced)."""
-    row = json.loads(json.dumps({k: v for k, v in row.items() if k != CHECKSUM}))  # what a reader sees
-    return {**row, CHECKSUM: checksum(row)}
+    return sign(row, CHECKSUM)
 
 
 def _parses(line: bytes) -> bool:
@@ -73,10 +67,10 @@ def _row(path: Path, number: int, line: bytes) -> dict:
              if not isinstance(row.get(k), kind) or isinstance(row.get(k), bool)]
     if wrong:
         raise ResultsError(f"{where}: not a result row: {', '.join(wrong)} missing or of the wrong type")
-    if CHECKSUM in row and row[CHECKSUM] != checksum(row):
-        raise ResultsError(f"{where}: the row does not match its checksum (changed since it was written); "
-                           f"delete the line to run its unit again")
-    return row
+    # optional: a row without one is read unverified, and read_results warns of it
+    return verify(row, CHECKSUM, where, error=ResultsError, optional=True,
+                  what="the row does not match its checksum (changed since it was written); delete the line "
+                       "to run its unit again")
 
 
 def read_results(out) -> list:

@@ -37,9 +37,10 @@ from lmforge.tasks.finetune import (
     write_task_files,
 )
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.checkpoint import STATE_KEY, state_digest
+from lmforge.train.checkpoint import STATE_KEY
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
+from lmforge.utils.checksum import sign, verify
 
 SETTINGS = "prune_settings.json"  # the run's pruning settings: a resume with others is refused
 # the TaskConfig fields that change what is trained (the others: evaluation, and keep_best, forced off)
@@ -149,7 +150,7 @@ def check_settings(out: Path, settings: dict, resume: bool) -> None:
                                  f"the run's settings, or choose another --out")
     elif not (out / "checkpoints").exists():
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({**settings, STATE_KEY: state_digest(settings)}, indent=2) + "\n")
+        atomic_write_text(path, json.dumps(sign(settings, STATE_KEY), indent=2) + "\n")
 
 
 def read_settings(path: Path) -> dict:
@@ -160,10 +161,10 @@ def read_settings(path: Path) -> dict:
     except (OSError, ValueError) as err:
         raise ValueError(f"{path}: the run's pruning settings cannot be read ({err}); a resume is checked "
                          f"against them: choose another --out") from None
-    if not isinstance(run, dict) or run.get(STATE_KEY) != state_digest(run):
-        raise ValueError(f"{path}: the run's pruning settings do not match their checksum (changed or "
-                         f"damaged); choose another --out")
-    return run
+    # never optional: a resume is only as sure as the settings it is checked against
+    return verify(run, STATE_KEY, path,
+                  what="the run's pruning settings do not match their checksum (changed or damaged); choose "
+                       "another --out")
 
 
 def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, train_cfg: TrainConfig,

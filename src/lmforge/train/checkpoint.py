@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
 from lmforge.utils.atomic import atomic_write_text
-from lmforge.utils.checksum import json_sha256, sha256
+from lmforge.utils.checksum import sha256, sign, verify
 
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.pt")  # checksummed in trainer.json
@@ -93,12 +93,6 @@ def _nested_tensors(state) -> list:
     return []
 
 
-def state_digest(info: dict) -> str:
-    """sha256 of a trainer.json's fields other than STATE_KEY (the files' checksums included), in one
-    canonical JSON form, so a changed step, option or evaluator state is told from the written one."""
-    return json_sha256(info, STATE_KEY)
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -114,10 +108,9 @@ def _write_files(tmp: Path, step: int, weights: dict, optimizer: dict, info: dic
               str(tmp / FILES[0]))
     with open(tmp / FILES[1], "wb") as handle:  # a Python file: a full disk raises OSError(ENOSPC)
         torch.save({**optimizer, "rng": rng_states()}, handle)
-    # through JSON first, as a resume reads it (tuples become lists, int keys strings)
-    sums = {name: sha256(tmp / name) for name in FILES}
-    state = json.loads(json.dumps({"step": step, **info, "sha256": sums}))
-    atomic_write_text(tmp / "trainer.json", json.dumps({**state, STATE_KEY: state_digest(state)}, indent=2))
+    # STATE_KEY covers every other field, the files' checksums included: a changed step or option is told
+    state = sign({"step": step, **info, "sha256": {name: sha256(tmp / name) for name in FILES}}, STATE_KEY)
+    atomic_write_text(tmp / "trainer.json", json.dumps(state, indent=2))
     for file in tmp.iterdir():
         with open(file, "rb") as handle:
             os.fsync(handle.fileno())
@@ -172,9 +165,10 @@ def read_info(path: Path) -> dict:
 
 def check_state(path: Path, info: dict) -> None:
     """CheckpointCorrupt where trainer.json's fields do not match its own checksum (edited or damaged)."""
-    if STATE_KEY in info and info[STATE_KEY] != state_digest(info):
-        raise CheckpointCorrupt(f"checkpoint {path}: trainer.json does not match its checksum (its step, "
-                                f"options or state were changed or damaged)")
+    # optional: one written before the checksums loads with a warning (_verify_checksums says so)
+    verify(info, STATE_KEY, f"checkpoint {path}", error=CheckpointCorrupt, optional=True,
+           what="trainer.json does not match its checksum (its step, options or state were changed or "
+                "damaged)")
 
 
 def _verify_checksums(path: Path, info: dict) -> str | None:

@@ -26,6 +26,25 @@ def json_sha256(value: dict, own: str | None = None) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def sign(value: dict, key: str) -> dict:
+    """The object as JSON reads it back, `key` set to its other fields' checksum (an old one replaced)."""
+    # through JSON first (tuples become lists, int keys strings): the checksum of what a reader will see
+    value = json.loads(json.dumps({k: v for k, v in value.items() if k != key}))
+    return {**value, key: json_sha256(value, key)}
+
+
+def verify(value, key: str, where, *, what: str = "does not match its checksum (changed or damaged)",
+           error: type = ValueError, optional: bool = False) -> dict:
+    """`value` if its `key` is the checksum of its other fields, else error(f"{where}: {what}")."""
+    if not isinstance(value, dict):
+        raise error(f"{where}: {what}")
+    if key not in value and optional:  # written before it carried one: the caller reads it unverified
+        return value
+    if value.get(key) != json_sha256(value, key):
+        raise error(f"{where}: {what}")
+    return value
+
+
 def check_files(folder: Path, sums: dict, listed_in: Path) -> None:
     """A ValueError naming the first of `sums` (file name in `folder` -> hex sha256, as `listed_in` records
     them) that is missing or does not match: damaged or changed since it was written."""

@@ -63,43 +63,61 @@ def flag_error(err, values: dict, words: dict | None = None, flags: dict | None 
     return UsageError(f"{flag}: {rule}" if isinstance(value, bool) else f"{flag} {value}: {rule}")
 
 
-def option_flags(parser, cls, prefix: str = "", switches: dict | None = None, required: tuple = ()) -> None:
+def option_flags(parser, cls, prefix: str = "", switches: dict | None = None, required: tuple = (),
+                 words: dict | None = None, bound: bool = False) -> None:
     """A flag per field of the options dataclass `cls`, with the declaration's help, default, bounds and
     choices (the object checks the values: flag_values, then from_flags). A bool that defaults to False is
     its own switch; switches: field -> (flag, help) of a bool said as the opposite of its default True;
     required: fields whose flag must be given; prefix: of each dest, to keep a parent parser's flags apart
-    from its sub-commands' flags of the same name."""
+    from its sub-commands' flags of the same name; words: field -> {word: value}, the words a field's flag
+    takes instead of its values (its default said as its word; flag_values reads them back); bound: an int
+    field bounded both ways is read by `bounded`, so argparse tells a value out of them (1e18) the bounds."""
     from dataclasses import fields
 
-    from lmforge.config.options import base_type, bounds_text
+    from lmforge.config.options import base_type
 
     defaults = cls()
     for f in fields(cls):
-        default, bounds = getattr(defaults, f.name), bounds_text(f.metadata).strip()
+        flag, dest, default = "--" + f.name.replace("_", "-"), prefix + f.name, getattr(defaults, f.name)
         if f.name in (switches or {}):
             flag, text = switches[f.name]
-            parser.add_argument(flag, dest=prefix + f.name, action="store_true", help=text)
-            continue
-        if base_type(f.type)[0] == "bool" and default is False:
-            parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name, action="store_true",
-                                default=None, help=f.metadata["help"])
-            continue
-        said = ([f"default {default}"] if default is not None and f.name not in required else []) + \
-            ([bounds] if bounds else [])
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=prefix + f.name,
-                            required=f.name in required,
-                            metavar=None if f.metadata["choices"] else f.name.upper(),
-                            choices=f.metadata["choices"],
-                            type={"int": int, "float": float, "str": str}[base_type(f.type)[0]],
-                            help=f"{f.metadata['help']}" + (f" ({'; '.join(said)})" if said else ""))
+            parser.add_argument(flag, dest=dest, action="store_true", help=text)
+        elif base_type(f.type)[0] == "bool" and default is False:
+            parser.add_argument(flag, dest=dest, action="store_true", default=None, help=f.metadata["help"])
+        else:
+            spec = _value_flag(f, default, f.name in required, (words or {}).get(f.name), bound)
+            parser.add_argument(flag, dest=dest, required=f.name in required, **spec)
 
 
-def flag_values(args, cls, prefix: str = "", switches: dict | None = None) -> dict:
-    """field -> value of the option_flags of `cls` given on the command line (a switch: its field's value)."""
+def _value_flag(f, default, required: bool, words: dict | None, bound: bool) -> dict:
+    """The metavar, choices, type and help of the flag of an option field `f` that takes a value, as
+    option_flags says them (words: the flag's own {word: value}; bound: an int bounded both ways by
+    `bounded`)."""
+    from lmforge.config.options import base_type, bounds_text
+
+    meta, kind = f.metadata, base_type(f.type)[0]
+    if words:  # the default said as its word (truncate: "false", not False)
+        default = next((word for word, value in words.items()
+                        if value == default and type(value) is type(default)), default)
+    choices, bounds = tuple(words) if words else meta["choices"], bounds_text(meta).strip()
+    said = ([f"default {default}"] if default is not None and not required else []) + \
+        ([bounds] if bounds else [])
+    closed = None not in (meta["low"], meta["high"]) and not (meta["open_low"] or meta["open_high"])
+    reads = {"int": bounded(int, meta["low"], meta["high"]) if bound and closed else int, "float": float,
+             "str": str}
+    return {"metavar": None if choices else f.name.upper(), "choices": choices,
+            "type": str if words else reads[kind],
+            "help": meta["help"] + (f" ({'; '.join(said)})" if said else "")}
+
+
+def flag_values(args, cls, prefix: str = "", switches: dict | None = None, words: dict | None = None) -> dict:
+    """field -> value of the option_flags of `cls` given on the command line (a switch: its field's value;
+    a field with words: the value of its word)."""
     from dataclasses import fields
 
     given = {f.name: getattr(args, prefix + f.name, None) for f in fields(cls)}
     given = {name: value for name, value in given.items() if value is not None}
+    given.update({name: words[name][given[name]] for name in (words or {}) if name in given})
     return {**given, **{name: not given[name] for name in (switches or {}) if name in given}}
 
 

@@ -7,8 +7,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, UsageError, bounded, check_out, not_a_link, parse_overrides,
-                                read_config_file, refuse_overwrite, resolve_config)
+from lmforge.cli.common import (SEED, UsageError, bounded, check_out, flag_values, not_a_link, option_flags,
+                                parse_overrides, read_config_file, refuse_overwrite, resolve_config)
 from lmforge.config.model import MAX_LEN
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
@@ -181,33 +181,32 @@ def cmd_embed(args) -> None:
     _embed_with_options(args, encoder, texts, options, out)
 
 
-# each EmbedOptions field's flag (normalize is said as its opposite, a switch), and max_length's, for errors
-EMBED_FLAGS = {"dimensions": "--dimensions", "encoding_format": "--encoding-format", "prompt": "--prompt",
-               "prompt_name": "--prompt-name", "truncate": "--truncate", "max_chunks": "--max-chunks",
-               "batch_invariant": "--batch-invariant", "normalize": "--no-normalize",
-               "max_length": "--max-length"}
-TRUNCATE_WORDS = {"false": False, "true": True, "chunk": "chunk"}  # truncate's values on the command line
+# normalize (true by default) is said as its opposite; truncate's values are three words on the command line
+EMBED_SWITCHES = {"normalize": ("--no-normalize", "skip the L2 normalisation")}
+TRUNCATE_WORDS = {"false": False, "true": True, "chunk": "chunk"}
 
 
-def _dest(field: str) -> str:
-    return EMBED_FLAGS[field].lstrip("-").replace("-", "_")
+def _flag(field: str) -> str:
+    """The flag of an EmbedOptions field or of max_length, for a refusal; another field (texts) as it is."""
+    from lmforge.pipelines.embed_options import EmbedOptions
+
+    if field in EMBED_SWITCHES:
+        return EMBED_SWITCHES[field][0]
+    known = field == "max_length" or field in EmbedOptions.__dataclass_fields__
+    return "--" + field.replace("_", "-") if known else field
 
 
 def embed_options(args):
     """The EmbedOptions of the flags, their defaults where none is given (the server's /embed builds the
     same object); a bad value names its flag."""
-    from dataclasses import fields as fields_of
-
     from lmforge.config.options import OptionsError
     from lmforge.pipelines.embed_options import EmbedOptions
 
-    given = {f.name: getattr(args, _dest(f.name)) for f in fields_of(EmbedOptions)}
-    given.update(normalize=not args.no_normalize, truncate=TRUNCATE_WORDS.get(args.truncate),
-                 batch_invariant=args.batch_invariant or None)
+    given = flag_values(args, EmbedOptions, switches=EMBED_SWITCHES, words={"truncate": TRUNCATE_WORDS})
     try:
         return EmbedOptions.build(fields=given)
     except OptionsError as err:
-        raise UsageError(f"{EMBED_FLAGS.get(err.field, err.field)}: {err}") from None
+        raise UsageError(f"{_flag(err.field)}: {err}") from None
 
 
 def _embed_with_options(args, encoder, texts: list, options, out) -> None:
@@ -226,7 +225,7 @@ def _embed_with_options(args, encoder, texts: list, options, out) -> None:
             return
         rows = found.output()
     except OptionsError as err:
-        raise UsageError(f"{EMBED_FLAGS.get(err.field, err.field)}: {err}") from None
+        raise UsageError(f"{_flag(err.field)}: {err}") from None
     finally:
         bar.close()
     if out is None:
@@ -262,34 +261,8 @@ def embed_out(out: str | None) -> Path | None:
     return path
 
 
-def _embed_option_flags(p) -> None:
-    """A flag per EmbedOptions field, its help, default, bounds and choices the declaration's (cli.common's
-    option_flags cannot say truncate, a bool or "chunk"); and --calibrate."""
-    from dataclasses import fields
-
-    from lmforge.config.options import base_type
-    from lmforge.pipelines.embed_options import EmbedOptions
-
-    for f in fields(EmbedOptions):
-        flag, meta, kind = EMBED_FLAGS[f.name], f.metadata, base_type(f.type)[0]
-        if kind == "bool":  # normalize (true by default) is its opposite, --no-normalize
-            said = "skip the L2 normalisation" if f.default else meta["help"]
-            p.add_argument(flag, action="store_true", help=said)
-            continue
-        choices = tuple(TRUNCATE_WORDS) if f.name == "truncate" else meta["choices"]
-        default = "false" if f.name == "truncate" else f.default
-        # bounded: --help says the bounds, and 1e18 is told them, not only that it is no integer
-        p.add_argument(flag, dest=_dest(f.name), choices=choices, metavar=None if choices else f.name.upper(),
-                       type=bounded(int, meta["low"], meta["high"]) if kind == "int" else str,
-                       help=meta["help"] + ("" if default is None else f" (default {default})"))
-    p.add_argument("--calibrate", action="store_true", help="save the texts' per-coordinate ranges (of these "
-                   "--dimensions) beside the model, for int8 / uint8")
-
-
 def add_parsers(sub) -> None:
     """Add inspect, convert, presets, demo and embed to the main parser."""
-    from lmforge.pipelines.embed import MAX_BATCH_SIZE
-
     p = sub.add_parser("inspect", help="architecture, parameter count and FLOPs of a model")
     p.add_argument("model", help="preset name, lmforge directory or config JSON")
     p.add_argument("overrides", nargs="*", help="field=value overrides")
@@ -311,6 +284,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--seed", type=bounded(int, *SEED), default=0)
     p.add_argument("--quick", action="store_true", help="a seconds-long run at toy sizes")
     p.set_defaults(func=cmd_demo)
+    _embed_parser(sub)
+
+
+def _embed_parser(sub) -> None:
+    """`lmforge embed`: its texts, model, output, a flag per EmbedOptions field (option_flags), --calibrate."""
+    from lmforge.pipelines.embed import MAX_BATCH_SIZE
+    from lmforge.pipelines.embed_options import EmbedOptions
+
     p = sub.add_parser("embed", help="sentence embeddings (mean pooling, L2-normalised)")
     p.add_argument("texts", nargs="*", help="the texts to embed (or --file)")
     p.add_argument("--file", help="a UTF-8 text file, one text a line (row i of the output is line i, empty "
@@ -323,5 +304,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-length", type=bounded(int, 1, MAX_LEN),
                    help="tokens per text, at most the model's max_seq_len and room for one beside its "
                    "special tokens (3 for BERT; default: its max_seq_length)")
-    _embed_option_flags(p)
+    # bound: --help says the bounds, and 1e18 is told them, not only that it is no integer
+    option_flags(p, EmbedOptions, switches=EMBED_SWITCHES, words={"truncate": TRUNCATE_WORDS}, bound=True)
+    p.add_argument("--calibrate", action="store_true", help="save the texts' per-coordinate ranges (of these "
+                   "--dimensions) beside the model, for int8 / uint8")
     p.set_defaults(func=cmd_embed)

@@ -106,7 +106,7 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["probe", "--tasks", "pos,syntax"], "--tasks pos,syntax"),
     (["probe", "--heads", "cnn"], "--heads cnn"),
     (["probe", "--held-out", "0.7"], "--held-out 0.7"),
-    (["probe", "epochs=0"], "epochs=0"),
+    (["probe", "epochs=0"], "epochs must be an integer >= 1"),
     (["probe", "depth=3"], "unknown option(s) ['depth']"),
     (["features"], "give --data FILE"),
     (["features", "--task", "tagging", "--train", "x.conll"], "--task tagging needs --train FILE and --dev FILE"),

@@ -23,43 +23,41 @@ import torch
 from torch import nn
 
 from lmforge.config import option
+from lmforge.config.options import check_options
 from lmforge.layers.scalar_mix import ScalarMix
+from lmforge.train.config import options_from_dict
+
+MAX_EPOCHS = 10_000  # passes (and patience) of one probe's training
+MAX_BATCH = 65_536  # examples or sentences per step
+MAX_WIDTH = 4096  # an MLP's hidden units, a structural probe's rank: G layers x d x this x 4 (Adam) floats
 
 HEADS = ("linear", "mlp")
 
 
 @dataclass
 class FitConfig:
-    """How a probe or a feature-based head is trained."""
+    """How a probe or a feature-based head is trained (each field bounded both ways, checked when built)."""
 
-    epochs: int = option(30, "most passes over the training examples")
-    lr: float = option(1e-3, "Adam learning rate")
+    epochs: int = option(30, "most passes over the training examples", low=1, high=MAX_EPOCHS)
+    lr: float = option(1e-3, "Adam learning rate", low=0, high=10, open_low=True)
     mix_lr: float = option(1e-2, "Adam learning rate of a scalar mix's s and gamma (at lr, a few hundred "
-                                 "steps leave softmax(s) almost uniform)")
-    batch_size: int = option(256, "examples (words, word pairs) per step")
-    sentence_batch: int = option(20, "sentences per step of a structural probe (Hewitt & Manning 2019)")
-    patience: int = option(3, "epochs without a better development score before stopping")
-    hidden: int = option(256, "hidden units of an MLP probe or head")
-    rank: int = option(64, "rank of a structural probe's B (Hewitt & Manning 2019)")
-    weight_decay: float = option(0.0, "Adam weight decay")
+                                 "steps leave softmax(s) almost uniform)", low=0, high=10)
+    batch_size: int = option(256, "examples (words, word pairs) per step", low=1, high=MAX_BATCH)
+    sentence_batch: int = option(20, "sentences per step of a structural probe (Hewitt & Manning 2019)",
+                                 low=1, high=MAX_BATCH)
+    patience: int = option(3, "epochs without a better development score before stopping", low=1,
+                           high=MAX_EPOCHS)
+    hidden: int = option(256, "hidden units of an MLP probe or head", low=1, high=MAX_WIDTH)
+    rank: int = option(64, "rank of a structural probe's B (Hewitt & Manning 2019)", low=1, high=MAX_WIDTH)
+    weight_decay: float = option(0.0, "Adam weight decay", low=0, high=10)
+
+    def __post_init__(self) -> None:
+        check_options(self)  # types (a bool is not a number), finiteness and bounds, naming the field
 
     @classmethod
     def from_dict(cls, values: dict) -> FitConfig:
-        """A FitConfig from key=value options; an unknown key or a bad value is an error naming it."""
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown option(s) {unknown}; options: {', '.join(sorted(known))}")
-        config = cls(**values)
-        for name in ("epochs", "batch_size", "sentence_batch", "hidden", "rank", "patience"):
-            value = getattr(config, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
-        for name in ("lr", "mix_lr", "weight_decay"):
-            value = getattr(config, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"{name}={value!r} must be a non-negative number")
-        return config
+        """A FitConfig from key=value options; an unknown key or a bad value is an OptionsError naming it."""
+        return options_from_dict(cls, values, "")
 
 
 def _head(d_in: int, n_out: int, head: str, hidden: int) -> nn.Module:

@@ -221,6 +221,26 @@ def test_an_earlier_runs_shard_folder_is_never_read_as_text(corpus_dir, tokenize
         shard_corpus([tmp_path / "c" / "old"], tokenizer_dir, tmp_path / "third", log=lambda m: None)
 
 
+def test_every_reader_judges_a_shard_folder_by_one_rule(corpus_dir, tokenizer_dir, tmp_path):
+    from lmforge.data.corpus import expand_files, is_shard_dir
+    from lmforge.data.stream import open_shards
+
+    texts = tmp_path / "texts"  # the user's own manifest.json beside text: text to every reader
+    texts.mkdir()
+    (texts / "a.txt").write_text((corpus_dir / "c.txt").read_text())
+    (texts / "manifest.json").write_text('{"files": ["a.txt"]}')
+    assert not is_shard_dir(texts) and open_shards([texts]) is None
+    assert [p.name for p in expand_files([texts])] == ["a.txt", "manifest.json"]
+    _one_shard(corpus_dir, tokenizer_dir, texts / "old")
+    manifest = texts / "old" / "manifest.json"
+    manifest.write_text(manifest.read_text()[:40])  # a damaged manifest: its shards are still no text
+    assert is_shard_dir(texts / "old")
+    with pytest.warns(CorpusWarning, match="old: skipped"):
+        assert [p.name for p in expand_files([texts])] == ["a.txt", "manifest.json"]
+    with pytest.raises(ValueError, match="cannot read manifest.json"):  # pretrain --data: named, not read
+        open_shards([texts / "old"])
+
+
 def test_inputs_that_hold_no_document_are_refused_and_no_folder_is_left(tokenizer_dir, tmp_path, capsys):
     """A corpus of nothing (every JSONL line without the text field) would train on nothing: the command
     says so, points at the field, and leaves no shard folder a later pretrain would read."""

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmforge.data.corpus import is_shard_dir
 from lmforge.data.examples import (
     blocks,
     nsp_pairs,
@@ -143,8 +144,8 @@ class ShardCorpus:
 
 
 def open_shards(files) -> ShardCorpus | None:
-    """A ShardCorpus when `files` is one shard directory (it holds manifest.json), else None."""
-    if files and len(files) == 1 and (Path(files[0]) / "manifest.json").is_file():
+    """A ShardCorpus when `files` is one shard directory (corpus.is_shard_dir), else None (text)."""
+    if files and len(files) == 1 and is_shard_dir(files[0]):
         return ShardCorpus(files[0])
     return None
 

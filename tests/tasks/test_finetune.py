@@ -5,6 +5,7 @@ import shutil
 import pytest
 import torch
 
+from lmforge.config.options import OptionsError
 from lmforge.tasks import task_class
 from lmforge.tasks.control import depth, freeze, lr_scale_fn
 from lmforge.tasks.finetune import TaskConfig, encode_split, evaluate, finetune, task_info
@@ -266,3 +267,19 @@ def test_task_options_are_strictly_typed_and_bounded_both_ways(options, field):
     assert str(err.value).startswith(field) and "\n" not in str(err.value)
     cfg = TaskConfig.from_dict({"freeze_backbone": "true", "label_all": "false", "text_to_text": "auto"})
     assert cfg.freeze_backbone is True and cfg.label_all is False and cfg.text_to_text is None
+
+
+@pytest.mark.parametrize("kind, options, field, owner", [
+    ("cls", {"num_beams": 4}, "num_beams", "seq2seq"), ("cls", {"doc_stride": 10}, "doc_stride", "qa"),
+    ("cls", {"loss": "bce"}, "loss", "rerank"), ("cls", {"label_all": True}, "label_all", "tagging"),
+    ("cls", {"prefix": "sst2"}, "prefix", "text-to-text and seq2seq"),
+    ("tagging", {"n_best": 3}, "n_best", "qa"),
+])
+def test_an_option_of_another_kind_of_task_is_refused_never_ignored(tmp_path, kind, options, field, owner):
+    data = sentiment()["train"][:8] if kind == "cls" else builtin("tagging", 20, 0)[1]["train"][:8]
+    run = (lambda options: finetune(tiny(), tokenizer(), kind, data, None, tmp_path, cfg(steps=1),
+                                    TaskConfig(**options), log=quiet))
+    with pytest.raises(OptionsError, match=f"^{field}=.*: an option of {owner} tasks; a {kind} task") as err:
+        run(options)
+    assert err.value.field == field and not (tmp_path / "final").exists()
+    run({"num_beams": 1})  # the default of another task's option is no option given

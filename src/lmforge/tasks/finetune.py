@@ -258,8 +258,26 @@ def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels:
     text = text2text.choose(kind, model, cfg.text_to_text)
     cls = text2text.CLASSES[kind] if text else task_class(kind)
     labels = labels if labels is not None else cls.labels_from(train)
-    extra = {"prefix": cfg.prefix} if text else {name: getattr(cfg, name) for name in cls.options}
+    read = ("prefix",) if text else cls.options
+    check_read(kind if not text else f"text-to-text {kind}", read, cfg)
+    extra = {name: getattr(cfg, name) for name in read}
     return cls(model, tokenizer, labels=labels, max_len=cfg.max_len, **extra)
+
+
+def check_read(task: str, read: tuple, cfg: TaskConfig) -> None:
+    """An OptionsError naming the first option of another kind of task (qa's doc_stride, seq2seq's
+    num_beams, rerank's loss, a text-to-text prefix ...) set in `cfg` but not one the `task` reads:
+    such an option is refused, never ignored."""
+    owners = {"prefix": ["text-to-text"]}  # name -> the kinds of task that read it
+    for kind in MODULES:
+        for name in task_class(kind).options:
+            if kind not in owners.setdefault(name, []):
+                owners[name].append(kind)
+    defaults = TaskConfig()
+    for name in owners:
+        if name not in read and getattr(cfg, name) != getattr(defaults, name):
+            raise OptionsError(f"{name}={getattr(cfg, name)!r}: an option of {' and '.join(owners[name])} "
+                               f"tasks; a {task} task does not read it", name)
 
 
 def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,

@@ -165,3 +165,28 @@ def test_a_job_s_output_folder_names_the_model_in_it_for_evaluate_and_finetune(m
     assert capsys.readouterr().out == by_folder  # the same model, the same scores
     assert main(["finetune", "--model", str(out), "--builtin", "sentiment", "--out", str(tmp_path / "again"),
                  "--steps", "1", *FAST]) == 0
+
+
+BRINGS = "--builtin sentiment brings its own records"
+FOR_BUILTIN = "it is for a --builtin task"
+SIZE = ["--builtin-size", "60"]
+
+
+@pytest.mark.parametrize("command, args, message", [
+    ("finetune", ["--builtin", "sentiment", "--train", "{file}"], f"--train: {BRINGS}"),
+    ("finetune", ["--builtin", "sentiment", "--valid", "{file}"], f"--valid: {BRINGS}"),
+    ("finetune", ["--builtin", "sentiment", "--columns", "text=a"], f"--columns: {BRINGS}"),
+    ("finetune", ["--task", "cls", "--train", "{file}", *SIZE], f"--builtin-size: {FOR_BUILTIN}"),
+    ("evaluate", ["--builtin", "sentiment", "--data", "{file}"], f"--data: {BRINGS}"),
+    ("evaluate", ["--task", "cls", "--data", "{file}", "--split", "test"], f"--split: {FOR_BUILTIN}"),
+    ("evaluate", ["--task", "cls", "--data", "{file}", *SIZE], f"--builtin-size: {FOR_BUILTIN}"),
+])
+def test_a_flag_the_records_source_does_not_read_is_refused(model_dir, tmp_path, capsys, command, args,
+                                                             message):
+    data = write(tmp_path / "d.csv", "text,label\nIt is superb.,pos\nIt broke.,neg\n")
+    out = ["--out", str(tmp_path / ("o" if command == "finetune" else "p.jsonl"))]
+    args = [data if a == "{file}" else a for a in args]
+    assert main([command, "--model", str(model_dir), *args, *out]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err and len(captured.err.splitlines()) == 1
+    assert not (tmp_path / "o").exists() and not (tmp_path / "p.jsonl").exists()

@@ -41,6 +41,7 @@ from lmforge.tasks.formats import BUILTIN_SIZE
 
 KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq", "rerank")
 SPLITS = ("train", "validation", "test")
+BUILTIN_RECORDS = 1000  # --builtin-size unless given
 
 
 def split_options(pairs: dict) -> tuple:
@@ -62,8 +63,10 @@ def task_data(args, labelled: bool = True) -> tuple:
     from lmforge.cli.common import UsageError, read_records
     from lmforge.tasks.formats import BUILTIN, builtin
 
+    check_source(args)
     if args.builtin:
-        kind, splits = builtin(args.builtin, args.builtin_size, args.seed)
+        size = BUILTIN_RECORDS if args.builtin_size is None else args.builtin_size
+        kind, splits = builtin(args.builtin, size, args.seed)
         if args.task and args.task != kind:
             raise UsageError(f"--builtin {args.builtin} is a {kind} task, not {args.task}")
         return kind, splits
@@ -75,6 +78,23 @@ def task_data(args, labelled: bool = True) -> tuple:
     read = _read_rerank if args.task == "rerank" else read_records
     return args.task, {split: read(option, f, args.task, args.columns, labelled or split == "train")
                        for split, (option, f) in files.items() if f}
+
+
+def check_source(args) -> None:
+    """A UsageError naming a flag that the records' source does not read: a file or --columns beside
+    --builtin (its records are its own), --builtin-size or --split without it."""
+    from lmforge.cli.common import UsageError
+
+    if args.builtin:
+        files = [flag for flag in ("--train", "--valid", "--data", "--columns")
+                 if getattr(args, flag[2:], None) is not None]
+        if files:
+            raise UsageError(f"{files[0]}: --builtin {args.builtin} brings its own records; give files or "
+                             "--builtin, not both")
+        return
+    for flag in ("--builtin-size", "--split"):
+        if getattr(args, flag[2:].replace("-", "_"), None) is not None:
+            raise UsageError(f"{flag}: it is for a --builtin task's records; give --builtin NAME too")
 
 
 def _read_rerank(option: str, path, kind: str, columns, labelled: bool) -> list:
@@ -163,7 +183,7 @@ def cmd_evaluate(args) -> None:
     if not args.task and not args.builtin:
         args.task = task_info(args.model).get("kind")  # the fine-tuned model's own task
     kind, splits = task_data(args, labelled=False)
-    records = splits[args.split if args.builtin else "test"]
+    records = splits[(args.split or "validation") if args.builtin else "test"]
     labelled = gold_given(records, args.data or f"--builtin {args.builtin}")  # a mix is refused, named
     labels = task_info(args.model).get("labels")
     if args.data and labels and kind in ("cls", "pair"):
@@ -183,8 +203,8 @@ def _common(p) -> None:
     p.add_argument("--task", choices=KINDS, help="task type (default with --builtin: the task's own)")
     p.add_argument("--builtin", choices=("sentiment", "entailment", "tagging", "questions"),
                    help="a built-in corpus task instead of files")
-    p.add_argument("--builtin-size", type=bounded(int, *BUILTIN_SIZE), default=1000,
-                   help="records of the built-in task (80/10/10)")
+    p.add_argument("--builtin-size", type=bounded(int, *BUILTIN_SIZE),
+                   help=f"records of the built-in task (80/10/10; default {BUILTIN_RECORDS})")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold or "
                    "source=article,target=summary")
     p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
@@ -209,7 +229,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("evaluate", help="score a fine-tuned model and write its predictions")
     _common(p)
     p.add_argument("--data", help="file to evaluate (same formats as finetune)")
-    p.add_argument("--split", choices=SPLITS, default="validation", help="the --builtin split")
+    p.add_argument("--split", choices=SPLITS, help="the --builtin split (default validation)")
     p.add_argument("--out", help="predictions file (JSON lines)")
     p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=64, help="examples scored at once")
     p.set_defaults(func=cmd_evaluate)

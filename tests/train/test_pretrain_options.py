@@ -129,3 +129,25 @@ def test_an_add_tokens_file_past_its_bound_is_refused_naming_it(tmp_path, monkey
     monkeypatch.setattr(pretrain_module, "MAX_ADDED_WORDS", 2)  # the bound is 65536; three words pass it here
     with pytest.raises(ValueError, match=r"words.txt: more than 2 words to add \(add_tokens\)"):
         pretrain_module.read_words(words)
+
+
+@pytest.mark.parametrize("objective, preset", [("clm", "gpt2"), ("bilm", "elmo-medium")])
+def test_duplication_with_an_objective_that_draws_no_corruption_is_refused(capsys, tmp_path, objective,
+                                                                           preset):
+    said = f"duplication=3: objective {objective} draws no corruption"
+    with pytest.raises(OptionsError, match=f"^{said}") as err:
+        pretrain(objective, tmp_path / "o", TrainConfig(steps=1), preset=preset, duplication=3)
+    assert err.value.field == "duplication" and not (tmp_path / "o").exists()
+    args = ["pretrain", "--preset", preset, "--objective", objective, "--out", str(tmp_path / "o")]
+    assert said in refused_on_the_command_line(capsys, [*args, "--duplication", "3"])
+    assert not (tmp_path / "o").exists()
+
+
+def test_n_docs_beside_data_is_refused_as_unread(capsys, tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the cat sat on the mat.\n\n" * 4)
+    err = refused_in_python(tmp_path / "o", data=[str(text)], n_docs=50)
+    assert err.field == "n_docs" and "not read when data (--data) is given" in str(err)
+    said = refused_on_the_command_line(capsys, cli(tmp_path / "o", "--data", str(text), "n_docs=50"))
+    assert said.endswith("n_docs=50: sizes the built-in corpus, which is not read when data (--data) is "
+                         "given; drop it")

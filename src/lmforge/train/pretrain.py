@@ -43,7 +43,13 @@ from lmforge.presets import get_config
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
-from lmforge.train.pretrain_options import MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, recipe_and_inputs
+from lmforge.train.pretrain_options import (
+    MAX_ADDED_WORDS,
+    PretrainInputs,
+    RecipeOptions,
+    check_read,
+    recipe_and_inputs,
+)
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
@@ -302,6 +308,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     if inputs.resume:
         check_resumable(out)  # before the corpus is read and a tokenizer trained
     spec, log, teacher = objectives.get(objective), inputs.log, inputs.teacher
+    check_read(spec, recipe, inputs)
     start = None  # or (model, tokenizer) of the checkpoint continued
     if inputs.model is not None:
         start = checkpoint_start(inputs.model, inputs.tokenizer, inputs.overrides)

@@ -91,3 +91,18 @@ def recipe_and_inputs(recipe: RecipeOptions | None, inputs: PretrainInputs | Non
     input_fields = {k: v for k, v in fields.items() if k not in recipe_fields}
     return (with_changes(RecipeOptions, recipe, recipe_fields, "pretraining recipe"),
             with_changes(PretrainInputs, inputs, input_fields, "pretraining input"))
+
+
+def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
+    """An OptionsError naming a recipe option the run would not read: duplication with an objective that
+    draws no corruption (clm, bilm: each copy of an example would be the same), n_docs beside data."""
+    from lmforge.objectives.base import Objective
+
+    built = getattr(spec.build, "__self__", None)  # the objective's class (a function builds prefix-lm)
+    if recipe.duplication and isinstance(built, type) and built.corrupt is Objective.corrupt:
+        raise OptionsError(f"duplication={recipe.duplication}: objective {spec.name} draws no corruption, so "
+                           "static masking has nothing to fix and every copy would be the same; drop it",
+                           "duplication")
+    if inputs.data and recipe.n_docs != RecipeOptions().n_docs:
+        raise OptionsError(f"n_docs={recipe.n_docs}: sizes the built-in corpus, which is not read "
+                           "when data (--data) is given; drop it", "n_docs")

@@ -32,7 +32,7 @@ def test_each_bound_is_refused_both_ways_naming_the_field(cls, name, low, high, 
 
 
 def test_query_choices_and_candidates_at_least_k():
-    assert QueryOptions(method="bm25", backend="faiss").method == "bm25"
+    assert QueryOptions(method="dense", backend="faiss").backend == "faiss"
     for name, bad in (("method", "sparse"), ("backend", "annoy")):
         with pytest.raises(OptionsError, match=name):
             QueryOptions(**{name: bad})
@@ -114,3 +114,26 @@ def test_query_flags_before_a_sub_command_are_refused(capsys):
     assert main(["retrieve", "--k", "3", "reader", "--out", "unused", "--model", "unused"]) == 2
     err = capsys.readouterr().err
     assert "--k: a query's flags" in err and err.count("\n") == 1
+
+
+def test_a_setting_of_the_dense_search_is_refused_with_bm25_never_ignored(tmp_path, capsys):
+    from lmforge.cli import main
+    from lmforge.retrieval import jobs
+
+    dense_only = "a backend of the dense search; method bm25"
+    with pytest.raises(OptionsError, match=f"^backend=faiss: {dense_only}") as err:
+        QueryOptions(method="bm25", backend="faiss")
+    assert err.value.field == "backend" and QueryOptions(method="bm25").backend == "torch"
+    with pytest.raises(OptionsError, match="^model=m: the dense search's query encoder; method") as err:
+        jobs.query_index(tmp_path, ["q"], QueryOptions(method="bm25"), model="m")
+    assert err.value.field == "model"
+    with pytest.raises(OptionsError, match="^batch_size=8: passages embedded at once, for a dense") as err:
+        jobs.build_index_dir(tmp_path / "ix", None, None, index=IndexOptions(batch_size=8))
+    assert err.value.field == "batch_size" and not (tmp_path / "ix").exists()
+    (tmp_path / "passages.jsonl").touch()  # an index, as far as the command looks before the options
+    query = ["retrieve", "--index", str(tmp_path), "--query", "q", "--method", "bm25", "--backend", "faiss"]
+    build = ["index", "build", "--out", str(tmp_path / "ix"), "--batch-size", "8"]
+    for argv, said in ((query, f"--backend faiss: {dense_only}"), (build, "batch_size=8: passages")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1 and not (tmp_path / "ix").exists()

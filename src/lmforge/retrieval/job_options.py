@@ -39,6 +39,9 @@ class QueryOptions:
         check_options(self)
         if self.candidates is not None and self.candidates < self.k:
             raise OptionsError(f"candidates={self.candidates} must be at least k ({self.k})", "candidates")
+        if self.method == "bm25" and self.backend != "torch":  # never ignored: only dense search has one
+            raise OptionsError(f"backend={self.backend}: a backend of the dense search; method bm25 searches "
+                               "words, not vectors", "backend")
 
 
 @dataclass(frozen=True)

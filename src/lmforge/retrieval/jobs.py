@@ -54,6 +54,9 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
+    if index.batch_size != IndexOptions().batch_size and not model:
+        raise OptionsError(f"batch_size={index.batch_size}: passages embedded at once, for a dense index; "
+                           "without a model there is none to embed", "batch_size")
     encoder = _encoder(model, **options) if model else None  # a bad max_length refused before out is made
     passages = load_passages(source, seed, index.words)
     bm25 = BM25Index.build(passages, where=source or "builtin")  # passages with no words: refused before out
@@ -87,6 +90,9 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
     retriever's "retriever_rank" and "retriever_score"."""
     options, path = options_of(QueryOptions, options), Path(path)
     k = options.k
+    if model is not None and options.method == "bm25":
+        raise OptionsError(f"model={model}: the dense search's query encoder; method bm25 searches words, "
+                           "not vectors", "model")
     if options.candidates is not None and rerank is None:
         raise OptionsError(f"candidates={options.candidates}: needs a reranker to re-order them",
                            "candidates")

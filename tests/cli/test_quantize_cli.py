@@ -201,6 +201,9 @@ def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_time
     ({"alpha": 1.5}, ["--smooth-alpha", "1.5"], "--smooth-alpha 1.5: the migration strength is in [0, 1]"),
     ({"alpha": float("nan")}, ["--smooth-alpha", "nan"], "--smooth-alpha nan"),
     ({"seed": -1}, ["--seed", "-1"], "--seed -1: must be in"),
+    # smoothing with weight-only was ignored in Python, refused by the command line
+    ({"alpha": 0.5, "mode": "weight-only"}, ["--mode", "weight-only", "--smooth-alpha", "0.5"],
+     "--smooth-alpha: smoothing is for --mode dynamic"),
     # the timed tokens are bounded together: each flag is within its own bounds here
     ({"seq_len": 512, "batch_size": 4096}, ["--batch-size", "4096", "--seq-len", "512"],
      "--seq-len 512: 2097152 tokens in the timed batch (4096 rows of 512), over 65536"),

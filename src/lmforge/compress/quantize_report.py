@@ -57,6 +57,9 @@ class QuantizeOptions:
 
     def __post_init__(self) -> None:
         check_options(self)  # types, finiteness, bounds and choices
+        if self.mode != "dynamic" and self.alpha not in (None, ALPHA):  # ALPHA: the default, said of no mode
+            raise OptionsError(f"alpha={self.alpha}: smoothing is for mode dynamic ({self.mode} quantises no "
+                               "activations)", "alpha")
         if self.seq_len is not None:  # else once the model says its length (timed_length)
             self.check_timed(self.seq_len)
 

@@ -126,6 +126,16 @@ def test_unlabelled_records_get_predictions_only(run, tmp_path):
     assert json.loads((tmp_path / "p.jsonl").read_text())["prediction"] in ("0", "1")
 
 
+@pytest.mark.parametrize("options, field", [
+    ({"device": "gpu"}, "device"), ({"device": 3.5}, "device"), ({"max_len": 0}, "max_len"),
+    ({"batch_size": 0}, "eval_batch_size")])
+def test_evaluate_refuses_a_bad_device_or_length_naming_it(run, options, field):
+    out, _ = run  # device="gpu" was torch's RuntimeError; max_len=0 silently the model's own length
+    with pytest.raises(OptionsError) as err:
+        evaluate(out / "final", sentiment()["validation"][:2], **options)
+    assert err.value.field == field and "\n" not in str(err.value)
+
+
 def test_task_config_is_validated():
     with pytest.raises(ValueError, match="unknown fine-tuning option"):
         TaskConfig.from_dict({"freeze": True})

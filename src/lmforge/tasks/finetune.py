@@ -36,7 +36,7 @@ from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.utils.atomic import replace_dir
 from lmforge.utils.model_folder import inside_job_folder
-from lmforge.train.config import options_from_dict
+from lmforge.train.config import check_device, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
 
@@ -337,6 +337,7 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
                     max_len: int | None = None, batch_size: int = 64, device: str = "auto") -> Task:
     """The Task of a fine-tuned model (object or directory: its task.json gives kind, labels,
     max_len and decoding options), refusing a model that has no head of that task."""
+    check_device(device)  # before the model is read: a name torch does not know is refused, not a crash
     where = str(model) if isinstance(model, (str, Path)) else "the model"
     info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
     kind = kind or info.get("kind")
@@ -346,7 +347,8 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
         raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
     model, tokenizer = load_model(model, tokenizer)
     options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
-    cfg = TaskConfig(**{"max_len": max_len or info.get("max_len", 128), "eval_batch_size": batch_size,
+    cfg = TaskConfig(**{"max_len": info.get("max_len", 128) if max_len is None else max_len,
+                        "eval_batch_size": batch_size,
                         "text_to_text": info.get("text_to_text"), "prefix": info.get("prefix"), **options})
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data
     labels = labels if labels is not None else info.get("labels")

@@ -75,6 +75,8 @@ def test_an_encoder_decoder_shows_its_three_attentions(tmp_path):
     (["", "--out", "v.html"], "the text to show attention for is empty"),
     ([TEXT, "--out", "v.html", "--layers", "0,7"], "--layers [7] outside the model's layers 0..1"),
     ([TEXT, "--out", "v.html", "--layers", "3-1"], "--layers '3-1': expected indices"),
+    # a range past any model's layers was built first: 0-100000000 filled the memory
+    ([TEXT, "--out", "v.html", "--layers", "0-100000000"], "--layers '0-100000000': no model has a"),
     ([TEXT, "--png", "f.jpg"], "--png f.jpg: the figure's file must end in .png"),
     ([TEXT, "--out", "v.html", "--png", "f.svg"], "--png f.svg: the figure's file must end in .png"),
     ([TEXT, "--png", "f.png", "--layer", "9"], "--layer 9: group 'self' has layers [0, 1]"),

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from lmforge.cli.common import SEED, bounded
+from lmforge.config.model import MAX_LAYERS
 
 
 def _layers(text: str | None):
@@ -20,11 +21,14 @@ def _layers(text: str | None):
     try:
         if "-" in text:
             low, high = (int(x) for x in text.split("-", 1))
-            layers = list(range(low, high + 1))
+            # bounded before the range is built: 0-100000000 would fill the memory
+            layers = list(range(low, high + 1)) if high < MAX_LAYERS else None
         else:
             layers = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         layers = []
+    if layers is None:
+        raise UsageError(f"--layers {text!r}: no model has a layer past {MAX_LAYERS - 1}")
     if not layers:
         raise UsageError(f"--layers {text!r}: expected indices like 0,3,5 or a range like 2-5")
     return layers

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from lmforge.bakeoff.plan_reads import check_arm_reads, check_task_reads
 from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import OptionsError, check_value
 from lmforge.objectives.registry import TOKENIZER_KINDS
@@ -200,7 +201,7 @@ def _task(value, where: str) -> dict:
     for key in ("n_per_label", "n"):
         if key in task:
             bounded(task[key], f"{where}.{key}", key)
-    return task
+    return check_task_reads(task, where, _fail)
 
 
 def _arm(value, where: str) -> Arm:
@@ -241,6 +242,7 @@ def _check_arm_objective(arm: Arm, where: str) -> None:
         _fail(named, str(err).splitlines()[0])
     if spec.teacher:
         _fail(f"{where}.objective", f"{spec.name!r} needs a teacher: not a bake-off arm")
+    check_arm_reads(arm, spec, where, _fail)
 
 
 def _claims(values, arms: dict, tasks: set, where: str) -> tuple:
@@ -350,11 +352,10 @@ def check_plan(data, source: str = "plan") -> Plan:
     tok = _mapping(data.get("tokenizer"), f"{source}: tokenizer", {"family", "vocab_size"})
     if "vocab_size" in tok:
         bounded(tok["vocab_size"], f"{source}: tokenizer.vocab_size", "vocab_size")
-    if tok.get("family", "bert") not in TOKENIZER_KINDS:
-        _fail(f"{source}: tokenizer.family",
-              f"{tok.get('family')!r} is not one of {', '.join(TOKENIZER_KINDS)}")
-    if tok.get("family", "bert") != "words":  # the least a kind takes (roberta: 261), as tokenizer train says
-        family = tok.get("family", "bert")
+    family = tok.get("family", "bert")
+    if family not in TOKENIZER_KINDS:
+        _fail(f"{source}: tokenizer.family", f"{family!r} is not one of {', '.join(TOKENIZER_KINDS)}")
+    if family != "words":  # the least a kind takes (roberta: 261), as tokenizer train says
         _built(lambda given: TokenizerOptions(**given), {"kind": TOKENIZER_KINDS[family], "family": family,
                "vocab_size": tok.get("vocab_size", 2000)}, f"{source}: tokenizer")
     tasks = _tasks(data.get("tasks"), f"{source}: tasks")
@@ -363,9 +364,8 @@ def check_plan(data, source: str = "plan") -> Plan:
     finetune = _mapping(data.get("finetune"), f"{source}: finetune")
     _check_recipes(pretrain, finetune, arms, source)
     return Plan(name=name, budget=float(budget), corpus=check_corpus(data.get("corpus"), f"{source}: corpus"),
-                tokenizer={"family": "bert", "vocab_size": 2000, **tok},
-                pretrain=pretrain, finetune=finetune, tasks=tasks,
-                seeds=check_seeds(data.get("seeds"), f"{source}: seeds"), arms=arms,
+                tokenizer={"family": "bert", "vocab_size": 2000, **tok}, pretrain=pretrain, finetune=finetune,
+                tasks=tasks, seeds=check_seeds(data.get("seeds"), f"{source}: seeds"), arms=arms,
                 claims=_claims(data.get("claims"), {a.name for a in arms}, {t["name"] for t in tasks},
                                f"{source}: claims"), source=source)
 

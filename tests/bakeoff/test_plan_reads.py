@@ -1,0 +1,47 @@
+"""A plan gives nothing its runs would not read: an arm's unknown objective option (a TypeError hours into
+the run), what only pretraining reads on an arm that does not pretrain, static masking with an objective
+that draws no corruption, and a task's field its source does not read are refused at load, naming it."""
+from __future__ import annotations
+
+import pytest
+
+from lmforge.bakeoff import PlanError, check_plan
+from lmforge.bakeoff.plan_reads import objective_keywords
+from lmforge.objectives import get
+
+
+@pytest.mark.parametrize("change, field, said", [
+    (lambda p: p["arms"][0].update(options={"ratio": 0.3}), "arms[0].options.ratio",
+     "not an option of objective mlm (its options: rate, replace, whole_word)"),
+    (lambda p: p["arms"][1].update(options={"foo": 1}), "arms[1].options.foo",
+     "not an option of objective rtd"),
+    (lambda p: p["arms"][0].update(pretrain=False, options={"rate": 0.2}), "arms[0].options",
+     "only pretraining reads it, and this arm has pretrain: false"),
+    (lambda p: p["arms"][0].update(pretrain=False, duplication=2), "arms[0].duplication", "only pretraining"),
+    (lambda p: p["arms"][0].update(pretrain=False, train={"lr": 0.1}), "arms[0].train", "only pretraining"),
+    (lambda p: p["arms"][0].update(objective="clm", preset="gpt2", duplication=2), "arms[0].duplication",
+     "objective clm draws no corruption"),
+    (lambda p: p["tasks"][0].update(n_per_label=50), "tasks[0].n_per_label",
+     "source builtin does not read it (it reads n, task)"),
+    (lambda p: p["tasks"].append({"name": "pos", "source": "gcide-pos", "n": 50}), "tasks[1].n",
+     "source gcide-pos does not read it (it reads n_per_label)"),
+])
+def test_a_field_no_run_reads_is_refused_naming_it(tiny_plan, change, field, said):
+    change(tiny_plan)
+    with pytest.raises(PlanError) as err:
+        check_plan(tiny_plan, "p.yaml")
+    assert str(err.value).startswith(f"p.yaml: {field}: ") and said in str(err.value), err.value
+
+
+def test_what_the_runs_read_is_accepted(tiny_plan):
+    tiny_plan["arms"][0].update(options={"rate": 0.2, "whole_word": True}, duplication=2)
+    tiny_plan["arms"].append({"name": "floor", "objective": "mlm", "preset": "bert-tiny", "pretrain": False,
+                              "overrides": tiny_plan["arms"][0]["overrides"]})
+    plan = check_plan(tiny_plan, "p.yaml")
+    assert plan.arms[0].options == {"rate": 0.2, "whole_word": True} and not plan.arms[2].pretrain
+
+
+def test_an_objectives_keywords_are_its_builds_not_what_it_takes_from_the_tokenizer():
+    assert objective_keywords(get("bilm")) == {"samples"}  # its build takes no **options
+    assert objective_keywords(get("prefix-lm")) == set()  # a function of the model and tokenizer alone
+    assert "ratio" in objective_keywords(get("rtd")) and "pad_id" not in objective_keywords(get("rtd"))

@@ -28,6 +28,7 @@ from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.model_files import carry_sentence_files
 from lmforge.compress.sparsity import PRUNING, refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
+from lmforge.config.options import OptionsError
 from lmforge.io import CONFIG_FILE, read_meta
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
@@ -137,9 +138,9 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
     """Prune the fine-tuned model at `model_dir` by `method`, save it under out/model, and report both
     models as saved, measured side by side (compress/measure.py), and what was removed."""
     if method not in METHODS:
-        raise ValueError(f"--method {method!r}: expected one of {', '.join(METHODS)}")
-    if not 0 < sparsity < 1:
-        raise ValueError(f"--sparsity {sparsity}: the share removed, in (0, 1)")
+        raise OptionsError(f"--method {method!r}: expected one of {', '.join(METHODS)}", "method")
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 < sparsity < 1:
+        raise OptionsError(f"--sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
     out = Path(out)
     refuse_quantised(model_dir)
     task = fine_tuned_task(model_dir, records, kind)

@@ -137,3 +137,19 @@ def test_a_setting_of_the_dense_search_is_refused_with_bm25_never_ignored(tmp_pa
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1 and not (tmp_path / "ix").exists()
+
+
+def test_hard_negatives_are_bounded_in_python_as_on_the_command_line(tmp_path, capsys):
+    from lmforge.cli import main
+    from lmforge.retrieval.jobs import run_train
+    from lmforge.retrieval.job_options import MAX_HARD_NEGATIVES
+    from lmforge.train import TrainConfig
+
+    for bad in (-1, MAX_HARD_NEGATIVES + 1, 10 ** 9, 2.5, True, "3"):  # unchecked in Python before
+        with pytest.raises(OptionsError, match="^n_hard must be an integer") as err:
+            run_train("m", tmp_path / "o", TrainConfig(steps=1), n_hard=bad)
+        assert err.value.field == "n_hard" and not (tmp_path / "o").exists()
+    assert main(["retrieve", "train", "--out", str(tmp_path / "o"), "--hard-negatives",
+                 str(MAX_HARD_NEGATIVES + 1)]) == 2
+    said = f"--hard-negatives {MAX_HARD_NEGATIVES + 1}: must be in [0, {MAX_HARD_NEGATIVES}]"
+    assert said in capsys.readouterr().err

@@ -26,7 +26,14 @@ import json
 from pathlib import Path
 
 from lmforge.cli.common import SEED, STEPS, UsageError, bounded, existing_model, flag_values, option_flags
-from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
+from lmforge.retrieval.job_options import (
+    MAX_HARD_NEGATIVES,
+    IctOptions,
+    IndexOptions,
+    QueryOptions,
+    ReaderOptions,
+    RealmOptions,
+)
 
 
 def _options(args) -> tuple:
@@ -313,7 +320,7 @@ def add_parsers(sub) -> None:
                                                    epilog=_epilog(True),
                                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_arguments(t, "builtin, gcide (a reverse dictionary: needs dict-gcide), or a SQuAD JSON / QA JSONL file")
-    t.add_argument("--hard-negatives", type=bounded(int, 0, 1000), default=1,
+    t.add_argument("--hard-negatives", type=bounded(int, 0, MAX_HARD_NEGATIVES), default=1,
                    help="BM25 hard negatives per question")
     t.add_argument("--separate-encoders", action="store_true",
                    help="train a passage encoder of its own (DPR's two encoders; default: one shared)")

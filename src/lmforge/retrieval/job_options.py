@@ -12,6 +12,7 @@ from lmforge.config.options import OptionsError, check_options, option, with_cha
 METHODS = ("dense", "bm25")
 BACKENDS = ("torch", "faiss")
 MAX_CANDIDATES = 1000  # passages one query's reranking scores
+MAX_HARD_NEGATIVES = 1000  # BM25 hard negatives per training question of retrieve train (n_hard)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 from lmforge.config.checks import within_context
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, check_value
 from lmforge.fast.optimize import optimize
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
@@ -32,6 +32,7 @@ from lmforge.retrieval.index import DenseIndex
 from lmforge.retrieval.index_dir import finish_build, open_index, start_build
 from lmforge.retrieval.job_options import (
     MAX_CANDIDATES,
+    MAX_HARD_NEGATIVES,
     IctOptions,
     IndexOptions,
     QueryOptions,
@@ -174,6 +175,7 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     """Train DPR from `model` on the training questions (with `separate` question and passage
     encoders), then recall@k on the held-out ones for BM25, the untrained and the trained encoder;
     written to out/recall.json and returned."""
+    check_value("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES}, n_hard)  # as --hard-negatives is
     out = Path(out)
     encoder = _encoder(model, **options)
     passages, sets = question_sets(questions, passages_source, cfg.seed)

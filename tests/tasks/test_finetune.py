@@ -293,3 +293,14 @@ def test_an_option_of_another_kind_of_task_is_refused_never_ignored(tmp_path, ki
         run(options)
     assert err.value.field == field and not (tmp_path / "final").exists()
     run({"num_beams": 1})  # the default of another task's option is no option given
+
+
+@pytest.mark.parametrize("train_options, task_options, field", [
+    ({"eval_every": 2}, {}, "eval_every"), ({}, {"patience": 3}, "patience"),
+    ({}, {"keep_best": False}, "keep_best"), ({}, {"eval_batch_size": 8}, "eval_batch_size")])
+def test_a_validation_setting_without_validation_records_is_refused(tmp_path, train_options, task_options,
+                                                                    field):
+    with pytest.raises(OptionsError, match=f"^{field}=.*: a setting of validation, and the run") as err:
+        finetune(tiny(), tokenizer(), "cls", sentiment()["train"][:8], None, tmp_path,
+                 cfg(steps=1, **train_options), TaskConfig(**task_options), log=quiet)
+    assert err.value.field == field and not (tmp_path / "final").exists()

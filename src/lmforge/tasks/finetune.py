@@ -280,6 +280,16 @@ def check_read(task: str, read: tuple, cfg: TaskConfig) -> None:
                                f"tasks; a {task} task does not read it", name)
 
 
+def check_validated(train_cfg: TrainConfig, task_cfg: TaskConfig) -> None:
+    """An OptionsError naming a setting of validation (eval_every, patience, keep_best, eval_batch_size)
+    changed from its default in a run without validation records, where nothing reads it."""
+    for cfg, name in ((train_cfg, "eval_every"), (task_cfg, "patience"), (task_cfg, "keep_best"),
+                      (task_cfg, "eval_batch_size")):
+        if getattr(cfg, name) != getattr(type(cfg)(), name):
+            raise OptionsError(f"{name}={getattr(cfg, name)!r}: a setting of validation, and the run has no "
+                               "validation records (--valid FILE) to evaluate", name)
+
+
 def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,
              task_cfg: TaskConfig | None = None, labels: list | None = None, resume: bool = False,
              log=print) -> dict:
@@ -287,6 +297,8 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     records of task `kind`, validating on `valid`; writes under `out` (see the module docstring);
     returns the summary."""
     task_cfg = task_cfg or TaskConfig()
+    if not valid:
+        check_validated(train_cfg, task_cfg)
     out = Path(out)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     if model.config.architecture == "elmo":  # a biLSTM over characters, used by its frozen layers' mix

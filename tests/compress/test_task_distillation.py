@@ -241,3 +241,15 @@ def test_a_bad_student_layers_is_refused_when_the_options_are_built(layers):
     with pytest.raises(OptionsError) as err:
         DistillConfig(student_layers=layers)
     assert err.value.field == "student_layers"
+
+
+def test_a_temperature_the_loss_leaves_out_is_refused(teacher_dir, tmp_path, capsys):
+    with pytest.raises(OptionsError, match="^temperature=5: softens the teacher's targets") as err:
+        DistillConfig(alpha=0, temperature=5)  # alpha=0: the soft targets, and their temperature, unread
+    assert err.value.field == "temperature"
+    assert DistillConfig(alpha=0).temperature == DistillConfig(alpha=0.5, temperature=5).temperature - 3
+    argv = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
+            "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "alpha=0",
+            "temperature=5"]
+    assert "temperature=5: softens the teacher's targets" in _refused(argv, capsys)
+    assert not (tmp_path / "x").exists()

@@ -66,6 +66,9 @@ class DistillConfig:
 
     def __post_init__(self) -> None:
         check_options(self)  # types, finiteness (NaN passes every comparison) and bounds
+        if self.alpha == 0 and self.temperature != DistillConfig.temperature:  # only the soft targets read it
+            raise OptionsError(f"temperature={self.temperature}: softens the teacher's targets, which "
+                               "alpha=0 leaves out of the loss", "temperature")
         if self.student is not None and self.student_layers is not None:
             raise OptionsError("give student_layers or student, not both", "student")
         if self.student is not None and self.student not in PRESETS:

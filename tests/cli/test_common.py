@@ -158,3 +158,22 @@ def test_every_bounded_flag_says_its_bounds_and_every_error_its_whole_command(ca
         assert f"[{low}, {high}]" in action.help, (prog, action.option_strings)
     assert main(["index", "build", "--passages", "none.txt", "--out", "x"]) == 2
     assert capsys.readouterr().err.startswith("lmforge index build: error: --passages none.txt")
+
+
+def test_a_flag_read_into_an_options_object_says_the_objects_bounds():
+    import argparse
+    import dataclasses
+
+    from lmforge.analysis.head_report import HeadsOptions
+    from lmforge.cli import build_parser
+    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.config.options import bounds_text
+
+    commands = {a.dest: a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)}
+    subs = next(iter(commands.values())).choices
+    for command, cls, names in (("heads", HeadsOptions, ("prune", "until", "step")),
+                                ("quantize", QuantizeOptions, ("seed",))):
+        helps = {a.dest: a.help for a in subs[command]._actions}
+        meta = {f.name: f.metadata for f in dataclasses.fields(cls)}
+        for name in names:  # the flags said no bounds, though the object enforces them
+            assert bounds_text(meta[name]).strip() in helps[name], (command, name, helps[name])

@@ -206,9 +206,12 @@ def add_parsers(sub) -> None:
     p.add_argument("--task", help="task type (default: the model's task.json)")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     p.add_argument("--importance-data", help="labelled data importance is estimated on (default: --data)")
-    p.add_argument("--prune", type=float, help="remove this share of heads by importance, physically")
-    p.add_argument("--until", type=float, help="remove heads while the metric stays >= this x the unpruned")
-    p.add_argument("--step", type=float, default=0.1, help="share of all heads masked per level (default 0.1)")
+    p.add_argument("--prune", type=float,
+                   help="remove this share of heads by importance, physically, in (0, 1)")
+    p.add_argument("--until", type=float,
+                   help="remove heads while the metric stays >= this x the unpruned, in (0, 1]")
+    p.add_argument("--step", type=float, default=0.1,
+                   help="share of all heads masked per level, in (0, 1) (default 0.1)")
     p.add_argument("--seed", type=bounded(int, *SEED), default=0,
                    help="the first random order's seed (the others: seed+1, ...)")
     p.add_argument("--random-orders", type=bounded(int, 1, 1000), default=5,

@@ -344,7 +344,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--data", help="a CoNLL-U treebank (default: the built-in synthetic treebank)")
     p.add_argument("--sentences", type=bounded(int, 3, 1_000_000), default=1500,
                    help="sentences of the built-in treebank")
-    p.add_argument("--held-out", type=float, default=0.15, help="share of the sentences in dev and in test each")
+    p.add_argument("--held-out", type=float, default=0.15,
+                   help="share of the sentences in dev and in test each, in (0, 0.5)")
     p.add_argument("--tasks", help="comma list of pos, deps, agreement, coref, distance, depth (default: all "
                    "the data supports)")
     p.add_argument("--heads", default="linear,mlp", help="probe heads per layer: linear, mlp")

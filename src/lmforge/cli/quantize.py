@@ -174,10 +174,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--batch-size", type=bounded(int, 1, 4096), default=8,
                    help="rows of the timed forward batch (with --seq-len, at most 65,536 tokens; over the "
                         "--rounds, 2^20)")
-    p.add_argument("--seq-len", type=int, help="tokens per row of the timed batch, at most the model's "
+    p.add_argument("--seq-len", type=int, help="tokens per row of the timed batch, 1 to the model's "
                                                  "max_seq_len (default 128, or its longest where shorter)")
     p.add_argument("--rounds", type=bounded(int, 1, 1000), default=5, help="alternating timing rounds")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random tokens drawn: the timed batch, and the smoothing's calibration "
-                        "without --calibration")
+                        f"without --calibration ([{SEED[0]}, {SEED[1]}])")
     p.set_defaults(func=cmd_quantize)

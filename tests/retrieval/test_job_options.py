@@ -155,3 +155,15 @@ def test_hard_negatives_are_bounded_in_python_as_on_the_command_line(tmp_path, c
     assert exit_.value.code == 2
     said = f"--hard-negatives {MAX_HARD_NEGATIVES + 1}: must be in [0, {MAX_HARD_NEGATIVES}]"
     assert said in capsys.readouterr().err
+
+
+def test_a_config_files_encoder_number_in_exponent_form_is_a_number(tmp_path):
+    from lmforge.cli import build_parser
+    from lmforge.cli.retrieve import _options
+
+    config = tmp_path / "c.yaml"
+    config.write_text("temperature: 5e-2\nlr: 1e-3\n")  # YAML 1.1: text; lr was read, this refused
+    argv = ["retrieve", "train", "--out", str(tmp_path / "o"), "--config", str(config)]
+    args = build_parser().parse_args(argv)
+    train, encoder = _options(args)
+    assert encoder == {"temperature": 0.05} and train == {"lr": "1e-3"}  # TrainConfig reads its own

@@ -151,3 +151,11 @@ def test_n_docs_beside_data_is_refused_as_unread(capsys, tmp_path):
     said = refused_on_the_command_line(capsys, cli(tmp_path / "o", "--data", str(text), "n_docs=50"))
     assert said.endswith("n_docs=50: sizes the built-in corpus, which is not read when data (--data) is "
                          "given; drop it")
+
+
+def test_a_config_files_number_in_exponent_form_is_read_as_trainconfigs_are(ran, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("max_len: 3.2e1\nduplication: 1e1\nn_docs: 5e1\nlr: 1e-3\n")  # YAML 1.1: text, all four
+    assert main(cli(tmp_path / "o", "--config", str(config))) == 0  # the recipe's were refused, lr's read
+    (recipe, _), = ran.calls
+    assert (recipe.max_len, recipe.duplication, recipe.n_docs) == (32, 10, 50)

@@ -19,8 +19,9 @@ from lmforge.cli.common import (
     split_overrides,
 )
 from lmforge.config import ModelConfig
-from lmforge.config.options import coerce, from_dict
+from lmforge.config.options import coerce
 from lmforge.io import load as load_model
+from lmforge.train.config import options_from_dict
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
 
 
@@ -38,7 +39,7 @@ def recipe_options(args, model: dict) -> RecipeOptions:
         given = getattr(args, key, None)  # n_docs has no flag: key=value only
         if given is not None:
             options[key] = coerce(RecipeOptions, key, given) if key in NUMBER_FLAGS else given
-    recipe = from_dict(RecipeOptions, options, "pretraining recipe")
+    recipe = options_from_dict(RecipeOptions, options, "pretraining recipe")  # a file's 1e2, as TrainConfig's
     if recipe.add_tokens is not None and args.model is None:
         raise UsageError("add_tokens grows a checkpoint's vocabulary: give the checkpoint with --model DIR")
     return recipe

@@ -263,6 +263,9 @@ def test_cli_trains_on_files_and_on_the_built_in_corpus(tmp_path, capsys):
      "--min-frequency 100000000000000000000: must be an integer >= 1"),  # was an OverflowError's traceback
     (["--kind", "unigram", "--vocab-size", "300", "--min-frequency", "2"],
      "--min-frequency 2: it counts the pairs"),  # was ignored
+    (["--kind", "bpe", "--vocab-size", "300", "--docs", "50", "EMPTY"],
+     "--docs: it draws the built-in corpus, and FILES are read instead"),  # was ignored
+    (["--kind", "bpe", "--vocab-size", "300", "--seed", "3", "EMPTY"], "--seed: it draws the built-in"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
     (tmp_path / "EMPTY").write_text("")

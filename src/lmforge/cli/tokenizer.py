@@ -5,6 +5,8 @@ from pathlib import Path
 
 from lmforge.cli.common import SEED, bounded
 
+BUILTIN_DOCS = 5000  # --docs unless given
+
 
 def tokenizer_options(args):
     """The TokenizerOptions of the flags (train_with takes the same object): a bad value names its flag."""
@@ -16,16 +18,20 @@ def tokenizer_options(args):
 
 def cmd_tokenizer_train(args) -> None:
     """Train a tokenizer on text files (default: the built-in corpus) and save it under --out."""
-    from lmforge.cli.common import refuse_overwrite
+    from lmforge.cli.common import UsageError, refuse_overwrite
     from lmforge.data import corpus_text
     from lmforge.tokenizer.train import train_with
 
     refuse_overwrite(args.out, ("FILES", args.files), writes=("tokenizer.json", "tokenizer_config.json"))
     options = tokenizer_options(args)  # before the corpus is read or made
-    source = [Path(f) for f in args.files] if args.files else corpus_text(args.docs, args.seed).splitlines()
+    drawn = [flag for flag in ("--docs", "--seed") if getattr(args, flag[2:]) is not None]
+    if args.files and drawn:  # never ignored
+        raise UsageError(f"{drawn[0]}: it draws the built-in corpus, and FILES are read instead; drop it")
+    docs, seed = args.docs or BUILTIN_DOCS, args.seed or 0
+    source = [Path(f) for f in args.files] if args.files else corpus_text(docs, seed).splitlines()
     tokenizer = train_with(source, options)
     tokenizer.save(args.out)
-    corpus = f"{len(args.files)} file(s)" if args.files else f"built-in corpus, {args.docs} documents"
+    corpus = f"{len(args.files)} file(s)" if args.files else f"built-in corpus, {docs} documents"
     print(f"wrote {args.out} ({options.kind}, {tokenizer.vocab_size} ids, {corpus})")
 
 
@@ -40,7 +46,8 @@ def add_parsers(sub) -> None:
                    "(default: the built-in corpus)")
     option_flags(p, TokenizerOptions, required=("kind", "vocab_size"))
     p.add_argument("--out", required=True)
-    p.add_argument("--docs", type=bounded(int, 1, 1_000_000), default=5000,
-                   help="documents of the built-in corpus")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0, help="seed of the built-in corpus")
+    p.add_argument("--docs", type=bounded(int, 1, 1_000_000),
+                   help=f"documents of the built-in corpus, without FILES (default {BUILTIN_DOCS})")
+    p.add_argument("--seed", type=bounded(int, *SEED),
+                   help="seed of the built-in corpus, without FILES (default 0)")
     p.set_defaults(func=cmd_tokenizer_train)

@@ -74,3 +74,26 @@ def test_every_bounded_option_is_listed_with_its_bounds():
         if f.metadata.get("high") is not None:
             listed = bounds_text(f.metadata)
             assert str(f.metadata["high"]) in listed and lines[f.name].endswith(listed), f.name
+
+
+@pytest.mark.parametrize("kind, keys", [
+    ("probe", ("epochs", "lr", "hidden", "rank")), ("distill", ("temperature", "alpha", "gamma")),
+    ("prune", ("start", "end", "scores_lr_scale", "soft_lambda")),
+    ("retrieve", ("temperature", "max_length", "matryoshka_dims"))])
+def test_the_other_jobs_key_values_are_listed_with_their_bounds(kind, keys, capsys):
+    from lmforge.analysis.probe_fit import FitConfig
+    from lmforge.compress.sparse_finetune import SparseConfig
+    from lmforge.compress.task_distillation import DistillConfig
+    from lmforge.retrieval.dpr import EncoderOptions
+
+    classes = {"probe": FitConfig, "distill": DistillConfig, "prune": SparseConfig,
+               "retrieve": EncoderOptions}
+    cls = classes[kind]
+    assert main(["options", kind]) == 0
+    lines = {line.split()[0].split("=")[0]: line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("  ")}
+    meta = {f.name: f.metadata for f in dataclasses.fields(cls)}
+    for key in keys:
+        assert lines[key].endswith(bounds_text(meta[key])), (kind, key)
+    assert not {"student", "student_layers", "method", "sparsity"} & set(lines)  # flags, not key=value
+    assert (kind == "probe") == ("steps" not in lines)  # the training options of the jobs that take them

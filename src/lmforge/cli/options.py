@@ -1,4 +1,4 @@
-"""`lmforge options [pretrain|finetune|model]`: every key=value option, its default, help and bounds.
+"""`lmforge options [KIND]`: every key=value option of a kind of job, its default, help and bounds.
 
 The options are the fields of TrainConfig (training), TaskConfig (fine-tuning) and ModelConfig (a
 preset's architecture), each declared with its help (lmforge.config.option), and the pretraining
@@ -11,8 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from lmforge.analysis.probe_fit import FitConfig
+from lmforge.compress.sparse_finetune import SCHEDULE, SparseConfig
+from lmforge.compress.task_distillation import LOSS, DistillConfig
 from lmforge.config import ModelConfig
 from lmforge.config.options import help_rows
+from lmforge.retrieval.dpr import EncoderOptions
 from lmforge.tasks.finetune import TaskConfig
 from lmforge.train.config import TrainConfig
 from lmforge.train.pretrain_options import RecipeOptions
@@ -28,7 +32,16 @@ SECTIONS = {
     "model": (("model config fields (ModelConfig): inspect, pretrain --preset, finetune with a preset",
                ModelConfig),),
 }
-ALL = (TRAINING, RECIPE, FINETUNING, ("model config fields (ModelConfig)", ModelConfig))
+# the other jobs' key=value options (a field that is a flag of its command, as distill's student, is left out)
+PROBE = ("probe and feature-head training options (FitConfig)", FitConfig)
+DISTILL = ("distillation loss options (DistillConfig)", [r for r in help_rows(DistillConfig) if r[0] in LOSS])
+PRUNE = ("magnitude / movement pruning options (SparseConfig)",
+         [r for r in help_rows(SparseConfig) if r[0] in SCHEDULE])
+ENCODER = ("retriever encoder options (EncoderOptions)", EncoderOptions)
+SECTIONS.update(probe=(PROBE,), distill=(TRAINING, DISTILL), prune=(TRAINING, FINETUNING, PRUNE),
+                retrieve=(TRAINING, ENCODER))
+ALL = (TRAINING, RECIPE, FINETUNING, ("model config fields (ModelConfig)", ModelConfig), PROBE, DISTILL,
+       PRUNE, ENCODER)
 
 
 def show(value) -> str:
@@ -76,5 +89,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("options", help="list the key=value options with their defaults and help")
     p.add_argument("kind", nargs="?", choices=tuple(SECTIONS),
                    help="whose options: pretrain (training, recipe, model), finetune (training, fine-tuning, "
-                        "model), model (model config fields); default: every section")
+                        "model), model (model config fields), probe, distill (training, loss), prune "
+                        "(training, fine-tuning, pruning), retrieve (training, encoder); default: every "
+                        "section")
     p.set_defaults(func=cmd_options)

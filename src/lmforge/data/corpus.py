@@ -343,16 +343,11 @@ def read_range(path, opts: ReadOptions, start: int = 0, end: int | None = None, 
 
 
 def is_shard_dir(path) -> bool:
-    """Whether `path` is a folder `lmforge corpus shard` wrote, the one rule of every reader (pretrain's
-    --data, the text walk): its manifest.json names the shards' format, or cannot be read as JSON (a
-    damaged manifest: its shards are no text, and reading them as shards names what is wrong). A JSON
-    manifest of another kind is the user's own file, read as text with the rest."""
+    """Whether `path` is a folder `lmforge corpus shard` wrote (every reader's one rule): its manifest.json
+    names the shards' format, or is damaged (no JSON: reading it as shards says so); another JSON is text."""
     manifest = Path(path) / "manifest.json"
-    if not manifest.is_file():
-        return False
     try:
-        with open(manifest, encoding="utf-8") as handle:
-            head = loads(handle.read())
+        head = loads(manifest.read_text(encoding="utf-8")) if manifest.is_file() else None
     except (OSError, ValueError):
         return True
     return isinstance(head, dict) and head.get("format") == SHARD_FORMAT

@@ -1,4 +1,5 @@
-"""Matryoshka prefixes: `leading` and `cut_dimensions` cut and renormalise alike at every width."""
+"""Matryoshka prefixes: `leading` and `cut_dimensions` cut and renormalise alike at every width; the
+calibration ranges file read and written, a damaged one refused naming it."""
 import re
 
 import pytest
@@ -46,3 +47,32 @@ def test_truncate_is_refused_in_its_three_values_not_its_annotation(value, got):
     said = rf'^truncate must be true, false or "chunk", got {re.escape(got)}$'
     with pytest.raises(OptionsError, match=said):
         EmbedOptions(truncate=value)
+
+
+@pytest.mark.parametrize("content", ["[1]", "not json", '{"all/normalized": [1]}',
+                                     '{"all/normalized": {"min": [0]}}',
+                                     '{"all/normalized": {"min": 0, "max": 1}}',
+                                     '{"all/normalized": {"min": ["a"], "max": [1]}}',
+                                     '{"all/normalized": {"min": [NaN], "max": [1]}}',
+                                     '{"all/normalized": {"min": [0, 0], "max": [1]}}',
+                                     '{"all/normalized": {"min": [2], "max": [1]}}'])
+def test_a_damaged_ranges_file_is_refused_naming_it(tmp_path, content):
+    """embedding_ranges.json of another shape (a hand edit, another tool's file) is a ValueError naming the
+    file, read for int8 / uint8 or added to by --calibrate, never a KeyError or NaN scaled to zeros."""
+    from lmforge.pipelines.embed_options import RANGES_FILE, read_ranges, save_ranges
+
+    (tmp_path / RANGES_FILE).write_text(content)
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / RANGES_FILE))):
+        read_ranges(tmp_path, EmbedOptions())
+    if not content.startswith("{"):  # --calibrate keeps the other dimensions' ranges: it must read them
+        with pytest.raises(ValueError, match=re.escape(str(tmp_path / RANGES_FILE))):
+            save_ranges(tmp_path, torch.zeros(2, 1), EmbedOptions())
+
+
+def test_calibrated_ranges_are_read_back(tmp_path):
+    from lmforge.pipelines.embed_options import read_ranges, save_ranges
+
+    save_ranges(tmp_path, torch.tensor([[0.0, -1.0], [1.0, 2.0]]), EmbedOptions())
+    low, high = read_ranges(tmp_path, EmbedOptions())
+    assert low.tolist() == [0.0, -1.0] and high.tolist() == [1.0, 2.0]
+    assert read_ranges(tmp_path, EmbedOptions(dimensions=1)) is None  # another key: not calibrated

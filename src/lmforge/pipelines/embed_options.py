@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -129,23 +130,48 @@ def _key(options: EmbedOptions) -> str:
     return f"{options.dimensions or 'all'}/{'normalized' if options.normalize else 'raw'}"
 
 
+def _ranges_file(file: Path) -> dict:
+    """The mapping embedding_ranges.json holds (dimensions key -> ranges); a ValueError naming the file
+    where it is not JSON or not an object."""
+    try:
+        kept = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"cannot read {file}: {err}") from None
+    if not isinstance(kept, dict):
+        raise ValueError(f"{file}: expected a JSON object of calibration ranges, got {type(kept).__name__} "
+                         f"(delete it and calibrate again: lmforge embed --calibrate --file TEXTS)")
+    return kept
+
+
+def _finite_list(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+
+
 def read_ranges(path, options: EmbedOptions) -> tuple | None:
-    """(minimum, maximum) tensors per coordinate saved for these dimensions and normalisation, or None."""
+    """(minimum, maximum) tensors per coordinate saved for these dimensions and normalisation, or None;
+    a ValueError naming the file where they are not two lists of finite numbers, minimum <= maximum."""
     file = Path(path) / RANGES_FILE if path is not None else None
     if file is None or not file.is_file():
         return None
-    try:
-        found = json.loads(file.read_text(encoding="utf-8")).get(_key(options))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-        raise ValueError(f"cannot read {file}: {err}") from None
-    return None if found is None else (torch.tensor(found["min"]), torch.tensor(found["max"]))
+    key = _key(options)
+    found = _ranges_file(file).get(key)
+    if found is None:
+        return None
+    low, high = (found.get(k) if isinstance(found, dict) else None for k in ("min", "max"))
+    if not (_finite_list(low) and _finite_list(high) and len(low) == len(high)
+            and all(a <= b for a, b in zip(low, high))):
+        raise ValueError(f"{file}: {key!r} must hold \"min\" and \"max\", lists of as many finite numbers, "
+                         f"each minimum <= its maximum (calibrate again: lmforge embed --calibrate "
+                         "--file TEXTS)")
+    return torch.tensor(low), torch.tensor(high)
 
 
 def save_ranges(path, vectors: torch.Tensor, options: EmbedOptions) -> Path:
     """Save the per-coordinate range of calibration `vectors` (already cut as `options` say) into
     path/embedding_ranges.json (atomically), beside the ranges of other dimensions."""
     file = Path(path) / RANGES_FILE
-    kept = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    kept = _ranges_file(file) if file.is_file() else {}
     kept[_key(options)] = {"min": vectors.min(0).values.tolist(), "max": vectors.max(0).values.tolist(),
                            "count": int(vectors.shape[0])}
     return atomic_write_text(file, json.dumps(kept) + "\n")

@@ -43,6 +43,7 @@ from lmforge.tasks.formats import BUILTIN_SIZE
 from lmforge.tokenizer.chars import WORD_TOKENS
 from lmforge.tokenizer.train import TokenizerOptions
 from lmforge.train.config import MAX_STEPS
+from lmforge.utils.yamltext import load_yaml
 
 CORPUS_SOURCES = ("gcide", "foldoc", "jargon", "builtin", "files")
 TASK_SOURCES = ("gcide-pos", "foldoc-topic", "builtin")
@@ -373,14 +374,6 @@ def check_plan(data, source: str = "plan") -> Plan:
 SHIPPED = Path(__file__).resolve().parent / "plans"
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML with 1e-3 and 6.0e13 read as numbers (YAML 1.1 wants a dot and a signed exponent)."""
-
-
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
-    r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789."))
-
-
 def shipped_plans() -> tuple:
     """The names of the plans shipped with lmforge (bakeoff/plans/NAME.yaml)."""
     return tuple(sorted(p.stem for p in SHIPPED.glob("*.yaml")))
@@ -393,7 +386,7 @@ def load_plan(path) -> Plan:
         path = SHIPPED / f"{path}.yaml"
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_Loader)
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
         raise PlanError(f"cannot read plan {path}: {str(err).splitlines()[0]}") from None
     return check_plan(data, path.name)

@@ -12,6 +12,7 @@ from lmforge.config import ConfigError, ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS
+from lmforge.utils.yamltext import load_yaml
 
 
 class UsageError(ValueError):
@@ -178,11 +179,10 @@ def overrides_last(parser, args: list | None) -> list | None:
 
 def _scalar(text: str):
     try:
-        value = yaml.safe_load(text)
+        value = load_yaml(text)
     except yaml.YAMLError:  # not YAML ("[0.9", "@x"): the text as it is, for the option to judge
         return text
-    # YAML 1.1 reads 1e-3 (no dot) as a string; a user writing lr=1e-3 means a number
-    if isinstance(value, str):
+    if isinstance(value, str):  # nan, inf: a user writing lr=inf means the number (for the bounds to refuse)
         try:
             return float(value)
         except ValueError:
@@ -195,7 +195,7 @@ def read_config_file(path: str | None) -> dict:
     if path is None:
         return {}
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise UsageError(f"cannot read config file {path}: {err}") from None
     if not isinstance(data, dict):

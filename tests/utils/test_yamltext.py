@@ -1,0 +1,25 @@
+"""utils/yamltext: a user's YAML is read with exponent-form numbers as numbers, and never crashes the reader."""
+import pytest
+import yaml
+
+from lmforge.utils.yamltext import load_yaml
+
+
+def test_exponent_forms_are_numbers_and_other_text_stays_text():
+    text = "lr: 1e-3\nbudget: 6.0e13\nd: 3.2E1\nneg: -5e-2\nname: e5\nversion: 1.2.3\nplain: 0.5\nn: 7\n"
+    assert load_yaml(text) == {"lr": 1e-3, "budget": 6.0e13, "d": 32.0, "neg": -5e-2, "name": "e5",
+                               "version": "1.2.3", "plain": 0.5, "n": 7}
+    assert yaml.safe_load("lr: 1e-3") == {"lr": "1e-3"}  # what plain PyYAML would have given
+
+
+def test_nesting_too_deep_is_a_yaml_error_not_a_recursion_error():
+    with pytest.raises(yaml.YAMLError, match="nested too deeply"):
+        load_yaml("[" * 20000)
+
+
+def test_a_config_file_s_exponent_numbers_reach_the_model_fields(tmp_path):
+    from lmforge.cli.common import read_config_file, resolve_config
+
+    (tmp_path / "c.yaml").write_text("d_model: 3.2e1\nn_heads: 4\n")
+    overrides = read_config_file(str(tmp_path / "c.yaml"))
+    assert resolve_config("bert-base", overrides).d_model == 32  # as d_model=3.2e1 on the command line

@@ -49,6 +49,16 @@ def test_choice_from_columns_and_from_a_list(tmp_path):
         read_records(jl, "choice")
 
 
+@pytest.mark.parametrize("label", ["1.7", "true", "Infinity", "NaN", '"1.0"', '"one"'])
+def test_a_choice_label_that_is_no_whole_index_is_refused(tmp_path, label):
+    """1.7 was cut to choice 1 and true taken as 1 (int()), Infinity an OverflowError; 1.0 is index 1."""
+    record = '{"text": "x", "choices": ["a", "b"], "label": %s}\n'
+    jl = write(tmp_path, "c.jsonl", record % label)
+    with pytest.raises(ValueError, match=r"^.*c.jsonl:1: choice label .* is not an index$"):
+        read_records(jl, "choice")
+    assert read_records(write(tmp_path, "ok.jsonl", record % "1.0"), "choice")[0]["label"] == 1
+
+
 @pytest.mark.parametrize("name, content, kind, columns, message", [
     ("a.csv", "sentence,label\nfine,1\n", "cls", None, r"a.csv:2: no column 'text' \(for text\)"),
     ("b.csv", "text,label\nfine,1\n\nbad,0\n", "cls", None, r"b.csv:3: empty line"),

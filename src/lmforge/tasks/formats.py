@@ -147,10 +147,15 @@ def _label(path, n: int, kind: str, value, choices=None):
             raise ValueError(f"{path}:{n}: regression label {value!r} is not a finite number")
         return number
     if kind == "choice":
+        # an index: a JSON integer (1.0 too) or CSV digits; int() would cut 1.7 to 1, take true as 1 and
+        # overflow on Infinity
+        whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
         try:
-            index = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{path}:{n}: choice label {value!r} is not an index") from None
+            index = int(value) if whole or isinstance(value, str) or type(value) is int else None
+        except ValueError:
+            index = None
+        if index is None:
+            raise ValueError(f"{path}:{n}: choice label {value!r} is not an index")
         if not 0 <= index < len(choices):
             raise ValueError(f"{path}:{n}: choice label {index} is outside the {len(choices)} choices")
         return index

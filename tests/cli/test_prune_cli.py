@@ -231,3 +231,20 @@ def test_sparse_options_have_no_default_method_or_sparsity_and_key_value_sets_th
     assert _prune(tuned[0], tuned[1], tmp_path / "o", "magnitude", "0.5", "--train", str(tuned[1]),
                   "sparsity=0.9") == 2
     assert "unknown option(s) ['sparsity']" in _one_line_error(capsys)  # --sparsity is the one way to say it
+
+
+@pytest.mark.parametrize("method, given, field", [("magnitude", "scores_lr_scale=10", "scores_lr_scale"),
+                                                  ("magnitude", "soft_lambda=1", "soft_lambda"),
+                                                  ("movement", "soft_lambda=1", "soft_lambda")])
+def test_a_schedule_setting_the_method_does_not_read_is_refused_in_both_faces(tuned, tmp_path, capsys, method,
+                                                                              given, field):
+    from lmforge.compress.sparse_finetune import SparseConfig
+    from lmforge.config.options import OptionsError
+
+    key, value = given.split("=")
+    with pytest.raises(OptionsError) as refused:
+        SparseConfig(method=method, sparsity=0.5, **{key: float(value)})
+    assert refused.value.field == field and f"not {method}" in str(refused.value)
+    assert _prune(tuned[0], tuned[1], tmp_path / "o", method, "0.5", "--train", str(tuned[1]), given) == 2
+    assert field in _one_line_error(capsys) and not (tmp_path / "o").exists()
+    SparseConfig(method="soft-movement", sparsity=0.5, scores_lr_scale=10, soft_lambda=1)  # read there

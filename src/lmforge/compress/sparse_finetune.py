@@ -11,6 +11,7 @@ their own (lr x scores_lr_scale), listed first, so the lr column of metrics.json
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed
         "kernels (the time ratio is measured, not assumed)")
 
 
+READ_BY = {"scores_lr_scale": ("movement", "soft-movement"), "soft_lambda": ("soft-movement",)}  # else unused
 SCHEDULE = ("start", "end", "scores_lr_scale", "soft_lambda")  # the key=value options (method, sparsity: flags)
 
 
@@ -75,6 +77,11 @@ class SparseConfig:
                 raise OptionsError(f"{name} is required (no default)", name)
         if self.start > self.end:
             raise OptionsError(f"need start <= end, got start={self.start}, end={self.end}", "start")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, readers in READ_BY.items():  # given (not its default) where the method reads nothing of it
+            if self.method not in readers and getattr(self, name) != defaults[name]:
+                raise OptionsError(f"{name}={getattr(self, name)}: only {' and '.join(readers)} pruning reads "
+                                   f"it, not {self.method}; drop it", name)
 
     @classmethod
     def from_dict(cls, data: dict) -> SparseConfig:

@@ -221,9 +221,12 @@ def test_the_finetune_command_is_reproducible(tmp_path):
     ("task.json", '{"kind": "sentiment"}', "task.json: \"kind\" 'sentiment' is not a task kind (cls, pair"),
     ("task.json", '{"kind": "cls", "labels": "01"}', "task.json: \"labels\" must be a list of the labels"),
     ("task.json", '{"kind": "cls", "max_len": 0}', "task.json: \"max_len\" must be a positive integer"),
+    ("task.json", '{"kind": "cls", "labels": ["0", ["1"]]}', 'task.json: "labels" must be a list'),
+    ("task.json", '{"kind": "cls", "labels": [{}, null]}', 'task.json: "labels" must be a list'),
     ("config.json", "{not json", "config.json is not valid JSON: Expecting property name"),
     ("config.json", b"\xff{}", "config.json is not UTF-8 text (byte 0)"),
     ("config.json", '{"id2label": {"a": "x"}}', "config.json: id2label keys must be label numbers"),
+    ("config.json", '{"id2label": {"0": ["x"]}}', "config.json: id2label values must be label names"),
 ])
 def test_a_bad_task_or_config_json_is_one_line_naming_the_file(tmp_path, name, text, message):
     file = tmp_path / name

@@ -135,13 +135,19 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
     return optimize(model), tokenizer  # the fine-tuning and evaluation jobs run it optimized
 
 
+def _is_label(value) -> bool:
+    """Whether `value` can be a label of task.json or id2label: text or a number (not a list, object, null)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
 def _checked_info(file: Path, info: dict) -> dict:
     """task.json's fields that commands read, checked: kind a task kind, labels a list, max_len > 0."""
     kind, labels, max_len = info.get("kind"), info.get("labels"), info.get("max_len")
     if kind is not None and not (isinstance(kind, str) and kind in MODULES):
         raise ValueError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
-    if labels is not None and not isinstance(labels, list):
-        raise ValueError(f"{file}: \"labels\" must be a list of the labels, not {labels!r:.40}")
+    if labels is not None and not (isinstance(labels, list) and all(map(_is_label, labels))):
+        raise ValueError(f"{file}: \"labels\" must be a list of the labels (text or numbers), "
+                         f"not {labels!r:.40}")
     if max_len is not None and (type(max_len) is not int or max_len < 1):
         raise ValueError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
     return info
@@ -160,6 +166,9 @@ def task_info(path) -> dict:
         if isinstance(id2label, dict) and id2label:
             if not all(str(k).isdigit() for k in id2label):
                 raise ValueError(f"{config}: id2label keys must be label numbers, got {sorted(id2label)[:3]}")
+            if not all(map(_is_label, id2label.values())):
+                raise ValueError(f"{config}: id2label values must be label names, "
+                                 f"got {list(id2label.values())!r:.40}")
             return {"labels": [id2label[k] for k in sorted(id2label, key=int)]}
     return {}
 

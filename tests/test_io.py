@@ -49,10 +49,18 @@ def test_missing_directory_or_files(tmp_path):
         lmforge.load(tmp_path)
 
 
+BERT = {"model_type": "bert", "vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64}
+
+
 @pytest.mark.parametrize("config, message", [
     ({"hidden_size": 768}, "neither an lmforge model directory"),
     ({"model_type": "bert", "hidden_size": 768}, "lacks the field 'vocab_size'"),
     ({"model_type": "whisper"}, "model_type 'whisper' is not supported"),
+    ({"model_type": ["bert"]}, r"model_type \['bert'\] is not supported"),  # a list was 'unhashable type'
+    ({**BERT, "hidden_act": {"gelu": 1}}, r"activation \{'gelu': 1\} is not supported"),
+    ({**BERT, "architectures": "BertModel"}, "architectures must be a list of class names, got 'BertModel'"),
+    ({**BERT, "architectures": [["BertModel"]]}, "architectures must be a list of class names"),
 ])
 def test_foreign_config_is_refused(saved, config, message):
     (saved / "config.json").write_text(json.dumps(config))

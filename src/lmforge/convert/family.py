@@ -26,7 +26,7 @@ def activation_of(ffn: str) -> str:
 
 def ffn_of(name: str) -> str:
     """The lmforge feed-forward value of a reference activation name."""
-    if name not in ACTIVATIONS:
+    if not isinstance(name, str) or name not in ACTIVATIONS:
         raise ConfigError(f"activation {name!r} is not supported; known: {', '.join(ACTIVATIONS)}")
     return ACTIVATIONS[name]
 

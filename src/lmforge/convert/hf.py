@@ -113,9 +113,12 @@ def generation_defaults(path: str | Path) -> dict:
 def hf_model_config(hf: dict) -> tuple:
     """(the family, the ModelConfig) of a Hugging Face config.json's mapping (its forced tokens merged in);
     a ConfigError for a model_type lmforge does not read or a field the family needs missing."""
-    model_type = hf.get("model_type")
-    if model_type not in FAMILIES:
+    model_type, architectures = hf.get("model_type"), hf.get("architectures")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise ConfigError(f"model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
+    if architectures is not None and not (isinstance(architectures, list)
+                                          and all(isinstance(a, str) for a in architectures)):
+        raise ConfigError(f"architectures must be a list of class names, got {architectures!r:.60}")
     family = FAMILIES[model_type]
     try:
         return family, family.config(hf)

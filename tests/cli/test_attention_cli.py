@@ -85,6 +85,9 @@ def test_an_encoder_decoder_shows_its_three_attentions(tmp_path):
     ([TEXT, "--png", "f.png", "--heads", "0,9"], "--heads [0, 9]: pick one or more of 0..3"),
     ([TEXT, "--png", "f.png", "--heads", "a"], "--heads 'a': expected head indices"),
     ([TEXT, "--svg", "f.svg", "--group", "cross"], "--group 'cross': have ['self']"),
+    # one file for the page and a figure: the figure silently replaced the page
+    ([TEXT, "--out", "f.png", "--png", "./f.png"], "--out f.png: is also the --png figure"),
+    ([TEXT, "--out", "f.svg", "--svg", "f.svg"], "--out f.svg: is also the --svg figure"),
 ])
 def test_bad_input_is_one_line_and_status_2(bert, tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)

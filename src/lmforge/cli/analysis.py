@@ -79,7 +79,8 @@ def cmd_attention(args) -> None:
 
 
 def _figure_flags(args) -> None:
-    """A UsageError, before any work, for figure flags without a figure or a figure file of another format."""
+    """A UsageError, before any work, for figure flags without a figure, or a figure file of another format
+    or the page's own (--out)."""
     from lmforge.cli.common import UsageError
 
     chosen = [flag for flag in ("group", "layer", "heads") if getattr(args, flag) is not None]
@@ -89,6 +90,8 @@ def _figure_flags(args) -> None:
     for flag, path, suffix in (("--png", args.png, ".png"), ("--svg", args.svg, ".svg")):
         if path and Path(path).suffix.lower() != suffix:
             raise UsageError(f"{flag} {path}: the figure's file must end in {suffix}")
+        if path and args.out and Path(path).resolve() == Path(args.out).resolve():  # it would replace the page
+            raise UsageError(f"--out {args.out}: is also the {flag} figure; give the page a file of its own")
 
 
 def _check_figure(maps, group, layer: int, heads) -> None:

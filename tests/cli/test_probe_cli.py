@@ -115,10 +115,14 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["features", "--data", "{bad}", "--mix-gamma", "2"], "--mix-gamma: the scalar mix is for --text"),
     (["features", "--data", "{bad}", "--max-len", "100000"], "--max-len 100000: more tokens than the model"),
     (["features", "--data", "{bad}", "--max-len", "2"], "--max-len 2: a word needs 3 tokens at least"),
+    (["features", "--data", "{bad}", "--truncate"], "--truncate: it cuts a --text"),  # was ignored
+    (["features", "--data", "{empty}"], "s.txt: no sentences"),  # named no file
+    (["features", "--data", "{nested}"], 's.jsonl:2: "words" must be a list of words'),  # was "['b']"
 ])
 def test_bad_input_is_one_line_with_status_2(model_dir, tmp_path, capsys, argv, named):
-    if "{bad}" in argv:
-        argv = [write(tmp_path / "s.txt", "a b\n") if a == "{bad}" else a for a in argv]
+    files = {"{bad}": ("s.txt", "a b\n"), "{empty}": ("s.txt", "\n \n"),
+             "{nested}": ("s.jsonl", '{"words": ["a"]}\n{"words": ["a", ["b"]]}\n')}
+    argv = [write(tmp_path / files[a][0], files[a][1]) if a in files else a for a in argv]
     assert main([argv[0], "--model", model_dir, "--out", str(tmp_path / "o"), *argv[1:]]) == 2
     assert not (tmp_path / "o").exists()  # refused before any output
     err = capsys.readouterr().err.strip()

@@ -172,16 +172,25 @@ def read_sentences(path: str) -> list:
     if suffix == ".conllu":
         return [r["words"] for r in read_conllu(path)]
     if suffix == ".txt":
-        return [line.split() for line in read_text(path).splitlines() if line.strip()]
-    if suffix not in (".jsonl", ".json", ".ndjson"):
-        return [r["words"] for r in read_conll(path)]
-    sentences = []
-    for n, row in read_rows(path):
-        words = row.get("words") if isinstance(row.get("words"), list) else str(row.get("text", "")).split()
-        if not words:
-            raise ValueError(f"{path}:{n}: no \"words\" list or \"text\" in the record")
-        sentences.append([str(w) for w in words])
+        sentences = [line.split() for line in read_text(path).splitlines() if line.strip()]
+    elif suffix not in (".jsonl", ".json", ".ndjson"):
+        sentences = [r["words"] for r in read_conll(path)]
+    else:
+        sentences = [_words(path, n, row) for n, row in read_rows(path)]
+    if not sentences:
+        raise ValueError(f"{path}: no sentences (one a line in .txt; a word a line in CoNLL)")
     return sentences
+
+
+def _words(path, n: int, row: dict) -> list:
+    """A JSON record's words: its "words" list (each text or a number) or its "text" split."""
+    words = row.get("words") if isinstance(row.get("words"), list) else str(row.get("text", "")).split()
+    if not words:
+        raise ValueError(f"{path}:{n}: no \"words\" list or \"text\" in the record")
+    if not all(isinstance(w, (str, int, float)) and not isinstance(w, bool) for w in words):  # not str([..])
+        raise ValueError(f"{path}:{n}: \"words\" must be a list of words (text), "
+                         f"got {json.dumps(words)[:60]}")
+    return [str(w) for w in words]
 
 
 def transfer_splits(args) -> dict:
@@ -250,6 +259,9 @@ def _word_flags(args) -> None:
                          "the other poolings are for --text")
     if args.max_len is not None and args.max_len < 3:
         raise UsageError(f"--max-len {args.max_len}: a word needs 3 tokens at least ([CLS] word [SEP])")
+    if args.truncate:  # else it would be ignored: a sentence past --max-len is cut anyway, and counted
+        raise UsageError("--truncate: it cuts a --text; --data and --task sentences past --max-len are cut "
+                         "anyway")
 
 
 def _fits(max_len, model) -> None:

@@ -162,8 +162,8 @@ def test_a_config_files_encoder_number_in_exponent_form_is_a_number(tmp_path):
     from lmforge.cli.retrieve import _options
 
     config = tmp_path / "c.yaml"
-    config.write_text("temperature: 5e-2\nlr: 1e-3\n")  # YAML 1.1: text; lr was read, this refused
+    config.write_text("temperature: 5e-2\nlr: 1e-3\n")  # YAML 1.1 text: was refused here, read as lr
     argv = ["retrieve", "train", "--out", str(tmp_path / "o"), "--config", str(config)]
     args = build_parser().parse_args(argv)
     train, encoder = _options(args)
-    assert encoder == {"temperature": 0.05} and train == {"lr": "1e-3"}  # TrainConfig reads its own
+    assert encoder == {"temperature": 0.05} and train == {"lr": 1e-3}  # one YAML reader: numbers in both

@@ -4,8 +4,10 @@ from __future__ import annotations
 import time
 import warnings
 
-from lmforge.cli.common import bounded
-from lmforge.data.corpus import DOCUMENTS, ERRORS, FORMATS, CorpusWarning, ReadOptions
+from lmforge.cli.common import bounded, flag_values, from_flags, option_flags
+from lmforge.data.corpus import CorpusWarning
+from lmforge.data.read_options import ReadOptions
+from lmforge.data.shards import MAX_SHARD_MB, MAX_WORKERS, MB, MIN_SHARD_MB
 
 
 def cmd_corpus_shard(args) -> None:
@@ -16,13 +18,12 @@ def cmd_corpus_shard(args) -> None:
     refuse_overwrite(args.out, ("FILES", args.files), ("--tokenizer", args.tokenizer),
                      writes=("manifest.json", "tokenizer"))
     refuse_nested(args.out, ("FILES", args.files))
-    options = ReadOptions(format=args.format, text_field=args.text_field, document=args.document,
-                          join_lines=args.join_lines, errors=args.errors)
+    options = from_flags(lambda found: ReadOptions(**found), flag_values(args, ReadOptions))
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("always", CorpusWarning)  # every file's, each said (cli.main: one line each)
         manifest = shard_corpus(args.files, args.tokenizer, args.out, workers=args.workers, options=options,
-                                shard_bytes=int(args.shard_mb * (1 << 20)), log=lambda m: print(m, flush=True))
+                                shard_bytes=int(args.shard_mb * MB), log=lambda m: print(m, flush=True))
     seconds = time.perf_counter() - start
     size = sum(i["bytes"] for i in manifest["inputs"]) / 1e6
     totals = manifest["totals"]
@@ -44,15 +45,10 @@ def add_parsers(sub) -> None:
     p.add_argument("files", nargs="+", help="text, JSONL or .gz files, or directories of them")
     p.add_argument("--tokenizer", required=True, help="tokenizer directory (copied into --out)")
     p.add_argument("--out", required=True)
-    p.add_argument("--workers", type=bounded(int, 1, 256), default=1,
-                   help="worker processes, 1 to 256 (the shards are the same for any)")
-    p.add_argument("--format", choices=FORMATS, default="auto", help="default: .jsonl/.ndjson/.json are JSONL")
-    p.add_argument("--text-field", default="text", help="the JSONL field holding the text")
-    p.add_argument("--document", choices=DOCUMENTS, default="block",
-                   help="plain text: a document per blank-line-separated block, or per file")
-    p.add_argument("--join-lines", action="store_true", help="lines of a block are wrapped prose, not sentences")
-    p.add_argument("--errors", choices=ERRORS, default="skip", help="bytes that are not UTF-8")
-    p.add_argument("--shard-mb", type=bounded(float, 0.001, 65536.0), default=64.0,
-                   help="large uncompressed files: MB of text per shard (0.001 to 65536)")
+    p.add_argument("--workers", type=bounded(int, 1, MAX_WORKERS), default=1,
+                   help="worker processes (the shards are the same for any)")
+    option_flags(p, ReadOptions, bound=True)
+    p.add_argument("--shard-mb", type=bounded(float, MIN_SHARD_MB, MAX_SHARD_MB), default=64.0,
+                   help="large uncompressed files: MB of text per shard")
     p.add_argument("--verify", action="store_true", help="re-read every shard and check its checksums")
     p.set_defaults(func=cmd_corpus_shard)

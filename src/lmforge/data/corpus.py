@@ -35,15 +35,14 @@ import os
 import re
 import warnings
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lmforge.data.read_options import DOCUMENTS, ERRORS, FORMATS, ReadOptions  # noqa: F401 (read here)
 from lmforge.data.segment import SentenceStream
 from lmforge.utils.jsontext import loads
 
 CHUNK = 1 << 20  # bytes read at once from a long line
-FORMATS, DOCUMENTS, ERRORS = ("auto", "text", "jsonl"), ("block", "file"), ("skip", "replace", "strict")
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 SHARD_FORMAT = "lmforge-shards"  # the "format" of a shard folder's manifest.json (shards.py writes it)
 MAX_JSON_LINE = 1 << 28  # a JSONL record longer than this (bytes) is skipped, not parsed
 
@@ -61,37 +60,6 @@ def clean(text: str) -> tuple:
     """(text without control characters, tabs and CRs as spaces; number of characters stripped)."""
     out = text.translate(_CONTROL)
     return out, len(text) - len(out)  # tabs and CRs made spaces are not counted
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """How files become documents (see the module docstring)."""
-
-    format: str = "auto"
-    text_field: str = "text"
-    document: str = "block"
-    join_lines: bool = False
-    errors: str = "skip"
-    max_document_chars: int = 1 << 22
-    max_sentence_chars: int = 100_000
-
-    def __post_init__(self) -> None:
-        for name, allowed in (("format", FORMATS), ("document", DOCUMENTS), ("errors", ERRORS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
-        if self.max_document_chars < 1 or self.max_sentence_chars < 1:
-            raise ValueError("max_document_chars and max_sentence_chars must be positive")
-
-    def format_of(self, path: Path) -> str:
-        """'text' or 'jsonl' for a file (by its name without .gz unless set)."""
-        if self.format != "auto":
-            return self.format
-        name = path.name.lower().removesuffix(".gz")
-        return "jsonl" if name.endswith(JSONL_SUFFIXES) else "text"
-
-    def to_dict(self) -> dict:
-        """The options as plain data (recorded in shard manifests)."""
-        return asdict(self)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from lmforge.config import atomic_write_text
+from lmforge.config.options import check_value
 from lmforge.data.corpus import (
     CHUNK,
     SHARD_FORMAT,
@@ -47,6 +48,7 @@ from lmforge.utils.atomic import remove_path
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
 
 FORMAT, VERSION = SHARD_FORMAT, 1
+MAX_WORKERS, MIN_SHARD_MB, MAX_SHARD_MB, MB = 256, 0.001, 65536.0, 1 << 20  # --workers, --shard-mb's bounds
 SUFFIXES = (".bin", ".sent", ".docs")
 OFFSET = np.dtype("<i8")
 BATCH_SENTENCES = 4096  # sentences tokenised per encode_batch call
@@ -276,8 +278,9 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     `tokenizer` is a Tokenizer or a directory. Resumes a directory left unfinished."""
     from lmforge.tokenizer import load_tokenizer
 
-    if workers < 1 or shard_bytes < 1:
-        raise ValueError("workers and shard_bytes must be positive")
+    check_value("workers", "int", {"low": 1, "high": MAX_WORKERS}, workers)  # as --workers, --shard-mb are
+    check_value("shard_bytes", "int", {"low": int(MIN_SHARD_MB * MB), "high": int(MAX_SHARD_MB * MB)},
+                shard_bytes)
     files = expand_files([files] if isinstance(files, (str, os.PathLike)) else files)
     tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     out, opts = Path(out), options or ReadOptions()

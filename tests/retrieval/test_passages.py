@@ -65,6 +65,22 @@ def test_passage_file_round_trip_and_bad_lines(tmp_path):
         read_passages(path)
 
 
+def test_a_byte_that_is_not_utf8_is_named_with_file_and_line(tmp_path):
+    """A passages or questions JSONL that is not UTF-8 said only "'utf-8' codec can't decode byte 0xff"."""
+    passages = tmp_path / "p.jsonl"
+    passages.write_bytes(b'{"id": "a", "title": "T", "text": "one"}\n{"id": "b", "title": "\xff"}\n')
+    for read in (read_passages, load_passages):
+        with pytest.raises(ValueError, match=r"p.jsonl: line 2: not valid UTF-8 \(byte 0xff at column 23\)"):
+            read(str(passages))
+    passages.write_bytes(b'{"id": "a", "title": "\xff", "text": "one"}\n')  # the line load_passages peeks at
+    with pytest.raises(ValueError, match=r"p.jsonl: line 1: not valid UTF-8"):
+        load_passages(str(passages))
+    questions = tmp_path / "q.jsonl"
+    questions.write_bytes(b'{"question": "Who\xff?", "answers": ["x"], "context": "x"}\n')
+    with pytest.raises(ValueError, match=r"q.jsonl: line 1: not valid UTF-8 \(byte 0xff"):
+        read_questions(questions)
+
+
 def test_qa_jsonl_and_squad_files(tmp_path):
     good = tmp_path / "qa.jsonl"
     good.write_text(json.dumps({"question": "Who?", "answers": ["Ann"], "context": "Ann did it."}) + "\n"

@@ -91,14 +91,24 @@ def _passage(line: str, where: str) -> Passage:
     return Passage(str(record["id"]), str(record["title"]), str(record["text"]))
 
 
+def utf8_lines(path):
+    """(number, text) of each line of the file `path`, read as UTF-8 a line at a time; a ValueError naming
+    the file and line where one is not UTF-8 (a text-mode read says neither)."""
+    with open(path, "rb") as handle:
+        for n, raw in enumerate(handle, 1):
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}: line {n}: not valid UTF-8 (byte {raw[err.start]:#04x} at column "
+                                 f"{err.start + 1}); save the file as UTF-8") from None
+
+
 def read_passages(path) -> list:
     """Passages of a JSONL file written by write_passages; a bad line or a repeated id is an
     error naming the file and line."""
     path, out, seen = Path(path), [], set()
-    with open(path, encoding="utf-8") as handle:
-        for n, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
+    for n, line in utf8_lines(path):
+        if line.strip():
             p = _passage(line, f"{path}: line {n}")
             if p.id in seen:
                 raise ValueError(f"{path}: line {n}: passage id {p.id!r} repeated")
@@ -116,8 +126,8 @@ def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list
         return passages_from_documents(builtin_documents(seed), words)
     path = Path(source)
     if path.is_file() and path.suffix == ".jsonl":
-        with open(path, encoding="utf-8") as handle:
-            first = handle.readline()
+        with open(path, "rb") as handle:  # a bad byte is for read_passages to name, with its line
+            first = handle.readline().decode("utf-8", "replace")
         try:
             head = loads(first)
         except ValueError:

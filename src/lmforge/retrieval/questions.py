@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 
 from lmforge.data.world import World
-from lmforge.retrieval.passages import Passage
+from lmforge.retrieval.passages import Passage, utf8_lines
 from lmforge.tasks.qa import read_squad
 from lmforge.utils.jsontext import loads
 
@@ -91,11 +91,8 @@ def read_questions(path) -> tuple:
                     "positives": [contexts.setdefault(r["context"], str(len(contexts)))]}
                    for r in read_squad(path)]
     else:
-        records = []
-        with open(path, encoding="utf-8") as handle:
-            for n, line in enumerate(handle, 1):
-                if line.strip():
-                    records.append(_jsonl_record(line, f"{path}: line {n}", contexts))
+        records = [_jsonl_record(line, f"{path}: line {n}", contexts) for n, line in utf8_lines(path)
+                   if line.strip()]
         if not records:
             raise ValueError(f"{path}: no questions")
     passages = [Passage(i, f"{path.stem} {i}", text) for text, i in contexts.items()]

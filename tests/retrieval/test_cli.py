@@ -165,6 +165,10 @@ def test_an_index_longer_than_the_models_positions_is_refused_before_it_is_made(
     (["retrieve", "train", "--questions", "{tmp}"], "--questions {tmp}: a folder"),
     (["retrieve", "ict", "--passages", "{tmp}/none.txt"], "--passages {tmp}/none.txt: no such file"),
     (["index", "build", "--passages", "{tmp}/none.txt"], "--passages {tmp}/none.txt: no such file"),
+    # "" was the working folder, read whole as the corpus (a run's own outputs included)
+    (["index", "build", "--passages", ""], "--passages is empty: name a file or folder (or builtin)"),
+    (["retrieve", "ict", "--passages", " "], "--passages is empty: name a file or folder"),
+    (["retrieve", "train", "--questions", ""], "--questions is empty: name a file (or builtin / gcide)"),
     # refused before training, not after it
     (["retrieve", "reader", "--retriever", "{tmp}/none"], "--retriever {tmp}/none: "),
     (["retrieve", "realm", "--retriever", "{tmp}/none"], "--retriever {tmp}/none: "),

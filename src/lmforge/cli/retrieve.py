@@ -91,10 +91,11 @@ def cmd_query(args) -> None:
 def check_source(flag: str, given: str | None, named: tuple = ("builtin",), folder: bool = True) -> None:
     """A UsageError naming `flag` where `given` is neither one of the `named` sources nor a file (or, with
     `folder`, a folder) on disk; the job would otherwise fail on it in an OS error naming no flag."""
-    path = Path(given or "")
+    path, kind = Path(given or ""), "file or folder" if folder else "file"
+    if given is not None and not given.strip():  # Path("") is ".": the working folder read as a corpus
+        raise UsageError(f"{flag} is empty: name a {kind} (or {' / '.join(named)})")
     if given is None or given in named or path.is_file() or (folder and path.is_dir()):
         return
-    kind = "file or folder" if folder else "file"
     raise UsageError(f"{flag} {given}: {'a folder, not a file' if path.is_dir() else f'no such {kind}'} "
                      f"(or {' / '.join(named)})")
 

@@ -160,6 +160,13 @@ def test_malformed_files_are_refused_naming_file_and_dataset(tmp_path):
         load_allennlp(options_file, weight_file)
 
 
+@pytest.mark.parametrize("value", ["false", 1.5, 0, []])
+def test_use_skip_connections_must_be_a_boolean(tmp_path, value):
+    """bool() read "false" and 1.5 as true: skip connections the weights were not trained with."""
+    options = {**OPTIONS, "lstm": {**OPTIONS["lstm"], "use_skip_connections": value}}
+    _refused(tmp_path, options=options, match=r"elmo_options.json: lstm.use_skip_connections must be true or")
+
+
 def test_convert_brings_an_allennlp_directory_in(tmp_path, capsys):
     source, dst = tmp_path / "allennlp", tmp_path / "ours"
     arrays = tf_arrays()

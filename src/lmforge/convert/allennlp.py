@@ -65,7 +65,11 @@ def read_options(path) -> ModelConfig:
                   char_filters="char_cnn.filters", n_highway="char_cnn.n_highway",
                   n_characters="char_cnn.n_characters", max_characters_per_token="char_cnn.max_characters_per_token")
     values = {name: _field(options, key, path) for name, key in fields.items()}
-    values["skip_connections"] = bool(options["lstm"].get("use_skip_connections", False))
+    skip = options["lstm"].get("use_skip_connections")
+    if skip is not None and not isinstance(skip, bool):  # bool() took "false" and 1.5 as true
+        raise AllenNLPFormatError(f"{path}: lstm.use_skip_connections must be true or false, "
+                                  f"got {skip!r:.40}")
+    values["skip_connections"] = bool(skip)
     values["vocab_size"] = options.get("n_tokens_vocab", ELMO["vocab_size"])
     try:
         return ModelConfig.from_dict({**ELMO, **values, "source": f"AllenNLP options {path.name}"})

@@ -33,6 +33,13 @@ ALBERT_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]", "bos": "[CLS]
 # byte-level BPE tokenizers whose template is RoBERTa's <s> A </s></s> B </s>
 ROBERTA_CLASSES = ("RobertaTokenizer", "BartTokenizer", "LongformerTokenizer", "MarkupLMTokenizer",
                    "BlenderbotTokenizer", "LEDTokenizer", "MvpTokenizer")
+# tokenizer_config.json settings read here, of each kind: a boolean, a count, a list of tokens
+_SETTINGS = {"do_lower_case": "bool", "strip_accents": "bool", "tokenize_chinese_chars": "bool",
+             "keep_accents": "bool", "add_prefix_space": "bool", "max_input_chars_per_word": "count",
+             "extra_ids": "count", "additional_special_tokens": "tokens"}
+MAX_SETTING = 65536  # a count's bound: extra_ids=1e12 sentinel tokens filled the memory
+_SAID = {"bool": "true or false", "count": f"an integer in [0, {MAX_SETTING}]",
+         "tokens": "a list of tokens (strings or {\"content\": ...} objects)"}
 # names a tokenizer.json without a config gives its special tokens
 KNOWN_NAMES = {"pad": ("[PAD]", "<pad>"), "unk": ("[UNK]", "<unk>"), "cls": ("[CLS]",),
                "sep": ("[SEP]",), "mask": ("[MASK]", "<mask>"),
@@ -53,8 +60,22 @@ def _read_json(file: Path) -> dict:
 
 
 def read_config(path: Path) -> dict:
-    """tokenizer_config.json over special_tokens_map.json (both optional)."""
-    return {**_read_json(path / "special_tokens_map.json"), **_read_json(path / "tokenizer_config.json")}
+    """tokenizer_config.json over special_tokens_map.json (both optional), its _SETTINGS checked."""
+    config = {**_read_json(path / "special_tokens_map.json"), **_read_json(path / "tokenizer_config.json")}
+    for key, kind in _SETTINGS.items():
+        value = config.get(key)
+        if value is not None and not _of_kind(value, kind):  # the tokenizers library raised a TypeError
+            raise TokenizerError(f"{path}: the tokenizer config's {key} must be {_SAID[kind]}, "
+                                 f"got {value!r:.40}")
+    return {k: v for k, v in config.items() if not (k in _SETTINGS and v is None)}  # null: the default
+
+
+def _of_kind(value, kind: str) -> bool:
+    if kind == "bool":  # bool("false") is true
+        return isinstance(value, bool)
+    if kind == "count":
+        return type(value) is int and 0 <= value <= MAX_SETTING
+    return isinstance(value, list) and all(isinstance(t, (str, dict)) for t in value)
 
 
 def configured_tokens(config: dict) -> dict:

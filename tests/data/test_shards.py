@@ -165,6 +165,22 @@ def test_a_changed_shard_fails_its_checksum_on_open(corpus_dir, tokenizer_dir, t
         ShardCorpus(tmp_path / "s")
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("tokenizer", None, '"tokenizer" lacks the tokenizer\'s sha256'), ("tokenizer", {"sha256": 5}, "sha256"),
+    ("sha256", "x", "a shard entry is malformed"), ("sha256", [1], "a shard entry is malformed"),
+    ("tokens", None, "a shard entry is malformed")])
+def test_a_manifest_field_of_another_kind_is_refused_naming_the_manifest(corpus_dir, tokenizer_dir, tmp_path,
+                                                                         field, value, said):
+    """A hand-edited manifest was a TypeError or AttributeError traceback when a training run opened it."""
+    _one_shard(corpus_dir, tokenizer_dir, tmp_path / "s")
+    path = tmp_path / "s" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    (manifest if field == "tokenizer" else manifest["shards"][0])[field] = value
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=f"^{path} is damaged: .*{said}"):
+        ShardCorpus(tmp_path / "s")
+
+
 def test_checksums_are_read_once_per_file_per_process(corpus_dir, tokenizer_dir, tmp_path, monkeypatch):
     _one_shard(corpus_dir, tokenizer_dir, tmp_path / "s")
     monkeypatch.setattr(shards, "_VERIFIED", set())

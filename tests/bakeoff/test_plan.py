@@ -34,6 +34,14 @@ def test_a_valid_plan_loads_with_defaults(tiny_plan):
     (lambda p: p["arms"][0].update(objective="t5"), "arms[0].objective"),
     (lambda p: p["arms"][0].update(pretrain="no"), "arms[0].pretrain"),
     (lambda p: p["arms"][0].update(model="some/dir", preset=None), "arms[0].overrides"),
+    # of another kind: 'unhashable type', or a traceback counting the arm's FLOPs
+    (lambda p: p["claims"][0].update(better=["electra"]), "claims[0].better"),
+    (lambda p: p["claims"][0].update(task={}), "claims[0].task"),
+    (lambda p: p["tokenizer"].update(family=["bert"]), "tokenizer.family"),
+    (lambda p: p["arms"][0].update(options={"rate": [0.15]}), "arms[0].options.rate: must be a finite"),
+    (lambda p: p["arms"][0].update(options={"rate": float("nan")}), "arms[0].options.rate"),
+    (lambda p: p["arms"][0].update(options={"whole_word": "yes"}), "arms[0].options.whole_word: must be"),
+    (lambda p: p["arms"][0].update(options={"replace": [0.8, "x", 0.1]}), "arms[0].options.replace"),
 ])
 def test_each_mistake_is_one_line_naming_its_field(tiny_plan, change, field):
     change(tiny_plan)

@@ -253,11 +253,11 @@ def _claims(values, arms: dict, tasks: set, where: str) -> tuple:
     for i, value in enumerate(values or []):
         claim = _mapping(value, f"{where}[{i}]", {"better", "worse", "task", "source"})
         for key in ("better", "worse"):
-            if claim.get(key) not in arms:
+            if not isinstance(claim.get(key), str) or claim[key] not in arms:  # a list: unhashable
                 _fail(f"{where}[{i}].{key}", f"{claim.get(key)!r} is not an arm of the plan")
         if claim["better"] == claim["worse"]:
             _fail(f"{where}[{i}].worse", f"compares arm {claim['worse']!r} with itself")
-        if claim.get("task") not in tasks:
+        if not isinstance(claim.get("task"), str) or claim["task"] not in tasks:
             _fail(f"{where}[{i}].task", f"{claim.get('task')!r} is not a task of the plan")
         out.append(Claim(**claim))
     return tuple(out)
@@ -354,7 +354,7 @@ def check_plan(data, source: str = "plan") -> Plan:
     if "vocab_size" in tok:
         bounded(tok["vocab_size"], f"{source}: tokenizer.vocab_size", "vocab_size")
     family = tok.get("family", "bert")
-    if family not in TOKENIZER_KINDS:
+    if not isinstance(family, str) or family not in TOKENIZER_KINDS:
         _fail(f"{source}: tokenizer.family", f"{family!r} is not one of {', '.join(TOKENIZER_KINDS)}")
     if family != "words":  # the least a kind takes (roberta: 261), as tokenizer train says
         _built(lambda given: TokenizerOptions(**given), {"kind": TOKENIZER_KINDS[family], "family": family,

@@ -59,6 +59,13 @@ def test_a_generator_size_must_be_a_fraction(bad):
         lmforge.get_config("electra-base", generator_size=bad)
 
 
+@pytest.mark.parametrize("bad", [0, 1.5, float("nan"), True, "half", [0.5]])
+def test_a_generator_ratio_must_be_a_fraction(bad):
+    """A bake-off arm's options: {ratio: half} was a TypeError traceback comparing it with 0."""
+    with pytest.raises(ValueError, match=r"^the generator ratio must be a number in \(0, 1\], got "):
+        generator_config(lmforge.get_config("electra-base"), bad)
+
+
 def test_the_generator_size_is_no_part_of_the_architecture():
     cfg = lmforge.get_config("electra-base")
     assert cfg.replace(generator_size=0.5).canonical() == cfg.replace(generator_size=None).canonical()

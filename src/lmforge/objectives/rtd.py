@@ -52,8 +52,8 @@ def generator_config(cfg: ModelConfig, ratio: float | None = None) -> ModelConfi
     """The generator's config: d_model, d_ff and n_heads x ratio (default: cfg.generator_size, else 1/4),
     same depth, same embedding width E."""
     ratio = ratio if ratio is not None else cfg.generator_size or GENERATOR_SIZE
-    if not 0 < ratio <= 1:
-        raise ValueError(f"the generator ratio must be in (0, 1], got {ratio}")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:  # "x" < 1 raised
+        raise ValueError(f"the generator ratio must be a number in (0, 1], got {ratio!r:.40}")
     d_model = max(1, round(cfg.d_model * ratio))
     changes = dict(d_model=d_model, d_ff=max(1, round(cfg.d_ff * ratio)), n_heads=max(1, round(cfg.n_heads * ratio)),
                    d_embed=cfg.embed_dim if cfg.embed_dim != d_model else None)

@@ -104,6 +104,8 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["probe", "--layers", "2-x"], "--layers '2-x'"),
     (["probe", "--data", "missing.conllu"], "--data missing.conllu: no such file"),
     (["probe", "--tasks", "pos,syntax"], "--tasks pos,syntax"),
+    (["probe", "--tasks", ""], "--tasks '': names no task"),  # "" probed every task
+    (["probe", "--tasks", " , "], "--tasks ' , ': names no task"),
     (["probe", "--heads", "cnn"], "--heads cnn"),
     (["probe", "--held-out", "0.7"], "--held-out 0.7"),
     (["probe", "epochs=0"], "epochs must be an integer >= 1"),

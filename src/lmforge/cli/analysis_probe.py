@@ -100,14 +100,16 @@ def probe_tasks(args, records: dict) -> list:
     # the built-in treebank has every kind of link, but a few sentences may draw none of one
     few = (f"the {args.sentences} sentences drawn hold no such link in train or in test (more --sentences "
            "give them)")
-    if not args.tasks:
+    if args.tasks is None:
         lacking = [t for t in TASKS if t not in supported]
         if args.data is None and lacking:
             print(f"lmforge probe: note: no {', '.join(lacking)} probe: {few}", file=sys.stderr)
         return supported
     asked = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in asked if t not in TASKS]
-    if unknown or not asked:
+    if not asked:  # "" probed every task, as if none were given
+        raise UsageError(f"--tasks {args.tasks!r}: names no task; tasks: {', '.join(TASKS)}")
+    if unknown:
         raise UsageError(f"--tasks {args.tasks}: unknown task(s) {unknown}; tasks: {', '.join(TASKS)}")
     lacking = [t for t in asked if t not in supported]
     if lacking:

@@ -179,3 +179,5 @@ def test_attention_maps_refuse_bad_layers_and_empty_text(tokenizer):
         attention_maps(model, tokenizer, "a text", layers=[5])
     with pytest.raises(ValueError, match="empty"):
         attention_maps(model, tokenizer, "  ")
+    with pytest.raises(ValueError, match=r"the pair \(the second text, --pair\) is empty"):
+        attention_maps(model, tokenizer, "a text", pair=" ")  # was read as [CLS] a text [SEP] [SEP]

@@ -57,6 +57,8 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
     reading `pair` (or its own greedy continuation of `text` when no pair is given)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the text to show attention for is empty")
+    if pair is not None and (not isinstance(pair, str) or not pair.strip()):  # else an empty segment B
+        raise ValueError("the pair (the second text, --pair) is empty: give it, or leave it out")
     chosen = _layers(model, layers)
     cfg = model.config
     seq2seq = cfg.architecture == "encoder-decoder"

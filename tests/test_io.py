@@ -49,6 +49,17 @@ def test_missing_directory_or_files(tmp_path):
         lmforge.load(tmp_path)
 
 
+def test_an_empty_model_name_is_refused_not_read_as_the_working_folder(saved, monkeypatch):
+    from lmforge.io import find_model_dir
+
+    monkeypatch.chdir(saved)  # a model directory: "" loaded it, as if named
+    with pytest.raises(CheckpointError, match="the model directory is an empty name"):
+        lmforge.load("")
+    for name in ("", " "):
+        with pytest.raises(ValueError, match="the model is an empty name: give a model directory"):
+            find_model_dir(name)
+
+
 BERT = {"model_type": "bert", "vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 1,
         "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64}
 

@@ -39,6 +39,8 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
 def load(path: str | os.PathLike) -> Transformer:
     """Read an lmforge or a foreign (Hugging Face) model directory (or a job's output folder holding
     one in model/ or final/), heads included."""
+    if not str(path).strip():  # Path("") is the working folder
+        raise CheckpointError("the model directory is an empty name: give a directory")
     path = inside_job_folder(Path(path))
     meta = read_meta(path)
     if meta.get("format") == FORMAT:

@@ -26,6 +26,9 @@ def find_model_dir(name: str | os.PathLike) -> Path:
     an installed model package; ValueError, in one line, for anything else (a preset name: it has no
     trained weights)."""
     path = Path(name)
+    if not str(name).strip():  # Path("") is the working folder, which would be loaded as the model
+        raise ValueError("the model is an empty name: give a model directory or an installed model "
+                         f"({', '.join(MODEL_PACKAGES)})")
     if path.is_dir():
         return inside_job_folder(path)
     key = _package_key(name)

@@ -64,6 +64,7 @@ def cmd_index_build(args) -> None:
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
                      writes=("passages.jsonl", "bm25", "dense", "index.json"))
     check_source("--passages", args.passages)
+    not_empty(("--model", args.model))
     index = job_options(args, IndexOptions)
     train, encoder = _options(args)
     if train:
@@ -77,6 +78,8 @@ def cmd_query(args) -> None:
     """Print the top-k passages of each --query as JSON lines."""
     from lmforge.retrieval.jobs import query_index
 
+    not_empty(("--index", args.index), ("--model", args.query_model), ("--reader", args.reader),
+              ("--rerank", args.rerank))
     if not args.index or not args.query:
         raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
     if not (Path(args.index) / "passages.jsonl").is_file():
@@ -86,6 +89,14 @@ def cmd_query(args) -> None:
     options = job_options(args, QueryOptions, prefix=QUERY)
     for result in query_index(args.index, args.query, options, args.query_model, args.reader, args.rerank):
         print(json.dumps(result, ensure_ascii=False))
+
+
+def not_empty(*flags) -> None:
+    """A UsageError naming the first of (flag, value) pairs given as an empty text, which a job would read as
+    the flag left out (a BM25-only index, the index's own encoder, no reader) or as the working folder."""
+    for flag, value in flags:
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag} is an empty name: give a directory (or a model's name) or leave it out")
 
 
 def check_source(flag: str, given: str | None, named: tuple = ("builtin",), folder: bool = True) -> None:

@@ -1,4 +1,5 @@
-"""The `lmforge` entry point: every usage error is one line on stderr with exit status 2."""
+"""The `lmforge` entry point: every usage error is one line on stderr with exit status 2; an empty path
+is one."""
 import pytest
 
 from lmforge.cli import main, one_line
@@ -24,3 +25,34 @@ def test_multi_line_errors_are_joined(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("lmforge inspect: error: cannot read config file") and err.count("\n") == 1
     assert one_line("a\n  b\tc ") == "a b c"
+
+
+@pytest.mark.parametrize("argv, said", [
+    # Path("") is the working folder: a run wrote its checkpoints, tokenizer or index into it, exit 0
+    (["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", ""], "--out"),
+    (["tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "100", "--out", " "], "--out"),
+    (["index", "build", "--passages", "", "--out", "ix"], "--passages"),
+    (["pretrain", "--preset", "p", "--objective", "mlm", "--data", "a.txt", "", "--out", "o"], "--data"),
+    (["convert", "", "out", "--to", "hf"], "SRC"),
+    (["inspect", ""], "MODEL"),
+    # or the flag left out: a run without validation, tokenizer, calibration or reader, exit 0
+    (["finetune", "--model", "m", "--train", "t.jsonl", "--valid", "", "--out", "o"], "--valid"),
+    (["pretrain", "--preset", "p", "--objective", "mlm", "--tokenizer", "", "--out", "o"], "--tokenizer"),
+    (["quantize", "--model", "m", "--calibration", "", "--out", "o"], "--calibration"),
+    (["retrieve", "--index", "ix", "--query", "q", "--reader", ""], "--reader"),
+    (["index", "build", "--model", "", "--out", "ix"], "--model"),
+])
+def test_an_empty_path_is_refused_naming_its_argument(capsys, tmp_path, monkeypatch, argv, said):
+    monkeypatch.chdir(tmp_path)  # a run that wrote into the working folder would show here
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: {said} is empty: name a file, folder or model" in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_empty_text_that_is_no_path_is_kept():
+    """Texts may be empty (an empty prompt prefix, a query): only paths are refused."""
+    from lmforge.cli import build_parser
+
+    args = build_parser().parse_args(["embed", "--model", "m", "--prompt", "", "a"])
+    assert args.prompt == "" and args.texts == ["a"]

@@ -165,15 +165,6 @@ def test_an_index_longer_than_the_models_positions_is_refused_before_it_is_made(
     (["retrieve", "train", "--questions", "{tmp}"], "--questions {tmp}: a folder"),
     (["retrieve", "ict", "--passages", "{tmp}/none.txt"], "--passages {tmp}/none.txt: no such file"),
     (["index", "build", "--passages", "{tmp}/none.txt"], "--passages {tmp}/none.txt: no such file"),
-    # "" was the working folder, read whole as the corpus (a run's own outputs included)
-    (["index", "build", "--passages", ""], "--passages is empty: name a file or folder (or builtin)"),
-    (["retrieve", "ict", "--passages", " "], "--passages is empty: name a file or folder"),
-    (["retrieve", "train", "--questions", ""], "--questions is empty: name a file (or builtin / gcide)"),
-    # "" was read as the flag left out: a BM25-only index, the index's encoder, no reader, exit 0
-    (["index", "build", "--passages", "builtin", "--model", ""], "--model is an empty name"),
-    (["retrieve", "--index", "{tmp}", "--query", "q", "--model", " "], "--model is an empty name"),
-    (["retrieve", "--index", "{tmp}", "--query", "q", "--reader", ""], "--reader is an empty name"),
-    (["retrieve", "--index", "", "--query", "q"], "--index is an empty name"),
     # refused before training, not after it
     (["retrieve", "reader", "--retriever", "{tmp}/none"], "--retriever {tmp}/none: "),
     (["retrieve", "realm", "--retriever", "{tmp}/none"], "--retriever {tmp}/none: "),

@@ -20,6 +20,15 @@ from lmforge.io import CheckpointError
 JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_probe, prune, distill, quantize, retrieve, bakeoff, serve, options)  # each adds its sub-commands
 
 
+# the arguments that name a file, folder, model or preset: "" is none of them; read as one it is the
+# working folder (Path("") is ".": --out "" wrote a run into it), or a test that takes it as the flag left
+# out (--valid "", --tokenizer "", --calibration "": a run without them, exit 0)
+PATHS = {"--add-tokens", "--calibration", "--config", "--data", "--dev", "--file", "--importance-data",
+         "--index", "--model", "--out", "--passages", "--plan", "--png", "--preset", "--questions",
+         "--reader", "--rerank", "--retriever", "--student", "--svg", "--teacher", "--test", "--tokenizer",
+         "--train", "--valid", "src", "dst", "files", "model"}
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (argparse's own print the usage block first)."""
 
@@ -60,6 +69,24 @@ def as_flag_value(message: str) -> str:
 def one_line(message) -> str:
     """A message on one line: line breaks and runs of spaces (a YAML parser's report) made one space."""
     return " ".join(str(message).split())
+
+
+def empty_path(parser: argparse.ArgumentParser, args) -> str | None:
+    """The first argument of PATHS that the command line `args` (of `parser`) gave as an empty or blank text,
+    as a flag or its metavar (SRC); None where there is none."""
+    chain, todo = [], [parser]
+    while todo:  # the parsers from the command's down to its sub-command's (index, index build)
+        sub = todo.pop()
+        if f"{args.prog} ".startswith(f"{sub.prog} "):
+            chain.append(sub)
+            todo += [p for a in sub._actions if isinstance(a, argparse._SubParsersAction)
+                     for p in a.choices.values()]
+    for action in (a for sub in chain for a in sub._actions):
+        name = action.option_strings[0] if action.option_strings else action.dest
+        value = getattr(args, action.dest, None) if name in PATHS else None
+        if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):
+            return name if action.option_strings else (action.metavar or name.upper())
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,6 +138,10 @@ def main(argv: list | None = None) -> int:
         with warnings.catch_warnings():
             if argv is None:  # the command itself; a caller's main([...]) keeps its warnings as it has them
                 warnings.showwarning = _warning_line(args.prog)
+            said = empty_path(parser, args)
+            if said is not None:
+                raise UsageError(f"{said} is empty: name a file, folder or model (\"\" would be read as the "
+                                 f"working folder, or as {said} not given)")
             args.func(args)
         sys.stdout.flush()  # a reader gone before the last buffered line breaks here, not at exit
     except BrokenPipeError as err:

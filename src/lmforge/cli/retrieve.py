@@ -64,7 +64,6 @@ def cmd_index_build(args) -> None:
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
                      writes=("passages.jsonl", "bm25", "dense", "index.json"))
     check_source("--passages", args.passages)
-    not_empty(("--model", args.model))
     index = job_options(args, IndexOptions)
     train, encoder = _options(args)
     if train:
@@ -78,8 +77,6 @@ def cmd_query(args) -> None:
     """Print the top-k passages of each --query as JSON lines."""
     from lmforge.retrieval.jobs import query_index
 
-    not_empty(("--index", args.index), ("--model", args.query_model), ("--reader", args.reader),
-              ("--rerank", args.rerank))
     if not args.index or not args.query:
         raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
     if not (Path(args.index) / "passages.jsonl").is_file():
@@ -91,22 +88,13 @@ def cmd_query(args) -> None:
         print(json.dumps(result, ensure_ascii=False))
 
 
-def not_empty(*flags) -> None:
-    """A UsageError naming the first of (flag, value) pairs given as an empty text, which a job would read as
-    the flag left out (a BM25-only index, the index's own encoder, no reader) or as the working folder."""
-    for flag, value in flags:
-        if value is not None and not value.strip():
-            raise UsageError(f"{flag} is an empty name: give a directory (or a model's name) or leave it out")
-
-
 def check_source(flag: str, given: str | None, named: tuple = ("builtin",), folder: bool = True) -> None:
     """A UsageError naming `flag` where `given` is neither one of the `named` sources nor a file (or, with
     `folder`, a folder) on disk; the job would otherwise fail on it in an OS error naming no flag."""
-    path, kind = Path(given or ""), "file or folder" if folder else "file"
-    if given is not None and not given.strip():  # Path("") is ".": the working folder read as a corpus
-        raise UsageError(f"{flag} is empty: name a {kind} (or {' / '.join(named)})")
+    path = Path(given or "")
     if given is None or given in named or path.is_file() or (folder and path.is_dir()):
         return
+    kind = "file or folder" if folder else "file"
     raise UsageError(f"{flag} {given}: {'a folder, not a file' if path.is_dir() else f'no such {kind}'} "
                      f"(or {' / '.join(named)})")
 

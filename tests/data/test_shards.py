@@ -177,8 +177,8 @@ def test_a_manifest_field_of_another_kind_is_refused_naming_the_manifest(corpus_
     manifest = json.loads(path.read_text())
     (manifest if field == "tokenizer" else manifest["shards"][0])[field] = value
     path.write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match=f"^{path} is damaged: .*{said}"):
-        ShardCorpus(tmp_path / "s")
+    with pytest.raises(ValueError, match=f"^{path} is damaged: .*{said}"):  # the tokenizer's: when checked
+        ShardCorpus(tmp_path / "s").check_tokenizer(load_tokenizer(tmp_path / "s" / "tokenizer"))
 
 
 def test_checksums_are_read_once_per_file_per_process(corpus_dir, tokenizer_dir, tmp_path, monkeypatch):

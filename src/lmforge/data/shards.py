@@ -234,9 +234,6 @@ def read_manifest(out, check: bool = True) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ValueError(f"{path} is not an {FORMAT} v{VERSION} manifest")
     if check and manifest.get("complete"):
-        tokenizer = manifest.get("tokenizer")  # a training run checks its tokenizer against its sha256
-        if not (isinstance(tokenizer, dict) and isinstance(tokenizer.get("sha256"), str)):
-            raise ValueError(f"{path} is damaged: \"tokenizer\" lacks the tokenizer's sha256")
         try:
             check_files(out, manifest["shards"], np.dtype(manifest["dtype"]).itemsize)
         except (KeyError, TypeError, AttributeError) as err:  # a field missing, or of another kind

@@ -78,8 +78,11 @@ class ShardCorpus:
 
     def check_tokenizer(self, tokenizer) -> None:
         """Raise ValueError unless `tokenizer` is the one the shards were written with."""
-        text = tokenizer.backend.to_str(pretty=True)
-        if hashlib.sha256(text.encode()).hexdigest() != self.manifest["tokenizer"]["sha256"]:
+        text, recorded = tokenizer.backend.to_str(pretty=True), self.manifest.get("tokenizer")
+        if not (isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str)):  # not a traceback
+            raise ValueError(f"{self.path / 'manifest.json'} is damaged: \"tokenizer\" lacks the "
+                             "tokenizer's sha256")
+        if hashlib.sha256(text.encode()).hexdigest() != recorded["sha256"]:
             raise ValueError(f"{self.path} was tokenised with another tokenizer ({self.path / 'tokenizer'})")
 
     def _shard(self, k: int) -> tuple:

@@ -17,6 +17,13 @@ def test_check_out_refuses_empty_files_and_sources(tmp_path):
             check_out(out, str(source))
 
 
+def test_refuse_overwrite_refuses_an_empty_output_which_would_be_the_working_folder(tmp_path):
+    for out in ("", "  "):
+        with pytest.raises(UsageError, match="^--out is empty"):
+            refuse_overwrite(out, ("--data", str(tmp_path)))
+    refuse_overwrite(None, ("--data", str(tmp_path)))  # no output asked for: nothing to refuse
+
+
 def test_check_out_accepts_new_folders_beside_or_inside_the_source(tmp_path):
     source = tmp_path / "run" / "model"
     source.mkdir(parents=True)

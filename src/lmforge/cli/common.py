@@ -294,8 +294,10 @@ def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", ki
     paths or None) pairs, or is a folder the job writes the names `writes` into and one of them is or
     holds an input; on resolved paths (links, ../ and hard links seen through), before any work. Also
     where `out` cannot be written (kind: "file" or "folder"; a folder where `writes` are given)."""
-    if out is None or not str(out).strip():
+    if out is None:
         return
+    if not str(out).strip():  # Path("") is the working folder: a run would write itself into it
+        raise UsageError(f"{option} is empty: name the output")
     _check_out_path(Path(out), "folder" if writes else kind, option)
     target = Path(out).resolve()
     written = [target / name for name in writes]

@@ -107,6 +107,17 @@ def test_truncated_gzip_keeps_what_it_can(tmp_path):
     assert 0 < len(docs) < 20_000 and docs[0] == ["Sentence number one."]
 
 
+def test_truncated_gzip_keeps_its_last_document_too(tmp_path):
+    """A file of one document (no blank line) cut short keeps the text before the damage, as said."""
+    lines = [f"Sentence number {i}." for i in range(40_000)]
+    data = gzip.compress("\n".join(lines).encode())
+    (tmp_path / "cut.txt.gz").write_bytes(data[: len(data) // 2])
+    for document in ("block", "file"):
+        with pytest.warns(CorpusWarning, match="damaged gzip data .*; kept the text before it"):
+            (doc,) = _read(tmp_path / "cut.txt.gz", document=document)
+        assert 1000 < len(doc) < len(lines) and doc[:-1] == lines[:len(doc) - 1]  # the last line may be cut
+
+
 def test_byte_ranges_read_as_the_whole(tmp_path):
     f = tmp_path / "c.txt"
     write_corpus(f, 50_000, seed=1)

@@ -140,9 +140,10 @@ def _read(handle, want: int) -> tuple:
     return b"".join(parts), None
 
 
-def _pieces(handle, start: int, end: int | None):
+def _pieces(handle, start: int, end: int | None, stats):
     """(bytes, offset, ends_line) for the lines starting in [start, end): whole lines read ~CHUNK at a
-    time, or, for a line longer than CHUNK, one piece of it (ends_line False but for its last piece)."""
+    time, or, for a line longer than CHUNK, one piece of it (ends_line False but for its last piece). A
+    damaged gzip stream ends the text where the damage starts (said in stats), its last document kept."""
     offset, carry, eof, error = start, b"", False, None
     while True:
         data = carry
@@ -151,8 +152,8 @@ def _pieces(handle, start: int, end: int | None):
             got, error = _read(handle, want) if want > 0 else (b"", None)
             eof, data = error is not None or len(got) < want or want <= 0, carry + got
         if not data:
-            if error is not None:
-                raise error  # after the text before it
+            if error is not None:  # the text before it was read: it ends there, as a file would
+                stats.damaged = f"damaged gzip data ({error})"
             return
         cut = len(data) if eof else data.rfind(b"\n") + 1  # at the end every line is whole
         cut = cut or _utf8_cut(data)  # no newline: a piece of a long line
@@ -202,7 +203,7 @@ def _decode_lines(block: bytes, offset: int, stats: FileStats, errors: str) -> l
 
 def _text_events(handle, start, end, opts: ReadOptions, stats: FileStats):
     """(text, ends_line) events of a text file range."""
-    for piece, offset, ends in _pieces(handle, start, end):
+    for piece, offset, ends in _pieces(handle, start, end, stats):
         stats.bytes += len(piece)
         if not ends:  # a piece of a long line
             text = _decode(piece, offset, stats, opts.errors)
@@ -215,7 +216,7 @@ def _text_events(handle, start, end, opts: ReadOptions, stats: FileStats):
 def _jsonl_events(handle, start, end, opts: ReadOptions, stats: FileStats):
     """(text, ends_line) events of a JSONL file range, None after each record (a document)."""
     parts, size = [], 0  # the pieces of a long line so far
-    for piece, offset, ends in _pieces(handle, start, end):
+    for piece, offset, ends in _pieces(handle, start, end, stats):
         stats.bytes += len(piece)
         if not ends:
             parts += [piece] if size + len(piece) <= MAX_JSON_LINE else []

@@ -45,3 +45,22 @@ def test_an_objectives_keywords_are_its_builds_not_what_it_takes_from_the_tokeni
     assert objective_keywords(get("bilm")) == {"samples"}  # its build takes no **options
     assert objective_keywords(get("prefix-lm")) == set()  # a function of the model and tokenizer alone
     assert "ratio" in objective_keywords(get("rtd")) and "pad_id" not in objective_keywords(get("rtd"))
+
+
+def test_a_fine_tuning_option_is_read_by_the_tasks_of_its_kind_and_refused_where_no_task_is_one(tiny_plan,
+                                                                                                tmp_path):
+    import json
+
+    from lmforge.bakeoff import run_plan
+
+    tiny_plan["finetune"].update(label_all=True)  # tagging's: the plan's one task is sentiment (cls)
+    said = r"^p\.yaml: finetune\.label_all: an option of tagging tasks, and no task of the plan is one"
+    with pytest.raises(PlanError, match=said):
+        check_plan(tiny_plan, "p.yaml")
+    # beside a tagging task the recipe serves both: the cls run was refused label_all after pretraining
+    tiny_plan["tasks"].append({"name": "tags", "source": "builtin", "task": "tagging", "n": 40})
+    tiny_plan.update(arms=[{**tiny_plan["arms"][0], "pretrain": False}], claims=[])
+    rows = run_plan(check_plan(tiny_plan, "p.yaml"), tmp_path, log=lambda line: None)
+    assert sorted(r["task"] for r in rows) == ["sentiment", "tags"]
+    tagged = json.loads((tmp_path / "mlm" / "seed-0" / "tags" / "final" / "task.json").read_text())
+    assert tagged["kind"] == "tagging" and tagged["label_all"] is True

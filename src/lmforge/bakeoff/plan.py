@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from lmforge.bakeoff.plan_reads import check_arm_reads, check_task_reads
+from lmforge.bakeoff.plan_reads import check_arm_reads, check_finetune_reads, check_task_reads
 from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import OptionsError, check_value
 from lmforge.objectives.registry import TOKENIZER_KINDS
@@ -364,6 +364,7 @@ def check_plan(data, source: str = "plan") -> Plan:
     pretrain = _mapping(data.get("pretrain"), f"{source}: pretrain")
     finetune = _mapping(data.get("finetune"), f"{source}: finetune")
     _check_recipes(pretrain, finetune, arms, source)
+    check_finetune_reads(finetune, tasks, f"{source}: finetune", _fail)
     return Plan(name=name, budget=float(budget), corpus=check_corpus(data.get("corpus"), f"{source}: corpus"),
                 tokenizer={"family": "bert", "vocab_size": 2000, **tok}, pretrain=pretrain, finetune=finetune,
                 tasks=tasks, seeds=check_seeds(data.get("seeds"), f"{source}: seeds"), arms=arms,

@@ -79,3 +79,34 @@ def check_task_reads(task: dict, where: str, fail) -> dict:
     for key in sorted(set(task) - {"name", "source"} - set(read)):
         fail(f"{where}.{key}", f"source {task['source']} does not read it (it reads {', '.join(read)})")
     return task
+
+
+
+def task_kind(task: dict) -> str | None:
+    """The kind of a plan's downstream task (runner.task_splits builds it): cls, or a built-in task's own."""
+    from lmforge.tasks.formats import BUILTIN
+
+    return "cls" if task["source"] != "builtin" else BUILTIN.get(task.get("task", task["name"]))
+
+
+def read_by_kind(options: dict, kind: str) -> dict:
+    """The fine-tuning `options` a task of `kind` reads: the plan's recipe serves every task, each reading
+    the options of its own kind (tagging's label_all, not qa's doc_stride); a prefix, read text-to-text."""
+    from lmforge.tasks.base import option_owners
+
+    owners = option_owners()
+    return {k: v for k, v in options.items() if kind in owners.get(k, [kind]) or "text-to-text" in owners[k]}
+
+
+def check_finetune_reads(finetune: dict, tasks: tuple, where: str, fail) -> None:
+    """fail(field, why) for a fine-tuning option of a kind of task that no task of the plan is (changed
+    from its default): every fine-tuning run would leave it unread."""
+    from lmforge.tasks.base import option_owners
+    from lmforge.tasks.finetune import TaskConfig
+
+    kinds, owners, defaults = {task_kind(t) for t in tasks}, option_owners(), TaskConfig()
+    for key in sorted(set(finetune) & set(owners)):
+        unread = not any(key in read_by_kind(finetune, kind) for kind in kinds)
+        if unread and finetune[key] != getattr(defaults, key):
+            fail(f"{where}.{key}", f"an option of {' and '.join(owners[key])} tasks, and no task of the plan "
+                                   f"is one (its tasks: {', '.join(sorted(map(str, kinds)))})")

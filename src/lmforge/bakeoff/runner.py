@@ -29,6 +29,7 @@ from lmforge.bakeoff.corpus import topic_task, write_documents
 from lmforge.bakeoff.fingerprint import digest, pretrain_key, result_key, task_key, tokenizer_key
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
+from lmforge.bakeoff.plan_reads import read_by_kind
 from lmforge.bakeoff.results import (
     RESULTS,  # noqa: F401 (callers read it here)
     append_row,
@@ -321,7 +322,7 @@ class BakeOff:
         splits = data["splits"]
         tokenizer = None if isinstance(model, Path) else self.tokenizer  # a directory reads with its own
         finetune(model, tokenizer, data["kind"], splits["train"], splits["validation"], out, train_cfg,
-                 TaskConfig.from_dict(task_options), log=self.detail)
+                 TaskConfig.from_dict(read_by_kind(task_options, data["kind"])), log=self.detail)
         best = out / "best" if (out / "best").is_dir() else out / "final"
         metrics = evaluate(best, splits["test"], device=train_cfg.device)
         primary = next(iter(metrics))

@@ -55,6 +55,17 @@ def task_class(kind: str) -> type:
     return TASKS[kind]
 
 
+def option_owners() -> dict:
+    """TaskConfig option -> the kinds of task that read it (qa's doc_stride ...; a text-to-text task's
+    prefix); the options not listed every task reads."""
+    owners = {"prefix": ["text-to-text"]}
+    for kind in MODULES:
+        for name in task_class(kind).options:
+            if kind not in owners.setdefault(name, []):
+                owners[name].append(kind)
+    return owners
+
+
 def _reusable_pooler(model: nn.Module):
     """A pretrained pooler among the model's heads (BertModel's own, or the NSP/SOP head's)."""
     for head in model.heads.values():

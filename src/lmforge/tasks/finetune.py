@@ -28,7 +28,7 @@ from lmforge.io import load, model_dir
 from lmforge.io.native import read_json_object
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
-from lmforge.tasks.base import MODULES, Task, task_class
+from lmforge.tasks.base import MODULES, Task, option_owners, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.formats import check_labels, gold_given, source_of
 from lmforge.tasks.rerank import rerank_option
@@ -277,12 +277,7 @@ def check_read(task: str, read: tuple, cfg: TaskConfig) -> None:
     """An OptionsError naming the first option of another kind of task (qa's doc_stride, seq2seq's
     num_beams, rerank's loss, a text-to-text prefix ...) set in `cfg` but not one the `task` reads:
     such an option is refused, never ignored."""
-    owners = {"prefix": ["text-to-text"]}  # name -> the kinds of task that read it
-    for kind in MODULES:
-        for name in task_class(kind).options:
-            if kind not in owners.setdefault(name, []):
-                owners[name].append(kind)
-    defaults = TaskConfig()
+    owners, defaults = option_owners(), TaskConfig()  # name -> the kinds of task that read it
     for name in owners:
         if name not in read and getattr(cfg, name) != getattr(defaults, name):
             raise OptionsError(f"{name}={getattr(cfg, name)!r}: an option of {' and '.join(owners[name])} "

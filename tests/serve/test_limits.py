@@ -164,3 +164,16 @@ def test_the_server_answers_others_while_a_huge_request_is_counted(server):
     thread.join(120)
     assert done["status"] == 413 and waits
     assert max(waits) < max(0.5 * done["seconds"], 0.75), (waits, done)  # the event loop was never held
+
+
+def test_a_generation_job_weighs_its_beams_as_the_request_bound_does():
+    from types import SimpleNamespace
+
+    from lmforge.serve.generation import Settings
+    from lmforge.serve.streaming import _job
+
+    config = SimpleNamespace(max_seq_len=64, architecture="decoder")
+    served = SimpleNamespace(model=SimpleNamespace(config=config))
+    _, greedy = _job(served, "prompt", [1, 2, 3], Settings(max_new_tokens=10))
+    _, beams = _job(served, "prompt", [1, 2, 3], Settings(max_new_tokens=10, num_beams=4))
+    assert greedy == 13 and beams == 4 * 13  # each beam holds its own sequence: Retry-After counts them

@@ -107,19 +107,6 @@ def test_admission_full_queue_is_429_with_retry_after_from_throughput():
     admission.admit(1)  # room again
 
 
-def test_a_generation_job_weighs_its_beams_as_the_request_bound_does():
-    from types import SimpleNamespace
-
-    from lmforge.serve.generation import Settings
-    from lmforge.serve.streaming import _job
-
-    config = SimpleNamespace(max_seq_len=64, architecture="decoder")
-    served = SimpleNamespace(model=SimpleNamespace(config=config))
-    _, greedy = _job(served, "prompt", [1, 2, 3], Settings(max_new_tokens=10))
-    _, beams = _job(served, "prompt", [1, 2, 3], Settings(max_new_tokens=10, num_beams=4))
-    assert greedy == 13 and beams == 4 * 13  # each beam holds its own sequence: Retry-After counts them
-
-
 def test_client_batches_split_within_the_budget_in_order():
     parts = split(list("abcdefg"), [5, 5, 5, 20, 1, 1, 1], Limits(max_batch_tokens=12, max_batch_items=2))
     assert parts == [(["a", "b"], 10), (["c"], 5), (["d"], 20), (["e", "f"], 2), (["g"], 1)]

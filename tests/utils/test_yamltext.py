@@ -1,4 +1,4 @@
-"""utils/yamltext: a user's YAML is read with exponent-form numbers as numbers, and never crashes the reader."""
+"""utils/yamltext: a user's YAML is read with exponent-form numbers as numbers, never crashing the reader."""
 import pytest
 import yaml
 

@@ -90,7 +90,7 @@ def _figure_flags(args) -> None:
     for flag, path, suffix in (("--png", args.png, ".png"), ("--svg", args.svg, ".svg")):
         if path and Path(path).suffix.lower() != suffix:
             raise UsageError(f"{flag} {path}: the figure's file must end in {suffix}")
-        if path and args.out and Path(path).resolve() == Path(args.out).resolve():  # it would replace the page
+        if path and args.out and Path(path).resolve() == Path(args.out).resolve():  # it replaces the page
             raise UsageError(f"--out {args.out}: is also the {flag} figure; give the page a file of its own")
 
 

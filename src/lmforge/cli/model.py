@@ -288,7 +288,7 @@ def add_parsers(sub) -> None:
 
 
 def _embed_parser(sub) -> None:
-    """`lmforge embed`: its texts, model, output, a flag per EmbedOptions field (option_flags), --calibrate."""
+    """`lmforge embed`: texts, model, output, a flag per EmbedOptions field (option_flags), --calibrate."""
     from lmforge.pipelines.embed import MAX_BATCH_SIZE
     from lmforge.pipelines.embed_options import EmbedOptions
 

@@ -80,8 +80,8 @@ class SparseConfig:
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name, readers in READ_BY.items():  # given (not its default) where the method reads nothing of it
             if self.method not in readers and getattr(self, name) != defaults[name]:
-                raise OptionsError(f"{name}={getattr(self, name)}: only {' and '.join(readers)} pruning reads "
-                                   f"it, not {self.method}; drop it", name)
+                raise OptionsError(f"{name}={getattr(self, name)}: only {' and '.join(readers)} pruning "
+                                   f"reads it, not {self.method}; drop it", name)
 
     @classmethod
     def from_dict(cls, data: dict) -> SparseConfig:

@@ -136,7 +136,7 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
 
 
 def _is_label(value) -> bool:
-    """Whether `value` can be a label of task.json or id2label: text or a number (not a list, object, null)."""
+    """Whether `value` can be a label of task.json or id2label: text or a number (no list, object, null)."""
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
 
 

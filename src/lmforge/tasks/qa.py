@@ -316,7 +316,8 @@ class QATask(Task):
         if room < 1 or self.doc_stride >= room:  # encode refuses such a record: its tokens as given
             return question + context
         starts = window_starts(context, room, self.doc_stride)
-        return len(starts) * (question + self.template.n_special) + sum(min(room, context - s) for s in starts)
+        overhead = question + self.template.n_special  # each window holds the question again
+        return len(starts) * overhead + sum(min(room, context - s) for s in starts)
 
     def logits(self, batch: dict) -> torch.Tensor:
         """(B, T, 2) start and end logits of a padded batch (padding masked)."""

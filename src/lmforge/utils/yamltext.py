@@ -1,7 +1,8 @@
 """YAML text a user gives (--config files, bake-off plans), read one way everywhere: as YAML's safe loader
 reads it, but with 1e-3 and 6.0e13 as the numbers they are written as (YAML 1.1 wants a dot and a signed
-exponent, so plain PyYAML reads them as text, and "lr: 1e-3" would be refused as no number), and nesting too
-deep for the parser as a YAMLError (one line naming the file, as every reader says it), not a RecursionError."""
+exponent, so plain PyYAML reads them as text, and "lr: 1e-3" would be refused as no number), and nesting
+too deep for the parser as a YAMLError (one line naming the file, as every reader says it), not a
+RecursionError."""
 from __future__ import annotations
 
 import re

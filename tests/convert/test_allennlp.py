@@ -3,6 +3,7 @@ exact layout loads, and the model reproduces a reference forward pass written fr
 equations on the raw TensorFlow arrays (its gate order and forget bias); malformed files are refused
 in one line naming the file and the dataset; `lmforge convert` brings such a directory in."""
 import json
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -163,8 +164,18 @@ def test_malformed_files_are_refused_naming_file_and_dataset(tmp_path):
 @pytest.mark.parametrize("value", ["false", 1.5, 0, []])
 def test_use_skip_connections_must_be_a_boolean(tmp_path, value):
     """bool() read "false" and 1.5 as true: skip connections the weights were not trained with."""
-    options = {**OPTIONS, "lstm": {**OPTIONS["lstm"], "use_skip_connections": value}}
-    _refused(tmp_path, options=options, match=r"elmo_options.json: lstm.use_skip_connections must be true or")
+    from lmforge.convert.allennlp import read_options
+
+    def options_file(skip) -> Path:
+        lstm = {k: v for k, v in OPTIONS["lstm"].items() if k != "use_skip_connections"}
+        return write_allennlp(tmp_path, {}, {**OPTIONS, "lstm": {**lstm, "use_skip_connections": skip}})[0]
+
+    said = r"elmo_options.json: lstm.use_skip_connections must be true or false, got "
+    with pytest.raises(AllenNLPFormatError, match=said) as err:
+        read_options(options_file(value))
+    assert "\n" not in str(err.value)
+    for skip, built in ((True, True), (False, False), (None, False)):  # null: none, as the key left out
+        assert read_options(options_file(skip)).skip_connections is built
 
 
 def test_convert_brings_an_allennlp_directory_in(tmp_path, capsys):

@@ -141,3 +141,14 @@ def test_a_torn_last_line_reruns_only_its_unit_and_leaves_the_file_clean(tmp_pat
         warnings.simplefilter("error")  # every line whole and verified: nothing to warn about
         rows = run_plan(plan, tmp_path, log=lambda line: None)
     assert tuned == [] and len({(r["arm"], r["seed"], r["task"]) for r in rows}) == 4
+
+
+@pytest.mark.parametrize("ratio", ["half", 1.5, 0])
+def test_an_objective_option_out_of_its_range_is_refused_naming_the_plan_and_arm(tiny_plan, ratio):
+    from lmforge.bakeoff import PlanError
+    from lmforge.bakeoff.runner import schedules
+
+    tiny_plan["arms"][1]["options"] = {"ratio": ratio}  # accepted at load: its default (None) says no range
+    said = rf"^p\.yaml: arms\.electra: the generator ratio must be a number in \(0, 1\], got {ratio!r}$"
+    with pytest.raises(PlanError, match=said):  # it said neither the plan nor the arm
+        schedules(check_plan(tiny_plan, "p.yaml"), 300)

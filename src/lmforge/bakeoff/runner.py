@@ -149,7 +149,11 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
         if not arm.pretrain:  # a baseline fine-tuned as it is: no FLOPs of its own
             out[arm.name] = Schedule(0, 0.0, 0.0, {})
             continue
-        found = schedule(arm_spec(plan, arm), cfg, T, train.batch_size * train.accumulation, plan.budget, arm.options)
+        try:
+            found = schedule(arm_spec(plan, arm), cfg, T, train.batch_size * train.accumulation, plan.budget,
+                             arm.options)
+        except ValueError as err:  # an objective option out of its range (ratio: 1.5), said by the objective
+            raise PlanError(f"{plan.source}: arms.{arm.name}: {str(err).splitlines()[0]}") from None
         if found.steps > BOUNDS["steps"][1]:
             raise PlanError(f"{plan.source}: budget: buys arm {arm.name} {found.steps} steps, over the bound on "
                             f"steps ({BOUNDS['steps'][1]}): lower the budget")

@@ -12,7 +12,9 @@ import pytest
 from lmforge.bakeoff import PlanError, check_plan
 from lmforge.bakeoff.plan import BOUNDS, NOT_IN_PRETRAIN, check_seeds
 from lmforge.config.options import base_type
+from lmforge.tasks.base import option_owners
 from lmforge.tasks.finetune import TaskConfig
+from lmforge.tasks.formats import BUILTIN
 from lmforge.train import TrainConfig
 from lmforge.train.pretrain_options import RecipeOptions
 
@@ -39,10 +41,21 @@ def _put(plan: dict, where: str, value) -> None:
         plan[section] = {key: value}
 
 
+# a fine-tuning option of a kind of task is read beside a task of that kind (a built-in one); one of a kind no
+# bake-off task is (seq2seq's num_beams, rerank's loss) no plan reads: plan_reads refuses it at any value
+OWNERS, BUILT_IN = option_owners(), {kind: name for name, kind in BUILTIN.items()}
+READER = {key: next((BUILT_IN[k] for k in kinds if k in BUILT_IN), None) for key, kinds in OWNERS.items()}
+
+
+def _task_reading(key: str) -> list:
+    """The plan task that reads the fine-tuning option `key` where only a kind of task does, else none."""
+    return [{"name": "reader", "source": "builtin", "task": READER[key], "n": 40}] if READER.get(key) else []
+
+
 SHARED = ([(f"pretrain.{k}", TrainConfig, k) for k in _bounded(TrainConfig, NOT_IN_PRETRAIN)]
           + [(f"arms[0].train.{k}", TrainConfig, k) for k in _bounded(TrainConfig, NOT_IN_PRETRAIN)]
           + [(f"finetune.{k}", TrainConfig, k) for k in _bounded(TrainConfig, ("seed",))]
-          + [(f"finetune.{k}", TaskConfig, k) for k in _bounded(TaskConfig)]
+          + [(f"finetune.{k}", TaskConfig, k) for k in _bounded(TaskConfig) if k not in OWNERS or READER[k]]
           + [("pretrain.max_len", RecipeOptions, "max_len"),
              ("arms[0].train.max_len", RecipeOptions, "max_len"),
              ("arms[0].duplication", RecipeOptions, "duplication"),
@@ -81,6 +94,7 @@ def test_a_plan_accepts_and_refuses_what_the_options_object_does_on_both_sides_o
     for value in values:
         plan = copy.deepcopy(tiny_plan)
         _put(plan, where, value)
+        plan["tasks"] += _task_reading(name) if where.startswith("finetune.") else []
         runs = _accepts(lambda v: build({name: v}), value)
         try:
             check_plan(plan, "my.yaml")

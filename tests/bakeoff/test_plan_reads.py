@@ -25,6 +25,9 @@ from lmforge.objectives import get
      "source builtin does not read it (it reads n, task)"),
     (lambda p: p["tasks"].append({"name": "pos", "source": "gcide-pos", "n": 50}), "tasks[1].n",
      "source gcide-pos does not read it (it reads n_per_label)"),
+    (lambda p: p["finetune"].update(num_beams=4), "finetune.num_beams",  # no bake-off task is seq2seq
+     "an option of seq2seq tasks, and no task of the plan is one (its tasks: cls)"),
+    (lambda p: p["finetune"].update(doc_stride=32), "finetune.doc_stride", "an option of qa tasks"),
 ])
 def test_a_field_no_run_reads_is_refused_naming_it(tiny_plan, change, field, said):
     change(tiny_plan)

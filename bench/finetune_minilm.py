@@ -37,7 +37,7 @@ def lmforge_run(records: dict, steps: int, seed: int) -> dict:
                         eps=1e-8, clip=1.0, seed=seed, progress=False, log_every=steps)
     with tempfile.TemporaryDirectory() as out:
         finetune("all-MiniLM-L6-v2", None, "pair", records["train"], None, out, train,
-                 TaskConfig(max_len=HYPER["max_len"], keep_best=False), log=lambda *a: None)
+                 TaskConfig(max_len=HYPER["max_len"]), log=lambda *a: None)  # no validation: no best/
         # the training loop's own clock (as the reference's train_runtime): no loading or saving
         seconds = json.loads((Path(out) / "metrics.jsonl").read_text().splitlines()[-1])["elapsed_s"]
         metrics = evaluate(Path(out) / "final", records["validation"])

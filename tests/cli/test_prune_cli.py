@@ -248,3 +248,10 @@ def test_a_schedule_setting_the_method_does_not_read_is_refused_in_both_faces(tu
     assert _prune(tuned[0], tuned[1], tmp_path / "o", method, "0.5", "--train", str(tuned[1]), given) == 2
     assert field in _one_line_error(capsys) and not (tmp_path / "o").exists()
     SparseConfig(method="soft-movement", sparsity=0.5, scores_lr_scale=10, soft_lambda=1)  # read there
+
+
+def test_a_validation_setting_without_valid_is_refused_naming_it(tuned, tmp_path, capsys):
+    assert _prune(tuned[0], tuned[1], tmp_path / "o", "magnitude", "0.5", "--train", str(tuned[1]),
+                  "eval_every=3") == 2  # no --valid: nothing would be evaluated every 3 steps
+    assert "eval_every=3: a setting of validation" in _one_line_error(capsys)
+    assert not (tmp_path / "o").exists()

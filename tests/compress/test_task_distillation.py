@@ -253,3 +253,17 @@ def test_a_temperature_the_loss_leaves_out_is_refused(teacher_dir, tmp_path, cap
             "temperature=5"]
     assert "temperature=5: softens the teacher's targets" in _refused(argv, capsys)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_validation_setting_without_validation_records_is_refused_in_both_faces(teacher_dir, tmp_path,
+                                                                                  capsys):
+    from lmforge.compress.task_distillation import distill
+    from lmforge.train import TrainConfig
+
+    with pytest.raises(OptionsError, match="^eval_every=5: a setting of validation") as err:
+        distill(teacher_dir / "teacher", [], None, tmp_path / "p", train_cfg=TrainConfig(eval_every=5))
+    assert err.value.field == "eval_every" and not (tmp_path / "p").exists()
+    argv = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
+            "--data", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "eval_every=5"]
+    assert "eval_every=5: a setting of validation" in _refused(argv, capsys)  # no --valid: nothing reads it
+    assert not (tmp_path / "x").exists()

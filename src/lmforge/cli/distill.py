@@ -113,7 +113,8 @@ def cmd_distill(args) -> None:
     if records is None:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
     steps = {"steps": args.steps} if args.steps is not None else {}
-    train_cfg = TrainConfig.from_dict({"seed": args.seed, "eval_every": max(1, (args.steps or 1000) // 10), **steps,
+    every = {"eval_every": max(1, (args.steps or 1000) // 10)} if valid else {}  # nothing to validate: none
+    train_cfg = TrainConfig.from_dict({"seed": args.seed, **every, **steps,
                                        **{k: v for k, v in options.items() if k in train_keys}})
     cfg = distill_options(args, {k: v for k, v in options.items() if k in loss_keys})
     source = f"--data {args.data}" if args.data else f"--valid {args.valid}"

@@ -30,6 +30,7 @@ from lmforge.tasks.finetune import (
     HEAD_SEED,
     TaskConfig,
     Validator,
+    check_validated,
     encode_split,
     fine_tuned_task,
     load_model,
@@ -181,6 +182,8 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     sparsity; writes metrics.jsonl, checkpoints/ and final/ (masks baked) under `out`; returns the summary."""
     if train_cfg.parallel == "fsdp":  # FSDP shards the weights and scores: a matrix's top-k needs it whole
         raise ValueError("parallel=fsdp: pruning during fine-tuning ranks whole matrices; use parallel=ddp")
+    if not valid:  # eval_every, patience ... with nothing to validate: refused, not ignored (as finetune)
+        check_validated(train_cfg, task_cfg or TaskConfig())
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
     s, out = sparse_cfg, Path(out)
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps

@@ -39,6 +39,7 @@ from lmforge.tasks.finetune import (
     HEAD_SEED,
     TaskConfig,
     Validator,
+    check_validated,
     encode_split,
     fine_tuned_task,
     make_task,
@@ -196,6 +197,8 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary.
     checked: {source: records} the teacher's labels must fit, checked before training."""
     cfg, out = cfg or DistillConfig(), Path(out)
+    if not valid:  # eval_every with nothing to validate: refused, not ignored (as finetune)
+        check_validated(train_cfg, TaskConfig())
     teacher = load_teacher(teacher_dir, train, checked)
     model = make_student(teacher, cfg.student_layers, cfg.student, train_cfg.seed)
     task_cfg = TaskConfig(max_len=teacher.max_len)

@@ -84,8 +84,8 @@ def _unstructured(args, kind: str, records: list) -> None:
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     given = {"steps": args.steps, "seed": args.seed}
     every = {"eval_every": max(1, (args.steps or 1000) // 10)} if valid else {}  # nothing to validate: none
-    train_cfg = TrainConfig.from_dict({"seed": 0, **every, **{k: v for k, v in given.items() if v is not None},
-                                       **train_opts})
+    given = {k: v for k, v in given.items() if v is not None}
+    train_cfg = TrainConfig.from_dict({"seed": 0, **every, **given, **train_opts})
     report = run_sparse_prune(args.model, kind, train, valid, records, args.out, train_cfg=train_cfg,
                               sparse_cfg=sparse_cfg, task_cfg=TaskConfig.from_dict(task_opts), resume=args.resume)
     ws = report["weight_sparsity"]

@@ -244,10 +244,20 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody
         return error_response(RequestError(422, f"request body is not valid JSON: {why} (character {at})",
                                            param="body"))
     where = _field(first.get("loc", ()))
-    if not where and first.get("type") == "missing":  # the body itself
-        return error_response(RequestError(422, "the request has no body: send a JSON object"))
-    return error_response(RequestError(422, f"{where}: {first.get('msg')}" if where else first.get("msg"),
-                                       param=where or None))
+    if not where:  # the body itself: none, not an object, or not read as JSON (its content-type)
+        return error_response(RequestError(422, _not_an_object(request, first), param="body"))
+    return error_response(RequestError(422, f"{where}: {first.get('msg')}", param=where))
+
+
+def _not_an_object(request: Request, error: dict) -> str:
+    """Why a body is no request: it is missing, its content-type is not JSON, or its JSON is no object."""
+    kind = request.headers.get("content-type", "")
+    if error.get("type") == "missing":
+        return "the request has no body: send a JSON object"
+    if kind and "json" not in kind.split(";")[0].lower():
+        return f"the body is sent as content-type {kind.split(';')[0]!r}: send application/json"
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return f"the body must be a JSON object, not {names.get(type(error.get('input')), 'null')}"
 
 
 def _http_error(request: Request, exc: StarletteHTTPException) -> JSONBody:

@@ -67,3 +67,22 @@ def test_a_fine_tuning_option_is_read_by_the_tasks_of_its_kind_and_refused_where
     assert sorted(r["task"] for r in rows) == ["sentiment", "tags"]
     tagged = json.loads((tmp_path / "mlm" / "seed-0" / "tags" / "final" / "task.json").read_text())
     assert tagged["kind"] == "tagging" and tagged["label_all"] is True
+
+
+def test_a_text_to_text_option_is_read_by_the_encoder_decoder_arms_alone(tiny_plan, tmp_path):
+    import json
+
+    from lmforge.bakeoff import run_plan
+
+    tiny_plan["finetune"].update(prefix="sst2")  # every arm an encoder: no run would read it
+    said = r"^p\.yaml: finetune\.prefix: read by encoder-decoder arms .* encoder$"
+    with pytest.raises(PlanError, match=said):
+        check_plan(tiny_plan, "p.yaml")
+    t5 = {"name": "t5", "objective": "span-corruption", "preset": "t5-small", "pretrain": False,
+          "overrides": {"n_layers": 1, "n_decoder_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64}}
+    tiny_plan.update(arms=[{**tiny_plan["arms"][0], "pretrain": False}, t5], claims=[])
+    rows = run_plan(check_plan(tiny_plan, "p.yaml"), tmp_path, log=lambda line: None)
+    assert sorted(r["arm"] for r in rows) == ["mlm", "t5"]  # the encoder arm's run was refused the prefix
+    read = {arm: json.loads((tmp_path / arm / "seed-0" / "sentiment" / "final" / "task.json").read_text())
+            for arm in ("mlm", "t5")}
+    assert read["t5"]["prefix"] == "sst2" and read["mlm"].get("prefix") is None

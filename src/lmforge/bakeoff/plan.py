@@ -364,7 +364,7 @@ def check_plan(data, source: str = "plan") -> Plan:
     pretrain = _mapping(data.get("pretrain"), f"{source}: pretrain")
     finetune = _mapping(data.get("finetune"), f"{source}: finetune")
     _check_recipes(pretrain, finetune, arms, source)
-    check_finetune_reads(finetune, tasks, f"{source}: finetune", _fail)
+    check_finetune_reads(finetune, tasks, f"{source}: finetune", _fail, arms)
     return Plan(name=name, budget=float(budget), corpus=check_corpus(data.get("corpus"), f"{source}: corpus"),
                 tokenizer={"family": "bert", "vocab_size": 2000, **tok}, pretrain=pretrain, finetune=finetune,
                 tasks=tasks, seeds=check_seeds(data.get("seeds"), f"{source}: seeds"), arms=arms,

@@ -12,6 +12,7 @@ from lmforge.config.options import OptionsError
 
 PRETRAINING = ("options", "examples", "duplication", "train", "corpus")  # the arm fields pretraining reads
 FROM_TOKENIZER = {"pad_id", "special_ids", "bos_id", "eos_id", "sentence_end"}  # what builds give themselves
+TEXT_TO_TEXT = ("prefix", "text_to_text")  # fine-tuning options an encoder-decoder arm alone reads (T5, BART)
 TASK_FIELDS = {"gcide-pos": ("n_per_label",), "foldoc-topic": ("n_per_label",), "builtin": ("n", "task")}
 
 
@@ -81,7 +82,6 @@ def check_task_reads(task: dict, where: str, fail) -> dict:
     return task
 
 
-
 def task_kind(task: dict) -> str | None:
     """The kind of a plan's downstream task (runner.task_splits builds it): cls, or a built-in task's own."""
     from lmforge.tasks.formats import BUILTIN
@@ -98,13 +98,26 @@ def read_by_kind(options: dict, kind: str) -> dict:
     return {k: v for k, v in options.items() if kind in owners.get(k, [kind]) or "text-to-text" in owners[k]}
 
 
-def check_finetune_reads(finetune: dict, tasks: tuple, where: str, fail) -> None:
-    """fail(field, why) for a fine-tuning option of a kind of task that no task of the plan is (changed
-    from its default): every fine-tuning run would leave it unread."""
+def architecture(arm) -> str | None:
+    """The architecture of an arm's model from its preset (None: from a checkpoint or another arm)."""
+    from lmforge.presets import get_config
+
+    return get_config(arm.preset, **arm.overrides).architecture if arm.preset is not None else None
+
+
+def check_finetune_reads(finetune: dict, tasks: tuple, where: str, fail, arms: tuple = ()) -> None:
+    """fail(field, why) for a fine-tuning option of a kind of task that no task of the plan is, or a
+    text-to-text one where every arm is known to be no encoder-decoder (changed from its default): every
+    fine-tuning run would leave it unread."""
     from lmforge.tasks.base import option_owners
     from lmforge.tasks.finetune import TaskConfig
 
     kinds, owners, defaults = {task_kind(t) for t in tasks}, option_owners(), TaskConfig()
+    found = {architecture(arm) for arm in arms}
+    for key in TEXT_TO_TEXT if found and None not in found and "encoder-decoder" not in found else ():
+        if finetune.get(key) is not None:
+            fail(f"{where}.{key}", f"read by encoder-decoder arms (T5, BART) alone, and the plan's arms are "
+                                   f"{' and '.join(sorted(found))}")
     for key in sorted(set(finetune) & set(owners)):
         unread = not any(key in read_by_kind(finetune, kind) for kind in kinds)
         if unread and finetune[key] != getattr(defaults, key):

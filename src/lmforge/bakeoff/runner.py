@@ -29,7 +29,7 @@ from lmforge.bakeoff.corpus import topic_task, write_documents
 from lmforge.bakeoff.fingerprint import digest, pretrain_key, result_key, task_key, tokenizer_key
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
-from lmforge.bakeoff.plan_reads import read_by_kind
+from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, read_by_kind
 from lmforge.bakeoff.results import (
     RESULTS,  # noqa: F401 (callers read it here)
     append_row,
@@ -325,8 +325,11 @@ class BakeOff:
         train_cfg = TrainConfig.from_dict({"progress": False, **train, "seed": seed})
         splits = data["splits"]
         tokenizer = None if isinstance(model, Path) else self.tokenizer  # a directory reads with its own
+        options = read_by_kind(task_options, data["kind"])
+        if arm_config(self.plan, arm, self.tokenizer.vocab_size).architecture != "encoder-decoder":
+            options = {k: v for k, v in options.items() if k not in TEXT_TO_TEXT}  # the T5 / BART arms' alone
         finetune(model, tokenizer, data["kind"], splits["train"], splits["validation"], out, train_cfg,
-                 TaskConfig.from_dict(read_by_kind(task_options, data["kind"])), log=self.detail)
+                 TaskConfig.from_dict(options), log=self.detail)
         best = out / "best" if (out / "best").is_dir() else out / "final"
         metrics = evaluate(best, splits["test"], device=train_cfg.device)
         primary = next(iter(metrics))

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmforge.serve.body import not_unicode, too_deep
+from lmforge.serve.body import given_twice, not_unicode, too_deep
 from lmforge.serve.limits import Limits, RequestError, bounded_ids, check_generation
 from lmforge.serve.routes import parse_layers
 
@@ -38,6 +38,15 @@ def test_too_deep_is_one_pass_over_a_bomb():
 ])
 def test_not_unicode_names_the_field(body, field):
     assert not_unicode(body) == field
+
+
+@pytest.mark.parametrize("body, field", [
+    (b'{"texts": ["a"], "texts": ["b"]}', "texts"),
+    (b'{"query": "q", "documents": ["a", {"text": "b", "text": "c"}]}', "documents.1.text"),
+    (b'{"a": {"b": 1}, "b": 2}', None), (b'[{"a": 1}, {"a": 2}]', None), (b'{"a": ', None),
+])
+def test_given_twice_names_the_key_an_object_repeats(body, field):
+    assert given_twice(body) == field
 
 
 def test_layers_are_bounded_before_any_range_is_made():

@@ -127,6 +127,13 @@ def test_a_body_that_is_no_json_object_is_422_naming_the_body(server, body, kind
     assert words in message and "\n" not in message
 
 
+def test_a_key_given_twice_is_422_naming_it(server):
+    """Was a 200 of the last value: the first texts were dropped unsaid."""
+    body = b'{"model": "enc", "texts": ["the cat"], "texts": ["a dog"]}'
+    answer = server.client().post("/embed", content=body, headers={"content-type": "application/json"})
+    assert "given twice" in _error(answer, 422, "texts")
+
+
 @pytest.mark.parametrize("method, path, query", [
     ("POST", "/fill_mask", {"model": "enc", "text": "the cat sat on the mat"}),
     ("POST", "/fill_mask", {"model": "enc", "text": "the [MASK] sat on the <mask>"}),

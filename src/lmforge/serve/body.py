@@ -5,7 +5,8 @@ byte is read, a body that sends more than it declared or a chunked one at the fi
 limit), then two things the JSON parser and the routes cannot refuse cleanly are checked: nesting
 deeper than max_json_depth (a 4 MB `[[[[...` would otherwise reach the parser's recursion limit),
 and text that is not Unicode (bytes that are not UTF-8, or an escaped lone surrogate such as
-"\\ud800", which Python's JSON parser accepts and every tokenizer refuses): a 422 naming the field.
+"\\ud800", which Python's JSON parser accepts and every tokenizer refuses): a 422 naming the field; so is
+a key an object gives twice (the parser would keep the last value and drop the first unsaid).
 """
 from __future__ import annotations
 
@@ -85,8 +86,40 @@ def _first_bad(value, path: tuple) -> str | None:
     return None
 
 
+_TWICE = object()  # the value of a key an object gives more than once
+
+
+def _pairs(pairs: list) -> dict:
+    seen = {}
+    for key, value in pairs:
+        seen[key] = _TWICE if key in seen else value
+    return seen
+
+
+def given_twice(body: bytes) -> str | None:
+    """The field (a path like documents.1.text) of the first key that an object of the JSON `body` gives
+    twice, whose first value json.loads would drop unsaid; None when none is (or the body is no JSON)."""
+    try:
+        value = json.loads(body.decode("utf-8", "surrogateescape"), object_pairs_hook=_pairs)
+    except (ValueError, RecursionError):
+        return None
+    return _first_twice(value, ())
+
+
+def _first_twice(value, path: tuple) -> str | None:
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if item is _TWICE:
+            return ".".join(map(str, path + (key,)))
+        found = _first_twice(item, path + (key,))
+        if found is not None:
+            return found
+    return None
+
+
 def check_json(body: bytes, limits: Limits) -> None:
-    """413 for nesting past max_json_depth, 422 naming the field of text that is not Unicode."""
+    """413 for nesting past max_json_depth, 422 naming the field of text that is not Unicode or of a key
+    given twice."""
     if too_deep(body, limits.max_json_depth):
         raise too_large("max_json_depth",
                         f"the JSON nests deeper than max_json_depth={limits.max_json_depth}")
@@ -94,6 +127,10 @@ def check_json(body: bytes, limits: Limits) -> None:
     if field is not None:
         raise RequestError(422, f"{field}: not valid Unicode (bytes that are not UTF-8, or a lone surrogate "
                            "such as \\ud800)", param=field)
+    field = given_twice(body)
+    if field is not None:
+        raise RequestError(422, f"{field}: given twice in the body (JSON would keep the last one unsaid); "
+                           "send it once", param=field)
 
 
 async def checked_body(receive, headers: dict, limits: Limits):

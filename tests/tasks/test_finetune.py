@@ -128,12 +128,12 @@ def test_unlabelled_records_get_predictions_only(run, tmp_path):
 
 @pytest.mark.parametrize("options, field", [
     ({"device": "gpu"}, "device"), ({"device": 3.5}, "device"), ({"max_len": 0}, "max_len"),
-    ({"batch_size": 0}, "eval_batch_size")])
+    ({"batch_size": 0}, "batch_size"), ({"batch_size": 2.5}, "batch_size")])  # the caller's name for it
 def test_evaluate_refuses_a_bad_device_or_length_naming_it(run, options, field):
     out, _ = run  # device="gpu" was torch's RuntimeError; max_len=0 silently the model's own length
     with pytest.raises(OptionsError) as err:
         evaluate(out / "final", sentiment()["validation"][:2], **options)
-    assert err.value.field == field and "\n" not in str(err.value)
+    assert err.value.field == field and str(err.value).startswith(field) and "\n" not in str(err.value)
 
 
 def test_task_config_is_validated():

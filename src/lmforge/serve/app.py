@@ -227,18 +227,20 @@ def error_response(err: RequestError) -> JSONBody:
 
 def _field(loc) -> str:
     """A validation error's field path ("inputs.0"): without "body" and the names pydantic gives the
-    branches of a union ("str", "list[str]"), which name no field of the request."""
+    branches of a union ("str", "list[str]", a model's class name), which name no field of the request."""
     def branch(part) -> bool:
         return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict", "list")
-                                          or "[" in part)
+                                          or "[" in part or part[:1].isupper())
 
     return ".".join(str(p) for p in loc if p != "body" and not branch(p))
 
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody:
     errors = exc.errors()
-    # of a union's branch errors, the one that reached into the value (an index) says where it is wrong
-    first = next((e for e in errors if any(isinstance(p, int) for p in e.get("loc", ()))), errors[0])
+    # of a union's branch errors, the one that reached deepest into the value (an index, then the fields of
+    # an object there: documents.0.text) says where it is wrong
+    indexed = [e for e in errors if any(isinstance(p, int) for p in e.get("loc", ()))]
+    first = max(indexed, key=lambda e: len(e.get("loc", ()))) if indexed else errors[0]
     if first.get("type") == "json_invalid":  # its loc is ("body", character offset): no field to name
         why, at = (first.get("ctx") or {}).get("error", first.get("msg")), first.get("loc", (None, None))[-1]
         return error_response(RequestError(422, f"request body is not valid JSON: {why} (character {at})",

@@ -118,11 +118,12 @@ def test_a_body_that_is_not_json_is_422_naming_the_body(server, body):
     (b'[{"model": "enc", "texts": "x"}]', "application/json", "must be a JSON object, not an array"),
     (b"3", "application/json", "not a number"), (b"null", "application/json", "not null"),
     (b'"x"', "application/json", "not a string"), (b"", "application/json", "has no body"),
-    (b'{"model": "enc", "texts": "x"}', "text/plain", "content-type 'text/plain': send application/json"),
-], ids=["array", "number", "null", "string", "empty", "text-plain"])
+    (b'{"model": "enc", "texts": "x"}', "text/plain", "content-type 'text/plain': send content-type application"),
+    (b'{"model": "enc", "texts": "x"}', None, "sent without a content-type: send content-type application/json"),
+], ids=["array", "number", "null", "string", "empty", "text-plain", "no-content-type"])
 def test_a_body_that_is_no_json_object_is_422_naming_the_body(server, body, kind, words):
     """Was param null and pydantic's "Input should be a valid dictionary or object to extract fields from"."""
-    answer = server.client().post("/embed", content=body, headers={"content-type": kind})
+    answer = server.client().post("/embed", content=body, headers={"content-type": kind} if kind else {})
     message = _error(answer, 422, "body")
     assert words in message and "\n" not in message
 

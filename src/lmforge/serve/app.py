@@ -253,11 +253,12 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody
 
 def _not_an_object(request: Request, error: dict) -> str:
     """Why a body is no request: it is missing, its content-type is not JSON, or its JSON is no object."""
-    kind = request.headers.get("content-type", "")
+    kind = request.headers.get("content-type", "").split(";")[0].strip()
     if error.get("type") == "missing":
         return "the request has no body: send a JSON object"
-    if kind and "json" not in kind.split(";")[0].lower():
-        return f"the body is sent as content-type {kind.split(';')[0]!r}: send application/json"
+    if "json" not in kind.lower():  # FastAPI reads no other body as JSON, nor one without a content-type
+        return f"the body is sent {f'as content-type {kind!r}' if kind else 'without a content-type'}: " \
+               "send content-type application/json"
     names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
     return f"the body must be a JSON object, not {names.get(type(error.get('input')), 'null')}"
 

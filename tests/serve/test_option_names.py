@@ -101,6 +101,17 @@ def test_v1_completions_still_ignores_openai_clients_extras(client):
     assert answer.json()["usage"]["completion_tokens"] <= 2
 
 
+@pytest.mark.parametrize("field, value, words", [
+    ("texts", ["a dog"], "/v1/embeddings takes input"), ("pooling", "max", "a setting of /features"),
+    ("layers", None, "a setting of /features"), ("max_length", 3, "/v1/embeddings does not take"),
+])
+def test_v1_embeddings_refuses_lmforge_s_names_it_does_not_take(client, field, value, words):
+    """/embed's texts and /features' settings were ignored unsaid, as an OpenAI client's extras are."""
+    answer = client.post("/v1/embeddings", json={"model": "bert", "input": [TEXT], field: value})
+    assert _verdict(answer) == (422, field), answer.text
+    assert words in answer.json()["error"]["message"]
+
+
 OPTION_ROUTES = [("/embed", {"model": "bert", "texts": [TEXT]}, EmbedOptions),
                  ("/v1/embeddings", {"model": "bert", "input": [TEXT]}, EmbedOptions),
                  ("/features", {"model": "bert", "texts": [TEXT], "layers": -1}, FeatureOptions),

@@ -11,6 +11,8 @@ import typing
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, Field, create_model
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.config.options import OptionsError, base_type, bounds_text, coerce
@@ -98,10 +100,24 @@ class EmbeddingsBase(BaseModel):
     user: str | None = Field(None, description="OpenAI's: taken and unused")
 
 
+def _not_taken(why: str) -> tuple:
+    """(type, Field) of lmforge's name that /v1/embeddings does not take, which its OpenAI config would ignore
+    unsaid: any value, null too, is a 422 naming it (hidden from the spec)."""
+    def refuse(value):
+        raise PydanticCustomError("lmforge_name", why)
+    return SkipJsonSchema[Annotated[typing.Any, BeforeValidator(refuse)]], Field(None, exclude=True, repr=False)
+
+
+# /embed's texts, and /features' settings that no embedding reads (FeatureOptions' fields beyond EmbedOptions')
+NOT_TAKEN = {"texts": "/v1/embeddings takes input",
+             **{f.name: "a setting of /features (FeatureOptions), which /v1/embeddings does not take"
+                for f in dataclasses.fields(FeatureOptions)
+                if f.name not in {g.name for g in dataclasses.fields(EmbedOptions)}}}
 EmbeddingsRequest = create_model(
     "EmbeddingsRequest", __base__=EmbeddingsBase, __module__=__name__,
     __doc__="OpenAI's embeddings request, with every EmbedOptions field of /embed (encoding_format: OpenAI's "
-            "float and base64, and lmforge's others).", **options_fields(EmbedOptions))
+            "float and base64, and lmforge's others).", **options_fields(EmbedOptions),
+    **{name: _not_taken(why) for name, why in NOT_TAKEN.items()})
 
 
 class InputInfo(BaseModel):

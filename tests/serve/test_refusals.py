@@ -114,12 +114,15 @@ def test_a_body_that_is_not_json_is_422_naming_the_body(server, body):
     assert "sys." not in message  # Python's advice to its programmer is not the client's
 
 
+JSON_BODY = b'{"model": "enc", "texts": "x"}'  # a good body, sent under another content-type or none
+
+
 @pytest.mark.parametrize("body, kind, words", [
     (b'[{"model": "enc", "texts": "x"}]', "application/json", "must be a JSON object, not an array"),
     (b"3", "application/json", "not a number"), (b"null", "application/json", "not null"),
     (b'"x"', "application/json", "not a string"), (b"", "application/json", "has no body"),
-    (b'{"model": "enc", "texts": "x"}', "text/plain", "content-type 'text/plain': send content-type application"),
-    (b'{"model": "enc", "texts": "x"}', None, "sent without a content-type: send content-type application/json"),
+    (JSON_BODY, "text/plain", "content-type 'text/plain': send content-type application"),
+    (JSON_BODY, None, "sent without a content-type: send content-type application/json"),
 ], ids=["array", "number", "null", "string", "empty", "text-plain", "no-content-type"])
 def test_a_body_that_is_no_json_object_is_422_naming_the_body(server, body, kind, words):
     """Was param null and pydantic's "Input should be a valid dictionary or object to extract fields from"."""

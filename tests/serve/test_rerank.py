@@ -83,8 +83,9 @@ def test_truncation_is_said_per_document_or_refused(served, dirs):
     ({"query": QUERY, "documents": ["a dog"], "top_n": 0}, 422, "top_n"),
     ({"query": QUERY, "documents": ["a dog"], "top_n": "2"}, 422, "top_n"),
     ({"query": QUERY, "documents": [{"txt": "a dog"}]}, 422, "documents.0.text"),
-    ({"query": QUERY, "documents": [{"text": None}]}, 422, "documents.0.text"),  # were documents.0 and
-    ({"query": QUERY, "documents": [{"text": "a", "title": "b"}]}, 422, "documents.0.title"),  # "a valid string"
+    # each names the field at fault (they were documents.0 and the string form's "a valid string")
+    ({"query": QUERY, "documents": [{"text": None}]}, 422, "documents.0.text"),
+    ({"query": QUERY, "documents": [{"text": "a", "title": "b"}]}, 422, "documents.0.title"),
     ({"query": QUERY, "documents": ["a dog"], "rank_fields": ["x"]}, 422, "rank_fields"),
     ({"documents": ["a dog"]}, 422, "query"),
     ({"model": "plain", "query": QUERY, "documents": ["a dog"]}, 422, "model"),

@@ -11,13 +11,11 @@ import typing
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, Field, create_model
-from pydantic.json_schema import SkipJsonSchema
-from pydantic_core import PydanticCustomError
 
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.config.options import OptionsError, base_type, bounds_text, coerce
 from lmforge.pipelines.embed_options import EmbedOptions
-from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI, field_error
+from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI, field_error, refused_name
 
 
 def options_fields(cls, skip: tuple = ()) -> dict:
@@ -100,15 +98,7 @@ class EmbeddingsBase(BaseModel):
     user: str | None = Field(None, description="OpenAI's: taken and unused")
 
 
-def _not_taken(why: str) -> tuple:
-    """(type, Field) of lmforge's name that /v1/embeddings does not take, which its OpenAI config would ignore
-    unsaid: any value, null too, is a 422 naming it (hidden from the spec)."""
-    def refuse(value):
-        raise PydanticCustomError("lmforge_name", why)
-    return SkipJsonSchema[Annotated[typing.Any, BeforeValidator(refuse)]], Field(None, exclude=True, repr=False)
-
-
-# /embed's texts, and /features' settings that no embedding reads (FeatureOptions' fields beyond EmbedOptions')
+# /embed's texts, and /features' settings no embedding reads (FeatureOptions' fields beyond EmbedOptions')
 NOT_TAKEN = {"texts": "/v1/embeddings takes input",
              **{f.name: "a setting of /features (FeatureOptions), which /v1/embeddings does not take"
                 for f in dataclasses.fields(FeatureOptions)
@@ -117,7 +107,7 @@ EmbeddingsRequest = create_model(
     "EmbeddingsRequest", __base__=EmbeddingsBase, __module__=__name__,
     __doc__="OpenAI's embeddings request, with every EmbedOptions field of /embed (encoding_format: OpenAI's "
             "float and base64, and lmforge's others).", **options_fields(EmbedOptions),
-    **{name: _not_taken(why) for name, why in NOT_TAKEN.items()})
+    **{name: refused_name(why) for name, why in NOT_TAKEN.items()})
 
 
 class InputInfo(BaseModel):

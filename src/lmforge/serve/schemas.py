@@ -273,15 +273,19 @@ LMFORGE_NAMES = sorted((FIELDS.keys() | GenerateRequest.model_fields.keys())
                        - OpenAICompletion.model_fields.keys())
 
 
-def lmforge_name(name: str) -> tuple:
-    """(type, Field) of a setting sent to /v1/completions under lmforge's name `name`: any value, null too,
-    is a 422 naming it and the route's own name where it has one (hidden from the spec: never taken)."""
-    why = (f"/v1/completions takes {ROUTE_NAMES[name]}" if name in ROUTE_NAMES
-           else "lmforge's generation setting, which /v1/completions does not take")
-
+def refused_name(why: str) -> tuple:
+    """(type, Field) of a name an OpenAI route does not take, which its config would ignore unsaid: any
+    value, null too, is a 422 naming it, saying `why` (hidden from the spec: never taken)."""
     def refuse(value):
         raise PydanticCustomError("lmforge_name", why)
     return SkipJsonSchema[Annotated[Any, BeforeValidator(refuse)]], Field(None, exclude=True, repr=False)
+
+
+def lmforge_name(name: str) -> tuple:
+    """refused_name of a setting sent to /v1/completions under lmforge's name `name`, with the route's own
+    name where it has one."""
+    return refused_name(f"/v1/completions takes {ROUTE_NAMES[name]}" if name in ROUTE_NAMES
+                        else "lmforge's generation setting, which /v1/completions does not take")
 
 
 CompletionRequest = create_model(

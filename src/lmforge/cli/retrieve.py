@@ -43,17 +43,14 @@ def _options(args) -> tuple:
     from lmforge.cli.common import UsageError, parse_overrides, read_config_file
     from lmforge.retrieval.dpr import EncoderOptions
     from lmforge.train import TrainConfig
-    from lmforge.train.config import options_from_dict
 
     options = {**read_config_file(getattr(args, "config", None)), **parse_overrides(args.overrides)}
     train_keys, encoder_keys = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(EncoderOptions)}
     unknown = sorted(set(options) - train_keys - encoder_keys)
     if unknown:
         raise UsageError(f"unknown option(s) {unknown}: training options or {', '.join(sorted(encoder_keys))}")
-    encoder = {k: v for k, v in options.items() if k in encoder_keys}
-    # a YAML file's 5e-2 is text (YAML 1.1): read as TrainConfig reads its numbers from the same file
-    read = options_from_dict(EncoderOptions, encoder, "encoder")
-    return {k: v for k, v in options.items() if k in train_keys}, {k: getattr(read, k) for k in encoder}
+    return ({k: v for k, v in options.items() if k in train_keys},
+            {k: v for k, v in options.items() if k in encoder_keys})
 
 
 def cmd_index_build(args) -> None:

@@ -248,3 +248,23 @@ def test_a_list_option_must_bound_its_count():
 
     with pytest.raises(ValueError, match="max_items is required"):
         option((), "widths", items=Items("int"), low=1)
+
+
+def test_refuse_changed_names_the_first_setting_off_its_default_and_passes_defaults():
+    from dataclasses import dataclass, field
+
+    from lmforge.config.options import OptionsError, option, refuse_changed
+
+    @dataclass
+    class Opts:
+        a: int = option(1, "a")
+        b: str = option("x", "b")
+        c: list = field(default_factory=list)
+
+    refuse_changed(Opts(), ("a", "b", "c"), "unread")  # defaults change nothing: they pass
+    refuse_changed(Opts(a=2), ("b",), "unread")  # only the names asked about are judged
+    with pytest.raises(OptionsError) as err:
+        refuse_changed(Opts(b="y", c=[1]), ("a", "b", "c"), lambda name: f"{name} is not read here")
+    assert err.value.field == "b" and str(err.value) == "b='y': b is not read here"
+    with pytest.raises(OptionsError, match=r"^c=\[1\]: unread$"):  # a factory's default is its value
+        refuse_changed(Opts(c=[1]), ("c",), "unread")

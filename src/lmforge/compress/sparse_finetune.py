@@ -11,7 +11,6 @@ their own (lr x scores_lr_scale), listed first, so the lr column of metrics.json
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import torch
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.sparsity import METHODS, Pruner, is_score, kept_by_matrix, weight_sparsity
 from lmforge.config import atomic_write_text, option
-from lmforge.config.options import OptionsError, check_options
+from lmforge.config.options import OptionsError, check_options, refuse_changed
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (
@@ -52,7 +51,8 @@ NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed
         "kernels (the time ratio is measured, not assumed)")
 
 
-READ_BY = {"scores_lr_scale": ("movement", "soft-movement"), "soft_lambda": ("soft-movement",)}  # else unused
+# the methods that read a schedule option (another one given it is refused: SparseConfig)
+READ_BY = {"scores_lr_scale": ("movement", "soft-movement"), "soft_lambda": ("soft-movement",)}
 SCHEDULE = ("start", "end", "scores_lr_scale", "soft_lambda")  # the key=value options (method, sparsity: flags)
 
 
@@ -78,11 +78,9 @@ class SparseConfig:
                 raise OptionsError(f"{name} is required (no default)", name)
         if self.start > self.end:
             raise OptionsError(f"need start <= end, got start={self.start}, end={self.end}", "start")
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name, readers in READ_BY.items():  # given (not its default) where the method reads nothing of it
-            if self.method not in readers and getattr(self, name) != defaults[name]:
-                raise OptionsError(f"{name}={getattr(self, name)}: only {' and '.join(readers)} pruning "
-                                   f"reads it, not {self.method}; drop it", name)
+        unread = [name for name, readers in READ_BY.items() if self.method not in readers]
+        refuse_changed(self, unread, lambda name: f"only {' and '.join(READ_BY[name])} pruning reads it, "
+                                                  f"not {self.method}; drop it")
 
     @classmethod
     def from_dict(cls, data: dict) -> SparseConfig:

@@ -162,6 +162,18 @@ def check_options(obj, error=OptionsError) -> None:
         check_value(f.name, f.type, f.metadata, getattr(obj, f.name), error)
 
 
+def refuse_changed(obj, names, why) -> None:
+    """An OptionsError naming the first of `names` set in the options dataclass `obj` to other than its
+    declared default, "name=value: why" (why: text, or a function of the name): a setting the run would not
+    read is refused, never ignored (its default changes nothing, so it passes)."""
+    defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+                for f in dataclasses.fields(obj) if f.name in names}
+    for name in names:
+        value = getattr(obj, name)
+        if value != defaults[name]:
+            raise OptionsError(f"{name}={value!r}: {why(name) if callable(why) else why}", name)
+
+
 def coerce(cls, name: str, value: Any, error=OptionsError, from_text: bool = True):
     """A value for field `name` of `cls` as its type: a whole float (3.0) as an int; from_text (a command
     line's key=value): also "true"/"false" as a bool, "null" as None and a numeric string as a number.

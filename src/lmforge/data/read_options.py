@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lmforge.config.options import OptionsError, check_options, option
+from lmforge.config.options import OptionsError, check_options, option, refuse_changed
 
 FORMATS, DOCUMENTS, ERRORS = ("auto", "text", "jsonl"), ("block", "file"), ("skip", "replace", "strict")
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -36,10 +36,7 @@ class ReadOptions:
             raise OptionsError("text_field is empty: name the JSONL field holding the text", "text_field")
         # a setting of one format given where every file is the other is read by nothing: refused
         unread = (("text_field",) if self.format == "text" else TEXT_ONLY if self.format == "jsonl" else ())
-        for name in unread:
-            if getattr(self, name) != getattr(ReadOptions, name):
-                raise OptionsError(f"{name}={getattr(self, name)!r}: format={self.format} does not read it; "
-                                   "drop it, or let format be auto", name)
+        refuse_changed(self, unread, f"format={self.format} does not read it; drop it, or let format be auto")
 
     def format_of(self, path: Path) -> str:
         """'text' or 'jsonl' for a file (by its name without .gz unless set)."""

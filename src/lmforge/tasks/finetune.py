@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from lmforge.config import atomic_write_text, option
-from lmforge.config.options import OptionsError, check_options, check_value, coerce
+from lmforge.config.options import OptionsError, check_options, check_value, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.io import load, model_dir
 from lmforge.io.native import read_json_object
@@ -277,21 +277,17 @@ def check_read(task: str, read: tuple, cfg: TaskConfig) -> None:
     """An OptionsError naming the first option of another kind of task (qa's doc_stride, seq2seq's
     num_beams, rerank's loss, a text-to-text prefix ...) set in `cfg` but not one the `task` reads:
     such an option is refused, never ignored."""
-    owners, defaults = option_owners(), TaskConfig()  # name -> the kinds of task that read it
-    for name in owners:
-        if name not in read and getattr(cfg, name) != getattr(defaults, name):
-            raise OptionsError(f"{name}={getattr(cfg, name)!r}: an option of {' and '.join(owners[name])} "
-                               f"tasks; a {task} task does not read it", name)
+    owners = option_owners()  # name -> the kinds of task that read it
+    refuse_changed(cfg, [name for name in owners if name not in read], lambda name: f"an option of "
+                   f"{' and '.join(owners[name])} tasks; a {task} task does not read it")
 
 
 def check_validated(train_cfg: TrainConfig, task_cfg: TaskConfig) -> None:
     """An OptionsError naming a setting of validation (eval_every, patience, keep_best, eval_batch_size)
     changed from its default in a run without validation records, where nothing reads it."""
-    for cfg, name in ((train_cfg, "eval_every"), (task_cfg, "patience"), (task_cfg, "keep_best"),
-                      (task_cfg, "eval_batch_size")):
-        if getattr(cfg, name) != getattr(type(cfg)(), name):
-            raise OptionsError(f"{name}={getattr(cfg, name)!r}: a setting of validation, and the run has no "
-                               "validation records (--valid FILE) to evaluate", name)
+    why = "a setting of validation, and the run has no validation records (--valid FILE) to evaluate"
+    refuse_changed(train_cfg, ("eval_every",), why)
+    refuse_changed(task_cfg, ("patience", "keep_best", "eval_batch_size"), why)
 
 
 def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,

@@ -89,21 +89,25 @@ def _first_bad(value, path: tuple) -> str | None:
 _TWICE = object()  # the value of a key an object gives more than once
 
 
-def _pairs(pairs: list) -> dict:
-    seen = {}
-    for key, value in pairs:
-        seen[key] = _TWICE if key in seen else value
-    return seen
-
-
 def given_twice(body: bytes) -> str | None:
     """The field (a path like documents.1.text) of the first key that an object of the JSON `body` gives
     twice, whose first value json.loads would drop unsaid; None when none is (or the body is no JSON)."""
+    repeated = []
+
+    def pairs(items: list) -> dict:
+        seen = dict(items)
+        if len(seen) < len(items):  # a key given twice: marked, for the path to it to be found
+            repeated.append(True)
+            seen = {}
+            for key, value in items:
+                seen[key] = _TWICE if key in seen else value
+        return seen
+
     try:
-        value = json.loads(body.decode("utf-8", "surrogateescape"), object_pairs_hook=_pairs)
+        value = json.loads(body.decode("utf-8", "surrogateescape"), object_pairs_hook=pairs)
     except (ValueError, RecursionError):
         return None
-    return _first_twice(value, ())
+    return _first_twice(value, ()) if repeated else None  # the walk only where the parse saw one
 
 
 def _first_twice(value, path: tuple) -> str | None:

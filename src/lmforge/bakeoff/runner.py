@@ -178,6 +178,7 @@ class BakeOff:
         self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
                                        plan.tokenizer["vocab_size"])
         self.schedules = schedules(plan, self.tokenizer.vocab_size)
+        self.architectures: dict = {}  # arm name -> its model's architecture, read once (architecture)
         self.tasks = {t["name"]: task_splits(t, self.out) for t in plan.tasks}
         self.units = len(plan.arms) * len(plan.seeds) * (1 + len(plan.tasks))
         self.finished = self.ran = 0  # units of the plan done, and done by this process
@@ -312,6 +313,12 @@ class BakeOff:
         """The text an arm pretrains on: its own corpus or the plan's."""
         return corpus_file(arm.corpus, self.out) if arm.corpus else self.corpus
 
+    def architecture(self, arm: Arm) -> str:
+        """The architecture of an arm's model, read once a run (an arm from a checkpoint loads it)."""
+        if arm.name not in self.architectures:
+            self.architectures[arm.name] = arm_config(self.plan, arm, self.tokenizer.vocab_size).architecture
+        return self.architectures[arm.name]
+
     def finetune(self, arm: Arm, seed: int, task: str, model: Path | None) -> dict:
         """Fine-tune the pretrained `model` on `task` with the plan's recipe; the test-set row."""
         from lmforge.tasks.finetune import TaskConfig, evaluate, finetune, preset_model
@@ -326,7 +333,7 @@ class BakeOff:
         splits = data["splits"]
         tokenizer = None if isinstance(model, Path) else self.tokenizer  # a directory reads with its own
         options = read_by_kind(task_options, data["kind"])
-        if arm_config(self.plan, arm, self.tokenizer.vocab_size).architecture != "encoder-decoder":
+        if self.architecture(arm) != "encoder-decoder":
             options = {k: v for k, v in options.items() if k not in TEXT_TO_TEXT}  # the T5 / BART arms' alone
         finetune(model, tokenizer, data["kind"], splits["train"], splits["validation"], out, train_cfg,
                  TaskConfig.from_dict(options), log=self.detail)

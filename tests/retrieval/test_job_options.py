@@ -133,7 +133,7 @@ def test_a_setting_of_the_dense_search_is_refused_with_bm25_never_ignored(tmp_pa
     (tmp_path / "passages.jsonl").touch()  # an index, as far as the command looks before the options
     query = ["retrieve", "--index", str(tmp_path), "--query", "q", "--method", "bm25", "--backend", "faiss"]
     build = ["index", "build", "--out", str(tmp_path / "ix"), "--batch-size", "8"]
-    for argv, said in ((query, f"--backend faiss: {dense_only}"), (build, "batch_size=8: passages")):
+    for argv, said in ((query, f"--backend faiss: {dense_only}"), (build, "--batch-size 8: passages")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1 and not (tmp_path / "ix").exists()

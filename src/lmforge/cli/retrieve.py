@@ -55,7 +55,10 @@ def _options(args) -> tuple:
 
 def cmd_index_build(args) -> None:
     """Build passages, BM25 and (with --model) the dense index under --out."""
-    from lmforge.cli.common import UsageError, refuse_overwrite
+    from dataclasses import asdict, fields
+
+    from lmforge.cli.common import UsageError, flag_error, refuse_overwrite
+    from lmforge.config.options import OptionsError
     from lmforge.retrieval.jobs import build_index_dir
 
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
@@ -65,8 +68,13 @@ def cmd_index_build(args) -> None:
     train, encoder = _options(args)
     if train:
         raise UsageError(f"index build takes no training options ({sorted(train)})")
-    summary = build_index_dir(args.out, args.passages, args.model, args.seed, index, not args.quiet,
-                              **encoder)
+    try:
+        summary = build_index_dir(args.out, args.passages, args.model, args.seed, index, not args.quiet,
+                                  **encoder)
+    except OptionsError as err:  # an index option the build refused is said as its flag
+        if err.field in {f.name for f in fields(IndexOptions)}:
+            raise flag_error(err, asdict(index)) from None
+        raise
     print(json.dumps(summary))
 
 

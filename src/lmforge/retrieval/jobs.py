@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 from lmforge.config.checks import within_context
-from lmforge.config.options import OptionsError, check_value
+from lmforge.config.options import OptionsError, check_value, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
@@ -55,9 +55,9 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
-    if index.batch_size != IndexOptions().batch_size and not model:
-        raise OptionsError(f"batch_size={index.batch_size}: passages embedded at once, for a dense index; "
-                           "without a model there is none to embed", "batch_size")
+    if not model:
+        refuse_changed(index, ("batch_size",), "passages embedded at once, for a dense index; without a model "
+                       "there is none to embed")
     encoder = _encoder(model, **options) if model else None  # a bad max_length refused before out is made
     passages = load_passages(source, seed, index.words)
     bm25 = BM25Index.build(passages, where=source or "builtin")  # passages with no words: refused before out

@@ -267,7 +267,7 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
     return examples[held_out:], examples[:held_out]
 
 
-def _sized_to(cfg, tokenizer, asked, log):
+def sized_to(cfg, tokenizer, asked, log):
     """cfg with the tokenizer's vocabulary (a different vocab_size override is said to be replaced)
     and, for generators, its special token ids."""
     if asked is not None and asked != tokenizer.vocab_size:  # the embeddings follow the tokenizer
@@ -316,7 +316,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     shards, docs, words = _corpus(inputs, recipe, start, train.seed)
     tokenizer = _tokenizer(spec, out, inputs.tokenizer, start, shards, docs, inputs.vocab_size())
     if start is None and teacher is None:
-        cfg = _sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
+        cfg = sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
     examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, recipe.max_len), train.seed)

@@ -152,3 +152,13 @@ def test_an_objective_option_out_of_its_range_is_refused_naming_the_plan_and_arm
     said = rf"^p\.yaml: arms\.electra: the generator ratio must be a number in \(0, 1\], got {ratio!r}$"
     with pytest.raises(PlanError, match=said):  # it said neither the plan nor the arm
         schedules(check_plan(tiny_plan, "p.yaml"), 300)
+
+
+def test_an_objective_option_its_objective_refuses_is_a_plan_error_before_any_arm_trains(tmp_path, tiny_plan):
+    from lmforge.bakeoff import PlanError
+    from lmforge.bakeoff.runner import BakeOff
+
+    tiny_plan["arms"][1]["options"] = {"ratio": 0.5, "replace": [0.5, 0.5, 0.5]}  # rtd's masked LM reads it
+    with pytest.raises(PlanError, match=r"^p\.yaml: arms\.electra: need 0 < rate < 1 and replace fractions"):
+        BakeOff(check_plan(tiny_plan, "p.yaml"), tmp_path, log=lambda line: None)
+    assert not (tmp_path / "mlm").exists() and not (tmp_path / "electra").exists()  # no arm began

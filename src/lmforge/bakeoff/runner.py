@@ -41,7 +41,7 @@ from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import checkpoints
-from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer
+from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer, sized_to
 from lmforge.utils.atomic import append_text
 
 LOG = "bakeoff.log"  # the plan's progress and every run's own log lines
@@ -165,6 +165,29 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
     return out
 
 
+def check_objectives(plan: Plan, tokenizer) -> None:
+    """Each pretraining arm's objective built once, with the run's tokenizer, around a weightless model
+    (torch's meta device), before any arm trains: an option out of its range (mlm's rate: 0) is a
+    PlanError naming the plan and arm, not an error when that arm starts, after the ones before it.
+    An arm from a checkpoint reads with the checkpoint's own tokenizer: it is checked when it starts."""
+    import torch
+
+    from lmforge.model import from_config
+
+    for arm in plan.arms:
+        root = arm
+        while root.continue_from is not None:
+            root = plan.arm(root.continue_from)
+        if not arm.pretrain or root.model is not None:
+            continue
+        try:
+            with torch.device("meta"):
+                cfg = sized_to(arm_config(plan, arm, tokenizer.vocab_size), tokenizer, None, None)
+                arm_spec(plan, arm).make(from_config(cfg), tokenizer)
+        except ValueError as err:  # said by the objective: its options, or the tokenizer it needs
+            raise PlanError(f"{plan.source}: arms.{arm.name}: {str(err).splitlines()[0]}") from None
+
+
 class BakeOff:
     """One plan's run under `out`: corpus, tokenizer, schedules, then arm by arm (see the module)."""
 
@@ -178,6 +201,7 @@ class BakeOff:
         self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
                                        plan.tokenizer["vocab_size"])
         self.schedules = schedules(plan, self.tokenizer.vocab_size)
+        check_objectives(plan, self.tokenizer)
         self.architectures: dict = {}  # arm name -> its model's architecture, read once (architecture)
         self.tasks = {t["name"]: task_splits(t, self.out) for t in plan.tasks}
         self.units = len(plan.arms) * len(plan.seeds) * (1 + len(plan.tasks))

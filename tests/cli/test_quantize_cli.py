@@ -198,12 +198,12 @@ def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_time
 
 @pytest.mark.parametrize("fields, flags, named", [
     ({"seq_len": 0}, ["--seq-len", "0"], "--seq-len 0: must be"),
-    ({"alpha": 1.5}, ["--smooth-alpha", "1.5"], "--smooth-alpha 1.5: the migration strength is in [0, 1]"),
+    ({"alpha": 1.5}, ["--smooth-alpha", "1.5"], "--smooth-alpha 1.5: must be a finite number >= 0 and <= 1"),
     ({"alpha": float("nan")}, ["--smooth-alpha", "nan"], "--smooth-alpha nan"),
     ({"seed": -1}, ["--seed", "-1"], "--seed -1: must be in"),
-    # smoothing with weight-only was ignored in Python, refused by the command line
+    # smoothing with weight-only: refused alike, by value (its default changes nothing, so both pass it)
     ({"alpha": 0.5, "mode": "weight-only"}, ["--mode", "weight-only", "--smooth-alpha", "0.5"],
-     "--smooth-alpha: smoothing is for --mode dynamic"),
+     "--smooth-alpha 0.5: smoothing is for mode dynamic (weight-only quantises no activations)"),
     # the timed tokens are bounded together: each flag is within its own bounds here
     ({"seq_len": 512, "batch_size": 4096}, ["--batch-size", "4096", "--seq-len", "512"],
      "--seq-len 512: 2097152 tokens in the timed batch (4096 rows of 512), over 65536"),
@@ -255,3 +255,24 @@ def test_the_command_line_s_defaults_are_the_python_defaults():
     assert quantize_options(args) == QuantizeOptions()
     args = build_parser().parse_args(["quantize", "--model", "m", "--out", "o", "--no-smooth", "--rounds", "2"])
     assert quantize_options(args) == QuantizeOptions(alpha=None, rounds=2)
+
+
+def test_smoothing_settings_with_weight_only_are_judged_by_value_alike_and_calibration_text_refused(tmp_path,
+                                                                                                      capsys):
+    from lmforge.cli import build_parser
+    from lmforge.cli.quantize import quantize_options
+    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.smooth import ALPHA
+
+    base = ["quantize", "--model", "m", "--out", "o", "--mode", "weight-only"]
+    for flags, alpha in ((["--smooth-alpha", str(ALPHA)], ALPHA), (["--no-smooth"], None)):  # change nothing
+        assert quantize_options(build_parser().parse_args(base + flags)) == QuantizeOptions("weight-only", alpha)
+    text = tmp_path / "c.txt"
+    text.write_text("a calibration text\n")
+    for mode, said in (("weight-only", "smoothing is for --mode dynamic"), ("dynamic", "smoothing is off")):
+        extra = ["--no-smooth"] if mode == "dynamic" else []
+        argv = ["quantize", "--model", "m", "--out", str(tmp_path / "q"), "--mode", mode, "--calibration",
+                str(text), *extra]
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == f"lmforge quantize: error: --calibration: {said}" + \
+            (" (weight-only quantises no activations)" if mode == "weight-only" else " (--no-smooth)")

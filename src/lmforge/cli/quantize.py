@@ -74,19 +74,19 @@ def _check(args) -> None:
     check_task(args.task)
     if not args.data and (args.task or args.columns):
         raise UsageError(f"{'--task' if args.task else '--columns'} reads --data: give --data FILE too")
-    given = [f"--{name.replace('_', '-')}" for name in ("calibration", "smooth_alpha", "no_smooth")
-             if getattr(args, name) not in (None, False)]  # the smoothing options on the command line
-    if args.mode != "dynamic" and given:
-        raise UsageError(f"{given[0]}: smoothing is for --mode dynamic (weight-only quantises no "
-                         "activations)")
-    if args.no_smooth and len(given) > 1:
-        raise UsageError(f"{given[0]} and --no-smooth: smoothing is either on or off")
+    # --smooth-alpha is judged by QuantizeOptions, as Python's is: by value (its default, or none, changes
+    # nothing where weight-only smooths nothing); texts to smooth from are read by dynamic smoothing alone
+    if args.calibration is not None and (args.mode != "dynamic" or args.no_smooth):
+        said = "smoothing is off (--no-smooth)" if args.mode == "dynamic" else \
+            "smoothing is for --mode dynamic (weight-only quantises no activations)"
+        raise UsageError(f"--calibration: {said}")
+    if args.no_smooth and args.smooth_alpha is not None:
+        raise UsageError("--smooth-alpha and --no-smooth: smoothing is either on or off")
 
 
 # the flags' rules in words (their bounds are QuantizeOptions'; the timed tokens' bound says its own), and
 # the field whose flag is another name
-QUANTIZE_WORDS = {"seed": f"must be in [{SEED[0]}, {SEED[1]}]",
-                  "alpha": "the migration strength is in [0, 1]"}
+QUANTIZE_WORDS = {"seed": f"must be in [{SEED[0]}, {SEED[1]}]"}
 QUANTIZE_FLAGS = {"alpha": "--smooth-alpha"}
 
 

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmforge.config.options import OptionsError
 from lmforge.fast.dropout import FastDropout
 from lmforge.fast.execution import FastExecution
 from lmforge.fast.linear import FastLinear
@@ -105,6 +106,12 @@ def _slots(model: nn.Module) -> list:
 def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = None) -> nn.Module:
     """Turn `model`'s accelerations on (enabled=False: off), once; returns the model. paths: which
     execution choices to make (fast/paths.py; default: every one that is measured to pay)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"optimize takes a model (a torch.nn.Module), got {type(model).__name__}")
+    if not isinstance(enabled, bool):  # "no" would switch everything on
+        raise OptionsError(f"enabled must be true or false, got {enabled!r:.40}", "enabled")
+    if paths is not None and not isinstance(paths, FastPaths):
+        raise OptionsError(f"paths must be a FastPaths, got {type(paths).__name__}", "paths")
     if not enabled:
         for module in model.modules():
             module.__dict__.pop("slot", None)

@@ -15,7 +15,7 @@ def check_prompt(model: Transformer, input_ids, attention_mask) -> torch.Tensor:
     """Refuse a request the model cannot serve, before any model call; returns the (B, T) mask."""
     if model.config.architecture == "encoder":
         raise ValueError("generation needs a decoder or an encoder-decoder; an encoder with an MLM head "
-                         "fills masks instead (lmforge.apps.fill_mask)")
+                         "fills masks instead (lmforge.fill_mask)")
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise ValueError(f"input_ids must be an integer tensor of shape (batch, length), got {shape}")

@@ -134,7 +134,8 @@ def cmd_heads(args) -> None:
 
     options = heads_options(args)
     check_out(args.out, args.model)  # every run writes OUT/heads.json (and a pruning run OUT/pruned)
-    refuse_overwrite(args.out, ("--data", args.data), writes=("heads.json", "heads.png", "pruned"))
+    refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
+                     writes=("heads.json", "heads.png", "pruned"))
     if options.prune is not None or options.until is not None:
         from lmforge.compress.prune_report import refuse_quantised
 

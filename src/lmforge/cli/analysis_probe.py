@@ -137,8 +137,8 @@ def cmd_probe(args) -> None:
     from lmforge.analysis.probing import probe_sweep
     from lmforge.cli.common import refuse_overwrite
 
-    refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model),
-                     writes=("probe.json", "probe.png"))
+    refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model), ("--tokenizer", args.tokenizer),
+                     ("--config", args.config), writes=("probe.json", "probe.png"))
     start = time.perf_counter()
     config, heads = fit_config(args), probe_heads(args)
     records = probe_data(args)
@@ -213,7 +213,8 @@ def cmd_features(args) -> None:
     from lmforge.cli.common import UsageError, refuse_overwrite
 
     refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--dev", args.dev),
-                     ("--test", args.test), ("--model", args.model), writes=("features.json", "metrics.json"))
+                     ("--test", args.test), ("--model", args.model), ("--tokenizer", args.tokenizer),
+                     ("--config", args.config), writes=("features.json", "metrics.json"))
     if args.text:
         _text_features(args)
         return

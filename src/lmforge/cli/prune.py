@@ -117,8 +117,9 @@ def cmd_prune(args) -> None:
     from lmforge.tasks.finetune import task_info
 
     check_out(args.out, args.model)
-    refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--valid", args.valid),
-                     ("--config", args.config), writes=(*TRAINING_OUTPUTS, "model", "prune.json"))
+    refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
+                     ("--train", args.train), ("--valid", args.valid), ("--config", args.config),
+                     writes=(*TRAINING_OUTPUTS, "model", "prune.json"))
     _refuse_unused(args)
     check_task(args.task)
     refuse_quantised(args.model)

@@ -1,0 +1,32 @@
+"""No command writes over one of its inputs: an input given inside --out, at a name the job writes there,
+is refused up front in one line naming both flags (exit 2), and the input is left as it was."""
+import pytest
+
+from tests.faces import cli_verdict
+
+# (argv before the input flag, the input flag, the name under --out it is given as)
+CASES = [
+    (["heads", "--model", "m", "--data", "d.jsonl"], "--importance-data", "heads.json"),
+    (["prune", "--model", "m", "--method", "ffn", "--sparsity", "0.5", "--data", "d.jsonl"],
+     "--importance-data", "prune.json"),
+    (["probe", "--model", "m"], "--config", "probe.json"),
+    (["probe", "--model", "m"], "--tokenizer", "."),
+    (["features", "--model", "m", "--text", "a b"], "--config", "metrics.json"),
+    (["features", "--model", "m", "--text", "a b"], "--tokenizer", "."),
+]
+
+
+@pytest.mark.parametrize("argv, flag, name", CASES, ids=[f"{a[0]}{f}" for a, f, _ in CASES])
+def test_an_input_at_a_name_the_job_writes_is_refused(tmp_path, monkeypatch, argv, flag, name):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "o"
+    out.mkdir()
+    given = out / name
+    if name != ".":
+        given.write_text("{}\n")
+    before = sorted(p.name for p in out.iterdir())
+    line = cli_verdict([*argv, flag, str(given), "--out", str(out)], {})
+    assert line is not None and "would write over the input" in line and flag in line and "--out" in line, line
+    assert sorted(p.name for p in out.iterdir()) == before  # nothing written
+    if name != ".":
+        assert given.read_text() == "{}\n"

@@ -177,3 +177,24 @@ def test_a_config_that_is_not_a_json_object_is_named(saved):
     (saved / "config.json").write_text("[1, 2]")
     with pytest.raises(CheckpointError, match=r"config.json must hold a JSON object \{...\}, not list \[1, 2\]"):
         lmforge.load(saved)
+
+
+@pytest.mark.parametrize("fmt", ["lmforge", "hf"])
+def test_save_refuses_a_target_it_would_write_through_or_over_and_writes_nothing(tmp_path, monkeypatch, fmt):
+    import lmforge.convert  # noqa: F401 (registers the hf writer)
+
+    model = lmforge.build(lmforge.tiny("bert-base"))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    (tmp_path / "file").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    for target, said in (("link", "is a symbolic link"), ("file", "exists and is not a folder"),
+                         ("", "path is empty"), (" ", "path is empty")):
+        with pytest.raises(lmforge.OptionsError, match=said) as refused:
+            lmforge.save(model, target, format=fmt)
+        assert refused.value.field == "path"
+    with pytest.raises(lmforge.OptionsError, match="^state must be a mapping") as refused:
+        lmforge.save(model, "new", format=fmt, state=["weights"])
+    assert refused.value.field == "state"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "link", "real"]
+    assert not any((tmp_path / "real").iterdir())  # nothing written where the link points

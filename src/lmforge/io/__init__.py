@@ -12,6 +12,7 @@ from typing import Callable
 
 from lmforge import elmo as _elmo
 from lmforge import model as _model
+from lmforge.config.options import OptionsError
 from lmforge.io.files import CheckpointError, load_state_strict, load_weights, save_tensors
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
 from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, inside_job_folder, model_dir
@@ -29,11 +30,28 @@ def register_format(name: str, detect: Callable, read: Callable, write: Callable
 def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None) -> Path:
     """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or a registered
     format ("hf"). `state` replaces model.state_dict() (the gathered weights of a sharded model)."""
+    _check_target(path)
+    if state is not None and not isinstance(state, dict):
+        raise OptionsError(f"state must be a mapping of weight names to tensors, got {type(state).__name__}",
+                           "state")
     if format in FOREIGN:
         return FOREIGN[format][2](model, path)
     if format != FORMAT:
         raise ValueError(f"format={format!r} is not one of {', '.join((FORMAT, *FOREIGN))}")
     return save_native(model, path, state)
+
+
+def _check_target(path) -> None:
+    """An OptionsError naming `path` where a model directory cannot be written there: an empty name (the
+    working folder), a symbolic link (its files would be written where it points) or a file."""
+    if not str(path).strip():
+        raise OptionsError("path is empty: name the model directory to write (\"\" is the working folder)",
+                           "path")
+    if Path(path).is_symlink():
+        raise OptionsError(f"path {path}: is a symbolic link; a model is never written through one (name the "
+                           "folder it points to)", "path")
+    if Path(path).exists() and not Path(path).is_dir():
+        raise OptionsError(f"path {path}: exists and is not a folder", "path")
 
 
 def load(path: str | os.PathLike) -> Transformer:

@@ -13,20 +13,37 @@ CASES = [
     (["probe", "--model", "m"], "--tokenizer", "."),
     (["features", "--model", "m", "--text", "a b"], "--config", "metrics.json"),
     (["features", "--model", "m", "--text", "a b"], "--tokenizer", "."),
+    (["quantize", "--model", "{model}"], "--calibration", "quantize.json"),
+    (["retrieve", "train", "--steps", "1"], "--model", "final"),
+    (["retrieve", "reader", "--steps", "1"], "--model", "final"),
 ]
 
 
-@pytest.mark.parametrize("argv, flag, name", CASES, ids=[f"{a[0]}{f}" for a, f, _ in CASES])
-def test_an_input_at_a_name_the_job_writes_is_refused(tmp_path, monkeypatch, argv, flag, name):
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """A saved tiny model (a command that finds its model before it checks --out needs one on disk)."""
+    import lmforge
+
+    path = tmp_path_factory.mktemp("model") / "m"
+    lmforge.build(lmforge.tiny("bert-base")).save(path)
+    return path
+
+
+@pytest.mark.parametrize("argv, flag, name", CASES, ids=[f"{' '.join(a[:2] if a[1][0] != '-' else a[:1])} {f}" for a, f, _ in CASES])
+def test_an_input_at_a_name_the_job_writes_is_refused(tmp_path, monkeypatch, model, argv, flag, name):
     monkeypatch.chdir(tmp_path)
+    argv = [a.replace("{model}", str(model)) for a in argv]
     out = tmp_path / "o"
     out.mkdir()
     given = out / name
-    if name != ".":
+    if name == "final":  # a model folder
+        given.mkdir()
+        (given / "config.json").write_text("{}\n")
+    elif name != ".":
         given.write_text("{}\n")
     before = sorted(p.name for p in out.iterdir())
     line = cli_verdict([*argv, flag, str(given), "--out", str(out)], {})
     assert line is not None and "would write over the input" in line and flag in line and "--out" in line, line
     assert sorted(p.name for p in out.iterdir()) == before  # nothing written
-    if name != ".":
+    if name not in (".", "final"):
         assert given.read_text() == "{}\n"

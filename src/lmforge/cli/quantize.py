@@ -130,7 +130,8 @@ def cmd_quantize(args) -> None:
     options = quantize_options(args)
     source = find_model_dir(args.model)
     check_out(args.out, source)
-    refuse_overwrite(args.out, ("--data", args.data), writes=("model", "quantize.json"))
+    refuse_overwrite(args.out, ("--data", args.data), ("--calibration", args.calibration),
+                     writes=("model", "quantize.json"))
     torch.manual_seed(options.seed)
     kind, records = _task_kind(source, args.task), None
     if args.data:

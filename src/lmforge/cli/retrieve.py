@@ -125,7 +125,7 @@ def _train_config(args) -> tuple:
     from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_overwrite
     from lmforge.train import TrainConfig
 
-    refuse_overwrite(args.out, ("--questions", getattr(args, "questions", None)),
+    refuse_overwrite(args.out, ("--model", args.model), ("--questions", getattr(args, "questions", None)),
                      ("--passages", args.passages), ("--config", getattr(args, "config", None)),
                      ("--retriever", getattr(args, "retriever", None)),
                      writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",

@@ -261,16 +261,22 @@ def test_a_server_refuses_workers_outside_one_to_its_threads(workers):
         Server({"a": SimpleNamespace(capabilities=["embed"])}, threads=2, workers=workers)
 
 
-@pytest.mark.parametrize("kind, inputs, message", [
-    ("qa", "a bare string", "lacks question, context"),
-    ("cls", {"text": "x", "label": "pos"}, "unknown field(s) label"),
-    ("choice", {"text": "x", "choices": []}, "choices must be a non-empty list"),
-    ("tagging", {"text": "a", "words": ["a"]}, "text or words"),
+@pytest.mark.parametrize("kind, inputs, message, field", [
+    ("qa", "a bare string", "lacks question, context", "inputs.question"),
+    ("cls", {"text": "x", "label": "pos"}, "unknown field(s) label", "inputs.label"),
+    ("choice", {"text": "x", "choices": []}, "choices must be a non-empty list", "inputs.choices"),
+    ("tagging", {"text": "a", "words": ["a"]}, "text or words", "inputs"),
+    ("cls", [{"text": "ok"}, {"text": 5}], "text must be a string", "inputs.1.text"),
+    ("tagging", [{"text": "a"}, {"text": " "}], "has no words", "inputs.1.text"),
+    ("seq2seq", ["ok", {}], "text or source", "inputs.1"),
 ])
-def test_predict_records_name_what_is_wrong(kind, inputs, message):
+def test_predict_records_name_what_is_wrong(kind, inputs, message, field):
+    """The field is named by its path, as the schema names /embed's texts.1 (was param inputs, the index
+    only in the message)."""
     with pytest.raises(RequestError, match=re.escape(message)) as err:
         as_records(kind, inputs)
-    assert err.value.status == 422
+    assert err.value.status == 422 and err.value.param == field
+    assert err.value.message.startswith(field + ": ")
 
 
 def test_limits_refuse_nonsense():

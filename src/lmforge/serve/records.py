@@ -1,5 +1,6 @@
 """/predict's inputs as the canonical records of a task (tasks/formats.py FIELDS), checked here so a
-missing field is a 422 naming it rather than an error inside the worker."""
+missing field is a 422 naming it rather than an error inside the worker: by its path, as the schema's
+errors name theirs (inputs.1.text; inputs.1 for the record as a whole; inputs where one record is sent)."""
 from __future__ import annotations
 
 from lmforge.serve.limits import RequestError
@@ -11,50 +12,52 @@ FIELDS = {"cls": (("text",), ()), "pair": (("text", "text_pair"), ()),
           "seq2seq": ((), ("text", "source"))}
 
 
-def _refuse(i: int, message: str) -> RequestError:
-    return RequestError(422, f"inputs[{i}]: {message}", param="inputs")
+def _refuse(where: str, message: str) -> RequestError:
+    """422 naming the field at path `where` (inputs.0.text), the message led by it."""
+    return RequestError(422, f"{where}: {message}", param=where)
 
 
-def _check(kind: str, i: int, record: dict) -> dict:
+def _check(kind: str, at: str, record: dict) -> dict:
     required, optional = FIELDS[kind]
     missing = [f for f in required if f not in record]
     unknown = sorted(set(record) - set(required) - set(optional))
     if missing or unknown:
         allowed = ", ".join(required + tuple(f"{f}?" for f in optional))
         problem = f"lacks {', '.join(missing)}" if missing else f"has unknown field(s) {', '.join(unknown)}"
-        raise _refuse(i, f"a {kind} record {problem} (fields: {allowed})")
+        raise _refuse(f"{at}.{(missing or unknown)[0]}", f"a {kind} record {problem} (fields: {allowed})")
     for key, value in record.items():
         if key == "choices" or key == "words":
             if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-                raise _refuse(i, f"{key} must be a non-empty list of strings")
+                raise _refuse(f"{at}.{key}", f"{key} must be a non-empty list of strings")
         elif not isinstance(value, str):
-            raise _refuse(i, f"{key} must be a string")
+            raise _refuse(f"{at}.{key}", f"{key} must be a string")
     return record
 
 
-def _canonical(kind: str, i: int, record: dict) -> dict:
+def _canonical(kind: str, at: str, record: dict) -> dict:
     """Shorthands to the task's own fields: tagging's text -> words, seq2seq's text -> source."""
     if kind == "tagging":
         if ("text" in record) == ("words" in record):
-            raise _refuse(i, "a tagging record has text or words (one of them)")
+            raise _refuse(at, "a tagging record has text or words (one of them)")
         words = record["words"] if "words" in record else record["text"].split()
         if not words:
-            raise _refuse(i, "the text has no words")
+            raise _refuse(f"{at}.text", "the text has no words")
         return {"words": words}
     if kind == "seq2seq":
         if ("text" in record) == ("source" in record):
-            raise _refuse(i, "a seq2seq record has text or source (one of them)")
+            raise _refuse(at, "a seq2seq record has text or source (one of them)")
         return {"source": record.get("source", record.get("text"))}
     return record
 
 
 def as_records(kind: str, inputs) -> list:
     """The request's inputs (a string, a record, or a list of them) as records of task `kind`."""
-    items = inputs if isinstance(inputs, list) else [inputs]
+    listed = isinstance(inputs, list)
     out = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(inputs if listed else [inputs]):
+        at = f"inputs.{i}" if listed else "inputs"
         record = {"text": item} if isinstance(item, str) else dict(item)
-        out.append(_canonical(kind, i, _check(kind, i, record)))
+        out.append(_canonical(kind, at, _check(kind, at, record)))
     return out
 
 

@@ -3,9 +3,10 @@ options a resumed run keeps."""
 import json
 
 import pytest
+import torch
 
 from lmforge.train import Trainer
-from lmforge.train.checkpoint import CheckpointCorrupt, read_checkpoint
+from lmforge.train.checkpoint import CheckpointCorrupt, optimizer_change, read_checkpoint
 from lmforge.train.config import RUN_OPTIONS, resumed_config
 from lmforge.train.log import read_metrics
 from tests.train.helpers import clm_objective, mlm_objective, quick, toy_data
@@ -98,3 +99,32 @@ def test_resume_on_other_training_data_is_refused_and_on_the_same_data_goes_on(r
         with pytest.raises(ValueError, match=f"trained on other data \\({said}, their contents differ\\)"):
             Trainer(mlm_objective(), other, quick(steps=4), run).resume()
     assert Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=lambda m: None).resume()
+
+
+def test_a_resume_that_trains_other_parameters_or_lrs_is_refused_naming_optimizer_pt_and_loads_nothing(run):
+    """The optimiser state loads without strict (a parameter that never had a gradient has none), so a
+    run resumed with other parameters frozen (freeze_*) or other lr groups (layer_decay) must be told
+    before it loads the run's state in part."""
+    frozen = mlm_objective(seed=5)
+    frozen.model.tokens.weight.requires_grad_(False)
+    before = {k: v.clone() for k, v in frozen.state_dict().items()}
+    with pytest.raises(ValueError, match="step-0000004: its optimizer.pt does not fit this run's optimiser "
+                                         "\\(1 parameters trained by the run, not now \\(e.g. model.tokens"):
+        Trainer(frozen, toy_data(), quick(steps=4), run).resume()
+    assert all(torch.equal(v, before[k]) for k, v in frozen.state_dict().items())  # nothing loaded
+    scaled = Trainer(mlm_objective(), toy_data(), quick(steps=4), run,
+                     lr_scale=lambda name, p: 0.5 if "blocks.0." in name else 1.0)
+    with pytest.raises(ValueError, match="optimizer.pt does not fit .*2 parameter groups \\(the run's\\) vs 4"):
+        scaled.resume()
+
+
+def test_an_optimizer_state_of_another_shape_or_parameter_is_named():
+    now = {"param_groups": [{"params": ["w"], "initial_lr": 1e-3}], "state": {}}
+    state = {"step": torch.tensor(1.0), "exp_avg": torch.zeros(3), "exp_avg_sq": torch.zeros(2, 2)}
+    saved = {"param_groups": [{"params": ["w"], "initial_lr": 1e-3}], "state": {"w": state}}
+    assert optimizer_change(saved, now, {"w": (2, 2)}) == "w's exp_avg of shape (3,), not its (2, 2)"
+    assert "a state for v" in optimizer_change({**saved, "state": {"v": state}}, now, {"w": (2, 2)})
+    assert "lr 0.01 (the run's) vs 0.001 (now)" in optimizer_change(
+        {**saved, "param_groups": [{"params": ["w"], "initial_lr": 1e-2}], "state": {}}, now, {})
+    assert optimizer_change([], now, {}) == "it holds no optimiser state of parameter groups"
+    assert optimizer_change({**saved, "state": {}}, now, {}) is None

@@ -26,8 +26,11 @@ from lmforge.io.files import DiskFull
 from lmforge.quant.int8 import refuse_int8
 from lmforge.train import distributed as dist
 from lmforge.train.checkpoint import (
+    NothingToResume,
     TrainingDiverged,
     all_finite,
+    check_optimizer,
+    check_resumable,
     checkpoints,
     latest_checkpoint,
     save_checkpoint,
@@ -49,20 +52,7 @@ from lmforge.train.speed import (
 )
 from lmforge.utils.atomic import replace_dir
 
-__all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "resolve_device"]
-
-
-class NothingToResume(ValueError):
-    """A resume asked for where the output folder holds no checkpoint."""
-
-
-def check_resumable(out) -> None:
-    """NothingToResume naming out/checkpoints where it holds no checkpoint (a mistyped --out must not
-    silently train afresh); called by jobs before their work, and by Trainer.fit."""
-    root = Path(out) / "checkpoints"
-    if not checkpoints(root):
-        raise NothingToResume(f"--resume: no checkpoint under {root} (nothing to resume; run without "
-                              f"--resume to start)")
+__all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "check_resumable", "resolve_device"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -154,6 +144,9 @@ class Trainer:
         self.cfg, options = resumed_config(self.cfg, info.get("train") or {})
         self.cfg = self._count_epochs(self.cfg, self.cfg.steps)  # with the run's batch size, accumulation
         self._build()
+        # before anything is loaded: a refusal leaves the objective as it was
+        fresh = dist.optimizer_state(self.module, self.optimizer)
+        check_optimizer(path, optimizer.get("optimizer"), fresh, weights)
         dist.load_full_state_dict(self.module, {k: v.to(self.device) for k, v in weights.items()})
         dist.load_optimizer_state(self.module, self.optimizer, optimizer["optimizer"])
         self.scheduler.load_state_dict(optimizer["scheduler"])

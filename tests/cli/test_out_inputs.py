@@ -47,3 +47,13 @@ def test_an_input_at_a_name_the_job_writes_is_refused(tmp_path, monkeypatch, mod
     assert sorted(p.name for p in out.iterdir()) == before  # nothing written
     if name not in (".", "final"):
         assert given.read_text() == "{}\n"
+
+
+@pytest.mark.parametrize("argv", [["index", "build"], ["retrieve", "train", "--steps", "1"]], ids=" ".join)
+def test_an_out_inside_the_passages_folder_is_refused(tmp_path, argv):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the cat sat on the mat .\n")
+    line = cli_verdict([*argv, "--passages", str(corpus), "--out", str(corpus / "run")], {})
+    assert line is not None and "lies inside the input folder --passages" in line, line
+    assert [p.name for p in corpus.iterdir()] == ["a.txt"]  # a later run would read OUT's files as text

@@ -57,12 +57,13 @@ def cmd_index_build(args) -> None:
     """Build passages, BM25 and (with --model) the dense index under --out."""
     from dataclasses import asdict, fields
 
-    from lmforge.cli.common import UsageError, flag_error, refuse_overwrite
+    from lmforge.cli.common import UsageError, flag_error, refuse_nested, refuse_overwrite
     from lmforge.config.options import OptionsError
     from lmforge.retrieval.jobs import build_index_dir
 
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
                      writes=("passages.jsonl", "bm25", "dense", "index.json"))
+    refuse_nested(args.out, ("--passages", args.passages))  # a later build would index this one's files
     check_source("--passages", args.passages)
     index = job_options(args, IndexOptions)
     train, encoder = _options(args)
@@ -122,7 +123,7 @@ def _check_rerank(args) -> None:
 
 def _train_config(args) -> tuple:
     """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values)."""
-    from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_overwrite
+    from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_nested, refuse_overwrite
     from lmforge.train import TrainConfig
 
     refuse_overwrite(args.out, ("--model", args.model), ("--questions", getattr(args, "questions", None)),
@@ -130,6 +131,7 @@ def _train_config(args) -> tuple:
                      ("--retriever", getattr(args, "retriever", None)),
                      writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",
                              "ict.json", "retriever"))
+    refuse_nested(args.out, ("--passages", args.passages))
     check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
     check_source("--passages", args.passages)
     if getattr(args, "retriever", None) is not None:  # before training (it failed after it)

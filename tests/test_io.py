@@ -8,6 +8,9 @@ from lmforge.heads import attach
 from lmforge.io import CheckpointError
 
 
+READERS = ((lmforge.load, CheckpointError), (lmforge.load_tokenizer, lmforge.tokenizer.TokenizerError))
+
+
 @pytest.fixture
 def saved(tmp_path):
     model = lmforge.build(lmforge.tiny("bert-base"))
@@ -53,8 +56,9 @@ def test_an_empty_model_name_is_refused_not_read_as_the_working_folder(saved, mo
     from lmforge.io import find_model_dir
 
     monkeypatch.chdir(saved)  # a model directory: "" loaded it, as if named
-    with pytest.raises(CheckpointError, match="the model directory is an empty name"):
-        lmforge.load("")
+    for load, error in READERS:
+        with pytest.raises(error, match="^the model is an empty name: give a model directory"):
+            load("")
     for name in ("", " "):
         with pytest.raises(ValueError, match="the model is an empty name: give a model directory"):
             find_model_dir(name)
@@ -198,3 +202,19 @@ def test_save_refuses_a_target_it_would_write_through_or_over_and_writes_nothing
     assert refused.value.field == "state"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "link", "real"]
     assert not any((tmp_path / "real").iterdir())  # nothing written where the link points
+
+
+def test_load_and_load_tokenizer_read_an_installed_model_by_name_as_every_command_s_model_does(tmp_path):
+    from lmforge.io import find_model_dir
+
+    where = find_model_dir("all-MiniLM-L6-v2")
+    model = lmforge.load("sentence-transformers/all-MiniLM-L6-v2")  # the hub's name, as HF users write it
+    same = lmforge.load(where)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), same.state_dict().values()))
+    text = "Installed models load by name."
+    assert lmforge.load_tokenizer("all-MiniLM-L6-v2").encode(text).ids == \
+        lmforge.load_tokenizer(where).encode(text).ids
+    for name, said in (("bert-base", "is a preset"), (str(tmp_path / "nope"), "neither a model directory")):
+        for load, error in READERS:
+            with pytest.raises(error, match=said):
+                load(name)

@@ -317,7 +317,7 @@ def test_bad_text_input(bert_vocab):
 
 
 def test_unreadable_directories(tmp_path):
-    with pytest.raises(TokenizerError, match="does not exist"):
+    with pytest.raises(TokenizerError, match="is neither a model directory nor a known model package"):
         lmforge.load_tokenizer(tmp_path / "nope")
     with pytest.raises(TokenizerError, match="is empty"):
         lmforge.load_tokenizer(tmp_path)

@@ -15,7 +15,7 @@ from lmforge import model as _model
 from lmforge.config.options import OptionsError
 from lmforge.io.files import CheckpointError, load_state_strict, load_weights, save_tensors
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
-from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, inside_job_folder, model_dir
+from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, model_dir
 from lmforge.model import Transformer
 
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path) -> path)
@@ -56,10 +56,11 @@ def _check_target(path) -> None:
 
 def load(path: str | os.PathLike) -> Transformer:
     """Read an lmforge or a foreign (Hugging Face) model directory (or a job's output folder holding
-    one in model/ or final/), heads included."""
-    if not str(path).strip():  # Path("") is the working folder
-        raise CheckpointError("the model directory is an empty name: give a directory")
-    path = inside_job_folder(Path(path))
+    one in model/ or final/, or an installed model such as all-MiniLM-L6-v2), heads included."""
+    try:
+        path = find_model_dir(path)  # as every --model reads it ("" refused, never the working folder)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
     meta = read_meta(path)
     if meta.get("format") == FORMAT:
         return load_native(path, meta)

@@ -256,6 +256,8 @@ def extra_tokens(config: dict, style: str | None) -> list:
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """Read the tokenizer of a Hugging Face (or lmforge) model directory (or of the model in a job's
     output folder: utils/model_folder.py)."""
+    if not str(path).strip():  # Path("") is the working folder
+        raise TokenizerError("the tokenizer's directory is an empty name: give a directory")
     path = inside_job_folder(Path(path))
     if not path.is_dir():
         raise TokenizerError(f"{path} is not a directory" if path.exists() else f"{path} does not exist")

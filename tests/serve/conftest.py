@@ -139,3 +139,16 @@ def tight(model_dirs, tmp_path_factory):
                           "--max-request-tokens", "300", "--max-new-tokens", "50", "--max-top-k", "10")
     yield served
     served.stop()
+
+
+@pytest.fixture(scope="session")
+def local(model_dirs):
+    """A TestClient of the app in this process on the MLM encoder and the decoder (one worker): for what a
+    test changes inside the server (monkeypatch) or reads from its state."""
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve import create_app, load_served
+
+    app = create_app({name: load_served(name, model_dirs[name]) for name in ("enc", "gen")}, threads=1)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client

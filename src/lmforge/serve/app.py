@@ -28,7 +28,7 @@ from lmforge.config.options import OptionsError
 from lmforge.serve import feature_routes, page, rerank_routes, routes, streaming
 from lmforge.serve.body import checked_body
 from lmforge.serve.jobs import Job, JobQueue
-from lmforge.serve.limits import Admission, Limits, RequestError
+from lmforge.serve.limits import Admission, Limits, RequestError, server_error
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled, Worker, bound_memory
@@ -180,7 +180,7 @@ def default_workers(models: dict, threads: int) -> int:
 class Guard:
     """ASGI middleware: the body read and checked here first (body.py: 413 past max_body_bytes, before it
     is read where Content-Length says so; 413 past max_json_depth; 422 for text that is not Unicode), and
-    each request's count and latency by route."""
+    each request's count and latency by route, a 500 too."""
 
     def __init__(self, app, server: Server) -> None:
         self.app, self.server = app, server
@@ -195,10 +195,11 @@ class Guard:
             await self.app(scope, receive, _watch_status(send, status))
         except RequestError as err:
             await _reply(send, err, status)
-        route = scope["path"] if scope["path"] in self.server.routes else "other"  # bounded labels
-        seconds = time.perf_counter() - start
-        self.server.metrics.inc("lmforge_requests_total", route=route, status=str(status[0]))
-        self.server.metrics.observe("lmforge_request_seconds", seconds, route=route)
+        finally:  # an error no handler answered passes on to Starlette's 500: counted as one
+            route = scope["path"] if scope["path"] in self.server.routes else "other"  # bounded labels
+            seconds = time.perf_counter() - start
+            self.server.metrics.inc("lmforge_requests_total", route=route, status=str(status[0]))
+            self.server.metrics.observe("lmforge_request_seconds", seconds, route=route)
 
 
 def _watch_status(send, status: list):
@@ -290,8 +291,7 @@ def _cancelled(request: Request, exc: Cancelled) -> JSONBody:
 
 
 def _server_error(request: Request, exc: Exception) -> JSONBody:
-    message = f"internal error: {type(exc).__name__}: {exc}"
-    return error_response(RequestError(500, message, kind="server_error"))
+    return error_response(server_error(exc))
 
 
 def create_app(models: dict, limits: Limits | None = None, threads: int | None = None,

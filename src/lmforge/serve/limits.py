@@ -75,6 +75,13 @@ class RequestError(Exception):
                           "code": self.status}}
 
 
+def server_error(err: Exception) -> RequestError:
+    """The 500 of an error the server did not expect, in one line (a torch error's first)."""
+    first = (str(err).splitlines() or [""])[0]
+    said = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    return RequestError(500, f"internal error: {said}", kind="server_error")
+
+
 def too_large(limit: str, message: str) -> RequestError:
     """413 naming `limit`."""
     return RequestError(413, f"{message} (limit {limit})", param=limit, kind="limit_exceeded")

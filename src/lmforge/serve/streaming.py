@@ -2,7 +2,9 @@
 events (`data: {json}` per new token, then `data: [DONE]`).
 
 A streamed request waits for its first event before answering, so an error found before any
-token (a bad setting, a prompt too long) is a proper HTTP error, not a 200 that fails inside. A
+token (a bad setting, a prompt too long) is a proper HTTP error, not a 200 that fails inside; one found
+later (a refusal, or an error the server did not expect: its 500's body) is the last event, with no
+[DONE] after it, so a stream that ends without [DONE] is never taken for a whole answer. A
 client that disconnects cancels its job: a stream's generator is closed by Starlette's
 disconnect listener, a whole answer's by the watcher below; either way the worker stops before
 its next decoding step.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import uuid
 
@@ -25,7 +28,7 @@ from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
 from lmforge.serve.generation import Settings, prompt_ids
 from lmforge.serve.limits import (RequestError, bounded_ids, check_count, check_generation,
-                                  check_request_tokens, too_large)
+                                  check_request_tokens, server_error, too_large)
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled
 
@@ -35,12 +38,17 @@ SSE = {"text/event-stream": {"schema": {"type": "string",
                                         "description": "data: {json} events, then data: [DONE]"}}}
 INLINE_CHARS = 10_000  # a prompt tokenized on the event loop itself; longer ones (or several): a thread
 SETTINGS = (*schemas.DECODING, "seed")
+LOG = logging.getLogger("uvicorn.error")  # the server's log (app.py's)
 
 
 def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_tokens") -> Settings:
     """The request's decoding settings, checked against the limits (before any work) and each other."""
     check_generation(body, max_new_tokens, limits, new_tokens)
     stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    if "" in stops:  # it would be found before the first token: refused, not dropped unsaid
+        field = "stop" if isinstance(body.stop, str) else f"stop.{stops.index('')}"
+        raise RequestError(422, f"{field}: a stop string is empty (the text would end before it began): "
+                           "leave it out", param=field)
     if len(stops) > limits.max_stop:
         raise too_large("max_stop", f"{len(stops)} stop strings, more than max_stop={limits.max_stop}")
     longest = max(map(len, stops), default=0)
@@ -148,8 +156,11 @@ async def _events(server, served, payloads: list, shape):
                 async for event in stream:
                     yield sse(shape(index, event))
             yield sse("[DONE]")
-        except RequestError as err:  # found after the answer began: the last event says so
+        except RequestError as err:  # found after the answer began: the last event says so, no [DONE]
             yield sse(err.body())
+        except Exception as err:  # told as a 500 would tell it: a stream cut short would look whole
+            LOG.exception("lmforge serve: a streamed generation failed")
+            yield sse(server_error(err).body())
         finally:
             for stream in streams:
                 await stream.aclose()

@@ -1,0 +1,55 @@
+"""Generation routes: a streamed answer ends with finish_reason and [DONE], or with an error event and no
+[DONE] (a stream cut short is never taken for a whole one); an empty stop string is refused, naming it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmforge.serve import generation
+
+GENERATE = {"model": "gen", "prompt": "the cat", "max_new_tokens": 3, "stream": True}
+COMPLETE = {"model": "gen", "prompt": ["the cat", "a dog"], "max_tokens": 3, "temperature": 0, "stream": True}
+
+
+def _events(client, path: str, body: dict) -> list:
+    with client.stream("POST", path, json=body) as answer:
+        assert answer.status_code == 200
+        return [line[6:] for line in answer.iter_lines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("path, body", [("/generate", GENERATE), ("/v1/completions", COMPLETE)])
+def test_a_stream_ends_with_its_finish_reason_then_done(local, path, body):
+    events = _events(local, path, body)
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    reason = last["finish_reason"] if path == "/generate" else last["choices"][0]["finish_reason"]
+    assert reason == "length" and last["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize("path, body", [("/generate", GENERATE), ("/v1/completions", COMPLETE)])
+def test_an_unexpected_error_mid_stream_is_its_last_event_not_a_cut(local, path, body, monkeypatch):
+    """Was a stream that stopped after its last token, no error and no [DONE] (only a ValueError was told)."""
+    def failing(served, payload, emit):
+        emit({"text": "a", "token_ids": [1]})
+        raise RuntimeError("the device failed\nmore detail")
+
+    monkeypatch.setattr(generation, "run", failing)
+    events = _events(local, path, body)
+    assert "[DONE]" not in events and len(events) == 2  # the token, then the error
+    error = json.loads(events[-1])["error"]
+    assert error["code"] == 500 and error["type"] == "server_error"
+    assert error["message"] == "internal error: RuntimeError: the device failed"
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/generate", {**GENERATE, "stream": False, "stop": ""}, "stop"),
+    ("/generate", {**GENERATE, "stop": ["cat", ""]}, "stop.1"),
+    ("/v1/completions", {**COMPLETE, "stop": [""]}, "stop.0"),
+])
+def test_an_empty_stop_string_is_422_naming_it(local, path, body, field):
+    """Was dropped unsaid (the text went on as if no stop string had been sent)."""
+    answer = local.post(path, json=body)
+    assert answer.status_code == 422
+    error = answer.json()["error"]
+    assert error["param"] == field and error["message"].startswith(f"{field}: a stop string is empty")

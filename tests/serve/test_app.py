@@ -1,7 +1,31 @@
-"""The application around the routes: the answer and the request metrics of an error no handler answered."""
+"""The application around the routes: HEAD on every GET route, 405's Allow, and the request metrics of an
+error no handler answered."""
 from __future__ import annotations
 
+import pytest
+
 from lmforge.serve import routes
+
+GETS = ["/health", "/info", "/v1/models", "/metrics", "/", "/docs", "/attention?text=a+cat&model=enc"]
+
+
+@pytest.mark.parametrize("path", GETS)
+def test_head_on_a_get_route_is_its_get_without_the_body(local, path):
+    """Was 405 (FastAPI's routes answer GET alone): a monitor's HEAD /health was refused."""
+    got, head = local.get(path), local.head(path)
+    assert got.status_code == head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"] == got.headers["content-type"]
+    if path != "/metrics":  # its counters move between the two requests
+        assert head.headers["content-length"] == got.headers["content-length"]
+
+
+@pytest.mark.parametrize("method, path, allow", [("POST", "/health", "GET, HEAD"), ("HEAD", "/embed", "POST"),
+                                                 ("DELETE", "/attention", "GET, HEAD")])
+def test_a_method_the_route_lacks_is_405_allowing_what_it_answers(local, method, path, allow):
+    answer = local.request(method, path)
+    assert answer.status_code == 405 and answer.headers["allow"] == allow
+    if method != "HEAD":
+        assert answer.json()["error"]["message"] == f"{method} is not allowed on {path}"
 
 
 def test_an_unexpected_error_is_a_one_line_500_and_counted(local, monkeypatch):

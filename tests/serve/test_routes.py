@@ -334,3 +334,21 @@ def test_streamed_completions_equal_the_lmforge_generate_command(server, model_d
                  *(flags or ["--temperature", "0"])]) == 0
     printed = capsys.readouterr().out
     assert printed == prompt + "".join(c["choices"][0]["text"] for c in chunks) + "\n"
+
+
+@pytest.mark.parametrize("query, field, words", [
+    ("model=enc", "text", "text: Field required"),  # was param query.text
+    ("model=enc&text=a&text=b", "text", "given twice"),  # was the last one, the first dropped unsaid
+    ("model=enc&text=a&layers=0&layers=1", "layers", "given twice"),
+    ("model=enc&text=%FF", "text", "not valid Unicode"),  # was read as U+FFFD
+    ("model=enc&text=%ED%A0%80", "text", "not valid Unicode"),
+    ("model=enc&text=a&layers=%EF%BC%91", "layers", "expected indices"),  # a fullwidth 1 was layer 1
+    ("model=enc&text=a&layers=,", "layers", "names no layer"),  # was "maps: ...", param null
+    ("model=enc&text=a&text_pair=", "text_pair", "text_pair is empty"),  # was param null, "--pair"
+    ("model=enc&text=a&heads=2", "heads", "unknown query parameter"),
+])
+def test_an_attention_query_is_refused_naming_its_parameter(local, query, field, words):
+    answer = local.get("/attention?" + query)
+    assert answer.status_code == 422, answer.text[:200]
+    error = answer.json()["error"]
+    assert error["param"] == field and words in error["message"] and "\n" not in error["message"]

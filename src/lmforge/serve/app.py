@@ -76,6 +76,7 @@ class Server:
                                name="lmforge-serve-worker" + (f"-{i}" if i else ""))
                         for i, threads in enumerate(self.worker_threads)]
         self.routes: set = set()  # the app's paths, filled by create_app
+        self.get_routes: set = set()  # those answering GET: HEAD is answered as GET without the body
         self.started = int(time.time())  # when the models were loaded: /v1/models' "created"
 
     def start(self) -> None:
@@ -179,8 +180,9 @@ def default_workers(models: dict, threads: int) -> int:
 
 class Guard:
     """ASGI middleware: the body read and checked here first (body.py: 413 past max_body_bytes, before it
-    is read where Content-Length says so; 413 past max_json_depth; 422 for text that is not Unicode), and
-    each request's count and latency by route, a 500 too."""
+    is read where Content-Length says so; 413 past max_json_depth; 422 for text that is not Unicode), HEAD
+    on a GET route answered as GET without its body (FastAPI's routes answer GET alone: HEAD /health was a
+    405), and each request's count and latency by route, a 500 too."""
 
     def __init__(self, app, server: Server) -> None:
         self.app, self.server = app, server
@@ -190,6 +192,8 @@ class Guard:
             await self.app(scope, receive, send)
             return
         start, status = time.perf_counter(), [500]
+        if scope["method"] == "HEAD" and scope["path"] in self.server.get_routes:
+            scope, send = {**scope, "method": "GET"}, _no_body(send)
         try:
             receive = await checked_body(receive, dict(scope.get("headers") or []), self.server.limits)
             await self.app(scope, receive, _watch_status(send, status))
@@ -200,6 +204,16 @@ class Guard:
             seconds = time.perf_counter() - start
             self.server.metrics.inc("lmforge_requests_total", route=route, status=str(status[0]))
             self.server.metrics.observe("lmforge_request_seconds", seconds, route=route)
+
+
+def _no_body(send):
+    """`send` that drops the body of the answer (a HEAD's: its headers, Content-Length included, stay)."""
+    async def headers_only(message) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return headers_only
 
 
 def _watch_status(send, status: list):
@@ -227,13 +241,15 @@ def error_response(err: RequestError) -> JSONBody:
 
 
 def _field(loc) -> str:
-    """A validation error's field path ("inputs.0"): without "body" and the names pydantic gives the
-    branches of a union ("str", "list[str]", a model's class name), which name no field of the request."""
+    """A validation error's field path ("inputs.0"): without where it was sent ("body", "query": a body's
+    field may be named query) and the names pydantic gives the branches of a union ("str", "list[str]", a
+    model's class name), which name no field of the request."""
     def branch(part) -> bool:
         return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict", "list")
                                           or "[" in part or part[:1].isupper())
 
-    return ".".join(str(p) for p in loc if p != "body" and not branch(p))
+    loc = tuple(loc)[1:] if tuple(loc)[:1] in (("body",), ("query",)) else tuple(loc)  # where it was sent
+    return ".".join(str(p) for p in loc if not branch(p))
 
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody:
@@ -272,7 +288,10 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> JSONBody:
     known = {404: f"no route {request.url.path} (see /docs)",
              405: f"{request.method} is not allowed on {request.url.path}"}
     why = known.get(exc.status_code, str(exc.detail))
-    return error_response(RequestError(exc.status_code, why, headers=getattr(exc, "headers", None)))
+    headers = dict(getattr(exc, "headers", None) or {})
+    if "GET" in headers.get("Allow", "").split(", ") and "HEAD" not in headers["Allow"]:  # Guard answers it
+        headers["Allow"] += ", HEAD"
+    return error_response(RequestError(exc.status_code, why, headers=headers))
 
 
 def _unparsed(err: ValueError) -> str:
@@ -319,5 +338,6 @@ def create_app(models: dict, limits: Limits | None = None, threads: int | None =
     for module in (routes, feature_routes, rerank_routes, streaming, page):
         app.include_router(module.router)
         server.routes.update(route.path for route in module.router.routes)
+        server.get_routes.update(route.path for route in module.router.routes if "GET" in route.methods)
     app.add_middleware(Guard, server=server)
     return app

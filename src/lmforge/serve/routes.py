@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from urllib.parse import unquote_to_bytes
 
 import anyio
 from fastapi import APIRouter, Query, Request
@@ -204,7 +205,8 @@ async def fill_mask(body: schemas.FillMaskRequest, request: Request):
 
 
 def _layer(part: str, n_layers: int) -> int:
-    if not part.strip().isdigit():  # digits only: int() of a long numeral costs what its length does
+    # ASCII digits only: int() of a long numeral costs what its length does, and reads "１" or "١" as 1
+    if not (part.strip().isdigit() and part.isascii()):
         raise ValueError(part)
     index = int(part) if len(part.strip()) <= 6 else n_layers
     if index >= n_layers:
@@ -236,10 +238,34 @@ def parse_layers(text: str | None, n_layers: int, limits) -> list | None:
     except ValueError:
         raise RequestError(422, f"layers={text[:100]!r}: expected indices like 0,3,5 or a range like 2-5",
                            param="layers") from None
+    if not chosen:  # only commas: no layer named
+        raise RequestError(422, f"layers={text[:100]!r} names no layer: give indices like 0,3,5 or leave "
+                           "it out for every layer", param="layers")
     if len(chosen) > limits.max_layers:
         raise too_large("max_layers",
                         f"layers: {len(chosen)} layers asked, more than max_layers={limits.max_layers}")
     return sorted(chosen)
+
+
+def check_query(query: bytes, known: tuple) -> None:
+    """422 naming the first parameter of the raw `query` that is unknown (as a JSON body's unknown field
+    is: a misspelt option is not silently ignored), given twice (one of its values would be dropped
+    unsaid) or not UTF-8 (it would be read with U+FFFD in place of its bytes)."""
+    seen = set()
+    for pair in filter(None, query.split(b"&")):
+        raw_name, _, raw_value = pair.partition(b"=")
+        name = unquote_to_bytes(raw_name.replace(b"+", b" ")).decode("utf-8", "replace")
+        if name not in known:
+            raise RequestError(422, f"unknown query parameter {name[:100]!r} (known: {', '.join(known)})",
+                               param=name[:100])
+        if name in seen:
+            raise RequestError(422, f"{name}: given twice in the query; send it once", param=name)
+        seen.add(name)
+        try:
+            unquote_to_bytes(raw_value.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RequestError(422, f"{name}: not valid Unicode (bytes that are not UTF-8, or a lone "
+                               "surrogate such as %ED%A0%80)", param=name) from None
 
 
 @router.get("/attention", response_class=HTMLResponse, tags=["analysis"],
@@ -250,15 +276,15 @@ async def attention(request: Request, text: str = Query(..., description="the te
                     model: str | None = Query(None, description="a served model's name"),
                     layers: str | None = Query(None, description="layers to show, 0,3,5 or 2-5 (default all)")):
     """The attention view of one text (head, model and neuron views; offline HTML, at most 10 MB)."""
-    unknown = sorted(set(request.query_params) - {"text", "text_pair", "model", "layers"})
-    if unknown:  # as a JSON body's unknown fields are: a misspelt option is not silently ignored
-        raise RequestError(422, f"unknown query parameter {unknown[0]!r} (known: text, text_pair, model, "
-                           "layers)", unknown[0])
+    check_query(request.scope.get("query_string", b""), ("text", "text_pair", "model", "layers"))
     server = _server(request)
     served = server.pick(model, "attention")
     chosen = parse_layers(layers, served.model.config.n_layers, server.limits)
     if not text.strip():  # the library's refusal would name no field
         raise RequestError(422, "text is empty: send the text whose attention to show", param="text")
+    if text_pair is not None and not text_pair.strip():  # nor would its refusal of an empty pair
+        raise RequestError(422, "text_pair is empty: send the second text, or leave it out",
+                           param="text_pair")
     check_text("text", text, server.limits)
     counts = await count_tokens(server, served, [text], None if text_pair is None else [text_pair])
     field = "text" if text_pair is None else "text with text_pair"

@@ -88,3 +88,29 @@ def test_top_inner_products_in_batches_equal_one_product():
     assert top_inner_products(queries, passages, 99)[1].shape == (7, 40)  # k beyond the passages: all of them
     empty = top_inner_products(torch.zeros(0, 16), passages, 5)
     assert empty[0].shape == (0, 5) and empty[1].dtype == torch.long
+
+
+def test_a_link_at_the_index_folder_is_replaced_never_written_through(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_text("keep")
+    (tmp_path / "ix").symlink_to(target, target_is_directory=True)
+    path, _ = _build(tmp_path)
+    assert path.is_dir() and not path.is_symlink() and DenseIndex.load(path).embeddings.shape == (300, 16)
+    assert [p.name for p in target.iterdir()] == ["keep"] and (target / "keep").read_text() == "keep"
+
+
+def test_a_build_that_fails_midway_leaves_the_earlier_index_whole(tmp_path):
+    path, vectors = _build(tmp_path)
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+
+    def encode(rows):
+        if rows.start >= 128:
+            raise OSError(28, "No space left on device")
+        return vectors[list(rows)]
+
+    with pytest.raises(OSError, match="No space left"):
+        write_index(path, [f"q{i}" for i in range(300)], encode, 16, batch_size=64, progress=False)
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ix"]  # no half-written folder beside it
+    DenseIndex.load(path)

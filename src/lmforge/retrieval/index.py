@@ -25,7 +25,7 @@ import torch
 
 from lmforge.retrieval.index_dir import read_manifest
 from lmforge.retrieval.job_options import BACKENDS
-from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.atomic import atomic_write_text, replace_dir
 from lmforge.utils.checksum import check_files, sha256
 from lmforge.utils.progress import Bar
 
@@ -35,37 +35,38 @@ FORMAT = "lmforge-dense-index"
 def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str = "", batch_size: int = 64,
                 progress: bool = True, encoder: str = "", options: dict | None = None) -> Path:
     """Encode rows batch by batch into path/embeddings.npy (`encode(positions) -> (b, dim)` float
-    array or tensor) with a progress bar, then write ids.json and the manifest last (an interrupted
-    build leaves no manifest, so it is never loaded as whole); `options`: how the encoder made its vectors
-    (queries are embedded the same way)."""
+    array or tensor) with a progress bar, then ids.json and the manifest; `options`: how the encoder made
+    its vectors (queries are embedded the same way). All in a fresh folder that then replaces `path` whole
+    (utils.atomic.replace_dir): an interrupted build leaves `path` as it was, and a link at `path` is
+    replaced, never written through."""
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "manifest.json").unlink(missing_ok=True)
-    # a fresh file renamed into place: a link planted at embeddings.npy is replaced, never written through
-    staging = path / f".embeddings.npy.{os.getpid()}"
-    staging.unlink(missing_ok=True)
-    rows = np.lib.format.open_memmap(staging, mode="w+", dtype=np.float32, shape=(len(ids), dim))
-    bar = Bar(len(ids), "index", progress)
+
+    def write(folder: Path) -> None:
+        _write_rows(folder / "embeddings.npy", len(ids), encode, dim, batch_size, progress)
+        atomic_write_text(folder / "ids.json", json.dumps([str(i) for i in ids]))
+        manifest = {"format": FORMAT, "version": 1, "model": str(model), "pooling": pooling, "dim": dim,
+                    "encoder": encoder, "count": len(ids), "dtype": "float32", "options": dict(options or {}),
+                    "sha256": {name: sha256(folder / name) for name in ("embeddings.npy", "ids.json")}}
+        atomic_write_text(folder / "manifest.json", json.dumps(manifest, indent=2))
+
+    replace_dir(path, write)
+    return path
+
+
+def _write_rows(file: Path, count: int, encode, dim: int, batch_size: int, progress: bool) -> None:
+    """The (count, dim) float32 rows of encode(positions), batch by batch, into a new .npy `file`."""
+    rows = np.lib.format.open_memmap(file, mode="w+", dtype=np.float32, shape=(count, dim))
+    bar = Bar(count, "index", progress)
     try:
-        for start in range(0, len(ids), batch_size):
-            block = encode(range(start, min(start + batch_size, len(ids))))
+        for start in range(0, count, batch_size):
+            block = encode(range(start, min(start + batch_size, count)))
             block = block.detach().cpu().numpy() if isinstance(block, torch.Tensor) else np.asarray(block)
             rows[start:start + len(block)] = block  # (b, dim)
             bar.update(start + len(block))
         rows.flush()
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
     finally:
         bar.close()
-    del rows
-    os.replace(staging, path / "embeddings.npy")
-    atomic_write_text(path / "ids.json", json.dumps([str(i) for i in ids]))
-    manifest = {"format": FORMAT, "version": 1, "model": str(model), "pooling": pooling, "dim": dim, "encoder": encoder,
-                "count": len(ids), "dtype": "float32", "options": dict(options or {}),
-                "sha256": {name: sha256(path / name) for name in ("embeddings.npy", "ids.json")}}
-    atomic_write_text(path / "manifest.json", json.dumps(manifest, indent=2))
-    return path
+        del rows
 
 
 def _manifest(path: Path) -> dict:

@@ -181,11 +181,16 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     passages, sets = question_sets(questions, passages_source, cfg.seed)
     trained = train_dpr(encoder.separate() if separate else encoder, sets["train"], passages, out, cfg, n_hard,
                         resume, log)
-    table = compare(passages, sets["test"], {"untrained": BiEncoder.from_dir(model, **options),
-                                             "trained": trained}, out / "eval")
+    table = {}
+
+    def evaluate(folder: Path) -> None:  # out/eval made whole in a fresh folder: a link there is replaced
+        table.update(compare(passages, sets["test"], {"untrained": BiEncoder.from_dir(model, **options),
+                                                      "trained": trained}, folder))
+        atomic_write_text(folder / "questions.json", json.dumps({"train": len(sets["train"]), "test": len(
+            sets["test"]), "passages": len(passages)}))
+
+    replace_dir(out / "eval", evaluate)
     write_table(table, out / "recall.json")
-    atomic_write_text(out / "eval" / "questions.json", json.dumps({"train": len(sets["train"]), "test": len(
-        sets["test"]), "passages": len(passages)}))
     return table
 
 

@@ -1,0 +1,23 @@
+"""The retrieval jobs' output folders: out/eval (the held-out recall's indexes) is made whole in a fresh
+folder, so a link planted there is replaced and what it points to is never written."""
+import lmforge.retrieval.jobs as jobs
+from lmforge.train import TrainConfig
+from tests.retrieval.conftest import tiny_bert
+
+
+def test_a_link_at_out_eval_is_replaced_never_written_through(tmp_path, monkeypatch):
+    passages, sets = jobs.question_sets(None, None, 0)
+    train, test = sets["train"][:8], sets["test"][:4]  # a few questions, their passages and a few more
+    wanted = {i for r in train + test for i in r["positives"]}
+    few = [p for p in passages if p.id in wanted] + [p for p in passages if p.id not in wanted][:8]
+    monkeypatch.setattr(jobs, "question_sets", lambda *args: (few, {"train": train, "test": test}))
+    model = tiny_bert(tmp_path / "model")
+    out, target = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    target.mkdir()
+    (out / "eval").symlink_to(target, target_is_directory=True)
+    cfg = TrainConfig(steps=1, batch_size=4, warmup=0, progress=False, device="cpu")
+    table = jobs.run_train(str(model), out, cfg, log=lambda m: None)
+    assert set(table) == {"bm25", "untrained", "trained"} and list(target.iterdir()) == []
+    assert not (out / "eval").is_symlink()
+    assert sorted(p.name for p in (out / "eval").iterdir()) == ["index-trained", "index-untrained", "questions.json"]

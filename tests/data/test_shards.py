@@ -274,3 +274,16 @@ def test_inputs_that_hold_no_document_are_refused_and_no_folder_is_left(tokenize
         assert main(argv) == 2
     assert (tmp_path / "t").is_dir() and not list((tmp_path / "t").iterdir())
     assert main([*argv, "--text-field", "body"]) == 0  # the advice, followed, runs
+
+
+def test_links_planted_in_out_are_replaced_never_written_through(corpus_dir, tokenizer_dir, tmp_path):
+    out, target = tmp_path / "s", tmp_path / "elsewhere"
+    out.mkdir()
+    target.mkdir()
+    (target / "keep.txt").write_text("keep\n")
+    (out / "tokenizer").symlink_to(target, target_is_directory=True)
+    (out / "shard-00000.bin.tmp").symlink_to(target / "keep.txt")  # a temporary name a run writes
+    shard_corpus(_files(corpus_dir), tokenizer_dir, out, log=lambda m: None)
+    assert [p.name for p in target.iterdir()] == ["keep.txt"] and (target / "keep.txt").read_text() == "keep\n"
+    assert not (out / "tokenizer").is_symlink() and load_tokenizer(out / "tokenizer").vocab_size > 0
+    assert verify(out) == [] and not list(out.glob("*.tmp"))

@@ -44,7 +44,7 @@ from lmforge.data.corpus import (
     open_binary,
     read_range,
 )
-from lmforge.utils.atomic import remove_path
+from lmforge.utils.atomic import remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
 
 FORMAT, VERSION = SHARD_FORMAT, 1
@@ -103,7 +103,7 @@ class ShardWriter:
 
     def __init__(self, out: Path, name: str, dtype: np.dtype) -> None:
         self.paths = [out / f"{name}{s}" for s in SUFFIXES]
-        self.files = [open(p.with_name(p.name + ".tmp"), "wb") for p in self.paths]
+        self.files = [_fresh(p.with_name(p.name + ".tmp")) for p in self.paths]
         self.hashes = [hashlib.sha256() for _ in SUFFIXES]
         self.dtype, self.limit = dtype, np.iinfo(dtype).max
         self.tokens = self.sentences = self.documents = 0
@@ -139,6 +139,14 @@ class ShardWriter:
             os.replace(p.with_name(p.name + ".tmp"), p)
         return {"documents": self.documents, "sentences": self.sentences, "tokens": self.tokens,
                 "sha256": {s.lstrip("."): h.hexdigest() for s, h in zip(SUFFIXES, self.hashes)}}
+
+
+def _fresh(path: Path):
+    """A new file at `path` opened for writing: what a killed run left there (a link too: the link, not
+    what it points to) is removed first, and the file is created anew, never opened through a link."""
+    path.unlink(missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(path, flags, 0o666), "wb")
 
 
 def write_shard(job: dict) -> dict:
@@ -265,7 +273,7 @@ def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -
         if {k: manifest.get(k) for k in header} != header:
             raise ValueError(f"{out} holds shards of other inputs, options or tokenizer; use another --out")
         return manifest
-    tokenizer.save(out / "tokenizer")
+    replace_dir(out / "tokenizer", tokenizer.save)  # whole, and a link there replaced, never written through
     manifest = {**header, "shards": [{**job, "done": False} for job in plan(files, opts, shard_bytes)],
                 "complete": False}
     _write_manifest(out, manifest)

@@ -219,3 +219,14 @@ def test_model_names_resolve_as_in_every_command(saved, capsys, tmp_path, monkey
     assert main(["generate", "--model", "test-bert", "The river"]) == 2
     out = capsys.readouterr()
     assert "is an encoder" in out.err and out.out == ""  # refused before the prompt is echoed
+
+
+def test_a_model_directory_fills_with_its_own_tokenizer_as_embed_and_rerank_read_one(saved):
+    path, model, tokenizer = saved["bert"]
+    by_objects = fill_mask(model, tokenizer, TEXT, top_k=3)
+    assert lmforge.fill_mask(str(path), None, TEXT, top_k=3) == by_objects
+    assert lmforge.fill_mask(path, tokenizer, TEXT, top_k=3) == by_objects
+    with pytest.raises(ValueError, match=r"needs its tokenizer"):  # an AttributeError on None
+        fill_mask(model, None, TEXT)
+    with pytest.raises(TypeError, match="takes a Transformer, a model directory or an installed model"):
+        fill_mask(5, tokenizer, TEXT)

@@ -9,6 +9,7 @@ a beam search, each scored by the probability of its generated tokens.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,7 +18,9 @@ import torch
 from lmforge.config.options import OptionsError, check_value
 from lmforge.generate import generate, lm_head_name
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
-from lmforge.model import EncoderDecoder
+from lmforge.io import find_model_dir, load
+from lmforge.model import EncoderDecoder, Transformer
+from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.fits import check_fits
 from lmforge.tokenizer.wrapper import as_text
 from lmforge.utils.modes import evaluating
@@ -50,8 +53,11 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
     """The top_k candidates (most probable first) for the one mask ([MASK] or <mask>) in `text`.
 
     Encoders need a masked-LM head; T5-style encoder-decoders (a tokenizer with <extra_id_0>)
-    generate a span of at most `max_span` tokens, BART-style ones the whole sentence."""
+    generate a span of at most `max_span` tokens, BART-style ones the whole sentence. `model`: a
+    Transformer with its `tokenizer`, or a model directory or installed model name (its own tokenizer
+    unless one is given)."""
     check_fill(top_k, max_span)
+    model, tokenizer = _model_and_tokenizer(model, tokenizer)
     check_fits(tokenizer, model)  # else a candidate id past the tokenizer's prints as "[776]"
     if not any(h.spec["kind"] == "lm" for h in model.heads.values()):
         raise ValueError("fill-mask needs the model's masked-LM head ('lm'): load a *ForMaskedLM or "
@@ -69,6 +75,21 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
         if tokenizer.token_to_id(SENTINEL) is not None:
             return _fill_span(model, tokenizer, text, top_k, max_span)
         return _fill_sentence(model, tokenizer, text, top_k, max_span)
+
+
+def _model_and_tokenizer(model, tokenizer) -> tuple:
+    """fill_mask's model and tokenizer: a Transformer as given (its tokenizer required), or the model and
+    tokenizer of a directory or installed model name, as embed and rerank read them."""
+    if isinstance(model, (str, os.PathLike)):
+        where = find_model_dir(model)
+        return load(where), tokenizer if tokenizer is not None else load_tokenizer(where)
+    if not isinstance(model, Transformer):
+        raise TypeError(f"fill_mask takes a Transformer, a model directory or an installed model's name, "
+                        f"got {type(model).__name__}")
+    if tokenizer is None:
+        raise ValueError("fill_mask(model=<Transformer>, ...) needs its tokenizer (or name the model's "
+                         "directory)")
+    return model, tokenizer
 
 
 def with_mask(text, token: str) -> str:

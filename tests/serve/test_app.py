@@ -40,3 +40,13 @@ def test_an_unexpected_error_is_a_one_line_500_and_counted(local, monkeypatch):
     assert answer.status_code == 500
     assert answer.json()["error"]["message"] == "internal error: RuntimeError: first line"
     assert metrics.value("lmforge_requests_total", route="/tokenize", status="500") == before + 1
+
+
+def test_bodies_held_past_max_pending_bytes_are_429_and_each_is_given_back(local, monkeypatch):
+    pending = local.app.state.server.pending
+    assert pending.held == 0  # every answered request gave its bytes back
+    monkeypatch.setattr(pending, "held", pending.limit - 10)  # other requests' bodies fill the room
+    answer = local.post("/tokenize", json={"model": "enc", "text": "a cat"})
+    assert answer.status_code == 429 and answer.headers["retry-after"] == "1"
+    assert answer.json()["error"]["param"] == "max_pending_bytes"
+    assert pending.held == pending.limit - 10

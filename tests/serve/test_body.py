@@ -2,12 +2,13 @@
 a client sizes: attention layers and generation costs, each refused before anything is built."""
 from __future__ import annotations
 
+import asyncio
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from lmforge.serve.body import given_twice, not_unicode, too_deep
+from lmforge.serve.body import Pending, Share, given_twice, not_unicode, read_body, too_deep
 from lmforge.serve.limits import Limits, RequestError, bounded_ids, check_generation
 from lmforge.serve.routes import parse_layers
 
@@ -105,3 +106,37 @@ def test_strict_numbers_bounded_seeds_and_unknown_query_parameters_are_refused()
     with pytest.raises(pydantic.ValidationError):
         schemas.DecodingBase(seed=10**23)
     assert schemas.DecodingBase(seed=2**63 - 1).seed == 2**63 - 1
+
+
+def _read(share: Share, chunks: list, declared: int | None = None) -> list:
+    """read_body over `chunks` (a client's body as it arrives), its bytes held in `share`."""
+    messages = [{"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+                for i, chunk in enumerate(chunks)]
+
+    async def receive():
+        return messages.pop(0)
+
+    headers = {} if declared is None else {b"content-length": str(declared).encode()}
+    return asyncio.run(read_body(receive, headers, 1000, share))
+
+
+def test_the_bodies_held_at_once_are_bounded_and_given_back():
+    """Each slow client held its body's bytes without bound (150 held 350 MB): now 429 past
+    max_pending_bytes, the declared bytes held before any arrives, a chunked body's as it comes."""
+    pending = Pending(100)
+    first = Share(pending)
+    _read(first, [b"x" * 60], declared=60)
+    with pytest.raises(RequestError) as err:  # declared: refused before a byte is read
+        _read(Share(pending), [b"x" * 50], declared=50)
+    assert err.value.status == 429 and err.value.param == "max_pending_bytes"
+    assert err.value.headers["Retry-After"] == "1"
+    late = Share(pending)
+    with pytest.raises(RequestError):  # chunked: at the chunk that passes the bound
+        _read(late, [b"x" * 30, b"x" * 30])
+    assert late.bytes == 30 and pending.held == 90
+    late.release()
+    first.release()
+    assert pending.held == 0
+    alone = Share(pending)
+    _read(alone, [b"x" * 500])  # alone, a body over the bound passes: one body always may (max_body_bytes)
+    assert alone.bytes == pending.held == 500

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from lmforge import __version__
 from lmforge.config.options import OptionsError
 from lmforge.serve import feature_routes, page, rerank_routes, routes, streaming
-from lmforge.serve.body import checked_body
+from lmforge.serve.body import Pending, Share, checked_body
 from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import Admission, Limits, RequestError, server_error
 from lmforge.serve.metrics import Metrics
@@ -71,6 +71,7 @@ class Server:
         self.n_workers = default_workers(self.models, self.threads) if workers is None else workers
         self.worker_threads = split_threads(self.threads, self.n_workers)
         self.metrics, self.admission, self.queue = Metrics(), Admission(self.limits), JobQueue()
+        self.pending = Pending(self.limits.max_pending_bytes)  # request bodies' bytes held (Guard)
         self.workers = [Worker(self.queue, self.limits, self.metrics, self.admission, threads,
                                batched_only=i > 0, share=threads / self.threads,
                                name="lmforge-serve-worker" + (f"-{i}" if i else ""))
@@ -163,6 +164,7 @@ class Server:
         self.metrics.set("lmforge_queue_requests", self.admission.pending)
         self.metrics.set("lmforge_queue_tokens", self.admission.tokens)
         self.metrics.set("lmforge_queue_jobs", len(self.queue))
+        self.metrics.set("lmforge_pending_body_bytes", self.pending.held)
 
 
 def split_threads(threads: int, workers: int) -> list:
@@ -194,12 +196,16 @@ class Guard:
         start, status = time.perf_counter(), [500]
         if scope["method"] == "HEAD" and scope["path"] in self.server.get_routes:
             scope, send = {**scope, "method": "GET"}, _no_body(send)
+        share = Share(self.server.pending)  # its body's bytes, held until it is answered
         try:
-            receive = await checked_body(receive, dict(scope.get("headers") or []), self.server.limits)
+            receive = await checked_body(receive, dict(scope.get("headers") or []), self.server.limits, share)
             await self.app(scope, receive, _watch_status(send, status))
         except RequestError as err:
+            if err.param == "max_pending_bytes":
+                self.server.metrics.inc("lmforge_rejected_total", limit=err.param)
             await _reply(send, err, status)
         finally:  # an error no handler answered passes on to Starlette's 500: counted as one
+            share.release()
             route = scope["path"] if scope["path"] in self.server.routes else "other"  # bounded labels
             seconds = time.perf_counter() - start
             self.server.metrics.inc("lmforge_requests_total", route=route, status=str(status[0]))

@@ -2,7 +2,9 @@
 
 The body is counted as it arrives (a declared Content-Length over max_body_bytes is refused before a
 byte is read, a body that sends more than it declared or a chunked one at the first chunk past the
-limit), then two things the JSON parser and the routes cannot refuse cleanly are checked: nesting
+limit), and so are the bodies of all requests together until each is answered (max_pending_bytes: a
+429 to send later, so slow clients cannot hold the memory of one body each without bound), then two
+things the JSON parser and the routes cannot refuse cleanly are checked: nesting
 deeper than max_json_depth (a 4 MB `[[[[...` would otherwise reach the parser's recursion limit),
 and text that is not Unicode (bytes that are not UTF-8, or an escaped lone surrogate such as
 "\\ud800", which Python's JSON parser accepts and every tokenizer refuses): a 422 naming the field; so is
@@ -26,14 +28,49 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-async def read_body(receive, headers: dict, limit: int) -> list:
+class Pending:
+    """The bytes of request bodies held now, all requests together (the event loop's alone: no lock)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+
+
+class Share:
+    """One request's part of the Pending bytes: taken as its body is declared or arrives, given back
+    (release) once it is answered."""
+
+    def __init__(self, pending: Pending) -> None:
+        self.pending, self.bytes = pending, 0
+
+    def take(self, n: int) -> None:
+        """Hold `n` more bytes; 429 naming max_pending_bytes where other requests' bodies hold the room."""
+        pending = self.pending
+        if pending.held > self.bytes and pending.held + n > pending.limit:
+            raise RequestError(429, f"request bodies of {pending.held} bytes are held (limit "
+                               f"max_pending_bytes={pending.limit}); retry later", param="max_pending_bytes",
+                               kind="rate_limit_exceeded", headers={"Retry-After": "1"})
+        pending.held += n
+        self.bytes += n
+
+    def release(self) -> None:
+        """Give back every byte this request holds."""
+        self.pending.held -= self.bytes
+        self.bytes = 0
+
+
+async def read_body(receive, headers: dict, limit: int, share: Share | None = None) -> list:
     """The request's messages up to its end (or the client's disconnect); 413 naming max_body_bytes
-    as soon as the declared or the received size exceeds `limit`."""
+    as soon as the declared or the received size exceeds `limit`; its bytes held in `share` (the declared
+    ones at once), 429 where the other requests' hold the room."""
     declared = headers.get(b"content-length")
+    take = share.take if share is not None else lambda n: None
+    taken = 0
     if declared is not None:
         size = int(declared) if declared.strip().isdigit() else 0  # a bad value: the server refuses it
         if size > limit:
             raise too_large("max_body_bytes", f"the body is {size} bytes, more than max_body_bytes={limit}")
+        take(size)
+        taken = size
     messages, received = [], 0
     while True:
         message = await receive()
@@ -43,6 +80,9 @@ async def read_body(receive, headers: dict, limit: int) -> list:
         received += len(message.get("body", b""))
         if received > limit:
             raise too_large("max_body_bytes", f"the body is more than max_body_bytes={limit} bytes")
+        if received > taken:  # beyond what it declared (or declared nothing): held as it comes
+            take(received - taken)
+            taken = received
         if not message.get("more_body", False):
             return messages
 
@@ -137,10 +177,10 @@ def check_json(body: bytes, limits: Limits) -> None:
                            "send it once", param=field)
 
 
-async def checked_body(receive, headers: dict, limits: Limits):
+async def checked_body(receive, headers: dict, limits: Limits, share: Share | None = None):
     """A `receive` that replays the body read and checked here, then passes on to the client's
-    (whose next message is its disconnect)."""
-    messages = await read_body(receive, headers, limits.max_body_bytes)
+    (whose next message is its disconnect); its bytes held in `share` (read_body)."""
+    messages = await read_body(receive, headers, limits.max_body_bytes, share)
     body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
     if body:
         if len(body) <= INLINE_BYTES:

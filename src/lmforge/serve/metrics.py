@@ -21,6 +21,8 @@ FAMILIES = {
     "lmforge_queue_requests": ("gauge", "requests admitted and not yet answered", None),
     "lmforge_queue_tokens": ("gauge", "tokens of the requests admitted and not yet answered", None),
     "lmforge_queue_jobs": ("gauge", "jobs waiting for a worker", None),
+    "lmforge_pending_body_bytes": ("gauge", "bytes of request bodies held, from their first byte to their "
+                                   "answer (max_pending_bytes)", None),
     "lmforge_batch_size": ("histogram", "texts per forward pass of a worker, by job kind", COUNTS),
     "lmforge_batch_tokens": ("histogram", "tokens per forward pass of a worker, by job kind", TOKENS),
     "lmforge_tokens_total": ("counter", "tokens processed, by job kind (input, or generated)", None),

@@ -2,8 +2,10 @@
 block of README.md and docs/*.md runs here, and the static site builds with `mkdocs build --strict`.
 
 The blocks of one file run in order in one temporary folder (a later block may read what an earlier
-one wrote) with LMFORGE_DOCS_TEST=1 set; Python blocks of a file share one namespace. A block whose
-first line is `# slow` is marked slow (run with `-m slow`). Blocks that must not run are fenced
+one wrote); Python blocks of a file share one namespace. A block whose first line is `# slow` is
+marked slow (run with `-m slow`); one with a line `# needs: dict-gcide curl` skips, naming what is
+missing, where that Debian dictionary or program is not installed (as tests/requires.py's marks skip
+the suite's other tests). Blocks that must not run are fenced
 ```text. A command line `lmforge ...` with no shell syntax runs in this process (lmforge.cli.main),
 which saves the ~3 s import of a subprocess; any other line runs under bash.
 """
@@ -21,11 +23,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.requires import has_dictionary
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN_LANGS = {"bash", "sh", "console", "python"}
 FENCE = re.compile(r"^```(\S*)\s*$")
 SHELL_SYNTAX = set("|&;<>()$`*?[]{}~\\\"'")
+NEEDS = re.compile(r"^# needs: (.+)$", re.MULTILINE)
+
+
+def unmet(code: str) -> list:
+    """What a block's `# needs:` lines name that this machine lacks: dict-NAME (Debian's dictionary) or a
+    program on PATH."""
+    names = [name for found in NEEDS.findall(code) for name in found.split()]
+    return [name for name in names
+            if not (has_dictionary(name[5:]) if name.startswith("dict-") else shutil.which(name))]
 
 
 def blocks(path: Path) -> list:
@@ -45,11 +58,14 @@ def blocks(path: Path) -> list:
 
 
 def _cases() -> list:
-    """One pytest param per runnable block, named file:line, slow when its first line says so."""
+    """One pytest param per runnable block, named file:line, slow when its first line says so, skipped
+    where what it needs is missing."""
     cases = []
     for path in DOC_FILES:
         for line, lang, code in blocks(path):
             marks = [pytest.mark.slow] if code.lstrip().startswith("# slow") else []
+            if missing := " ".join(unmet(code)):
+                marks.append(pytest.mark.skip(reason=f"needs {missing} (apt-get install {missing})"))
             name = f"{path.relative_to(ROOT)}:{line}"
             cases.append(pytest.param(path, line, lang, code, id=name, marks=marks))
     return cases
@@ -129,15 +145,14 @@ def test_doc_block(path, line, lang, code, doc_runs, monkeypatch, request):
     """The block runs without error, after every earlier block of its file (run first if not yet)."""
     state = doc_runs(path)
     monkeypatch.chdir(state.folder)
-    monkeypatch.setenv("LMFORGE_DOCS_TEST", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     selected_slow = request.node.get_closest_marker("slow") is not None
     for earlier, lang_before, before in blocks(path):
         if earlier >= line:
             break
         if earlier not in state.done:
-            if before.lstrip().startswith("# slow") and not selected_slow:
-                continue  # a fast block never waits on a slow one; docs keep fast ones independent
+            if (before.lstrip().startswith("# slow") and not selected_slow) or unmet(before):
+                continue  # a fast block never waits on a slow or skipped one; docs keep fast ones independent
             where = f"{path.name}:{earlier}"
             assert not (failed := failures(state.run(lang_before, before, where), where)), failed[0]
             state.done.add(earlier)
@@ -160,6 +175,14 @@ def test_blocks_parser_reads_fences_and_continuations(tmp_path):
     found = blocks(page)
     assert [(lang, line) for line, lang, _ in found] == [("bash", 2), ("python", 10)]
     assert commands(found[0][2]) == ["lmforge a --b 1"]
+
+
+def test_needs_names_what_is_missing():
+    """A block's `# needs:` line is met by an installed program, and names each missing one."""
+    assert unmet("# needs: bash\nls\n") == []
+    assert unmet("# slow\n# needs: dict-no-such-dictionary no-such-program-x\nls\n") == [
+        "dict-no-such-dictionary", "no-such-program-x"]
+    assert unmet("echo '# needs: no-such-program-x'\n") == []
 
 
 def test_site_builds_strict(tmp_path):

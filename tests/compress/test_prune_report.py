@@ -19,3 +19,24 @@ def test_a_bad_method_or_sparsity_is_refused_naming_it(tmp_path, method, sparsit
     with pytest.raises(OptionsError, match=f"^--{field} ") as err:
         run_prune(tmp_path / "no-model", [], tmp_path / "out", method, sparsity)
     assert err.value.field == field and "\n" not in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_a_run_cut_short_after_saving_leaves_no_earlier_report_beside_the_new_model(tmp_path, monkeypatch):
+    import lmforge.compress.prune_report as prune_report
+    from lmforge.tasks.finetune import TaskConfig, make_task, save_model
+    from tests.tasks.core import sentiment, tiny, tokenizer
+
+    data = sentiment(40)["train"]
+    save_model(make_task("cls", tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), data, TaskConfig(max_len=32)),
+               tmp_path / "m")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "prune.json").write_text('{"an earlier run": true}\n')
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C while both models are timed, after out/model is in place
+
+    monkeypatch.setattr(prune_report, "measure_side_by_side", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_prune(tmp_path / "m", data[:8], out, "ffn", 0.5, kind="cls")
+    assert (out / "model" / "config.json").is_file() and not (out / "prune.json").exists()

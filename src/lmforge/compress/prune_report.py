@@ -150,6 +150,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
     imp = encode_split(task, importance_records, "importance data") if importance_records else examples
     total = _count(task.model, method)
     removed = _prune(task, method, found, sparsity, imp, (records, examples))
+    (out / "prune.json").unlink(missing_ok=True)  # an earlier run's report never stands beside this model
     replace_dir(out / "model", lambda staging: _write(task, model_dir, staging))  # whole, never mixed
     # both as saved, loaded alike and timed side by side (rounds alternate): load elsewhere hits both
     after = fine_tuned_task(out / "model", records, kind)

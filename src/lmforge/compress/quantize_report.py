@@ -176,7 +176,9 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
         smoothing = int8.config.quantization.get("smoothing")
         if smoothing:
             report["smoothing"] = {**smoothing, "calibration_texts": len(calibration or ())}
-    # written beside out/model, then put in its place whole (compress/model_files.py)
+    # written beside out/model, then put in its place whole (compress/model_files.py); an earlier run's
+    # report never stands beside this model
+    (out / "quantize.json").unlink(missing_ok=True)
     replace_dir(out / "model", lambda staging: _write(source, int8, task_after, staging))
     report["after"]["bytes"] = model_bytes(out / "model")
     report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)

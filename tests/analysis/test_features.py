@@ -127,3 +127,14 @@ def test_features_round_trip_through_safetensors(tmp_path):
     assert meta == {"model": "m", "layers": [0, 1, 2]}
     assert all(torch.equal(a, b) for a, b in zip(features, back))
     assert file.read_bytes()[:8] != b"\x80\x04\x95"  # safetensors, never a pickle
+
+
+def test_save_features_refuses_a_link_as_its_folder(tmp_path):
+    from lmforge.analysis.features import save_features
+    from lmforge.utils.atomic import UnsafePath
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "f").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(UnsafePath, match="f: is a symbolic link"):
+        save_features(tmp_path / "f", [torch.zeros(2, 3, 4)], {})
+    assert list((tmp_path / "elsewhere").iterdir()) == []

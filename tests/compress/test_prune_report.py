@@ -40,3 +40,25 @@ def test_a_run_cut_short_after_saving_leaves_no_earlier_report_beside_the_new_mo
     with pytest.raises(KeyboardInterrupt):
         run_prune(tmp_path / "m", data[:8], out, "ffn", 0.5, kind="cls")
     assert (out / "model" / "config.json").is_file() and not (out / "prune.json").exists()
+
+
+def test_every_compress_job_refuses_a_link_as_its_output_folder_before_any_work(tmp_path):
+    from lmforge.compress.quantize_report import run_quantize
+    from lmforge.compress.sparse_finetune import SparseConfig, run_sparse_prune
+    from lmforge.compress.task_distillation import run_distill
+    from lmforge.train import TrainConfig
+    from lmforge.utils.atomic import UnsafePath
+    from tests.tasks.core import tiny
+
+    elsewhere, out, cfg = tmp_path / "elsewhere", tmp_path / "out", TrainConfig(steps=1)
+    elsewhere.mkdir()
+    out.symlink_to(elsewhere, target_is_directory=True)
+    tiny("bert-base", n_layers=1).save(tmp_path / "m")
+    for job in (lambda: run_prune(tmp_path / "m", [], out, "ffn", 0.5),
+                lambda: run_quantize(tmp_path / "m", out),
+                lambda: run_distill(tmp_path / "m", [], None, [], out, train_cfg=cfg),
+                lambda: run_sparse_prune(tmp_path / "m", "cls", [], None, [], out, train_cfg=cfg,
+                                         sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5))):
+        with pytest.raises(UnsafePath, match=f"^{out}: is a symbolic link"):
+            job()
+    assert list(elsewhere.iterdir()) == []

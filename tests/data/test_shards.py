@@ -287,3 +287,13 @@ def test_links_planted_in_out_are_replaced_never_written_through(corpus_dir, tok
     assert [p.name for p in target.iterdir()] == ["keep.txt"] and (target / "keep.txt").read_text() == "keep\n"
     assert not (out / "tokenizer").is_symlink() and load_tokenizer(out / "tokenizer").vocab_size > 0
     assert verify(out) == [] and not list(out.glob("*.tmp"))
+
+
+def test_a_link_as_the_output_folder_is_refused_before_any_work(corpus_dir, tokenizer_dir, tmp_path):
+    from lmforge.utils.atomic import UnsafePath
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "s").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(UnsafePath, match="s: is a symbolic link"):
+        shard_corpus(_files(corpus_dir), tokenizer_dir, tmp_path / "s", log=lambda m: None)
+    assert list((tmp_path / "elsewhere").iterdir()) == []

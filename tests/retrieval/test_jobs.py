@@ -21,3 +21,19 @@ def test_a_link_at_out_eval_is_replaced_never_written_through(tmp_path, monkeypa
     assert set(table) == {"bm25", "untrained", "trained"} and list(target.iterdir()) == []
     assert not (out / "eval").is_symlink()
     assert sorted(p.name for p in (out / "eval").iterdir()) == ["index-trained", "index-untrained", "questions.json"]
+
+
+def test_every_retrieval_job_refuses_a_link_as_its_output_folder_before_any_work(tmp_path):
+    import pytest
+
+    from lmforge.utils.atomic import UnsafePath
+
+    elsewhere, out, cfg = tmp_path / "elsewhere", tmp_path / "out", TrainConfig(steps=1)
+    elsewhere.mkdir()
+    out.symlink_to(elsewhere, target_is_directory=True)
+    for job in (lambda: jobs.build_index_dir(out, None), lambda: jobs.run_train("missing", out, cfg),
+                lambda: jobs.run_reader("missing", out, cfg), lambda: jobs.run_realm("missing", out, cfg),
+                lambda: jobs.run_ict("missing", out, cfg)):
+        with pytest.raises(UnsafePath, match=f"^{out}: is a symbolic link"):
+            job()
+    assert list(elsewhere.iterdir()) == []

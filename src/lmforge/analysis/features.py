@@ -23,6 +23,7 @@ import torch
 from lmforge.analysis.feature_options import resolve_layers
 from lmforge.config.options import OptionsError
 from lmforge.tasks.tagging import align
+from lmforge.utils.atomic import refuse_link
 from lmforge.utils.modes import evaluating
 
 POOLINGS = ("first", "mean", "last")
@@ -156,7 +157,7 @@ def save_features(path, features: list, meta: dict) -> Path:
     (L, all words, d) and "offsets" (n_sentences + 1,), with `meta` as JSON in the file's metadata."""
     from lmforge.io.files import save_tensors
 
-    path = Path(path)
+    path = refuse_link(path)  # a folder reached through a link is never written into
     path.mkdir(parents=True, exist_ok=True)
     offsets = torch.tensor([0] + [f.shape[1] for f in features]).cumsum(0)
     tensors = {"features": torch.cat(features, dim=1), "offsets": offsets}

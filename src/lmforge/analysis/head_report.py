@@ -11,7 +11,6 @@ import copy
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -35,7 +34,7 @@ from lmforge.config.options import OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, keep_model
 from lmforge.train.config import MAX_SEED
-from lmforge.utils.atomic import atomic_savefig, remove_path
+from lmforge.utils.atomic import atomic_savefig, refuse_link, remove_path
 from lmforge.utils.timing import alternating
 
 MAX_ORDERS = 1000  # random orders a report averages
@@ -92,7 +91,7 @@ def run_heads(model_dir, records: list, out, kind: str | None = None, importance
               options: HeadsOptions | None = None, *, progress=None) -> dict:
     """Importance, the importance curve, `random_orders` random-order curves (seeds seed, seed + 1,
     ...; their mean and sd per level) and (with prune or until) the physically pruned model."""
-    o, out = options or HeadsOptions(), Path(out)
+    o, out = options or HeadsOptions(), refuse_link(out)
     out.mkdir(parents=True, exist_ok=True)
     task = fine_tuned_task(model_dir, records, kind)
     examples = encode_split(task, records, "data")

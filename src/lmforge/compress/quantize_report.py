@@ -29,7 +29,7 @@ from lmforge.quant.isa import activation_bits
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
 from lmforge.tokenizer import load_tokenizer
 from lmforge.train.config import MAX_SEED
-from lmforge.utils.atomic import replace_dir
+from lmforge.utils.atomic import refuse_link, replace_dir
 from lmforge.utils.timing import alternating
 
 SEQ_LEN = 128  # tokens a row of the timed batch unless told (the model's longest where shorter)
@@ -156,7 +156,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     side and (with `records`) the task metric before and after, then save it under out/model and
     the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
-    o, source, out = options or QuantizeOptions(), find_model_dir(model), Path(out)
+    o, source, out = options or QuantizeOptions(), find_model_dir(model), refuse_link(out)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
     length = timed_length(fp32, o.seq_len)
     o.check_timed(length)  # before any work: the default length is the model's (at most SEQ_LEN)

@@ -17,7 +17,6 @@ import json
 import time
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +48,7 @@ from lmforge.tasks.finetune import (
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
+from lmforge.utils.atomic import refuse_link
 
 KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidden states
 LOSS = ("temperature", "alpha", "gamma")  # the loss's options: key=value ones, reported as "loss"
@@ -196,7 +196,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     """Distil the fine-tuned teacher at `teacher_dir` into a student on `train` records; writes
     metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary.
     checked: {source: records} the teacher's labels must fit, checked before training."""
-    cfg, out = cfg or DistillConfig(), Path(out)
+    cfg, out = cfg or DistillConfig(), refuse_link(out)
     if not valid:  # eval_every with nothing to validate: refused, not ignored (as finetune)
         check_validated(train_cfg, TaskConfig())
     teacher = load_teacher(teacher_dir, train, checked)
@@ -209,7 +209,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     validator = Validator(student, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
     trainer = Trainer(objective, encode_split(student, train, "training"), train_cfg, out, log=log,
-                      evaluator=validator)
+                      evaluator=validator, settings={k: getattr(cfg, k) for k in LOSS})
     trainer.fit(resume=resume, final_files=(partial(write_task_files, student),))
     summary = {"task": teacher.kind, "steps": trainer.step, "seconds": round(time.perf_counter() - start, 2),
                "student_layers": model.config.n_layers, "teacher_layers": teacher.model.config.n_layers,
@@ -228,7 +228,7 @@ def run_distill(teacher_dir, train: list, valid: list | None, records: list, out
     """`lmforge distill`: distil, then measure teacher and student (best/ if kept, else final/) side by
     side on `records` (read from `source`, checked against the teacher's labels before training):
     accuracy, parameters, size on disk, forward time; distill.json under `out`."""
-    out = Path(out)
+    out = refuse_link(out)
     summary = distill(teacher_dir, train, valid, out, train_cfg=train_cfg, cfg=cfg, resume=resume, log=log,
                       checked={source: records})
     student_dir = out / "best" if (out / "best").is_dir() else out / "final"

@@ -44,7 +44,7 @@ from lmforge.data.corpus import (
     open_binary,
     read_range,
 )
-from lmforge.utils.atomic import remove_path, replace_dir
+from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
 
 FORMAT, VERSION = SHARD_FORMAT, 1
@@ -292,7 +292,7 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
                 shard_bytes)
     files = expand_files([files] if isinstance(files, (str, os.PathLike)) else files)
     tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
-    out, opts = Path(out), options or ReadOptions()
+    out, opts = refuse_link(out), options or ReadOptions()
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     manifest = _prepare(files, tokenizer, out, opts, shard_bytes)

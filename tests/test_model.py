@@ -126,6 +126,15 @@ def test_input_errors_are_clear():
         model(torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 5))
     with pytest.raises(ValueError, match="empty"):
         model(torch.zeros(1, 0, dtype=torch.long))
+    for mask in (torch.tensor([[1, 2, 1]]), torch.tensor([[1.0, 0.5, 1.0]])):  # both were read as all 1
+        with pytest.raises(ValueError, match=r"^attention_mask must hold 0 \(padding\) and 1 \(a token\)"):
+            model(torch.zeros(1, 3, dtype=torch.long), mask)
+    with pytest.raises(ValueError, match=r"^position_ids must be in \[0, max_seq_len=64\)$"):  # an IndexError
+        model(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[0, 64]]))
+    ones = torch.zeros(1, 3, dtype=torch.long)
+    as_float, as_bool = (model(ones, torch.ones(1, 3, dtype=kind)).last_hidden_state  # 0/1 of any dtype
+                         for kind in (torch.float32, torch.bool))
+    torch.testing.assert_close(as_float, as_bool, atol=0, rtol=0)
 
 
 def test_only_xlnets_forward_takes_two_stream_inputs():

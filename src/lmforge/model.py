@@ -134,10 +134,17 @@ class Transformer(nn.Module):
         if low < 0 or high >= self.config.vocab_size:
             raise ValueError(f"{name} holds token id {low if low < 0 else high} outside the "
                              f"vocabulary [0, {self.config.vocab_size})")
+        if attention_mask is not None and attention_mask.dtype != torch.bool \
+                and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):  # 2 and 0.5 read as 1
+            raise ValueError("attention_mask must hold 0 (padding) and 1 (a token) only")
 
     def _embed(self, embed: Embeddings, input_ids, position_ids, segment_ids, past: int):
         if position_ids is None:
             position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)[None]
+        elif not torch.compiler.is_compiling() and not \
+                0 <= int(position_ids.min()) <= int(position_ids.max()) < self.config.max_seq_len:
+            # an IndexError inside the table, or a rotation no position was trained at
+            raise ValueError(f"position_ids must be in [0, max_seq_len={self.config.max_seq_len})")
         return embed(self.tokens(input_ids), position_ids, segment_ids), position_ids
 
     def _run(self, stack: Stack, embed: Embeddings, step: StackPass) -> ModelOutput:

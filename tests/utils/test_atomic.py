@@ -205,3 +205,24 @@ def test_a_figure_saved_twice_is_the_same_bytes(tmp_path, fmt):
         plt.close(fig)
     assert saved[0] == saved[1]
 
+
+
+def test_files_are_put_in_place_all_or_none_and_the_folders_other_files_stay(tmp_path):
+    from lmforge.utils.atomic import replace_files
+
+    dest = tmp_path / "tok"
+    dest.mkdir()
+    (dest / "a.json").write_text("old a")
+    (dest / "keep.txt").write_text("keep")
+
+    def half(folder):
+        (folder / "a.json").write_text("new a")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        replace_files(dest, half)
+    assert {p.name: p.read_text() for p in dest.iterdir()} == {"a.json": "old a", "keep.txt": "keep"}
+    assert [p.name for p in tmp_path.iterdir()] == ["tok"]  # no staging left
+    names = replace_files(dest, lambda folder: [(folder / n).write_text(f"new {n}") for n in ("a.json", "b.json")])
+    assert names == ["a.json", "b.json"] and (dest / "b.json").read_text() == "new b.json"
+    assert (dest / "keep.txt").read_text() == "keep" and [p.name for p in tmp_path.iterdir()] == ["tok"]

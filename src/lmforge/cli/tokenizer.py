@@ -21,6 +21,7 @@ def cmd_tokenizer_train(args) -> None:
     from lmforge.cli.common import UsageError, refuse_overwrite
     from lmforge.data import corpus_text
     from lmforge.tokenizer.train import train_with
+    from lmforge.utils.atomic import replace_files
 
     refuse_overwrite(args.out, ("FILES", args.files), writes=("tokenizer.json", "tokenizer_config.json"))
     options = tokenizer_options(args)  # before the corpus is read or made
@@ -30,7 +31,7 @@ def cmd_tokenizer_train(args) -> None:
     docs, seed = args.docs or BUILTIN_DOCS, args.seed or 0
     source = [Path(f) for f in args.files] if args.files else corpus_text(docs, seed).splitlines()
     tokenizer = train_with(source, options)
-    tokenizer.save(args.out)
+    replace_files(args.out, tokenizer.save)  # both files or neither: never a new tokenizer.json alone
     corpus = f"{len(args.files)} file(s)" if args.files else f"built-in corpus, {docs} documents"
     print(f"wrote {args.out} ({options.kind}, {tokenizer.vocab_size} ids, {corpus})")
 

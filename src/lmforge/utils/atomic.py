@@ -167,6 +167,32 @@ def replace_dir(dest, write: Callable[[Path], object]) -> bool:
     return existed
 
 
+def replace_files(dest, write: Callable[[Path], object]) -> list:
+    """Call write(folder) on a fresh folder beside `dest`, then rename each file it made into `dest`, whose
+    other files stay: a failure while writing (a full disk) leaves `dest` as it was, never some of the
+    files new and the rest old or missing, since the renames that follow need no space. `dest` may not be
+    a symbolic link (UnsafePath); write makes files only. Returns the names put in place."""
+    dest = refuse_link(dest)
+    with naming(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.files-"))
+    try:
+        try:
+            write(staging)
+        except OSError as err:  # named as the file asked for, not by its place in the fresh folder
+            if err.errno is None or not str(err.filename or "").startswith(f"{staging}{os.sep}"):
+                raise
+            raise OSError(err.errno, err.strerror, str(dest / os.path.relpath(err.filename, staging))) from None
+        names = sorted(p.name for p in staging.iterdir())
+        with naming(dest):
+            dest.mkdir(exist_ok=True)
+        for name in names:
+            os.replace(staging / name, dest / name)  # a link at the name is replaced, never followed
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return names
+
+
 def _tidy(dest: Path) -> None:
     """Remove the fresh and set-aside folders of replace_dir calls whose process is gone (killed
     mid-write); where one was killed between its two renames, its set-aside `dest` is put back first."""

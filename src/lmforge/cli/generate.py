@@ -262,10 +262,10 @@ def add_parsers(sub) -> None:
     from lmforge.pipelines.fill_mask import MAX_SPAN, MAX_TOP_K
 
     p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
-    p.add_argument("prompt")
+    p.add_argument("prompt", help="the text a decoder continues (an encoder-decoder's input)")
     p.add_argument("--model", required=True, help=MODEL_HELP)
     add_generation_flags(p)
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0, help="the sampling's seed (default 0)")
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
     p.add_argument("--prefix-lm", action="store_true",
                    help="read the prompt bidirectionally (a decoder pretrained with --objective prefix-lm)")

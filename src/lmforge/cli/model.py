@@ -274,14 +274,16 @@ def add_parsers(sub) -> None:
     p.add_argument("src", help="an lmforge or Hugging Face model directory, or an AllenNLP ELMo directory "
                                "(options .json + weights .hdf5)")
     p.add_argument("dst", help="the folder to write (replaced as a whole; not SRC, not inside it)")
-    p.add_argument("--to", choices=("hf", "lmforge"), default="lmforge")
+    p.add_argument("--to", choices=("hf", "lmforge"), default="lmforge",
+                   help="the format written: lmforge (default) or hf (a directory transformers loads)")
     p.add_argument("--force", action="store_true", help="replace DST even if it is not a model folder")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)
     p = sub.add_parser("demo", help="the main job on the built-in default")
-    p.add_argument("--out", default="runs/demo")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
+    p.add_argument("--out", default="runs/demo", help="the run's directory (default runs/demo)")
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
+                   help="fixes everything the run draws (default 0)")
     p.add_argument("--quick", action="store_true", help="a seconds-long run at toy sizes")
     p.set_defaults(func=cmd_demo)
     _embed_parser(sub)

@@ -47,7 +47,9 @@ def test_a_disconnected_client_stops_its_generation_within_a_step(server, stream
     before = _cancelled(server.url)
     steps_before = _cancelled_steps(server.url)
     received = 0
-    with httpx.Client(base_url=server.url, timeout=httpx.Timeout(30, read=0.3)) as client:
+    # the whole answer's client hangs up after 0.3 s of silence; a stream's after 5 events (its first event
+    # may take longer than 0.3 s: a cold server's first steps on a loaded machine took a second)
+    with httpx.Client(base_url=server.url, timeout=httpx.Timeout(30, read=30 if stream else 0.3)) as client:
         if stream:
             with client.stream("POST", "/generate", json={**LONG, "stream": True}) as response:
                 assert response.status_code == 200

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 
+import httpx
 import pytest
 
 from lmforge.serve import generation
@@ -53,3 +55,27 @@ def test_an_empty_stop_string_is_422_naming_it(local, path, body, field):
     assert answer.status_code == 422
     error = answer.json()["error"]
     assert error["param"] == field and error["message"].startswith(f"{field}: a stop string is empty")
+
+
+def test_a_stream_whose_client_hangs_up_while_queued_gives_its_place_back(server):
+    """Was held in the queue until the generation before it ended, then ran a step for nobody."""
+    from tests.serve.test_routes import metric
+
+    long = {"model": "gen", "prompt": "the cat", "max_new_tokens": 1900, "min_new_tokens": 1900,
+            "stream": True}
+    with server.client() as client, client.stream("POST", "/generate", json=long) as running:
+        lines = running.iter_lines()  # kept: a dropped iterator closes the stream, ending the generation
+        next(lines)  # the one worker is busy with it
+        before = metric(server.url, "lmforge_generations_total")
+        with server.client(timeout=httpx.Timeout(5, read=0.3)) as queued, pytest.raises(httpx.ReadTimeout):
+            queued.post("/generate", json=GENERATE)  # behind it: no answer yet; hangs up after 0.3 s
+        deadline = time.monotonic() + 1.0
+        while metric(server.url, "lmforge_queue_requests") > 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert metric(server.url, "lmforge_queue_requests") == 1  # the running one's alone
+    deadline = time.monotonic() + 1.0
+    while metric(server.url, "lmforge_generations_total") == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)
+    assert metric(server.url, "lmforge_generations_total") == before + 1  # the long one's end: the queued one
+    # never ran (it would have run a step for nobody once the long one ended, then been cancelled)

@@ -6,8 +6,8 @@ token (a bad setting, a prompt too long) is a proper HTTP error, not a 200 that 
 later (a refusal, or an error the server did not expect: its 500's body) is the last event, with no
 [DONE] after it, so a stream that ends without [DONE] is never taken for a whole answer. A
 client that disconnects cancels its job: a stream's generator is closed by Starlette's
-disconnect listener, a whole answer's by the watcher below; either way the worker stops before
-its next decoding step.
+disconnect listener (before its first event, by the watcher below), a whole answer's by the watcher;
+either way the worker stops before its next decoding step, or never starts a job still queued.
 """
 from __future__ import annotations
 
@@ -117,9 +117,10 @@ def _job(served, field: str, ids: list, settings: Settings) -> tuple:
     return {"ids": ids, "settings": settings}, (len(ids) + settings.max_new_tokens) * settings.num_beams
 
 
-async def _whole(server, served, request: Request, payload: dict, tokens: int) -> dict:
-    """Run one generation to its end; a client that disconnects meanwhile cancels it."""
-    task = asyncio.ensure_future(server.run("generate", served, [(payload, tokens, 1)]))
+async def _unless_gone(request: Request, awaitable):
+    """`awaitable`'s result; if the client disconnects first, it is cancelled (Server.run and Server.stream
+    then cancel their jobs on their way out) and Cancelled raised."""
+    task = asyncio.ensure_future(awaitable)
 
     async def gone() -> None:
         while (await request.receive())["type"] != "http.disconnect":
@@ -130,12 +131,17 @@ async def _whole(server, served, request: Request, payload: dict, tokens: int) -
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
-    if not task.done():  # the client has gone: Server.run cancels the job on its way out
+    if not task.done():  # the client has gone
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         raise Cancelled()  # app.py's handler: one log line, a 499 nobody reads
-    return task.result()[0]
+    return task.result()
+
+
+async def _whole(server, served, request: Request, payload: dict, tokens: int) -> dict:
+    """Run one generation to its end; a client that disconnects meanwhile cancels it."""
+    return (await _unless_gone(request, server.run("generate", served, [(payload, tokens, 1)])))[0]
 
 
 def sse(data) -> str:
@@ -143,11 +149,12 @@ def sse(data) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _events(server, served, payloads: list, shape):
+async def _events(server, served, request: Request, payloads: list, shape):
     """A StreamingResponse over the prompts' events, each turned into a chunk by `shape`; the first
-    event is awaited here so that an early error is an HTTP error."""
+    event is awaited here so that an early error is an HTTP error, and a client that hangs up while it
+    waits in the queue for it cancels its job (it held its place there, then ran a step for nobody)."""
     streams = [server.stream(served, payload, tokens) for payload, tokens in payloads]
-    first = await streams[0].__anext__()
+    first = await _unless_gone(request, streams[0].__anext__())
 
     async def body():
         try:
@@ -198,7 +205,7 @@ async def generate(body: schemas.GenerateRequest, request: Request):
     if body.stream:
         def shape(index, event):
             return {"model": served.name, **event["result"]} if "result" in event else event
-        return await _events(server, served, [(payload, tokens)], shape)
+        return await _events(server, served, request, [(payload, tokens)], shape)
     return JSONBody({"model": served.name, **await _whole(server, served, request, payload, tokens)})
 
 
@@ -215,7 +222,8 @@ async def completions(body: schemas.CompletionRequest, request: Request):
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": served.name}
     if body.stream:
-        return await _events(server, served, jobs, CompletionChunks(head, prompts if body.echo else None))
+        return await _events(server, served, request, jobs,
+                             CompletionChunks(head, prompts if body.echo else None))
     results = [await _whole(server, served, request, payload, tokens) for payload, tokens in jobs]
     choices = [{"text": (p if body.echo else "") + r["text"], "index": i, "logprobs": None,
                 "finish_reason": r["finish_reason"], "token_ids": r["token_ids"]}

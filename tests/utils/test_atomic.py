@@ -226,3 +226,29 @@ def test_files_are_put_in_place_all_or_none_and_the_folders_other_files_stay(tmp
     names = replace_files(dest, lambda folder: [(folder / n).write_text(f"new {n}") for n in ("a.json", "b.json")])
     assert names == ["a.json", "b.json"] and (dest / "b.json").read_text() == "new b.json"
     assert (dest / "keep.txt").read_text() == "keep" and [p.name for p in tmp_path.iterdir()] == ["tok"]
+
+
+def test_a_full_disk_is_named_by_the_file_or_folder_asked_for(tmp_path):
+    from lmforge.io.files import DiskFull
+    from lmforge.utils.atomic import replace_dir
+
+    def full(handle):
+        raise OSError(28, "No space left on device")  # as a write into a handle says it: no file named
+
+    with pytest.raises(OSError) as err:
+        atomic_write(tmp_path / "report.json", full)
+    assert str(err.value) == f"[Errno 28] No space left on device: '{tmp_path / 'report.json'}'"
+
+    def model(folder):
+        raise DiskFull(folder / "model.safetensors")
+
+    with pytest.raises(DiskFull) as err:
+        replace_dir(tmp_path / "model", model)
+    assert str(err.value) == f"no space left on device writing {tmp_path / 'model' / 'model.safetensors'}"
+
+    def copy(folder):
+        raise OSError(28, "No space left on device", "src/task.json", None, str(folder / "task.json"))
+
+    with pytest.raises(OSError) as err:
+        replace_dir(tmp_path / "model", copy)
+    assert err.value.filename2 == str(tmp_path / "model" / "task.json") and list(tmp_path.iterdir()) == []

@@ -82,8 +82,10 @@ def atomic_write(path, write: Callable[[BinaryIO], object]) -> Path:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno is not None and not err.filename:
+            err.filename = str(path)  # a write into the handle (a full disk) names no file: name the one asked
         raise
     return path
 
@@ -151,7 +153,8 @@ def replace_dir(dest, write: Callable[[Path], object]) -> bool:
     old = dest.with_name(f".{dest.name}.old-{staging.name.split('.new-', 1)[1]}")
     try:
         as_created(staging, directory=True)  # mkdtemp makes it 0700 whatever the umask
-        write(staging)
+        with as_asked(staging, dest):
+            write(staging)
         if existed:
             os.replace(dest, old)  # a rename: nothing of the old folder is lost if the next one fails
         try:
@@ -167,6 +170,21 @@ def replace_dir(dest, write: Callable[[Path], object]) -> bool:
     return existed
 
 
+@contextmanager
+def as_asked(staging: Path, dest: Path):
+    """An OSError raised while a fresh folder `staging` is written in place of `dest` names `dest`, where
+    its file names or message name `staging` (a full disk while saving a model: dest/model.safetensors,
+    not the fresh folder's temporary name)."""
+    try:
+        yield
+    except OSError as err:
+        for attr in ("filename", "filename2", "strerror", "path"):  # DiskFull keeps its file in .path too
+            value = getattr(err, attr, None)
+            if isinstance(value, (str, os.PathLike)) and str(staging) in str(value):
+                setattr(err, attr, str(value).replace(str(staging), str(dest)))
+        raise
+
+
 def replace_files(dest, write: Callable[[Path], object]) -> list:
     """Call write(folder) on a fresh folder beside `dest`, then rename each file it made into `dest`, whose
     other files stay: a failure while writing (a full disk) leaves `dest` as it was, never some of the
@@ -177,12 +195,8 @@ def replace_files(dest, write: Callable[[Path], object]) -> list:
         dest.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.files-"))
     try:
-        try:
+        with as_asked(staging, dest):
             write(staging)
-        except OSError as err:  # named as the file asked for, not by its place in the fresh folder
-            if err.errno is None or not str(err.filename or "").startswith(f"{staging}{os.sep}"):
-                raise
-            raise OSError(err.errno, err.strerror, str(dest / os.path.relpath(err.filename, staging))) from None
         names = sorted(p.name for p in staging.iterdir())
         with naming(dest):
             dest.mkdir(exist_ok=True)

@@ -170,6 +170,9 @@ def cmd_embed(args) -> None:
     from lmforge.pipelines.embed import SentenceEncoder
 
     texts = embed_texts(args.texts, args.file)
+    if args.calibrate and args.out is not None:  # never a flag taken and nothing written where it says
+        raise UsageError(f"--out {args.out}: --calibrate writes no embeddings, only their ranges beside the "
+                         f"model (embedding_ranges.json); drop --out")
     out = embed_out(args.out)
     refuse_overwrite(out, ("--file", args.file), ("--model", args.model))
     options = embed_options(args)  # always: its defaults refuse a long text, as the server's do

@@ -79,3 +79,12 @@ def test_a_stream_whose_client_hangs_up_while_queued_gives_its_place_back(server
     time.sleep(0.1)
     assert metric(server.url, "lmforge_generations_total") == before + 1  # the long one's end: the queued one
     # never ran (it would have run a step for nobody once the long one ended, then been cancelled)
+
+
+@pytest.mark.parametrize("value", [-1, 100.5, True, None])
+def test_both_generation_routes_refuse_a_temperature_in_the_same_words(local, value):
+    """/v1/completions said pydantic's "Input should be greater than or equal to 0" where /generate said
+    GenerationOptions' bounds."""
+    said = [local.post(path, json={**body, "stream": False, "temperature": value}).json()["error"]
+            for path, body in (("/generate", GENERATE), ("/v1/completions", COMPLETE))]
+    assert said[0] == said[1] and said[0]["param"] == "temperature" and said[0]["code"] == 422

@@ -244,6 +244,10 @@ class GenerateResponse(BaseModel):
     usage: CompletionUsage
 
 
+OpenAITemperature, OPENAI_TEMPERATURE = option_field("temperature", 1.0, "; OpenAI's default 1 samples; 0 is "
+                                                     "greedy")
+
+
 class OpenAICompletion(Decoding):
     """OpenAI's (legacy) completions request; lmforge's decoding settings are accepted too."""
 
@@ -251,7 +255,8 @@ class OpenAICompletion(Decoding):
     prompt: str | list[str]
     # checked as /generate's max_new_tokens is (a whole 2.0 is 2); bounded by the server (check_generation)
     max_tokens: Annotated[int, BeforeValidator(functools.partial(typed, "max_new_tokens"))] = Field(16, ge=1)
-    temperature: float = Field(1.0, ge=0, description="OpenAI's default 1 samples; 0 is greedy")
+    # checked as /generate's is (its bounds in GenerationOptions' words; they were pydantic's)
+    temperature: OpenAITemperature = OPENAI_TEMPERATURE
     n: int = Field(1, ge=1, le=1, description="only 1")
     echo: bool = Field(False, description="put the prompt before the completion")
     # OpenAI's settings lmforge does not serve: refused where they would change the answer, never ignored

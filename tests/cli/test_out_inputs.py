@@ -16,6 +16,7 @@ CASES = [
     (["quantize", "--model", "{model}"], "--calibration", "quantize.json"),
     (["retrieve", "train", "--steps", "1"], "--model", "final"),
     (["retrieve", "reader", "--steps", "1"], "--model", "final"),
+    (["retrieve", "reader", "--steps", "1"], "--retriever", "index"),  # the run's dense index of passages
 ]
 
 
@@ -36,7 +37,7 @@ def test_an_input_at_a_name_the_job_writes_is_refused(tmp_path, monkeypatch, mod
     out = tmp_path / "o"
     out.mkdir()
     given = out / name
-    if name == "final":  # a model folder
+    if name in ("final", "index"):  # a model folder
         given.mkdir()
         (given / "config.json").write_text("{}\n")
     elif name != ".":
@@ -45,7 +46,7 @@ def test_an_input_at_a_name_the_job_writes_is_refused(tmp_path, monkeypatch, mod
     line = cli_verdict([*argv, flag, str(given), "--out", str(out)], {})
     assert line is not None and "would write over the input" in line and flag in line and "--out" in line, line
     assert sorted(p.name for p in out.iterdir()) == before  # nothing written
-    if name not in (".", "final"):
+    if name not in (".", "final", "index"):
         assert given.read_text() == "{}\n"
 
 

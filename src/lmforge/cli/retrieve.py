@@ -130,7 +130,7 @@ def _train_config(args) -> tuple:
                      ("--passages", args.passages), ("--config", getattr(args, "config", None)),
                      ("--retriever", getattr(args, "retriever", None)),
                      writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",
-                             "ict.json", "retriever"))
+                             "ict.json", "retriever", "index"))  # index: the reader's --retriever index
     refuse_nested(args.out, ("--passages", args.passages))
     check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
     check_source("--passages", args.passages)

@@ -67,6 +67,8 @@ def test_a_disconnected_client_stops_its_generation_within_a_step(server, stream
     if stream:  # the steps whose tokens the client saw, and the few before the server heard of the hang-up
         assert received <= ran <= received + 50
     assert metric(server.url, "lmforge_steps_after_cancel_total") <= _cancelled(server.url)
+    for gauge in ("lmforge_queue_requests", "lmforge_queue_tokens", "lmforge_queue_jobs"):  # its place freed
+        assert metric(server.url, gauge) == 0, gauge
 
 
 def _long_generation(url: str, stream: bool, out: dict) -> None:

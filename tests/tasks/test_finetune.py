@@ -307,3 +307,21 @@ def test_a_validation_setting_without_validation_records_is_refused(tmp_path, tr
         finetune(tiny(), tokenizer(), "cls", sentiment()["train"][:8], None, tmp_path,
                  cfg(steps=1, **train_options), TaskConfig(**task_options), log=quiet)
     assert err.value.field == field and not (tmp_path / "final").exists()
+
+
+def test_a_resume_with_other_training_options_is_refused_naming_the_option_and_others_go_on(tmp_path):
+    """freeze_*, layer_decay, a loss option ... decide the updates: a resume with another would continue
+    another run than the one its checkpoints hold; patience and the like only decide when to stop."""
+    data = sentiment()
+
+    def go(resume=False, **options):
+        return finetune(tiny(), tokenizer(), "cls", data["train"][:16], data["validation"][:8], tmp_path,
+                        cfg(steps=2, eval_every=1, save_every=1), TaskConfig(**options), resume=resume,
+                        log=quiet)
+
+    go()
+    for option, value in (("freeze_layers", 1), ("layer_decay", 0.5), ("freeze_embeddings", True)):
+        was = getattr(TaskConfig(), option)
+        with pytest.raises(ValueError, match=f": {option}={was!r} \\(the run's\\) vs {value!r} \\(now\\)"):
+            go(resume=True, **{option: value})
+    assert go(resume=True, patience=3, eval_batch_size=4)["steps"] == 2

@@ -47,6 +47,9 @@ HEAD_SEED = 4
 PRESET_SEED = 5
 # every number a fine-tuning run chooses, bounded both ways: name -> (lowest, highest)
 MAX_PREFIX = 1000  # characters of a text-to-text task prefix
+# TaskConfig options read only when evaluating or deciding to stop: a resumed run may change them
+EVALUATION = ("patience", "keep_best", "eval_batch_size", "n_best", "max_answer_len", "null_threshold",
+              "num_beams", "max_new_tokens")
 
 
 @dataclass
@@ -282,6 +285,12 @@ def check_read(task: str, read: tuple, cfg: TaskConfig) -> None:
                    f"{' and '.join(owners[name])} tasks; a {task} task does not read it")
 
 
+def trained_settings(cfg: TaskConfig) -> dict:
+    """The options of `cfg` that decide a run's updates (all but those of evaluation and early stopping):
+    recorded in its checkpoints, so a resume with another (freeze_layers, a rerank loss) is refused."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in EVALUATION}
+
+
 def check_validated(train_cfg: TrainConfig, task_cfg: TaskConfig) -> None:
     """An OptionsError naming a setting of validation (eval_every, patience, keep_best, eval_batch_size)
     changed from its default in a run without validation records, where nothing reads it."""
@@ -314,7 +323,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     validator = Validator(task, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
     trainer = Trainer(task, examples, train_cfg, out, log=log, evaluator=validator,
-                      lr_scale=lr_scale_fn(model, task_cfg.layer_decay))
+                      lr_scale=lr_scale_fn(model, task_cfg.layer_decay), settings=trained_settings(task_cfg))
     trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))
     seconds = time.perf_counter() - start
     if validator is not None and validator.last_step != trainer.step:

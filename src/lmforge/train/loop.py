@@ -34,6 +34,7 @@ from lmforge.train.checkpoint import (
     checkpoints,
     latest_checkpoint,
     save_checkpoint,
+    seed_all,
     set_rng_states,
 )
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config
@@ -66,12 +67,14 @@ class Trainer:
     """Trains `objective` (which holds the model) on `train_data`, writing under `out`."""
 
     def __init__(self, objective, train_data, cfg: TrainConfig, out, eval_data=None, duplication: int = 0,
-                 log=print, evaluator=None, lr_scale=None) -> None:
+                 log=print, evaluator=None, lr_scale=None, settings: dict | None = None) -> None:
         # evaluator(trainer) -> metrics, run every cfg.eval_every steps and logged; {"stop": True} in
         # them ends training early (fine-tuning's early stopping); its state_dict() / load_state_dict(),
         # if it has them, travel in checkpoints so a resumed run stops where it would have (check_state,
         # if it has one, refuses a checkpoint's state before the run is rebuilt);
-        # lr_scale: see optim.param_groups
+        # lr_scale: see optim.param_groups; settings: the job's options that decide the updates beyond
+        # cfg's (a distillation's loss weights, a task's freezing): a resume with others is refused
+        self._settings = {"duplication": duplication, **(settings or {})}
         self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
         refuse_int8(objective)
         self.device = resolve_device(cfg.device)
@@ -162,7 +165,8 @@ class Trainer:
         return True
 
     def _identity(self) -> dict:
-        """What a checkpoint must have been trained with to be resumed here: model config and objective."""
+        """What a checkpoint must have been trained with to be resumed here: model config, objective and
+        the job's settings."""
         model = getattr(self.objective, "model", None)
         config = getattr(model, "config", None)
         name = getattr(self.objective, "kind", None) or getattr(self.objective, "name", None)
@@ -171,7 +175,7 @@ class Trainer:
             name += " (whole words)"
         # through JSON, as trainer.json holds it (tuples become lists)
         return json.loads(json.dumps({"model": config.canonical().to_dict() if config is not None else None,
-                                      "objective": name}))
+                                      "objective": name, "settings": self._settings}))
 
     def _check_same_run(self, path: Path, info: dict, weights: dict) -> None:
         """ValueError naming what differs if the checkpoint is of another model or objective."""
@@ -182,6 +186,9 @@ class Trainer:
             saved, model = info["model"], now["model"]
             problems += [f"{k}={saved.get(k)!r} (the run's) vs {model.get(k)!r} (now)"
                          for k in sorted(set(saved) | set(model)) if saved.get(k) != model.get(k)]
+        saved = info.get("settings") or {}  # none in a checkpoint from before they were recorded
+        problems += [f"{k}={saved[k]!r} (the run's) vs {now['settings'][k]!r} (now)"
+                     for k in sorted(saved) if k in now["settings"] and saved[k] != now["settings"][k]]
         own = {k: tuple(v.shape) for k, v in self.objective.state_dict().items()}
         theirs = {k: tuple(v.shape) for k, v in weights.items()}
         if not problems and own != theirs:  # checkpoints that predate the recorded identity
@@ -220,7 +227,7 @@ class Trainer:
     def train_step(self) -> dict:
         """One optimiser step over this process's micro-batches; returns its metrics, as device tensors
         where the step computed them (read_record, or a logged step, turns them into numbers)."""
-        torch.manual_seed(derive_seed(self.cfg.seed, self.step, self.rank, 3))  # dropout, sampling
+        seed_all(derive_seed(self.cfg.seed, self.step, self.rank, 3))  # dropout, sampling
         self.module.train()
         batches = self.batches.micro_batches(self.step)
         losses, metrics, tokens = [], {}, 0

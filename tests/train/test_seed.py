@@ -88,3 +88,22 @@ def test_seeded_init_ignores_and_keeps_the_callers_rng():
 def test_the_init_seed_is_no_other_streams_seed(stream):
     # data order (seed, epoch), evaluation (seed, i, 2), corruption and dropout (four parts)
     assert init_seed(0) != derive_seed(0, *stream)
+
+
+def test_the_same_seed_writes_byte_identical_checkpoints_whatever_the_processs_python_and_numpy_rngs(tmp_path):
+    """A checkpoint records Python's and NumPy's RNG states; each seeds itself from the OS in a new process,
+    so the training step seeds them from the run's seed as it does torch's."""
+    import random
+
+    import numpy as np
+
+    from lmforge.train import Trainer
+    from tests.train.helpers import mlm_objective, quick, toy_data
+
+    for out, noise in (("a", 1), ("b", 2)):
+        random.seed(noise)
+        np.random.seed(noise)
+        Trainer(mlm_objective(), toy_data(16), quick(steps=1), tmp_path / out).fit()
+    step = ("checkpoints", "step-0000001")
+    for name in ("optimizer.pt", "trainer.json", "model.safetensors"):
+        assert _bytes(tmp_path / "a", *step, name) == _bytes(tmp_path / "b", *step, name), name

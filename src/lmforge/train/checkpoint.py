@@ -57,6 +57,15 @@ def rng_states() -> dict:
     return states
 
 
+def seed_all(seed: int) -> None:
+    """Seed every global RNG a step may draw from (torch's, Python's, NumPy's) from one seed: nothing a
+    step draws, nor the states a checkpoint records, depends on the process (Python and NumPy seed
+    themselves from the OS at start)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2 ** 32)
+
+
 def set_rng_states(states: dict) -> None:
     """Restore what `rng_states` captured."""
     torch.set_rng_state(states["torch"])

@@ -177,3 +177,16 @@ def test_a_generation_job_weighs_its_beams_as_the_request_bound_does():
     _, greedy = _job(served, "prompt", [1, 2, 3], Settings(max_new_tokens=10))
     _, beams = _job(served, "prompt", [1, 2, 3], Settings(max_new_tokens=10, num_beams=4))
     assert greedy == 13 and beams == 4 * 13  # each beam holds its own sequence: Retry-After counts them
+
+
+@pytest.mark.parametrize("path, body", [("/embed", {"model": "x" * 1_000_000, "texts": "a"}),
+                                        ("/generate", {"prompt": "a", "early_stopping": "x" * 1_000_000}),
+                                        ("/tokenize", {"text": "a", "x" * 100_000: 1})])
+def test_an_error_echoing_a_huge_value_is_bounded_head_and_tail(local, path, body):
+    """A 1 MB model name came back whole in its 404 (and an unknown 100 kB key as the param)."""
+    answer = local.post(path, json=body)
+    assert answer.status_code in (404, 422) and len(answer.content) < 2500
+    error = answer.json()["error"]
+    assert "characters left out" in error["message"] and len(error["param"]) < 300
+    assert error["message"].startswith(("model 'xxx", "early_stopping", "xxx"))
+    assert answer.status_code == 422 or error["message"].endswith("(served: enc, gen)")  # the tail kept

@@ -64,11 +64,24 @@ MAX_TOKEN_CHARS = 128  # no vocabulary's token spans more characters (WordPiece:
 HEAD_CHARS = 8  # characters a token per max_input_tokens read first (English runs ~4.5 a token)
 
 
+MAX_MESSAGE, MAX_PARAM = 1000, 200  # characters of an error's message and param (longer: cut in the middle)
+
+
+def elided(text: str | None, most: int) -> str | None:
+    """`text` of at most about `most` characters: its head and tail, the middle left out (a client's 1 MB
+    model name came back whole in the 404 that echoed it; the tail says the limit or the field)."""
+    if text is None or len(text) <= most:
+        return text
+    return f"{text[:most // 2]} ... ({len(text) - most} characters left out) ... {text[-most // 2:]}"
+
+
 class RequestError(Exception):
-    """A refused request: HTTP status, a one-line message, the offending parameter or limit."""
+    """A refused request: HTTP status, a one-line message, the offending parameter or limit (both bounded:
+    a value of the client's echoed in them is elided)."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
                  kind: str = "invalid_request_error", headers: dict | None = None) -> None:
+        message, param = elided(message, MAX_MESSAGE), elided(param, MAX_PARAM)
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
         self.headers = headers or {}

@@ -100,7 +100,10 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path):
     (tmp_path / "adir").mkdir()
     cases = [(tmp_path / "afile", dict(writes=("metrics.jsonl",)), "exists and is not a folder"),
              (tmp_path / "adir", dict(kind="file"), "is a folder; name the file to write"),
-             (tmp_path / "afile" / "out.jsonl", dict(kind="file"), "afile is a file, not a folder")]
+             (tmp_path / "afile" / "out.jsonl", dict(kind="file"), "afile is a file, not a folder"),
+             (tmp_path / "gone" / "out", dict(writes=("metrics.jsonl",)),
+              "gone is a symbolic link to nothing, not a folder")]
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
     for out, how, message in cases:
         with pytest.raises(UsageError, match=message):
             refuse_overwrite(str(out), ("--data", None), **how)

@@ -115,3 +115,12 @@ def test_a_damaged_tokenizer_or_task_file_is_refused_before_anything_is_written(
     _one_line(capsys, name)
     assert not (tmp_path / "dst").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".dst")]
+
+
+def test_a_dst_under_a_file_or_a_link_to_nothing_is_refused_naming_dst(tmp_path, source, capsys):
+    (tmp_path / "afile").write_text("kept")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    for above, what in (("afile", "a file"), ("gone", "a symbolic link to nothing")):
+        assert main(["convert", str(source), str(tmp_path / above / "dst"), "--force"]) == 2
+        _one_line(capsys, f"DST {tmp_path / above / 'dst'}: {tmp_path / above} is {what}, not a folder")
+    assert (tmp_path / "afile").read_text() == "kept" and not (tmp_path / "nowhere").exists()

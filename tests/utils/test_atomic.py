@@ -166,6 +166,10 @@ def test_a_folder_or_a_path_under_a_file_is_refused_in_one_line(tmp_path):
         atomic_write_text(tmp_path / "dir", "x")
     with pytest.raises(UnsafePath, match="plain is a file, not a folder$"):
         atomic_write_text(tmp_path / "plain" / "sub" / "out.json", "x")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UnsafePath, match="gone is a symbolic link to nothing, not a folder$"):
+        atomic_write_text(tmp_path / "gone" / "out.json", "x")
+    assert not (tmp_path / "nowhere").exists()
     assert (tmp_path / "plain").read_text() == "kept" and list((tmp_path / "dir").iterdir()) == []
 
 

@@ -284,9 +284,10 @@ def _check_out_path(path: Path, kind: str | None, option: str) -> None:
         raise UsageError(f"{option} {path}: exists and is not a folder")
     if kind == "file" and path.is_dir():
         raise UsageError(f"{option} {path}: is a folder; name the file to write")
-    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    blocking = next((p for p in path.parents if (p.exists() or p.is_symlink()) and not p.is_dir()), None)
     if blocking is not None:
-        raise UsageError(f"{option} {path}: {blocking} is a file, not a folder")
+        what = "a file" if blocking.exists() else "a symbolic link to nothing"  # mkdir cannot pass either
+        raise UsageError(f"{option} {path}: {blocking} is {what}, not a folder")
 
 
 def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None) -> None:

@@ -95,6 +95,7 @@ def check_destination(src: Path, dst: Path, force: bool) -> None:
     """UsageError unless DST can be replaced: not SRC, not inside it, not holding it, and (unless force)
     absent, empty or a model directory (lmforge or Hugging Face)."""
     not_a_link(dst, "folder", "DST")  # replacing it would swap the link for a folder and keep its target
+    refuse_overwrite(dst, option="DST")  # a file, or a link to nothing, where a folder above it must be
     a, b = src.resolve(), dst.resolve()
     if a == b or a in b.parents:
         raise UsageError(f"DST {dst} is SRC {src} or inside it: convert into another folder")

@@ -50,7 +50,8 @@ def check_file_path(path) -> Path:
     for parent in path.parents:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
-                raise UnsafePath(f"{path}: {parent} is a file, not a folder")
+                what = "a file" if parent.exists() else "a symbolic link to nothing"
+                raise UnsafePath(f"{path}: {parent} is {what}, not a folder")
             break
     return path
 

@@ -13,6 +13,7 @@ CASES = [
     (["probe", "--model", "m"], "--tokenizer", "."),
     (["features", "--model", "m", "--text", "a b"], "--config", "metrics.json"),
     (["features", "--model", "m", "--text", "a b"], "--tokenizer", "."),
+    (["features", "--model", "m", "--text", "a b"], "--train", "features.safetensors"),
     (["quantize", "--model", "{model}"], "--calibration", "quantize.json"),
     (["retrieve", "train", "--steps", "1"], "--model", "final"),
     (["retrieve", "reader", "--steps", "1"], "--model", "final"),

@@ -214,7 +214,7 @@ def cmd_features(args) -> None:
 
     refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--dev", args.dev),
                      ("--test", args.test), ("--model", args.model), ("--tokenizer", args.tokenizer),
-                     ("--config", args.config), writes=("features.json", "metrics.json"))
+                     ("--config", args.config), writes=("features.json", "features.safetensors", "metrics.json"))
     if args.text:
         _text_features(args)
         return

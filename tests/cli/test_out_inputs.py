@@ -9,6 +9,8 @@ CASES = [
     (["heads", "--model", "m", "--data", "d.jsonl"], "--importance-data", "heads.json"),
     (["prune", "--model", "m", "--method", "ffn", "--sparsity", "0.5", "--data", "d.jsonl"],
      "--importance-data", "prune.json"),
+    (["prune", "--model", "m", "--method", "magnitude", "--sparsity", "0.5", "--data", "d.jsonl"],
+     "--train", "prune_settings.json"),  # the settings a --resume checks
     (["probe", "--model", "m"], "--config", "probe.json"),
     (["probe", "--model", "m"], "--tokenizer", "."),
     (["features", "--model", "m", "--text", "a b"], "--config", "metrics.json"),

@@ -119,7 +119,7 @@ def cmd_prune(args) -> None:
     check_out(args.out, args.model)
     refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
                      ("--train", args.train), ("--valid", args.valid), ("--config", args.config),
-                     writes=(*TRAINING_OUTPUTS, "model", "prune.json"))
+                     writes=(*TRAINING_OUTPUTS, "model", "prune.json", "prune_settings.json"))
     _refuse_unused(args)
     check_task(args.task)
     refuse_quantised(args.model)

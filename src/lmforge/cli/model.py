@@ -284,7 +284,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)
-    p = sub.add_parser("demo", help="pretrain a small BERT, fine-tune it beside a random init (built-in data)")
+    p = sub.add_parser("demo", help="pretrain a small BERT; fine-tune it and a random init (built-in data)")
     p.add_argument("--out", default="runs/demo", help="the run's directory (default runs/demo)")
     p.add_argument("--seed", type=bounded(int, *SEED), default=0,
                    help="fixes everything the run draws (default 0)")

@@ -100,3 +100,13 @@ def test_a_retriever_json_written_before_passage_encoder_was_recorded_still_read
     (retriever / "passage" / "model.safetensors").unlink()
     with pytest.raises(ValueError, match=r"passage"):
         BiEncoder.from_dir(retriever)
+
+
+def test_saving_into_a_link_is_refused_and_its_target_left_alone(saved, tmp_path):
+    from lmforge.utils.atomic import UnsafePath
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(UnsafePath, match="link: is a symbolic link"):
+        BiEncoder.from_dir(saved[1]).save(tmp_path / "link")
+    assert list((tmp_path / "elsewhere").iterdir()) == []

@@ -34,7 +34,7 @@ from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.pipelines.embed_options import leading
 from lmforge.tokenizer import load_tokenizer
-from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.atomic import atomic_write_text, refuse_link
 
 POOLINGS = {"mean": "mean", "cls": "first"}
 RETRIEVER_FILE, PASSAGE_DIR = "retriever.json", "passage"  # a retriever folder's options, its own E_P
@@ -135,8 +135,9 @@ class BiEncoder:
 
     def save(self, path) -> Path:
         """Tokenizer and retriever.json beside a saved model directory (and a separate passage
-        encoder under passage/); retriever.json last, so a folder that has it is whole."""
-        path = Path(path)
+        encoder under passage/); retriever.json last, so a folder that has it is whole. A symbolic link
+        at `path` is refused (UnsafePath), never written through, as model.save refuses it."""
+        path = refuse_link(path)
         if self.passage_model is not None:
             self.passage_model.save(path / PASSAGE_DIR)
         self.tokenizer.save(path)

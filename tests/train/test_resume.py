@@ -136,3 +136,15 @@ def test_a_resume_with_other_static_masking_or_job_settings_is_refused_naming_th
     Trainer(mlm_objective(), toy_data(), quick(steps=2), run / "other", settings={"alpha": 0.5}).fit()
     with pytest.raises(ValueError, match="alpha=0.5 \\(the run's\\) vs 0.7 \\(now\\)"):
         Trainer(mlm_objective(), toy_data(), quick(steps=4), run / "other", settings={"alpha": 0.7}).resume()
+
+
+def test_a_resume_with_another_number_of_processes_is_refused_naming_both(run):
+    """Rank r's micro-batches and dropout are drawn by rank and world size (train/data.py): a run of two
+    processes resumed by one would see other batches, not go on as it would have."""
+    from lmforge.utils.checksum import sign
+
+    path = run / "checkpoints" / "step-0000004" / "trainer.json"
+    info = {k: v for k, v in json.loads(path.read_text()).items() if k != "state_sha256"}
+    path.write_text(json.dumps(sign({**info, "world": 2}, "state_sha256")))  # as a 2-process run wrote it
+    with pytest.raises(ValueError, match="step-0000004: it was trained with .*: 2 processes \\(the run's\\) vs 1"):
+        Trainer(mlm_objective(), toy_data(), quick(steps=4), run).resume()

@@ -71,9 +71,8 @@ class Trainer:
         # evaluator(trainer) -> metrics, run every cfg.eval_every steps and logged; {"stop": True} in
         # them ends training early (fine-tuning's early stopping); its state_dict() / load_state_dict(),
         # if it has them, travel in checkpoints so a resumed run stops where it would have (check_state,
-        # if it has one, refuses a checkpoint's state before the run is rebuilt);
-        # lr_scale: see optim.param_groups; settings: the job's options that decide the updates beyond
-        # cfg's (a distillation's loss weights, a task's freezing): a resume with others is refused
+        # if it has one, refuses a checkpoint's state before the run is rebuilt); lr_scale: see
+        # optim.param_groups; settings: the job's options deciding the updates (a resume keeps them)
         self._settings = {"duplication": duplication, **(settings or {})}
         self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
         refuse_int8(objective)
@@ -165,8 +164,7 @@ class Trainer:
         return True
 
     def _identity(self) -> dict:
-        """What a checkpoint must have been trained with to be resumed here: model config, objective and
-        the job's settings."""
+        """What a checkpoint must have been trained with to be resumed here: model, objective, settings."""
         model = getattr(self.objective, "model", None)
         config = getattr(model, "config", None)
         name = getattr(self.objective, "kind", None) or getattr(self.objective, "name", None)
@@ -178,7 +176,8 @@ class Trainer:
                                       "objective": name, "settings": self._settings}))
 
     def _check_same_run(self, path: Path, info: dict, weights: dict) -> None:
-        """ValueError naming what differs if the checkpoint is of another model or objective."""
+        """ValueError naming what differs if the checkpoint is of another model, objective, settings or
+        number of processes (whose micro-batches and dropout would differ)."""
         now, problems = self._identity(), []
         if info.get("objective", now["objective"]) != now["objective"]:
             problems.append(f"objective {info['objective']!r} (the run's) vs {now['objective']!r} (now)")
@@ -186,6 +185,8 @@ class Trainer:
             saved, model = info["model"], now["model"]
             problems += [f"{k}={saved.get(k)!r} (the run's) vs {model.get(k)!r} (now)"
                          for k in sorted(set(saved) | set(model)) if saved.get(k) != model.get(k)]
+        if info.get("world", self.world) != self.world:
+            problems.append(f"{info['world']} processes (the run's) vs {self.world} (now)")
         saved = info.get("settings") or {}  # none in a checkpoint from before they were recorded
         problems += [f"{k}={saved[k]!r} (the run's) vs {now['settings'][k]!r} (now)"
                      for k in sorted(saved) if k in now["settings"] and saved[k] != now["settings"][k]]

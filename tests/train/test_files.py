@@ -3,6 +3,7 @@ a resume with nothing to resume refused, no output over an input."""
 import json
 
 import pytest
+import torch
 
 from lmforge.cli import main
 from lmforge.cli.common import UsageError, refuse_overwrite
@@ -73,6 +74,11 @@ def test_a_checkpoint_without_checksums_loads_with_one_line_saying_it_is_unverif
     assert "model.safetensors, optimizer.pt, trainer.json" in said[0]
     (path / "trainer.json").write_text(json.dumps({**old, STATE_KEY: info[STATE_KEY]}))  # some, not all
     with pytest.raises(CheckpointCorrupt):
+        read_checkpoint(path)
+    # unverified, so nothing but the load tells an optimizer.pt of another kind: one line naming it
+    (path / "trainer.json").write_text(json.dumps(old))
+    torch.save({"state": {}}, path / "optimizer.pt")
+    with pytest.raises(CheckpointCorrupt, match="step-0000004: optimizer.pt holds no optimizer state$"):
         read_checkpoint(path)
 
 

@@ -231,7 +231,8 @@ def read_checkpoint(path: Path, warn=None) -> tuple:
         raise CheckpointCorrupt(f"checkpoint {path} cannot be read: {err}") from None
     if not all_finite(weights.values()):
         raise CheckpointCorrupt(f"checkpoint {path} holds non-finite weights")
-    lacks = [k for k in ("optimizer", "scheduler", "rng") if not isinstance(optimizer, dict) or k not in optimizer]
+    held = optimizer if isinstance(optimizer, dict) else {}
+    lacks = [k for k in ("optimizer", "scheduler", "rng") if k not in held]
     if lacks:  # an unverified (pre-checksum) file of another kind: one line, not a KeyError mid-resume
         raise CheckpointCorrupt(f"checkpoint {path}: {FILES[1]} holds no {lacks[0]} state")
     return weights, optimizer, info

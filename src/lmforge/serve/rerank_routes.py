@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field, create_model
 
 from lmforge.pipelines.rerank import RerankQueryOptions, order, relevance
-from lmforge.serve import ops
+from lmforge.serve import job_kinds
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, check_count, check_text, fit_lengths,
                                   too_large)
 from lmforge.serve.option_schemas import options_fields
@@ -84,7 +84,7 @@ def rerank_batch(served, payloads: list) -> list:
     return out
 
 
-ops.BATCHED["rerank"] = rerank_batch  # the workers' table of batched jobs (ops.py): this route's kind
+job_kinds.BATCHED["rerank"] = rerank_batch  # the workers' table of batched jobs: this route's kind
 
 
 async def _pair_lengths(server, served, query: str, documents: list, truncate: bool) -> tuple:

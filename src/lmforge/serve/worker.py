@@ -14,7 +14,7 @@ Batching. A worker takes the oldest job it may run; when it is batchable (embedd
 it takes with it every queued job of the same model and settings that fits the token budget
 (Limits.max_batch_tokens / max_batch_items; with several workers, at most its share of the queue),
 in arrival order, and runs them as one forward pass
-(the model's unpadded path, ops.py). Jobs larger than the budget never exist: the event loop
+(the model's unpadded path, job_kinds.py). Jobs larger than the budget never exist: the event loop
 splits a client's batch into budget-sized jobs.
 
 Stopping. While a job that is not batched runs (generation, fill-mask, an attention view), a forward pre-hook on
@@ -36,7 +36,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from lmforge.serve import allocator, generation, ops
+from lmforge.serve import allocator, generation, job_kinds
 from lmforge.serve.gate import gate_of
 from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import RequestError
@@ -180,7 +180,7 @@ class Worker(threading.Thread):
         self.metrics.inc("lmforge_tokens_total", sum(j.tokens for j in jobs), kind=kind)
         try:
             with gate_of(jobs[0].served.model).shared():  # beside other workers' batches, not an attention view
-                results = ops.BATCHED[kind](jobs[0].served, [j.payload for j in jobs])
+                results = job_kinds.BATCHED[kind](jobs[0].served, [j.payload for j in jobs])
         except Exception as err:  # noqa: BLE001 - one bad job must not fail its neighbours
             if len(jobs) > 1:
                 for job in jobs:
@@ -195,10 +195,10 @@ class Worker(threading.Thread):
         (job,) = jobs
         self.metrics.inc("lmforge_tokens_total", job.tokens, kind=job.kind)
         try:
-            with self._watch(job), (gate_of(job.served.model).exclusive() if job.kind in ops.EXCLUSIVE
+            with self._watch(job), (gate_of(job.served.model).exclusive() if job.kind in job_kinds.EXCLUSIVE
                                     else nullcontext()):
                 result = generation.run(job.served, job.payload, job.emit) if job.kind == "generate" \
-                    else ops.ALONE[job.kind](job.served, job.payload)
+                    else job_kinds.ALONE[job.kind](job.served, job.payload)
         except Cancelled as err:
             self._finished(job, "cancelled")
             job.settle(error=err)

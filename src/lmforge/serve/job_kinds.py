@@ -107,7 +107,7 @@ def qa_answer(task, record: dict, windows: list, outputs: list) -> dict:
 
 
 def fill_mask_one(served, payload: dict) -> list:
-    """The top-k fillings of one text's mask, as apps.fill_mask gives them."""
+    """The top-k fillings of one text's mask, as lmforge.fill_mask gives them."""
     found = fill_mask(served.model, served.tokenizer, payload["text"], top_k=payload["top_k"],
                       max_span=payload["max_span"])
     return [{"token": c.token, "score": c.score, "sequence": c.sequence, "token_id": c.token_id}

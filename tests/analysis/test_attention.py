@@ -181,3 +181,29 @@ def test_attention_maps_refuse_bad_layers_and_empty_text(tokenizer):
         attention_maps(model, tokenizer, "  ")
     with pytest.raises(ValueError, match=r"the pair \(the second text, --pair\) is empty"):
         attention_maps(model, tokenizer, "a text", pair=" ")  # was read as [CLS] a text [SEP] [SEP]
+
+
+@pytest.mark.parametrize("spec, layers", [
+    ("0", [0]), ("1,0,1", [0, 1]), ("0-1", [0, 1]), ("0, 1-1", [0, 1]),
+    ("1-0", None), ("2", None), ("0-99999999", None), ("\uff11", None), ("\u0661", None), (",", None),
+    ("0-", None), ("-1", None), ("a", None), ("1.0", None),
+])
+def test_the_command_line_and_the_server_read_layers_alike(spec, layers):
+    from lmforge.analysis.attention import layer_list
+    from lmforge.cli.analysis import _layers
+    from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+    from lmforge.serve.limits import Limits, RequestError
+    from lmforge.serve.routes import parse_layers
+
+    model = lmforge.build(lmforge.tiny("bert-base", n_layers=2))
+    verdicts = []
+    faces = ((lambda: layer_list(spec, 2), OptionsError), (lambda: _layers(spec, model), UsageError),
+             (lambda: parse_layers(spec, model, Limits()), RequestError))
+    for read, refused in faces:
+        try:
+            verdicts.append(read())
+        except refused as err:  # each face's own error, naming layers
+            assert "layers" in str(err) or getattr(err, "field", None) == "layers"
+            verdicts.append(None)
+    assert verdicts == [layers] * 3

@@ -73,10 +73,13 @@ def test_an_encoder_decoder_shows_its_three_attentions(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     ([TEXT], "give --out view.html and/or --png / --svg"),
     (["", "--out", "v.html"], "the text to show attention for is empty"),
-    ([TEXT, "--out", "v.html", "--layers", "0,7"], "--layers [7] outside the model's layers 0..1"),
-    ([TEXT, "--out", "v.html", "--layers", "3-1"], "--layers '3-1': expected indices"),
+    # --layers is read as the server reads ?layers= (analysis.attention.layer_list)
+    ([TEXT, "--out", "v.html", "--layers", "0,7"], "--layers '0,7': 7 is not a layer of this model (0..1)"),
+    ([TEXT, "--out", "v.html", "--layers", "1-0"], "--layers '1-0': the range 1-0 runs backwards"),
+    ([TEXT, "--out", "v.html", "--layers", "\uff11"], "--layers '\uff11': expected indices"),  # a fullwidth 1
+    ([TEXT, "--out", "v.html", "--layers", ","], "--layers ',' names no layer"),
     # a range past any model's layers was built first: 0-100000000 filled the memory
-    ([TEXT, "--out", "v.html", "--layers", "0-100000000"], "--layers '0-100000000': no model has a"),
+    ([TEXT, "--out", "v.html", "--layers", "0-100000000"], "--layers '0-100000000': 100000000 is not"),
     ([TEXT, "--png", "f.jpg"], "--png f.jpg: the figure's file must end in .png"),
     ([TEXT, "--out", "v.html", "--png", "f.svg"], "--png f.svg: the figure's file must end in .png"),
     ([TEXT, "--png", "f.png", "--layer", "9"], "--layer 9: group 'self' has layers [0, 1]"),

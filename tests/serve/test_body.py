@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+import lmforge
+
 from lmforge.serve.body import Pending, Share, given_twice, not_unicode, read_body, too_deep
 from lmforge.serve.limits import Limits, RequestError, bounded_ids, check_generation
 from lmforge.serve.routes import parse_layers
@@ -52,16 +54,17 @@ def test_given_twice_names_the_key_an_object_repeats(body, field):
 
 def test_layers_are_bounded_before_any_range_is_made():
     limits = Limits(max_layers=4)
-    assert parse_layers("0,2-3", 12, limits) == [0, 2, 3] and parse_layers(None, 4, limits) is None
+    twelve, four = (lmforge.build(lmforge.tiny("bert-base", n_layers=n)) for n in (12, 4))
+    assert parse_layers("0,2-3", twelve, limits) == [0, 2, 3] and parse_layers(None, four, limits) is None
     start = time.perf_counter()
     for spec in ("0-10000000", "0-" + "9" * 5000, "3-1", "-1", "a"):
         with pytest.raises(RequestError) as err:
-            parse_layers(spec, 12, limits)
+            parse_layers(spec, twelve, limits)
         assert (err.value.status, err.value.param) == (422, "layers")
     assert time.perf_counter() - start < 1
-    for spec, n in (("0-7", 12), (",".join(["1"] * 100_000), 12), (None, 12)):
+    for spec, model in (("0-7", twelve), (",".join(["1"] * 100_000), twelve), (None, twelve)):
         with pytest.raises(RequestError) as err:
-            parse_layers(spec, n, limits)
+            parse_layers(spec, model, limits)
         assert (err.value.status, err.value.param) == (413, "max_layers")
 
 

@@ -12,10 +12,47 @@ from typing import Optional
 import torch
 
 from lmforge.analysis.maps import AttentionGroup, AttentionMaps
+from lmforge.config.options import OptionsError
 from lmforge.generate import generate
 from lmforge.layers.inspection import inspecting
 from lmforge.model import Transformer
 from lmforge.utils.modes import evaluating
+
+
+def view_depth(model: Transformer) -> int:
+    """How many layers a view may name: the encoder's, or an encoder-decoder's deeper stack's."""
+    cfg = model.config
+    return max(cfg.n_layers, cfg.decoder_layers if cfg.architecture == "encoder-decoder" else 0)
+
+
+def layer_list(text: str, layers: int) -> list:
+    """The sorted distinct layers that '0,3,5', '2-5' or both ('0,2-5') name, each below `layers`
+    (checked before a range is made: 0-100000000 builds nothing); OptionsError (field "layers") for
+    anything else: ASCII digits only (int() reads a fullwidth 1 as 1), no range run backwards, and at
+    least one layer. The command line's --layers and the server's ?layers= read it alike."""
+    chosen = set()
+    for part in filter(str.strip, text.split(",")):
+        low, dash, high = part.partition("-")
+        first = _layer_index(low, layers, text)
+        last = _layer_index(high, layers, text) if dash else first
+        if last < first:
+            raise OptionsError(f"{text[:100]!r}: the range {part.strip()} runs backwards", "layers")
+        chosen.update(range(first, last + 1))
+    if not chosen:
+        raise OptionsError(f"{text[:100]!r} names no layer: expected indices like 0,3,5 or a range like 2-5",
+                           "layers")
+    return sorted(chosen)
+
+
+def _layer_index(part: str, layers: int, text: str) -> int:
+    part = part.strip()
+    if not (part.isdigit() and part.isascii()):
+        raise OptionsError(f"{text[:100]!r}: expected indices like 0,3,5 or a range like 2-5", "layers")
+    index = int(part) if len(part) <= 6 else layers  # int() of a long numeral costs its length
+    if index >= layers:
+        raise OptionsError(f"{text[:100]!r}: {part[:20]} is not a layer of this model (0..{layers - 1})",
+                           "layers")
+    return index
 
 
 def _layers(model: Transformer, layers) -> object:
@@ -23,8 +60,7 @@ def _layers(model: Transformer, layers) -> object:
     if layers is None or layers == "all":
         return "all"
     chosen = frozenset(int(i) for i in ([layers] if isinstance(layers, int) else layers))
-    depth = max(model.config.n_layers, model.config.decoder_layers if model.config.architecture ==
-                "encoder-decoder" else 0)
+    depth = view_depth(model)
     bad = sorted(i for i in chosen if not 0 <= i < depth)
     if bad:
         raise ValueError(f"--layers {bad} outside the model's layers 0..{depth - 1}")

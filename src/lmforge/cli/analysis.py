@@ -12,26 +12,19 @@ from lmforge.cli.common import SEED, bounded
 from lmforge.config.model import MAX_LAYERS
 
 
-def _layers(text: str | None):
-    """--layers "0,3,5" or "2-5" -> indices; None: all."""
+def _layers(text: str | None, model):
+    """--layers "0,3,5", "2-5" or both -> the model's layers they name (analysis.attention.layer_list, as the
+    server reads ?layers=); None: all."""
+    from lmforge.analysis.attention import layer_list, view_depth
     from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
 
     if text is None:
         return None
     try:
-        if "-" in text:
-            low, high = (int(x) for x in text.split("-", 1))
-            # bounded before the range is built: 0-100000000 would fill the memory
-            layers = list(range(low, high + 1)) if high < MAX_LAYERS else None
-        else:
-            layers = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        layers = []
-    if layers is None:
-        raise UsageError(f"--layers {text!r}: no model has a layer past {MAX_LAYERS - 1}")
-    if not layers:
-        raise UsageError(f"--layers {text!r}: expected indices like 0,3,5 or a range like 2-5")
-    return layers
+        return layer_list(text, view_depth(model))
+    except OptionsError as err:
+        raise UsageError(f"--layers {err}") from None
 
 
 def _heads(text: str | None):
@@ -63,7 +56,8 @@ def cmd_attention(args) -> None:
         refuse_overwrite(out, ("--model", args.model), ("--tokenizer", args.tokenizer), option=flag,
                          kind="file")
     model, tokenizer = load_model(args.model, args.tokenizer)
-    maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=_layers(args.layers))
+    layers = _layers(args.layers, model)
+    maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=layers)
     if truncation_note(maps):
         print(f"note: {truncation_note(maps)}", file=sys.stderr)
     layer, heads = 0 if args.layer is None else args.layer, _heads(args.heads)

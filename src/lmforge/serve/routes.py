@@ -15,6 +15,7 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
+from lmforge.analysis.attention import layer_list, view_depth
 from lmforge.config.options import OptionsError
 from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
 from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, with_mask
@@ -204,47 +205,25 @@ async def fill_mask(body: schemas.FillMaskRequest, request: Request):
     return JSONBody({"model": served.name, "candidates": candidates})
 
 
-def _layer(part: str, n_layers: int) -> int:
-    # ASCII digits only: int() of a long numeral costs what its length does, and reads "１" or "١" as 1
-    if not (part.strip().isdigit() and part.isascii()):
-        raise ValueError(part)
-    index = int(part) if len(part.strip()) <= 6 else n_layers
-    if index >= n_layers:
-        raise RequestError(422, f"layers: {part.strip()} is not a layer of this model (0..{n_layers - 1})",
-                           param="layers")
-    return index
-
-
-def parse_layers(text: str | None, n_layers: int, limits) -> list | None:
-    """?layers=0,3,5 or 2-5 (or both: 0,2-5) as sorted indices, each checked against `n_layers` before
-    any range is made; None for every layer. 413 past max_layers, 422 for a layer the model lacks."""
+def parse_layers(text: str | None, model, limits) -> list | None:
+    """?layers=0,3,5 or 2-5 (or both: 0,2-5) as the command line's --layers reads them (layer_list: sorted
+    indices, each checked against the model before any range is made); None (left out or empty) for every
+    layer. 413 past max_layers, 422 for what names no layer of the model."""
     if not text:
-        if n_layers > limits.max_layers:
-            raise too_large("max_layers", f"the model has {n_layers} layers, more than max_layers="
+        if view_depth(model) > limits.max_layers:
+            raise too_large("max_layers", f"the model has {view_depth(model)} layers, more than max_layers="
                             f"{limits.max_layers}: choose some with layers=")
         return None
-    parts = text.split(",", limits.max_layers)
-    if len(parts) > limits.max_layers:
+    if text.count(",") >= limits.max_layers:  # counted before a part is made
         raise too_large("max_layers", f"layers: more than max_layers={limits.max_layers} layers asked")
-    chosen = set()
     try:
-        for part in filter(str.strip, parts):
-            low, dash, high = part.partition("-")
-            first = _layer(low, n_layers)
-            last = _layer(high, n_layers) if dash else first
-            if last < first:
-                raise ValueError(part)
-            chosen.update(range(first, last + 1))  # both ends are layers of the model: at most n_layers
-    except ValueError:
-        raise RequestError(422, f"layers={text[:100]!r}: expected indices like 0,3,5 or a range like 2-5",
-                           param="layers") from None
-    if not chosen:  # only commas: no layer named
-        raise RequestError(422, f"layers={text[:100]!r} names no layer: give indices like 0,3,5 or leave "
-                           "it out for every layer", param="layers")
+        chosen = layer_list(text, view_depth(model))
+    except OptionsError as err:
+        raise RequestError(422, f"layers={err}", param="layers") from None
     if len(chosen) > limits.max_layers:
         raise too_large("max_layers",
                         f"layers: {len(chosen)} layers asked, more than max_layers={limits.max_layers}")
-    return sorted(chosen)
+    return chosen
 
 
 def check_query(query: bytes, known: tuple) -> None:
@@ -279,7 +258,7 @@ async def attention(request: Request, text: str = Query(..., description="the te
     check_query(request.scope.get("query_string", b""), ("text", "text_pair", "model", "layers"))
     server = _server(request)
     served = server.pick(model, "attention")
-    chosen = parse_layers(layers, served.model.config.n_layers, server.limits)
+    chosen = parse_layers(layers, served.model, server.limits)
     if not text.strip():  # the library's refusal would name no field
         raise RequestError(422, "text is empty: send the text whose attention to show", param="text")
     if text_pair is not None and not text_pair.strip():  # nor would its refusal of an empty pair

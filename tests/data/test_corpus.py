@@ -154,3 +154,12 @@ def test_a_folder_walk_leaves_out_shard_folders_only(tmp_path):
     with pytest.warns(CorpusWarning, match="sh: skipped"):
         found = expand_files([tmp_path])
     assert found == [tmp_path / "a.txt", tmp_path / "own" / "manifest.json"]
+
+
+def test_a_folder_walk_leaves_out_hidden_folders_and_what_a_killed_write_left(tmp_path):
+    (tmp_path / "a.txt").write_text("Text.\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (tmp_path / ".tok.new-4242-x").mkdir()  # the fresh folder of a replace_dir killed mid-write (SIGKILL)
+    (tmp_path / ".tok.new-4242-x" / "tokenizer.json").write_text("{}")
+    assert expand_files([tmp_path]) == [tmp_path / "a.txt"]

@@ -325,7 +325,9 @@ def is_shard_dir(path) -> bool:
 def _walk(folder: Path) -> list:
     """The files under `folder`, sorted, but those of shard folders inside it (an earlier run's token ids,
     manifest and tokenizer, read as text, would be junk documents), with a warning naming each."""
-    found = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    # nothing hidden, folders included: .git, and the fresh folders a killed write left (utils/atomic)
+    found = sorted(p for p in folder.rglob("*")
+                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
     shard_dirs = {p.parent for p in found if p.name == "manifest.json" and is_shard_dir(p.parent)}
     for skipped in sorted(shard_dirs):
         warnings.warn(f"{skipped}: skipped, an lmforge shard folder (its manifest.json), not text",

@@ -123,3 +123,26 @@ def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dir
     err = _refused(capsys, ["generate", "--model", str(path), "the cat", "--max-new-tokens", "5"])
     assert "--min-new-tokens (the checkpoint's or the default): min_new_tokens=26 is more than max_new_tokens=5" \
         in err
+
+
+def test_new_wordpiece_text_joins_the_prompt_as_the_tokenizer_joins_it(tmp_path, capsys):
+    from lmforge.cli.generate import TextStream, continuation
+
+    tok = tokenizer("bert")
+    piece = next(t for t in map(tok.id_to_token, range(tok.vocab_size)) if t.startswith("##") and len(t) > 2)
+    context = tok.encode("the film", add_special_tokens=False).ids
+    word = tok.encode("the", add_special_tokens=False).ids
+    assert continuation(tok, context, word) == " the"  # decoded alone, the new word lost its space
+    assert continuation(tok, context, [tok.token_to_id(piece)]) == piece[2:]  # and a "##" piece its join
+    path = _save(tmp_path, "wordpiece-gpt", "bert")  # then a decoder in its place: gpt2, bert's vocabulary
+    model = lmforge.build(lmforge.tiny("gpt2", vocab_size=len(tok)))
+    attach(model, "lm")
+    model.save(path)
+    argv = ["generate", "--model", str(path), "the film", "--max-new-tokens", "4"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    prompt = context  # a decoder continues the bare text
+    new = lmforge.generate(lmforge.load(path), torch.tensor([prompt]), max_new_tokens=4)
+    assert plain == "the film" + continuation(tok, prompt, new[0, len(prompt):].tolist()) + "\n"
+    assert main([*argv, "--stream"]) == 0 and capsys.readouterr().out == plain
+    assert TextStream(tok, "the film", prompt).printed == tok.decode(prompt)  # what the new text follows

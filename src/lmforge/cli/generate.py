@@ -13,10 +13,13 @@ from lmforge.cli.common import SEED, bounded
 class TextStream:
     """Prints the text of a growing list of ids as it grows (decoding piece by piece would lose
     WordPiece joins and split multi-byte characters), after `prefix` (the prompt a decoder continues),
-    which is printed with the first new token: a refusal before that prints nothing."""
+    which is printed with the first new token: a refusal before that prints nothing. `context`: the
+    prompt's ids, decoded with the new ones so that the join between them is the tokenizer's (a new
+    WordPiece "##s" joins the prompt's last word; a new word after it gets its space)."""
 
-    def __init__(self, tokenizer, prefix: str = "") -> None:
-        self.tokenizer, self.ids, self.printed, self.prefix = tokenizer, [], "", prefix
+    def __init__(self, tokenizer, prefix: str = "", context: list = ()) -> None:
+        self.tokenizer, self.ids, self.prefix = tokenizer, list(context), prefix
+        self.printed = tokenizer.decode(self.ids) if self.ids else ""
 
     def __call__(self, chosen: torch.Tensor) -> None:
         self.ids.append(int(chosen[0]))
@@ -83,13 +86,20 @@ def cmd_generate(args) -> None:
         print("settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in taken.items()),
               file=sys.stderr)
     prompt = "" if seq2seq else args.prompt  # printed with the first new token, after every refusal
-    stream = TextStream(tokenizer, prompt) if args.stream else None
+    context = [] if seq2seq else ids[0].tolist()  # a decoder's new text is decoded after its prompt's ids
+    stream = TextStream(tokenizer, prompt, context) if args.stream else None
     out = generate(model, ids, options=options, prefix_lm=args.prefix_lm,
                    generator=torch.Generator().manual_seed(args.seed), streamer=stream)
     if stream is not None:
         stream.close()
     else:
-        print(prompt + tokenizer.decode(out[0, start:].tolist()))
+        print(prompt + continuation(tokenizer, context, out[0, start:].tolist()))
+
+
+def continuation(tokenizer, context: list, new: list) -> str:
+    """The text the `new` ids add after the `context` ids, joined as the tokenizer joins them: the whole
+    decoded, less the context's decoded length (a new "##s" joins the last word, a new word is spaced)."""
+    return tokenizer.decode(context + new)[len(tokenizer.decode(context)) if context else 0:]
 
 
 def check_generator(name, model) -> None:

@@ -75,6 +75,16 @@ def test_a_checkpoint_without_checksums_loads_with_one_line_saying_it_is_unverif
     (path / "trainer.json").write_text(json.dumps({**old, STATE_KEY: info[STATE_KEY]}))  # some, not all
     with pytest.raises(CheckpointCorrupt):
         read_checkpoint(path)
+    # the files' checksums without the state's: as written before the state's was (trainer.json unverified)
+    (path / "trainer.json").write_text(json.dumps({**old, "sha256": info["sha256"]}))
+    said.clear()
+    read_checkpoint(path, warn=said.append)
+    assert len(said) == 1 and "without checksums for trainer.json: loading it unverified" in said[0]
+    # one file's checksum dropped: never written so by any version, so edited; refused naming the file
+    one = {"model.safetensors": info["sha256"]["model.safetensors"]}
+    (path / "trainer.json").write_text(json.dumps({**old, "sha256": one}))
+    with pytest.raises(CheckpointCorrupt, match="trainer.json lacks the checksum of optimizer.pt$"):
+        read_checkpoint(path)
     # unverified, so nothing but the load tells an optimizer.pt of another kind: one line naming it
     (path / "trainer.json").write_text(json.dumps(old))
     torch.save({"state": {}}, path / "optimizer.pt")

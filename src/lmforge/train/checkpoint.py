@@ -208,9 +208,11 @@ def _verify_checksums(path: Path, info: dict) -> str | None:
         if got != want:
             raise CheckpointCorrupt(f"checkpoint {path}: {name} does not match its checksum (changed or damaged)")
     unverified = [name for name in FILES if name not in sums] + ["trainer.json"] * (STATE_KEY not in info)
-    if unverified and STATE_KEY in info:  # a checkpoint that has checksums has them all
+    # every version that wrote checksums wrote both files' (the state's came later): one without the
+    # other's, or a state without them, was edited, not written so
+    if (sums or STATE_KEY in info) and any(name not in sums for name in FILES):
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json lacks the checksum of "
-                                f"{', '.join(unverified)}")
+                                f"{', '.join(name for name in FILES if name not in sums)}")
     if unverified:
         return (f"checkpoint {path} was written without checksums for {', '.join(unverified)}: "
                 f"loading it unverified")

@@ -27,8 +27,9 @@ def test_a_run_cut_short_after_saving_leaves_no_earlier_report_beside_the_new_mo
     from tests.tasks.core import sentiment, tiny, tokenizer
 
     data = sentiment(40)["train"]
-    save_model(make_task("cls", tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), data, TaskConfig(max_len=32)),
-               tmp_path / "m")
+    model = tiny("bert-base", n_layers=2, n_heads=4)
+    task = make_task("cls", model, tokenizer(), data, TaskConfig(max_len=32))
+    save_model(task, tmp_path / "m")
     out = tmp_path / "out"
     out.mkdir()
     (out / "prune.json").write_text('{"an earlier run": true}\n')

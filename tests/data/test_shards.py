@@ -284,7 +284,8 @@ def test_links_planted_in_out_are_replaced_never_written_through(corpus_dir, tok
     (out / "tokenizer").symlink_to(target, target_is_directory=True)
     (out / "shard-00000.bin.tmp").symlink_to(target / "keep.txt")  # a temporary name a run writes
     shard_corpus(_files(corpus_dir), tokenizer_dir, out, log=lambda m: None)
-    assert [p.name for p in target.iterdir()] == ["keep.txt"] and (target / "keep.txt").read_text() == "keep\n"
+    assert [p.name for p in target.iterdir()] == ["keep.txt"]
+    assert (target / "keep.txt").read_text() == "keep\n"
     assert not (out / "tokenizer").is_symlink() and load_tokenizer(out / "tokenizer").vocab_size > 0
     assert verify(out) == [] and not list(out.glob("*.tmp"))
 

@@ -20,7 +20,8 @@ def test_a_link_at_out_eval_is_replaced_never_written_through(tmp_path, monkeypa
     table = jobs.run_train(str(model), out, cfg, log=lambda m: None)
     assert set(table) == {"bm25", "untrained", "trained"} and list(target.iterdir()) == []
     assert not (out / "eval").is_symlink()
-    assert sorted(p.name for p in (out / "eval").iterdir()) == ["index-trained", "index-untrained", "questions.json"]
+    written = sorted(p.name for p in (out / "eval").iterdir())
+    assert written == ["index-trained", "index-untrained", "questions.json"]
 
 
 def test_every_retrieval_job_refuses_a_link_as_its_output_folder_before_any_work(tmp_path):

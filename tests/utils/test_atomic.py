@@ -227,7 +227,8 @@ def test_files_are_put_in_place_all_or_none_and_the_folders_other_files_stay(tmp
         replace_files(dest, half)
     assert {p.name: p.read_text() for p in dest.iterdir()} == {"a.json": "old a", "keep.txt": "keep"}
     assert [p.name for p in tmp_path.iterdir()] == ["tok"]  # no staging left
-    names = replace_files(dest, lambda folder: [(folder / n).write_text(f"new {n}") for n in ("a.json", "b.json")])
+    names = replace_files(dest, lambda folder: [(folder / n).write_text(f"new {n}")
+                                                for n in ("a.json", "b.json")])
     assert names == ["a.json", "b.json"] and (dest / "b.json").read_text() == "new b.json"
     assert (dest / "keep.txt").read_text() == "keep" and [p.name for p in tmp_path.iterdir()] == ["tok"]
 

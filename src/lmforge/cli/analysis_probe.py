@@ -137,8 +137,9 @@ def cmd_probe(args) -> None:
     from lmforge.analysis.probing import probe_sweep
     from lmforge.cli.common import refuse_overwrite
 
-    refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model), ("--tokenizer", args.tokenizer),
-                     ("--config", args.config), writes=("probe.json", "probe.png"))
+    refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model),
+                     ("--tokenizer", args.tokenizer), ("--config", args.config),
+                     writes=("probe.json", "probe.png"))
     start = time.perf_counter()
     config, heads = fit_config(args), probe_heads(args)
     records = probe_data(args)
@@ -214,7 +215,8 @@ def cmd_features(args) -> None:
 
     refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--dev", args.dev),
                      ("--test", args.test), ("--model", args.model), ("--tokenizer", args.tokenizer),
-                     ("--config", args.config), writes=("features.json", "features.safetensors", "metrics.json"))
+                     ("--config", args.config),
+                     writes=("features.json", "features.safetensors", "metrics.json"))
     if args.text:
         _text_features(args)
         return

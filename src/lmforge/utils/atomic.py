@@ -86,7 +86,7 @@ def atomic_write(path, write: Callable[[BinaryIO], object]) -> Path:
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(err, OSError) and err.errno is not None and not err.filename:
-            err.filename = str(path)  # a write into the handle (a full disk) names no file: name the one asked
+            err.filename = str(path)  # a write into the handle (a full disk) names no file: the one asked
         raise
     return path
 

@@ -98,3 +98,19 @@ def test_a_broken_pipe_other_than_stdout_is_an_error_like_any_other(monkeypatch,
     monkeypatch.setattr(model, "cmd_inspect", broken)
     assert main(["inspect", "bert-tiny"]) == 2  # stdout here is pytest's capture, not a closed pipe
     assert "error: [Errno 32] Broken pipe" in capsys.readouterr().err
+
+
+def test_presets_lists_every_preset_get_config_takes_and_version_says_the_package_s(capsys):
+    from lmforge.presets import ELMO_PRESETS, PRESETS
+
+    assert main(["presets"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == [*PRESETS, *ELMO_PRESETS]  # ELMo's were missing though inspect elmo-small works
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"lmforge {lmforge.__version__}\n"
+
+
+def test_an_unknown_model_is_told_the_installed_models_as_their_cards_write_them(capsys):
+    assert main(["embed", "--model", "nope", "x"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("nor a known model package (all-MiniLM-L6-v2)")

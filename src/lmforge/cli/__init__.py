@@ -91,7 +91,10 @@ def empty_path(parser: argparse.ArgumentParser, args) -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
+    from lmforge import __version__
+
     parser = OneLineParser(prog="lmforge", description="The `lmforge` command: one sub-command per job.")
+    parser.add_argument("--version", action="version", version=f"lmforge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for job in JOBS:
         job.add_parsers(sub)

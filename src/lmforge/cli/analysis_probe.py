@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lmforge.cli.common import SEED, bounded
 from lmforge.config.model import MAX_LEN
+from lmforge.utils.jsontext import dumps
 
 TASK_KINDS = {"tagging": "tagging", "classification": "cls"}  # --task -> tasks/formats.py kind
 
@@ -66,7 +67,7 @@ def _model(args) -> tuple:
 def _write_json(path: Path, data: dict) -> None:
     from lmforge.config import atomic_write_text
 
-    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=True) + "\n")
+    atomic_write_text(path, dumps(data, indent=2) + "\n")  # a score left undefined is null, not NaN
 
 
 def probe_data(args) -> dict:
@@ -160,7 +161,7 @@ def cmd_probe(args) -> None:
     _write_json(out / "probe.json", results)
     plot_probes(results, out / "probe.png", f"{Path(str(args.model)).name}: probes per layer")
     print_table(results)
-    print(json.dumps(results["summary"], indent=2))
+    print(dumps(results["summary"], indent=2))
     print(f"wrote {out / 'probe.json'} and {out / 'probe.png'} ({results['seconds']:.0f} s)")
 
 
@@ -210,13 +211,12 @@ def transfer_splits(args) -> dict:
 def cmd_features(args) -> None:
     """Write the features of --data; with --task, train a feature-based head and write metrics.json."""
     from lmforge.analysis.feature_transfer import transfer
-    from lmforge.analysis.features import parse_layers, save_features, word_features
+    from lmforge.analysis.features import FEATURES_FILE, parse_layers, save_features, word_features
     from lmforge.cli.common import UsageError, refuse_overwrite
 
     refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--dev", args.dev),
                      ("--test", args.test), ("--model", args.model), ("--tokenizer", args.tokenizer),
-                     ("--config", args.config),
-                     writes=("features.json", "features.safetensors", "metrics.json"))
+                     ("--config", args.config), writes=("features.json", FEATURES_FILE, "metrics.json"))
     if args.text:
         _text_features(args)
         return

@@ -52,9 +52,13 @@ def test_probe_on_a_conllu_file_offers_the_tasks_it_supports(model_dir, tmp_path
     out = tmp_path / "probe"
     assert main(["probe", "--model", model_dir, "--data", str(data), "--tasks", "pos,distance", "--layers", "1-2",
                  "--heads", "linear", "--no-control", "--out", str(out), *QUICK]) == 0
-    result = json.loads((out / "probe.json").read_text())
+    strict = {"parse_constant": lambda word: pytest.fail(f"{word} is not JSON")}  # a browser's JSON.parse, jq
+    result = json.loads((out / "probe.json").read_text(), **strict)
     assert list(result["tasks"]) == ["pos", "distance"] and result["layers"] == [1, 2]
     assert "control" not in result["tasks"]["pos"]["linear"]
+    printed = capsys.readouterr().out
+    shown = json.loads(printed[printed.index("\n{") + 1:printed.rindex("}") + 1], **strict)  # the summary
+    assert result["summary"]["pos"]["selectivity"] is None and shown["pos"]["selectivity"] is None
     assert main(["probe", "--model", model_dir, "--data", str(data), "--tasks", "coref", "--out", str(out)]) == 2
     assert "--tasks coref" in capsys.readouterr().err
 

@@ -29,3 +29,12 @@ def test_every_reader_names_the_file_of_json_nested_too_deeply(tmp_path, name, r
     with pytest.raises(ValueError) as err:
         read(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_dumps_writes_strict_json_with_every_non_finite_number_as_null():
+    from lmforge.utils.jsontext import dumps
+
+    data = {"a": float("nan"), "b": [1.5, float("inf"), (-float("inf"), 2)], "c": {"d": "NaN", "e": 3}}
+    text = dumps(data)
+    assert json.loads(text, parse_constant=lambda word: pytest.fail(word)) == \
+        {"a": None, "b": [1.5, None, [None, 2]], "c": {"d": "NaN", "e": 3}}

@@ -31,7 +31,7 @@ def summary(results: dict) -> dict:
         at = layers.index(r[head]["best_layer"])
         c = r["cumulative"]
         out[task] = {"best_layer": r[head]["best_layer"], "accuracy": r[head]["accuracy"][at],
-                     "selectivity": r[head].get("selectivity", [math.nan] * len(layers))[at],
+                     "selectivity": r[head].get("selectivity", [None] * len(layers))[at],  # no control
                      "expected_layer": c["expected_layer"], "center_of_gravity": c["center_of_gravity"]}
     out["checks"] = checks(out, results["baselines"])
     return out

@@ -4,6 +4,7 @@ every reader already turns into a one-line message naming the file and line), no
 from __future__ import annotations
 
 import json
+import math
 
 
 def loads(text: str | bytes, strict: bool = True):
@@ -13,3 +14,21 @@ def loads(text: str | bytes, strict: bool = True):
         return json.loads(text, strict=strict)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
+
+
+def finite(data):
+    """`data` (dicts, lists and tuples of JSON values) with every NaN or infinite float as None: JSON has
+    no NaN, and a strict reader (a browser's JSON.parse, jq, Go, Rust) refuses the file Python's
+    json.dumps writes with one."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
+
+
+def dumps(data, **options) -> str:
+    """json.dumps of `data` as strict JSON: non-finite floats written as null (finite), never NaN."""
+    return json.dumps(finite(data), allow_nan=False, **options)

@@ -142,6 +142,22 @@ def test_a_link_named_final_is_replaced_by_the_whole_folder_and_its_target_kept(
     assert [p.name for p in elsewhere.iterdir()] == ["notes.txt"]
 
 
+def test_a_link_named_as_a_checkpoint_is_skipped_and_replaced_when_its_step_is_saved_its_target_kept(run):
+    import shutil
+
+    step = run / "checkpoints" / "step-0000004"
+    shutil.rmtree(step)
+    elsewhere = run / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("the user's")
+    step.symlink_to(elsewhere, target_is_directory=True)
+    said = []
+    Trainer(mlm_objective(), toy_data(), quick(steps=4, save_every=2), run, log=said.append).fit(resume=True)
+    assert said[0].startswith("warning: checkpoint ") and "step-0000004" in said[0]  # no checkpoint: skipped
+    assert not step.is_symlink() and (step / "trainer.json").is_file()  # step 4 saved again, in its place
+    assert [p.name for p in elsewhere.iterdir()] == ["notes.txt"]
+
+
 def test_a_final_folder_that_fails_to_be_written_leaves_the_one_before_and_no_part(tmp_path):
     out = tmp_path / "out"
     Trainer(mlm_objective(), toy_data(), quick(steps=1, save_every=1), out).fit()

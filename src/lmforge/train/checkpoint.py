@@ -149,7 +149,9 @@ def save_checkpoint(root: Path, step: int, weights: dict, optimizer: dict, info:
         if full:
             raise DiskFull(final) from None
         raise
-    if final.exists():  # a re-run of the same step replaces it
+    if final.is_symlink():  # a link there is replaced, what it points to kept (rmtree refuses a link)
+        final.unlink()
+    elif final.exists():  # a re-run of the same step replaces it
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync_dir(root)

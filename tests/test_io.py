@@ -218,3 +218,12 @@ def test_load_and_load_tokenizer_read_an_installed_model_by_name_as_every_comman
         for load, error in READERS:
             with pytest.raises(error, match=said):
                 load(name)
+
+
+def test_both_formats_load_in_eval_mode_as_from_pretrained_does(tmp_path):
+    import lmforge.convert  # noqa: F401 (registers the hf format)
+
+    model = lmforge.build(lmforge.tiny("bert-base"))  # built in training mode
+    for fmt in ("lmforge", "hf"):
+        loaded = lmforge.load(lmforge.save(model, tmp_path / fmt, format=fmt))
+        assert not any(m.training for m in loaded.modules()), fmt  # an lmforge directory came back training

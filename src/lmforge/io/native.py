@@ -93,7 +93,7 @@ def load_native(path: Path, meta: dict) -> Transformer:
         raise CheckpointError(f"{path} has no {WEIGHTS_FILE}")
     load_weights(model, weights)  # first: a truncated file, a wrong shape or a NaN is said as such
     check_sums(path, meta)
-    return model
+    return model.eval()  # as a Hugging Face directory loads (and from_pretrained): training turns dropout on
 
 
 def check_sums(path: Path, meta: dict) -> None:

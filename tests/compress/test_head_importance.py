@@ -179,6 +179,10 @@ def test_heads_command_prunes_physically_and_writes_its_report(fine_tuned, tmp_p
     assert (tmp_path / "heads" / "heads.png").stat().st_size > 10_000
     pruned = lmforge.load(tmp_path / "heads" / "pruned")
     assert sum(head_counts(pruned.config).values()) == 6
+    levels = report["curves"]["importance"]  # each level lists the heads it masked anew; removed: all of them
+    upto = next(i for i, lv in enumerate(levels) if lv == report["pruned"]["level"])
+    assert report["pruned"]["removed"] == [h for lv in levels[1:upto + 1] for h in lv["masked"]]
+    assert len(report["pruned"]["removed"]) == 8 - 6
     out = " ".join(capsys.readouterr().out.split())  # rich wraps lines at the terminal's width
     assert "head importance" in out and "0.2500 of the heads removed (--prune 0.25)" in out
 

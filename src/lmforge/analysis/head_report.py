@@ -150,7 +150,8 @@ def _prune_and_save(task, records, examples, curve: list, prune, until, path) ->
     after = {"parameters": task.model.num_parameters(), "seconds": seconds["after"],
              "metric": metric(task, records, examples, None)[1]}
     keep_model(task, path)  # whole, never mixed with an older one
-    return {"asked": asked, "level": curve[level], "before": before, "after": after,
+    removed = [head for lv in curve[1:level + 1] for head in lv["masked"]]  # a level lists its new ones
+    return {"asked": asked, "level": curve[level], "removed": removed, "before": before, "after": after,
             "heads": head_counts(task.model.config), "speedup": before["seconds"] / after["seconds"],
             "dir": str(path)}
 

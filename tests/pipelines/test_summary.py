@@ -114,3 +114,18 @@ def test_describe_reports_what_pruning_left():
     assert "heads: 4 of 44 removed (in 3 attentions)" in line  # (3 + 2 x 4) attentions x 4 heads
     assert "feed-forward: 395 of 448 units kept (1 layer pruned to 11 units)" in line  # 7 layers x 64
     assert not any(row.startswith("pruned") for row in describe(lmforge.tiny("bart-base")).splitlines())
+
+
+def test_an_elmo_config_is_described_as_a_bilstm_with_the_flops_its_forward_counts():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lmforge.pipelines.summary import describe, elmo_flops
+
+    cfg = lmforge.get_config("elmo-small", vocab_size=100, lstm_dim=64, d_model=32, char_filters=[[1, 8], [2, 16]])
+    model, T = lmforge.from_config(cfg).eval(), 5
+    with FlopCounterMode(display=False) as counted, torch.no_grad():  # convolutions and products
+        model(torch.randint(1, 200, (1, T, cfg.max_characters_per_token)))
+    assert counted.get_total_flops() == T * elmo_flops(cfg)
+    text = describe(lmforge.get_config("elmo-small"))
+    assert "biLSTM layers, each direction 1024 cells projected to d_model=128" in text
+    assert not any(word in text for word in ("heads", "attention", "feed-forward", "d_ff"))  # a Transformer's

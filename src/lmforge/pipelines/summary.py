@@ -192,11 +192,45 @@ def pruning_summary(cfg: ModelConfig) -> str:
     return "; ".join(parts)
 
 
+def elmo_flops(cfg: ModelConfig) -> int:
+    """ELMo's forward FLOPs a token (2 a multiply-add), softmax excluded (it serves training only): the
+    character CNN over max_characters_per_token positions, the highways, the projection to d_model, and
+    each biLSTM layer's two directions (four gates from input and state, the cell projected back)."""
+    chars, d, cells = cfg.max_characters_per_token, cfg.d_model, cfg.lstm_dim
+    filters = cfg.cnn_filters
+    n_filters = sum(n for _, n in filters)
+    cnn = sum(2 * width * cfg.char_embed_dim * n * max(0, chars - width + 1) for width, n in filters)
+    highway = cfg.n_highway * 2 * n_filters * 2 * n_filters
+    lstm = cfg.n_layers * 2 * (2 * 2 * d * 4 * cells + 2 * cells * d)
+    return cnn + highway + 2 * n_filters * d + lstm
+
+
+def _elmo_lines(cfg: ModelConfig, counts: dict) -> list:
+    """describe's lines for an ELMo config: a character CNN and a biLSTM, no attention or feed-forward."""
+    flops = elmo_flops(cfg)
+    widths = ", ".join(f"{n}x{w}" for w, n in cfg.cnn_filters)
+    return [
+        "architecture   elmo (character CNN + biLSTM language model)",
+        f"layers         {cfg.n_layers} biLSTM layers, each direction {cfg.lstm_dim} cells projected to "
+        f"d_model={cfg.d_model}",
+        f"characters     {cfg.n_characters} embedded in {cfg.char_embed_dim}, up to "
+        f"{cfg.max_characters_per_token} a word; CNN filters {widths} (count x width); "
+        f"{_plural(cfg.n_highway, 'highway layer')}",
+        f"softmax        {cfg.vocab_size:,} words (training only)",
+        f"parameters     {_millions(counts['total'])} total, {_millions(counts['embeddings'])} embeddings, "
+        f"{_millions(counts['non_embedding'])} non-embedding",
+        f"FLOPs/token    {flops / 1e9:,.3f} GFLOP forward, {3 * flops / 1e9:,.3f} GFLOP training "
+        "(softmax excluded)",
+    ]
+
+
 def describe(model, context: int | None = None) -> str:
     """A human-readable summary of the architecture and cost of a model or a config (any size)."""
     cfg = model if isinstance(model, ModelConfig) else model.config
     context = cfg.max_seq_len if context is None else context
     counts = parameter_counts(model)
+    if cfg.architecture == "elmo":
+        return "\n".join(_elmo_lines(cfg, counts) + ([f"source         {cfg.source}"] if cfg.source else []))
     flops = flops_per_token(cfg, context)
     kv = cfg.kv_heads
     shared = "" if kv == cfg.n_heads else f", {kv} kv head{'s' * (kv > 1)} ({'MQA' if kv == 1 else 'GQA'})"

@@ -121,7 +121,8 @@ def test_an_elmo_config_is_described_as_a_bilstm_with_the_flops_its_forward_coun
 
     from lmforge.pipelines.summary import describe, elmo_flops
 
-    cfg = lmforge.get_config("elmo-small", vocab_size=100, lstm_dim=64, d_model=32, char_filters=[[1, 8], [2, 16]])
+    cfg = lmforge.get_config("elmo-small", vocab_size=100, lstm_dim=64, d_model=32,
+                             char_filters=[[1, 8], [2, 16]])
     model, T = lmforge.from_config(cfg).eval(), 5
     with FlopCounterMode(display=False) as counted, torch.no_grad():  # convolutions and products
         model(torch.randint(1, 200, (1, T, cfg.max_characters_per_token)))

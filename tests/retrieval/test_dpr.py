@@ -94,6 +94,19 @@ def test_a_resumed_run_ends_where_an_unbroken_one_does(data, tmp_path):
         assert torch.equal(a, b), name
 
 
+def test_a_resume_with_another_temperature_or_pooling_is_refused_naming_it(data, tmp_path):
+    """The encoder options decide the loss (temperature) and the vectors (pooling): a resume with others
+    would continue another run than the one its checkpoints hold."""
+    passages, questions, tokenizer = data
+    cfg = TrainConfig(steps=1, batch_size=4, warmup=0, progress=False, save_every=1)
+    train_dpr(_encoder(tokenizer), questions["train"][:8], passages, tmp_path, cfg, log=lambda m: None)
+    for option, value in (("temperature", 0.5), ("pooling", "cls")):
+        other = _encoder(tokenizer)
+        other.options = EncoderOptions(max_length=64, **{option: value})
+        with pytest.raises(ValueError, match=f": {option}=.* \\(the run's\\) vs {value!r} \\(now\\)"):
+            train_dpr(other, questions["train"][:8], passages, tmp_path, cfg, resume=True, log=lambda m: None)
+
+
 def test_separate_encoders_train_apart_and_reload(data, tmp_path):
     passages, questions, tok = data
     encoder = _encoder(tok).separate()

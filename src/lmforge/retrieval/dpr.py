@@ -231,6 +231,11 @@ class DPRObjective(Objective):
         if encoder.passage_model is not None:
             self.passage_model = encoder.passage_model  # registered: optimised and checkpointed too
 
+    def run_settings(self) -> dict:
+        """The encoder options (pooling, temperature, Matryoshka widths ...): recorded in the Trainer's
+        checkpoints, so a resume with others is refused rather than continued with them."""
+        return asdict(self.encoder.options)
+
     def collate(self, examples: list) -> dict:
         """{"question", "positive", "negatives"} id lists -> question batch and passage batch
         (positives first, in order, then every hard negative)."""

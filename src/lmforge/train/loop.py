@@ -73,7 +73,8 @@ class Trainer:
         # if it has them, travel in checkpoints so a resumed run stops where it would have (check_state,
         # if it has one, refuses a checkpoint's state before the run is rebuilt); lr_scale: see
         # optim.param_groups; settings: the job's options deciding the updates (a resume keeps them)
-        self._settings = {"duplication": duplication, **(settings or {})}
+        own = getattr(objective, "run_settings", dict)()  # an objective's own (DPR's temperature, pooling)
+        self._settings = {"duplication": duplication, **own, **(settings or {})}
         self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
         refuse_int8(objective)
         self.device = resolve_device(cfg.device)
@@ -94,8 +95,7 @@ class Trainer:
         self.epochs = cfg.epochs  # kept: a resumed run counts them with the run's batch size
         self.cfg = self._count_epochs(cfg)
         self._build()
-        self.step = 0
-        self.last_checkpoint = None
+        self.step, self.last_checkpoint = 0, None
         self.stopped = False  # the evaluator ended training early (kept in checkpoints)
         self._fingerprint = None  # of the training data, computed at the first checkpoint or resume
 

@@ -151,3 +151,8 @@ def test_resumed_run_equals_an_uninterrupted_one(parts, tmp_path):
     resumed = run(tmp_path / "b", 4, resume=True)
     assert int(whole["forwards"]) == 4
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    # another refresh period would read other (staler or fresher) documents: refused, naming it
+    cfg = TrainConfig(steps=4, progress=False)
+    other = Trainer(_objective(parts, refresh_every=3), parts[2], cfg, tmp_path / "b")
+    with pytest.raises(ValueError, match="refresh_every=2 \\(the run's\\) vs 3 \\(now\\)"):
+        other.resume()

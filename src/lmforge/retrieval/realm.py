@@ -69,6 +69,12 @@ class REALMObjective(Objective):
         if k:  # the index of the starting Embed_doc (a resumed run loads its own instead); k = 0 reads none
             self.refresh()
 
+    def run_settings(self) -> dict:
+        """What decides the updates beyond the weights (documents read, index refreshes): recorded in the
+        Trainer's checkpoints, so a resume with others is refused rather than continued with them."""
+        return {"k": self.k, "refresh_every": self.refresh_every, "max_len": self.max_len,
+                "null_document": self.null_document}
+
     def refresh(self) -> None:
         """Re-embed every document with the current Embed_doc (eval mode, no gradient)."""
         self.index.copy_(self.retriever.encode_ids(self.doc_inputs, passage=True).to(self.index))

@@ -72,7 +72,7 @@ class Trainer:
         # them ends training early (fine-tuning's early stopping); its state_dict() / load_state_dict(),
         # if it has them, travel in checkpoints so a resumed run stops where it would have (check_state,
         # if it has one, refuses a checkpoint's state before the run is rebuilt); lr_scale: see
-        # optim.param_groups; settings: the job's options deciding the updates (a resume keeps them)
+        # optim.param_groups; settings: the job's options deciding the updates (refused if changed on resume)
         own = getattr(objective, "run_settings", dict)()  # an objective's own (DPR's temperature, pooling)
         self._settings = {"duplication": duplication, **own, **(settings or {})}
         self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator

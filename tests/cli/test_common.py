@@ -44,6 +44,24 @@ def test_refuse_overwrite_refuses_a_file_of_an_input_folder_and_accepts_a_new_on
         refuse_overwrite(model, ("--model", str(model / "..")), writes=("config.json",))
     refuse_overwrite(model / "view.html", ("--model", str(model)))  # a new file beside the inputs: fine
 
+
+def test_refuse_overwrite_judges_a_rerun_as_its_first_run(tmp_path):
+    """`evaluate --model runs/sst --out runs/sst/preds.jsonl` ran, then its rerun was refused: the first run's
+    preds.jsonl had become an 'input'. A model folder's inputs are its model files, by kind; a data folder's,
+    every file, written yet or not."""
+    model, data = tmp_path / "model", tmp_path / "data"
+    model.mkdir(), data.mkdir()
+    (model / "config.json").write_text("{}")
+    for attempt in range(2):
+        refuse_overwrite(model / "preds.jsonl", ("--model", str(model)), kind="file")
+        (model / "preds.jsonl").write_text("a report")
+        for name in ("config.json", "vocab.txt", "model.safetensors"):  # written yet or not: the model's
+            with pytest.raises(UsageError, match="would write over the input --model"):
+                refuse_overwrite(model / name, ("--model", str(model)), kind="file")
+        with pytest.raises(UsageError, match="lies inside the input folder --data .*, every file of which"):
+            refuse_overwrite(data / "out.txt", ("--data", str(data)), kind="file")
+        (data / "out.txt").write_text("would be read as data")
+
 def test_records_and_config_files_that_cannot_be_read_are_named(tmp_path):
     from lmforge.cli.common import read_records, resolve_config
     from lmforge.io import CheckpointError

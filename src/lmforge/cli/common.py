@@ -304,11 +304,32 @@ def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", ki
     written = [target / name for name in writes]
     for flag, source, src in _on_disk(inputs):
         same = src == target or (target.exists() and os.path.samefile(src, target))
-        # an input folder's existing files are inputs too (--model DIR: DIR/config.json)
-        inside = src.is_dir() and any(c.is_file() and src in c.parents for c in [target, *written])
-        if same or inside or any(w == src or w in src.parents for w in written):
+        read = src.is_dir() and any(_read_from(flag, src, c) for c in [target, *written])
+        if same or any(w == src or w in src.parents for w in written) or read and flag in MODEL_FOLDER_FLAGS:
             raise UsageError(f"{option} {out} would write over the input {flag} {source}; "
                              f"choose another {option}")
+        if read:
+            raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}, every file of "
+                             f"which is read; choose an {option} outside it")
+
+
+# the flags that name a model (or tokenizer) folder, and the kinds of file such a folder is read from
+MODEL_FOLDER_FLAGS = {"--model", "--tokenizer", "--teacher", "--retriever"}
+MODEL_FILE_SUFFIXES = {".json", ".safetensors", ".bin", ".pt", ".txt", ".model", ".h5", ".hdf5", ".npy"}
+
+
+def _read_from(flag: str, folder: Path, path: Path) -> bool:
+    """Whether `path` (written or not) is a file the job reads from the input `folder` of `flag`: a model
+    folder's model, tokenizer and settings files (beside its config.json, by their kind: a job's report
+    there, such as preds.jsonl, is not one), any other folder's every file. Judged by name, so that a
+    rerun is judged as its first run was (it has written its files there since)."""
+    if folder not in path.parents:
+        return False
+    if flag not in MODEL_FOLDER_FLAGS:
+        return True
+    from lmforge.utils.model_folder import inside_job_folder
+
+    return path.parent == inside_job_folder(folder) and path.suffix in MODEL_FILE_SUFFIXES
 
 
 def _on_disk(inputs) -> list:

@@ -126,7 +126,8 @@ def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dir
 
 
 def test_new_wordpiece_text_joins_the_prompt_as_the_tokenizer_joins_it(tmp_path, capsys):
-    from lmforge.cli.generate import TextStream, continuation
+    from lmforge.cli.generate import TextStream
+    from lmforge.generate.text import continuation
 
     tok = tokenizer("bert")
     piece = next(t for t in map(tok.id_to_token, range(tok.vocab_size)) if t.startswith("##") and len(t) > 2)
@@ -145,4 +146,6 @@ def test_new_wordpiece_text_joins_the_prompt_as_the_tokenizer_joins_it(tmp_path,
     new = lmforge.generate(lmforge.load(path), torch.tensor([prompt]), max_new_tokens=4)
     assert plain == "the film" + continuation(tok, prompt, new[0, len(prompt):].tolist()) + "\n"
     assert main([*argv, "--stream"]) == 0 and capsys.readouterr().out == plain
-    assert TextStream(tok, "the film", prompt).printed == tok.decode(prompt)  # what the new text follows
+    stream = TextStream(tok, "the film", prompt)
+    stream(torch.tensor([word[0]]))  # the first new token is printed after the prompt with its join
+    assert capsys.readouterr().out == "the film" + continuation(tok, prompt, word[:1])

@@ -18,6 +18,7 @@ import lmforge
 from lmforge.analysis.attention import attention_maps
 from lmforge.analysis.view import write_html
 from lmforge.cli import main
+from lmforge.generate.text import continuation
 from lmforge.pipelines.embed import SentenceEncoder
 from lmforge.tasks.finetune import TaskConfig, evaluate, load_model, make_task, task_info
 from tests.serve.test_units import parse_prometheus
@@ -172,7 +173,9 @@ def test_beams_sampling_and_stop_strings_equal_the_library(server, decoder):
     assert sampled[0]["token_ids"] == sampled[1]["token_ids"] == expected
     assert stopped["text"] == greedy["text"][:greedy["text"].index(stop)]
     assert stopped["finish_reason"] == "stop" and len(stopped["token_ids"]) < 20
-    assert model_tok.decode(stopped["token_ids"]).startswith(stopped["text"])
+    prompt_ids = model_tok.encode(prompt, add_special_tokens=False).ids
+    joined = continuation(model_tok, prompt_ids, stopped["token_ids"])  # after the prompt's, as the CLI prints
+    assert joined.startswith(stopped["text"])
 
 
 def test_every_decoding_setting_of_the_command_line_is_served_alike(server, decoder):

@@ -8,6 +8,7 @@ import sys
 import torch
 
 from lmforge.cli.common import SEED, bounded
+from lmforge.generate.text import continuation
 
 
 class TextStream:
@@ -18,18 +19,18 @@ class TextStream:
     WordPiece "##s" joins the prompt's last word; a new word after it gets its space)."""
 
     def __init__(self, tokenizer, prefix: str = "", context: list = ()) -> None:
-        self.tokenizer, self.ids, self.prefix = tokenizer, list(context), prefix
-        self.printed = tokenizer.decode(self.ids) if self.ids else ""
+        self.tokenizer, self.context, self.prefix = tokenizer, list(context), prefix
+        self.ids, self.printed = [], ""
 
     def __call__(self, chosen: torch.Tensor) -> None:
         self.ids.append(int(chosen[0]))
-        text = self.tokenizer.decode(self.ids)
+        text = continuation(self.tokenizer, self.context, self.ids)
         if text.startswith(self.printed) and not text.endswith("\ufffd"):  # wait for a whole character
             self._show(text)
 
     def close(self) -> None:
         """Print what was held back (an incomplete character at the end stays as decoded)."""
-        text = self.tokenizer.decode(self.ids)
+        text = continuation(self.tokenizer, self.context, self.ids)
         self._show(text if text.startswith(self.printed) else self.printed)
         print()
 
@@ -95,11 +96,6 @@ def cmd_generate(args) -> None:
     else:
         print(prompt + continuation(tokenizer, context, out[0, start:].tolist()))
 
-
-def continuation(tokenizer, context: list, new: list) -> str:
-    """The text the `new` ids add after the `context` ids, joined as the tokenizer joins them: the whole
-    decoded, less the context's decoded length (a new "##s" joins the last word, a new word is spaced)."""
-    return tokenizer.decode(context + new)[len(tokenizer.decode(context)) if context else 0:]
 
 
 def check_generator(name, model) -> None:

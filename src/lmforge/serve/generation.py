@@ -22,6 +22,7 @@ import torch
 from lmforge.config.options import OptionsError
 from lmforge.generate import generate
 from lmforge.generate.options import FIELDS, GenerationOptions, sampling_from_temperature
+from lmforge.generate.text import continuation
 from lmforge.serve.limits import RequestError
 
 
@@ -87,14 +88,15 @@ def _held(text: str, stops: tuple) -> int:
 class TextTail:
     """The text of the ids generated so far: what may be shown, and whether a stop string appeared."""
 
-    def __init__(self, tokenizer, stops: tuple) -> None:
-        self.tokenizer, self.stops = tokenizer, tuple(s for s in stops if s)
+    def __init__(self, tokenizer, stops: tuple, context: list = ()) -> None:
+        self.tokenizer, self.stops, self.context = tokenizer, tuple(s for s in stops if s), list(context)
         self.ids, self.shown, self.text, self.stopped = [], "", "", False
 
     def push(self, token: int) -> str:
-        """Add one id; returns the text newly safe to show (maybe "")."""
+        """Add one id; returns the text newly safe to show (maybe ""), joined to the `context` ids before
+        it (a decoder's prompt) as `lmforge generate` joins it (generate/text.py)."""
         self.ids.append(token)
-        text = self.tokenizer.decode(self.ids)
+        text = continuation(self.tokenizer, self.context, self.ids)
         cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
         if cut >= 0:
             self.stopped, text = True, text[:cut]
@@ -133,7 +135,9 @@ def run(served, payload: dict, emit: Callable) -> dict:
     Returns the whole result: text, token ids, finish reason and token counts."""
     model, tokenizer, settings = served.model, served.tokenizer, payload["settings"]
     ids = torch.tensor([payload["ids"]])
-    tail, (options, generator) = TextTail(tokenizer, settings.stop), _options(settings, model, tokenizer)
+    context = [] if model.config.architecture == "encoder-decoder" else payload["ids"]  # the new text's join
+    tail = TextTail(tokenizer, settings.stop, context)
+    options, generator = _options(settings, model, tokenizer)
 
     def streamer(chosen: torch.Tensor) -> None:
         token = int(chosen[0])

@@ -1,0 +1,22 @@
+"""The text that generated ids add after the ids before them, joined as the tokenizer joins them.
+
+Decoded alone, new ids lose their join to the prompt: a WordPiece "##s" prints as "s" after a space
+that decoding alone cannot know is not there, and a new word loses the space before it ("The city
+ofParis"). So the new ids are decoded after the last ids of their context, and the context's own
+text is cut off the front, as Hugging Face's text-generation pipeline does with the whole prompt.
+The command line (cli/generate.py) and the server (serve/generation.py) both print this text, so
+`lmforge generate` and /v1/completions give the same characters.
+"""
+from __future__ import annotations
+
+JOIN_WINDOW = 16  # context ids decoded with the new ones: a join reads the last few only (a multi-byte
+# character spans at most 4 byte-level tokens), and the per-step cost of streaming stays flat
+
+
+def continuation(tokenizer, context, new) -> str:
+    """The text the ids `new` add after the ids `context` (a decoder's prompt; empty for an
+    encoder-decoder's answer, which starts its own text)."""
+    context = list(context)[-JOIN_WINDOW:]
+    if not context:
+        return tokenizer.decode(list(new))
+    return tokenizer.decode(context + list(new))[len(tokenizer.decode(context)):]

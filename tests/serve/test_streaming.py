@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from lmforge.serve import generation
+from lmforge.serve.limits import RequestError
 
 GENERATE = {"model": "gen", "prompt": "the cat", "max_new_tokens": 3, "stream": True}
 COMPLETE = {"model": "gen", "prompt": ["the cat", "a dog"], "max_tokens": 3, "temperature": 0, "stream": True}
@@ -88,3 +89,23 @@ def test_both_generation_routes_refuse_a_temperature_in_the_same_words(local, va
     said = [local.post(path, json={**body, "stream": False, "temperature": value}).json()["error"]
             for path, body in (("/generate", GENERATE), ("/v1/completions", COMPLETE))]
     assert said[0] == said[1] and said[0]["param"] == "temperature" and said[0]["code"] == 422
+
+
+def test_a_whole_completion_of_several_prompts_is_admitted_once_before_any_runs(local, monkeypatch):
+    """Each prompt was queued when the one before it had run: a queue filled meanwhile gave the request a 429
+    after its first prompts had been generated (and thrown away)."""
+    admission, admitted = local.app.state.server.admission, []
+    monkeypatch.setattr(admission, "admit", lambda tokens: admitted.append(tokens))
+    monkeypatch.setattr(admission, "release", lambda tokens: None)
+    body = {**COMPLETE, "prompt": ["the cat", "a dog", "the bird"], "stream": False}
+    answer = local.post("/v1/completions", json=body)
+    assert answer.status_code == 200 and [c["index"] for c in answer.json()["choices"]] == [0, 1, 2]
+    assert len(admitted) == 1  # one request, its three prompts' tokens together
+
+    def full(tokens):
+        raise RequestError(429, "the queue is full", param="max_queue")
+
+    ran = []
+    monkeypatch.setattr(admission, "admit", full)
+    monkeypatch.setattr(generation, "run", lambda *a: ran.append(a))
+    assert local.post("/v1/completions", json=body).status_code == 429 and ran == []

@@ -224,7 +224,8 @@ async def completions(body: schemas.CompletionRequest, request: Request):
     if body.stream:
         return await _events(server, served, request, jobs,
                              CompletionChunks(head, prompts if body.echo else None))
-    results = [await _whole(server, served, request, payload, tokens) for payload, tokens in jobs]
+    # all the prompts admitted at once (one 429 before any runs, never one after the first ones ran)
+    results = await _unless_gone(request, server.run("generate", served, [(p, n, 1) for p, n in jobs]))
     choices = [{"text": (p if body.echo else "") + r["text"], "index": i, "logprobs": None,
                 "finish_reason": r["finish_reason"], "token_ids": r["token_ids"]}
                for i, (p, r) in enumerate(zip(prompts, results))]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import SEED, bounded
+from lmforge.cli.common import SEED, bounded, said
 from lmforge.config.model import MAX_LAYERS
 
 
@@ -188,31 +188,42 @@ def add_parsers(sub) -> None:
     p.add_argument("text", help="the text to look at")
     p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face) or installed package")
     p.add_argument("--pair", help="a second text (a sentence pair; an encoder-decoder's decoder input)")
-    p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
-    p.add_argument("--layers", help="layers to record, e.g. 0,3,5 or 2-5 (default: all)")
+    said(p.add_argument("--tokenizer", help="tokenizer directory"), "the model directory's")
+    said(p.add_argument("--layers", help="layers to record, e.g. 0,3,5 or 2-5"), "all")
     p.add_argument("--out", help="the HTML file to write")
     p.add_argument("--png", help="a PNG figure of one layer's heads")
     p.add_argument("--svg", help="an SVG figure of one layer's heads")
-    p.add_argument("--group", help="figure: self, encoder, decoder or cross (default: the first)")
-    p.add_argument("--layer", type=int, help="figure: the layer (default 0)")
-    p.add_argument("--heads", help="figure: heads to draw, e.g. 0,2 (default: all)")
+    said(p.add_argument("--group", help="figure: self, encoder, decoder or cross"), "the first")
+    said(p.add_argument("--layer", type=int, help="figure: the layer"), 0)
+    said(p.add_argument("--heads", help="figure: heads to draw, e.g. 0,2"), "all")
     p.set_defaults(func=cmd_attention)
+    _heads_parser(sub)
 
+
+def _heads_parser(sub) -> None:
+    """`lmforge heads`: its flags say HeadsOptions' bounds, which check them."""
+    from dataclasses import fields
+
+    from lmforge.analysis.head_report import HeadsOptions
+    from lmforge.config.options import bounds_text
+
+    bounds = {f.name: bounds_text(f.metadata).strip() for f in fields(HeadsOptions)}
     p = sub.add_parser("heads", help="head importance and pruning (Michel et al. 2019)")
     p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json)")
     p.add_argument("--data", required=True, help="labelled data the metric is measured on")
-    p.add_argument("--task", help="task type (default: the model's task.json)")
+    said(p.add_argument("--task", help="task type"), "the model's task.json")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
-    p.add_argument("--importance-data", help="labelled data importance is estimated on (default: --data)")
-    p.add_argument("--prune", type=float,
-                   help="remove this share of heads by importance, physically, in (0, 1)")
-    p.add_argument("--until", type=float,
-                   help="remove heads while the metric stays >= this x the unpruned, in (0, 1]")
-    p.add_argument("--step", type=float, default=0.1,
-                   help="share of all heads masked per level, in (0, 1) (default 0.1)")
+    said(p.add_argument("--importance-data", help="labelled data importance is estimated on"), "--data")
+    said(p.add_argument("--prune", type=float, help="remove this share of heads by importance, physically"),
+         bounds=bounds["prune"])
+    said(p.add_argument("--until", type=float,
+                        help="remove heads while the metric stays >= this x the unpruned"),
+         bounds=bounds["until"])
+    said(p.add_argument("--step", type=float, default=0.1, help="share of all heads masked per level"),
+         bounds=bounds["step"])
     p.add_argument("--seed", type=bounded(int, *SEED), default=0,
                    help="the first random order's seed (the others: seed+1, ...)")
     p.add_argument("--random-orders", type=bounded(int, 1, 1000), default=5,
-                   help="random pruning orders averaged as the control (mean +- sd per level; default 5)")
+                   help="random pruning orders averaged as the control (mean +- sd per level)")
     p.add_argument("--out", required=True, help="directory for heads.json, heads.png and pruned/")
     p.set_defaults(func=cmd_heads)

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from lmforge.cli.common import SEED, bounded
+from lmforge.cli.common import SEED, bounded, said
 from lmforge.config.model import MAX_LEN
 from lmforge.utils.jsontext import dumps
 
@@ -333,18 +333,21 @@ def _text_features(args) -> None:
 def _common(p, poolings=("first", "mean", "last"), pooling="first") -> None:
     p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face), installed model "
                    "(all-MiniLM-L6-v2) or preset (random init, with --tokenizer)")
-    p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
-    p.add_argument("--layers", default="all", help="an int, a range 4-8, a list 0,3,6, all or mix (0 = embeddings)")
-    p.add_argument("--pooling", choices=poolings, default=pooling,
-                   help="how a word's pieces become one vector" + ("" if pooling else
-                   " (--data: first, mean, last; default first); --text: none (per token), mean, max, "
-                   "mean_max, cls, sep, last (default none)"))
+    said(p.add_argument("--tokenizer", help="tokenizer directory"), "the model directory's")
+    p.add_argument("--layers", default="all",
+                   help="the layers: an int, a range 4-8, a list 0,3,6, all or mix (0 = embeddings)")
+    said(p.add_argument("--pooling", choices=poolings, default=pooling,
+                        help="how a word's pieces become one vector" + ("" if pooling else
+                        " (--data: first, mean, last); --text: none (per token), mean, max, mean_max, cls, "
+                        "sep, last")), None if pooling else "first with --data, none with --text")
     p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=32, help="sentences per forward pass")
-    p.add_argument("--max-len", type=bounded(int, 2, MAX_LEN),
-                   help="tokens per sentence, at most the model's max_seq_len and room for one beside its "
-                   "special tokens (3 for BERT; default: the model's)")
+    said(p.add_argument("--max-len", type=bounded(int, 2, MAX_LEN),
+                        help="tokens per sentence, at most the model's max_seq_len and room for one beside "
+                        "its special tokens (3 for BERT)"), "the model's")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
+                   help="fixes everything the run draws: a preset's weights, the data split, the probes' "
+                        "init and batches")
     p.add_argument("--config", help="YAML/JSON file of key: value training options")
     p.add_argument("overrides", nargs="*", help="key=value training options of the probes or head")
 
@@ -358,13 +361,13 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("probe", help="probing classifiers and structural probes on every layer", epilog=epilog,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
-    p.add_argument("--data", help="a CoNLL-U treebank (default: the built-in synthetic treebank)")
+    said(p.add_argument("--data", help="a CoNLL-U treebank"), "the built-in synthetic treebank")
     p.add_argument("--sentences", type=bounded(int, 3, 1_000_000), default=1500,
                    help="sentences of the built-in treebank")
-    p.add_argument("--held-out", type=float, default=0.15,
-                   help="share of the sentences in dev and in test each, in (0, 0.5)")
-    p.add_argument("--tasks", help="comma list of pos, deps, agreement, coref, distance, depth (default: all "
-                   "the data supports)")
+    said(p.add_argument("--held-out", type=float, default=0.15,
+                        help="share of the sentences in dev and in test each"), bounds="(0, 0.5)")
+    said(p.add_argument("--tasks", help="comma list of pos, deps, agreement, coref, distance, depth"),
+         "all the data supports")
     p.add_argument("--heads", default="linear,mlp", help="probe heads per layer: linear, mlp")
     p.add_argument("--no-control", action="store_true", help="skip the control tasks (and selectivity)")
     p.add_argument("--progress", action="store_true", help="name each task as it starts (on stderr)")
@@ -383,8 +386,8 @@ def _feature_flags(p) -> None:
                    "(repeat for more; the server's /features answer)")
     p.add_argument("--mix-weights", help=f"--layers mix: the scalar mix's weights, one per hidden state (at "
                    f"most {MAX_LAYERS + 1}), each in [{-MAX_WEIGHT}, {MAX_WEIGHT}], e.g. 0,1,2")
-    p.add_argument("--mix-gamma", type=bounded(float, -MAX_WEIGHT, MAX_WEIGHT),
-                   help="--layers mix: the scalar mix's scale (default 1)")
+    said(p.add_argument("--mix-gamma", type=bounded(float, -MAX_WEIGHT, MAX_WEIGHT),
+                        help="--layers mix: the scalar mix's scale"), 1)
     p.add_argument("--truncate", action="store_true", help="--text: cut a text longer than --max-len")
     p.add_argument("--data", help="sentences to featurise: .conllu, .jsonl (words or text), .txt, or CoNLL")
     p.add_argument("--task", choices=tuple(TASK_KINDS), help="train a feature-based head on frozen features")

@@ -6,7 +6,8 @@
 
 A rerun with the same --out resumes: finished (arm, seed, task) results of the plan as it is are kept,
 an interrupted pretraining run continues from its checkpoint; what a changed plan changed (an arm, the
-budget, corpus, recipe or a task) runs again, and a line says so. Every size in a plan is bounded. Shipped plans: see --help's list.
+budget, corpus, recipe or a task) runs again, and a line says so. Every size in a plan is bounded.
+The shipped plans are named under --plan below.
 """
 from __future__ import annotations
 

@@ -40,17 +40,34 @@ def bounded(kind: type, low, high):
 
 
 def with_bounds(parser: argparse.ArgumentParser) -> None:
-    """Every `bounded` flag of `parser` and its sub-commands says its bounds in its help, as the flags made
-    from an options object do, where its help does not say them already; and each sub-command knows its
-    whole name (args.prog: "lmforge index build"), for its errors to say as argparse's do."""
+    """Every flag of `parser` and its sub-commands says its default and bounds (`said`), as the flags made
+    from an options object do; and each sub-command knows its whole name (args.prog: "lmforge index
+    build"), for its errors to say as argparse's do."""
     for action in parser._actions:
         for sub in (action.choices or {}).values() if isinstance(action, argparse._SubParsersAction) else ():
             sub.set_defaults(prog=sub.prog)
             with_bounds(sub)
-        low, high = getattr(action.type, "bounds", (None, None))
-        said = f"[{low}, {high}]"
-        if low is not None and said not in (action.help or ""):
-            action.help = f"{action.help} ({said})" if action.help else said
+        if action.option_strings:
+            said(action)
+
+
+def said(action: argparse.Action, default=None, bounds: str = "") -> argparse.Action:
+    """`action` with its default and bounds written into its help, the one way every flag says them:
+    "what it is (default D; [low, high])". default: what a flag left out stands for, where argparse's is
+    None to tell a flag not given; bounds: a text, where the flag's type (`bounded`) does not carry them.
+    Said once (with_bounds passes over a flag said where it was added)."""
+    if getattr(action, "said", False):
+        return action
+    if action.default is not None and action.default is not False and action.default != argparse.SUPPRESS:
+        default = action.default
+    low, high = getattr(action.type, "bounds", (None, None))
+    bounds = bounds or ("" if low is None else f"[{low}, {high}]")
+    parts = ([f"default {default}"] if default is not None and not action.required else []) + \
+        ([bounds] if bounds and bounds not in (action.help or "") else [])
+    joined = "; ".join(parts)  # bounds alone that are bracketed already, "(0, 1)", are not bracketed again
+    action.help = " ".join(t for t in (action.help, joined if joined[:1] in "(" else f"({joined})") if t)
+    action.said = True
+    return action
 
 
 def flag_error(err, values: dict, words: dict | None = None, flags: dict | None = None) -> UsageError:
@@ -86,29 +103,26 @@ def option_flags(parser, cls, prefix: str = "", switches: dict | None = None, re
         elif base_type(f.type)[0] == "bool" and default is False:
             parser.add_argument(flag, dest=dest, action="store_true", default=None, help=f.metadata["help"])
         else:
-            spec = _value_flag(f, default, f.name in required, (words or {}).get(f.name), bound)
-            parser.add_argument(flag, dest=dest, required=f.name in required, **spec)
+            spec, shown, bounds = _value_flag(f, default, (words or {}).get(f.name), bound)
+            said(parser.add_argument(flag, dest=dest, required=f.name in required, **spec), shown, bounds)
 
 
-def _value_flag(f, default, required: bool, words: dict | None, bound: bool) -> dict:
-    """The metavar, choices, type and help of the flag of an option field `f` that takes a value, as
-    option_flags says them (words: the flag's own {word: value}; bound: an int bounded both ways by
-    `bounded`)."""
+def _value_flag(f, default, words: dict | None, bound: bool) -> tuple:
+    """The metavar, choices, type and help of the flag of an option field `f` that takes a value, then the
+    default and bounds its help says (`said`) (words: the flag's own {word: value}; bound: an int bounded
+    both ways is read by `bounded`)."""
     from lmforge.config.options import base_type, bounds_text
 
     meta, kind = f.metadata, base_type(f.type)[0]
     if words:  # the default said as its word (truncate: "false", not False)
         default = next((word for word, value in words.items()
                         if value == default and type(value) is type(default)), default)
-    choices, bounds = tuple(words) if words else meta["choices"], bounds_text(meta).strip()
-    said = ([f"default {default}"] if default is not None and not required else []) + \
-        ([bounds] if bounds else [])
+    choices = tuple(words) if words else meta["choices"]
     closed = None not in (meta["low"], meta["high"]) and not (meta["open_low"] or meta["open_high"])
     reads = {"int": bounded(int, meta["low"], meta["high"]) if bound and closed else int, "float": float,
              "str": str}
-    return {"metavar": None if choices else f.name.upper(), "choices": choices,
-            "type": str if words else reads[kind],
-            "help": meta["help"] + (f" ({'; '.join(said)})" if said else "")}
+    return ({"metavar": None if choices else f.name.upper(), "choices": choices,
+             "type": str if words else reads[kind], "help": meta["help"]}, default, bounds_text(meta).strip())
 
 
 def flag_values(args, cls, prefix: str = "", switches: dict | None = None, words: dict | None = None) -> dict:

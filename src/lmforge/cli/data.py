@@ -44,7 +44,7 @@ def add_parsers(sub) -> None:
     p = group.add_parser("shard", help="tokenise text/JSONL/gzip files into memory-mappable shards")
     p.add_argument("files", nargs="+", help="text, JSONL or .gz files, or directories of them")
     p.add_argument("--tokenizer", required=True, help="tokenizer directory (copied into --out)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the shards' directory (with a copy of the tokenizer)")
     p.add_argument("--workers", type=bounded(int, 1, MAX_WORKERS), default=1,
                    help="worker processes (the shards are the same for any)")
     option_flags(p, ReadOptions, bound=True)

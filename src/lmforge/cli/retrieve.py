@@ -25,7 +25,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, UsageError, bounded, existing_model, flag_values, option_flags
+from lmforge.cli.common import (
+    SEED,
+    STEPS,
+    UsageError,
+    bounded,
+    existing_model,
+    flag_values,
+    option_flags,
+    said,
+)
 from lmforge.retrieval.job_options import (
     MAX_HARD_NEGATIVES,
     IctOptions,
@@ -34,6 +43,11 @@ from lmforge.retrieval.job_options import (
     ReaderOptions,
     RealmOptions,
 )
+
+# the help of the flags every training sub-command (train, reader, realm, ict) takes
+OUT_HELP = "the run's directory: its checkpoints, metrics.jsonl and the trained model"
+SEED_HELP = "fixes everything the run draws (the built-in data, the batches, the negatives)"
+RESUME_HELP = "continue the newest checkpoint in --out"
 
 
 def _options(args) -> tuple:
@@ -84,7 +98,7 @@ def cmd_query(args) -> None:
     from lmforge.retrieval.jobs import query_index
 
     if not args.index or not args.query:
-        raise UsageError("give --index DIR and --query TEXT (or the sub-command train)")
+        raise UsageError("give --index DIR and --query TEXT (or a sub-command: train, reader, realm, ict)")
     if not (Path(args.index) / "passages.jsonl").is_file():
         raise UsageError(f"--index {args.index}: no such index (no passages.jsonl; build one with "
                          f"lmforge index build)")
@@ -158,11 +172,12 @@ def _training_only(args, command: str):
 def _run_arguments(parser, questions_help: str) -> None:
     """The options every training sub-command takes: start, output, data, steps, seed, config."""
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help=OUT_HELP)
     parser.add_argument("--questions", default="builtin", help=questions_help)
-    parser.add_argument("--passages", help="passages for --questions (default: builtin, or the file's contexts)")
+    said(parser.add_argument("--passages", help="passages for --questions"),
+         "builtin, or the file's contexts")
     parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    parser.add_argument("--seed", type=bounded(int, *SEED), default=0)
+    parser.add_argument("--seed", type=bounded(int, *SEED), default=0, help=SEED_HELP)
     parser.add_argument("--config", help="YAML/JSON file of key: value options")
 
 
@@ -253,7 +268,8 @@ def _index_parser(sub, argparse) -> None:
     build = p.add_subparsers(dest="action", required=True).add_parser(
         "build", help="build an index directory", epilog=_epilog(False),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    build.add_argument("--passages", default="builtin", help="builtin, a passages JSONL, or corpus files")
+    build.add_argument("--passages", default="builtin",
+                       help="builtin (the built-in corpus), a passages JSONL, or corpus files")
     build.add_argument("--out", required=True, help="index directory")
     build.add_argument("--model", help="encoder for the dense index (a directory or all-MiniLM-L6-v2)")
     job_flags(build, IndexOptions)
@@ -268,9 +284,9 @@ def _reader_parser(actions, argparse) -> None:
                            epilog=_epilog(True, encoder=False),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_arguments(r, "builtin, gcide, or a SQuAD JSON / QA JSONL file")
-    r.add_argument("--retriever", help="a trained DPR directory for the test passages (default: BM25)")
+    said(r.add_argument("--retriever", help="a trained DPR directory for the test passages"), "BM25")
     job_flags(r, ReaderOptions)
-    r.add_argument("--resume", action="store_true", help="continue the run's last checkpoint under --out")
+    r.add_argument("--resume", action="store_true", help=RESUME_HELP)
     r.add_argument("overrides", nargs="*", help="key=value: training options")
     r.set_defaults(func=cmd_reader)
 
@@ -279,12 +295,12 @@ def _corpus_arguments(parser, model_help: str) -> None:
     """The options of the sub-commands that train on a passage corpus (realm, ict): start, output,
     passages, steps, seed, config, resume and key=value training options."""
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help=model_help)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help=OUT_HELP)
     parser.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
     parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    parser.add_argument("--seed", type=bounded(int, *SEED), default=0)
+    parser.add_argument("--seed", type=bounded(int, *SEED), default=0, help=SEED_HELP)
     parser.add_argument("--config", help="YAML/JSON file of key: value options")
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--resume", action="store_true", help=RESUME_HELP)
     parser.add_argument("overrides", nargs="*", help="key=value: training options")
 
 
@@ -293,7 +309,7 @@ def _realm_parser(actions, argparse) -> None:
                            epilog=_epilog(True, encoder=False),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     _corpus_arguments(r, "the knowledge-augmented encoder to start from")
-    r.add_argument("--retriever", help="Embed_input / Embed_doc to start from (default: --model)")
+    said(r.add_argument("--retriever", help="Embed_input / Embed_doc to start from"), "--model")
     job_flags(r, RealmOptions)
     r.set_defaults(func=cmd_realm)
 
@@ -312,11 +328,13 @@ def add_parsers(sub) -> None:
     import argparse
 
     _index_parser(sub, argparse)
-    p = sub.add_parser("retrieve", help="query an index, or train a dense retriever (retrieve train)",
+    p = sub.add_parser("retrieve", help="query an index, or train a retriever or reader (retrieve train, "
+                       "reader, realm, ict)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", help="index directory (lmforge index build)")
     p.add_argument("--query", action="append", help="a question (repeat for several)")
-    p.add_argument("--model", dest="query_model", help="query encoder (default: the index's model)")
+    said(p.add_argument("--model", dest="query_model", metavar="DIR", help="query encoder"),
+         "the index's model")
     p.add_argument("--reader", help="an extractive reader directory (retrieve reader): answer from the top k")
     p.add_argument("--rerank", metavar="DIR", help="a reranker (lmforge finetune --task rerank): re-order the "
                    "retriever's top --candidates and keep the best --k")
@@ -333,7 +351,7 @@ def add_parsers(sub) -> None:
     t.add_argument("--hard-negatives", type=bounded(int, 0, MAX_HARD_NEGATIVES), default=1,
                    help="BM25 hard negatives per question")
     t.add_argument("--separate-encoders", action="store_true",
-                   help="train a passage encoder of its own (DPR's two encoders; default: one shared)")
-    t.add_argument("--resume", action="store_true")
+                   help="train a passage encoder of its own (DPR's two encoders), not one shared")
+    t.add_argument("--resume", action="store_true", help=RESUME_HELP)
     t.add_argument("overrides", nargs="*", help="key=value: training and encoder options")
     t.set_defaults(func=cmd_train)

@@ -136,25 +136,28 @@ def cmd_serve(args) -> None:
 
 def add_parsers(sub) -> None:
     """Add `serve` to the `lmforge` parser."""
-    from lmforge.cli.common import option_flags
+    from lmforge.cli.common import option_flags, said
     from lmforge.serve import Limits
 
-    p = sub.add_parser("serve", help="HTTP inference server (embeddings, predictions, fill-mask, generation)")
+    p = sub.add_parser("serve", help="HTTP inference server (embeddings, predictions, fill-mask, generation, "
+                       "features, rerank, attention, tokenize)")
     p.add_argument("--model", action="append", required=True, metavar="[NAME=]DIR",
                    help="a model directory or installed model, optionally named (repeat for several)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0: a free port (printed)")
-    p.add_argument("--threads", type=int,
-                   help="torch threads of the workers, all together (default and most: the CPUs this process "
-                        "may use)")
-    p.add_argument("--workers", type=int,
-                   help="model worker threads, each with threads/workers torch threads (default: one per "
-                        "thread when no served model generates, so batches run side by side; else one)")
-    p.add_argument("--graceful-timeout", type=float, default=60.0,
-                   help="seconds SIGTERM waits for admitted requests before cancelling them (at most "
-                        f"{MAX_GRACE:g})")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)")
+    said(p.add_argument("--port", type=int, default=8000, help="the TCP port to listen on (0: a free one, "
+                        "printed)"), bounds="[0, 65535]")
+    said(p.add_argument("--threads", type=int, help="torch threads of the workers, all together"),
+         "the CPUs this process may use", "[1, the CPUs this process may use]")
+    said(p.add_argument("--workers", type=int, help="model worker threads, each with threads/workers torch "
+                        "threads"), "one per thread when no served model generates, so batches run side by "
+         "side; else one", "[1, --threads]")
+    said(p.add_argument("--graceful-timeout", type=float, default=60.0,
+                        help="seconds SIGTERM waits for admitted requests before cancelling them"),
+         bounds=f"(0, {MAX_GRACE:g}]")
     p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"))
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="the least severe of the server's log lines printed")
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.add_argument("--malloc", default="auto", choices=("auto", "jemalloc", "tcmalloc", "glibc"),
                    help="the C allocator: jemalloc (Debian libjemalloc2; resident memory flat under "

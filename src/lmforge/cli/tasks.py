@@ -36,7 +36,7 @@ import json
 import os
 import sys
 
-from lmforge.cli.common import SEED, STEPS, bounded
+from lmforge.cli.common import SEED, STEPS, bounded, said
 from lmforge.tasks.formats import BUILTIN_SIZE
 
 KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq", "rerank")
@@ -200,15 +200,17 @@ def cmd_evaluate(args) -> None:
 
 def _common(p) -> None:
     p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face) or preset")
-    p.add_argument("--task", choices=KINDS, help="task type (default with --builtin: the task's own)")
+    said(p.add_argument("--task", choices=KINDS, help="task type"), "with --builtin, the task's own")
     p.add_argument("--builtin", choices=("sentiment", "entailment", "tagging", "questions"),
                    help="a built-in corpus task instead of files")
-    p.add_argument("--builtin-size", type=bounded(int, *BUILTIN_SIZE),
-                   help=f"records of the built-in task (80/10/10; default {BUILTIN_RECORDS})")
+    said(p.add_argument("--builtin-size", type=bounded(int, *BUILTIN_SIZE),
+                        help="records of the built-in task (80/10/10)"), BUILTIN_RECORDS)
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold or "
                    "source=article,target=summary")
-    p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory's)")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0)
+    said(p.add_argument("--tokenizer", help="tokenizer directory"), "the model directory's")
+    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
+                   help="fixes everything the run draws: the built-in task, a preset's weights, a fresh "
+                        "head, the data order")
 
 
 def add_parsers(sub) -> None:
@@ -220,7 +222,7 @@ def add_parsers(sub) -> None:
     _common(p)
     p.add_argument("--train", help="training file (.csv, .tsv, .jsonl; CoNLL for tagging, SQuAD JSON for qa)")
     p.add_argument("--valid", help="validation file, same format")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the run's directory: checkpoints, metrics.jsonl, final/")
     p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     p.add_argument("--config", help="YAML/JSON file of key: value options")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
@@ -229,7 +231,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("evaluate", help="score a fine-tuned model and write its predictions")
     _common(p)
     p.add_argument("--data", help="file to evaluate (same formats as finetune)")
-    p.add_argument("--split", choices=SPLITS, help="the --builtin split (default validation)")
+    said(p.add_argument("--split", choices=SPLITS, help="the --builtin split"), "validation")
     p.add_argument("--out", help="predictions file (JSON lines)")
     p.add_argument("--batch-size", type=bounded(int, 1, 65536), default=64, help="examples scored at once")
     p.set_defaults(func=cmd_evaluate)

@@ -38,17 +38,17 @@ def cmd_tokenizer_train(args) -> None:
 
 def add_parsers(sub) -> None:
     """Add tokenizer train to the main parser."""
-    from lmforge.cli.common import option_flags
+    from lmforge.cli.common import option_flags, said
     from lmforge.tokenizer.train import TokenizerOptions
 
     group = sub.add_parser("tokenizer", help="train tokenizers").add_subparsers(dest="action", required=True)
     p = group.add_parser("train", help="train a tokenizer (tokenizer.json + tokenizer_config.json in --out)")
     p.add_argument("files", nargs="*", help="text, JSONL or .gz files, read as `corpus shard` reads them "
-                   "(default: the built-in corpus)")
+                   "(none: the built-in corpus)")
     option_flags(p, TokenizerOptions, required=("kind", "vocab_size"))
-    p.add_argument("--out", required=True)
-    p.add_argument("--docs", type=bounded(int, 1, 1_000_000),
-                   help=f"documents of the built-in corpus, without FILES (default {BUILTIN_DOCS})")
-    p.add_argument("--seed", type=bounded(int, *SEED),
-                   help="seed of the built-in corpus, without FILES (default 0)")
+    p.add_argument("--out", required=True, help="the tokenizer's directory")
+    said(p.add_argument("--docs", type=bounded(int, 1, 1_000_000),
+                        help="documents of the built-in corpus, without FILES"), BUILTIN_DOCS)
+    said(p.add_argument("--seed", type=bounded(int, *SEED),
+                        help="seed of the built-in corpus, without FILES"), 0)
     p.set_defaults(func=cmd_tokenizer_train)

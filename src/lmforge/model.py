@@ -116,7 +116,8 @@ class Transformer(nn.Module):
             out.logits = next(iter(out.head_outputs.values()))
         return out
 
-    def _check(self, input_ids: torch.Tensor, attention_mask, past: int, name: str) -> None:
+    def _check(self, input_ids: torch.Tensor, attention_mask, past: int, name: str,
+               position_ids=None) -> None:
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
             shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
             raise ValueError(f"{name} must be an integer tensor of shape (batch, length), got {shape}")
@@ -128,29 +129,37 @@ class Transformer(nn.Module):
         if attention_mask is not None and tuple(attention_mask.shape) != (B, past + T):
             raise ValueError(f"attention mask of shape {tuple(attention_mask.shape)} does not match "
                              f"(batch, cached + new positions) = {(B, past + T)}")
-        if torch.compiler.is_compiling():
-            return  # reading the ids back would break the graph; the embedding lookup still refuses them
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if low < 0 or high >= self.config.vocab_size:
-            raise ValueError(f"{name} holds token id {low if low < 0 else high} outside the "
-                             f"vocabulary [0, {self.config.vocab_size})")
-        if attention_mask is not None and attention_mask.dtype != torch.bool \
-                and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):  # 2 and 0.5 read as 1
+        if not torch.compiler.is_compiling():  # reading values back would break the graph
+            self._check_values(input_ids, attention_mask, position_ids, name)
+
+    def _check_values(self, input_ids: torch.Tensor, attention_mask, position_ids, name: str) -> None:
+        """Token ids inside the vocabulary, a mask of 0 and 1 (2 and 0.5 were read as 1), positions inside
+        the table (an IndexError there); read back in one host sync, as the ids alone were."""
+        stats = [input_ids.min(), input_ids.max()]
+        masked = attention_mask is not None and attention_mask.dtype != torch.bool
+        if masked:
+            stats.append(((attention_mask != 0) & (attention_mask != 1)).any())
+        if position_ids is not None:
+            stats += [position_ids.min(), position_ids.max()]
+        values = torch.stack([v.to(input_ids.device, torch.long) for v in stats]).tolist()
+        low, high, limit = values[0], values[1], self.config.vocab_size
+        if low < 0 or high >= limit:
+            raise ValueError(f"{name} holds token id {low if low < 0 else high} outside the vocabulary "
+                             f"[0, {limit})")
+        if masked and values[2]:
             raise ValueError("attention_mask must hold 0 (padding) and 1 (a token) only")
+        if position_ids is not None and not 0 <= values[-2] <= values[-1] < self.config.max_seq_len:
+            raise ValueError(f"position_ids must be in [0, max_seq_len={self.config.max_seq_len})")
 
     def _embed(self, embed: Embeddings, input_ids, position_ids, segment_ids, past: int):
         if position_ids is None:
             position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)[None]
-        elif not torch.compiler.is_compiling() and not \
-                0 <= int(position_ids.min()) <= int(position_ids.max()) < self.config.max_seq_len:
-            # an IndexError inside the table, or a rotation no position was trained at
-            raise ValueError(f"position_ids must be in [0, max_seq_len={self.config.max_seq_len})")
         return embed(self.tokens(input_ids), position_ids, segment_ids), position_ids
 
     def _run(self, stack: Stack, embed: Embeddings, step: StackPass) -> ModelOutput:
         """One pass of `step`'s tokens through embeddings and stack, packed where the execution says."""
         past = step.cache.length if step.cache is not None else 0
-        self._check(step.input_ids, step.attention_mask, past, "input_ids")
+        self._check(step.input_ids, step.attention_mask, past, "input_ids", step.position_ids)
         x, step.position_ids = self._embed(embed, step.input_ids, step.position_ids, step.segment_ids, past)
         key_padding = step.attention_mask.bool() if step.attention_mask is not None else None
         packing = self._packing(key_padding, step.cache, step.memory, step.keep_padding)
@@ -266,7 +275,7 @@ class XLNetEncoder(Encoder):
         + new positions); mem_len returns out.mems."""
         streams = TwoStream(input_ids, self.config.n_layers, perm_mask, target_mapping, mems, mem_len)
         past = streams.past
-        self._check(input_ids, attention_mask, past, "input_ids")
+        self._check(input_ids, attention_mask, past, "input_ids", position_ids)
         x, position_ids = self._embed(self.embed, input_ids, position_ids, segment_ids, past)
         key_padding = attention_mask.bool() if attention_mask is not None else None
         ctx = self._context(self.encoder, x, position_ids, past, key_padding,  # two streams edit dense masks

@@ -325,3 +325,20 @@ def test_a_resume_with_other_training_options_is_refused_naming_the_option_and_o
         with pytest.raises(ValueError, match=f": {option}={was!r} \\(the run's\\) vs {value!r} \\(now\\)"):
             go(resume=True, **{option: value})
     assert go(resume=True, patience=3, eval_batch_size=4)["steps"] == 2
+
+
+@pytest.mark.parametrize("link", ["out", "out/checkpoints"])
+def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_before_any_work(tmp_path,
+                                                                                             monkeypatch, link):
+    from lmforge.tasks import finetune as module
+    from lmforge.utils.atomic import UnsafePath
+
+    (tmp_path / "elsewhere").mkdir()
+    if link != "out":
+        (tmp_path / "out").mkdir()
+    (tmp_path / link).symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    monkeypatch.setattr(module, "load_model", lambda *a, **k: pytest.fail("work began before the refusal"))
+    with pytest.raises(UnsafePath, match=f"^{tmp_path / link}: is a symbolic link"):
+        finetune(tiny(), tokenizer(), "cls", sentiment()["train"][:8], None, tmp_path / "out", cfg(steps=1),
+                 log=quiet)
+    assert list((tmp_path / "elsewhere").iterdir()) == []

@@ -71,3 +71,16 @@ def test_bad_options_exit_2_through_the_cli(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and bad.split("=")[0] in err, (bad, err)
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("warmup,steps,said", [(100, 20, "never reaches lr=0.0001 (at most 2e-05)"),
+                                               (20, 20, "reaches lr=0.0001 at its last step only"),
+                                               (19, 20, None), (0, 20, None)])
+def test_a_warmup_as_long_as_the_run_is_said_in_one_line(warmup, steps, said):
+    from lmforge.train.config import run_notes
+
+    notes = run_notes(TrainConfig(steps=steps, warmup=warmup, lr=1e-4), examples=100)
+    assert len(notes) == (said is not None)
+    if said is not None:
+        assert notes[0].startswith(f"note: warmup={warmup} ") and f"steps={steps}" in notes[0] and said in notes[0]
+        assert "\n" not in notes[0]

@@ -41,14 +41,15 @@ def test_static_masking_with_more_copies_than_epochs_is_said(tmp_path):
     from lmforge.train.loop import Trainer
 
     lines = []
-    trainer = Trainer.__new__(Trainer)  # only what _warn_static reads
+    trainer = Trainer.__new__(Trainer)  # only what _warn reads
     trainer._data = ([{"index": i} for i in range(8)], None, 10, None)
-    trainer.cfg, trainer.world, trainer.rank, trainer.log = TrainConfig(steps=4, batch_size=4), 1, 0, lines.append
-    trainer._warn_static()  # 4 x 4 / 8 = 2 epochs < 10 copies
+    cfg = TrainConfig(steps=4, batch_size=4, warmup=0)  # no warm-up note: only the duplication's
+    trainer.cfg, trainer.world, trainer.rank, trainer.log = cfg, 1, 0, lines.append
+    trainer._warn()  # 4 x 4 / 8 = 2 epochs < 10 copies
     assert lines and "duplication=10" in lines[0] and "2.00 epochs" in lines[0]
     trainer._data = ([{"index": i} for i in range(8)], None, 1, None)
     lines.clear()
-    trainer._warn_static()
+    trainer._warn()
     assert lines == []
 
 

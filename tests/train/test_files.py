@@ -172,3 +172,27 @@ def test_a_final_folder_that_fails_to_be_written_leaves_the_one_before_and_no_pa
             resume=True, final_files=(fails,))
     assert {p.name: p.read_bytes() for p in (out / "final").iterdir()} == before
     assert not [p for p in out.iterdir() if p.name.startswith(".final")]  # no staged part left
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_link_at_checkpoints_is_refused_naming_it_before_any_step_and_its_target_kept(tmp_path, dangling):
+    elsewhere = tmp_path / "elsewhere"
+    if not dangling:
+        elsewhere.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UnsafePath, match=r"out/checkpoints: is a symbolic link") as err:
+        Trainer(mlm_objective(), toy_data(), quick(steps=2, save_every=1), tmp_path / "out").fit()
+    assert "\n" not in str(err.value)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["checkpoints"]  # nothing trained, written
+    assert (list(elsewhere.iterdir()) == []) if not dangling else not elsewhere.exists()
+
+
+def test_save_checkpoint_refuses_a_link_as_its_folder(tmp_path):
+    from lmforge.train.checkpoint import save_checkpoint
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "checkpoints").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(UnsafePath, match="checkpoints: is a symbolic link"):
+        save_checkpoint(tmp_path / "checkpoints", 1, {"w": torch.ones(2)}, {}, {}, keep_last=1)
+    assert list((tmp_path / "elsewhere").iterdir()) == []

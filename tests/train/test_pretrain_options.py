@@ -159,3 +159,20 @@ def test_a_config_files_number_in_exponent_form_is_read_as_trainconfigs_are(ran,
     assert main(cli(tmp_path / "o", "--config", str(config))) == 0  # the recipe's were refused, lr's read
     (recipe, _), = ran.calls
     assert (recipe.max_len, recipe.duplication, recipe.n_docs) == (32, 10, 50)
+
+
+@pytest.mark.parametrize("link", ["out", "out/checkpoints"])
+def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_before_any_work(tmp_path,
+                                                                                             monkeypatch, link):
+    from lmforge.utils.atomic import UnsafePath
+
+    (tmp_path / "elsewhere").mkdir()
+    if link != "out":
+        (tmp_path / "out").mkdir()
+    (tmp_path / link).symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    monkeypatch.setattr(pretrain_module, "_corpus", lambda *a, **k: pytest.fail("work began before the refusal"))
+    for resume in (False, True):
+        with pytest.raises(UnsafePath, match=f"^{tmp_path / link}: is a symbolic link"):
+            pretrain("mlm", tmp_path / "out", TrainConfig(steps=1), preset="bert-tiny", overrides=TINY,
+                     resume=resume)
+    assert list((tmp_path / "elsewhere").iterdir()) == []

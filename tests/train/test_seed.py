@@ -107,3 +107,36 @@ def test_the_same_seed_writes_byte_identical_checkpoints_whatever_the_processs_p
     step = ("checkpoints", "step-0000001")
     for name in ("optimizer.pt", "trainer.json", "model.safetensors"):
         assert _bytes(tmp_path / "a", *step, name) == _bytes(tmp_path / "b", *step, name), name
+
+
+def _draws() -> tuple:
+    import random
+
+    import numpy as np
+
+    return torch.rand(3).tolist(), random.random(), np.random.random_sample(3).tolist()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_training_leaves_the_callers_global_rngs_as_they_were_whether_it_returns_or_raises(tmp_path, fails):
+    """Each step reseeds torch's, Python's and NumPy's global RNGs from the run's seed; fit puts the
+    caller's states back, so a caller's next draws are the ones it would have made without training."""
+    import random
+
+    import numpy as np
+
+    from lmforge.train import Trainer
+    from tests.train.helpers import mlm_objective, quick, toy_data
+
+    trainer = Trainer(mlm_objective(), toy_data(16), quick(steps=2), tmp_path)
+    if fails:
+        trainer.save = lambda: (_ for _ in ()).throw(RuntimeError("stopped at the save"))
+    torch.manual_seed(11), random.seed(12), np.random.seed(13)
+    expected = _draws()
+    torch.manual_seed(11), random.seed(12), np.random.seed(13)
+    if fails:
+        with pytest.raises(RuntimeError, match="stopped at the save"):
+            trainer.fit()
+    else:
+        trainer.fit()
+    assert trainer.step == 2 and _draws() == expected

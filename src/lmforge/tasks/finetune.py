@@ -34,6 +34,7 @@ from lmforge.tasks.formats import check_labels, gold_given, source_of
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
+from lmforge.train.checkpoint import training_folder
 from lmforge.utils.atomic import replace_dir
 from lmforge.utils.model_folder import inside_job_folder
 from lmforge.train.config import check_device, options_from_dict
@@ -305,10 +306,9 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     """Fine-tune `model` (object, directory or preset: its init drawn from train_cfg.seed) on `train`
     records of task `kind`, validating on `valid`; writes under `out` (see the module docstring);
     returns the summary."""
-    task_cfg = task_cfg or TaskConfig()
+    task_cfg, out = task_cfg or TaskConfig(), training_folder(out)  # a link there: refused before any work
     if not valid:
         check_validated(train_cfg, task_cfg)
-    out = Path(out)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     if model.config.architecture == "elmo":  # a biLSTM over characters, used by its frozen layers' mix
         raise ValueError("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge "

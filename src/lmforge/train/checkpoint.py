@@ -18,6 +18,7 @@ import os
 import pickle
 import random
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
-from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.atomic import atomic_write_text, refuse_link
 from lmforge.utils.checksum import sha256, sign, verify
 
 PREFIX = "step-"
@@ -64,6 +65,31 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2 ** 32)
+
+
+@contextmanager
+def global_rngs_kept():
+    """Put torch's (and CUDA's), Python's and NumPy's global RNG states back as they were on leaving, by a
+    return or a raise: training reseeds them every step (seed_all), which must not change what a caller
+    draws after it."""
+    states = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(states[0])
+        random.setstate(states[1])
+        np.random.set_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def training_folder(out) -> Path:
+    """`out`, or UnsafePath naming it or its checkpoints/ where either is a symbolic link: a run's
+    checkpoints are written into and resumed from the folder itself, never where a link points."""
+    out = refuse_link(out)
+    refuse_link(out / "checkpoints")
+    return out
 
 
 def set_rng_states(states: dict) -> None:
@@ -136,7 +162,7 @@ def save_checkpoint(root: Path, step: int, weights: dict, optimizer: dict, info:
     if not all_finite(weights.values()) or not all_finite(_nested_tensors(optimizer)):
         raise TrainingDiverged(f"refusing to write checkpoint step {step}: its weights or optimiser "
                                f"state are not finite")
-    root.mkdir(parents=True, exist_ok=True)
+    refuse_link(root).mkdir(parents=True, exist_ok=True)  # a link's target is never written into
     final = root / f"{PREFIX}{step:07d}"
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -169,8 +195,9 @@ def checkpoints(root: Path) -> list:
 
 def check_resumable(out) -> None:
     """NothingToResume naming out/checkpoints where it holds no checkpoint (a mistyped --out must not
-    silently train afresh); called by jobs before their work, and by Trainer.fit."""
-    root = Path(out) / "checkpoints"
+    silently train afresh), UnsafePath where either is a link; called by jobs before their work, and by
+    Trainer.fit."""
+    root = training_folder(out) / "checkpoints"
     if not checkpoints(root):
         raise NothingToResume(f"--resume: no checkpoint under {root} (nothing to resume; run without "
                               f"--resume to start)")

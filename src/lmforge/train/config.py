@@ -104,6 +104,23 @@ class TrainConfig:
         return dataclasses.replace(self, steps=steps, epochs=None), line
 
 
+def run_notes(cfg: TrainConfig, examples: int, duplication: int = 0, world: int = 1) -> list:
+    """Lines a run logs at its start on settings that do not do what they seem to (not errors): static
+    masking's `duplication` copies outnumbering the run's epochs over `examples`; a warm-up as long as it."""
+    notes = []
+    epochs = cfg.steps * cfg.batch_size * cfg.accumulation * world / max(1, examples)
+    if duplication and duplication >= epochs:
+        notes.append(f"warning: duplication={duplication} is not below the {epochs:.2f} epochs of this run: "
+                     f"no example's corruption is seen twice, so static masking here equals dynamic masking")
+    if cfg.warmup > cfg.steps:  # the lr at step i (from 0) is lr x (i + 1) / warmup during the warm-up
+        notes.append(f"note: warmup={cfg.warmup} > steps={cfg.steps}: the learning rate rises for the whole "
+                     f"run and never reaches lr={cfg.lr:g} (at most {cfg.lr * cfg.steps / cfg.warmup:.3g})")
+    elif cfg.warmup == cfg.steps:
+        notes.append(f"note: warmup={cfg.warmup} = steps={cfg.steps}: the learning rate rises for the whole "
+                     f"run and reaches lr={cfg.lr:g} at its last step only (no decay)")
+    return notes
+
+
 # what decides a run's data order, its updates and its schedule: a resumed run keeps the run's values
 # (new ones would not continue it but start another run from its middle). The others are taken from
 # the command line: logging, evaluation, checkpoints, device, parallelism, compile, and `steps`, so a

@@ -32,12 +32,14 @@ from lmforge.train.checkpoint import (
     check_optimizer,
     check_resumable,
     checkpoints,
+    global_rngs_kept,
     latest_checkpoint,
     save_checkpoint,
     seed_all,
     set_rng_states,
+    training_folder,
 )
-from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config
+from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config, run_notes
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.memory import check_step_fits
@@ -75,7 +77,7 @@ class Trainer:
         # optim.param_groups; settings: the job's options deciding the updates (refused if changed on resume)
         own = getattr(objective, "run_settings", dict)()  # an objective's own (DPR's temperature, pooling)
         self._settings = {"duplication": duplication, **own, **(settings or {})}
-        self.cfg, self.out, self.log, self.evaluator = cfg, Path(out), log, evaluator
+        self.cfg, self.out, self.log, self.evaluator = cfg, training_folder(out), log, evaluator
         refuse_int8(objective)
         self.device = resolve_device(cfg.device)
         if self.device.type == "cuda":
@@ -320,45 +322,41 @@ class Trainer:
         if self.world > 1:
             torch.distributed.barrier()
 
-    def _warn_static(self) -> None:
-        """Say so when static masking's d copies outnumber the run's epochs: then no corruption is
-        ever reused and the run is exactly dynamic masking."""
-        train_data, _, duplication, _ = self._data
-        epochs = self.cfg.steps * self.cfg.batch_size * self.cfg.accumulation * self.world / len(train_data)
-        if duplication and self.main and duplication >= epochs:
-            self.log(f"warning: duplication={duplication} is not below the {epochs:.2f} epochs of this run: "
-                     f"no example's corruption is seen twice, so static masking here equals dynamic masking")
+    def _warn(self) -> None:
+        """Log (rank 0) what run_notes says of this run's settings."""
+        for line in run_notes(self.cfg, len(self._data[0]), self._data[2], self.world) if self.main else ():
+            self.log(line)
 
     def fit(self, resume: bool = False, final_files: tuple = ()):
         """Train to cfg.steps (continuing a checkpoint if resume) and return the model kept, in out/final
-        with what each of `final_files` (folder -> None: the tokenizer's save, a task's files) writes."""
-        if resume:
-            check_resumable(self.out)
-            self.resume()
-        elif checkpoints(self.out / "checkpoints"):  # a killed first save's .tmp folder is no checkpoint
-            raise FileExistsError(f"{self.out} already holds checkpoints: pass resume=True (--resume) "
-                                  f"or choose another output directory")
-        self._warn_static()
-        if self.step < self.cfg.steps and self.cfg.memory_check:  # past the memory: killed, not refused
-            first = self.batches.micro_batch(self.step, 0)  # drawn again, the same, by the step
-            model = getattr(self.objective, "model", None)
-            check_step_fits(model, first, self.device, self.cfg.checkpointing)
-        metrics = MetricsLog(self.out / "metrics.jsonl", self.step) if self.main else None
-        label = f"train ({self.epochs:g} epochs)" if self.epochs is not None else "train"
-        bar = Progress(self.cfg.steps, self.step, self.main and self.cfg.progress, label)
-        try:
-            self._loop(metrics, bar)
-        finally:
-            bar.close()
-            uncheckpoint_blocks(self._checkpointed)
-        model = self.objective.finish()
-        self._save_final(model, final_files)
-        if self.main:
-            plot_losses(self.out / "metrics.jsonl", self.out / "loss.png", getattr(self.objective, "name", ""))
-        return model
+        with what each of `final_files` (folder -> None: the tokenizer's save, a task's files) writes. The
+        global RNGs each step reseeds (torch's, Python's, NumPy's) are the caller's again after it."""
+        with global_rngs_kept():
+            if resume:
+                check_resumable(self.out)
+                self.resume()
+            elif checkpoints(self.out / "checkpoints"):  # a killed first save's .tmp folder is no checkpoint
+                raise FileExistsError(f"{self.out} already holds checkpoints: pass resume=True (--resume) "
+                                      f"or choose another output directory")
+            self._warn()
+            if self.step < self.cfg.steps and self.cfg.memory_check:  # past the memory: killed, not refused
+                first = self.batches.micro_batch(self.step, 0)  # drawn again, the same, by the step
+                model = getattr(self.objective, "model", None)
+                check_step_fits(model, first, self.device, self.cfg.checkpointing)
+            metrics = MetricsLog(self.out / "metrics.jsonl", self.step) if self.main else None
+            label = f"train ({self.epochs:g} epochs)" if self.epochs is not None else "train"
+            bar = Progress(self.cfg.steps, self.step, self.main and self.cfg.progress, label)
+            try:
+                self._loop(metrics, bar)
+            finally:
+                bar.close()
+                uncheckpoint_blocks(self._checkpointed)
+            model = self.objective.finish()
+            self._save_final(model, final_files)
+            return model
 
     def _save_final(self, model, final_files: tuple) -> None:
-        # under FSDP the weights are shards: every rank joins the gather, rank 0 writes
+        # out/final, then loss.png; under FSDP the weights are shards: every rank joins the gather, rank 0 writes
         state = None
         if self.world > 1:
             full = dist.full_state_dict(self.module)
@@ -370,6 +368,8 @@ class Trainer:
             # that a later job would load, and a link named final/ is replaced, not written through
             writers = (partial(save, model, state=state), *final_files)
             replace_dir(self.out / "final", lambda folder: [write(folder) for write in writers])
+            plot_losses(self.out / "metrics.jsonl", self.out / "loss.png",
+                        getattr(self.objective, "name", ""))
 
     def _loop(self, metrics, bar) -> None:
         start, seen, shown = time.perf_counter(), 0, None

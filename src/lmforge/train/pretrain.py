@@ -41,6 +41,7 @@ from lmforge.objectives import ObjectiveSpec
 from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig, Trainer
+from lmforge.train.checkpoint import training_folder
 from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (
@@ -305,6 +306,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     recipe, inputs = recipe_and_inputs(recipe, inputs, fields)
     if not isinstance(train, TrainConfig):
         raise OptionsError(f"train must be a TrainConfig, got {type(train).__name__}", "train")
+    out = training_folder(out)  # a link as it or its checkpoints/ is refused before any work
     if inputs.resume:
         check_resumable(out)  # before the corpus is read and a tokenizer trained
     spec, log, teacher = objectives.get(objective), inputs.log, inputs.teacher
@@ -326,7 +328,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     result = trainer.fit(resume=inputs.resume, final_files=(tokenizer.save,))
     if trainer.main:
         if untrained:  # None: no LM head; {}: every probe longer than the model's positions
-            report_probes(untrained, probe_scores(task, tokenizer, train.seed), Path(out) / "probes.json", log)
+            report_probes(untrained, probe_scores(task, tokenizer, train.seed), out / "probes.json", log)
     return result
 
 

@@ -28,8 +28,11 @@ from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
 from lmforge.tasks.formats import BUILTIN, builtin
 from lmforge.tokenizer import train_tokenizer
 from lmforge.train import TrainConfig
+from lmforge.train.checkpoint import training_folder
 from lmforge.train.pretrain import pretrain
-from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.atomic import atomic_write_text, refuse_link
+
+INITS = ("pretrained", "from scratch")  # the two starting points each task is fine-tuned from
 
 
 @dataclass
@@ -109,10 +112,10 @@ def finetune_both(cfg: DemoConfig, task: str, tokenizer, out: Path, seed: int, l
     train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.finetune_lr, warmup=max(1, steps // 10),
                             eval_every=max(1, steps // 5), log_every=max(1, steps // 30), seed=seed)
     pretrained = lmforge.load(out / "pretrain" / "final")
-    inits = {"pretrained": pretrained, "from scratch": from_config(pretrained.config)}
+    inits = dict(zip(INITS, (pretrained, from_config(pretrained.config))))
     results = {}
     for name, model in inits.items():
-        run = out / f"{task}-{name.replace(' ', '-')}"
+        run = run_folder(out, task, name)
         summary = finetune(model, tokenizer, kind, splits["train"][:n_train], splits["validation"], run,
                            train_cfg, TaskConfig(max_len=128), log=log)
         test = evaluate(run / "best" if (run / "best").is_dir() else run / "final", splits["test"],
@@ -120,6 +123,21 @@ def finetune_both(cfg: DemoConfig, task: str, tokenizer, out: Path, seed: int, l
         results[name] = {"metric": summary["primary"], "test": test, "valid_best": summary["best"],
                          "metrics": str(run / "metrics.jsonl")}
     return results
+
+
+def run_folder(out: Path, task: str, init: str) -> Path:
+    """The folder of the fine-tuning run of `task` from `init` (one of INITS)."""
+    return out / f"{task}-{init.replace(' ', '-')}"
+
+
+def check_outputs(cfg: DemoConfig, out) -> Path:
+    """`out`, or UnsafePath naming the first of the demo's output folders (out, its tokenizer/, each run's
+    folder and checkpoints/) that is a symbolic link: refused before any work, never written through."""
+    out = refuse_link(out)
+    refuse_link(out / "tokenizer")
+    for run in [out / "pretrain", *(run_folder(out, task, init) for task in cfg.tasks for init in INITS)]:
+        training_folder(run)
+    return out
 
 
 def print_table(probes: dict, tasks: dict, seconds: float) -> None:
@@ -145,7 +163,8 @@ def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> di
     """Tokenizer -> MLM pretraining -> fine-tuning with and without it -> table, report.json, demo.png."""
     from lmforge.pipelines.demo_plots import plot_demo
 
-    cfg, out, start = cfg or DemoConfig(), Path(out), time.perf_counter()
+    cfg, start = cfg or DemoConfig(), time.perf_counter()
+    out = check_outputs(cfg, out)
     if (out / "pretrain").exists():
         raise FileExistsError(f"{out} holds an earlier demo run: remove it or pass another --out")
     out.mkdir(parents=True, exist_ok=True)

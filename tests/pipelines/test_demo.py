@@ -1,0 +1,21 @@
+"""The demo's outputs: a symbolic link as its folder or any folder it writes (the tokenizer, each run and its
+checkpoints) is refused naming it before any work, and nothing is written where it points."""
+import pytest
+
+from lmforge.pipelines import demo
+from lmforge.utils.atomic import UnsafePath
+
+
+@pytest.mark.parametrize("link", ["out", "out/tokenizer", "out/pretrain", "out/pretrain/checkpoints",
+                                  "out/tagging-from-scratch", "out/sentiment-pretrained/checkpoints"])
+def test_a_link_at_any_folder_the_demo_writes_is_refused_naming_it_before_any_work(tmp_path, monkeypatch,
+                                                                                   link):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / link).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / link).symlink_to(target, target_is_directory=True)
+    monkeypatch.setattr(demo, "make_tokenizer", lambda *a: pytest.fail("work began before the refusal"))
+    with pytest.raises(UnsafePath, match=f"^{tmp_path / link}: is a symbolic link"):
+        demo.run_demo(tmp_path / "out", cfg=demo.DemoConfig.quick())
+    assert list(target.iterdir()) == []
+

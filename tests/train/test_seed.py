@@ -114,7 +114,8 @@ def _draws() -> tuple:
 
     import numpy as np
 
-    return torch.rand(3).tolist(), random.random(), np.random.random_sample(3).tolist()
+    cuda = torch.rand(3, device="cuda").tolist() if torch.cuda.is_available() else None  # a GPU run's too
+    return torch.rand(3).tolist(), random.random(), np.random.random_sample(3).tolist(), cuda
 
 
 @pytest.mark.parametrize("fails", [False, True])
@@ -131,7 +132,7 @@ def test_training_leaves_the_callers_global_rngs_as_they_were_whether_it_returns
     trainer = Trainer(mlm_objective(), toy_data(16), quick(steps=2), tmp_path)
     if fails:
         trainer.save = lambda: (_ for _ in ()).throw(RuntimeError("stopped at the save"))
-    torch.manual_seed(11), random.seed(12), np.random.seed(13)
+    torch.manual_seed(11), random.seed(12), np.random.seed(13)  # torch's seeds CUDA's too
     expected = _draws()
     torch.manual_seed(11), random.seed(12), np.random.seed(13)
     if fails:

@@ -205,3 +205,21 @@ def test_a_flag_read_into_an_options_object_says_the_objects_bounds():
         meta = {f.name: f.metadata for f in dataclasses.fields(cls)}
         for name in names:  # the flags said no bounds, though the object enforces them
             assert bounds_text(meta[name]).strip() in helps[name], (command, name, helps[name])
+
+
+def test_a_field_whose_none_stands_for_a_default_says_that_default_in_its_help():
+    import argparse
+    from dataclasses import dataclass
+
+    from lmforge.cli.common import option_flags
+    from lmforge.config.options import help_rows, option
+
+    @dataclass
+    class Picked:
+        candidates: int | None = option(None, "passages re-ordered", low=1, high=10, unset="k")
+
+    parser = argparse.ArgumentParser()
+    option_flags(parser, Picked)
+    (flag,) = [a for a in parser._actions if a.dest == "candidates"]
+    assert flag.help == "passages re-ordered (default k; [1, 10])" and flag.default is None  # None: not given
+    assert help_rows(Picked) == [("candidates", "k", "passages re-ordered [1, 10]")]

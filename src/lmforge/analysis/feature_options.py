@@ -37,8 +37,8 @@ class FeatureOptions:
     mix_weights: Optional[list] = option(None, "layers=mix: the scalar mix's weights s_j, one per hidden state "
                                          "(softmax-normalised); default equal", low=-MAX_WEIGHT, high=MAX_WEIGHT,
                                          items=Items("float", MAX_LAYERS + 1, min_items=1))
-    mix_gamma: Optional[float] = option(None, "layers=mix: the scalar mix's scale gamma (null: 1)",
-                                        low=-MAX_WEIGHT, high=MAX_WEIGHT)
+    mix_gamma: Optional[float] = option(None, "layers=mix: the scalar mix's scale gamma",
+                                        low=-MAX_WEIGHT, high=MAX_WEIGHT, unset="1")
     pooling: str = option("none", "none (per token, with its text and offsets), mean, max, mean_max, cls, "
                           "sep or last; word inputs: first, mean or last", choices=POOLINGS)
     max_length: Optional[int] = option(None, "tokens per text, at most the model's limit and room for one "

@@ -108,9 +108,8 @@ def option_flags(parser, cls, prefix: str = "", switches: dict | None = None, re
 
 
 def _value_flag(f, default, words: dict | None, bound: bool) -> tuple:
-    """The metavar, choices, type and help of the flag of an option field `f` that takes a value, then the
-    default and bounds its help says (`said`) (words: the flag's own {word: value}; bound: an int bounded
-    both ways is read by `bounded`)."""
+    """A value-taking flag of option field `f`: its metavar, choices, type and help, then the default (or
+    `unset`) and bounds `said` writes (words: the flag's {word: value}; bound: an int bounded both ways)."""
     from lmforge.config.options import base_type, bounds_text
 
     meta, kind = f.metadata, base_type(f.type)[0]
@@ -122,7 +121,8 @@ def _value_flag(f, default, words: dict | None, bound: bool) -> tuple:
     reads = {"int": bounded(int, meta["low"], meta["high"]) if bound and closed else int, "float": float,
              "str": str}
     return ({"metavar": None if choices else f.name.upper(), "choices": choices,
-             "type": str if words else reads[kind], "help": meta["help"]}, default, bounds_text(meta).strip())
+             "type": str if words else reads[kind], "help": meta["help"]},
+            meta.get("unset") if default is None else default, bounds_text(meta).strip())
 
 
 def flag_values(args, cls, prefix: str = "", switches: dict | None = None, words: dict | None = None) -> dict:

@@ -31,8 +31,8 @@ class CurveOptions:
     order: str = option("importance", "importance (re-estimated at every level) or a seeded random order",
                         choices=ORDERS)
     step: float = option(0.1, "share of all heads masked per level", low=0, high=1, open_low=True, open_high=True)
-    until: float | None = option(None, "stop once the metric falls below until x the unpruned one (null: never)",
-                                 low=0, high=1, open_low=True)
+    until: float | None = option(None, "stop once the metric falls below until x the unpruned one",
+                                 low=0, high=1, open_low=True, unset="never")
     max_fraction: float = option(0.9, "stop before more than this share of the heads is masked", low=0, high=1)
     # random_curves draws order i from seed + i: any 64-bit value, past a run's seed bound
     seed: int = option(0, "seed of the random order", low=0, high=2 ** 64 - 1)

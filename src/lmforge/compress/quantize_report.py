@@ -49,8 +49,8 @@ class QuantizeOptions:
                                  "(dynamic); null: no smoothing", low=0, high=1)
     batch_size: int = option(8, "rows of the timed forward batch (with seq_len, at most 65,536 tokens; "
                                 "over the rounds, 2^20)", low=1, high=4096)
-    seq_len: int | None = option(None, "tokens per row of the timed batch, at most the model's max_seq_len "
-                                 f"(null: {SEQ_LEN}, or its longest where shorter)", low=1, high=MAX_LEN)
+    seq_len: int | None = option(None, "tokens per row of the timed batch, at most the model's max_seq_len",
+                                 low=1, high=MAX_LEN, unset=f"{SEQ_LEN}, or its longest where shorter")
     rounds: int = option(5, "alternating timing rounds", low=1, high=1000)
     seed: int = option(0, "seed of the random tokens drawn: the timed batch, and the smoothing's calibration "
                        "without texts", low=0, high=MAX_SEED)

@@ -41,14 +41,15 @@ class Items:
 
 
 def option(default, doc: str, *, low=None, high=None, open_low: bool = False, open_high: bool = False,
-           choices: tuple | None = None, factory=None, items: Items | None = None):
+           choices: tuple | None = None, factory=None, items: Items | None = None, unset: str | None = None):
     """A dataclass field with its default, one line of help and its bounds (listed by `lmforge options`).
 
     low/high: inclusive bounds of a number (open_low / open_high: that one excluded); None: no bound on that side
     (sizes always have an upper one). choices: the values a string may take. items: the field is a list of
-    numbers (see Items), and low/high bound each one."""
+    numbers (see Items), and low/high bound each one. unset: what a default of None stands for ("k", "16"),
+    said as the default by a flag's help and `lmforge options`."""
     meta = {"help": doc, "low": low, "high": high, "open_low": open_low, "open_high": open_high,
-            "choices": choices, "items": items}
+            "choices": choices, "items": items, "unset": unset}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -227,6 +228,7 @@ def help_rows(cls) -> list:
     rows = []
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = f.metadata.get("unset") or default if default is None else default
         rows.append((f.name, default, f.metadata.get("help", "") + bounds_text(f.metadata)))
     return rows
 

@@ -50,8 +50,8 @@ class EmbedOptions:
                                         "config_sentence_transformers.json")
     truncate: Union[bool, str] = option(False, 'a text over the model\'s limit: false refuses it, true cuts '
                                         'it, "chunk" averages its windows')
-    max_chunks: Optional[int] = option(None, 'truncate="chunk": windows of one text at most '
-                                       f"(null: {MAX_CHUNKS})", low=1, high=256)
+    max_chunks: Optional[int] = option(None, 'truncate="chunk": windows of one text at most', low=1, high=256,
+                                       unset=str(MAX_CHUNKS))
     batch_invariant: bool = option(False, "run each text alone: its vector does not depend on its batch")
 
     def __post_init__(self) -> None:

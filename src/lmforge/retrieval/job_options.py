@@ -33,8 +33,8 @@ class QueryOptions:
     k: int = option(5, "passages per query", low=1, high=1_000_000)
     method: str = option("dense", "dense (the index's encoder) or bm25", choices=METHODS)
     backend: str = option("torch", "the dense search: torch (exact) or faiss", choices=BACKENDS)
-    candidates: int | None = option(None, "passages retrieved for the reranker to re-order (default: k)",
-                                    low=1, high=MAX_CANDIDATES)
+    candidates: int | None = option(None, "passages retrieved for the reranker to re-order",
+                                    low=1, high=MAX_CANDIDATES, unset="k")
 
     def __post_init__(self) -> None:
         check_options(self)

@@ -130,13 +130,13 @@ class TokenizerOptions:
     vocab_size: int = option(30522, "ids, special tokens included (about: training may stop short); at least "
                              "the specials and one more, byte-level BPE's 256 bytes too", low=1,
                              high=MAX_VOCAB)
-    family: str | None = option(None, "special tokens and template (where not given: " + ", ".join(
-        f"{family} for {kind}" for kind, family in DEFAULT_FAMILY.items()) + ")", choices=tuple(FAMILIES))
+    family: str | None = option(None, "special tokens and template", choices=tuple(FAMILIES), unset=", ".join(
+        f"{family} for {kind}" for kind, family in DEFAULT_FAMILY.items()))
     lowercase: bool = option(False, "lower-case the text")
     strip_accents: bool = option(False, "NFD, then drop combining marks")
-    min_frequency: int | None = option(None, f"least count of a merged pair (BPE, WordPiece; "
-                                       f"{DEFAULT_MIN_FREQUENCY} where not given; unigram merges none)",
-                                       low=1, high=MAX_MIN_FREQUENCY)
+    min_frequency: int | None = option(None, "least count of a merged pair (BPE, WordPiece; unigram merges "
+                                       "none)", low=1, high=MAX_MIN_FREQUENCY,
+                                       unset=str(DEFAULT_MIN_FREQUENCY))
 
     def __post_init__(self) -> None:
         check_options(self)  # types, bounds and choices

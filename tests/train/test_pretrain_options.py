@@ -176,3 +176,16 @@ def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_bef
             pretrain("mlm", tmp_path / "out", TrainConfig(steps=1), preset="bert-tiny", overrides=TINY,
                      resume=resume)
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.mark.parametrize("name, said", [("", "^out is empty: name the output folder"),
+                                        ("afile", "afile: exists and is not a folder")])
+def test_an_empty_output_name_or_a_file_is_refused_before_any_work(tmp_path, monkeypatch, name, said):
+    from lmforge.utils.atomic import UnsafePath
+
+    (tmp_path / "afile").write_text("the user's")
+    monkeypatch.chdir(tmp_path)  # "" would be the working folder
+    monkeypatch.setattr(pretrain_module, "_corpus", lambda *a, **k: pytest.fail("work began before the refusal"))
+    with pytest.raises(UnsafePath, match=said):
+        pretrain("mlm", name, TrainConfig(steps=1), preset="bert-tiny", overrides=TINY)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

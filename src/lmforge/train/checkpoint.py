@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
-from lmforge.utils.atomic import atomic_write_text, refuse_link
+from lmforge.utils.atomic import UnsafePath, atomic_write_text, refuse_link
 from lmforge.utils.checksum import sha256, sign, verify
 
 PREFIX = "step-"
@@ -85,9 +85,14 @@ def global_rngs_kept():
 
 
 def training_folder(out) -> Path:
-    """`out`, or UnsafePath naming it or its checkpoints/ where either is a symbolic link: a run's
-    checkpoints are written into and resumed from the folder itself, never where a link points."""
+    """`out`, or UnsafePath naming it where a run cannot write its folder there: an empty name (the working
+    folder), a file, or a symbolic link as it or its checkpoints/ (a run's checkpoints are written into and
+    resumed from the folder itself, never where a link points)."""
+    if not str(out).strip():
+        raise UnsafePath("out is empty: name the output folder to write (\"\" is the working folder)")
     out = refuse_link(out)
+    if out.exists() and not out.is_dir():
+        raise UnsafePath(f"{out}: exists and is not a folder")
     refuse_link(out / "checkpoints")
     return out
 

@@ -19,3 +19,13 @@ def test_a_link_at_any_folder_the_demo_writes_is_refused_naming_it_before_any_wo
         demo.run_demo(tmp_path / "out", cfg=demo.DemoConfig.quick())
     assert list(target.iterdir()) == []
 
+
+
+@pytest.mark.parametrize("name", ["", "afile"])
+def test_an_empty_name_or_a_file_as_the_demo_folder_is_refused_before_any_work(tmp_path, monkeypatch, name):
+    (tmp_path / "afile").write_text("the user's")
+    monkeypatch.chdir(tmp_path)  # "" would be the working folder
+    monkeypatch.setattr(demo, "make_tokenizer", lambda *a: pytest.fail("work began before the refusal"))
+    with pytest.raises(UnsafePath, match=f"^out '{name}': name a folder"):
+        demo.run_demo(name, cfg=demo.DemoConfig.quick())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

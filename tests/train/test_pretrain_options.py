@@ -161,12 +161,12 @@ def test_a_config_files_number_in_exponent_form_is_read_as_trainconfigs_are(ran,
     assert (recipe.max_len, recipe.duplication, recipe.n_docs) == (32, 10, 50)
 
 
-@pytest.mark.parametrize("link", ["out", "out/checkpoints"])
+@pytest.mark.parametrize("link", ["out", "out/checkpoints", "out/metrics.jsonl"])
 def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_before_any_work(tmp_path,
                                                                                              monkeypatch, link):
     from lmforge.utils.atomic import UnsafePath
 
-    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere").mkdir()  # metrics.jsonl: a link to a folder or a file, refused alike
     if link != "out":
         (tmp_path / "out").mkdir()
     (tmp_path / link).symlink_to(tmp_path / "elsewhere", target_is_directory=True)

@@ -86,14 +86,15 @@ def global_rngs_kept():
 
 def training_folder(out) -> Path:
     """`out`, or UnsafePath naming it where a run cannot write its folder there: an empty name (the working
-    folder), a file, or a symbolic link as it or its checkpoints/ (a run's checkpoints are written into and
-    resumed from the folder itself, never where a link points)."""
+    folder), a file, or a symbolic link as it, its checkpoints/ or its metrics.jsonl (what a run writes into
+    and resumes from, never where a link points; what it replaces whole, final/ or loss.png, may be one)."""
     if not str(out).strip():
         raise UnsafePath("out is empty: name the output folder to write (\"\" is the working folder)")
     out = refuse_link(out)
     if out.exists() and not out.is_dir():
         raise UnsafePath(f"{out}: exists and is not a folder")
-    refuse_link(out / "checkpoints")
+    for name in ("checkpoints", "metrics.jsonl"):
+        refuse_link(out / name)
     return out
 
 

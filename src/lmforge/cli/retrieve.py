@@ -140,14 +140,14 @@ def _train_config(args) -> tuple:
     from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_nested, refuse_overwrite
     from lmforge.train import TrainConfig
 
+    check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
+    check_source("--passages", args.passages)  # the inputs' kinds first: a folder given for a file is that
     refuse_overwrite(args.out, ("--model", args.model), ("--questions", getattr(args, "questions", None)),
                      ("--passages", args.passages), ("--config", getattr(args, "config", None)),
                      ("--retriever", getattr(args, "retriever", None)),
                      writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",
                              "ict.json", "retriever", "index"))  # index: the reader's --retriever index
     refuse_nested(args.out, ("--passages", args.passages))
-    check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
-    check_source("--passages", args.passages)
     if getattr(args, "retriever", None) is not None:  # before training (it failed after it)
         existing_model("--retriever", args.retriever)
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]

@@ -38,3 +38,11 @@ def test_every_retrieval_job_refuses_a_link_as_its_output_folder_before_any_work
         with pytest.raises(UnsafePath, match=f"^{out}: is a symbolic link"):
             job()
     assert list(elsewhere.iterdir()) == []
+    out.unlink()
+    out.mkdir()
+    (out / "checkpoints").symlink_to(elsewhere, target_is_directory=True)  # what the training jobs write into
+    for job in (lambda: jobs.run_train("missing", out, cfg), lambda: jobs.run_reader("missing", out, cfg),
+                lambda: jobs.run_realm("missing", out, cfg), lambda: jobs.run_ict("missing", out, cfg)):
+        with pytest.raises(UnsafePath, match=f"^{out / 'checkpoints'}: is a symbolic link"):
+            job()  # before the models load
+    assert list(elsewhere.iterdir()) == []

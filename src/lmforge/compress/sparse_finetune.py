@@ -38,10 +38,9 @@ from lmforge.tasks.finetune import (
     write_task_files,
 )
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.checkpoint import STATE_KEY
+from lmforge.train.checkpoint import STATE_KEY, training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
-from lmforge.utils.atomic import refuse_link
 from lmforge.utils.checksum import sign, verify
 
 SETTINGS = "prune_settings.json"  # the run's pruning settings: a resume with others is refused
@@ -184,7 +183,7 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     if not valid:  # eval_every, patience ... with nothing to validate: refused, not ignored (as finetune)
         check_validated(train_cfg, task_cfg or TaskConfig())
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
-    s, out = sparse_cfg, refuse_link(out)
+    s, out = sparse_cfg, training_folder(out)
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
     check_settings(out, _settings(model, steps, task_cfg, s), resume)
     source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None
@@ -226,7 +225,7 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source and
     the pruned model side by side on `records` (the source's metric only where it was fine-tuned for
     the task); prune.json."""
-    out = refuse_link(out)
+    out = training_folder(out)
     summary = prune_finetune(model_dir, kind, train, valid, out, train_cfg=train_cfg, sparse_cfg=sparse_cfg,
                              task_cfg=task_cfg, resume=resume, log=log)
     after = fine_tuned_task(out / "final", records, kind)

@@ -46,9 +46,9 @@ from lmforge.tasks.finetune import (
     write_task_files,
 )
 from lmforge.train import TrainConfig, Trainer
+from lmforge.train.checkpoint import training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
-from lmforge.utils.atomic import refuse_link
 
 KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidden states
 LOSS = ("temperature", "alpha", "gamma")  # the loss's options: key=value ones, reported as "loss"
@@ -196,7 +196,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     """Distil the fine-tuned teacher at `teacher_dir` into a student on `train` records; writes
     metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary.
     checked: {source: records} the teacher's labels must fit, checked before training."""
-    cfg, out = cfg or DistillConfig(), refuse_link(out)
+    cfg, out = cfg or DistillConfig(), training_folder(out)
     if not valid:  # eval_every with nothing to validate: refused, not ignored (as finetune)
         check_validated(train_cfg, TaskConfig())
     teacher = load_teacher(teacher_dir, train, checked)
@@ -228,7 +228,7 @@ def run_distill(teacher_dir, train: list, valid: list | None, records: list, out
     """`lmforge distill`: distil, then measure teacher and student (best/ if kept, else final/) side by
     side on `records` (read from `source`, checked against the teacher's labels before training):
     accuracy, parameters, size on disk, forward time; distill.json under `out`."""
-    out = refuse_link(out)
+    out = training_folder(out)
     summary = distill(teacher_dir, train, valid, out, train_cfg=train_cfg, cfg=cfg, resume=resume, log=log,
                       checked={source: records})
     student_dir = out / "best" if (out / "best").is_dir() else out / "final"

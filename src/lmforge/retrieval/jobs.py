@@ -43,6 +43,7 @@ from lmforge.retrieval.job_options import (
 from lmforge.retrieval.passages import load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
+from lmforge.train.checkpoint import training_folder
 from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import atomic_write_text, refuse_link, replace_dir
 
@@ -176,7 +177,7 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     encoders), then recall@k on the held-out ones for BM25, the untrained and the trained encoder;
     written to out/recall.json and returned."""
     check_value("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES}, n_hard)  # as --hard-negatives is
-    out = refuse_link(out)
+    out = training_folder(out)
     encoder = _encoder(model, **options)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
     trained = train_dpr(encoder.separate() if separate else encoder, sets["train"], passages, out, cfg, n_hard,
@@ -211,7 +212,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     match on the held-out ones read from their top-k passages (BM25's, or `retriever`'s); written to
     out/reader.json and returned."""
     options = options_of(ReaderOptions, options)
-    k, out = options.k, refuse_link(out)
+    k, out = options.k, training_folder(out)
     if resume:  # a mistyped --out is refused before the work, not after it
         check_resumable(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
@@ -263,7 +264,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
 
     options = options_of(RealmOptions, options)
-    out = refuse_link(out)
+    out = training_folder(out)
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
     reader = load(find_model_dir(model))
@@ -297,7 +298,7 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
     from lmforge.retrieval.ict import ict_examples
 
     options = options_of(IctOptions, options)
-    out = refuse_link(out)
+    out = training_folder(out)
     passages = load_passages(passages_source, cfg.seed)
     train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)
     encoder = BiEncoder.from_dir(model)

@@ -63,3 +63,12 @@ def test_every_compress_job_refuses_a_link_as_its_output_folder_before_any_work(
         with pytest.raises(UnsafePath, match=f"^{out}: is a symbolic link"):
             job()
     assert list(elsewhere.iterdir()) == []
+    out.unlink()
+    out.mkdir()
+    (out / "checkpoints").symlink_to(elsewhere, target_is_directory=True)  # what the training jobs write into
+    for job in (lambda: run_distill(tmp_path / "m", [], None, [], out, train_cfg=cfg),
+                lambda: run_sparse_prune(tmp_path / "m", "cls", [], None, [], out, train_cfg=cfg,
+                                         sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5))):
+        with pytest.raises(UnsafePath, match=f"^{out / 'checkpoints'}: is a symbolic link"):
+            job()  # before any work: magnitude pruning had written prune_settings.json when it was told
+    assert list(elsewhere.iterdir()) == [] and [p.name for p in out.iterdir()] == ["checkpoints"]

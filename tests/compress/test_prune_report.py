@@ -48,27 +48,19 @@ def test_every_compress_job_refuses_a_link_as_its_output_folder_before_any_work(
     from lmforge.compress.sparse_finetune import SparseConfig, run_sparse_prune
     from lmforge.compress.task_distillation import run_distill
     from lmforge.train import TrainConfig
-    from lmforge.utils.atomic import UnsafePath
+    from tests.links import link_checkpoints, refuse_the_link
     from tests.tasks.core import tiny
 
     elsewhere, out, cfg = tmp_path / "elsewhere", tmp_path / "out", TrainConfig(steps=1)
     elsewhere.mkdir()
     out.symlink_to(elsewhere, target_is_directory=True)
     tiny("bert-base", n_layers=1).save(tmp_path / "m")
-    for job in (lambda: run_prune(tmp_path / "m", [], out, "ffn", 0.5),
-                lambda: run_quantize(tmp_path / "m", out),
-                lambda: run_distill(tmp_path / "m", [], None, [], out, train_cfg=cfg),
+    training = [lambda: run_distill(tmp_path / "m", [], None, [], out, train_cfg=cfg),
                 lambda: run_sparse_prune(tmp_path / "m", "cls", [], None, [], out, train_cfg=cfg,
-                                         sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5))):
-        with pytest.raises(UnsafePath, match=f"^{out}: is a symbolic link"):
-            job()
-    assert list(elsewhere.iterdir()) == []
-    out.unlink()
-    out.mkdir()
-    (out / "checkpoints").symlink_to(elsewhere, target_is_directory=True)  # what the training jobs write into
-    for job in (lambda: run_distill(tmp_path / "m", [], None, [], out, train_cfg=cfg),
-                lambda: run_sparse_prune(tmp_path / "m", "cls", [], None, [], out, train_cfg=cfg,
-                                         sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5))):
-        with pytest.raises(UnsafePath, match=f"^{out / 'checkpoints'}: is a symbolic link"):
-            job()  # before any work: magnitude pruning had written prune_settings.json when it was told
-    assert list(elsewhere.iterdir()) == [] and [p.name for p in out.iterdir()] == ["checkpoints"]
+                                         sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5))]
+    others = [lambda: run_prune(tmp_path / "m", [], out, "ffn", 0.5),
+              lambda: run_quantize(tmp_path / "m", out)]
+    refuse_the_link([*others, *training], out, elsewhere)
+    # a training job's checkpoints/ too, before any work (magnitude pruning had written prune_settings.json)
+    refuse_the_link(training, link_checkpoints(out, elsewhere), elsewhere)
+    assert [p.name for p in out.iterdir()] == ["checkpoints"]

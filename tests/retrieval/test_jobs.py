@@ -25,24 +25,12 @@ def test_a_link_at_out_eval_is_replaced_never_written_through(tmp_path, monkeypa
 
 
 def test_every_retrieval_job_refuses_a_link_as_its_output_folder_before_any_work(tmp_path):
-    import pytest
-
-    from lmforge.utils.atomic import UnsafePath
+    from tests.links import link_checkpoints, refuse_the_link
 
     elsewhere, out, cfg = tmp_path / "elsewhere", tmp_path / "out", TrainConfig(steps=1)
     elsewhere.mkdir()
     out.symlink_to(elsewhere, target_is_directory=True)
-    for job in (lambda: jobs.build_index_dir(out, None), lambda: jobs.run_train("missing", out, cfg),
-                lambda: jobs.run_reader("missing", out, cfg), lambda: jobs.run_realm("missing", out, cfg),
-                lambda: jobs.run_ict("missing", out, cfg)):
-        with pytest.raises(UnsafePath, match=f"^{out}: is a symbolic link"):
-            job()
-    assert list(elsewhere.iterdir()) == []
-    out.unlink()
-    out.mkdir()
-    (out / "checkpoints").symlink_to(elsewhere, target_is_directory=True)  # what the training jobs write into
-    for job in (lambda: jobs.run_train("missing", out, cfg), lambda: jobs.run_reader("missing", out, cfg),
-                lambda: jobs.run_realm("missing", out, cfg), lambda: jobs.run_ict("missing", out, cfg)):
-        with pytest.raises(UnsafePath, match=f"^{out / 'checkpoints'}: is a symbolic link"):
-            job()  # before the models load
-    assert list(elsewhere.iterdir()) == []
+    training = [lambda: jobs.run_train("missing", out, cfg), lambda: jobs.run_reader("missing", out, cfg),
+                lambda: jobs.run_realm("missing", out, cfg), lambda: jobs.run_ict("missing", out, cfg)]
+    refuse_the_link([lambda: jobs.build_index_dir(out, None), *training], out, elsewhere)
+    refuse_the_link(training, link_checkpoints(out, elsewhere), elsewhere)  # before the models load

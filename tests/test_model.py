@@ -131,6 +131,11 @@ def test_input_errors_are_clear():
             model(torch.zeros(1, 3, dtype=torch.long), mask)
     with pytest.raises(ValueError, match=r"^position_ids must be in \[0, max_seq_len=64\)$"):  # an IndexError
         model(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[0, 64]]))
+    roberta = tiny_model("roberta-base")  # RoBERTa's padding row sits before position 0: -1 is a row
+    roberta(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[-1, 0]]))
+    with pytest.raises(ValueError, match=r"^position_ids must be in \[-\d+, max_seq_len="):
+        roberta(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[-9, 0]]))
+    tiny_model("llama-3.2-1b")(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[70, 71]]))  # rotary
     ones = torch.zeros(1, 3, dtype=torch.long)
     as_float, as_bool = (model(ones, torch.ones(1, 3, dtype=kind)).last_hidden_state  # 0/1 of any dtype
                          for kind in (torch.float32, torch.bool))

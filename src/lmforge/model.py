@@ -137,8 +137,13 @@ class Transformer(nn.Module):
         the table (an IndexError there); read back in one host sync, as the ids alone were."""
         stats = [input_ids.min(), input_ids.max()]
         masked = attention_mask is not None and attention_mask.dtype != torch.bool
-        if masked:
-            stats.append(((attention_mask != 0) & (attention_mask != 1)).any())
+        if masked:  # the new positions' columns: a cache's were checked when they were new
+            new = attention_mask[:, -input_ids.shape[1]:]
+            stats.append(((new != 0) & (new != 1)).any())
+        # a table's rows only: learned ones from -position_offset (RoBERTa's padding row), sinusoids from 0
+        lowest = {"learned": -self.config.position_offset, "sinusoidal": 0}.get(self.config.position)
+        if lowest is None:
+            position_ids = None  # rotary, ALiBi, relative biases: computed for any position
         if position_ids is not None:
             stats += [position_ids.min(), position_ids.max()]
         values = torch.stack([v.to(input_ids.device, torch.long) for v in stats]).tolist()
@@ -148,8 +153,8 @@ class Transformer(nn.Module):
                              f"[0, {limit})")
         if masked and values[2]:
             raise ValueError("attention_mask must hold 0 (padding) and 1 (a token) only")
-        if position_ids is not None and not 0 <= values[-2] <= values[-1] < self.config.max_seq_len:
-            raise ValueError(f"position_ids must be in [0, max_seq_len={self.config.max_seq_len})")
+        if position_ids is not None and not lowest <= values[-2] <= values[-1] < self.config.max_seq_len:
+            raise ValueError(f"position_ids must be in [{lowest}, max_seq_len={self.config.max_seq_len})")
 
     def _embed(self, embed: Embeddings, input_ids, position_ids, segment_ids, past: int):
         if position_ids is None:

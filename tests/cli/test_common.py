@@ -53,7 +53,8 @@ def test_refuse_overwrite_judges_a_rerun_as_its_first_run(tmp_path):
     model.mkdir(), data.mkdir()
     (model / "config.json").write_text("{}")
     for attempt in range(2):
-        refuse_overwrite(model / "preds.jsonl", ("--model", str(model)), kind="file")
+        for report in ("preds.jsonl", "embeddings.npy", "view.html"):  # a job's outputs beside the model
+            refuse_overwrite(model / report, ("--model", str(model)), kind="file")
         (model / "preds.jsonl").write_text("a report")
         for name in ("config.json", "vocab.txt", "model.safetensors"):  # written yet or not: the model's
             with pytest.raises(UsageError, match="would write over the input --model"):

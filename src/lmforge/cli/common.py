@@ -307,8 +307,9 @@ def _check_out_path(path: Path, kind: str | None, option: str) -> None:
 def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None) -> None:
     """A UsageError naming both where the output `out` is one of the inputs, given as (flag, path or
     paths or None) pairs, or is a folder the job writes the names `writes` into and one of them is or
-    holds an input; on resolved paths (links, ../ and hard links seen through), before any work. Also
-    where `out` cannot be written (kind: "file" or "folder"; a folder where `writes` are given)."""
+    holds an input, or writes a file an input folder is read from (_read_from); on resolved paths (links,
+    ../ and hard links seen through), before any work. Also where `out` cannot be written (kind: "file"
+    or "folder"; a folder where `writes` are given)."""
     if out is None:
         return
     if not str(out).strip():  # Path("") is the working folder: a run would write itself into it
@@ -329,21 +330,20 @@ def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", ki
 
 # the flags that name a model (or tokenizer) folder, and the kinds of file such a folder is read from
 MODEL_FOLDER_FLAGS = {"--model", "--tokenizer", "--teacher", "--retriever"}
-MODEL_FILE_SUFFIXES = {".json", ".safetensors", ".bin", ".pt", ".txt", ".model", ".h5", ".hdf5", ".npy"}
+MODEL_FILES = (".json", ".safetensors", ".bin", ".pt", ".model", ".h5", ".hdf5", "vocab.txt", "merges.txt")
 
 
 def _read_from(flag: str, folder: Path, path: Path) -> bool:
     """Whether `path` (written or not) is a file the job reads from the input `folder` of `flag`: a model
-    folder's model, tokenizer and settings files (beside its config.json, by their kind: a job's report
-    there, such as preds.jsonl, is not one), any other folder's every file. Judged by name, so that a
-    rerun is judged as its first run was (it has written its files there since)."""
+    folder's model, tokenizer and settings files beside its config.json (by kind: not a report such as
+    preds.jsonl), any other folder's every file. By name, so that a rerun is judged as its first run."""
     if folder not in path.parents:
         return False
     if flag not in MODEL_FOLDER_FLAGS:
         return True
     from lmforge.utils.model_folder import inside_job_folder
 
-    return path.parent == inside_job_folder(folder) and path.suffix in MODEL_FILE_SUFFIXES
+    return path.parent == inside_job_folder(folder) and path.name.endswith(MODEL_FILES)
 
 
 def _on_disk(inputs) -> list:

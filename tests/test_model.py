@@ -135,7 +135,8 @@ def test_input_errors_are_clear():
     roberta(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[-1, 0]]))
     with pytest.raises(ValueError, match=r"^position_ids must be in \[-\d+, max_seq_len="):
         roberta(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[-9, 0]]))
-    tiny_model("llama-3.2-1b")(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[70, 71]]))  # rotary
+    rotary = tiny_model("llama-3.2-1b")  # positions past max_seq_len are rotations, not rows
+    rotary(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[70, 71]]))
     ones = torch.zeros(1, 3, dtype=torch.long)
     as_float, as_bool = (model(ones, torch.ones(1, 3, dtype=kind)).last_hidden_state  # 0/1 of any dtype
                          for kind in (torch.float32, torch.bool))

@@ -4,6 +4,7 @@ import pytest
 
 import lmforge
 from lmforge.config.options import OptionsError
+from lmforge.utils.atomic import UnsafePath  # an OptionsError, as every link refusal is
 from tests.tasks.core import tiny, tokenizer
 
 
@@ -18,12 +19,12 @@ def _plant(tmp_path, dangling: bool):
 @pytest.mark.parametrize("dangling", [False, True])
 def test_a_link_as_the_folder_is_refused_naming_it_as_model_save_refuses_it(tmp_path, dangling):
     target = _plant(tmp_path, dangling)
-    with pytest.raises(OptionsError, match=f"^path {tmp_path / 'tok'}: is a symbolic link; a tokenizer is "
-                                           "never written through one") as err:
+    said = f"^path {tmp_path / 'tok'}: is a symbolic link; a tokenizer directory is never written through one"
+    with pytest.raises(UnsafePath, match=said) as err:
         tokenizer().save(tmp_path / "tok")
-    assert err.value.field == "path" and "\n" not in str(err.value)
+    assert err.value.field == "path" and "\n" not in str(err.value) and isinstance(err.value, OptionsError)
     assert (list(target.iterdir()) == []) if not dangling else not target.exists()
-    with pytest.raises(OptionsError, match="is a symbolic link; a model is never written through one"):
+    with pytest.raises(UnsafePath, match="is a symbolic link; a model directory is never written through"):
         lmforge.save(tiny(), tmp_path / "tok")  # the same refusal for the model beside it
 
 

@@ -14,13 +14,7 @@ import math
 from dataclasses import field
 from typing import Any
 
-
-class OptionsError(ValueError):
-    """An option (or config field) that cannot be served; the message names it, `.field` holds it."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
+from lmforge.utils.errors import OptionsError  # noqa: F401 (the options' error, raised here and re-exported)
 
 
 @dataclasses.dataclass(frozen=True)

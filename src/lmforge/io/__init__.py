@@ -17,6 +17,7 @@ from lmforge.io.files import CheckpointError, load_state_strict, load_weights, s
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
 from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, model_dir
 from lmforge.model import Transformer
+from lmforge.utils.atomic import writable_folder
 
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path) -> path)
 FOREIGN: dict = {}
@@ -30,7 +31,7 @@ def register_format(name: str, detect: Callable, read: Callable, write: Callable
 def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None) -> Path:
     """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or a registered
     format ("hf"). `state` replaces model.state_dict() (the gathered weights of a sharded model)."""
-    _check_target(path)
+    writable_folder(path, "model directory")
     if state is not None and not isinstance(state, dict):
         raise OptionsError(f"state must be a mapping of weight names to tensors, got {type(state).__name__}",
                            "state")
@@ -39,19 +40,6 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
     if format != FORMAT:
         raise ValueError(f"format={format!r} is not one of {', '.join((FORMAT, *FOREIGN))}")
     return save_native(model, path, state)
-
-
-def _check_target(path) -> None:
-    """An OptionsError naming `path` where a model directory cannot be written there: an empty name (the
-    working folder), a symbolic link (its files would be written where it points) or a file."""
-    if not str(path).strip():
-        raise OptionsError("path is empty: name the model directory to write (\"\" is the working folder)",
-                           "path")
-    if Path(path).is_symlink():
-        raise OptionsError(f"path {path}: is a symbolic link; a model is never written through one (name the "
-                           "folder it points to)", "path")
-    if Path(path).exists() and not Path(path).is_dir():
-        raise OptionsError(f"path {path}: exists and is not a folder", "path")
 
 
 def load(path: str | os.PathLike) -> Transformer:

@@ -17,8 +17,8 @@ import torch
 from tokenizers import Tokenizer as Backend
 
 from lmforge.config import atomic_write_text
-from lmforge.config.options import OptionsError
 from lmforge.tokenizer.words import word_starts
+from lmforge.utils.atomic import writable_folder
 
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 PADDINGS = ("longest", "max_length")
@@ -191,8 +191,8 @@ class Tokenizer:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write tokenizer.json and tokenizer_config.json (special tokens) to the directory `path`; an empty
-        name, a symbolic link or a file there is an OptionsError naming it, as model.save refuses them."""
-        path = _check_target(path)
+        name, a symbolic link or a file there is refused (UnsafePath, an OptionsError), as model.save does."""
+        path = writable_folder(path, "tokenizer directory")
         path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path / "tokenizer.json", self.backend.to_str(pretty=True))
         config = {"tokenizer_class": "PreTrainedTokenizerFast",
@@ -202,18 +202,3 @@ class Tokenizer:
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         atomic_write_text(path / "tokenizer_config.json", text)
         return path
-
-
-def _check_target(path) -> Path:
-    """`path` as a tokenizer folder to write, or an OptionsError naming it: an empty name (the working
-    folder), a symbolic link (the files would be written where it points) or a file (io.save's checks)."""
-    if not str(path).strip():
-        raise OptionsError("path is empty: name the tokenizer directory to write (\"\" is the working "
-                           "folder)", "path")
-    path = Path(path)
-    if path.is_symlink():
-        raise OptionsError(f"path {path}: is a symbolic link; a tokenizer is never written through one (name "
-                           "the folder it points to)", "path")
-    if path.exists() and not path.is_dir():
-        raise OptionsError(f"path {path}: exists and is not a folder", "path")
-    return path

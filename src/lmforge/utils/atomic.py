@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from lmforge.utils.errors import OptionsError
+
 
 def umask() -> int:
     """The process's file-creation mask, read without changing it (os.umask can only read by setting,
@@ -37,9 +39,25 @@ def as_created(path, directory: bool = False, replacing=None) -> None:
     os.chmod(path, mode if mode is not None else (0o777 if directory else 0o666) & ~umask())
 
 
-class UnsafePath(ValueError):
+class UnsafePath(OptionsError):
     """An output path lmforge will not write: a symbolic link where it appends (it never writes through
-    one), a folder where a file goes, or a path under a file."""
+    one), a folder where a file goes, or a path under a file (an OptionsError: lmforge.OptionsError catches
+    every refusal of a request)."""
+
+
+def writable_folder(path, what: str) -> Path:
+    """`path` as a folder to write `what` (a model directory, a tokenizer's) into, or UnsafePath naming the
+    field "path": an empty name (the working folder), a symbolic link (the files would go where it points)
+    or a file."""
+    if not str(path).strip():
+        raise UnsafePath(f"path is empty: name the {what} to write (\"\" is the working folder)", "path")
+    path = Path(path)
+    if path.is_symlink():
+        raise UnsafePath(f"path {path}: is a symbolic link; a {what} is never written through one (name the "
+                         "folder it points to)", "path")
+    if path.exists() and not path.is_dir():
+        raise UnsafePath(f"path {path}: exists and is not a folder", "path")
+    return path
 
 
 def check_file_path(path) -> Path:

@@ -266,7 +266,8 @@ def test_smoothing_settings_with_weight_only_are_judged_by_value_alike_and_calib
 
     base = ["quantize", "--model", "m", "--out", "o", "--mode", "weight-only"]
     for flags, alpha in ((["--smooth-alpha", str(ALPHA)], ALPHA), (["--no-smooth"], None)):  # change nothing
-        assert quantize_options(build_parser().parse_args(base + flags)) == QuantizeOptions("weight-only", alpha)
+        given = quantize_options(build_parser().parse_args(base + flags))
+        assert given == QuantizeOptions("weight-only", alpha)
     text = tmp_path / "c.txt"
     text.write_text("a calibration text\n")
     for mode, said in (("weight-only", "smoothing is for --mode dynamic"), ("dynamic", "smoothing is off")):

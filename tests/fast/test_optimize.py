@@ -40,8 +40,9 @@ def test_optimize_swaps_once_and_is_undone_by_enabled_false():
     assert not optimized(model) and _same(_snapshot(model), before)
 
 
-@pytest.mark.parametrize("model, options, field", [("x", {}, None), (None, {"enabled": "no"}, "enabled"),
-                                                   (None, {"enabled": 0}, "enabled"), (None, {"paths": {}}, "paths")])
+@pytest.mark.parametrize("model, options, field", [
+    ("x", {}, None), (None, {"enabled": "no"}, "enabled"), (None, {"enabled": 0}, "enabled"),
+    (None, {"paths": {}}, "paths")])
 def test_optimize_refuses_what_it_cannot_apply_and_changes_nothing(model, options, field):
     plain = lmforge.build(lmforge.tiny("bert-base")).eval()
     before = _snapshot(plain)

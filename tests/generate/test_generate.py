@@ -304,8 +304,8 @@ BAD = [
      "right-padded"),
     (torch.zeros(2, 3, dtype=torch.long), dict(attention_mask=torch.ones(2, 4)), "does not match"),
     # a mask of other values was read as long: 2 as a token, 0.5 as padding
-    (torch.zeros(1, 3, dtype=torch.long), dict(attention_mask=torch.tensor([[1, 2, 1]])), "0 \\(padding\\) and 1"),
-    (torch.zeros(1, 3, dtype=torch.long), dict(attention_mask=torch.tensor([[1.0, 0.5, 1.0]])), "0 \\(padding"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(attention_mask=torch.tensor([[1, 2, 1]])), "0 \\(padding\\)"),
+    (torch.zeros(1, 3, dtype=torch.long), dict(attention_mask=torch.tensor([[1.0, 0.5, 1.0]])), "and 1"),
     (torch.zeros(1, 3, dtype=torch.long), dict(attention_mask=[[1, 1, 1]]), "must be a tensor"),
 ]
 

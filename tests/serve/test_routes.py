@@ -174,7 +174,7 @@ def test_beams_sampling_and_stop_strings_equal_the_library(server, decoder):
     assert stopped["text"] == greedy["text"][:greedy["text"].index(stop)]
     assert stopped["finish_reason"] == "stop" and len(stopped["token_ids"]) < 20
     prompt_ids = model_tok.encode(prompt, add_special_tokens=False).ids
-    joined = continuation(model_tok, prompt_ids, stopped["token_ids"])  # after the prompt's, as the CLI prints
+    joined = continuation(model_tok, prompt_ids, stopped["token_ids"])  # after the prompt's, as the CLI does
     assert joined.startswith(stopped["text"])
 
 

@@ -328,8 +328,8 @@ def test_a_resume_with_other_training_options_is_refused_naming_the_option_and_o
 
 
 @pytest.mark.parametrize("link", ["out", "out/checkpoints"])
-def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_before_any_work(tmp_path,
-                                                                                             monkeypatch, link):
+def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_before_any_work(
+        tmp_path, monkeypatch, link):
     from lmforge.tasks import finetune as module
     from lmforge.utils.atomic import UnsafePath
 

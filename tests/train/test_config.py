@@ -82,5 +82,6 @@ def test_a_warmup_as_long_as_the_run_is_said_in_one_line(warmup, steps, said):
     notes = run_notes(TrainConfig(steps=steps, warmup=warmup, lr=1e-4), examples=100)
     assert len(notes) == (said is not None)
     if said is not None:
-        assert notes[0].startswith(f"note: warmup={warmup} ") and f"steps={steps}" in notes[0] and said in notes[0]
+        assert notes[0].startswith(f"note: warmup={warmup} ") and f"steps={steps}" in notes[0]
+        assert said in notes[0]
         assert "\n" not in notes[0]

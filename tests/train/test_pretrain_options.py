@@ -162,15 +162,15 @@ def test_a_config_files_number_in_exponent_form_is_read_as_trainconfigs_are(ran,
 
 
 @pytest.mark.parametrize("link", ["out", "out/checkpoints", "out/metrics.jsonl"])
-def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_before_any_work(tmp_path,
-                                                                                             monkeypatch, link):
+def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_before_any_work(
+        tmp_path, monkeypatch, link):
     from lmforge.utils.atomic import UnsafePath
 
     (tmp_path / "elsewhere").mkdir()  # metrics.jsonl: a link to a folder or a file, refused alike
     if link != "out":
         (tmp_path / "out").mkdir()
     (tmp_path / link).symlink_to(tmp_path / "elsewhere", target_is_directory=True)
-    monkeypatch.setattr(pretrain_module, "_corpus", lambda *a, **k: pytest.fail("work began before the refusal"))
+    monkeypatch.setattr(pretrain_module, "_corpus", lambda *a, **k: pytest.fail("work began before refusing"))
     for resume in (False, True):
         with pytest.raises(UnsafePath, match=f"^{tmp_path / link}: is a symbolic link"):
             pretrain("mlm", tmp_path / "out", TrainConfig(steps=1), preset="bert-tiny", overrides=TINY,
@@ -185,7 +185,7 @@ def test_an_empty_output_name_or_a_file_is_refused_before_any_work(tmp_path, mon
 
     (tmp_path / "afile").write_text("the user's")
     monkeypatch.chdir(tmp_path)  # "" would be the working folder
-    monkeypatch.setattr(pretrain_module, "_corpus", lambda *a, **k: pytest.fail("work began before the refusal"))
+    monkeypatch.setattr(pretrain_module, "_corpus", lambda *a, **k: pytest.fail("work began before refusing"))
     with pytest.raises(UnsafePath, match=said):
         pretrain("mlm", name, TrainConfig(steps=1), preset="bert-tiny", overrides=TINY)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

@@ -90,7 +90,7 @@ def test_the_init_seed_is_no_other_streams_seed(stream):
     assert init_seed(0) != derive_seed(0, *stream)
 
 
-def test_the_same_seed_writes_byte_identical_checkpoints_whatever_the_processs_python_and_numpy_rngs(tmp_path):
+def test_the_same_seed_writes_byte_identical_checkpoints_whatever_python_s_and_numpy_s_rngs(tmp_path):
     """A checkpoint records Python's and NumPy's RNG states; each seeds itself from the OS in a new process,
     so the training step seeds them from the run's seed as it does torch's."""
     import random

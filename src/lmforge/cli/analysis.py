@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 from lmforge.cli.common import SEED, bounded, said
-from lmforge.config.model import MAX_LAYERS
 
 
 def _layers(text: str | None, model):

@@ -97,7 +97,6 @@ def cmd_generate(args) -> None:
         print(prompt + continuation(tokenizer, context, out[0, start:].tolist()))
 
 
-
 def check_generator(name, model) -> None:
     """Refuse a model that cannot generate (an encoder, a model without an LM head), in CLI terms."""
     from lmforge.cli.common import UsageError

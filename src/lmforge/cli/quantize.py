@@ -77,9 +77,9 @@ def _check(args) -> None:
     # --smooth-alpha is judged by QuantizeOptions, as Python's is: by value (its default, or none, changes
     # nothing where weight-only smooths nothing); texts to smooth from are read by dynamic smoothing alone
     if args.calibration is not None and (args.mode != "dynamic" or args.no_smooth):
-        said = "smoothing is off (--no-smooth)" if args.mode == "dynamic" else \
+        why = "smoothing is off (--no-smooth)" if args.mode == "dynamic" else \
             "smoothing is for --mode dynamic (weight-only quantises no activations)"
-        raise UsageError(f"--calibration: {said}")
+        raise UsageError(f"--calibration: {why}")
     if args.no_smooth and args.smooth_alpha is not None:
         raise UsageError("--smooth-alpha and --no-smooth: smoothing is either on or off")
 
@@ -156,6 +156,10 @@ def add_parsers(sub) -> None:
     """Add the quantize sub-command to the `lmforge` parser."""
     import argparse
 
+    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.smooth import ALPHA
+    from lmforge.config.options import bounds_text
+
     p = sub.add_parser("quantize", help="int8 quantisation of every Linear (dynamic or weight-only), measured",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a model directory (lmforge or Hugging Face) or installed model")
@@ -170,7 +174,8 @@ def add_parsers(sub) -> None:
                              "whose activations set the smoothing"), "random tokens")
     said(p.add_argument("--smooth-alpha", type=float, metavar="A",
                         help="SmoothQuant's migration strength for the layers reading a LayerNorm (dynamic; "
-                             "compress/smooth.ALPHA)"), 0.75, "[0, 1]")
+                             "compress/smooth.ALPHA)"), ALPHA,
+         bounds_text(QuantizeOptions.__dataclass_fields__["alpha"].metadata).strip())
     p.add_argument("--no-smooth", action="store_true", help="dynamic mode without smoothing")
     p.add_argument("--batch-size", type=bounded(int, 1, 4096), default=8,
                    help="rows of the timed forward batch (with --seq-len, at most 65,536 tokens; over the "

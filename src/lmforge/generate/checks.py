@@ -24,7 +24,8 @@ def check_prompt(model: Transformer, input_ids, attention_mask) -> torch.Tensor:
         raise ValueError("the prompt is empty: generation needs at least one token per row")
     if attention_mask is not None and (not isinstance(attention_mask, torch.Tensor)
                                        or not bool(((attention_mask == 0) | (attention_mask == 1)).all())):
-        raise ValueError("attention_mask must be a tensor of 0 (padding) and 1 (a token)")  # 2 and 0.5 were read
+        # 2 and 0.5 were read as long: 2 a token, 0.5 padding
+        raise ValueError("attention_mask must be a tensor of 0 (padding) and 1 (a token)")
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
     if tuple(mask.shape) != (B, T):
         raise ValueError(f"attention_mask of shape {tuple(mask.shape)} does not match input_ids {(B, T)}")

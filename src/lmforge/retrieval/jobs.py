@@ -57,8 +57,8 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
     if not model:
-        refuse_changed(index, ("batch_size",), "passages embedded at once, for a dense index; without a model "
-                       "there is none to embed")
+        refuse_changed(index, ("batch_size",), "passages embedded at once, for a dense index; without a "
+                       "model there is none to embed")
     encoder = _encoder(model, **options) if model else None  # a bad max_length refused before out is made
     passages = load_passages(source, seed, index.words)
     bm25 = BM25Index.build(passages, where=source or "builtin")  # passages with no words: refused before out

@@ -1,8 +1,8 @@
 """What a worker thread runs for each kind of job: the library's own entry points, batched.
 
 Embedding jobs of one model (and one `normalize`) are encoded together by SentenceEncoder.encode:
-one forward pass over texts of mixed lengths, which the optimized model runs unpadded (fast/execution.py, "auto":
-packed real tokens for every position-wise layer, attention per sequence), so a batch costs its
+one forward pass over texts of mixed lengths, which the optimized model runs unpadded (fast/execution.py,
+"auto": packed real tokens for every position-wise layer, attention per sequence), so a batch costs its
 real tokens rather than rows x longest. Prediction jobs of one task model go through Task.outputs
 the same way, and each job's records are decoded by Task.decode. Results are plain Python: the
 event loop never touches a tensor.

@@ -21,7 +21,8 @@ class Limits:
     # slow clients each hold their body's bytes while it arrives: 150 of them held 350 MB
     max_pending_bytes: int = option(256 << 20, "bytes of the request bodies held at once, all requests "
                                     "together, from their first byte to their answer (429 with Retry-After "
-                                    "beyond; a body is refused only while others are held)", low=1, high=1 << 40)
+                                    "beyond; a body is refused only while others are held)", low=1,
+                                    high=1 << 40)
     max_inputs: int = option(2048, "texts or records of one request (413 beyond)", low=1, high=10**6)
     max_request_tokens: int = option(262144, "tokens of one request, all its texts together; a generation's: "
                                      "its prompts' and each one's new tokens, times its beams; a QA "

@@ -356,7 +356,7 @@ class Trainer:
             return model
 
     def _save_final(self, model, final_files: tuple) -> None:
-        # out/final, then loss.png; under FSDP the weights are shards: every rank joins the gather, rank 0 writes
+        # out/final, then loss.png; under FSDP every rank joins the gather of the shards, rank 0 writes
         state = None
         if self.world > 1:
             full = dist.full_state_dict(self.module)

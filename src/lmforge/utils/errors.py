@@ -1,4 +1,4 @@
-"""The typed error of a request lmforge refuses, at the lowest layer so that every package raises the one type:
+"""The typed error of a request lmforge refuses, at the lowest layer so that every package raises one type:
 config's option checks, utils' refusals of an unsafe output path, and everything between."""
 from __future__ import annotations
 

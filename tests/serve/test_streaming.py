@@ -70,11 +70,11 @@ def test_a_stream_whose_client_hangs_up_while_queued_gives_its_place_back(server
         before = metric(server.url, "lmforge_generations_total")
         with server.client(timeout=httpx.Timeout(5, read=0.3)) as queued, pytest.raises(httpx.ReadTimeout):
             queued.post("/generate", json=GENERATE)  # behind it: no answer yet; hangs up after 0.3 s
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + 10.0  # a loaded machine's server notices late
         while metric(server.url, "lmforge_queue_requests") > 1 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert metric(server.url, "lmforge_queue_requests") == 1  # the running one's alone
-    deadline = time.monotonic() + 1.0
+    deadline = time.monotonic() + 10.0  # a loaded machine's server notices late
     while metric(server.url, "lmforge_generations_total") == before and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.1)

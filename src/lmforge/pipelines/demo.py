@@ -30,7 +30,7 @@ from lmforge.tokenizer import train_tokenizer
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.pretrain import pretrain
-from lmforge.utils.atomic import UnsafePath, atomic_write_text, refuse_link
+from lmforge.utils.atomic import atomic_write_text, refuse_link
 
 INITS = ("pretrained", "from scratch")  # the two starting points each task is fine-tuned from
 
@@ -133,9 +133,7 @@ def run_folder(out: Path, task: str, init: str) -> Path:
 def check_outputs(cfg: DemoConfig, out) -> Path:
     """`out`, or UnsafePath (before any work) naming the first of the demo's output folders (out, tokenizer/,
     each run's folder and checkpoints/) that is a symbolic link, or `out` where it is empty or a file."""
-    if not str(out).strip() or Path(out).is_file():  # "": the working folder; a file: no folder to make
-        raise UnsafePath(f"out {str(out)!r}: name a folder to write the demo into (not a file, not \"\")")
-    out = refuse_link(out)
+    out = training_folder(out)  # "" (the working folder), a file or a link there: refused, as for any run
     refuse_link(out / "tokenizer")
     for run in [out / "pretrain", *(run_folder(out, task, init) for task in cfg.tasks for init in INITS)]:
         training_folder(run)

@@ -34,3 +34,4 @@ def test_every_retrieval_job_refuses_a_link_as_its_output_folder_before_any_work
                 lambda: jobs.run_realm("missing", out, cfg), lambda: jobs.run_ict("missing", out, cfg)]
     refuse_the_link([lambda: jobs.build_index_dir(out, None), *training], out, elsewhere)
     refuse_the_link(training, link_checkpoints(out, elsewhere), elsewhere)  # before the models load
+    assert [p.name for p in out.iterdir()] == ["checkpoints"] and not any(elsewhere.iterdir())  # none written

@@ -80,6 +80,7 @@ def test_a_stream_whose_client_hangs_up_while_queued_gives_its_place_back(server
     time.sleep(0.1)
     assert metric(server.url, "lmforge_generations_total") == before + 1  # the long one's end: the queued one
     # never ran (it would have run a step for nobody once the long one ended, then been cancelled)
+    assert metric(server.url, "lmforge_queue_requests") == 0  # the stream cut short is counted out too
 
 
 @pytest.mark.parametrize("value", [-1, 100.5, True, None])
@@ -109,3 +110,24 @@ def test_a_whole_completion_of_several_prompts_is_admitted_once_before_any_runs(
     monkeypatch.setattr(admission, "admit", full)
     monkeypatch.setattr(generation, "run", lambda *a: ran.append(a))
     assert local.post("/v1/completions", json=body).status_code == 429 and ran == []
+
+
+def test_a_streamed_completion_of_several_prompts_is_admitted_once_and_counted_out_once(local, monkeypatch):
+    """Each prompt of a stream was admitted when its turn came: a queue filled meanwhile ended the stream with a
+    429 event after its first prompts had been sent."""
+    admission, admitted, released = local.app.state.server.admission, [], []
+    monkeypatch.setattr(admission, "admit", admitted.append)
+    monkeypatch.setattr(admission, "release", released.append)
+    body = {**COMPLETE, "prompt": ["the cat", "a dog", "the bird"], "stream": True}
+    events = _events(local, "/v1/completions", body)
+    assert events[-1] == "[DONE]" and {json.loads(e)["choices"][0]["index"] for e in events[:-1]} == {0, 1, 2}
+    assert len(admitted) == 1 and released == admitted  # one request, its three prompts' tokens together
+
+    def full(tokens):
+        raise RequestError(429, "the queue is full", param="max_queue")
+
+    ran = []
+    monkeypatch.setattr(admission, "admit", full)
+    monkeypatch.setattr(generation, "run", lambda *a: ran.append(a))
+    assert local.post("/v1/completions", json=body).status_code == 429 and ran == []
+    assert released == admitted  # nothing counted out that was not counted in

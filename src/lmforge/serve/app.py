@@ -141,9 +141,21 @@ class Server:
             self.metrics.inc("lmforge_rejected_total", limit=err.param or err.kind)
             raise
 
-    async def stream(self, served, payload: dict, tokens: int):
-        """Queue a generation job; yields its events, then {"result": ...} (or raises its error)."""
+    def admit(self, tokens: int):
+        """Count one request in (429 or 503 as Admission.admit says); returns its release, which counts it
+        out once, however often it is called (a stream ends by more than one road)."""
         self._admit(tokens)
+        released = []
+
+        def release() -> None:
+            if not released:
+                released.append(True)
+                self.admission.release(tokens)
+        return release
+
+    async def stream(self, served, payload: dict, tokens: int):
+        """Queue a generation job (its request admitted by the caller: Server.admit); yields its events,
+        then {"result": ...} (or raises its error)."""
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
         job = Job("generate", served, payload, tokens, 1, loop, events=events)
         job.future.add_done_callback(lambda _: events.put_nowait(None))  # after every emitted event
@@ -153,7 +165,6 @@ class Server:
                 yield event
             yield {"result": job.future.result()}
         finally:
-            self.admission.release(tokens)
             if not job.future.done():
                 job.cancel()  # the client went away: the worker stops before the next step
                 LOG.info("lmforge serve: a streamed generation was cancelled: its client went away after "

@@ -152,9 +152,15 @@ def sse(data) -> str:
 async def _events(server, served, request: Request, payloads: list, shape):
     """A StreamingResponse over the prompts' events, each turned into a chunk by `shape`; the first
     event is awaited here so that an early error is an HTTP error, and a client that hangs up while it
-    waits in the queue for it cancels its job (it held its place there, then ran a step for nobody)."""
+    waits in the queue for it cancels its job (it held its place there, then ran a step for nobody).
+    All the prompts are admitted at once: one 429 before any runs, never one in the middle of a stream."""
+    release = server.admit(sum(tokens for _, tokens in payloads))
     streams = [server.stream(served, payload, tokens) for payload, tokens in payloads]
-    first = await _unless_gone(request, streams[0].__anext__())
+    try:
+        first = await _unless_gone(request, streams[0].__anext__())
+    except BaseException:
+        release()
+        raise
 
     async def body():
         try:
@@ -172,8 +178,24 @@ async def _events(server, served, request: Request, payloads: list, shape):
             for stream in streams:
                 await stream.aclose()
 
-    return StreamingResponse(body(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return AdmittedStream(body(), release, media_type="text/event-stream",
+                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+class AdmittedStream(StreamingResponse):
+    """A streamed answer that counts its request out of the queue when it ends, however it ends: sent
+    whole, cut short, or its client gone before the body began. Its body's own `finally` is not enough:
+    Starlette may never start a body whose client has already left."""
+
+    def __init__(self, content, release, **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self.release = release
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.release()
 
 
 class CompletionChunks:

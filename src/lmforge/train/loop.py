@@ -44,15 +44,8 @@ from lmforge.train.data import StepBatches, data_change, data_fingerprint, deriv
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.memory import check_step_fits
 from lmforge.train.optim import build_optimizer, build_scheduler
-from lmforge.train.speed import (
-    Pending,
-    checkpoint_blocks,
-    finite_flag,
-    read_record,
-    to_device,
-    uncheckpoint_blocks,
-    use_tf32,
-)
+from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, read_record, to_device,
+                                 uncheckpoint_blocks, use_tf32)
 from lmforge.utils.atomic import replace_dir
 
 __all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "check_resumable", "resolve_device"]
@@ -136,7 +129,8 @@ class Trainer:
     def resume(self) -> bool:
         """Continue from the newest usable checkpoint under out/checkpoints; False if there is none.
         Refuses (ValueError) when checkpoints exist but none is usable, or they are of another model or
-        objective; keeps the run's RUN_OPTIONS over this trainer's, saying so in one line."""
+        objective; keeps the run's RUN_OPTIONS over this trainer's, saying so in one line. It sets the
+        global RNGs to the checkpoint's (fit gives the caller's back)."""
         found = latest_checkpoint(self.out / "checkpoints", warn=self.log if self.main else lambda m: None)
         if found is None:
             return False
@@ -229,7 +223,8 @@ class Trainer:
 
     def train_step(self) -> dict:
         """One optimiser step over this process's micro-batches; returns its metrics, as device tensors
-        where the step computed them (read_record, or a logged step, turns them into numbers)."""
+        where the step computed them. It reseeds the global RNGs: fit gives the caller's back, a direct
+        call does not (wrap it in train.checkpoint.global_rngs_kept)."""
         seed_all(derive_seed(self.cfg.seed, self.step, self.rank, 3))  # dropout, sampling
         self.module.train()
         batches = self.batches.micro_batches(self.step)

@@ -267,3 +267,21 @@ def test_a_validation_setting_without_validation_records_is_refused_in_both_face
             "--data", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "eval_every=5"]
     assert "eval_every=5: a setting of validation" in _refused(argv, capsys)  # no --valid: nothing reads it
     assert not (tmp_path / "x").exists()
+
+
+def test_a_resume_with_another_teacher_of_the_same_shape_is_refused_by_name(teacher_dir, tmp_path, capsys):
+    """The checkpoints carry the run's teacher, so a resume with another one went on with the run's, unsaid."""
+    data = sentiment(200)
+    other = make_task("cls", tiny("bert-base", n_layers=4, n_heads=4), tokenizer(), data["train"],
+                      TaskConfig(max_len=32))
+    with torch.no_grad():  # the same shape, other weights
+        other.model.encoder.blocks[0].attn.out.weight.add_(0.01)
+    save_model(other, tmp_path / "other")
+    argv = ["distill", "--train", str(teacher_dir / "train.jsonl"), "--out", str(tmp_path / "run"),
+            "--valid", str(teacher_dir / "validation.jsonl"),
+            "--steps", "2", "progress=false", "batch_size=8"]
+    assert main(["distill", "--teacher", str(teacher_dir / "teacher"), *argv[1:]]) == 0
+    capsys.readouterr()
+    assert main(["distill", "--teacher", str(tmp_path / "other"), *argv[1:], "--resume"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "teacher=" in error and "(the run's)" in error

@@ -167,3 +167,18 @@ def test_a_student_of_a_structurally_pruned_teacher_reindexes_its_layers_and_cop
         assert all(_same(student.encoder.blocks[k], teacher.encoder.blocks[i]) for k, i in enumerate(layers))
         student.save(tmp_path / str(layers))
         assert _same(lmforge.load(tmp_path / str(layers)), student)  # it reloads as it was built
+
+
+def test_a_resume_with_another_teacher_of_the_same_shape_is_refused(tmp_path):
+    """The checkpoints carry the run's teacher: a resume with another one went on with the run's, unsaid."""
+    teacher = _teacher()
+    Trainer(Distillation(student_from_teacher(teacher), teacher, mask_id=3, special_ids=(1, 2)),
+            toy_data(16), quick(steps=2), tmp_path).fit()
+    other = _teacher(seed=1)  # the same shape, other weights
+    again = Trainer(Distillation(student_from_teacher(other), other, mask_id=3, special_ids=(1, 2)),
+                    toy_data(16), quick(steps=4), tmp_path)
+    with pytest.raises(ValueError, match=r"teacher='[0-9a-f]{16}' \(the run's\)"):
+        again.resume()
+    same = Trainer(Distillation(student_from_teacher(teacher), teacher, mask_id=3, special_ids=(1, 2)),
+                   toy_data(16), quick(steps=4), tmp_path)
+    assert same.resume() and same.step == 2

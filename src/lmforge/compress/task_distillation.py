@@ -49,6 +49,7 @@ from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
+from lmforge.utils.checksum import model_fingerprint
 
 KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidden states
 LOSS = ("temperature", "alpha", "gamma")  # the loss's options: key=value ones, reported as "loss"
@@ -208,8 +209,10 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     objective = TaskDistillation(student, teacher, cfg)
     validator = Validator(student, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
+    # the teacher's fingerprint too: a resume with another teacher of the same shape is refused
+    settings = {**{k: getattr(cfg, k) for k in LOSS}, "teacher": model_fingerprint(teacher.model)}
     trainer = Trainer(objective, encode_split(student, train, "training"), train_cfg, out, log=log,
-                      evaluator=validator, settings={k: getattr(cfg, k) for k in LOSS})
+                      evaluator=validator, settings=settings)
     trainer.fit(resume=resume, final_files=(partial(write_task_files, student),))
     summary = {"task": teacher.kind, "steps": trainer.step, "seconds": round(time.perf_counter() - start, 2),
                "student_layers": model.config.n_layers, "teacher_layers": teacher.model.config.n_layers,

@@ -36,6 +36,7 @@ from lmforge.objectives.base import IGNORE, Loss, tokenizer_pad, tokenizer_speci
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.quant.int8 import refuse_int8
+from lmforge.utils.checksum import model_fingerprint
 
 SOFT_ON = ("real", "masked")  # positions of L_ce: every real token (reference default) or the masked ones
 # scripts/extract_distilbert.py's choice for a 12-layer BERT: every other layer, keeping the first and last
@@ -150,6 +151,11 @@ class Distillation(MaskedLM):
         return cls(student_from_teacher(teacher), teacher, tokenizer.special_id("mask"),
                    special_ids=tokenizer_specials(tokenizer, ("cls", "sep", "pad")),
                    pad_id=tokenizer_pad(tokenizer), **options)
+
+    def run_settings(self) -> dict:
+        """The teacher (its fingerprint): recorded in the Trainer's checkpoints, so a resume with another
+        teacher of the same shape is refused, not continued with the run's teacher that they carry."""
+        return {"teacher": model_fingerprint(self.teacher)}
 
     def train(self, mode: bool = True) -> Distillation:
         """Train the student; the teacher stays in eval mode (no dropout) whatever the mode."""

@@ -16,7 +16,6 @@ prefix L2-normalised again when the similarity is cosine, so the first d/4 coord
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, fields
@@ -35,6 +34,7 @@ from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.pipelines.embed_options import leading
 from lmforge.tokenizer import load_tokenizer
 from lmforge.utils.atomic import atomic_write_text, refuse_link
+from lmforge.utils.checksum import model_fingerprint
 
 POOLINGS = {"mean": "mean", "cls": "first"}
 RETRIEVER_FILE, PASSAGE_DIR = "retriever.json", "passage"  # a retriever folder's options, its own E_P
@@ -153,10 +153,7 @@ class BiEncoder:
     def fingerprint(self) -> str:
         """The models behind its vectors: E_Q's and E_P's configs and weights (a dense index stores its
         encoder's, so queries from another model are refused, not mis-scored)."""
-        digest = hashlib.sha256()
-        for model in (self.model, self.encoder_for(passage=True)):
-            model_digest(model, digest)
-        return digest.hexdigest()[:16]
+        return model_fingerprint(self.model, self.encoder_for(passage=True))
 
     def encoder_for(self, passage: bool):
         """E_P for passages when there is one of its own, else E_Q."""
@@ -194,17 +191,6 @@ class BiEncoder:
         finally:
             model.train(training)
         return torch.cat(out) if out else torch.empty(0, self.model.config.d_model, device=device)
-
-
-def model_digest(model, digest) -> None:
-    """Update `digest` with a model's config and a strided sample (up to 1024 values) of every weight:
-    cheap enough per query, and any training moves the samples."""
-    digest.update(json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        flat = tensor.detach().reshape(-1)
-        sample = flat[::max(1, flat.numel() // 1024)][:1024]
-        digest.update(f"{name}{tuple(tensor.shape)}".encode())
-        digest.update(sample.float().cpu().numpy().tobytes())
 
 
 def pad_batch(rows: list, pad_id: int) -> tuple:

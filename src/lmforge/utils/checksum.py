@@ -54,3 +54,22 @@ def check_files(folder: Path, sums: dict, listed_in: Path) -> None:
         if sha256(folder / name) != want:
             raise ValueError(f"{folder / name}: checksum does not match the manifest (damaged or changed)")
 
+
+
+def model_digest(model, digest) -> None:
+    """Update `digest` with a model's config and a strided sample (up to 1024 values) of every weight:
+    cheap enough per query, and any training moves the samples."""
+    digest.update(json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().reshape(-1)
+        sample = flat[::max(1, flat.numel() // 1024)][:1024]
+        digest.update(f"{name}{tuple(tensor.shape)}".encode())
+        digest.update(sample.float().cpu().numpy().tobytes())
+
+
+def model_fingerprint(*models) -> str:
+    """16 hex digits that tell models apart by config and weights (model_digest of each, in order)."""
+    digest = hashlib.sha256()
+    for model in models:
+        model_digest(model, digest)
+    return digest.hexdigest()[:16]

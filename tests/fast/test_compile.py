@@ -4,7 +4,8 @@ The default suite compiles an encoder and a decoder with the
 aot_eager backend: it traces the model through Dynamo and AOTAutograd, which is where a class swap,
 a per-call hook or a Python-side decision would break. The slow suite traces every family, forward
 and backward, and compiles one model of each architecture with Inductor, the backend users run
-(Inductor's C++ build takes 20 s to minutes a model on 2 cores).
+(Inductor's C++ build takes 20 s to minutes a model on 2 cores). ELMo, the one family that is not a
+Transformer, compiles with graph breaks (its input checks read values back) and is checked apart.
 """
 import pytest
 import torch
@@ -16,6 +17,20 @@ from lmforge.heads import attach
 FAMILIES = ["bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-small", "spanbert-base",
             "xlnet-base", "openai-gpt", "gpt2", "llama-3.2-1b", "mistral-7b", "bloom-560m", "t5-small",
             "bart-base", "transformer-base", "longformer-base", "bigbird-base"]
+# what makes a preset's forward differ from another's: a preset unlike every one above needs its own entry
+SHAPE = ("architecture", "position", "attention", "norm", "norm_placement", "ffn", "share_layers")
+
+
+def _shape(name: str) -> tuple:
+    cfg = lmforge.get_config(name)
+    return tuple(getattr(cfg, field) for field in SHAPE)
+
+
+def test_the_families_cover_every_preset():
+    """Every Transformer preset is built like one of FAMILIES (ELMo has its own test below)."""
+    from lmforge.presets import PRESETS
+
+    assert {name: _shape(name) for name in PRESETS if _shape(name) not in set(map(_shape, FAMILIES))} == {}
 
 
 def _model(name: str):
@@ -131,4 +146,24 @@ def test_long_inputs_that_eager_runs_blocked_compile_in_one_graph_with_dense_mas
     with torch.no_grad():
         want = model(ids, mask).logits
         got = torch.compile(model, backend="aot_eager", fullgraph=True)(ids, mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimized", [False, True], ids=["plain", "optimized"])
+def test_elmo_compiles_and_matches_eager(optimized):
+    """ELMo's biLSTM, plain and optimized: the compiled model's states at the real words are eager's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = lmforge.tiny("elmo-small")
+    model = lmforge.build(cfg).eval()
+    if optimized:
+        lmforge.optimize(model)
+    chars = torch.randint(1, cfg.n_characters, (2, 7, cfg.max_characters_per_token),
+                          generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        want = model(chars, mask).last_hidden_state
+        got = torch.compile(model, backend="aot_eager")(chars, mask).last_hidden_state
     torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-4, rtol=1e-4)

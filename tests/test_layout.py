@@ -12,8 +12,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lmforge"
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 # Which package may import which: a package imports only packages of its own tier or a lower one
-# (DESIGN.md: config <- layers <- model <- heads <- fast/quant <- io/convert <- objectives/generate <-
-# train/tasks/analysis/compress/retrieval <- serve <- cli). "lmforge" is the root __init__ (the public
+# (the picture in docs/architecture.md, lowest first: utils <- config <- tokenizer/data <- layers <-
+# model/elmo/presets <- heads <- fast/quant <- io/convert <- objectives/generate <- train/tasks/analysis/
+# compress/retrieval/pipelines/bakeoff <- serve <- cli). "lmforge" is the root __init__ (the public
 # face); top-level modules count as packages of their own.
 TIERS = (
     ("utils",),  # atomic files, eval mode, progress, timing, malloc: nothing else from lmforge
@@ -152,6 +153,16 @@ def test_the_tier_check_finds_planted_violations():
         ("lmforge.newpkg.x", "lmforge.config"), ("lmforge.quant.int8", "lmforge.fast.linear")]
 
 
+def test_the_architecture_pictures_these_tiers():
+    """docs/architecture.md's picture of which package may import which is TIERS, top tier first."""
+    text = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text()
+    picture = text.split("walks them and holds the tiers", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    tiers = [tuple("lmforge" if name == "the public face" else name for name in
+                   (part.strip() for part in line.strip().removeprefix("-> ").split(" / ")))
+             for line in picture.strip().splitlines()]
+    assert tiers == list(TIERS)[::-1]
+
+
 def test_every_package_has_a_tier():
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     packages |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
@@ -187,6 +198,6 @@ def test_budgets(path):
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             assert node.end_lineno - node.lineno + 1 <= 40, f"{path.name}:{node.name} over 40 lines"
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
-            if node.col_offset == 0:
-                assert ast.get_docstring(node), f"{path.name}:{node.name} has no docstring"
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_") \
+                and node.col_offset == 0:
+            assert ast.get_docstring(node), f"{path.name}:{node.name} has no docstring"

@@ -8,6 +8,7 @@ Prints the coefficients and the largest error in float64 and evaluated in fp32 (
 """
 from __future__ import annotations
 
+import argparse
 from math import erf
 
 import numpy as np
@@ -46,8 +47,14 @@ def fp32_error(p, q) -> float:
     return float(np.abs(approx - np.array([erf(float(v)) for v in u])).max())
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Fit, print the coefficients and the largest errors."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     top, p, q = fit()
     print("P", ", ".join(f"{c:.10g}" for c in p))
     print("Q", ", ".join(f"{c:.10g}" for c in q))
     print(f"largest error: {top:.2e} (float64), {fp32_error(p, q):.2e} (fp32)")
+
+
+if __name__ == "__main__":
+    main()

@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--lr", type=float, default=HYPER["lr"])
-    parser.add_argument("--records", type=int, default=1000, help="built-in entailment records (80 % train)")
+    parser.add_argument("--records", type=int, default=1000, help="built-in entailment records (80 %% train)")
     parser.add_argument("--out", default="bench/results/finetune_minilm.json")
     args = parser.parse_args(argv)
     HYPER["lr"] = args.lr

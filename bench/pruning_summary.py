@@ -11,6 +11,7 @@ budget is named and left out, not averaged in.
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from statistics import mean
@@ -130,6 +131,7 @@ def plot(runs: list, path: Path, lambdas: list) -> None:
 
 def main() -> None:
     """Gather, tabulate, draw."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help: nothing written
     runs, skipped, budget = gather()
     if not runs:
         raise SystemExit("no bench/results/movement_pruning_field*.json: "

@@ -7,6 +7,7 @@ writes bench/results/retrieval.json.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import tempfile
@@ -40,6 +41,7 @@ def _ms_per_query(index: DenseIndex, queries: np.ndarray, batch: int, backend: s
 
 def main() -> None:
     """Build the index, time it, write the JSON."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help: no run
     torch.set_num_threads(THREADS)
     try:
         import faiss

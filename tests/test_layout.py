@@ -180,6 +180,12 @@ def test_bench_is_a_package_without_path_edits():
     assert edits == []
 
 
+def test_every_bench_script_parses_its_arguments():
+    """`python -m bench.X --help` prints usage: a script that ignored it would run (and write results)."""
+    scripts = [p for p in sorted(BENCH.glob("*.py")) if 'if __name__ == "__main__"' in p.read_text()]
+    assert scripts and [p.name for p in scripts if "ArgumentParser(" not in p.read_text()] == []
+
+
 def test_the_model_core_imports_nothing_above_it():
     graph = import_graph()
     above = ("lmforge.convert", "lmforge.io", "lmforge.train", "lmforge.objectives", "lmforge.generate",

@@ -17,7 +17,7 @@ from lmforge.fast.native_attention import MAX_LENGTH, supports
 from lmforge.fast.packing import Packing
 from lmforge.fast.paths import FastPaths
 from lmforge.layers.attention import DENSE
-from lmforge.layers.execution import EXECUTIONS, Execution
+from lmforge.layers.execution import Execution
 
 
 class FastExecution(Execution):
@@ -77,5 +77,3 @@ class FastExecution(Execution):
             return False
         return (not torch.is_autocast_enabled(k_pos.device.type) and k_pos.numel() <= MAX_LENGTH
                 and supports(model.config.head_dim, dtype, k_pos.device))
-
-EXECUTIONS["fast"] = FastExecution

@@ -1,4 +1,4 @@
-"""How a model's forward runs: the plain way, and the registry the speed package fills.
+"""How a model's forward runs: the plain way, and the slot the speed package fills.
 
 A model holds one `Execution`. The plain one (here) runs every layer on the padded batch with dense
 SDPA masks: what a reader of model.py and layers/ sees. `lmforge.optimize(model)` gives the model
@@ -31,5 +31,3 @@ class Execution:
 
 
 PLAIN = Execution()
-# name -> the Execution a model may be given: "plain" here; the speed package registers "fast" when loaded
-EXECUTIONS = {"plain": Execution}

@@ -12,8 +12,8 @@ from bench.common import pair, ratio, side_by_side
 
 
 def _fast_paths(model, batch: int) -> dict:
-    """What generate chose for this model and batch on this machine (generate/fast/projection.py)."""
-    from lmforge.generate.fast.projection import CHOICES
+    """What generate chose for this model and batch on this machine (generate/vocab/projection.py)."""
+    from lmforge.generate.vocab.projection import CHOICES
 
     weight, _ = model.heads["lm"].projection()
     key = (*weight.shape, batch, True, torch.get_num_threads())

@@ -13,7 +13,7 @@ The token table becomes int8 too (per row) where no LM head projects with it (an
 half of all-MiniLM-L6-v2's weights). What stays fp32: position and segment embeddings, norms,
 a token table that a tied LM head reads, and an untied LM head's vocabulary
 projection, which generate reads as a weight matrix (its own input-major / screened ways,
-generate/fast/projection.py); a tied one is the token table. The config records the mode and
+generate/vocab/projection.py); a tied one is the token table. The config records the mode and
 what was kept, so `lmforge.load` rebuilds the int8 layers and the safetensors file holds int8
 weights + scales; training such a model, or exporting it to the Hugging Face format, is refused.
 """

@@ -3,7 +3,7 @@
 They belong to a model instance (given by `lmforge.optimize(model, paths=FastPaths(...))`), not to its
 config: they are not saved, and every choice is tested against the path it replaces
 (tests/fast/test_fastpath.py, test_linear.py, test_native_attention.py). Generation's own
-speed options are arguments of `lmforge.generate` (generate/fast/).
+speed options are arguments of `lmforge.generate` (generate/vocab/).
 """
 from __future__ import annotations
 

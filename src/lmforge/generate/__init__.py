@@ -15,7 +15,7 @@ import torch
 
 from lmforge.generate.beam import Beams, beam_search
 from lmforge.generate.checks import check_for_model, check_prompt
-from lmforge.generate.fast.projection import VocabProjection
+from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.generate.options import GenerationOptions, refuse_unused
 from lmforge.generate.processors import Constraints
 from lmforge.generate.sampling import Sampling, argmax_rows, next_tokens
@@ -113,7 +113,7 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     pretrained as a prefix LM read the prompt bidirectionally (objectives/prefix_lm.py); `streamer`
     receives each step's (B * R,) new tokens (greedy and sampling only). Speed options, same tokens:
     `projection` computes the vocabulary projection "auto" (the fastest way timed on this machine),
-    "plain", "input-major" or "screen" (generate/fast/projection.py). The model runs as it is given:
+    "plain", "input-major" or "screen" (generate/vocab/projection.py). The model runs as it is given:
     plain, or accelerated where `lmforge.optimize(model)` was called (the same tokens either way, but
     where two logits are equal within float rounding). It is left exactly as it was found (weights,
     layout, mode)."""

@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from lmforge.generate.fast.projection import VocabProjection
+from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.layers.attention import KVCache
 from lmforge.model import ModelOutput, Transformer
 

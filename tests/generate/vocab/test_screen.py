@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import lmforge
-from lmforge.generate.fast import screen as vocab_screen
-from lmforge.generate.fast.projection import VocabProjection, _copies
-from lmforge.generate.fast.screen import GreedyScreen, Int8Matmul, ScreenTable, quantise_features
+from lmforge.generate.vocab import screen as vocab_screen
+from lmforge.generate.vocab.projection import VocabProjection, _copies
+from lmforge.generate.vocab.screen import GreedyScreen, Int8Matmul, ScreenTable, quantise_features
 from lmforge.heads import attach
 
 
@@ -252,7 +252,7 @@ def test_generation_gives_the_same_tokens_with_processors(kwargs):
 
 
 def test_auto_considers_the_screen_from_the_second_greedy_call_and_keeps_the_fastest(monkeypatch):
-    from lmforge.generate.fast import projection
+    from lmforge.generate.vocab import projection
 
     model = _model()
     monkeypatch.setattr(projection, "CHOICES", {})
@@ -273,7 +273,7 @@ def test_auto_considers_the_screen_from_the_second_greedy_call_and_keeps_the_fas
 
 
 def test_a_screen_that_loses_is_not_built_again(monkeypatch):
-    from lmforge.generate.fast import projection
+    from lmforge.generate.vocab import projection
 
     model = _model()
     monkeypatch.setattr(projection, "CHOICES", {})
@@ -312,7 +312,7 @@ def test_a_cpu_without_vnni_gets_7_bit_feature_stages_from_fbgemm():
         avx2 = "avx2" in f.read()
     if "fbgemm" not in torch.backends.quantized.supported_engines or not avx2:
         pytest.skip("needs fbgemm on an AVX2 CPU")
-    code = ("import json, torch; from lmforge.generate.fast.screen import Int8Matmul, ScreenTable; "
+    code = ("import json, torch; from lmforge.generate.vocab.screen import Int8Matmul, ScreenTable; "
             "q = torch.randint(-127, 128, (500, 96), dtype=torch.int8); "
             "t = ScreenTable(torch.randn(500, 96)); "
             "print(json.dumps([[L, Int8Matmul(q, torch.ones(500), ('fbgemm',), L).kind] for L in (127, 63)] "

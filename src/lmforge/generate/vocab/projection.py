@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmforge.generate.fast.screen import GreedyScreen, ScreenTable, table_key
+from lmforge.generate.vocab.screen import GreedyScreen, ScreenTable, table_key
 from lmforge.utils.timing import median_seconds
 
 MODES = ("auto", "plain", "input-major", "screen")

@@ -44,6 +44,7 @@ from lmforge.utils.jsontext import loads
 
 CHUNK = 1 << 20  # bytes read at once from a long line
 SHARD_FORMAT = "lmforge-shards"  # the "format" of a shard folder's manifest.json (shards.py writes it)
+SHARD_TOKENS = re.compile(r"shard-\d{5,}\.bin")  # a shard's token ids (shards.py names them so)
 MAX_JSON_LINE = 1 << 28  # a JSONL record longer than this (bytes) is skipped, not parsed
 
 _CONTROL = {c: None for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0xFEFF, 0xFFFE, 0xFFFF]}
@@ -313,10 +314,13 @@ def read_range(path, opts: ReadOptions, start: int = 0, end: int | None = None, 
 
 def is_shard_dir(path) -> bool:
     """Whether `path` is a folder `lmforge corpus shard` wrote (every reader's one rule): its manifest.json
-    names the shards' format, or is damaged (no JSON: reading it as shards says so); another JSON is text."""
+    names the shards' format, or is damaged (no JSON: reading it as shards says so), or is missing beside
+    shard files; another JSON is text."""
     manifest = Path(path) / "manifest.json"
+    if not manifest.is_file():  # lost: its token ids are still no text (reading it as shards says so)
+        return Path(path).is_dir() and any(SHARD_TOKENS.fullmatch(p.name) for p in Path(path).iterdir())
     try:
-        head = loads(manifest.read_text(encoding="utf-8")) if manifest.is_file() else None
+        head = loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return True
     return isinstance(head, dict) and head.get("format") == SHARD_FORMAT
@@ -328,9 +332,10 @@ def _walk(folder: Path) -> list:
     # nothing hidden, folders included: .git, and the fresh folders a killed write left (utils/atomic)
     found = sorted(p for p in folder.rglob("*")
                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
-    shard_dirs = {p.parent for p in found if p.name == "manifest.json" and is_shard_dir(p.parent)}
+    shard_dirs = {p.parent for p in found
+                  if (p.name == "manifest.json" or SHARD_TOKENS.fullmatch(p.name)) and is_shard_dir(p.parent)}
     for skipped in sorted(shard_dirs):
-        warnings.warn(f"{skipped}: skipped, an lmforge shard folder (its manifest.json), not text",
+        warnings.warn(f"{skipped}: skipped, an lmforge shard folder (token ids), not text",
                       CorpusWarning, stacklevel=3)
     return [p for p in found if shard_dirs.isdisjoint(p.parents)]
 

@@ -237,6 +237,9 @@ def read_manifest(out, check: bool = True) -> dict:
     path = Path(out) / "manifest.json"
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:  # lost beside its shards (corpus.is_shard_dir): their record is gone
+        raise ValueError(f"{path} is missing: nothing records what the shards hold; rerun `lmforge corpus "
+                         f"shard` with the same inputs to rewrite it") from None
     except (OSError, ValueError) as err:
         raise ValueError(f"{out} is not a shard directory (cannot read manifest.json: {err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:

@@ -162,3 +162,26 @@ def test_an_objective_option_its_objective_refuses_is_a_plan_error_before_any_ar
     with pytest.raises(PlanError, match=r"^p\.yaml: arms\.electra: need 0 < rate < 1 and replace fractions"):
         BakeOff(check_plan(tiny_plan, "p.yaml"), tmp_path, log=lambda line: None)
     assert not (tmp_path / "mlm").exists() and not (tmp_path / "electra").exists()  # no arm began
+
+
+@pytest.mark.parametrize("damage", ["edit", "cut", "delete"])
+def test_a_tasks_splits_are_verified_on_read_and_a_deleted_file_is_built_again(tmp_path, tiny_plan, damage):
+    """An edited label (still JSON) was fine-tuned on unsaid; a cut file was a JSON error naming no file."""
+    from lmforge.bakeoff.results import ResultsError
+    from lmforge.bakeoff.runner import task_splits
+
+    task = tiny_plan["tasks"][0]
+    built = task_splits(task, tmp_path)
+    (path,) = (tmp_path / "tasks").iterdir()
+    text = path.read_text()
+    if damage == "delete":
+        path.unlink()
+        assert task_splits(task, tmp_path) == built == task_splits(task, tmp_path)
+        return
+    label = '"label": "1"'
+    path.write_text(text.replace(label, '"label": "0"', 1) if damage == "edit" else text[: len(text) // 2])
+    assert label in text
+    with pytest.raises(ResultsError) as refused:
+        task_splits(task, tmp_path)
+    said = str(refused.value)
+    assert said.startswith(f"{path}: ") and "\n" not in said and "delete it to build it again" in said

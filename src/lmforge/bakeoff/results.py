@@ -144,3 +144,21 @@ def replace_row(out, row: dict) -> dict:
     rows = [r for r in read_results(out) if (r["arm"], r["seed"], r["task"]) != unit] + [row]
     atomic_write_text(Path(out) / RESULTS, "".join(json.dumps(r) + "\n" for r in rows))
     return row
+
+
+def write_signed(path: Path, data: dict) -> None:
+    """Write a JSON object the run builds once and reads again (a task's splits) with its checksum."""
+    atomic_write_text(path, json.dumps(stamped(data)) + "\n")
+
+
+def read_signed(path: Path) -> dict:
+    """The object write_signed wrote, verified (one written before it carried a checksum is read as it is):
+    not JSON or changed since is a ResultsError naming the file, never data trained on unsaid."""
+    damaged = "damaged or changed since it was written; delete it to build it again"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # not UTF-8 or not JSON
+        raise ResultsError(f"{path}: not JSON ({err}): {damaged}") from None
+    value = verify(value, CHECKSUM, path, error=ResultsError, optional=True,
+                   what=f"not what was written (its checksum does not match): {damaged}")
+    return {k: v for k, v in value.items() if k != CHECKSUM}

@@ -35,7 +35,9 @@ from lmforge.bakeoff.results import (
     append_row,
     mend,
     read_results,
+    read_signed,
     replace_row,
+    write_signed,
 )
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
@@ -75,10 +77,10 @@ def _joined(files: list, out: Path) -> Path:
 
 
 def task_splits(task: dict, out: Path) -> dict:
-    """{"kind", "splits"} of a downstream task, built once into OUT/tasks/NAME.json."""
+    """{"kind", "splits"} of a downstream task, built once into OUT/tasks/NAME.json (verified on read)."""
     path = out / "tasks" / f"{task['name']}-{task_key(task)}.json"  # a changed task: new splits
     if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_signed(path)
     n = task.get("n_per_label", 100)
     if task["source"] == "gcide-pos":
         from lmforge.data.dictionary import pos_task
@@ -92,7 +94,7 @@ def task_splits(task: dict, out: Path) -> dict:
         kind, splits = builtin(task.get("task", task["name"]), n=task.get("n", 1000), seed=0)
         data = {"kind": kind, "splits": splits}
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(data) + "\n")
+    write_signed(path, data)
     return data
 
 

@@ -92,9 +92,25 @@ def test_a_passage_folder_beside_a_shared_encoders_retriever_json_is_refused(ret
         BiEncoder.from_dir(retriever)
 
 
+def test_a_changed_value_of_retriever_json_that_is_still_json_is_refused_naming_it(retriever, capsys):
+    """max_length 32 -> 33 (one flipped bit) read as the retriever's options, unsaid (helper's probe)."""
+    from lmforge.cli import main
+    from lmforge.io.files import CheckpointError
+
+    text = (retriever / "retriever.json").read_text()
+    assert '"max_length": 32' in text
+    (retriever / "retriever.json").write_text(text.replace('"max_length": 32', '"max_length": 33'))
+    with pytest.raises(CheckpointError, match=r"retriever\.json: does not match its checksum"):
+        BiEncoder.from_dir(retriever)
+    assert main(["index", "build", "--model", str(retriever), "--out", str(retriever.parent / "ix"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "retriever.json: does not match its checksum" in err, err
+    assert not (retriever.parent / "ix").exists()
+
+
 def test_a_retriever_json_written_before_passage_encoder_was_recorded_still_reads(retriever):
     saved = json.loads((retriever / "retriever.json").read_text())
-    del saved["passage_encoder"]
+    del saved["passage_encoder"], saved["checksum"]  # recorded since; such a file reads unverified
     (retriever / "retriever.json").write_text(json.dumps(saved))
     assert BiEncoder.from_dir(retriever).passage_model is not None  # passage/ says so
     (retriever / "passage" / "model.safetensors").unlink()

@@ -342,3 +342,26 @@ def test_a_link_as_the_output_folder_or_its_checkpoints_is_refused_naming_it_bef
         finetune(tiny(), tokenizer(), "cls", sentiment()["train"][:8], None, tmp_path / "out", cfg(steps=1),
                  log=quiet)
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["label", "max_len", "delete"])
+def test_task_json_is_verified_against_the_checksum_config_json_records(tmp_path, damage):
+    """A changed value that is still a valid task.json (labels swapped, one bit of max_len) was read as the
+    model's task unsaid, and a deleted one made a fine-tuned model a bare encoder (helper's probe)."""
+    from lmforge.io import CheckpointError
+    from lmforge.tasks.finetune import save_model
+
+    path = save_model(task_class("cls")(tiny(), tokenizer(), labels=["neg", "pos"], max_len=64), tmp_path / "m")
+    assert task_info(path)["labels"] == ["neg", "pos"]
+    text = (path / "task.json").read_text()
+    if damage == "delete":
+        (path / "task.json").unlink()
+    else:
+        swapped = text.replace('"neg"', '"x"').replace('"pos"', '"neg"').replace('"x"', '"pos"')
+        edited = swapped if damage == "label" else text.replace('"max_len": 64', '"max_len": 65')
+        assert edited != text
+        (path / "task.json").write_text(edited)
+    with pytest.raises(CheckpointError) as refused:
+        task_info(path)
+    said = str(refused.value)
+    assert said.startswith(str(path / "task.json")) and "config.json" in said and "\n" not in said

@@ -37,3 +37,35 @@ def test_an_empty_name_or_a_file_is_refused_naming_it_and_a_folder_is_written(tm
     assert (tmp_path / "file").read_text() == "the user's"
     saved = tokenizer().save(tmp_path / "new" / "tok")
     assert sorted(p.name for p in saved.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+
+
+@pytest.mark.parametrize("damage", ["vocab", "delete-config"])
+def test_a_tokenizer_saved_beside_a_model_is_verified_when_read(tmp_path, capsys, damage):
+    """One flipped bit in a vocabulary entry (still JSON) tokenized otherwise unsaid, and a lost
+    tokenizer_config.json (its special tokens) went unnoticed (helper's probe); a tokenizer folder of its
+    own has no model config to record them and reads as before."""
+    from lmforge.cli import main
+    from lmforge.tokenizer import TokenizerError, load_tokenizer
+
+    lmforge.save(tiny(), tmp_path / "m")
+    tokenizer().save(tmp_path / "m")
+    tokenizer().save(tmp_path / "alone")
+    for folder in ("m", "alone"):
+        text = (tmp_path / folder / "tokenizer.json").read_text()
+        if damage == "vocab":
+            vocab = load_tokenizer(tmp_path / folder).backend.get_vocab()
+            word = next(w for w in vocab if w.isalpha() and len(w) > 3)
+            assert f'"{word}":' in text
+            edited = text.replace(f'"{word}":', f'"{word[:-1]}#":', 1)
+            (tmp_path / folder / "tokenizer.json").write_text(edited)
+        else:
+            (tmp_path / folder / "tokenizer_config.json").unlink()
+    load_tokenizer(tmp_path / "alone")
+    with pytest.raises(TokenizerError) as refused:
+        load_tokenizer(tmp_path / "m")
+    name = "tokenizer.json" if damage == "vocab" else "tokenizer_config.json"
+    said = str(refused.value)
+    assert said.startswith(str(tmp_path / "m" / name)) and "config.json" in said and "\n" not in said
+    assert main(["embed", "--model", str(tmp_path / "m"), "a text"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and str(tmp_path / "m" / name) in err, err

@@ -28,3 +28,37 @@ def test_a_folder_with_a_model_of_its_own_is_read_as_it_is(tmp_path):
     _save(_tiny("bert-base", tokenizer, 3, max_seq_len=32), tokenizer, tmp_path / "m")
     _save(_tiny("bert-base", tokenizer, 4, max_seq_len=32), tokenizer, tmp_path / "m" / "final")
     assert find_model_dir(tmp_path / "m") == tmp_path / "m"
+
+
+def test_files_written_beside_a_model_are_recorded_in_its_config_and_checked(tmp_path):
+    """record_sums adds each file's checksum to config.json's map (the weights' one kept); check_recorded
+    names a changed or lost file, and says nothing of one never recorded or of a folder that is no lmforge
+    model's (a Hugging Face config.json, none at all)."""
+    import json
+
+    from lmforge.utils.model_folder import check_recorded, record_sums
+
+    _save(_tiny("bert-base", _tokenizer("bert"), 3, max_seq_len=32), _tokenizer("bert"), tmp_path / "m")
+    (tmp_path / "m" / "extra.json").write_text('{"a": 1}')
+    record_sums(tmp_path / "m", ["extra.json", "absent.json"])
+    sums = json.loads((tmp_path / "m" / "config.json").read_text())["sha256"]
+    assert set(sums) == {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "extra.json"}
+    check_recorded(tmp_path / "m", "extra.json")
+    check_recorded(tmp_path / "m", "absent.json")  # never recorded: nothing to check
+    (tmp_path / "m" / "extra.json").write_text('{"a": 2}')
+    with pytest.raises(ValueError, match=r"extra\.json does not match its checksum in config\.json"):
+        check_recorded(tmp_path / "m", "extra.json")
+    (tmp_path / "m" / "extra.json").unlink()
+    with pytest.raises(ValueError, match=r"extra\.json: missing, though .*config\.json records its checksum"):
+        check_recorded(tmp_path / "m", "extra.json")
+    for config in ('{"model_type": "bert"}', None):  # a Hugging Face folder, a tokenizer folder alone
+        (tmp_path / "other").mkdir(exist_ok=True)
+        (tmp_path / "other" / "extra.json").write_text("{}")
+        if config:
+            (tmp_path / "other" / "config.json").write_text(config)
+        else:
+            (tmp_path / "other" / "config.json").unlink()
+        record_sums(tmp_path / "other", ["extra.json"])
+        check_recorded(tmp_path / "other", "extra.json")
+        assert (tmp_path / "other" / "config.json").exists() == bool(config)
+        assert config is None or (tmp_path / "other" / "config.json").read_text() == config

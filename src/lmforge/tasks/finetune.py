@@ -5,9 +5,8 @@ the best model kept.
 Under `out`: metrics.jsonl (train loss and valid_* metrics), checkpoints/, best/ (the model
 of the best validation score), final/ (the model after the last step) and summary.json.
 best/ and final/ are complete model directories: weights, the tokenizer, and task.json
-(kind, labels, max_len; for an encoder-decoder also text_to_text and its prefix; QA's window
-and decoding options, tagging's label_all), so
-`lmforge evaluate --model out/best` needs nothing else.
+(kind, labels, max_len; for an encoder-decoder also text_to_text and its prefix; QA's window and
+decoding options, tagging's label_all), so `lmforge evaluate --model out/best` needs nothing else.
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, check_value, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.io import load, model_dir
-from lmforge.io.native import read_json_object
+from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import MODULES, Task, option_owners, task_class
@@ -36,7 +35,7 @@ from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
 from lmforge.utils.atomic import replace_dir
-from lmforge.utils.model_folder import inside_job_folder
+from lmforge.utils.model_folder import check_recorded, inside_job_folder, record_sums
 from lmforge.train.config import check_device, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
@@ -162,6 +161,7 @@ def task_info(path) -> dict:
     A file that is not JSON, or fields of the wrong kind, are one-line errors naming the file. A job's output
     folder stands for the model inside it, as every loader reads it."""
     path = inside_job_folder(Path(path))
+    check_recorded(path, TASK_FILE, CheckpointError)  # where config.json records it: changed, or lost
     if (path / TASK_FILE).is_file():
         return _checked_info(path / TASK_FILE, read_json_object(path / TASK_FILE))
     config = path / "config.json"
@@ -190,6 +190,7 @@ def write_task_files(task: Task, path) -> None:
     """The task's tokenizer and task.json, beside its saved model in the directory `path`."""
     task.tokenizer.save(path)
     atomic_write_text(Path(path) / TASK_FILE, json.dumps(task.info(), indent=2, ensure_ascii=False) + "\n")
+    record_sums(path, [TASK_FILE])  # task_info verifies it
 
 
 def keep_model(task: Task, path) -> Path:

@@ -21,8 +21,8 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, WordPiece
 
 from lmforge.tokenizer.spiece import ProtoError, build_unigram, parse_model, user_symbols
-from lmforge.tokenizer.wrapper import ROLES, Tokenizer, TokenizerError
-from lmforge.utils.model_folder import inside_job_folder
+from lmforge.tokenizer.wrapper import ROLES, SAVED_FILES, Tokenizer, TokenizerError
+from lmforge.utils.model_folder import check_recorded, inside_job_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json + merges.txt", "spiece.model")
 BERT_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -255,7 +255,7 @@ def extra_tokens(config: dict, style: str | None) -> list:
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """Read the tokenizer of a Hugging Face (or lmforge) model directory (or of the model in a job's
-    output folder: utils/model_folder.py)."""
+    output folder: utils/model_folder.py), its files verified where the model's config.json records them."""
     if not str(path).strip():  # Path("") is the working folder
         raise TokenizerError("the tokenizer's directory is an empty name: give a directory")
     path = inside_job_folder(Path(path))
@@ -263,6 +263,8 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
         raise TokenizerError(f"{path} is not a directory" if path.exists() else f"{path} does not exist")
     config = read_config(path)
     backend, tokens, style = _build(path, config)
+    for name in SAVED_FILES:  # read whole first: a file that is no JSON is named as such
+        check_recorded(path, name, TokenizerError)
     tokens = {role: token for role, token in tokens.items() if token}
     if style == "tokenizer.json":  # it carries its own added tokens and template
         _register(backend, {r: t for r, t in tokens.items() if backend.token_to_id(t) is None}, None, {})

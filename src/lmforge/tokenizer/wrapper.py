@@ -19,9 +19,11 @@ from tokenizers import Tokenizer as Backend
 from lmforge.config import atomic_write_text
 from lmforge.tokenizer.words import word_starts
 from lmforge.utils.atomic import writable_folder
+from lmforge.utils.model_folder import record_sums
 
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 PADDINGS = ("longest", "max_length")
+SAVED_FILES = ("tokenizer.json", "tokenizer_config.json")  # what save writes (beside a model: recorded)
 
 
 class TokenizerError(ValueError):
@@ -190,7 +192,8 @@ class Tokenizer:
         return word_starts(self, ids)
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write tokenizer.json and tokenizer_config.json (special tokens) to the directory `path`; an empty
+        """Write tokenizer.json and tokenizer_config.json (special tokens) to the directory `path`, their
+        checksums recorded in the config.json of a model there (load_tokenizer verifies them); an empty
         name, a symbolic link or a file there is refused (UnsafePath, an OptionsError), as model.save does."""
         path = writable_folder(path, "tokenizer directory")
         path.mkdir(parents=True, exist_ok=True)
@@ -201,4 +204,5 @@ class Tokenizer:
             config["model_max_length"] = self.model_max_length
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         atomic_write_text(path / "tokenizer_config.json", text)
+        record_sums(path, SAVED_FILES)  # beside a model: its config.json keeps their checksums
         return path

@@ -277,3 +277,22 @@ def test_smoothing_settings_with_weight_only_are_judged_by_value_alike_and_calib
         assert main(argv) == 2
         assert capsys.readouterr().err.strip() == f"lmforge quantize: error: --calibration: {said}" + \
             (" (weight-only quantises no activations)" if mode == "weight-only" else " (--no-smooth)")
+
+
+def test_a_damaged_tokenizer_is_refused_naming_it_and_a_model_without_one_is_quantised(tmp_path, capsys):
+    """It was left out of the int8 model unsaid (every error of reading it was taken for "no tokenizer")."""
+    lmforge.save(tiny(n_layers=1), tmp_path / "bare")
+    assert main(["quantize", "--model", str(tmp_path / "bare"), "--out", str(tmp_path / "q0"), *FAST]) == 0
+    written = sorted(p.name for p in (tmp_path / "q0" / "model").iterdir())
+    assert written == ["config.json", "model.safetensors"]
+    lmforge.save(tiny(n_layers=1), tmp_path / "m")
+    tokenizer().save(tmp_path / "m")
+    text = (tmp_path / "m" / "tokenizer.json").read_text()
+    for damaged in (text.replace('"[UNK]": 1', '"[UNK]": 0', 1), text[: len(text) // 2]):  # still JSON; cut
+        assert damaged != text
+        (tmp_path / "m" / "tokenizer.json").write_text(damaged)
+        capsys.readouterr()
+        assert main(["quantize", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "q"), *FAST]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(tmp_path / "m" / "tokenizer.json") in err, err
+        assert not (tmp_path / "q").exists()

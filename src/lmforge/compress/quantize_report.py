@@ -28,6 +28,7 @@ from lmforge.quant.int8_ffn import routes
 from lmforge.quant.isa import activation_bits
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
 from lmforge.tokenizer import load_tokenizer
+from lmforge.tokenizer.load import holds_tokenizer
 from lmforge.train.config import MAX_SEED
 from lmforge.utils.atomic import refuse_link, replace_dir
 from lmforge.utils.timing import alternating
@@ -121,16 +122,20 @@ def timed_length(model, seq_len: int | None) -> int:
     return seq_len
 
 
-def _write(source: Path, int8, task, staging: Path) -> None:
+def _carried_tokenizer(source: Path):
+    """The tokenizer the int8 model carries: None for a model without one (random ids only); a damaged one
+    is an error naming its file, before any work (it was left out of the int8 model unsaid)."""
+    return load_tokenizer(source) if holds_tokenizer(source) else None
+
+
+def _write(source: Path, int8, task, tokenizer, staging: Path) -> None:
     """The int8 model with what travels with it (tokenizer, task.json, sentence-transformers files)."""
     if task is not None:
         save_model(task, staging)
     else:
         int8.save(staging)
-        try:
-            load_tokenizer(source).save(staging)
-        except (OSError, ValueError):
-            pass  # a model without a tokenizer (random ids only): nothing to carry over
+        if tokenizer is not None:
+            tokenizer.save(staging)
         if (source / TASK_FILE).is_file():  # a fine-tuned model stays one (lmforge evaluate reads it)
             copy_as_created(source / TASK_FILE, staging / TASK_FILE)
     carry_sentence_files(source, staging)
@@ -158,6 +163,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
     o, source, out = options or QuantizeOptions(), find_model_dir(model), refuse_link(out)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
+    tokenizer = _carried_tokenizer(source)
     length = timed_length(fp32, o.seq_len)
     o.check_timed(length)  # before any work: the default length is the model's (at most SEQ_LEN)
     ids, mask = random_tokens(fp32, o.batch_size, length, o.seed)
@@ -179,7 +185,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     # written beside out/model, then put in its place whole (compress/model_files.py); an earlier run's
     # report never stands beside this model
     (out / "quantize.json").unlink(missing_ok=True)
-    replace_dir(out / "model", lambda staging: _write(source, int8, task_after, staging))
+    replace_dir(out / "model", lambda staging: _write(source, int8, task_after, tokenizer, staging))
     report["after"]["bytes"] = model_bytes(out / "model")
     report["size_ratio"] = report["after"]["bytes"] / max(report["before"]["bytes"], 1)
     atomic_write_text(out / "quantize.json", json.dumps(report, indent=2) + "\n")

@@ -208,6 +208,13 @@ def _register(backend: Backend, tokens: dict, style: str | None, flags: dict) ->
     backend.add_special_tokens(added)
 
 
+def holds_tokenizer(path) -> bool:
+    """Whether a directory has a tokenizer file of any kind (load_tokenizer then reads it whole or says
+    what is wrong): a model without one is told from one whose tokenizer is damaged."""
+    names = (*SAVED_FILES, "vocab.txt", "vocab.json", "merges.txt", "spiece.model")
+    return any((Path(path) / name).is_file() for name in names)
+
+
 def _missing_files(path: Path) -> str:
     found = sorted(p.name for p in path.iterdir())
     if not found:

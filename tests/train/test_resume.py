@@ -48,9 +48,13 @@ def test_resume_refuses_when_no_checkpoint_is_usable_and_touches_nothing(run):
         path.write_bytes(path.read_bytes()[:100])
     before = _snapshot(run)
     trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=lambda m: None)
-    with pytest.raises(CheckpointCorrupt, match="no usable checkpoint .*refusing to start over"):
+    with pytest.raises(CheckpointCorrupt, match="no usable checkpoint .*refusing to start over") as refused:
         trainer.fit(resume=True)
     assert _snapshot(run) == before and len(read_metrics(run / "metrics.jsonl")) == 4
+    # what is wrong is in the error itself, not only in the warnings (the log, here silent; stdout on the CLI)
+    said = str(refused.value)
+    assert "the newest: checkpoint " in said and "step-0000004" in said and "model.safetensors" in said, said
+    assert "\n" not in said
 
 
 def test_resume_of_another_model_or_objective_names_what_differs(run):

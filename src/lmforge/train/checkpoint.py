@@ -279,14 +279,15 @@ def latest_checkpoint(root: Path, warn=print):
     """The newest usable checkpoint (path, weights, optimiser, info), skipping corrupt ones with a
     warning; None if there is no checkpoint; CheckpointCorrupt if there are some but none is usable
     (a resume must not silently start over on top of them)."""
-    found = checkpoints(root)
+    found, newest = checkpoints(root), None
     for path in reversed(found):
         try:
             return (path, *read_checkpoint(path, warn))
         except CheckpointCorrupt as err:
             warn(f"warning: {err}; falling back to the previous checkpoint")
-    if found:
-        raise CheckpointCorrupt(f"no usable checkpoint in {root} ({len(found)} damaged, see the warnings); "
+            newest = newest or err
+    if found:  # the error names what is wrong with the newest: the warnings may go where the error does not
+        raise CheckpointCorrupt(f"no usable checkpoint in {root} ({len(found)} damaged; the newest: {newest}); "
                                 f"refusing to start over on top of them: move them away or choose another --out")
     return None
 

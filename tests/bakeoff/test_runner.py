@@ -185,3 +185,29 @@ def test_a_tasks_splits_are_verified_on_read_and_a_deleted_file_is_built_again(t
         task_splits(task, tmp_path)
     said = str(refused.value)
     assert said.startswith(f"{path}: ") and "\n" not in said and "delete it to build it again" in said
+
+
+@pytest.mark.parametrize("damaged", ["corpus", "tokenizer"])
+def test_the_corpus_and_tokenizer_a_plan_built_are_verified_on_every_rerun(tmp_path, tiny_plan, damaged):
+    """A changed word of the corpus, or of the tokenizer's vocabulary (still JSON), was pretrained on by the
+    arms a rerun had still to run, unsaid, beside arms that had the plan's own (helper's probe)."""
+    from lmforge.bakeoff.results import ResultsError
+    from lmforge.bakeoff.runner import BakeOff
+
+    plan = check_plan(tiny_plan, "p.yaml")
+    BakeOff(plan, tmp_path, log=lambda line: None)
+    corpus, = (tmp_path / "corpus").iterdir()
+    tokenizer, = (tmp_path / "tokenizers").glob("*/tokenizer/tokenizer.json")
+    file = corpus if damaged == "corpus" else tokenizer
+    built = file.read_bytes()
+    BakeOff(plan, tmp_path, log=lambda line: None)  # a rerun reads them as they were
+    word = b" the " if damaged == "corpus" else b'"the":'
+    assert word in built
+    file.write_bytes(built.replace(word, word.replace(b"the", b"thd"), 1))
+    with pytest.raises(ResultsError) as refused:
+        BakeOff(plan, tmp_path, log=lambda line: None)
+    said = str(refused.value)
+    assert said.startswith(f"{file}: changed or damaged") and "built.json" in said and "\n" not in said
+    file.unlink()  # deleted: built again, the same bytes
+    BakeOff(plan, tmp_path, log=lambda line: None)
+    assert file.read_bytes() == built

@@ -16,9 +16,10 @@ import warnings
 from pathlib import Path
 
 from lmforge.utils.atomic import append_text, atomic_write_bytes, atomic_write_text
-from lmforge.utils.checksum import sign, verify
+from lmforge.utils.checksum import sha256, sign, verify
 
 RESULTS = "results.jsonl"
+BUILT = "built.json"  # the checksums of the files a plan builds once and reads again (built_files)
 CHECKSUM = "checksum"
 KEYS = {"arm": str, "seed": int, "task": str, "metric": str, "value": (int, float)}  # what a reader relies on
 
@@ -162,3 +163,22 @@ def read_signed(path: Path) -> dict:
     value = verify(value, CHECKSUM, path, error=ResultsError, optional=True,
                    what=f"not what was written (its checksum does not match): {damaged}")
     return {k: v for k, v in value.items() if k != CHECKSUM}
+
+
+def built_files(out, paths: list, build=None) -> None:
+    """Files the plan builds once under OUT and reads on every rerun (its corpus, its tokenizer): where they
+    are there and OUT/built.json records them, each is checked against its checksum (a ResultsError naming
+    it); else `build()` makes them and their checksums are recorded."""
+    out, paths = Path(out), [Path(p) for p in paths]
+    record = read_signed(out / BUILT) if (out / BUILT).is_file() else {}
+    if all(p.is_file() for p in paths):
+        for p in paths:
+            want = record.get(p.relative_to(out).as_posix())
+            if want is not None and sha256(p) != want:
+                raise ResultsError(f"{p}: changed or damaged since the plan built it (its checksum in "
+                                   f"{out / BUILT} differs); delete it to build it again")
+        return
+    if build is not None:
+        build()
+    made = {p.relative_to(out).as_posix(): sha256(p) for p in paths if p.is_file()}
+    write_signed(out / BUILT, {**record, **made})

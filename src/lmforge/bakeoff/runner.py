@@ -4,7 +4,8 @@ every task with one recipe; one JSON line per (arm, seed, task) in OUT/results.j
 Layout under OUT: corpus/ (the plan's text, written once), tokenizers/KEY/tokenizer (trained once,
 shared by every arm), tasks/NAME-KEY.json (the downstream splits), ARM/seed-S/pretrain (a `lmforge pretrain` run
 directory: metrics.jsonl, checkpoints/, final/) and ARM/seed-S/TASK (a fine-tuning run), and
-schedule.json (each arm's steps and counted FLOPs). Pretraining goes through train.pretrain.pretrain,
+schedule.json (each arm's steps and counted FLOPs); built.json keeps the checksums of the corpus and
+tokenizer files, which a rerun reads verified (results.built_files). Pretraining goes through train.pretrain.pretrain,
 the code `lmforge pretrain` runs; an arm's objective options and example format become a spec
 registered for the run only (objectives.registry), so the recipe itself is unchanged.
 
@@ -33,6 +34,7 @@ from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, read_by_kind
 from lmforge.bakeoff.results import (
     RESULTS,  # noqa: F401 (callers read it here)
     append_row,
+    built_files,
     mend,
     read_results,
     read_signed,
@@ -41,6 +43,7 @@ from lmforge.bakeoff.results import (
 )
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
+from lmforge.tokenizer.wrapper import SAVED_FILES
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import checkpoints
 from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer, sized_to
@@ -52,28 +55,40 @@ STAMP = "plan.json"  # in a pretraining run's directory: the fingerprint of what
 
 
 def corpus_file(corpus: dict, out: Path) -> Path:
-    """The corpus as one text file under OUT/corpus (written once; later runs read it)."""
+    """The corpus as one text file under OUT/corpus (written once; later runs read it, verified)."""
     source = corpus["source"]
     if source == "files":
         return Path(corpus["files"][0]) if len(corpus["files"]) == 1 else _joined(corpus["files"], out)
     path = out / "corpus" / f"{source}-{corpus['documents']}-{corpus.get('seed', 0)}.txt"
-    if path.is_file():
-        return path
-    if source == "builtin":
+    built_files(out, [path], lambda: write_documents(_documents(corpus), path))
+    return path
+
+
+def _documents(corpus: dict) -> list:
+    if corpus["source"] == "builtin":
         from lmforge.data.synthetic import documents as synthetic
 
-        docs = [" ".join(doc) for doc in synthetic(corpus["documents"], seed=corpus.get("seed", 0))]
-    else:
-        docs = dictd_documents(source, corpus["documents"], seed=corpus.get("seed", 0))
-    return write_documents(docs, path)
+        return [" ".join(doc) for doc in synthetic(corpus["documents"], seed=corpus.get("seed", 0))]
+    return dictd_documents(corpus["source"], corpus["documents"], seed=corpus.get("seed", 0))
 
 
 def _joined(files: list, out: Path) -> Path:
     path = out / "corpus" / f"files-{digest(files)}.txt"  # another list of files: another corpus
-    if not path.is_file():
-        texts = [Path(f).read_text(encoding="utf-8").strip() for f in files]
-        write_documents(texts, path)
+
+    def build() -> None:
+        write_documents([Path(f).read_text(encoding="utf-8").strip() for f in files], path)
+
+    built_files(out, [path], build)
     return path
+
+
+def plan_tokenizer(plan: Plan, out: Path, docs: list):
+    """The plan's tokenizer, trained once into OUT/tokenizers/KEY (its files verified on every rerun)."""
+    folder, family, size = out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], \
+        plan.tokenizer["vocab_size"]
+    built_files(out, [folder / "tokenizer" / name for name in SAVED_FILES],
+                lambda: run_tokenizer(folder, family, docs, size))
+    return run_tokenizer(folder, family, docs, size)  # read back: what was verified or just built
 
 
 def task_splits(task: dict, out: Path) -> dict:
@@ -200,8 +215,7 @@ class BakeOff:
         self.done = {(r["arm"], r["seed"], r["task"]): r.get("fingerprint") for r in read_results(self.out)}
         self.corpus = corpus_file(plan.corpus, self.out)
         docs = read_documents([self.corpus])
-        self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
-                                       plan.tokenizer["vocab_size"])
+        self.tokenizer = plan_tokenizer(plan, self.out, docs)
         self.schedules = schedules(plan, self.tokenizer.vocab_size)
         check_objectives(plan, self.tokenizer)
         self.architectures: dict = {}  # arm name -> its model's architecture, read once (architecture)

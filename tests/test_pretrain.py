@@ -121,6 +121,35 @@ def test_the_runs_tokenizer_replaces_a_link_named_tokenizer_and_leaves_its_targe
     assert load_tokenizer(path).vocab_size == tokenizer.vocab_size
 
 
+@pytest.mark.parametrize("damage", ["vocab", "delete-config", "edit-record"])
+def test_the_runs_tokenizer_is_read_back_verified(tmp_path, damage):
+    """A resumed run read OUT/tokenizer as it found it: a changed vocabulary entry (still JSON) tokenized the
+    rest of the run otherwise, unsaid (helper's probe); its files' checksums now stand beside them."""
+    from lmforge.data.synthetic import documents
+    from lmforge.tokenizer import TokenizerError
+    from lmforge.train.pretrain import run_tokenizer
+
+    docs = documents(40, seed=0)
+    trained = run_tokenizer(tmp_path, "bert", docs, 300)
+    assert run_tokenizer(tmp_path, "bert", docs, 300).backend.get_vocab() == trained.backend.get_vocab()
+    path = tmp_path / "tokenizer"
+    if damage == "vocab":
+        text = (path / "tokenizer.json").read_text()
+        (path / "tokenizer.json").write_text(text.replace('"the":', '"thd":', 1))
+        assert '"the":' in text
+    elif damage == "delete-config":
+        (path / "tokenizer_config.json").unlink()
+    else:
+        record = json.loads((path / "sha256.json").read_text())
+        (path / "sha256.json").write_text(json.dumps({**record, "tokenizer.json": "0" * 64}))
+    named = {"vocab": "tokenizer.json", "delete-config": "tokenizer_config.json",
+             "edit-record": "sha256.json"}
+    with pytest.raises(TokenizerError) as refused:
+        run_tokenizer(tmp_path, "bert", docs, 300)
+    said = str(refused.value)
+    assert said.startswith(str(path / named[damage])) and "\n" not in said, said
+
+
 def test_a_misspelt_option_with_a_preset_is_named_among_every_kind_of_option(tmp_path, capsys):
     """`duplicaton=2` with --preset was refused listing the model's fields only, as if duplication, steps
     and batch_size were no options; the refusal names it and where every option is listed, before any work."""

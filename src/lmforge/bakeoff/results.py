@@ -166,7 +166,7 @@ def read_signed(path: Path) -> dict:
 
 
 def built_files(out, paths: list, build=None) -> None:
-    """Files the plan builds once under OUT and reads on every rerun (its corpus, its tokenizer): where they
+    """Files the plan builds once under OUT and reads on every rerun (its corpus): where they
     are there and OUT/built.json records them, each is checked against its checksum (a ResultsError naming
     it); else `build()` makes them and their checksums are recorded."""
     out, paths = Path(out), [Path(p) for p in paths]

@@ -4,10 +4,11 @@ every task with one recipe; one JSON line per (arm, seed, task) in OUT/results.j
 Layout under OUT: corpus/ (the plan's text, written once), tokenizers/KEY/tokenizer (trained once,
 shared by every arm), tasks/NAME-KEY.json (the downstream splits), ARM/seed-S/pretrain (a `lmforge pretrain` run
 directory: metrics.jsonl, checkpoints/, final/) and ARM/seed-S/TASK (a fine-tuning run), and
-schedule.json (each arm's steps and counted FLOPs); built.json keeps the checksums of the corpus and
-tokenizer files, which a rerun reads verified (results.built_files). Pretraining goes through train.pretrain.pretrain,
-the code `lmforge pretrain` runs; an arm's objective options and example format become a spec
-registered for the run only (objectives.registry), so the recipe itself is unchanged.
+schedule.json (each arm's steps and counted FLOPs); built.json keeps the checksums of the corpus files,
+which a rerun reads verified (results.built_files), as it reads the tokenizer's (run_tokenizer).
+Pretraining goes through train.pretrain.pretrain, the code `lmforge pretrain` runs; an arm's objective
+options and example format become a spec registered for the run only (objectives.registry), so the
+recipe itself is unchanged.
 
 Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl (each verified against
 its checksum, a torn last line cut: results.py) is skipped when its fingerprint is the plan's
@@ -43,7 +44,6 @@ from lmforge.bakeoff.results import (
 )
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
-from lmforge.tokenizer.wrapper import SAVED_FILES
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import checkpoints
 from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer, sized_to
@@ -80,15 +80,6 @@ def _joined(files: list, out: Path) -> Path:
 
     built_files(out, [path], build)
     return path
-
-
-def plan_tokenizer(plan: Plan, out: Path, docs: list):
-    """The plan's tokenizer, trained once into OUT/tokenizers/KEY (its files verified on every rerun)."""
-    folder, family, size = out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], \
-        plan.tokenizer["vocab_size"]
-    built_files(out, [folder / "tokenizer" / name for name in SAVED_FILES],
-                lambda: run_tokenizer(folder, family, docs, size))
-    return run_tokenizer(folder, family, docs, size)  # read back: what was verified or just built
 
 
 def task_splits(task: dict, out: Path) -> dict:
@@ -215,7 +206,9 @@ class BakeOff:
         self.done = {(r["arm"], r["seed"], r["task"]): r.get("fingerprint") for r in read_results(self.out)}
         self.corpus = corpus_file(plan.corpus, self.out)
         docs = read_documents([self.corpus])
-        self.tokenizer = plan_tokenizer(plan, self.out, docs)
+        # trained once, verified on every rerun (train.pretrain.run_tokenizer keeps its checksums)
+        self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
+                                       plan.tokenizer["vocab_size"])
         self.schedules = schedules(plan, self.tokenizer.vocab_size)
         check_objectives(plan, self.tokenizer)
         self.architectures: dict = {}  # arm name -> its model's architecture, read once (architecture)

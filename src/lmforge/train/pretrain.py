@@ -51,13 +51,17 @@ from lmforge.train.pretrain_options import (
     check_read,
     recipe_and_inputs,
 )
+from lmforge.tokenizer import TokenizerError
+from lmforge.tokenizer.wrapper import SAVED_FILES
 from lmforge.utils.atomic import atomic_write_text, replace_dir
+from lmforge.utils.checksum import sha256, sign, verify
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
 # evaluation (seed, i, 2), dropout (seed, step, rank, 3), fine-tuning's head (seed, 4) and preset
 # (seed, 5). The initial weights take (seed, INIT_STREAM, 0, 0, 0): five parts, a length no other
 # stream has, so their seed is never one of those (as two parts it would be epoch 6's data order).
 INIT_STREAM = 6
+TOKENIZER_SUMS = "sha256.json"  # in a run's DIR/tokenizer: its files' checksums, signed (run_tokenizer)
 
 
 def init_seed(seed: int) -> int:
@@ -113,26 +117,48 @@ def default_tokenizer(family: str, docs: list, vocab_size: int):
 
 
 def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float = 600.0):
-    """The run's tokenizer, trained once and kept in DIR/tokenizer.
+    """The run's tokenizer, trained once and kept in DIR/tokenizer with its files' checksums.
 
     Training is deterministic (lmforge.tokenizer.canonical), but it takes time and memory on a
-    large corpus: a resumed run reads the tokenizer it already has, and the ranks of a torchrun
-    job read the one rank 0 wrote rather than each training its own."""
-    from lmforge.tokenizer import load_tokenizer
-
+    large corpus: a resumed run reads the tokenizer it already has (verified), and the ranks of a
+    torchrun job read the one rank 0 wrote rather than each training its own."""
     path = Path(out) / "tokenizer"
     if (path / "tokenizer.json").is_file():
-        return load_tokenizer(path)
+        return _trained(path)
     if int(os.environ.get("RANK", "0")) != 0:
         deadline = time.monotonic() + wait_s
         while not (path / "tokenizer.json").is_file():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rank 0 wrote no tokenizer to {path} in {wait_s:.0f} s")
             time.sleep(0.2)
-        return load_tokenizer(path)
+        return _trained(path)
     tokenizer = default_tokenizer(family, docs, vocab_size)
-    replace_dir(path, tokenizer.save)  # other ranks see the whole directory or nothing
+
+    def save(folder: Path) -> None:  # the files and their checksums, together
+        tokenizer.save(folder)
+        sums = sign({name: sha256(folder / name) for name in SAVED_FILES}, "checksum")
+        atomic_write_text(folder / TOKENIZER_SUMS, json.dumps(sums, indent=1) + "\n")
+
+    replace_dir(path, save)  # other ranks see the whole directory or nothing
     return tokenizer
+
+
+def _trained(path: Path):
+    """The tokenizer run_tokenizer kept, its files checked against the checksums beside them (a folder
+    written before they were kept reads unverified): a changed vocabulary entry is still JSON."""
+    from lmforge.tokenizer import load_tokenizer
+
+    record = path / TOKENIZER_SUMS
+    if record.is_file():
+        try:
+            sums = json.loads(record.read_text(encoding="utf-8"))
+        except ValueError as err:
+            raise TokenizerError(f"{record}: not JSON ({err})") from None
+        for name, want in verify(sums, "checksum", record, error=TokenizerError).items():
+            if name != "checksum" and (not (path / name).is_file() or sha256(path / name) != want):
+                raise TokenizerError(f"{path / name} is missing or does not match its checksum in {record} "
+                                     f"(changed or damaged since the run trained it)")
+    return load_tokenizer(path)
 
 
 def read_words(path) -> list:

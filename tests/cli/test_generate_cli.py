@@ -125,6 +125,24 @@ def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dir
         in err
 
 
+@pytest.mark.parametrize("text", ['{"max_new_tokens": 5, "num_be', "[5]", b"\xff{}"])
+def test_a_damaged_generation_config_json_is_refused_naming_it_not_read_as_none(dirs, capsys, tmp_path, text):
+    """A cut file was read as no file: the default settings (or config.json's), unsaid (helper's probe)."""
+    import shutil
+
+    from lmforge.generate.options import GenerationOptions
+    from lmforge.io import CheckpointError
+
+    path = tmp_path / "damaged"
+    shutil.copytree(dirs["gpt2"], path)
+    file = path / "generation_config.json"
+    file.write_bytes(text) if isinstance(text, bytes) else file.write_text(text)
+    with pytest.raises(CheckpointError, match=f"^{file}: not"):
+        GenerationOptions.load(path)
+    err = _refused(capsys, ["generate", "--model", str(path), "the cat"])
+    assert f"{file}: not" in err
+
+
 def test_new_wordpiece_text_joins_the_prompt_as_the_tokenizer_joins_it(tmp_path, capsys):
     from lmforge.cli.generate import TextStream
     from lmforge.generate.text import continuation

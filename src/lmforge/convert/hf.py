@@ -81,10 +81,15 @@ def read_reference_weights(path: Path) -> dict:
 def forced_tokens(path: Path) -> dict:
     """Forced first/last generated tokens of generation_config.json: where that file exists the
     reference takes them from it alone (absent means none), not from config.json."""
+    file = path / "generation_config.json"
     try:
-        generation = json.loads((path / "generation_config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        generation = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:  # read as none: other tokens, unsaid
+        raise ConversionError(f"{file}: not readable as JSON ({err})") from None
+    if not isinstance(generation, dict):
+        raise ConversionError(f"{file}: not a JSON object {{...}} but {type(generation).__name__}")
     return {k: generation.get(k) for k in ("forced_bos_token_id", "forced_eos_token_id")}
 
 

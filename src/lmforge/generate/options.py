@@ -19,6 +19,7 @@ from typing import Optional, Union
 from lmforge.config.model import MAX_LEN, MAX_VOCAB
 from lmforge.config.options import (OptionsError, base_type, check_options, check_value, coerce, from_dict, option,
                                     with_changes)
+from lmforge.io.files import CheckpointError
 from lmforge.utils.atomic import atomic_write_text
 
 MAX_NEW_TOKENS = 4096  # new tokens one request may ask for (a server's Limits may ask fewer)
@@ -116,7 +117,7 @@ class GenerationOptions:
         min_length become new-token counts when `start` (the positions before the new tokens) is given."""
         from lmforge.convert.hf import generation_defaults
 
-        found = _read_json(Path(path) / FILE)
+        found = _read_json(Path(path) / FILE, strict=True)
         found = {k: v for k, v in found.items() if v is not None} if found else generation_defaults(path)
         if start is not None and "max_new_tokens" not in found and _is_int(found.get("max_length")):
             found["max_new_tokens"] = max(1, found["max_length"] - start)
@@ -140,12 +141,19 @@ class GenerationOptions:
         return atomic_write_text(target, json.dumps({**kept, **ours}, indent=2) + "\n")
 
 
-def _read_json(path: Path) -> dict:
-    """The JSON object in `path`; {} where there is none."""
+def _read_json(path: Path, strict: bool = False) -> dict:
+    """The JSON object in `path`; {} where there is none. One that cannot be read is {} too, or with
+    `strict` a CheckpointError naming the file (a damaged one read as none gave other settings unsaid)."""
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except FileNotFoundError:
         return {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        if strict:
+            raise CheckpointError(f"{path}: not readable as JSON ({err})") from None
+        return {}
+    if strict and not isinstance(found, dict):
+        raise CheckpointError(f"{path}: not a JSON object {{...}} but {type(found).__name__}")
     return found if isinstance(found, dict) else {}
 
 

@@ -1,0 +1,18 @@
+"""Reading a Hugging Face directory's side files: a damaged one is named, never read as absent."""
+import pytest
+
+from lmforge.convert.hf import forced_tokens
+from lmforge.convert.keymap import ConversionError
+
+
+@pytest.mark.parametrize("text", ['{"forced_eos_token_id": 2, "forc', "[2]", b"\xff{}"])
+def test_a_damaged_generation_config_json_is_refused_naming_it(tmp_path, text):
+    """A cut file was read as no file, so a BART's forced end token was dropped unsaid (helper's probe)."""
+    assert forced_tokens(tmp_path) == {}  # none: nothing forced
+    (tmp_path / "generation_config.json").write_text('{"forced_eos_token_id": 2}')
+    assert forced_tokens(tmp_path) == {"forced_bos_token_id": None, "forced_eos_token_id": 2}
+    file = tmp_path / "generation_config.json"
+    file.write_bytes(text) if isinstance(text, bytes) else file.write_text(text)
+    with pytest.raises(ConversionError, match=f"^{file}: not") as refused:
+        forced_tokens(tmp_path)
+    assert "\n" not in str(refused.value)

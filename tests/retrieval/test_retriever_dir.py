@@ -93,25 +93,34 @@ def test_a_passage_folder_beside_a_shared_encoders_retriever_json_is_refused(ret
 
 
 def test_a_changed_value_of_retriever_json_that_is_still_json_is_refused_naming_it(retriever, capsys):
-    """max_length 32 -> 33 (one flipped bit) read as the retriever's options, unsaid (helper's probe)."""
+    """max_length 32 -> 33 (one flipped bit) read as the retriever's options, unsaid; a lost file read as a
+    plain encoder's default options (pooling mean for cls), unsaid (helper's probe)."""
     from lmforge.cli import main
     from lmforge.io.files import CheckpointError
 
     text = (retriever / "retriever.json").read_text()
     assert '"max_length": 32' in text
     (retriever / "retriever.json").write_text(text.replace('"max_length": 32', '"max_length": 33'))
-    with pytest.raises(CheckpointError, match=r"retriever\.json: does not match its checksum"):
+    with pytest.raises(CheckpointError, match=r"retriever\.json does not match its checksum in config\.json"):
         BiEncoder.from_dir(retriever)
-    assert main(["index", "build", "--model", str(retriever), "--out", str(retriever.parent / "ix"), "--quiet"]) == 2
+    out = retriever.parent / "ix"
+    assert main(["index", "build", "--model", str(retriever), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "retriever.json: does not match its checksum" in err, err
-    assert not (retriever.parent / "ix").exists()
+    assert err.count("\n") == 1 and "retriever.json does not match its checksum" in err, err
+    assert not out.exists()
+    (retriever / "retriever.json").unlink()  # lost (of a shared encoder: no passage/ to tell it by): not read
+    shutil.rmtree(retriever / "passage")  # as a plain encoder with the default options
+    with pytest.raises(CheckpointError, match=r"retriever\.json: missing, though .*config\.json records"):
+        BiEncoder.from_dir(retriever)
 
 
 def test_a_retriever_json_written_before_passage_encoder_was_recorded_still_reads(retriever):
     saved = json.loads((retriever / "retriever.json").read_text())
-    del saved["passage_encoder"], saved["checksum"]  # recorded since; such a file reads unverified
+    del saved["passage_encoder"]
     (retriever / "retriever.json").write_text(json.dumps(saved))
+    config = json.loads((retriever / "config.json").read_text())
+    del config["sha256"]["retriever.json"]  # nor its checksum recorded then: it reads unverified
+    (retriever / "config.json").write_text(json.dumps(config))
     assert BiEncoder.from_dir(retriever).passage_model is not None  # passage/ says so
     (retriever / "passage" / "model.safetensors").unlink()
     with pytest.raises(ValueError, match=r"passage"):

@@ -28,19 +28,18 @@ from lmforge.config.options import Items, OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
-from lmforge.io.files import CheckpointError
-from lmforge.io.native import read_json_object
+from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.pipelines.embed_options import leading
 from lmforge.tokenizer import load_tokenizer
 from lmforge.utils.atomic import atomic_write_text, refuse_link
-from lmforge.utils.checksum import model_fingerprint, sign, verify
+from lmforge.utils.checksum import model_fingerprint
+from lmforge.utils.model_folder import check_recorded, record_sums
 
 POOLINGS = {"mean": "mean", "cls": "first"}
 RETRIEVER_FILE, PASSAGE_DIR = "retriever.json", "passage"  # a retriever folder's options, its own E_P
 SEPARATE = "passage_encoder"  # retriever.json's field beside the options: whether passage/ holds E_P
-CHECKSUM = "checksum"  # retriever.json's field: its other fields' checksum (utils.checksum.sign)
 
 
 MAX_DIMS = 65536  # a bound on any embedding width (and on how many prefixes are listed)
@@ -76,17 +75,18 @@ class EncoderOptions:
 
 def retriever_file(path: Path) -> tuple:
     """(EncoderOptions fields, whether passages have an encoder of their own) of a model folder. One with
-    retriever.json was written by BiEncoder.save: the file (verified against its checksum) and, where it
-    says so, passage/ are read whole or refused naming the file. One without is a plain encoder (shared, default options), unless it holds
-    passage/: a retriever that lost its retriever.json."""
+    retriever.json was written by BiEncoder.save: the file (verified against the checksum its config.json
+    records) and, where it says so, passage/ are read whole or refused naming the file. One without is a
+    plain encoder (shared, default options), unless it holds passage/ or its config.json records the file:
+    a retriever that lost its retriever.json."""
     file = path / RETRIEVER_FILE
     if not file.is_file():
         if (path / PASSAGE_DIR).exists():
             raise ValueError(f"{file}: missing, though {path / PASSAGE_DIR} holds a passage encoder; a "
                              f"retriever folder is read whole: save or train it again")
+        check_recorded(path, RETRIEVER_FILE, CheckpointError)
         return {}, False
-    signed = read_json_object(file)
-    saved = {k: v for k, v in signed.items() if k != CHECKSUM}
+    saved = read_json_object(file)
     # a file written before SEPARATE was recorded: passage/ says it
     separate = saved.pop(SEPARATE, (path / PASSAGE_DIR).exists())
     unknown = sorted(set(saved) - {f.name for f in fields(EncoderOptions)})
@@ -103,9 +103,7 @@ def retriever_file(path: Path) -> tuple:
     if not separate and (path / PASSAGE_DIR).exists():
         raise ValueError(f"{path / PASSAGE_DIR}: a passage encoder, but {file} says the passages share the "
                          f"question encoder")
-    # last, so that an edited field is named above; a file written before it carried one reads unverified
-    verify(signed, CHECKSUM, file, error=CheckpointError, optional=True,
-           what="does not match its checksum (changed or damaged since it was written): save or train it again")
+    check_recorded(path, RETRIEVER_FILE, CheckpointError)  # last, so that an edited field is named above
     return saved, separate
 
 
@@ -147,8 +145,9 @@ class BiEncoder:
         if self.passage_model is not None:
             self.passage_model.save(path / PASSAGE_DIR)
         self.tokenizer.save(path)
-        saved = sign({**asdict(self.options), SEPARATE: self.passage_model is not None}, CHECKSUM)
+        saved = {**asdict(self.options), SEPARATE: self.passage_model is not None}
         atomic_write_text(path / RETRIEVER_FILE, json.dumps(saved, indent=2))
+        record_sums(path, [RETRIEVER_FILE])  # in the model's config.json: retriever_file verifies it
         return path
 
     @property

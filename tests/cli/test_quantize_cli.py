@@ -296,3 +296,22 @@ def test_a_damaged_tokenizer_is_refused_naming_it_and_a_model_without_one_is_qua
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(tmp_path / "m" / "tokenizer.json") in err, err
         assert not (tmp_path / "q").exists()
+
+
+def test_the_task_json_an_int8_model_carries_is_verified_on_both_sides(fine_tuned, tmp_path, capsys):
+    """It was copied as found (an edited one carried on) and then read unverified in the int8 folder."""
+    import shutil
+
+    path, dev = fine_tuned
+    assert main(["quantize", "--model", str(path), "--out", str(tmp_path / "q"), *FAST]) == 0
+    carried = tmp_path / "q" / "model" / "task.json"
+    assert "task.json" in json.loads((tmp_path / "q" / "model" / "config.json").read_text())["sha256"]
+    carried.write_text(carried.read_text().replace('"max_len": 128', '"max_len": 129'))
+    assert main(["evaluate", "--model", str(tmp_path / "q" / "model"), "--data", str(dev)]) == 2
+    assert f"{carried} does not match its checksum" in capsys.readouterr().err
+    shutil.copytree(path, tmp_path / "edited")
+    (tmp_path / "edited" / "task.json").write_text(carried.read_text())
+    assert main(["quantize", "--model", str(tmp_path / "edited"), "--out", str(tmp_path / "q2"), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "edited/task.json does not match its checksum" in err and \
+        not (tmp_path / "q2").exists(), err

@@ -26,11 +26,12 @@ from lmforge.quant.engines import QUANTISING
 from lmforge.quant.int8 import MODES, SERIAL, choices
 from lmforge.quant.int8_ffn import routes
 from lmforge.quant.isa import activation_bits
-from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model
+from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model, task_info
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.load import holds_tokenizer
 from lmforge.train.config import MAX_SEED
 from lmforge.utils.atomic import refuse_link, replace_dir
+from lmforge.utils.model_folder import record_sums
 from lmforge.utils.timing import alternating
 
 SEQ_LEN = 128  # tokens a row of the timed batch unless told (the model's longest where shorter)
@@ -138,6 +139,7 @@ def _write(source: Path, int8, task, tokenizer, staging: Path) -> None:
             tokenizer.save(staging)
         if (source / TASK_FILE).is_file():  # a fine-tuned model stays one (lmforge evaluate reads it)
             copy_as_created(source / TASK_FILE, staging / TASK_FILE)
+            record_sums(staging, [TASK_FILE])  # as read verified from the source (run_quantize, first)
     carry_sentence_files(source, staging)
 
 
@@ -163,7 +165,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
     o, source, out = options or QuantizeOptions(), find_model_dir(model), refuse_link(out)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
-    tokenizer = _carried_tokenizer(source)
+    tokenizer, _ = _carried_tokenizer(source), task_info(source)  # what travels, read verified first
     length = timed_length(fp32, o.seq_len)
     o.check_timed(length)  # before any work: the default length is the model's (at most SEQ_LEN)
     ids, mask = random_tokens(fp32, o.batch_size, length, o.seed)

@@ -50,6 +50,17 @@ def test_convert_carries_the_tokenizer_and_leaves_nothing_old(tmp_path, source, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left
 
 
+def test_the_files_carried_into_an_lmforge_dst_are_verified_there(tmp_path, source, capsys):
+    """They were copied unrecorded, so DST read them unverified (a changed label of task.json unsaid)."""
+    assert main(["convert", str(source), str(tmp_path / "dst"), "--to", "lmforge"]) == 0
+    sums = json.loads((tmp_path / "dst" / "config.json").read_text())["sha256"]
+    assert {"tokenizer.json", "tokenizer_config.json", "task.json"} <= set(sums)
+    task = tmp_path / "dst" / "task.json"
+    task.write_text(task.read_text().replace('"b"', '"c"'))
+    assert main(["convert", str(tmp_path / "dst"), str(tmp_path / "again")]) == 2
+    _one_line(capsys, f"{task} does not match its checksum")
+
+
 def test_convert_into_itself_or_around_itself_is_refused(tmp_path, source, capsys):
     before = {p.name: p.read_bytes() for p in source.iterdir()}
     for dst, message in ((source, "is SRC"), (source / "inner", "inside it"), (tmp_path, "holds SRC")):

@@ -27,7 +27,7 @@ from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
 from lmforge.presets import PRESETS
 from lmforge.utils.atomic import atomic_write, replace_dir
-from lmforge.utils.model_folder import inside_job_folder
+from lmforge.utils.model_folder import inside_job_folder, record_sums
 from lmforge.utils.progress import Bar
 
 # what travels with the weights in `convert`: the tokenizer's files, a fine-tuned model's task.json
@@ -35,6 +35,8 @@ from lmforge.utils.progress import Bar
 COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
               "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
               "task.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+# those whose checksums an lmforge DST's config.json records, as the job that wrote them records them
+VERIFIED = ("tokenizer.json", "tokenizer_config.json", "task.json")
 
 
 def cmd_inspect(args) -> None:
@@ -135,6 +137,7 @@ def copy_companions(src: Path, dst: Path) -> list:
         if (src / name).is_file():
             shutil.copy2(src / name, dst / name)
             copied.append(name)
+    record_sums(dst, [n for n in copied if n in VERIFIED])  # read verified from SRC (check_companions)
     try:
         entries = json.loads((src / "modules.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):  # none, or unreadable: copied as it is, nothing more

@@ -9,7 +9,7 @@ from tokenizers.models import WordLevel
 import lmforge.data.shards as shards
 from lmforge.cli import main
 from lmforge.data.corpus import CorpusWarning
-from lmforge.data.shards import shard_corpus, token_dtype, verify
+from lmforge.data.shards import ShardError, shard_corpus, token_dtype, verify
 from lmforge.data.stream import ShardCorpus
 from lmforge.train.pretrain import read_documents, tokenize_documents
 from lmforge.tokenizer import Tokenizer, load_tokenizer
@@ -152,8 +152,8 @@ def _one_shard(corpus_dir, tokenizer_dir, out):
 def test_a_truncated_shard_is_refused_naming_the_file(corpus_dir, tokenizer_dir, tmp_path):
     binary = _one_shard(corpus_dir, tokenizer_dir, tmp_path / "s")
     binary.write_bytes(binary.read_bytes()[:binary.stat().st_size * 6 // 100])  # cut to 6 %
-    with pytest.raises(ValueError, match=f"shard file {binary} is .* bytes, its manifest says .*truncated"):
-        ShardCorpus(tmp_path / "s")
+    with pytest.raises(ShardError, match=f"shard file {binary} is .* bytes, its manifest says .*truncated"):
+        ShardCorpus(tmp_path / "s")  # a type of its own: the Python face names what it refuses
 
 
 def test_a_changed_shard_fails_its_checksum_on_open(corpus_dir, tokenizer_dir, tmp_path):
@@ -161,7 +161,7 @@ def test_a_changed_shard_fails_its_checksum_on_open(corpus_dir, tokenizer_dir, t
     data = bytearray(binary.read_bytes())
     data[10] ^= 1  # same size: only the checksum tells
     binary.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="shard-00000.bin does not match its checksum"):
+    with pytest.raises(ShardError, match="shard-00000.bin does not match its checksum"):
         ShardCorpus(tmp_path / "s")
 
 
@@ -253,7 +253,7 @@ def test_every_reader_judges_a_shard_folder_by_one_rule(corpus_dir, tokenizer_di
     assert is_shard_dir(texts / "old")
     with pytest.warns(CorpusWarning, match="old: skipped"):
         assert [p.name for p in expand_files([texts])] == ["a.txt", "manifest.json"]
-    with pytest.raises(ValueError, match="cannot read manifest.json"):  # pretrain --data: named, not read
+    with pytest.raises(ShardError, match="cannot read manifest.json"):  # pretrain --data: named, not read
         open_shards([texts / "old"])
 
 

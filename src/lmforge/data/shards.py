@@ -196,18 +196,23 @@ _VERIFIED: set = set()
 REDO = "rerun `lmforge corpus shard` with the same inputs to rewrite it"
 
 
+class ShardError(ValueError):
+    """A shard folder that cannot be trusted (a file missing, cut or changed; its manifest lost or damaged):
+    the message names the file."""
+
+
 def check_files(out, shards: list, itemsize: int) -> None:
-    """ValueError naming the first file of `shards` (manifest entries) that is missing, of another
+    """ShardError naming the first file of `shards` (manifest entries) that is missing, of another
     size than its counts imply (truncated), or whose sha256 differs: sizes always, checksums once per
     file per process."""
     out, todo = Path(out), []
     for entry in shards:
         for path, size, suffix in _expected(out, entry, itemsize):
             if not path.is_file():
-                raise ValueError(f"shard file {path} is missing; {REDO}")
+                raise ShardError(f"shard file {path} is missing; {REDO}")
             stat = path.stat()
             if stat.st_size != size:
-                raise ValueError(f"shard file {path} is {stat.st_size} bytes, its manifest says {size} "
+                raise ShardError(f"shard file {path} is {stat.st_size} bytes, its manifest says {size} "
                                  f"(truncated or damaged); {REDO}")
             key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
             want = (entry.get("sha256") or {}).get(suffix.lstrip("."))
@@ -217,7 +222,7 @@ def check_files(out, shards: list, itemsize: int) -> None:
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         for (path, want, key), got in zip(todo, pool.map(lambda t: _sha256(t[0]), todo)):
             if got != want:
-                raise ValueError(f"shard file {path} does not match its checksum in the manifest "
+                raise ShardError(f"shard file {path} does not match its checksum in the manifest "
                                  f"(changed or damaged); {REDO}")
             _VERIFIED.add(key)
 
@@ -238,18 +243,18 @@ def read_manifest(out, check: bool = True) -> dict:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:  # lost beside its shards (corpus.is_shard_dir): their record is gone
-        raise ValueError(f"{path} is missing: nothing records what the shards hold; rerun `lmforge corpus "
+        raise ShardError(f"{path} is missing: nothing records what the shards hold; rerun `lmforge corpus "
                          f"shard` with the same inputs to rewrite it") from None
     except (OSError, ValueError) as err:
-        raise ValueError(f"{out} is not a shard directory (cannot read manifest.json: {err})") from None
+        raise ShardError(f"{out} is not a shard directory (cannot read manifest.json: {err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise ValueError(f"{path} is not an {FORMAT} v{VERSION} manifest")
+        raise ShardError(f"{path} is not an {FORMAT} v{VERSION} manifest")
     if check and manifest.get("complete"):
         try:
             check_files(out, manifest["shards"], np.dtype(manifest["dtype"]).itemsize)
         except (KeyError, TypeError, AttributeError) as err:  # a field missing, or of another kind
             what = f"lacks {err}" if isinstance(err, KeyError) else f"is malformed ({err})"
-            raise ValueError(f"{path} is damaged: a shard entry {what}") from None
+            raise ShardError(f"{path} is damaged: a shard entry {what}") from None
     return manifest
 
 

@@ -45,7 +45,7 @@ from lmforge.data.examples import (
     sop_pairs,
     sso_pairs,
 )
-from lmforge.data.shards import OFFSET, SUFFIXES, read_manifest
+from lmforge.data.shards import OFFSET, SUFFIXES, ShardError, read_manifest
 
 
 class ShardCorpus:
@@ -55,7 +55,8 @@ class ShardCorpus:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         if not self.manifest.get("complete"):
-            raise ValueError(f"{path} is unfinished: rerun `lmforge corpus shard` with the same inputs to complete it")
+            raise ShardError(f"{path} is unfinished: rerun `lmforge corpus shard` with the same inputs to "
+                             f"complete it")
         self.dtype = np.dtype(self.manifest["dtype"])
         self.shards = [s for s in self.manifest["shards"] if s["documents"]]
         self.first_doc = np.cumsum([0] + [s["documents"] for s in self.shards])  # (n_shards + 1,)
@@ -80,7 +81,7 @@ class ShardCorpus:
         """Raise ValueError unless `tokenizer` is the one the shards were written with."""
         text, recorded = tokenizer.backend.to_str(pretty=True), self.manifest.get("tokenizer")
         if not (isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str)):  # not a traceback
-            raise ValueError(f"{self.path / 'manifest.json'} is damaged: \"tokenizer\" lacks the "
+            raise ShardError(f"{self.path / 'manifest.json'} is damaged: \"tokenizer\" lacks the "
                              "tokenizer's sha256")
         if hashlib.sha256(text.encode()).hexdigest() != recorded["sha256"]:
             raise ValueError(f"{self.path} was tokenised with another tokenizer ({self.path / 'tokenizer'})")

@@ -74,6 +74,21 @@ def test_a_changed_bm25_file_is_refused_naming_it(index, capsys):
     assert "params.index.json: checksum does not match" in _refusal(index, capsys, "--method", "bm25")
 
 
+@pytest.mark.parametrize("name", ["passages.jsonl", "index.json", "bm25/params.index.json", "bm25/manifest.json",
+                                  "dense/embeddings.npy", "dense/ids.json", "dense/manifest.json"])
+def test_the_python_face_refuses_a_damaged_index_with_a_type_of_its_own(index, name):
+    """It raised a bare ValueError, as for any bad argument: a caller could not tell a damaged index."""
+    from lmforge.retrieval.index_dir import IndexDamaged
+    from lmforge.retrieval.jobs import QueryOptions, query_index
+
+    file = index / name
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+    method = "dense" if name.startswith("dense") else "bm25"
+    with pytest.raises(IndexDamaged) as refused:
+        query_index(index, [QUERY], QueryOptions(method=method))
+    assert str(refused.value).startswith(str(file)) and "\n" not in str(refused.value)
+
+
 def test_a_part_from_another_build_is_refused(index, built, capsys, tmp_path):
     assert main(["index", "build", "--out", str(tmp_path / "other"), "--seed", "1", "--quiet"]) == 0
     capsys.readouterr()

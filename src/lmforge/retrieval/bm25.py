@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmforge.retrieval.index_dir import read_manifest
+from lmforge.retrieval.index_dir import IndexDamaged, read_manifest
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 from lmforge.utils.checksum import check_files, sha256
 
@@ -95,10 +95,10 @@ class BM25Index:
         try:
             retriever = bm25s.BM25.load(str(path), allow_pickle=False, show_progress=False, load_corpus=False)
         except (OSError, ValueError, KeyError) as err:  # checksums matched: a file bm25s itself cannot read
-            raise ValueError(f"{path}: not a readable BM25 index ({type(err).__name__}: {err})") from None
+            raise IndexDamaged(f"{path}: not a readable BM25 index ({type(err).__name__}: {err})") from None
         if retriever.scores.get("num_docs") != manifest["count"]:
-            raise ValueError(f"{path / MANIFEST}: count {manifest['count']} is not the index's "
-                             f"{retriever.scores.get('num_docs')} passages")
+            raise IndexDamaged(f"{path / MANIFEST}: count {manifest['count']} is not the index's "
+                               f"{retriever.scores.get('num_docs')} passages")
         return cls(retriever, manifest["count"])
 
 
@@ -108,11 +108,11 @@ def _manifest(path: Path) -> dict:
     manifest = read_manifest(file, FORMAT, "an lmforge BM25 index manifest")
     sums = manifest.get("sha256")
     if not isinstance(sums, dict) or not sums:
-        raise ValueError(f"{file}: not an lmforge BM25 index manifest")
+        raise IndexDamaged(f"{file}: not an lmforge BM25 index manifest")
     unlisted = [name for name in FILES if name not in sums]
     if unlisted:
-        raise ValueError(f"{file}: lists no checksum of {', '.join(unlisted)}")
-    check_files(path, sums, file)
+        raise IndexDamaged(f"{file}: lists no checksum of {', '.join(unlisted)}")
+    check_files(path, sums, file, IndexDamaged)
     return manifest
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lmforge.retrieval.index_dir import read_manifest
+from lmforge.retrieval.index_dir import IndexDamaged, read_manifest
 from lmforge.retrieval.job_options import BACKENDS
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 from lmforge.utils.checksum import check_files, sha256
@@ -73,7 +73,7 @@ def _manifest(path: Path) -> dict:
     """The dense part's manifest.json (index_dir.read_manifest's rules), with its vectors' width."""
     manifest = read_manifest(path / "manifest.json", FORMAT, "an lmforge dense index manifest")
     if not isinstance(manifest.get("dim"), int) or isinstance(manifest["dim"], bool) or manifest["dim"] < 1:
-        raise ValueError(f"{path / 'manifest.json'}: field 'dim' missing or not a width")
+        raise IndexDamaged(f"{path / 'manifest.json'}: field 'dim' missing or not a width")
     return manifest
 
 
@@ -83,7 +83,7 @@ def _check_files(path: Path, manifest: dict, verify: bool) -> None:
     missing = [name for name in names if not (path / name).is_file()]
     if missing or verify:
         check_files(path, {name: (manifest.get("sha256") or {}).get(name) for name in missing or names},
-                    path / "manifest.json")
+                    path / "manifest.json", IndexDamaged)
 
 
 def top_inner_products(queries: torch.Tensor, passages: torch.Tensor, k: int, batch_size: int = 256) -> tuple:
@@ -126,13 +126,13 @@ class DenseIndex:
         try:
             rows = np.load(path / "embeddings.npy", mmap_mode="r", allow_pickle=False)
         except ValueError as err:  # truncated: numpy cannot map the rows the header promises
-            raise ValueError(f"{path / 'embeddings.npy'}: truncated or not a .npy array ({err})") from None
+            raise IndexDamaged(f"{path / 'embeddings.npy'}: truncated or not a .npy array ({err})") from None
         if rows.shape != (manifest["count"], manifest["dim"]) or rows.dtype != np.float32:
-            raise ValueError(f"{path / 'embeddings.npy'}: shape {rows.shape} {rows.dtype} does not match the "
-                             f"manifest ({manifest['count']}, {manifest['dim']}) float32")
+            raise IndexDamaged(f"{path / 'embeddings.npy'}: shape {rows.shape} {rows.dtype} does not match "
+                               f"the manifest ({manifest['count']}, {manifest['dim']}) float32")
         ids = json.loads((path / "ids.json").read_text(encoding="utf-8"))
         if len(ids) != manifest["count"]:
-            raise ValueError(f"{path / 'ids.json'}: {len(ids)} ids for {manifest['count']} rows")
+            raise IndexDamaged(f"{path / 'ids.json'}: {len(ids)} ids for {manifest['count']} rows")
         return cls(rows, ids, manifest)
 
     def check_encoder(self, width: int, fingerprint: str, name: str) -> None:

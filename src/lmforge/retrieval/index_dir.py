@@ -21,6 +21,11 @@ PASSAGES = "passages.jsonl"
 PARTS = ("bm25", "dense")  # each with a manifest.json of its own
 
 
+class IndexDamaged(ValueError):
+    """An index directory (or a part of it) that cannot be trusted: a file missing, cut, changed or from
+    another build; the message names the file."""
+
+
 def start_build(out) -> None:
     """Remove out's index.json before its files are rewritten: a build cut short leaves no manifest, so
     the half-written index is refused, never read as whole."""
@@ -38,37 +43,38 @@ def finish_build(out, count: int, parts: tuple) -> Path:
 
 def open_index(path) -> tuple:
     """(passages, names of the parts built) of an index directory, passages.jsonl and each part's manifest
-    checked against index.json; a missing or changed file is a one-line ValueError naming it."""
+    checked against index.json; a missing or changed file is a one-line IndexDamaged naming it."""
     path = Path(path)
     manifest = _manifest(path)
     if sha256(path / PASSAGES) != manifest["sha256"].get(PASSAGES):
-        raise ValueError(f"{path / PASSAGES}: checksum does not match {MANIFEST} (damaged or changed since "
-                         f"the index was built); build the index again")
+        raise IndexDamaged(f"{path / PASSAGES}: checksum does not match {MANIFEST} (damaged or changed since "
+                           f"the index was built); build the index again")
     for name, want in manifest["parts"].items():
         file = path / name / "manifest.json"
         if name not in PARTS or not file.is_file() or sha256(file) != want:
-            raise ValueError(f"{file}: missing, or not the one {path / MANIFEST} was built with; build the "
-                             f"index again")
+            raise IndexDamaged(f"{file}: missing, or not the one {path / MANIFEST} was built with; build the "
+                               f"index again")
     passages = read_passages(path / PASSAGES)
     if len(passages) != manifest["count"]:  # the checksum matched: a manifest edited by hand
-        raise ValueError(f"{path / PASSAGES}: {len(passages)} passages; {path / MANIFEST} says "
-                         f"{manifest['count']}")
+        raise IndexDamaged(f"{path / PASSAGES}: {len(passages)} passages; {path / MANIFEST} says "
+                           f"{manifest['count']}")
     return passages, set(manifest["parts"])
 
 
 def read_manifest(file: Path, fmt: str, what: str) -> dict:
     """The manifest `file` of an index (or one of its parts): a JSON object of format `fmt` with a count
-    of passages; a ValueError naming the file, and what it should be (`what`), otherwise."""
+    of passages; an IndexDamaged naming the file, and what it should be (`what`), otherwise."""
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise ValueError(f"{file}: missing or not JSON ({type(err).__name__}): built by an older lmforge, or "
-                         f"its build was cut short; build the index again (lmforge index build)") from None
+        raise IndexDamaged(f"{file}: missing or not JSON ({type(err).__name__}): built by an older lmforge, "
+                           f"or its build was cut short; build the index again (lmforge index build)") \
+            from None
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
-        raise ValueError(f"{file}: not {what}")
+        raise IndexDamaged(f"{file}: not {what}")
     count = manifest.get("count")
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ValueError(f"{file}: field 'count' missing or not a count")
+        raise IndexDamaged(f"{file}: field 'count' missing or not a count")
     return manifest
 
 
@@ -78,7 +84,7 @@ def _manifest(path: Path) -> dict:
     manifest = read_manifest(file, FORMAT, "an lmforge index manifest")
     for key in ("sha256", "parts"):
         if not isinstance(manifest.get(key), dict):
-            raise ValueError(f"{file}: field {key!r} missing or not an object")
+            raise IndexDamaged(f"{file}: field {key!r} missing or not an object")
     if not (path / PASSAGES).is_file():
-        raise ValueError(f"{path / PASSAGES}: missing")
+        raise IndexDamaged(f"{path / PASSAGES}: missing")
     return manifest

@@ -45,14 +45,14 @@ def verify(value, key: str, where, *, what: str = "does not match its checksum (
     return value
 
 
-def check_files(folder: Path, sums: dict, listed_in: Path) -> None:
-    """A ValueError naming the first of `sums` (file name in `folder` -> hex sha256, as `listed_in` records
-    them) that is missing or does not match: damaged or changed since it was written."""
+def check_files(folder: Path, sums: dict, listed_in: Path, error: type = ValueError) -> None:
+    """error naming the first of `sums` (file name in `folder` -> hex sha256, as `listed_in` records them)
+    that is missing or does not match: damaged or changed since it was written."""
     for name, want in sums.items():
         if Path(name).name != name or not (folder / name).is_file():
-            raise ValueError(f"{folder / name}: missing (listed in {listed_in})")
+            raise error(f"{folder / name}: missing (listed in {listed_in})")
         if sha256(folder / name) != want:
-            raise ValueError(f"{folder / name}: checksum does not match the manifest (damaged or changed)")
+            raise error(f"{folder / name}: checksum does not match the manifest (damaged or changed)")
 
 
 

@@ -129,6 +129,27 @@ def test_features_round_trip_through_safetensors(tmp_path):
     assert file.read_bytes()[:8] != b"\x80\x04\x95"  # safetensors, never a pickle
 
 
+@pytest.mark.parametrize("damage", ["value", "meta", "cut"])
+def test_features_are_verified_on_read(tmp_path, damage):
+    """A flipped bit of a feature (or of the layers in its meta) was read as other features, and a cut file
+    was a library error naming no file (helper's probe)."""
+    from lmforge.io import CheckpointError
+
+    file = save_features(tmp_path, [torch.ones(2, 3, 4)], {"model": "m", "layers": [0, 1]})
+    data = bytearray(file.read_bytes())
+    if damage == "value":
+        data[-40] ^= 1  # inside the features (offsets are the last 16 bytes)
+    elif damage == "meta":
+        at = bytes(data).index(b"[0, 1]")
+        data[at + 4] = ord("2")  # still JSON, still a safetensors header: other layers
+    else:
+        data = data[: len(data) // 2]
+    file.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError) as refused:
+        load_features(file)
+    assert str(file) in str(refused.value) and "\n" not in str(refused.value)
+
+
 def test_save_features_refuses_a_link_as_its_folder(tmp_path):
     from lmforge.analysis.features import save_features
     from lmforge.utils.atomic import UnsafePath

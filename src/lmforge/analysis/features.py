@@ -13,6 +13,7 @@ tensor has fewer words, and a TruncationWarning counts the sentences and words c
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from itertools import pairwise
@@ -160,16 +161,36 @@ def save_features(path, features: list, meta: dict) -> Path:
     path = refuse_link(path)  # a folder reached through a link is never written into
     path.mkdir(parents=True, exist_ok=True)
     offsets = torch.tensor([0] + [f.shape[1] for f in features]).cumsum(0)
-    tensors = {"features": torch.cat(features, dim=1), "offsets": offsets}
-    save_tensors(tensors, path / FEATURES_FILE, {"meta": json.dumps(meta)})
+    flat, text = torch.cat(features, dim=1), json.dumps(meta)
+    save_tensors({"features": flat, "offsets": offsets}, path / FEATURES_FILE,
+                 {"meta": text, "sha256": _digest(flat, offsets, text)})
     return path / FEATURES_FILE
 
 
-def load_features(file) -> tuple:
-    """(list of (L, n_words, d) tensors, meta) of a file written by save_features."""
-    from safetensors import safe_open
+def _digest(flat: torch.Tensor, offsets: torch.Tensor, meta: str) -> str:
+    """sha256 of the features, their offsets and the meta text, as save_features stores them."""
+    digest = hashlib.sha256(meta.encode())
+    for tensor in (flat, offsets):
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
-    with safe_open(str(file), framework="pt") as f:
-        meta = json.loads((f.metadata() or {}).get("meta", "{}"))
-        flat, offsets = f.get_tensor("features"), f.get_tensor("offsets").tolist()
-    return [flat[:, a:b] for a, b in pairwise(offsets)], meta
+
+def load_features(file) -> tuple:
+    """(list of (L, n_words, d) tensors, meta) of a file written by save_features, verified against the
+    checksum it stores (one written before reads unverified): a damaged file is a CheckpointError naming
+    it."""
+    from safetensors import SafetensorError, safe_open
+
+    from lmforge.io.files import CheckpointError, describe_read_error
+
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            stored = f.metadata() or {}
+            flat, offsets = f.get_tensor("features"), f.get_tensor("offsets")
+        meta = json.loads(stored.get("meta", "{}"))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(describe_read_error(file, err)) from None
+    want = stored.get("sha256")
+    if want is not None and want != _digest(flat, offsets, stored.get("meta", "{}")):
+        raise CheckpointError(f"{file} does not match its checksum (changed or damaged since it was written)")
+    return [flat[:, a:b] for a, b in pairwise(offsets.tolist())], meta

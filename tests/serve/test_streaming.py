@@ -113,8 +113,8 @@ def test_a_whole_completion_of_several_prompts_is_admitted_once_before_any_runs(
 
 
 def test_a_streamed_completion_of_several_prompts_is_admitted_once_and_counted_out_once(local, monkeypatch):
-    """Each prompt of a stream was admitted when its turn came: a queue filled meanwhile ended the stream with a
-    429 event after its first prompts had been sent."""
+    """Each prompt of a stream was admitted when its turn came: a queue filled meanwhile ended the stream
+    with a 429 event after its first prompts had been sent."""
     admission, admitted, released = local.app.state.server.admission, [], []
     monkeypatch.setattr(admission, "admit", admitted.append)
     monkeypatch.setattr(admission, "release", released.append)
@@ -131,3 +131,42 @@ def test_a_streamed_completion_of_several_prompts_is_admitted_once_and_counted_o
     monkeypatch.setattr(generation, "run", lambda *a: ran.append(a))
     assert local.post("/v1/completions", json=body).status_code == 429 and ran == []
     assert released == admitted  # nothing counted out that was not counted in
+
+
+def test_a_t5_without_decoder_start_starts_from_its_pad_token_on_every_face(model_dirs, capsys):
+    """The command line started it from the pad token with a note, Python raised a bare ValueError, and
+    the server answered 422 naming no field; now all three start from the pad token (T5's convention),
+    saying so."""
+    import warnings
+
+    import torch
+    from fastapi.testclient import TestClient
+
+    import lmforge
+    from lmforge.cli import main
+    from lmforge.generate.checks import GenerationWarning
+    from lmforge.serve import create_app, load_served
+
+    path = model_dirs["t5"]
+    model, tokenizer = lmforge.load(path), lmforge.load_tokenizer(path)
+    assert model.config.decoder_start_token_id is None and model.config.pad_token_id is None
+    ids = torch.tensor([tokenizer.encode("the cat").ids])
+    with pytest.raises(lmforge.OptionsError, match="decoder_start_token_id") as refused:
+        lmforge.generate(model, ids, max_new_tokens=3)  # no pad id either: nothing to start from
+    assert refused.value.field == "decoder_start_token_id"
+    with pytest.warns(GenerationWarning, match=f"starts from the pad token \\(id {tokenizer.pad_id}\\)"):
+        python = lmforge.generate(model, ids, max_new_tokens=3, pad_token_id=tokenizer.pad_id)[0, 1:].tolist()
+    with warnings.catch_warnings(), pytest.warns(GenerationWarning, match="starts from the pad token"):
+        warnings.simplefilter("always")  # said again, as a new process says it (one line: cli/__init__)
+        assert main(["generate", "--model", str(path), "the cat", "--max-new-tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out == tokenizer.decode(python) + "\n"
+    app = create_app({"t5": load_served("t5", path)}, threads=1)
+    with TestClient(app, raise_server_exceptions=False) as client, warnings.catch_warnings(), \
+            pytest.warns(GenerationWarning, match="starts from the pad token"):
+        warnings.simplefilter("always")
+        answer = client.post("/generate", json={"model": "t5", "prompt": "the cat", "max_new_tokens": 3})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["token_ids"] == python[:len(answer.json()["token_ids"])]  # cut at a stop, if any
+    served = answer.json()["token_ids"]
+    assert len(served) == 3 or python[len(served) - 1] == tokenizer.eos_id

@@ -8,7 +8,7 @@ import sys
 import torch
 
 from lmforge.cli.common import SEED, bounded, said
-from lmforge.generate.text import continuation
+from lmforge.generate.text import continuation, tokenizer_ids
 
 
 class TextStream:
@@ -75,14 +75,10 @@ def cmd_generate(args) -> None:
     if ids.shape[1] > model.config.max_seq_len:
         raise UsageError(f"the prompt is {ids.shape[1]} tokens long, more than the model's context "
                          f"(max_seq_len={model.config.max_seq_len})")
-    first, note = decoder_start(args.model, model, tokenizer) if seq2seq else (None, None)
-    options, taken = decoding_options(args, typed, path, model, start, {"eos_token_id": tokenizer.eos_id,
-                                                                        "decoder_start_token_id": first})
+    options, taken = decoding_options(args, typed, path, model, start, tokenizer_ids(model, tokenizer))
     if args.stream and options.num_beams > 1:
         raise UsageError(f"{_named(args, 'num_beams')}: --stream needs --num-beams 1: beam search knows its "
                          "best text only at the end")
-    if note and "decoder_start_token_id" not in taken:  # after every refusal: a refusal is one line
-        print(note, file=sys.stderr)
     if taken:  # say where settings the user did not type come from (after every refusal)
         print("settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in taken.items()),
               file=sys.stderr)
@@ -109,23 +105,6 @@ def check_generator(name, model) -> None:
                          "needs a model pretrained as a language model (lmforge pretrain, or a Hugging Face "
                          "*LMHeadModel / *ForCausalLM / *ForConditionalGeneration directory), not a "
                          "fine-tuned classifier")
-
-
-def decoder_start(name, model, tokenizer) -> tuple:
-    """(an encoder-decoder's first decoder token, a note to print or None): its config's, else the pad
-    token, as Hugging Face's T5 configs set it and lmforge's text-to-text fine-tuning uses it (said in the
-    note)."""
-    from lmforge.cli.common import UsageError
-
-    cfg = model.config
-    if cfg.decoder_start_token_id is not None:
-        return cfg.decoder_start_token_id, None
-    pad = cfg.pad_token_id if cfg.pad_token_id is not None else tokenizer.pad_id
-    if pad is None:
-        raise UsageError(f"--model {name}: its config.json names no decoder_start_token_id and the model "
-                         "has no pad token to start from: add decoder_start_token_id to its config.json")
-    return pad, (f"the decoder starts from the pad token (id {pad}), as T5 does: the config names no "
-                 "decoder_start_token_id")
 
 
 # GenerationOptions fields without a flag: ids are the model's and its tokenizer's; one text is printed

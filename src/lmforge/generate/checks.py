@@ -2,6 +2,7 @@
 vocabulary and context (the options' own types, bounds and mixes are GenerationOptions's)."""
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
@@ -90,5 +91,23 @@ def special_ids(model, options: GenerationOptions) -> dict:
     if out["pad"] is None and out["eos"] is not None:
         out["pad"] = int(out["eos"][0])  # finished rows need a filler; the reference uses eos too
     if isinstance(model, EncoderDecoder) and out["start"] is None:
-        raise ValueError("an encoder-decoder needs decoder_start_token_id (in the config or as an argument)")
+        out["start"] = _start_from_pad(options, cfg)
     return out
+
+
+class GenerationWarning(UserWarning):
+    """A generation setting taken by a convention the model's config does not state (shown, not refused)."""
+
+
+def _start_from_pad(options: GenerationOptions, cfg) -> int:
+    """An encoder-decoder's first decoder token where neither the options nor the config name one: its pad
+    token, as T5 starts (said in a warning); an OptionsError naming decoder_start_token_id without one."""
+    pad = options.pad_token_id if options.pad_token_id is not None else cfg.pad_token_id
+    if pad is None:
+        raise OptionsError("an encoder-decoder's decoder needs its first token: the config names no "
+                           "decoder_start_token_id and no pad token to start from; give "
+                           "decoder_start_token_id (an option, or in the model's config.json)",
+                           "decoder_start_token_id")
+    warnings.warn(f"the decoder starts from the pad token (id {pad}), as T5 does: the config names no "
+                  "decoder_start_token_id", GenerationWarning)  # one place: said once, however many calls
+    return int(pad)

@@ -20,3 +20,16 @@ def continuation(tokenizer, context, new) -> str:
     if not context:
         return tokenizer.decode(list(new))
     return tokenizer.decode(context + list(new))[len(tokenizer.decode(context)):]
+
+
+def tokenizer_ids(model, tokenizer) -> dict:
+    """The ids a model's tokenizer supplies where its config names none, filled alike by the command line
+    and the server: the stop id, and an encoder-decoder's pad (its decoder starts there when the config
+    names no start: generate.checks)."""
+    cfg, ids = model.config, {}
+    if cfg.eos_token_id is None and tokenizer.eos_id is not None:
+        ids["eos_token_id"] = tokenizer.eos_id
+    if cfg.architecture == "encoder-decoder" and cfg.pad_token_id is None and tokenizer.pad_id is not None:
+        ids["pad_token_id"] = tokenizer.pad_id
+    return ids
+

@@ -22,7 +22,7 @@ import torch
 from lmforge.config.options import OptionsError
 from lmforge.generate import generate
 from lmforge.generate.options import FIELDS, GenerationOptions, sampling_from_temperature
-from lmforge.generate.text import continuation
+from lmforge.generate.text import continuation, tokenizer_ids
 from lmforge.serve.limits import RequestError
 
 
@@ -117,11 +117,12 @@ class TextTail:
 
 def _options(settings: Settings, model, tokenizer) -> tuple:
     """(the request's GenerationOptions with the stop id, the sampling generator or None)."""
-    cfg, options = model.config, settings.options
-    eos = cfg.eos_token_id if cfg.eos_token_id is not None else tokenizer.eos_id
+    options = settings.options
+    # the stop id always set here: the finish reason and the cut at the stop read it from the options
+    ids = {"eos_token_id": model.config.eos_token_id, **tokenizer_ids(model, tokenizer)}
     seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
     generator = torch.Generator().manual_seed(seed) if options.do_sample else None
-    return request_options({"eos_token_id": eos}, options), generator
+    return request_options(ids, options), generator
 
 
 def _finish(ids: list, eos, stopped: bool, max_new: int) -> str:

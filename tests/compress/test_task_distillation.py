@@ -270,7 +270,7 @@ def test_a_validation_setting_without_validation_records_is_refused_in_both_face
 
 
 def test_a_resume_with_another_teacher_of_the_same_shape_is_refused_by_name(teacher_dir, tmp_path, capsys):
-    """The checkpoints carry the run's teacher, so a resume with another one went on with the run's, unsaid."""
+    """The checkpoints carry the run's teacher: a resume with another one went on with the run's, unsaid."""
     data = sentiment(200)
     other = make_task("cls", tiny("bert-base", n_layers=4, n_heads=4), tokenizer(), data["train"],
                       TaskConfig(max_len=32))

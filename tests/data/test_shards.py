@@ -257,9 +257,10 @@ def test_every_reader_judges_a_shard_folder_by_one_rule(corpus_dir, tokenizer_di
         open_shards([texts / "old"])
 
 
-def test_a_shard_folder_that_lost_its_manifest_is_refused_naming_it_never_read_as_text(corpus_dir, tokenizer_dir,
-                                                                                      tmp_path, capsys):
-    """Its token ids were read as text: 80 lines of undecodable-byte warnings, then "no text" (helper's probe)."""
+def test_a_shard_folder_that_lost_its_manifest_is_refused_naming_it_never_read_as_text(corpus_dir,
+                                                                                      tokenizer_dir, tmp_path,
+                                                                                      capsys):
+    """Its token ids were read as text: 80 lines of undecodable-byte warnings, then "no text"."""
     from lmforge.data.corpus import expand_files, is_shard_dir
 
     _one_shard(corpus_dir, tokenizer_dir, tmp_path / "texts" / "old")
@@ -268,8 +269,8 @@ def test_a_shard_folder_that_lost_its_manifest_is_refused_naming_it_never_read_a
     assert is_shard_dir(tmp_path / "texts" / "old") and not is_shard_dir(tmp_path / "texts")
     with pytest.warns(CorpusWarning, match="old: skipped, an lmforge shard folder"):
         assert [p.name for p in expand_files([tmp_path / "texts"])] == ["a.txt"]
-    argv = ["pretrain", "--objective", "mlm", "--preset", "bert-tiny", "--data", str(tmp_path / "texts" / "old"),
-            "--out", str(tmp_path / "run"), "--steps", "1"]
+    argv = ["pretrain", "--objective", "mlm", "--preset", "bert-tiny",
+            "--data", str(tmp_path / "texts" / "old"), "--out", str(tmp_path / "run"), "--steps", "1"]
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and "old/manifest.json is missing" in err and "Traceback" not in err, err

@@ -74,8 +74,9 @@ def test_a_changed_bm25_file_is_refused_naming_it(index, capsys):
     assert "params.index.json: checksum does not match" in _refusal(index, capsys, "--method", "bm25")
 
 
-@pytest.mark.parametrize("name", ["passages.jsonl", "index.json", "bm25/params.index.json", "bm25/manifest.json",
-                                  "dense/embeddings.npy", "dense/ids.json", "dense/manifest.json"])
+@pytest.mark.parametrize("name", ["passages.jsonl", "index.json", "bm25/params.index.json",
+                                  "bm25/manifest.json", "dense/embeddings.npy", "dense/ids.json",
+                                  "dense/manifest.json"])
 def test_the_python_face_refuses_a_damaged_index_with_a_type_of_its_own(index, name):
     """It raised a bare ValueError, as for any bad argument: a caller could not tell a damaged index."""
     from lmforge.retrieval.index_dir import IndexDamaged

@@ -351,7 +351,8 @@ def test_task_json_is_verified_against_the_checksum_config_json_records(tmp_path
     from lmforge.io import CheckpointError
     from lmforge.tasks.finetune import save_model
 
-    path = save_model(task_class("cls")(tiny(), tokenizer(), labels=["neg", "pos"], max_len=64), tmp_path / "m")
+    task = task_class("cls")(tiny(), tokenizer(), labels=["neg", "pos"], max_len=64)
+    path = save_model(task, tmp_path / "m")
     assert task_info(path)["labels"] == ["neg", "pos"]
     text = (path / "task.json").read_text()
     if damage == "delete":

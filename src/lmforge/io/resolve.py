@@ -23,7 +23,8 @@ def _installed() -> str:
 
 
 def _package(name) -> tuple | None:
-    """(package, folder) of the installed model `name` (any case, sentence-transformers/ or not), else None."""
+    """(package, folder) of the installed model `name` (any case, with sentence-transformers/ or not), or
+    None."""
     key = str(name).lower().removeprefix("sentence-transformers/")
     return next((found for card, found in MODEL_PACKAGES.items() if card.lower() == key), None)
 

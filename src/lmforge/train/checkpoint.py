@@ -287,8 +287,9 @@ def latest_checkpoint(root: Path, warn=print):
             warn(f"warning: {err}; falling back to the previous checkpoint")
             newest = newest or err
     if found:  # the error names what is wrong with the newest: the warnings may go where the error does not
-        raise CheckpointCorrupt(f"no usable checkpoint in {root} ({len(found)} damaged; the newest: {newest}); "
-                                f"refusing to start over on top of them: move them away or choose another --out")
+        raise CheckpointCorrupt(f"no usable checkpoint in {root} ({len(found)} damaged; the newest: "
+                                f"{newest}); refusing to start over on top of them: move them away or choose "
+                                f"another --out")
     return None
 
 

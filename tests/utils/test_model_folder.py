@@ -62,3 +62,20 @@ def test_files_written_beside_a_model_are_recorded_in_its_config_and_checked(tmp
         check_recorded(tmp_path / "other", "extra.json")
         assert (tmp_path / "other" / "config.json").exists() == bool(config)
         assert config is None or (tmp_path / "other" / "config.json").read_text() == config
+
+
+def test_a_file_edited_on_purpose_reads_again_once_its_entry_is_dropped_as_the_error_says(tmp_path):
+    import json
+
+    from lmforge.utils.model_folder import check_recorded
+
+    _save(_tiny("bert-base", _tokenizer("bert"), 3, max_seq_len=32), _tokenizer("bert"), tmp_path / "m")
+    config = tmp_path / "m" / "tokenizer_config.json"
+    config.write_text(config.read_text().replace("{", '{"model_max_length": 16, ', 1))
+    with pytest.raises(ValueError, match=r"drop tokenizer_config\.json from config\.json's \"sha256\"") as said:
+        check_recorded(tmp_path / "m", "tokenizer_config.json")
+    assert "\n" not in str(said.value)
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    del meta["sha256"]["tokenizer_config.json"]
+    (tmp_path / "m" / "config.json").write_text(json.dumps(meta))
+    assert lmforge.load_tokenizer(tmp_path / "m").model_max_length == 16

@@ -56,4 +56,4 @@ def check_recorded(folder, name: str, error: type = ValueError) -> None:
         raise error(f"{folder / name}: missing, though {folder / CONFIG} records its checksum")
     if sha256(folder / name) != want:
         raise error(f"{folder / name} does not match its checksum in {CONFIG} (changed or damaged since it "
-                    f"was written)")
+                    f"was written; an edit made on purpose: drop {name} from {CONFIG}'s \"{SUMS}\")")

@@ -72,7 +72,8 @@ def test_a_file_edited_on_purpose_reads_again_once_its_entry_is_dropped_as_the_e
     _save(_tiny("bert-base", _tokenizer("bert"), 3, max_seq_len=32), _tokenizer("bert"), tmp_path / "m")
     config = tmp_path / "m" / "tokenizer_config.json"
     config.write_text(config.read_text().replace("{", '{"model_max_length": 16, ', 1))
-    with pytest.raises(ValueError, match=r"drop tokenizer_config\.json from config\.json's \"sha256\"") as said:
+    hint = r"drop tokenizer_config\.json from config\.json's \"sha256\""
+    with pytest.raises(ValueError, match=hint) as said:
         check_recorded(tmp_path / "m", "tokenizer_config.json")
     assert "\n" not in str(said.value)
     meta = json.loads((tmp_path / "m" / "config.json").read_text())

@@ -54,7 +54,7 @@ from lmforge.train.pretrain_options import (
 from lmforge.tokenizer import TokenizerError
 from lmforge.tokenizer.wrapper import SAVED_FILES
 from lmforge.utils.atomic import atomic_write_text, replace_dir
-from lmforge.utils.checksum import sha256, sign, verify
+from lmforge.utils.checksum import check_files, sha256, sign, verify
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
 # evaluation (seed, i, 2), dropout (seed, step, rank, 3), fine-tuning's head (seed, 4) and preset
@@ -154,10 +154,8 @@ def _trained(path: Path):
             sums = json.loads(record.read_text(encoding="utf-8"))
         except ValueError as err:
             raise TokenizerError(f"{record}: not JSON ({err})") from None
-        for name, want in verify(sums, "checksum", record, error=TokenizerError).items():
-            if name != "checksum" and (not (path / name).is_file() or sha256(path / name) != want):
-                raise TokenizerError(f"{path / name} is missing or does not match its checksum in {record} "
-                                     f"(changed or damaged since the run trained it)")
+        sums = verify(sums, "checksum", record, error=TokenizerError)
+        check_files(path, {k: v for k, v in sums.items() if k != "checksum"}, record, TokenizerError)
     return load_tokenizer(path)
 
 

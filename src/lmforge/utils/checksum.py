@@ -52,8 +52,8 @@ def check_files(folder: Path, sums: dict, listed_in: Path, error: type = ValueEr
         if Path(name).name != name or not (folder / name).is_file():
             raise error(f"{folder / name}: missing (listed in {listed_in})")
         if sha256(folder / name) != want:
-            raise error(f"{folder / name}: checksum does not match the manifest (damaged or changed)")
-
+            raise error(f"{folder / name}: checksum does not match the manifest {listed_in} (damaged or "
+                        f"changed)")
 
 
 def model_digest(model, digest) -> None:

@@ -172,3 +172,28 @@ def test_an_unreachable_min_length_is_refused_by_the_server(faces):
         server = _server(client, make(ids.shape[1]))
         assert (server is not None) == refused, server
         assert not refused or server.startswith("min_length: "), server
+
+
+def test_a_checkpoint_s_max_length_is_python_s_with_start_as_the_command_line_s_else_said(faces, tmp_path, capsys):
+    """GenerationOptions.load(DIR) dropped a generation_config.json's max_length unsaid (it counts the prompt,
+    which load cannot know): Python generated 20 new tokens where `lmforge generate` generated max_length less
+    the prompt. Given start=, Python prints the command line's text; without it, a GenerationWarning says so."""
+    import json
+    import shutil
+
+    from lmforge.cli import main
+    from lmforge.generate.checks import GenerationWarning
+    from lmforge.generate.text import continuation, tokenizer_ids
+
+    path, model, ids, _ = faces
+    copy = tmp_path / "gen"
+    shutil.copytree(path, copy)
+    (copy / "generation_config.json").write_text(json.dumps({"max_length": ids.shape[1] + 3}))
+    assert main(["generate", "--model", str(copy), PROMPT]) == 0
+    printed = capsys.readouterr().out
+    options, tok = GenerationOptions.load(copy, start=ids.shape[1]), lmforge.load_tokenizer(copy)
+    assert options.max_new_tokens == 3
+    new = lmforge.generate(model, ids, options=options, **tokenizer_ids(model, tok))[0, ids.shape[1]:]
+    assert printed == PROMPT + continuation(tok, ids[0].tolist(), new.tolist()) + "\n"
+    with pytest.warns(GenerationWarning, match=rf"max_length={ids.shape[1] + 3}, .*not applied without start="):
+        assert GenerationOptions.load(copy).max_new_tokens == 20

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 from lmforge.config.options import OptionsError
-from lmforge.generate.options import GenerationOptions
+from lmforge.generate.options import GenerationOptions, GenerationWarning
 from lmforge.model import EncoderDecoder, Transformer
 
 
@@ -93,10 +93,6 @@ def special_ids(model, options: GenerationOptions) -> dict:
     if isinstance(model, EncoderDecoder) and out["start"] is None:
         out["start"] = _start_from_pad(options, cfg)
     return out
-
-
-class GenerationWarning(UserWarning):
-    """A generation setting taken by a convention the model's config does not state (shown, not refused)."""
 
 
 def _start_from_pad(options: GenerationOptions, cfg) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -27,6 +28,11 @@ MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x le
 EARLY_STOPPING = (True, False, "never")
 FILE = "generation_config.json"
 TOKEN_ID = dict(low=0, high=MAX_VOCAB - 1)
+
+
+class GenerationWarning(UserWarning):
+    """A generation setting taken by a convention the model's config does not state, or a recommendation not
+    applied (shown, not refused)."""
 
 
 @dataclass
@@ -114,13 +120,17 @@ class GenerationOptions:
     def recommended(cls, path, start: Optional[int] = None) -> dict:
         """The fields a model directory recommends: its generation_config.json's (the names that coincide),
         else config.json's decoding keys (older checkpoints such as BART's keep them there); max_length /
-        min_length become new-token counts when `start` (the positions before the new tokens) is given."""
+        min_length become new-token counts when `start` (the positions before the new tokens) is given; without
+        it a max_length is not applied, said in a GenerationWarning (min_length, a field, counts them itself)."""
         from lmforge.convert.hf import generation_defaults
 
         found = _read_json(Path(path) / FILE, strict=True)
         found = {k: v for k, v in found.items() if v is not None} if found else generation_defaults(path)
-        if start is not None and "max_new_tokens" not in found and _is_int(found.get("max_length")):
-            found["max_new_tokens"] = max(1, found["max_length"] - start)
+        if "max_new_tokens" not in found and _is_int(found.get("max_length")):
+            if start is None:
+                _unapplied_max_length(path, found["max_length"])
+            else:
+                found["max_new_tokens"] = max(1, found["max_length"] - start)
         if start is not None and "min_new_tokens" not in found and _is_int(found.get("min_length")):
             found["min_new_tokens"] = max(0, found["min_length"] - start)
         return {k: v for k, v in found.items() if k in FIELD_NAMES}
@@ -155,6 +165,16 @@ def _read_json(path: Path, strict: bool = False) -> dict:
     if strict and not isinstance(found, dict):
         raise CheckpointError(f"{path}: not a JSON object {{...}} but {type(found).__name__}")
     return found if isinstance(found, dict) else {}
+
+
+def _unapplied_max_length(path, max_length: int) -> None:
+    """Say that a recommended max_length is not applied: it counts the positions before the new tokens,
+    which only the caller knows (it was dropped unsaid: Python generated max_new_tokens' default where the
+    command line, which knows its prompt, generated max_length minus the prompt)."""
+    warnings.warn(f"{Path(path) / FILE} recommends max_length={max_length}, which counts the tokens before the "
+                  "new ones: not applied without start= (the prompt's length for a decoder, 1 for an "
+                  "encoder-decoder), so max_new_tokens stays "
+                  f"{FIELDS['max_new_tokens'].default}", GenerationWarning)
 
 
 def _is_int(value) -> bool:

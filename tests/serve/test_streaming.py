@@ -170,3 +170,16 @@ def test_a_t5_without_decoder_start_starts_from_its_pad_token_on_every_face(mode
     assert answer.json()["token_ids"] == python[:len(answer.json()["token_ids"])]  # cut at a stop, if any
     served = answer.json()["token_ids"]
     assert len(served) == 3 or python[len(served) - 1] == tokenizer.eos_id
+
+
+@pytest.mark.parametrize("value", [0, -3, -0.0, 2.5, True, None])
+def test_both_generation_routes_refuse_a_budget_of_new_tokens_in_the_same_words(local, value):
+    """/v1/completions said pydantic's "Input should be greater than or equal to 1" of a max_tokens below 1
+    where /generate said GenerationOptions' bounds of max_new_tokens; each names its own field."""
+    said = [local.post(path, json={**body, "stream": False, name: value}).json()["error"]
+            for path, body, name in (("/generate", GENERATE, "max_new_tokens"),
+                                     ("/v1/completions", COMPLETE, "max_tokens"))]
+    assert said[0]["param"] == "max_new_tokens" and said[1]["param"] == "max_tokens"
+    assert said[0]["code"] == said[1]["code"] == 422
+    why = said[0]["message"].removeprefix("max_new_tokens").removeprefix(":").strip()
+    assert said[1]["message"] == f"max_tokens: {why}", said

@@ -20,7 +20,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from lmforge.config.options import BASE_TYPES, OptionsError, bounds_text, members
-from lmforge.generate.options import EARLY_STOPPING, FIELDS, checked_type, field_kind
+from lmforge.generate.options import EARLY_STOPPING, FIELDS, checked_type, checked_value, field_kind
 from lmforge.pipelines.fill_mask import MAX_SPAN
 
 # no coercion anywhere: "8" is not 8, true is not 1, "no" is not false (a client's typo, refused: 422)
@@ -179,15 +179,19 @@ def spelt(values) -> str:
 VALUES = {"early_stopping": spelt(EARLY_STOPPING)}
 
 
-def typed(name: str, value):
+def typed(name: str, value, least: bool = False):
     """`value` as GenerationOptions field `name`'s type (checked_type), a refusal in the API's words and
     without pydantic's "Value error, " before it. A null is refused rather than read as the default, as
-    lmforge.generate and `lmforge generate` refuse None: GenerationOptions.build takes every field given."""
+    lmforge.generate and `lmforge generate` refuse None: GenerationOptions.build takes every field given.
+    `least`: below the field's least too (a field under another name, which build() would not name)."""
     try:
         if value is None or (name in VALUES and not isinstance(value, (bool, str))):
             wanted = VALUES.get(name) or " or ".join(BASE_TYPES[m] for m in members(field_kind(name)))
             raise OptionsError(f"{name} must be {wanted}, got {json.dumps(value)[:60]}", name)
-        return checked_type(name, value)
+        value = checked_type(name, value)
+        if least and value < FIELDS[name].metadata["low"]:  # its most: the server's Limits' first (413)
+            checked_value(name, value)
+        return value
     except OptionsError as err:
         raise field_error(err, name) from None
 
@@ -253,8 +257,8 @@ class OpenAICompletion(Decoding):
 
     model_config = OPENAI
     prompt: str | list[str]
-    # checked as /generate's max_new_tokens is (a whole 2.0 is 2); bounded by the server (check_generation)
-    max_tokens: Annotated[int, BeforeValidator(functools.partial(typed, "max_new_tokens"))] = Field(16, ge=1)
+    max_tokens: Annotated[int, BeforeValidator(functools.partial(typed, "max_new_tokens", least=True)),
+                          Field(json_schema_extra={"minimum": 1})] = 16
     # checked as /generate's is (its bounds in GenerationOptions' words; they were pydantic's)
     temperature: OpenAITemperature = OPENAI_TEMPERATURE
     n: int = Field(1, ge=1, le=1, description="only 1")

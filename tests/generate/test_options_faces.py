@@ -197,3 +197,14 @@ def test_a_checkpoint_s_max_length_is_python_s_with_start_as_the_command_line_s_
     assert printed == PROMPT + continuation(tok, ids[0].tolist(), new.tolist()) + "\n"
     with pytest.warns(GenerationWarning, match=rf"max_length={ids.shape[1] + 3}, .*not applied without start="):
         assert GenerationOptions.load(copy).max_new_tokens == 20
+
+
+def test_beams_that_would_stream_are_refused_on_every_face_python_naming_num_beams(faces):
+    """Python raised a bare ValueError naming no field where the command line names --num-beams (the
+    server's streams refuse it too, naming stream, its own switch)."""
+    path, model, ids, client = faces
+    with pytest.raises(OptionsError, match="num_beams=2 with a streamer") as refused:
+        lmforge.generate(model, ids, num_beams=2, streamer=lambda chosen: None)
+    assert refused.value.field == "num_beams" and "\n" not in str(refused.value)
+    assert "--num-beams 2" in cli_verdict(["generate", "--model", str(path), PROMPT, "--stream"], {"num_beams": 2})
+    assert _server(client, {"num_beams": 2, "stream": True}).startswith("stream: ")

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
+from lmforge.config.options import OptionsError
 from lmforge.generate.beam import Beams, beam_search
 from lmforge.generate.checks import check_for_model, check_prompt
 from lmforge.generate.vocab.projection import VocabProjection
@@ -122,7 +123,8 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     mask = check_prompt(model, input_ids, attention_mask)
     ids = check_for_model(options, model, 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1])
     if options.num_beams > 1 and streamer is not None:
-        raise ValueError("beam search cannot stream tokens: the best hypothesis is known only at the end")
+        raise OptionsError(f"num_beams={options.num_beams} with a streamer: beam search knows its best "
+                           "hypothesis only at the end; give num_beams=1 to stream", "num_beams")
     copies = options.num_beams if options.num_beams > 1 else options.num_return_sequences
     projection = VocabProjection(model.heads[lm_head_name(model)], projection, steps=options.max_new_tokens)
     modes = [(module, module.training) for module in model.modules()]  # each module's own, restored

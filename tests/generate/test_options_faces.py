@@ -208,3 +208,25 @@ def test_beams_that_would_stream_are_refused_on_every_face_python_naming_num_bea
     assert refused.value.field == "num_beams" and "\n" not in str(refused.value)
     assert "--num-beams 2" in cli_verdict(["generate", "--model", str(path), PROMPT, "--stream"], {"num_beams": 2})
     assert _server(client, {"num_beams": 2, "stream": True}).startswith("stream: ")
+
+
+def test_a_checkpoint_s_settings_lmforge_does_not_apply_are_said_not_dropped(faces, tmp_path):
+    """A generation_config.json's bad_words_ids or num_beam_groups was dropped unsaid by the command line and
+    by GenerationOptions.load (the banned token generated, diverse beam search run as plain beam search); now
+    a GenerationWarning names them, and not a setting stated at the value that changes nothing."""
+    import json
+    import shutil
+
+    from lmforge.cli import main
+    from lmforge.generate.checks import GenerationWarning
+
+    path = tmp_path / "gen"
+    shutil.copytree(faces[0], path)
+    (path / "generation_config.json").write_text(json.dumps(
+        {"bad_words_ids": [[33]], "num_beam_groups": 2, "typical_p": 1.0, "num_beams": 2}))
+    said = r"recommends bad_words_ids=\[\[33\]\], num_beam_groups=2, which lmforge does not apply"
+    with pytest.warns(GenerationWarning, match=said) as caught:
+        assert GenerationOptions.load(path).num_beams == 2
+    assert "typical_p" not in str(caught[0].message)
+    with pytest.warns(GenerationWarning, match=said):
+        assert main(["generate", "--model", str(path), PROMPT, "--max-new-tokens", "2"]) == 0

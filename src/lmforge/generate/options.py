@@ -120,12 +120,14 @@ class GenerationOptions:
     def recommended(cls, path, start: Optional[int] = None) -> dict:
         """The fields a model directory recommends: its generation_config.json's (the names that coincide),
         else config.json's decoding keys (older checkpoints such as BART's keep them there); max_length /
-        min_length become new-token counts when `start` (the positions before the new tokens) is given; without
-        it a max_length is not applied, said in a GenerationWarning (min_length, a field, counts them itself)."""
+        min_length become new-token counts when `start` (the positions before the new tokens) is given;
+        without it a max_length is not applied, said in a GenerationWarning (min_length, a field, counts
+        them itself), as are the reference library's settings lmforge does not apply (UNAPPLIED)."""
         from lmforge.convert.hf import generation_defaults
 
         found = _read_json(Path(path) / FILE, strict=True)
         found = {k: v for k, v in found.items() if v is not None} if found else generation_defaults(path)
+        _unapplied_settings(path, found)
         if "max_new_tokens" not in found and _is_int(found.get("max_length")):
             if start is None:
                 _unapplied_max_length(path, found["max_length"])
@@ -167,12 +169,32 @@ def _read_json(path: Path, strict: bool = False) -> dict:
     return found if isinstance(found, dict) else {}
 
 
+# the reference library's settings that change its tokens but that lmforge does not apply, each with the
+# values that change nothing (a checkpoint may state them)
+UNAPPLIED = {"typical_p": (1,), "epsilon_cutoff": (0,), "eta_cutoff": (0,), "min_p": (0,),
+             "num_beam_groups": (1,), "diversity_penalty": (0,), "penalty_alpha": (0,),
+             "bad_words_ids": ([],), "force_words_ids": ([],), "sequence_bias": ({}, []),
+             "begin_suppress_tokens": ([],), "forced_decoder_ids": ([],), "encoder_repetition_penalty": (1,),
+             "encoder_no_repeat_ngram_size": (0,), "constraints": ([],), "guidance_scale": (1,),
+             "exponential_decay_length_penalty": ([],), "stop_strings": ([], ""), "dola_layers": ([],)}
+
+
+def _unapplied_settings(path, found: dict) -> None:
+    """Say which of a checkpoint's recommendations lmforge does not apply (they were dropped unsaid: a
+    bad_words_ids token was generated, diverse beam search ran as plain beam search)."""
+    said = {k: v for k, v in found.items() if k in UNAPPLIED and v not in UNAPPLIED[k]}
+    if said:
+        named = ", ".join(f"{k}={json.dumps(v)[:40]}" for k, v in said.items())
+        warnings.warn(f"{Path(path) / FILE} recommends {named}, which lmforge does not apply: decoding goes "
+                      "on without (the reference library's text may differ)", GenerationWarning)
+
+
 def _unapplied_max_length(path, max_length: int) -> None:
     """Say that a recommended max_length is not applied: it counts the positions before the new tokens,
     which only the caller knows (it was dropped unsaid: Python generated max_new_tokens' default where the
     command line, which knows its prompt, generated max_length minus the prompt)."""
-    warnings.warn(f"{Path(path) / FILE} recommends max_length={max_length}, which counts the tokens before the "
-                  "new ones: not applied without start= (the prompt's length for a decoder, 1 for an "
+    warnings.warn(f"{Path(path) / FILE} recommends max_length={max_length}, which counts the tokens before "
+                  "the new ones: not applied without start= (the prompt's length for a decoder, 1 for an "
                   "encoder-decoder), so max_new_tokens stays "
                   f"{FIELDS['max_new_tokens'].default}", GenerationWarning)
 

@@ -174,10 +174,12 @@ def test_an_unreachable_min_length_is_refused_by_the_server(faces):
         assert not refused or server.startswith("min_length: "), server
 
 
-def test_a_checkpoint_s_max_length_is_python_s_with_start_as_the_command_line_s_else_said(faces, tmp_path, capsys):
-    """GenerationOptions.load(DIR) dropped a generation_config.json's max_length unsaid (it counts the prompt,
-    which load cannot know): Python generated 20 new tokens where `lmforge generate` generated max_length less
-    the prompt. Given start=, Python prints the command line's text; without it, a GenerationWarning says so."""
+def test_a_checkpoint_s_max_length_is_python_s_with_start_as_the_command_line_s_else_said(faces, tmp_path,
+                                                                                         capsys):
+    """GenerationOptions.load(DIR) dropped a generation_config.json's max_length unsaid (it counts the
+    prompt, which load cannot know): Python generated 20 new tokens where `lmforge generate` generated
+    max_length less the prompt. Given start=, Python prints the command line's text; without it, a
+    GenerationWarning says so."""
     import json
     import shutil
 
@@ -195,7 +197,8 @@ def test_a_checkpoint_s_max_length_is_python_s_with_start_as_the_command_line_s_
     assert options.max_new_tokens == 3
     new = lmforge.generate(model, ids, options=options, **tokenizer_ids(model, tok))[0, ids.shape[1]:]
     assert printed == PROMPT + continuation(tok, ids[0].tolist(), new.tolist()) + "\n"
-    with pytest.warns(GenerationWarning, match=rf"max_length={ids.shape[1] + 3}, .*not applied without start="):
+    said = rf"max_length={ids.shape[1] + 3}, .*not applied without start="
+    with pytest.warns(GenerationWarning, match=said):
         assert GenerationOptions.load(copy).max_new_tokens == 20
 
 
@@ -206,7 +209,8 @@ def test_beams_that_would_stream_are_refused_on_every_face_python_naming_num_bea
     with pytest.raises(OptionsError, match="num_beams=2 with a streamer") as refused:
         lmforge.generate(model, ids, num_beams=2, streamer=lambda chosen: None)
     assert refused.value.field == "num_beams" and "\n" not in str(refused.value)
-    assert "--num-beams 2" in cli_verdict(["generate", "--model", str(path), PROMPT, "--stream"], {"num_beams": 2})
+    argv = ["generate", "--model", str(path), PROMPT, "--stream"]
+    assert "--num-beams 2" in cli_verdict(argv, {"num_beams": 2})
     assert _server(client, {"num_beams": 2, "stream": True}).startswith("stream: ")
 
 

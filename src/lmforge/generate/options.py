@@ -186,7 +186,7 @@ def _unapplied_settings(path, found: dict) -> None:
     if said:
         named = ", ".join(f"{k}={json.dumps(v)[:40]}" for k, v in said.items())
         warnings.warn(f"{Path(path) / FILE} recommends {named}, which lmforge does not apply: decoding goes "
-                      "on without (the reference library's text may differ)", GenerationWarning)
+                      "on without (Hugging Face transformers' text may differ)", GenerationWarning)
 
 
 def _unapplied_max_length(path, max_length: int) -> None:

@@ -92,36 +92,24 @@ def test_both_generation_routes_refuse_a_temperature_in_the_same_words(local, va
     assert said[0] == said[1] and said[0]["param"] == "temperature" and said[0]["code"] == 422
 
 
-def test_a_whole_completion_of_several_prompts_is_admitted_once_before_any_runs(local, monkeypatch):
-    """Each prompt was queued when the one before it had run: a queue filled meanwhile gave the request a 429
-    after its first prompts had been generated (and thrown away)."""
-    admission, admitted = local.app.state.server.admission, []
-    monkeypatch.setattr(admission, "admit", lambda tokens: admitted.append(tokens))
-    monkeypatch.setattr(admission, "release", lambda tokens: None)
-    body = {**COMPLETE, "prompt": ["the cat", "a dog", "the bird"], "stream": False}
-    answer = local.post("/v1/completions", json=body)
-    assert answer.status_code == 200 and [c["index"] for c in answer.json()["choices"]] == [0, 1, 2]
-    assert len(admitted) == 1  # one request, its three prompts' tokens together
-
-    def full(tokens):
-        raise RequestError(429, "the queue is full", param="max_queue")
-
-    ran = []
-    monkeypatch.setattr(admission, "admit", full)
-    monkeypatch.setattr(generation, "run", lambda *a: ran.append(a))
-    assert local.post("/v1/completions", json=body).status_code == 429 and ran == []
-
-
-def test_a_streamed_completion_of_several_prompts_is_admitted_once_and_counted_out_once(local, monkeypatch):
-    """Each prompt of a stream was admitted when its turn came: a queue filled meanwhile ended the stream
-    with a 429 event after its first prompts had been sent."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_completion_of_several_prompts_is_admitted_once_before_any_runs(local, monkeypatch, stream):
+    """Each prompt was admitted when its turn came (whole: when the one before it had run; streamed: when
+    its events began): a queue filled meanwhile gave the request a 429 after its first prompts had run."""
     admission, admitted, released = local.app.state.server.admission, [], []
     monkeypatch.setattr(admission, "admit", admitted.append)
     monkeypatch.setattr(admission, "release", released.append)
-    body = {**COMPLETE, "prompt": ["the cat", "a dog", "the bird"], "stream": True}
-    events = _events(local, "/v1/completions", body)
-    assert events[-1] == "[DONE]" and {json.loads(e)["choices"][0]["index"] for e in events[:-1]} == {0, 1, 2}
-    assert len(admitted) == 1 and released == admitted  # one request, its three prompts' tokens together
+    body = {**COMPLETE, "prompt": ["the cat", "a dog", "the bird"], "stream": stream}
+    if stream:
+        events = _events(local, "/v1/completions", body)
+        assert events[-1] == "[DONE]"
+        indexes = {json.loads(e)["choices"][0]["index"] for e in events[:-1]}
+    else:
+        answer = local.post("/v1/completions", json=body)
+        assert answer.status_code == 200
+        indexes = {c["index"] for c in answer.json()["choices"]}
+    assert indexes == {0, 1, 2}
+    assert len(admitted) == 1 and released == admitted  # one request, its three prompts' tokens, out once
 
     def full(tokens):
         raise RequestError(429, "the queue is full", param="max_queue")

@@ -5,6 +5,7 @@ import lmforge
 from lmforge.presets import PRESETS
 from lmforge.config.options import OptionsError
 from lmforge.generate import GenerationOptions, generate
+from lmforge.generate.options import GenerationWarning
 from lmforge.generate.sampling import Sampling, argmax_rows, filter_top_k, filter_top_p, next_tokens
 from lmforge.generate.processors import Constraints, ban_repeated_ngrams, penalise_repetition
 from lmforge.heads import attach
@@ -447,7 +448,8 @@ def test_options_round_trip_through_generation_config_json(tmp_path):
     written = json.loads((tmp_path / "generation_config.json").read_text())
     assert written["transformers_version"] == "4.45" and written["num_beams"] == 3  # the file's other keys kept
     (tmp_path / "generation_config.json").write_text(json.dumps({"top_p": 2.0, "max_length": 30}))
-    with pytest.raises(OptionsError, match="generation_config.json: top_p must be") as err:
+    with pytest.raises(OptionsError, match="generation_config.json: top_p must be") as err, \
+            pytest.warns(GenerationWarning, match="max_length=30"):  # not applied without start=
         GenerationOptions.load(tmp_path)
     assert err.value.field == "top_p"
     (tmp_path / "generation_config.json").write_text(json.dumps({"max_length": 30, "min_length": 10}))

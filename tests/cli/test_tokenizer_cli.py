@@ -24,3 +24,16 @@ def test_a_run_that_fails_writing_its_config_leaves_the_folder_as_it_was(tmp_pat
     assert [p.name for p in out.iterdir()] == ["tokenizer.json"]
     assert (out / "tokenizer.json").read_text() == "an earlier tokenizer"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt", "tok"]  # nothing left beside it
+
+
+def test_a_tokenizer_trained_into_a_model_folder_is_recorded_there_and_loads(tmp_path):
+    """The files went in through a staging folder with no model config, so the model's config.json kept the
+    old tokenizer's checksums and refused the new one as changed."""
+    import lmforge
+    from tests.serve.conftest import _save, _tiny, _tokenizer
+
+    old = _tokenizer("bert")
+    _save(_tiny("bert-base", old, 3, max_seq_len=32), old, tmp_path / "m")
+    assert cli_verdict(["tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "120"],
+                       {"out": tmp_path / "m", "docs": 50}) is None
+    assert lmforge.load_tokenizer(tmp_path / "m").vocab_size == 120

@@ -138,6 +138,11 @@ class TaskDistillation(Objective):
         object.__setattr__(self, "student", student)
         self.cfg, self.teacher = cfg, teacher.requires_grad_(False).eval()
 
+    def run_settings(self) -> dict:
+        """The loss's options and the teacher (its fingerprint), as Distillation's: recorded in the
+        Trainer's checkpoints, so a resume with others is refused (checkpoints carry the run's teacher)."""
+        return {**{k: getattr(self.cfg, k) for k in LOSS}, "teacher": model_fingerprint(self.teacher.model)}
+
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """The student task's examples as they are."""
         return self.student.corrupt(example, generator)
@@ -209,10 +214,8 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     objective = TaskDistillation(student, teacher, cfg)
     validator = Validator(student, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
-    # the teacher's fingerprint too: a resume with another teacher of the same shape is refused
-    settings = {**{k: getattr(cfg, k) for k in LOSS}, "teacher": model_fingerprint(teacher.model)}
     trainer = Trainer(objective, encode_split(student, train, "training"), train_cfg, out, log=log,
-                      evaluator=validator, settings=settings)
+                      evaluator=validator)  # the loss's options and the teacher: objective.run_settings
     trainer.fit(resume=resume, final_files=(partial(write_task_files, student),))
     summary = {"task": teacher.kind, "steps": trainer.step, "seconds": round(time.perf_counter() - start, 2),
                "student_layers": model.config.n_layers, "teacher_layers": teacher.model.config.n_layers,

@@ -165,7 +165,8 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
     o, source, out = options or QuantizeOptions(), find_model_dir(model), refuse_link(out)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
-    tokenizer, _ = _carried_tokenizer(source), task_info(source)  # what travels, read verified first
+    tokenizer = _carried_tokenizer(source)  # what travels with the int8 model, read verified before any work
+    task_info(source)  # its task.json too (copied below): a changed one is refused here, not carried
     length = timed_length(fp32, o.seq_len)
     o.check_timed(length)  # before any work: the default length is the model's (at most SEQ_LEN)
     ids, mask = random_tokens(fp32, o.batch_size, length, o.seed)

@@ -8,7 +8,7 @@ import sys
 import torch
 
 from lmforge.cli.common import SEED, bounded, said
-from lmforge.generate.text import continuation, tokenizer_ids
+from lmforge.generate.text import Continuation, continuation, tokenizer_ids
 
 
 class TextStream:
@@ -19,18 +19,16 @@ class TextStream:
     WordPiece "##s" joins the prompt's last word; a new word after it gets its space)."""
 
     def __init__(self, tokenizer, prefix: str = "", context: list = ()) -> None:
-        self.tokenizer, self.context, self.prefix = tokenizer, list(context), prefix
-        self.ids, self.printed = [], ""
+        self.joined, self.prefix, self.printed = Continuation(tokenizer, context), prefix, ""
 
     def __call__(self, chosen: torch.Tensor) -> None:
-        self.ids.append(int(chosen[0]))
-        text = continuation(self.tokenizer, self.context, self.ids)
+        text = self.joined.push(int(chosen[0]))
         if text.startswith(self.printed) and not text.endswith("\ufffd"):  # wait for a whole character
             self._show(text)
 
     def close(self) -> None:
         """Print what was held back (an incomplete character at the end stays as decoded)."""
-        text = continuation(self.tokenizer, self.context, self.ids)
+        text = self.joined.text()
         self._show(text if text.startswith(self.printed) else self.printed)
         print()
 

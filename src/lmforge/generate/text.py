@@ -13,13 +13,31 @@ JOIN_WINDOW = 16  # context ids decoded with the new ones: a join reads the last
 # character spans at most 4 byte-level tokens), and the per-step cost of streaming stays flat
 
 
+class Continuation:
+    """The text of ids generated one at a time after the ids `context` (a decoder's prompt; empty for an
+    encoder-decoder's answer, which starts its own text): the context's window and the length of its
+    text are found once, not at every token (the command line's and the server's streams)."""
+
+    def __init__(self, tokenizer, context=()) -> None:
+        self.tokenizer, self.window = tokenizer, list(context)[-JOIN_WINDOW:]
+        self.skip = len(tokenizer.decode(self.window)) if self.window else 0
+        self.ids = []
+
+    def push(self, token: int) -> str:
+        """Add one id; the whole text the new ids make so far."""
+        self.ids.append(token)
+        return self.text()
+
+    def text(self) -> str:
+        """The text the new ids make after the context, joined as the tokenizer joins them."""
+        return self.tokenizer.decode(self.window + self.ids)[self.skip:]
+
+
 def continuation(tokenizer, context, new) -> str:
-    """The text the ids `new` add after the ids `context` (a decoder's prompt; empty for an
-    encoder-decoder's answer, which starts its own text)."""
-    context = list(context)[-JOIN_WINDOW:]
-    if not context:
-        return tokenizer.decode(list(new))
-    return tokenizer.decode(context + list(new))[len(tokenizer.decode(context)):]
+    """The text the ids `new` add after the ids `context` (see Continuation)."""
+    joined = Continuation(tokenizer, context)
+    joined.ids = list(new)
+    return joined.text()
 
 
 def tokenizer_ids(model, tokenizer) -> dict:

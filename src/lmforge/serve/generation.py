@@ -22,7 +22,7 @@ import torch
 from lmforge.config.options import OptionsError
 from lmforge.generate import generate
 from lmforge.generate.options import FIELDS, GenerationOptions, sampling_from_temperature
-from lmforge.generate.text import continuation, tokenizer_ids
+from lmforge.generate.text import Continuation, tokenizer_ids
 from lmforge.serve.limits import RequestError
 
 
@@ -89,14 +89,13 @@ class TextTail:
     """The text of the ids generated so far: what may be shown, and whether a stop string appeared."""
 
     def __init__(self, tokenizer, stops: tuple, context: list = ()) -> None:
-        self.tokenizer, self.stops, self.context = tokenizer, tuple(s for s in stops if s), list(context)
-        self.ids, self.shown, self.text, self.stopped = [], "", "", False
+        self.joined, self.stops = Continuation(tokenizer, context), tuple(s for s in stops if s)
+        self.shown, self.text, self.stopped = "", "", False
 
     def push(self, token: int) -> str:
         """Add one id; returns the text newly safe to show (maybe ""), joined to the `context` ids before
         it (a decoder's prompt) as `lmforge generate` joins it (generate/text.py)."""
-        self.ids.append(token)
-        text = continuation(self.tokenizer, self.context, self.ids)
+        text = self.joined.push(token)
         cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
         if cut >= 0:
             self.stopped, text = True, text[:cut]
@@ -151,7 +150,7 @@ def run(served, payload: dict, emit: Callable) -> dict:
         out = generate(model, ids, options=options, generator=generator, streamer=None if beams else streamer)
         new = out[0, 1 if model.config.architecture == "encoder-decoder" else ids.shape[1]:].tolist()
     except StopText:
-        new = tail.ids
+        new = tail.joined.ids
     except OptionsError as err:  # a setting this model cannot serve (its vocabulary, its context)
         raise RequestError(422, str(err), param=err.field) from None
     if beams:

@@ -12,6 +12,7 @@ from lmforge.config import ConfigError, ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS
+from lmforge.utils.atomic import blocking_parent
 from lmforge.utils.yamltext import load_yaml
 
 
@@ -298,10 +299,8 @@ def _check_out_path(path: Path, kind: str | None, option: str) -> None:
         raise UsageError(f"{option} {path}: exists and is not a folder")
     if kind == "file" and path.is_dir():
         raise UsageError(f"{option} {path}: is a folder; name the file to write")
-    blocking = next((p for p in path.parents if (p.exists() or p.is_symlink()) and not p.is_dir()), None)
-    if blocking is not None:
-        what = "a file" if blocking.exists() else "a symbolic link to nothing"  # mkdir cannot pass either
-        raise UsageError(f"{option} {path}: {blocking} is {what}, not a folder")
+    if (blocked := blocking_parent(path)) is not None:
+        raise UsageError(f"{option} {path}: {blocked}")
 
 
 def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None) -> None:

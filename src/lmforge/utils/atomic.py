@@ -60,17 +60,25 @@ def writable_folder(path, what: str) -> Path:
     return path
 
 
+def blocking_parent(path) -> str | None:
+    """"P is a file, not a folder" (or "a symbolic link to nothing") for the nearest parent of `path` on
+    disk where it is no folder (mkdir cannot pass either); None where the path's folders can be made."""
+    for parent in Path(path).parents:
+        if parent.exists() or parent.is_symlink():
+            if parent.is_dir():
+                return None
+            what = "a file" if parent.exists() else "a symbolic link to nothing"
+            return f"{parent} is {what}, not a folder"
+    return None
+
+
 def check_file_path(path) -> Path:
     """`path` as a place a file can be written: not a folder, no file where a parent folder must be."""
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
         raise UnsafePath(f"{path}: is a folder, not a file")
-    for parent in path.parents:
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                what = "a file" if parent.exists() else "a symbolic link to nothing"
-                raise UnsafePath(f"{path}: {parent} is {what}, not a folder")
-            break
+    if (blocked := blocking_parent(path)) is not None:
+        raise UnsafePath(f"{path}: {blocked}")
     return path
 
 

@@ -255,7 +255,10 @@ def test_save_round_trip_and_transformers_reads_it(bert_vocab, tmp_path):
     assert back.special_tokens == tok.special_tokens and back.vocab_size == tok.vocab_size
     assert_same_ids(back, lambda *t: {"input_ids": tok.encode(*t).ids})
     assert_same_ids(back, AutoTokenizer.from_pretrained(tmp_path))
-    (tmp_path / "tokenizer_config.json").unlink()  # a bare tokenizer.json: roles from the token names
+    (tmp_path / "tokenizer_config.json").unlink()  # saved files go missing: refused, naming the record
+    with pytest.raises(lmforge.tokenizer.TokenizerError, match="tokenizer_config.json: missing .listed in"):
+        lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "sha256.json").unlink()  # a bare tokenizer.json: roles from the token names
     assert lmforge.load_tokenizer(tmp_path).special_tokens == tok.special_tokens
 
 

@@ -36,14 +36,15 @@ def test_an_empty_name_or_a_file_is_refused_naming_it_and_a_folder_is_written(tm
         tokenizer().save(tmp_path / "file")
     assert (tmp_path / "file").read_text() == "the user's"
     saved = tokenizer().save(tmp_path / "new" / "tok")
-    assert sorted(p.name for p in saved.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    assert sorted(p.name for p in saved.iterdir()) == ["sha256.json", "tokenizer.json", "tokenizer_config.json"]
 
 
 @pytest.mark.parametrize("damage", ["vocab", "delete-config"])
 def test_a_tokenizer_saved_beside_a_model_is_verified_when_read(tmp_path, capsys, damage):
     """One flipped bit in a vocabulary entry (still JSON) tokenized otherwise unsaid, and a lost
-    tokenizer_config.json (its special tokens) went unnoticed (helper's probe); a tokenizer folder of its
-    own has no model config to record them and reads as before."""
+    tokenizer_config.json (its special tokens) went unnoticed (helper's probe). Beside a model the checksums
+    are in its config.json (one record: no sha256.json there); a tokenizer folder of its own keeps them in
+    sha256.json, and is refused alike."""
     from lmforge.cli import main
     from lmforge.tokenizer import TokenizerError, load_tokenizer
 
@@ -60,12 +61,34 @@ def test_a_tokenizer_saved_beside_a_model_is_verified_when_read(tmp_path, capsys
             (tmp_path / folder / "tokenizer.json").write_text(edited)
         else:
             (tmp_path / folder / "tokenizer_config.json").unlink()
-    load_tokenizer(tmp_path / "alone")
-    with pytest.raises(TokenizerError) as refused:
-        load_tokenizer(tmp_path / "m")
     name = "tokenizer.json" if damage == "vocab" else "tokenizer_config.json"
-    said = str(refused.value)
-    assert said.startswith(str(tmp_path / "m" / name)) and "config.json" in said and "\n" not in said
+    assert not (tmp_path / "m" / "sha256.json").exists()
+    for folder, record in (("m", "config.json"), ("alone", "sha256.json")):
+        with pytest.raises(TokenizerError) as refused:
+            load_tokenizer(tmp_path / folder)
+        said = str(refused.value)
+        assert said.startswith(str(tmp_path / folder / name)) and record in said and "\n" not in said
     assert main(["embed", "--model", str(tmp_path / "m"), "a text"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and str(tmp_path / "m" / name) in err, err
+
+
+def test_a_tokenizer_alone_keeps_signed_checksums_that_are_checked_themselves(tmp_path):
+    """sha256.json carries its own checksum: an edited record is refused naming it, not trusted; a folder
+    without one (Hugging Face's, or written before) reads unverified, as it always did."""
+    import json
+
+    from lmforge.tokenizer import TokenizerError, load_tokenizer
+
+    folder = tokenizer().save(tmp_path / "alone")
+    load_tokenizer(folder)
+    record = json.loads((folder / "sha256.json").read_text())
+    assert set(record) == {"tokenizer.json", "tokenizer_config.json", "checksum"}
+    (folder / "sha256.json").write_text(json.dumps({**record, "tokenizer.json": "0" * 64}))
+    with pytest.raises(TokenizerError, match=f"^{folder / 'sha256.json'}: does not match its checksum"):
+        load_tokenizer(folder)
+    (folder / "sha256.json").write_text("{")
+    with pytest.raises(TokenizerError, match=f"^{folder / 'sha256.json'}: not readable JSON"):
+        load_tokenizer(folder)
+    (folder / "sha256.json").unlink()
+    assert load_tokenizer(folder).vocab_size == tokenizer().vocab_size

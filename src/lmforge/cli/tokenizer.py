@@ -21,11 +21,10 @@ def cmd_tokenizer_train(args) -> None:
     from lmforge.cli.common import UsageError, refuse_overwrite
     from lmforge.data import corpus_text
     from lmforge.tokenizer.train import train_with
-    from lmforge.tokenizer.wrapper import SAVED_FILES
+    from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE, seal
     from lmforge.utils.atomic import replace_files
-    from lmforge.utils.model_folder import record_sums
 
-    refuse_overwrite(args.out, ("FILES", args.files), writes=("tokenizer.json", "tokenizer_config.json"))
+    refuse_overwrite(args.out, ("FILES", args.files), writes=(*SAVED_FILES, SUMS_FILE))
     options = tokenizer_options(args)  # before the corpus is read or made
     drawn = [flag for flag in ("--docs", "--seed") if getattr(args, flag[2:]) is not None]
     if args.files and drawn:  # never ignored
@@ -36,7 +35,7 @@ def cmd_tokenizer_train(args) -> None:
     replace_files(args.out, tokenizer.save)  # both files or neither: never a new tokenizer.json alone
     # saved in a staging folder, where no model config records them: a model's config.json in --out gets
     # the new files' checksums (its old ones would refuse them as changed)
-    record_sums(args.out, SAVED_FILES)
+    seal(Path(args.out))
     corpus = f"{len(args.files)} file(s)" if args.files else f"built-in corpus, {docs} documents"
     print(f"wrote {args.out} ({options.kind}, {tokenizer.vocab_size} ids, {corpus})")
 

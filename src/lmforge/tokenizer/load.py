@@ -21,7 +21,8 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, WordPiece
 
 from lmforge.tokenizer.spiece import ProtoError, build_unigram, parse_model, user_symbols
-from lmforge.tokenizer.wrapper import ROLES, SAVED_FILES, Tokenizer, TokenizerError
+from lmforge.tokenizer.wrapper import ROLES, SAVED_FILES, SUMS_FILE, Tokenizer, TokenizerError
+from lmforge.utils.checksum import check_files, verify
 from lmforge.utils.model_folder import check_recorded, inside_job_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json + merges.txt", "spiece.model")
@@ -260,9 +261,24 @@ def extra_tokens(config: dict, style: str | None) -> list:
     return extra
 
 
+def check_sealed(path: Path) -> None:
+    """A TokenizerError naming the file where the checksums Tokenizer.save kept beside a tokenizer alone
+    (SUMS_FILE, signed) are damaged, or a file they list is missing or changed; nothing without them (a
+    Hugging Face folder, or one written before they were kept, reads unverified)."""
+    record = path / SUMS_FILE
+    if not record.is_file():
+        return
+    try:
+        sums = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise TokenizerError(f"{record}: not readable JSON ({err})") from None
+    sums = verify(sums, "checksum", record, error=TokenizerError)
+    check_files(path, {k: v for k, v in sums.items() if k != "checksum"}, record, TokenizerError)
+
+
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """Read the tokenizer of a Hugging Face (or lmforge) model directory (or of the model in a job's
-    output folder: utils/model_folder.py), its files verified where the model's config.json records them."""
+    output folder: utils/model_folder.py), its files verified where Tokenizer.save kept their checksums."""
     if not str(path).strip():  # Path("") is the working folder
         raise TokenizerError("the tokenizer's directory is an empty name: give a directory")
     path = inside_job_folder(Path(path))
@@ -272,6 +288,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     backend, tokens, style = _build(path, config)
     for name in SAVED_FILES:  # read whole first: a file that is no JSON is named as such
         check_recorded(path, name, TokenizerError)
+    check_sealed(path)
     tokens = {role: token for role, token in tokens.items() if token}
     if style == "tokenizer.json":  # it carries its own added tokens and template
         _register(backend, {r: t for r, t in tokens.items() if backend.token_to_id(t) is None}, None, {})

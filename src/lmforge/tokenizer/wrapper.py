@@ -19,11 +19,13 @@ from tokenizers import Tokenizer as Backend
 from lmforge.config import atomic_write_text
 from lmforge.tokenizer.words import word_starts
 from lmforge.utils.atomic import writable_folder
+from lmforge.utils.checksum import sha256, sign
 from lmforge.utils.model_folder import record_sums
 
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 PADDINGS = ("longest", "max_length")
 SAVED_FILES = ("tokenizer.json", "tokenizer_config.json")  # what save writes (beside a model: recorded)
+SUMS_FILE = "sha256.json"  # beside a tokenizer with no model of its own: its files' checksums, signed (seal)
 
 
 class TokenizerError(ValueError):
@@ -193,8 +195,8 @@ class Tokenizer:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write tokenizer.json and tokenizer_config.json (special tokens) to the directory `path`, their
-        checksums recorded in the config.json of a model there (load_tokenizer verifies them); an empty
-        name, a symbolic link or a file there is refused (UnsafePath, an OptionsError), as model.save does."""
+        checksums kept (seal: load_tokenizer verifies them); an empty name, a symbolic link or a file there
+        is refused (UnsafePath, an OptionsError), as model.save does."""
         path = writable_folder(path, "tokenizer directory")
         path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path / "tokenizer.json", self.backend.to_str(pretty=True))
@@ -204,5 +206,17 @@ class Tokenizer:
             config["model_max_length"] = self.model_max_length
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         atomic_write_text(path / "tokenizer_config.json", text)
-        record_sums(path, SAVED_FILES)  # beside a model: its config.json keeps their checksums
+        seal(path)
         return path
+
+
+def seal(folder: Path) -> None:
+    """Keep the checksums of the files Tokenizer.save wrote in `folder`: in the config.json of an lmforge
+    model there, else in SUMS_FILE beside them (a tokenizer alone, or beside a Hugging Face model, has no
+    config of lmforge's to record them in). load_tokenizer verifies either: a changed vocabulary entry is
+    still valid JSON, and would otherwise load unsaid."""
+    if record_sums(folder, SAVED_FILES):
+        (folder / SUMS_FILE).unlink(missing_ok=True)  # one record: the model's config.json
+        return
+    sums = sign({name: sha256(folder / name) for name in SAVED_FILES}, "checksum")
+    atomic_write_text(folder / SUMS_FILE, json.dumps(sums, indent=1) + "\n")

@@ -22,9 +22,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
-
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from tokenizers import AddedToken
@@ -40,6 +39,7 @@ from lmforge.model import from_config
 from lmforge.objectives import ObjectiveSpec
 from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.presets import get_config
+from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.data import derive_seed
@@ -51,17 +51,13 @@ from lmforge.train.pretrain_options import (
     check_read,
     recipe_and_inputs,
 )
-from lmforge.tokenizer import TokenizerError
-from lmforge.tokenizer.wrapper import SAVED_FILES
 from lmforge.utils.atomic import atomic_write_text, replace_dir
-from lmforge.utils.checksum import check_files, sha256, sign, verify
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
 # evaluation (seed, i, 2), dropout (seed, step, rank, 3), fine-tuning's head (seed, 4) and preset
 # (seed, 5). The initial weights take (seed, INIT_STREAM, 0, 0, 0): five parts, a length no other
 # stream has, so their seed is never one of those (as two parts it would be epoch 6's data order).
 INIT_STREAM = 6
-TOKENIZER_SUMS = "sha256.json"  # in a run's DIR/tokenizer: its files' checksums, signed (run_tokenizer)
 
 
 def init_seed(seed: int) -> int:
@@ -124,39 +120,17 @@ def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float =
     torchrun job read the one rank 0 wrote rather than each training its own."""
     path = Path(out) / "tokenizer"
     if (path / "tokenizer.json").is_file():
-        return _trained(path)
+        return load_tokenizer(path)  # verified (Tokenizer.save kept its checksums)
     if int(os.environ.get("RANK", "0")) != 0:
         deadline = time.monotonic() + wait_s
         while not (path / "tokenizer.json").is_file():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rank 0 wrote no tokenizer to {path} in {wait_s:.0f} s")
             time.sleep(0.2)
-        return _trained(path)
+        return load_tokenizer(path)
     tokenizer = default_tokenizer(family, docs, vocab_size)
-
-    def save(folder: Path) -> None:  # the files and their checksums, together
-        tokenizer.save(folder)
-        sums = sign({name: sha256(folder / name) for name in SAVED_FILES}, "checksum")
-        atomic_write_text(folder / TOKENIZER_SUMS, json.dumps(sums, indent=1) + "\n")
-
-    replace_dir(path, save)  # other ranks see the whole directory or nothing
+    replace_dir(path, tokenizer.save)  # other ranks see the whole directory (files and checksums) or nothing
     return tokenizer
-
-
-def _trained(path: Path):
-    """The tokenizer run_tokenizer kept, its files checked against the checksums beside them (a folder
-    written before they were kept reads unverified): a changed vocabulary entry is still JSON."""
-    from lmforge.tokenizer import load_tokenizer
-
-    record = path / TOKENIZER_SUMS
-    if record.is_file():
-        try:
-            sums = json.loads(record.read_text(encoding="utf-8"))
-        except ValueError as err:
-            raise TokenizerError(f"{record}: not JSON ({err})") from None
-        sums = verify(sums, "checksum", record, error=TokenizerError)
-        check_files(path, {k: v for k, v in sums.items() if k != "checksum"}, record, TokenizerError)
-    return load_tokenizer(path)
 
 
 def read_words(path) -> list:
@@ -210,8 +184,6 @@ def add_words(model, tokenizer, words: list) -> list:
 def checkpoint_start(name, tokenizer=None, overrides: dict | None = None) -> tuple:
     """(model, tokenizer) that continued pretraining starts from: an lmforge or Hugging Face directory,
     or an installed model (io.find_model_dir), with its own tokenizer unless one is given."""
-    from lmforge.tokenizer import load_tokenizer
-
     if overrides:
         raise ValueError(f"model config fields ({', '.join(sorted(overrides))}) apply to a preset; a "
                          f"checkpoint is pretrained further as it is")

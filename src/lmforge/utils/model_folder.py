@@ -31,17 +31,18 @@ def _own_config(folder: Path) -> dict | None:
     return meta if isinstance(meta, dict) and meta.get("format") == "lmforge" else None
 
 
-def record_sums(folder, names) -> None:
+def record_sums(folder, names) -> bool:
     """Add the sha256 of each of `names`, files just written beside a model, to its config.json's checksums
     (the weights' map), so that their readers verify them (check_recorded) as every load verifies the
-    weights. A folder without an lmforge config.json (a tokenizer alone, a Hugging Face model) records
-    none."""
+    weights; whether it did. A folder without an lmforge config.json (a tokenizer alone, a Hugging Face
+    model) records none."""
     folder = Path(folder)
     meta = _own_config(folder)
     if meta is None or not isinstance(meta.get(SUMS), dict):
-        return
+        return False
     meta[SUMS].update({name: sha256(folder / name) for name in names if (folder / name).is_file()})
     atomic_write_text(folder / CONFIG, json.dumps(meta, indent=2) + "\n")
+    return True
 
 
 def check_recorded(folder, name: str, error: type = ValueError) -> None:

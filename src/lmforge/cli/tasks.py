@@ -199,7 +199,8 @@ def cmd_evaluate(args) -> None:
 
 
 def _common(p) -> None:
-    p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face) or preset")
+    p.add_argument("--model", required=True, help="a model directory (lmforge or Hugging Face), an installed "
+                   "model (all-MiniLM-L6-v2), or a preset (random weights from --seed; give --tokenizer)")
     said(p.add_argument("--task", choices=KINDS, help="task type"), "with --builtin, the task's own")
     p.add_argument("--builtin", choices=("sentiment", "entailment", "tagging", "questions"),
                    help="a built-in corpus task instead of files")

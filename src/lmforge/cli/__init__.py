@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     from lmforge import __version__
 
-    parser = OneLineParser(prog="lmforge", description="The `lmforge` command: one sub-command per job.")
+    parser = OneLineParser(prog="lmforge", description="The `lmforge` command: one sub-command per job. "
+                          "`lmforge JOB --help` lists a job's flags and `lmforge options` the key=value "
+                          "options; the guides are docs/*.md, from docs/index.md.")
     parser.add_argument("--version", action="version", version=f"lmforge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for job in JOBS:

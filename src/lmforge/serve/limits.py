@@ -35,7 +35,7 @@ class Limits:
                             low=1, high=10**6)
     max_new_tokens: int = option(1024, "new tokens one generation may ask for (413 beyond)", low=1, high=65536)
     max_top_k: int = option(100, "fill-mask candidates (413 beyond)", low=1, high=100_000)
-    max_stop: int = option(8, "stop strings of one generation", low=1, high=1024)
+    max_stop: int = option(8, "stop strings of one generation (413 beyond)", low=1, high=1024)
     # each stop string is sought at every step
     max_stop_chars: int = option(256, "characters of one stop string (413 beyond)", low=1, high=65536)
     max_input_tokens: int = option(65536, "tokens of one text tokenized whole: /tokenize's text, a prompt "

@@ -101,14 +101,14 @@ def test_strict_numbers_bounded_seeds_and_unknown_query_parameters_are_refused()
     query parameter of /attention is refused, as a body's unknown field is."""
     import pydantic
 
-    from lmforge.serve import schemas
+    from lmforge.serve import generation_schemas, schemas
 
     for bad in ({"text": "a [MASK]", "top_k": True}, {"text": "a [MASK]", "max_span": 10**6}):
         with pytest.raises(pydantic.ValidationError):
             schemas.FillMaskRequest(**bad)
     with pytest.raises(pydantic.ValidationError):
-        schemas.DecodingBase(seed=10**23)
-    assert schemas.DecodingBase(seed=2**63 - 1).seed == 2**63 - 1
+        generation_schemas.DecodingBase(seed=10**23)
+    assert generation_schemas.DecodingBase(seed=2**63 - 1).seed == 2**63 - 1
 
 
 def _read(share: Share, chunks: list, declared: int | None = None) -> list:

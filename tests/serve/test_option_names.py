@@ -20,7 +20,7 @@ from tests.serve.conftest import _save, _task, _tiny, _tokenizer
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from lmforge.serve import schemas
+from lmforge.serve import generation_schemas
 from lmforge.serve.app import create_app
 from lmforge.serve.models import load_served
 
@@ -90,8 +90,26 @@ def test_v1_completions_refuses_lmforge_s_names_and_says_its_own(client):
     said = client.post("/v1/completions", json={**PROMPT, "max_new_tokens": 2}).json()["error"]["message"]
     assert said == "max_new_tokens: /v1/completions takes max_tokens"
     taken = client.get("/openapi.json").json()["components"]["schemas"]["CompletionRequest"]["properties"]
-    for name, route_s in schemas.ROUTE_NAMES.items():  # each rename is of a refused name, to a field taken
+    for name, route_s in generation_schemas.RENAMED["/v1/completions"].items():  # each rename is of a refused name, to a field taken
         assert name in names and route_s.split()[0] in taken
+
+
+def test_generate_refuses_lmforge_s_settings_it_does_not_take_saying_why(client):
+    """/generate refuses unknown fields; lmforge's own settings it lacks were refused in pydantic's bare
+    "Extra inputs are not permitted": now, as on /v1/completions, naming the field and saying why."""
+    taken = client.get("/openapi.json").json()["components"]["schemas"]["GenerateRequest"]["properties"]
+    names = sorted({f.name for f in dataclasses.fields(GenerationOptions)} - set(taken))
+    assert {"do_sample", "eos_token_id", "num_return_sequences", "suppress_tokens"} <= set(names)
+    for name in names:
+        answer = client.post("/generate", json={"model": "gpt", "prompt": "the cat", "max_new_tokens": 2,
+                                                name: 2})
+        assert _verdict(answer) == (422, name), answer.text
+        message = answer.json()["error"]["message"]
+        assert message.startswith(f"{name}: ") and "/generate" in message and "Extra inputs" not in message
+    said = client.post("/generate", json={"model": "gpt", "prompt": "a", "do_sample": True}).json()
+    assert said["error"]["message"] == "do_sample: /generate takes temperature (0: greedy, > 0: samples)"
+    typo = client.post("/generate", json={"model": "gpt", "prompt": "a", "max_new_tokenz": 2}).json()
+    assert typo["error"]["param"] == "max_new_tokenz"  # a name that is no setting: still refused
 
 
 def test_v1_completions_still_ignores_openai_clients_extras(client):
@@ -130,7 +148,7 @@ def test_a_null_option_is_its_default_as_python_reads_none(client, path, body, f
     assert null.json() == left_out.json()
 
 
-@pytest.mark.parametrize("field", schemas.DECODING)
+@pytest.mark.parametrize("field", generation_schemas.DECODING)
 def test_a_null_generation_setting_is_refused_in_the_api_s_words(client, field):
     """lmforge.generate refuses None, so /generate refuses null: naming the field, in JSON's words."""
     body = {"model": "gpt", "prompt": "the cat", "max_new_tokens": 2, field: None}

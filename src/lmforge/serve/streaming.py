@@ -27,6 +27,8 @@ from lmforge.config.options import OptionsError
 from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
 from lmforge.serve.generation import Settings, prompt_ids
+from lmforge.serve.generation_schemas import (DECODING, CompletionRequest, CompletionResponse, GenerateRequest,
+                                             GenerateResponse)
 from lmforge.serve.limits import (RequestError, bounded_ids, check_count, check_generation,
                                   check_request_tokens, server_error, too_large)
 from lmforge.serve.schemas import JSONBody
@@ -37,7 +39,7 @@ router = APIRouter(responses=ERRORS, tags=["generation"])
 SSE = {"text/event-stream": {"schema": {"type": "string",
                                         "description": "data: {json} events, then data: [DONE]"}}}
 INLINE_CHARS = 10_000  # a prompt tokenized on the event loop itself; longer ones (or several): a thread
-SETTINGS = (*schemas.DECODING, "seed")
+SETTINGS = (*DECODING, "seed")
 LOG = logging.getLogger("uvicorn.error")  # the server's log (app.py's)
 
 
@@ -217,8 +219,8 @@ class CompletionChunks:
         return {**self.head, "choices": [choice], **({"usage": done["usage"]} if done else {})}
 
 
-@router.post("/generate", response_model=schemas.GenerateResponse, responses={200: {"content": SSE}})
-async def generate(body: schemas.GenerateRequest, request: Request):
+@router.post("/generate", response_model=GenerateResponse, responses={200: {"content": SSE}})
+async def generate(body: GenerateRequest, request: Request):
     """Continue a prompt: greedy (temperature 0), sampling, or beam search; stop strings; stream."""
     server = request.app.state.server
     served = server.pick(body.model, "generate")
@@ -231,8 +233,8 @@ async def generate(body: schemas.GenerateRequest, request: Request):
     return JSONBody({"model": served.name, **await _whole(server, served, request, payload, tokens)})
 
 
-@router.post("/v1/completions", response_model=schemas.CompletionResponse, responses={200: {"content": SSE}})
-async def completions(body: schemas.CompletionRequest, request: Request):
+@router.post("/v1/completions", response_model=CompletionResponse, responses={200: {"content": SSE}})
+async def completions(body: CompletionRequest, request: Request):
     """OpenAI-compatible completions (one choice per prompt), whole or streamed."""
     server = request.app.state.server
     served = server.pick(body.model, "generate")

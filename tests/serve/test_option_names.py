@@ -20,7 +20,7 @@ from tests.serve.conftest import _save, _task, _tiny, _tokenizer
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from lmforge.serve import generation_schemas
+from lmforge.serve import generation_schemas, schemas
 from lmforge.serve.app import create_app
 from lmforge.serve.models import load_served
 
@@ -90,7 +90,8 @@ def test_v1_completions_refuses_lmforge_s_names_and_says_its_own(client):
     said = client.post("/v1/completions", json={**PROMPT, "max_new_tokens": 2}).json()["error"]["message"]
     assert said == "max_new_tokens: /v1/completions takes max_tokens"
     taken = client.get("/openapi.json").json()["components"]["schemas"]["CompletionRequest"]["properties"]
-    for name, route_s in generation_schemas.RENAMED["/v1/completions"].items():  # each rename is of a refused name, to a field taken
+    # each rename is of a refused name, to a field taken
+    for name, route_s in generation_schemas.RENAMED["/v1/completions"].items():
         assert name in names and route_s.split()[0] in taken
 
 
@@ -159,3 +160,30 @@ def test_a_null_generation_setting_is_refused_in_the_api_s_words(client, field):
     assert "null" in message and not any(word in message for word in python)
     if field == "early_stopping":
         assert message == 'early_stopping: must be true, false or "never", got null'
+
+
+@pytest.mark.parametrize("path, body, field, whole", [
+    ("/v1/completions", PROMPT, "n", 1.0), ("/v1/completions", PROMPT, "best_of", 1.0),
+    ("/v1/completions", {**PROMPT, "temperature": 1}, "seed", 5.0),
+    ("/generate", {"model": "gpt", "prompt": "the cat", "max_new_tokens": 2, "temperature": 1}, "seed", 5.0),
+], ids=lambda v: v if isinstance(v, str) and not v.startswith("/") else None)
+def test_an_int_field_reads_a_whole_float_as_every_options_field_does(client, path, body, field, whole):
+    """seed, n and best_of refused 1.0 ('Input should be a valid integer') where the same route's
+    options fields (max_tokens, top_n, dimensions) read it as 1, and JSON Schema's integer takes it."""
+    def answer(value) -> dict:  # without a completion's id and time
+        return {k: v for k, v in client.post(path, json={**body, field: value}).json().items()
+                if k not in ("id", "created")}
+    assert "error" not in answer(whole) and answer(whole) == answer(int(whole))
+    for bad in (whole + 0.5, True, str(int(whole))):  # a fraction, a bool, a string: still refused
+        assert _verdict(client.post(path, json={**body, field: bad})) == (422, field)
+
+
+def test_fill_mask_s_counts_read_a_whole_float_too():
+    """FillMaskRequest's top_k and max_span read 3.0 as 3 too (they refused it, as seed and n did)."""
+    import pydantic
+
+    read = schemas.FillMaskRequest(text="a [MASK]", top_k=3.0, max_span=4.0)
+    assert (read.top_k, read.max_span) == (3, 4) and type(read.top_k) is int
+    for bad in ({"top_k": 3.5}, {"top_k": True}, {"max_span": "4"}):
+        with pytest.raises(pydantic.ValidationError):
+            schemas.FillMaskRequest(text="a [MASK]", **bad)

@@ -12,11 +12,12 @@ import json
 import operator
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, StrictInt, create_model
+from pydantic import BaseModel, BeforeValidator, Field, create_model
 
 from lmforge.config.options import BASE_TYPES, OptionsError, bounds_text, members
 from lmforge.generate.options import EARLY_STOPPING, FIELDS, checked_type, checked_value, field_kind
-from lmforge.serve.schemas import MODEL_FIELD, OPENAI, STRICT, Usage, field_error, refused_name
+from lmforge.serve.schemas import (MODEL_FIELD, OPENAI, STRICT, Usage, WholeInt, field_error,
+                                   refused_name)
 
 
 def option_field(name: str, default: Any = dataclasses.MISSING, note: str = "") -> tuple:
@@ -72,15 +73,15 @@ class DecodingBase(BaseModel):
 
     model_config = STRICT
     model: str | None = MODEL_FIELD
-    seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1, description="sampling: the same seed gives the "
+    seed: WholeInt | None = Field(None, ge=0, le=2**63 - 1, description="sampling: the same seed gives the "
                                    "same text")
     stop: str | list[str] | None = Field(None, description="the text ends before any of these")
     stream: bool = Field(False, description="send tokens as server-sent events as they are generated")
 
 
 Decoding = create_model("Decoding", __base__=DecodingBase, __module__=__name__,
-                        __doc__="Decoding settings shared by /generate and /v1/completions (GenerationOptions "
-                                "fields; beam search not with stream or sampling).",
+                        __doc__="Decoding settings shared by /generate and /v1/completions "
+                                "(GenerationOptions fields; beam search not with stream or sampling).",
                         **{name: option_field(name) for name in DECODING})
 
 # lmforge's names of settings that a generation route takes under another name, by route
@@ -141,10 +142,10 @@ class OpenAICompletion(Decoding):
                           Field(json_schema_extra={"minimum": 1})] = 16
     # checked as /generate's is (its bounds in GenerationOptions' words; they were pydantic's)
     temperature: OpenAITemperature = OPENAI_TEMPERATURE
-    n: int = Field(1, ge=1, le=1, description="only 1")
+    n: WholeInt = Field(1, ge=1, le=1, description="only 1")
     echo: bool = Field(False, description="put the prompt before the completion")
     # OpenAI's settings lmforge does not serve: refused where they would change the answer, never ignored
-    best_of: int = Field(1, ge=1, le=1, description="only 1")
+    best_of: WholeInt = Field(1, ge=1, le=1, description="only 1")
     logprobs: None = Field(None, description="not supported: leave out")
     suffix: None = Field(None, description="not supported: leave out")
     presence_penalty: float = Field(0.0, ge=0, le=0, description="not supported: only 0")

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic_core
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -24,6 +24,16 @@ STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 # made from an options dataclass: no coercion ("3" is not 3), the object's checks name the field (422)
 EXACT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 OPENAI = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
+
+
+def _whole(value):
+    """A whole float (3.0) as the int it is, as the options objects' fields read it (coerce); anything else
+    as given, for the strict int to judge (a fraction, a bool, a string are refused)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# an int of a request that is no options object's field: 3.0 is 3 there as well (JSON Schema's integer)
+WholeInt = Annotated[int, BeforeValidator(_whole)]
 MODEL_FIELD = Field(None, description="a served model's name (default: the first that can do this): /info")
 TRUNCATE = Field(False, description="cut texts longer than the model's limit instead of refusing them (413)")
 
@@ -128,9 +138,9 @@ class FillMaskRequest(BaseModel):
     model_config = STRICT
     text: str
     model: str | None = MODEL_FIELD
-    top_k: StrictInt = Field(5, ge=1, description="candidates returned (at most the server's max_top_k; "
+    top_k: WholeInt = Field(5, ge=1, description="candidates returned (at most the server's max_top_k; "
                              "a T5 / BART model's at most its 64 beams)")
-    max_span: StrictInt = Field(10, ge=1, le=MAX_SPAN, description="T5 / BART: most tokens generated for the "
+    max_span: WholeInt = Field(10, ge=1, le=MAX_SPAN, description="T5 / BART: most tokens generated for the "
                                 "mask (the pipeline's bound: the same in Python and on the command line)")
 
 

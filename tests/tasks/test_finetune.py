@@ -366,3 +366,22 @@ def test_task_json_is_verified_against_the_checksum_config_json_records(tmp_path
         task_info(path)
     said = str(refused.value)
     assert said.startswith(str(path / "task.json")) and "config.json" in said and "\n" not in said
+
+
+def test_a_datasets_integer_class_ids_fine_tune_as_the_same_labels_read_from_a_file(tmp_path):
+    """Python's records are read as a file's (tasks/fields.py): integer class ids, as lmforge.data.tasks and
+    Hugging Face datasets give them, were refused ("needs the list of labels") though a file of the same
+    records trained; both now train the labels "0", "1" with the same weights."""
+    from lmforge.data import tasks
+
+    records = tasks(40)["sentiment"]["train"][:8]
+    assert {type(r["label"]) for r in records} == {int}
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    for name, train in (("python", records), ("file", read_task_file(path, "cls"))):
+        finetune(tiny(), tokenizer(), "cls", train, train, tmp_path / name, cfg(steps=1), log=quiet)
+    assert task_info(tmp_path / "python" / "final")["labels"] == ["0", "1"]
+    assert task_info(tmp_path / "file" / "final") == task_info(tmp_path / "python" / "final")
+    python, file = weights(tmp_path / "python"), weights(tmp_path / "file")
+    assert all(torch.equal(python[k], file[k]) for k in file)
+    assert evaluate(tmp_path / "python" / "final", records) == evaluate(tmp_path / "file" / "final", records)

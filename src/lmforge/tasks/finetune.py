@@ -29,16 +29,17 @@ from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import MODULES, Task, option_owners, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
-from lmforge.tasks.formats import check_labels, gold_given, source_of
+from lmforge.tasks.fields import given_records
+from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
-from lmforge.utils.atomic import replace_dir
-from lmforge.utils.model_folder import check_recorded, inside_job_folder, record_sums
 from lmforge.train.config import check_device, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
+from lmforge.utils.atomic import replace_dir
+from lmforge.utils.model_folder import check_recorded, inside_job_folder, record_sums
 
 TASK_FILE = "task.json"
 # derive_seed streams of the run's seed (train/data.py and train/loop.py use 1-3): a fresh task
@@ -310,6 +311,8 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     task_cfg, out = task_cfg or TaskConfig(), training_folder(out)  # a link there: refused before any work
     if not valid:
         check_validated(train_cfg, task_cfg)
+    # Python's records as a file's are read (a dataset's integer class ids become the labels "0", "1", ...)
+    train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     if model.config.architecture == "elmo":  # a biLSTM over characters, used by its frozen layers' mix
         raise ValueError("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge "
@@ -339,22 +342,6 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     return summary
 
 
-def write_predictions(path, records: list, predictions: list) -> Path:
-    """One JSON line per record: its line, the prediction and the gold label where known."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    gold = next((k for k in ("tags", "answers", "target") if records and k in records[0]), "label")
-    lines = []
-    for record, prediction in zip(records, predictions):
-        row = {"line": record.get("line"), **({"id": record["id"]} if "id" in record else {}),
-               "prediction": prediction}
-        if record.get(gold) is not None:
-            row["gold"] = record[gold]
-        lines.append(json.dumps(row, ensure_ascii=False))
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
-
-
 def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=None, labels: list | None = None,
                     max_len: int | None = None, batch_size: int = 64, device: str = "auto") -> Task:
     """The Task of a fine-tuned model (object or directory: its task.json gives kind, labels,
@@ -376,6 +363,7 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data
     labels = labels if labels is not None else info.get("labels")
     pretrained = {id(head) for head in model.heads.values()}
+    records = given_records(records, kind, "data", labelled=False)
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
     # a head the model lacked is freshly drawn; the LM head of text-to-text and seq2seq is pretrained
     if task.head != "lm" and id(task.task_head) not in pretrained:
@@ -392,6 +380,7 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     without labels get predictions only ({} metrics)."""
     labelled = gold_given(records, "data")
     task = fine_tuned_task(model, records, kind, tokenizer, labels, max_len, batch_size, device)
+    records = given_records(records, task.kind, "data", labelled=False)  # as fine_tuned_task read them
     examples = encode_split(task, records, "data")
     predictions = task.decode(records, examples, task.outputs(examples, batch_size))
     metrics = task.score(records, predictions) if labelled else {}

@@ -1,6 +1,6 @@
 """Task data: CSV / TSV / JSONL files with a column mapping (seq2seq: source and target texts), and
 the built-in corpus's tasks, read into the canonical records of tasks/base.py (each with "line": its
-line in the file).
+line in the file; each record's fields are checked by tasks/fields.py, as records given in Python are).
 
 Every problem is an error naming the file and the line: bytes that are not UTF-8, empty
 lines or records, missing columns, rows of the wrong width, a CSV field over csv's limit (128 KiB),
@@ -19,16 +19,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 
+from lmforge.tasks.fields import FIELDS, SPAN_FIELDS, Records, canonical_rows, span_rows
+from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.jsontext import loads
 
-# canonical field -> its default column; "?" marks optional fields
-FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
-          "regression": ("text", "text_pair?", "label"), "choice": ("text", "choices", "label"),
-          "seq2seq": ("source", "target")}
-GOLD = ("label", "target")  # the fields a file to predict on (labelled=False) may leave out
 BUILTIN = {"sentiment": "cls", "entailment": "pair", "tagging": "tagging", "questions": "qa"}
 BUILTIN_SIZE = (10, 10 ** 6)  # records of a built-in task, split 80/10/10: at least one in every split
 
@@ -123,80 +119,6 @@ def _records(path, reader):
             raise ValueError(f"{path}:{reader.line_num}: {what}") from None
 
 
-def _field(path, n: int, row: dict, field: str, column: str, optional: bool = False):
-    if column not in row:
-        if optional:
-            return None
-        raise ValueError(f"{path}:{n}: no column {column!r} (for {field}); the record has "
-                         f"{', '.join(map(repr, row))}; map one with --columns {field}=NAME")
-    value = row[column]
-    if optional and (value is None or value == ""):
-        return None
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ValueError(f"{path}:{n}: empty {field} (column {column!r})")
-    return value
-
-
-def _label(path, n: int, kind: str, value, choices=None):
-    if kind == "regression":
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{path}:{n}: regression label {value!r} is not a number") from None
-        if not math.isfinite(number):  # a NaN or infinite target makes every loss after it NaN
-            raise ValueError(f"{path}:{n}: regression label {value!r} is not a finite number")
-        return number
-    if kind == "choice":
-        # an index: a JSON integer (1.0 too) or CSV digits; int() would cut 1.7 to 1, take true as 1 and
-        # overflow on Infinity
-        whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
-        try:
-            index = int(value) if whole or isinstance(value, str) or type(value) is int else None
-        except ValueError:
-            index = None
-        if index is None:
-            raise ValueError(f"{path}:{n}: choice label {value!r} is not an index")
-        if not 0 <= index < len(choices):
-            raise ValueError(f"{path}:{n}: choice label {index} is outside the {len(choices)} choices")
-        return index
-    if isinstance(value, (list, dict)):
-        raise ValueError(f"{path}:{n}: label {json.dumps(value)[:40]} is not a string, number or boolean")
-    return str(value).strip() if isinstance(value, str) else json.dumps(value)
-
-
-def _text(path, n: int, field: str, column: str, value) -> str:
-    """A text field's value as text; a JSON list or object there is an error (str() would turn it
-    into Python's spelling of it, silently)."""
-    if isinstance(value, (list, dict)):
-        raise ValueError(f"{path}:{n}: {field} (column {column!r}) must be text, got a JSON "
-                         f"{'list' if isinstance(value, list) else 'object'} {json.dumps(value)[:40]}")
-    return str(value)
-
-
-def _spelling_check(path, n: int, raw, label: str, seen: dict) -> None:
-    """A label spelled two ways in one file is an error naming both (see the module docstring);
-    `seen` maps each label's value to its first spelling and line."""
-    spelling = json.dumps(raw.strip() if isinstance(raw, str) else raw, ensure_ascii=False)
-    try:
-        number = float(label)  # "1", "1.0" and "01" are one value
-    except ValueError:
-        number = math.nan
-    first, line = seen.setdefault(number if math.isfinite(number) else label, (spelling, n))
-    if first != spelling:
-        raise ValueError(f"{path}:{n}: label {spelling} is also spelled {first} (line {line}); labels are "
-                         f"read as text, so write each label one way throughout the file")
-
-
-def _choices(path, n: int, row: dict, column: str) -> list:
-    if "+" in column:
-        return [str(_field(path, n, row, "choices", c)) for c in column.split("+")]
-    value = _field(path, n, row, "choices", column)
-    if not isinstance(value, list) or not value:
-        raise ValueError(f"{path}:{n}: choices (column {column!r}) must be a non-empty list; in CSV/TSV "
-                         f"name the columns: --columns choices=ending0+ending1+...")
-    return [_text(path, n, "choices", column, c) for c in value]
-
-
 def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
     """Canonical records of a task file (kinds cls, pair, regression, choice, seq2seq; tagging and qa
     read their own formats, see read_task_file). labelled=False: the label (target) may be absent."""
@@ -207,49 +129,7 @@ def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
     unknown = sorted(set(mapping) - set(names))
     if unknown:
         raise ValueError(f"--columns names unknown field(s) {unknown}; {kind} has {', '.join(names)}")
-    records, seen = [], {}
-    for n, row in read_rows(path):
-        _require(path, n, row, kind, mapping, labelled)
-        record = {"line": n}
-        for spec in FIELDS[kind]:
-            field = spec.rstrip("?")
-            column = mapping.get(field, field)
-            optional = spec.endswith("?") or (field in GOLD and not labelled)
-            if field == "choices":
-                record["choices"] = _choices(path, n, row, column)
-                continue
-            value = _field(path, n, row, field, column, optional)
-            if field == "label" and value is not None:
-                label = _label(path, n, kind, value, record.get("choices"))
-                if kind in ("cls", "pair"):
-                    _spelling_check(path, n, value, label, seen)
-                value = label
-            elif value is not None:
-                value = _text(path, n, field, column, value)
-            record[field] = value
-        records.append(record)
-    return records
-
-
-def _require(path, n: int, row: dict, kind: str, mapping: dict, labelled: bool) -> None:
-    """Every column the task needs is in the record: an error naming all it lacks."""
-    needed = [(f, c) for f in FIELDS[kind] if not f.endswith("?") and (labelled or f not in GOLD)
-              for c in mapping.get(f, f).split("+")]
-    missing = [(f, c) for f, c in needed if c not in row]
-    if len(missing) > 1:  # one missing column: _field names it with the way to map it
-        columns, fields = ", ".join(repr(c) for _, c in missing), ", ".join(f for f, _ in missing)
-        raise ValueError(f"{path}:{n}: no columns {columns} (for {fields}); the record has "
-                         f"{', '.join(map(repr, row))}: is this a {kind} file? (--columns maps fields "
-                         f"to columns)")
-
-
-class Records(list):
-    """Records read from one file, which they remember (`source`) so that an error about one of them,
-    found later (an unknown label when encoding), can name the file and not just the line."""
-
-    def __init__(self, records=(), source="") -> None:
-        super().__init__(records)
-        self.source = str(source)
+    return canonical_rows(read_rows(path), path, kind, mapping, labelled)
 
 
 def source_of(records, default: str) -> str:
@@ -271,11 +151,8 @@ def read_task_file(path, kind: str, columns=None, labelled: bool = True) -> Reco
 
         return Records(read_squad(path), path)
     if kind in ("tagging", "qa"):
-        return Records(_canonical_jsonl(path, kind), path)
+        return Records(span_rows(read_rows(path), path, kind, labelled), path)
     return Records(read_records(path, kind, columns, labelled), path)
-
-
-SPAN_FIELDS = {"tagging": ("words", "tags"), "qa": ("id", "question", "context", "answers")}
 
 
 def _refuse_json(path) -> None:
@@ -297,55 +174,6 @@ def _refuse_json(path) -> None:
                              f"tagging file: {fix}")
         if isinstance(data, list):
             raise ValueError(f"{path}: a JSON list, not a tagging file (CoNLL: a word and its tag per line)")
-
-
-def _canonical_jsonl(path, kind: str) -> list:
-    need = SPAN_FIELDS[kind]
-    records = []
-    for n, row in read_rows(path):
-        missing = [k for k in need if k not in row]
-        if missing:
-            raise ValueError(f"{path}:{n}: no field(s) {missing} (a {kind} record has {', '.join(need)})")
-        record = {**{k: row[k] for k in need}, "line": n}
-        (_check_tagging if kind == "tagging" else _check_qa)(f"{path}:{n}", record)
-        records.append(record)
-    return records
-
-
-def _strings(value) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
-
-
-def _check_tagging(where: str, record: dict) -> None:
-    """words and tags: non-empty lists of strings, one tag per word."""
-    for key in ("words", "tags"):
-        if not _strings(record[key]):
-            raise ValueError(f"{where}: {key} must be a non-empty list of non-blank strings, got "
-                             f"{json.dumps(record[key], ensure_ascii=False)[:40]}")
-    if len(record["words"]) != len(record["tags"]):
-        raise ValueError(f"{where}: {len(record['words'])} words but {len(record['tags'])} tags")
-
-
-def _check_qa(where: str, record: dict) -> None:
-    """question and context: text; answers: [{"text", "start"}], each found at its start in the context."""
-    for key in ("question", "context"):
-        if not isinstance(record[key], str) or not record[key].strip():
-            raise ValueError(f"{where}: {key} must be non-empty text")
-    if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):
-        raise ValueError(f"{where}: id must be a string or an integer")
-    record["id"] = str(record["id"])
-    answers = record["answers"]
-    shape = 'a list of {"text": ..., "start": character}'
-    if not isinstance(answers, list):
-        raise ValueError(f"{where}: answers must be {shape} ([] for none), got {json.dumps(answers)[:40]}")
-    for k, a in enumerate(answers):
-        if not (isinstance(a, dict) and isinstance(a.get("text"), str) and type(a.get("start")) is int):
-            raise ValueError(f"{where}: answers[{k}] must be {{\"text\": ..., \"start\": character}}, got "
-                             f"{json.dumps(a, ensure_ascii=False)[:40]}")
-        found = record["context"][a["start"]:a["start"] + len(a["text"])]
-        if a["start"] < 0 or found != a["text"]:
-            raise ValueError(f"{where}: answers[{k}] {a['text']!r} is not at character {a['start']} of the "
-                             f"context (found {found!r})")
 
 
 def gold_given(records: list, source) -> bool:
@@ -395,3 +223,19 @@ def builtin(name: str, n: int = 1000, seed: int = 0) -> tuple:
         out[split] = [{**({"id": f"{split}-{i}"} if name == "questions" else {}), **convert(r), "line": i}
                       for i, r in enumerate(records)]
     return BUILTIN[name], out
+
+
+def write_predictions(path, records: list, predictions: list) -> Path:
+    """One JSON line per record: its line, the prediction and the gold label where known."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    gold = next((k for k in ("tags", "answers", "target") if records and k in records[0]), "label")
+    lines = []
+    for record, prediction in zip(records, predictions):
+        row = {"line": record.get("line"), **({"id": record["id"]} if "id" in record else {}),
+               "prediction": prediction}
+        if record.get(gold) is not None:
+            row["gold"] = record[gold]
+        lines.append(json.dumps(row, ensure_ascii=False))
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,233 @@
+"""One record's fields, checked and made canonical alike whether a task file holds it (tasks/formats.py)
+or a Python caller passes it (`given_records`: lmforge.finetune's and evaluate's record lists).
+
+Each error names where the record is: "FILE:LINE" for a file's, "train:N" (the N-th record, from 1) for
+records given in Python. Labels of cls and pair become text (see tasks/formats.py): the integer class
+ids of a Hugging Face dataset train as "0", "1", ..., as the same labels read from a file do.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+
+# canonical field -> its default column; "?" marks optional fields
+FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
+          "regression": ("text", "text_pair?", "label"), "choice": ("text", "choices", "label"),
+          "seq2seq": ("source", "target")}
+GOLD = ("label", "target")  # the fields a file to predict on (labelled=False) may leave out
+SPAN_FIELDS = {"tagging": ("words", "tags"), "qa": ("id", "question", "context", "answers")}
+# the span fields records to predict on (labelled=False) may leave out: gold tags and answers, and the id
+# a SQuAD file scores answers by (the server's /predict takes a question and a context alone)
+SPAN_GOLD = ("tags", "answers", "id")
+
+
+class Records(list):
+    """Records read from one file, which they remember (`source`) so that an error about one of them,
+    found later (an unknown label when encoding), can name the file and not just the line."""
+
+    def __init__(self, records=(), source="") -> None:
+        super().__init__(records)
+        self.source = str(source)
+
+
+def given_records(records, kind: str, source: str, labelled: bool = True) -> list:
+    """Records passed in Python (dicts of the canonical fields, tasks/base.py) checked and made canonical
+    as a task file's are, so that Python accepts and refuses what the command line does; errors name
+    `source` ("train") and the record's "line", else its number from 1. Records read from a file (Records)
+    are returned as they are, and so are a kind's whose task checks its own (rerank)."""
+    if isinstance(records, Records) or kind not in FIELDS and kind not in SPAN_FIELDS:
+        return records
+    if not isinstance(records, (list, tuple)):
+        raise ValueError(f"{source}: a list of records (dicts of fields) is needed, got {type(records).__name__}")
+    rows = []
+    for n, row in enumerate(records, 1):
+        if not isinstance(row, dict) or not row:
+            raise ValueError(f"{source}:{n}: a record is a dict of fields, got {str(row)[:40]!r}")
+        # a record that says its own line (a file's, read before; the built-in tasks') keeps it
+        rows.append((row["line"] if type(row.get("line")) is int else n, row))
+    if kind in SPAN_FIELDS:
+        return Records(span_rows(rows, source, kind, labelled), source)
+    return Records(canonical_rows(rows, source, kind, {}, labelled, hint=False), source)
+
+
+def canonical_rows(rows, path, kind: str, mapping: dict, labelled: bool, hint: bool = True) -> list:
+    """The canonical records of (line, {column: value}) rows of task `kind` (FIELDS) read from `path`,
+    `mapping` naming the column of each field that is not under its own name (a file's --columns);
+    labelled=False: the label (target) may be absent. hint=False: errors say nothing of --columns (the
+    records came from Python, not from a file's columns)."""
+    records, seen = [], {}
+    for n, row in rows:
+        _require(f"{path}:{n}", row, kind, mapping, labelled, hint)
+        record = {"line": n}
+        for spec in FIELDS[kind]:
+            field = spec.rstrip("?")
+            column = mapping.get(field, field)
+            optional = spec.endswith("?") or (field in GOLD and not labelled)
+            if field == "choices":
+                record["choices"] = _choices(f"{path}:{n}", row, column, hint)
+                continue
+            value = _field(f"{path}:{n}", row, field, column, optional, hint)
+            if field == "label" and value is not None:
+                label = _label(f"{path}:{n}", kind, value, record.get("choices"))
+                if kind in ("cls", "pair"):
+                    _spelling_check(path, n, value, label, seen)
+                value = label
+            elif value is not None:
+                value = _text(f"{path}:{n}", field, column, value)
+            record[field] = value
+        records.append(record)
+    return records
+
+
+def span_rows(rows, path, kind: str, labelled: bool = True) -> list:
+    """The canonical records of tagging (words, tags) or qa (id, question, context, answers) rows;
+    labelled=False: the tags (a qa record's answers and id) may be absent."""
+    need = SPAN_FIELDS[kind]
+    records = []
+    for n, row in rows:
+        missing = [k for k in need if k not in row and (labelled or k not in SPAN_GOLD)]
+        if missing:
+            raise ValueError(f"{path}:{n}: no field(s) {missing} (a {kind} record has {', '.join(need)})")
+        record = {**{k: row[k] for k in need if k in row}, "line": n}
+        (_check_tagging if kind == "tagging" else _check_qa)(f"{path}:{n}", record)
+        records.append(record)
+    return records
+
+
+def _field(where: str, row: dict, field: str, column: str, optional: bool = False, hint: bool = True):
+    if column not in row:
+        if optional:
+            return None
+        if not hint:  # Python's record: its fields are named as they are, no columns to map
+            raise ValueError(f"{where}: no field {field!r}; the record has {', '.join(map(repr, row))}")
+        raise ValueError(f"{where}: no column {column!r} (for {field}); the record has "
+                         f"{', '.join(map(repr, row))}; map one with --columns {field}=NAME")
+    value = row[column]
+    if optional and (value is None or value == ""):
+        return None
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError(f"{where}: empty {field} (column {column!r})")
+    return value
+
+
+def _label(where: str, kind: str, value, choices=None):
+    if kind == "regression":
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: regression label {value!r} is not a number") from None
+        if not math.isfinite(number):  # a NaN or infinite target makes every loss after it NaN
+            raise ValueError(f"{where}: regression label {value!r} is not a finite number")
+        return number
+    if kind == "choice":
+        # an index: a JSON integer (1.0 too) or CSV digits; int() would cut 1.7 to 1, take true as 1 and
+        # overflow on Infinity
+        whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+        try:
+            index = int(value) if whole or isinstance(value, str) or type(value) is int else None
+        except ValueError:
+            index = None
+        if index is None:
+            raise ValueError(f"{where}: choice label {value!r} is not an index")
+        if not 0 <= index < len(choices):
+            raise ValueError(f"{where}: choice label {index} is outside the {len(choices)} choices")
+        return index
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, bool):
+        return json.dumps(value)  # true, false
+    # as JSON writes a number; NumPy's too (a dataset's class ids), which json.dumps refuses
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        return json.dumps(float(value))
+    raise ValueError(f"{where}: label {json.dumps(value, default=str)[:40]} is not a string, number or boolean")
+
+
+def _text(where: str, field: str, column: str, value) -> str:
+    """A text field's value as text; a JSON list or object there is an error (str() would turn it
+    into Python's spelling of it, silently)."""
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{where}: {field} (column {column!r}) must be text, got a JSON "
+                         f"{'list' if isinstance(value, list) else 'object'} {json.dumps(value)[:40]}")
+    return str(value)
+
+
+def _spelling_check(path, n: int, raw, label: str, seen: dict) -> None:
+    """A label spelled two ways in one file is an error naming both (see tasks/formats.py's doc);
+    `seen` maps each label's value to its first spelling and line."""
+    spelling = label if not isinstance(raw, str) else json.dumps(raw.strip(), ensure_ascii=False)
+    try:
+        number = float(label)  # "1", "1.0" and "01" are one value
+    except ValueError:
+        number = math.nan
+    first, line = seen.setdefault(number if math.isfinite(number) else label, (spelling, n))
+    if first != spelling:
+        raise ValueError(f"{path}:{n}: label {spelling} is also spelled {first} (line {line}); labels are "
+                         f"read as text, so write each label one way throughout the file")
+
+
+def _choices(where: str, row: dict, column: str, hint: bool) -> list:
+    if "+" in column:
+        return [str(_field(where, row, "choices", c)) for c in column.split("+")]
+    value = _field(where, row, "choices", column, hint=hint)
+    if not isinstance(value, list) or not value:
+        how = "; in CSV/TSV name the columns: --columns choices=ending0+ending1+..." if hint else ""
+        raise ValueError(f"{where}: choices (column {column!r}) must be a non-empty list{how}")
+    return [_text(where, "choices", column, c) for c in value]
+
+
+def _require(where: str, row: dict, kind: str, mapping: dict, labelled: bool, hint: bool) -> None:
+    """Every column the task needs is in the record: an error naming all it lacks."""
+    needed = [(f, c) for f in FIELDS[kind] if not f.endswith("?") and (labelled or f not in GOLD)
+              for c in mapping.get(f, f).split("+")]
+    missing = [(f, c) for f, c in needed if c not in row]
+    if len(missing) > 1:  # one missing column: _field names it with the way to map it
+        columns, fields = ", ".join(repr(c) for _, c in missing), ", ".join(f for f, _ in missing)
+        if not hint:
+            raise ValueError(f"{where}: no fields {columns}; the record has {', '.join(map(repr, row))}: "
+                             f"is this a {kind} record?")
+        raise ValueError(f"{where}: no columns {columns} (for {fields}); the record has "
+                         f"{', '.join(map(repr, row))}: is this a {kind} file? (--columns maps fields "
+                         f"to columns)")
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
+
+
+def _check_tagging(where: str, record: dict) -> None:
+    """words and tags (where given): non-empty lists of strings, one tag per word."""
+    for key in ("words", "tags"):
+        if key in record and not _strings(record[key]):
+            raise ValueError(f"{where}: {key} must be a non-empty list of non-blank strings, got "
+                             f"{json.dumps(record[key], ensure_ascii=False, default=str)[:40]}")
+    if "tags" in record and len(record["words"]) != len(record["tags"]):
+        raise ValueError(f"{where}: {len(record['words'])} words but {len(record['tags'])} tags")
+
+
+def _check_qa(where: str, record: dict) -> None:
+    """question and context: text; answers: [{"text", "start"}], each found at its start in the context."""
+    for key in ("question", "context"):
+        if not isinstance(record[key], str) or not record[key].strip():
+            raise ValueError(f"{where}: {key} must be non-empty text")
+    if "id" in record:
+        if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):
+            raise ValueError(f"{where}: id must be a string or an integer")
+        record["id"] = str(record["id"])
+    if "answers" not in record:  # a record to predict on
+        return
+    answers = record["answers"]
+    shape = 'a list of {"text": ..., "start": character}'
+    if not isinstance(answers, list):
+        raise ValueError(f"{where}: answers must be {shape} ([] for none), got "
+                         f"{json.dumps(answers, default=str)[:40]}")
+    for k, a in enumerate(answers):
+        if not (isinstance(a, dict) and isinstance(a.get("text"), str) and type(a.get("start")) is int):
+            raise ValueError(f"{where}: answers[{k}] must be {{\"text\": ..., \"start\": character}}, got "
+                             f"{json.dumps(a, ensure_ascii=False, default=str)[:40]}")
+        found = record["context"][a["start"]:a["start"] + len(a["text"])]
+        if a["start"] < 0 or found != a["text"]:
+            raise ValueError(f"{where}: answers[{k}] {a['text']!r} is not at character {a['start']} of the "
+                             f"context (found {found!r})")

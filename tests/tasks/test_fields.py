@@ -1,0 +1,75 @@
+"""Records given in Python are checked and made canonical as a task file's are (tasks/fields.py): the
+same records, the same refusals, errors naming the list and the record's number."""
+import json
+
+import numpy as np
+import pytest
+
+from lmforge.tasks.fields import Records, given_records
+from lmforge.tasks.formats import read_task_file
+
+QA_CONTEXT = "The cat sat on the mat."
+GOOD = {
+    "cls": [{"text": "good", "label": 1}, {"text": "bad", "label": 0}, {"text": "fine", "label": " pos "}],
+    "pair": [{"text": "a", "text_pair": "b", "label": True}, {"text": "c", "text_pair": "d", "label": 2.5}],
+    "regression": [{"text": "a", "label": 3}, {"text": "b", "text_pair": "c", "label": "0.5"}],
+    "choice": [{"text": "a", "choices": ["x", "y"], "label": 1}],
+    "seq2seq": [{"source": "a b", "target": "b a"}],
+    "tagging": [{"words": ["The", "cat"], "tags": ["O", "B-ANIMAL"]}],
+    "qa": [{"id": 7, "question": "Who sat?", "context": QA_CONTEXT, "answers": [{"text": "cat", "start": 4}]}],
+}
+BAD = {  # kind, record, what the error says after its location
+    "label list": ("cls", {"text": "a", "label": [1]}, "label [1] is not a string, number or boolean"),
+    "text object": ("pair", {"text": "a", "text_pair": {"b": 1}, "label": "x"}, "text_pair (column 'text_pair') "
+                    "must be text, got a JSON object"),
+    "regression word": ("regression", {"text": "a", "label": "high"}, "regression label 'high' is not a number"),
+    "choice outside": ("choice", {"text": "a", "choices": ["x"], "label": 3}, "choice label 3 is outside the 1"),
+    "empty text": ("cls", {"text": " ", "label": "x"}, "empty text (column 'text')"),
+    "tags unequal": ("tagging", {"words": ["a", "b"], "tags": ["O"]}, "2 words but 1 tags"),
+    "answer misplaced": ("qa", {"id": "q", "question": "?", "context": "abc", "answers": [{"text": "c", "start": 0}]},
+                         "answers[0] 'c' is not at character 0 of the context"),
+}
+
+
+def _as_file(tmp_path, records):
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@pytest.mark.parametrize("kind", sorted(GOOD))
+def test_python_records_become_what_the_same_records_read_from_a_file_become(tmp_path, kind):
+    given = given_records(GOOD[kind], kind, "train")
+    assert isinstance(given, Records) and given.source == "train"
+    assert list(given) == list(read_task_file(_as_file(tmp_path, GOOD[kind]), kind))
+    assert GOOD[kind][0].get("line") is None  # the caller's dicts are not written to
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_python_records_are_refused_as_the_same_file_is_naming_the_list_and_record(tmp_path, case):
+    kind, record, said = BAD[case]
+    records = [GOOD[kind][0], record]
+    with pytest.raises(ValueError) as from_python:
+        given_records(records, kind, "train")
+    with pytest.raises(ValueError) as from_file:
+        read_task_file(_as_file(tmp_path, records), kind)
+    assert str(from_python.value) == f"train:2: {said}" + str(from_file.value).split(said, 1)[1]
+    assert str(from_file.value).startswith(f"{tmp_path / 'records.jsonl'}:2: {said}")
+
+
+def test_class_ids_of_numpy_or_python_become_text_labels_and_two_spellings_are_refused():
+    records = [{"text": "a", "label": np.int64(1)}, {"text": "b", "label": 0}]
+    assert [r["label"] for r in given_records(records, "cls", "train")] == ["1", "0"]
+    with pytest.raises(ValueError, match=r'^train:2: label "1" is also spelled 1 \(line 1\)'):
+        given_records([{"text": "a", "label": 1}, {"text": "b", "label": "1"}], "cls", "train")
+
+
+def test_what_is_no_record_list_is_refused_and_a_missing_field_names_no_columns_to_map():
+    with pytest.raises(ValueError, match="^train: a list of records .dicts of fields. is needed, got str"):
+        given_records("a text", "cls", "train")
+    with pytest.raises(ValueError, match="^train:1: a record is a dict of fields, got 'a text'"):
+        given_records(["a text"], "cls", "train")
+    with pytest.raises(ValueError, match="^validation:1: no field 'text'; the record has 'sentence', 'label'$"):
+        given_records([{"sentence": "a", "label": 1}], "cls", "validation")
+    read = Records([{"text": "a"}], "f.jsonl")
+    assert given_records(read, "cls", "train") is read  # read from a file: already canonical

@@ -192,7 +192,7 @@ class Transformer(nn.Module):
         chosen = {} if dense else self.execution.local_layers(stack, x.shape[1])
         ctx = stack.context(x, position_ids, past, key_padding, step.global_tokens, step.cache, step.prefix_lengths,
                             skip=chosen)
-        self.execution.choose_kernels(self, stack, ctx, chosen, packing, recording, x.dtype)
+        self.execution.choose_kernels(self, stack, ctx, chosen, packing, recording, x)
         if recording or self.inspection is not None:
             inspection = self.inspection or Inspection()
             ctx.inspection = inspection.for_stack("decoder" if stack.causal else "encoder", step.return_attention)

@@ -83,7 +83,7 @@ needs_onednn = pytest.mark.skipif(not linear.ONEDNN, reason="this torch has no o
 @pytest.mark.parametrize("shape", [(1, 48), (5, 48), (3, 40, 48), (2, 130, 48), (0, 48)])
 def test_onednn_route_equals_f_linear(shape, input_major, bias):
     layer = _layer(bias=bias, input_major=input_major)
-    layer.onednn = True
+    layer.onednn, layer.small_plain = True, False  # its calls are small: oneDNN only when asked
     x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         got = layer(x)
@@ -91,6 +91,29 @@ def test_onednn_route_equals_f_linear(shape, input_major, bias):
         want = F.linear(x, layer.weight, layer.bias)
     assert torch.equal(got, taken) and got.shape == shape[:-1] + (80,)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_a_call_too_small_to_repay_onednn_keeps_f_linear_unless_asked(monkeypatch):
+    """oneDNN's linear costs ~15 us more a call than MKL's: a weight of under ONEDNN_MIN_WEIGHT values met
+    by under ONEDNN_MIN_ROWS rows (bert-tiny's at batch 1) stays on F.linear; more rows, a larger weight
+    or small_plain=False take oneDNN."""
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_linear_pointwise",
+                        lambda *a: calls.append(a[0].shape) or real(*a))
+    small, large = FastLinear(128, 384), FastLinear(512, 512)
+    assert small.weight.numel() < linear.ONEDNN_MIN_WEIGHT <= large.weight.numel()
+    for layer in (small, large):
+        layer.onednn = True
+    few, many = torch.randn(16, 128), torch.randn(linear.ONEDNN_MIN_ROWS, 128)
+    with torch.inference_mode():
+        assert torch.equal(small(few), F.linear(few, small.weight, small.bias)) and calls == []
+        small(many), large(torch.randn(1, 512))
+        assert calls == [(linear.ONEDNN_MIN_ROWS, 128), (1, 512)]
+        small.small_plain = False
+        small(few)
+    assert calls[-1] == (16, 128)
 
 
 @needs_onednn

@@ -182,7 +182,8 @@ def test_every_family_and_axis_with_the_kernel_equals_it_without(monkeypatch):
             optimize(model, paths=FastPaths(native_attention=False))
             want = forward(model, ids, mask, decoder_mask=mask).last_hidden_state
             before = len(calls)
-            got = forward(optimize(model), ids, mask, decoder_mask=mask).last_hidden_state
+            small = FastPaths(small_calls_plain=False)  # 3 x 12 tokens: below the kernel's size otherwise
+            got = forward(optimize(model, paths=small), ids, mask, decoder_mask=mask).last_hidden_state
         ran.update([name] if len(calls) > before else [])
         keep = mask.bool() if got.shape[:2] == mask.shape else slice(None)
         torch.testing.assert_close(got[keep], want[keep], atol=2e-5, rtol=1e-5, msg=name)
@@ -204,3 +205,21 @@ def test_autocast_and_attention_dropout_keep_the_paths_chosen_without_it(monkeyp
     with torch.no_grad():
         model(ids, attention_mask=mask)
     assert calls == [] and torch.equal(got, want)
+
+
+def test_a_pass_too_small_to_repay_the_kernel_attends_by_sdpa_unless_asked(monkeypatch):
+    """Under NATIVE_MIN_QUERIES query rows x heads SDPA's lower cost a call wins (bert-tiny at batch 1 ran
+    1.7x slower optimized): the same results either way, within float rounding."""
+    from lmforge.fast.execution import NATIVE_MIN_QUERIES
+
+    model, ids = _encoder(), torch.randint(1, 97, (1, 16))  # 1 x 16 x 2 heads
+    assert ids.numel() * model.config.n_heads < NATIVE_MIN_QUERIES <= 16 * ids.numel() * model.config.n_heads
+    calls = _count_native(monkeypatch)
+    with torch.inference_mode():
+        small = optimize(model)(ids).last_hidden_state
+        assert calls == []
+        forced = optimize(model, paths=FastPaths(small_calls_plain=False))(ids).last_hidden_state
+        assert len(calls) == 2
+        optimize(model)(ids.repeat(16, 1))
+        assert len(calls) == 4  # 16 such texts: the kernel
+    torch.testing.assert_close(small, forced, atol=1e-5, rtol=1e-5)

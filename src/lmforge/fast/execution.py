@@ -19,6 +19,11 @@ from lmforge.fast.paths import FastPaths
 from lmforge.layers.attention import DENSE
 from lmforge.layers.execution import Execution
 
+# below this many query rows x heads a pass (B T H) attends by SDPA, whose call costs ~30 us less than the
+# native kernel's: SDPA 10 vs 43 us at bert-tiny's (1, 2, 16, 64); the native kernel wins from (4, 12, 16,
+# 32) on: 53 vs 111 us (two threads of an AVX-512 EPYC, bench/FINDINGS.md)
+NATIVE_MIN_QUERIES = 512
+
 
 class FastExecution(Execution):
     """The plain forward's results by a cheaper route, as `paths` chooses."""
@@ -52,12 +57,12 @@ class FastExecution(Execution):
             return {}
         return blocked_layers(stack, self.paths, length)
 
-    def choose_kernels(self, model, stack, ctx, chosen: dict, packing, recording: bool, dtype) -> None:
+    def choose_kernels(self, model, stack, ctx, chosen: dict, packing, recording: bool, x) -> None:
         """Chunk plans for the blocked masks, the cheaper dropout mask, and packed rows' backends."""
-        ctx.biases.update(plans(stack, ctx, chosen, dtype, self.paths.chunk))
+        ctx.biases.update(plans(stack, ctx, chosen, x.dtype, self.paths.chunk))
         ctx.kernel = DROPPING if self.paths.accelerate else DENSE
         ctx.kernels = {key: BLOCKED for key in chosen}
-        native = not recording and self.wants_native(model, ctx.k_pos, dtype)
+        native = not recording and self.wants_native(model, ctx.k_pos, x)
         if packing is not None:  # layers see (N, d_model) rows; rotations and records need (B, T)
             alone = ctx.rope is None and not recording
             rows = (NativeRows if native else Jagged if packing.jagged else None) if alone else None
@@ -65,15 +70,18 @@ class FastExecution(Execution):
         elif native:
             ctx.kernels.update({key: NATIVE_PADDED for key, causal in ctx.padding_only.items() if not causal})
 
-    def wants_native(self, model, k_pos: torch.Tensor, dtype) -> bool:
-        """Whether bidirectional masks of padding only run the native kernel (fast/native_attention.py):
-        where `paths` allows it, in inference (no gradient, no attention dropout, no autocast), eager (not
-        compiling or tracing: a graph would not see the C call), on fp32 CPU heads it has code for, up to
-        its length. Decided here once a pass: the kernels' own per-call fallback is packed-layout SDPA
-        sequence by sequence, whatever `paths` chose."""
+    def wants_native(self, model, k_pos: torch.Tensor, x: torch.Tensor) -> bool:
+        """Whether bidirectional masks of padding only run the native kernel (fast/native_attention.py) for
+        the stack's input x (B, T, d_model): where `paths` allows it, in inference (no gradient, no
+        attention dropout, no autocast), eager (not compiling or tracing: a graph would not see the C
+        call), on fp32 CPU heads it has code for, up to its length, and (paths.small_calls_plain) for at
+        least NATIVE_MIN_QUERIES query rows x heads. Decided here once a pass: the kernels' own per-call
+        fallback is packed-layout SDPA sequence by sequence, whatever `paths` chose."""
         tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()
         dropping = model.training and model.config.attention_dropout > 0
         if not self.paths.native_attention or torch.is_grad_enabled() or tracing or dropping:
             return False
-        return (not torch.is_autocast_enabled(k_pos.device.type) and k_pos.numel() <= MAX_LENGTH
-                and supports(model.config.head_dim, dtype, k_pos.device))
+        queries = x.shape[0] * x.shape[1] * model.config.n_heads
+        small = self.paths.small_calls_plain and queries < NATIVE_MIN_QUERIES
+        return (not small and not torch.is_autocast_enabled(k_pos.device.type) and k_pos.numel() <= MAX_LENGTH
+                and supports(model.config.head_dim, x.dtype, k_pos.device))

@@ -41,6 +41,11 @@ ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_l
 # below this many rows (a decoding step has one per sequence) the output is small and addmm's
 # single call is cheaper than two
 MIN_ROWS = 64
+# oneDNN's linear costs ~15 us more a call than F.linear: a weight of fewer values met by fewer rows keeps
+# F.linear (FastPaths.small_calls_plain). Two threads of an AVX-512 EPYC, us F.linear / oneDNN: (128 -> 384)
+# 1 row 5.6 / 17.6, 16 rows 15.3 / 28.3, 512 rows 253 / 242; (384 -> 1536) 1 row 54.3 / 36.8;
+# (768 -> 2304) 1 row 130 / 70 (bench/FINDINGS.md)
+ONEDNN_MIN_WEIGHT, ONEDNN_MIN_ROWS = 1 << 18, 128
 
 
 def cpu_inference(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -51,7 +56,7 @@ def cpu_inference(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def bias_after(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
     """Whether x W^T + b is computed as a plain matmul plus an in-place bias (see the module doc)."""
-    return bias is not None and cpu_inference(x, weight) and x.numel() >= MIN_ROWS * x.shape[-1]
+    return bias is not None and x.numel() >= MIN_ROWS * x.shape[-1] and cpu_inference(x, weight)
 
 
 def onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
@@ -69,13 +74,20 @@ class FastLinear(nn.Linear):
 
     slot = None  # set per module by lmforge.optimize for the fused q, k, v and the FFN's hidden units
     onednn = False  # set per module by lmforge.optimize from FastPaths.onednn_linear
+    small_plain = True  # set per module by lmforge.optimize from FastPaths.small_calls_plain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        if self.onednn and onednn_applies(x, self.weight, self.bias):
+        if self.onednn and not self.small(x) and onednn_applies(x, self.weight, self.bias):
             # its fresh outputs beat MKL's product into a reused buffer, page faults included
             # (bert-base 32 x 128: 3.70 vs 3.79 s a batch, bench/FINDINGS.md)
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return self.plain(x) if self.slot is None else self.transient(x, self.slot)
+
+    def small(self, x: torch.Tensor) -> bool:
+        """Whether this call is too small to repay oneDNN's set-up (where small_plain asks): a weight of
+        under ONEDNN_MIN_WEIGHT values met by under ONEDNN_MIN_ROWS rows."""
+        return (self.small_plain and self.weight.numel() < ONEDNN_MIN_WEIGHT
+                and x.numel() < ONEDNN_MIN_ROWS * x.shape[-1])
 
     def plain(self, x: torch.Tensor) -> torch.Tensor:
         """The output without the scratch buffer."""
@@ -90,9 +102,10 @@ class FastLinear(nn.Linear):
         Where hooks watch the module (they run around forward, so they would see the buffer), the
         output is a fresh tensor."""
         shape = (*x.shape[:-1], self.out_features)
-        if (not cpu_inference(x, self.weight) or self._forward_hooks or self._forward_pre_hooks
-                or _module._global_forward_hooks or _module._global_forward_pre_hooks
-                or x.numel() // x.shape[-1] * self.out_features * x.element_size() < SCRATCH_MIN_BYTES):
+        # the size first: the cheapest test, and the one a small call (decoding, one text) fails
+        if (x.numel() // max(x.shape[-1], 1) * self.out_features * x.element_size() < SCRATCH_MIN_BYTES
+                or not cpu_inference(x, self.weight) or self._forward_hooks or self._forward_pre_hooks
+                or _module._global_forward_hooks or _module._global_forward_pre_hooks):
             return self.plain(x)
         out = torch.matmul(x, self.weight.t(), out=scratch(slot, shape, x))
         return out if self.bias is None else out.add_(self.bias)

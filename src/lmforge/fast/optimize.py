@@ -116,6 +116,7 @@ def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = N
         for module in model.modules():
             module.__dict__.pop("slot", None)
             module.__dict__.pop("onednn", None)
+            module.__dict__.pop("small_plain", None)
             if type(module) in PLAIN_OF:
                 module.__class__ = PLAIN_OF[type(module)]
         _set_execution(model, PLAIN)
@@ -130,7 +131,7 @@ def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = N
                 linear.slot = slot
     for module in model.modules():  # also where an earlier optimize left its layers fast
         if type(module) is FastLinear:
-            module.onednn = paths.onednn_linear
+            module.onednn, module.small_plain = paths.onednn_linear, paths.small_calls_plain
     _set_execution(model, FastExecution(paths))
     return model
 

@@ -55,6 +55,12 @@ class FastPaths:
     # 4-18 % faster on MiniLM's and BERT's shapes, 1.6-2.8x on a decoding step's rows (bench/FINDINGS.md);
     # equal within float rounding, not bitwise
     onednn_linear: bool = True
+    # calls too small to repay the faster kernels' set-up keep the plain ones: oneDNN's linear costs ~15 us
+    # more a call than MKL's sgemm and the native attention ~30 us more than SDPA, so a weight of under
+    # 2^18 values met by under 128 rows stays on F.linear (fast/linear.py), and a pass of under 512 query
+    # rows x heads attends by SDPA (fast/execution.py): bert-tiny at batch 1 ran 1.7x slower optimized
+    # (bench/FINDINGS.md). False: the faster kernels at every size
+    small_calls_plain: bool = True
     chunk: int = 0  # queries per chunk of blocked attention; 0: chosen from the window
     # turn the layers into their accelerated subclasses (fast/optimize.py), once
     accelerate: bool = True

@@ -24,8 +24,9 @@ class Execution:
         """mask key -> (pattern, first layer) of the masks that run without a dense (T, T) mask."""
         return {}
 
-    def choose_kernels(self, model, stack, ctx, chosen: dict, packing, recording: bool, dtype) -> None:
-        """Set ctx.kernel (and ctx.kernels per mask key): the attention backend of each layer."""
+    def choose_kernels(self, model, stack, ctx, chosen: dict, packing, recording: bool, x) -> None:
+        """Set ctx.kernel (and ctx.kernels per mask key): the attention backend of each layer, for the
+        stack's input x (B, T, d_model)."""
         ctx.kernel = DENSE
         ctx.kernels = {}
 

@@ -16,17 +16,21 @@ GOOD = {
     "choice": [{"text": "a", "choices": ["x", "y"], "label": 1}],
     "seq2seq": [{"source": "a b", "target": "b a"}],
     "tagging": [{"words": ["The", "cat"], "tags": ["O", "B-ANIMAL"]}],
-    "qa": [{"id": 7, "question": "Who sat?", "context": QA_CONTEXT, "answers": [{"text": "cat", "start": 4}]}],
+    "qa": [{"id": 7, "question": "Who sat?", "context": QA_CONTEXT,
+            "answers": [{"text": "cat", "start": 4}]}],
 }
 BAD = {  # kind, record, what the error says after its location
     "label list": ("cls", {"text": "a", "label": [1]}, "label [1] is not a string, number or boolean"),
-    "text object": ("pair", {"text": "a", "text_pair": {"b": 1}, "label": "x"}, "text_pair (column 'text_pair') "
-                    "must be text, got a JSON object"),
-    "regression word": ("regression", {"text": "a", "label": "high"}, "regression label 'high' is not a number"),
-    "choice outside": ("choice", {"text": "a", "choices": ["x"], "label": 3}, "choice label 3 is outside the 1"),
+    "text object": ("pair", {"text": "a", "text_pair": {"b": 1}, "label": "x"},
+                    "text_pair (column 'text_pair') must be text, got a JSON object"),
+    "regression word": ("regression", {"text": "a", "label": "high"},
+                        "regression label 'high' is not a number"),
+    "choice outside": ("choice", {"text": "a", "choices": ["x"], "label": 3},
+                       "choice label 3 is outside the 1"),
     "empty text": ("cls", {"text": " ", "label": "x"}, "empty text (column 'text')"),
     "tags unequal": ("tagging", {"words": ["a", "b"], "tags": ["O"]}, "2 words but 1 tags"),
-    "answer misplaced": ("qa", {"id": "q", "question": "?", "context": "abc", "answers": [{"text": "c", "start": 0}]},
+    "answer misplaced": ("qa", {"id": "q", "question": "?", "context": "abc",
+                                "answers": [{"text": "c", "start": 0}]},
                          "answers[0] 'c' is not at character 0 of the context"),
 }
 
@@ -69,7 +73,8 @@ def test_what_is_no_record_list_is_refused_and_a_missing_field_names_no_columns_
         given_records("a text", "cls", "train")
     with pytest.raises(ValueError, match="^train:1: a record is a dict of fields, got 'a text'"):
         given_records(["a text"], "cls", "train")
-    with pytest.raises(ValueError, match="^validation:1: no field 'text'; the record has 'sentence', 'label'$"):
+    said = "^validation:1: no field 'text'; the record has 'sentence', 'label'$"
+    with pytest.raises(ValueError, match=said):
         given_records([{"sentence": "a", "label": 1}], "cls", "validation")
     read = Records([{"text": "a"}], "f.jsonl")
     assert given_records(read, "cls", "train") is read  # read from a file: already canonical

@@ -36,7 +36,8 @@ def test_an_empty_name_or_a_file_is_refused_naming_it_and_a_folder_is_written(tm
         tokenizer().save(tmp_path / "file")
     assert (tmp_path / "file").read_text() == "the user's"
     saved = tokenizer().save(tmp_path / "new" / "tok")
-    assert sorted(p.name for p in saved.iterdir()) == ["sha256.json", "tokenizer.json", "tokenizer_config.json"]
+    assert sorted(p.name for p in saved.iterdir()) == ["sha256.json", "tokenizer.json",
+                                                       "tokenizer_config.json"]
 
 
 @pytest.mark.parametrize("damage", ["vocab", "delete-config"])

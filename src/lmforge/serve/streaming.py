@@ -27,8 +27,8 @@ from lmforge.config.options import OptionsError
 from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
 from lmforge.serve.generation import Settings, prompt_ids
-from lmforge.serve.generation_schemas import (DECODING, CompletionRequest, CompletionResponse, GenerateRequest,
-                                             GenerateResponse)
+from lmforge.serve.generation_schemas import (DECODING, CompletionRequest, CompletionResponse,
+                                             GenerateRequest, GenerateResponse)
 from lmforge.serve.limits import (RequestError, bounded_ids, check_count, check_generation,
                                   check_request_tokens, server_error, too_large)
 from lmforge.serve.schemas import JSONBody

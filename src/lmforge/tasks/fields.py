@@ -39,7 +39,8 @@ def given_records(records, kind: str, source: str, labelled: bool = True) -> lis
     if isinstance(records, Records) or kind not in FIELDS and kind not in SPAN_FIELDS:
         return records
     if not isinstance(records, (list, tuple)):
-        raise ValueError(f"{source}: a list of records (dicts of fields) is needed, got {type(records).__name__}")
+        raise ValueError(f"{source}: a list of records (dicts of fields) is needed, got "
+                         f"{type(records).__name__}")
     rows = []
     for n, row in enumerate(records, 1):
         if not isinstance(row, dict) or not row:
@@ -142,7 +143,8 @@ def _label(where: str, kind: str, value, choices=None):
         return str(int(value))
     if isinstance(value, numbers.Real):
         return json.dumps(float(value))
-    raise ValueError(f"{where}: label {json.dumps(value, default=str)[:40]} is not a string, number or boolean")
+    shown = json.dumps(value, default=str)[:40]
+    raise ValueError(f"{where}: label {shown} is not a string, number or boolean")
 
 
 def _text(where: str, field: str, column: str, value) -> str:

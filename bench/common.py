@@ -104,16 +104,21 @@ def cpu_name() -> str:
                 platform.machine())
 
 
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")  # what a result names
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni",
+             "amx_int8")  # what a result names
 
 
 def machine() -> dict:
     """The CPU, its vector flags, cores, threads and versions: what every result is measured on."""
-    import transformers
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:  # a dev extra: a bare borrowed machine may lack it, and its results still name the machine
+        transformers = version("transformers")
+    except PackageNotFoundError:
+        transformers = "not installed"
     info = Path("/proc/cpuinfo")
     lines = info.read_text().splitlines() if info.is_file() else []
     flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
     return {"cpu": cpu_name(), "cpu_flags": [f for f in CPU_FLAGS if f in flags], "cores": os.cpu_count(),
             "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}
+            "transformers": transformers, "python": platform.python_version()}

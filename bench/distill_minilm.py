@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import lmforge
-from bench.common import cpu_name
+from bench.common import machine
 from bench.heads_minilm import fine_tune  # the same teacher recipe
 from bench.prune_speed import forward_medians
 from lmforge.compress.task_distillation import DistillConfig, run_distill
@@ -67,9 +67,9 @@ def main() -> None:
     report = run_distill(teacher, records["train"], records["validation"], records["test"], out / "student",
                          train_cfg=cfg, cfg=loss, log=lambda *a: None)
     t_long, s_long = long_batch_speed([teacher, report["student_dir"]])
-    cpu = cpu_name()
     result = {"task": "GCIDE part of speech from definition (noun/verb/adjective/adverb)",
-              "records": {k: len(v) for k, v in records.items()}, "cpu": cpu, "threads": torch.get_num_threads(),
+              "records": {k: len(v) for k, v in records.items()}, "machine": machine(),
+              "threads": torch.get_num_threads(),
               "teacher_origin": origin, "teacher_seconds": teacher_seconds, **report,
               "speed_16x128": {"teacher_s": t_long, "student_s": s_long, "speedup": t_long / s_long},
               "targets": {"metric_kept": ">= 0.97", "speedup": ">= 1.6"}}

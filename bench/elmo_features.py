@@ -38,7 +38,6 @@ import argparse
 import importlib.util
 import json
 import math
-import platform
 import statistics
 import tempfile
 import time
@@ -48,6 +47,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from bench.common import machine
 from lmforge.analysis.probe_fit import Examples, FitConfig, Probe, accuracy, fit, predict
 from lmforge.data.treebank import treebank, treebank_splits
 from lmforge.presets import get_config
@@ -315,8 +315,9 @@ def header(args, corpus: list, splits: dict) -> dict:
     return {"task": f"UPOS tagging of the generated treebank (train/dev/test {sizes} sentences); heads: linear, "
                     f"{len(SEEDS)} seeds",
             "corpus": f"{args.lm_sentences} treebank sentences (seed 1), {sum(seen.values())} words, {len(seen)} types",
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-            "torch": torch.__version__, "threads": args.threads, "max_minutes": args.max_minutes,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "machine": machine(), "torch": torch.__version__, "threads": args.threads,
+            "max_minutes": args.max_minutes,
             "options": {k: v for k, v in vars(args).items() if k != "out"},
             "head": {k: getattr(HEAD, k) for k in ("epochs", "lr", "mix_lr", "batch_size", "patience")},
             "results": {}}

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import cpu_name
+from bench.common import machine
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, passage_text
 from lmforge.retrieval.evaluate import recall_at_k, train_dpr
@@ -109,7 +109,7 @@ def main() -> None:
            "seconds": {"measure_untrained": round(measured_s, 1), "train": round(trained_s, 1),
                        "total": round(time.perf_counter() - start, 1)},
            "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-           "torch": torch.__version__, "cpu": cpu_name()}
+           "torch": torch.__version__, "machine": machine()}
     atomic_write_text(args.out, json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 

@@ -138,19 +138,15 @@ def _flags() -> set:
     return set(next(line for line in text.splitlines() if line.startswith("flags")).split(":", 1)[1].split())
 
 
-def machine() -> dict:
-    """CPU model, its int8/float vector flags, torch's capability, load and busiest processes now."""
+def conditions() -> dict:
+    """The machine (bench.common.machine), torch's capability, load and busiest processes now."""
     import torch
 
-    text = Path("/proc/cpuinfo").read_text()
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines()
-                  if line.startswith("model name")), "?")
-    flags = _flags()
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8")
+    from bench.common import machine  # here: the arms' own interpreters need not import bench.common
+
     top = subprocess.run(["ps", "aux", "--sort=-%cpu"], capture_output=True, text=True).stdout
     top = [line[:200] for line in top.splitlines()[:6]]
-    return {"cpu": model, "cores": os.cpu_count(), "flags": {f: f in flags for f in wanted},
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+    return {**machine(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3], "top_processes_at_start": top,
             # set by whoever waited for a quiet machine first: "yes", or "no" (it never got quiet)
             "quiet_at_start": os.environ.get("BENCH_QUIET", "not checked")}
@@ -276,7 +272,7 @@ def run(rounds: int, quick: bool) -> dict:
     """Prepare, start the five arms, time them, write and return the result."""
     from transformers import AutoTokenizer
 
-    start = machine()
+    start = conditions()
     CACHE.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(_model_source()))
     texts = make_texts(tokenizer)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from bench.common import machine
 from lmforge.io import find_model_dir
 from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
 from lmforge.tasks.formats import builtin
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
     summary = {name: summarise(runs) for name, runs in results.items()}
     speed = summary["lmforge"]["examples_per_s"]["mean"] / summary["reference"]["examples_per_s"]["mean"]
     report = {"steps": args.steps, "seeds": args.seeds, "hyper": HYPER, "runs": results, "summary": summary,
-              "speed_ratio": speed}
+              "speed_ratio": speed, "machine": machine()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     for name, s in summary.items():

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 import lmforge
-from bench.common import batch, pair
+from bench.common import batch, machine, pair
 from lmforge.utils.atomic import atomic_write_text
 
 # dense bf16 tensor-core peaks (vendor data sheets, no sparsity), FLOP/s; MFU is null elsewhere
@@ -233,7 +233,7 @@ def run(device: torch.device, tiny: bool, compile_: bool) -> dict:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "tiny": tiny, "compile": compile_,
+              "machine": machine(), "torch": torch.__version__, "tiny": tiny, "compile": compile_,
               "dtype": "bf16 autocast" if device.type == "cuda" else "fp32", "seconds": {}}
     parts = {"bert_base_mlm": lambda: bench_training("mlm", device, tiny, compile_),
              "gpt2_124m_clm": lambda: bench_training("clm", device, tiny, compile_),

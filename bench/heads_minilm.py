@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 import lmforge
-from bench.common import cpu_name
+from bench.common import machine
 from lmforge.analysis.head_report import forward_seconds, plot_curves
 from lmforge.compress.head_importance import (
     CurveOptions,
@@ -105,8 +105,8 @@ def main() -> None:
     start = time.perf_counter()
     path = Path(args.finetuned) if args.finetuned else fine_tune(records, out / "finetuned", args.steps)
     task = fine_tuned_task(path, records["test"])
-    cpu = cpu_name()
-    result = {"cpu": cpu, "threads": torch.get_num_threads(), "records": {k: len(v) for k, v in records.items()},
+    result = {"machine": machine(), "threads": torch.get_num_threads(),
+              "records": {k: len(v) for k, v in records.items()},
               "scored_on": "held_out", "random_seeds": list(range(args.random_orders)),
               "load_before": os.getloadavg(), "curves": curves(task, records, args.step, args.random_orders)}
     band = curve_band([c for k, c in result["curves"].items() if k.startswith("random")])

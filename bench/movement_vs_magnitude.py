@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 import lmforge
-from bench.common import cpu_name
+from bench.common import machine
 from lmforge.compress.sparse_finetune import SparseConfig, prune_finetune
 from lmforge.compress.sparsity import kept_by_matrix as shares
 from lmforge.data.dictionary import field_task, pos_task
@@ -111,13 +111,13 @@ def plot(runs: list, path: Path, args) -> None:
 
 def write(runs: list, records: dict, args) -> None:
     """The JSON of the runs so far, with movement minus magnitude where both ran."""
-    cpu = cpu_name()
     by = {(r["method"], r["kept"]): r["test_accuracy"] for r in runs}
     minus = {f"{method}_minus_magnitude": {f"{100 * k:g}% kept": by[(method, k)] - by[("magnitude", k)]
                                            for k in args.kept if (method, k) in by and ("magnitude", k) in by}
              for method in ("movement", "soft-movement")}
     result = {"task": TASKS[args.task][1], "model": "all-MiniLM-L6-v2 (pretrained)",
-              "records": {k: len(v) for k, v in records.items()}, "cpu": cpu, "threads": torch.get_num_threads(),
+              "records": {k: len(v) for k, v in records.items()}, "machine": machine(),
+              "threads": torch.get_num_threads(),
               "seed": args.seed, "budget": {"steps": args.steps, "batch_size": 32, "lr": args.lr,
                          "scores_lr": args.lr * args.scores_lr_scale, "schedule": schedule(args),
                          **({"soft_lambda": args.soft_lambda} if "soft-movement" in args.methods else {})},

@@ -14,6 +14,7 @@ import json
 import torch
 
 import lmforge
+from bench.common import machine
 from lmforge.utils.timing import alternating
 
 
@@ -38,6 +39,7 @@ def main() -> None:
     mask = torch.ones_like(ids)
     medians = forward_medians(models, ids, mask, args.rounds)
     print(json.dumps({"batch": args.batch, "length": args.length, "threads": torch.get_num_threads(),
+                      "machine": machine(),
                       "models": [{"dir": d, "parameters": m.num_parameters(), "seconds": s,
                                   "speedup": medians[0] / s} for d, m, s in zip(args.models, models, medians)]},
                      indent=2))

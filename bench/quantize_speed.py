@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 import lmforge
+from bench.common import machine
 from lmforge.compress.quantize import quantize
 from lmforge.heads import attach
 from lmforge.io import find_model_dir
@@ -197,7 +198,7 @@ def main() -> None:
         parser.error("--decoder and --heldout go together")
     torch.manual_seed(0)
     report = {"threads": torch.get_num_threads(), "cpu": torch.backends.cpu.get_cpu_capability(),
-              "torch": torch.__version__}
+              "torch": torch.__version__, "machine": machine()}
     if "minilm" in args.only:
         where = find_model_dir("all-MiniLM-L6-v2")
         minilm, tok = lmforge.load(where), lmforge.load_tokenizer(where)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
 import torch
 
+from bench.common import machine
 from lmforge.retrieval.job_options import RealmOptions
 from lmforge.retrieval.jobs import run_realm
 from lmforge.train import TrainConfig
@@ -122,7 +122,7 @@ def main() -> None:
         parser.error(f"--arms of {', '.join(ARMS)}; --steps and --refresh-every at least 1")
     result = {"model": "all-MiniLM-L6-v2", "reader": args.reader, "retriever": args.retriever, "corpus": "built-in", "steps": args.steps, "batch_size": 8,
               "lr": args.lr, "threads": torch.get_num_threads(), "torch": torch.__version__,
-              "cpu": platform.processor() or platform.machine(), "arms": {}}
+              "machine": machine(), "arms": {}}
     for name in arms:
         result["arms"][name] = arm(name, args)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import tempfile
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from bench.common import machine
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder
@@ -141,7 +141,7 @@ def main(argv=None) -> None:
            "retriever_scores": scores(test_ranked, test), "reranked_scores": scores(reranked, test),
            "recall@1_paired": paired_at_1(test_ranked, reranked, test),
            "seconds": {**seconds, "total": round(time.perf_counter() - start, 1)},
-           "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
+           "threads": args.threads, "torch": torch.__version__, "machine": machine()}
     target = Path(args.out) if args.out else RESULTS[args.retriever]
     atomic_write_text(target, json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))

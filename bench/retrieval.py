@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.common import machine
 from lmforge.retrieval.index import DenseIndex, write_index
 
 N, D, K, THREADS = 100_000, 384, 20, 2
@@ -65,7 +65,7 @@ def main() -> None:
         agree = bool(np.array_equal(index.search(queries[:8], K)[1].numpy(), exact))
     out = {"passages": N, "dim": D, "k": K, "threads": THREADS, "ms_per_query": results,
            "build_s": round(build_s, 2), "load_with_checksum_s": round(load_s, 3), "topk_matches_numpy_sort": agree,
-           "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
+           "torch": torch.__version__, "machine": machine()}
     target = Path(__file__).parent / "results" / "retrieval.json"
     target.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 import lmforge
+from bench.common import machine
 from lmforge.retrieval.bm25 import BM25Index, hard_negatives
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective, passage_text, training_examples
@@ -252,7 +253,7 @@ def run(args) -> dict:
     result = {"data": data, "passages": len(passages), "train": len(sets["train"]),
               "test": len(sets["test"]), "model": str(args.model),
               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "tf32": device.type == "cuda", "budget_s": args.budget}
+              "tf32": device.type == "cuda", "budget_s": args.budget, "machine": machine()}
     say(f"{result['passages']} passages, {result['train']} train / {result['test']} test questions on {result['device']}")
     if "retrieval" in args.stages:
         result["recall"], trained = retrieval(args, passages, sets)

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import random
-import re
 import socket
 import statistics
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from bench.common import machine
 from bench.serve_client import burst, load, rss_mib, start, stop
 
 MODEL = "all-MiniLM-L6-v2"
@@ -272,7 +272,7 @@ def main() -> None:
     offline = Offline(args.threads)
     singles = offline.singles(texts)
     result = {"model": MODEL, "clients": args.clients, "threads": args.threads, "requests": args.requests,
-              "mean_tokens": round(_mean_tokens(texts), 1), "cpu": _cpu()}
+              "mean_tokens": round(_mean_tokens(texts), 1), "machine": machine()}
     result["rounds"] = rounds(texts, args, offline, singles)
     result["summary"] = summary(result)
     write(result, args.out)
@@ -299,11 +299,6 @@ def _mean_tokens(texts: list) -> float:
 
     tokenizer = load_tokenizer(find_model_dir(MODEL))
     return statistics.mean(len(tokenizer.encode(t).ids) for t in texts)
-
-
-def _cpu() -> str:
-    found = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
-    return found.group(1) if found else "unknown"
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--dir", default="/tmp/shard_bench")
     args = parser.parse_args()
 
+    from bench.common import machine
     from lmforge.data.shards import shard_corpus
     from lmforge.tokenizer import train_tokenizer
 
@@ -71,7 +72,7 @@ def main() -> None:
               "mb_per_s": round(size / seconds, 2), "peak_rss_parent_mb": round(own, 1),
               "parent_before_sharding_mb": round(before[0], 1), "peak_rss_largest_worker_mb": round(child, 1),
               "peak_total_upper_bound_mb": round(own + args.workers * child, 1)}
-    print(json.dumps(result, indent=1))
+    print(json.dumps({**result, "machine": machine()}, indent=1))
     shutil.rmtree(root, ignore_errors=True)
     return result
 

@@ -15,7 +15,7 @@ import torch
 
 from lmforge.config.options import OptionsError
 from lmforge.generate.beam import Beams, beam_search
-from lmforge.generate.checks import check_for_model, check_prompt
+from lmforge.generate.checks import check_call, check_for_model, check_prompt
 from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.generate.options import GenerationOptions, refuse_unused
 from lmforge.generate.processors import Constraints
@@ -118,6 +118,7 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     plain, or accelerated where `lmforge.optimize(model)` was called (the same tokens either way, but
     where two logits are equal within float rounding). It is left exactly as it was found (weights,
     layout, mode)."""
+    check_call(model, use_cache, prefix_lm, generator, streamer)
     options = GenerationOptions.build(options, fields)
     refuse_unused(options, fields)  # what the caller gave: an `options` object's fields may be a checkpoint's
     mask = check_prompt(model, input_ids, attention_mask)

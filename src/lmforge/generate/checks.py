@@ -12,14 +12,36 @@ from lmforge.generate.options import GenerationOptions, GenerationWarning
 from lmforge.model import EncoderDecoder, Transformer
 
 
+def check_call(model, use_cache, prefix_lm, generator, streamer) -> None:
+    """Refuse generate's arguments beside the options and the prompt, before any model call: a model that
+    is not a Transformer (a directory's name failed as "'str' object has no attribute 'config'"), a
+    use_cache or prefix_lm that is not a bool (prefix_lm="no" read the prompt bidirectionally), a
+    generator that is not a torch.Generator or a streamer that cannot be called (both failed mid-decoding)."""
+    if not isinstance(model, Transformer):
+        raise OptionsError(f"model must be a Transformer (lmforge.load(DIR) reads a directory), got "
+                           f"{type(model).__name__}", "model")
+    for name, value in (("use_cache", use_cache), ("prefix_lm", prefix_lm)):
+        if not isinstance(value, bool):
+            raise OptionsError(f"{name} must be true or false, got {repr(value)[:40]}", name)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise OptionsError(f"generator must be a torch.Generator, got {type(generator).__name__}", "generator")
+    if streamer is not None and not callable(streamer):
+        raise OptionsError(f"streamer must be callable (it is given each step's new tokens), got "
+                           f"{type(streamer).__name__}", "streamer")
+
+
 def check_prompt(model: Transformer, input_ids, attention_mask) -> torch.Tensor:
     """Refuse a request the model cannot serve, before any model call; returns the (B, T) mask."""
     if model.config.architecture == "encoder":
         raise ValueError("generation needs a decoder or an encoder-decoder; an encoder with an MLM head "
                          "fills masks instead (lmforge.fill_mask)")
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
-        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise ValueError(f"input_ids must be an integer tensor of shape (batch, length), got {shape}")
+    # int64 or int32, as the embedding reads them (a bool or uint8 tensor failed inside it)
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 \
+            or input_ids.dtype not in (torch.int64, torch.int32):
+        shape = (f"{tuple(input_ids.shape)} {input_ids.dtype}" if isinstance(input_ids, torch.Tensor)
+                 else type(input_ids).__name__)
+        raise ValueError(f"input_ids must be a tensor of token ids (int64 or int32) of shape (batch, length), "
+                         f"got {shape}")
     B, T = input_ids.shape
     if B == 0 or T == 0:
         raise ValueError("the prompt is empty: generation needs at least one token per row")

@@ -1,0 +1,57 @@
+"""generate's own arguments beside the options (model, prompt dtype, use_cache, prefix_lm, generator,
+streamer) are refused in one line naming the argument before any model call, never read loosely."""
+import pytest
+import torch
+
+import lmforge
+from lmforge.config.options import OptionsError
+from lmforge.heads import attach
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    model = lmforge.build("gpt2", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=50, max_seq_len=32)
+    attach(model, "lm")
+    return model
+
+
+@pytest.fixture
+def calls(gpt):
+    """The forward calls made on the model during a test."""
+    made = []
+    hook = gpt.register_forward_pre_hook(lambda *a: made.append(1))
+    yield made
+    hook.remove()
+
+
+@pytest.mark.parametrize("given, named", [
+    ({"prefix_lm": "no"}, "prefix_lm"),  # a truthy text read the prompt bidirectionally, silently
+    ({"prefix_lm": 1}, "prefix_lm"),
+    ({"use_cache": None}, "use_cache"),
+    ({"do_sample": True, "generator": 0}, "generator"),  # failed inside torch.multinomial
+    ({"streamer": 3}, "streamer"),  # failed after the first step
+])
+def test_a_call_argument_of_the_wrong_kind_is_refused_naming_it_before_any_model_call(gpt, calls, given, named):
+    with pytest.raises(OptionsError) as err:
+        lmforge.generate(gpt, torch.tensor([[5, 6, 7]]), max_new_tokens=2, **given)
+    assert err.value.field == named and "\n" not in str(err.value) and not calls
+
+
+@pytest.mark.parametrize("model", ["tiny-gpt", None])
+def test_a_model_that_is_not_a_transformer_is_refused_naming_model(model):
+    with pytest.raises(OptionsError, match="lmforge.load") as err:  # was AttributeError: no attribute 'config'
+        lmforge.generate(model, torch.tensor([[5, 6, 7]]))
+    assert err.value.field == "model"
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.float32])
+def test_a_prompt_that_is_not_token_ids_is_refused_in_one_line(gpt, calls, dtype):
+    with pytest.raises(ValueError, match="input_ids must be a tensor of token ids") as err:  # bool and uint8
+        lmforge.generate(gpt, torch.tensor([[1, 1, 0]]).to(dtype), max_new_tokens=2)  # failed in the embedding
+    assert str(dtype) in str(err.value) and not calls
+
+
+def test_int32_token_ids_and_true_false_switches_generate_as_int64_ones_do(gpt):
+    ids = torch.tensor([[5, 6, 7]])
+    want = lmforge.generate(gpt, ids, max_new_tokens=3)
+    assert torch.equal(lmforge.generate(gpt, ids.int(), max_new_tokens=3, use_cache=False, prefix_lm=False), want)

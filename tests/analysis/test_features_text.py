@@ -95,3 +95,18 @@ def test_the_mix_flags_say_and_keep_their_bounds(bert_dir, tmp_path, capsys):
               "--out", str(tmp_path / "out")])
     assert refused.value.code == 2
     assert "--mix-gamma 1e9: must be in [-100.0, 100.0]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("texts", [None, 3, {"the cat": 1}, b"the cat", ["the cat", None], ["\ud800"], []])
+def test_texts_that_are_not_texts_are_refused_naming_texts_before_the_model_is_read(texts):
+    # None and 3 failed as "not iterable"; a dict gave its keys' features; a surrogate failed in the tokenizer
+    with pytest.raises(OptionsError) as err:
+        lmforge.features(texts, "no-such-model-dir")
+    assert err.value.field == "texts" and "\n" not in str(err.value)
+
+
+def test_a_tuple_or_a_generator_of_texts_reads_as_their_list(bert_dir):
+    want = lmforge.features(["the cat", "a dog sat"], bert_dir, pooling="mean")
+    for given in (("the cat", "a dog sat"), (t for t in ["the cat", "a dog sat"])):
+        got = lmforge.features(given, bert_dir, pooling="mean")
+        assert all(torch.equal(a.features, b.features) for a, b in zip(got, want)) and len(got) == 2

@@ -20,7 +20,7 @@ from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
 from lmforge.config.checks import room_for_text
 from lmforge.config.options import OptionsError, check_value
-from lmforge.pipelines.embed import MAX_BATCH_SIZE
+from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts
 from lmforge.utils.modes import evaluating
 
 _WORD = re.compile(r"\S+")
@@ -144,8 +144,10 @@ def _batch(encodings: list, tokenizer, device) -> tuple:
 
 
 def _checked_texts(texts) -> list:
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if not texts or not all(isinstance(t, str) for t in texts):
+    """embed's reading of `texts` (None, a number, a mapping, bytes, a lone surrogate refused naming texts:
+    None and 3 failed as "not iterable", a dict gave its keys' features), and at least one of them."""
+    texts = checked_texts(texts)
+    if not texts:
         raise OptionsError("texts must be a text or a non-empty list of texts", "texts")
     return texts
 

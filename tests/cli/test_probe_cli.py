@@ -118,6 +118,9 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["features", "--task", "tagging", "--train", "x.conll"], "--task tagging needs --train FILE and --dev FILE"),
     (["features", "--data", "nowhere.txt"], "--data nowhere.txt: no such file"),
     (["features", "--data", "{bad}", "--layers", "all,1"], "--layers"),
+    (["features", "--text", "The cat sat.", "--layers", "0,0,0"],
+     "--layers: layers '0,0,0' names layer 0 twice"),  # answered one layer, silently
+    (["features", "--data", "{bad}", "--layers", "1,-1,2"], "names layer 2 twice (here -1 is layer 2)"),
     (["features", "--data", "{bad}", "--mix-gamma", "2"], "--mix-gamma: the scalar mix is for --text"),
     (["features", "--data", "{bad}", "--max-len", "100000"], "--max-len 100000: more tokens than the model"),
     (["features", "--data", "{bad}", "--max-len", "2"], "--max-len 2: a word needs 3 tokens at least"),

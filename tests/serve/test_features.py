@@ -88,6 +88,7 @@ def test_a_scalar_mix_and_the_poolings_equal_the_reference(served, bert):
     ({"layers": "4"}, 422, "layers"),
     ({"layers": "x"}, 422, "layers"),
     ({"layers": True}, 422, "layers"),
+    ({"layers": "0,0,0"}, 422, "layers"),  # answered one layer, silently
     ({"layers": "mix", "mix_weights": [1, 2]}, 422, "mix_weights"),
     ({"layers": "0", "mix_weights": [1, 2, 3, 4]}, 422, "mix_weights"),
     ({"layers": "mix", "mix_gamma": 1e9}, 422, "mix_gamma"),

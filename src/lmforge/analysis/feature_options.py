@@ -5,6 +5,7 @@ layers: which hidden states (0 = the embedding output, n = the top layer; a nega
 the top, so -1 is the last layer and -2 BERT's second-to-last, bert-as-service's default), as an int, a
 list, a text "0,3,6", a range "4-8", "all", or "mix": every state mixed by ELMo's scalar mix,
 gamma * sum_j softmax(s)_j h_j (Peters et al. 2018, eq. 1) with s = mix_weights (equal by default).
+A state named twice ("0,0,0", "0-3,2", -1 beside the top layer's index) is refused, naming it.
 pooling: a text's tokens kept ("none", each with its text and character offsets) or reduced, as
 bert-as-service's strategies: mean, max, mean_max (the two concatenated), cls (the first token: [CLS], <s>;
 T5's first piece, ELMo's first word), sep / last (the last real token: [SEP], </s>; ELMo's last word).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Optional, Union
 
 from lmforge.config.model import MAX_LAYERS, MAX_LEN
@@ -96,14 +98,26 @@ def _checked_spec(spec):
                                "layers")
         for i in spec:
             _index(str(i))
+        _once(spec, [(i, i) for i in spec])
         return list(spec)
     text = str(spec).strip()
     if len(text) > MAX_SPEC_CHARS:
         raise OptionsError(f"layers has {len(text)} characters, more than {MAX_SPEC_CHARS}", "layers")
     if text in ("all", "mix"):
         return text
-    _parts(text)
+    _once(text, _parts(text))
     return text
+
+
+def _once(spec, pairs: list, n_states: int | None = None) -> None:
+    """Refuse a selection naming a hidden state twice ("0,0,0", "0-3,2", or "-1" beside the top layer's
+    index): one state answered where the client counted several is a mistake, not a request."""
+    spans = sorted((first, last) for first, last in pairs if first <= last)  # reversed: refused by range
+    for (_, last), (first, _) in pairwise(spans):
+        if first <= last:  # sorted, so an overlap is the next span starting inside this one
+            top = "" if n_states is None else f" (here -1 is layer {n_states - 1})"
+            raise OptionsError(f"layers {str(spec)[:60]!r} names layer {first} twice{top}; "
+                               f"name each hidden state once", "layers")
 
 
 def _index(part: str) -> int:
@@ -133,12 +147,13 @@ def resolve_layers(spec, n_states: int) -> list:
         return list(range(n_states))
     pairs = [(spec, spec)] if isinstance(spec, int) else [(i, i) for i in spec] if isinstance(spec, list) \
         else _parts(spec)
-    chosen = set()
+    chosen = []
     for first, last in pairs:
         first, last = (i + n_states if i < 0 else i for i in (first, last))
         if not (0 <= first < n_states and 0 <= last < n_states) or last < first:
             raise OptionsError(f"layers {str(spec)[:60]!r}: outside 0..{n_states - 1} (0 is the embeddings, "
                                f"-1 the top layer)", "layers")
-        chosen.update(range(first, last + 1))
-    return sorted(chosen)
+        chosen.append((first, last))
+    _once(spec, chosen, n_states)  # "-1,12" of 13 states: only the model tells the two apart
+    return sorted(i for first, last in chosen for i in range(first, last + 1))
 

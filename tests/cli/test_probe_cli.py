@@ -85,6 +85,16 @@ def test_features_are_written_as_safetensors(model_dir, tmp_path):
     assert json.loads((out / "features.json").read_text())["sentences"] == 2
 
 
+@pytest.mark.parametrize("argv, said", [(["--text", "The cat sat."], "(1 text, layers"),
+                                         (["--text", "a", "--text", "b"], "(2 texts, layers"),
+                                         (["--data", "{one}"], "(1 sentence, layers")])
+def test_the_summary_counts_in_the_right_number(model_dir, tmp_path, capsys, argv, said):
+    """One text printed "(1 texts, ...)"."""
+    argv = [write(tmp_path / "s.txt", "the dog runs .\n") if a == "{one}" else a for a in argv]
+    assert main(["features", "--model", model_dir, *argv, "--layers", "-1", "--out", str(tmp_path / "o")]) == 0
+    assert said in capsys.readouterr().out
+
+
 def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path):
     conll = "\n\n".join("\n".join(f"{w} {'B-PER' if w == 'John' else 'O'}" for w in s.split())
                         for s in ["John runs .", "the dog sees John .", "John sleeps ."] * 4)

@@ -240,7 +240,7 @@ def cmd_features(args) -> None:
                 "sentences": len(sentences), "d": int(features[0].shape[-1]), **stats}
         file = save_features(out, features, meta)
         _write_json(out / "features.json", meta)
-        print(f"wrote {file} ({len(sentences)} sentences, layers {chosen})")
+        print(f"wrote {file} ({len(sentences)} sentence{'s' * (len(sentences) != 1)}, layers {chosen})")
     if splits is not None:
         metrics = transfer(model, tokenizer, args.task, splits, args.layers, args.pooling, args.head, config,
                            args.seed, args.batch_size, args.max_len)
@@ -327,7 +327,8 @@ def _text_features(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "features.json", {"model": str(args.model), "options": dataclasses.asdict(options),
                                         "data": [f.as_json(options.pooling == "none") for f in found]})
-    print(f"wrote {out / 'features.json'} ({len(found)} texts, layers {found[0].layers})")
+    texts = f"{len(found)} text{'s' * (len(found) != 1)}"
+    print(f"wrote {out / 'features.json'} ({texts}, layers {found[0].layers})")
 
 
 def _common(p, poolings=("first", "mean", "last"), pooling="first") -> None:

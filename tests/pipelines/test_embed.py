@@ -257,3 +257,39 @@ def test_embed_s_own_arguments_are_checked_as_the_command_line_checks_them(keywo
     with pytest.raises(OptionsError) as refused:
         lmforge.embed(["a b c"], "all-MiniLM-L6-v2", **keywords)
     assert refused.value.field == field
+
+
+def _fill(model, tokenizer):
+    return [c.token for c in lmforge.fill_mask(model, tokenizer, "a b [MASK] d", top_k=3)]
+
+
+def _features(model, tokenizer):
+    return lmforge.features(["a b c"], model, tokenizer, pooling="mean")[0].features
+
+
+def _embed(model, tokenizer):
+    return lmforge.embed(["a b c"], model, tokenizer)
+
+
+@pytest.mark.parametrize("job", [_embed, _features, _fill])
+def test_a_tokenizer_named_by_its_directory_is_read_as_load_tokenizer_reads_it(tmp_path, job):
+    # a directory's name failed inside the job ("'str' object has no attribute 'get_vocab'", "unknown encoding")
+    from lmforge.heads import attach
+
+    path = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
+    model = lmforge.load(path)
+    attach(model, "lm")
+    want = job(model, lmforge.load_tokenizer(path))
+    for given in (str(path), path):
+        got = job(model, given)
+        assert got == want if isinstance(want, list) else torch.equal(got, want)
+
+
+@pytest.mark.parametrize("job", [_embed, _features, _fill])
+def test_a_tokenizer_of_another_kind_is_refused_naming_it(tmp_path, job):
+    from lmforge.config.options import OptionsError
+
+    model = lmforge.load(tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"}))
+    with pytest.raises(OptionsError, match="lmforge Tokenizer or a model directory") as refused:
+        job(model, 3)
+    assert refused.value.field == "tokenizer"

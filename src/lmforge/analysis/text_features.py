@@ -20,7 +20,7 @@ from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
 from lmforge.config.checks import room_for_text
 from lmforge.config.options import OptionsError, check_value
-from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts
+from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts, checked_tokenizer
 from lmforge.utils.modes import evaluating
 
 _WORD = re.compile(r"\S+")
@@ -192,6 +192,7 @@ def features(texts, model, tokenizer=None, options: FeatureOptions | None = None
                                              "pooling": pooling, "max_length": max_length, "truncate": truncate})
     check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)  # embed's bound
     texts = _checked_texts(texts)  # before the model is read
+    tokenizer = checked_tokenizer(tokenizer)
     if not hasattr(model, "config"):
         model, found = load_for_features(model)
         tokenizer = tokenizer or found

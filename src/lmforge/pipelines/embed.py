@@ -260,7 +260,7 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     # one path, whatever is given: the defaults refuse a long text as the server does (it was cut silently)
     options = EmbedOptions.build(options, {**fields, "normalize": normalize})
     texts = checked_texts(texts)  # before the model is read
-    encoder = _encoder(model, tokenizer)  # embed_with checks max_length (_limit)
+    encoder = _encoder(model, checked_tokenizer(tokenizer))  # embed_with checks max_length (_limit)
     return encoder.embed_with(texts, options, batch_size, max_length, progress).tensor()
 
 
@@ -280,6 +280,18 @@ def checked_texts(texts) -> list:
             raise OptionsError(f"texts[{i}] is not valid Unicode: {err.reason} at position {err.start}",
                                "texts") from None
     return texts
+
+
+def checked_tokenizer(tokenizer) -> Tokenizer | None:
+    """A job's `tokenizer` argument: None, a Tokenizer, or a directory (or installed model) read as
+    lmforge.load_tokenizer reads it; anything else an OptionsError naming tokenizer (a directory's name
+    failed as "'str' object has no attribute 'get_vocab'", or was encoded as text with codec "a b")."""
+    if tokenizer is None or isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return load_tokenizer(find_model_dir(tokenizer))
+    raise OptionsError(f"tokenizer must be an lmforge Tokenizer or a model directory, got "
+                       f"{type(tokenizer).__name__}", "tokenizer")
 
 
 def _share(progress, n_texts: int, n_pieces: int):

@@ -20,6 +20,7 @@ from lmforge.generate import generate, lm_head_name
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.io import find_model_dir, load
 from lmforge.model import EncoderDecoder, Transformer
+from lmforge.pipelines.embed import checked_tokenizer
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.fits import check_fits
 from lmforge.tokenizer.wrapper import as_text
@@ -80,6 +81,7 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
 def _model_and_tokenizer(model, tokenizer) -> tuple:
     """fill_mask's model and tokenizer: a Transformer as given (its tokenizer required), or the model and
     tokenizer of a directory or installed model name, as embed and rerank read them."""
+    tokenizer = checked_tokenizer(tokenizer)
     if isinstance(model, (str, os.PathLike)):
         where = find_model_dir(model)
         return load(where), tokenizer if tokenizer is not None else load_tokenizer(where)

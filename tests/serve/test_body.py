@@ -10,7 +10,7 @@ import pytest
 
 import lmforge
 
-from lmforge.serve.body import Pending, Share, given_twice, not_unicode, read_body, too_deep
+from lmforge.serve.body import Pending, Share, checked_body, given_twice, not_unicode, read_body, too_deep
 from lmforge.serve.limits import Limits, RequestError, bounded_ids, check_generation
 from lmforge.serve.routes import parse_layers
 
@@ -143,3 +143,43 @@ def test_the_bodies_held_at_once_are_bounded_and_given_back():
     alone = Share(pending)
     _read(alone, [b"x" * 500])  # alone, a body over the bound passes: one body always may (max_body_bytes)
     assert alone.bytes == pending.held == 500
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"GZIP", b"br", b"deflate", b"identity, gzip", b"x-unknown"])
+def test_a_coded_body_is_415_naming_content_encoding_before_it_is_read(coding):
+    """A gzip body was read as JSON: 422 "not valid JSON: 'utf-8' codec can't decode", naming body."""
+    async def receive():
+        raise AssertionError("the body was read")
+
+    headers = {b"content-encoding": coding, b"content-length": b"10"}
+    with pytest.raises(RequestError) as err:
+        asyncio.run(checked_body(receive, headers, Limits()))
+    assert err.value.status == 415 and err.value.param == "content-encoding"
+    assert "bodies are read uncompressed" in err.value.message
+    assert err.value.headers == {"Accept-Encoding": "identity"}
+
+
+@pytest.mark.parametrize("headers", [{}, {b"content-encoding": b"identity"},
+                                     {b"content-encoding": b" Identity "}])
+def test_an_uncoded_body_is_read(headers):
+    messages = [{"type": "http.request", "body": b'{"a": 1}', "more_body": False}]
+
+    async def receive():
+        return messages.pop(0)
+
+    async def replayed():
+        return await (await checked_body(receive, headers, Limits()))()
+
+    assert asyncio.run(replayed())["body"] == b'{"a": 1}'
+
+
+def test_the_server_answers_a_gzip_body_415(local):
+    import gzip
+    import json
+
+    body = gzip.compress(json.dumps({"texts": ["the cat"]}).encode())
+    answer = local.post("/embed", content=body, headers={"content-type": "application/json",
+                                                           "content-encoding": "gzip"})
+    assert answer.status_code == 415, answer.text
+    assert answer.json()["error"]["param"] == "content-encoding"
+    assert answer.headers["accept-encoding"] == "identity"

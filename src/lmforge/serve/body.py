@@ -9,6 +9,8 @@ deeper than max_json_depth (a 4 MB `[[[[...` would otherwise reach the parser's 
 and text that is not Unicode (bytes that are not UTF-8, or an escaped lone surrogate such as
 "\\ud800", which Python's JSON parser accepts and every tokenizer refuses): a 422 naming the field; so is
 a key an object gives twice (the parser would keep the last value and drop the first unsaid).
+A body sent in a Content-Encoding other than identity (gzip, ...) is refused first, 415: bodies are read
+as sent, and a gzip one was answered as JSON that is not UTF-8.
 """
 from __future__ import annotations
 
@@ -177,9 +179,21 @@ def check_json(body: bytes, limits: Limits) -> None:
                            "send it once", param=field)
 
 
+def check_encoding(headers: dict) -> None:
+    """415 naming content-encoding where the request says its body is coded other than identity (a list
+    "gzip, identity" included): the body would be read as sent, its compressed bytes as JSON."""
+    given = headers.get(b"content-encoding", b"").decode("latin-1").strip()
+    if any(coding.strip().lower() not in ("", "identity") for coding in given.split(",")):
+        raise RequestError(415, f"content-encoding {given!r}: bodies are read uncompressed; send the JSON "
+                           "as it is, without a content-encoding (or identity)", param="content-encoding",
+                           headers={"Accept-Encoding": "identity"})  # RFC 7694: the codings it reads
+
+
 async def checked_body(receive, headers: dict, limits: Limits, share: Share | None = None):
     """A `receive` that replays the body read and checked here, then passes on to the client's
-    (whose next message is its disconnect); its bytes held in `share` (read_body)."""
+    (whose next message is its disconnect); its bytes held in `share` (read_body). A coded body is
+    refused before a byte of it is read (check_encoding)."""
+    check_encoding(headers)
     messages = await read_body(receive, headers, limits.max_body_bytes, share)
     body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
     if body:

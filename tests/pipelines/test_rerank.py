@@ -24,6 +24,8 @@ def reranker():
     ({"documents": "abc"}, "documents"), ({"documents": b"abc"}, "documents"),
     ({"documents": []}, "documents"),
     ({"documents": ["a", 3]}, "documents"), ({"query": ""}, "query"),
+    ({"documents": {"a": 1}}, "documents"), ({"documents": None}, "documents"),
+    ({"documents": ["\ud800"]}, "documents"), ({"query": "\ud800"}, "query"),  # failed in the tokenizer
     ({"batch_size": 0}, "batch_size"), ({"batch_size": 2.0}, "batch_size"),
     ({"batch_size": True}, "batch_size"),
     ({"batch_size": 10 ** 9}, "batch_size"),
@@ -50,3 +52,20 @@ def test_a_loaded_reranker_refuses_them_too(reranker, arguments):
     with pytest.raises(OptionsError) as refused:
         lmforge.rerank(reranker, **{"query": QUERY, "documents": DOCS, **arguments})
     assert refused.value.field == next(iter(arguments))
+
+
+def test_documents_as_any_iterable_of_texts_rank_as_their_list(reranker):
+    """A generator, a numpy array of texts or a dataset's column (an iterable, not a list) were refused, as
+    embed takes them."""
+    import numpy as np
+
+    class Column:  # datasets >= 4: ds["text"] is an iterable Column, not a list
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __iter__(self):
+            return iter(self.rows)
+
+    want = lmforge.rerank(reranker, QUERY, DOCS)
+    for given in ((d for d in DOCS), np.array(DOCS), Column(DOCS)):
+        assert lmforge.rerank(reranker, QUERY, given) == want

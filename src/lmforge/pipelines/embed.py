@@ -264,21 +264,23 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     return encoder.embed_with(texts, options, batch_size, max_length, progress).tensor()
 
 
-def checked_texts(texts) -> list:
-    """`texts` (a text or a list of texts) as a list of str; anything else an OptionsError naming texts."""
-    if isinstance(texts, str):
+def checked_texts(texts, name: str = "texts", one: bool = True) -> list:
+    """`texts` (a text or any iterable of texts: a list, a tuple, a generator, a dataset's column) as a
+    list of str; anything else an OptionsError naming `name` (one=False: a single text is refused too)."""
+    if isinstance(texts, str) and one:
         return [texts]
-    if isinstance(texts, (bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
-        raise OptionsError(f"texts must be a text or a list of texts, got {type(texts).__name__}", "texts")
+    if isinstance(texts, (str, bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
+        raise OptionsError(f"{name} must be {'a text or ' if one else ''}a list of texts, got "
+                           f"{type(texts).__name__}", name)
     texts = list(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise OptionsError(f"texts[{i}] must be text, got {type(text).__name__}", "texts")
+            raise OptionsError(f"{name}[{i}] must be text, got {type(text).__name__}", name)
         try:
             text.encode("utf-8")  # the tokenizer refuses a lone surrogate without naming the text
         except UnicodeEncodeError as err:
-            raise OptionsError(f"texts[{i}] is not valid Unicode: {err.reason} at position {err.start}",
-                               "texts") from None
+            raise OptionsError(f"{name}[{i}] is not valid Unicode: {err.reason} at position {err.start}",
+                               name) from None
     return texts
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from lmforge.config.options import OptionsError, check_options, check_value, option, with_changes
-from lmforge.pipelines.embed import MAX_BATCH_SIZE
+from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts
 
 MAX_TOP_N = 10 ** 6
 
@@ -89,7 +89,7 @@ class Reranker:
              batch_size: int = 64) -> list:
         """Ranked documents, best first (top_n of them); a pair over max_len refused unless truncate."""
         options = options or RerankQueryOptions()
-        _check_request(query, documents, batch_size)
+        documents = _check_request(query, documents, batch_size)
         counts = self.counts(query, documents)
         limit = self.task.max_len
         too_long = next((i for i, n in enumerate(counts) if n > limit), None)
@@ -102,17 +102,18 @@ class Reranker:
         return ranked[:options.top_n] if options.top_n else ranked
 
 
-def _check_request(query, documents, batch_size) -> None:
-    """An OptionsError naming the query, the documents (a list of texts: one text is not a list) or
-    batch_size (embed's bound) where it cannot be scored."""
+def _check_request(query, documents, batch_size) -> list:
+    """The documents as a list, read as embed reads its texts (any iterable of texts: a generator, a
+    dataset's column; one text is not a list of them); an OptionsError naming the query, the documents or
+    batch_size (embed's bound) where they cannot be scored."""
     check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
     if not isinstance(query, str) or not query.strip():
         raise OptionsError("query must be non-empty text", "query")
-    if isinstance(documents, str) or not isinstance(documents, (list, tuple)) or not documents:
+    checked_texts([query], "query")  # a lone surrogate failed in the tokenizer
+    documents = checked_texts(documents, "documents", one=False)
+    if not documents:
         raise OptionsError("documents must be a non-empty list of texts", "documents")
-    for i, d in enumerate(documents):
-        if not isinstance(d, str):
-            raise OptionsError(f"documents[{i}] must be text, got {type(d).__name__}", "documents")
+    return documents
 
 
 def rerank(model, query: str, documents: list, top_n: int | None = None, truncate: bool | None = None,
@@ -121,6 +122,6 @@ def rerank(model, query: str, documents: list, top_n: int | None = None, truncat
     directory (lmforge finetune --task rerank), a RerankTask or a Reranker. The server's /rerank gives the
     same order and scores."""
     options = RerankQueryOptions.build(fields={"top_n": top_n, "truncate": truncate})
-    _check_request(query, documents, batch_size)  # as given, before the model is read: list("abc") made
-    # three documents of one text
-    return [(r.index, r.score) for r in Reranker.load(model).rank(query, list(documents), options, batch_size)]
+    # as given, before the model is read: list("abc") made three documents of one text
+    documents = _check_request(query, documents, batch_size)
+    return [(r.index, r.score) for r in Reranker.load(model).rank(query, documents, options, batch_size)]

@@ -268,3 +268,23 @@ def test_refuse_changed_names_the_first_setting_off_its_default_and_passes_defau
     assert err.value.field == "b" and str(err.value) == "b='y': b is not read here"
     with pytest.raises(OptionsError, match=r"^c=\[1\]: unread$"):  # a factory's default is its value
         refuse_changed(Opts(c=[1]), ("c",), "unread")
+
+
+def test_numpy_numbers_build_options_as_python_s_numbers_of_the_same_value():
+    """np.int64(3) was refused as 'not an integer' and np.float32(0.5) as 'not a number' (np.float64, a float
+    subclass, passed); now each is read as the command line reads its text, and stored as Python's number."""
+    np = pytest.importorskip("numpy")
+    from lmforge.analysis.feature_options import FeatureOptions
+    from lmforge.config.options import OptionsError
+    from lmforge.generate.options import GenerationOptions
+
+    given = GenerationOptions.build(None, {"max_new_tokens": np.int64(7), "top_p": np.float32(0.5),
+                                           "eos_token_id": [np.int32(2), 3], "temperature": np.float32(2.0)})
+    want = GenerationOptions(max_new_tokens=7, top_p=0.5, eos_token_id=[2, 3], temperature=2.0)
+    assert given == want and type(given.max_new_tokens) is int and type(given.top_p) is float
+    assert all(type(i) is int for i in given.eos_token_id)
+    assert FeatureOptions.build(None, {"layers": [np.int64(0), np.int8(-1)]}).layers == [0, -1]
+    for bad in ({"max_new_tokens": np.float32(2.5)}, {"max_new_tokens": np.int64(0)}, {"do_sample": np.int64(1)}):
+        with pytest.raises(OptionsError) as err:  # bounds, fractions and bools are judged as before
+            GenerationOptions.build(None, bad)
+        assert err.value.field == next(iter(bad))

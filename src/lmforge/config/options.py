@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import field
 from typing import Any
 
@@ -169,12 +170,31 @@ def refuse_changed(obj, names, why) -> None:
             raise OptionsError(f"{name}={value!r}: {why(name) if callable(why) else why}", name)
 
 
+def plain_number(value):
+    """A numpy (or other numbers-registered) integer or real scalar as the Python int or float of the same
+    value, as the command line's text of it reads (np.int64(3) was refused as not an integer, np.float32(0.9)
+    as not a number, where np.float64, a float subclass, passed); a list's or tuple's items alike (as a
+    list); anything else, bools included, as given."""
+    if isinstance(value, (list, tuple)):
+        return [plain_number(item) for item in value] if any(_foreign(item) for item in value) else value
+    if not _foreign(value):
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def _foreign(value) -> bool:
+    """A number that is not Python's own int or float (nor a bool)."""
+    return isinstance(value, numbers.Real) and type(value) not in (int, float, bool)
+
+
 def coerce(cls, name: str, value: Any, error=OptionsError, from_text: bool = True):
-    """A value for field `name` of `cls` as its type: a whole float (3.0) as an int; from_text (a command
-    line's key=value): also "true"/"false" as a bool, "null" as None and a numeric string as a number.
-    Anything else is returned as given, for `check_options` to judge (a JSON "false" is not a bool)."""
+    """A value for field `name` of `cls` as its type: a numpy scalar as Python's number (plain_number); a
+    whole float (3.0) as an int; from_text (a command line's key=value): also "true"/"false" as a bool,
+    "null" as None and a numeric string as a number. Anything else is returned as given, for
+    `check_options` to judge (a JSON "false" is not a bool)."""
     kinds = {f.name: f.type for f in dataclasses.fields(cls)}
     base, optional = base_type(kinds[name])
+    value = plain_number(value)
     if isinstance(value, str) and from_text:
         text = value.strip()
         if optional and text.lower() in ("null", "none", "~"):

@@ -1,5 +1,8 @@
 """The retrieval jobs' output folders: out/eval (the held-out recall's indexes) is made whole in a fresh
-folder, so a link planted there is replaced and what it points to is never written."""
+folder, so a link planted there is replaced and what it points to is never written; query_index reads its
+queries as lmforge.embed reads texts."""
+import pytest
+
 import lmforge.retrieval.jobs as jobs
 from lmforge.train import TrainConfig
 from tests.retrieval.conftest import tiny_bert
@@ -35,3 +38,36 @@ def test_every_retrieval_job_refuses_a_link_as_its_output_folder_before_any_work
     refuse_the_link([lambda: jobs.build_index_dir(out, None), *training], out, elsewhere)
     refuse_the_link(training, link_checkpoints(out, elsewhere), elsewhere)  # before the models load
     assert [p.name for p in out.iterdir()] == ["checkpoints"] and not any(elsewhere.iterdir())  # none written
+
+
+@pytest.fixture(scope="module")
+def bm25_index(tmp_path_factory):
+    """A BM25 index of the built-in passages."""
+    from lmforge.retrieval.jobs import build_index_dir
+
+    out = tmp_path_factory.mktemp("index") / "index"
+    build_index_dir(out, None, progress=False)
+    return out
+
+
+def _searched(index, queries):
+    from lmforge.retrieval.jobs import QueryOptions, query_index
+
+    return query_index(index, queries, QueryOptions(method="bm25", k=3))
+
+
+def test_one_query_text_is_one_query_and_a_generator_of_them_is_their_list(bm25_index):
+    # a text was searched a character at a time; a generator was used up by the search, then answered []
+    want = _searched(bm25_index, ["where was Dreatou born"])
+    assert _searched(bm25_index, "where was Dreatou born") == want and len(want) == 1
+    assert _searched(bm25_index, (q for q in ["where was Dreatou born"])) == want
+    assert _searched(bm25_index, []) == []  # no queries, no answers (was a ValueError from inside the search)
+
+
+@pytest.mark.parametrize("queries", [None, 3, ["who", 3], {"who": 1}, b"who"])
+def test_queries_that_are_not_texts_are_refused_naming_queries(bm25_index, queries):
+    from lmforge.config.options import OptionsError
+
+    with pytest.raises(OptionsError) as refused:  # were TypeError / AttributeError from the BM25 tokenizer
+        _searched(bm25_index, queries)
+    assert refused.value.field == "queries" and "\n" not in str(refused.value)

@@ -15,6 +15,7 @@ from pathlib import Path
 from lmforge.config.checks import within_context
 from lmforge.config.options import OptionsError, check_value, refuse_changed
 from lmforge.fast.optimize import optimize
+from lmforge.pipelines.embed import checked_texts
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective
@@ -89,8 +90,10 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
     `reader` directory its "answer" ({"answer", "id", "score"}) read from those passages. With a `rerank`
     directory (a cross-encoder, lmforge finetune --task rerank) the retriever's top `candidates` (default
     k) are re-ordered by it and the best k kept: "score" is then the reranker's relevance, beside the
-    retriever's "retriever_rank" and "retriever_score"."""
+    retriever's "retriever_rank" and "retriever_score". `queries`: texts (a list, a generator, ...) or
+    one text, read as lmforge.embed reads its texts (one text was searched a character at a time)."""
     options, path = options_of(QueryOptions, options), Path(path)
+    queries = checked_texts(queries, "queries")  # once: a generator searched, then zipped empty, gave []
     k = options.k
     if model is not None and options.method == "bm25":
         raise OptionsError(f"model={model}: the dense search's query encoder; method bm25 searches words, "
@@ -101,6 +104,8 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
     if rerank is not None and options.candidates is None and k > MAX_CANDIDATES:
         raise OptionsError(f"k={k}: a reranker re-orders at most {MAX_CANDIDATES} passages a query", "k")
     passages, parts = open_index(path)
+    if not queries:  # nothing to search (the searches fail on an empty batch)
+        return []
     positions, scores = _search(path, parts, queries, options.candidates or k, options, model)
     out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
                                      "score": round(float(s), 4), "text": passages[int(i)].text}

@@ -1,6 +1,7 @@
 """The retrieval jobs' output folders: out/eval (the held-out recall's indexes) is made whole in a fresh
 folder, so a link planted there is replaced and what it points to is never written; query_index reads its
 queries as lmforge.embed reads texts."""
+import numpy as np
 import pytest
 
 import lmforge.retrieval.jobs as jobs
@@ -71,3 +72,15 @@ def test_queries_that_are_not_texts_are_refused_naming_queries(bm25_index, queri
     with pytest.raises(OptionsError) as refused:  # were TypeError / AttributeError from the BM25 tokenizer
         _searched(bm25_index, queries)
     assert refused.value.field == "queries" and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("seed", [True, -1, 2.5, 2 ** 63, "1", np.int64(1)])
+def test_build_index_dir_takes_the_seeds_index_build_seed_takes(tmp_path, seed):
+    # True was read as 1 and -1 passed (--seed refuses both); np.int64 failed inside random.Random:
+    # each is now refused in one line, as a seed given to any other job's Python face
+    from lmforge.config.options import OptionsError
+    from lmforge.retrieval.jobs import build_index_dir
+
+    with pytest.raises(OptionsError) as refused:
+        build_index_dir(tmp_path / "out", None, seed=seed, progress=False)
+    assert refused.value.field == "seed" and not (tmp_path / "out").exists()

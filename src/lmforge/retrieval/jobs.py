@@ -45,6 +45,7 @@ from lmforge.retrieval.passages import load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
 from lmforge.train.checkpoint import training_folder
+from lmforge.train.config import TrainConfig
 from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import atomic_write_text, refuse_link, replace_dir
 
@@ -54,6 +55,8 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     """Passages from `source` into out/passages.jsonl, out/bm25/, and with `model` out/dense/ (`options`:
     EncoderOptions fields); returns counts for the summary line."""
     index, out = options_of(IndexOptions, index), refuse_link(out)
+    seed_field = TrainConfig.__dataclass_fields__["seed"]  # the bound --seed has: True read as 1, -1 passed
+    check_value("seed", seed_field.type, seed_field.metadata, seed)
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))

@@ -195,7 +195,7 @@ def test_a_flag_read_into_an_options_object_says_the_objects_bounds():
 
     from lmforge.analysis.head_report import HeadsOptions
     from lmforge.cli import build_parser
-    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.quantize_options import QuantizeOptions
     from lmforge.config.options import bounds_text
 
     commands = {a.dest: a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)}

@@ -212,7 +212,7 @@ def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_time
      "--rounds 100: 6553600 tokens timed (100 rounds of 65536), over 1048576"),
 ])
 def test_python_and_the_command_line_refuse_the_same_quantize_options(tmp_path, capsys, fields, flags, named):
-    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.quantize_options import QuantizeOptions
     from lmforge.config.options import OptionsError
 
     with pytest.raises(OptionsError) as refused:
@@ -225,7 +225,7 @@ def test_python_and_the_command_line_refuse_the_same_quantize_options(tmp_path, 
 
 
 def test_without_seq_len_the_timed_batch_is_bounded_at_the_model_s_length(fine_tuned, tmp_path, capsys):
-    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.quantize_options import QuantizeOptions
 
     import lmforge
 
@@ -239,7 +239,7 @@ def test_without_seq_len_the_timed_batch_is_bounded_at_the_model_s_length(fine_t
 
 
 def test_the_timed_tokens_bound_admits_its_largest_batch_and_rounds():
-    from lmforge.compress.quantize_report import MAX_BATCH_TOKENS, MAX_TIMED_TOKENS, QuantizeOptions
+    from lmforge.compress.quantize_options import MAX_BATCH_TOKENS, MAX_TIMED_TOKENS, QuantizeOptions
 
     assert QuantizeOptions(batch_size=MAX_BATCH_TOKENS // 512, seq_len=512, rounds=16).rounds == 16
     assert QuantizeOptions(batch_size=1, seq_len=1, rounds=1000).rounds * 1 <= MAX_TIMED_TOKENS
@@ -249,7 +249,7 @@ def test_the_timed_tokens_bound_admits_its_largest_batch_and_rounds():
 def test_the_command_line_s_defaults_are_the_python_defaults():
     from lmforge.cli import build_parser
     from lmforge.cli.quantize import quantize_options
-    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.quantize_options import QuantizeOptions
 
     args = build_parser().parse_args(["quantize", "--model", "m", "--out", "o"])
     assert quantize_options(args) == QuantizeOptions()
@@ -261,7 +261,7 @@ def test_smoothing_settings_with_weight_only_are_judged_by_value_alike_and_calib
                                                                                                       capsys):
     from lmforge.cli import build_parser
     from lmforge.cli.quantize import quantize_options
-    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.quantize_options import QuantizeOptions
     from lmforge.compress.smooth import ALPHA
 
     base = ["quantize", "--model", "m", "--out", "o", "--mode", "weight-only"]

@@ -353,3 +353,27 @@ def test_sentence_transformers_files_travel_with_the_quantised_model(tmp_path):
     carry_sentence_files(source, dest)
     assert json.loads((dest / "sentence_bert_config.json").read_text())["max_seq_length"] == 256
     assert (dest / "modules.json").is_file() and (dest / "1_Pooling" / "config.json").is_file()
+
+
+def test_the_python_call_accepts_and_refuses_as_the_command_s_options_do():
+    """quantize() checks mode, alpha and seed by QuantizeOptions, the flags' own object: True was read as
+    alpha 1.0, a bool or numpy seed failed inside the calibration, a folder's name or texts as calibration
+    failed with AttributeErrors; now one OptionsError naming the argument, and numpy numbers are read as
+    the Python numbers they are."""
+    import numpy as np
+
+    from lmforge.config.options import OptionsError
+
+    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=50)
+    refused = {"alpha": dict(alpha=True), "seed": dict(seed=True), "mode": dict(mode="int4"),
+               "calibration": dict(calibration=["a text"])}
+    for field, kwargs in refused.items():
+        with pytest.raises(OptionsError) as err:
+            quantize(model, **kwargs)
+        assert err.value.field == field and "\n" not in str(err.value), kwargs
+    with pytest.raises(OptionsError, match="^alpha=0.3: smoothing is for mode dynamic") as err:
+        quantize(model, mode="weight-only", alpha=0.3)
+    with pytest.raises(OptionsError, match=r"^model must be a model \(lmforge.load\(DIR\) reads one\)"):
+        quantize("a-folder")
+    same = [quantize(model, seed=seed).state_dict() for seed in (1, np.int64(1))]
+    assert all(torch.equal(same[0][k], same[1][k]) for k in same[0])

@@ -93,7 +93,7 @@ QUANTIZE_FLAGS = {"alpha": "--smooth-alpha"}
 def quantize_options(args):
     """The QuantizeOptions of the flags (run_quantize takes the same object): a bad value names its flag."""
     from lmforge.cli.common import from_flags
-    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.quantize_options import QuantizeOptions
     from lmforge.compress.smooth import ALPHA
 
     alpha = None if args.no_smooth else ALPHA if args.smooth_alpha is None else args.smooth_alpha
@@ -156,7 +156,7 @@ def add_parsers(sub) -> None:
     """Add the quantize sub-command to the `lmforge` parser."""
     import argparse
 
-    from lmforge.compress.quantize_report import QuantizeOptions
+    from lmforge.compress.quantize_options import QuantizeOptions
     from lmforge.compress.smooth import ALPHA
     from lmforge.config.options import bounds_text
 

@@ -23,7 +23,9 @@ import copy
 
 from torch import nn
 
-from lmforge.compress.smooth import ALPHA, check_alpha, random_batches, smoothing
+from lmforge.compress.quantize_options import QuantizeOptions
+from lmforge.compress.smooth import ALPHA, random_batches, smoothing
+from lmforge.config.options import OptionsError, coerce
 from lmforge.heads import LMHead
 from lmforge.model import Transformer
 from lmforge.quant.int8 import MODES, Int8Linear, int8_linears, swap_linears
@@ -43,15 +45,19 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     """The model with every Linear (but `kept_fp32`) an Int8Linear of `mode`; a copy unless inplace.
     Dynamic mode smooths the Linears that read a LayerNorm (compress/smooth.py) with strength
     `alpha` (None: not), from the calibration batches (smooth.text_batches; None: random tokens
-    drawn from `seed`), recorded as coming from `source` ("text", ...)."""
-    if mode not in MODES:
-        raise ValueError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    drawn from `seed`), recorded as coming from `source` ("text", ...). mode, alpha and seed are checked by
+    QuantizeOptions, as `lmforge quantize`'s flags are (OptionsError naming the argument)."""
+    given = {"mode": mode, "alpha": alpha, "seed": seed}  # checked as the command's flags are
+    checked = QuantizeOptions(**{k: coerce(QuantizeOptions, k, v, from_text=False) for k, v in given.items()})
+    mode, alpha, seed = checked.mode, checked.alpha, checked.seed  # np.int64(1) -> 1, as Python's other faces
+    if not isinstance(model, Transformer):  # a folder's name: the job (run_quantize) reads one
+        raise OptionsError(f"model must be a model (lmforge.load(DIR) reads one), got {type(model).__name__}",
+                           "model")
+    _check_batches(calibration)
     if model.config.quantization:
         raise ValueError(f"the model is already int8-quantised ({model.config.quantization['mode']})")
     if model.config.architecture == "elmo":
         raise ValueError("ELMo (a biLSTM) has no Transformer Linears to quantise this way")
-    if alpha is not None:
-        check_alpha(alpha)
     if calibration is not None and (mode != "dynamic" or alpha is None):
         raise ValueError("calibration batches serve smoothing: dynamic mode with an alpha only")
     model = model if inplace else copy.deepcopy(model)
@@ -72,6 +78,19 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
         record["smoothing"] = {"alpha": alpha, "calibration": origin, "layers": smoothed}
     model.config = model.config.replace(quantization=record)
     return model.eval()
+
+
+def _check_batches(calibration) -> None:
+    """An OptionsError naming calibration unless it is None or a list of batches, each a dict of the model's
+    keyword arguments (smooth.text_batches makes them of texts)."""
+    if calibration is None:
+        return
+    if not isinstance(calibration, (list, tuple)) or not all(isinstance(b, dict) for b in calibration):
+        shown = type(calibration).__name__ if not isinstance(calibration, (list, tuple)) else \
+            f"a list holding {type(next(b for b in calibration if not isinstance(b, dict))).__name__}"
+        raise OptionsError(f"calibration must be a list of batches (dicts of the model's inputs; "
+                           f"compress.smooth.text_batches(model, tokenizer, texts) makes them), got {shown}",
+                           "calibration")
 
 
 def _backbone(name: str) -> bool:

@@ -8,7 +8,6 @@ The report is a dict, written as quantize.json.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -16,67 +15,21 @@ import torch
 from lmforge.compress.measure import model_bytes
 from lmforge.compress.model_files import carry_sentence_files, copy_as_created
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
-from lmforge.compress.smooth import ALPHA, as_batch, random_tokens, text_batches
+from lmforge.compress.quantize_options import SEQ_LEN, QuantizeOptions
+from lmforge.compress.smooth import as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
-from lmforge.config.model import MAX_LEN
-from lmforge.config.options import OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.io import find_model_dir, load
 from lmforge.quant.engines import QUANTISING
-from lmforge.quant.int8 import MODES, SERIAL, choices
+from lmforge.quant.int8 import SERIAL, choices
 from lmforge.quant.int8_ffn import routes
 from lmforge.quant.isa import activation_bits
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model, task_info
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.load import holds_tokenizer
-from lmforge.train.config import MAX_SEED
 from lmforge.utils.atomic import refuse_link, replace_dir
 from lmforge.utils.model_folder import record_sums
 from lmforge.utils.timing import alternating
-
-SEQ_LEN = 128  # tokens a row of the timed batch unless told (the model's longest where shorter)
-# what a client may have timed (each round runs the fp32 and the int8 model once): a batch of at most
-# 512 rows of 128 tokens, and at most 2^20 tokens over the rounds (bert-base: a few minutes on 2 cores)
-MAX_BATCH_TOKENS = 1 << 16
-MAX_TIMED_TOKENS = 1 << 20
-
-
-@dataclass
-class QuantizeOptions:
-    """Options of `lmforge quantize`: the mode, the smoothing, and the timed batch and its seed."""
-
-    mode: str = option("dynamic", "dynamic: int8 activations too (encoders); weight-only: float activations "
-                       "(decoding)", choices=MODES)
-    alpha: float | None = option(ALPHA, "SmoothQuant's migration strength for the layers reading a LayerNorm "
-                                 "(dynamic); null: no smoothing", low=0, high=1)
-    batch_size: int = option(8, "rows of the timed forward batch (with seq_len, at most 65,536 tokens; "
-                                "over the rounds, 2^20)", low=1, high=4096)
-    seq_len: int | None = option(None, "tokens per row of the timed batch, at most the model's max_seq_len",
-                                 low=1, high=MAX_LEN, unset=f"{SEQ_LEN}, or its longest where shorter")
-    rounds: int = option(5, "alternating timing rounds", low=1, high=1000)
-    seed: int = option(0, "seed of the random tokens drawn: the timed batch, and the smoothing's calibration "
-                       "without texts", low=0, high=MAX_SEED)
-
-    def __post_init__(self) -> None:
-        check_options(self)  # types, finiteness, bounds and choices
-        if self.mode != "dynamic" and self.alpha not in (None, ALPHA):  # ALPHA: the default, said of no mode
-            raise OptionsError(f"alpha={self.alpha}: smoothing is for mode dynamic ({self.mode} quantises no "
-                               "activations)", "alpha")
-        if self.seq_len is not None:  # else once the model says its length (timed_length)
-            self.check_timed(self.seq_len)
-
-    def check_timed(self, length: int) -> None:
-        """An OptionsError where the timed batch of rows of `length` tokens is over MAX_BATCH_TOKENS (named
-        by seq_len where given, as its own bound is the model's), or its rounds over MAX_TIMED_TOKENS."""
-        rows = self.batch_size
-        if rows * length > MAX_BATCH_TOKENS:
-            field, value = ("batch_size", rows) if self.seq_len is None else ("seq_len", length)
-            raise OptionsError(f"{field}={value}: {rows * length} tokens in the timed batch ({rows} rows of "
-                               f"{length}), over {MAX_BATCH_TOKENS}", field)
-        if rows * length * self.rounds > MAX_TIMED_TOKENS:
-            timed = rows * length * self.rounds
-            raise OptionsError(f"rounds={self.rounds}: {timed} tokens timed ({self.rounds} rounds of "
-                               f"{rows * length}), over {MAX_TIMED_TOKENS}", "rounds")
 
 
 def _sizes(model, path: Path | None) -> dict:

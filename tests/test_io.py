@@ -227,3 +227,23 @@ def test_both_formats_load_in_eval_mode_as_from_pretrained_does(tmp_path):
     for fmt in ("lmforge", "hf"):
         loaded = lmforge.load(lmforge.save(model, tmp_path / fmt, format=fmt))
         assert not any(m.training for m in loaded.modules()), fmt  # an lmforge directory came back training
+
+
+def test_a_model_that_is_no_name_nor_folder_is_refused_in_one_line_on_every_python_face():
+    """None or a number for `model` failed inside pathlib (TypeError) on embed and features, and a name
+    that resolves to nothing was said as the command line's --model from Python (a helper's probe)."""
+    from lmforge.config.options import OptionsError
+    from lmforge.io import find_model_dir
+    from lmforge.tasks.finetune import load_model
+
+    for bad in (None, 3):
+        with pytest.raises(ValueError, match=f"^the model must be a directory or an installed model's name, "
+                                             f"got {type(bad).__name__}$"):
+            find_model_dir(bad)
+        with pytest.raises(ValueError, match="^the model must be a directory"):
+            lmforge.embed(["a text"], model=bad)
+    with pytest.raises(OptionsError, match="^model 'nope' is neither a model directory, an installed") as err:
+        load_model("nope")
+    assert err.value.field == "model"
+    with pytest.raises(OptionsError, match="^model must be a model, a model directory or a preset name"):
+        load_model(3)

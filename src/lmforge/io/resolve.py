@@ -33,6 +33,9 @@ def find_model_dir(name: str | os.PathLike) -> Path:
     """A model directory: `name` itself (or the model inside a job's output folder), or the directory of
     an installed model package; ValueError, in one line, for anything else (a preset name: it has no
     trained weights)."""
+    if not isinstance(name, (str, os.PathLike)):  # Path(None) fails with a TypeError of pathlib's
+        raise ValueError(f"the model must be a directory or an installed model's name, got "
+                         f"{type(name).__name__}")
     path = Path(name)
     if not str(name).strip():  # Path("") is the working folder, which would be loaded as the model
         raise ValueError("the model is an empty name: give a model directory or an installed model "

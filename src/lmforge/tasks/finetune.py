@@ -131,8 +131,12 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
             model, tokenizer = load(path), tokenizer or load_tokenizer(path)
         elif str(model) in PRESETS:
             model = preset_model(str(model), tokenizer, overrides, seed)
-        else:
-            raise ValueError(f"--model {model!r} is neither a model directory nor a preset name")
+        else:  # a name: said as given, on every face (the command line's --model is this argument)
+            raise OptionsError(f"model {str(model)!r} is neither a model directory, an installed model nor a "
+                               f"preset name", "model")
+    elif not isinstance(model, torch.nn.Module):
+        raise OptionsError(f"model must be a model, a model directory or a preset name, got "
+                           f"{type(model).__name__}", "model")
     if tokenizer is None:
         raise ValueError("a tokenizer is needed next to a model object")
     check_fits(tokenizer, model)  # ids the model lacks would index past its embeddings

@@ -110,3 +110,13 @@ def test_a_tuple_or_a_generator_of_texts_reads_as_their_list(bert_dir):
     for given in (("the cat", "a dog sat"), (t for t in ["the cat", "a dog sat"])):
         got = lmforge.features(given, bert_dir, pooling="mean")
         assert all(torch.equal(a.features, b.features) for a, b in zip(got, want)) and len(got) == 2
+
+
+def test_a_numpy_batch_size_reads_as_python_s_int(bert_dir):
+    """batch_size=np.int64(1) was refused as not an integer, where max_length=np.int64(8) (a field) passed."""
+    import numpy as np
+
+    want = lmforge.features(["the cat", "a dog sat"], bert_dir, pooling="mean", batch_size=1, max_length=8)
+    got = lmforge.features(["the cat", "a dog sat"], bert_dir, pooling="mean", batch_size=np.int64(1),
+                           max_length=np.int64(8))
+    assert all(torch.equal(a.features, b.features) for a, b in zip(got, want))

@@ -112,3 +112,18 @@ def test_option_flags_take_and_say_the_bounds_of_embed_options(field, flag, caps
         main(["embed", "--model", "unused", "x", "--truncate", "chunk", flag, "1e18"])
     assert refused.value.code == 2
     assert f"{flag} 1e18: expected an integer in {bounds}" in capsys.readouterr().err
+
+
+def test_numpy_numbers_as_arguments_read_as_the_options_fields_read_them(model_dir):
+    """embed(dimensions=np.int64(8)) passed (an EmbedOptions field) where max_length=np.int64(8) and
+    batch_size=np.int64(2) were refused as not integers: each is now Python's int of its value, bounds kept."""
+    import numpy as np
+
+    want = lmforge.embed(["a b c", LONG], model=model_dir, max_length=8, batch_size=2, truncate=True)
+    got = lmforge.embed(["a b c", LONG], model=model_dir, max_length=np.int64(8), batch_size=np.int32(2),
+                        truncate=True, dimensions=np.int64(32))
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    for bad in ({"max_length": np.int64(0)}, {"batch_size": np.int64(0)}, {"batch_size": np.float32(2.5)}):
+        with pytest.raises(OptionsError) as refused:
+            lmforge.embed(["a b"], model=model_dir, **bad)
+        assert refused.value.field == next(iter(bad))

@@ -230,3 +230,16 @@ def test_a_model_directory_fills_with_its_own_tokenizer_as_embed_and_rerank_read
         fill_mask(model, None, TEXT)
     with pytest.raises(TypeError, match="takes a Transformer, a model directory or an installed model"):
         fill_mask(5, tokenizer, TEXT)
+
+
+def test_numpy_numbers_read_as_python_s_as_an_options_field_reads_them(saved):
+    """top_k=np.int64(3) and max_span=np.int32(4) were refused as not integers (an options field took them)."""
+    import numpy as np
+
+    for family in ("bert", "t5"):
+        _, model, tokenizer = saved[family]
+        want = fill_mask(model, tokenizer, TEXT, top_k=2, max_span=4)
+        got = fill_mask(model, tokenizer, TEXT, top_k=np.int64(2), max_span=np.int32(4))
+        assert [(c.token, c.score) for c in got] == [(c.token, c.score) for c in want]
+    with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
+        fill_mask(model, tokenizer, TEXT, top_k=np.int64(0))

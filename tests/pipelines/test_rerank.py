@@ -69,3 +69,14 @@ def test_documents_as_any_iterable_of_texts_rank_as_their_list(reranker):
     want = lmforge.rerank(reranker, QUERY, DOCS)
     for given in ((d for d in DOCS), np.array(DOCS), Column(DOCS)):
         assert lmforge.rerank(reranker, QUERY, given) == want
+
+
+def test_a_numpy_batch_size_reads_as_python_s_int(reranker):
+    """batch_size=np.int64(2) was refused as not an integer, where an options field (top_n) took one."""
+    import numpy as np
+
+    want = lmforge.rerank(reranker, QUERY, DOCS, batch_size=2, top_n=2)
+    assert lmforge.rerank(reranker, QUERY, DOCS, batch_size=np.int64(2), top_n=np.int64(2)) == want
+    with pytest.raises(OptionsError) as refused:
+        lmforge.rerank(reranker, QUERY, DOCS, batch_size=np.int64(0))
+    assert refused.value.field == "batch_size"

@@ -167,3 +167,17 @@ def test_a_config_files_encoder_number_in_exponent_form_is_a_number(tmp_path):
     args = build_parser().parse_args(argv)
     train, encoder = _options(args)
     assert encoder == {"temperature": 0.05} and train == {"lr": 1e-3}  # one YAML reader: numbers in both
+
+
+def test_an_object_built_directly_reads_numpy_numbers_as_build_does():
+    """QueryOptions(k=np.int64(3)) was refused as not an integer where a job's keyword (through coerce) took
+    it: the object stores Python's number, frozen or not, and judges its bounds as before."""
+    import numpy as np
+
+    given = QueryOptions(k=np.int64(3), candidates=np.int32(4))
+    assert given == QueryOptions(k=3, candidates=4) and type(given.k) is int and type(given.candidates) is int
+    assert type(IctOptions(keep=np.float32(0.5)).keep) is float
+    for bad in ({"k": np.int64(0)}, {"k": np.float64(2.5)}):
+        with pytest.raises(OptionsError) as refused:
+            QueryOptions(**bad)
+        assert refused.value.field == "k"

@@ -74,13 +74,23 @@ def test_queries_that_are_not_texts_are_refused_naming_queries(bm25_index, queri
     assert refused.value.field == "queries" and "\n" not in str(refused.value)
 
 
-@pytest.mark.parametrize("seed", [True, -1, 2.5, 2 ** 63, "1", np.int64(1)])
+@pytest.mark.parametrize("seed", [True, -1, 2.5, 2 ** 63, "1", np.int64(-1)])
 def test_build_index_dir_takes_the_seeds_index_build_seed_takes(tmp_path, seed):
-    # True was read as 1 and -1 passed (--seed refuses both); np.int64 failed inside random.Random:
-    # each is now refused in one line, as a seed given to any other job's Python face
+    # True was read as 1 and -1 passed (--seed refuses both): each is now refused in one line, as a seed
+    # given to any other job's Python face
     from lmforge.config.options import OptionsError
     from lmforge.retrieval.jobs import build_index_dir
 
     with pytest.raises(OptionsError) as refused:
         build_index_dir(tmp_path / "out", None, seed=seed, progress=False)
     assert refused.value.field == "seed" and not (tmp_path / "out").exists()
+
+
+def test_a_numpy_seed_reads_as_python_s_int_as_trainconfigs_seed_does(tmp_path):
+    """np.int64(1) failed inside random.Random, then was refused, where TrainConfig(seed=...) takes it as 1: it
+    now draws the passages seed 1 draws."""
+    from lmforge.retrieval.jobs import build_index_dir
+
+    build_index_dir(tmp_path / "a", None, seed=np.int64(1), progress=False)
+    build_index_dir(tmp_path / "b", None, seed=1, progress=False)
+    assert (tmp_path / "a/passages.jsonl").read_bytes() == (tmp_path / "b/passages.jsonl").read_bytes()

@@ -19,7 +19,7 @@ from lmforge.fast.optimize import optimize
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
 from lmforge.config.checks import room_for_text
-from lmforge.config.options import OptionsError, check_value
+from lmforge.config.options import OptionsError, checked_argument
 from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts, checked_tokenizer
 from lmforge.utils.modes import evaluating
 
@@ -190,7 +190,7 @@ def features(texts, model, tokenizer=None, options: FeatureOptions | None = None
     FeatureOptions); `model` is a model, a directory or an installed model package."""
     options = FeatureOptions.build(options, {"layers": layers, "mix_weights": mix_weights, "mix_gamma": mix_gamma,
                                              "pooling": pooling, "max_length": max_length, "truncate": truncate})
-    check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)  # embed's bound
+    batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
     texts = _checked_texts(texts)  # before the model is read
     tokenizer = checked_tokenizer(tokenizer)
     if not hasattr(model, "config"):

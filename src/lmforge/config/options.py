@@ -153,9 +153,23 @@ def check_range(name: str, value, low, high, open_low: bool = False, error=Optio
 
 
 def check_options(obj, error=OptionsError) -> None:
-    """Every field of the options dataclass `obj` against its declaration (see `option`)."""
+    """Every field of the options dataclass `obj` against its declaration (see `option`), a numpy number
+    stored as Python's (plain_number), as `coerce` reads it: QueryOptions(k=np.int64(3)) built directly
+    was refused where QueryOptions.build took it."""
     for f in dataclasses.fields(obj):
-        check_value(f.name, f.type, f.metadata, getattr(obj, f.name), error)
+        value = plain_number(getattr(obj, f.name))
+        if value is not getattr(obj, f.name):
+            object.__setattr__(obj, f.name, value)  # a frozen object's too: it is being built
+        check_value(f.name, f.type, f.metadata, value, error)
+
+
+def checked_argument(name: str, kind: str, meta: dict, value, error=OptionsError):
+    """A function's argument that is no options field (embed's batch_size, fill_mask's top_k), read as a
+    field is: a numpy number as Python's (plain_number), then checked as `check_value` checks it; returned
+    as read, so the tokenizers library and range() are given Python's numbers."""
+    value = plain_number(value)
+    check_value(name, kind, meta, value, error)
+    return value
 
 
 def refuse_changed(obj, names, why) -> None:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from lmforge.config.checks import room_for_text
 from lmforge.config.model import MAX_LEN
-from lmforge.config.options import OptionsError, check_value
+from lmforge.config.options import OptionsError, checked_argument
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
@@ -118,7 +118,7 @@ class SentenceEncoder:
     def _limit(self, max_length: int | None) -> int | None:
         """The tokens a text may have: max_length (checked: 0 once meant the default, and more than the model
         reads was cut to its positions, silently), else the model's limit."""
-        check_value("max_length", "Optional[int]", {"low": 1, "high": MAX_LEN}, max_length)
+        max_length = checked_argument("max_length", "Optional[int]", {"low": 1, "high": MAX_LEN}, max_length)
         room_for_text("max_length", max_length, self.model.config,
                       self.tokenizer.backend.num_special_tokens_to_add(False))
         cfg = self.model.config
@@ -256,7 +256,7 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     prompt=, prompt_name=, truncate=, max_chunks=, batch_invariant=; an unknown one is an OptionsError naming
     it): the options' vectors (int8 / uint8 / binary / ubinary: their integers), as the server's /embed
     gives them. A text over the limit is refused unless truncate says otherwise; no texts: (0, d)."""
-    check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
+    batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
     # one path, whatever is given: the defaults refuse a long text as the server does (it was cut silently)
     options = EmbedOptions.build(options, {**fields, "normalize": normalize})
     texts = checked_texts(texts)  # before the model is read

@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from lmforge.config.options import OptionsError, check_value
+from lmforge.config.options import OptionsError, checked_argument
 from lmforge.generate import generate, lm_head_name
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.io import find_model_dir, load
@@ -43,10 +43,11 @@ class Candidate:
     token_id: Optional[int] = None  # encoders: the vocabulary id put at the mask
 
 
-def check_fill(top_k: int, max_span: int) -> None:
-    """An OptionsError naming top_k or max_span outside [1, MAX_TOP_K] / [1, MAX_SPAN]."""
-    for name, value, most in (("top_k", top_k, MAX_TOP_K), ("max_span", max_span, MAX_SPAN)):
-        check_value(name, "int", {"low": 1, "high": most}, value)
+def check_fill(top_k: int, max_span: int) -> tuple:
+    """(top_k, max_span) as Python's ints (a numpy one read as its value); an OptionsError naming either
+    outside [1, MAX_TOP_K] / [1, MAX_SPAN]."""
+    return tuple(checked_argument(name, "int", {"low": 1, "high": most}, value)
+                 for name, value, most in (("top_k", top_k, MAX_TOP_K), ("max_span", max_span, MAX_SPAN)))
 
 
 @torch.no_grad()
@@ -57,7 +58,7 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
     generate a span of at most `max_span` tokens, BART-style ones the whole sentence. `model`: a
     Transformer with its `tokenizer`, or a model directory or installed model name (its own tokenizer
     unless one is given)."""
-    check_fill(top_k, max_span)
+    top_k, max_span = check_fill(top_k, max_span)
     model, tokenizer = _model_and_tokenizer(model, tokenizer)
     check_fits(tokenizer, model)  # else a candidate id past the tokenizer's prints as "[776]"
     if not any(h.spec["kind"] == "lm" for h in model.heads.values()):

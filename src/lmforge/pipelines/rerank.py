@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lmforge.config.options import OptionsError, check_options, check_value, option, with_changes
+from lmforge.config.options import OptionsError, check_options, checked_argument, option, with_changes
 from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts
 
 MAX_TOP_N = 10 ** 6
@@ -89,7 +89,7 @@ class Reranker:
              batch_size: int = 64) -> list:
         """Ranked documents, best first (top_n of them); a pair over max_len refused unless truncate."""
         options = options or RerankQueryOptions()
-        documents = _check_request(query, documents, batch_size)
+        documents, batch_size = _check_request(query, documents, batch_size)
         counts = self.counts(query, documents)
         limit = self.task.max_len
         too_long = next((i for i, n in enumerate(counts) if n > limit), None)
@@ -102,18 +102,18 @@ class Reranker:
         return ranked[:options.top_n] if options.top_n else ranked
 
 
-def _check_request(query, documents, batch_size) -> list:
-    """The documents as a list, read as embed reads its texts (any iterable of texts: a generator, a
-    dataset's column; one text is not a list of them); an OptionsError naming the query, the documents or
-    batch_size (embed's bound) where they cannot be scored."""
-    check_value("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
+def _check_request(query, documents, batch_size) -> tuple:
+    """(the documents as a list, batch_size as Python's int): the documents read as embed reads its texts
+    (any iterable of texts: a generator, a dataset's column; one text is not a list of them); an
+    OptionsError naming the query, the documents or batch_size (embed's bound) where they cannot be scored."""
+    batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
     if not isinstance(query, str) or not query.strip():
         raise OptionsError("query must be non-empty text", "query")
     checked_texts([query], "query")  # a lone surrogate failed in the tokenizer
     documents = checked_texts(documents, "documents", one=False)
     if not documents:
         raise OptionsError("documents must be a non-empty list of texts", "documents")
-    return documents
+    return documents, batch_size
 
 
 def rerank(model, query: str, documents: list, top_n: int | None = None, truncate: bool | None = None,
@@ -123,5 +123,5 @@ def rerank(model, query: str, documents: list, top_n: int | None = None, truncat
     same order and scores."""
     options = RerankQueryOptions.build(fields={"top_n": top_n, "truncate": truncate})
     # as given, before the model is read: list("abc") made three documents of one text
-    documents = _check_request(query, documents, batch_size)
+    documents, batch_size = _check_request(query, documents, batch_size)
     return [(r.index, r.score) for r in Reranker.load(model).rank(query, documents, options, batch_size)]

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 from lmforge.config.checks import within_context
-from lmforge.config.options import OptionsError, check_value, refuse_changed
+from lmforge.config.options import OptionsError, checked_argument, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.pipelines.embed import checked_texts
 from lmforge.retrieval.bm25 import BM25Index
@@ -56,7 +56,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     EncoderOptions fields); returns counts for the summary line."""
     index, out = options_of(IndexOptions, index), refuse_link(out)
     seed_field = TrainConfig.__dataclass_fields__["seed"]  # the bound --seed has: True read as 1, -1 passed
-    check_value("seed", seed_field.type, seed_field.metadata, seed)
+    seed = checked_argument("seed", seed_field.type, seed_field.metadata, seed)
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
@@ -184,7 +184,7 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     """Train DPR from `model` on the training questions (with `separate` question and passage
     encoders), then recall@k on the held-out ones for BM25, the untrained and the trained encoder;
     written to out/recall.json and returned."""
-    check_value("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES}, n_hard)  # as --hard-negatives is
+    n_hard = checked_argument("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES}, n_hard)  # --hard-negatives
     out = training_folder(out)
     encoder = _encoder(model, **options)
     passages, sets = question_sets(questions, passages_source, cfg.seed)

@@ -127,3 +127,27 @@ def test_numpy_numbers_as_arguments_read_as_the_options_fields_read_them(model_d
         with pytest.raises(OptionsError) as refused:
             lmforge.embed(["a b"], model=model_dir, **bad)
         assert refused.value.field == next(iter(bad))
+
+
+@pytest.mark.parametrize("progress", [3, "yes", True])
+def test_a_progress_that_is_no_function_is_refused_before_any_work(progress, monkeypatch):
+    """embed(..., progress=3) failed as "'int' object is not callable" once the first batch was embedded;
+    it is now refused naming progress before the model is read (a missing model is never looked for)."""
+    from lmforge.pipelines import embed as module
+
+    read = []
+    monkeypatch.setattr(module, "_encoder", lambda *args: read.append(args))
+    with pytest.raises(OptionsError, match="^progress must be a function of the texts done") as refused:
+        lmforge.embed(["a b"], model="no-such-model", progress=progress)
+    assert refused.value.field == "progress" and read == []
+
+
+def test_a_loaded_encoder_refuses_it_before_encoding(model_dir):
+    from lmforge.pipelines.embed import SentenceEncoder
+
+    encoder = SentenceEncoder.from_dir(model_dir)
+    encoder.model.forward = None  # any pass through the model would fail otherwise
+    for run in (encoder.encode, encoder.embed_with):
+        with pytest.raises(OptionsError) as refused:
+            run(["a b"], progress=3)
+        assert refused.value.field == "progress"

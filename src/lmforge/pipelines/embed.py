@@ -142,6 +142,7 @@ class SentenceEncoder:
         """(N, d) embeddings of `texts` (one text: (1, d)), in the order given, each cut at the limit as
         sentence-transformers' encode cuts it (lmforge.embed and embed_with refuse a longer text unless
         truncate says otherwise); progress(done) is called after each batch with the texts done so far."""
+        checked_progress(progress)
         texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -168,7 +169,7 @@ class SentenceEncoder:
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
         dimensions, normalisation), with each text's token count and whether it was cut; max_length: the
         tokens a text may have (default: the model's limit), as in `encode`; progress: as encode's."""
-        options = options or EmbedOptions()
+        options, progress = options or EmbedOptions(), checked_progress(progress)
         prefix = prompt_of(options, self.prompts, self.default_prompt)
         texts = [prefix + t for t in checked_texts(texts)]
         if self.lowercase:  # counted and windowed as encode will read them
@@ -257,6 +258,7 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     it): the options' vectors (int8 / uint8 / binary / ubinary: their integers), as the server's /embed
     gives them. A text over the limit is refused unless truncate says otherwise; no texts: (0, d)."""
     batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
+    checked_progress(progress)
     # one path, whatever is given: the defaults refuse a long text as the server does (it was cut silently)
     options = EmbedOptions.build(options, {**fields, "normalize": normalize})
     texts = checked_texts(texts)  # before the model is read
@@ -294,6 +296,15 @@ def checked_tokenizer(tokenizer) -> Tokenizer | None:
         return load_tokenizer(find_model_dir(tokenizer))
     raise OptionsError(f"tokenizer must be an lmforge Tokenizer or a model directory, got "
                        f"{type(tokenizer).__name__}", "tokenizer")
+
+
+def checked_progress(progress):
+    """`progress` as given: None or a function of the texts done; anything else an OptionsError naming
+    progress, before any work (progress=3 failed as "'int' object is not callable" after the first batch)."""
+    if progress is not None and not callable(progress):
+        raise OptionsError(f"progress must be a function of the texts done, got {type(progress).__name__}",
+                           "progress")
+    return progress
 
 
 def _share(progress, n_texts: int, n_pieces: int):

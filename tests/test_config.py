@@ -288,3 +288,31 @@ def test_numpy_numbers_build_options_as_python_s_numbers_of_the_same_value():
         with pytest.raises(OptionsError) as err:  # bounds, fractions and bools are judged as before
             GenerationOptions.build(None, bad)
         assert err.value.field == next(iter(bad))
+
+
+def test_named_keywords_refuses_an_unknown_keyword_naming_it_and_keeps_the_signature():
+    """An unknown keyword was Python's TypeError on the faces with explicit keywords (features, rerank,
+    fill_mask, query_index) where embed and generate raised an OptionsError naming it."""
+    import inspect
+
+    import lmforge
+    from lmforge.config.options import OptionsError, named_keywords
+    from lmforge.retrieval.jobs import query_index
+
+    @named_keywords("job")
+    def job(a, b=1, *, c=2):
+        """A job."""
+        return a + b + c
+
+    assert job(1, b=2, c=3) == 6 and str(inspect.signature(job)) == "(a, b=1, *, c=2)"
+    assert job.__doc__ == "A job."
+    with pytest.raises(OptionsError, match=r"^unknown job option\(s\) \['d'\]; known: a, b, c$") as err:
+        job(1, d=4)
+    assert err.value.field == "d"
+    faces = ((lmforge.embed, (["a"], "no-model")), (lmforge.features, (["a"], "no-model")),
+             (lmforge.rerank, ("no-model", "q", ["d"])), (lmforge.fill_mask, ("no-model", None, "a [MASK]")),
+             (query_index, ("no-index", ["q"])))
+    for face, arguments in faces:  # refused before any model or index is looked for
+        with pytest.raises(OptionsError, match=r"^unknown \w+ option\(s\) \['bogus'\]") as err:
+            face(*arguments, bogus=1)
+        assert err.value.field == "bogus"

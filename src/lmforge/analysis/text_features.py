@@ -19,7 +19,7 @@ from lmforge.fast.optimize import optimize
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
 from lmforge.config.checks import room_for_text
-from lmforge.config.options import OptionsError, checked_argument
+from lmforge.config.options import OptionsError, checked_argument, named_keywords
 from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts, checked_tokenizer
 from lmforge.utils.modes import evaluating
 
@@ -183,6 +183,7 @@ def load_for_features(where) -> tuple:
     return model.eval(), (None if hasattr(model, "word_layers") else load_tokenizer(path))
 
 
+@named_keywords("features")
 def features(texts, model, tokenizer=None, options: FeatureOptions | None = None, *, layers=None,
              mix_weights=None, mix_gamma=None, pooling=None, max_length=None, truncate=None,
              batch_size: int = 32) -> list:

@@ -10,6 +10,8 @@ the server build the same object from these, so the three accept and refuse alik
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
 import numbers
 from dataclasses import field
@@ -238,6 +240,25 @@ def from_dict(cls, data: dict, what: str = "", error=OptionsError, from_text: bo
         raise error(f"unknown {what + ' ' if what else ''}option(s) {unknown}; known: {', '.join(sorted(known))}",
                     unknown[0])
     return cls(**{k: coerce(cls, k, v, error, from_text) for k, v in data.items()})
+
+
+def named_keywords(what: str):
+    """A decorator: a keyword the function does not take is an OptionsError naming it and those it takes,
+    as an options object's unknown field is (`from_dict`; embed and generate, whose options are **fields),
+    where Python's TypeError was no OptionsError; the signature stays the function's own."""
+    def decorate(func):
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        known = sorted(p.name for p in inspect.signature(func).parameters.values() if p.kind in kinds)
+
+        @functools.wraps(func)
+        def checked(*args, **keywords):
+            unknown = sorted(k for k in keywords if k not in known)
+            if unknown:
+                raise OptionsError(f"unknown {what} option(s) {unknown}; known: {', '.join(known)}",
+                                   unknown[0])
+            return func(*args, **keywords)
+        return checked
+    return decorate
 
 
 def with_changes(cls, options, fields: dict | None, what: str, from_text: bool = False,

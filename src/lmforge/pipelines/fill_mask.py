@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from lmforge.config.options import OptionsError, checked_argument
+from lmforge.config.options import OptionsError, checked_argument, named_keywords
 from lmforge.generate import generate, lm_head_name
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.io import find_model_dir, load
@@ -50,6 +50,7 @@ def check_fill(top_k: int, max_span: int) -> tuple:
                  for name, value, most in (("top_k", top_k, MAX_TOP_K), ("max_span", max_span, MAX_SPAN)))
 
 
+@named_keywords("fill_mask")
 @torch.no_grad()
 def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -> list:
     """The top_k candidates (most probable first) for the one mask ([MASK] or <mask>) in `text`.

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lmforge.config.options import OptionsError, check_options, checked_argument, option, with_changes
+from lmforge.config.options import (OptionsError, check_options, checked_argument, named_keywords, option,
+                                    with_changes)
 from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts
 
 MAX_TOP_N = 10 ** 6
@@ -116,6 +117,7 @@ def _check_request(query, documents, batch_size) -> tuple:
     return documents, batch_size
 
 
+@named_keywords("rerank")
 def rerank(model, query: str, documents: list, top_n: int | None = None, truncate: bool | None = None,
            batch_size: int = 64) -> list:
     """[(index, score)] of `documents` for `query`, best first (the best `top_n`); `model` is a reranker

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 from lmforge.config.checks import within_context
-from lmforge.config.options import OptionsError, checked_argument, refuse_changed
+from lmforge.config.options import OptionsError, checked_argument, named_keywords, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.pipelines.embed import checked_texts
 from lmforge.retrieval.bm25 import BM25Index
@@ -87,6 +87,7 @@ def _encoder(model: str, **options) -> BiEncoder:
     return encoder
 
 
+@named_keywords("query_index")
 def query_index(path, queries: list, options: QueryOptions | None = None, model: str | None = None,
                 reader: str | None = None, rerank: str | None = None) -> list:
     """[{"query", "results": [{"rank", "id", "title", "score", "text"}]}] for each query, and with a

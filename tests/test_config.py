@@ -316,3 +316,23 @@ def test_named_keywords_refuses_an_unknown_keyword_naming_it_and_keeps_the_signa
         with pytest.raises(OptionsError, match=r"^unknown \w+ option\(s\) \['bogus'\]") as err:
             face(*arguments, bogus=1)
         assert err.value.field == "bogus"
+
+
+def test_the_job_functions_arguments_read_numpy_numbers_as_their_options_do(tmp_path):
+    """evaluate's batch_size and shard_corpus's workers / shard_bytes are checked by checked_argument, as
+    embed's are: np.int64 is read as the int it is (it was refused as not an integer), a bad value still
+    names the argument."""
+    import numpy as np
+
+    from lmforge.config.options import OptionsError
+    from lmforge.data.shards import shard_corpus
+    from lmforge.tasks.finetune import fine_tuned_task
+
+    with pytest.raises(OptionsError, match="^batch_size must be an integer >= 1"):
+        fine_tuned_task("no-such-model", [], "cls", batch_size=np.int64(0))
+    with pytest.raises(OptionsError, match="^workers must be an integer >= 1"):
+        shard_corpus([], None, tmp_path / "shards", workers=np.int64(0))
+    with pytest.raises(ValueError, match="no-such-model") as err:  # past the checks: the model is looked for
+        fine_tuned_task("no-such-model", [], "cls", batch_size=np.int64(8))
+    assert not isinstance(err.value, OptionsError) or err.value.field != "batch_size"
+    assert not (tmp_path / "shards").exists()

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from lmforge.config import atomic_write_text
-from lmforge.config.options import check_value
+from lmforge.config.options import checked_argument
 from lmforge.data.corpus import (
     CHUNK,
     SHARD_FORMAT,
@@ -295,9 +295,9 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     `tokenizer` is a Tokenizer or a directory. Resumes a directory left unfinished."""
     from lmforge.tokenizer import load_tokenizer
 
-    check_value("workers", "int", {"low": 1, "high": MAX_WORKERS}, workers)  # as --workers, --shard-mb are
-    check_value("shard_bytes", "int", {"low": int(MIN_SHARD_MB * MB), "high": int(MAX_SHARD_MB * MB)},
-                shard_bytes)
+    workers = checked_argument("workers", "int", {"low": 1, "high": MAX_WORKERS}, workers)  # as --workers is
+    shard_bytes = checked_argument("shard_bytes", "int", {"low": int(MIN_SHARD_MB * MB),
+                                                          "high": int(MAX_SHARD_MB * MB)}, shard_bytes)
     files = expand_files([files] if isinstance(files, (str, os.PathLike)) else files)
     tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     out, opts = refuse_link(out), options or ReadOptions()

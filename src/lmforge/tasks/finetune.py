@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 from lmforge.config import atomic_write_text, option
-from lmforge.config.options import OptionsError, check_options, check_value, coerce, refuse_changed
+from lmforge.config.options import OptionsError, check_options, checked_argument, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.io import load, model_dir
 from lmforge.io.native import CheckpointError, read_json_object
@@ -351,7 +351,8 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     """The Task of a fine-tuned model (object or directory: its task.json gives kind, labels,
     max_len and decoding options), refusing a model that has no head of that task."""
     check_device(device)  # before the model is read: a name torch does not know is refused, not a crash
-    check_value("batch_size", "int", TaskConfig.__dataclass_fields__["eval_batch_size"].metadata, batch_size)
+    meta = TaskConfig.__dataclass_fields__["eval_batch_size"].metadata
+    batch_size = checked_argument("batch_size", "int", meta, batch_size)
     where = str(model) if isinstance(model, (str, Path)) else "the model"
     info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
     kind = kind or info.get("kind")

@@ -305,7 +305,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("demo", help="pretrain a small BERT; fine-tune it and a random init (built-in data)")
     p.add_argument("--out", default="runs/demo", help="the run's directory")
     p.add_argument("--seed", type=bounded(int, *SEED), default=0, help="fixes everything the run draws")
-    p.add_argument("--quick", action="store_true", help="a toy-sized run (about half a minute)")
+    p.add_argument("--quick", action="store_true", help="a toy-sized run (about ten seconds on 2 idle cores)")
     p.set_defaults(func=cmd_demo)
     _embed_parser(sub)
 

@@ -38,6 +38,25 @@ def _heads(text: str | None):
         raise UsageError(f"--heads {text!r}: expected head indices like 0,2") from None
 
 
+def analysed_model(args) -> tuple:
+    """(model, tokenizer) of --model (and --tokenizer) for probe and features; an ELMo directory gives None
+    for the tokenizer: ELMo reads characters, so its features need none (and `lmforge convert` of AllenNLP
+    files writes none)."""
+    from lmforge.cli.tasks import check_model
+    from lmforge.fast.optimize import optimize
+    from lmforge.io import load, model_dir
+    from lmforge.io.native import read_meta
+    from lmforge.tasks.finetune import load_model
+
+    check_model(args.model)  # named as --model, before anything is read
+    path = model_dir(args.model)
+    if path is not None and args.tokenizer is None:
+        config = read_meta(path).get("config")
+        if isinstance(config, dict) and config.get("architecture") == "elmo":
+            return optimize(load(path)), None
+    return load_model(args.model, args.tokenizer, seed=args.seed)
+
+
 def cmd_attention(args) -> None:
     """Write the self-contained HTML view (and figures) of a model's attention on a text."""
     import sys
@@ -46,8 +65,10 @@ def cmd_attention(args) -> None:
     from lmforge.analysis.maps import truncation_note
     from lmforge.analysis.view import write_figure, write_html
     from lmforge.cli.common import UsageError, refuse_overwrite
+    from lmforge.cli.tasks import check_model
     from lmforge.tasks.finetune import load_model
 
+    check_model(args.model)  # named as --model, before anything is read
     if not args.out and not args.png and not args.svg:
         raise UsageError("give --out view.html and/or --png / --svg figure files")
     _figure_flags(args)

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from lmforge.cli.analysis import analysed_model
 from lmforge.cli.common import SEED, bounded, said
 from lmforge.config.model import MAX_LEN
 from lmforge.utils.jsontext import dumps
@@ -46,22 +47,6 @@ def existing(path: str | None, option: str) -> str | None:
     if path is not None and not Path(path).is_file():
         raise UsageError(f"{option} {path}: no such file")
     return path
-
-
-def _model(args) -> tuple:
-    """(model, tokenizer); an ELMo directory gives None for the tokenizer: ELMo reads characters, so its
-    features need none (and `lmforge convert` of AllenNLP files writes none)."""
-    from lmforge.fast.optimize import optimize
-    from lmforge.io import load, model_dir
-    from lmforge.io.native import read_meta
-    from lmforge.tasks.finetune import load_model
-
-    path = model_dir(args.model)
-    if path is not None and args.tokenizer is None:
-        config = read_meta(path).get("config")
-        if isinstance(config, dict) and config.get("architecture") == "elmo":
-            return optimize(load(path)), None
-    return load_model(args.model, args.tokenizer, seed=args.seed)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -145,7 +130,7 @@ def cmd_probe(args) -> None:
     config, heads = fit_config(args), probe_heads(args)
     records = probe_data(args)
     tasks = probe_tasks(args, records)
-    model, tokenizer = _model(args)
+    model, tokenizer = analysed_model(args)
     layers = parse_layers(args.layers, model.config.n_layers + 1)
     stats: dict = {}
     features = {k: word_features(model, tokenizer, [r["words"] for r in v], None, args.pooling, args.batch_size,
@@ -227,7 +212,7 @@ def cmd_features(args) -> None:
     config = fit_config(args)
     sentences = read_sentences(existing(args.data, "--data")) if args.data else None
     splits = transfer_splits(args) if args.task else None
-    model, tokenizer = _model(args)
+    model, tokenizer = analysed_model(args)
     _fits(args.max_len, model)
     chosen = parse_layers(args.layers, model.config.n_layers + 1)  # a bad --layers fails before any work
     out = Path(args.out)
@@ -318,7 +303,7 @@ def _text_features(args) -> None:
     from lmforge.config.options import OptionsError
 
     options = feature_options(args)
-    model, tokenizer = _model(args)
+    model, tokenizer = analysed_model(args)
     try:  # the model's own limits (its positions, its special tokens): named by the flag, as the options' are
         found = text_features(model, tokenizer, args.text, options, args.batch_size)
     except OptionsError as err:

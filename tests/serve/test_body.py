@@ -159,6 +159,21 @@ def test_a_coded_body_is_415_naming_content_encoding_before_it_is_read(coding):
     assert err.value.headers == {"Accept-Encoding": "identity"}
 
 
+def test_a_header_sent_twice_is_read_whole_so_a_second_identity_hides_no_gzip():
+    """The guard read dict(scope headers), which kept the last of a repeated name."""
+    from lmforge.serve.body import header_map
+
+    async def receive():
+        raise AssertionError("the body was read")
+
+    pairs = [(b"content-encoding", b"gzip"), (b"content-type", b"application/json"),
+             (b"content-encoding", b"identity")]
+    assert header_map(pairs)[b"content-encoding"] == b"gzip, identity"
+    with pytest.raises(RequestError) as err:
+        asyncio.run(checked_body(receive, header_map(pairs), Limits()))
+    assert err.value.status == 415 and err.value.param == "content-encoding"
+
+
 @pytest.mark.parametrize("headers", [{}, {b"content-encoding": b"identity"},
                                      {b"content-encoding": b" Identity "}])
 def test_an_uncoded_body_is_read(headers):

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from lmforge import __version__
 from lmforge.config.options import OptionsError
 from lmforge.serve import feature_routes, page, rerank_routes, routes, streaming
-from lmforge.serve.body import Pending, Share, checked_body
+from lmforge.serve.body import Pending, Share, checked_body, header_map
 from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import Admission, Limits, RequestError, server_error
 from lmforge.serve.metrics import Metrics
@@ -209,7 +209,8 @@ class Guard:
             scope, send = {**scope, "method": "GET"}, _no_body(send)
         share = Share(self.server.pending)  # its body's bytes, held until it is answered
         try:
-            receive = await checked_body(receive, dict(scope.get("headers") or []), self.server.limits, share)
+            headers = header_map(scope.get("headers") or [])
+            receive = await checked_body(receive, headers, self.server.limits, share)
             await self.app(scope, receive, _watch_status(send, status))
         except RequestError as err:
             if err.param == "max_pending_bytes":

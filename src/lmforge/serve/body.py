@@ -179,6 +179,16 @@ def check_json(body: bytes, limits: Limits) -> None:
                            "send it once", param=field)
 
 
+def header_map(pairs) -> dict:
+    """An ASGI scope's (name, value) header pairs as {name: value}, a name sent more than once with its
+    values joined by ", " as HTTP combines them (RFC 9110 5.3): dict(pairs) kept only the last, so a
+    second Content-Encoding of identity hid a first of gzip."""
+    out: dict = {}
+    for name, value in pairs:
+        out[name] = out[name] + b", " + value if name in out else value
+    return out
+
+
 def check_encoding(headers: dict) -> None:
     """415 naming content-encoding where the request says its body is coded other than identity (a list
     "gzip, identity" included): the body would be read as sent, its compressed bytes as JSON."""

@@ -51,6 +51,18 @@ def test_resume_continues_exactly(tmp_path):
     assert steps == list(range(1, 9))
 
 
+def test_a_resumed_runs_checkpoint_is_byte_identical_to_the_run_straight_through(tmp_path):
+    """The optimiser's groups come back from a checkpoint with betas as a tuple, as a fresh run has them
+    (torch's loader gives a list): the next checkpoint's files, not only its numbers, are the same."""
+    data = toy_data()
+    Trainer(mlm_objective(), data, quick(steps=4, save_every=2), tmp_path / "a").fit()
+    interrupt_after(Trainer(mlm_objective(), data, quick(steps=4, save_every=2), tmp_path / "b"), 3)
+    Trainer(mlm_objective(), data, quick(steps=4, save_every=2), tmp_path / "b").fit(resume=True)
+    for name in ("model.safetensors", "optimizer.pt", "trainer.json"):
+        straight, resumed = (tmp_path / run / "checkpoints" / "step-0000004" / name for run in "ab")
+        assert resumed.read_bytes() == straight.read_bytes(), name
+
+
 def test_resume_is_exact_with_a_trained_parameter_that_never_has_a_gradient(tmp_path):
     """Adam keeps no state for a parameter no loss reaches (an unused head, XLNet's segment bias under
     PLM): the checkpoint has none for it either, and the resumed run goes on as the whole run did."""

@@ -119,4 +119,9 @@ def load_optimizer_state(module: nn.Module, optimizer, state: dict) -> None:
     # not strict: a trained parameter that never had a gradient (XLNet's segment bias under PLM, a loaded
     # model's unused head) has no Adam state, in the run as in its checkpoint, and goes on without one;
     # the checkpoint's files are verified by their checksums before this
+    pairs = [[k for k, v in group.items() if isinstance(v, tuple)] for group in optimizer.param_groups]
     set_optimizer_state_dict(unwrap(module), optimizer, state, options=_options(strict=False))
+    # it hands the groups' tuples back as lists (betas): the same numbers, but the resumed run's next
+    # checkpoint would then differ, byte for byte, from the one the run straight through writes
+    for group, keys in zip(optimizer.param_groups, pairs):
+        group.update({k: tuple(group[k]) for k in keys if isinstance(group.get(k), list)})

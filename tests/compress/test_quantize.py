@@ -367,6 +367,8 @@ def test_the_python_call_accepts_and_refuses_as_the_command_s_options_do():
     model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=50)
     refused = {"alpha": dict(alpha=True), "seed": dict(seed=True), "mode": dict(mode="int4"),
                "calibration": dict(calibration=["a text"])}
+    with pytest.raises(OptionsError, match="got an empty list$"):  # [] calibrated on random tokens, unsaid
+        quantize(model, calibration=[])
     for field, kwargs in refused.items():
         with pytest.raises(OptionsError) as err:
             quantize(model, **kwargs)

@@ -55,3 +55,13 @@ def test_int32_token_ids_and_true_false_switches_generate_as_int64_ones_do(gpt):
     ids = torch.tensor([[5, 6, 7]])
     want = lmforge.generate(gpt, ids, max_new_tokens=3)
     assert torch.equal(lmforge.generate(gpt, ids.int(), max_new_tokens=3, use_cache=False, prefix_lm=False), want)
+
+
+def test_a_compiled_model_passes_the_check_as_the_model_it_wraps(gpt):
+    """torch.compile's wrapper holds the Transformer (_orig_mod): generate ran it before the check came,
+    so the check takes it (building the wrapper compiles nothing)."""
+    from lmforge.generate.checks import check_call
+
+    check_call(torch.compile(gpt), True, False, None, None)
+    with pytest.raises(OptionsError, match="got OptimizedModule"):  # one that wraps no Transformer
+        check_call(torch.compile(torch.nn.Linear(2, 2)), True, False, None, None)

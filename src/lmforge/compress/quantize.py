@@ -50,7 +50,7 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     given = {"mode": mode, "alpha": alpha, "seed": seed}  # checked as the command's flags are
     checked = QuantizeOptions(**{k: coerce(QuantizeOptions, k, v, from_text=False) for k, v in given.items()})
     mode, alpha, seed = checked.mode, checked.alpha, checked.seed  # np.int64(1) -> 1, as Python's other faces
-    if not isinstance(model, Transformer):  # a folder's name: the job (run_quantize) reads one
+    if not isinstance(getattr(model, "_orig_mod", model), Transformer):  # torch.compile's wraps one
         raise OptionsError(f"model must be a model (lmforge.load(DIR) reads one), got {type(model).__name__}",
                            "model")
     _check_batches(calibration)
@@ -59,7 +59,8 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     if model.config.architecture == "elmo":
         raise ValueError("ELMo (a biLSTM) has no Transformer Linears to quantise this way")
     if calibration is not None and (mode != "dynamic" or alpha is None):
-        raise ValueError("calibration batches serve smoothing: dynamic mode with an alpha only")
+        raise OptionsError("calibration batches serve smoothing: dynamic mode with an alpha only",
+                           "calibration")
     model = model if inplace else copy.deepcopy(model)
     kept = kept_fp32(model)
     per_layer = {}  # Linear name -> its smoothing factors
@@ -81,16 +82,23 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
 
 
 def _check_batches(calibration) -> None:
-    """An OptionsError naming calibration unless it is None or a list of batches, each a dict of the model's
-    keyword arguments (smooth.text_batches makes them of texts)."""
+    """An OptionsError naming calibration unless it is None or a non-empty list of batches, each a dict of the
+    model's keyword arguments (smooth.text_batches makes them of texts): [] would calibrate on random tokens,
+    recorded as batches given."""
     if calibration is None:
         return
-    if not isinstance(calibration, (list, tuple)) or not all(isinstance(b, dict) for b in calibration):
-        shown = type(calibration).__name__ if not isinstance(calibration, (list, tuple)) else \
-            f"a list holding {type(next(b for b in calibration if not isinstance(b, dict))).__name__}"
-        raise OptionsError(f"calibration must be a list of batches (dicts of the model's inputs; "
-                           f"compress.smooth.text_batches(model, tokenizer, texts) makes them), got {shown}",
-                           "calibration")
+    if not isinstance(calibration, (list, tuple)):
+        shown = type(calibration).__name__
+    elif not calibration:
+        shown = "an empty list"
+    else:
+        odd = next((b for b in calibration if not isinstance(b, dict)), None)
+        if odd is None:
+            return
+        shown = f"a list holding {type(odd).__name__}"
+    raise OptionsError(f"calibration must be a list of batches (dicts of the model's inputs; "
+                       f"compress.smooth.text_batches(model, tokenizer, texts) makes them), got {shown}",
+                       "calibration")
 
 
 def _backbone(name: str) -> bool:

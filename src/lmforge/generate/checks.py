@@ -17,7 +17,7 @@ def check_call(model, use_cache, prefix_lm, generator, streamer) -> None:
     is not a Transformer (a directory's name failed as "'str' object has no attribute 'config'"), a
     use_cache or prefix_lm that is not a bool (prefix_lm="no" read the prompt bidirectionally), a
     generator that is not a torch.Generator or a streamer that cannot be called (both failed mid-decoding)."""
-    if not isinstance(model, Transformer):
+    if not isinstance(getattr(model, "_orig_mod", model), Transformer):  # torch.compile's wrapper: its model
         raise OptionsError(f"model must be a Transformer (lmforge.load(DIR) reads a directory), got "
                            f"{type(model).__name__}", "model")
     for name, value in (("use_cache", use_cache), ("prefix_lm", prefix_lm)):

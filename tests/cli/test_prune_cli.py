@@ -255,3 +255,15 @@ def test_a_validation_setting_without_valid_is_refused_naming_it(tuned, tmp_path
                   "eval_every=3") == 2  # no --valid: nothing would be evaluated every 3 steps
     assert "eval_every=3: a setting of validation" in _one_line_error(capsys)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("method", ["heads", "movement"])
+def test_a_missing_model_is_named_by_its_flag_before_any_output_folder_is_made(tmp_path, capsys, method):
+    """The unstructured methods reached load_model, whose refusal names the Python argument."""
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text('{"text": "a", "label": "1"}\n')
+    extra = ["--train", str(dev)] if method == "movement" else []
+    assert _prune(tmp_path / "nope", dev, tmp_path / "out", method, "0.5", *extra) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--model {tmp_path / 'nope'}: no such directory" in err
+    assert not (tmp_path / "out").exists()

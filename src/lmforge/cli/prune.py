@@ -104,18 +104,14 @@ def _unstructured(args, kind: str, records: list) -> None:
 
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
-    from lmforge.cli.common import (
-        TRAINING_OUTPUTS,
-        UsageError,
-        check_out,
-        check_task,
-        read_records,
-        refuse_overwrite,
-    )
+    from lmforge.cli.common import (TRAINING_OUTPUTS, UsageError, check_out, check_task, read_records,
+                                    refuse_overwrite)
+    from lmforge.cli.tasks import check_model
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
 
+    check_model(args.model)  # named as --model, before any output folder is made
     check_out(args.out, args.model)
     refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
                      ("--train", args.train), ("--valid", args.valid), ("--config", args.config),

@@ -293,3 +293,14 @@ def test_a_tokenizer_of_another_kind_is_refused_naming_it(tmp_path, job):
     with pytest.raises(OptionsError, match="lmforge Tokenizer or a model directory") as refused:
         job(model, 3)
     assert refused.value.field == "tokenizer"
+
+
+@pytest.mark.parametrize("job", [_embed, _features, _fill])
+def test_a_tokenizer_name_that_resolves_to_nothing_is_refused_naming_tokenizer(tmp_path, job):
+    """find_model_dir's refusal spoke of a model and was a plain ValueError (the review's finding)."""
+    from lmforge.config.options import OptionsError
+
+    model = lmforge.load(tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"}))
+    with pytest.raises(OptionsError, match=f"^tokenizer: {tmp_path / 'none'} is neither") as refused:
+        job(model, str(tmp_path / "none"))
+    assert refused.value.field == "tokenizer"

@@ -293,7 +293,11 @@ def checked_tokenizer(tokenizer) -> Tokenizer | None:
     if tokenizer is None or isinstance(tokenizer, Tokenizer):
         return tokenizer
     if isinstance(tokenizer, (str, os.PathLike)):
-        return load_tokenizer(find_model_dir(tokenizer))
+        try:
+            folder = find_model_dir(tokenizer)
+        except ValueError as err:  # find_model_dir speaks of a model: this is the tokenizer argument
+            raise OptionsError(f"tokenizer: {err}", "tokenizer") from None
+        return load_tokenizer(folder)
     raise OptionsError(f"tokenizer must be an lmforge Tokenizer or a model directory, got "
                        f"{type(tokenizer).__name__}", "tokenizer")
 

@@ -336,3 +336,19 @@ def test_the_job_functions_arguments_read_numpy_numbers_as_their_options_do(tmp_
         fine_tuned_task("no-such-model", [], "cls", batch_size=np.int64(8))
     assert not isinstance(err.value, OptionsError) or err.value.field != "batch_size"
     assert not (tmp_path / "shards").exists()
+
+
+def test_a_function_argument_reads_a_whole_float_as_an_options_field_does():
+    """checked_argument took np.int64 but refused 32.0 where coerce (a field's) and the server take it."""
+    import numpy as np
+
+    from lmforge.config.options import OptionsError, checked_argument
+
+    meta = {"low": 1, "high": 64}
+    read = [checked_argument("batch_size", "int", meta, v) for v in (32.0, np.float32(8.0), np.int64(3))]
+    assert read == [32, 8, 3]
+    assert all(type(checked_argument("batch_size", "int", meta, v)) is int for v in (32.0, np.int64(3)))
+    for bad in (2.5, True, float("inf"), 128.0):
+        with pytest.raises(OptionsError) as err:
+            checked_argument("batch_size", "int", meta, bad)
+        assert err.value.field == "batch_size"

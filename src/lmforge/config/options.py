@@ -168,8 +168,11 @@ def check_options(obj, error=OptionsError) -> None:
 def checked_argument(name: str, kind: str, meta: dict, value, error=OptionsError):
     """A function's argument that is no options field (embed's batch_size, fill_mask's top_k), read as a
     field is: a numpy number as Python's (plain_number), then checked as `check_value` checks it; returned
-    as read, so the tokenizers library and range() are given Python's numbers."""
+    as read, so the tokenizers library and range() are given Python's numbers. A whole float (32.0) is read
+    as the int it is where an int is wanted, as coerce reads a field's."""
     value = plain_number(value)
+    if base_type(kind)[0] == "int" and type(value) is float and math.isfinite(value) and value.is_integer():
+        value = int(value)
     check_value(name, kind, meta, value, error)
     return value
 

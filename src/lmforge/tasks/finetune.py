@@ -368,7 +368,8 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data
     labels = labels if labels is not None else info.get("labels")
     pretrained = {id(head) for head in model.heads.values()}
-    records = given_records(records, kind, "data", labelled=False)
+    if labels is None:  # the last resort, the data's own labels: read as a file's are
+        records = given_records(records, kind, "data", labelled=False)
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
     # a head the model lacked is freshly drawn; the LM head of text-to-text and seq2seq is pretrained
     if task.head != "lm" and id(task.task_head) not in pretrained:

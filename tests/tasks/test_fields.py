@@ -78,3 +78,18 @@ def test_what_is_no_record_list_is_refused_and_a_missing_field_names_no_columns_
         given_records([{"sentence": "a", "label": 1}], "cls", "validation")
     read = Records([{"text": "a"}], "f.jsonl")
     assert given_records(read, "cls", "train") is read  # read from a file: already canonical
+
+
+def test_any_iterable_of_records_is_read_as_a_list_is():
+    """A generator, or a Hugging Face datasets.Dataset (an iterable of dicts, no list), is read as a list."""
+    records = GOOD["cls"]
+    want = list(given_records(records, "cls", "train"))
+    assert list(given_records((r for r in records), "cls", "train")) == want
+
+    class Rows:  # as datasets.Dataset: indexable and iterable, no list
+        def __iter__(self):
+            return iter(records)
+
+    assert list(given_records(Rows(), "cls", "train")) == want
+    with pytest.raises(ValueError, match="^train: a list of records .dicts of fields. is needed, got dict"):
+        given_records(records[0], "cls", "train")

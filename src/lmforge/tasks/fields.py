@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+from collections.abc import Iterable
 
 # canonical field -> its default column; "?" marks optional fields
 FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
@@ -38,7 +39,8 @@ def given_records(records, kind: str, source: str, labelled: bool = True) -> lis
     are returned as they are, and so are a kind's whose task checks its own (rerank)."""
     if isinstance(records, Records) or kind not in FIELDS and kind not in SPAN_FIELDS:
         return records
-    if not isinstance(records, (list, tuple)):
+    # any iterable of records: a list, a generator, a Hugging Face datasets.Dataset (its rows are dicts)
+    if isinstance(records, (str, bytes, dict)) or not isinstance(records, Iterable):
         raise ValueError(f"{source}: a list of records (dicts of fields) is needed, got "
                          f"{type(records).__name__}")
     rows = []

@@ -111,13 +111,13 @@ def cmd_prune(args) -> None:
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
 
-    check_model(args.model)  # named as --model, before any output folder is made
     check_out(args.out, args.model)
     refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
                      ("--train", args.train), ("--valid", args.valid), ("--config", args.config),
                      writes=(*TRAINING_OUTPUTS, "model", "prune.json", "prune_settings.json"))
     _refuse_unused(args)
     check_task(args.task)
+    check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
     kind = args.task or task_info(args.model).get("kind")
     if kind is None:

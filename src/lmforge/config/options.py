@@ -171,10 +171,17 @@ def checked_argument(name: str, kind: str, meta: dict, value, error=OptionsError
     as read, so the tokenizers library and range() are given Python's numbers. A whole float (32.0) is read
     as the int it is where an int is wanted, as coerce reads a field's."""
     value = plain_number(value)
-    if base_type(kind)[0] == "int" and type(value) is float and math.isfinite(value) and value.is_integer():
-        value = int(value)
+    if base_type(kind)[0] == "int":
+        value = whole_number(value)
     check_value(name, kind, meta, value, error)
     return value
+
+
+def whole_number(value):
+    """A finite whole float (3.0) as the int it is; anything else (a fraction, a bool, text) as given, for the
+    caller's check to judge: one reading for options fields (coerce), function arguments
+    (checked_argument) and the server's int fields that are no options field."""
+    return int(value) if type(value) is float and math.isfinite(value) and value.is_integer() else value
 
 
 def refuse_changed(obj, names, why) -> None:
@@ -225,10 +232,10 @@ def coerce(cls, name: str, value: Any, error=OptionsError, from_text: bool = Tru
                 value = float(text)
             except ValueError:
                 raise error(f"{name} must be {BASE_TYPES[base]}, got {_short(value)}", name) from None
-    if base == "int" and isinstance(value, float) and not isinstance(value, bool):
-        if not math.isfinite(value) or value != int(value):
+    if base == "int" and isinstance(value, float):
+        value = whole_number(float(value))
+        if isinstance(value, float):
             raise error(f"{name} must be a whole number, got {_short(value)}", name)
-        return int(value)
     return value
 
 

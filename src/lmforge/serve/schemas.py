@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, whole_number
 from lmforge.pipelines.fill_mask import MAX_SPAN
 
 # no coercion anywhere: "8" is not 8, true is not 1, "no" is not false (a client's typo, refused: 422)
@@ -26,14 +26,9 @@ EXACT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 OPENAI = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 
 
-def _whole(value):
-    """A whole float (3.0) as the int it is, as the options objects' fields read it (coerce); anything else
-    as given, for the strict int to judge (a fraction, a bool, a string are refused)."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-# an int of a request that is no options object's field: 3.0 is 3 there as well (JSON Schema's integer)
-WholeInt = Annotated[int, BeforeValidator(_whole)]
+# an int of a request that is no options object's field: 3.0 is 3 there as well (JSON Schema's integer), as
+# the options objects' fields read it; a fraction, a bool or a string is left for the strict int to refuse
+WholeInt = Annotated[int, BeforeValidator(whole_number)]
 MODEL_FIELD = Field(None, description="a served model's name (default: the first that can do this): /info")
 TRUNCATE = Field(False, description="cut texts longer than the model's limit instead of refusing them (413)")
 

@@ -247,3 +247,22 @@ def test_a_model_that_is_no_name_nor_folder_is_refused_in_one_line_on_every_pyth
     assert err.value.field == "model"
     with pytest.raises(OptionsError, match="^model must be a model, a model directory or a preset name"):
         load_model(3)
+
+
+def test_a_tokenizer_named_by_the_user_is_found_one_way_on_every_face(tmp_path):
+    """lmforge.load_tokenizer, the jobs' tokenizer= and fine-tuning's --tokenizer read a name through
+    io.find_tokenizer: an installed model's name resolves for fine-tuning too (it was read as a folder)."""
+    from lmforge.config.options import OptionsError
+    from lmforge.io import find_tokenizer
+    from lmforge.pipelines.embed import checked_tokenizer
+    from lmforge.tasks.finetune import load_model
+    from lmforge.tokenizer import TokenizerError
+
+    want = lmforge.load_tokenizer("all-MiniLM-L6-v2").backend.get_vocab()
+    assert checked_tokenizer("all-MiniLM-L6-v2").backend.get_vocab() == want
+    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=len(want))
+    assert load_model(model, "all-MiniLM-L6-v2")[1].backend.get_vocab() == want
+    with pytest.raises(TokenizerError, match="is neither a model directory"):
+        find_tokenizer(tmp_path / "none")
+    with pytest.raises(OptionsError, match="^tokenizer: "):
+        checked_tokenizer(tmp_path / "none")

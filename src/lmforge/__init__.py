@@ -4,14 +4,13 @@ from lmforge.analysis.text_features import features
 from lmforge.config import ConfigError, ModelConfig, OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.generate import generate
-from lmforge.io import find_model_dir, load, save
+from lmforge.io import find_tokenizer, load, save
 from lmforge.model import ModelOutput, Transformer, from_config
 from lmforge.pipelines.embed import embed
 from lmforge.pipelines.fill_mask import fill_mask
 from lmforge.pipelines.rerank import rerank
 from lmforge.presets import PRESETS, get_config, tiny
-from lmforge.tokenizer import Tokenizer, TokenizerError
-from lmforge.tokenizer import load_tokenizer as _load_tokenizer
+from lmforge.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
@@ -19,11 +18,7 @@ __version__ = "0.1.0"
 def load_tokenizer(path) -> Tokenizer:
     """The tokenizer of a model directory, of the model in a job's output folder, or of an installed
     model (all-MiniLM-L6-v2), as lmforge.load reads the model."""
-    try:
-        path = find_model_dir(path)
-    except ValueError as err:
-        raise TokenizerError(str(err)) from None
-    return _load_tokenizer(path)
+    return find_tokenizer(path)
 
 
 def build(name: str | ModelConfig, **overrides) -> Transformer:

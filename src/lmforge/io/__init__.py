@@ -15,7 +15,7 @@ from lmforge import model as _model
 from lmforge.config.options import OptionsError
 from lmforge.io.files import CheckpointError, load_state_strict, load_weights, save_tensors
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
-from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, model_dir
+from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, find_tokenizer, model_dir
 from lmforge.model import Transformer
 from lmforge.utils.atomic import writable_folder
 
@@ -63,5 +63,5 @@ _model.register_saver(save)  # model.save(...) without the model importing io
 _elmo.register_saver(save)  # and ELMo.save, the biLSTM class beside it
 
 __all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "MODEL_PACKAGES", "WEIGHTS_FILE",
-           "find_model_dir", "load", "load_state_strict", "load_weights", "model_dir", "register_format",
-           "save", "save_tensors"]
+           "find_model_dir", "find_tokenizer", "load", "load_state_strict", "load_weights", "model_dir",
+           "register_format", "save", "save_tensors"]

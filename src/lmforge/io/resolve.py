@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from lmforge.presets import PRESETS
+from lmforge.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 from lmforge.utils.model_folder import inside_job_folder
 
 # model name -> (importable package, folder inside it holding the model directory)
@@ -64,3 +65,14 @@ def model_dir(name) -> Path | None:
     if Path(name).is_dir():
         return inside_job_folder(Path(name))
     return find_model_dir(name) if _package(name) is not None else None
+
+
+def find_tokenizer(name: str | os.PathLike, error=TokenizerError) -> Tokenizer:
+    """The tokenizer of a model directory, of the model in a job's output folder, or of an installed model,
+    found as find_model_dir finds the model (its files verified as load_tokenizer verifies them); a name
+    that resolves to nothing is error(message): the one reading of a tokenizer named by the user."""
+    try:
+        path = find_model_dir(name)
+    except ValueError as err:
+        raise error(str(err)) from None
+    return load_tokenizer(path)

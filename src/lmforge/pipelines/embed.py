@@ -24,7 +24,7 @@ from lmforge.config.options import OptionsError, checked_argument
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
-from lmforge.io.resolve import find_model_dir
+from lmforge.io.resolve import find_model_dir, find_tokenizer
 from lmforge.model import Transformer
 from lmforge.pipelines.embed_options import EmbedOptions, encoded, prompt_of, quantize, read_prompts, read_ranges
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
@@ -292,12 +292,8 @@ def checked_tokenizer(tokenizer) -> Tokenizer | None:
     failed as "'str' object has no attribute 'get_vocab'", or was encoded as text with codec "a b")."""
     if tokenizer is None or isinstance(tokenizer, Tokenizer):
         return tokenizer
-    if isinstance(tokenizer, (str, os.PathLike)):
-        try:
-            folder = find_model_dir(tokenizer)
-        except ValueError as err:  # find_model_dir speaks of a model: this is the tokenizer argument
-            raise OptionsError(f"tokenizer: {err}", "tokenizer") from None
-        return load_tokenizer(folder)
+    if isinstance(tokenizer, (str, os.PathLike)):  # a name resolving to nothing: this argument's refusal
+        return find_tokenizer(tokenizer, lambda message: OptionsError(f"tokenizer: {message}", "tokenizer"))
     raise OptionsError(f"tokenizer must be an lmforge Tokenizer or a model directory, got "
                        f"{type(tokenizer).__name__}", "tokenizer")
 

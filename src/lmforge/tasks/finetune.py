@@ -23,7 +23,7 @@ import torch
 from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, checked_argument, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
-from lmforge.io import load, model_dir
+from lmforge.io import find_tokenizer, load, model_dir
 from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
@@ -123,8 +123,8 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
     """(model, tokenizer) from a model object, an lmforge / Hugging Face directory or model package
     (its tokenizer unless one is given) or a preset name (random init from `seed`, sized to the
     tokenizer: see preset_model)."""
-    if isinstance(tokenizer, (str, Path)):
-        tokenizer = load_tokenizer(tokenizer)
+    if isinstance(tokenizer, (str, Path)):  # an installed model's name too, as --model takes it
+        tokenizer = find_tokenizer(tokenizer)
     if isinstance(model, (str, Path)):
         path = model_dir(model)
         if path is not None:

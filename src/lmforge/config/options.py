@@ -177,6 +177,14 @@ def checked_argument(name: str, kind: str, meta: dict, value, error=OptionsError
     return value
 
 
+def checked_as(cls, field: str, value, name: str | None = None, error=OptionsError):
+    """`value` read and checked (checked_argument) as the options class `cls` declares its `field`, named
+    `name` (default: the field): a function's argument bounded as another object's field is (evaluate's
+    batch_size as TaskConfig's eval_batch_size, an index's seed as TrainConfig's)."""
+    declared = cls.__dataclass_fields__[field]
+    return checked_argument(name or field, declared.type, declared.metadata, value, error)
+
+
 def whole_number(value):
     """A finite whole float (3.0) as the int it is; anything else (a fraction, a bool, text) as given, for the
     caller's check to judge: one reading for options fields (coerce), function arguments

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 from lmforge.config.checks import within_context
-from lmforge.config.options import OptionsError, checked_argument, named_keywords, refuse_changed
+from lmforge.config.options import OptionsError, checked_argument, checked_as, named_keywords, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.pipelines.embed import checked_texts
 from lmforge.retrieval.bm25 import BM25Index
@@ -55,8 +55,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     """Passages from `source` into out/passages.jsonl, out/bm25/, and with `model` out/dense/ (`options`:
     EncoderOptions fields); returns counts for the summary line."""
     index, out = options_of(IndexOptions, index), refuse_link(out)
-    seed_field = TrainConfig.__dataclass_fields__["seed"]  # the bound --seed has: True read as 1, -1 passed
-    seed = checked_argument("seed", seed_field.type, seed_field.metadata, seed)
+    seed = checked_as(TrainConfig, "seed", seed)  # the bound --seed has: True read as 1, -1 passed
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))

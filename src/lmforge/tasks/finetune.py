@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 from lmforge.config import atomic_write_text, option
-from lmforge.config.options import OptionsError, check_options, checked_argument, coerce, refuse_changed
+from lmforge.config.options import OptionsError, check_options, checked_as, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.io import find_tokenizer, load, model_dir
 from lmforge.io.native import CheckpointError, read_json_object
@@ -351,8 +351,7 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     """The Task of a fine-tuned model (object or directory: its task.json gives kind, labels,
     max_len and decoding options), refusing a model that has no head of that task."""
     check_device(device)  # before the model is read: a name torch does not know is refused, not a crash
-    meta = TaskConfig.__dataclass_fields__["eval_batch_size"].metadata
-    batch_size = checked_argument("batch_size", "int", meta, batch_size)
+    batch_size = checked_as(TaskConfig, "eval_batch_size", batch_size, "batch_size")
     where = str(model) if isinstance(model, (str, Path)) else "the model"
     info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
     kind = kind or info.get("kind")

@@ -247,16 +247,21 @@ def coerce(cls, name: str, value: Any, error=OptionsError, from_text: bool = Tru
     return value
 
 
+def refuse_unknown(given, known, what: str = "", error=OptionsError) -> None:
+    """error naming the first of the names `given` that is not `known`, with every unknown and known one:
+    "unknown WHAT option(s) [...]; known: ..." (an options object's fields, a function's keywords)."""
+    unknown = sorted(str(k) for k in given if k not in known)
+    if unknown:
+        what = f"{what} " if what else ""
+        raise error(f"unknown {what}option(s) {unknown}; known: {', '.join(sorted(known))}", unknown[0])
+
+
 def from_dict(cls, data: dict, what: str = "", error=OptionsError, from_text: bool = False):
     """The options dataclass `cls` from a mapping; an unknown key is an error naming it and the known ones.
     from_text: the values are a command line's strings (see `coerce`)."""
     if not isinstance(data, dict):
         raise error(f"{what or cls.__name__} options must be a mapping, got {_short(data)}")
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(str(k) for k in data if k not in known)
-    if unknown:
-        raise error(f"unknown {what + ' ' if what else ''}option(s) {unknown}; known: {', '.join(sorted(known))}",
-                    unknown[0])
+    refuse_unknown(data, [f.name for f in dataclasses.fields(cls)], what, error)
     return cls(**{k: coerce(cls, k, v, error, from_text) for k, v in data.items()})
 
 
@@ -270,10 +275,7 @@ def named_keywords(what: str):
 
         @functools.wraps(func)
         def checked(*args, **keywords):
-            unknown = sorted(k for k in keywords if k not in known)
-            if unknown:
-                raise OptionsError(f"unknown {what} option(s) {unknown}; known: {', '.join(known)}",
-                                   unknown[0])
+            refuse_unknown(keywords, known, what)
             return func(*args, **keywords)
         return checked
     return decorate

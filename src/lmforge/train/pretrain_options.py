@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from lmforge.config.options import OptionsError, check_options, option, with_changes
+from lmforge.config.options import OptionsError, check_options, option, refuse_unknown, with_changes
 
 MAX_DUPLICATION = 100  # BERT's factor is 10; each copy is another corruption of every example per pass
 MAX_DOCS = 10 ** 6  # the built-in corpus: ~3 sentences a document, all held and tokenized in memory
@@ -82,11 +82,7 @@ def recipe_and_inputs(recipe: RecipeOptions | None, inputs: PretrainInputs | Non
     """(RecipeOptions, PretrainInputs): `recipe` and `inputs` (or the defaults) with the keyword
     arguments `fields` changed, each to the object whose field it is; an unknown name is an
     OptionsError naming it and every known one."""
-    known = _names(RecipeOptions) + _names(PretrainInputs)
-    unknown = sorted(str(k) for k in fields if k not in known)
-    if unknown:
-        raise OptionsError(f"unknown pretrain option(s) {unknown}; known: {', '.join(sorted(known))}",
-                           unknown[0])
+    refuse_unknown(fields, _names(RecipeOptions) + _names(PretrainInputs), "pretrain")
     recipe_fields = {k: v for k, v in fields.items() if k in _names(RecipeOptions)}
     input_fields = {k: v for k, v in fields.items() if k not in recipe_fields}
     return (with_changes(RecipeOptions, recipe, recipe_fields, "pretraining recipe"),

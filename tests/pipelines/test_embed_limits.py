@@ -151,3 +151,19 @@ def test_a_loaded_encoder_refuses_it_before_encoding(model_dir):
         with pytest.raises(OptionsError) as refused:
             run(["a b"], progress=3)
         assert refused.value.field == "progress"
+
+
+def test_sentence_encoder_encode_bounds_batch_size_as_embed_does():
+    """encode had its own check (< 1 a ValueError, no upper bound, 2.0 failed inside range())."""
+    import numpy as np
+
+    from lmforge.pipelines.embed import MAX_BATCH_SIZE, SentenceEncoder
+
+    encoder = SentenceEncoder.from_dir("all-MiniLM-L6-v2")
+    want = encoder.encode(["a b", "c"], batch_size=2)
+    assert torch.equal(encoder.encode(["a b", "c"], batch_size=2.0), want)
+    assert torch.equal(encoder.encode(["a b", "c"], batch_size=np.int64(2)), want)
+    for bad in (0, MAX_BATCH_SIZE + 1, 2.5, True):
+        with pytest.raises(OptionsError) as err:
+            encoder.encode(["a"], batch_size=bad)
+        assert err.value.field == "batch_size"

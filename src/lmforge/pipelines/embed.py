@@ -144,8 +144,7 @@ class SentenceEncoder:
         truncate says otherwise); progress(done) is called after each batch with the texts done so far."""
         checked_progress(progress)
         texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
         if self.lowercase:
             texts = [t.lower() if isinstance(t, str) else t for t in texts]
         limit, device = self._limit(max_length), next(self.model.parameters()).device

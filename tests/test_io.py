@@ -254,7 +254,7 @@ def test_a_tokenizer_named_by_the_user_is_found_one_way_on_every_face(tmp_path):
     io.find_tokenizer: an installed model's name resolves for fine-tuning too (it was read as a folder)."""
     from lmforge.config.options import OptionsError
     from lmforge.io import find_tokenizer
-    from lmforge.pipelines.embed import checked_tokenizer
+    from lmforge.io.resolve import checked_tokenizer
     from lmforge.tasks.finetune import load_model
     from lmforge.tokenizer import TokenizerError
 

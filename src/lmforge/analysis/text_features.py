@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-from lmforge.fast.optimize import optimize
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
 from lmforge.config.checks import room_for_text
-from lmforge.config.options import OptionsError, checked_argument, named_keywords
-from lmforge.pipelines.embed import MAX_BATCH_SIZE, checked_texts, checked_tokenizer
+from lmforge.config.options import OptionsError, checked_argument, checked_texts, named_keywords
+from lmforge.fast.optimize import optimize
+from lmforge.io.resolve import checked_tokenizer
+from lmforge.pipelines.embed import MAX_BATCH_SIZE
 from lmforge.utils.modes import evaluating
 
 _WORD = re.compile(r"\S+")

@@ -312,3 +312,32 @@ def bounds_text(meta: dict) -> str:
     if items:
         return f" ({_count(items)}{', distinct' if items.distinct else ''}, each in {interval})"
     return "" if low is None and high is None else f" {interval}"
+
+
+def checked_texts(texts, name: str = "texts", one: bool = True) -> list:
+    """`texts` (a text or any iterable of texts: a list, a tuple, a generator, a dataset's column) as a
+    list of str; anything else an OptionsError naming `name` (one=False: a single text is refused too)."""
+    if isinstance(texts, str) and one:
+        return [texts]
+    if isinstance(texts, (str, bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
+        raise OptionsError(f"{name} must be {'a text or ' if one else ''}a list of texts, got "
+                           f"{type(texts).__name__}", name)
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise OptionsError(f"{name}[{i}] must be text, got {type(text).__name__}", name)
+        try:
+            text.encode("utf-8")  # the tokenizer refuses a lone surrogate without naming the text
+        except UnicodeEncodeError as err:
+            raise OptionsError(f"{name}[{i}] is not valid Unicode: {err.reason} at position {err.start}",
+                               name) from None
+    return texts
+
+
+def checked_progress(progress):
+    """`progress` as given: None or a function of the texts done; anything else an OptionsError naming
+    progress, before any work (progress=3 failed as "'int' object is not callable" after the first batch)."""
+    if progress is not None and not callable(progress):
+        raise OptionsError(f"progress must be a function of the texts done, got {type(progress).__name__}",
+                           "progress")
+    return progress

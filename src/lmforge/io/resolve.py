@@ -10,6 +10,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from lmforge.config.options import OptionsError
 from lmforge.presets import PRESETS
 from lmforge.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 from lmforge.utils.model_folder import inside_job_folder
@@ -76,3 +77,15 @@ def find_tokenizer(name: str | os.PathLike, error=TokenizerError) -> Tokenizer:
     except ValueError as err:
         raise error(str(err)) from None
     return load_tokenizer(path)
+
+
+def checked_tokenizer(tokenizer) -> Tokenizer | None:
+    """A job's `tokenizer` argument: None, a Tokenizer, or a directory (or installed model) read as
+    lmforge.load_tokenizer reads it; anything else an OptionsError naming tokenizer (a directory's name
+    failed as "'str' object has no attribute 'get_vocab'", or was encoded as text with codec "a b")."""
+    if tokenizer is None or isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    if isinstance(tokenizer, (str, os.PathLike)):  # a name resolving to nothing: this argument's refusal
+        return find_tokenizer(tokenizer, lambda message: OptionsError(f"tokenizer: {message}", "tokenizer"))
+    raise OptionsError(f"tokenizer must be an lmforge Tokenizer or a model directory, got "
+                       f"{type(tokenizer).__name__}", "tokenizer")

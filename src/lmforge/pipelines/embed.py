@@ -20,13 +20,20 @@ import torch.nn.functional as F
 
 from lmforge.config.checks import room_for_text
 from lmforge.config.model import MAX_LEN
-from lmforge.config.options import OptionsError, checked_argument
+from lmforge.config.options import OptionsError, checked_argument, checked_progress, checked_texts
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
 from lmforge.io import load
-from lmforge.io.resolve import find_model_dir, find_tokenizer
+from lmforge.io.resolve import checked_tokenizer, find_model_dir
 from lmforge.model import Transformer
-from lmforge.pipelines.embed_options import EmbedOptions, encoded, prompt_of, quantize, read_prompts, read_ranges
+from lmforge.pipelines.embed_options import (
+    EmbedOptions,
+    encoded,
+    prompt_of,
+    quantize,
+    read_prompts,
+    read_ranges,
+)
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 from lmforge.utils.modes import evaluating
 
@@ -263,47 +270,6 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     texts = checked_texts(texts)  # before the model is read
     encoder = _encoder(model, checked_tokenizer(tokenizer))  # embed_with checks max_length (_limit)
     return encoder.embed_with(texts, options, batch_size, max_length, progress).tensor()
-
-
-def checked_texts(texts, name: str = "texts", one: bool = True) -> list:
-    """`texts` (a text or any iterable of texts: a list, a tuple, a generator, a dataset's column) as a
-    list of str; anything else an OptionsError naming `name` (one=False: a single text is refused too)."""
-    if isinstance(texts, str) and one:
-        return [texts]
-    if isinstance(texts, (str, bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
-        raise OptionsError(f"{name} must be {'a text or ' if one else ''}a list of texts, got "
-                           f"{type(texts).__name__}", name)
-    texts = list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise OptionsError(f"{name}[{i}] must be text, got {type(text).__name__}", name)
-        try:
-            text.encode("utf-8")  # the tokenizer refuses a lone surrogate without naming the text
-        except UnicodeEncodeError as err:
-            raise OptionsError(f"{name}[{i}] is not valid Unicode: {err.reason} at position {err.start}",
-                               name) from None
-    return texts
-
-
-def checked_tokenizer(tokenizer) -> Tokenizer | None:
-    """A job's `tokenizer` argument: None, a Tokenizer, or a directory (or installed model) read as
-    lmforge.load_tokenizer reads it; anything else an OptionsError naming tokenizer (a directory's name
-    failed as "'str' object has no attribute 'get_vocab'", or was encoded as text with codec "a b")."""
-    if tokenizer is None or isinstance(tokenizer, Tokenizer):
-        return tokenizer
-    if isinstance(tokenizer, (str, os.PathLike)):  # a name resolving to nothing: this argument's refusal
-        return find_tokenizer(tokenizer, lambda message: OptionsError(f"tokenizer: {message}", "tokenizer"))
-    raise OptionsError(f"tokenizer must be an lmforge Tokenizer or a model directory, got "
-                       f"{type(tokenizer).__name__}", "tokenizer")
-
-
-def checked_progress(progress):
-    """`progress` as given: None or a function of the texts done; anything else an OptionsError naming
-    progress, before any work (progress=3 failed as "'int' object is not callable" after the first batch)."""
-    if progress is not None and not callable(progress):
-        raise OptionsError(f"progress must be a function of the texts done, got {type(progress).__name__}",
-                           "progress")
-    return progress
 
 
 def _share(progress, n_texts: int, n_pieces: int):

@@ -19,8 +19,8 @@ from lmforge.config.options import OptionsError, checked_argument, named_keyword
 from lmforge.generate import generate, lm_head_name
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.io import find_model_dir, load
+from lmforge.io.resolve import checked_tokenizer
 from lmforge.model import EncoderDecoder, Transformer
-from lmforge.pipelines.embed import checked_tokenizer
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.fits import check_fits
 from lmforge.tokenizer.wrapper import as_text

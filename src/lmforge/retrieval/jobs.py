@@ -13,9 +13,15 @@ import random
 from pathlib import Path
 
 from lmforge.config.checks import within_context
-from lmforge.config.options import OptionsError, checked_argument, checked_as, named_keywords, refuse_changed
+from lmforge.config.options import (
+    OptionsError,
+    checked_argument,
+    checked_as,
+    checked_texts,
+    named_keywords,
+    refuse_changed,
+)
 from lmforge.fast.optimize import optimize
-from lmforge.pipelines.embed import checked_texts
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective

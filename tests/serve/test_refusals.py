@@ -222,3 +222,15 @@ def test_a_features_max_length_with_no_room_beside_the_special_tokens_is_422_eit
         answer = client.post("/features", json={"model": "enc", "texts": ["the cat sat"], "max_length": 2,
                                                 "truncate": truncate})
     assert "leaves no room next to the model's 2 special tokens" in _error(answer, 422, "max_length")
+
+
+@pytest.mark.parametrize("path, field, model", [
+    ("/embed", "texts", "enc"), ("/v1/embeddings", "input", "enc"), ("/features", "texts", "enc"),
+    ("/predict", "inputs", "cls"), ("/v1/completions", "prompt", "gen")])
+def test_an_empty_list_is_refused_as_the_spec_says(server, path, field, model):
+    with server.client() as client:
+        spec = client.get("/openapi.json").json()
+        refused = client.post(path, json={"model": model, field: []})
+    schema = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert spec["components"]["schemas"][schema.split("/")[-1]]["properties"][field]["minItems"] == 1
+    assert "is empty" in _error(refused, 422, field)

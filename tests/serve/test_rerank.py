@@ -99,8 +99,10 @@ def test_refusals_name_the_field_or_limit(served, body, status, param):
 
 def test_spec_and_model_list(served):
     client = served.client()
-    paths = client.get("/openapi.json").json()["paths"]
-    assert {"/rerank", "/v1/rerank"} <= set(paths)
+    spec = client.get("/openapi.json").json()
+    assert {"/rerank", "/v1/rerank"} <= set(spec["paths"])
+    fields = spec["components"]["schemas"]["RerankRequest"]["properties"]  # what the refusals above hold to
+    assert fields["documents"]["minItems"] == 1 and fields["query"]["pattern"] == r"\S"
     capabilities = {m["id"]: m["capabilities"] for m in client.get("/v1/models").json()["data"]}
     assert "rerank" in capabilities["rr"] and "predict" not in capabilities["rr"]
     assert "rerank" not in capabilities["plain"]

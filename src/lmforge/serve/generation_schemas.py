@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, Field, create_model
 
 from lmforge.config.options import BASE_TYPES, OptionsError, bounds_text, members
 from lmforge.generate.options import EARLY_STOPPING, FIELDS, checked_type, checked_value, field_kind
-from lmforge.serve.schemas import (MODEL_FIELD, OPENAI, STRICT, Usage, WholeInt, field_error,
+from lmforge.serve.schemas import (MODEL_FIELD, OPENAI, SOME, STRICT, Usage, WholeInt, field_error,
                                    refused_name)
 
 
@@ -137,7 +137,7 @@ class OpenAICompletion(Decoding):
     """OpenAI's (legacy) completions request; lmforge's decoding settings are accepted too."""
 
     model_config = OPENAI
-    prompt: str | list[str]
+    prompt: str | list[str] = Field(..., json_schema_extra=SOME)
     max_tokens: Annotated[int, BeforeValidator(functools.partial(typed, "max_new_tokens", least=True)),
                           Field(json_schema_extra={"minimum": 1})] = 16
     # checked as /generate's is (its bounds in GenerationOptions' words; they were pydantic's)

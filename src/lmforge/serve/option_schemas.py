@@ -15,7 +15,7 @@ from pydantic import BaseModel, BeforeValidator, Field, create_model
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.config.options import OptionsError, base_type, bounds_text, coerce
 from lmforge.pipelines.embed_options import EmbedOptions
-from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI, field_error, refused_name
+from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI, SOME, field_error, refused_name
 
 
 def options_fields(cls, skip: tuple = ()) -> dict:
@@ -78,7 +78,7 @@ class TextsBase(BaseModel):
     """Texts and the model that reads them."""
 
     model_config = EXACT
-    texts: str | list[str]
+    texts: str | list[str] = Field(..., json_schema_extra=SOME)
     model: str | None = MODEL_FIELD
 
 
@@ -93,7 +93,7 @@ class EmbeddingsBase(BaseModel):
     model_config = OPENAI
     input: str | list[str] | list[int] | list[list[int]] = Field(
         ..., description="a text or a list of texts (token ids, which OpenAI also takes, are refused: "
-        "they would be another tokenizer's)")
+        "they would be another tokenizer's)", json_schema_extra=SOME)
     model: str | None = MODEL_FIELD
     user: str | None = Field(None, description="OpenAI's: taken and unused")
 

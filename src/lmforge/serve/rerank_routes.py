@@ -21,7 +21,7 @@ from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, check_count, ch
                                   too_large)
 from lmforge.serve.option_schemas import options_fields
 from lmforge.serve.routes import ERRORS, build_options, count_tokens, split
-from lmforge.serve.schemas import EXACT, MODEL_FIELD, JSONBody
+from lmforge.serve.schemas import EXACT, MODEL_FIELD, SOME, JSONBody
 
 router = APIRouter(responses=ERRORS)
 
@@ -37,9 +37,11 @@ class RerankBase(BaseModel):
     """A query, the documents to score against it, and the reranker that reads them."""
 
     model_config = EXACT
-    query: str = Field(..., description="the query (or question)")
+    query: str = Field(..., description="the query (or question): not empty or blank",
+                       json_schema_extra={"pattern": r"\S"})
     documents: list[str | RerankDocument] = Field(..., description="texts, or objects {\"text\": ...}; at most "
-                                                  "max_documents of them (/info)")
+                                                  "max_documents of them (/info)",
+                                                  json_schema_extra=SOME)
     model: str | None = MODEL_FIELD
 
 

@@ -31,6 +31,8 @@ OPENAI = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 WholeInt = Annotated[int, BeforeValidator(whole_number)]
 MODEL_FIELD = Field(None, description="a served model's name (default: the first that can do this): /info")
 TRUNCATE = Field(False, description="cut texts longer than the model's limit instead of refusing them (413)")
+# a request's list of texts or records: one of none is refused (limits.check_count: 422), as the spec says
+SOME = {"minItems": 1}
 
 
 class JSONBody(JSONResponse):
@@ -91,7 +93,7 @@ class PredictRequest(BaseModel):
     tagging {text} or {words}, qa {question, context}, seq2seq {text}. A plain string is {text}."""
 
     model_config = STRICT
-    inputs: str | dict[str, Any] | list[str | dict[str, Any]]
+    inputs: str | dict[str, Any] | list[str | dict[str, Any]] = Field(..., json_schema_extra=SOME)
     model: str | None = MODEL_FIELD
     truncate: bool = TRUNCATE
 

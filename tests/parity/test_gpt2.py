@@ -6,7 +6,7 @@ import lmforge
 from tests.parity.helpers import (BEAM_VARIANTS, assert_beam_parity, assert_causal_lm_parity,
                                   assert_export_round_trip, assert_forward_parity, assert_logits_and_loss_parity,
                                   assert_question_answering_parity, left_padded_batch, load_reference,
-                                  padded_batch, transformers)
+                                  assert_load_refuses, padded_batch, transformers)
 
 
 def _pair(tmp_path, architecture: str, **overrides):
@@ -58,3 +58,15 @@ def test_export_round_trip_of_an_imported_head(tmp_path, architecture):
     reference, model = _pair(tmp_path, architecture)
     ids, mask = padded_batch(99, seed=5, pad=1)
     assert_export_round_trip(model, type(reference), tmp_path / "hf", ids, mask, reference)
+
+
+@pytest.mark.parametrize("option, value", [("scale_attn_weights", False),
+                                           ("scale_attn_by_inverse_layer_idx", True),
+                                           ("reorder_and_upcast_attn", True)])
+def test_attention_scaling_options_lmforge_lacks_are_refused_by_name(tmp_path, option, value):
+    from lmforge.config import ConfigError
+    from lmforge.convert import load_hf
+
+    reference = transformers.GPT2Model(transformers.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4,
+                                                               n_positions=64, **{option: value}))
+    assert_load_refuses(reference, tmp_path, ConfigError, f"{option}=", load=load_hf)

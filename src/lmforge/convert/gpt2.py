@@ -20,6 +20,8 @@ def config(hf: dict) -> ModelConfig:
     for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
         if hf.get(flag):
             raise ConfigError(f"GPT-2 option {flag}=true is not supported")
+    if hf.get("scale_attn_weights", True) is False:  # unscaled scores; lmforge divides by sqrt(d_head)
+        raise ConfigError("GPT-2 option scale_attn_weights=false is not supported")
     d_model = hf["n_embd"]
     return ModelConfig.from_dict(dict(
         GPT2, vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["n_layer"], n_heads=hf["n_head"],

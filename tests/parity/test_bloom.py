@@ -94,3 +94,14 @@ def test_residual_after_the_norm_is_refused(tmp_path):
     reference = transformers.BloomModel(bloom_config(apply_residual_connection_post_layernorm=True))
     option = "apply_residual_connection_post_layernorm"
     assert_load_refuses(reference, tmp_path, ConfigError, option, load=load_hf)
+
+
+def test_sliced_projections_without_biases_are_refused(tmp_path):
+    reference = transformers.BloomModel(bloom_config(pretraining_tp=2, slow_but_exact=True))
+    assert_load_refuses(reference, tmp_path, ConfigError, "slow_but_exact", load=load_hf)
+
+
+def test_tensor_parallel_degree_alone_loads_with_parity(tmp_path):
+    torch.manual_seed(0)
+    reference = transformers.BloomForCausalLM(bloom_config(pretraining_tp=2)).eval()
+    assert_causal_lm_parity(load_reference(reference, tmp_path), reference, *padded_batch(99))

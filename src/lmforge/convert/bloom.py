@@ -24,6 +24,10 @@ def config(hf: dict) -> ModelConfig:
     """BloomConfig fields -> ModelConfig."""
     if hf.get("apply_residual_connection_post_layernorm"):
         raise ConfigError("BLOOM option apply_residual_connection_post_layernorm=true is not supported")
+    if hf.get("slow_but_exact") and (hf.get("pretraining_tp") or 1) > 1:
+        # the reference's sliced output projections then drop their biases
+        raise ConfigError(f"BLOOM option slow_but_exact=true with pretraining_tp={hf['pretraining_tp']} "
+                          "is not supported")
     d_model = hf.get("hidden_size") or hf["n_embed"]
     return ModelConfig.from_dict(dict(
         BLOOM, vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["n_layer"], n_heads=hf["n_head"],

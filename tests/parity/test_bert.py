@@ -1,9 +1,10 @@
+import pytest
 import torch
 
 import lmforge
 
-from tests.parity.helpers import (assert_export_state_dicts, assert_forward_parity, assert_pooler_parity,
-                                  assert_pretraining_parity, assert_reference_loads_export,
+from tests.parity.helpers import (assert_export_state_dicts, assert_forward_parity, assert_load_refuses,
+                                  assert_pooler_parity, assert_pretraining_parity, assert_reference_loads_export,
                                   assert_untied_lm_head_round_trip, load_reference, padded_batch,
                                   transformers)
 
@@ -50,8 +51,6 @@ def test_lmforge_model_exports_to_a_directory_the_reference_loads(tmp_path):
 
 
 def test_export_refuses_a_config_bert_cannot_express(tmp_path):
-    import pytest
-
     from lmforge.convert import ConversionError
 
     model = lmforge.build(lmforge.tiny("bert-base", norm_placement="pre"))
@@ -65,3 +64,12 @@ def test_untied_lm_head_uses_the_decoders_own_bias(tmp_path):
         reference.cls.predictions.decoder.bias.normal_()
     model = load_reference(reference, tmp_path / "in")
     assert_untied_lm_head_round_trip(model, reference, tmp_path / "out", *padded_batch(99, seed=5))
+
+
+@pytest.mark.parametrize("option, value", [("is_decoder", True), ("position_embedding_type", "relative_key")])
+def test_options_of_a_decoder_or_relative_positions_are_refused_by_name(tmp_path, option, value):
+    from lmforge.config import ConfigError
+    from lmforge.convert import load_hf
+
+    reference = _reference("BertForMaskedLM", **{option: value})
+    assert_load_refuses(reference, tmp_path, ConfigError, option, load=load_hf)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
+from lmforge.convert.encoders import check_encoder
 from lmforge.convert.family import Family, activation_of, ffn_of, n_labels, special_tokens, special_tokens_of
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BERT
@@ -9,8 +10,7 @@ from lmforge.presets import BERT
 
 def config(hf: dict) -> ModelConfig:
     """BertConfig fields -> ModelConfig."""
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ConfigError(f"position_embedding_type={hf['position_embedding_type']!r} is not supported")
+    check_encoder(hf)  # a decoder (is_decoder: causal self-attention) is refused, not loaded bidirectional
     return ModelConfig.from_dict(dict(
         BERT, vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
         n_heads=hf["num_attention_heads"], d_ff=hf["intermediate_size"],

@@ -2,6 +2,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.modules.module import register_module_forward_hook
 
 import lmforge
 from lmforge.compress.quantize import quantize
@@ -164,12 +165,17 @@ def test_a_quantised_model_runs_the_fused_route_when_optimized_only(fresh_choice
     assert len(calls) == model.config.n_layers and (fast - slow).norm() <= 1e-3 * slow.norm()
 
 
-def test_a_hooked_layer_runs_the_plain_route(fresh_choices):
+@pytest.mark.parametrize("where", ["layer", "global"])
+def test_a_hooked_layer_runs_the_plain_route(fresh_choices, where):
     ffn, _ = _int8_ffn()
     seen = []
-    ffn.down.register_forward_hook(lambda module, args, out: seen.append(out.shape))
-    with torch.no_grad():
-        assert int8_ffn.fused_feedforward(ffn, torch.randn(100, 48)) is None
+    hook = lambda module, args, out: seen.append(out.shape)  # noqa: E731
+    handle = (ffn.down.register_forward_hook if where == "layer" else register_module_forward_hook)(hook)
+    try:
+        with torch.no_grad():
+            assert int8_ffn.fused_feedforward(ffn, torch.randn(100, 48)) is None
+    finally:
+        handle.remove()
     assert not seen and not int8_ffn.CHOICES  # the caller's plain route runs the hook
 
 

@@ -21,6 +21,7 @@ import threading
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules import module as _module
 
 from lmforge.quant import engines, int8, kernel_store, native
 from lmforge.quant.engines import U8
@@ -37,13 +38,15 @@ _MEASURING = threading.Lock()  # taken before int8's own (the plain route makes 
 
 def _applies(ffn, x: torch.Tensor) -> bool:
     """Whether the fused route may run: a plain FFN of FUSED activation between two dynamic Int8Linears
-    (with no hooks: an analysis hooking a layer sees its plain call), in CPU fp32 inference, where the
-    native kernel runs."""
+    (with no hooks, global or the layers' own: an analysis hooking a layer sees its plain call), in CPU
+    fp32 inference, where the native kernel runs."""
     up, down = ffn.up, ffn.down
     if ffn.gate is not None or ffn.act not in FUSED or not isinstance(up, Int8Linear) \
             or not isinstance(down, Int8Linear) or up.mode != "dynamic" or down.mode != "dynamic":
         return False
     if any(m._forward_hooks or m._forward_pre_hooks for m in (up, down)):  # what hooks see runs: plain
+        return False
+    if _module._global_forward_hooks or _module._global_forward_pre_hooks:  # ... global ones too
         return False
     if x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled() and x.requires_grad:
         return False

@@ -8,7 +8,8 @@ from tests.parity.helpers import (assert_export_round_trip, assert_export_state_
                                   assert_logits_and_loss_parity, assert_masked_lm_parity, assert_parity,
                                   assert_pooler_parity, assert_pretraining_parity,
                                   assert_reference_loads_export, assert_span_logits_parity,
-                                  assert_span_loss_parity, load_reference, padded_batch, transformers)
+                                  assert_span_loss_parity, assert_untied_lm_head_round_trip, load_reference,
+                                  padded_batch, transformers)
 
 LONG = (38, 31, 20)  # 10 blocks of 4: block-sparse (more than (5 + 2r) * b = 28 tokens), last block partial
 SHORT = (13, 9, 5)  # at most 28 tokens: the reference falls back to full attention
@@ -170,3 +171,12 @@ def test_export_refuses_lmforge_random_blocks(tmp_path):
 
 def test_unsupported_options_are_refused_by_name(tmp_path):
     assert_load_refuses(_reference("BigBirdModel", use_bias=False), tmp_path, CheckpointError, "use_bias")
+
+
+def test_untied_lm_head_uses_the_decoders_own_bias(tmp_path):
+    reference = _reference(tie_word_embeddings=False)
+    with torch.no_grad():  # make the two bias tensors differ, as training an untied model does
+        reference.cls.predictions.bias.normal_()
+        reference.cls.predictions.decoder.bias.normal_()
+    model = load_reference(reference, tmp_path / "in")
+    assert_untied_lm_head_round_trip(model, reference, tmp_path / "out", *padded_batch(99, seed=5))

@@ -88,7 +88,10 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
                  *linear(f"{h}.norm", "cls.predictions.transform.LayerNorm"),
                  Rule(f"{h}.bias", ("cls.predictions.bias",))]
         if not cfg.tie_embeddings:
-            rules.append(Rule(f"{h}.decoder.weight", ("cls.predictions.decoder.weight",)))
+            # untied, the reference ties nothing: the decoder's own bias is the one applied (the
+            # later rule wins on import); export writes ours to both names
+            rules += [Rule(f"{h}.decoder.weight", ("cls.predictions.decoder.weight",)),
+                      Rule(f"{h}.bias", ("cls.predictions.decoder.bias",), "clone")]
         return rules
     if kind == "pooler":  # the reference's pooler is a bare Linear
         return linear(f"{h}.dense", "pooler")

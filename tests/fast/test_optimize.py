@@ -160,3 +160,23 @@ def test_generate_runs_the_model_as_given_with_the_same_tokens():
     assert set(seen) == {FastLinear} and torch.equal(plain, fast)
     with pytest.raises(lmforge.OptionsError, match="accelerated"):  # the old per-call flag is gone
         lmforge.generate(model, prompt, max_new_tokens=4, accelerated=False)
+
+
+@pytest.mark.parametrize("name, layer", [("gpt2", "attn.out"), ("gpt2", "ffn.up"), ("gpt2", "ffn.down"),
+                                         ("gpt2", "ffn"), ("gpt2", "attn"), ("llama-3.2-1b", "ffn.gate")])
+def test_an_output_a_forward_hook_keeps_is_not_overwritten_in_place(name, layer):
+    """The in-place activation and residual sum write into a sublayer's fresh output: not where a hook
+    (an analysis) has kept it."""
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny(name)).eval()
+    kept = []
+
+    def keep(module, args, out):
+        out = out[0] if isinstance(out, tuple) else out
+        kept.append((out, out.clone()))
+
+    model.decoder.blocks[0].get_submodule(layer).register_forward_hook(keep)
+    lmforge.optimize(model, paths=FastPaths(unpad="never"))
+    with torch.inference_mode():
+        model(torch.randint(3, 99, (2, 7), generator=torch.Generator().manual_seed(0)))
+    assert len(kept) == 1 and torch.equal(kept[0][0], kept[0][1])

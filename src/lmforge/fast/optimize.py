@@ -34,6 +34,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _module
 
 from lmforge.config.options import OptionsError
 from lmforge.fast.dropout import FastDropout
@@ -52,15 +53,26 @@ IN_PLACE = {F.relu: torch.relu_, F.gelu: torch.ops.aten.gelu_,
             gelu_tanh: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"), F.silu: partial(F.silu, inplace=True)}
 
 
-def activate(act, h: torch.Tensor) -> torch.Tensor:
-    """act(h), in place when nothing needs h for a backward pass (h is a fresh projection output)."""
-    return act(h) if h.requires_grad or act not in IN_PLACE else IN_PLACE[act](h)
+def watched(*modules: nn.Module) -> bool:
+    """Whether a forward hook (a global one, or one on any of `modules` or a module inside them) has
+    seen an output that an in-place step would then overwrite: a hook keeping it (an analysis) would
+    hold the overwritten values."""
+    return bool(_module._global_forward_hooks) or any(
+        m._forward_hooks for module in modules if module is not None for m in module.modules())
 
 
-def add_residual(h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """x + h for a sublayer's fresh output h: into h when no backward pass needs it (float addition
-    commutes, so the sums are equal)."""
-    return x + h if h.requires_grad or x.requires_grad else h.add_(x)
+def activate(act, h: torch.Tensor, producer: nn.Module | None = None) -> torch.Tensor:
+    """act(h), in place when nothing needs h for a backward pass (h is a fresh projection output) and
+    no forward hook of `producer`, the module that made h, has seen it."""
+    if h.requires_grad or act not in IN_PLACE or watched(producer):
+        return act(h)
+    return IN_PLACE[act](h)
+
+
+def add_residual(h: torch.Tensor, x: torch.Tensor, *producers: nn.Module) -> torch.Tensor:
+    """x + h for a sublayer's fresh output h: into h when no backward pass needs it and no forward hook
+    in `producers` (the modules h may come from) has seen it (float addition commutes: equal sums)."""
+    return x + h if h.requires_grad or x.requires_grad or watched(*producers) else h.add_(x)
 
 
 class FastFeedForward(FeedForward):
@@ -74,16 +86,17 @@ class FastFeedForward(FeedForward):
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
         """act(W1 x) (or the gated form), the activation in place."""
         if self.gate is None:
-            return activate(self.act, self.up(x))
-        return activate(self.act, self.gate(x)) * self.up(x)
+            return activate(self.act, self.up(x), self.up)
+        return activate(self.act, self.gate(x), self.gate) * self.up(x)
 
 
 class FastBlock(Block):
     """Block whose residual sum overwrites the sublayer's fresh output in inference."""
 
     def _add(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        # skipping the dropout module's call in eval saves ~20 us a sublayer in a decoding step
-        return add_residual(self.dropout(h) if self.training and self.dropout.p else h, x)
+        # skipping the dropout module's call in eval saves ~20 us a sublayer in a decoding step; h is
+        # the output of a module inside the block (the sublayer's, the dropout's): hooks there saw it
+        return add_residual(self.dropout(h) if self.training and self.dropout.p else h, x, *self.children())
 
 
 # exact class -> its accelerated subclass (exact: a user's own subclass keeps its forward)

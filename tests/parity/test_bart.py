@@ -165,3 +165,29 @@ def test_forced_eos_is_read_applied_and_exported(tmp_path):
 def test_unsupported_options_are_named(tmp_path, option, value):
     match = option if option != "activation_function" else "tanh"
     assert_load_refuses(_reference("BartModel"), tmp_path, ValueError, match, **{option: value})
+
+
+def _untied(share_stacks: bool):
+    """tie_word_embeddings=false: the reference then reads each stack's own token table."""
+    reference = _reference(tie_word_embeddings=False)
+    if share_stacks:  # as older checkpoints hold them: the stacks' tables are `shared`
+        with torch.no_grad():
+            for stack in (reference.model.encoder, reference.model.decoder):
+                stack.embed_tokens.weight.copy_(reference.model.shared.weight)
+    return reference
+
+
+def test_untied_stack_tables_that_differ_from_shared_are_refused(tmp_path):
+    assert_load_refuses(_untied(share_stacks=False), tmp_path, ValueError, "embed_tokens")
+
+
+def test_untied_model_loads_and_exports_its_stack_tables(tmp_path):
+    reference = _untied(share_stacks=True)
+    model = load_reference(reference, tmp_path / "in")
+    assert not model.config.tie_embeddings
+    ids, mask = _sentences()
+    target, decoder_mask = padded_batch(99, lengths=(5, 7, 2), seed=1)
+    labels = target.masked_fill(decoder_mask == 0, -100)
+    assert_seq2seq_parity(model, reference, ids, mask, labels, _shift_right(labels), decoder_mask)
+    back = assert_export_state_dicts(model, reference, tmp_path / "out")  # the stacks' tables written too
+    assert torch.equal(back.model.decoder.embed_tokens.weight, reference.model.shared.weight)

@@ -6,6 +6,8 @@ both stacks and the LM head, and the LM head's bias kept as the `final_logits_bi
 """
 from __future__ import annotations
 
+import torch
+
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.convert.family import (
     Family,
@@ -92,6 +94,26 @@ def backbone(cfg: ModelConfig) -> list:
             *_stack("decoder", cfg.decoder_layers, cross=True)]
 
 
+STACK_TABLES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+
+
+def refine(cfg: ModelConfig, tensors: dict) -> ModelConfig:
+    """Tie the LM head as the reference loader does. Untied (tie_word_embeddings=false), the
+    reference also reads each stack's own token table; lmforge has one, so tables that differ
+    from `shared` are refused."""
+    if not cfg.tie_embeddings:  # still the config's word here
+        for name in STACK_TABLES:
+            if name in tensors and not torch.equal(tensors[name], tensors["shared.weight"]):
+                raise ConfigError(f"tie_word_embeddings=false with a {name.split('.')[0]} embed_tokens table "
+                                  "that differs from shared is not supported: lmforge has one token table")
+    return tied_by_weights("shared.weight", "lm_head.weight")(cfg, tensors)
+
+
+def fixed(cfg: ModelConfig, tensors: dict) -> dict:
+    """Untied, the reference reads each stack's token table from its own name: write `shared` there."""
+    return {} if cfg.tie_embeddings else {name: tensors["shared.weight"].clone() for name in STACK_TABLES}
+
+
 def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
     """Where each head's tensors live in a BART checkpoint."""
     h = f"heads.{name}"
@@ -128,5 +150,6 @@ FAMILY = Family(
     head_keys=r"final_logits_bias|(lm_head|classification_head|qa_outputs)\..*",
     # per-stack copies of the token table and version markers (older checkpoints); the tied LM head
     ignore=(r"(encoder|decoder)\.embed_tokens\.weight", r"(encoder|decoder)\.version", r"lm_head\.weight"),
-    refine=tied_by_weights("shared.weight", "lm_head.weight"),
+    refine=refine,
+    fixed=fixed,
 )

@@ -63,8 +63,8 @@ def sinusoids(n_positions: int, dim: int) -> torch.Tensor:
     return torch.where(j % 2 == 0, angle.sin(), angle.cos()).float()  # (n_positions, dim)
 
 
-def fixed(cfg: ModelConfig) -> dict:
-    """The sinusoid table the reference stores and lmforge computes."""
+def fixed(cfg: ModelConfig, tensors: dict | None = None) -> dict:
+    """The sinusoid table the reference stores and lmforge computes (`tensors`: the export's, unused)."""
     return {POSITIONS: sinusoids(cfg.max_seq_len, cfg.d_model)} if cfg.position == "sinusoidal" else {}
 
 

@@ -107,6 +107,7 @@ class Family:
     bare: tuple  # architectures whose checkpoints have no backbone prefix
     ignore: tuple = field(default_factory=tuple)  # regexes of reference tensors with no lmforge place
     refine: Optional[Callable] = None  # (ModelConfig, reference tensors) -> ModelConfig: what weights tell
-    fixed: Optional[Callable] = None  # ModelConfig -> {reference name: tensor} stored there, computed here
+    # (ModelConfig, the exported reference tensors) -> {reference name: tensor} stored there, not here
+    fixed: Optional[Callable] = None
     # heads a checkpoint of the architecture may lack (a BertModel saved with add_pooling_layer=False)
     optional: tuple = ("pooler",)

@@ -212,8 +212,8 @@ def save_hf(model: Transformer, path: str | Path) -> Path:
         rules += family.head_rules(name, kind, cfg) if name in model.heads else []
     q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     tensors = export_tensors(model.state_dict(), rules, {2: [kv, kv], 3: [q, kv, kv]})  # cross kv; qkv
-    if family.fixed is not None:  # tensors the reference stores but lmforge computes
-        tensors.update(family.fixed(cfg))
+    if family.fixed is not None:  # tensors the reference stores but lmforge computes or shares
+        tensors.update(family.fixed(cfg, tensors))
     if architecture not in family.bare:  # task checkpoints keep the backbone under the family's prefix
         tensors = {k if re.fullmatch(family.head_keys, k) else family.prefix + k: v for k, v in tensors.items()}
     path.mkdir(parents=True, exist_ok=True)

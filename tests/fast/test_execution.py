@@ -1,5 +1,5 @@
-"""fast/execution: the optimized forward packs a batch only where a plain forward's results would not
-change."""
+"""fast/execution: the optimized forward packs a batch only where a plain forward's results and what
+hooks see would not change."""
 import pytest
 import torch
 
@@ -33,3 +33,27 @@ def test_a_row_of_padding_only_gives_the_plain_results(name):
     plain = _outputs(model, ids, mask, fast=False)
     fast = _outputs(model, ids, mask, fast=True)
     torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("unpad", ["auto", "always"])
+def test_a_hooked_layer_sees_the_padded_layout_and_the_plain_values(unpad):
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base")).eval()
+    ids, mask = _batch(empty_row=False)
+    seen = []
+    norm = model.encoder.blocks[0].attn_norm
+    norm.register_forward_hook(lambda module, args, out: seen.append(out.clone()))
+    _outputs(model, ids, mask, fast=False)
+    lmforge.optimize(model, paths=FastPaths(unpad=unpad))
+    with torch.no_grad():
+        model(ids, mask)
+    assert seen[1].shape == seen[0].shape == (*ids.shape, model.config.d_model)
+    torch.testing.assert_close(seen[1], seen[0], rtol=1e-5, atol=1e-5)
+
+
+def test_without_hooks_or_empty_rows_the_batch_is_packed():
+    model = lmforge.optimize(lmforge.build(lmforge.tiny("bert-base")).eval())
+    ids, mask = _batch(empty_row=False)
+    assert model.execution.packing(model, mask.bool(), None, None, keep_padding=False) is not None
+    model.register_forward_pre_hook(lambda module, args: None)  # the model's own: sees the padded batch
+    assert model.execution.packing(model, mask.bool(), None, None, keep_padding=False) is not None

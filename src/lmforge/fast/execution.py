@@ -6,10 +6,13 @@ rounding, less work.
 - windowed patterns of long sequences in query chunks against their key band (fast/blocked.py);
 - attention dropout's mask drawn the cheaper way (fast/dropout.py).
 Which of them runs is decided per call from the model's `FastPaths` (fast/paths.py).
+No packing where a forward hook watches a layer (it would see packed rows, not the plain (B, T, ...)
+layout) or a row is padding only (the plain forward computes its states, which a decoder reads).
 """
 from __future__ import annotations
 
 import torch
+from torch.nn.modules import module as _module
 
 from lmforge.fast.blocked import blocked_layers, plans
 from lmforge.fast.kernels import BLOCKED, DROPPING, NATIVE_PADDED, Jagged, NativeRows, packed
@@ -23,6 +26,16 @@ from lmforge.layers.execution import Execution
 # native kernel's: SDPA 10 vs 43 us at bert-tiny's (1, 2, 16, 64); the native kernel wins from (4, 12, 16,
 # 32) on: 53 vs 111 us (two threads of an AVX-512 EPYC, bench/FINDINGS.md)
 NATIVE_MIN_QUERIES = 512
+
+
+def hooked_inside(model) -> bool:
+    """Whether a forward hook or pre-hook (global, or on a layer inside `model`) would see a layer's
+    inputs or outputs; a model's own hooks (its input check, a generator's inside ELECTRA) see the
+    padded batch either way."""
+    if _module._global_forward_hooks or _module._global_forward_pre_hooks:
+        return True
+    return any((m._forward_hooks or m._forward_pre_hooks) and "execution" not in m.__dict__
+               for m in model.modules())
 
 
 class FastExecution(Execution):
@@ -39,6 +52,8 @@ class FastExecution(Execution):
         read padded rows, which must then be the padded path's."""
         if cache is not None or memory is not None or not self.paths.wants_unpad(key_padding, keep_padding,
                                                                                  model.training):
+            return None
+        if hooked_inside(model):  # hooks see the padded (B, T, ...) layout a plain forward gives them
             return None
         # attention dropout sends CPU SDPA to its math path: one re-padded call then beats B small
         # ones with their masks and backward (MiniLM fine-tuning: 6.0 s vs 7.1 s per 12 steps)

@@ -318,3 +318,38 @@ def test_a_link_as_the_output_folder_is_refused_before_any_work(corpus_dir, toke
     with pytest.raises(UnsafePath, match="s: is a symbolic link"):
         shard_corpus(_files(corpus_dir), tokenizer_dir, tmp_path / "s", log=lambda m: None)
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("name", "../outside/shard-00000", '"shards" is not a list of entries named shard-NNNNN'),
+    ("name", "/tmp/shard-00000", '"shards" is not a list'), ("dtype", "float16", '"dtype" is \'float16\''),
+    ("sha256", None, "a shard entry lacks 'sha256'")])
+def test_a_manifest_naming_a_path_a_dtype_or_no_checksum_is_refused(corpus_dir, tokenizer_dir, tmp_path,
+                                                                   field, value, said):
+    """A shard name was joined to the folder as given (files outside it read, and written on resume), a
+    float dtype passed the size and checksum checks, and an entry without checksums was taken unchecked."""
+    _one_shard(corpus_dir, tokenizer_dir, tmp_path / "s")
+    path = tmp_path / "s" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    if value is None:
+        del manifest["shards"][0][field]
+    else:
+        (manifest if field == "dtype" else manifest["shards"][0])[field] = value
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=f"^{path} is damaged: .*{said}"):
+        ShardCorpus(tmp_path / "s")
+    if field == "sha256":
+        assert verify(tmp_path / "s") == ["shard-00000"]  # named as bad: it was a KeyError
+
+
+def test_an_unfinished_manifest_naming_a_path_is_never_written_through(corpus_dir, tokenizer_dir, tmp_path):
+    files, out = [corpus_dir / "a.txt"], tmp_path / "s"
+    shard_corpus(files, tokenizer_dir, out, log=lambda m: None)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["shards"][0].update(name="../escaped", done=False)
+    manifest["complete"] = False
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match="is damaged"):
+        shard_corpus(files, tokenizer_dir, out, log=lambda m: None)  # the rerun that resumes it
+    assert not list(tmp_path.glob("escaped*"))
+

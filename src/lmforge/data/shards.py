@@ -26,6 +26,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import re
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
@@ -50,6 +51,7 @@ from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests
 FORMAT, VERSION = SHARD_FORMAT, 1
 MAX_WORKERS, MIN_SHARD_MB, MAX_SHARD_MB, MB = 256, 0.001, 65536.0, 1 << 20  # --workers, --shard-mb's bounds
 SUFFIXES = (".bin", ".sent", ".docs")
+SHARD_NAME = re.compile(r"shard-[0-9]{5,}")  # plan's names: a file of the folder, never a path
 OFFSET = np.dtype("<i8")
 BATCH_SENTENCES = 4096  # sentences tokenised per encode_batch call
 
@@ -215,8 +217,8 @@ def check_files(out, shards: list, itemsize: int) -> None:
                 raise ShardError(f"shard file {path} is {stat.st_size} bytes, its manifest says {size} "
                                  f"(truncated or damaged); {REDO}")
             key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-            want = (entry.get("sha256") or {}).get(suffix.lstrip("."))
-            if want and key not in _VERIFIED:
+            want = entry["sha256"][suffix.lstrip(".")]  # none recorded: damaged, never taken unchecked
+            if key not in _VERIFIED:
                 todo.append((path, want, key))
     # hashlib releases the GIL on large blocks: threads hash several files at once
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
@@ -231,7 +233,7 @@ def _intact(out: Path, entry: dict, itemsize: int) -> bool:
     """Whether a recorded shard's files exist with the sizes its counts imply and their checksums."""
     try:
         check_files(out, [entry], itemsize)
-    except ValueError:
+    except (ValueError, KeyError, TypeError, AttributeError):  # damaged, or its record is: redone
         return False
     return True
 
@@ -249,6 +251,7 @@ def read_manifest(out, check: bool = True) -> dict:
         raise ShardError(f"{out} is not a shard directory (cannot read manifest.json: {err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ShardError(f"{path} is not an {FORMAT} v{VERSION} manifest")
+    _check_shape(path, manifest)
     if check and manifest.get("complete"):
         try:
             check_files(out, manifest["shards"], np.dtype(manifest["dtype"]).itemsize)
@@ -256,6 +259,18 @@ def read_manifest(out, check: bool = True) -> dict:
             what = f"lacks {err}" if isinstance(err, KeyError) else f"is malformed ({err})"
             raise ShardError(f"{path} is damaged: a shard entry {what}") from None
     return manifest
+
+
+def _check_shape(path: Path, manifest: dict) -> None:
+    """ShardError unless the manifest's shard names and dtype are ones `shard_corpus` writes."""
+    entries = manifest.get("shards")
+    # a name is joined to the folder to read and write: "../x" or "/x" would reach files outside it
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str)
+                                                and SHARD_NAME.fullmatch(e["name"]) for e in entries):
+        raise ShardError(f"{path} is damaged: \"shards\" is not a list of entries named shard-NNNNN")
+    dtype = manifest.get("dtype")
+    if dtype not in ("uint16", "uint32"):  # float16 ids would pass the size and checksum checks
+        raise ShardError(f"{path} is damaged: \"dtype\" is {dtype!r}, not uint16 or uint32")
 
 
 def _write_manifest(out: Path, manifest: dict) -> None:
@@ -359,12 +374,12 @@ def _run(jobs: list, workers: int):
 
 
 def verify(out) -> list:
-    """Names of the shards whose files are missing or differ from the manifest's checksums."""
+    """Names of the shards whose files are missing or differ from the manifest's checksums (re-read)."""
     out, manifest = Path(out), read_manifest(out, check=False)
     bad = []
     for s in manifest["shards"]:
-        files = [out / f"{s['name']}{suffix}" for suffix in SUFFIXES]
-        if not s["done"] or not all(f.is_file() for f in files) or any(
-                _sha256(f) != s["sha256"][suffix.lstrip(".")] for f, suffix in zip(files, SUFFIXES)):
+        sums, files = s.get("sha256"), [out / f"{s['name']}{suffix}" for suffix in SUFFIXES]
+        if not (s.get("done") and isinstance(sums, dict) and all(f.is_file() for f in files)) or any(
+                _sha256(f) != sums.get(suffix.lstrip(".")) for f, suffix in zip(files, SUFFIXES)):
             bad.append(s["name"])
     return bad

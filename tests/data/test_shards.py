@@ -353,3 +353,19 @@ def test_an_unfinished_manifest_naming_a_path_is_never_written_through(corpus_di
         shard_corpus(files, tokenizer_dir, out, log=lambda m: None)  # the rerun that resumes it
     assert not list(tmp_path.glob("escaped*"))
 
+
+def test_an_interrupted_run_leaves_no_temporary_file(corpus_dir, tokenizer_dir, tmp_path, monkeypatch):
+    """Ctrl-C with --workers 2 left the workers' half-written shard-NNNNN.*.tmp files in --out."""
+    out, real = tmp_path / "s", shards.write_shard
+
+    def interrupted(job):
+        if job["name"] == "shard-00001":  # dies half-way through its files
+            (out / "shard-00001.bin.tmp").write_bytes(b"\x01\x02")
+            (out / "shard-00001.sent.tmp").write_bytes(b"")
+            raise KeyboardInterrupt
+        return real(job)
+
+    monkeypatch.setattr(shards, "write_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        shard_corpus(_files(corpus_dir), tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
+    assert not list(out.glob("*.tmp")) and (out / "shard-00000.bin").is_file()

@@ -326,18 +326,32 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     jobs = [{**{k: s[k] for k in ("name", "input", "start", "end")}, "path": manifest["inputs"][s["input"]]["path"],
              "tokenizer": str(out / "tokenizer"), "options": manifest["options"], "dtype": manifest["dtype"],
              "out": str(out)} for s in todo]
-    index = {s["name"]: i for i, s in enumerate(manifest["shards"])}
-    for entry in _run(jobs, workers):
-        manifest["shards"][index[entry["name"]]] = entry
-        _write_manifest(out, manifest)  # a finished shard is on record before the next one lands
-        for message in entry["problems"]:
-            warnings.warn(message, CorpusWarning, stacklevel=2)
-        log(f"{entry['name']}: {entry['documents']} documents, {entry['tokens']} tokens")
+    _write_all(out, manifest, jobs, workers, log)
     manifest["totals"] = {k: sum(s[k] for s in manifest["shards"]) for k in ("documents", "sentences", "tokens")}
     _refuse_empty(out, manifest, files, made)
     manifest["complete"] = True
     _write_manifest(out, manifest)
     return manifest
+
+
+def _write_all(out: Path, manifest: dict, jobs: list, workers: int, log) -> None:
+    """Run the jobs, recording each finished shard in the manifest as it lands. An interrupted run (Ctrl-C,
+    an error) leaves its finished shards on record and no temporary file, its workers' included."""
+    index = {s["name"]: i for i, s in enumerate(manifest["shards"])}
+    entries = _run(jobs, workers)
+    try:
+        for entry in entries:
+            manifest["shards"][index[entry["name"]]] = entry
+            _write_manifest(out, manifest)  # a finished shard is on record before the next one lands
+            for message in entry["problems"]:
+                warnings.warn(message, CorpusWarning, stacklevel=3)
+            log(f"{entry['name']}: {entry['documents']} documents, {entry['tokens']} tokens")
+    except BaseException:
+        entries.close()  # the pool's workers end (terminated, joined) before their files are removed
+        for job in jobs:
+            for suffix in SUFFIXES:
+                (out / f"{job['name']}{suffix}.tmp").unlink(missing_ok=True)
+        raise
 
 
 def _refuse_empty(out: Path, manifest: dict, files: list, made: bool) -> None:

@@ -46,11 +46,6 @@ class ObjectiveSpec:
             raise ValueError(f"objective {self.name!r}: tokenizer family {self.tokenizer!r} is not one of "
                              f"{', '.join(TOKENIZER_KINDS)}")
 
-    @property
-    def tokenizer_kind(self) -> str:
-        """The subword model of the tokenizer trained for this objective (its family's original)."""
-        return TOKENIZER_KINDS[self.tokenizer]
-
     def check(self, cfg, preset: str = "") -> None:
         """Raise ValueError unless this objective trains a model of config `cfg` (from `preset`)."""
         if cfg.architecture not in self.architectures:

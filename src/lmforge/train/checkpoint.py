@@ -293,19 +293,6 @@ def latest_checkpoint(root: Path, warn=print):
     return None
 
 
-def run_options(root: Path) -> dict | None:
-    """The training options ("train" of trainer.json) of the newest checkpoint under root whose
-    trainer.json reads, or None: what a resumed run keeps (config.resumed_config) before it builds data."""
-    for path in reversed(checkpoints(root)):
-        try:
-            info = read_info(path)
-            check_state(path, info)  # an edited trainer.json is skipped here as latest_checkpoint skips it
-            return info.get("train")
-        except CheckpointCorrupt:
-            continue
-    return None
-
-
 def optimizer_change(saved, now: dict, shapes: dict) -> str | None:
     """How a checkpoint's optimiser state (dist.optimizer_state's form: parameter names per group) differs
     from the run's fresh optimiser `now`: other groups, other trainable parameters, another group lr (a

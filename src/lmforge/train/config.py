@@ -11,8 +11,6 @@ from lmforge.config.options import (
     OptionsError,
     base_type,
     check_options,
-    check_range,
-    check_value,
     coerce,
     from_dict,
     option,
@@ -153,16 +151,6 @@ def options_from_dict(cls, data: dict, what: str):
         data = {k: coerce(cls, k, v) if kinds.get(k) in ("int", "float") and isinstance(v, str) else v
                 for k, v in data.items()}
     return from_dict(cls, data, what)
-
-
-def _check_type(name: str, kind: str, value) -> None:
-    """A field's value is of its declared type (a bool is not a number; None only where Optional)."""
-    check_value(name, kind, {}, value)
-
-
-def _check_range(name: str, value, low, high, open_low: bool = False) -> None:
-    """A finite number within [low, high] ((low, high] when open_low; None: no bound); None passes."""
-    check_range(name, value, low, high, open_low)
 
 
 def _betas(text: str) -> list:

@@ -237,6 +237,17 @@ def test_bad_input(tmp_path):
         train_tokenizer(["fine", 3], "unigram", 300)
 
 
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_a_file_not_utf8_past_its_first_block_is_named_with_the_place(tmp_path, kind):
+    """The Rust reader's "stream did not contain valid UTF-8" named no file: the bad byte lay beyond the
+    first buffer of a file, which is all the empty-corpus check reads."""
+    good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
+    good.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    bad.write_bytes(b"good line here\n" * 2000 + b"hello \xff\xfe world\n")
+    with pytest.raises(TokenizerError, match=f"^{bad} is not UTF-8 text: .* in position 30006"):
+        train_tokenizer([good, bad], kind, 300)
+
+
 def test_cli_trains_on_files_and_on_the_built_in_corpus(tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")

@@ -266,6 +266,15 @@ class _Corpus:
             raise TokenizerError("empty corpus: no non-blank text to train on")
 
 
+    def check_utf8(self) -> None:
+        """A TokenizerError naming the first plain-text file that is not UTF-8 (and where), if one is not."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its long lines were reported by the pass that failed
+            for file in self.files or ():
+                for _ in file_pieces(file):
+                    pass
+
+
 def _run(backend: Backend, trainer, corpus: _Corpus, kind: str) -> None:
     """Train `backend` in place on one pass over `corpus`."""
     try:
@@ -273,6 +282,7 @@ def _run(backend: Backend, trainer, corpus: _Corpus, kind: str) -> None:
     except (TokenizerError, TypeError):
         raise
     except Exception as err:  # the Rust trainers raise plain Exceptions
+        corpus.check_utf8()  # "stream did not contain valid UTF-8" names no file: this names it
         raise TokenizerError(f"cannot train a {kind} tokenizer: {err}") from None
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lmforge.config.options import check_options, option
+
 UNPAD = ("auto", "always", "never")
 LOCAL_ATTENTION = ("auto", "blocked", "dense")
 JAGGED = ("auto", "always", "never")
@@ -21,6 +23,9 @@ JAGGED = ("auto", "always", "never")
 # Training packs at any padding: the backward pass doubles the saving (MiniLM fine-tuning
 # with ~9 % padding: 6.0 s vs 6.5 s per 12 steps, bench/FINDINGS.md)
 UNPAD_MIN_PADDING = 0.05
+# a chunk's band of keys is allocated per pass and a threshold past any context changes nothing: both
+# bounded (2^16 is twice the longest context of the presets)
+MAX_CHUNK = MAX_LENGTH = 1 << 16
 
 
 @dataclass
@@ -31,52 +36,46 @@ class FastPaths:
     # attention re-pads them per layer, so each sequence only ever sees itself. Padded rows of
     # the output are then zeros: "auto" keeps the padded path when a per-token head (LM, tagging)
     # reads them, as the reference computes them and a loss over them (labels on padding) needs them
-    unpad: str = "auto"
+    unpad: str = option("auto", "pack the batch's real tokens", choices=UNPAD)
     # unpadded full attention sequence by sequence (sum of L^2 scores, B calls a layer, no mask) instead
     # of re-padding (B T^2 scores, one call): bench/RESULTS.md, 1.6x vs 1.2x the reference on bert-mini
-    sequence_attention: bool = True
+    sequence_attention: bool = option(True, "unpadded full attention sequence by sequence")
     # ... but in inference only when the batch's longest sequence has at least this many tokens:
     # below it the B small calls a layer (each a parallel region) cost more than the few padded
     # scores of one re-padded call (all-MiniLM-L6-v2, 32 texts of ~14 tokens, bench/FINDINGS.md)
-    sequence_min_length: int = 32
+    sequence_min_length: int = option(32, "... in inference from this longest length on", low=0,
+                                      high=MAX_LENGTH)
     # windowed patterns (sliding-window, dilated, longformer, bigbird) in query chunks against
     # their key band (linear in T) instead of a dense (T, T) mask; "auto": when the band is short
-    local_attention: str = "auto"
+    local_attention: str = option("auto", "windowed patterns in query chunks", choices=LOCAL_ATTENTION)
     # packed rows of a bidirectional mask of padding only in one SDPA call over a nested jagged tensor
     # (variable-length attention: flash / memory-efficient kernels on CUDA, no mask, no padding);
     # "auto": on CUDA, where it replaces B calls a layer by one; the CPU keeps its measured choices above
-    jagged_attention: str = "auto"
+    jagged_attention: str = option("auto", "packed rows in one nested jagged SDPA call", choices=JAGGED)
     # bidirectional attention of padding-only masks in inference by lmforge's native kernel (fp32 CPU,
     # fast/native_attention.py: all sequences and heads in one parallel region, packed rows included)
     # instead of SDPA: 2.3x SDPA's attention at MiniLM's long texts on two threads (bench/FINDINGS.md).
     # Where it runs it comes first: sequence_attention and jagged_attention then choose for the rest
-    native_attention: bool = True
+    native_attention: bool = option(True, "bidirectional attention by the native kernel")
     # fp32 CPU inference products by oneDNN's linear (fast/linear.py) instead of F.linear's MKL sgemm:
     # 4-18 % faster on MiniLM's and BERT's shapes, 1.6-2.8x on a decoding step's rows (bench/FINDINGS.md);
     # equal within float rounding, not bitwise
-    onednn_linear: bool = True
+    onednn_linear: bool = option(True, "fp32 CPU inference products by oneDNN's linear")
     # calls too small to repay the faster kernels' set-up keep the plain ones: oneDNN's linear costs ~15 us
     # more a call than MKL's sgemm and the native attention ~30 us more than SDPA, so a weight of under
     # 2^18 values met by under 128 rows stays on F.linear (fast/linear.py), and a pass of under 512 query
     # rows x heads attends by SDPA (fast/execution.py): bert-tiny at batch 1 ran 1.7x slower optimized
     # (bench/FINDINGS.md). False: the faster kernels at every size
-    small_calls_plain: bool = True
-    chunk: int = 0  # queries per chunk of blocked attention; 0: chosen from the window
+    small_calls_plain: bool = option(True, "calls too small to repay the faster kernels keep the plain ones")
+    chunk: int = option(0, "queries per chunk of blocked attention; 0: chosen from the window", low=0,
+                        high=MAX_CHUNK)
     # turn the layers into their accelerated subclasses (fast/optimize.py), once
-    accelerate: bool = True
+    accelerate: bool = option(True, "the layers as their accelerated subclasses")
 
     def __post_init__(self) -> None:
-        if self.unpad not in UNPAD:
-            raise ValueError(f"unpad={self.unpad!r} is not one of {', '.join(UNPAD)}")
-        if self.local_attention not in LOCAL_ATTENTION:
-            raise ValueError(f"local_attention={self.local_attention!r} is not one of "
-                             f"{', '.join(LOCAL_ATTENTION)}")
-        if self.jagged_attention not in JAGGED:
-            raise ValueError(f"jagged_attention={self.jagged_attention!r} is not one of {', '.join(JAGGED)}")
-        if self.chunk < 0:
-            raise ValueError(f"chunk must be >= 0, got {self.chunk}")
-        if self.sequence_min_length < 0:
-            raise ValueError(f"sequence_min_length must be >= 0, got {self.sequence_min_length}")
+        # each field's type, bounds and choices (an OptionsError naming it): "no" for a flag would
+        # switch it on, a string chunk failed inside a comparison, a huge one allocated its band
+        check_options(self)
 
     def wants_jagged(self, device: torch.device) -> bool:
         """Whether packed rows of bidirectional padding-only masks attend as one nested jagged call."""

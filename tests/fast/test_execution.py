@@ -53,7 +53,7 @@ def test_a_hooked_layer_sees_the_padded_layout_and_the_plain_values(unpad):
 
 def test_without_hooks_or_empty_rows_the_batch_is_packed():
     model = lmforge.optimize(lmforge.build(lmforge.tiny("bert-base")).eval())
-    ids, mask = _batch(empty_row=False)
+    mask = _batch(empty_row=False)[1]
     assert model.execution.packing(model, mask.bool(), None, None, keep_padding=False) is not None
     model.register_forward_pre_hook(lambda module, args: None)  # the model's own: sees the padded batch
     assert model.execution.packing(model, mask.bool(), None, None, keep_padding=False) is not None

@@ -37,3 +37,16 @@ def test_a_tokenizer_trained_into_a_model_folder_is_recorded_there_and_loads(tmp
     assert cli_verdict(["tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "120"],
                        {"out": tmp_path / "m", "docs": 50}) is None
     assert lmforge.load_tokenizer(tmp_path / "m").vocab_size == 120
+
+
+def test_an_out_holding_an_input_file_is_refused_naming_both_before_training(tmp_path):
+    """`tokenizer train data/c.txt --out data` put tokenizer.json beside the text: a later `corpus shard data`
+    read the tokenizer's JSON files as corpus text."""
+    (tmp_path / "data").mkdir()
+    text = tmp_path / "data" / "c.txt"
+    text.write_text("the cat sat on the mat .\nthe dog ran in the park .\n" * 20)
+    for out in (tmp_path / "data", tmp_path):
+        line = cli_verdict(["tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "60", str(text)],
+                           {"out": out})
+        assert line is not None and f"FILES {text} lies inside --out {out}" in line, line
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["c.txt"]

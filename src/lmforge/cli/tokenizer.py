@@ -18,13 +18,15 @@ def tokenizer_options(args):
 
 def cmd_tokenizer_train(args) -> None:
     """Train a tokenizer on text files (default: the built-in corpus) and save it under --out."""
-    from lmforge.cli.common import UsageError, refuse_overwrite
+    from lmforge.cli.common import UsageError, refuse_nested, refuse_overwrite
     from lmforge.data import corpus_text
     from lmforge.tokenizer.train import train_with
     from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE, seal
     from lmforge.utils.atomic import replace_files
 
     refuse_overwrite(args.out, ("FILES", args.files), writes=(*SAVED_FILES, SUMS_FILE))
+    # a folder of FILES given to `corpus shard` or `pretrain --data` would read the tokenizer's JSON as text
+    refuse_nested(args.out, ("FILES", args.files))
     options = tokenizer_options(args)  # before the corpus is read or made
     drawn = [flag for flag in ("--docs", "--seed") if getattr(args, flag[2:]) is not None]
     if args.files and drawn:  # never ignored

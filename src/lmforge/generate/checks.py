@@ -110,11 +110,25 @@ def special_ids(model, options: GenerationOptions) -> dict:
         value = getattr(cfg, name) if given is None else given
         ids = _token_ids(value, name, V, device)
         out[key] = None if ids is None else int(ids[0])
+    _refuse_forced_and_suppressed(out, options)
     if out["pad"] is None and out["eos"] is not None:
         out["pad"] = int(out["eos"][0])  # finished rows need a filler; the reference uses eos too
     if isinstance(model, EncoderDecoder) and out["start"] is None:
         out["start"] = _start_from_pad(options, cfg)
     return out
+
+
+def _refuse_forced_and_suppressed(ids: dict, options: GenerationOptions) -> None:
+    """OptionsError naming a forced token (the options' or the config's) that suppress_tokens also bans: every
+    score of that step is then -inf, and greedy decoding took token 0, unsaid (the reference refuses it)."""
+    if ids["suppress"] is None:
+        return
+    banned = set(ids["suppress"].tolist())
+    for key, name in (("bos", "forced_bos_token_id"), ("forced_eos", "forced_eos_token_id")):
+        if ids[key] in banned:
+            whose = "" if getattr(options, name) is not None else " (the model config's)"
+            raise OptionsError(f"{name}={ids[key]}{whose} is also in suppress_tokens: no token could be chosen "
+                               "at the forced position; remove it from one of them", name)
 
 
 def _start_from_pad(options: GenerationOptions, cfg) -> int:

@@ -105,11 +105,17 @@ class GenerationOptions:
 
     def check_start(self, start: int) -> None:
         """Settings that contradict the `start` decoder positions before the new tokens (a decoder's prompt,
-        an encoder-decoder's start token): a min_length, which counts them, beyond the budget's reach."""
+        an encoder-decoder's start token): a min_length, which counts them, beyond the budget's reach or
+        beyond what min_new_tokens asks (the reference then applies min_new_tokens alone)."""
         if self.min_length > start + self.max_new_tokens:  # as min_new_tokens > max_new_tokens is
             raise OptionsError(f"min_length={self.min_length} is more than {start} starting tokens plus "
                                f"max_new_tokens={self.max_new_tokens}: no text could end before the budget",
                                "min_length")
+        if self.min_new_tokens and self.min_length > start + self.min_new_tokens:
+            # the reference then reads min_new_tokens alone: honouring min_length too gave other tokens
+            raise OptionsError(f"min_length={self.min_length} asks more than {start} starting tokens plus "
+                               f"min_new_tokens={self.min_new_tokens}: give one of them (with both, Hugging Face "
+                               "transformers applies min_new_tokens only)", "min_length")
 
     @classmethod
     def build(cls, options: Optional["GenerationOptions"] = None, fields: Optional[dict] = None):

@@ -134,3 +134,38 @@ def test_full_attention_big_bird_loads_at_any_size_and_block_size(tmp_path, max_
     assert back.config.attention_type == "original_full"
     with torch.no_grad():
         assert_parity(back(ids, attention_mask=mask).last_hidden_state, theirs.last_hidden_state, mask)
+
+
+_GPT = {"vocab_size": 99, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64, "bos_token_id": 0,
+        "eos_token_id": 0}
+_LLAMA = {"vocab_size": 99, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 64,
+          "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 0}
+_BLOOM = {"vocab_size": 99, "hidden_size": 32, "n_layer": 2, "n_head": 4, "bos_token_id": 0, "eos_token_id": 0}
+_XLNET = {"vocab_size": 99, "d_model": 32, "n_layer": 2, "n_head": 4, "d_inner": 48, "bos_token_id": 0,
+          "eos_token_id": 2}
+# (architecture, its config class and sizes, the token table and the LM head inside the checkpoint)
+_TIED_HEADS = [
+    ("GPT2LMHeadModel", "GPT2Config", _GPT, "transformer.wte.weight", "lm_head.weight"),
+    ("OpenAIGPTLMHeadModel", "OpenAIGPTConfig", _GPT, "transformer.tokens_embed.weight", "lm_head.weight"),
+    ("LlamaForCausalLM", "LlamaConfig", _LLAMA, "model.embed_tokens.weight", "lm_head.weight"),
+    ("MistralForCausalLM", "MistralConfig", _LLAMA, "model.embed_tokens.weight", "lm_head.weight"),
+    ("BloomForCausalLM", "BloomConfig", _BLOOM, "transformer.word_embeddings.weight", "lm_head.weight"),
+    ("XLNetLMHeadModel", "XLNetConfig", _XLNET, "transformer.word_embedding.weight", "lm_loss.weight"),
+]
+
+
+@pytest.mark.parametrize("architecture, config, sizes, table, head", _TIED_HEADS)
+def test_a_stored_head_that_differs_from_the_tied_table_is_used_as_the_reference_uses_it(
+        tmp_path, architecture, config, sizes, table, head):
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    save_reference(getattr(transformers, architecture)(getattr(transformers, config)(**sizes)), tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))  # a config that says tied, a head that is not
+    tensors[head] = torch.randn_like(tensors[table])
+    save_file(tensors, str(tmp_path / "model.safetensors"), {"format": "pt"})
+    reference = getattr(transformers, architecture).from_pretrained(tmp_path).eval()  # keeps both, untied
+    model = lmforge.load(tmp_path)
+    assert not model.config.tie_embeddings
+    assert_forward_parity(model, reference, *padded_batch(99))

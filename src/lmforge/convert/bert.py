@@ -3,7 +3,15 @@ from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.convert.encoders import check_encoder
-from lmforge.convert.family import Family, activation_of, ffn_of, n_labels, special_tokens, special_tokens_of
+from lmforge.convert.family import (
+    Family,
+    activation_of,
+    ffn_of,
+    n_labels,
+    special_tokens,
+    special_tokens_of,
+    tied_by_weights,
+)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BERT
 
@@ -100,4 +108,5 @@ FAMILY = Family(
     head_keys=r"(cls|classifier|qa_outputs)\..*",
     # position_ids buffers of old checkpoints; the tied decoder copies of the token table / bias
     ignore=(r"(.*\.)?position_ids", r"cls\.predictions\.decoder\.(weight|bias)"),
+    refine=tied_by_weights("embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"),
 )

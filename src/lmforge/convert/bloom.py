@@ -15,6 +15,7 @@ from lmforge.convert.family import (
     decoder_task_heads,
     special_tokens,
     special_tokens_of,
+    tied_by_weights,
 )
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BLOOM
@@ -78,4 +79,5 @@ FAMILY = Family(
     bare=("BloomModel",),
     head_keys=r"(lm_head|score|classifier|qa_outputs)\..*",
     ignore=(r"lm_head\.weight",),  # the tied copy of the token table
+    refine=tied_by_weights("word_embeddings.weight", "lm_head.weight"),
 )

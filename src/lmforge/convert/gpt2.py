@@ -10,6 +10,7 @@ from lmforge.convert.family import (
     ffn_of,
     special_tokens,
     special_tokens_of,
+    tied_by_weights,
 )
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import GPT2
@@ -73,4 +74,5 @@ FAMILY = Family(
     head_keys=r"(lm_head|score|classifier|qa_outputs)\..*",
     # causal-mask buffers of old checkpoints; the tied copy of the token table
     ignore=(r"h\.\d+\.attn\.(masked_)?bias", r"lm_head\.weight"),
+    refine=tied_by_weights("wte.weight", "lm_head.weight"),
 )

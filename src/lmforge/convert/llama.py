@@ -15,6 +15,7 @@ from lmforge.convert.family import (
     decoder_task_heads,
     special_tokens,
     special_tokens_of,
+    tied_by_weights,
 )
 from lmforge.convert.keymap import Rule
 from lmforge.presets import LLAMA
@@ -143,4 +144,5 @@ FAMILY = Family(
     head_keys=r"(lm_head|score)\..*",
     # rotary caches of old checkpoints; the tied copy of the token table
     ignore=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"lm_head\.weight"),
+    refine=tied_by_weights("embed_tokens.weight", "lm_head.weight"),
 )

@@ -36,4 +36,5 @@ FAMILY = Family(
     bare=("MistralModel",),
     head_keys=llama.FAMILY.head_keys,
     ignore=llama.FAMILY.ignore,
+    refine=llama.FAMILY.refine,
 )

@@ -7,7 +7,7 @@ fixed at 4 d_model. The reference's "gelu" is the tanh approximation, as in the 
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, n_labels, special_tokens, special_tokens_of
+from lmforge.convert.family import Family, n_labels, special_tokens, special_tokens_of, tied_by_weights
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import GPT
 
@@ -81,4 +81,5 @@ FAMILY = Family(
     head_keys=r"(lm_head|score)\..*",
     # causal-mask and position-id buffers of old checkpoints; the tied copy of the token table
     ignore=(r"h\.\d+\.attn\.bias", r"position_ids", r"lm_head\.weight"),
+    refine=tied_by_weights("tokens_embed.weight", "lm_head.weight"),
 )

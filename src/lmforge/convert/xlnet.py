@@ -8,7 +8,15 @@ perm_mask / target_mapping are given (layers/variants/two_stream.py, objectives/
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import Family, activation_of, ffn_of, n_labels, special_tokens, special_tokens_of
+from lmforge.convert.family import (
+    Family,
+    activation_of,
+    ffn_of,
+    n_labels,
+    special_tokens,
+    special_tokens_of,
+    tied_by_weights,
+)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import XLNET
 
@@ -109,4 +117,5 @@ FAMILY = Family(
     bare=("XLNetModel",),
     head_keys=r"(lm_loss|sequence_summary|logits_proj|classifier|qa_outputs)\..*",
     ignore=(r"lm_loss\.weight",),  # the tied copy of the token table
+    refine=tied_by_weights("word_embedding.weight", "lm_loss.weight"),
 )

@@ -180,3 +180,17 @@ def test_an_output_a_forward_hook_keeps_is_not_overwritten_in_place(name, layer)
     with torch.inference_mode():
         model(torch.randint(3, 99, (2, 7), generator=torch.Generator().manual_seed(0)))
     assert len(kept) == 1 and torch.equal(kept[0][0], kept[0][1])
+
+
+def test_turning_off_leaves_a_users_own_attributes_of_the_same_names():
+    class Mine(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.slot, self.onednn, self.small_plain = "kept", 1, 2
+            self.layer = nn.Linear(4, 4)
+
+    model = Mine()
+    lmforge.optimize(model)
+    lmforge.optimize(model, enabled=False)
+    assert (model.slot, model.onednn, model.small_plain) == ("kept", 1, 2) and type(model.layer) is nn.Linear
+    assert not {"slot", "onednn", "small_plain"} & set(model.layer.__dict__)

@@ -127,9 +127,9 @@ def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = N
         raise OptionsError(f"paths must be a FastPaths, got {type(paths).__name__}", "paths")
     if not enabled:
         for module in model.modules():
-            module.__dict__.pop("slot", None)
-            module.__dict__.pop("onednn", None)
-            module.__dict__.pop("small_plain", None)
+            if type(module) is FastLinear:  # what optimize set on it; another module's own are its own
+                for name in ("slot", "onednn", "small_plain"):
+                    module.__dict__.pop(name, None)
             if type(module) in PLAIN_OF:
                 module.__class__ = PLAIN_OF[type(module)]
         _set_execution(model, PLAIN)

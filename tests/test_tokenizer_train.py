@@ -237,6 +237,21 @@ def test_bad_input(tmp_path):
         train_tokenizer(["fine", 3], "unigram", 300)
 
 
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_more_ids_than_vocab_size_is_said_never_silent(kind):
+    """BPE and WordPiece keep every character whatever vocab_size asks: 10 gave 90 or 94 ids, unsaid."""
+    import warnings
+
+    from lmforge.data.corpus import CorpusWarning
+
+    with pytest.warns(CorpusWarning, match=r"^vocab_size=10: the corpus's characters alone make (\d+) ids"):
+        made = train_tokenizer(CORPUS, kind, 10).vocab_size
+    assert made > 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CorpusWarning)  # none where the size asked holds the characters
+        assert train_tokenizer(CORPUS, kind, made + 20).vocab_size <= made + 20
+
+
 @pytest.mark.parametrize("kind", ["bpe", "unigram"])
 def test_a_file_not_utf8_past_its_first_block_is_named_with_the_place(tmp_path, kind):
     """The Rust reader's "stream did not contain valid UTF-8" named no file: the bad byte lay beyond the

@@ -297,6 +297,19 @@ def _pinned(kind: str, spec: Family, min_frequency: int, norm, corpus: _Corpus) 
     return base_pieces(backend, spec.specials)
 
 
+def _say_overflow(backend: Backend, options: TokenizerOptions) -> None:
+    """A CorpusWarning where BPE or WordPiece training made more ids than vocab_size: their trainers keep
+    every character of the corpus (WordPiece each as a "##" continuation too) whatever the size asked, then
+    merge none; unigram refuses such a size itself."""
+    from lmforge.data.corpus import CorpusWarning
+
+    made = backend.get_vocab_size()
+    if made > options.vocab_size:
+        warnings.warn(f"vocab_size={options.vocab_size}: the corpus's characters alone make {made} ids, so "
+                      f"the {options.kind} tokenizer has {made} and no merge; a vocab_size above {made} "
+                      "gives merges", CorpusWarning, stacklevel=4)
+
+
 def train_tokenizer(source, kind: str, vocab_size: int, family: str | None = None, lowercase: bool = False,
                     strip_accents: bool = False, min_frequency: int | None = None) -> Tokenizer:
     """Train a `kind` tokenizer of about `vocab_size` ids (specials included) on files or texts.
@@ -317,6 +330,7 @@ def train_with(source, options: TokenizerOptions) -> Tokenizer:
     backend, trainer = backend_and_trainer(kind, options.vocab_size, spec, least, pinned)
     backend.normalizer = norm
     _run(backend, trainer, corpus, kind)
+    _say_overflow(backend, options)
     backend = canonical(backend, spec.specials, pinned)
     tokens = dict(spec.roles)
     backend.add_special_tokens([AddedToken(f"<extra_id_{i}>", special=True, normalized=False)

@@ -178,7 +178,18 @@ def _untied(share_stacks: bool):
 
 
 def test_untied_stack_tables_that_differ_from_shared_are_refused(tmp_path):
-    assert_load_refuses(_untied(share_stacks=False), tmp_path, ValueError, "embed_tokens")
+    assert_load_refuses(_untied(share_stacks=False), tmp_path, ValueError, "embed_tokens.weight differs")
+
+
+def test_a_tied_checkpoint_with_its_own_stack_table_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _reference().save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))  # tied, yet the reference reads the stored table
+    tensors["model.decoder.embed_tokens.weight"] = torch.randn_like(tensors["model.shared.weight"])
+    save_file(tensors, str(tmp_path / "model.safetensors"), {"format": "pt"})
+    with pytest.raises(ValueError, match="decoder.embed_tokens.weight differs from shared"):
+        lmforge.load(tmp_path)
 
 
 def test_untied_model_loads_and_exports_its_stack_tables(tmp_path):

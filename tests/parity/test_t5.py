@@ -127,3 +127,35 @@ def test_beam_hypotheses_that_end_early_are_filled_as_the_reference_fills_them(t
                                            ("feed_forward_proj", "gated-gelu-x")])
 def test_unsupported_options_are_named(tmp_path, option, value):
     assert_load_refuses(_reference(V10, "T5Model"), tmp_path, ValueError, option, **{option: value})
+
+
+@pytest.mark.parametrize("version", [V10, V11])
+def test_a_stored_stack_table_that_differs_from_shared_is_refused(tmp_path, version):
+    from safetensors.torch import load_file, save_file
+
+    from lmforge.io import CheckpointError
+
+    reference = _reference(version)
+    reference.save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    # the reference loader then keeps the encoder's own table; lmforge has one
+    tensors["encoder.embed_tokens.weight"] = torch.randn_like(tensors["shared.weight"])
+    save_file(tensors, str(tmp_path / "model.safetensors"), {"format": "pt"})
+    with pytest.raises(CheckpointError, match="encoder.embed_tokens.weight differs from shared"):
+        lmforge.load(tmp_path)
+
+
+def test_stored_stack_tables_equal_to_shared_load(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    reference = _reference()
+    reference.save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))  # as .bin checkpoints hold them
+    for stack in ("encoder", "decoder"):
+        tensors[f"{stack}.embed_tokens.weight"] = tensors["shared.weight"].clone()
+    save_file(tensors, str(tmp_path / "model.safetensors"), {"format": "pt"})
+    ids, mask = padded_batch(99)
+    decoder_ids = shift_right(ids[:, :5], 0, 0)
+    with torch.no_grad():
+        theirs = reference(ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+        assert_parity(lmforge.load(tmp_path)(ids, mask, decoder_input_ids=decoder_ids).logits, theirs)

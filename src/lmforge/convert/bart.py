@@ -6,12 +6,11 @@ both stacks and the LM head, and the LM head's bias kept as the `final_logits_bi
 """
 from __future__ import annotations
 
-import torch
-
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.convert.family import (
     Family,
     activation_of,
+    check_one_table,
     ffn_of,
     n_labels,
     special_tokens,
@@ -98,14 +97,10 @@ STACK_TABLES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 
 
 def refine(cfg: ModelConfig, tensors: dict) -> ModelConfig:
-    """Tie the LM head as the reference loader does. Untied (tie_word_embeddings=false), the
-    reference also reads each stack's own token table; lmforge has one, so tables that differ
-    from `shared` are refused."""
-    if not cfg.tie_embeddings:  # still the config's word here
-        for name in STACK_TABLES:
-            if name in tensors and not torch.equal(tensors[name], tensors["shared.weight"]):
-                raise ConfigError(f"tie_word_embeddings=false with a {name.split('.')[0]} embed_tokens table "
-                                  "that differs from shared is not supported: lmforge has one token table")
+    """Tie the LM head as the reference loader does; stack token tables (embed_tokens) that differ
+    from `shared`, which the reference then reads (tie_word_embeddings=false, or stored apart), are
+    refused."""
+    check_one_table(tensors, "shared.weight", STACK_TABLES)
     return tied_by_weights("shared.weight", "lm_head.weight")(cfg, tensors)
 
 

@@ -54,6 +54,15 @@ def tied_by_weights(table: str, head: str) -> Callable:
     return refine
 
 
+def check_one_table(tensors: dict, table: str, copies: tuple) -> None:
+    """Refuse stored `copies` of the token `table` that differ from it: the reference loader then keeps
+    them apart (each stack reads its own), where lmforge has one token table."""
+    for name in copies:
+        if name in tensors and table in tensors and not torch.equal(tensors[name], tensors[table]):
+            raise ConfigError(f"the checkpoint's {name} differs from {table}: separate token tables per "
+                              "stack are not supported (lmforge has one)")
+
+
 def n_labels(hf: dict) -> int:
     """Number of labels of a reference classification config."""
     return len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)

@@ -163,3 +163,15 @@ def test_a_folder_walk_leaves_out_hidden_folders_and_what_a_killed_write_left(tm
     (tmp_path / ".tok.new-4242-x").mkdir()  # the fresh folder of a replace_dir killed mid-write (SIGKILL)
     (tmp_path / ".tok.new-4242-x" / "tokenizer.json").write_text("{}")
     assert expand_files([tmp_path]) == [tmp_path / "a.txt"]
+
+
+def test_a_pipe_or_a_device_is_named_as_no_regular_file_not_as_missing(tmp_path):
+    """`corpus shard /dev/zero` said "no such file: /dev/zero"."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe")
+    for path in (tmp_path / "pipe", "/dev/zero"):
+        with pytest.raises(ValueError, match=f"^{path} is not a regular file or a folder$"):
+            expand_files([path])
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        expand_files([tmp_path / "missing.txt"])

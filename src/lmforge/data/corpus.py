@@ -352,6 +352,8 @@ def expand_files(files) -> list:
             out += _walk(f)
         elif f.is_file():
             out.append(f)
+        elif f.exists():  # a pipe or a device (/dev/zero): no size to plan shards by, maybe no end
+            raise ValueError(f"{f} is not a regular file or a folder")
         else:
             raise FileNotFoundError(f"no such file: {f}")
     if not out:

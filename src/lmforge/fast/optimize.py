@@ -13,8 +13,9 @@ forward takes a cheaper route where it is measured to pay (bench/FINDINGS.md), e
   call (glibc page-faults fresh large outputs);
 - FastDropout: CPU masks drawn as four 16-bit uniforms per 64-bit draw (~4x cheaper);
 - FastFeedForward / FastBlock: in inference the activation and the residual sum overwrite the
-  fresh tensor they read (an allocation saved per sublayer: bert-mini 210 -> 154 ms a batch); an
-  FFN between two int8 layers makes its hidden units and quantises them in one pass.
+  fresh tensor they read (an allocation saved per sublayer: bert-mini 210 -> 154 ms a batch), but one
+  a forward hook has seen (an analysis may keep it); an FFN between two int8 layers makes its hidden
+  units and quantises them in one pass.
 
 Every route has the same results as the plain module (bitwise, or for dropout the same keep
 rate, to 2^-16; the int8 FFN's quantised hidden units, but a few in millions one step apart:

@@ -369,3 +369,20 @@ def test_an_interrupted_run_leaves_no_temporary_file(corpus_dir, tokenizer_dir, 
     with pytest.raises(KeyboardInterrupt):
         shard_corpus(_files(corpus_dir), tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
     assert not list(out.glob("*.tmp")) and (out / "shard-00000.bin").is_file()
+
+
+def test_the_python_face_refuses_an_out_among_the_inputs_as_the_command_does(corpus_dir, tokenizer_dir,
+                                                                             tmp_path):
+    """shard_corpus wrote its shards into the folder of its input file (the command refused it), and an out
+    that is the input file itself was a FileExistsError from mkdir."""
+    from lmforge.utils.atomic import UnsafePath
+
+    (tmp_path / "c").mkdir()
+    text = tmp_path / "c" / "a.txt"
+    text.write_text((corpus_dir / "c.txt").read_text())
+    for given, out in ((text, tmp_path / "c"), (text, text), (tmp_path / "c", tmp_path / "c" / "sh"),
+                       (tmp_path / "c", tmp_path)):
+        with pytest.raises(UnsafePath, match=f"^out {out} is, holds or lies inside the input {given}") as no:
+            shard_corpus([given], tokenizer_dir, out, log=lambda m: None)
+        assert no.value.field == "out"
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["a.txt"]  # nothing written

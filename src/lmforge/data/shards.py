@@ -41,9 +41,9 @@ from lmforge.data.corpus import (
     SHARD_FORMAT,
     CorpusWarning,
     ReadOptions,
-    expand_files,
     open_binary,
     read_range,
+    shard_inputs,
 )
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
@@ -313,7 +313,7 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     workers = checked_argument("workers", "int", {"low": 1, "high": MAX_WORKERS}, workers)  # as --workers is
     shard_bytes = checked_argument("shard_bytes", "int", {"low": int(MIN_SHARD_MB * MB),
                                                           "high": int(MAX_SHARD_MB * MB)}, shard_bytes)
-    files = expand_files([files] if isinstance(files, (str, os.PathLike)) else files)
+    files = shard_inputs(files, out)  # out neither is, holds nor lies inside an input
     tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     out, opts = refuse_link(out), options or ReadOptions()
     made = not out.exists()

@@ -169,3 +169,31 @@ def test_a_stored_head_that_differs_from_the_tied_table_is_used_as_the_reference
     model = lmforge.load(tmp_path)
     assert not model.config.tie_embeddings
     assert_forward_parity(model, reference, *padded_batch(99))
+
+
+_ENCODER = {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 48, "max_position_embeddings": 128, "pad_token_id": 1}
+# (masked-LM architecture, its config and extra sizes, the head's bias and the decoder's stored copy of it)
+_TIED_BIASES = [
+    ("BertForMaskedLM", "BertConfig", {}, "cls.predictions.bias", "cls.predictions.decoder.bias"),
+    ("RobertaForMaskedLM", "RobertaConfig", {}, "lm_head.bias", "lm_head.decoder.bias"),
+    ("AlbertForMaskedLM", "AlbertConfig", {"embedding_size": 16}, "predictions.bias",
+     "predictions.decoder.bias"),
+    ("BigBirdForMaskedLM", "BigBirdConfig", {"block_size": 2, "num_random_blocks": 1}, "cls.predictions.bias",
+     "cls.predictions.decoder.bias"),
+]
+
+
+@pytest.mark.parametrize("architecture, config, sizes, bias, copy", _TIED_BIASES)
+def test_a_stored_decoder_bias_that_differs_from_the_tied_one_is_refused(
+        tmp_path, architecture, config, sizes, bias, copy):
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    save_reference(getattr(transformers, architecture)(getattr(transformers, config)(**_ENCODER, **sizes)),
+                   tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))  # the reference would apply the copy
+    tensors[copy] = torch.randn_like(tensors[bias])
+    save_file(tensors, str(tmp_path / "model.safetensors"), {"format": "pt"})
+    with pytest.raises(CheckpointError, match=f"{copy} differs from {bias}"):
+        lmforge.load(tmp_path)

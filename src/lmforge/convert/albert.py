@@ -102,5 +102,6 @@ FAMILY = Family(
     head_keys=r"(predictions|sop_classifier|classifier|qa_outputs)\..*",
     # position_ids buffers of old checkpoints; the tied decoder copies of the token table / bias
     ignore=(r"(.*\.)?position_ids", r"predictions\.decoder\.(weight|bias)"),
-    refine=tied_by_weights("embeddings.word_embeddings.weight", "predictions.decoder.weight"),
+    refine=tied_by_weights("embeddings.word_embeddings.weight", "predictions.decoder.weight",
+                           ("predictions.bias", "predictions.decoder.bias")),
 )

@@ -10,7 +10,7 @@ from lmforge.config import ConfigError, ModelConfig
 from lmforge.convert.family import (
     Family,
     activation_of,
-    check_one_table,
+    check_copies,
     ffn_of,
     n_labels,
     special_tokens,
@@ -100,7 +100,7 @@ def refine(cfg: ModelConfig, tensors: dict) -> ModelConfig:
     """Tie the LM head as the reference loader does; stack token tables (embed_tokens) that differ
     from `shared`, which the reference then reads (tie_word_embeddings=false, or stored apart), are
     refused."""
-    check_one_table(tensors, "shared.weight", STACK_TABLES)
+    check_copies(tensors, "shared.weight", STACK_TABLES)
     return tied_by_weights("shared.weight", "lm_head.weight")(cfg, tensors)
 
 

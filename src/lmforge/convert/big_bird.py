@@ -134,5 +134,6 @@ FAMILY = Family(
     head_keys=r"(cls|classifier|qa_classifier)\..*",
     # position_ids buffers of old checkpoints; the tied decoder copies of the token table / bias
     ignore=(r"(.*\.)?position_ids", r"cls\.predictions\.decoder\.(weight|bias)"),
-    refine=tied_by_weights("embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"),
+    refine=tied_by_weights("embeddings.word_embeddings.weight", "cls.predictions.decoder.weight",
+                           ("cls.predictions.bias", "cls.predictions.decoder.bias")),
 )

@@ -45,22 +45,26 @@ def special_tokens_of(cfg) -> dict:
     return {name: getattr(cfg, name) for name in SPECIAL_TOKENS if getattr(cfg, name) is not None}
 
 
-def tied_by_weights(table: str, head: str) -> Callable:
+def tied_by_weights(table: str, head: str, biases: tuple = ()) -> Callable:
     """A `refine` that ties the LM head as the reference loader does: unless the checkpoint holds
-    its own `head` matrix that differs from the token `table` (configs alone can be wrong here)."""
+    its own `head` matrix that differs from the token `table` (configs alone can be wrong here).
+    `biases`: (the head's bias, the decoder's copy of it), one tensor when tied: a stored copy
+    that differs is what the reference then applies, and is refused."""
     def refine(cfg, tensors: dict):
         untied = head in tensors and not torch.equal(tensors[head], tensors.get(table, tensors[head]))
+        if biases and not untied:
+            check_copies(tensors, biases[0], biases[1:], "LM-head bias")
         return cfg.replace(tie_embeddings=not untied)
     return refine
 
 
-def check_one_table(tensors: dict, table: str, copies: tuple) -> None:
-    """Refuse stored `copies` of the token `table` that differ from it: the reference loader then keeps
-    them apart (each stack reads its own), where lmforge has one token table."""
+def check_copies(tensors: dict, source: str, copies: tuple, what: str = "token table") -> None:
+    """Refuse stored `copies` of `source` that differ from it: the reference loader then keeps them
+    apart and computes with the copy, where lmforge has one `what`."""
     for name in copies:
-        if name in tensors and table in tensors and not torch.equal(tensors[name], tensors[table]):
-            raise ConfigError(f"the checkpoint's {name} differs from {table}: separate token tables per "
-                              "stack are not supported (lmforge has one)")
+        if name in tensors and source in tensors and not torch.equal(tensors[name], tensors[source]):
+            raise ConfigError(f"the checkpoint's {name} differs from {source}: lmforge has one {what} "
+                              "where the reference would keep both")
 
 
 def n_labels(hf: dict) -> int:

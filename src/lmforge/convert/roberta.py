@@ -93,5 +93,6 @@ FAMILY = Family(
     head_keys=r"(lm_head|classifier|qa_outputs)\..*",
     # position_ids buffers of old checkpoints; the tied decoder copies of the token table / bias
     ignore=(r"(.*\.)?position_ids", r"lm_head\.decoder\.(weight|bias)"),
-    refine=tied_by_weights("embeddings.word_embeddings.weight", "lm_head.decoder.weight"),
+    refine=tied_by_weights("embeddings.word_embeddings.weight", "lm_head.decoder.weight",
+                           ("lm_head.bias", "lm_head.decoder.bias")),
 )

@@ -11,7 +11,7 @@ from lmforge.config import ConfigError, ModelConfig
 from lmforge.convert.family import (
     Family,
     activation_of,
-    check_one_table,
+    check_copies,
     ffn_of,
     special_tokens,
     special_tokens_of,
@@ -88,7 +88,7 @@ def to_reference(cfg: ModelConfig) -> dict:
 def refine(cfg: ModelConfig, tensors: dict) -> ModelConfig:
     """Tie the LM head as the reference loader does; stack token tables that differ from `shared`
     (which the reference then reads) are refused."""
-    check_one_table(tensors, "shared.weight", ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"))
+    check_copies(tensors, "shared.weight", ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"))
     return tied_by_weights("shared.weight", "lm_head.weight")(cfg, tensors)
 
 

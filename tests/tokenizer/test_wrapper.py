@@ -75,8 +75,9 @@ def test_a_tokenizer_saved_beside_a_model_is_verified_when_read(tmp_path, capsys
 
 
 def test_a_tokenizer_alone_keeps_signed_checksums_that_are_checked_themselves(tmp_path):
-    """sha256.json carries its own checksum: an edited record is refused naming it, not trusted; a folder
-    without one (Hugging Face's, or written before) reads unverified, as it always did."""
+    """sha256.json carries its own checksum: an edited record is refused naming it, not trusted (a folder in
+    its place was skipped: the files read unverified); a folder without one (Hugging Face's, or written
+    before) reads unverified, as it always did."""
     import json
 
     from lmforge.tokenizer import TokenizerError, load_tokenizer
@@ -90,6 +91,14 @@ def test_a_tokenizer_alone_keeps_signed_checksums_that_are_checked_themselves(tm
         load_tokenizer(folder)
     (folder / "sha256.json").write_text("{")
     with pytest.raises(TokenizerError, match=f"^{folder / 'sha256.json'}: not readable JSON"):
+        load_tokenizer(folder)
+    (folder / "sha256.json").unlink()
+    (folder / "sha256.json").mkdir()  # a folder (or a dangling link) as the record: damaged, not skipped
+    with pytest.raises(TokenizerError, match=f"^{folder / 'sha256.json'}: not a file of checksums"):
+        load_tokenizer(folder)
+    (folder / "sha256.json").rmdir()
+    (folder / "sha256.json").symlink_to(tmp_path / "gone.json")
+    with pytest.raises(TokenizerError, match=f"^{folder / 'sha256.json'}: not a file of checksums"):
         load_tokenizer(folder)
     (folder / "sha256.json").unlink()
     assert load_tokenizer(folder).vocab_size == tokenizer().vocab_size

@@ -266,8 +266,10 @@ def check_sealed(path: Path) -> None:
     (SUMS_FILE, signed) are damaged, or a file they list is missing or changed; nothing without them (a
     Hugging Face folder, or one written before they were kept, reads unverified)."""
     record = path / SUMS_FILE
-    if not record.is_file():
+    if not (record.exists() or record.is_symlink()):
         return
+    if not record.is_file():  # a folder or a dangling link there: the record is damaged, never skipped
+        raise TokenizerError(f"{record}: not a file of checksums (damaged); save the tokenizer again")
     try:
         sums = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:

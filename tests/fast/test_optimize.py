@@ -194,3 +194,23 @@ def test_turning_off_leaves_a_users_own_attributes_of_the_same_names():
     lmforge.optimize(model, enabled=False)
     assert (model.slot, model.onednn, model.small_plain) == ("kept", 1, 2) and type(model.layer) is nn.Linear
     assert not {"slot", "onednn", "small_plain"} & set(model.layer.__dict__)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_under_autocast_the_residual_stream_keeps_its_dtype(grad):
+    """A bf16 sublayer output plus the fp32 residual is fp32; summed into the bf16 output it was
+    rounded to bf16 (a frozen layer in training, as inference)."""
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base").replace(dropout=0.0, attention_dropout=0.0))
+    model.requires_grad_(False).train(grad)
+    ids = torch.randint(3, 99, (2, 9), generator=torch.Generator().manual_seed(0))
+
+    def run(fast: bool) -> torch.Tensor:
+        lmforge.optimize(model, enabled=False)
+        if fast:
+            lmforge.optimize(model, paths=FastPaths(unpad="never"))
+        with torch.set_grad_enabled(grad), torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(ids).last_hidden_state
+
+    plain, fast = run(False), run(True)
+    assert fast.dtype == plain.dtype and torch.equal(fast, plain)

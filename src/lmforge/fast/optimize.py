@@ -71,9 +71,13 @@ def activate(act, h: torch.Tensor, producer: nn.Module | None = None) -> torch.T
 
 
 def add_residual(h: torch.Tensor, x: torch.Tensor, *producers: nn.Module) -> torch.Tensor:
-    """x + h for a sublayer's fresh output h: into h when no backward pass needs it and no forward hook
-    in `producers` (the modules h may come from) has seen it (float addition commutes: equal sums)."""
-    return x + h if h.requires_grad or x.requires_grad or watched(*producers) else h.add_(x)
+    """x + h for a sublayer's fresh output h: into h when no backward pass needs it, the sum has h's
+    dtype and shape (under autocast h is bf16 and x + h fp32: into h, the residual stream was rounded
+    to bf16) and no forward hook in `producers` (the modules h may come from) has seen it (float
+    addition commutes: equal sums)."""
+    if h.requires_grad or x.requires_grad or h.dtype != x.dtype or h.shape != x.shape or watched(*producers):
+        return x + h
+    return h.add_(x)
 
 
 class FastFeedForward(FeedForward):

@@ -128,6 +128,15 @@ def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dir
     err = _refused(capsys, ["generate", "--model", str(path), "the cat", "--max-new-tokens", "5"])
     assert "--min-new-tokens (the checkpoint's or the default): min_new_tokens=26 is more than max_new_tokens=5" \
         in err
+    # a minimum typed replaces the checkpoint's other one (it had been refused as contradicting it)
+    model, tok = lmforge.load(path), lmforge.load_tokenizer(path)
+    ids = torch.tensor([tok.encode("the cat").ids])
+    for flag, value in (("--min-new-tokens", 2), ("--min-length", ids.shape[1] + 3)):
+        assert main(["generate", "--model", str(path), "the cat", "--max-new-tokens", "6", flag, str(value),
+                     "--num-beams", "1"]) == 0
+        field = flag[2:].replace("-", "_")
+        want = lmforge.generate(model, ids, max_new_tokens=6, eos_token_id=tok.eos_id, **{field: value})
+        assert capsys.readouterr().out == tok.decode(want[0].tolist()) + "\n"
 
 
 @pytest.mark.parametrize("text", ['{"max_new_tokens": 5, "num_be', "[5]", b"\xff{}"])

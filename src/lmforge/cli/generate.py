@@ -150,6 +150,9 @@ def decoding_options(args, typed: dict, model_dir, model, start: int, ids: dict)
         recommended = GenerationOptions.recommended(model_dir, start)
         if "temperature" in typed:  # the flag decides sampling (0: greedy), whatever the checkpoint says
             recommended.pop("do_sample", None)
+        for flag, other in (("min_new_tokens", "min_length"), ("min_length", "min_new_tokens")):
+            if flag in typed:  # the checkpoint's other minimum gives way, as in the reference's precedence
+                recommended.pop(other, None)
         taken = {k: v for k, v in recommended.items() if k not in typed and k not in NOT_FLAGS}  # ids: not said
         fields = {**recommended, **sampling_from_temperature(typed)}
         fields.update({k: v for k, v in ids.items()

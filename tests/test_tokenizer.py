@@ -343,7 +343,9 @@ def test_unreadable_directories(tmp_path):
     ("do_lower_case", "false", "true or false"), ("strip_accents", 1, "true or false"),  # bool() took "false"
     ("tokenize_chinese_chars", [], "true or false"), ("max_input_chars_per_word", 1.5, "an integer in"),
     ("max_input_chars_per_word", -1, "an integer in"), ("extra_ids", 10 ** 12, "an integer in [0, 65536]"),
-    ("additional_special_tokens", "<x>", "a list of tokens")])  # a string: one token per character
+    ("additional_special_tokens", "<x>", "a list of tokens"),  # a string: one token per character
+    ("pad_token", 5, "a token (a string or"), ("mask_token", ["[MASK]"], "a token"),  # the role was dropped
+    ("cls_token", {"text": "[CLS]"}, "a token (a string or {\"content\": ...}) or null")])
 def test_a_config_setting_of_the_wrong_kind_is_named(bert_vocab, tmp_path, key, value, said):
     """It was a TypeError or OverflowError of the tokenizers library, or extra_ids=1e12 filling the memory."""
     (tmp_path / "vocab.txt").write_bytes(bert_vocab.read_bytes())
@@ -353,3 +355,4 @@ def test_a_config_setting_of_the_wrong_kind_is_named(bert_vocab, tmp_path, key, 
         lmforge.load_tokenizer(tmp_path)
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({key: None}))  # null: the default
     assert lmforge.load_tokenizer(tmp_path).encode("The lazy dog.").ids
+

@@ -40,7 +40,8 @@ _SETTINGS = {"do_lower_case": "bool", "strip_accents": "bool", "tokenize_chinese
              "extra_ids": "count", "additional_special_tokens": "tokens"}
 MAX_SETTING = 65536  # a count's bound: extra_ids=1e12 sentinel tokens filled the memory
 _SAID = {"bool": "true or false", "count": f"an integer in [0, {MAX_SETTING}]",
-         "tokens": "a list of tokens (strings or {\"content\": ...} objects)"}
+         "tokens": "a list of tokens (strings or {\"content\": ...} objects)",
+         "token": "a token (a string or {\"content\": ...}) or null"}
 # names a tokenizer.json without a config gives its special tokens
 KNOWN_NAMES = {"pad": ("[PAD]", "<pad>"), "unk": ("[UNK]", "<unk>"), "cls": ("[CLS]",),
                "sep": ("[SEP]",), "mask": ("[MASK]", "<mask>"),
@@ -68,6 +69,10 @@ def read_config(path: Path) -> dict:
         if value is not None and not _of_kind(value, kind):  # the tokenizers library raised a TypeError
             raise TokenizerError(f"{path}: the tokenizer config's {key} must be {_SAID[kind]}, "
                                  f"got {value!r:.40}")
+    for key in (f"{role}_token" for role in ROLES):  # a number or a list there switched the role off unsaid
+        if config.get(key) is not None and not _of_kind(config[key], "token"):
+            raise TokenizerError(f"{path}: the tokenizer config's {key} must be {_SAID['token']}, "
+                                 f"got {config[key]!r:.40}")
     return {k: v for k, v in config.items() if not (k in _SETTINGS and v is None)}  # null: the default
 
 
@@ -76,6 +81,8 @@ def _of_kind(value, kind: str) -> bool:
         return isinstance(value, bool)
     if kind == "count":
         return type(value) is int and 0 <= value <= MAX_SETTING
+    if kind == "token":
+        return isinstance(value, str) or isinstance(value, dict) and isinstance(value.get("content"), str)
     return isinstance(value, list) and all(isinstance(t, (str, dict)) for t in value)
 
 

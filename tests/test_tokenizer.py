@@ -356,3 +356,10 @@ def test_a_config_setting_of_the_wrong_kind_is_named(bert_vocab, tmp_path, key, 
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({key: None}))  # null: the default
     assert lmforge.load_tokenizer(tmp_path).encode("The lazy dog.").ids
 
+
+@pytest.mark.parametrize("value, limit", [(True, None), (16, 16), (-1, None), (10 ** 30, None)])
+def test_model_max_length_is_a_whole_positive_count_or_none(bert_vocab, tmp_path, value, limit):
+    """model_max_length: true was read as 1 (a bool is an int): embed then cut every text to one token."""
+    (tmp_path / "vocab.txt").write_bytes(bert_vocab.read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": value}))
+    assert lmforge.load_tokenizer(tmp_path).model_max_length == limit

@@ -309,5 +309,6 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
         if processor is not None:
             backend.post_processor = processor
     limit = config.get("model_max_length")
-    limit = limit if isinstance(limit, int) and 0 < limit < 10**9 else None  # HF writes 1e30 for "none"
+    # HF writes 1e30 for "none"; true is no length (it was 1: embed cut every text to one token)
+    limit = limit if type(limit) is int and 0 < limit < 10**9 else None
     return Tokenizer(backend, tokens, limit)

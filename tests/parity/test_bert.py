@@ -25,8 +25,9 @@ def test_pretraining_model_hidden_states_mlm_nsp_and_loss(tmp_path):
     assert_pretraining_parity(model, reference, ids, mask, segments, labels, torch.tensor([0, 1, 0]))
 
 
-def test_bare_model_with_pooler(tmp_path):
-    reference = _reference("BertModel", hidden_act="gelu_new", type_vocab_size=3)
+@pytest.mark.parametrize("act", ["gelu_new", "gelu_python", "gelu_fast", "gelu_pytorch_tanh", "relu"])
+def test_bare_model_with_pooler(tmp_path, act):
+    reference = _reference("BertModel", hidden_act=act, type_vocab_size=3)
     assert_pooler_parity(load_reference(reference, tmp_path), reference, *padded_batch(99, seed=3))
 
 

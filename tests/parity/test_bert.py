@@ -4,9 +4,9 @@ import torch
 import lmforge
 
 from tests.parity.helpers import (assert_export_state_dicts, assert_forward_parity, assert_load_refuses,
-                                  assert_pooler_parity, assert_pretraining_parity, assert_reference_loads_export,
-                                  assert_untied_lm_head_round_trip, load_reference, padded_batch,
-                                  transformers)
+                                  assert_pooler_parity, assert_pretraining_parity,
+                                  assert_reference_loads_export, assert_untied_lm_head_round_trip,
+                                  load_reference, padded_batch, transformers)
 
 
 def _reference(architecture="BertForPreTraining", **kw):

@@ -73,7 +73,8 @@ def test_min_length_with_min_new_tokens_gives_the_reference_tokens_or_is_refused
     (dict(suppress_tokens=[2]), "forced_eos_token_id"),  # BART's config forces eos 2 at the last position
 ])
 def test_a_forced_token_that_is_also_suppressed_is_refused_by_name(bart, settings, named):
-    """Every score of the forced step was -inf: greedy decoding took token 0, unsaid; the reference refuses."""
+    """Every score of the forced step was -inf: greedy decoding took token 0, unsaid; the reference
+    refuses."""
     reference, model = bart
     ids = torch.randint(3, 100, (2, 5), generator=torch.Generator().manual_seed(0))
     with pytest.raises(OptionsError, match="also in suppress_tokens") as err:

@@ -141,7 +141,8 @@ _GPT = {"vocab_size": 99, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions"
 _LLAMA = {"vocab_size": 99, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 64,
           "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 0}
-_BLOOM = {"vocab_size": 99, "hidden_size": 32, "n_layer": 2, "n_head": 4, "bos_token_id": 0, "eos_token_id": 0}
+_BLOOM = {"vocab_size": 99, "hidden_size": 32, "n_layer": 2, "n_head": 4, "bos_token_id": 0,
+          "eos_token_id": 0}
 _XLNET = {"vocab_size": 99, "d_model": 32, "n_layer": 2, "n_head": 4, "d_inner": 48, "bos_token_id": 0,
           "eos_token_id": 2}
 # (architecture, its config class and sizes, the token table and the LM head inside the checkpoint)

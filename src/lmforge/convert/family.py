@@ -11,8 +11,8 @@ from lmforge.convert.keymap import Rule, linear
 
 # reference activation names -> lmforge ffn values (non-gated)
 # gelu_python: the same exact (erf) GELU, written in Python
-ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh",
-               "gelu_fast": "gelu-tanh", "relu": "relu"}
+ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu-tanh",
+               "gelu_pytorch_tanh": "gelu-tanh", "gelu_fast": "gelu-tanh", "relu": "relu"}
 
 
 ACTIVATION_NAMES = {"gelu": "gelu", "gelu-tanh": "gelu_new", "relu": "relu"}

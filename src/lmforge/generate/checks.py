@@ -127,8 +127,8 @@ def _refuse_forced_and_suppressed(ids: dict, options: GenerationOptions) -> None
     for key, name in (("bos", "forced_bos_token_id"), ("forced_eos", "forced_eos_token_id")):
         if ids[key] in banned:
             whose = "" if getattr(options, name) is not None else " (the model config's)"
-            raise OptionsError(f"{name}={ids[key]}{whose} is also in suppress_tokens: no token could be chosen "
-                               "at the forced position; remove it from one of them", name)
+            raise OptionsError(f"{name}={ids[key]}{whose} is also in suppress_tokens: no token could be "
+                               "chosen at the forced position; remove it from one of them", name)
 
 
 def _start_from_pad(options: GenerationOptions, cfg) -> int:

@@ -114,8 +114,8 @@ class GenerationOptions:
         if self.min_new_tokens and self.min_length > start + self.min_new_tokens:
             # the reference then reads min_new_tokens alone: honouring min_length too gave other tokens
             raise OptionsError(f"min_length={self.min_length} asks more than {start} starting tokens plus "
-                               f"min_new_tokens={self.min_new_tokens}: give one of them (with both, Hugging Face "
-                               "transformers applies min_new_tokens only)", "min_length")
+                               f"min_new_tokens={self.min_new_tokens}: give one of them (with both, Hugging "
+                               "Face transformers applies min_new_tokens only)", "min_length")
 
     @classmethod
     def build(cls, options: Optional["GenerationOptions"] = None, fields: Optional[dict] = None):

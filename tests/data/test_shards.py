@@ -386,3 +386,18 @@ def test_the_python_face_refuses_an_out_among_the_inputs_as_the_command_does(cor
             shard_corpus([given], tokenizer_dir, out, log=lambda m: None)
         assert no.value.field == "out"
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["a.txt"]  # nothing written
+
+
+def test_a_tokenizer_folder_of_the_users_in_out_is_refused_never_replaced(corpus_dir, tokenizer_dir, tmp_path):
+    """out/tokenizer is replaced whole: a folder of the user's of that name (notes.txt in it) went unsaid."""
+    from lmforge.utils.atomic import UnsafePath
+
+    out = tmp_path / "work"
+    (out / "tokenizer").mkdir(parents=True)
+    (out / "tokenizer" / "notes.txt").write_text("precious\n")
+    with pytest.raises(UnsafePath, match=f"^out {out}: its tokenizer holds notes.txt, not only a tokenizer"):
+        shard_corpus([corpus_dir / "c.txt"], tokenizer_dir, out, log=lambda m: None)
+    assert (out / "tokenizer" / "notes.txt").read_text() == "precious\n" and len(list(out.iterdir())) == 1
+    (out / "tokenizer" / "notes.txt").unlink()
+    load_tokenizer(tokenizer_dir).save(out / "tokenizer")  # an earlier run's copy: replaced, as a rerun does
+    assert shard_corpus([corpus_dir / "c.txt"], tokenizer_dir, out, log=lambda m: None)["complete"]

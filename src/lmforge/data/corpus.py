@@ -361,21 +361,6 @@ def expand_files(files) -> list:
     return out
 
 
-def shard_inputs(files, out) -> list:
-    """The files of a shard run (expand_files), after an UnsafePath (field "out") where the output folder
-    `out` is one of the inputs named, holds one or lies inside an input folder, as the command refuses it."""
-    from lmforge.utils.atomic import UnsafePath
-
-    given, target = [files] if isinstance(files, (str, os.PathLike)) else list(files), Path(out).resolve()
-    for source in map(Path, given):
-        src = source.resolve()
-        if src == target or target in src.parents or (src.is_dir() and src in target.parents):
-            raise UnsafePath(f"out {out} is, holds or lies inside the input {source}: its shards would be "
-                             "read back as text, or written over it; choose an out apart from the inputs",
-                             "out")
-    return expand_files(given)
-
-
 class CorpusReader:
     """Documents (lists of sentence strings) of several files, streamed; `problems` lists the warnings."""
 

@@ -43,8 +43,8 @@ from lmforge.data.corpus import (
     ReadOptions,
     open_binary,
     read_range,
-    shard_inputs,
 )
+from lmforge.data.shard_out import shard_inputs
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
 

@@ -1,0 +1,38 @@
+"""Where a shard run may write: an output folder apart from its inputs, and never over a folder of the
+user's that carries a name the run writes (its `tokenizer/` is replaced whole)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lmforge.data.corpus import expand_files
+from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE
+from lmforge.utils.atomic import UnsafePath
+
+
+def shard_inputs(files, out) -> list:
+    """The files of a shard run (expand_files), after an UnsafePath (field "out") where the output folder
+    `out` is one of the inputs named, holds one or lies inside an input folder, as the command refuses it,
+    or holds a tokenizer/ of the user's (refuse_foreign_tokenizer)."""
+    given, target = [files] if isinstance(files, (str, os.PathLike)) else list(files), Path(out).resolve()
+    for source in map(Path, given):
+        src = source.resolve()
+        if src == target or target in src.parents or (src.is_dir() and src in target.parents):
+            raise UnsafePath(f"out {out} is, holds or lies inside the input {source}: its shards would be "
+                             "read back as text, or written over it; choose an out apart from the inputs",
+                             "out")
+    refuse_foreign_tokenizer(Path(out))
+    return expand_files(given)
+
+
+def refuse_foreign_tokenizer(out: Path) -> None:
+    """UnsafePath (field "out") where out/tokenizer, which a shard run replaces whole, holds anything but
+    the files Tokenizer.save writes (a link there is replaced, never written through)."""
+    folder = out / "tokenizer"
+    if folder.is_symlink() or not folder.exists():
+        return
+    known = (*SAVED_FILES, SUMS_FILE)
+    other = sorted(p.name for p in folder.iterdir() if p.name not in known) if folder.is_dir() else ["a file"]
+    if other:
+        raise UnsafePath(f"out {out}: its tokenizer holds {', '.join(other[:3])}, not only a tokenizer's "
+                         "files; a shard run replaces that folder whole: choose another out", "out")

@@ -172,6 +172,17 @@ def test_a_stored_head_that_differs_from_the_tied_table_is_used_as_the_reference
     assert_forward_parity(model, reference, *padded_batch(99))
 
 
+@pytest.mark.parametrize("architecture", ["LlamaModel", "LlamaForSequenceClassification"])
+def test_a_config_that_says_untied_stays_untied_without_a_stored_head(tmp_path, architecture):
+    torch.manual_seed(0)
+    sizes = {**_LLAMA, "tie_word_embeddings": False, "pad_token_id": 0}
+    save_reference(getattr(transformers, architecture)(transformers.LlamaConfig(**sizes)), tmp_path / "in")
+    model = lmforge.load(tmp_path / "in")  # no LM head stored: the architecture stays the one trained
+    assert not model.config.tie_embeddings
+    model.save(tmp_path / "out", format="hf")
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "out").tie_word_embeddings is False
+
+
 _ENCODER = {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
             "intermediate_size": 48, "max_position_embeddings": 128, "pad_token_id": 1}
 # (masked-LM architecture, its config and extra sizes, the head's bias and the decoder's stored copy of it)

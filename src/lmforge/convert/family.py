@@ -47,15 +47,18 @@ def special_tokens_of(cfg) -> dict:
 
 
 def tied_by_weights(table: str, head: str, biases: tuple = ()) -> Callable:
-    """A `refine` that ties the LM head as the reference loader does: unless the checkpoint holds
-    its own `head` matrix that differs from the token `table` (configs alone can be wrong here).
+    """A `refine` that ties the LM head as the reference loader does: as the config says, unless the
+    checkpoint holds its own `head` matrix that differs from the token `table` (configs alone can be
+    wrong here). A config that says untied stays so, head stored or not: a bare model or a classifier
+    keeps the architecture it was trained with (an LM head attached later, and its export, untied).
     `biases`: (the head's bias, the decoder's copy of it), one tensor when tied: a stored copy
     that differs is what the reference then applies, and is refused."""
     def refine(cfg, tensors: dict):
         untied = head in tensors and not torch.equal(tensors[head], tensors.get(table, tensors[head]))
-        if biases and not untied:
+        tied = cfg.tie_embeddings and not untied
+        if biases and tied:
             check_copies(tensors, biases[0], biases[1:], "LM-head bias")
-        return cfg.replace(tie_embeddings=not untied)
+        return cfg.replace(tie_embeddings=tied)
     return refine
 
 

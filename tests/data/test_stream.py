@@ -230,3 +230,18 @@ def test_a_tokenizer_without_the_framing_tokens_is_refused_by_name(shard_dir, fm
         build_examples(fmt, docs, tokenizer, 40)
     with pytest.raises(ValueError, match="no 'bos' token"):
         lazy_examples(fmt, corpus, np.arange(2), tokenizer, 40)
+
+
+class _EndOfTextZero:
+    """GPT-2's specials as lmforge trains them: <|endoftext|> is id 0 and plays bos and eos."""
+
+    def special_id(self, role):
+        return {"bos": 0, "eos": 0}.get(role)
+
+
+def test_blocks_join_documents_with_an_eos_of_id_zero():
+    # GPT-2 joins WebText's documents with <|endoftext|>; its id 0 once fell through to "no joiner"
+    docs = [[[5, 6, 7]], [[8, 9]], [[10, 11, 12, 13]]]
+    examples = build_examples(ExampleFormat("blocks", roles=("eos", "sep")), docs, _EndOfTextZero(), 4)
+    stream = [t for e in examples for t in e["input_ids"]]
+    assert stream == [5, 6, 7, 0, 8, 9, 0, 10, 11, 12, 13, 0]

@@ -31,6 +31,7 @@ from lmforge.tasks.base import MODULES, Task, option_owners, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.fields import given_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
+from lmforge.tasks.reference import check_kind, is_label, reference_task
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -143,17 +144,12 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
     return optimize(model), tokenizer  # the fine-tuning and evaluation jobs run it optimized
 
 
-def _is_label(value) -> bool:
-    """Whether `value` can be a label of task.json or id2label: text or a number (no list, object, null)."""
-    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
-
-
 def _checked_info(file: Path, info: dict) -> dict:
     """task.json's fields that commands read, checked: kind a task kind, labels a list, max_len > 0."""
     kind, labels, max_len = info.get("kind"), info.get("labels"), info.get("max_len")
     if kind is not None and not (isinstance(kind, str) and kind in MODULES):
         raise ValueError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
-    if labels is not None and not (isinstance(labels, list) and all(map(_is_label, labels))):
+    if labels is not None and not (isinstance(labels, list) and all(map(is_label, labels))):
         raise ValueError(f"{file}: \"labels\" must be a list of the labels (text or numbers), "
                          f"not {labels!r:.40}")
     if max_len is not None and (type(max_len) is not int or max_len < 1):
@@ -162,7 +158,8 @@ def _checked_info(file: Path, info: dict) -> dict:
 
 
 def task_info(path) -> dict:
-    """A model directory's task.json ({} when absent); a Hugging Face config's id2label as labels.
+    """A model directory's task.json ({} when absent); a Hugging Face config's labels and the task kinds
+    its head may be read as (tasks/reference.py).
     A file that is not JSON, or fields of the wrong kind, are one-line errors naming the file. A job's output
     folder stands for the model inside it, as every loader reads it."""
     path = inside_job_folder(Path(path))
@@ -170,16 +167,7 @@ def task_info(path) -> dict:
     if (path / TASK_FILE).is_file():
         return _checked_info(path / TASK_FILE, read_json_object(path / TASK_FILE))
     config = path / "config.json"
-    if config.is_file():
-        id2label = read_json_object(config).get("id2label")
-        if isinstance(id2label, dict) and id2label:
-            if not all(str(k).isdigit() for k in id2label):
-                raise ValueError(f"{config}: id2label keys must be label numbers, got {sorted(id2label)[:3]}")
-            if not all(map(_is_label, id2label.values())):
-                raise ValueError(f"{config}: id2label values must be label names, "
-                                 f"got {list(id2label.values())!r:.40}")
-            return {"labels": [id2label[k] for k in sorted(id2label, key=int)]}
-    return {}
+    return reference_task(config, read_json_object(config)) if config.is_file() else {}
 
 
 def save_model(task: Task, path) -> Path:
@@ -359,6 +347,7 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
         raise ValueError("the task kind is needed (--task): the model directory has no task.json")
     if info.get("kind", kind) != kind:  # cls and pair heads look alike; the task.json tells them apart
         raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
+    check_kind(where, info, kind)  # a Hugging Face head's meaning (its config's problem_type)
     model, tokenizer = load_model(model, tokenizer)
     options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
     cfg = TaskConfig(**{"max_len": info.get("max_len", 128) if max_len is None else max_len,

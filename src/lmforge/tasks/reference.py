@@ -1,0 +1,79 @@
+"""What a Hugging Face fine-tuned checkpoint's config.json says its head means, read as the reference
+reads it (transformers' ForSequenceClassification and text-classification pipeline):
+
+- problem_type "regression", or none with one output (num_labels 1): the raw score is the value
+  (lmforge's regression task, or a cross-encoder's rerank score); a multi-output regression is refused;
+- problem_type "single_label_classification", or none with two or more outputs: the argmax of the
+  outputs, named by id2label (cls or pair);
+- problem_type "multi_label_classification" (a sigmoid per label, any number of them true): no lmforge
+  task reads it, so every task is refused naming the field.
+
+task_info returns the labels and, for such a checkpoint, "kinds" (the tasks its head may be read as)
+and "why" (the config field that decides it), which fine_tuned_task checks.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+ONE_SCORE = ["regression", "rerank"]
+CLASSES = ["cls", "pair"]
+
+
+def is_label(value) -> bool:
+    """Whether `value` can be a label: text or a number (no list, object, null, bool)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def id2label_labels(config: Path, id2label: dict) -> list:
+    """The labels of an id2label, in output order; a ValueError naming the file where a key is no output
+    number or the numbers skip one (the reference then has no name for an output)."""
+    if not all(str(k).isdigit() for k in id2label):
+        raise ValueError(f"{config}: id2label keys must be label numbers, got {sorted(id2label)[:3]}")
+    if not all(map(is_label, id2label.values())):
+        raise ValueError(f"{config}: id2label values must be label names, got {list(id2label.values())!r:.40}")
+    numbers = sorted(int(k) for k in id2label)
+    if numbers != list(range(len(numbers))):
+        raise ValueError(f"{config}: id2label keys must be the outputs 0..{len(numbers) - 1}, got {numbers[:6]}: "
+                         "an output would have no label")
+    return [id2label[k] for k in sorted(id2label, key=int)]
+
+
+def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
+    """task_info's fields of a ForSequenceClassification config: its labels, kinds and why."""
+    problem = hf.get("problem_type")
+    if problem is not None and problem not in PROBLEM_TYPES:
+        raise ValueError(f"{config}: problem_type {problem!r:.40} is not one of {', '.join(PROBLEM_TYPES)}")
+    n = len(labels) if labels else hf.get("num_labels", 2)
+    where = f"{config.name}'s problem_type {problem!r}" if problem else f"{config.name}'s num_labels {n}"
+    if problem == "multi_label_classification":
+        return {"kinds": [], "why": f"{where} (a sigmoid per label, any number of them true) is a task "
+                                    "lmforge does not have; its cls would pick one label by softmax"}
+    if problem == "regression" or (problem is None and n == 1):
+        if n != 1:
+            return {"kinds": [], "why": f"{where} with num_labels {n} ({n} raw scores) is a task lmforge does not "
+                                        "have: its regression task has one output"}
+        return {"kinds": ONE_SCORE, "why": f"{where} (one raw score)"}
+    return {"labels": labels, "kinds": CLASSES, "why": f"{where} (the argmax of the outputs)"}
+
+
+def reference_task(config: Path, hf: dict) -> dict:
+    """task_info's fields of a Hugging Face config.json `hf` (see the module docstring); {} for a head
+    of another kind (its labels only, where id2label names them)."""
+    id2label = hf.get("id2label")
+    labels = id2label_labels(config, id2label) if isinstance(id2label, dict) and id2label else None
+    architectures = hf.get("architectures")
+    name = architectures[0] if isinstance(architectures, list) and architectures else ""
+    if isinstance(name, str) and name.endswith("ForSequenceClassification"):
+        return {k: v for k, v in _sequence_head(config, hf, labels).items() if v is not None}
+    return {"labels": labels} if labels else {}
+
+
+def check_kind(where: str, info: dict, kind: str) -> None:
+    """A ValueError naming the config field where a reference checkpoint's head is no `kind` head."""
+    kinds = info.get("kinds")
+    if kinds is None or kind in kinds:
+        return
+    if not kinds:
+        raise ValueError(f"{where}: {info['why']}")
+    raise ValueError(f"{where}: {info['why']} is not a {kind} task; it is read as {' or '.join(kinds)}")

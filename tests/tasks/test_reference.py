@@ -1,0 +1,83 @@
+"""Hugging Face fine-tuned checkpoints: their head's meaning (problem_type, num_labels, id2label) is read
+as the reference reads it, with its predictions, or refused naming the field."""
+import json
+
+import pytest
+import torch
+
+from lmforge.tasks.finetune import evaluate, task_info
+from tests.tasks.core import tokenizer
+
+transformers = pytest.importorskip("transformers")
+TEXTS = ["a good film", "a bad film", "the plot was dull", "great acting and a fine story"]
+
+
+def reference_dir(path, architecture="BertForSequenceClassification", **config):
+    """A tiny random reference checkpoint saved by save_pretrained, with an lmforge tokenizer."""
+    tok = tokenizer()
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=128,
+                                  **config)
+    model = getattr(transformers, architecture)(cfg).eval()
+    model.save_pretrained(path)
+    tok.save(path)
+    return model, path
+
+
+def reference_logits(model):
+    """The reference's logits of each text, one at a time (no padding), on lmforge's token ids."""
+    with torch.no_grad():
+        return [model(torch.tensor([tokenizer().encode(t, None, max_length=128).ids])).logits[0] for t in TEXTS]
+
+
+def predictions(path, kind, tmp_path):
+    """evaluate's predictions of TEXTS (as unlabelled cls records) by the model directory `path`."""
+    out = tmp_path / "predictions.jsonl"
+    evaluate(path, [{"text": t} for t in TEXTS], kind, out=out)
+    return [json.loads(line)["prediction"] for line in out.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("config, field", [({"problem_type": "regression", "num_labels": 1}, "problem_type"),
+                                           ({"num_labels": 1}, "num_labels")])
+def test_a_one_output_classifier_is_read_as_its_raw_score_never_as_a_one_label_class(tmp_path, config, field):
+    model, path = reference_dir(tmp_path / "m", **config)
+    want = [float(logits[0]) for logits in reference_logits(model)]
+    assert predictions(path, "regression", tmp_path) == pytest.approx(want, abs=1e-5)
+    with pytest.raises(ValueError, match=f"config.json's {field} .* is not a cls task; it is read as regression"):
+        predictions(path, "cls", tmp_path)
+
+
+@pytest.mark.parametrize("config, field", [
+    ({"problem_type": "multi_label_classification", "num_labels": 3}, "problem_type 'multi_label_classification'"),
+    ({"problem_type": "regression", "num_labels": 2}, "problem_type 'regression' with num_labels 2")])
+@pytest.mark.parametrize("kind", ["cls", "regression"])
+def test_a_head_whose_meaning_lmforge_lacks_is_refused_for_every_task_naming_the_field(tmp_path, config, field,
+                                                                                       kind):
+    _, path = reference_dir(tmp_path / "m", **config)
+    task_info(path)  # the directory itself is readable (installed, quantized ...): only its task use is refused
+    with pytest.raises(ValueError, match=f"config.json's {field}") as err:
+        predictions(path, kind, tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_classifier_predicts_the_reference_argmax_named_by_id2label_whatever_label2id_says(tmp_path):
+    labels = {0: 7, 1: "neutral", 2: 3}  # numbers as labels; label2id below disagrees: id2label names outputs
+    model, path = reference_dir(tmp_path / "m", id2label=labels, label2id={"7": 2, "neutral": 0, "3": 1})
+    want = [labels[int(logits.argmax())] for logits in reference_logits(model)]
+    assert predictions(path, "cls", tmp_path) == want
+    with pytest.raises(ValueError, match="config.json's num_labels 3 .* is not a regression task"):
+        predictions(path, "regression", tmp_path)
+
+
+def test_id2label_keys_that_skip_an_output_are_refused_naming_id2label(tmp_path):
+    _, path = reference_dir(tmp_path / "m", id2label={0: "neg", 2: "pos"})
+    with pytest.raises(ValueError, match=r"config.json: id2label keys must be the outputs 0..1, got \[0, 2\]"):
+        task_info(path)
+
+
+def test_a_token_classifier_is_never_read_as_a_sequence_classifier(tmp_path):
+    _, path = reference_dir(tmp_path / "m", "BertForTokenClassification", id2label={0: "O", 1: "B"})
+    assert "kinds" not in task_info(path)
+    with pytest.raises(ValueError, match="never fine-tuned for cls"):
+        predictions(path, "cls", tmp_path)

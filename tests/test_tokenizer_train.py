@@ -303,3 +303,19 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and message in err and err.startswith("lmforge tokenizer")
     assert not Path(tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
+def test_a_plain_file_is_cleaned_as_corpus_shard_cleans_it(tmp_path, kind):
+    """The Rust reader took a BOM, CRs and NULs into the vocabulary (unigram's "\\r" piece), ids that
+    `corpus shard` never writes: it strips them (tabs and CRs made spaces)."""
+    from lmforge.data.corpus import CorpusWarning
+
+    clean, dirty = tmp_path / "clean.txt", tmp_path / "dirty.txt"
+    clean.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    dirty.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(CORPUS).replace(" ", " \x00", 3).encode() + b"\r\n")
+    with pytest.warns(CorpusWarning, match=f"^{dirty}: 4 control character"):
+        made = train_tokenizer([dirty], kind, 300)
+    vocab = made.backend.get_vocab()
+    assert not [t for t in vocab if any(c in t for c in "\ufeff\r\x00")]
+    assert vocab == train_tokenizer([clean], kind, 300).backend.get_vocab()

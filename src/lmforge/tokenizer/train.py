@@ -17,7 +17,9 @@ and four families of special tokens and templates (the default follows the kind)
 
 The special tokens take the first ids, in the order listed.
 
-Plain-text files go to the Rust trainer directly; JSON lines and gzip files are read by
+Plain-text files go to the Rust trainer directly, unless one holds a character the corpus reader
+cleans (corpus.clean: a BOM, a CR, a NUL ...): then their lines are cleaned as `corpus shard` cleans
+them, so the tokenizer never learns ids that no shard holds; JSON lines and gzip files are read by
 the corpus reader (data/corpus.py: the "text" field, bad lines skipped with a warning).
 
 Reproducibility: the same text and options give the same tokenizer.json in every process.
@@ -30,6 +32,7 @@ pieces to pin), so texts from a one-shot iterator are held in memory.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,7 +45,7 @@ from tokenizers.models import BPE, Unigram, WordPiece
 from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import OptionsError, check_options, option
 from lmforge.tokenizer.canonical import base_pieces, canonical
-from lmforge.tokenizer.lines import file_pieces, first_long_line, text_pieces
+from lmforge.tokenizer.lines import BLOCK, file_pieces, first_long_line, text_pieces
 from lmforge.tokenizer.load import BERT_TOKENS, GPT2_TOKENS, ROBERTA_TOKENS, post_processor
 from lmforge.tokenizer.wrapper import Tokenizer, TokenizerError
 
@@ -219,18 +222,49 @@ def _reader_texts(files: list, seen: list):
         yield "\n".join(document)
 
 
+# UTF-8 of what corpus.clean changes: C0 controls but the newline, and DEL (one byte each); C1 controls, the
+# BOM, U+FFFE/FFFF (two or three bytes)
+_C0 = bytes([*range(0x0A), *range(0x0B, 0x20), 0x7F])
+_MULTI = re.compile(rb"\xc2[\x80-\x9f]|\xef\xbb\xbf|\xef\xbf[\xbe\xbf]")
+
+
+def _unclean(file: Path) -> bool:
+    """Whether a file holds a character the corpus reader strips or makes a space (a BOM, a CR, a NUL ...),
+    read in blocks (the last 2 bytes of one kept with the next: a character cut between them)."""
+    tail = b""
+    with open(file, "rb") as handle:
+        while block := handle.read(BLOCK):
+            if len(block.translate(None, _C0)) < len(block):  # bytes.translate: at memory speed
+                return True
+            data = tail + block
+            if (b"\xc2" in data or b"\xef" in data) and _MULTI.search(data):
+                return True
+            tail = block[-2:]
+    return False
+
+
 def _file_lines(files: list, seen: list):
-    """The lines of plain-text files, long ones in pieces (lines.py), for files with a long line."""
+    """The lines of plain-text files, long ones in pieces (lines.py), cleaned as the corpus reader cleans
+    them (corpus.clean), with its warning: for files with a long line or such a character."""
+    from lmforge.data.corpus import CorpusWarning, clean
+
     for file in files:
+        stripped = 0
         for line in file_pieces(file):
+            # a CRLF line ends as a LF one (a space before it would be unigram's "▁" piece)
+            line, n = clean(line[:-2] + "\n" if line.endswith("\r\n") else line)
+            stripped += n
             seen[0] += bool(line.strip())
             yield line
+        if stripped:
+            warnings.warn(f"{file}: {stripped} control character(s) stripped", CorpusWarning, stacklevel=2)
 
 
 class _Corpus:
     """The training input, read once per training pass: plain-text files by the Rust reader (by
-    lines.py where a line is too long for it), JSON lines and gzip files by the corpus reader, texts
-    from memory (a one-shot iterator is kept); long texts go to the trainer in pieces (lines.py)."""
+    lines.py where a line is too long for it or a character is one the corpus reader cleans), JSON lines
+    and gzip files by the corpus reader, texts from memory (a one-shot iterator is kept); long texts go to
+    the trainer in pieces (lines.py)."""
 
     def __init__(self, source):
         files = corpus_files(source)
@@ -239,7 +273,8 @@ class _Corpus:
         self.reader = files if through_reader else None
         self.texts = None if files is not None else \
             source if isinstance(source, (list, tuple, str)) else list(source)
-        self.long = self.files is not None and any(first_long_line(f) for f in self.files)
+        # the Rust reader takes the others whole: it would learn a BOM, a CR, a NUL that no shard holds
+        self.long = self.files is not None and any(first_long_line(f) or _unclean(f) for f in self.files)
         self.passes = 0
 
     def _pass_texts(self, seen: list):

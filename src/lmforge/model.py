@@ -167,7 +167,8 @@ class Transformer(nn.Module):
         self._check(step.input_ids, step.attention_mask, past, "input_ids", step.position_ids)
         x, step.position_ids = self._embed(embed, step.input_ids, step.position_ids, step.segment_ids, past)
         key_padding = step.attention_mask.bool() if step.attention_mask is not None else None
-        packing = self._packing(key_padding, step.cache, step.memory, step.keep_padding)
+        keep_padding = step.keep_padding or self._recording(step)  # recorded maps hold padded query rows
+        packing = self._packing(key_padding, step.cache, step.memory, keep_padding)
         ctx = self._context(stack, x, step.position_ids, past, key_padding, step, packing=packing)
         if packing is not None:
             x = packing.pack(x)  # (N, d_model): real tokens only
@@ -187,7 +188,7 @@ class Transformer(nn.Module):
         Recorded probabilities, prefixes and cached decoding need the dense masks; dense: the caller
         edits them."""
         step = step or StackPass()
-        recording = bool(step.return_attention) or (self.inspection is not None and bool(self.inspection.record))
+        recording = self._recording(step)
         dense = dense or recording or step.prefix_lengths is not None or past > 0
         chosen = {} if dense else self.execution.local_layers(stack, x.shape[1])
         ctx = stack.context(x, position_ids, past, key_padding, step.global_tokens, step.cache, step.prefix_lengths,
@@ -208,10 +209,18 @@ class Transformer(nn.Module):
         (plain: never); keep_padding: a per-token head will read the padded rows."""
         return self.execution.packing(self, key_padding, cache, memory, keep_padding)
 
-    def _token_heads(self, run_heads: bool) -> bool:
-        """Whether a head that reads every position (LM, tagging, spans) runs on this pass."""
-        kinds = [getattr(head, "spec", {}).get("kind") for head in self.heads.values()]
-        return run_heads and any(kind not in SEQUENCE_HEADS for kind in kinds)
+    def _recording(self, step: StackPass) -> bool:
+        """Whether this pass records attention maps (return_attention, or an inspection's records)."""
+        return bool(step.return_attention) or (self.inspection is not None and bool(self.inspection.record))
+
+    def _token_heads(self, run_heads: bool, attention_mask=None) -> bool:
+        """Whether a head on this pass reads padded positions: one that reads every position (LM,
+        tagging, spans), or a pooled one reading position 0 where a row starts with padding."""
+        specs = [getattr(head, "spec", {}) for head in self.heads.values()] if run_heads else []
+        if any(spec.get("kind") not in SEQUENCE_HEADS for spec in specs):
+            return True
+        first = any(spec.get("pooling") == "first" for spec in specs)
+        return first and attention_mask is not None and not bool(attention_mask[:, 0].all())
 
     def save(self, path, format: str = "lmforge") -> None:
         """Write the directory `path`: lmforge's format, or format="hf" for the reference library."""
@@ -263,7 +272,7 @@ class Encoder(Transformer):
         out = self._run(self.encoder, self.embed, StackPass(
             input_ids, attention_mask, position_ids, segment_ids, global_tokens=global_tokens,
             return_attention=return_attention, return_hidden=return_hidden,
-            keep_padding=self._token_heads(run_heads)))
+            keep_padding=self._token_heads(run_heads, attention_mask)))
         return self._with_heads(out, attention_mask, run_heads)
 
 
@@ -310,7 +319,7 @@ class Decoder(Transformer):
         out = self._run(self.decoder, self.embed, StackPass(
             input_ids, attention_mask, position_ids, cache=cache, prefix_lengths=prefix_lengths,
             return_attention=return_attention, return_hidden=return_hidden,
-            keep_padding=self._token_heads(run_heads)))
+            keep_padding=self._token_heads(run_heads, attention_mask)))
         return self._with_heads(out, attention_mask, run_heads)
 
 

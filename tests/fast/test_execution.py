@@ -57,3 +57,41 @@ def test_without_hooks_or_empty_rows_the_batch_is_packed():
     assert model.execution.packing(model, mask.bool(), None, None, keep_padding=False) is not None
     model.register_forward_pre_hook(lambda module, args: None)  # the model's own: sees the padded batch
     assert model.execution.packing(model, mask.bool(), None, None, keep_padding=False) is not None
+
+
+def _left_padded():
+    ids, mask = _batch(empty_row=False)
+    mask[0, :4] = 0  # row 0 starts with padding: position 0 is no real token
+    return ids, mask
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert-base"])
+def test_a_first_pooled_head_on_a_left_padded_batch_reads_the_plain_position_0(name):
+    """Packing left position 0 of a left-padded row zeros, which a pooling="first" head then read."""
+    from lmforge.heads import attach
+
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny(name)).eval()
+    attach(model, "classification", n_labels=3, pooling="first")
+    ids, mask = _left_padded()
+    logits = []
+    for fast in (False, True):
+        lmforge.optimize(model, enabled=fast)
+        with torch.no_grad():
+            logits.append(model(ids, mask).logits)
+    torch.testing.assert_close(logits[1], logits[0], rtol=1e-5, atol=1e-5)
+    right = _batch(empty_row=False)[1].bool()  # right padding: position 0 is real, the batch is packed
+    assert not model._token_heads(True, right) and model._token_heads(True, mask)
+
+
+def test_recorded_attention_maps_are_the_plain_ones_padded_rows_included():
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base")).eval()
+    ids, mask = _left_padded()
+    maps = []
+    for fast in (False, True):
+        lmforge.optimize(model, enabled=fast)
+        with torch.no_grad():
+            maps.append(model(ids, mask, return_attention=True).attentions)
+    for fast_map, plain_map in zip(maps[1], maps[0]):
+        torch.testing.assert_close(fast_map, plain_map, rtol=1e-5, atol=1e-5)

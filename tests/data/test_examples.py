@@ -104,3 +104,18 @@ def test_sentence_pairs_are_one_sentence_each_and_half_next():
         assert tuple(a) in sentences and tuple(b) in sentences  # 64 tokens hold any two of them whole
         successor = b[0] // 100 == a[0] // 100 + 1  # same document, the next sentence
         assert successor == (p["pair_label"] == 0)
+
+
+def test_nsp_not_next_is_shaped_like_is_next():
+    # BERT's random B is whole sentences of another document as long as the real B; a B of max_len tokens
+    # cut to fit made NotNext pairs longer and start mid-sentence (37 % at a sentence start vs 77 %)
+    rng = random.Random(1)
+    docs = [[[1000 * (d + 1) + 100 * s + k for k in range(rng.randint(3, 12))] for s in range(rng.randint(10, 30))]
+            for d in range(500)]
+    pairs = nsp_pairs(docs, CLS, SEP, max_len=64, seed=0)
+    stats = {}
+    for label in (0, 1):
+        bs = [p["input_ids"][p["input_ids"].index(SEP) + 1:-1] for p in pairs if p["pair_label"] == label]
+        at_start = sum(b[0] % 100 == 0 for b in bs) / len(bs)  # k == 0: a sentence's first token
+        stats[label] = at_start, sum(len(p["input_ids"]) for p in pairs if p["pair_label"] == label) / len(bs)
+    assert abs(stats[0][0] - stats[1][0]) < 0.06 and abs(stats[0][1] - stats[1][1]) < 3

@@ -2,7 +2,7 @@
 
 - BERT segment pairs with next-sentence labels (Devlin et al. 2019, appendix A.2): A is
   one or more sentences, B is the real continuation (label 0, IsNext) or, half the time,
-  text from another document (label 1, NotNext); [CLS] A [SEP] B [SEP] with segment ids;
+  whole sentences of another document as long as it (label 1, NotNext); [CLS] A [SEP] B [SEP];
   the longer side loses a token from its front or back at random until the pair fits.
 - ALBERT sentence-order pairs (Lan et al. 2020, sec. 4.1): two consecutive segments,
   swapped half the time (label 1).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 from array import array
+from bisect import bisect_left
 from itertools import accumulate
 
 import numpy as np
@@ -100,12 +101,16 @@ def _bert_target(max_len: int, short_seq_prob: float):
     return lambda rng: rng.randint(2, max_len - 3) if rng.random() < short_seq_prob else max_len - 3
 
 
-def _other(n_docs: int, d: int, offsets, n: int, rng: random.Random) -> tuple:
-    """(document, lo, hi): up to n tokens of a document other than d, from a random sentence on."""
+def _other(n_docs: int, d: int, offsets, n: int, rng: random.Random, whole: bool = False) -> tuple:
+    """(document, lo, hi): up to n tokens of a document other than d, from a random sentence on; with
+    `whole`, whole sentences until they reach n tokens (BERT's random next), the last one not cut."""
     other = rng.randrange(n_docs - 1)
     other += other >= d  # any document but this one
     off = offsets(other)
-    start = off[rng.randrange(len(off) - 1)]
+    k = rng.randrange(len(off) - 1)
+    start = off[k]
+    if whole:
+        return other, start, off[min(bisect_left(off, start + n, k + 1), len(off) - 1)]
     return other, start, min(start + n, off[-1])
 
 
@@ -134,7 +139,9 @@ def plan_nsp(n_docs: int, offsets, max_len: int = 128, seed: int = 0, short_seq_
     plan = _Plan(max_len, rng)
     for d, off, lo, cut, hi in _splits(n_docs, offsets, _bert_target(max_len, short_seq_prob), rng):
         if rng.random() < 0.5 and n_docs > 1:
-            b, label = _other(n_docs, d, offsets, max_len, rng), 1
+            # whole sentences as long as the real B (BERT collects whole sentences too): a B of max_len
+            # tokens cut to fit made NotNext pairs full-length and start mid-sentence, cues to the label
+            b, label = _other(n_docs, d, offsets, off[hi] - off[cut], rng, whole=True), 1
         else:
             b, label = (d, off[cut], off[hi]), 0
         if off[cut] > off[lo] and b[2] > b[1]:

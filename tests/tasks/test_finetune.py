@@ -385,3 +385,21 @@ def test_a_datasets_integer_class_ids_fine_tune_as_the_same_labels_read_from_a_f
     python, file = weights(tmp_path / "python"), weights(tmp_path / "file")
     assert all(torch.equal(python[k], file[k]) for k in file)
     assert evaluate(tmp_path / "python" / "final", records) == evaluate(tmp_path / "file" / "final", records)
+
+
+def test_a_fine_tuned_model_fine_tuned_again_keeps_the_label_of_each_output(tmp_path):
+    """A directory's labels in another order than sorted (a Hugging Face id2label {0: pos, 1: neg}) were
+    replaced by the records' sorted labels while its trained head was kept: every output changed label."""
+    from lmforge.tasks.finetune import make_task, save_model
+
+    task = make_task("cls", tiny(), tokenizer(), [], TaskConfig(), ["pos", "neg"])
+    last = [m for m in task.task_head.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        last.bias.copy_(torch.tensor([5.0, -5.0]))  # output 0, "pos", whatever the text
+    save_model(task, tmp_path / "model")
+    train = [{"text": "a good film", "label": "pos"}, {"text": "a bad film", "label": "neg"}]
+    finetune(str(tmp_path / "model"), None, "cls", train, None, tmp_path / "run", cfg(steps=1, lr=1e-9), log=quiet)
+    assert task_info(tmp_path / "run" / "final")["labels"] == ["pos", "neg"]
+    out = tmp_path / "predictions.jsonl"
+    evaluate(tmp_path / "run" / "final", [{"text": r["text"]} for r in train], out=out)
+    assert [json.loads(line)["prediction"] for line in out.read_text().splitlines()] == ["pos", "pos"]

@@ -294,6 +294,16 @@ def check_validated(train_cfg: TrainConfig, task_cfg: TaskConfig) -> None:
     refuse_changed(task_cfg, ("patience", "keep_best", "eval_batch_size"), why)
 
 
+def checkpoint_labels(model, kind: str, train: list) -> list | None:
+    """A model directory's label order (task.json, id2label) where the training records use the very same
+    labels, so its trained head goes on with the meaning of each output (as the reference's run_glue reads
+    a checkpoint's label2id); None otherwise (the records' sorted labels, a fresh head where they differ)."""
+    path = model_dir(model) if isinstance(model, (str, Path)) and kind in ("cls", "pair", "tagging") else None
+    known = task_info(path).get("labels") if path is not None else None
+    data = task_class(kind).labels_from(train) if known else None
+    return list(known) if data is not None and len(known) == len(data) and set(known) == set(data) else None
+
+
 def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,
              task_cfg: TaskConfig | None = None, labels: list | None = None, resume: bool = False,
              log=print) -> dict:
@@ -305,6 +315,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
         check_validated(train_cfg, task_cfg)
     # Python's records as a file's are read (a dataset's integer class ids become the labels "0", "1", ...)
     train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
+    labels = labels if labels is not None else checkpoint_labels(model, kind, train)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     if model.config.architecture == "elmo":  # a biLSTM over characters, used by its frozen layers' mix
         raise ValueError("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge "

@@ -258,3 +258,18 @@ def test_blocks_join_documents_with_an_eos_of_id_zero():
     examples = build_examples(ExampleFormat("blocks", roles=("eos", "sep")), docs, _EndOfTextZero(), 4)
     stream = [t for e in examples for t in e["input_ids"]]
     assert stream == [5, 6, 7, 0, 8, 9, 0, 10, 11, 12, 13, 0]
+
+
+def test_full_sentences_put_a_separator_between_documents(shard_dir):
+    # RoBERTa's FULL-SENTENCES: "add an extra separator token between documents" (sec. 4.2), listed or lazy
+    corpus, tokenizer = ShardCorpus(shard_dir), load_tokenizer(shard_dir / "tokenizer")
+    sep, ids = tokenizer.special_id("sep"), np.arange(6)
+    docs = [corpus.document(int(i)) for i in ids]
+    listed = build_examples(ExampleFormat(), docs, tokenizer, 10_000)
+    lazy = lazy_examples(ExampleFormat(), corpus, ids, tokenizer, 10_000)
+    assert len(listed) == len(lazy) == 1 and lazy[0] == listed[0]
+    assert not any(t == sep for d in docs for s in d for t in s)
+    # one after each document (the last one's stands before the closing [SEP], as a block of RoBERTa's stream)
+    assert listed[0]["input_ids"][1:-1].count(sep) == len(docs)
+    doc_sentences = build_examples(ExampleFormat(cross_documents=False), docs, tokenizer, 10_000)
+    assert all(e["input_ids"][1:-1].count(sep) == 0 for e in doc_sentences)

@@ -304,7 +304,7 @@ class ExampleFormat:
     # tokenizer roles: sentences and pairs, the first and last token; blocks, the document joiner
     roles: tuple = ("cls", "sep")
     pairs: str = "nsp"  # pairs: the plan (a key of PackedPairs.PLANS)
-    cross_documents: bool = True  # sentences: FULL-SENTENCES (packing crosses documents) or DOC-SENTENCES
+    cross_documents: bool = True  # sentences: FULL-SENTENCES (crossing documents, a separator between) or not
     word_starts: bool = False  # whole-word objectives: each example carries its word starts
     reserve: int = 0  # tokens of max_len left free (T5 appends </s> to the corrupted input)
     build: Callable | None = None  # custom: (documents, tokenizer, max_len, seed) -> list of examples
@@ -348,7 +348,9 @@ def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int 
         examples = blocks(docs, max_len, eos=_joiner(tokenizer, fmt.roles))
     else:
         first, last = _ends(tokenizer, fmt.roles)
-        examples = pack_sentences(docs, first, last, max_len=max_len, cross_documents=fmt.cross_documents)
+        # FULL-SENTENCES: "an extra separator token between documents" (RoBERTa, sec. 4.2), the closing one
+        examples = pack_sentences(docs, first, last, max_len=max_len, cross_documents=fmt.cross_documents,
+                                  doc_sep=last)
     if fmt.word_starts:
         for e in examples:
             e["word_starts"] = tokenizer.word_starts(e["input_ids"])
@@ -367,7 +369,8 @@ def lazy_examples(fmt: ExampleFormat, corpus: ShardCorpus, ids, tokenizer, max_l
         examples = PackedBlocks(corpus, ids, max_len, eos=_joiner(tokenizer, fmt.roles))
     else:
         first, last = _ends(tokenizer, fmt.roles)
-        examples = PackedSentences(corpus, ids, first, last, max_len, cross_documents=fmt.cross_documents)
+        examples = PackedSentences(corpus, ids, first, last, max_len, cross_documents=fmt.cross_documents,
+                                   doc_sep=last)  # as build_examples
     return WithWordStarts(examples, tokenizer) if fmt.word_starts else examples
 
 

@@ -401,3 +401,15 @@ def test_a_tokenizer_folder_of_the_users_in_out_is_refused_never_replaced(corpus
     (out / "tokenizer" / "notes.txt").unlink()
     load_tokenizer(tokenizer_dir).save(out / "tokenizer")  # an earlier run's copy: replaced, as a rerun does
     assert shard_corpus([corpus_dir / "c.txt"], tokenizer_dir, out, log=lambda m: None)["complete"]
+
+
+@pytest.mark.parametrize("field, given", [("tokenizer", None), ("tokenizer", 3), ("options", {"lower": True})])
+def test_a_tokenizer_or_options_of_another_type_is_refused_naming_it_before_any_write(
+        corpus_dir, tokenizer_dir, tmp_path, field, given):
+    """They failed as AttributeErrors once the run had made its folder."""
+    from lmforge.config.options import OptionsError
+
+    arguments = {"tokenizer": tokenizer_dir, "options": None, field: given}
+    with pytest.raises(OptionsError, match=f"^{field} must be") as no:
+        shard_corpus([corpus_dir / "c.txt"], out=tmp_path / "sh", log=lambda m: None, **arguments)
+    assert no.value.field == field and not (tmp_path / "sh").exists()

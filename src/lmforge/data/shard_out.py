@@ -1,13 +1,28 @@
-"""Where a shard run may write: an output folder apart from its inputs, and never over a folder of the
-user's that carries a name the run writes (its `tokenizer/` is replaced whole)."""
+"""What a shard run is given and where it may write: a tokenizer and read options of their types, an output
+folder apart from its inputs, and never over a folder of the user's that carries a name the run writes
+(its `tokenizer/` is replaced whole)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from lmforge.data.corpus import expand_files
-from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE
+from lmforge.config.options import OptionsError
+from lmforge.data.corpus import ReadOptions, expand_files
+from lmforge.tokenizer import load_tokenizer
+from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE, Tokenizer
 from lmforge.utils.atomic import UnsafePath
+
+
+def run_settings(tokenizer, options) -> tuple:
+    """(the run's Tokenizer, its ReadOptions): a tokenizer directory is read; another tokenizer, or options
+    that are no ReadOptions, an OptionsError naming the argument (they failed as AttributeErrors mid-run)."""
+    tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
+    if not isinstance(tokenizer, Tokenizer):
+        raise OptionsError(f"tokenizer must be an lmforge Tokenizer or its directory, got "
+                           f"{type(tokenizer).__name__}", "tokenizer")
+    if options is not None and not isinstance(options, ReadOptions):
+        raise OptionsError(f"options must be a ReadOptions, got {type(options).__name__}", "options")
+    return tokenizer, options or ReadOptions()
 
 
 def shard_inputs(files, out) -> list:

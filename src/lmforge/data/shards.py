@@ -44,7 +44,7 @@ from lmforge.data.corpus import (
     open_binary,
     read_range,
 )
-from lmforge.data.shard_out import shard_inputs
+from lmforge.data.shard_out import run_settings, shard_inputs
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
 
@@ -308,14 +308,12 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     """Tokenise text files into a shard directory `out` with `workers` processes; the manifest.
 
     `tokenizer` is a Tokenizer or a directory. Resumes a directory left unfinished."""
-    from lmforge.tokenizer import load_tokenizer
-
     workers = checked_argument("workers", "int", {"low": 1, "high": MAX_WORKERS}, workers)  # as --workers is
     shard_bytes = checked_argument("shard_bytes", "int", {"low": int(MIN_SHARD_MB * MB),
                                                           "high": int(MAX_SHARD_MB * MB)}, shard_bytes)
     files = shard_inputs(files, out)  # out neither is, holds nor lies inside an input
-    tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
-    out, opts = refuse_link(out), options or ReadOptions()
+    tokenizer, opts = run_settings(tokenizer, options)
+    out = refuse_link(out)
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     manifest = _prepare(files, tokenizer, out, opts, shard_bytes)

@@ -403,7 +403,8 @@ def test_a_tokenizer_folder_of_the_users_in_out_is_refused_never_replaced(corpus
     assert shard_corpus([corpus_dir / "c.txt"], tokenizer_dir, out, log=lambda m: None)["complete"]
 
 
-@pytest.mark.parametrize("field, given", [("tokenizer", None), ("tokenizer", 3), ("options", {"lower": True})])
+@pytest.mark.parametrize("field, given", [("tokenizer", None), ("tokenizer", 3),
+                                          ("options", {"lower": True})])
 def test_a_tokenizer_or_options_of_another_type_is_refused_naming_it_before_any_write(
         corpus_dir, tokenizer_dir, tmp_path, field, given):
     """They failed as AttributeErrors once the run had made its folder."""

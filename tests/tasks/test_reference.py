@@ -81,3 +81,21 @@ def test_a_token_classifier_is_never_read_as_a_sequence_classifier(tmp_path):
     assert "kinds" not in task_info(path)
     with pytest.raises(ValueError, match="never fine-tuned for cls"):
         predictions(path, "cls", tmp_path)
+
+
+def without_id2label(path, n):
+    """The config.json as transformers 5 saves default labels: num_labels, no id2label / label2id."""
+    config = json.loads((path / "config.json").read_text())
+    config.pop("id2label"), config.pop("label2id")
+    (path / "config.json").write_text(json.dumps({**config, "num_labels": n}))
+
+
+def test_a_classifier_without_id2label_predicts_its_class_ids_in_output_order(tmp_path):
+    model, path = reference_dir(tmp_path / "m", num_labels=12)
+    without_id2label(path, 12)
+    want = [str(int(logits.argmax())) for logits in reference_logits(model)]
+    out = tmp_path / "predictions.jsonl"  # class ids as a dataset gives them: 0..11, "10" after "9"
+    evaluate(path, [{"text": t, "label": i} for i, t in enumerate(TEXTS)], "cls", out=out)
+    assert [json.loads(line)["prediction"] for line in out.read_text().splitlines()] == want
+    with pytest.raises(ValueError, match="config.json has no id2label, so its 12 outputs are the class ids 0..11"):
+        evaluate(path, [{"text": t, "label": "pos"} for t in TEXTS], "cls")

@@ -31,7 +31,7 @@ from lmforge.tasks.base import MODULES, Task, option_owners, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn
 from lmforge.tasks.fields import given_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
-from lmforge.tasks.reference import check_kind, is_label, reference_task
+from lmforge.tasks.reference import check_kind, default_labels, is_label, reference_task
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -299,7 +299,8 @@ def checkpoint_labels(model, kind: str, train: list) -> list | None:
     labels, so its trained head goes on with the meaning of each output (as the reference's run_glue reads
     a checkpoint's label2id); None otherwise (the records' sorted labels, a fresh head where they differ)."""
     path = model_dir(model) if isinstance(model, (str, Path)) and kind in ("cls", "pair", "tagging") else None
-    known = task_info(path).get("labels") if path is not None else None
+    info = task_info(path) if path is not None else {}
+    known = info.get("labels") or [str(i) for i in range(info.get("outputs") or 0)]  # no id2label: class ids
     data = task_class(kind).labels_from(train) if known else None
     return list(known) if data is not None and len(known) == len(data) and set(known) == set(data) else None
 
@@ -369,6 +370,7 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     pretrained = {id(head) for head in model.heads.values()}
     if labels is None:  # the last resort, the data's own labels: read as a file's are
         records = given_records(records, kind, "data", labelled=False)
+        labels = default_labels(where, info, task_class(kind).labels_from(records))  # a reference classifier's
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
     # a head the model lacked is freshly drawn; the LM head of text-to-text and seq2seq is pretrained
     if task.head != "lm" and id(task.task_head) not in pretrained:

@@ -54,7 +54,8 @@ def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
             return {"kinds": [], "why": f"{where} with num_labels {n} ({n} raw scores) is a task lmforge does not "
                                         "have: its regression task has one output"}
         return {"kinds": ONE_SCORE, "why": f"{where} (one raw score)"}
-    return {"labels": labels, "kinds": CLASSES, "why": f"{where} (the argmax of the outputs)"}
+    return {"labels": labels, "outputs": None if labels else n, "kinds": CLASSES,
+            "why": f"{where} (the argmax of the outputs)"}
 
 
 def reference_task(config: Path, hf: dict) -> dict:
@@ -77,3 +78,19 @@ def check_kind(where: str, info: dict, kind: str) -> None:
     if not kinds:
         raise ValueError(f"{where}: {info['why']}")
     raise ValueError(f"{where}: {info['why']} is not a {kind} task; it is read as {' or '.join(kinds)}")
+
+
+def default_labels(where: str, info: dict, data: list | None) -> list | None:
+    """The labels of a reference classifier whose config names none (no id2label: LABEL_i, the class ids):
+    the ids "0".."n-1" in output order where the records' labels are among them, LABEL_i without labelled
+    records; other labels are refused, the output of each being unknown. None for other models."""
+    n = info.get("outputs")
+    if n is None:
+        return None
+    if data is None:
+        return [f"LABEL_{i}" for i in range(n)]
+    ids = [str(i) for i in range(n)]
+    if set(data) <= set(ids):
+        return ids  # numeric order: sorted text would put "10" before "2"
+    raise ValueError(f"{where}: config.json has no id2label, so its {n} outputs are the class ids 0..{n - 1}; "
+                     f"the records' labels {data[:3]} are not, and which output is which is unknown")

@@ -111,6 +111,29 @@ def test_sentinels_are_looked_up_through_a_t5_tokenizer():
         sentinel_ids(train_tokenizer(texts, "wordpiece", 60, family="bert"))
 
 
+
+def test_examples_concatenate_documents_and_targets_end_in_one_eos():
+    # T5's reduce_concat_tokens runs documents together; a </s> joining them stood mid-target (39 % of
+    # 512-token GCIDE blocks): the only </s> of an input or a target is its last token
+    from lmforge import objectives
+    from lmforge.data.stream import build_examples
+
+    texts = ["the cat sat on the mat", "a dog ran in the park", "birds fly over the river"] * 20
+    tok = train_tokenizer(texts, "unigram", 60, family="t5")
+    docs = [[tok.encode(t, add_special_tokens=False).ids] for t in texts]
+    examples = build_examples(objectives.get("span-corruption").examples, docs, tok, 24)
+    eos = tok.special_id("eos")
+    objective = SpanCorruption.__new__(SpanCorruption)
+    objective.sentinels, objective.eos_id, objective.final_sentinel = sentinel_ids(tok), eos, True
+    objective.noise_density, objective.mean_noise_span_length = 0.15, 3.0
+    for i, example in enumerate(examples):
+        assert eos not in example["input_ids"]
+        out = objective.corrupt(example, torch.Generator().manual_seed(i))
+        assert len(out["input_ids"]) <= 24
+        for seq in (out["input_ids"], out["labels"]):
+            assert seq.count(eos) == 1 and seq[-1] == eos
+
+
 def test_teacher_forcing_batch_and_loss_equal_the_reference_t5(tmp_path):
     objective = _objective()
     examples = [objective.corrupt({"input_ids": list(range(5, 5 + n))}, torch.Generator().manual_seed(n))

@@ -128,7 +128,8 @@ class SpanCorruption(Seq2SeqLM):
         return {"input_ids": inputs, "labels": targets}
 
 
-# raw token blocks; the corrupted input plus </s> fits in max_len; a unigram tokenizer with sentinels
+# raw token blocks, documents concatenated without a separator as T5's reduce_concat_tokens does (a </s>
+# joining them would stand mid-target); the corrupted input plus </s> fits in max_len; a unigram tokenizer
 register(ObjectiveSpec(name="span-corruption", build=SpanCorruption.build, summary="span corruption (T5)",
                        aliases=("t5",), architectures=("encoder-decoder",), tokenizer="t5",
-                       examples=ExampleFormat("blocks", roles=("eos",), reserve=1)))
+                       examples=ExampleFormat("blocks", roles=(), reserve=1)))

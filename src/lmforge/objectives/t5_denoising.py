@@ -6,8 +6,9 @@ span corruption on one encoder-decoder: the target is always the whole original 
   corruption uses the same way: a token that stands for what was removed);
 - deshuffling: the tokens are shuffled and the model restores their order.
 
-Both are BART's Denoising (denoising.py) with a noise of their own, on T5's text (blocks of raw
-tokens, no <s>).
+Both are BART's Denoising (denoising.py) with a noise of their own, on T5's text: blocks of raw
+tokens, documents concatenated without a separator (T5's reduce_concat_tokens); as T5 does, </s> is
+appended to the noised input and to the target, so every target ends in it and nowhere else.
 """
 from __future__ import annotations
 
@@ -59,10 +60,20 @@ class T5Denoising(Denoising):
             raise ValueError(f"style must be 'bert' or 'deshuffle', got {style!r}")
         return cls(model, None, noises=(noise,), eos_id=tokenizer.special_id("eos"), pad_id=tokenizer_pad(tokenizer))
 
+    def corrupt(self, example: dict, generator: torch.Generator) -> dict:
+        """Raw tokens (a final </s>, if any, set aside) -> noised tokens + </s> in, tokens + </s> out."""
+        ids = list(example["input_ids"])
+        if self.eos_id is not None and ids[-1:] == [self.eos_id]:
+            ids = ids[:-1]
+        end = [self.eos_id] if self.eos_id is not None else []
+        return {"input_ids": self.noise(ids, generator) + end, "labels": ids + end}
 
+
+# T5's raw text: documents run together (no joiner), room for the </s> appended to the input
+_BLOCKS = ExampleFormat("blocks", roles=(), reserve=1)
 register(ObjectiveSpec(name="t5-bert-style", build=T5Denoising.build, summary="BERT-style denoising, whole text as target (T5)",
-                       architectures=("encoder-decoder",), tokenizer="t5", examples=ExampleFormat("blocks", roles=("eos",)),
+                       architectures=("encoder-decoder",), tokenizer="t5", examples=_BLOCKS,
                        options={"style": "bert"}))
 register(ObjectiveSpec(name="t5-deshuffling", build=T5Denoising.build, summary="deshuffling (T5)",
-                       architectures=("encoder-decoder",), tokenizer="t5", examples=ExampleFormat("blocks", roles=("eos",)),
+                       architectures=("encoder-decoder",), tokenizer="t5", examples=_BLOCKS,
                        options={"style": "deshuffle"}))

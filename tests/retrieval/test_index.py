@@ -114,3 +114,28 @@ def test_a_build_that_fails_midway_leaves_the_earlier_index_whole(tmp_path):
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["ix"]  # no half-written folder beside it
     DenseIndex.load(path)
+
+
+def _tied(tmp_path):
+    """An index of small-integer vectors (exact inner products) with duplicate rows, so that many scores
+    tie, some at the k-th place; and the brute-force order: score, then the lower row first."""
+    g = torch.Generator().manual_seed(0)
+    vectors = torch.randint(-2, 3, (48, 8), generator=g).float()
+    vectors[17] = vectors[30] = vectors[5]
+    vectors[44] = vectors[2]
+    queries = torch.randint(-2, 3, (6, 8), generator=g).float()
+    path = write_index(tmp_path / "ix", [f"p{i}" for i in range(48)], lambda rows: vectors[list(rows)], 8,
+                       batch_size=7, progress=False)
+    scores = (queries @ vectors.T).numpy()
+    want = np.array([sorted(range(48), key=lambda j: (-row[j], j))[:10] for row in scores])
+    return DenseIndex.load(path), queries, want, np.take_along_axis(scores, want, 1)
+
+
+@pytest.mark.parametrize("backend", ["torch", "faiss"])
+def test_ties_rank_the_lower_row_first_as_a_stable_brute_force_sort(tmp_path, backend):
+    if backend == "faiss":
+        pytest.importorskip("faiss")
+    index, queries, want, want_scores = _tied(tmp_path)
+    scores, positions = index.search(queries, 10, batch_size=4, backend=backend)
+    assert np.array_equal(positions.numpy(), want)  # torch.topk / faiss alone: another tied row at the 10th
+    assert np.array_equal(scores.numpy(), want_scores)

@@ -11,7 +11,8 @@ An index directory holds:
 
 Never pickle: numpy reads the .npy with allow_pickle=False. A missing file, a truncated or altered
 embeddings file, or a manifest that does not match is refused with a one-line ValueError.
-With `faiss-cpu` installed, backend="faiss" searches the same vectors with faiss.IndexFlatIP.
+With `faiss-cpu` installed, backend="faiss" searches the same vectors with faiss.IndexFlatIP. Either
+backend ranks tied scores (duplicate passages) lower row first, as a stable brute-force sort does.
 """
 from __future__ import annotations
 
@@ -86,15 +87,38 @@ def _check_files(path: Path, manifest: dict, verify: bool) -> None:
                     path / "manifest.json", IndexDamaged)
 
 
+def best_first(values: torch.Tensor, positions: torch.Tensor, k: int) -> tuple:
+    """The k best of (Q, c) candidate scores and positions, ordered by score, then by position: ties go to
+    the lower position, as a stable sort of every score orders them. The candidates must hold every tie of
+    each row's k-th score (top_k and the faiss search make sure)."""
+    by_position = torch.sort(positions, dim=1).indices
+    values, positions = values.gather(1, by_position), positions.gather(1, by_position)
+    order = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :k]
+    return values.gather(1, order), positions.gather(1, order)
+
+
+def top_k(scores: torch.Tensor, k: int) -> tuple:
+    """((Q, k) values, (Q, k) positions) of each row's k highest scores, ties to the lower position
+    (torch.topk alone leaves tied rows in an order of its own: duplicate passages, which ids a top k holds
+    at a tied boundary, would change with the backend or the build)."""
+    if k == 0 or scores.shape[0] == 0:
+        return torch.topk(scores, k, dim=1)
+    kth = torch.topk(scores, k, dim=1).values[:, -1:]
+    width = int((scores >= kth).sum(1).max())  # every score tied with a k-th one is a candidate
+    top = torch.topk(scores, width, dim=1)
+    return best_first(top.values, top.indices, k)
+
+
 def top_inner_products(queries: torch.Tensor, passages: torch.Tensor, k: int, batch_size: int = 256) -> tuple:
-    """((Q, k) scores, (Q, k) passage positions) of each query's k highest inner products, best first: one
-    matrix product per batch of queries, so a (batch, N) score matrix is the most held at once."""
+    """((Q, k) scores, (Q, k) passage positions) of each query's k highest inner products, best first, ties
+    to the lower position (top_k): one matrix product per batch of queries, so a (batch, N) score matrix is
+    the most held at once."""
     k = min(k, len(passages))
     scores, positions = [], []
     for start in range(0, len(queries), batch_size):
-        top = torch.topk(queries[start:start + batch_size] @ passages.T, k, dim=1)
-        scores.append(top.values)
-        positions.append(top.indices)
+        values, indices = top_k(queries[start:start + batch_size] @ passages.T, k)
+        scores.append(values)
+        positions.append(indices)
     if not scores:
         return torch.empty(0, k), torch.empty(0, k, dtype=torch.long)
     return torch.cat(scores), torch.cat(positions)
@@ -167,5 +191,11 @@ class DenseIndex:
         if self._faiss is None:
             self._faiss = faiss.IndexFlatIP(self.dim)
             self._faiss.add(np.ascontiguousarray(self.matrix.numpy()))
-        scores, positions = self._faiss.search(np.ascontiguousarray(q.numpy()), k)
-        return torch.from_numpy(scores), torch.from_numpy(positions).long()
+        rows, n = np.ascontiguousarray(q.numpy()), len(self.ids)
+        width = min(n, k + 1)
+        while True:  # widen until every row's last candidate scores below its k-th: all its ties are in
+            scores, positions = self._faiss.search(rows, width)
+            if width == n or k == 0 or (scores[:, -1] < scores[:, k - 1]).all():
+                break
+            width = min(n, 2 * width)
+        return best_first(torch.from_numpy(scores), torch.from_numpy(positions).long(), k)

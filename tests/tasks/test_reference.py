@@ -78,15 +78,22 @@ def test_id2label_keys_that_skip_an_output_are_refused_naming_id2label(tmp_path)
 
 def test_a_token_classifier_is_never_read_as_a_sequence_classifier(tmp_path):
     _, path = reference_dir(tmp_path / "m", "BertForTokenClassification", id2label={0: "O", 1: "B"})
-    assert "kinds" not in task_info(path)
-    with pytest.raises(ValueError, match="never fine-tuned for cls"):
+    assert task_info(path)["labels"] == ["O", "B"]
+    with pytest.raises(ValueError, match="config.json's architectures 'BertForTokenClassification' is not a cls"):
         predictions(path, "cls", tmp_path)
+
+
+def test_a_token_classifier_without_id2label_does_not_name_its_outputs_by_the_records_tags(tmp_path):
+    _, path = reference_dir(tmp_path / "m", "BertForTokenClassification", num_labels=2)
+    without_id2label(path, 2)
+    with pytest.raises(ValueError, match="config.json has no id2label, so its 2 outputs are the class ids 0..1"):
+        evaluate(path, [{"words": ["a", "good", "film"], "tags": ["O", "B", "O"]}], "tagging")
 
 
 def without_id2label(path, n):
     """The config.json as transformers 5 saves default labels: num_labels, no id2label / label2id."""
     config = json.loads((path / "config.json").read_text())
-    config.pop("id2label"), config.pop("label2id")
+    config.pop("id2label", None), config.pop("label2id", None)
     (path / "config.json").write_text(json.dumps({**config, "num_labels": n}))
 
 

@@ -6,7 +6,10 @@ reads it (transformers' ForSequenceClassification and text-classification pipeli
 - problem_type "single_label_classification", or none with two or more outputs: the argmax of the
   outputs, named by id2label (cls or pair);
 - problem_type "multi_label_classification" (a sigmoid per label, any number of them true): no lmforge
-  task reads it, so every task is refused naming the field.
+  task reads it, so every task is refused naming the field;
+- ForTokenClassification: a tagging task, its tags named by id2label.
+Without id2label (transformers 5 saves default labels as num_labels alone) the outputs are the class
+ids 0..n-1 (default_labels).
 
 task_info returns the labels and, for such a checkpoint, "kinds" (the tasks its head may be read as)
 and "why" (the config field that decides it), which fine_tuned_task checks.
@@ -65,9 +68,16 @@ def reference_task(config: Path, hf: dict) -> dict:
     labels = id2label_labels(config, id2label) if isinstance(id2label, dict) and id2label else None
     architectures = hf.get("architectures")
     name = architectures[0] if isinstance(architectures, list) and architectures else ""
-    if isinstance(name, str) and name.endswith("ForSequenceClassification"):
-        return {k: v for k, v in _sequence_head(config, hf, labels).items() if v is not None}
-    return {"labels": labels} if labels else {}
+    if not isinstance(name, str):
+        name = ""
+    if name.endswith("ForSequenceClassification"):
+        info = _sequence_head(config, hf, labels)
+    elif name.endswith("ForTokenClassification"):  # a softmax per token, whatever its problem_type
+        info = {"labels": labels, "outputs": None if labels else hf.get("num_labels", 2), "kinds": ["tagging"],
+                "why": f"{config.name}'s architectures {name!r:.60}"}
+    else:
+        info = {"labels": labels}
+    return {k: v for k, v in info.items() if v is not None}
 
 
 def check_kind(where: str, info: dict, kind: str) -> None:

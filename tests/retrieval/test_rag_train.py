@@ -161,3 +161,51 @@ def test_a_generator_with_its_own_tokenizer_reads_passages_in_its_pieces(parts):
     assert int(ids.max()) < small.vocab_size and torch.isfinite(objective(batch).loss)
     with pytest.raises(ValueError, match="smaller than its tokenizer"):
         RAGObjective(generator, retriever, vectors, [], tokenizer=tok)
+
+
+def _thorough_by_hand(objective, batch, steps):
+    """RAG-Sequence's thorough decoding (Lewis et al. 2020, sec. 2.5) with beams of one, one (question,
+    passage) pair at a time in probabilities: each passage's greedy answer is a candidate, and the one of
+    highest sum_z p(z | x) prod_i p(y_i | x, z, y_<i) wins (the first drawn on a tie)."""
+    doc_logp, rows = objective.retrieve(batch)
+    ids, mask = objective.generator_inputs(batch, rows)
+    K, start, sep, out = rows.shape[1], objective.start, objective.sep, []
+
+    def probs(i, decoder):  # (len(decoder), V) p(. | x, z, y_<i) of pair i
+        n = int(mask[i].sum())
+        hidden = objective.model(ids[i:i + 1, :n], mask[i:i + 1, :n],
+                                 decoder_input_ids=torch.tensor([decoder]), run_heads=False).last_hidden_state
+        return torch.softmax(objective.lm(hidden)[0].double(), -1)
+
+    for b in range(len(rows)):
+        candidates = []
+        for i in range(b * K, b * K + K):
+            y = [start]
+            for _ in range(steps):
+                y.append(int(probs(i, y)[-1].argmax()))
+            y = y[1:y.index(sep) + 1] if sep in y[1:] else y[1:]
+            candidates += [y] if y not in candidates else []
+
+        def marginal(y, b=b):
+            return sum(float(doc_logp[b, z].exp())
+                       * float(probs(b * K + z, [start, *y[:-1]])[range(len(y)), y].prod()) for z in range(K))
+        best = max(candidates, key=marginal)
+        out.append((best[:-1] if best[-1:] == [sep] else best, len(candidates)))
+    return out
+
+
+def test_rag_sequence_answers_by_thorough_decoding_not_the_token_marginal(parts):
+    objective = _objective(parts, k=3)
+    torch.manual_seed(3)  # a generator whose passages lead it to different answers
+    for p in objective.model.parameters():
+        p.data.add_(torch.randn_like(p))
+    batch = objective.collate(rag_examples(objective.retriever, parts[1][:4]))
+    with torch.no_grad():
+        want = _thorough_by_hand(objective, batch, 5)
+        objective.kind = "sequence"
+        answers = objective.answer(batch, 5)
+        objective.kind = "token"
+        token_answers = objective.answer(batch, 5)
+    assert max(n for _, n in want) > 1  # passages disagree: the marginal decides
+    assert answers == [y for y, _ in want]
+    assert answers != token_answers  # RAG-Token's greedy answer is another model's

@@ -2,7 +2,8 @@
 passages from a fixed index, an encoder-decoder generator reads "[CLS] passage [SEP] question [SEP]"
 once per passage, and RAG-Sequence or RAG-Token marginalisation (rag.py) gives the answer's
 likelihood; its gradient trains the generator and, through p(z | x), the question encoder, while the
-passage embeddings stay fixed. k = 0 is the closed-book generator (the question alone).
+passage embeddings stay fixed. k = 0 is the closed-book generator (the question alone). Answers decode
+as sec. 2.5 does: RAG-Token greedily under its next-token marginal, RAG-Sequence by thorough decoding.
 
 As in the paper (a BERT question encoder, a BART generator), the generator may have a tokenizer of its
 own: passages, questions and answers are then cut into its pieces, and the question encoder reads the
@@ -16,7 +17,7 @@ from lmforge.objectives.base import IGNORE, Loss, Objective, pad
 from lmforge.objectives.seq2seq import add_decoder_inputs
 from lmforge.retrieval.dpr import BiEncoder, pad_batch
 from lmforge.retrieval.heads import head_or_new, seeded_heads
-from lmforge.retrieval.rag import rag_loss, rag_token_next_log_probs
+from lmforge.retrieval.rag import rag_loss, rag_sequence_log_likelihood, rag_token_next_log_probs
 
 
 class RAGObjective(Objective):
@@ -104,8 +105,11 @@ class RAGObjective(Objective):
 
     @torch.no_grad()
     def answer(self, batch: dict, max_new_tokens: int = 8) -> list:
-        """Greedy answers under RAG-Token's next-token marginal (ids, up to [SEP])."""
+        """Greedy answers (ids, up to [SEP]) as the objective's kind decodes (sec. 2.5): RAG-Token under its
+        next-token marginal; RAG-Sequence by thorough decoding with beams of one (sequence_answers)."""
         doc_logp, rows = self.retrieve(batch)
+        if self.kind == "sequence" and rows is not None and max_new_tokens > 0:
+            return self.sequence_answers(batch, doc_logp, rows, max_new_tokens)
         B = len(doc_logp)
         out = torch.full((B, 1), self.start, device=doc_logp.device)
         for _ in range(max_new_tokens):
@@ -115,6 +119,39 @@ class RAGObjective(Objective):
         for row in out[:, 1:].tolist():
             answers.append(row[:row.index(self.sep)] if self.sep in row else row)
         return answers
+
+    def sequence_answers(self, batch: dict, doc_logp: torch.Tensor, rows: torch.Tensor, max_new_tokens: int) \
+            -> list:
+        """RAG-Sequence's thorough decoding with beams of one: each passage's greedy answer under
+        p(y | x, z) alone is a candidate, and the candidate of highest p(y | x) = sum_z p(z | x) p(y | x, z)
+        over all k passages wins (the first drawn, that of the best passage, on a tie)."""
+        ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
+        out = ids.new_full((len(ids), 1), self.start)
+        for _ in range(max_new_tokens):
+            hidden = self.model(ids, mask, decoder_input_ids=out, decoder_attention_mask=torch.ones_like(out),
+                                run_heads=False).last_hidden_state
+            out = torch.cat([out, self.lm(hidden[:, -1]).argmax(-1, keepdim=True)], 1)
+        K, answers = rows.shape[1], []
+        for b in range(len(rows)):  # each candidate ends at its first [SEP], kept: p(y | x) scores the stop
+            drawn = out[b * K:(b + 1) * K, 1:].tolist()
+            ended = [r[:r.index(self.sep) + 1] if self.sep in r else r for r in drawn]
+            candidates = [list(c) for c in dict.fromkeys(map(tuple, ended))]
+            scores = self._sequence_log_likelihoods(batch, b, doc_logp, rows, candidates)
+            best = candidates[int(scores.argmax())]
+            answers.append(best[:-1] if best[-1:] == [self.sep] else best)
+        return answers
+
+    def _sequence_log_likelihoods(self, batch: dict, b: int, doc_logp, rows, candidates: list) \
+            -> torch.Tensor:
+        """(C,) log p(y | x) under RAG-Sequence of each candidate answer of question b (teacher-forced)."""
+        C, device = len(candidates), batch["source"].device
+        question = {key: batch[key][b:b + 1].expand(C, *batch[key].shape[1:])
+                    for key in ("source", "source_len")}
+        decoder_ids, decoder_mask = pad_batch([[self.start, *c[:-1]] for c in candidates], self.pad_id)
+        logits = self.logits(question, rows[b:b + 1].expand(C, -1), decoder_ids.to(device),
+                             decoder_mask.to(device))
+        targets = pad(candidates, IGNORE).to(device)
+        return rag_sequence_log_likelihood(logits, targets, doc_logp[b:b + 1].expand(C, -1))
 
 
 def rag_examples(retriever: BiEncoder, records: list, tokenizer=None) -> list:

@@ -135,3 +135,19 @@ def test_a_dst_under_a_file_or_a_link_to_nothing_is_refused_naming_dst(tmp_path,
         assert main(["convert", str(source), str(tmp_path / above / "dst"), "--force"]) == 2
         _one_line(capsys, f"DST {tmp_path / above / 'dst'}: {tmp_path / above} is {what}, not a folder")
     assert (tmp_path / "afile").read_text() == "kept" and not (tmp_path / "nowhere").exists()
+
+
+def test_a_classifier_exported_to_hf_names_its_labels_as_the_task_does(tmp_path):
+    """config.json said LABEL_0, LABEL_1: the reference's pipelines named the predictions so."""
+    transformers = pytest.importorskip("transformers")
+    tokenizer = train_tokenizer(TEXTS, "wordpiece", 60)
+    model = lmforge.build(lmforge.tiny("bert-base"), vocab_size=tokenizer.vocab_size).eval()
+    attach(model, "classification", n_labels=3)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    model.save(src)
+    tokenizer.save(src)
+    (src / "task.json").write_text('{"kind": "cls", "labels": ["neg", "neutral", "pos"]}\n')
+    assert main(["convert", str(src), str(dst), "--to", "hf"]) == 0
+    config = transformers.AutoConfig.from_pretrained(dst)
+    assert config.id2label == {0: "neg", 1: "neutral", 2: "pos"} and config.label2id["pos"] == 2
+    assert lmforge.tasks.finetune.task_info(dst)["labels"] == ["neg", "neutral", "pos"]

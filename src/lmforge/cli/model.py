@@ -26,7 +26,7 @@ from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
 from lmforge.presets import PRESETS
-from lmforge.utils.atomic import atomic_write, replace_dir
+from lmforge.utils.atomic import atomic_write, atomic_write_text, replace_dir
 from lmforge.utils.model_folder import inside_job_folder, record_sums
 from lmforge.utils.progress import Bar
 
@@ -83,7 +83,8 @@ def cmd_convert(args) -> None:
     copied = []
     # staged beside DST and put in its place whole (a full disk keeps nothing half-written)
     replace_dir(dst, lambda folder: (model.save(folder, format=args.to),
-                                     copied.extend(copy_companions(src, folder))))
+                                     copied.extend(copy_companions(src, folder)),
+                                     args.to == "hf" and name_labels(src, folder)))
     print(f"wrote {args.dst} ({args.to}{', with ' + ', '.join(copied) if copied else ''})")
 
 
@@ -96,6 +97,20 @@ def check_companions(src: Path) -> None:
     if (src / "tokenizer.json").is_file():
         load_tokenizer(src)
     task_info(src)
+
+
+def name_labels(src: Path, folder: Path) -> None:
+    """The exported config.json's id2label / label2id from SRC's task labels, where its classifier has as
+    many outputs: the reference's pipelines name predictions by them (the model alone knows LABEL_i)."""
+    from lmforge.tasks.finetune import task_info
+
+    labels, config = task_info(src).get("labels"), folder / "config.json"
+    hf = json.loads(config.read_text(encoding="utf-8"))
+    if not labels or len(labels) != len(hf.get("id2label") or {}):
+        return
+    hf["id2label"] = {str(i): str(label) for i, label in enumerate(labels)}
+    hf["label2id"] = {str(label): i for i, label in enumerate(labels)}
+    atomic_write_text(config, json.dumps(hf, indent=2, ensure_ascii=False) + "\n")
 
 
 def load_source(src: Path):

@@ -273,3 +273,11 @@ def test_full_sentences_put_a_separator_between_documents(shard_dir):
     assert listed[0]["input_ids"][1:-1].count(sep) == len(docs)
     doc_sentences = build_examples(ExampleFormat(cross_documents=False), docs, tokenizer, 10_000)
     assert all(e["input_ids"][1:-1].count(sep) == 0 for e in doc_sentences)
+
+
+def test_a_block_length_function_sets_the_raw_block_and_only_for_blocks():
+    fmt = ExampleFormat("blocks", roles=(), length=lambda max_len: max_len + 5)
+    examples = build_examples(fmt, [[list(range(10, 60))]], _EndOfTextZero(), 10)
+    assert fmt.size(10) == 15 and [len(e["input_ids"]) for e in examples] == [15, 15, 15]
+    with pytest.raises(ValueError, match="only for blocks"):
+        ExampleFormat("sentences", length=len)

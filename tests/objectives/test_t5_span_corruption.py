@@ -6,7 +6,7 @@ import torch
 import lmforge
 from lmforge.objectives import IGNORE, SpanCorruption
 from lmforge.objectives.t5_span_corruption import (corrupt_spans, noise_counts, random_segmentation,
-                                                random_spans_noise_mask, sentinel_ids)
+                                                random_spans_noise_mask, raw_length, sentinel_ids)
 from lmforge.tokenizer import train_tokenizer
 from lmforge.train import Trainer
 
@@ -112,6 +112,17 @@ def test_sentinels_are_looked_up_through_a_t5_tokenizer():
 
 
 
+def test_raw_length_is_t5s_random_spans_helper():
+    # T5: inputs_length 512 takes 568 raw tokens, their targets 114 (+1: the paper's final sentinel here)
+    n = raw_length(512)
+    noise, spans = noise_counts(n, 0.15, 3.0)
+    assert n == 568 and n - noise + spans + 1 == 512 and noise + spans + 1 == 114
+    for inputs_length in range(2, 300):
+        n = raw_length(inputs_length)
+        grown = [m - noise_counts(m, 0.15, 3.0)[0] + noise_counts(m, 0.15, 3.0)[1] + 1 for m in (n, n + 1)]
+        assert grown[0] <= inputs_length < grown[1]  # the most tokens that fit
+
+
 def test_examples_concatenate_documents_and_targets_end_in_one_eos():
     # T5's reduce_concat_tokens runs documents together; a </s> joining them stood mid-target (39 % of
     # 512-token GCIDE blocks): the only </s> of an input or a target is its last token
@@ -129,7 +140,7 @@ def test_examples_concatenate_documents_and_targets_end_in_one_eos():
     for i, example in enumerate(examples):
         assert eos not in example["input_ids"]
         out = objective.corrupt(example, torch.Generator().manual_seed(i))
-        assert len(out["input_ids"]) <= 24
+        assert len(out["input_ids"]) == 24  # T5's raw length: the corrupted input fills max_len
         for seq in (out["input_ids"], out["labels"]):
             assert seq.count(eos) == 1 and seq[-1] == eos
 

@@ -308,6 +308,9 @@ class ExampleFormat:
     word_starts: bool = False  # whole-word objectives: each example carries its word starts
     reserve: int = 0  # tokens of max_len left free (T5 appends </s> to the corrupted input)
     build: Callable | None = None  # custom: (documents, tokenizer, max_len, seed) -> list of examples
+    # blocks: max_len -> the raw tokens of a block, in place of max_len - reserve (T5's span corruption
+    # takes more than max_len: its corrupted input is what fills max_len)
+    length: Callable | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -316,6 +319,12 @@ class ExampleFormat:
             raise ValueError("an example format has a `build` function exactly when its kind is 'custom'")
         if self.kind == "pairs" and self.pairs not in PackedPairs.PLANS:
             raise ValueError(f"pairs {self.pairs!r} is not one of {', '.join(PackedPairs.PLANS)}")
+        if self.length is not None and self.kind != "blocks":
+            raise ValueError("an example format has a `length` function only for blocks")
+
+    def size(self, max_len: int) -> int:
+        """The tokens an example holds before the objective's corruption, for inputs of max_len."""
+        return self.length(max_len) if self.length is not None else max_len - self.reserve
 
 
 def _joiner(tokenizer, roles: tuple) -> int | None:
@@ -338,7 +347,7 @@ def _ends(tokenizer, roles: tuple) -> tuple:
 
 def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int = 0) -> list:
     """The examples of format `fmt` as a list, from documents of sentence id lists (or a DocumentView)."""
-    max_len = max_len - fmt.reserve
+    max_len = fmt.size(max_len)
     if fmt.kind == "custom":
         return fmt.build(docs, tokenizer, max_len, seed)
     if fmt.kind == "pairs":
@@ -360,7 +369,7 @@ def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int 
 def lazy_examples(fmt: ExampleFormat, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0):
     """The examples build_examples makes for `fmt` over documents `ids` (with `seed`), built on access;
     None for a custom format (its builder takes lists)."""
-    max_len = max_len - fmt.reserve
+    max_len = fmt.size(max_len)
     if fmt.kind == "custom":
         return None
     if fmt.kind == "pairs":

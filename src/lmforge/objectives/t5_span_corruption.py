@@ -63,6 +63,19 @@ def noise_counts(length: int, noise_density: float, mean_noise_span_length: floa
     return num_noise, min(max(num_spans, 1), length - num_noise)
 
 
+def raw_length(inputs_length: int, noise_density: float = 0.15, mean_noise_span_length: float = 3.0) -> int:
+    """T5's random_spans_helper: the most raw tokens whose corrupted input, </s> included, fits in
+    inputs_length (512 -> 568, the targets then 114 tokens, 115 with the final sentinel)."""
+    def corrupted(n: int) -> int:
+        noise, spans = noise_counts(n, noise_density, mean_noise_span_length)
+        return n - noise + spans + 1
+
+    n = max(inputs_length - 1, 1)  # fits: a text never grows by more than its </s>
+    while corrupted(n + 1) <= inputs_length:
+        n += 1
+    return n
+
+
 def random_spans_noise_mask(length: int, generator: torch.Generator, noise_density: float = 0.15,
                             mean_noise_span_length: float = 3.0) -> list:
     """length bools, True at noise: alternating non-noise / noise runs, starting with non-noise."""
@@ -129,7 +142,7 @@ class SpanCorruption(Seq2SeqLM):
 
 
 # raw token blocks, documents concatenated without a separator as T5's reduce_concat_tokens does (a </s>
-# joining them would stand mid-target); the corrupted input plus </s> fits in max_len; a unigram tokenizer
+# joining them would stand mid-target), as long as T5 takes them: the corrupted input plus </s> fills max_len
 register(ObjectiveSpec(name="span-corruption", build=SpanCorruption.build, summary="span corruption (T5)",
                        aliases=("t5",), architectures=("encoder-decoder",), tokenizer="t5",
-                       examples=ExampleFormat("blocks", roles=(), reserve=1)))
+                       examples=ExampleFormat("blocks", roles=(), length=raw_length)))

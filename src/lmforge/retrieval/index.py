@@ -104,7 +104,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple:
     if k == 0 or scores.shape[0] == 0:
         return torch.topk(scores, k, dim=1)
     kth = torch.topk(scores, k, dim=1).values[:, -1:]
-    width = int((scores >= kth).sum(1).max())  # every score tied with a k-th one is a candidate
+    width = max(k, int((scores >= kth).sum(1).max()))  # every score tied with a k-th one is a candidate
     top = torch.topk(scores, width, dim=1)
     return best_first(top.values, top.indices, k)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmforge.retrieval.index import DenseIndex, write_index
+from lmforge.retrieval.index import DenseIndex, top_k, write_index
 
 
 def _build(tmp_path, n=300, d=16, seed=0):
@@ -139,3 +139,9 @@ def test_ties_rank_the_lower_row_first_as_a_stable_brute_force_sort(tmp_path, ba
     scores, positions = index.search(queries, 10, batch_size=4, backend=backend)
     assert np.array_equal(positions.numpy(), want)  # torch.topk / faiss alone: another tied row at the 10th
     assert np.array_equal(scores.numpy(), want_scores)
+
+
+def test_top_k_returns_k_columns_whatever_the_scores():
+    scores = torch.tensor([[1.0, float("nan"), 3.0, 3.0], [0.0, 0.0, 0.0, 0.0]])
+    values, positions = top_k(scores, 2)
+    assert positions.tolist() == [[1, 2], [0, 1]]  # torch.topk's NaN-first order; all-tied: the lower rows

@@ -209,3 +209,12 @@ def test_rag_sequence_answers_by_thorough_decoding_not_the_token_marginal(parts)
     assert max(n for _, n in want) > 1  # passages disagree: the marginal decides
     assert answers == [y for y, _ in want]
     assert answers != token_answers  # RAG-Token's greedy answer is another model's
+
+
+@pytest.mark.parametrize("bad, match", [({"k": 10_000}, "k=10000: the index holds"),
+                                        ({"kind": "tokens"}, "kind='tokens' is not one of")])
+def test_a_k_beyond_the_index_or_an_unknown_kind_is_refused_naming_it(parts, bad, match):
+    objective = _objective(parts, k=1)
+    with pytest.raises(ValueError, match=match):
+        RAGObjective(objective.model, objective.retriever, objective.passages, objective.passage_tokens,
+                     **{"k": 1, **bad})

@@ -36,6 +36,10 @@ class RAGObjective(Objective):
                              f"tokenizer's ({tok.vocab_size})")
         if generator.config.architecture != "encoder-decoder":
             raise ValueError(f"a RAG generator must be an encoder-decoder, not {generator.config.architecture}")
+        if kind not in ("sequence", "token"):
+            raise ValueError(f"kind={kind!r} is not one of sequence, token")
+        if not 0 <= k <= len(passage_vectors):
+            raise ValueError(f"k={k}: the index holds {len(passage_vectors)} passages (need 0 <= k <= that)")
         self.retriever, self.question_encoder = retriever, retriever.model  # registered: trained too
         self.register_buffer("passages", passage_vectors.float(), persistent=False)  # (N, d), fixed
         self.passage_tokens, self.k, self.kind, self.max_len = passage_tokens, k, kind, max_len

@@ -1,5 +1,7 @@
 import random
 
+import pytest
+
 from lmforge.data.examples import (
     blocks,
     nsp_pairs,
@@ -7,6 +9,7 @@ from lmforge.data.examples import (
     pair_example,
     sentence_nsp_pairs,
     sop_pairs,
+    sso_pairs,
     truncate_pair,
 )
 
@@ -119,3 +122,12 @@ def test_nsp_not_next_is_shaped_like_is_next():
         at_start = sum(b[0] % 100 == 0 for b in bs) / len(bs)  # k == 0: a sentence's first token
         stats[label] = at_start, sum(len(p["input_ids"]) for p in pairs if p["pair_label"] == label) / len(bs)
     assert abs(stats[0][0] - stats[1][0]) < 0.06 and abs(stats[0][1] - stats[1][1]) < 3
+
+
+@pytest.mark.parametrize("builder", [nsp_pairs, sso_pairs, sentence_nsp_pairs])
+def test_an_empty_document_is_never_the_random_segment(builder):
+    # it raised "empty range for randrange()" when drawn as the other document
+    docs = [[[5, 6, 7], [8, 9]], [], [[10, 11], [12, 13, 14]]] * 20
+    pairs = builder(docs, CLS, SEP, max_len=16, seed=0)
+    assert pairs and all(SEP not in p["input_ids"][p["input_ids"].index(SEP) + 1:-1] for p in pairs)
+    assert all(p["input_ids"][-2] != SEP for p in pairs)  # B is never empty

@@ -107,6 +107,8 @@ def _other(n_docs: int, d: int, offsets, n: int, rng: random.Random, whole: bool
     other = rng.randrange(n_docs - 1)
     other += other >= d  # any document but this one
     off = offsets(other)
+    if len(off) < 2:  # a document without sentences: an empty segment, which the plans skip
+        return other, 0, 0
     k = rng.randrange(len(off) - 1)
     start = off[k]
     if whole:
@@ -162,8 +164,8 @@ def plan_sentence_nsp(n_docs: int, offsets, max_len: int = 128, seed: int = 0) -
                 other = rng.randrange(n_docs - 1)
                 other += other >= d
                 o = offsets(other)
-                j = rng.randrange(len(o) - 1)
-                b, label = (other, o[j], o[j + 1]), 1
+                j = rng.randrange(len(o) - 1) if len(o) > 1 else 0  # no sentence: skipped below
+                b, label = (other, o[j], o[min(j + 1, len(o) - 1)]), 1
             if off[i + 1] > off[i] and b[2] > b[1]:
                 plan.add((d, off[i], off[i + 1]), b, label)
     return plan.array()
@@ -195,7 +197,8 @@ def plan_sso(n_docs: int, offsets, max_len: int = 128, seed: int = 0, short_seq_
             first, second = second, first
         elif label == SSO_RANDOM:  # as long as the real neighbour, so the length says nothing about the class
             second = _other(n_docs, d, offsets, off[hi] - off[cut], rng)
-        plan.add(first, second, label)
+        if second[2] > second[1]:
+            plan.add(first, second, label)
     return plan.array()
 
 

@@ -113,7 +113,8 @@ def test_nsp_not_next_is_shaped_like_is_next():
     # BERT's random B is whole sentences of another document as long as the real B; a B of max_len tokens
     # cut to fit made NotNext pairs longer and start mid-sentence (37 % at a sentence start vs 77 %)
     rng = random.Random(1)
-    docs = [[[1000 * (d + 1) + 100 * s + k for k in range(rng.randint(3, 12))] for s in range(rng.randint(10, 30))]
+    docs = [[[1000 * (d + 1) + 100 * s + k for k in range(rng.randint(3, 12))]
+             for s in range(rng.randint(10, 30))]
             for d in range(500)]
     pairs = nsp_pairs(docs, CLS, SEP, max_len=64, seed=0)
     stats = {}

@@ -388,7 +388,8 @@ def test_the_python_face_refuses_an_out_among_the_inputs_as_the_command_does(cor
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["a.txt"]  # nothing written
 
 
-def test_a_tokenizer_folder_of_the_users_in_out_is_refused_never_replaced(corpus_dir, tokenizer_dir, tmp_path):
+def test_a_tokenizer_folder_of_the_users_in_out_is_refused_never_replaced(corpus_dir, tokenizer_dir,
+                                                                         tmp_path):
     """out/tokenizer is replaced whole: a folder of the user's of that name (notes.txt in it) went unsaid."""
     from lmforge.utils.atomic import UnsafePath
 

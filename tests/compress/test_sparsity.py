@@ -44,7 +44,7 @@ def test_cubic_schedule_values():
 def test_magnitude_keeps_the_largest_weights_and_pruned_ones_stay_out():
     model = tiny_model("bert-base")
     pruner = Pruner(model, "magnitude", 0.5, 0, 10)
-    linear, mask = pruner.masks()[0]
+    linear, mask = next((lin, m) for lin, m in pruner.masks() if m.rows == [lin.out_features])  # unfused
     w = linear.parametrizations.weight.original
     pruner.at(5)  # the schedule's sparsity at step 5 of 0..10
     s = cubic_sparsity(5, 0.5, 0, 10)
@@ -59,6 +59,25 @@ def test_magnitude_keeps_the_largest_weights_and_pruned_ones_stay_out():
         w[out] = 100.0  # a pruned weight that grows is not brought back (Zhu & Gupta: it is zero)
     pruner.at(10)
     assert not bool(mask.mask.bool()[out].any()) and int(mask.mask.sum()) == kept(w.numel(), 0.5)
+
+
+@pytest.mark.parametrize("method", ["magnitude", "movement"])
+def test_a_fused_qkv_is_pruned_as_q_k_and_v_each_at_the_sparsity(method):
+    # Zhu & Gupta and Sanh et al. rank each weight matrix on its own (the reference's BERT has q, k and v
+    # apart): q's larger weights (or scores) must not take k's and v's share of the fused projection
+    model = tiny_model("bert-base")
+    attn = model.encoder.blocks[0].attn
+    with torch.no_grad():
+        attn.qkv.weight[: attn.qkv.out_features // 3] *= 10
+    pruner = Pruner(model, method, 0.5, 0, 1)
+    if method == "movement":
+        for linear, mask in pruner.masks():
+            mask.scores.data = linear.parametrizations.weight.original.detach().abs()
+    pruner.at(1)
+    for part in attn.qkv.weight.split(attn.qkv.out_features // 3):  # q, k, v
+        assert int(part.ne(0).sum()) == kept(part.numel(), 0.5)
+        threshold = part.abs().flatten().topk(kept(part.numel(), 0.5)).values[-1]
+        assert bool((part.abs()[part.ne(0)] >= threshold).all())  # each keeps its own largest
 
 
 def test_movement_scores_accumulate_minus_w_times_grad_through_the_straight_through_mask():
@@ -105,8 +124,8 @@ def test_final_sparsity_is_the_target_and_the_baked_model_reloads(tmp_path, meth
     if method == "soft-movement":  # one threshold for all: the total is exact, not each matrix's share
         assert counts["weights"] - counts["zeros"] == kept(counts["weights"], 0.75)
     else:
-        assert counts["zeros"] == sum(m.weight.numel() - kept(m.weight.numel(), 0.75)
-                                      for m in prunable(model).values())
+        parts = [r * m.in_features for name, m in prunable(model).items() for r in fused_rows(model, name, m)]
+        assert counts["zeros"] == sum(n - kept(n, 0.75) for n in parts)  # each of q, k, v exact
     assert abs(counts["sparsity"] - 0.75) < 1e-3
     model.save(tmp_path)
     again = lmforge.load(tmp_path).eval()
@@ -191,8 +210,9 @@ def test_int8_models_and_sparsities_that_remove_nothing_are_refused(method):
     with pytest.raises(ValueError, match="int8-quantised .*prune the fp32 model"):
         Pruner(quantize(tiny_model("bert-base"), alpha=None), method, 0.5, 0, 4)
     model = tiny_model("bert-base")
-    sizes = [m.weight.numel() for m in prunable(model).values()]
-    pool = sum(sizes) if method == "soft-movement" else max(sizes)  # soft movement ranks all weights at once
+    # each of q, k, v is a matrix of its own; soft movement ranks all weights at once
+    sizes = [r * m.in_features for name, m in prunable(model).items() for r in fused_rows(model, name, m)]
+    pool = sum(sizes) if method == "soft-movement" else max(sizes)
     with pytest.raises(ValueError, match=r"--sparsity \S+ removes no weight") as refused:
         Pruner(model, method, 0.4 / pool, 0, 4)
     smallest = float(str(refused.value).rsplit(" ", 1)[-1])  # "... the smallest sparsity ... is X"

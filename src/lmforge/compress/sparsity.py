@@ -4,11 +4,13 @@
   s_t = s_f + (s_i - s_f) (1 - (t - t_0) / (t_1 - t_0))^3 between steps t_0 and t_1: fast at
   first, while the network is redundant, then slowly; 0 before t_0 and s_f after t_1 (Sanh et
   al. 2020's initial and final warm-up).
-- Magnitude pruning (Zhu & Gupta 2017): each matrix keeps its largest |W|. A pruned weight
+- Magnitude pruning (Zhu & Gupta 2017): each matrix keeps its largest |W|; a fused projection
+  (attention's qkv, cross kv) is the matrices it fuses, each ranked on its own, as the
+  reference's separate q, k and v (`fused_rows`). A pruned weight
   stays pruned (it is zero in their method, so it never returns): the mask is re-ranked on
   |W| x mask as the sparsity rises.
 - Movement pruning (Sanh, Wolf & Rush 2020, sec. 4): importance scores S of the shape of W; the
-  mask keeps each matrix's top-k scores, W' = W * TopK(S). The mask's gradient passes
+  mask keeps each matrix's top-k scores (q, k and v apart), W' = W * TopK(S). The mask's gradient passes
   straight through to S, so dL/dS = dL/dW' * W and gradient descent accumulates
   S = -lr sum_t (dL/dW')_t W_t: weights moving away from zero gain importance.
   The scores train with their own (larger) learning rate, as the reference code's
@@ -64,6 +66,13 @@ def kept(n: int, sparsity: float) -> int:
     return max(1, n - round(n * sparsity))
 
 
+def parts_top_k(scores: torch.Tensor, sparsity: float, rows: list | None = None) -> torch.Tensor:
+    """top_k_mask of each block of output rows `rows` (the matrices a fused Linear holds; None: one),
+    each keeping `kept` of its own weights at `sparsity`."""
+    blocks = scores.split(rows) if rows else (scores,)
+    return torch.cat([top_k_mask(b, kept(b.numel(), sparsity)) for b in blocks])
+
+
 def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     """A 0/1 tensor shaped like `scores` with exactly k ones, at the k largest scores."""
     mask = torch.zeros(scores.numel(), dtype=scores.dtype, device=scores.device)
@@ -89,10 +98,12 @@ class StraightThrough(torch.autograd.Function):
 
 
 class MagnitudeMask(nn.Module):
-    """W -> W * mask; the mask (a buffer, so checkpoints carry it) keeps the largest |W|."""
+    """W -> W * mask; the mask (a buffer, so checkpoints carry it) keeps the largest |W| of each
+    matrix (`rows`: the output rows of each matrix a fused Linear holds)."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, rows: list | None = None) -> None:
         super().__init__()
+        self.rows = rows
         self.register_buffer("mask", torch.ones_like(weight))
         self.register_buffer("sparsity", torch.zeros(()))
 
@@ -104,15 +115,17 @@ class MagnitudeMask(nn.Module):
     def update(self, weight: torch.Tensor, sparsity: float) -> None:
         """Re-rank on |W| x mask (pruned weights stay out) when the sparsity rises."""
         if sparsity > float(self.sparsity):
-            self.mask.copy_(top_k_mask(weight.abs() * self.mask, kept(weight.numel(), sparsity)))
+            self.mask.copy_(parts_top_k(weight.abs() * self.mask, sparsity, self.rows))
             self.sparsity.fill_(sparsity)
 
 
 class MovementMask(nn.Module):
-    """W -> W * TopK(S) with learned scores S (straight-through), Sanh et al. 2020."""
+    """W -> W * TopK(S) with learned scores S (straight-through), Sanh et al. 2020; TopK of each
+    matrix a fused Linear holds (`rows`) on its own."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, rows: list | None = None) -> None:
         super().__init__()
+        self.rows = rows
         # the reference's mask_init "constant", mask_scale 0: every weight starts equal
         self.scores = nn.Parameter(torch.zeros_like(weight))
         self.scores.no_weight_decay = True  # the reference's scores group has no decay
@@ -120,8 +133,8 @@ class MovementMask(nn.Module):
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         """The masked weight; gradients reach both W (through the mask) and S (straight through)."""
-        k = kept(weight.numel(), float(self.sparsity))
-        return weight * StraightThrough.apply(self.scores, top_k_mask(self.scores, k)).to(weight.dtype)
+        mask = parts_top_k(self.scores, float(self.sparsity), self.rows)
+        return weight * StraightThrough.apply(self.scores, mask).to(weight.dtype)
 
     @torch.no_grad()
     def update(self, weight: torch.Tensor, sparsity: float) -> None:
@@ -133,8 +146,8 @@ class SoftMovementMask(MovementMask):
     """W -> W * M (straight-through to S), M this matrix's part of the global top-k of the scores,
     which the Pruner sets (1[S > tau] for the tau that keeps the share, ties broken)."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
-        super().__init__(weight)
+    def __init__(self, weight: torch.Tensor, rows: list | None = None) -> None:
+        super().__init__(weight, rows)  # the top-k is global here: rows serve the penalty's means
         self.register_buffer("mask", torch.ones_like(weight))
         self.floor = max(1, math.ceil(FLOOR * weight.numel()))
         self.settle = None  # the Pruner's, on the first matrix: every forward re-chooses M
@@ -210,10 +223,11 @@ class Pruner:
         self.model, self.method, self.sparsity, self.start, self.end = model, method, sparsity, start, end
         self.soft_lambda = soft_lambda
         self.linears = prunable(model)
-        _refuse_nothing_removed(method, sparsity, [m.weight.numel() for m in self.linears.values()])
         self.rows = [fused_rows(model, name, linear) for name, linear in self.linears.items()]
-        for linear in self.linears.values():
-            parametrize.register_parametrization(linear, "weight", MASKS[method](linear.weight))
+        _refuse_nothing_removed(method, sparsity, [r * linear.in_features for linear, rows
+                                                   in zip(self.linears.values(), self.rows) for r in rows])
+        for linear, rows in zip(self.linears.values(), self.rows):
+            parametrize.register_parametrization(linear, "weight", MASKS[method](linear.weight, rows))
         if method == "soft-movement":  # the first matrix a forward meets re-chooses all the masks
             self.masks()[0][1].settle = self.settle
 

@@ -10,7 +10,7 @@ from lmforge.cli import main
 from lmforge.config.options import OptionsError
 from lmforge.tasks import task_class
 from lmforge.tasks.finetune import TaskConfig
-from lmforge.tasks.rerank import RerankOptions, ranking_metrics, read_rerank, rerank_record
+from lmforge.tasks.rerank import RerankOptions, ranking, ranking_metrics, read_rerank, rerank_record
 from tests.tasks.core import tiny, tokenizer
 
 WORDS = ["camera", "phone", "movie", "book", "battery", "screen", "sound", "price"]
@@ -121,3 +121,11 @@ def test_finetune_command_writes_a_reranker(tmp_path):
     assert sorted(row["prediction"]) == [0, 1, 2, 3] and row["gold"] == 0  # a ranking of the 4 documents
     assert main(["finetune", "--model", str(model), "--task", "rerank", "--train", str(tmp_path / "train.jsonl"),
                  "--out", str(tmp_path / "bad"), "--columns", "text=q"]) == 2
+
+
+def test_tied_scores_never_rank_the_positive_first():
+    # a collapsed reranker (every score equal) must not score as perfect: the positive is documents[0]
+    assert ranking([0.5, 0.5, 0.5]) == [2, 1, 0]
+    assert ranking_metrics([0], [ranking([0.5] * 4)]) == {"mrr@10": 0.25, "recall@1": 0.0}
+    assert ranking([1.0, float("nan"), 2.0]) == [2, 0, 1]  # a NaN score ranks last
+    assert ranking([0.1, 0.9, 0.5]) == [1, 2, 0]  # untied scores: plain descending order

@@ -178,8 +178,8 @@ class RerankTask(SequenceTask):
         return [row[: int(n)] for row, n in zip(rows, batch["doc_mask"].sum(-1))]
 
     def decode(self, records: list, examples: list, outputs: list) -> list:
-        """Each record's document indices, best first (ties: the earlier document first)."""
-        return [sorted(range(len(s)), key=lambda i: (-s[i], i)) for s in outputs]
+        """Each record's document indices, best first (see ranking: ties never favour the positive)."""
+        return [ranking(s) for s in outputs]
 
     def score(self, records: list, predictions: list) -> dict:
         """mrr@10 (primary) and recall@1 of the gold document (documents[label]) in each ranking."""
@@ -189,6 +189,15 @@ class RerankTask(SequenceTask):
         """The raw score of each (query, document) pair, in the documents' order."""
         examples = [{"pairs": [self.encode_text(query, d)]} for d in documents]
         return [s[0] for s in self.outputs(examples, batch_size)]
+
+
+def ranking(scores: list) -> list:
+    """Document indices, best first: tied scores put the later document first, NaN scores go last."""
+    # The positive is documents[0]: ties broken toward earlier documents credited a model for ties it
+    # never resolved (a collapsed, constant-score reranker scored mrr@10 1.0). Like trec_eval, which
+    # breaks ties by descending document id, a tie here costs the positive its place.
+    key = [-math.inf if math.isnan(s) else s for s in scores]
+    return sorted(range(len(scores)), key=lambda i: (key[i], i), reverse=True)
 
 
 def ranking_metrics(gold: list, rankings: list, k: int = 10) -> dict:

@@ -27,10 +27,12 @@ def filter_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 def filter_top_p(scores: torch.Tensor, p: float) -> torch.Tensor:
     """Keep the smallest set of highest-probability tokens whose mass reaches p (at least one)."""
-    ordered, order = scores.sort(dim=-1, descending=True)
-    mass_before = ordered.softmax(-1).cumsum(-1) - ordered.softmax(-1)  # mass of strictly better tokens
-    drop = mass_before >= p
-    drop[..., 0] = False
+    # the reference's arithmetic: ascending order, drop while the mass of the worst tokens is <= 1 - p, so
+    # the same tokens stay where tied scores straddle the boundary (a descending sort kept the lower ids of a
+    # tie, the reference the higher ones) or the mass lands on it within float rounding
+    ordered, order = scores.sort(dim=-1, descending=False)
+    drop = ordered.softmax(-1).cumsum(-1) <= (1 - p)
+    drop[..., -1] = False
     return scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
 
 

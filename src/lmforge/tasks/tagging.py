@@ -12,7 +12,8 @@ as it saw it in pretraining (byte-level BPE keeps its leading-space pieces); the
 are mapped back to words through their character offsets.
 
 Scores: entity-level precision, recall and F1 (seqeval, micro-averaged over entity types,
-the CoNLL evaluation script's rules) and token (word) accuracy.
+the CoNLL evaluation script's rules) and token (word) accuracy; for a tag set that marks no
+entity chunks (parts of speech: NN, VBZ) word accuracy alone, the metric of those benchmarks.
 """
 from __future__ import annotations
 
@@ -137,11 +138,15 @@ def word_tags(word_ids: list, predicted: list, labels: list, n_words: int) -> li
     return [t if t is not None else "O" for t in tags]
 
 
-def entity_scores(gold: list, predicted: list) -> dict:
-    """Entity-level F1 (primary), precision, recall (seqeval, micro over types) and word accuracy
-    of tag sequences."""
-    from seqeval.metrics import f1_score, precision_score, recall_score
+CHUNK_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")  # the chunk schemes seqeval reads (IOB1/2, IOBES, BILOU)
 
+
+def is_chunked(tags: list) -> bool:
+    """Whether tags mark entity chunks: each "O" or a prefixed chunk tag (B-X, I-X, ...), some not "O"."""
+    return all(t == "O" or t.startswith(CHUNK_PREFIXES) for t in tags) and any(t != "O" for t in tags)
+
+
+def _check_tags(gold: list, predicted: list) -> None:
     if len(gold) != len(predicted):
         raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predictions")
     if not gold:
@@ -149,12 +154,34 @@ def entity_scores(gold: list, predicted: list) -> dict:
     for i, (g, p) in enumerate(zip(gold, predicted)):
         if len(g) != len(p):
             raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
+
+
+def word_accuracy(gold: list, predicted: list) -> float:
+    """Share of words whose predicted tag is the gold tag (seqeval's accuracy_score)."""
+    _check_tags(gold, predicted)
     words = sum(len(g) for g in gold)
-    correct = sum(a == b for g, p in zip(gold, predicted) for a, b in zip(g, p))
+    return sum(a == b for g, p in zip(gold, predicted) for a, b in zip(g, p)) / max(words, 1)
+
+
+def entity_scores(gold: list, predicted: list) -> dict:
+    """Entity-level F1 (primary), precision, recall (seqeval, micro over types) and word accuracy
+    of tag sequences."""
+    from seqeval.metrics import f1_score, precision_score, recall_score
+
+    accuracy = word_accuracy(gold, predicted)
     return {"f1": float(f1_score(gold, predicted, zero_division=0)),
             "precision": float(precision_score(gold, predicted, zero_division=0)),
             "recall": float(recall_score(gold, predicted, zero_division=0)),
-            "accuracy": correct / max(words, 1)}
+            "accuracy": accuracy}
+
+
+def tag_scores(gold: list, predicted: list, labels: list) -> dict:
+    """entity_scores where the tag set `labels` marks chunks; word accuracy alone otherwise."""
+    if is_chunked(labels):
+        return entity_scores(gold, predicted)
+    # Parts of speech (NN, VBZ): seqeval would read NN as an entity of type "N" and report an
+    # entity F1 that means nothing; the benchmarks' metric for such tags is word accuracy.
+    return {"accuracy": word_accuracy(gold, predicted)}
 
 
 def tag_set(records: list) -> list:
@@ -224,5 +251,6 @@ class TaggingTask(Task):
         return out
 
     def score(self, records: list, predictions: list) -> dict:
-        """Entity-level F1 (primary), precision, recall and word accuracy."""
-        return entity_scores([r["tags"] for r in records], predictions)
+        """Entity-level F1 (primary), precision, recall and word accuracy; word accuracy alone for
+        tags that mark no entity chunks (parts of speech)."""
+        return tag_scores([r["tags"] for r in records], predictions, self.labels)

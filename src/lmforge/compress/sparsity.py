@@ -197,13 +197,13 @@ def prunable(model: nn.Module) -> dict:
 
 
 def fused_rows(model: nn.Module, name: str, linear: nn.Linear) -> list:
-    """The output rows of each matrix a Linear fuses: q, k, v in attention's qkv, k, v in its
-    cross kv; [out_features] for any other."""
+    """The output rows of each matrix a Linear fuses: q, k, v in attention's qkv (and Longformer's
+    global_qkv), k, v in its cross kv; [out_features] for any other."""
     parent_name, _, leaf = name.rpartition(".")
     parent = model.get_submodule(parent_name)
-    if leaf in ("qkv", "kv") and hasattr(parent, "n_kv"):
+    if leaf in ("qkv", "global_qkv", "kv") and hasattr(parent, "n_kv"):
         kv = parent.n_kv * parent.dh
-        return ([linear.out_features - 2 * kv] if leaf == "qkv" else []) + [kv, kv]
+        return ([linear.out_features - 2 * kv] if leaf != "kv" else []) + [kv, kv]
     return [linear.out_features]
 
 

@@ -55,20 +55,25 @@ def argmax_rows(scores: torch.Tensor, block: int = 128) -> torch.Tensor:
     return start + scores.gather(1, window).argmax(-1)
 
 
+def divide(scores: torch.Tensor, temperature: float) -> torch.Tensor:
+    """scores / temperature, as the reference divides them (the same bits, so the same distribution)."""
+    scaled = scores / temperature
+    if temperature < 1.0 and bool((~scaled.isfinite() & scores.isfinite()).any()):
+        # a tiny temperature overflows the quotients to inf (softmax NaN), or is 0 in float32: the top
+        # score shifted to 0 (softmax is shift-invariant) and a divisor >= float32's tiny keep every
+        # quotient <= 0, the top one 0, so the limit is greedy
+        scores = scores - scores.amax(-1, keepdim=True)
+        scaled = scores / max(temperature, torch.finfo(scores.dtype).tiny)
+    return scaled
+
+
 def next_tokens(scores: torch.Tensor, rule: Sampling,
                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """(B, V) processed next-position scores -> (B,) chosen token ids."""
     scores = scores.float()
     if not rule.do_sample:
         return argmax_rows(scores)
-    temperature = rule.temperature
-    if temperature < 1.0:
-        # a tiny temperature overflows the quotients to inf (softmax NaN), or is 0 in float32: the top
-        # score shifted to 0 (softmax is shift-invariant) and a divisor >= float32's tiny keep every
-        # quotient <= 0, the top one 0, so the limit is greedy
-        scores = scores - scores.amax(-1, keepdim=True)
-        temperature = max(temperature, torch.finfo(scores.dtype).tiny)
-    scores = scores / temperature
+    scores = divide(scores, rule.temperature)
     if rule.top_k:
         scores = filter_top_k(scores, rule.top_k)
     if rule.top_p < 1.0:

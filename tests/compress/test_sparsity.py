@@ -16,6 +16,7 @@ from lmforge.compress.sparsity import (
     MovementMask,
     Pruner,
     cubic_sparsity,
+    floor,
     fused_rows,
     is_score,
     kept,
@@ -275,6 +276,22 @@ def test_soft_movement_keeps_the_global_top_share_and_each_matrix_finds_its_own(
     assert all(int(o.sum()) >= max(1, FLOOR * o.numel()) for o in on)  # the floor: no matrix emptied
 
 
+def test_soft_movement_keeps_the_floor_of_q_k_and_v_each():
+    # the reference's q, k and v are matrices of their own, each kept at >= 0.5 % (its min_elements)
+    model = tiny_model("bert-base")
+    pruner = Pruner(model, "soft-movement", 0.9, 0, 1)
+    for linear, mask in pruner.masks():
+        mask.scores.data.normal_()
+    attn = model.encoder.blocks[0].attn
+    mask = attn.qkv.parametrizations.weight[0]
+    third = attn.qkv.out_features // 3
+    mask.scores.data[:third] = -100.0  # q's scores below every other: the global top-k leaves it nothing
+    pruner.at(1)
+    q, k, v = attn.qkv.weight.detach().split(third)
+    assert int(q.ne(0).sum()) == floor(q.numel())  # q at its own floor, not left empty beside k and v
+    assert all(int(p.ne(0).sum()) >= floor(p.numel()) for p in (k, v))
+
+
 def test_soft_movement_scores_learn_before_the_first_cut():
     model = tiny_model("bert-base")
     pruner = Pruner(model, "soft-movement", 0.9, 5, 10)
@@ -301,7 +318,7 @@ def test_soft_movement_masks_follow_the_scores_past_the_schedule_and_into_the_ba
         masks = [m for _, m in pruner.masks()]
         on = top_k_mask(torch.cat([m.scores.detach().flatten() for m in masks]), kept(total, 0.9))
         parts = [p.view_as(m.scores) for m, p in zip(masks, on.split([m.scores.numel() for m in masks]))]
-        return [p if p.sum() >= m.floor else top_k_mask(m.scores.detach(), m.floor) for m, p in zip(masks, parts)]
+        return [m.floored(p) for m, p in zip(masks, parts)]
 
     changed = 0
     for step in range(2, 8):  # the schedule ends at step 2: the masks must go on following the scores

@@ -30,9 +30,9 @@
   scale alone, unlike the scores' lr. The reference fixes tau and lets lambda set the sparsity
   it ends at; here tau is set at each step to the global score that keeps the schedule's share
   (a global top-k), so runs compare at the same sparsity, and lambda ramps with it
-  (lambda x s_t / s_f, as the reference ramps it with its threshold). Each matrix keeps at least
-  0.5 % of its weights (the reference's floor), its largest scores: a matrix at the floor adds
-  to the share kept.
+  (lambda x s_t / s_f, as the reference ramps it with its threshold). Each matrix (q, k and v
+  apart) keeps at least 0.5 % of its weights (the reference's floor), its largest scores: a
+  matrix at the floor adds to the share kept.
 
 Masks are torch.nn.utils.parametrize parametrizations on `weight`, so the model's code stays
 plain nn.Linear; `bake` removes them, leaving the zeros in the weights: the saved model loads
@@ -59,6 +59,11 @@ def cubic_sparsity(step: int, final: float, start: int, end: int, initial: float
     if step >= end:
         return final
     return final + (initial - final) * (1.0 - (step - start) / (end - start)) ** 3
+
+
+def floor(n: int) -> int:
+    """Soft movement: the weights a matrix of n always keeps (FLOOR of them, at least one)."""
+    return max(1, math.ceil(FLOOR * n))
 
 
 def kept(n: int, sparsity: float) -> int:
@@ -147,10 +152,16 @@ class SoftMovementMask(MovementMask):
     which the Pruner sets (1[S > tau] for the tau that keeps the share, ties broken)."""
 
     def __init__(self, weight: torch.Tensor, rows: list | None = None) -> None:
-        super().__init__(weight, rows)  # the top-k is global here: rows serve the penalty's means
+        super().__init__(weight, rows)  # the top-k is global here: rows set the floors and the penalty
         self.register_buffer("mask", torch.ones_like(weight))
-        self.floor = max(1, math.ceil(FLOOR * weight.numel()))
         self.settle = None  # the Pruner's, on the first matrix: every forward re-chooses M
+
+    def floored(self, part: torch.Tensor) -> torch.Tensor:
+        """`part` (this matrix's share of the global top-k) with each matrix it fuses (q, k, v apart,
+        as the reference's) kept at least at its floor, by its largest scores."""
+        blocks = zip(self.scores.detach().split(self.rows or [len(self.scores)]), part.split(self.rows or [len(part)]))
+        return torch.cat([p if int(p.sum()) >= floor(s.numel()) else top_k_mask(s, floor(s.numel()))
+                          for s, p in blocks])
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         """The masked weight: every weight before the first cut (the scores learn meanwhile, the
@@ -260,7 +271,7 @@ class Pruner:
         for m, part in zip(masks, on.split([m.scores.numel() for m in masks])):
             part = part.view_as(m.scores)
             # a new tensor, not copy_: a graph not yet backpropagated may hold the old one
-            m.mask = top_k_mask(m.scores.detach(), m.floor) if int(part.sum()) < m.floor else part.clone()
+            m.mask = m.floored(part.clone())
 
     def penalty(self) -> torch.Tensor | None:
         """Soft movement's L1 term: lambda x s_t / s_f x the mean over matrices of mean sigmoid(S),

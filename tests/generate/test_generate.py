@@ -485,3 +485,25 @@ def test_generate_refuses_bad_decoding_numbers_in_one_line(gpt2_dir, capsys, fla
     out, err = capsys.readouterr()
     assert out == ""  # refused before the prompt is echoed or anything generated
     assert err.count("\n") == 1 and "Traceback" not in err and message in err
+
+
+def test_a_half_precision_models_scores_are_processed_in_float32_as_the_reference_does(monkeypatch):
+    """The reference casts each step's logits to float32 before its processors; penalised in bfloat16 they
+    were rounded to it (sampling probabilities moved by up to 0.01)."""
+    from transformers.generation import logits_process as lp
+
+    calls, process = [], Constraints.__call__
+
+    def recorded(self, scores, seen):
+        calls.append((scores, seen, process(self, scores, seen)))
+        return calls[-1][2]
+
+    monkeypatch.setattr(Constraints, "__call__", recorded)
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("gpt2")).eval()
+    attach(model, "lm")
+    generate(model.to(torch.bfloat16), torch.tensor([[5, 6, 7, 5]]), max_new_tokens=3, do_sample=True,
+             repetition_penalty=1.3, generator=torch.Generator().manual_seed(0))
+    for scores, seen, ours in calls:
+        assert scores.dtype == torch.float32
+        assert torch.equal(ours, lp.RepetitionPenaltyLogitsProcessor(1.3)(seen, scores.clone()))

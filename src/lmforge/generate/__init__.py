@@ -50,7 +50,9 @@ def _choose(steps, constraints, rule, generator) -> torch.Tensor:
         chosen = steps.projection.argmax(features)
         if chosen is not None:
             return chosen
-    logits = steps.projection.logits(features)
+    # the processors run in float32, as the reference's do: a half-precision model's penalised scores
+    # rounded to its dtype moved sampling probabilities by up to 0.01
+    logits = steps.projection.logits(features).float()
     return next_tokens(constraints(logits, steps.tokens), rule, generator)
 
 

@@ -136,6 +136,34 @@ def test_importance_is_the_mean_absolute_gate_gradient(fine_tuned):
     assert all(abs(float(layer.norm()) - 1) < 1e-5 for layer in normalised)
 
 
+def test_importance_is_the_mean_over_batches_of_each_batch_s_absolute_gate_gradient(fine_tuned):
+    # Michel et al.'s code: per batch |dL/dxi| of the batch's mean loss, summed, then L2 per layer; the gate
+    # here is written apart from lmforge's, on the output projection's input (heads side by side)
+    path, data = fine_tuned
+    task = fine_tuned_task(path, data["validation"])
+    examples = encode_split(task, data["validation"], "data")[:12]
+    ours = head_importance(task, examples, batch_size=4)["encoder"]
+    task.eval()
+    blocks = task.model.encoder.blocks
+    xis = [torch.ones(block.attn.n_heads, requires_grad=True) for block in blocks]
+    hooks = [block.attn.out.register_forward_pre_hook(
+        lambda mod, args, xi=xi: ((args[0].unflatten(-1, (len(xi), -1)) * xi[:, None]).flatten(-2),))
+        for block, xi in zip(blocks, xis)]
+    total = [torch.zeros_like(xi) for xi in xis]
+    try:
+        for start in range(0, 12, 4):
+            task.forward(task.collate(examples[start:start + 4])).loss.backward()
+            for acc, xi in zip(total, xis):
+                acc += xi.grad.abs()
+                xi.grad = None
+    finally:
+        for hook in hooks:
+            hook.remove()
+        task.model.zero_grad(set_to_none=True)
+    for got, acc in zip(ours, total):
+        torch.testing.assert_close(got, acc / acc.norm(), atol=1e-6, rtol=1e-5)
+
+
 def test_pruning_curves_keep_a_head_per_layer_and_record_what_they_masked(fine_tuned):
     path, data = fine_tuned
     task = fine_tuned_task(path, data["validation"])

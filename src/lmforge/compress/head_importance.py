@@ -3,8 +3,10 @@ Really Better than One?").
 
 Every attention's heads carry a gate xi_h (layers/inspection.py). The importance of a head is
 I_h = E_x |dL/dxi_h| at the current gates (eq. 3), over a data set, normalised per layer by the
-layer's L2 norm (sec. 4.2: scores of different layers are otherwise not comparable). Pruning is
-iterative (sec. 4.3): mask the least important share of the remaining heads, re-estimate, repeat,
+layer's L2 norm (sec. 4.2: scores of different layers are otherwise not comparable). The mean is
+over batches of the batch's mean loss (the paper's code), not over single examples: |.| of a batch's
+gradient, so the scores, and their order, depend on batch_size. Pruning is iterative (sec. 4.3):
+mask the least important heads, `step` of all heads at a level (the paper's code), re-estimate, repeat,
 with the task metric measured at every level; a random order is the control. Every layer keeps
 at least one head. `compress/head_pruning.py` then removes the masked heads physically.
 """

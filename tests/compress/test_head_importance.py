@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import lmforge
-from lmforge.layers.inspection import inspecting
+from lmforge.cli import main
 from lmforge.compress.head_importance import (
     CurveOptions,
     curve_band,
@@ -16,10 +16,10 @@ from lmforge.compress.head_importance import (
     pruning_curve,
     random_curves,
 )
-from lmforge.cli import main
 from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.config import ConfigError
 from lmforge.convert import ConversionError
+from lmforge.layers.inspection import inspecting
 from lmforge.tasks.finetune import encode_split, fine_tuned_task
 from tests.conftest import tiny_model
 from tests.tasks.core import fine_tuned_sentiment

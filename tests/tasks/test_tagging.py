@@ -9,8 +9,8 @@ from lmforge.data.probes import tasks
 from lmforge.io import find_model_dir
 from lmforge.objectives.base import IGNORE
 from lmforge.tasks import task_class
-from lmforge.tasks.tagging import (TaggingTask, align, entity_scores, is_chunked, read_conll, tag_scores, tag_set,
-                                   word_tags)
+from lmforge.tasks.tagging import (TaggingTask, align, entity_scores, is_chunked, read_conll, tag_scores,
+                                   tag_set, word_tags)
 from lmforge.tokenizer import train_tokenizer
 
 LABELS = ["B-LOC", "B-PER", "I-LOC", "I-PER", "O"]
@@ -204,10 +204,12 @@ def test_tags_without_chunks_are_scored_by_word_accuracy_alone():
     # seqeval reads NN as a chunk of type "N" and reports an entity F1 of 0.4 that means nothing
     assert f1_score(gold, predicted) == pytest.approx(0.4)
     scores = tag_scores(gold, predicted, ["NN", "NNS", "VB"])
-    assert scores == {"accuracy": pytest.approx(accuracy_score(gold, predicted))} and scores["accuracy"] == 2 / 3
+    assert scores == {"accuracy": pytest.approx(accuracy_score(gold, predicted))}
+    assert scores["accuracy"] == pytest.approx(2 / 3)
     # chunk tag sets (IOB2, IOB1, IOBES, BILOU) keep seqeval's entity scores, equal to its own
     gold, predicted = [["B-PER", "I-PER", "O", "S-LOC"]], [["B-PER", "O", "O", "S-LOC"]]
-    assert tag_scores(gold, predicted, ["B-PER", "I-PER", "O", "S-LOC"])["f1"] == f1_score(gold, predicted) == 0.5
+    scores = tag_scores(gold, predicted, ["B-PER", "I-PER", "O", "S-LOC"])
+    assert scores["f1"] == f1_score(gold, predicted) == 0.5
     assert is_chunked(["O", "I-MISC"]) and is_chunked(["U-PER", "L-LOC", "O"])
     assert not is_chunked(["O"]) and not is_chunked(["O", "PER"])
 

@@ -138,7 +138,7 @@ def word_tags(word_ids: list, predicted: list, labels: list, n_words: int) -> li
     return [t if t is not None else "O" for t in tags]
 
 
-CHUNK_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")  # the chunk schemes seqeval reads (IOB1/2, IOBES, BILOU)
+CHUNK_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")  # chunk schemes seqeval reads: IOB1/2, IOBES, BILOU
 
 
 def is_chunked(tags: list) -> bool:

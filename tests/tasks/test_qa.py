@@ -193,6 +193,17 @@ def test_squad_normalisation_and_golden_scores():
     assert set(squad_scores(records[:2], ["Broncos", "1990"])) == {"f1", "exact_match"}
 
 
+def test_answerable_only_records_are_scored_by_the_squad_1_1_script():
+    # golds that normalise to nothing: the official v1.1 evaluate script counts them (EM) and gives F1 0
+    # where a side is empty; v2.0's drops them. Values below: v1.1's and v2.0's evaluate-v*.py on these.
+    v1 = squad_scores([{"answers": [{"text": "the"}, {"text": "the cat"}]}], ["the"])
+    assert v1 == {"f1": 0.0, "exact_match": 1.0}  # v1.1: exact_match 100.0, f1 0.0
+    assert squad_scores([{"answers": [{"text": "The"}]}], ["the"]) == {"f1": 0.0, "exact_match": 1.0}
+    v2 = squad_scores([{"answers": [{"text": "the"}, {"text": "the cat"}]}, {"answers": []}], ["the", ""])
+    assert v2["has_answer_exact_match"] == 0.0 and v2["no_answer_f1"] == 1.0  # v2.0: HasAns_exact 0.0
+    assert token_f1("the", "", empty_match=False) == 0.0 and token_f1("the", "") == 1.0
+
+
 # ---- reading SQuAD JSON -----------------------------------------------------------------------------
 
 SQUAD = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [

@@ -19,7 +19,9 @@ beats the best span's score by more than `null_threshold`.
 
 Scores: exact match and F1 as the official SQuAD evaluation script computes them
 (normalise: lower-case, drop punctuation, drop a/an/the, collapse whitespace; the best
-over the gold answers; an unanswerable question has the one gold answer ""), as fractions.
+over the gold answers; an unanswerable question has the one gold answer ""), as fractions: by
+the SQuAD 2.0 script where a record is unanswerable, else by SQuAD 1.1's (they differ only on
+answers that normalise to nothing, such as "The").
 """
 from __future__ import annotations
 
@@ -227,11 +229,12 @@ def exact_match(gold: str, predicted: str) -> float:
     return float(normalize_answer(gold) == normalize_answer(predicted))
 
 
-def token_f1(gold: str, predicted: str) -> float:
-    """F1 of the normalised answers' word bags (an empty side: 1.0 only if both are empty)."""
+def token_f1(gold: str, predicted: str, empty_match: bool = True) -> float:
+    """F1 of the normalised answers' word bags (an empty side: 1.0 only if both are empty, as SQuAD 2.0's
+    script scores it; empty_match=False: 0.0, as SQuAD 1.1's script does)."""
     gold_words, predicted_words = normalize_answer(gold).split(), normalize_answer(predicted).split()
     if not gold_words or not predicted_words:
-        return float(gold_words == predicted_words)
+        return float(empty_match and gold_words == predicted_words)
     same = sum((collections.Counter(gold_words) & collections.Counter(predicted_words)).values())
     if same == 0:
         return 0.0
@@ -246,20 +249,23 @@ def gold_texts(answers: list) -> list:
 
 
 def squad_scores(records: list, predictions: list) -> dict:
-    """f1 (primary) and exact_match over records, best over each record's gold answers; with
-    unanswerable records also the answerable (has_answer_*) and unanswerable (no_answer_*) parts."""
+    """f1 (primary) and exact_match over records, best over each record's gold answers (SQuAD 1.1's
+    script; 2.0's where a record is unanswerable, adding has_answer_* and no_answer_* parts)."""
     if len(records) != len(predictions):
         raise ValueError(f"{len(records)} questions but {len(predictions)} predictions")
     if not records:
         raise ValueError("no questions to score")
+    has = [bool(r["answers"]) for r in records]
+    # Without unanswerable records the reference is SQuAD 1.1's script: every gold answer counts (2.0's
+    # drops those that normalise to nothing, e.g. "The") and an empty side scores F1 0.
+    v2 = not all(has)
     f1s, ems = [], []
     for record, predicted in zip(records, predictions):
-        golds = gold_texts(record["answers"])
-        f1s.append(max(token_f1(g, predicted) for g in golds))
+        golds = gold_texts(record["answers"]) if v2 else [a["text"] for a in record["answers"]]
+        f1s.append(max(token_f1(g, predicted, empty_match=v2) for g in golds))
         ems.append(max(exact_match(g, predicted) for g in golds))
     out = {"f1": sum(f1s) / len(f1s), "exact_match": sum(ems) / len(ems)}
-    has = [bool(r["answers"]) for r in records]
-    if not all(has):
+    if v2:
         for name, keep in (("has_answer", True), ("no_answer", False)):
             part = [i for i, h in enumerate(has) if h == keep]
             if part:

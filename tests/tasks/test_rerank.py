@@ -65,6 +65,8 @@ def test_ranking_metrics():
     assert ranking_metrics([0, 0], [[0, 1], [1, 2, 0]]) == {"mrr@10": pytest.approx((1 + 1 / 3) / 2),
                                                             "recall@1": 0.5}
     assert ranking_metrics([0], [[*range(1, 11), 0]])["mrr@10"] == 0  # rank 11: beyond 10
+    with pytest.raises(ValueError, match="2 gold documents but 1 rankings"):
+        ranking_metrics([0, 0], [[0, 1]])  # not the first record's score alone
 
 
 def test_distill_without_teacher_scores_is_refused():

@@ -202,6 +202,8 @@ def ranking(scores: list) -> list:
 
 def ranking_metrics(gold: list, rankings: list, k: int = 10) -> dict:
     """{"mrr@10": mean of 1 / rank of the gold index within the first k (0 beyond), "recall@1"}."""
+    if len(gold) != len(rankings):  # zip would score the shorter side alone
+        raise ValueError(f"{len(gold)} gold documents but {len(rankings)} rankings")
     if not gold:
         raise ValueError("no records to score")
     ranks = [ranking.index(g) + 1 for g, ranking in zip(gold, rankings)]

@@ -104,3 +104,23 @@ def test_beam_and_processor_settings_give_the_reference_tokens(bart, settings):
     ours = generate(model, ids, mask, **given)
     theirs = _theirs(reference, ids, mask, **{"forced_eos_token_id": 2, "decoder_start_token_id": 2, **given})
     assert torch.equal(ours, theirs)
+
+
+SAMPLING = [dict(temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.3),
+            dict(temperature=3.0, top_p=0.6, no_repeat_ngram_size=2, min_new_tokens=3),
+            dict(temperature=2.0, top_k=5, suppress_tokens=[8], repetition_penalty=0.8)]
+
+
+@pytest.mark.parametrize("settings", SAMPLING)
+def test_sampling_seeded_alike_gives_the_reference_tokens(gpt2, settings):
+    """The processed distribution is the reference's bit for bit and drawn from alike, so the same seed
+    samples the same tokens (top_k given: the reference's unset default is 50, lmforge's 0, all)."""
+    reference, model = gpt2
+    ids, mask = left_padded_batch(100, lengths=(6, 4, 2), pad=1)
+    ids, mask = ids.repeat(20, 1), mask.repeat(20, 1)
+    given = dict(max_new_tokens=6, do_sample=True, eos_token_id=0, pad_token_id=1, **{"top_k": 0, **settings})
+    torch.manual_seed(3)
+    ours = generate(model, ids, mask, **given)
+    torch.manual_seed(3)
+    assert torch.equal(ours, _theirs(reference, ids, mask, **given))
+    assert len({tuple(row) for row in ours[:, ids.shape[1]:].tolist()}) > 6  # sampled, not one text per prompt

@@ -117,3 +117,19 @@ def test_passages_without_string_text_are_refused_naming_the_file(tmp_path):
     with warnings.catch_warnings(), pytest.raises(ValueError, match=r"bare\.jsonl: no passages"):
         warnings.simplefilter("ignore")
         load_passages(str(bare))
+
+
+def test_the_reader_refuses_an_unanswerable_question_before_any_work(tmp_path):
+    """A SQuAD 2.0 file's unanswerable question reached the reader's exact match as max() of nothing."""
+    from lmforge.retrieval.jobs import run_reader
+    from lmforge.retrieval.questions import check_answers
+    from lmforge.train import TrainConfig
+
+    lines = [{"question": f"Who {i}?", "answers": [] if i == 3 else ["Ann"], "context": f"Ann {i}."}
+             for i in range(12)]
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(ValueError, match=r"q.jsonl: question 4 has no answer"):
+        run_reader("no-such-model", tmp_path / "out", TrainConfig(steps=1), questions=str(questions))
+    assert not (tmp_path / "out" / "checkpoints").exists()
+    check_answers([{"answers": ["a"]}], "q.jsonl")  # answered: nothing said

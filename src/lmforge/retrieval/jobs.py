@@ -48,7 +48,7 @@ from lmforge.retrieval.job_options import (
     options_of,
 )
 from lmforge.retrieval.passages import load_passages, write_passages
-from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
+from lmforge.retrieval.questions import builtin_questions, check_answers, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.config import TrainConfig
@@ -162,9 +162,10 @@ def _reranked(out: list, passages: list, rerank: str, k: int) -> list:
     return out
 
 
-def question_sets(questions: str | None, passages_source: str | None, seed: int) -> tuple:
+def question_sets(questions: str | None, passages_source: str | None, seed: int,
+                  answered: bool = False) -> tuple:
     """(passages, {"train", "test"} records): built-in, the dictionary's ("gcide": see dictionary_qa),
-    or a user's QA file split 90/10 (seeded)."""
+    or a user's QA file split 90/10 (seeded); `answered`: each of its questions must have an answer."""
     if questions == "gcide":
         if passages_source:
             raise ValueError("--questions gcide brings its own passages (dictionary entries): drop --passages")
@@ -177,6 +178,8 @@ def question_sets(questions: str | None, passages_source: str | None, seed: int)
     if passages_source:
         passages = load_passages(passages_source, seed)
     check_positives(records, passages, questions)
+    if answered:
+        check_answers(records, questions)
     records = list(records)
     random.Random(seed).shuffle(records)
     cut = max(1, int(0.9 * len(records)))
@@ -229,7 +232,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     k, out = options.k, training_folder(out)
     if resume:  # a mistyped --out is refused before the work, not after it
         check_resumable(out)
-    passages, sets = question_sets(questions, passages_source, cfg.seed)
+    passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
     reader = ExtractiveReader.from_dir(model, options.max_len, seed=cfg.seed)
     within_context("max_len", options.max_len, reader.model.config)
     train_ranked = rankings(passages, sets["train"], out, None, 20)

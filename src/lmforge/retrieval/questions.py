@@ -99,6 +99,15 @@ def read_questions(path) -> tuple:
     return records, passages
 
 
+def check_answers(records: list, source) -> None:
+    """Every question has an answer (a reader is trained on it and scored by exact match against them);
+    ValueError naming the source and question otherwise (a SQuAD 2.0 file's unanswerable ones)."""
+    for n, r in enumerate(records, 1):
+        if not r["answers"]:
+            raise ValueError(f"{source}: question {n} has no answer: the reader is trained and scored on "
+                             "answered questions (drop the unanswerable ones)")
+
+
 def check_positives(records: list, passages: list, source) -> None:
     """Every positive id names a passage; ValueError naming the source and question otherwise."""
     ids = {p.id for p in passages}

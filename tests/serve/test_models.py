@@ -27,3 +27,36 @@ def test_info_counts_an_int8_model_as_inspect_does_heads_excluded(tmp_path):
         loaded = lmforge.load(tmp_path / name)
         assert info["parameters"] == backbone == parameter_counts(loaded)["total"], name  # inspect's total
         assert "heads excluded" in info["parameters_counted"]
+
+
+def test_a_hugging_face_classifier_is_served_for_predict_as_its_config_says(tmp_path):
+    """A directory without task.json had no predict capability (text-embeddings-inference serves such
+    classifiers): its task is now read from config.json as the reference reads it (tasks/reference.py)."""
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+    tokenizer = train_tokenizer(TEXTS, "wordpiece", 120, family="bert")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64, num_labels=3,
+                                     id2label={0: "neg", 1: "neutral", 2: "pos"})
+    reference = transformers.BertForSequenceClassification(config).eval()
+    for name, kind in (("cls", "cls"), ("sts", "regression")):
+        if kind == "regression":
+            config = transformers.BertConfig(**{**config.to_dict(), "num_labels": 1, "id2label": None,
+                                                "label2id": None, "problem_type": "regression"})
+            reference = transformers.BertForSequenceClassification(config).eval()
+        reference.save_pretrained(tmp_path / name)
+        tokenizer.save(tmp_path / name)
+        served = load_served(name, tmp_path / name)
+        assert served.task.kind == kind and "predict" in served.capabilities
+        examples = served.task.encode_all([{"text": text} for text in TEXTS[:4]])
+        outputs = served.task.outputs(examples)
+        ids = [list(example["input_ids"]) for example in examples]
+        with torch.no_grad():
+            want = [reference(torch.tensor([i])).logits[0] for i in ids]
+        if kind == "cls":  # the task's outputs are the label probabilities
+            want = [logits.softmax(-1) for logits in want]
+        for got, logits in zip(outputs, want):
+            torch.testing.assert_close(torch.as_tensor(got).float().reshape(-1), logits, rtol=1e-4, atol=1e-4)
+    assert load_served("cls", tmp_path / "cls").task.labels == ["neg", "neutral", "pos"]

@@ -2,7 +2,8 @@
 
 A served model is read as the library reads it elsewhere: SentenceEncoder.from_dir (the model,
 its tokenizer and its sentence-transformers pooling), and where the directory holds task.json
-the fine-tuned task rebuilt from it as `lmforge evaluate` rebuilds it. Its capabilities follow
+the fine-tuned task rebuilt from it as `lmforge evaluate` rebuilds it (a Hugging Face classifier's from
+its config.json: served_task). Its capabilities follow
 from its architecture and heads: every model embeds and gives its contextual features; a reranker
 (task.json kind rerank) reranks; a masked-LM encoder, T5 or BART fills
 masks; a decoder or encoder-decoder with an LM head generates; a fine-tuned model predicts; every
@@ -28,6 +29,7 @@ from lmforge.io.native import read_meta
 from lmforge.io.resolve import find_model_dir
 from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.finetune import TaskConfig, make_task, task_info
+from lmforge.tasks.reference import default_labels
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
 _WORD = re.compile(r"\S+")  # ELMo's tokens, as analysis/text_features.py splits them
@@ -153,13 +155,24 @@ def rebuild_task(path: Path, model, tokenizer, info: dict) -> Task:
     return task.eval()
 
 
+def served_task(path: Path) -> dict:
+    """The task a directory serves: its task.json, or a Hugging Face classifier's as its config.json
+    says (tasks/reference.py: the first kind its head is read as, its id2label or class ids), as a
+    reference server (text-embeddings-inference's /predict) reads it; {} for neither."""
+    info = task_info(path)
+    if info.get("kind") or not info.get("kinds"):
+        return info if info.get("kind") else {}
+    labels = info.get("labels") or default_labels(str(path), info, None)
+    return {"kind": info["kinds"][0], **({"labels": labels} if labels else {})}
+
+
 def load_served(name: str, where: str | os.PathLike) -> ServedModel:
     """Load the model directory (or installed model package) `where` as `name`."""
     path = find_model_dir(where)
     if read_meta(path).get("config", {}).get("architecture") == "elmo":
         return load_words(name, path)
     encoder = SentenceEncoder.from_dir(path)
-    info = task_info(path) if (path / "task.json").is_file() else {}
+    info = served_task(path)
     task = rebuild_task(path, encoder.model, encoder.tokenizer, info) if info.get("kind") else None
     encoder.model.eval()
     return ServedModel(name, path, encoder, load_tokenizer(path), task, info,

@@ -372,7 +372,8 @@ def test_fused_rows_name_the_matrices_a_projection_fuses():
     t5 = tiny_model("t5-small")  # cross-attention: its kv fuses k and v
     cross = {n: fused_rows(t5, n, m) for n, m in prunable(t5).items() if n.endswith(".kv")}
     assert cross and all(len(r) == 2 and r[0] == r[1] for r in cross.values())
-    longformer = tiny_model("longformer-base")  # its global q, k, v are three matrices too (HF's query_global ...)
-    glob = {n: fused_rows(longformer, n, m) for n, m in prunable(longformer).items() if n.endswith("global_qkv")}
+    longformer = tiny_model("longformer-base")  # its global q, k, v are three matrices too (query_global)
+    glob = {n: fused_rows(longformer, n, m) for n, m in prunable(longformer).items()
+            if n.endswith("global_qkv")}
     assert glob and all(r == [m.out_features // 3] * 3 for r, m in
                         zip(glob.values(), (longformer.get_submodule(n) for n in glob)))

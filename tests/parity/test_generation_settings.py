@@ -123,4 +123,5 @@ def test_sampling_seeded_alike_gives_the_reference_tokens(gpt2, settings):
     ours = generate(model, ids, mask, **given)
     torch.manual_seed(3)
     assert torch.equal(ours, _theirs(reference, ids, mask, **given))
-    assert len({tuple(row) for row in ours[:, ids.shape[1]:].tolist()}) > 6  # sampled, not one text per prompt
+    # sampled, not one text per prompt
+    assert len({tuple(row) for row in ours[:, ids.shape[1]:].tolist()}) > 6

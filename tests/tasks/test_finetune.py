@@ -398,7 +398,8 @@ def test_a_fine_tuned_model_fine_tuned_again_keeps_the_label_of_each_output(tmp_
         last.bias.copy_(torch.tensor([5.0, -5.0]))  # output 0, "pos", whatever the text
     save_model(task, tmp_path / "model")
     train = [{"text": "a good film", "label": "pos"}, {"text": "a bad film", "label": "neg"}]
-    finetune(str(tmp_path / "model"), None, "cls", train, None, tmp_path / "run", cfg(steps=1, lr=1e-9), log=quiet)
+    finetune(str(tmp_path / "model"), None, "cls", train, None, tmp_path / "run", cfg(steps=1, lr=1e-9),
+             log=quiet)
     assert task_info(tmp_path / "run" / "final")["labels"] == ["pos", "neg"]
     out = tmp_path / "predictions.jsonl"
     evaluate(tmp_path / "run" / "final", [{"text": r["text"]} for r in train], out=out)

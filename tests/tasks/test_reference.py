@@ -28,7 +28,8 @@ def reference_dir(path, architecture="BertForSequenceClassification", **config):
 def reference_logits(model):
     """The reference's logits of each text, one at a time (no padding), on lmforge's token ids."""
     with torch.no_grad():
-        return [model(torch.tensor([tokenizer().encode(t, None, max_length=128).ids])).logits[0] for t in TEXTS]
+        return [model(torch.tensor([tokenizer().encode(t, None, max_length=128).ids])).logits[0]
+                for t in TEXTS]
 
 
 def predictions(path, kind, tmp_path):
@@ -44,18 +45,20 @@ def test_a_one_output_classifier_is_read_as_its_raw_score_never_as_a_one_label_c
     model, path = reference_dir(tmp_path / "m", **config)
     want = [float(logits[0]) for logits in reference_logits(model)]
     assert predictions(path, "regression", tmp_path) == pytest.approx(want, abs=1e-5)
-    with pytest.raises(ValueError, match=f"config.json's {field} .* is not a cls task; it is read as regression"):
+    with pytest.raises(ValueError,
+                       match=f"config.json's {field} .* is not a cls task; it is read as regression"):
         predictions(path, "cls", tmp_path)
 
 
 @pytest.mark.parametrize("config, field", [
-    ({"problem_type": "multi_label_classification", "num_labels": 3}, "problem_type 'multi_label_classification'"),
+    ({"problem_type": "multi_label_classification", "num_labels": 3},
+     "problem_type 'multi_label_classification'"),
     ({"problem_type": "regression", "num_labels": 2}, "problem_type 'regression' with num_labels 2")])
 @pytest.mark.parametrize("kind", ["cls", "regression"])
-def test_a_head_whose_meaning_lmforge_lacks_is_refused_for_every_task_naming_the_field(tmp_path, config, field,
-                                                                                       kind):
+def test_a_head_whose_meaning_lmforge_lacks_is_refused_for_every_task_naming_the_field(
+        tmp_path, config, field, kind):
     _, path = reference_dir(tmp_path / "m", **config)
-    task_info(path)  # the directory itself is readable (installed, quantized ...): only its task use is refused
+    task_info(path)  # the directory itself is readable (installed, quantized): only its task use is refused
     with pytest.raises(ValueError, match=f"config.json's {field}") as err:
         predictions(path, kind, tmp_path)
     assert "\n" not in str(err.value)
@@ -72,21 +75,24 @@ def test_a_classifier_predicts_the_reference_argmax_named_by_id2label_whatever_l
 
 def test_id2label_keys_that_skip_an_output_are_refused_naming_id2label(tmp_path):
     _, path = reference_dir(tmp_path / "m", id2label={0: "neg", 2: "pos"})
-    with pytest.raises(ValueError, match=r"config.json: id2label keys must be the outputs 0..1, got \[0, 2\]"):
+    with pytest.raises(ValueError,
+                       match=r"config.json: id2label keys must be the outputs 0..1, got \[0, 2\]"):
         task_info(path)
 
 
 def test_a_token_classifier_is_never_read_as_a_sequence_classifier(tmp_path):
     _, path = reference_dir(tmp_path / "m", "BertForTokenClassification", id2label={0: "O", 1: "B"})
     assert task_info(path)["labels"] == ["O", "B"]
-    with pytest.raises(ValueError, match="config.json's architectures 'BertForTokenClassification' is not a cls"):
+    with pytest.raises(ValueError,
+                       match="config.json's architectures 'BertForTokenClassification' is not a cls"):
         predictions(path, "cls", tmp_path)
 
 
 def test_a_token_classifier_without_id2label_does_not_name_its_outputs_by_the_records_tags(tmp_path):
     _, path = reference_dir(tmp_path / "m", "BertForTokenClassification", num_labels=2)
     without_id2label(path, 2)
-    with pytest.raises(ValueError, match="config.json has no id2label, so its 2 outputs are the class ids 0..1"):
+    with pytest.raises(ValueError,
+                       match="config.json has no id2label, so its 2 outputs are the class ids 0..1"):
         evaluate(path, [{"words": ["a", "good", "film"], "tags": ["O", "B", "O"]}], "tagging")
 
 
@@ -104,5 +110,6 @@ def test_a_classifier_without_id2label_predicts_its_class_ids_in_output_order(tm
     out = tmp_path / "predictions.jsonl"  # class ids as a dataset gives them: 0..11, "10" after "9"
     evaluate(path, [{"text": t, "label": i} for i, t in enumerate(TEXTS)], "cls", out=out)
     assert [json.loads(line)["prediction"] for line in out.read_text().splitlines()] == want
-    with pytest.raises(ValueError, match="config.json has no id2label, so its 12 outputs are the class ids 0..11"):
+    with pytest.raises(ValueError,
+                       match="config.json has no id2label, so its 12 outputs are the class ids 0..11"):
         evaluate(path, [{"text": t, "label": "pos"} for t in TEXTS], "cls")

@@ -159,7 +159,8 @@ class SoftMovementMask(MovementMask):
     def floored(self, part: torch.Tensor) -> torch.Tensor:
         """`part` (this matrix's share of the global top-k) with each matrix it fuses (q, k, v apart,
         as the reference's) kept at least at its floor, by its largest scores."""
-        blocks = zip(self.scores.detach().split(self.rows or [len(self.scores)]), part.split(self.rows or [len(part)]))
+        rows = self.rows or [len(part)]
+        blocks = zip(self.scores.detach().split(rows), part.split(rows))
         return torch.cat([p if int(p.sum()) >= floor(s.numel()) else top_k_mask(s, floor(s.numel()))
                           for s, p in blocks])
 

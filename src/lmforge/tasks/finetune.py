@@ -370,7 +370,8 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     pretrained = {id(head) for head in model.heads.values()}
     if labels is None:  # the last resort, the data's own labels: read as a file's are
         records = given_records(records, kind, "data", labelled=False)
-        labels = default_labels(where, info, task_class(kind).labels_from(records))  # a reference classifier's
+        # a reference classifier's class ids where its config names no labels
+        labels = default_labels(where, info, task_class(kind).labels_from(records))
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
     # a head the model lacked is freshly drawn; the LM head of text-to-text and seq2seq is pretrained
     if task.head != "lm" and id(task.task_head) not in pretrained:

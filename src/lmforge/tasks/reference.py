@@ -34,11 +34,12 @@ def id2label_labels(config: Path, id2label: dict) -> list:
     if not all(str(k).isdigit() for k in id2label):
         raise ValueError(f"{config}: id2label keys must be label numbers, got {sorted(id2label)[:3]}")
     if not all(map(is_label, id2label.values())):
-        raise ValueError(f"{config}: id2label values must be label names, got {list(id2label.values())!r:.40}")
+        raise ValueError(f"{config}: id2label values must be label names, got "
+                         f"{list(id2label.values())!r:.40}")
     numbers = sorted(int(k) for k in id2label)
     if numbers != list(range(len(numbers))):
-        raise ValueError(f"{config}: id2label keys must be the outputs 0..{len(numbers) - 1}, got {numbers[:6]}: "
-                         "an output would have no label")
+        raise ValueError(f"{config}: id2label keys must be the outputs 0..{len(numbers) - 1}, got "
+                         f"{numbers[:6]}: an output would have no label")
     return [id2label[k] for k in sorted(id2label, key=int)]
 
 
@@ -54,8 +55,8 @@ def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
                                     "lmforge does not have; its cls would pick one label by softmax"}
     if problem == "regression" or (problem is None and n == 1):
         if n != 1:
-            return {"kinds": [], "why": f"{where} with num_labels {n} ({n} raw scores) is a task lmforge does not "
-                                        "have: its regression task has one output"}
+            return {"kinds": [], "why": f"{where} with num_labels {n} ({n} raw scores) is a task lmforge "
+                                        "does not have: its regression task has one output"}
         return {"kinds": ONE_SCORE, "why": f"{where} (one raw score)"}
     return {"labels": labels, "outputs": None if labels else n, "kinds": CLASSES,
             "why": f"{where} (the argmax of the outputs)"}
@@ -73,8 +74,8 @@ def reference_task(config: Path, hf: dict) -> dict:
     if name.endswith("ForSequenceClassification"):
         info = _sequence_head(config, hf, labels)
     elif name.endswith("ForTokenClassification"):  # a softmax per token, whatever its problem_type
-        info = {"labels": labels, "outputs": None if labels else hf.get("num_labels", 2), "kinds": ["tagging"],
-                "why": f"{config.name}'s architectures {name!r:.60}"}
+        info = {"labels": labels, "outputs": None if labels else hf.get("num_labels", 2),
+                "kinds": ["tagging"], "why": f"{config.name}'s architectures {name!r:.60}"}
     else:
         info = {"labels": labels}
     return {k: v for k, v in info.items() if v is not None}
@@ -102,5 +103,6 @@ def default_labels(where: str, info: dict, data: list | None) -> list | None:
     ids = [str(i) for i in range(n)]
     if set(data) <= set(ids):
         return ids  # numeric order: sorted text would put "10" before "2"
-    raise ValueError(f"{where}: config.json has no id2label, so its {n} outputs are the class ids 0..{n - 1}; "
-                     f"the records' labels {data[:3]} are not, and which output is which is unknown")
+    raise ValueError(f"{where}: config.json has no id2label, so its {n} outputs are the class ids "
+                     f"0..{n - 1}; the records' labels {data[:3]} are not, and which output is which is "
+                     "unknown")

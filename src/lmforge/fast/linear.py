@@ -27,10 +27,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.modules import module as _module
 
 # the scratch buffers are quant/'s (its int8 layers share them), so quant never imports fast/
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, pooling_allocator, release_scratch, scratch  # noqa: F401
+from lmforge.utils.hooks import hooked
 
 # oneDNN's fp32 linear with the bias fused, in this torch build (its CPU wheels have it), on x86 with AVX2
 # or AVX-512: measured on an AVX-512 EPYC, and held to AVX2 there (ONEDNN_MAX_CPU_ISA), not on an AVX2-only
@@ -104,8 +104,7 @@ class FastLinear(nn.Linear):
         shape = (*x.shape[:-1], self.out_features)
         # the size first: the cheapest test, and the one a small call (decoding, one text) fails
         if (x.numel() // max(x.shape[-1], 1) * self.out_features * x.element_size() < SCRATCH_MIN_BYTES
-                or not cpu_inference(x, self.weight) or self._forward_hooks or self._forward_pre_hooks
-                or _module._global_forward_hooks or _module._global_forward_pre_hooks):
+                or not cpu_inference(x, self.weight) or hooked(self)):
             return self.plain(x)
         out = torch.matmul(x, self.weight.t(), out=scratch(slot, shape, x))
         return out if self.bias is None else out.add_(self.bias)

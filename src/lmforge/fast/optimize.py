@@ -35,7 +35,6 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.modules import module as _module
 
 from lmforge.config.options import OptionsError
 from lmforge.fast.dropout import FastDropout
@@ -47,6 +46,7 @@ from lmforge.layers.block import Block
 from lmforge.layers.execution import PLAIN
 from lmforge.layers.feedforward import FeedForward, gelu_tanh
 from lmforge.quant.int8_ffn import fused_feedforward
+from lmforge.utils.hooks import hooked
 
 # in-place forms, for inference: an activation that overwrites its input allocates nothing (a
 # bert-mini batch of 32 x 128 allocates 16 MB per layer for it, bench/FINDINGS.md)
@@ -54,18 +54,11 @@ IN_PLACE = {F.relu: torch.relu_, F.gelu: torch.ops.aten.gelu_,
             gelu_tanh: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"), F.silu: partial(F.silu, inplace=True)}
 
 
-def watched(*modules: nn.Module) -> bool:
-    """Whether a forward hook (a global one, or one on any of `modules` or a module inside them) has
-    seen an output that an in-place step would then overwrite: a hook keeping it (an analysis) would
-    hold the overwritten values."""
-    return bool(_module._global_forward_hooks) or any(
-        m._forward_hooks for module in modules if module is not None for m in module.modules())
-
-
 def activate(act, h: torch.Tensor, producer: nn.Module | None = None) -> torch.Tensor:
     """act(h), in place when nothing needs h for a backward pass (h is a fresh projection output) and
-    no forward hook of `producer`, the module that made h, has seen it."""
-    if h.requires_grad or act not in IN_PLACE or watched(producer):
+    no forward hook of `producer`, the module that made h, has seen it (a hook keeping it, an
+    analysis, would hold the overwritten values)."""
+    if h.requires_grad or act not in IN_PLACE or hooked(producer, pre=False):
         return act(h)
     return IN_PLACE[act](h)
 
@@ -75,7 +68,8 @@ def add_residual(h: torch.Tensor, x: torch.Tensor, *producers: nn.Module) -> tor
     dtype and shape (under autocast h is bf16 and x + h fp32: into h, the residual stream was rounded
     to bf16) and no forward hook in `producers` (the modules h may come from) has seen it (float
     addition commutes: equal sums)."""
-    if h.requires_grad or x.requires_grad or h.dtype != x.dtype or h.shape != x.shape or watched(*producers):
+    if h.requires_grad or x.requires_grad or h.dtype != x.dtype or h.shape != x.shape \
+            or hooked(*producers, pre=False):
         return x + h
     return h.add_(x)
 
@@ -99,9 +93,15 @@ class FastBlock(Block):
     """Block whose residual sum overwrites the sublayer's fresh output in inference."""
 
     def _add(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        # skipping the dropout module's call in eval saves ~20 us a sublayer in a decoding step; h is
-        # the output of a module inside the block (the sublayer's, the dropout's): hooks there saw it
-        return add_residual(self.dropout(h) if self.training and self.dropout.p else h, x, *self.children())
+        # skipping the dropout module's call in eval saves ~20 us a sublayer in a decoding step
+        return add_residual(self.dropout(h) if self.training and self.dropout.p else h, x, *self._producers())
+
+    def _producers(self) -> tuple:
+        """The modules whose output h may be: a sublayer, its output projection (XLNet's query stream
+        calls attn.out itself), the dropout. A few attribute reads, where walking the block's modules
+        at every residual sum cost ~7 us (a decoding step meets two a layer)."""
+        attn, cross, ffn = self.attn, self.cross_attn, self.ffn
+        return (attn, attn.out, cross, cross and cross.out, ffn, ffn.down, self.dropout)
 
 
 # exact class -> its accelerated subclass (exact: a user's own subclass keeps its forward)

@@ -21,13 +21,13 @@ import threading
 
 import torch
 import torch.nn.functional as F
-from torch.nn.modules import module as _module
 
 from lmforge.quant import engines, int8, kernel_store, native
 from lmforge.quant.engines import U8
 from lmforge.quant.int8 import COLD, Int8Linear, agrees, bucket_of
 from lmforge.quant.isa import activation_bits
 from lmforge.utils.timing import Elsewhere, alternating
+from lmforge.utils.hooks import hooked
 
 FUSED = {F.relu: "relu", F.gelu: "gelu"}  # the activations act_quantise_rows computes (native.ACTIVATIONS)
 ROUTES = ("fused", "plain")
@@ -44,9 +44,7 @@ def _applies(ffn, x: torch.Tensor) -> bool:
     if ffn.gate is not None or ffn.act not in FUSED or not isinstance(up, Int8Linear) \
             or not isinstance(down, Int8Linear) or up.mode != "dynamic" or down.mode != "dynamic":
         return False
-    if any(m._forward_hooks or m._forward_pre_hooks for m in (up, down)):  # what hooks see runs: plain
-        return False
-    if _module._global_forward_hooks or _module._global_forward_pre_hooks:  # ... global ones too
+    if hooked(up, down):  # what hooks see runs: plain
         return False
     if x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled() and x.requires_grad:
         return False

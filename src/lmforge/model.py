@@ -65,6 +65,7 @@ class StackPass:
     return_attention: object = False  # True, or the layers whose maps to return
     return_hidden: bool = False
     keep_padding: bool = False  # a per-token head reads the padded rows: no unpadding
+    reads_first: bool = False  # a pooled head reads position 0 (a left-padded row's is padding)
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -168,7 +169,7 @@ class Transformer(nn.Module):
         x, step.position_ids = self._embed(embed, step.input_ids, step.position_ids, step.segment_ids, past)
         key_padding = step.attention_mask.bool() if step.attention_mask is not None else None
         keep_padding = step.keep_padding or self._recording(step)  # recorded maps hold padded query rows
-        packing = self._packing(key_padding, step.cache, step.memory, keep_padding)
+        packing = self._packing(key_padding, step.cache, step.memory, keep_padding, step.reads_first)
         ctx = self._context(stack, x, step.position_ids, past, key_padding, step, packing=packing)
         if packing is not None:
             x = packing.pack(x)  # (N, d_model): real tokens only
@@ -204,23 +205,22 @@ class Transformer(nn.Module):
         return ModelOutput(x, hidden, [p[0] for p in probs] if return_attention else None,
                            [p[1] for p in probs] if return_attention and cross else None, cache)
 
-    def _packing(self, key_padding, cache, memory, keep_padding=False):
+    def _packing(self, key_padding, cache, memory, keep_padding=False, reads_first=False):
         """The batch's real tokens packed for the position-wise layers, where the execution does so
-        (plain: never); keep_padding: a per-token head will read the padded rows."""
-        return self.execution.packing(self, key_padding, cache, memory, keep_padding)
+        (plain: never); keep_padding: a per-token head will read the padded rows; reads_first: a
+        pooled head will read position 0."""
+        return self.execution.packing(self, key_padding, cache, memory, keep_padding, reads_first)
 
     def _recording(self, step: StackPass) -> bool:
         """Whether this pass records attention maps (return_attention, or an inspection's records)."""
         return bool(step.return_attention) or (self.inspection is not None and bool(self.inspection.record))
 
-    def _token_heads(self, run_heads: bool, attention_mask=None) -> bool:
-        """Whether a head on this pass reads padded positions: one that reads every position (LM,
-        tagging, spans), or a pooled one reading position 0 where a row starts with padding."""
+    def _heads_read(self, run_heads: bool) -> dict:
+        """StackPass's keep_padding (a head on this pass reads every position: LM, tagging, spans) and
+        reads_first (a pooled head reads position 0, padding in a left-padded row)."""
         specs = [getattr(head, "spec", {}) for head in self.heads.values()] if run_heads else []
-        if any(spec.get("kind") not in SEQUENCE_HEADS for spec in specs):
-            return True
-        first = any(spec.get("pooling") == "first" for spec in specs)
-        return first and attention_mask is not None and not bool(attention_mask[:, 0].all())
+        return {"keep_padding": any(spec.get("kind") not in SEQUENCE_HEADS for spec in specs),
+                "reads_first": any(spec.get("pooling") == "first" for spec in specs)}
 
     def save(self, path, format: str = "lmforge") -> None:
         """Write the directory `path`: lmforge's format, or format="hf" for the reference library."""
@@ -272,7 +272,7 @@ class Encoder(Transformer):
         out = self._run(self.encoder, self.embed, StackPass(
             input_ids, attention_mask, position_ids, segment_ids, global_tokens=global_tokens,
             return_attention=return_attention, return_hidden=return_hidden,
-            keep_padding=self._token_heads(run_heads, attention_mask)))
+            **self._heads_read(run_heads)))
         return self._with_heads(out, attention_mask, run_heads)
 
 
@@ -319,7 +319,7 @@ class Decoder(Transformer):
         out = self._run(self.decoder, self.embed, StackPass(
             input_ids, attention_mask, position_ids, cache=cache, prefix_lengths=prefix_lengths,
             return_attention=return_attention, return_hidden=return_hidden,
-            keep_padding=self._token_heads(run_heads, attention_mask)))
+            **self._heads_read(run_heads)))
         return self._with_heads(out, attention_mask, run_heads)
 
 

@@ -81,7 +81,9 @@ def test_a_first_pooled_head_on_a_left_padded_batch_reads_the_plain_position_0(n
             logits.append(model(ids, mask).logits)
     torch.testing.assert_close(logits[1], logits[0], rtol=1e-5, atol=1e-5)
     right = _batch(empty_row=False)[1].bool()  # right padding: position 0 is real, the batch is packed
-    assert not model._token_heads(True, right) and model._token_heads(True, mask)
+    assert model._heads_read(True) == {"keep_padding": False, "reads_first": True}
+    assert model._packing(right, None, None, reads_first=True) is not None
+    assert model._packing(mask.bool(), None, None, reads_first=True) is None
 
 
 def test_recorded_attention_maps_are_the_plain_ones_padded_rows_included():

@@ -76,9 +76,10 @@ def test_auto_unpads_when_padding_is_substantial():
     assert model._packing(half, None, None).n_tokens == 20
     assert model._packing(half, KVCache(), None) is None  # decoding keeps the padded layout
     assert model._packing(half, None, None, keep_padding=True) is None  # a per-token head reads them
-    assert not model._token_heads(run_heads=True)  # a bare encoder: hidden states only
+    assert not model._heads_read(run_heads=True)["keep_padding"]  # a bare encoder: hidden states only
     lmforge.heads.attach(model, "lm")
-    assert model._token_heads(run_heads=True) and not model._token_heads(run_heads=False)
+    assert model._heads_read(run_heads=True)["keep_padding"]
+    assert not model._heads_read(run_heads=False)["keep_padding"]
     optimize(model, paths=FastPaths(unpad="never"))
     assert model._packing(half, None, None) is None
     with pytest.raises(ValueError, match="unpad"):

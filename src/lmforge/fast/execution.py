@@ -12,7 +12,6 @@ layout) or a row is padding only (the plain forward computes its states, which a
 from __future__ import annotations
 
 import torch
-from torch.nn.modules import module as _module
 
 from lmforge.fast.blocked import blocked_layers, plans
 from lmforge.fast.kernels import BLOCKED, DROPPING, NATIVE_PADDED, Jagged, NativeRows, packed
@@ -21,6 +20,7 @@ from lmforge.fast.packing import Packing
 from lmforge.fast.paths import FastPaths
 from lmforge.layers.attention import DENSE
 from lmforge.layers.execution import Execution
+from lmforge.utils.hooks import hooked
 
 # below this many query rows x heads a pass (B T H) attends by SDPA, whose call costs ~30 us less than the
 # native kernel's: SDPA 10 vs 43 us at bert-tiny's (1, 2, 16, 64); the native kernel wins from (4, 12, 16,
@@ -32,10 +32,7 @@ def hooked_inside(model) -> bool:
     """Whether a forward hook or pre-hook (global, or on a layer inside `model`) would see a layer's
     inputs or outputs; a model's own hooks (its input check, a generator's inside ELECTRA) see the
     padded batch either way."""
-    if _module._global_forward_hooks or _module._global_forward_pre_hooks:
-        return True
-    return any((m._forward_hooks or m._forward_pre_hooks) and "execution" not in m.__dict__
-               for m in model.modules())
+    return hooked(*(m for m in model.modules() if "execution" not in m.__dict__))
 
 
 class FastExecution(Execution):
@@ -46,14 +43,17 @@ class FastExecution(Execution):
     def __init__(self, paths: FastPaths | None = None) -> None:
         self.paths = paths or FastPaths()
 
-    def packing(self, model, key_padding, cache, memory, keep_padding: bool):
+    def packing(self, model, key_padding, cache, memory, keep_padding: bool, reads_first: bool = False):
         """Packed real tokens when `paths` asks for them; not while decoding with a cache or
         cross-attending, whose layers need the padded layout. keep_padding: a per-token head will
-        read padded rows, which must then be the padded path's."""
+        read padded rows, which must then be the padded path's; reads_first: a pooled head will read
+        position 0, which must be too where a row starts with padding."""
         if cache is not None or memory is not None or not self.paths.wants_unpad(key_padding, keep_padding,
                                                                                  model.training):
             return None
         if hooked_inside(model):  # hooks see the padded (B, T, ...) layout a plain forward gives them
+            return None
+        if reads_first and not bool(key_padding[:, 0].all()):  # packing would leave that position zeros
             return None
         # attention dropout sends CPU SDPA to its math path: one re-padded call then beats B small
         # ones with their masks and backward (MiniLM fine-tuning: 6.0 s vs 7.1 s per 12 steps)

@@ -16,7 +16,7 @@ class Execution:
 
     name = "plain"
 
-    def packing(self, model, key_padding, cache, memory, keep_padding: bool):
+    def packing(self, model, key_padding, cache, memory, keep_padding: bool, reads_first: bool = False):
         """An object with pack / unpack of the batch's real tokens, or None: keep the padded batch."""
         return None
 

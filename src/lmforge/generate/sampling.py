@@ -58,7 +58,10 @@ def argmax_rows(scores: torch.Tensor, block: int = 128) -> torch.Tensor:
 def divide(scores: torch.Tensor, temperature: float) -> torch.Tensor:
     """scores / temperature, as the reference divides them (the same bits, so the same distribution)."""
     scaled = scores / temperature
-    if temperature < 1.0 and bool((~scaled.isfinite() & scores.isfinite()).any()):
+    # one reduction a step decides the common case (every row's top quotient finite: nothing overflowed
+    # that softmax would read); the exact test runs only behind it
+    if temperature < 1.0 and not bool(scaled.amax(-1).isfinite().all()) \
+            and bool((~scaled.isfinite() & scores.isfinite()).any()):
         # a tiny temperature overflows the quotients to inf (softmax NaN), or is 0 in float32: the top
         # score shifted to 0 (softmax is shift-invariant) and a divisor >= float32's tiny keep every
         # quotient <= 0, the top one 0, so the limit is greedy

@@ -126,9 +126,11 @@ def _refuse_forced_and_suppressed(ids: dict, options: GenerationOptions) -> None
     banned = set(ids["suppress"].tolist())
     for key, name in (("bos", "forced_bos_token_id"), ("forced_eos", "forced_eos_token_id")):
         if ids[key] in banned:
-            whose = "" if getattr(options, name) is not None else " (the model config's)"
+            given = getattr(options, name) is not None
+            whose, advice = ("", "remove it from one of them") if given else \
+                (" (the model config's)", "the config forces it, so leave it out of suppress_tokens")
             raise OptionsError(f"{name}={ids[key]}{whose} is also in suppress_tokens: no token could be "
-                               "chosen at the forced position; remove it from one of them", name)
+                               f"chosen at the forced position; {advice}", name)
 
 
 def _start_from_pad(options: GenerationOptions, cfg) -> int:

@@ -54,7 +54,8 @@ def test_encoder_decoders_charge_encoder_and_decoder():
     t5 = forward_flops(objectives.get("span-corruption"), cfg, T)
     assert set(t5) == {"encoder", "decoder"} and t5["decoder"] > 0
     half = forward_flops(objectives.get("span-corruption"), cfg, T, {"noise_density": 0.5})
-    assert half["decoder"] > t5["decoder"] and half["encoder"] < t5["encoder"]  # longer targets
+    assert half["decoder"] > t5["decoder"]  # longer targets; T5's blocks make either input fill T
+    assert half["encoder"] == pytest.approx(t5["encoder"], rel=0.01)
 
 
 @pytest.mark.parametrize("name", ["mlm", "rtd", "nsp", "span", "wwm"])
@@ -91,7 +92,9 @@ def test_whole_text_targets_cost_a_full_decoder_pass():
     span = forward_flops(objectives.get("span-corruption"), cfg, T)
     for name in ("t5-bert-style", "t5-deshuffling"):
         whole = forward_flops(objectives.get(name), cfg, T)
-        assert whole["encoder"] > span["encoder"] and whole["decoder"] > 3 * span["decoder"]
+        # both encoders read T tokens (span corruption's blocks are sized so), the decoders differ
+        assert whole["encoder"] == pytest.approx(span["encoder"], rel=0.01)
+        assert whole["decoder"] > 3 * span["decoder"]
 
 
 @pytest.mark.parametrize("name", ["mlm", "span", "span-mlm", "rtd", "replace-mlm", "distillation"])

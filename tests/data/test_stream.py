@@ -276,8 +276,9 @@ def test_full_sentences_put_a_separator_between_documents(shard_dir):
 
 
 def test_a_block_length_function_sets_the_raw_block_and_only_for_blocks():
-    fmt = ExampleFormat("blocks", roles=(), length=lambda max_len: max_len + 5)
+    fmt = ExampleFormat("blocks", roles=(), length=lambda max_len, options: max_len + options.get("more", 5))
     examples = build_examples(fmt, [[list(range(10, 60))]], _EndOfTextZero(), 10)
     assert fmt.size(10) == 15 and [len(e["input_ids"]) for e in examples] == [15, 15, 15]
+    assert fmt.size(10, {"more": 2}) == 12  # the objective's options size the block
     with pytest.raises(ValueError, match="only for blocks"):
         ExampleFormat("sentences", length=len)

@@ -132,17 +132,18 @@ def test_examples_concatenate_documents_and_targets_end_in_one_eos():
     texts = ["the cat sat on the mat", "a dog ran in the park", "birds fly over the river"] * 20
     tok = train_tokenizer(texts, "unigram", 60, family="t5")
     docs = [[tok.encode(t, add_special_tokens=False).ids] for t in texts]
-    examples = build_examples(objectives.get("span-corruption").examples, docs, tok, 24)
     eos = tok.special_id("eos")
-    objective = SpanCorruption.__new__(SpanCorruption)
-    objective.sentinels, objective.eos_id, objective.final_sentinel = sentinel_ids(tok), eos, True
-    objective.noise_density, objective.mean_noise_span_length = 0.15, 3.0
-    for i, example in enumerate(examples):
-        assert eos not in example["input_ids"]
-        out = objective.corrupt(example, torch.Generator().manual_seed(i))
-        assert len(out["input_ids"]) == 24  # T5's raw length: the corrupted input fills max_len
-        for seq in (out["input_ids"], out["labels"]):
-            assert seq.count(eos) == 1 and seq[-1] == eos
+    # the blocks are sized by the objective's own noise: at 0.05 the 0.15 blocks overfilled max_len
+    for options in ({}, {"noise_density": 0.05, "mean_noise_span_length": 2.0}):
+        examples = build_examples(objectives.get("span-corruption").examples, docs, tok, 24, options=options)
+        model = lmforge.build(lmforge.tiny("t5-small"))
+        objective = SpanCorruption(model, sentinel_ids(tok), eos, decoder_start_id=0, **options)
+        for i, example in enumerate(examples):
+            assert eos not in example["input_ids"]
+            out = objective.corrupt(example, torch.Generator().manual_seed(i))
+            assert len(out["input_ids"]) == 24  # T5's raw length: the corrupted input fills max_len
+            for seq in (out["input_ids"], out["labels"]):
+                assert seq.count(eos) == 1 and seq[-1] == eos
 
 
 def test_teacher_forcing_batch_and_loss_equal_the_reference_t5(tmp_path):

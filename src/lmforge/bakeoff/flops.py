@@ -32,7 +32,7 @@ from lmforge.objectives.electra_mlm import ElectraMLM
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
 from lmforge.objectives.spanbert import SpanMLM
-from lmforge.objectives.t5_span_corruption import SpanCorruption
+from lmforge.objectives.t5_span_corruption import SpanCorruption, block_length
 from lmforge.pipelines.summary import flops_per_token
 
 BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
@@ -96,15 +96,17 @@ def _electra(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
 def seq2seq_lengths(cls, options: dict, T: int) -> tuple:
     """(encoder tokens, decoder tokens) of an encoder-decoder objective's example of T tokens.
 
-    T5's span corruption (Raffel et al. 2020, sec. 3.1.4) keeps (1 - r) T tokens plus one sentinel
-    per span (r T / mean span length spans) and </s>; the target is the r T dropped tokens plus the
-    sentinels and </s>. A prefix LM splits at a uniform point (T / 2 each on average); a denoiser
-    reads and writes the whole text."""
+    T5's span corruption (Raffel et al. 2020, sec. 3.1.4) reads blocks of n raw tokens, n as T5's
+    random_spans_helper sizes them so that the corrupted input fills T (568 for 512: block_length); it
+    keeps (1 - r) n tokens plus one sentinel per span (r n / mean span length spans) and </s>; the target
+    is the r n dropped tokens plus the sentinels and </s>. A prefix LM splits at a uniform point (T / 2
+    each on average); a denoiser reads and writes the whole text."""
     cls = cls if isinstance(cls, type) else type(None)
     if issubclass(cls, SpanCorruption):
         r, span = options.get("noise_density", 0.15), options.get("mean_noise_span_length", 3.0)
-        spans = r * T / span
-        return (1 - r) * T + spans + 1, r * T + spans + 1
+        n = block_length(int(T), options)
+        spans = r * n / span
+        return (1 - r) * n + spans + 1, r * n + spans + 1
     if issubclass(cls, Denoising):
         return T, T
     return T / 2, T / 2

@@ -308,8 +308,8 @@ class ExampleFormat:
     word_starts: bool = False  # whole-word objectives: each example carries its word starts
     reserve: int = 0  # tokens of max_len left free (T5 appends </s> to the corrupted input)
     build: Callable | None = None  # custom: (documents, tokenizer, max_len, seed) -> list of examples
-    # blocks: max_len -> the raw tokens of a block, in place of max_len - reserve (T5's span corruption
-    # takes more than max_len: its corrupted input is what fills max_len)
+    # blocks: (max_len, the objective's options) -> the raw tokens of a block, in place of max_len -
+    # reserve (T5's span corruption takes more than max_len: its corrupted input is what fills max_len)
     length: Callable | None = None
 
     def __post_init__(self) -> None:
@@ -322,9 +322,10 @@ class ExampleFormat:
         if self.length is not None and self.kind != "blocks":
             raise ValueError("an example format has a `length` function only for blocks")
 
-    def size(self, max_len: int) -> int:
-        """The tokens an example holds before the objective's corruption, for inputs of max_len."""
-        return self.length(max_len) if self.length is not None else max_len - self.reserve
+    def size(self, max_len: int, options: dict | None = None) -> int:
+        """The tokens an example holds before the objective's corruption (with `options`, its keyword
+        arguments), for inputs of max_len."""
+        return self.length(max_len, options or {}) if self.length is not None else max_len - self.reserve
 
 
 def _joiner(tokenizer, roles: tuple) -> int | None:
@@ -345,9 +346,11 @@ def _ends(tokenizer, roles: tuple) -> tuple:
     return ids
 
 
-def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int = 0) -> list:
-    """The examples of format `fmt` as a list, from documents of sentence id lists (or a DocumentView)."""
-    max_len = fmt.size(max_len)
+def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int = 0,
+                   options: dict | None = None) -> list:
+    """The examples of format `fmt` as a list, from documents of sentence id lists (or a DocumentView);
+    `options`: the objective's, which may size them (ExampleFormat.size)."""
+    max_len = fmt.size(max_len, options)
     if fmt.kind == "custom":
         return fmt.build(docs, tokenizer, max_len, seed)
     if fmt.kind == "pairs":
@@ -366,10 +369,11 @@ def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int 
     return examples
 
 
-def lazy_examples(fmt: ExampleFormat, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0):
+def lazy_examples(fmt: ExampleFormat, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0,
+                  options: dict | None = None):
     """The examples build_examples makes for `fmt` over documents `ids` (with `seed`), built on access;
     None for a custom format (its builder takes lists)."""
-    max_len = fmt.size(max_len)
+    max_len = fmt.size(max_len, options)
     if fmt.kind == "custom":
         return None
     if fmt.kind == "pairs":
@@ -384,7 +388,7 @@ def lazy_examples(fmt: ExampleFormat, corpus: ShardCorpus, ids, tokenizer, max_l
 
 
 def shard_examples(fmt: ExampleFormat, corpus: ShardCorpus, tokenizer, max_len: int, seed: int,
-                   valid_fraction: float = 0.05) -> tuple:
+                   valid_fraction: float = 0.05, options: dict | None = None) -> tuple:
     """(train, validation) examples of format `fmt` over a shard corpus, split by document: lazy where
     the format allows, else build_examples over a DocumentView (lists)."""
     corpus.check_tokenizer(tokenizer)
@@ -392,7 +396,7 @@ def shard_examples(fmt: ExampleFormat, corpus: ShardCorpus, tokenizer, max_len: 
     train = corpus.order(train, seed)  # packing crosses documents: mix the files before it
     out = []
     for ids in (train, valid):
-        examples = lazy_examples(fmt, corpus, ids, tokenizer, max_len, seed)
-        out.append(build_examples(fmt, DocumentView(corpus, ids), tokenizer, max_len, seed)
+        examples = lazy_examples(fmt, corpus, ids, tokenizer, max_len, seed, options)
+        out.append(build_examples(fmt, DocumentView(corpus, ids), tokenizer, max_len, seed, options)
                    if examples is None else examples)
     return tuple(out)

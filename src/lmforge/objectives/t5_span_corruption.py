@@ -76,6 +76,11 @@ def raw_length(inputs_length: int, noise_density: float = 0.15, mean_noise_span_
     return n
 
 
+def block_length(max_len: int, options: dict) -> int:
+    """The raw tokens of a block whose corruption, by the objective's `options`, fills max_len."""
+    return raw_length(max_len, options.get("noise_density", 0.15), options.get("mean_noise_span_length", 3.0))
+
+
 def random_spans_noise_mask(length: int, generator: torch.Generator, noise_density: float = 0.15,
                             mean_noise_span_length: float = 3.0) -> list:
     """length bools, True at noise: alternating non-noise / noise runs, starting with non-noise."""
@@ -145,4 +150,4 @@ class SpanCorruption(Seq2SeqLM):
 # joining them would stand mid-target), as long as T5 takes them: the corrupted input plus </s> fills max_len
 register(ObjectiveSpec(name="span-corruption", build=SpanCorruption.build, summary="span corruption (T5)",
                        aliases=("t5",), architectures=("encoder-decoder",), tokenizer="t5",
-                       examples=ExampleFormat("blocks", roles=(), length=raw_length)))
+                       examples=ExampleFormat("blocks", roles=(), length=block_length)))

@@ -258,8 +258,9 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
 def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: int) -> tuple:
     """(training examples, held-out examples)."""
     if shards:  # split by document; packed examples are built on access
-        return shard_examples(spec.examples, shards, tokenizer, max_len, seed)
-    examples = build_examples(spec.examples, tokenize_documents(tokenizer, docs), tokenizer, max_len, seed)
+        return shard_examples(spec.examples, shards, tokenizer, max_len, seed, options=spec.options)
+    examples = build_examples(spec.examples, tokenize_documents(tokenizer, docs), tokenizer, max_len, seed,
+                              spec.options)
     held_out = max(1, len(examples) // 20)
     return examples[held_out:], examples[:held_out]
 

@@ -111,7 +111,6 @@ def test_sentinels_are_looked_up_through_a_t5_tokenizer():
         sentinel_ids(train_tokenizer(texts, "wordpiece", 60, family="bert"))
 
 
-
 def test_raw_length_is_t5s_random_spans_helper():
     # T5: inputs_length 512 takes 568 raw tokens, their targets 114 (+1: the paper's final sentinel here)
     n = raw_length(512)

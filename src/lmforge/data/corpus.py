@@ -51,6 +51,7 @@ _CONTROL = {c: None for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0xFEFF, 0x
 _CONTROL.update({c: " " for c in (0x09, 0x0B, 0x0C, 0x0D)})
 _CONTROL.pop(0x0A)
 _CONTROL_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROL) + "]")
+CLEANED = frozenset(_CONTROL)  # the code points clean() strips or makes spaces (the newline is kept)
 
 
 class CorpusWarning(UserWarning):

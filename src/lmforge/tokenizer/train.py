@@ -31,6 +31,7 @@ pieces to pin), so texts from a one-shot iterator are held in memory.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import warnings
@@ -222,22 +223,28 @@ def _reader_texts(files: list, seen: list):
         yield "\n".join(document)
 
 
-# UTF-8 of what corpus.clean changes: C0 controls but the newline, and DEL (one byte each); C1 controls, the
-# BOM, U+FFFE/FFFF (two or three bytes)
-_C0 = bytes([*range(0x0A), *range(0x0B, 0x20), 0x7F])
-_MULTI = re.compile(rb"\xc2[\x80-\x9f]|\xef\xbb\xbf|\xef\xbf[\xbe\xbf]")
+@functools.cache
+def _cleaned_utf8() -> tuple:
+    """What corpus.clean changes, as bytes: (its one-byte characters, the lead bytes of its longer ones, a
+    pattern of their UTF-8): C0 controls but the newline, DEL; C1 controls, the BOM, U+FFFE/FFFF."""
+    from lmforge.data.corpus import CLEANED
+
+    longer = [chr(c).encode() for c in sorted(CLEANED) if c >= 0x80]
+    return (bytes(sorted(c for c in CLEANED if c < 0x80)), {u[:1] for u in longer},
+            re.compile(b"|".join(map(re.escape, longer))))
 
 
 def _unclean(file: Path) -> bool:
     """Whether a file holds a character the corpus reader strips or makes a space (a BOM, a CR, a NUL ...),
     read in blocks (the last 2 bytes of one kept with the next: a character cut between them)."""
+    single, leads, longer = _cleaned_utf8()
     tail = b""
     with open(file, "rb") as handle:
         while block := handle.read(BLOCK):
-            if len(block.translate(None, _C0)) < len(block):  # bytes.translate: at memory speed
+            if len(block.translate(None, single)) < len(block):  # bytes.translate: at memory speed
                 return True
             data = tail + block
-            if (b"\xc2" in data or b"\xef" in data) and _MULTI.search(data):
+            if any(lead in data for lead in leads) and longer.search(data):
                 return True
             tail = block[-2:]
     return False
@@ -245,7 +252,8 @@ def _unclean(file: Path) -> bool:
 
 def _file_lines(files: list, seen: list):
     """The lines of plain-text files, long ones in pieces (lines.py), cleaned as the corpus reader cleans
-    them (corpus.clean), with its warning: for files with a long line or such a character."""
+    them (corpus.clean), with its warning: for files with a long line or such a character. A CRLF line
+    ending becomes a LF, not the space clean() makes of a lone CR."""
     from lmforge.data.corpus import CorpusWarning, clean
 
     for file in files:
@@ -273,12 +281,14 @@ class _Corpus:
         self.reader = files if through_reader else None
         self.texts = None if files is not None else \
             source if isinstance(source, (list, tuple, str)) else list(source)
-        # the Rust reader takes the others whole: it would learn a BOM, a CR, a NUL that no shard holds
-        self.long = self.files is not None and any(first_long_line(f) or _unclean(f) for f in self.files)
+        # plain files go to the Rust reader whole unless one has a line too long for it or a character it
+        # would learn that no shard holds (a BOM, a CR, a NUL): then all of them are read by lines.py, a
+        # training pass reading one source
+        self.by_lines = self.files is not None and any(first_long_line(f) or _unclean(f) for f in self.files)
         self.passes = 0
 
     def _pass_texts(self, seen: list):
-        """The texts of one pass (not for plain files without a long line: the Rust reader takes those)."""
+        """The texts of one pass (not for plain files the Rust reader takes whole: not by_lines)."""
         if self.files is not None:
             return _file_lines(self.files, seen)
         if self.reader is not None:
@@ -288,7 +298,7 @@ class _Corpus:
     def train(self, backend: Backend, trainer) -> None:
         """One training pass of `backend` (in place); the first pass checks that there is text."""
         self.passes += 1
-        if self.files is not None and not self.long:
+        if self.files is not None and not self.by_lines:
             backend.train([str(f) for f in self.files], trainer)
             return
         seen = [0]
@@ -299,7 +309,6 @@ class _Corpus:
             backend.train_from_iterator(texts, trainer)
         if not seen[0]:
             raise TokenizerError("empty corpus: no non-blank text to train on")
-
 
     def check_utf8(self) -> None:
         """A TokenizerError naming the first plain-text file that is not UTF-8 (and where), if one is not."""
@@ -317,7 +326,8 @@ def _run(backend: Backend, trainer, corpus: _Corpus, kind: str) -> None:
     except (TokenizerError, TypeError):
         raise
     except Exception as err:  # the Rust trainers raise plain Exceptions
-        corpus.check_utf8()  # "stream did not contain valid UTF-8" names no file: this names it
+        if "UTF-8" in str(err):  # "stream did not contain valid UTF-8" names no file: this names it
+            corpus.check_utf8()
         raise TokenizerError(f"cannot train a {kind} tokenizer: {err}") from None
 
 

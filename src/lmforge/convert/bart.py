@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.convert.family import (
+    STACK_TABLES,
     Family,
     activation_of,
-    check_copies,
     ffn_of,
     n_labels,
     special_tokens,
     special_tokens_of,
-    tied_by_weights,
+    tied_with_stack_tables,
 )
 from lmforge.convert.keymap import Rule, expand, linear
 from lmforge.presets import BART
@@ -93,17 +93,6 @@ def backbone(cfg: ModelConfig) -> list:
             *_stack("decoder", cfg.decoder_layers, cross=True)]
 
 
-STACK_TABLES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
-
-
-def refine(cfg: ModelConfig, tensors: dict) -> ModelConfig:
-    """Tie the LM head as the reference loader does; stack token tables (embed_tokens) that differ
-    from `shared`, which the reference then reads (tie_word_embeddings=false, or stored apart), are
-    refused."""
-    check_copies(tensors, "shared.weight", STACK_TABLES)
-    return tied_by_weights("shared.weight", "lm_head.weight")(cfg, tensors)
-
-
 def fixed(cfg: ModelConfig, tensors: dict) -> dict:
     """Untied, the reference reads each stack's token table from its own name: write `shared` there."""
     return {} if cfg.tie_embeddings else {name: tensors["shared.weight"].clone() for name in STACK_TABLES}
@@ -145,6 +134,6 @@ FAMILY = Family(
     head_keys=r"final_logits_bias|(lm_head|classification_head|qa_outputs)\..*",
     # per-stack copies of the token table and version markers (older checkpoints); the tied LM head
     ignore=(r"(encoder|decoder)\.embed_tokens\.weight", r"(encoder|decoder)\.version", r"lm_head\.weight"),
-    refine=refine,
+    refine=tied_with_stack_tables,
     fixed=fixed,
 )

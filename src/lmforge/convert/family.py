@@ -62,6 +62,18 @@ def tied_by_weights(table: str, head: str, biases: tuple = ()) -> Callable:
     return refine
 
 
+# an encoder-decoder's stacks' own names for the one token table, `shared` (T5, BART)
+STACK_TABLES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+
+
+def tied_with_stack_tables(cfg, tensors: dict):
+    """The `refine` of T5 and BART: stack token tables that differ from `shared`, which the reference then
+    reads (tie_word_embeddings=false, or stored apart), are refused; the LM head tied as tied_by_weights
+    ties it."""
+    check_copies(tensors, "shared.weight", STACK_TABLES)
+    return tied_by_weights("shared.weight", "lm_head.weight")(cfg, tensors)
+
+
 def check_copies(tensors: dict, source: str, copies: tuple, what: str = "token table") -> None:
     """Refuse stored `copies` of `source` that differ from it: the reference loader then keeps them
     apart and computes with the copy, where lmforge has one `what`."""

@@ -11,11 +11,10 @@ from lmforge.config import ConfigError, ModelConfig
 from lmforge.convert.family import (
     Family,
     activation_of,
-    check_copies,
     ffn_of,
     special_tokens,
     special_tokens_of,
-    tied_by_weights,
+    tied_with_stack_tables,
 )
 from lmforge.convert.keymap import Rule, expand
 from lmforge.presets import T5
@@ -85,13 +84,6 @@ def to_reference(cfg: ModelConfig) -> dict:
                 is_encoder_decoder=cfg.architecture == "encoder-decoder", **special_tokens_of(cfg))
 
 
-def refine(cfg: ModelConfig, tensors: dict) -> ModelConfig:
-    """Tie the LM head as the reference loader does; stack token tables that differ from `shared`
-    (which the reference then reads) are refused."""
-    check_copies(tensors, "shared.weight", ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"))
-    return tied_by_weights("shared.weight", "lm_head.weight")(cfg, tensors)
-
-
 def _stack(cfg: ModelConfig, side: str, n_layers: int, cross: bool) -> list:
     """Rules of one stack: the shared relative bias, its blocks, its final norm."""
     block, layer = f"{side}.blocks.{{i}}", f"{side}.block.{{i}}.layer"
@@ -156,5 +148,5 @@ FAMILY = Family(
     # never-used relative bias old checkpoints kept in the first cross-attention
     ignore=(r"(encoder|decoder)\.embed_tokens\.weight", r"lm_head\.weight",
             r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight"),
-    refine=refine,
+    refine=tied_with_stack_tables,
 )

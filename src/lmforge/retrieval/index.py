@@ -101,9 +101,13 @@ def top_k(scores: torch.Tensor, k: int) -> tuple:
     """((Q, k) values, (Q, k) positions) of each row's k highest scores, ties to the lower position
     (torch.topk alone leaves tied rows in an order of its own: duplicate passages, which ids a top k holds
     at a tied boundary, would change with the backend or the build)."""
-    if k == 0 or scores.shape[0] == 0:
-        return torch.topk(scores, k, dim=1)
-    kth = torch.topk(scores, k, dim=1).values[:, -1:]
+    if k == 0 or scores.shape[0] == 0 or k >= scores.shape[1]:
+        top = torch.topk(scores, k, dim=1)
+        return top if k == 0 or scores.shape[0] == 0 else best_first(top.values, top.indices, k)
+    top = torch.topk(scores, k + 1, dim=1)  # one more: whether a tie crosses the k-th place
+    if bool((top.values[:, k] < top.values[:, k - 1]).all()):  # the usual case (a NaN fails it too)
+        return best_first(top.values[:, :k], top.indices[:, :k], k)
+    kth = top.values[:, k - 1:k]
     width = max(k, int((scores >= kth).sum(1).max()))  # every score tied with a k-th one is a candidate
     top = torch.topk(scores, width, dim=1)
     return best_first(top.values, top.indices, k)

@@ -80,3 +80,12 @@ def test_a_numpy_batch_size_reads_as_python_s_int(reranker):
     with pytest.raises(OptionsError) as refused:
         lmforge.rerank(reranker, QUERY, DOCS, batch_size=np.int64(0))
     assert refused.value.field == "batch_size"
+
+
+def test_the_served_order_keeps_ties_in_the_documents_order_and_puts_nan_last():
+    """A NaN logit sat wherever sorted() left it (its comparisons are all false)."""
+    from lmforge.pipelines.rerank import order
+
+    nan = float("nan")
+    assert order([0.5, nan, 2.0, 0.5, nan, -1.0]) == [2, 0, 3, 5, 1, 4]
+    assert order([nan, 1.0]) == [1, 0]

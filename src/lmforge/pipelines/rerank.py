@@ -66,8 +66,10 @@ def relevance(logit: float) -> float:
 
 
 def order(logits: list) -> list:
-    """Document indices by logit, best first; ties keep the documents' order."""
-    return sorted(range(len(logits)), key=lambda i: (-logits[i], i))
+    """Document indices by logit, best first; ties keep the documents' order (a retriever's), NaN logits go
+    last, as the evaluation's ranking puts them (tasks/rerank.ranking, which breaks ties the other way
+    on purpose: its positive comes first)."""
+    return sorted(range(len(logits)), key=lambda i: (math.inf if math.isnan(logits[i]) else -logits[i], i))
 
 
 class Reranker:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmforge.config.options import OptionsError, checked_argument
+from lmforge.config.options import checked_argument
 from lmforge.data.corpus import is_shard_dir
 from lmforge.data.examples import (
     blocks,
@@ -130,9 +130,8 @@ class ShardCorpus:
     def split(self, valid_fraction: float = 0.05, seed: int = 0) -> tuple:
         """(train ids, validation ids): disjoint, by document, the same for the same seed."""
         seed = checked_argument("seed", "int", {"low": 0, "high": 2 ** 63 - 1}, seed)  # TrainConfig's bound
-        valid_fraction = checked_argument("valid_fraction", "float", {"low": 0, "high": 1}, valid_fraction)
-        if not 0 <= valid_fraction < 1:
-            raise OptionsError(f"valid_fraction must be in [0, 1), got {valid_fraction}", "valid_fraction")
+        valid_fraction = checked_argument("valid_fraction", "float", {"low": 0, "high": 1, "open_high": True},
+                                          valid_fraction)
         n = len(self)
         n_valid = min(n - 1, max(1, round(valid_fraction * n))) if valid_fraction and n > 1 else 0
         perm = np.random.Generator(np.random.PCG64([seed, 0x5EED])).permutation(n)

@@ -35,6 +35,16 @@ def test_masked_rows_put_one_mask_per_candidate_piece(tokenizers):
         assert tok.decode(ids[positions[-1] + 1:]) == "."
 
 
+def test_masked_rows_read_the_sentence_as_a_byte_level_bpe_encodes_it():
+    # LAMA keeps the space before the text after the blank: RoBERTa's "Ġand", not "and"
+    tok = train_tokenizer(corpus_text(300, seed=0).splitlines(), "bytelevel-bpe", 600, family="roberta")
+    probe = {"kind": "fact", "text": "The cat was [MASK] and the dog was big.", "answer": "red",
+             "candidates": ["red", "big"]}
+    for (ids, positions, target), cand in zip(_masked_rows(tok, probe), probe["candidates"]):
+        filled = ids[:positions[0]] + target + ids[positions[-1] + 1:]
+        assert filled == tok.encode(probe["text"].replace("[MASK]", cand)).ids
+
+
 def test_batched_scores_equal_one_at_a_time(tokenizers):
     tok = tokenizers["bert"]
     model = tiny("bert-tiny", tok)

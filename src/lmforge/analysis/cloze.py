@@ -38,7 +38,9 @@ def _masked_rows(tokenizer, probe: dict) -> list:
     """(ids, positions, candidate piece ids) per candidate, for a masked LM."""
     left, right = probe["text"].split(MASK)
     cls, sep, mask = (tokenizer.special_id(r) for r in ("cls", "sep", "mask"))
-    before, after = _pieces(tokenizer, left.rstrip()), _pieces(tokenizer, right.lstrip())
+    # the text after the blank keeps its leading space, as LAMA's spans do: byte-level BPE (RoBERTa)
+    # encodes a word after a space as a piece of its own ("Ġand"), and the sentence must read as written
+    before, after = _pieces(tokenizer, left.rstrip()), _pieces(tokenizer, right.rstrip())
     rows = []
     for cand in probe["candidates"]:
         # the candidate's pieces as they appear after a space inside the sentence

@@ -61,11 +61,18 @@ def test_a_word_type_has_one_control_label_in_every_split(swept):
     examples, names = label_examples(splits, "pos", seed=0)
     by_type = {}
     for k, e in examples.items():
-        types = [w.lower() for r in records[k] for w in r["words"]]
+        types = [w for r in records[k] for w in r["words"]]
         assert len(types) == len(e)
         for t, control in zip(types, e.labels[1].tolist()):
             assert by_type.setdefault(t, control) == control
     assert len(set(by_type.values())) > 1 and names == sorted(names)
+
+
+def test_control_types_are_words_as_written():
+    # Hewitt & Liang key a type by its string: "The" and "the" are two types, each its own draw
+    record = {"words": ["The", "dog", "saw", "the", "cat"], "upos": ["DET", "NOUN", "VERB", "DET", "NOUN"],
+              "heads": [1, 2, -1, 4, 2], "deprels": ["det", "nsubj", "root", "det", "obj"]}
+    assert [t for _, _, t in task_items([record], [0, 5], "pos")] == record["words"]
 
 
 def test_task_items_words_and_pairs_and_truncation():

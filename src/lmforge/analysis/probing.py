@@ -11,9 +11,9 @@ frozen. Tasks over treebank records (lmforge.data.treebank, or a CoNLL-U file):
 - "distance", "depth": the structural probes of analysis/structural_probe.py.
 
 For each label task: a linear and an MLP probe per layer, each also on Hewitt & Liang's (2019)
-control task (every word type gets a random but fixed label drawn from the task's label
-distribution; for a pair, the type of its first word) and selectivity = task accuracy - control
-accuracy; the scalar-mix probe over all layers with its centre of gravity E[l] = sum_l l s_l;
+control task (every word type, the word as written, gets a random but fixed label drawn from the
+task's label distribution; for a pair, the type of its first word) and selectivity = task accuracy -
+control accuracy; the scalar-mix probe over all layers with its centre of gravity E[l] = sum_l l s_l;
 and Tenney et al.'s (2019, "BERT rediscovers the classical NLP pipeline") cumulative scoring:
 probes P_l on the mix of layers 0..l, differential scores Delta_l = score(P_l) - score(P_(l-1)) (on
 the running best score, see `differential_scores`) and the expected layer sum_l l Delta_l / sum_l
@@ -89,7 +89,9 @@ def task_items(records: list, offsets: list, task: str) -> list:
             pairs = [((i, h), rel) for i, (h, rel) in enumerate(zip(record["heads"], record["deprels"])) if h >= 0]
         else:
             pairs = [((i, j), label) for kind, i, j, label in record.get("links", []) if kind == task]
-        items += [(tuple(start + w for w in words_), label, words[words_[0]].lower())
+        # the type is the word as written, as Hewitt & Liang's code keys it: folding case would let
+        # "The" share "the"'s control label, a control task easier to memorise than theirs
+        items += [(tuple(start + w for w in words_), label, words[words_[0]])
                   for words_, label in pairs if max(words_) < n]
     return items
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lmforge.analysis.features import word_features
-from lmforge.analysis.probe_fit import Examples, FitConfig, LayerProbes, PrefixMixProbes, fit
+from lmforge.analysis.probe_fit import Examples, FitConfig, LayerProbes, PrefixMixProbes, Probe, accuracy, fit
 from lmforge.analysis.probe_report import summary
 from lmforge.analysis.probing import (
     Split,
@@ -73,6 +73,23 @@ def test_control_types_are_words_as_written():
     record = {"words": ["The", "dog", "saw", "the", "cat"], "upos": ["DET", "NOUN", "VERB", "DET", "NOUN"],
               "heads": [1, 2, -1, 4, 2], "deprels": ["det", "nsubj", "root", "det", "obj"]}
     assert [t for _, _, t in task_items([record], [0, 5], "pos")] == record["words"]
+
+
+def test_a_test_label_unseen_in_training_counts_against_the_probe():
+    # accuracy is over the whole test set: a label training never showed is a miss, not left out
+    def record(words, tags):
+        return {"words": words, "upos": tags, "heads": [-1] + [0] * (len(words) - 1),
+                "deprels": ["root"] + ["dep"] * (len(words) - 1)}
+
+    train = [record(["the", "dog"], ["DET", "NOUN"])] * 4
+    test = [record(["the", "dog", "runs"], ["DET", "NOUN", "VERB"])]
+    splits = {k: Split.of([torch.randn(1, len(r["words"]), 4) for r in v], v)
+              for k, v in {"train": train, "dev": train, "test": test}.items()}
+    examples, names = label_examples(splits, "pos", seed=0)
+    assert names == ["DET", "NOUN"] and len(examples["test"]) == 3
+    best_possible = Probe(4, len(names))  # right on every word a probe can be right on: DET, NOUN, NOUN
+    best_possible.forward = lambda x: torch.eye(2)[[0, 1, 1]][None]
+    assert float(accuracy(best_possible, examples["test"])[0]) == pytest.approx(2 / 3)
 
 
 def test_task_items_words_and_pairs_and_truncation():

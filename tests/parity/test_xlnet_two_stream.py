@@ -135,3 +135,37 @@ def test_bad_two_stream_inputs_are_refused():
         xlnet(ids, mask, mems=[torch.zeros(3, 2, 32)])
     with pytest.raises(ValueError, match="mem_len"):
         xlnet(ids, mask, mem_len=0)
+
+
+@pytest.mark.parametrize("perm", [False, True])
+def test_padded_rows_see_themselves_and_become_the_reference_memory(tmp_path, perm):
+    reference = _reference(mem_len=6)
+    model = load_reference(reference, tmp_path)
+    ids, mask = padded_batch(99, seed=6)
+    ids, mask = ids.flip(1), mask.flip(1)  # left padding
+    perm_mask = _permutation_inputs(seed=6)[0].flip(1, 2) if perm else None
+    second, second_mask = padded_batch(99, seed=7)
+    with torch.no_grad():
+        theirs_1 = reference(ids, attention_mask=mask, perm_mask=perm_mask, use_mems=True)
+        ours_1 = model(ids, mask, perm_mask=perm_mask, mem_len=6)
+        # the reference's memory is always visible, its padded rows included
+        theirs_2 = reference(second, attention_mask=second_mask, mems=theirs_1.mems, use_mems=True).logits
+        ours_2 = model(second, torch.cat([torch.ones(3, 6, dtype=mask.dtype), second_mask], 1),
+                       mems=ours_1.mems).logits
+    assert_parity(ours_1.logits, theirs_1.logits)  # every row, padding too
+    for want, got in zip(theirs_1.mems, ours_1.mems):
+        assert_parity(got, want.transpose(0, 1))
+    assert_parity(ours_2, theirs_2, second_mask)
+
+
+def test_a_target_that_sees_nothing_averages_every_row_as_the_reference_does(tmp_path):
+    reference = _reference()
+    model = load_reference(reference, tmp_path)
+    ids, mask = torch.tensor([[5, 7], [9, 11]]), torch.tensor([[1, 1], [0, 1]])
+    perm_mask = torch.tensor([[[1., 0.], [1., 1.]]]).expand(2, 2, 2)  # position 1 sees no other
+    target_mapping = torch.tensor([[[1., 0.]], [[0., 1.]]])
+    with torch.no_grad():
+        theirs = reference(ids, attention_mask=mask, perm_mask=perm_mask, target_mapping=target_mapping,
+                           use_mems=False).logits
+        ours = model(ids, mask, perm_mask=perm_mask, target_mapping=target_mapping).logits
+    assert_parity(ours, theirs)

@@ -93,7 +93,7 @@ class TwoStream:
             ctx.cache = Memory(stack, self.mems)
             if segments is not None:  # the memory counts as segment 0 (the reference's choice)
                 ctx.segments = torch.cat([segments.new_zeros(segments.shape[0], M), segments], 1)
-        if self.perm_mask is not None or self.target_mapping is not None:
+        if self.perm_mask is not None or self.target_mapping is not None or ctx.key_padding is not None:
             self._masks(ctx, dtype)
         return ctx
 
@@ -106,10 +106,15 @@ class TwoStream:
             blocked = self.perm_mask.bool()
             blocked = torch.cat([blocked.new_zeros(*blocked.shape[:2], M), blocked], dim=-1)  # (B, T, M+T)
             visible = visible & ~blocked
-        own = ctx.q_pos[:, None] == ctx.k_pos[None, :]  # (T, M+T): each position's own content
+        # (T, M+T): each position's own content, a padded position's too (the reference's
+        # non_tgt_mask; a padded row's state is the next memory, and a target that sees nothing
+        # averages every row); XLNet has no additive position bias, so a visible entry's base is 0
+        own = ctx.q_pos[:, None] == ctx.k_pos[None, :]
+        hidden = torch.finfo(dtype).min
         for key, bias in ctx.biases.items():
-            if self.perm_mask is not None:
-                ctx.biases[key] = additive((visible | own)[:, None], bias, dtype)
+            content = additive(visible[:, None], bias, dtype) if self.perm_mask is not None else bias
+            if content is not None:
+                ctx.biases[key] = torch.where(own & (content == hidden), 0.0, content).to(dtype)
             self.query_biases[key] = additive(visible[:, None], bias, dtype)
 
     def run(self, stack: Stack, query_init: torch.Tensor, dropout, x, hidden: list, ctx) -> tuple:

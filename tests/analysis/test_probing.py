@@ -19,6 +19,7 @@ from lmforge.analysis.probing import (
     expected_layer,
     label_examples,
     mix_probe,
+    per_layer,
     probe_sweep,
     task_items,
 )
@@ -172,6 +173,32 @@ def _layer_two_knows(n: int, seed: int) -> Examples:
     g = torch.Generator().manual_seed(seed)
     table = torch.randn(4, n, 8, generator=g)
     return Examples(table, torch.arange(n)[:, None], (table[2, :, 0] > 0).long()[None])
+
+
+def test_the_best_layer_is_chosen_on_dev_never_on_test():
+    # train: layers 0 and 1 both carry the label; dev: only layer 0 does; test: only layer 1 does
+    g = torch.Generator().manual_seed(0)
+
+    def split(n: int, knowing: tuple) -> Examples:
+        table = torch.randn(2, n, 4, generator=g)
+        label = (torch.rand(n, generator=g) > 0.5).long()
+        for layer in knowing:
+            table[layer, :, 0] = 2 * label - 1
+        return Examples(table, torch.arange(n)[:, None], torch.stack([label, label]))
+
+    examples = {"train": split(400, (0, 1)), "dev": split(200, (0,)), "test": split(200, (1,))}
+    config = FitConfig(epochs=5, lr=1e-2, batch_size=64)
+    result = per_layer(examples, [3, 7], "linear", config, seed=0, task="toy")
+    assert result["accuracy"][1] > result["accuracy"][0]  # test would have picked layer 7
+    assert result["dev_accuracy"][0] > result["dev_accuracy"][1]
+    assert result["best_layer"] == 3
+
+
+def test_the_summary_reports_structural_scores_at_the_dev_chosen_layer():
+    results = {"layers": [0, 1], "baselines": {"right_branching_uuas": 0.3},
+               "tasks": {"distance": {"uuas": [0.5, 0.7], "dspr": [0.6, 0.9], "dev_loss": [1.0, 2.0],
+                                      "best_layer": 0}}}
+    assert summary(results)["distance"] == {"best_layer": 0, "uuas": 0.5, "dspr": 0.6}
 
 
 def test_batched_cumulative_scoring_matches_one_probe_per_prefix():

@@ -18,14 +18,14 @@ def _finite(x) -> bool:
 
 
 def summary(results: dict) -> dict:
-    """Per task its best layer, expected layer and centre of gravity (label tasks) or best scores
-    (structural), the baselines, and the field's orderings checked on these numbers."""
+    """Per task its best layer (chosen on the development split), its test scores there, the expected
+    layer and centre of gravity (label tasks), the baselines, and the field's orderings checked on these."""
     out, layers = {}, results["layers"]
     for task, r in results["tasks"].items():
         if task in STRUCTURAL_MAIN:
             main, second = STRUCTURAL_MAIN[task]
             at = layers.index(r["best_layer"])
-            out[task] = {"best_layer": r["best_layer"], main: r[main][at], second: max(r[second])}
+            out[task] = {"best_layer": r["best_layer"], main: r[main][at], second: r[second][at]}
             continue
         head = "mlp" if "mlp" in r else "linear"
         at = layers.index(r[head]["best_layer"])

@@ -136,14 +136,17 @@ def _layer_slice(examples: dict, layers: slice) -> dict:
 
 def per_layer(examples: dict, layers: list, head: str, config: FitConfig, seed: int, task: str) -> dict:
     """Task (and control) test accuracy of a `head` probe on each layer alone, their difference
-    (selectivity) and the best layer; table position p holds layers[p]."""
+    (selectivity) and the best layer, chosen on the development split's accuracy (never on test's);
+    table position p holds layers[p]."""
     n_sets, train = examples["train"].labels.shape[0], examples["train"]
     groups = [(p, s) for p in range(len(layers)) for s in range(n_sets)]
     probes = LayerProbes(train.index.shape[1] * train.table.shape[-1], int(train.labels[0].max()) + 1,
                          [p for p, _ in groups], [s for _, s in groups], head, config.hidden)
-    fit(probes, train, examples["dev"], config, probe_seed(seed, task, head))
+    history = fit(probes, train, examples["dev"], config, probe_seed(seed, task, head))
     test = accuracy(probes, examples["test"]).view(len(layers), n_sets).T.tolist()  # (sets, layers)
-    out = {"accuracy": test[0], "best_layer": layers[max(range(len(layers)), key=test[0].__getitem__)]}
+    dev = torch.tensor(history["dev"]).view(len(layers), n_sets)[:, 0].tolist()
+    best = max(range(len(layers)), key=dev.__getitem__)
+    out = {"accuracy": test[0], "dev_accuracy": dev, "best_layer": layers[best]}
     if n_sets > 1:
         out.update(control=test[1], selectivity=[a - c for a, c in zip(test[0], test[1])])
     return out
@@ -213,12 +216,12 @@ def probe_label_task(splits: dict, task: str, layers: list, config: FitConfig, s
 
 
 def probe_structural_task(splits: dict, task: str, layers: list, config: FitConfig, seed: int) -> dict:
-    """A distance or depth probe on each layer: its scores per layer and the best layer."""
+    """A distance or depth probe on each layer: its scores per layer and the best layer, the one with
+    the least development loss (never chosen on test's scores)."""
     data = [Sentences(splits[k].table, splits[k].offsets, splits[k].records, task) for k in SPLITS]
     rows = train_structural(task, *data, list(range(len(layers))), config, probe_seed(seed, task))
     result = {key: [r[key] for r in rows] for key in rows[0]}
-    main = "uuas" if task == "distance" else "root_accuracy"
-    result["best_layer"] = layers[max(range(len(layers)), key=result[main].__getitem__)]
+    result["best_layer"] = layers[min(range(len(layers)), key=result["dev_loss"].__getitem__)]
     return result
 
 

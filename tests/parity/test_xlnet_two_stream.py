@@ -135,6 +135,10 @@ def test_bad_two_stream_inputs_are_refused():
         xlnet(ids, mask, mems=[torch.zeros(3, 2, 32)])
     with pytest.raises(ValueError, match="mem_len"):
         xlnet(ids, mask, mem_len=0)
+    with pytest.raises(ValueError, match="mem_len"):
+        xlnet(ids, mask, mem_len=2.5)
+    with pytest.raises(ValueError, match="mems must have d_model=32"):  # not a matmul's shape error
+        xlnet(ids, None, mems=[torch.zeros(3, 2, 16)] * 2)
 
 
 @pytest.mark.parametrize("perm", [False, True])
@@ -169,3 +173,16 @@ def test_a_target_that_sees_nothing_averages_every_row_as_the_reference_does(tmp
                            use_mems=False).logits
         ours = model(ids, mask, perm_mask=perm_mask, target_mapping=target_mapping).logits
     assert_parity(ours, theirs)
+
+
+def test_perm_mask_is_thresholded_as_the_reference_does(tmp_path):
+    reference = _reference("XLNetModel")
+    model = load_reference(reference, tmp_path)
+    ids, mask = padded_batch(99, seed=8)
+    perm_mask = _permutation_inputs(seed=8)[0]
+    perm_mask[0, 1] = float("nan")  # the reference's `> 0` leaves NaN and negative entries visible
+    perm_mask[1, 0] = -1.0
+    with torch.no_grad():
+        theirs = reference(ids, attention_mask=mask, perm_mask=perm_mask, use_mems=False).last_hidden_state
+        ours = model(ids, mask, perm_mask=perm_mask).last_hidden_state
+    assert_parity(ours, theirs, mask)

@@ -71,9 +71,9 @@ class TwoStream:
             raise ValueError(f"target_mapping must have shape (batch, n_predict, length) = ({B}, n, {T}), "
                              f"got {tuple(target_mapping.shape)}")
         if mems is not None and (len(mems) != n_layers or any(
-                m.dim() != 3 or m.shape[0] != B or m.shape[1] != mems[0].shape[1] for m in mems)):
+                m.dim() != 3 or m.shape[0] != B or m.shape[1:] != mems[0].shape[1:] for m in mems)):
             raise ValueError(f"mems must be {n_layers} tensors of shape (batch, memory length, d_model)")
-        if mem_len is not None and mem_len < 1:
+        if mem_len is not None and (isinstance(mem_len, bool) or not isinstance(mem_len, int) or mem_len < 1):
             raise ValueError(f"mem_len must be a positive number of positions, got {mem_len}")
         self.perm_mask, self.target_mapping = perm_mask, target_mapping
         self.mems, self.mem_len = mems, mem_len
@@ -90,6 +90,9 @@ class TwoStream:
         M = self.past
         ctx = XLNetContext(**vars(ctx), segments=segments)
         if self.mems is not None:
+            if self.mems[0].shape[2] != stack.cfg.d_model:
+                raise ValueError(f"mems must have d_model={stack.cfg.d_model} features, "
+                                 f"got {self.mems[0].shape[2]}")
             ctx.cache = Memory(stack, self.mems)
             if segments is not None:  # the memory counts as segment 0 (the reference's choice)
                 ctx.segments = torch.cat([segments.new_zeros(segments.shape[0], M), segments], 1)
@@ -99,23 +102,34 @@ class TwoStream:
 
     def _masks(self, ctx: XLNetContext, dtype: torch.dtype) -> None:
         # the content stream sees the order's earlier positions and itself; the query stream not itself
-        M, T = self.past, ctx.q_pos.shape[0]
-        visible = ctx.key_padding[:, None, :] if ctx.key_padding is not None else torch.ones(
-            1, 1, M + T, dtype=torch.bool, device=ctx.q_pos.device)  # (B|1, 1, M+T)
-        if self.perm_mask is not None:  # the memory is earlier than every position of the order
-            blocked = self.perm_mask.bool()
-            blocked = torch.cat([blocked.new_zeros(*blocked.shape[:2], M), blocked], dim=-1)  # (B, T, M+T)
-            visible = visible & ~blocked
+        visible, reopened = self._visible(ctx)
         # (T, M+T): each position's own content, a padded position's too (the reference's
         # non_tgt_mask; a padded row's state is the next memory, and a target that sees nothing
-        # averages every row); XLNet has no additive position bias, so a visible entry's base is 0
+        # averages every row)
         own = ctx.q_pos[:, None] == ctx.k_pos[None, :]
-        hidden = torch.finfo(dtype).min
         for key, bias in ctx.biases.items():
-            content = additive(visible[:, None], bias, dtype) if self.perm_mask is not None else bias
+            query = additive(visible[:, None], bias, dtype)
+            content = query if self.perm_mask is not None else bias
             if content is not None:
-                ctx.biases[key] = torch.where(own & (content == hidden), 0.0, content).to(dtype)
-            self.query_biases[key] = additive(visible[:, None], bias, dtype)
+                ctx.biases[key] = _opened(content, own if reopened is None else own | reopened[:, None])
+            self.query_biases[key] = query if reopened is None else _opened(query, reopened[:, None])
+
+    def _visible(self, ctx: XLNetContext) -> tuple:
+        """(B|1, T|1, M+T) the keys each position may see, and the padded ones among them (or None):
+        the reference thresholds padding + perm_mask, so a NaN or <= -1 entry reopens a padded key."""
+        M, T = self.past, ctx.q_pos.shape[0]
+        padding = ctx.key_padding
+        visible = padding[:, None, :] if padding is not None else torch.ones(
+            1, 1, M + T, dtype=torch.bool, device=ctx.q_pos.device)
+        if self.perm_mask is None:
+            return visible, None
+        perm = self.perm_mask.float()
+        memory = torch.zeros(*perm.shape[:2], M, dtype=torch.bool, device=perm.device)  # earlier than all
+        visible = visible & ~torch.cat([memory, perm > 0], dim=-1)
+        if padding is None:
+            return visible, None
+        reopened = torch.cat([memory, ~(perm + 1 > 0)], dim=-1) & ~padding[:, None, :]
+        return visible | reopened, reopened
 
     def run(self, stack: Stack, query_init: torch.Tensor, dropout, x, hidden: list, ctx) -> tuple:
         """After the content pass: (the query stream's output or x, the new memory or None)."""
@@ -161,3 +175,9 @@ def query_attention(attn: Attention, g: torch.Tensor, content: torch.Tensor, ctx
     out = out.transpose(1, 2).reshape(B, T, H * dh)
     out = torch.einsum("bnt,btc->bnc", target_mapping.to(out.dtype), out)  # back to the n queries
     return attn.out(attn.gated(out, ctx, "self", layer))
+
+
+def _opened(bias: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """`bias` with `keys` visible where it hides them (padding): XLNet has no additive position bias,
+    so a visible entry's value is 0."""
+    return torch.where(keys & (bias == torch.finfo(bias.dtype).min), 0.0, bias).to(bias.dtype)

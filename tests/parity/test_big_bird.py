@@ -180,3 +180,15 @@ def test_untied_lm_head_uses_the_decoders_own_bias(tmp_path):
         reference.cls.predictions.decoder.bias.normal_()
     model = load_reference(reference, tmp_path / "in")
     assert_untied_lm_head_round_trip(model, reference, tmp_path / "out", *padded_batch(99, seed=5))
+
+
+@pytest.mark.parametrize("lengths", [(28, 1, 13), (29, 1, 28), (33, 4, 30)])
+def test_blocked_attention_matches_on_either_side_of_the_full_attention_length(tmp_path, lengths):
+    """fast/blocked.py's block chunks as the reference, at dense_max_len = 28 and just above it, with a
+    one-token row, and with a last block of one token (33 = 8 blocks of 4 + 1)."""
+    from lmforge.fast.paths import FastPaths
+
+    reference = _reference()
+    model = lmforge.optimize(load_reference(reference, tmp_path), paths=FastPaths(local_attention="blocked"))
+    ids, mask = padded_batch(99, lengths, seed=11)
+    assert_masked_lm_parity(model, reference, ids, mask, _labels(ids, mask, seed=12))

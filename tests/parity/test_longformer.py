@@ -148,3 +148,22 @@ def test_export_refuses_default_global_tokens_the_architecture_does_not_have(tmp
 def test_odd_attention_window_is_refused_by_name(tmp_path):
     assert_load_refuses(_reference("LongformerModel", (4, 4)), tmp_path, CheckpointError, "attention_window",
                         attention_window=[4, 5])
+
+
+@pytest.mark.parametrize("paths", [{"local_attention": "dense"}, {"local_attention": "blocked"},
+                                   {"local_attention": "blocked", "chunk": 3, "unpad": "always"}])
+def test_optimized_model_matches_at_uneven_lengths_and_padded_global_tokens(tmp_path, paths):
+    """Optimized (fast/blocked.py's query chunks, or a dense mask) as the reference: lengths off the
+    windows' multiples, a one-token row, and global tokens on padding, which the reference ignores."""
+    from lmforge.fast.paths import FastPaths
+
+    reference = _reference()
+    model = lmforge.optimize(load_reference(reference, tmp_path), paths=FastPaths(**paths))
+    ids, mask = _batch(seed=10, lengths=(17, 1, 9))
+    glob = torch.zeros_like(ids)
+    glob[0, [0, 15]] = 1
+    glob[1, [0, 4, 16]] = 1  # row 1 has one token: 4 and 16 are padding
+    glob[2, 12] = 1  # padding only
+    ours, theirs = _run(model, reference, ids, mask, glob)
+    assert_parity(ours.last_hidden_state, theirs.hidden_states[-1], mask)
+    assert_parity(ours.logits, theirs.logits, mask)

@@ -322,7 +322,7 @@ class ExampleFormat:
             raise ValueError("an example format has a `length` function only for blocks")
 
     def size(self, max_len: int, options: dict | None = None) -> int:
-        """The tokens an example holds before the corruption of an objective of `options`, inputs of max_len."""
+        """Tokens an example holds before an objective of `options` corrupts it, for inputs of max_len."""
         return self.length(max_len, options or {}) if self.length is not None else max_len - self.reserve
 
 

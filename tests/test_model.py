@@ -165,3 +165,18 @@ def test_the_config_chooses_the_xlnet_class_and_loading_keeps_it(tmp_path):
     model = tiny_model("xlnet-base")
     model.save(tmp_path)
     assert type(lmforge.load(tmp_path)) is XLNetEncoder
+
+
+def test_global_tokens_are_a_0_1_mask_of_the_batch_s_shape_on_a_longformer_only():
+    """2 and -1 were read as global (the reference reads 2 as local, -1 as padding), a (T,) or (B, T') mask
+    failed inside the masks with an IndexError, and models without global attention ignored it."""
+    model, ids = tiny_model("longformer-base"), torch.zeros(2, 5, dtype=torch.long)
+    model(ids, global_tokens=torch.tensor([[1, 0, 0, 0, 0]] * 2))  # 0 and 1, ints or bools: taken
+    for bad in (torch.tensor([[2, 0, 0, 0, 0]] * 2), torch.tensor([[-1, 0, 0, 0, 0]] * 2)):
+        with pytest.raises(ValueError, match=r"^global_tokens must hold 0 \(local\) and 1 \(global\) only"):
+            model(ids, global_tokens=bad)
+    for bad in (torch.ones(5, dtype=torch.bool), torch.ones(2, 4, dtype=torch.bool), [[1, 0, 0, 0, 0]] * 2):
+        with pytest.raises(ValueError, match=r"^global_tokens must be a tensor of shape \(batch, length\)"):
+            model(ids, global_tokens=bad)
+    with pytest.raises(ValueError, match="global_tokens: this model's attention .* has no global tokens"):
+        tiny_model("bert-base")(ids, global_tokens=torch.ones(2, 5, dtype=torch.bool))

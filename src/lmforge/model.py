@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from lmforge.config import ModelConfig
+from lmforge.config.checks import pattern_set
 from lmforge.config.memory import check_fits
 from lmforge.elmo import ELMo
 from lmforge.layers.attention import AttentionContext, KVCache
@@ -30,6 +31,7 @@ from lmforge.layers.variants.two_stream import TwoStream
 
 # heads that read one pooled vector per sequence: they never see padded rows, so unpadding may run
 SEQUENCE_HEADS = ("pooler", "classification")
+MASK_VALUES = {"attention_mask": "0 (padding) and 1 (a token)", "global_tokens": "0 (local) and 1 (global)"}
 
 
 @dataclass
@@ -118,7 +120,7 @@ class Transformer(nn.Module):
         return out
 
     def _check(self, input_ids: torch.Tensor, attention_mask, past: int, name: str,
-               position_ids=None) -> None:
+               position_ids=None, global_tokens=None) -> None:
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
             shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
             raise ValueError(f"{name} must be an integer tensor of shape (batch, length), got {shape}")
@@ -130,16 +132,31 @@ class Transformer(nn.Module):
         if attention_mask is not None and tuple(attention_mask.shape) != (B, past + T):
             raise ValueError(f"attention mask of shape {tuple(attention_mask.shape)} does not match "
                              f"(batch, cached + new positions) = {(B, past + T)}")
+        if global_tokens is not None:
+            self._check_global(global_tokens, (B, T))
         if not torch.compiler.is_compiling():  # reading values back would break the graph
-            self._check_values(input_ids, attention_mask, position_ids, name)
+            self._check_values(input_ids, attention_mask, position_ids, name, global_tokens)
 
-    def _check_values(self, input_ids: torch.Tensor, attention_mask, position_ids, name: str) -> None:
-        """Token ids inside the vocabulary, a mask of 0 and 1 (2 and 0.5 were read as 1), positions inside
-        the table (an IndexError there); read back in one host sync, as the ids alone were."""
+    def _check_global(self, global_tokens, shape: tuple) -> None:
+        """Longformer's global_tokens: (batch, length), on a model with a longformer layer (another shape
+        failed inside the masks; other models ignored them, unsaid)."""
+        if "longformer" not in pattern_set(self.config):
+            raise ValueError(f"global_tokens: this model's attention ({self.config.attention}) has no global "
+                             "tokens (Longformer's)")
+        if not isinstance(global_tokens, torch.Tensor) or tuple(global_tokens.shape) != shape:
+            got = tuple(getattr(global_tokens, "shape", ())) or type(global_tokens).__name__
+            raise ValueError(f"global_tokens must be a tensor of shape (batch, length) = {shape}, got {got}")
+
+    def _check_values(self, input_ids: torch.Tensor, attention_mask, position_ids, name: str,
+                      global_tokens=None) -> None:
+        """Token ids inside the vocabulary, masks of 0 and 1 (2 and 0.5 were read as 1; the reference reads
+        a global token of 2 as local), positions inside the table (an IndexError there); read back in one
+        host sync, as the ids alone were."""
         stats = [input_ids.min(), input_ids.max()]
-        masked = attention_mask is not None and attention_mask.dtype != torch.bool
-        if masked:  # the new positions' columns: a cache's were checked when they were new
-            new = attention_mask[:, -input_ids.shape[1]:]
+        masks = {"attention_mask": attention_mask, "global_tokens": global_tokens}
+        masks = {k: m for k, m in masks.items() if m is not None and m.dtype != torch.bool}
+        for key, mask in masks.items():  # a cache's columns were checked when they were new
+            new = mask[:, -input_ids.shape[1]:]
             stats.append(((new != 0) & (new != 1)).any())
         # a table's rows only: learned ones from -position_offset (RoBERTa's padding row), sinusoids from 0
         lowest = {"learned": -self.config.position_offset, "sinusoidal": 0}.get(self.config.position)
@@ -152,8 +169,9 @@ class Transformer(nn.Module):
         if low < 0 or high >= limit:
             raise ValueError(f"{name} holds token id {low if low < 0 else high} outside the vocabulary "
                              f"[0, {limit})")
-        if masked and values[2]:
-            raise ValueError("attention_mask must hold 0 (padding) and 1 (a token) only")
+        for key, bad in zip(masks, values[2:]):
+            if bad:
+                raise ValueError(f"{key} must hold {MASK_VALUES[key]} only")
         if position_ids is not None and not lowest <= values[-2] <= values[-1] < self.config.max_seq_len:
             raise ValueError(f"position_ids must be in [{lowest}, max_seq_len={self.config.max_seq_len})")
 
@@ -165,7 +183,8 @@ class Transformer(nn.Module):
     def _run(self, stack: Stack, embed: Embeddings, step: StackPass) -> ModelOutput:
         """One pass of `step`'s tokens through embeddings and stack, packed where the execution says."""
         past = step.cache.length if step.cache is not None else 0
-        self._check(step.input_ids, step.attention_mask, past, "input_ids", step.position_ids)
+        self._check(step.input_ids, step.attention_mask, past, "input_ids", step.position_ids,
+                    step.global_tokens)
         x, step.position_ids = self._embed(embed, step.input_ids, step.position_ids, step.segment_ids, past)
         key_padding = step.attention_mask.bool() if step.attention_mask is not None else None
         keep_padding = step.keep_padding or self._recording(step)  # recorded maps hold padded query rows
@@ -289,7 +308,7 @@ class XLNetEncoder(Encoder):
         + new positions); mem_len returns out.mems."""
         streams = TwoStream(input_ids, self.config.n_layers, perm_mask, target_mapping, mems, mem_len)
         past = streams.past
-        self._check(input_ids, attention_mask, past, "input_ids", position_ids)
+        self._check(input_ids, attention_mask, past, "input_ids", position_ids, global_tokens)
         x, position_ids = self._embed(self.embed, input_ids, position_ids, segment_ids, past)
         key_padding = attention_mask.bool() if attention_mask is not None else None
         ctx = self._context(self.encoder, x, position_ids, past, key_padding,  # two streams edit dense masks

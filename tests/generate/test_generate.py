@@ -252,6 +252,8 @@ def test_requests_a_model_cannot_serve_are_refused():
         generate(GENERATORS["t5-small"], torch.zeros(1, 3, dtype=torch.long), max_new_tokens=65)
     with pytest.raises(ValueError, match="fill_mask"):
         generate(attach_lm(lmforge.build(lmforge.tiny("bert-tiny"))), torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="does not decode XLNet's permutation LM"):  # not told to fill masks
+        generate(attach_lm(lmforge.build(lmforge.tiny("xlnet-base"))), torch.zeros(1, 3, dtype=torch.long))
 
 
 def test_prefix_lm_generation_reads_the_prompt_bidirectionally():

@@ -33,8 +33,10 @@ def check_call(model, use_cache, prefix_lm, generator, streamer) -> None:
 def check_prompt(model: Transformer, input_ids, attention_mask) -> torch.Tensor:
     """Refuse a request the model cannot serve, before any model call; returns the (B, T) mask."""
     if model.config.architecture == "encoder":
-        raise ValueError("generation needs a decoder or an encoder-decoder; an encoder with an MLM head "
-                         "fills masks instead (lmforge.fill_mask)")
+        why = ("lmforge does not decode XLNet's permutation LM (the reference's generate feeds it a "
+               "perm_mask a step)" if model.config.position == "xl-relative" else
+               "an encoder with an MLM head fills masks instead (lmforge.fill_mask)")
+        raise ValueError(f"generation needs a decoder or an encoder-decoder; {why}")
     # int64 or int32, as the embedding reads them (a bool or uint8 tensor failed inside it)
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 \
             or input_ids.dtype not in (torch.int64, torch.int32):

@@ -76,3 +76,19 @@ def test_calibrated_ranges_are_read_back(tmp_path):
     low, high = read_ranges(tmp_path, EmbedOptions())
     assert low.tolist() == [0.0, -1.0] and high.tolist() == [1.0, 2.0]
     assert read_ranges(tmp_path, EmbedOptions(dimensions=1)) is None  # another key: not calibrated
+
+
+@pytest.mark.parametrize("encoding", ["int8", "uint8", "binary", "ubinary"])
+def test_quantized_codes_equal_sentence_transformers_quantize_embeddings(encoding):
+    """int8 / uint8 were rounded where sentence-transformers floors: a step apart in about half the
+    coordinates; a constant calibrated coordinate steps by 1 as there, values beyond the range clamp."""
+    from lmforge.pipelines.embed_options import quantize
+
+    util = pytest.importorskip("sentence_transformers.util")
+    torch.manual_seed(0)
+    calibration, vectors = torch.randn(20, 19), torch.randn(6, 19) * 1.5
+    calibration[:, 3] = 0.25  # one constant coordinate
+    ranges = (calibration.min(0).values, calibration.max(0).values)
+    ours = quantize(vectors, encoding, ranges)
+    theirs = util.quantize_embeddings(vectors.numpy(), encoding, calibration_embeddings=calibration.numpy())
+    assert ours.numpy().dtype == theirs.dtype and (ours.numpy() == theirs).all()

@@ -2,7 +2,7 @@
 server's /embed, so the three accept and refuse alike; and the output encodings they name.
 
 dimensions: Matryoshka truncation (Kusupati et al. 2022): the first k coordinates, renormalised.
-encoding_format: float; base64 (little-endian float32); int8 / uint8 (each coordinate scaled into 256
+encoding_format: float; base64 (little-endian float32); int8 / uint8 (each coordinate floored into 256
 steps between the calibration's minimum and maximum of that coordinate, read from embedding_ranges.json
 beside the model: `calibrate`); binary / ubinary (the sign bits, 1 where a coordinate > 0, packed eight
 to a byte, big-endian bit order; binary is the packed byte - 128 as int8, as sentence-transformers does).
@@ -194,8 +194,10 @@ def quantize(vectors: torch.Tensor, encoding: str, ranges: tuple | None = None) 
     if low.shape[0] != vectors.shape[1]:
         raise OptionsError(f"encoding_format={encoding}: the calibration has {low.shape[0]} coordinates, the "
                            f"vectors {vectors.shape[1]}", "encoding_format")
-    steps = ((high - low) / 255).clamp(min=1e-12)
-    scaled = ((vectors - low) / steps).round().clamp(0, 255)
+    # floored, a constant coordinate stepping by 1: sentence-transformers' quantize_embeddings, code for code
+    steps = (high - low) / 255
+    steps = torch.where(steps == 0, torch.ones_like(steps), steps)
+    scaled = ((vectors - low) / steps).floor().clamp(0, 255)
     return (scaled - 128).to(torch.int8) if encoding == "int8" else scaled.to(torch.uint8)
 
 

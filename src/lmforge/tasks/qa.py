@@ -302,6 +302,12 @@ class QATask(Task):
         self.unanswerable, self.null_threshold = unanswerable, null_threshold
         self.template = Template.of(tokenizer)
 
+    def head_args(self) -> dict:
+        """The options of the model's own span-qa head (BigBird's ffn), so that its trained head is kept,
+        not replaced by a fresh one of another spec."""
+        own = self.model.heads["span-qa"] if "span-qa" in self.model.heads else None
+        return {k: v for k, v in own.spec.items() if k != "kind"} if own is not None else {}
+
     def encode(self, record: dict) -> list:
         """One question -> one example per window of its context; answers must match the context."""
         for answer in record.get("answers", ()):

@@ -21,9 +21,10 @@ reproduce those draws. The classification head applies hidden_act, not tanh, to 
 layer (`pooler_activation`); the masked-LM, classification and token-classification
 checkpoints keep an unused pooler, carried here as a "pooler" head so a round trip is
 lossless. The question-answering head runs one more feed-forward sub-layer (SpanQAHead
-ffn=True). Its reference also subtracts 1e6 from the logits of the question tokens before
-the first sep token and, given no token_type_ids, makes the tokens after it segment 1;
-lmforge's head sees no token ids: pass segment_ids and ignore the question positions.
+ffn=True). Its reference also subtracts 1e6 from the logits of the question tokens up to the
+first sep token and, given no token_type_ids, makes the tokens after it segment 1; lmforge's
+head sees no token ids: its QA task does both (the tokenizer's segments, the question masked),
+a direct forward call must pass segment_ids and ignore the question positions.
 """
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ key_global and value_global (lmforge's fused `global_qkv`); every token sees the
 the local projections, which is what lmforge's longformer pattern and `_longformer_global`
 compute. Without a mask the reference's defaults depend on the architecture: the
 classification model makes <s> global (n_global_tokens=1 here), the question-answering
-model the question tokens before the first </s> (input-dependent: pass global_tokens to
-lmforge explicitly), every other model none (n_global_tokens=0). Export therefore needs
-n_global_tokens to be the default of the architecture its heads select.
+model the question tokens before the first </s> (input-dependent: lmforge's QA task passes them
+as global_tokens; a direct forward call must too), every other model none (n_global_tokens=0).
+Export therefore needs n_global_tokens to be the default of the architecture its heads select.
 """
 from __future__ import annotations
 

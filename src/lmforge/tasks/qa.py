@@ -10,6 +10,13 @@ offsets. Its gold start/end are the answer's first and last tokens when the answ
 whole inside the window, else the [CLS] index (0 when the tokenizer has no [CLS]) — also
 for an unanswerable question (SQuAD 2.0).
 
+The reference's QA models of two attentions read the question specially, and so does the task
+(keyed on the attention pattern; the model's forward stays plain): with a Longformer layer the
+tokens before the first separator ([CLS] and the question) attend globally, as the reference's
+LongformerForQuestionAnswering makes them without a global_attention_mask; with a BigBird layer
+the question and the separator after it lose 1e6 from their logits, as BigBirdForQuestionAnswering
+takes it off (its `question_lengths`), so a loss does not spread over them ([CLS] keeps its logits).
+
 Decoding. In every window the `n_best` highest start and end logits inside the context
 are paired (end >= start, at most `max_answer_len` tokens); the best pair over all of a
 record's windows by start + end logit gives the answer's characters. With SQuAD 2.0
@@ -36,6 +43,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lmforge.config.checks import pattern_set
 from lmforge.objectives.base import Loss
 from lmforge.tasks.base import Task, register
 from lmforge.tasks.tagging import decode_utf8
@@ -145,8 +153,9 @@ def answer_tokens(offsets: list, start: int, end: int) -> tuple:
 
 def features(tokenizer, record: dict, template: Template, max_len: int = 384, doc_stride: int = 128,
              max_query_len: int = 64) -> list:
-    """A record's windows: input/segment ids, start/end positions (if it has answers), and for
-    decoding "context_at" (first context token index) and "offsets" of its context tokens."""
+    """A record's windows: input/segment ids, "question_end" (the index of the separator after the
+    question), start/end positions (if it has answers), and for decoding "context_at" (first context
+    token index) and "offsets" of its context tokens."""
     question = tokenizer.encode(record["question"], add_special_tokens=False).ids[:max_query_len]
     context = tokenizer.encode(record["context"], add_special_tokens=False)
     room = max_len - len(question) - template.n_special
@@ -168,6 +177,7 @@ def features(tokenizer, record: dict, template: Template, max_len: int = 384, do
                    "segment_ids": ([s_before] * len(template.before) + [s_q] * len(question)
                                    + [s_between] * len(template.between) + [s_ctx] * len(ids)
                                    + [s_after] * len(template.after)),
+                   "question_end": len(template.before) + len(question),
                    "context_at": len(head), "offsets": context.offsets[first:first + len(ids)],
                    "cls_index": cls}
         if gold is not None:
@@ -301,6 +311,8 @@ class QATask(Task):
         self.n_best, self.max_answer_len = n_best, max_answer_len
         self.unanswerable, self.null_threshold = unanswerable, null_threshold
         self.template = Template.of(tokenizer)
+        patterns = pattern_set(model.config)  # the reference QA models' question rules (module docstring)
+        self.global_question, self.mask_question = "longformer" in patterns, "bigbird" in patterns
 
     def head_args(self) -> dict:
         """The options of the model's own span-qa head (BigBird's ffn), so that its trained head is kept,
@@ -332,21 +344,30 @@ class QATask(Task):
         return len(starts) * overhead + sum(min(room, context - s) for s in starts)
 
     def logits(self, batch: dict) -> torch.Tensor:
-        """(B, T, 2) start and end logits of a padded batch (padding masked)."""
-        hidden = self.model(batch["input_ids"], batch["attention_mask"], segment_ids=batch.get("segment_ids"),
+        """(B, T, 2) float start and end logits of a padded batch (padding masked), with the reference's
+        question rules: a Longformer's question global, a BigBird's question and its separator masked."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        question_end = batch["question_end"][:, None]
+        glob = (positions < question_end) & mask.bool() if self.global_question else None
+        hidden = self.model(ids, mask, segment_ids=batch.get("segment_ids"), global_tokens=glob,
                             run_heads=False).last_hidden_state
-        return self.task_head(hidden, batch["attention_mask"])
+        logits = self.task_head(hidden, mask).float()  # in float: 1e6 off a float16 logit is -inf
+        if self.mask_question:  # positions 1 ..= question_end; position 0 ([CLS]) is the null answer
+            hide = (positions > 0) & (positions <= question_end)
+            logits = logits - hide[..., None].to(logits.dtype) * 1e6
+        return logits
 
     def forward(self, batch: dict) -> Loss:
         """Mean of the start and end cross-entropies (BERT sec. 4.2)."""
-        logits = self.logits(batch).float()
+        logits = self.logits(batch)
         start = F.cross_entropy(logits[..., 0], batch["start_positions"])
         end = F.cross_entropy(logits[..., 1], batch["end_positions"])
         return Loss((start + end) / 2, {"start_loss": start.detach(), "end_loss": end.detach()})
 
     def predict(self, batch: dict) -> list:
         """(start logits, end logits) over each example's real positions."""
-        logits = self.logits(batch).float()
+        logits = self.logits(batch)
         lengths = batch["attention_mask"].sum(1).tolist()
         return [(row[:n, 0].tolist(), row[:n, 1].tolist()) for row, n in zip(logits, lengths)]
 

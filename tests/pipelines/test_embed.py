@@ -1,5 +1,6 @@
 """lmforge.pipelines.embed against sentence-transformers: the real all-MiniLM-L6-v2 and tiny random models."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -304,3 +305,40 @@ def test_a_tokenizer_name_that_resolves_to_nothing_is_refused_naming_tokenizer(t
     with pytest.raises(OptionsError, match=f"^tokenizer: {tmp_path / 'none'} is neither") as refused:
         job(model, str(tmp_path / "none"))
     assert refused.value.field == "tokenizer"
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls", "weightedmean", "lasttoken"])
+def test_a_prompt_left_out_of_the_pooling_as_sentence_transformers_leaves_it(tmp_path, mode):
+    """include_prompt false (instruction models): the prompt's tokens were pooled too (cls: its first)."""
+    path = tiny_st_dir(tmp_path, {"pooling_mode": mode, "include_prompt": False})
+    texts = ["abc def", "a", "", "the lazy dog"]
+    ours = lmforge.embed(texts, model=path, prompt="x y ", batch_size=3)
+    st = pytest.importorskip("sentence_transformers")
+    reference = st.SentenceTransformer(str(path), device="cpu").encode(texts, prompt="x y ", batch_size=3,
+                                                                        convert_to_tensor=True)
+    assert (ours - reference).abs().max() < 1e-5
+    with pytest.raises(lmforge.OptionsError, match='truncate="chunk": only a text\'s first window'):
+        lmforge.embed(["a " * 40], model=path, prompt="x y ", truncate="chunk")
+
+
+@pytest.mark.parametrize("file, content, said", [
+    ("modules.json", [{"path": "", "type": "x.Transformer"}, {"path": "2_Normalize", "type": "x.Normalize"},
+                      {"path": "1_Pooling", "type": "x.Pooling"}],
+     "modules Transformer -> Normalize -> Pooling"),
+    ("modules.json", [{"path": "0_BERT", "type": "x.Transformer"},
+                      {"path": "1_Pooling", "type": "x.Pooling"}], "the Transformer is in '0_BERT'"),
+    ("modules.json", {"0": "x.Transformer"}, "expected a JSON list, got dict"),
+    ("sentence_bert_config.json", [], "expected a JSON object, got list"),
+    ("sentence_bert_config.json", {"max_seq_length": "8"}, "max_seq_length must be a whole number"),
+    ("1_Pooling/config.json", {"pooling_mode": 3}, "pooling_mode must be a mode or a list of modes"),
+    ("1_Pooling/config.json", {"include_prompt": "no"}, "include_prompt must be true or false"),
+])
+def test_a_directory_read_otherwise_than_sentence_transformers_is_refused_naming_its_file(tmp_path, file,
+                                                                                          content, said):
+    """Modules out of order were run in lmforge's order (another vector); a damaged file failed as an
+    AttributeError or TypeError inside."""
+    path = tiny_st_dir(tmp_path, {"pooling_mode": "mean"})
+    (path / file).write_text(json.dumps(content))
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path / file))}: .*{re.escape(said)}") as refused:
+        lmforge.embed(["abc"], model=path)
+    assert "\n" not in str(refused.value)

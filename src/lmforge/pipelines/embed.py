@@ -59,56 +59,100 @@ def _weighted_mean(hidden, mask):
     return (hidden * w).sum(1) / w.sum(1).clamp(min=1e-9)
 
 
-# each (B, T, d), (B, T) -> (B, d); batches are right-padded, so position 0 is the first real token
+# each (B, T, d), (B, T) -> (B, d); batches are right-padded (cls: the first token the mask keeps)
 POOLINGS = {
     "mean": _mean,
     "mean_sqrt_len_tokens": lambda h, m: _mean(h, m, sqrt_len=True),
-    "cls": lambda h, m: h[:, 0],
+    "cls": lambda h, m: h[torch.arange(h.shape[0], device=h.device), m.int().argmax(1)],  # first one kept
     "max": lambda h, m: h.masked_fill(m[..., None] == 0, float("-inf")).max(1).values,
     "weightedmean": _weighted_mean,
     "lasttoken": lambda h, m: pool(h, m, "last"),
 }
 
 
-def _read(file: Path) -> dict | list:
+def _read(file: Path, kind: type = dict) -> dict | list:
+    """The JSON object (or list) a directory's file holds; a ValueError naming the file otherwise."""
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        value = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"cannot read {file}: {err}") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"{file}: expected a JSON {'object' if kind is dict else 'list'}, "
+                         f"got {type(value).__name__}")
+    return value
 
 
 def pooling_modes(path: Path) -> tuple:
     """The pooling modes of a sentence-transformers directory (modules.json), mean by default."""
-    if not (path / "modules.json").is_file():
-        return ("mean",)
-    modes = ("mean",)
-    for module in _read(path / "modules.json"):
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+    return pooling_config(path)[0]
+
+
+def pooling_config(path: Path) -> tuple:
+    """(pooling modes, include_prompt) of a sentence-transformers directory's modules.json: (mean,) and True
+    without one; modules other than Transformer -> Pooling [-> Normalize] are refused naming the file (they
+    would be skipped, or run out of their order: another vector than sentence-transformers gives)."""
+    file = path / "modules.json"
+    if not file.is_file():
+        return ("mean",), True
+    modules, kinds, found = _read(file, list), [], (("mean",), True)
+    for module in modules:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
         if kind not in KNOWN_MODULES:
-            raise ValueError(f"{path / 'modules.json'}: module {module.get('type')!r} is not supported "
+            said = module.get("type") if isinstance(module, dict) else module
+            raise ValueError(f"{file}: module {str(said)[:60]!r} is not supported "
                              f"(supported: {', '.join(KNOWN_MODULES)})")
-        config_file = path / module.get("path", "") / "config.json"
+        config_file = path / str(module.get("path", "")) / "config.json"
         if kind == "Pooling" and config_file.is_file():
-            config = _read(config_file)
-            chosen = config.get("pooling_mode") or [m for k, m in LEGACY_POOLING.items() if config.get(k)]
-            modes = (chosen,) if isinstance(chosen, str) else tuple(chosen) or ("mean",)
+            found = _pooling(config_file)
+        kinds.append(kind)
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        raise ValueError(f"{file}: modules {' -> '.join(kinds) or '(none)'}; lmforge runs Transformer -> "
+                         "Pooling, then Normalize or not")
+    if str(modules[0].get("path", "")).strip("./"):  # an older layout: the model in a folder (0_BERT/)
+        raise ValueError(f"{file}: the Transformer is in {modules[0]['path']!r}; lmforge reads the model "
+                         f"from {path} itself (move that folder's files there)")
+    return found
+
+
+def _pooling(file: Path) -> tuple:
+    """(modes, include_prompt) of a Pooling module's config.json, in sentence-transformers' order."""
+    config = _read(file)
+    chosen = config.get("pooling_mode") or [m for k, m in LEGACY_POOLING.items() if config.get(k)]
+    modes = (chosen,) if isinstance(chosen, str) else chosen
+    if not isinstance(modes, (list, tuple)) or not all(isinstance(m, str) for m in modes):
+        raise ValueError(f"{file}: pooling_mode must be a mode or a list of modes, got {chosen!r:.60}")
     unknown = [m for m in modes if m not in POOLINGS]
     if unknown:
-        raise ValueError(f"{path}: pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
-    return modes
+        raise ValueError(f"{file}: pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
+    include = config.get("include_prompt", True)
+    if not isinstance(include, bool):
+        raise ValueError(f"{file}: include_prompt must be true or false, got {include!r:.40}")
+    return tuple(modes) or ("mean",), include
+
+
+def _sentence_config(path: Path) -> dict:
+    """sentence_bert_config.json ({} without one), its max_seq_length checked: an integer >= 0, or null."""
+    file = path / "sentence_bert_config.json"
+    config = _read(file) if file.is_file() else {}
+    limit = config.get("max_seq_length")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"{file}: max_seq_length must be a whole number of tokens, got {limit!r:.40}")
+    return config
 
 
 class SentenceEncoder:
     """A model, its tokenizer and a pooling: texts -> (N, d) sentence embeddings."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, pooling: tuple = ("mean",),
-                 max_length: int | None = None, lowercase: bool = False, path: Path | None = None) -> None:
+                 max_length: int | None = None, lowercase: bool = False, path: Path | None = None,
+                 include_prompt: bool = True) -> None:
         unknown = [m for m in pooling if m not in POOLINGS]
         if unknown:
             raise ValueError(f"pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
         check_fits(tokenizer, model)
         self.model, self.tokenizer, self.pooling = model, tokenizer, tuple(pooling)
         self.max_length, self.lowercase = max_length, lowercase
+        self.include_prompt = include_prompt  # false: a prompt's tokens are left out of the pooling
         self.path = path  # where the prompts and the int8 calibration ranges are read (None: none)
         self.prompts, self.default_prompt = read_prompts(path)
 
@@ -116,11 +160,10 @@ class SentenceEncoder:
     def from_dir(cls, path: str | os.PathLike, tokenizer: Tokenizer | None = None) -> "SentenceEncoder":
         """Read a (sentence-transformers or plain) model directory, or an installed model package."""
         path = find_model_dir(path)
-        st_file = path / "sentence_bert_config.json"
-        st = _read(st_file) if st_file.is_file() else {}
+        st, (modes, include_prompt) = _sentence_config(path), pooling_config(path)  # checked before loading
         # the embedding job runs the optimized model (same vectors, fast/optimize.py)
-        return cls(optimize(load(path)), tokenizer or load_tokenizer(path), pooling_modes(path),
-                   st.get("max_seq_length"), bool(st.get("do_lower_case", False)), path)
+        return cls(optimize(load(path)), tokenizer or load_tokenizer(path), modes, st.get("max_seq_length"),
+                   bool(st.get("do_lower_case", False)), path, include_prompt)
 
     def _limit(self, max_length: int | None) -> int | None:
         """The tokens a text may have: max_length (checked: 0 once meant the default, and more than the model
@@ -145,10 +188,11 @@ class SentenceEncoder:
 
     @torch.inference_mode()
     def encode(self, texts, batch_size: int = 32, normalize: bool = True,
-               max_length: int | None = None, progress=None) -> torch.Tensor:
+               max_length: int | None = None, progress=None, skip: int = 0) -> torch.Tensor:
         """(N, d) embeddings of `texts` (one text: (1, d)), in the order given, each cut at the limit as
         sentence-transformers' encode cuts it (lmforge.embed and embed_with refuse a longer text unless
-        truncate says otherwise); progress(done) is called after each batch with the texts done so far."""
+        truncate says otherwise); progress(done) is called after each batch with the texts done so far;
+        skip: each text's first tokens left out of the pooling (a prompt's, where include_prompt is false)."""
         checked_progress(progress)
         texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
         batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
@@ -164,7 +208,8 @@ class SentenceEncoder:
                 index = order[start:start + batch_size]
                 batch = self.tokenizer.encode_batch([texts[i] for i in index], max_length=limit).to(device)
                 hidden = self._states(batch).float()
-                pooled = torch.cat([POOLINGS[m](hidden, batch.attention_mask) for m in self.pooling], -1)
+                mask = _without_first(batch.attention_mask, skip) if skip else batch.attention_mask
+                pooled = torch.cat([POOLINGS[m](hidden, mask) for m in self.pooling], -1)
                 out[index] = F.normalize(pooled, p=2, dim=-1) if normalize else pooled
                 if progress is not None:
                     progress(start + len(index))
@@ -184,10 +229,15 @@ class SentenceEncoder:
         counts = [len(self.tokenizer.encode(t).ids) for t in texts]
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
+        skip = 0 if self.include_prompt or not prefix else self._prompt_tokens(prefix)
+        if skip and len(pieces) != len(texts):
+            raise OptionsError('truncate="chunk": only a text\'s first window holds the prompt, which this '
+                               "model leaves out of its pooling (include_prompt false); send truncate=true",
+                               "truncate")
         if progress is not None and len(pieces) != len(texts):  # windows: the share of the texts done
             progress = _share(progress, len(texts), len(pieces))
         raw = self.encode(pieces, batch_size=1 if options.batch_invariant else batch_size, normalize=False,
-                          max_length=limit, progress=progress)
+                          max_length=limit, progress=progress, skip=skip)
         at = torch.tensor(owners, dtype=torch.long, device=raw.device)  # long even when there are none
         share = torch.tensor(weights, dtype=raw.dtype, device=raw.device)[:, None]
         pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, at, raw * share)
@@ -199,6 +249,13 @@ class SentenceEncoder:
         vectors = F.normalize(vectors, p=2, dim=-1) if options.normalize else vectors
         truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
         return Embedded(vectors.float().cpu(), counts, truncated, chunks, options, self.path)
+
+    def _prompt_tokens(self, prefix: str) -> int:
+        """The tokens of `prefix` alone, less a closing special token ([SEP], </s>): the leading tokens
+        sentence-transformers leaves out of the pooling where include_prompt is false."""
+        found = self.tokenizer.encode(prefix.lower() if self.lowercase else prefix)
+        closing = bool(found.ids) and found.sequence_ids is not None and found.sequence_ids[-1] is None
+        return len(found.ids) - int(closing)
 
     def _pieces(self, texts: list, counts: list, limit: int | None, options: EmbedOptions,
                 bound: str = "the limit") -> tuple:
@@ -270,6 +327,13 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     texts = checked_texts(texts)  # before the model is read
     encoder = _encoder(model, checked_tokenizer(tokenizer))  # embed_with checks max_length (_limit)
     return encoder.embed_with(texts, options, batch_size, max_length, progress).tensor()
+
+
+def _without_first(mask: torch.Tensor, skip: int) -> torch.Tensor:
+    """The attention mask with each row's first `skip` kept tokens left out (padding on either side)."""
+    first = mask.int().argmax(1, keepdim=True)
+    at = torch.arange(mask.shape[1], device=mask.device)[None, :]
+    return mask.masked_fill(at < first + skip, 0)
 
 
 def _share(progress, n_texts: int, n_pieces: int):

@@ -73,9 +73,10 @@ def test_bad_options_exit_2_through_the_cli(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("warmup,steps,said", [(100, 20, "never reaches lr=0.0001 (at most 2e-05)"),
-                                               (20, 20, "reaches lr=0.0001 at its last step only"),
-                                               (19, 20, None), (0, 20, None)])
+@pytest.mark.parametrize("warmup,steps,said", [(100, 20, "never reaches lr=0.0001 (at most 1.9e-05)"),
+                                               (20, 20, "never reaches lr=0.0001 (at most 9.5e-05)"),
+                                               (19, 20, "reaches lr=0.0001 at its last step only"),
+                                               (18, 20, None), (0, 20, None), (0, 1, None)])
 def test_a_warmup_as_long_as_the_run_is_said_in_one_line(warmup, steps, said):
     from lmforge.train.config import run_notes
 

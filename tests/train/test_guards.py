@@ -25,7 +25,7 @@ def test_weights_past_float_range_stop_the_run_and_nothing_non_finite_is_saved(t
     objective = mlm_objective()
     with torch.no_grad():
         objective.model.embed.positions.weight[-1] = 1e37
-    trainer = Trainer(objective, toy_data(), quick(steps=4, save_every=1, lr=10, weight_decay=10, warmup=1),
+    trainer = Trainer(objective, toy_data(), quick(steps=4, save_every=1, lr=10, weight_decay=10, warmup=0),
                       tmp_path)
     with pytest.raises(TrainingDiverged, match=r"weights are not finite .* step 1.*last good checkpoint: none"):
         trainer.fit()

@@ -1,10 +1,11 @@
 """AdamW groups, the fused kernel and the learning-rate schedules (train/optim.py)."""
 import math
 
+import pytest
 import torch
 from torch import nn
 
-from lmforge.train.optim import build_optimizer, can_fuse, lr_factor, param_groups
+from lmforge.train.optim import build_optimizer, build_scheduler, can_fuse, lr_factor, param_groups
 
 
 def _net(seed: int = 0) -> nn.Module:
@@ -46,8 +47,39 @@ def test_integer_or_meta_tensors_are_not_fused():
 
 
 def test_schedules_warm_up_then_decay():
-    assert lr_factor(0, 10, 110, "linear") == 0.1 and lr_factor(9, 10, 110, "linear") == 1.0
+    assert lr_factor(0, 10, 110, "linear") == 0.0 and lr_factor(9, 10, 110, "linear") == 0.9
+    assert lr_factor(10, 10, 110, "linear") == 1.0
     assert lr_factor(60, 10, 110, "linear") == 0.5 and lr_factor(110, 10, 110, "linear") == 0.0
     assert math.isclose(lr_factor(60, 10, 110, "cosine"), 0.5)
     assert lr_factor(500, 10, 110, "constant") == 1.0
     assert lr_factor(110, 10, 110, "linear", min_ratio=0.1) == 0.1
+
+
+@pytest.mark.parametrize("schedule, reference", [("linear", "get_linear_schedule_with_warmup"),
+                                                 ("cosine", "get_cosine_schedule_with_warmup"),
+                                                 ("constant", "get_constant_schedule_with_warmup")])
+@pytest.mark.parametrize("warmup", [0, 1, 3, 10])
+def test_each_steps_lr_is_the_reference_schedules(schedule, reference, warmup):
+    # the warm-up was one step ahead of the reference's (lr x (i + 1) / warmup: not 0 at the first step)
+    transformers = pytest.importorskip("transformers")
+    total = 10
+    ours = build_scheduler(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=2.0), warmup, total, schedule)
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=2.0)
+    args = (optimizer, warmup) if schedule == "constant" else (optimizer, warmup, total)
+    theirs = getattr(transformers, reference)(*args)
+    for _ in range(total):  # the steps a run of `total` takes
+        assert ours.get_last_lr()[0] == pytest.approx(theirs.get_last_lr()[0], rel=1e-12, abs=1e-15)
+        for scheduler in (ours, theirs):
+            scheduler.optimizer.step()
+            scheduler.step()
+
+
+def test_cosine_with_a_floor_is_the_references():
+    transformers = pytest.importorskip("transformers")
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    theirs = transformers.get_cosine_with_min_lr_schedule_with_warmup(optimizer, 3, 12, min_lr_rate=0.1)
+    for step in range(12):
+        want = theirs.get_last_lr()[0]
+        assert lr_factor(step, 3, 12, "cosine", min_ratio=0.1) == pytest.approx(want, rel=1e-12)
+        optimizer.step()
+        theirs.step()

@@ -110,11 +110,13 @@ def run_notes(cfg: TrainConfig, examples: int, duplication: int = 0, world: int 
     if duplication and duplication >= epochs:
         notes.append(f"warning: duplication={duplication} is not below the {epochs:.2f} epochs of this run: "
                      f"no example's corruption is seen twice, so static masking here equals dynamic masking")
-    if cfg.warmup > cfg.steps:  # the lr at step i (from 0) is lr x (i + 1) / warmup during the warm-up
-        notes.append(f"note: warmup={cfg.warmup} > steps={cfg.steps}: the learning rate rises for the whole "
-                     f"run and never reaches lr={cfg.lr:g} (at most {cfg.lr * cfg.steps / cfg.warmup:.3g})")
-    elif cfg.warmup == cfg.steps:
-        notes.append(f"note: warmup={cfg.warmup} = steps={cfg.steps}: the learning rate rises for the whole "
+    if cfg.warmup >= cfg.steps:  # the lr at step i (from 0) is lr x i / warmup during the warm-up
+        sign = ">" if cfg.warmup > cfg.steps else "="
+        most = cfg.lr * (cfg.steps - 1) / cfg.warmup  # the last update's
+        notes.append(f"note: warmup={cfg.warmup} {sign} steps={cfg.steps}: the learning rate rises for the "
+                     f"whole run and never reaches lr={cfg.lr:g} (at most {most:.3g})")
+    elif cfg.warmup and cfg.warmup == cfg.steps - 1:
+        notes.append(f"note: warmup={cfg.warmup} = steps={cfg.steps} - 1: the learning rate rises for the whole "
                      f"run and reaches lr={cfg.lr:g} at its last step only (no decay)")
     return notes
 

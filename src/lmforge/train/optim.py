@@ -55,9 +55,10 @@ def build_optimizer(module: nn.Module, lr: float, weight_decay: float, betas=(0.
 
 
 def lr_factor(step: int, warmup: int, total: int, schedule: str, min_ratio: float = 0.0) -> float:
-    """Multiplier of the peak learning rate at `step`: linear warm-up, then the decay."""
+    """Multiplier of the peak learning rate at `step` (from 0): linear warm-up step / warmup, then the decay
+    (the reference's get_*_schedule_with_warmup and BERT's: the first step's lr is 0)."""
     if step < warmup:
-        return (step + 1) / warmup
+        return step / warmup
     if schedule == "constant":
         return 1.0
     progress = min(1.0, (step - warmup) / max(1, total - warmup))

@@ -1,3 +1,4 @@
+import copy
 import json
 import os
 import signal
@@ -202,3 +203,36 @@ def test_a_warmup_as_long_as_the_run_is_said_in_one_line_at_its_start(tmp_path):
     said.clear()
     Trainer(mlm_objective(), toy_data(16), quick(steps=3, warmup=1), tmp_path / "b", log=said.append).fit()
     assert not [line for line in said if "warmup" in line]
+
+
+def test_steps_are_a_loop_of_torch_adamw_and_the_reference_schedule(tmp_path):
+    # warm-up then linear decay, decoupled decay but not on biases and norms (the reference Trainer's
+    # name rule), clipping of the global norm before the step, accumulation as the mean over micro-batches
+    transformers = pytest.importorskip("transformers")
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    objective = mlm_objective(dropout=0.0, attention_dropout=0.0)
+    reference = copy.deepcopy(objective)
+    cfg = quick(steps=5, warmup=2, batch_size=2, accumulation=2, clip=0.5, weight_decay=0.1, eps=1e-8,
+                betas=(0.9, 0.98), device="cpu")
+    trainer = Trainer(objective, toy_data(), cfg, tmp_path)
+    batches = [trainer.batches.micro_batches(step) for step in range(cfg.steps)]
+    ours = _weights(trainer.fit())
+    norms = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+    decayed = set(get_parameter_names(reference, [torch.nn.LayerNorm], norms))
+    named = list(reference.named_parameters())
+    groups = [{"params": [p for n, p in named if n in decayed], "weight_decay": 0.1},
+              {"params": [p for n, p in named if n not in decayed], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, cfg.warmup, cfg.steps)
+    for micro in batches:
+        for batch in micro:
+            (reference(batch).loss / len(micro)).backward()
+        assert torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.clip) > cfg.clip  # it clips
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    theirs = _weights(reference.finish())
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-6, msg=name)

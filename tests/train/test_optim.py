@@ -83,3 +83,18 @@ def test_cosine_with_a_floor_is_the_references():
         assert lr_factor(step, 3, 12, "cosine", min_ratio=0.1) == pytest.approx(want, rel=1e-12)
         optimizer.step()
         theirs.step()
+
+
+@pytest.mark.parametrize("preset", ["bert-base", "t5-small", "xlnet-base", "gpt2"])
+def test_the_decayed_parameters_are_the_reference_trainers(preset):
+    # XLNet's 2-D r_w_bias / r_r_bias / r_s_bias and T5's relative position bias table were decayed
+    pytest.importorskip("transformers")
+    import lmforge
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    model = lmforge.build(lmforge.tiny(preset))
+    norms = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+    reference = set(get_parameter_names(model, [nn.LayerNorm], norms))
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for g in param_groups(model, 0.1) if g["weight_decay"] for p in g["params"]}
+    assert decayed == reference

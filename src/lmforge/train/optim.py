@@ -11,9 +11,11 @@ SCHEDULES = ("linear", "cosine", "constant")
 
 
 def no_decay(name: str, param: nn.Parameter) -> bool:
-    """Biases and norm gains (every 1-D parameter) are not decayed, as in BERT's optimiser, nor a
-    parameter marked `no_weight_decay` (movement pruning's scores)."""
-    return param.dim() < 2 or name.endswith(".bias") or getattr(param, "no_weight_decay", False)
+    """Biases and norm gains are not decayed, as in BERT's and XLNet's optimisers and the reference Trainer:
+    every 1-D parameter and every one whose name says bias (XLNet's r_w_bias, T5's relative position bias
+    table), nor a parameter marked `no_weight_decay` (movement pruning's scores)."""
+    # the originals exclude by name ("bias" in it), so 2-D relative-attention biases are excluded too
+    return param.dim() < 2 or "bias" in name.lower() or getattr(param, "no_weight_decay", False)
 
 
 def param_groups(module: nn.Module, weight_decay: float, lr: float | None = None, lr_scale=None) -> list:

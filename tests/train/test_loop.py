@@ -236,3 +236,16 @@ def test_steps_are_a_loop_of_torch_adamw_and_the_reference_schedule(tmp_path):
     assert ours.keys() == theirs.keys()
     for name in ours:
         torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_each_logged_lr_is_the_one_its_steps_update_used(tmp_path):
+    # each line said the next step's lr (0 after the last step of a linear decay)
+    from lmforge.train.optim import lr_factor
+
+    cfg = quick(steps=5, warmup=2, device="cpu")
+    Trainer(mlm_objective(), toy_data(16), cfg, tmp_path).fit()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    used = [cfg.lr * lr_factor(step, 2, 5, "linear") for step in range(5)]
+    assert [r["lr"] for r in rows] == pytest.approx(used, rel=1e-5, abs=1e-12)  # 6 digits logged
+    assert used == pytest.approx([0.0, 5e-4, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3])

@@ -239,7 +239,8 @@ class Trainer:
         loss = torch.stack(losses).double().mean()
         norm, lr, weights_ok = self._update(loss)
         self.pending.note(self.step + 1, loss, weights_ok, lr)
-        return {"loss": loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": norm,
+        # the lr this step's update used (as the reference Trainer logs it), not the next step's
+        return {"loss": loss, "lr": lr, "grad_norm": norm,
                 "tokens": tokens * self.world, **metrics}
 
     def _read(self, record: dict) -> dict:

@@ -116,8 +116,8 @@ def run_notes(cfg: TrainConfig, examples: int, duplication: int = 0, world: int 
         notes.append(f"note: warmup={cfg.warmup} {sign} steps={cfg.steps}: the learning rate rises for the "
                      f"whole run and never reaches lr={cfg.lr:g} (at most {most:.3g})")
     elif cfg.warmup and cfg.warmup == cfg.steps - 1:
-        notes.append(f"note: warmup={cfg.warmup} = steps={cfg.steps} - 1: the learning rate rises for the whole "
-                     f"run and reaches lr={cfg.lr:g} at its last step only (no decay)")
+        notes.append(f"note: warmup={cfg.warmup} = steps={cfg.steps} - 1: the learning rate rises for the "
+                     f"whole run and reaches lr={cfg.lr:g} at its last step only (no decay)")
     return notes
 
 

@@ -7,16 +7,8 @@ both stacks and the LM head, and the LM head's bias kept as the `final_logits_bi
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (
-    STACK_TABLES,
-    Family,
-    activation_of,
-    ffn_of,
-    n_labels,
-    special_tokens,
-    special_tokens_of,
-    tied_with_stack_tables,
-)
+from lmforge.convert.family import (STACK_TABLES, Family, activation_of, ffn_of, n_labels, special_tokens,
+                                    special_tokens_of, tied_with_stack_tables)
 from lmforge.convert.keymap import Rule, expand, linear
 from lmforge.presets import BART
 

@@ -9,14 +9,8 @@ them into lmforge's [q; k; v] and back. ALiBi needs no length, so the config's
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (
-    Family,
-    decoder_head_rules,
-    decoder_task_heads,
-    special_tokens,
-    special_tokens_of,
-    tied_by_weights,
-)
+from lmforge.convert.family import (Family, decoder_head_rules, decoder_task_heads, special_tokens,
+                                    special_tokens_of, tied_by_weights)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BLOOM
 

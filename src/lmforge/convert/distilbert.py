@@ -17,15 +17,8 @@ from typing import Callable
 import torch
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (
-    Family,
-    activation_of,
-    ffn_of,
-    n_labels,
-    special_tokens,
-    special_tokens_of,
-    tied_by_weights,
-)
+from lmforge.convert.family import (Family, activation_of, ffn_of, n_labels, special_tokens,
+                                    special_tokens_of, tied_by_weights)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import BERT
 

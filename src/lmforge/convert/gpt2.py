@@ -2,16 +2,8 @@
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (
-    Family,
-    activation_of,
-    decoder_head_rules,
-    decoder_task_heads,
-    ffn_of,
-    special_tokens,
-    special_tokens_of,
-    tied_by_weights,
-)
+from lmforge.convert.family import (Family, activation_of, decoder_head_rules, decoder_task_heads, ffn_of,
+                                    special_tokens, special_tokens_of, tied_by_weights)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import GPT2
 

@@ -9,14 +9,8 @@ reference's option names as arguments rather than assuming Llama's.
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (
-    Family,
-    decoder_head_rules,
-    decoder_task_heads,
-    special_tokens,
-    special_tokens_of,
-    tied_by_weights,
-)
+from lmforge.convert.family import (Family, decoder_head_rules, decoder_task_heads, special_tokens,
+                                    special_tokens_of, tied_by_weights)
 from lmforge.convert.keymap import Rule
 from lmforge.presets import LLAMA
 

@@ -8,14 +8,8 @@ bias, pre-norm with a final norm and unscaled attention.
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (
-    Family,
-    activation_of,
-    ffn_of,
-    special_tokens,
-    special_tokens_of,
-    tied_with_stack_tables,
-)
+from lmforge.convert.family import (Family, activation_of, ffn_of, special_tokens, special_tokens_of,
+                                    tied_with_stack_tables)
 from lmforge.convert.keymap import Rule, expand
 from lmforge.presets import T5
 

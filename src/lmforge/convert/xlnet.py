@@ -8,15 +8,8 @@ perm_mask / target_mapping are given (layers/variants/two_stream.py, objectives/
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (
-    Family,
-    activation_of,
-    ffn_of,
-    n_labels,
-    special_tokens,
-    special_tokens_of,
-    tied_by_weights,
-)
+from lmforge.convert.family import (Family, activation_of, ffn_of, n_labels, special_tokens,
+                                    special_tokens_of, tied_by_weights)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import XLNET
 

@@ -299,20 +299,22 @@ class XLNetEncoder(Encoder):
     """XLNet (Yang et al. 2019): an encoder with relative attention whose forward also takes the
     inputs of two-stream attention and Transformer-XL's memory (layers/variants/two_stream.py)."""
 
-    def forward(self, input_ids, attention_mask=None, segment_ids=None, position_ids=None,
-                global_tokens=None, return_attention=False, return_hidden=False, run_heads=True,
-                perm_mask=None, target_mapping=None, mems=None, mem_len=None) -> ModelOutput:
-        """As Encoder.forward; segment_ids feed the relative segment term. perm_mask (B, T, T) 1 where
-        i may not see j; target_mapping (B, n, T) gives the query stream's n rows (then
-        last_hidden_state is theirs); mems from an earlier output (attention_mask then covers memory
-        + new positions); mem_len returns out.mems."""
+    def forward(self, input_ids, attention_mask=None, segment_ids=None, return_attention=False,
+                return_hidden=False, run_heads=True, perm_mask=None, target_mapping=None, mems=None,
+                mem_len=None) -> ModelOutput:
+        """As Encoder.forward, with the reference XLNetModel's inputs: no position_ids (its positions are
+        relative, counted from the memory) and no global_tokens (it has no global attention).
+        segment_ids feed the relative segment term. perm_mask (B, T, T) 1 where i may not see j;
+        target_mapping (B, n, T) gives the query stream's n rows (then last_hidden_state is theirs); mems
+        from an earlier output (attention_mask then covers memory + new positions); mem_len returns
+        out.mems."""
         streams = TwoStream(input_ids, self.config.n_layers, perm_mask, target_mapping, mems, mem_len)
         past = streams.past
-        self._check(input_ids, attention_mask, past, "input_ids", position_ids, global_tokens)
-        x, position_ids = self._embed(self.embed, input_ids, position_ids, segment_ids, past)
+        self._check(input_ids, attention_mask, past, "input_ids")
+        x, position_ids = self._embed(self.embed, input_ids, None, segment_ids, past)
         key_padding = attention_mask.bool() if attention_mask is not None else None
         ctx = self._context(self.encoder, x, position_ids, past, key_padding,  # two streams edit dense masks
-                            StackPass(global_tokens=global_tokens, return_attention=return_attention), dense=True)
+                            StackPass(return_attention=return_attention), dense=True)
         ctx = streams.prepare(ctx, self.encoder, segment_ids, x.dtype)
         x, hidden, probs = self.encoder(x, ctx, keep_hidden=True)  # the query stream reads layer inputs
         x, new_mems = streams.run(self.encoder, self.embed.query_init, self.embed.dropout, x, hidden, ctx)

@@ -349,9 +349,10 @@ class QATask(Task):
         ids, mask = batch["input_ids"], batch["attention_mask"]
         positions = torch.arange(ids.shape[1], device=ids.device)
         question_end = batch["question_end"][:, None]
-        glob = (positions < question_end) & mask.bool() if self.global_question else None
-        hidden = self.model(ids, mask, segment_ids=batch.get("segment_ids"), global_tokens=glob,
-                            run_heads=False).last_hidden_state
+        # a Longformer's question global; other models take no global_tokens (XLNet's forward has none)
+        glob = {"global_tokens": (positions < question_end) & mask.bool()} if self.global_question else {}
+        hidden = self.model(ids, mask, segment_ids=batch.get("segment_ids"), run_heads=False,
+                            **glob).last_hidden_state
         logits = self.task_head(hidden, mask).float()  # in float: 1e6 off a float16 logit is -inf
         if self.mask_question:  # positions 1 ..= question_end; position 0 ([CLS]) is the null answer
             hide = (positions > 0) & (positions <= question_end)

@@ -155,6 +155,22 @@ def test_only_xlnets_forward_takes_two_stream_inputs():
         tiny_model("bert-base")(torch.zeros(1, 4, dtype=torch.long), mem_len=2)
 
 
+def test_xlnet_refuses_the_reference_inputs_it_does_without_by_name():
+    """input_mask / head_mask (the reference XLNetModel's) were a raw TypeError; each is named with
+    what to pass instead, and the forward keeps its 11 parameters."""
+    import inspect
+
+    from lmforge.model import XLNetEncoder
+
+    model, ids = tiny_model("xlnet-base"), torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^input_mask: pass attention_mask instead \(it is 1 - input_mask\)$"):
+        model(ids, input_mask=torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"^head_mask: gate heads with lmforge\.layers\.inspection\.inspecting"):
+        model(ids, head_mask=torch.ones(2, 2))
+    assert len(inspect.signature(XLNetEncoder.forward).parameters) <= 11
+    model(ids, attention_mask=torch.ones(1, 4))  # what it does take still runs
+
+
 def test_the_config_chooses_the_xlnet_class_and_loading_keeps_it(tmp_path):
     from lmforge.model import Encoder, XLNetEncoder, from_config
 

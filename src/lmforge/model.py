@@ -264,14 +264,17 @@ class Transformer(nn.Module):
 
 
 TWO_STREAM_INPUTS = ("perm_mask", "target_mapping", "mems", "mem_len")
+REFUSED = {False: dict.fromkeys(TWO_STREAM_INPUTS, "two-stream inputs need position='xl-relative' (XLNet)"),
+           True: {"input_mask": "pass attention_mask instead (it is 1 - input_mask)",
+                  "head_mask": "gate heads with lmforge.layers.inspection.inspecting(model, gates=...)"}}
 
 
-def _refuse_two_stream_inputs(model: nn.Module, args: tuple, kwargs: dict) -> None:
-    """Encoders' forward pre-hook: XLNet's inputs given to another model are an error that names
-    what they need, where Python would only say "unexpected keyword argument"."""
-    given = [name for name in TWO_STREAM_INPUTS if name in kwargs]
-    if given:
-        raise ValueError(f"{', '.join(given)}: two-stream inputs need position='xl-relative' (XLNet)")
+def _refuse_inputs(model: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Encoders' forward pre-hook: an input it does not take (XLNet's on another encoder, the reference
+    XLNetModel's that XLNet does without) is an error naming it and what to pass, not a TypeError."""
+    refused = REFUSED[model.config.position == "xl-relative"]  # REFUSED[is XLNet]: name -> what to pass
+    for name in [name for name in refused if name in kwargs][:1]:
+        raise ValueError(f"{name}: {refused[name]}")
 
 
 class Encoder(Transformer):
@@ -281,8 +284,7 @@ class Encoder(Transformer):
         super().__init__(cfg)
         self.embed = Embeddings(cfg)
         self.encoder = Stack(cfg, cfg.n_layers, causal=False, cross=False)
-        if cfg.position != "xl-relative":  # XLNetEncoder takes them
-            self.register_forward_pre_hook(_refuse_two_stream_inputs, with_kwargs=True)
+        self.register_forward_pre_hook(_refuse_inputs, with_kwargs=True)
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None, position_ids=None,
                 global_tokens=None, return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:

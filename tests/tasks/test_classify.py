@@ -1,11 +1,13 @@
 """Sequence-level tasks: golden encodings, heads per architecture, losses, batch prediction, export."""
+import json
+
 import pytest
 import torch
 
 import lmforge
 from lmforge.tasks import task_class
 from lmforge.tasks.classify import shift_right
-from tests.tasks.core import tiny, tokenizer
+from tests.tasks.core import sentiment, tiny, tokenizer
 
 PRESETS = {"bert-base": "bert", "gpt2": "gpt2", "bart-base": "roberta"}
 
@@ -62,6 +64,43 @@ def test_choice_batches_flatten_choices_and_mask_missing_ones():
     assert torch.isfinite(loss)
 
 
+def test_multilabel_encodes_a_label_set_trains_with_mean_bce_and_predicts_labels_over_the_threshold():
+    task = task_class("multilabel")(tiny(), tokenizer(), labels=["a", "b", "c"], threshold=0.3).eval()
+    records = [{"text": "It is superb.", "label": ["c", "a"]}, {"text": "It broke.", "label": []}]
+    examples = task.encode_all(records)
+    assert [e["label"] for e in examples] == [[1, 0, 1], [0, 0, 0]]
+    batch = task.collate(examples)
+    want = torch.nn.BCEWithLogitsLoss()(task.scores(batch), torch.tensor([[1.0, 0, 1], [0, 0, 0]]))
+    torch.testing.assert_close(task(batch).loss, want)  # the reference's loss: mean over labels and examples
+    probs = [[0.9, 0.31, 0.3], [0.1, 0.2, 0.29]]
+    assert task.decode(records, examples, probs) == [["a", "b"], []]  # strictly above the threshold
+    with pytest.raises(ValueError, match=r"^line 4: label 'd' is not one of the training labels \['a', 'b'"):
+        task.encode({"text": "x", "label": ["a", "d"], "line": 4})
+    found = task_class("multilabel").labels_from([{"label": ["b"]}, {"label": []}, {"label": ["a", "b"]}])
+    assert found == ["a", "b"]
+
+
+def test_multilabel_fine_tune_lowers_the_loss_and_predicts_a_label_list_per_record(tmp_path):
+    from lmforge.tasks.finetune import TaskConfig, evaluate, finetune
+    from lmforge.train import TrainConfig
+
+    records = [{"text": r["text"], "label": ["pos"] * (r["label"] == "1") + ["long"] * (len(r["text"]) > 40)}
+               for r in sentiment()["train"][:32]]
+    finetune(tiny(n_layers=1, n_heads=2), tokenizer(), "multilabel", records, None, tmp_path,
+             TrainConfig(steps=12, batch_size=32, lr=3e-3, warmup=0, schedule="constant", log_every=1,
+                         progress=False),
+             TaskConfig(max_len=32, threshold=0.4), log=lambda *a: None)
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+              if '"loss"' in line]
+    assert losses[-1] < losses[0] * 0.9
+    assert json.loads((tmp_path / "final" / "task.json").read_text())["threshold"] == 0.4
+    out = tmp_path / "predictions.jsonl"
+    metrics = evaluate(tmp_path / "final", records[:8], out=out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert list(metrics) == ["micro_f1", "macro_f1", "subset_accuracy"] and len(rows) == 8
+    assert all(isinstance(r["prediction"], list) and set(r["prediction"]) <= {"long", "pos"} for r in rows)
+
+
 def test_shift_right():
     assert shift_right(torch.tensor([[5, 6, 7]]), 2).tolist() == [[2, 5, 6]]
 
@@ -78,7 +117,7 @@ def test_heads_per_architecture(preset):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("kind", ["cls", "regression", "choice"])
+@pytest.mark.parametrize("kind", ["cls", "regression", "choice", "multilabel"])
 def test_every_kind_trains_and_predicts_in_batches(preset, kind):
     tok = tokenizer(PRESETS[preset])
     records = {"cls": [{"text": "It is superb.", "label": "1"}, {"text": "It broke.", "label": "0"},
@@ -87,7 +126,10 @@ def test_every_kind_trains_and_predicts_in_batches(preset, kind):
                               {"text": "It broke.", "label": 0.5}, {"text": "Fine, I guess so.", "label": 2.0}],
                "choice": [{"text": "It is", "choices": ["superb.", "bad."], "label": 0},
                           {"text": "I want", "choices": ["it.", "my money back.", "more."], "label": 1},
-                          {"text": "Ok", "choices": ["yes.", "no."], "label": 1}]}[kind]
+                          {"text": "Ok", "choices": ["yes.", "no."], "label": 1}],
+               "multilabel": [{"text": "It is superb.", "label": ["good", "short"]},
+                              {"text": "It broke.", "label": []},
+                              {"text": "I want my money back now.", "label": ["bad"]}]}[kind]
     cls = task_class(kind)
     task = cls(tiny(preset), tok, labels=cls.labels_from(records)).eval()
     loss = task(task.collate(task.encode_all(records))).loss
@@ -98,7 +140,7 @@ def test_every_kind_trains_and_predicts_in_batches(preset, kind):
     assert torch.allclose(torch.tensor(sum(map(_flat, together), [])), torch.tensor(sum(map(_flat, alone), [])),
                           atol=1e-5)  # padding in a batch changes nothing
     predictions, metrics = task.evaluate(records)
-    assert len(predictions) == 3 and list(metrics)[0] in ("accuracy", "pearson")
+    assert len(predictions) == 3 and list(metrics)[0] in ("accuracy", "pearson", "micro_f1")
 
 
 def _flat(x):

@@ -15,6 +15,7 @@ GOOD = {
     "regression": [{"text": "a", "label": 3}, {"text": "b", "text_pair": "c", "label": "0.5"}],
     "choice": [{"text": "a", "choices": ["x", "y"], "label": 1}],
     "seq2seq": [{"source": "a b", "target": "b a"}],
+    "multilabel": [{"text": "a", "label": ["x", 1, " x "]}, {"text": "b", "text_pair": "c", "label": []}],
     "tagging": [{"words": ["The", "cat"], "tags": ["O", "B-ANIMAL"]}],
     "qa": [{"id": 7, "question": "Who sat?", "context": QA_CONTEXT,
             "answers": [{"text": "cat", "start": 4}]}],
@@ -28,6 +29,9 @@ BAD = {  # kind, record, what the error says after its location
     "choice outside": ("choice", {"text": "a", "choices": ["x"], "label": 3},
                        "choice label 3 is outside the 1"),
     "empty text": ("cls", {"text": " ", "label": "x"}, "empty text (column 'text')"),
+    "multilabel text": ("multilabel", {"text": "a", "label": "x"}, 'multilabel label "x" is not a list of labels'),
+    "multilabel object": ("multilabel", {"text": "a", "label": [{}]},
+                          "label[0]: label {} is not a string, number or boolean"),
     "tags unequal": ("tagging", {"words": ["a", "b"], "tags": ["O"]}, "2 words but 1 tags"),
     "answer misplaced": ("qa", {"id": "q", "question": "?", "context": "abc",
                                 "answers": [{"text": "c", "start": 0}]},
@@ -93,3 +97,11 @@ def test_any_iterable_of_records_is_read_as_a_list_is():
     assert list(given_records(Rows(), "cls", "train")) == want
     with pytest.raises(ValueError, match="^train: a list of records .dicts of fields. is needed, got dict"):
         given_records(records[0], "cls", "train")
+
+
+def test_a_multilabel_label_list_becomes_text_labels_once_each_and_a_csv_cell_is_refused(tmp_path):
+    assert [r["label"] for r in given_records(GOOD["multilabel"], "multilabel", "train")] == [["x", "1"], []]
+    path = tmp_path / "records.csv"
+    path.write_text("text,label\nhello,x\n")
+    with pytest.raises(ValueError, match=f"^{path}:2: multilabel label .x. is not a list .*give JSON lines"):
+        read_task_file(path, "multilabel")

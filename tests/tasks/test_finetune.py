@@ -272,6 +272,7 @@ def test_a_resume_on_other_validation_data_is_refused_and_on_the_same_goes_on(tm
     ({"patience": -1}, "patience"),
     ({"null_threshold": float("nan")}, "null_threshold"),
     ({"layer_decay": 0}, "layer_decay"),
+    ({"threshold": 1}, "threshold"), ({"threshold": 0.0}, "threshold"),
     ({"prefix": 3}, "prefix"),
 ])
 def test_task_options_are_strictly_typed_and_bounded_both_ways(options, field):
@@ -286,6 +287,7 @@ def test_task_options_are_strictly_typed_and_bounded_both_ways(options, field):
     ("cls", {"num_beams": 4}, "num_beams", "seq2seq"), ("cls", {"doc_stride": 10}, "doc_stride", "qa"),
     ("cls", {"loss": "bce"}, "loss", "rerank"), ("cls", {"label_all": True}, "label_all", "tagging"),
     ("cls", {"prefix": "sst2"}, "prefix", "text-to-text and seq2seq"),
+    ("cls", {"threshold": 0.3}, "threshold", "multilabel"),
     ("tagging", {"n_best": 3}, "n_best", "qa"),
 ])
 def test_an_option_of_another_kind_of_task_is_refused_never_ignored(tmp_path, kind, options, field, owner):

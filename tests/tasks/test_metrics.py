@@ -45,3 +45,20 @@ def test_length_mismatch_and_empty_are_errors():
         metrics.accuracy([1, 2, 3], [1, 2])
     with pytest.raises(ValueError, match="no examples"):
         metrics.accuracy([], [])
+
+
+def test_multilabel_micro_macro_f1_and_subset_accuracy_by_hand_and_as_sklearn_scores_them():
+    gold = [["a", "b"], [], ["c"], ["a"]]
+    pred = [["a"], [], ["b", "c"], ["a", "c"]]
+    found = metrics.multilabel_metrics(gold, pred, ["a", "b", "c"])
+    assert list(found) == ["micro_f1", "macro_f1", "subset_accuracy"]
+    # tp a, c, a = 3; fp b, c = 2; fn b = 1; per label: a 1, b 0, c 2 / (2 + 1 + 0) = 2/3
+    assert found["micro_f1"] == pytest.approx(2 * 3 / (2 * 3 + 2 + 1))
+    assert found["macro_f1"] == pytest.approx((1 + 0 + 2 / 3) / 3)
+    assert found["subset_accuracy"] == pytest.approx(1 / 4)
+    sklearn = pytest.importorskip("sklearn.metrics")
+    y = [[1, 1, 0], [0, 0, 0], [0, 0, 1], [1, 0, 0]]
+    p = [[1, 0, 0], [0, 0, 0], [0, 1, 1], [1, 0, 1]]
+    assert found == pytest.approx({"micro_f1": sklearn.f1_score(y, p, average="micro"),
+                                   "macro_f1": sklearn.f1_score(y, p, average="macro"),
+                                   "subset_accuracy": sklearn.accuracy_score(y, p)})

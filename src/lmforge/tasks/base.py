@@ -36,7 +36,8 @@ from lmforge.utils.modes import evaluating
 TASKS: dict = {}  # kind -> Task subclass, filled by @register
 # kind -> the module of lmforge.tasks defining it
 MODULES = {"cls": "classify", "pair": "classify", "regression": "classify", "choice": "classify",
-           "tagging": "tagging", "qa": "qa", "seq2seq": "seq2seq", "rerank": "rerank"}
+           "multilabel": "classify", "tagging": "tagging", "qa": "qa", "seq2seq": "seq2seq",
+           "rerank": "rerank"}
 META = ("record",)  # example keys that never enter a batch
 
 
@@ -47,7 +48,7 @@ def register(cls: type) -> type:
 
 
 def task_class(kind: str) -> type:
-    """The Task class of `kind` (cls, pair, regression, choice, tagging, qa, seq2seq, rerank)."""
+    """The Task class of `kind` (cls, pair, regression, choice, multilabel, tagging, qa, seq2seq, rerank)."""
     if kind not in MODULES:
         raise ValueError(f"task {kind!r} is not one of {', '.join(MODULES)}")
     if kind not in TASKS:

@@ -10,7 +10,9 @@ Where the score is read (BERT sec. 4.1; GPT sec. 3.3; BART sec. 3.2):
   (fine-tuning casts the task as text instead where the family has no such head, as T5:
   tasks/text2text.py).
 Regression is one output trained with mean squared error; multiple choice scores each
-(context, ending) pair with one output and takes a softmax over a record's choices.
+(context, ending) pair with one output and takes a softmax over a record's choices; multi-label
+classification (the reference's problem_type "multi_label_classification") is a sigmoid per label,
+trained with binary cross-entropy averaged over labels and examples, any number of labels true.
 """
 from __future__ import annotations
 
@@ -204,3 +206,61 @@ class MultipleChoiceTask(SequenceTask):
     def score(self, records: list, predictions: list) -> dict:
         """accuracy."""
         return {"accuracy": metrics.accuracy([int(r["label"]) for r in records], predictions)}
+
+
+@register
+class MultiLabelTask(SequenceTask):
+    """Multi-label classification of a text (pair): an output per label, each label true where its
+    sigmoid exceeds `threshold`; the record's label is the list of its true labels."""
+
+    kind = "multilabel"
+    options = ("threshold",)
+
+    def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128,
+                 threshold: float = 0.5) -> None:
+        super().__init__(model, tokenizer, labels=labels, max_len=max_len)
+        self.threshold = threshold
+
+    @classmethod
+    def labels_from(cls, records: list) -> list | None:
+        """The sorted labels that the records' label lists name (None when they name none)."""
+        found = sorted({label for r in records if r.get("label") is not None for label in r["label"]})
+        return found or None
+
+    def encode(self, record: dict) -> list:
+        """One example: the text (pair) and, when the record has labels, 0 / 1 for each of `labels`."""
+        example = self.encode_text(record["text"], record.get("text_pair"))
+        if record.get("label") is not None:
+            index = {label: i for i, label in enumerate(self.labels)}
+            unknown = [label for label in record["label"] if label not in index]
+            if unknown:
+                raise ValueError(f"line {record.get('line', '?')}: label {unknown[0]!r} is not one of the "
+                                 f"training labels {self.labels}")
+            example["label"] = [int(label in record["label"]) for label in self.labels]
+        return [example]
+
+    def collate(self, examples: list) -> dict:
+        """A padded batch; the labels a (B, n_labels) float tensor of 0 / 1."""
+        batch = super().collate([{k: v for k, v in e.items() if k != "label"} for e in examples])
+        if "label" in examples[0]:
+            batch["label"] = torch.tensor([e["label"] for e in examples], dtype=torch.float)
+        return batch
+
+    def forward(self, batch: dict) -> Loss:
+        """Binary cross-entropy with logits of each label, the mean over labels and examples."""
+        logits = self.scores(batch)
+        loss = F.binary_cross_entropy_with_logits(logits, batch["label"])
+        exact = ((logits.sigmoid() > self.threshold) == batch["label"].bool()).all(-1).float().mean()
+        return Loss(loss, {"subset_accuracy": exact.detach()})
+
+    def predict(self, batch: dict) -> list:
+        """Each label's probability (its sigmoid) for each example."""
+        return self.scores(batch).sigmoid().tolist()
+
+    def decode(self, records: list, examples: list, outputs: list) -> list:
+        """The labels whose probability exceeds the threshold, in `labels` order."""
+        return [[label for label, p in zip(self.labels, probs) if p > self.threshold] for probs in outputs]
+
+    def score(self, records: list, predictions: list) -> dict:
+        """micro_f1 (primary), macro_f1 and subset_accuracy."""
+        return metrics.multilabel_metrics([r["label"] for r in records], predictions, self.labels)

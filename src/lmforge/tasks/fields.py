@@ -3,7 +3,8 @@ or a Python caller passes it (`given_records`: lmforge.finetune's and evaluate's
 
 Each error names where the record is: "FILE:LINE" for a file's, "train:N" (the N-th record, from 1) for
 records given in Python. Labels of cls and pair become text (see tasks/formats.py): the integer class
-ids of a Hugging Face dataset train as "0", "1", ..., as the same labels read from a file do.
+ids of a Hugging Face dataset train as "0", "1", ..., as the same labels read from a file do. A multilabel
+record's label is a list of such labels ([] for none; repeats count once), in JSON lines or Python only.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 # canonical field -> its default column; "?" marks optional fields
 FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
           "regression": ("text", "text_pair?", "label"), "choice": ("text", "choices", "label"),
-          "seq2seq": ("source", "target")}
+          "multilabel": ("text", "text_pair?", "label"), "seq2seq": ("source", "target")}
 GOLD = ("label", "target")  # the fields a file to predict on (labelled=False) may leave out
 SPAN_FIELDS = {"tagging": ("words", "tags"), "qa": ("id", "question", "context", "answers")}
 # the span fields records to predict on (labelled=False) may leave out: gold tags and answers, and the id
@@ -136,6 +137,24 @@ def _label(where: str, kind: str, value, choices=None):
         if not 0 <= index < len(choices):
             raise ValueError(f"{where}: choice label {index} is outside the {len(choices)} choices")
         return index
+    if kind == "multilabel":
+        return _label_list(where, value)
+    return _label_text(where, value)
+
+
+def _label_list(where: str, value) -> list:
+    """A multilabel record's labels: a list of labels, each made text as a cls label, repeats dropped."""
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: multilabel label {json.dumps(value, default=str)[:40]} is not a list of "
+                         f"labels ([] for none; a CSV cell holds no list: give JSON lines)")
+    labels = [_label_text(f"{where}: label[{i}]", v) for i, v in enumerate(value)]
+    if "" in labels:
+        raise ValueError(f"{where}: label[{labels.index('')}] is blank")
+    return list(dict.fromkeys(labels))
+
+
+def _label_text(where: str, value) -> str:
+    """A cls label as text: a string stripped, a number or boolean as JSON writes it."""
     if isinstance(value, str):
         return value.strip()
     if isinstance(value, bool):

@@ -51,7 +51,7 @@ PRESET_SEED = 5
 MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 # TaskConfig options read only when evaluating or deciding to stop: a resumed run may change them
 EVALUATION = ("patience", "keep_best", "eval_batch_size", "n_best", "max_answer_len", "null_threshold",
-              "num_beams", "max_new_tokens")
+              "num_beams", "max_new_tokens", "threshold")
 
 
 @dataclass
@@ -82,6 +82,8 @@ class TaskConfig:
     max_answer_len: int = option(30, "qa: longest answer, in tokens", low=1, high=65536)
     unanswerable: Optional[bool] = option(None, "qa: null answers; null: on once a record has none (SQuAD 2)")
     null_threshold: float = option(0.0, "qa: how much the null score must beat the best span's", low=-1e6, high=1e6)
+    threshold: float = option(0.5, "multilabel: a label is predicted where its sigmoid exceeds it",
+                              low=0, high=1, open_low=True, open_high=True)
     # tagging (tasks/tagging.py): train on every sub-word's label, not only the first sub-word's
     label_all: bool = option(False, "tagging: train on every sub-word's label, not only the first's")
     # seq2seq (tasks/seq2seq.py): generation at evaluation; num_beams 1 is greedy
@@ -298,7 +300,8 @@ def checkpoint_labels(model, kind: str, train: list) -> list | None:
     """A model directory's label order (task.json, id2label) where the training records use the very same
     labels, so its trained head goes on with the meaning of each output (as the reference's run_glue reads
     a checkpoint's label2id); None otherwise (the records' sorted labels, a fresh head where they differ)."""
-    path = model_dir(model) if isinstance(model, (str, Path)) and kind in ("cls", "pair", "tagging") else None
+    labelled = kind in ("cls", "pair", "tagging", "multilabel")  # the kinds whose outputs are named by labels
+    path = model_dir(model) if isinstance(model, (str, Path)) and labelled else None
     info = task_info(path) if path is not None else {}
     known = info.get("labels") or [str(i) for i in range(info.get("outputs") or 0)]  # no id2label: class ids
     data = task_class(kind).labels_from(train) if known else None

@@ -1,6 +1,7 @@
 """The metrics the field reports, from the standard libraries: for classification and regression
 accuracy, F1 (binary for two labels, macro-averaged otherwise), Matthews correlation (CoLA),
-Pearson and Spearman correlation (STS-B); for generated text corpus BLEU (sacrebleu, Post 2018)
+Pearson and Spearman correlation (STS-B); for multi-label classification micro and macro F1 over the
+labels and subset (exact-match) accuracy; for generated text corpus BLEU (sacrebleu, Post 2018)
 and ROUGE-1/2/L (Google's rouge-score, Lin 2004). Values are plain floats."""
 from __future__ import annotations
 
@@ -72,6 +73,20 @@ def regression_metrics(gold: list, predicted: list) -> dict:
     """pearson (primary), spearman and mse of real-valued predictions."""
     return {"pearson": pearson(gold, predicted), "spearman": spearman(gold, predicted),
             "mse": mse(gold, predicted)}
+
+
+def multilabel_metrics(gold: list, predicted: list, labels: list) -> dict:
+    """micro_f1 (primary), macro_f1 and subset_accuracy of label-set predictions (each a list of `labels`),
+    as scikit-learn scores their indicator matrices (an F1 of a label never true nor predicted is 0)."""
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.preprocessing import MultiLabelBinarizer
+
+    _check(gold, predicted)
+    binarize = MultiLabelBinarizer(classes=list(labels)).fit([])
+    y, p = binarize.transform(gold), binarize.transform(predicted)
+    return {"micro_f1": float(f1_score(y, p, average="micro", zero_division=0)),
+            "macro_f1": float(f1_score(y, p, average="macro", zero_division=0)),
+            "subset_accuracy": float(accuracy_score(y, p))}
 
 
 def bleu(gold: list, predicted: list) -> float:

@@ -45,7 +45,7 @@ def test_the_command_line_refuses_what_python_refuses_naming_the_flag(tmp_path):
     for flags, flag in ((["--format", "text", "--text-field", "body"], "--text-field"),
                         (["--format", "jsonl", "--join-lines"], "--join-lines"),
                         (["--max-sentence-chars", "0"], "--max-sentence-chars")):
-        argv = ["corpus", "shard", str(tmp_path / "a.txt"), "--tokenizer", str(tmp_path), "--out",
+        argv = ["corpus", "shard", str(tmp_path / "a.txt"), "--tokenizer", str(tmp_path / "tok"), "--out",
                 str(tmp_path / "o"), *flags]
         err = cli_verdict(argv, {})  # exit status 2, one line on standard error, nothing on standard output
         assert err is not None and flag in err, err

@@ -50,3 +50,26 @@ def test_a_tokenizer_or_options_of_another_type_is_refused_naming_it_before_any_
     with pytest.raises(OptionsError, match=f"^{field} must be") as no:
         shard_corpus([corpus_dir / "c.txt"], out=tmp_path / "sh", log=lambda m: None, **arguments)
     assert no.value.field == field and not (tmp_path / "sh").exists()
+
+
+def test_an_out_nested_with_the_tokenizer_folder_is_refused_by_both_faces(corpus_dir, tokenizer_dir,
+                                                                         tmp_path, capsys):
+    """An --out inside the --tokenizer folder (or the tokenizer inside --out) was accepted: the shards and
+    the run's tokenizer/ copy were written into the user's tokenizer folder."""
+    import shutil
+
+    from lmforge.cli import main
+    from lmforge.utils.atomic import UnsafePath
+
+    tok = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, tok)
+    before = sorted(p.name for p in tok.iterdir())
+    for tokenizer, out in ((tok, tok / "sh"), (tok, tok), (tok, tmp_path)):
+        argv = ["corpus", "shard", str(corpus_dir / "c.txt"), "--tokenizer", str(tokenizer), "--out", str(out)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--out" in err and "--tokenizer" in err, err
+        with pytest.raises(UnsafePath, match=f"^out {out} is, holds or lies inside the tokenizer folder") as no:
+            shard_corpus([corpus_dir / "c.txt"], tokenizer, out, log=lambda m: None)
+        assert no.value.field == "out"
+    assert sorted(p.name for p in tok.iterdir()) == before  # nothing written

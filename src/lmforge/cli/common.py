@@ -356,15 +356,16 @@ def _on_disk(inputs) -> list:
     return found
 
 
-def refuse_nested(out, *inputs, option: str = "--out") -> None:
+def refuse_nested(out, *inputs, option: str = "--out",
+                  why: str = "a later run would read it as text") -> None:
     """A UsageError naming both flags where the output folder `out` lies inside an input folder, or an input
     inside `out`, given as (flag, path or paths or None) pairs: a later run reading that folder would take
-    this run's output (shards, checkpoints) as text. On resolved paths, before anything is read."""
+    this run's output (shards, checkpoints) as text (`why` says so). On resolved paths, before any read."""
     target = Path(out).resolve()
     for flag, source, src in _on_disk(inputs):
         if src.is_dir() and src in target.parents:
-            raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}: a later run "
-                             f"would read it as text; choose an {option} outside it")
+            raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}: {why}; choose an "
+                             f"{option} outside it")
         if target in src.parents:
             raise UsageError(f"{flag} {source} lies inside {option} {out}: choose an {option} apart from "
                              f"the inputs")

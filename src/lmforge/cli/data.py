@@ -18,6 +18,8 @@ def cmd_corpus_shard(args) -> None:
     refuse_overwrite(args.out, ("FILES", args.files), ("--tokenizer", args.tokenizer),
                      writes=("manifest.json", "tokenizer"))
     refuse_nested(args.out, ("FILES", args.files))
+    refuse_nested(args.out, ("--tokenizer", args.tokenizer),
+                  why="the shards and the run's copy of the tokenizer would be written into it")
     options = from_flags(lambda found: ReadOptions(**found), flag_values(args, ReadOptions))
     start = time.perf_counter()
     with warnings.catch_warnings():

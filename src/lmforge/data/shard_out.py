@@ -25,19 +25,28 @@ def run_settings(tokenizer, options) -> tuple:
     return tokenizer, options or ReadOptions()
 
 
-def shard_inputs(files, out) -> list:
+def shard_inputs(files, out, tokenizer=None) -> list:
     """The files of a shard run (expand_files), after an UnsafePath (field "out") where the output folder
     `out` is one of the inputs named, holds one or lies inside an input folder, as the command refuses it,
-    or holds a tokenizer/ of the user's (refuse_foreign_tokenizer)."""
+    is, holds or lies inside a `tokenizer` directory, or holds a tokenizer/ of the user's
+    (refuse_foreign_tokenizer)."""
     given, target = [files] if isinstance(files, (str, os.PathLike)) else list(files), Path(out).resolve()
     for source in map(Path, given):
-        src = source.resolve()
-        if src == target or target in src.parents or (src.is_dir() and src in target.parents):
+        if _nested(source.resolve(), target):
             raise UnsafePath(f"out {out} is, holds or lies inside the input {source}: its shards would be "
                              "read back as text, or written over it; choose an out apart from the inputs",
                              "out")
+    if isinstance(tokenizer, (str, os.PathLike)) and _nested(Path(tokenizer).resolve(), target):
+        raise UnsafePath(f"out {out} is, holds or lies inside the tokenizer folder {tokenizer}: the shards "
+                         "and the run's copy of the tokenizer would be written into it; choose an out apart "
+                         "from it", "out")
     refuse_foreign_tokenizer(Path(out))
     return expand_files(given)
+
+
+def _nested(src: Path, target: Path) -> bool:
+    """Whether the resolved output folder `target` is the resolved input `src`, holds it or lies inside it."""
+    return src == target or target in src.parents or (src.is_dir() and src in target.parents)
 
 
 def refuse_foreign_tokenizer(out: Path) -> None:

@@ -311,7 +311,7 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     workers = checked_argument("workers", "int", {"low": 1, "high": MAX_WORKERS}, workers)  # as --workers is
     shard_bytes = checked_argument("shard_bytes", "int", {"low": int(MIN_SHARD_MB * MB),
                                                           "high": int(MAX_SHARD_MB * MB)}, shard_bytes)
-    files = shard_inputs(files, out)  # out neither is, holds nor lies inside an input
+    files = shard_inputs(files, out, tokenizer)  # out neither is, holds nor lies inside an input
     tokenizer, opts = run_settings(tokenizer, options)
     out = refuse_link(out)
     made = not out.exists()

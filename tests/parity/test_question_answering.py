@@ -1,9 +1,11 @@
 """The QA task on the reference's Longformer and BigBird QA models: their question rules (global question
 tokens; masked question logits and the checkpoint's own QA head) give the reference's logits, loss and
-answers, through the task as a user runs it."""
+answers, through the task as a user runs it; the retrieval reader reads a passage by the same rules."""
 import pytest
 import torch
 
+from lmforge.retrieval.passages import Passage
+from lmforge.retrieval.reader import ExtractiveReader
 from lmforge.tasks.qa import QATask
 from lmforge.tokenizer import train_tokenizer
 
@@ -88,7 +90,7 @@ def test_the_question_rules_change_the_outputs(tmp_path):
     task, _, _, batch = _setup(tmp_path / "l", "longformer")
     with torch.no_grad():
         ruled = task.logits(batch)
-        task.global_question = False
+        task.rules.global_question = False
         plain = task.logits(batch)
     assert (ruled - plain)[batch["attention_mask"].bool()].abs().max() > 1e-4
     task, _, _, batch = _setup(tmp_path / "b", "big_bird")
@@ -96,3 +98,19 @@ def test_the_question_rules_change_the_outputs(tmp_path):
         logits = task.logits(batch)
     question = torch.arange(batch["input_ids"].shape[1])[None] <= batch["question_end"][:, None]
     assert (logits[:, 1:][question[:, 1:]] < -1e5).all() and (logits[:, 0] > -1e5).all()
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_the_retrieval_reader_reads_by_the_references_rules(tmp_path, name):
+    """DPR's reader on such a checkpoint: its span logits over each passage's window are the reference
+    QA model's (the rules live in one place, tasks.qa.QuestionRules)."""
+    task, reference, _, _ = _setup(tmp_path, name)
+    reader = ExtractiveReader(task.model, task.tokenizer, max_len=task.max_len)
+    texts = (CONTEXT[:60], CONTEXT[40:], CONTEXT)
+    passages = [Passage(str(i), "animals", text) for i, text in enumerate(texts)]
+    groups = [reader.group(q, [a], passages[0], passages[1:]) for q, a in QUESTIONS]
+    batch = reader.collate(groups)
+    with torch.no_grad():
+        span, _ = reader.scores(batch)
+        theirs = reference(batch["input_ids"], attention_mask=batch["attention_mask"])
+    assert_span_logits_parity(span, theirs, batch["attention_mask"])

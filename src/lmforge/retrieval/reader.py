@@ -19,7 +19,7 @@ from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.retrieval.dpr import pad_batch, passage_text
 from lmforge.retrieval.heads import head_or_new, seeded_heads
-from lmforge.tasks.qa import Template, exact_match, features, window_spans
+from lmforge.tasks.qa import QuestionRules, Template, exact_match, features, window_spans
 from lmforge.tokenizer import load_tokenizer
 
 READER_HEADS = ("span-qa", "select")  # the answer span and the passage selection
@@ -61,6 +61,7 @@ class ExtractiveReader(Objective):
             self.span = head_or_new(model, "span-qa", "span-qa")
             self.select = head_or_new(model, "select", "classification", n_labels=1, pooler=False)
         self.tokenizer, self.template, self.max_len = tokenizer, Template.of(tokenizer), max_len
+        self.rules = QuestionRules(model.config)  # the QA task's reading of the question, as the reference's
 
     @classmethod
     def from_dir(cls, name: str | os.PathLike, max_len: int = 128, trained: bool = False,
@@ -94,15 +95,18 @@ class ExtractiveReader(Objective):
         rows = [w for e in examples for w in e["windows"]]
         ids, mask = pad_batch([w["input_ids"] for w in rows], self.pad_id)
         return {"input_ids": ids, "attention_mask": mask, "segment_ids": pad([w["segment_ids"] for w in rows], 0),
+                "question_end": torch.tensor([w["question_end"] for w in rows]),
                 "start_positions": torch.tensor([e["windows"][0]["start_positions"] for e in examples]),
                 "end_positions": torch.tensor([e["windows"][0]["end_positions"] for e in examples]),
                 "group": torch.tensor(len(examples[0]["windows"]))}
 
     def scores(self, batch: dict) -> tuple:
         """((N, T, 2) span logits, (N,) selection logits) of N windows."""
-        hidden = self.model(batch["input_ids"], batch["attention_mask"], segment_ids=batch["segment_ids"],
-                            run_heads=False).last_hidden_state  # (N, T, d)
-        return self.span(hidden, batch["attention_mask"]).float(), self.select(hidden).float().squeeze(-1)
+        mask, question_end = batch["attention_mask"], batch["question_end"]
+        hidden = self.model(batch["input_ids"], mask, segment_ids=batch["segment_ids"], run_heads=False,
+                            **self.rules.inputs(mask, question_end)).last_hidden_state  # (N, T, d)
+        span = self.rules.masked(self.span(hidden, mask).float(), question_end)
+        return span, self.select(hidden).float().squeeze(-1)
 
     def forward(self, batch: dict) -> Loss:
         """Selection NLL of each positive among its group + its start and end NLL (DPR's reader loss)."""
@@ -126,7 +130,8 @@ class ExtractiveReader(Objective):
         ids, mask = pad_batch([w["input_ids"] for w in windows], self.pad_id)
         device = next(self.model.parameters()).device
         batch = {"input_ids": ids.to(device), "attention_mask": mask.to(device),
-                 "segment_ids": pad([w["segment_ids"] for w in windows], 0).to(device)}
+                 "segment_ids": pad([w["segment_ids"] for w in windows], 0).to(device),
+                 "question_end": torch.tensor([w["question_end"] for w in windows], device=device)}
         span, select = self.scores(batch)
         select = torch.log_softmax(select, -1)
         if retrieval_scores is not None and retrieval_weight:

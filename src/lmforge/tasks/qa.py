@@ -188,6 +188,29 @@ def features(tokenizer, record: dict, template: Template, max_len: int = 384, do
     return out
 
 
+class QuestionRules:
+    """The reference QA models' reading of the question (module docstring), for a model's config."""
+
+    def __init__(self, config) -> None:
+        patterns = pattern_set(config)
+        self.global_question, self.mask_question = "longformer" in patterns, "bigbird" in patterns
+
+    def inputs(self, mask: torch.Tensor, question_end: torch.Tensor) -> dict:
+        """The forward's extra inputs for a (B, T) mask and (B,) question ends: global_tokens on a
+        Longformer, nothing else (other models take none: XLNet's forward has no such input)."""
+        before = torch.arange(mask.shape[1], device=mask.device) < question_end[:, None].to(mask.device)
+        return {"global_tokens": before & mask.bool()} if self.global_question else {}
+
+    def masked(self, logits: torch.Tensor, question_end: torch.Tensor) -> torch.Tensor:
+        """(B, T, 2) float logits with a BigBird's positions 1 ..= question_end lowered by 1e6 (position 0,
+        [CLS], is the null answer); as given on other models."""
+        if not self.mask_question:
+            return logits
+        positions = torch.arange(logits.shape[1], device=logits.device)
+        hide = (positions > 0) & (positions <= question_end[:, None].to(logits.device))
+        return logits - hide[..., None].to(logits.dtype) * 1e6
+
+
 # ---- decoding ----------------------------------------------------------------------------------
 
 
@@ -311,8 +334,7 @@ class QATask(Task):
         self.n_best, self.max_answer_len = n_best, max_answer_len
         self.unanswerable, self.null_threshold = unanswerable, null_threshold
         self.template = Template.of(tokenizer)
-        patterns = pattern_set(model.config)  # the reference QA models' question rules (module docstring)
-        self.global_question, self.mask_question = "longformer" in patterns, "bigbird" in patterns
+        self.rules = QuestionRules(model.config)
 
     def head_args(self) -> dict:
         """The options of the model's own span-qa head (BigBird's ffn), so that its trained head is kept,
@@ -344,20 +366,12 @@ class QATask(Task):
         return len(starts) * overhead + sum(min(room, context - s) for s in starts)
 
     def logits(self, batch: dict) -> torch.Tensor:
-        """(B, T, 2) float start and end logits of a padded batch (padding masked), with the reference's
-        question rules: a Longformer's question global, a BigBird's question and its separator masked."""
+        """(B, T, 2) float start and end logits of a padded batch (padding masked), by QuestionRules."""
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        positions = torch.arange(ids.shape[1], device=ids.device)
-        question_end = batch["question_end"][:, None]
-        # a Longformer's question global; other models take no global_tokens (XLNet's forward has none)
-        glob = {"global_tokens": (positions < question_end) & mask.bool()} if self.global_question else {}
         hidden = self.model(ids, mask, segment_ids=batch.get("segment_ids"), run_heads=False,
-                            **glob).last_hidden_state
+                            **self.rules.inputs(mask, batch["question_end"])).last_hidden_state
         logits = self.task_head(hidden, mask).float()  # in float: 1e6 off a float16 logit is -inf
-        if self.mask_question:  # positions 1 ..= question_end; position 0 ([CLS]) is the null answer
-            hide = (positions > 0) & (positions <= question_end)
-            logits = logits - hide[..., None].to(logits.dtype) * 1e6
-        return logits
+        return self.rules.masked(logits, batch["question_end"])
 
     def forward(self, batch: dict) -> Loss:
         """Mean of the start and end cross-entropies (BERT sec. 4.2)."""

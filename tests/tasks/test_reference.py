@@ -51,10 +51,8 @@ def test_a_one_output_classifier_is_read_as_its_raw_score_never_as_a_one_label_c
 
 
 @pytest.mark.parametrize("config, field", [
-    ({"problem_type": "multi_label_classification", "num_labels": 3},
-     "problem_type 'multi_label_classification'"),
     ({"problem_type": "regression", "num_labels": 2}, "problem_type 'regression' with num_labels 2")])
-@pytest.mark.parametrize("kind", ["cls", "regression"])
+@pytest.mark.parametrize("kind", ["cls", "regression", "multilabel"])
 def test_a_head_whose_meaning_lmforge_lacks_is_refused_for_every_task_naming_the_field(
         tmp_path, config, field, kind):
     _, path = reference_dir(tmp_path / "m", **config)
@@ -71,6 +69,45 @@ def test_a_classifier_predicts_the_reference_argmax_named_by_id2label_whatever_l
     assert predictions(path, "cls", tmp_path) == want
     with pytest.raises(ValueError, match="config.json's num_labels 3 .* is not a regression task"):
         predictions(path, "regression", tmp_path)
+
+
+def test_a_multi_label_classifier_is_read_as_multilabel_with_the_reference_logits_and_id2label(tmp_path):
+    from lmforge.tasks.finetune import fine_tuned_task
+
+    labels = {0: "sports", 1: "politics", 2: "art"}
+    model, path = reference_dir(tmp_path / "m", problem_type="multi_label_classification", id2label=labels)
+    logits = reference_logits(model)
+    task = fine_tuned_task(path, [], "multilabel")
+    assert task.labels == ["sports", "politics", "art"]
+    ours = [task.scores(task.collate(task.encode({"text": t}))).detach()[0] for t in TEXTS]
+    torch.testing.assert_close(torch.stack(ours), torch.stack(logits), atol=1e-5, rtol=1e-4)
+    want = [[labels[i] for i in range(3) if torch.sigmoid(row[i]) > 0.5] for row in logits]
+    assert predictions(path, "multilabel", tmp_path) == want
+    with pytest.raises(ValueError, match="'multi_label_classification' .* is not a cls task; it is read as "
+                                         "multilabel"):
+        predictions(path, "cls", tmp_path)
+
+
+def test_a_multilabel_model_converts_to_a_reference_multi_label_classifier_with_equal_logits(tmp_path):
+    from lmforge.cli import main
+    from lmforge.tasks import task_class
+    from lmforge.tasks.finetune import save_model
+    from tests.tasks.core import tiny
+
+    task = task_class("multilabel")(tiny(n_layers=2, n_heads=2), tokenizer(), labels=["x", "y", "z"]).eval()
+    save_model(task, tmp_path / "ours")
+    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "hf"), "--to", "hf"]) == 0
+    ref = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    assert ref.config.problem_type == "multi_label_classification"
+    assert ref.config.id2label == {0: "x", 1: "y", 2: "z"}
+    gold = [["x", "z"], [], ["y"], ["x", "y", "z"]]
+    batch = task.collate(task.encode_all([{"text": t, "label": g} for t, g in zip(TEXTS, gold)]))
+    with torch.no_grad():
+        theirs = ref(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     token_type_ids=batch["segment_ids"], labels=batch["label"])
+        torch.testing.assert_close(task.scores(batch), theirs.logits, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(task(batch).loss, theirs.loss, atol=1e-5, rtol=1e-4)
+    assert task_info(tmp_path / "hf")["kind"] == "multilabel"  # task.json travels with it
 
 
 def test_id2label_keys_that_skip_an_output_are_refused_naming_id2label(tmp_path):

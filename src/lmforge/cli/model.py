@@ -101,15 +101,18 @@ def check_companions(src: Path) -> None:
 
 def name_labels(src: Path, folder: Path) -> None:
     """The exported config.json's id2label / label2id from SRC's task labels, where its classifier has as
-    many outputs: the reference's pipelines name predictions by them (the model alone knows LABEL_i)."""
+    many outputs: the reference's pipelines name predictions by them (the model alone knows LABEL_i); a
+    multilabel task's problem_type, without which the reference reads its outputs as one softmax."""
     from lmforge.tasks.finetune import task_info
 
-    labels, config = task_info(src).get("labels"), folder / "config.json"
-    hf = json.loads(config.read_text(encoding="utf-8"))
+    info, config = task_info(src), folder / "config.json"
+    labels, hf = info.get("labels"), json.loads(config.read_text(encoding="utf-8"))
     if not labels or len(labels) != len(hf.get("id2label") or {}):
         return
     hf["id2label"] = {str(i): str(label) for i, label in enumerate(labels)}
     hf["label2id"] = {str(label): i for i, label in enumerate(labels)}
+    if info.get("kind") == "multilabel":
+        hf["problem_type"] = "multi_label_classification"
     atomic_write_text(config, json.dumps(hf, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -39,7 +39,7 @@ import sys
 from lmforge.cli.common import SEED, STEPS, bounded, said
 from lmforge.tasks.formats import BUILTIN_SIZE
 
-KINDS = ("cls", "pair", "regression", "choice", "tagging", "qa", "seq2seq", "rerank")
+KINDS = ("cls", "pair", "regression", "choice", "multilabel", "tagging", "qa", "seq2seq", "rerank")
 SPLITS = ("train", "validation", "test")
 BUILTIN_RECORDS = 1000  # --builtin-size unless given
 

@@ -5,8 +5,8 @@ reads it (transformers' ForSequenceClassification and text-classification pipeli
   (lmforge's regression task, or a cross-encoder's rerank score); a multi-output regression is refused;
 - problem_type "single_label_classification", or none with two or more outputs: the argmax of the
   outputs, named by id2label (cls or pair);
-- problem_type "multi_label_classification" (a sigmoid per label, any number of them true): no lmforge
-  task reads it, so every task is refused naming the field;
+- problem_type "multi_label_classification": a sigmoid per label, any number of them true, named by
+  id2label (lmforge's multilabel task);
 - ForTokenClassification: a tagging task, its tags named by id2label.
 Without id2label (transformers 5 saves default labels as num_labels alone) the outputs are the class
 ids 0..n-1 (default_labels).
@@ -21,6 +21,7 @@ from pathlib import Path
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 ONE_SCORE = ["regression", "rerank"]
 CLASSES = ["cls", "pair"]
+MULTI = ["multilabel"]
 
 
 def is_label(value) -> bool:
@@ -51,8 +52,8 @@ def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
     n = len(labels) if labels else hf.get("num_labels", 2)
     where = f"{config.name}'s problem_type {problem!r}" if problem else f"{config.name}'s num_labels {n}"
     if problem == "multi_label_classification":
-        return {"kinds": [], "why": f"{where} (a sigmoid per label, any number of them true) is a task "
-                                    "lmforge does not have; its cls would pick one label by softmax"}
+        return {"labels": labels, "outputs": None if labels else n, "kinds": MULTI,
+                "why": f"{where} (a sigmoid per label, any number of them true)"}
     if problem == "regression" or (problem is None and n == 1):
         if n != 1:
             return {"kinds": [], "why": f"{where} with num_labels {n} ({n} raw scores) is a task lmforge "

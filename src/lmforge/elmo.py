@@ -32,6 +32,7 @@ from lmforge.utils.modes import evaluating
 
 # lmforge.io registers its save function here on import, as it does with lmforge.model (no import of io)
 _SAVERS: list = []
+MAX_BATCH_SIZE = 4096  # word_layers' sentences per pass: bounds one pass's memory
 
 
 def register_saver(save) -> None:
@@ -116,6 +117,9 @@ class ELMo(nn.Module):
         the model's device; layer 0 is [x ; x], the others [h-> ; h<-] (the <S> and </S> positions the
         LMs read are dropped). Eval mode and stateless, whatever the model's mode and config."""
         sentences = check_sentences(sentences, "word_layers(sentences)")
+        if type(batch_size) is not int or not 1 <= batch_size <= MAX_BATCH_SIZE:  # -1 gave [None, ...]
+            raise ValueError(f"elmo: word_layers(batch_size) must be an integer from 1 to {MAX_BATCH_SIZE}, "
+                             f"got {batch_size!r:.40}")
         device = next(self.parameters()).device
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # less padding per batch
         out: list = [None] * len(sentences)

@@ -167,3 +167,10 @@ def test_save_load_round_trip_and_hf_refusal(tmp_path):
     with pytest.raises(ValueError, match="transformers has no ELMo"):
         model.save(tmp_path / "hf", format="hf")
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, True, "8", None, 10**6])
+def test_a_word_layers_batch_size_outside_its_bounds_is_refused_by_name(batch_size):
+    """-1 had given a list of None (an empty range of batches), 0 range()'s own error."""
+    with pytest.raises(ValueError, match=r"word_layers\(batch_size\) must be an integer from 1 to"):
+        tiny_elmo().word_layers(SENTENCES, batch_size=batch_size)

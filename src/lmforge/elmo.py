@@ -95,15 +95,19 @@ class ELMo(nn.Module):
         cfg = self.config
         L = cfg.max_characters_per_token
         if not isinstance(char_ids, torch.Tensor) or char_ids.dim() != 3 or char_ids.shape[-1] != L \
-                or char_ids.is_floating_point():
-            shape = tuple(char_ids.shape) if isinstance(char_ids, torch.Tensor) else type(char_ids).__name__
-            raise ValueError(f"elmo: char_ids must be an integer tensor (batch, words, {L}), got {shape}")
+                or char_ids.dtype not in (torch.long, torch.int):  # what nn.Embedding indexes with
+            got = f"{tuple(char_ids.shape)} {char_ids.dtype}" if isinstance(char_ids, torch.Tensor) \
+                else type(char_ids).__name__
+            raise ValueError(f"elmo: char_ids must be an int64 or int32 tensor (batch, words, {L}), got {got}")
         if char_ids.shape[1] == 0 or char_ids.shape[0] == 0:
             raise ValueError("elmo: char_ids is empty: a sequence needs at least one word")
         low, high = int(char_ids.min()), int(char_ids.max())
         if low < 0 or high >= cfg.n_characters:
             raise ValueError(f"elmo: char_ids holds character id {low if low < 0 else high} outside "
                              f"[0, {cfg.n_characters})")
+        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+            raise ValueError(f"elmo: attention_mask must be a tensor (batch, words), got "
+                             f"{type(attention_mask).__name__}")
         mask = char_ids.ne(0).any(-1) if attention_mask is None else attention_mask.bool()
         if tuple(mask.shape) != tuple(char_ids.shape[:2]):
             raise ValueError(f"elmo: attention mask of shape {tuple(mask.shape)} does not match "

@@ -141,7 +141,7 @@ def test_stateless_by_default_stateful_carries_state():
 def test_bad_inputs_are_one_line_errors():
     model = tiny_elmo()
     chars, mask = sentence_chars(SENTENCES)
-    with pytest.raises(ValueError, match=r"char_ids must be an integer tensor \(batch, words, 50\)"):
+    with pytest.raises(ValueError, match=r"char_ids must be an int64 or int32 tensor \(batch, words, 50\)"):
         model(chars[..., :10])
     with pytest.raises(ValueError, match="right padding"):
         model(chars, mask.flip(1))
@@ -174,3 +174,14 @@ def test_a_word_layers_batch_size_outside_its_bounds_is_refused_by_name(batch_si
     """-1 had given a list of None (an empty range of batches), 0 range()'s own error."""
     with pytest.raises(ValueError, match=r"word_layers\(batch_size\) must be an integer from 1 to"):
         tiny_elmo().word_layers(SENTENCES, batch_size=batch_size)
+
+
+def test_char_ids_that_embedding_cannot_index_and_a_mask_that_is_no_tensor_are_refused_by_name():
+    model = tiny_elmo()
+    chars, mask = sentence_chars(SENTENCES)
+    for bad in (chars.to(torch.uint8), chars.bool(), chars.double()):
+        with pytest.raises(ValueError, match=rf"char_ids must be an int64 or int32 tensor .*{bad.dtype}"):
+            model(bad)
+    with pytest.raises(ValueError, match="attention_mask must be a tensor"):
+        model(chars, mask.tolist())
+    torch.testing.assert_close(model(chars.int(), mask).last_hidden_state, model(chars, mask).last_hidden_state)

@@ -1,5 +1,7 @@
 """Structural probes (Hewitt & Manning 2019): tree distances and depths, UUAS, Spearman, the
 right-branching baseline on hand examples, and probes that recover a tree a linear map away."""
+from itertools import pairwise
+
 import pytest
 import torch
 
@@ -106,3 +108,31 @@ def test_a_probe_recovers_a_tree_that_is_a_linear_map_away(kind):
         assert scores["uuas"] > right_branching_uuas(records["test"]) + 0.2
     else:
         assert scores["root_accuracy"] > 0.9 and scores["nspr"] > 0.9
+
+
+def test_a_probes_learning_rate_drops_tenfold_after_an_epoch_without_a_better_dev_loss():
+    """Hewitt & Manning's code divides the lr by 10 (ReduceLROnPlateau, factor 0.1, patience 0) after
+    each epoch whose dev loss is no better; lmforge trained at a fixed lr. Each of the G probes has its
+    own: probe 0 improves every epoch and keeps lr, probe 1 stalls from epoch 2 and its steps shrink."""
+    from lmforge.analysis.probe_fit import fit
+    from lmforge.analysis.structural_probe import LR_CUT, StructuralProbe, dev_score, structural_loss
+
+    torch.manual_seed(0)
+    records = treebank(40, seed=1)
+    feats = path_features(records)
+    offsets = torch.tensor([0] + [f.shape[1] for f in feats]).cumsum(0).tolist()
+    data = Sentences(torch.cat(feats, 1).expand(2, -1, -1), offsets, records, "distance")
+    probe, seen = StructuralProbe("distance", 64, 8, [0, 1]), []
+
+    def scripted(module, dev):  # probe 0 better each epoch, probe 1 never after its first
+        seen.append(module.B.detach().clone())
+        dev_score(module, dev)
+        return torch.tensor([float(len(seen)), 0.0])
+
+    config = FitConfig(epochs=4, rank=8, lr=1e-3, patience=10, batch_size=10)
+    history = fit(probe, data, data, config, seed=0, loss=structural_loss, score=scripted, lr_cut=LR_CUT)
+    assert LR_CUT == 0.1 and history["lr"] == pytest.approx([1e-3, 1e-3 * 0.1 ** 3])
+    moved = [(b - a).abs().flatten(1).mean(1) for a, b in pairwise(seen)]  # (G,) per epoch from the 2nd
+    assert 0.5 < float(moved[1][0] / moved[0][0]) < 2  # probe 0: the same lr
+    assert 0.05 < float(moved[1][1] / moved[0][1]) < 0.2  # probe 1: lr / 10 after epoch 2
+    assert 0.05 < float(moved[2][1] / moved[1][1]) < 0.2  # and again after epoch 3

@@ -225,11 +225,29 @@ def _keep(best: dict, module: nn.Module, improved: torch.Tensor) -> None:
             best[name][improved] = p.detach()[improved]
 
 
+def _step(optimiser, module: nn.Module, rate: torch.Tensor) -> None:
+    """optimiser.step() with probe g's update scaled by rate[g], i.e. at its own learning rate: the G
+    probes share their parameters' tensors (leading dimension G), so no param group (and no
+    lr_scheduler, which sets a group's) can hold one probe's rate."""
+    if bool((rate == 1).all()):
+        optimiser.step()
+        return
+    own = [p for name, p in module.named_parameters() if not name.startswith("mix.")]
+    before = [p.detach().clone() for p in own]
+    optimiser.step()
+    with torch.no_grad():
+        for p, old in zip(own, before):  # Adam's update is linear in lr: old + rate (new - old)
+            scale = rate.to(p).reshape(-1, *[1] * (p.dim() - 1)) if module.groups > 1 else rate[0].to(p)
+            p.sub_(old).mul_(scale).add_(old)
+
+
 def fit(module: nn.Module, train, dev, config: FitConfig, seed: int, loss=classification_loss,
-        score=accuracy) -> dict:
+        score=accuracy, lr_cut: float = 1.0) -> dict:
     """Train `module` on `train` (anything with len() and batch(rows)); keep each probe's state with
     its best score(module, dev) (a (G,) tensor), and stop once every probe has gone `patience` epochs
-    without a better one. Returns {"dev": best scores, "epochs": epochs run}."""
+    without a better one. `lr_cut` < 1 multiplies a probe's learning rate by it after each epoch
+    without a better score (ReduceLROnPlateau's patience 0, per probe). Returns {"dev": best scores,
+    "epochs": epochs run, "lr": each probe's last learning rate}."""
     _init(module, seed)
     generator = torch.Generator().manual_seed(seed)
     mix = [p for name, p in module.named_parameters() if name.startswith("mix.")]
@@ -241,6 +259,7 @@ def fit(module: nn.Module, train, dev, config: FitConfig, seed: int, loss=classi
     best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     best = torch.full((module.groups,), -math.inf)
     waited = torch.zeros(module.groups, dtype=torch.long)
+    rate = torch.ones(module.groups)  # each probe's learning rate, as a share of config.lr
     epoch = 0
     for epoch in range(1, config.epochs + 1):
         module.train()
@@ -250,13 +269,14 @@ def fit(module: nn.Module, train, dev, config: FitConfig, seed: int, loss=classi
         for rows in torch.randperm(len(train), generator=generator).split(config.batch_size):
             optimiser.zero_grad()
             loss(module, train.batch(rows)).backward()
-            optimiser.step()
+            _step(optimiser, module, rate)
         value = torch.as_tensor(score(module, dev), dtype=torch.float).cpu().reshape(module.groups)
         improved = (value > best) & active
         _keep(best_state, module, improved)
         best, waited = torch.where(improved, value, best), torch.where(improved, 0, waited + 1)
+        rate = torch.where(active & ~improved, rate * lr_cut, rate)
         if bool((waited >= config.patience).all()):
             break
     module.load_state_dict(best_state)
     module.eval()
-    return {"dev": best.tolist(), "epochs": epoch}
+    return {"dev": best.tolist(), "epochs": epoch, "lr": (rate * config.lr).tolist()}

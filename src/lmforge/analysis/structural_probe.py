@@ -28,6 +28,9 @@ from lmforge.analysis.probe_fit import FitConfig, fit
 
 PUNCT = "PUNCT"
 SPEARMAN_LENGTHS = (5, 50)  # the sentence lengths whose correlations are averaged, as in the paper
+# the paper's code (structural-probes, regimen.py: ReduceLROnPlateau(factor=0.1, patience=0) on the
+# dev loss) divides the learning rate by 10 after each epoch whose dev loss is no better
+LR_CUT = 0.1
 
 
 def tree_distances(heads: list) -> torch.Tensor:
@@ -249,10 +252,11 @@ def structural_scores(kind: str, predicted: list, data: Sentences) -> dict:
 
 def train_structural(kind: str, train: Sentences, dev: Sentences, test: Sentences, layers: list,
                      config: FitConfig, seed: int) -> list:
-    """Fit a distance or depth probe on each table layer in `layers` (early stopping on dev loss);
-    per layer its scores on test."""
+    """Fit a distance or depth probe on each table layer in `layers` (the learning rate cut by LR_CUT
+    after an epoch without a better dev loss, early stopping on it); per layer its scores on test."""
     probe = StructuralProbe(kind, train.table.shape[-1], config.rank, layers)
     per_sentence = FitConfig(**{**config.__dict__, "batch_size": config.sentence_batch})
-    history = fit(probe, train, dev, per_sentence, seed, loss=structural_loss, score=dev_score)
+    history = fit(probe, train, dev, per_sentence, seed, loss=structural_loss, score=dev_score,
+                  lr_cut=LR_CUT)
     return [{**structural_scores(kind, pred, test), "dev_loss": -history["dev"][g], "epochs": history["epochs"]}
             for g, pred in enumerate(predictions(probe, test))]

@@ -60,3 +60,30 @@ def test_a_hugging_face_classifier_is_served_for_predict_as_its_config_says(tmp_
         for got, logits in zip(outputs, want):
             torch.testing.assert_close(torch.as_tensor(got).float().reshape(-1), logits, rtol=1e-4, atol=1e-4)
     assert load_served("cls", tmp_path / "cls").task.labels == ["neg", "neutral", "pos"]
+
+
+def test_a_multi_label_classifier_is_served_for_predict_with_its_true_labels_and_each_label_score(tmp_path):
+    import pytest
+
+    from lmforge.serve.job_kinds import describe
+    from lmforge.serve.records import as_records
+    from lmforge.serve.schemas import Prediction
+
+    transformers = pytest.importorskip("transformers")
+    tokenizer = train_tokenizer(TEXTS, "wordpiece", 120, family="bert")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64, id2label={0: "a", 1: "b"},
+                                     problem_type="multi_label_classification")
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path)
+    tokenizer.save(tmp_path)
+    task = load_served("m", tmp_path).task
+    records = as_records("multilabel", [TEXTS[0], {"text": TEXTS[1], "text_pair": TEXTS[2]}])
+    examples = task.encode_all(records)
+    outputs = task.outputs(examples)
+    for record, prediction, example, output in zip(records, task.decode(records, examples, outputs),
+                                                   examples, outputs):
+        found = Prediction(**describe(task, record, prediction, [example], [output]))
+        found = found.model_dump(exclude_none=True)
+        assert set(found) == {"labels", "scores"} and list(found["scores"]) == ["a", "b"]
+        assert found["labels"] == [k for k, p in found["scores"].items() if p > 0.5]

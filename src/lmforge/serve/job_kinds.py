@@ -83,6 +83,9 @@ def describe(task, record: dict, prediction, examples: list, outputs: list) -> d
         return {"label": prediction, "scores": dict(zip(task.labels, scores))}
     if kind == "regression":
         return {"value": float(prediction)}
+    if kind == "multilabel":  # the labels over the threshold, and each label's sigmoid
+        labels = list(map(str, task.labels))  # id2label may name outputs by numbers
+        return {"labels": [str(x) for x in prediction], "scores": dict(zip(labels, outputs[0]))}
     if kind == "choice":
         return {"choice": int(prediction), "scores": list(outputs[0])}
     if kind == "tagging":

@@ -8,6 +8,7 @@ from lmforge.serve.limits import RequestError
 # kind -> (required fields, optional fields) of a record sent to /predict
 FIELDS = {"cls": (("text",), ()), "pair": (("text", "text_pair"), ()),
           "regression": (("text",), ("text_pair",)), "choice": (("text", "choices"), ()),
+          "multilabel": (("text",), ("text_pair",)),
           "tagging": ((), ("text", "words")), "qa": (("question", "context"), ()),
           "seq2seq": ((), ("text", "source"))}
 

@@ -109,8 +109,9 @@ class Prediction(BaseModel):
     """One record's prediction; the fields present depend on the task."""
 
     label: str | None = Field(None, description="cls, pair: the most probable label")
+    labels: list[str] | None = Field(None, description="multilabel: the labels over the threshold")
     scores: dict[str, float] | list[float] | None = Field(
-        None, description="cls, pair: each label's probability; choice: each choice's")
+        None, description="cls, pair, multilabel: each label's probability; choice: each choice's")
     value: float | None = Field(None, description="regression")
     choice: int | None = Field(None, description="choice: the most probable choice")
     tags: list[Tag] | None = Field(None, description="tagging: a tag per word")

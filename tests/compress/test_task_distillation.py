@@ -150,7 +150,8 @@ def test_an_int8_teacher_is_refused_in_one_line_before_any_training(teacher_dir,
 def test_loss_options_that_are_not_finite_are_refused_by_name(teacher_dir, tmp_path, capsys):
     base = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
             "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "--steps", "1"]
-    options = ("temperature=nan", "temperature=inf", "gamma=nan", "gamma=inf", "alpha=nan", "temperature=-1")
+    options = ("temperature=nan", "temperature=inf", "gamma=nan", "gamma=inf", "alpha=nan", "temperature=-1",
+               "temperature=1e-45", "temperature=0.001")  # 1e-45 was taken, and its loss was NaN
     for option in options:
         name = option.partition("=")[0]
         assert _refused(base + [option], capsys).startswith(f"lmforge distill: error: {name} must be"), option

@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -141,10 +142,11 @@ def test_bad_settings_are_refused():
 
 @pytest.mark.parametrize("option, value", [("temperature", float("nan")), ("temperature", 0.0),
                                            ("temperature", float("inf")), ("gamma", float("nan")),
-                                           ("alpha", -1.0), ("beta", float("inf"))])
+                                           ("alpha", -1.0), ("beta", float("inf")), ("temperature", 1e-45),
+                                           ("temperature", 1001.0), ("gamma", 1e30), ("beta", "2")])
 def test_loss_options_that_are_not_finite_or_negative_are_named(option, value):
     teacher = _teacher(2)
-    with pytest.raises(ValueError, match=f"^{option}={value}: the loss weights are finite"):
+    with pytest.raises(ValueError, match=f"^{re.escape(f'{option}={value!r}')}: the loss weights are finite"):
         Distillation(student_from_teacher(teacher), teacher, mask_id=3, **{option: value})
     with pytest.raises(ValueError, match="soft_on='every'"):
         Distillation(student_from_teacher(teacher), teacher, mask_id=3, soft_on="every")
@@ -182,3 +184,16 @@ def test_a_resume_with_another_teacher_of_the_same_shape_is_refused(tmp_path):
     same = Trainer(Distillation(student_from_teacher(teacher), teacher, mask_id=3, special_ids=(1, 2)),
                    toy_data(16), quick(steps=4), tmp_path)
     assert same.resume() and same.step == 2
+
+
+def test_the_smallest_temperature_allowed_gives_a_finite_loss_and_a_smaller_one_is_refused():
+    """T=1e-45 had been taken (finite, > 0) and gave a NaN loss: logits / T overflow fp32."""
+    from lmforge.objectives.distilbert import TEMPERATURE_RANGE
+
+    low = TEMPERATURE_RANGE[0]
+    student, teacher = torch.tensor([[300.0, -200.0, 0.0]]), torch.tensor([[-300.0, 100.0, 50.0]])
+    assert math.isfinite(float(soft_cross_entropy(student, teacher, low)))
+    teacher_model = _teacher(2)
+    with pytest.raises(ValueError, match=f"^temperature={low / 2!r}: .* the temperature from {low:g}"):
+        Distillation(student_from_teacher(teacher_model), teacher_model, mask_id=3, temperature=low / 2)
+

@@ -27,6 +27,8 @@ from lmforge.config.model import MAX_LAYERS
 from lmforge.config.options import OptionsError, check_options
 from lmforge.objectives.base import Loss, Objective
 from lmforge.objectives.distilbert import (
+    TEMPERATURE_RANGE,
+    WEIGHT_MAX,
     cosine_loss,
     every_other,
     refuse_int8_teacher,
@@ -59,9 +61,11 @@ LOSS = ("temperature", "alpha", "gamma")  # the loss's options: key=value ones, 
 class DistillConfig:
     """Options of distillation: the loss, and the student (the teacher's layers, or a preset)."""
 
-    temperature: float = option(2.0, "T of the soft targets (Hinton et al. 2015)", low=0, high=1000, open_low=True)
+    temperature: float = option(2.0, "T of the soft targets (Hinton et al. 2015)", low=TEMPERATURE_RANGE[0],
+                                high=TEMPERATURE_RANGE[1])
     alpha: float = option(0.5, "weight of the soft-target term; 1 - alpha weighs the gold labels", low=0, high=1)
-    gamma: float = option(0.0, "weight of the hidden-state cosine term (DistilBERT); 0: off", low=0, high=1000)
+    gamma: float = option(0.0, "weight of the hidden-state cosine term (DistilBERT); 0: off", low=0,
+                          high=WEIGHT_MAX)
     student_layers: int | str | None = option(None, "the teacher's layers the student copies: every-other, or N "
                                               "(the first N); null: every-other")
     student: str | None = option(None, "a preset student instead of the teacher's layers (random init, fresh head)")

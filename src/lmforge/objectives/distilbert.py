@@ -42,6 +42,10 @@ SOFT_ON = ("real", "masked")  # positions of L_ce: every real token (reference d
 # scripts/extract_distilbert.py's choice for a 12-layer BERT: every other layer, keeping the first and last
 DISTILBERT_LAYERS = (0, 2, 4, 7, 9, 11)
 _BLOCK = re.compile(r"^(encoder|decoder)\.blocks\.(\d+)\.")
+# T's bounds: below 0.01 logits / T overflow fp32 (T=1e-45 gave a NaN loss, T=1e-30 a T^2 of 0); above
+# 1000 every soft target is uniform. A loss weight's bound: every number a user chooses has one.
+TEMPERATURE_RANGE = (0.01, 1000)
+WEIGHT_MAX = 1000
 
 
 def every_other(n_layers: int) -> tuple:
@@ -117,6 +121,18 @@ def _hidden(model: nn.Module, batch: dict) -> torch.Tensor:
                  run_heads=False).last_hidden_state
 
 
+def check_loss_options(**options: float) -> None:
+    """A ValueError naming the first loss weight outside [0, WEIGHT_MAX] or a temperature outside
+    TEMPERATURE_RANGE (NaN, infinities and non-numbers included)."""
+    low, high = TEMPERATURE_RANGE
+    for name, value in options.items():
+        bounds = (low, high) if name == "temperature" else (0.0, WEIGHT_MAX)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not (math.isfinite(value) and bounds[0] <= value <= bounds[1]):
+            raise ValueError(f"{name}={value!r:.40}: the loss weights are finite numbers from 0 to "
+                             f"{WEIGHT_MAX:g}, the temperature from {low:g} to {high:g}")
+
+
 class Distillation(MaskedLM):
     """DistilBERT: masked LM for the student plus the teacher's soft targets and hidden directions."""
 
@@ -136,9 +152,7 @@ class Distillation(MaskedLM):
             raise ValueError("the cosine loss compares hidden states: same d_model, or gamma=0")
         if soft_on not in SOFT_ON:
             raise ValueError(f"soft_on={soft_on!r}: expected one of {', '.join(SOFT_ON)}")
-        for name, value in (("alpha", alpha), ("beta", beta), ("gamma", gamma), ("temperature", temperature)):
-            if not math.isfinite(value) or value < 0 or name == "temperature" and value == 0:
-                raise ValueError(f"{name}={value}: the loss weights are finite and >= 0, the temperature > 0")
+        check_loss_options(alpha=alpha, beta=beta, gamma=gamma, temperature=temperature)
         self.teacher = teacher.requires_grad_(False).eval()
         self.alpha, self.beta, self.gamma, self.temperature, self.soft_on = alpha, beta, gamma, temperature, soft_on
 

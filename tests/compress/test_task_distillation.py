@@ -61,6 +61,10 @@ def test_student_copies_every_other_layer_or_the_first_n(teacher_dir):
         with pytest.raises(ValueError, match=f"--student-layers {n}: expected every-other or a number of "
                                              "layers from 1 to 4"):
             student_layers(n, 4)
+    for spec in (None, "every-other"):  # a 1-layer teacher: the empty choice had been refused unnamed
+        with pytest.raises(ValueError, match="^--student-layers every-other: the teacher has 1 layer"):
+            student_layers(spec, 1)
+    assert student_layers(1, 1) == (0,)
 
 
 def test_distillation_loss_mixes_soft_and_hard_labels(teacher_dir):

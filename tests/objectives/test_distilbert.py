@@ -138,6 +138,10 @@ def test_bad_settings_are_refused():
         Distillation(lmforge.build(lmforge.tiny("gpt2")), teacher, mask_id=3)
     with pytest.raises(ValueError, match="one block per layer"):  # ALBERT's shared block has no layers to pick
         student_from_teacher(lmforge.build(lmforge.tiny("albert-base")))
+    one = _teacher(1)  # every_other(1) is empty: refused saying why, not as an empty choice of layers
+    with pytest.raises(ValueError, match="every other teacher layer needs a teacher of 2 layers or more"):
+        student_from_teacher(one)
+    assert student_from_teacher(one, (0,)).config.n_layers == 1
 
 
 @pytest.mark.parametrize("option, value", [("temperature", float("nan")), ("temperature", 0.0),

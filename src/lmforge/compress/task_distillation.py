@@ -97,6 +97,9 @@ class DistillConfig:
 def student_layers(spec, n_layers: int) -> tuple:
     """Teacher layers a student copies: "every-other" (0, 2, 4, ...) or an int N (the first N)."""
     if spec in (None, "every-other"):
+        if n_layers < 2:  # every_other(1) is empty: no layer to copy
+            raise ValueError(f"--student-layers every-other: the teacher has {n_layers} layer, so no every "
+                             "other one to copy; give --student-layers 1 or --student PRESET")
         return every_other(n_layers)
     try:
         n = int(spec)

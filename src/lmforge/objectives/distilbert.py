@@ -90,6 +90,9 @@ def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = N
     refuse_int8_teacher(teacher)
     if cfg.architecture == "encoder-decoder" or cfg.share_layers:
         raise ValueError("student_from_teacher takes an encoder or decoder with one block per layer")
+    if layers is None and cfg.n_layers < 2:  # every_other(1) is empty
+        raise ValueError(f"a student of every other teacher layer needs a teacher of 2 layers or more, this "
+                         f"one has {cfg.n_layers}")
     layers = tuple(every_other(cfg.n_layers) if layers is None else layers)
     if not layers or not all(0 <= i < cfg.n_layers for i in layers):
         raise ValueError(f"layers {layers} must be a non-empty choice among the teacher's {cfg.n_layers}")

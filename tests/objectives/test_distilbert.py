@@ -201,3 +201,17 @@ def test_the_smallest_temperature_allowed_gives_a_finite_loss_and_a_smaller_one_
     with pytest.raises(ValueError, match=f"^temperature={low / 2!r}: .* the temperature from {low:g}"):
         Distillation(student_from_teacher(teacher_model), teacher_model, mask_id=3, temperature=low / 2)
 
+
+@pytest.mark.parametrize("soft_on", ["real", "masked"])
+def test_a_batch_where_nothing_is_masked_contributes_nothing_not_nan(soft_on):
+    """soft_on="masked" with no masked position (texts of special tokens only) had given a NaN loss."""
+    teacher = _teacher(2)
+    objective = Distillation(student_from_teacher(teacher), teacher, mask_id=3, soft_on=soft_on, gamma=0.0)
+    ids = torch.randint(5, 50, (2, 6))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.full_like(ids, IGNORE)}
+    out = objective(batch)
+    assert math.isfinite(out.loss.item()) and float(out.metrics["mlm_loss"]) == 0.0
+    assert (float(out.metrics["ce_loss"]) == 0.0) == (soft_on == "masked")
+    out.loss.backward()  # still a graph: the trainer's backward step runs
+    assert float(soft_cross_entropy(torch.zeros(0, 5), torch.zeros(0, 5), 2.0)) == 0.0
+

@@ -106,7 +106,10 @@ def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = N
 
 
 def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """T^2 x mean over rows of KL(softmax(teacher / T) || softmax(student / T)), logits (N, V)."""
+    """T^2 x mean over rows of KL(softmax(teacher / T) || softmax(student / T)), logits (N, V); 0 (still
+    attached to the graph) for no rows, never NaN (soft_on="masked" on a batch where nothing is masked)."""
+    if student_logits.shape[0] == 0:  # "batchmean" divides by N
+        return student_logits.float().sum() * 0.0
     log_s = F.log_softmax(student_logits.float() / temperature, dim=-1)
     log_t = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
     return F.kl_div(log_s, log_t, reduction="batchmean", log_target=True) * temperature ** 2

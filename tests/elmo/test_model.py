@@ -54,6 +54,21 @@ def test_bad_elmo_fields_are_refused_by_name():
             lmforge.get_config("elmo-small", **bad)
 
 
+def test_a_character_table_or_word_width_too_small_for_the_character_ids_is_refused_by_name():
+    """n_characters=100 and max_characters_per_token=2 were built, then word_layers failed with an
+    IndexError and a ragged-tensor error."""
+    from lmforge.config.checks import ELMO_CHARACTERS
+
+    assert ELMO_CHARACTERS == max(word_chars("\xff")) + 1 == max(word_chars("</S>")) + 1  # tokenizer/chars.py's
+    for bad, field in ((dict(n_characters=ELMO_CHARACTERS - 1), "n_characters"),
+                       (dict(max_characters_per_token=2, char_filters=[[1, 8]]), "max_characters_per_token")):
+        with pytest.raises(ConfigError, match=f"^{field}=.* must be at least") as err:
+            lmforge.get_config("elmo-small", **bad)
+        assert err.value.field == field
+    model = lmforge.build(lmforge.tiny("elmo-small", max_characters_per_token=3, char_filters=[[1, 8]]))
+    assert model.word_layers([["<S>", "word"]])[0].shape[1] == 2  # the narrowest word still holds a mark
+
+
 def test_character_ids_follow_allennlp():
     # bytes + 1 between begin-of-word 258+1 and end-of-word 259+1, padded with 260+1; <S> is 256+1
     assert word_chars("hi")[:5] == [259, 105, 106, 260, 261] and len(word_chars("hi")) == 50

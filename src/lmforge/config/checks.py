@@ -72,10 +72,18 @@ def validate_pruned(cfg) -> None:
             raise ConfigError(f"pruned_heads[{key!r}] removes every head of the layer: keep at least one")
 
 
+# ELMo's character ids (tokenizer/chars.py): 256 bytes, 4 marks and a padding character, shifted by one
+ELMO_CHARACTERS = 262
+
+
 def validate_elmo(cfg) -> None:
     """ELMo's sizes: positive widths, [width, n_filters] pairs that fit a word, >= 0 highway layers,
     positive clipping values (or none)."""
     positive(cfg, "char_embed_dim", "lstm_dim", "n_characters", "max_characters_per_token")
+    for name, least, why in (("n_characters", ELMO_CHARACTERS, "the ids tokenizer/chars.py gives"),
+                             ("max_characters_per_token", 3, "a sentence mark between the word marks")):
+        if getattr(cfg, name) < least:  # else word_layers fails mid-way (an IndexError, a ragged tensor)
+            raise ConfigError(f"{name}={getattr(cfg, name)} must be at least {least}: {why}", name)
     pairs = cfg.char_filters
     if pairs is not None and not (isinstance(pairs, list) and pairs and all(
             isinstance(f, list) and len(f) == 2 and all(type(n) is int and n > 0 for n in f) for f in pairs)):

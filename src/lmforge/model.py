@@ -26,6 +26,7 @@ from lmforge.layers.execution import PLAIN
 from lmforge.layers.inspection import Inspection
 from lmforge.layers.norms import RMSNorm
 from lmforge.layers.patterns import cross_bias
+from lmforge.layers.positions import default_positions
 from lmforge.layers.stack import Stack
 from lmforge.layers.variants.two_stream import TwoStream
 
@@ -138,8 +139,7 @@ class Transformer(nn.Module):
             self._check_values(input_ids, attention_mask, position_ids, name, global_tokens)
 
     def _check_global(self, global_tokens, shape: tuple) -> None:
-        """Longformer's global_tokens: (batch, length), on a model with a longformer layer (another shape
-        failed inside the masks; other models ignored them, unsaid)."""
+        """Longformer's global_tokens: a (batch, length) tensor, on a model with a longformer layer only."""
         if "longformer" not in pattern_set(self.config):
             raise ValueError(f"global_tokens: this model's attention ({self.config.attention}) has no global "
                              "tokens (Longformer's)")
@@ -175,18 +175,18 @@ class Transformer(nn.Module):
         if position_ids is not None and not lowest <= values[-2] <= values[-1] < self.config.max_seq_len:
             raise ValueError(f"position_ids must be in [{lowest}, max_seq_len={self.config.max_seq_len})")
 
-    def _embed(self, embed: Embeddings, input_ids, position_ids, segment_ids, past: int):
+    def _embed(self, embed: Embeddings, input_ids, position_ids, segment_ids, past: int, mask=None):
         if position_ids is None:
-            position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)[None]
+            position_ids = default_positions(self.config, input_ids, mask, past)
         return embed(self.tokens(input_ids), position_ids, segment_ids), position_ids
 
     def _run(self, stack: Stack, embed: Embeddings, step: StackPass) -> ModelOutput:
         """One pass of `step`'s tokens through embeddings and stack, packed where the execution says."""
-        past = step.cache.length if step.cache is not None else 0
-        self._check(step.input_ids, step.attention_mask, past, "input_ids", step.position_ids,
-                    step.global_tokens)
-        x, step.position_ids = self._embed(embed, step.input_ids, step.position_ids, step.segment_ids, past)
-        key_padding = step.attention_mask.bool() if step.attention_mask is not None else None
+        past, mask = (step.cache.length if step.cache is not None else 0), step.attention_mask
+        self._check(step.input_ids, mask, past, "input_ids", step.position_ids, step.global_tokens)
+        x, step.position_ids = self._embed(embed, step.input_ids, step.position_ids, step.segment_ids, past,
+                                           mask)
+        key_padding = mask.bool() if mask is not None else None
         keep_padding = step.keep_padding or self._recording(step)  # recorded maps hold padded query rows
         packing = self._packing(key_padding, step.cache, step.memory, keep_padding, step.reads_first)
         ctx = self._context(stack, x, step.position_ids, past, key_padding, step, packing=packing)

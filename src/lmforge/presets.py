@@ -11,7 +11,8 @@ from lmforge.config import ConfigError, ModelConfig
 
 BERT = dict(architecture="encoder", vocab_size=30522, max_seq_len=512, n_segments=2, position="learned",
             norm="layernorm", norm_placement="post", norm_eps=1e-12, ffn="gelu", embedding_norm=True)
-ROBERTA = dict(BERT, vocab_size=50265, n_segments=1, position_offset=2, norm_eps=1e-5)
+ROBERTA = dict(BERT, vocab_size=50265, n_segments=1, position_offset=2, position_from_padding=True,
+               norm_eps=1e-5)  # positions counted past the padding, as fairseq's make_positions
 ALBERT = dict(BERT, vocab_size=30000, d_embed=128, share_layers=True, ffn="gelu-tanh",
               dropout=0.0, attention_dropout=0.0)
 ELECTRA = dict(BERT, pooler_activation="gelu")  # its classification head: dense, gelu, out_proj

@@ -46,17 +46,27 @@ def test_masked_lm_hidden_states_logits_and_loss(tmp_path):
     assert_masked_lm_parity(model, reference, ids, mask, labels)
 
 
-def test_left_padding_needs_position_ids_counted_from_the_first_real_token(tmp_path):
+def test_left_padding_reads_the_references_positions_counted_from_the_pad_ids(tmp_path):
+    """The reference derives positions from the padding (position_from_padding): a left-padded row reads
+    what the reference reads, plain and optimized, with no position_ids."""
     reference = _reference("RobertaModel")
     model = load_reference(reference, tmp_path)
+    assert model.config.position_from_padding
     ids, mask = _batch(seed=2)
-    ids, mask = ids.flip(1), mask.flip(1)  # left-padded: the reference counts positions from the first real token
+    ids, mask = ids.flip(1), mask.flip(1)
     with torch.no_grad():
         theirs = reference(ids, attention_mask=mask).last_hidden_state
-        ours = model(ids, mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).last_hidden_state
         plain = model(ids, mask).last_hidden_state
-    assert_parity(ours, theirs, mask)
-    assert not torch.allclose(plain[mask.bool()], theirs[mask.bool()], atol=1e-3)
+        lmforge.optimize(model)
+        fast = model(ids, mask).last_hidden_state
+    assert_parity(plain, theirs, mask)
+    assert_parity(fast, theirs, mask)
+
+
+def test_positions_from_padding_need_an_offset():
+    """The field names itself where the padding row would not exist."""
+    with pytest.raises(lmforge.ConfigError, match="position_from_padding"):
+        lmforge.build("bert-base", n_layers=1, position_from_padding=True)  # position_offset 0
 
 
 def test_bare_model_with_pooler(tmp_path):

@@ -77,6 +77,8 @@ class ModelConfig:
     position: str = option("learned", f"position scheme: {', '.join(POSITIONS)}")
     position_offset: int = option(0, "first learned position id (RoBERTa and BART start at 2)",
                                   low=0, high=MAX_LEN)
+    position_from_padding: bool = option(False, "RoBERTa: a token's position counts the real tokens before "
+                                         "it in attention_mask; padding takes row position_offset - 1")
     scale_embeddings: bool = option(False, "multiply token embeddings by sqrt(d_model)")
     embedding_norm: bool = option(True, "BERT's LayerNorm after the embedding sum")
     tie_embeddings: bool = option(True, "the LM head reuses the token embedding matrix")
@@ -256,7 +258,7 @@ class ModelConfig:
         if self.position != "relative-bias":
             inert |= {"relative_buckets", "relative_max_distance"}
         if self.position != "learned":
-            inert.add("position_offset")
+            inert |= {"position_offset", "position_from_padding"}
         return inert
 
     def canonical(self) -> "ModelConfig":
@@ -344,6 +346,9 @@ def _validate(cfg: ModelConfig) -> None:
             or cfg.dense_max_len < 0):
         raise ConfigError("n_segments, position_offset, n_random_blocks, n_global_tokens and dense_max_len "
                           "must be >= 0")
+    if cfg.position_from_padding and cfg.position == "learned" and cfg.position_offset < 1:
+        raise ConfigError("position_from_padding needs position_offset >= 1: padding takes row "
+                          "position_offset - 1", "position_from_padding")
     for name in SPECIAL_TOKENS:
         token = getattr(cfg, name)
         if token is not None and token >= cfg.vocab_size:

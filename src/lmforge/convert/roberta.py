@@ -35,6 +35,7 @@ def config(hf: dict) -> ModelConfig:
                           f"after the first pad_token_id + 1 = {offset} rows")
     # the LM head's transform applies gelu whatever hidden_act says
     return ModelConfig.from_dict({**ROBERTA, **fields, "pad_token_id": pad, "position_offset": offset,
+                                  "position_from_padding": True,
                                   "max_seq_len": hf["max_position_embeddings"] - offset, "lm_activation": "gelu"})
 
 

@@ -29,6 +29,17 @@ def sinusoidal_table(n_positions: int, dim: int) -> torch.Tensor:
     return table.float()
 
 
+def default_positions(cfg: ModelConfig, input_ids: torch.Tensor, mask, past: int) -> torch.Tensor:
+    """(1, T) positions past .. past + T - 1; with cfg.position_from_padding and a (B, past + T) mask,
+    (B, T): each real token's count among its row's real tokens, from past, and -1 at padding, as the
+    reference RoBERTa derives them, so that a left-padded row reads the unpadded row's positions."""
+    T = input_ids.shape[1]
+    if cfg.position_from_padding and cfg.position == "learned" and mask is not None:
+        real = mask[:, -T:].to(torch.long)
+        return (real.cumsum(1) + past) * real - 1
+    return torch.arange(past, past + T, device=input_ids.device)[None]
+
+
 class LearnedPositions(nn.Module):
     """A trained vector per absolute position (BERT, GPT); RoBERTa/BART start at an offset."""
 

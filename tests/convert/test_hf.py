@@ -16,3 +16,14 @@ def test_a_damaged_generation_config_json_is_refused_naming_it(tmp_path, text):
     with pytest.raises(ConversionError, match=f"^{file}: not") as refused:
         forced_tokens(tmp_path)
     assert "\n" not in str(refused.value)
+
+
+def test_an_unexpressible_config_names_the_closest_families_fields(tmp_path):
+    """A RoBERTa whose positions ignore the padding (saved before position_from_padding) is one field off
+    the reference's RoBERTa: the refusal says which, so the user can choose."""
+    import lmforge
+
+    model = lmforge.build(lmforge.tiny("roberta-base", position_from_padding=False))
+    with pytest.raises(ConversionError, match=r"roberta \(position_from_padding\)") as refused:
+        model.save(tmp_path, format="hf")
+    assert "\n" not in str(refused.value)

@@ -9,6 +9,7 @@ import importlib
 import json
 import pickle
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -165,15 +166,21 @@ def family_of(cfg: ModelConfig):
     if cfg.pruned_heads:  # transformers v5 dropped pruned_heads: every layer has num_attention_heads
         raise ConversionError(f"the model's heads were pruned per layer ({len(cfg.pruned_heads)} attentions "
                               "changed), which no Hugging Face config expresses; save it in lmforge's format")
-    plain = cfg.canonical()
+    plain, near = cfg.canonical(), {}  # near: family -> the fields its round trip changes
     for model_type, family in FAMILIES.items():
         try:
-            if family.config(family.to_reference(cfg)).canonical() == plain:
-                return model_type, family
+            theirs = family.config(family.to_reference(cfg)).canonical()
         except ConfigError:
             continue
+        if theirs == plain:
+            return model_type, family
+        changed = [f.name for f in fields(plain) if getattr(plain, f.name) != getattr(theirs, f.name)]
+        near[model_type] = changed
+    fewest = min(map(len, near.values()), default=0)
+    closest = [f"{name} ({', '.join(changed)})" for name, changed in near.items() if len(changed) == fewest]
+    hint = f"; closest, changing the fields named: {'; '.join(closest)}" if 0 < fewest <= 2 else ""
     raise ConversionError("no Hugging Face family expresses this configuration exactly; "
-                          f"supported families: {', '.join(FAMILIES)}")
+                          f"supported families: {', '.join(FAMILIES)}{hint}")
 
 
 def _loads_as(family, hf: dict, architecture: str):

@@ -120,8 +120,8 @@ def _records(path, reader):
 
 
 def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
-    """Canonical records of a task file (kinds cls, pair, regression, choice, seq2seq; tagging and qa
-    read their own formats, see read_task_file). labelled=False: the label (target) may be absent."""
+    """Canonical records of a task file (kinds cls, pair, regression, multilabel, choice, seq2seq; tagging
+    and qa read their own formats, see read_task_file). labelled=False: the label (target) may be absent."""
     if kind not in FIELDS:
         raise ValueError(f"task {kind!r} has no CSV/JSONL reader; kinds: {', '.join(FIELDS)}")
     mapping = parse_columns(columns)

@@ -243,3 +243,29 @@ def test_numpy_numbers_read_as_python_s_as_an_options_field_reads_them(saved):
         assert [(c.token, c.score) for c in got] == [(c.token, c.score) for c in want]
     with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
         fill_mask(model, tokenizer, TEXT, top_k=np.int64(0))
+
+
+@pytest.mark.parametrize("field, value, accepted", [
+    ("top_k", 3.0, True), ("max_span", 3.0, True), ("top_k", 3.5, False), ("max_span", 0.0, False),
+    ("top_k", 0, False), ("max_span", 4095, False)])
+def test_fill_mask_s_three_faces_read_a_count_alike(saved, capsys, field, value, accepted):
+    # one FillOptions: `--top-k 3.0` was argparse's "must be an integer" where Python and the server took 3
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve import create_app, load_served
+
+    path = saved["bert"][0]
+    try:
+        python = len(fill_mask(str(path), None, TEXT, **{field: value})) > 0
+    except lmforge.OptionsError as err:
+        python = err.field
+    status = main(["fill-mask", "--model", str(path), TEXT, f"--{field.replace('_', '-')}", str(value)])
+    cli = status == 0 or capsys.readouterr().err
+    with TestClient(create_app({"bert": load_served("bert", path)}, threads=1)) as client:
+        answer = client.post("/fill_mask", json={"model": "bert", "text": TEXT, field: value})
+    server = answer.status_code == 200 or answer.json()["error"]["param"]
+    if accepted:
+        assert python is True and cli is True and server is True, (python, cli, server)
+    else:
+        assert python == field and server == field and status == 2, (python, server, cli)
+        assert f"--{field.replace('_', '-')} {value}: " in cli and cli.count("\n") == 1, cli

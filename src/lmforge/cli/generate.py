@@ -200,7 +200,7 @@ def check_fill_options(args) -> None:
     from lmforge.pipelines.fill_mask import check_fill
 
     try:
-        check_fill(args.top_k, args.max_span)
+        args.top_k, args.max_span = check_fill(args.top_k, args.max_span, from_text=True)
     except OptionsError as err:
         raise UsageError(f"--{err.field.replace('_', '-')} {getattr(args, err.field)}: {err}") from None
 
@@ -244,7 +244,8 @@ def add_generation_flags(p) -> None:
 
 def add_parsers(sub) -> None:
     """Register `generate` and `fill-mask` on the `lmforge` sub-command parser."""
-    from lmforge.pipelines.fill_mask import MAX_SPAN, MAX_TOP_K
+    from lmforge.config.options import bounds_text
+    from lmforge.pipelines.fill_mask import FillOptions
 
     p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
     p.add_argument("prompt", help="the text a decoder continues (an encoder-decoder's input)")
@@ -258,10 +259,9 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("fill-mask", help="top-k fillings of [MASK] / <mask> with probabilities")
     p.add_argument("text", help='e.g. "Paris is the [MASK] of France."')
     p.add_argument("--model", required=True, help=MODEL_HELP)
-    said(p.add_argument("--top-k", type=int, default=5,
-                        help="candidates printed (T5 / BART: at most their 64 beams)"),
-         bounds=f"[1, {MAX_TOP_K}]")
-    said(p.add_argument("--max-span", type=int, default=10,
-                        help="T5 / BART: most tokens generated for the mask"), bounds=f"[1, {MAX_SPAN}]")
+    for name in ("top_k", "max_span"):  # read as text, as FillOptions reads it: 3.0 is 3 in every face
+        declared = FillOptions.__dataclass_fields__[name]
+        said(p.add_argument(f"--{name.replace('_', '-')}", default=declared.default, metavar="N",
+                            help=declared.metadata["help"]), bounds=bounds_text(declared.metadata).strip())
     p.add_argument("--json", action="store_true", help="one JSON object per candidate")
     p.set_defaults(func=cmd_fill_mask)

@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from lmforge.config.options import OptionsError, checked_argument, named_keywords
+from lmforge.config.options import OptionsError, check_options, named_keywords, option, with_changes
 from lmforge.generate import generate, lm_head_name
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
 from lmforge.io import find_model_dir, load
@@ -43,11 +43,23 @@ class Candidate:
     token_id: Optional[int] = None  # encoders: the vocabulary id put at the mask
 
 
-def check_fill(top_k: int, max_span: int) -> tuple:
-    """(top_k, max_span) as Python's ints (a numpy one read as its value); an OptionsError naming either
-    outside [1, MAX_TOP_K] / [1, MAX_SPAN]."""
-    return tuple(checked_argument(name, "int", {"low": 1, "high": most}, value)
-                 for name, value, most in (("top_k", top_k, MAX_TOP_K), ("max_span", max_span, MAX_SPAN)))
+@dataclass(frozen=True)
+class FillOptions:
+    """How many fillings of the mask, and how long a T5 / BART filling may be: one object for fill_mask,
+    `lmforge fill-mask` and POST /fill_mask."""
+
+    top_k: int = option(5, "candidates returned (T5 / BART: at most their 64 beams)", low=1, high=MAX_TOP_K)
+    max_span: int = option(10, "T5 / BART: most tokens generated for the mask", low=1, high=MAX_SPAN)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+def check_fill(top_k, max_span, from_text: bool = False) -> tuple:
+    """(top_k, max_span) as FillOptions reads them (a numpy number as Python's, a whole 3.0 as 3; from_text:
+    a command line's "3.0" alike); an OptionsError naming either outside [1, MAX_TOP_K] / [1, MAX_SPAN]."""
+    options = with_changes(FillOptions, None, {"top_k": top_k, "max_span": max_span}, "fill_mask", from_text)
+    return options.top_k, options.max_span
 
 
 @named_keywords("fill_mask")

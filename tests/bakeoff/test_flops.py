@@ -58,6 +58,27 @@ def test_encoder_decoders_charge_encoder_and_decoder():
     assert half["encoder"] == pytest.approx(t5["encoder"], rel=0.01)
 
 
+def test_span_corruption_matches_the_analytic_count_of_its_short_targets():
+    """T5's decoder reads n_out = 15 targets of a 64-token input: its self-attention sees 15 keys, its
+    cross-attention 64, and cross-attention's k, v are projected once per input token (as T5 runs it)."""
+    cfg = get_config("t5-small", vocab_size=V)  # d 512, d_ff 2048, 6 + 6 layers, relu, tied, no transform
+    d, d_ff, L, n_in, n_out = 512, 2048, 6, 64, 15
+    encoder = L * (4 * d * d + 2 * d * d_ff + 2 * n_in * d)
+    decoder = L * (4 * d * d + 2 * n_out * d + 2 * d * d + 2 * n_in * d + 2 * d * d_ff) + d * V
+    cross_kv = L * 2 * d * d  # per input token
+    got = forward_flops(objectives.get("span-corruption"), cfg, T)
+    assert got["encoder"] == pytest.approx(2 * n_in * encoder, rel=1e-9)
+    assert got["decoder"] == pytest.approx(2 * (n_out * decoder + n_in * cross_kv), rel=1e-9)
+    # where inputs and targets are one length (BART), the decoder is charged as flops_per_token counts it
+    from lmforge.pipelines.summary import flops_per_token
+
+    bart = get_config("bart-base", vocab_size=V)
+    whole = forward_flops(objectives.get("denoising"), bart, T)
+    encoder_only = bart.replace(architecture="encoder", n_decoder_layers=None)
+    assert whole["decoder"] == pytest.approx(T * (flops_per_token(bart, T) - flops_per_token(encoder_only, T,
+                                                                                               lm_head=False)))
+
+
 @pytest.mark.parametrize("name", ["mlm", "rtd", "nsp", "span", "wwm"])
 def test_schedules_meet_the_budget_within_two_percent(name):
     cfg = get_config("electra-small", vocab_size=V, n_layers=2)

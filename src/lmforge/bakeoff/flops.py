@@ -14,7 +14,8 @@ What each objective runs, per example of T = max_len tokens:
   ablations the same generator, and the model's LM head on the selected positions (Replace MLM)
   or on every token with the copy gate (All-Tokens MLM);
 - encoder-decoders (T5 span corruption, prefix LM, BART denoising): the encoder on its input
-  tokens and the decoder, with the vocabulary projection, on its target tokens;
+  tokens and the decoder, with the vocabulary projection, on its target tokens (self-attention over
+  the targets, cross-attention over the inputs, whose keys and values are projected once per input);
 - causal LM / a decoder's prefix LM: the decoder on T tokens, the vocabulary at every one.
 
 Every example is charged at the full T (packing fills examples to max_len; a shorter one costs
@@ -113,11 +114,20 @@ def seq2seq_lengths(cls, options: dict, T: int) -> tuple:
 
 
 def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
+    """The encoder on n_in tokens; the decoder on n_out, its self-attention over the n_out targets, its
+    cross-attention over the n_in inputs, whose keys and values are projected once per input token."""
     n_in, n_out = seq2seq_lengths(cls, options, T)
-    context = max(1, round(n_in))  # the decoder's cross-attention sees the encoder's tokens
-    encoder = flops_per_token(_encoder_config(cfg), context, lm_head=False)
-    decoder = flops_per_token(cfg, context, lm_head=True) - encoder
-    return {"encoder": n_in * encoder, "decoder": n_out * decoder}
+    keys_in, keys_out = max(1, round(n_in)), max(1, round(n_out))
+    encoder = flops_per_token(_encoder_config(cfg), keys_in, lm_head=False)
+    # flops_per_token charges a decoder token's self- and cross-attention over the same `context`, and
+    # cross-attention's k, v projections per decoder token: right where n_in == n_out (BART, prefix LM),
+    # not for T5's span corruption (targets a quarter of the input): counted at n_out, then mended
+    decoder = flops_per_token(cfg, keys_out, lm_head=True) - flops_per_token(_encoder_config(cfg), keys_out,
+                                                                            lm_head=False)
+    q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    cross = 2 * cfg.decoder_layers * (n_out * 2 * (keys_in - keys_out) * q_dim  # scores, mixing: n_in keys
+                                      + (n_in - n_out) * 2 * cfg.d_model * kv_dim)  # k, v of each input
+    return {"encoder": n_in * encoder, "decoder": n_out * decoder + cross}
 
 
 def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict | None = None) -> dict:

@@ -100,7 +100,7 @@ def test_generate_refuses_lmforge_s_settings_it_does_not_take_saying_why(client)
     "Extra inputs are not permitted": now, as on /v1/completions, naming the field and saying why."""
     taken = client.get("/openapi.json").json()["components"]["schemas"]["GenerateRequest"]["properties"]
     names = sorted({f.name for f in dataclasses.fields(GenerationOptions)} - set(taken))
-    assert {"do_sample", "eos_token_id", "num_return_sequences", "suppress_tokens"} <= set(names)
+    assert {"do_sample", "eos_token_id", "num_return_sequences", "pad_token_id"} <= set(names)
     for name in names:
         answer = client.post("/generate", json={"model": "gpt", "prompt": "the cat", "max_new_tokens": 2,
                                                 name: 2})

@@ -105,9 +105,9 @@ def check_generator(name, model) -> None:
                          "fine-tuned classifier")
 
 
-# GenerationOptions fields without a flag: ids are the model's and its tokenizer's; one text is printed
-NOT_FLAGS = ("eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
-             "forced_eos_token_id", "suppress_tokens", "num_return_sequences")
+# GenerationOptions fields without a flag: ids are the model's and its tokenizer's; one text is printed. The
+# forced and suppressed ids are flags: a checkpoint's can be switched off (-1, [])
+NOT_FLAGS = ("eos_token_id", "pad_token_id", "decoder_start_token_id", "num_return_sequences")
 ALIASES = {"no_repeat_ngram_size": ("--no-repeat-ngram",)}  # earlier spellings, still accepted
 
 
@@ -233,8 +233,9 @@ def add_generation_flags(p) -> None:
 
     for f in flag_fields():
         kind = f.type.replace("Optional[", "").rstrip("]")
-        metavar = {"int": "N", "float": "X", "bool": "true|false"}.get(kind, "VALUE")
+        metavar = {"int": "N", "float": "X", "bool": "true|false", "list": "JSON-LIST"}.get(kind, "VALUE")
         default = json.dumps(f.default) if isinstance(f.default, bool) else f.default  # true, as typed
+        default = f.metadata.get("unset") or default if default is None else default
         # a sampling setting's default is read only when sampling: leaving --temperature out is greedy
         when = " when sampling" if f.name in SAMPLING_ONLY else ""
         said(p.add_argument(f"--{_flag(f.name)}", *ALIASES.get(f.name, ()), dest=f.name, metavar=metavar,

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 from lmforge.config.options import OptionsError
-from lmforge.generate.options import GenerationOptions, GenerationWarning
+from lmforge.generate.options import OFF, GenerationOptions, GenerationWarning
 from lmforge.model import EncoderDecoder, Transformer
 
 
@@ -98,18 +98,19 @@ def _token_ids(value, name: str, vocab_size: Optional[int], device) -> Optional[
 
 
 def special_ids(model, options: GenerationOptions) -> dict:
-    """Stop, pad, start, forced and suppressed ids: the options', else the model config's. A config's
-    stop id outside the vocabulary is kept, as the reference keeps it: it is never produced."""
+    """Stop, pad, start, forced and suppressed ids: the options', else the model config's; a forced id of
+    OFF (-1) or a suppress_tokens of [] is none, the config's overridden. A config's stop id outside the
+    vocabulary is kept, as the reference keeps it: it is never produced."""
     cfg, device, V = model.config, model.tokens.weight.device, model.config.vocab_size
     eos = options.eos_token_id
     out = {"eos": _token_ids(cfg.eos_token_id if eos is None else eos, "eos_token_id",
                              None if eos is None else V, device),
-           "suppress": _token_ids(options.suppress_tokens, "suppress_tokens", V, device)}
+           "suppress": _token_ids(options.suppress_tokens or None, "suppress_tokens", V, device)}
     # ids fed to the model (pad: after a row's stop) or indexing the scores must be in the vocabulary
     for key, name in (("pad", "pad_token_id"), ("start", "decoder_start_token_id"), ("bos", "forced_bos_token_id"),
                       ("forced_eos", "forced_eos_token_id")):
         given = getattr(options, name)
-        value = getattr(cfg, name) if given is None else given
+        value = getattr(cfg, name) if given is None else None if given == OFF else given
         ids = _token_ids(value, name, V, device)
         out[key] = None if ids is None else int(ids[0])
     _refuse_forced_and_suppressed(out, options)

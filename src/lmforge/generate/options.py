@@ -28,6 +28,10 @@ MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x le
 EARLY_STOPPING = (True, False, "never")
 FILE = "generation_config.json"
 TOKEN_ID = dict(low=0, high=MAX_VOCAB - 1)
+# a forced id's "none", overriding the checkpoint's: Hugging Face's word for it, None, is lmforge's "not given"
+# (the checkpoint's); a list's "none" is [] in both
+OFF = -1
+FORCED_ID = dict(low=OFF, high=MAX_VOCAB - 1)
 
 
 class GenerationWarning(UserWarning):
@@ -71,18 +75,20 @@ class GenerationOptions:
                                          **TOKEN_ID)
     decoder_start_token_id: Optional[int] = option(None, "an encoder-decoder's first decoder token; default: "
                                                    "the config's", **TOKEN_ID)
-    forced_bos_token_id: Optional[int] = option(None, "the token forced first; default: the config's", **TOKEN_ID)
-    forced_eos_token_id: Optional[int] = option(None, "the token forced at the last position; default: the "
-                                                "config's", **TOKEN_ID)
-    suppress_tokens: Optional[list] = option(None, "token ids never generated")
+    forced_bos_token_id: Optional[int] = option(None, "the token forced first; -1: none, overriding the "
+                                                "checkpoint's", unset="the config's", **FORCED_ID)
+    forced_eos_token_id: Optional[int] = option(None, "the token forced at the last position; -1: none, "
+                                                "overriding the checkpoint's", unset="the config's", **FORCED_ID)
+    suppress_tokens: Optional[list] = option(None, "token ids never generated; []: none, overriding the "
+                                             "checkpoint's", unset="none")
 
     def __post_init__(self) -> None:
         if not isinstance(self.early_stopping, (bool, str)) or self.early_stopping not in EARLY_STOPPING:
             raise OptionsError(f'early_stopping must be true, false or "never", got {self.early_stopping!r}',
                                "early_stopping")
         check_options(self)
-        for name, most in (("eos_token_id", MAX_BEAMS), ("suppress_tokens", MAX_VOCAB)):
-            _check_ids(name, getattr(self, name), most)
+        for name, least, most in (("eos_token_id", 1, MAX_BEAMS), ("suppress_tokens", 0, MAX_VOCAB)):
+            _check_ids(name, getattr(self, name), least, most)
         self._check_mix()
 
     def _check_mix(self) -> None:
@@ -156,6 +162,8 @@ class GenerationOptions:
         target = Path(path) / FILE
         kept = _read_json(target)
         ours = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        # "none" in the reference's spelling, null: it would read -1 as the vocabulary's last id
+        ours.update({k: None for k in FORCED if ours.get(k) == OFF})
         return atomic_write_text(target, json.dumps({**kept, **ours}, indent=2) + "\n")
 
 
@@ -209,20 +217,21 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_ids(name: str, value, most: int) -> None:
-    """An id or a list of at most `most` ids, each an integer in [0, MAX_VOCAB) (the model's vocabulary is
-    checked by check_for_model)."""
+def _check_ids(name: str, value, least: int, most: int) -> None:
+    """An id or a list of `least` to `most` ids, each an integer in [0, MAX_VOCAB) (the model's vocabulary
+    is checked by check_for_model)."""
     if value is None:
         return
     ids = [value] if _is_int(value) else value
-    if not isinstance(ids, (list, tuple)) or not 0 < len(ids) <= most \
+    if not isinstance(ids, (list, tuple)) or not least <= len(ids) <= most \
             or not all(_is_int(i) and 0 <= i < MAX_VOCAB for i in ids):
-        raise OptionsError(f"{name} must be a token id or a list of 1 to {most} token ids, got "
+        raise OptionsError(f"{name} must be a token id or a list of {least} to {most} token ids, got "
                            f"{str(value)[:60]}", name)
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(GenerationOptions)}
 FIELD_NAMES = frozenset(FIELDS)
+FORCED = ("forced_bos_token_id", "forced_eos_token_id")  # OFF: none, overriding the checkpoint's
 
 
 def checked_type(name: str, value, from_text: bool = False):
@@ -230,6 +239,8 @@ def checked_type(name: str, value, from_text: bool = False):
     it has that type and is finite. Bounds are left to the object, so that a server's stricter caps speak
     first."""
     field = FIELDS[name]
+    if from_text and isinstance(value, str) and field_kind(name) == "list":
+        value = _listed(name, value)
     value = coerce(GenerationOptions, name, value, from_text=from_text)
     if isinstance(value, float) and not math.isfinite(value):  # said here: check_value's wording wants bounds
         raise OptionsError(f"{name} must be a finite number, got {value}", name)
@@ -237,6 +248,17 @@ def checked_type(name: str, value, from_text: bool = False):
         value = str(value).lower() == "true"
     check_value(name, field.type, {}, value)
     return value
+
+
+def _listed(name: str, text: str):
+    """A command line's list, as JSON ("[]", "[5, 7]"); "null"/"none" is left for coerce (not given)."""
+    if text.strip().lower() in ("null", "none", "~"):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise OptionsError(f"{name} must be a JSON list of token ids ([] for none), got {text[:60]!r}",
+                           name) from None
 
 
 def checked_value(name: str, value, from_text: bool = False):

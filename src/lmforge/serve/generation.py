@@ -51,6 +51,9 @@ class Settings:
     no_repeat_ngram_size: int = _default("no_repeat_ngram_size")
     min_new_tokens: int = _default("min_new_tokens")
     min_length: int = _default("min_length")
+    forced_bos_token_id: int | None = None  # None: the model config's; -1: none
+    forced_eos_token_id: int | None = None
+    suppress_tokens: list | None = None  # None: none; [] too
     seed: int | None = None  # sampling: a fixed seed gives the same text again
     stop: tuple = field(default_factory=tuple)
     options: GenerationOptions = field(init=False, repr=False)

@@ -26,7 +26,8 @@ def option_field(name: str, default: Any = dataclasses.MISSING, note: str = "") 
     number, "3" is not 3); its bounds are checked when the request's GenerationOptions is built
     (generation.Settings), after the server's Limits, which may be stricter and answer 413."""
     spec = FIELDS[name]
-    types = [{"int": int, "float": float, "bool": bool, "str": str}[m] for m in members(field_kind(name))]
+    types = [{"int": int, "float": float, "bool": bool, "str": str, "list": list[int]}[m]
+             for m in members(field_kind(name))]
     meta, kind = spec.metadata, functools.reduce(operator.or_, types)  # early_stopping: bool | str
     bounds = {("exclusiveMinimum" if meta["open_low"] else "minimum"): meta["low"], "maximum": meta["high"]}
     return (Annotated[kind, BeforeValidator(functools.partial(typed, name))],
@@ -63,9 +64,11 @@ def typed(name: str, value, least: bool = False):
 
 
 # the GenerationOptions fields a request may set (generation.Settings holds them); sampling is said by
-# temperature (0: greedy, > 0: samples), so do_sample is not one of them
+# temperature (0: greedy, > 0: samples), so do_sample is not one of them. The forced and suppressed ids
+# are taken so that a served model's own can be switched off (-1, []), as in the other faces
 DECODING = ("top_k", "top_p", "num_beams", "length_penalty", "early_stopping", "repetition_penalty",
-            "no_repeat_ngram_size", "min_new_tokens", "min_length")
+            "no_repeat_ngram_size", "min_new_tokens", "min_length", "forced_bos_token_id",
+            "forced_eos_token_id", "suppress_tokens")
 
 
 class DecodingBase(BaseModel):
@@ -89,7 +92,7 @@ RENAMED = {"/generate": {"do_sample": "temperature (0: greedy, > 0: samples)"},
            "/v1/completions": {"max_new_tokens": "max_tokens", "num_return_sequences": "n (only 1)",
                                "do_sample": "temperature (0: greedy, > 0: samples)"}}
 # token ids the server takes from the served model (its config and tokenizer), never from a request
-MODEL_IDS = {name for name in FIELDS if name.endswith("_token_id")}
+MODEL_IDS = {name for name in FIELDS if name.endswith("_token_id") and name not in DECODING}
 
 
 def setting_refused(route: str, name: str) -> tuple:

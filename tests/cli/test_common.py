@@ -224,3 +224,26 @@ def test_a_field_whose_none_stands_for_a_default_says_that_default_in_its_help()
     (flag,) = [a for a in parser._actions if a.dest == "candidates"]
     assert flag.help == "passages re-ordered (default k; [1, 10])" and flag.default is None  # None: not given
     assert help_rows(Picked) == [("candidates", "k", "passages re-ordered [1, 10]")]
+
+
+@pytest.mark.parametrize("value, accepted", [("3.0", True), ("1e1", True), ("3.5", False), ("0.0", False),
+                                             ("inf", False), ("65537.0", False)])
+def test_a_bounded_count_flag_reads_a_whole_number_as_python_does(tmp_path, capsys, value, accepted):
+    # bounded(int, ...) read "3.0" with int() and refused it where lmforge.embed(batch_size=3.0) took 3
+    import lmforge
+    from lmforge.cli import main
+    from tests.serve.conftest import _save, _tiny, _tokenizer
+
+    tokenizer = _tokenizer("bert")
+    path = _save(_tiny("bert-base", tokenizer, max_seq_len=32), tokenizer, tmp_path / "m")
+    try:
+        python = lmforge.embed(["a cat"], str(path), batch_size=float(value)).shape[0] == 1
+    except lmforge.OptionsError as err:
+        python = err.field
+    try:
+        status = main(["embed", "--model", str(path), "a cat", "--batch-size", value])
+    except SystemExit as exit_:
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert (python is True, status == 0) == (accepted, accepted), (python, status, err)
+    assert accepted or (python == "batch_size" and status == 2 and f"--batch-size {value}: " in err), err

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from lmforge.config import ConfigError, ModelConfig
+from lmforge.config import ConfigError, ModelConfig, options
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS
@@ -25,11 +25,11 @@ STEPS = (1, MAX_STEPS)  # TrainConfig's bound on steps, said as the flag's
 
 
 def bounded(kind: type, low, high):
-    """An argparse `type`: a `kind` (int or float) in [low, high]; anything else is argparse's one-line
-    error naming the flag and the bounds (a count of 1e12 would run for days, -1 is no count, NaN no size)."""
+    """An argparse `type`: a `kind` (int or float; an int's text as coerce reads it, "3.0" too) in [low,
+    high]; else argparse's one-line error naming the flag and the bounds (-1 is no count, NaN no size)."""
     def parse(text: str):
         try:
-            value = kind(text)
+            value = options.int_text(text) if kind is int else kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in "
                                              f"[{low}, {high}], got {text!r}") from None

@@ -192,6 +192,18 @@ def whole_number(value):
     return int(value) if type(value) is float and math.isfinite(value) and value.is_integer() else value
 
 
+def int_text(text: str) -> int:
+    """An integer's text as coerce reads it: exactly however long, a whole number's too ("3.0", "1e3"); a
+    ValueError otherwise (a fraction, NaN, an infinity, a word): a command line's count flag reads it so."""
+    try:
+        return int(text)
+    except ValueError:
+        value = whole_number(float(text))
+    if not isinstance(value, int):
+        raise ValueError(text)
+    return value
+
+
 def refuse_changed(obj, names, why) -> None:
     """An OptionsError naming the first of `names` set in the options dataclass `obj` to other than its
     declared default, "name=value: why" (why: text, or a function of the name): a setting the run would not

@@ -146,7 +146,8 @@ def test_input_errors_are_clear():
 def test_only_xlnets_forward_takes_two_stream_inputs():
     import inspect
 
-    from lmforge.model import TWO_STREAM_INPUTS, Decoder, Encoder, EncoderDecoder, XLNetEncoder
+    from lmforge.layers.inputs import TWO_STREAM_INPUTS
+    from lmforge.model import Decoder, Encoder, EncoderDecoder, XLNetEncoder
 
     for cls in (Encoder, Decoder, EncoderDecoder):
         assert not set(TWO_STREAM_INPUTS) & set(inspect.signature(cls.forward).parameters), cls
@@ -156,8 +157,9 @@ def test_only_xlnets_forward_takes_two_stream_inputs():
 
 
 def test_xlnet_refuses_the_reference_inputs_it_does_without_by_name():
-    """input_mask / head_mask (the reference XLNetModel's) were a raw TypeError; each is named with
-    what to pass instead, and the forward keeps its 11 parameters."""
+    """input_mask / head_mask (the reference XLNetModel's) and the other encoders' position_ids /
+    global_tokens were a raw TypeError; each is named with what to pass instead, and the forward keeps its
+    11 parameters."""
     import inspect
 
     from lmforge.model import XLNetEncoder
@@ -167,6 +169,9 @@ def test_xlnet_refuses_the_reference_inputs_it_does_without_by_name():
         model(ids, input_mask=torch.zeros(1, 4))
     with pytest.raises(ValueError, match=r"^head_mask: gate heads with lmforge\.layers\.inspection\.inspecting"):
         model(ids, head_mask=torch.ones(2, 2))
+    for name in ("position_ids", "global_tokens"):  # the other encoders' inputs it does without
+        with pytest.raises(ValueError, match=f"^{name}: XLNet"):
+            model(ids, **{name: torch.zeros(1, 4, dtype=torch.long)})
     assert len(inspect.signature(XLNetEncoder.forward).parameters) <= 11
     model(ids, attention_mask=torch.ones(1, 4))  # what it does take still runs
 

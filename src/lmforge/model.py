@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 from lmforge.config import ModelConfig
-from lmforge.config.checks import pattern_set
 from lmforge.config.memory import check_fits
 from lmforge.elmo import ELMo
 from lmforge.layers.attention import AttentionContext, KVCache
 from lmforge.layers.embeddings import Embeddings
 from lmforge.layers.execution import PLAIN
+from lmforge.layers.inputs import check_inputs, refuse_inputs
 from lmforge.layers.inspection import Inspection
 from lmforge.layers.norms import RMSNorm
 from lmforge.layers.patterns import cross_bias
@@ -32,7 +32,6 @@ from lmforge.layers.variants.two_stream import TwoStream
 
 # heads that read one pooled vector per sequence: they never see padded rows, so unpadding may run
 SEQUENCE_HEADS = ("pooler", "classification")
-MASK_VALUES = {"attention_mask": "0 (padding) and 1 (a token)", "global_tokens": "0 (local) and 1 (global)"}
 
 
 @dataclass
@@ -120,61 +119,6 @@ class Transformer(nn.Module):
             out.logits = next(iter(out.head_outputs.values()))
         return out
 
-    def _check(self, input_ids: torch.Tensor, attention_mask, past: int, name: str,
-               position_ids=None, global_tokens=None) -> None:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
-            shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-            raise ValueError(f"{name} must be an integer tensor of shape (batch, length), got {shape}")
-        B, T = input_ids.shape
-        if T == 0:
-            raise ValueError(f"{name} is empty: a sequence needs at least one token")
-        if past + T > self.config.max_seq_len:
-            raise ValueError(f"{name}: {past + T} positions exceed max_seq_len={self.config.max_seq_len}")
-        if attention_mask is not None and tuple(attention_mask.shape) != (B, past + T):
-            raise ValueError(f"attention mask of shape {tuple(attention_mask.shape)} does not match "
-                             f"(batch, cached + new positions) = {(B, past + T)}")
-        if global_tokens is not None:
-            self._check_global(global_tokens, (B, T))
-        if not torch.compiler.is_compiling():  # reading values back would break the graph
-            self._check_values(input_ids, attention_mask, position_ids, name, global_tokens)
-
-    def _check_global(self, global_tokens, shape: tuple) -> None:
-        """Longformer's global_tokens: a (batch, length) tensor, on a model with a longformer layer only."""
-        if "longformer" not in pattern_set(self.config):
-            raise ValueError(f"global_tokens: this model's attention ({self.config.attention}) has no global "
-                             "tokens (Longformer's)")
-        if not isinstance(global_tokens, torch.Tensor) or tuple(global_tokens.shape) != shape:
-            got = tuple(getattr(global_tokens, "shape", ())) or type(global_tokens).__name__
-            raise ValueError(f"global_tokens must be a tensor of shape (batch, length) = {shape}, got {got}")
-
-    def _check_values(self, input_ids: torch.Tensor, attention_mask, position_ids, name: str,
-                      global_tokens=None) -> None:
-        """Token ids inside the vocabulary, masks of 0 and 1 (2 and 0.5 were read as 1; the reference reads
-        a global token of 2 as local), positions inside the table (an IndexError there); read back in one
-        host sync, as the ids alone were."""
-        stats = [input_ids.min(), input_ids.max()]
-        masks = {"attention_mask": attention_mask, "global_tokens": global_tokens}
-        masks = {k: m for k, m in masks.items() if m is not None and m.dtype != torch.bool}
-        for key, mask in masks.items():  # a cache's columns were checked when they were new
-            new = mask[:, -input_ids.shape[1]:]
-            stats.append(((new != 0) & (new != 1)).any())
-        # a table's rows only: learned ones from -position_offset (RoBERTa's padding row), sinusoids from 0
-        lowest = {"learned": -self.config.position_offset, "sinusoidal": 0}.get(self.config.position)
-        if lowest is None:
-            position_ids = None  # rotary, ALiBi, relative biases: computed for any position
-        if position_ids is not None:
-            stats += [position_ids.min(), position_ids.max()]
-        values = torch.stack([v.to(input_ids.device, torch.long) for v in stats]).tolist()
-        low, high, limit = values[0], values[1], self.config.vocab_size
-        if low < 0 or high >= limit:
-            raise ValueError(f"{name} holds token id {low if low < 0 else high} outside the vocabulary "
-                             f"[0, {limit})")
-        for key, bad in zip(masks, values[2:]):
-            if bad:
-                raise ValueError(f"{key} must hold {MASK_VALUES[key]} only")
-        if position_ids is not None and not lowest <= values[-2] <= values[-1] < self.config.max_seq_len:
-            raise ValueError(f"position_ids must be in [{lowest}, max_seq_len={self.config.max_seq_len})")
-
     def _embed(self, embed: Embeddings, input_ids, position_ids, segment_ids, past: int, mask=None):
         if position_ids is None:
             position_ids = default_positions(self.config, input_ids, mask, past)
@@ -183,7 +127,8 @@ class Transformer(nn.Module):
     def _run(self, stack: Stack, embed: Embeddings, step: StackPass) -> ModelOutput:
         """One pass of `step`'s tokens through embeddings and stack, packed where the execution says."""
         past, mask = (step.cache.length if step.cache is not None else 0), step.attention_mask
-        self._check(step.input_ids, mask, past, "input_ids", step.position_ids, step.global_tokens)
+        check_inputs(self.config, step.input_ids, mask, past, "input_ids", step.position_ids,
+                     step.global_tokens)
         x, step.position_ids = self._embed(embed, step.input_ids, step.position_ids, step.segment_ids, past,
                                            mask)
         key_padding = mask.bool() if mask is not None else None
@@ -263,20 +208,6 @@ class Transformer(nn.Module):
             nn.init.normal_(self.tokens.weight, std=1.0)
 
 
-TWO_STREAM_INPUTS = ("perm_mask", "target_mapping", "mems", "mem_len")
-REFUSED = {False: dict.fromkeys(TWO_STREAM_INPUTS, "two-stream inputs need position='xl-relative' (XLNet)"),
-           True: {"input_mask": "pass attention_mask instead (it is 1 - input_mask)",
-                  "head_mask": "gate heads with lmforge.layers.inspection.inspecting(model, gates=...)"}}
-
-
-def _refuse_inputs(model: nn.Module, args: tuple, kwargs: dict) -> None:
-    """Encoders' forward pre-hook: an input it does not take (XLNet's on another encoder, the reference
-    XLNetModel's that XLNet does without) is an error naming it and what to pass, not a TypeError."""
-    refused = REFUSED[model.config.position == "xl-relative"]  # REFUSED[is XLNet]: name -> what to pass
-    for name in [name for name in refused if name in kwargs][:1]:
-        raise ValueError(f"{name}: {refused[name]}")
-
-
 class Encoder(Transformer):
     """Bidirectional encoder (BERT, RoBERTa, ALBERT, ELECTRA, Longformer, BigBird; XLNet's is XLNetEncoder)."""
 
@@ -284,7 +215,7 @@ class Encoder(Transformer):
         super().__init__(cfg)
         self.embed = Embeddings(cfg)
         self.encoder = Stack(cfg, cfg.n_layers, causal=False, cross=False)
-        self.register_forward_pre_hook(_refuse_inputs, with_kwargs=True)
+        self.register_forward_pre_hook(refuse_inputs, with_kwargs=True)
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None, position_ids=None,
                 global_tokens=None, return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
@@ -312,7 +243,7 @@ class XLNetEncoder(Encoder):
         out.mems."""
         streams = TwoStream(input_ids, self.config.n_layers, perm_mask, target_mapping, mems, mem_len)
         past = streams.past
-        self._check(input_ids, attention_mask, past, "input_ids")
+        check_inputs(self.config, input_ids, attention_mask, past, "input_ids")
         x, position_ids = self._embed(self.embed, input_ids, None, segment_ids, past)
         key_padding = attention_mask.bool() if attention_mask is not None else None
         ctx = self._context(self.encoder, x, position_ids, past, key_padding,  # two streams edit dense masks

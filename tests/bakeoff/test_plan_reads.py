@@ -86,3 +86,16 @@ def test_a_text_to_text_option_is_read_by_the_encoder_decoder_arms_alone(tiny_pl
     read = {arm: json.loads((tmp_path / arm / "seed-0" / "sentiment" / "final" / "task.json").read_text())
             for arm in ("mlm", "t5")}
     assert read["t5"]["prefix"] == "sst2" and read["mlm"].get("prefix") is None
+
+
+@pytest.mark.parametrize("objective, preset", [("plm", "xlnet-base"), ("bilm", "elmo-small")])
+def test_an_objective_without_a_flop_count_is_refused_by_the_plan_naming_it(tiny_plan, objective, preset):
+    # said by check_plan, before a run builds the corpus and tokenizer, in the plan's words ('plm', not the
+    # run's spec 'bakeoff.tiny.a')
+    tiny_plan["arms"] = [{"name": "a", "objective": objective, "preset": preset}]
+    tiny_plan["claims"] = []
+    said = rf"^plan: arms\[0\]\.objective: no FLOP count for objective '{objective}'"
+    with pytest.raises(PlanError, match=said):
+        check_plan(tiny_plan)
+    tiny_plan["arms"][0]["pretrain"] = False  # a baseline spends no FLOPs: nothing to count
+    assert check_plan(tiny_plan).arms[0].objective == objective

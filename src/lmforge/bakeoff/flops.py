@@ -40,6 +40,11 @@ BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
 TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget
 
 
+class NoFlopCount(ValueError):
+    """An objective (or architecture) whose training FLOPs forward_flops does not count: XLNet's
+    permutation LM, ELMo's biLM."""
+
+
 def objective_options(spec: ObjectiveSpec, options: dict) -> dict:
     """The keyword arguments the objective is built with: its __init__ defaults, the name's, the arm's."""
     cls = getattr(spec.build, "__self__", None)
@@ -142,7 +147,8 @@ def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict |
         return _seq2seq(cls, cfg, options, T)
     if cfg.architecture == "decoder":
         return {"decoder": T * flops_per_token(cfg, T, lm_head=True)}
-    raise ValueError(f"no FLOP count for objective {spec.name!r} on a {cfg.architecture}")
+    raise NoFlopCount(f"no FLOP count for objective {spec.name!r} on an {cfg.architecture} model (the "
+                      "bake-off counts masked LMs, ELECTRA's, causal and prefix LMs and encoder-decoders)")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,12 @@ from pathlib import Path
 
 import yaml
 
-from lmforge.bakeoff.plan_reads import check_arm_reads, check_finetune_reads, check_task_reads
+from lmforge.bakeoff.plan_reads import (
+    check_arm_counted,
+    check_arm_reads,
+    check_finetune_reads,
+    check_task_reads,
+)
 from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import OptionsError, check_value
 from lmforge.objectives.registry import TOKENIZER_KINDS
@@ -244,6 +249,8 @@ def _check_arm_objective(arm: Arm, where: str) -> None:
     if spec.teacher:
         _fail(f"{where}.objective", f"{spec.name!r} needs a teacher: not a bake-off arm")
     check_arm_reads(arm, spec, where, _fail)
+    check_arm_counted(arm, spec, where, _fail)
+
 
 
 def _claims(values, arms: dict, tasks: set, where: str) -> tuple:

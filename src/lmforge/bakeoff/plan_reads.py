@@ -74,6 +74,23 @@ def check_arm_reads(arm, spec, where: str, fail) -> None:
         fail(f"{where}.duplication", str(err).split(": ", 1)[1])
 
 
+def check_arm_counted(arm, spec, where: str, fail) -> None:
+    """fail(objective, why) where a preset arm's objective has no FLOP count (flops.forward_flops): said
+    while the plan is checked, not after its corpus and tokenizer are built. An option out of its range is
+    left to the run's schedule, which says it in the objective's words."""
+    from lmforge.bakeoff.flops import NoFlopCount, forward_flops
+    from lmforge.presets import get_config
+
+    if arm.preset is None or not arm.pretrain:
+        return
+    try:
+        forward_flops(spec, get_config(arm.preset, **arm.overrides), 8, arm.options)
+    except NoFlopCount as err:
+        fail(f"{where}.objective", str(err).replace(repr(spec.name), repr(arm.objective)))
+    except (ValueError, TypeError):
+        pass
+
+
 def check_task_reads(task: dict, where: str, fail) -> dict:
     """The downstream `task`; fail(field, why) for a field of it that its source does not read."""
     read = TASK_FIELDS.get(task.get("source"), ())

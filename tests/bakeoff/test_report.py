@@ -52,6 +52,15 @@ def test_report_writes_table_claims_and_json(tmp_path, tiny_plan):
     lines = rows("electra", [0.80, 0.81, 0.82]) + rows("mlm", [0.60, 0.61, 0.62])
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(stamped(r)) + "\n" for r in lines))
     text = write_report(plan, tmp_path).read_text()
-    assert "| electra | 0.8100 ± 0.0100 (n=3) |" in text
+    assert "| arm | sentiment (accuracy) |" in text  # what the numbers are
+    assert "| electra | **0.8100** ± 0.0100 (n=3) |" in text and "| mlm | 0.6100 ± 0.0100 (n=3) |" in text
     assert "electra > mlm on sentiment" in text and REPRODUCED in text
     assert json.loads((tmp_path / "report.json").read_text())["claims"][0]["verdict"] == REPRODUCED
+
+
+def test_a_single_seed_claim_says_it_has_no_spread(tmp_path, tiny_plan):
+    plan = check_plan(tiny_plan)
+    lines = rows("electra", [0.80]) + rows("mlm", [0.60])
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(stamped(r)) + "\n" for r in lines))
+    text = write_report(plan, tmp_path).read_text()
+    assert "nan" not in text and "a single seed: no spread" in text and UNRESOLVED in text

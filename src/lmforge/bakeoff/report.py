@@ -64,14 +64,22 @@ def verdict(better: dict, worse: dict) -> tuple:
 
 
 def table(plan: Plan, summary: dict) -> list:
-    """Markdown lines: one row per arm, one column per task (mean +- sd, n seeds)."""
+    """Markdown lines: one row per arm, one column per task headed by its metric (mean +- sd, n seeds),
+    the highest mean of each task in bold."""
     tasks = [t["name"] for t in plan.tasks]
-    lines = ["| arm | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    metric = {task: next((s["metric"] for (_, t), s in summary.items() if t == task), "") for task in tasks}
+    best = {task: max((s["mean"] for (_, t), s in summary.items() if t == task), default=None) for task in tasks}
+    head = [f"{task} ({metric[task]})" if metric[task] else task for task in tasks]
+    lines = ["| arm | " + " | ".join(head) + " |", "|---|" + "---|" * len(tasks)]
     for arm in plan.arms:
         cells = []
         for task in tasks:
             s = summary.get((arm.name, task))
-            cells.append(f"{s['mean']:.4f} ± {s['sd']:.4f} (n={s['n']})" if s else "not run")
+            if s is None:
+                cells.append("not run")
+                continue
+            mean = f"**{s['mean']:.4f}**" if s["mean"] == best[task] else f"{s['mean']:.4f}"
+            cells.append(f"{mean} ± {s['sd']:.4f} (n={s['n']})")
         lines.append(f"| {arm.name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -86,7 +94,8 @@ def claim_lines(plan: Plan, summary: dict) -> list:
             lines.append(f"- {text}: not run yet")
             continue
         found, delta, sd = verdict(a, b)
-        lines.append(f"- {text}: Δ = {delta:+.4f} ± {sd:.4f} (sd of Δ) → **{found}**")
+        spread = f"± {sd:.4f} (sd of Δ)" if math.isfinite(sd) else "(a single seed: no spread to judge it by)"
+        lines.append(f"- {text}: Δ = {delta:+.4f} {spread} → **{found}**")
     return lines
 
 
@@ -142,7 +151,7 @@ def write_report(plan: Plan, out) -> Path:
     png = curves(plan, out, schedules)
     lines = [f"# Bake-off: {plan.name}", "",
              f"Budget {plan.budget:.3g} training FLOPs per arm; seeds {list(plan.seeds)}; test-set primary "
-             f"metric, mean ± sd over seeds.", "",
+             f"metric (column heads name it), mean ± sd over seeds, the best mean of each task in bold.", "",
              *table(plan, summary), "", "Steps and counted FLOPs per arm:", ""]
     for name, s in schedules.items():
         lines.append(f"- {name}: {s['steps']} steps x {s['flops_per_step']:.3g} = {s['flops']:.4g} FLOPs "

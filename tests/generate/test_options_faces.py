@@ -234,3 +234,19 @@ def test_a_checkpoint_s_settings_lmforge_does_not_apply_are_said_not_dropped(fac
     assert "typical_p" not in str(caught[0].message)
     with pytest.warns(GenerationWarning, match=said):
         assert main(["generate", "--model", str(path), PROMPT, "--max-new-tokens", "2"]) == 0
+
+
+def test_an_explicit_min_new_tokens_of_0_is_given_and_replaces_another_min_length(faces, tmp_path):
+    """min_new_tokens=0 was the default, so it could not override a checkpoint's min_length (the reference's
+    explicit min_new_tokens replaces it); now unset is None and 0 is a value, alike in the three faces."""
+    import json
+
+    assert GenerationOptions().min_new_tokens is None
+    replaced = GenerationOptions.build(GenerationOptions(min_length=9), {"min_new_tokens": 0})
+    assert (replaced.min_length, replaced.min_new_tokens) == (0, 0)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"min_length": 9, "min_new_tokens": 2}))
+    assert "min_length" not in GenerationOptions.recommended(tmp_path)  # the reference reads it alone
+    path, model, ids, client = faces
+    both = {"min_new_tokens": 0, "min_length": ids.shape[1] + 2, "max_new_tokens": 4}  # given together
+    assert _python(model, ids, both) == "min_length"
+    assert "--min-length" in _cli(path, both) and _server(client, both).startswith("min_length: ")

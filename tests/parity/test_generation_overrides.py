@@ -14,7 +14,7 @@ from tests.parity.helpers import transformers
 from tests.tasks.core import tokenizer
 
 MIN_LENGTH = 6
-OFF = dict(forced_bos_token_id=-1, suppress_tokens=[], min_new_tokens=0, min_length=0)  # lmforge's explicit "none"
+OFF = dict(forced_bos_token_id=-1, suppress_tokens=[], min_new_tokens=0)  # lmforge's explicit "none"
 HF_OFF = dict(forced_bos_token_id=None, suppress_tokens=[], min_new_tokens=0)  # the reference's
 
 

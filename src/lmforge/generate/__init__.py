@@ -89,7 +89,7 @@ def _decode(steps, ids: dict, options: GenerationOptions, generator, streamer):
     padding = (steps.mask == 0).sum(1) if not isinstance(steps, EncoderDecoderSteps) else None
     constraints = Constraints(prompt_len, prompt_len + max_new_tokens, ids["eos"], options.repetition_penalty,
                               padding, options.no_repeat_ngram_size, options.min_length,
-                              options.min_new_tokens, ids["bos"], ids["forced_eos"], ids["suppress"])
+                              options.min_new_tokens or 0, ids["bos"], ids["forced_eos"], ids["suppress"])
     if beams.num_beams > 1:
         # the reference fills short hypotheses with pad, or eos where pad is unset or 0
         fill = ids["pad"] if ids["pad"] else int(ids["eos"][0]) if ids["eos"] is not None else -1

@@ -46,8 +46,9 @@ class GenerationOptions:
     max_new_tokens: int = option(20, "new tokens generated at most (the prompt and these must fit the "
                                  "model's context, else refused)",
                                  low=1, high=MAX_NEW_TOKENS)
-    min_new_tokens: int = option(0, "no stop token before this many new tokens (<= max_new_tokens)",
-                                 low=0, high=MAX_NEW_TOKENS)
+    min_new_tokens: Optional[int] = option(None, "no stop token before this many new tokens (<= max_new_tokens); "
+                                           "given (0 too), it replaces a min_length", unset="none",
+                                           low=0, high=MAX_NEW_TOKENS)
     min_length: int = option(0, "no stop token before the whole sequence (prompt included) is this long "
                              "(<= the prompt + max_new_tokens)",
                              low=0, high=MAX_LEN)
@@ -99,7 +100,7 @@ class GenerationOptions:
         if self.num_beams > 1 and self.do_sample:
             raise OptionsError(f"num_beams={self.num_beams} with sampling: beam search does not sample; give "
                                "num_beams=1, or do_sample=false (temperature 0)", "num_beams")
-        if self.min_new_tokens > self.max_new_tokens:
+        if self.min_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
             raise OptionsError(f"min_new_tokens={self.min_new_tokens} is more than max_new_tokens="
                                f"{self.max_new_tokens}: no text could end before the budget", "min_new_tokens")
         if self.num_beams > 1 and self.num_return_sequences > self.num_beams:
@@ -117,7 +118,7 @@ class GenerationOptions:
             raise OptionsError(f"min_length={self.min_length} is more than {start} starting tokens plus "
                                f"max_new_tokens={self.max_new_tokens}: no text could end before the budget",
                                "min_length")
-        if self.min_new_tokens and self.min_length > start + self.min_new_tokens:
+        if self.min_new_tokens is not None and self.min_length > start + self.min_new_tokens:
             # the reference then reads min_new_tokens alone: honouring min_length too gave other tokens
             raise OptionsError(f"min_length={self.min_length} asks more than {start} starting tokens plus "
                                f"min_new_tokens={self.min_new_tokens}: give one of them (with both, Hugging "
@@ -125,7 +126,13 @@ class GenerationOptions:
 
     @classmethod
     def build(cls, options: Optional["GenerationOptions"] = None, fields: Optional[dict] = None):
-        """`options` (or the defaults) with `fields` changed; an unknown name or a bad value names the field."""
+        """`options` (or the defaults) with `fields` changed; an unknown name or a bad value names the field.
+        One minimum among `fields` replaces the other one of `options` (a checkpoint's), as the command line's
+        flag does: min_new_tokens=0 over a checkpoint's min_length means no minimum, as in the reference."""
+        fields = dict(fields or {})
+        for given, other in (("min_new_tokens", "min_length"), ("min_length", "min_new_tokens")):
+            if options is not None and given in fields and other not in fields:
+                fields[other] = FIELDS[other].default
         return with_changes(cls, options, fields, "generation")
 
     @classmethod
@@ -139,6 +146,8 @@ class GenerationOptions:
 
         found = _read_json(Path(path) / FILE, strict=True)
         found = {k: v for k, v in found.items() if v is not None} if found else generation_defaults(path)
+        if _is_int(found.get("min_new_tokens")):  # the reference then reads min_new_tokens alone
+            found.pop("min_length", None)
         _unapplied_settings(path, found)
         if "max_new_tokens" not in found and _is_int(found.get("max_length")):
             if start is None:

@@ -49,7 +49,7 @@ class Settings:
     early_stopping: bool = _default("early_stopping")
     repetition_penalty: float = _default("repetition_penalty")
     no_repeat_ngram_size: int = _default("no_repeat_ngram_size")
-    min_new_tokens: int = _default("min_new_tokens")
+    min_new_tokens: int | None = _default("min_new_tokens")  # None: no minimum
     min_length: int = _default("min_length")
     forced_bos_token_id: int | None = None  # None: the model config's; -1: none
     forced_eos_token_id: int | None = None

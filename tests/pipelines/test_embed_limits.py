@@ -67,12 +67,13 @@ def test_max_length_without_room_for_a_token_names_max_length(model_dir, capsys)
     ({"encoding_format": "base64"}, 32),
     ({"truncate": "chunk", "max_chunks": 2}, 32), ({"batch_invariant": True, "normalize": False}, 32),
 ])
-def test_no_texts_give_no_vectors_whatever_the_options(model_dir, keywords, width):
-    """As sentence-transformers gives none (the server refuses an empty request: 422 texts is empty)."""
-    assert lmforge.embed([], model=model_dir, **keywords).shape == (0, width)
-    with pytest.raises(OptionsError) as refused:  # a refusal does not depend on the texts' count
-        lmforge.embed([], model=model_dir, **{**keywords, "dimensions": 33})
-    assert refused.value.field == "dimensions"
+def test_no_texts_are_refused_naming_texts_whatever_the_options(model_dir, keywords, width):
+    """One rule on every face: the server refuses an empty request (422) and the command line too (exit 2);
+    Python's embed([]) gave a (0, d) array (sentence-transformers' answer) where they refused."""
+    assert lmforge.embed(["a"], model=model_dir, **keywords).shape == (1, width)
+    with pytest.raises(OptionsError) as refused:
+        lmforge.embed([], model=model_dir, **keywords)
+    assert refused.value.field == "texts" and "non-empty" in str(refused.value)
 
 
 @pytest.mark.parametrize("texts, said", [
@@ -111,7 +112,7 @@ def test_option_flags_take_and_say_the_bounds_of_embed_options(field, flag, caps
     with pytest.raises(SystemExit) as refused:
         main(["embed", "--model", "unused", "x", "--truncate", "chunk", flag, "1e18"])
     assert refused.value.code == 2
-    assert f"{flag} 1e18: expected an integer in {bounds}" in capsys.readouterr().err
+    assert f"{flag} 1e18: must be in {bounds}" in capsys.readouterr().err
 
 
 def test_numpy_numbers_as_arguments_read_as_the_options_fields_read_them(model_dir):

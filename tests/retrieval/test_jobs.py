@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import lmforge.retrieval.jobs as jobs
+from lmforge.config.options import OptionsError
 from lmforge.train import TrainConfig
 from tests.retrieval.conftest import tiny_bert
 
@@ -62,13 +63,12 @@ def test_one_query_text_is_one_query_and_a_generator_of_them_is_their_list(bm25_
     want = _searched(bm25_index, ["where was Dreatou born"])
     assert _searched(bm25_index, "where was Dreatou born") == want and len(want) == 1
     assert _searched(bm25_index, (q for q in ["where was Dreatou born"])) == want
-    assert _searched(bm25_index, []) == []  # no queries, no answers (was a ValueError from inside the search)
+    with pytest.raises(OptionsError, match="^queries must be a text or a non-empty list"):
+        _searched(bm25_index, [])  # as every face refuses an empty request (a ValueError inside the search)
 
 
 @pytest.mark.parametrize("queries", [None, 3, ["who", 3], {"who": 1}, b"who"])
 def test_queries_that_are_not_texts_are_refused_naming_queries(bm25_index, queries):
-    from lmforge.config.options import OptionsError
-
     with pytest.raises(OptionsError) as refused:  # were TypeError / AttributeError from the BM25 tokenizer
         _searched(bm25_index, queries)
     assert refused.value.field == "queries" and "\n" not in str(refused.value)

@@ -100,7 +100,7 @@ def text_features(model, tokenizer, texts: list, options: FeatureOptions | None 
                   batch_size: int = 32) -> list:
     """A TextFeatures per text (float32, on the CPU), in the order given."""
     options = options or FeatureOptions()
-    texts = _checked_texts(texts)
+    texts = checked_texts(texts)
     if hasattr(model, "word_layers"):
         return _elmo_features(model, texts, options)
     n_states = model.config.n_layers + 1
@@ -144,15 +144,6 @@ def _batch(encodings: list, tokenizer, device) -> tuple:
     return ids.to(device), mask.to(device), segments.to(device)
 
 
-def _checked_texts(texts) -> list:
-    """embed's reading of `texts` (None, a number, a mapping, bytes, a lone surrogate refused naming texts:
-    None and 3 failed as "not iterable", a dict gave its keys' features), and at least one of them."""
-    texts = checked_texts(texts)
-    if not texts:
-        raise OptionsError("texts must be a text or a non-empty list of texts", "texts")
-    return texts
-
-
 def _elmo_features(model, texts: list, options: FeatureOptions) -> list:
     """ELMo's features: its tokens are a text's whitespace-separated words (their offsets given)."""
     words = [list(_WORD.finditer(t)) for t in texts]
@@ -193,7 +184,7 @@ def features(texts, model, tokenizer=None, options: FeatureOptions | None = None
     options = FeatureOptions.build(options, {"layers": layers, "mix_weights": mix_weights, "mix_gamma": mix_gamma,
                                              "pooling": pooling, "max_length": max_length, "truncate": truncate})
     batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
-    texts = _checked_texts(texts)  # before the model is read
+    texts = checked_texts(texts)  # before the model is read
     tokenizer = checked_tokenizer(tokenizer)
     if not hasattr(model, "config"):
         model, found = load_for_features(model)

@@ -328,13 +328,16 @@ def bounds_text(meta: dict) -> str:
 
 def checked_texts(texts, name: str = "texts", one: bool = True) -> list:
     """`texts` (a text or any iterable of texts: a list, a tuple, a generator, a dataset's column) as a
-    list of str; anything else an OptionsError naming `name` (one=False: a single text is refused too)."""
+    list of str, at least one; anything else an OptionsError naming `name` (one=False: a single text is
+    refused too): an empty request is refused here as the server (422) and the command line (exit 2) do."""
     if isinstance(texts, str) and one:
         return [texts]
     if isinstance(texts, (str, bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
         raise OptionsError(f"{name} must be {'a text or ' if one else ''}a list of texts, got "
                            f"{type(texts).__name__}", name)
     texts = list(texts)
+    if not texts:
+        raise OptionsError(f"{name} must be {'a text or ' if one else ''}a non-empty list of texts", name)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise OptionsError(f"{name}[{i}] must be text, got {type(text).__name__}", name)

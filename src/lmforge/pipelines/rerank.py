@@ -120,10 +120,7 @@ def _check_request(query, documents, batch_size) -> tuple:
     if not isinstance(query, str) or not query.strip():
         raise OptionsError("query must be non-empty text", "query")
     checked_texts([query], "query")  # a lone surrogate failed in the tokenizer
-    documents = checked_texts(documents, "documents", one=False)
-    if not documents:
-        raise OptionsError("documents must be a non-empty list of texts", "documents")
-    return documents, batch_size
+    return checked_texts(documents, "documents", one=False), batch_size
 
 
 @named_keywords("rerank")

@@ -79,6 +79,20 @@ def test_span_corruption_matches_the_analytic_count_of_its_short_targets():
                                                                                                lm_head=False)))
 
 
+def test_structbert_is_charged_for_its_word_and_sentence_order_heads():
+    """StructBERT runs the MLM head again on the shuffled trigrams (wso_rate = 5 % of the unmasked
+    tokens) and a pooler + 3-way classifier on [CLS] once an example, beyond BERT's masked LM."""
+    cfg = get_config("bert-base", vocab_size=V)
+    d, d_ff, L = 768, 3072, 12
+    shuffled = 0.05 * (1 - RATE) * T
+    expected = 2 * (T * encoder_macs_per_token(d, d_ff, L, d, T) + (RATE * T + shuffled) * lm_head_macs(d, d, V)
+                    + d * d + 3 * d)
+    got = forward_flops(objectives.get("structural"), cfg, T)
+    assert sum(got.values()) == pytest.approx(expected, rel=1e-9)
+    bare = forward_flops(objectives.get("structural"), cfg, T, {"wso_rate": 0.0, "sso": False})
+    assert sum(bare.values()) == pytest.approx(sum(forward_flops(objectives.get("mlm"), cfg, T).values()))
+
+
 @pytest.mark.parametrize("name", ["mlm", "rtd", "nsp", "span", "wwm"])
 def test_schedules_meet_the_budget_within_two_percent(name):
     cfg = get_config("electra-small", vocab_size=V, n_layers=2)

@@ -8,6 +8,8 @@ What each objective runs, per example of T = max_len tokens:
 - masked LM (BERT, RoBERTa, whole-word, NSP/SOP, SpanBERT): the encoder on T tokens; the
   vocabulary projection only on the `rate` share of positions selected (MaskedLM computes it
   nowhere else); NSP/SOP's pooler + classifier once; SpanBERT's SBO on the selected positions;
+  StructBERT's word-order task the vocabulary projection again on the shuffled `wso_rate` share of
+  the unmasked tokens, and its sentence-order task a pooler + 3-way classifier once;
 - replaced-token detection (ELECTRA): the generator (its own config, generator_config) on T tokens
   with its LM head on the selected positions, plus the discriminator on T tokens with its RTD head
   (dense d -> d, score d -> 1) on every token — ELECTRA is charged for both networks; its MLM
@@ -33,6 +35,7 @@ from lmforge.objectives.electra_mlm import ElectraMLM
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
 from lmforge.objectives.spanbert import SpanMLM
+from lmforge.objectives.structbert import StructuralMLM
 from lmforge.objectives.t5_span_corruption import SpanCorruption, block_length
 from lmforge.pipelines.summary import flops_per_token
 
@@ -74,12 +77,21 @@ def _encoder_config(cfg: ModelConfig) -> ModelConfig:
     return cfg.replace(architecture="encoder", n_decoder_layers=None)
 
 
+def _pair_head(cfg: ModelConfig, n_labels: int) -> int:
+    """Forward FLOPs of a sentence classifier, once an example: the pooler (d x d), then d -> n_labels."""
+    return 2 * (cfg.d_model ** 2 + n_labels * cfg.d_model)
+
+
 def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
     rate = options["rate"]
     charges = {"encoder": T * flops_per_token(cfg, T, lm_head=False),
                "lm_head": rate * T * head_flops(cfg, T)}
-    if options.get("task") in ("nsp", "sop"):  # pooler (d x d) and a 2-way classifier, once
-        charges["pair_head"] = 2 * (cfg.d_model ** 2 + 2 * cfg.d_model)
+    if options.get("task") in ("nsp", "sop"):  # is-next / in-order: a 2-way classifier
+        charges["pair_head"] = _pair_head(cfg, 2)
+    if issubclass(cls, StructuralMLM):  # the shuffled trigrams: wso_rate of the (1 - rate) T unmasked tokens
+        charges["wso_head"] = options["wso_rate"] * (1 - rate) * T * head_flops(cfg, T)
+        if options.get("sso"):  # next / previous / other document
+            charges["pair_head"] = _pair_head(cfg, 3)
     if issubclass(cls, SpanMLM) and getattr(cls, "uses_sbo", True):  # SBO: W1 (3d -> d) and W2 (d -> E) before the shared projection
         d, E = cfg.d_model, cfg.embed_dim
         charges["sbo"] = rate * T * (2 * (3 * d * d + d * E) + 2 * E * cfg.vocab_size)

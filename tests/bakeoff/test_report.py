@@ -64,3 +64,18 @@ def test_a_single_seed_claim_says_it_has_no_spread(tmp_path, tiny_plan):
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(stamped(r)) + "\n" for r in lines))
     text = write_report(plan, tmp_path).read_text()
     assert "nan" not in text and "a single seed: no spread" in text and UNRESOLVED in text
+
+
+def test_the_table_averages_the_seeds_its_header_names(tmp_path, tiny_plan):
+    """--seeds 0 --report after a 3-seed run: the header says seeds [0], so the table is seed 0's (n=1),
+    and the other seeds' results are said to be left out, not averaged in silently."""
+    tiny_plan["seeds"] = [0]
+    plan = check_plan(tiny_plan)
+    lines = rows("electra", [0.80, 0.90, 1.00]) + rows("mlm", [0.60, 0.70, 0.80])
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(stamped(r)) + "\n" for r in lines))
+    text = write_report(plan, tmp_path).read_text()
+    assert "seeds [0];" in text
+    assert "| electra | **0.8000** ± 0.0000 (n=1) |" in text and "| mlm | 0.6000 ± 0.0000 (n=1) |" in text
+    assert "4 result(s) of seeds [1, 2] left out" in text
+    summary = json.loads((tmp_path / "report.json").read_text())["summary"]
+    assert {s["n"] for s in summary} == {1}

@@ -145,7 +145,9 @@ def write_report(plan: Plan, out) -> Path:
     """OUT/report.md (table, claims, curves) and OUT/report.json; returns the markdown's path."""
     out = Path(out)
     rows, stale = current(plan, read_results(out))  # results of an earlier version of the plan: left out
-    summary = summarise(rows)
+    # the seeds the header names, as the curves read them: --seeds 0 after a 3-seed run reports seed 0 alone
+    other = [r for r in rows if r["seed"] not in plan.seeds]
+    summary = summarise([r for r in rows if r["seed"] in plan.seeds])
     path = out / "schedule.json"
     schedules = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     png = curves(plan, out, schedules)
@@ -161,6 +163,9 @@ def write_report(plan: Plan, out) -> Path:
               "", *claim_lines(plan, summary)]
     if stale:
         lines += ["", f"{len(stale)} result(s) of an earlier version of the plan left out (a rerun replaces them)."]
+    if other:
+        seeds = sorted({r["seed"] for r in other})
+        lines += ["", f"{len(other)} result(s) of seeds {seeds} left out (not among this report's seeds)."]
     if png is not None:
         lines += ["", f"![learning curves]({png.name})"]
     report = out / "report.md"

@@ -267,7 +267,7 @@ def test_a_server_refuses_workers_outside_one_to_its_threads(workers):
     ("choice", {"text": "x", "choices": []}, "choices must be a non-empty list", "inputs.choices"),
     ("tagging", {"text": "a", "words": ["a"]}, "text or words", "inputs"),
     ("cls", [{"text": "ok"}, {"text": 5}], "text must be a string", "inputs.1.text"),
-    ("tagging", [{"text": "a"}, {"text": " "}], "has no words", "inputs.1.text"),
+    ("tagging", [{"text": "a"}, {"text": " "}], "text is empty", "inputs.1.text"),
     ("seq2seq", ["ok", {}], "text or source", "inputs.1"),
 ])
 def test_predict_records_name_what_is_wrong(kind, inputs, message, field):

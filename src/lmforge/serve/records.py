@@ -1,9 +1,12 @@
 """/predict's inputs as the canonical records of a task (tasks/formats.py FIELDS), checked here so a
 missing field is a 422 naming it rather than an error inside the worker: by its path, as the schema's
-errors name theirs (inputs.1.text; inputs.1 for the record as a whole; inputs where one record is sent)."""
+errors name theirs (inputs.1.text; inputs.1 for the record as a whole; inputs where one record is sent).
+A text's emptiness is judged by the rule lmforge evaluate applies to a record (tasks/fields.py): blank is
+refused, an optional text given as "" is left out."""
 from __future__ import annotations
 
 from lmforge.serve.limits import RequestError
+from lmforge.tasks.fields import absent, blank, optional_field, strings
 
 # kind -> (required fields, optional fields) of a record sent to /predict
 FIELDS = {"cls": (("text",), ()), "pair": (("text", "text_pair"), ()),
@@ -27,12 +30,18 @@ def _check(kind: str, at: str, record: dict) -> dict:
         problem = f"lacks {', '.join(missing)}" if missing else f"has unknown field(s) {', '.join(unknown)}"
         raise _refuse(f"{at}.{(missing or unknown)[0]}", f"a {kind} record {problem} (fields: {allowed})")
     for key, value in record.items():
-        if key == "choices" or key == "words":
+        if key == "choices":
             if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
                 raise _refuse(f"{at}.{key}", f"{key} must be a non-empty list of strings")
+        elif key == "words":  # the rule of a task file's words (tasks/fields.py): none of them blank
+            if not strings(value):
+                raise _refuse(f"{at}.{key}", f"{key} must be a non-empty list of non-blank strings")
         elif not isinstance(value, str):
             raise _refuse(f"{at}.{key}", f"{key} must be a string")
-    return record
+        elif blank(value) and not (optional_field(kind, key) and absent(value)):
+            raise _refuse(f"{at}.{key}", f"{key} is empty (or only white space): there is nothing to read")
+    # an optional text given as "" is no field, as lmforge evaluate reads it (not a pair of no tokens)
+    return {k: v for k, v in record.items() if not (optional_field(kind, k) and absent(v))}
 
 
 def _canonical(kind: str, at: str, record: dict) -> dict:

@@ -108,11 +108,27 @@ def _field(where: str, row: dict, field: str, column: str, optional: bool = Fals
         raise ValueError(f"{where}: no column {column!r} (for {field}); the record has "
                          f"{', '.join(map(repr, row))}; map one with --columns {field}=NAME")
     value = row[column]
-    if optional and (value is None or value == ""):
+    if optional and absent(value):
         return None
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if blank(value):
         raise ValueError(f"{where}: empty {field} (column {column!r})")
     return value
+
+
+def absent(value) -> bool:
+    """Whether an optional text field's value means no field at all (None or ""): a regression record's
+    text_pair "" is read without a pair, never as a pair of no tokens."""
+    return value is None or value == ""
+
+
+def blank(value) -> bool:
+    """Whether a text field's value holds nothing to read (None, or only white space): refused."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def optional_field(kind: str, field: str) -> bool:
+    """Whether `field` is an optional text field of a `kind` record (FIELDS' "?")."""
+    return f"{field}?" in FIELDS.get(kind, ())
 
 
 def _label(where: str, kind: str, value, choices=None):
@@ -216,14 +232,15 @@ def _require(where: str, row: dict, kind: str, mapping: dict, labelled: bool, hi
                          f"to columns)")
 
 
-def _strings(value) -> bool:
+def strings(value) -> bool:
+    """Whether `value` is a non-empty list of non-blank strings (a tagging record's words and tags)."""
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
 
 
 def _check_tagging(where: str, record: dict) -> None:
     """words and tags (where given): non-empty lists of strings, one tag per word."""
     for key in ("words", "tags"):
-        if key in record and not _strings(record[key]):
+        if key in record and not strings(record[key]):
             raise ValueError(f"{where}: {key} must be a non-empty list of non-blank strings, got "
                              f"{json.dumps(record[key], ensure_ascii=False, default=str)[:40]}")
     if "tags" in record and len(record["words"]) != len(record["tags"]):

@@ -1,0 +1,45 @@
+"""/predict's record check (serve/records.py) against the one lmforge evaluate and its Python face apply
+(tasks/fields.py's given_records): a text record is refused or read alike, and read as the same record."""
+import pytest
+
+from lmforge.serve.limits import RequestError
+from lmforge.serve.records import as_records
+from lmforge.tasks.fields import given_records
+
+T = "the cat sat on the mat"
+
+
+def _python(kind: str, record: dict):
+    """The record as evaluate reads it (its fields alone), or None where it is refused."""
+    try:
+        (read,) = given_records([record], kind, "data", labelled=False)
+    except ValueError:
+        return None
+    return {k: v for k, v in read.items() if k != "line" and v is not None}
+
+
+def _server(kind: str, record: dict):
+    """The record as /predict reads it, or None where it is refused (422 naming a field of inputs.0)."""
+    try:
+        (read,) = as_records(kind, [record])
+    except RequestError as err:
+        assert err.status == 422 and err.param.startswith("inputs.0"), err
+        return None
+    return read
+
+
+@pytest.mark.parametrize("kind, record", [
+    ("cls", {"text": T}), ("cls", {"text": ""}), ("cls", {"text": "  \n"}),
+    ("pair", {"text": T, "text_pair": "a dog"}), ("pair", {"text": T, "text_pair": ""}),
+    ("pair", {"text": " ", "text_pair": "a dog"}),
+    ("regression", {"text": T, "text_pair": ""}), ("regression", {"text": T, "text_pair": "  "}),
+    ("regression", {"text": T}), ("multilabel", {"text": T, "text_pair": ""}), ("multilabel", {"text": "\t"}),
+    ("tagging", {"words": ["the", "cat"]}), ("tagging", {"words": ["", "cat"]}),
+    ("tagging", {"words": [" ", "cat"]}), ("tagging", {"words": []}),
+    ("qa", {"question": "who?", "context": T}), ("qa", {"question": " ", "context": T}),
+    ("qa", {"question": "who?", "context": ""}),
+])
+def test_predict_reads_and_refuses_a_record_as_evaluate_does(kind, record):
+    # a blank text or word was scored by /predict where evaluate refused it; a regression text_pair ""
+    # was encoded as an empty pair (another score) where evaluate reads no pair
+    assert _server(kind, record) == _python(kind, record)

@@ -62,7 +62,7 @@ def cmd_generate(args) -> None:
     from lmforge.generate import generate
 
     typed = typed_options(args)  # before the model is loaded: a bad flag costs nothing
-    path, model, tokenizer = load_named(args.model)
+    _, model, tokenizer = load_named(args.model)
     check_generator(args.model, model)
     seq2seq = _encoder_decoder(model)
     if not tokenizer.encode(args.prompt, add_special_tokens=False).ids:
@@ -73,7 +73,7 @@ def cmd_generate(args) -> None:
     if ids.shape[1] > model.config.max_seq_len:
         raise UsageError(f"the prompt is {ids.shape[1]} tokens long, more than the model's context "
                          f"(max_seq_len={model.config.max_seq_len})")
-    options, taken = decoding_options(args, typed, path, model, start, tokenizer_ids(model, tokenizer))
+    options, taken = decoding_options(args, typed, model, start, tokenizer_ids(model, tokenizer))
     if args.stream and options.num_beams > 1:
         raise UsageError(f"{_named(args, 'num_beams')}: --stream needs --num-beams 1: beam search knows its "
                          "best text only at the end")
@@ -136,28 +136,29 @@ def typed_options(args) -> dict:
     return typed
 
 
-def decoding_options(args, typed: dict, model_dir, model, start: int, ids: dict) -> tuple:
+def decoding_options(args, typed: dict, model, start: int, ids: dict) -> tuple:
     """(GenerationOptions, the settings taken from the checkpoint): each flag given, else the checkpoint's
-    recommendation (its generation_config.json), else the default; checked against each other and the
-    model (vocabulary, context). `start`: decoder positions before the new tokens; `ids`: the stop id
-    (the tokenizer's) and the decoder start id to use where the model's config names none."""
+    recommendation (read with the model: generation.recommended), else the default; checked against each
+    other and the model (vocabulary, context), as lmforge.generate and the server build theirs. `start`:
+    decoder positions before the new tokens; `ids`: the stop id (the tokenizer's) and the decoder start id
+    to use where neither the checkpoint nor the model's config names one."""
     from lmforge.cli.common import UsageError
     from lmforge.config.options import OptionsError
     from lmforge.generate.checks import check_for_model
-    from lmforge.generate.options import GenerationOptions, refuse_unused, sampling_from_temperature
+    from lmforge.generate.options import refuse_unused, sampling_from_temperature
+    from lmforge.generate.recommended import recommendation, resolve
 
     try:
-        recommended = GenerationOptions.recommended(model_dir, start)
-        if "temperature" in typed:  # the flag decides sampling (0: greedy), whatever the checkpoint says
-            recommended.pop("do_sample", None)
+        found = recommendation(model)
+        recommended = found.for_start(start) if found is not None else {}
+        given = sampling_from_temperature(typed)  # the flag decides sampling (0: greedy), not the checkpoint
         for flag, other in (("min_new_tokens", "min_length"), ("min_length", "min_new_tokens")):
             if flag in typed:  # the checkpoint's other minimum gives way, as in the reference's precedence
                 recommended.pop(other, None)
-        taken = {k: v for k, v in recommended.items() if k not in typed and k not in NOT_FLAGS}  # ids: not said
-        fields = {**recommended, **sampling_from_temperature(typed)}
-        fields.update({k: v for k, v in ids.items()
-                       if v is not None and k not in fields and getattr(model.config, k) is None})
-        options = GenerationOptions.build(None, fields)
+        # where settings the user did not type come from (the ids aside)
+        taken = {k: v for k, v in recommended.items() if k not in given and k not in NOT_FLAGS}
+        fallback = {k: v for k, v in ids.items() if v is not None and getattr(model.config, k) is None}
+        options = resolve(model, start, given, defaults=fallback)
         check_for_model(options, model, start)
         refuse_unused(options, typed)  # the flags given: a checkpoint's recommendations may hold both
     except OptionsError as err:

@@ -19,9 +19,13 @@ from lmforge.generate.checks import check_call, check_for_model, check_prompt
 from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.generate.options import GenerationOptions, refuse_unused
 from lmforge.generate.processors import Constraints
+from lmforge.generate.recommended import attach, resolve
 from lmforge.generate.sampling import Sampling, argmax_rows, next_tokens
 from lmforge.generate.steps import DecoderSteps, EncoderDecoderSteps, lm_head_name
+from lmforge.io import register_side_reader
 from lmforge.model import EncoderDecoder, Transformer
+
+register_side_reader(attach)  # lmforge.load(DIR) keeps DIR's recommended settings on the model
 
 __all__ = ["GenerationOptions", "Sampling", "argmax_rows", "generate", "lm_head_name", "next_tokens"]
 
@@ -108,9 +112,11 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
 
     Decoders return (B * R, T + n) prompt and new tokens; encoder-decoders return (B * R, 1 + n)
     decoder tokens (R = num_return_sequences; with beams the R best of each input, best first).
-    The decoding settings are a GenerationOptions: `options`, with any of its fields given as keyword
-    arguments (max_new_tokens=20, do_sample=True, num_beams=4, ...: the reference library's `generate`
-    arguments of the same names); a bad or unknown one raises OptionsError (a ValueError) naming it.
+    The decoding settings are a GenerationOptions: `options`, else the settings the model's directory
+    recommends (`model.generation_config`, read by lmforge.load: its generation_config.json), else the
+    defaults, with any of its fields given as keyword arguments over them (max_new_tokens=20,
+    do_sample=True, num_beams=4, ...: the reference library's `generate` arguments of the same names); a
+    bad or unknown one raises OptionsError (a ValueError) naming it.
     Stop, pad, forced and decoder start ids default to the model config's. use_cache=False
     recomputes every position at every step (same tokens, slower); prefix_lm=True lets a decoder
     pretrained as a prefix LM read the prompt bidirectionally (objectives/prefix_lm.py); `streamer`
@@ -121,10 +127,11 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     where two logits are equal within float rounding). It is left exactly as it was found (weights,
     layout, mode)."""
     check_call(model, use_cache, prefix_lm, generator, streamer)
-    options = GenerationOptions.build(options, fields)
-    refuse_unused(options, fields)  # what the caller gave: an `options` object's fields may be a checkpoint's
     mask = check_prompt(model, input_ids, attention_mask)
-    ids = check_for_model(options, model, 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1])
+    start = 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1]  # positions before the new ones
+    options = resolve(model, start, fields, options)
+    refuse_unused(options, fields)  # what the caller gave: the base's fields may be a checkpoint's
+    ids = check_for_model(options, model, start)
     if options.num_beams > 1 and streamer is not None:
         raise OptionsError(f"num_beams={options.num_beams} with a streamer: beam search knows its best "
                            "hypothesis only at the end; give num_beams=1 to stream", "num_beams")

@@ -142,21 +142,7 @@ class GenerationOptions:
         min_length become new-token counts when `start` (the positions before the new tokens) is given;
         without it a max_length is not applied, said in a GenerationWarning (min_length, a field, counts
         them itself), as are the reference library's settings lmforge does not apply (UNAPPLIED)."""
-        from lmforge.convert.hf import generation_defaults
-
-        found = _read_json(Path(path) / FILE, strict=True)
-        found = {k: v for k, v in found.items() if v is not None} if found else generation_defaults(path)
-        if _is_int(found.get("min_new_tokens")):  # the reference then reads min_new_tokens alone
-            found.pop("min_length", None)
-        _unapplied_settings(path, found)
-        if "max_new_tokens" not in found and _is_int(found.get("max_length")):
-            if start is None:
-                _unapplied_max_length(path, found["max_length"])
-            else:
-                found["max_new_tokens"] = max(1, found["max_length"] - start)
-        if start is not None and "min_new_tokens" not in found and _is_int(found.get("min_length")):
-            found["min_new_tokens"] = max(0, found["min_length"] - start)
-        return {k: v for k, v in found.items() if k in FIELD_NAMES}
+        return for_start(path, read_recommended(path), start)
 
     @classmethod
     def load(cls, path, start: Optional[int] = None) -> "GenerationOptions":
@@ -174,6 +160,35 @@ class GenerationOptions:
         # "none" in the reference's spelling, null: it would read -1 as the vocabulary's last id
         ours.update({k: None for k in FORCED if ours.get(k) == OFF})
         return atomic_write_text(target, json.dumps({**kept, **ours}, indent=2) + "\n")
+
+
+def read_recommended(path) -> dict:
+    """A model directory's recommended settings as written (see GenerationOptions.recommended), max_length
+    and min_length still counting the positions before the new tokens; the settings lmforge does not apply
+    are said in a GenerationWarning here, once per reading."""
+    from lmforge.convert.hf import generation_defaults
+
+    found = _read_json(Path(path) / FILE, strict=True)
+    found = {k: v for k, v in found.items() if v is not None} if found else generation_defaults(path)
+    if _is_int(found.get("min_new_tokens")):  # the reference then reads min_new_tokens alone
+        found.pop("min_length", None)
+    _unapplied_settings(path, found)
+    return {k: v for k, v in found.items() if k in FIELD_NAMES or k == "max_length"}
+
+
+def for_start(path, found: dict, start: Optional[int]) -> dict:
+    """The fields of `found` (read_recommended's) for `start` positions before the new tokens: a max_length
+    and a min_length as new-token counts; without `start` a max_length is not applied (said)."""
+    found = dict(found)
+    max_length = found.pop("max_length", None)
+    if "max_new_tokens" not in found and _is_int(max_length):
+        if start is None:
+            _unapplied_max_length(path, max_length)
+        else:
+            found["max_new_tokens"] = max(1, max_length - start)
+    if start is not None and "min_new_tokens" not in found and _is_int(found.get("min_length")):
+        found["min_new_tokens"] = max(0, found["min_length"] - start)
+    return found
 
 
 def _read_json(path: Path, strict: bool = False) -> dict:

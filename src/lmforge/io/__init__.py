@@ -21,11 +21,20 @@ from lmforge.utils.atomic import writable_folder
 
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path) -> path)
 FOREIGN: dict = {}
+# readers of a directory's side files onto its loaded model, fn(model, path): the generation settings it
+# recommends (lmforge.generate registers them, so io never imports the jobs that build on it)
+SIDE_READERS: list = []
 
 
 def register_format(name: str, detect: Callable, read: Callable, write: Callable) -> None:
     """Add a foreign checkpoint format (detected from a directory's config.json)."""
     FOREIGN[name] = (detect, read, write)
+
+
+def register_side_reader(read: Callable) -> None:
+    """Have `read(model, path)` run on every model `load` reads from a directory."""
+    if read not in SIDE_READERS:
+        SIDE_READERS.append(read)
 
 
 def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None) -> Path:
@@ -50,6 +59,14 @@ def load(path: str | os.PathLike) -> Transformer:
     except ValueError as err:
         raise CheckpointError(str(err)) from None
     meta = read_meta(path)
+    model = _read(path, meta)
+    for side in SIDE_READERS:
+        side(model, path)
+    return model
+
+
+def _read(path: Path, meta: dict) -> Transformer:
+    """The model of directory `path` whose config.json is `meta`, in its format."""
     if meta.get("format") == FORMAT:
         return load_native(path, meta)
     for detect, read, _ in FOREIGN.values():
@@ -64,4 +81,4 @@ _elmo.register_saver(save)  # and ELMo.save, the biLSTM class beside it
 
 __all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "MODEL_PACKAGES", "WEIGHTS_FILE",
            "find_model_dir", "find_tokenizer", "load", "load_state_strict", "load_weights", "model_dir",
-           "register_format", "save", "save_tensors"]
+           "register_format", "register_side_reader", "save", "save_tensors"]

@@ -1,0 +1,79 @@
+"""A loaded model's recommended generation settings, the one start of every face.
+
+`lmforge.load(DIR)` reads a directory's generation_config.json (else config.json's decoding keys) once,
+checks it as GenerationOptions checks a request, says the settings lmforge does not apply, and keeps it on
+the model as `model.generation_config` (a Recommendation; None where the directory recommends nothing or
+the model was built in Python), as the reference library keeps its GenerationConfig on the model.
+`lmforge.generate`, `lmforge generate` and the server's generation routes all build their options with
+`resolve`: the request's values over the checkpoint's, over the defaults, so one request gives the same
+tokens in each face. A max_length and a min_length count the positions before the new tokens, so they
+become new-token counts only when a request's prompt is known (`for_start`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from lmforge.config.options import OptionsError, from_dict
+from lmforge.generate.options import FIELD_NAMES, FILE, GenerationOptions, for_start, read_recommended
+
+MINIMUMS = ("min_new_tokens", "min_length")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The generation settings a model directory recommends, as written (checked when read)."""
+
+    path: str
+    fields: dict
+
+    def for_start(self, start: int) -> dict:
+        """The GenerationOptions fields recommended for `start` positions before the new tokens."""
+        return for_start(self.path, self.fields, start)
+
+
+def read(path) -> Optional[Recommendation]:
+    """The Recommendation of model directory `path`, checked as a request's settings are (an OptionsError
+    naming the file and the field); None where it recommends nothing."""
+    fields = read_recommended(path)
+    try:
+        from_dict(GenerationOptions, {k: v for k, v in fields.items() if k in FIELD_NAMES}, FILE)
+    except OptionsError as err:
+        raise OptionsError(f"{Path(path) / FILE}: {err}", err.field) from None
+    return Recommendation(str(path), fields) if fields else None
+
+
+def attach(model, path) -> None:
+    """Keep `path`'s recommendation on `model` (lmforge.io calls this once a directory is loaded)."""
+    model.generation_config = read(path)
+
+
+def recommendation(model) -> Optional[Recommendation]:
+    """The Recommendation `model` was loaded with (torch.compile's wrapper: its model's), or None."""
+    found = getattr(getattr(model, "_orig_mod", model), "generation_config", None)
+    return found if isinstance(found, Recommendation) else None
+
+
+def resolve(model, start: int, given: Optional[dict] = None, options: Optional[GenerationOptions] = None,
+            defaults: Optional[dict] = None) -> GenerationOptions:
+    """The options of one request: `given` (the values the caller set) over `options` where one is passed
+    whole, else over the model's recommendation for `start`, over `defaults` (a face's own, where neither
+    states one), over GenerationOptions' defaults. A minimum given replaces the other one beneath it, as in
+    the reference. A recommendation that does not fit the request is refused naming the file."""
+    given = dict(given or {})
+    if options is not None:
+        return GenerationOptions.build(options, given)
+    found = recommendation(model)
+    stated = found.for_start(start) if found is not None else {}
+    fields = {**{k: v for k, v in (defaults or {}).items() if k not in stated}, **stated}
+    for name, other in (MINIMUMS, MINIMUMS[::-1]):
+        if name in given and other not in given:
+            fields.pop(other, None)
+    try:
+        return GenerationOptions.build(None, {**fields, **given})
+    except OptionsError as err:
+        if found is None or err.field in given or err.field not in stated:
+            raise
+        raise OptionsError(f"{err} ({err.field} as {Path(found.path) / FILE} recommends it: give "
+                           f"{err.field} to override it)", err.field) from None

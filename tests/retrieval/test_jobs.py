@@ -67,7 +67,7 @@ def test_one_query_text_is_one_query_and_a_generator_of_them_is_their_list(bm25_
         _searched(bm25_index, [])  # as every face refuses an empty request (a ValueError inside the search)
 
 
-@pytest.mark.parametrize("queries", [None, 3, ["who", 3], {"who": 1}, b"who"])
+@pytest.mark.parametrize("queries", [None, 3, ["who", 3], {"who": 1}, b"who", ["who", " "], ""])
 def test_queries_that_are_not_texts_are_refused_naming_queries(bm25_index, queries):
     with pytest.raises(OptionsError) as refused:  # were TypeError / AttributeError from the BM25 tokenizer
         _searched(bm25_index, queries)
@@ -94,3 +94,12 @@ def test_a_numpy_seed_reads_as_python_s_int_as_trainconfigs_seed_does(tmp_path):
     build_index_dir(tmp_path / "a", None, seed=np.int64(1), progress=False)
     build_index_dir(tmp_path / "b", None, seed=1, progress=False)
     assert (tmp_path / "a/passages.jsonl").read_bytes() == (tmp_path / "b/passages.jsonl").read_bytes()
+
+
+def test_a_whole_float_k_reads_as_its_int_built_directly_or_not():
+    """QueryOptions(k=3.0) was refused where every other options object (and QueryOptions.build) took it."""
+    from lmforge.retrieval.job_options import QueryOptions
+
+    assert QueryOptions(k=3.0).k == 3 and type(QueryOptions(k=3.0).k) is int
+    with pytest.raises(OptionsError, match="^k must be an integer"):
+        QueryOptions(k=3.5)

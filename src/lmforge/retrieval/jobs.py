@@ -103,6 +103,9 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
     one text, read as lmforge.embed reads its texts (one text was searched a character at a time)."""
     options, path = options_of(QueryOptions, options), Path(path)
     queries = checked_texts(queries, "queries")  # once: a generator searched, then zipped empty, gave []
+    blank = next((i for i, query in enumerate(queries) if not query.strip()), None)
+    if blank is not None:  # it matched nothing: arbitrary passages scored 0 (rerank refuses it)
+        raise OptionsError(f"queries[{blank}] is blank: a query needs words to search for", "queries")
     k = options.k
     if model is not None and options.method == "bm25":
         raise OptionsError(f"model={model}: the dense search's query encoder; method bm25 searches words, "

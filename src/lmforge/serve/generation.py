@@ -12,7 +12,6 @@ Cancellation is not here: the worker stops a job between any two forward passes 
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,8 @@ import torch
 
 from lmforge.config.options import OptionsError
 from lmforge.generate import generate
-from lmforge.generate.options import FIELDS, GenerationOptions, sampling_from_temperature
+from lmforge.generate.options import GenerationOptions, sampling_from_temperature
+from lmforge.generate.recommended import resolve
 from lmforge.generate.text import Continuation, tokenizer_ids
 from lmforge.serve.limits import RequestError
 
@@ -30,43 +30,39 @@ class StopText(Exception):
     """Raised from the streamer when a stop string has appeared: generation ends there."""
 
 
-def _default(name: str):
-    return FIELDS[name].default
-
-
 @dataclass
 class Settings:
-    """The decoding settings of one request: GenerationOptions fields (temperature 0: greedy, > 0:
-    sampling), a seed and stop strings. Building it builds the request's GenerationOptions, so the server
-    refuses what lmforge.generate and the command line refuse: a 422 naming the field."""
+    """The decoding settings of one request: the GenerationOptions fields it gave (`given`; temperature
+    decides sampling: 0 greedy, > 0 samples), its route's own defaults (`defaults`, beneath the served
+    model's recommended settings), a seed, stop strings and whether it streams. Each prompt's options are
+    built by `options_for`, as lmforge.generate and the command line build theirs (generate/recommended.py):
+    the request's values over the checkpoint's over the defaults. Building it checks the request's own
+    values together, so the server refuses what the other faces refuse: a 422 naming the field."""
 
-    max_new_tokens: int = _default("max_new_tokens")
-    temperature: float = 0.0  # 0: greedy; > 0: sampling
-    top_k: int = _default("top_k")
-    top_p: float = _default("top_p")
-    num_beams: int = _default("num_beams")
-    length_penalty: float = _default("length_penalty")
-    early_stopping: bool = _default("early_stopping")
-    repetition_penalty: float = _default("repetition_penalty")
-    no_repeat_ngram_size: int = _default("no_repeat_ngram_size")
-    min_new_tokens: int | None = _default("min_new_tokens")  # None: no minimum
-    min_length: int = _default("min_length")
-    forced_bos_token_id: int | None = None  # None: the model config's; -1: none
-    forced_eos_token_id: int | None = None
-    suppress_tokens: list | None = None  # None: none; [] too
+    given: dict = field(default_factory=dict)
+    defaults: dict = field(default_factory=dict)
     seed: int | None = None  # sampling: a fixed seed gives the same text again
     stop: tuple = field(default_factory=tuple)
-    options: GenerationOptions = field(init=False, repr=False)
+    stream: bool = False
 
     def __post_init__(self) -> None:
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in FIELDS}
-        self.options = request_options(sampling_from_temperature(fields))
+        self.given = sampling_from_temperature(self.given)
+        request_options(self.given)  # the request's own values, before any model work
+
+    def options_for(self, model, tokenizer, start: int) -> GenerationOptions:
+        """The options of a prompt with `start` decoder positions before its new tokens, with the stop id
+        always set (the finish reason and the cut at the stop read it from the options)."""
+        ids = {"eos_token_id": model.config.eos_token_id, **tokenizer_ids(model, tokenizer)}
+        try:
+            return resolve(model, start, self.given, defaults={**ids, **self.defaults})
+        except OptionsError as err:
+            raise RequestError(422, str(err), param=err.field) from None
 
 
-def request_options(fields: dict, options: GenerationOptions | None = None) -> GenerationOptions:
-    """GenerationOptions from a request's fields; a refusal is the client's 422 naming the field."""
+def request_options(fields: dict) -> GenerationOptions:
+    """GenerationOptions from a request's fields alone; a refusal is the client's 422 naming the field."""
     try:
-        return GenerationOptions.build(options, fields)
+        return GenerationOptions.build(None, fields)
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
 
@@ -117,14 +113,10 @@ class TextTail:
         return self.text[len(self.shown):] if self.text.startswith(self.shown) else ""
 
 
-def _options(settings: Settings, model, tokenizer) -> tuple:
-    """(the request's GenerationOptions with the stop id, the sampling generator or None)."""
-    options = settings.options
-    # the stop id always set here: the finish reason and the cut at the stop read it from the options
-    ids = {"eos_token_id": model.config.eos_token_id, **tokenizer_ids(model, tokenizer)}
+def _generator(settings: Settings, options: GenerationOptions) -> torch.Generator | None:
+    """The sampling generator (seeded by the request, else at random), or None."""
     seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
-    generator = torch.Generator().manual_seed(seed) if options.do_sample else None
-    return request_options(ids, options), generator
+    return torch.Generator().manual_seed(seed) if options.do_sample else None
 
 
 def _finish(ids: list, eos, stopped: bool, max_new: int) -> str:
@@ -136,11 +128,12 @@ def _finish(ids: list, eos, stopped: bool, max_new: int) -> str:
 def run(served, payload: dict, emit: Callable) -> dict:
     """Generate for one prompt; `emit` receives {"text", "token_ids"} per new token (num_beams 1).
     Returns the whole result: text, token ids, finish reason and token counts."""
-    model, tokenizer, settings = served.model, served.tokenizer, payload["settings"]
+    model, tokenizer = served.model, served.tokenizer
+    settings, options = payload["settings"], payload["options"]  # options: the prompt's own (streaming._job)
     ids = torch.tensor([payload["ids"]])
     context = [] if model.config.architecture == "encoder-decoder" else payload["ids"]  # the new text's join
     tail = TextTail(tokenizer, settings.stop, context)
-    options, generator = _options(settings, model, tokenizer)
+    generator = _generator(settings, options)
 
     def streamer(chosen: torch.Tensor) -> None:
         token = int(chosen[0])
@@ -148,7 +141,7 @@ def run(served, payload: dict, emit: Callable) -> dict:
         if tail.stopped:
             raise StopText
 
-    beams = settings.num_beams > 1
+    beams = options.num_beams > 1
     try:
         out = generate(model, ids, options=options, generator=generator, streamer=None if beams else streamer)
         new = out[0, 1 if model.config.architecture == "encoder-decoder" else ids.shape[1]:].tolist()
@@ -164,7 +157,7 @@ def run(served, payload: dict, emit: Callable) -> dict:
                 break
     elif not tail.stopped and tail.rest():
         emit({"text": tail.rest(), "token_ids": []})
-    reason = _finish(new, options.eos_token_id, tail.stopped, settings.max_new_tokens)
+    reason = _finish(new, options.eos_token_id, tail.stopped, options.max_new_tokens)
     return {"text": tail.text, "token_ids": new, "finish_reason": reason,
             "usage": {"prompt_tokens": ids.shape[1], "completion_tokens": len(new),
                       "total_tokens": ids.shape[1] + len(new)}}

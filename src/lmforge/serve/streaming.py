@@ -26,7 +26,8 @@ from fastapi.responses import StreamingResponse
 from lmforge.config.options import OptionsError
 from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
-from lmforge.serve.generation import Settings, prompt_ids
+from lmforge.generate.recommended import recommendation
+from lmforge.serve.generation import Settings, prompt_ids, request_options
 from lmforge.serve.generation_schemas import (DECODING, CompletionRequest, CompletionResponse,
                                              GenerateRequest, GenerateResponse)
 from lmforge.serve.limits import (RequestError, bounded_ids, check_count, check_generation,
@@ -39,12 +40,13 @@ router = APIRouter(responses=ERRORS, tags=["generation"])
 SSE = {"text/event-stream": {"schema": {"type": "string",
                                         "description": "data: {json} events, then data: [DONE]"}}}
 INLINE_CHARS = 10_000  # a prompt tokenized on the event loop itself; longer ones (or several): a thread
-SETTINGS = (*DECODING, "seed")
 LOG = logging.getLogger("uvicorn.error")  # the server's log (app.py's)
 
 
-def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_tokens") -> Settings:
-    """The request's decoding settings, checked against the limits (before any work) and each other."""
+def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_tokens",
+                defaults: dict | None = None) -> Settings:
+    """The request's decoding settings, checked against the limits (before any work) and each other;
+    `defaults`: the route's own, where neither the request nor the served model's checkpoint states one."""
     check_generation(body, max_new_tokens, limits, new_tokens)
     stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     if "" in stops:  # it would be found before the first token: refused, not dropped unsaid
@@ -57,19 +59,30 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     if longest > limits.max_stop_chars:
         raise too_large("max_stop_chars", f"a stop string of {longest} characters, more than "
                         f"max_stop_chars={limits.max_stop_chars}")
-    if body.num_beams > 1 and body.temperature > 0:
+    given = body.model_fields_set
+    if body.num_beams > 1 and body.temperature > 0 and "temperature" in given:
         raise RequestError(422, "num_beams > 1 needs temperature 0: beam search does not sample",
                            param="num_beams")
-    if body.num_beams > 1 and body.stream:
-        raise RequestError(422, "stream needs num_beams 1: beam search knows its best text only at the end",
-                           param="stream")
-    settings = Settings(max_new_tokens=max_new_tokens, temperature=body.temperature, stop=tuple(stops),
-                        **{name: getattr(body, name) for name in SETTINGS})
+    # the values the request gave: the rest are the served model's recommendation's, else the defaults
+    fields = {name: getattr(body, name) for name in (*DECODING, "temperature") if name in given}
+    if given & {"max_new_tokens", "max_tokens"}:
+        fields["max_new_tokens"] = max_new_tokens
+    settings = Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream)
     try:  # a setting the request gave that its decoding would not read: refused as the other faces do
-        refuse_unused(settings.options, body.model_fields_set)
+        refuse_unused(request_options(settings.given), given)
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
     return settings
+
+
+def completion_defaults(served) -> dict:
+    """/v1/completions' own defaults, beneath a checkpoint's: OpenAI's max_tokens 16, and its temperature 1
+    (samples) unless the checkpoint says how to decode (do_sample, temperature or beams)."""
+    found = recommendation(served.model)
+    stated = found.fields if found is not None else {}
+    if stated.keys() & {"do_sample", "temperature", "num_beams"}:
+        return {"max_new_tokens": 16}
+    return {"max_new_tokens": 16, "do_sample": True, "temperature": 1.0}
 
 
 async def jobs_of(served, prompts: list, settings: Settings, limits, listed: bool = False,
@@ -88,23 +101,24 @@ async def jobs_of(served, prompts: list, settings: Settings, limits, listed: boo
         all_ids = encode_all()
     else:
         all_ids = await anyio.to_thread.run_sync(encode_all)
-    jobs = [_job(served, field, ids, settings) for field, ids in zip(fields, all_ids)]
-    check_request(all_ids, settings, limits, new_tokens)
+    jobs = [_job(served, field, ids, settings, limits, new_tokens) for field, ids in zip(fields, all_ids)]
+    check_request(all_ids, [payload["options"] for payload, _ in jobs], limits, new_tokens)
     return jobs
 
 
-def check_request(all_ids: list, settings: Settings, limits, new_tokens: str = "max_new_tokens") -> None:
+def check_request(all_ids: list, options: list, limits, new_tokens: str = "max_new_tokens") -> None:
     """413 naming max_request_tokens when the prompts' tokens and each one's new tokens, times the beams
-    (each beam holds its own sequence), exceed it."""
+    (each beam holds its own sequence), exceed it; `options`: each prompt's GenerationOptions."""
     read = sum(map(len, all_ids))
-    beams = settings.num_beams
-    total = (read + len(all_ids) * settings.max_new_tokens) * beams
+    total = sum((len(ids) + o.max_new_tokens) * o.num_beams for ids, o in zip(all_ids, options))
+    beams, most = max(o.num_beams for o in options), max(o.max_new_tokens for o in options)
     times = f", times num_beams={beams}" if beams > 1 else ""
     check_request_tokens(total, limits, f": {len(all_ids)} prompt(s) of {read} tokens, plus {new_tokens}="
-                         f"{settings.max_new_tokens} for each{times}")
+                         f"{most} for each{times}")
 
 
-def _job(served, field: str, ids: list, settings: Settings) -> tuple:
+def _job(served, field: str, ids: list, settings: Settings, limits=None,
+         new_tokens: str = "max_new_tokens") -> tuple:
     model = served.model
     if not ids:
         raise RequestError(422, f"{field}: the prompt is empty: a decoder needs at least one token",
@@ -112,11 +126,20 @@ def _job(served, field: str, ids: list, settings: Settings) -> tuple:
     context = model.config.max_seq_len
     # decoder positions before the new tokens (the last new token is never fed back)
     start = 1 if model.config.architecture == "encoder-decoder" else len(ids)
-    if len(ids) > context or start + settings.max_new_tokens - 1 > context:
+    options = settings.options_for(model, served.front, start)
+    if limits is not None:  # the checkpoint's settings are bounded as a request's are
+        check_generation(options, options.max_new_tokens, limits, new_tokens)
+    if options.num_beams > 1 and settings.stream:
+        whose = "" if "num_beams" in settings.given else \
+            f" (the model recommends num_beams={options.num_beams})"
+        raise RequestError(422, "stream needs num_beams 1: beam search knows its best text only at the end"
+                           + whose, param="stream")
+    if len(ids) > context or start + options.max_new_tokens - 1 > context:
         raise too_large("max_seq_len", f"the prompt of {len(ids)} tokens plus max_new_tokens="
-                        f"{settings.max_new_tokens} exceed the model's context, max_seq_len={context}")
+                        f"{options.max_new_tokens} exceed the model's context, max_seq_len={context}")
     # the tokens check_request counts, so the queue's backlog (Retry-After, the gauges) weighs beams too
-    return {"ids": ids, "settings": settings}, (len(ids) + settings.max_new_tokens) * settings.num_beams
+    payload = {"ids": ids, "settings": settings, "options": options}
+    return payload, (len(ids) + options.max_new_tokens) * options.num_beams
 
 
 async def _unless_gone(request: Request, awaitable):
@@ -240,7 +263,7 @@ async def completions(body: CompletionRequest, request: Request):
     served = server.pick(body.model, "generate")
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
     check_count(len(prompts), server.limits, "prompt")  # none: 422; over max_inputs: 413
-    settings = settings_of(body, body.max_tokens, server.limits, "max_tokens")
+    settings = settings_of(body, body.max_tokens, server.limits, "max_tokens", completion_defaults(served))
     listed = not isinstance(body.prompt, str)
     jobs = await jobs_of(served, prompts, settings, server.limits, listed, new_tokens="max_tokens")
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),

@@ -1,0 +1,119 @@
+"""A checkpoint's generation_config.json is read once with the model and is where every face starts: Python's
+lmforge.generate, `lmforge generate` and the server's /generate give the same tokens as each other and as
+the reference's model.generate on the same directory, and an explicit value overrides it alike."""
+import json
+import warnings
+
+import pytest
+import torch
+
+import lmforge
+from lmforge.cli import main
+from lmforge.config.options import OptionsError
+from lmforge.generate.options import GenerationWarning
+from lmforge.generate.recommended import Recommendation, recommendation
+from lmforge.generate.text import continuation
+from tests.parity.helpers import transformers
+from tests.tasks.core import tokenizer
+
+SETTINGS = dict(num_beams=2, no_repeat_ngram_size=2, min_new_tokens=3, max_new_tokens=8, do_sample=False)
+OVERRIDE = dict(num_beams=1, no_repeat_ngram_size=0, min_new_tokens=0)  # each one of the checkpoint's, off
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """(directory, the reference read from it, a two-token prompt): a tiny gpt2 whose generation_config.json
+    recommends beams, n-gram blocking and a minimum, and whose stop token is the plain greedy text's first."""
+    path, tok = tmp_path_factory.mktemp("recommended") / "gpt2", tokenizer("gpt2")
+    torch.manual_seed(3)
+    reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=tok.vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
+        eos_token_id=None, pad_token_id=0)).eval()
+    with torch.no_grad():  # scores far from ties
+        reference.transformer.ln_f.weight.mul_(8.0)
+        reference.transformer.ln_f.bias.mul_(8.0)
+    ids = torch.tensor([tok.encode("the cat", add_special_tokens=False).ids])
+    plain = reference.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False,
+                               pad_token_id=0)[0, ids.shape[1]:].tolist()
+    reference.config.eos_token_id = plain[1]  # the plain text stops at once; the minimum holds it off
+    reference.save_pretrained(path)
+    (path / "generation_config.json").write_text(json.dumps({**SETTINGS, "eos_token_id": plain[1],
+                                                             "pad_token_id": 0}))
+    tok.save(path)
+    return path, transformers.GPT2LMHeadModel.from_pretrained(path).eval(), ids
+
+
+def _theirs(checkpoint, **overrides) -> list:
+    _, reference, ids = checkpoint
+    return reference.generate(ids, attention_mask=torch.ones_like(ids), **overrides)[0, ids.shape[1]:].tolist()
+
+
+def _served(checkpoint, body: dict) -> list:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve.app import create_app
+    from lmforge.serve.models import load_served
+
+    with TestClient(create_app({"gen": load_served("gen", checkpoint[0])}, threads=1)) as client:
+        answer = client.post("/generate", json={"model": "gen", "prompt": "the cat", **body}).json()
+    assert "token_ids" in answer, answer
+    return answer["token_ids"]
+
+
+def _command_line(checkpoint, capsys, *flags) -> str:
+    capsys.readouterr()
+    assert main(["generate", "--model", str(checkpoint[0]), "the cat", *flags]) == 0
+    return capsys.readouterr().out
+
+
+def test_load_keeps_the_checkpoint_s_settings_on_the_model(checkpoint):
+    found = recommendation(lmforge.load(checkpoint[0]))
+    assert isinstance(found, Recommendation) and found.fields["num_beams"] == 2
+    assert recommendation(lmforge.build("gpt2", n_layers=1, d_model=32, n_heads=4, d_ff=64)) is None
+
+
+def test_every_face_starts_from_the_checkpoint_as_the_reference_does(checkpoint, capsys):
+    path, _, ids = checkpoint
+    theirs = _theirs(checkpoint)
+    assert len(theirs) >= SETTINGS["min_new_tokens"]  # the checkpoint's minimum held the stop off
+    assert lmforge.generate(lmforge.load(path), ids)[0, ids.shape[1]:].tolist() == theirs
+    assert _served(checkpoint, {}) == theirs
+    tok = lmforge.load_tokenizer(path)
+    assert _command_line(checkpoint, capsys) == "the cat" + continuation(tok, ids[0].tolist(), theirs) + "\n"
+
+
+def test_an_explicit_value_overrides_the_checkpoint_alike_in_every_face(checkpoint, capsys):
+    path, _, ids = checkpoint
+    theirs = _theirs(checkpoint, **OVERRIDE)
+    assert theirs != _theirs(checkpoint)
+    assert lmforge.generate(lmforge.load(path), ids, **OVERRIDE)[0, ids.shape[1]:].tolist() == theirs
+    assert _served(checkpoint, OVERRIDE) == theirs
+    tok = lmforge.load_tokenizer(path)
+    flags = ("--num-beams", "1", "--no-repeat-ngram-size", "0", "--min-new-tokens", "0")
+    assert _command_line(checkpoint, capsys, *flags) == \
+        "the cat" + continuation(tok, ids[0].tolist(), theirs) + "\n"
+
+
+def test_a_recommended_max_length_counts_the_prompt_in_python_too(checkpoint, tmp_path):
+    path, _, ids = checkpoint
+    copy = tmp_path / "max-length"
+    copy.mkdir()
+    for file in path.iterdir():
+        (copy / file.name).write_bytes(file.read_bytes())
+    settings = {k: v for k, v in SETTINGS.items() if k != "max_new_tokens"}
+    (copy / "generation_config.json").write_text(json.dumps({**settings, "max_length": ids.shape[1] + 5}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GenerationWarning)  # applied, so nothing said
+        out = lmforge.generate(lmforge.load(copy), ids, min_new_tokens=5)
+    assert out.shape[1] == ids.shape[1] + 5
+
+
+def test_a_bad_recommendation_is_refused_at_load_naming_the_file(checkpoint, tmp_path):
+    copy = tmp_path / "bad"
+    copy.mkdir()
+    for file in checkpoint[0].iterdir():
+        (copy / file.name).write_bytes(file.read_bytes())
+    (copy / "generation_config.json").write_text(json.dumps({"num_beams": 0}))
+    with pytest.raises(OptionsError, match="generation_config.json.*num_beams"):
+        lmforge.load(copy)

@@ -158,3 +158,29 @@ def test_a_misspelt_option_with_a_preset_is_named_among_every_kind_of_option(tmp
     err = capsys.readouterr().err
     assert "unknown option(s) ['duplicaton']" in err and "lmforge options pretrain" in err
     assert err.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+@pytest.mark.usefixtures("few_probes")
+def test_distillation_loss_weights_are_objective_options(tmp_path):
+    """objective_options={alpha: 0} drops DistilBERT's soft term: the first step's loss is
+    beta L_mlm + gamma L_cos (2, 1) though L_ce is not 0; the defaults add alpha L_ce (5)."""
+    from lmforge.train import TrainConfig
+    from lmforge.train.pretrain import pretrain
+
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(tmp_path / "t"),
+                 "--steps", "1", "batch_size=2", "progress=false", "n_docs=50", "n_layers=2", "d_model=32",
+                 "n_heads=2", "d_ff=64", "max_seq_len=64"]) == 0
+    logged = {}
+    for name, options in (("off", {"alpha": 0}), ("default", None)):
+        teacher = lmforge.load(tmp_path / "t" / "final")
+        torch.manual_seed(0)  # the same teacher for both runs
+        teacher.reset_parameters(std=0.3)  # a confident teacher, so L_ce is far from 0
+        train = TrainConfig(steps=1, batch_size=2, log_every=1, progress=False)
+        pretrain("distillation", tmp_path / name, train, teacher=teacher, n_docs=50, log=lambda line: None,
+                 tokenizer=load_tokenizer(tmp_path / "t" / "final"), objective_options=options)
+        logged[name] = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[0])
+    off, default = logged["off"], logged["default"]
+    assert off["ce_loss"] > 0.1 and off["ce_loss"] == pytest.approx(default["ce_loss"], rel=1e-5)
+    assert off["loss"] == pytest.approx(2 * off["mlm_loss"] + off["cos_loss"], rel=1e-4)
+    weighted = 5 * default["ce_loss"] + 2 * default["mlm_loss"] + default["cos_loss"]
+    assert default["loss"] == pytest.approx(weighted, rel=1e-4)

@@ -189,3 +189,36 @@ def test_an_empty_output_name_or_a_file_is_refused_before_any_work(tmp_path, mon
     with pytest.raises(UnsafePath, match=said):
         pretrain("mlm", name, TrainConfig(steps=1), preset="bert-tiny", overrides=TINY)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+BAD_DISTILLATION = [({"alpha": -1}, "alpha"), ({"gamma": 1001}, "gamma"),
+                    ({"temperature": 0.001}, "temperature"), ({"temperature": 1e4}, "temperature"),
+                    ({"soft_on": "all"}, "soft_on"), ({"alpa": 1}, "alpa"), ({"beta": "2"}, "beta")]
+
+
+@pytest.mark.parametrize("options, field", BAD_DISTILLATION)
+def test_an_objective_option_out_of_its_range_is_refused_on_both_faces_naming_it(options, field, capsys,
+                                                                                 tmp_path):
+    """objective_options are checked by the objective (distillation: weights in [0, 1000], T in [0.01,
+    1000], soft_on's choices) before the corpus, a tokenizer or a student is built."""
+    import lmforge
+
+    teacher = lmforge.build("bert-tiny", **TINY)
+    with pytest.raises(OptionsError) as caught:
+        pretrain("distillation", tmp_path / "p", TrainConfig(steps=1), teacher=teacher,
+                 objective_options=options)
+    assert caught.value.field == f"objective_options.{field}" and not (tmp_path / "p").exists()
+    text = ", ".join(f"{k}: {v!r}" for k, v in options.items())
+    err = refused_on_the_command_line(capsys, ["pretrain", "--objective", "distillation", "--teacher",
+                                               "no-such-teacher", "--out", str(tmp_path / "c"),
+                                               f"objective_options={{{text}}}"])
+    assert f"objective_options.{field}" in err and not (tmp_path / "c").exists()
+
+
+def test_objective_options_reach_the_objective_of_any_name(ran, tmp_path):
+    """One mechanism for every objective: mlm's masking rate as distillation's loss weights."""
+    assert main(cli(tmp_path / "o", "objective_options={rate: 0.2}")) == 0
+    assert ran.calls[0][0].objective_options == {"rate": 0.2}
+    with pytest.raises(OptionsError, match="objective_options.ratio"):
+        pretrain("mlm", tmp_path / "p", TrainConfig(steps=1), preset="bert-tiny",
+                 objective_options={"ratio": 2})

@@ -25,13 +25,13 @@ less, so the counted FLOPs are an upper bound of the compute spent).
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 from lmforge.config import ModelConfig
 from lmforge.objectives import ObjectiveSpec
 from lmforge.objectives.denoising import Denoising
 from lmforge.objectives.electra_mlm import ElectraMLM
+from lmforge.objectives.keywords import objective_options
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
 from lmforge.objectives.spanbert import SpanMLM
@@ -46,25 +46,6 @@ TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget
 class NoFlopCount(ValueError):
     """An objective (or architecture) whose training FLOPs forward_flops does not count: XLNet's
     permutation LM, ELMo's biLM."""
-
-
-def objective_options(spec: ObjectiveSpec, options: dict) -> dict:
-    """The keyword arguments the objective is built with: its __init__ defaults, the name's, the arm's."""
-    cls = getattr(spec.build, "__self__", None)
-    return {**(init_defaults(cls) if isinstance(cls, type) else {}), **spec.options, **options}
-
-
-def init_defaults(cls: type) -> dict:
-    """The defaults of `cls.__init__`, under them those of the masked LM it passes `**mlm` on to: a
-    subclass's base class, ELECTRA's generator's MaskedLM."""
-    params = inspect.signature(cls.__init__).parameters
-    own = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
-    if "mlm" not in params or params["mlm"].kind is not inspect.Parameter.VAR_KEYWORD:
-        return own
-    to = MaskedLM
-    if issubclass(cls, MaskedLM):
-        to = next(base for base in cls.__mro__[1:] if "__init__" in vars(base))
-    return {**init_defaults(to), **own}
 
 
 def head_flops(cfg: ModelConfig, context: int) -> int:

@@ -22,6 +22,7 @@ from lmforge.cli.common import (
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.io import load as load_model
+from lmforge.objectives.keywords import check_keywords
 from lmforge.train.config import options_from_dict
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
 
@@ -33,13 +34,16 @@ SOURCES = "give one of --preset NAME, --model DIR (continue pretraining a checkp
 
 def recipe_options(args, model: dict) -> RecipeOptions:
     """The recipe's options from key=value (taken out of the model overrides) and their flags (--max-len,
-    --duplication: read as key=value's text is, so both refuse alike, naming the field)."""
+    --duplication: read as key=value's text is, so both refuse alike, naming the field); objective_options
+    checked against --objective."""
     options = {key: model.pop(key) for key in RECIPE_KEYS if key in model}
     for key in RECIPE_KEYS:
         given = getattr(args, key, None)  # n_docs has no flag: key=value only
         if given is not None:
             options[key] = coerce(RecipeOptions, key, given) if key in NUMBER_FLAGS else given
     recipe = options_from_dict(RecipeOptions, options, "pretraining recipe")  # a file's 1e2, as TrainConfig's
+    # pretrain() checks them too: here before a teacher or a checkpoint is loaded
+    check_keywords(objectives.get(args.objective), recipe.objective_options or {}, "objective_options")
     if recipe.add_tokens is not None and args.model is None:
         raise UsageError("add_tokens grows a checkpoint's vocabulary: give the checkpoint with --model DIR")
     return recipe

@@ -112,6 +112,11 @@ class Objective(nn.Module, abc.ABC):
         """This objective around `model`, padding with the tokenizer's pad id; `options` go to __init__."""
         return cls(model, pad_id=tokenizer_pad(tokenizer), **options)
 
+    @classmethod
+    def check_values(cls, options: dict) -> None:
+        """A ValueError for one of `options` (keyword arguments of build) out of its range, said before
+        any model is built (objectives.keywords); every value is in range here, the class says otherwise."""
+
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """One example -> inputs and labels (lists); the default passes it through."""
         return dict(example)

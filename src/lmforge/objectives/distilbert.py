@@ -46,6 +46,7 @@ _BLOCK = re.compile(r"^(encoder|decoder)\.blocks\.(\d+)\.")
 # 1000 every soft target is uniform. A loss weight's bound: every number a user chooses has one.
 TEMPERATURE_RANGE = (0.01, 1000)
 WEIGHT_MAX = 1000
+LOSS_OPTIONS = ("alpha", "beta", "gamma", "temperature")  # check_loss_options' fields
 
 
 def every_other(n_layers: int) -> tuple:
@@ -156,11 +157,16 @@ class Distillation(MaskedLM):
             raise ValueError("teacher and student must share the vocabulary")
         if gamma and teacher.config.d_model != student.config.d_model:
             raise ValueError("the cosine loss compares hidden states: same d_model, or gamma=0")
-        if soft_on not in SOFT_ON:
-            raise ValueError(f"soft_on={soft_on!r}: expected one of {', '.join(SOFT_ON)}")
-        check_loss_options(alpha=alpha, beta=beta, gamma=gamma, temperature=temperature)
+        self.check_values(dict(alpha=alpha, beta=beta, gamma=gamma, temperature=temperature, soft_on=soft_on))
         self.teacher = teacher.requires_grad_(False).eval()
         self.alpha, self.beta, self.gamma, self.temperature, self.soft_on = alpha, beta, gamma, temperature, soft_on
+
+    @classmethod
+    def check_values(cls, options: dict) -> None:
+        """The loss weights' and the temperature's bounds (check_loss_options) and soft_on's choices."""
+        check_loss_options(**{k: v for k, v in options.items() if k in LOSS_OPTIONS})
+        if "soft_on" in options and options["soft_on"] not in SOFT_ON:
+            raise ValueError(f"soft_on={options['soft_on']!r:.40}: expected one of {', '.join(SOFT_ON)}")
 
     @classmethod
     def build(cls, teacher, tokenizer, **options) -> Distillation:

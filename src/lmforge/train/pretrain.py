@@ -19,6 +19,7 @@ model in any process, whatever the caller's RNG holds.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -308,6 +309,8 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         check_resumable(out)  # before the corpus is read and a tokenizer trained
     spec, log, teacher = objectives.get(objective), inputs.log, inputs.teacher
     check_read(spec, recipe, inputs)
+    if recipe.objective_options:  # built with them, and its examples cut by them (T5's noise density)
+        spec = dataclasses.replace(spec, options={**spec.options, **recipe.objective_options})
     start = None  # or (model, tokenizer) of the checkpoint continued
     if inputs.model is not None:
         start = checkpoint_start(inputs.model, inputs.tokenizer, inputs.overrides)

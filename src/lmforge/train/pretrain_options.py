@@ -34,6 +34,9 @@ class RecipeOptions:
                                  "10); 0: dynamic, drawn anew each epoch (RoBERTa) (also --duplication)",
                               low=0, high=MAX_DUPLICATION)
     n_docs: int = option(2000, "documents of the built-in corpus (without --data)", low=1, high=MAX_DOCS)
+    objective_options: Optional[dict] = option(None, "the objective's own keyword arguments, as a bake-off "
+                                                     "arm's options: {rate: 0.2}, distillation's {alpha: 0, "
+                                                     "temperature: 4}; each checked by the objective")
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -90,10 +93,14 @@ def recipe_and_inputs(recipe: RecipeOptions | None, inputs: PretrainInputs | Non
 
 
 def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
-    """An OptionsError naming a recipe option the run would not read: duplication with an objective that
-    draws no corruption (clm, bilm: each copy of an example would be the same), n_docs beside data."""
+    """An OptionsError naming a recipe option the run would not read or `spec` refuses: an objective option
+    it does not take or out of its range (objectives.keywords), duplication with an objective that draws no
+    corruption (clm, bilm: each copy of an example would be the same), n_docs beside data."""
     from lmforge.objectives.base import Objective
 
+    from lmforge.objectives.keywords import check_keywords
+
+    check_keywords(spec, recipe.objective_options or {}, "objective_options")
     built = getattr(spec.build, "__self__", None)  # the objective's class (a function builds prefix-lm)
     if recipe.duplication and isinstance(built, type) and built.corrupt is Objective.corrupt:
         raise OptionsError(f"duplication={recipe.duplication}: objective {spec.name} draws no corruption, so "

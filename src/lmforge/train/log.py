@@ -38,22 +38,42 @@ def read_metrics(path: Path) -> list:
     return records
 
 
+def _plot_series(ax, records: list) -> list:
+    """Draw loss and eval_loss on `ax`; what the plot cannot show, in words (non-finite values, none)."""
+    notes = []
+    for key, style in (("loss", "-"), ("eval_loss", "o-")):
+        points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+        bad = [step for step, value in points if not math.isfinite(value)]
+        points = [(step, value) for step, value in points if math.isfinite(value)]
+        if points:  # a marker on every point of a short series: a line through one point draws nothing
+            ax.plot(*zip(*points), style if len(points) > 20 else "o-", label=key.replace("_", " "),
+                    markersize=3)
+        if bad:  # skipped (non-finite) steps would otherwise vanish from the plot unremarked
+            notes.append(f"{key.replace('_', ' ')} not finite at {len(bad)} step(s), first {bad[0]}")
+    return notes if ax.lines else [*notes, "no losses logged"]
+
+
 def plot_losses(metrics: Path, png: Path, title: str = "training") -> Path:
     """Training (and evaluation) loss against step, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    records = read_metrics(metrics)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, style in (("loss", "-"), ("eval_loss", "o-")):
-        points = [(r["step"], r[key]) for r in records if key in r]
-        if points:
-            ax.plot(*zip(*points), style, label=key.replace("_", " "), markersize=3)
-    ax.set(xlabel="step", ylabel="loss", title=title)
+    notes = _plot_series(ax, read_metrics(metrics))
+    ax.set(xlabel="step", ylabel="loss", title=f"{title} loss" if title else "loss")
+    low, high = ax.dataLim.intervalx
+    if ax.lines and high - low < 2:  # one or two steps: whole steps either side, not step 0.96
+        ax.set_xlim(low - 1, high + 1)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.lines:
+        ax.legend()
+    if notes:
+        ax.text(0.5, 0.5 if not ax.lines else 0.02, "; ".join(notes), transform=ax.transAxes,
+                ha="center", va="center" if not ax.lines else "bottom", color="firebrick", fontsize=9)
     fig.tight_layout()
     atomic_savefig(fig, png, dpi=120)
     plt.close(fig)

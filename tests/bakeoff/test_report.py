@@ -79,3 +79,36 @@ def test_the_table_averages_the_seeds_its_header_names(tmp_path, tiny_plan):
     assert "4 result(s) of seeds [1, 2] left out" in text
     summary = json.loads((tmp_path / "report.json").read_text())["summary"]
     assert {s["n"] for s in summary} == {1}
+
+
+def _curves_axes(tmp_path, monkeypatch, tiny_plan, losses: dict, flops_per_step: dict):
+    """The learning curves' axes for the given arm -> metrics records (caught before saving)."""
+    from lmforge.bakeoff import report
+
+    caught = []
+    monkeypatch.setattr(report, "atomic_savefig", lambda fig, path, dpi=None: caught.append(fig.axes[0]))
+    for arm, records in losses.items():
+        folder = tmp_path / arm / "seed-0" / "pretrain"
+        folder.mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    schedules = {arm: {"flops_per_step": f} for arm, f in flops_per_step.items()}
+    assert report.curves(check_plan(tiny_plan), tmp_path, schedules) is not None
+    return caught[0]
+
+
+def test_short_curves_are_visible_on_a_labelled_linear_axis_and_nan_is_said(tmp_path, monkeypatch, tiny_plan):
+    """One logged step an arm, FLOPs within one decade: markers (a one-point line draws nothing), a
+    linear axis (a log axis inside a decade had no labelled tick), the NaN said rather than dropped."""
+    ax = _curves_axes(tmp_path, monkeypatch, tiny_plan,
+                      {"mlm": [{"step": 3, "loss": 5.7}], "electra": [{"step": 1, "loss": 9.0},
+                                                                      {"step": 2, "loss": float("nan")}]},
+                      {"mlm": 1.3e8, "electra": 1.9e8})
+    assert all(line.get_marker() == "o" for line in ax.lines) and ax.get_xscale() == "linear"
+    assert "1 non-finite loss value(s) not drawn" in " ".join(t.get_text() for t in ax.texts)
+    assert "pretraining loss" in ax.get_title() and ax.get_xlabel() == "training FLOPs"
+
+
+def test_curves_spanning_decades_are_drawn_on_a_log_axis(tmp_path, monkeypatch, tiny_plan):
+    losses = {"mlm": [{"step": s, "loss": 9 - s / 10} for s in range(1, 51)]}
+    ax = _curves_axes(tmp_path, monkeypatch, tiny_plan, losses, {"mlm": 1e8})
+    assert ax.get_xscale() == "log" and ax.lines[0].get_marker() in ("None", "")

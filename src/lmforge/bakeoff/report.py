@@ -108,6 +108,24 @@ def _spent_before(plan: Plan, arm, schedules: dict) -> float:
     return spent
 
 
+def _arm_curves(ax, plan: Plan, out: Path, schedules: dict) -> int:
+    """Draw each arm's seeds' loss against FLOPs on `ax`; how many non-finite losses were left out."""
+    bad = 0
+    for i, arm in enumerate(plan.arms):
+        per_step = schedules.get(arm.name, {}).get("flops_per_step")
+        offset = _spent_before(plan, arm, schedules)
+        for j, seed in enumerate(plan.seeds):
+            path = out / arm.name / f"seed-{seed}" / "pretrain" / "metrics.jsonl"
+            records = [r for r in read_metrics(path) if "loss" in r] if path.is_file() and per_step else []
+            finite = [r for r in records if math.isfinite(r["loss"])]
+            bad += len(records) - len(finite)
+            if finite:  # markers on a short curve: a line through one logged step draws nothing
+                ax.plot([offset + r["step"] * per_step for r in finite], [r["loss"] for r in finite],
+                        "-" if len(finite) > 10 else "o-", markersize=3, color=f"C{i % 10}", alpha=0.8,
+                        label=arm.name if j == 0 else None)
+    return bad
+
+
 def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
     """learning_curves.png: each arm's pretraining loss against training FLOPs (every seed)."""
     import matplotlib
@@ -117,23 +135,21 @@ def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
     from matplotlib.ticker import NullFormatter
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = False
-    for i, arm in enumerate(plan.arms):
-        per_step = schedules.get(arm.name, {}).get("flops_per_step")
-        offset = _spent_before(plan, arm, schedules)
-        for j, seed in enumerate(plan.seeds):
-            path = out / arm.name / f"seed-{seed}" / "pretrain" / "metrics.jsonl"
-            records = [r for r in read_metrics(path) if "loss" in r] if path.is_file() and per_step else []
-            if records:
-                ax.plot([offset + r["step"] * per_step for r in records], [r["loss"] for r in records], color=f"C{i}",
-                        alpha=0.8, label=arm.name if j == 0 else None)
-                drawn = True
-    if not drawn:
+    bad = _arm_curves(ax, plan, out, schedules)
+    if not ax.lines:
         plt.close(fig)
         return None
-    ax.set(xlabel="training FLOPs", ylabel="pretraining loss (each objective's own)", title=f"bake-off {plan.name}")
-    ax.set_xscale("log")
-    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels on a short log range overlap
+    seeds = f"{len(plan.seeds)} seed{'s' if len(plan.seeds) > 1 else ''} an arm, one line each"
+    ax.set(xlabel="training FLOPs", ylabel="pretraining loss (each objective's own)",
+           title=f"bake-off {plan.name}: pretraining loss by compute ({seeds})")
+    low, high = ax.dataLim.intervalx
+    if high >= 10 * low:  # log only where FLOPs span a decade or more: inside one, no tick had a label
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels on a short log range overlap
+    if bad:  # a skipped step's loss is not drawn: say so rather than cut the curve short unremarked
+        ax.text(0.5, 0.02, f"{bad} non-finite loss value(s) not drawn", transform=ax.transAxes,
+                ha="center", va="bottom", color="firebrick", fontsize=9)
+    ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     atomic_savefig(fig, out / "learning_curves.png", dpi=110)

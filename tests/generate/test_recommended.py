@@ -67,6 +67,13 @@ def _command_line(checkpoint, capsys, *flags) -> str:
     return capsys.readouterr().out
 
 
+def _copy(checkpoint, folder):
+    folder.mkdir()
+    for file in checkpoint[0].iterdir():
+        (folder / file.name).write_bytes(file.read_bytes())
+    return folder
+
+
 def test_load_keeps_the_checkpoint_s_settings_on_the_model(checkpoint):
     found = recommendation(lmforge.load(checkpoint[0]))
     assert isinstance(found, Recommendation) and found.fields["num_beams"] == 2
@@ -97,10 +104,7 @@ def test_an_explicit_value_overrides_the_checkpoint_alike_in_every_face(checkpoi
 
 def test_a_recommended_max_length_counts_the_prompt_in_python_too(checkpoint, tmp_path):
     path, _, ids = checkpoint
-    copy = tmp_path / "max-length"
-    copy.mkdir()
-    for file in path.iterdir():
-        (copy / file.name).write_bytes(file.read_bytes())
+    copy = _copy(checkpoint, tmp_path / "max-length")
     settings = {k: v for k, v in SETTINGS.items() if k != "max_new_tokens"}
     (copy / "generation_config.json").write_text(json.dumps({**settings, "max_length": ids.shape[1] + 5}))
     with warnings.catch_warnings():
@@ -109,11 +113,23 @@ def test_a_recommended_max_length_counts_the_prompt_in_python_too(checkpoint, tm
     assert out.shape[1] == ids.shape[1] + 5
 
 
-def test_a_bad_recommendation_is_refused_at_load_naming_the_file(checkpoint, tmp_path):
-    copy = tmp_path / "bad"
-    copy.mkdir()
-    for file in checkpoint[0].iterdir():
-        (copy / file.name).write_bytes(file.read_bytes())
+def test_a_bad_recommendation_is_refused_when_generating_naming_the_file(checkpoint, tmp_path):
+    """Loaded to embed or fine-tune, the model is not refused for settings it never uses."""
+    copy = _copy(checkpoint, tmp_path / "bad")
     (copy / "generation_config.json").write_text(json.dumps({"num_beams": 0}))
+    model = lmforge.load(copy)
+    assert model(checkpoint[2]).last_hidden_state.shape[1] == checkpoint[2].shape[1]
     with pytest.raises(OptionsError, match="generation_config.json.*num_beams"):
-        lmforge.load(copy)
+        lmforge.generate(model, checkpoint[2])
+
+
+@pytest.mark.parametrize("format", ["lmforge", "hf"])
+def test_a_saved_model_recommends_what_it_was_loaded_with(checkpoint, tmp_path, format):
+    """A load and a save (lmforge convert, a fine-tuned copy) kept the weights and lost the settings."""
+    model = lmforge.load(checkpoint[0])
+    model.save(tmp_path / "out", format=format)
+    again = recommendation(lmforge.load(tmp_path / "out"))
+    assert again.fields == recommendation(model).fields
+    _, _, ids = checkpoint
+    out = lmforge.generate(lmforge.load(tmp_path / "out"), ids)
+    assert out[0, ids.shape[1]:].tolist() == _theirs(checkpoint)

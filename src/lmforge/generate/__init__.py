@@ -19,13 +19,13 @@ from lmforge.generate.checks import check_call, check_for_model, check_prompt
 from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.generate.options import GenerationOptions, refuse_unused
 from lmforge.generate.processors import Constraints
-from lmforge.generate.recommended import attach, resolve
+from lmforge.generate.recommended import attach, keep, resolve
 from lmforge.generate.sampling import Sampling, argmax_rows, next_tokens
 from lmforge.generate.steps import DecoderSteps, EncoderDecoderSteps, lm_head_name
 from lmforge.io import register_side_reader
 from lmforge.model import EncoderDecoder, Transformer
 
-register_side_reader(attach)  # lmforge.load(DIR) keeps DIR's recommended settings on the model
+register_side_reader(attach, keep)  # lmforge.load(DIR) keeps DIR's recommended settings, and save writes them
 
 __all__ = ["GenerationOptions", "Sampling", "argmax_rows", "generate", "lm_head_name", "next_tokens"]
 

@@ -11,12 +11,15 @@ become new-token counts only when a request's prompt is known (`for_start`).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError, from_dict
 from lmforge.generate.options import FIELD_NAMES, FILE, GenerationOptions, for_start, read_recommended
+from lmforge.io.files import CheckpointError
 
 MINIMUMS = ("min_new_tokens", "min_length")
 
@@ -45,13 +48,31 @@ def read(path) -> Optional[Recommendation]:
 
 
 def attach(model, path) -> None:
-    """Keep `path`'s recommendation on `model` (lmforge.io calls this once a directory is loaded)."""
-    model.generation_config = read(path)
+    """Keep `path`'s recommendation on `model` (lmforge.io calls this once a directory is loaded); one that
+    fails its check is kept as its error, raised when a face generates: a model loaded to embed or fine-tune
+    is not refused for settings it never uses."""
+    try:
+        model.generation_config = read(path)
+    except (OptionsError, CheckpointError) as err:
+        model.generation_config = err
+
+
+def keep(model, path) -> None:
+    """Write `model`'s recommendation into the directory it was saved to (lmforge.io calls this once a model
+    is saved), over what the writer put there (an export's forced ids): saved, it recommends what it did."""
+    found = recommendation(model)
+    if found is not None:
+        target = Path(path) / FILE
+        written = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
+        atomic_write_text(target, json.dumps({**written, **found.fields}, indent=2) + "\n")
 
 
 def recommendation(model) -> Optional[Recommendation]:
-    """The Recommendation `model` was loaded with (torch.compile's wrapper: its model's), or None."""
+    """The Recommendation `model` was loaded with (torch.compile's wrapper: its model's), or None; the
+    error of one that failed its check when it was read."""
     found = getattr(getattr(model, "_orig_mod", model), "generation_config", None)
+    if isinstance(found, (OptionsError, CheckpointError)):
+        raise found
     return found if isinstance(found, Recommendation) else None
 
 

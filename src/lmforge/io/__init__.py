@@ -21,9 +21,11 @@ from lmforge.utils.atomic import writable_folder
 
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path) -> path)
 FOREIGN: dict = {}
-# readers of a directory's side files onto its loaded model, fn(model, path): the generation settings it
-# recommends (lmforge.generate registers them, so io never imports the jobs that build on it)
+# readers of a directory's side files onto its loaded model, fn(model, path), and their writers back beside
+# a saved one: the generation settings it recommends (lmforge.generate registers both, so io never imports
+# the jobs that build on it)
 SIDE_READERS: list = []
+SIDE_WRITERS: list = []
 
 
 def register_format(name: str, detect: Callable, read: Callable, write: Callable) -> None:
@@ -31,10 +33,12 @@ def register_format(name: str, detect: Callable, read: Callable, write: Callable
     FOREIGN[name] = (detect, read, write)
 
 
-def register_side_reader(read: Callable) -> None:
-    """Have `read(model, path)` run on every model `load` reads from a directory."""
-    if read not in SIDE_READERS:
-        SIDE_READERS.append(read)
+def register_side_reader(read: Callable, write: Callable | None = None) -> None:
+    """Have `read(model, path)` run on every model `load` reads from a directory, and `write(model, path)`
+    on every model `save` writes (so that a load and a save keep what `read` read)."""
+    for found, hook in ((SIDE_READERS, read), (SIDE_WRITERS, write)):
+        if hook is not None and hook not in found:
+            found.append(hook)
 
 
 def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None) -> Path:
@@ -44,11 +48,12 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
     if state is not None and not isinstance(state, dict):
         raise OptionsError(f"state must be a mapping of weight names to tensors, got {type(state).__name__}",
                            "state")
-    if format in FOREIGN:
-        return FOREIGN[format][2](model, path)
-    if format != FORMAT:
+    if format not in (FORMAT, *FOREIGN):
         raise ValueError(f"format={format!r} is not one of {', '.join((FORMAT, *FOREIGN))}")
-    return save_native(model, path, state)
+    written = FOREIGN[format][2](model, path) if format in FOREIGN else save_native(model, path, state)
+    for side in SIDE_WRITERS:
+        side(model, written)
+    return written
 
 
 def load(path: str | os.PathLike) -> Transformer:

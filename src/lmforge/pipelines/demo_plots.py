@@ -12,11 +12,19 @@ def read_metrics(path) -> list:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def _steps(ax) -> None:
+    """Whole steps on the x axis (a short run had ticks at step 1.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _pretraining(ax, rows: list) -> None:
     ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="train")
     evals = [r for r in rows if "eval_loss" in r]
     ax.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="held out")
-    ax.set(title="MLM pretraining", xlabel="step", ylabel="cross-entropy")
+    ax.set(title="MLM pretraining", xlabel="step", ylabel="cross-entropy (nats)")
+    _steps(ax)
     ax.legend()
 
 
@@ -33,11 +41,15 @@ def _probes(ax, probes: dict) -> None:
 
 
 def _task(ax, task: str, runs: dict) -> None:
-    for name, run in runs.items():
+    # a marker and dash of its own for each run: equal curves (common on a quick run) drew the second
+    # exactly over the first, which vanished but for its legend entry
+    styles = ({"marker": "o"}, {"marker": "s", "linestyle": "--", "markerfacecolor": "none", "markersize": 9})
+    for (name, run), style in zip(runs.items(), styles):
         key = f"valid_{run['metric']}"
         rows = [r for r in read_metrics(run["metrics"]) if key in r]
-        ax.plot([r["step"] for r in rows], [r[key] for r in rows], "o-", label=name)
+        ax.plot([r["step"] for r in rows], [r[key] for r in rows], label=name, **style)
     ax.set(title=f"Fine-tuning: {task}", xlabel="step", ylabel=f"validation {run['metric']}")
+    _steps(ax)
     ax.legend()
 
 

@@ -184,3 +184,19 @@ def test_distillation_loss_weights_are_objective_options(tmp_path):
     assert off["loss"] == pytest.approx(2 * off["mlm_loss"] + off["cos_loss"], rel=1e-4)
     weighted = 5 * default["ce_loss"] + 2 * default["mlm_loss"] + default["cos_loss"]
     assert default["loss"] == pytest.approx(weighted, rel=1e-4)
+
+
+@pytest.mark.usefixtures("few_probes")
+def test_a_resume_with_other_objective_options_is_refused_naming_them(tmp_path, capsys):
+    """The run's objective options are recorded with its checkpoints: a resume at another masking rate
+    would have continued the run on other examples, unsaid."""
+    out = tmp_path / "run"
+    args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "2",
+            "batch_size=2", "save_every=1", "progress=false", "n_docs=50", "n_layers=1", "d_model=32",
+            "n_heads=2", "d_ff=64", "max_seq_len=64", "objective_options={rate: 0.2}"]
+    assert main(args) == 0
+    args[8] = "3"
+    capsys.readouterr()
+    assert main([*args[:-1], "objective_options={rate: 0.3}", "--resume"]) == 2
+    assert "objective_options={'rate': 0.2} (the run's) vs {'rate': 0.3}" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0 and (out / "checkpoints" / "step-0000003").is_dir()

@@ -322,8 +322,9 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
     examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, recipe.max_len), train.seed)
+    settings = {"objective_options": recipe.objective_options or {}}  # a resume that changes them is refused
     trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=recipe.duplication,
-                      evaluator=inputs.evaluator)
+                      evaluator=inputs.evaluator, settings=settings)
     untrained = probe_scores(task, tokenizer, train.seed) if not inputs.data and trainer.main else None
     result = trainer.fit(resume=inputs.resume, final_files=(tokenizer.save,))
     if trainer.main:

@@ -186,6 +186,22 @@ def test_figures_are_written_as_png_and_svg(tmp_path):
     assert matplotlib.image.imread(long).std() > 0.05
 
 
+
+def test_a_long_title_stays_inside_a_one_head_figure():
+    """A citation title (the presets') over one narrow head is wrapped, not cut off at both edges."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from lmforge.analysis.view_figure import _draw, selection
+
+    maps = random_maps(n_layers=1, n_heads=2, length=8)
+    maps.title = "Devlin et al. 2019, BERT, sec. 3 (BERT-BASE)"
+    g, probs, heads = selection(maps, layer=0, heads=[1])
+    fig = _draw(probs, heads, g, 0, maps.title)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)  # lays the figure out (constrained layout) as saving would
+    box = fig._suptitle.get_window_extent(renderer)
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width
+
 def test_token_labels_thin_then_give_way_to_positions():
     tokens = [f"t{i}" for i in range(60)]
     assert _ticks(tokens, 100) == (list(range(60)), tokens)

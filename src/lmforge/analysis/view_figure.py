@@ -7,6 +7,7 @@ legible, thinned when a panel has no room for all, and replaced by positions bey
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import torch
@@ -92,7 +93,9 @@ def _draw(probs: torch.Tensor, heads: list, g, layer: int, title: str):
         ax.set_axis_off()
     fig.colorbar(image, ax=axes, shrink=0.8 if rows > 1 else 0.9, label="attention weight")
     name = f"{title} · " if title else ""
-    fig.suptitle(f"{name}{g.name} attention, layer {layer}", fontsize=11)
+    # wrapped to the figure's width: one head's narrow figure cut a citation title off at both ends
+    width = int(fig.get_figwidth() * 72 / (11 * 0.6))
+    fig.suptitle(textwrap.fill(f"{name}{g.name} attention, layer {layer}", max(width, 20)), fontsize=11)
     return fig
 
 

@@ -93,9 +93,10 @@ def print_table(results: dict, console=None) -> None:
                   + "".join(f"  layer-0 {k} {_cell(v)}" for k, v in b.get("layer0", {}).items()))
 
 
-def _legend(ax, **options) -> None:
+def _legend(ax) -> None:
+    """The panel's legend beside it: inside, eight probes' entries covered the curves they name."""
     if ax.get_legend_handles_labels()[0]:  # a panel with nothing to show (no control task) has no legend
-        ax.legend(fontsize=7, **options)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def _accuracy_panel(ax, results: dict) -> None:
@@ -103,22 +104,22 @@ def _accuracy_panel(ax, results: dict) -> None:
     for task, r in results["tasks"].items():
         if task in STRUCTURAL_MAIN:
             continue
-        for head, style in (("mlp", "-o"), ("linear", "--")):
+        for head, style in (("mlp", "-o"), ("linear", "--s")):  # markers: one layer draws no line
             if head in r:
                 ax.plot(layers, r[head]["accuracy"], style, label=f"{task} ({head})", markersize=4)
     ax.set(title="Label probes: test accuracy", xlabel="layer (0 = embeddings)", ylabel="accuracy")
-    _legend(ax, ncol=2)
+    _legend(ax)
 
 
 def _selectivity_panel(ax, results: dict) -> None:
     layers = results["layers"]
     for task, r in results["tasks"].items():
-        for head, style in (("mlp", "-o"), ("linear", "--")):
+        for head, style in (("mlp", "-o"), ("linear", "--s")):
             if task not in STRUCTURAL_MAIN and "selectivity" in r.get(head, {}):
                 ax.plot(layers, r[head]["selectivity"], style, label=f"{task} ({head})", markersize=4)
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set(title="Selectivity: task - control accuracy (Hewitt & Liang 2019)", xlabel="layer", ylabel="selectivity")
-    _legend(ax, ncol=2)
+    _legend(ax)
 
 
 def _mix_panel(ax, results: dict) -> None:
@@ -137,7 +138,7 @@ def _mix_panel(ax, results: dict) -> None:
 def _structural_panel(ax, results: dict) -> None:
     layers = results["layers"]
     for task, keys in STRUCTURAL_MAIN.items():
-        for key, style in zip(keys, ("-o", "--")):
+        for key, style in zip(keys, ("-o", "--s")):
             if task in results["tasks"]:
                 ax.plot(layers, results["tasks"][task][key], style, label=key, markersize=4)
     rb = results["baselines"]["right_branching_uuas"]
@@ -153,13 +154,14 @@ def plot_probes(results: dict, path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig, axes = plt.subplots(2, 2, figsize=(16, 9))
     _accuracy_panel(axes[0, 0], results)
     _selectivity_panel(axes[0, 1], results)
     _mix_panel(axes[1, 0], results)
     _structural_panel(axes[1, 1], results)
     for ax in axes.flat:
         ax.grid(alpha=0.3)
+        ax.set_xticks(results["layers"])  # whole layers: a matplotlib default put ticks at layer 1.25
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -165,9 +165,9 @@ def test_xlnet_refuses_the_reference_inputs_it_does_without_by_name():
     from lmforge.model import XLNetEncoder
 
     model, ids = tiny_model("xlnet-base"), torch.zeros(1, 4, dtype=torch.long)
-    with pytest.raises(ValueError, match=r"^input_mask: pass attention_mask instead \(it is 1 - input_mask\)$"):
+    with pytest.raises(ValueError, match=r"^input_mask: pass attention_mask instead \(it is 1 - input_mask"):
         model(ids, input_mask=torch.zeros(1, 4))
-    with pytest.raises(ValueError, match=r"^head_mask: gate heads with lmforge\.layers\.inspection\.inspecting"):
+    with pytest.raises(ValueError, match=r"^head_mask: gate heads with lmforge\.layers\.inspection"):
         model(ids, head_mask=torch.ones(2, 2))
     for name in ("position_ids", "global_tokens"):  # the other encoders' inputs it does without
         with pytest.raises(ValueError, match=f"^{name}: XLNet"):

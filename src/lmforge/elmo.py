@@ -98,7 +98,8 @@ class ELMo(nn.Module):
                 or char_ids.dtype not in (torch.long, torch.int):  # what nn.Embedding indexes with
             got = f"{tuple(char_ids.shape)} {char_ids.dtype}" if isinstance(char_ids, torch.Tensor) \
                 else type(char_ids).__name__
-            raise ValueError(f"elmo: char_ids must be an int64 or int32 tensor (batch, words, {L}), got {got}")
+            raise ValueError(f"elmo: char_ids must be an int64 or int32 tensor (batch, words, {L}), "
+                             f"got {got}")
         if char_ids.shape[1] == 0 or char_ids.shape[0] == 0:
             raise ValueError("elmo: char_ids is empty: a sequence needs at least one word")
         low, high = int(char_ids.min()), int(char_ids.max())

@@ -75,8 +75,8 @@ def test_span_corruption_matches_the_analytic_count_of_its_short_targets():
     bart = get_config("bart-base", vocab_size=V)
     whole = forward_flops(objectives.get("denoising"), bart, T)
     encoder_only = bart.replace(architecture="encoder", n_decoder_layers=None)
-    assert whole["decoder"] == pytest.approx(T * (flops_per_token(bart, T) - flops_per_token(encoder_only, T,
-                                                                                               lm_head=False)))
+    encoder = flops_per_token(encoder_only, T, lm_head=False)
+    assert whole["decoder"] == pytest.approx(T * (flops_per_token(bart, T) - encoder))
 
 
 def test_structbert_is_charged_for_its_word_and_sentence_order_heads():
@@ -85,8 +85,8 @@ def test_structbert_is_charged_for_its_word_and_sentence_order_heads():
     cfg = get_config("bert-base", vocab_size=V)
     d, d_ff, L = 768, 3072, 12
     shuffled = 0.05 * (1 - RATE) * T
-    expected = 2 * (T * encoder_macs_per_token(d, d_ff, L, d, T) + (RATE * T + shuffled) * lm_head_macs(d, d, V)
-                    + d * d + 3 * d)
+    head = (RATE * T + shuffled) * lm_head_macs(d, d, V)
+    expected = 2 * (T * encoder_macs_per_token(d, d_ff, L, d, T) + head + d * d + 3 * d)
     got = forward_flops(objectives.get("structural"), cfg, T)
     assert sum(got.values()) == pytest.approx(expected, rel=1e-9)
     bare = forward_flops(objectives.get("structural"), cfg, T, {"wso_rate": 0.0, "sso": False})

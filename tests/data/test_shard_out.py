@@ -65,11 +65,13 @@ def test_an_out_nested_with_the_tokenizer_folder_is_refused_by_both_faces(corpus
     shutil.copytree(tokenizer_dir, tok)
     before = sorted(p.name for p in tok.iterdir())
     for tokenizer, out in ((tok, tok / "sh"), (tok, tok), (tok, tmp_path)):
-        argv = ["corpus", "shard", str(corpus_dir / "c.txt"), "--tokenizer", str(tokenizer), "--out", str(out)]
+        argv = ["corpus", "shard", str(corpus_dir / "c.txt"), "--tokenizer", str(tokenizer),
+                "--out", str(out)]
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--out" in err and "--tokenizer" in err, err
-        with pytest.raises(UnsafePath, match=f"^out {out} is, holds or lies inside the tokenizer folder") as no:
+        said = f"^out {out} is, holds or lies inside the tokenizer folder"
+        with pytest.raises(UnsafePath, match=said) as no:
             shard_corpus([corpus_dir / "c.txt"], tokenizer, out, log=lambda m: None)
         assert no.value.field == "out"
     assert sorted(p.name for p in tok.iterdir()) == before  # nothing written

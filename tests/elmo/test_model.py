@@ -59,7 +59,8 @@ def test_a_character_table_or_word_width_too_small_for_the_character_ids_is_refu
     IndexError and a ragged-tensor error."""
     from lmforge.config.checks import ELMO_CHARACTERS
 
-    assert ELMO_CHARACTERS == max(word_chars("\xff")) + 1 == max(word_chars("</S>")) + 1  # tokenizer/chars.py's
+    # tokenizer/chars.py's
+    assert ELMO_CHARACTERS == max(word_chars("\xff")) + 1 == max(word_chars("</S>")) + 1
     for bad, field in ((dict(n_characters=ELMO_CHARACTERS - 1), "n_characters"),
                        (dict(max_characters_per_token=2, char_filters=[[1, 8]]), "max_characters_per_token")):
         with pytest.raises(ConfigError, match=f"^{field}=.* must be at least") as err:
@@ -199,4 +200,5 @@ def test_char_ids_that_embedding_cannot_index_and_a_mask_that_is_no_tensor_are_r
             model(bad)
     with pytest.raises(ValueError, match="attention_mask must be a tensor"):
         model(chars, mask.tolist())
-    torch.testing.assert_close(model(chars.int(), mask).last_hidden_state, model(chars, mask).last_hidden_state)
+    as_int32 = model(chars.int(), mask).last_hidden_state
+    torch.testing.assert_close(as_int32, model(chars, mask).last_hidden_state)

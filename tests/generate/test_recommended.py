@@ -45,7 +45,8 @@ def checkpoint(tmp_path_factory):
 
 def _theirs(checkpoint, **overrides) -> list:
     _, reference, ids = checkpoint
-    return reference.generate(ids, attention_mask=torch.ones_like(ids), **overrides)[0, ids.shape[1]:].tolist()
+    out = reference.generate(ids, attention_mask=torch.ones_like(ids), **overrides)
+    return out[0, ids.shape[1]:].tolist()
 
 
 def _served(checkpoint, body: dict) -> list:

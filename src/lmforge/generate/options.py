@@ -28,8 +28,8 @@ MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x le
 EARLY_STOPPING = (True, False, "never")
 FILE = "generation_config.json"
 TOKEN_ID = dict(low=0, high=MAX_VOCAB - 1)
-# a forced id's "none", overriding the checkpoint's: Hugging Face's word for it, None, is lmforge's "not given"
-# (the checkpoint's); a list's "none" is [] in both
+# a forced id's "none", overriding the checkpoint's: Hugging Face's word for it, None, is lmforge's "not
+# given" (the checkpoint's); a list's "none" is [] in both
 OFF = -1
 FORCED_ID = dict(low=OFF, high=MAX_VOCAB - 1)
 
@@ -46,8 +46,9 @@ class GenerationOptions:
     max_new_tokens: int = option(20, "new tokens generated at most (the prompt and these must fit the "
                                  "model's context, else refused)",
                                  low=1, high=MAX_NEW_TOKENS)
-    min_new_tokens: Optional[int] = option(None, "no stop token before this many new tokens (<= max_new_tokens); "
-                                           "given (0 too), it replaces a min_length", unset="none",
+    min_new_tokens: Optional[int] = option(None, "no stop token before this many new tokens (<= "
+                                           "max_new_tokens); given (0 too), it replaces a min_length",
+                                           unset="none",
                                            low=0, high=MAX_NEW_TOKENS)
     min_length: int = option(0, "no stop token before the whole sequence (prompt included) is this long "
                              "(<= the prompt + max_new_tokens)",
@@ -79,7 +80,8 @@ class GenerationOptions:
     forced_bos_token_id: Optional[int] = option(None, "the token forced first; -1: none, overriding the "
                                                 "checkpoint's", unset="the config's", **FORCED_ID)
     forced_eos_token_id: Optional[int] = option(None, "the token forced at the last position; -1: none, "
-                                                "overriding the checkpoint's", unset="the config's", **FORCED_ID)
+                                                "overriding the checkpoint's", unset="the config's",
+                                                **FORCED_ID)
     suppress_tokens: Optional[list] = option(None, "token ids never generated; []: none, overriding the "
                                              "checkpoint's", unset="none")
 

@@ -12,3 +12,19 @@ def test_a_link_as_the_output_folder_is_refused_before_any_work(tmp_path):
     with pytest.raises(UnsafePath, match="out: is a symbolic link"):
         run_heads(tmp_path / "no-model", [], tmp_path / "out")
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_one_level_curve_gets_a_percent_axis_with_importance_drawn_on_top(tmp_path, monkeypatch):
+    """Only the unpruned level: the axis spans 0..100 % (not +-0.04 %), and the importance point, equal
+    to random's there, is drawn over it rather than hidden under it."""
+    from lmforge.analysis import head_report
+
+    caught = []
+    monkeypatch.setattr(head_report, "atomic_savefig", lambda fig, path: caught.append(fig.axes[0]))
+    level = [{"fraction": 0.0, "metric": 0.9}]
+    head_report.plot_curves({"importance": level, "random": level}, "accuracy", tmp_path / "heads.png")
+    ax = caught[0]
+    low, high = ax.get_xlim()
+    assert low < 0 and high > 100 and ax.get_xlabel() == "heads pruned (%)" and ax.get_ylabel() == "accuracy"
+    importance, random = ax.lines
+    assert importance.get_zorder() > random.get_zorder()

@@ -176,16 +176,20 @@ def plot_curves(curves: dict, metric_name: str, path, band: list | None = None) 
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     levels = curves.get("importance") or []
-    ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], "o-", label="importance")
+    # drawn over the random curve: both start at the unpruned model's score, where its point was hidden
+    ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], "o-",
+            label="importance", zorder=3)
     if band:
         x = [100 * b["fraction"] for b in band]
         mean, sd = [b["mean"] for b in band], [b["sd"] for b in band]
         ax.plot(x, mean, "s--", color="tab:orange", label=f"random (mean of {band[0]['n']} orders)")
         ax.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], color="tab:orange",
-                        alpha=0.25, label="random +- 1 sd")
+                        alpha=0.25, label="random ± 1 sd")
     else:
         levels = curves.get("random") or []
         ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], "s--", label="random")
+    if len({x for line in ax.lines for x in line.get_xdata()}) < 2:  # one level: not a +-0.04 % axis
+        ax.set_xlim(-5, 105)
     ax.set_xlabel("heads pruned (%)")
     ax.set_ylabel(metric_name)
     ax.set_title("Pruning heads by importance vs at random")

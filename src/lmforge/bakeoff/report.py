@@ -68,7 +68,8 @@ def table(plan: Plan, summary: dict) -> list:
     the highest mean of each task in bold."""
     tasks = [t["name"] for t in plan.tasks]
     metric = {task: next((s["metric"] for (_, t), s in summary.items() if t == task), "") for task in tasks}
-    best = {task: max((s["mean"] for (_, t), s in summary.items() if t == task), default=None) for task in tasks}
+    best = {task: max((s["mean"] for (_, t), s in summary.items() if t == task), default=None)
+            for task in tasks}
     head = [f"{task} ({metric[task]})" if metric[task] else task for task in tasks]
     lines = ["| arm | " + " | ".join(head) + " |", "|---|" + "---|" * len(tasks)]
     for arm in plan.arms:
@@ -79,7 +80,8 @@ def table(plan: Plan, summary: dict) -> list:
                 cells.append("not run")
                 continue
             mean = f"**{s['mean']:.4f}**" if s["mean"] == best[task] else f"{s['mean']:.4f}"
-            cells.append(f"{mean} ± {s['sd']:.4f} (n={s['n']})")
+            spread = f" ± {s['sd']:.4f}" if s["n"] > 1 else ""  # one seed has no spread (not 0)
+            cells.append(f"{mean}{spread} (n={s['n']})")
         lines.append(f"| {arm.name} | " + " | ".join(cells) + " |")
     return lines
 

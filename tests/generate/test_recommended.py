@@ -13,7 +13,7 @@ from lmforge.config.options import OptionsError
 from lmforge.generate.options import GenerationWarning
 from lmforge.generate.recommended import Recommendation, recommendation
 from lmforge.generate.text import continuation
-from tests.parity.helpers import transformers
+from tests.parity.helpers import confident_gpt2, transformers
 from tests.tasks.core import tokenizer
 
 SETTINGS = dict(num_beams=2, no_repeat_ngram_size=2, min_new_tokens=3, max_new_tokens=8, do_sample=False)
@@ -25,13 +25,7 @@ def checkpoint(tmp_path_factory):
     """(directory, the reference read from it, a two-token prompt): a tiny gpt2 whose generation_config.json
     recommends beams, n-gram blocking and a minimum, and whose stop token is the plain greedy text's first."""
     path, tok = tmp_path_factory.mktemp("recommended") / "gpt2", tokenizer("gpt2")
-    torch.manual_seed(3)
-    reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=tok.vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
-        eos_token_id=None, pad_token_id=0)).eval()
-    with torch.no_grad():  # scores far from ties
-        reference.transformer.ln_f.weight.mul_(8.0)
-        reference.transformer.ln_f.bias.mul_(8.0)
+    reference = confident_gpt2(tok.vocab_size, seed=3)
     ids = torch.tensor([tok.encode("the cat", add_special_tokens=False).ids])
     plain = reference.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False,
                                pad_token_id=0)[0, ids.shape[1]:].tolist()

@@ -21,6 +21,19 @@ def load_reference(reference, path):
     return lmforge.load(save_reference(reference, path))
 
 
+def confident_gpt2(vocab: int, seed: int):
+    """A tiny reference GPT-2 (2 layers, width 32, pad 0, no stop token) drawn from `seed`, its final norm
+    scaled so that greedy scores are far from ties (decoding tests compare tokens, not scores)."""
+    torch.manual_seed(seed)
+    reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
+        eos_token_id=None, pad_token_id=0)).eval()
+    with torch.no_grad():
+        reference.transformer.ln_f.weight.mul_(8.0)
+        reference.transformer.ln_f.bias.mul_(8.0)
+    return reference
+
+
 def padded_batch(vocab: int, lengths=(9, 6, 3), seed: int = 0, pad: int | None = None):
     """(B, T) ids and a right-padded attention mask (with `pad` at the padded positions when given)."""
     gen = torch.Generator().manual_seed(seed)

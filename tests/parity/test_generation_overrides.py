@@ -10,7 +10,7 @@ from lmforge.cli import main
 from lmforge.generate import generate
 from lmforge.generate.options import GenerationOptions
 from lmforge.generate.text import continuation
-from tests.parity.helpers import transformers
+from tests.parity.helpers import confident_gpt2, transformers
 from tests.tasks.core import tokenizer
 
 MIN_LENGTH = 6
@@ -24,13 +24,7 @@ def checkpoint(tmp_path_factory):
     generation_config.json forces a first token, suppresses the plain greedy text's first token and has
     a min_length past the plain text's stop, the second token it would produce."""
     path, tok = tmp_path_factory.mktemp("overrides") / "gpt2", tokenizer("gpt2")
-    torch.manual_seed(6)  # a seed whose plain text's first two new tokens differ
-    reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=tok.vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
-        eos_token_id=None, pad_token_id=0)).eval()
-    with torch.no_grad():  # scores far from ties
-        reference.transformer.ln_f.weight.mul_(8.0)
-        reference.transformer.ln_f.bias.mul_(8.0)
+    reference = confident_gpt2(tok.vocab_size, seed=6)  # its plain text's first two new tokens differ
     ids = torch.tensor([tok.encode("the", add_special_tokens=False).ids])
     assert ids.shape == (1, 1)
     plain = reference.generate(ids, generation_config=transformers.GenerationConfig(

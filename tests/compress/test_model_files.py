@@ -27,3 +27,24 @@ def test_carried_files_and_the_folder_get_the_umask_mode_not_the_source_mode(tmp
     dest = tmp_path / "model"
     assert _mode(dest) == _mode(dest / "1_Pooling") == 0o777 & ~mask
     assert _mode(dest / "modules.json") == _mode(dest / "1_Pooling" / "config.json") == 0o666 & ~mask
+
+
+def test_an_output_folder_that_is_or_holds_the_source_or_is_no_folder_is_refused_naming_out(tmp_path):
+    """run_prune(model_dir="p/model", out="p") replaced the model it read and reported it as its own
+    "before"; an out of "" wrote into the working folder, None was a TypeError, a file an OSError after
+    the work."""
+    from lmforge.compress.model_files import output_folder
+    from lmforge.utils.atomic import UnsafePath
+
+    source = tmp_path / "p" / "model"
+    source.mkdir(parents=True)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, words in ((source, "is or holds the source"), (tmp_path / "p", "is or holds the source"),
+                       ("", "is empty"), (" ", "is empty"), (None, "must be a folder path"),
+                       (afile, "not a folder"), (afile / "sub", "is a file")):
+        with pytest.raises(UnsafePath, match=words) as err:
+            output_folder(out, source)
+        assert err.value.field == "out" and "\n" not in str(err.value)
+    assert output_folder(tmp_path / "q", source) == tmp_path / "q"
+    assert output_folder(source / "sub", source) == source / "sub"  # as --out: beside the model's files

@@ -64,3 +64,22 @@ def test_every_compress_job_refuses_a_link_as_its_output_folder_before_any_work(
     # a training job's checkpoints/ too, before any work (magnitude pruning had written prune_settings.json)
     refuse_the_link(training, link_checkpoints(out, elsewhere), elsewhere)
     assert [p.name for p in out.iterdir()] == ["checkpoints"]
+
+
+def test_an_out_that_holds_the_source_model_is_refused_by_both_jobs_before_any_work(tmp_path):
+    """run_prune("p/model", out="p") replaced the model it was reading and measured the pruned one as
+    "before" too (before == after); run_quantize wrote over its source alike. The command's --out refused
+    it; Python now does too, with UnsafePath naming out."""
+    from lmforge.compress.quantize_report import run_quantize
+    from lmforge.utils.atomic import UnsafePath
+    from tests.tasks.core import tiny
+
+    source = tmp_path / "p" / "model"
+    tiny("bert-base", n_layers=1).save(source)
+    before = sorted(p.name for p in source.iterdir())
+    for out in (source, source.parent):
+        for job in (lambda: run_prune(source, [], out, "ffn", 0.5), lambda: run_quantize(source, out)):
+            with pytest.raises(UnsafePath, match="holds the source model") as err:
+                job()
+            assert err.value.field == "out"
+    assert sorted(p.name for p in source.iterdir()) == before and sorted(source.parent.iterdir()) == [source]

@@ -11,10 +11,11 @@ where the umask says so).
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
-from lmforge.utils.atomic import as_created
+from lmforge.utils.atomic import UnsafePath, as_created, blocking_parent, refuse_link
 
 SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
@@ -46,3 +47,28 @@ def carry_sentence_files(source: Path, dest: Path) -> None:
 def replaced_line(dest: Path) -> str:
     """The line a command prints after replacing an existing model folder."""
     return f"{dest} existed: replaced as a whole by the new model (nothing of the old folder kept)"
+
+
+def output_folder(out, source) -> Path:
+    """`out` as the folder a compression job writes OUT/model and its report into, checked before any work
+    as the command line's --out is: UnsafePath naming "out" where it is no path, empty (the working
+    folder), a symbolic link, a file, under a file, or is or holds the `source` model folder (resolved;
+    None: nothing on disk), whose OUT/model would replace the model read and be measured as its own
+    "before"."""
+    if not isinstance(out, (str, os.PathLike)):
+        raise UnsafePath(f"out must be a folder path, got {type(out).__name__}", "out")
+    if not str(out).strip():
+        raise UnsafePath("out is empty: name the folder to write (\"\" is the working folder)", "out")
+    try:
+        path = refuse_link(out)
+    except UnsafePath as err:  # its words, naming the field
+        raise UnsafePath(str(err), "out") from None
+    if path.exists() and not path.is_dir():
+        raise UnsafePath(f"out {out}: exists and is not a folder", "out")
+    if (blocked := blocking_parent(path)) is not None:
+        raise UnsafePath(f"out {out}: {blocked}", "out")
+    if source is not None:
+        src, target = Path(source).resolve(), path.resolve()
+        if src == target or target in src.parents:
+            raise UnsafePath(f"out {out}: is or holds the source model {source}; choose another folder", "out")
+    return path

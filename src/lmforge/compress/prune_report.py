@@ -25,14 +25,14 @@ from lmforge.compress.head_importance import (
 )
 from lmforge.compress.head_pruning import prune_heads
 from lmforge.compress.measure import measure_side_by_side
-from lmforge.compress.model_files import carry_sentence_files
+from lmforge.compress.model_files import carry_sentence_files, output_folder
 from lmforge.compress.sparsity import PRUNING, refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError
 from lmforge.io import CONFIG_FILE, read_meta
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
-from lmforge.utils.atomic import refuse_link, replace_dir
+from lmforge.utils.atomic import replace_dir
 
 METHODS = ("ffn", "heads")
 
@@ -141,7 +141,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
         raise OptionsError(f"--method {method!r}: expected one of {', '.join(METHODS)}", "method")
     if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 < sparsity < 1:
         raise OptionsError(f"--sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
-    out = refuse_link(out)
+    out = output_folder(out, resolve_dir(model_dir))  # before any work, as --out is
     refuse_quantised(model_dir)
     task = fine_tuned_task(model_dir, records, kind)
     refuse_quantised(task.model)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from lmforge.compress.measure import model_bytes
-from lmforge.compress.model_files import carry_sentence_files, copy_as_created
+from lmforge.compress.model_files import carry_sentence_files, copy_as_created, output_folder
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.quantize_options import SEQ_LEN, QuantizeOptions
 from lmforge.compress.smooth import as_batch, random_tokens, text_batches
@@ -27,7 +27,7 @@ from lmforge.quant.isa import activation_bits
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model, task_info
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.load import holds_tokenizer
-from lmforge.utils.atomic import refuse_link, replace_dir
+from lmforge.utils.atomic import replace_dir
 from lmforge.utils.model_folder import record_sums
 from lmforge.utils.timing import alternating
 
@@ -116,7 +116,8 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     side and (with `records`) the task metric before and after, then save it under out/model and
     the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
-    o, source, out = options or QuantizeOptions(), find_model_dir(model), refuse_link(out)
+    o, source = options or QuantizeOptions(), find_model_dir(model)
+    out = output_folder(out, source)  # before any work, as --out is
     task_before, fp32, task_after, int8 = _models(source, records, kind)
     tokenizer = _carried_tokenizer(source)  # what travels with the int8 model, read verified before any work
     task_info(source)  # its task.json too (copied below): a changed one is refused here, not carried

@@ -83,3 +83,53 @@ def test_an_out_that_holds_the_source_model_is_refused_by_both_jobs_before_any_w
                 job()
             assert err.value.field == "out"
     assert sorted(p.name for p in source.iterdir()) == before and sorted(source.parent.iterdir()) == [source]
+
+
+@pytest.mark.parametrize("given, field", [(None, "records"), ("dev.jsonl", "records"), ([], "records"),
+                                          ({"text": "a", "label": 0}, "records")])
+def test_records_that_are_no_labelled_list_are_refused_by_every_compress_job_before_any_work(tmp_path, given,
+                                                                                           field):
+    """run_sparse_prune trained the whole run and wrote its model before a TypeError on records=None (a
+    KeyError on a record without fields); run_prune and run_quantize (where None is no data) were
+    TypeErrors or 'no examples'."""
+    from lmforge.compress.quantize_report import run_quantize
+    from lmforge.compress.sparse_finetune import SparseConfig, run_sparse_prune
+    from lmforge.train import TrainConfig
+    from tests.tasks.core import sentiment, tiny
+
+    train = sentiment(40)["train"]
+    tiny("bert-base", n_layers=1).save(tmp_path / "m")
+    sparse = SparseConfig(method="magnitude", sparsity=0.5)
+    quantize = [lambda: run_quantize(tmp_path / "m", tmp_path / "out", given, "cls")]
+    jobs = [lambda: run_prune(tmp_path / "m", given, tmp_path / "out", "ffn", 0.5, "cls"),
+            *(quantize if given is not None else []),  # None: no data to score
+            lambda: run_sparse_prune(tmp_path / "m", "cls", train, None, given, tmp_path / "out",
+                                     train_cfg=TrainConfig(steps=1), sparse_cfg=sparse)]
+    for job in jobs:
+        with pytest.raises(OptionsError, match=f"^{field} ") as err:
+            job()
+        assert err.value.field == field and not (tmp_path / "out").exists()
+
+
+def test_a_record_without_its_fields_and_empty_importance_records_are_refused_naming_them(tmp_path):
+    """A record without the task's fields was a KeyError; importance_records=[] ranked on records, unsaid."""
+    from tests.tasks.core import sentiment, tiny
+
+    data = sentiment(40)["train"][:8]
+    tiny("bert-base", n_layers=1).save(tmp_path / "m")
+    with pytest.raises(ValueError, match="^data:2: no fields"):
+        run_prune(tmp_path / "m", [data[0], {"sentence": "x"}], tmp_path / "out", "ffn", 0.5, "cls")
+    with pytest.raises(OptionsError, match="^importance_records is empty") as err:
+        run_prune(tmp_path / "m", data, tmp_path / "out", "ffn", 0.5, "cls", [])
+    assert err.value.field == "importance_records" and not (tmp_path / "out").exists()
+
+
+def test_records_for_a_model_that_is_not_fine_tuned_are_refused_not_ignored(tmp_path):
+    """run_quantize with records on a model without task.json and no kind dropped them: no metric, unsaid."""
+    from lmforge.compress.quantize_report import run_quantize
+    from tests.tasks.core import sentiment, tiny
+
+    tiny("bert-base", n_layers=1).save(tmp_path / "m")
+    with pytest.raises(OptionsError, match="no task.json") as err:
+        run_quantize(tmp_path / "m", tmp_path / "out", sentiment(40)["train"][:8])
+    assert err.value.field == "kind" and not (tmp_path / "out").exists()

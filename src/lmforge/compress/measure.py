@@ -3,10 +3,13 @@ on disk, the task metric and forward time, with the models timed side by side in
 (rounds alternate A B A B ... on the same batch, so load from elsewhere hits both alike)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
+from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.io import model_dir as resolve_dir
+from lmforge.tasks.fields import given_records
 from lmforge.tasks.finetune import encode_split
 from lmforge.utils.timing import alternating
 
@@ -15,6 +18,20 @@ def model_bytes(path) -> int:
     """Bytes of a model directory's safetensors files."""
     found = resolve_dir(path)
     return sum(f.stat().st_size for f in Path(found or path).glob("*.safetensors"))
+
+
+def given_data(records, kind: str | None, name: str = "records", source: str = "data") -> list:
+    """Labelled `records` a compression job scores (or ranks importance) on, checked before any work as a
+    --data file is read: an OptionsError naming `name` where they are no list of records or none at all
+    (a job trained, pruned or wrote its model before a TypeError); each record's fields checked as a file's
+    are (tasks.fields.given_records, errors naming `source`) where the task `kind` is known."""
+    if records is None or isinstance(records, (str, bytes, dict)) or not isinstance(records, Iterable):
+        raise OptionsError(f"{name} must be a list of labelled records (dicts of fields), got "
+                           f"{type(records).__name__}", name)
+    records = given_records(records, kind, source) if kind else list(records)
+    if not records:
+        raise OptionsError(f"{name} is empty: give the labelled records to score on", name)
+    return records
 
 
 def side_by_side(tasks: dict, batches: dict, rounds: int = 9) -> dict:

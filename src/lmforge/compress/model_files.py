@@ -70,5 +70,6 @@ def output_folder(out, source) -> Path:
     if source is not None:
         src, target = Path(source).resolve(), path.resolve()
         if src == target or target in src.parents:
-            raise UnsafePath(f"out {out}: is or holds the source model {source}; choose another folder", "out")
+            raise UnsafePath(f"out {out}: is or holds the source model {source}; choose another folder",
+                             "out")
     return path

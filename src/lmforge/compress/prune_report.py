@@ -24,14 +24,14 @@ from lmforge.compress.head_importance import (
     total_heads,
 )
 from lmforge.compress.head_pruning import prune_heads
-from lmforge.compress.measure import measure_side_by_side
+from lmforge.compress.measure import given_data, measure_side_by_side
 from lmforge.compress.model_files import carry_sentence_files, output_folder
 from lmforge.compress.sparsity import PRUNING, refuse_int8, smallest_sparsity
 from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError
 from lmforge.io import CONFIG_FILE, read_meta
 from lmforge.io import model_dir as resolve_dir
-from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
+from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model, task_info
 from lmforge.utils.atomic import replace_dir
 
 METHODS = ("ffn", "heads")
@@ -143,6 +143,11 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
         raise OptionsError(f"--sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
     out = output_folder(out, resolve_dir(model_dir))  # before any work, as --out is
     refuse_quantised(model_dir)
+    found_dir = resolve_dir(model_dir)
+    kind = kind or (task_info(found_dir).get("kind") if found_dir is not None else None)
+    records = given_data(records, kind)  # before any work, as --data is read
+    if importance_records is not None:  # [] would rank on records, unsaid
+        importance_records = given_data(importance_records, kind, "importance_records", "importance data")
     task = fine_tuned_task(model_dir, records, kind)
     refuse_quantised(task.model)
     found = plan(task.model, method, sparsity)

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import torch
 
-from lmforge.compress.measure import model_bytes
+from lmforge.compress.measure import given_data, model_bytes
 from lmforge.compress.model_files import carry_sentence_files, copy_as_created, output_folder
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.quantize_options import SEQ_LEN, QuantizeOptions
 from lmforge.compress.smooth import as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
+from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.io import find_model_dir, load
 from lmforge.quant.engines import QUANTISING
@@ -63,6 +64,19 @@ def _models(source: Path, records, kind):
         before, after = (fine_tuned_task(source, records, kind, device="cpu").eval() for _ in range(2))
         return before, before.model, after, after.model  # timed in eval mode: no dropout
     return None, load(source).eval(), None, load(source).eval()
+
+
+def _scored(source: Path, records, kind):
+    """(records, kind) checked before any work: records (None: no metric) are scored only on a fine-tuned
+    model (its task.json, or `kind`), an OptionsError naming kind where neither says the task (they were
+    dropped, unsaid)."""
+    if records is None:
+        return None, kind
+    kind = kind or task_info(source).get("kind")
+    if kind is None:
+        raise OptionsError("records score a fine-tuned model: the model directory has no task.json "
+                           "(give kind)", "kind")
+    return given_data(records, kind), kind
 
 
 def timed_length(model, seq_len: int | None) -> int:
@@ -118,6 +132,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
     o, source = options or QuantizeOptions(), find_model_dir(model)
     out = output_folder(out, source)  # before any work, as --out is
+    records, kind = _scored(source, records, kind)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
     tokenizer = _carried_tokenizer(source)  # what travels with the int8 model, read verified before any work
     task_info(source)  # its task.json too (copied below): a changed one is refused here, not carried

@@ -16,7 +16,7 @@ from lmforge.compress.measure import given_data, model_bytes
 from lmforge.compress.model_files import carry_sentence_files, copy_as_created, output_folder
 from lmforge.compress.quantize import COUNTED, int8_layers, int8_share, parameter_count, quantize
 from lmforge.compress.quantize_options import SEQ_LEN, QuantizeOptions
-from lmforge.compress.smooth import as_batch, random_tokens, text_batches
+from lmforge.compress.smooth import CALIBRATION_TEXTS, as_batch, random_tokens, text_batches
 from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
@@ -64,6 +64,34 @@ def _models(source: Path, records, kind):
         before, after = (fine_tuned_task(source, records, kind, device="cpu").eval() for _ in range(2))
         return before, before.model, after, after.model  # timed in eval mode: no dropout
     return None, load(source).eval(), None, load(source).eval()
+
+
+def _options(options) -> QuantizeOptions:
+    """The job's QuantizeOptions (None: the defaults); an OptionsError naming options for anything else."""
+    if options is None:
+        return QuantizeOptions()
+    if not isinstance(options, QuantizeOptions):
+        raise OptionsError(f"options must be a QuantizeOptions (or None), got {type(options).__name__}",
+                           "options")
+    return options
+
+
+def calibration_texts(texts) -> list | None:
+    """The texts smoothing is calibrated on, as `lmforge quantize --calibration` reads a file's lines: each
+    stripped, the first CALIBRATION_TEXTS kept (the cost a client chooses, bounded); None: random tokens.
+    An OptionsError naming calibration for a str (its characters were read as texts), an empty list (it
+    calibrated on random tokens, unsaid), or an entry that is no text or blank."""
+    if texts is None:
+        return None
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, (list, tuple)):
+        raise OptionsError(f"calibration must be a list of texts, got {type(texts).__name__}", "calibration")
+    if not texts:
+        raise OptionsError("calibration is empty: give texts, or None for random tokens", "calibration")
+    for n, text in enumerate(texts[:CALIBRATION_TEXTS]):
+        if not isinstance(text, str) or not text.strip():
+            shown = repr(text)[:40] if isinstance(text, str) else type(text).__name__
+            raise OptionsError(f"calibration[{n}] must be a non-blank text, got {shown}", "calibration")
+    return [text.strip() for text in texts[:CALIBRATION_TEXTS]]
 
 
 def _scored(source: Path, records, kind):
@@ -130,7 +158,8 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     side and (with `records`) the task metric before and after, then save it under out/model and
     the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
-    o, source = options or QuantizeOptions(), find_model_dir(model)
+    o, calibration = _options(options), calibration_texts(calibration)
+    source = find_model_dir(model)
     out = output_folder(out, source)  # before any work, as --out is
     records, kind = _scored(source, records, kind)
     task_before, fp32, task_after, int8 = _models(source, records, kind)

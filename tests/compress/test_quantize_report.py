@@ -1,0 +1,37 @@
+"""run_quantize, the Python face of `lmforge quantize`: calibration texts and options it cannot take are an
+OptionsError naming the field before any work, and the texts' cost is bounded as the command's is."""
+from __future__ import annotations
+
+import pytest
+
+from lmforge.compress.quantize_report import calibration_texts, run_quantize
+from lmforge.compress.smooth import CALIBRATION_TEXTS
+from lmforge.config.options import OptionsError
+
+
+@pytest.mark.parametrize("given, words", [
+    ("a text", "must be a list of texts, got str"), ([], "is empty"), (["fine", 3], r"calibration\[1\]"),
+    (["fine", "  "], r"calibration\[1\]"), ({"a": 1}, "got dict"),
+])
+def test_calibration_that_is_no_list_of_texts_is_refused_naming_it(tmp_path, given, words):
+    """A str was read character by character, [] calibrated on random tokens unsaid, an int was a
+    TypeError, a blank text was smoothed on."""
+    with pytest.raises(OptionsError, match=words) as err:
+        run_quantize(tmp_path / "no-model", tmp_path / "out", calibration=given)
+    assert err.value.field == "calibration" and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_calibration_keeps_its_first_texts_stripped_as_the_command_reads_a_file():
+    """A list of 100,000 texts was all tokenised and run (unbounded); --calibration keeps 512 lines."""
+    given = [" first "] + [f"text {n}" for n in range(CALIBRATION_TEXTS * 3)]
+    texts = calibration_texts(given)
+    assert texts == ["first", *given[1:CALIBRATION_TEXTS]]
+    assert calibration_texts(None) is None
+
+
+def test_options_that_are_no_quantize_options_are_refused_naming_them(tmp_path):
+    """options={"mode": ...} was an AttributeError."""
+    with pytest.raises(OptionsError, match="^options must be a QuantizeOptions") as err:
+        run_quantize(tmp_path / "no-model", tmp_path / "out", options={"mode": "dynamic"})
+    assert err.value.field == "options" and not (tmp_path / "out").exists()

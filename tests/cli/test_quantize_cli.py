@@ -315,3 +315,17 @@ def test_the_task_json_an_int8_model_carries_is_verified_on_both_sides(fine_tune
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "edited/task.json does not match its checksum" in err and \
         not (tmp_path / "q2").exists(), err
+
+
+def test_calibration_text_is_read_only_as_far_as_its_kept_lines_and_bad_bytes_name_their_line(tmp_path):
+    """The whole file was read (a huge one for 512 lines), and bad bytes were a raw codec message."""
+    from lmforge.cli.common import UsageError
+    from lmforge.cli.quantize import _calibration
+    from lmforge.compress.smooth import CALIBRATION_TEXTS
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"\n".join(b"text %d" % n for n in range(CALIBRATION_TEXTS)) + b"\n\xff never read\n")
+    assert _calibration(str(path)) == [f"text {n}" for n in range(CALIBRATION_TEXTS)]
+    path.write_bytes(b"fine\n\n\xff bad\n")
+    with pytest.raises(UsageError, match=r"^--calibration .*c\.txt:3: not valid UTF-8 \(byte 0xff at column 1"):
+        _calibration(str(path))

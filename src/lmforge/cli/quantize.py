@@ -51,17 +51,24 @@ def _table(report: dict) -> None:
 
 
 def _calibration(path: str) -> list:
-    """The first CALIBRATION_TEXTS non-empty lines of a UTF-8 text file; a one-line error otherwise."""
-    from pathlib import Path
-
+    """The first CALIBRATION_TEXTS non-empty lines of a UTF-8 text file, read no further (a huge file is not
+    read whole for them); a one-line error naming the file (and line) otherwise."""
     from lmforge.cli.common import UsageError
     from lmforge.compress.smooth import CALIBRATION_TEXTS
 
+    texts, n = [], 0
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"--calibration {path}: {getattr(err, 'strerror', None) or err}") from None
-    texts = [line.strip() for line in lines if line.strip()][:CALIBRATION_TEXTS]
+        with open(path, "rb") as handle:  # decoded a line at a time: an error names its line
+            for n, raw in enumerate(handle, 1):
+                line = raw.decode("utf-8").strip()
+                texts += [line] if line else []
+                if len(texts) == CALIBRATION_TEXTS:
+                    break
+    except OSError as err:
+        raise UsageError(f"--calibration {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"--calibration {path}:{n}: not valid UTF-8 (byte 0x{err.object[err.start]:02x} at "
+                         f"column {err.start + 1}); save the file as UTF-8") from None
     if not texts:
         raise UsageError(f"--calibration {path}: no text (one calibration text a line)")
     return texts

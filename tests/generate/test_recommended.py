@@ -128,3 +128,21 @@ def test_a_saved_model_recommends_what_it_was_loaded_with(checkpoint, tmp_path, 
     _, _, ids = checkpoint
     out = lmforge.generate(lmforge.load(tmp_path / "out"), ids)
     assert out[0, ids.shape[1]:].tolist() == _theirs(checkpoint)
+
+
+def test_a_forced_id_switched_off_stays_off_through_a_save_and_a_load(tmp_path):
+    """OFF (-1) is written as the reference's null, and a null forced id is read back as none over the
+    model config's: it was read as no setting, so the config's forced token came back."""
+    from lmforge.generate.options import GenerationOptions
+    from lmforge.generate.recommended import resolve
+
+    model = lmforge.build(lmforge.tiny("bart-base", forced_eos_token_id=2))
+    model.save(tmp_path / "m")
+    GenerationOptions(forced_eos_token_id=-1, suppress_tokens=[]).save(tmp_path / "m")
+    written = json.loads((tmp_path / "m" / "generation_config.json").read_text())
+    assert written["forced_eos_token_id"] is None and written["suppress_tokens"] == []
+    loaded = lmforge.load(tmp_path / "m")
+    assert resolve(loaded, 1).forced_eos_token_id == -1
+    loaded.save(tmp_path / "again")  # and written back as it was read
+    again = json.loads((tmp_path / "again" / "generation_config.json").read_text())
+    assert again["forced_eos_token_id"] is None

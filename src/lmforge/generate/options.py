@@ -156,12 +156,15 @@ class GenerationOptions:
 
     def save(self, path) -> Path:
         """Write the options into `path`/generation_config.json (atomically), keeping its other keys."""
-        target = Path(path) / FILE
-        kept = _read_json(target)
-        ours = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-        # "none" in the reference's spelling, null: it would read -1 as the vocabulary's last id
-        ours.update({k: None for k in FORCED if ours.get(k) == OFF})
-        return atomic_write_text(target, json.dumps({**kept, **ours}, indent=2) + "\n")
+        return write_settings(path, {k: v for k, v in dataclasses.asdict(self).items() if v is not None})
+
+
+def write_settings(path, fields: dict) -> Path:
+    """`fields` into `path`/generation_config.json (atomically) over its other keys; a forced id's OFF
+    written as the reference's spelling of none, null (it would read -1 as the vocabulary's last id)."""
+    target = Path(path) / FILE
+    ours = {k: None if k in FORCED and v == OFF else v for k, v in fields.items()}
+    return atomic_write_text(target, json.dumps({**_read_json(target), **ours}, indent=2) + "\n")
 
 
 def read_recommended(path) -> dict:
@@ -171,7 +174,10 @@ def read_recommended(path) -> dict:
     from lmforge.convert.hf import generation_defaults
 
     found = _read_json(Path(path) / FILE, strict=True)
-    found = {k: v for k, v in found.items() if v is not None} if found else generation_defaults(path)
+    # a forced id's null is none, over the model config's (as write_settings spells OFF, and the reference
+    # reads it); another null is no setting
+    found = {k: OFF if v is None else v for k, v in found.items() if v is not None or k in FORCED} if found \
+        else generation_defaults(path)
     if _is_int(found.get("min_new_tokens")):  # the reference then reads min_new_tokens alone
         found.pop("min_length", None)
     _unapplied_settings(path, found)

@@ -11,14 +11,13 @@ become new-token counts only when a request's prompt is known (`for_start`).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError, from_dict
-from lmforge.generate.options import FIELD_NAMES, FILE, GenerationOptions, for_start, read_recommended
+from lmforge.generate.options import (FIELD_NAMES, FILE, FORCED, OFF, GenerationOptions, for_start,
+                                     read_recommended, write_settings)
 from lmforge.io.files import CheckpointError
 
 MINIMUMS = ("min_new_tokens", "min_length")
@@ -52,19 +51,33 @@ def attach(model, path) -> None:
     fails its check is kept as its error, raised when a face generates: a model loaded to embed or fine-tune
     is not refused for settings it never uses."""
     try:
-        model.generation_config = read(path)
+        found = read(path)
     except (OptionsError, CheckpointError) as err:
         model.generation_config = err
+        return
+    if found is None:
+        model.generation_config = None
+        return
+    # a forced id the model config already holds (a converter put the file's there) is the config's to say,
+    # so that changing the config changes it; one the config does not hold (a native model's OFF) stays
+    config = {k: _or_off(getattr(model.config, k)) for k in FORCED}
+    fields = {k: v for k, v in found.fields.items() if k not in config or v != config[k]}
+    model.generation_config = Recommendation(found.path, fields) if fields else None
+
+
+def _or_off(token):
+    """A config's forced id as a recommendation spells it: None (no forced token) is OFF."""
+    return OFF if token is None else token
 
 
 def keep(model, path) -> None:
     """Write `model`'s recommendation into the directory it was saved to (lmforge.io calls this once a model
-    is saved), over what the writer put there (an export's forced ids): saved, it recommends what it did."""
+    is saved): saved, it recommends what it did. The model config's forced ids go beneath it, since where
+    the file exists the reference reads them from it alone."""
     found = recommendation(model)
     if found is not None:
-        target = Path(path) / FILE
-        written = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
-        atomic_write_text(target, json.dumps({**written, **found.fields}, indent=2) + "\n")
+        cfg = getattr(model, "_orig_mod", model).config
+        write_settings(path, {**{k: _or_off(getattr(cfg, k)) for k in FORCED}, **found.fields})
 
 
 def recommendation(model) -> Optional[Recommendation]:

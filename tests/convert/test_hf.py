@@ -27,3 +27,20 @@ def test_an_unexpressible_config_names_the_closest_families_fields(tmp_path):
     with pytest.raises(ConversionError, match=r"roberta \(position_from_padding\)") as refused:
         model.save(tmp_path, format="hf")
     assert "\n" not in str(refused.value)
+
+
+def test_a_roberta_saved_before_position_from_padding_still_exports(tmp_path):
+    """Its config.json has no such field: it is read as the RoBERTa it was built as, and exports."""
+    import json
+
+    import lmforge
+
+    model = lmforge.build(lmforge.tiny("roberta-base"))
+    model.save(tmp_path / "old")
+    meta = json.loads((tmp_path / "old" / "config.json").read_text())
+    del meta["config"]["position_from_padding"]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(meta))
+    old = lmforge.load(tmp_path / "old")
+    assert old.config.position_from_padding
+    old.save(tmp_path / "hf", format="hf")
+    assert lmforge.load(tmp_path / "hf").config.canonical() == old.config.canonical()

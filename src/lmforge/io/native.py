@@ -62,6 +62,17 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
+def _as_meant(config: dict) -> dict:
+    """A config saved before position_from_padding existed, read as it was meant: an encoder's learned
+    positions from an offset (the RoBERTa preset's and converter's, no other) count past the padding, as the
+    reference RoBERTa's do, so that the model still exports to it."""
+    offset = config.get("position_offset")
+    roberta = (config.get("architecture", "encoder") == "encoder" and isinstance(offset, int) and offset >= 1
+               and config.get("position", "learned") == "learned")
+    return {**config, "position_from_padding": True} if roberta and "position_from_padding" not in config \
+        else config
+
+
 def load_native(path: Path, meta: dict) -> Transformer:
     """Build the model config.json describes and load its weights strictly."""
     config = meta.get("config", {})
@@ -69,7 +80,7 @@ def load_native(path: Path, meta: dict) -> Transformer:
         raise CheckpointError(f"{path / CONFIG_FILE}: field \"config\" must be a mapping of config fields, "
                               f"got {type(config).__name__} {config!r:.40}")
     try:
-        cfg = ModelConfig.from_dict(config)
+        cfg = ModelConfig.from_dict(_as_meant(config))
     except (ConfigError, TypeError) as err:
         raise CheckpointError(f"{path / CONFIG_FILE}: {err}") from None
     model = from_config(cfg, init=False)

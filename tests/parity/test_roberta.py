@@ -61,6 +61,10 @@ def test_left_padding_reads_the_references_positions_counted_from_the_pad_ids(tm
         fast = model(ids, mask).last_hidden_state
     assert_parity(plain, theirs, mask)
     assert_parity(fast, theirs, mask)
+    with torch.no_grad():  # no mask: the positions (and the reference's) come from the pad ids alone
+        unmasked = model(ids).last_hidden_state
+        theirs = reference(ids).last_hidden_state
+    assert_parity(unmasked, theirs, mask)
 
 
 def test_positions_from_padding_need_an_offset():

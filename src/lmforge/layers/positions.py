@@ -30,12 +30,14 @@ def sinusoidal_table(n_positions: int, dim: int) -> torch.Tensor:
 
 
 def default_positions(cfg: ModelConfig, input_ids: torch.Tensor, mask, past: int) -> torch.Tensor:
-    """(1, T) positions past .. past + T - 1; with cfg.position_from_padding and a (B, past + T) mask,
-    (B, T): each real token's count among its row's real tokens, from past, and -1 at padding, as the
-    reference RoBERTa derives them, so that a left-padded row reads the unpadded row's positions."""
+    """(1, T) positions past .. past + T - 1; with cfg.position_from_padding (B, T): each real token's count
+    among its row's real tokens (the (B, past + T) mask's, else the ids that are not pad_token_id), from
+    past, and -1 at padding, as the reference RoBERTa derives them, so that a left-padded row reads the
+    unpadded row's positions."""
     T = input_ids.shape[1]
-    if cfg.position_from_padding and cfg.position == "learned" and mask is not None:
-        real = mask[:, -T:].to(torch.long)
+    known = mask is not None or cfg.pad_token_id is not None
+    if cfg.position_from_padding and cfg.position == "learned" and known:
+        real = (mask[:, -T:] if mask is not None else input_ids != cfg.pad_token_id).to(torch.long)
         return (real.cumsum(1) + past) * real - 1
     return torch.arange(past, past + T, device=input_ids.device)[None]
 

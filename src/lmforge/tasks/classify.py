@@ -230,13 +230,10 @@ class MultiLabelTask(SequenceTask):
     def encode(self, record: dict) -> list:
         """One example: the text (pair) and, when the record has labels, 0 / 1 for each of `labels`."""
         example = self.encode_text(record["text"], record.get("text_pair"))
-        if record.get("label") is not None:
-            index = {label: i for i, label in enumerate(self.labels)}
-            unknown = [label for label in record["label"] if label not in index]
-            if unknown:
-                raise ValueError(f"line {record.get('line', '?')}: label {unknown[0]!r} is not one of the "
-                                 f"training labels {self.labels}")
-            example["label"] = [int(label in record["label"]) for label in self.labels]
+        if record.get("label") is not None:  # each label's position as a cls label's (unknown: refused)
+            example["label"] = [0] * len(self.labels)
+            for label in record["label"]:
+                example["label"][self.label_index({**record, "label": label})] = 1
         return [example]
 
     def collate(self, examples: list) -> dict:

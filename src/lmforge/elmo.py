@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from lmforge.config import ModelConfig
+from lmforge.config.options import checked_argument
 from lmforge.layers.variants.elmo import BiLSTM, CharEncoder
 from lmforge.tokenizer.chars import check_sentences, sentence_chars
 from lmforge.utils.modes import evaluating
@@ -122,9 +123,8 @@ class ELMo(nn.Module):
         the model's device; layer 0 is [x ; x], the others [h-> ; h<-] (the <S> and </S> positions the
         LMs read are dropped). Eval mode and stateless, whatever the model's mode and config."""
         sentences = check_sentences(sentences, "word_layers(sentences)")
-        if type(batch_size) is not int or not 1 <= batch_size <= MAX_BATCH_SIZE:  # -1 gave [None, ...]
-            raise ValueError(f"elmo: word_layers(batch_size) must be an integer from 1 to {MAX_BATCH_SIZE}, "
-                             f"got {batch_size!r:.40}")
+        # as every batch_size is read (a whole 8.0 is 8, a numpy number Python's); -1 batched nothing
+        batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
         device = next(self.parameters()).device
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # less padding per batch
         out: list = [None] * len(sentences)

@@ -187,9 +187,12 @@ def test_save_load_round_trip_and_hf_refusal(tmp_path):
 
 @pytest.mark.parametrize("batch_size", [0, -1, 2.5, True, "8", None, 10**6])
 def test_a_word_layers_batch_size_outside_its_bounds_is_refused_by_name(batch_size):
-    """-1 had given a list of None (an empty range of batches), 0 range()'s own error."""
-    with pytest.raises(ValueError, match=r"word_layers\(batch_size\) must be an integer from 1 to"):
+    """-1 had given a list of None (an empty range of batches), 0 range()'s own error; a whole 2.0 is 2,
+    as every other batch_size reads it."""
+    with pytest.raises(lmforge.OptionsError, match=r"^batch_size") as refused:
         tiny_elmo().word_layers(SENTENCES, batch_size=batch_size)
+    assert refused.value.field == "batch_size"
+    assert len(tiny_elmo().word_layers(SENTENCES, batch_size=2.0)) == len(SENTENCES)
 
 
 def test_char_ids_that_embedding_cannot_index_and_a_mask_that_is_no_tensor_are_refused_by_name():

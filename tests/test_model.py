@@ -158,12 +158,7 @@ def test_only_xlnets_forward_takes_two_stream_inputs():
 
 def test_xlnet_refuses_the_reference_inputs_it_does_without_by_name():
     """input_mask / head_mask (the reference XLNetModel's) and the other encoders' position_ids /
-    global_tokens were a raw TypeError; each is named with what to pass instead, and the forward keeps its
-    11 parameters."""
-    import inspect
-
-    from lmforge.model import XLNetEncoder
-
+    global_tokens were a raw TypeError; each is named with what to pass instead."""
     model, ids = tiny_model("xlnet-base"), torch.zeros(1, 4, dtype=torch.long)
     with pytest.raises(ValueError, match=r"^input_mask: pass attention_mask instead \(it is 1 - input_mask"):
         model(ids, input_mask=torch.zeros(1, 4))
@@ -172,8 +167,7 @@ def test_xlnet_refuses_the_reference_inputs_it_does_without_by_name():
     for name in ("position_ids", "global_tokens"):  # the other encoders' inputs it does without
         with pytest.raises(ValueError, match=f"^{name}: XLNet"):
             model(ids, **{name: torch.zeros(1, 4, dtype=torch.long)})
-    assert len(inspect.signature(XLNetEncoder.forward).parameters) <= 11
-    model(ids, attention_mask=torch.ones(1, 4))  # what it does take still runs
+    assert model(ids, attention_mask=torch.ones(1, 4)).last_hidden_state.shape[:2] == (1, 4)  # it runs
 
 
 def test_the_config_chooses_the_xlnet_class_and_loading_keeps_it(tmp_path):

@@ -252,7 +252,6 @@ def _check_arm_objective(arm: Arm, where: str) -> None:
     check_arm_counted(arm, spec, where, _fail)
 
 
-
 def _claims(values, arms: dict, tasks: set, where: str) -> tuple:
     if not isinstance(values or [], list):
         _fail(where, "must be a list")

@@ -22,10 +22,10 @@ from lmforge.generate.processors import Constraints
 from lmforge.generate.recommended import attach, keep, resolve
 from lmforge.generate.sampling import Sampling, argmax_rows, next_tokens
 from lmforge.generate.steps import DecoderSteps, EncoderDecoderSteps, lm_head_name
-from lmforge.io import register_side_reader
+from lmforge.io import register_side_files
 from lmforge.model import EncoderDecoder, Transformer
 
-register_side_reader(attach, keep)  # lmforge.load(DIR) keeps DIR's recommended settings, and save writes them
+register_side_files(attach, keep)  # load(DIR) keeps DIR's recommended settings on the model; save writes them
 
 __all__ = ["GenerationOptions", "Sampling", "argmax_rows", "generate", "lm_head_name", "next_tokens"]
 

@@ -33,7 +33,7 @@ def register_format(name: str, detect: Callable, read: Callable, write: Callable
     FOREIGN[name] = (detect, read, write)
 
 
-def register_side_reader(read: Callable, write: Callable | None = None) -> None:
+def register_side_files(read: Callable, write: Callable | None = None) -> None:
     """Have `read(model, path)` run on every model `load` reads from a directory, and `write(model, path)`
     on every model `save` writes (so that a load and a save keep what `read` read)."""
     for found, hook in ((SIDE_READERS, read), (SIDE_WRITERS, write)):
@@ -86,4 +86,4 @@ _elmo.register_saver(save)  # and ELMo.save, the biLSTM class beside it
 
 __all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "MODEL_PACKAGES", "WEIGHTS_FILE",
            "find_model_dir", "find_tokenizer", "load", "load_state_strict", "load_weights", "model_dir",
-           "register_format", "register_side_reader", "save", "save_tensors"]
+           "register_format", "register_side_files", "save", "save_tensors"]

@@ -32,6 +32,7 @@ def check_inputs(cfg: ModelConfig, input_ids: torch.Tensor, attention_mask, past
     if not torch.compiler.is_compiling():  # reading values back would break the graph
         _check_values(cfg, input_ids, attention_mask, position_ids, name, global_tokens)
 
+
 def _check_global(cfg: ModelConfig, global_tokens, shape: tuple) -> None:
     """Longformer's global_tokens: a (batch, length) tensor, on a model with a longformer layer only."""
     if "longformer" not in pattern_set(cfg):
@@ -40,6 +41,7 @@ def _check_global(cfg: ModelConfig, global_tokens, shape: tuple) -> None:
     if not isinstance(global_tokens, torch.Tensor) or tuple(global_tokens.shape) != shape:
         got = tuple(getattr(global_tokens, "shape", ())) or type(global_tokens).__name__
         raise ValueError(f"global_tokens must be a tensor of shape (batch, length) = {shape}, got {got}")
+
 
 def _check_values(cfg: ModelConfig, input_ids: torch.Tensor, attention_mask, position_ids, name: str,
                   global_tokens=None) -> None:
@@ -82,5 +84,6 @@ def refuse_inputs(model: nn.Module, args: tuple, kwargs: dict) -> None:
     """Encoders' forward pre-hook: an input it does not take (XLNet's on another encoder, the reference
     XLNetModel's that XLNet does without) is an error naming it and what to pass, not a TypeError."""
     refused = REFUSED[model.config.position == "xl-relative"]  # REFUSED[is XLNet]: name -> what to pass
-    for name in [name for name in refused if name in kwargs][:1]:
-        raise ValueError(f"{name}: {refused[name]}")
+    given = [name for name in refused if name in kwargs]
+    if given:
+        raise ValueError(f"{given[0]}: {refused[given[0]]}")

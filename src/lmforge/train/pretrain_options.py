@@ -97,7 +97,6 @@ def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
     it does not take or out of its range (objectives.keywords), duplication with an objective that draws no
     corruption (clm, bilm: each copy of an example would be the same), n_docs beside data."""
     from lmforge.objectives.base import Objective
-
     from lmforge.objectives.keywords import check_keywords
 
     check_keywords(spec, recipe.objective_options or {}, "objective_options")

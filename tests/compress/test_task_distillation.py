@@ -58,11 +58,11 @@ def test_student_copies_every_other_layer_or_the_first_n(teacher_dir):
         head = [k for k in state if k.startswith("heads.")]
         assert head and all(torch.equal(state[k], source[k]) for k in head)  # the task head too
     for n in (5, 0):  # the option named, and what it takes
-        with pytest.raises(ValueError, match=f"--student-layers {n}: expected every-other or a number of "
+        with pytest.raises(ValueError, match=f"student_layers {n}: expected every-other or a number of "
                                              "layers from 1 to 4"):
             student_layers(n, 4)
     for spec in (None, "every-other"):  # a 1-layer teacher: the empty choice had been refused unnamed
-        with pytest.raises(ValueError, match="^--student-layers every-other: the teacher has 1 layer"):
+        with pytest.raises(ValueError, match="every other teacher layer needs a teacher of 2 layers or more"):
             student_layers(spec, 1)
     assert student_layers(1, 1) == (0,)
 

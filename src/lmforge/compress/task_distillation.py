@@ -97,16 +97,13 @@ class DistillConfig:
 def student_layers(spec, n_layers: int) -> tuple:
     """Teacher layers a student copies: "every-other" (0, 2, 4, ...) or an int N (the first N)."""
     if spec in (None, "every-other"):
-        if n_layers < 2:  # every_other(1) is empty: no layer to copy
-            raise ValueError(f"--student-layers every-other: the teacher has {n_layers} layer, so no every "
-                             "other one to copy; give --student-layers 1 or --student PRESET")
         return every_other(n_layers)
     try:
         n = int(spec)
     except (TypeError, ValueError):
-        raise ValueError(f"--student-layers {spec!r}: expected every-other or a number of layers") from None
+        raise ValueError(f"student_layers {spec!r}: expected every-other or a number of layers") from None
     if not 1 <= n <= n_layers:
-        raise ValueError(f"--student-layers {n}: expected every-other or a number of layers from 1 to "
+        raise ValueError(f"student_layers {n}: expected every-other or a number of layers from 1 to "
                          f"{n_layers} (the teacher has {n_layers} layers)")
     return tuple(range(n))
 

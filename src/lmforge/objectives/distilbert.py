@@ -50,7 +50,11 @@ LOSS_OPTIONS = ("alpha", "beta", "gamma", "temperature")  # check_loss_options' 
 
 
 def every_other(n_layers: int) -> tuple:
-    """Teacher layers 0, 2, 4, ...: one out of two, n_layers // 2 of them (student block k <- teacher 2k)."""
+    """Teacher layers 0, 2, 4, ...: one out of two, n_layers // 2 of them (student block k <- teacher 2k); a
+    ValueError for a teacher of one layer (no other one to copy)."""
+    if n_layers < 2:
+        raise ValueError(f"a student of every other teacher layer needs a teacher of 2 layers or more, this "
+                         f"one has {n_layers}: choose the layers the student copies, or a preset student")
     return tuple(range(0, 2 * (n_layers // 2), 2))
 
 
@@ -91,9 +95,6 @@ def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = N
     refuse_int8_teacher(teacher)
     if cfg.architecture == "encoder-decoder" or cfg.share_layers:
         raise ValueError("student_from_teacher takes an encoder or decoder with one block per layer")
-    if layers is None and cfg.n_layers < 2:  # every_other(1) is empty
-        raise ValueError(f"a student of every other teacher layer needs a teacher of 2 layers or more, this "
-                         f"one has {cfg.n_layers}")
     layers = tuple(every_other(cfg.n_layers) if layers is None else layers)
     if not layers or not all(0 <= i < cfg.n_layers for i in layers):
         raise ValueError(f"layers {layers} must be a non-empty choice among the teacher's {cfg.n_layers}")

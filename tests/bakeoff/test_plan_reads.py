@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from lmforge.bakeoff import PlanError, check_plan
-from lmforge.bakeoff.plan_reads import objective_keywords
 from lmforge.objectives import get
+from lmforge.objectives.keywords import objective_keywords
 
 
 @pytest.mark.parametrize("change, field, said", [

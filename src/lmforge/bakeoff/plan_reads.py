@@ -6,7 +6,7 @@ refusal naming it, before any work, never a silent no-op (nor a traceback hours 
 from __future__ import annotations
 
 from lmforge.config.options import OptionsError
-from lmforge.objectives.keywords import check_keywords, objective_keywords  # noqa: F401 (tests)
+from lmforge.objectives.keywords import check_keywords
 
 PRETRAINING = ("options", "examples", "duplication", "train", "corpus")  # the arm fields pretraining reads
 TEXT_TO_TEXT = ("prefix", "text_to_text")  # fine-tuning options an encoder-decoder arm alone reads (T5, BART)

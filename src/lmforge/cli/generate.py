@@ -145,16 +145,15 @@ def decoding_options(args, typed: dict, model, start: int, ids: dict) -> tuple:
     from lmforge.cli.common import UsageError
     from lmforge.config.options import OptionsError
     from lmforge.generate.checks import check_for_model
-    from lmforge.generate.options import refuse_unused, sampling_from_temperature
+    from lmforge.generate.options import refuse_unused, replaced_minimums, sampling_from_temperature
     from lmforge.generate.recommended import recommendation, resolve
 
     try:
         found = recommendation(model)
         recommended = found.for_start(start) if found is not None else {}
         given = sampling_from_temperature(typed)  # the flag decides sampling (0: greedy), not the checkpoint
-        for flag, other in (("min_new_tokens", "min_length"), ("min_length", "min_new_tokens")):
-            if flag in typed:  # the checkpoint's other minimum gives way, as in the reference's precedence
-                recommended.pop(other, None)
+        for name in replaced_minimums(typed):  # the checkpoint's other minimum gives way, as in the reference
+            recommended.pop(name, None)
         # where settings the user did not type come from (the ids aside)
         taken = {k: v for k, v in recommended.items() if k not in given and k not in NOT_FLAGS}
         fallback = {k: v for k, v in ids.items() if v is not None and getattr(model.config, k) is None}

@@ -132,9 +132,8 @@ class GenerationOptions:
         One minimum among `fields` replaces the other one of `options` (a checkpoint's), as the command line's
         flag does: min_new_tokens=0 over a checkpoint's min_length means no minimum, as in the reference."""
         fields = dict(fields or {})
-        for given, other in (("min_new_tokens", "min_length"), ("min_length", "min_new_tokens")):
-            if options is not None and given in fields and other not in fields:
-                fields[other] = FIELDS[other].default
+        if options is not None:
+            fields.update({name: FIELDS[name].default for name in replaced_minimums(fields)})
         return with_changes(cls, options, fields, "generation")
 
     @classmethod
@@ -157,6 +156,13 @@ class GenerationOptions:
     def save(self, path) -> Path:
         """Write the options into `path`/generation_config.json (atomically), keeping its other keys."""
         return write_settings(path, {k: v for k, v in dataclasses.asdict(self).items() if v is not None})
+
+
+def replaced_minimums(given) -> set:
+    """The minimum that one among the names `given` replaces: the reference applies one minimum, so a
+    min_new_tokens given sets aside a min_length from beneath it (a checkpoint's), and the other way round."""
+    pairs = (("min_new_tokens", "min_length"), ("min_length", "min_new_tokens"))
+    return {other for name, other in pairs if name in given and other not in given}
 
 
 def write_settings(path, fields: dict) -> Path:

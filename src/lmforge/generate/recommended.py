@@ -17,11 +17,8 @@ from typing import Optional
 
 from lmforge.config.options import OptionsError, from_dict
 from lmforge.generate.options import (FIELD_NAMES, FILE, FORCED, OFF, GenerationOptions, for_start,
-                                     read_recommended, write_settings)
+                                     read_recommended, replaced_minimums, write_settings)
 from lmforge.io.files import CheckpointError
-
-MINIMUMS = ("min_new_tokens", "min_length")
-
 
 @dataclass(frozen=True)
 class Recommendation:
@@ -101,9 +98,8 @@ def resolve(model, start: int, given: Optional[dict] = None, options: Optional[G
     found = recommendation(model)
     stated = found.for_start(start) if found is not None else {}
     fields = {**{k: v for k, v in (defaults or {}).items() if k not in stated}, **stated}
-    for name, other in (MINIMUMS, MINIMUMS[::-1]):
-        if name in given and other not in given:
-            fields.pop(other, None)
+    for name in replaced_minimums(given):
+        fields.pop(name, None)
     try:
         return GenerationOptions.build(None, {**fields, **given})
     except OptionsError as err:

@@ -235,7 +235,8 @@ def add_generation_flags(p) -> None:
         kind = f.type.replace("Optional[", "").rstrip("]")
         metavar = {"int": "N", "float": "X", "bool": "true|false", "list": "JSON-LIST"}.get(kind, "VALUE")
         default = json.dumps(f.default) if isinstance(f.default, bool) else f.default  # true, as typed
-        default = f.metadata.get("unset") or default if default is None else default
+        if default is None:  # what leaving the flag out means: "the config's", "none"
+            default = f.metadata.get("unset")
         # a sampling setting's default is read only when sampling: leaving --temperature out is greedy
         when = " when sampling" if f.name in SAMPLING_ONLY else ""
         said(p.add_argument(f"--{_flag(f.name)}", *ALIASES.get(f.name, ()), dest=f.name, metavar=metavar,

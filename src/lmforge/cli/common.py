@@ -12,7 +12,7 @@ from lmforge.config import ConfigError, ModelConfig, options
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS
-from lmforge.utils.atomic import blocking_parent
+from lmforge.utils.atomic import blocking_parent, overlap
 from lmforge.utils.yamltext import load_yaml
 
 
@@ -358,15 +358,14 @@ def _on_disk(inputs) -> list:
 
 def refuse_nested(out, *inputs, option: str = "--out",
                   why: str = "a later run would read it as text") -> None:
-    """A UsageError naming both flags where the output folder `out` lies inside an input folder, or an input
-    inside `out`, given as (flag, path or paths or None) pairs: a later run reading that folder would take
-    this run's output (shards, checkpoints) as text (`why` says so). On resolved paths, before any read."""
+    """A UsageError naming both flags where the output folder `out` lies inside an input folder or holds an
+    input, of (flag, path or paths or None) pairs: `why` a later run would misread it. Before any read."""
     target = Path(out).resolve()
     for flag, source, src in _on_disk(inputs):
-        if src.is_dir() and src in target.parents:
+        if (relation := overlap(src, target)) == "lies inside":
             raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}: {why}; choose an "
                              f"{option} outside it")
-        if target in src.parents:
+        if relation == "holds":
             raise UsageError(f"{flag} {source} lies inside {option} {out}: choose an {option} apart from "
                              f"the inputs")
 

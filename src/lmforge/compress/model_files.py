@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lmforge.utils.atomic import UnsafePath, as_created, blocking_parent, refuse_link
+from lmforge.utils.atomic import UnsafePath, as_created, blocking_parent, overlap, refuse_link
 
 SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
@@ -68,8 +68,7 @@ def output_folder(out, source) -> Path:
     if (blocked := blocking_parent(path)) is not None:
         raise UnsafePath(f"out {out}: {blocked}", "out")
     if source is not None:
-        src, target = Path(source).resolve(), path.resolve()
-        if src == target or target in src.parents:
+        if overlap(Path(source).resolve(), path.resolve()) in ("is", "holds"):
             raise UnsafePath(f"out {out}: is or holds the source model {source}; choose another folder",
                              "out")
     return path

@@ -10,7 +10,7 @@ from lmforge.config.options import OptionsError
 from lmforge.data.corpus import ReadOptions, expand_files
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE, Tokenizer
-from lmforge.utils.atomic import UnsafePath
+from lmforge.utils.atomic import UnsafePath, overlap
 
 
 def run_settings(tokenizer, options) -> tuple:
@@ -32,21 +32,16 @@ def shard_inputs(files, out, tokenizer=None) -> list:
     (refuse_foreign_tokenizer)."""
     given, target = [files] if isinstance(files, (str, os.PathLike)) else list(files), Path(out).resolve()
     for source in map(Path, given):
-        if _nested(source.resolve(), target):
+        if overlap(source.resolve(), target):
             raise UnsafePath(f"out {out} is, holds or lies inside the input {source}: its shards would be "
                              "read back as text, or written over it; choose an out apart from the inputs",
                              "out")
-    if isinstance(tokenizer, (str, os.PathLike)) and _nested(Path(tokenizer).resolve(), target):
+    if isinstance(tokenizer, (str, os.PathLike)) and overlap(Path(tokenizer).resolve(), target):
         raise UnsafePath(f"out {out} is, holds or lies inside the tokenizer folder {tokenizer}: the shards "
                          "and the run's copy of the tokenizer would be written into it; choose an out apart "
                          "from it", "out")
     refuse_foreign_tokenizer(Path(out))
     return expand_files(given)
-
-
-def _nested(src: Path, target: Path) -> bool:
-    """Whether the resolved output folder `target` is the resolved input `src`, holds it or lies inside it."""
-    return src == target or target in src.parents or (src.is_dir() and src in target.parents)
 
 
 def refuse_foreign_tokenizer(out: Path) -> None:

@@ -72,6 +72,17 @@ def blocking_parent(path) -> str | None:
     return None
 
 
+def overlap(source: Path, target: Path) -> str | None:
+    """How the resolved output `target` overlaps the resolved input `source`: "is" it, "holds" it, "lies
+    inside" it (a folder), or None where they are apart (an output there would be read back, or written
+    over the input)."""
+    if source == target:
+        return "is"
+    if target in source.parents:
+        return "holds"
+    return "lies inside" if source.is_dir() and source in target.parents else None
+
+
 def check_file_path(path) -> Path:
     """`path` as a place a file can be written: not a folder, no file where a parent folder must be."""
     path = Path(path)

@@ -156,8 +156,8 @@ def check_range(name: str, value, low, high, open_low: bool = False, error=Optio
 
 def check_options(obj, error=OptionsError) -> None:
     """Every field of the options dataclass `obj` against its declaration (see `option`), a numpy number
-    stored as Python's (plain_number) and a whole float as an int field's int, as `coerce` reads them:
-    QueryOptions(k=np.int64(3)) or k=3.0 built directly was refused where QueryOptions.build took it."""
+    stored as Python's (plain_number) and a whole float as an int field's int, as `coerce` reads them, so
+    that an object built directly (QueryOptions(k=3.0)) accepts what its .build and every face accept."""
     for f in dataclasses.fields(obj):
         value = plain_number(getattr(obj, f.name))
         if base_type(f.type)[0] == "int":

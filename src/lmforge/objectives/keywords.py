@@ -77,7 +77,7 @@ def check_keywords(spec: ObjectiveSpec, options: dict, where: str) -> None:
                            f"{', '.join(sorted(known)) or 'none'})", f"{where}.{unknown[0]}")
     defaults = objective_options(spec, {})
     cls = getattr(spec.build, "__self__", None)
-    for key in sorted(options):  # of its default's kind (a list rate was a traceback counting FLOPs)
+    for key in sorted(options):  # of its default's kind, or the FLOP count and the build fail inside
         said = option_kind(options[key], defaults.get(key))
         if said is not None:
             raise OptionsError(f"{where}.{key}: must be {said}, got {options[key]!r:.40}", f"{where}.{key}")

@@ -211,6 +211,27 @@ def test_rag_sequence_answers_by_thorough_decoding_not_the_token_marginal(parts)
     assert answers != token_answers  # RAG-Token's greedy answer is another model's
 
 
+def test_rag_token_answers_are_the_marginals_greedy_tokens_recomputed_in_full(parts):
+    """Decoded with the passages encoded once and a KV cache, as a full forward over the prefix gives."""
+    from lmforge.retrieval.rag import rag_token_next_log_probs
+
+    objective = _objective(parts, k=3)
+    torch.manual_seed(4)
+    for p in objective.model.parameters():
+        p.data.add_(torch.randn_like(p))
+    batch = objective.collate(rag_examples(objective.retriever, parts[1][:4]))
+    objective.kind = "token"
+    with torch.no_grad():
+        doc_logp, rows = objective.retrieve(batch)
+        out = torch.full((len(doc_logp), 1), objective.start)
+        for _ in range(5):
+            logits = objective.logits(batch, rows, out, torch.ones_like(out))[:, :, -1]
+            out = torch.cat([out, rag_token_next_log_probs(logits, doc_logp).argmax(-1, keepdim=True)], 1)
+        answers = objective.answer(batch, 5)
+    sep = objective.sep
+    assert answers == [r[:r.index(sep)] if sep in r else r for r in out[:, 1:].tolist()]
+
+
 @pytest.mark.parametrize("bad, match", [({"k": 10_000}, "k=10000: the index holds"),
                                         ({"kind": "tokens"}, "kind='tokens' is not one of")])
 def test_a_k_beyond_the_index_or_an_unknown_kind_is_refused_naming_it(parts, bad, match):

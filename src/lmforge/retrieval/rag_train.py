@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from lmforge.layers.attention import KVCache
 from lmforge.objectives.base import IGNORE, Loss, Objective, pad
 from lmforge.objectives.seq2seq import add_decoder_inputs
 from lmforge.retrieval.dpr import BiEncoder, pad_batch
@@ -114,11 +115,13 @@ class RAGObjective(Objective):
         doc_logp, rows = self.retrieve(batch)
         if self.kind == "sequence" and rows is not None and max_new_tokens > 0:
             return self.sequence_answers(batch, doc_logp, rows, max_new_tokens)
-        B = len(doc_logp)
-        out = torch.full((B, 1), self.start, device=doc_logp.device)
-        for _ in range(max_new_tokens):
-            logits = self.logits(batch, rows, out, torch.ones_like(out))[:, :, -1]  # (B, K, V)
-            out = torch.cat([out, rag_token_next_log_probs(logits, doc_logp).argmax(-1, keepdim=True)], 1)
+        ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
+        B, K = len(doc_logp), len(ids) // len(doc_logp)
+
+        def marginal(logits):  # (B * K, V) -> the question's token, for each of its K rows
+            return rag_token_next_log_probs(logits.view(B, K, -1), doc_logp).argmax(-1).repeat_interleave(K)
+
+        out = self._greedy(ids, mask, max_new_tokens, marginal)[::K]
         answers = []
         for row in out[:, 1:].tolist():
             answers.append(row[:row.index(self.sep)] if self.sep in row else row)
@@ -130,11 +133,7 @@ class RAGObjective(Objective):
         p(y | x, z) alone is a candidate, and the candidate of highest p(y | x) = sum_z p(z | x) p(y | x, z)
         over all k passages wins (the first drawn, that of the best passage, on a tie)."""
         ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
-        out = ids.new_full((len(ids), 1), self.start)
-        for _ in range(max_new_tokens):
-            hidden = self.model(ids, mask, decoder_input_ids=out, decoder_attention_mask=torch.ones_like(out),
-                                run_heads=False).last_hidden_state
-            out = torch.cat([out, self.lm(hidden[:, -1]).argmax(-1, keepdim=True)], 1)
+        out = self._greedy(ids, mask, max_new_tokens, lambda logits: logits.argmax(-1))
         K, answers = rows.shape[1], []
         for b in range(len(rows)):  # each candidate ends at its first [SEP], kept: p(y | x) scores the stop
             drawn = out[b * K:(b + 1) * K, 1:].tolist()
@@ -144,6 +143,17 @@ class RAGObjective(Objective):
             best = candidates[int(scores.argmax())]
             answers.append(best[:-1] if best[-1:] == [self.sep] else best)
         return answers
+
+    def _greedy(self, ids, mask, max_new_tokens: int, choose) -> torch.Tensor:
+        """(N, 1 + max_new_tokens) decoder ids, the start first, over N generator inputs encoded once and
+        decoded a token a step with a KV cache; choose((N, V) next-token logits) -> (N,) ids."""
+        memory, cache = self.model.encode(ids, mask), KVCache()
+        out = ids.new_full((len(ids), 1), self.start)
+        for _ in range(max_new_tokens):
+            hidden = self.model(None, mask, decoder_input_ids=out[:, -1:], encoder_output=memory, cache=cache,
+                                use_cache=True, run_heads=False).last_hidden_state
+            out = torch.cat([out, choose(self.lm(hidden[:, -1]))[:, None]], 1)
+        return out
 
     def _sequence_log_likelihoods(self, batch: dict, b: int, doc_logp, rows, candidates: list) \
             -> torch.Tensor:

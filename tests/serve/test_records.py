@@ -43,3 +43,22 @@ def test_predict_reads_and_refuses_a_record_as_evaluate_does(kind, record):
     # a blank text or word was scored by /predict where evaluate refused it; a regression text_pair ""
     # was encoded as an empty pair (another score) where evaluate reads no pair
     assert _server(kind, record) == _python(kind, record)
+
+
+@pytest.mark.parametrize("kind, record", [
+    ("cls", {"text": 3}), ("cls", {"text": True}), ("cls", {"text": 1.5}), ("cls", {"text": None}),
+    ("cls", {"text": [T]}), ("regression", {"text": T, "text_pair": None}), ("regression", {"text": T, "text_pair": 3}),
+    ("choice", {"text": T, "choices": ["a", 3]}), ("choice", {"text": T, "choices": ["a", None]}),
+    ("choice", {"text": T, "choices": ["a", ""]}), ("choice", {"text": T, "choices": ["a", " "]}),
+    ("choice", {"text": T, "choices": [["a"]]}), ("choice", {"text": 3, "choices": ["a"]}),
+    ("choice", {"text": T * 500, "choices": ["a"]}), ("seq2seq", {"source": 3}), ("seq2seq", {"source": None}),
+    ("seq2seq", {"source": " "}), ("qa", {"question": 7, "context": T}),
+])
+def test_a_text_that_is_not_a_string_is_read_or_refused_alike(kind, record):
+    # a number in a text field was "3" to evaluate but refused by /predict, true was Python's "True", and a
+    # null choice was scored as the text "None" by both
+    assert _server(kind, record) == _python(kind, record)
+    if record.get("text") is True:
+        assert _python(kind, record)["text"] == "true"  # as JSON writes it, as a label's is
+    if None in record.get("choices", ()):
+        assert _python(kind, record) is None

@@ -266,7 +266,7 @@ def test_a_server_refuses_workers_outside_one_to_its_threads(workers):
     ("cls", {"text": "x", "label": "pos"}, "unknown field(s) label", "inputs.label"),
     ("choice", {"text": "x", "choices": []}, "choices must be a non-empty list", "inputs.choices"),
     ("tagging", {"text": "a", "words": ["a"]}, "text or words", "inputs"),
-    ("cls", [{"text": "ok"}, {"text": 5}], "text must be a string", "inputs.1.text"),
+    ("cls", [{"text": "ok"}, {"text": [5]}], "text must be text", "inputs.1.text"),
     ("tagging", [{"text": "a"}, {"text": " "}], "text is empty", "inputs.1.text"),
     ("seq2seq", ["ok", {}], "text or source", "inputs.1"),
 ])

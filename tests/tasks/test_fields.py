@@ -23,7 +23,7 @@ GOOD = {
 BAD = {  # kind, record, what the error says after its location
     "label list": ("cls", {"text": "a", "label": [1]}, "label [1] is not a string, number or boolean"),
     "text object": ("pair", {"text": "a", "text_pair": {"b": 1}, "label": "x"},
-                    "text_pair (column 'text_pair') must be text, got a JSON object"),
+                    "text_pair (column 'text_pair') must be text (a string or number), got"),
     "regression word": ("regression", {"text": "a", "label": "high"},
                         "regression label 'high' is not a number"),
     "choice outside": ("choice", {"text": "a", "choices": ["x"], "label": 3},

@@ -6,7 +6,7 @@ refused, an optional text given as "" is left out."""
 from __future__ import annotations
 
 from lmforge.serve.limits import RequestError
-from lmforge.tasks.fields import absent, blank, optional_field, strings
+from lmforge.tasks.fields import absent, as_text, blank, optional_field, strings
 
 # kind -> (required fields, optional fields) of a record sent to /predict
 FIELDS = {"cls": (("text",), ()), "pair": (("text", "text_pair"), ()),
@@ -29,19 +29,30 @@ def _check(kind: str, at: str, record: dict) -> dict:
         allowed = ", ".join(required + tuple(f"{f}?" for f in optional))
         problem = f"lacks {', '.join(missing)}" if missing else f"has unknown field(s) {', '.join(unknown)}"
         raise _refuse(f"{at}.{(missing or unknown)[0]}", f"a {kind} record {problem} (fields: {allowed})")
-    for key, value in record.items():
-        if key == "choices":
-            if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-                raise _refuse(f"{at}.{key}", f"{key} must be a non-empty list of strings")
-        elif key == "words":  # the rule of a task file's words (tasks/fields.py): none of them blank
-            if not strings(value):
-                raise _refuse(f"{at}.{key}", f"{key} must be a non-empty list of non-blank strings")
-        elif not isinstance(value, str):
-            raise _refuse(f"{at}.{key}", f"{key} must be a string")
-        elif blank(value) and not (optional_field(kind, key) and absent(value)):
-            raise _refuse(f"{at}.{key}", f"{key} is empty (or only white space): there is nothing to read")
+    record = {k: _value(kind, f"{at}.{k}", k, v) for k, v in record.items()}
     # an optional text given as "" is no field, as lmforge evaluate reads it (not a pair of no tokens)
     return {k: v for k, v in record.items() if not (optional_field(kind, k) and absent(v))}
+
+
+def _value(kind: str, where: str, key: str, value):
+    """A field's value read by evaluate's rules (tasks/fields.py): a number or boolean as text, as JSON
+    writes it; a blank text refused, an optional one given as "" left for _check to drop."""
+    if key == "words":  # the rule of a task file's words (tasks/fields.py): none of them blank
+        if not strings(value):
+            raise _refuse(where, f"{key} must be a non-empty list of non-blank strings")
+        return value
+    if key == "choices":
+        if not isinstance(value, list) or not value:
+            raise _refuse(where, f"{key} must be a non-empty list of texts")
+        return [_value(kind, f"{where}.{k}", f"choices[{k}]", v) for k, v in enumerate(value)]
+    if value is None and optional_field(kind, key):
+        return None  # no field, as evaluate reads an optional null
+    text = as_text(value)
+    if text is None:
+        raise _refuse(where, f"{key} must be text (a string or number)")
+    if blank(text) and not (optional_field(kind, key) and absent(text)):
+        raise _refuse(where, f"{key} is empty (or only white space): there is nothing to read")
+    return text
 
 
 def _canonical(kind: str, at: str, record: dict) -> dict:

@@ -5,6 +5,7 @@ Each error names where the record is: "FILE:LINE" for a file's, "train:N" (the N
 records given in Python. Labels of cls and pair become text (see tasks/formats.py): the integer class
 ids of a Hugging Face dataset train as "0", "1", ..., as the same labels read from a file do. A multilabel
 record's label is a list of such labels ([] for none; repeats count once), in JSON lines or Python only.
+A text field's number or boolean is text as JSON writes it (3 -> "3", true -> "true"), on every face.
 """
 from __future__ import annotations
 
@@ -184,13 +185,23 @@ def _label_text(where: str, value) -> str:
     raise ValueError(f"{where}: label {shown} is not a string, number or boolean")
 
 
+def as_text(value):
+    """A text field's value as text, else None: a string as it is, a number or boolean as JSON writes it
+    (3 -> "3", true -> "true"); a list, object or null is no text (str() would spell it as Python does)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, numbers.Real)):  # NumPy's numbers too (a dataset's columns)
+        return _label_text("", value)
+    return None
+
+
 def _text(where: str, field: str, column: str, value) -> str:
-    """A text field's value as text; a JSON list or object there is an error (str() would turn it
-    into Python's spelling of it, silently)."""
-    if isinstance(value, (list, dict)):
-        raise ValueError(f"{where}: {field} (column {column!r}) must be text, got a JSON "
-                         f"{'list' if isinstance(value, list) else 'object'} {json.dumps(value)[:40]}")
-    return str(value)
+    """A text field's value as text (as_text); anything else is an error naming the field."""
+    text = as_text(value)
+    if text is None:
+        shown = json.dumps(value, ensure_ascii=False, default=str)[:40]
+        raise ValueError(f"{where}: {field} (column {column!r}) must be text (a string or number), got {shown}")
+    return text
 
 
 def _spelling_check(path, n: int, raw, label: str, seen: dict) -> None:
@@ -209,12 +220,16 @@ def _spelling_check(path, n: int, raw, label: str, seen: dict) -> None:
 
 def _choices(where: str, row: dict, column: str, hint: bool) -> list:
     if "+" in column:
-        return [str(_field(where, row, "choices", c)) for c in column.split("+")]
+        return [_text(where, "choices", c, _field(where, row, "choices", c)) for c in column.split("+")]
     value = _field(where, row, "choices", column, hint=hint)
     if not isinstance(value, list) or not value:
         how = "; in CSV/TSV name the columns: --columns choices=ending0+ending1+..." if hint else ""
         raise ValueError(f"{where}: choices (column {column!r}) must be a non-empty list{how}")
-    return [_text(where, "choices", column, c) for c in value]
+    choices = [_text(where, f"choices[{k}]", column, c) for k, c in enumerate(value)]
+    if any(blank(c) for c in choices):  # a choice of nothing to read, refused as a blank text is
+        raise ValueError(f"{where}: choices[{[blank(c) for c in choices].index(True)}] (column {column!r}) "
+                         f"is empty")
+    return choices
 
 
 def _require(where: str, row: dict, kind: str, mapping: dict, labelled: bool, hint: bool) -> None:
@@ -250,7 +265,8 @@ def _check_tagging(where: str, record: dict) -> None:
 def _check_qa(where: str, record: dict) -> None:
     """question and context: text; answers: [{"text", "start"}], each found at its start in the context."""
     for key in ("question", "context"):
-        if not isinstance(record[key], str) or not record[key].strip():
+        record[key] = as_text(record[key])  # a number is text, as in any other text field
+        if record[key] is None or not record[key].strip():
             raise ValueError(f"{where}: {key} must be non-empty text")
     if "id" in record:
         if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):

@@ -47,11 +47,13 @@ def test_predict_reads_and_refuses_a_record_as_evaluate_does(kind, record):
 
 @pytest.mark.parametrize("kind, record", [
     ("cls", {"text": 3}), ("cls", {"text": True}), ("cls", {"text": 1.5}), ("cls", {"text": None}),
-    ("cls", {"text": [T]}), ("regression", {"text": T, "text_pair": None}), ("regression", {"text": T, "text_pair": 3}),
+    ("cls", {"text": [T]}), ("regression", {"text": T, "text_pair": None}),
+    ("regression", {"text": T, "text_pair": 3}),
     ("choice", {"text": T, "choices": ["a", 3]}), ("choice", {"text": T, "choices": ["a", None]}),
     ("choice", {"text": T, "choices": ["a", ""]}), ("choice", {"text": T, "choices": ["a", " "]}),
     ("choice", {"text": T, "choices": [["a"]]}), ("choice", {"text": 3, "choices": ["a"]}),
-    ("choice", {"text": T * 500, "choices": ["a"]}), ("seq2seq", {"source": 3}), ("seq2seq", {"source": None}),
+    ("choice", {"text": T * 500, "choices": ["a"]}), ("seq2seq", {"source": 3}),
+    ("seq2seq", {"source": None}),
     ("seq2seq", {"source": " "}), ("qa", {"question": 7, "context": T}),
 ])
 def test_a_text_that_is_not_a_string_is_read_or_refused_alike(kind, record):
@@ -62,3 +64,17 @@ def test_a_text_that_is_not_a_string_is_read_or_refused_alike(kind, record):
         assert _python(kind, record)["text"] == "true"  # as JSON writes it, as a label's is
     if None in record.get("choices", ()):
         assert _python(kind, record) is None
+
+
+@pytest.mark.parametrize("kind, item", [
+    ("cls", T), ("regression", T), ("multilabel", T), ("pair", T), ("choice", T), ("qa", T), ("cls", " "),
+    ("tagging", T), ("tagging", {"text": T}), ("tagging", {"text": " "}), ("tagging", {"text": 3}),
+    ("tagging", {"text": T, "words": ["a"]}), ("seq2seq", T), ("seq2seq", {"text": T}), ("seq2seq", {}),
+    ("seq2seq", {"text": T, "source": T}), ("seq2seq", {"text": ""}),
+])
+def test_predict_shorthands_are_read_alike(kind, item):
+    # a bare string ({"text": it}), tagging's text (its words) and seq2seq's text (its source) were taken
+    # by /predict alone; evaluate's Python records refused them
+    assert _server(kind, item) == _python(kind, item)
+    if item == {"text": T} and kind == "tagging":
+        assert _python(kind, item) == {"words": T.split()}

@@ -6,7 +6,8 @@ refused, an optional text given as "" is left out."""
 from __future__ import annotations
 
 from lmforge.serve.limits import RequestError
-from lmforge.tasks.fields import absent, as_text, blank, optional_field, strings
+from lmforge.tasks.fields import (absent, as_record, as_text, blank, optional_field, predict_form,
+                                   strings)
 
 # kind -> (required fields, optional fields) of a record sent to /predict
 FIELDS = {"cls": (("text",), ()), "pair": (("text", "text_pair"), ()),
@@ -55,30 +56,17 @@ def _value(kind: str, where: str, key: str, value):
     return text
 
 
-def _canonical(kind: str, at: str, record: dict) -> dict:
-    """Shorthands to the task's own fields: tagging's text -> words, seq2seq's text -> source."""
-    if kind == "tagging":
-        if ("text" in record) == ("words" in record):
-            raise _refuse(at, "a tagging record has text or words (one of them)")
-        words = record["words"] if "words" in record else record["text"].split()
-        if not words:
-            raise _refuse(f"{at}.text", "the text has no words")
-        return {"words": words}
-    if kind == "seq2seq":
-        if ("text" in record) == ("source" in record):
-            raise _refuse(at, "a seq2seq record has text or source (one of them)")
-        return {"source": record.get("source", record.get("text"))}
-    return record
-
-
 def as_records(kind: str, inputs) -> list:
     """The request's inputs (a string, a record, or a list of them) as records of task `kind`."""
     listed = isinstance(inputs, list)
     out = []
     for i, item in enumerate(inputs if listed else [inputs]):
         at = f"inputs.{i}" if listed else "inputs"
-        record = {"text": item} if isinstance(item, str) else dict(item)
-        out.append(_canonical(kind, at, _check(kind, at, record)))
+        record = _check(kind, at, dict(as_record(item)))
+        try:  # the shorthands evaluate's Python records take too (tasks/fields.py)
+            out.append(predict_form(kind, record, at))
+        except ValueError as err:
+            raise RequestError(422, str(err), param=at) from None
     return out
 
 

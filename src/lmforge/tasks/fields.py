@@ -20,6 +20,7 @@ FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
           "multilabel": ("text", "text_pair?", "label"), "seq2seq": ("source", "target")}
 GOLD = ("label", "target")  # the fields a file to predict on (labelled=False) may leave out
 SPAN_FIELDS = {"tagging": ("words", "tags"), "qa": ("id", "question", "context", "answers")}
+SHORTHAND = {"tagging": "words", "seq2seq": "source"}  # the field a record's "text" stands for (predict_form)
 # the span fields records to predict on (labelled=False) may leave out: gold tags and answers, and the id
 # a SQuAD file scores answers by (the server's /predict takes a question and a context alone)
 SPAN_GOLD = ("tags", "answers", "id")
@@ -47,6 +48,8 @@ def given_records(records, kind: str, source: str, labelled: bool = True) -> lis
                          f"{type(records).__name__}")
     rows = []
     for n, row in enumerate(records, 1):
+        if not labelled:  # records to predict on take /predict's shorthands
+            row = predict_form(kind, row, f"{source}:{n}")
         if not isinstance(row, dict) or not row:
             raise ValueError(f"{source}:{n}: a record is a dict of fields, got {str(row)[:40]!r}")
         # a record that says its own line (a file's, read before; the built-in tasks') keeps it
@@ -54,6 +57,28 @@ def given_records(records, kind: str, source: str, labelled: bool = True) -> lis
     if kind in SPAN_FIELDS:
         return Records(span_rows(rows, source, kind, labelled), source)
     return Records(canonical_rows(rows, source, kind, {}, labelled, hint=False), source)
+
+
+def as_record(item):
+    """A record to predict on given as a bare string: {"text": it}; anything else as it is."""
+    return {"text": item} if isinstance(item, str) else item
+
+
+def predict_form(kind: str, item, where: str):
+    """A record to predict on (/predict's, evaluate's in Python) with its shorthands spelled out: a bare
+    string is {"text": it}; a tagging record's text is its words (split at white space), a seq2seq
+    record's text its source. Refused naming `where`: a text given with the field it stands for."""
+    item = as_record(item)
+    field = SHORTHAND.get(kind)
+    if not isinstance(item, dict) or field is None or "text" not in item and field in item:
+        return item
+    if ("text" in item) == (field in item):
+        raise ValueError(f"{where}: a {kind} record has text or {field} (one of them)")
+    text = as_text(item["text"])
+    if text is None or blank(text):
+        raise ValueError(f"{where}: text must be non-empty text")
+    rest = {k: v for k, v in item.items() if k != "text"}
+    return {**rest, field: text.split() if kind == "tagging" else text}
 
 
 def canonical_rows(rows, path, kind: str, mapping: dict, labelled: bool, hint: bool = True) -> list:
@@ -200,7 +225,8 @@ def _text(where: str, field: str, column: str, value) -> str:
     text = as_text(value)
     if text is None:
         shown = json.dumps(value, ensure_ascii=False, default=str)[:40]
-        raise ValueError(f"{where}: {field} (column {column!r}) must be text (a string or number), got {shown}")
+        raise ValueError(f"{where}: {field} (column {column!r}) must be text (a string or number), got "
+                         f"{shown}")
     return text
 
 

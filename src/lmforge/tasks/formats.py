@@ -179,11 +179,14 @@ def _refuse_json(path) -> None:
 def gold_given(records: list, source) -> bool:
     """Whether the records carry their gold answers (label, tags, answers or target): True when
     all do, False when none does; a mix is an error naming the first record without."""
-    have = [any(r.get(g) is not None for g in ("label", "tags", "answers", "target")) for r in records]
+    # a bare string (a record to predict on, fields.predict_form) carries none
+    have = [isinstance(r, dict) and any(r.get(g) is not None for g in ("label", "tags", "answers", "target"))
+            for r in records]
     if all(have) or not any(have):
         return all(have)
-    r, where = records[have.index(False)], source_of(records, source)
-    raise ValueError(f"{where}:{r.get('line', '?')}: no label, though other records have one; label every "
+    n, where = have.index(False), source_of(records, source)
+    line = records[n].get("line", n + 1) if isinstance(records[n], dict) else n + 1
+    raise ValueError(f"{where}:{line}: no label, though other records have one; label every "
                      f"record (to be scored) or none (for predictions only)")
 
 

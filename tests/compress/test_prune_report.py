@@ -69,16 +69,22 @@ def test_every_compress_job_refuses_a_link_as_its_output_folder_before_any_work(
 def test_an_out_that_holds_the_source_model_is_refused_by_both_jobs_before_any_work(tmp_path):
     """run_prune("p/model", out="p") replaced the model it was reading and measured the pruned one as
     "before" too (before == after); run_quantize wrote over its source alike. The command's --out refused
-    it; Python now does too, with UnsafePath naming out."""
+    it; Python now does too, with UnsafePath naming out (run_sparse_prune, which trains, too)."""
     from lmforge.compress.quantize_report import run_quantize
+    from lmforge.compress.sparse_finetune import SparseConfig, run_sparse_prune
+    from lmforge.train import TrainConfig
     from lmforge.utils.atomic import UnsafePath
-    from tests.tasks.core import tiny
+    from tests.tasks.core import sentiment, tiny
 
     source = tmp_path / "p" / "model"
     tiny("bert-base", n_layers=1).save(source)
-    before = sorted(p.name for p in source.iterdir())
+    before, train = sorted(p.name for p in source.iterdir()), sentiment(10)["train"]
     for out in (source, source.parent):
-        for job in (lambda: run_prune(source, [], out, "ffn", 0.5), lambda: run_quantize(source, out)):
+        sparse = lambda: run_sparse_prune(source, "cls", train, None, train, out,  # noqa: E731
+                                          train_cfg=TrainConfig(steps=1),
+                                          sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5))
+        for job in (lambda: run_prune(source, [], out, "ffn", 0.5), lambda: run_quantize(source, out),
+                    sparse):
             with pytest.raises(UnsafePath, match="holds the source model") as err:
                 job()
             assert err.value.field == "out"

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from lmforge.compress.measure import given_data, measure_side_by_side
+from lmforge.compress.model_files import output_folder
 from lmforge.compress.sparsity import METHODS, Pruner, is_score, kept_by_matrix, weight_sparsity
 from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, refuse_changed
@@ -225,7 +226,7 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source and
     the pruned model side by side on `records` (the source's metric only where it was fine-tuned for
     the task); prune.json."""
-    out = training_folder(out)
+    out = training_folder(output_folder(out, model_dir))  # as run_prune's: never the model it reads
     records = given_data(records, kind)  # before the training run, not after it
     summary = prune_finetune(model_dir, kind, train, valid, out, train_cfg=train_cfg, sparse_cfg=sparse_cfg,
                              task_cfg=task_cfg, resume=resume, log=log)

@@ -78,3 +78,68 @@ def test_predict_shorthands_are_read_alike(kind, item):
     assert _server(kind, item) == _python(kind, item)
     if item == {"text": T} and kind == "tagging":
         assert _python(kind, item) == {"words": T.split()}
+
+
+# each kind's record to predict on, and the gold fields evaluate reads in it (and ignores to predict)
+GOLD = [
+    ("cls", {"text": T}, {"label": "pos"}), ("pair", {"text": T, "text_pair": "a dog"}, {"label": 1}),
+    ("regression", {"text": T}, {"label": "2.5"}), ("multilabel", {"text": T}, {"label": ["a", "b"]}),
+    ("choice", {"text": T, "choices": ["a", "b"]}, {"label": 1}),
+    ("tagging", {"words": ["the", "cat"]}, {"tags": ["O", "B-X"]}),
+    ("tagging", {"text": T}, {"tags": ["O"] * 6}),
+    ("qa", {"question": "who?", "context": T}, {"id": 7, "answers": [{"text": "cat", "start": 4}]}),
+    ("seq2seq", {"source": T}, {"target": "le chat"}), ("seq2seq", {"text": T}, {"target": 3}),
+    ("cls", {"text": T}, {"label": None}), ("regression", {"text": T}, {"label": ""}),
+]
+
+
+@pytest.mark.parametrize("kind, record, gold", GOLD)
+def test_a_record_with_its_gold_is_predicted_as_without_it(kind, record, gold):
+    # /predict refused a record's gold (label, tags, answers, target, qa's id) as an unknown field where
+    # lmforge evaluate reads it: the record the model is given (as_records') is the same with it or without
+    assert as_records(kind, [{**record, **gold}]) == as_records(kind, [record])
+    assert _python(kind, {**record, **gold}) is not None
+
+
+@pytest.mark.parametrize("kind, record, field, bad", [
+    ("cls", {"text": T}, "label", [1]), ("cls", {"text": T}, "label", " "),
+    ("pair", {"text": T, "text_pair": T}, "label", {"a": 1}), ("regression", {"text": T}, "label", "high"),
+    ("regression", {"text": T}, "label", "nan"), ("multilabel", {"text": T}, "label", "a"),
+    ("choice", {"text": T, "choices": ["a", "b"]}, "label", 2),
+    ("choice", {"text": T, "choices": ["a", "b"]}, "label", 0.5),
+    ("tagging", {"words": ["the", "cat"]}, "tags", ["O"]), ("tagging", {"text": T}, "tags", ["O", ""] * 3),
+    ("qa", {"question": "who?", "context": T}, "answers", [{"text": "dog", "start": 4}]),
+    ("qa", {"question": "who?", "context": T}, "answers", "cat"),
+    ("qa", {"question": "q", "context": T}, "id", 1.5),
+    ("seq2seq", {"source": T}, "target", ["le"]), ("seq2seq", {"text": T}, "target", "  "),
+])
+def test_a_bad_gold_value_is_refused_by_both_faces_naming_it(kind, record, field, bad):
+    given = {**record, field: bad}
+    with pytest.raises(ValueError, match=field):  # evaluate names the record and the field
+        given_records([given], kind, "data", labelled=False)
+    for inputs, where in ((given, f"inputs.{field}"), ([record, given], f"inputs.1.{field}")):
+        with pytest.raises(RequestError) as err:
+            as_records(kind, inputs)
+        assert (err.value.status, err.value.param) == (422, where)
+        assert err.value.message.startswith(where + ": ")
+
+
+def test_a_label_spelt_two_ways_is_refused_across_inputs_as_across_evaluates_records():
+    records = [{"text": T, "label": 1}, {"text": T, "label": "1"}]
+    with pytest.raises(ValueError, match="also spelled"):
+        given_records(records, "cls", "data", labelled=False)
+    with pytest.raises(RequestError, match=r"inputs\.1\.label: .*also spelled 1 \(inputs\.0\)"):
+        as_records("cls", records)
+
+
+@pytest.mark.parametrize("kind, record", [
+    ("pair", {"text": T, "text_pairr": T}), ("cls", {"text": T, "lable": "pos"}),
+    ("tagging", {"words": ["a"], "tag": ["O"]}), ("qa", {"question": "q", "context": T, "answer": []}),
+    ("seq2seq", {"source": T, "targets": "x"}), ("cls", {"text": T, "line": 3}),
+])
+def test_a_field_no_record_of_the_kind_has_is_still_refused(kind, record):
+    # a request body is a typed call: a misspelt field is a 422 naming it, never silently dropped
+    (field,) = set(record) - {"text", "words", "source", "question", "context"}
+    with pytest.raises(RequestError, match=f"unknown field.s. {field} ") as err:
+        as_records(kind, [record])
+    assert err.value.status == 422 and err.value.param.startswith("inputs.0.")

@@ -1,20 +1,48 @@
-"""/predict's inputs as the canonical records of a task (tasks/formats.py FIELDS), checked here so a
+"""/predict's inputs as the canonical records of a task (tasks/fields.py FIELDS), checked here so a
 missing field is a 422 naming it rather than an error inside the worker: by its path, as the schema's
 errors name theirs (inputs.1.text; inputs.1 for the record as a whole; inputs where one record is sent).
 A text's emptiness is judged by the rule lmforge evaluate applies to a record (tasks/fields.py): blank is
-refused, an optional text given as "" is left out."""
+refused, an optional text given as "" is left out. A record's gold fields (label, tags, answers, target,
+qa's id) are taken and checked as evaluate checks them, and left out of the record predicted on; a field no
+record of the task has is refused (a request is a typed call: a misspelt field is no silent default)."""
 from __future__ import annotations
 
-from lmforge.serve.limits import RequestError
-from lmforge.tasks.fields import (absent, as_record, as_text, blank, optional_field, predict_form,
-                                   strings)
+import re
 
-# kind -> (required fields, optional fields) of a record sent to /predict
-FIELDS = {"cls": (("text",), ()), "pair": (("text", "text_pair"), ()),
-          "regression": (("text",), ("text_pair",)), "choice": (("text", "choices"), ()),
-          "multilabel": (("text",), ("text_pair",)),
-          "tagging": ((), ("text", "words")), "qa": (("question", "context"), ()),
-          "seq2seq": ((), ("text", "source"))}
+from lmforge.serve.limits import RequestError
+from lmforge.tasks.fields import FIELDS as TASK_FIELDS
+from lmforge.tasks.fields import (
+    GOLD,
+    SHORTHAND,
+    SPAN_FIELDS,
+    SPAN_GOLD,
+    absent,
+    as_record,
+    as_text,
+    blank,
+    given_records,
+    optional_field,
+    predict_form,
+    strings,
+)
+
+
+def _fields(kind: str) -> tuple:
+    """(required, optional, gold) fields of a `kind` record sent to /predict, from the task's fields: a
+    shorthand's field (tagging's words, seq2seq's source) is optional, as its "text" is (one of them)."""
+    specs = TASK_FIELDS.get(kind) or SPAN_FIELDS[kind]
+    names = tuple(s.rstrip("?") for s in specs)
+    gold = tuple(f for f in names if f in GOLD + SPAN_GOLD)
+    optional = tuple(s.rstrip("?") for s in specs if s.endswith("?"))
+    required = tuple(f for f in names if f not in gold + optional)
+    if kind in SHORTHAND:
+        required = tuple(f for f in required if f != SHORTHAND[kind])
+        optional = ("text", SHORTHAND[kind], *optional)
+    return required, optional, gold
+
+
+# kind -> (required, optional, gold) fields of a record sent to /predict
+FIELDS = {kind: _fields(kind) for kind in (*TASK_FIELDS, *SPAN_FIELDS)}
 
 
 def _refuse(where: str, message: str) -> RequestError:
@@ -23,14 +51,17 @@ def _refuse(where: str, message: str) -> RequestError:
 
 
 def _check(kind: str, at: str, record: dict) -> dict:
-    required, optional = FIELDS[kind]
+    """The record's fields checked, its gold ones left out (_gold checks them)."""
+    required, optional, gold = FIELDS[kind]
     missing = [f for f in required if f not in record]
-    unknown = sorted(set(record) - set(required) - set(optional))
+    unknown = sorted(set(record) - set(required + optional + gold))
     if missing or unknown:
-        allowed = ", ".join(required + tuple(f"{f}?" for f in optional))
-        problem = f"lacks {', '.join(missing)}" if missing else f"has unknown field(s) {', '.join(unknown)}"
+        allowed = ", ".join(required + tuple(f"{f}?" for f in optional + gold))
+        # both, where both: a misspelt field (text_pairr) is why the one it spells is missing
+        problem = " and ".join(([f"lacks {', '.join(missing)}"] if missing else [])
+                               + ([f"has unknown field(s) {', '.join(unknown)}"] if unknown else []))
         raise _refuse(f"{at}.{(missing or unknown)[0]}", f"a {kind} record {problem} (fields: {allowed})")
-    record = {k: _value(kind, f"{at}.{k}", k, v) for k, v in record.items()}
+    record = {k: _value(kind, f"{at}.{k}", k, v) for k, v in record.items() if k not in gold}
     # an optional text given as "" is no field, as lmforge evaluate reads it (not a pair of no tokens)
     return {k: v for k, v in record.items() if not (optional_field(kind, k) and absent(v))}
 
@@ -59,15 +90,35 @@ def _value(kind: str, where: str, key: str, value):
 def as_records(kind: str, inputs) -> list:
     """The request's inputs (a string, a record, or a list of them) as records of task `kind`."""
     listed = isinstance(inputs, list)
-    out = []
+    out, given = [], []
     for i, item in enumerate(inputs if listed else [inputs]):
         at = f"inputs.{i}" if listed else "inputs"
-        record = _check(kind, at, dict(as_record(item)))
+        given.append(dict(as_record(item)))
+        record = _check(kind, at, given[-1])
         try:  # the shorthands evaluate's Python records take too (tasks/fields.py)
             out.append(predict_form(kind, record, at))
         except ValueError as err:
             raise RequestError(422, str(err), param=at) from None
+    _gold(kind, out, given, listed)
     return out
+
+
+def _gold(kind: str, records: list, given: list, listed: bool) -> None:
+    """The gold fields sent (`given`'s) checked by evaluate's rule (given_records, labelled=False), a field
+    at a time over every record that has it (two spellings of one label are refused across records, as in
+    evaluate's list): a 422 naming inputs.i.FIELD. The records predicted on never hold them."""
+    for field in FIELDS[kind][2]:
+        rows = [{**r, field: g[field], "line": i}
+                for i, (r, g) in enumerate(zip(records, given)) if field in g]
+        try:
+            given_records(rows, kind, "inputs", labelled=False)
+        except ValueError as err:
+            found = re.fullmatch(r"inputs:(\d+): (.*)", str(err), re.DOTALL)
+            i, message = found.groups() if found else (0, str(err))
+            where = f"inputs.{i}.{field}" if listed else f"inputs.{field}"
+            # "(line 0)": the other record of a label spelled two ways, by its path too
+            message = re.sub(r"\(line (\d+)\)", r"(inputs.\1)", message)
+            raise _refuse(where, message) from None
 
 
 def record_tokens(task, counts: list) -> int:

@@ -22,7 +22,7 @@ GOLD = ("label", "target")  # the fields a file to predict on (labelled=False) m
 SPAN_FIELDS = {"tagging": ("words", "tags"), "qa": ("id", "question", "context", "answers")}
 SHORTHAND = {"tagging": "words", "seq2seq": "source"}  # the field a record's "text" stands for (predict_form)
 # the span fields records to predict on (labelled=False) may leave out: gold tags and answers, and the id
-# a SQuAD file scores answers by (the server's /predict takes a question and a context alone)
+# a SQuAD file scores answers by; /predict takes these and GOLD, checked alike, and predicts without them
 SPAN_GOLD = ("tags", "answers", "id")
 
 

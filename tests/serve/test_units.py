@@ -263,7 +263,8 @@ def test_a_server_refuses_workers_outside_one_to_its_threads(workers):
 
 @pytest.mark.parametrize("kind, inputs, message, field", [
     ("qa", "a bare string", "lacks question, context", "inputs.question"),
-    ("cls", {"text": "x", "label": "pos"}, "unknown field(s) label", "inputs.label"),
+    ("cls", {"text": "x", "lable": "pos"}, "unknown field(s) lable", "inputs.lable"),
+    ("regression", {"text": "x", "label": "hi"}, "is not a number", "inputs.label"),
     ("choice", {"text": "x", "choices": []}, "choices must be a non-empty list", "inputs.choices"),
     ("tagging", {"text": "a", "words": ["a"]}, "text or words", "inputs"),
     ("cls", [{"text": "ok"}, {"text": [5]}], "text must be text", "inputs.1.text"),

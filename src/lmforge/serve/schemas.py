@@ -91,7 +91,8 @@ class PredictRequest(BaseModel):
     """Inputs for a fine-tuned task model; a record's fields follow the model's task (its task.json):
     cls {text}, pair {text, text_pair}, regression {text, text_pair?}, choice {text, choices},
     tagging {text} or {words}, qa {question, context}, seq2seq {text}. A plain string is {text}; a text
-    may be a number or boolean, read as JSON writes it."""
+    may be a number or boolean, read as JSON writes it; gold fields (label, tags, answers, target, id) are
+    checked as evaluate checks them, and not used."""
 
     model_config = STRICT
     inputs: str | dict[str, Any] | list[str | dict[str, Any]] = Field(..., json_schema_extra=SOME)

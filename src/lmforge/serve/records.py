@@ -11,20 +11,8 @@ import re
 
 from lmforge.serve.limits import RequestError
 from lmforge.tasks.fields import FIELDS as TASK_FIELDS
-from lmforge.tasks.fields import (
-    GOLD,
-    SHORTHAND,
-    SPAN_FIELDS,
-    SPAN_GOLD,
-    absent,
-    as_record,
-    as_text,
-    blank,
-    given_records,
-    optional_field,
-    predict_form,
-    strings,
-)
+from lmforge.tasks.fields import (GOLD, SHORTHAND, SPAN_FIELDS, SPAN_GOLD, absent, as_record, as_text, blank,
+                                   given_records, optional_field, predict_form, strings)
 
 
 def _fields(kind: str) -> tuple:

@@ -114,3 +114,15 @@ def test_presets_lists_every_preset_get_config_takes_and_version_says_the_packag
 def test_an_unknown_model_is_told_the_installed_models_as_their_cards_write_them(capsys):
     assert main(["embed", "--model", "nope", "x"]) == 2
     assert capsys.readouterr().err.rstrip().endswith("nor a known model package (all-MiniLM-L6-v2)")
+
+
+def test_ctrl_c_while_the_parser_is_built_ends_quietly(monkeypatch, capsys):
+    """It printed a KeyboardInterrupt traceback (the parser's imports take a moment); 130, as after it."""
+    import lmforge.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["inspect", "bert-base"]) == 130
+    assert capsys.readouterr().err == ""

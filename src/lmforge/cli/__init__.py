@@ -137,8 +137,11 @@ def _warning_line(command: str):
 
 def main(argv: list | None = None) -> int:
     """Entry point of the `lmforge` command."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # Ctrl-C while the parser is built (its imports take a moment) ends quietly too
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return 130
     try:
         with warnings.catch_warnings():
             if argv is None:  # the command itself; a caller's main([...]) keeps its warnings as it has them

@@ -16,9 +16,19 @@ from lmforge.config.options import OptionsError
     ("ffn", None, "sparsity"),
 ])
 def test_a_bad_method_or_sparsity_is_refused_naming_it(tmp_path, method, sparsity, field):
-    with pytest.raises(OptionsError, match=f"^--{field} ") as err:
+    """Named as the option is in Python (the command line's flags are its own words)."""
+    with pytest.raises(OptionsError, match=f"^{field} ") as err:
         run_prune(tmp_path / "no-model", [], tmp_path / "out", method, sparsity)
     assert err.value.field == field and "\n" not in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_a_model_that_is_not_there_is_refused_naming_model_by_both_jobs(tmp_path):
+    """run_quantize raised find_model_dir's plain ValueError where run_prune named the field."""
+    from lmforge.compress.quantize_report import run_quantize
+
+    with pytest.raises(OptionsError) as err:
+        run_quantize(tmp_path / "no-model", tmp_path / "out")
+    assert err.value.field == "model" and not (tmp_path / "out").exists()
 
 
 def test_a_run_cut_short_after_saving_leaves_no_earlier_report_beside_the_new_model(tmp_path, monkeypatch):

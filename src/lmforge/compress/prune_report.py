@@ -138,9 +138,9 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
     """Prune the fine-tuned model at `model_dir` by `method`, save it under out/model, and report both
     models as saved, measured side by side (compress/measure.py), and what was removed."""
     if method not in METHODS:
-        raise OptionsError(f"--method {method!r}: expected one of {', '.join(METHODS)}", "method")
+        raise OptionsError(f"method {method!r}: expected one of {', '.join(METHODS)}", "method")
     if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 < sparsity < 1:
-        raise OptionsError(f"--sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
+        raise OptionsError(f"sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
     out = output_folder(out, resolve_dir(model_dir))  # before any work, as --out is
     refuse_quantised(model_dir)
     found_dir = resolve_dir(model_dir)

@@ -159,7 +159,10 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
     o, calibration = _options(options), calibration_texts(calibration)
-    source = find_model_dir(model)
+    try:
+        source = find_model_dir(model)
+    except ValueError as err:  # a typed refusal naming the field, as run_prune's
+        raise OptionsError(str(err), "model") from None
     out = output_folder(out, source)  # before any work, as --out is
     records, kind = _scored(source, records, kind)
     task_before, fp32, task_after, int8 = _models(source, records, kind)

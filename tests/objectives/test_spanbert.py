@@ -148,7 +148,7 @@ def test_training_lowers_the_loss_and_keeps_the_lm_head(tmp_path):
 
 
 def test_bad_span_settings_are_refused():
-    with pytest.raises(ValueError, match="max_words"):
+    with pytest.raises(ValueError, match=r"^p=0.0: must be a number > 0 and <= 1$"):
         _objective(p=0.0)
     with pytest.raises(ValueError, match="max_words"):
         _objective(max_words=0)

@@ -17,6 +17,7 @@ makes one with the tokenizer's special ids: what the registry (registry.py) call
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +26,46 @@ from torch import nn
 
 IGNORE = -100  # label of positions that carry no loss (the reference library's convention)
 SPECIAL_ROLES = ("cls", "sep", "pad", "bos", "eos")  # tokens an objective never masks nor predicts
+# T's bounds: below 0.01 logits / T overflow fp32 (T=1e-45 gave a NaN loss, T=1e-30 a T^2 of 0); above
+# 1000 every soft target is uniform. A loss weight's bound: every number a user chooses has one.
+TEMPERATURE_RANGE = (0.01, 1000)
+WEIGHT_MAX = 1000
+
+
+def within(low=None, high=None, *, above: bool = False, below: bool = False, integer: bool = False) -> tuple:
+    """A check_values rule (test, what the value must be): a finite number (an integer where `integer`)
+    from `low` to `high` (None: no bound that side), strictly `above` low and `below` high where set."""
+    def test(value) -> bool:
+        kind = int if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+            return False
+        return ((low is None or (value > low if above else value >= low))
+                and (high is None or (value < high if below else value <= high)))
+    said = [f"{'>' if above else '>='} {low:g}" if low is not None else "",
+            f"{'<' if below else '<='} {high:g}" if high is not None else ""]
+    return test, f"{'an integer' if integer else 'a number'} {' and '.join(s for s in said if s)}"
+
+
+def one_of(choices: tuple) -> tuple:
+    """A check_values rule: one of `choices`."""
+    return (lambda value: isinstance(value, str) and value in choices), f"one of {', '.join(choices)}"
+
+
+LOSS_WEIGHT, TEMPERATURE = within(0, WEIGHT_MAX), within(*TEMPERATURE_RANGE)
+
+
+def check_bounds(options: dict, bounds: dict) -> None:
+    """A ValueError naming the first of `options` (in `bounds`' order) that its rule in `bounds` (name ->
+    (test, what the value must be)) refuses; a value the test cannot compare is refused alike."""
+    for name, (test, said) in bounds.items():
+        if name not in options:
+            continue
+        try:
+            fine = bool(test(options[name]))
+        except (TypeError, ValueError):  # text where a number goes, a list of text for fractions
+            fine = False
+        if not fine:
+            raise ValueError(f"{name}={options[name]!r:.40}: must be {said}")
 
 
 @dataclass
@@ -101,6 +142,7 @@ class Objective(nn.Module, abc.ABC):
     `forward`."""
 
     name = "objective"
+    bounds: dict = {}  # keyword argument -> its rule (within, one_of): what check_values enforces
 
     def __init__(self, model: nn.Module, pad_id: int = 0) -> None:
         super().__init__()
@@ -114,8 +156,10 @@ class Objective(nn.Module, abc.ABC):
 
     @classmethod
     def check_values(cls, options: dict) -> None:
-        """A ValueError for one of `options` (keyword arguments of build) out of its range, said before
-        any model is built (objectives.keywords); every value is in range here, the class says otherwise."""
+        """A ValueError for one of `options` (keyword arguments of build) outside its rule in cls.bounds:
+        said before any model is built (objectives.keywords), and by the constructor, which calls it with
+        its arguments, so each bound is written once."""
+        check_bounds(options, cls.bounds)
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """One example -> inputs and labels (lists); the default passes it through."""

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import Loss, Objective, tokenizer_pad
+from lmforge.objectives.base import Loss, Objective, tokenizer_pad, within
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.tokenizer.chars import vocabulary_chars
 
@@ -60,12 +60,14 @@ class BiLM(Objective):
     """Forward and backward next-word cross-entropy through one shared softmax (an "lm" head)."""
 
     name = "bilm"
+    bounds = {"samples": within(0, integer=True)}  # 0: the full softmax; a negative one read as 0 unsaid
 
     def __init__(self, model, pad_id: int = 0, chars: list | None = None, samples: int = 0) -> None:
         super().__init__(model, pad_id)
         if model.config.architecture != "elmo":
             raise ValueError(f"objectives/bilm.py: the biLM objective trains an ELMo model, not a "
                              f"{model.config.architecture}")
+        self.check_values({"samples": samples})
         self.softmax = model.heads["softmax"] if "softmax" in model.heads else make_head(model, "lm")
         self.samples = samples
         L = model.config.max_characters_per_token

@@ -26,7 +26,7 @@ from functools import partial
 import torch
 
 from lmforge.data.stream import ExampleFormat
-from lmforge.objectives.base import tokenizer_mask, tokenizer_pad
+from lmforge.objectives.base import check_bounds, tokenizer_mask, tokenizer_pad, within
 from lmforge.objectives.mlm import budget
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.seq2seq import Seq2SeqLM
@@ -108,6 +108,9 @@ def document_rotation(tokens: list, generator: torch.Generator) -> list:
 
 
 NOISES = ("token-masking", "token-deletion", "text-infilling", "sentence-permutation", "document-rotation")
+# a ratio is a budget's share of the tokens; lambda 0 would draw empty spans forever (infilling_spans)
+NOISE_BOUNDS = {"token_ratio": within(0, 1, below=True), "infilling_ratio": within(0, 1, below=True),
+                "poisson_lambda": within(0, above=True)}
 
 
 def make_noise(name: str, mask_id: int | None = None, sentence_end: int | None = None,
@@ -119,9 +122,8 @@ def make_noise(name: str, mask_id: int | None = None, sentence_end: int | None =
         raise ValueError(f"noise {name!r} needs a mask token")
     if name == "sentence-permutation" and sentence_end is None:
         raise ValueError("noise 'sentence-permutation' needs the sentence-end token")
-    for ratio in (token_ratio, infilling_ratio):
-        if not 0 <= ratio < 1:
-            raise ValueError(f"noise ratios must be in [0, 1), got {ratio}")
+    ratios = dict(token_ratio=token_ratio, infilling_ratio=infilling_ratio, poisson_lambda=poisson_lambda)
+    check_bounds(ratios, NOISE_BOUNDS)
     return {"token-masking": partial(token_masking, mask_id=mask_id, p=token_ratio),
             "token-deletion": partial(token_deletion, p=token_ratio),
             "text-infilling": partial(text_infilling, mask_id=mask_id, p=infilling_ratio,
@@ -134,15 +136,19 @@ class Denoising(Seq2SeqLM):
     """BART's pretraining: reconstruct <s> text </s> from its noised version."""
 
     name = "denoising"
+    bounds = {**Seq2SeqLM.bounds, **NOISE_BOUNDS, "noises": (  # a callable: a noise of the caller's own
+        (lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(callable(n) or n in NOISES for n in v)),
+        f"a list of at least one of {', '.join(NOISES)}")}
 
     def __init__(self, model, mask_id: int | None, noises=("sentence-permutation", "text-infilling"),
                  sentence_end: int | None = None, bos_id: int | None = None, eos_id: int | None = None,
-                 pad_id: int = 0, decoder_start_id: int | None = None, **ratios) -> None:
+                 pad_id: int = 0, decoder_start_id: int | None = None, token_ratio: float = 0.15,
+                 infilling_ratio: float = 0.3, poisson_lambda: float = 3.0) -> None:
         super().__init__(model, pad_id, decoder_start_id)
+        self.check_values({"noises": noises})
+        ratios = dict(token_ratio=token_ratio, infilling_ratio=infilling_ratio, poisson_lambda=poisson_lambda)
         # names are built with this objective's tokens; a callable is taken as it is (composition)
         self.noises = [n if callable(n) else make_noise(n, mask_id, sentence_end, **ratios) for n in noises]
-        if not self.noises:
-            raise ValueError("denoising needs at least one noise")
         self.bos_id, self.eos_id = bos_id, eos_id
 
     @classmethod

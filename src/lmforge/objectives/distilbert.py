@@ -20,7 +20,6 @@ pooler (the student keeps the teacher's config but for its depth).
 """
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Optional
@@ -32,7 +31,17 @@ from torch import nn
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.model import from_config
-from lmforge.objectives.base import IGNORE, Loss, tokenizer_pad, tokenizer_specials
+from lmforge.objectives.base import (  # noqa: F401 (TEMPERATURE_RANGE, WEIGHT_MAX: compress reads them here)
+    IGNORE,
+    LOSS_WEIGHT,
+    TEMPERATURE,
+    TEMPERATURE_RANGE,
+    WEIGHT_MAX,
+    Loss,
+    one_of,
+    tokenizer_pad,
+    tokenizer_specials,
+)
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.quant.int8 import refuse_int8
@@ -42,11 +51,6 @@ SOFT_ON = ("real", "masked")  # positions of L_ce: every real token (reference d
 # scripts/extract_distilbert.py's choice for a 12-layer BERT: every other layer, keeping the first and last
 DISTILBERT_LAYERS = (0, 2, 4, 7, 9, 11)
 _BLOCK = re.compile(r"^(encoder|decoder)\.blocks\.(\d+)\.")
-# T's bounds: below 0.01 logits / T overflow fp32 (T=1e-45 gave a NaN loss, T=1e-30 a T^2 of 0); above
-# 1000 every soft target is uniform. A loss weight's bound: every number a user chooses has one.
-TEMPERATURE_RANGE = (0.01, 1000)
-WEIGHT_MAX = 1000
-LOSS_OPTIONS = ("alpha", "beta", "gamma", "temperature")  # check_loss_options' fields
 
 
 def every_other(n_layers: int) -> tuple:
@@ -129,22 +133,12 @@ def _hidden(model: nn.Module, batch: dict) -> torch.Tensor:
                  run_heads=False).last_hidden_state
 
 
-def check_loss_options(**options: float) -> None:
-    """A ValueError naming the first loss weight outside [0, WEIGHT_MAX] or a temperature outside
-    TEMPERATURE_RANGE (NaN, infinities and non-numbers included)."""
-    low, high = TEMPERATURE_RANGE
-    for name, value in options.items():
-        bounds = (low, high) if name == "temperature" else (0.0, WEIGHT_MAX)
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not (math.isfinite(value) and bounds[0] <= value <= bounds[1]):
-            raise ValueError(f"{name}={value!r:.40}: the loss weights are finite numbers from 0 to "
-                             f"{WEIGHT_MAX:g}, the temperature from {low:g} to {high:g}")
-
-
 class Distillation(MaskedLM):
     """DistilBERT: masked LM for the student plus the teacher's soft targets and hidden directions."""
 
     name = "distillation"
+    bounds = {**MaskedLM.bounds, "alpha": LOSS_WEIGHT, "beta": LOSS_WEIGHT, "gamma": LOSS_WEIGHT,
+              "temperature": TEMPERATURE, "soft_on": one_of(SOFT_ON)}
 
     def __init__(self, student, teacher, mask_id: int, alpha: float = 5.0, beta: float = 2.0, gamma: float = 1.0,
                  temperature: float = 2.0, soft_on: str = "real", **mlm) -> None:
@@ -161,13 +155,6 @@ class Distillation(MaskedLM):
         self.check_values(dict(alpha=alpha, beta=beta, gamma=gamma, temperature=temperature, soft_on=soft_on))
         self.teacher = teacher.requires_grad_(False).eval()
         self.alpha, self.beta, self.gamma, self.temperature, self.soft_on = alpha, beta, gamma, temperature, soft_on
-
-    @classmethod
-    def check_values(cls, options: dict) -> None:
-        """The loss weights' and the temperature's bounds (check_loss_options) and soft_on's choices."""
-        check_loss_options(**{k: v for k, v in options.items() if k in LOSS_OPTIONS})
-        if "soft_on" in options and options["soft_on"] not in SOFT_ON:
-            raise ValueError(f"soft_on={options['soft_on']!r:.40}: expected one of {', '.join(SOFT_ON)}")
 
     @classmethod
     def build(cls, teacher, tokenizer, **options) -> Distillation:

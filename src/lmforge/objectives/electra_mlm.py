@@ -23,11 +23,22 @@ from torch import nn
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.model import from_config
-from lmforge.objectives.base import IGNORE, Loss, Objective, tokenizer_mask, tokenizer_pad, tokenizer_specials, top1_accuracy
-from lmforge.objectives.mlm import MaskedLM
+from lmforge.objectives.base import (
+    IGNORE,
+    LOSS_WEIGHT,
+    TEMPERATURE,
+    Loss,
+    Objective,
+    tokenizer_mask,
+    tokenizer_pad,
+    tokenizer_specials,
+    top1_accuracy,
+)
+from lmforge.objectives.mlm import REPLACE, MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.rtd import (
     MASKING,
+    RATIO,
     generator_config,
     generator_step,
     replace_tokens,
@@ -51,6 +62,8 @@ class ElectraMLM(Objective):
     """Replace MLM (all_tokens=False) or All-Tokens MLM (all_tokens=True) with ELECTRA's generator."""
 
     name = "replace-mlm"
+    bounds = {**MaskedLM.bounds, "ratio": RATIO, "replace": REPLACE, "gen_weight": LOSS_WEIGHT,
+              "temperature": TEMPERATURE}  # T: the generator's sampling
 
     def __init__(self, model, mask_id: int, all_tokens: bool = False, ratio: float | None = None,
                  replace: tuple = MASKING, gen_weight: float = 1.0, temperature: float = 1.0, pad_id: int = 0,
@@ -58,6 +71,7 @@ class ElectraMLM(Objective):
         super().__init__(model, pad_id)
         if model.config.architecture != "encoder":
             raise ValueError(f"{type(self).__name__} trains an encoder, not a {model.config.architecture}")
+        self.check_values(dict(gen_weight=gen_weight, temperature=temperature))
         G = from_config(generator_config(model.config, ratio))
         self.shared = share_embeddings(G, model)
         # mlm: rate, whole_word, special_ids

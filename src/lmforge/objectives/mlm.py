@@ -25,8 +25,17 @@ from lmforge.objectives.base import (
     tokenizer_pad,
     tokenizer_specials,
     top1_accuracy,
+    within,
 )
 from lmforge.objectives.registry import ObjectiveSpec, register
+
+
+def fractions(value) -> bool:
+    """Whether `value` is three shares ([MASK], random, unchanged), each from 0 to 1, summing to 1."""
+    return (len(value) == 3 and all(within(0, 1)[0](v) for v in value) and abs(sum(value) - 1) <= 1e-6)
+
+
+REPLACE = (fractions, "three fractions [MASK], random, unchanged, each >= 0, summing to 1")
 
 
 def budget(n: int, rate: float, generator: torch.Generator) -> int:
@@ -64,12 +73,12 @@ class MaskedLM(Objective):
     """BERT's masked LM: corruption on the data side, the LM head on the selected positions."""
 
     name = "mlm"
+    bounds = {"rate": within(0, 1, above=True, below=True), "replace": REPLACE}
 
     def __init__(self, model, mask_id: int, rate: float = 0.15, replace: tuple = (0.8, 0.1, 0.1),
                  whole_word: bool = False, special_ids: tuple = (), pad_id: int = 0) -> None:
         super().__init__(model, pad_id)
-        if not 0 < rate < 1 or abs(sum(replace) - 1) > 1e-6 or min(replace) < 0:
-            raise ValueError(f"need 0 < rate < 1 and replace fractions summing to 1, got {rate}, {replace}")
+        self.check_values(dict(rate=rate, replace=replace))
         self.mask_id, self.rate, self.replace, self.whole_word = mask_id, rate, tuple(replace), whole_word
         self.special = set(special_ids) | {pad_id}
         self.vocab_size = model.config.vocab_size

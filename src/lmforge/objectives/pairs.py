@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import Loss
+from lmforge.objectives.base import Loss, one_of
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 
@@ -20,10 +20,11 @@ TASKS = ("nsp", "sop")
 class PairMLM(MaskedLM):
     """Masked LM plus a two-way sentence-pair classifier (IsNext / NotNext or in order / swapped)."""
 
+    bounds = {**MaskedLM.bounds, "task": one_of(TASKS)}
+
     def __init__(self, model, mask_id: int, task: str = "nsp", **mlm) -> None:
         super().__init__(model, mask_id, **mlm)
-        if task not in TASKS:
-            raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
+        self.check_values(dict(task=task))
         self.task = self.name = task
         self.pair = model.heads[task] if task in model.heads else make_head(model, "classification", n_labels=2)
 

@@ -39,6 +39,7 @@ from lmforge.objectives.base import (
     tokenizer_pad,
     tokenizer_specials,
     top1_accuracy,
+    within,
 )
 from lmforge.objectives.mlm import budget
 from lmforge.objectives.registry import ObjectiveSpec, register
@@ -78,12 +79,14 @@ class PermutationLM(Objective):
 
     name = "plm"
 
+    # K: the last 1/K of the order is predicted; mem_len: the memory segment's tokens (0: none)
+    bounds = {"K": within(1, above=True), "mem_len": within(0, integer=True)}
+
     def __init__(self, model, K: float = 6, special_ids: tuple = (), pad_id: int = 0, mem_len: int = 0) -> None:
         super().__init__(model, pad_id)
         if model.config.position != "xl-relative":
             raise ValueError("permutation LM needs two-stream attention: position='xl-relative' (an XLNet preset)")
-        if K <= 1 or mem_len < 0:
-            raise ValueError(f"need K > 1 (predict the last 1/K of the order) and mem_len >= 0, got {K}, {mem_len}")
+        self.check_values({"K": K, "mem_len": mem_len})
         self.K, self.mem_len = K, mem_len
         self.special = set(special_ids) | {pad_id}
         self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")

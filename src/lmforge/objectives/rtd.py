@@ -33,18 +33,23 @@ from lmforge.heads import make_head
 from lmforge.model import from_config
 from lmforge.objectives.base import (
     IGNORE,
+    LOSS_WEIGHT,
+    TEMPERATURE,
     Loss,
     Objective,
+    check_bounds,
     tokenizer_mask,
     tokenizer_pad,
     tokenizer_specials,
     top1_accuracy,
+    within,
 )
-from lmforge.objectives.mlm import MaskedLM
+from lmforge.objectives.mlm import REPLACE, MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 
 MASKING = (0.85, 0.0, 0.15)  # [MASK] / random / unchanged, official pretrain_helpers.mask
 GENERATOR_SIZE = 0.25  # without a generator_size in the config: configure_pretraining.py's default
+RATIO = within(0, 1, above=True)  # the generator's width over the discriminator's
 SHARED = ("segments", "positions", "norm")  # the E-wide parts of Embeddings, besides the token table
 
 
@@ -52,8 +57,7 @@ def generator_config(cfg: ModelConfig, ratio: float | None = None) -> ModelConfi
     """The generator's config: d_model, d_ff and n_heads x ratio (default: cfg.generator_size, else 1/4),
     same depth, same embedding width E."""
     ratio = ratio if ratio is not None else cfg.generator_size or GENERATOR_SIZE
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:  # "x" < 1 raised
-        raise ValueError(f"the generator ratio must be a number in (0, 1], got {ratio!r:.40}")
+    check_bounds({"ratio": ratio}, {"ratio": RATIO})  # FLOP counting calls this too, with an arm's ratio
     d_model = max(1, round(cfg.d_model * ratio))
     changes = dict(d_model=d_model, d_ff=max(1, round(cfg.d_ff * ratio)), n_heads=max(1, round(cfg.n_heads * ratio)),
                    d_embed=cfg.embed_dim if cfg.embed_dim != d_model else None)
@@ -126,6 +130,9 @@ class ReplacedTokenDetection(Objective):
     the generator's MaskedLM with ELECTRA's `replace`, the masking both networks train on."""
 
     name = "rtd"
+    bounds = {**MaskedLM.bounds, "ratio": RATIO, "replace": REPLACE, "disc_weight": LOSS_WEIGHT,
+              "gen_weight": LOSS_WEIGHT, "temperature": TEMPERATURE,  # T: the generator's sampling
+              "generator": ((lambda g: g is None or isinstance(g, ModelConfig)), "a ModelConfig")}
 
     def __init__(self, model, mask_id: int, ratio: float | None = None, generator: ModelConfig | None = None,
                  replace: tuple = MASKING, disc_weight: float = 50.0, gen_weight: float = 1.0,
@@ -133,6 +140,8 @@ class ReplacedTokenDetection(Objective):
         super().__init__(model, pad_id)
         if model.config.architecture != "encoder":
             raise ValueError(f"replaced-token detection trains an encoder, not a {model.config.architecture}")
+        self.check_values(dict(generator=generator, disc_weight=disc_weight, gen_weight=gen_weight,
+                               temperature=temperature))
         G = from_config(generator or generator_config(model.config, ratio))
         self.shared = share_embeddings(G, model)
         # the generator's masked LM (its tied LM head is built after sharing, so it ties to the shared table)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective, labelled, token_loss, top1_accuracy
+from lmforge.objectives.base import IGNORE, Loss, Objective, labelled, token_loss, top1_accuracy, within
 
 
 def shift_right(labels: torch.Tensor, start: int, pad: int) -> torch.Tensor:
@@ -56,9 +56,11 @@ class Seq2SeqLM(Objective):
     """Cross-entropy of every target token given the source and the target's earlier tokens."""
 
     name = "seq2seq"
+    bounds = {"decoder_start_id": ((lambda v: v is None or within(0, integer=True)[0](v)), "an integer >= 0")}
 
     def __init__(self, model, pad_id: int = 0, decoder_start_id: int | None = None) -> None:
         super().__init__(model, pad_id)
+        self.check_values({"decoder_start_id": decoder_start_id})
         cfg = model.config
         if cfg.architecture != "encoder-decoder":
             raise ValueError(f"objective {self.name!r} trains an encoder-decoder, not a {cfg.architecture}")

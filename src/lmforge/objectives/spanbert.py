@@ -24,7 +24,7 @@ from torch import nn
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.model import init_weights
-from lmforge.objectives.base import IGNORE, Loss, top1_accuracy
+from lmforge.objectives.base import IGNORE, Loss, top1_accuracy, within
 from lmforge.objectives.mlm import MaskedLM, budget, words
 from lmforge.objectives.registry import ObjectiveSpec, register
 
@@ -104,11 +104,11 @@ class SpanMLM(MaskedLM):
     """SpanBERT's pretraining: span masking, masked LM plus the span boundary objective."""
 
     name = "span"
+    bounds = {**MaskedLM.bounds, "p": within(0, 1, above=True), "max_words": within(1, integer=True)}
 
     def __init__(self, model, mask_id: int, p: float = 0.2, max_words: int = 10, **mlm) -> None:
         super().__init__(model, mask_id, whole_word=True, **mlm)
-        if not 0 < p <= 1 or max_words < 1:
-            raise ValueError(f"need 0 < p <= 1 and max_words >= 1, got p={p}, max_words={max_words}")
+        self.check_values(dict(p=p, max_words=max_words))
         self.lengths = length_distribution(p, max_words)
         # the SBO head is not in the core head registry (it needs span boundaries, not just
         # hidden states), so it stays with the objective: in training checkpoints, not in

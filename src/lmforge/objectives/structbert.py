@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss
+from lmforge.objectives.base import IGNORE, Loss, within
 from lmforge.objectives.mlm import MaskedLM, budget
 from lmforge.objectives.registry import ObjectiveSpec, register
 
@@ -58,10 +58,11 @@ class StructuralMLM(MaskedLM):
 
     name = "structural"
 
+    bounds = {**MaskedLM.bounds, "wso_rate": within(0, 1, below=True)}
+
     def __init__(self, model, mask_id: int, wso_rate: float = 0.05, sso: bool = True, **mlm) -> None:
         super().__init__(model, mask_id, **mlm)
-        if not 0 <= wso_rate < 1:
-            raise ValueError(f"need 0 <= wso_rate < 1, got {wso_rate}")
+        self.check_values(dict(wso_rate=wso_rate))
         self.wso_rate = wso_rate
         self.sso = None
         if sso:  # next / previous / random: a 3-way classifier on the pooled [CLS] state

@@ -17,7 +17,7 @@ from functools import partial
 import torch
 
 from lmforge.data.stream import ExampleFormat
-from lmforge.objectives.base import tokenizer_pad
+from lmforge.objectives.base import one_of, tokenizer_pad, within
 from lmforge.objectives.denoising import Denoising, chosen_positions
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.t5_span_corruption import sentinel_ids
@@ -46,18 +46,20 @@ class T5Denoising(Denoising):
     (style="deshuffle")."""
 
     name = "t5-denoising"
+    # rate: the share of tokens BERT-style corrupts (deshuffling reads none)
+    bounds = {**Denoising.bounds, "style": one_of(("bert", "deshuffle")),
+              "rate": within(0, 1, above=True, below=True)}
 
     @classmethod
     def build(cls, model, tokenizer, style: str = "bert", rate: float = 0.15) -> T5Denoising:
         """The objective around an encoder-decoder, with T5's first sentinel as the mask, </s> and pad."""
+        cls.check_values({"style": style, "rate": rate})
         if style == "bert":
             mask = tokenizer.special_id("mask")
             mask = mask if mask is not None else sentinel_ids(tokenizer, 1)[0]
             noise = partial(bert_style, mask_id=mask, vocab_size=model.config.vocab_size, p=rate)
-        elif style == "deshuffle":
-            noise = deshuffle
         else:
-            raise ValueError(f"style must be 'bert' or 'deshuffle', got {style!r}")
+            noise = deshuffle
         return cls(model, None, noises=(noise,), eos_id=tokenizer.special_id("eos"), pad_id=tokenizer_pad(tokenizer))
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:

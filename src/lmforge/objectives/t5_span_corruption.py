@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from lmforge.data.stream import ExampleFormat
-from lmforge.objectives.base import tokenizer_pad
+from lmforge.objectives.base import tokenizer_pad, within
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.objectives.seq2seq import Seq2SeqLM
 
@@ -120,14 +120,14 @@ class SpanCorruption(Seq2SeqLM):
     """T5's unsupervised objective: sentinel-replaced spans in, the spans out (teacher forcing)."""
 
     name = "span-corruption"
+    bounds = {**Seq2SeqLM.bounds, "noise_density": within(0, 1, above=True, below=True),
+              "mean_noise_span_length": within(1)}
 
     def __init__(self, model, sentinel_ids: list, eos_id: int | None, noise_density: float = 0.15,
                  mean_noise_span_length: float = 3.0, final_sentinel: bool = True, pad_id: int = 0,
                  decoder_start_id: int | None = None) -> None:
         super().__init__(model, pad_id, decoder_start_id)
-        if not 0 < noise_density < 1 or mean_noise_span_length < 1:
-            raise ValueError(f"need 0 < noise_density < 1 and mean_noise_span_length >= 1, got "
-                             f"{noise_density}, {mean_noise_span_length}")
+        self.check_values({"noise_density": noise_density, "mean_noise_span_length": mean_noise_span_length})
         self.sentinels, self.eos_id = list(sentinel_ids), eos_id
         self.noise_density, self.mean_noise_span_length = noise_density, mean_noise_span_length
         self.final_sentinel = final_sentinel

@@ -222,3 +222,46 @@ def test_objective_options_reach_the_objective_of_any_name(ran, tmp_path):
     with pytest.raises(OptionsError, match="objective_options.ratio"):
         pretrain("mlm", tmp_path / "p", TrainConfig(steps=1), preset="bert-tiny",
                  objective_options={"ratio": 2})
+
+
+BAD_VALUES = [("mlm", "bert-tiny", "rate", 2), ("mlm", "bert-tiny", "replace", [0.5, 0.5, 0.5]),
+              ("span", "bert-tiny", "p", 0), ("span", "bert-tiny", "max_words", 0),
+              ("structural", "bert-tiny", "wso_rate", 1), ("rtd", "electra-small", "ratio", 1.5),
+              ("rtd", "electra-small", "temperature", 0), ("replace-mlm", "electra-small", "gen_weight", -1),
+              ("span-corruption", "t5-small", "noise_density", 1),
+              ("span-corruption", "t5-small", "mean_noise_span_length", 0.5),
+              ("denoising", "bart-base", "poisson_lambda", 0),
+              ("denoising", "bart-base", "infilling_ratio", 1),
+              ("t5-bert-style", "t5-small", "rate", 1.5), ("plm", "xlnet-base", "K", 1),
+              ("bilm", "elmo-medium", "samples", -1)]
+
+
+@pytest.mark.parametrize("objective, preset, key, bad", BAD_VALUES, ids=lambda v: str(v))
+def test_an_objective_value_out_of_its_range_is_refused_naming_it_before_any_work(
+        objective, preset, key, bad, capsys, tmp_path, monkeypatch):
+    """Each objective's bounds (Objective.bounds) are checked before the tokenizer or the corpus: a rate of
+    2 had been refused by the constructor, after both, naming rate=2 rather than objective_options.rate."""
+    monkeypatch.setattr(pretrain_module, "_corpus", lambda *a, **k: pytest.fail("work began before refusing"))
+    with pytest.raises(OptionsError) as caught:
+        pretrain(objective, tmp_path / "p", TrainConfig(steps=1), preset=preset, objective_options={key: bad})
+    assert caught.value.field == f"objective_options.{key}" and "must be" in str(caught.value)
+    assert not (tmp_path / "p").exists()
+    args = ["pretrain", "--preset", preset, "--objective", objective, "--out", str(tmp_path / "c"),
+            f"objective_options={{{key}: {bad!r}}}"]
+    said = refused_on_the_command_line(capsys, args)
+    assert f"objective_options.{key}: {key}=" in said and not (tmp_path / "c").exists()
+
+
+GOOD_VALUES = [("mlm", {"rate": 0.3, "replace": [1.0, 0.0, 0.0]}), ("span", {"p": 1, "max_words": 1}),
+               ("denoising", {"poisson_lambda": 0.5, "token_ratio": 0.0}), ("t5-bert-style", {"rate": 0.5}),
+               ("rtd", {"ratio": 1, "temperature": 0.01, "disc_weight": 0}), ("plm", {"K": 2, "mem_len": 0})]
+
+
+@pytest.mark.parametrize("objective, options", GOOD_VALUES, ids=lambda v: str(v))
+def test_objective_values_within_their_bounds_pass_the_check_and_build(objective, options):
+    from lmforge.objectives.registry import get
+    from lmforge.objectives.keywords import check_keywords
+
+    spec = get(objective)
+    check_keywords(spec, options, "objective_options")  # no refusal
+    spec.build.__self__.check_values(options)  # what the constructor calls with them

@@ -145,22 +145,23 @@ def test_a_torn_last_line_reruns_only_its_unit_and_leaves_the_file_clean(tmp_pat
 
 @pytest.mark.parametrize("ratio", ["half", 1.5, 0])
 def test_an_objective_option_out_of_its_range_is_refused_naming_the_plan_and_arm(tiny_plan, ratio):
+    """When the plan is checked, naming the plan, the arm and the option once (the objective's own range)."""
     from lmforge.bakeoff import PlanError
-    from lmforge.bakeoff.runner import schedules
 
-    tiny_plan["arms"][1]["options"] = {"ratio": ratio}  # accepted at load: its default (None) says no range
-    said = rf"^p\.yaml: arms\.electra: the generator ratio must be a number in \(0, 1\], got {ratio!r}$"
-    with pytest.raises(PlanError, match=said):  # it said neither the plan nor the arm
-        schedules(check_plan(tiny_plan, "p.yaml"), 300)
+    tiny_plan["arms"][1]["options"] = {"ratio": ratio}
+    said = rf"^p\.yaml: arms\[1\]\.options\.ratio: ratio={ratio!r}: must be a number > 0 and <= 1$"
+    with pytest.raises(PlanError, match=said):
+        check_plan(tiny_plan, "p.yaml")
 
 
 def test_an_objective_option_its_objective_refuses_is_a_plan_error_before_any_arm_trains(tmp_path, tiny_plan):
     from lmforge.bakeoff import PlanError
-    from lmforge.bakeoff.runner import BakeOff
 
     tiny_plan["arms"][1]["options"] = {"ratio": 0.5, "replace": [0.5, 0.5, 0.5]}  # rtd's masked LM reads it
-    with pytest.raises(PlanError, match=r"^p\.yaml: arms\.electra: need 0 < rate < 1 and replace fractions"):
-        BakeOff(check_plan(tiny_plan, "p.yaml"), tmp_path, log=lambda line: None)
+    said = r"^p\.yaml: arms\[1\]\.options\.replace: replace=\[0\.5, 0\.5, 0\.5\]"
+    with pytest.raises(PlanError, match=said):
+        check_plan(tiny_plan, "p.yaml")
+    assert not any(tmp_path.iterdir())
     assert not (tmp_path / "mlm").exists() and not (tmp_path / "electra").exists()  # no arm began
 
 

@@ -24,8 +24,8 @@ def check_arm_reads(arm, spec, where: str, fail) -> None:
         return
     try:
         check_keywords(spec, arm.options, f"{where}.options")
-    except OptionsError as err:
-        fail(err.field, str(err).split(": ", 1)[1])
+    except OptionsError as err:  # its message begins with its field, which fail says once
+        fail(err.field, str(err).removeprefix(f"{err.field}: "))
     try:
         check_read(spec, RecipeOptions(duplication=arm.duplication), PretrainInputs())
     except OptionsError as err:

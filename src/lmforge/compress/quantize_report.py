@@ -152,6 +152,14 @@ def _report(mode: str, fp32, int8, source: Path, batch: dict, rounds: int) -> di
             "speedup": seconds["before"] / seconds["after"]}
 
 
+def _source(model) -> Path:
+X
+    try:
+        return find_model_dir(model)
+    except ValueError as err:
+        raise OptionsError(str(err), "model") from None
+
+
 def run_quantize(model, out, records: list | None = None, kind: str | None = None, calibration: list | None = None,
                  options: QuantizeOptions | None = None) -> dict:
     """Quantise the model at `model` (a directory or installed model), measure sizes, speed side by
@@ -159,10 +167,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
     o, calibration = _options(options), calibration_texts(calibration)
-    try:
-        source = find_model_dir(model)
-    except ValueError as err:  # a typed refusal naming the field, as run_prune's
-        raise OptionsError(str(err), "model") from None
+    source = _source(model)
     out = output_folder(out, source)  # before any work, as --out is
     records, kind = _scored(source, records, kind)
     task_before, fp32, task_after, int8 = _models(source, records, kind)

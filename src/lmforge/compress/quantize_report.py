@@ -153,7 +153,7 @@ def _report(mode: str, fp32, int8, source: Path, batch: dict, rounds: int) -> di
 
 
 def _source(model) -> Path:
-X
+    """The model directory `model` names; an OptionsError naming model where none (as run_prune's)."""
     try:
         return find_model_dir(model)
     except ValueError as err:

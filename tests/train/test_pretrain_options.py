@@ -265,3 +265,13 @@ def test_objective_values_within_their_bounds_pass_the_check_and_build(objective
     spec = get(objective)
     check_keywords(spec, options, "objective_options")  # no refusal
     spec.build.__self__.check_values(options)  # what the constructor calls with them
+
+
+def test_span_masking_takes_no_whole_word_and_a_bounded_span(tmp_path):
+    """SpanBERT masks whole words itself: whole_word was listed as its option and then a TypeError
+    (given twice); max_words sizes its length table, so it is bounded by a sequence's length."""
+    for options, field in (({"whole_word": False}, "objective_options.whole_word"),
+                           ({"max_words": 10 ** 9}, "objective_options.max_words")):
+        with pytest.raises(OptionsError) as refused:
+            pretrain("span", tmp_path / "o", TrainConfig(steps=1), preset="bert-tiny", objective_options=options)
+        assert refused.value.field == field and not (tmp_path / "o").exists()

@@ -20,7 +20,8 @@ FROM_TOKENIZER = {"pad_id", "special_ids", "bos_id", "eos_id", "sentence_end"}  
 
 def init_defaults(cls: type) -> dict:
     """The defaults of `cls.__init__`, under them those of the masked LM it passes `**mlm` on to: a
-    subclass's base class, ELECTRA's generator's MaskedLM."""
+    subclass's base class, ELECTRA's generator's MaskedLM; less those the class fixes itself (its `fixed`:
+    SpanBERT's whole_word, which a caller's would clash with)."""
     params = inspect.signature(cls.__init__).parameters
     own = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
     if "mlm" not in params or params["mlm"].kind is not inspect.Parameter.VAR_KEYWORD:
@@ -28,7 +29,7 @@ def init_defaults(cls: type) -> dict:
     to = MaskedLM
     if issubclass(cls, MaskedLM):
         to = next(base for base in cls.__mro__[1:] if "__init__" in vars(base))
-    return {**init_defaults(to), **own}
+    return {k: v for k, v in {**init_defaults(to), **own}.items() if k not in getattr(cls, "fixed", ())}
 
 
 def objective_options(spec: ObjectiveSpec, options: dict) -> dict:

@@ -273,5 +273,6 @@ def test_span_masking_takes_no_whole_word_and_a_bounded_span(tmp_path):
     for options, field in (({"whole_word": False}, "objective_options.whole_word"),
                            ({"max_words": 10 ** 9}, "objective_options.max_words")):
         with pytest.raises(OptionsError) as refused:
-            pretrain("span", tmp_path / "o", TrainConfig(steps=1), preset="bert-tiny", objective_options=options)
+            pretrain("span", tmp_path / "o", TrainConfig(steps=1), preset="bert-tiny",
+                     objective_options=options)
         assert refused.value.field == field and not (tmp_path / "o").exists()

@@ -231,6 +231,7 @@ BAD_VALUES = [("mlm", "bert-tiny", "rate", 2), ("mlm", "bert-tiny", "replace", [
               ("span-corruption", "t5-small", "noise_density", 1),
               ("span-corruption", "t5-small", "mean_noise_span_length", 0.5),
               ("denoising", "bart-base", "poisson_lambda", 0),
+              ("denoising", "bart-base", "poisson_lambda", 1e-9),
               ("denoising", "bart-base", "infilling_ratio", 1),
               ("t5-bert-style", "t5-small", "rate", 1.5), ("plm", "xlnet-base", "K", 1),
               ("bilm", "elmo-medium", "samples", -1)]

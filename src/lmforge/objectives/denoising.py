@@ -108,9 +108,11 @@ def document_rotation(tokens: list, generator: torch.Generator) -> list:
 
 
 NOISES = ("token-masking", "token-deletion", "text-infilling", "sentence-permutation", "document-rotation")
-# a ratio is a budget's share of the tokens; lambda 0 would draw empty spans forever (infilling_spans)
+# a ratio is a budget's share of the tokens. Spans are drawn until they cover the budget and an empty one
+# inserts a mask: lambda 0 drew forever, and below 0.5 most draws are insertions (about e^-lambda / lambda a
+# masked token), so the noised text outgrows its source; BART's is 3
 NOISE_BOUNDS = {"token_ratio": within(0, 1, below=True), "infilling_ratio": within(0, 1, below=True),
-                "poisson_lambda": within(0, above=True)}
+                "poisson_lambda": within(0.5, 1000)}
 
 
 def make_noise(name: str, mask_id: int | None = None, sentence_end: int | None = None,

@@ -87,7 +87,7 @@ def test_masking_and_deletion_rates_and_permutation_orders():
 def _objective(**kw):
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny("bart-base"), decoder_start_token_id=EOS, pad_token_id=PAD)
-    return Denoising(model, MASK, sentence_end=STOP, bos_id=BOS, eos_id=EOS, pad_id=PAD, **kw)
+    return Denoising(model, MASK, sentence_end=STOP, ends=(BOS, EOS), pad_id=PAD, **kw)
 
 
 def test_corruption_keeps_the_ends_and_targets_the_original():
@@ -98,7 +98,7 @@ def test_corruption_keeps_the_ends_and_targets_the_original():
     assert out["input_ids"][0] == BOS and out["input_ids"][-1] == EOS and MASK in out["input_ids"]
     # composition: names and callables in the order given
     reverse = Denoising(objective.model, MASK, noises=[lambda t, g: t[::-1], "document-rotation"],
-                        bos_id=BOS, eos_id=EOS, pad_id=PAD)
+                        ends=(BOS, EOS), pad_id=PAD)
     rotated = reverse.corrupt(example, torch.Generator().manual_seed(1))["input_ids"][1:-1]
     assert rotated == document_rotation(TOKENS[::-1], torch.Generator().manual_seed(1))
     for bad, match in [(dict(noises=["shuffle"]), "^noises=.*at least one of"), (dict(noises=[]), "at least one"),

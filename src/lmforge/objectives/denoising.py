@@ -143,15 +143,16 @@ class Denoising(Seq2SeqLM):
         f"a list of at least one of {', '.join(NOISES)}")}
 
     def __init__(self, model, mask_id: int | None, noises=("sentence-permutation", "text-infilling"),
-                 sentence_end: int | None = None, bos_id: int | None = None, eos_id: int | None = None,
-                 pad_id: int = 0, decoder_start_id: int | None = None, token_ratio: float = 0.15,
-                 infilling_ratio: float = 0.3, poisson_lambda: float = 3.0) -> None:
+                 sentence_end: int | None = None, ends: tuple = (None, None), pad_id: int = 0,
+                 decoder_start_id: int | None = None, token_ratio: float = 0.15, infilling_ratio: float = 0.3,
+                 poisson_lambda: float = 3.0) -> None:
+        """ends: the (<s>, </s>) ids the noise leaves in place (None: no such end)."""
         super().__init__(model, pad_id, decoder_start_id)
         self.check_values({"noises": noises})
         ratios = dict(token_ratio=token_ratio, infilling_ratio=infilling_ratio, poisson_lambda=poisson_lambda)
         # names are built with this objective's tokens; a callable is taken as it is (composition)
         self.noises = [n if callable(n) else make_noise(n, mask_id, sentence_end, **ratios) for n in noises]
-        self.bos_id, self.eos_id = bos_id, eos_id
+        self.bos_id, self.eos_id = ends
 
     @classmethod
     def build(cls, model, tokenizer, **options) -> Denoising:
@@ -159,7 +160,7 @@ class Denoising(Seq2SeqLM):
         Sentence permutation splits after each "." (what the corpus reader splits on, mostly)."""
         eos, end = tokenizer.special_id("eos"), tokenizer.token_to_id(".")
         return cls(model, tokenizer_mask(tokenizer, cls.__name__), sentence_end=end,
-                   bos_id=tokenizer.special_id("bos"), eos_id=eos, pad_id=tokenizer_pad(tokenizer), **options)
+                   ends=(tokenizer.special_id("bos"), eos), pad_id=tokenizer_pad(tokenizer), **options)
 
     def noise(self, tokens: list, generator: torch.Generator) -> list:
         """Every noise in turn over tokens (no <s>/</s>)."""

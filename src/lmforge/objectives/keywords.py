@@ -15,7 +15,8 @@ from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec
 from lmforge.utils.errors import OptionsError
 
-FROM_TOKENIZER = {"pad_id", "special_ids", "bos_id", "eos_id", "sentence_end"}  # what builds give themselves
+# what builds give themselves, from the tokenizer
+FROM_TOKENIZER = {"pad_id", "special_ids", "bos_id", "eos_id", "ends", "sentence_end"}
 
 
 def init_defaults(cls: type) -> dict:

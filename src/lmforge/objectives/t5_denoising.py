@@ -60,7 +60,8 @@ class T5Denoising(Denoising):
             noise = partial(bert_style, mask_id=mask, vocab_size=model.config.vocab_size, p=rate)
         else:
             noise = deshuffle
-        return cls(model, None, noises=(noise,), eos_id=tokenizer.special_id("eos"), pad_id=tokenizer_pad(tokenizer))
+        return cls(model, None, noises=(noise,), ends=(None, tokenizer.special_id("eos")),
+                   pad_id=tokenizer_pad(tokenizer))
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """Raw tokens (a final </s>, if any, set aside) -> noised tokens + </s> in, tokens + </s> out."""

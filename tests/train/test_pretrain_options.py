@@ -253,19 +253,26 @@ def test_an_objective_value_out_of_its_range_is_refused_naming_it_before_any_wor
     assert f"objective_options.{key}: {key}=" in said and not (tmp_path / "c").exists()
 
 
-GOOD_VALUES = [("mlm", {"rate": 0.3, "replace": [1.0, 0.0, 0.0]}), ("span", {"p": 1, "max_words": 1}),
-               ("denoising", {"poisson_lambda": 0.5, "token_ratio": 0.0}), ("t5-bert-style", {"rate": 0.5}),
-               ("rtd", {"ratio": 1, "temperature": 0.01, "disc_weight": 0}), ("plm", {"K": 2, "mem_len": 0})]
+GOOD_VALUES = [("mlm", "bert-base", {"rate": 0.3, "replace": [1.0, 0.0, 0.0]}),
+               ("span", "bert-base", {"p": 1, "max_words": 1}),
+               ("denoising", "bart-base", {"poisson_lambda": 0.5, "token_ratio": 0.0}),
+               ("t5-bert-style", "t5-small", {"rate": 0.5}),
+               ("rtd", "electra-small", {"ratio": 1, "temperature": 0.01, "disc_weight": 0}),
+               ("plm", "xlnet-base", {"K": 2, "mem_len": 0})]
 
 
-@pytest.mark.parametrize("objective, options", GOOD_VALUES, ids=lambda v: str(v))
-def test_objective_values_within_their_bounds_pass_the_check_and_build(objective, options):
-    from lmforge.objectives.registry import get
+@pytest.mark.parametrize("objective, preset, options", GOOD_VALUES, ids=lambda v: str(v))
+def test_objective_values_within_their_bounds_pass_the_check_and_build(objective, preset, options):
+    """Values at their bounds pass the early check and the constructor alike (the bound is one)."""
     from lmforge.objectives.keywords import check_keywords
+    from lmforge.objectives.registry import get
+    from tests.tasks.core import tiny, tokenizer
 
     spec = get(objective)
-    check_keywords(spec, options, "objective_options")  # no refusal
-    spec.build.__self__.check_values(options)  # what the constructor calls with them
+    check_keywords(spec, options, "objective_options")  # refuses nothing
+    model = tiny(preset, decoder_start_token_id=0) if preset in ("bart-base", "t5-small") else tiny(preset)
+    built = spec.build(model, tokenizer(spec.tokenizer), **{**spec.options, **options})
+    assert isinstance(built, spec.build.__self__)
 
 
 def test_span_masking_takes_no_whole_word_and_a_bounded_span(tmp_path):

@@ -192,7 +192,7 @@ def test_a_resume_with_another_teacher_of_the_same_shape_is_refused(tmp_path):
 
 def test_the_smallest_temperature_allowed_gives_a_finite_loss_and_a_smaller_one_is_refused():
     """T=1e-45 had been taken (finite, > 0) and gave a NaN loss: logits / T overflow fp32."""
-    from lmforge.objectives.distilbert import TEMPERATURE_RANGE
+    from lmforge.objectives.base import TEMPERATURE_RANGE
 
     low = TEMPERATURE_RANGE[0]
     student, teacher = torch.tensor([[300.0, -200.0, 0.0]]), torch.tensor([[-300.0, 100.0, 50.0]])

@@ -25,16 +25,9 @@ from lmforge.compress.measure import measure_side_by_side
 from lmforge.config import atomic_write_text, option
 from lmforge.config.model import MAX_LAYERS
 from lmforge.config.options import OptionsError, check_options
-from lmforge.objectives.base import Loss, Objective
-from lmforge.objectives.distilbert import (
-    TEMPERATURE_RANGE,
-    WEIGHT_MAX,
-    cosine_loss,
-    every_other,
-    refuse_int8_teacher,
-    soft_cross_entropy,
-    student_from_teacher,
-)
+from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objective
+from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
+                                           student_from_teacher)
 from lmforge.presets import PRESETS
 from lmforge.tasks.finetune import (
     HEAD_SEED,

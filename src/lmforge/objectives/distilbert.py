@@ -31,17 +31,8 @@ from torch import nn
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.model import from_config
-from lmforge.objectives.base import (  # noqa: F401 (TEMPERATURE_RANGE, WEIGHT_MAX: compress reads them here)
-    IGNORE,
-    LOSS_WEIGHT,
-    TEMPERATURE,
-    TEMPERATURE_RANGE,
-    WEIGHT_MAX,
-    Loss,
-    one_of,
-    tokenizer_pad,
-    tokenizer_specials,
-)
+from lmforge.objectives.base import (IGNORE, LOSS_WEIGHT, TEMPERATURE, Loss, one_of, tokenizer_pad,
+                                     tokenizer_specials)
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.quant.int8 import refuse_int8

@@ -258,7 +258,8 @@ GOOD_VALUES = [("mlm", "bert-base", {"rate": 0.3, "replace": [1.0, 0.0, 0.0]}),
                ("denoising", "bart-base", {"poisson_lambda": 0.5, "token_ratio": 0.0}),
                ("t5-bert-style", "t5-small", {"rate": 0.5}),
                ("rtd", "electra-small", {"ratio": 1, "temperature": 0.01, "disc_weight": 0}),
-               ("plm", "xlnet-base", {"K": 2, "mem_len": 0})]
+               ("plm", "xlnet-base", {"K": 2, "mem_len": 0}),
+               ("plm", "xlnet-base", {"K": 6.5})]  # K is a ratio: the paper's 6 or 7, or between
 
 
 @pytest.mark.parametrize("objective, preset, options", GOOD_VALUES, ids=lambda v: str(v))

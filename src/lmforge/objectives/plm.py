@@ -82,7 +82,7 @@ class PermutationLM(Objective):
     # K: the last 1/K of the order is predicted; mem_len: the memory segment's tokens (0: none)
     bounds = {"K": within(1, above=True), "mem_len": within(0, integer=True)}
 
-    def __init__(self, model, K: float = 6, special_ids: tuple = (), pad_id: int = 0, mem_len: int = 0) -> None:
+    def __init__(self, model, K: float = 6.0, special_ids: tuple = (), pad_id: int = 0, mem_len: int = 0) -> None:
         super().__init__(model, pad_id)
         if model.config.position != "xl-relative":
             raise ValueError("permutation LM needs two-stream attention: position='xl-relative' (an XLNet preset)")

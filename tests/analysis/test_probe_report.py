@@ -40,3 +40,13 @@ def test_legends_sit_beside_their_panels_not_over_the_curves(tmp_path, monkeypat
         legend, box = ax.get_legend(), ax.get_window_extent(renderer)
         assert legend is not None and legend.get_window_extent(renderer).x0 >= box.x1
         assert legend.get_window_extent(renderer).x1 <= fig.bbox.width  # and not cut off
+
+
+def test_a_negative_spearman_stays_inside_the_structural_panel(tmp_path, monkeypatch):
+    results = _results([0, 1, 2])
+    results["tasks"]["distance"]["dspr"] = [-0.4, 0.1, float("nan")]
+    caught = []
+    monkeypatch.setattr(probe_report, "atomic_savefig", lambda fig, path, dpi=None: caught.append(fig))
+    probe_report.plot_probes(results, tmp_path / "probes.png")
+    low, high = caught[0].axes[3].get_ylim()
+    assert low < -0.4 and high == 1

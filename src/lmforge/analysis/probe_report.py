@@ -136,14 +136,17 @@ def _mix_panel(ax, results: dict) -> None:
 
 
 def _structural_panel(ax, results: dict) -> None:
-    layers = results["layers"]
+    layers, low = results["layers"], 0.0
     for task, keys in STRUCTURAL_MAIN.items():
         for key, style in zip(keys, ("-o", "--s")):
             if task in results["tasks"]:
                 ax.plot(layers, results["tasks"][task][key], style, label=key, markersize=4)
+                low = min([low, *(v for v in results["tasks"][task][key] if v is not None and v == v)])
     rb = results["baselines"]["right_branching_uuas"]
     ax.axhline(rb, color="grey", linestyle=":", label=f"right-branching UUAS {rb:.2f}")
-    ax.set(title="Structural probes (Hewitt & Manning 2019)", xlabel="layer", ylabel="score", ylim=(0, 1))
+    # a Spearman correlation (dspr, nspr) may be below 0: a floor at 0 cut its points off the panel
+    ax.set(title="Structural probes (Hewitt & Manning 2019)", xlabel="layer", ylabel="score",
+           ylim=(max(-1.05, low - 0.05) if low < 0 else 0, 1))
     _legend(ax)
 
 

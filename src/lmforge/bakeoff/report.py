@@ -23,6 +23,7 @@ from lmforge.bakeoff.results import read_results
 from lmforge.config import atomic_write_text
 from lmforge.train.log import read_metrics
 from lmforge.utils.atomic import atomic_savefig
+from lmforge.utils.plots import series_style
 
 REPRODUCED, REVERSED, UNRESOLVED = "reproduced", "reversed", "not resolved at this scale"
 ALPHA = 0.05  # a verdict's two-sided significance level (Welch's t-test)
@@ -121,9 +122,9 @@ def _arm_curves(ax, plan: Plan, out: Path, schedules: dict) -> int:
             records = [r for r in read_metrics(path) if "loss" in r] if path.is_file() and per_step else []
             finite = [r for r in records if math.isfinite(r["loss"])]
             bad += len(records) - len(finite)
-            if finite:  # markers on a short curve: a line through one logged step draws nothing
+            if finite:
                 ax.plot([offset + r["step"] * per_step for r in finite], [r["loss"] for r in finite],
-                        "-" if len(finite) > 10 else "o-", markersize=3, color=f"C{i % 10}", alpha=0.8,
+                        series_style(len(finite)), markersize=3, color=f"C{i % 10}", alpha=0.8,
                         label=arm.name if j == 0 else None)
     return bad
 

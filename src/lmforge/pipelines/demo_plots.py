@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from lmforge.utils.atomic import atomic_savefig
+from lmforge.utils.plots import series_style, whole_steps
 
 
 def read_metrics(path) -> list:
@@ -12,19 +13,13 @@ def read_metrics(path) -> list:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def _steps(ax) -> None:
-    """Whole steps on the x axis (a short run had ticks at step 1.5)."""
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
 def _pretraining(ax, rows: list) -> None:
-    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="train")
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], series_style(len(rows)), label="train",
+            markersize=3)
     evals = [r for r in rows if "eval_loss" in r]
     ax.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="held out")
     ax.set(title="MLM pretraining", xlabel="step", ylabel="cross-entropy (nats)")
-    _steps(ax)
+    whole_steps(ax)
     ax.legend()
 
 
@@ -49,7 +44,7 @@ def _task(ax, task: str, runs: dict) -> None:
         rows = [r for r in read_metrics(run["metrics"]) if key in r]
         ax.plot([r["step"] for r in rows], [r[key] for r in rows], label=name, **style)
     ax.set(title=f"Fine-tuning: {task}", xlabel="step", ylabel=f"validation {run['metric']}")
-    _steps(ax)
+    whole_steps(ax)
     ax.legend()
 
 

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from lmforge.utils.atomic import append_text, atomic_savefig, atomic_write_text, refuse_link
+from lmforge.utils.plots import series_style, whole_steps
 from lmforge.utils.progress import Bar
 
 
@@ -41,12 +42,12 @@ def read_metrics(path: Path) -> list:
 def _plot_series(ax, records: list) -> list:
     """Draw loss and eval_loss on `ax`; what the plot cannot show, in words (non-finite values, none)."""
     notes = []
-    for key, style in (("loss", "-"), ("eval_loss", "o-")):
+    for key, style in (("loss", None), ("eval_loss", "o-")):  # evaluations: a marker at each
         points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         bad = [step for step, value in points if not math.isfinite(value)]
         points = [(step, value) for step, value in points if math.isfinite(value)]
-        if points:  # a marker on every point of a short series: a line through one point draws nothing
-            ax.plot(*zip(*points), style if len(points) > 20 else "o-", label=key.replace("_", " "),
+        if points:
+            ax.plot(*zip(*points), style or series_style(len(points)), label=key.replace("_", " "),
                     markersize=3)
         if bad:  # skipped (non-finite) steps would otherwise vanish from the plot unremarked
             notes.append(f"{key.replace('_', ' ')} not finite at {len(bad)} step(s), first {bad[0]}")
@@ -59,15 +60,11 @@ def plot_losses(metrics: Path, png: Path, title: str = "training") -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7, 4))
     notes = _plot_series(ax, read_metrics(metrics))
     ax.set(xlabel="step", ylabel="loss", title=f"{title} loss" if title else "loss")
-    low, high = ax.dataLim.intervalx
-    if ax.lines and high - low < 2:  # one or two steps: whole steps either side, not step 0.96
-        ax.set_xlim(low - 1, high + 1)
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    whole_steps(ax)
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend()

@@ -87,3 +87,19 @@ def test_a_multi_label_classifier_is_served_for_predict_with_its_true_labels_and
         found = found.model_dump(exclude_none=True)
         assert set(found) == {"labels", "scores"} and list(found["scores"]) == ["a", "b"]
         assert found["labels"] == [k for k, p in found["scores"].items() if p > 0.5]
+
+
+def test_a_fine_tuned_seq2seq_model_is_served_with_its_task_json_options(tmp_path):
+    """A seq2seq task.json holds prefix among the task's own options: the server's rebuild passed prefix twice
+    (TypeError), so no seq2seq model could be served; it now reads them as evaluate does."""
+    from lmforge.tasks.finetune import TaskConfig, make_task, save_model
+
+    tokenizer = train_tokenizer(TEXTS, "unigram", 120, family="t5")
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("t5-small", vocab_size=tokenizer.vocab_size)).eval()
+    attach(model, "lm")
+    config = TaskConfig(max_len=32, prefix="summarize", num_beams=2, max_new_tokens=5)
+    save_model(make_task("seq2seq", model, tokenizer, [], config), tmp_path)
+    served = load_served("s2s", tmp_path)
+    assert "predict" in served.capabilities and served.task.kind == "seq2seq"
+    assert (served.task.prefix, served.task.num_beams, served.task.max_new_tokens) == ("summarize", 2, 5)

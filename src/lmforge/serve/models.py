@@ -146,8 +146,9 @@ def rebuild_task(path: Path, model, tokenizer, info: dict) -> Task:
     rebuilds it); an error when the model lacks the task's trained head."""
     kind = info["kind"]
     options = {name: info[name] for name in task_class(kind).options if name in info}
-    cfg = TaskConfig(max_len=info.get("max_len", 128), text_to_text=info.get("text_to_text"),
-                     prefix=info.get("prefix"), **options)
+    # a task's own options may hold prefix (seq2seq's): one dict, as tasks.finetune.fine_tuned_task builds it
+    cfg = TaskConfig(**{"max_len": info.get("max_len", 128), "text_to_text": info.get("text_to_text"),
+                        "prefix": info.get("prefix"), **options})
     pretrained = {id(head) for head in model.heads.values()}
     task = make_task(kind, model, tokenizer, [], cfg, info.get("labels"))
     if task.head != "lm" and id(task.task_head) not in pretrained:

@@ -202,6 +202,16 @@ def test_a_long_title_stays_inside_a_one_head_figure():
     box = fig._suptitle.get_window_extent(renderer)
     assert box.x0 >= 0 and box.x1 <= fig.bbox.width
 
+def test_a_figure_without_a_layer_draws_the_first_one_recorded():
+    from lmforge.analysis.view_figure import selection
+
+    maps = random_maps(n_layers=3, n_heads=2, length=6)
+    group = maps.groups[0]
+    group.layers, group.probs = group.layers[1:], group.probs[1:]  # as --layers 1-2 records them
+    _, probs, _ = selection(maps)
+    assert torch.equal(probs, torch.as_tensor(group.probs[0]).float())
+
+
 def test_token_labels_thin_then_give_way_to_positions():
     tokens = [f"t{i}" for i in range(60)]
     assert _ticks(tokens, 100) == (list(range(60)), tokens)
@@ -236,6 +246,7 @@ def test_malformed_maps_are_refused(tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     ({"path": "f.jpg"}, "^path: "), ({"group": "cross"}, "^group='cross'"), ({"layer": 5}, "^layer=5"),
     ({"heads": [3]}, r"^heads=\[3\]"), ({"heads": []}, r"^heads=\[\]"), ({"layer": "0"}, "^layer='0'"),
+    ({"heads": [1, 1]}, r"^heads=\[1, 1\]: a head is named twice"),
 ])
 def test_bad_figure_options_are_refused(tmp_path, kwargs, match):
     path = tmp_path / kwargs.pop("path", "f.png")

@@ -87,6 +87,7 @@ def test_an_encoder_decoder_shows_its_three_attentions(tmp_path):
     ([TEXT, "--out", "v.html", "--layer", "1"], "--layer: they choose what a figure draws; give --png"),
     ([TEXT, "--png", "f.png", "--heads", "0,9"], "--heads [0, 9]: pick one or more of 0..3"),
     ([TEXT, "--png", "f.png", "--heads", "a"], "--heads 'a': expected head indices"),
+    ([TEXT, "--png", "f.png", "--heads", "1,1"], "--heads [1, 1]: a head is named twice"),
     ([TEXT, "--svg", "f.svg", "--group", "cross"], "--group 'cross': have ['self']"),
     # one file for the page and a figure: the figure silently replaced the page
     ([TEXT, "--out", "f.png", "--png", "./f.png"], "--out f.png: is also the --png figure"),
@@ -98,6 +99,12 @@ def test_bad_input_is_one_line_and_status_2(bert, tmp_path, capsys, monkeypatch,
     err = capsys.readouterr().err
     assert err.startswith("lmforge attention: error: ") and err.count("\n") == 1 and message in err, err
     assert not [p for p in tmp_path.iterdir() if p.suffix in (".html", ".png", ".svg", ".jpg")]
+
+
+def test_the_figure_draws_the_first_recorded_layer_by_default(bert, tmp_path, capsys):
+    png = tmp_path / "f.png"  # --layers 1 records layer 1 only: a default --layer 0 was refused
+    assert main(["attention", "--model", bert, TEXT, "--layers", "1", "--png", str(png)]) == 0
+    assert imread(png).std() > 0.05 and capsys.readouterr().out.splitlines() == [f"wrote {png}"]
 
 
 def test_a_missing_model_is_named(tmp_path, capsys):

@@ -19,22 +19,25 @@ FORMATS = ("png", "svg")
 _LABELLED = 80  # beyond this many tokens an axis shows positions, not token text
 
 
-def write_figure(maps: AttentionMaps, path, group=None, layer: int = 0, heads=None) -> Path:
-    """Write the heatmaps of `layer` (a model layer) of `group` (default: the first), heads `heads` (default all)."""
+def write_figure(maps: AttentionMaps, path, group=None, layer=None, heads=None) -> Path:
+    """Write the heatmaps of `layer` (a model layer; default the group's first recorded) of `group` (default:
+    the first), heads `heads` (default all)."""
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise ValueError(f"path: the figure's format comes from its suffix, .png or .svg, not {path.suffix!r}")
     g, probs, heads = selection(maps, group, layer, heads)
-    fig = _draw(probs, heads, g, layer, maps.title)
+    fig = _draw(probs, heads, g, g.layers[0] if layer is None else layer, maps.title)
     atomic_savefig(fig, path, dpi=200 if fmt == "png" else None, fmt=fmt)
     return path
 
 
-def selection(maps: AttentionMaps, group=None, layer: int = 0, heads=None) -> tuple:
+def selection(maps: AttentionMaps, group=None, layer=None, heads=None) -> tuple:
     """(the group, its `layer`'s (heads, T, T) probabilities, the heads to draw) of a figure; a choice the
     maps lack is a ValueError naming it (group=, layer=, heads=)."""
     g = _group(maps, group)
+    # None: the first layer recorded (a fixed 0 was refused where the maps hold only later layers)
+    layer = g.layers[0] if layer is None and g.layers else layer
     if isinstance(layer, bool) or not isinstance(layer, int) or layer not in g.layers:
         raise ValueError(f"layer={layer!r}: group {g.name!r} has layers {list(g.layers)}")
     probs = torch.as_tensor(g.probs[g.layers.index(layer)]).detach().to("cpu", torch.float32)
@@ -61,6 +64,8 @@ def _heads(heads, n: int) -> list:
     bad = [h for h in heads if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < n]
     if not heads or bad:
         raise ValueError(f"heads={heads!r}: pick one or more of 0..{n - 1}")
+    if len(set(heads)) < len(heads):  # else the same head is drawn twice, as if two heads agreed
+        raise ValueError(f"heads={heads!r}: a head is named twice")
     return heads
 
 

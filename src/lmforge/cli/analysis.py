@@ -80,7 +80,7 @@ def cmd_attention(args) -> None:
     maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=layers)
     if truncation_note(maps):
         print(f"note: {truncation_note(maps)}", file=sys.stderr)
-    layer, heads = 0 if args.layer is None else args.layer, _heads(args.heads)
+    layer, heads = args.layer, _heads(args.heads)
     if args.png or args.svg:
         _check_figure(maps, args.group, layer, heads)  # before any file is written
     if args.out:
@@ -108,7 +108,7 @@ def _figure_flags(args) -> None:
             raise UsageError(f"--out {args.out}: is also the {flag} figure; give the page a file of its own")
 
 
-def _check_figure(maps, group, layer: int, heads) -> None:
+def _check_figure(maps, group, layer, heads) -> None:
     """A UsageError naming --group, --layer or --heads where the recorded maps lack the choice."""
     from lmforge.analysis.view_figure import selection
     from lmforge.cli.common import UsageError
@@ -214,7 +214,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--png", help="a PNG figure of one layer's heads")
     p.add_argument("--svg", help="an SVG figure of one layer's heads")
     said(p.add_argument("--group", help="figure: self, encoder, decoder or cross"), "the first")
-    said(p.add_argument("--layer", type=int, help="figure: the layer"), 0)
+    said(p.add_argument("--layer", type=int, help="figure: the layer"), "the first recorded")
     said(p.add_argument("--heads", help="figure: heads to draw, e.g. 0,2"), "all")
     p.set_defaults(func=cmd_attention)
     _heads_parser(sub)

@@ -237,6 +237,20 @@ def test_bad_input(tmp_path):
         train_tokenizer(["fine", 3], "unigram", 300)
 
 
+def test_a_file_name_is_never_trained_on_as_a_text_and_a_folder_is_its_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "a.txt").write_text("\n".join(CORPUS[:40]) + "\n")
+    with pytest.raises(FileNotFoundError, match="no such file: missing.txt"):  # was a corpus of 11 characters
+        train_tokenizer("missing.txt", "bpe", 300)
+    with pytest.raises(FileNotFoundError, match="'mising.txt', while texts/a.txt is one"):
+        train_tokenizer(["texts/a.txt", "mising.txt"], "bpe", 300)
+    whole = train_tokenizer([tmp_path / "texts" / "a.txt"], "bpe", 300).backend.to_str()
+    assert train_tokenizer("texts", "bpe", 300).backend.to_str() == whole  # was "texts is not a file"
+    small = train_tokenizer(["the texts", "."], "bpe", 300)  # texts: "." names a folder, no file
+    assert small.vocab_size < 300 and small.decode(small.encode("the texts").ids) == "the texts"
+
+
 @pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
 def test_more_ids_than_vocab_size_is_said_never_silent(kind):
     """BPE and WordPiece keep every character whatever vocab_size asks: 10 gave 90 or 94 ids, unsaid."""

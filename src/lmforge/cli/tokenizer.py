@@ -49,8 +49,8 @@ def add_parsers(sub) -> None:
 
     group = sub.add_parser("tokenizer", help="train tokenizers").add_subparsers(dest="action", required=True)
     p = group.add_parser("train", help="train a tokenizer (tokenizer.json + tokenizer_config.json in --out)")
-    p.add_argument("files", nargs="*", help="text, JSONL or .gz files, read as `corpus shard` reads them "
-                   "(none: the built-in corpus)")
+    p.add_argument("files", nargs="*", help="text, JSONL or .gz files or folders of them, read as "
+                   "`corpus shard` reads them (none: the built-in corpus)")
     option_flags(p, TokenizerOptions, required=("kind", "vocab_size"))
     p.add_argument("--out", required=True, help="the tokenizer's directory")
     said(p.add_argument("--docs", type=bounded(int, 1, 1_000_000),

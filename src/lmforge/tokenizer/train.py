@@ -176,27 +176,35 @@ def _blank_file(file: Path) -> bool:
 
 
 def corpus_files(source) -> list | None:
-    """The files of `source` (a path, or a list of paths), checked; None when it is a list of texts.
+    """The files of `source` (a path, or a list of paths; a folder stands for the files under it, as
+    `corpus shard` reads it), checked; None when it is a list or iterator of texts.
 
-    A list counts as files when its items are path objects, or strings that all name existing files.
+    A bare path is always a file name (a missing one is no one-text corpus); a list counts as files when its
+    items are path objects, or strings that all name existing files or folders.
     """
+    from lmforge.data.corpus import expand_files
+
     if isinstance(source, (str, os.PathLike)):
-        source = [source]
+        source = [Path(source)]
     if not isinstance(source, (list, tuple)) or not source:
         return None
-    paths = all(isinstance(s, os.PathLike) for s in source)
-    if not paths and not all(isinstance(s, str) and os.path.isfile(s) for s in source):
-        return None  # texts, not file names
-    files = [Path(s) for s in source]
-    for file in files:
-        if not file.exists():
-            raise FileNotFoundError(f"no such file: {file}")
-        if not file.is_file():
-            raise TokenizerError(f"{file} is not a file")
+    if not all(isinstance(s, os.PathLike) for s in source):
+        named = [s for s in source if isinstance(s, str) and os.path.exists(s)]
+        if len(named) < len(source) and not any(map(os.path.isfile, named)):
+            return None  # texts, not file names (a text "." names a folder)
+        if len(named) < len(source):  # a mistyped file name would be trained on as a text
+            other = next(s for s in source if not (isinstance(s, str) and os.path.exists(s)))
+            raise FileNotFoundError(f"no such file: {str(other)[:80]!r}, while {named[0]} is one: pass file "
+                                    "names only (pathlib.Path), or texts only (an iterator)")
+    try:
+        files = expand_files(source)
+    except FileNotFoundError:
+        raise
+    except ValueError as err:  # a shard folder, a pipe, a folder with no files
+        raise TokenizerError(str(err)) from None
     if not any(map(_through_reader, files)) and all(_blank_file(f) for f in files):
-        raise TokenizerError(f"empty corpus: {', '.join(map(str, files))} hold no text")
+        raise TokenizerError(f"empty corpus: {', '.join(map(str, source))} hold no text")
     return files
-
 
 def _texts(source: Iterable, seen: list):
     """The texts of `source`, counting the non-blank ones in seen[0]."""

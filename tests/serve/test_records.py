@@ -143,3 +143,52 @@ def test_a_field_no_record_of_the_kind_has_is_still_refused(kind, record):
     with pytest.raises(RequestError, match=f"unknown field.s. {field} ") as err:
         as_records(kind, [record])
     assert err.value.status == 422 and err.value.param.startswith("inputs.0.")
+
+
+@pytest.fixture(scope="module")
+def choice_client(tmp_path_factory):
+    """A TestClient of a tiny multiple-choice model (max_len 64) under a 2000-token request limit."""
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve import create_app, load_served
+    from lmforge.serve.limits import Limits
+    from tests.serve.conftest import _task, _tokenizer
+
+    path = _task("choice", None, _tokenizer("bert"), tmp_path_factory.mktemp("choice") / "choice", 6)
+    app = create_app({"choice": load_served("choice", path)}, Limits(max_request_tokens=2000), threads=1)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+def test_record_texts_are_the_sequences_the_task_reads():
+    from types import SimpleNamespace
+
+    from lmforge.serve.records import choice_tokens, record_texts
+
+    choice = {"text": T, "choices": ["a dog", "a fox"]}
+    assert record_texts(SimpleNamespace(kind="choice"), choice) == [(T, "a dog"), (T, "a fox")]
+    assert record_texts(SimpleNamespace(kind="pair"), {"text": T, "text_pair": "x"}) == [(T, "x")]
+    seq2seq = SimpleNamespace(kind="seq2seq", source=lambda r: f"summarize: {r['source']}")
+    assert record_texts(seq2seq, {"source": T}) == [(f"summarize: {T}", None)]  # its prefix is read too
+    assert choice_tokens([12, 30, 20], 64) == 90 and choice_tokens([12, 90], 64) == 128  # padded, cut
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_a_choice_record_pays_for_every_choice_it_reads(choice_client, truncate):
+    # 3000 choices of 64 tokens each were counted as one 64-token text under truncate: a forward pass of
+    # 192000 tokens passed a 2000-token limit
+    many = {"text": T * 5, "choices": ["on the mat near the river"] * 300}
+    found = choice_client.post("/predict", json={"inputs": many, "truncate": truncate})
+    assert found.status_code == 413, found.text
+    assert found.json()["error"]["param"] == "max_request_tokens"
+
+
+def test_a_choice_record_is_bounded_by_its_longest_choice_not_by_all_its_texts(choice_client):
+    # each (text, choice) fits max_len=64; the record's texts together do not, and were refused
+    record = {"text": T * 3, "choices": [T * 3, T * 2, T]}
+    found = choice_client.post("/predict", json={"inputs": [record]})
+    assert found.status_code == 200, found.text
+    assert len(found.json()["predictions"][0]["scores"]) == 3
+    too_long = {"text": T * 6, "choices": ["a dog", T * 6]}
+    refused = choice_client.post("/predict", json={"inputs": too_long})
+    assert refused.status_code == 413 and "longest choice" in refused.json()["error"]["message"]

@@ -110,19 +110,31 @@ def _gold(kind: str, records: list, given: list, listed: bool) -> None:
 
 
 def record_tokens(task, counts: list) -> int:
-    """The tokens a record costs, from its record_texts' counts: QA's windows read the context tokens they
-    share again (QATask.read_tokens), the other tasks read each text once."""
-    return task.read_tokens(*counts) if task.kind == "qa" else sum(counts)
+    """The tokens a record's bound is checked on, from its record_texts' counts: QA's windows read the
+    context tokens they share again (QATask.read_tokens), a choice record's longest (text, choice)
+    sequence (each is read alone: choice_tokens pays for them all), the other tasks' each text once."""
+    if task.kind == "qa":
+        return task.read_tokens(*counts)
+    return max(counts) if task.kind == "choice" else sum(counts)
 
 
-def record_texts(kind: str, record: dict) -> list:
-    """The texts of a record whose tokens count against the limits."""
+def choice_tokens(counts: list, most: int) -> int:
+    """What a choice record costs: each choice read with the text, padded to the longest of them (cut at
+    `most`), as MultipleChoiceTask.collate batches them; 3000 choices were counted as one text."""
+    return len(counts) * min(max(counts), most)
+
+
+def record_texts(task, record: dict) -> list:
+    """The (text, text_pair) sequences of a record whose tokens count against the limits, as the task
+    encodes them: a text-to-text or seq2seq task's source with its prefix, a pair as one sequence
+    (its specials once), each choice with the text."""
+    kind = task.kind
+    if hasattr(task, "source"):  # Seq2SeqTask, text2text: the prefix is read too
+        return [(task.source(record), None)]
     if kind == "tagging":
-        return [" ".join(record["words"])]
+        return [(" ".join(record["words"]), None)]
     if kind == "choice":
-        return [record["text"], *record["choices"]]
+        return [(record["text"], choice) for choice in record["choices"]]
     if kind == "qa":
-        return [record["question"], record["context"]]
-    if kind == "seq2seq":
-        return [record["source"]]
-    return [record["text"], *([record["text_pair"]] if "text_pair" in record else [])]
+        return [(record["question"], None), (record["context"], None)]
+    return [(record["text"], record.get("text_pair"))]

@@ -21,8 +21,8 @@ from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
 from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, with_mask
 from lmforge.serve import option_schemas, schemas
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, TextBound, bounded_ids, check_count,
-                                  check_text, fit_lengths, text_bound, too_large)
-from lmforge.serve.records import as_records, record_texts, record_tokens
+                                  check_request_tokens, check_text, fit_lengths, text_bound, too_large)
+from lmforge.serve.records import as_records, choice_tokens, record_texts, record_tokens
 from lmforge.serve.schemas import JSONBody
 
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 503)}
@@ -152,7 +152,26 @@ def record_bound(task, truncate: bool, limits) -> tuple:
         most = limits.max_request_tokens
         said = f"max_request_tokens={most} (QA reads the whole context, in windows that overlap)"
         return TextBound(most, said, "max_request_tokens", cut=False), False
-    return TextBound(task.max_len, f"the task reads, max_len={task.max_len}"), truncate
+    field = "input {} (the text with its longest choice)" if task.kind == "choice" else "input {}"
+    return TextBound(task.max_len, f"the task reads, max_len={task.max_len}", field=field), truncate
+
+
+async def record_lengths(server, served, records: list, truncate: bool) -> list:
+    """The tokens each record costs (after any cut), 413 past the task's bound or the request's."""
+    task = served.task
+    texts = [record_texts(task, r) for r in records]
+    flat = await count_tokens(server, served, [t for ts in texts for t, _ in ts],
+                              [p for ts in texts for _, p in ts])
+    counts, at = [], 0
+    for ts in texts:
+        counts.append(flat[at:at + len(ts)])
+        at += len(ts)
+    bound, cut = record_bound(task, truncate, server.limits)
+    lengths = fit_lengths([record_tokens(task, c) for c in counts], bound, cut, server.limits)
+    if task.kind == "choice":  # each choice is a sequence of its own: the record pays for them all
+        lengths = [choice_tokens(c, bound.tokens) for c in counts]
+        check_request_tokens(sum(lengths), server.limits, " (each choice read with its text)")
+    return lengths
 
 
 @router.post("/predict", response_model=schemas.PredictResponse, tags=["tasks"])
@@ -163,13 +182,7 @@ async def predict(body: schemas.PredictRequest, request: Request):
     task = served.task
     records = as_records(task.kind, body.inputs)
     check_count(len(records), server.limits, "inputs")
-    texts = [record_texts(task.kind, r) for r in records]
-    flat = await count_tokens(server, served, [t for ts in texts for t in ts])
-    lengths, at = [], 0
-    for ts in texts:
-        lengths.append(record_tokens(task, flat[at:at + len(ts)]))
-        at += len(ts)
-    lengths = fit_lengths(lengths, *record_bound(task, body.truncate, server.limits), server.limits)
+    lengths = await record_lengths(server, served, records, body.truncate)
     parts = [({"records": run}, n, len(run)) for run, n in split(records, lengths, server.limits)]
     results = await server.run("predict", served, parts, key=("predict", served.name),
                                interleave=task.kind != "seq2seq")

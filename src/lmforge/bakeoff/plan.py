@@ -35,12 +35,8 @@ from pathlib import Path
 
 import yaml
 
-from lmforge.bakeoff.plan_reads import (
-    check_arm_counted,
-    check_arm_reads,
-    check_finetune_reads,
-    check_task_reads,
-)
+from lmforge.bakeoff.plan_reads import (check_arm_counted, check_arm_reads, check_finetune_reads,
+                                        check_task_reads)
 from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import OptionsError, check_value
 from lmforge.objectives.registry import TOKENIZER_KINDS

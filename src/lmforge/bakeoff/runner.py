@@ -32,16 +32,9 @@ from lmforge.bakeoff.fingerprint import digest, pretrain_key, result_key, task_k
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
 from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, read_by_kind
-from lmforge.bakeoff.results import (
-    RESULTS,  # noqa: F401 (callers read it here)
-    append_row,
-    built_files,
-    mend,
-    read_results,
-    read_signed,
-    replace_row,
-    write_signed,
-)
+from lmforge.bakeoff.results import RESULTS  # noqa: F401 (callers read it here)
+from lmforge.bakeoff.results import (append_row, built_files, mend, read_results, read_signed, replace_row,
+                                     write_signed)
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig

@@ -16,13 +16,8 @@ from pathlib import Path
 from torch import nn
 
 from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
-from lmforge.compress.head_importance import (
-    CurveOptions,
-    full_gates,
-    masked_heads,
-    pruning_curve,
-    total_heads,
-)
+from lmforge.compress.head_importance import (CurveOptions, full_gates, masked_heads, pruning_curve,
+                                              total_heads)
 from lmforge.compress.head_pruning import prune_heads
 from lmforge.compress.measure import given_data, measure_side_by_side
 from lmforge.compress.model_files import carry_sentence_files, output_folder

@@ -26,18 +26,8 @@ from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, refuse_changed
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
-from lmforge.tasks.finetune import (
-    HEAD_SEED,
-    TaskConfig,
-    Validator,
-    check_validated,
-    encode_split,
-    fine_tuned_task,
-    load_model,
-    make_task,
-    task_info,
-    write_task_files,
-)
+from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
+                                    fine_tuned_task, load_model, make_task, task_info, write_task_files)
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import STATE_KEY, training_folder
 from lmforge.train.config import options_from_dict

@@ -29,17 +29,8 @@ from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objecti
 from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
                                            student_from_teacher)
 from lmforge.presets import PRESETS
-from lmforge.tasks.finetune import (
-    HEAD_SEED,
-    TaskConfig,
-    Validator,
-    check_validated,
-    encode_split,
-    fine_tuned_task,
-    make_task,
-    preset_model,
-    write_task_files,
-)
+from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
+                                    fine_tuned_task, make_task, preset_model, write_task_files)
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.config import options_from_dict

@@ -23,28 +23,12 @@ from torch import nn
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.model import from_config
-from lmforge.objectives.base import (
-    IGNORE,
-    LOSS_WEIGHT,
-    TEMPERATURE,
-    Loss,
-    Objective,
-    tokenizer_mask,
-    tokenizer_pad,
-    tokenizer_specials,
-    top1_accuracy,
-)
+from lmforge.objectives.base import (IGNORE, LOSS_WEIGHT, TEMPERATURE, Loss, Objective, tokenizer_mask,
+                                     tokenizer_pad, tokenizer_specials, top1_accuracy)
 from lmforge.objectives.mlm import REPLACE, MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
-from lmforge.objectives.rtd import (
-    MASKING,
-    RATIO,
-    generator_config,
-    generator_step,
-    replace_tokens,
-    sample,
-    share_embeddings,
-)
+from lmforge.objectives.rtd import (MASKING, RATIO, generator_config, generator_step, replace_tokens, sample,
+                                    share_embeddings)
 
 
 def copy_log_likelihood(logits: torch.Tensor, gate: torch.Tensor, inputs: torch.Tensor,

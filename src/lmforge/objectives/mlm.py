@@ -15,18 +15,8 @@ import torch
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import (
-    IGNORE,
-    Loss,
-    Objective,
-    labelled,
-    token_loss,
-    tokenizer_mask,
-    tokenizer_pad,
-    tokenizer_specials,
-    top1_accuracy,
-    within,
-)
+from lmforge.objectives.base import (IGNORE, Loss, Objective, labelled, token_loss, tokenizer_mask,
+                                     tokenizer_pad, tokenizer_specials, top1_accuracy, within)
 from lmforge.objectives.registry import ObjectiveSpec, register
 
 

@@ -29,18 +29,8 @@ import torch
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import (
-    IGNORE,
-    Loss,
-    Objective,
-    labelled,
-    pad,
-    token_loss,
-    tokenizer_pad,
-    tokenizer_specials,
-    top1_accuracy,
-    within,
-)
+from lmforge.objectives.base import (IGNORE, Loss, Objective, labelled, pad, token_loss, tokenizer_pad,
+                                     tokenizer_specials, top1_accuracy, within)
 from lmforge.objectives.mlm import budget
 from lmforge.objectives.registry import ObjectiveSpec, register
 

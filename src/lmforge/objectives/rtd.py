@@ -31,19 +31,8 @@ from lmforge.config import ModelConfig
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.model import from_config
-from lmforge.objectives.base import (
-    IGNORE,
-    LOSS_WEIGHT,
-    TEMPERATURE,
-    Loss,
-    Objective,
-    check_bounds,
-    tokenizer_mask,
-    tokenizer_pad,
-    tokenizer_specials,
-    top1_accuracy,
-    within,
-)
+from lmforge.objectives.base import (IGNORE, LOSS_WEIGHT, TEMPERATURE, Loss, Objective, check_bounds,
+                                     tokenizer_mask, tokenizer_pad, tokenizer_specials, top1_accuracy, within)
 from lmforge.objectives.mlm import REPLACE, MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 

@@ -26,14 +26,8 @@ from lmforge.heads import pool
 from lmforge.io import load
 from lmforge.io.resolve import checked_tokenizer, find_model_dir
 from lmforge.model import Transformer
-from lmforge.pipelines.embed_options import (
-    EmbedOptions,
-    encoded,
-    prompt_of,
-    quantize,
-    read_prompts,
-    read_ranges,
-)
+from lmforge.pipelines.embed_options import (EmbedOptions, encoded, prompt_of, quantize, read_prompts,
+                                             read_ranges)
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 from lmforge.utils.modes import evaluating
 

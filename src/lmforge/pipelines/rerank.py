@@ -17,15 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lmforge.config.options import (
-    OptionsError,
-    check_options,
-    checked_argument,
-    checked_texts,
-    named_keywords,
-    option,
-    with_changes,
-)
+from lmforge.config.options import (OptionsError, check_options, checked_argument, checked_texts,
+                                    named_keywords, option, with_changes)
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
 
 MAX_TOP_N = 10 ** 6

@@ -13,40 +13,18 @@ import random
 from pathlib import Path
 
 from lmforge.config.checks import within_context
-from lmforge.config.options import (
-    OptionsError,
-    checked_argument,
-    checked_as,
-    checked_texts,
-    named_keywords,
-    refuse_changed,
-)
+from lmforge.config.options import (OptionsError, checked_argument, checked_as, checked_texts, named_keywords,
+                                    refuse_changed)
 from lmforge.fast.optimize import optimize
 from lmforge.retrieval.bm25 import BM25Index
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective
-from lmforge.retrieval.evaluate import (
-    VECTOR_OPTIONS,
-    bm25_rankings,
-    compare,
-    dense_rankings,
-    encode_passages,
-    recall_at_k,
-    train_dpr,
-    write_table,
-)
+from lmforge.retrieval.evaluate import (VECTOR_OPTIONS, bm25_rankings, compare, dense_rankings,
+                                        encode_passages, recall_at_k, train_dpr, write_table)
 from lmforge.retrieval.index import DenseIndex
 from lmforge.retrieval.index_dir import finish_build, open_index, start_build
-from lmforge.retrieval.job_options import (
-    MAX_CANDIDATES,
-    MAX_HARD_NEGATIVES,
-    IctOptions,
-    IndexOptions,
-    QueryOptions,
-    ReaderOptions,
-    RealmOptions,
-    options_of,
-)
+from lmforge.retrieval.job_options import (MAX_CANDIDATES, MAX_HARD_NEGATIVES, IctOptions, IndexOptions,
+                                           QueryOptions, ReaderOptions, RealmOptions, options_of)
 from lmforge.retrieval.passages import load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_answers, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples

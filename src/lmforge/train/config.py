@@ -6,15 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from lmforge.config.options import (
-    Items,
-    OptionsError,
-    base_type,
-    check_options,
-    coerce,
-    from_dict,
-    option,
-)
+from lmforge.config.options import Items, OptionsError, base_type, check_options, coerce, from_dict, option
 from lmforge.train.optim import SCHEDULES
 
 PRECISIONS = ("fp32", "bf16")

@@ -25,20 +25,9 @@ from lmforge.io import save
 from lmforge.io.files import DiskFull
 from lmforge.quant.int8 import refuse_int8
 from lmforge.train import distributed as dist
-from lmforge.train.checkpoint import (
-    NothingToResume,
-    TrainingDiverged,
-    all_finite,
-    check_optimizer,
-    check_resumable,
-    checkpoints,
-    global_rngs_kept,
-    latest_checkpoint,
-    save_checkpoint,
-    seed_all,
-    set_rng_states,
-    training_folder,
-)
+from lmforge.train.checkpoint import (NothingToResume, TrainingDiverged, all_finite, check_optimizer,
+                                      check_resumable, checkpoints, global_rngs_kept, latest_checkpoint,
+                                      save_checkpoint, seed_all, set_rng_states, training_folder)
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config, run_notes
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses

@@ -45,13 +45,8 @@ from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
-from lmforge.train.pretrain_options import (
-    MAX_ADDED_WORDS,
-    PretrainInputs,
-    RecipeOptions,
-    check_read,
-    recipe_and_inputs,
-)
+from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
+                                            recipe_and_inputs)
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),

@@ -130,7 +130,9 @@ def cmd_probe(args) -> None:
     config, heads = fit_config(args), probe_heads(args)
     records = probe_data(args)
     tasks = probe_tasks(args, records)
+    _word_len(args.max_len)  # probe read --max-len as features does: a bad one was said as max_len, not the flag
     model, tokenizer = analysed_model(args)
+    _fits(args.max_len, model)
     layers = parse_layers(args.layers, model.config.n_layers + 1)
     stats: dict = {}
     features = {k: word_features(model, tokenizer, [r["words"] for r in v], None, args.pooling, args.batch_size,
@@ -247,11 +249,18 @@ def _word_flags(args) -> None:
     if args.pooling not in (None, "first", "mean", "last"):
         raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or last; "
                          "the other poolings are for --text")
-    if args.max_len is not None and args.max_len < 3:
-        raise UsageError(f"--max-len {args.max_len}: a word needs 3 tokens at least ([CLS] word [SEP])")
+    _word_len(args.max_len)
     if args.truncate:  # else it would be ignored: a sentence past --max-len is cut anyway, and counted
         raise UsageError("--truncate: it cuts a --text; --data and --task sentences past --max-len are cut "
                          "anyway")
+
+
+def _word_len(max_len) -> None:
+    """A UsageError naming --max-len where it leaves no room for a word (before the model is read)."""
+    from lmforge.cli.common import UsageError
+
+    if max_len is not None and max_len < 3:
+        raise UsageError(f"--max-len {max_len}: a word needs 3 tokens at least ([CLS] word [SEP])")
 
 
 def _fits(max_len, model) -> None:

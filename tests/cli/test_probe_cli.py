@@ -121,6 +121,8 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["probe", "--tasks", ""], "--tasks '': names no task"),  # "" probed every task
     (["probe", "--tasks", " , "], "--tasks ' , ': names no task"),
     (["probe", "--heads", "cnn"], "--heads cnn"),
+    (["probe", "--heads", "mlp,mlp"], "--heads mlp,mlp: choose from linear, mlp, each once"),
+    (["probe", "--tasks", "pos,pos"], "--tasks pos,pos: a task is named twice"),  # it was probed twice
     (["probe", "--held-out", "0.7"], "--held-out 0.7"),
     (["probe", "epochs=0"], "epochs must be an integer >= 1"),
     (["probe", "depth=3"], "unknown option(s) ['depth']"),

@@ -95,8 +95,9 @@ def probe_tasks(args, records: dict) -> list:
     unknown = [t for t in asked if t not in TASKS]
     if not asked:  # "" probed every task, as if none were given
         raise UsageError(f"--tasks {args.tasks!r}: names no task; tasks: {', '.join(TASKS)}")
-    if unknown:
-        raise UsageError(f"--tasks {args.tasks}: unknown task(s) {unknown}; tasks: {', '.join(TASKS)}")
+    if unknown or len(set(asked)) < len(asked):  # a task named twice was probed twice, at twice the cost
+        raise UsageError(f"--tasks {args.tasks}: " + (f"unknown task(s) {unknown}; tasks: {', '.join(TASKS)}"
+                                                      if unknown else "a task is named twice"))
     lacking = [t for t in asked if t not in supported]
     if lacking:
         why = few if args.data is None else (f"{args.data} has no such links (only the built-in treebank has "
@@ -111,8 +112,8 @@ def probe_heads(args) -> tuple:
     from lmforge.cli.common import UsageError
 
     heads = tuple(h.strip() for h in args.heads.split(",") if h.strip())
-    if not heads or set(heads) - set(HEADS):
-        raise UsageError(f"--heads {args.heads}: choose from {', '.join(HEADS)}")
+    if not heads or set(heads) - set(HEADS) or len(set(heads)) < len(heads):  # twice: probed twice
+        raise UsageError(f"--heads {args.heads}: choose from {', '.join(HEADS)}, each once")
     return heads
 
 

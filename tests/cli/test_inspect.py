@@ -37,6 +37,7 @@ def test_the_largest_config_allowed_answers_with_bounded_memory():
     (["bert-tiny", "d_model=10000000000", "n_heads=1"], "d_model must be an integer >= 1 and <= 65536"),
     (["bert-tiny", "n_layers=100000000"], "n_layers must be an integer >= 1 and <= 1024"),
     (["bert-tiny", "attention_schedule=full"], "attention_schedule must be a list"),
+    (["elmo-small", "--context", "5"], "--context 5: an ELMo's FLOPs per token do not depend"),  # was ignored
 ])
 def test_bad_values_are_one_line_errors(capsys, argv, message):
     assert main(["inspect", *argv]) == 2

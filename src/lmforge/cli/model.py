@@ -54,6 +54,9 @@ def cmd_inspect(args) -> None:
     folder = path.is_dir() and args.model not in PRESETS  # a preset name wins (resolve_config)
     model = load_model(args.model) if folder else None  # a directory: its int8 layers are reported too
     cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
+    if args.context is not None and cfg.architecture == "elmo":  # never a flag taken and nothing counted by it
+        raise UsageError(f"--context {args.context}: an ELMo's FLOPs per token do not depend on the context "
+                         "(a biLSTM, no attention); drop it")
     if args.context is not None and args.context > cfg.max_seq_len:
         more = (f"add max_seq_len={args.context} to count a longer context" if args.context <= MAX_LEN
                 else f"no model's is over {MAX_LEN}")  # not a hint the config would refuse

@@ -182,9 +182,11 @@ def plot_curves(curves: dict, metric_name: str, path, band: list | None = None) 
     if band:
         x = [100 * b["fraction"] for b in band]
         mean, sd = [b["mean"] for b in band], [b["sd"] for b in band]
-        ax.plot(x, mean, "s--", color="tab:orange", label=f"random (mean of {band[0]['n']} orders)")
-        ax.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], color="tab:orange",
-                        alpha=0.25, label="random ± 1 sd")
+        n = band[0]["n"]
+        ax.plot(x, mean, "s--", color="tab:orange", label=f"random (mean of {n} orders)" if n > 1 else "random")
+        if n > 1:  # one order has no spread: its "± 1 sd" entry named a band that is not there
+            ax.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
+                            color="tab:orange", alpha=0.25, label="random ± 1 sd")
     else:
         levels = curves.get("random") or []
         ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], "s--", label="random")

@@ -50,6 +50,15 @@ def test_a_context_within_the_model_is_counted(capsys):
     assert "(context 128)" in capsys.readouterr().out
 
 
+def test_help_lists_every_field_an_override_may_name_with_its_default(capsys):
+    from lmforge.config import ModelConfig
+
+    with pytest.raises(SystemExit):
+        main(["inspect", "--help"])
+    text = capsys.readouterr().out  # was "field=value overrides" and no field named
+    assert "  vocab_size=30522 " in text and all(f"  {name}=" in text for name in ModelConfig.__dataclass_fields__)
+
+
 @pytest.mark.parametrize("format", ["lmforge", "hf"])
 def test_a_model_directory_s_own_config_json_is_read_as_its_directory_is(tmp_path, capsys, format):
     model = _tiny()

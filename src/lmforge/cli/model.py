@@ -1,6 +1,7 @@
 """`lmforge inspect`, `presets`, `convert`, `demo` and `embed`: jobs on one model or preset."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -305,9 +306,13 @@ def embed_out(out: str | None) -> Path | None:
 
 def add_parsers(sub) -> None:
     """Add inspect, convert, presets, demo and embed to the main parser."""
-    p = sub.add_parser("inspect", help="architecture, parameter count and FLOPs of a model")
+    from lmforge.cli.options import options_epilog
+
+    # the epilog lists every field an override may name, with its default (as pretrain's and finetune's do)
+    p = sub.add_parser("inspect", help="architecture, parameter count and FLOPs of a model",
+                       epilog=options_epilog("model"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="preset name, lmforge directory or config JSON")
-    p.add_argument("overrides", nargs="*", help="field=value overrides")
+    p.add_argument("overrides", nargs="*", help="field=value overrides of the model config fields listed below")
     p.add_argument("--config", help="YAML/JSON file of field overrides")
     said(p.add_argument("--context", type=int, help="sequence length for FLOPs"), "max_seq_len",
          "[1, max_seq_len]")

@@ -33,6 +33,7 @@ def test_a_run_without_prune_refuses_bad_out_and_step_up_front(model, capsys, fl
     ({"until": 0.0}, ["--until", "0"], "until"),
     ({"prune": float("nan")}, ["--prune", "nan"], "prune"),
     ({"prune": 0.3, "until": 0.9}, ["--prune", "0.3", "--until", "0.9"], "until"),
+    ({"batch_size": 0}, ["--batch-size", "0"], "batch_size"),
 ])
 def test_python_and_the_command_line_refuse_the_same_heads_options(model, capsys, fields, flags, field):
     from lmforge.analysis.head_report import HeadsOptions
@@ -43,7 +44,7 @@ def test_python_and_the_command_line_refuse_the_same_heads_options(model, capsys
     assert refused.value.field == field
     assert main(["heads", "--model", "model", "--data", "missing.jsonl", "--task", "cls", "--out", "o", *flags]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and (f"--{field}" in err or "not both" in err), err
+    assert err.count("\n") == 1 and (f"--{field.replace('_', '-')}" in err or "not both" in err), err
     assert sorted(p.name for p in model.parent.iterdir()) == ["afile", "model"]  # nothing written
 
 
@@ -53,8 +54,10 @@ def test_heads_options_the_command_line_builds_are_the_ones_run_heads_gets():
     from lmforge.cli.analysis import heads_options
 
     args = build_parser().parse_args(["heads", "--model", "m", "--data", "d", "--out", "o", "--until", "0.9",
-                                      "--step", "0.25", "--seed", "7", "--random-orders", "2"])
+                                      "--step", "0.25", "--seed", "7", "--random-orders", "2",
+                                      "--batch-size", "8"])
     options = heads_options(args)
-    assert options == report.HeadsOptions(until=0.9, step=0.25, seed=7, random_orders=2)
+    assert options == report.HeadsOptions(until=0.9, step=0.25, seed=7, random_orders=2, batch_size=8)
     curve = options.curve()
-    assert (curve.order, curve.step, curve.until, curve.seed, curve.batch_size) == ("importance", 0.25, 0.9, 7, 32)
+    assert (curve.order, curve.step, curve.until, curve.seed) == ("importance", 0.25, 0.9, 7)
+    assert curve.batch_size == 8

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import SEED, bounded, said
+from lmforge.cli.common import said
 
 
 def _layers(text: str | None, model):
@@ -121,7 +121,6 @@ def _check_figure(maps, group, layer, heads) -> None:
                          else str(err)) from None
 
 
-HEADS_FLAGS = ("prune", "until", "step", "seed", "random_orders")  # the HeadsOptions fields that are flags
 # the flags' rules in words (their bounds are HeadsOptions')
 HEADS_WORDS = {"prune": "a fraction of the heads in (0, 1)", "until": "a ratio of the unpruned metric in (0, 1]",
                "step": "a fraction of the heads masked per level, in (0, 1)"}
@@ -130,12 +129,12 @@ HEADS_WORDS = {"prune": "a fraction of the heads in (0, 1)", "until": "a ratio o
 def heads_options(args):
     """The HeadsOptions of the flags (run_heads takes the same object): a bad value names its flag."""
     from lmforge.analysis.head_report import HeadsOptions
-    from lmforge.cli.common import UsageError, from_flags
+    from lmforge.cli.common import UsageError, flag_values, from_flags
 
     if args.prune is not None and args.until is not None:  # HeadsOptions refuses it too, naming fields
         raise UsageError("give --prune FRACTION or --until RATIO, not both")
-    return from_flags(lambda values: HeadsOptions(**values), {name: getattr(args, name) for name in HEADS_FLAGS},
-                      words=HEADS_WORDS)
+    flags = flag_values(args, HeadsOptions)
+    return from_flags(lambda values: HeadsOptions(**values), flags, words=HEADS_WORDS)
 
 
 def cmd_heads(args) -> None:
@@ -221,29 +220,16 @@ def add_parsers(sub) -> None:
 
 
 def _heads_parser(sub) -> None:
-    """`lmforge heads`: its flags say HeadsOptions' bounds, which check them."""
-    from dataclasses import fields
-
+    """`lmforge heads`: a flag per HeadsOptions field, with its help, default and bounds (it checks them)."""
     from lmforge.analysis.head_report import HeadsOptions
-    from lmforge.config.options import bounds_text
+    from lmforge.cli.common import option_flags
 
-    bounds = {f.name: bounds_text(f.metadata).strip() for f in fields(HeadsOptions)}
     p = sub.add_parser("heads", help="head importance and pruning (Michel et al. 2019)")
     p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json)")
     p.add_argument("--data", required=True, help="labelled data the metric is measured on")
     said(p.add_argument("--task", help="task type"), "the model's task.json")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     said(p.add_argument("--importance-data", help="labelled data importance is estimated on"), "--data")
-    said(p.add_argument("--prune", type=float, help="remove this share of heads by importance, physically"),
-         bounds=bounds["prune"])
-    said(p.add_argument("--until", type=float,
-                        help="remove heads while the metric stays >= this x the unpruned"),
-         bounds=bounds["until"])
-    said(p.add_argument("--step", type=float, default=0.1, help="share of all heads masked per level"),
-         bounds=bounds["step"])
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
-                   help="the first random order's seed (the others: seed+1, ...)")
-    p.add_argument("--random-orders", type=bounded(int, 1, 1000), default=5,
-                   help="random pruning orders averaged as the control (mean +- sd per level)")
+    option_flags(p, HeadsOptions)
     p.add_argument("--out", required=True, help="directory for heads.json, heads.png and pruned/")
     p.set_defaults(func=cmd_heads)

@@ -56,7 +56,8 @@ def test_help_lists_every_field_an_override_may_name_with_its_default(capsys):
     with pytest.raises(SystemExit):
         main(["inspect", "--help"])
     text = capsys.readouterr().out  # was "field=value overrides" and no field named
-    assert "  vocab_size=30522 " in text and all(f"  {name}=" in text for name in ModelConfig.__dataclass_fields__)
+    assert "  vocab_size=30522 " in text
+    assert all(f"  {name}=" in text for name in ModelConfig.__dataclass_fields__)
 
 
 @pytest.mark.parametrize("format", ["lmforge", "hf"])

@@ -55,7 +55,7 @@ def cmd_inspect(args) -> None:
     folder = path.is_dir() and args.model not in PRESETS  # a preset name wins (resolve_config)
     model = load_model(args.model) if folder else None  # a directory: its int8 layers are reported too
     cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
-    if args.context is not None and cfg.architecture == "elmo":  # never a flag taken and nothing counted by it
+    if args.context is not None and cfg.architecture == "elmo":  # never a flag taken and not counted by it
         raise UsageError(f"--context {args.context}: an ELMo's FLOPs per token do not depend on the context "
                          "(a biLSTM, no attention); drop it")
     if args.context is not None and args.context > cfg.max_seq_len:
@@ -312,7 +312,8 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("inspect", help="architecture, parameter count and FLOPs of a model",
                        epilog=options_epilog("model"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="preset name, lmforge directory or config JSON")
-    p.add_argument("overrides", nargs="*", help="field=value overrides of the model config fields listed below")
+    p.add_argument("overrides", nargs="*", help="field=value overrides of the model config fields listed "
+                   "below")
     p.add_argument("--config", help="YAML/JSON file of field overrides")
     said(p.add_argument("--context", type=int, help="sequence length for FLOPs"), "max_seq_len",
          "[1, max_seq_len]")

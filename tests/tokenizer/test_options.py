@@ -65,3 +65,20 @@ def test_the_flags_defaults_and_switches_are_the_object_s():
         TokenizerOptions("bpe", 300, lowercase=True, strip_accents=True)
     with pytest.raises(SystemExit):  # argparse: the kind and the size are required on the command line
         _parse(["--kind", "bpe"])
+
+
+@pytest.mark.parametrize("value, accepted", [("300.0", True), ("3e2", True), ("300.5", False), ("0", False),
+                                             ("1e18", False)])
+def test_the_command_reads_a_whole_number_as_python_does(value, accepted):
+    from lmforge.cli import build_parser
+
+    argv = ["tokenizer", "train", "--kind", "bpe", "--out", "x", "--vocab-size", value]
+    try:  # "300.0" was refused on the command line where TokenizerOptions(vocab_size=300.0) took 300
+        python = TokenizerOptions("bpe", float(value)).vocab_size == 300
+    except OptionsError:
+        python = False
+    try:
+        command = tokenizer_options(build_parser().parse_args(argv)).vocab_size == 300
+    except SystemExit:  # argparse: out of bounds, or no whole number
+        command = False
+    assert python is command is accepted

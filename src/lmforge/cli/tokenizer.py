@@ -51,7 +51,8 @@ def add_parsers(sub) -> None:
     p = group.add_parser("train", help="train a tokenizer (tokenizer.json + tokenizer_config.json in --out)")
     p.add_argument("files", nargs="*", help="text, JSONL or .gz files or folders of them, read as "
                    "`corpus shard` reads them (none: the built-in corpus)")
-    option_flags(p, TokenizerOptions, required=("kind", "vocab_size"))
+    # bound: a whole number (300.0) read as the int Python takes, and 1e18 told the bounds
+    option_flags(p, TokenizerOptions, required=("kind", "vocab_size"), bound=True)
     p.add_argument("--out", required=True, help="the tokenizer's directory")
     said(p.add_argument("--docs", type=bounded(int, 1, 1_000_000),
                         help="documents of the built-in corpus, without FILES"), BUILTIN_DOCS)

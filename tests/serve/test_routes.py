@@ -105,6 +105,19 @@ def test_concurrent_predictions_equal_the_library_on_one_record(server, model_di
                 assert record["context"][got["start"]:got["end"]] == expected
 
 
+def test_a_tagged_word_past_the_cut_is_null_on_the_server_and_in_evaluate(server, model_dirs, tmp_path):
+    """Under truncate the words past max_len were not read: their tag is null, not a predicted "O"."""
+    words = ("the cat sat on the mat " * 20).split()  # 120 words, past the task's max_len of 64
+    with server.client() as client:
+        answer = client.post("/predict", json={"model": "tag", "inputs": [{"words": words}], "truncate": True})
+    assert answer.status_code == 200, answer.text
+    tags = [t["tag"] for t in answer.json()["predictions"][0]["tags"]]
+    read = next(i for i, t in enumerate(tags) if t is None)
+    assert 0 < read < len(words) and all(t is None for t in tags[read:])
+    evaluate(model_dirs["tag"], [{"words": words}], out=tmp_path / "p.jsonl")
+    assert json.loads((tmp_path / "p.jsonl").read_text())["prediction"] == tags
+
+
 @pytest.mark.parametrize("name, text", [("enc", "the cat [MASK] on the mat"),
                                         ("t5", "the cat <mask> on the mat")])
 def test_fill_mask_equals_the_library(server, model_dirs, name, text):

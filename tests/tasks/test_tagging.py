@@ -156,14 +156,15 @@ def test_labels_align_with_leading_space_pieces(builtin, kind):
             assert tok.decode([example["input_ids"][k] for k in pieces]).strip() == word
 
 
-def test_truncation_keeps_specials_and_tags_cut_words_o(minilm):
+def test_truncation_keeps_specials_and_tags_cut_words_none(minilm):
+    """A word past the cut was not read: None, not a prediction of "O" a caller could not tell apart."""
     words, tags = SENTENCE
     # [CLS] go ##uka ##pa ##ith bi ##vi [SEP]: the second word is cut inside, the rest are gone
     example = align(minilm, words, tags, LABELS, max_len=8)
     assert len(example["input_ids"]) == 8 and example["input_ids"][-1] == minilm.sep_id
     assert example["word_ids"] == [-1, 0, 0, 0, 0, 1, 1, -1]
     predicted = [LABELS.index("B-LOC")] * 8
-    assert word_tags(example["word_ids"], predicted, LABELS, len(words)) == ["B-LOC"] * 2 + ["O"] * 4
+    assert word_tags(example["word_ids"], predicted, LABELS, len(words)) == ["B-LOC"] * 2 + [None] * 4
 
 
 def test_task_checks_tags(minilm):
@@ -212,6 +213,16 @@ def test_tags_without_chunks_are_scored_by_word_accuracy_alone():
     assert scores["f1"] == f1_score(gold, predicted) == 0.5
     assert is_chunked(["O", "I-MISC"]) and is_chunked(["U-PER", "L-LOC", "O"])
     assert not is_chunked(["O"]) and not is_chunked(["O", "PER"])
+
+
+def test_a_word_not_read_is_scored_as_a_miss():
+    """None (a word past max_len) scores as "O": its gold entity counts as missed, not as absent."""
+    labels = ["B-PER", "I-PER", "O", "S-LOC"]
+    gold = [["B-PER", "I-PER", "O", "S-LOC"]]
+    assert tag_scores(gold, [["B-PER", "I-PER", None, None]], labels) == tag_scores(
+        gold, [["B-PER", "I-PER", "O", "O"]], labels)
+    assert tag_scores(gold, [["B-PER", "I-PER", None, None]], labels)["recall"] == 0.5
+    assert tag_scores([["NN", "VB"]], [["NN", None]], ["NN", "VB"]) == {"accuracy": 0.5}
 
 # ---- fine-tuning ------------------------------------------------------------------------------------
 

@@ -104,7 +104,8 @@ class Tag(BaseModel):
     """A word and its predicted tag."""
 
     word: str
-    tag: str
+    tag: str | None = Field(description="null for a word the model did not read (past max_len when "
+                                        "truncated, or a word the tokenizer gives no pieces)")
 
 
 class Prediction(BaseModel):

@@ -130,12 +130,13 @@ def align(tokenizer, words: list, tags: list | None, labels: list, max_len: int,
 
 
 def word_tags(word_ids: list, predicted: list, labels: list, n_words: int) -> list:
-    """One tag per word: the prediction at its first piece ("O" for a word without pieces)."""
+    """One tag per word: the prediction at its first piece; None for a word the model did not read (cut
+    past max_len, or no pieces), which a caller would otherwise take for a prediction of "O"."""
     tags = [None] * n_words
     for w, p in zip(word_ids, predicted):
         if w >= 0 and tags[w] is None:
             tags[w] = labels[p]
-    return [t if t is not None else "O" for t in tags]
+    return tags
 
 
 CHUNK_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")  # chunk schemes seqeval reads: IOB1/2, IOBES, BILOU
@@ -176,7 +177,9 @@ def entity_scores(gold: list, predicted: list) -> dict:
 
 
 def tag_scores(gold: list, predicted: list, labels: list) -> dict:
-    """entity_scores where the tag set `labels` marks chunks; word accuracy alone otherwise."""
+    """entity_scores where the tag set `labels` marks chunks; word accuracy alone otherwise. A word not
+    read (None) is scored as tagged "O": its gold entity is missed, not left out of the count."""
+    predicted = [[t if t is not None else "O" for t in tags] for tags in predicted]
     if is_chunked(labels):
         return entity_scores(gold, predicted)
     # Parts of speech (NN, VBZ): seqeval would read NN as an entity of type "N" and report an

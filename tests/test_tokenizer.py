@@ -330,6 +330,10 @@ def test_unreadable_directories(tmp_path):
     (tmp_path / "vocab.json").write_text("{}")
     with pytest.raises(TokenizerError, match="no merges.txt"):
         lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n")  # encoded "hello" as [] where it loaded
+    with pytest.raises(TokenizerError, match="vocab.json lacks 256 of the 256 byte tokens"):
+        lmforge.load_tokenizer(tmp_path)
+    (tmp_path / "merges.txt").unlink()
     (tmp_path / "tokenizer_config.json").write_text("{not json")
     with pytest.raises(TokenizerError, match="tokenizer_config.json is not valid JSON"):
         lmforge.load_tokenizer(tmp_path)
@@ -337,6 +341,11 @@ def test_unreadable_directories(tmp_path):
     (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(TokenizerError, match="cannot read .*tokenizer.json"):
         lmforge.load_tokenizer(tmp_path)
+    empty = tmp_path / "wordpiece"
+    empty.mkdir()
+    (empty / "vocab.txt").write_text("\n")  # loaded as its 5 special tokens alone: every word [UNK]
+    with pytest.raises(TokenizerError, match="vocab.txt holds no tokens"):
+        lmforge.load_tokenizer(empty)
 
 
 @pytest.mark.parametrize("key, value, said", [

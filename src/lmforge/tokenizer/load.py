@@ -119,6 +119,8 @@ def wordpiece(path: Path, config: dict, tokens: dict) -> Backend:
     """BERT's WordPiece from vocab.txt: one token per line, the line number is its id."""
     lines = _read_text(path / "vocab.txt").split("\n")
     vocab = {token: i for i, token in enumerate(lines[:-1] if lines[-1] == "" else lines)}
+    if not any(token.strip() for token in vocab):  # every word would be [UNK]: a damaged file
+        raise TokenizerError(f"{path / 'vocab.txt'} holds no tokens (one token a line)")
     backend = Backend(WordPiece(vocab, unk_token=tokens.get("unk") or "[UNK]",
                                 max_input_chars_per_word=config.get("max_input_chars_per_word", 100)))
     # strip_accents None follows lower-casing, as in the original BERT
@@ -133,6 +135,12 @@ def wordpiece(path: Path, config: dict, tokens: dict) -> Backend:
 def byte_level_bpe(path: Path, config: dict) -> Backend:
     """GPT-2's byte-level BPE from vocab.json (token -> id) and merges.txt (one "a b" merge a line)."""
     vocab = _read_json(path / "vocab.json")
+    # a byte missing from the vocabulary is dropped from the text without a word (the reference maps it to
+    # its unknown token): a vocabulary without all 256 is no byte-level one
+    missing = [b for b in pre_tokenizers.ByteLevel.alphabet() if b not in vocab]
+    if missing:
+        raise TokenizerError(f"{path / 'vocab.json'} lacks {len(missing)} of the 256 byte tokens (such as "
+                             f"{sorted(missing)[0]!r}): byte-level BPE would drop the text they stand for")
     merges = []
     for n, line in enumerate(_read_text(path / "merges.txt").split("\n"), 1):
         if line.startswith("#version") or not line.strip():

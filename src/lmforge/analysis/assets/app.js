@@ -128,7 +128,8 @@ const App = {
     const G = META.groups[this.state.g], sel = $("layer");
     if (sel.dataset.g !== String(this.state.g)) {
       sel.textContent = "";
-      G.layers.forEach((layer, li) => sel.append(new Option(`${layer} / ${G.layers[G.layers.length - 1]}`, li)));
+      // the model's own layer number: "1 / 1" (this layer of the recorded ones) read as "the only layer"
+      G.layers.forEach((layer, li) => sel.append(new Option(String(layer), li)));
       sel.dataset.g = this.state.g;
     }
     sel.value = this.state.li;

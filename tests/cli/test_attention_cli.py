@@ -48,6 +48,7 @@ def test_attention_writes_the_page_and_figures(bert, tmp_path, capsys):
     assert main(["attention", "--model", bert, TEXT, "--pair", PAIR, "--out", str(out), "--png", str(png),
                  "--svg", str(svg), "--layer", "1", "--heads", "0,2"]) == 0
     meta = page_meta(out)
+    assert meta["title"] == bert  # the model named, not its preset's paper
     (group,) = meta["groups"]
     assert group["name"] == "self" and group["layers"] == [0, 1] and group["heads"] == [4, 4]
     words = [t for t in group["rows"] if not t.startswith("[")]

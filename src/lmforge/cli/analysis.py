@@ -78,6 +78,7 @@ def cmd_attention(args) -> None:
     model, tokenizer = load_model(args.model, args.tokenizer)
     layers = _layers(args.layers, model)
     maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=layers)
+    maps.title = args.model  # the model as the user named it (a config's source cites its preset's paper)
     if truncation_note(maps):
         print(f"note: {truncation_note(maps)}", file=sys.stderr)
     layer, heads = args.layer, _heads(args.heads)

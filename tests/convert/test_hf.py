@@ -44,3 +44,23 @@ def test_a_roberta_saved_before_position_from_padding_still_exports(tmp_path):
     assert old.config.position_from_padding
     old.save(tmp_path / "hf", format="hf")
     assert lmforge.load(tmp_path / "hf").config.canonical() == old.config.canonical()
+
+
+@pytest.mark.parametrize("shard", ["../other/model.safetensors", "/etc/passwd", "sub/model.safetensors",
+                                   ".."])
+def test_a_sharded_index_naming_a_file_outside_its_folder_is_refused(tmp_path, shard):
+    """Its shards were read wherever they lay: a folder of a config and an index imported another
+    folder's weights as its own."""
+    import json
+
+    import lmforge
+    from lmforge.io import CheckpointError
+
+    model = lmforge.build(lmforge.tiny("bert-base"))
+    model.save(tmp_path / "other", format="hf")
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((tmp_path / "other" / "config.json").read_bytes())
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": shard}}))
+    with pytest.raises(CheckpointError, match="names a shard .* that is not a file of the folder"):
+        lmforge.load(folder)

@@ -57,9 +57,16 @@ def _reference_files(path: Path) -> list:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            return [path / shard for shard in sorted(set(weight_map.values()))]
+            shards = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise ConversionError(f"cannot read the weights in {path}: {index.name} is damaged ({err})") from None
+        # the reference writes its shards beside the index: a name reaching elsewhere ("../other/x",
+        # "/etc/passwd") would read another model's weights, or any file, as this one's
+        outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
+        if outside:
+            raise ConversionError(f"cannot read the weights in {path}: {index.name} names a shard "
+                                  f"{str(outside[0])[:80]!r} that is not a file of the folder")
+        return [path / shard for shard in shards]
     if (path / "pytorch_model.bin").is_file():
         return [path / "pytorch_model.bin"]
     raise ConversionError(f"{path} has no model.safetensors, sharded index or pytorch_model.bin")

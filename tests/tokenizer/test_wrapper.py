@@ -102,3 +102,16 @@ def test_a_tokenizer_alone_keeps_signed_checksums_that_are_checked_themselves(tm
         load_tokenizer(folder)
     (folder / "sha256.json").unlink()
     assert load_tokenizer(folder).vocab_size == tokenizer().vocab_size
+
+
+def test_max_length_is_a_whole_count_and_padding_to_it_is_bounded():
+    from lmforge.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["the cat sat on the mat"] * 5, "wordpiece", 60)
+    assert tok.encode_batch(["the cat"], max_length=6.0, padding="max_length").input_ids.shape == (1, 6)
+    # padding to 10**12 asked the allocator for 8 TB; 2.5 was a TypeError, True a length of 1
+    for bad, padding in ((10**12, "max_length"), (2.5, "longest"), (True, "longest")):
+        with pytest.raises(OptionsError, match="max_length must be an integer") as err:
+            tok.encode_batch(["the cat"], max_length=bad, padding=padding)
+        assert err.value.field == "max_length"
+    assert tok.encode_batch(["the cat"], max_length=10**12).input_ids.shape == (1, 4)  # cuts nothing

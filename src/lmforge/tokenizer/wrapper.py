@@ -17,6 +17,8 @@ import torch
 from tokenizers import Tokenizer as Backend
 
 from lmforge.config import atomic_write_text
+from lmforge.config.model import MAX_LEN
+from lmforge.config.options import checked_argument
 from lmforge.tokenizer.words import word_starts
 from lmforge.utils.atomic import writable_folder
 from lmforge.utils.checksum import sha256, sign
@@ -148,6 +150,8 @@ class Tokenizer:
             raise ValueError(f"padding={padding!r} is not one of {', '.join(PADDINGS)}")
         if padding == "max_length" and max_length is None:
             raise ValueError("padding='max_length' needs max_length")
+        if padding == "max_length":  # the batch is allocated that long: 10**12 asked for 16 TB
+            max_length = checked_argument("max_length", "int", {"low": 1, "high": MAX_LEN}, max_length)
         encodings = self._encode(list(texts), None if pairs is None else list(pairs), add_special_tokens,
                                  max_length)
         T = max_length if padding == "max_length" else max((len(e.ids) for e in encodings), default=0)
@@ -169,6 +173,8 @@ class Tokenizer:
             if len(pairs) != len(texts):
                 raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
             texts = [(t, as_text(p, "pair")) for t, p in zip(texts, pairs)]
+        # a float or a bool is no length (2.5 was a TypeError from the backend, True a length of 1)
+        max_length = checked_argument("max_length", "Optional[int]", {"low": None, "high": None}, max_length)
         if max_length is not None:
             specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0
             if max_length <= specials:  # the backend would silently not truncate at all

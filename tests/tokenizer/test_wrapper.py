@@ -115,3 +115,18 @@ def test_max_length_is_a_whole_count_and_padding_to_it_is_bounded():
             tok.encode_batch(["the cat"], max_length=bad, padding=padding)
         assert err.value.field == "max_length"
     assert tok.encode_batch(["the cat"], max_length=10**12).input_ids.shape == (1, 4)  # cuts nothing
+
+
+def test_decode_names_what_is_no_token_id():
+    import numpy as np
+    import torch
+
+    from lmforge.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["the cat sat on the mat"] * 5, "wordpiece", 60)
+    ids = tok.encode("the cat", add_special_tokens=False).ids
+    assert tok.decode(torch.tensor(ids)) == tok.decode(np.array(ids)) == tok.decode(ids) == "the cat"
+    # were an OverflowError, a TypeError from the backend ("'list' object cannot be interpreted as an integer")
+    for bad in ([-1], [2**40], [1.0], [True], torch.tensor([ids])):
+        with pytest.raises(ValueError, match="decode takes one sequence of token ids"):
+            tok.decode(bad)

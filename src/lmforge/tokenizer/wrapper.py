@@ -7,6 +7,7 @@ segment_ids=...)`.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import threading
 from dataclasses import dataclass, field
@@ -193,7 +194,13 @@ class Tokenizer:
         """Text of a sequence of ids (a list or a 1-D tensor)."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        # numpy's integers as Python's; the backend's OverflowError / "'list' object cannot be interpreted as
+        # an integer" named no id
+        ids = [int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i for i in ids]
+        bad = next((i for i in ids if type(i) is not int or not 0 <= i < 2**32), None)
+        if bad is not None:
+            raise ValueError(f"decode takes one sequence of token ids (ints >= 0), got {bad!r:.60}")
+        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def word_starts(self, ids) -> list:
         """True at the first piece of each word of `ids` (see lmforge.tokenizer.words)."""

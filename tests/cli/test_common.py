@@ -90,6 +90,7 @@ def test_evaluate_names_the_option_it_refuses(tmp_path, capsys):
 @pytest.mark.parametrize("argv, flag", [
     (["generate", "--model", "m", "--seed", "9" * 23, "hi"], "--seed"),  # was "Overflow when unpacking ..."
     (["heads", "--model", "m", "--data", "d", "--out", "o", "--random-orders", "10" * 4], "--random-orders"),
+    (["heads", "--model", "m", "--data", "d", "--out", "o", "--batch-size", "0"], "--batch-size"),
     (["probe", "--model", "m", "--out", "o", "--sentences", "1000000000000"], "--sentences"),  # were hangs
     (["quantize", "--model", "m", "--out", "o", "--batch-size", "100000000"], "--batch-size"),  # 51 GB
     (["evaluate", "--model", "m", "--data", "d.jsonl", "--batch-size", "0"], "--batch-size"),
@@ -247,3 +248,27 @@ def test_a_bounded_count_flag_reads_a_whole_number_as_python_does(tmp_path, caps
     err = capsys.readouterr().err
     assert (python is True, status == 0) == (accepted, accepted), (python, status, err)
     assert accepted or (python == "batch_size" and status == 2 and f"--batch-size {value}: " in err), err
+
+
+def test_every_integer_flag_reads_a_whole_number_as_python_does():
+    """An int flag reads "3.0" and "1e3" as the options objects read 3.0 (HeadsOptions(batch_size=8.0) is 8),
+    and refuses a fraction: no flag of any sub-command is read by plain int()."""
+    import argparse
+
+    from lmforge.cli import build_parser
+    from lmforge.cli.common import integer
+
+    assert integer("3.0") == 3 and integer("1e3") == 1000 and integer(str(10 ** 20)) == 10 ** 20
+    with pytest.raises(ValueError):
+        integer("2.5")
+    def plain(parser) -> list:  # the flags read by int(), in `parser` and its sub-commands at any depth
+        found = [f"{parser.prog} {a.option_strings[0]}" for a in parser._actions if a.type is int]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found += [flag for sub in action.choices.values() for flag in plain(sub)]
+        return found
+
+    assert plain(build_parser()) == []
+    args = build_parser().parse_args(["heads", "--model", "m", "--data", "d", "--out", "o",
+                                      "--batch-size", "8.0"])
+    assert args.batch_size == 8 and isinstance(args.batch_size, int)

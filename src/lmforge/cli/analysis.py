@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import said
+from lmforge.cli.common import integer, said
 
 
 def _layers(text: str | None, model):
@@ -214,7 +214,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--png", help="a PNG figure of one layer's heads")
     p.add_argument("--svg", help="an SVG figure of one layer's heads")
     said(p.add_argument("--group", help="figure: self, encoder, decoder or cross"), "the first")
-    said(p.add_argument("--layer", type=int, help="figure: the layer"), "the first recorded")
+    said(p.add_argument("--layer", type=integer, help="figure: the layer"), "the first recorded")
     said(p.add_argument("--heads", help="figure: heads to draw, e.g. 0,2"), "all")
     p.set_defaults(func=cmd_attention)
     _heads_parser(sub)
@@ -231,6 +231,6 @@ def _heads_parser(sub) -> None:
     said(p.add_argument("--task", help="task type"), "the model's task.json")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     said(p.add_argument("--importance-data", help="labelled data importance is estimated on"), "--data")
-    option_flags(p, HeadsOptions)
+    option_flags(p, HeadsOptions, bound=True)
     p.add_argument("--out", required=True, help="directory for heads.json, heads.png and pruned/")
     p.set_defaults(func=cmd_heads)

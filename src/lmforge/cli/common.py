@@ -24,6 +24,12 @@ SEED = (0, 2 ** 63 - 1)  # TrainConfig's bound on seed
 STEPS = (1, MAX_STEPS)  # TrainConfig's bound on steps, said as the flag's
 
 
+def integer(text: str) -> int:
+    """An argparse `type`: an integer's text as the options objects read it ("3.0" and "1e3" too, as
+    Python's 3.0 is), so a flag and its Python keyword accept alike."""
+    return options.int_text(text)
+
+
 def bounded(kind: type, low, high):
     """An argparse `type`: a `kind` (int or float; an int's text as coerce reads it, "3.0" too) in [low,
     high]; else argparse's one-line error naming the flag and the bounds (-1 is no count, NaN no size)."""
@@ -119,7 +125,7 @@ def _value_flag(f, default, words: dict | None, bound: bool) -> tuple:
                         if value == default and type(value) is type(default)), default)
     choices = tuple(words) if words else meta["choices"]
     closed = None not in (meta["low"], meta["high"]) and not (meta["open_low"] or meta["open_high"])
-    reads = {"int": bounded(int, meta["low"], meta["high"]) if bound and closed else int, "float": float,
+    reads = {"int": bounded(int, meta["low"], meta["high"]) if bound and closed else integer, "float": float,
              "str": str}
     return ({"metavar": None if choices else f.name.upper(), "choices": choices,
              "type": str if words else reads[kind], "help": meta["help"]},

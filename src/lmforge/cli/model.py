@@ -8,20 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from lmforge.cli.common import (
-    SEED,
-    UsageError,
-    bounded,
-    check_out,
-    flag_values,
-    not_a_link,
-    option_flags,
-    parse_overrides,
-    read_config_file,
-    refuse_overwrite,
-    resolve_config,
-    said,
-)
+from lmforge.cli.common import (SEED, UsageError, bounded, integer, check_out, flag_values, not_a_link,
+                                option_flags, parse_overrides, read_config_file, refuse_overwrite,
+                                resolve_config, said)
 from lmforge.config.model import MAX_LEN
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
@@ -315,7 +304,7 @@ def add_parsers(sub) -> None:
     p.add_argument("overrides", nargs="*", help="field=value overrides of the model config fields listed "
                    "below")
     p.add_argument("--config", help="YAML/JSON file of field overrides")
-    said(p.add_argument("--context", type=int, help="sequence length for FLOPs"), "max_seq_len",
+    said(p.add_argument("--context", type=integer, help="sequence length for FLOPs"), "max_seq_len",
          "[1, max_seq_len]")
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories (tokenizer too); "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, bounded, said
+from lmforge.cli.common import SEED, bounded, integer, said
 
 
 def _table(report: dict) -> None:
@@ -187,10 +187,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--batch-size", type=bounded(int, 1, 4096), default=8,
                    help="rows of the timed forward batch (with --seq-len, at most 65,536 tokens; over the "
                         "--rounds, 2^20)")
-    said(p.add_argument("--seq-len", type=int, help="tokens per row of the timed batch"),
+    said(p.add_argument("--seq-len", type=integer, help="tokens per row of the timed batch"),
          "128, or the model's longest where shorter", "[1, max_seq_len]")
     p.add_argument("--rounds", type=bounded(int, 1, 1000), default=5, help="alternating timing rounds")
-    said(p.add_argument("--seed", type=int, default=0,
+    said(p.add_argument("--seed", type=integer, default=0,
                         help="seed of the random tokens drawn: the timed batch, and the smoothing's "
                              "calibration without --calibration"), bounds=f"[{SEED[0]}, {SEED[1]}]")
     p.set_defaults(func=cmd_quantize)

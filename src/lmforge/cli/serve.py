@@ -136,7 +136,7 @@ def cmd_serve(args) -> None:
 
 def add_parsers(sub) -> None:
     """Add `serve` to the `lmforge` parser."""
-    from lmforge.cli.common import option_flags, said
+    from lmforge.cli.common import integer, option_flags, said
     from lmforge.serve import Limits
 
     p = sub.add_parser("serve", help="HTTP inference server (embeddings, predictions, fill-mask, generation, "
@@ -145,12 +145,13 @@ def add_parsers(sub) -> None:
                    help="a model directory or installed model, optionally named (repeat for several)")
     p.add_argument("--host", default="127.0.0.1",
                    help="the address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)")
-    said(p.add_argument("--port", type=int, default=8000, help="the TCP port to listen on (0: a free one, "
-                        "printed)"), bounds="[0, 65535]")
-    said(p.add_argument("--threads", type=int, help="torch threads of the workers, all together"),
+    said(p.add_argument("--port", type=integer, default=8000,
+                        help="the TCP port to listen on (0: a free one, printed)"), bounds="[0, 65535]")
+    said(p.add_argument("--threads", type=integer, help="torch threads of the workers, all together"),
          "the CPUs this process may use", "[1, the CPUs this process may use]")
-    said(p.add_argument("--workers", type=int, help="model worker threads, each with threads/workers torch "
-                        "threads"), "one per thread when no served model generates, so batches run side by "
+    said(p.add_argument("--workers", type=integer,
+                        help="model worker threads, each with threads/workers torch threads"),
+         "one per thread when no served model generates, so batches run side by "
          "side; else one", "[1, --threads]")
     said(p.add_argument("--graceful-timeout", type=float, default=60.0,
                         help="seconds SIGTERM waits for admitted requests before cancelling them"),

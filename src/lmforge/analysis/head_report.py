@@ -14,20 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from lmforge.compress.head_importance import (
-    MAX_BATCH,
-    CurveOptions,
-    against_band,
-    curve_band,
-    full_gates,
-    gates_at,
-    head_importance,
-    masked_heads,
-    metric,
-    pruning_curve,
-    random_curves,
-    total_heads,
-)
+from lmforge.compress.head_importance import (MAX_BATCH, CurveOptions, against_band, curve_band, full_gates,
+                                              gates_at, head_importance, masked_heads, metric, pruning_curve,
+                                              random_curves, total_heads)
 from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError, check_options, option

@@ -29,16 +29,8 @@ from itertools import pairwise
 
 import torch
 
-from lmforge.analysis.probe_fit import (
-    HEADS,
-    Examples,
-    FitConfig,
-    LayerProbes,
-    PrefixMixProbes,
-    Probe,
-    accuracy,
-    fit,
-)
+from lmforge.analysis.probe_fit import (HEADS, Examples, FitConfig, LayerProbes, PrefixMixProbes, Probe,
+                                        accuracy, fit)
 from lmforge.analysis.structural_probe import Sentences, right_branching_uuas, train_structural
 
 LABEL_TASKS = ("pos", "deps", "agreement", "coref")

@@ -6,19 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from lmforge import objectives
-from lmforge.cli.common import (
-    SEED,
-    STEPS,
-    TRAINING_OUTPUTS,
-    UsageError,
-    bounded,
-    parse_overrides,
-    read_config_file,
-    refuse_nested,
-    refuse_overwrite,
-    said,
-    split_overrides,
-)
+from lmforge.cli.common import (SEED, STEPS, TRAINING_OUTPUTS, UsageError, bounded, parse_overrides,
+                                read_config_file, refuse_nested, refuse_overwrite, said, split_overrides)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.io import load as load_model

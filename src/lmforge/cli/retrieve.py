@@ -25,24 +25,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import (
-    SEED,
-    STEPS,
-    UsageError,
-    bounded,
-    existing_model,
-    flag_values,
-    option_flags,
-    said,
-)
-from lmforge.retrieval.job_options import (
-    MAX_HARD_NEGATIVES,
-    IctOptions,
-    IndexOptions,
-    QueryOptions,
-    ReaderOptions,
-    RealmOptions,
-)
+from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_values, option_flags,
+                                said)
+from lmforge.retrieval.job_options import (MAX_HARD_NEGATIVES, IctOptions, IndexOptions, QueryOptions,
+                                           ReaderOptions, RealmOptions)
 
 # the help of the flags every training sub-command (train, reader, realm, ict) takes
 OUT_HELP = "the run's directory: its checkpoints, metrics.jsonl and the trained model"

@@ -17,18 +17,8 @@ from __future__ import annotations
 
 import random
 
-from lmforge.data.synthetic import (
-    BAD,
-    BAD_MORE,
-    GOOD,
-    GOOD_MORE,
-    NOUNS,
-    PLACES,
-    PREDICATES,
-    article,
-    biography,
-    review,
-)
+from lmforge.data.synthetic import (BAD, BAD_MORE, GOOD, GOOD_MORE, NOUNS, PLACES, PREDICATES, article,
+                                    biography, review)
 from lmforge.data.world import KINDS as PRODUCT_KINDS
 from lmforge.data.world import OCCUPATIONS, World, coin_name
 

@@ -36,14 +36,7 @@ import numpy as np
 
 from lmforge.config import atomic_write_text
 from lmforge.config.options import checked_argument
-from lmforge.data.corpus import (
-    CHUNK,
-    SHARD_FORMAT,
-    CorpusWarning,
-    ReadOptions,
-    open_binary,
-    read_range,
-)
+from lmforge.data.corpus import CHUNK, SHARD_FORMAT, CorpusWarning, ReadOptions, open_binary, read_range
 from lmforge.data.shard_out import run_settings, shard_inputs
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes

@@ -32,19 +32,9 @@ import numpy as np
 
 from lmforge.config.options import checked_argument
 from lmforge.data.corpus import is_shard_dir
-from lmforge.data.examples import (
-    blocks,
-    nsp_pairs,
-    pack_sentences,
-    pair_from_plan,
-    plan_nsp,
-    plan_sentence_nsp,
-    plan_sop,
-    plan_sso,
-    sentence_nsp_pairs,
-    sop_pairs,
-    sso_pairs,
-)
+from lmforge.data.examples import (blocks, nsp_pairs, pack_sentences, pair_from_plan, plan_nsp,
+                                   plan_sentence_nsp, plan_sop, plan_sso, sentence_nsp_pairs, sop_pairs,
+                                   sso_pairs)
 from lmforge.data.shards import OFFSET, SUFFIXES, ShardError, read_manifest
 
 

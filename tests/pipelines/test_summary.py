@@ -90,6 +90,23 @@ def test_a_context_must_be_positive():
             flops_per_token(lmforge.get_config("gpt2"), bad)
 
 
+@pytest.mark.parametrize("preset, context, words", [
+    ("gpt2", 0, "at least 1 token"), ("gpt2", 2.5, "at least 1"), ("gpt2", 1025, "exceeds max_seq_len=1024"),
+    ("elmo-small", 5, "do not depend on the context")])
+def test_describe_refuses_a_context_as_lmforge_inspect_does(preset, context, words, capsys):
+    """Python's describe and `lmforge inspect --context` refuse alike, naming the context (an ELMo's
+    was ignored in Python)."""
+    from lmforge.cli import main
+    from lmforge.config.options import OptionsError
+
+    with pytest.raises(OptionsError, match=words) as refused:
+        describe(lmforge.get_config(preset), context)
+    assert refused.value.field == "context"
+    if isinstance(context, int):
+        assert main(["inspect", preset, "--context", str(context)]) == 2
+        assert words in capsys.readouterr().err
+
+
 PRUNED = {  # tiny presets of each family with heads (where the positions allow) and FFN units removed
     "bert-tiny": dict(pruned_heads={"encoder.0": [1, 3], "encoder.2": [0]}, ffn_sizes={"encoder.1": 20}),
     "gpt2": dict(pruned_heads={"decoder.1": [2]}, ffn_sizes={"decoder.0": 7, "decoder.2": 64}),

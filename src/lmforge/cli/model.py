@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, UsageError, bounded, integer, check_out, flag_values, not_a_link,
+from lmforge.cli.common import (SEED, UsageError, bounded, check_out, flag_values, integer, not_a_link,
                                 option_flags, parse_overrides, read_config_file, refuse_overwrite,
                                 resolve_config, said)
 from lmforge.config.model import MAX_LEN
@@ -32,6 +32,7 @@ VERIFIED = ("tokenizer.json", "tokenizer_config.json", "task.json")
 def cmd_inspect(args) -> None:
     """Print architecture, parameter counts and FLOPs per token (a preset or config file counted, never
     built: any size; a model directory loaded, its heads and int8 layers reported too)."""
+    from lmforge.config.options import OptionsError
     from lmforge.pipelines.summary import describe, heads_summary, parameter_counts, quantization_summary
 
     if args.context is not None and args.context < 1:
@@ -44,14 +45,10 @@ def cmd_inspect(args) -> None:
     folder = path.is_dir() and args.model not in PRESETS  # a preset name wins (resolve_config)
     model = load_model(args.model) if folder else None  # a directory: its int8 layers are reported too
     cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
-    if args.context is not None and cfg.architecture == "elmo":  # never a flag taken and not counted by it
-        raise UsageError(f"--context {args.context}: an ELMo's FLOPs per token do not depend on the context "
-                         "(a biLSTM, no attention); drop it")
-    if args.context is not None and args.context > cfg.max_seq_len:
-        more = (f"add max_seq_len={args.context} to count a longer context" if args.context <= MAX_LEN
-                else f"no model's is over {MAX_LEN}")  # not a hint the config would refuse
-        raise UsageError(f"--context {args.context} exceeds max_seq_len={cfg.max_seq_len} ({more})")
-    summary = describe(cfg, args.context)  # before any output: a refusal prints nothing else
+    try:
+        summary = describe(cfg, args.context)  # before any output: a refusal prints nothing else
+    except OptionsError as err:  # describe's check of the context, as --context
+        raise UsageError(f"--{err}") from None
     more = [] if model is None else [*heads_summary(model, parameter_counts(cfg)["total"]),
                                      *quantization_summary(model)]
     print("\n".join([args.model, summary, *more]))

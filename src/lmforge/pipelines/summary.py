@@ -13,6 +13,8 @@ from collections import Counter
 import torch
 
 from lmforge.config import ModelConfig
+from lmforge.config.model import MAX_LEN
+from lmforge.config.options import OptionsError
 from lmforge.model import from_config
 from lmforge.quant.int8 import Int8Linear
 from lmforge.quant.int8_embedding import Int8Embedding
@@ -224,9 +226,27 @@ def _elmo_lines(cfg: ModelConfig, counts: dict) -> list:
     ]
 
 
+def check_context(cfg: ModelConfig, context) -> None:
+    """An OptionsError naming context where the FLOPs cannot be counted at it: no count of tokens, past the
+    model's max_seq_len, or given for an ELMo (a biLSTM: its FLOPs per token do not depend on it)."""
+    if context is None:
+        return
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise OptionsError(f"context {context!r}: the context must be at least 1 token", "context")
+    if cfg.architecture == "elmo":
+        raise OptionsError(f"context {context}: an ELMo's FLOPs per token do not depend on the context (a "
+                           "biLSTM, no attention); drop it", "context")
+    if context > cfg.max_seq_len:
+        more = (f"add max_seq_len={context} to count a longer context" if context <= MAX_LEN
+                else f"no model's is over {MAX_LEN}")  # not a hint the config would refuse
+        raise OptionsError(f"context {context} exceeds max_seq_len={cfg.max_seq_len} ({more})", "context")
+
+
 def describe(model, context: int | None = None) -> str:
-    """A human-readable summary of the architecture and cost of a model or a config (any size)."""
+    """A human-readable summary of the architecture and cost of a model or a config (any size) at
+    `context` tokens (default its max_seq_len; check_context's refusals)."""
     cfg = model if isinstance(model, ModelConfig) else model.config
+    check_context(cfg, context)
     context = cfg.max_seq_len if context is None else context
     counts = parameter_counts(model)
     if cfg.architecture == "elmo":

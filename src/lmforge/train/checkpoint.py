@@ -257,6 +257,9 @@ def _verify_checksums(path: Path, info: dict) -> str | None:
 def read_checkpoint(path: Path, warn=None) -> tuple:
     """(weights, optimiser state, trainer info) of one checkpoint whose files match their checksums
     and whose weights are finite, or CheckpointCorrupt; warn(line) where it predates the checksums."""
+    for name in ("trainer.json", *FILES):  # a FIFO or device there would block the read forever
+        if (path / name).exists() and not (path / name).is_file():
+            raise CheckpointCorrupt(f"checkpoint {path}: {name} is not a regular file")
     info = read_info(path)
     note = _verify_checksums(path, info)
     if note and warn is not None:

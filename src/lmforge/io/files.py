@@ -121,8 +121,8 @@ def describe_read_error(file, err: Exception) -> str:
     layout where it tells more than the library's message)."""
     try:
         cause = safetensors_damage(file) if str(file).endswith(".safetensors") else None
-    except OSError:
-        cause = None
+    except OSError as why:  # the OS's reason (permission denied): the library says "No such file" for it
+        cause = why.strerror or str(why)
     return f"cannot read {file}: {cause or err}"
 
 

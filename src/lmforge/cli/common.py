@@ -25,8 +25,7 @@ STEPS = (1, MAX_STEPS)  # TrainConfig's bound on steps, said as the flag's
 
 
 def integer(text: str) -> int:
-    """An argparse `type`: an integer's text as the options objects read it ("3.0" and "1e3" too, as
-    Python's 3.0 is), so a flag and its Python keyword accept alike."""
+    """An argparse `type`: an integer's text as the options objects read it ("3.0", "1e3" too)."""
     return options.int_text(text)
 
 
@@ -253,17 +252,6 @@ def config_of_file(path: Path, overrides: dict) -> ModelConfig:
             raise ConfigError(f"{path}: {err}") from None
         return cfg.replace(**overrides)
     return ModelConfig.from_dict({**data, **overrides})
-
-
-def split_overrides(pairs: dict) -> tuple:
-    """key=value overrides -> (training options, model config fields), told apart by name."""
-    from dataclasses import fields
-
-    from lmforge.train import TrainConfig
-
-    train_keys = {f.name for f in fields(TrainConfig)}
-    return ({k: v for k, v in pairs.items() if k in train_keys},
-            {k: v for k, v in pairs.items() if k not in train_keys})
 
 
 def check_out(out: str, *sources, option: str = "--out") -> Path:

@@ -7,18 +7,25 @@ from pathlib import Path
 
 from lmforge import objectives
 from lmforge.cli.common import (SEED, STEPS, TRAINING_OUTPUTS, UsageError, bounded, parse_overrides,
-                                read_config_file, refuse_nested, refuse_overwrite, said, split_overrides)
+                                read_config_file, refuse_nested, refuse_overwrite, said)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.io import load as load_model
 from lmforge.objectives.keywords import check_keywords
-from lmforge.train.config import options_from_dict
+from lmforge.train.config import TrainConfig, options_from_dict
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
 
 RECIPE_KEYS = tuple(f.name for f in dataclasses.fields(RecipeOptions))
 NUMBER_FLAGS = ("max_len", "duplication")  # flags whose text is read as key=value's is (1e2: 100)
 SOURCES = "give one of --preset NAME, --model DIR (continue pretraining a checkpoint) or --teacher DIR " \
           "(with --objective distillation: the student is every other teacher layer)"
+
+
+def split_overrides(pairs: dict) -> tuple:
+    """key=value overrides -> (training options, model config fields), told apart by name."""
+    train_keys = {f.name for f in dataclasses.fields(TrainConfig)}
+    return ({k: v for k, v in pairs.items() if k in train_keys},
+            {k: v for k, v in pairs.items() if k not in train_keys})
 
 
 def recipe_options(args, model: dict) -> RecipeOptions:

@@ -11,12 +11,13 @@ from lmforge.io.files import CheckpointError, load_weights, save_tensors
 from lmforge.model import Transformer, from_config
 from lmforge.quant.int8 import swap_linears
 from lmforge.quant.int8_embedding import swap_tokens
-from lmforge.utils.checksum import sha256
+from lmforge.utils.checksum import json_sha256, sha256
 from lmforge.utils.jsontext import loads
 
 FORMAT = "lmforge"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 CHECKSUMS = "sha256"  # config.json's field: file name -> hex sha256
+CONFIG_SUM = "config_sha256"  # config.json's checksum of its own "config" and "heads" (what builds the model)
 
 
 def save_native(model: Transformer, path: str | os.PathLike, state: dict | None = None) -> Path:
@@ -28,6 +29,7 @@ def save_native(model: Transformer, path: str | os.PathLike, state: dict | None 
     meta = {"format": FORMAT, "config": model.config.to_dict(),
             "heads": {name: head.spec for name, head in model.heads.items()},
             CHECKSUMS: {WEIGHTS_FILE: sha256(path / WEIGHTS_FILE)}}
+    meta[CONFIG_SUM] = _config_sum(json.loads(json.dumps(meta)))  # of what a reader will see
     atomic_write_text(path / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
     return path
 
@@ -106,6 +108,7 @@ def load_native(path: Path, meta: dict) -> Transformer:
         raise CheckpointError(f"{path} has no {WEIGHTS_FILE}")
     load_weights(model, weights)  # first: a truncated file, a wrong shape or a NaN is said as such
     check_sums(path, meta)
+    check_config_sum(path, meta)  # last: an edit that breaks the config is named as such first
     return model.eval()  # as a Hugging Face directory loads (and from_pretrained): training turns dropout on
 
 
@@ -122,6 +125,20 @@ def check_sums(path: Path, meta: dict) -> None:
         if sha256(path / name) != want:
             raise CheckpointError(f"{path / name} does not match its checksum in {CONFIG_FILE} (changed or "
                                   f"damaged since it was written)")
+
+
+def _config_sum(meta: dict) -> str:
+    return json_sha256({"config": meta.get("config"), "heads": meta.get("heads", {})})
+
+
+def check_config_sum(path: Path, meta: dict) -> None:
+    """CheckpointError where config.json's "config" or "heads" do not match its own checksum of them: a
+    flipped digit (norm_eps 1e-12 -> 1e-13) or word (gelu -> relu) builds another model that the weights
+    fit, silently. A folder written before the checksum has none to check."""
+    if CONFIG_SUM in meta and meta[CONFIG_SUM] != _config_sum(meta):
+        raise CheckpointError(f"{path / CONFIG_FILE}: its \"config\" or \"heads\" do not match its "
+                              f"\"{CONFIG_SUM}\" (changed or damaged since it was written; an edit made on "
+                              f"purpose: drop \"{CONFIG_SUM}\")")
 
 
 def _heads(config_file: Path, model: Transformer, specs) -> dict:

@@ -43,7 +43,7 @@ def read_json_object(file: Path) -> dict:
         raise CheckpointError(f"{file} is not UTF-8 text (byte {err.start}): not JSON") from None
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{file} is not valid JSON: {err}") from None
-    except OSError as err:  # unreadable (permissions), a folder or gone: one line naming it, as for the weights
+    except OSError as err:  # unreadable (permissions), a folder, gone: one line naming it
         raise CheckpointError(f"cannot read {file}: {err.strerror or err}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{file} must hold a JSON object {{...}}, not {type(data).__name__} "

@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 import torch
@@ -266,3 +267,12 @@ def test_a_tokenizer_named_by_the_user_is_found_one_way_on_every_face(tmp_path):
         find_tokenizer(tmp_path / "none")
     with pytest.raises(OptionsError, match="^tokenizer: "):
         checked_tokenizer(tmp_path / "none")
+
+
+@pytest.mark.parametrize("name", ["generation_config.json", "tokenizer.json", "model.safetensors"])
+def test_a_fifo_in_a_model_directory_is_refused_naming_it_not_waited_on(tmp_path, name):
+    lmforge.build(lmforge.tiny("bert-base")).save(tmp_path)
+    (tmp_path / name).unlink(missing_ok=True)
+    os.mkfifo(tmp_path / name)  # opening it to read waits for a writer that never comes (load hung)
+    with pytest.raises(CheckpointError, match=f"{name} is not a regular file"):
+        lmforge.load(tmp_path)

@@ -7,6 +7,7 @@ reader and a writer here (`register_format`): the Hugging Face converters do so 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -63,11 +64,26 @@ def load(path: str | os.PathLike) -> Transformer:
         path = find_model_dir(path)  # as every --model reads it ("" refused, never the working folder)
     except ValueError as err:
         raise CheckpointError(str(err)) from None
+    _refuse_special_files(path)
     meta = read_meta(path)
     model = _read(path, meta)
     for side in SIDE_READERS:
         side(model, path)
     return model
+
+
+def _refuse_special_files(path: Path) -> None:
+    """CheckpointError naming an entry of the model directory that is neither a file nor a folder (a FIFO,
+    a socket, a device, or a link to one): reading one blocks forever or never ends (generation_config.json
+    as a FIFO hung every load), and no writer puts one there."""
+    for entry in path.iterdir():
+        try:
+            mode = entry.stat().st_mode  # through a link: what a reader would open
+        except OSError:  # a dangling link or one not ours to stat: the reader of that file says why
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise CheckpointError(f"{entry} is not a regular file (a pipe, socket or device): refusing "
+                                  f"to read the model directory")
 
 
 def _read(path: Path, meta: dict) -> Transformer:

@@ -28,16 +28,8 @@ import torch
 import lmforge
 from bench.common import machine
 from lmforge.analysis.head_report import forward_seconds, plot_curves
-from lmforge.compress.head_importance import (
-    CurveOptions,
-    against_band,
-    curve_band,
-    gates_at,
-    masked_heads,
-    metric,
-    pruning_curve,
-    random_curves,
-)
+from lmforge.compress.head_importance import (CurveOptions, against_band, curve_band, gates_at, masked_heads,
+                                              metric, pruning_curve, random_curves)
 from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.data.dictionary import pos_task
 from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, finetune, save_model

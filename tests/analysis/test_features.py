@@ -3,16 +3,8 @@ whatever the batch, truncation counted, and ELMo's own layers used when a model 
 import pytest
 import torch
 
-from lmforge.analysis.features import (
-    TruncationWarning,
-    encode_words,
-    hidden_states,
-    load_features,
-    parse_layers,
-    pool_words,
-    save_features,
-    word_features,
-)
+from lmforge.analysis.features import (TruncationWarning, encode_words, hidden_states, load_features,
+                                       parse_layers, pool_words, save_features, word_features)
 from tests.tasks.core import tiny, tokenizer
 
 SENTENCES = [["It", "is", "superb", "."], ["I", "love", "it", "and", "it", "works", "perfectly", "."],

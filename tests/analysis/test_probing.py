@@ -10,19 +10,9 @@ import torch
 from lmforge.analysis.features import word_features
 from lmforge.analysis.probe_fit import Examples, FitConfig, LayerProbes, PrefixMixProbes, Probe, accuracy, fit
 from lmforge.analysis.probe_report import summary
-from lmforge.analysis.probing import (
-    Split,
-    center_of_gravity,
-    control_labels,
-    cumulative,
-    differential_scores,
-    expected_layer,
-    label_examples,
-    mix_probe,
-    per_layer,
-    probe_sweep,
-    task_items,
-)
+from lmforge.analysis.probing import (Split, center_of_gravity, control_labels, cumulative,
+                                      differential_scores, expected_layer, label_examples, mix_probe,
+                                      per_layer, probe_sweep, task_items)
 from lmforge.data.treebank import treebank_splits
 from lmforge.tokenizer import train_tokenizer
 

@@ -6,17 +6,9 @@ import pytest
 import torch
 
 from lmforge.analysis.probe_fit import FitConfig
-from lmforge.analysis.structural_probe import (
-    Sentences,
-    mst_edges,
-    right_branching_uuas,
-    root_accuracy,
-    spearman_by_length,
-    train_structural,
-    tree_depths,
-    tree_distances,
-    uuas,
-)
+from lmforge.analysis.structural_probe import (Sentences, mst_edges, right_branching_uuas, root_accuracy,
+                                               spearman_by_length, train_structural, tree_depths,
+                                               tree_distances, uuas)
 from lmforge.data.treebank import treebank
 
 # "the old dog near the house runs ." : the->dog, old->dog, dog->runs, near->house, the->house,

@@ -8,16 +8,8 @@ import warnings
 
 import pytest
 
-from lmforge.bakeoff.results import (
-    RESULTS,
-    ResultsError,
-    ResultsWarning,
-    append_row,
-    mend,
-    read_results,
-    replace_row,
-    stamped,
-)
+from lmforge.bakeoff.results import (RESULTS, ResultsError, ResultsWarning, append_row, mend, read_results,
+                                     replace_row, stamped)
 
 
 def row(arm="mlm", seed=0, value=0.5):

@@ -5,18 +5,9 @@ import lmforge
 from lmforge.config import ConfigError
 from lmforge.convert import load_hf
 from lmforge.convert.keymap import FIXES, INVERSES
-from tests.parity.helpers import (
-    assert_causal_lm_parity,
-    assert_export_round_trip,
-    assert_forward_parity,
-    assert_greedy_parity,
-    assert_load_refuses,
-    assert_question_answering_parity,
-    left_padded_batch,
-    load_reference,
-    padded_batch,
-    transformers,
-)
+from tests.parity.helpers import (assert_causal_lm_parity, assert_export_round_trip, assert_forward_parity,
+                                  assert_greedy_parity, assert_load_refuses, assert_question_answering_parity,
+                                  left_padded_batch, load_reference, padded_batch, transformers)
 
 
 def bloom_config(**overrides):

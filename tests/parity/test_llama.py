@@ -4,20 +4,10 @@ import torch
 import lmforge
 from lmforge.config import ConfigError
 from lmforge.convert import load_hf
-from tests.parity.helpers import (
-    BEAM_VARIANTS,
-    assert_beam_parity,
-    assert_causal_lm_parity,
-    assert_export_round_trip,
-    assert_forward_parity,
-    assert_greedy_parity,
-    assert_load_refuses,
-    assert_logits_and_loss_parity,
-    left_padded_batch,
-    load_reference,
-    padded_batch,
-    transformers,
-)
+from tests.parity.helpers import (BEAM_VARIANTS, assert_beam_parity, assert_causal_lm_parity,
+                                  assert_export_round_trip, assert_forward_parity, assert_greedy_parity,
+                                  assert_load_refuses, assert_logits_and_loss_parity, left_padded_batch,
+                                  load_reference, padded_batch, transformers)
 
 
 def llama_config(**overrides):

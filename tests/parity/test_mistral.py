@@ -3,16 +3,9 @@ import torch
 
 import lmforge
 from lmforge.heads import attach
-from tests.parity.helpers import (
-    assert_causal_lm_parity,
-    assert_export_round_trip,
-    assert_forward_parity,
-    assert_greedy_parity,
-    left_padded_batch,
-    load_reference,
-    padded_batch,
-    transformers,
-)
+from tests.parity.helpers import (assert_causal_lm_parity, assert_export_round_trip, assert_forward_parity,
+                                  assert_greedy_parity, left_padded_batch, load_reference, padded_batch,
+                                  transformers)
 
 
 def mistral_config(**overrides):

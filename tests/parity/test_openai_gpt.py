@@ -4,16 +4,9 @@ import torch
 import lmforge
 from lmforge.config import ConfigError
 from lmforge.convert import load_hf
-from tests.parity.helpers import (
-    assert_causal_lm_parity,
-    assert_export_round_trip,
-    assert_forward_parity,
-    assert_load_refuses,
-    assert_logits_and_loss_parity,
-    load_reference,
-    padded_batch,
-    transformers,
-)
+from tests.parity.helpers import (assert_causal_lm_parity, assert_export_round_trip, assert_forward_parity,
+                                  assert_load_refuses, assert_logits_and_loss_parity, load_reference,
+                                  padded_batch, transformers)
 
 
 def gpt_config(**overrides):

@@ -3,15 +3,8 @@ import json
 
 import pytest
 
-from lmforge.tasks.formats import (
-    builtin,
-    check_labels,
-    gold_given,
-    label_set,
-    parse_columns,
-    read_records,
-    read_task_file,
-)
+from lmforge.tasks.formats import (builtin, check_labels, gold_given, label_set, parse_columns, read_records,
+                                   read_task_file)
 
 
 def write(tmp_path, name, text, mode="w"):

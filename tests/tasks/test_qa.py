@@ -10,19 +10,8 @@ import lmforge
 from lmforge.data.probes import tasks
 from lmforge.io import find_model_dir
 from lmforge.tasks import task_class
-from lmforge.tasks.qa import (
-    QATask,
-    Template,
-    best_answer,
-    exact_match,
-    features,
-    normalize_answer,
-    read_squad,
-    squad_scores,
-    token_f1,
-    window_spans,
-    window_starts,
-)
+from lmforge.tasks.qa import (QATask, Template, best_answer, exact_match, features, normalize_answer,
+                              read_squad, squad_scores, token_f1, window_spans, window_starts)
 from lmforge.tokenizer import train_tokenizer
 
 WORDS = ("alpha bravo charlie delta echo frank golf hotel india juliet king lima mike november oscar papa "

@@ -8,14 +8,8 @@ import time
 
 import pytest
 
-from lmforge.utils.atomic import (
-    UnsafePath,
-    append_text,
-    atomic_savefig,
-    atomic_write,
-    atomic_write_text,
-    replace_dir,
-)
+from lmforge.utils.atomic import (UnsafePath, append_text, atomic_savefig, atomic_write, atomic_write_text,
+                                  replace_dir)
 
 
 def test_an_existing_folder_is_replaced_whole_and_nothing_beside_it_is_touched(tmp_path):

@@ -80,3 +80,18 @@ def test_a_file_edited_on_purpose_reads_again_once_its_entry_is_dropped_as_the_e
     del meta["sha256"]["tokenizer_config.json"]
     (tmp_path / "m" / "config.json").write_text(json.dumps(meta))
     assert lmforge.load_tokenizer(tmp_path / "m").model_max_length == 16
+
+
+def test_an_unreadable_recorded_file_is_the_callers_error_naming_it(tmp_path, monkeypatch):
+    """A recorded file that cannot be read (root reads through chmod 000, so the read is made to fail) is
+    the caller's one-line error naming it, not a bare PermissionError."""
+    import lmforge.utils.model_folder as model_folder
+
+    _save(_tiny("bert-base", _tokenizer("bert"), 3, max_seq_len=32), _tokenizer("bert"), tmp_path / "m")
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(model_folder, "sha256", refused)
+    with pytest.raises(KeyError, match=r"cannot read .*tokenizer_config\.json: Permission denied"):
+        model_folder.check_recorded(tmp_path / "m", "tokenizer_config.json", error=KeyError)

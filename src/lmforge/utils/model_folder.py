@@ -55,6 +55,10 @@ def check_recorded(folder, name: str, error: type = ValueError) -> None:
         return
     if not (folder / name).is_file():
         raise error(f"{folder / name}: missing, though {folder / CONFIG} records its checksum")
-    if sha256(folder / name) != want:
+    try:
+        found = sha256(folder / name)
+    except OSError as err:  # unreadable (permissions, a pipe's error): said as the file's, not a bare OSError
+        raise error(f"cannot read {folder / name}: {err.strerror or err}") from None
+    if found != want:
         raise error(f"{folder / name} does not match its checksum in {CONFIG} (changed or damaged since it "
                     f"was written; an edit made on purpose: drop {name} from {CONFIG}'s \"{SUMS}\")")

@@ -6,16 +6,8 @@ import torch
 
 import lmforge
 from lmforge.cli import main
-from lmforge.compress.head_importance import (
-    CurveOptions,
-    curve_band,
-    full_gates,
-    gates_at,
-    head_importance,
-    masked_heads,
-    pruning_curve,
-    random_curves,
-)
+from lmforge.compress.head_importance import (CurveOptions, curve_band, full_gates, gates_at, head_importance,
+                                              masked_heads, pruning_curve, random_curves)
 from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.config import ConfigError
 from lmforge.convert import ConversionError

@@ -10,15 +10,8 @@ from torch import nn
 import lmforge
 from lmforge.cli import main
 from lmforge.compress.quantize import quantize
-from lmforge.compress.smooth import (
-    SPREAD,
-    factors,
-    input_ranges,
-    layer_norm_readers,
-    random_batches,
-    smoothing,
-    text_batches,
-)
+from lmforge.compress.smooth import (SPREAD, factors, input_ranges, layer_norm_readers, random_batches,
+                                     smoothing, text_batches)
 from lmforge.config import ConfigError
 from lmforge.io import CheckpointError
 from lmforge.quant import int8

@@ -11,19 +11,8 @@ from torch.nn.utils import parametrize
 
 import lmforge
 from lmforge.cli import main
-from lmforge.compress.sparsity import (
-    FLOOR,
-    MovementMask,
-    Pruner,
-    cubic_sparsity,
-    floor,
-    fused_rows,
-    is_score,
-    kept,
-    prunable,
-    top_k_mask,
-    weight_sparsity,
-)
+from lmforge.compress.sparsity import (FLOOR, MovementMask, Pruner, cubic_sparsity, floor, fused_rows,
+                                       is_score, kept, prunable, top_k_mask, weight_sparsity)
 from lmforge.io import CheckpointError
 from lmforge.train.optim import build_optimizer, param_groups
 from tests.conftest import tiny_model

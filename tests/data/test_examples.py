@@ -2,16 +2,8 @@ import random
 
 import pytest
 
-from lmforge.data.examples import (
-    blocks,
-    nsp_pairs,
-    pack_sentences,
-    pair_example,
-    sentence_nsp_pairs,
-    sop_pairs,
-    sso_pairs,
-    truncate_pair,
-)
+from lmforge.data.examples import (blocks, nsp_pairs, pack_sentences, pair_example, sentence_nsp_pairs,
+                                   sop_pairs, sso_pairs, truncate_pair)
 
 CLS, SEP = 1, 2
 

@@ -7,19 +7,9 @@ import pytest
 from lmforge.cli import main
 from lmforge.data.examples import PLAN, blocks, nsp_pairs, pack_sentences, sso_pairs
 from lmforge.data.shards import FORMAT, VERSION, ShardWriter, shard_corpus
-from lmforge.data.stream import (
-    PAIR_BUILDERS,
-    DocumentView,
-    ExampleFormat,
-    PackedBlocks,
-    PackedPairs,
-    PackedSentences,
-    ShardCorpus,
-    WithWordStarts,
-    build_examples,
-    lazy_examples,
-    shard_examples,
-)
+from lmforge.data.stream import (PAIR_BUILDERS, DocumentView, ExampleFormat, PackedBlocks, PackedPairs,
+                                 PackedSentences, ShardCorpus, WithWordStarts, build_examples, lazy_examples,
+                                 shard_examples)
 from lmforge.data.synthetic import write_corpus
 from lmforge.tokenizer import load_tokenizer
 from tests.data.test_examples import CLS, SEP, _docs

@@ -2,16 +2,8 @@
 and the same seed gives the same sentences."""
 import pytest
 
-from lmforge.data.treebank import (
-    INTRANSITIVE,
-    NOUNS,
-    PRONOUNS,
-    TRANSITIVE,
-    is_projective,
-    tree_error,
-    treebank,
-    treebank_splits,
-)
+from lmforge.data.treebank import (INTRANSITIVE, NOUNS, PRONOUNS, TRANSITIVE, is_projective, tree_error,
+                                   treebank, treebank_splits)
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,8 @@ import json
 
 import pytest
 
-from lmforge.retrieval.passages import (
-    Passage,
-    load_passages,
-    passages_from_documents,
-    read_passages,
-    split_words,
-    write_passages,
-)
+from lmforge.retrieval.passages import (Passage, load_passages, passages_from_documents, read_passages,
+                                        split_words, write_passages)
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
 
 

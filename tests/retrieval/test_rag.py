@@ -6,14 +6,8 @@ import math
 import pytest
 import torch
 
-from lmforge.retrieval.rag import (
-    IGNORE,
-    passage_log_probs,
-    rag_loss,
-    rag_sequence_log_likelihood,
-    rag_token_log_likelihood,
-    rag_token_next_log_probs,
-)
+from lmforge.retrieval.rag import (IGNORE, passage_log_probs, rag_loss, rag_sequence_log_likelihood,
+                                   rag_token_log_likelihood, rag_token_next_log_probs)
 
 # p(z1 | x) = 0.6, p(z2 | x) = 0.4; answer y = (token 0, token 1) over a vocabulary of 2
 # passage z1: p(y1 = 0) = 0.9, p(y2 = 1 | y1) = 0.5;   passage z2: p(y1 = 0) = 0.2, p(y2 = 1 | y1) = 0.7

@@ -12,13 +12,8 @@ import lmforge
 from lmforge.retrieval.dpr import BiEncoder, EncoderOptions
 from lmforge.retrieval.passages import load_passages
 from lmforge.retrieval.questions import builtin_questions
-from lmforge.retrieval.rag_train import (
-    RAGObjective,
-    answer_matches,
-    exact_match_rate,
-    passage_tokens,
-    rag_examples,
-)
+from lmforge.retrieval.rag_train import (RAGObjective, answer_matches, exact_match_rate, passage_tokens,
+                                         rag_examples)
 from lmforge.tasks.qa import exact_match
 from lmforge.tokenizer.train import train_tokenizer
 

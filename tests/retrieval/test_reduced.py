@@ -11,15 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from lmforge.pipelines.embed_options import quantize
-from lmforge.retrieval.reduced import (
-    binary_search,
-    float_search,
-    hamming,
-    pack_bits,
-    reduced_rankings,
-    truncated_search,
-    unpack_signs,
-)
+from lmforge.retrieval.reduced import (binary_search, float_search, hamming, pack_bits, reduced_rankings,
+                                       truncated_search, unpack_signs)
 
 
 def _unit(n, d, seed):

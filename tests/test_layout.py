@@ -207,3 +207,15 @@ def test_budgets(path):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_") \
                 and node.col_offset == 0:
             assert ast.get_docstring(node), f"{path.name}:{node.name} has no docstring"
+
+
+def test_imports_are_written_one_way():
+    """A `from X import (...)` wraps its names onto as few lines as fit (the tree's one form); isort's
+    one-name-a-line form, which an editor's formatter writes, is refused so the two do not mix again."""
+    roots = (PACKAGE, BENCH, Path(__file__).resolve().parent)
+    files = [(root, path) for root in roots for path in sorted(root.rglob("*.py"))
+             if not any(part.startswith(".") for part in path.relative_to(root).parts)]  # not bench's venv
+    expanded = [f"{path.relative_to(root.parent)}:{n}" for root, path in files
+                for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                if line.startswith("from ") and line.endswith(" import (")]
+    assert expanded == []

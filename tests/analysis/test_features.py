@@ -3,6 +3,7 @@ whatever the batch, truncation counted, and ELMo's own layers used when a model 
 import pytest
 import torch
 
+import lmforge
 from lmforge.analysis.features import (TruncationWarning, encode_words, hidden_states, load_features,
                                        parse_layers, pool_words, save_features, word_features)
 from tests.tasks.core import tiny, tokenizer
@@ -103,13 +104,24 @@ def test_the_scalar_mix_settings_need_the_mix():
 
 
 def test_a_model_with_its_own_word_layers_gives_them():
-    class Elmo:
-        def word_layers(self, sentences):
-            return [torch.full((3, len(s), 4), float(i)) for i, s in enumerate(sentences)]
+    model = lmforge.build(lmforge.tiny("elmo-small"))
+    features = word_features(model, None, SENTENCES[:2], layers="1-2")
+    assert [tuple(f.shape) for f in features] == [(2, 4, 64), (2, 8, 64)]
+    own = model.word_layers(SENTENCES[:2])
+    assert all(torch.allclose(f, o[1:3], atol=1e-6) for f, o in zip(features, own))
 
-    features = word_features(Elmo(), None, SENTENCES[:2], layers="1-2")
-    assert [tuple(f.shape) for f in features] == [(2, 4, 4), (2, 8, 4)]
-    assert features[1].unique().tolist() == [1.0]
+
+def test_elmo_runs_the_batch_size_asked_and_cuts_past_its_max_seq_len_with_a_count():
+    model = lmforge.build(lmforge.tiny("elmo-small", max_seq_len=6))
+    passes = []
+    model.lstm.register_forward_hook(lambda module, args, out: passes.append(args[0].shape[0]))
+    stats: dict = {}
+    with pytest.warns(TruncationWarning, match="1 of 3 sentences exceed max_len=6"):
+        features = word_features(model, None, SENTENCES, batch_size=2, stats=stats)
+    assert passes == [2, 1]  # 3 sentences, 2 a pass (word_layers' default would run them in one)
+    assert [f.shape[1] for f in features] == [4, 6, 1]
+    assert stats == {"truncated_sentences": 1, "dropped_words": 2}
+    assert torch.allclose(features[1], word_features(model, None, [SENTENCES[1][:6]])[0], atol=1e-6)
 
 
 def test_features_round_trip_through_safetensors(tmp_path):

@@ -9,7 +9,8 @@ the embedding output; an encoder-decoder gives its encoder's layers; a decoder's
 left context only. A model with its own `word_layers(sentences)` (ELMo) gives its layers directly.
 
 A sentence longer than the model's max length is cut to the words whose pieces all fit: its
-tensor has fewer words, and a TruncationWarning counts the sentences and words cut, never silently.
+tensor has fewer words, and a TruncationWarning counts the sentences and words cut, never silently;
+ELMo's sentences are cut so at its max_seq_len words.
 """
 from __future__ import annotations
 
@@ -102,14 +103,14 @@ def _batch(examples: list, pad_id: int, device) -> tuple:
     return ids.to(device), mask.to(device), segments.to(device)
 
 
-def _warn_cut(sentences: list, kept: list, max_len: int, stats: dict | None) -> None:
+def _warn_cut(sentences: list, kept: list, max_len: int, stats: dict | None, stacklevel: int = 3) -> None:
     cut = [(len(s), k) for s, k in zip(sentences, kept) if k < len(s)]
     dropped = sum(n - k for n, k in cut)
     if stats is not None:
         stats.update(truncated_sentences=len(cut), dropped_words=dropped)
     if cut:
         warnings.warn(f"{len(cut)} of {len(sentences)} sentences exceed max_len={max_len} tokens: cut to the "
-                      f"words that fit ({dropped} words dropped)", TruncationWarning, stacklevel=3)
+                      f"words that fit ({dropped} words dropped)", TruncationWarning, stacklevel=stacklevel)
 
 
 def default_max_len(model, tokenizer) -> int:
@@ -129,9 +130,7 @@ def word_features(model, tokenizer, sentences: list, layers=None, pooling: str =
     if hasattr(model, "word_layers") and max_len is not None:  # else it would be ignored
         raise ValueError(f"max_len={max_len}: ELMo reads whole words, with no token limit to set")
     if hasattr(model, "word_layers"):  # ELMo: its own character CNN + biLSTM layers, per word already
-        layered = model.word_layers(sentences)
-        pick = parse_layers(layers, layered[0].shape[0])
-        return [f[pick].float().cpu() for f in layered]
+        return _elmo_features(model, sentences, layers, batch_size, stats)
     if max_len is not None and not 3 <= max_len <= model.config.max_seq_len:  # [CLS] a word [SEP]
         raise ValueError(f"max_len must be >= 3 and <= the model's max_seq_len={model.config.max_seq_len}, "
                          f"got {max_len}")
@@ -151,6 +150,21 @@ def word_features(model, tokenizer, sentences: list, layers=None, pooling: str =
                 example, kept = encoded[i]
                 out[i] = pool_words(hidden[:, b], example["word_ids"], kept, pooling)
     return out
+
+
+def _elmo_features(model, sentences: list, layers, batch_size: int, stats: dict | None) -> list:
+    """ELMo's own layers of each sentence's words, batch_size sentences a pass; a sentence past the model's
+    max_seq_len words is cut to them and counted, as a Transformer's past its max length."""
+    from lmforge.elmo import MAX_BATCH_SIZE
+
+    pick = parse_layers(layers, model.config.n_layers + 1)  # a bad selection fails before the model runs
+    limit = model.config.max_seq_len
+    kept = [min(len(words), limit) for words in sentences]
+    _warn_cut(sentences, kept, limit, stats, stacklevel=4)  # the warning points at word_features' caller
+    # the batch only groups the passes (each sentence's layers are its own), so a larger one is run in parts
+    layered = model.word_layers([list(words)[:k] for words, k in zip(sentences, kept)],
+                                min(batch_size, MAX_BATCH_SIZE))
+    return [f[pick].float().cpu() for f in layered]
 
 
 def save_features(path, features: list, meta: dict) -> Path:

@@ -37,6 +37,18 @@ def test_bad_options_name_the_field(fields, field):
     assert err.value.field == field
 
 
+def test_elmo_reads_at_most_its_max_seq_len_words_in_the_batches_asked():
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("elmo-small", max_seq_len=6)).eval()
+    with pytest.raises(OptionsError, match="max_length=7: more tokens than the model reads") as err:
+        lmforge.features(["the cat sat"], model, max_length=7)  # a Transformer's limit, refused alike
+    assert err.value.field == "max_length"
+    passes = []
+    model.lstm.register_forward_hook(lambda module, args, out: passes.append(args[0].shape[0]))
+    found = lmforge.features(["a b c", "d e", "f"], model, max_length=6, batch_size=2)
+    assert passes == [2, 1] and [f.n_tokens for f in found] == [3, 2, 1]
+
+
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory):
     """A tiny BERT reading 128 positions, saved with its tokenizer."""

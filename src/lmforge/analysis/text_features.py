@@ -17,7 +17,7 @@ import torch
 
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.analysis.features import default_max_len, hidden_states
-from lmforge.config.checks import room_for_text
+from lmforge.config.checks import room_for_text, within_context
 from lmforge.config.options import OptionsError, checked_argument, checked_texts, named_keywords
 from lmforge.fast.optimize import optimize
 from lmforge.io.resolve import checked_tokenizer
@@ -102,7 +102,7 @@ def text_features(model, tokenizer, texts: list, options: FeatureOptions | None 
     options = options or FeatureOptions()
     texts = checked_texts(texts)
     if hasattr(model, "word_layers"):
-        return _elmo_features(model, texts, options)
+        return _elmo_features(model, texts, options, batch_size)
     n_states = model.config.n_layers + 1
     chosen = options.chosen(n_states)
     limit = _limit(model, tokenizer, options.max_length)
@@ -144,8 +144,12 @@ def _batch(encodings: list, tokenizer, device) -> tuple:
     return ids.to(device), mask.to(device), segments.to(device)
 
 
-def _elmo_features(model, texts: list, options: FeatureOptions) -> list:
-    """ELMo's features: its tokens are a text's whitespace-separated words (their offsets given)."""
+def _elmo_features(model, texts: list, options: FeatureOptions, batch_size: int) -> list:
+    """ELMo's features: its tokens are a text's whitespace-separated words (their offsets given), at most
+    its max_seq_len a text, as a Transformer's tokens; batch_size texts a pass."""
+    from lmforge.elmo import MAX_BATCH_SIZE
+
+    within_context("max_length", options.max_length, model.config)  # past it the 100000 asked were read
     words = [list(_WORD.finditer(t)) for t in texts]
     limit = options.max_length or model.config.max_seq_len
     for i, found in enumerate(words):
@@ -155,7 +159,8 @@ def _elmo_features(model, texts: list, options: FeatureOptions) -> list:
             raise OptionsError(f"text {i} is {len(found)} words, more than max_length={limit}; send "
                                "truncate=true to cut it", "truncate")
     kept = [found[:limit] for found in words]
-    layered = model.word_layers([[m.group() for m in found] for found in kept])
+    # the batch only groups the passes (each text's layers are its own), so a larger one is run in parts
+    layered = model.word_layers([[m.group() for m in found] for found in kept], min(batch_size, MAX_BATCH_SIZE))
     n_states = layered[0].shape[0]
     chosen = options.chosen(n_states)
     return [TextFeatures([{"id": None, "token": m.group(), "text": m.group(), "start": m.start(), "end": m.end()}

@@ -141,6 +141,21 @@ def test_a_query_encoder_other_than_the_indexs_is_refused_naming_both(tiny, tmp_
         DenseIndex.load(out / "dense").search(torch.zeros(1, 64), 3)
 
 
+def test_the_indexs_weights_read_through_another_tokenizer_are_refused_naming_it(tiny, tmp_path, capsys):
+    import shutil
+
+    out, other = tmp_path / "ix", tmp_path / "retokenized"
+    assert main(["index", "build", "--out", str(out), "--model", str(tiny), "--quiet"]) == 0
+    shutil.copytree(tiny, other)  # the same weights (the encoder fingerprint matches), another vocabulary
+    texts = [f"{p.title}. {p.text}"[::-1] for p in load_passages(None)]
+    train_tokenizer(texts, "wordpiece", 300).save(other)
+    capsys.readouterr()
+    assert main(["retrieve", "--index", str(out), "--query", "Which river?", "--model", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "another tokenizer" in err and str(other) in err and err.count("\n") == 1, err
+    assert main(["retrieve", "--index", str(out), "--query", "Which river?", "--model", str(tiny)]) == 0
+
+
 def test_a_plain_encoder_is_refused_as_a_reader(tiny, tmp_path, capsys):
     out = tmp_path / "ix"
     assert main(["index", "build", "--out", str(out), "--quiet"]) == 0

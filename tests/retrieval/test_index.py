@@ -145,3 +145,15 @@ def test_top_k_returns_k_columns_whatever_the_scores():
     scores = torch.tensor([[1.0, float("nan"), 3.0, 3.0], [0.0, 0.0, 0.0, 0.0]])
     values, positions = top_k(scores, 2)
     assert positions.tolist() == [[1, 2], [0, 1]]  # torch.topk's NaN-first order; all-tied: the lower rows
+
+
+def test_a_query_tokenizer_other_than_the_indexs_is_refused_where_the_manifest_records_one(tmp_path):
+    rng = np.random.default_rng(0)
+    path = write_index(tmp_path / "ix", ["a", "b"], lambda rows: rng.standard_normal((len(rows), 4)), 4,
+                       model="m", encoder="e" * 16, tokenizer="t" * 16, progress=False)
+    index = DenseIndex.load(path)
+    index.check_encoder(4, "e" * 16, "m", "t" * 16)
+    with pytest.raises(ValueError, match="another tokenizer"):
+        index.check_encoder(4, "e" * 16, "other", "u" * 16)
+    old = DenseIndex(index.embeddings, index.ids, {**index.manifest, "tokenizer": ""})  # built before
+    old.check_encoder(4, "e" * 16, "other", "u" * 16)

@@ -16,6 +16,7 @@ prefix L2-normalised again when the similarity is cosine, so the first d/4 coord
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, fields
@@ -159,6 +160,13 @@ class BiEncoder:
         """The models behind its vectors: E_Q's and E_P's configs and weights (a dense index stores its
         encoder's, so queries from another model are refused, not mis-scored)."""
         return model_fingerprint(self.model, self.encoder_for(passage=True))
+
+    def tokenizer_fingerprint(self) -> str:
+        """16 hex digits of the tokenizer's vocabulary and rules (tokenizers' JSON, without the truncation
+        and padding a call sets): one model's weights read through another tokenizer rank nonsense too."""
+        spec = json.loads(self.tokenizer.backend.to_str())
+        spec.pop("truncation", None), spec.pop("padding", None)
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     def encoder_for(self, passage: bool):
         """E_P for passages when there is one of its own, else E_Q."""

@@ -43,7 +43,8 @@ def encode_passages(encoder: BiEncoder, passages: list, path, batch_size: int = 
 
     write_index(path, [p.id for p in passages], encode, encoder.width, model=model_name,
                 pooling=encoder.options.pooling, batch_size=batch_size, progress=progress,
-                encoder=encoder.fingerprint(), options=vector_options(encoder.options))
+                encoder=encoder.fingerprint(), options=vector_options(encoder.options),
+                tokenizer=encoder.tokenizer_fingerprint())
     return DenseIndex.load(path)
 
 

@@ -6,6 +6,7 @@ An index directory holds:
 - embeddings.npy: float32 (count, dim), read with mmap (pages come from disk as needed);
 - ids.json: the passage ids, row by row;
 - manifest.json: format, model, dim, count, pooling, the encoder's fingerprint (dpr.BiEncoder.fingerprint),
+  its tokenizer's (dpr.BiEncoder.tokenizer_fingerprint),
   the encoder options its vectors were made with (pooling, normalize, max_length: queries are embedded
   with them too), and the sha256 of both files.
 
@@ -34,7 +35,8 @@ FORMAT = "lmforge-dense-index"
 
 
 def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str = "", batch_size: int = 64,
-                progress: bool = True, encoder: str = "", options: dict | None = None) -> Path:
+                progress: bool = True, encoder: str = "", options: dict | None = None,
+                tokenizer: str = "") -> Path:
     """Encode rows batch by batch into path/embeddings.npy (`encode(positions) -> (b, dim)` float
     array or tensor) with a progress bar, then ids.json and the manifest; `options`: how the encoder made
     its vectors (queries are embedded the same way). All in a fresh folder that then replaces `path` whole
@@ -46,7 +48,8 @@ def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str
         _write_rows(folder / "embeddings.npy", len(ids), encode, dim, batch_size, progress)
         atomic_write_text(folder / "ids.json", json.dumps([str(i) for i in ids]))
         manifest = {"format": FORMAT, "version": 1, "model": str(model), "pooling": pooling, "dim": dim,
-                    "encoder": encoder, "count": len(ids), "dtype": "float32", "options": dict(options or {}),
+                    "encoder": encoder, "tokenizer": tokenizer, "count": len(ids), "dtype": "float32",
+                    "options": dict(options or {}),
                     "sha256": {name: sha256(folder / name) for name in ("embeddings.npy", "ids.json")}}
         atomic_write_text(folder / "manifest.json", json.dumps(manifest, indent=2))
 
@@ -163,9 +166,9 @@ class DenseIndex:
             raise IndexDamaged(f"{path / 'ids.json'}: {len(ids)} ids for {manifest['count']} rows")
         return cls(rows, ids, manifest)
 
-    def check_encoder(self, width: int, fingerprint: str, name: str) -> None:
+    def check_encoder(self, width: int, fingerprint: str, name: str, tokenizer: str = "") -> None:
         """Refuse a query encoder other than the one the index was built with (another width, or, where
-        the manifest has one, another fingerprint): its inner products would rank nonsense."""
+        the manifest has them, another fingerprint or tokenizer): its inner products would rank nonsense."""
         built = self.manifest.get("model") or "its model"
         if width != self.dim:
             raise ValueError(f"the dense index was built by {built} ({self.dim}-wide vectors); the query encoder "
@@ -173,6 +176,10 @@ class DenseIndex:
         if self.manifest.get("encoder") and fingerprint != self.manifest["encoder"]:
             raise ValueError(f"the dense index was built by {built} (encoder {self.manifest['encoder']}); the query "
                              f"encoder {name} is another model (encoder {fingerprint}): query with the index's model")
+        if self.manifest.get("tokenizer") and tokenizer != self.manifest["tokenizer"]:
+            raise ValueError(f"the dense index was built by {built} (tokenizer {self.manifest['tokenizer']}); "
+                             f"the query encoder {name} reads texts with another tokenizer "
+                             f"({tokenizer or 'unknown'}): query with the index's model and its tokenizer")
 
     def search(self, queries, k: int, batch_size: int = 256, backend: str = "torch") -> tuple:
         """((Q, k) scores, (Q, k) row positions) of the highest inner products, best first."""

@@ -123,7 +123,7 @@ def _search(path: Path, parts: set, queries: list, k: int, options: QueryOptions
     # queries embedded as the passages were (pooling, max_length given at build time, not the folder's own)
     built = index.manifest.get("options") if isinstance(index.manifest.get("options"), dict) else {}
     encoder = BiEncoder.from_dir(name, **{field: v for field, v in built.items() if field in VECTOR_OPTIONS})
-    index.check_encoder(encoder.width, encoder.fingerprint(), name)
+    index.check_encoder(encoder.width, encoder.fingerprint(), name, encoder.tokenizer_fingerprint())
     scores, positions = index.search(encoder.encode(queries), k, backend=options.backend)
     return positions.numpy(), scores.numpy()
 

@@ -100,3 +100,22 @@ def test_hard_negatives_are_not_positives_nor_hold_the_answer():
     for r, ids in zip(records, negatives):
         assert not set(ids) & set(r["positives"])
         assert all(r["answers"][0] not in by_id[i].text for i in ids)
+
+
+def test_scores_are_bm25s_own_and_tied_passages_rank_the_lower_position_first():
+    import bm25s
+
+    passages = [Passage(str(i), "t", "river bank" if i % 3 == 0 else f"mountain peak w{i}") for i in range(600)]
+    index = BM25Index.build(passages)
+    positions, scores = index.search(["river", "peak w7 river", "the"], k=50)
+    reference = bm25s.BM25()
+    reference.index(bm25s.tokenize([f"{p.title} {p.text}" for p in passages], stopwords="en",
+                                   show_progress=False), show_progress=False)
+    for query, row in zip(["river", "peak w7 river"], scores):
+        _, want = reference.retrieve(bm25s.tokenize([query], stopwords="en", show_progress=False), k=50,
+                                     show_progress=False)
+        assert np.allclose(row, want[0])  # the same scores, best first
+    assert positions[0].tolist() == list(range(0, 150, 3))  # 200 tied: the lowest 50, in order
+    assert positions[1, 0] == 7 and positions[1, 1:].tolist() == list(range(0, 147, 3))
+    assert positions[2].tolist() == list(range(50)) and not scores[2].any()  # no word: all 0, first rows
+    assert np.array_equal(index.search(["river"], 7)[0][0], positions[0, :7])  # a smaller k: its prefix

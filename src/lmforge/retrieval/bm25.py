@@ -15,7 +15,9 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from lmforge.retrieval.index import top_k
 from lmforge.retrieval.index_dir import IndexDamaged, read_manifest
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 from lmforge.utils.checksum import check_files, sha256
@@ -63,12 +65,20 @@ class BM25Index:
         return cls(retriever, len(passages))
 
     def search(self, queries: list, k: int) -> tuple:
-        """((Q, k) passage positions, (Q, k) scores), best first; a query with no known word scores
-        every passage 0 (its ranking is then arbitrary)."""
-        k = min(k, self.n)
-        tokens = [t or ["\0"] for t in _tokens(list(queries))]  # bm25s refuses an empty query
-        positions, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return np.asarray(positions), np.asarray(scores)
+        """((Q, k) passage positions, (Q, k) scores), best first, ties to the lower position (index.top_k,
+        as the dense search); the scores are bm25s's own. A query with no known word scores every passage
+        0 (the first k are then returned)."""
+        k, vocabulary = min(k, self.n), self.retriever.vocab_dict
+        rows = []
+        for words in _tokens(list(queries)):
+            ids = [vocabulary[w] for w in words if w in vocabulary]
+            # bm25s's own top k (argpartition, then an unstable argsort; jax's top_k where jax is installed)
+            # orders tied passages its own way: duplicates came in another order than the dense search's
+            rows.append(self.retriever.get_scores(ids) if ids else np.zeros(self.n, dtype=np.float32))
+        if not rows:
+            return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
+        scores, positions = top_k(torch.from_numpy(np.stack(rows).astype(np.float32)), k)
+        return positions.numpy(), scores.numpy()
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the index under `path` (bm25s's .npy and JSON files; no pickle) with its manifest,

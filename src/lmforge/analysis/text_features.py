@@ -160,7 +160,8 @@ def _elmo_features(model, texts: list, options: FeatureOptions, batch_size: int)
                                "truncate=true to cut it", "truncate")
     kept = [found[:limit] for found in words]
     # the batch only groups the passes (each text's layers are its own), so a larger one is run in parts
-    layered = model.word_layers([[m.group() for m in found] for found in kept], min(batch_size, MAX_BATCH_SIZE))
+    layered = model.word_layers([[m.group() for m in found] for found in kept],
+                                min(batch_size, MAX_BATCH_SIZE))
     n_states = layered[0].shape[0]
     chosen = options.chosen(n_states)
     return [TextFeatures([{"id": None, "token": m.group(), "text": m.group(), "start": m.start(), "end": m.end()}

@@ -205,3 +205,26 @@ def test_char_ids_that_embedding_cannot_index_and_a_mask_that_is_no_tensor_are_r
         model(chars, mask.tolist())
     as_int32 = model(chars.int(), mask).last_hidden_state
     torch.testing.assert_close(as_int32, model(chars, mask).last_hidden_state)
+
+
+def test_the_residual_adds_the_dropped_input_as_bilm_tf_does():
+    """bilm-tf wraps each layer as DropoutWrapper(ResidualWrapper(cell)): the second layer's residual adds the
+    input the cell read, dropout applied (a doubling stands in for a dropout mask here)."""
+    model = tiny_elmo().train()
+    model.lstm.dropout = torch.nn.Identity()
+    chars, mask = sentence_chars(SENTENCES)
+    clean = model(chars, mask).forward_states[0]
+    model.lstm.dropout = DOUBLING
+    out = model(chars, mask).forward_states
+    second, _ = model.lstm.forward_layers[1](2 * out[0], mask)
+    torch.testing.assert_close(out[1], second + 2 * out[0] * mask[..., None], rtol=0, atol=1e-6)
+    assert not torch.allclose(out[1], second + out[0] * mask[..., None])
+    assert not torch.allclose(clean, out[0])  # the first layer read the doubled tokens too
+
+
+class _Doubling(torch.nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+
+DOUBLING = _Doubling()

@@ -223,7 +223,8 @@ def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 class BiLSTM(nn.Module):
     """The forward and backward LSTM stacks; dropout on each layer's input, a residual connection
-    (the layer's input added to its output) from the second layer on when skip_connections."""
+    (the layer's input, dropout applied, added to its output) from the second layer on when
+    skip_connections."""
 
     def __init__(self, cfg) -> None:
         super().__init__()
@@ -250,8 +251,9 @@ class BiLSTM(nn.Module):
     def _direction(self, layers: nn.ModuleList, x, mask, states) -> tuple:
         outputs, finals = [], []
         for k, layer in enumerate(layers):
-            h, final = layer(self.dropout(x), mask, states[k] if states else None)
-            if self.skip and k > 0:
+            x = self.dropout(x)
+            h, final = layer(x, mask, states[k] if states else None)
+            if self.skip and k > 0:  # bilm-tf's Dropout(Residual(cell)): the residual adds the dropped input
                 h = h + x * mask[..., None]  # (B, T, d); padding stays zero
             outputs.append(h)
             finals.append(final)

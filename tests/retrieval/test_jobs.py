@@ -103,3 +103,20 @@ def test_a_whole_float_k_reads_as_its_int_built_directly_or_not():
     assert QueryOptions(k=3.0).k == 3 and type(QueryOptions(k=3.0).k) is int
     with pytest.raises(OptionsError, match="^k must be an integer"):
         QueryOptions(k=3.5)
+
+
+@pytest.mark.parametrize("out, source", [("corpus", "corpus"), ("corpus/ix", "corpus"),
+                                         ("ix", "ix/passages.jsonl")])
+def test_build_index_dir_refuses_an_out_over_or_inside_its_input_as_the_command_does(tmp_path, out, source):
+    from lmforge.cli import main
+    from lmforge.utils.atomic import UnsafePath
+
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("The Tedar river runs past Kusais. Kusais is a city.\n")
+    jobs.build_index_dir(tmp_path / "ix", tmp_path / "corpus", progress=False)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(UnsafePath, match="lies inside the input source") as err:
+        jobs.build_index_dir(tmp_path / out, str(tmp_path / source), progress=False)
+    assert err.value.field == "out"
+    assert main(["index", "build", "--out", str(tmp_path / out), "--passages", str(tmp_path / source)]) == 2
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written

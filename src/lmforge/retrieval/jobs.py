@@ -31,7 +31,7 @@ from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reade
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.config import TrainConfig
 from lmforge.train.loop import Trainer, check_resumable
-from lmforge.utils.atomic import atomic_write_text, refuse_link, replace_dir
+from lmforge.utils.atomic import UnsafePath, atomic_write_text, overlap, refuse_link, replace_dir
 
 
 def build_index_dir(out, source: str | None, model: str | None = None, seed: int = 0,
@@ -40,6 +40,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     EncoderOptions fields); returns counts for the summary line."""
     index, out = options_of(IndexOptions, index), refuse_link(out)
     seed = checked_as(TrainConfig, "seed", seed)  # the bound --seed has: True read as 1, -1 passed
+    _refuse_inputs(out, ("source", source), ("model", model))
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
@@ -60,6 +61,18 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     # a dense/ left from an earlier build holds other passages' vectors: not listed, so never searched
     finish_build(out, len(passages), ("bm25", "dense") if model else ("bm25",))
     return summary
+
+
+def _refuse_inputs(out: Path, *inputs) -> None:
+    """UnsafePath (field "out") where `out` is, holds or lies inside an input, of (field, path or name)
+    pairs, as the command's --out check: a build there writes over it, or a later build of that folder
+    reads the index's own files back as passages."""
+    for field, given in inputs:
+        if given is not None and given != "builtin" and Path(given).exists():
+            if overlap(Path(given).resolve(), out.resolve()):
+                raise UnsafePath(f"out {out} is, holds or lies inside the input {field} {given}: the index "
+                                 f"would be written over it or read back as passages; choose an out apart "
+                                 f"from the inputs", "out")
 
 
 def _encoder(model: str, **options) -> BiEncoder:

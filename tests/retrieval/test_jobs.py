@@ -120,3 +120,14 @@ def test_build_index_dir_refuses_an_out_over_or_inside_its_input_as_the_command_
     assert err.value.field == "out"
     assert main(["index", "build", "--out", str(tmp_path / out), "--passages", str(tmp_path / source)]) == 2
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+
+
+def test_words_for_a_passages_file_is_refused_not_ignored(bm25_index, tmp_path):
+    from lmforge.retrieval.job_options import IndexOptions
+
+    with pytest.raises(OptionsError, match="passages file") as err:
+        jobs.build_index_dir(tmp_path / "again", str(bm25_index / "passages.jsonl"),
+                             index=IndexOptions(words=5), progress=False)
+    assert err.value.field == "words" and not (tmp_path / "again").exists()
+    summary = jobs.build_index_dir(tmp_path / "again", str(bm25_index / "passages.jsonl"), progress=False)
+    assert summary["passages"] == len((bm25_index / "passages.jsonl").read_text().splitlines())

@@ -25,7 +25,7 @@ from lmforge.retrieval.index import DenseIndex
 from lmforge.retrieval.index_dir import finish_build, open_index, start_build
 from lmforge.retrieval.job_options import (MAX_CANDIDATES, MAX_HARD_NEGATIVES, IctOptions, IndexOptions,
                                            QueryOptions, ReaderOptions, RealmOptions, options_of)
-from lmforge.retrieval.passages import load_passages, write_passages
+from lmforge.retrieval.passages import is_passages_file, load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_answers, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
 from lmforge.train.checkpoint import training_folder
@@ -47,6 +47,9 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     if not model:
         refuse_changed(index, ("batch_size",), "passages embedded at once, for a dense index; without a "
                        "model there is none to embed")
+    if source not in (None, "builtin") and is_passages_file(source):
+        refuse_changed(index, ("words",), f"{source} is a passages file: its passages are read as they are, "
+                       "not cut into windows of words")
     encoder = _encoder(model, **options) if model else None  # a bad max_length refused before out is made
     passages = load_passages(source, seed, index.words)
     bm25 = BM25Index.build(passages, where=source or "builtin")  # passages with no words: refused before out

@@ -119,21 +119,28 @@ def read_passages(path) -> list:
     return out
 
 
+def is_passages_file(source) -> bool:
+    """Whether `source` is a passages JSONL (its first line has "id", "title" and "text"): read as its
+    passages, not cut into windows of words."""
+    path = Path(source)
+    if not (path.is_file() and path.suffix == ".jsonl"):
+        return False
+    with open(path, "rb") as handle:  # a bad byte is for read_passages to name, with its line
+        first = handle.readline().decode("utf-8", "replace")
+    try:
+        head = loads(first)
+    except ValueError:
+        return False
+    return isinstance(head, dict) and {"id", "title", "text"} <= set(head)
+
+
 def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list:
     """Passages from a source: None or "builtin" (the built-in corpus), a passages JSONL file
     (lines with "id", "title" and "text"), or text / JSONL corpus files and directories."""
     if source in (None, "builtin"):
         return passages_from_documents(builtin_documents(seed), words)
-    path = Path(source)
-    if path.is_file() and path.suffix == ".jsonl":
-        with open(path, "rb") as handle:  # a bad byte is for read_passages to name, with its line
-            first = handle.readline().decode("utf-8", "replace")
-        try:
-            head = loads(first)
-        except ValueError:
-            head = None
-        if isinstance(head, dict) and {"id", "title", "text"} <= set(head):
-            return read_passages(path)
+    if is_passages_file(source):
+        return read_passages(source)
     passages = passages_from_documents(file_documents(source), words)
     if not passages:  # e.g. JSONL records whose "text" is no string: nothing to index
         raise ValueError(f"{source}: no passages (no text; a passages file has id, title and text strings "

@@ -49,9 +49,12 @@ def test_presets_name_their_sources_and_the_paper_sizes():
 def test_bad_elmo_fields_are_refused_by_name():
     for bad, field in ((dict(char_filters=[[1]]), "char_filters"), (dict(char_filters=[[51, 4]]), "char_filters"),
                        (dict(cell_clip=-1.0), "cell_clip"), (dict(n_highway=-1), "n_highway"),
-                       (dict(lstm_dim=0), "lstm_dim")):
-        with pytest.raises(ConfigError, match=field):
+                       (dict(lstm_dim=0), "lstm_dim"),
+                       (dict(char_filters=[[1, 10_000_000]]), "char_filters"),  # was said as n_layers' memory
+                       (dict(char_filters=[[1, 8]] * 9000), "char_filters")):
+        with pytest.raises(ConfigError, match=field) as refused:
             lmforge.get_config("elmo-small", **bad)
+        assert refused.value.field == field
 
 
 def test_a_character_table_or_word_width_too_small_for_the_character_ids_is_refused_by_name():

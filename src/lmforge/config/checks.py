@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from lmforge.config.options import OptionsError
 
+MAX_WIDTH = 2 ** 16  # a width's bound: d_model, a head's, the character CNN's filters in all
+
 # position schemes with a term per head: a pruned layer would need its own slice of them
 PER_HEAD_POSITIONS = ("relative-bias", "alibi", "xl-relative")
 
@@ -88,11 +90,15 @@ def validate_elmo(cfg) -> None:
     if pairs is not None and not (isinstance(pairs, list) and pairs and all(
             isinstance(f, list) and len(f) == 2 and all(type(n) is int and n > 0 for n in f) for f in pairs)):
         raise ConfigError(f"char_filters={pairs!r:.80} must be a non-empty list of [width, n_filters] pairs "
-                          f"of positive integers")
+                          f"of positive integers", "char_filters")
     widest = max(width for width, _ in cfg.cnn_filters)
     if widest > cfg.max_characters_per_token:
         raise ConfigError(f"char_filters has a width {widest} > max_characters_per_token="
-                          f"{cfg.max_characters_per_token}")
+                          f"{cfg.max_characters_per_token}", "char_filters")
+    total = sum(n for _, n in cfg.cnn_filters)  # the CNN's output width (the original's: 2048)
+    if total > MAX_WIDTH:
+        raise ConfigError(f"char_filters has {total} filters in all, more than {MAX_WIDTH} (the character "
+                          f"CNN's output width, bounded as d_model is)", "char_filters")
     if type(cfg.n_highway) is not int or cfg.n_highway < 0:
         raise ConfigError(f"n_highway={cfg.n_highway!r} must be an integer >= 0")
     for name in ("cell_clip", "proj_clip"):

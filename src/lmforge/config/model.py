@@ -13,9 +13,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from lmforge.config.checks import (ConfigError, choice, pattern_set, positive, validate_elmo, validate_ffn_sizes,
-                                   validate_patterns, validate_pruned, validate_quantization,
-                                   validate_rotary_scaling)
+from lmforge.config.checks import (MAX_WIDTH, ConfigError, choice, pattern_set, positive, validate_elmo,
+                                   validate_ffn_sizes, validate_patterns, validate_pruned,
+                                   validate_quantization, validate_rotary_scaling)
 from lmforge.config.options import check_options, coerce, option
 from lmforge.utils.atomic import atomic_write_text
 
@@ -42,7 +42,7 @@ ELMO_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 102
 
 # upper bounds of the sizes: far above any published model (BLOOM's 250,880 tokens, 12,288 widths,
 # 128 layers), far below a count that alone exhausts memory; `fits` then checks the model's bytes
-MAX_VOCAB, MAX_WIDTH, MAX_FF, MAX_LAYERS, MAX_HEADS, MAX_LEN = 2**22, 2**16, 2**18, 1024, 1024, 2**20
+MAX_VOCAB, MAX_FF, MAX_LAYERS, MAX_HEADS, MAX_LEN = 2**22, 2**18, 1024, 1024, 2**20
 
 SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
                   "forced_bos_token_id", "forced_eos_token_id")

@@ -132,6 +132,7 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["features"], "give --data FILE"),
     (["features", "--task", "tagging", "--train", "x.conll"], "--task tagging needs --train FILE and --dev FILE"),
     (["features", "--data", "nowhere.txt"], "--data nowhere.txt: no such file"),
+    (["features", "--data", "/dev/null"], "--data /dev/null: not a regular file"),  # said as missing
     (["features", "--data", "{bad}", "--layers", "all,1"], "--layers"),
     (["features", "--text", "The cat sat.", "--layers", "0,0,0"],
      "--layers: layers '0,0,0' names layer 0 twice"),  # answered one layer, silently

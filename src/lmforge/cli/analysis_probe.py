@@ -45,7 +45,8 @@ def existing(path: str | None, option: str) -> str | None:
     from lmforge.cli.common import UsageError
 
     if path is not None and not Path(path).is_file():
-        raise UsageError(f"{option} {path}: no such file")
+        said = "no such file" if not Path(path).exists() else "not a regular file (a folder, pipe or device)"
+        raise UsageError(f"{option} {path}: {said}")
     return path
 
 

@@ -131,3 +131,18 @@ def test_words_for_a_passages_file_is_refused_not_ignored(bm25_index, tmp_path):
     assert err.value.field == "words" and not (tmp_path / "again").exists()
     summary = jobs.build_index_dir(tmp_path / "again", str(bm25_index / "passages.jsonl"), progress=False)
     assert summary["passages"] == len((bm25_index / "passages.jsonl").read_text().splitlines())
+
+
+def test_the_number_and_length_of_queries_are_bounded_naming_queries(bm25_index, capsys):
+    from lmforge.cli import main
+    from lmforge.retrieval.job_options import MAX_QUERIES, MAX_QUERY_CHARS
+
+    for queries, says in ((["river"] * (MAX_QUERIES + 1), "at most"),
+                          (["river " * MAX_QUERY_CHARS], "characters")):
+        with pytest.raises(OptionsError, match=says) as err:
+            _searched(bm25_index, queries)
+        assert err.value.field == "queries"
+    long = "x" * (MAX_QUERY_CHARS + 1)
+    assert main(["retrieve", "--index", str(bm25_index), "--method", "bm25", "--query", long]) == 2
+    assert "characters" in capsys.readouterr().err
+    assert len(_searched(bm25_index, ["river"] * 2)) == 2

@@ -13,6 +13,8 @@ METHODS = ("dense", "bm25")
 BACKENDS = ("torch", "faiss")
 MAX_CANDIDATES = 1000  # passages one query's reranking scores
 MAX_HARD_NEGATIVES = 1000  # BM25 hard negatives per training question of retrieve train (n_hard)
+MAX_QUERIES = 65_536  # queries of one query_index call: each holds k results with their texts
+MAX_QUERY_CHARS = 65_536  # characters of one query: tokenized whole before a dense encoder cuts it
 
 
 @dataclass(frozen=True)

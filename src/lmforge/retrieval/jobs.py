@@ -23,8 +23,9 @@ from lmforge.retrieval.evaluate import (VECTOR_OPTIONS, bm25_rankings, compare, 
                                         encode_passages, recall_at_k, train_dpr, write_table)
 from lmforge.retrieval.index import DenseIndex
 from lmforge.retrieval.index_dir import finish_build, open_index, start_build
-from lmforge.retrieval.job_options import (MAX_CANDIDATES, MAX_HARD_NEGATIVES, IctOptions, IndexOptions,
-                                           QueryOptions, ReaderOptions, RealmOptions, options_of)
+from lmforge.retrieval.job_options import (MAX_CANDIDATES, MAX_HARD_NEGATIVES, MAX_QUERIES, MAX_QUERY_CHARS,
+                                           IctOptions, IndexOptions, QueryOptions, ReaderOptions,
+                                           RealmOptions, options_of)
 from lmforge.retrieval.passages import is_passages_file, load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_answers, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
@@ -96,11 +97,7 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
     retriever's "retriever_rank" and "retriever_score". `queries`: texts (a list, a generator, ...) or
     one text, read as lmforge.embed reads its texts (one text was searched a character at a time)."""
     options, path = options_of(QueryOptions, options), Path(path)
-    queries = checked_texts(queries, "queries")  # once: a generator searched, then zipped empty, gave []
-    blank = next((i for i, query in enumerate(queries) if not query.strip()), None)
-    if blank is not None:  # it matched nothing: arbitrary passages scored 0 (rerank refuses it)
-        raise OptionsError(f"queries[{blank}] is blank: a query needs words to search for", "queries")
-    k = options.k
+    queries, k = _checked_queries(queries), options.k
     if model is not None and options.method == "bm25":
         raise OptionsError(f"model={model}: the dense search's query encoder; method bm25 searches words, "
                            "not vectors", "model")
@@ -126,6 +123,21 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
         for result, row in zip(out, positions):
             result["answer"] = read(result["query"], [passages[int(i)] for i in row])
     return out
+
+
+def _checked_queries(queries) -> list:
+    """`queries` as a list of texts (read once: a generator searched, then zipped empty, gave []), at most
+    MAX_QUERIES of at most MAX_QUERY_CHARS characters, none blank; an OptionsError naming queries else."""
+    queries = checked_texts(queries, "queries")
+    if len(queries) > MAX_QUERIES:
+        raise OptionsError(f"{len(queries)} queries: at most {MAX_QUERIES} at once", "queries")
+    for i, query in enumerate(queries):
+        if len(query) > MAX_QUERY_CHARS:
+            raise OptionsError(f"queries[{i}] has {len(query)} characters, more than {MAX_QUERY_CHARS}",
+                               "queries")
+        if not query.strip():  # it matched nothing: arbitrary passages scored 0 (rerank refuses it)
+            raise OptionsError(f"queries[{i}] is blank: a query needs words to search for", "queries")
+    return queries
 
 
 def _search(path: Path, parts: set, queries: list, k: int, options: QueryOptions, model: str | None) -> tuple:

@@ -29,3 +29,17 @@ def test_an_empty_name_or_a_file_as_the_demo_folder_is_refused_before_any_work(t
     with pytest.raises(UnsafePath, match="^out is empty: name the output folder|afile: exists and is not a"):
         demo.run_demo(name, cfg=demo.DemoConfig.quick())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_the_from_scratch_control_is_drawn_from_the_seed_not_the_global_rng():
+    import torch
+
+    from lmforge.presets import get_config
+
+    cfg = get_config("bert-tiny", n_layers=1, d_model=16, n_heads=2, d_ff=32, vocab_size=50)
+    torch.manual_seed(1)
+    a = demo.scratch_twin(cfg, 3).state_dict()
+    torch.manual_seed(2)  # another process starts the global RNG elsewhere
+    b, c = demo.scratch_twin(cfg, 3).state_dict(), demo.scratch_twin(cfg, 4).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)

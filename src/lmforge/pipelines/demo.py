@@ -29,7 +29,7 @@ from lmforge.tasks.formats import BUILTIN, builtin
 from lmforge.tokenizer import train_tokenizer
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import training_folder
-from lmforge.train.pretrain import pretrain
+from lmforge.train.pretrain import pretrain, seeded_init
 from lmforge.utils.atomic import atomic_write_text, refuse_link
 
 INITS = ("pretrained", "from scratch")  # the two starting points each task is fine-tuned from
@@ -112,7 +112,7 @@ def finetune_both(cfg: DemoConfig, task: str, tokenizer, out: Path, seed: int, l
     train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.finetune_lr, warmup=max(1, steps // 10),
                             eval_every=max(1, steps // 5), log_every=max(1, steps // 30), seed=seed)
     pretrained = lmforge.load(out / "pretrain" / "final")
-    inits = dict(zip(INITS, (pretrained, from_config(pretrained.config))))
+    inits = dict(zip(INITS, (pretrained, scratch_twin(pretrained.config, seed))))
     results = {}
     for name, model in inits.items():
         run = run_folder(out, task, name)
@@ -123,6 +123,13 @@ def finetune_both(cfg: DemoConfig, task: str, tokenizer, out: Path, seed: int, l
         results[name] = {"metric": summary["primary"], "test": test, "valid_best": summary["best"],
                          "metrics": str(run / "metrics.jsonl")}
     return results
+
+
+def scratch_twin(config, seed: int):
+    """The control's random initialisation of `config`, drawn from `seed` (as pretrain() draws its model)."""
+    # not the global RNG: torch seeds it at random in each process, so the control differed run to run
+    with seeded_init(seed):
+        return from_config(config)
 
 
 def run_folder(out: Path, task: str, init: str) -> Path:

@@ -115,7 +115,7 @@ def test_build_index_dir_refuses_an_out_over_or_inside_its_input_as_the_command_
     (tmp_path / "corpus" / "a.txt").write_text("The Tedar river runs past Kusais. Kusais is a city.\n")
     jobs.build_index_dir(tmp_path / "ix", tmp_path / "corpus", progress=False)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    with pytest.raises(UnsafePath, match="lies inside the input source") as err:
+    with pytest.raises(UnsafePath, match="the input source") as err:
         jobs.build_index_dir(tmp_path / out, str(tmp_path / source), progress=False)
     assert err.value.field == "out"
     assert main(["index", "build", "--out", str(tmp_path / out), "--passages", str(tmp_path / source)]) == 2
@@ -146,3 +146,22 @@ def test_the_number_and_length_of_queries_are_bounded_naming_queries(bm25_index,
     assert main(["retrieve", "--index", str(bm25_index), "--method", "bm25", "--query", long]) == 2
     assert "characters" in capsys.readouterr().err
     assert len(_searched(bm25_index, ["river"] * 2)) == 2
+
+
+def test_every_training_job_refuses_an_out_that_is_its_model_before_any_work(tmp_path):
+    from lmforge.utils.atomic import UnsafePath
+
+    model, cfg = tmp_path / "model", TrainConfig(steps=1)
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # never read: the refusal comes first
+    runs = [lambda out: jobs.run_train(str(model), out, cfg),
+            lambda out: jobs.run_reader(str(model), out, cfg),
+            lambda out: jobs.run_realm(str(model), out, cfg), lambda out: jobs.run_ict(str(model), out, cfg),
+            lambda out: jobs.run_reader("m", out, cfg, retriever=str(model))]
+    for run in runs:
+        for out in (model, tmp_path):  # is it, holds it
+            with pytest.raises(UnsafePath, match="the input") as err:
+                run(out)
+            assert err.value.field == "out"
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

@@ -41,7 +41,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     EncoderOptions fields); returns counts for the summary line."""
     index, out = options_of(IndexOptions, index), refuse_link(out)
     seed = checked_as(TrainConfig, "seed", seed)  # the bound --seed has: True read as 1, -1 passed
-    _refuse_inputs(out, ("source", source), ("model", model))
+    _refuse_inputs(out, ("source", source), ("model", model), models=("model",))
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
@@ -67,16 +67,18 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     return summary
 
 
-def _refuse_inputs(out: Path, *inputs) -> None:
-    """UnsafePath (field "out") where `out` is, holds or lies inside an input, of (field, path or name)
-    pairs, as the command's --out check: a build there writes over it, or a later build of that folder
-    reads the index's own files back as passages."""
+def _refuse_inputs(out, *inputs, models: tuple = ()) -> None:
+    """UnsafePath (field "out") where `out` is or holds an input, of (field, path or name) pairs, or lies
+    inside one that is not a model folder (`models`: their fields), as the command's --out checks: the run
+    would write over it, or a later run read its files back as passages or questions."""
+    out = Path(out).resolve()
     for field, given in inputs:
-        if given is not None and given != "builtin" and Path(given).exists():
-            if overlap(Path(given).resolve(), out.resolve()):
-                raise UnsafePath(f"out {out} is, holds or lies inside the input {field} {given}: the index "
-                                 f"would be written over it or read back as passages; choose an out apart "
-                                 f"from the inputs", "out")
+        if given is None or given in ("builtin", "gcide") or not Path(given).exists():
+            continue
+        relation = overlap(Path(given).resolve(), out)
+        if relation in ("is", "holds") or relation and field not in models:
+            raise UnsafePath(f"out {out} {relation} the input {field} {given}: the run would write over it "
+                             f"or read its own files back; choose an out apart from the inputs", "out")
 
 
 def _encoder(model: str, **options) -> BiEncoder:
@@ -204,6 +206,8 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     written to out/recall.json and returned."""
     n_hard = checked_argument("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES}, n_hard)  # --hard-negatives
     out = training_folder(out)
+    _refuse_inputs(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
+                   models=("model",))
     encoder = _encoder(model, **options)
     passages, sets = question_sets(questions, passages_source, cfg.seed)
     trained = train_dpr(encoder.separate() if separate else encoder, sets["train"], passages, out, cfg, n_hard,
@@ -239,6 +243,8 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     out/reader.json and returned."""
     options = options_of(ReaderOptions, options)
     k, out = options.k, training_folder(out)
+    _refuse_inputs(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
+                   ("retriever", retriever), models=("model", "retriever"))
     if resume:  # a mistyped --out is refused before the work, not after it
         check_resumable(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
@@ -291,6 +297,8 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
 
     options = options_of(RealmOptions, options)
     out = training_folder(out)
+    _refuse_inputs(out, ("model", model), ("passages_source", passages_source), ("retriever", retriever),
+                   models=("model", "retriever"))
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
     reader = load(find_model_dir(model))
@@ -325,6 +333,7 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
 
     options = options_of(IctOptions, options)
     out = training_folder(out)
+    _refuse_inputs(out, ("model", model), ("passages_source", passages_source), models=("model",))
     passages = load_passages(passages_source, cfg.seed)
     train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)
     encoder = BiEncoder.from_dir(model)

@@ -150,6 +150,7 @@ def test_prune_command_fine_tunes_while_pruning(files, tmp_path, capsys, method)
             "batch_size=8", "lr=1e-3", "eval_every=3"]
     assert main(argv) == 0
     report = json.loads((out / "prune.json").read_text())
+    assert report["seed"] == 0  # the run's seed, said in the report a reader opens
     # soft movement: matrices kept at their floor (few steps: few distinct scores) add to the share kept
     low = 0.8 - (FLOOR if method == "soft-movement" else 0) - 1e-3
     assert low <= report["weight_sparsity"]["sparsity"] <= 0.8 + 1e-3

@@ -95,7 +95,7 @@ def test_distill_command_end_to_end(teacher_dir, tmp_path, capsys):
             "progress=false", "batch_size=8", "lr=1e-3", "temperature=2", "gamma=1", "eval_every=4"]
     assert main(argv) == 0
     report = json.loads((out / "distill.json").read_text())
-    assert report["layers"] == {"teacher": 4, "student": 2}
+    assert report["layers"] == {"teacher": 4, "student": 2} and report["seed"] == 0  # the run's, said
     assert report["loss"] == {"temperature": 2, "alpha": 0.5, "gamma": 1}  # the loss's options only
     assert report["student"]["parameters"] < report["teacher"]["parameters"]
     assert report["student"]["bytes"] < report["teacher"]["bytes"]

@@ -104,6 +104,7 @@ def test_tiny_fine_tune_on_builtin_sentiment_beats_chance(run):
     majority = max(sum(r["label"] == c for r in sentiment()["validation"]) for c in "01") / len(sentiment()["validation"])
     assert summary["primary"] == "accuracy" and summary["best"]["accuracy"] > max(0.75, majority + 0.15)
     assert json.loads((out / "summary.json").read_text())["best"] == summary["best"]
+    assert summary["seed"] == 0  # the run's seed, said where a reader looks (cfg()'s default)
 
 
 def test_best_model_reloads_with_the_same_validation_score(run, tmp_path):

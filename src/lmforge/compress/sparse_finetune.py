@@ -190,7 +190,8 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
                       lr_scale=lambda name, p: s.scores_lr_scale if is_score(name) else 1.0)
     trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))
     summary = {"task": kind, "method": s.method, "sparsity": s.sparsity, "steps": trainer.step,
-               "seconds": round(time.perf_counter() - start, 2), **weight_sparsity(model)}
+               "seed": trainer.cfg.seed, "seconds": round(time.perf_counter() - start, 2),
+               **weight_sparsity(model)}
     if validator is not None:
         summary["final"] = task.evaluate(valid, task_cfg.eval_batch_size, validator.examples)[1]
     if trainer.main:
@@ -235,6 +236,7 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     ws = weight_sparsity(after.model)
     report = {"method": sparse_cfg.method, "sparsity": sparse_cfg.sparsity, "achieved_sparsity": ws["sparsity"],
               "metric_name": measured["after"]["metric_name"], "steps": summary["steps"],
+              "seed": summary["seed"],
               "train_seconds": summary["seconds"], **measured, "weight_sparsity": ws,
               "kept_by_matrix": kept_by_matrix(after.model), "note": NOTE}
     atomic_write_text(out / "prune.json", json.dumps(report, indent=2) + "\n")

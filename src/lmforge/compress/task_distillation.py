@@ -205,7 +205,8 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     trainer = Trainer(objective, encode_split(student, train, "training"), train_cfg, out, log=log,
                       evaluator=validator)  # the loss's options and the teacher: objective.run_settings
     trainer.fit(resume=resume, final_files=(partial(write_task_files, student),))
-    summary = {"task": teacher.kind, "steps": trainer.step, "seconds": round(time.perf_counter() - start, 2),
+    summary = {"task": teacher.kind, "steps": trainer.step, "seed": trainer.cfg.seed,
+               "seconds": round(time.perf_counter() - start, 2),
                "student_layers": model.config.n_layers, "teacher_layers": teacher.model.config.n_layers,
                "loss": {k: getattr(cfg, k) for k in LOSS}}
     if validator is not None:
@@ -230,6 +231,7 @@ def run_distill(teacher_dir, train: list, valid: list | None, records: list, out
     measured = measure_side_by_side(tasks, records, {"teacher": teacher_dir, "student": student_dir})
     t, s = measured["teacher"], measured["student"]
     report = {"teacher_dir": str(teacher_dir), "student_dir": str(student_dir), "steps": summary["steps"],
+              "seed": summary["seed"],
               "train_seconds": summary["seconds"], "loss": summary["loss"],
               "layers": {"teacher": summary["teacher_layers"], "student": summary["student_layers"]},
               "teacher": t, "student": s, "metric_kept": s["metric"] / t["metric"] if t["metric"] else None,

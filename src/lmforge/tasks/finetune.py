@@ -339,7 +339,9 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     seconds = time.perf_counter() - start
     if validator is not None and validator.last_step != trainer.step:
         validator(trainer)  # the final model's score (and best/ if it is the best)
-    summary = {"task": kind, "steps": trainer.step, "seconds": round(seconds, 2), "frozen_parameters": frozen,
+    # the run's seed (a resume keeps its checkpoint's): what a reader reruns the report with
+    summary = {"task": kind, "steps": trainer.step, "seed": trainer.cfg.seed, "seconds": round(seconds, 2),
+               "frozen_parameters": frozen,
                "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
     if validator is not None:
         summary.update(primary=next(iter(validator.last)), final=validator.last, best=validator.best,

@@ -157,3 +157,19 @@ def test_a_query_tokenizer_other_than_the_indexs_is_refused_where_the_manifest_r
         index.check_encoder(4, "e" * 16, "other", "u" * 16)
     old = DenseIndex(index.embeddings, index.ids, {**index.manifest, "tokenizer": ""})  # built before
     old.check_encoder(4, "e" * 16, "other", "u" * 16)
+
+
+def test_a_search_holds_at_most_max_scores_at_once_and_ranks_as_one_product(monkeypatch):
+    import lmforge.retrieval.index as index
+
+    torch.manual_seed(0)
+    queries, passages = torch.randn(9, 8), torch.randn(50, 8)
+    whole = index.top_inner_products(queries, passages, 4)
+    seen, real = [], index.top_k
+    monkeypatch.setattr(index, "MAX_SCORES", 120)  # two queries' scores: batches of 2 whatever is asked
+    monkeypatch.setattr(index, "top_k", lambda scores, k: seen.append(scores.numel()) or real(scores, k))
+    scores, positions = index.top_inner_products(queries, passages, 4, batch_size=256)
+    assert max(seen) <= 120 and len(seen) == 5
+    assert torch.equal(positions, whole[1]) and torch.allclose(scores, whole[0])
+    monkeypatch.setattr(index, "MAX_SCORES", 10)  # fewer than one query's: still one at a time
+    assert torch.equal(index.top_inner_products(queries, passages, 4)[1], whole[1])

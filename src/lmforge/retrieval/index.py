@@ -32,6 +32,7 @@ from lmforge.utils.checksum import check_files, sha256
 from lmforge.utils.progress import Bar
 
 FORMAT = "lmforge-dense-index"
+MAX_SCORES = 1 << 26  # float32 query-passage scores a search holds at once (256 MiB)
 
 
 def write_index(path, ids: list, encode, dim: int, model: str = "", pooling: str = "", batch_size: int = 64,
@@ -119,8 +120,10 @@ def top_k(scores: torch.Tensor, k: int) -> tuple:
 def top_inner_products(queries: torch.Tensor, passages: torch.Tensor, k: int, batch_size: int = 256) -> tuple:
     """((Q, k) scores, (Q, k) passage positions) of each query's k highest inner products, best first, ties
     to the lower position (top_k): one matrix product per batch of queries, so a (batch, N) score matrix is
-    the most held at once."""
+    the most held at once, the batch cut so that it holds at most MAX_SCORES scores."""
     k = min(k, len(passages))
+    # 256 queries against DPR's 21M Wikipedia passages were a 21 GB score matrix at once
+    batch_size = max(1, min(batch_size, MAX_SCORES // max(1, len(passages))))
     scores, positions = [], []
     for start in range(0, len(queries), batch_size):
         values, indices = top_k(queries[start:start + batch_size] @ passages.T, k)

@@ -147,3 +147,20 @@ def test_a_passage_without_words_beside_others_is_indexed_and_found_by_no_query(
                               query="which cats purr")
     found = [(r["id"], r["score"] > 0) for r in printed[0]["results"]]
     assert code == 0 and found == [("b", True), ("a", False)]
+
+
+@pytest.mark.parametrize("part", ["bm25", "dense"])
+def test_a_build_refuses_to_replace_a_part_folder_holding_files_of_the_users(built, tmp_path, capsys, part):
+    from lmforge.retrieval.jobs import build_index_dir
+    from lmforge.utils.atomic import UnsafePath
+
+    out = tmp_path / "out"
+    (out / part).mkdir(parents=True)
+    (out / part / "notes.txt").write_text("mine")
+    assert main(["index", "build", "--out", str(out), "--model", str(built[0]), "--quiet"]) == 2
+    assert "notes.txt" in capsys.readouterr().err
+    with pytest.raises(UnsafePath, match="notes.txt") as err:
+        build_index_dir(out, None, str(built[0]), progress=False)
+    assert err.value.field == "out" and sorted(p.name for p in out.rglob("*")) == [part, "notes.txt"]
+    rebuilt = shutil.copytree(built[1], tmp_path / "again")  # an index's own parts are rebuilt in place
+    assert main(["index", "build", "--out", str(rebuilt), "--model", str(built[0]), "--quiet"]) == 0

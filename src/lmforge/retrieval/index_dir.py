@@ -26,6 +26,27 @@ class IndexDamaged(ValueError):
     another build; the message names the file."""
 
 
+def refuse_foreign_parts(out) -> None:
+    """An UnsafePath (field "out") naming the first part folder of `out` (bm25/, dense/), which a build
+    replaces whole, that holds anything but an index part's files (those its manifest.json lists, and
+    itself): a user's folder of that name was deleted with its files."""
+    from lmforge.utils.atomic import UnsafePath
+
+    for name in PARTS:
+        folder = Path(out) / name
+        if not folder.is_dir() or folder.is_symlink():  # a link is replaced, never followed (replace_dir)
+            continue
+        try:
+            listed = set(json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["sha256"])
+        except (OSError, ValueError, KeyError, TypeError):
+            listed = set()
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in listed | {"manifest.json"})
+        if foreign:
+            raise UnsafePath(f"out {out}: {folder} holds {', '.join(foreign[:3])}"
+                             f"{', ...' if len(foreign) > 3 else ''}, not an index part's files; a build "
+                             f"replaces {name}/ whole: move them or choose another out", "out")
+
+
 def start_build(out) -> None:
     """Remove out's index.json before its files are rewritten: a build cut short leaves no manifest, so
     the half-written index is refused, never read as whole."""

@@ -22,7 +22,7 @@ from lmforge.retrieval.dpr import BiEncoder, DPRObjective
 from lmforge.retrieval.evaluate import (VECTOR_OPTIONS, bm25_rankings, compare, dense_rankings,
                                         encode_passages, recall_at_k, train_dpr, write_table)
 from lmforge.retrieval.index import DenseIndex
-from lmforge.retrieval.index_dir import finish_build, open_index, start_build
+from lmforge.retrieval.index_dir import finish_build, open_index, refuse_foreign_parts, start_build
 from lmforge.retrieval.job_options import (MAX_CANDIDATES, MAX_HARD_NEGATIVES, MAX_QUERIES, MAX_QUERY_CHARS,
                                            IctOptions, IndexOptions, QueryOptions, ReaderOptions,
                                            RealmOptions, options_of)
@@ -54,6 +54,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     encoder = _encoder(model, **options) if model else None  # a bad max_length refused before out is made
     passages = load_passages(source, seed, index.words)
     bm25 = BM25Index.build(passages, where=source or "builtin")  # passages with no words: refused before out
+    refuse_foreign_parts(out)
     start_build(out)
     write_passages(passages, out / "passages.jsonl")
     bm25.save(out / "bm25")

@@ -165,3 +165,16 @@ def test_every_training_job_refuses_an_out_that_is_its_model_before_any_work(tmp
             assert err.value.field == "out"
     assert sorted(p.name for p in model.iterdir()) == ["config.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_reader_reads_at_most_max_read_passages_a_query_both_faces(bm25_index, capsys):
+    from lmforge.cli import main
+    from lmforge.retrieval.jobs import QueryOptions, query_index
+    from lmforge.retrieval.job_options import MAX_READ, ReaderOptions
+
+    with pytest.raises(OptionsError, match="a reader reads at most") as err:  # before the reader is loaded
+        query_index(bm25_index, "river", QueryOptions(k=MAX_READ + 1, method="bm25"), reader="never-read")
+    assert err.value.field == "k" and ReaderOptions(k=MAX_READ).k == MAX_READ
+    assert main(["retrieve", "--index", str(bm25_index), "--query", "river", "--method", "bm25", "--k",
+                 str(MAX_READ + 1), "--reader", "never-read"]) == 2
+    assert "a reader reads at most" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from lmforge.config.options import OptionsError, check_options, option, with_cha
 METHODS = ("dense", "bm25")
 BACKENDS = ("torch", "faiss")
 MAX_CANDIDATES = 1000  # passages one query's reranking scores
+MAX_READ = 1000  # passages a reader reads for one question (in one batch)
 MAX_HARD_NEGATIVES = 1000  # BM25 hard negatives per training question of retrieve train (n_hard)
 MAX_QUERIES = 65_536  # queries of one query_index call: each holds k results with their texts
 MAX_QUERY_CHARS = 65_536  # characters of one query: tokenized whole before a dense encoder cuts it
@@ -51,7 +52,7 @@ class QueryOptions:
 class ReaderOptions:
     """DPR's extractive reader: how many passages it reads and what it trains on."""
 
-    k: int = option(5, "passages read per test question", low=1, high=1000)
+    k: int = option(5, "passages read per test question", low=1, high=MAX_READ)
     negatives: int = option(3, "BM25 negatives per training question", low=1, high=100)
     max_len: int = option(128, "tokens of question + passage (at most the model's max_seq_len)", low=16,
                           high=8192)

@@ -24,7 +24,7 @@ from lmforge.retrieval.evaluate import (VECTOR_OPTIONS, bm25_rankings, compare, 
 from lmforge.retrieval.index import DenseIndex
 from lmforge.retrieval.index_dir import finish_build, open_index, refuse_foreign_parts, start_build
 from lmforge.retrieval.job_options import (MAX_CANDIDATES, MAX_HARD_NEGATIVES, MAX_QUERIES, MAX_QUERY_CHARS,
-                                           IctOptions, IndexOptions, QueryOptions, ReaderOptions,
+                                           MAX_READ, IctOptions, IndexOptions, QueryOptions, ReaderOptions,
                                            RealmOptions, options_of)
 from lmforge.retrieval.passages import is_passages_file, load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_answers, check_positives, read_questions
@@ -109,6 +109,8 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
                            "candidates")
     if rerank is not None and options.candidates is None and k > MAX_CANDIDATES:
         raise OptionsError(f"k={k}: a reranker re-orders at most {MAX_CANDIDATES} passages a query", "k")
+    if reader is not None and k > MAX_READ:  # it reads the top k in one batch
+        raise OptionsError(f"k={k}: a reader reads at most {MAX_READ} passages a query", "k")
     passages, parts = open_index(path)
     if not queries:  # nothing to search (the searches fail on an empty batch)
         return []

@@ -191,6 +191,26 @@ def test_beams_sampling_and_stop_strings_equal_the_library(server, decoder):
     assert joined.startswith(stopped["text"])
 
 
+def test_a_sampled_reply_says_its_seed_and_the_seed_gives_it_again(server):
+    """A request that samples without a seed is answered with the seed drawn for it: sent back, it gives
+    the same text (on /generate, streamed or not, and /v1/completions); greedy replies say none."""
+    sampling = {"model": "gen", "prompt": "the old fox", "temperature": 1.0, "top_k": 50}
+    with server.client() as client:
+        first = client.post("/generate", json={**sampling, "max_new_tokens": 12}).json()
+        again = client.post("/generate", json={**sampling, "max_new_tokens": 12, "seed": first["seed"]}).json()
+        events = client.post("/generate", json={**sampling, "max_new_tokens": 12, "seed": first["seed"],
+                                                "stream": True}).text
+        greedy = client.post("/generate", json={"model": "gen", "prompt": "the old fox", "max_new_tokens": 4})
+        completion = client.post("/v1/completions", json={**sampling, "max_tokens": 12}).json()["choices"][0]
+        repeated = client.post("/v1/completions", json={**sampling, "max_tokens": 12,
+                                                        "seed": completion["seed"]}).json()["choices"][0]
+    assert isinstance(first["seed"], int) and again["token_ids"] == first["token_ids"]
+    last = json.loads([line for line in events.splitlines() if line.startswith("data: {")][-1][6:])
+    assert last["seed"] == first["seed"] and last["text"] == first["text"]
+    assert greedy.json()["seed"] is None
+    assert repeated["token_ids"] == completion["token_ids"] and repeated["seed"] == completion["seed"]
+
+
 def test_every_decoding_setting_of_the_command_line_is_served_alike(server, decoder):
     prompt = "the old fox"
     settings = {"max_new_tokens": 8, "num_beams": 3, "early_stopping": "never", "min_length": 9}

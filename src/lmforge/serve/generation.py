@@ -113,10 +113,13 @@ class TextTail:
         return self.text[len(self.shown):] if self.text.startswith(self.shown) else ""
 
 
-def _generator(settings: Settings, options: GenerationOptions) -> torch.Generator | None:
-    """The sampling generator (seeded by the request, else at random), or None."""
+def _generator(settings: Settings, options: GenerationOptions) -> tuple:
+    """(the sampling generator, its seed): the request's seed, else one drawn at random and sent back so
+    the text can be had again; (None, None) where nothing is sampled."""
+    if not options.do_sample:
+        return None, None
     seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
-    return torch.Generator().manual_seed(seed) if options.do_sample else None
+    return torch.Generator().manual_seed(seed), seed
 
 
 def _finish(ids: list, eos, stopped: bool, max_new: int) -> str:
@@ -133,7 +136,7 @@ def run(served, payload: dict, emit: Callable) -> dict:
     ids = torch.tensor([payload["ids"]])
     context = [] if model.config.architecture == "encoder-decoder" else payload["ids"]  # the new text's join
     tail = TextTail(tokenizer, settings.stop, context)
-    generator = _generator(settings, options)
+    generator, seed = _generator(settings, options)
 
     def streamer(chosen: torch.Tensor) -> None:
         token = int(chosen[0])
@@ -158,7 +161,7 @@ def run(served, payload: dict, emit: Callable) -> dict:
     elif not tail.stopped and tail.rest():
         emit({"text": tail.rest(), "token_ids": []})
     reason = _finish(new, options.eos_token_id, tail.stopped, options.max_new_tokens)
-    return {"text": tail.text, "token_ids": new, "finish_reason": reason,
+    return {"text": tail.text, "token_ids": new, "finish_reason": reason, "seed": seed,
             "usage": {"prompt_tokens": ids.shape[1], "completion_tokens": len(new),
                       "total_tokens": ids.shape[1] + len(new)}}
 

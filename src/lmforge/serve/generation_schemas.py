@@ -129,6 +129,8 @@ class GenerateResponse(BaseModel):
     text: str
     token_ids: list[int]
     finish_reason: Literal["stop", "length"]
+    seed: int | None = Field(None, description="the sampling seed used (the request's, else one drawn): "
+                                               "sent as seed, it gives this text again; null: not sampled")
     usage: CompletionUsage
 
 
@@ -169,13 +171,15 @@ CompletionRequest = create_model(
 
 
 class CompletionChoice(BaseModel):
-    """One prompt's completion (token_ids: an lmforge extension)."""
+    """One prompt's completion (token_ids and seed: lmforge extensions)."""
 
     text: str
     index: int
     logprobs: None = None
     finish_reason: Literal["stop", "length"] | None = None
     token_ids: list[int] = []
+    seed: int | None = Field(None, description="the sampling seed used (the request's, else one drawn); "
+                                               "null: not sampled")
 
 
 class CompletionResponse(BaseModel):

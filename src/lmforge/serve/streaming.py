@@ -238,7 +238,7 @@ class CompletionChunks:
             text = self.echo[index] + text
         choice = {"text": text, "index": index, "logprobs": None,
                   "finish_reason": done["finish_reason"] if done else None,
-                  "token_ids": [] if done else event["token_ids"]}
+                  "token_ids": [] if done else event["token_ids"], **({"seed": done["seed"]} if done else {})}
         return {**self.head, "choices": [choice], **({"usage": done["usage"]} if done else {})}
 
 
@@ -274,7 +274,7 @@ async def completions(body: CompletionRequest, request: Request):
     # all the prompts admitted at once (one 429 before any runs, never one after the first ones ran)
     results = await _unless_gone(request, server.run("generate", served, [(p, n, 1) for p, n in jobs]))
     choices = [{"text": (p if body.echo else "") + r["text"], "index": i, "logprobs": None,
-                "finish_reason": r["finish_reason"], "token_ids": r["token_ids"]}
+                "finish_reason": r["finish_reason"], "token_ids": r["token_ids"], "seed": r["seed"]}
                for i, (p, r) in enumerate(zip(prompts, results))]
     usage = {k: sum(r["usage"][k] for r in results)
              for k in ("prompt_tokens", "completion_tokens", "total_tokens")}

@@ -119,3 +119,12 @@ def test_scores_are_bm25s_own_and_tied_passages_rank_the_lower_position_first():
     assert positions[1, 0] == 7 and positions[1, 1:].tolist() == list(range(0, 147, 3))
     assert positions[2].tolist() == list(range(50)) and not scores[2].any()  # no word: all 0, first rows
     assert np.array_equal(index.search(["river"], 7)[0][0], positions[0, :7])  # a smaller k: its prefix
+
+
+def test_a_search_holds_one_querys_scores_at_a_time(monkeypatch):
+    import lmforge.retrieval.bm25 as bm25
+
+    index, seen, real = BM25Index.build(PASSAGES), [], bm25.top_k
+    monkeypatch.setattr(bm25, "top_k", lambda scores, k: seen.append(tuple(scores.shape)) or real(scores, k))
+    positions, _ = index.search(iter(["which dog barked", "river birds", "cat"]), k=2)  # any iterable
+    assert seen == [(1, 3)] * 3 and positions[:, 0].tolist() == [1, 2, 0]

@@ -68,17 +68,16 @@ class BM25Index:
         """((Q, k) passage positions, (Q, k) scores), best first, ties to the lower position (index.top_k,
         as the dense search); the scores are bm25s's own. A query with no known word scores every passage
         0 (the first k are then returned)."""
-        k, vocabulary = min(k, self.n), self.retriever.vocab_dict
-        rows = []
-        for words in _tokens(list(queries)):
+        k, vocabulary, queries = min(k, self.n), self.retriever.vocab_dict, list(queries)
+        positions, scores = np.zeros((len(queries), k), np.int64), np.zeros((len(queries), k), np.float32)
+        for row, words in enumerate(_tokens(queries)):  # one (N,) score vector held at a time
             ids = [vocabulary[w] for w in words if w in vocabulary]
             # bm25s's own top k (argpartition, then an unstable argsort; jax's top_k where jax is installed)
             # orders tied passages its own way: duplicates came in another order than the dense search's
-            rows.append(self.retriever.get_scores(ids) if ids else np.zeros(self.n, dtype=np.float32))
-        if not rows:
-            return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
-        scores, positions = top_k(torch.from_numpy(np.stack(rows).astype(np.float32)), k)
-        return positions.numpy(), scores.numpy()
+            every = self.retriever.get_scores(ids) if ids else np.zeros(self.n, dtype=np.float32)
+            values, at = top_k(torch.from_numpy(np.asarray(every, dtype=np.float32))[None], k)
+            positions[row], scores[row] = at[0].numpy(), values[0].numpy()
+        return positions, scores
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the index under `path` (bm25s's .npy and JSON files; no pickle) with its manifest,

@@ -192,3 +192,16 @@ def test_a_missing_input_is_one_line_naming_its_flag(tiny, tmp_path, capsys, arg
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named.format(tmp=tmp_path) in err and "Errno" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_query_refused_by_query_index_names_the_flag_not_the_field(tmp_path, capsys):
+    out = tmp_path / "ix"
+    assert main(["index", "build", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    cases = ((["--query", " "], "--query: queries[0] is blank"),
+             (["--query", "x", "--k", "1001", "--reader", "r"], "--k 1001: a reader reads at most"),
+             (["--query", "x", "--method", "bm25", "--model", "m"], "--model m: the dense search's"))
+    for flags, says in cases:
+        assert main(["retrieve", "--index", str(out), *flags]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err

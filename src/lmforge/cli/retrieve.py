@@ -81,6 +81,8 @@ def cmd_index_build(args) -> None:
 
 def cmd_query(args) -> None:
     """Print the top-k passages of each --query as JSON lines."""
+    from lmforge.cli.common import flag_error
+    from lmforge.config.options import OptionsError
     from lmforge.retrieval.jobs import query_index
 
     if not args.index or not args.query:
@@ -90,7 +92,16 @@ def cmd_query(args) -> None:
                          f"lmforge index build)")
     _check_rerank(args)
     options = job_options(args, QueryOptions, prefix=QUERY)
-    for result in query_index(args.index, args.query, options, args.query_model, args.reader, args.rerank):
+    try:
+        results = query_index(args.index, args.query, options, args.query_model, args.reader, args.rerank)
+    except OptionsError as err:  # a request query_index refused, said as its flag (--k 2000, not k=2000)
+        if err.field == "queries":
+            raise UsageError(f"--query: {err}") from None
+        if err.field in ("k", "candidates", "model"):
+            raise flag_error(err, {"k": options.k, "candidates": options.candidates,
+                                   "model": args.query_model}) from None
+        raise
+    for result in results:
         print(json.dumps(result, ensure_ascii=False))
 
 

@@ -128,3 +128,10 @@ def test_a_search_holds_one_querys_scores_at_a_time(monkeypatch):
     monkeypatch.setattr(bm25, "top_k", lambda scores, k: seen.append(tuple(scores.shape)) or real(scores, k))
     positions, _ = index.search(iter(["which dog barked", "river birds", "cat"]), k=2)  # any iterable
     assert seen == [(1, 3)] * 3 and positions[:, 0].tolist() == [1, 2, 0]
+
+
+def test_more_hard_negatives_than_the_default_depth_are_found_when_asked():
+    passages = load_passages(None)
+    records = builtin_questions(passages)["train"][:5]
+    negatives = hard_negatives(BM25Index.build(passages), records, passages, n=40)
+    assert all(len(ids) == 40 and len(set(ids)) == 40 for ids in negatives)  # 184 passages: 40 are there

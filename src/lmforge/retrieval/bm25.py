@@ -127,8 +127,9 @@ def _manifest(path: Path) -> dict:
 
 def hard_negatives(index: BM25Index, records: list, passages: list, n: int = 1, depth: int = 20) -> list:
     """Per question record, the ids of up to `n` top BM25 passages that are not positives and do not
-    contain an answer string (DPR's hard negatives)."""
-    positions, _ = index.search([r["question"] for r in records], depth)
+    contain an answer string (DPR's hard negatives), from its top max(depth, 2n)."""
+    # a fixed depth of 20 gave at most 20 negatives, silently, to a run that asked for more
+    positions, _ = index.search([r["question"] for r in records], max(depth, 2 * n))
     out = []
     for r, row in zip(records, positions):
         negatives = []

@@ -178,3 +178,19 @@ def test_a_reader_reads_at_most_max_read_passages_a_query_both_faces(bm25_index,
     assert main(["retrieve", "--index", str(bm25_index), "--query", "river", "--method", "bm25", "--k",
                  str(MAX_READ + 1), "--reader", "never-read"]) == 2
     assert "a reader reads at most" in capsys.readouterr().err
+
+
+def test_the_readers_training_rankings_are_deep_enough_for_its_negatives(tmp_path, monkeypatch):
+    from lmforge.retrieval.job_options import ReaderOptions
+
+    model, depths = tiny_bert(tmp_path / "model"), []
+
+    def rankings(passages, records, out, retriever=None, k=20):
+        depths.append(k)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(jobs, "rankings", rankings)
+    with pytest.raises(RuntimeError, match="stop here"):
+        jobs.run_reader(str(model), tmp_path / "out", TrainConfig(steps=1),
+                        options=ReaderOptions(negatives=30, max_len=64))
+    assert depths == [60]  # a depth of 20 gave no question 30 negatives: nothing to train on

@@ -7,7 +7,7 @@ import torch
 
 from lmforge.config.options import OptionsError
 from lmforge.tasks import task_class
-from lmforge.tasks.control import depth, freeze, lr_scale_fn
+from lmforge.tasks.control import depth, freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.finetune import TaskConfig, encode_split, evaluate, finetune, task_info
 from lmforge.tasks.formats import builtin, read_task_file
 from lmforge.train import TrainConfig, Trainer
@@ -42,7 +42,8 @@ def test_depths_of_an_encoder_and_an_encoder_decoder():
 def test_frozen_weights_do_not_change_and_get_no_optimizer_state(tmp_path, how, frozen_depths):
     model = tiny()
     t = trainer(model, tmp_path)  # the task head is attached now
-    freeze(model, **how)
+    total = trainable_count(model)
+    assert trainable_count(model) == total - freeze(model, **how)  # what freeze stops training, counted
     t = trainer(model, tmp_path)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     for _ in range(2):

@@ -37,6 +37,11 @@ def depth(model: nn.Module, name: str) -> int:
     return offset + int(block[2]) + 1
 
 
+def trainable_count(model: nn.Module) -> int:
+    """The parameters (elements) an optimiser would train: those that require a gradient."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def freeze(model: nn.Module, embeddings: bool = False, layers: int = 0, backbone: bool = False) -> int:
     """Stop training the embeddings, the first `layers` blocks, or (backbone) everything but the
     heads; returns the number of frozen parameters (elements)."""

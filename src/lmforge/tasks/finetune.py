@@ -28,7 +28,7 @@ from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import MODULES, Task, option_owners, task_class
-from lmforge.tasks.control import freeze, lr_scale_fn
+from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 from lmforge.tasks.reference import check_kind, default_labels, is_label, reference_task
@@ -339,10 +339,8 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     seconds = time.perf_counter() - start
     if validator is not None and validator.last_step != trainer.step:
         validator(trainer)  # the final model's score (and best/ if it is the best)
-    # the run's seed (a resume keeps its checkpoint's): what a reader reruns the report with
     summary = {"task": kind, "steps": trainer.step, "seed": trainer.cfg.seed, "seconds": round(seconds, 2),
-               "frozen_parameters": frozen,
-               "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+               "frozen_parameters": frozen, "trainable_parameters": trainable_count(model)}
     if validator is not None:
         summary.update(primary=next(iter(validator.last)), final=validator.last, best=validator.best,
                        best_step=validator.best_step, stopped_early=trainer.step < trainer.cfg.steps)

@@ -81,7 +81,7 @@ def test_retrieve_realm_writes_encoder_retriever_and_scores(tiny, tmp_path, caps
     assert code == 0
     assert "has no MLM head: REALM starts one untrained" in capsys.readouterr().out  # a plain encoder: noted
     result = json.loads((out / "realm.json").read_text())
-    assert result["test_examples"] > 0
+    assert result["test_examples"] > 0 and result["seed"] == 0  # the seed that drew the split, said
     assert set(result["after"]) == {"span_accuracy", "token_accuracy", "log_likelihood", "answer_recall", "p_null"}
     assert (out / "final" / "config.json").is_file() and (out / "retriever" / "passage" / "config.json").is_file()
     assert lmforge.load(out / "final").heads["lm"] is not None
@@ -102,7 +102,7 @@ def test_retrieve_ict_warm_starts_a_retriever_realm_can_read(tiny, tmp_path, cap
     assert main(["retrieve", "ict", "--model", str(tiny), "--out", str(out), "--steps", "2", "batch_size=8",
                  "progress=false"]) == 0
     result = json.loads((out / "ict.json").read_text())
-    assert result["train_pairs"] > result["test_pairs"] > 0 and 0 <= result["test_accuracy_after"] <= 1
+    assert result["seed"] == 0 and result["train_pairs"] > result["test_pairs"] > 0 and 0 <= result["test_accuracy_after"] <= 1
     assert (out / "final" / "passage" / "config.json").is_file()  # Embed_doc of its own
     assert main(["retrieve", "realm", "--model", str(tiny), "--retriever", str(out / "final"), "--out",
                  str(tmp_path / "realm"), "--steps", "1", "--k", "2", "--max-len", "64", "batch_size=4",

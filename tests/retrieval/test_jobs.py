@@ -1,6 +1,8 @@
 """The retrieval jobs' output folders: out/eval (the held-out recall's indexes) is made whole in a fresh
 folder, so a link planted there is replaced and what it points to is never written; query_index reads its
 queries as lmforge.embed reads texts."""
+import json
+
 import numpy as np
 import pytest
 
@@ -27,6 +29,7 @@ def test_a_link_at_out_eval_is_replaced_never_written_through(tmp_path, monkeypa
     assert not (out / "eval").is_symlink()
     written = sorted(p.name for p in (out / "eval").iterdir())
     assert written == ["index-trained", "index-untrained", "questions.json"]
+    assert json.loads((out / "eval" / "questions.json").read_text())["seed"] == cfg.seed  # it drew the split
 
 
 def test_every_retrieval_job_refuses_a_link_as_its_output_folder_before_any_work(tmp_path):

@@ -221,7 +221,7 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
         table.update(compare(passages, sets["test"], {"untrained": BiEncoder.from_dir(model, **options),
                                                       "trained": trained}, folder))
         atomic_write_text(folder / "questions.json", json.dumps({"train": len(sets["train"]), "test": len(
-            sets["test"]), "passages": len(passages)}))
+            sets["test"]), "passages": len(passages), "seed": cfg.seed}))  # the seed drew the split
 
     replace_dir(out / "eval", evaluate)
     write_table(table, out / "recall.json")
@@ -258,7 +258,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     examples = reader_examples(reader, sets["train"], passages, train_ranked, options.negatives)
     Trainer(reader, examples, cfg, out, log=log).fit(resume, final_files=(reader.tokenizer.save,))
     ranked = rankings(passages, sets["test"], out, retriever, k)
-    result = {"retriever": retriever or "bm25", "k": k, "test": len(sets["test"]),
+    result = {"retriever": retriever or "bm25", "k": k, "test": len(sets["test"]), "seed": cfg.seed,
               "reader_exact_match": round(reader_exact_match(reader, sets["test"], passages, ranked, k), 4),
               **{n: round(v, 4) for n, v in recall_at_k(ranked, sets["test"], (1, k)).items()}}
     atomic_write_text(out / "reader.json", json.dumps(result, indent=2) + "\n")
@@ -321,7 +321,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     objective.refresh()  # "after" scores the final Embed_doc, not an index up to refresh_every forwards stale
     result = {"passages": len(passages), "train_examples": len(examples["train"]),
               "test_examples": len(examples["test"]), "k": options.k, "refresh_every": options.refresh_every,
-              "null_document": options.null_document, "steps": cfg.steps, "before": before,
+              "null_document": options.null_document, "steps": cfg.steps, "seed": cfg.seed, "before": before,
               "after": evaluate_realm(objective, examples["test"], passages)}
     replace_dir(out / "retriever", lambda folder: (encoder.model.save(folder), encoder.save(folder)))
     atomic_write_text(out / "realm.json", json.dumps(result, indent=2) + "\n")
@@ -348,8 +348,8 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
     before = in_batch_accuracy(encoder, test)
     Trainer(DPRObjective(encoder), train, cfg, out, log=log).fit(resume=resume, final_files=(encoder.save,))
     result = {"passages": len(passages), "train_pairs": len(train), "test_pairs": len(test),
-              "keep": options.keep,
-              "steps": cfg.steps, "test_accuracy_before": before, "test_accuracy_after": in_batch_accuracy(encoder, test)}
+              "keep": options.keep, "steps": cfg.steps, "seed": cfg.seed, "test_accuracy_before": before,
+              "test_accuracy_after": in_batch_accuracy(encoder, test)}
     atomic_write_text(out / "ict.json", json.dumps(result, indent=2) + "\n")
     return result
 

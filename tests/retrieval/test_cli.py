@@ -102,7 +102,8 @@ def test_retrieve_ict_warm_starts_a_retriever_realm_can_read(tiny, tmp_path, cap
     assert main(["retrieve", "ict", "--model", str(tiny), "--out", str(out), "--steps", "2", "batch_size=8",
                  "progress=false"]) == 0
     result = json.loads((out / "ict.json").read_text())
-    assert result["seed"] == 0 and result["train_pairs"] > result["test_pairs"] > 0 and 0 <= result["test_accuracy_after"] <= 1
+    assert result["seed"] == 0
+    assert result["train_pairs"] > result["test_pairs"] > 0 and 0 <= result["test_accuracy_after"] <= 1
     assert (out / "final" / "passage" / "config.json").is_file()  # Embed_doc of its own
     assert main(["retrieve", "realm", "--model", str(tiny), "--retriever", str(out / "final"), "--out",
                  str(tmp_path / "realm"), "--steps", "1", "--k", "2", "--max-len", "64", "batch_size=4",

@@ -149,7 +149,7 @@ def _elmo_features(model, texts: list, options: FeatureOptions, batch_size: int)
     its max_seq_len a text, as a Transformer's tokens; batch_size texts a pass."""
     from lmforge.elmo import MAX_BATCH_SIZE
 
-    within_context("max_length", options.max_length, model.config)  # past it the 100000 asked were read
+    within_context("max_length", options.max_length, model.config)  # the bound a Transformer's max_length has
     words = [list(_WORD.finditer(t)) for t in texts]
     limit = options.max_length or model.config.max_seq_len
     for i, found in enumerate(words):

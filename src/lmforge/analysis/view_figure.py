@@ -36,7 +36,7 @@ def selection(maps: AttentionMaps, group=None, layer=None, heads=None) -> tuple:
     """(the group, its `layer`'s (heads, T, T) probabilities, the heads to draw) of a figure; a choice the
     maps lack is a ValueError naming it (group=, layer=, heads=)."""
     g = _group(maps, group)
-    # None: the first layer recorded (a fixed 0 was refused where the maps hold only later layers)
+    # None: the first layer recorded (the maps may hold only later layers, as --layers 1-2 records them)
     layer = g.layers[0] if layer is None and g.layers else layer
     if isinstance(layer, bool) or not isinstance(layer, int) or layer not in g.layers:
         raise ValueError(f"layer={layer!r}: group {g.name!r} has layers {list(g.layers)}")

@@ -96,7 +96,7 @@ def probe_tasks(args, records: dict) -> list:
     unknown = [t for t in asked if t not in TASKS]
     if not asked:  # "" probed every task, as if none were given
         raise UsageError(f"--tasks {args.tasks!r}: names no task; tasks: {', '.join(TASKS)}")
-    if unknown or len(set(asked)) < len(asked):  # a task named twice was probed twice, at twice the cost
+    if unknown or len(set(asked)) < len(asked):  # a task named twice would be probed twice
         raise UsageError(f"--tasks {args.tasks}: " + (f"unknown task(s) {unknown}; tasks: {', '.join(TASKS)}"
                                                       if unknown else "a task is named twice"))
     lacking = [t for t in asked if t not in supported]
@@ -132,7 +132,7 @@ def cmd_probe(args) -> None:
     config, heads = fit_config(args), probe_heads(args)
     records = probe_data(args)
     tasks = probe_tasks(args, records)
-    _word_len(args.max_len)  # probe read --max-len as features does: a bad one was said as max_len, not the flag
+    _word_len(args.max_len)  # as features checks it: before any work, said as the flag
     model, tokenizer = analysed_model(args)
     _fits(args.max_len, model)
     layers = parse_layers(args.layers, model.config.n_layers + 1)

@@ -127,7 +127,7 @@ def finetune_both(cfg: DemoConfig, task: str, tokenizer, out: Path, seed: int, l
 
 def scratch_twin(config, seed: int):
     """The control's random initialisation of `config`, drawn from `seed` (as pretrain() draws its model)."""
-    # not the global RNG: torch seeds it at random in each process, so the control differed run to run
+    # not the global RNG: torch seeds it at random in each process, so two runs would get two controls
     with seeded_init(seed):
         return from_config(config)
 

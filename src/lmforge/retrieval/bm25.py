@@ -73,7 +73,7 @@ class BM25Index:
         for row, words in enumerate(_tokens(queries)):  # one (N,) score vector held at a time
             ids = [vocabulary[w] for w in words if w in vocabulary]
             # bm25s's own top k (argpartition, then an unstable argsort; jax's top_k where jax is installed)
-            # orders tied passages its own way: duplicates came in another order than the dense search's
+            # orders tied passages its own way: duplicates would rank otherwise than in the dense search
             every = self.retriever.get_scores(ids) if ids else np.zeros(self.n, dtype=np.float32)
             values, at = top_k(torch.from_numpy(np.asarray(every, dtype=np.float32))[None], k)
             positions[row], scores[row] = at[0].numpy(), values[0].numpy()
@@ -128,7 +128,7 @@ def _manifest(path: Path) -> dict:
 def hard_negatives(index: BM25Index, records: list, passages: list, n: int = 1, depth: int = 20) -> list:
     """Per question record, the ids of up to `n` top BM25 passages that are not positives and do not
     contain an answer string (DPR's hard negatives), from its top max(depth, 2n)."""
-    # a fixed depth of 20 gave at most 20 negatives, silently, to a run that asked for more
+    # a search shallower than 2n could hold fewer than n passages without an answer
     positions, _ = index.search([r["question"] for r in records], max(depth, 2 * n))
     out = []
     for r, row in zip(records, positions):

@@ -122,7 +122,7 @@ def top_inner_products(queries: torch.Tensor, passages: torch.Tensor, k: int, ba
     to the lower position (top_k): one matrix product per batch of queries, so a (batch, N) score matrix is
     the most held at once, the batch cut so that it holds at most MAX_SCORES scores."""
     k = min(k, len(passages))
-    # 256 queries against DPR's 21M Wikipedia passages were a 21 GB score matrix at once
+    # the score matrix is batch x passages: 256 queries against DPR's 21M passages would be 21 GB
     batch_size = max(1, min(batch_size, MAX_SCORES // max(1, len(passages))))
     scores, positions = [], []
     for start in range(0, len(queries), batch_size):

@@ -253,7 +253,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
     reader = ExtractiveReader.from_dir(model, options.max_len, seed=cfg.seed)
     within_context("max_len", options.max_len, reader.model.config)
-    # deep enough for the negatives asked: 20 deep, 20 or more negatives left every question out
+    # deep enough for the negatives asked: a question without that many negatives is left out of training
     train_ranked = rankings(passages, sets["train"], out, None, max(20, 2 * options.negatives))
     examples = reader_examples(reader, sets["train"], passages, train_ranked, options.negatives)
     Trainer(reader, examples, cfg, out, log=log).fit(resume, final_files=(reader.tokenizer.save,))

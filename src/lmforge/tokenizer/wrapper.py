@@ -174,7 +174,7 @@ class Tokenizer:
             if len(pairs) != len(texts):
                 raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
             texts = [(t, as_text(p, "pair")) for t, p in zip(texts, pairs)]
-        # a float or a bool is no length (2.5 was a TypeError from the backend, True a length of 1)
+        # a float or a bool is no length (the backend takes True as 1 and fails on 2.5 without naming it)
         max_length = checked_argument("max_length", "Optional[int]", {"low": None, "high": None}, max_length)
         if max_length is not None:
             specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0

@@ -1,12 +1,11 @@
 """The rules every lmforge plot of a series against steps or compute shares.
 
-One place for them: the training log, the demo's panels and the bake-off's curves had each written
-their own, with different thresholds.
+The training log, the demo's panels and the bake-off's curves read them here, so a run's plots agree.
 """
 from __future__ import annotations
 
 # a series of at most this many points draws a marker on each: a line through one point draws nothing,
-# and a few points joined by lines read as more measurements than there were
+# and a few points joined by lines would read as more measurements than there are
 SHORT_SERIES = 20
 
 

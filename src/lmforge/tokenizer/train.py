@@ -197,9 +197,7 @@ def corpus_files(source) -> list | None:
             raise FileNotFoundError(f"no such file: {str(other)[:80]!r}, while {named[0]} is one: pass file "
                                     "names only (pathlib.Path), or texts only (an iterator)")
     try:
-        files = expand_files(source)
-    except FileNotFoundError:
-        raise
+        files = expand_files(source)  # a missing file: its FileNotFoundError, naming it
     except ValueError as err:  # a shard folder, a pipe, a folder with no files
         raise TokenizerError(str(err)) from None
     if not any(map(_through_reader, files)) and all(_blank_file(f) for f in files):

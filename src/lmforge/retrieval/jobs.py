@@ -77,7 +77,7 @@ def _refuse_inputs(out, *inputs, models: tuple = ()) -> None:
         if given is None or given in ("builtin", "gcide") or not Path(given).exists():
             continue
         relation = overlap(Path(given).resolve(), out)
-        if relation in ("is", "holds") or relation and field not in models:
+        if relation in ("is", "holds") or (relation and field not in models):
             raise UnsafePath(f"out {out} {relation} the input {field} {given}: the run would write over it "
                              f"or read its own files back; choose an out apart from the inputs", "out")
 

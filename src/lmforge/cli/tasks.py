@@ -138,13 +138,8 @@ def check_model(name: str) -> None:
 
 def cmd_finetune(args) -> None:
     """Fine-tune a model on a task; metrics, best/ and final/ under --out; prints the summary."""
-    from lmforge.cli.common import (
-        TRAINING_OUTPUTS,
-        UsageError,
-        parse_overrides,
-        read_config_file,
-        refuse_overwrite,
-    )
+    from lmforge.cli.common import (TRAINING_OUTPUTS, UsageError, parse_overrides, read_config_file,
+                                    refuse_overwrite)
     from lmforge.io import model_dir
     from lmforge.tasks.finetune import TaskConfig, finetune, load_model
     from lmforge.tasks.formats import check_labels, label_set

@@ -7,6 +7,8 @@ import torch
 import lmforge
 from lmforge.tasks import task_class
 from lmforge.tasks.classify import shift_right
+from lmforge.tasks.finetune import TaskConfig, make_task
+from lmforge.tokenizer import train_tokenizer
 from tests.tasks.core import sentiment, tiny, tokenizer
 
 PRESETS = {"bert-base": "bert", "gpt2": "gpt2", "bart-base": "roberta"}
@@ -205,3 +207,27 @@ def test_gpt2_classifier_exports_as_gpt2_for_sequence_classification(tmp_path):
         theirs = ref(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     assert ref.config.architectures == ["GPT2ForSequenceClassification"]
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+
+
+CHOICE_TEXTS = [f"the {a} {b} sat on the {c}" for a in ("small", "red", "old") for b in ("cat", "dog")
+                for c in ("mat", "hill")]
+
+
+def test_choice_records_are_batched_with_records_of_as_many_choices():
+    """MultipleChoiceTask.outputs runs records of as many choices together (collate pads each record to
+    its batch's most choices), for evaluate and the server alike; the scores are each record's alone."""
+    tokenizer = train_tokenizer(CHOICE_TEXTS, "wordpiece", 120, family="bert")
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base", vocab_size=tokenizer.vocab_size)).eval()
+    task = make_task("choice", model, tokenizer, [], TaskConfig(max_len=32))
+    records = [{"text": CHOICE_TEXTS[0], "choices": (CHOICE_TEXTS * 4)[:40 if i == 1 else 2]}
+               for i in range(4)]
+    examples = task.encode_all(records)
+    seen, collate = [], task.collate
+    task.collate = lambda batch: seen.append([len(e["choices"]) for e in batch]) or collate(batch)
+    found = task.outputs(examples, batch_size=len(examples))  # as predict_batch runs a batch
+    assert all(len(set(sizes)) == 1 for sizes in seen) and sorted(map(len, seen)) == [1, 3]
+    alone = [task.outputs([e])[0] for e in examples]  # each record's scores as if it were batched alone
+    assert [len(f) for f in found] == [2, 40, 2, 2]
+    for got, want in zip(found, alone):
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)

@@ -52,7 +52,7 @@ def predict_batch(served, payloads: list) -> list:
     task = served.task
     per_job = [task.encode_all(p["records"]) for p in payloads]
     examples = [e for job in per_job for e in job]
-    outputs = task_outputs(task, examples)
+    outputs = task.outputs(examples, batch_size=max(1, len(examples)))  # choice: as many choices a batch
     out, at = [], 0
     for p, job in zip(payloads, per_job):
         mine = outputs[at:at + len(job)]
@@ -64,23 +64,6 @@ def predict_batch(served, payloads: list) -> list:
             parts[example["record"]][1].append(output)
         out.append([describe(task, record, prediction, *part)
                     for record, prediction, part in zip(p["records"], predictions, parts)])
-    return out
-
-
-def task_outputs(task, examples: list) -> list:
-    """task.outputs of `examples` in one batch; choice records a batch per number of choices, as
-    MultipleChoiceTask.collate pads every record to the most choices of its batch (one record of 1000
-    choices among 255 of 2 made 256 x 1000 sequences)."""
-    if task.kind != "choice":
-        return task.outputs(examples, batch_size=max(1, len(examples)))
-    groups: dict = {}
-    for i, example in enumerate(examples):
-        groups.setdefault(len(example["choices"]), []).append(i)
-    out: list = [None] * len(examples)
-    for members in groups.values():
-        found = task.outputs([examples[i] for i in members], batch_size=len(members))
-        for i, value in zip(members, found):
-            out[i] = value
     return out
 
 

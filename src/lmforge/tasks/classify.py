@@ -172,6 +172,18 @@ class MultipleChoiceTask(SequenceTask):
         """Tokens of the longest choice."""
         return max(len(c["input_ids"]) for c in example["choices"])
 
+    def outputs(self, examples: list, batch_size: int = 64) -> list:
+        """Task.outputs of the records with as many choices at a time: collate pads every record to its
+        batch's most choices, so one record of 1000 among records of 2 would make each 1000 sequences."""
+        groups: dict = {}
+        for i, example in enumerate(examples):
+            groups.setdefault(len(example["choices"]), []).append(i)
+        out: list = [None] * len(examples)
+        for members in groups.values():
+            for i, value in zip(members, Task.outputs(self, [examples[i] for i in members], batch_size)):
+                out[i] = value
+        return out
+
     def collate(self, examples: list) -> dict:
         """(B x C, T) choice sequences, the (B, C) choice mask and the labels."""
         C = max(len(e["choices"]) for e in examples)

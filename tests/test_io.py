@@ -215,7 +215,8 @@ def test_load_and_load_tokenizer_read_an_installed_model_by_name_as_every_comman
     text = "Installed models load by name."
     assert lmforge.load_tokenizer("all-MiniLM-L6-v2").encode(text).ids == \
         lmforge.load_tokenizer(where).encode(text).ids
-    for name, said in (("bert-base", "is a preset"), (str(tmp_path / "nope"), "neither a model directory")):
+    for name, said in (("bert-base", "is a preset"), (str(tmp_path / "nope"), "neither a model directory"),
+                       ("elmo-small", "is an ELMo preset: pretrain it first")):
         for load, error in READERS:
             with pytest.raises(error, match=said):
                 load(name)

@@ -126,7 +126,7 @@ def test_a_model_that_is_no_directory_is_named_before_the_data(tmp_path, capsys,
                           ("q1", "--model q1: is not a model directory: config.json is missing"),
                           ("afile", "--model afile: is a file, not a model directory"),
                           ("bogus", "--model bogus: no such directory (nor a preset name"),
-                          ("elmo-small", "--model elmo-small: an ELMo preset is pretrained first")):
+                          ("elmo-small", "--model elmo-small is an ELMo preset: pretrain it first")):
         assert main([command, "--model", name, *data]) == 2  # no --task: the model was to tell it
         err = capsys.readouterr().err
         assert message in err and "--task" not in err and err.count("\n") == 1, err

@@ -117,15 +117,15 @@ def check_model(name: str) -> None:
 
     from lmforge.cli.common import UsageError
     from lmforge.io import model_dir
+    from lmforge.io.resolve import elmo_preset_said
     from lmforge.presets import ELMO_PRESETS, PRESETS
     from lmforge.utils.model_folder import inside_job_folder
 
     path = Path(name)
     if name in PRESETS or (not path.exists() and model_dir(name) is not None):
         return  # a preset, or an installed model package
-    if name in ELMO_PRESETS and not path.exists():  # a biLSTM's random features say nothing: train it first
-        raise UsageError(f"--model {name}: an ELMo preset is pretrained first (lmforge pretrain --preset "
-                         f"{name} --objective bilm --out DIR), then read as --model DIR/final")
+    if name in ELMO_PRESETS and not path.exists():
+        raise UsageError(f"--model {elmo_preset_said(name)}")
     if not path.exists():
         looks_like_path = "/" in name or os.sep in name or name.startswith(".")
         raise UsageError(f"--model {name}: no such directory" + ("" if looks_like_path else

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from lmforge.config.options import OptionsError
-from lmforge.presets import PRESETS
+from lmforge.presets import ELMO_PRESETS, PRESETS
 from lmforge.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 from lmforge.utils.model_folder import inside_job_folder
 
@@ -29,6 +29,12 @@ def _package(name) -> tuple | None:
     None."""
     key = str(name).lower().removeprefix("sentence-transformers/")
     return next((found for card, found in MODEL_PACKAGES.items() if card.lower() == key), None)
+
+
+def elmo_preset_said(name: str) -> str:
+    """Why an ELMo preset's name is no model to read: a biLSTM's random features say nothing."""
+    return (f"{name} is an ELMo preset: pretrain it first (lmforge pretrain --preset {name} --objective bilm "
+            f"--out DIR), then give DIR/final")
 
 
 def find_model_dir(name: str | os.PathLike) -> Path:
@@ -55,6 +61,8 @@ def find_model_dir(name: str | os.PathLike) -> Path:
         raise ValueError(f"{name} is a preset (an architecture with random weights), not a trained model: "
                          f"give a model directory (e.g. DIR/final of `lmforge pretrain`) or an installed "
                          f"model ({_installed()})")
+    if str(name) in ELMO_PRESETS:
+        raise ValueError(elmo_preset_said(str(name)))
     if path.exists():
         raise ValueError(f"{name} is a file, not a model directory")
     raise ValueError(f"{name} is neither a model directory nor a known model package ({_installed()})")

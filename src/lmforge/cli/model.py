@@ -35,8 +35,6 @@ def cmd_inspect(args) -> None:
     from lmforge.config.options import OptionsError
     from lmforge.pipelines.summary import describe, heads_summary, parameter_counts, quantization_summary
 
-    if args.context is not None and args.context < 1:
-        raise UsageError(f"--context {args.context}: the context must be at least 1 token")
     path = Path(args.model)
     if args.model not in PRESETS and not path.exists() and ("/" in args.model or os.sep in args.model):
         # a path, not a preset name: the closest preset names would not help
@@ -47,8 +45,8 @@ def cmd_inspect(args) -> None:
     cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
     try:
         summary = describe(cfg, args.context)  # before any output: a refusal prints nothing else
-    except OptionsError as err:  # describe's check of the context, as --context
-        raise UsageError(f"--{err}") from None
+    except OptionsError as err:  # describe's check of the context ("context N: ..."), said as its flag
+        raise UsageError(f"--context {str(err).removeprefix('context ')}") from None
     more = [] if model is None else [*heads_summary(model, parameter_counts(cfg)["total"]),
                                      *quantization_summary(model)]
     print("\n".join([args.model, summary, *more]))

@@ -125,11 +125,16 @@ def _manifest(path: Path) -> dict:
     return manifest
 
 
+def negatives_depth(n: int, depth: int = 20) -> int:
+    """How deep to search for `n` negatives: at least `depth`, and 2n (a search shallower could hold fewer
+    than n passages without an answer, and a question short of them would be left out)."""
+    return max(depth, 2 * n)
+
+
 def hard_negatives(index: BM25Index, records: list, passages: list, n: int = 1, depth: int = 20) -> list:
     """Per question record, the ids of up to `n` top BM25 passages that are not positives and do not
     contain an answer string (DPR's hard negatives), from its top max(depth, 2n)."""
-    # a search shallower than 2n could hold fewer than n passages without an answer
-    positions, _ = index.search([r["question"] for r in records], max(depth, 2 * n))
+    positions, _ = index.search([r["question"] for r in records], negatives_depth(n, depth))
     out = []
     for r, row in zip(records, positions):
         negatives = []

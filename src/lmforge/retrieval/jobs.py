@@ -16,7 +16,7 @@ from lmforge.config.checks import within_context
 from lmforge.config.options import (OptionsError, checked_argument, checked_as, checked_texts, named_keywords,
                                     refuse_changed)
 from lmforge.fast.optimize import optimize
-from lmforge.retrieval.bm25 import BM25Index
+from lmforge.retrieval.bm25 import BM25Index, negatives_depth
 from lmforge.retrieval.dictionary_qa import dictionary_questions
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective
 from lmforge.retrieval.evaluate import (VECTOR_OPTIONS, bm25_rankings, compare, dense_rankings,
@@ -253,8 +253,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
     reader = ExtractiveReader.from_dir(model, options.max_len, seed=cfg.seed)
     within_context("max_len", options.max_len, reader.model.config)
-    # deep enough for the negatives asked: a question without that many negatives is left out of training
-    train_ranked = rankings(passages, sets["train"], out, None, max(20, 2 * options.negatives))
+    train_ranked = rankings(passages, sets["train"], out, None, negatives_depth(options.negatives))
     examples = reader_examples(reader, sets["train"], passages, train_ranked, options.negatives)
     Trainer(reader, examples, cfg, out, log=log).fit(resume, final_files=(reader.tokenizer.save,))
     ranked = rankings(passages, sets["test"], out, retriever, k)

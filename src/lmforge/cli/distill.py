@@ -87,8 +87,8 @@ def distill_options(args, loss: dict):
 
 def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
-    from lmforge.cli.common import (TRAINING_OUTPUTS, UsageError, check_out, parse_overrides, read_config_file,
-                                    read_records, refuse_overwrite)
+    from lmforge.cli.common import (TRAINING_OUTPUTS, UsageError, check_out, parse_overrides,
+                                    read_config_file, read_records, refuse_overwrite)
     from lmforge.compress.task_distillation import run_distill
     from lmforge.train import TrainConfig
 

@@ -47,6 +47,11 @@ def test_elmo_reads_at_most_its_max_seq_len_words_in_the_batches_asked():
     model.lstm.register_forward_hook(lambda module, args, out: passes.append(args[0].shape[0]))
     found = lmforge.features(["a b c", "d e", "f"], model, max_length=6, batch_size=2)
     assert passes == [2, 1] and [f.n_tokens for f in found] == [3, 2, 1]
+    long = "a b c d e f g h"  # 8 words: refused as a Transformer's long text is, or cut to 6 and said
+    with pytest.raises(OptionsError, match="8 words, more than max_length=6; send truncate=true"):
+        lmforge.features([long], model)
+    (cut,) = lmforge.features([long], model, truncate=True)
+    assert cut.truncated and cut.n_tokens == 8 and cut.features.shape[1] == 6
 
 
 @pytest.fixture(scope="module")

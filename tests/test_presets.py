@@ -1,3 +1,5 @@
+import pathlib
+
 import pytest
 import torch
 
@@ -44,6 +46,15 @@ def test_every_preset_names_its_source():
 def test_unknown_preset_suggests_close_names():
     with pytest.raises(ConfigError, match="unknown preset 'bert-bse'; did you mean bert-base"):
         lmforge.build("bert-bse")
+
+
+@pytest.mark.parametrize("name", [None, 3, ["gpt2"], pathlib.Path("gpt2")])
+@pytest.mark.parametrize("call", [lmforge.build, lmforge.get_config, lmforge.tiny])
+def test_a_preset_that_is_no_name_is_a_config_error_naming_it(call, name):
+    """None, a number, a list or a Path as the preset failed as Python's "not iterable" or "unhashable"."""
+    with pytest.raises(ConfigError, match="preset must be a preset name \\(text\\), got ") as caught:
+        call(name)
+    assert caught.value.field == "name"
 
 
 def test_build_applies_overrides():

@@ -140,6 +140,8 @@ ELMO_PRESETS: dict = {
 def get_config(name: str, **overrides) -> ModelConfig:
     """The preset's ModelConfig with `overrides` applied (validated)."""
     known = {**PRESETS, **ELMO_PRESETS}
+    if not isinstance(name, str):  # None, a Path or a list failed as "not iterable" / "unhashable"
+        raise ConfigError(f"the preset must be a preset name (text), got {type(name).__name__}", "name")
     if name not in known:
         close = difflib.get_close_matches(name, known, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(known)}"

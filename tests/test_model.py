@@ -195,3 +195,11 @@ def test_global_tokens_are_a_0_1_mask_of_the_batch_s_shape_on_a_longformer_only(
             model(ids, global_tokens=bad)
     with pytest.raises(ValueError, match="global_tokens: this model's attention .* has no global tokens"):
         tiny_model("bert-base")(ids, global_tokens=torch.ones(2, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("cfg", ["gpt2", None, {"architecture": "decoder"}])
+def test_from_config_of_no_model_config_is_a_config_error_naming_cfg(cfg):
+    """A preset name or a dict as from_config's cfg failed as "'str' object has no attribute 'architecture'"."""
+    with pytest.raises(lmforge.ConfigError, match="cfg must be a ModelConfig") as caught:
+        lmforge.from_config(cfg)
+    assert caught.value.field == "cfg"

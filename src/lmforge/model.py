@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from lmforge.config import ModelConfig
+from lmforge.config import ConfigError, ModelConfig
 from lmforge.config.memory import check_fits
 from lmforge.elmo import ELMo
 from lmforge.layers.attention import AttentionContext, KVCache
@@ -323,6 +323,9 @@ def from_config(cfg: ModelConfig, init: bool = True) -> Transformer:
     """The model that `cfg` describes, randomly initialised unless init=False; a config whose weights
     cannot fit in the machine's memory is refused before anything is allocated (config/memory.py);
     on the meta device (shapes only, nothing allocated) any config builds."""
+    if not isinstance(cfg, ModelConfig):  # a preset name or a dict failed as "has no attribute"
+        raise ConfigError(f"cfg must be a ModelConfig (lmforge.get_config, ModelConfig.from_dict), got "
+                          f"{type(cfg).__name__}", "cfg")
     if torch.get_default_device().type != "meta":
         check_fits(cfg)
     model = model_class(cfg)(cfg)

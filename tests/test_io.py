@@ -277,3 +277,22 @@ def test_a_fifo_in_a_model_directory_is_refused_naming_it_not_waited_on(tmp_path
     os.mkfifo(tmp_path / name)  # opening it to read waits for a writer that never comes (load hung)
     with pytest.raises(CheckpointError, match=f"{name} is not a regular file"):
         lmforge.load(tmp_path)
+
+
+@pytest.mark.parametrize("path", [None, 3, b"out"])
+def test_save_to_a_path_that_is_no_name_is_an_options_error_naming_path(tmp_path, path):
+    """None, a number or bytes as save's path failed inside pathlib as a TypeError."""
+    model = lmforge.build(lmforge.tiny("gpt2"))
+    with pytest.raises(lmforge.OptionsError, match="path must be a folder's name") as caught:
+        lmforge.save(model, path)
+    assert caught.value.field == "path"
+    with pytest.raises(lmforge.OptionsError, match="path must be a folder's name"):
+        model.save(path)
+
+
+@pytest.mark.parametrize("model", [None, "gpt2", torch.nn.Linear(2, 2)])
+def test_save_of_no_lmforge_model_is_an_options_error_writing_nothing(tmp_path, model):
+    """None or a preset name as save's model failed as "'NoneType' object has no attribute 'state_dict'"."""
+    with pytest.raises(lmforge.OptionsError, match="model must be an lmforge model") as caught:
+        lmforge.save(model, tmp_path / "out")
+    assert caught.value.field == "model" and not (tmp_path / "out").exists()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from lmforge.utils.atomic import (UnsafePath, append_text, atomic_savefig, atomic_write, atomic_write_text,
-                                  replace_dir)
+                                  replace_dir, writable_folder)
 
 
 def test_an_existing_folder_is_replaced_whole_and_nothing_beside_it_is_touched(tmp_path):
@@ -251,3 +251,11 @@ def test_a_full_disk_is_named_by_the_file_or_folder_asked_for(tmp_path):
     with pytest.raises(OSError) as err:
         replace_dir(tmp_path / "model", copy)
     assert err.value.filename2 == str(tmp_path / "model" / "task.json") and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", [None, 3, b"out", ["out"]])
+def test_writable_folder_of_no_name_is_unsafe_path_naming_path(path):
+    """A path that is neither text nor os.PathLike failed inside pathlib as a TypeError."""
+    with pytest.raises(UnsafePath, match="path must be a folder's name") as caught:
+        writable_folder(path, "model directory")
+    assert caught.value.field == "path"

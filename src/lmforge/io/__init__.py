@@ -46,6 +46,9 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
     """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or a registered
     format ("hf"). `state` replaces model.state_dict() (the gathered weights of a sharded model)."""
     writable_folder(path, "model directory")
+    if not isinstance(model, (Transformer, _elmo.ELMo)):  # None or a name failed inside as "no attribute"
+        raise OptionsError(f"model must be an lmforge model (lmforge.build, lmforge.load), got "
+                           f"{type(model).__name__}", "model")
     if state is not None and not isinstance(state, dict):
         raise OptionsError(f"state must be a mapping of weight names to tensors, got {type(state).__name__}",
                            "state")

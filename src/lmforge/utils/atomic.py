@@ -48,7 +48,9 @@ class UnsafePath(OptionsError):
 def writable_folder(path, what: str) -> Path:
     """`path` as a folder to write `what` (a model directory, a tokenizer's) into, or UnsafePath naming the
     field "path": an empty name (the working folder), a symbolic link (the files would go where it points)
-    or a file."""
+    or a file; a path that is no text nor os.PathLike (None, a number, bytes) too."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise UnsafePath(f"path must be a folder's name (a str or a Path), got {type(path).__name__}", "path")
     if not str(path).strip():
         raise UnsafePath(f"path is empty: name the {what} to write (\"\" is the working folder)", "path")
     path = Path(path)

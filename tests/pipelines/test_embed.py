@@ -82,8 +82,9 @@ def test_embed_entry_points(minilm, encoder):
     assert lmforge.embed("one text", model=encoder).shape == (1, 384)
     with pytest.raises(lmforge.OptionsError, match="^texts must be a text or a non-empty list"):
         lmforge.embed([], model=encoder)  # as the server (422) and the command line (exit 2) refuse it
-    with pytest.raises(ValueError, match="needs tokenizer="):
+    with pytest.raises(lmforge.OptionsError, match="needs tokenizer=") as caught:  # was a plain ValueError
         lmforge.embed(["a"], model=encoder.model)
+    assert caught.value.field == "tokenizer"
 
 
 def test_cli_embed(minilm, encoder, capsys):

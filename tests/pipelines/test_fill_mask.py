@@ -226,10 +226,13 @@ def test_a_model_directory_fills_with_its_own_tokenizer_as_embed_and_rerank_read
     by_objects = fill_mask(model, tokenizer, TEXT, top_k=3)
     assert lmforge.fill_mask(str(path), None, TEXT, top_k=3) == by_objects
     assert lmforge.fill_mask(path, tokenizer, TEXT, top_k=3) == by_objects
-    with pytest.raises(ValueError, match=r"needs its tokenizer"):  # an AttributeError on None
+    with pytest.raises(lmforge.OptionsError, match=r"needs its tokenizer") as caught:  # was an AttributeError
         fill_mask(model, None, TEXT)
-    with pytest.raises(TypeError, match="takes a Transformer, a model directory or an installed model"):
+    assert caught.value.field == "tokenizer"
+    with pytest.raises(lmforge.OptionsError, match="takes a Transformer, a model directory or an installed model") \
+            as caught:  # was a TypeError, which no caller of a request's refusals (OptionsError) catches
         fill_mask(5, tokenizer, TEXT)
+    assert caught.value.field == "model"
 
 
 def test_numpy_numbers_read_as_python_s_as_an_options_field_reads_them(saved):

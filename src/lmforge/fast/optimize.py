@@ -125,7 +125,7 @@ def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = N
     """Turn `model`'s accelerations on (enabled=False: off), once; returns the model. paths: which
     execution choices to make (fast/paths.py; default: every one that is measured to pay)."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"optimize takes a model (a torch.nn.Module), got {type(model).__name__}")
+        raise OptionsError(f"optimize takes a model (a torch.nn.Module), got {type(model).__name__}", "model")
     if not isinstance(enabled, bool):  # "no" would switch everything on
         raise OptionsError(f"enabled must be true or false, got {enabled!r:.40}", "enabled")
     if paths is not None and not isinstance(paths, FastPaths):

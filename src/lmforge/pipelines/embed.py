@@ -342,7 +342,7 @@ def _encoder(model, tokenizer: Tokenizer | None) -> SentenceEncoder:
         encoder = model
     elif isinstance(model, Transformer):
         if tokenizer is None:
-            raise ValueError("embed(texts, model=<Transformer>) needs tokenizer=")
+            raise OptionsError("embed(texts, model=<Transformer>) needs tokenizer=", "tokenizer")
         encoder = SentenceEncoder(model, tokenizer)
     else:
         encoder = SentenceEncoder.from_dir(model, tokenizer)

@@ -100,11 +100,11 @@ def _model_and_tokenizer(model, tokenizer) -> tuple:
         where = find_model_dir(model)
         return load(where), tokenizer if tokenizer is not None else load_tokenizer(where)
     if not isinstance(model, Transformer):
-        raise TypeError(f"fill_mask takes a Transformer, a model directory or an installed model's name, "
-                        f"got {type(model).__name__}")
+        raise OptionsError(f"fill_mask takes a Transformer, a model directory or an installed model's name, "
+                           f"got {type(model).__name__}", "model")
     if tokenizer is None:
-        raise ValueError("fill_mask(model=<Transformer>, ...) needs its tokenizer (or name the model's "
-                         "directory)")
+        raise OptionsError("fill_mask(model=<Transformer>, ...) needs its tokenizer (or name the model's "
+                           "directory)", "tokenizer")
     return model, tokenizer
 
 

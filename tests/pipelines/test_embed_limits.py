@@ -79,7 +79,7 @@ def test_no_texts_are_refused_naming_texts_whatever_the_options(model_dir, keywo
 @pytest.mark.parametrize("texts, said", [
     ([1, 2], "texts[0] must be text, got int"), (["a", None], "texts[1] must be text, got NoneType"),
     (None, "texts must be a text or a list of texts, got NoneType"), (b"a b", "got bytes"),
-    ({"a": 1}, "got dict"),
+    ({"a": 1}, "got dict"), ({"b", "a"}, "got set (unordered"),
     (["\ud800"], "texts[0] is not valid Unicode"),
 ])
 def test_texts_that_are_not_text_name_texts_before_the_model_is_read(tmp_path, texts, said):

@@ -334,6 +334,10 @@ def checked_texts(texts, name: str = "texts", one: bool = True) -> list:
     refused too): an empty request is refused here as the server (422) and the command line (exit 2) do."""
     if isinstance(texts, str) and one:
         return [texts]
+    if isinstance(texts, (set, frozenset)):  # its order is arbitrary: the results would match no text
+        raise OptionsError(f"{name} must be {'a text or ' if one else ''}a list of texts, got "
+                           f"{type(texts).__name__} (unordered: the results could not be matched to the texts)",
+                           name)
     if isinstance(texts, (str, bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
         raise OptionsError(f"{name} must be {'a text or ' if one else ''}a list of texts, got "
                            f"{type(texts).__name__}", name)

@@ -81,6 +81,18 @@ def test_control_characters_are_stripped(tmp_path):
         assert _read(f) == [["NUL and bell here.", "ESC[0m ok."]]
 
 
+@pytest.mark.parametrize("end", ["\r\n", "\r"])
+def test_crlf_and_lone_cr_end_lines_and_blank_lines_end_documents_as_lf_does(tmp_path, end):
+    # with CRLF the first read ends between a CR and its LF: still one line end, not a blank line
+    text = "One. Two.\nThree\n\nNext doc.\n\n" + "x" * (CHUNK - 34) + "\nMore.\n\nLast doc.\n"
+    (tmp_path / "lf.txt").write_text(text, newline="")
+    (tmp_path / "other.txt").write_text(text.replace("\n", end), newline="")
+    (tmp_path / "r.jsonl").write_text('{"text": "A."}' + end + '{"text": "B."}' + end, newline="")
+    want = _read(tmp_path / "lf.txt")
+    assert len(want) == 4 and _read(tmp_path / "other.txt") == want
+    assert _read(tmp_path / "r.jsonl") == [["A."], ["B."]]
+
+
 def test_a_10mb_single_line_is_read_in_pieces_with_flat_memory(tmp_path):
     f = tmp_path / "long.txt"
     sentence = "The quick brown fox jumps over the lazy dog \u00e9 " * 10 + "end. "  # a 2-byte character

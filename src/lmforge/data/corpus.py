@@ -9,7 +9,8 @@ magic bytes):
 - JSONL (.jsonl, .ndjson, .json): one document per line, its text in `text_field`; the
   text's own lines end sentences as in plain text.
 
-Each line is segmented by `lmforge.data.segment`. Files are read line by line in pieces
+A line ends at LF, CRLF or a lone CR (old Mac OS text), alike. Each line is segmented by
+`lmforge.data.segment`. Files are read line by line in pieces
 of at most 1 MiB (cut at a UTF-8 character boundary), so a 10 MB line is never held
 whole, and memory stays flat whatever the file size (a document is cut in parts beyond
 `max_document_chars`, a sentence beyond `max_sentence_chars`).
@@ -43,6 +44,7 @@ from lmforge.data.segment import SentenceStream
 from lmforge.utils.jsontext import loads
 
 CHUNK = 1 << 20  # bytes read at once from a long line
+LINE_ENDS = (b"\n", b"\r")  # LF, CRLF and a lone CR each end a line
 SHARD_FORMAT = "lmforge-shards"  # the "format" of a shard folder's manifest.json (shards.py writes it)
 SHARD_TOKENS = re.compile(r"shard-\d{5,}\.bin")  # a shard's token ids (shards.py names them so)
 MAX_JSON_LINE = 1 << 28  # a JSONL record longer than this (bytes) is skipped, not parsed
@@ -127,6 +129,15 @@ def _utf8_cut(piece: bytes) -> int:
     return i - 1 if piece[i - 1] >= 0xC0 else len(piece)  # a lead byte: its character goes on
 
 
+def _line_cut(data: bytes) -> int:
+    """Just after the last line end (LF, CRLF or a lone CR) of `data` (0: none), never between the CR and
+    LF of a CRLF that a read may have split (the LF would make an empty line: a false document end)."""
+    cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+    if cut == len(data) and data.endswith(b"\r"):  # maybe half a CRLF: the CR waits for the next read
+        cut = max(data.rfind(b"\n", 0, -1), data.rfind(b"\r", 0, -1)) + 1 or len(data) - 1
+    return cut
+
+
 def _read(handle, want: int) -> tuple:
     """(up to `want` bytes, the error that stopped a damaged gzip stream early or None)."""
     parts, n = [], 0
@@ -157,10 +168,10 @@ def _pieces(handle, start: int, end: int | None, stats):
             if error is not None:  # the text before it was read: it ends there, as a file would
                 stats.damaged = f"damaged gzip data ({error})"
             return
-        cut = len(data) if eof else data.rfind(b"\n") + 1  # at the end every line is whole
-        cut = cut or _utf8_cut(data)  # no newline: a piece of a long line
+        cut = len(data) if eof else _line_cut(data)  # at the end every line is whole
+        cut = cut or _utf8_cut(data)  # no line end: a piece of a long line
         piece, carry = data[:cut], data[cut:]
-        yield piece, offset, piece.endswith(b"\n") or (eof and not carry)
+        yield piece, offset, piece.endswith(LINE_ENDS) or (eof and not carry)
         offset += len(piece)
 
 
@@ -184,23 +195,22 @@ def _decode(piece: bytes, offset: int, stats: FileStats, errors: str) -> str | N
 
 def _decode_lines(block: bytes, offset: int, stats: FileStats, errors: str) -> list:
     """The lines of a block of whole lines; a line that is not UTF-8 is handled on its own."""
-    parts = block.split(b"\n")
-    if block.endswith(b"\n"):
-        parts.pop()  # nothing follows the last newline
     try:
         text = block.decode("utf-8")
     except UnicodeDecodeError:
         lines, at = [], offset
-        for line in parts:
-            text = _decode(line, at, stats, errors)
+        for line in block.splitlines(keepends=True):  # bytes split at LF, CRLF and CR alone
+            text = _decode(line.rstrip(b"\r\n"), at, stats, errors)
             lines += [] if text is None else [text]  # a skipped line is no blank line
-            at += len(line) + 1
+            at += len(line)
         return lines
+    if "\r" in text:  # CRLF (Windows) and a lone CR (old Mac OS) end lines as LF does
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if _CONTROL_RE.search(text):
         text, changed = clean(text)
         stats.control += changed
     lines = text.split("\n")
-    return lines[:-1] if block.endswith(b"\n") else lines
+    return lines[:-1] if block.endswith(LINE_ENDS) else lines
 
 
 def _text_events(handle, start, end, opts: ReadOptions, stats: FileStats):
@@ -224,15 +234,12 @@ def _jsonl_events(handle, start, end, opts: ReadOptions, stats: FileStats):
             parts += [piece] if size + len(piece) <= MAX_JSON_LINE else []
             size += len(piece)
             continue
-        lines = piece.split(b"\n")
-        if piece.endswith(b"\n"):
-            lines.pop()
         at = offset - size
-        for line in lines:
+        for line in piece.splitlines(keepends=True):  # a raw CR is a line end: JSON escapes one in a string
             if parts:
                 line, parts, size = b"".join(parts) + line, [], 0
-            yield from _record(line, at, opts, stats)
-            at += len(line) + 1
+            yield from _record(line.rstrip(b"\r\n"), at, opts, stats)
+            at += len(line)
 
 
 def _record(line: bytes, offset: int, opts: ReadOptions, stats: FileStats):

@@ -174,7 +174,23 @@ def test_a_folder_walk_leaves_out_hidden_folders_and_what_a_killed_write_left(tm
     (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (tmp_path / ".tok.new-4242-x").mkdir()  # the fresh folder of a replace_dir killed mid-write (SIGKILL)
     (tmp_path / ".tok.new-4242-x" / "tokenizer.json").write_text("{}")
-    assert expand_files([tmp_path]) == [tmp_path / "a.txt"]
+    with pytest.warns(CorpusWarning, match=": left out 2 hidden$"):
+        assert expand_files([tmp_path]) == [tmp_path / "a.txt"]
+
+
+def test_a_folder_walk_says_what_it_leaves_out_pipes_broken_links_and_linked_folders(tmp_path):
+    import os
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.txt").write_text("Text.\n")
+    (tmp_path / "a.txt").symlink_to(tmp_path / "sub" / "b.txt")  # a linked file is read
+    (tmp_path / "loop").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "gone.txt").symlink_to(tmp_path / "missing.txt")
+    os.mkfifo(tmp_path / "sub" / "pipe")  # reading it would wait forever
+    with pytest.warns(CorpusWarning) as caught:
+        assert expand_files([tmp_path]) == [tmp_path / "a.txt", tmp_path / "sub" / "b.txt"]
+    assert [str(w.message) for w in caught] == [f"{tmp_path}: left out 1 linked folder(s) (not followed); "
+                                                "2 pipe(s), socket(s), device(s) or broken link(s)"]
 
 
 def test_a_pipe_or_a_device_is_named_as_no_regular_file_not_as_missing(tmp_path):

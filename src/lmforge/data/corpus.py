@@ -337,15 +337,29 @@ def is_shard_dir(path) -> bool:
 def _walk(folder: Path) -> list:
     """The files under `folder`, sorted, but those of shard folders inside it (an earlier run's token ids,
     manifest and tokenizer, read as text, would be junk documents), with a warning naming each."""
-    # nothing hidden, folders included: .git, and the fresh folders a killed write left (utils/atomic)
-    found = sorted(p for p in folder.rglob("*")
-                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    found = _left_out(folder, sorted(folder.rglob("*")))
     shard_dirs = {p.parent for p in found
                   if (p.name == "manifest.json" or SHARD_TOKENS.fullmatch(p.name)) and is_shard_dir(p.parent)}
     for skipped in sorted(shard_dirs):
         warnings.warn(f"{skipped}: skipped, an lmforge shard folder (token ids), not text",
                       CorpusWarning, stacklevel=3)
     return [p for p in found if shard_dirs.isdisjoint(p.parents)]
+
+
+def _left_out(folder: Path, entries: list) -> list:
+    """The regular files of a folder's `entries`, with one warning counting what is left out: hidden
+    entries (.git, and the fresh folders a killed write left: utils/atomic), linked folders (not followed:
+    a link may loop) and what is no regular file (a pipe, a socket, a device, a broken link)."""
+    dots = [[part.startswith(".") for part in p.relative_to(folder).parts] for p in entries]
+    shown = [p for p, d in zip(entries, dots) if not any(d)]
+    counts = {"hidden": sum(d[-1] and not any(d[:-1]) for d in dots),  # counted once, at its top
+              "linked folder(s) (not followed)": sum(p.is_dir() and p.is_symlink() for p in shown),
+              "pipe(s), socket(s), device(s) or broken link(s)": sum(not p.is_file() and not p.is_dir()
+                                                                      for p in shown)}
+    if any(counts.values()):
+        warnings.warn(f"{folder}: left out " + "; ".join(f"{n} {what}" for what, n in counts.items() if n),
+                      CorpusWarning, stacklevel=4)
+    return [p for p in shown if p.is_file()]
 
 
 def expand_files(files) -> list:

@@ -79,7 +79,7 @@ def test_bad_head_arguments():
         make_head(model, "crf")
     with pytest.raises(ConfigError, match="pooling='max'"):
         make_head(model, "pooler", pooling="max")
-    with pytest.raises(ConfigError, match="n_labels=0"):
+    with pytest.raises(ConfigError, match="n_labels must be an integer >= 1 and <= 4194304, got 0"):
         make_head(model, "classification", n_labels=0)
 
 
@@ -104,3 +104,27 @@ def test_run_heads_false_returns_hidden_states_only():
         full, bare = model(ids), model(ids, run_heads=False)
     assert bare.logits is None and bare.head_outputs == {}
     assert torch.equal(bare.last_hidden_state, full.last_hidden_state)
+
+
+@pytest.mark.parametrize("args, field", [
+    ({"n_labels": True}, "n_labels"), ({"n_labels": 2.5}, "n_labels"), ({"n_labels": None}, "n_labels"),
+    ({"n_labels": 10**12}, "n_labels"), ({"n_labels": 2, "bogus": 1}, "bogus"), ({"n_labels": 2, "pooler": "no"}, "pooler")])
+def test_a_head_argument_of_the_wrong_kind_is_a_config_error_naming_it(args, field):
+    """A bool n_labels was read as 1, 2.5 or None failed inside torch, 10**12 tried to allocate 128 TB and an
+    unknown keyword was Python's TypeError."""
+    model = lmforge.build(lmforge.tiny("bert-tiny"))
+    with pytest.raises(ConfigError) as caught:
+        attach(model, "classification", **args)
+    assert caught.value.field == field and field in str(caught.value) and not model.heads
+
+
+@pytest.mark.parametrize("model, kind, name, field", [
+    (None, "lm", None, "model"), ("bert-tiny", "lm", None, "model"), (True, ["lm"], None, "kind"),
+    (True, "lm", 3, "name"), (True, "lm", "a.b", "name")])
+def test_attach_to_no_model_or_under_no_name_is_a_config_error_naming_it(model, kind, name, field):
+    """None as the model was an AttributeError, a list as the kind "unhashable", a number or dotted name
+    torch's TypeError/KeyError."""
+    built = lmforge.build(lmforge.tiny("bert-tiny"))
+    with pytest.raises(ConfigError) as caught:
+        attach(built if model is True else model, kind, name=name)
+    assert caught.value.field == field and not built.heads

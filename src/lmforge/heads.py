@@ -6,10 +6,14 @@ records its kind and arguments in `spec` so a checkpoint can rebuild it, and map
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
 from lmforge.config import ConfigError
+from lmforge.config.model import MAX_VOCAB
+from lmforge.config.options import checked_argument, refuse_unknown
 from lmforge.layers.feedforward import ACTIVATIONS, FeedForward, activation
 from lmforge.layers.norms import make_norm
 from lmforge.model import init_weights
@@ -174,15 +178,34 @@ HEADS = {
 }
 
 
+# the kind each head argument must have (a bool n_labels read as 1, 2.5 failed inside torch.empty)
+HEAD_ARGUMENTS = {"n_labels": ("int", {"low": 1, "high": MAX_VOCAB}), "pooling": ("str", {}),
+                  "pooler": ("bool", {}), "bias": ("bool", {}), "ffn": ("bool", {})}
+
+
+def _checked_arguments(kind: str, args: dict) -> dict:
+    """A head's keyword arguments read and checked as options fields are, each error a ConfigError naming
+    it: an unknown one, or one of the wrong type or out of bounds."""
+    known = [name for name in inspect.signature(HEADS[kind]).parameters if name != "model"]
+    refuse_unknown(args, known, f"{kind} head", ConfigError)
+    return {name: checked_argument(name, *HEAD_ARGUMENTS[name], value, ConfigError)
+            if name in HEAD_ARGUMENTS else value for name, value in args.items()}
+
+
 def make_head(model: nn.Module, kind: str, **args) -> nn.Module:
     """Build a head of `kind` for `model` (not yet attached)."""
-    if kind not in HEADS:
-        raise ConfigError(f"head kind {kind!r} is not one of {', '.join(HEADS)}")
-    head = HEADS[kind](model, **args)
+    if not isinstance(kind, str) or kind not in HEADS:
+        raise ConfigError(f"head kind {kind!r:.40} is not one of {', '.join(HEADS)}", "kind")
+    head = HEADS[kind](model, **_checked_arguments(kind, args))
     init_weights(head)
     return head
 
 
 def attach(model: nn.Module, kind: str, name: str | None = None, **args) -> nn.Module:
     """Build a head and attach it to `model` under `name` (default: the kind); returns the head."""
+    if not hasattr(model, "add_head"):  # None or a name failed as "has no attribute 'add_head'"
+        raise ConfigError(f"model must be an lmforge model (lmforge.build, lmforge.load), got "
+                          f"{type(model).__name__}", "model")
+    if name is not None and not (isinstance(name, str) and name.strip() and "." not in name):
+        raise ConfigError(f"name must be a head's name (text without a dot), got {name!r:.40}", "name")
     return model.add_head(name or kind, make_head(model, kind, **args))

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from lmforge.config.options import OptionsError
 from lmforge.retrieval.passages import (Passage, load_passages, passages_from_documents, read_passages,
                                         split_words, write_passages)
 from lmforge.retrieval.questions import builtin_questions, check_positives, read_questions
@@ -127,3 +128,11 @@ def test_the_reader_refuses_an_unanswerable_question_before_any_work(tmp_path):
         run_reader("no-such-model", tmp_path / "out", TrainConfig(steps=1), questions=str(questions))
     assert not (tmp_path / "out" / "checkpoints").exists()
     check_answers([{"answers": ["a"]}], "q.jsonl")  # answered: nothing said
+
+
+@pytest.mark.parametrize("source", ["", "  ", 3, b"passages.jsonl", ["a.txt"]])
+def test_passages_that_name_no_file_are_an_options_error_naming_passages(source):
+    """"" read every file under the working folder as passages; a number, bytes or a list failed in pathlib."""
+    with pytest.raises(OptionsError, match="passages must be") as caught:
+        load_passages(source)
+    assert caught.value.field == "passages"

@@ -9,6 +9,7 @@ file written here ({"id", "title", "text"} per line).
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from lmforge.data.corpus import ReadOptions, expand_files, read_range
 from lmforge.data.synthetic import biography, city_note, review
 from lmforge.data.world import World
 from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.errors import OptionsError
 from lmforge.utils.jsontext import loads
 
 WORDS = 100  # words per passage (DPR's block size)
@@ -137,6 +139,9 @@ def is_passages_file(source) -> bool:
 def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list:
     """Passages from a source: None or "builtin" (the built-in corpus), a passages JSONL file
     (lines with "id", "title" and "text"), or text / JSONL corpus files and directories."""
+    if not (source is None or isinstance(source, (str, os.PathLike))) or not str(source).strip():
+        # "" read the working folder whole; a number or bytes failed inside pathlib
+        raise OptionsError(f"passages must be \"builtin\", a file or a folder, got {source!r:.40}", "passages")
     if source in (None, "builtin"):
         return passages_from_documents(builtin_documents(seed), words)
     if is_passages_file(source):

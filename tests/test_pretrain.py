@@ -200,3 +200,17 @@ def test_a_resume_with_other_objective_options_is_refused_naming_them(tmp_path, 
     assert main([*args[:-1], "objective_options={rate: 0.3}", "--resume"]) == 2
     assert "objective_options={'rate': 0.2} (the run's) vs {'rate': 0.3}" in capsys.readouterr().err
     assert main([*args, "--resume"]) == 0 and (out / "checkpoints" / "step-0000003").is_dir()
+
+
+def test_a_run_says_what_it_read_and_refuses_a_text_too_short_to_train_on(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("The cat sat on the mat. It was warm.\n\n" * 2 + "A dog ran far away.\n")
+    args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--steps", "2", "batch_size=2",
+            "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
+            "--data", str(tmp_path / "a.txt")]
+    assert main(args + ["--out", str(tmp_path / "short"), "--max-len", "8"]) == 0
+    said = capsys.readouterr().out
+    assert "read 3 documents (1 repeats), 5 sentences, " in said
+    assert " held-out examples of up to 8 tokens" in said
+    assert main(args + ["--out", str(tmp_path / "long")]) == 2  # 128 tokens: one example, held out
+    err = capsys.readouterr().err
+    assert "makes 1 example(s) of up to 128 tokens, held out for validation, and none to train on" in err

@@ -251,13 +251,25 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
     return tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
 
 
-def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: int) -> tuple:
-    """(training examples, held-out examples)."""
+def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: int, log=print) -> tuple:
+    """(training examples, held-out examples), said in a line: what the run read and made of it; a text
+    too short for one training example besides the held-out one is a ValueError saying so."""
     if shards:  # split by document; packed examples are built on access
-        return shard_examples(spec.examples, shards, tokenizer, max_len, seed, options=spec.options)
-    examples = build_examples(spec.examples, tokenize_documents(tokenizer, docs), tokenizer, max_len, seed,
-                              spec.options)
+        train, held = shard_examples(spec.examples, shards, tokenizer, max_len, seed, options=spec.options)
+        log(f"read {len(shards):,} documents, {shards.n_tokens():,} tokens (shards): {len(train):,} training "
+            f"and {len(held):,} held-out examples of up to {max_len} tokens")
+        return train, held
+    ids = tokenize_documents(tokenizer, docs)
+    examples = build_examples(spec.examples, ids, tokenizer, max_len, seed, spec.options)
     held_out = max(1, len(examples) // 20)
+    repeats = len(docs) - len({hash(tuple(d)) for d in docs})  # kept (a corpus may weight by them), said
+    read = (f"{len(docs):,} documents{f' ({repeats:,} repeats)' if repeats else ''}, "
+            f"{sum(map(len, docs)):,} sentences, {sum(len(s) for d in ids for s in d):,} tokens")
+    if len(examples) <= held_out:
+        raise ValueError(f"the text ({read}) makes {len(examples)} example(s) of up to {max_len} tokens, "
+                         f"held out for validation, and none to train on: give more text, or a smaller max_len")
+    log(f"read {read}: {len(examples) - held_out:,} training and {held_out:,} held-out examples of up to "
+        f"{max_len} tokens")
     return examples[held_out:], examples[:held_out]
 
 
@@ -316,7 +328,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         cfg = sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
-    examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, recipe.max_len), train.seed)
+    examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, recipe.max_len), train.seed, log)
     settings = {"objective_options": recipe.objective_options or {}}  # a resume that changes them is refused
     trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=recipe.duplication,
                       evaluator=inputs.evaluator, settings=settings)

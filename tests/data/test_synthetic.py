@@ -72,3 +72,21 @@ def test_write_corpus_reaches_the_requested_size(tmp_path):
     path = write_corpus(tmp_path / "c.txt", 20_000, seed=0)
     text = path.read_text(encoding="utf-8")
     assert 20_000 <= len(text.encode()) < 21_000 and "\n\n" in text
+
+
+def test_the_built_in_data_refuses_counts_and_seeds_it_cannot_draw_naming_them():
+    """documents and tasks check n and seed when called (a generator would wait for the first document):
+    True was read as 1 document, -1 as none, and 2.5 or None failed inside random; numpy's and whole
+    floats' values are read as Python's."""
+    import numpy as np
+    import pytest
+
+    from lmforge.config.options import OptionsError
+
+    for call, field in ((lambda: documents(True), "n"), (lambda: documents(-1), "n"),
+                        (lambda: documents(2.5), "n"), (lambda: documents(2, seed=None), "seed"),
+                        (lambda: tasks(n=True), "n"), (lambda: tasks(seed=2.5), "seed")):
+        with pytest.raises(OptionsError) as refused:
+            call()
+        assert refused.value.field == field
+    assert list(documents(np.int64(3), seed=np.int64(1))) == list(documents(3.0, seed=1))

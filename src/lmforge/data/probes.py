@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 
 from lmforge.data.synthetic import (BAD, BAD_MORE, GOOD, GOOD_MORE, NOUNS, PLACES, PREDICATES, article,
-                                    biography, review)
+                                    biography, built_in_counts, review)
 from lmforge.data.world import KINDS as PRODUCT_KINDS
 from lmforge.data.world import OCCUPATIONS, World, coin_name
 
@@ -211,5 +211,6 @@ TASKS = {"sentiment": sentiment_task, "entailment": entailment_task, "tagging": 
 
 def tasks(n: int = 1000, seed: int = 0, world: World | None = None) -> dict:
     """Every labelled task with `n` records, split 80/10/10, deterministic from `seed`."""
+    n, seed = built_in_counts(n, seed, most=10 ** 7)  # every record held at once
     w = world or World(seed)
     return {name: make(w, n, random.Random(seed + 11 + k)) for k, (name, make) in enumerate(TASKS.items())}

@@ -14,8 +14,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from lmforge.config.options import checked_argument
 from lmforge.data.world import World
 from lmforge.utils.atomic import atomic_write
+
+MAX_SEED = 2 ** 63 - 1  # TrainConfig's bound on a seed
 
 GOOD = ["excellent", "wonderful", "great", "reliable", "superb"]
 BAD = ["terrible", "awful", "useless", "disappointing", "flimsy"]
@@ -90,9 +93,21 @@ def document(w: World, rng: random.Random) -> list:
     return [s for _ in range(rng.randint(2, 4)) for s in (numbers(rng) if kind == "numbers" else agreement(rng))]
 
 
+def built_in_counts(n, seed, most: int | None = None) -> tuple:
+    """(n, seed) as the built-in data reads them: a whole count from 0 (to `most`, where the records are
+    all held at once) and a seed of TrainConfig's range; an OptionsError naming either (True was read as
+    1, a float failed inside random)."""
+    return (checked_argument("n", "int", {"low": 0, "high": most}, n),
+            checked_argument("seed", "int", {"low": 0, "high": MAX_SEED}, seed))
+
+
 def documents(n: int, seed: int = 0, world: World | None = None):
     """`n` documents, each a list of sentences, deterministic from `seed`."""
-    w = world or World(seed)
+    n, seed = built_in_counts(n, seed)  # checked at the call, not at the first document drawn (streamed)
+    return _documents(n, seed, world or World(seed))
+
+
+def _documents(n: int, seed: int, w: World):
     rng = random.Random(seed + 1)
     for _ in range(n):
         yield document(w, rng)

@@ -256,7 +256,7 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
     too short for one training example besides the held-out one is a ValueError saying so."""
     if shards:  # split by document; packed examples are built on access
         train, held = shard_examples(spec.examples, shards, tokenizer, max_len, seed, options=spec.options)
-        log(f"read {len(shards):,} documents, {shards.n_tokens():,} tokens (shards): {len(train):,} training "
+        log(f"read {len(shards):,} documents, {shards.n_tokens:,} tokens (shards): {len(train):,} training "
             f"and {len(held):,} held-out examples of up to {max_len} tokens")
         return train, held
     ids = tokenize_documents(tokenizer, docs)

@@ -105,3 +105,14 @@ def test_evaluate_api_refuses_mixed_gold_and_a_fresh_head(model_dir, finetuned):
         evaluate(finetuned, mixed)
     with pytest.raises(ValueError, match="never fine-tuned for cls"):
         evaluate(model_dir, mixed[:1], "cls")
+
+
+def test_evaluate_reads_records_once_from_any_iterable_and_refuses_none(finetuned):
+    """A generator of records is scored as the list is (the gold check had used it up: 'no examples to
+    score'); None is refused naming the records, not a TypeError."""
+    from lmforge.tasks.finetune import evaluate
+
+    records = [{"text": "It is superb.", "label": "pos"}, {"text": "It broke.", "label": "neg"}]
+    assert evaluate(finetuned, (r for r in records)) == evaluate(finetuned, records)
+    with pytest.raises(ValueError, match="data: a list of records .* got NoneType"):
+        evaluate(finetuned, None)

@@ -35,6 +35,17 @@ class Records(list):
         self.source = str(source)
 
 
+def record_list(records, source: str) -> list:
+    """Records given in Python as a list, read once: any iterable of them (a list, a generator, a Hugging
+    Face datasets.Dataset, whose rows are dicts); a ValueError naming `source` for text, a dict or None."""
+    if isinstance(records, list):
+        return records
+    if isinstance(records, (str, bytes, dict)) or not isinstance(records, Iterable):
+        raise ValueError(f"{source}: a list of records (dicts of fields) is needed, got "
+                         f"{type(records).__name__}")
+    return list(records)
+
+
 def given_records(records, kind: str, source: str, labelled: bool = True) -> list:
     """Records passed in Python (dicts of the canonical fields, tasks/base.py) checked and made canonical
     as a task file's are, so that Python accepts and refuses what the command line does; errors name
@@ -42,12 +53,8 @@ def given_records(records, kind: str, source: str, labelled: bool = True) -> lis
     are returned as they are, and so are a kind's whose task checks its own (rerank)."""
     if isinstance(records, Records) or kind not in FIELDS and kind not in SPAN_FIELDS:
         return records
-    # any iterable of records: a list, a generator, a Hugging Face datasets.Dataset (its rows are dicts)
-    if isinstance(records, (str, bytes, dict)) or not isinstance(records, Iterable):
-        raise ValueError(f"{source}: a list of records (dicts of fields) is needed, got "
-                         f"{type(records).__name__}")
     rows = []
-    for n, row in enumerate(records, 1):
+    for n, row in enumerate(record_list(records, source), 1):
         if not labelled:  # records to predict on take /predict's shorthands
             row = predict_form(kind, row, f"{source}:{n}")
         if not isinstance(row, dict) or not row:

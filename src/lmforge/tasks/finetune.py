@@ -29,7 +29,7 @@ from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import MODULES, Task, option_owners, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
-from lmforge.tasks.fields import given_records
+from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 from lmforge.tasks.reference import check_kind, default_labels, is_label, reference_task
 from lmforge.tasks.rerank import rerank_option
@@ -311,9 +311,8 @@ def checkpoint_labels(model, kind: str, train: list) -> list | None:
 def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,
              task_cfg: TaskConfig | None = None, labels: list | None = None, resume: bool = False,
              log=print) -> dict:
-    """Fine-tune `model` (object, directory or preset: its init drawn from train_cfg.seed) on `train`
-    records of task `kind`, validating on `valid`; writes under `out` (see the module docstring);
-    returns the summary."""
+    """Fine-tune `model` (object, directory or preset: its init drawn from train_cfg.seed) on `train` records
+    of task `kind`, validating on `valid`; writes under `out` (the module docstring); returns the summary."""
     task_cfg, out = task_cfg or TaskConfig(), training_folder(out)  # a link there: refused before any work
     if not valid:
         check_validated(train_cfg, task_cfg)
@@ -389,6 +388,7 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and
     max_len) on labelled `records`; predictions written to `out` (JSONL) when given. Records
     without labels get predictions only ({} metrics)."""
+    records = record_list(records, "data")  # a generator is read once, here
     labelled = gold_given(records, "data")
     task = fine_tuned_task(model, records, kind, tokenizer, labels, max_len, batch_size, device)
     records = given_records(records, task.kind, "data", labelled=False)  # as fine_tuned_task read them

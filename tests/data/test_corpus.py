@@ -93,6 +93,17 @@ def test_crlf_and_lone_cr_end_lines_and_blank_lines_end_documents_as_lf_does(tmp
     assert _read(tmp_path / "r.jsonl") == [["A."], ["B."]]
 
 
+def test_a_jsonl_record_longer_than_max_document_chars_is_cut_in_parts_as_a_text_line_is(tmp_path):
+    text = "Word is here. " * 250_000  # 3.5 MB in one record: one document of 3.5 MB before
+    (tmp_path / "a.txt").write_text(text + "\n")
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": text}) + "\n" + json.dumps({"text": "B."}) + "\n")
+    with pytest.warns(CorpusWarning, match="cut 2 over-long document"):
+        docs = _read(tmp_path / "a.jsonl", max_document_chars=1 << 20)
+    assert len(docs) == 2 + 1 and max(sum(map(len, d)) for d in docs) < 3 << 20 and docs[-1] == ["B."]
+    with pytest.warns(CorpusWarning, match="cut 2 over-long document"):
+        assert _read(tmp_path / "a.txt", max_document_chars=1 << 20) == docs[:-1]
+
+
 def test_a_10mb_single_line_is_read_in_pieces_with_flat_memory(tmp_path):
     f = tmp_path / "long.txt"
     sentence = "The quick brown fox jumps over the lazy dog \u00e9 " * 10 + "end. "  # a 2-byte character

@@ -130,10 +130,9 @@ def _utf8_cut(piece: bytes) -> int:
 
 
 def _line_cut(data: bytes) -> int:
-    """Just after the last line end (LF, CRLF or a lone CR) of `data` (0: none), never between the CR and
-    LF of a CRLF that a read may have split (the LF would make an empty line: a false document end)."""
+    """Just after the last line end (LF, CRLF or a lone CR) of `data` (0: none), but inside no CRLF."""
     cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-    if cut == len(data) and data.endswith(b"\r"):  # maybe half a CRLF: the CR waits for the next read
+    if cut == len(data) and data.endswith(b"\r"):  # half a CRLF, maybe: its LF would make a false blank line
         cut = max(data.rfind(b"\n", 0, -1), data.rfind(b"\r", 0, -1)) + 1 or len(data) - 1
     return cut
 
@@ -236,19 +235,20 @@ def _jsonl_events(handle, start, end, opts: ReadOptions, stats: FileStats):
             continue
         at = offset - size
         for line in piece.splitlines(keepends=True):  # a raw CR is a line end: JSON escapes one in a string
-            if parts:
-                line, parts, size = b"".join(parts) + line, [], 0
-            yield from _record(line.rstrip(b"\r\n"), at, opts, stats)
-            at += len(line)
+            n, line = len(line) + size, line.rstrip(b"\r\n")
+            if parts:  # joined once: a long record is held in as few copies as it can be
+                line, parts, size = b"".join([*parts, line]), [], 0
+            yield from _record(line, at, opts, stats)
+            at += n
 
 
 def _record(line: bytes, offset: int, opts: ReadOptions, stats: FileStats):
     """The events of one JSONL line: its text field's lines, then None."""
-    text = _decode(line, offset, stats, opts.errors) if line.strip() else None
+    text = _decode(line, offset, stats, opts.errors) if line and not line.isspace() else None
     if text is None:
         return
     try:
-        record = loads(text, strict=False)  # control characters were cleaned by _decode
+        record, text = loads(text, strict=False), None  # control characters were cleaned by _decode
     except ValueError:
         stats.bad_json += 1
         return
@@ -259,8 +259,10 @@ def _record(line: bytes, offset: int, opts: ReadOptions, stats: FileStats):
     if _CONTROL_RE.search(value):  # "\u0000" escapes decode to control characters too
         value, changed = clean(value)
         stats.control += changed
-    for line_text in value.split("\n"):
-        yield line_text, True
+    for line_text in value.split("\n"):  # a long line in pieces, cut by max_document_chars as in text files
+        cuts = range(0, len(line_text), CHUNK)
+        yield from ((line_text[at:at + CHUNK], at == cuts[-1]) for at in cuts)
+        yield from () if cuts else (("", True),)
     yield None
 
 

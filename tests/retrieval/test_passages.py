@@ -136,3 +136,11 @@ def test_passages_that_name_no_file_are_an_options_error_naming_passages(source)
     with pytest.raises(OptionsError, match="passages must be") as caught:
         load_passages(source)
     assert caught.value.field == "passages"
+
+
+@pytest.mark.parametrize("words", [True, 0, 10 ** 12, 2.5])
+def test_a_passage_window_is_a_whole_count_within_index_options_bounds(words):
+    """load_passages reads `words` as IndexOptions.words is bounded: True was a window of 1 word."""
+    with pytest.raises(OptionsError) as caught:
+        load_passages(None, words=words)
+    assert caught.value.field == "words"

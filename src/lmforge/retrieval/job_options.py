@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmforge.config.options import OptionsError, check_options, option, with_changes
+from lmforge.retrieval.passages import MAX_WORDS, WORDS
 
 METHODS = ("dense", "bm25")
 BACKENDS = ("torch", "faiss")
@@ -22,7 +23,7 @@ MAX_QUERY_CHARS = 65_536  # characters of one query: tokenized whole before a de
 class IndexOptions:
     """An index directory's passages (the corpus cut into windows of words) and how they are embedded."""
 
-    words: int = option(100, "words per passage", low=1, high=100_000)
+    words: int = option(WORDS, "words per passage", low=1, high=MAX_WORDS)
     batch_size: int = option(64, "passages embedded at once", low=1, high=65536)
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lmforge.config.options import checked_argument
 from lmforge.data.corpus import ReadOptions, expand_files, read_range
 from lmforge.data.synthetic import biography, city_note, review
 from lmforge.data.world import World
@@ -21,7 +22,7 @@ from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.errors import OptionsError
 from lmforge.utils.jsontext import loads
 
-WORDS = 100  # words per passage (DPR's block size)
+WORDS, MAX_WORDS = 100, 100_000  # words per passage (DPR's block size), and its bound (IndexOptions.words)
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list
     if not (source is None or isinstance(source, (str, os.PathLike))) or not str(source).strip():
         # "" read the working folder whole; a number or bytes failed inside pathlib
         raise OptionsError(f"passages must be \"builtin\", a file or a folder, got {source!r:.40}", "passages")
+    words = checked_argument("words", "int", {"low": 1, "high": MAX_WORDS}, words)  # True was a window of 1
     if source in (None, "builtin"):
         return passages_from_documents(builtin_documents(seed), words)
     if is_passages_file(source):

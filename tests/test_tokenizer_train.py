@@ -233,8 +233,11 @@ def test_bad_input(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("café\n".encode("latin-1"))
     with pytest.raises(TokenizerError, match="not UTF-8"):
         train_tokenizer([tmp_path / "latin1.txt"], "bpe", 300)
-    with pytest.raises(TypeError, match="corpus texts must be str, got int"):
+    with pytest.raises(TokenizerError, match="source: corpus texts must be str, got int"):
         train_tokenizer(["fine", 3], "unigram", 300)
+    for source in (None, 3, b"bytes iterate as numbers", {"a dict": "iterates as its keys"}):
+        with pytest.raises(TokenizerError, match="source: a file, a list of files or an iterable of texts"):
+            train_tokenizer(source, "unigram", 300)
 
 
 def test_a_file_name_is_never_trained_on_as_a_text_and_a_folder_is_its_files(tmp_path, monkeypatch):

@@ -204,11 +204,12 @@ def corpus_files(source) -> list | None:
         raise TokenizerError(f"empty corpus: {', '.join(map(str, source))} hold no text")
     return files
 
+
 def _texts(source: Iterable, seen: list):
     """The texts of `source`, counting the non-blank ones in seen[0]."""
     for text in source:
         if not isinstance(text, str):
-            raise TypeError(f"corpus texts must be str, got {type(text).__name__}")
+            raise TokenizerError(f"source: corpus texts must be str, got {type(text).__name__}")
         seen[0] += bool(text.strip())
         yield text
 
@@ -281,6 +282,10 @@ class _Corpus:
     the trainer in pieces (lines.py)."""
 
     def __init__(self, source):
+        # bytes iterate as numbers and a dict as its keys: neither is a list of texts
+        if isinstance(source, (bytes, dict)) or not isinstance(source, (str, os.PathLike, Iterable)):
+            raise TokenizerError(f"source: a file, a list of files or an iterable of texts, got "
+                                 f"{type(source).__name__}")
         files = corpus_files(source)
         through_reader = files is not None and any(map(_through_reader, files))
         self.files = files if files is not None and not through_reader else None

@@ -163,8 +163,22 @@ def test_a_utf16_file_is_refused_naming_it(tmp_path):
 
     wide = tmp_path / "wide.txt"
     wide.write_bytes("the cat sat on the mat.\n".encode("utf-16"))  # with its byte-order mark
-    with pytest.raises(ValueError, match=r"wide\.txt: UTF-16 \(little-endian\) text; lmforge reads UTF-8"):
+    with pytest.raises(ValueError, match=r"wide\.txt: UTF-16LE text; lmforge reads UTF-8"):
         read_documents([wide])
+
+
+@pytest.mark.parametrize("encoding,said", [("utf-32", "UTF-32LE text"), ("utf-32-be", "NUL bytes"),
+                                           ("utf-16-le", "NUL bytes"), ("utf-16-be", "NUL bytes")])
+def test_utf32_and_wide_text_without_a_byte_order_mark_are_refused_not_read_as_nul_stripped_bytes(
+        tmp_path, encoding, said):
+    """UTF-32 was named UTF-16 (its mark starts so); BOM-less UTF-16 read as text with NULs stripped."""
+    wide = tmp_path / "w.txt"
+    wide.write_bytes("Caf\u00e9 is good. Two.\n\nNext.\n".encode(encoding))
+    with pytest.raises(ValueError, match=f"w\\.txt: .*{said}.*lmforge reads UTF-8"):
+        _read(wide)
+    wide.write_bytes(b"One NUL\x00 in text.\n" * 100)  # a few NULs: text, the NULs stripped (said)
+    with pytest.warns(CorpusWarning, match="100 control character"):
+        assert _read(wide) == [["One NUL in text."] * 100]
 
 
 def test_a_folder_walk_leaves_out_shard_folders_only(tmp_path):

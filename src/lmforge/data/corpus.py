@@ -37,6 +37,7 @@ import re
 import warnings
 import zlib
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 from lmforge.data.read_options import DOCUMENTS, ERRORS, FORMATS, ReadOptions  # noqa: F401 (read here)
@@ -106,19 +107,24 @@ class FileStats:
         return out
 
 
-# UTF-16 and UTF-32 byte-order marks: such a file reads as NULs between letters, not as text
-WIDE_MARKS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)"}
+# UTF-32 and UTF-16 byte-order marks (UTF-32's first: UTF-16 LE's is its start), as iconv names them
+WIDE_MARKS = {b"\xff\xfe\x00\x00": "UTF-32LE", b"\x00\x00\xfe\xff": "UTF-32BE", b"\xff\xfe": "UTF-16LE",
+              b"\xfe\xff": "UTF-16BE"}
+PROBE = 4096  # bytes of a file looked at to tell it is no UTF-8 text: NULs in a quarter of them
 
 
 def open_binary(path: Path):
-    """The file's bytes: gunzipped when it starts with the gzip magic number; a UTF-16 / UTF-32 file
-    (told by its byte-order mark) is a ValueError naming it, not text to skip byte by byte."""
+    """The file's bytes, gunzipped when it starts with gzip's magic number; a UTF-16 / UTF-32 file (its
+    byte-order mark, or NULs in a quarter of its first bytes) is a ValueError naming it, not text."""
     with open(path, "rb") as probe:
-        magic = probe.read(2)
-    if magic in WIDE_MARKS:
-        raise ValueError(f"{path}: {WIDE_MARKS[magic]} text; lmforge reads UTF-8 "
-                         f"(iconv -f UTF-16 -t UTF-8 {path} > out.txt)")
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+        head = probe.read(PROBE)
+    wide = next((name for mark, name in WIDE_MARKS.items() if head.startswith(mark)), None)
+    if wide or (head[:2] != b"\x1f\x8b" and head.count(0) > len(head) // 4):
+        what = (f"{wide} text" if wide else f"{head.count(0)} NUL bytes in its first {len(head)}: UTF-16 or "
+                "UTF-32 text without a byte-order mark, or no text")
+        raise ValueError(f"{path}: {what}; lmforge reads UTF-8 (iconv -f {wide or 'UTF-16LE'} -t UTF-8 "
+                         f"{path} > out.txt)")
+    return gzip.open(path, "rb") if head[:2] == b"\x1f\x8b" else open(path, "rb")
 
 
 def _utf8_cut(piece: bytes) -> int:
@@ -270,7 +276,7 @@ def _assemble(events, opts: ReadOptions, stats: FileStats, block: bool):
     """Documents (lists of sentences) from text events; None or a blank line (block) ends one."""
     stream = SentenceStream(opts.max_sentence_chars)
     doc, size, blank = [], 0, True
-    for event in _with_end(events):
+    for event in chain(events, (None,)):  # None: the end of the last document
         if event is not None:
             text, ends = event
             blank = blank and not text.strip()
@@ -295,12 +301,6 @@ def _assemble(events, opts: ReadOptions, stats: FileStats, block: bool):
             yield doc
             doc, size = [], 0
     stats.cut_sentences += stream.cut
-
-
-def _with_end(events):
-    """The events, then None (the end of the last document)."""
-    yield from events
-    yield None
 
 
 def read_range(path, opts: ReadOptions, start: int = 0, end: int | None = None, warn: bool = True):

@@ -97,10 +97,10 @@ def test_a_jsonl_record_longer_than_max_document_chars_is_cut_in_parts_as_a_text
     text = "Word is here. " * 250_000  # 3.5 MB in one record: one document of 3.5 MB before
     (tmp_path / "a.txt").write_text(text + "\n")
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": text}) + "\n" + json.dumps({"text": "B."}) + "\n")
-    with pytest.warns(CorpusWarning, match="cut 2 over-long document"):
+    with pytest.warns(CorpusWarning, match="cut 1 over-long document"):  # in 2 parts
         docs = _read(tmp_path / "a.jsonl", max_document_chars=1 << 20)
     assert len(docs) == 2 + 1 and max(sum(map(len, d)) for d in docs) < 3 << 20 and docs[-1] == ["B."]
-    with pytest.warns(CorpusWarning, match="cut 2 over-long document"):
+    with pytest.warns(CorpusWarning, match="cut 1 over-long document"):
         assert _read(tmp_path / "a.txt", max_document_chars=1 << 20) == docs[:-1]
 
 
@@ -111,7 +111,7 @@ def test_a_10mb_single_line_is_read_in_pieces_with_flat_memory(tmp_path):
         handle.write(sentence * (10_000_000 // len(sentence)) + "X" * 300_000 + "\nLast line.\n")
     tracemalloc.start()
     n_sentences, longest, docs = 0, 0, 0
-    with pytest.warns(CorpusWarning, match="over-long document\\(s\\) and 2 over-long sentence"):
+    with pytest.warns(CorpusWarning, match="cut 1 over-long document\\(s\\) and 2 over-long sentence"):
         for doc in CorpusReader([f], max_document_chars=1 << 18):
             docs += 1
             n_sentences += len(doc)

@@ -275,7 +275,7 @@ def _record(line: bytes, offset: int, opts: ReadOptions, stats: FileStats):
 def _assemble(events, opts: ReadOptions, stats: FileStats, block: bool):
     """Documents (lists of sentences) from text events; None or a blank line (block) ends one."""
     stream = SentenceStream(opts.max_sentence_chars)
-    doc, size, blank = [], 0, True
+    doc, size, blank, parts = [], 0, True, 0  # parts: of the document, yielded so far (cut in parts)
     for event in chain(events, (None,)):  # None: the end of the last document
         if event is not None:
             text, ends = event
@@ -290,16 +290,17 @@ def _assemble(events, opts: ReadOptions, stats: FileStats, block: bool):
         if event is None or (ends and blank and block):
             doc += stream.end()
             if doc:
+                stats.cut_documents += parts == 1  # a second part: the document was cut (counted once)
                 stats.documents += 1
                 yield doc
-            doc, size, blank = [], 0, True
+            doc, size, blank, parts = [], 0, True, 0
             continue
         blank = blank or ends
         if size > opts.max_document_chars:  # cut at a sentence end; the rest is the next part
-            stats.cut_documents += 1
+            stats.cut_documents += parts == 1
             stats.documents += 1
             yield doc
-            doc, size = [], 0
+            doc, size, parts = [], 0, parts + 1
     stats.cut_sentences += stream.cut
 
 
@@ -349,9 +350,8 @@ def _walk(folder: Path) -> list:
 
 
 def _left_out(folder: Path, entries: list) -> list:
-    """The regular files of a folder's `entries`, with one warning counting what is left out: hidden
-    entries (.git, and the fresh folders a killed write left: utils/atomic), linked folders (not followed:
-    a link may loop) and what is no regular file (a pipe, a socket, a device, a broken link)."""
+    """The regular files of a folder's `entries`; one warning counts the rest: hidden (.git, a killed write's
+    fresh folders: utils/atomic), linked folders (a link may loop), pipes, sockets, devices, broken links."""
     dots = [[part.startswith(".") for part in p.relative_to(folder).parts] for p in entries]
     shown = [p for p, d in zip(entries, dots) if not any(d)]
     counts = {"hidden": sum(d[-1] and not any(d[:-1]) for d in dots),  # counted once, at its top

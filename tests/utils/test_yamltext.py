@@ -23,3 +23,20 @@ def test_a_config_file_s_exponent_numbers_reach_the_model_fields(tmp_path):
     (tmp_path / "c.yaml").write_text("d_model: 3.2e1\nn_heads: 4\n")
     overrides = read_config_file(str(tmp_path / "c.yaml"))
     assert resolve_config("bert-base", overrides).d_model == 32  # as d_model=3.2e1 on the command line
+
+
+def test_a_key_given_twice_is_refused_in_yaml_and_json_but_a_merge_key_overrides():
+    for text in ('{"steps": 1, "steps": 2}', "lr: 1\nsteps: 3\nlr: 2\n"):
+        with pytest.raises(yaml.YAMLError, match="given twice"):
+            load_yaml(text)
+    assert load_yaml("base: &b {lr: 1, steps: 2}\nrun:\n  <<: *b\n  lr: 3\n")["run"] == {"lr": 3, "steps": 2}
+
+
+def test_aliases_standing_for_too_many_values_or_for_themselves_are_refused():
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"] + \
+        [f"{n}: &{n} [{', '.join(['*' + p] * 10)}]" for p, n in zip("abcdefgh", "bcdefghi")]
+    with pytest.raises(yaml.YAMLError, match="more than"):
+        load_yaml("\n".join(levels))  # 10**9 values, from 9 lines
+    with pytest.raises(yaml.YAMLError, match="holds itself"):
+        load_yaml("a: &a [1, *a]")
+    assert load_yaml("a: &a [1, 2]\nb: *a\n") == {"a": [1, 2], "b": [1, 2]}  # a bounded alias is fine

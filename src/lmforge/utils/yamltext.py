@@ -2,16 +2,37 @@
 reads it, but with 1e-3 and 6.0e13 as the numbers they are written as (YAML 1.1 wants a dot and a signed
 exponent, so plain PyYAML reads them as text, and "lr: 1e-3" would be refused as no number), and nesting
 too deep for the parser as a YAMLError (one line naming the file, as every reader says it), not a
-RecursionError."""
+RecursionError. Refused as a YAMLError too: a key given twice in one mapping (PyYAML and json keep the last,
+silently), a value that holds itself, and aliases standing for more than MAX_VALUES values ("billion
+laughs": 9 aliases of 9 aliases ... are 10**9 values to any reader that walks them)."""
 from __future__ import annotations
 
 import re
 
 import yaml
 
+MAX_VALUES = 10 ** 6  # values a text may stand for once its aliases are expanded
+
 
 class _Loader(yaml.SafeLoader):
-    """The safe loader with YAML 1.2's spellings of a float in exponent form."""
+    """The safe loader with YAML 1.2's spellings of a float in exponent form; a key given twice refused."""
+
+    def construct_mapping(self, node, deep=False):
+        """The mapping `node` holds; a YAMLError naming a key its own entries give twice (a merge key's
+        entries are not its own: `<<: *base` then `lr: 1` overrides base's lr, as YAML means)."""
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, type(None))):
+                    continue  # a list or mapping as a key: SafeConstructor refuses it itself
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
@@ -21,6 +42,24 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
 def load_yaml(text: str):
     """The value YAML `text` holds (safe: plain data only), exponent-form numbers read as floats."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        value = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        if _count(value, {}) > MAX_VALUES:
+            raise yaml.YAMLError(f"its aliases stand for more than {MAX_VALUES} values")
+        return value
     except RecursionError:
         raise yaml.YAMLError("nested too deeply") from None
+
+
+def _count(value, counted: dict) -> int:
+    """How many values `value` stands for with its aliases expanded, each shared one counted once (memo
+    `counted`, by id), so 10**9 is found in a few steps; a YAMLError where a value holds itself."""
+    if not isinstance(value, (dict, list)):
+        return 1
+    if id(value) in counted:
+        if counted[id(value)] is None:
+            raise yaml.YAMLError("a value holds itself (an alias inside its own anchor)")
+        return counted[id(value)]
+    counted[id(value)] = None
+    parts = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+    counted[id(value)] = 1 + sum(_count(part, counted) for part in parts)
+    return counted[id(value)]

@@ -325,7 +325,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
 @pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
 def test_a_plain_file_is_cleaned_as_corpus_shard_cleans_it(tmp_path, kind):
     """The Rust reader took a BOM, CRs and NULs into the vocabulary (unigram's "\\r" piece), ids that
-    `corpus shard` never writes: it strips them (tabs and CRs made spaces)."""
+    `corpus shard` never writes: it strips them (tabs made spaces; a CRLF or a lone CR ends a line)."""
     from lmforge.data.corpus import CorpusWarning
 
     clean, dirty = tmp_path / "clean.txt", tmp_path / "dirty.txt"
@@ -336,3 +336,7 @@ def test_a_plain_file_is_cleaned_as_corpus_shard_cleans_it(tmp_path, kind):
     vocab = made.backend.get_vocab()
     assert not [t for t in vocab if any(c in t for c in "\ufeff\r\x00")]
     assert vocab == train_tokenizer([clean], kind, 300).backend.get_vocab()
+    old_mac = tmp_path / "old_mac.txt"  # lone CRs: lines as the corpus reader ends them, not spaces
+    old_mac.write_bytes(b"\xef\xbb\xbf" + "\r".join(CORPUS).encode() + b"\r")
+    with pytest.warns(CorpusWarning):
+        assert train_tokenizer([old_mac], kind, 300).backend.get_vocab() == vocab

@@ -259,18 +259,19 @@ def _unclean(file: Path) -> bool:
 
 def _file_lines(files: list, seen: list):
     """The lines of plain-text files, long ones in pieces (lines.py), cleaned as the corpus reader cleans
-    them (corpus.clean), with its warning: for files with a long line or such a character. A CRLF line
-    ending becomes a LF, not the space clean() makes of a lone CR."""
+    them (corpus.clean), with its warning: for files with a long line or such a character. A CRLF or a
+    lone CR (an old Mac file's) ends a line, as the corpus reader ends it."""
     from lmforge.data.corpus import CorpusWarning, clean
 
     for file in files:
         stripped = 0
-        for line in file_pieces(file):
-            # a CRLF line ends as a LF one (a space before it would be unigram's "▁" piece)
-            line, n = clean(line[:-2] + "\n" if line.endswith("\r\n") else line)
-            stripped += n
-            seen[0] += bool(line.strip())
-            yield line
+        for piece in file_pieces(file):
+            # a line end, not a space (one before the end would be unigram's "▁" piece): a line each
+            for line in re.findall(r"[^\n]*\n|[^\n]+$", piece.replace("\r\n", "\n").replace("\r", "\n")):
+                line, n = clean(line)
+                stripped += n
+                seen[0] += bool(line.strip())
+                yield line
         if stripped:
             warnings.warn(f"{file}: {stripped} control character(s) stripped", CorpusWarning, stacklevel=2)
 

@@ -272,3 +272,21 @@ def test_every_integer_flag_reads_a_whole_number_as_python_does():
     args = build_parser().parse_args(["heads", "--model", "m", "--data", "d", "--out", "o",
                                       "--batch-size", "8.0"])
     assert args.batch_size == 8 and isinstance(args.batch_size, int)
+
+
+def test_a_config_file_is_read_bounded_and_its_faults_are_one_line_naming_it(tmp_path):
+    from lmforge.cli.common import MAX_CONFIG_BYTES, read_config_file
+
+    cases = {"big.yaml": ("#" * (MAX_CONFIG_BYTES + 1), "larger than"),
+             "dup.json": ('{"steps": 1,\n "steps": 2}', "key 'steps' given twice"),
+             "list.yaml": ("- 1\n- 2\n", "must hold a mapping"), "empty.yaml": ("", "must hold a mapping"),
+             "tag.yaml": ("x: !!python/object:os.system {}\n", "could not determine a constructor")}
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UsageError, match=message) as err:
+            read_config_file(str(tmp_path / name))
+        assert name in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(UsageError, match="larger than"):
+        read_config_file("/dev/zero")  # read no further than the bound: never all of an endless file
+    with pytest.raises(UsageError, match="Is a directory"):
+        read_config_file(str(tmp_path))

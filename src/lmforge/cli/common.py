@@ -22,6 +22,7 @@ class UsageError(ValueError):
 
 SEED = (0, 2 ** 63 - 1)  # TrainConfig's bound on seed
 STEPS = (1, MAX_STEPS)  # TrainConfig's bound on steps, said as the flag's
+MAX_CONFIG_BYTES = 1 << 20  # a --config file of key: value options; /dev/zero or a 100 MB file: refused
 
 
 def integer(text: str) -> int:
@@ -211,13 +212,18 @@ def _scalar(text: str):
 
 
 def read_config_file(path: str | None) -> dict:
-    """Overrides from a YAML or JSON file (--config)."""
+    """Overrides from a YAML or JSON file (--config) of at most MAX_CONFIG_BYTES, read no further."""
     if path is None:
         return {}
     try:
-        data = load_yaml(Path(path).read_text(encoding="utf-8"))
+        with open(path, "rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise UsageError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
+        data = load_yaml(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise UsageError(f"cannot read config file {path}: {err}") from None
+        said = " ".join(str(err).split())  # a YAMLError's marks span lines: one line, as every error is
+        raise UsageError(f"cannot read config file {path}: {said}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping of field: value")
     return data

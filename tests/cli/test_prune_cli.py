@@ -267,3 +267,24 @@ def test_a_missing_model_is_named_by_its_flag_before_any_output_folder_is_made(t
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--model {tmp_path / 'nope'}: no such directory" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_flag_wins_over_key_value_and_the_config_file(tuned, tmp_path, monkeypatch):
+    import lmforge.compress.sparse_finetune as sparse
+
+    class Captured(Exception):
+        """The stand-in training run's options."""
+
+    def run(*args, train_cfg, **kwargs):
+        raise Captured(train_cfg)
+
+    monkeypatch.setattr(sparse, "run_sparse_prune", run)
+    model, dev = tuned
+    (tmp_path / "c.yaml").write_text("steps: 20\nseed: 7\nwarmup: 5\n")
+    extra = ["--train", str(dev), "--valid", str(dev), "--config", str(tmp_path / "c.yaml")]
+    with pytest.raises(Captured) as got:
+        _prune(model, dev, tmp_path / "a", "magnitude", "0.5", *extra, "--steps", "10", "--seed", "3", "warmup=1")
+    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [10, 3, 1, 1]
+    with pytest.raises(Captured) as got:  # the file's steps set how often to validate, as --steps would
+        _prune(model, dev, tmp_path / "b", "magnitude", "0.5", *extra)
+    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [20, 7, 5, 2]

@@ -206,3 +206,23 @@ def test_a_query_refused_by_query_index_names_the_flag_not_the_field(tmp_path, c
         assert main(["retrieve", "--index", str(out), *flags]) == 2
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1, err
+
+
+def test_retrieve_train_flags_win_over_key_value_and_the_config_file(tiny, tmp_path, monkeypatch):
+    import lmforge.retrieval.jobs as jobs
+
+    class Captured(Exception):
+        """The stand-in training run's options."""
+
+    def run(model, out, cfg, *args, **kwargs):
+        raise Captured(cfg)
+
+    monkeypatch.setattr(jobs, "run_train", run)
+    (tmp_path / "c.yaml").write_text("steps: 2\nseed: 7\nwarmup: 5\n")
+    base = ["retrieve", "train", "--model", str(tiny), "--config", str(tmp_path / "c.yaml"), "--out"]
+    with pytest.raises(Captured) as got:
+        main([*base, str(tmp_path / "a"), "--steps", "1", "--seed", "3", "warmup=1"])
+    assert (got.value.args[0].steps, got.value.args[0].seed, got.value.args[0].warmup) == (1, 3, 1)
+    with pytest.raises(Captured) as got:  # no flag given: the file's, not the flag's default (seed 0)
+        main([*base, str(tmp_path / "b")])
+    assert (got.value.args[0].steps, got.value.args[0].seed, got.value.args[0].warmup) == (2, 7, 5)

@@ -191,3 +191,22 @@ def test_a_flag_the_records_source_does_not_read_is_refused(model_dir, tmp_path,
     captured = capsys.readouterr()
     assert captured.out == "" and message in captured.err and len(captured.err.splitlines()) == 1
     assert not (tmp_path / "o").exists() and not (tmp_path / "p.jsonl").exists()
+
+
+def test_finetune_flags_win_over_key_value_and_the_config_file_whose_seed_splits_the_task(model_dir, tmp_path,
+                                                                                         monkeypatch):
+    import lmforge.tasks.finetune as finetune
+    import lmforge.tasks.formats as formats
+
+    runs, drawn = [], []
+    monkeypatch.setattr(finetune, "finetune", lambda net, tok, kind, train, valid, out, cfg, task, resume:
+                        runs.append(cfg) or {})
+    split = formats.builtin
+    monkeypatch.setattr(formats, "builtin", lambda name, size, seed: drawn.append(seed) or split(name, size, seed))
+    config = write(tmp_path / "c.yaml", "steps: 2\nseed: 7\nwarmup: 5\n")
+    base = ["finetune", "--model", str(model_dir), "--builtin", "sentiment", "--builtin-size", "60",
+            "--config", config, "--out"]
+    assert main([*base, str(tmp_path / "a"), "--steps", "1", "--seed", "3", "warmup=1"]) in (0, None)
+    assert main([*base, str(tmp_path / "b")]) in (0, None)
+    assert [(c.steps, c.seed, c.warmup) for c in runs] == [(1, 3, 1), (2, 7, 5)]
+    assert drawn == [3, 7]  # the built-in task is split by the run's seed, wherever it was given

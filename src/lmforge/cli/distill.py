@@ -105,10 +105,10 @@ def cmd_distill(args) -> None:
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid
     if records is None:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
-    steps = {"steps": args.steps} if args.steps is not None else {}
-    every = {"eval_every": max(1, (args.steps or 1000) // 10)} if valid else {}  # nothing to validate: none
-    train_cfg = TrainConfig.from_dict({"seed": args.seed, **every, **steps,
-                                       **{k: v for k, v in options.items() if k in train_keys}})
+    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    train = {"seed": 0, **{k: v for k, v in options.items() if k in train_keys}, **flags}  # a flag wins
+    every = {"eval_every": max(1, TrainConfig.from_dict(train).steps // 10)} if valid else {}
+    train_cfg = TrainConfig.from_dict({**every, **train})
     cfg = distill_options(args, {k: v for k, v in options.items() if k in loss_keys})
     source = f"--data {args.data}" if args.data else f"--valid {args.valid}"
     report = run_distill(args.teacher, train, valid, records, args.out, train_cfg=train_cfg, cfg=cfg,
@@ -134,9 +134,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--student", help="a preset instead: random init, fresh head")
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
-                   help="fixes everything the run draws: a preset student's weights, the data order")
-    p.add_argument("--config", help="YAML/JSON file of key: value options")
+    said(p.add_argument("--seed", type=bounded(int, *SEED),
+                        help="fixes everything the run draws: a preset student's weights, the data order"), 0)
+    p.add_argument("--config", help="YAML/JSON file of key: value options (a key=value or a flag given too "
+                                    "wins)")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.add_argument("overrides", nargs="*", help="key=value: training or loss options")
     p.set_defaults(func=cmd_distill)

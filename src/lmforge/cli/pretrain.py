@@ -66,7 +66,8 @@ def cmd_pretrain(args) -> None:
                      writes=(*TRAINING_OUTPUTS, "tokenizer", "probes.json"))
     refuse_nested(args.out, ("--data", args.data))
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    train = TrainConfig.from_dict({"seed": args.seed, **({"steps": args.steps} if args.steps is not None else {}), **train})
+    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    train = TrainConfig.from_dict({"seed": 0, **train, **flags})  # a flag wins over key=value and --config
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
         raise UsageError(SOURCES)
     recipe = recipe_options(args, model)
@@ -119,13 +120,13 @@ def add_parsers(sub) -> None:
                              "10); 0: dynamic, drawn anew each epoch (RoBERTa); also duplication=N"),
          0, f"[0, {MAX_DUPLICATION}]")
     p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
-    p.add_argument("--config", help="YAML/JSON file of the same keys")
+    p.add_argument("--config", help="YAML/JSON file of the same keys (a key=value or a flag given too wins)")
     said(p.add_argument("--data", nargs="*", help="plain-text files"), "the built-in corpus")
     said(p.add_argument("--tokenizer", help="tokenizer directory"),
          "train one on the corpus; with --model, the checkpoint's")
     p.add_argument("--out", required=True, help="the run's directory: checkpoints, metrics.jsonl, final/")
     p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
-                   help="fixes everything the run draws, initial weights included")
+    said(p.add_argument("--seed", type=bounded(int, *SEED),
+                        help="fixes everything the run draws, initial weights included"), 0)
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.set_defaults(func=cmd_pretrain)

@@ -82,10 +82,10 @@ def _unstructured(args, kind: str, records: list) -> None:
     sparse_cfg = sparse_options(args, sparse_opts)
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
-    given = {"steps": args.steps, "seed": args.seed}
-    every = {"eval_every": max(1, (args.steps or 1000) // 10)} if valid else {}  # nothing to validate: none
-    given = {k: v for k, v in given.items() if v is not None}
-    train_cfg = TrainConfig.from_dict({"seed": 0, **every, **given, **train_opts})
+    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    train_opts = {"seed": 0, **train_opts, **flags}  # a flag wins over key=value and --config
+    every = {"eval_every": max(1, TrainConfig.from_dict(train_opts).steps // 10)} if valid else {}
+    train_cfg = TrainConfig.from_dict({**every, **train_opts})
     report = run_sparse_prune(args.model, kind, train, valid, records, args.out, train_cfg=train_cfg,
                               sparse_cfg=sparse_cfg, task_cfg=TaskConfig.from_dict(task_opts), resume=args.resume)
     ws = report["weight_sparsity"]
@@ -166,7 +166,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--steps", type=bounded(int, *STEPS), help="magnitude / movement: optimiser steps")
     said(p.add_argument("--seed", type=bounded(int, *SEED), help="magnitude / movement: the run's seed (data "
                         "order, a fresh head, a preset's init)"), 0)
-    p.add_argument("--config", help="magnitude / movement: YAML/JSON file of key: value options")
+    p.add_argument("--config", help="magnitude / movement: YAML/JSON file of key: value options (a key=value "
+                                    "or a flag given too wins)")
     p.add_argument("--resume", action="store_true",
                    help="magnitude / movement: continue the newest checkpoint in --out")
     p.add_argument("overrides", nargs="*", help="key=value: training, fine-tuning or pruning options")

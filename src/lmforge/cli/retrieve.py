@@ -152,8 +152,8 @@ def _train_config(args) -> tuple:
         raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "
                          f"(retrieve {args.action} --k N)")
     train, encoder = _options(args)
-    steps = {"steps": args.steps} if args.steps is not None else {}
-    return TrainConfig.from_dict({"seed": args.seed, **steps, **train}), encoder
+    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    return TrainConfig.from_dict({"seed": 0, **train, **flags}), encoder  # a flag wins: key=value, --config
 
 
 def _training_only(args, command: str):
@@ -174,8 +174,9 @@ def _run_arguments(parser, questions_help: str) -> None:
     said(parser.add_argument("--passages", help="passages for --questions"),
          "builtin, or the file's contexts")
     parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    parser.add_argument("--seed", type=bounded(int, *SEED), default=0, help=SEED_HELP)
-    parser.add_argument("--config", help="YAML/JSON file of key: value options")
+    said(parser.add_argument("--seed", type=bounded(int, *SEED), help=SEED_HELP), 0)
+    parser.add_argument("--config", help="YAML/JSON file of key: value options (a key=value or a flag given "
+                                         "too wins)")
 
 
 def cmd_train(args) -> None:
@@ -295,8 +296,9 @@ def _corpus_arguments(parser, model_help: str) -> None:
     parser.add_argument("--out", required=True, help=OUT_HELP)
     parser.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
     parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    parser.add_argument("--seed", type=bounded(int, *SEED), default=0, help=SEED_HELP)
-    parser.add_argument("--config", help="YAML/JSON file of key: value options")
+    said(parser.add_argument("--seed", type=bounded(int, *SEED), help=SEED_HELP), 0)
+    parser.add_argument("--config", help="YAML/JSON file of key: value options (a key=value or a flag given "
+                                         "too wins)")
     parser.add_argument("--resume", action="store_true", help=RESUME_HELP)
     parser.add_argument("overrides", nargs="*", help="key=value: training options")
 

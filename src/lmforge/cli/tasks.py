@@ -66,7 +66,7 @@ def task_data(args, labelled: bool = True) -> tuple:
     check_source(args)
     if args.builtin:
         size = BUILTIN_RECORDS if args.builtin_size is None else args.builtin_size
-        kind, splits = builtin(args.builtin, size, args.seed)
+        kind, splits = builtin(args.builtin, size, 0 if args.seed is None else args.seed)
         if args.task and args.task != kind:
             raise UsageError(f"--builtin {args.builtin} is a {kind} task, not {args.task}")
         return kind, splits
@@ -151,10 +151,12 @@ def cmd_finetune(args) -> None:
         raise UsageError("give --train FILE (and --valid FILE), or --builtin NAME")
     check_model(args.model)
     train, task, model = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
+    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    train = {"seed": 0, **train, **flags}  # a flag wins over key=value and --config
+    args.seed = TrainConfig.from_dict(train).seed  # the run's: it splits a built-in task, inits a preset
     kind, splits = task_data(args)
     if model and model_dir(args.model) is not None:
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to presets only)")
-    train = {"seed": args.seed, **({"steps": args.steps} if args.steps is not None else {}), **train}
     valid = splits.get("validation")
     if valid and args.valid and kind in ("cls", "pair"):  # the check again, naming the file
         check_labels(valid, label_set(splits["train"]), args.valid)
@@ -207,9 +209,9 @@ def _common(p) -> None:
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold or "
                    "source=article,target=summary")
     said(p.add_argument("--tokenizer", help="tokenizer directory"), "the model directory's")
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0,
-                   help="fixes everything the run draws: the built-in task, a preset's weights, a fresh "
-                        "head, the data order")
+    said(p.add_argument("--seed", type=bounded(int, *SEED),
+                        help="fixes everything the run draws: the built-in task, a preset's weights, a fresh "
+                             "head, the data order"), 0)
 
 
 def add_parsers(sub) -> None:
@@ -223,7 +225,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--valid", help="validation file, same format")
     p.add_argument("--out", required=True, help="the run's directory: checkpoints, metrics.jsonl, final/")
     p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    p.add_argument("--config", help="YAML/JSON file of key: value options")
+    p.add_argument("--config", help="YAML/JSON file of key: value options (a key=value or a flag given too "
+                                    "wins)")
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.add_argument("overrides", nargs="*", help="key=value: training, fine-tuning or model options")
     p.set_defaults(func=cmd_finetune)

@@ -1,0 +1,34 @@
+"""`lmforge distill`: which of a flag, a key=value and the --config file gives a training option."""
+import json
+
+import pytest
+
+from lmforge.cli import main
+from tests.tasks.core import fine_tuned_sentiment
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Captured(Exception):
+    """Raised by a stand-in for the distillation run, carrying its training options."""
+
+
+def test_a_flag_wins_over_key_value_which_wins_over_the_config_file(tmp_path, monkeypatch):
+    import lmforge.compress.task_distillation as distillation
+
+    def run(*args, train_cfg, **kwargs):
+        raise Captured(train_cfg)
+
+    monkeypatch.setattr(distillation, "run_distill", run)
+    teacher, data = fine_tuned_sentiment(tmp_path / "sst")
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in data["validation"][:16]))
+    (tmp_path / "c.yaml").write_text("steps: 20\nseed: 7\nwarmup: 5\n")
+    base = ["distill", "--teacher", str(teacher), "--train", str(dev), "--valid", str(dev),
+            "--config", str(tmp_path / "c.yaml"), "--out"]
+    with pytest.raises(Captured) as got:
+        main([*base, str(tmp_path / "a"), "--steps", "10", "--seed", "3", "warmup=1"])
+    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [10, 3, 1, 1]
+    with pytest.raises(Captured) as got:  # the file's steps set how often to validate, as --steps would
+        main([*base, str(tmp_path / "b")])
+    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [20, 7, 5, 2]

@@ -290,3 +290,14 @@ def test_a_config_file_is_read_bounded_and_its_faults_are_one_line_naming_it(tmp
         read_config_file("/dev/zero")  # read no further than the bound: never all of an endless file
     with pytest.raises(UsageError, match="Is a directory"):
         read_config_file(str(tmp_path))
+
+
+def test_inspect_takes_its_overrides_wherever_they_stand_among_its_flags(tmp_path, capsys):
+    from lmforge.cli import main
+
+    (tmp_path / "c.yaml").write_text("d_model: 64\nn_heads: 4\n")
+    config = str(tmp_path / "c.yaml")
+    for args in (["bert-tiny", "--config", config, "d_model=96"], ["--config", config, "bert-tiny", "d_model=96"],
+                 ["bert-tiny", "d_model=96", "--config", config]):
+        assert main(["inspect", *args]) == 0, capsys.readouterr().err
+        assert "d_model=96, d_ff=512, 4 heads x 24" in capsys.readouterr().out  # key=value over the file's

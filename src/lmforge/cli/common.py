@@ -176,20 +176,21 @@ KEY_VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*=")  # an override's start: a fi
 
 
 def overrides_last(parser, args: list | None) -> list | None:
-    """`args` with every key=value override moved behind the flags (after "--"), so that a sub-command
-    with an `overrides` positional takes them wherever they stand: `steps=3 --out x lr=1e-3` as
-    `--out x steps=3 lr=1e-3`, and `--data a.txt steps=3` does not read steps=3 as a file. The value
-    of a one-value flag (`--out a=b`) stays where it is; args with their own "--" are left as given."""
-    positionals = [a for a in parser._actions if not a.option_strings]
-    if args is None or "--" in args or [a.dest for a in positionals] != ["overrides"]:
-        return args
+    """`args` with every key=value override moved behind the flags (after "--"), so that a sub-command's
+    `overrides` positional takes them wherever they stand (`steps=3 --out x` as `--out x steps=3`, not as a
+    file of `--data a.txt steps=3`), with a positional before them (inspect NAME --config F d=1: d=1 was
+    unrecognized). A one-value flag's value (`--out a=b`) stays; args with their own "--" are as given."""
+    *lead, last = [a for a in parser._actions if not a.option_strings] or [None]
     takes = {flag: a.nargs for a in parser._actions for flag in a.option_strings}
+    if args is None or "--" in args or getattr(last, "dest", None) != "overrides" or lead and (
+            any(a.nargs is not None for a in lead) or any(n in ("*", "+") for n in takes.values())):
+        return args
     kept, moved, skip = [], [], 0
     for arg in args:
         if skip:
             kept.append(arg)
             skip -= 1
-        elif KEY_VALUE.match(arg):
+        elif KEY_VALUE.match(arg) or lead and not arg.startswith("-"):
             moved.append(arg)
         else:
             kept.append(arg)

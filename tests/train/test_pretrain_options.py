@@ -2,6 +2,7 @@
 keywords; the Python face and `lmforge pretrain` accept and refuse alike: a misspelt, mistyped or
 out-of-range field is one line naming it (an OptionsError; exit 2), before any work."""
 import dataclasses
+import json
 
 import pytest
 
@@ -120,6 +121,8 @@ def test_a_run_from_the_options_objects_reaches_the_trainer(tmp_path):
     model = pretrain("mlm", tmp_path / "o", train, RecipeOptions(max_len=16, duplication=3), inputs)
     assert (tmp_path / "o" / "final" / "tokenizer.json").is_file() and model.config.d_model == 32
     assert any("duplication=3 is not below" in line for line in said), said  # the Trainer got the copies
+    recorded = json.loads(next((tmp_path / "o" / "checkpoints").glob("*/trainer.json")).read_text())
+    assert recorded["settings"] == {"duplication": 3, "objective_options": {}, "max_len": 16}  # to rerun it
 
 
 def test_an_add_tokens_file_past_its_bound_is_refused_naming_it(tmp_path, monkeypatch):

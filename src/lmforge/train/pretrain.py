@@ -328,8 +328,11 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         cfg = sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
-    examples, held = _examples(spec, shards, docs, tokenizer, _max_len(cfg, recipe.max_len), train.seed, log)
-    settings = {"objective_options": recipe.objective_options or {}}  # a resume that changes them is refused
+    max_len = _max_len(cfg, recipe.max_len)
+    examples, held = _examples(spec, shards, docs, tokenizer, max_len, train.seed, log)
+    # recorded in each checkpoint, for a reader to rerun it; a resume that changes them is refused
+    settings = {"objective_options": recipe.objective_options or {}, "max_len": max_len,
+                **({"n_docs": recipe.n_docs} if inputs.data is None else {})}
     trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=recipe.duplication,
                       evaluator=inputs.evaluator, settings=settings)
     untrained = probe_scores(task, tokenizer, train.seed) if not inputs.data and trainer.main else None

@@ -232,6 +232,13 @@ def _objective(spec: ObjectiveSpec, cfg, tokenizer, teacher, start, words: list,
     return spec.make(model, tokenizer)  # a missing LM head is built here, from the run's seed
 
 
+def _settings(recipe: RecipeOptions, max_len: int, data) -> dict:
+    """The recipe options a checkpoint records beside TrainConfig, for a reader to rerun the run (max_len as
+    used; n_docs where the built-in corpus is read); a resume that changes them is refused."""
+    return {"objective_options": recipe.objective_options or {}, "max_len": max_len,
+            **({"n_docs": recipe.n_docs} if data is None else {})}
+
+
 def _max_len(cfg, max_len: int | None) -> int:
     if max_len is None:
         return min(cfg.max_seq_len, 128)
@@ -328,11 +335,8 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         cfg = sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
-    max_len = _max_len(cfg, recipe.max_len)
-    examples, held = _examples(spec, shards, docs, tokenizer, max_len, train.seed, log)
-    # recorded in each checkpoint, for a reader to rerun it; a resume that changes them is refused
-    settings = {"objective_options": recipe.objective_options or {}, "max_len": max_len,
-                **({"n_docs": recipe.n_docs} if inputs.data is None else {})}
+    settings = _settings(recipe, _max_len(cfg, recipe.max_len), inputs.data)
+    examples, held = _examples(spec, shards, docs, tokenizer, settings["max_len"], train.seed, log)
     trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=recipe.duplication,
                       evaluator=inputs.evaluator, settings=settings)
     untrained = probe_scores(task, tokenizer, train.seed) if not inputs.data and trainer.main else None

@@ -106,9 +106,9 @@ def cmd_distill(args) -> None:
     if records is None:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
     flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
-    train = {"seed": 0, **{k: v for k, v in options.items() if k in train_keys}, **flags}  # a flag wins
-    every = {"eval_every": max(1, TrainConfig.from_dict(train).steps // 10)} if valid else {}
-    train_cfg = TrainConfig.from_dict({**every, **train})
+    given = {"seed": 0, **{k: v for k, v in options.items() if k in train_keys}, **flags}  # a flag wins
+    every = {"eval_every": max(1, TrainConfig.from_dict(given).steps // 10)} if valid else {}
+    train_cfg = TrainConfig.from_dict({**every, **given})
     cfg = distill_options(args, {k: v for k, v in options.items() if k in loss_keys})
     source = f"--data {args.data}" if args.data else f"--valid {args.valid}"
     report = run_distill(args.teacher, train, valid, records, args.out, train_cfg=train_cfg, cfg=cfg,

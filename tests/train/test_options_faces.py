@@ -99,7 +99,7 @@ def test_both_faces_accept_and_refuse_alike(data, ran, capsys, tmp_path):
     value = data.draw(values(name), label="value")
     text = as_text(value)
     assume(same(parse_overrides([f"{name}={text}"])[name], value))  # the text says what the object is
-    steps = name != "epochs"  # epochs are instead of --steps
+    steps = name not in ("epochs", "steps")  # epochs are instead of --steps; --steps would win over steps=
     cfg, err = python_face({"seed": 0, **({"steps": 3} if steps else {}), name: value})
     built, status, said = cli_face(ran, capsys, str(tmp_path / "out"), f"{name}={text}", steps)
     event("accepted" if err is None else "refused")

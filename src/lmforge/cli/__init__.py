@@ -13,7 +13,7 @@ import sys
 import warnings
 
 from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
-from lmforge.cli.common import UsageError, overrides_last, with_bounds
+from lmforge.cli.common import KEY_VALUE, UsageError, with_bounds
 from lmforge.config import ConfigError
 from lmforge.io import CheckpointError
 
@@ -27,6 +27,30 @@ PATHS = {"--add-tokens", "--calibration", "--config", "--data", "--dev", "--file
          "--index", "--model", "--out", "--passages", "--plan", "--png", "--preset", "--questions",
          "--reader", "--rerank", "--retriever", "--student", "--svg", "--teacher", "--test", "--tokenizer",
          "--train", "--valid", "src", "dst", "files", "model"}
+
+
+def overrides_last(parser, args: list | None) -> list | None:
+    """`args` with every key=value override moved behind the flags (after "--"), so that a sub-command's
+    `overrides` positional takes them wherever they stand (`steps=3 --out x` as `--out x steps=3`, not as a
+    file of `--data a.txt steps=3`), with a positional before them (inspect NAME --config F d=1: d=1 was
+    unrecognized). A one-value flag's value (`--out a=b`) stays; args with their own "--" are as given."""
+    *lead, last = [a for a in parser._actions if not a.option_strings] or [None]
+    takes = {flag: a.nargs for a in parser._actions for flag in a.option_strings}
+    if args is None or "--" in args or getattr(last, "dest", None) != "overrides" or lead and (
+            any(a.nargs is not None for a in lead) or any(n in ("*", "+") for n in takes.values())):
+        return args
+    kept, moved, skip = [], [], 0
+    for arg in args:
+        if skip:
+            kept.append(arg)
+            skip -= 1
+        elif KEY_VALUE.match(arg) or lead and not arg.startswith("-"):
+            moved.append(arg)
+        else:
+            kept.append(arg)
+            nargs = takes.get(arg, 0)
+            skip = 1 if nargs in (None, "?") else nargs if isinstance(nargs, int) else 0
+    return [*kept, "--", *moved] if moved else kept
 
 
 class OneLineParser(argparse.ArgumentParser):

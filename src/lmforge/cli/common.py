@@ -22,6 +22,12 @@ class UsageError(ValueError):
 
 SEED = (0, 2 ** 63 - 1)  # TrainConfig's bound on seed
 STEPS = (1, MAX_STEPS)  # TrainConfig's bound on steps, said as the flag's
+
+
+def given_flags(args, *names: str) -> dict:
+    """name -> value of the flags among `names` given on the command line (None: left out), to lay over the
+    same options from --config and key=value: a flag wins."""
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 MAX_CONFIG_BYTES = 1 << 20  # a --config file of key: value options; /dev/zero or a 100 MB file: refused
 
 
@@ -173,30 +179,6 @@ def parse_overrides(pairs: list) -> dict:
 
 
 KEY_VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*=")  # an override's start: a field name, then =
-
-
-def overrides_last(parser, args: list | None) -> list | None:
-    """`args` with every key=value override moved behind the flags (after "--"), so that a sub-command's
-    `overrides` positional takes them wherever they stand (`steps=3 --out x` as `--out x steps=3`, not as a
-    file of `--data a.txt steps=3`), with a positional before them (inspect NAME --config F d=1: d=1 was
-    unrecognized). A one-value flag's value (`--out a=b`) stays; args with their own "--" are as given."""
-    *lead, last = [a for a in parser._actions if not a.option_strings] or [None]
-    takes = {flag: a.nargs for a in parser._actions for flag in a.option_strings}
-    if args is None or "--" in args or getattr(last, "dest", None) != "overrides" or lead and (
-            any(a.nargs is not None for a in lead) or any(n in ("*", "+") for n in takes.values())):
-        return args
-    kept, moved, skip = [], [], 0
-    for arg in args:
-        if skip:
-            kept.append(arg)
-            skip -= 1
-        elif KEY_VALUE.match(arg) or lead and not arg.startswith("-"):
-            moved.append(arg)
-        else:
-            kept.append(arg)
-            nargs = takes.get(arg, 0)
-            skip = 1 if nargs in (None, "?") else nargs if isinstance(nargs, int) else 0
-    return [*kept, "--", *moved] if moved else kept
 
 
 def _scalar(text: str):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, bounded, said
+from lmforge.cli.common import SEED, STEPS, bounded, given_flags, said
 
 
 def _print(report: dict, out) -> None:
@@ -105,7 +105,7 @@ def cmd_distill(args) -> None:
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid
     if records is None:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
-    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    flags = given_flags(args, "steps", "seed")
     given = {"seed": 0, **{k: v for k, v in options.items() if k in train_keys}, **flags}  # a flag wins
     every = {"eval_every": max(1, TrainConfig.from_dict(given).steps // 10)} if valid else {}
     train_cfg = TrainConfig.from_dict({**every, **given})

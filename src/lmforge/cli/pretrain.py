@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from lmforge import objectives
-from lmforge.cli.common import (SEED, STEPS, TRAINING_OUTPUTS, UsageError, bounded, parse_overrides,
-                                read_config_file, refuse_nested, refuse_overwrite, said)
+from lmforge.cli.common import (SEED, STEPS, TRAINING_OUTPUTS, UsageError, bounded, given_flags,
+                                parse_overrides, read_config_file, refuse_nested, refuse_overwrite, said)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.io import load as load_model
@@ -66,7 +66,7 @@ def cmd_pretrain(args) -> None:
                      writes=(*TRAINING_OUTPUTS, "tokenizer", "probes.json"))
     refuse_nested(args.out, ("--data", args.data))
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    flags = given_flags(args, "steps", "seed")
     train = TrainConfig.from_dict({"seed": 0, **train, **flags})  # a flag wins over key=value and --config
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
         raise UsageError(SOURCES)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, bounded, said
+from lmforge.cli.common import SEED, STEPS, bounded, given_flags, said
 
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 # options a method does not use: refused, never ignored (structured methods prune without training)
@@ -82,7 +82,7 @@ def _unstructured(args, kind: str, records: list) -> None:
     sparse_cfg = sparse_options(args, sparse_opts)
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
-    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    flags = given_flags(args, "steps", "seed")
     train_opts = {"seed": 0, **train_opts, **flags}  # a flag wins over key=value and --config
     every = {"eval_every": max(1, TrainConfig.from_dict(train_opts).steps // 10)} if valid else {}
     train_cfg = TrainConfig.from_dict({**every, **train_opts})

@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_values, option_flags,
-                                said)
+from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_values, given_flags,
+                                option_flags, said)
 from lmforge.retrieval.job_options import (MAX_HARD_NEGATIVES, IctOptions, IndexOptions, QueryOptions,
                                            ReaderOptions, RealmOptions)
 
@@ -152,7 +152,7 @@ def _train_config(args) -> tuple:
         raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "
                          f"(retrieve {args.action} --k N)")
     train, encoder = _options(args)
-    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    flags = given_flags(args, "steps", "seed")
     return TrainConfig.from_dict({"seed": 0, **train, **flags}), encoder  # a flag wins: key=value, --config
 
 

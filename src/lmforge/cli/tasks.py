@@ -36,7 +36,7 @@ import json
 import os
 import sys
 
-from lmforge.cli.common import SEED, STEPS, bounded, said
+from lmforge.cli.common import SEED, STEPS, bounded, given_flags, said
 from lmforge.tasks.formats import BUILTIN_SIZE
 
 KINDS = ("cls", "pair", "regression", "choice", "multilabel", "tagging", "qa", "seq2seq", "rerank")
@@ -151,7 +151,7 @@ def cmd_finetune(args) -> None:
         raise UsageError("give --train FILE (and --valid FILE), or --builtin NAME")
     check_model(args.model)
     train, task, model = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    flags = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    flags = given_flags(args, "steps", "seed")
     train = {"seed": 0, **train, **flags}  # a flag wins over key=value and --config
     args.seed = TrainConfig.from_dict(train).seed  # the run's: it splits a built-in task, inits a preset
     kind, splits = task_data(args)

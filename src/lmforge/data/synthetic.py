@@ -95,8 +95,8 @@ def document(w: World, rng: random.Random) -> list:
 
 def built_in_counts(n, seed, most: int | None = None) -> tuple:
     """(n, seed) as the built-in data reads them: a whole count from 0 (to `most`, where the records are
-    all held at once) and a seed of TrainConfig's range; an OptionsError naming either (True was read as
-    1, a float failed inside random)."""
+    all held at once) and a seed of TrainConfig's range; an OptionsError naming either (True is no count,
+    and random takes no float)."""
     return (checked_argument("n", "int", {"low": 0, "high": most}, n),
             checked_argument("seed", "int", {"low": 0, "high": MAX_SEED}, seed))
 

@@ -29,7 +29,7 @@ class IndexDamaged(ValueError):
 def refuse_foreign_parts(out) -> None:
     """An UnsafePath (field "out") naming the first part folder of `out` (bm25/, dense/), which a build
     replaces whole, that holds anything but an index part's files (those its manifest.json lists, and
-    itself): a user's folder of that name was deleted with its files."""
+    itself): a user's folder of that name would go with its files."""
     from lmforge.utils.atomic import UnsafePath
 
     for name in PARTS:

@@ -120,7 +120,7 @@ def record_tokens(task, counts: list) -> int:
 
 def choice_tokens(counts: list, most: int) -> int:
     """What a choice record costs: each choice read with the text, padded to the longest of them (cut at
-    `most`), as MultipleChoiceTask.collate batches them; 3000 choices were counted as one text."""
+    `most`), as MultipleChoiceTask.collate batches them: a record of many choices costs each of them."""
     return len(counts) * min(max(counts), most)
 
 

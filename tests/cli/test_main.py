@@ -56,3 +56,19 @@ def test_an_empty_text_that_is_no_path_is_kept():
 
     args = build_parser().parse_args(["embed", "--model", "m", "--prompt", "", "a"])
     assert args.prompt == "" and args.texts == ["a"]
+
+
+def test_a_bad_value_from_a_config_file_names_the_file(tmp_path, capsys):
+    """A value refused as it came from --config says the file to mend; one given as key=value (which wins
+    over the file) is said as it was, without it."""
+    config = tmp_path / "run.yaml"
+    config.write_text("steps: [1, 2]\nlr: 0.1\n")
+    base = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(tmp_path / "o"),
+            "--config", str(config)]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "steps must be an integer" in err and f"(from --config {config})" in err
+    assert main([*base, "steps=0"]) == 2
+    err = capsys.readouterr().err
+    assert "steps must be an integer >= 1" in err and "--config" not in err
+    assert not (tmp_path / "o").exists()

@@ -159,6 +159,21 @@ def _warning_line(command: str):
     return show
 
 
+def config_source(args, err) -> str:
+    """" (from --config FILE)" where the refused field's value came from the --config file (given there, and
+    not as key=value, which wins over it), so the line names the file to mend; "" otherwise."""
+    field, path = getattr(err, "field", None), getattr(args, "config", None)
+    overrides = getattr(args, "overrides", None) or []
+    if not field or not path or any(str(o).startswith(f"{field}=") for o in overrides):
+        return ""
+    from lmforge.cli.common import read_config_file
+
+    try:
+        return f" (from --config {path})" if str(field).split(".")[0] in read_config_file(path) else ""
+    except UsageError:
+        return ""
+
+
 def main(argv: list | None = None) -> int:
     """Entry point of the `lmforge` command."""
     try:  # Ctrl-C while the parser is built (its imports take a moment) ends quietly too
@@ -182,7 +197,7 @@ def main(argv: list | None = None) -> int:
             return 2
         return 141  # `lmforge ... | head`: the reader has what it wanted; 128 + SIGPIPE, as a shell says
     except (UsageError, ConfigError, CheckpointError, ValueError, OSError) as err:
-        print(f"{args.prog}: error: {one_line(err)}", file=sys.stderr)
+        print(f"{args.prog}: error: {one_line(err)}{config_source(args, err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -352,3 +352,15 @@ def test_a_function_argument_reads_a_whole_float_as_an_options_field_does():
         with pytest.raises(OptionsError) as err:
             checked_argument("batch_size", "int", meta, bad)
         assert err.value.field == "batch_size"
+
+
+def test_a_word_yaml_read_as_true_or_false_is_refused_saying_to_quote_it():
+    """`schedule: no` in a YAML file arrives as False: the refusal says why, where a text is wanted."""
+    from lmforge.config.options import OptionsError
+    from lmforge.train import TrainConfig
+
+    with pytest.raises(OptionsError, match=r"must be a string, got False \(a YAML file reads no, yes"):
+        TrainConfig(schedule=False)
+    with pytest.raises(OptionsError) as plain:
+        TrainConfig(schedule=3)
+    assert "YAML" not in str(plain.value)  # a number is no YAML word

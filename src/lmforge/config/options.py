@@ -107,7 +107,10 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
         raise error(f"{name} must be {BASE_TYPES.get(base, base)}, got null", name)
     if not _is_instance(base, value):
         wanted = " or ".join(BASE_TYPES.get(m, m) for m in members(base))
-        raise error(f"{name} must be {wanted}, got {_short(value)}", name)
+        # YAML reads no/yes/on/off as false/true: a word meant as text must be quoted there
+        hint = " (a YAML file reads no, yes, on and off as false or true: quote the word)" if \
+            isinstance(value, bool) and "str" in members(base) else ""
+        raise error(f"{name} must be {wanted}, got {_short(value)}{hint}", name)
     if meta.get("items") and isinstance(value, (list, tuple)):
         return check_items(name, meta, value, error)
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -89,3 +89,14 @@ def test_the_served_order_keeps_ties_in_the_documents_order_and_puts_nan_last():
     nan = float("nan")
     assert order([0.5, nan, 2.0, 0.5, nan, -1.0]) == [2, 0, 3, 5, 1, 4]
     assert order([nan, 1.0]) == [1, 0]
+
+
+def test_a_model_of_another_task_is_refused_naming_the_model():
+    """A classifier is no reranker: an OptionsError naming model (it was a plain ValueError)."""
+    from types import SimpleNamespace
+
+    from lmforge.pipelines.rerank import Reranker
+
+    with pytest.raises(OptionsError, match="--task rerank, not 'cls'") as refused:
+        Reranker(SimpleNamespace(kind="cls"))
+    assert refused.value.field == "model"

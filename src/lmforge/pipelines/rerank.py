@@ -70,7 +70,8 @@ class Reranker:
 
     def __init__(self, task) -> None:
         if getattr(task, "kind", None) != "rerank":
-            raise ValueError(f"a reranker needs a model fine-tuned with --task rerank, not {getattr(task, 'kind', task)!r}")
+            raise OptionsError(f"model: a reranker needs a model fine-tuned with --task rerank, not "
+                               f"{getattr(task, 'kind', task)!r:.40}", "model")
         self.task = task
 
     @classmethod

@@ -214,3 +214,17 @@ def test_a_run_says_what_it_read_and_refuses_a_text_too_short_to_train_on(tmp_pa
     assert main(args + ["--out", str(tmp_path / "long")]) == 2  # 128 tokens: one example, held out
     err = capsys.readouterr().err
     assert "makes 1 example(s) of up to 128 tokens, held out for validation, and none to train on" in err
+
+
+def test_only_the_first_process_says_what_the_run_read(monkeypatch):
+    """Under torchrun every rank reads the corpus: the first one says so, the others say nothing."""
+    from lmforge.train.pretrain import rank_zero
+
+    said = []
+    monkeypatch.setenv("RANK", "1")
+    rank_zero(said.append)("read 3 documents")
+    monkeypatch.setenv("RANK", "0")
+    rank_zero(said.append)("read 3 documents")
+    monkeypatch.delenv("RANK")
+    rank_zero(said.append)("no torchrun")
+    assert said == ["read 3 documents", "no torchrun"]

@@ -258,6 +258,12 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
     return tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
 
 
+def rank_zero(log):
+    """`log` on the first process, nothing on the others (torchrun's RANK): each rank reads the corpus and
+    builds the model, and one line of each is enough."""
+    return log if os.environ.get("RANK", "0") == "0" else (lambda *args, **kwargs: None)
+
+
 def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: int, log=print) -> tuple:
     """(training examples, held-out examples), said in a line: what the run read and made of it; a text
     too short for one training example besides the held-out one is a ValueError saying so."""
@@ -321,7 +327,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     out = training_folder(out)  # a link as it or its checkpoints/ is refused before any work
     if inputs.resume:
         check_resumable(out)  # before the corpus is read and a tokenizer trained
-    spec, log, teacher = objectives.get(objective), inputs.log, inputs.teacher
+    spec, log, teacher = objectives.get(objective), rank_zero(inputs.log), inputs.teacher
     check_read(spec, recipe, inputs)
     if recipe.objective_options:  # built with them, and its examples cut by them (T5's noise density)
         spec = dataclasses.replace(spec, options={**spec.options, **recipe.objective_options})

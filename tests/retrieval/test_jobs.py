@@ -197,3 +197,14 @@ def test_the_readers_training_rankings_are_deep_enough_for_its_negatives(tmp_pat
         jobs.run_reader(str(model), tmp_path / "out", TrainConfig(steps=1),
                         options=ReaderOptions(negatives=30, max_len=64))
     assert depths == [60]  # a depth of 20 gave no question 30 negatives: nothing to train on
+
+
+def test_a_dense_build_says_how_many_passages_it_cut_to_max_length(tmp_path):
+    """Passages longer than max_length are embedded from their first tokens: the summary counts them
+    (none at the model's 64 positions for 10-word windows, every one at 8 tokens)."""
+    model = tiny_bert(tmp_path / "model")
+    few = jobs.build_index_dir(tmp_path / "a", None, str(model), index=jobs.IndexOptions(words=10),
+                               progress=False)
+    cut = jobs.build_index_dir(tmp_path / "b", None, str(model), index=jobs.IndexOptions(words=10),
+                               progress=False, max_length=8)
+    assert few["cut"] == 0 < cut["cut"] == cut["passages"] == few["passages"]

@@ -117,6 +117,7 @@ class BiEncoder:
                 raise ValueError(f"a DPR encoder must be an encoder model, not {m.config.architecture}")
         self.model, self.tokenizer, self.options = model, tokenizer, options or EncoderOptions()
         self.passage_model = passage_model  # None: E_P is E_Q
+        self.cut = 0  # texts cut to max_length so far (an index build says how many of its passages)
         if any(d > model.config.d_model for d in self.options.matryoshka_dims):
             raise OptionsError(f"matryoshka_dims {list(self.options.matryoshka_dims)}: this model's embeddings "
                                f"have {model.config.d_model}", "matryoshka_dims")
@@ -183,6 +184,7 @@ class BiEncoder:
         """Token ids of one text, cut to max_length (the last id kept: [SEP])."""
         ids = self.tokenizer.encode(text).ids
         limit = min(self.options.max_length, self.model.config.max_seq_len)
+        self.cut += len(ids) > limit
         return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
 
     def encode(self, texts: list, batch_size: int = 64, passage: bool = False) -> torch.Tensor:

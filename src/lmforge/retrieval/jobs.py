@@ -62,7 +62,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     if model:
         name = str(Path(model).resolve()) if Path(model).is_dir() else str(model)
         dense = encode_passages(encoder, passages, out / "dense", index.batch_size, progress, model_name=name)
-        summary.update(dense=str(out / "dense"), dim=dense.dim)
+        summary.update(dense=str(out / "dense"), dim=dense.dim, cut=encoder.cut)  # passages past max_length
     # a dense/ left from an earlier build holds other passages' vectors: not listed, so never searched
     finish_build(out, len(passages), ("bm25", "dense") if model else ("bm25",))
     return summary

@@ -166,7 +166,8 @@ class BiEncoder:
         """16 hex digits of the tokenizer's vocabulary and rules (tokenizers' JSON, without the truncation
         and padding a call sets): one model's weights read through another tokenizer rank nonsense too."""
         spec = json.loads(self.tokenizer.backend.to_str())
-        spec.pop("truncation", None), spec.pop("padding", None)
+        for setting in ("truncation", "padding"):
+            spec.pop(setting, None)
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     def encoder_for(self, passage: bool):

@@ -117,7 +117,7 @@ def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float =
     path = Path(out) / "tokenizer"
     if (path / "tokenizer.json").is_file():
         return load_tokenizer(path)  # verified (Tokenizer.save kept its checksums)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not first_rank():
         deadline = time.monotonic() + wait_s
         while not (path / "tokenizer.json").is_file():
             if time.monotonic() > deadline:
@@ -258,10 +258,16 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
     return tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
 
 
+def first_rank() -> bool:
+    """Whether this is torchrun's first process (RANK 0), or the only one: read before the process group
+    exists (distributed.world needs it), as the tokenizer and the corpus are."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def rank_zero(log):
-    """`log` on the first process, nothing on the others (torchrun's RANK): each rank reads the corpus and
-    builds the model, and one line of each is enough."""
-    return log if os.environ.get("RANK", "0") == "0" else (lambda *args, **kwargs: None)
+    """`log` on the first process, nothing on the others: each rank reads the corpus and builds the model,
+    and one line of each is enough."""
+    return log if first_rank() else (lambda *args, **kwargs: None)
 
 
 def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: int, log=print) -> tuple:

@@ -275,7 +275,7 @@ def test_a_fifo_in_a_model_directory_is_refused_naming_it_not_waited_on(tmp_path
     lmforge.build(lmforge.tiny("bert-base")).save(tmp_path)
     (tmp_path / name).unlink(missing_ok=True)
     os.mkfifo(tmp_path / name)  # opening it to read waits for a writer that never comes (load hung)
-    with pytest.raises(CheckpointError, match=f"{name} is not a regular file"):
+    with pytest.raises(CheckpointError, match=rf"{name} is not a regular file \(a named pipe \(FIFO\)\)"):
         lmforge.load(tmp_path)
 
 

@@ -223,8 +223,8 @@ def test_a_pipe_or_a_device_is_named_as_no_regular_file_not_as_missing(tmp_path)
     import os
 
     os.mkfifo(tmp_path / "pipe")
-    for path in (tmp_path / "pipe", "/dev/zero"):
-        with pytest.raises(ValueError, match=f"^{path} is not a regular file or a folder$"):
+    for path, kind in ((tmp_path / "pipe", r"a named pipe \(FIFO\)"), ("/dev/zero", "a device")):
+        with pytest.raises(ValueError, match=f"^{path} is not a regular file or a folder [(]{kind}[)]$"):
             expand_files([path])
     with pytest.raises(FileNotFoundError, match="no such file"):
         expand_files([tmp_path / "missing.txt"])

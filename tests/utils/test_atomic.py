@@ -9,7 +9,7 @@ import time
 import pytest
 
 from lmforge.utils.atomic import (UnsafePath, append_text, atomic_savefig, atomic_write, atomic_write_text,
-                                  replace_dir, writable_folder)
+                                  file_kind, replace_dir, writable_folder)
 
 
 def test_an_existing_folder_is_replaced_whole_and_nothing_beside_it_is_touched(tmp_path):
@@ -259,3 +259,15 @@ def test_writable_folder_of_no_name_is_unsafe_path_naming_path(path):
     with pytest.raises(UnsafePath, match="path must be a folder's name") as caught:
         writable_folder(path, "model directory")
     assert caught.value.field == "path"
+
+
+def test_file_kind_says_which_kind_a_path_is_following_links(tmp_path):
+    """One wording for every refusal of a path that is not a regular file (io, corpus, the CLI)."""
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "to-pipe").symlink_to(tmp_path / "pipe")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    said = {name: file_kind(tmp_path / name) for name in ("pipe", "file", "to-pipe", "dangling", "missing")}
+    assert said == {"pipe": "a named pipe (FIFO)", "file": "a regular file", "to-pipe": "a named pipe (FIFO)",
+                    "dangling": "a broken link", "missing": "no such file"}
+    assert file_kind(tmp_path) == "a folder" and file_kind("/dev/null") == "a device"

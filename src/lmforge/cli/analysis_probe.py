@@ -43,10 +43,10 @@ def fit_config(args):
 def existing(path: str | None, option: str) -> str | None:
     """`path` when it names a file; a usage error naming the option otherwise."""
     from lmforge.cli.common import UsageError
+    from lmforge.utils.atomic import file_kind
 
-    if path is not None and not Path(path).is_file():
-        said = "no such file" if not Path(path).exists() else "not a regular file (a folder, pipe or device)"
-        raise UsageError(f"{option} {path}: {said}")
+    if path is not None and (kind := file_kind(path)) != "a regular file":
+        raise UsageError(f"{option} {path}: {kind if kind == 'no such file' else f'not a regular file ({kind})'}")
     return path
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from lmforge.data.read_options import DOCUMENTS, ERRORS, FORMATS, ReadOptions  # noqa: F401 (read here)
 from lmforge.data.segment import SentenceStream
+from lmforge.utils.atomic import file_kind
 from lmforge.utils.jsontext import loads
 
 CHUNK = 1 << 20  # bytes read at once from a long line
@@ -354,10 +355,10 @@ def _left_out(folder: Path, entries: list) -> list:
     fresh folders: utils/atomic), linked folders (a link may loop), pipes, sockets, devices, broken links."""
     dots = [[part.startswith(".") for part in p.relative_to(folder).parts] for p in entries]
     shown = [p for p, d in zip(entries, dots) if not any(d)]
+    special = sum(not p.is_file() and not p.is_dir() for p in shown)
     counts = {"hidden": sum(d[-1] and not any(d[:-1]) for d in dots),  # counted once, at its top
               "linked folder(s) (not followed)": sum(p.is_dir() and p.is_symlink() for p in shown),
-              "pipe(s), socket(s), device(s) or broken link(s)": sum(not p.is_file() and not p.is_dir()
-                                                                      for p in shown)}
+              "pipe(s), socket(s), device(s) or broken link(s)": special}
     if any(counts.values()):
         warnings.warn(f"{folder}: left out " + "; ".join(f"{n} {what}" for what, n in counts.items() if n),
                       CorpusWarning, stacklevel=4)
@@ -370,14 +371,13 @@ def expand_files(files) -> list:
     out = []
     for f in map(Path, files):
         if f.is_dir() and is_shard_dir(f):
-            raise ValueError(f"{f} is an lmforge shard folder (its manifest.json), not text files "
-                             f"(pretrain --data takes it alone)")
+            raise ValueError(f"{f} is an lmforge shard folder, not text (pretrain --data takes it alone)")
         if f.is_dir():
             out += _walk(f)
         elif f.is_file():
             out.append(f)
         elif f.exists():  # a pipe or a device (/dev/zero): no size to plan shards by, maybe no end
-            raise ValueError(f"{f} is not a regular file or a folder")
+            raise ValueError(f"{f} is not a regular file or a folder ({file_kind(f)})")
         else:
             raise FileNotFoundError(f"no such file: {f}")
     if not out:

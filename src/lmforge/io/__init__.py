@@ -7,7 +7,6 @@ reader and a writer here (`register_format`): the Hugging Face converters do so 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Callable
 
@@ -18,7 +17,7 @@ from lmforge.io.files import CheckpointError, load_state_strict, load_weights, s
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
 from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, find_tokenizer, model_dir
 from lmforge.model import Transformer
-from lmforge.utils.atomic import writable_folder
+from lmforge.utils.atomic import file_kind, writable_folder
 
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path) -> path)
 FOREIGN: dict = {}
@@ -80,13 +79,10 @@ def _refuse_special_files(path: Path) -> None:
     a socket, a device, or a link to one): reading one blocks forever or never ends (generation_config.json
     as a FIFO hung every load), and no writer puts one there."""
     for entry in path.iterdir():
-        try:
-            mode = entry.stat().st_mode  # through a link: what a reader would open
-        except OSError:  # a dangling link or one not ours to stat: the reader of that file says why
-            continue
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            raise CheckpointError(f"{entry} is not a regular file (a pipe, socket or device): refusing "
-                                  f"to read the model directory")
+        kind = file_kind(entry)  # through a link: what a reader would open
+        # a dangling link or one not ours to stat: the reader of that file says why
+        if kind not in ("a regular file", "a folder", "a broken link") and not kind.startswith("not readable"):
+            raise CheckpointError(f"{entry} is not a regular file ({kind}): refusing to read the model directory")
 
 
 def _read(path: Path, meta: dict) -> Transformer:

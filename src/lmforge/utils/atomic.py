@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -83,6 +84,20 @@ def overlap(source: Path, target: Path) -> str | None:
     if target in source.parents:
         return "holds"
     return "lies inside" if source.is_dir() and source in target.parents else None
+
+
+def file_kind(path) -> str:
+    """What `path` is, for an error that refuses it: "a regular file", "a folder", "a named pipe (FIFO)",
+    "a socket", "a device", "a broken link" or "no such file" (a link is followed, as a reader's open is)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken link" if os.path.islink(path) else "no such file"
+    except OSError as err:  # a folder on the way not ours to read: the reader would fail the same way
+        return f"not readable ({err.strerror})"
+    kinds = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((said for test, said in kinds if test(mode)), "a device")
 
 
 def check_file_path(path) -> Path:

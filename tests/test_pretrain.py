@@ -228,3 +228,26 @@ def test_only_the_first_process_says_what_the_run_read(monkeypatch):
     monkeypatch.delenv("RANK")
     rank_zero(said.append)("no torchrun")
     assert said == ["read 3 documents", "no torchrun"]
+
+
+@pytest.mark.usefixtures("few_probes")
+def test_jsonl_data_is_read_by_its_text_field_and_a_resume_reading_it_otherwise_is_refused(tmp_path, capsys):
+    """`pretrain --data` takes `corpus shard`'s read options: a JSONL export whose text sits under
+    "content" had been unreadable to pretrain (no text), though `corpus shard --text-field content` read it."""
+    import json
+
+    lines = [{"content": f"Document {i} says the cat sat on mat {i}. Then the dog ran far away."} for i in range(12)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "run"
+    args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "2",
+            "batch_size=2", "save_every=1", "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
+            "max_seq_len=64", "--max-len", "16", "--data", str(tmp_path / "a.jsonl")]
+    assert main(args) == 2  # the default field, "text", is in no record
+    assert "no text in" in capsys.readouterr().err
+    assert main([*args, "--text-field", "content"]) == 0
+    assert "read 12 documents" in capsys.readouterr().out
+    args[8] = "3"
+    assert main([*args, "--text-field", "content", "--max-sentence-chars", "20", "--resume"]) == 2
+    assert "'max_sentence_chars': 100000} (the run's) vs" in capsys.readouterr().err
+    assert main([*args, "--text-field", "content", "--resume"]) == 0
+    assert (out / "checkpoints" / "step-0000003").is_dir()

@@ -122,7 +122,10 @@ def test_a_run_from_the_options_objects_reaches_the_trainer(tmp_path):
     assert (tmp_path / "o" / "final" / "tokenizer.json").is_file() and model.config.d_model == 32
     assert any("duplication=3 is not below" in line for line in said), said  # the Trainer got the copies
     recorded = json.loads(next((tmp_path / "o" / "checkpoints").glob("*/trainer.json")).read_text())
-    assert recorded["settings"] == {"duplication": 3, "objective_options": {}, "max_len": 16}  # to rerun it
+    from lmforge.data.read_options import ReadOptions
+
+    assert recorded["settings"] == {"duplication": 3, "objective_options": {}, "max_len": 16,  # to rerun it
+                                    "read": ReadOptions().to_dict()}
 
 
 def test_an_add_tokens_file_past_its_bound_is_refused_naming_it(tmp_path, monkeypatch):
@@ -288,3 +291,16 @@ def test_span_masking_takes_no_whole_word_and_a_bounded_span(tmp_path):
             pretrain("span", tmp_path / "o", TrainConfig(steps=1), preset="bert-tiny",
                      objective_options=options)
         assert refused.value.field == field and not (tmp_path / "o").exists()
+
+
+def test_read_options_without_text_files_are_refused_as_unread(capsys, tmp_path):
+    """How data files are read, said where none are read (the built-in corpus, or shards, which record
+    their own), is refused naming it rather than ignored."""
+    from lmforge.data.read_options import ReadOptions
+
+    err = refused_in_python(tmp_path / "o", read=ReadOptions(text_field="content"))
+    assert err.field == "read" and "none are given" in str(err)
+    err = refused_in_python(tmp_path / "o", read={"text_field": "content"})
+    assert err.field == "read" and "must be a ReadOptions" in str(err)
+    said = refused_on_the_command_line(capsys, cli(tmp_path / "o", "--text-field", "content"))
+    assert said.endswith("--text-field says how --data files are read: give --data")

@@ -6,10 +6,12 @@ import dataclasses
 from pathlib import Path
 
 from lmforge import objectives
-from lmforge.cli.common import (SEED, STEPS, TRAINING_OUTPUTS, UsageError, bounded, given_flags,
-                                parse_overrides, read_config_file, refuse_nested, refuse_overwrite, said)
+from lmforge.cli.common import (SEED, STEPS, TRAINING_OUTPUTS, UsageError, bounded, flag_values, from_flags,
+                                given_flags, option_flags, parse_overrides, read_config_file, refuse_nested,
+                                refuse_overwrite, said)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
+from lmforge.data.read_options import ReadOptions
 from lmforge.io import load as load_model
 from lmforge.objectives.keywords import check_keywords
 from lmforge.train.config import TrainConfig, options_from_dict
@@ -83,8 +85,13 @@ def cmd_pretrain(args) -> None:
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None
     check_vocabulary(model, tokenizer, source)
+    read = flag_values(args, ReadOptions)  # how --data's files are read, as `corpus shard` reads them
+    if read and not args.data:
+        flag = "--" + next(iter(read)).replace("_", "-")
+        raise UsageError(f"{flag} says how --data files are read: give --data")
     inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=teacher, data=args.data,
-                            tokenizer=tokenizer, overrides=model, resume=args.resume)
+                            tokenizer=tokenizer, overrides=model, resume=args.resume,
+                            read=from_flags(lambda found: ReadOptions(**found), read) if read else None)
     pretrain(args.objective, args.out, train, recipe, inputs)
     print(f"wrote {Path(args.out) / 'final'}")
 
@@ -121,7 +128,9 @@ def add_parsers(sub) -> None:
          0, f"[0, {MAX_DUPLICATION}]")
     p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
     p.add_argument("--config", help="YAML/JSON file of the same keys (a key=value or a flag given too wins)")
-    said(p.add_argument("--data", nargs="*", help="plain-text files"), "the built-in corpus")
+    said(p.add_argument("--data", nargs="*", help="text, JSONL or .gz files, folders of them, or a shard "
+                                                  "folder (`lmforge corpus shard`)"), "the built-in corpus")
+    option_flags(p, ReadOptions, bound=True)  # how --data's text files are read
     said(p.add_argument("--tokenizer", help="tokenizer directory"),
          "train one on the corpus; with --model, the checkpoint's")
     p.add_argument("--out", required=True, help="the run's directory: checkpoints, metrics.jsonl, final/")

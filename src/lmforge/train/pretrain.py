@@ -32,6 +32,7 @@ from tokenizers import AddedToken
 from lmforge import objectives
 from lmforge.config.options import OptionsError
 from lmforge.data.corpus import CorpusReader
+from lmforge.data.read_options import ReadOptions
 from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.stream import build_examples, open_shards, shard_examples
 from lmforge.data.synthetic import documents
@@ -69,10 +70,10 @@ def seeded_init(seed: int):
         yield
 
 
-def read_documents(files: list) -> list:
+def read_documents(files: list, options: ReadOptions | None = None) -> list:
     """Text, JSONL or gzip files -> documents (blank-line-separated blocks, JSONL records) of
-    sentences, streamed and segmented by lmforge.data.corpus (bad text: warnings)."""
-    reader = CorpusReader(files)
+    sentences, streamed and segmented by lmforge.data.corpus as `options` say (bad text: warnings)."""
+    reader = CorpusReader(files, options)
     docs = list(reader)
     if not docs:
         raise ValueError(f"no text in {', '.join(map(str, files))}" + "".join(f"; {p}" for p in reader.problems))
@@ -232,11 +233,12 @@ def _objective(spec: ObjectiveSpec, cfg, tokenizer, teacher, start, words: list,
     return spec.make(model, tokenizer)  # a missing LM head is built here, from the run's seed
 
 
-def _settings(recipe: RecipeOptions, max_len: int, data) -> dict:
+def _settings(recipe: RecipeOptions, max_len: int, inputs: PretrainInputs) -> dict:
     """The recipe options a checkpoint records beside TrainConfig, for a reader to rerun the run (max_len as
-    used; n_docs where the built-in corpus is read); a resume that changes them is refused."""
-    return {"objective_options": recipe.objective_options or {}, "max_len": max_len,
-            **({"n_docs": recipe.n_docs} if data is None else {})}
+    used; n_docs where the built-in corpus is read, else how the data files are read); a resume that changes
+    them is refused."""
+    read = {"read": (inputs.read or ReadOptions()).to_dict()} if inputs.data else {"n_docs": recipe.n_docs}
+    return {"objective_options": recipe.objective_options or {}, "max_len": max_len, **read}
 
 
 def _max_len(cfg, max_len: int | None) -> int:
@@ -312,9 +314,12 @@ def _corpus(inputs: PretrainInputs, recipe: RecipeOptions, start, seed: int) -> 
     shards = open_shards(inputs.data)  # a directory of `lmforge corpus shard`: streamed, never loaded
     if words and shards:
         raise ValueError("add_tokens needs text files: shards are tokenized already, without the new words")
+    if shards and inputs.read is not None:
+        raise OptionsError(f"read: applies to text files; the shards in {inputs.data[0]} were read as their "
+                           "manifest.json records", "read")
     if shards:
         return shards, None, words
-    docs = read_documents(inputs.data) if inputs.data else list(documents(recipe.n_docs, seed=seed))
+    docs = read_documents(inputs.data, inputs.read) if inputs.data else list(documents(recipe.n_docs, seed))
     return None, docs, words
 
 
@@ -347,7 +352,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         cfg = sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
-    settings = _settings(recipe, _max_len(cfg, recipe.max_len), inputs.data)
+    settings = _settings(recipe, _max_len(cfg, recipe.max_len), inputs)
     examples, held = _examples(spec, shards, docs, tokenizer, settings["max_len"], train.seed, log)
     trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=recipe.duplication,
                       evaluator=inputs.evaluator, settings=settings)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lmforge.config.options import OptionsError, check_options, option, refuse_unknown, with_changes
+from lmforge.data.read_options import ReadOptions
 
 MAX_DUPLICATION = 100  # BERT's factor is 10; each copy is another corruption of every example per pass
 MAX_DOCS = 10 ** 6  # the built-in corpus: ~3 sentences a document, all held and tokenized in memory
@@ -57,6 +58,8 @@ class PretrainInputs:
                                             "trained here")
     overrides: Optional[dict] = option(None, "model config fields of the preset (vocab_size also sizes the "
                                              "tokenizer trained here)")
+    read: Optional[Any] = option(None, "how the data files become documents (a ReadOptions: JSONL field, "
+                                       "bad bytes, documents per block or file); null: its defaults")
     resume: bool = option(False, "continue the newest checkpoint in the output directory")
     log: Optional[Any] = option(print, "called with each line the run reports")
     evaluator: Optional[Any] = option(None, "the Trainer's: called every eval_every steps; {'stop': True} "
@@ -68,6 +71,8 @@ class PretrainInputs:
         check_options(self)
         if not callable(self.log):
             raise OptionsError(f"log must be callable, got {type(self.log).__name__}", "log")
+        if self.read is not None and not isinstance(self.read, ReadOptions):
+            raise OptionsError(f"read must be a ReadOptions or null, got {type(self.read).__name__}", "read")
         if self.evaluator is not None and not callable(self.evaluator):
             raise OptionsError(f"evaluator must be callable or null, got {type(self.evaluator).__name__}",
                                "evaluator")
@@ -105,6 +110,9 @@ def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
         raise OptionsError(f"duplication={recipe.duplication}: objective {spec.name} draws no corruption, so "
                            "static masking has nothing to fix and every copy would be the same; drop it",
                            "duplication")
+    if not inputs.data and inputs.read is not None:
+        raise OptionsError("read: says how data files are read, and none are given (the built-in corpus is "
+                           "read as it is); drop it", "read")
     if inputs.data and recipe.n_docs != RecipeOptions().n_docs:
         raise OptionsError(f"n_docs={recipe.n_docs}: sizes the built-in corpus, which is not read "
                            "when data (--data) is given; drop it", "n_docs")

@@ -39,7 +39,8 @@ def config(hf: dict) -> ModelConfig:
         BART, vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_layers=n_layers,
         n_decoder_layers=None if n_decoder == n_layers else n_decoder, n_heads=hf["encoder_attention_heads"],
         d_ff=hf["encoder_ffn_dim"], max_seq_len=hf["max_position_embeddings"],
-        ffn=ffn_of(hf.get("activation_function", "gelu")), dropout=hf.get("dropout", 0.1),
+        ffn=ffn_of(hf.get("activation_function", "gelu"), "activation_function"),
+        dropout=hf.get("dropout", 0.1),
         attention_dropout=hf.get("attention_dropout", 0.0), scale_embeddings=hf.get("scale_embedding", False),
         tie_embeddings=hf.get("tie_word_embeddings", True) is not False, **special_tokens(hf)))
 

@@ -32,7 +32,8 @@ def config(hf: dict) -> ModelConfig:
         **BERT, "vocab_size": hf["vocab_size"], "d_model": hf["dim"], "n_layers": hf["n_layers"],
         "n_heads": hf["n_heads"], "d_ff": hf["hidden_dim"], "max_seq_len": hf.get("max_position_embeddings", 512),
         "n_segments": 0, "position": "sinusoidal" if hf.get("sinusoidal_pos_embds") else "learned",
-        "norm_eps": NORM_EPS, "ffn": ffn_of(hf.get("activation", "gelu")), "dropout": hf.get("dropout", 0.1),
+        "norm_eps": NORM_EPS, "ffn": ffn_of(hf.get("activation", "gelu"), "activation"),
+        "dropout": hf.get("dropout", 0.1),
         "attention_dropout": hf.get("attention_dropout", 0.1), "pooler_activation": "relu",
         "tie_embeddings": hf.get("tie_word_embeddings", True), **special_tokens(hf)})
 

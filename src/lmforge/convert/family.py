@@ -25,10 +25,10 @@ def activation_of(ffn: str) -> str:
     return ACTIVATION_NAMES[ffn]
 
 
-def ffn_of(name: str) -> str:
-    """The lmforge feed-forward value of a reference activation name."""
+def ffn_of(name: str, field: str = "hidden_act") -> str:
+    """The lmforge feed-forward value of a reference activation name (`field`: the config's name for it)."""
     if not isinstance(name, str) or name not in ACTIVATIONS:
-        raise ConfigError(f"activation {name!r} is not supported; known: {', '.join(ACTIVATIONS)}")
+        raise ConfigError(f"{field}={name!r} is not supported; known activations: {', '.join(ACTIVATIONS)}")
     return ACTIVATIONS[name]
 
 

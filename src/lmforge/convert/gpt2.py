@@ -19,7 +19,8 @@ def config(hf: dict) -> ModelConfig:
     return ModelConfig.from_dict(dict(
         GPT2, vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["n_layer"], n_heads=hf["n_head"],
         d_ff=hf.get("n_inner") or 4 * d_model, max_seq_len=hf["n_positions"],
-        norm_eps=hf.get("layer_norm_epsilon", 1e-5), ffn=ffn_of(hf.get("activation_function", "gelu_new")),
+        norm_eps=hf.get("layer_norm_epsilon", 1e-5), ffn=ffn_of(hf.get("activation_function", "gelu_new"),
+                                                                     "activation_function"),
         dropout=hf.get("resid_pdrop", 0.1), attention_dropout=hf.get("attn_pdrop", 0.1),
         tie_embeddings=hf.get("tie_word_embeddings", True), **special_tokens(hf)))
 

@@ -26,7 +26,8 @@ def config(hf: dict) -> ModelConfig:
         raise ConfigError(f"XLNet option clamp_len={hf['clamp_len']} is not supported (only -1)")
     return ModelConfig.from_dict(dict(
         XLNET, vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_layers=hf["n_layer"],
-        n_heads=hf["n_head"], d_ff=hf["d_inner"], ffn=ffn_of(hf.get("ff_activation", "gelu")),
+        n_heads=hf["n_head"], d_ff=hf["d_inner"],
+        ffn=ffn_of(hf.get("ff_activation", "gelu"), "ff_activation"),
         norm_eps=hf.get("layer_norm_eps", 1e-12), dropout=hf.get("dropout", 0.1),
         attention_dropout=hf.get("dropout", 0.1),
         # XLNet has no position table and the reference no length field (it refuses

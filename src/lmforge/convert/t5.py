@@ -13,28 +13,41 @@ from lmforge.convert.family import (Family, activation_of, ffn_of, special_token
 from lmforge.convert.keymap import Rule, expand
 from lmforge.presets import T5
 
-# gated activations: the reference maps plain "gated-gelu" to the tanh GELU (v1.1 compatibility)
-GATED = {"gelu": "geglu-tanh", "gelu_new": "geglu-tanh", "gelu_pytorch_tanh": "geglu-tanh",
-         "silu": "swiglu", "swish": "swiglu"}
+# gated activations by the reference's dense_act_fn (exact "gelu" is GEGLU; "gelu_new" the tanh one)
+GATED = {"gelu": "geglu", "gelu_python": "geglu", "gelu_new": "geglu-tanh", "gelu_pytorch_tanh": "geglu-tanh",
+         "gelu_fast": "geglu-tanh", "silu": "swiglu", "swish": "swiglu"}
 GATED_NAMES = {"geglu-tanh": "gated-gelu", "swiglu": "gated-silu"}
+# what dense_act_fn to write where feed_forward_proj alone does not say it (gated-gelu means gelu_new)
+ACT_NAMES = {"geglu": "gelu", "geglu-tanh": "gelu_new", "swiglu": "silu"}
 
 
-def ffn_of_projection(name: str) -> str:
-    """lmforge ffn of a T5 `feed_forward_proj` ("relu", "gated-gelu", ...)."""
-    parts = name.split("-")
-    if len(parts) == 2 and parts[0] == "gated":
-        if parts[1] not in GATED:
-            raise ConfigError(f"feed_forward_proj={name!r} is not supported; gated: "
-                              f"{', '.join('gated-' + a for a in GATED)}")
-        return GATED[parts[1]]
-    if len(parts) != 1:
+def ffn_of_projection(hf: dict) -> str:
+    """lmforge ffn of a T5 config. The reference applies its stored `dense_act_fn` and `is_gated_act`,
+    which win over `feed_forward_proj` ("relu", "gated-gelu", ...) that they are otherwise derived from:
+    stored ones that disagree with it are refused, naming both (hand-edited configs; versions differ)."""
+    name = hf.get("feed_forward_proj", "relu")
+    parts = name.split("-") if isinstance(name, str) else []
+    if not 1 <= len(parts) <= 2 or (len(parts) == 2 and parts[0] != "gated"):
         raise ConfigError(f"feed_forward_proj={name!r} is not of the form 'ACT' or 'gated-ACT'")
-    return ffn_of(name)
+    gated = len(parts) == 2
+    derived = "gelu_new" if name == "gated-gelu" else parts[-1]  # the reference's compatibility rule
+    act = hf.get("dense_act_fn") or derived
+    if hf.get("is_gated_act", gated) != gated or act not in (derived, parts[-1]):
+        raise ConfigError(f"feed_forward_proj={name!r} disagrees with dense_act_fn={act!r}, is_gated_act="
+                          f"{hf.get('is_gated_act', gated)}: mend config.json so that they agree")
+    if not gated:
+        return ffn_of(act, "feed_forward_proj")
+    if act not in GATED:
+        raise ConfigError(f"feed_forward_proj={name!r} is not supported; gated activations: {', '.join(GATED)}")
+    return GATED[act]
 
 
-def projection_of(ffn: str) -> str:
-    """The inverse of `ffn_of_projection`."""
-    return GATED_NAMES[ffn] if ffn in GATED_NAMES else activation_of(ffn)
+def projection_of(ffn: str) -> dict:
+    """The inverse of `ffn_of_projection`: feed_forward_proj, dense_act_fn and is_gated_act."""
+    if ffn in ACT_NAMES:
+        return dict(feed_forward_proj=GATED_NAMES.get(ffn, "gated-gelu"), dense_act_fn=ACT_NAMES[ffn],
+                    is_gated_act=True)
+    return dict(feed_forward_proj=activation_of(ffn), dense_act_fn=activation_of(ffn), is_gated_act=False)
 
 
 def _encoder_only(hf: dict) -> bool:
@@ -61,7 +74,7 @@ def config(hf: dict) -> ModelConfig:
         relative_max_distance=hf.get("relative_attention_max_distance", 128),
         dropout=hf.get("dropout_rate", 0.1), attention_dropout=hf.get("dropout_rate", 0.1),
         norm_eps=hf.get("layer_norm_epsilon", 1e-6),
-        ffn=ffn_of_projection(hf.get("feed_forward_proj", "relu")),
+        ffn=ffn_of_projection(hf),
         tie_embeddings=tied, tied_logit_scale=hf.get("scale_decoder_outputs", tied), **special_tokens(hf)))
 
 
@@ -73,7 +86,7 @@ def to_reference(cfg: ModelConfig) -> dict:
                 num_layers=cfg.n_layers, num_decoder_layers=cfg.decoder_layers, num_heads=cfg.n_heads,
                 n_positions=cfg.max_seq_len, relative_attention_num_buckets=cfg.relative_buckets,
                 relative_attention_max_distance=cfg.relative_max_distance, dropout_rate=cfg.dropout,
-                layer_norm_epsilon=cfg.norm_eps, feed_forward_proj=projection_of(cfg.ffn),
+                layer_norm_epsilon=cfg.norm_eps, **projection_of(cfg.ffn),
                 tie_word_embeddings=cfg.tie_embeddings, scale_decoder_outputs=cfg.tied_logit_scale,
                 is_encoder_decoder=cfg.architecture == "encoder-decoder", **special_tokens_of(cfg))
 
@@ -84,7 +97,7 @@ def _stack(cfg: ModelConfig, side: str, n_layers: int, cross: bool) -> list:
     attn = f"{layer}.0.SelfAttention"
     ffn_index = 2 if cross else 1
     dense = f"{layer}.{ffn_index}.DenseReluDense"
-    gated = cfg.ffn in GATED_NAMES
+    gated = cfg.ffn in ACT_NAMES
     rules = [
         Rule(f"{block}.attn.qkv.weight", tuple(f"{attn}.{p}.weight" for p in "qkv")),
         Rule(f"{block}.attn.out.weight", (f"{attn}.o.weight",)),

@@ -48,41 +48,67 @@ FAMILIES = {t: fam.FAMILY for fam in (importlib.import_module(f"lmforge.convert.
 READ_ERRORS = (SafetensorError, OSError, RuntimeError, KeyError, json.JSONDecodeError, pickle.UnpicklingError)
 
 
-def _reference_files(path: Path) -> list:
-    """The weight files of a reference directory: one safetensors file, the shards its index
-    names, or pytorch_model.bin."""
+def _index_shards(path: Path, index: Path) -> dict:
+    """{shard file: the tensor names the index places there} of a sharded checkpoint."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = {}
+        for name, shard in weight_map.items():
+            shards.setdefault(shard, set()).add(name)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ConversionError(f"cannot read the weights in {path}: {index.name} is damaged ({err})") from None
+    # the reference writes its shards beside the index: a name reaching elsewhere ("../other/x",
+    # "/etc/passwd") would read another model's weights, or any file, as this one's
+    outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
+    if outside:
+        raise ConversionError(f"cannot read the weights in {path}: {index.name} names a shard "
+                              f"{str(outside[0])[:80]!r} that is not a file of the folder")
+    return {path / shard: names for shard, names in sorted(shards.items())}
+
+
+def _reference_files(path: Path) -> dict:
+    """The weight files of a reference directory, each with the tensor names it must hold (None: any):
+    one safetensors file, the shards its index names, or pytorch_model.bin."""
     index = path / "model.safetensors.index.json"
     if (path / "model.safetensors").is_file():
-        return [path / "model.safetensors"]
+        return {path / "model.safetensors": None}
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            shards = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise ConversionError(f"cannot read the weights in {path}: {index.name} is damaged ({err})") from None
-        # the reference writes its shards beside the index: a name reaching elsewhere ("../other/x",
-        # "/etc/passwd") would read another model's weights, or any file, as this one's
-        outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
-        if outside:
-            raise ConversionError(f"cannot read the weights in {path}: {index.name} names a shard "
-                                  f"{str(outside[0])[:80]!r} that is not a file of the folder")
-        return [path / shard for shard in shards]
+        return _index_shards(path, index)
     if (path / "pytorch_model.bin").is_file():
-        return [path / "pytorch_model.bin"]
+        return {path / "pytorch_model.bin": None}
     raise ConversionError(f"{path} has no model.safetensors, sharded index or pytorch_model.bin")
 
 
+def _check_shard(path: Path, file: Path, found: dict, expected, tensors: dict) -> None:
+    """Refuse a shard holding other tensors than its index says, or one read already from another shard:
+    which copy won was the order the shards were read in, unsaid."""
+    twice = sorted(set(found) & set(tensors))
+    if twice:
+        raise ConversionError(f"cannot read the weights in {path}: {file.name} holds {twice[0]!r}, "
+                              "which another shard holds too")
+    for names, what in ((sorted(set(found) - expected), "holds"), (sorted(expected - set(found)), "lacks")):
+        if names:
+            raise ConversionError(f"cannot read the weights in {path}: {file.name} {what} {names[0]!r}, "
+                                  f"against model.safetensors.index.json ({len(names)} tensor(s))")
+
+
 def read_reference_weights(path: Path) -> dict:
-    """All tensors of a reference model directory, by name."""
+    """All tensors of a reference model directory, by name; a sharded one's shards checked against the index."""
     tensors = {}
-    for file in _reference_files(path):
+    for file, expected in _reference_files(path).items():
         try:
             if file.suffix == ".bin":
-                tensors.update(torch.load(file, map_location="cpu", weights_only=True))
+                found = torch.load(file, map_location="cpu", weights_only=True)
             else:
-                tensors.update(load_file(str(file)))
+                found = load_file(str(file))
         except READ_ERRORS as err:
             raise ConversionError(f"cannot read the weights in {path}: {describe_read_error(file, err)}") from None
+        if not isinstance(found, dict) or not all(isinstance(t, torch.Tensor) for t in found.values()):
+            raise ConversionError(f"cannot read the weights in {path}: {file.name} holds no state dict "
+                                  "(a mapping of names to tensors)")
+        if expected is not None:
+            _check_shard(path, file, found, expected, tensors)
+        tensors.update(found)
     return tensors
 
 

@@ -1,0 +1,59 @@
+"""Reading a reference folder's weight files: shards checked against their index, a non-state-dict refused."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import lmforge
+from lmforge.io import CheckpointError
+
+transformers = pytest.importorskip("transformers")
+
+
+def _sharded(path):
+    """A tiny BERT saved in several shards; (its index's weight map, the shard names in order)."""
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64)).save_pretrained(path, max_shard_size="20KB")
+    index = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
+    return index, sorted(set(index.values()))
+
+
+def test_sharded_weights_load_as_the_single_file(tmp_path):
+    _sharded(tmp_path / "a")
+    whole = lmforge.load(tmp_path / "a").state_dict()
+    reference = transformers.BertModel.from_pretrained(tmp_path / "a")
+    reference.save_pretrained(tmp_path / "b")
+    assert all(torch.equal(whole[k], v) for k, v in lmforge.load(tmp_path / "b").state_dict().items())
+
+
+def test_a_tensor_in_two_shards_is_refused_naming_the_shard(tmp_path):
+    """The later shard's copy (zeros here) silently won over the one the index names."""
+    index, shards = _sharded(tmp_path)
+    name = next(k for k, v in index.items() if v == shards[0])
+    other = load_file(tmp_path / shards[1])
+    save_file({**other, name: torch.zeros_like(load_file(tmp_path / shards[0])[name])}, tmp_path / shards[1])
+    with pytest.raises(CheckpointError, match=f"{shards[1]} holds '{name}'") as refused:
+        lmforge.load(tmp_path)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_shard_lacking_what_its_index_places_there_is_refused_naming_both(tmp_path):
+    index, shards = _sharded(tmp_path)
+    name = next(k for k, v in index.items() if v == shards[0])
+    save_file({k: v for k, v in load_file(tmp_path / shards[0]).items() if k != name}, tmp_path / shards[0])
+    with pytest.raises(CheckpointError, match=f"{shards[0]} lacks '{name}', against model.safetensors.index"):
+        lmforge.load(tmp_path)
+
+
+@pytest.mark.parametrize("content", [[torch.zeros(2)], {"embeddings.word_embeddings.weight": 3}])
+def test_a_pytorch_model_bin_holding_no_state_dict_is_refused_naming_it(tmp_path, content):
+    """A list of tensors failed with a bare TypeError traceback."""
+    _sharded(tmp_path)
+    for file in tmp_path.glob("model*.safetensors*"):
+        file.unlink()
+    torch.save(content, tmp_path / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="pytorch_model.bin holds no state dict"):
+        lmforge.load(tmp_path)

@@ -2,9 +2,10 @@
 import os
 
 import pytest
+import torch
 
 from lmforge.train import Trainer
-from lmforge.train.checkpoint import CheckpointCorrupt, checkpoints, read_checkpoint
+from lmforge.train.checkpoint import CheckpointCorrupt, checkpoints, read_checkpoint, save_checkpoint
 from tests.train.helpers import mlm_objective, quick, toy_data
 
 
@@ -16,3 +17,12 @@ def test_a_fifo_in_place_of_a_checkpoint_file_is_refused_naming_it_not_waited_on
     os.mkfifo(step / name)  # opening it to read would wait for a writer that never comes
     with pytest.raises(CheckpointCorrupt, match=f"{name} is not a regular file"):
         read_checkpoint(step)
+
+
+def test_checkpoints_are_ordered_by_step_number_so_keep_last_keeps_the_newest(tmp_path):
+    weights, state = {"w": torch.ones(2)}, {"optimizer": {}, "scheduler": {}}
+    (tmp_path / "step-notes").mkdir()  # a folder of the user's, not a checkpoint: neither read nor deleted
+    for step in (9_999_999, 10_000_000):  # MAX_STEPS: 8 digits, before step-9999999 as text
+        save_checkpoint(tmp_path, step, weights, state, {}, keep_last=1)
+    assert [p.name for p in checkpoints(tmp_path)] == ["step-10000000"]
+    assert (tmp_path / "step-notes").is_dir()

@@ -193,10 +193,14 @@ def save_checkpoint(root: Path, step: int, weights: dict, optimizer: dict, info:
 
 
 def checkpoints(root: Path) -> list:
-    """Complete checkpoint directories under root, oldest first."""
+    """Complete checkpoint directories under root (step-N, N a whole number), oldest first."""
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
+             and p.name[len(PREFIX):].isdigit() and p.name[len(PREFIX):].isascii()]
+    # by number, not name: step 10,000,000 (MAX_STEPS) has 8 digits and sorts as text before step-9999999,
+    # so keep_last deleted it and a resume took the older one
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
 def check_resumable(out) -> None:

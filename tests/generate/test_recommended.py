@@ -108,6 +108,30 @@ def test_a_recommended_max_length_counts_the_prompt_in_python_too(checkpoint, tm
     assert out.shape[1] == ids.shape[1] + 5
 
 
+def test_a_recommended_max_length_the_prompt_already_reaches_is_refused_naming_max_new_tokens(checkpoint, tmp_path,
+                                                                                              capsys):
+    """One new token was generated unsaid where the prompt reached the checkpoint's max_length (the reference
+    refuses it); a max_new_tokens given is served, in Python and on the command line alike."""
+    _, reference, ids = checkpoint
+    copy = _copy(checkpoint, tmp_path / "reached")
+    (copy / "generation_config.json").write_text(json.dumps({"max_length": ids.shape[1], "pad_token_id": 0}))
+    model = lmforge.load(copy)
+    reached = rf"max_length={ids.shape[1]}, which the {ids.shape[1]} tokens .* already reach"
+    with pytest.raises(OptionsError, match=reached) as err:
+        lmforge.generate(model, ids)
+    assert err.value.field == "max_new_tokens"
+    with pytest.raises(ValueError, match="max_length"):
+        reference.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=None,
+                           max_length=ids.shape[1])
+    served = lmforge.generate(model, ids, max_new_tokens=3)[0, ids.shape[1]:].tolist()
+    assert served == _theirs(checkpoint, max_new_tokens=3, **OVERRIDE)
+    capsys.readouterr()
+    assert main(["generate", "--model", str(copy), "the cat"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "--max-new-tokens" in err and "Traceback" not in err
+    assert main(["generate", "--model", str(copy), "the cat", "--max-new-tokens", "2"]) == 0
+
+
 def test_a_bad_recommendation_is_refused_when_generating_naming_the_file(checkpoint, tmp_path):
     """Loaded to embed or fine-tune, the model is not refused for settings it never uses."""
     copy = _copy(checkpoint, tmp_path / "bad")

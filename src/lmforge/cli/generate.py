@@ -150,7 +150,7 @@ def decoding_options(args, typed: dict, model, start: int, ids: dict) -> tuple:
 
     try:
         found = recommendation(model)
-        recommended = found.for_start(start) if found is not None else {}
+        recommended = found.for_start(start, typed) if found is not None else {}
         given = sampling_from_temperature(typed)  # the flag decides sampling (0: greedy), not the checkpoint
         for name in replaced_minimums(typed):  # the checkpoint's other minimum gives way, as in the reference
             recommended.pop(name, None)

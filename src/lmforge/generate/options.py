@@ -148,8 +148,9 @@ class GenerationOptions:
     @classmethod
     def load(cls, path, start: Optional[int] = None) -> "GenerationOptions":
         """The options a model directory recommends (see `recommended`), the defaults for the rest."""
+        found = cls.recommended(path, start)  # its refusals name the file already
         try:
-            return from_dict(cls, cls.recommended(path, start), FILE)
+            return from_dict(cls, found, FILE)
         except OptionsError as err:
             raise OptionsError(f"{Path(path) / FILE}: {err}", err.field) from None
 
@@ -190,16 +191,21 @@ def read_recommended(path) -> dict:
     return {k: v for k, v in found.items() if k in FIELD_NAMES or k == "max_length"}
 
 
-def for_start(path, found: dict, start: Optional[int]) -> dict:
+def for_start(path, found: dict, start: Optional[int], given=()) -> dict:
     """The fields of `found` (read_recommended's) for `start` positions before the new tokens: a max_length
-    and a min_length as new-token counts; without `start` a max_length is not applied (said)."""
+    and a min_length as new-token counts; without `start` a max_length is not applied (said). A max_length
+    the `start` positions already reach is refused naming max_new_tokens, as the reference refuses it (one
+    new token was generated unsaid), unless max_new_tokens is among the names `given` (a request's own)."""
     found = dict(found)
     max_length = found.pop("max_length", None)
-    if "max_new_tokens" not in found and _is_int(max_length):
+    if "max_new_tokens" not in found and "max_new_tokens" not in given and _is_int(max_length):
         if start is None:
             _unapplied_max_length(path, max_length)
+        elif start >= max_length:
+            raise OptionsError(f"{Path(path) / FILE} recommends max_length={max_length}, which the {start} "
+                               "tokens before the new ones already reach: give max_new_tokens", "max_new_tokens")
         else:
-            found["max_new_tokens"] = max(1, max_length - start)
+            found["max_new_tokens"] = max_length - start
     if start is not None and "min_new_tokens" not in found and _is_int(found.get("min_length")):
         found["min_new_tokens"] = max(0, found["min_length"] - start)
     return found

@@ -27,9 +27,10 @@ class Recommendation:
     path: str
     fields: dict
 
-    def for_start(self, start: int) -> dict:
-        """The GenerationOptions fields recommended for `start` positions before the new tokens."""
-        return for_start(self.path, self.fields, start)
+    def for_start(self, start: int, given=()) -> dict:
+        """The GenerationOptions fields recommended for `start` positions before the new tokens (`given`: the
+        names a request sets itself, which the recommendation need not serve)."""
+        return for_start(self.path, self.fields, start, given)
 
 
 def read(path) -> Optional[Recommendation]:
@@ -96,7 +97,7 @@ def resolve(model, start: int, given: Optional[dict] = None, options: Optional[G
     if options is not None:
         return GenerationOptions.build(options, given)
     found = recommendation(model)
-    stated = found.for_start(start) if found is not None else {}
+    stated = found.for_start(start, given) if found is not None else {}
     fields = {**{k: v for k, v in (defaults or {}).items() if k not in stated}, **stated}
     for name in replaced_minimums(given):
         fields.pop(name, None)

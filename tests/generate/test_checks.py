@@ -30,6 +30,8 @@ def calls(gpt):
     ({"use_cache": None}, "use_cache"),
     ({"do_sample": True, "generator": 0}, "generator"),  # failed inside torch.multinomial
     ({"streamer": 3}, "streamer"),  # failed after the first step
+    ({"projection": "fast"}, "projection"),  # a plain ValueError naming no field
+    ({"projection": None}, "projection"),
 ])
 def test_a_call_argument_of_the_wrong_kind_is_refused_naming_it_before_any_model_call(gpt, calls, given, named):
     with pytest.raises(OptionsError) as err:

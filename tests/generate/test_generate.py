@@ -273,8 +273,9 @@ def test_prefix_lm_generation_reads_the_prompt_bidirectionally():
     assert torch.equal(out[:, ids.shape[1]], first)
     # earlier prompt positions saw later ones, so even the last position's state changes
     assert not torch.allclose(hidden[:, -1], causal[:, -1], atol=1e-4)
-    with pytest.raises(ValueError, match="prefix_lm is for decoders"):
+    with pytest.raises(OptionsError, match="prefix_lm is for decoders") as err:
         generate(GENERATORS["t5-small"], ids, mask, max_new_tokens=2, prefix_lm=True)
+    assert err.value.field == "prefix_lm"
 
 
 @pytest.mark.parametrize("options, match", [

@@ -76,10 +76,7 @@ def _steps(model, input_ids, mask, ids: dict, copies: int, use_cache: bool, pref
            projection: VocabProjection):
     """The forward passes of this call: an encoder-decoder's decoder, or a decoder."""
     lm = model.heads[lm_head_name(model)]
-    if isinstance(model, EncoderDecoder):
-        if prefix_lm:
-            raise ValueError("prefix_lm is for decoders: an encoder-decoder's encoder already reads the "
-                             "input bidirectionally")
+    if isinstance(model, EncoderDecoder):  # prefix_lm=True refused for it by check_call
         return EncoderDecoderSteps(model, lm, input_ids, mask, ids["start"], copies, use_cache, projection)
     return DecoderSteps(model, lm, input_ids.repeat_interleave(copies, 0), mask.repeat_interleave(copies, 0),
                         use_cache, prefix_lm, projection)
@@ -126,7 +123,7 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     plain, or accelerated where `lmforge.optimize(model)` was called (the same tokens either way, but
     where two logits are equal within float rounding). It is left exactly as it was found (weights,
     layout, mode)."""
-    check_call(model, use_cache, prefix_lm, generator, streamer)
+    check_call(model, use_cache, prefix_lm, generator, streamer, projection)
     mask = check_prompt(model, input_ids, attention_mask)
     start = 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1]  # positions before the new ones
     options = resolve(model, start, fields, options)

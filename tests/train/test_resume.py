@@ -152,3 +152,27 @@ def test_a_resume_with_another_number_of_processes_is_refused_naming_both(run):
     path.write_text(json.dumps(sign({**info, "world": 2}, "state_sha256")))  # as a 2-process run wrote it
     with pytest.raises(ValueError, match="step-0000004: it was trained with .*: 2 processes \\(the run's\\)"):
         Trainer(mlm_objective(), toy_data(), quick(steps=4), run).resume()
+
+
+def _unverified(checkpoint, **fields):
+    """Rewrite a checkpoint's trainer.json as one written before the checksums, with `fields` changed."""
+    path = checkpoint / "trainer.json"
+    info = {k: v for k, v in json.loads(path.read_text()).items() if k not in ("sha256", "state_sha256")}
+    path.write_text(json.dumps({**info, **fields}))
+
+
+@pytest.mark.parametrize("key, value", [("step", "abc"), ("step", -1), ("step", True), ("world", 0),
+                                        ("train", "lr"), ("settings", [1]), ("stopped", "no")])
+def test_an_unverified_trainer_json_of_wrong_types_is_refused_naming_the_file_and_field(run, key, value):
+    checkpoint = run / "checkpoints" / "step-0000004"
+    _unverified(checkpoint, **{key: value})
+    with pytest.raises(CheckpointCorrupt, match=f"step-0000004: trainer.json's {key} is "):
+        read_checkpoint(checkpoint)
+
+
+def test_unverified_training_options_no_run_had_are_refused_naming_the_checkpoint(run):
+    checkpoint = run / "checkpoints" / "step-0000004"
+    _unverified(checkpoint, train={**json.loads((checkpoint / "trainer.json").read_text())["train"], "lr": -3})
+    trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=lambda m: None)
+    with pytest.raises(CheckpointCorrupt, match="step-0000004: trainer.json's training options: .*lr"):
+        trainer.resume()

@@ -33,6 +33,10 @@ from lmforge.utils.checksum import sha256, sign, verify
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.pt")  # checksummed in trainer.json
 STATE_KEY = "state_sha256"  # trainer.json's checksum of its own other fields
+# the types of trainer.json's fields that a resume reads
+INFO_TYPES = {"step": int, "world": int, "stopped": bool, "train": dict, "settings": dict, "model": dict,
+              "data": dict}
+_KIND_WORDS = {int: "a whole number", bool: "true or false", dict: "a mapping or null"}
 
 
 class CheckpointCorrupt(ValueError):
@@ -221,7 +225,21 @@ def read_info(path: Path) -> dict:
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json cannot be read ({err})") from None
     if not isinstance(info, dict) or "step" not in info:
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json has no step")
+    # one unverified (before the checksums) may hold anything: a wrong type is said here, naming the file,
+    # not met mid-resume as int('abc') or 'str' object has no attribute 'items'
+    for key in INFO_TYPES:
+        if key in info and _unlike(key, info[key]):
+            raise CheckpointCorrupt(f"checkpoint {path}: trainer.json's {key} is {info[key]!r:.40}, not "
+                                    f"{_KIND_WORDS[INFO_TYPES[key]]}")
     return info
+
+
+def _unlike(key: str, value) -> bool:
+    """Whether trainer.json's `value` of `key` is not of its INFO_TYPES type (a count: whole, world >= 1)."""
+    kind = INFO_TYPES[key]
+    if kind is int:
+        return not isinstance(value, int) or isinstance(value, bool) or value < (key == "world")
+    return not isinstance(value, kind) and not (kind is dict and value is None)  # model: None without a config
 
 
 def check_state(path: Path, info: dict) -> None:

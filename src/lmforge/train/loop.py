@@ -20,14 +20,16 @@ from pathlib import Path
 
 import torch
 
+from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.io import save
 from lmforge.io.files import DiskFull
 from lmforge.quant.int8 import refuse_int8
 from lmforge.train import distributed as dist
-from lmforge.train.checkpoint import (NothingToResume, TrainingDiverged, all_finite, check_optimizer,
-                                      check_resumable, checkpoints, global_rngs_kept, latest_checkpoint,
-                                      save_checkpoint, seed_all, set_rng_states, training_folder)
+from lmforge.train.checkpoint import (CheckpointCorrupt, NothingToResume, TrainingDiverged, all_finite,
+                                      check_optimizer, check_resumable, checkpoints, global_rngs_kept,
+                                      latest_checkpoint, save_checkpoint, seed_all, set_rng_states,
+                                      training_folder)
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config, run_notes
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
@@ -128,7 +130,10 @@ class Trainer:
         self._check_same_data(path, info.get("data"))
         if "evaluator" in info and hasattr(self.evaluator, "check_state"):  # before anything is loaded
             self.evaluator.check_state(info["evaluator"])
-        self.cfg, options = resumed_config(self.cfg, info.get("train") or {})
+        try:  # an unverified (pre-checksum) trainer.json may hold options no run had: said of the file
+            self.cfg, options = resumed_config(self.cfg, info.get("train") or {})
+        except OptionsError as err:
+            raise CheckpointCorrupt(f"checkpoint {path}: trainer.json's training options: {err}") from None
         self.cfg = self._count_epochs(self.cfg, self.cfg.steps)  # with the run's batch size, accumulation
         self._build()
         # before anything is loaded: a refusal leaves the objective as it was

@@ -57,3 +57,34 @@ def test_a_pytorch_model_bin_holding_no_state_dict_is_refused_naming_it(tmp_path
     torch.save(content, tmp_path / "pytorch_model.bin")
     with pytest.raises(CheckpointError, match="pytorch_model.bin holds no state dict"):
         lmforge.load(tmp_path)
+
+
+def _altered(path, reference, name, tensor):
+    """`reference` saved with its tensor `name` replaced by `tensor`."""
+    reference.save_pretrained(path)
+    save_file({**load_file(path / "model.safetensors"), name: tensor}, path / "model.safetensors")
+
+
+@pytest.mark.parametrize("name, tensor", [
+    ("encoder.layer.0.attention.self.key.weight", torch.zeros(32, 31)),  # fused into qkv: a RuntimeError
+    ("encoder.layer.0.output.dense.bias", torch.zeros(1, 32)),
+    ("encoder.layer.0.output.dense.bias", torch.zeros(32, dtype=torch.int64)),  # was cast to floats
+])
+def test_a_tensor_of_the_wrong_shape_or_kind_is_refused_naming_it(tmp_path, name, tensor):
+    torch.manual_seed(0)
+    _altered(tmp_path, transformers.BertModel(transformers.BertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64)), name, tensor)
+    with pytest.raises(CheckpointError, match=f"the checkpoint's {name} (has shape|holds torch.int64)") as refused:
+        lmforge.load(tmp_path)
+    assert "\n" not in str(refused.value)
+
+
+def test_xlnet_operands_of_other_heads_are_refused_not_reshaped(tmp_path):
+    """(d_model, 2, 16) where the config gives 4 heads of 8 loaded silently, its columns dealt to other heads."""
+    torch.manual_seed(0)
+    _altered(tmp_path, transformers.XLNetModel(transformers.XLNetConfig(
+        vocab_size=99, d_model=32, n_layer=1, n_head=4, d_inner=64)), "layer.0.rel_attn.o", torch.zeros(32, 2, 16))
+    with pytest.raises(CheckpointError, match=r"layer.0.rel_attn.o has shape \(32, 2, 16\), where its config.json "
+                                              r"gives \(32, 4, 8\)"):
+        lmforge.load(tmp_path)

@@ -93,7 +93,7 @@ def _check_shard(path: Path, file: Path, found: dict, expected, tensors: dict) -
 
 
 def read_reference_weights(path: Path) -> dict:
-    """All tensors of a reference model directory, by name; a sharded one's shards checked against the index."""
+    """All tensors of a reference model directory, by name; shards checked against their index."""
     tensors = {}
     for file, expected in _reference_files(path).items():
         try:
@@ -187,8 +187,31 @@ def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
             continue  # saved without it (add_pooling_layer=False): the model has no such head
         model.add_head(name, make_head(model, kind, **args))
         rules += head_rules
+    _check_shapes(tensors, model, rules)
     load_state_strict(model, import_tensors(tensors, rules, family.ignore), path)
     return model.eval()
+
+
+def _split_sizes(cfg: ModelConfig) -> dict:
+    """How a fused lmforge tensor splits into 2 (cross-attention k, v) or 3 (q, k, v) reference ones."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    return {2: [kv, kv], 3: [q, kv, kv]}
+
+
+def _check_shapes(tensors: dict, model: Transformer, rules: list) -> None:
+    """Refuse a reference tensor whose shape is not the one its config gives, or that holds no floats,
+    naming it: a fused one raised a bare RuntimeError, and XLNet's (d_model, n_heads, d_head) operands
+    loaded reshaped into other heads. The shapes wanted are the model's, exported on the meta device."""
+    meta = {k: torch.empty(v.shape, device="meta") for k, v in model.state_dict().items()}
+    want = export_tensors(meta, [r for r in rules if r.ours in meta], _split_sizes(model.config))
+    for name in sorted(set(want) & set(tensors)):
+        got = tensors[name]
+        if got.shape != want[name].shape:
+            raise ConversionError(f"the checkpoint's {name} has shape {tuple(got.shape)}, where its "
+                                  f"config.json gives {tuple(want[name].shape)}")
+        if not got.is_floating_point():
+            raise ConversionError(f"the checkpoint's {name} holds {got.dtype} values, not floating-point "
+                                  "weights")
 
 
 def family_of(cfg: ModelConfig):
@@ -250,8 +273,7 @@ def save_hf(model: Transformer, path: str | Path) -> Path:
     rules = expand(family.backbone(cfg), cfg.n_layers)
     for name, kind, _ in family.heads[architecture](hf):
         rules += family.head_rules(name, kind, cfg) if name in model.heads else []
-    q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    tensors = export_tensors(model.state_dict(), rules, {2: [kv, kv], 3: [q, kv, kv]})  # cross kv; qkv
+    tensors = export_tensors(model.state_dict(), rules, _split_sizes(cfg))
     if family.fixed is not None:  # tensors the reference stores but lmforge computes or shares
         tensors.update(family.fixed(cfg, tensors))
     if architecture not in family.bare:  # task checkpoints keep the backbone under the family's prefix

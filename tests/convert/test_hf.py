@@ -65,3 +65,14 @@ def test_a_sharded_index_naming_a_file_outside_its_folder_is_refused(tmp_path, s
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": shard}}))
     with pytest.raises(CheckpointError, match="names a shard .* that is not a file of the folder"):
         lmforge.load(folder)
+
+
+def test_an_architecture_whose_heads_fit_but_that_loads_another_model_is_named_with_the_field(tmp_path):
+    """A bare Longformer with the classifier's global <s> was refused as 'no architecture has the heads []'."""
+    import lmforge
+
+    model = lmforge.build(lmforge.tiny("longformer-base", n_global_tokens=1))
+    with pytest.raises(ConversionError, match=r"LongformerModel would load n_global_tokens=0 \(this model: 1\)"):
+        model.save(tmp_path, format="hf")
+    lmforge.build(lmforge.tiny("longformer-base", n_global_tokens=0)).save(tmp_path, format="hf")
+    assert lmforge.load(tmp_path).config.n_global_tokens == 0

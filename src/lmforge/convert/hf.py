@@ -251,11 +251,20 @@ def _architecture(family, model: Transformer, hf: dict) -> str:
     heads = {architecture: {name for name, _, _ in spec(hf)} for architecture, spec in family.heads.items()}
     # the heads must match, exactly or less optional ones the model lacks (a pooler-less BertModel),
     # and so must the model an architecture loads as (T5EncoderModel and T5Model both have no heads)
+    near = []  # architectures with the heads that load as another model: what they change
     for exact in (True, False):
         for architecture, theirs in heads.items():
             fits = theirs == names if exact else names <= theirs and theirs - names <= set(family.optional)
-            if fits and _loads_as(family, hf, architecture) == plain:
+            loaded = _loads_as(family, hf, architecture) if fits else None
+            if loaded == plain:
                 return architecture
+            if loaded is not None:
+                near.append(f"{architecture} would load " + ", ".join(
+                    f"{f.name}={getattr(loaded, f.name)!r} (this model: {getattr(plain, f.name)!r})"
+                    for f in fields(plain) if getattr(loaded, f.name) != getattr(plain, f.name)))
+    if near:  # the heads fit, the model does not: say why rather than blame the heads
+        raise ConversionError(f"no Hugging Face architecture of this family holds this model exactly: "
+                              f"{near[0]}")
     raise ConversionError(f"no Hugging Face architecture of this family has the heads {sorted(names)}")
 
 

@@ -55,8 +55,7 @@ def decoder_config(hf: dict, **fields) -> ModelConfig:
     """The fields every Llama-layout config shares -> ModelConfig (`fields` add or override)."""
     if hf.get("hidden_act", "silu") not in ("silu", "swish"):
         raise ConfigError(f"hidden_act={hf['hidden_act']!r} is not supported (SwiGLU needs silu)")
-    if hf.get("pretraining_tp", 1) not in (1, None):
-        raise ConfigError(f"pretraining_tp={hf['pretraining_tp']} is not supported (use 1)")
+    # pretraining_tp > 1 only sliced the same products in older references (this one ignores it): read as 1
     d_model, n_heads = hf["hidden_size"], hf["num_attention_heads"]
     n_kv = hf.get("num_key_value_heads") or n_heads
     d_head = hf.get("head_dim") or d_model // n_heads

@@ -26,3 +26,12 @@ def test_checkpoints_are_ordered_by_step_number_so_keep_last_keeps_the_newest(tm
         save_checkpoint(tmp_path, step, weights, state, {}, keep_last=1)
     assert [p.name for p in checkpoints(tmp_path)] == ["step-10000000"]
     assert (tmp_path / "step-notes").is_dir()
+
+
+def test_a_save_removes_the_partial_folders_of_saves_killed_at_other_steps(tmp_path):
+    weights, state = {"w": torch.ones(2)}, {"optimizer": {}, "scheduler": {}}
+    killed = tmp_path / ".step-0000003.tmp"  # a save killed at step 3; the resumed run saves at 4 only
+    killed.mkdir()
+    (killed / "model.safetensors").write_bytes(b"\0" * 64)
+    save_checkpoint(tmp_path, 4, weights, state, {}, keep_last=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-0000004"]

@@ -175,7 +175,13 @@ def save_checkpoint(root: Path, step: int, weights: dict, optimizer: dict, info:
     refuse_link(root).mkdir(parents=True, exist_ok=True)  # a link's target is never written into
     final = root / f"{PREFIX}{step:07d}"
     tmp = root / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    # a save killed at another step (a resume with another save_every never writes that step again)
+    # left its partial folder: one run writes here, so every one is debris
+    for partial in root.glob(f".{PREFIX}*.tmp"):
+        if partial.is_symlink():
+            partial.unlink()
+        else:
+            shutil.rmtree(partial, ignore_errors=True)
     try:
         tmp.mkdir()
         _write_files(tmp, step, weights, optimizer, info)

@@ -84,10 +84,15 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
     raise ConfigError(f"head kind {kind!r} has no XLNet checkpoint layout")
 
 
+# the one sequence summary lmforge's head computes: the last token, projected, tanh
+SUMMARY = {"summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh"}
+
+
 def _summary(hf: dict) -> list:
-    if hf.get("summary_type", "last") != "last" or not hf.get("summary_use_proj", True) \
-            or hf.get("summary_activation", "tanh") != "tanh":
-        raise ConfigError("only XLNet's default sequence summary (last token, projection, tanh) is supported")
+    for field, value in SUMMARY.items():
+        if hf.get(field, value) != value:
+            raise ConfigError(f"{field}={hf[field]!r} is not supported: only XLNet's default sequence "
+                              "summary (last token, projection, tanh)")
     return [("classification", "classification", {"n_labels": n_labels(hf), "pooling": "last"})]
 
 

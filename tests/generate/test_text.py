@@ -28,3 +28,30 @@ def test_the_text_pushed_one_id_at_a_time_is_the_continuation_of_them_all(family
     texts = [joined.push(token) for token in new]
     assert texts == [continuation(tok, context, new[:i + 1]) for i in range(len(new))]
     assert joined.text() == texts[-1] and joined.ids == new
+
+
+def test_a_decoder_prompt_keeps_its_templates_leading_bos_and_never_a_closing_token():
+    """A converted Llama's tokenizer puts <s> before the text, as Hugging Face's text-generation pipeline
+    feeds it: the command line and the server had sent the bare text, so a converted Llama continued
+    another input than the reference's, silently. A closing </s> (T5's, BERT's [SEP]) is never sent."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers, processors
+
+    from lmforge.generate.text import prompt_ids
+    from lmforge.tokenizer import Tokenizer
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "the": 3, "cat": 4}
+    for template, roles in (("<s> $A", {"bos": "<s>"}), ("$A </s>", {"eos": "</s>"}),
+                            ("<s> $A </s>", {"bos": "<s>", "eos": "</s>"}), ("$A", {})):
+        backend = Backend(models.WordLevel(vocab, unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.Whitespace()
+        backend.post_processor = processors.TemplateProcessing(single=template,
+                                                               special_tokens=[("<s>", 1), ("</s>", 2)])
+        tok = Tokenizer(backend, {"unk": "<unk>", **roles})
+        lead = [1] if template.startswith("<s>") else []
+        assert prompt_ids(tok, "the cat", encoder_decoder=False) == [*lead, 3, 4], template
+        assert prompt_ids(tok, "the cat", encoder_decoder=True) == tok.encode("the cat").ids  # the whole template
+    for family in ("gpt2", "t5", "bert"):  # lmforge's own: GPT-2's adds nothing, T5's closes, BERT's [CLS]
+        tok = tokenizer(family)
+        bare = tok.encode("the film", add_special_tokens=False).ids
+        assert prompt_ids(tok, "the film", False) == bare

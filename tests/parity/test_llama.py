@@ -109,3 +109,38 @@ def test_scaled_rope(tmp_path, scaling):
 def test_other_rope_scalings_are_refused(tmp_path, scaling):
     reference = transformers.LlamaForCausalLM(llama_config(rope_scaling=scaling))
     assert_load_refuses(reference, tmp_path, ConfigError, "rope_scaling", load=load_hf)
+
+
+def test_the_command_lines_greedy_text_is_the_references_after_the_bos_its_tokenizer_adds(tmp_path, capsys):
+    """A Llama tokenizer puts <s> before the prompt, and the reference generates from it; `lmforge
+    generate` had continued the bare text, so a converted Llama's greedy text silently differed."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers, processors
+
+    from lmforge.cli import main
+
+    words = [f"w{i}" for i in range(95)]
+    vocab = {"<unk>": 0, "<pad>": 1, "<s>": 2, "</s>": 3, **{w: i + 4 for i, w in enumerate(words)}}
+    backend = Backend(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 2)])
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>",
+                                               unk_token="<unk>", pad_token="<pad>")
+    torch.manual_seed(1)  # a model whose greedy text depends on the <s> (seed 0's does not)
+    reference = transformers.LlamaForCausalLM(llama_config()).eval()
+    load_reference(reference, tmp_path / "reference")
+    tok.save_pretrained(tmp_path / "reference")
+    prompt = "w5 w17 w3 w40"
+    ids = tok(prompt, return_tensors="pt").input_ids
+    assert ids[0, 0].item() == 2  # the reference's input starts with <s>
+
+    def greedy(x):
+        with torch.no_grad():
+            return reference.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=6, do_sample=False,
+                                      eos_token_id=None)[0, x.shape[1]:]
+    new = greedy(ids)
+    assert not torch.equal(new, greedy(ids[:, 1:]))  # so the bare text would have been told apart
+    assert main(["generate", "--model", str(tmp_path / "reference"), prompt,
+                 "--max-new-tokens", "6"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said == f"{prompt} {tok.decode(new)}"

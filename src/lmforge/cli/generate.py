@@ -8,7 +8,7 @@ import sys
 import torch
 
 from lmforge.cli.common import SEED, bounded, said
-from lmforge.generate.text import Continuation, continuation, tokenizer_ids
+from lmforge.generate.text import Continuation, continuation, prompt_ids, tokenizer_ids
 
 
 class TextStream:
@@ -67,8 +67,7 @@ def cmd_generate(args) -> None:
     seq2seq = _encoder_decoder(model)
     if not tokenizer.encode(args.prompt, add_special_tokens=False).ids:
         raise UsageError(f"the prompt {args.prompt!r} holds no tokens: give some text")
-    # an encoder reads the text with its template (T5: text </s>); a decoder continues the bare text
-    ids = torch.tensor([tokenizer.encode(args.prompt, add_special_tokens=seq2seq).ids])
+    ids = torch.tensor([prompt_ids(tokenizer, args.prompt, seq2seq)])  # Llama's after its BOS
     start = 1 if seq2seq else ids.shape[1]  # decoder positions before the new tokens
     if ids.shape[1] > model.config.max_seq_len:
         raise UsageError(f"the prompt is {ids.shape[1]} tokens long, more than the model's context "

@@ -51,3 +51,19 @@ def tokenizer_ids(model, tokenizer) -> dict:
         ids["pad_token_id"] = tokenizer.pad_id
     return ids
 
+
+
+def prompt_ids(tokenizer, text: str, encoder_decoder: bool) -> list:
+    """A prompt's ids as the command line and the server generate from: an encoder-decoder's encoder reads
+    the text in its tokenizer's template (T5: text </s>); a decoder continues the text after the template's
+    leading special tokens only (Llama's and Mistral's BOS, as Hugging Face's text-generation pipeline
+    gives it; GPT-2's and lmforge's own decoder tokenizers add none; a template led by another token, as
+    BERT's [CLS], is not a decoder's), never its closing ones (an EOS would end the text it continues)."""
+    whole = tokenizer.encode(text, add_special_tokens=True)
+    if encoder_decoder:
+        return whole.ids
+    if not whole.ids or tokenizer.bos_id is None or whole.ids[0] != tokenizer.bos_id:  # BERT's [CLS]: none
+        return tokenizer.encode(text, add_special_tokens=False).ids
+    # the template's own tokens belong to no text (sequence id None): those after the last text token go
+    end = next((i + 1 for i in reversed(range(len(whole.ids))) if whole.sequence_ids[i] is not None), 0)
+    return whole.ids[:end]

@@ -67,12 +67,6 @@ def request_options(fields: dict) -> GenerationOptions:
         raise RequestError(422, str(err), param=err.field) from None
 
 
-def prompt_ids(tokenizer, model, text: str) -> list:
-    """The prompt's ids as `lmforge generate` makes them: an encoder-decoder's encoder reads the text
-    with its template (T5: text </s>), a decoder continues the bare text."""
-    return tokenizer.encode(text, add_special_tokens=model.config.architecture == "encoder-decoder").ids
-
-
 def _held(text: str, stops: tuple) -> int:
     """Characters at the end of `text` that begin some stop string (they may yet complete it)."""
     longest = 0

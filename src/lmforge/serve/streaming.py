@@ -27,7 +27,8 @@ from lmforge.config.options import OptionsError
 from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
 from lmforge.generate.recommended import recommendation
-from lmforge.serve.generation import Settings, prompt_ids, request_options
+from lmforge.generate.text import prompt_ids
+from lmforge.serve.generation import Settings, request_options
 from lmforge.serve.generation_schemas import (DECODING, CompletionRequest, CompletionResponse,
                                              GenerateRequest, GenerateResponse)
 from lmforge.serve.limits import (RequestError, bounded_ids, check_count, check_generation,
@@ -92,9 +93,10 @@ async def jobs_of(served, prompts: list, settings: Settings, limits, listed: boo
     exceed the model's context, or when the request's tokens (`new_tokens` names its field) exceed
     max_request_tokens."""
     fields = [f"prompt.{i}" if listed else "prompt" for i in range(len(prompts))]
+    seq2seq = served.model.config.architecture == "encoder-decoder"
 
     def encode_all() -> list:
-        return [bounded_ids(field, lambda t: prompt_ids(served.front, served.model, t), prompt, limits)
+        return [bounded_ids(field, lambda t: prompt_ids(served.front, t, seq2seq), prompt, limits)
                 for field, prompt in zip(fields, prompts)]
 
     if len(prompts) == 1 and len(prompts[0]) <= INLINE_CHARS:

@@ -176,3 +176,14 @@ def test_unverified_training_options_no_run_had_are_refused_naming_the_checkpoin
     trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=lambda m: None)
     with pytest.raises(CheckpointCorrupt, match="step-0000004: trainer.json's training options: .*lr"):
         trainer.resume()
+
+
+def test_a_checkpoint_folder_renamed_to_another_step_is_refused_and_the_true_newest_resumed(run):
+    checkpoints = run / "checkpoints"
+    (checkpoints / "step-0000002").rename(checkpoints / "step-0000009")  # would be taken as the newest
+    with pytest.raises(CheckpointCorrupt, match="step-0000009: trainer.json is of step 2, not 9"):
+        read_checkpoint(checkpoints / "step-0000009")
+    said = []
+    trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=said.append)
+    assert trainer.resume() and trainer.step == 4
+    assert said[0].startswith("warning:") and "step-0000009" in said[0]

@@ -231,13 +231,24 @@ def read_info(path: Path) -> dict:
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json cannot be read ({err})") from None
     if not isinstance(info, dict) or "step" not in info:
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json has no step")
+    return info
+
+
+def _check_fields(path: Path, info: dict) -> None:
+    """CheckpointCorrupt naming the field where trainer.json's that a resume reads are not of their types,
+    or its step is not its folder's."""
     # one unverified (before the checksums) may hold anything: a wrong type is said here, naming the file,
     # not met mid-resume as int('abc') or 'str' object has no attribute 'items'
     for key in INFO_TYPES:
         if key in info and _unlike(key, info[key]):
             raise CheckpointCorrupt(f"checkpoint {path}: trainer.json's {key} is {info[key]!r:.40}, not "
                                     f"{_KIND_WORDS[INFO_TYPES[key]]}")
-    return info
+    # checkpoints are ordered (keep_last, the newest resumed) by their folders' numbers: one of another
+    # step (a folder renamed, a trainer.json copied in) would be resumed, or deleted, in the wrong place
+    number = path.name[len(PREFIX):]
+    if path.name.startswith(PREFIX) and number.isascii() and number.isdigit() and int(number) != info["step"]:
+        raise CheckpointCorrupt(f"checkpoint {path}: trainer.json is of step {info['step']}, not {int(number)} "
+                                f"(a folder renamed or a file copied from another checkpoint)")
 
 
 def _unlike(key: str, value) -> bool:
@@ -289,7 +300,8 @@ def read_checkpoint(path: Path, warn=None) -> tuple:
         if (path / name).exists() and not (path / name).is_file():
             raise CheckpointCorrupt(f"checkpoint {path}: {name} is not a regular file")
     info = read_info(path)
-    note = _verify_checksums(path, info)
+    note = _verify_checksums(path, info)  # first: an edited field is said as such
+    _check_fields(path, info)
     if note and warn is not None:
         warn(f"warning: {note}")
     try:

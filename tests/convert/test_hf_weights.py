@@ -44,8 +44,26 @@ def test_a_shard_lacking_what_its_index_places_there_is_refused_naming_both(tmp_
     index, shards = _sharded(tmp_path)
     name = next(k for k, v in index.items() if v == shards[0])
     save_file({k: v for k, v in load_file(tmp_path / shards[0]).items() if k != name}, tmp_path / shards[0])
-    with pytest.raises(CheckpointError, match=f"{shards[0]} lacks '{name}', against model.safetensors.index"):
+    with pytest.raises(CheckpointError, match=f"{shards[0]} lacks '{name}', against its index"):
         lmforge.load(tmp_path)
+
+
+def test_pytorch_model_bin_shards_load_as_the_reference_loads_them(tmp_path):
+    """Older large checkpoints: pytorch_model-0000i-of-0000n.bin with pytorch_model.bin.index.json were
+    refused as having no weights."""
+    index, shards = _sharded(tmp_path / "ref")
+    whole = lmforge.load(tmp_path / "ref").state_dict()
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((tmp_path / "ref" / "config.json").read_bytes())
+    names = {shard: shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin") for shard in shards}
+    for shard, name in names.items():
+        torch.save(load_file(tmp_path / "ref" / shard), folder / name)
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: names[v] for k, v in index.items()}}))
+    loaded = lmforge.load(folder).state_dict()
+    assert sorted(loaded) == sorted(whole) and all(torch.equal(whole[k], loaded[k]) for k in whole)
+    assert transformers.BertModel.from_pretrained(folder) is not None  # the reference reads the folder too
 
 
 @pytest.mark.parametrize("content", [[torch.zeros(2)], {"embeddings.word_embeddings.weight": 3}])

@@ -68,15 +68,13 @@ def _index_shards(path: Path, index: Path) -> dict:
 
 def _reference_files(path: Path) -> dict:
     """The weight files of a reference directory, each with the tensor names it must hold (None: any):
-    one safetensors file, the shards its index names, or pytorch_model.bin."""
-    index = path / "model.safetensors.index.json"
-    if (path / "model.safetensors").is_file():
-        return {path / "model.safetensors": None}
-    if index.is_file():
-        return _index_shards(path, index)
-    if (path / "pytorch_model.bin").is_file():
-        return {path / "pytorch_model.bin": None}
-    raise ConversionError(f"{path} has no model.safetensors, sharded index or pytorch_model.bin")
+    one safetensors or pytorch_model.bin file, or the shards an index of either names."""
+    # the reference's order of preference: safetensors, whole then sharded, before pickled tensors
+    for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json"):
+        if (path / name).is_file():
+            return _index_shards(path, path / name) if name.endswith(".index.json") else {path / name: None}
+    raise ConversionError(f"{path} has no model.safetensors, pytorch_model.bin, or index of shards of either")
 
 
 def _check_shard(path: Path, file: Path, found: dict, expected, tensors: dict) -> None:
@@ -89,7 +87,7 @@ def _check_shard(path: Path, file: Path, found: dict, expected, tensors: dict) -
     for names, what in ((sorted(set(found) - expected), "holds"), (sorted(expected - set(found)), "lacks")):
         if names:
             raise ConversionError(f"cannot read the weights in {path}: {file.name} {what} {names[0]!r}, "
-                                  f"against model.safetensors.index.json ({len(names)} tensor(s))")
+                                  f"against its index ({len(names)} tensor(s))")
 
 
 def read_reference_weights(path: Path) -> dict:

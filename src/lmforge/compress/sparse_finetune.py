@@ -29,7 +29,7 @@ from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
                                     fine_tuned_task, load_model, make_task, task_info, write_task_files)
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.checkpoint import STATE_KEY, training_folder
+from lmforge.train.checkpoint import STATE_KEY, checkpoints, training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 from lmforge.utils.checksum import sign, verify
@@ -136,8 +136,10 @@ def check_settings(out: Path, settings: dict, resume: bool) -> None:
     """A resumed run's settings are the run's (a ValueError naming the first option that differs, with
     both values); a fresh run's are written to out/SETTINGS with their checksum (not where checkpoints
     wait for --resume)."""
-    path = out / SETTINGS
-    if resume and (path.is_file() or (out / "checkpoints").exists()):
+    path, held = out / SETTINGS, checkpoints(out / "checkpoints")
+    # by the checkpoints held, not the folder: a first save killed leaves checkpoints/ with none, and the
+    # next fresh run must record its own settings, not leave the killed run's to be resumed against
+    if resume and (path.is_file() or held):
         run = read_settings(path)
         for option, value in settings.items():
             if option in run and run[option] != value:
@@ -145,7 +147,7 @@ def check_settings(out: Path, settings: dict, resume: bool) -> None:
                 was = f"{option}{run[option]}" if option.endswith("=") else f"{option} {run[option]}"
                 raise ValueError(f"{shown} differs from the run being resumed in {out} ({was}): resume with "
                                  f"the run's settings, or choose another --out")
-    elif not (out / "checkpoints").exists():
+    elif not held:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(sign(settings, STATE_KEY), indent=2) + "\n")
 

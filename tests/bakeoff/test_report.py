@@ -7,6 +7,7 @@ import random
 import pytest
 
 from lmforge.bakeoff import check_plan
+from lmforge.bakeoff.fingerprint import pretrain_key, schedule_key
 from lmforge.bakeoff.report import REPRODUCED, REVERSED, UNRESOLVED, summarise, verdict, write_report
 from lmforge.bakeoff.results import stamped
 
@@ -82,18 +83,44 @@ def test_the_table_averages_the_seeds_its_header_names(tmp_path, tiny_plan):
     assert {s["n"] for s in summary} == {1}
 
 
+def _pretrain_run(out, plan, arm: str, records: list, stamp: str | None = None) -> None:
+    """A pretraining run directory of `arm` at seed 0: its metrics and the fingerprint it was started for
+    (the plan's unless `stamp`)."""
+    folder = out / arm / "seed-0" / "pretrain"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    key = stamp or pretrain_key(plan, plan.arm(arm), 0)
+    (folder / "plan.json").write_text(json.dumps({"fingerprint": key}))
+
+
+def test_a_changed_plans_report_shows_no_schedule_or_curve_of_the_old_one(tmp_path, tiny_plan):
+    """--report after the budget changed, before a rerun: the steps and FLOPs counted for the old budget are
+    not shown as this plan's ("-50 % of the budget"), nor the old runs' curves."""
+    old = check_plan(tiny_plan)
+    schedule = {a.name: {"steps": 10, "flops_per_step": 4e7, "flops": 4e8, "by_network": {}, "budget": 4e8,
+                         "fingerprint": schedule_key(old, a)} for a in old.arms}
+    (tmp_path / "schedule.json").write_text(json.dumps(schedule))
+    _pretrain_run(tmp_path, old, "mlm", [{"step": s, "loss": 9 - s / 10} for s in range(1, 11)])
+    text = write_report(old, tmp_path).read_text()
+    assert "- mlm: 10 steps x 4e+07 = 4e+08 FLOPs (+0.00 % of the budget)" in text
+    assert (tmp_path / "learning_curves.png").is_file()
+    (tmp_path / "learning_curves.png").unlink()
+    tiny_plan["budget"] = 8e8
+    text = write_report(check_plan(tiny_plan), tmp_path).read_text()
+    assert "% of the budget" not in text and text.count("not counted for this version of the plan") == 2
+    assert not (tmp_path / "learning_curves.png").exists()
+
+
 def _curves_axes(tmp_path, monkeypatch, tiny_plan, losses: dict, flops_per_step: dict):
     """The learning curves' axes for the given arm -> metrics records (caught before saving)."""
     from lmforge.bakeoff import report
 
-    caught = []
+    caught, plan = [], check_plan(tiny_plan)
     monkeypatch.setattr(report, "atomic_savefig", lambda fig, path, dpi=None: caught.append(fig.axes[0]))
     for arm, records in losses.items():
-        folder = tmp_path / arm / "seed-0" / "pretrain"
-        folder.mkdir(parents=True)
-        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        _pretrain_run(tmp_path, plan, arm, records)
     schedules = {arm: {"flops_per_step": f} for arm, f in flops_per_step.items()}
-    assert report.curves(check_plan(tiny_plan), tmp_path, schedules) is not None
+    assert report.curves(plan, tmp_path, schedules) is not None
     return caught[0]
 
 

@@ -42,6 +42,12 @@ def pretrain_key(plan: Plan, arm: Arm, seed: int) -> str:
     return digest(parts)
 
 
+def schedule_key(plan: Plan, arm: Arm) -> str:
+    """An arm's schedule (steps, FLOPs): its pretraining's fingerprint without the seed, which it does not
+    depend on; the report shows a schedule.json entry only when it is the plan's."""
+    return pretrain_key(plan, arm, None)
+
+
 def result_key(plan: Plan, arm: Arm, seed: int, task: dict) -> str:
     """One (arm, seed, task) result: the pretrained model, the fine-tuning recipe and the task."""
     return digest({"pretrained": pretrain_key(plan, arm, seed), "finetune": plan.finetune,

@@ -17,7 +17,7 @@ import math
 import statistics
 from pathlib import Path
 
-from lmforge.bakeoff.fingerprint import current
+from lmforge.bakeoff.fingerprint import current, pretrain_key, schedule_key
 from lmforge.bakeoff.plan import Plan
 from lmforge.bakeoff.results import read_results
 from lmforge.config import atomic_write_text
@@ -111,6 +111,26 @@ def _spent_before(plan: Plan, arm, schedules: dict) -> float:
     return spent
 
 
+def _stamp(run: Path) -> str | None:
+    """The fingerprint a pretraining run directory was started for (runner.STAMP; None: none, unreadable)."""
+    try:
+        return json.loads((run / "plan.json").read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def plan_schedules(plan: Plan, out: Path) -> dict:
+    """arm name -> its entry of OUT/schedule.json, for the arms whose entry was counted for the plan as it
+    is (its fingerprint): a run of a changed plan (budget, batch size, arm) counted other steps."""
+    try:
+        found = json.loads((out / "schedule.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or damaged: every run (and --dry-run) writes it again
+        return {}
+    found = found if isinstance(found, dict) else {}
+    return {arm.name: found[arm.name] for arm in plan.arms if isinstance(found.get(arm.name), dict)
+            and found[arm.name].get("fingerprint") == schedule_key(plan, arm)}
+
+
 def _arm_curves(ax, plan: Plan, out: Path, schedules: dict) -> int:
     """Draw each arm's seeds' loss against FLOPs on `ax`; how many non-finite losses were left out."""
     bad = 0
@@ -118,8 +138,11 @@ def _arm_curves(ax, plan: Plan, out: Path, schedules: dict) -> int:
         per_step = schedules.get(arm.name, {}).get("flops_per_step")
         offset = _spent_before(plan, arm, schedules)
         for j, seed in enumerate(plan.seeds):
-            path = out / arm.name / f"seed-{seed}" / "pretrain" / "metrics.jsonl"
-            records = [r for r in read_metrics(path) if "loss" in r] if path.is_file() and per_step else []
+            run = out / arm.name / f"seed-{seed}" / "pretrain"
+            # a run begun for another version of the plan (its budget, recipe) is not this plan's curve
+            ours = per_step and _stamp(run) == pretrain_key(plan, arm, seed)
+            path = run / "metrics.jsonl"
+            records = [r for r in read_metrics(path) if "loss" in r] if ours and path.is_file() else []
             finite = [r for r in records if math.isfinite(r["loss"])]
             bad += len(records) - len(finite)
             if finite:
@@ -167,17 +190,19 @@ def write_report(plan: Plan, out) -> Path:
     # the seeds the header names, as the curves read them: --seeds 0 after a 3-seed run reports seed 0 alone
     other = [r for r in rows if r["seed"] not in plan.seeds]
     summary = summarise([r for r in rows if r["seed"] in plan.seeds])
-    path = out / "schedule.json"
-    schedules = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    schedules = plan_schedules(plan, out)
     png = curves(plan, out, schedules)
     lines = [f"# Bake-off: {plan.name}", "",
              f"Budget {plan.budget:.3g} training FLOPs per arm; seeds {list(plan.seeds)}; test-set primary "
              f"metric (column heads name it), mean ± sd over seeds, the best mean of each task in bold.", "",
              *table(plan, summary), "", "Steps and counted FLOPs per arm:", ""]
-    for name, s in schedules.items():
-        lines.append(f"- {name}: {s['steps']} steps x {s['flops_per_step']:.3g} = {s['flops']:.4g} FLOPs "
+    for arm in plan.arms:
+        s = schedules.get(arm.name)
+        lines.append(f"- {arm.name}: not counted for this version of the plan (a run or --dry-run counts it)"
+                     if s is None else
+                     f"- {arm.name}: {s['steps']} steps x {s['flops_per_step']:.3g} = {s['flops']:.4g} FLOPs "
                      f"({100 * (s['flops'] / plan.budget - 1):+.2f} % of the budget)" if s["steps"]
-                     else f"- {name}: no pretraining of its own (a baseline)")
+                     else f"- {arm.name}: no pretraining of its own (a baseline)")
     lines += ["", "Claims (reproduced: the sign matches and Welch's t-test rejects a tie at 5 %, two-sided):",
               "", *claim_lines(plan, summary)]
     if stale:

@@ -28,7 +28,8 @@ from pathlib import Path
 from lmforge import objectives
 from lmforge.bakeoff.corpus import documents as dictd_documents
 from lmforge.bakeoff.corpus import topic_task, write_documents
-from lmforge.bakeoff.fingerprint import digest, pretrain_key, result_key, task_key, tokenizer_key
+from lmforge.bakeoff.fingerprint import (digest, pretrain_key, result_key, schedule_key, task_key,
+                                         tokenizer_key)
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
 from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, read_by_kind
@@ -210,7 +211,8 @@ class BakeOff:
         self.finished = self.ran = 0  # units of the plan done, and done by this process
         self.start = time.monotonic()
         atomic_write_text(self.out / "schedule.json", json.dumps(
-            {name: {**dataclasses.asdict(s), "budget": plan.budget} for name, s in self.schedules.items()},
+            {arm.name: {**dataclasses.asdict(self.schedules[arm.name]), "budget": plan.budget,
+                        "fingerprint": schedule_key(plan, arm)} for arm in plan.arms},
             indent=1) + "\n")
 
     def detail(self, line: str) -> None:

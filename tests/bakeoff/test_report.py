@@ -67,6 +67,17 @@ def test_a_single_seed_claim_says_it_has_no_spread(tmp_path, tiny_plan):
     assert "nan" not in text and "a single seed: no spread" in text and UNRESOLVED in text
 
 
+def test_a_nan_result_is_no_best_and_its_claim_says_so(tmp_path, tiny_plan):
+    """A NaN metric (the first arm's): the other arm's mean is still the task's best, in bold, whatever the
+    arms' order, and the claim says it has no Δ rather than 'Δ = +nan'."""
+    tiny_plan["seeds"] = [0, 1]
+    lines = rows("mlm", [float("nan"), 0.6]) + rows("electra", [0.8, 0.9])
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(stamped(r)) + "\n" for r in lines))
+    text = write_report(check_plan(tiny_plan), tmp_path).read_text()
+    assert "| electra | **0.8500** ± 0.0707 (n=2) |" in text
+    assert "+nan" not in text and "a result is not a number (NaN), no Δ → **not resolved" in text
+
+
 def test_the_table_averages_the_seeds_its_header_names(tmp_path, tiny_plan):
     """--seeds 0 --report after a 3-seed run: the header says seeds [0], so the table is seed 0's (n=1),
     and the other seeds' results are said to be left out, not averaged in silently."""

@@ -37,8 +37,11 @@ def summarise(rows: list) -> dict:
     out = {}
     for key, group in groups.items():
         values = [r["value"] for r in sorted(group, key=lambda r: r["seed"])]
-        out[key] = {"metric": group[0]["metric"], "mean": statistics.fmean(values),
-                    "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "n": len(values), "values": values}
+        # statistics.stdev raises on a NaN (AttributeError deep inside): a NaN result spreads as NaN
+        finite = all(map(math.isfinite, values))
+        sd = math.nan if not finite else statistics.stdev(values) if len(values) > 1 else 0.0
+        out[key] = {"metric": group[0]["metric"], "mean": statistics.fmean(values), "sd": sd,
+                    "n": len(values), "values": values}
     return out
 
 
@@ -69,8 +72,9 @@ def table(plan: Plan, summary: dict) -> list:
     the highest mean of each task in bold."""
     tasks = [t["name"] for t in plan.tasks]
     metric = {task: next((s["metric"] for (_, t), s in summary.items() if t == task), "") for task in tasks}
-    best = {task: max((s["mean"] for (_, t), s in summary.items() if t == task), default=None)
-            for task in tasks}
+    # a NaN mean is no one's best: max() over it answered by the arms' order (nan first: no bold at all)
+    best = {task: max((s["mean"] for (_, t), s in summary.items() if t == task and math.isfinite(s["mean"])),
+                      default=None) for task in tasks}
     head = [f"{task} ({metric[task]})" if metric[task] else task for task in tasks]
     lines = ["| arm | " + " | ".join(head) + " |", "|---|" + "---|" * len(tasks)]
     for arm in plan.arms:
@@ -97,6 +101,9 @@ def claim_lines(plan: Plan, summary: dict) -> list:
             lines.append(f"- {text}: not run yet")
             continue
         found, delta, sd = verdict(a, b)
+        if not math.isfinite(delta):  # a seed's metric NaN (a constant prediction's correlation): no Δ at all
+            lines.append(f"- {text}: a result is not a number (NaN), no Δ → **{found}**")
+            continue
         spread = f"± {sd:.4f} (sd of Δ)" if math.isfinite(sd) else "(a single seed: no spread to judge it by)"
         lines.append(f"- {text}: Δ = {delta:+.4f} {spread} → **{found}**")
     return lines

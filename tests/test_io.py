@@ -74,7 +74,7 @@ BERT = {"model_type": "bert", "vocab_size": 50, "hidden_size": 32, "num_hidden_l
     ({"model_type": "bert", "hidden_size": 768}, "lacks the field 'vocab_size'"),
     ({"model_type": "whisper"}, "model_type 'whisper' is not supported"),
     ({"model_type": ["bert"]}, r"model_type \['bert'\] is not supported"),  # a list was 'unhashable type'
-    ({**BERT, "hidden_act": {"gelu": 1}}, r"activation \{'gelu': 1\} is not supported"),
+    ({**BERT, "hidden_act": {"gelu": 1}}, r"hidden_act=\{'gelu': 1\} is not supported"),
     ({**BERT, "architectures": "BertModel"}, "architectures must be a list of class names, got 'BertModel'"),
     ({**BERT, "architectures": [["BertModel"]]}, "architectures must be a list of class names"),
 ])

@@ -76,3 +76,21 @@ def test_an_architecture_whose_heads_fit_but_that_loads_another_model_is_named_w
         model.save(tmp_path, format="hf")
     lmforge.build(lmforge.tiny("longformer-base", n_global_tokens=0)).save(tmp_path, format="hf")
     assert lmforge.load(tmp_path).config.n_global_tokens == 0
+
+
+def test_an_export_over_another_models_folder_takes_none_of_its_generation_tokens(tmp_path):
+    """A generation_config.json left there is where the reference (and load) read the forced and special
+    tokens from: a BART exported over another model's folder reloaded with its forced_bos_token_id."""
+    import json
+
+    import lmforge
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"forced_bos_token_id": 5, "num_beams": 4}))
+    model = lmforge.build(lmforge.tiny("bart-base", forced_eos_token_id=2))
+    model.save(tmp_path, format="hf")
+    written = json.loads((tmp_path / "generation_config.json").read_text())
+    from lmforge.config import SPECIAL_TOKENS
+
+    assert written == {k: getattr(model.config, k) for k in SPECIAL_TOKENS if getattr(model.config, k) is not None}
+    assert written["forced_eos_token_id"] == 2 and "num_beams" not in written
+    assert lmforge.load(tmp_path).config.canonical() == model.config.canonical()

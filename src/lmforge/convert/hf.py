@@ -16,7 +16,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from lmforge.config import ConfigError, ModelConfig, atomic_write_text
+from lmforge.config import SPECIAL_TOKENS, ConfigError, ModelConfig, atomic_write_text
 from lmforge.convert.keymap import ConversionError, expand, export_tensors, import_tensors
 from lmforge.heads import make_head
 from lmforge.io.files import describe_read_error, load_state_strict, save_tensors
@@ -288,4 +288,8 @@ def save_hf(model: Transformer, path: str | Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     save_tensors(tensors, path / "model.safetensors", {"format": "pt"})
     atomic_write_text(path / "config.json", json.dumps(hf, indent=2) + "\n")
+    # the model's own, always: where the file exists the reference (and load_hf) read generation's
+    # special and forced tokens from it alone, so another model's left in the folder would be taken
+    tokens = {name: getattr(cfg, name) for name in SPECIAL_TOKENS if getattr(cfg, name) is not None}
+    atomic_write_text(path / "generation_config.json", json.dumps(tokens, indent=2) + "\n")
     return path

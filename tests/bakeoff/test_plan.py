@@ -42,6 +42,11 @@ def test_a_valid_plan_loads_with_defaults(tiny_plan):
     (lambda p: p["arms"][0].update(options={"rate": float("nan")}), "arms[0].options.rate"),
     (lambda p: p["arms"][0].update(options={"whole_word": "yes"}), "arms[0].options.whole_word: must be"),
     (lambda p: p["arms"][0].update(options={"replace": [0.8, "x", 0.1]}), "arms[0].options.replace"),
+    # a preset that exists with an override it refuses: the override named, not the preset
+    (lambda p: p["arms"][0]["overrides"].update(n_layers=0), "arms[0].overrides: n_layers must be"),
+    (lambda p: p["arms"][0]["overrides"].update(speed=1), "arms[0].overrides: unknown config field"),
+    (lambda p: p["arms"][0].update(objective=["mlm"]), "arms[0].objective: must be an objective's name"),
+    (lambda p: p["arms"][0].update(examples={"kind": "zzz"}), "arms[0].examples: example kind 'zzz'"),
 ])
 def test_each_mistake_is_one_line_naming_its_field(tiny_plan, change, field):
     change(tiny_plan)

@@ -28,6 +28,9 @@ from lmforge.objectives.keywords import objective_keywords
     (lambda p: p["finetune"].update(num_beams=4), "finetune.num_beams",  # no bake-off task is seq2seq
      "an option of seq2seq tasks, and no task of the plan is one (its tasks: cls)"),
     (lambda p: p["finetune"].update(doc_stride=32), "finetune.doc_stride", "an option of qa tasks"),
+    # the runner builds the earlier arm's model as it is: these overrides were silently never applied
+    (lambda p: p["arms"][1].update(preset=None, continue_from="mlm"), "arms[1].overrides",
+     "takes that arm's model as it is: no overrides"),
 ])
 def test_a_field_no_run_reads_is_refused_naming_it(tiny_plan, change, field, said):
     change(tiny_plan)

@@ -235,13 +235,17 @@ def _check_arm_objective(arm: Arm, where: str) -> None:
     from lmforge import objectives
     from lmforge.presets import get_config
 
+    if not isinstance(arm.objective, str):  # a list: "unhashable type", said of the preset
+        _fail(f"{where}.objective", f"must be an objective's name, got {arm.objective!r}")
+    named = f"{where}.preset"
     try:
         spec = objectives.get(arm.objective)
         if arm.preset is not None:
+            get_config(arm.preset)
+            named = f"{where}.overrides"  # the preset is known: a refusal now is of an override
             spec.check(get_config(arm.preset, **arm.overrides), arm.preset)
     except (ValueError, TypeError, KeyError) as err:
-        named = f"{where}.objective" if "objective" in str(err) else f"{where}.preset"
-        _fail(named, str(err).splitlines()[0])
+        _fail(f"{where}.objective" if "objective" in str(err) else named, str(err).splitlines()[0])
     if spec.teacher:
         _fail(f"{where}.objective", f"{spec.name!r} needs a teacher: not a bake-off arm")
     check_arm_reads(arm, spec, where, _fail)

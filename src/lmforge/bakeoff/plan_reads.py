@@ -5,6 +5,8 @@ corruption, and a downstream task gives the fields of its own source. A field no
 refusal naming it, before any work, never a silent no-op (nor a traceback hours into the run)."""
 from __future__ import annotations
 
+import dataclasses
+
 from lmforge.config.options import OptionsError
 from lmforge.objectives.keywords import check_keywords
 
@@ -17,6 +19,8 @@ def check_arm_reads(arm, spec, where: str, fail) -> None:
     """fail(field, why) for the first field of `arm` (objective `spec`) that its runs would not read."""
     from lmforge.train.pretrain_options import PretrainInputs, RecipeOptions, check_read
 
+    if arm.continue_from is not None and arm.overrides:  # the runner builds the earlier arm's model as it is
+        fail(f"{where}.overrides", "an arm continued from another takes that arm's model as it is: no overrides")
     if not arm.pretrain:
         given = next((key for key in PRETRAINING if getattr(arm, key) not in (None, {}, 0)), None)
         if given is not None:
@@ -26,6 +30,10 @@ def check_arm_reads(arm, spec, where: str, fail) -> None:
         check_keywords(spec, arm.options, f"{where}.options")
     except OptionsError as err:  # its message begins with its field, which fail says once
         fail(err.field, str(err).removeprefix(f"{err.field}: "))
+    try:  # the fields the runner gives the objective's ExampleFormat (runner.arm_spec)
+        dataclasses.replace(spec.examples, **arm.examples)
+    except (ValueError, TypeError) as err:
+        fail(f"{where}.examples", str(err).splitlines()[0])
     try:
         check_read(spec, RecipeOptions(duplication=arm.duplication), PretrainInputs())
     except OptionsError as err:

@@ -154,6 +154,8 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
         try:
             found = schedule(arm_spec(plan, arm), cfg, T, train.batch_size * train.accumulation, plan.budget,
                              arm.options)
+        except PlanError:  # it names the plan and the arm already
+            raise
         except ValueError as err:  # an objective option out of its range (ratio: 1.5), said by the objective
             raise PlanError(f"{plan.source}: arms.{arm.name}: {str(err).splitlines()[0]}") from None
         if found.steps > BOUNDS["steps"][1]:

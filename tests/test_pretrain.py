@@ -129,7 +129,7 @@ def test_the_runs_tokenizer_is_read_back_verified(tmp_path, damage):
     from lmforge.tokenizer import TokenizerError
     from lmforge.train.pretrain import run_tokenizer
 
-    docs = documents(40, seed=0)
+    docs = list(documents(40, seed=0))  # read by every call: the tokenizer is checked against them
     trained = run_tokenizer(tmp_path, "bert", docs, 300)
     assert run_tokenizer(tmp_path, "bert", docs, 300).backend.get_vocab() == trained.backend.get_vocab()
     path = tmp_path / "tokenizer"

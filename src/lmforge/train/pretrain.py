@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,7 +37,6 @@ from lmforge.data.synthetic import documents
 from lmforge.io import find_model_dir, load, model_dir
 from lmforge.model import from_config
 from lmforge.objectives import ObjectiveSpec
-from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -48,7 +45,9 @@ from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
                                             recipe_and_inputs)
-from lmforge.utils.atomic import atomic_write_text, replace_dir
+# default_tokenizer: where the tests and the bake-off have long imported it from
+from lmforge.train.tokenizer_run import default_tokenizer, first_rank, run_tokenizer  # noqa: F401
+from lmforge.utils.atomic import atomic_write_text
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
 # evaluation (seed, i, 2), dropout (seed, step, rank, 3), fine-tuning's head (seed, 4) and preset
@@ -95,39 +94,6 @@ def special_token_ids(tokenizer, architecture: str) -> dict:
         bart = bos is not None and bos != eos
         ids["decoder_start_token_id"] = eos if bart or pad is None else pad
     return ids
-
-
-def default_tokenizer(family: str, docs: list, vocab_size: int):
-    """A tokenizer of `family` (an objective's: bert, roberta, gpt2, t5) trained on the corpus, with the
-    subword model of the family's original: WordPiece, byte-level BPE, or a T5 unigram with sentinels."""
-    from lmforge.tokenizer import train_tokenizer
-    from lmforge.tokenizer.chars import train_words
-
-    text = [" ".join(doc) for doc in docs]
-    if TOKENIZER_KINDS[family] == "wordlevel":  # a vocabulary of whole words (ELMo's softmax), no subwords
-        return train_words(text, vocab_size)
-    return train_tokenizer(text, TOKENIZER_KINDS[family], vocab_size, family=family)
-
-
-def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float = 600.0):
-    """The run's tokenizer, trained once and kept in DIR/tokenizer with its files' checksums.
-
-    Training is deterministic (lmforge.tokenizer.canonical), but it takes time and memory on a
-    large corpus: a resumed run reads the tokenizer it already has (verified), and the ranks of a
-    torchrun job read the one rank 0 wrote rather than each training its own."""
-    path = Path(out) / "tokenizer"
-    if (path / "tokenizer.json").is_file():
-        return load_tokenizer(path)  # verified (Tokenizer.save kept its checksums)
-    if not first_rank():
-        deadline = time.monotonic() + wait_s
-        while not (path / "tokenizer.json").is_file():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rank 0 wrote no tokenizer to {path} in {wait_s:.0f} s")
-            time.sleep(0.2)
-        return load_tokenizer(path)
-    tokenizer = default_tokenizer(family, docs, vocab_size)
-    replace_dir(path, tokenizer.save)  # other ranks see the whole directory (files and checksums) or nothing
-    return tokenizer
 
 
 def read_words(path) -> list:
@@ -258,12 +224,6 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
                              "shard the text with the checkpoint's tokenizer, or give text files")
         return start[1]
     return tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
-
-
-def first_rank() -> bool:
-    """Whether this is torchrun's first process (RANK 0), or the only one: read before the process group
-    exists (distributed.world needs it), as the tokenizer and the corpus are."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def rank_zero(log):

@@ -1,0 +1,23 @@
+"""A pretraining run's own tokenizer: kept for a resume, trained again for another corpus or settings."""
+import pytest
+
+from lmforge.data.synthetic import documents
+from lmforge.train.tokenizer_run import default_tokenizer, run_tokenizer
+
+
+def test_a_tokenizer_left_by_a_run_on_another_corpus_is_trained_again_not_taken(tmp_path):
+    first, other = list(documents(40, seed=0)), [["zebra quartz fjord glyph", "vex nymph jinx sphinx"]] * 30
+    kept = run_tokenizer(tmp_path, "bert", first, 300)  # a run killed before its first checkpoint
+    assert run_tokenizer(tmp_path, "bert", first, 300).backend.get_vocab() == kept.backend.get_vocab()
+    fresh = run_tokenizer(tmp_path, "bert", other, 300)  # a fresh run on other text in the same --out
+    assert fresh.backend.get_vocab() == default_tokenizer("bert", other, 300).backend.get_vocab()
+    assert "zebra" in fresh.backend.get_vocab() and "zebra" not in kept.backend.get_vocab()
+    smaller = run_tokenizer(tmp_path, "bert", other, 120)  # other settings: trained again too
+    assert len(smaller.backend.get_vocab()) <= 120
+
+
+def test_another_rank_waits_for_this_corpus_tokenizer_not_a_stale_one(tmp_path, monkeypatch):
+    run_tokenizer(tmp_path, "bert", documents(40, seed=0), 300)  # stale: rank 0 is replacing it
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(TimeoutError, match="rank 0 wrote no tokenizer"):
+        run_tokenizer(tmp_path, "bert", documents(40, seed=1), 300, wait_s=0.3)

@@ -115,10 +115,13 @@ def test_a_changed_plans_report_shows_no_schedule_or_curve_of_the_old_one(tmp_pa
     text = write_report(old, tmp_path).read_text()
     assert "- mlm: 10 steps x 4e+07 = 4e+08 FLOPs (+0.00 % of the budget)" in text
     assert (tmp_path / "learning_curves.png").is_file()
+    assert set(json.loads((tmp_path / "report.json").read_text())["schedules"]) == {"mlm", "electra"}
     (tmp_path / "learning_curves.png").unlink()
     tiny_plan["budget"] = 8e8
     text = write_report(check_plan(tiny_plan), tmp_path).read_text()
     assert "% of the budget" not in text and text.count("not counted for this version of the plan") == 2
+    data = json.loads((tmp_path / "report.json").read_text())  # what it compares, as the markdown says it
+    assert data["budget"] == 8e8 and data["seeds"] == [0] and data["schedules"] == {}
     assert not (tmp_path / "learning_curves.png").exists()
 
 

@@ -221,7 +221,8 @@ def write_report(plan: Plan, out) -> Path:
         lines += ["", f"![learning curves]({png.name})"]
     report = out / "report.md"
     atomic_write_text(report, "\n".join(lines) + "\n")
-    data = {"plan": plan.name, "summary": [{"arm": a, "task": t, **s} for (a, t), s in summary.items()],
+    data = {"plan": plan.name, "budget": plan.budget, "seeds": list(plan.seeds), "schedules": schedules,
+            "summary": [{"arm": a, "task": t, **s} for (a, t), s in summary.items()],
             "claims": [{"better": c.better, "worse": c.worse, "task": c.task,
                         "verdict": verdict(summary[(c.better, c.task)], summary[(c.worse, c.task)])[0]}
                        for c in plan.claims if (c.better, c.task) in summary and (c.worse, c.task) in summary]}

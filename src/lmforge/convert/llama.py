@@ -15,24 +15,45 @@ from lmforge.convert.keymap import Rule
 from lmforge.presets import LLAMA
 
 
+def _rope_params(hf: dict) -> tuple:
+    """(the RoPE mapping the reference reads, the config field it came from). As the reference: a non-empty
+    `rope_scaling` replaces `rope_parameters` whole (an older recipe adds it to a newer file), and a
+    top-level `rope_theta` or `partial_rotary_factor` fills in what that mapping lacks."""
+    field = "rope_scaling" if hf.get("rope_scaling") else "rope_parameters"
+    params = hf.get(field) or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{field} must be a mapping {{rope_type: ..., ...}}, got {params!r:.60}")
+    params = {"rope_theta": hf.get("rope_theta", 10000.0), **params}
+    if hf.get("partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", hf["partial_rotary_factor"])
+    return params, field
+
+
+def _number(params: dict, key: str, field: str) -> float:
+    value = params[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{field}'s {key} must be a number, got {value!r:.40}")
+    return float(value)
+
+
 def rope(hf: dict) -> dict:
     """RoPE fields from `rope_parameters` (transformers 5) or `rope_theta` / `rope_scaling` (older files).
 
     Unscaled, linear and llama3 scaling are expressible; other types (dynamic NTK, YaRN, ...)
     change attention itself and are refused rather than silently dropped."""
-    params = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
+    params, field = _rope_params(hf)
     kind = params.get("rope_type", params.get("type", "default"))
     if params.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(f"partial_rotary_factor={params['partial_rotary_factor']} is not supported")
-    fields = {"rotary_theta": float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))}
+    fields = {"rotary_theta": _number(params, "rope_theta", field)}
     if kind == "default":
         return fields
     if kind not in ("linear", "llama3"):
-        raise ConfigError(f"rope_scaling of type {kind!r} is not supported (default, linear, llama3)")
-    fields.update(rotary_scaling=kind, rotary_scaling_factor=float(params["factor"]))
+        raise ConfigError(f"{field}: rope_scaling of type {kind!r} is not supported (default, linear, llama3)")
+    fields.update(rotary_scaling=kind, rotary_scaling_factor=_number(params, "factor", field))
     if kind == "llama3":
-        fields.update(rotary_low_freq_factor=float(params["low_freq_factor"]),
-                      rotary_high_freq_factor=float(params["high_freq_factor"]),
+        fields.update(rotary_low_freq_factor=_number(params, "low_freq_factor", field),
+                      rotary_high_freq_factor=_number(params, "high_freq_factor", field),
                       rotary_original_max_len=params.get("original_max_position_embeddings",
                                                          hf["max_position_embeddings"]))
     return fields

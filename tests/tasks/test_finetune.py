@@ -92,6 +92,23 @@ def test_resumed_run_keeps_the_best_score_and_patience(tmp_path):
     assert resumed["steps"] == 3 and resumed["best_step"] == 1 and resumed["best"] == whole["best"]
 
 
+def test_a_run_stopped_early_goes_on_when_resumed_with_more_patience_and_says_whether_it_does(tmp_path):
+    data = sentiment()
+
+    def go(patience, resume=False):
+        said = []
+        summary = finetune(tiny(), tokenizer(), "cls", data["train"][:16], data["validation"][:16], tmp_path,
+                           cfg(steps=6, lr=1e-12, eval_every=1), TaskConfig(patience=patience), resume=resume,
+                           log=said.append)
+        return summary, next((line for line in said if line.startswith("resumed from")), "")
+
+    assert go(2)[0]["steps"] == 3  # stopped early: two evaluations without a better score
+    same, line = go(2, resume=True)
+    assert same["steps"] == 3 and line.endswith("the run stopped early (its evaluator): nothing more is trained")
+    longer, line = go(0, resume=True)  # patience is read only when deciding to stop: a resume may change it
+    assert longer["steps"] == 6 and not longer["stopped_early"] and "evaluator's rule as given now goes on" in line
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sentiment")

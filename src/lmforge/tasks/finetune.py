@@ -45,9 +45,7 @@ from lmforge.utils.model_folder import check_recorded, inside_job_folder, record
 TASK_FILE = "task.json"
 # derive_seed streams of the run's seed (train/data.py and train/loop.py use 1-3): a fresh task
 # head's initialisation, and a preset's random initialisation (load_model)
-HEAD_SEED = 4
-PRESET_SEED = 5
-# every number a fine-tuning run chooses, bounded both ways: name -> (lowest, highest)
+HEAD_SEED, PRESET_SEED = 4, 5
 MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 # TaskConfig options read only when evaluating or deciding to stop: a resumed run may change them
 EVALUATION = ("patience", "keep_best", "eval_batch_size", "n_best", "max_answer_len", "null_threshold",
@@ -204,14 +202,12 @@ def encode_split(task: Task, records: list, source: str) -> list:
 
 
 class Validator:
-    """The Trainer's evaluator: task metrics on the validation set, the best model kept,
-    {"stop": True} after `patience` evaluations without a better primary metric."""
+    """The Trainer's evaluator: validation metrics, best/ kept, {"stop": True} once patience runs out."""
 
     def __init__(self, task: Task, records: list, cfg: TaskConfig, out: Path) -> None:
         self.task, self.records, self.cfg, self.out = task, records, cfg, out
-        self.examples = encode_split(task, records, "validation")
+        self.examples, self._fingerprint = encode_split(task, records, "validation"), None
         self.best, self.best_step, self.stale, self.last, self.last_step = None, 0, 0, {}, -1
-        self._fingerprint = None
 
     def fingerprint(self) -> dict:
         """The validation examples' data_fingerprint (train/data.py), computed once."""
@@ -240,6 +236,10 @@ class Validator:
         self.best, self.best_step, self.stale = state["best"], state["best_step"], state["stale"]
         self.last, self.last_step = state["last"], state["last_step"]
 
+    def stops(self) -> bool:
+        """Whether patience (as given now: a resume may change it) has run out."""
+        return bool(self.cfg.patience and self.stale >= self.cfg.patience)
+
     def __call__(self, trainer) -> dict:
         """Evaluate now (trainer.step); returns valid_* metrics (and "stop" when patience ran out)."""
         _, metrics = self.task.evaluate(self.records, self.cfg.eval_batch_size, self.examples)
@@ -252,7 +252,7 @@ class Validator:
         else:
             self.stale += 1
         found = {f"valid_{k}": v for k, v in metrics.items()}
-        if self.cfg.patience and self.stale >= self.cfg.patience:
+        if self.stops():
             trainer.log(f"early stop at step {trainer.step}: no better valid_{primary} for {self.stale} "
                         f"evaluations (best {self.best[primary]:.4f} at step {self.best_step})")
             found["stop"] = True

@@ -146,12 +146,22 @@ class Trainer:
         if hasattr(self.objective, "carry"):
             self.objective.carry(optimizer.get("carried"))
         self.step, self.last_checkpoint = int(info["step"]), path
+        note = self._resume_stop(info)
+        if self.main:
+            self.log(f"resumed from {path} (step {self.step}); {options}{note}")
+        return True
+
+    def _resume_stop(self, info: dict) -> str:
+        """Carry the evaluator's state on and decide whether a run that stopped early stays stopped: by the
+        evaluator's rule as given now (its stops(), where it has one: a resume may change patience), not
+        silently by the run's; '' or what the resume line adds."""
         self.stopped = bool(info.get("stopped", False))
         if "evaluator" in info and hasattr(self.evaluator, "load_state_dict"):
             self.evaluator.load_state_dict(info["evaluator"])  # best score and patience carry on
-        if self.main:
-            self.log(f"resumed from {path} (step {self.step}); {options}")
-        return True
+        went_on = self.stopped and hasattr(self.evaluator, "stops") and not self.evaluator.stops()
+        self.stopped = self.stopped and not went_on
+        return ("; the run had stopped early, and its evaluator's rule as given now goes on" if went_on else
+                "; the run stopped early (its evaluator): nothing more is trained" if self.stopped else "")
 
     def _identity(self) -> dict:
         """What a checkpoint must have been trained with to be resumed here: model, objective, settings."""

@@ -22,3 +22,14 @@ def test_an_unknown_activation_is_refused_naming_its_field(model_type, field):
     with pytest.raises(ConfigError, match=f"^{field}='silu' is not supported") as refused:
         hf_model_config({"model_type": model_type, **SIZES[model_type], field: "silu"})
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("model_type, field", [("bart", "tie_word_embeddings"), ("t5", "tie_word_embeddings"),
+                                               ("gpt2", "scale_attn_weights"), ("t5", "is_encoder_decoder")])
+def test_a_true_false_field_holding_text_is_refused_naming_it(model_type, field):
+    """The string "false" was read as true (tested `is not False`): a BART or T5 loaded tied, a GPT-2 scaled."""
+    sizes = {**SIZES, "t5": dict(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4)}
+    base = {"model_type": model_type, **sizes[model_type]}
+    hf_model_config({**base, field: None})  # null reads as the reference's default
+    with pytest.raises(ConfigError, match=f"^{field} must be true or false, got 'false'"):
+        hf_model_config({**base, field: "false"})

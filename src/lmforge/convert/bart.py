@@ -7,8 +7,8 @@ both stacks and the LM head, and the LM head's bias kept as the `final_logits_bi
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (STACK_TABLES, Family, activation_of, ffn_of, n_labels, special_tokens,
-                                    special_tokens_of, tied_with_stack_tables)
+from lmforge.convert.family import (STACK_TABLES, Family, activation_of, ffn_of, flag, n_labels,
+                                    special_tokens, special_tokens_of, tied_with_stack_tables)
 from lmforge.convert.keymap import Rule, expand, linear
 from lmforge.presets import BART
 
@@ -42,7 +42,7 @@ def config(hf: dict) -> ModelConfig:
         ffn=ffn_of(hf.get("activation_function", "gelu"), "activation_function"),
         dropout=hf.get("dropout", 0.1),
         attention_dropout=hf.get("attention_dropout", 0.0), scale_embeddings=hf.get("scale_embedding", False),
-        tie_embeddings=hf.get("tie_word_embeddings", True) is not False, **special_tokens(hf)))
+        tie_embeddings=flag(hf, "tie_word_embeddings", True), **special_tokens(hf)))
 
 
 def to_reference(cfg: ModelConfig) -> dict:

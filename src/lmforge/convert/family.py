@@ -32,6 +32,17 @@ def ffn_of(name: str, field: str = "hidden_act") -> str:
     return ACTIVATIONS[name]
 
 
+def flag(hf: dict, name: str, default: bool) -> bool:
+    """A true/false field of a reference config, `default` where absent or null; anything else is refused
+    naming it, as the reference refuses it (the string "false" was read as true, tested `is not False`)."""
+    value = hf.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r:.40}")
+    return value
+
+
 def special_tokens(hf: dict) -> dict:
     """The reference config's pad/bos/eos/decoder-start ids as ModelConfig fields (a list -> its first)."""
     out = {}

@@ -3,17 +3,17 @@ from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.convert.family import (Family, activation_of, decoder_head_rules, decoder_task_heads, ffn_of,
-                                    special_tokens, special_tokens_of, tied_by_weights)
+                                    flag, special_tokens, special_tokens_of, tied_by_weights)
 from lmforge.convert.keymap import Rule, linear
 from lmforge.presets import GPT2
 
 
 def config(hf: dict) -> ModelConfig:
     """GPT2Config fields -> ModelConfig."""
-    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
-        if hf.get(flag):
-            raise ConfigError(f"GPT-2 option {flag}=true is not supported")
-    if hf.get("scale_attn_weights", True) is False:  # unscaled scores; lmforge divides by sqrt(d_head)
+    for option in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+        if hf.get(option):
+            raise ConfigError(f"GPT-2 option {option}=true is not supported")
+    if not flag(hf, "scale_attn_weights", True):  # unscaled scores; lmforge divides by sqrt(d_head)
         raise ConfigError("GPT-2 option scale_attn_weights=false is not supported")
     d_model = hf["n_embd"]
     return ModelConfig.from_dict(dict(

@@ -49,7 +49,8 @@ def rope(hf: dict) -> dict:
     if kind == "default":
         return fields
     if kind not in ("linear", "llama3"):
-        raise ConfigError(f"{field}: rope_scaling of type {kind!r} is not supported (default, linear, llama3)")
+        raise ConfigError(f"{field}: rope_scaling of type {kind!r} is not supported "
+                          "(default, linear, llama3)")
     fields.update(rotary_scaling=kind, rotary_scaling_factor=_number(params, "factor", field))
     if kind == "llama3":
         fields.update(rotary_low_freq_factor=_number(params, "low_freq_factor", field),

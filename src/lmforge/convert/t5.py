@@ -8,7 +8,7 @@ bias, pre-norm with a final norm and unscaled attention.
 from __future__ import annotations
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.convert.family import (Family, activation_of, ffn_of, special_tokens, special_tokens_of,
+from lmforge.convert.family import (Family, activation_of, ffn_of, flag, special_tokens, special_tokens_of,
                                     tied_with_stack_tables)
 from lmforge.convert.keymap import Rule, expand
 from lmforge.presets import T5
@@ -38,7 +38,8 @@ def ffn_of_projection(hf: dict) -> str:
     if not gated:
         return ffn_of(act, "feed_forward_proj")
     if act not in GATED:
-        raise ConfigError(f"feed_forward_proj={name!r} is not supported; gated activations: {', '.join(GATED)}")
+        raise ConfigError(f"feed_forward_proj={name!r} is not supported; gated activations: "
+                          f"{', '.join(GATED)}")
     return GATED[act]
 
 
@@ -54,14 +55,14 @@ def _encoder_only(hf: dict) -> bool:
     architecture = (hf.get("architectures") or [None])[0]
     if architecture is not None:
         return architecture == "T5EncoderModel"
-    return hf.get("is_encoder_decoder", True) is False
+    return not flag(hf, "is_encoder_decoder", True)
 
 
 def config(hf: dict) -> ModelConfig:
     """T5Config fields -> ModelConfig."""
     # the reference keeps tying and scaling apart since v5 (scale_decoder_outputs); older
     # configs say both with tie_word_embeddings
-    tied = hf.get("tie_word_embeddings", True) is not False
+    tied = flag(hf, "tie_word_embeddings", True)
     encoder_only = _encoder_only(hf)
     n_decoder = hf.get("num_decoder_layers")
     return ModelConfig.from_dict(dict(

@@ -187,3 +187,15 @@ def test_a_checkpoint_folder_renamed_to_another_step_is_refused_and_the_true_new
     trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=said.append)
     assert trainer.resume() and trainer.step == 4
     assert said[0].startswith("warning:") and "step-0000009" in said[0]
+
+
+@pytest.mark.parametrize("rng", [{"torch": torch.zeros(3, dtype=torch.uint8)}, {"python": torch.zeros(2)}])
+def test_unverified_rng_states_that_cannot_be_set_are_refused_naming_the_file_and_load_nothing(run, rng):
+    checkpoint = run / "checkpoints" / "step-0000004"
+    _unverified(checkpoint)
+    saved = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+    torch.save({**saved, "rng": {**saved["rng"], **rng}}, checkpoint / "optimizer.pt")
+    before = torch.get_rng_state()
+    with pytest.raises(CheckpointCorrupt, match="step-0000004: optimizer.pt's RNG states cannot be set"):
+        read_checkpoint(checkpoint)
+    assert torch.equal(torch.get_rng_state(), before)

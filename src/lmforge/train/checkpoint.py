@@ -315,7 +315,19 @@ def read_checkpoint(path: Path, warn=None) -> tuple:
     lacks = [k for k in ("optimizer", "scheduler", "rng") if k not in held]
     if lacks:  # an unverified (pre-checksum) file of another kind: one line, not a KeyError mid-resume
         raise CheckpointCorrupt(f"checkpoint {path}: {FILES[1]} holds no {lacks[0]} state")
+    _check_rng(path, optimizer["rng"])
     return weights, optimizer, info
+
+
+def _check_rng(path: Path, states) -> None:
+    """CheckpointCorrupt where the RNG states (unverified: pre-checksum) cannot be set: tried and undone here,
+    not met as a traceback once the weights are loaded."""
+    try:
+        with global_rngs_kept():
+            set_rng_states(states)
+    except (RuntimeError, ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        raise CheckpointCorrupt(f"checkpoint {path}: {FILES[1]}'s RNG states cannot be set "
+                                f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
 
 
 def latest_checkpoint(root: Path, warn=print):

@@ -189,13 +189,18 @@ def test_a_checkpoint_folder_renamed_to_another_step_is_refused_and_the_true_new
     assert said[0].startswith("warning:") and "step-0000009" in said[0]
 
 
-@pytest.mark.parametrize("rng", [{"torch": torch.zeros(3, dtype=torch.uint8)}, {"python": torch.zeros(2)}])
-def test_unverified_rng_states_that_cannot_be_set_are_refused_naming_the_file_and_load_nothing(run, rng):
+@pytest.mark.parametrize("key, value, said", [
+    ("rng", {"torch": torch.zeros(3, dtype=torch.uint8)}, "RNG states cannot be set"),
+    ("rng", {"python": torch.zeros(2)}, "RNG states cannot be set"),
+    ("scheduler", [1], "scheduler state holds no step count"),
+    ("scheduler", {"last_epoch": "3"}, "scheduler state holds no step count")])
+def test_unverified_rng_or_schedule_states_that_cannot_be_set_are_refused_naming_the_file(run, key, value, said):
     checkpoint = run / "checkpoints" / "step-0000004"
     _unverified(checkpoint)
     saved = torch.load(checkpoint / "optimizer.pt", weights_only=True)
-    torch.save({**saved, "rng": {**saved["rng"], **rng}}, checkpoint / "optimizer.pt")
+    changed = {**saved[key], **value} if isinstance(value, dict) and key == "rng" else value
+    torch.save({**saved, key: changed}, checkpoint / "optimizer.pt")
     before = torch.get_rng_state()
-    with pytest.raises(CheckpointCorrupt, match="step-0000004: optimizer.pt's RNG states cannot be set"):
+    with pytest.raises(CheckpointCorrupt, match=f"step-0000004: optimizer.pt's {said}"):
         read_checkpoint(checkpoint)
-    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.equal(torch.get_rng_state(), before)  # tried and undone

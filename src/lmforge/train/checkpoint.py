@@ -315,6 +315,9 @@ def read_checkpoint(path: Path, warn=None) -> tuple:
     lacks = [k for k in ("optimizer", "scheduler", "rng") if k not in held]
     if lacks:  # an unverified (pre-checksum) file of another kind: one line, not a KeyError mid-resume
         raise CheckpointCorrupt(f"checkpoint {path}: {FILES[1]} holds no {lacks[0]} state")
+    schedule = optimizer["scheduler"]  # LambdaLR's state: its step count at least (unverified: anything)
+    if not isinstance(schedule, dict) or type(schedule.get("last_epoch")) is not int:
+        raise CheckpointCorrupt(f"checkpoint {path}: {FILES[1]}'s scheduler state holds no step count")
     _check_rng(path, optimizer["rng"])
     return weights, optimizer, info
 

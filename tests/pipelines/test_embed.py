@@ -70,6 +70,20 @@ def test_minilm_embeddings_match_sentence_transformers(minilm, encoder):
         torch.nn.functional.normalize(raw, dim=1), ours[:2], atol=1e-6)
 
 
+def test_encoding_runs_no_head_of_the_checkpoint(encoder):
+    """Pooling reads the hidden states: the checkpoint's pooler (a dense layer and tanh a batch) had run for
+    nothing at every batch."""
+    assert encoder.model.heads, "all-MiniLM-L6-v2 carries its pooler"
+    calls = []
+    hooks = [head.register_forward_hook(lambda *_: calls.append(1)) for head in encoder.model.heads.values()]
+    try:
+        encoder.encode(TEXTS[:3])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert calls == []
+
+
 def test_embed_entry_points(minilm, encoder):
     path, _ = minilm
     expected = encoder.encode(TEXTS[:3])

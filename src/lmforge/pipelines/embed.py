@@ -175,10 +175,12 @@ class SentenceEncoder:
         cfg, model = self.model.config, self.model
         if cfg.architecture == "encoder-decoder":
             return model.encode(batch.input_ids, batch.attention_mask).last_hidden_state
+        # run_heads=False: pooling reads the hidden states; a checkpoint's pooler or LM head: work for nothing
         if cfg.architecture == "encoder":
             segments = batch.segment_ids if cfg.n_segments else None
-            return model(batch.input_ids, batch.attention_mask, segment_ids=segments).last_hidden_state
-        return model(batch.input_ids, batch.attention_mask).last_hidden_state
+            out = model(batch.input_ids, batch.attention_mask, segment_ids=segments, run_heads=False)
+            return out.last_hidden_state
+        return model(batch.input_ids, batch.attention_mask, run_heads=False).last_hidden_state
 
     @torch.inference_mode()
     def encode(self, texts, batch_size: int = 32, normalize: bool = True,

@@ -14,6 +14,8 @@ def test_a_tokenizer_left_by_a_run_on_another_corpus_is_trained_again_not_taken(
     assert "zebra" in fresh.backend.get_vocab() and "zebra" not in kept.backend.get_vocab()
     smaller = run_tokenizer(tmp_path, "bert", other, 120)  # other settings: trained again too
     assert len(smaller.backend.get_vocab()) <= 120
+    (tmp_path / "tokenizer" / "tokenizer.json").unlink()  # deleted: trained again, not a load error
+    assert run_tokenizer(tmp_path, "bert", other, 120).backend.get_vocab() == smaller.backend.get_vocab()
 
 
 def test_another_rank_waits_for_this_corpus_tokenizer_not_a_stale_one(tmp_path, monkeypatch):

@@ -43,9 +43,11 @@ def trained_on(family: str, docs, vocab_size: int) -> dict:
 
 
 def _holds(path: Path, source: dict) -> bool:
-    """Whether `path` holds a tokenizer trained on `source` (none, an unreadable or another record: no)."""
+    """Whether `path` holds a tokenizer trained on `source` (none, an unreadable or another record: no; a
+    deleted tokenizer.json is trained again, as before the record)."""
     try:
-        return json.loads((path / TRAINED_ON).read_text(encoding="utf-8")) == source
+        return (path / "tokenizer.json").is_file() and \
+            json.loads((path / TRAINED_ON).read_text(encoding="utf-8")) == source
     except (OSError, ValueError):
         return False
 

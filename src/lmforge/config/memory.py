@@ -21,13 +21,30 @@ def _layer(cfg, cross: bool) -> int:
     return attention * (2 if cross else 1) + ffn + 6 * d
 
 
+def _encoder_extras(cfg) -> int:
+    """What some encoders' blocks hold beyond _layer's, all layers together: Longformer's global q, k, v;
+    XLNet's position projection W_r, its biases u, v, s and segment embeddings; Linformer's E and F."""
+    d, inner = cfg.d_model, cfg.n_heads * cfg.head_dim
+    patterns = cfg.layer_patterns()[:1] if cfg.share_layers else cfg.layer_patterns()
+    extra = 0
+    if cfg.global_projections:
+        extra += patterns.count("longformer") * 3 * (d * inner + inner)
+    extra += patterns.count("linformer") * 2 * cfg.linformer_k * cfg.max_seq_len
+    if cfg.position == "xl-relative":
+        extra += len(patterns) * (d * inner + 5 * inner)
+    return extra
+
+
 def _elmo(cfg) -> dict:
-    """ELMo: the character CNN and highways, two LSTMP stacks, the softmax over the word vocabulary."""
+    """ELMo: the character CNN, highways and projection, two LSTMP stacks, the softmax over the words."""
     filters = sum(n for _, n in cfg.cnn_filters)
-    cnn = cfg.n_characters * cfg.char_embed_dim + sum(w * n * cfg.char_embed_dim for w, n in cfg.cnn_filters)
-    lstm = 2 * cfg.n_layers * (4 * cfg.lstm_dim * 2 * cfg.d_model + cfg.lstm_dim * cfg.d_model)
-    return {"vocab_size": cfg.vocab_size * (cfg.d_model + 1),
-            "n_layers": lstm + cnn + cfg.n_highway * 2 * filters * filters * 2}
+    convolutions = sum(width * n * cfg.char_embed_dim + n for width, n in cfg.cnn_filters)
+    cnn = cfg.n_characters * cfg.char_embed_dim + convolutions
+    highway = cfg.n_highway * 2 * (filters * filters + filters)  # carry and transform: f x f each
+    cell, d = cfg.lstm_dim, cfg.d_model
+    lstm = 2 * cfg.n_layers * (4 * cell * 2 * d + 4 * cell + cell * d)  # input, state (+ bias), projection
+    return {"vocab_size": cfg.vocab_size * (d + 1),
+            "n_layers": lstm + cnn + highway + filters * d + d}
 
 
 def parameter_shares(cfg) -> dict:
@@ -38,7 +55,8 @@ def parameter_shares(cfg) -> dict:
     E, d = cfg.embed_dim, cfg.d_model
     shares = {"vocab_size": cfg.vocab_size * E * (1 if cfg.tie_embeddings else 2) + (E * d if E != d else 0),
               "max_seq_len": (cfg.max_seq_len + cfg.position_offset) * E if cfg.position == "learned" else 0,
-              "n_layers": (1 if cfg.share_layers else cfg.n_layers) * _layer(cfg, cross=False)}
+              "n_layers": (1 if cfg.share_layers else cfg.n_layers) * _layer(cfg, cross=False)
+              + _encoder_extras(cfg)}
     if cfg.architecture == "encoder-decoder":
         shares["n_decoder_layers"] = cfg.decoder_layers * _layer(cfg, cross=True)
     return shares

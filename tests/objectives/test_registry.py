@@ -124,6 +124,8 @@ def test_an_architecture_the_objective_does_not_train_is_a_clear_error(tmp_path)
         pretrain("t5", tmp_path, TrainConfig(steps=1), preset="gpt2", overrides=TINY)
     with pytest.raises(ValueError, match="'plm' does not fit position='learned'.*xl-relative"):
         registry.get("plm").check(get_config("bert-tiny"), "bert-tiny")
+    with pytest.raises(ValueError, match=r"'clm' does not fit an encoder \(bert-tiny\)"):
+        registry.get("clm").check(get_config("bert-tiny"), "bert-tiny")
     registry.get("prefix-lm").check(get_config("gpt2"))
     registry.get("prefix-lm").check(get_config("t5-small"))
     assert not (tmp_path / "tokenizer").exists()  # refused before any work

@@ -49,8 +49,9 @@ class ObjectiveSpec:
     def check(self, cfg, preset: str = "") -> None:
         """Raise ValueError unless this objective trains a model of config `cfg` (from `preset`)."""
         if cfg.architecture not in self.architectures:
-            raise ValueError(f"objective {self.name!r} does not fit a {cfg.architecture} ({preset}): it trains "
-                             f"{' or '.join(self.architectures)} models")
+            article = "an" if cfg.architecture[0] in "aeiou" else "a"  # an encoder, a decoder, an elmo
+            raise ValueError(f"objective {self.name!r} does not fit {article} {cfg.architecture} ({preset}): "
+                             f"it trains {' or '.join(self.architectures)} models")
         for key, value in self.requires.items():
             if getattr(cfg, key) != value:
                 raise ValueError(f"objective {self.name!r} does not fit {key}={getattr(cfg, key)!r} ({preset}): "

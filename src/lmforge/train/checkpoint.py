@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
-from lmforge.utils.atomic import UnsafePath, atomic_write_text, refuse_link
+from lmforge.utils.atomic import UnsafePath, atomic_write_text, file_kind, refuse_link
 from lmforge.utils.checksum import sha256, sign, verify
 
 PREFIX = "step-"
@@ -298,7 +298,8 @@ def read_checkpoint(path: Path, warn=None) -> tuple:
     and whose weights are finite, or CheckpointCorrupt; warn(line) where it predates the checksums."""
     for name in ("trainer.json", *FILES):  # a FIFO or device there would block the read forever
         if (path / name).exists() and not (path / name).is_file():
-            raise CheckpointCorrupt(f"checkpoint {path}: {name} is not a regular file")
+            kind = file_kind(path / name)
+            raise CheckpointCorrupt(f"checkpoint {path}: {name} is not a regular file ({kind})")
     info = read_info(path)
     note = _verify_checksums(path, info)  # first: an edited field is said as such
     _check_fields(path, info)

@@ -9,6 +9,11 @@ import difflib
 
 from lmforge.config import ConfigError, ModelConfig
 
+# Counts (tests/test_presets_hf.py): a preset's backbone equals the reference library's model of the
+# same checkpoint, except that BERT's pooler (d_model^2 + d_model: 0.59M in bert-base) is a head here
+# (heads.py), so bert-base, roberta-*, albert-*, spanbert, longformer and bigbird count that much less
+# than BertModel & co. (bert-base: 108.89M + 0.59M = 109.48M, the paper's "110M"). An untied LM head is
+# a head too: mistral-7b's backbone is 7.11B, 7.24B with its 131M-parameter output projection.
 BERT = dict(architecture="encoder", vocab_size=30522, max_seq_len=512, n_segments=2, position="learned",
             norm="layernorm", norm_placement="post", norm_eps=1e-12, ffn="gelu", embedding_norm=True)
 ROBERTA = dict(BERT, vocab_size=50265, n_segments=1, position_offset=2, position_from_padding=True,

@@ -61,10 +61,12 @@ REFERENCE = {
     "t5-small": ("T5", dict(T5, d_model=512, d_ff=2048, num_layers=6, num_heads=8)),
     "t5-base": ("T5", dict(T5, d_model=768, d_ff=3072, num_layers=12, num_heads=12)),
     "t5-large": ("T5", dict(T5, d_model=1024, d_ff=4096, num_layers=24, num_heads=16)),
+    # the released facebook/bart-* config.json files set attention_dropout 0.1 (BartConfig's default is 0.0)
     "bart-base": ("Bart", dict(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
-                               decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072)),
+                               decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072,
+                               attention_dropout=0.1)),
     "bart-large": ("Bart", dict(d_model=1024, encoder_layers=12, decoder_layers=12, encoder_ffn_dim=4096,
-                                decoder_ffn_dim=4096)),
+                                decoder_ffn_dim=4096, attention_dropout=0.1)),
     "longformer-base": ("Longformer", _bert(768, 12, 12, **{**ROBERTA, "max_position_embeddings": 4098},
                                             attention_window=512)),
     "bigbird-base": ("BigBird", dict(vocab_size=50358, max_position_embeddings=4096, hidden_act="gelu_new",
@@ -82,10 +84,7 @@ REFERENCE = {
 }
 # where the preset follows the paper and the converter the reference library's inference defaults
 CHOSEN = {"longformer-base": {"n_global_tokens"},  # the paper's [CLS] global; HF: none unless given
-          "bigbird-base": {"random_block_choice", "dense_max_len"},  # HF eval: the first blocks, dense < 704
-          # not settled: the preset has lmforge's default 0.1; fairseq's bart_large architecture and
-          # transformers' BartConfig default to 0.0, and the released config.json was not at hand to check
-          "bart-base": {"attention_dropout"}, "bart-large": {"attention_dropout"}}
+          "bigbird-base": {"random_block_choice", "dense_max_len"}}  # HF eval: the first blocks, dense < 704
 # the checkpoints' counts with their LM heads (transformers' *ForCausalLM): Llama 3.2 1B, Mistral 7B v0.1
 WITH_LM_HEAD = {"llama-3.2-1b": 1_235_814_400, "mistral-7b": 7_241_732_096}
 

@@ -23,6 +23,18 @@ def test_macro_f1_with_three_labels():
     assert metrics.f1(gold, pred, ["a", "b", "c"]) == pytest.approx((1 / 2 + 4 / 5 + 2 / 3) / 3)
 
 
+
+def test_macro_f1_leaves_out_a_label_neither_true_nor_predicted_as_sklearn_does():
+    from sklearn.metrics import f1_score
+
+    # a split without class "c" that the model never predicts: perfect predictions score 1, not 2/3
+    assert metrics.f1(["a", "b", "a"], ["a", "b", "a"], ["a", "b", "c"]) == 1.0
+    gold, pred = ["a", "b", "a", "b"], ["a", "b", "b", "b"]
+    assert metrics.f1(gold, pred, ["a", "b", "c"]) == pytest.approx(f1_score(gold, pred, average="macro"))
+    # a label predicted but never true still counts (its F1 is 0)
+    gold, pred = ["a", "b", "a"], ["a", "b", "c"]
+    assert metrics.f1(gold, pred, ["a", "b", "c"]) == pytest.approx(f1_score(gold, pred, average="macro"))
+
 def test_pearson_spearman_mse():
     gold, pred = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 5.0, 9.0]
     mx, my = 2.5, 5.0

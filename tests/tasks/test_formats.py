@@ -72,6 +72,15 @@ def test_bad_files_name_the_file_and_line(tmp_path, name, content, kind, columns
         read_records(write(tmp_path, name, content), kind, columns)
 
 
+
+@pytest.mark.parametrize("name, content", [("dup.csv", "text,label,text\nhello,pos,bye\n"),
+                                           ("dup.tsv", "text\tlabel\t text \nhello\tpos\tbye\n")])
+def test_a_column_named_twice_in_the_header_is_refused_not_read_as_the_last(tmp_path, name, content):
+    # a dict of the row would keep the last 'text' column: a task trained on the wrong text, silently
+    message = rf"{name}:1: column 'text' is named twice in the header \(columns 1 and 3\)"
+    with pytest.raises(ValueError, match=message):
+        read_records(write(tmp_path, name, content), "cls")
+
 def test_labels_unseen_in_training_name_the_line(tmp_path):
     train = read_records(write(tmp_path, "train.csv", "text,label\na,pos\nb,neg\n"), "cls")
     valid = read_records(write(tmp_path, "valid.csv", "text,label\na,pos\nb,neutral\n"), "cls")

@@ -95,7 +95,7 @@ def _delimited_rows(path, text: str, delimiter: str) -> list:
         if not values or not any(v.strip() for v in values):
             raise ValueError(f"{path}:{n}: empty {'line' if not values else 'record'}")
         if header is None:
-            header = [v.strip() for v in values]
+            header = _header(path, n, values)
             continue
         if len(values) != len(header):
             raise ValueError(f"{path}:{n}: {len(values)} fields, but the header (line 1) has {len(header)}")
@@ -103,6 +103,17 @@ def _delimited_rows(path, text: str, delimiter: str) -> list:
     if not rows:
         raise ValueError(f"{path}: no records below the header")
     return rows
+
+
+def _header(path, n: int, values: list) -> list:
+    """A CSV/TSV header's column names; one named twice is an error naming both positions (a record read
+    as a dict would keep the last, and a task would silently read the wrong column)."""
+    header = [v.strip() for v in values]
+    for k, name in enumerate(header):
+        if name and header.index(name) != k:
+            raise ValueError(f"{path}:{n}: column {name!r} is named twice in the header (columns "
+                             f"{header.index(name) + 1} and {k + 1}); give each column its own name")
+    return header
 
 
 def _records(path, reader):

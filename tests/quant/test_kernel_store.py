@@ -77,6 +77,19 @@ def test_off_and_unreadable_files_measure_per_process(store, monkeypatch, capsys
     assert kernel_store.store_path() == store.parent / kernel_store.NAME
 
 
+def test_an_entry_naming_no_kernel_is_measured_again_and_replaced(store):
+    layer, x = _layer(), torch.randn(40, 64)
+    key = layer.key(40)
+    name = "|".join(map(str, int8.stored(key)))
+    store.write_text(json.dumps({machine(): {name: ["fp32"]}}))  # a hand-edited file: a list, not a name
+    assert kernel_store.recall(int8.stored(key)) is None
+    with torch.no_grad():
+        out = layer(x)  # measured, not a traceback
+    chosen = int8.CHOICES[key]
+    assert chosen in layer.candidates(64) and kernel_store.recall(int8.stored(key)) == chosen
+    assert torch.allclose(out, torch.nn.functional.linear(x, layer.weight, layer.bias), atol=0.05)
+
+
 @pytest.mark.slow  # a process start each; the suite's fast half keeps the property's other tests
 def test_two_processes_give_the_same_outputs(store):
     """The defect this fixes: the same checkpoint's outputs differed between processes that timed

@@ -91,9 +91,11 @@ def report(table: dict, timings: dict, fields: tuple, name: str) -> list:
 
 
 def recall(key: tuple) -> str | None:
-    """The kernel this machine chose for `key` before, or None."""
+    """The kernel this machine chose for `key` before, or None (also for an entry that names no kernel: a
+    hand-edited file's list or number is measured again, not run)."""
     path = store_path()
-    return None if path is None else _read(path).get(machine(), {}).get(_name(key))
+    known = None if path is None else _read(path).get(machine(), {}).get(_name(key))
+    return known if isinstance(known, str) else None
 
 
 def settle(key: tuple, measured: str, stale: str | None = None, elsewhere=None) -> str:
@@ -114,8 +116,9 @@ def settle(key: tuple, measured: str, stale: str | None = None, elsewhere=None) 
             fcntl.flock(lock, fcntl.LOCK_EX)  # read, add, write: no other process's choice lost
             data = _read(path)
             mine = data.setdefault(machine(), {})
-            if stale is not None and mine.get(_name(key)) == stale:
-                del mine[_name(key)]
+            written = mine.get(_name(key))
+            if written is not None and (written == stale or not isinstance(written, str)):
+                del mine[_name(key)]  # replaced: a kernel this torch cannot run, or no kernel's name
             kernel = mine.setdefault(_name(key), measured)
             if kernel == measured:
                 atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")

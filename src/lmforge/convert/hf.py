@@ -288,8 +288,9 @@ def save_hf(model: Transformer, path: str | Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     save_tensors(tensors, path / "model.safetensors", {"format": "pt"})
     atomic_write_text(path / "config.json", json.dumps(hf, indent=2) + "\n")
-    # the model's own, always: where the file exists the reference (and load_hf) read generation's
+    # a generator's own, always: where the file exists the reference (and load_hf) read generation's
     # special and forced tokens from it alone, so another model's left in the folder would be taken
-    tokens = {name: getattr(cfg, name) for name in SPECIAL_TOKENS if getattr(cfg, name) is not None}
-    atomic_write_text(path / "generation_config.json", json.dumps(tokens, indent=2) + "\n")
+    if cfg.architecture != "encoder":
+        tokens = {name: getattr(cfg, name) for name in SPECIAL_TOKENS if getattr(cfg, name) is not None}
+        atomic_write_text(path / "generation_config.json", json.dumps(tokens, indent=2) + "\n")
     return path

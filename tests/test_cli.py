@@ -9,7 +9,7 @@ from lmforge.cli import main
 def test_inspect_preset(capsys):
     assert main(["inspect", "bert-base"]) == 0
     out = capsys.readouterr().out
-    assert "108.89M total" in out and "23.83M embeddings" in out and "FLOPs/token" in out
+    assert "108.89M backbone" in out and "23.83M embeddings" in out and "FLOPs/token" in out
 
 
 def test_inspect_with_overrides_and_config_file(capsys, tmp_path):

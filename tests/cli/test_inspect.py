@@ -85,7 +85,7 @@ def test_a_pruned_model_directory_reports_its_pruned_sizes_and_counts(tmp_path, 
     model.save(tmp_path / "m")
     assert main(["inspect", str(tmp_path / "m")]) == 0
     out = capsys.readouterr().out
-    assert f"parameters     {model.num_parameters():,} total" in out
+    assert f"parameters     {model.num_parameters():,} backbone" in out
     assert "pruned         heads: 2 of 12 removed (in 1 attention); feed-forward: 148 of 192 units" in out
 
 
@@ -104,7 +104,7 @@ def test_an_int8_model_directory_says_so_and_gives_its_size_against_fp32(tmp_pat
     assert as_fp32 == model_bytes(fp32)[0] and held < as_fp32 / 2
     assert main(["inspect", str(tmp_path / "q")]) == 0
     out = capsys.readouterr().out
-    assert f"parameters     {fp32.num_parameters():,} total" in out
+    assert f"parameters     {fp32.num_parameters():,} backbone" in out
     linears = sum(isinstance(m, nn.Linear) for m in fp32.modules())  # the head's included
     assert f"int8           dynamic (int8 symmetric, per output channel): {linears} of {linears} " in out
     assert "smoothing      SmoothQuant alpha=" in out and f"{as_fp32 / held:.2f}x smaller" in out

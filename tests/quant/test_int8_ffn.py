@@ -135,6 +135,15 @@ def test_a_route_written_down_before_is_taken_untimed(fresh_choices, monkeypatch
     assert out is not None and out.shape == (100, 48) and not int8_ffn.TIMINGS
 
 
+def test_a_route_written_down_that_no_longer_agrees_runs_plain(fresh_choices, monkeypatch):
+    monkeypatch.setattr(int8_ffn.kernel_store, "recall", lambda key: "fused")
+    monkeypatch.setattr(int8_ffn, "fused", lambda ffn, rows: torch.zeros(rows.shape[0], ffn.down.out_features))
+    ffn, _ = _int8_ffn()
+    with torch.no_grad():
+        assert int8_ffn.fused_feedforward(ffn, torch.randn(100, 48)) is None  # the caller's plain route
+    assert list(int8_ffn.CHOICES.values()) == ["plain"]
+
+
 @pytest.mark.parametrize("case", ["geglu", "gelu-tanh", "few rows", "training", "fp32 layers", "weight-only"])
 def test_where_the_fused_route_does_not_apply_the_plain_one_runs(fresh_choices, case):
     ffn, plain = _int8_ffn(case if case in ("geglu", "gelu-tanh") else "gelu")
@@ -157,12 +166,12 @@ def test_a_quantised_model_runs_the_fused_route_when_optimized_only(fresh_choice
     lmforge.optimize(model)
     with torch.no_grad():
         fast = model(ids).last_hidden_state
-        assert len(calls) == model.config.n_layers
+        assert len(calls) == model.config.n_layers + 1  # each layer, and the written route's agreement check
         for key in list(int8.CHOICES):  # every layer on onednn-u8, the fused route's products
             int8.CHOICES[key] = engines.U8
         lmforge.optimize(model, enabled=False)
         slow = model(ids).last_hidden_state
-    assert len(calls) == model.config.n_layers and (fast - slow).norm() <= 1e-3 * slow.norm()
+    assert len(calls) == model.config.n_layers + 1 and (fast - slow).norm() <= 1e-3 * slow.norm()
 
 
 @pytest.mark.parametrize("where", ["layer", "global"])

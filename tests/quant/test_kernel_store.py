@@ -90,6 +90,19 @@ def test_an_entry_naming_no_kernel_is_measured_again_and_replaced(store):
     assert torch.allclose(out, torch.nn.functional.linear(x, layer.weight, layer.bias), atol=0.05)
 
 
+def test_a_written_kernel_that_no_longer_agrees_is_measured_again_and_replaced(store, monkeypatch):
+    layer, x = _layer("weight-only"), torch.randn(20, 64)
+    key = layer.key(20)
+    kernel_store.settle(int8.stored(key), "dequantise")  # written by an earlier process
+    run = int8.Int8Linear.run  # the kernel came to disagree since (a changed build or native library)
+    monkeypatch.setattr(int8.Int8Linear, "run", lambda self, k, rows: run(self, k, rows) * (k != "dequantise"))
+    with torch.no_grad():
+        out = layer(x)
+    reference = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert int8.CHOICES[key] != "dequantise" and (out - reference).norm() <= 1e-3 * reference.norm()
+    assert kernel_store.recall(int8.stored(key)) == int8.CHOICES[key]  # the stale choice replaced
+
+
 @pytest.mark.slow  # a process start each; the suite's fast half keeps the property's other tests
 def test_two_processes_give_the_same_outputs(store):
     """The defect this fixes: the same checkpoint's outputs differed between processes that timed

@@ -278,18 +278,33 @@ class Int8Linear(nn.Module):
         return self.in_features % 16 == 0 and q.is_contiguous() and q.data_ptr() % 64 == 0
 
     def _choose(self, key: tuple, x: torch.Tensor) -> str:
-        """This machine's kernel for `key`: the one written down before (quant/kernel_store.py), else
-        the fastest measured now, written down (unless another process wrote one first)."""
+        """This machine's kernel for `key`: the one written down before (quant/kernel_store.py) where it
+        still agrees with fp32 on x, else the fastest measured now, written down (unless another process
+        wrote one first)."""
         known = kernel_store.recall(stored(key))
-        if known in self.candidates(key[3]):
+        runnable = known in self.candidates(key[3])
+        if runnable and self._still_agrees(known, x):
             return known
         with Elsewhere() as elsewhere:
             measured = self._measure(key, x)
-        if measured == "dequantise" or known is not None and known.removesuffix(SERIAL) in KERNELS[self.mode]:
+        if measured == "dequantise" or not runnable and known is not None and \
+                known.removesuffix(SERIAL) in KERNELS[self.mode]:
             # the fallback of an input no kernel could run (non-finite) is this call's, not the machine's;
             # a kernel this torch offers but this layer cannot run (int8pack-bf16 unaligned) stays written
             return measured
         return kernel_store.settle(stored(key), measured, stale=known, elsewhere=elsewhere)
+
+    def _still_agrees(self, kernel: str, x: torch.Tensor) -> bool:
+        """Whether a kernel written down before still agrees with fp32 on x (a written choice is a speed,
+        not a result: a kernel that came to disagree, a changed build or native library, is measured
+        again and replaced, never run); x without a finite row judges nothing: it stands."""
+        reference = F.linear(x, self.weight, self.bias)
+        if not torch.isfinite(reference).all(dim=-1).any():
+            return True
+        try:
+            return agrees(self.run(kernel, x), reference)
+        except RuntimeError:  # refusing this shape or build now
+            return False
 
     def _measure(self, key: tuple, x: torch.Tensor) -> str:
         """Time every usable kernel on x that agrees with fp32 on it; keep the fastest (and the times).

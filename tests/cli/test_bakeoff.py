@@ -40,3 +40,13 @@ def test_a_dry_run_of_an_unbounded_plan_is_refused_at_once_naming_the_bound(tmp_
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and field in err and "the bound on" in err, err
     assert not (tmp_path / "o").exists()  # refused before anything was prepared
+
+
+def test_a_bake_off_under_torchrun_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """Every rank would run every arm (each step world-size times the counted FLOPs) and write the same
+    results; the budgets count one process."""
+    (tmp_path / "p.json").write_text(json.dumps(TINY))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    args = ["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), "--dry-run"]
+    assert main(args) == 2
+    assert "run it without torchrun" in capsys.readouterr().err and not (tmp_path / "o").exists()

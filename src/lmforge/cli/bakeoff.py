@@ -12,6 +12,7 @@ The shipped plans are named under --plan below.
 from __future__ import annotations
 
 import argparse
+import os
 
 from lmforge.cli.common import UsageError, refuse_overwrite
 
@@ -51,6 +52,9 @@ def cmd_bakeoff(args) -> None:
     from lmforge.bakeoff.runner import BakeOff
 
     refuse_overwrite(args.out, ("--plan", args.plan))
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each rank would run every arm, at world-size x the FLOPs
+        raise UsageError("a bake-off runs each arm in one process, as its budgets count it: run it without "
+                         "torchrun")
     plan = _seeds(args.seeds, _plan(args))
     if not args.report:
         try:

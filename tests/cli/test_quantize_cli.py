@@ -329,3 +329,13 @@ def test_calibration_text_is_read_only_as_far_as_its_kept_lines_and_bad_bytes_na
     path.write_bytes(b"fine\n\n\xff bad\n")
     with pytest.raises(UsageError, match=r"^--calibration .*c\.txt:3: not valid UTF-8 \(byte 0xff at column 1"):
         _calibration(str(path))
+
+
+def test_a_huge_calibration_line_is_read_only_as_far_as_calibration_reads_it(tmp_path):
+    """One line of a file was read whole into memory (and tokenised whole), whatever its size."""
+    from lmforge.cli.quantize import _calibration
+    from lmforge.compress.smooth import CALIBRATION_LENGTH, TOKEN_CHARS
+    path, bound = tmp_path / "c.txt", 4 * CALIBRATION_LENGTH * TOKEN_CHARS
+    path.write_bytes(b"a" + "é".encode() * bound + b"\nnext line\n")  # 2 bytes a character: one cut
+    texts = _calibration(str(path))
+    assert texts == ["a" + "é" * ((bound - 1) // 2), "next line"]  # the cut character dropped; line 2 read

@@ -245,3 +245,17 @@ def test_every_architecture_calibrates_smooths_and_reloads_identically(preset, t
     with torch.no_grad():
         assert torch.equal(again(ids, **extra, run_heads=False).last_hidden_state,
                            q(ids, **extra, run_heads=False).last_hidden_state)
+
+
+def test_a_huge_text_is_tokenised_only_as_far_as_its_calibrated_tokens_reach(monkeypatch):
+    """A 15 MB line was tokenised whole (3 GB, 15 s) for its first 128 tokens."""
+    from lmforge.compress.smooth import TOKEN_CHARS
+
+    model, tok = tiny_model("bert-base", vocab_size=tokenizer().vocab_size), tokenizer()
+    seen, encode = [], type(tok).encode_batch
+    monkeypatch.setattr(type(tok), "encode_batch", lambda self, texts, **kw: seen.append(
+        max(map(len, texts))) or encode(self, texts, **kw))
+    huge = text_batches(model, tok, ["a good film " * 100_000], max_length=16)
+    short = text_batches(model, tok, ["a good film " * 10], max_length=16)
+    assert seen[0] <= 16 * TOKEN_CHARS  # what tokens 16 can reach, no more
+    assert torch.equal(huge[0]["input_ids"], short[0]["input_ids"])  # the same first tokens

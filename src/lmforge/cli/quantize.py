@@ -50,17 +50,34 @@ def _table(report: dict) -> None:
           f"kernels chosen: {', '.join(kept)}{bits}")
 
 
+def _heads(handle, size: int):
+    """(the first `size` bytes of each line of a binary file, whether the line was cut there): the rest of a
+    longer line is skipped, never held in memory (a file of one huge line was read whole)."""
+    while True:
+        head = handle.readline(size)
+        if not head:
+            return
+        cut = len(head) == size and not head.endswith(b"\n")
+        while cut and (rest := handle.readline(1 << 20)) and not rest.endswith(b"\n"):
+            pass
+        yield head, cut
+
+
 def _calibration(path: str) -> list:
     """The first CALIBRATION_TEXTS non-empty lines of a UTF-8 text file, read no further (a huge file is not
-    read whole for them); a one-line error naming the file (and line) otherwise."""
+    read whole for them), each as far as calibration reads it (smooth.text_batches: its first
+    CALIBRATION_LENGTH tokens); a one-line error naming the file (and line) otherwise."""
+    import codecs
+
     from lmforge.cli.common import UsageError
-    from lmforge.compress.smooth import CALIBRATION_TEXTS
+    from lmforge.compress.smooth import CALIBRATION_LENGTH, CALIBRATION_TEXTS, TOKEN_CHARS
 
     texts, n = [], 0
     try:
         with open(path, "rb") as handle:  # decoded a line at a time: an error names its line
-            for n, raw in enumerate(handle, 1):
-                line = raw.decode("utf-8").strip()
+            for n, (raw, cut) in enumerate(_heads(handle, 4 * CALIBRATION_LENGTH * TOKEN_CHARS), 1):
+                # a character the bound cut in two is dropped, not a decoding error
+                line = codecs.getincrementaldecoder("utf-8")().decode(raw, final=not cut).strip()
                 texts += [line] if line else []
                 if len(texts) == CALIBRATION_TEXTS:
                     break

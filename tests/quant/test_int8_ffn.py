@@ -137,7 +137,7 @@ def test_a_route_written_down_before_is_taken_untimed(fresh_choices, monkeypatch
 
 def test_a_route_written_down_that_no_longer_agrees_runs_plain(fresh_choices, monkeypatch):
     monkeypatch.setattr(int8_ffn.kernel_store, "recall", lambda key: "fused")
-    monkeypatch.setattr(int8_ffn, "fused", lambda ffn, rows: torch.zeros(rows.shape[0], ffn.down.out_features))
+    monkeypatch.setattr(int8_ffn, "fused", lambda ffn, rows: torch.zeros(len(rows), ffn.down.out_features))
     ffn, _ = _int8_ffn()
     with torch.no_grad():
         assert int8_ffn.fused_feedforward(ffn, torch.randn(100, 48)) is None  # the caller's plain route

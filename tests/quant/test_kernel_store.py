@@ -95,7 +95,7 @@ def test_a_written_kernel_that_no_longer_agrees_is_measured_again_and_replaced(s
     key = layer.key(20)
     kernel_store.settle(int8.stored(key), "dequantise")  # written by an earlier process
     run = int8.Int8Linear.run  # the kernel came to disagree since (a changed build or native library)
-    monkeypatch.setattr(int8.Int8Linear, "run", lambda self, k, rows: run(self, k, rows) * (k != "dequantise"))
+    monkeypatch.setattr(int8.Int8Linear, "run", lambda self, k, xs: run(self, k, xs) * (k != "dequantise"))
     with torch.no_grad():
         out = layer(x)
     reference = torch.nn.functional.linear(x, layer.weight, layer.bias)

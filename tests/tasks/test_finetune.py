@@ -146,6 +146,24 @@ def test_unlabelled_records_get_predictions_only(run, tmp_path):
     assert json.loads((tmp_path / "p.jsonl").read_text())["prediction"] in ("0", "1")
 
 
+
+def test_records_cut_to_max_len_are_said_by_finetune_and_evaluate_and_counted_once(run, tmp_path):
+    out, _ = run
+    long = {"text": " ".join(["superb"] * 200), "label": "1"}
+    records = [long, {"text": "It is superb.", "label": "1"}, {**long, "label": "0"}]
+    said = []
+    evaluate(out / "final", records, max_len=16, log=said.append)
+    assert said == ["2 of 3 evaluated records are longer than max_len=16 tokens and were cut (the model reads "
+                    "only their first 16); raise max_len to read more"]
+    said.clear()
+    evaluate(out / "final", records[1:2], max_len=16, log=said.append)  # none cut: nothing said
+    assert said == []
+    said.clear()
+    finetune(tiny(n_layers=1), tokenizer(), "cls", records, records[:2], tmp_path, cfg(steps=1),
+             TaskConfig(max_len=16), log=said.append)
+    assert [line.split(" are ")[0] for line in said if "max_len" in line] == [
+        "2 of 3 training records", "1 of 2 validation records"]
+
 @pytest.mark.parametrize("options, field", [
     ({"device": "gpu"}, "device"), ({"device": 3.5}, "device"), ({"max_len": 0}, "max_len"),
     ({"batch_size": 0}, "batch_size"), ({"batch_size": 2.5}, "batch_size")])  # the caller's name for it

@@ -250,3 +250,13 @@ def test_tiny_finetune_on_the_builtin_tagging_task_beats_the_baseline(tmp_path, 
     assert scores["f1"] > 0.8
     rows = (tmp_path / "predictions.jsonl").read_text().splitlines()
     assert len(rows) == len(data["test"]) and '"prediction": ["B-PER", "I-PER", "O"' in rows[0]
+
+
+def test_a_sentence_cut_to_max_len_is_counted_and_one_that_fits_is_not(builtin):
+    records, tok = builtin[0]["train"][:1], builtin[1]
+    task = tiny_tagger(tok, tag_set(records))
+    task.encode_all(records)
+    assert task.cut == 0
+    task.max_len = 4  # its last words unread, tagged "O" unless said
+    task.encode_all(records)
+    assert task.cut == 1 and len(records[0]["words"]) > 2

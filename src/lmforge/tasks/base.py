@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import abc
 import importlib
+import sys
+from functools import partial
 
 import torch
 from torch import nn
 
+from lmforge.config.options import refuse_changed
 from lmforge.heads import make_head
 from lmforge.objectives.base import Loss, Objective
 from lmforge.quant.int8 import refuse_int8
@@ -67,6 +70,15 @@ def option_owners() -> dict:
     return owners
 
 
+def check_read(task: str, read: tuple, cfg) -> None:
+    """An OptionsError naming the first option of another kind of task (qa's doc_stride, seq2seq's
+    num_beams, rerank's loss, a text-to-text prefix ...) set in `cfg` (a TaskConfig) but not one the
+    `task` reads: such an option is refused, never ignored."""
+    owners = option_owners()  # name -> the kinds of task that read it
+    refuse_changed(cfg, [name for name in owners if name not in read], lambda name: f"an option of "
+                   f"{' and '.join(owners[name])} tasks; a {task} task does not read it")
+
+
 def _reusable_pooler(model: nn.Module):
     """A pretrained pooler among the model's heads (BertModel's own, or the NSP/SOP head's)."""
     for head in model.heads.values():
@@ -82,6 +94,7 @@ class Task(Objective, abc.ABC):
     """Base class of the fine-tuning tasks; see the module docstring for the contract."""
 
     kind = "task"
+    cut = 0  # records of the last encode_all that were longer than max_len tokens and cut (cut_note)
     head = "classification"  # name (and kind) of the head in model.heads
     meta_keys: tuple = ()  # further example keys a subclass keeps out of batches (offsets, ...)
     options: tuple = ()  # constructor options (TaskConfig fields of the same name) kept in task.json
@@ -150,13 +163,33 @@ class Task(Objective, abc.ABC):
         return index[record["label"]]
 
     def encode_all(self, records: list) -> list:
-        """Every record's examples, each carrying "record": the record's position in `records`."""
-        out = []
+        """Every record's examples, each carrying "record": the record's position in `records`; `cut`
+        counts the records cut to max_len tokens."""
+        out, self.cut = [], 0
         for i, record in enumerate(records):
+            self._was_cut = False
             for example in self.encode(record):
                 example["record"] = i
                 out.append(example)
+            self.cut += self._was_cut
         return out
+
+    def encode_capped(self, text: str, pair: str | None = None):
+        """The tokenizer's encoding of a text (pair) cut to max_len tokens; a cut is counted (encode_all's
+        `cut`), so that a job can say how many records the model read only in part."""
+        enc = self.tokenizer.encode(text, pair, max_length=self.max_len)
+        # only an encoding that reached max_len may have been cut: those alone are encoded again, whole
+        if len(enc.ids) >= self.max_len and len(self.tokenizer.encode(text, pair).ids) > self.max_len:
+            self._was_cut = True
+        return enc
+
+    def say_cut(self, n: int, what: str, log=None) -> None:
+        """Tell `log` (default: standard error) how many of the `n` records (`what`: "training") that the
+        last encode_all read were cut to max_len tokens; nothing when none was."""
+        if self.cut:
+            (log or partial(print, file=sys.stderr))(
+                f"{self.cut} of {n} {what} records are longer than max_len={self.max_len} tokens and were "
+                f"cut (the model reads only their first {self.max_len}); raise max_len to read more")
 
     def length(self, example: dict) -> int:
         """Tokens of an example (batches for prediction group similar lengths)."""

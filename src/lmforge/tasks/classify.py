@@ -53,7 +53,7 @@ class SequenceTask(Task):
 
     def encode_text(self, text: str, pair: str | None = None) -> dict:
         """Token ids (and segment ids where the model has segment embeddings) of a text (pair)."""
-        enc = self.tokenizer.encode(text, pair, max_length=self.max_len)
+        enc = self.encode_capped(text, pair)
         cfg = self.model.config
         if cfg.architecture == "encoder" and cfg.n_segments > 1:
             return {"input_ids": enc.ids, "segment_ids": enc.segment_ids}

@@ -27,7 +27,7 @@ from lmforge.io import find_tokenizer, load, model_dir
 from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
-from lmforge.tasks.base import MODULES, Task, option_owners, task_class
+from lmforge.tasks.base import MODULES, Task, check_read, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
@@ -204,9 +204,10 @@ def encode_split(task: Task, records: list, source: str) -> list:
 class Validator:
     """The Trainer's evaluator: validation metrics, best/ kept, {"stop": True} once patience runs out."""
 
-    def __init__(self, task: Task, records: list, cfg: TaskConfig, out: Path) -> None:
+    def __init__(self, task: Task, records: list, cfg: TaskConfig, out: Path, log=None) -> None:
         self.task, self.records, self.cfg, self.out = task, records, cfg, out
         self.examples, self._fingerprint = encode_split(task, records, "validation"), None
+        task.say_cut(len(records), "validation", log)
         self.best, self.best_step, self.stale, self.last, self.last_step = None, 0, 0, {}, -1
 
     def fingerprint(self) -> dict:
@@ -273,15 +274,6 @@ def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels:
     return cls(model, tokenizer, labels=labels, max_len=cfg.max_len, **extra)
 
 
-def check_read(task: str, read: tuple, cfg: TaskConfig) -> None:
-    """An OptionsError naming the first option of another kind of task (qa's doc_stride, seq2seq's
-    num_beams, rerank's loss, a text-to-text prefix ...) set in `cfg` but not one the `task` reads:
-    such an option is refused, never ignored."""
-    owners = option_owners()  # name -> the kinds of task that read it
-    refuse_changed(cfg, [name for name in owners if name not in read], lambda name: f"an option of "
-                   f"{' and '.join(owners[name])} tasks; a {task} task does not read it")
-
-
 def trained_settings(cfg: TaskConfig) -> dict:
     """The options of `cfg` that decide a run's updates (all but those of evaluation and early stopping):
     recorded in its checkpoints, so a resume with another (freeze_layers, a rerank loss) is refused."""
@@ -330,7 +322,8 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
         check_labels(valid, task.labels, "validation")
     frozen = freeze(model, task_cfg.freeze_embeddings, task_cfg.freeze_layers, task_cfg.freeze_backbone)
     examples = encode_split(task, train, "training")
-    validator = Validator(task, valid, task_cfg, out) if valid else None
+    task.say_cut(len(train), "training", log)
+    validator = Validator(task, valid, task_cfg, out, log) if valid else None
     start = time.perf_counter()
     trainer = Trainer(task, examples, train_cfg, out, log=log, evaluator=validator,
                       lr_scale=lr_scale_fn(model, task_cfg.layer_decay), settings=trained_settings(task_cfg))
@@ -384,15 +377,18 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
 
 
 def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labels: list | None = None,
-             out=None, max_len: int | None = None, batch_size: int = 64, device: str = "auto") -> dict:
+             out=None, max_len: int | None = None, batch_size: int = 64, device: str = "auto",
+             log=None) -> dict:
     """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and
     max_len) on labelled `records`; predictions written to `out` (JSONL) when given. Records
-    without labels get predictions only ({} metrics)."""
+    without labels get predictions only ({} metrics). `log` (default: standard error) is told of
+    records cut to max_len tokens."""
     records = record_list(records, "data")  # a generator is read once, here
     labelled = gold_given(records, "data")
     task = fine_tuned_task(model, records, kind, tokenizer, labels, max_len, batch_size, device)
     records = given_records(records, task.kind, "data", labelled=False)  # as fine_tuned_task read them
     examples = encode_split(task, records, "data")
+    task.say_cut(len(records), "evaluated", log)
     predictions = task.decode(records, examples, task.outputs(examples, batch_size))
     metrics = task.score(records, predictions) if labelled else {}
     if out is not None:

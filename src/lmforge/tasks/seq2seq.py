@@ -83,7 +83,7 @@ class Seq2SeqTask(TeacherForced, Task):
 
     def encode(self, record: dict) -> list:
         """One example: the source ids and, when the record has a target, the target as labels."""
-        example = {"input_ids": self.tokenizer.encode(self.source(record), max_length=self.max_len).ids}
+        example = {"input_ids": self.encode_capped(self.source(record)).ids}
         if record.get("target") is not None:
             example["labels"] = self.target(record["target"])
         return [example]

@@ -222,7 +222,10 @@ class TaggingTask(Task):
             if unseen:
                 raise ValueError(f"line {record.get('line')}: tag(s) {unseen} not in the training tags "
                                  f"{self.labels}")
-        return [align(self.tokenizer, words, tags, self.labels, self.max_len, self.label_all)]
+        example = align(self.tokenizer, words, tags, self.labels, self.max_len, self.label_all)
+        if len(example["input_ids"]) >= self.max_len and len(words) - 1 not in example["word_ids"]:
+            self._was_cut = True  # its last words unread: tagged "O" (encode_all counts it)
+        return [example]
 
     def logits(self, batch: dict):
         """(B, T, n_labels) tag scores of a padded batch."""

@@ -147,7 +147,7 @@ class TextToTextTask(TeacherForced, Task):
 
     def encode(self, record: dict) -> list:
         """One example: the source ids and (when the record has a label) the target as labels."""
-        example = {"input_ids": self.tokenizer.encode(self.source(record), max_length=self.max_len).ids}
+        example = {"input_ids": self.encode_capped(self.source(record)).ids}
         if record.get("label") is not None:
             example["labels"] = list(self.target_of(record))
         return [example]

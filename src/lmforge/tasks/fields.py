@@ -166,10 +166,12 @@ def optional_field(kind: str, field: str) -> bool:
 
 def _label(where: str, kind: str, value, choices=None):
     if kind == "regression":
-        try:
-            number = float(value)
+        try:  # float() would read true as 1.0 and "1_000" (Python's digit groups) as 1000.0
+            number = float(value) if not isinstance(value, bool) and "_" not in str(value) else None
         except (TypeError, ValueError):
-            raise ValueError(f"{where}: regression label {value!r} is not a number") from None
+            number = None
+        if number is None:
+            raise ValueError(f"{where}: regression label {value!r} is not a number")
         if not math.isfinite(number):  # a NaN or infinite target makes every loss after it NaN
             raise ValueError(f"{where}: regression label {value!r} is not a finite number")
         return number

@@ -94,7 +94,7 @@ class Task(Objective, abc.ABC):
     """Base class of the fine-tuning tasks; see the module docstring for the contract."""
 
     kind = "task"
-    cut = 0  # records of the last encode_all that were longer than max_len tokens and cut (cut_note)
+    cut = 0  # records of the last encode_all that were longer than max_len tokens and cut (say_cut)
     head = "classification"  # name (and kind) of the head in model.heads
     meta_keys: tuple = ()  # further example keys a subclass keeps out of batches (offsets, ...)
     options: tuple = ()  # constructor options (TaskConfig fields of the same name) kept in task.json

@@ -223,6 +223,11 @@ def test_read_squad_v1_and_v2(tmp_path):
     (lambda d: d.pop("data"), "missing 'data'"),
     (lambda d: d["data"][0]["paragraphs"][0].update(context=7),
      r"paragraphs\[0\].context: expected str, got int"),
+    # a string "false" is truthy: the answerable question was read as unanswerable, its answers dropped
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible="false"),
+     r"qas\[0\].is_impossible: expected bool, got str"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=True),
+     r"answers\[0\].answer_start: expected int, got bool"),
 ])
 def test_read_squad_errors_say_where(tmp_path, mutate, message):
     data = json.loads(json.dumps(SQUAD))

@@ -55,7 +55,7 @@ from lmforge.utils.jsontext import loads
 def _field(obj, key: str, kind: type, where: str):
     if not isinstance(obj, dict) or key not in obj:
         raise ValueError(f"{where}: missing {key!r}")
-    if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
+    if not isinstance(obj[key], kind) or isinstance(obj[key], bool) is not (kind is bool):
         name = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
         raise ValueError(f"{where}.{key}: expected {name}, got {type(obj[key]).__name__}")
     return obj[key]
@@ -63,7 +63,7 @@ def _field(obj, key: str, kind: type, where: str):
 
 def _answers(qa: dict, context: str, where: str) -> list:
     """The answers of one question, each checked against the context at its start."""
-    if qa.get("is_impossible", False):
+    if _field({"is_impossible": False, **qa}, "is_impossible", bool, where):  # "false" is no false
         return []  # SQuAD 2.0 keeps "plausible_answers" for these; they are not gold
     out = []
     for k, answer in enumerate(_field(qa, "answers", list, where)):

@@ -81,7 +81,24 @@ def load_state_strict(model: torch.nn.Module, tensors: dict, source) -> None:
     bad = first_non_finite(tensors)
     if bad is not None:  # NaN weights would load and score nan with nothing said
         raise CheckpointError(f"weights in {source}: {bad} holds non-finite values (NaN or inf)")
+    wrong = _wrong_kind(own, tensors)
+    if wrong is not None:
+        raise CheckpointError(f"weights in {source}: {wrong}")
     model.load_state_dict({k: v.to(own[k].dtype) for k, v in tensors.items()}, strict=True)
+
+
+def _wrong_kind(own: dict, tensors: dict) -> str | None:
+    """What a tensor holds that its place in the model cannot take, or None. A float checkpoint loads into
+    any float model (fp16, bf16 weights), an integer tensor (int8 weights, ids) only as stored: a cast
+    would wrap int8 weights saved as float32 or int32 into other numbers. An int8 layer's per-row scales
+    are max|w| / 127, or 1 for a zero row: positive."""
+    for k in sorted(own):
+        mine, theirs = own[k], tensors[k]
+        if mine.dtype != theirs.dtype and not (mine.is_floating_point() and theirs.is_floating_point()):
+            return f"{k} is {theirs.dtype}, where the model holds {mine.dtype}"
+        if k.endswith(".scale") and k[:-len("scale")] + "qweight" in own and not bool((theirs > 0).all()):
+            return f"{k} holds a scale that is not positive"
+    return None
 
 
 def first_non_finite(tensors: dict) -> str | None:

@@ -38,3 +38,22 @@ def test_dumps_writes_strict_json_with_every_non_finite_number_as_null():
     text = dumps(data)
     assert json.loads(text, parse_constant=lambda word: pytest.fail(word)) == \
         {"a": None, "b": [1.5, None, [None, 2]], "c": {"d": "NaN", "e": 3}}
+
+
+def test_a_key_given_twice_is_refused_naming_it_where_asked():
+    """A task record {"label": "pos", "label": "neg"} had trained on its last label, unsaid."""
+    assert loads('{"a": 1, "b": {"c": 2}}', unique_keys=True) == {"a": 1, "b": {"c": 2}}
+    for text in ('{"label": "pos", "label": "neg"}', '{"x": [{"k": 1, "k": 2}]}'):
+        with pytest.raises(json.JSONDecodeError, match="is given twice in one object"):
+            loads(text, unique_keys=True)
+    assert loads('{"a": 1, "a": 2}') == {"a": 2}  # json.loads' own reading where not asked (corpora, configs)
+
+
+def test_a_task_record_or_squad_file_naming_a_key_twice_is_refused_naming_the_line(tmp_path):
+    (tmp_path / "t.jsonl").write_text('{"text": "good", "label": "pos"}\n{"text": "bad", "label": "pos", '
+                                      '"label": "neg"}\n')
+    with pytest.raises(ValueError, match=r"t.jsonl:2: not valid JSON: the key 'label' is given twice"):
+        read_task_file(tmp_path / "t.jsonl", "cls", {})
+    (tmp_path / "s.json").write_text('{"data": [], "data": []}')
+    with pytest.raises(ValueError, match="given twice"):
+        read_squad(tmp_path / "s.json")

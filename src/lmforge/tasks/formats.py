@@ -76,7 +76,7 @@ def _jsonl_rows(path, text: str) -> list:
         if not line.strip():
             raise ValueError(f"{path}:{n}: empty line (one JSON object per line)")
         try:
-            row = loads(line)
+            row = loads(line, unique_keys=True)  # a second "label" would win, unsaid
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{n}: not valid JSON: {err.msg} (column {err.colno})") from None
         if not isinstance(row, dict) or not row:

@@ -82,7 +82,7 @@ def read_squad(path: str | os.PathLike) -> list:
     path = Path(path)
     text = decode_utf8(path.read_bytes(), path)
     try:
-        data = loads(text)
+        data = loads(text, unique_keys=True)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: line {err.lineno} column {err.colno}: not valid JSON "
                          f"({err.msg})") from None

@@ -7,13 +7,31 @@ import json
 import math
 
 
-def loads(text: str | bytes, strict: bool = True):
+def loads(text: str | bytes, strict: bool = True, unique_keys: bool = False):
     """`json.loads(text, strict=strict)`; a RecursionError (`[[[[...` thousands deep) becomes a
-    JSONDecodeError saying the JSON nests too deeply."""
+    JSONDecodeError saying the JSON nests too deeply. unique_keys: an object naming a key twice is a
+    JSONDecodeError naming it (json.loads keeps the last value, unsaid: a record's second "label" won)."""
+    hook = _unique if unique_keys else None
     try:
-        return json.loads(text, strict=strict)
+        return json.loads(text, strict=strict, object_pairs_hook=hook)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
+    except _Repeated as err:
+        raise json.JSONDecodeError(f"the key {err.args[0]!r} is given twice in one object",
+                                   text if isinstance(text, str) else "", 0) from None
+
+
+class _Repeated(Exception):
+    """A key met twice in one JSON object (raised inside the parser's hook, said as a JSONDecodeError)."""
+
+
+def _unique(pairs: list) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Repeated(key)
+        out[key] = value
+    return out
 
 
 def finite(data):

@@ -48,10 +48,10 @@ def test_a_decoder_prompt_keeps_its_templates_leading_bos_and_never_a_closing_to
         backend.post_processor = processors.TemplateProcessing(single=template,
                                                                special_tokens=[("<s>", 1), ("</s>", 2)])
         tok = Tokenizer(backend, {"unk": "<unk>", **roles})
-        lead = [1] if template.startswith("<s>") else []
+        lead = [1] if template == "<s> $A" else []  # an encoder's template (<s> text </s>): the bare text
         assert prompt_ids(tok, "the cat", encoder_decoder=False) == [*lead, 3, 4], template
         assert prompt_ids(tok, "the cat", encoder_decoder=True) == tok.encode("the cat").ids  # the whole template
-    for family in ("gpt2", "t5", "bert"):  # lmforge's own: GPT-2's adds nothing, T5's closes, BERT's [CLS]
+    for family in ("gpt2", "t5", "bert", "roberta"):  # lmforge's own: GPT-2's none, the others close the text
         tok = tokenizer(family)
         bare = tok.encode("the film", add_special_tokens=False).ids
         assert prompt_ids(tok, "the film", False) == bare

@@ -52,18 +52,17 @@ def tokenizer_ids(model, tokenizer) -> dict:
     return ids
 
 
-
 def prompt_ids(tokenizer, text: str, encoder_decoder: bool) -> list:
     """A prompt's ids as the command line and the server generate from: an encoder-decoder's encoder reads
-    the text in its tokenizer's template (T5: text </s>); a decoder continues the text after the template's
-    leading special tokens only (Llama's and Mistral's BOS, as Hugging Face's text-generation pipeline
-    gives it; GPT-2's and lmforge's own decoder tokenizers add none; a template led by another token, as
-    BERT's [CLS], is not a decoder's), never its closing ones (an EOS would end the text it continues)."""
+    the text in its tokenizer's template (T5: text </s>). A decoder continues the bare text, but after the
+    BOS of a decoder's template, one that opens the text and closes nothing (Llama's and Mistral's <s>, as
+    Hugging Face's text-generation pipeline gives it). A template that also closes the text (RoBERTa's
+    <s> text </s>, BERT's [CLS] text [SEP]) is an encoder's: a decoder lmforge pretrained with one never
+    read its BOS first (its text is read bare), nor does one with GPT-2's, which adds none."""
     whole = tokenizer.encode(text, add_special_tokens=True)
     if encoder_decoder:
         return whole.ids
-    if not whole.ids or tokenizer.bos_id is None or whole.ids[0] != tokenizer.bos_id:  # BERT's [CLS]: none
-        return tokenizer.encode(text, add_special_tokens=False).ids
-    # the template's own tokens belong to no text (sequence id None): those after the last text token go
-    end = next((i + 1 for i in reversed(range(len(whole.ids))) if whole.sequence_ids[i] is not None), 0)
-    return whole.ids[:end]
+    ids, read = whole.ids, whole.sequence_ids
+    if len(ids) > 1 and ids[0] == tokenizer.bos_id and read[0] is None and read[-1] is not None:
+        return ids
+    return tokenizer.encode(text, add_special_tokens=False).ids

@@ -23,3 +23,14 @@ def test_another_rank_waits_for_this_corpus_tokenizer_not_a_stale_one(tmp_path, 
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(TimeoutError, match="rank 0 wrote no tokenizer"):
         run_tokenizer(tmp_path, "bert", documents(40, seed=1), 300, wait_s=0.3)
+
+
+def test_a_tokenizer_saved_before_its_record_was_kept_is_the_runs_own(tmp_path):
+    """A run folder from before trained_on.json: its tokenizer is the one its checkpoints were trained with,
+    read as a resume always read it, never trained again (training may have changed since)."""
+    docs = list(documents(30, seed=1))
+    mine = default_tokenizer("bert", list(documents(30, seed=2)), 200)  # another text: another vocabulary
+    mine.save(tmp_path / "tokenizer")
+    got = run_tokenizer(tmp_path, "bert", docs, 200)
+    retrained = default_tokenizer("bert", docs, 200)
+    assert got.backend.get_vocab() == mine.backend.get_vocab() != retrained.backend.get_vocab()

@@ -44,7 +44,11 @@ def trained_on(family: str, docs, vocab_size: int) -> dict:
 
 def _holds(path: Path, source: dict) -> bool:
     """Whether `path` holds a tokenizer trained on `source` (none, an unreadable or another record: no; a
-    deleted tokenizer.json is trained again, as before the record)."""
+    deleted tokenizer.json is trained again, as before the record). One made before the record was kept is
+    the run's own, as a resume always took it: trained again now, it could come out otherwise (tokenizer
+    training changed since) under the checkpoints' embeddings."""
+    if (path / "tokenizer.json").is_file() and not (path / TRAINED_ON).exists():
+        return True
     try:
         return (path / "tokenizer.json").is_file() and \
             json.loads((path / TRAINED_ON).read_text(encoding="utf-8")) == source

@@ -20,7 +20,8 @@ def check_arm_reads(arm, spec, where: str, fail) -> None:
     from lmforge.train.pretrain_options import PretrainInputs, RecipeOptions, check_read
 
     if arm.continue_from is not None and arm.overrides:  # the runner builds the earlier arm's model as it is
-        fail(f"{where}.overrides", "an arm continued from another takes that arm's model as it is: no overrides")
+        fail(f"{where}.overrides",
+             "an arm continued from another takes that arm's model as it is: no overrides")
     if not arm.pretrain:
         given = next((key for key in PRETRAINING if getattr(arm, key) not in (None, {}, 0)), None)
         if given is not None:

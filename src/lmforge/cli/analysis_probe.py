@@ -46,7 +46,8 @@ def existing(path: str | None, option: str) -> str | None:
     from lmforge.utils.atomic import file_kind
 
     if path is not None and (kind := file_kind(path)) != "a regular file":
-        raise UsageError(f"{option} {path}: {kind if kind == 'no such file' else f'not a regular file ({kind})'}")
+        said = kind if kind == "no such file" else f"not a regular file ({kind})"
+        raise UsageError(f"{option} {path}: {said}")
     return path
 
 

@@ -18,7 +18,8 @@ def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str
     is not a Transformer (a directory's name failed as "'str' object has no attribute 'config'"), a
     use_cache or prefix_lm that is not a bool (prefix_lm="no" read the prompt bidirectionally), a
     generator that is not a torch.Generator or a streamer that cannot be called (both failed mid-decoding), a
-    projection that is not one of MODES, prefix_lm for an encoder-decoder (plain ValueErrors, naming no field)."""
+    projection that is not one of MODES, prefix_lm for an encoder-decoder (plain ValueErrors, naming no
+    field)."""
     if not isinstance(getattr(model, "_orig_mod", model), Transformer):  # torch.compile's wrapper: its model
         raise OptionsError(f"model must be a Transformer (lmforge.load(DIR) reads a directory), got "
                            f"{type(model).__name__}", "model")

@@ -203,7 +203,8 @@ def for_start(path, found: dict, start: Optional[int], given=()) -> dict:
             _unapplied_max_length(path, max_length)
         elif start >= max_length:
             raise OptionsError(f"{Path(path) / FILE} recommends max_length={max_length}, which the {start} "
-                               "tokens before the new ones already reach: give max_new_tokens", "max_new_tokens")
+                               "tokens before the new ones already reach: give max_new_tokens",
+                               "max_new_tokens")
         else:
             found["max_new_tokens"] = max_length - start
     if start is not None and "min_new_tokens" not in found and _is_int(found.get("min_length")):

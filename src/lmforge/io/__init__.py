@@ -81,8 +81,9 @@ def _refuse_special_files(path: Path) -> None:
     for entry in path.iterdir():
         kind = file_kind(entry)  # through a link: what a reader would open
         # a dangling link or one not ours to stat: the reader of that file says why
-        if kind not in ("a regular file", "a folder", "a broken link") and not kind.startswith("not readable"):
-            raise CheckpointError(f"{entry} is not a regular file ({kind}): refusing to read the model directory")
+        if kind not in ("a regular file", "a folder", "a broken link") and "not readable" not in kind:
+            raise CheckpointError(f"{entry} is not a regular file ({kind}): refusing to read the model "
+                                  f"directory")
 
 
 def _read(path: Path, meta: dict) -> Transformer:

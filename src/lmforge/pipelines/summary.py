@@ -219,7 +219,8 @@ def _elmo_lines(cfg: ModelConfig, counts: dict) -> list:
         f"{cfg.max_characters_per_token} a word; CNN filters {widths} (count x width); "
         f"{_plural(cfg.n_highway, 'highway layer')}",
         f"softmax        {cfg.vocab_size:,} words (training only)",
-        f"parameters     {_millions(counts['total'])} backbone, {_millions(counts['embeddings'])} embeddings, "
+        f"parameters     {_millions(counts['total'])} backbone, "
+        f"{_millions(counts['embeddings'])} embeddings, "
         f"{_millions(counts['non_embedding'])} non-embedding",
         f"FLOPs/token    {flops / 1e9:,.3f} GFLOP forward, {3 * flops / 1e9:,.3f} GFLOP training "
         "(softmax excluded)",
@@ -268,7 +269,8 @@ def describe(model, context: int | None = None) -> str:
         f"norm           {cfg.norm} ({cfg.norm_placement}-norm, final={cfg.has_final_norm})",
         f"feed-forward   {cfg.ffn}",
         f"attention      {', '.join(patterns)}",
-        f"parameters     {_millions(counts['total'])} backbone, {_millions(counts['embeddings'])} embeddings, "
+        f"parameters     {_millions(counts['total'])} backbone, "
+        f"{_millions(counts['embeddings'])} embeddings, "
         f"{_millions(counts['non_embedding'])} non-embedding",
         *([f"pruned         {pruning_summary(cfg)}"] if pruning_summary(cfg) else []),
         f"FLOPs/token    {flops / 1e9:,.3f} GFLOP forward, {3 * flops / 1e9:,.3f} GFLOP training "

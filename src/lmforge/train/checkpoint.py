@@ -247,8 +247,8 @@ def _check_fields(path: Path, info: dict) -> None:
     # step (a folder renamed, a trainer.json copied in) would be resumed, or deleted, in the wrong place
     number = path.name[len(PREFIX):]
     if path.name.startswith(PREFIX) and number.isascii() and number.isdigit() and int(number) != info["step"]:
-        raise CheckpointCorrupt(f"checkpoint {path}: trainer.json is of step {info['step']}, not {int(number)} "
-                                f"(a folder renamed or a file copied from another checkpoint)")
+        raise CheckpointCorrupt(f"checkpoint {path}: trainer.json is of step {info['step']}, not "
+                                f"{int(number)} (a folder renamed or a file copied from another checkpoint)")
 
 
 def _unlike(key: str, value) -> bool:
@@ -256,7 +256,8 @@ def _unlike(key: str, value) -> bool:
     kind = INFO_TYPES[key]
     if kind is int:
         return not isinstance(value, int) or isinstance(value, bool) or value < (key == "world")
-    return not isinstance(value, kind) and not (kind is dict and value is None)  # model: None without a config
+    # model: None without a config
+    return not isinstance(value, kind) and not (kind is dict and value is None)
 
 
 def check_state(path: Path, info: dict) -> None:

@@ -13,7 +13,8 @@ from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.tokenizer import load_tokenizer
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 
-TRAINED_ON = "trained_on.json"  # beside the tokenizer's files: the family, vocab_size and corpus it was trained on
+# beside the tokenizer's files: the family, vocab_size and corpus it was trained on
+TRAINED_ON = "trained_on.json"
 
 
 def first_rank() -> bool:

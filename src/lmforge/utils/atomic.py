@@ -95,8 +95,8 @@ def file_kind(path) -> str:
         return "a broken link" if os.path.islink(path) else "no such file"
     except OSError as err:  # a folder on the way not ours to read: the reader would fail the same way
         return f"not readable ({err.strerror})"
-    kinds = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
-             (stat.S_ISSOCK, "a socket"))
+    kinds = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+             (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"))
     return next((said for test, said in kinds if test(mode)), "a device")
 
 

@@ -109,7 +109,7 @@ def test_the_runs_tokenizer_replaces_a_link_named_tokenizer_and_leaves_its_targe
     """OUT/tokenizer is staged and put in place whole (other ranks see all of it or none): a link there
     is replaced, not written through, and the run goes on."""
     from lmforge.data.synthetic import documents
-    from lmforge.train.pretrain import run_tokenizer
+    from lmforge.train.tokenizer_run import run_tokenizer
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -127,7 +127,7 @@ def test_the_runs_tokenizer_is_read_back_verified(tmp_path, damage):
     rest of the run otherwise, unsaid (helper's probe); its files' checksums now stand beside them."""
     from lmforge.data.synthetic import documents
     from lmforge.tokenizer import TokenizerError
-    from lmforge.train.pretrain import run_tokenizer
+    from lmforge.train.tokenizer_run import run_tokenizer
 
     docs = list(documents(40, seed=0))  # read by every call: the tokenizer is checked against them
     trained = run_tokenizer(tmp_path, "bert", docs, 300)

@@ -86,7 +86,8 @@ def test_every_shipped_arm_builds_its_objective():
     from lmforge.bakeoff.runner import arm_config, arm_spec
     from lmforge.data.synthetic import documents
     from lmforge.model import from_config
-    from lmforge.train.pretrain import default_tokenizer, special_token_ids
+    from lmforge.train.pretrain import special_token_ids
+    from lmforge.train.tokenizer_run import default_tokenizer
 
     docs, tokenizers = list(documents(60, seed=0)), {}
     for name in shipped_plans():

@@ -35,7 +35,8 @@ def test_the_objectives_target_the_whole_original_text():
     from lmforge.data.synthetic import documents
     from lmforge.model import from_config
     from lmforge.presets import get_config
-    from lmforge.train.pretrain import default_tokenizer, special_token_ids
+    from lmforge.train.pretrain import special_token_ids
+    from lmforge.train.tokenizer_run import default_tokenizer
 
     tok = default_tokenizer("t5", list(documents(40, seed=0)), 300)
     cfg = get_config("t5-small", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size)
@@ -57,7 +58,8 @@ def test_every_input_and_target_ends_in_one_eos():
     from lmforge.data.stream import build_examples
     from lmforge.model import from_config
     from lmforge.presets import get_config
-    from lmforge.train.pretrain import default_tokenizer, special_token_ids
+    from lmforge.train.pretrain import special_token_ids
+    from lmforge.train.tokenizer_run import default_tokenizer
 
     texts = list(documents(40, seed=0))
     tok = default_tokenizer("t5", texts, 300)

@@ -40,7 +40,8 @@ from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import checkpoints
-from lmforge.train.pretrain import pretrain, read_documents, run_tokenizer, sized_to
+from lmforge.train.pretrain import pretrain, read_documents, sized_to
+from lmforge.train.tokenizer_run import run_tokenizer
 from lmforge.utils.atomic import append_text
 
 LOG = "bakeoff.log"  # the plan's progress and every run's own log lines

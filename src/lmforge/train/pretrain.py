@@ -45,8 +45,7 @@ from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
                                             recipe_and_inputs)
-# default_tokenizer: where the tests and the bake-off have long imported it from
-from lmforge.train.tokenizer_run import default_tokenizer, first_rank, run_tokenizer  # noqa: F401
+from lmforge.train.tokenizer_run import first_rank, run_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),

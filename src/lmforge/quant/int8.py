@@ -78,6 +78,12 @@ def quantise_per_channel(weight: torch.Tensor) -> tuple:
     return q, scale
 
 
+def valid_scales(scale: torch.Tensor) -> bool:
+    """Whether per-row scales are ones quantise_per_channel makes: positive (max|w| / 127, or 1 for a zero
+    row), so that a loaded layer's weight is never flipped or zeroed (lmforge.io checks them on load)."""
+    return bool((scale > 0).all())
+
+
 def _version(tensor: torch.Tensor) -> int:
     try:
         return tensor._version

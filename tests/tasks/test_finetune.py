@@ -7,10 +7,9 @@ import torch
 
 from lmforge.config.options import OptionsError
 from lmforge.tasks import task_class
-from lmforge.tasks.control import depth, freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.finetune import TaskConfig, encode_split, evaluate, finetune, task_info
 from lmforge.tasks.formats import builtin, read_task_file
-from lmforge.train import TrainConfig, Trainer
+from lmforge.train import TrainConfig
 from tests.tasks.core import sentiment, tiny, tokenizer
 
 
@@ -21,50 +20,6 @@ def quiet(*args):
 def cfg(**kw):
     base = dict(steps=4, batch_size=8, lr=3e-3, warmup=0, schedule="constant", log_every=1, progress=False)
     return TrainConfig(**{**base, **kw})
-
-
-def trainer(model, tmp_path, decay=1.0, **kw):
-    task = task_class("cls")(model, tokenizer(), labels=["0", "1"])
-    examples = task.encode_all(sentiment()["train"][:32])
-    return Trainer(task, examples, cfg(**kw), tmp_path, log=quiet, lr_scale=lr_scale_fn(model, decay))
-
-
-def test_depths_of_an_encoder_and_an_encoder_decoder():
-    bert, bart = tiny(), tiny("bart-base")
-    assert [depth(bert, n) for n in ("tokens.weight", "embed.norm.weight", "encoder.blocks.0.ffn.up.weight",
-                                     "encoder.blocks.1.ffn.up.weight", "heads.x.weight")] == [0, 0, 1, 2, 3]
-    assert [depth(bart, n) for n in ("decoder_embed.norm.weight", "encoder.blocks.1.ffn.up.weight",
-                                     "decoder.blocks.0.ffn.up.weight", "decoder.blocks.1.ffn.up.weight")] == [0, 2, 3, 4]
-
-
-@pytest.mark.parametrize("how, frozen_depths", [(dict(backbone=True), {0, 1, 2}), (dict(embeddings=True), {0}),
-                                                (dict(layers=1), {1}), (dict(embeddings=True, layers=2), {0, 1, 2})])
-def test_frozen_weights_do_not_change_and_get_no_optimizer_state(tmp_path, how, frozen_depths):
-    model = tiny()
-    t = trainer(model, tmp_path)  # the task head is attached now
-    total = trainable_count(model)
-    frozen_count = freeze(model, **how)
-    assert trainable_count(model) == total - frozen_count  # what freeze stops training, counted
-    t = trainer(model, tmp_path)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    for _ in range(2):
-        t.train_step()
-    with_state = {id(p) for p in t.optimizer.state}
-    for name, param in model.named_parameters():
-        frozen = depth(model, name) in frozen_depths and not name.startswith("heads.")
-        assert torch.equal(param, before[name]) == frozen, name
-        assert (id(param) in with_state) != frozen, name
-
-
-def test_layer_wise_lr_decay_groups(tmp_path):
-    model = tiny()
-    t = trainer(model, tmp_path, decay=0.5, lr=1e-3)
-    lr_of = {id(p): g["lr"] for g in t.optimizer.param_groups for p in g["params"]}
-    expected = {0: 1e-3 * 0.5 ** 3, 1: 1e-3 * 0.5 ** 2, 2: 1e-3 * 0.5, 3: 1e-3}  # embeddings .. head
-    for name, param in model.named_parameters():
-        assert lr_of[id(param)] == pytest.approx(expected[depth(model, name)]), name
-    t.train_step()  # the schedule keeps the ratios (LambdaLR scales each group's own lr)
-    assert sorted({round(g["lr"] / 1e-3, 6) for g in t.optimizer.param_groups}) == [0.125, 0.25, 0.5, 1.0]
 
 
 def test_early_stopping_stops_after_patience(tmp_path):
@@ -301,8 +256,7 @@ def test_a_resume_on_other_validation_data_is_refused_and_on_the_same_goes_on(tm
 
 
 @pytest.mark.parametrize("options, field", [
-    ({"freeze_backbone": "maybe"}, "freeze_backbone"),
-    ({"keep_best": 1}, "keep_best"),
+    ({"freeze_backbone": "maybe"}, "freeze_backbone"), ({"keep_best": 1}, "keep_best"),
     ({"text_to_text": "yes"}, "text_to_text"),
     ({"max_len": 10 ** 9}, "max_len"),
     ({"max_len": 0}, "max_len"),

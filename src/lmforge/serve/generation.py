@@ -148,9 +148,10 @@ def run(served, payload: dict, emit: Callable) -> dict:
         raise RequestError(422, str(err), param=err.field) from None
     if beams:
         new = _until_eos(new, options.eos_token_id)
-        for token in new:
+        for at, token in enumerate(new):
             tail.push(token)
-            if tail.stopped:
+            if tail.stopped:  # the ids and their count end where the text does, as a greedy reply's
+                new = new[:at + 1]
                 break
     elif not tail.stopped and tail.rest():
         emit({"text": tail.rest(), "token_ids": []})

@@ -15,9 +15,12 @@ from lmforge.utils.timing import alternating
 
 
 def model_bytes(path) -> int:
-    """Bytes of a model directory's safetensors files."""
-    found = resolve_dir(path)
-    return sum(f.stat().st_size for f in Path(found or path).glob("*.safetensors"))
+    """Bytes of the weight files a model directory is loaded from: its safetensors files, or (a Hugging
+    Face directory without them) its pytorch_model*.bin ones, which the loader reads then."""
+    folder = Path(resolve_dir(path) or path)
+    # as convert/hf's order of preference: a .bin beside safetensors is never read, so never counted
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    return sum(f.stat().st_size for f in files)
 
 
 def given_data(records, kind: str | None, name: str = "records", source: str = "data") -> list:

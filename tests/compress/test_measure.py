@@ -1,0 +1,19 @@
+"""What a compression report measures: the size on disk of the weight files a model is loaded from."""
+import torch
+from safetensors.torch import load_file
+
+from lmforge.compress.measure import model_bytes
+from tests.tasks.core import tiny
+
+
+def test_size_on_disk_is_the_weight_files_the_model_loads_from(tmp_path):
+    """A Hugging Face directory of pytorch_model.bin was 0 bytes ("0.0 MB" before pruning, and distill
+    divided by it after training)."""
+    tiny("bert-base", n_layers=1).save(tmp_path / "m")
+    safetensors = (tmp_path / "m" / "model.safetensors").stat().st_size
+    assert model_bytes(tmp_path / "m") == safetensors
+    torch.save(load_file(tmp_path / "m" / "model.safetensors"), tmp_path / "m" / "pytorch_model.bin")
+    assert model_bytes(tmp_path / "m") == safetensors  # beside safetensors a .bin is never read
+    (tmp_path / "m" / "model.safetensors").unlink()
+    pickled = (tmp_path / "m" / "pytorch_model.bin").stat().st_size
+    assert pickled > 0 and model_bytes(tmp_path / "m") == pickled

@@ -171,3 +171,13 @@ def test_both_generation_routes_refuse_a_budget_of_new_tokens_in_the_same_words(
     assert said[0]["code"] == said[1]["code"] == 422
     why = said[0]["message"].removeprefix("max_new_tokens").removeprefix(":").strip()
     assert said[1]["message"] == f"max_tokens: {why}", said
+
+
+def test_a_sampling_setting_is_taken_where_the_route_s_default_samples(local):
+    """/v1/completions samples by default (OpenAI's temperature 1): its top_k is read, not refused as unused,
+    and is refused where the request asks for greedy (temperature 0), as the command line judges them."""
+    body = {"model": "gen", "prompt": "the old fox", "max_tokens": 4, "top_k": 5}
+    sampled = local.post("/v1/completions", json=body)
+    greedy = local.post("/v1/completions", json={**body, "temperature": 0})
+    assert sampled.status_code == 200 and sampled.json()["choices"][0]["seed"] is not None
+    assert greedy.status_code == 422 and greedy.json()["error"]["param"] == "top_k"

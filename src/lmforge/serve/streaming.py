@@ -28,7 +28,7 @@ from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
 from lmforge.generate.recommended import recommendation
 from lmforge.generate.text import prompt_ids
-from lmforge.serve.generation import Settings, request_options
+from lmforge.serve.generation import Settings
 from lmforge.serve.generation_schemas import (DECODING, CompletionRequest, CompletionResponse,
                                              GenerateRequest, GenerateResponse)
 from lmforge.serve.limits import (RequestError, bounded_ids, check_count, check_generation,
@@ -68,12 +68,7 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     fields = {name: getattr(body, name) for name in (*DECODING, "temperature") if name in given}
     if given & {"max_new_tokens", "max_tokens"}:
         fields["max_new_tokens"] = max_new_tokens
-    settings = Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream)
-    try:  # a setting the request gave that its decoding would not read: refused as the other faces do
-        refuse_unused(request_options(settings.given), given)
-    except OptionsError as err:
-        raise RequestError(422, str(err), param=err.field) from None
-    return settings
+    return Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream)
 
 
 def completion_defaults(served) -> dict:
@@ -129,6 +124,11 @@ def _job(served, field: str, ids: list, settings: Settings, limits=None,
     # decoder positions before the new tokens (the last new token is never fed back)
     start = 1 if model.config.architecture == "encoder-decoder" else len(ids)
     options = settings.options_for(model, served.front, start)
+    try:  # a setting the request gave that its decoding would not read: refused as the other faces do, once
+        # the route's defaults and the checkpoint's recommendation say whether it samples (OpenAI's samples)
+        refuse_unused(options, settings.given)
+    except OptionsError as err:
+        raise RequestError(422, str(err), param=err.field) from None
     if limits is not None:  # the checkpoint's settings are bounded as a request's are
         check_generation(options, options.max_new_tokens, limits, new_tokens)
     if options.num_beams > 1 and settings.stream:

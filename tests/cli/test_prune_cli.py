@@ -153,7 +153,7 @@ def test_a_resume_with_other_pruning_settings_is_refused_naming_the_option_and_b
     assert _prune(path, dev, tmp_path / "o", "magnitude", "0.5", *run) == 0
     capsys.readouterr()
     for sparsity, extra, named in (("0.7", [], ("--sparsity 0.7", "(--sparsity 0.5)")),
-                                   ("0.5", ["end=0.9"], ("end=0.9", "(end=0.7)")),
+                                   ("0.5", ["end=0.5"], ("end=0.5", "(end=0.7)")),
                                    ("0.5", ["--steps", "4"], ("--steps 4", "(--steps 2)")),
                                    ("0.5", ["max_len=16"], ("max_len=16", "(max_len=128)"))):
         assert _prune(path, dev, tmp_path / "o", "magnitude", sparsity, *run, *extra, "--resume") == 2

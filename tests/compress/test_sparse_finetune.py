@@ -1,9 +1,14 @@
-"""Pruning during fine-tuning: the settings a resume is checked against are the run's own."""
+"""Pruning during fine-tuning: the settings a resume is checked against are the run's own; the schedule
+reaches the sparsity asked within the run."""
 import json
 
 import pytest
 
-from lmforge.compress.sparse_finetune import SETTINGS, check_settings
+from lmforge.cli import main
+from lmforge.compress.sparse_finetune import SETTINGS, SparseConfig, check_settings, schedule_steps
+from lmforge.compress.sparsity import cubic_sparsity
+from lmforge.config.options import OptionsError
+from tests.tasks.core import sentiment, tiny, tokenizer
 
 
 def test_a_fresh_run_after_a_killed_first_save_records_its_own_settings(tmp_path):
@@ -14,3 +19,31 @@ def test_a_fresh_run_after_a_killed_first_save_records_its_own_settings(tmp_path
     check_settings(tmp_path, {"--sparsity": 0.7, "--steps": 4}, resume=True)  # the run's: accepted
     with pytest.raises(ValueError, match="--sparsity 0.5 differs from the run being resumed .*--sparsity 0.7"):
         check_settings(tmp_path, {"--sparsity": 0.5, "--steps": 6}, resume=True)
+
+
+@pytest.mark.parametrize("steps, start, end", [(2, 0.1, 0.7), (3, 0.1, 0.7), (10, 0.1, 0.9), (4, 0.0, 0.0)])
+def test_the_schedule_reaches_the_sparsity_within_the_run(steps, start, end):
+    cfg = SparseConfig(method="magnitude", sparsity=0.5, start=start, end=end)
+    first, last = schedule_steps(cfg, steps)
+    assert cubic_sparsity(steps - 1, 0.5, first, last) == 0.5  # the last optimiser step trains at it
+
+
+@pytest.mark.parametrize("steps, start, end", [(1, 0.1, 0.7), (10, 0.1, 1.0), (1, 0.0, 0.0)])
+def test_a_run_that_ends_before_the_sparsity_is_reached_is_refused_naming_end(steps, start, end, tmp_path,
+                                                                              capsys):
+    """--steps 1 (or end=1) saved a model at sparsity 0 (0.4993) and said it 'rounds to' that."""
+    cfg = SparseConfig(method="magnitude", sparsity=0.5, start=start, end=end)
+    with pytest.raises(OptionsError, match="would end less sparse") as err:
+        schedule_steps(cfg, steps)
+    assert err.value.field == "end" and cubic_sparsity(steps - 1, 0.5, round(start * steps),
+                                                        round(end * steps)) < 0.5
+    model = tiny("bert-base", n_layers=1)
+    model.save(tmp_path / "m")
+    tokenizer().save(tmp_path / "m")
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in sentiment(40)["train"][:8]))
+    assert main(["prune", "--model", str(tmp_path / "m"), "--task", "cls", "--method", "magnitude", "--sparsity",
+                 "0.5", "--data", str(data), "--train", str(data), "--out", str(tmp_path / "o"), "--steps",
+                 str(steps), f"start={start}", f"end={end}", "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "end=" in err and not (tmp_path / "o").exists()

@@ -166,6 +166,19 @@ def read_settings(path: Path) -> dict:
                        "another --out")
 
 
+def schedule_steps(cfg: SparseConfig, steps: int) -> tuple:
+    """The cubic schedule's (start, end) optimiser steps over a run of `steps`; an OptionsError naming end
+    where the run ends before a step trains at the full sparsity (the saved model would be less sparse
+    than asked, and the shortfall read as rounding)."""
+    start, end = round(cfg.start * steps), round(cfg.end * steps)
+    reached = max(end, start + 1)  # steps count from 0; at start itself the sparsity is still 0
+    if reached > steps - 1:
+        raise OptionsError(f"end={cfg.end} (start={cfg.start}) of {steps} step(s): sparsity {cfg.sparsity} is "
+                           f"reached at step {reached}, after the run's last step ({steps - 1}), so the model "
+                           f"would end less sparse; give more --steps or a smaller end", "end")
+    return start, end
+
+
 def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, train_cfg: TrainConfig,
                    sparse_cfg: SparseConfig, task_cfg: TaskConfig | None = None, tokenizer=None,
                    resume: bool = False, log=print) -> dict:
@@ -178,13 +191,14 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
     s, out = sparse_cfg, training_folder(out)
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
+    start, end = schedule_steps(s, steps)  # before any file is written
     check_settings(out, _settings(model, steps, task_cfg, s), resume)
     source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, as finetune's
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, source_labels)
-    pruner = Pruner(model, s.method, s.sparsity, round(s.start * steps), round(s.end * steps), s.soft_lambda)
+    pruner = Pruner(model, s.method, s.sparsity, start, end, s.soft_lambda)
     objective = Pruning(task, pruner, train_cfg.accumulation)
     validator = Validator(task, valid, task_cfg, out) if valid else None
     start = time.perf_counter()

@@ -17,3 +17,18 @@ def test_size_on_disk_is_the_weight_files_the_model_loads_from(tmp_path):
     (tmp_path / "m" / "model.safetensors").unlink()
     pickled = (tmp_path / "m" / "pytorch_model.bin").stat().st_size
     assert pickled > 0 and model_bytes(tmp_path / "m") == pickled
+
+
+def test_the_batch_timed_is_the_one_reported(tmp_path):
+    """Five records were timed as a batch of 5 under a column saying batch 16."""
+    from lmforge.compress.measure import forward_title, measure_side_by_side
+    from lmforge.tasks.finetune import TaskConfig, make_task
+    from tests.tasks.core import sentiment, tokenizer
+
+    records = sentiment(40)["train"]
+    task = make_task("cls", tiny("bert-base", n_layers=1), tokenizer(), records, TaskConfig(max_len=16))
+    task.model.save(tmp_path / "m")
+    for n, timed in ((5, 5), (20, 16)):
+        out = measure_side_by_side({"a": task}, records[:n], {"a": tmp_path / "m"}, rounds=1)
+        assert out["a"]["timed_batch"] == timed
+        assert forward_title([out["a"]]) == f"forward s (batch {timed})"

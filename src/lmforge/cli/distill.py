@@ -21,8 +21,11 @@ def _print(report: dict, out) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from lmforge.compress.measure import forward_title
+
     table = Table(title=f"task distillation: {report['layers']['teacher']} -> {report['layers']['student']} layers")
-    for col in ("", "parameters", "safetensors MB", report["teacher"]["metric_name"], "forward s (batch 16)"):
+    timed = forward_title(report[name] for name in ("teacher", "student"))
+    for col in ("", "parameters", "safetensors MB", report["teacher"]["metric_name"], timed):
         table.add_column(col, justify="right")
     for name in ("teacher", "student"):
         r = report[name]

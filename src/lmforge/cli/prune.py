@@ -43,10 +43,12 @@ def _table(title: str, rows: dict, extra: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from lmforge.compress.measure import forward_title
+
     table = Table(title=title)
     metric = next((r["metric_name"] for r in rows.values() if r.get("metric_name")), "metric")
     for col in ("", "parameters", *(("nonzero",) if extra else ()), "safetensors MB", metric,
-                "forward s (batch 16)"):
+                forward_title(rows.values())):
         table.add_column(col, justify="right")
     for name, r in rows.items():
         nonzero = (f"{r['nonzero']:,}",) if extra else ()

@@ -46,9 +46,17 @@ def side_by_side(tasks: dict, batches: dict, rounds: int = 9) -> dict:
     return alternating(calls, rounds)
 
 
+def forward_title(rows) -> str:
+    """The forward-time column's title: the batch the rows were timed on (fewer than 16 where the data
+    held fewer records)."""
+    sizes = sorted({r.get("timed_batch", 16) for r in rows})
+    return f"forward s (batch {'/'.join(str(n) for n in sizes)})"
+
+
 def measure_side_by_side(tasks: dict, records: list, paths: dict, batch_size: int = 16, rounds: int = 9) -> dict:
-    """name -> {parameters, bytes, metric name and value, seconds_b16} for each task given (None:
-    left out), and "speedup": the first's time over the last's."""
+    """name -> {parameters, bytes, metric name and value, seconds_b16, timed_batch} for each task given
+    (None: left out), and "speedup": the first's time over the last's. The batch timed is the first
+    `batch_size` records: timed_batch says how many it held (fewer where fewer records were given)."""
     tasks = {name: task for name, task in tasks.items() if task is not None}
     out: dict = {}
     batches = {}
@@ -57,7 +65,8 @@ def measure_side_by_side(tasks: dict, records: list, paths: dict, batch_size: in
         _, metrics = task.evaluate(records, 64, examples)
         primary = next(iter(metrics))
         out[name] = {"parameters": task.model.num_parameters(), "bytes": model_bytes(paths[name]),
-                     "metric_name": primary, "metric": float(metrics[primary])}
+                     "metric_name": primary, "metric": float(metrics[primary]),
+                     "timed_batch": len(examples[:batch_size])}
         batches[id(task)] = {k: v.to(task.device) for k, v in task.collate(examples[:batch_size]).items()}
     seconds = side_by_side(tasks, batches, rounds)
     for name, s in seconds.items():

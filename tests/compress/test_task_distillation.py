@@ -290,3 +290,19 @@ def test_a_resume_with_another_teacher_of_the_same_shape_is_refused_by_name(teac
     assert main(["distill", "--teacher", str(tmp_path / "other"), *argv[1:], "--resume"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "teacher=" in error and "(the run's)" in error
+
+
+@pytest.mark.parametrize("preset", ["bart-base", "gpt2"])
+def test_a_teacher_that_is_no_encoder_is_refused_naming_teacher_before_any_work(preset, tmp_path, capsys):
+    """An encoder-decoder teacher was refused as 'student_from_teacher takes an encoder or decoder'."""
+    records = sentiment(200)["train"][:16]
+    family = "bert" if preset == "bart-base" else "gpt2"
+    save_model(make_task("cls", tiny(preset, n_layers=2, n_heads=4), tokenizer(family), records,
+                         TaskConfig(max_len=32)), tmp_path / "t")
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    err = _refused(["distill", "--teacher", str(tmp_path / "t"), "--train", str(tmp_path / "d.jsonl"), "--data",
+                    str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "o"), "--steps", "1"], capsys)
+    architecture = lmforge.load(tmp_path / "t").config.architecture
+    assert err.startswith(f"lmforge distill: error: --teacher {tmp_path / 't'}: {architecture} fine-tuned "
+                          "for cls; the teacher must be an encoder")
+    assert not (tmp_path / "o").exists()

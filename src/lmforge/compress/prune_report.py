@@ -18,11 +18,11 @@ from torch import nn
 from lmforge.compress.ffn import ffn_importance, prune_ffn, units_kept, widths
 from lmforge.compress.head_importance import (CurveOptions, full_gates, masked_heads, pruning_curve,
                                               total_heads)
-from lmforge.compress.head_pruning import prune_heads
+from lmforge.compress.head_pruning import attention_keys, prune_heads
 from lmforge.compress.measure import given_data, measure_side_by_side
 from lmforge.compress.model_files import carry_sentence_files, output_folder
 from lmforge.compress.sparsity import PRUNING, refuse_int8, smallest_sparsity
-from lmforge.config import atomic_write_text
+from lmforge.config import ConfigError, atomic_write_text
 from lmforge.config.options import OptionsError
 from lmforge.io import CONFIG_FILE, read_meta
 from lmforge.io import model_dir as resolve_dir
@@ -78,6 +78,11 @@ def _ffn_plan(model, sparsity: float) -> dict:
 def plan(model, method: str, sparsity: float) -> dict:
     """What `method` at `sparsity` removes from `model`: {"unit", "total", "removed", "why"}; a
     ValueError naming --sparsity (and the smallest that removes something) where that is nothing."""
+    if method == "heads":  # a model whose heads cannot be cut (T5, GQA, ALBERT), before importance is estimated
+        try:
+            model.config.replace(pruned_heads={attention_keys(model.config)[0]: []})
+        except ConfigError as err:
+            raise ValueError(f"--method heads: {err}") from None
     found = _ffn_plan(model, sparsity) if method == "ffn" else _heads_plan(model.config, sparsity)
     if found["removed"] > 0:
         return found

@@ -46,6 +46,7 @@ def teacher_dir(tmp_path_factory):
 def test_student_copies_every_other_layer_or_the_first_n(teacher_dir):
     teacher = fine_tuned_task(teacher_dir / "teacher", sentiment(200)["train"])
     assert student_layers("every-other", 6) == (0, 2, 4) and student_layers("2", 6) == (0, 1)
+    assert student_layers("every-other", 5) == (0, 2)  # half, rounded down, as docs/distill.md says
     source = {k: v.cpu() for k, v in teacher.model.state_dict().items()}  # a teacher on a GPU too
     for spec, layers in (("every-other", (0, 2)), (3, (0, 1, 2))):
         student = make_student(teacher, spec)

@@ -92,3 +92,20 @@ def test_quantized_codes_equal_sentence_transformers_quantize_embeddings(encodin
     ours = quantize(vectors, encoding, ranges)
     theirs = util.quantize_embeddings(vectors.numpy(), encoding, calibration_embeddings=calibration.numpy())
     assert ours.numpy().dtype == theirs.dtype and (ours.numpy() == theirs).all()
+
+
+def test_max_length_is_an_embedding_option_given_once():
+    """max_length is one of EmbedOptions' fields, so /embed takes it as lmforge.embed and `lmforge embed` do
+    (it had been an argument of its own, which the server refused); given both ways, it must agree."""
+    from lmforge.pipelines.embed import SentenceEncoder
+    from tests.tasks.core import tiny, tokenizer
+
+    encoder = SentenceEncoder(tiny(), tokenizer())
+    texts = ["the film was long and the actors were good", "a cat"]
+    by_argument = encoder.embed_with(texts, EmbedOptions(truncate=True), max_length=5)
+    by_option = encoder.embed_with(texts, EmbedOptions(truncate=True, max_length=5))
+    assert torch.equal(by_argument.vectors, by_option.vectors) and by_option.truncated[0]
+    assert encoder.embed_with(texts, EmbedOptions(truncate=True, max_length=5), max_length=5).truncated[0]
+    with pytest.raises(OptionsError, match="give it once") as err:
+        encoder.embed_with(texts, EmbedOptions(truncate=True, max_length=6), max_length=5)
+    assert err.value.field == "max_length"

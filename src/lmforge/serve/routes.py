@@ -16,6 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from lmforge.analysis.attention import layer_list, view_depth
+from lmforge.config.checks import room_for_text
 from lmforge.config.options import OptionsError
 from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
 from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, with_mask
@@ -92,6 +93,21 @@ def build_options(cls, body):
         raise RequestError(422, str(err), param=err.field) from None
 
 
+def length_bound(asked: int | None, served) -> TextBound:
+    """The tokens a text may have (/embed's and /features' max_length): the request's `asked` where it is
+    below the model's (and then named as the field at fault), else the model's max_tokens (/info's)."""
+    most = served.max_tokens
+    if asked is not None and served.tokenizer is not None:  # refused as offline: past the positions, no room
+        try:
+            room_for_text("max_length", asked, served.model.config,
+                          served.tokenizer.backend.num_special_tokens_to_add(False))
+        except OptionsError as err:
+            raise RequestError(422, str(err), param="max_length") from None
+    if asked is None or asked >= most:
+        return TextBound(most)
+    return TextBound(asked, f"max_length={asked} (the model takes max_tokens={most}, /info)", "max_length")
+
+
 async def embed_texts(server, served, texts: list, options, field: str = "input") -> tuple:
     """(vectors in the options' encoding, tokens read, each input's InputInfo) of `texts`, batched with whatever
     else is queued for the model with the same options."""
@@ -101,12 +117,12 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
         options = dataclasses.replace(options, prompt="", prompt_name=None)  # the prefix is in the texts now
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
-    chunk = options.truncate == "chunk"
-    most = served.max_tokens * (options.chunk_limit() if chunk else 1)
+    bound, chunk = length_bound(options.max_length, served), options.truncate == "chunk"
+    most = bound.tokens * options.chunk_limit() if chunk else bound
     texts, counts = await clip(server, served, [prefix + t for t in texts], bool(options.truncate), most)
     if chunk and any(n > most for n in counts):
         raise RequestError(422, f"an input is more than max_chunks={options.chunk_limit()} windows of "
-                           f"{served.max_tokens} tokens", param="max_chunks")
+                           f"{bound.tokens} tokens", param="max_chunks")
     lengths = fit_lengths(counts, most, bool(options.truncate), server.limits)
     parts = [({"texts": run, "options": options}, n, len(run)) for run, n in split(texts, lengths, server.limits)]
     results = await server.run("embed", served, parts, key=("embed", served.name, repr(options)), interleave=True)

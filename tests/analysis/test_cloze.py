@@ -183,3 +183,16 @@ def test_a_few_steps_on_a_pattern_raise_the_graded_measures(tokenizers):
         optimiser.step()
     after = score_probes(model, tok, held_out)["all"]
     assert after["margin"] > before["margin"] + 1.5 and after["accuracy"] >= 0.7
+
+
+def test_a_causal_lm_without_bos_scores_a_blank_at_the_start_of_the_text():
+    # lmforge's own bpe has no bos: the first piece, here the candidate's, was left unscored
+    from lmforge.analysis.cloze import _causal_rows
+
+    tok = train_tokenizer(corpus_text(300, seed=0).splitlines(), "bpe", 600)
+    assert tok.special_id("bos") is None
+    probe = {"kind": "fact", "text": "[MASK] is a city.", "answer": "Tosk", "candidates": ["Tosk", "Velmora"]}
+    for (ids, positions, targets), cand in zip(_causal_rows(tok, probe), probe["candidates"]):
+        pieces = tok.encode(probe["text"].replace("[MASK]", cand), add_special_tokens=False).ids
+        assert targets == pieces and [ids[p] for p in positions] == pieces
+        assert ids[0] in (tok.special_id("eos"), tok.special_id("sep"))

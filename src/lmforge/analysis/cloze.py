@@ -7,7 +7,8 @@ candidates to rank. Each candidate gets a log-likelihood:
   and the score is the sum of the log-probabilities of its pieces at those positions
   (all predicted at once, as BERT would fill them);
 - causal LMs: the score is the log-likelihood of the whole text with the candidate put
-  in, so the words after the blank count too (an agreement probe is decided there).
+  in, so the words after the blank count too (an agreement probe is decided there); the
+  text starts after bos (else eos or sep), so its first piece is scored too.
 
 Three measures per kind of probe, per group ("memory" / "context") and overall, each
 next to what an untrained model scores in expectation:
@@ -51,12 +52,23 @@ def _masked_rows(tokenizer, probe: dict) -> list:
     return rows
 
 
+def start_id(tokenizer) -> int:
+    """The token a causal LM's cloze text starts after: bos, else the eos or sep that a causal LM's
+    blocks put between documents (objectives/clm.py); a ValueError for a tokenizer with none."""
+    for role in ("bos", "eos", "sep"):
+        if tokenizer.special_id(role) is not None:
+            return tokenizer.special_id(role)
+    raise ValueError("cloze probes on a causal LM need a tokenizer with a bos, eos or sep token to start "
+                     "the text after (else its first word, the blank in '[MASK] is a city in ...', is unscored)")
+
+
 def _causal_rows(tokenizer, probe: dict) -> list:
-    """(ids, positions predicted, their ids) per candidate, for a causal LM: the whole text."""
-    bos = tokenizer.special_id("bos")
+    """(ids, positions predicted, their ids) per candidate, for a causal LM: the whole text, every
+    piece of it scored (a text starting with the blank read its candidate's first piece unscored)."""
+    start = start_id(tokenizer)
     rows = []
     for cand in probe["candidates"]:
-        ids = ([bos] if bos is not None else []) + _pieces(tokenizer, probe["text"].replace(MASK, cand))
+        ids = [start] + _pieces(tokenizer, probe["text"].replace(MASK, cand))
         rows.append((ids, list(range(1, len(ids))), ids[1:]))
     return rows
 
@@ -100,6 +112,8 @@ def score_probes(model, tokenizer, probes: list, head=None, batch_probes: int = 
         raise ValueError("cloze probes score encoders (masked LM) and decoders (causal LM) only")
     if not causal and tokenizer.special_id("mask") is None:
         raise ValueError("cloze probes on a masked LM need a tokenizer with a mask token")
+    if causal:
+        start_id(tokenizer)  # refused before any probe runs
     pad = tokenizer.special_id("pad") or 0
     with evaluating(model):  # a pretraining run probed mid-way goes on in its own mode
         sums = _summed(model, tokenizer, probes, head, batch_probes, causal, pad)

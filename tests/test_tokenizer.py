@@ -138,6 +138,22 @@ def test_roberta_bpe_matches_roberta_tokenizer(tmp_path, config_file):
     assert (ours.cls_id, ours.sep_id, ours.pad_id, ours.mask_id, ours.unk_id) == (0, 2, 1, 4, 3)
 
 
+@pytest.mark.parametrize("prefix", [False, True])
+def test_roberta_offsets_match_roberta_tokenizer(tmp_path, prefix):
+    """A word's offsets leave out the space before it, as Hugging Face's (a span answer began with it)."""
+    from transformers import RobertaTokenizer
+
+    write_bpe(tmp_path, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**ROBERTA_CONFIG, "add_prefix_space": prefix}))
+    ours, reference = lmforge.load_tokenizer(tmp_path), RobertaTokenizer.from_pretrained(tmp_path)
+    for text in TEXTS + [" ", "Héllo wörld!"]:
+        want = reference(text, return_offsets_mapping=True)
+        assert ours.encode(text).ids == want["input_ids"], text
+        assert ours.encode(text).offsets == [tuple(o) for o in want["offset_mapping"]], text
+    text = "the quick brown fox"
+    assert all(not text[a:b].startswith(" ") for a, b in ours.encode(text).offsets)
+
+
 # ---------------------------------------------------------------- SentencePiece (T5, ALBERT)
 
 def train_spiece(path, **options):

@@ -206,8 +206,11 @@ def post_processor(backend: Backend, style: str, tokens: dict):
         return template(backend, [f"{cls}:0", "$A:0", f"{sep}:0"],
                         [f"{cls}:0", "$A:0", f"{sep}:0", "$B:1", f"{sep}:1"])
     if style == "roberta" and cls and sep:
-        return template(backend, [f"{cls}:0", "$A:0", f"{sep}:0"],
-                        [f"{cls}:0", "$A:0", f"{sep}:0", f"{sep}:0", "$B:0", f"{sep}:0"])
+        # <s> A </s></s> B </s>, all segment 0; as Hugging Face's, it trims a word's leading space off its
+        # offsets (a template kept " world" at (5, 11): a span answer began with the space)
+        prefix = getattr(backend.pre_tokenizer, "add_prefix_space", False)
+        return processors.RobertaProcessing((sep, backend.token_to_id(sep)), (cls, backend.token_to_id(cls)),
+                                            trim_offsets=True, add_prefix_space=bool(prefix))
     if style == "t5" and eos:
         return template(backend, ["$A:0", f"{eos}:0"], ["$A:0", f"{eos}:0", "$B:0", f"{eos}:0"])
     return None

@@ -120,3 +120,19 @@ def test_separate_encoders_train_apart_and_reload(data, tmp_path):
     assert again.passage_model is not None
     assert torch.allclose(again.encode(texts, passage=True), p, atol=1e-5)
     assert torch.allclose(again.encode(texts), q, atol=1e-5)
+
+
+def test_another_positive_of_a_question_is_no_negative_for_it_in_the_batch(data):
+    from lmforge.retrieval.dpr import training_examples
+
+    passages, _, tokenizer = data
+    encoder = _encoder(tokenizer)
+    a, b, c = passages[:3]
+    records = [{"question": "q one", "positives": [a.id, b.id]}, {"question": "q two", "positives": [b.id]},
+               {"question": "q three", "positives": [c.id]}]
+    examples = training_examples(encoder, records, passages, [[c.id], [a.id], [a.id]])
+    same = DPRObjective(encoder).collate(examples)["same_passage"]
+    # columns: positives a, b, c, then the hard negatives c, a, a
+    assert same[0].tolist() == [False, True, False, False, True, True]  # b: its positive too; a: copies
+    assert same[1].tolist() == [False, False, False, False, False, False]  # a is a true negative for two
+    assert same[2].tolist() == [False, False, False, True, False, False]  # a copy of c

@@ -48,3 +48,14 @@ def test_examples_are_seeded_and_skip_single_sentence_passages(encoder):
     assert len(first) == 2 * len(passages) and all(e["negatives"] == [] for e in first)
     with pytest.raises(ValueError, match="two sentences"):
         ict_examples(enc, one)
+
+
+def test_another_rounds_context_of_the_same_passage_is_no_in_batch_negative(encoder):
+    from lmforge.retrieval.dpr import DPRObjective
+
+    enc, passages = encoder
+    examples = ict_examples(enc, passages[:3], seed=0, keep=0.0, rounds=2)  # rows 0-2, then 0-2 again
+    same = DPRObjective(enc).collate(examples)["same_passage"]
+    source = [i % 3 for i in range(len(examples))]
+    want = [[i != j and source[i] == source[j] for j in range(len(examples))] for i in range(len(examples))]
+    assert same.tolist() == want  # each context holds the other round's pseudo-question: masked, not a negative

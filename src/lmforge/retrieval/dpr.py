@@ -245,11 +245,8 @@ class DPRObjective(Objective):
         passages = [e["positive"] for e in examples] + [n for e in examples for n in e["negatives"]]
         q_ids, q_mask = pad_batch(questions, self.pad_id)
         p_ids, p_mask = pad_batch(passages, self.pad_id)
-        # another copy of question i's own positive (questions sharing a passage) is no negative for it
-        same = torch.tensor([[j != i and passages[j] == passages[i] for j in range(len(passages))]
-                             for i in range(len(questions))])
         return {"input_ids": q_ids, "attention_mask": q_mask, "p_input_ids": p_ids, "p_attention_mask": p_mask,
-                "same_passage": same}
+                "same_passage": same_passage(examples, passages)}
 
     def forward(self, batch: dict) -> Loss:
         """NLL of each question's positive among all passages of the batch (eq. 2); with matryoshka_dims,
@@ -275,6 +272,18 @@ class DPRObjective(Objective):
         return F.cross_entropy(logits, torch.arange(len(q), device=q.device)), logits
 
 
+def same_passage(examples: list, passages: list) -> torch.Tensor:
+    """(B, B + B_neg) where a batch passage is no negative of question i: another copy of its positive, or a
+    passage whose key (an example's optional "keys": its positive's, then each negative's) is among its own
+    "positive_keys" (another of its positives; in ICT, another context cut from its passage, which holds
+    the pseudo-question itself)."""
+    keys = [e.get("keys", [None] * (1 + len(e["negatives"]))) for e in examples]
+    columns = [k[0] for k in keys] + [key for k in keys for key in k[1:]]  # positives, then the negatives
+    own = [set(e.get("positive_keys", ())) for e in examples]
+    return torch.tensor([[j != i and (passages[j] == passages[i] or columns[j] in own[i])
+                          for j in range(len(passages))] for i in range(len(examples))])
+
+
 def in_batch_accuracy(logits: torch.Tensor) -> torch.Tensor:
     """Share of questions whose own positive (passage i for question i) scores highest, detached."""
     return (logits.argmax(-1) == torch.arange(len(logits), device=logits.device)).float().mean().detach()
@@ -291,5 +300,7 @@ def training_examples(encoder: BiEncoder, records: list, passages: list, negativ
             cache[pid] = encoder.ids(passage_text(by_id[pid]))
         return cache[pid]
 
+    # keys: the record's other positives, sharing the batch with it, are no negatives of its question
     return [{"question": encoder.ids(r["question"]), "positive": ids(r["positives"][0]),
-             "negatives": [ids(n) for n in negs]} for r, negs in zip(records, negatives)]
+             "negatives": [ids(n) for n in negs], "keys": [r["positives"][0], *negs],
+             "positive_keys": list(r["positives"])} for r, negs in zip(records, negatives)]

@@ -34,16 +34,17 @@ def ict_pair(title: str, text: str, rng: random.Random, keep: float = 0.1) -> tu
 
 
 def ict_examples(encoder: BiEncoder, passages: list, seed: int = 0, keep: float = 0.1, rounds: int = 1) -> list:
-    """DPRObjective examples ({"question", "positive", "negatives": []} token ids) of `rounds` ICT pairs
-    per passage with two sentences or more, drawn with `seed`."""
+    """DPRObjective examples ({"question", "positive", "negatives": []} token ids, and the passage's row as
+    their keys) of `rounds` ICT pairs per passage with two sentences or more, drawn with `seed`."""
     if not 0 <= keep <= 1 or rounds < 1:
         raise ValueError(f"need 0 <= keep <= 1 and rounds >= 1, got keep={keep}, rounds={rounds}")
     rng, out = random.Random(seed), []
     for _ in range(rounds):
-        for p in passages:
+        for row, p in enumerate(passages):
             pair = ict_pair(p.title, p.text, rng, keep)
-            if pair is not None:
-                out.append({"question": encoder.ids(pair[0]), "positive": encoder.ids(pair[1]), "negatives": []})
+            if pair is not None:  # keys: another round's context of this passage holds the question too
+                out.append({"question": encoder.ids(pair[0]), "positive": encoder.ids(pair[1]),
+                            "negatives": [], "keys": [row], "positive_keys": [row]})
     if not out:
         raise ValueError("no passage has two sentences: the inverse cloze task needs one to take out")
     return out

@@ -208,3 +208,10 @@ def test_a_dense_build_says_how_many_passages_it_cut_to_max_length(tmp_path):
     cut = jobs.build_index_dir(tmp_path / "b", None, str(model), index=jobs.IndexOptions(words=10),
                                progress=False, max_length=8)
     assert few["cut"] == 0 < cut["cut"] == cut["passages"] == few["passages"]
+
+
+def test_a_temperature_with_normalize_false_is_refused_naming_it_not_ignored(tmp_path):
+    model = tiny_bert(tmp_path / "m")
+    with pytest.raises(OptionsError, match="temperature=0.1") as err:  # raw inner products: never divided
+        jobs.run_train(str(model), tmp_path / "out", TrainConfig(steps=1), normalize=False, temperature=0.1)
+    assert err.value.field == "temperature" and not (tmp_path / "out" / "final").exists()

@@ -212,6 +212,9 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     _refuse_inputs(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
                    models=("model",))
     encoder = _encoder(model, **options)
+    if "temperature" in options and not encoder.options.normalize:  # the loss scales cosines only
+        raise OptionsError(f"temperature={options['temperature']}: it divides cosine scores; with normalize="
+                           "false the loss reads raw inner products, unscaled", "temperature")
     passages, sets = question_sets(questions, passages_source, cfg.seed)
     trained = train_dpr(encoder.separate() if separate else encoder, sets["train"], passages, out, cfg, n_hard,
                         resume, log)

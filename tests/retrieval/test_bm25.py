@@ -135,3 +135,10 @@ def test_more_hard_negatives_than_the_default_depth_are_found_when_asked():
     records = builtin_questions(passages)["train"][:5]
     negatives = hard_negatives(BM25Index.build(passages), records, passages, n=40)
     assert all(len(ids) == 40 and len(set(ids)) == 40 for ids in negatives)  # 184 passages: 40 are there
+
+
+def test_a_passage_holding_the_answer_in_another_case_is_no_hard_negative():
+    passages = [Passage("0", "Mupi", "Mupi lies on the Rhine."), Passage("1", "Lore", "RHINE tales of Mupi lore."),
+                Passage("2", "Other", "Mupi has a small market.")]
+    records = [{"question": "Which river flows through Mupi?", "answers": ["Rhine"], "positives": ["0"]}]
+    assert hard_negatives(BM25Index.build(passages), records, passages, n=2) == [["2"]]

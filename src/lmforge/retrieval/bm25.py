@@ -133,14 +133,16 @@ def negatives_depth(n: int, depth: int = 20) -> int:
 
 def hard_negatives(index: BM25Index, records: list, passages: list, n: int = 1, depth: int = 20) -> list:
     """Per question record, the ids of up to `n` top BM25 passages that are not positives and do not
-    contain an answer string (DPR's hard negatives), from its top max(depth, 2n)."""
+    contain an answer string, in any case (DPR's hard negatives, its has_answer lower-cases both), from its
+    top max(depth, 2n)."""
     positions, _ = index.search([r["question"] for r in records], negatives_depth(n, depth))
     out = []
     for r, row in zip(records, positions):
-        negatives = []
+        negatives, answers = [], [a.lower() for a in r["answers"] if a]
         for i in row:
             p = passages[int(i)]
-            if p.id not in r["positives"] and not any(a and a in p.text for a in r["answers"]):
+            # "Paris" in "PARIS is ..." holds the answer: as a negative it would teach the retriever against it
+            if p.id not in r["positives"] and not any(a in p.text.lower() for a in answers):
                 negatives.append(p.id)
             if len(negatives) == n:
                 break

@@ -11,15 +11,15 @@ from lmforge.retrieval.dpr import passage_text
 
 def rerank_training_records(records: list, passages: list, rankings: list, n_negatives: int) -> list:
     """Rerank task records (query, positive, negatives): each question's first positive passage and the
-    first `n_negatives` retrieved passages that are neither a positive nor hold an answer (the retriever's
-    hard negatives); questions with no such negative are left out."""
+    first `n_negatives` retrieved passages that are neither a positive nor hold an answer, in any case (the
+    retriever's hard negatives); questions with no such negative are left out."""
     by_id = {p.id: p for p in passages}
     out = []
     for r, ranked in zip(records, rankings):
         positives = set(r["positives"])
-        answers = [a for a in r.get("answers", ()) if a]
-        negatives = [passage_text(by_id[i]) for i in ranked
-                     if i not in positives and not any(a in by_id[i].text for a in answers)][:n_negatives]
+        answers = [a.lower() for a in r.get("answers", ()) if a]  # in any case, as bm25.hard_negatives
+        negatives = [passage_text(by_id[i]) for i in ranked if i not in positives
+                     and not any(a in by_id[i].text.lower() for a in answers)][:n_negatives]
         if negatives and r["positives"][0] in by_id:
             out.append({"query": r["question"], "positive": passage_text(by_id[r["positives"][0]]),
                         "negatives": negatives})

@@ -57,6 +57,17 @@ def test_packing_full_and_doc_sentences():
     assert [len(e["input_ids"]) for e in per_doc] == [7, 6, 5]
 
 
+@pytest.mark.parametrize("cross", [True, False])
+def test_packing_keeps_every_token_of_a_sentence_longer_than_max_len(cross):
+    """A long sentence is packed as pieces of max_len - 2: every token once, in order (its tail was lost)."""
+    docs = [[[7] * 3, list(range(100, 125)), [8] * 2], [list(range(200, 211))]]
+    out = pack_sentences(docs, 0, 9, max_len=10, cross_documents=cross)
+    assert all(len(e["input_ids"]) <= 10 for e in out)
+    assert [t for e in out for t in e["input_ids"][1:-1]] == [t for d in docs for s in d for t in s]
+    with pytest.raises(ValueError, match="max_len=2"):
+        pack_sentences(docs, 0, 9, max_len=2)
+
+
 def test_blocks_are_contiguous():
     out = blocks([[[1, 2, 3], [4]], [[5, 6, 7]]], 3, eos=0)
     assert [e["input_ids"] for e in out] == [[1, 2, 3], [4, 0, 5], [6, 7, 0]]

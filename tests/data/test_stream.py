@@ -65,9 +65,12 @@ def test_lazy_adapters_equal_the_list_builders(shard_dir):
     lazy = PackedBlocks(corpus, ids, 32, eos=3)
     assert [lazy[i] for i in range(len(lazy))] == blocks(docs, 32, eos=3)
     assert len(PackedBlocks(corpus, ids, 32)) == len(blocks(docs, 32))
-    for cross, sep in ((True, None), (True, 9), (False, None)):
-        lazy = PackedSentences(corpus, ids, 2, 3, max_len=40, cross_documents=cross, doc_sep=sep)
-        assert [lazy[i] for i in range(len(lazy))] == pack_sentences(docs, 2, 3, 40, cross, sep)
+    for cross, sep, max_len in ((True, None, 40), (True, 9, 40), (False, None, 40), (True, None, 6),
+                                (False, 9, 5)):  # max_len 5 and 6: most sentences come in pieces
+        lazy = PackedSentences(corpus, ids, 2, 3, max_len=max_len, cross_documents=cross, doc_sep=sep)
+        assert [lazy[i] for i in range(len(lazy))] == pack_sentences(docs, 2, 3, max_len, cross, sep)
+        assert sum(len(lazy[i]["input_ids"]) - 2 for i in range(len(lazy))) >= sum(map(len, map(
+            corpus.tokens, ids)))  # no token lost (separators on top)
     with pytest.raises(IndexError):
         lazy[len(lazy)]
     tokenizer = load_tokenizer(shard_dir / "tokenizer")

@@ -202,11 +202,19 @@ def plan_sso(n_docs: int, offsets, max_len: int = 128, seed: int = 0, short_seq_
     return plan.array()
 
 
+def sentence_budget(max_len: int) -> int:
+    """Tokens of sentences a packed example holds between <s> and </s>; a ValueError where none fit."""
+    if max_len < 3:
+        raise ValueError(f"max_len={max_len} leaves no room for a token between <s> and </s>")
+    return max_len - 2
+
+
 def pack_sentences(docs: list, bos: int, eos: int, max_len: int = 128, cross_documents: bool = True,
                    doc_sep: int | None = None) -> list:
-    """RoBERTa's FULL-SENTENCES (cross_documents) or DOC-SENTENCES packing: <s> sentences </s>."""
+    """RoBERTa's FULL-SENTENCES (cross_documents) or DOC-SENTENCES packing: <s> sentences </s>; a sentence
+    longer than max_len - 2 is packed as pieces of that length (its tail was dropped)."""
     out, current = [], []
-    budget = max_len - 2
+    budget = sentence_budget(max_len)
 
     def flush():
         if current:
@@ -214,10 +222,10 @@ def pack_sentences(docs: list, bos: int, eos: int, max_len: int = 128, cross_doc
         current.clear()
 
     for doc in docs:
-        for sentence in doc:
-            if current and len(current) + len(sentence) > budget:
+        for piece in (s[k:k + budget] for s in doc for k in range(0, len(s), budget)):
+            if current and len(current) + len(piece) > budget:
                 flush()
-            current.extend(sentence)
+            current.extend(piece)
         if not cross_documents:
             flush()
         elif current and doc_sep is not None:

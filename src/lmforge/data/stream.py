@@ -33,8 +33,8 @@ import numpy as np
 from lmforge.config.options import checked_argument
 from lmforge.data.corpus import is_shard_dir
 from lmforge.data.examples import (blocks, nsp_pairs, pack_sentences, pair_from_plan, plan_nsp,
-                                   plan_sentence_nsp, plan_sop, plan_sso, sentence_nsp_pairs, sop_pairs,
-                                   sso_pairs)
+                                   plan_sentence_nsp, plan_sop, plan_sso, sentence_budget, sentence_nsp_pairs,
+                                   sop_pairs, sso_pairs)
 from lmforge.data.shards import OFFSET, SUFFIXES, ShardError, read_manifest
 
 
@@ -194,28 +194,32 @@ class PackedSentences:
 
     def __init__(self, corpus: ShardCorpus, ids, bos: int, eos: int, max_len: int = 128,
                  cross_documents: bool = True, doc_sep: int | None = None) -> None:
-        self.corpus, self.bos, self.eos, self.budget, self.doc_sep = corpus, bos, eos, max_len - 2, doc_sep
-        # pieces: (document, first sentence, end sentence, separator after); examples: first piece
+        self.corpus, self.bos, self.eos, self.doc_sep = corpus, bos, eos, doc_sep
+        self.budget = sentence_budget(max_len)
+        # pieces: (document, first token, end token in its shard, separator after); examples: first piece
         self.pieces, self.starts = self._plan(np.asarray(ids), cross_documents)  # (P, 4), (n + 1,)
 
     def _plan(self, ids: np.ndarray, cross: bool) -> tuple:
-        """The greedy packing of pack_sentences, from sentence lengths alone (one pass)."""
+        """The greedy packing of pack_sentences, from sentence offsets alone (one pass)."""
         doc_, lo_, hi_, sep_, starts = (array("q") for _ in range(5))
-        size = 0
+        size, budget = 0, self.budget
         sep = self.doc_sep is not None and cross
         for doc in ids.tolist():
             _, offsets = self.corpus.bounds(doc)
-            for k, n in enumerate(np.diff(offsets).tolist()):
-                if size and size + n > self.budget:
+            # a sentence longer than the budget comes as pieces of it, as in pack_sentences
+            sentences = zip(offsets[:-1].tolist(), offsets[1:].tolist())
+            for lo, end in ((lo, end) for a, end in sentences for lo in range(a, end, budget)):
+                hi = min(lo + budget, end)
+                if size and size + hi - lo > budget:
                     size = 0
                 if size == 0:
                     starts.append(len(doc_))
                 if size and doc_[-1] == doc and not sep_[-1]:
-                    hi_[-1] = k + 1  # the next sentence of the same piece
+                    hi_[-1] = hi  # the next tokens of the same document
                 else:
-                    for column, value in zip((doc_, lo_, hi_, sep_), (doc, k, k + 1, 0)):
+                    for column, value in zip((doc_, lo_, hi_, sep_), (doc, lo, hi, 0)):
                         column.append(value)
-                size += n
+                size += hi - lo
             if not cross:
                 size = 0
             elif size and sep:
@@ -233,8 +237,8 @@ class PackedSentences:
             raise IndexError(f"example {i} of {len(self)}")
         out = []
         for doc, lo, hi, sep in self.pieces[self.starts[i]:self.starts[i + 1]].tolist():
-            tokens, offsets = self.corpus.bounds(doc)
-            out += tokens[offsets[lo]:offsets[hi]].tolist() + ([self.doc_sep] if sep else [])
+            tokens, _ = self.corpus.bounds(doc)
+            out += tokens[lo:hi].tolist() + ([self.doc_sep] if sep else [])
         return {"input_ids": [self.bos, *out[:self.budget], self.eos]}
 
 

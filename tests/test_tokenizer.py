@@ -79,6 +79,29 @@ def test_wordpiece_matches_bert_tokenizer(bert_vocab, tmp_path, options):
     assert ours.encode("").ids == [ours.cls_id, ours.sep_id]
 
 
+def test_added_tokens_json_gives_its_tokens_their_ids(bert_vocab, tmp_path):
+    """added_tokens.json beside vocab.txt (save_pretrained writes it) adds its tokens at its ids, as
+    BertTokenizer does: they were split into [UNK]s, and the vocabulary was short of the model's."""
+    from transformers import BertTokenizer
+
+    folder = tmp_path / "added"
+    folder.mkdir()
+    (folder / "vocab.txt").write_bytes(bert_vocab.read_bytes())
+    n = len(lmforge.load_tokenizer(folder))
+    (folder / "added_tokens.json").write_text(json.dumps({"NewWord": n, "[E1]": n + 1}))
+    (folder / "special_tokens_map.json").write_text(json.dumps({"additional_special_tokens": ["[E1]"]}))
+    ours, reference = lmforge.load_tokenizer(folder), BertTokenizer.from_pretrained(folder)
+    text = "the NewWord newword [E1] x[E1]y"
+    assert ours.encode(text).ids == reference(text)["input_ids"] and ours.vocab_size == n + 2
+    assert ours.encode("newword").ids[1:-1] == [n] and "[E1]" not in ours.decode(ours.encode(text).ids)
+    (folder / "added_tokens.json").write_text(json.dumps({"NewWord": n + 5}))
+    with pytest.raises(TokenizerError, match="added_tokens.json: 'NewWord' has id"):
+        lmforge.load_tokenizer(folder)
+    (folder / "added_tokens.json").write_text(json.dumps({"NewWord": "7"}))
+    with pytest.raises(TokenizerError, match="added_tokens.json: the id of 'NewWord'"):
+        lmforge.load_tokenizer(folder)
+
+
 def test_wordpiece_special_ids_and_decode(bert_vocab):
     tok = lmforge.load_tokenizer(bert_vocab.parent)
     ids = [tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id]

@@ -279,6 +279,36 @@ def extra_tokens(config: dict, style: str | None) -> list:
     return extra
 
 
+def added_tokens(path: Path) -> list:
+    """[(token, id)] of added_tokens.json (token -> id: the tokens added past the vocabulary, as Hugging
+    Face's save_pretrained writes them beside vocab.txt, vocab.json or spiece.model), by id."""
+    file = path / "added_tokens.json"
+    added = _read_json(file)
+    bad = next((k for k, v in added.items() if type(v) is not int or not 0 <= v < 1 << 31), None)
+    if bad is not None:
+        raise TokenizerError(f"{file}: the id of {bad!r:.40} must be an integer >= 0, got {added[bad]!r:.40}")
+    return sorted(added.items(), key=lambda item: item[1])
+
+
+def _add_listed(backend: Backend, listed: list, special: set) -> None:
+    """Add the tokens of added_tokens.json missing from the vocabulary (normalised as Hugging Face's
+    added words are, special ones whole)."""
+    for token, _ in listed:
+        if backend.token_to_id(token) is None:
+            if token in special:
+                backend.add_special_tokens([AddedToken(token, special=True, normalized=False)])
+            else:
+                backend.add_tokens([AddedToken(token, normalized=True)])
+
+
+def _check_listed(path: Path, backend: Backend, listed: list) -> None:
+    """A TokenizerError where a token of added_tokens.json got another id than the file gives it."""
+    for token, index in listed:
+        if backend.token_to_id(token) != index:
+            raise TokenizerError(f"{path / 'added_tokens.json'}: {token!r:.40} has id {index} there but "
+                                 f"{backend.token_to_id(token)} here (added ids follow the vocabulary's)")
+
+
 def check_sealed(path: Path) -> None:
     """A TokenizerError naming the file where the checksums Tokenizer.save kept beside a tokenizer alone
     (SUMS_FILE, signed) are damaged, or a file they list is missing or changed; nothing without them (a
@@ -312,10 +342,13 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     tokens = {role: token for role, token in tokens.items() if token}
     if style == "tokenizer.json":  # it carries its own added tokens and template
         _register(backend, {r: t for r, t in tokens.items() if backend.token_to_id(t) is None}, None, {})
-    else:
+    else:  # added_tokens.json's ids first: the ids the model's embeddings were made for
+        listed, extra = added_tokens(path), extra_tokens(config, style)
+        _add_listed(backend, listed, {*tokens.values(), *extra})
         _register(backend, tokens, style, token_flags(config))
         backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                    for t in extra_tokens(config, style) if backend.token_to_id(t) is None])
+                                    for t in extra if backend.token_to_id(t) is None])
+        _check_listed(path, backend, listed)
         processor = post_processor(backend, style, tokens)
         if processor is not None:
             backend.post_processor = processor

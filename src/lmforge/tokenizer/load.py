@@ -8,7 +8,8 @@ Looked for in this order (the first found wins):
     spiece.model               SentencePiece unigram (T5: A </s>; ALBERT: [CLS] A [SEP] B [SEP])
 
 tokenizer_config.json and special_tokens_map.json, where present, name the
-special tokens and the options (do_lower_case, strip_accents, add_prefix_space, ...).
+special tokens and the options (do_lower_case, strip_accents, add_prefix_space, ...);
+added_tokens.json (token -> id), where present beside the last three, adds its tokens at its ids.
 """
 from __future__ import annotations
 

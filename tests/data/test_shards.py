@@ -91,6 +91,10 @@ def test_resume_after_an_interruption_redoes_only_unfinished_shards(corpus_dir, 
     (tmp_path / "other.txt").write_text("Something else.\n")
     with pytest.raises(ValueError, match="other inputs"):
         shard_corpus([tmp_path / "other.txt"], tokenizer_dir, out, log=lambda m: None)
+    shard_corpus([tmp_path / "other.txt"], tokenizer_dir, tmp_path / "o", log=lambda m: None)
+    (tmp_path / "other.txt").write_text("Something else again.\n")  # the input that changed is named
+    with pytest.raises(ValueError, match="other.txt is new or changed since"):
+        shard_corpus([tmp_path / "other.txt"], tokenizer_dir, tmp_path / "o", log=lambda m: None)
 
 
 def test_cli_shards_and_reports_bad_input(corpus_dir, tokenizer_dir, tmp_path, capsys, monkeypatch):

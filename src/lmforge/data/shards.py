@@ -280,6 +280,14 @@ def _header(files: list, tokenizer, tok_sha: str, opts: ReadOptions, shard_bytes
             "shard_bytes": shard_bytes, "inputs": inputs}
 
 
+def _changed(manifest: dict, header: dict) -> str:
+    """What of `header` the recorded manifest differs in: the first input changed since, by name."""
+    key = next(k for k in header if manifest.get(k) != header[k])
+    was = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
+    new = [i["path"] for i in header["inputs"] if i not in was]
+    return f"{new[0]} is new or changed since (size or time)" if key == "inputs" and new else f"its {key} differs"
+
+
 def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -> dict:
     """The manifest to continue: the recorded one when it matches these inputs, else a new plan."""
     text = tokenizer.backend.to_str(pretty=True)
@@ -287,7 +295,8 @@ def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -
     if (out / "manifest.json").is_file():
         manifest = read_manifest(out, check=False)  # damaged shards are redone, not refused
         if {k: manifest.get(k) for k in header} != header:
-            raise ValueError(f"{out} holds shards of other inputs, options or tokenizer; use another --out")
+            raise ValueError(f"{out} holds shards of other inputs, options or tokenizer "
+                             f"({_changed(manifest, header)}); use another --out")
         return manifest
     replace_dir(out / "tokenizer", tokenizer.save)  # whole, and a link there replaced, never written through
     manifest = {**header, "shards": [{**job, "done": False} for job in plan(files, opts, shard_bytes)],

@@ -204,6 +204,18 @@ def test_t5_spiece_matches_sentencepiece_and_t5_tokenizer(tmp_path):
     assert ours.token_to_id("<extra_id_0>") == reference.convert_tokens_to_ids("<extra_id_0>") == 159
 
 
+@pytest.mark.parametrize("options", [{"remove_extra_whitespaces": False}, {"normalization_rule_name": "identity"},
+                                     {"user_defined_symbols": ["@@", "<sep>"]}])
+def test_spiece_spaces_and_user_symbols_match_sentencepiece(tmp_path, options):
+    """Only U+0020 is SentencePiece's space; its dummy prefix is always added, and never after a user symbol."""
+    sp = train_spiece(tmp_path, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, **options)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"extra_ids": 0}))
+    ours = lmforge.load_tokenizer(tmp_path)
+    for text in ["  two leading, two trailing  ", "a\tb", "\u00a0no-break", "x\ny", "a\u3000b", " ",
+                 "a@@b<sep>c"]:
+        assert ours.encode(text).ids == sp.encode(text) + [1], text
+
+
 def albert_preprocess(text):
     """ALBERT's text clean-up before SentencePiece: spaces, quotes, accents, case."""
     text = " ".join(text.split()).replace("``", '"').replace("''", '"')

@@ -174,7 +174,8 @@ def sentencepiece(path: Path, config: dict, albert: bool) -> tuple:
         backend = build_unigram(spm, steps)
     except ProtoError as err:
         raise TokenizerError(f"{path / 'spiece.model'} is not a usable SentencePiece model: {err}") from None
-    backend.add_tokens([AddedToken(t, normalized=False) for t in user_symbols(spm)])
+    # matched in the normalised text, as SentencePiece matches them
+    backend.add_tokens([AddedToken(t, normalized=True) for t in user_symbols(spm)])
     own = {role: spm.piece(role) for role in ("unk", "bos", "eos", "pad") if spm.piece(role)}
     return backend, own
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from tokenizers import Regex
 from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, normalizers, pre_tokenizers
 from tokenizers.models import Unigram
@@ -146,13 +147,16 @@ def build_unigram(spm: SentencePieceModel, pre_normalizers: list = ()) -> Backen
     steps = list(pre_normalizers)
     if spm.charsmap:
         steps.append(normalizers.Precompiled(spm.charsmap))
+    if spm.remove_extra_whitespaces:  # SentencePiece's: leading, trailing and repeated U+0020 only (a tab
+        # or a no-break space the rules keep is a character; WhitespaceSplit had cut the text at them)
+        steps += [normalizers.Replace(Regex(" {2,}"), " "), normalizers.Replace(Regex("^ | $"), "")]
+    if spm.add_dummy_prefix:  # always, as SentencePiece does: the text's own leading space too, which
+        # Metaspace's prepending skips; in the normaliser, so a user symbol never gets one after it
+        steps.append(normalizers.Prepend(METASPACE))
     if steps:
         backend.normalizer = normalizers.Sequence(steps)
     prepend = "always" if spm.add_dummy_prefix else "never"
-    metaspace = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme=prepend, split=True)
-    # SentencePiece drops leading, trailing and repeated spaces before segmenting
-    backend.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
-                             if spm.remove_extra_whitespaces else metaspace)
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="never", split=True)
     decode = [decoders.ByteFallback(), decoders.Fuse()] if spm.byte_fallback else []
     backend.decoder = decoders.Sequence(
         [*decode, decoders.Metaspace(replacement=METASPACE, prepend_scheme=prepend, split=True)])

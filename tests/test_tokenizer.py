@@ -167,7 +167,8 @@ def test_roberta_offsets_match_roberta_tokenizer(tmp_path, prefix):
     from transformers import RobertaTokenizer
 
     write_bpe(tmp_path, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**ROBERTA_CONFIG, "add_prefix_space": prefix}))
+    config = {**ROBERTA_CONFIG, "add_prefix_space": prefix}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
     ours, reference = lmforge.load_tokenizer(tmp_path), RobertaTokenizer.from_pretrained(tmp_path)
     for text in TEXTS + [" ", "Héllo wörld!"]:
         want = reference(text, return_offsets_mapping=True)
@@ -204,10 +205,11 @@ def test_t5_spiece_matches_sentencepiece_and_t5_tokenizer(tmp_path):
     assert ours.token_to_id("<extra_id_0>") == reference.convert_tokens_to_ids("<extra_id_0>") == 159
 
 
-@pytest.mark.parametrize("options", [{"remove_extra_whitespaces": False}, {"normalization_rule_name": "identity"},
+@pytest.mark.parametrize("options", [{"remove_extra_whitespaces": False},
+                                     {"normalization_rule_name": "identity"},
                                      {"user_defined_symbols": ["@@", "<sep>"]}])
 def test_spiece_spaces_and_user_symbols_match_sentencepiece(tmp_path, options):
-    """Only U+0020 is SentencePiece's space; its dummy prefix is always added, and never after a user symbol."""
+    """Only U+0020 is SentencePiece's space; its dummy prefix is always added, never after a user symbol."""
     sp = train_spiece(tmp_path, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, **options)
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"extra_ids": 0}))
     ours = lmforge.load_tokenizer(tmp_path)

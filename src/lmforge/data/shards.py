@@ -285,7 +285,8 @@ def _changed(manifest: dict, header: dict) -> str:
     key = next(k for k in header if manifest.get(k) != header[k])
     was = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
     new = [i["path"] for i in header["inputs"] if i not in was]
-    return f"{new[0]} is new or changed since (size or time)" if key == "inputs" and new else f"its {key} differs"
+    return (f"{new[0]} is new or changed since (size or time)" if key == "inputs" and new
+            else f"its {key} differs")
 
 
 def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -> dict:

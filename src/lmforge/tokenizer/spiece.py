@@ -156,7 +156,8 @@ def build_unigram(spm: SentencePieceModel, pre_normalizers: list = ()) -> Backen
     if steps:
         backend.normalizer = normalizers.Sequence(steps)
     prepend = "always" if spm.add_dummy_prefix else "never"
-    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="never", split=True)
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="never",
+                                                     split=True)
     decode = [decoders.ByteFallback(), decoders.Fuse()] if spm.byte_fallback else []
     backend.decoder = decoders.Sequence(
         [*decode, decoders.Metaspace(replacement=METASPACE, prepend_scheme=prepend, split=True)])

@@ -180,10 +180,10 @@ def test_roberta_offsets_match_roberta_tokenizer(tmp_path, prefix):
 
 # ---------------------------------------------------------------- SentencePiece (T5, ALBERT)
 
-def train_spiece(path, **options):
+def train_spiece(path, vocab_size=60, **options):
     spm = pytest.importorskip("sentencepiece")
     buffer = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=60,
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=vocab_size,
                                    model_type="unigram", minloglevel=2, **options)
     (path / "spiece.model").write_bytes(buffer.getvalue())
     return spm.SentencePieceProcessor(model_file=str(path / "spiece.model"))
@@ -216,6 +216,17 @@ def test_spiece_spaces_and_user_symbols_match_sentencepiece(tmp_path, options):
     for text in ["  two leading, two trailing  ", "a\tb", "\u00a0no-break", "x\ny", "a\u3000b", " ",
                  "a@@b<sep>c"]:
         assert ours.encode(text).ids == sp.encode(text) + [1], text
+
+
+def test_spiece_byte_fallback_decodes_as_sentencepiece(tmp_path):
+    """Byte pieces become their characters and spaces stay (the decoder had dropped every space)."""
+    sp = train_spiece(tmp_path, 400, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, byte_fallback=True,
+                      hard_vocab_limit=False)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"extra_ids": 0}))
+    ours = lmforge.load_tokenizer(tmp_path)
+    for text in TEXTS + ["snow \u2603 man \U0001d518", "\u2603 first"]:
+        assert ours.encode(text).ids == sp.encode(text) + [1], text
+        assert ours.decode(ours.encode(text).ids) == sp.decode(sp.encode(text)), text
 
 
 def albert_preprocess(text):

@@ -158,9 +158,11 @@ def build_unigram(spm: SentencePieceModel, pre_normalizers: list = ()) -> Backen
     prepend = "always" if spm.add_dummy_prefix else "never"
     backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="never",
                                                      split=True)
+    # Metaspace first: it drops every "▁" of the first token, which after Fuse was the whole text
+    # ("Helloworld"); then the <0xNN> byte pieces of byte fallback become their characters
     decode = [decoders.ByteFallback(), decoders.Fuse()] if spm.byte_fallback else []
     backend.decoder = decoders.Sequence(
-        [*decode, decoders.Metaspace(replacement=METASPACE, prepend_scheme=prepend, split=True)])
+        [decoders.Metaspace(replacement=METASPACE, prepend_scheme=prepend, split=True), *decode])
     return backend
 
 

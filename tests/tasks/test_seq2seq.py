@@ -116,6 +116,20 @@ def test_targets_prefix_and_special_ids():
         "max_new_tokens": 64}
 
 
+def test_a_target_cut_to_max_len_is_counted_and_said():
+    task = Seq2SeqTask(transformer(), tokenizer(), max_len=8)
+    fits = " ".join(["red"] * 6)  # <s> + 6 words + </s>: exactly max_len, not cut
+    examples = task.encode_all(records([("red", fits), ("red", " ".join(["red"] * 30)), ("red", "blue")]))
+    assert [len(e["labels"]) for e in examples] == [8, 8, 3] and task.target_cut == 1 and task.cut == 0
+    said = []
+    task.say_cut(3, "training", said.append)
+    assert said == ["1 of 3 training records have a target longer than max_len=8 tokens, cut to its first 7 "
+                    "and the end token for the loss (scores compare the whole target); raise max_len to "
+                    "train on more"]
+    task.encode_all(records([("red", "blue")]))
+    assert task.target_cut == 0  # counted per encode_all, as the sources' cut
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda: lmforge.build(lmforge.tiny("gpt2")), "needs an encoder-decoder"),
     (lambda: transformer(), "num_beams must be an integer >= 1"),

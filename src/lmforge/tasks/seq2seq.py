@@ -7,7 +7,8 @@ one built from a preset (transformer-base) included.
   to German" gives "translate English to German: {source}"; in the tokenizer's single-text
   template, truncated to max_len tokens.
 - Target: the target text in the same template, ending with the end token (eos; a BERT-style
-  tokenizer's [SEP]), truncated to max_len tokens with the end token kept.
+  tokenizer's [SEP]), truncated to max_len tokens with the end token kept; a job says how many
+  targets were cut (say_cut), as it says how many sources were.
 - Training: teacher forcing (objectives/seq2seq.py): the decoder reads the target shifted right
   behind the decoder start token and predicts every target token; cross-entropy, mean over tokens.
 - Prediction: lmforge.generate, greedy (num_beams=1) or beam search (num_beams > 1), at most
@@ -21,6 +22,9 @@ inputs begin with </s>). Missing ids are written into the model's config, so the
 generates on its own (`lmforge generate`).
 """
 from __future__ import annotations
+
+import sys
+from functools import partial
 
 from lmforge.generate import generate
 from lmforge.tasks import metrics
@@ -50,6 +54,7 @@ class Seq2SeqTask(TeacherForced, Task):
     kind = "seq2seq"
     head = "lm"
     options = ("prefix", "num_beams", "max_new_tokens")
+    target_cut = 0  # records of the last encode_all whose target was cut to max_len tokens (say_cut)
 
     def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128,
                  prefix: str | None = None, num_beams: int = 1, max_new_tokens: int = 64) -> None:
@@ -75,11 +80,30 @@ class Seq2SeqTask(TeacherForced, Task):
         return f"{self.prefix}: {record['source']}" if self.prefix else record["source"]
 
     def target(self, text: str) -> list:
-        """Token ids of a target text, ending with the end token (within max_len)."""
+        """Token ids of a target text, ending with the end token (within max_len); a cut is counted
+        (`target_cut`, told by say_cut)."""
         ids = self.tokenizer.encode(text, max_length=self.max_len).ids
+        if len(ids) >= self.max_len - 1:  # only a target near max_len may have been cut: encoded whole
+            whole = self.tokenizer.encode(text).ids
+            self.target_cut += len(whole) + (whole[-1:] != [self.end]) > self.max_len
         if ids[-1:] != [self.end]:  # a template without an end token (GPT-2's), or one cut off
             ids = ids[:self.max_len - 1] + [self.end]
         return ids
+
+    def encode_all(self, records: list) -> list:
+        """The base's examples; `target_cut` counts the records whose target was cut to max_len tokens."""
+        self.target_cut = 0
+        return super().encode_all(records)
+
+    def say_cut(self, n: int, what: str, log=None) -> None:
+        """The base's line on cut sources, and one on cut targets: a target cut trains the model to stop
+        early, so it is said as a cut source is."""
+        super().say_cut(n, what, log)
+        if self.target_cut:
+            (log or partial(print, file=sys.stderr))(
+                f"{self.target_cut} of {n} {what} records have a target longer than max_len={self.max_len} "
+                f"tokens, cut to its first {self.max_len - 1} and the end token for the loss (scores compare "
+                f"the whole target); raise max_len to train on more")
 
     def encode(self, record: dict) -> list:
         """One example: the source ids and, when the record has a target, the target as labels."""

@@ -152,6 +152,19 @@ def test_predictions_are_lmforge_generate_decoded(beams):
         assert prediction == tok.decode(out).strip()
 
 
+def test_a_checkpoints_recommended_sampling_is_not_applied_in_evaluation(tmp_path):
+    tok, rows = tokenizer(), records(pairs(6, 3))
+    plain, _ = Seq2SeqTask(transformer(seed=1), tok, max_new_tokens=6).evaluate(rows, batch_size=2)
+    transformer(seed=1).save(tmp_path)
+    (tmp_path / "generation_config.json").write_text(json.dumps(
+        {"do_sample": True, "top_k": 50, "no_repeat_ngram_size": 1, "min_length": 5}))
+    task = Seq2SeqTask(lmforge.load(tmp_path), tok, max_new_tokens=6)
+    assert task.model.generation_config is not None  # the recommendation is there, and left out
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        assert task.evaluate(rows, batch_size=2)[0] == plain  # greedy, as task.json says: no sampling
+
+
 def test_scores_are_sacrebleu_and_rouge_score():
     gold = ["red blue green black", "white pink gold grey cyan", "lime navy teal red"]
     predicted = ["red blue green black", "white pink grey cyan", "navy lime red"]

@@ -12,7 +12,9 @@ one built from a preset (transformer-base) included.
 - Training: teacher forcing (objectives/seq2seq.py): the decoder reads the target shifted right
   behind the decoder start token and predicts every target token; cross-entropy, mean over tokens.
 - Prediction: lmforge.generate, greedy (num_beams=1) or beam search (num_beams > 1), at most
-  max_new_tokens tokens, stopping at the end token; the text is decoded without special tokens.
+  max_new_tokens tokens, stopping at the end token; the text is decoded without special tokens. The
+  decoding settings a checkpoint recommends (its generation_config.json: sampling, min_length, n-gram
+  blocking ...) are not applied, so a score depends on task.json's options alone.
 - Metrics (tasks/metrics.py): corpus BLEU (sacrebleu), primary, so best/ keeps the highest; ROUGE-1,
   ROUGE-2 and ROUGE-L F-measures (rouge-score); both 0-100; gen_len, the mean words predicted.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from lmforge.generate import generate
+from lmforge.generate import GenerationOptions, generate
 from lmforge.tasks import metrics
 from lmforge.tasks.base import Task, register
 from lmforge.tasks.text2text import TeacherForced
@@ -115,7 +117,9 @@ class Seq2SeqTask(TeacherForced, Task):
     # ---- model side ---------------------------------------------------------------------------
     def predict(self, batch: dict) -> list:
         """Each example's generated ids (without the start token), up to its first end token."""
-        out = generate(self.model, batch["input_ids"], batch["attention_mask"],
+        # options given whole: a checkpoint's generation_config.json (do_sample, min_length, ...) would
+        # make the scores depend on settings task.json does not hold, and vary from run to run
+        out = generate(self.model, batch["input_ids"], batch["attention_mask"], options=GenerationOptions(),
                        max_new_tokens=min(self.max_new_tokens, self.model.config.max_seq_len),
                        num_beams=self.num_beams, eos_token_id=self.end, pad_token_id=self.pad_id,
                        decoder_start_token_id=self.start)

@@ -1,4 +1,5 @@
-"""Classification and regression metrics against values computed by hand."""
+"""Classification and regression metrics against values computed by hand; generation metrics against
+sacrebleu and rouge-score on golden texts."""
 import math
 
 import pytest
@@ -74,3 +75,25 @@ def test_multilabel_micro_macro_f1_and_subset_accuracy_by_hand_and_as_sklearn_sc
     assert found == pytest.approx({"micro_f1": sklearn.f1_score(y, p, average="micro"),
                                    "macro_f1": sklearn.f1_score(y, p, average="macro"),
                                    "subset_accuracy": sklearn.accuracy_score(y, p)})
+
+
+def test_generation_metrics_follow_sacrebleu_and_rouge_score_on_golden_texts():
+    sacrebleu = pytest.importorskip("sacrebleu")
+    pytest.importorskip("rouge_score")
+    same = metrics.generation_metrics(["the cat sat on the mat"], ["the cat sat on the mat"])
+    assert same == {"bleu": pytest.approx(100), "rouge1": pytest.approx(100), "rouge2": pytest.approx(100),
+                    "rougeL": pytest.approx(100), "gen_len": 6}
+    cased = metrics.generation_metrics(["the cat sat on the mat"], ["The Cat sat on the mat"])
+    assert cased["bleu"] < 100 and cased["rouge1"] == pytest.approx(100)  # BLEU keeps case, ROUGE lowers it
+    stemmed = metrics.rouge(["the cats were running"], ["the cat was run"])
+    assert stemmed["rouge1"] == pytest.approx(75)  # Porter stems: cats = cat, running = run
+    empty = metrics.generation_metrics(["a red fox", "the blue sea"], ["", "the blue sea"])
+    assert empty["rouge1"] == pytest.approx(50) and empty["gen_len"] == 1.5  # an empty text scores 0
+    gold = ["the cat sat on the mat", "a dog ran in the park today"]
+    predicted = ["the cat sat on a mat", "a dog ran in the park"]
+    corpus = sacrebleu.corpus_bleu(predicted, [gold]).score
+    sentences = sum(sacrebleu.sentence_bleu(p, [g]).score for g, p in zip(gold, predicted)) / 2
+    assert metrics.bleu(gold, predicted) == pytest.approx(corpus)  # corpus-level, not the sentences' mean
+    assert abs(corpus - sentences) > 1
+    # rouge-score's tokenizer keeps [a-z0-9] alone: text in another script has no words, and scores 0
+    assert metrics.rouge(["Москва столица"], ["Москва столица"])["rouge1"] == 0

@@ -105,7 +105,8 @@ def bleu(gold: list, predicted: list) -> float:
 
 def rouge(gold: list, predicted: list) -> dict:
     """ROUGE-1, ROUGE-2 and ROUGE-L F-measures (0-100), each the mean over the texts, computed by
-    rouge-score with its Porter stemmer (as the reference library's summarisation scripts do)."""
+    rouge-score with its Porter stemmer (as the reference library's summarisation scripts do). Its
+    tokenizer keeps [a-z0-9] alone: text in another script (Cyrillic, Chinese) has no words and scores 0."""
     from rouge_score import rouge_scorer
 
     _check(gold, predicted)

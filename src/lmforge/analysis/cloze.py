@@ -59,7 +59,8 @@ def start_id(tokenizer) -> int:
         if tokenizer.special_id(role) is not None:
             return tokenizer.special_id(role)
     raise ValueError("cloze probes on a causal LM need a tokenizer with a bos, eos or sep token to start "
-                     "the text after (else its first word, the blank in '[MASK] is a city in ...', is unscored)")
+                     "the text after (else its first word, the blank in '[MASK] is a city in ...', is "
+                     "unscored)")
 
 
 def _causal_rows(tokenizer, probe: dict) -> list:

@@ -78,7 +78,7 @@ def _ffn_plan(model, sparsity: float) -> dict:
 def plan(model, method: str, sparsity: float) -> dict:
     """What `method` at `sparsity` removes from `model`: {"unit", "total", "removed", "why"}; a
     ValueError naming --sparsity (and the smallest that removes something) where that is nothing."""
-    if method == "heads":  # a model whose heads cannot be cut (T5, GQA, ALBERT), before importance is estimated
+    if method == "heads":  # heads that cannot be cut (T5, GQA, ALBERT): before importance is estimated
         try:
             model.config.replace(pruned_heads={attention_keys(model.config)[0]: []})
         except ConfigError as err:

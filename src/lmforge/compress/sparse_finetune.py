@@ -173,9 +173,9 @@ def schedule_steps(cfg: SparseConfig, steps: int) -> tuple:
     start, end = round(cfg.start * steps), round(cfg.end * steps)
     reached = max(end, start + 1)  # steps count from 0; at start itself the sparsity is still 0
     if reached > steps - 1:
-        raise OptionsError(f"end={cfg.end} (start={cfg.start}) of {steps} step(s): sparsity {cfg.sparsity} is "
-                           f"reached at step {reached}, after the run's last step ({steps - 1}), so the model "
-                           f"would end less sparse; give more --steps or a smaller end", "end")
+        raise OptionsError(f"end={cfg.end} (start={cfg.start}) of {steps} step(s): sparsity {cfg.sparsity} "
+                           f"is reached at step {reached}, after the run's last step ({steps - 1}), so the "
+                           f"model would end less sparse; give more --steps or a smaller end", "end")
     return start, end
 
 

@@ -182,8 +182,8 @@ def load_teacher(teacher_dir, train: list, checked: dict | None = None):
         raise ValueError(f"--teacher {teacher_dir}: {err}") from None
     architecture = teacher.model.config.architecture
     if teacher.kind not in KINDS or architecture != "encoder":  # before a student is cut from its layers
-        raise ValueError(f"--teacher {teacher_dir}: {architecture} fine-tuned for {teacher.kind}; the teacher "
-                         f"must be an encoder fine-tuned for {' or '.join(KINDS)}")
+        raise ValueError(f"--teacher {teacher_dir}: {architecture} fine-tuned for {teacher.kind}; the "
+                         f"teacher must be an encoder fine-tuned for {' or '.join(KINDS)}")
     for source, records in (checked or {}).items():
         encode_split(teacher, records, source)  # before training, not after it
     return teacher

@@ -141,7 +141,8 @@ def hard_negatives(index: BM25Index, records: list, passages: list, n: int = 1, 
         negatives, answers = [], [a.lower() for a in r["answers"] if a]
         for i in row:
             p = passages[int(i)]
-            # "Paris" in "PARIS is ..." holds the answer: as a negative it would teach the retriever against it
+            # "Paris" in "PARIS is ..." holds the answer: as a negative it would teach the retriever
+            # against it
             if p.id not in r["positives"] and not any(a in p.text.lower() for a in answers):
                 negatives.append(p.id)
             if len(negatives) == n:

@@ -215,3 +215,19 @@ def test_a_temperature_with_normalize_false_is_refused_naming_it_not_ignored(tmp
     with pytest.raises(OptionsError, match="temperature=0.1") as err:  # raw inner products: never divided
         jobs.run_train(str(model), tmp_path / "out", TrainConfig(steps=1), normalize=False, temperature=0.1)
     assert err.value.field == "temperature" and not (tmp_path / "out" / "final").exists()
+
+
+@pytest.mark.parametrize("field, value", [("temperature", 0.2), ("matryoshka_dims", [16, 8])])
+def test_an_index_build_refuses_a_setting_of_the_training_loss(tmp_path, capsys, field, value):
+    """`index build temperature=0.2` was taken and ignored: an index embeds, never trains."""
+    from lmforge.cli import main
+
+    model = tiny_bert(tmp_path / "m")
+    with pytest.raises(OptionsError, match=f"^{field}: a setting of the training loss") as err:
+        jobs.build_index_dir(tmp_path / "out", None, str(model), progress=False, **{field: value})
+    assert err.value.field == field and not (tmp_path / "out").exists()
+    text = f"{field}={value}".replace(" ", "")
+    args = ["index", "build", "--passages", "builtin", "--model", str(model), "--out", str(tmp_path / "o")]
+    assert main([*args, text]) == 2
+    assert f"{field}: a setting of the training loss" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -35,6 +35,9 @@ from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import UnsafePath, atomic_write_text, overlap, refuse_link, replace_dir
 
 
+TRAINING_ONLY = {"temperature", "matryoshka_dims", "matryoshka_weights"}  # read by the loss alone
+
+
 def build_index_dir(out, source: str | None, model: str | None = None, seed: int = 0,
                     index: IndexOptions | None = None, progress: bool = True, **options) -> dict:
     """Passages from `source` into out/passages.jsonl, out/bm25/, and with `model` out/dense/ (`options`:
@@ -45,6 +48,10 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
+    trained = sorted(set(options) & TRAINING_ONLY)  # the loss's: an index embeds, it never trains
+    if trained:
+        raise OptionsError(f"{trained[0]}: a setting of the training loss; an index build embeds and never "
+                           "trains, so it would be ignored; drop it", trained[0])
     if not model:
         refuse_changed(index, ("batch_size",), "passages embedded at once, for a dense index; without a "
                        "model there is none to embed")

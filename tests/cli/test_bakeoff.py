@@ -50,3 +50,11 @@ def test_a_bake_off_under_torchrun_is_refused_before_any_work(tmp_path, capsys, 
     args = ["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), "--dry-run"]
     assert main(args) == 2
     assert "run it without torchrun" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_a_report_of_a_folder_where_nothing_ran_is_refused_not_written(tmp_path, capsys):
+    """`--report` on a new --out made the folder and wrote a report of "not run" rows, exit 0."""
+    (tmp_path / "p.json").write_text(json.dumps(TINY))
+    args = ["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), "--report"]
+    assert main(args) == 2
+    assert "no bake-off has run there" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from lmforge.cli.common import UsageError, refuse_overwrite
 
@@ -49,6 +50,7 @@ def cmd_bakeoff(args) -> None:
     """Run (or resume) a plan under --out, then write its report."""
     from lmforge.bakeoff import PlanError
     from lmforge.bakeoff.report import write_report
+    from lmforge.bakeoff.results import RESULTS
     from lmforge.bakeoff.runner import BakeOff
 
     refuse_overwrite(args.out, ("--plan", args.plan))
@@ -56,6 +58,9 @@ def cmd_bakeoff(args) -> None:
         raise UsageError("a bake-off runs each arm in one process, as its budgets count it: run it without "
                          "torchrun")
     plan = _seeds(args.seeds, _plan(args))
+    if args.report and not any(Path(args.out, name).exists() for name in ("schedule.json", RESULTS)):
+        raise UsageError(f"--out {args.out}: no bake-off has run there (no schedule.json, no {RESULTS}): run "
+                         "the plan (or --dry-run) first")  # a report of nothing, in a folder it made
     if not args.report:
         try:
             run = BakeOff(plan, args.out)

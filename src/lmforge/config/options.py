@@ -150,11 +150,19 @@ def check_range(name: str, value, low, high, open_low: bool = False, error=Optio
         return
     below = low is not None and (value <= low if open_low else value < low)
     above = high is not None and (value >= high if open_high else value > high)
-    # bounds first: an int past float's range (10**400) would overflow isfinite
-    if below or above or not math.isfinite(value):
+    # bounds first, and an int past float's range (10**400) refused as not finite: isfinite overflowed on it
+    if below or above or not _finite(value):
         parts = ([f"{'>' if open_low else '>='} {low}"] if low is not None else []) + \
                 ([f"{'<' if open_high else '<='} {high}"] if high is not None else [])
         raise error(f"{name} must be {' '.join([noun, ' and '.join(parts)]).strip()}, got {_short(value)}", name)
+
+
+def _finite(value) -> bool:
+    """A number within float's range (an unbounded field's 10**400 is no count or id any run could use)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def check_options(obj, error=OptionsError) -> None:

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
-from lmforge.config.options import Items, OptionsError, check_options, option
+from lmforge.config.options import Items, OptionsError, check_options, from_dict, option
 
 
 @dataclasses.dataclass
@@ -27,3 +28,31 @@ def test_an_integer_past_float_s_range_is_an_options_error_naming_the_field(name
     with pytest.raises(OptionsError) as err:
         Probe(**{name: value})
     assert err.value.field == name and "\n" not in str(err.value)
+
+
+
+@dataclasses.dataclass
+class Unions:
+    """A union admitting an int and no float (int | str), and one admitting no text (int | list)."""
+
+    either: int | str = option(1, "an int or a word")
+    ids: int | list | None = option(None, "an id or a list of ids")
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@pytest.mark.parametrize("name", ["either", "ids"])
+def test_a_union_with_an_int_reads_a_whole_number_as_an_int_field_does(name):
+    texts = (("2", True), ("2.0", True)) if name == "ids" else ()  # int | str keeps "2" as the word it may be
+    for value, from_text in ((2.0, False), (np.float32(2.0), False), *texts):
+        built = from_dict(Unions, {name: value}, from_text=from_text)
+        assert getattr(built, name) == 2 and type(getattr(built, name)) is int, (value, from_text)
+    for value in (2.5, float("nan")):
+        with pytest.raises(OptionsError) as err:
+            Unions(**{name: value})
+        assert err.value.field == name
+    with pytest.raises(OptionsError) as err:  # text no number is left to the check, which names the field
+        from_dict(Unions, {"ids": "two"}, from_text=True)
+    assert err.value.field == "ids"
+    assert from_dict(Unions, {"either": "every-other"}, from_text=True).either == "every-other"

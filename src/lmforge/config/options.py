@@ -171,7 +171,7 @@ def check_options(obj, error=OptionsError) -> None:
     that an object built directly (QueryOptions(k=3.0)) accepts what its .build and every face accept."""
     for f in dataclasses.fields(obj):
         value = plain_number(getattr(obj, f.name))
-        if base_type(f.type)[0] == "int":
+        if whole_kind(base_type(f.type)[0]):
             value = whole_number(value)
         if value is not getattr(obj, f.name):
             object.__setattr__(obj, f.name, value)  # a frozen object's too: it is being built
@@ -184,7 +184,7 @@ def checked_argument(name: str, kind: str, meta: dict, value, error=OptionsError
     as read, so the tokenizers library and range() are given Python's numbers. A whole float (32.0) is read
     as the int it is where an int is wanted, as coerce reads a field's."""
     value = plain_number(value)
-    if base_type(kind)[0] == "int":
+    if whole_kind(base_type(kind)[0]):
         value = whole_number(value)
     check_value(name, kind, meta, value, error)
     return value
@@ -265,11 +265,31 @@ def coerce(cls, name: str, value: Any, error=OptionsError, from_text: bool = Tru
                 value = float(text)
             except ValueError:
                 raise error(f"{name} must be {BASE_TYPES[base]}, got {_short(value)}", name) from None
+        elif _numeric_union(base):  # "2" for an `int | list` field is the number; other text is the check's
+            try:
+                value = float(text)
+            except ValueError:
+                pass
     if base == "int" and isinstance(value, float):
         value = whole_number(float(value))
         if isinstance(value, float):
             raise error(f"{name} must be a whole number, got {_short(value)}", name)
+    elif whole_kind(base) and isinstance(value, float):
+        value = whole_number(value)  # a fraction is left for the check: it names each type the union admits
     return value
+
+
+def whole_kind(kind: str) -> bool:
+    """Whether a field of this base type reads a whole float (3.0) as its int: an int field, or a union that
+    admits an int and no float (eos_token_id's int | list, student_layers' int | str)."""
+    kinds = set(members(kind))
+    return "int" in kinds and "float" not in kinds
+
+
+def _numeric_union(kind: str) -> bool:
+    """A union admitting a number and no text: a command line's "2" can only mean the number."""
+    kinds = set(members(kind))
+    return len(kinds) > 1 and bool(kinds & {"int", "float"}) and "str" not in kinds
 
 
 def refuse_unknown(given, known, what: str = "", error=OptionsError) -> None:

@@ -304,3 +304,10 @@ def test_read_options_without_text_files_are_refused_as_unread(capsys, tmp_path)
     assert err.field == "read" and "must be a ReadOptions" in str(err)
     said = refused_on_the_command_line(capsys, cli(tmp_path / "o", "--text-field", "content"))
     assert said.endswith("--text-field says how --data files are read: give --data")
+
+
+@pytest.mark.parametrize("data", [[1], [None], [["a.txt"]]])
+def test_data_that_is_not_paths_is_refused_naming_data(tmp_path, data):
+    """data=[1] had been taken, then failed as a TypeError traceback in the corpus reader."""
+    err = refused_in_python(tmp_path / "o", data=data)
+    assert err.field == "data" and "give paths" in str(err)

@@ -9,6 +9,7 @@ what the command line refuses: a misspelt or out-of-range field is an OptionsErr
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -71,6 +72,10 @@ class PretrainInputs:
         check_options(self)
         if not callable(self.log):
             raise OptionsError(f"log must be callable, got {type(self.log).__name__}", "log")
+        if self.data is not None and not all(isinstance(path, (str, os.PathLike)) for path in self.data):
+            bad = next(path for path in self.data if not isinstance(path, (str, os.PathLike)))
+            raise OptionsError(f"data holds {type(bad).__name__} {bad!r:.40}: give paths (text, JSONL or .gz "
+                               "files, folders of them, or a shard folder)", "data")
         if self.read is not None and not isinstance(self.read, ReadOptions):
             raise OptionsError(f"read must be a ReadOptions or null, got {type(self.read).__name__}", "read")
         if self.evaluator is not None and not callable(self.evaluator):

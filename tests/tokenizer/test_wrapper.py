@@ -130,3 +130,14 @@ def test_decode_names_what_is_no_token_id():
     for bad in ([-1], [2**40], [1.0], [True], torch.tensor([ids])):
         with pytest.raises(ValueError, match="decode takes one sequence of token ids"):
             tok.decode(bad)
+
+
+def test_an_encoding_says_whether_max_length_cut_it():
+    """Fine-tuning counts the records it cut from this flag (it had encoded every full-length text twice)."""
+    from tests.tasks.core import tokenizer
+
+    tok = tokenizer("bert")
+    text = "the film was long and the actors were good"
+    assert tok.encode(text, max_length=8).truncated and not tok.encode(text).truncated
+    assert not tok.encode("a cat", max_length=8).truncated
+    assert tok.encode("the film", "was long and the actors good", max_length=8).truncated

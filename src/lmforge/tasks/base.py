@@ -95,6 +95,7 @@ class Task(Objective, abc.ABC):
 
     kind = "task"
     cut = 0  # records of the last encode_all that were longer than max_len tokens and cut (say_cut)
+    _was_cut = False  # whether the record being encoded was cut (encode_capped; encode_all resets it)
     head = "classification"  # name (and kind) of the head in model.heads
     meta_keys: tuple = ()  # further example keys a subclass keeps out of batches (offsets, ...)
     options: tuple = ()  # constructor options (TaskConfig fields of the same name) kept in task.json
@@ -178,9 +179,7 @@ class Task(Objective, abc.ABC):
         """The tokenizer's encoding of a text (pair) cut to max_len tokens; a cut is counted (encode_all's
         `cut`), so that a job can say how many records the model read only in part."""
         enc = self.tokenizer.encode(text, pair, max_length=self.max_len)
-        # only an encoding that reached max_len may have been cut: those alone are encoded again, whole
-        if len(enc.ids) >= self.max_len and len(self.tokenizer.encode(text, pair).ids) > self.max_len:
-            self._was_cut = True
+        self._was_cut |= enc.truncated  # the tokens the cut left over: no second encoding to count them
         return enc
 
     def say_cut(self, n: int, what: str, log=None) -> None:

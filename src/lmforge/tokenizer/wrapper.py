@@ -46,6 +46,7 @@ class Encoding:
     # text it came from (0, 1 for the pair, None for a special token); for span tasks
     offsets: Optional[list] = field(default=None, repr=False, compare=False)
     sequence_ids: Optional[list] = field(default=None, repr=False, compare=False)
+    truncated: bool = field(default=False, repr=False, compare=False)  # cut to max_length (tokens left over)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -138,7 +139,7 @@ class Tokenizer:
         """Ids, segment ids and attention mask of one text or text pair (truncated to max_length)."""
         (enc,) = self._encode([text], None if pair is None else [pair], add_special_tokens, max_length)
         return Encoding(list(enc.ids), list(enc.type_ids), list(enc.attention_mask), list(enc.offsets),
-                        list(enc.sequence_ids))
+                        list(enc.sequence_ids), bool(enc.overflowing))
 
     def encode_batch(self, texts, pairs=None, max_length: int | None = None, padding: str = "longest",
                      add_special_tokens: bool = True) -> Batch:

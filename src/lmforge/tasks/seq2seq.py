@@ -84,10 +84,9 @@ class Seq2SeqTask(TeacherForced, Task):
     def target(self, text: str) -> list:
         """Token ids of a target text, ending with the end token (within max_len); a cut is counted
         (`target_cut`, told by say_cut)."""
-        ids = self.tokenizer.encode(text, max_length=self.max_len).ids
-        if len(ids) >= self.max_len - 1:  # only a target near max_len may have been cut: encoded whole
-            whole = self.tokenizer.encode(text).ids
-            self.target_cut += len(whole) + (whole[-1:] != [self.end]) > self.max_len
+        enc = self.tokenizer.encode(text, max_length=self.max_len)
+        ids = enc.ids  # cut: tokens left over, or no room left for the end token appended below
+        self.target_cut += enc.truncated or len(ids) + (ids[-1:] != [self.end]) > self.max_len
         if ids[-1:] != [self.end]:  # a template without an end token (GPT-2's), or one cut off
             ids = ids[:self.max_len - 1] + [self.end]
         return ids

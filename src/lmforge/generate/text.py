@@ -65,4 +65,4 @@ def prompt_ids(tokenizer, text: str, encoder_decoder: bool) -> list:
     ids, read = whole.ids, whole.sequence_ids
     if len(ids) > 1 and ids[0] == tokenizer.bos_id and read[0] is None and read[-1] is not None:
         return ids
-    return tokenizer.encode(text, add_special_tokens=False).ids
+    return [i for i, which in zip(ids, read) if which is not None]  # the text's own tokens: the template's go

@@ -13,7 +13,7 @@ from lmforge.compress.task_distillation import DistillConfig, TaskDistillation, 
 from lmforge.config.options import OptionsError
 from lmforge.objectives.distilbert import soft_cross_entropy
 from lmforge.tasks.finetune import TaskConfig, encode_split, fine_tuned_task, make_task, save_model
-from tests.tasks.core import sentiment, tiny, tokenizer
+from tests.tasks.core import saved_classifier, sentiment, tiny, tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: no waiting on a busy second core
 
@@ -297,9 +297,7 @@ def test_a_resume_with_another_teacher_of_the_same_shape_is_refused_by_name(teac
 def test_a_teacher_that_is_no_encoder_is_refused_naming_teacher_before_any_work(preset, tmp_path, capsys):
     """An encoder-decoder teacher was refused as 'student_from_teacher takes an encoder or decoder'."""
     records = sentiment(200)["train"][:16]
-    family = "bert" if preset == "bart-base" else "gpt2"
-    save_model(make_task("cls", tiny(preset, n_layers=2, n_heads=4), tokenizer(family), records,
-                         TaskConfig(max_len=32)), tmp_path / "t")
+    saved_classifier(tmp_path / "t", preset, "bert" if preset == "bart-base" else "gpt2", records, 32)
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     err = _refused(["distill", "--teacher", str(tmp_path / "t"), "--train", str(tmp_path / "d.jsonl"), "--data",
                     str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "o"), "--steps", "1"], capsys)

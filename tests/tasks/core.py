@@ -44,3 +44,13 @@ def fine_tuned_sentiment(out):
     finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], data["validation"], out,
              TrainConfig(steps=60, batch_size=16, lr=3e-3, seed=0, log_every=100), TaskConfig(), log=lambda *a: None)
     return out / "final", data
+
+
+def saved_classifier(path, preset: str, family: str, records: list, max_len: int):
+    """A tiny two-layer `preset` with an untrained cls head for `records`' labels, saved in `path` with its
+    `family` tokenizer and task.json (no training: for refusals made before any work)."""
+    from lmforge.tasks.finetune import TaskConfig, make_task, save_model
+
+    save_model(make_task("cls", tiny(preset, n_layers=2, n_heads=4), tokenizer(family), records,
+                         TaskConfig(max_len=max_len)), path)
+    return path

@@ -173,3 +173,20 @@ def test_a_choice_measured_while_the_machine_was_busy_is_not_kept(store, capsys)
     assert "50% of the CPUs' time went to other work" in capsys.readouterr().err
     assert kernel_store.settle(key, "onednn", elsewhere=type("Quiet", (), {"busy": False})()) == "onednn"
     assert kernel_store.recall(key) == "onednn"
+
+
+def test_a_link_planted_at_the_lock_is_not_followed(store, tmp_path, capsys):
+    target = tmp_path / "elsewhere" / "victim"
+    target.parent.mkdir()
+    store.with_name(store.name + ".lock").symlink_to(target)
+    assert kernel_store.settle(("k",), "fp32") == "fp32"  # this process's choice, said once
+    assert not target.exists() and not target.parent.joinpath("victim").is_symlink()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "symbolic link" in err and "not kept" in err
+    assert kernel_store.recall(("k",)) is None  # nothing written under a lock it could not take
+
+
+def test_a_store_nested_past_the_parser_is_unreadable_not_a_crash(store, capsys):
+    store.write_text("[" * 100_000 + "]" * 100_000)
+    assert kernel_store.recall(("k",)) is None
+    assert "int8 kernel choices unreadable" in capsys.readouterr().err

@@ -19,6 +19,7 @@ processes, a virtual machine's steal time) is not written down either: it was ma
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -64,7 +65,7 @@ def _read(path: Path) -> dict:
         raise ValueError("not a mapping of machines to choices")
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # nested past the parser: too
         _say_once(path, f"int8 kernel choices unreadable ({err}); measuring again")
         return {}
 
@@ -112,7 +113,7 @@ def settle(key: tuple, measured: str, stale: str | None = None, elsewhere=None) 
         return measured
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_name(path.name + ".lock"), "a") as lock:
+        with _lock_file(path) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # read, add, write: no other process's choice lost
             data = _read(path)
             mine = data.setdefault(machine(), {})
@@ -127,6 +128,20 @@ def settle(key: tuple, measured: str, stale: str | None = None, elsewhere=None) 
         _say_once(path, f"int8 kernel choices not kept ({err.strerror or err}); set {ENV}=off or a "
                         "writable file")
         return measured
+
+
+def _lock_file(path: Path):
+    """The store's `.lock` beside it, opened (created if missing) without following a link there: a link
+    planted at its path is an OSError (the choice is this process's), never a file made at its target."""
+    lock = path.with_name(path.name + ".lock")
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(lock, flags, 0o666)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OSError(err.errno, f"{lock} is a symbolic link; not followed") from None
+        raise
+    return os.fdopen(fd, "r+b")
 
 
 def _say_once(path: Path, message: str) -> None:

@@ -10,8 +10,7 @@ import lmforge
 from lmforge.data.probes import tasks
 from lmforge.io import find_model_dir
 from lmforge.tasks import task_class
-from lmforge.tasks.qa import (QATask, Template, best_answer, exact_match, features, normalize_answer,
-                              read_squad, squad_scores, token_f1, window_spans, window_starts)
+from lmforge.tasks.qa import QATask, Template, best_answer, features, window_spans, window_starts
 from lmforge.tokenizer import train_tokenizer
 
 WORDS = ("alpha bravo charlie delta echo frank golf hotel india juliet king lima mike november oscar papa "
@@ -155,97 +154,6 @@ def test_unanswerable_null_score_and_threshold(tok):
     # the null score is the smallest over the windows: one window sure of a span is enough
     outputs[1][0][0] = outputs[1][1][0] = 2.0
     assert best_answer(windows, outputs, rec["context"], unanswerable=True)[0] == "charlie delta"
-
-
-# ---- SQuAD scores ---------------------------------------------------------------------------------
-
-
-def test_squad_normalisation_and_golden_scores():
-    assert normalize_answer("The  Eiffel Tower!") == "eiffel tower"
-    assert normalize_answer("an apple, a pear and theatre") == "apple pear and theatre"
-    assert exact_match("the Eiffel Tower", "Eiffel tower!") == 1.0
-    assert token_f1("the Eiffel Tower", "Eiffel tower!") == 1.0
-    assert token_f1("Paris, France", "in Paris") == pytest.approx(0.5)
-    assert token_f1("x b c", "b c d e") == pytest.approx(2 * (2 / 4) * (2 / 3) / (2 / 4 + 2 / 3))
-    assert token_f1("a b c", "b c d e") == pytest.approx(2 * (2 / 4) * 1 / (2 / 4 + 1))  # "a" is dropped
-    assert token_f1("x", "y") == 0.0 and token_f1("the", "") == 1.0 and token_f1("x", "") == 0.0
-    records = [{"answers": [{"text": "Denver Broncos", "start": 0}, {"text": "the Broncos", "start": 0}]},
-               {"answers": [{"text": "1990", "start": 0}]},
-               {"answers": []}, {"answers": []}]
-    scores = squad_scores(records, ["Broncos", "in 1990", "", "Paris"])
-    # best over golds: Broncos vs "the Broncos" -> EM 1; "in 1990" -> F1 2/3; "" vs [] -> 1; "Paris" -> 0
-    assert scores["exact_match"] == pytest.approx(2 / 4)
-    assert scores["f1"] == pytest.approx((1 + 2 / 3 + 1) / 4)
-    assert list(scores)[:2] == ["f1", "exact_match"]
-    assert scores["has_answer_f1"] == pytest.approx((1 + 2 / 3) / 2)
-    assert scores["no_answer_exact_match"] == 0.5
-    assert set(squad_scores(records[:2], ["Broncos", "1990"])) == {"f1", "exact_match"}
-
-
-def test_answerable_only_records_are_scored_by_the_squad_1_1_script():
-    # golds that normalise to nothing: the official v1.1 evaluate script counts them (EM) and gives F1 0
-    # where a side is empty; v2.0's drops them. Values below: v1.1's and v2.0's evaluate-v*.py on these.
-    v1 = squad_scores([{"answers": [{"text": "the"}, {"text": "the cat"}]}], ["the"])
-    assert v1 == {"f1": 0.0, "exact_match": 1.0}  # v1.1: exact_match 100.0, f1 0.0
-    assert squad_scores([{"answers": [{"text": "The"}]}], ["the"]) == {"f1": 0.0, "exact_match": 1.0}
-    v2 = squad_scores([{"answers": [{"text": "the"}, {"text": "the cat"}]}, {"answers": []}], ["the", ""])
-    assert v2["has_answer_exact_match"] == 0.0 and v2["no_answer_f1"] == 1.0  # v2.0: HasAns_exact 0.0
-    assert token_f1("the", "", empty_match=False) == 0.0 and token_f1("the", "") == 1.0
-
-
-# ---- reading SQuAD JSON -----------------------------------------------------------------------------
-
-SQUAD = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [
-    {"context": "Normandy is a region in France.",
-     "qas": [{"id": "a1", "question": "Where is Normandy?",
-              "answers": [{"text": "France", "answer_start": 24}],
-              "is_impossible": False},
-             {"id": "a2", "question": "Who ate Normandy?", "answers": [],
-              "plausible_answers": [{"text": "France", "answer_start": 24}], "is_impossible": True}]}]}]}
-
-
-def test_read_squad_v1_and_v2(tmp_path):
-    path = tmp_path / "dev.json"
-    path.write_text(json.dumps(SQUAD, indent=1), encoding="utf-8")
-    records = read_squad(path)
-    assert records == [
-        {"id": "a1", "question": "Where is Normandy?", "context": "Normandy is a region in France.",
-         "answers": [{"text": "France", "start": 24}], "line": 1},
-        {"id": "a2", "question": "Who ate Normandy?", "context": "Normandy is a region in France.",
-         "answers": [], "line": 2}]
-
-
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=3),
-     r"data\[0\].paragraphs\[0\].qas\[0\].answers\[0\]: answer 'France' is not at character 3"),
-    (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].pop("question"),
-     r"data\[0\].paragraphs\[0\].qas\[1\]: missing 'question'"),
-    (lambda d: d.pop("data"), "missing 'data'"),
-    (lambda d: d["data"][0]["paragraphs"][0].update(context=7),
-     r"paragraphs\[0\].context: expected str, got int"),
-    # a string "false" is truthy: the answerable question was read as unanswerable, its answers dropped
-    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible="false"),
-     r"qas\[0\].is_impossible: expected bool, got str"),
-    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=True),
-     r"answers\[0\].answer_start: expected int, got bool"),
-])
-def test_read_squad_errors_say_where(tmp_path, mutate, message):
-    data = json.loads(json.dumps(SQUAD))
-    mutate(data)
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(ValueError, match=message):
-        read_squad(path)
-
-
-def test_read_squad_bad_bytes_and_bad_json_name_the_line(tmp_path):
-    path = tmp_path / "bad.json"
-    path.write_bytes(b'{"data": [\n{"title": "caf\xe9"}]}')
-    with pytest.raises(ValueError, match=r"line 2: not valid UTF-8 \(byte 0xe9\)"):
-        read_squad(path)
-    path.write_text('{"data": [\n\n{"title": }]}', encoding="utf-8")
-    with pytest.raises(ValueError, match="line 3 column 11: not valid JSON"):
-        read_squad(path)
 
 
 # ---- the task ---------------------------------------------------------------------------------------

@@ -66,6 +66,23 @@ def test_read_squad_v1_and_v2(tmp_path):
          "answers": [], "line": 2}]
 
 
+def test_read_squad_takes_is_impossible_as_1_or_0(tmp_path):
+    data = json.loads(json.dumps(SQUAD))
+    qas = data["data"][0]["paragraphs"][0]["qas"]
+    qas[0]["is_impossible"], qas[1]["is_impossible"] = 0, 1  # as some converters write the flags
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert read_squad(path) == read_squad_of(tmp_path, SQUAD)  # 0 is false, 1 is true
+    assert [r["answers"] != [] for r in read_squad(path)] == [True, False]
+
+
+def read_squad_of(tmp_path, data) -> list:
+    """read_squad of a SQuAD document written to a file."""
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return read_squad(path)
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=3),
      r"data\[0\].paragraphs\[0\].qas\[0\].answers\[0\]: answer 'France' is not at character 3"),
@@ -76,7 +93,15 @@ def test_read_squad_v1_and_v2(tmp_path):
      r"paragraphs\[0\].context: expected str, got int"),
     # a string "false" is truthy: the answerable question was read as unanswerable, its answers dropped
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible="false"),
-     r"qas\[0\].is_impossible: expected bool, got str"),
+     r"qas\[0\].is_impossible: expected true / false \(or 1 / 0\), got \"false\""),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible="0"),
+     r"qas\[0\].is_impossible: expected true / false \(or 1 / 0\), got \"0\""),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible=2),
+     r"qas\[0\].is_impossible: expected true / false \(or 1 / 0\), got 2"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible=0.5),
+     r"qas\[0\].is_impossible: expected true / false \(or 1 / 0\), got 0.5"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible=None),
+     r"qas\[0\].is_impossible: expected true / false \(or 1 / 0\), got null"),
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=True),
      r"answers\[0\].answer_start: expected int, got bool"),
 ])

@@ -32,9 +32,21 @@ def _field(obj, key: str, kind: type, where: str):
     return obj[key]
 
 
+def _impossible(qa: dict, where: str) -> bool:
+    """A question's is_impossible: JSON true / false, or the integers 1 / 0 some converters write (absent:
+    false); a string ("false" is truthy) or any other number is refused, not guessed."""
+    flag = qa.get("is_impossible", False) if isinstance(qa, dict) else False
+    if type(flag) is int and flag in (0, 1):
+        return bool(flag)
+    if not isinstance(flag, bool):
+        raise ValueError(f"{where}.is_impossible: expected true / false (or 1 / 0), got "
+                         f"{json.dumps(flag, default=str)[:40]}")
+    return flag
+
+
 def _answers(qa: dict, context: str, where: str) -> list:
     """The answers of one question, each checked against the context at its start."""
-    if _field({"is_impossible": False, **qa}, "is_impossible", bool, where):  # "false" is no false
+    if _impossible(qa, where):
         return []  # SQuAD 2.0 keeps "plausible_answers" for these; they are not gold
     out = []
     for k, answer in enumerate(_field(qa, "answers", list, where)):

@@ -102,6 +102,13 @@ def read_squad_of(tmp_path, data) -> list:
      r"qas\[0\].is_impossible: expected true / false \(or 1 / 0\), got 0.5"),
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible=None),
      r"qas\[0\].is_impossible: expected true / false \(or 1 / 0\), got null"),
+    # the predictions the official script reads are a dict id -> answer: a repeated id loses one
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].update(id="a1"),
+     r"bad.json: data\[0\].paragraphs\[0\].qas\[1\].id: 'a1' is the id of an earlier question too "
+     r"\(data\[0\].paragraphs\[0\].qas\[0\]\)"),
+    (lambda d: d["data"].append({"paragraphs": [{"context": "x", "qas": [
+        {"id": 7, "question": "q", "answers": []}, {"id": "7", "question": "q", "answers": []}]}]}),
+     r"data\[1\].paragraphs\[0\].qas\[1\].id: '7' is the id of an earlier question too"),
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=True),
      r"answers\[0\].answer_start: expected int, got bool"),
 ])

@@ -69,15 +69,19 @@ def read_squad(path: str | os.PathLike) -> list:
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: line {err.lineno} column {err.colno}: not valid JSON "
                          f"({err.msg})") from None
-    records = []
+    records, seen = [], {}
     for i, article in enumerate(_field(data, "data", list, str(path))):
         for j, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{i}]")):
             where = f"{path}: data[{i}].paragraphs[{j}]"
             context = _field(paragraph, "context", str, where)
             for k, qa in enumerate(_field(paragraph, "qas", list, where)):
                 at = f"{where}.qas[{k}]"
-                records.append({"id": str(_field(qa, "id", (str, int), at)),
-                                "question": _field(qa, "question", str, at), "context": context,
+                key = str(_field(qa, "id", (str, int), at))
+                if key in seen:  # the official script's predictions are a dict id -> answer: one would be lost
+                    raise ValueError(f"{at}.id: {key!r} is the id of an earlier question too "
+                                     f"({seen[key]}); a SQuAD file's ids must be unique")
+                seen[key] = at.removeprefix(f"{path}: ")
+                records.append({"id": key, "question": _field(qa, "question", str, at), "context": context,
                                 "answers": _answers(qa, context, at), "line": len(records) + 1})
     if not records:
         raise ValueError(f"{path}: no questions")

@@ -20,7 +20,7 @@ def test_unreadable_weights_are_said_to_be_unreadable_not_missing(tmp_path, monk
         lmforge.load(tmp_path)
 
 
-@pytest.mark.parametrize("tamper", ["float_qweight", "int32_qweight", "negative_scale"])
+@pytest.mark.parametrize("tamper", ["float_qweight", "int32_qweight", "negative_scale", "qweight_minus_128"])
 def test_a_tensor_of_another_kind_is_refused_not_cast(tmp_path, tamper):
     """With config.json's checksum dropped (an edit made on purpose), an int8 weight saved as float32 or
     int32 had been cast, wrapping into other numbers, and a negative scale loaded: outputs 0.1-9 off."""
@@ -38,6 +38,8 @@ def test_a_tensor_of_another_kind_is_refused_not_cast(tmp_path, tamper):
         tensors[qweight] = tensors[qweight].float() * 3.3
     elif tamper == "int32_qweight":
         tensors[qweight] = tensors[qweight].int() * 3
+    elif tamper == "qweight_minus_128":  # quantisation writes [-127, 127] only
+        tensors[qweight][0, 0] = -128
     else:
         tensors[qweight[:-len("qweight")] + "scale"][0] = -1.0
     save_file(tensors, tmp_path / "model.safetensors", {"format": "pt"})
@@ -45,6 +47,8 @@ def test_a_tensor_of_another_kind_is_refused_not_cast(tmp_path, tamper):
     config.pop("sha256", None)
     config.pop("config_sha256", None)
     (tmp_path / "config.json").write_text(json.dumps(config))
-    said = "is not positive" if tamper == "negative_scale" else "where the model holds torch.int8"
-    with pytest.raises(CheckpointError, match=said):
+    said = {"negative_scale": "is not positive", "qweight_minus_128": rf"{qweight} holds -128"}.get(
+        tamper, "where the model holds torch.int8")
+    with pytest.raises(CheckpointError, match=said) as err:
         lmforge.load(tmp_path)
+    assert "model.safetensors" in str(err.value) and "\n" not in str(err.value)  # the file, one line

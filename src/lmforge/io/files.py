@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from lmforge.quant.int8 import valid_scales
+from lmforge.quant.int8_checks import stored_int8_problem
 from lmforge.utils.atomic import as_created
 
 
@@ -91,15 +91,13 @@ def load_state_strict(model: torch.nn.Module, tensors: dict, source) -> None:
 def _wrong_kind(own: dict, tensors: dict) -> str | None:
     """What a tensor holds that its place in the model cannot take, or None. A float checkpoint loads into
     any float model (fp16, bf16 weights), an integer tensor (int8 weights, ids) only as stored: a cast
-    would wrap int8 weights saved as float32 or int32 into other numbers. An int8 layer's scales are
-    checked as quant.int8 makes them."""
+    would wrap int8 weights saved as float32 or int32 into other numbers. An int8 layer's weights and
+    scales are checked by quant.int8_checks's rule (it knows its buffers: io does not name them)."""
     for k in sorted(own):
         mine, theirs = own[k], tensors[k]
         if mine.dtype != theirs.dtype and not (mine.is_floating_point() and theirs.is_floating_point()):
             return f"{k} is {theirs.dtype}, where the model holds {mine.dtype}"
-        if k.endswith(".scale") and k[:-len("scale")] + "qweight" in own and not valid_scales(theirs):
-            return f"{k} holds a scale that is not positive"
-    return None
+    return stored_int8_problem(own, tensors)
 
 
 def first_non_finite(tensors: dict) -> str | None:

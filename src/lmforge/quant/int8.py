@@ -70,18 +70,12 @@ _MEASURING = threading.Lock()  # one measurement at a time: threads (a server's 
 
 def quantise_per_channel(weight: torch.Tensor) -> tuple:
     """(out, in) fp32 -> (int8 q, (out,) fp32 scale) with q = round(w / scale), scale = max|w_row| / 127
-    (symmetric: zero maps to zero; an all-zero row gets scale 1)."""
+    (symmetric: zero maps to zero; an all-zero row gets scale 1; a load accepts this: int8_checks.py)."""
     w = weight.detach().float()
     scale = w.abs().amax(dim=1) / 127.0
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
     return q, scale
-
-
-def valid_scales(scale: torch.Tensor) -> bool:
-    """Whether per-row scales are ones quantise_per_channel makes: positive (max|w| / 127, or 1 for a zero
-    row), so that a loaded layer's weight is never flipped or zeroed (lmforge.io checks them on load)."""
-    return bool((scale > 0).all())
 
 
 def _version(tensor: torch.Tensor) -> int:

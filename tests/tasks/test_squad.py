@@ -86,6 +86,19 @@ def read_squad_of(tmp_path, data) -> list:
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=3),
      r"data\[0\].paragraphs\[0\].qas\[0\].answers\[0\]: answer 'France' is not at character 3"),
+    # a negative start reads from the context's end: "France" at -7 was taken, its tokens found nowhere
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=-7),
+     r"answers\[0\]: answer 'France' is not at character -7 of the context"),
+    # "" (or blanks) is "found" at any start, and covers no token: it trained as unanswerable
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(text="", answer_start=500),
+     r"qas\[0\].answers\[0\]: the answer text is empty"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(text=" ", answer_start=8),
+     r"qas\[0\].answers\[0\]: the answer text is empty"),
+    # gold answers on an unanswerable question: dropped unsaid, where the official script scores them
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible=True),
+     r"qas\[0\]: is_impossible is true but the question has 1 answer\(s\)"),
+    (lambda d: d["data"][0]["paragraphs"][0].update(context=" "), r"paragraphs\[0\].context: empty text"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].update(question=""), r"qas\[1\].question: empty text"),
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].pop("question"),
      r"data\[0\].paragraphs\[0\].qas\[1\]: missing 'question'"),
     (lambda d: d.pop("data"), "missing 'data'"),

@@ -32,6 +32,14 @@ def _field(obj, key: str, kind: type, where: str):
     return obj[key]
 
 
+def _text(obj, key: str, where: str) -> str:
+    """A question's or context's text, refused when blank (as a JSONL record's is): nothing to read."""
+    text = _field(obj, key, str, where)
+    if not text.strip():
+        raise ValueError(f"{where}.{key}: empty text")
+    return text
+
+
 def _impossible(qa: dict, where: str) -> bool:
     """A question's is_impossible: JSON true / false, or the integers 1 / 0 some converters write (absent:
     false); a string ("false" is truthy) or any other number is refused, not guessed."""
@@ -47,14 +55,22 @@ def _impossible(qa: dict, where: str) -> bool:
 def _answers(qa: dict, context: str, where: str) -> list:
     """The answers of one question, each checked against the context at its start."""
     if _impossible(qa, where):
-        return []  # SQuAD 2.0 keeps "plausible_answers" for these; they are not gold
+        # SQuAD 2.0 keeps "plausible_answers" for these, not gold; gold answers beside the flag contradict
+        # it (the official script would score them, training would read the question as unanswerable)
+        if qa.get("answers"):
+            raise ValueError(f"{where}: is_impossible is true but the question has {len(qa['answers'])} "
+                             f"answer(s) (an unanswerable question's answers are [])")
+        return []
     out = []
     for k, answer in enumerate(_field(qa, "answers", list, where)):
         at = f"{where}.answers[{k}]"
         text, start = _field(answer, "text", str, at), _field(answer, "answer_start", int, at)
-        if context[start:start + len(text)] != text:
+        if not text.strip():  # "" matches at any start: the question would train as unanswerable
+            raise ValueError(f"{at}: the answer text is empty (an unanswerable question has answers [])")
+        found = context[max(start, 0):start + len(text)]  # a negative start would index from the end
+        if start < 0 or found != text:
             raise ValueError(f"{at}: answer {text!r} is not at character {start} of the context "
-                             f"(found {context[start:start + len(text)]!r})")
+                             f"(found {found!r})")
         out.append({"text": text, "start": start})
     return out
 
@@ -73,15 +89,15 @@ def read_squad(path: str | os.PathLike) -> list:
     for i, article in enumerate(_field(data, "data", list, str(path))):
         for j, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{i}]")):
             where = f"{path}: data[{i}].paragraphs[{j}]"
-            context = _field(paragraph, "context", str, where)
+            context = _text(paragraph, "context", where)
             for k, qa in enumerate(_field(paragraph, "qas", list, where)):
                 at = f"{where}.qas[{k}]"
                 key = str(_field(qa, "id", (str, int), at))
-                if key in seen:  # the official script's predictions are a dict id -> answer: one would be lost
+                if key in seen:  # the official script's predictions: a dict id -> answer, one would be lost
                     raise ValueError(f"{at}.id: {key!r} is the id of an earlier question too "
                                      f"({seen[key]}); a SQuAD file's ids must be unique")
                 seen[key] = at.removeprefix(f"{path}: ")
-                records.append({"id": key, "question": _field(qa, "question", str, at), "context": context,
+                records.append({"id": key, "question": _text(qa, "question", at), "context": context,
                                 "answers": _answers(qa, context, at), "line": len(records) + 1})
     if not records:
         raise ValueError(f"{path}: no questions")

@@ -11,7 +11,8 @@ from lmforge.cli import main
 from lmforge.config import OptionsError
 from lmforge.train import TrainConfig
 from lmforge.train.pretrain import PretrainInputs, RecipeOptions, pretrain
-from lmforge.train.pretrain_options import MAX_DUPLICATION, recipe_and_inputs
+from lmforge.train.pretrain_options import (MAX_DATA_PATHS, MAX_DUPLICATION, MAX_OBJECTIVE_OPTIONS,
+                                          MAX_OVERRIDES, recipe_and_inputs)
 
 TINY = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_seq_len": 64}
 NUMBERS = [f for f in dataclasses.fields(RecipeOptions) if f.type.replace("Optional[", "").rstrip("]")
@@ -311,3 +312,24 @@ def test_data_that_is_not_paths_is_refused_naming_data(tmp_path, data):
     """data=[1] had been taken, then failed as a TypeError traceback in the corpus reader."""
     err = refused_in_python(tmp_path / "o", data=data)
     assert err.field == "data" and "give paths" in str(err)
+
+
+@pytest.mark.parametrize("field, most", [("overrides", MAX_OVERRIDES), ("data", MAX_DATA_PATHS),
+                                         ("objective_options", MAX_OBJECTIVE_OPTIONS)])
+def test_a_mapping_or_list_past_its_bound_is_refused_naming_it_before_its_keys_are_read(tmp_path, field,
+                                                                                      most):
+    """A client's dict or list is counted before any key is checked: 10**5 made-up keys were each judged."""
+    n = most + 1
+    given = [f"f{i}.txt" for i in range(n)] if field == "data" else {f"k{i}": 1 for i in range(n)}
+    err = refused_in_python(tmp_path / "o", **{field: given})
+    assert err.field == field and f"must hold at most {most} entries, got {n}" in str(err)
+    fine = given[:most] if field == "data" else dict(list(given.items())[:most])
+    with pytest.raises((OptionsError, OSError)) as caught:  # within the bound: the keys (paths) are judged
+        pretrain("mlm", tmp_path / "o", TrainConfig(steps=1), preset="bert-tiny", **{field: fine})
+    assert "at most" not in str(caught.value)
+
+
+def test_objective_options_past_their_bound_are_refused_on_the_command_line_naming_them(capsys, tmp_path):
+    options = "{" + ", ".join(f"k{i}: 1" for i in range(MAX_OBJECTIVE_OPTIONS + 1)) + "}"
+    said = refused_on_the_command_line(capsys, cli(tmp_path / "o", f"objective_options={options}"))
+    assert "objective_options must hold at most" in said and not (tmp_path / "o").exists()

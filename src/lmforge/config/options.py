@@ -38,15 +38,16 @@ class Items:
 
 
 def option(default, doc: str, *, low=None, high=None, open_low: bool = False, open_high: bool = False,
-           choices: tuple | None = None, factory=None, items: Items | None = None, unset: str | None = None):
+           choices: tuple | None = None, factory=None, items: Items | None = None, unset: str | None = None,
+           max_entries: int | None = None):
     """A dataclass field with its default, one line of help and its bounds (listed by `lmforge options`).
 
     low/high: inclusive bounds of a number (open_low / open_high: that one excluded); None: no bound on that side
     (sizes always have an upper one). choices: the values a string may take. items: the field is a list of
     numbers (see Items), and low/high bound each one. unset: what a default of None stands for ("k", "16"),
-    said as the default by a flag's help and `lmforge options`."""
+    said as the default by a flag's help and `lmforge options`. max_entries: a dict's or plain list's size."""
     meta = {"help": doc, "low": low, "high": high, "open_low": open_low, "open_high": open_high,
-            "choices": choices, "items": items, "unset": unset}
+            "choices": choices, "items": items, "unset": unset, "max_entries": max_entries}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -113,6 +114,8 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
         raise error(f"{name} must be {wanted}, got {_short(value)}{hint}", name)
     if meta.get("items") and isinstance(value, (list, tuple)):
         return check_items(name, meta, value, error)
+    if isinstance(value, (dict, list, tuple)) and len(value) > (meta.get("max_entries") or math.inf):
+        raise error(f"{name} must hold at most {meta['max_entries']} entries, got {len(value)}", name)
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     if base in ("int", "float") or (numeric and {"int", "float"} & set(members(base))):
         check_range(name, value, meta.get("low"), meta.get("high"), meta.get("open_low", False), error,
@@ -349,7 +352,9 @@ def help_rows(cls) -> list:
 
 def bounds_text(meta: dict) -> str:
     """' [low, high]' (or ' (low, high]') for a bounded option, ' (2 to 16, each in [low, high])' (its count,
-    then each item's bounds) for a list of numbers, '' otherwise."""
+    then each item's bounds) for a list of numbers, ' (at most N entries)' for a sized dict or list, ''."""
+    if meta.get("max_entries") is not None:
+        return f" (at most {meta['max_entries']} entries)"
     low, high = meta.get("low"), meta.get("high")
     opening, closing = "(" if meta.get("open_low") else "[", ")" if meta.get("open_high") else "]"
     interval = f"{opening}{'' if low is None else low}, {'' if high is None else high}{closing}"

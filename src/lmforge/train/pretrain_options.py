@@ -21,6 +21,12 @@ MAX_DUPLICATION = 100  # BERT's factor is 10; each copy is another corruption of
 MAX_DOCS = 10 ** 6  # the built-in corpus: ~3 sentences a document, all held and tokenized in memory
 MAX_ADDED_WORDS = 1 << 16  # add_tokens: SciBERT's whole vocabulary is ~31k
 DEFAULT_VOCAB = 1000  # the tokenizer trained here, unless the overrides give a vocab_size
+# a client's mappings and lists, bounded before their keys are read: ModelConfig has far fewer fields than
+# MAX_OVERRIDES, an objective far fewer keyword arguments than MAX_OBJECTIVE_OPTIONS; data paths are opened
+# one by one (a folder among them holds any number of files)
+MAX_OVERRIDES = 256
+MAX_OBJECTIVE_OPTIONS = 64
+MAX_DATA_PATHS = 1 << 16
 
 
 @dataclass
@@ -38,7 +44,8 @@ class RecipeOptions:
     n_docs: int = option(2000, "documents of the built-in corpus (without --data)", low=1, high=MAX_DOCS)
     objective_options: Optional[dict] = option(None, "the objective's own keyword arguments, as a bake-off "
                                                      "arm's options: {rate: 0.2}, distillation's {alpha: 0, "
-                                                     "temperature: 4}; each checked by the objective")
+                                                     "temperature: 4}; each checked by the objective",
+                                                max_entries=MAX_OBJECTIVE_OPTIONS)
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -54,11 +61,11 @@ class PretrainInputs:
     teacher: Optional[Any] = option(None, "a teacher objective's model (distillation), whose config the "
                                           "student's is")
     data: Optional[list] = option(None, "text / JSONL / gzip files or a shard directory; null: the built-in "
-                                        "corpus")
+                                        "corpus", max_entries=MAX_DATA_PATHS)
     tokenizer: Optional[Any] = option(None, "the tokenizer; null: a checkpoint's own, the shards', or one "
                                             "trained here")
     overrides: Optional[dict] = option(None, "model config fields of the preset (vocab_size also sizes the "
-                                             "tokenizer trained here)")
+                                             "tokenizer trained here)", max_entries=MAX_OVERRIDES)
     read: Optional[Any] = option(None, "how the data files become documents (a ReadOptions: JSONL field, "
                                        "bad bytes, documents per block or file); null: its defaults")
     resume: bool = option(False, "continue the newest checkpoint in the output directory")

@@ -213,3 +213,38 @@ def test_read_tokens_are_the_tokens_of_the_windows_encode_makes(tok):
     assert task.read_tokens(3, len(WORDS)) > 3 + len(WORDS)  # the overlaps are read twice
     assert task.read_tokens(3, 0) == 3 + task.template.n_special  # no context: one window, no room used
     assert task.read_tokens(20, 5) == 8 + 5  # a question that leaves no room: its tokens as given
+
+
+def test_questions_cut_to_max_query_len_are_counted_and_said(tok):
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base"), vocab_size=tok.vocab_size, max_seq_len=64)
+    task = QATask(model, tok, max_len=24, doc_stride=3, max_query_len=4)
+    short, long = record((1, 2), question="alpha bravo"), record((1, 2), question=" ".join(WORDS[:9]))
+    windows = task.encode_all([short, long, long])
+    assert task.question_cut == 2 and task.cut == 0  # contexts are read whole, in windows
+    # the cut question keeps its first max_query_len tokens, as before
+    cut = [w for w in windows if w["record"] == 1][0]
+    assert cut["input_ids"][1:cut["question_end"]] == tok.encode(" ".join(WORDS[:4]), add_special_tokens=False).ids
+    said = []
+    task.say_cut(3, "evaluated", said.append)
+    assert said == ["2 of 3 evaluated records have a question longer than max_query_len=4 tokens, cut to its "
+                    "first 4; raise max_query_len to read more"]
+    task.encode_all([short])  # each encode_all counts afresh
+    said.clear()
+    task.say_cut(1, "training", said.append)
+    assert task.question_cut == 0 and said == []
+
+
+def test_evaluate_says_how_many_questions_were_cut(tmp_path, tok):
+    from lmforge.tasks.finetune import evaluate
+
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base"), vocab_size=tok.vocab_size, max_seq_len=64)
+    QATask(model, tok, max_len=24, doc_stride=3, max_query_len=4)  # puts the span-qa head on
+    records = [{**record((1, 2), question=" ".join(WORDS[:20]), id="a"), "line": 1},
+               {**record((3, 4), question="alpha", id="b"), "line": 2}]
+    said = []
+    evaluate(model, records, kind="qa", tokenizer=tok, max_len=24, log=said.append)
+    assert any(line.startswith("1 of 2 evaluated records have a question longer than max_query_len=12")
+               for line in said), said  # the task's default: min(64, max_len // 2)
+

@@ -28,7 +28,9 @@ Reading SQuAD files and the official exact match / F1 live in tasks/squad.py (im
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -91,11 +93,14 @@ def answer_tokens(offsets: list, start: int, end: int) -> tuple:
 
 
 def features(tokenizer, record: dict, template: Template, max_len: int = 384, doc_stride: int = 128,
-             max_query_len: int = 64) -> list:
+             max_query_len: int = 64, question: list | None = None) -> list:
     """A record's windows: input/segment ids, "question_end" (the index of the separator after the
     question), start/end positions (if it has answers), and for decoding "context_at" (first context
-    token index) and "offsets" of its context tokens."""
-    question = tokenizer.encode(record["question"], add_special_tokens=False).ids[:max_query_len]
+    token index) and "offsets" of its context tokens. `question`: the question's token ids where the
+    caller has them (QATask, which counts a cut one), else they are encoded here."""
+    if question is None:
+        question = tokenizer.encode(record["question"], add_special_tokens=False).ids
+    question = question[:max_query_len]
     context = tokenizer.encode(record["context"], add_special_tokens=False)
     room = max_len - len(question) - template.n_special
     if room < 1:
@@ -199,6 +204,7 @@ class QATask(Task):
     head = "span-qa"
     meta_keys = ("context_at", "offsets", "cls_index")
     options = ("doc_stride", "max_query_len", "n_best", "max_answer_len", "unanswerable", "null_threshold")
+    question_cut = 0  # records of the last encode_all whose question was cut to max_query_len (say_cut)
 
     def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 384,
                  doc_stride: int | None = None, max_query_len: int | None = None, n_best: int = 20,
@@ -219,6 +225,22 @@ class QATask(Task):
         own = self.model.heads["span-qa"] if "span-qa" in self.model.heads else None
         return {k: v for k, v in own.spec.items() if k != "kind"} if own is not None else {}
 
+    def encode_all(self, records: list) -> list:
+        """The base's examples; `question_cut` counts the records whose question was cut to max_query_len
+        tokens."""
+        self.question_cut = 0
+        return super().encode_all(records)
+
+    def say_cut(self, n: int, what: str, log=None) -> None:
+        """The base's line on cut records, and one on cut questions: the model reads only a question's
+        first max_query_len tokens, which may not hold what it asks."""
+        super().say_cut(n, what, log)
+        if self.question_cut:
+            (log or partial(print, file=sys.stderr))(
+                f"{self.question_cut} of {n} {what} records have a question longer than max_query_len="
+                f"{self.max_query_len} tokens, cut to its first {self.max_query_len}; raise max_query_len "
+                f"to read more")
+
     def encode(self, record: dict) -> list:
         """One question -> one example per window of its context; answers must match the context."""
         for answer in record.get("answers", ()):
@@ -228,8 +250,10 @@ class QATask(Task):
                                  f"of the context")
         if self.unanswerable is None and record.get("answers") == []:
             self.unanswerable = True  # SQuAD 2.0 data: a null answer can be right
+        question = self.tokenizer.encode(record["question"], add_special_tokens=False).ids
+        self.question_cut += len(question) > self.max_query_len
         return features(self.tokenizer, record, self.template, self.max_len, self.doc_stride,
-                        self.max_query_len)
+                        self.max_query_len, question)
 
     def read_tokens(self, question: int, context: int) -> int:
         """The tokens a record's windows hold, for a question and a context of (at most) these many tokens:

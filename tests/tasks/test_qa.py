@@ -248,3 +248,19 @@ def test_evaluate_says_how_many_questions_were_cut(tmp_path, tok):
     assert any(line.startswith("1 of 2 evaluated records have a question longer than max_query_len=12")
                for line in said), said  # the task's default: min(64, max_len // 2)
 
+
+@pytest.mark.parametrize("answer, message", [
+    ({"text": "charlie", "start": -len(" ".join(WORDS)) + 12}, "answer 'charlie' is not at character -"),
+    ({"text": "", "start": 500}, "line 4: the answer text is empty"),
+    ({"text": " ", "start": 5}, "line 4: the answer text is empty"),
+])
+def test_encode_refuses_answers_that_would_train_as_unanswerable(tok, answer, message):
+    # each passed the old check (a slice at a negative start, or "" found anywhere) and its gold
+    # positions fell on [CLS]: an answerable question trained as unanswerable, unsaid
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("bert-base"), vocab_size=tok.vocab_size, max_seq_len=64)
+    task = QATask(model, tok, max_len=24, doc_stride=3)
+    rec = {**record(()), "answers": [answer], "line": 4}
+    assert rec["context"][answer["start"]:answer["start"] + len(answer["text"])] == answer["text"]
+    with pytest.raises(ValueError, match=message):
+        task.encode(rec)

@@ -245,7 +245,10 @@ class QATask(Task):
         """One question -> one example per window of its context; answers must match the context."""
         for answer in record.get("answers", ()):
             text, start = answer["text"], answer["start"]
-            if record["context"][start:start + len(text)] != text:
+            if not text.strip():  # "" is found at any start and covers no token: it would train as null
+                raise ValueError(f"line {record.get('line')}: the answer text is empty (an unanswerable "
+                                 f"question has answers [])")
+            if start < 0 or record["context"][start:start + len(text)] != text:  # -7: from the end
                 raise ValueError(f"line {record.get('line')}: answer {text!r} is not at character {start} "
                                  f"of the context")
         if self.unanswerable is None and record.get("answers") == []:

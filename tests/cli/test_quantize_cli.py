@@ -174,6 +174,24 @@ def test_no_activation_bits_are_claimed_where_every_layer_ran_fp32(fine_tuned, t
     assert "no activation quantised here" in capsys.readouterr().out
 
 
+def test_the_words_for_unquantised_layers_say_what_their_kernel_multiplied(capsys):
+    """w8a32 forms no fp32 weight (int8 widened in registers, scaled after the sum): it was said to."""
+    from lmforge.cli.quantize import _table
+
+    side = {"parameters": 10, "int8_layers": 1, "bytes": 100, "seconds": 0.1}
+    report = {"mode": "dynamic", "batch": [2, 16], "threads": 1, "before": side, "after": side,
+              "kernels": [{"kernel": "w8a32-serial"}, {"kernel": "w8a32"}, {"kernel": "fp32"}],
+              "activation_bits": None, "parameters_counted": "all", "speedup": 1.0, "size_ratio": 0.5}
+    _table(report)
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert "fp32 activations by a dequantised fp32 copy of its weight (fp32) or its int8 weight widened to " \
+        "fp32 in registers, scaled after the sum (w8a32)" in said
+    report["kernels"] = [{"kernel": "w8a32"}]
+    _table(report)
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert "dequantised" not in said and "(w8a32), measured faster" in said
+
+
 def test_kernels_read_back_from_the_machine_store_are_said_not_left_without_times(fine_tuned, tmp_path,
                                                                                  monkeypatch, capsys):
     from lmforge.quant import int8, kernel_store

@@ -37,7 +37,8 @@ def _table(report: dict) -> None:
     kept = sorted({k["kernel"] for k in report["kernels"]})
     bits = "" if "activation_bits" not in report else (
         f"; activations {report['activation_bits']}-bit" if report["activation_bits"] else
-        "; no activation quantised here: every layer ran its dequantised weight in fp32, measured faster")
+        f"; no activation quantised here: every layer multiplied fp32 activations by {_unquantised(kept)}, "
+        "measured faster")
     if "smoothing" in report:
         smoothing = report["smoothing"]
         bits += (f", {len(smoothing['layers'])} layers smoothed (alpha {smoothing['alpha']}, "
@@ -48,6 +49,21 @@ def _table(report: dict) -> None:
     print(f"parameters: {report['parameters_counted']}")
     print(f"speed-up {report['speedup']:.2f}x, size {report['size_ratio']:.2f}x; "
           f"kernels chosen: {', '.join(kept)}{bits}")
+
+
+# what a layer of a kernel that quantises no activation multiplies its fp32 input by (quant/int8.py): w8a32
+# forms no fp32 weight, its int8 values are widened in registers and the scale applied after the sum
+UNQUANTISED = {"fp32": "a dequantised fp32 copy of its weight (fp32)",
+               "dequantise": "its weight dequantised to fp32 at each call (dequantise)",
+               "w8a32": "its int8 weight widened to fp32 in registers, scaled after the sum (w8a32)"}
+
+
+def _unquantised(kernels: list) -> str:
+    """What the layers of `kernels` (none quantising activations) multiplied by, in words, joined by "or"."""
+    from lmforge.quant.int8 import SERIAL
+
+    ran = dict.fromkeys(k.removesuffix(SERIAL) for k in kernels)
+    return " or ".join(UNQUANTISED.get(k, f"its weight through {k}") for k in ran)
 
 
 def _heads(handle, size: int):

@@ -288,7 +288,8 @@ def test_quantize_command_reports_and_the_model_evaluates(fine_tuned, tmp_path, 
     report = json.loads((tmp_path / "q" / "quantize.json").read_text())
     # what the accuracy rests on, said: the activations' bits wherever a kernel quantises them (on a busy
     # machine every layer may measure its fp32 form fastest, and then none is quantised: None)
-    quantising = [k for k in report["kernels"] if k["kernel"].removesuffix(SERIAL) in QUANTISING]
+    quantising = [k for k in report["kernels"] if k["kernel"].removesuffix(SERIAL) in QUANTISING] + \
+        [r for r in report["ffn_routes"] if r["route"] == "fused"]  # hidden units quantised in one pass
     assert report["activation_bits"] in ((7, 8) if quantising else (None,))
     assert report["kernels"]  # the int8 layers were timed on their kernels, not on the autograd fallback
     assert report["after"]["bytes"] < report["before"]["bytes"]  # embeddings (most of a tiny model) stay fp32

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmforge.compress.quantize_report import calibration_texts, run_quantize
+from lmforge.compress.quantize_report import calibration_texts, quantised_bits, run_quantize
 from lmforge.compress.smooth import CALIBRATION_TEXTS
 from lmforge.config.options import OptionsError
 
@@ -35,3 +35,13 @@ def test_options_that_are_no_quantize_options_are_refused_naming_them(tmp_path):
     with pytest.raises(OptionsError, match="^options must be a QuantizeOptions") as err:
         run_quantize(tmp_path / "no-model", tmp_path / "out", options={"mode": "dynamic"})
     assert err.value.field == "options" and not (tmp_path / "out").exists()
+
+
+def test_activation_bits_are_said_wherever_an_activation_was_quantised_and_only_there():
+    """A fused FFN quantises its hidden units whatever its layers ran alone: the report had said None."""
+    from lmforge.quant.isa import activation_bits
+
+    fp32 = [{"kernel": "fp32"}, {"kernel": "w8a32-serial"}]
+    assert quantised_bits(fp32, []) is None and quantised_bits(fp32, [{"route": "plain"}]) is None
+    assert quantised_bits(fp32, [{"route": "fused"}]) == activation_bits()
+    assert quantised_bits([*fp32, {"kernel": "onednn-u8-serial"}], []) == activation_bits()

@@ -160,6 +160,14 @@ def _source(model) -> Path:
         raise OptionsError(str(err), "model") from None
 
 
+def quantised_bits(kernels: list, ffn_routes: list) -> int | None:
+    """The activations' bits (8 under VNNI, else 7: quant/isa.py) where any layer quantised them: its kernel
+    one of QUANTISING, or its FFN on the fused route (the hidden units quantised in one pass, whatever
+    kernels the layers ran alone); None where none did (every layer read fp32 input: fp32, w8a32)."""
+    quantising = any(k["kernel"].removesuffix(SERIAL) in QUANTISING for k in kernels)
+    return activation_bits() if quantising or any(r["route"] == "fused" for r in ffn_routes) else None
+
+
 def run_quantize(model, out, records: list | None = None, kind: str | None = None, calibration: list | None = None,
                  options: QuantizeOptions | None = None) -> dict:
     """Quantise the model at `model` (a directory or installed model), measure sizes, speed side by
@@ -184,10 +192,8 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
         report["before"].update(_metric(task_before, records))
         report["after"].update(_metric(task_after, records))
     report["kernels"], report["ffn_routes"] = choices(), routes()
-    if o.mode == "dynamic":  # 8 under VNNI, else 7 (quant/int8.py): accuracy rests on it; None where every
-        # layer measured its dequantised fp32 form fastest, so no activation was quantised
-        engines = [k for k in report["kernels"] if k["kernel"].removesuffix(SERIAL) in QUANTISING]
-        report["activation_bits"] = activation_bits() if engines else None
+    if o.mode == "dynamic":  # accuracy rests on it
+        report["activation_bits"] = quantised_bits(report["kernels"], report["ffn_routes"])
         smoothing = int8.config.quantization.get("smoothing")
         if smoothing:
             report["smoothing"] = {**smoothing, "calibration_texts": len(calibration or ())}

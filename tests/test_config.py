@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -34,12 +35,20 @@ from lmforge.config import ConfigError, ModelConfig
     (dict(n_layers=2, attention_schedule=["full", "sliding-window"], share_layers=True),
      "share_layers=True needs one attention pattern"),
     (dict(generator_size=1.5), "generator_size must be a finite number > 0 and <= 1, got 1.5"),
+    (dict(rotary_scaling="yarn"), "rotary_scaling='yarn' is not one of"),  # refused beside any position
+    (dict(pruned_heads={"encoder.0": [0]}, n_kv_heads=4), "pruned_heads needs separate layers"),
+    (dict(ffn_sizes={"encoder.0": 10}, share_layers=True), "ffn_sizes needs separate layers"),
+    (dict(quantization={"mode": "fp4"}), "quantization mode 'fp4' is not"),
+    (dict(position="xl-relative", architecture="decoder"), "position='xl-relative' (XLNet) is only"),
 ])
 def test_invalid_configs_name_the_field(fields, message):
     with pytest.raises(ConfigError) as err:
         ModelConfig(**fields)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+    # `.field` is the field the message names: the server's 422 and a form point at it
+    assert err.value.field in {f.name for f in dataclasses.fields(ModelConfig)}
+    assert err.value.field in str(err.value)
 
 
 def test_unknown_field_is_named():
@@ -97,8 +106,9 @@ def test_canonical_ignores_rotary_scaling_parameters_without_effect():
     (dict(dense_max_len=-1), "dense_max_len must be an integer >= 0"),
 ])
 def test_long_context_fields_are_validated(fields, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as err:
         ModelConfig(**fields)
+    assert err.value.field in str(err.value)
 
 
 def test_equivalent_long_context_configs_are_canonically_equal():

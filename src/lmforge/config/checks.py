@@ -1,6 +1,6 @@
-"""ModelConfig's rules that read a few fields each (config/model.py calls them): the error type,
-choices, positive sizes, windows, rotary scaling, pruned heads and FFN sizes. No import of config/model.py, which
-imports this."""
+"""ModelConfig's rules that read a few fields each (config/model.py calls them): the error type, windows,
+rotary scaling, pruned heads, FFN sizes, quantization and attention patterns. Each field's type, bounds and
+choices are its declaration's (check_options). No import of config/model.py, which imports this."""
 from __future__ import annotations
 
 from lmforge.config.options import OptionsError
@@ -15,44 +15,27 @@ class ConfigError(OptionsError):
     """An invalid ModelConfig field; the message names the field and the valid choices."""
 
 
-def choice(cfg, name: str, choices: tuple) -> None:
-    """The field `name` holds one of `choices`."""
-    value = getattr(cfg, name)
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
-
-
-def positive(cfg, *names: str) -> None:
-    """Each field in `names` is a positive integer (or None)."""
-    for name in names:
-        value = getattr(cfg, name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ConfigError(f"{name}={value!r} must be a positive integer")
-
-
 def validate_windows(cfg) -> None:
     """A window_schedule has a positive window per layer of an encoder or a decoder."""
     if cfg.window_schedule is None:
         return
     if cfg.architecture == "encoder-decoder":  # its decoder stack can be deeper than the schedule
-        raise ConfigError("window_schedule is supported for architecture='encoder' and 'decoder' only")
+        raise ConfigError("window_schedule is supported for architecture='encoder' and 'decoder' only",
+                          "window_schedule")
     if len(cfg.window_schedule) != cfg.n_layers:
         raise ConfigError(f"window_schedule has {len(cfg.window_schedule)} entries but "
-                          f"n_layers={cfg.n_layers}")
+                          f"n_layers={cfg.n_layers}", "window_schedule")
     for w in cfg.window_schedule:
         if not isinstance(w, int) or isinstance(w, bool) or w < 1:
-            raise ConfigError(f"window_schedule entry {w!r} must be a positive integer")
+            raise ConfigError(f"window_schedule entry {w!r} must be a positive integer", "window_schedule")
 
 
-def validate_rotary_scaling(cfg, scalings: tuple) -> None:
-    """The rotary scaling is one of `scalings` with factors that make sense."""
-    choice(cfg, "rotary_scaling", scalings)
-    positive(cfg, "rotary_original_max_len")
-    if cfg.rotary_scaling_factor <= 0:
-        raise ConfigError(f"rotary_scaling_factor={cfg.rotary_scaling_factor} must be positive")
+def validate_rotary_scaling(cfg) -> None:
+    """llama3's frequency factors bound a band (the fields' own bounds are checked with their types)."""
     if cfg.rotary_scaling == "llama3" and not 0 < cfg.rotary_low_freq_factor < cfg.rotary_high_freq_factor:
         raise ConfigError(f"rotary_low_freq_factor={cfg.rotary_low_freq_factor} and rotary_high_freq_factor="
-                          f"{cfg.rotary_high_freq_factor} must satisfy 0 < low < high")
+                          f"{cfg.rotary_high_freq_factor} must satisfy 0 < low < high",
+                          "rotary_low_freq_factor")
 
 
 def validate_pruned(cfg) -> None:
@@ -61,17 +44,20 @@ def validate_pruned(cfg) -> None:
         return
     if not isinstance(cfg.pruned_heads, dict):  # pruned_heads=x on the command line reads as a string
         raise ConfigError(f"pruned_heads must map layers to head lists, e.g. {{\"encoder.0\": [1, 3]}}, got "
-                          f"{cfg.pruned_heads!r:.40}")
+                          f"{cfg.pruned_heads!r:.40}", "pruned_heads")
     if cfg.share_layers or cfg.kv_heads != cfg.n_heads or cfg.position in PER_HEAD_POSITIONS:
         raise ConfigError("pruned_heads needs separate layers, n_kv_heads = n_heads and no per-head position "
-                          f"terms (not {', '.join(PER_HEAD_POSITIONS)}); mask those heads instead")
+                          f"terms (not {', '.join(PER_HEAD_POSITIONS)}); mask those heads instead",
+                          "pruned_heads")
     for key, heads in cfg.pruned_heads.items():
         _layer_key(cfg, "pruned_heads", key, ("encoder", "decoder", "cross"))
         if (not isinstance(heads, list) or len(set(heads)) != len(heads)
                 or not all(type(h) is int and 0 <= h < cfg.n_heads for h in heads)):
-            raise ConfigError(f"pruned_heads[{key!r}] must list distinct heads in 0..{cfg.n_heads - 1}")
+            raise ConfigError(f"pruned_heads[{key!r}] must list distinct heads in 0..{cfg.n_heads - 1}",
+                              "pruned_heads")
         if len(heads) >= cfg.n_heads:
-            raise ConfigError(f"pruned_heads[{key!r}] removes every head of the layer: keep at least one")
+            raise ConfigError(f"pruned_heads[{key!r}] removes every head of the layer: keep at least one",
+                              "pruned_heads")
 
 
 # ELMo's character ids (tokenizer/chars.py): 256 bytes, 4 marks and a padding character, shifted by one
@@ -81,7 +67,6 @@ ELMO_CHARACTERS = 262
 def validate_elmo(cfg) -> None:
     """ELMo's sizes: positive widths, [width, n_filters] pairs that fit a word, >= 0 highway layers,
     positive clipping values (or none)."""
-    positive(cfg, "char_embed_dim", "lstm_dim", "n_characters", "max_characters_per_token")
     for name, least, why in (("n_characters", ELMO_CHARACTERS, "the ids tokenizer/chars.py gives"),
                              ("max_characters_per_token", 3, "a sentence mark between the word marks")):
         if getattr(cfg, name) < least:  # else word_layers fails mid-way (an IndexError, a ragged tensor)
@@ -99,13 +84,6 @@ def validate_elmo(cfg) -> None:
     if total > MAX_WIDTH:
         raise ConfigError(f"char_filters has {total} filters in all, more than {MAX_WIDTH} (the character "
                           f"CNN's output width, bounded as d_model is)", "char_filters")
-    if type(cfg.n_highway) is not int or cfg.n_highway < 0:
-        raise ConfigError(f"n_highway={cfg.n_highway!r} must be an integer >= 0")
-    for name in ("cell_clip", "proj_clip"):
-        value = getattr(cfg, name)
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if value is not None and not (number and value > 0):
-            raise ConfigError(f"{name}={value!r} must be a positive number (or null: no clipping)")
 
 
 def _stacks(cfg) -> dict:
@@ -129,7 +107,7 @@ def _layer_key(cfg, field: str, key, names) -> None:
             depth = (f": {count}={stacks[name]} leaves no layer {int(layer)} "
                      "(per-layer fields follow their layers)")
         raise ConfigError(f"{field} key {key!r} names no layer of this {cfg.architecture} model "
-                          f"(keys are {' or '.join(valid)}){depth}")
+                          f"(keys are {' or '.join(valid)}){depth}", field)
 
 
 def validate_ffn_sizes(cfg) -> None:
@@ -137,11 +115,14 @@ def validate_ffn_sizes(cfg) -> None:
     if not cfg.ffn_sizes:
         return
     if cfg.share_layers:
-        raise ConfigError("ffn_sizes needs separate layers (share_layers=False): one block serves every layer")
+        raise ConfigError("ffn_sizes needs separate layers (share_layers=False): one block serves every "
+                          "layer",
+                          "ffn_sizes")
     for key, size in cfg.ffn_sizes.items():
         _layer_key(cfg, "ffn_sizes", key, ("encoder", "decoder"))
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= cfg.d_ff:
-            raise ConfigError(f"ffn_sizes[{key!r}]={size!r} must be an integer in 1..d_ff={cfg.d_ff}")
+            raise ConfigError(f"ffn_sizes[{key!r}]={size!r} must be an integer in 1..d_ff={cfg.d_ff}",
+                              "ffn_sizes")
 
 
 QUANTIZATION_MODES = ("dynamic", "weight-only")
@@ -151,17 +132,19 @@ def validate_quantization(cfg) -> None:
     """quantization is null or a mapping whose "mode" is one of QUANTIZATION_MODES."""
     q, modes = cfg.quantization, " or ".join(QUANTIZATION_MODES)
     if q is not None and not isinstance(q, dict):
-        raise ConfigError(f"quantization={_short(q)} must be null or a mapping with \"mode\": {modes}")
+        raise ConfigError(f"quantization={_short(q)} must be null or a mapping with \"mode\": {modes}",
+                          "quantization")
     if q is not None and q.get("mode") not in QUANTIZATION_MODES:  # the bad value, not the whole mapping
-        raise ConfigError(f"quantization mode {_short(q.get('mode'))} is not {modes}")
+        raise ConfigError(f"quantization mode {_short(q.get('mode'))} is not {modes}", "quantization")
     smoothing = (q or {}).get("smoothing")
     if smoothing is not None:
         layers = smoothing.get("layers") if isinstance(smoothing, dict) else None
         names = isinstance(layers, list) and all(isinstance(name, str) for name in layers)
         if q["mode"] != "dynamic":
-            raise ConfigError(f"quantization.smoothing is for mode dynamic, not {q['mode']}")
+            raise ConfigError(f"quantization.smoothing is for mode dynamic, not {q['mode']}", "quantization")
         if not names:
-            raise ConfigError(f"quantization.smoothing.layers={_short(layers)} must list Linear names")
+            raise ConfigError(f"quantization.smoothing.layers={_short(layers)} must list Linear names",
+                              "quantization")
 
 
 def _short(value) -> str:
@@ -180,35 +163,38 @@ def validate_patterns(cfg, patterns: tuple, bidirectional_only: tuple) -> None:
     windows, blocks and projections that fit max_seq_len."""
     given = cfg.attention_schedule
     if given is not None and not (isinstance(given, list) and all(isinstance(s, str) for s in given)):
-        raise ConfigError(f"attention_schedule must be a list of pattern names, got {given!r:.80}")
+        raise ConfigError(f"attention_schedule must be a list of pattern names, got {given!r:.80}",
+                          "attention_schedule")
     schedule = pattern_set(cfg)
     if cfg.attention_schedule and len(cfg.attention_schedule) != cfg.n_layers:
         raise ConfigError(f"attention_schedule has {len(cfg.attention_schedule)} entries but "
-                          f"n_layers={cfg.n_layers}")
+                          f"n_layers={cfg.n_layers}", "attention_schedule")
     for pattern in sorted(schedule):
         if pattern not in patterns:
-            raise ConfigError(f"attention_schedule entry {pattern!r} is not one of {', '.join(patterns)}")
+            raise ConfigError(f"attention_schedule entry {pattern!r} is not one of {', '.join(patterns)}",
+                              "attention_schedule")
         if pattern in bidirectional_only and cfg.architecture == "decoder":
             raise ConfigError(f"attention={pattern!r} needs bidirectional attention; "
-                              f"architecture='decoder' supports full, sliding-window, dilated")
+                              f"architecture='decoder' supports full, sliding-window, dilated", "attention")
     if cfg.share_layers and len(schedule) > 1:
-        raise ConfigError("share_layers=True needs one attention pattern for every layer")
+        raise ConfigError("share_layers=True needs one attention pattern for every layer", "share_layers")
     windowed = {"sliding-window", "dilated", "longformer"} & schedule
     validate_windows(cfg)
     widest = max(cfg.window_schedule or [cfg.window])
     if windowed and widest > cfg.max_seq_len:
-        raise ConfigError(f"window={widest} is larger than max_seq_len={cfg.max_seq_len}")
+        raise ConfigError(f"window={widest} is larger than max_seq_len={cfg.max_seq_len}", "window")
     if "bigbird" in schedule and cfg.block_size * 3 > cfg.max_seq_len:
         raise ConfigError(f"block_size={cfg.block_size} needs max_seq_len >= 3 blocks "
-                          f"({3 * cfg.block_size}), got {cfg.max_seq_len}")
+                          f"({3 * cfg.block_size}), got {cfg.max_seq_len}", "block_size")
     if "linformer" in schedule and cfg.linformer_k > cfg.max_seq_len:
-        raise ConfigError(f"linformer_k={cfg.linformer_k} exceeds max_seq_len={cfg.max_seq_len}")
+        raise ConfigError(f"linformer_k={cfg.linformer_k} exceeds max_seq_len={cfg.max_seq_len}",
+                          "linformer_k")
     if "linformer" in schedule and cfg.position in ("relative-bias", "alibi", "xl-relative"):
         # projected keys no longer have positions for a (query, key) bias to refer to
         raise ConfigError(f"attention='linformer' cannot use position={cfg.position!r}; "
-                          f"use learned, sinusoidal, rotary or none")
+                          f"use learned, sinusoidal, rotary or none", "position")
     if cfg.global_projections and "longformer" not in schedule:
-        raise ConfigError("global_projections=True needs attention='longformer'")
+        raise ConfigError("global_projections=True needs attention='longformer'", "global_projections")
 
 
 def within_context(name: str, tokens: int | None, cfg) -> None:

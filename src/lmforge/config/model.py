@@ -13,9 +13,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from lmforge.config.checks import (MAX_WIDTH, ConfigError, choice, pattern_set, positive, validate_elmo,
-                                   validate_ffn_sizes, validate_patterns, validate_pruned,
-                                   validate_quantization, validate_rotary_scaling)
+from lmforge.config.checks import (MAX_WIDTH, ConfigError, pattern_set, validate_elmo, validate_ffn_sizes,
+                                   validate_patterns, validate_pruned, validate_quantization,
+                                   validate_rotary_scaling)
 from lmforge.config.options import check_options, coerce, option
 from lmforge.utils.atomic import atomic_write_text
 
@@ -52,7 +52,8 @@ SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start
 class ModelConfig:
     """All hyper-parameters of one model, named as in the papers (Vaswani et al. 2017 onwards)."""
 
-    architecture: str = option("encoder", "encoder (BERT), decoder (GPT) or encoder-decoder (T5, BART)")
+    architecture: str = option("encoder", "encoder (BERT), decoder (GPT), encoder-decoder (T5, BART) "
+                                                "or elmo (a biLSTM LM)", choices=ARCHITECTURES)
     vocab_size: int = option(30522, "rows of the token embedding table (token ids 0 .. vocab_size-1)",
                              low=1, high=MAX_VOCAB)
     d_model: int = option(768, "hidden width of every layer (the residual stream)", low=1, high=MAX_WIDTH)
@@ -74,7 +75,7 @@ class ModelConfig:
     d_embed: Optional[int] = option(None, "factorised embedding size E (ALBERT, ELECTRA); null: d_model",
                                     low=1, high=MAX_WIDTH)
     n_segments: int = option(2, "token-type (segment) embeddings; 0 for none", low=0, high=MAX_HEADS)
-    position: str = option("learned", f"position scheme: {', '.join(POSITIONS)}")
+    position: str = option("learned", f"position scheme: {' | '.join(POSITIONS)}", choices=POSITIONS)
     position_offset: int = option(0, "first learned position id (RoBERTa and BART start at 2)",
                                   low=0, high=MAX_LEN)
     position_from_padding: bool = option(False, "RoBERTa: a token's position counts the real tokens before "
@@ -87,7 +88,8 @@ class ModelConfig:
                                  low=0, high=1e12, open_low=True)
     rotary_dim: Optional[int] = option(None, "rotary: leading head dimensions rotated; null: d_head",
                                        low=1, high=MAX_WIDTH)
-    rotary_scaling: str = option("none", "rotary: none, linear (all frequencies / factor), llama3")
+    rotary_scaling: str = option("none", "rotary: none, linear (all frequencies / factor), llama3",
+                                 choices=ROTARY_SCALINGS)
     rotary_scaling_factor: float = option(1.0, "rotary: the context-extension factor of the scaling",
                                           low=0, high=1e6, open_low=True)
     rotary_low_freq_factor: float = option(1.0, "llama3: wavelengths > original/low are divided by it",
@@ -100,18 +102,19 @@ class ModelConfig:
     relative_max_distance: int = option(128, "relative-bias (T5): distance of the last bucket",
                                         low=1, high=MAX_LEN)
     # normalisation
-    norm: str = option("layernorm", "layernorm or rmsnorm")
-    norm_placement: str = option("post", "post (BERT: after the residual add) or pre (GPT-2: before)")
+    norm: str = option("layernorm", "layernorm or rmsnorm", choices=NORMS)
+    norm_placement: str = option("post", "post (BERT: after the residual add) or pre (GPT-2: before)",
+                                 choices=PLACEMENTS)
     norm_eps: float = option(1e-12, "epsilon inside every norm", low=0, high=1, open_low=True)
     norm_bias: bool = option(True, "norms have a bias (a shift)")
     final_norm: Optional[bool] = option(None, "a norm after the last block; null: true for pre-norm")
     # sub-layers
-    ffn: str = option("gelu", f"feed-forward activation: {', '.join(FFNS)}")
+    ffn: str = option("gelu", f"feed-forward activation: {' | '.join(FFNS)}", choices=FFNS)
     ffn_bias: bool = option(True, "feed-forward linear layers have biases")
     attention_bias: bool = option(True, "q, k, v and output projections have biases")
     attention_scaling: bool = option(True, "divide scores by sqrt(d_head) (T5 folds it into its init)")
     # attention pattern
-    attention: str = option("full", f"attention pattern: {', '.join(PATTERNS)}")
+    attention: str = option("full", f"attention pattern: {' | '.join(PATTERNS)}", choices=PATTERNS)
     attention_schedule: Optional[list] = option(None, "per-layer pattern names; null: `attention` in all")
     window: int = option(512, "window width: |i-j| <= window//2 (bidirectional), i-window < j <= i (causal)",
                          low=1, high=MAX_LEN)
@@ -126,7 +129,8 @@ class ModelConfig:
                                   low=0, high=MAX_HEADS)
     # BigBird: "seeded" draws the random blocks per layer; "first" puts every draw on the first block,
     # which then counts 1 + n_random_blocks times (the reference library's inference-time layout)
-    random_block_choice: str = option("seeded", "bigbird: seeded (random blocks per layer) or first")
+    random_block_choice: str = option("seeded", "bigbird: seeded (random blocks per layer) or first",
+                                      choices=RANDOM_BLOCK_CHOICES)
     dense_max_len: int = option(0, "bigbird: sequences of at most this many tokens attend fully; 0: never",
                                 low=0, high=MAX_LEN)
     linformer_k: int = option(256, "linformer: projected length of keys and values", low=1, high=MAX_LEN)
@@ -143,8 +147,12 @@ class ModelConfig:
     lm_transform: bool = option(True, "LM head: BERT's dense + activation + norm before the projection")
     lm_bias: bool = option(True, "LM head: a bias on the vocabulary projection")
     tied_logit_scale: bool = option(False, "LM head: logits x d_model**-0.5 before a tied projection (T5)")
-    lm_activation: Optional[str] = option(None, "LM head transform's activation; null: ffn's")
-    pooler_activation: str = option("tanh", "of the pooled [CLS] dense layer (DistilBERT relu, ELECTRA gelu)")
+    lm_activation: Optional[str] = option(None, "LM head transform's activation: "
+                                          f"{' | '.join(LM_ACTIVATIONS)}; null: ffn's",
+                                          choices=LM_ACTIVATIONS)
+    pooler_activation: str = option("tanh", "of the pooled [CLS] dense layer: "
+                                    f"{' | '.join(POOLER_ACTIVATIONS)} (DistilBERT relu, ELECTRA gelu)",
+                                    choices=POOLER_ACTIVATIONS)
     # ELECTRA (objectives/rtd.py): a pretraining option read from the discriminator's config, of no
     # effect on this model's architecture (canonical() ignores it)
     generator_size: Optional[float] = option(None, "ELECTRA: the generator's d_model, d_ff and n_heads as "
@@ -325,27 +333,7 @@ class ModelConfig:
 
 
 def _validate(cfg: ModelConfig) -> None:
-    for name, choices in (("architecture", ARCHITECTURES), ("position", POSITIONS), ("norm", NORMS),
-                          ("norm_placement", PLACEMENTS), ("ffn", FFNS), ("attention", PATTERNS),
-                          ("pooler_activation", POOLER_ACTIVATIONS),
-                          ("random_block_choice", RANDOM_BLOCK_CHOICES)):
-        choice(cfg, name, choices)
-    if cfg.lm_activation is not None:
-        choice(cfg, "lm_activation", LM_ACTIVATIONS)
-    size = cfg.generator_size
-    number = isinstance(size, (int, float)) and not isinstance(size, bool)
-    if size is not None and not (number and 0 < size <= 1):
-        raise ConfigError(f"generator_size={size!r} must be a fraction in (0, 1] (or null: 1/4)")
-    positive(cfg, "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
-              "n_decoder_layers", "max_seq_len", "d_embed", "window", "dilation", "block_size",
-              "relative_buckets", "relative_max_distance", "linformer_k")
-    for name in ("dropout", "attention_dropout"):
-        if not 0.0 <= getattr(cfg, name) < 1.0:
-            raise ConfigError(f"{name}={getattr(cfg, name)!r} must be in [0, 1)")
-    if (cfg.n_segments < 0 or cfg.position_offset < 0 or cfg.n_random_blocks < 0 or cfg.n_global_tokens < 0
-            or cfg.dense_max_len < 0):
-        raise ConfigError("n_segments, position_offset, n_random_blocks, n_global_tokens and dense_max_len "
-                          "must be >= 0")
+    """The rules across fields (check_options has checked each field's type, bounds and choices)."""
     if cfg.position_from_padding and cfg.position == "learned" and cfg.position_offset < 1:
         raise ConfigError("position_from_padding needs position_offset >= 1: padding takes row "
                           "position_offset - 1", "position_from_padding")
@@ -362,22 +350,24 @@ def _validate(cfg: ModelConfig) -> None:
     validate_patterns(cfg, PATTERNS, BIDIRECTIONAL_ONLY)
     if cfg.n_decoder_layers is not None and cfg.architecture != "encoder-decoder":
         raise ConfigError(f"n_decoder_layers is only valid for architecture='encoder-decoder', "
-                          f"not {cfg.architecture!r}")
+                          f"not {cfg.architecture!r}", "n_decoder_layers")
 
 
 def _validate_heads(cfg: ModelConfig) -> None:
     if cfg.d_head is None and cfg.d_model % cfg.n_heads:
         raise ConfigError(f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads} "
-                          f"(set d_head to decouple them)")
+                          f"(set d_head to decouple them)", "n_heads")
     if cfg.n_heads % cfg.kv_heads:
-        raise ConfigError(f"n_heads={cfg.n_heads} is not divisible by n_kv_heads={cfg.kv_heads}")
+        raise ConfigError(f"n_heads={cfg.n_heads} is not divisible by n_kv_heads={cfg.kv_heads}",
+                          "n_kv_heads")
     if cfg.position == "rotary":
         if cfg.rotary_width % 2:
-            raise ConfigError(f"rotary_dim={cfg.rotary_width} must be even (pairs of dimensions rotate)")
+            raise ConfigError(f"rotary_dim={cfg.rotary_width} must be even (pairs of dimensions rotate)",
+                              "rotary_dim")
         if cfg.rotary_width > cfg.head_dim:
-            raise ConfigError(f"rotary_dim={cfg.rotary_width} exceeds the head width d_head={cfg.head_dim}")
-        if cfg.rotary_theta <= 0:
-            raise ConfigError(f"rotary_theta={cfg.rotary_theta} must be positive")
-        validate_rotary_scaling(cfg, ROTARY_SCALINGS)
+            raise ConfigError(f"rotary_dim={cfg.rotary_width} exceeds the head width d_head={cfg.head_dim}",
+                              "rotary_dim")
+        validate_rotary_scaling(cfg)
     if cfg.position == "xl-relative" and cfg.architecture != "encoder":
-        raise ConfigError("position='xl-relative' (XLNet) is only implemented for architecture='encoder'")
+        raise ConfigError("position='xl-relative' (XLNet) is only implemented for architecture='encoder'",
+                          "position")

@@ -30,3 +30,15 @@ def test_a_stored_minus_128_or_a_bad_scale_is_named_in_either_int8_layer():
     own, tensors = _state()
     tensors["1.scale"][4] = 0.0
     assert stored_int8_problem(own, tensors) == "1.scale holds a scale that is not positive"
+
+
+def test_a_stored_smoothing_factor_that_is_not_positive_is_named():
+    """x / s with s <= 0 gave inf or a flipped input channel, loaded with nothing said."""
+    torch.manual_seed(0)
+    layer = Int8Linear.from_linear(torch.nn.Linear(16, 8), smooth=torch.rand(16) + 0.5)
+    own = layer.state_dict()
+    assert stored_int8_problem(own, dict(own)) is None
+    for bad in (0.0, -2.0):
+        tensors = {k: v.clone() for k, v in own.items()}
+        tensors["smooth"][5] = bad
+        assert stored_int8_problem(own, tensors) == "smooth holds a smoothing factor that is not positive"

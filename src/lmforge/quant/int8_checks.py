@@ -2,8 +2,10 @@
 
 quant/int8.py's quantise_per_channel writes weights in [-127, 127] (symmetric: -128 is never made) and
 positive per-row scales (max|w| / 127, or 1 for a zero row). A file holding anything else is foreign
-or damaged: a scale of 0 or below zeroes or flips a row, a -128 scales it past its max|w|. The buffer
-names (`qweight` beside `scale`: Int8Linear's, Int8Embedding's) are known here, not in io.
+or damaged: a scale of 0 or below zeroes or flips a row, a -128 scales it past its max|w|, a smoothing
+factor of 0 or below makes inf or flips an input channel (compress/smooth.py makes them positive). The
+buffer names (`qweight` beside `scale`, and `smooth`: Int8Linear's, Int8Embedding's) are known here, not
+in io.
 """
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ def valid_qweight(q: torch.Tensor) -> bool:
 
 
 def stored_int8_problem(own: dict, tensors: dict) -> str | None:
-    """What an int8 layer's stored buffers (Int8Linear's, Int8Embedding's: `qweight` beside `scale`) hold
-    that quantise_per_channel never makes, naming the tensor, or None; `own` is the model's state dict,
-    `tensors` the file's, of the model's names and dtypes (lmforge.io checks them on load)."""
+    """What an int8 layer's stored buffers (`qweight` beside `scale`, and `smooth`) hold that quantisation
+    never makes, naming the tensor, or None; `own` is the model's state dict, `tensors` the file's, of the
+    model's names and dtypes (lmforge.io checks them on load)."""
     for k in sorted(own):
         if k.rpartition(".")[2] != "qweight" or own[k].dtype != torch.int8:
             continue
@@ -34,4 +36,7 @@ def stored_int8_problem(own: dict, tensors: dict) -> str | None:
             return f"{k} holds -128, outside the [-127, 127] int8 weights are quantised to"
         if scale in own and not valid_scales(tensors[scale]):
             return f"{scale} holds a scale that is not positive"
+        smooth = k[:-len("qweight")] + "smooth"  # SmoothQuant's s (compress/smooth.py): x / s meets W s
+        if smooth in own and not bool((tensors[smooth] > 0).all()):
+            return f"{smooth} holds a smoothing factor that is not positive"
     return None

@@ -2,8 +2,8 @@
 and the same seed gives the same sentences."""
 import pytest
 
-from lmforge.data.treebank import (INTRANSITIVE, NOUNS, PRONOUNS, TRANSITIVE, is_projective, tree_error,
-                                   treebank, treebank_splits)
+from lmforge.data.treebank import (INTRANSITIVE, NOUNS, PRONOUNS, TRANSITIVE, held_out_splits, is_projective,
+                                   tree_error, treebank, treebank_splits)
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +90,24 @@ def test_splits_partition_the_sentences():
     assert splits["train"] + splits["dev"] + splits["test"] == treebank(100, seed=0)
     with pytest.raises(ValueError, match="held_out"):
         treebank_splits(100, held_out=0.6)
+
+
+def test_held_out_splits_keep_a_repeated_sentence_in_one_split():
+    bank = treebank(60, seed=1)
+    records = bank + bank[:20] + bank[:5]  # a file that repeats sentences (copies, not the same object)
+    splits = held_out_splits([dict(r) for r in records], seed=3, held_out=0.2)
+    where = {}
+    for name, part in splits.items():
+        for r in part:
+            where.setdefault(tuple(r["words"]), set()).add(name)
+    assert all(len(names) == 1 for names in where.values())  # no sentence both fitted on and scored
+    assert sum(map(len, splits.values())) == len(records) and all(splits.values())
+    assert abs(len(splits["test"]) - 17) <= 3 and abs(len(splits["dev"]) - 17) <= 3  # held_out of 85 each
+    assert splits == held_out_splits([dict(r) for r in records], seed=3, held_out=0.2)  # the seed fixes it
+    with pytest.raises(ValueError, match="2 distinct sentence"):
+        held_out_splits(bank[:2] * 5, seed=0, held_out=0.2)
+    small = held_out_splits(bank[:3], seed=0, held_out=0.1)
+    assert [len(small[k]) for k in ("train", "dev", "test")] == [1, 1, 1]
 
 
 @pytest.mark.parametrize("heads, reason", [

@@ -58,12 +58,11 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def probe_data(args) -> dict:
-    """{train, dev, test: treebank records}: the built-in treebank or a CoNLL-U file, split seeded."""
-    import random
-
+    """{train, dev, test: treebank records}: the built-in treebank or a CoNLL-U file, split seeded (a
+    sentence the file repeats goes whole to one split)."""
     from lmforge.cli.common import UsageError
     from lmforge.data.conllu import read_conllu
-    from lmforge.data.treebank import treebank_splits
+    from lmforge.data.treebank import held_out_splits, treebank_splits
 
     if not 0 < args.held_out < 0.5:
         raise UsageError(f"--held-out {args.held_out} must be between 0 and 0.5")
@@ -72,11 +71,10 @@ def probe_data(args) -> dict:
             raise UsageError(f"--sentences {args.sentences}: the treebank needs at least 3 (train, dev, test)")
         return treebank_splits(args.sentences, args.seed, args.held_out)
     records = read_conllu(existing(args.data, "--data"))
-    if len(records) < 3:
-        raise UsageError(f"--data {args.data}: {len(records)} sentence(s); probing needs at least 3")
-    random.Random(args.seed).shuffle(records)
-    n = max(1, int(len(records) * args.held_out))
-    return {"train": records[: len(records) - 2 * n], "dev": records[-2 * n: -n], "test": records[-n:]}
+    try:
+        return held_out_splits(records, args.seed, args.held_out)
+    except ValueError as err:
+        raise UsageError(f"--data {args.data}: {err}") from None
 
 
 def probe_tasks(args, records: dict) -> list:

@@ -262,6 +262,25 @@ def treebank_splits(n: int, seed: int = 0, held_out: float = 0.1) -> dict:
             "test": records[-n_dev:]}
 
 
+def held_out_splits(records: list, seed: int, held_out: float) -> dict:
+    """{"train", "dev", "test"} of a treebank's `records`, shuffled by `seed`: dev and test each about
+    `held_out` of them (at least one sentence). A sentence written more than once (the same words) goes
+    whole to one split: a copy in train would let a probe score a test sentence it was fitted on."""
+    groups: dict = {}
+    for record in records:
+        groups.setdefault(tuple(record["words"]), []).append(record)
+    if len(groups) < 3:
+        raise ValueError(f"{len(groups)} distinct sentence(s); train, dev and test need at least 3")
+    order = list(groups.values())
+    random.Random(seed).shuffle(order)
+    n, splits = max(1, int(len(records) * held_out)), {"test": [], "dev": [], "train": []}
+    for at, group in enumerate(order):
+        left = len(order) - at  # groups after this one, this one included: train keeps at least one
+        name = next((s for s in ("test", "dev") if len(splits[s]) < n and left > (s == "test") + 1), "train")
+        splits[name] += group
+    return {"train": splits["train"], "dev": splits["dev"], "test": splits["test"]}
+
+
 def tree_error(heads: list) -> str | None:
     """Why 0-based `heads` (-1: root) is not a tree (no root, two roots, a cycle, a head out of
     range), or None for a tree."""

@@ -72,6 +72,8 @@ def quantise_per_channel(weight: torch.Tensor) -> tuple:
     """(out, in) fp32 -> (int8 q, (out,) fp32 scale) with q = round(w / scale), scale = max|w_row| / 127
     (symmetric: zero maps to zero; an all-zero row gets scale 1; a load accepts this: int8_checks.py)."""
     w = weight.detach().float()
+    if not bool(torch.isfinite(w).all()):  # a NaN row became zeros of scale 1, an inf row zeros: unsaid
+        raise ValueError("the weight holds non-finite values (NaN or inf), which int8 cannot hold")
     scale = w.abs().amax(dim=1) / 127.0
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
@@ -362,6 +364,10 @@ def swap_linears(model: nn.Module, mode: str, skip=(), quantise: bool = True, sm
     quantising its weight (quantise=False: empty, to load into); smooth: {name: (in,) factors, or True
     to load into}; returns the names swapped."""
     smooth, swapped = smooth or {}, []
+    bad = quantise and next((n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in skip
+                             and not bool(torch.isfinite(m.weight).all())), None)
+    if bad:  # before any swap: the model is left whole
+        raise ValueError(f"{bad}.weight holds non-finite values (NaN or inf), which int8 cannot hold")
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name

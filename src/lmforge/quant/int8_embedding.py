@@ -38,5 +38,9 @@ class Int8Embedding(nn.Module):
 
 
 def swap_tokens(model: nn.Module, quantise: bool = True) -> None:
-    """Replace the model's token table (model.tokens) by an Int8Embedding."""
-    model.tokens = Int8Embedding.from_embedding(model.tokens, quantise)
+    """Replace the model's token table (model.tokens) by an Int8Embedding (a ValueError naming it where its
+    weight holds NaN or inf, which int8 cannot hold)."""
+    try:
+        model.tokens = Int8Embedding.from_embedding(model.tokens, quantise)
+    except ValueError as err:
+        raise ValueError(f"tokens.weight: {err}") from None

@@ -175,7 +175,7 @@ def test_no_activation_bits_are_claimed_where_every_layer_ran_fp32(fine_tuned, t
 
 
 def test_the_words_for_unquantised_layers_say_what_their_kernel_multiplied(capsys):
-    """w8a32 forms no fp32 weight (int8 widened in registers, scaled after the sum): it was said to."""
+    """w8a32 forms no fp32 weight (int8 widened in registers, the scale applied to each sum): said so."""
     from lmforge.cli.quantize import _table
 
     side = {"parameters": 10, "int8_layers": 1, "bytes": 100, "seconds": 0.1}
@@ -185,7 +185,7 @@ def test_the_words_for_unquantised_layers_say_what_their_kernel_multiplied(capsy
     _table(report)
     said = capsys.readouterr().out.splitlines()[-1]
     assert "fp32 activations by a dequantised fp32 copy of its weight (fp32) or its int8 weight widened to " \
-        "fp32 in registers, scaled after the sum (w8a32)" in said
+        "fp32 in registers, the scale applied to the sum (w8a32)" in said
     report["kernels"] = [{"kernel": "w8a32"}]
     _table(report)
     said = capsys.readouterr().out.splitlines()[-1]

@@ -26,7 +26,7 @@ def _table(report: dict) -> None:
     threads = f"{report['threads']} thread{'s' * (report['threads'] != 1)}"
     table = Table(title=f"int8 {report['mode']} quantisation (forward of {report['batch'][0]} x "
                         f"{report['batch'][1]} on {threads})")
-    columns = ("", "parameters", "int8 layers", "safetensors MB", *((metric,) if metric else ()), "forward s")
+    columns = ("", "parameters", "int8 layers", "weights MB", *((metric,) if metric else ()), "forward s")
     for col in columns:
         table.add_column(col, justify="right", no_wrap=True)
     for name in ("before", "after"):
@@ -52,10 +52,10 @@ def _table(report: dict) -> None:
 
 
 # what a layer of a kernel that quantises no activation multiplies its fp32 input by (quant/int8.py): w8a32
-# forms no fp32 weight, its int8 values are widened in registers and the scale applied after the sum
+# forms no fp32 weight: its int8 values are widened in registers, the scale applied to each sum
 UNQUANTISED = {"fp32": "a dequantised fp32 copy of its weight (fp32)",
                "dequantise": "its weight dequantised to fp32 at each call (dequantise)",
-               "w8a32": "its int8 weight widened to fp32 in registers, scaled after the sum (w8a32)"}
+               "w8a32": "its int8 weight widened to fp32 in registers, the scale applied to the sum (w8a32)"}
 
 
 def _unquantised(kernels: list) -> str:

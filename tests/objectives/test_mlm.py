@@ -1,3 +1,5 @@
+import collections
+
 import pytest
 import torch
 
@@ -108,3 +110,15 @@ def test_bad_rates_are_refused():
         _objective(rate=0.0)
     with pytest.raises(ValueError, match="summing to 1"):
         _objective(replace=(0.8, 0.1, 0.2))
+
+
+def test_random_replacements_are_real_words_drawn_uniformly():
+    objective = _objective(replace=(0.0, 1.0, 0.0))  # every selected token replaced at random
+    seen = collections.Counter()
+    for i, example in enumerate(_corpus(200, 126)):
+        out = objective.corrupt(example, torch.Generator().manual_seed(i))
+        seen.update(t for t, label in zip(out["input_ids"], out["labels"]) if label != IGNORE)
+    # never [CLS], [SEP], [PAD] (0) or [MASK]: a random replacement puts a word where a word was
+    assert set(seen) == set(range(99)) - {0, CLS, SEP, MASK}
+    expected = sum(seen.values()) / len(seen)  # ~40 each over 95 ids
+    assert all(abs(n - expected) < 5 * expected ** 0.5 for n in seen.values())

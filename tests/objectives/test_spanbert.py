@@ -106,7 +106,7 @@ def test_golden_examples():
     assert out["span_pos"] == [0] * 9 + [1] + [0] * 18 + [1, 2, 3, 0]
     assert "word_starts" not in out
     random = objective.corrupt(example, torch.Generator().manual_seed(5))  # a span of random tokens
-    assert random["input_ids"] == [*ids[:12], 97, *ids[13:]] and random["labels"][12] == 21
+    assert random["input_ids"] == [*ids[:12], 81, *ids[13:]] and random["labels"][12] == 21
     assert (random["span_left"][12], random["span_right"][12], random["span_pos"][12]) == (11, 13, 1)
 
 

@@ -48,6 +48,14 @@ def words(example: dict, candidates: list) -> list:
     return groups
 
 
+def real_tokens(vocab_size: int, never: set) -> torch.Tensor:
+    """The ids 0..vocab_size-1 less `never` (the special tokens and [MASK]): what a random replacement
+    draws from, so it puts a word where a word was, never a [SEP], [PAD] or [MASK] mid-text."""
+    keep = torch.ones(vocab_size, dtype=torch.bool)
+    keep[[i for i in never if 0 <= i < vocab_size]] = False
+    return keep.nonzero().squeeze(-1)
+
+
 def select_words(groups: list, n: int, generator: torch.Generator) -> list:
     """Whole words in random order while they fit in the budget of n positions (BERT's rule)."""
     chosen: list = []
@@ -72,6 +80,7 @@ class MaskedLM(Objective):
         self.mask_id, self.rate, self.replace, self.whole_word = mask_id, rate, tuple(replace), whole_word
         self.special = set(special_ids) | {pad_id}
         self.vocab_size = model.config.vocab_size
+        self.replacements = real_tokens(self.vocab_size, self.special | {mask_id})
         self.lm = model.heads["lm"] if "lm" in model.heads else make_head(model, "lm")
 
     @classmethod
@@ -89,7 +98,7 @@ class MaskedLM(Objective):
         chosen = select_words(groups, budget(len(candidates), self.rate, generator), generator)
         labels = [IGNORE] * len(ids)
         draws = torch.rand(len(chosen), generator=generator).tolist()
-        randoms = torch.randint(0, self.vocab_size, (len(chosen),), generator=generator).tolist()
+        randoms = self.random_tokens(len(chosen), generator)
         for pos, u, rnd in zip(chosen, draws, randoms):
             labels[pos] = ids[pos]
             if u < self.replace[0]:
@@ -98,6 +107,10 @@ class MaskedLM(Objective):
                 ids[pos] = rnd
         out = {k: v for k, v in example.items() if k != "word_starts"}
         return {**out, "input_ids": ids, "labels": labels}
+
+    def random_tokens(self, n: int, generator: torch.Generator) -> list:
+        """n ids drawn uniformly from the vocabulary less the special tokens and [MASK]."""
+        return self.replacements[torch.randint(len(self.replacements), (n,), generator=generator)].tolist()
 
     def mlm_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> Loss:
         """Cross-entropy of the original tokens at the selected positions of hidden (B, T, d)."""

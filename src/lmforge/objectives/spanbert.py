@@ -128,7 +128,7 @@ class SpanMLM(MaskedLM):
         labels, left, right, pos = [IGNORE] * len(ids), [0] * len(ids), [0] * len(ids), [0] * len(ids)
         for s, e in spans:
             u = float(torch.rand((), generator=generator))  # one 80/10/10 decision per span
-            randoms = torch.randint(0, self.vocab_size, (e - s + 1,), generator=generator).tolist()
+            randoms = self.random_tokens(e - s + 1, generator)
             for i in range(s, e + 1):
                 labels[i], left[i], right[i], pos[i] = ids[i], s - 1, e + 1, i - s + 1
                 if u < self.replace[0]:

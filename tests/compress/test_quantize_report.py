@@ -45,3 +45,21 @@ def test_activation_bits_are_said_wherever_an_activation_was_quantised_and_only_
     assert quantised_bits(fp32, []) is None and quantised_bits(fp32, [{"route": "plain"}]) is None
     assert quantised_bits(fp32, [{"route": "fused"}]) == activation_bits()
     assert quantised_bits([*fp32, {"kernel": "onednn-u8-serial"}], []) == activation_bits()
+
+
+
+def test_the_size_before_counts_a_hugging_face_folder_s_bin_weights(tmp_path):
+    """A folder of pytorch_model.bin measured 0 bytes before quantisation (quantize.json's before.bytes),
+    and size_ratio divided the int8 model's bytes by 1."""
+    import torch
+    from safetensors.torch import load_file
+
+    import lmforge
+    from lmforge.compress.quantize_report import _sizes
+    from tests.tasks.core import tiny
+
+    model = tiny("bert-base", n_layers=1)
+    lmforge.save(model, tmp_path / "m", format="hf")
+    torch.save(load_file(tmp_path / "m" / "model.safetensors"), tmp_path / "m" / "pytorch_model.bin")
+    (tmp_path / "m" / "model.safetensors").unlink()
+    assert _sizes(model, tmp_path / "m")["bytes"] == (tmp_path / "m" / "pytorch_model.bin").stat().st_size

@@ -25,7 +25,7 @@ def _print(report: dict, out) -> None:
 
     table = Table(title=f"task distillation: {report['layers']['teacher']} -> {report['layers']['student']} layers")
     timed = forward_title(report[name] for name in ("teacher", "student"))
-    for col in ("", "parameters", "safetensors MB", report["teacher"]["metric_name"], timed):
+    for col in ("", "parameters", "weights MB", report["teacher"]["metric_name"], timed):
         table.add_column(col, justify="right")
     for name in ("teacher", "student"):
         r = report[name]
@@ -88,31 +88,38 @@ def distill_options(args, loss: dict):
                       loss)
 
 
+def _configs(args) -> tuple:
+    """(TrainConfig, DistillConfig) of --config, key=value and the flags (a flag wins), checked before any
+    other file is looked at."""
+    from lmforge.cli.common import parse_overrides, read_config_file
+    from lmforge.train import TrainConfig
+
+    options = {**read_config_file(args.config), **parse_overrides(args.overrides)}
+    loss_keys, train_keys = _option_keys(options)
+    flags = given_flags(args, "steps", "seed")
+    given = {"seed": 0, **{k: v for k, v in options.items() if k in train_keys}, **flags}
+    every = {"eval_every": max(1, TrainConfig.from_dict(given).steps // 10)} if args.valid else {}
+    return (TrainConfig.from_dict({**every, **given}),
+            distill_options(args, {k: v for k, v in options.items() if k in loss_keys}))
+
+
 def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
-    from lmforge.cli.common import (TRAINING_OUTPUTS, UsageError, check_out, parse_overrides,
-                                    read_config_file, read_records, refuse_overwrite)
+    from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, check_out, read_records, refuse_overwrite
     from lmforge.compress.task_distillation import run_distill
-    from lmforge.train import TrainConfig
 
     if args.student and args.student_layers:  # DistillConfig refuses it too, naming its fields
         raise UsageError("give --student-layers or --student, not both")
+    if not args.data and not args.valid:
+        raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
+    train_cfg, cfg = _configs(args)
     check_out(args.out, args.teacher)  # the student is the teacher's layers or a preset: no other source
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--data", args.data),
                      ("--config", args.config), writes=(*TRAINING_OUTPUTS, "distill.json"))
     kind = _teacher_kind(args.teacher)
-    options = {**read_config_file(args.config), **parse_overrides(args.overrides)}
-    loss_keys, train_keys = _option_keys(options)
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid
-    if records is None:
-        raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
-    flags = given_flags(args, "steps", "seed")
-    given = {"seed": 0, **{k: v for k, v in options.items() if k in train_keys}, **flags}  # a flag wins
-    every = {"eval_every": max(1, TrainConfig.from_dict(given).steps // 10)} if valid else {}
-    train_cfg = TrainConfig.from_dict({**every, **given})
-    cfg = distill_options(args, {k: v for k, v in options.items() if k in loss_keys})
     source = f"--data {args.data}" if args.data else f"--valid {args.valid}"
     report = run_distill(args.teacher, train, valid, records, args.out, train_cfg=train_cfg, cfg=cfg,
                          resume=args.resume, source=source)
@@ -123,8 +130,11 @@ def add_parsers(sub) -> None:
     """Add the distill sub-command to the `lmforge` parser."""
     import argparse
 
+    from lmforge.cli.options import options_epilog
+
     p = sub.add_parser("distill", help="task-specific distillation of a fine-tuned encoder into a smaller student",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, epilog=options_epilog("distill"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="fine-tuned model directory (with task.json)")
     p.add_argument("--out", required=True,
                    help="the run's directory: its checkpoints, metrics.jsonl, the student (final/, best/) "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, bounded, given_flags, said
+from lmforge.cli.common import SEED, STEPS, as_typed, bounded, given_flags, said
 
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 # options a method does not use: refused, never ignored (structured methods prune without training)
@@ -35,6 +35,18 @@ def _refuse_unused(args) -> None:
             raise UsageError(f"{option} not used by --method {args.method} ({why})")
 
 
+def _check_sparsity(args) -> None:
+    """--sparsity of ffn / heads within SparseConfig's declared bounds, (0, 1), as run_prune bounds it."""
+    from lmforge.cli.common import flag_error
+    from lmforge.compress.sparse_finetune import SparseConfig
+    from lmforge.config.options import OptionsError, checked_as
+
+    try:
+        checked_as(SparseConfig, "sparsity", args.sparsity)
+    except OptionsError as err:
+        raise flag_error(err, {"sparsity": args.sparsity}) from None
+
+
 def _cell(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -47,7 +59,7 @@ def _table(title: str, rows: dict, extra: str = "") -> None:
 
     table = Table(title=title)
     metric = next((r["metric_name"] for r in rows.values() if r.get("metric_name")), "metric")
-    for col in ("", "parameters", *(("nonzero",) if extra else ()), "safetensors MB", metric,
+    for col in ("", "parameters", *(("nonzero",) if extra else ()), "weights MB", metric,
                 forward_title(rows.values())):
         table.add_column(col, justify="right")
     for name, r in rows.items():
@@ -67,29 +79,39 @@ def sparse_options(args, given: dict):
     return from_flags(SparseConfig.from_dict, {"method": args.method, "sparsity": args.sparsity}, given)
 
 
-def _unstructured(args, kind: str, records: list) -> None:
-    """Fine-tune with magnitude or movement pruning; prints the table, writes prune.json."""
-    from lmforge.cli.common import UsageError, parse_overrides, read_config_file, read_records
+def _sparse_configs(args) -> tuple:
+    """(TrainConfig, TaskConfig, SparseConfig) of magnitude / movement's --config, key=value and flags (a flag
+    wins), checked before any file but --config is looked at."""
+    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
     from lmforge.cli.tasks import split_options
-    from lmforge.compress.sparse_finetune import SCHEDULE, run_sparse_prune
+    from lmforge.compress.sparse_finetune import SCHEDULE
     from lmforge.tasks.finetune import TaskConfig
     from lmforge.train import TrainConfig
 
     if not args.train:
         raise UsageError(f"--method {args.method} fine-tunes while pruning: give --train FILE")
-    train_opts, task_opts, rest = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
+    given = {**read_config_file(args.config), **parse_overrides(args.overrides)}
+    train_opts, task_opts, rest = split_options(given)
     sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SCHEDULE}
     if rest:
         raise UsageError(f"unknown option(s) {sorted(rest)}")
     sparse_cfg = sparse_options(args, sparse_opts)
+    train_opts = {"seed": 0, **train_opts, **given_flags(args, "steps", "seed")}
+    every = {"eval_every": max(1, TrainConfig.from_dict(train_opts).steps // 10)} if args.valid else {}
+    return TrainConfig.from_dict({**every, **train_opts}), TaskConfig.from_dict(task_opts), sparse_cfg
+
+
+def _unstructured(args, kind: str, records: list, configs: tuple) -> None:
+    """Fine-tune with magnitude or movement pruning (configs: _sparse_configs); prints the table, writes
+    prune.json."""
+    from lmforge.cli.common import read_records
+    from lmforge.compress.sparse_finetune import run_sparse_prune
+
+    train_cfg, task_cfg, sparse_cfg = configs
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
-    flags = given_flags(args, "steps", "seed")
-    train_opts = {"seed": 0, **train_opts, **flags}  # a flag wins over key=value and --config
-    every = {"eval_every": max(1, TrainConfig.from_dict(train_opts).steps // 10)} if valid else {}
-    train_cfg = TrainConfig.from_dict({**every, **train_opts})
     report = run_sparse_prune(args.model, kind, train, valid, records, args.out, train_cfg=train_cfg,
-                              sparse_cfg=sparse_cfg, task_cfg=TaskConfig.from_dict(task_opts), resume=args.resume)
+                              sparse_cfg=sparse_cfg, task_cfg=task_cfg, resume=args.resume)
     ws = report["weight_sparsity"]
     rows = {name: {**report[name], "nonzero": report[name]["parameters"] - (ws["zeros"] if name == "after" else 0)}
             for name in ("before", "after")}
@@ -113,12 +135,13 @@ def cmd_prune(args) -> None:
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
 
+    _refuse_unused(args)  # the options first: a bad one costs no file look-up
+    check_task(args.task)
+    configs = _sparse_configs(args) if args.method in UNSTRUCTURED else _check_sparsity(args)
     check_out(args.out, args.model)
     refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
                      ("--train", args.train), ("--valid", args.valid), ("--config", args.config),
                      writes=(*TRAINING_OUTPUTS, "model", "prune.json", "prune_settings.json"))
-    _refuse_unused(args)
-    check_task(args.task)
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
     kind = args.task or task_info(args.model).get("kind")
@@ -126,7 +149,7 @@ def cmd_prune(args) -> None:
         raise UsageError("--task is needed: the model directory has no task.json")
     records = read_records("--data", args.data, kind, args.columns)
     if args.method in UNSTRUCTURED:
-        return _unstructured(args, kind, records)
+        return _unstructured(args, kind, records, configs)
     extra = args.importance_data and read_records("--importance-data", args.importance_data, kind,
                                                   args.columns)
     existed = (Path(args.out) / "model").exists()
@@ -146,17 +169,19 @@ def add_parsers(sub) -> None:
     """Add the prune sub-command to the `lmforge` parser."""
     import argparse
 
+    from lmforge.cli.options import options_epilog
     from lmforge.compress.prune_report import METHODS
 
     p = sub.add_parser("prune", help="structured pruning (FFN neurons or heads) that shrinks the matrices, or "
                        "magnitude / movement pruning during fine-tuning", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=options_epilog("prune"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json); magnitude / "
                    "movement: also a pretrained model or a Hugging Face directory (then --task)")
     p.add_argument("--method", required=True, choices=METHODS + UNSTRUCTURED,
                    help="ffn: feed-forward units; heads: attention heads; magnitude / movement / soft-movement: "
                         "single weights of the blocks' Linears, pruned while fine-tuning")
-    said(p.add_argument("--sparsity", required=True, type=float, help="share removed"), bounds="(0, 1)")
+    said(p.add_argument("--sparsity", required=True, type=as_typed(float), help="share removed"),
+         bounds="(0, 1)")
     p.add_argument("--data", required=True, help="labelled data: the metric (and ffn / heads importance)")
     said(p.add_argument("--importance-data", help="ffn / heads: labelled data importance is estimated on"),
          "--data")

@@ -37,7 +37,7 @@ def _sizes(model, path: Path | None) -> dict:
     out = {"parameters": parameter_count(model), "int8_layers": int8_layers(model),
            "int8_share": round(int8_share(model), 4)}
     if path is not None:
-        out["bytes"] = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+        out["bytes"] = model_bytes(path)  # a Hugging Face folder's .bin files where it has no safetensors
     return out
 
 

@@ -130,6 +130,25 @@ def test_a_target_cut_to_max_len_is_counted_and_said():
     assert task.target_cut == 0  # counted per encode_all, as the sources' cut
 
 
+def test_a_budget_past_the_context_is_capped_and_said_once():
+    tok, rows = tokenizer(), records(pairs(4, 3))
+    task = Seq2SeqTask(transformer(seed=1, max_seq_len=16), tok)  # the default 64 exceeds the context
+    assert task.max_new_tokens == 16 and task.info()["max_new_tokens"] == 16  # task.json: the budget used
+    said = []
+    for what in ("training", "validation"):
+        task.encode_all(rows)
+        task.say_cut(4, what, said.append)
+    assert said == ["max_new_tokens=64 is more than the decoder's context, max_seq_len=16: predictions are "
+                    "cut at 16 tokens"]
+    predictions, _ = task.evaluate(rows, batch_size=2)  # generates, not refused
+    ids = torch.tensor([tok.encode(rows[0]["source"]).ids])
+    out = lmforge.generate(task.model, ids, max_new_tokens=16)[0, 1:].tolist()
+    assert predictions[0] == tok.decode(out[:out.index(tok.eos_id)] if tok.eos_id in out else out).strip()
+    fits, quiet = Seq2SeqTask(transformer(max_seq_len=16), tok, max_new_tokens=16), []
+    fits.say_cut(4, "validation", quiet.append)
+    assert quiet == []
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda: lmforge.build(lmforge.tiny("gpt2")), "needs an encoder-decoder"),
     (lambda: transformer(), "num_beams must be an integer >= 1"),

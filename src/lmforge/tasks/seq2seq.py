@@ -12,7 +12,8 @@ one built from a preset (transformer-base) included.
 - Training: teacher forcing (objectives/seq2seq.py): the decoder reads the target shifted right
   behind the decoder start token and predicts every target token; cross-entropy, mean over tokens.
 - Prediction: lmforge.generate, greedy (num_beams=1) or beam search (num_beams > 1), at most
-  max_new_tokens tokens, stopping at the end token; the text is decoded without special tokens. The
+  max_new_tokens tokens (at most the decoder's context, max_seq_len: a job says so where that cuts the
+  budget, with say_cut), stopping at the end token; the text is decoded without special tokens. The
   decoding settings a checkpoint recommends (its generation_config.json: sampling, min_length, n-gram
   blocking ...) are not applied, so a score depends on task.json's options alone.
 - Metrics (tasks/metrics.py): corpus BLEU (sacrebleu), primary, so best/ keeps the highest; ROUGE-1,
@@ -57,6 +58,7 @@ class Seq2SeqTask(TeacherForced, Task):
     head = "lm"
     options = ("prefix", "num_beams", "max_new_tokens")
     target_cut = 0  # records of the last encode_all whose target was cut to max_len tokens (say_cut)
+    _budget_said = False  # whether say_cut told of max_new_tokens capped at the context (said once)
 
     def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128,
                  prefix: str | None = None, num_beams: int = 1, max_new_tokens: int = 64) -> None:
@@ -70,7 +72,10 @@ class Seq2SeqTask(TeacherForced, Task):
         end = end_token(tokenizer)
         super().__init__(model, tokenizer, labels, max_len)
         self.prefix = (str(prefix).strip().rstrip(":").strip() or None) if prefix is not None else None
-        self.num_beams, self.max_new_tokens, self.end = beams, budget, end
+        # generate refuses more new tokens than the decoder's context, which the default 64 exceeds on small
+        # models: capped (so task.json holds the budget the scores used) and said once (say_cut)
+        self.asked_new_tokens = budget
+        self.num_beams, self.max_new_tokens, self.end = beams, min(budget, model.config.max_seq_len), end
         cfg = model.config
         self.start = self.end if cfg.decoder_start_token_id is None else cfg.decoder_start_token_id
         ids = {"decoder_start_token_id": self.start, "eos_token_id": self.end, "pad_token_id": self.pad_id}
@@ -100,11 +105,15 @@ class Seq2SeqTask(TeacherForced, Task):
         """The base's line on cut sources, and one on cut targets: a target cut trains the model to stop
         early, so it is said as a cut source is."""
         super().say_cut(n, what, log)
+        say = log or partial(print, file=sys.stderr)
         if self.target_cut:
-            (log or partial(print, file=sys.stderr))(
-                f"{self.target_cut} of {n} {what} records have a target longer than max_len={self.max_len} "
+            say(f"{self.target_cut} of {n} {what} records have a target longer than max_len={self.max_len} "
                 f"tokens, cut to its first {self.max_len - 1} and the end token for the loss (scores compare "
                 f"the whole target); raise max_len to train on more")
+        if self.asked_new_tokens > self.max_new_tokens and not self._budget_said:
+            self._budget_said = True
+            say(f"max_new_tokens={self.asked_new_tokens} is more than the decoder's context, max_seq_len="
+                f"{self.max_new_tokens}: predictions are cut at {self.max_new_tokens} tokens")
 
     def encode(self, record: dict) -> list:
         """One example: the source ids and, when the record has a target, the target as labels."""
@@ -119,9 +128,8 @@ class Seq2SeqTask(TeacherForced, Task):
         # options given whole: a checkpoint's generation_config.json (do_sample, min_length, ...) would
         # make the scores depend on settings task.json does not hold, and vary from run to run
         out = generate(self.model, batch["input_ids"], batch["attention_mask"], options=GenerationOptions(),
-                       max_new_tokens=min(self.max_new_tokens, self.model.config.max_seq_len),
-                       num_beams=self.num_beams, eos_token_id=self.end, pad_token_id=self.pad_id,
-                       decoder_start_token_id=self.start)
+                       max_new_tokens=self.max_new_tokens, num_beams=self.num_beams, eos_token_id=self.end,
+                       pad_token_id=self.pad_id, decoder_start_token_id=self.start)
         rows = [row[1:] for row in out.tolist()]
         return [row[:row.index(self.end)] if self.end in row else row for row in rows]
 

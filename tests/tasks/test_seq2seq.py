@@ -149,6 +149,30 @@ def test_a_budget_past_the_context_is_capped_and_said_once():
     assert quiet == []
 
 
+def test_evaluation_stops_where_lmforge_generate_stops(tmp_path):
+    tok, rows = tokenizer(), records(pairs(5, 3))
+    other = (tok.eos_id + 3) % tok.vocab_size
+    with pytest.raises(ValueError, match=rf"stops generating at eos_token_id={other} \(its config\) but the "
+                                         rf"tokenizer ends text with id {tok.eos_id}"):
+        Seq2SeqTask(transformer(eos_token_id=other), tok)  # targets would end where generation never stops
+    model = Seq2SeqTask(transformer(seed=1), tok).model  # its LM head on, its config's ids filled
+    prompt = torch.tensor([tok.encode(rows[0]["source"]).ids])
+    first = int(lmforge.generate(model, prompt, max_new_tokens=1)[0, 1])
+    assert first != tok.eos_id
+    model.save(tmp_path)  # recommends a second stop id: the first token row 0 generates
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [tok.eos_id, first]}))
+    task = Seq2SeqTask(lmforge.load(tmp_path), tok, max_new_tokens=6)
+    assert task.stops == [tok.eos_id, first]
+    predictions, _ = task.evaluate(rows, batch_size=2)
+    assert predictions[0] == ""
+    loaded = lmforge.load(tmp_path)
+    for record, prediction in zip(rows, predictions):  # the tokens lmforge.generate gives the loaded model
+        ids = torch.tensor([tok.encode(record["source"]).ids])
+        out = lmforge.generate(loaded, ids, max_new_tokens=6)[0, 1:].tolist()
+        cut = next((i for i, t in enumerate(out) if t in (tok.eos_id, first)), len(out))
+        assert prediction == tok.decode(out[:cut]).strip()
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda: lmforge.build(lmforge.tiny("gpt2")), "needs an encoder-decoder"),
     (lambda: transformer(), "num_beams must be an integer >= 1"),

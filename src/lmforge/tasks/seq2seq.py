@@ -13,9 +13,10 @@ one built from a preset (transformer-base) included.
   behind the decoder start token and predicts every target token; cross-entropy, mean over tokens.
 - Prediction: lmforge.generate, greedy (num_beams=1) or beam search (num_beams > 1), at most
   max_new_tokens tokens (at most the decoder's context, max_seq_len: a job says so where that cuts the
-  budget, with say_cut), stopping at the end token; the text is decoded without special tokens. The
-  decoding settings a checkpoint recommends (its generation_config.json: sampling, min_length, n-gram
-  blocking ...) are not applied, so a score depends on task.json's options alone.
+  budget, with say_cut), stopping where lmforge generate stops (`stop_ids`: the eos_token_id of the
+  checkpoint's generation_config.json, else of its config, as the reference's generate stops); the text
+  is decoded without special tokens. The decoding settings a checkpoint recommends (sampling, min_length,
+  n-gram blocking ...) are not applied, so a score depends on task.json's options alone.
 - Metrics (tasks/metrics.py): corpus BLEU (sacrebleu), primary, so best/ keeps the highest; ROUGE-1,
   ROUGE-2 and ROUGE-L F-measures (rouge-score); both 0-100; gen_len, the mean words predicted.
 
@@ -30,6 +31,7 @@ import sys
 from functools import partial
 
 from lmforge.generate import GenerationOptions, generate
+from lmforge.generate.recommended import Recommendation
 from lmforge.tasks import metrics
 from lmforge.tasks.base import Task, register
 from lmforge.tasks.text2text import TeacherForced
@@ -42,6 +44,22 @@ def end_token(tokenizer) -> int:
         raise ValueError("seq2seq needs a tokenizer with an end-of-sequence token (eos or sep) to end "
                          "its targets and stop generation")
     return end
+
+
+def stop_ids(model, end: int) -> list:
+    """The ids generation stops on, by lmforge generate's rule (the reference's: its generation_config's
+    eos ids): the eos_token_id the model's directory recommends, else its config's, else `end` (the
+    tokenizer's, written into the config); an error when `end`, which every target ends with, is not one."""
+    found = getattr(model, "generation_config", None)  # a recommendation that failed its check: not read
+    eos = found.fields.get("eos_token_id") if isinstance(found, Recommendation) else None
+    where = "its generation_config.json" if eos is not None else "its config"
+    eos = model.config.eos_token_id if eos is None else eos
+    stops = [end] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if end not in stops:
+        raise ValueError(f"the model stops generating at eos_token_id={eos} ({where}) but the tokenizer ends "
+                         f"text with id {end}: targets would end where generation never stops; use the "
+                         f"model's own tokenizer, or set eos_token_id to {end}")
+    return stops
 
 
 def _positive(name: str, value) -> int:
@@ -70,6 +88,7 @@ class Seq2SeqTask(TeacherForced, Task):
         # checked before the base class takes the model over (and drops its other heads)
         beams, budget = _positive("num_beams", num_beams), _positive("max_new_tokens", max_new_tokens)
         end = end_token(tokenizer)
+        self.stops = stop_ids(model, end)
         super().__init__(model, tokenizer, labels, max_len)
         self.prefix = (str(prefix).strip().rstrip(":").strip() or None) if prefix is not None else None
         # generate refuses more new tokens than the decoder's context, which the default 64 exceeds on small
@@ -124,14 +143,16 @@ class Seq2SeqTask(TeacherForced, Task):
 
     # ---- model side ---------------------------------------------------------------------------
     def predict(self, batch: dict) -> list:
-        """Each example's generated ids (without the start token), up to its first end token."""
+        """Each example's generated ids (without the start token), up to its first stop token."""
         # options given whole: a checkpoint's generation_config.json (do_sample, min_length, ...) would
-        # make the scores depend on settings task.json does not hold, and vary from run to run
+        # make the scores depend on settings task.json does not hold, and vary from run to run; its stop
+        # ids are the model's, given (a stop id outside the vocabulary is never produced: left out)
+        stops = [i for i in self.stops if i < self.model.config.vocab_size]
         out = generate(self.model, batch["input_ids"], batch["attention_mask"], options=GenerationOptions(),
-                       max_new_tokens=self.max_new_tokens, num_beams=self.num_beams, eos_token_id=self.end,
+                       max_new_tokens=self.max_new_tokens, num_beams=self.num_beams, eos_token_id=stops,
                        pad_token_id=self.pad_id, decoder_start_token_id=self.start)
         rows = [row[1:] for row in out.tolist()]
-        return [row[:row.index(self.end)] if self.end in row else row for row in rows]
+        return [row[:next((i for i, t in enumerate(row) if t in stops), len(row))] for row in rows]
 
     def decode(self, records: list, examples: list, outputs: list) -> list:
         """The text of each record's generated ids (special tokens left out)."""

@@ -380,3 +380,13 @@ def test_the_python_call_accepts_and_refuses_as_the_command_s_options_do():
         quantize("a-folder")
     same = [quantize(model, seed=seed).state_dict() for seed in (1, np.int64(1))]
     assert all(torch.equal(same[0][k], same[1][k]) for k in same[0])
+
+
+def test_a_non_finite_token_table_is_refused_before_any_layer_is_swapped():
+    """NaN only in the token table, in place: the Linears had been swapped when the token table refused."""
+    model = tiny("bert-base", n_layers=1)
+    with torch.no_grad():
+        model.tokens.weight[3, 0] = float("nan")
+    with pytest.raises(ValueError, match="tokens.weight holds non-finite"):
+        quantize(model, inplace=True, alpha=None)
+    assert not any(isinstance(m, Int8Linear) for m in model.modules()) and not model.config.quantization

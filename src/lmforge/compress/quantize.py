@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 
+import torch
 from torch import nn
 
 from lmforge.compress.quantize_options import QuantizeOptions
@@ -61,6 +62,9 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     if calibration is not None and (mode != "dynamic" or alpha is None):
         raise OptionsError("calibration batches serve smoothing: dynamic mode with an alpha only",
                            "calibration")
+    tokens = not any(isinstance(m, LMHead) for m in model.modules())  # a tied head reads model.tokens.weight
+    if tokens and not bool(torch.isfinite(model.tokens.weight).all()):  # before any Linear is swapped
+        raise ValueError("tokens.weight holds non-finite values (NaN or inf), which int8 cannot hold")
     model = model if inplace else copy.deepcopy(model)
     kept = kept_fp32(model)
     per_layer = {}  # Linear name -> its smoothing factors
@@ -69,7 +73,6 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     swapped = swap_linears(model, mode, kept, smooth=per_layer)
     if not swapped:
         raise ValueError("the model has no Linear layers to quantise")
-    tokens = not any(isinstance(m, LMHead) for m in model.modules())  # a tied head reads model.tokens.weight
     if tokens:
         swap_tokens(model)
     record = {"mode": mode, "scheme": SCHEME, "kept_fp32": kept, "tokens": tokens}

@@ -11,6 +11,7 @@ from lmforge.objectives.denoising import (NOISES, document_rotation, infilling_s
                                           text_infilling)
 from lmforge.train import Trainer
 
+from tests.objectives.test_mlm import seed_outcomes
 from tests.objectives.test_prefix_lm import counting
 from tests.parity.helpers import transformers
 from tests.train.helpers import quick
@@ -133,3 +134,9 @@ def test_denoising_trains_bart(tmp_path):
     losses = [json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert sum(losses[-3:]) / 3 < 0.6 * sum(losses[:3]) / 3
     assert list(model.heads) == ["lm"]
+
+
+def test_a_seed_fixes_every_draw_and_different_seeds_noise_differently():
+    objective = _objective()
+    example = {"input_ids": [BOS, *TOKENS, *TOKENS, EOS]}
+    assert len(set(seed_outcomes(objective.corrupt, example))) == 20

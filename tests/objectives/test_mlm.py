@@ -122,3 +122,23 @@ def test_random_replacements_are_real_words_drawn_uniformly():
     assert set(seen) == set(range(99)) - {0, CLS, SEP, MASK}
     expected = sum(seen.values()) / len(seen)  # ~40 each over 95 ids
     assert all(abs(n - expected) < 5 * expected ** 0.5 for n in seen.values())
+
+
+def seed_outcomes(corrupt, example, n=20) -> list:
+    """corrupt(example, generator) for seeds 0..n-1, each checked to depend on its seed alone: the same
+    seed again, after the global RNG has moved, gives the same result."""
+    outcomes = []
+    for seed in range(n):
+        torch.manual_seed(1000 + seed)
+        out = corrupt(example, torch.Generator().manual_seed(seed))
+        torch.manual_seed(2000 + seed)
+        assert corrupt(example, torch.Generator().manual_seed(seed)) == out
+        outcomes.append(repr(out))
+    return outcomes
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_a_seed_fixes_every_draw_and_different_seeds_draw_different_masks(whole_word):
+    objective = _objective(whole_word=whole_word)
+    example = {**_corpus(1, 60)[0], "word_starts": [True] + [i % 2 == 0 for i in range(60)] + [True]}
+    assert len(set(seed_outcomes(objective.corrupt, example))) == 20

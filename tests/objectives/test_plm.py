@@ -8,6 +8,7 @@ from lmforge.cli import main
 from lmforge.objectives import PermutationLM
 from lmforge.objectives.plm import factorisation_order, permutation_masks
 from lmforge.train import Trainer
+from tests.objectives.test_mlm import seed_outcomes
 from tests.train.helpers import quick, toy_data
 
 CLS, SEP = 1, 2
@@ -155,3 +156,8 @@ def test_pretrain_plm_on_the_builtin_corpus(tmp_path, capsys):
     assert set(model.heads) == {"lm"} and model.config.position == "xl-relative"
     assert main(["pretrain", "--preset", "bert-tiny", "--objective", "plm", "--out", str(tmp_path / "x")]) == 2
     assert "plm" in capsys.readouterr().err
+
+
+def test_a_seed_fixes_every_draw_and_different_seeds_draw_different_orders():
+    objective = _objective(mem_len=0)
+    assert len(set(seed_outcomes(objective.corrupt, _example(40)))) == 20

@@ -10,6 +10,7 @@ from lmforge.objectives.spanbert import length_distribution
 from lmforge.train import Trainer
 from lmforge.train.log import read_metrics
 
+from tests.objectives.test_mlm import seed_outcomes
 from tests.train.helpers import quick
 
 MASK, CLS, SEP = 3, 1, 2
@@ -152,3 +153,8 @@ def test_bad_span_settings_are_refused():
         _objective(p=0.0)
     with pytest.raises(ValueError, match="max_words"):
         _objective(max_words=0)
+
+
+def test_a_seed_fixes_every_draw_and_different_seeds_draw_different_spans():
+    objective = _objective()
+    assert len(set(seed_outcomes(objective.corrupt, _corpus(1, 60)[0]))) == 20

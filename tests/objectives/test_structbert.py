@@ -10,6 +10,7 @@ from lmforge.objectives import IGNORE, StructuralMLM
 from lmforge.train import Trainer
 from lmforge.train.log import read_metrics
 
+from tests.objectives.test_mlm import seed_outcomes
 from tests.train.helpers import quick
 
 MASK, CLS, SEP = 3, 1, 2
@@ -163,3 +164,13 @@ def test_bad_wso_rate_and_missing_pairs_are_refused():
     batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(0)) for e in _corpus(2, 10)])
     with pytest.raises(ValueError, match="sso=False"):
         objective(batch)
+
+
+def test_a_seed_fixes_every_draw_and_different_seeds_shuffle_differently():
+    objective = _objective(sso=False, wso_rate=0.5)
+    outcomes = seed_outcomes(objective.corrupt, _corpus(1, 60)[0])
+    assert len(set(outcomes)) == 20
+    # the shuffles alone (the same masking, another trigram draw) differ too
+    wso = {repr(objective.corrupt(_corpus(1, 60)[0], torch.Generator().manual_seed(s))["wso_labels"])
+           for s in range(20)}
+    assert len(wso) == 20

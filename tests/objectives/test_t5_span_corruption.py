@@ -10,6 +10,7 @@ from lmforge.objectives.t5_span_corruption import (corrupt_spans, noise_counts, 
 from lmforge.tokenizer import train_tokenizer
 from lmforge.train import Trainer
 
+from tests.objectives.test_mlm import seed_outcomes
 from tests.objectives.test_prefix_lm import counting
 from tests.parity.helpers import transformers
 from tests.train.helpers import quick
@@ -174,3 +175,22 @@ def test_span_corruption_trains_an_encoder_decoder(tmp_path):
     assert list(model.heads) == ["lm"]
     with pytest.raises(ValueError, match="encoder-decoder"):
         SpanCorruption(lmforge.build(lmforge.tiny("gpt2")), SENTINELS, EOS)
+
+
+def test_a_seed_fixes_every_draw_and_different_seeds_draw_different_spans():
+    objective = _objective()
+    assert len(set(seed_outcomes(objective.corrupt, {"input_ids": list(range(10, 70))}))) == 20
+
+
+@pytest.mark.parametrize("final_sentinel", [True, False])
+def test_lengths_follow_t5s_arithmetic_at_every_length(final_sentinel):
+    objective = _objective(final_sentinel=final_sentinel)
+    for length in range(2, 120):
+        noise, spans = noise_counts(length, 0.15, 3.0)
+        tokens = list(range(1000, 1000 + length))  # apart from the sentinels 98, 97, ...
+        out = objective.corrupt({"input_ids": tokens}, torch.Generator().manual_seed(length))
+        # T5's inputs: kept tokens, one sentinel a span, </s>; targets: a sentinel and its span each, </s>
+        assert len(out["input_ids"]) == length - noise + spans + 1
+        assert len(out["labels"]) == noise + spans + 1 + final_sentinel
+        assert out["labels"][0] == 98 and out["labels"][-1] == EOS  # <extra_id_0> first, </s> last
+        assert [t for t in out["input_ids"] if t < 1000 and t != EOS] == list(range(98, 98 - spans, -1))  # descending

@@ -249,3 +249,17 @@ def test_each_logged_lr_is_the_one_its_steps_update_used(tmp_path):
     used = [cfg.lr * lr_factor(step, 2, 5, "linear") for step in range(5)]
     assert [r["lr"] for r in rows] == pytest.approx(used, rel=1e-5, abs=1e-12)  # 6 digits logged
     assert used == pytest.approx([0.0, 5e-4, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3])
+
+
+def test_evaluation_weighs_each_batch_by_its_examples(tmp_path):
+    # 10 held-out examples at batch_size 8: batches of 8 and 2. The mean of the two batch means gave the
+    # 2 examples as much weight as the 8 (the reference Trainer averages over examples)
+    data = toy_data()
+    trainer = Trainer(clm_objective(), data, quick(steps=1, batch_size=8, eval_every=1), tmp_path,
+                      eval_data=data[:10])
+    assert [len(b["input_ids"]) for b in trainer.eval_set] == [8, 2]
+    trainer.objective.eval()
+    with torch.no_grad():
+        losses = [float(trainer.objective(b).loss) for b in trainer.eval_set]
+    assert trainer.evaluate()["eval_loss"] == pytest.approx((8 * losses[0] + 2 * losses[1]) / 10, rel=1e-6)
+    assert abs(losses[0] - losses[1]) > 1e-3  # the weighting matters here

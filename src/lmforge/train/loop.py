@@ -290,15 +290,19 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Mean loss and metrics over the fixed evaluation batches."""
+        """Loss and metrics over the fixed evaluation batches, each batch's weighted by its examples."""
         self.module.eval()
-        totals: dict = {}
+        totals, rows = {}, 0
         for batch in self.eval_set:
+            # the reference Trainer's mean over examples: a short last batch (2 of 10 examples at
+            # batch_size 8) counts for its rows, not as much as a full batch
+            n = len(next(iter(batch.values())))
             with self._autocast():
                 out = self.module(to_device(batch, self.device))
             for k, v in {"loss": out.loss, **out.metrics}.items():
-                totals[k] = totals.get(k, 0.0) + float(v) / len(self.eval_set)
-        return {f"eval_{k}": dist.all_mean(v, self.device) for k, v in totals.items()}
+                totals[k] = totals.get(k, 0.0) + float(v) * n
+            rows += n
+        return {f"eval_{k}": dist.all_mean(v / rows, self.device) for k, v in totals.items()}
 
     def save(self) -> None:
         """Write a checkpoint of the current step (every rank joins; rank 0 writes)."""

@@ -16,8 +16,8 @@ def model(tmp_path, monkeypatch):
     (["--out", ""], "--out is empty"),
     (["--out", "afile"], "--out afile: exists and is not a folder"),
     (["--out", "model"], "is or holds the source model"),
-    (["--out", "o", "--step", "0"], "--step 0.0: a fraction of the heads masked per level, in (0, 1)"),
-    (["--out", "o", "--step", "1"], "--step 1.0: a fraction"),
+    (["--out", "o", "--step", "0"], "--step 0: a fraction of the heads masked per level, in (0, 1)"),
+    (["--out", "o", "--step", "1"], "--step 1: a fraction"),  # as typed, not 1.0
 ])
 def test_a_run_without_prune_refuses_bad_out_and_step_up_front(model, capsys, flags, words):
     assert main(["heads", "--model", "model", "--data", "missing.jsonl", "--task", "cls", *flags]) == 2
@@ -60,3 +60,12 @@ def test_heads_options_the_command_line_builds_are_the_ones_run_heads_gets():
     curve = options.curve()
     assert (curve.order, curve.step, curve.until, curve.seed) == ("importance", 0.25, 0.9, 7)
     assert curve.batch_size == 8
+
+
+@pytest.mark.parametrize("flag, typed", [("--until", "1e400"), ("--prune", "1e400"), ("--step", "-0.0")])
+def test_a_bad_number_is_quoted_as_typed_not_as_parsed(model, capsys, flag, typed):
+    """--until 1e400 was said as --until inf: the error quotes what the user wrote."""
+    assert main(["heads", "--model", "model", "--data", "missing.jsonl", "--task", "cls", "--out", "o", flag,
+                 typed]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag} {typed}: " in err and "inf" not in err, err

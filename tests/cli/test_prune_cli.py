@@ -213,7 +213,7 @@ def test_python_and_the_command_line_refuse_the_same_sparse_options_before_any_w
     assert refused.value.field == field
     assert _prune(tuned[0], tuned[1], tmp_path / "o", method, sparsity, "--train", str(tuned[1]), "--steps",
                   "2") == 2
-    assert f"--sparsity {float(sparsity)}: must be" in _one_line_error(capsys)
+    assert f"--sparsity {sparsity}: must be" in _one_line_error(capsys)  # as typed: 0, not 0.0
     assert not (tmp_path / "o").exists()  # not even prune_settings.json
 
 
@@ -288,3 +288,18 @@ def test_a_flag_wins_over_key_value_and_the_config_file(tuned, tmp_path, monkeyp
     with pytest.raises(Captured) as got:  # the file's steps set how often to validate, as --steps would
         _prune(model, dev, tmp_path / "b", "magnitude", "0.5", *extra)
     assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [20, 7, 5, 2]
+
+
+@pytest.mark.parametrize("method, extra, named", [
+    ("ffn", ["--sparsity", "1e400"], "--sparsity 1e400: must be"),
+    ("heads", ["--sparsity", "0"], "--sparsity 0: must be"),
+    ("movement", ["--sparsity", "0.5", "--train", "/missing.jsonl", "lr=0"], "lr must be"),
+    ("magnitude", ["--sparsity", "2", "--train", "/missing.jsonl"], "--sparsity 2: must be")])
+def test_a_bad_option_is_named_before_the_missing_model_or_files(tmp_path, monkeypatch, capsys, method, extra,
+                                                                 named):
+    monkeypatch.chdir(tmp_path)
+    assert main(["prune", "--model", "/missing", "--method", method, "--data", "/missing.jsonl", "--out", "o",
+                 *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "/missing" not in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -52,6 +52,24 @@ def bounded(kind: type, low, high):
     return parse
 
 
+class TypedInt(int):
+    """An int flag's value that keeps the text typed (.text): its error quotes 1e7, not 10000000."""
+
+
+class TypedFloat(float):
+    """A float flag's value that keeps the text typed (.text): its error quotes 1e400, not inf."""
+
+
+def as_typed(read):
+    """An argparse `type`: `read`'s number keeping its text (TypedInt, TypedFloat), for flag_error to quote."""
+    def parse(text: str):
+        kept = (TypedInt if isinstance(value := read(text), int) else TypedFloat)(value)
+        kept.text = text  # an options object stores Python's number (plain_number)
+        return kept
+    vars(parse).update({k: v for k, v in vars(read).items() if k == "bounds"})  # `bounded`'s, said in help
+    return parse
+
+
 def with_bounds(parser: argparse.ArgumentParser) -> None:
     """Every flag of `parser` and its sub-commands says its default and bounds (`said`), as the flags made
     from an options object do; and each sub-command knows its whole name (args.prog: "lmforge index
@@ -90,7 +108,7 @@ def flag_error(err, values: dict, words: dict | None = None, flags: dict | None 
     field = str(err.field)
     flag = (flags or {}).get(field, "--" + field.replace("_", "-"))
     rule = (words or {}).get(field) or re.sub(rf"^{re.escape(field)}(=\S+)?:?\s*", "", str(err).split(", got ")[0])
-    value = values.get(field)
+    value = getattr(values.get(field), "text", values.get(field))  # as typed (TypedFloat): 1e400, not inf
     return UsageError(f"{flag}: {rule}" if isinstance(value, bool) else f"{flag} {value}: {rule}")
 
 
@@ -131,8 +149,8 @@ def _value_flag(f, default, words: dict | None, bound: bool) -> tuple:
                         if value == default and type(value) is type(default)), default)
     choices = tuple(words) if words else meta["choices"]
     closed = None not in (meta["low"], meta["high"]) and not (meta["open_low"] or meta["open_high"])
-    reads = {"int": bounded(int, meta["low"], meta["high"]) if bound and closed else integer, "float": float,
-             "str": str}
+    reads = {"int": as_typed(bounded(int, meta["low"], meta["high"]) if bound and closed else integer),
+             "float": as_typed(float), "str": str}
     return ({"metavar": None if choices else f.name.upper(), "choices": choices,
              "type": str if words else reads[kind], "help": meta["help"]},
             meta.get("unset") if default is None else default, bounds_text(meta).strip())

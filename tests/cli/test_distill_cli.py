@@ -32,3 +32,15 @@ def test_a_flag_wins_over_key_value_which_wins_over_the_config_file(tmp_path, mo
     with pytest.raises(Captured) as got:  # the file's steps set how often to validate, as --steps would
         main([*base, str(tmp_path / "b")])
     assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [20, 7, 5, 2]
+
+
+@pytest.mark.parametrize("extra, named", [(["temperature=-1"], "temperature must be"), (["lr=0"], "lr must be"),
+                                          (["--student-layers", "0"], "--student-layers 0")])
+def test_a_bad_option_is_named_before_the_missing_teacher_or_files(tmp_path, monkeypatch, capsys, extra,
+                                                                  named):
+    monkeypatch.chdir(tmp_path)
+    assert main(["distill", "--teacher", "/missing", "--train", "/missing.jsonl", "--data", "/missing.jsonl",
+                 "--out", "o", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "/missing" not in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -97,3 +97,12 @@ def test_the_other_jobs_key_values_are_listed_with_their_bounds(kind, keys, caps
         assert lines[key].endswith(bounds_text(meta[key])), (kind, key)
     assert not {"student", "student_layers", "method", "sparsity"} & set(lines)  # flags, not key=value
     assert (kind == "probe") == ("steps" not in lines)  # the training options of the jobs that take them
+
+
+@pytest.mark.parametrize("command", ["distill", "prune", "retrieve"])
+def test_a_commands_help_lists_its_key_value_options_as_lmforge_options_does(command, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--help"])
+    assert stop.value.code == 0
+    helped = capsys.readouterr().out
+    assert options_text(command) in helped and "key=value options, with their defaults:" in helped

@@ -226,3 +226,20 @@ def test_retrieve_train_flags_win_over_key_value_and_the_config_file(tiny, tmp_p
     with pytest.raises(Captured) as got:  # no flag given: the file's, not the flag's default (seed 0)
         main([*base, str(tmp_path / "b")])
     assert (got.value.args[0].steps, got.value.args[0].seed, got.value.args[0].warmup) == (2, 7, 5)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["retrieve", "--index", "/missing", "--query", "q", "--candidates", "-1"], "--candidates -1: "),
+    (["retrieve", "--index", "/missing", "--query", "q", "--k", "1e7"], "--k 1e7: "),
+    (["index", "build", "--passages", "/missing", "--out", "o", "--words", "0"], "--words 0: "),
+    (["index", "build", "--passages", "/missing", "--out", "o", "max_length=1"], "max_length must be"),
+    (["retrieve", "train", "--questions", "/missing", "--out", "o", "temperature=0"], "temperature must be"),
+    (["retrieve", "ict", "--passages", "/missing", "--out", "o", "pooling=cls"], "takes no encoder options"),
+])
+def test_a_bad_option_is_named_before_any_missing_file(tmp_path, monkeypatch, capsys, args, named):
+    """retrieve --index /missing --candidates -1 named the missing index: options are checked first."""
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "/missing" not in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -4,7 +4,7 @@ The options are the fields of TrainConfig (training), TaskConfig (fine-tuning) a
 preset's architecture), each declared with its help (lmforge.config.option), and the pretraining
 recipe's own (RECIPE: train.pretrain_options.RecipeOptions); this module only lists them, so a new
 field is listed the moment it is declared. `options_epilog` gives the same list for a sub-command's
---help.
+--help (pretrain, finetune, distill, prune, retrieve and its sub-commands).
 """
 from __future__ import annotations
 
@@ -67,16 +67,17 @@ def option_lines(options) -> list:
     return [f"  {key:{width}s}  {text}".rstrip() for key, text in listed]
 
 
-def options_text(kind: str | None = None) -> str:
-    """The listing of `lmforge options KIND` (every section without a kind)."""
-    sections = SECTIONS[kind] if kind else ALL
+def options_text(kind: str | None = None, sections: tuple | None = None) -> str:
+    """The listing of `lmforge options KIND` (every section without a kind; sections: these ones)."""
+    sections = sections if sections is not None else SECTIONS[kind] if kind else ALL
     return "\n\n".join("\n".join([f"{title}:", *option_lines(cls)]) for title, cls in sections)
 
 
-def options_epilog(kind: str) -> str:
-    """The key=value options of a `pretrain` or `finetune` command for its --help (needs
-    formatter_class=argparse.RawDescriptionHelpFormatter to keep its lines)."""
-    return f"key=value options, with their defaults:\n\n{options_text(kind)}"
+def options_epilog(kind: str | None = None, sections: tuple | None = None) -> str:
+    """The key=value options of a command (its SECTIONS kind, or these sections) for its --help, as `lmforge
+    options KIND` lists them (needs formatter_class=argparse.RawDescriptionHelpFormatter to keep its
+    lines)."""
+    return f"key=value options, with their defaults:\n\n{options_text(kind, sections)}"
 
 
 def cmd_options(args) -> None:

@@ -37,10 +37,12 @@ RESUME_HELP = "continue the newest checkpoint in --out"
 
 
 def _options(args) -> tuple:
-    """(TrainConfig fields, EncoderOptions fields) from --config and key=value."""
+    """(TrainConfig fields, EncoderOptions fields) from --config and key=value; each encoder field's type and
+    bounds checked here, before any file is looked at (with a model's saved options: BiEncoder.from_dir)."""
     from dataclasses import fields
 
     from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.config.options import checked_as
     from lmforge.retrieval.dpr import EncoderOptions
     from lmforge.train import TrainConfig
 
@@ -50,7 +52,8 @@ def _options(args) -> tuple:
     if unknown:
         raise UsageError(f"unknown option(s) {unknown}: training options or {', '.join(sorted(encoder_keys))}")
     return ({k: v for k, v in options.items() if k in train_keys},
-            {k: v for k, v in options.items() if k in encoder_keys})
+            {k: checked_as(EncoderOptions, k, v) for k, v in options.items()
+             if k in encoder_keys})
 
 
 def cmd_index_build(args) -> None:
@@ -61,14 +64,14 @@ def cmd_index_build(args) -> None:
     from lmforge.config.options import OptionsError
     from lmforge.retrieval.jobs import build_index_dir
 
+    index = job_options(args, IndexOptions)  # the options first: a bad one costs no file look-up
+    train, encoder = _options(args)
+    if train:
+        raise UsageError(f"index build takes no training options ({sorted(train)})")
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
                      writes=("passages.jsonl", "bm25", "dense", "index.json"))
     refuse_nested(args.out, ("--passages", args.passages))  # a later build would index this one's files
     check_source("--passages", args.passages)
-    index = job_options(args, IndexOptions)
-    train, encoder = _options(args)
-    if train:
-        raise UsageError(f"index build takes no training options ({sorted(train)})")
     try:
         summary = build_index_dir(args.out, args.passages, args.model, args.seed, index, not args.quiet,
                                   **encoder)
@@ -87,11 +90,13 @@ def cmd_query(args) -> None:
 
     if not args.index or not args.query:
         raise UsageError("give --index DIR and --query TEXT (or a sub-command: train, reader, realm, ict)")
+    options = job_options(args, QueryOptions, prefix=QUERY)  # the flags first: a bad one costs no look-up
+    if args.query_candidates is not None and not args.rerank:
+        raise UsageError("--candidates: give --rerank DIR too (the candidates are what it re-orders)")
     if not (Path(args.index) / "passages.jsonl").is_file():
         raise UsageError(f"--index {args.index}: no such index (no passages.jsonl; build one with "
                          f"lmforge index build)")
     _check_rerank(args)
-    options = job_options(args, QueryOptions, prefix=QUERY)
     try:
         results = query_index(args.index, args.query, options, args.query_model, args.reader, args.rerank)
     except OptionsError as err:  # a request query_index refused, said as its flag (--k 2000, not k=2000)
@@ -117,11 +122,9 @@ def check_source(flag: str, given: str | None, named: tuple = ("builtin",), fold
 
 
 def _check_rerank(args) -> None:
-    """--rerank names a reranker directory, and --candidates needs it (their bounds: QueryOptions)."""
+    """--rerank names a reranker directory (--candidates' bounds and need of it: cmd_query, before)."""
     from lmforge.tasks.finetune import task_info
 
-    if args.query_candidates is not None and not args.rerank:
-        raise UsageError("--candidates: give --rerank DIR too (the candidates are what it re-orders)")
     if args.rerank is None:
         return
     if not Path(args.rerank).is_dir():
@@ -132,11 +135,20 @@ def _check_rerank(args) -> None:
                          f"train one with lmforge finetune --task rerank)")
 
 
-def _train_config(args) -> tuple:
-    """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values)."""
+def _train_config(args, command: str | None = None) -> tuple:
+    """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values); command: a
+    sub-command that takes no encoder options (a UsageError naming them if given)."""
     from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_nested, refuse_overwrite
     from lmforge.train import TrainConfig
 
+    before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
+    if before:
+        raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "
+                         f"(retrieve {args.action} --k N)")
+    train, encoder = _options(args)  # the options first: a bad one costs no file look-up
+    cfg = TrainConfig.from_dict({"seed": 0, **train, **given_flags(args, "steps", "seed")})  # a flag wins
+    if command and encoder:
+        raise UsageError(f"retrieve {command} takes no encoder options ({sorted(encoder)})")
     check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
     check_source("--passages", args.passages)  # the inputs' kinds first: a folder given for a file is that
     refuse_overwrite(args.out, ("--model", args.model), ("--questions", getattr(args, "questions", None)),
@@ -147,23 +159,12 @@ def _train_config(args) -> tuple:
     refuse_nested(args.out, ("--passages", args.passages))
     if getattr(args, "retriever", None) is not None:  # before training (it failed after it)
         existing_model("--retriever", args.retriever)
-    before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
-    if before:
-        raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "
-                         f"(retrieve {args.action} --k N)")
-    train, encoder = _options(args)
-    flags = given_flags(args, "steps", "seed")
-    return TrainConfig.from_dict({"seed": 0, **train, **flags}), encoder  # a flag wins: key=value, --config
+    return cfg, encoder
 
 
 def _training_only(args, command: str):
     """TrainConfig for a sub-command that takes no encoder options (UsageError naming them if given)."""
-    from lmforge.cli.common import UsageError
-
-    cfg, encoder = _train_config(args)
-    if encoder:
-        raise UsageError(f"retrieve {command} takes no encoder options ({sorted(encoder)})")
-    return cfg
+    return _train_config(args, command)[0]
 
 
 def _run_arguments(parser, questions_help: str) -> None:
@@ -226,16 +227,11 @@ def cmd_ict(args) -> None:
 
 
 def _epilog(with_training: bool, encoder: bool = True) -> str:
-    """The key=value options (name=default, help) for --help: training ones, encoder ones, or both."""
-    from lmforge.cli.options import option_lines
-    from lmforge.retrieval.dpr import EncoderOptions
-    from lmforge.train import TrainConfig
+    """The key=value options (name=default, help) for --help: training ones, encoder ones, or both, as
+    `lmforge options retrieve` lists them."""
+    from lmforge.cli.options import ENCODER, TRAINING, options_epilog
 
-    parts = ["encoder options:", *option_lines(EncoderOptions)] if encoder else []  # help: EncoderOptions
-    if with_training:
-        training = ["training options (TrainConfig):", *option_lines(TrainConfig)]
-        parts = training + ([""] + parts if parts else [])
-    return "key=value options, with their defaults:\n\n" + "\n".join(parts)
+    return options_epilog(sections=((TRAINING,) if with_training else ()) + ((ENCODER,) if encoder else ()))
 
 
 # options that are switches on the command line, said as the opposite of their default (True)
@@ -326,10 +322,12 @@ def add_parsers(sub) -> None:
     """Add the index and retrieve sub-commands to the `lmforge` parser."""
     import argparse
 
+    from lmforge.cli.options import options_epilog
+
     _index_parser(sub, argparse)
     p = sub.add_parser("retrieve", help="query an index, or train a retriever or reader (retrieve train, "
-                       "reader, realm, ict)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       "reader, realm, ict)", description=__doc__, epilog=options_epilog("retrieve"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", help="index directory (lmforge index build)")
     p.add_argument("--query", action="append", help="a question (repeat for several)")
     said(p.add_argument("--model", dest="query_model", metavar="DIR", help="query encoder"),

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from lmforge.train.data import StepBatches
+from lmforge.train.data import StepBatches, eval_batches
 
 
 class Noise:
@@ -79,3 +79,32 @@ def test_the_data_fingerprint_sees_content_and_order_and_samples_a_lazy_view():
     seen = data_fingerprint(lazy)
     assert seen["sampled"] == lazy.read == SAMPLED and seen["examples"] == 10 * SAMPLED
     assert data_fingerprint(Lazy(10 * SAMPLED + 1))["sha256"] != seen["sha256"]
+
+
+class Counted(Noise):
+    """Noise that counts its corruptions and collates a batch into a list."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def corrupt(self, example: dict, generator: torch.Generator) -> dict:
+        self.made += 1
+        return super().corrupt(example, generator)
+
+    def collate(self, examples: list) -> dict:
+        return {"rows": examples}
+
+
+def test_the_evaluation_set_is_made_a_batch_at_a_time_and_the_same_each_time():
+    # all eval_batches x batch_size examples were corrupted and collated before the first step
+    objective = Counted()
+    data = [{"index": i} for i in range(10 ** 6)]
+    held = eval_batches(data, objective, batch_size=4, n_batches=100_000, seed=1)
+    assert objective.made == 0 and len(held) == 100_000
+    assert held[0] == held[0] and objective.made == 8  # one batch each read, drawn alike
+    assert [r["index"] for r in held[99_999]["rows"]] == list(range(399_996, 400_000))
+    short = eval_batches(data[:10], objective, batch_size=4, n_batches=8, seed=1)
+    assert [len(b["rows"]) for b in short] == [4, 4, 2]
+    assert short[0]["rows"] != eval_batches(data, objective, 4, 8, seed=2)[0]["rows"]  # the seed decides
+    with pytest.raises(IndexError):
+        short[3]

@@ -129,9 +129,29 @@ class StepBatches:
         return self.objective.collate([self.example(p) for p in range(start, start + self.batch_size)])
 
 
-def eval_batches(dataset, objective, batch_size: int, n_batches: int, seed: int) -> list:
+class EvalBatches:
     """A fixed evaluation set: the first examples of the data, corrupted the same way every time."""
-    n = min(len(dataset), batch_size * n_batches)
-    examples = [objective.corrupt(dataset[i], torch.Generator().manual_seed(derive_seed(seed, i, 2)))
-                for i in range(n)]
-    return [objective.collate(examples[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+    def __init__(self, dataset, objective, batch_size: int, n_batches: int, seed: int) -> None:
+        # made a batch at a time as it is read: all eval_batches x batch_size examples at once (up to
+        # 100,000 x 65,536 of a large held-out corpus) were built before the first step, past any memory
+        self.dataset, self.objective, self.batch_size, self.seed = dataset, objective, batch_size, seed
+        self.examples = min(len(dataset), batch_size * n_batches)
+
+    def __len__(self) -> int:
+        return -(-self.examples // self.batch_size)
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self):
+            raise IndexError(f"evaluation batch {i} of {len(self)}")
+        rows = range(i * self.batch_size, min(self.examples, (i + 1) * self.batch_size))
+        return self.objective.collate([self.objective.corrupt(
+            self.dataset[j], torch.Generator().manual_seed(derive_seed(self.seed, j, 2))) for j in rows])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def eval_batches(dataset, objective, batch_size: int, n_batches: int, seed: int) -> EvalBatches:
+    """The fixed evaluation set of `n_batches` batches (fewer where the data is short), made as read."""
+    return EvalBatches(dataset, objective, batch_size, n_batches, seed)

@@ -51,20 +51,7 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
     given = {"mode": mode, "alpha": alpha, "seed": seed}  # checked as the command's flags are
     checked = QuantizeOptions(**{k: coerce(QuantizeOptions, k, v, from_text=False) for k, v in given.items()})
     mode, alpha, seed = checked.mode, checked.alpha, checked.seed  # np.int64(1) -> 1, as Python's other faces
-    if not isinstance(getattr(model, "_orig_mod", model), Transformer):  # torch.compile's wraps one
-        raise OptionsError(f"model must be a model (lmforge.load(DIR) reads one), got {type(model).__name__}",
-                           "model")
-    _check_batches(calibration)
-    if model.config.quantization:
-        raise ValueError(f"the model is already int8-quantised ({model.config.quantization['mode']})")
-    if model.config.architecture == "elmo":
-        raise ValueError("ELMo (a biLSTM) has no Transformer Linears to quantise this way")
-    if calibration is not None and (mode != "dynamic" or alpha is None):
-        raise OptionsError("calibration batches serve smoothing: dynamic mode with an alpha only",
-                           "calibration")
-    tokens = not any(isinstance(m, LMHead) for m in model.modules())  # a tied head reads model.tokens.weight
-    if tokens and not bool(torch.isfinite(model.tokens.weight).all()):  # before any Linear is swapped
-        raise ValueError("tokens.weight holds non-finite values (NaN or inf), which int8 cannot hold")
+    tokens = _quantisable(model, mode, alpha, calibration)
     model = model if inplace else copy.deepcopy(model)
     kept = kept_fp32(model)
     per_layer = {}  # Linear name -> its smoothing factors
@@ -82,6 +69,26 @@ def quantize(model: Transformer, mode: str = "dynamic", inplace: bool = False, a
         record["smoothing"] = {"alpha": alpha, "calibration": origin, "layers": smoothed}
     model.config = model.config.replace(quantization=record)
     return model.eval()
+
+
+def _quantisable(model, mode: str, alpha, calibration) -> bool:
+    """Whether the token table is quantised too (not where a tied LM head reads it), after a ValueError or
+    OptionsError for a model or calibration `quantize` cannot take, raised before any layer is swapped."""
+    if not isinstance(getattr(model, "_orig_mod", model), Transformer):  # torch.compile's wraps one
+        raise OptionsError(f"model must be a model (lmforge.load(DIR) reads one), got {type(model).__name__}",
+                           "model")
+    _check_batches(calibration)
+    if model.config.quantization:
+        raise ValueError(f"the model is already int8-quantised ({model.config.quantization['mode']})")
+    if model.config.architecture == "elmo":
+        raise ValueError("ELMo (a biLSTM) has no Transformer Linears to quantise this way")
+    if calibration is not None and (mode != "dynamic" or alpha is None):
+        raise OptionsError("calibration batches serve smoothing: dynamic mode with an alpha only",
+                           "calibration")
+    tokens = not any(isinstance(m, LMHead) for m in model.modules())  # a tied head reads model.tokens.weight
+    if tokens and not bool(torch.isfinite(model.tokens.weight).all()):  # in place, the model stays whole
+        raise ValueError("tokens.weight holds non-finite values (NaN or inf), which int8 cannot hold")
+    return tokens
 
 
 def _check_batches(calibration) -> None:

@@ -44,9 +44,7 @@ __all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "check_resumable", 
 
 def resolve_device(name: str) -> torch.device:
     """'auto' -> cuda when available, else cpu."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
 
 
 class Trainer:
@@ -294,14 +292,12 @@ class Trainer:
         self.module.eval()
         totals, rows = {}, 0
         for batch in self.eval_set:
-            # the reference Trainer's mean over examples: a short last batch (2 of 10 examples at
-            # batch_size 8) counts for its rows, not as much as a full batch
-            n = len(next(iter(batch.values())))
             with self._autocast():
                 out = self.module(to_device(batch, self.device))
+            # the reference Trainer's mean over examples: a short last batch counts for its rows alone
+            rows += (n := len(next(iter(batch.values()))))
             for k, v in {"loss": out.loss, **out.metrics}.items():
                 totals[k] = totals.get(k, 0.0) + float(v) * n
-            rows += n
         return {f"eval_{k}": dist.all_mean(v / rows, self.device) for k, v in totals.items()}
 
     def save(self) -> None:

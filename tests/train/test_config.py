@@ -86,3 +86,14 @@ def test_a_warmup_as_long_as_the_run_is_said_in_one_line(warmup, steps, said):
         assert notes[0].startswith(f"note: warmup={warmup} ") and f"steps={steps}" in notes[0]
         assert said in notes[0]
         assert "\n" not in notes[0]
+
+
+@pytest.mark.parametrize("every,steps,evaluates,said", [
+    (50, 20, True, "eval_every=50 > steps=20: nothing is evaluated during this run"),
+    (5, 20, False, "eval_every=5 but the run has no held-out data (eval_data) nor evaluator"),
+    (20, 20, True, None), (5, 20, True, None), (0, 20, False, None)])
+def test_an_eval_every_that_evaluates_nothing_is_said_in_one_line(every, steps, evaluates, said):
+    from lmforge.train.config import run_notes
+
+    notes = run_notes(TrainConfig(steps=steps, warmup=0, eval_every=every), 100, evaluates=evaluates)
+    assert notes == [] if said is None else len(notes) == 1 and said in notes[0] and "\n" not in notes[0]

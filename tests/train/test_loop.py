@@ -263,3 +263,15 @@ def test_evaluation_weighs_each_batch_by_its_examples(tmp_path):
         losses = [float(trainer.objective(b).loss) for b in trainer.eval_set]
     assert trainer.evaluate()["eval_loss"] == pytest.approx((8 * losses[0] + 2 * losses[1]) / 10, rel=1e-6)
     assert abs(losses[0] - losses[1]) > 1e-3  # the weighting matters here
+
+
+def test_a_trainer_says_when_its_eval_every_evaluates_nothing(tmp_path):
+    said = []
+    Trainer(clm_objective(), toy_data(8), quick(steps=1, warmup=0, eval_every=1), tmp_path / "a",
+            log=said.append).fit()
+    assert [line for line in said if "eval_every" in line] == [
+        "note: eval_every=1 but the run has no held-out data (eval_data) nor evaluator: nothing is evaluated"]
+    said.clear()
+    Trainer(clm_objective(), toy_data(8), quick(steps=1, warmup=0, eval_every=1), tmp_path / "b",
+            eval_data=toy_data(4), log=said.append).fit()
+    assert not [line for line in said if "eval_every" in line]

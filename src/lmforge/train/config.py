@@ -94,10 +94,12 @@ class TrainConfig:
         return dataclasses.replace(self, steps=steps, epochs=None), line
 
 
-def run_notes(cfg: TrainConfig, examples: int, duplication: int = 0, world: int = 1) -> list:
+def run_notes(cfg: TrainConfig, examples: int, duplication: int = 0, world: int = 1,
+              evaluates: bool = True) -> list:
     """Lines a run logs at its start on settings that do not do what they seem to (not errors): static
-    masking's `duplication` copies outnumbering the run's epochs over `examples`; a warm-up as long as it."""
-    notes = []
+    masking's `duplication` copies outnumbering the run's epochs over `examples`; a warm-up as long as it;
+    an eval_every that evaluates nothing (past the run's steps, or without held-out data or evaluator)."""
+    notes = _eval_notes(cfg, evaluates)
     epochs = cfg.steps * cfg.batch_size * cfg.accumulation * world / max(1, examples)
     if duplication and duplication >= epochs:
         notes.append(f"warning: duplication={duplication} is not below the {epochs:.2f} epochs of this run: "
@@ -111,6 +113,18 @@ def run_notes(cfg: TrainConfig, examples: int, duplication: int = 0, world: int 
         notes.append(f"note: warmup={cfg.warmup} = steps={cfg.steps} - 1: the learning rate rises for the "
                      f"whole run and reaches lr={cfg.lr:g} at its last step only (no decay)")
     return notes
+
+
+def _eval_notes(cfg: TrainConfig, evaluates: bool) -> list:
+    """run_notes' lines on an eval_every that never evaluates (the reference Trainer refuses the second)."""
+    if not cfg.eval_every:
+        return []
+    if not evaluates:
+        return [f"note: eval_every={cfg.eval_every} but the run has no held-out data (eval_data) nor "
+                f"evaluator: nothing is evaluated"]
+    if cfg.eval_every > cfg.steps:
+        return [f"note: eval_every={cfg.eval_every} > steps={cfg.steps}: nothing is evaluated during this run"]
+    return []
 
 
 # what decides a run's data order, its updates and its schedule: a resumed run keeps the run's values

@@ -322,9 +322,9 @@ class Trainer:
         if self.world > 1:
             torch.distributed.barrier()
 
-    def _warn(self) -> None:
-        """Log (rank 0) what run_notes says of this run's settings."""
-        for line in run_notes(self.cfg, len(self._data[0]), self._data[2], self.world) if self.main else ():
+    def _warn(self) -> None:  # rank 0 logs what run_notes says of this run's settings
+        for line in run_notes(self.cfg, len(self._data[0]), self._data[2], self.world,
+                              bool(self.eval_set) or self.evaluator is not None) if self.main else ():
             self.log(line)
 
     def fit(self, resume: bool = False, final_files: tuple = ()):

@@ -97,3 +97,13 @@ def test_an_eval_every_that_evaluates_nothing_is_said_in_one_line(every, steps, 
 
     notes = run_notes(TrainConfig(steps=steps, warmup=0, eval_every=every), 100, evaluates=evaluates)
     assert notes == [] if said is None else len(notes) == 1 and said in notes[0] and "\n" not in notes[0]
+
+
+def test_the_help_says_how_accumulation_averages_and_where_eps_departs_from_torchs_default():
+    # 8 x 2 is 16's update only where the micro-batches hold as many loss targets (test_loop's reference
+    # loop divides each micro-batch's mean by accumulation); eps=1e-6 is BERT's, not AdamW's 1e-8
+    import dataclasses
+
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
+    assert "mean of the micro-batches' mean losses" in helps["accumulation"]
+    assert "1e-8" in helps["eps"] and TrainConfig().eps == 1e-6

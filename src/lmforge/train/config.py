@@ -26,14 +26,19 @@ class TrainConfig:
     epochs: Optional[float] = option(None, "passes over the training set, instead of steps (e.g. 3 or 0.5)",
                                      low=0, high=10_000, open_low=True)
     batch_size: int = option(32, "examples per micro-batch per process", low=1, high=65536)
+    # each micro-batch's loss is its objective's mean (over its masked tokens, next tokens, examples), and
+    # the step's loss the mean of those: with micro-batches of unequal target counts (MLM, padded text)
+    # the update is not one big batch's mean over targets (the reference Trainer's num_items_in_batch)
     accumulation: int = option(1, "micro-batches per optimiser step (global batch = batch_size x "
-                                  "accumulation x processes)", low=1, high=4096)
+                                  "accumulation x processes); the step's loss is the mean of the "
+                                  "micro-batches' mean losses, each counting alike", low=1, high=4096)
     lr: float = option(1e-4, "peak learning rate (AdamW)", low=0, high=10, open_low=True)
     weight_decay: float = option(0.01, "AdamW's decoupled weight decay (not on biases and norms)",
                                  low=0, high=10)
     betas: tuple = option((0.9, 0.999), "AdamW's (beta1, beta2)", items=Items("float", 2, min_items=2), low=0,
                           high=1, open_high=True)
-    eps: float = option(1e-6, "AdamW's epsilon", low=0, high=1, open_low=True)
+    eps: float = option(1e-6, "AdamW's epsilon (BERT's 1e-6; torch's and the reference Trainer's default "
+                              "is 1e-8)", low=0, high=1, open_low=True)
     warmup: int = option(100, "steps of linear warm-up from 0 to lr", low=0, high=MAX_STEPS)
     schedule: str = option("linear", f"decay after warm-up: {' | '.join(SCHEDULES)}", choices=SCHEDULES)
     min_lr_ratio: float = option(0.0, "the decay ends at lr x this", low=0, high=1)

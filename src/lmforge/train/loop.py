@@ -1,13 +1,13 @@
 """The one training loop: any objective, one process or many, resumable exactly.
 
-Each optimiser step: reseed dropout from (seed, step, rank); run `accumulation`
-micro-batches (gradient all-reduce only on the last); clip; AdamW; schedule. The step's loss and
-whether it and the updated weights are finite stay on the device (train/speed.py): the host reads
-them only at a logged, evaluated, saved or last step, so a CUDA step never waits for the GPU; a
+Each optimiser step: reseed dropout from (seed, step, rank); run `accumulation` micro-batches (all-reduce
+on the last; each one's mean loss counts alike: config.accumulation); clip; AdamW; schedule. The step's
+loss and whether it and the updated weights are finite stay on the device (train/speed.py): the host
+reads them only at a logged, evaluated, saved or last step, so a CUDA step never waits for the GPU; a
 non-finite loss or weight then stops the run, naming the first bad step. Rank 0 logs and writes
-checkpoints. A stop writes nothing (every save follows a read): every checkpoint and the final
-model hold finite weights. A resume continues the newest checkpoint that passes its
-checksums, with the run's model, objective and schedule (see config.RUN_OPTIONS).
+checkpoints. A stop writes nothing (every save follows a read): every checkpoint and the final model hold
+finite weights. A resume continues the newest checkpoint that passes its checksums, with the run's model,
+objective and schedule (see config.RUN_OPTIONS).
 """
 from __future__ import annotations
 

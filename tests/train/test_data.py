@@ -45,6 +45,7 @@ def test_static_masking_with_more_copies_than_epochs_is_said(tmp_path):
     trainer._data = ([{"index": i} for i in range(8)], None, 10, None)
     cfg = TrainConfig(steps=4, batch_size=4, warmup=0)  # no warm-up note: only the duplication's
     trainer.cfg, trainer.world, trainer.rank, trainer.log = cfg, 1, 0, lines.append
+    trainer.eval_set, trainer.evaluator = [], None
     trainer._warn()  # 4 x 4 / 8 = 2 epochs < 10 copies
     assert lines and "duplication=10" in lines[0] and "2.00 epochs" in lines[0]
     trainer._data = ([{"index": i} for i in range(8)], None, 1, None)

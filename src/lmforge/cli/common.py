@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from lmforge.config import ConfigError, ModelConfig, options
+from lmforge.cli.flag_types import as_typed, bounded, integer
+from lmforge.config import ConfigError, ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS
@@ -29,45 +30,6 @@ def given_flags(args, *names: str) -> dict:
     same options from --config and key=value: a flag wins."""
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 MAX_CONFIG_BYTES = 1 << 20  # a --config file of key: value options; /dev/zero or a 100 MB file: refused
-
-
-def integer(text: str) -> int:
-    """An argparse `type`: an integer's text as the options objects read it ("3.0", "1e3" too)."""
-    return options.int_text(text)
-
-
-def bounded(kind: type, low, high):
-    """An argparse `type`: a `kind` (int or float; an int's text as coerce reads it, "3.0" too) in [low,
-    high]; else argparse's one-line error naming the flag and the bounds (-1 is no count, NaN no size)."""
-    def parse(text: str):
-        try:
-            value = options.int_text(text) if kind is int else kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} in "
-                                             f"[{low}, {high}], got {text!r}") from None
-        if not low <= value <= high:  # NaN fails this too
-            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text}")
-        return value
-    parse.bounds = (low, high)  # said in the flag's help (cli.build_parser: with_bounds)
-    return parse
-
-
-class TypedInt(int):
-    """An int flag's value that keeps the text typed (.text): its error quotes 1e7, not 10000000."""
-
-
-class TypedFloat(float):
-    """A float flag's value that keeps the text typed (.text): its error quotes 1e400, not inf."""
-
-
-def as_typed(read):
-    """An argparse `type`: `read`'s number keeping its text (TypedInt, TypedFloat), for flag_error to quote."""
-    def parse(text: str):
-        kept = (TypedInt if isinstance(value := read(text), int) else TypedFloat)(value)
-        kept.text = text  # an options object stores Python's number (plain_number)
-        return kept
-    vars(parse).update({k: v for k, v in vars(read).items() if k == "bounds"})  # `bounded`'s, said in help
-    return parse
 
 
 def with_bounds(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,9 @@ import torch
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import (IGNORE, Loss, Objective, labelled, token_loss, tokenizer_mask,
-                                     tokenizer_pad, tokenizer_specials, top1_accuracy, within)
+from lmforge.objectives.base import (IGNORE, Loss, Objective, labelled, predictions, token_loss,
+                                     tokenizer_mask, tokenizer_pad, tokenizer_specials, top1_accuracy,
+                                     within)
 from lmforge.objectives.registry import ObjectiveSpec, register
 
 
@@ -51,7 +52,8 @@ def words(example: dict, candidates: list) -> list:
 def real_tokens(vocab_size: int, never: set) -> torch.Tensor:
     """The ids 0..vocab_size-1 less `never` (the special tokens and [MASK]): what a random replacement
     draws from, so it puts a word where a word was, never a [SEP], [PAD] or [MASK] mid-text."""
-    keep = torch.ones(vocab_size, dtype=torch.bool)
+    keep = torch.ones(vocab_size, dtype=torch.bool, device="cpu")  # drawn on the data side, even where
+    # the model is built on the meta device (the bake-off's dry plan)
     keep[[i for i in never if 0 <= i < vocab_size]] = False
     return keep.nonzero().squeeze(-1)
 
@@ -119,7 +121,7 @@ class MaskedLM(Objective):
         # a batch without a selected position (very short texts) contributes nothing, not NaN
         loss = token_loss(logits, target)
         accuracy = top1_accuracy(logits, target)
-        return Loss(loss, {"mlm_accuracy": accuracy.detach()})
+        return Loss(loss, {"mlm_accuracy": accuracy.detach()}, predictions(target))
 
     def forward(self, batch: dict) -> Loss:
         """Masked LM loss of a padded batch."""

@@ -126,8 +126,8 @@ def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and named in err[0], (extra, err)
     assert main(["distill", "--teacher", str(tmp_path), "--train", str(teacher_dir / "train.jsonl"),
-                 "--out", str(tmp_path / "y")]) == 2
-    assert "task.json" in capsys.readouterr().err
+                 "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "y")]) == 2
+    assert "task.json" in capsys.readouterr().err  # a teacher that is no fine-tuned model
 
 
 def _refused(argv, capsys) -> str:

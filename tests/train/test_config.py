@@ -100,10 +100,10 @@ def test_an_eval_every_that_evaluates_nothing_is_said_in_one_line(every, steps, 
 
 
 def test_the_help_says_how_accumulation_averages_and_where_eps_departs_from_torchs_default():
-    # 8 x 2 is 16's update only where the micro-batches hold as many loss targets (test_loop's reference
-    # loop divides each micro-batch's mean by accumulation); eps=1e-6 is BERT's, not AdamW's 1e-8
+    # a token-level loss weighs every target of the step alike (test_loop's reference loop weighs each
+    # micro-batch's mean by its targets); eps=1e-6 is BERT's, not AdamW's 1e-8
     import dataclasses
 
     helps = {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
-    assert "mean of the micro-batches' mean losses" in helps["accumulation"]
+    assert "weighs every target of the step alike" in helps["accumulation"]
     assert "1e-8" in helps["eps"] and TrainConfig().eps == 1e-6

@@ -207,7 +207,8 @@ def test_a_warmup_as_long_as_the_run_is_said_in_one_line_at_its_start(tmp_path):
 
 def test_steps_are_a_loop_of_torch_adamw_and_the_reference_schedule(tmp_path):
     # warm-up then linear decay, decoupled decay but not on biases and norms (the reference Trainer's
-    # name rule), clipping of the global norm before the step, accumulation as the mean over micro-batches
+    # name rule), clipping of the global norm before the step, accumulation as the mean over the step's
+    # masked tokens (num_items_in_batch: the micro-batches hold unequal numbers of them)
     transformers = pytest.importorskip("transformers")
     from transformers.trainer_pt_utils import get_parameter_names
 
@@ -225,9 +226,11 @@ def test_steps_are_a_loop_of_torch_adamw_and_the_reference_schedule(tmp_path):
               {"params": [p for n, p in named if n not in decayed], "weight_decay": 0.0}]
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, cfg.warmup, cfg.steps)
-    for micro in batches:
-        for batch in micro:
-            (reference(batch).loss / len(micro)).backward()
+    tally = [[int((batch["labels"] != -100).sum()) for batch in micro] for micro in batches]
+    assert any(len(set(counts)) > 1 for counts in tally)  # unequal in some step: the weighing is tested
+    for micro, counts in zip(batches, tally):
+        for batch, count in zip(micro, counts):
+            (reference(batch).loss * count / sum(counts)).backward()
         assert torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.clip) > cfg.clip  # it clips
         optimizer.step()
         schedule.step()

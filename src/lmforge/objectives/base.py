@@ -70,10 +70,19 @@ def check_bounds(options: dict, bounds: dict) -> None:
 
 @dataclass
 class Loss:
-    """The scalar a step minimises, the number of predictions it averages, and logged metrics."""
+    """The scalar a step minimises, logged metrics, and the number of predictions the scalar is the mean
+    of where each counts alike (a token-level loss: the training loop then weighs every prediction of a
+    step's micro-batches alike, as the reference Trainer's num_items_in_batch does); None: the loss is one
+    value for its batch (a sum of parts, a per-example loss), and each micro-batch counts alike."""
 
     loss: torch.Tensor
     metrics: dict = field(default_factory=dict)
+    count: torch.Tensor | None = None
+
+
+def predictions(target: torch.Tensor) -> torch.Tensor:
+    """The number of rows of `target` token_loss averages over (those not IGNORE), as a device tensor."""
+    return (target != IGNORE).sum()
 
 
 def labelled(hidden: torch.Tensor, labels: torch.Tensor) -> tuple:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective, labelled, token_loss
+from lmforge.objectives.base import IGNORE, Loss, Objective, labelled, predictions, token_loss
 from lmforge.objectives.registry import ObjectiveSpec, register
 
 
@@ -23,7 +23,7 @@ class CausalLM(Objective):
         target = ids[:, 1:].masked_fill(~mask[:, 1:].bool(), IGNORE)  # (B, T-1): where the next token exists
         rows, target = labelled(hidden[:, :-1], target)
         loss = token_loss(self.lm(rows), target)  # (N, V) logits
-        return Loss(loss, {"perplexity": loss.detach().exp()})
+        return Loss(loss, {"perplexity": loss.detach().exp()}, predictions(target))
 
     def heads(self) -> dict:
         """The LM head, saved with the model."""

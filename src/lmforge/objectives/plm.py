@@ -29,8 +29,8 @@ import torch
 
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
-from lmforge.objectives.base import (IGNORE, Loss, Objective, labelled, pad, token_loss, tokenizer_pad,
-                                     tokenizer_specials, top1_accuracy, within)
+from lmforge.objectives.base import (IGNORE, Loss, Objective, labelled, pad, predictions, token_loss,
+                                     tokenizer_pad, tokenizer_specials, top1_accuracy, within)
 from lmforge.objectives.mlm import budget
 from lmforge.objectives.registry import ObjectiveSpec, register
 
@@ -137,7 +137,7 @@ class PermutationLM(Objective):
         logits = self.lm(rows)  # (N, V): the vocabulary projection on targets only
         loss = token_loss(logits, target)
         accuracy = top1_accuracy(logits, target)
-        return Loss(loss, {"plm_accuracy": accuracy.detach()})
+        return Loss(loss, {"plm_accuracy": accuracy.detach()}, predictions(target))
 
     def heads(self) -> dict:
         """The LM head (saved with the model: an XLNet LM exports as XLNetLMHeadModel)."""

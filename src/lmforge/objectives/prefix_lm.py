@@ -56,10 +56,10 @@ class PrefixLM(Objective):
         selected = batch["labels"] != IGNORE  # (B, T)
         if not selected.any():  # one-token texts have no continuation
             zero = hidden.sum() * 0.0
-            return Loss(zero, {"perplexity": zero.detach() + 1.0})
+            return Loss(zero, {"perplexity": zero.detach() + 1.0}, selected.sum())
         logits = self.lm(hidden[selected])  # (N, V)
         loss = F.cross_entropy(logits.float(), batch["labels"][selected])
-        return Loss(loss, {"perplexity": loss.detach().exp()})
+        return Loss(loss, {"perplexity": loss.detach().exp()}, selected.sum())
 
     def heads(self) -> dict:
         """The LM head, saved with the model."""

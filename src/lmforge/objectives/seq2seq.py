@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from lmforge.heads import make_head
-from lmforge.objectives.base import IGNORE, Loss, Objective, labelled, token_loss, top1_accuracy, within
+from lmforge.objectives.base import (IGNORE, Loss, Objective, labelled, predictions, token_loss,
+                                     top1_accuracy, within)
 
 
 def shift_right(labels: torch.Tensor, start: int, pad: int) -> torch.Tensor:
@@ -40,7 +41,7 @@ def teacher_forced_loss(model, lm, batch: dict) -> Loss:
     logits = lm(rows)  # (N, V): the projection runs on the real target positions only
     loss = token_loss(logits, target)
     accuracy = top1_accuracy(logits, target)
-    return Loss(loss, {"perplexity": loss.detach().exp(), "accuracy": accuracy.detach()})
+    return Loss(loss, {"perplexity": loss.detach().exp(), "accuracy": accuracy.detach()}, predictions(target))
 
 
 def _with_labels(example: dict) -> dict:

@@ -26,12 +26,13 @@ class TrainConfig:
     epochs: Optional[float] = option(None, "passes over the training set, instead of steps (e.g. 3 or 0.5)",
                                      low=0, high=10_000, open_low=True)
     batch_size: int = option(32, "examples per micro-batch per process", low=1, high=65536)
-    # each micro-batch's loss is its objective's mean (over its masked tokens, next tokens, examples), and
-    # the step's loss the mean of those: with micro-batches of unequal target counts (MLM, padded text)
-    # the update is not one big batch's mean over targets (the reference Trainer's num_items_in_batch)
+    # a token-level loss (MLM, CLM, PLM, prefix LM, seq2seq: Loss.count) is the mean over every target of
+    # the step, on every process, as one big batch's (the reference Trainer's num_items_in_batch), though
+    # micro-batches hold unequal target counts (masking, padded text); other losses (sums of parts, per
+    # example) are the mean of the micro-batches' means
     accumulation: int = option(1, "micro-batches per optimiser step (global batch = batch_size x "
-                                  "accumulation x processes); the step's loss is the mean of the "
-                                  "micro-batches' mean losses, each counting alike", low=1, high=4096)
+                                  "accumulation x processes); a token-level loss weighs every target of "
+                                  "the step alike, others each micro-batch's mean", low=1, high=4096)
     lr: float = option(1e-4, "peak learning rate (AdamW)", low=0, high=10, open_low=True)
     weight_decay: float = option(0.01, "AdamW's decoupled weight decay (not on biases and norms)",
                                  low=0, high=10)

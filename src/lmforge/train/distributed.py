@@ -85,6 +85,13 @@ def all_mean(value: float, device: torch.device) -> float:
     return float(t) / size
 
 
+def all_sum(t: torch.Tensor) -> torch.Tensor:
+    """A device tensor summed over every process (itself in one process)."""
+    if world()[1] > 1:
+        dist.all_reduce(t)
+    return t
+
+
 def _options(strict: bool = True):
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 

@@ -1,7 +1,8 @@
 """The one training loop: any objective, one process or many, resumable exactly.
 
 Each optimiser step: reseed dropout from (seed, step, rank); run `accumulation` micro-batches (all-reduce
-on the last; each one's mean loss counts alike: config.accumulation); clip; AdamW; schedule. The step's
+on the last; a token-level loss weighs every prediction of the step alike, on every process, else each
+micro-batch's mean counts alike: config.accumulation); clip; AdamW; schedule. The step's
 loss and whether it and the updated weights are finite stay on the device (train/speed.py): the host
 reads them only at a logged, evaluated, saved or last step, so a CUDA step never waits for the GPU; a
 non-finite loss or weight then stops the run, naming the first bad step. Rank 0 logs and writes
@@ -35,7 +36,7 @@ from lmforge.train.data import StepBatches, data_change, data_fingerprint, deriv
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.memory import check_step_fits
 from lmforge.train.optim import build_optimizer, build_scheduler
-from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, read_record, to_device,
+from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, read_record, step_loss, to_device,
                                  uncheckpoint_blocks, use_tf32)
 from lmforge.utils.atomic import replace_dir
 
@@ -214,14 +215,14 @@ class Trainer:
                              "the run's training data or choose another --out")
 
     def _micro_step(self, batch: dict, last: bool) -> tuple:
-        # backward runs even on a non-finite loss so every rank joins the all-reduce;
-        # the step is then refused before the optimiser touches the weights
+        # backward runs even on a non-finite loss, so every rank joins the all-reduce (_update refuses it)
         with dist.no_sync(self.module, last):
             with self._autocast():
                 out = self.module(to_device(batch, self.device))
-            loss = out.loss.float()
-            (loss / self.cfg.accumulation).backward()
-        return loss.detach(), out.metrics
+            loss, count = out.loss.float(), out.count
+            # a counted loss backpropagates its sum; the step's count divides the gradients (step_loss)
+            (loss * count if count is not None else loss / self.cfg.accumulation).backward()
+        return loss.detach(), count, out.metrics
 
     def train_step(self) -> dict:
         """One optimiser step over this process's micro-batches; returns its metrics, as device tensors
@@ -230,20 +231,19 @@ class Trainer:
         seed_all(derive_seed(self.cfg.seed, self.step, self.rank, 3))  # dropout, sampling
         self.module.train()
         batches = self.batches.micro_batches(self.step)
-        losses, metrics, tokens = [], {}, 0
+        losses, counts, metrics, tokens = [], [], {}, 0
         for i, batch in enumerate(batches):
-            loss, extra = self._micro_step(batch, i == len(batches) - 1)
-            losses.append(loss)
+            loss, count, extra = self._micro_step(batch, i == len(batches) - 1)
+            losses.append(loss), counts.append(count)
             tokens += int(batch["attention_mask"].sum())  # a host tensor: no wait for the device
             for k, v in extra.items():
                 v = v.detach().double() if isinstance(v, torch.Tensor) else float(v)
                 metrics[k] = metrics.get(k, 0.0) + v / len(batches)
-        loss = torch.stack(losses).double().mean()
+        loss = step_loss(losses, counts, self.module.parameters(), self.world)
         norm, lr, weights_ok = self._update(loss)
         self.pending.note(self.step + 1, loss, weights_ok, lr)
         # the lr this step's update used (as the reference Trainer logs it), not the next step's
-        return {"loss": loss, "lr": lr, "grad_norm": norm,
-                "tokens": tokens * self.world, **metrics}
+        return {"loss": loss, "lr": lr, "grad_norm": norm, "tokens": tokens * self.world, **metrics}
 
     def _read(self, record: dict) -> dict:
         """The record in numbers (averaged over processes), after the guards: TrainingDiverged naming

@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from lmforge.train.checkpoint import all_finite
+from lmforge.train.distributed import all_sum
 
 NONE = 2 ** 62  # "no bad step yet": the earliest bad step is the minimum (agreed across ranks by MIN)
 
@@ -41,6 +42,29 @@ def finite_flag(params) -> torch.Tensor:
     if not floats:
         return torch.ones((), dtype=torch.bool)
     return torch.isfinite(torch.stack([t.sum().float() for t in floats])).all()
+
+
+def step_loss(losses: list, counts: list, params, world: int) -> torch.Tensor:
+    """A step's loss from its micro-batches' mean `losses` and prediction `counts` (Loss.count), after
+    dividing the gradients of counted losses (their sums backpropagated) by the predictions of the whole
+    step on every process: the reference Trainer's num_items_in_batch, so micro-batches of 13 and 9 masked
+    tokens weigh each token alike, as one batch of both would. Uncounted: the mean of the means."""
+    if any(count is None for count in counts):
+        return torch.stack(losses).double().mean()
+    n = torch.stack([torch.as_tensor(c).to(losses[0].device) for c in counts]).double()
+    total = all_sum(n.sum()).clamp(min=1)  # over processes; DDP's all-reduce averaged the gradients
+    scale_grads(params, world / total)
+    return (torch.stack(losses).double() * n).sum() / n.sum().clamp(min=1)
+
+
+@torch.no_grad()
+def scale_grads(params, scale: torch.Tensor) -> None:
+    """Multiply every gradient by the device scalar `scale` in place (no host wait; FSDP: this rank's
+    shard)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    grads = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+    if grads:
+        torch._foreach_mul_(grads, scale.to(grads[0].device, grads[0].dtype))
 
 
 class Pending:

@@ -125,3 +125,26 @@ def test_sampling_seeded_alike_gives_the_reference_tokens(gpt2, settings):
     assert torch.equal(ours, _theirs(reference, ids, mask, **given))
     # sampled, not one text per prompt
     assert len({tuple(row) for row in ours[:, ids.shape[1]:].tolist()}) > 6
+
+
+def test_a_checkpoint_recommending_sampling_samples_as_the_reference_reads_it(tmp_path):
+    """A reference file saying do_sample without top_k samples among the reference's default 50 most
+    probable (its files leave the default out); lmforge's own default, 0, had sampled among all 100."""
+    from lmforge.generate.options import GenerationOptions
+
+    torch.manual_seed(0)
+    reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0,
+        pad_token_id=1)).eval()
+    reference.generation_config = transformers.GenerationConfig(do_sample=True, temperature=3.0, pad_token_id=1,
+                                                                eos_token_id=0, max_new_tokens=6)
+    path = save_reference(reference, tmp_path / "sampling")
+    assert "top_k" not in (path / "generation_config.json").read_text()
+    options = GenerationOptions.load(path, start=6)
+    assert options.do_sample and options.top_k == 50
+    ids, mask = left_padded_batch(100, lengths=(6, 4, 2), pad=1)
+    ids, mask, model = ids.repeat(20, 1), mask.repeat(20, 1), lmforge.load(path)
+    torch.manual_seed(5)
+    ours = generate(model, ids, mask, options=options)
+    torch.manual_seed(5)
+    assert torch.equal(ours, reference.generate(ids, attention_mask=mask))

@@ -27,6 +27,7 @@ MAX_NEW_TOKENS = 4096  # new tokens one request may ask for (a server's Limits m
 MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x length x vocabulary
 EARLY_STOPPING = (True, False, "never")
 FILE = "generation_config.json"
+REFERENCE_TOP_K = 50  # the reference's GenerationConfig.top_k when a file names none
 TOKEN_ID = dict(low=0, high=MAX_VOCAB - 1)
 # a forced id's "none", overriding the checkpoint's: Hugging Face's word for it, None, is lmforge's "not
 # given" (the checkpoint's); a list's "none" is [] in both
@@ -187,6 +188,11 @@ def read_recommended(path) -> dict:
         else generation_defaults(path)
     if _is_int(found.get("min_new_tokens")):  # the reference then reads min_new_tokens alone
         found.pop("min_length", None)
+    if found.get("do_sample") is True and "top_k" not in found:
+        # the reference samples among its default 50 most probable (at most the vocabulary), which its
+        # files leave out; lmforge's own files write top_k, 0 included
+        vocab = _read_json(Path(path) / "config.json").get("vocab_size")
+        found["top_k"] = min(REFERENCE_TOP_K, vocab) if _is_int(vocab) and vocab > 0 else REFERENCE_TOP_K
     _unapplied_settings(path, found)
     return {k: v for k, v in found.items() if k in FIELD_NAMES or k == "max_length"}
 

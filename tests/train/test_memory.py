@@ -38,3 +38,16 @@ def test_a_step_that_fits_runs_as_before(tmp_path):
     torch.manual_seed(0)
     model = Trainer(mlm_objective(), toy_data(), quick(steps=2), tmp_path / "run").fit()
     assert (tmp_path / "run" / "final").is_dir() and model is not None
+
+
+def test_the_longest_example_is_judged_not_only_the_first_batch(tmp_path, monkeypatch):
+    """Fine-tuning data of every length: the first batch's short rows fitted, a later batch padded to the
+    longest example would not (the kernel then killed the run, unannounced)."""
+    data = toy_data()
+    longest = max(len(e["input_ids"]) for e in data)
+    assert memory.longest_example(data) == longest and memory.longest_example(iter(data)) == 0
+    short = data + [{"input_ids": [5] * 60}]  # one long record among short ones
+    seen = []
+    monkeypatch.setattr(memory, "step_bytes", lambda cfg, shape, *rest: seen.append(shape) or 0)
+    Trainer(mlm_objective(), short, quick(steps=1, batch_size=4), tmp_path / "run").fit()
+    assert seen and seen[0][1] >= 60  # judged at the long record's length, whatever the first batch held

@@ -34,7 +34,7 @@ from lmforge.train.checkpoint import (CheckpointCorrupt, NothingToResume, Traini
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config, run_notes
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
-from lmforge.train.memory import check_step_fits
+from lmforge.train.memory import check_step_fits, longest_example
 from lmforge.train.optim import build_optimizer, build_scheduler
 from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, read_record, step_loss, to_device,
                                  uncheckpoint_blocks, use_tf32)
@@ -341,8 +341,8 @@ class Trainer:
             self._warn()
             if self.step < self.cfg.steps and self.cfg.memory_check:  # past the memory: killed, not refused
                 first = self.batches.micro_batch(self.step, 0)  # drawn again, the same, by the step
-                model = getattr(self.objective, "model", None)
-                check_step_fits(model, first, self.device, self.cfg.checkpointing)
+                check_step_fits(getattr(self.objective, "model", None), first, self.device,
+                                self.cfg.checkpointing, longest_example(self._data[0]))
             metrics = MetricsLog(self.out / "metrics.jsonl", self.step) if self.main else None
             label = f"train ({self.epochs:g} epochs)" if self.epochs is not None else "train"
             bar = Progress(self.cfg.steps, self.step, self.main and self.cfg.progress, label)

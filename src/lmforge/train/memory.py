@@ -45,18 +45,28 @@ def free_bytes(device: torch.device) -> int | None:
     return meminfo("MemAvailable") if device.type == "cpu" else None
 
 
-def check_step_fits(model, batch: dict, device: torch.device, checkpointing: bool = False) -> None:
+def longest_example(data) -> int:
+    """The most input_ids of an example of `data` where it is a list of them (fine-tuning's records, of
+    every length); 0 for anything else (a corpus's shards hold examples of one length)."""
+    if not isinstance(data, list):
+        return 0
+    return max((len(e["input_ids"]) for e in data if isinstance(e, dict) and "input_ids" in e), default=0)
+
+
+def check_step_fits(model, batch: dict, device: torch.device, checkpointing: bool = False,
+                    longest: int = 0) -> None:
     """A ValueError naming batch_size where one training step on `batch` (a collated micro-batch) would
-    need more memory than `device` has free; nothing for a model without a Transformer's config."""
+    need more memory than `device` has free, its rows as long as the `longest` example where that is
+    longer (a later batch holding it is padded to it); nothing for a model without a Transformer's config."""
     cfg, ids = getattr(model, "config", None), batch.get("input_ids")
     if not all(hasattr(cfg, k) for k in ("d_model", "d_ff", "n_heads", "n_layers", "vocab_size")) \
             or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         return
     free = free_bytes(device)
     parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    need = step_bytes(cfg, tuple(ids.shape), checkpointing, parameters)
+    rows, tokens = ids.shape[0], max(ids.shape[1], min(longest, cfg.max_seq_len))
+    need = step_bytes(cfg, (rows, tokens), checkpointing, parameters)
     if free is not None and need > free:
-        rows, tokens = ids.shape
         raise ValueError(f"batch_size={rows}: a micro-batch of {rows} x {tokens} tokens needs about "
                          f"{need / 2**30:.1f} GiB to train, more than the {free / 2**30:.1f} GiB free on "
                          f"{device.type}; lower batch_size (accumulation keeps the global batch)"

@@ -207,3 +207,31 @@ def test_the_command_line_and_the_server_read_layers_alike(spec, layers):
             assert "layers" in str(err) or getattr(err, "field", None) == "layers"
             verdicts.append(None)
     assert verdicts == [layers] * 3
+
+
+@pytest.mark.parametrize("name", ALL_PRESETS)
+def test_recorded_maps_are_zero_at_padding_keys_future_keys_and_outside_the_window(name):
+    """Per layer (B, H, Tq, Tk); a real query gives a padding key exactly 0, a causal query every later
+    key exactly 0, and a sliding-window layer every key outside its band exactly 0 (not merely small)."""
+    model = tiny_model(name)
+    ids, mask, kw = _inputs(model)
+    cfg = model.config
+    with torch.no_grad(), inspecting(model, record="all") as inspection:
+        model(ids, attention_mask=mask, **kw)
+    depth = {"encoder": cfg.n_layers, "decoder": cfg.decoder_layers if kw else cfg.n_layers}
+    for stack, kind in {key[:2] for key in inspection.records}:
+        assert sorted(k[2] for k in inspection.records if k[:2] == (stack, kind)) == list(range(depth[stack]))
+    for (stack, kind, layer), rec in inspection.records.items():
+        p = rec.probs
+        Tq = 8 if kw and stack == "decoder" else 12
+        Tk = 12 if stack == "encoder" or kind == "cross" or not kw else 8
+        assert p.shape == (2, cfg.n_heads, Tq, Tk)
+        if Tk == 12:  # keys of the padded input: sentence 1 has 7 real tokens
+            real_rows = 7 if Tq == 12 else Tq
+            assert (p[1, :, :real_rows, 7:] == 0).all()
+        if stack == "decoder" and kind == "self":
+            assert (p[..., torch.ones(Tq, Tk, dtype=torch.bool).triu(1)] == 0).all()
+            if cfg.attention == "sliding-window":
+                pos = torch.arange(Tq)
+                band = (pos[:, None] - pos[None]) < cfg.layer_window(layer)
+                assert (p[..., ~band] == 0).all() and not band.all()

@@ -163,3 +163,46 @@ def test_save_features_refuses_a_link_as_its_folder(tmp_path):
     with pytest.raises(UnsafePath, match="f: is a symbolic link"):
         save_features(tmp_path / "f", [torch.zeros(2, 3, 4)], {})
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.mark.parametrize("preset, family", [("bert-base", "bert"), ("gpt2", "gpt2")])
+def test_layer_0_is_the_embedding_output_and_layer_l_the_lth_blocks(preset, family):
+    """Hidden state 0 is what the first block reads, l (0 < l < L) what block l - 1 writes, and L the top
+    block's output (under a pre-norm stack's final norm, as Hugging Face's last hidden state)."""
+    model, tok = tiny(preset).eval(), tokenizer(family)
+    stack = model.encoder if model.config.architecture == "encoder" else model.decoder
+    seen = []
+    hooks = [stack.blocks[0].register_forward_pre_hook(lambda m, a: seen.append(a[0]))]
+    hooks += [b.register_forward_hook(lambda m, a, out: seen.append(out[0] if isinstance(out, tuple)
+                                                                   else out)) for b in stack.blocks]
+    example, kept = encode_words(tok, SENTENCES[1], 128)
+    ids = torch.tensor([example["input_ids"]])
+    with torch.no_grad():
+        hidden = hidden_states(model, ids, torch.ones_like(ids), torch.tensor([example["segment_ids"]]))
+    for h in hooks:
+        h.remove()
+    L = model.config.n_layers
+    assert hidden.shape[0] == L + 1 and len(seen) == L + 1
+    for layer in range(L):
+        torch.testing.assert_close(hidden[layer], seen[layer].view_as(hidden[layer]), atol=1e-6, rtol=0)
+    top = seen[L].view_as(hidden[L])
+    torch.testing.assert_close(hidden[L], stack.final_norm(top) if stack.final_norm is not None else top,
+                               atol=1e-6, rtol=0)
+    features = word_features(model, tok, [SENTENCES[1]], pooling="mean")[0]
+    word_ids = torch.tensor(example["word_ids"])
+    for w in range(kept):  # mean: of the word's own pieces only, at every layer
+        torch.testing.assert_close(features[:, w], hidden[:, 0, word_ids == w].mean(1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(word_features(model, tok, [SENTENCES[1]], layers=-1, pooling="mean")[0],
+                               features[-1:], atol=0, rtol=0)
+
+
+def test_a_transformers_scalar_mix_is_gamma_times_the_softmax_weighted_layers():
+    """ELMo eq. 1 over a BERT's hidden states: gamma * sum_j softmax(s)_j h_j, layer 0 the embeddings."""
+    model, tok = tiny("bert-base").eval(), tokenizer("bert")
+    s = [2.0, -1.0, 0.5]
+    mixed = lmforge.features(["It is superb ."], model, tok, layers="mix", mix_weights=s, mix_gamma=0.5)[0]
+    each = lmforge.features(["It is superb ."], model, tok, layers="all")[0]
+    assert mixed.features.shape[0] == 1 and each.features.shape[0] == model.config.n_layers + 1
+    w = torch.softmax(torch.tensor(s, dtype=torch.float64), 0).float()
+    torch.testing.assert_close(mixed.features[0], 0.5 * (w[:, None, None] * each.features).sum(0), atol=1e-6,
+                               rtol=1e-6)

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from lmforge.analysis.probe_fit import FitConfig
-from lmforge.analysis.structural_probe import (Sentences, mst_edges, right_branching_uuas, root_accuracy,
-                                               spearman_by_length, train_structural, tree_depths,
-                                               tree_distances, uuas)
+from lmforge.analysis.structural_probe import (Sentences, StructuralProbe, mst_edges, right_branching_uuas,
+                                               root_accuracy, spearman_by_length, structural_loss,
+                                               train_structural, tree_depths, tree_distances, uuas)
 from lmforge.data.treebank import treebank
 
 # "the old dog near the house runs ." : the->dog, old->dog, dog->runs, near->house, the->house,
@@ -128,3 +128,28 @@ def test_a_probes_learning_rate_drops_tenfold_after_an_epoch_without_a_better_de
     assert 0.5 < float(moved[1][0] / moved[0][0]) < 2  # probe 0: the same lr
     assert 0.05 < float(moved[1][1] / moved[0][1]) < 0.2  # probe 1: lr / 10 after epoch 2
     assert 0.05 < float(moved[2][1] / moved[1][1]) < 0.2  # and again after epoch 3
+
+
+@pytest.mark.parametrize("kind", ["distance", "depth"])
+def test_the_loss_is_l1_over_pairs_by_length_squared_or_over_words_by_length(kind):
+    """Hewitt & Manning's loss on a padded batch of a 2- and a 3-word sentence: per sentence the L1 error
+    summed over its real pairs / n^2 (depth: words / n), padding left out, then the mean over sentences;
+    the probe's prediction is ||B(h_i - h_j)||^2 (depth: ||B h_i||^2)."""
+    torch.manual_seed(0)
+    probe = StructuralProbe(kind, 4, 3, [0])
+    torch.nn.init.normal_(probe.B)
+    h = torch.randn(1, 2, 3, 4)  # (L, S, T, d); sentence 0's third word is padding
+    x = h[0] @ probe.B[0]  # (S, T, rank)
+    want_pred = (x[:, :, None] - x[:, None]).pow(2).sum(-1) if kind == "distance" else x.pow(2).sum(-1)
+    torch.testing.assert_close(probe(h)[0], want_pred, atol=1e-5, rtol=1e-5)
+    gold = torch.randint(0, 4, want_pred.shape).float()
+    gold[0, ..., 2] = 1e6  # a padding position's gold: never counted
+    if kind == "distance":
+        gold[0, 2] = 1e6
+    n = torch.tensor([2, 3])
+    err = (want_pred - gold).abs()
+    per_sentence = ([err[0, :2, :2].sum() / 4, err[1].sum() / 9] if kind == "distance"
+                    else [err[0, :2].sum() / 2, err[1].sum() / 3])
+    with torch.no_grad():
+        loss = structural_loss(probe, (h, gold, n))
+    torch.testing.assert_close(loss, sum(per_sentence) / 2, atol=1e-4, rtol=1e-5)

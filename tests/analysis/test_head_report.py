@@ -41,3 +41,45 @@ def test_the_random_band_is_drawn_and_named_only_for_several_orders(tmp_path, mo
     band = [{"fraction": f, "mean": 0.9 - f, "sd": 0.0 if orders == 1 else 0.1, "n": orders} for f in (0.0, 0.5)]
     head_report.plot_curves({"importance": levels}, "accuracy", tmp_path / "heads.png", band=band)
     assert [t.get_text() for t in caught[0].get_legend().get_texts()] == labels
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(tmp_path_factory):
+    """A tiny BERT (2 layers x 4 heads) fine-tuned on the built-in sentiment task, with its task.json."""
+    from tests.tasks.core import fine_tuned_sentiment
+
+    return fine_tuned_sentiment(tmp_path_factory.mktemp("sst"))
+
+
+def test_each_level_masks_the_heads_least_important_at_the_gates_before_it_and_is_scored_anew(fine_tuned,
+                                                                                                   tmp_path):
+    """Michel et al. sec. 4.3 as run_heads reports it: the importance table is I_h L2-normalised per layer;
+    level i masks the heads least important at level i - 1's gates (re-estimated, never a layer's last
+    head), and its metric is the task's metric with exactly the heads of levels 1..i masked."""
+    import torch
+
+    from lmforge.analysis.head_report import HeadsOptions
+    from lmforge.compress.head_importance import gates_at, head_importance, metric
+    from lmforge.tasks.finetune import encode_split, fine_tuned_task
+
+    path, data = fine_tuned
+    records = data["validation"][:48]
+    report = run_heads(path, records, tmp_path / "out", options=HeadsOptions(step=0.25, random_orders=1))
+    task = fine_tuned_task(path, records)
+    examples = encode_split(task, records, "data")
+    assert all(abs(float(torch.tensor(layer).norm()) - 1) < 1e-4 for layer in report["importance"]["encoder"])
+    levels = report["curves"]["importance"]
+    assert [lv["pruned"] for lv in levels] == [0, 2, 4, 6]
+    for i in range(1, len(levels)):
+        before = gates_at(task.model.config, levels[:i])
+        scores = head_importance(task, examples, before, batch_size=32)["encoder"]
+        on = sorted((float(scores[layer][h]), layer, h) for layer, g in enumerate(before["encoder"])
+                    for h in range(g.numel()) if g[h] > 0)
+        left, want = [int((g > 0).sum()) for g in before["encoder"]], []
+        for _, layer, h in on:
+            if len(want) < 2 and left[layer] > 1:
+                want.append(["encoder", layer, h])
+                left[layer] -= 1
+        assert levels[i]["masked"] == want
+        after = gates_at(task.model.config, levels[:i + 1])
+        assert levels[i]["metric"] == metric(task, records, examples, after)[1]

@@ -153,3 +153,24 @@ def test_the_count_reads_the_masking_the_objective_is_built_with(name):
     cfg = get_config("bert-mini", vocab_size=V)
     more = forward_flops(spec, cfg, T, {"rate": 0.3})  # twice the positions predicted
     assert sum(more.values()) > sum(forward_flops(spec, cfg, T).values())
+
+
+@pytest.mark.parametrize("T,options", [(32, {}), (64, {"final_sentinel": False}), (512, {}),
+                                       (64, {"noise_density": 0.5, "mean_noise_span_length": 2.0})])
+def test_span_corruption_is_counted_at_the_lengths_the_objective_writes(T, options):
+    """The encoder and decoder are charged for the input and target lengths span corruption builds from
+    a block of block_length raw tokens: T5's rounded noise and span counts, the final sentinel and </s>
+    (at T = 32 the target is 9 tokens, not 7.8: the decoder had been charged 15 % short)."""
+    import torch
+
+    from lmforge.bakeoff.flops import objective_options, seq2seq_lengths
+    from lmforge.objectives.t5_span_corruption import (SpanCorruption, block_length, corrupt_spans,
+                                                       random_spans_noise_mask)
+
+    opts = objective_options(objectives.get("span-corruption"), options)
+    n = block_length(T, opts)
+    mask = random_spans_noise_mask(n, torch.Generator().manual_seed(0), opts["noise_density"],
+                                   opts["mean_noise_span_length"])
+    inputs, targets = corrupt_spans(list(range(1000, 1000 + n)), mask, list(range(100)), 1,
+                                    opts["final_sentinel"])
+    assert seq2seq_lengths(SpanCorruption, opts, T) == (len(inputs), len(targets))

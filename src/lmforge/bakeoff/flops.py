@@ -36,7 +36,7 @@ from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
 from lmforge.objectives.spanbert import SpanMLM
 from lmforge.objectives.structbert import StructuralMLM
-from lmforge.objectives.t5_span_corruption import SpanCorruption, block_length
+from lmforge.objectives.t5_span_corruption import SpanCorruption, block_length, noise_counts
 from lmforge.pipelines.summary import flops_per_token
 
 BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
@@ -97,15 +97,17 @@ def seq2seq_lengths(cls, options: dict, T: int) -> tuple:
 
     T5's span corruption (Raffel et al. 2020, sec. 3.1.4) reads blocks of n raw tokens, n as T5's
     random_spans_helper sizes them so that the corrupted input fills T (568 for 512: block_length); it
-    keeps (1 - r) n tokens plus one sentinel per span (r n / mean span length spans) and </s>; the target
-    is the r n dropped tokens plus the sentinels and </s>. A prefix LM splits at a uniform point (T / 2
+    keeps n - k tokens plus one sentinel per span and </s>; the target is the k dropped tokens plus the
+    sentinels, the final sentinel (final_sentinel) and </s>: k and the spans rounded as the objective
+    rounds them (noise_counts; 512: 512 in, 115 out). A prefix LM splits at a uniform point (T / 2
     each on average); a denoiser reads and writes the whole text."""
     cls = cls if isinstance(cls, type) else type(None)
     if issubclass(cls, SpanCorruption):
-        r, span = options.get("noise_density", 0.15), options.get("mean_noise_span_length", 3.0)
         n = block_length(int(T), options)
-        spans = r * n / span
-        return (1 - r) * n + spans + 1, r * n + spans + 1
+        noise, spans = noise_counts(n, options.get("noise_density", 0.15),
+                                    options.get("mean_noise_span_length", 3.0))
+        final = 1 if options.get("final_sentinel", True) else 0
+        return n - noise + spans + 1, noise + spans + final + 1
     if issubclass(cls, Denoising):
         return T, T
     return T / 2, T / 2

@@ -174,3 +174,46 @@ def test_span_corruption_is_counted_at_the_lengths_the_objective_writes(T, optio
     inputs, targets = corrupt_spans(list(range(1000, 1000 + n)), mask, list(range(100)), 1,
                                     opts["final_sentinel"])
     assert seq2seq_lengths(SpanCorruption, opts, T) == (len(inputs), len(targets))
+
+
+def test_a_decoders_prefix_lm_is_charged_for_the_vocabulary_on_its_continuation_only():
+    """PrefixLM projects to the vocabulary only where a continuation token is predicted (T - P positions,
+    T / 2 on average); charged at every position, its arm had bought ~30 % fewer steps than its budget."""
+    from lmforge.bakeoff.flops import head_flops
+    from lmforge.objectives.prefix_lm import PrefixLM
+
+    cfg = get_config("gpt2", vocab_size=V, n_layers=2)
+    predicted = [sum(label != -100 for label in PrefixLM.corrupt(None, {"input_ids": list(range(T))},
+                                                                  _at(P))["labels"]) for P in range(1, T)]
+    got = forward_flops(objectives.get("prefix-lm"), cfg, T)
+    assert got["lm_head"] == pytest.approx(sum(predicted) / len(predicted) * head_flops(cfg, T))
+    assert forward_flops(objectives.get("clm"), cfg, T)["lm_head"] == pytest.approx(T * head_flops(cfg, T))
+
+
+def _at(P):
+    """A generator whose split_point draw is P (torch.randint's draw found by trying seeds)."""
+    import torch
+
+    from lmforge.objectives.prefix_lm import split_point
+
+    return next(torch.Generator().manual_seed(s) for s in range(10_000)
+                if split_point(T, torch.Generator().manual_seed(s)) == P)
+
+
+@pytest.mark.parametrize("micro_batch", [1, 2, 3])
+def test_an_encoder_decoders_prefix_lm_is_charged_for_its_padded_micro_batches(micro_batch):
+    """Each side (prefix + </s>, continuation + </s>) is padded to the longest of its micro-batch: the
+    count is the exact expectation over every split of the micro-batch (at 8 examples a micro-batch
+    near T a side: charged T / 2 a side, the arm had spent ~1.9 x its budget)."""
+    import itertools
+
+    from lmforge.bakeoff.flops import seq2seq_lengths
+
+    n = 7
+    splits = list(itertools.product(range(1, n), repeat=micro_batch))
+    prefix = sum(max(s) + 1 for s in splits) / len(splits)
+    continuation = sum(max(n - p for p in s) + 1 for s in splits) / len(splits)
+    assert seq2seq_lengths(None, {}, n, micro_batch) == pytest.approx((prefix, continuation))
+    cfg = get_config("t5-small", vocab_size=V)
+    wide = forward_flops(objectives.get("prefix-lm"), cfg, T, micro_batch=16)
+    assert sum(wide.values()) > 1.5 * sum(forward_flops(objectives.get("prefix-lm"), cfg, T).values())

@@ -18,10 +18,16 @@ What each objective runs, per example of T = max_len tokens:
 - encoder-decoders (T5 span corruption, prefix LM, BART denoising): the encoder on its input
   tokens and the decoder, with the vocabulary projection, on its target tokens (self-attention over
   the targets, cross-attention over the inputs, whose keys and values are projected once per input);
-- causal LM / a decoder's prefix LM: the decoder on T tokens, the vocabulary at every one.
+- causal LM: the decoder on T tokens, the vocabulary at every one; a decoder's prefix LM: the decoder on
+  T tokens, the vocabulary on the continuation only (T - P positions for a split point P uniform in
+  [1, T - 1]: T / 2 on average), as PrefixLM computes it;
+- an encoder-decoder's prefix LM: the prefix (+ </s>) in, the continuation (+ </s>) out, each side padded
+  to the longest of its micro-batch: the expected largest of `micro_batch` uniform split points
+  (padded_split), T / 2 + 1 a side for one example a micro-batch, near T + 1 for many;
 
 Every example is charged at the full T (packing fills examples to max_len; a shorter one costs
-less, so the counted FLOPs are an upper bound of the compute spent).
+less, so the counted FLOPs are an upper bound of the compute spent), padding included: a padded position
+costs what a token does.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ from lmforge.objectives.denoising import Denoising
 from lmforge.objectives.electra_mlm import ElectraMLM
 from lmforge.objectives.keywords import objective_options
 from lmforge.objectives.mlm import MaskedLM
+from lmforge.objectives.prefix_lm import build_prefix_lm
 from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
 from lmforge.objectives.spanbert import SpanMLM
 from lmforge.objectives.structbert import StructuralMLM
@@ -92,15 +99,23 @@ def _electra(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
     return {**charges, "lm_head": rate * T * head_flops(cfg, T)}
 
 
-def seq2seq_lengths(cls, options: dict, T: int) -> tuple:
+def padded_split(T: int, micro_batch: int = 1) -> float:
+    """The expected longest of `micro_batch` split points P uniform in [1, T - 1] (T - P alike): the
+    length a micro-batch of prefixes (continuations) is padded to; T / 2 for one example."""
+    m = max(int(T) - 1, 1)
+    return sum(1 - ((k - 1) / m) ** micro_batch for k in range(1, m + 1))
+
+
+def seq2seq_lengths(cls, options: dict, T: int, micro_batch: int = 1) -> tuple:
     """(encoder tokens, decoder tokens) of an encoder-decoder objective's example of T tokens.
 
     T5's span corruption (Raffel et al. 2020, sec. 3.1.4) reads blocks of n raw tokens, n as T5's
     random_spans_helper sizes them so that the corrupted input fills T (568 for 512: block_length); it
     keeps n - k tokens plus one sentinel per span and </s>; the target is the k dropped tokens plus the
     sentinels, the final sentinel (final_sentinel) and </s>: k and the spans rounded as the objective
-    rounds them (noise_counts; 512: 512 in, 115 out). A prefix LM splits at a uniform point (T / 2
-    each on average); a denoiser reads and writes the whole text."""
+    rounds them (noise_counts; 512: 512 in, 115 out). A prefix LM splits at a uniform point, each side
+    + </s> and padded to the longest of its micro-batch (padded_split); a denoiser reads and writes the
+    whole text."""
     cls = cls if isinstance(cls, type) else type(None)
     if issubclass(cls, SpanCorruption):
         n = block_length(int(T), options)
@@ -110,13 +125,14 @@ def seq2seq_lengths(cls, options: dict, T: int) -> tuple:
         return n - noise + spans + 1, noise + spans + final + 1
     if issubclass(cls, Denoising):
         return T, T
-    return T / 2, T / 2
+    side = padded_split(T, micro_batch) + 1
+    return side, side
 
 
-def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
+def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int, micro_batch: int) -> dict:
     """The encoder on n_in tokens; the decoder on n_out, its self-attention over the n_out targets, its
     cross-attention over the n_in inputs, whose keys and values are projected once per input token."""
-    n_in, n_out = seq2seq_lengths(cls, options, T)
+    n_in, n_out = seq2seq_lengths(cls, options, T, micro_batch)
     keys_in, keys_out = max(1, round(n_in)), max(1, round(n_out))
     encoder = flops_per_token(_encoder_config(cfg), keys_in, lm_head=False)
     # flops_per_token charges a decoder token's self- and cross-attention over the same `context`, and
@@ -130,8 +146,10 @@ def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
     return {"encoder": n_in * encoder, "decoder": n_out * decoder + cross}
 
 
-def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict | None = None) -> dict:
-    """Forward FLOPs of one example of T tokens under objective `spec`, by network (see the module)."""
+def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict | None = None,
+                  micro_batch: int = 1) -> dict:
+    """Forward FLOPs of one example of T tokens under objective `spec`, in micro-batches of `micro_batch`
+    examples (what an encoder-decoder's prefix LM pads to), by network (see the module)."""
     options = objective_options(spec, options or {})
     cls = getattr(spec.build, "__self__", None)
     if isinstance(cls, type) and issubclass(cls, (ReplacedTokenDetection, ElectraMLM)):
@@ -139,9 +157,12 @@ def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict |
     if isinstance(cls, type) and issubclass(cls, MaskedLM):
         return _masked_lm(cls, cfg, options, T)
     if cfg.architecture == "encoder-decoder":
-        return _seq2seq(cls, cfg, options, T)
+        return _seq2seq(cls, cfg, options, T, micro_batch)
     if cfg.architecture == "decoder":
-        return {"decoder": T * flops_per_token(cfg, T, lm_head=True)}
+        body = {"decoder": T * flops_per_token(cfg, T, lm_head=False)}
+        if spec.build is build_prefix_lm:  # the vocabulary on the continuation only: T / 2 on average
+            return {**body, "lm_head": padded_split(T) * head_flops(cfg, T)}
+        return {**body, "lm_head": T * head_flops(cfg, T)}
     raise NoFlopCount(f"no FLOP count for objective {spec.name!r} on an {cfg.architecture} model (the "
                       "bake-off counts masked LMs, ELECTRA's, causal and prefix LMs and encoder-decoders)")
 
@@ -161,9 +182,10 @@ class Schedule:
 
 
 def schedule(spec: ObjectiveSpec, cfg: ModelConfig, T: int, examples_per_step: int, budget: float,
-             options: dict | None = None) -> Schedule:
-    """The steps that spend `budget` training FLOPs: round(budget / FLOPs per step)."""
-    forward = forward_flops(spec, cfg, T, options)
+             options: dict | None = None, micro_batch: int | None = None) -> Schedule:
+    """The steps that spend `budget` training FLOPs: round(budget / FLOPs per step); examples come in
+    micro-batches of `micro_batch` (None: the whole step's in one)."""
+    forward = forward_flops(spec, cfg, T, options, micro_batch or examples_per_step)
     per_step = BACKWARD_FACTOR * examples_per_step * sum(forward.values())
     steps = max(1, round(budget / per_step))
     by_network = {k: BACKWARD_FACTOR * examples_per_step * v for k, v in forward.items()}

@@ -154,7 +154,7 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
             continue
         try:
             found = schedule(arm_spec(plan, arm), cfg, T, train.batch_size * train.accumulation, plan.budget,
-                             arm.options)
+                             arm.options, micro_batch=train.batch_size)
         except PlanError:  # it names the plan and the arm already
             raise
         except ValueError as err:  # an objective option out of its range (ratio: 1.5), said by the objective

@@ -167,3 +167,20 @@ def test_optimized_model_matches_at_uneven_lengths_and_padded_global_tokens(tmp_
     ours, theirs = _run(model, reference, ids, mask, glob)
     assert_parity(ours.last_hidden_state, theirs.hidden_states[-1], mask)
     assert_parity(ours.logits, theirs.logits, mask)
+
+
+def test_optimized_model_matches_without_an_attention_mask(tmp_path):
+    """Blocked chunks given global tokens per row and no padding mask (a batch of equal lengths): the
+    plan takes its batch from the global tokens (it took it from the absent mask and failed)."""
+    from lmforge.fast.paths import FastPaths
+
+    reference = _reference()
+    model = lmforge.optimize(load_reference(reference, tmp_path), paths=FastPaths(local_attention="blocked"))
+    ids, _ = _batch(seed=11, lengths=(13, 13))
+    glob = torch.zeros_like(ids)
+    glob[0, [0, 9]] = 1
+    glob[1, 4] = 1  # another token per row
+    with torch.no_grad():
+        theirs = reference(ids, global_attention_mask=glob)
+        ours = model(ids, global_tokens=glob)
+    assert_parity(ours.logits, theirs.logits)

@@ -154,7 +154,7 @@ def plan(cfg: ModelConfig, pattern: str, q_pos, k_pos, causal: bool, layer: int,
         allowed = allowed & key_padding[:, keys][:, :, None, None, :]
     bias = _chunk_bias(cfg, pattern, qp, kp, layer, position_bias)
     bias = additive(allowed, bias, dtype).expand(-1, -1, -1, C, -1)
-    B = key_padding.shape[0] if key_padding is not None else 1
+    B = allowed.shape[0]  # the padding's or the global tokens' batch (either may be given alone), or 1
     out = ChunkPlan(C, keys, bias.expand(B, -1, -1, -1, -1).contiguous(),  # (B, n, H|1, C, K)
                     left=left, band=C + left + right)
     rows = _global_rows(cfg, pattern, T, global_tokens)

@@ -154,3 +154,19 @@ def test_curves_spanning_decades_are_drawn_on_a_log_axis(tmp_path, monkeypatch, 
     losses = {"mlm": [{"step": s, "loss": 9 - s / 10} for s in range(1, 51)]}
     ax = _curves_axes(tmp_path, monkeypatch, tiny_plan, losses, {"mlm": 1e8})
     assert ax.get_xscale() == "log" and ax.lines[0].get_marker() in ("None", "")
+
+
+def test_the_report_says_the_hardware_the_sd_and_how_flops_were_counted(tmp_path, tiny_plan):
+    """report.md and report.json name the devices the rows ran on, the sd's definition (n - 1) and what the
+    counted FLOPs count; a single seed's sd is null in report.json, not 0 (no spread was measured)."""
+    plan = check_plan(tiny_plan)
+    gpu = {"pretrain": "NVIDIA H200 (cuda), torch 2.5", "finetune": "Xeon (cpu, 2 threads), torch 2.5"}
+    lines = [dict(r, hardware=gpu) for r in rows("electra", [0.80]) + rows("mlm", [0.60])]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(stamped(r)) + "\n" for r in lines))
+    text = write_report(plan, tmp_path).read_text()
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["hardware"] == sorted(gpu.values()) and all(h in text for h in gpu.values())
+    assert "n - 1" in data["sd"] and "n - 1" in text
+    assert "3 x" in data["flops"] and "padding included" in text
+    assert [s["sd"] for s in data["summary"]] == [None, None]
+    assert data["budget"] == plan.budget and data["seeds"] == [0]

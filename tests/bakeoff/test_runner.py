@@ -214,3 +214,17 @@ def test_the_corpus_and_tokenizer_a_plan_built_are_verified_on_every_rerun(tmp_p
     file.unlink()  # deleted: built again, the same bytes
     BakeOff(plan, tmp_path, log=lambda line: None)
     assert file.read_bytes() == built
+
+
+def test_each_row_records_the_hardware_its_pretraining_and_fine_tuning_ran_on(tmp_path, tiny_plan, monkeypatch):
+    """The pretraining's device is kept in its done.json (a rerun that keeps it names the device it ran on,
+    not this process's), the fine-tuning's is this process's."""
+    from lmforge.bakeoff import runner
+
+    _fake_training(monkeypatch)
+    monkeypatch.setattr(runner, "hardware", lambda device="auto": f"device {device} here")
+    tiny_plan["finetune"]["device"] = "cpu"
+    rows = run_plan(check_plan(tiny_plan), tmp_path, log=lambda line: None)
+    assert [r["hardware"] for r in rows] == [{"pretrain": "device auto here", "finetune": "device cpu here"}] * 2
+    done = json.loads((tmp_path / "mlm" / "seed-0" / "pretrain" / "done.json").read_text())
+    assert done["hardware"] == "device auto here"

@@ -1,7 +1,8 @@
 """The bake-off's report: a table per plan, learning curves against FLOPs, and the claims judged.
 
-For each arm and task: mean +- sample standard deviation over seeds of the test-set primary
-metric. For each claim "arm A > arm B on task T", with delta = mean(A) - mean(B) and sd the
+For each arm and task: mean +- sample standard deviation (n - 1) over seeds of the test-set primary
+metric; the page and report.json also say the budget, seeds, each arm's steps and counted FLOPs, how
+they are counted, and the hardware the result rows record. For each claim "arm A > arm B on task T", with delta = mean(A) - mean(B) and sd the
 standard deviation of that difference (sqrt(sd_A^2 / n_A + sd_B^2 / n_B), the standard error of a
 difference of two means): "reproduced" when delta > 0 and |delta| > t sd, "reversed" when delta < 0
 and |delta| > t sd, else "not resolved at this scale" (one seed, or |delta| within t sd: no
@@ -27,6 +28,22 @@ from lmforge.utils.plots import series_style
 
 REPRODUCED, REVERSED, UNRESOLVED = "reproduced", "reversed", "not resolved at this scale"
 ALPHA = 0.05  # a verdict's two-sided significance level (Welch's t-test)
+SD = "sample standard deviation over seeds (n - 1 in the denominator; none for one seed)"
+COUNTED = ("training FLOPs = 3 x the forward pass's matmul FLOPs (bakeoff/flops.py): every example charged "
+           "at max_len tokens, padding included; each head only where it runs (a masked LM's vocabulary "
+           "projection on rate x max_len selected positions, a prefix LM's on the continuation); ELECTRA's "
+           "generator and discriminator both; activation recomputation not counted: an upper bound of the "
+           "model's compute")
+
+
+def hardware_of(rows: list) -> list:
+    """The distinct devices the rows' pretraining and fine-tuning ran on (runner.hardware_of), sorted."""
+    found = set()
+    for row in rows:
+        record = row.get("hardware")
+        if isinstance(record, dict):
+            found.update(v for v in record.values() if isinstance(v, str))
+    return sorted(found)
 
 
 def summarise(rows: list) -> dict:
@@ -190,6 +207,18 @@ def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
     return out / "learning_curves.png"
 
 
+def report_data(plan: Plan, summary: dict, schedules: dict, hardware: list) -> dict:
+    """report.json's content: budget, seeds, schedules (steps, FLOPs), how FLOPs are counted, hardware,
+    the summary (a single seed's sd null) and the claims' verdicts."""
+    return {"plan": plan.name, "budget": plan.budget, "seeds": list(plan.seeds), "schedules": schedules,
+            "flops": COUNTED, "hardware": hardware, "sd": SD,
+            "summary": [{"arm": a, "task": t, **s, "sd": s["sd"] if s["n"] > 1 else None}  # one seed: no sd
+                        for (a, t), s in summary.items()],
+            "claims": [{"better": c.better, "worse": c.worse, "task": c.task,
+                        "verdict": verdict(summary[(c.better, c.task)], summary[(c.worse, c.task)])[0]}
+                       for c in plan.claims if (c.better, c.task) in summary and (c.worse, c.task) in summary]}
+
+
 def write_report(plan: Plan, out) -> Path:
     """OUT/report.md (table, claims, curves) and OUT/report.json; returns the markdown's path."""
     out = Path(out)
@@ -197,12 +226,14 @@ def write_report(plan: Plan, out) -> Path:
     # the seeds the header names, as the curves read them: --seeds 0 after a 3-seed run reports seed 0 alone
     other = [r for r in rows if r["seed"] not in plan.seeds]
     summary = summarise([r for r in rows if r["seed"] in plan.seeds])
+    hardware = hardware_of([r for r in rows if r["seed"] in plan.seeds])
     schedules = plan_schedules(plan, out)
     png = curves(plan, out, schedules)
     lines = [f"# Bake-off: {plan.name}", "",
              f"Budget {plan.budget:.3g} training FLOPs per arm; seeds {list(plan.seeds)}; test-set primary "
-             f"metric (column heads name it), mean ± sd over seeds, the best mean of each task in bold.", "",
-             *table(plan, summary), "", "Steps and counted FLOPs per arm:", ""]
+             f"metric (column heads name it), mean ± sd over seeds (sd: the {SD}), the best mean of each task "
+             f"in bold.", "", f"Hardware: {'; '.join(hardware) or 'not recorded'}.", "",
+             *table(plan, summary), "", f"Steps and counted FLOPs per arm ({COUNTED}):", ""]
     for arm in plan.arms:
         s = schedules.get(arm.name)
         lines.append(f"- {arm.name}: not counted for this version of the plan (a run or --dry-run counts it)"
@@ -221,10 +252,6 @@ def write_report(plan: Plan, out) -> Path:
         lines += ["", f"![learning curves]({png.name})"]
     report = out / "report.md"
     atomic_write_text(report, "\n".join(lines) + "\n")
-    data = {"plan": plan.name, "budget": plan.budget, "seeds": list(plan.seeds), "schedules": schedules,
-            "summary": [{"arm": a, "task": t, **s} for (a, t), s in summary.items()],
-            "claims": [{"better": c.better, "worse": c.worse, "task": c.task,
-                        "verdict": verdict(summary[(c.better, c.task)], summary[(c.worse, c.task)])[0]}
-                       for c in plan.claims if (c.better, c.task) in summary and (c.worse, c.task) in summary]}
+    data = report_data(plan, summary, schedules, hardware)
     atomic_write_text(out / "report.json", json.dumps(data, indent=1) + "\n")
     return report

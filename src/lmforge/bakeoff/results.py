@@ -182,3 +182,23 @@ def built_files(out, paths: list, build=None) -> None:
         build()
     made = {p.relative_to(out).as_posix(): sha256(p) for p in paths if p.is_file()}
     write_signed(out / BUILT, {**record, **made})
+
+
+def hardware(device: str = "auto") -> str:
+    """What a TrainConfig `device` runs on here, in words (a result row and the report name it): the GPU's
+    name or the CPU's model and threads, and torch's version."""
+    import platform
+
+    import torch
+
+    from lmforge.quant.isa import cpu_fields
+    from lmforge.train.loop import resolve_device
+
+    found = resolve_device(device)
+    if found.type == "cuda":
+        name = f"{torch.cuda.get_device_name(found)} (cuda)"
+    elif found.type == "cpu":
+        name = f"{cpu_fields()['model name'] or platform.machine()} (cpu, {torch.get_num_threads()} threads)"
+    else:
+        name = found.type
+    return f"{name}, torch {torch.__version__}"

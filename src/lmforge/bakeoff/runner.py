@@ -34,8 +34,8 @@ from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
 from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, read_by_kind
 from lmforge.bakeoff.results import RESULTS  # noqa: F401 (callers read it here)
-from lmforge.bakeoff.results import (append_row, built_files, mend, read_results, read_signed, replace_row,
-                                     write_signed)
+from lmforge.bakeoff.results import (append_row, built_files, hardware, mend, read_results, read_signed,
+                                     replace_row, write_signed)
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
@@ -269,7 +269,8 @@ class BakeOff:
                       else f"pretrained {arm.name} seed {seed} ({steps} steps)")
         self.finished += len(self.tasks) - len(todo)
         for task in todo:
-            row = {**self.finetune(arm, seed, task, model), "fingerprint": keys[task]}
+            row = {**self.finetune(arm, seed, task, model), "fingerprint": keys[task],
+                   "hardware": self.hardware_of(arm, seed)}
             self.record(row)
             self.progress(f"{arm.name} seed {seed} {task}: {row['metric']} {row['value']:.4f}")
 
@@ -324,8 +325,21 @@ class BakeOff:
                  overrides=arm.overrides if source is None else None, duplication=arm.duplication,
                  resume=bool(checkpoints(out / "checkpoints")),  # a rerun continues, a first run starts
                  model=source, max_len=max_len, log=self.detail)
-        atomic_write_text(out / "done.json", json.dumps({"steps": steps}) + "\n")
+        done = {"steps": steps, "hardware": hardware(train.device)}  # the report names it
+        atomic_write_text(out / "done.json", json.dumps(done) + "\n")
         return out / "final"
+
+    def hardware_of(self, arm: Arm, seed: int) -> dict:
+        """{"pretrain": what the arm's pretraining ran on (its done.json; None: none, or not recorded),
+        "finetune": what fine-tuning runs on}."""
+        path = self.arm_dir(arm.name, seed) / "pretrain" / "done.json"
+        try:
+            done = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            done = {}
+        pretrained = done.get("hardware") if arm.pretrain and isinstance(done, dict) else None
+        device = split_finetune(self.plan.finetune)[0].get("device", "auto")
+        return {"pretrain": pretrained, "finetune": hardware(device)}
 
     def pretrained(self, arm: Arm, seed: int) -> bool:
         """Whether the arm's pretraining at `seed` is finished for this plan (fingerprint, done.json)."""

@@ -228,3 +228,14 @@ def test_each_row_records_the_hardware_its_pretraining_and_fine_tuning_ran_on(tm
     assert [r["hardware"] for r in rows] == [{"pretrain": "device auto here", "finetune": "device cpu here"}] * 2
     done = json.loads((tmp_path / "mlm" / "seed-0" / "pretrain" / "done.json").read_text())
     assert done["hardware"] == "device auto here"
+
+
+def test_under_torchrun_the_python_api_refuses_as_the_command_does(tmp_path, tiny_plan, monkeypatch):
+    """Each rank would pretrain every arm, world size x the budget the schedule counted: refused before
+    anything is built, as `lmforge bakeoff` refuses it."""
+    from lmforge.bakeoff import PlanError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(PlanError, match="without torchrun"):
+        run_plan(check_plan(tiny_plan), tmp_path / "out", log=lambda line: None)
+    assert not (tmp_path / "out").exists()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import time
 from contextlib import contextmanager
@@ -197,6 +198,9 @@ class BakeOff:
     """One plan's run under `out`: corpus, tokenizer, schedules, then arm by arm (see the module)."""
 
     def __init__(self, plan: Plan, out, log=print) -> None:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # every rank would run every arm: world x the budget
+            raise PlanError(f"{plan.source}: a bake-off runs each arm in one process, as its budgets count it: "
+                            "run it without torchrun")
         self.plan, self.out, self.show = plan, Path(out), log
         self.out.mkdir(parents=True, exist_ok=True)
         mend(self.out)  # a torn last row (a kill mid-append) cut, before hours of training rest on the file

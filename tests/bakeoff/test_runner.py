@@ -239,3 +239,15 @@ def test_under_torchrun_the_python_api_refuses_as_the_command_does(tmp_path, tin
     with pytest.raises(PlanError, match="without torchrun"):
         run_plan(check_plan(tiny_plan), tmp_path / "out", log=lambda line: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_max_len_past_the_models_positions_is_refused_before_a_schedule_is_counted(tmp_path, tiny_plan):
+    """max_len 128 on a 64-position model: pretrain refuses it when the arm starts, so a dry run had printed
+    steps and FLOPs at 128 tokens an example that no run would spend."""
+    from lmforge.bakeoff import PlanError
+    from lmforge.bakeoff.runner import BakeOff
+
+    tiny_plan["pretrain"]["max_len"], tiny_plan["budget"] = 128, 4.0e9
+    with pytest.raises(PlanError, match=r"arms\.mlm: max_len 128 is over the model's max_seq_len \(64\)"):
+        BakeOff(check_plan(tiny_plan), tmp_path, log=lambda line: None)
+    assert not (tmp_path / "schedule.json").exists()

@@ -150,6 +150,9 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
         options, max_len = pretrain_options(plan, arm)
         train = TrainConfig.from_dict(options)
         T = max_len or min(cfg.max_seq_len, 128)
+        if T > cfg.max_seq_len:  # pretrain refuses it when the arm starts: a dry run counted steps never run
+            raise PlanError(f"{plan.source}: arms.{arm.name}: max_len {T} is over the model's max_seq_len "
+                            f"({cfg.max_seq_len})")
         if not arm.pretrain:  # a baseline fine-tuned as it is: no FLOPs of its own
             out[arm.name] = Schedule(0, 0.0, 0.0, {})
             continue

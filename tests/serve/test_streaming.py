@@ -27,7 +27,17 @@ def test_a_stream_ends_with_its_finish_reason_then_done(local, path, body):
     assert events[-1] == "[DONE]"
     last = json.loads(events[-2])
     reason = last["finish_reason"] if path == "/generate" else last["choices"][0]["finish_reason"]
-    assert reason == "length" and last["usage"]["completion_tokens"] == 3
+    prompts = 1 if isinstance(body["prompt"], str) else len(body["prompt"])
+    assert reason == "length" and last["usage"]["completion_tokens"] == 3 * prompts  # the request's
+
+
+def test_a_streamed_completion_s_usage_is_the_whole_reply_s(local):
+    """The stream's last chunk says the request's usage, summed over its prompts as the whole reply's is, and
+    no earlier chunk has any: it said the last prompt's alone (3 tokens of 6), and each prompt's its own."""
+    chunks = [json.loads(e) for e in _events(local, "/v1/completions", COMPLETE)[:-1]]
+    whole = local.post("/v1/completions", json={**COMPLETE, "stream": False}).json()
+    assert chunks[-1]["usage"] == whole["usage"] and whole["usage"]["completion_tokens"] == 6
+    assert all("usage" not in c for c in chunks[:-1])
 
 
 @pytest.mark.parametrize("path, body", [("/generate", GENERATE), ("/v1/completions", COMPLETE)])

@@ -226,10 +226,14 @@ class AdmittedStream(StreamingResponse):
 
 
 class CompletionChunks:
-    """Turns a prompt's events into OpenAI completion chunks (the first one led by the prompt with echo)."""
+    """Turns a prompt's events into OpenAI completion chunks (the first one led by the prompt with echo). The
+    stream's last chunk has the request's usage, summed over its prompts as the whole reply's is; a prompt's
+    own last chunk before it has none (its count there read as the request's, or summed with the total,
+    would be wrong)."""
 
-    def __init__(self, head: dict, echo: list | None) -> None:
-        self.head, self.echo, self.echoed = head, echo, set()
+    def __init__(self, head: dict, echo: list | None, prompts: int = 1) -> None:
+        self.head, self.echo, self.echoed, self.prompts = head, echo, set(), prompts
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
     def __call__(self, index: int, event: dict) -> dict:
         """The chunk of one event of prompt `index`."""
@@ -241,7 +245,10 @@ class CompletionChunks:
         choice = {"text": text, "index": index, "logprobs": None,
                   "finish_reason": done["finish_reason"] if done else None,
                   "token_ids": [] if done else event["token_ids"], **({"seed": done["seed"]} if done else {})}
-        return {**self.head, "choices": [choice], **({"usage": done["usage"]} if done else {})}
+        if done:  # the prompts stream one after another: the last one's end is the stream's
+            self.usage = {k: n + done["usage"][k] for k, n in self.usage.items()}
+        last = done and index == self.prompts - 1
+        return {**self.head, "choices": [choice], **({"usage": self.usage} if last else {})}
 
 
 @router.post("/generate", response_model=GenerateResponse, responses={200: {"content": SSE}})
@@ -272,7 +279,7 @@ async def completions(body: CompletionRequest, request: Request):
             "model": served.name}
     if body.stream:
         return await _events(server, served, request, jobs,
-                             CompletionChunks(head, prompts if body.echo else None))
+                             CompletionChunks(head, prompts if body.echo else None, len(prompts)))
     # all the prompts admitted at once (one 429 before any runs, never one after the first ones ran)
     results = await _unless_gone(request, server.run("generate", served, [(p, n, 1) for p, n in jobs]))
     choices = [{"text": (p if body.echo else "") + r["text"], "index": i, "logprobs": None,

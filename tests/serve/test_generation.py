@@ -1,10 +1,15 @@
 """The generation job (serve/generation.py): what a reply's text, token ids and counts say of each other."""
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
+from fastapi.testclient import TestClient
 
 import lmforge
 from lmforge.generate.text import continuation, prompt_ids
+from lmforge.serve import create_app, load_served
 
 
 @pytest.mark.parametrize("beams", [1, 3])
@@ -20,3 +25,25 @@ def test_a_stop_string_ends_the_token_ids_where_it_ends_the_text(local, model_di
     assert stopped["finish_reason"] == "stop" and stop in whole["text"]
     assert stop in continuation(tokenizer, start, ids) and stop not in continuation(tokenizer, start, ids[:-1])
     assert stopped["usage"]["completion_tokens"] == len(ids) < len(whole["token_ids"])
+
+
+def test_a_v1_completions_refusal_says_max_tokens_the_field_it_takes(local, model_dirs, tmp_path):
+    """/v1/completions takes max_tokens and refuses max_new_tokens by name, so its refusals say max_tokens:
+    they said max_new_tokens (a checkpoint's max_length the prompt reaches told the client to "give
+    max_new_tokens", which the route then refused); /generate keeps its own name."""
+    body = {"model": "gen", "prompt": "the old fox", "max_tokens": 3, "temperature": 0}
+    fewer = local.post("/v1/completions", json={**body, "min_new_tokens": 5}).json()["error"]
+    assert fewer["param"] == "min_new_tokens" and "max_tokens=3" in fewer["message"]
+    assert "max_new_tokens" not in fewer["message"]
+    shutil.copytree(model_dirs["gen"], tmp_path / "gen")
+    (tmp_path / "gen" / "generation_config.json").write_text(json.dumps({"max_length": 2}))
+    app = create_app({"gen": load_served("gen", tmp_path / "gen")}, threads=1)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        prompt = {"model": "gen", "prompt": "the old fox", "temperature": 0}
+        reached = client.post("/v1/completions", json=prompt)
+        own = client.post("/generate", json=prompt).json()["error"]
+        given = client.post("/v1/completions", json={**prompt, "max_tokens": 2})
+    assert reached.status_code == 422 and reached.json()["error"]["param"] == "max_tokens"
+    assert reached.json()["error"]["message"].endswith("give max_tokens")
+    assert own["param"] == "max_new_tokens" and own["message"].endswith("give max_new_tokens")
+    assert given.status_code == 200 and given.json()["usage"]["completion_tokens"] == 2

@@ -13,6 +13,7 @@ Cancellation is not here: the worker stops a job between any two forward passes 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,10 +45,23 @@ class Settings:
     seed: int | None = None  # sampling: a fixed seed gives the same text again
     stop: tuple = field(default_factory=tuple)
     stream: bool = False
+    new_tokens: str = "max_new_tokens"  # the route's name of max_new_tokens (/v1/completions: max_tokens)
 
     def __post_init__(self) -> None:
         self.given = sampling_from_temperature(self.given)
-        request_options(self.given)  # the request's own values, before any model work
+        try:
+            GenerationOptions.build(None, self.given)  # the request's own values, before any model work
+        except OptionsError as err:
+            raise self.refusal(err) from None
+
+    def refusal(self, err: OptionsError) -> RequestError:
+        """The client's 422 of `err`, in the route's names: a refusal on /v1/completions says max_tokens, the
+        field it takes, not max_new_tokens, which it refuses (the advice "give max_new_tokens" was refused)."""
+        said, field = str(err), err.field
+        if self.new_tokens != "max_new_tokens":
+            said = re.sub(r"\bmax_new_tokens\b", self.new_tokens, said)
+            field = self.new_tokens if field == "max_new_tokens" else field
+        return RequestError(422, said, param=field)
 
     def options_for(self, model, tokenizer, start: int) -> GenerationOptions:
         """The options of a prompt with `start` decoder positions before its new tokens, with the stop id
@@ -56,15 +70,7 @@ class Settings:
         try:
             return resolve(model, start, self.given, defaults={**ids, **self.defaults})
         except OptionsError as err:
-            raise RequestError(422, str(err), param=err.field) from None
-
-
-def request_options(fields: dict) -> GenerationOptions:
-    """GenerationOptions from a request's fields alone; a refusal is the client's 422 naming the field."""
-    try:
-        return GenerationOptions.build(None, fields)
-    except OptionsError as err:
-        raise RequestError(422, str(err), param=err.field) from None
+            raise self.refusal(err) from None
 
 
 def _held(text: str, stops: tuple) -> int:
@@ -145,7 +151,7 @@ def run(served, payload: dict, emit: Callable) -> dict:
     except StopText:
         new = tail.joined.ids
     except OptionsError as err:  # a setting this model cannot serve (its vocabulary, its context)
-        raise RequestError(422, str(err), param=err.field) from None
+        raise settings.refusal(err) from None
     if beams:
         new = _until_eos(new, options.eos_token_id)
         for at, token in enumerate(new):

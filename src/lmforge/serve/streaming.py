@@ -68,7 +68,7 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     fields = {name: getattr(body, name) for name in (*DECODING, "temperature") if name in given}
     if given & {"max_new_tokens", "max_tokens"}:
         fields["max_new_tokens"] = max_new_tokens
-    return Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream)
+    return Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream, new_tokens)
 
 
 def completion_defaults(served) -> dict:
@@ -128,7 +128,7 @@ def _job(served, field: str, ids: list, settings: Settings, limits=None,
         # the route's defaults and the checkpoint's recommendation say whether it samples (OpenAI's samples)
         refuse_unused(options, settings.given)
     except OptionsError as err:
-        raise RequestError(422, str(err), param=err.field) from None
+        raise settings.refusal(err) from None
     if limits is not None:  # the checkpoint's settings are bounded as a request's are
         check_generation(options, options.max_new_tokens, limits, new_tokens)
     if options.num_beams > 1 and settings.stream:

@@ -56,7 +56,7 @@ class Settings:
 
     def refusal(self, err: OptionsError) -> RequestError:
         """The client's 422 of `err`, in the route's names: a refusal on /v1/completions says max_tokens, the
-        field it takes, not max_new_tokens, which it refuses (the advice "give max_new_tokens" was refused)."""
+        field it takes, not max_new_tokens, which it refuses (advice to give max_new_tokens was refused)."""
         said, field = str(err), err.field
         if self.new_tokens != "max_new_tokens":
             said = re.sub(r"\bmax_new_tokens\b", self.new_tokens, said)

@@ -47,3 +47,18 @@ def test_a_v1_completions_refusal_says_max_tokens_the_field_it_takes(local, mode
     assert reached.json()["error"]["message"].endswith("give max_tokens")
     assert own["param"] == "max_new_tokens" and own["message"].endswith("give max_new_tokens")
     assert given.status_code == 200 and given.json()["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize("recommended", [{"max_length": 2}, {"do_sample": "yes"}])
+def test_a_refusal_of_the_checkpoint_s_settings_does_not_say_the_server_s_paths(model_dirs, tmp_path,
+                                                                             recommended):
+    """A refusal naming the served model's generation_config.json calls it so, not by the directory the server
+    loaded it from, which /info keeps from clients too (it said the path), whether the file's values do not
+    fit the prompt or fail their check."""
+    shutil.copytree(model_dirs["gen"], tmp_path / "gen")
+    (tmp_path / "gen" / "generation_config.json").write_text(json.dumps(recommended))
+    with TestClient(create_app({"gen": load_served("gen", tmp_path / "gen")}, threads=1),
+                    raise_server_exceptions=False) as client:
+        error = client.post("/generate", json={"model": "gen", "prompt": "the old fox"}).json()["error"]
+    assert error["code"] == 422 and "generation_config.json" in error["message"]
+    assert str(tmp_path) not in error["message"] and "the served model's" in error["message"]

@@ -54,23 +54,26 @@ class Settings:
         except OptionsError as err:
             raise self.refusal(err) from None
 
-    def refusal(self, err: OptionsError) -> RequestError:
+    def refusal(self, err: OptionsError, where: str | None = None) -> RequestError:
         """The client's 422 of `err`, in the route's names: a refusal on /v1/completions says max_tokens, the
         field it takes, not max_new_tokens, which it refuses (advice to give max_new_tokens was refused)."""
         said, field = str(err), err.field
+        if where:  # the served model's directory, which the server tells no client (/info says names)
+            said = said.replace(where + os.sep, "the served model's ").replace(where, "the served model")
         if self.new_tokens != "max_new_tokens":
             said = re.sub(r"\bmax_new_tokens\b", self.new_tokens, said)
             field = self.new_tokens if field == "max_new_tokens" else field
         return RequestError(422, said, param=field)
 
-    def options_for(self, model, tokenizer, start: int) -> GenerationOptions:
+    def options_for(self, model, tokenizer, start: int, where: str | None = None) -> GenerationOptions:
         """The options of a prompt with `start` decoder positions before its new tokens, with the stop id
-        always set (the finish reason and the cut at the stop read it from the options)."""
+        always set (the finish reason and the cut at the stop read it from the options); `where`: the model's
+        directory, not said in a refusal of its generation_config.json."""
         ids = {"eos_token_id": model.config.eos_token_id, **tokenizer_ids(model, tokenizer)}
         try:
             return resolve(model, start, self.given, defaults={**ids, **self.defaults})
         except OptionsError as err:
-            raise self.refusal(err) from None
+            raise self.refusal(err, where) from None
 
 
 def _held(text: str, stops: tuple) -> int:

@@ -123,7 +123,7 @@ def _job(served, field: str, ids: list, settings: Settings, limits=None,
     context = model.config.max_seq_len
     # decoder positions before the new tokens (the last new token is never fed back)
     start = 1 if model.config.architecture == "encoder-decoder" else len(ids)
-    options = settings.options_for(model, served.front, start)
+    options = settings.options_for(model, served.front, start, str(served.path))
     try:  # a setting the request gave that its decoding would not read: refused as the other faces do, once
         # the route's defaults and the checkpoint's recommendation say whether it samples (OpenAI's samples)
         refuse_unused(options, settings.given)

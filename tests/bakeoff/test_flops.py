@@ -217,3 +217,34 @@ def test_an_encoder_decoders_prefix_lm_is_charged_for_its_padded_micro_batches(m
     cfg = get_config("t5-small", vocab_size=V)
     wide = forward_flops(objectives.get("prefix-lm"), cfg, T, micro_batch=16)
     assert sum(wide.values()) > 1.5 * sum(forward_flops(objectives.get("prefix-lm"), cfg, T).values())
+
+
+def test_shares_charge_each_part_on_the_positions_it_runs_on():
+    """A masked LM's heads run on `rate` of the maskable tokens, its networks on the padded length;
+    All-Tokens MLM's head on the non-padding tokens; no Shares: every position, the upper bound."""
+    from lmforge.bakeoff.flops import Shares
+    from lmforge.pipelines.summary import flops_per_token
+
+    cfg = get_config("bert-mini", vocab_size=V)
+    bound = forward_flops(objectives.get("span"), cfg, T)
+    assert forward_flops(objectives.get("span"), cfg, T, shares=Shares()) == bound
+    half = forward_flops(objectives.get("span"), cfg, T, shares=Shares(maskable=0.5))
+    assert half["encoder"] == bound["encoder"]
+    for head in ("lm_head", "sbo"):
+        assert half[head] == pytest.approx(bound[head] / 2)
+    short = forward_flops(objectives.get("mlm"), cfg, T, shares=Shares(padded=0.5))
+    assert short["encoder"] == pytest.approx(T / 2 * flops_per_token(cfg, T // 2, lm_head=False))
+    electra = get_config("electra-small", vocab_size=V)
+    every = forward_flops(objectives.get("all-tokens-mlm"), electra, T,
+                          shares=Shares(tokens=0.75, maskable=0.5))
+    upper = forward_flops(objectives.get("all-tokens-mlm"), electra, T)
+    assert every["lm_head"] == pytest.approx(0.75 * upper["lm_head"])
+    assert every["generator_lm_head"] == pytest.approx(0.5 * upper["generator_lm_head"])
+
+
+@pytest.mark.parametrize("shares", [{"padded": 0.0}, {"maskable": 1.5}, {"tokens": float("nan")}])
+def test_shares_out_of_range_are_refused(shares):
+    from lmforge.bakeoff.flops import Shares
+
+    with pytest.raises(ValueError, match=f"Shares.{next(iter(shares))}"):
+        Shares(**shares)

@@ -5,16 +5,16 @@ pass is about twice the forward: Kaplan et al. 2020, sec. 2.1), per example, x e
 The forward count is pipelines.summary.flops_per_token (2 FLOPs per multiply-add of every matmul).
 What each objective runs, per example of T = max_len tokens:
 
-- masked LM (BERT, RoBERTa, whole-word, NSP/SOP, SpanBERT): the encoder on T tokens; the
-  vocabulary projection only on the `rate` share of positions selected (MaskedLM computes it
-  nowhere else); NSP/SOP's pooler + classifier once; SpanBERT's SBO on the selected positions;
-  StructBERT's word-order task the vocabulary projection again on the shuffled `wso_rate` share of
-  the unmasked tokens, and its sentence-order task a pooler + 3-way classifier once;
-- replaced-token detection (ELECTRA): the generator (its own config, generator_config) on T tokens
-  with its LM head on the selected positions, plus the discriminator on T tokens with its RTD head
-  (dense d -> d, score d -> 1) on every token — ELECTRA is charged for both networks; its MLM
-  ablations the same generator, and the model's LM head on the selected positions (Replace MLM)
-  or on every token with the copy gate (All-Tokens MLM);
+- masked LM (BERT, RoBERTa, whole-word, NSP/SOP, SpanBERT): the encoder on the padded positions; the
+  vocabulary projection only on the positions selected, `rate` of the maskable tokens (MaskedLM
+  computes it nowhere else); NSP/SOP's pooler + classifier once; SpanBERT's SBO on the selected
+  positions; StructBERT's word-order task the vocabulary projection again on the shuffled `wso_rate`
+  share of the maskable tokens left unmasked, and its sentence-order task a pooler + 3-way classifier once;
+- replaced-token detection (ELECTRA): the generator (its own config, generator_config) on the padded
+  positions with its LM head on the selected ones, plus the discriminator on the padded positions with
+  its RTD head (dense d -> d, score d -> 1) on each of them — ELECTRA is charged for both networks; its
+  MLM ablations the same generator, and the model's LM head on the selected positions (Replace MLM)
+  or on every non-padding token with the copy gate (All-Tokens MLM);
 - encoder-decoders (T5 span corruption, prefix LM, BART denoising): the encoder on its input
   tokens and the decoder, with the vocabulary projection, on its target tokens (self-attention over
   the targets, cross-attention over the inputs, whose keys and values are projected once per input);
@@ -25,13 +25,19 @@ What each objective runs, per example of T = max_len tokens:
   to the longest of its micro-batch: the expected largest of `micro_batch` uniform split points
   (padded_split), T / 2 + 1 a side for one example a micro-batch, near T + 1 for many;
 
-Every example is charged at the full T (packing fills examples to max_len; a shorter one costs
-less, so the counted FLOPs are an upper bound of the compute spent), padding included: a padded position
-costs what a token does.
+What runs depends on the data where examples are shorter than T or hold special tokens: a micro-batch
+is padded to its longest example, every network runs on every padded position, and a masked LM selects
+`rate` of the maskable tokens (not [CLS], [SEP], padding). Shares (measured by bakeoff/sample.py on a
+fixed sample of the arm's own examples) says what part of T each of these is; without it (Shares()) every
+example is charged at the full T, padding included, every position maskable: an upper bound. With
+them a step's count is within about 1 % of what torch's FlopCounterMode measures on the arm's batches
+(SpanBERT's spans, which never touch a text's ends, fall a little short of `rate` in short texts: charged
+at `rate`). Decoders and encoder-decoders are charged as above at T (their blocks fill T).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 from lmforge.config import ModelConfig
 from lmforge.objectives import ObjectiveSpec
@@ -55,6 +61,28 @@ class NoFlopCount(ValueError):
     permutation LM, ELMo's biLM."""
 
 
+@dataclass(frozen=True)
+class Shares:
+    """What share of an example's T positions each data-dependent part runs on: measured on a sample of
+    an arm's examples (bakeoff/sample.py); 1 each (the default): every position, an upper bound."""
+
+    padded: float = 1.0  # the length a micro-batch is padded to (expected): where the networks run
+    tokens: float = 1.0  # non-padding tokens: All-Tokens MLM's vocabulary projection and copy gate
+    maskable: float = 1.0  # non-special, non-padding tokens: what a masked LM selects `rate` of
+
+    def __post_init__(self) -> None:
+        for name in ("padded", "tokens", "maskable"):  # a text of special tokens alone: nothing maskable
+            value, low = getattr(self, name), 0 if name == "maskable" else 1e-9
+            if not (isinstance(value, (int, float)) and low <= value <= 1):
+                raise ValueError(f"Shares.{name} must be in [{low:g}, 1], got {value!r}")
+
+
+def _body(cfg: ModelConfig, T: int, shares: Shares) -> float:
+    """Forward FLOPs of a network without its LM head on one example padded to shares.padded x T."""
+    padded = shares.padded * T
+    return padded * flops_per_token(cfg, max(1, round(padded)), lm_head=False)
+
+
 def head_flops(cfg: ModelConfig, context: int) -> int:
     """Forward FLOPs of the LM head for one token: the transform and the vocabulary projection."""
     return flops_per_token(cfg, context, lm_head=True) - flops_per_token(cfg, context, lm_head=False)
@@ -70,33 +98,32 @@ def _pair_head(cfg: ModelConfig, n_labels: int) -> int:
     return 2 * (cfg.d_model ** 2 + n_labels * cfg.d_model)
 
 
-def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
-    rate = options["rate"]
-    charges = {"encoder": T * flops_per_token(cfg, T, lm_head=False),
-               "lm_head": rate * T * head_flops(cfg, T)}
+def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int, shares: Shares) -> dict:
+    rate, maskable = options["rate"], shares.maskable * T
+    charges = {"encoder": _body(cfg, T, shares), "lm_head": rate * maskable * head_flops(cfg, T)}
     if options.get("task") in ("nsp", "sop"):  # is-next / in-order: a 2-way classifier
         charges["pair_head"] = _pair_head(cfg, 2)
-    if issubclass(cls, StructuralMLM):  # the shuffled trigrams: wso_rate of the (1 - rate) T unmasked tokens
-        charges["wso_head"] = options["wso_rate"] * (1 - rate) * T * head_flops(cfg, T)
+    if issubclass(cls, StructuralMLM):  # the shuffled trigrams: wso_rate of the maskable tokens left unmasked
+        charges["wso_head"] = options["wso_rate"] * (1 - rate) * maskable * head_flops(cfg, T)
         if options.get("sso"):  # next / previous / other document
             charges["pair_head"] = _pair_head(cfg, 3)
     if issubclass(cls, SpanMLM) and getattr(cls, "uses_sbo", True):  # SBO: W1 (3d -> d) and W2 (d -> E) before the shared projection
         d, E = cfg.d_model, cfg.embed_dim
-        charges["sbo"] = rate * T * (2 * (3 * d * d + d * E) + 2 * E * cfg.vocab_size)
+        charges["sbo"] = rate * maskable * (2 * (3 * d * d + d * E) + 2 * E * cfg.vocab_size)
     return charges
 
 
-def _electra(cls, cfg: ModelConfig, options: dict, T: int) -> dict:
-    rate, d = options["rate"], cfg.d_model
+def _electra(cls, cfg: ModelConfig, options: dict, T: int, shares: Shares) -> dict:
+    rate, d, selected = options["rate"], cfg.d_model, options["rate"] * shares.maskable * T
     gen = options.get("generator") or generator_config(cfg, options.get("ratio"))
-    charges = {"generator": T * flops_per_token(gen, T, lm_head=False),
-               "generator_lm_head": rate * T * head_flops(gen, T),
-               "discriminator": T * flops_per_token(cfg, T, lm_head=False)}
-    if not issubclass(cls, ElectraMLM):
-        return {**charges, "rtd_head": T * 2 * (d * d + d)}
-    if options.get("all_tokens"):  # every token's vocabulary projection and copy gate (d -> 1)
-        return {**charges, "lm_head": T * head_flops(cfg, T), "copy_gate": T * 2 * d}
-    return {**charges, "lm_head": rate * T * head_flops(cfg, T)}
+    charges = {"generator": _body(gen, T, shares), "generator_lm_head": selected * head_flops(gen, T),
+               "discriminator": _body(cfg, T, shares)}
+    if not issubclass(cls, ElectraMLM):  # the RTD head scores every padded position
+        return {**charges, "rtd_head": shares.padded * T * 2 * (d * d + d)}
+    if options.get("all_tokens"):  # every token's vocabulary projection and copy gate (d -> 1), no padding
+        tokens = shares.tokens * T
+        return {**charges, "lm_head": tokens * head_flops(cfg, T), "copy_gate": tokens * 2 * d}
+    return {**charges, "lm_head": selected * head_flops(cfg, T)}
 
 
 def padded_split(T: int, micro_batch: int = 1) -> float:
@@ -146,16 +173,23 @@ def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int, micro_batch: int) -> 
     return {"encoder": n_in * encoder, "decoder": n_out * decoder + cross}
 
 
+def reads_shares(spec: ObjectiveSpec) -> bool:
+    """Whether forward_flops charges `spec` by the Shares of its examples (masked LMs, ELECTRA's)."""
+    cls = getattr(spec.build, "__self__", None)
+    return isinstance(cls, type) and issubclass(cls, (MaskedLM, ReplacedTokenDetection, ElectraMLM))
+
+
 def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict | None = None,
-                  micro_batch: int = 1) -> dict:
+                  micro_batch: int = 1, shares: Shares | None = None) -> dict:
     """Forward FLOPs of one example of T tokens under objective `spec`, in micro-batches of `micro_batch`
-    examples (what an encoder-decoder's prefix LM pads to), by network (see the module)."""
-    options = objective_options(spec, options or {})
+    examples (what an encoder-decoder's prefix LM pads to), by network (see the module); `shares`: what
+    the arm's examples hold (None: every position a maskable token, an upper bound)."""
+    options, shares = objective_options(spec, options or {}), shares or Shares()
     cls = getattr(spec.build, "__self__", None)
     if isinstance(cls, type) and issubclass(cls, (ReplacedTokenDetection, ElectraMLM)):
-        return _electra(cls, cfg, options, T)
+        return _electra(cls, cfg, options, T, shares)
     if isinstance(cls, type) and issubclass(cls, MaskedLM):
-        return _masked_lm(cls, cfg, options, T)
+        return _masked_lm(cls, cfg, options, T, shares)
     if cfg.architecture == "encoder-decoder":
         return _seq2seq(cls, cfg, options, T, micro_batch)
     if cfg.architecture == "decoder":
@@ -169,12 +203,14 @@ def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict |
 
 @dataclass(frozen=True)
 class Schedule:
-    """An arm's share of the budget: its steps, FLOPs per step and by network."""
+    """An arm's share of the budget: its steps, FLOPs per step and by network, and the Shares of its
+    examples they were counted with ({}: none measured, every position charged)."""
 
     steps: int
     flops_per_step: float
     flops: float
     by_network: dict
+    shares: dict = field(default_factory=dict)
 
     def error(self, budget: float) -> float:
         """Relative distance of the counted FLOPs from `budget`."""
@@ -182,11 +218,13 @@ class Schedule:
 
 
 def schedule(spec: ObjectiveSpec, cfg: ModelConfig, T: int, examples_per_step: int, budget: float,
-             options: dict | None = None, micro_batch: int | None = None) -> Schedule:
+             options: dict | None = None, micro_batch: int | None = None,
+             shares: Shares | None = None) -> Schedule:
     """The steps that spend `budget` training FLOPs: round(budget / FLOPs per step); examples come in
-    micro-batches of `micro_batch` (None: the whole step's in one)."""
-    forward = forward_flops(spec, cfg, T, options, micro_batch or examples_per_step)
+    micro-batches of `micro_batch` (None: the whole step's in one), holding `shares` (forward_flops)."""
+    forward = forward_flops(spec, cfg, T, options, micro_batch or examples_per_step, shares)
     per_step = BACKWARD_FACTOR * examples_per_step * sum(forward.values())
     steps = max(1, round(budget / per_step))
     by_network = {k: BACKWARD_FACTOR * examples_per_step * v for k, v in forward.items()}
-    return Schedule(steps, per_step, steps * per_step, by_network)
+    measured = dataclasses.asdict(shares) if shares else {}
+    return Schedule(steps, per_step, steps * per_step, by_network, measured)

@@ -37,6 +37,7 @@ from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, read_by_kind
 from lmforge.bakeoff.results import RESULTS  # noqa: F401 (callers read it here)
 from lmforge.bakeoff.results import (append_row, built_files, hardware, mend, read_results, read_signed,
                                      replace_row, write_signed)
+from lmforge.bakeoff.sample import Sampler
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
@@ -142,8 +143,8 @@ def pretrain_options(plan: Plan, arm: Arm) -> dict:
     return options, options.pop("max_len", None)
 
 
-def schedules(plan: Plan, vocab_size: int) -> dict:
-    """arm name -> flops.Schedule meeting the budget within TOLERANCE; PlanError naming the arm if not."""
+def schedules(plan: Plan, vocab_size: int, measure=None) -> dict:
+    """arm name -> flops.Schedule within TOLERANCE of the budget (measure: sample.Sampler); else PlanError."""
     out = {}
     for arm in plan.arms:
         cfg = arm_config(plan, arm, vocab_size)
@@ -157,8 +158,9 @@ def schedules(plan: Plan, vocab_size: int) -> dict:
             out[arm.name] = Schedule(0, 0.0, 0.0, {})
             continue
         try:
-            found = schedule(arm_spec(plan, arm), cfg, T, train.batch_size * train.accumulation, plan.budget,
-                             arm.options, micro_batch=train.batch_size)
+            spec = arm_spec(plan, arm)
+            found = schedule(spec, cfg, T, train.batch_size * train.accumulation, plan.budget, arm.options,
+                             train.batch_size, measure(arm, spec, T, train.batch_size) if measure else None)
         except PlanError:  # it names the plan and the arm already
             raise
         except ValueError as err:  # an objective option out of its range (ratio: 1.5), said by the objective
@@ -213,7 +215,7 @@ class BakeOff:
         # trained once, verified on every rerun (train.pretrain.run_tokenizer keeps its checksums)
         self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
                                        plan.tokenizer["vocab_size"])
-        self.schedules = schedules(plan, self.tokenizer.vocab_size)
+        self.schedules = schedules(plan, self.tokenizer.vocab_size, Sampler(self))
         check_objectives(plan, self.tokenizer)
         self.architectures: dict = {}  # arm name -> its model's architecture, read once (architecture)
         self.tasks = {t["name"]: task_splits(t, self.out) for t in plan.tasks}

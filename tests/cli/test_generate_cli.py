@@ -141,6 +141,22 @@ def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dir
         assert capsys.readouterr().out == tok.decode(want[0].tolist()) + "\n"
 
 
+def test_the_checkpoint_s_sampling_settings_are_said_only_where_they_are_read(dirs, capsys, tmp_path):
+    import json
+    import shutil
+
+    path = tmp_path / "samples"
+    shutil.copytree(dirs["gpt2"], path)
+    (path / "generation_config.json").write_text(json.dumps({"do_sample": True, "top_k": 5, "top_p": 0.9,
+                                                             "max_new_tokens": 3}))
+    assert main(["generate", "--model", str(path), "the cat", "--seed", "1"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("settings from")]
+    assert said and "top_k=5" in said[0] and "top_p=0.9" in said[0]
+    assert main(["generate", "--model", str(path), "the cat", "--temperature", "0"]) == 0  # greedy
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("settings from")]
+    assert said and "top_k" not in said[0] and "top_p" not in said[0] and "max_new_tokens=3" in said[0]
+
+
 @pytest.mark.parametrize("text", ['{"max_new_tokens": 5, "num_be', "[5]", b"\xff{}"])
 def test_a_damaged_generation_config_json_is_refused_naming_it_not_read_as_none(dirs, capsys, tmp_path, text):
     """A cut file was read as no file: the default settings (or config.json's), unsaid (helper's probe)."""

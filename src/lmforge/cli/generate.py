@@ -144,7 +144,8 @@ def decoding_options(args, typed: dict, model, start: int, ids: dict) -> tuple:
     from lmforge.cli.common import UsageError
     from lmforge.config.options import OptionsError
     from lmforge.generate.checks import check_for_model
-    from lmforge.generate.options import refuse_unused, replaced_minimums, sampling_from_temperature
+    from lmforge.generate.options import (SAMPLING_ONLY, refuse_unused, replaced_minimums,
+                                          sampling_from_temperature)
     from lmforge.generate.recommended import recommendation, resolve
 
     try:
@@ -157,6 +158,8 @@ def decoding_options(args, typed: dict, model, start: int, ids: dict) -> tuple:
         taken = {k: v for k, v in recommended.items() if k not in given and k not in NOT_FLAGS}
         fallback = {k: v for k, v in ids.items() if v is not None and getattr(model.config, k) is None}
         options = resolve(model, start, given, defaults=fallback)
+        if not options.do_sample:  # greedy reads none of the sampling settings recommended: not said
+            taken = {k: v for k, v in taken.items() if k not in SAMPLING_ONLY}
         check_for_model(options, model, start)
         refuse_unused(options, typed)  # the flags given: a checkpoint's recommendations may hold both
     except OptionsError as err:

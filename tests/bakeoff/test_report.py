@@ -110,10 +110,12 @@ def test_a_changed_plans_report_shows_no_schedule_or_curve_of_the_old_one(tmp_pa
     old = check_plan(tiny_plan)
     schedule = {a.name: {"steps": 10, "flops_per_step": 4e7, "flops": 4e8, "by_network": {}, "budget": 4e8,
                          "fingerprint": schedule_key(old, a)} for a in old.arms}
+    schedule["electra"]["shares"] = {"padded": 0.96, "tokens": 0.78, "maskable": 0.7}  # what a run measured
     (tmp_path / "schedule.json").write_text(json.dumps(schedule))
     _pretrain_run(tmp_path, old, "mlm", [{"step": s, "loss": 9 - s / 10} for s in range(1, 11)])
     text = write_report(old, tmp_path).read_text()
     assert "- mlm: 10 steps x 4e+07 = 4e+08 FLOPs (+0.00 % of the budget)" in text
+    assert "(+0.00 % of the budget; examples padded to 0.96, maskable tokens 0.70 of max_len)" in text
     assert (tmp_path / "learning_curves.png").is_file()
     assert set(json.loads((tmp_path / "report.json").read_text())["schedules"]) == {"mlm", "electra"}
     (tmp_path / "learning_curves.png").unlink()
@@ -167,6 +169,6 @@ def test_the_report_says_the_hardware_the_sd_and_how_flops_were_counted(tmp_path
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["hardware"] == sorted(gpu.values()) and all(h in text for h in gpu.values())
     assert "n - 1" in data["sd"] and "n - 1" in text
-    assert "3 x" in data["flops"] and "padding included" in text
+    assert "3 x" in data["flops"] and "maskable tokens" in text and "padded length" in data["flops"]
     assert [s["sd"] for s in data["summary"]] == [None, None]
     assert data["budget"] == plan.budget and data["seeds"] == [0]

@@ -29,11 +29,21 @@ from lmforge.utils.plots import series_style
 REPRODUCED, REVERSED, UNRESOLVED = "reproduced", "reversed", "not resolved at this scale"
 ALPHA = 0.05  # a verdict's two-sided significance level (Welch's t-test)
 SD = "sample standard deviation over seeds (n - 1 in the denominator; none for one seed)"
-COUNTED = ("training FLOPs = 3 x the forward pass's matmul FLOPs (bakeoff/flops.py): every example charged "
-           "at max_len tokens, padding included; each head only where it runs (a masked LM's vocabulary "
-           "projection on rate x max_len selected positions, a prefix LM's on the continuation); ELECTRA's "
-           "generator and discriminator both; activation recomputation not counted: an upper bound of the "
-           "model's compute")
+COUNTED = ("training FLOPs = 3 x the forward pass's matmul FLOPs (bakeoff/flops.py), each part on the "
+           "positions it runs on: the networks on the padded length of a micro-batch, a masked LM's "
+           "vocabulary projection on rate x the maskable tokens (not special tokens, not padding), both "
+           "measured on a fixed sample of the arm's own examples (bakeoff/sample.py; an arm with a "
+           "checkpoint's tokenizer: every position, an upper bound), a prefix LM's on the continuation; "
+           "ELECTRA's generator and discriminator both; activation recomputation not counted")
+
+
+def _measured(s: dict) -> str:
+    """What an arm's schedule was counted with: the shares of max_len its examples hold ('': none)."""
+    shares = s.get("shares")
+    if not isinstance(shares, dict) or not shares:
+        return ""
+    return (f"; examples padded to {shares.get('padded', 1):.2f}, maskable tokens "
+            f"{shares.get('maskable', 1):.2f} of max_len")
 
 
 def hardware_of(rows: list) -> list:
@@ -239,7 +249,8 @@ def write_report(plan: Plan, out) -> Path:
         lines.append(f"- {arm.name}: not counted for this version of the plan (a run or --dry-run counts it)"
                      if s is None else
                      f"- {arm.name}: {s['steps']} steps x {s['flops_per_step']:.3g} = {s['flops']:.4g} FLOPs "
-                     f"({100 * (s['flops'] / plan.budget - 1):+.2f} % of the budget)" if s["steps"]
+                     f"({100 * (s['flops'] / plan.budget - 1):+.2f} % of the budget{_measured(s)})"
+                     if s["steps"]
                      else f"- {arm.name}: no pretraining of its own (a baseline)")
     lines += ["", "Claims (reproduced: the sign matches and Welch's t-test rejects a tie at 5 %, two-sided):",
               "", *claim_lines(plan, summary)]

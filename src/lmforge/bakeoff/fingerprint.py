@@ -2,9 +2,10 @@
 
 A finished unit of a plan (an arm's pretraining at one seed; its fine-tuning on one task) is stored
 with the sha256 of everything that made it: the arm (and the arms it continues), the seed, the
-budget it pretrained for, the corpus and tokenizer settings, the pretraining and fine-tuning recipes,
-the task's definition and lmforge's version. A rerun keeps a unit only when its fingerprint is the
-plan's; any other is run again (and its old result dropped), which the run says in one line.
+budget it pretrained for and the revision of the FLOP counting that turned it into steps, the corpus
+and tokenizer settings, the pretraining and fine-tuning recipes, the task's definition and lmforge's
+version. A rerun keeps a unit only when its fingerprint is the plan's; any other is run again (and its
+old result dropped), which the run says in one line.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import hashlib
 import json
 
 from lmforge import __version__
+from lmforge.bakeoff.flops import COUNTING
 from lmforge.bakeoff.plan import Arm, Plan
 
 
@@ -36,7 +38,8 @@ def pretrain_key(plan: Plan, arm: Arm, seed: int) -> str:
     """An arm's pretrained model at `seed` (an arm without pretraining: the model it starts from)."""
     parts = {"arm": dataclasses.asdict(arm), "seed": seed, "tokenizer": tokenizer_key(plan), "version": __version__}
     if arm.pretrain:  # a baseline spends no budget: changing the budget leaves it as it is
-        parts.update(budget=plan.budget, pretrain=plan.pretrain, corpus=arm.corpus or plan.corpus)
+        parts.update(budget=plan.budget, pretrain=plan.pretrain, corpus=arm.corpus or plan.corpus,
+                     counting=COUNTING)  # the steps the budget buys
     if arm.continue_from is not None:
         parts["continues"] = pretrain_key(plan, plan.arm(arm.continue_from), seed)
     return digest(parts)

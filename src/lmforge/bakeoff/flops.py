@@ -52,6 +52,11 @@ from lmforge.objectives.structbert import StructuralMLM
 from lmforge.objectives.t5_span_corruption import SpanCorruption, block_length, noise_counts
 from lmforge.pipelines.summary import flops_per_token
 
+# the counting's revision: a change here buys an arm other steps for the same budget, so a pretraining
+# (and its results) stamped under another revision runs again (bakeoff/fingerprint.py); 2: the heads and
+# networks charged on the positions they run on (Shares), span corruption and prefix LM as written
+COUNTING = 2
+
 BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
 TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget
 

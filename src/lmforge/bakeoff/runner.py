@@ -269,7 +269,7 @@ class BakeOff:
         changed = [t for t in todo if (arm.name, seed, t) in self.done]
         if changed:
             self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since the result(s) of "
-                     f"{', '.join(changed)} (arm, seed, budget, corpus, recipe, task or lmforge version): running again")
+                     f"{', '.join(changed)} (arm, seed, budget or its count, corpus, recipe, task, version): running again")
         kept = arm.pretrain and self.pretrained(arm, seed)
         model = self.pretrain(arm, spec, seed)
         steps = self.schedules[arm.name].steps

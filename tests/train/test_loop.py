@@ -278,3 +278,23 @@ def test_a_trainer_says_when_its_eval_every_evaluates_nothing(tmp_path):
     Trainer(clm_objective(), toy_data(8), quick(steps=1, warmup=0, eval_every=1), tmp_path / "b",
             eval_data=toy_data(4), log=said.append).fit()
     assert not [line for line in said if "eval_every" in line]
+
+
+def test_a_step_s_counted_gradients_are_divided_by_every_process_s_predictions(monkeypatch):
+    """Two processes averaged by DDP (synced=2) holding 6 and 2 predictions: each gradient, a sum over this
+    process's predictions, is scaled by 2 / 8, so the average over processes is the mean over all 8; with
+    parallel="none" (synced=1) each process's gradient is its own mean."""
+    from lmforge.train import speed
+
+    monkeypatch.setattr(speed, "all_sum", lambda t: t + torch.tensor([4.0, 2.0], dtype=t.dtype))  # the other
+    w = torch.nn.Parameter(torch.zeros(()))
+    w.grad = torch.tensor(12.0)  # the sum over this process's 6 predictions (two micro-batches of 4 and 2)
+    loss = speed.step_loss([torch.tensor(1.0), torch.tensor(0.5)], [4, 2], [w], synced=2)
+    assert float(w.grad) == pytest.approx(12.0 * 2 / 8)
+    assert float(loss) == pytest.approx((4 * 1.0 + 2 * 0.5 + 4.0) / 8)  # the other holds loss sum 4 over 2
+    w.grad = torch.tensor(12.0)
+    loss = speed.step_loss([torch.tensor(1.0), torch.tensor(0.5)], [4, 2], [w], synced=1)
+    assert float(w.grad) == pytest.approx(12.0 / 6) and float(loss) == pytest.approx(5.0 / 6)
+    w.grad = torch.tensor(12.0)  # an uncounted loss: the mean of the means, the gradients as they are
+    assert float(speed.step_loss([torch.tensor(1.0), torch.tensor(0.5)], [None, None], [w], 2)) == 0.75
+    assert float(w.grad) == 12.0

@@ -108,10 +108,13 @@ class Pruning(Objective):
             sparsity = float(self.pruner.masks()[0][1].sparsity)
         out = self.task.forward(batch)
         penalty = self.pruner.penalty() if self.training else None
+        # the task's count kept: a token-level loss weighs its step's tokens alike (the same penalty is in
+        # every micro-batch, so their weighted mean adds it once)
         if penalty is None:
-            return Loss(out.loss, {**out.metrics, "sparsity": torch.tensor(sparsity)})
+            return Loss(out.loss, {**out.metrics, "sparsity": torch.tensor(sparsity)}, out.count)
         return Loss(out.loss + penalty, {**out.metrics, "sparsity": torch.tensor(sparsity),
-                                         "task_loss": out.loss.detach(), "l1_penalty": penalty.detach()})
+                                         "task_loss": out.loss.detach(), "l1_penalty": penalty.detach()},
+                    out.count)
 
     def heads(self) -> dict:
         """The task's head."""

@@ -36,8 +36,8 @@ from lmforge.train.data import StepBatches, data_change, data_fingerprint, deriv
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.memory import check_step_fits, longest_example
 from lmforge.train.optim import build_optimizer, build_scheduler
-from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, read_record, step_loss, to_device,
-                                 uncheckpoint_blocks, use_tf32)
+from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, held_out_metrics, read_record,
+                                 step_loss, to_device, uncheckpoint_blocks, use_tf32)
 from lmforge.utils.atomic import replace_dir
 
 __all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "check_resumable", "resolve_device"]
@@ -45,7 +45,9 @@ __all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "check_resumable", 
 
 def resolve_device(name: str) -> torch.device:
     """'auto' -> cuda when available, else cpu."""
-    return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 class Trainer:
@@ -234,12 +236,14 @@ class Trainer:
         losses, counts, metrics, tokens = [], [], {}, 0
         for i, batch in enumerate(batches):
             loss, count, extra = self._micro_step(batch, i == len(batches) - 1)
-            losses.append(loss), counts.append(count)
+            losses.append(loss)
+            counts.append(count)
             tokens += int(batch["attention_mask"].sum())  # a host tensor: no wait for the device
             for k, v in extra.items():
                 v = v.detach().double() if isinstance(v, torch.Tensor) else float(v)
                 metrics[k] = metrics.get(k, 0.0) + v / len(batches)
-        loss = step_loss(losses, counts, self.module.parameters(), self.world)
+        synced = 1 if self.cfg.parallel == "none" else self.world  # processes whose gradients are averaged
+        loss = step_loss(losses, counts, self.module.parameters(), synced)
         norm, lr, weights_ok = self._update(loss)
         self.pending.note(self.step + 1, loss, weights_ok, lr)
         # the lr this step's update used (as the reference Trainer logs it), not the next step's
@@ -286,19 +290,9 @@ class Trainer:
         self.scheduler.step()
         return norm, lr, weights_ok
 
-    @torch.no_grad()
     def evaluate(self) -> dict:
         """Loss and metrics over the fixed evaluation batches, each batch's weighted by its examples."""
-        self.module.eval()
-        totals, rows = {}, 0
-        for batch in self.eval_set:
-            with self._autocast():
-                out = self.module(to_device(batch, self.device))
-            # the reference Trainer's mean over examples: a short last batch counts for its rows alone
-            rows += (n := len(next(iter(batch.values()))))
-            for k, v in {"loss": out.loss, **out.metrics}.items():
-                totals[k] = totals.get(k, 0.0) + float(v) * n
-        return {f"eval_{k}": dist.all_mean(v / rows, self.device) for k, v in totals.items()}
+        return held_out_metrics(self.module, self.eval_set, self.device, self._autocast)
 
     def save(self) -> None:
         """Write a checkpoint of the current step (every rank joins; rank 0 writes)."""
@@ -322,7 +316,8 @@ class Trainer:
         if self.world > 1:
             torch.distributed.barrier()
 
-    def _warn(self) -> None:  # rank 0 logs what run_notes says of this run's settings
+    def _warn(self) -> None:
+        """Rank 0 logs what run_notes says of this run's settings (an eval_every that evaluates nothing)."""
         for line in run_notes(self.cfg, len(self._data[0]), self._data[2], self.world,
                               bool(self.eval_set) or self.evaluator is not None) if self.main else ():
             self.log(line)

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from lmforge.train.checkpoint import all_finite
-from lmforge.train.distributed import all_sum
+from lmforge.train.distributed import all_mean, all_sum
 
 NONE = 2 ** 62  # "no bad step yet": the earliest bad step is the minimum (agreed across ranks by MIN)
 
@@ -44,17 +44,37 @@ def finite_flag(params) -> torch.Tensor:
     return torch.isfinite(torch.stack([t.sum().float() for t in floats])).all()
 
 
-def step_loss(losses: list, counts: list, params, world: int) -> torch.Tensor:
+def step_loss(losses: list, counts: list, params, synced: int) -> torch.Tensor:
     """A step's loss from its micro-batches' mean `losses` and prediction `counts` (Loss.count), after
     dividing the gradients of counted losses (their sums backpropagated) by the predictions of the whole
-    step on every process: the reference Trainer's num_items_in_batch, so micro-batches of 13 and 9 masked
-    tokens weigh each token alike, as one batch of both would. Uncounted: the mean of the means."""
+    step on the `synced` processes whose gradients DDP / FSDP averaged (1: this one's alone): the reference
+    Trainer's num_items_in_batch, so micro-batches of 13 and 9 masked tokens weigh each token alike, as
+    one batch of both would. The loss is then the mean over those predictions. Uncounted: the mean of the
+    micro-batches' means."""
     if any(count is None for count in counts):
         return torch.stack(losses).double().mean()
     n = torch.stack([torch.as_tensor(c).to(losses[0].device) for c in counts]).double()
-    total = all_sum(n.sum()).clamp(min=1)  # over processes; DDP's all-reduce averaged the gradients
-    scale_grads(params, world / total)
-    return (torch.stack(losses).double() * n).sum() / n.sum().clamp(min=1)
+    summed = torch.stack([(torch.stack(losses).double() * n).sum(), n.sum()])  # (loss sum, predictions)
+    summed = all_sum(summed) if synced > 1 else summed  # one collective for both
+    total = summed[1].clamp(min=1)
+    scale_grads(params, synced / total)  # the synced gradients are a mean over processes already
+    return summed[0] / total
+
+
+@torch.no_grad()
+def held_out_metrics(module, batches, device: torch.device, autocast) -> dict:
+    """{"eval_loss", "eval_<metric>"}: `module`'s loss and metrics over the held-out `batches` (in eval mode,
+    under the `autocast()` context), each batch's weighted by its examples, as the reference Trainer's mean
+    over examples (a short last batch counts for its rows alone), then averaged over processes."""
+    module.eval()
+    totals, rows = {}, 0
+    for batch in batches:
+        with autocast():
+            out = module(to_device(batch, device))
+        rows += (n := len(next(iter(batch.values()))))
+        for k, v in {"loss": out.loss, **out.metrics}.items():
+            totals[k] = totals.get(k, 0.0) + float(v) * n
+    return {f"eval_{k}": all_mean(v / rows, device) for k, v in totals.items()}
 
 
 @torch.no_grad()

@@ -142,3 +142,11 @@ def test_a_seed_fixes_every_draw_and_different_seeds_draw_different_masks(whole_
     objective = _objective(whole_word=whole_word)
     example = {**_corpus(1, 60)[0], "word_starts": [True] + [i % 2 == 0 for i in range(60)] + [True]}
     assert len(set(seed_outcomes(objective.corrupt, example))) == 20
+
+
+def test_a_vocabulary_of_special_tokens_alone_is_refused_before_any_draw():
+    from lmforge.objectives.mlm import real_tokens
+
+    assert real_tokens(5, {0, 1, 2}).tolist() == [3, 4]
+    with pytest.raises(ValueError, match="vocab_size=3: every id is a special token"):
+        real_tokens(3, {0, 1, 2})

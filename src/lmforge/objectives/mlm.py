@@ -55,6 +55,9 @@ def real_tokens(vocab_size: int, never: set) -> torch.Tensor:
     keep = torch.ones(vocab_size, dtype=torch.bool, device="cpu")  # drawn on the data side, even where
     # the model is built on the meta device (the bake-off's dry plan)
     keep[[i for i in never if 0 <= i < vocab_size]] = False
+    if not keep.any():  # else every draw fails mid-run (randint of an empty range)
+        raise ValueError(f"vocab_size={vocab_size}: every id is a special token or [MASK]; a random "
+                         "replacement needs a word to draw")
     return keep.nonzero().squeeze(-1)
 
 

@@ -125,3 +125,15 @@ def test_projectivity_on_hand_trees():
     assert is_projective([1, -1, 1])  # a <- b -> c
     assert not is_projective([2, 3, -1, 2])  # arcs 0-2 and 1-3 cross
     assert not is_projective([2, -1, 1, 1])  # 0 -> 2 spans the root (word 1)
+
+
+def test_held_out_splits_of_distinct_sentences_are_the_seeded_shuffle_cut_as_before():
+    """Without repeats, dev and test are the n records before the last n, and the last n, of the seeded
+    shuffle (as `probe --data` split before repeats were kept together): earlier results reproduce."""
+    import random
+
+    bank = treebank(40, seed=2)
+    shuffled = list(bank)
+    random.Random(7).shuffle(shuffled)
+    splits = held_out_splits(list(bank), seed=7, held_out=0.15)
+    assert splits == {"train": shuffled[:-12], "dev": shuffled[-12:-6], "test": shuffled[-6:]}

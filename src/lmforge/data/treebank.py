@@ -273,12 +273,17 @@ def held_out_splits(records: list, seed: int, held_out: float) -> dict:
         raise ValueError(f"{len(groups)} distinct sentence(s); train, dev and test need at least 3")
     order = list(groups.values())
     random.Random(seed).shuffle(order)
-    n, splits = max(1, int(len(records) * held_out)), {"test": [], "dev": [], "train": []}
-    for at, group in enumerate(order):
-        left = len(order) - at  # groups after this one, this one included: train keeps at least one
-        name = next((s for s in ("test", "dev") if len(splits[s]) < n and left > (s == "test") + 1), "train")
+    # test, then dev, taken from the end of the order: a file without repeats splits as it always has
+    # (train the first records, dev the n before the last n), whatever the seed
+    n, sizes, names = max(1, int(len(records) * held_out)), {"test": 0, "dev": 0}, []
+    for left, group in zip(range(len(order), 0, -1), reversed(order)):  # train keeps at least one group
+        name = next((s for s in sizes if sizes[s] < n and left > (s == "test") + 1), "train")
+        sizes[name] = sizes.get(name, 0) + len(group)
+        names.append(name)
+    splits = {"train": [], "dev": [], "test": []}
+    for name, group in zip(reversed(names), order):
         splits[name] += group
-    return {"train": splits["train"], "dev": splits["dev"], "test": splits["test"]}
+    return splits
 
 
 def tree_error(heads: list) -> str | None:

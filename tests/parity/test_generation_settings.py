@@ -128,8 +128,9 @@ def test_sampling_seeded_alike_gives_the_reference_tokens(gpt2, settings):
 
 
 def test_a_checkpoint_recommending_sampling_samples_as_the_reference_reads_it(tmp_path):
-    """A reference file saying do_sample without top_k samples among the reference's default 50 most
-    probable (its files leave the default out); lmforge's own default, 0, had sampled among all 100."""
+    """A reference file naming no top_k samples among the reference's default 50 most probable (its files
+    leave the default out), whether the file or the call asks for sampling; lmforge's own default, 0,
+    had sampled among all 100."""
     from lmforge.generate.options import GenerationOptions
 
     torch.manual_seed(0)
@@ -148,3 +149,12 @@ def test_a_checkpoint_recommending_sampling_samples_as_the_reference_reads_it(tm
     ours = generate(model, ids, mask, options=options)
     torch.manual_seed(5)
     assert torch.equal(ours, reference.generate(ids, attention_mask=mask))
+    # a file recommending greedy: sampling asked for samples among the reference's 50 too
+    reference.generation_config = transformers.GenerationConfig(pad_token_id=1, eos_token_id=0, max_new_tokens=6)
+    save_reference(reference, path)
+    options = GenerationOptions.load(path, start=6)
+    assert not options.do_sample and options.top_k == 50
+    torch.manual_seed(6)
+    ours = generate(model, ids, mask, options=options, do_sample=True, temperature=3.0)
+    torch.manual_seed(6)
+    assert torch.equal(ours, reference.generate(ids, attention_mask=mask, do_sample=True, temperature=3.0))

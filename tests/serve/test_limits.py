@@ -173,7 +173,7 @@ def test_a_generation_job_weighs_its_beams_as_the_request_bound_does():
     from lmforge.serve.streaming import _job
 
     config = SimpleNamespace(max_seq_len=64, architecture="decoder", eos_token_id=None, pad_token_id=None)
-    served = SimpleNamespace(model=SimpleNamespace(config=config),
+    served = SimpleNamespace(model=SimpleNamespace(config=config), path="nowhere",  # no generation_config
                              front=SimpleNamespace(eos_id=None, pad_id=None))
     _, greedy = _job(served, "prompt", [1, 2, 3], Settings({"max_new_tokens": 10}))
     _, beams = _job(served, "prompt", [1, 2, 3], Settings({"max_new_tokens": 10, "num_beams": 4}))

@@ -188,10 +188,11 @@ def read_recommended(path) -> dict:
         else generation_defaults(path)
     if _is_int(found.get("min_new_tokens")):  # the reference then reads min_new_tokens alone
         found.pop("min_length", None)
-    if found.get("do_sample") is True and "top_k" not in found:
-        # the reference samples among its default 50 most probable (at most the vocabulary), which its
-        # files leave out; lmforge's own files write top_k, 0 included
-        vocab = _read_json(Path(path) / "config.json").get("vocab_size")
+    config = _read_json(Path(path) / "config.json")
+    if "top_k" not in found and ((Path(path) / FILE).is_file() or "model_type" in config):
+        # the reference samples (recommended or asked) among its default 50 most probable, at most the
+        # vocabulary, which its files leave out; lmforge's own files write top_k, 0 included
+        vocab = config.get("vocab_size")
         found["top_k"] = min(REFERENCE_TOP_K, vocab) if _is_int(vocab) and vocab > 0 else REFERENCE_TOP_K
     _unapplied_settings(path, found)
     return {k: v for k, v in found.items() if k in FIELD_NAMES or k == "max_length"}

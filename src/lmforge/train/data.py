@@ -134,7 +134,8 @@ class EvalBatches:
 
     def __init__(self, dataset, objective, batch_size: int, n_batches: int, seed: int) -> None:
         # made a batch at a time as it is read: all eval_batches x batch_size examples at once (up to
-        # 100,000 x 65,536 of a large held-out corpus) were built before the first step, past any memory
+        # 100,000 x 65,536 of a large held-out corpus) were built before the first step, past any memory;
+        # remade at every evaluation, whose forward passes over them cost far more than their corruption
         self.dataset, self.objective, self.batch_size, self.seed = dataset, objective, batch_size, seed
         self.examples = min(len(dataset), batch_size * n_batches)
 

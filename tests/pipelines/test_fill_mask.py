@@ -77,6 +77,25 @@ def test_encoder_scores_match_the_reference_pipeline(saved, tmp_path):
                                torch.tensor([t["score"] for t in theirs]), atol=1e-5, rtol=1e-4)
 
 
+def test_a_byte_level_candidate_is_its_text_as_the_reference_pipeline_writes_it(tmp_path):
+    """A RoBERTa-style vocabulary's candidates read as their entries ("Ġriver", "Ć" for a byte) where the
+    reference's token_str is the text they put in the gap (" river", "\\x06")."""
+    transformers = pytest.importorskip("transformers")
+    tokenizer = train_tokenizer(CORPUS, "bytelevel-bpe", 300, family="roberta")
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("roberta-base", vocab_size=len(tokenizer),
+                                       pad_token_id=tokenizer.special_id("pad"))).eval()
+    attach(model, "lm")
+    model.save(tmp_path, format="hf")
+    tokenizer.save(tmp_path)
+    text = "The river runs to the <mask> of the valley."
+    theirs = transformers.pipeline("fill-mask", model=str(tmp_path), tokenizer=str(tmp_path), top_k=8)(text)
+    ours = fill_mask(model, tokenizer, text, top_k=8)
+    assert [c.token_id for c in ours] == [t["token"] for t in theirs]
+    assert [c.token for c in ours] == [t["token_str"] for t in theirs]
+    assert [c.sequence for c in ours] == [t["sequence"] for t in theirs]
+
+
 def test_t5_generates_the_span_of_its_first_sentinel(saved):
     _, model, tokenizer = saved["t5"]
     out = fill_mask(model, tokenizer, TEXT, top_k=4, max_span=4)

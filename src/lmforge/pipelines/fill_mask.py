@@ -141,7 +141,8 @@ def _fill_token(model, tokenizer, head: str, text: str, top_k: int) -> list:
     out = []
     for p, i in zip(best.values.tolist(), best.indices.tolist()):
         filled = enc.ids[:at] + [i] + enc.ids[at + 1:]
-        token = tokenizer.id_to_token(i) or f"[{i}]"
+        # its text, as the reference pipeline's token_str: a byte-level vocabulary's entry reads "Ġriver"
+        token = tokenizer.decode([i], skip_special_tokens=False) or tokenizer.id_to_token(i) or f"[{i}]"
         out.append(Candidate(token, p, tokenizer.decode(filled), i))
     return out
 

@@ -75,11 +75,13 @@ class ELMo(nn.Module):
         self.heads = nn.ModuleDict()
         self.states: Optional[list] = None  # stateful mode: the last batch's final states (detached)
 
-    def forward(self, char_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> BiLMOutput:
+    def forward(self, char_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                stateless: bool = False) -> BiLMOutput:
         """char_ids (B, T, max_characters_per_token) of whole sequences (<S> .. </S> included); mask
-        (B, T), 1 at real words, right-padded (default: words that are not all zeros)."""
+        (B, T), 1 at real words, right-padded (default: words that are not all zeros). stateless: start
+        from zeros and leave a stateful model's carried states as they are (its evaluation)."""
         mask = self._check(char_ids, attention_mask)
-        return self._run(char_ids, mask, carry=self.config.stateful)
+        return self._run(char_ids, mask, carry=self.config.stateful and not stateless)
 
     def _run(self, char_ids: torch.Tensor, mask: torch.Tensor, carry: bool) -> BiLMOutput:
         B, T, _ = char_ids.shape

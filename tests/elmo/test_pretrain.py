@@ -87,3 +87,23 @@ def test_a_callers_evaluator_ends_a_bilm_run_early_with_its_final_model(tmp_path
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
     saved = lmforge.load(tmp_path / "run" / "final").state_dict()
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+
+
+def test_evaluating_a_stateful_bilm_is_reproducible_and_keeps_the_training_states():
+    """bilm-tf evaluates a model of its own: an evaluation batch starts from zero states (its loss does not
+    hang on what ran before) and the training stream's carried states are those training left."""
+    from lmforge.tokenizer.chars import train_words
+
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny("elmo-small", stateful=True, dropout=0.0))
+    tokenizer = train_words(["the dog sleeps . a cat runs ."], 20)
+    objective = BiLM.build(model, tokenizer)
+    batch = objective.collate([{"input_ids": tokenizer.encode(t).ids} for t in ("the dog sleeps .", "a cat runs .")])
+    with torch.no_grad():
+        stateless = float(objective.eval()(batch).loss)
+        objective.train()(batch)  # a training batch: its final states are carried
+        carried = [[h.clone() for h, _ in direction] for direction in model.states]
+        evaluated = [float(objective.eval()(batch).loss) for _ in range(2)]
+    assert evaluated == [stateless, stateless]
+    assert all(torch.equal(h, kept) for direction, kept_direction in zip(model.states, carried)
+               for (h, _), kept in zip(direction, kept_direction))

@@ -14,7 +14,8 @@ softmax ("bilm"), or while training a sampled one ("bilm-sampled", Jean et al. 2
 with 8192 negatives per batch): the negatives are drawn from a log-uniform (Zipfian) proposal over the
 frequency-ranked ids, every logit corrected by -log(k Q(w)), and a negative equal to the target
 (an "accidental hit") removed. Its training perplexities are those of the sampled loss; evaluation
-always uses the full softmax.
+always uses the full softmax. A stateful model (config.stateful) carries its LSTM states from one
+training batch to the next; evaluation starts every batch from zeros and leaves those states alone.
 """
 from __future__ import annotations
 
@@ -107,7 +108,9 @@ class BiLM(Objective):
     def forward(self, batch: dict) -> Loss:
         """Mean of the forward LM's loss (h->_k predicts word k+1) and the backward LM's (h<-_k, word k-1)."""
         ids, mask = batch["input_ids"], batch["attention_mask"].bool()
-        out = self.model(batch["char_ids"], mask)
+        # evaluation reads each batch from zero states and leaves the training stream's carried ones
+        # alone (bilm-tf evaluates a model of its own): else its loss hung on what ran before it
+        out = self.model(batch["char_ids"], mask, stateless=not self.training)
         p = self.model.config.dropout  # bilm-tf drops the top LSTM outputs before the softmax too
         fwd = F.dropout(out.forward_states[-1], p, self.training)  # (B, T, d)
         bwd = F.dropout(out.backward_states[-1], p, self.training)

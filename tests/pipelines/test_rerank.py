@@ -100,3 +100,38 @@ def test_a_model_of_another_task_is_refused_naming_the_model():
     with pytest.raises(OptionsError, match="--task rerank, not 'cls'") as refused:
         Reranker(SimpleNamespace(kind="cls"))
     assert refused.value.field == "model"
+
+
+@pytest.mark.parametrize("activation", [None, "torch.nn.modules.activation.Sigmoid",
+                                        "torch.nn.modules.linear.Identity"])
+def test_scores_equal_a_cross_encoder_s_with_the_activation_its_config_names(tmp_path, activation):
+    """A cross-encoder whose config.json names an Identity activation_fn scores raw logits in
+    sentence-transformers; lmforge gave their sigmoid whatever the checkpoint said."""
+    import json
+
+    st = pytest.importorskip("sentence_transformers")
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from tests.pipelines.test_embed import VOCAB
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                                                     num_attention_heads=4, intermediate_size=64, num_labels=1))
+    with torch.no_grad():
+        model.classifier.weight.mul_(50)  # logits away from 0, where sigmoid and identity part
+    config = {"sentence_transformers": {"activation_fn": activation}} if activation else {}
+    model.config.update(config)
+    model.eval().save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    theirs = st.CrossEncoder(str(tmp_path), device="cpu").predict([(QUERY, d) for d in DOCS])
+    ours = dict(lmforge.rerank(tmp_path, QUERY, DOCS))
+    assert [ours[i] for i in range(len(DOCS))] == pytest.approx(theirs.tolist(), abs=1e-5)
+    assert (min(theirs) < 0) == (activation is not None and activation.endswith("Identity"))
+
+
+def test_an_activation_lmforge_cannot_score_with_is_refused_naming_the_file(tmp_path):
+    from lmforge.pipelines.rerank import activation_of
+
+    (tmp_path / "config.json").write_text('{"sentence_transformers": {"activation_fn": "torch.nn.Tanh"}}')
+    with pytest.raises(ValueError, match=r"config.json: activation_fn 'torch.nn.Tanh' is not supported"):
+        activation_of(tmp_path)

@@ -5,13 +5,15 @@ relevance, best first; `lmforge.rerank`, the server's /rerank and `lmforge retri
     -> [(0, 0.97), (2, 0.41), (1, 0.03)]
 
 A document's score is the sigmoid of the cross-encoder's logit (a relevance in (0, 1), as
-sentence-transformers' CrossEncoder gives for one output); the order is the logits' (ties: the earlier
-document first). A (query, document) pair longer than the model's max_len tokens is cut (its tokens
+sentence-transformers' CrossEncoder gives for one output), or the logit itself where the checkpoint's
+config.json names an Identity activation_fn, as CrossEncoder reads it; the order is the logits' (ties:
+the earlier document first). A (query, document) pair longer than the model's max_len tokens is cut (its tokens
 taken longest side first) and said so, or refused with truncate=false. RerankQueryOptions holds a
 request's settings for the three faces.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +21,11 @@ from typing import Optional
 
 from lmforge.config.options import (OptionsError, check_options, checked_argument, checked_texts,
                                     named_keywords, option, with_changes)
+from lmforge.io import find_model_dir
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
 
 MAX_TOP_N = 10 ** 6
+ACTIVATIONS = ("sigmoid", "identity")  # a score: the logit's sigmoid, or the logit as it is
 
 
 @dataclass
@@ -68,11 +72,17 @@ def order(logits: list) -> list:
 class Reranker:
     """A fine-tuned RerankTask (its model, tokenizer and max_len) as a scorer of documents."""
 
-    def __init__(self, task) -> None:
+    def __init__(self, task, activation: str = "sigmoid") -> None:
         if getattr(task, "kind", None) != "rerank":
             raise OptionsError(f"model: a reranker needs a model fine-tuned with --task rerank, not "
                                f"{getattr(task, 'kind', task)!r:.40}", "model")
-        self.task = task
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r:.40}")
+        self.task, self.activation = task, activation
+
+    def score(self, logit: float) -> float:
+        """A document's score: the sigmoid of its logit, or the logit where the checkpoint says Identity."""
+        return relevance(logit) if self.activation == "sigmoid" else logit
 
     @classmethod
     def load(cls, model, device: str = "auto") -> "Reranker":
@@ -82,7 +92,8 @@ class Reranker:
         if isinstance(model, (str, Path)):
             from lmforge.tasks.finetune import fine_tuned_task
 
-            return cls(fine_tuned_task(model, [], kind="rerank", device=device).eval())
+            task = fine_tuned_task(model, [], kind="rerank", device=device).eval()
+            return cls(task, activation_of(find_model_dir(model)))
         return cls(model)
 
     def counts(self, query: str, documents: list) -> list:
@@ -101,9 +112,30 @@ class Reranker:
             raise OptionsError(f"document {too_long} makes {counts[too_long]} tokens with the query, more than the "
                                f"model's max_len={limit}; truncate=true cuts it", "truncate")
         logits = self.task.pair_scores(query, documents, batch_size)
-        ranked = [Ranked(i, relevance(logits[i]), logits[i], min(counts[i], limit), counts[i] > limit)
+        ranked = [Ranked(i, self.score(logits[i]), logits[i], min(counts[i], limit), counts[i] > limit)
                   for i in order(logits)]
         return ranked[:options.top_n] if options.top_n else ranked
+
+
+def activation_of(path: Path) -> str:
+    """The activation a cross-encoder directory's config.json names for its scores, as sentence-transformers'
+    CrossEncoder reads it (sentence_transformers.activation_fn, or the older sbert_ce_default_activation_function):
+    "identity" or "sigmoid" (the default of one output); another is refused naming the file."""
+    file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"cannot read {file}: {err}") from None
+    st = config.get("sentence_transformers") if isinstance(config, dict) else None
+    named = st.get("activation_fn") if isinstance(st, dict) else None
+    named = named or (config.get("sbert_ce_default_activation_function") if isinstance(config, dict) else None)
+    if named is None:
+        return "sigmoid"
+    kind = str(named).rsplit(".", 1)[-1].lower()
+    if kind not in ACTIVATIONS:
+        raise ValueError(f"{file}: activation_fn {str(named)[:60]!r} is not supported (lmforge scores with "
+                         "torch.nn.Sigmoid or torch.nn.Identity)")
+    return kind
 
 
 def _check_request(query, documents, batch_size) -> tuple:

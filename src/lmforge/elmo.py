@@ -11,8 +11,10 @@ objectives/bilm.py). Their LSTMs share nothing. A word's representation at layer
 Inputs are character ids (tokenizer/chars.py) of whole sequences, sentence marks included: the
 objective feeds <S> w_1 .. w_n </S>; `word_layers` adds and strips the marks itself. The model is
 stateless by default (every batch starts from zero states, so results do not depend on what ran
-before); config.stateful carries each row's final LSTM states into the next batch of the same size,
-detached, as the original's training did over its streams (`reset_state` forgets them).
+before); config.stateful carries each row's final LSTM states into the next batch, detached, as the
+original's training did over its streams (`reset_state` forgets them). As AllenNLP's stateful encoder, a
+batch of other size takes the first rows (rows beyond the carried ones start from zeros) and the rows it
+does not have keep their states; a row without words keeps its own.
 
 A class of its own, chosen by architecture="elmo" (model.model_class), with the interface the io and
 trainer read: config, heads, add_head, save, num_parameters, reset_parameters.
@@ -87,12 +89,32 @@ class ELMo(nn.Module):
         B, T, _ = char_ids.shape
         encoded = self.chars(char_ids[mask])  # (N, d_model): real words only
         token = encoded.new_zeros(B, T, encoded.shape[-1]).index_put((mask,), encoded)  # (B, T, d_model)
-        held = self.states is not None and self.states[0][0][0].shape[0] == B  # a batch of the same rows
-        states = self.states if carry and held else None
+        states = self._carried(B) if carry else None
         fwd, bwd, final = self.lstm(token, mask, states)
         if carry:  # truncated back-propagation: the next batch starts from these values, not their graph
-            self.states = [[(h.detach(), c.detach()) for h, c in direction] for direction in final]
+            self._keep(final)
         return BiLMOutput(token, fwd, bwd, mask)
+
+    def _carried(self, B: int) -> Optional[list]:
+        """The carried states fitted to B rows (AllenNLP's _get_initial_states): the first B rows, zeros
+        for rows never carried; None where nothing is carried."""
+        if self.states is None:
+            return None
+
+        def fit(s: torch.Tensor) -> torch.Tensor:
+            return s[:B] if s.shape[0] >= B else torch.cat([s, s.new_zeros(B - s.shape[0], s.shape[1])])
+
+        return [[(fit(h), fit(c)) for h, c in direction] for direction in self.states]
+
+    def _keep(self, final: list) -> None:
+        """Carry `final` (detached); carried rows beyond this batch's keep theirs (AllenNLP's _update_states)."""
+        def merge(new: torch.Tensor, old: Optional[torch.Tensor]) -> torch.Tensor:
+            new = new.detach()
+            return new if old is None or old.shape[0] <= new.shape[0] else torch.cat([new, old[new.shape[0]:]])
+
+        old = self.states or [[(None, None)] * len(direction) for direction in final]
+        self.states = [[(merge(h, oh), merge(c, oc)) for (h, c), (oh, oc) in zip(direction, kept)]
+                       for direction, kept in zip(final, old)]
 
     def _check(self, char_ids, attention_mask) -> torch.Tensor:
         cfg = self.config

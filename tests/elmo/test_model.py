@@ -157,6 +157,29 @@ def test_stateless_by_default_stateful_carries_state():
     assert stateful.word_layers(SENTENCES)[0].shape[0] == 3  # features never read the carried state
 
 
+def test_a_stateful_batch_of_another_size_fits_the_carried_rows_as_allennlp_does():
+    """AllenNLP's stateful encoder: a smaller batch starts from the first carried rows and the others keep
+    theirs; a larger one starts its new rows from zeros."""
+    chars, mask = sentence_chars(SENTENCES)
+    model = tiny_elmo(stateful=True)
+    model(chars, mask)
+    carried = [[(h.clone(), c.clone()) for h, c in direction] for direction in model.states]
+    reference = tiny_elmo(stateful=True)
+    reference.states = [[(h[:2], c[:2]) for h, c in direction] for direction in carried]
+    torch.testing.assert_close(model(chars[:2], mask[:2]).last_hidden_state,
+                               reference(chars[:2], mask[:2]).last_hidden_state, rtol=0, atol=0)
+    for direction, kept, ref in zip(model.states, carried, reference.states):
+        for (h, c), (old_h, old_c), (ref_h, ref_c) in zip(direction, kept, ref):
+            assert torch.equal(h[:2], ref_h) and torch.equal(c[:2], ref_c)
+            assert torch.equal(h[2:], old_h[2:]) and torch.equal(c[2:], old_c[2:])
+    model.reset_state()
+    model(chars[:1], mask[:1])  # one row carried; a batch of three starts rows 1 and 2 from zeros
+    reference.states = [[(torch.cat([h, h.new_zeros(2, h.shape[1])]), torch.cat([c, c.new_zeros(2, c.shape[1])]))
+                         for h, c in direction] for direction in model.states]
+    torch.testing.assert_close(model(chars, mask).last_hidden_state, reference(chars, mask).last_hidden_state,
+                               rtol=0, atol=0)
+
+
 def test_bad_inputs_are_one_line_errors():
     model = tiny_elmo()
     chars, mask = sentence_chars(SENTENCES)

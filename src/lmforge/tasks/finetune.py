@@ -355,9 +355,12 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     if info.get("kind", kind) != kind:  # cls and pair heads look alike; the task.json tells them apart
         raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
     check_kind(where, info, kind)  # a Hugging Face head's meaning (its config's problem_type)
-    model, tokenizer = load_model(model, tokenizer)
+    folder, (model, tokenizer) = isinstance(model, (str, Path)), load_model(model, tokenizer)
     options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
-    cfg = TaskConfig(**{"max_len": info.get("max_len", 128) if max_len is None else max_len,
+    # a folder without task.json (a Hugging Face checkpoint) reads its whole context, as the reference's
+    # pipelines and cross-encoders read to the model's limit; a model object TaskConfig's default
+    default = model.config.max_seq_len if folder and "max_len" not in info else 128
+    cfg = TaskConfig(**{"max_len": info.get("max_len", default) if max_len is None else max_len,
                         "eval_batch_size": batch_size,
                         "text_to_text": info.get("text_to_text"), "prefix": info.get("prefix"), **options})
     # the labels: given, the model's task.json / id2label, or (last resort) those of the data

@@ -215,6 +215,22 @@ def test_tags_without_chunks_are_scored_by_word_accuracy_alone():
     assert not is_chunked(["O"]) and not is_chunked(["O", "PER"])
 
 
+def test_bilou_entities_are_split_as_their_iobes_names_and_seqevals_bilou_scheme_split_them():
+    from seqeval.metrics import f1_score
+    from seqeval.scheme import BILOU
+
+    # gold: two one-word persons; predicted: one two-word person. seqeval's default mode knows no U-/L-
+    # and reads both as one entity (F1 1.0); BILOU's own rules (seqeval strict mode) score it 0
+    gold, predicted = [["U-PER", "U-PER", "O"]], [["B-PER", "L-PER", "O"]]
+    labels = ["B-PER", "L-PER", "O", "U-PER"]
+    scores = tag_scores(gold, predicted, labels)
+    assert scores["f1"] == f1_score(gold, predicted, mode="strict", scheme=BILOU) == 0.0
+    assert scores["recall"] == 0.0 and scores["accuracy"] == pytest.approx(1 / 3)
+    assert tag_scores(gold, gold, labels)["f1"] == 1.0
+    assert entity_scores([["U-LOC", "B-PER", "L-PER"]], [["U-LOC", "B-PER", "I-PER"]])["f1"] == pytest.approx(
+        f1_score([["S-LOC", "B-PER", "E-PER"]], [["S-LOC", "B-PER", "I-PER"]]))
+
+
 def test_a_word_not_read_is_scored_as_a_miss():
     """None (a word past max_len) scores as "O": its gold entity counts as missed, not as absent."""
     labels = ["B-PER", "I-PER", "O", "S-LOC"]

@@ -12,8 +12,9 @@ as it saw it in pretraining (byte-level BPE keeps its leading-space pieces); the
 are mapped back to words through their character offsets.
 
 Scores: entity-level precision, recall and F1 (seqeval, micro-averaged over entity types,
-the CoNLL evaluation script's rules) and token (word) accuracy; for a tag set that marks no
-entity chunks (parts of speech: NN, VBZ) word accuracy alone, the metric of those benchmarks.
+the CoNLL evaluation script's rules; BILOU's L-/U- read as IOBES's E-/S-) and token (word)
+accuracy; for a tag set that marks no entity chunks (parts of speech: NN, VBZ) word accuracy
+alone, the metric of those benchmarks.
 """
 from __future__ import annotations
 
@@ -139,7 +140,7 @@ def word_tags(word_ids: list, predicted: list, labels: list, n_words: int) -> li
     return tags
 
 
-CHUNK_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")  # chunk schemes seqeval reads: IOB1/2, IOBES, BILOU
+CHUNK_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")  # IOB1/2, IOBES, BILOU (as IOBES)
 
 
 def is_chunked(tags: list) -> bool:
@@ -164,12 +165,23 @@ def word_accuracy(gold: list, predicted: list) -> float:
     return sum(a == b for g, p in zip(gold, predicted) for a, b in zip(g, p)) / max(words, 1)
 
 
+BILOU_AS_IOBES = {"L-": "E-", "U-": "S-"}  # the same chunk rules under the names seqeval's default mode reads
+
+
+def as_iobes(tags: list) -> list:
+    """Tag sequences with BILOU's L-X / U-X written as IOBES's E-X / S-X (other tags unchanged)."""
+    return [[BILOU_AS_IOBES.get(t[:2], t[:2]) + t[2:] for t in seq] for seq in tags]
+
+
 def entity_scores(gold: list, predicted: list) -> dict:
     """Entity-level F1 (primary), precision, recall (seqeval, micro over types) and word accuracy
-    of tag sequences."""
+    of tag sequences; BILOU tags are scored as their IOBES names."""
     from seqeval.metrics import f1_score, precision_score, recall_score
 
     accuracy = word_accuracy(gold, predicted)
+    # seqeval's default (conlleval) mode knows B/I/E/S but not L/U: it would join two adjacent U-PER
+    # entities into one and take B-PER L-PER for one, scoring a wrong split as right
+    gold, predicted = as_iobes(gold), as_iobes(predicted)
     return {"f1": float(f1_score(gold, predicted, zero_division=0)),
             "precision": float(precision_score(gold, predicted, zero_division=0)),
             "recall": float(recall_score(gold, predicted, zero_division=0)),

@@ -1,9 +1,11 @@
-"""Training the dense retriever on the one trainer, and recall@k (DPR's top-k retrieval accuracy:
-the share of questions with a positive passage among the k retrieved) for BM25, an untrained
-encoder and a trained one, side by side."""
+"""Training the dense retriever on the one trainer, and for BM25, an untrained encoder and a trained one,
+side by side: recall@k (the share of questions with a positive passage among the k retrieved) and
+accuracy@k, DPR's top-k retrieval accuracy (Karpukhin et al. 2020, sec. 5.1: the share of questions with
+an answer string in the text of one of the k retrieved; has_answer's "string" match)."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,51 @@ def recall_at_k(rankings: list, records: list, ks=KS) -> dict:
         for k in ks:
             hits[k] += bool(positives & set(ranked[:k]))
     return {f"recall@{k}": hits[k] / max(1, len(records)) for k in ks}
+
+
+def answer_words(text: str) -> list:
+    """DPR's SimpleTokenizer words of NFD-normalised `text`, lower-cased: runs of letters, digits and marks,
+    and each other character that is not a separator or a control character, alone."""
+    words, run = [], []
+    for char in unicodedata.normalize("NFD", text):
+        kind = unicodedata.category(char)[0]
+        if kind in "LNM":
+            run.append(char)
+            continue
+        if run:
+            words.append("".join(run))
+            run = []
+        if kind not in "ZC":
+            words.append(char)
+    return [w.lower() for w in words + (["".join(run)] if run else [])]
+
+
+def has_answer(answers: list, text: str) -> bool:
+    """Whether one of `answers` occurs in `text` as a run of whole words (DPR's has_answer, "string" match:
+    "Paris" is in "Paris, France" but not in "Parisian")."""
+    words = answer_words(text)
+    for answer in answers:
+        want = answer_words(answer)
+        if want and any(words[i:i + len(want)] == want for i in range(len(words) - len(want) + 1)):
+            return True
+    return False
+
+
+def answer_accuracy_at_k(rankings: list, records: list, passages: list, ks=KS) -> dict:
+    """{"accuracy@k": share of records with an answer string in the text of one of the first k ranked
+    passages} (DPR's top-k retrieval accuracy: it matches passage texts, not titles)."""
+    texts = {p.id: p.text for p in passages}
+    hits = {k: 0 for k in ks}
+    for ranked, r in zip(rankings, records):
+        found = [has_answer(r["answers"], texts[pid]) for pid in ranked[:max(ks, default=0)]]
+        for k in ks:
+            hits[k] += any(found[:k])
+    return {f"accuracy@{k}": hits[k] / max(1, len(records)) for k in ks}
+
+
+def retrieval_metrics(rankings: list, records: list, passages: list, ks=KS) -> dict:
+    """recall@k (a positive among the first k) and accuracy@k (an answer in one of them) of `rankings`."""
+    return {**recall_at_k(rankings, records, ks), **answer_accuracy_at_k(rankings, records, passages, ks)}
 
 
 def bm25_rankings(index: BM25Index, passages: list, records: list, k: int) -> list:
@@ -73,11 +120,13 @@ def train_dpr(encoder: BiEncoder, records: list, passages: list, out, cfg: Train
 
 
 def compare(passages: list, records: list, encoders: dict, work, k: int = max(KS)) -> dict:
-    """{"bm25": recalls, name: recalls for each encoder} on `records` (dense indexes under `work`)."""
-    table = {"bm25": recall_at_k(bm25_rankings(BM25Index.build(passages), passages, records, k), records)}
+    """{"bm25": metrics, name: metrics for each encoder} on `records` (retrieval_metrics: recall@k and DPR's
+    accuracy@k; dense indexes under `work`)."""
+    ranked = bm25_rankings(BM25Index.build(passages), passages, records, k)
+    table = {"bm25": retrieval_metrics(ranked, records, passages)}
     for name, encoder in encoders.items():
         index = encode_passages(encoder, passages, Path(work) / f"index-{name}")
-        table[name] = recall_at_k(dense_rankings(encoder, index, records, k), records)
+        table[name] = retrieval_metrics(dense_rankings(encoder, index, records, k), records, passages)
     return table
 
 

@@ -228,3 +228,25 @@ def test_a_pipe_or_a_device_is_named_as_no_regular_file_not_as_missing(tmp_path)
             expand_files([path])
     with pytest.raises(FileNotFoundError, match="no such file"):
         expand_files([tmp_path / "missing.txt"])
+
+
+@pytest.mark.parametrize("suffix, compress", [(".bz2", "bz2"), (".xz", "lzma"), ("", "bz2")])
+def test_bzip2_and_xz_files_read_as_their_text(tmp_path, suffix, compress):
+    """bzip2 and xz (told by their magic bytes, whatever the name) are decompressed as gzip is: read as
+    text, their bytes were junk documents, some kept (or all, as U+FFFD, under errors="replace")."""
+    module = __import__(compress)
+    text = "First sentence here.\nSecond one.\n\nAnother document.\n" * 50
+    (tmp_path / f"c.txt{suffix}").write_bytes(module.compress(text.encode()))
+    (tmp_path / "c.plain").write_text(text, encoding="utf-8")
+    for errors in ("skip", "replace"):
+        assert _read(tmp_path / f"c.txt{suffix}", errors=errors) == _read(tmp_path / "c.plain")
+
+
+def test_truncated_xz_keeps_what_it_can(tmp_path):
+    import lzma
+
+    data = lzma.compress(("Sentence number one.\n\n" * 20_000).encode())
+    (tmp_path / "cut.txt.xz").write_bytes(data[: len(data) // 2])
+    with pytest.warns(CorpusWarning, match="damaged xz data .*; kept the text before it"):
+        docs = _read(tmp_path / "cut.txt.xz")
+    assert 0 < len(docs) < 20_000 and docs[0] == ["Sentence number one."]

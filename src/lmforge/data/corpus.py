@@ -1,7 +1,7 @@
-"""Corpus ingestion: text files, JSONL and gzip, streamed into documents of sentences.
+"""Corpus ingestion: text files, JSONL, gzip, bzip2 and xz, streamed into documents of sentences.
 
-Formats (by file name, `.gz` read transparently whatever the name — gzip is told by its
-magic bytes):
+Formats (by file name; gzip, bzip2 and xz are read transparently whatever the name — each is told
+by its magic bytes):
 
 - plain text: a document per blank-line-separated block (document="block"), or per file
   (document="file"); every line ends a sentence (the one-sentence-per-line layout of BERT's
@@ -21,25 +21,24 @@ Bad text never stops a run deep in a loop:
 - bytes that are not UTF-8: errors="skip" (default) drops the piece of the line holding them
   — a wrong-encoding line is more likely noise than text, and a replacement character would
   become [UNK] tokens in training — with one warning per file naming the file, the count and
-  the byte offset of the first bad byte (in the decompressed text for gzip);
+  the byte offset of the first bad byte (in the decompressed text for gzip, bzip2, xz);
   errors="replace" keeps the line with U+FFFD in place of the bad bytes (same warning);
   errors="strict" raises ValueError at the first bad byte;
 - control characters (C0 and C1 but tab and line ends, DEL, U+FEFF byte-order marks,
   U+FFFE/U+FFFF) are stripped, tabs and vertical whitespace become spaces, counted in a warning;
 - a JSONL line that is not JSON, or lacks a string `text_field`: skipped, counted in a warning;
-- a truncated or corrupt gzip file: the text before the damage is kept, with a warning.
+- a truncated or corrupt gzip, bzip2 or xz file: the text before the damage is kept, with a warning.
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import warnings
-import zlib
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
+from lmforge.data.openers import COMPRESSED_FILES, STREAM_ERRORS, damage, open_binary, read_some
 from lmforge.data.read_options import DOCUMENTS, ERRORS, FORMATS, ReadOptions  # noqa: F401 (read here)
 from lmforge.data.segment import SentenceStream
 from lmforge.utils.atomic import file_kind
@@ -108,26 +107,6 @@ class FileStats:
         return out
 
 
-# UTF-32 and UTF-16 byte-order marks (UTF-32's first: UTF-16 LE's is its start), as iconv names them
-WIDE_MARKS = {b"\xff\xfe\x00\x00": "UTF-32LE", b"\x00\x00\xfe\xff": "UTF-32BE", b"\xff\xfe": "UTF-16LE",
-              b"\xfe\xff": "UTF-16BE"}
-PROBE = 4096  # bytes of a file looked at to tell it is no UTF-8 text: NULs in a quarter of them
-
-
-def open_binary(path: Path):
-    """The file's bytes, gunzipped when it starts with gzip's magic number; a UTF-16 / UTF-32 file (its
-    byte-order mark, or NULs in a quarter of its first bytes) is a ValueError naming it, not text."""
-    with open(path, "rb") as probe:
-        head = probe.read(PROBE)
-    wide = next((name for mark, name in WIDE_MARKS.items() if head.startswith(mark)), None)
-    if wide or (head[:2] != b"\x1f\x8b" and head.count(0) > len(head) // 4):
-        what = (f"{wide} text" if wide else f"{head.count(0)} NUL bytes in its first {len(head)}: UTF-16 or "
-                "UTF-32 text without a byte-order mark, or no text")
-        raise ValueError(f"{path}: {what}; lmforge reads UTF-8 (iconv -f {wide or 'UTF-16LE'} -t UTF-8 "
-                         f"{path} > out.txt)")
-    return gzip.open(path, "rb") if head[:2] == b"\x1f\x8b" else open(path, "rb")
-
-
 def _utf8_cut(piece: bytes) -> int:
     """Where to cut `piece` so that no UTF-8 character is split (its length, or a little less)."""
     i = len(piece)
@@ -144,35 +123,20 @@ def _line_cut(data: bytes) -> int:
     return cut
 
 
-def _read(handle, want: int) -> tuple:
-    """(up to `want` bytes, the error that stopped a damaged gzip stream early or None)."""
-    parts, n = [], 0
-    try:
-        while n < want:
-            got = handle.read1(want - n)  # read1: what came before damage is not lost with it
-            if not got:
-                break
-            parts.append(got)
-            n += len(got)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        return b"".join(parts), err
-    return b"".join(parts), None
-
-
 def _pieces(handle, start: int, end: int | None, stats):
     """(bytes, offset, ends_line) for the lines starting in [start, end): whole lines read ~CHUNK at a
     time, or, for a line longer than CHUNK, one piece of it (ends_line False but for its last piece). A
-    damaged gzip stream ends the text where the damage starts (said in stats), its last document kept."""
+    damaged compressed stream ends the text where the damage starts (said in stats), its last document kept."""
     offset, carry, eof, error = start, b"", False, None
     while True:
         data = carry
         if not eof:
             want = CHUNK - len(carry) if end is None else min(CHUNK, end - offset) - len(carry)
-            got, error = _read(handle, want) if want > 0 else (b"", None)
+            got, error = read_some(handle, want) if want > 0 else (b"", None)
             eof, data = error is not None or len(got) < want or want <= 0, carry + got
         if not data:
             if error is not None:  # the text before it was read: it ends there, as a file would
-                stats.damaged = f"damaged gzip data ({error})"
+                stats.damaged = damage(handle, error)
             return
         cut = len(data) if eof else _line_cut(data)  # at the end every line is whole
         cut = cut or _utf8_cut(data)  # no line end: a piece of a long line
@@ -309,15 +273,17 @@ def read_range(path, opts: ReadOptions, start: int = 0, end: int | None = None, 
     """The documents of one file, or of its byte range [start, end) (range ends from split_points)."""
     path = Path(path)
     stats = FileStats(path)
-    fmt = opts.format_of(path)
+    fmt, handle = opts.format_of(path), None
     try:
         with open_binary(path) as handle:
             if start:
                 handle.seek(start)
             events = (_jsonl_events if fmt == "jsonl" else _text_events)(handle, start, end, opts, stats)
             yield from _assemble(events, opts, stats, block=fmt == "text" and opts.document == "block")
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        stats.damaged = f"damaged gzip data ({err})"
+    except STREAM_ERRORS as err:
+        if not isinstance(handle, COMPRESSED_FILES):  # a plain file's read error is no damaged stream
+            raise
+        stats.damaged = damage(handle, err)
     stats.problems = stats.report(start == 0 and end is None, opts.errors)
     for message in stats.problems if warn else ():
         warnings.warn(message, CorpusWarning, stacklevel=2)

@@ -21,7 +21,6 @@ file's size against its counts and its sha256 against the manifest, once per fil
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import multiprocessing as mp
@@ -37,6 +36,7 @@ import numpy as np
 from lmforge.config import atomic_write_text
 from lmforge.config.options import checked_argument
 from lmforge.data.corpus import CHUNK, SHARD_FORMAT, CorpusWarning, ReadOptions, open_binary, read_range
+from lmforge.data.openers import COMPRESSED_FILES
 from lmforge.data.shard_out import run_settings, shard_inputs
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
@@ -74,8 +74,8 @@ def split_points(path: Path, opts: ReadOptions, shard_bytes: int) -> list:
     """Byte ranges [(start, end or None)] of a file, cut at document starts every ~shard_bytes."""
     size = path.stat().st_size
     with open_binary(path) as handle:
-        if isinstance(handle, gzip.GzipFile) or size <= shard_bytes:
-            return [(0, None)]  # gzip cannot seek cheaply: one shard
+        if isinstance(handle, COMPRESSED_FILES) or size <= shard_bytes:
+            return [(0, None)]  # gzip, bzip2 and xz cannot seek cheaply: one shard
         jsonl = opts.format_of(path) == "jsonl"
         if not jsonl and opts.document == "file":
             return [(0, None)]

@@ -40,6 +40,17 @@ def test_truncation_and_unknown_label():
         task.encode({"text": "x", "label": "maybe", "line": 7})
 
 
+@pytest.mark.parametrize("kind", ["cls", "pair"])
+def test_a_classifier_of_one_label_is_refused(kind):
+    """A softmax over one output is 1 for every input (cross-entropy 0, nothing learned), and its head exports
+    as num_labels 1, which the reference reads as a regression."""
+    one = [{"text": "good film", "text_pair": "yes", "label": "pos"}] * 2
+    with pytest.raises(ValueError, match=f"task '{kind}' needs two labels at least, got only 'pos'"):
+        make_task(kind, tiny(), tokenizer(), one, TaskConfig())
+    two = [*one, {"text": "bad film", "text_pair": "no", "label": "neg"}]
+    assert make_task(kind, tiny(), tokenizer(), two, TaskConfig()).task_head.spec["n_labels"] == 2
+
+
 def test_decoder_encoding_has_no_segments_and_regression_label_is_float():
     tok = tokenizer("gpt2")
     task = task_class("regression")(tiny("gpt2"), tok)

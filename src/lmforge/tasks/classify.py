@@ -80,6 +80,15 @@ class ClassificationTask(SequenceTask):
 
     kind = "cls"
 
+    def head_args(self) -> dict:
+        """SequenceTask's head, of one output per label: two labels at least."""
+        if self.labels is not None and len(self.labels) == 1:
+            # a softmax over one output is 1 whatever the input: a loss of 0 that trains nothing, and the
+            # exported head (num_labels 1) the reference reads as a regression
+            raise ValueError(f"task {self.kind!r} needs two labels at least, got only {self.labels[0]!r} "
+                             f"(a training split of one class); for a score use task regression")
+        return super().head_args()
+
     def pair_of(self, record: dict):
         """The second text of the record (None for single sentences)."""
         return None

@@ -142,3 +142,12 @@ def test_a_passage_holding_the_answer_in_another_case_is_no_hard_negative():
                 Passage("2", "Other", "Mupi has a small market.")]
     records = [{"question": "Which river flows through Mupi?", "answers": ["Rhine"], "positives": ["0"]}]
     assert hard_negatives(BM25Index.build(passages), records, passages, n=2) == [["2"]]
+
+
+def test_a_passage_holding_the_answer_in_other_spacing_or_unicode_form_is_no_hard_negative():
+    passages = [Passage("0", "Mupi", "Mupi lies by Jean-Paul's cafe."),
+                Passage("1", "Lore", "Mupi tales of Jean - Paul and his Cafe\u0301 Noir."),
+                Passage("2", "Other", "Mupi has a small market and a cafe.")]
+    records = [{"question": "Who keeps the cafe in Mupi?", "answers": ["Jean-Paul", "Café Noir"],
+                "positives": ["0"]}]
+    assert hard_negatives(BM25Index.build(passages), records, passages, n=2) == [["2"]]  # as DPR's has_answer

@@ -5,11 +5,11 @@ an answer string in the text of one of the k retrieved; has_answer's "string" ma
 from __future__ import annotations
 
 import json
-import unicodedata
 from pathlib import Path
 
 import numpy as np
 
+from lmforge.retrieval.answers import has_answer
 from lmforge.retrieval.bm25 import BM25Index, hard_negatives
 from lmforge.retrieval.dpr import BiEncoder, DPRObjective, passage_text, training_examples
 from lmforge.retrieval.index import DenseIndex, write_index
@@ -29,34 +29,6 @@ def recall_at_k(rankings: list, records: list, ks=KS) -> dict:
         for k in ks:
             hits[k] += bool(positives & set(ranked[:k]))
     return {f"recall@{k}": hits[k] / max(1, len(records)) for k in ks}
-
-
-def answer_words(text: str) -> list:
-    """DPR's SimpleTokenizer words of NFD-normalised `text`, lower-cased: runs of letters, digits and marks,
-    and each other character that is not a separator or a control character, alone."""
-    words, run = [], []
-    for char in unicodedata.normalize("NFD", text):
-        kind = unicodedata.category(char)[0]
-        if kind in "LNM":
-            run.append(char)
-            continue
-        if run:
-            words.append("".join(run))
-            run = []
-        if kind not in "ZC":
-            words.append(char)
-    return [w.lower() for w in words + (["".join(run)] if run else [])]
-
-
-def has_answer(answers: list, text: str) -> bool:
-    """Whether one of `answers` occurs in `text` as a run of whole words (DPR's has_answer, "string" match:
-    "Paris" is in "Paris, France" but not in "Parisian")."""
-    words = answer_words(text)
-    for answer in answers:
-        want = answer_words(answer)
-        if want and any(words[i:i + len(want)] == want for i in range(len(words) - len(want) + 1)):
-            return True
-    return False
 
 
 def answer_accuracy_at_k(rankings: list, records: list, passages: list, ks=KS) -> dict:

@@ -1,0 +1,35 @@
+"""Whether a passage holds an answer, as DPR decides it (Karpukhin et al. 2020; its qa_validation.has_answer,
+"string" match): the answer's words, a run of the passage's, after NFD normalisation and lower-casing, in the
+words of its SimpleTokenizer. DPR's top-k accuracy (evaluate.py) and its hard negatives (bm25.py) use it.
+"""
+from __future__ import annotations
+
+import unicodedata
+
+
+def answer_words(text: str) -> list:
+    """DPR's SimpleTokenizer words of NFD-normalised `text`, lower-cased: runs of letters, digits and marks,
+    and each other character that is not a separator or a control character, alone."""
+    words, run = [], []
+    for char in unicodedata.normalize("NFD", text):
+        kind = unicodedata.category(char)[0]
+        if kind in "LNM":
+            run.append(char)
+            continue
+        if run:
+            words.append("".join(run))
+            run = []
+        if kind not in "ZC":
+            words.append(char)
+    return [w.lower() for w in words + (["".join(run)] if run else [])]
+
+
+def has_answer(answers: list, text: str) -> bool:
+    """Whether one of `answers` occurs in `text` as a run of whole words (DPR's has_answer, "string" match:
+    "Paris" is in "Paris, France" but not in "Parisian")."""
+    words = answer_words(text)
+    for answer in answers:
+        want = answer_words(answer)
+        if want and any(words[i:i + len(want)] == want for i in range(len(words) - len(want) + 1)):
+            return True
+    return False

@@ -41,6 +41,55 @@ def test_first_senses_drop_inflections_etymology_and_source_marks():
     ]  # Abjectly: fewer than four words; Abaft and Abacus: the definition names the headword
 
 
+# GCIDE's markup that a first sense must not keep: a plural with a letter code, run-on entries and another
+# part of speech's sense (their "n." / "adv." name the label), editors' notes, a variant's head line
+MARKUP = """\
+Abaculus \\Ab*ac"u*lus\\, n.; pl. Abaculi (-l[imac]). [L., dim. of abacus.]
+   (Arch.) A small tile of glass or marble used in making patterns.
+   [1913 Webster]
+
+Agrarian \\A*gra"ri*an\\, a.
+   Relating to lands held by the people of old Rome. -- n. One who favors an equal division.
+   [1913 Webster]
+
+Abruptly \\Ab*rupt"ly\\, adv.
+   In an abrupt manner; without giving notice. -- Ab*rupt"ness, n.
+   [1913 Webster]
+
+Abasia \\A*ba"si*a\\, n.
+   (Med.) Inability to coordinate muscular actions in walking. AS [archaic]
+   [1913 Webster]
+
+Caesura \\C[ae]*su"ra\\, n.
+   A pause in a verse of the Latin poets. [Written also cesura.]
+   [1913 Webster]
+
+Adrenaline \\Ad*re"nal*ine\\, n.
+   Also Adrenalin \\Ad*re"nal*in\\ (Physiol.) a hormone of the medulla.
+   [1913 Webster]
+
+Anaplerotic \\An`a*ple*rot"ic\\, a.
+   n. (Med.) A substance which promotes the healing of wounds.
+   [1913 Webster]
+
+Abler \\A"bler\\, a.
+   , comp. of Able. -- A"blest, a., superl. of Able.
+   [1913 Webster]
+"""
+
+
+def test_first_senses_keep_no_markup_and_name_no_part_of_speech():
+    """Respellings, run-on entries ("-- n.", "-- Ab*rupt"ness, n.": the label given away), letter codes,
+    editors' notes and the rest of a head line were kept in the text the classification tasks train on."""
+    assert definitions(MARKUP) == [
+        ("Abaculus", "noun", "(Arch.) A small tile of glass or marble used in making patterns."),
+        ("Agrarian", "adjective", "Relating to lands held by the people of old Rome."),
+        ("Abruptly", "adverb", "In an abrupt manner; without giving notice."),
+        ("Abasia", "noun", "(Med.) Inability to coordinate muscular actions in walking."),
+        ("Caesura", "noun", "A pause in a verse of the Latin poets."),
+    ]  # Adrenaline: the variant's head cut leaves no sense; Anaplerotic, Abler: no definition of their own
+
+
 def test_pos_task_splits_are_disjoint_balanced_and_seeded():
     text = "\n".join(f"Word{chr(97 + i // 26)}{chr(97 + i % 26)} \\W\\, {pos}.\n   A sense of four words {i}.\n"
                      "   [1913 Webster]\n" for i, pos in enumerate(["n", "adv", "v. t", "a"] * 10))

@@ -22,7 +22,18 @@ _HEAD = re.compile(r"^([A-Za-z][a-z-]+) \\[^\\\n]+\\(?: \([^)\n]*\))?,\s+(n|v\. 
 _SOURCE = re.compile(r"\[(?:1913 Webster|PJC|WordNet[^\]]*|Webster 1913 Suppl\.|Obs\.|R\.)\]|\{|\}|--\S.*")
 _FIELD = re.compile(r"^\(([A-Z][a-z]+\.?)\)")  # a definition's field mark: "(Bot.)", "(Law)"
 FIELDS = ("Zool.", "Bot.", "Chem.", "Med.", "Anat.", "Min.", "Biol.", "Naut.")  # GCIDE's eight most used
-_PLURAL = re.compile(r"^\s*;\s*pl\.\s*[^.\[]*\.")  # "; pl. Canthi." between the head and the etymology
+# "; pl. Canthi." or "; pl. Abaculi (-l[imac])." between the head and the etymology
+_PLURAL = re.compile(r"^\s*;\s*pl\.\s*(?:[^.\[]|\[[^\]\n]*\])*\.")
+# where a first sense ends: a run-on entry or word in GCIDE's respelling ("-- Pol`li*na"tion, n.",
+# "Ab`i*o*ge*net"ic*al*ly, adv.") or another part of speech's sense ("-- n. A native": either would give
+# the label away), an editor's note ("[Written also ...]", "[1913 Webster + AS]", "[archaic]"), a variant's
+# head ("Also Adrenalin \Ad*re"nal*in\")
+_TAIL = re.compile(r"(?:\s--)?\s*\S*[A-Za-z][*`\"][A-Za-z]|\s--\s+(?:n|a|adv|v\. [ti])\.|\\"
+                   r"|\s\[(?=[A-Z0-9][^\]]*[\s.]|[A-Z][a-z]+\]|AS\]|archaic\])")
+# a definition starts with a word or a field mark, not a part of speech ("n. (Med.) A substance")
+_DEFINITION = re.compile(r"(?!(?:n|a|adv|v\. [ti])\.\s)[\w(]")
+_CHARS = re.compile(r"\[(ae|oe|AE|OE|alpha|beta|gamma|delta|mu|pi)\]"  # a letter's code: the letter
+                    r"|\[[-=.^~\"`]?([A-Za-z])(?:[=^~\"`]|mac|acute|grave|cedil)?\]")
 
 
 def read_gcide(path: Path = GCIDE) -> str:
@@ -54,7 +65,9 @@ def _first_sense(body: str) -> str:
     sense = body.split("[1913 Webster]")[0].split("[PJC]")[0].split("\n\n")[0]
     sense = re.sub(r"^\s*(?:\d+\.|\(\w\))\s*", "", sense.strip())
     sense = re.sub(r"^(?:\[[^\]]*\]\s*)+", "", sense)  # [Obs.] [Colloq.] usage labels first
-    return " ".join(_SOURCE.sub("", sense).split())
+    tail = _TAIL.search(sense)
+    sense = _CHARS.sub(lambda m: m.group(1) or m.group(2), sense[:tail.start()] if tail else sense)
+    return re.sub(r"\s+AS$", "", " ".join(_SOURCE.sub("", sense).split())).rstrip(" ;,-")  # AS: a source mark
 
 
 def definitions(text: str | None = None) -> list:
@@ -67,7 +80,8 @@ def definitions(text: str | None = None) -> list:
         end = following.start() if following is not None else len(text)
         sense = _first_sense(text[match.end() - 1:end])
         word = match.group(1)
-        if len(sense.split()) >= 4 and word.lower() not in sense.lower():
+        # one that starts with a mark is the rest of a head line (", comp. of Able."), no definition
+        if len(sense.split()) >= 4 and _DEFINITION.match(sense) and word.lower() not in sense.lower():
             out.append((word, POS[match.group(2)], sense))
     return out
 

@@ -235,7 +235,8 @@ def pack_sentences(docs: list, bos: int, eos: int, max_len: int = 128, cross_doc
 
 
 def blocks(docs: list, block: int, eos: int | None = None) -> list:
-    """Contiguous blocks of `block` tokens over the concatenated documents (causal LM)."""
+    """Contiguous blocks of `block` tokens over the concatenated documents (causal LM); the last tokens,
+    fewer than a block, are left out (as the reference's causal-LM example groups texts)."""
     stream = [t for doc in docs for t in ([*(t for s in doc for t in s)] + ([eos] if eos is not None else []))]
     return [{"input_ids": stream[i:i + block]} for i in range(0, len(stream) - block + 1, block)]
 

@@ -163,7 +163,8 @@ class DocumentView:
 
 
 class PackedBlocks:
-    """Contiguous `block`-token windows over documents `ids` joined by `eos` (as examples.blocks)."""
+    """Contiguous `block`-token windows over documents `ids` joined by `eos` (as examples.blocks: the last
+    tokens, fewer than a block, left out)."""
 
     def __init__(self, corpus: ShardCorpus, ids, block: int, eos: int | None = None) -> None:
         self.corpus, self.ids, self.block, self.eos = corpus, np.asarray(ids), block, eos

@@ -103,8 +103,9 @@ def test_evaluate_api_refuses_mixed_gold_and_a_fresh_head(model_dir, finetuned):
              {"text": "It broke.", "label": None, "line": 2}]
     with pytest.raises(ValueError, match="data:2: no label"):
         evaluate(finetuned, mixed)
+    labelled = [mixed[0], {"text": "It broke.", "label": "neg", "line": 2}]  # two labels: a head to draw
     with pytest.raises(ValueError, match="never fine-tuned for cls"):
-        evaluate(model_dir, mixed[:1], "cls")
+        evaluate(model_dir, labelled, "cls")
 
 
 def test_evaluate_reads_records_once_from_any_iterable_and_refuses_none(finetuned):

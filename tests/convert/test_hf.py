@@ -94,3 +94,26 @@ def test_an_export_over_another_models_folder_takes_none_of_its_generation_token
     assert written == {k: getattr(model.config, k) for k in SPECIAL_TOKENS if getattr(model.config, k) is not None}
     assert written["forced_eos_token_id"] == 2 and "num_beams" not in written
     assert lmforge.load(tmp_path).config.canonical() == model.config.canonical()
+
+
+@pytest.mark.parametrize("preset, changed", [
+    ("gpt2", r"bias=False \(this model's head: True\), pooler=False \(this model's head: True\), "
+             r"pooling='last' \(this model's head: 'first'\)"),
+    ("xlnet-base", r"pooling='last' \(this model's head: 'first'\)")])
+def test_a_classifier_the_reference_computes_otherwise_is_refused_naming_its_fields(tmp_path, preset, changed):
+    """A GPT-2 classifier pooling the first token through a pooler was written as GPT2ForSequenceClassification
+    (the last real token's score, no pooler, no bias): the pooler and bias were dropped, its logits off by 0.2."""
+    import lmforge
+    from lmforge.heads import attach
+
+    model = lmforge.build(lmforge.tiny(preset, pad_token_id=0))
+    attach(model, "classification", n_labels=3)
+    with pytest.raises(ConversionError, match=f"ForSequenceClassification computes its classification head "
+                                              f"with {changed}$") as refused:
+        model.save(tmp_path / "first", format="hf")
+    assert "\n" not in str(refused.value) and not (tmp_path / "first").exists()
+    model.heads.pop("classification")
+    attach(model, "classification", n_labels=3, pooling="last",
+           **({"pooler": False, "bias": False} if preset == "gpt2" else {}))
+    model.save(tmp_path / "last", format="hf")
+    assert lmforge.load(tmp_path / "last").heads["classification"].spec == model.heads["classification"].spec

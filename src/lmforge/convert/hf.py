@@ -244,15 +244,41 @@ def _loads_as(family, hf: dict, architecture: str):
         return None
 
 
+def _head_specs(family, model: Transformer, hf: dict, architecture: str) -> dict:
+    """{head name: the spec of the head the reference architecture computes}, built on the meta device
+    (nothing allocated) as load_hf builds it."""
+    with torch.device("meta"):
+        return {name: make_head(model, kind, **args).spec for name, kind, args in family.heads[architecture](hf)}
+
+
+# the head arguments a spec records only where they differ from these
+SPEC_DEFAULTS = {"bias": True, "ffn": False}
+
+
+def _spec_change(architecture: str, name: str, theirs: dict, ours: dict) -> str:
+    """What the architecture's head `name` computes differently from the model's, field by field."""
+    theirs, ours = {**SPEC_DEFAULTS, **theirs}, {**SPEC_DEFAULTS, **ours}  # a spec leaves defaults out
+    changed = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+    return (f"{architecture} computes its {name} head with " + ", ".join(
+        f"{k}={theirs.get(k)!r} (this model's head: {ours.get(k)!r})" for k in changed))
+
+
 def _architecture(family, model: Transformer, hf: dict) -> str:
     names, plain = set(model.heads), model.config.canonical()
-    heads = {architecture: {name for name, _, _ in spec(hf)} for architecture, spec in family.heads.items()}
+    specs = {architecture: _head_specs(family, model, hf, architecture) for architecture in family.heads}
     # the heads must match, exactly or less optional ones the model lacks (a pooler-less BertModel),
-    # and so must the model an architecture loads as (T5EncoderModel and T5Model both have no heads)
+    # each computed as the model's is (a GPT-2 classifier pooling the first token, with a pooler and a
+    # bias, was written as the reference's last-token score: those dropped, unsaid), and so must the
+    # model an architecture loads as (T5EncoderModel and T5Model both have no heads)
     near = []  # architectures with the heads that load as another model: what they change
     for exact in (True, False):
-        for architecture, theirs in heads.items():
-            fits = theirs == names if exact else names <= theirs and theirs - names <= set(family.optional)
+        for architecture, theirs in specs.items():
+            fits = set(theirs) == names if exact else names <= set(theirs) and set(theirs) - names <= set(
+                family.optional)
+            unlike = [n for n in sorted(names) if fits and theirs[n] != model.heads[n].spec]
+            if unlike:
+                near.append(_spec_change(architecture, unlike[0], theirs[unlike[0]], model.heads[unlike[0]].spec))
+                continue
             loaded = _loads_as(family, hf, architecture) if fits else None
             if loaded == plain:
                 return architecture

@@ -165,6 +165,22 @@ def test_blocked_local_attention_equals_the_dense_mask(name):
     assert_same_at_real_positions(both.last_hidden_state, dense.last_hidden_state, mask)
 
 
+@pytest.mark.parametrize("name", ["sliding-causal", "dilated", "longformer", "bigbird", "relative-bias"])
+def test_blocked_gives_queries_that_see_no_key_the_dense_values(name):
+    """A padded query with no real key in its band, and every query of a row of padding only, attend
+    uniformly to all T keys on the dense path, not to their band's: a per-token head reads those rows and
+    a decoder cross-attends to them."""
+    torch.manual_seed(0)
+    cfg = lmforge.ModelConfig(**{**_BASE, **BLOCKED_CASES[name]})
+    model = lmforge.build(cfg).eval()
+    ids, mask = _batch(99, lengths=(61, 20, 0))
+    kw = {"global_tokens": _global_tokens(ids)} if "longformer" in str(cfg.layer_patterns()) else {}
+    with torch.no_grad():
+        dense = _run(model, FastPaths(unpad="never", local_attention="dense"), ids, mask, **kw)
+        blocked = _run(model, FastPaths(unpad="never", local_attention="blocked"), ids, mask, **kw)
+    torch.testing.assert_close(blocked.last_hidden_state, dense.last_hidden_state, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("case", [dict(attention="sliding-window", window=128),
                                   dict(attention="bigbird", block_size=64, n_random_blocks=3)])
 def test_blocked_equals_dense_at_long_lengths(case):

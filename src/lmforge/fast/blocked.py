@@ -36,6 +36,7 @@ class ChunkPlan:
     rows_bias: Optional[torch.Tensor] = None  # (B|1, H|1, G, Tk)
     left: int = 0  # chunk i's band is positions i * C - left + [0, band)
     band: int = 0  # L = C + left + right
+    blind: Optional[torch.Tensor] = None  # (B|1, T) queries that see no key at all (padding), or None
 
 
 def reach(cfg: ModelConfig, pattern: str, causal: bool, layer: int) -> tuple:
@@ -156,13 +157,22 @@ def plan(cfg: ModelConfig, pattern: str, q_pos, k_pos, causal: bool, layer: int,
     bias = additive(allowed, bias, dtype).expand(-1, -1, -1, C, -1)
     B = allowed.shape[0]  # the padding's or the global tokens' batch (either may be given alone), or 1
     out = ChunkPlan(C, keys, bias.expand(B, -1, -1, -1, -1).contiguous(),  # (B, n, H|1, C, K)
-                    left=left, band=C + left + right)
+                    left=left, band=C + left + right, blind=_blind(allowed, C, T))
     rows = _global_rows(cfg, pattern, T, global_tokens)
     if rows is not None:
         out.rows = rows.to(device)
         out.rows_bias = _rows_bias(cfg, pattern, q_pos[out.rows], k_pos, causal, layer, key_padding,
                                    global_tokens, position_bias, dtype)
     return out
+
+
+def _blind(allowed: torch.Tensor, C: int, T: int):
+    """(B|1, T) queries none of whose candidates is visible, or None: the dense mask hides every key from
+    them too (a band holds all a query may see), and dense SDPA gives such a row the uniform average of
+    all T values (every score the same finfo.min), not of its band's. A per-token head or a decoder
+    cross-attending to a row of padding only reads those rows."""
+    blind = ~allowed.any(-1).expand(-1, -1, -1, C).flatten(1)[:, :T]  # (B|1, nC) -> (B|1, T)
+    return blind if bool(blind.any()) else None
 
 
 def _chunk_mask(cfg, pattern, qp, kp, left: int, band: int, causal: bool, global_tokens, layer: int):
@@ -227,7 +237,7 @@ def blocked_attend(q, k, v, plan: ChunkPlan, dropout_p: float = 0.0, scale: floa
     n, K = plan.keys.shape
     C = plan.size
     if K == plan.band and plan.rows is None:  # a band and nothing else: keys and values stay views
-        return _attend_bands(q, k, v, plan, dropout_p, scale)
+        return _seen_by_none(_attend_bands(q, k, v, plan, dropout_p, scale), v, plan)
     # gather whole token rows (B, T, H, dh): one contiguous copy per key, then strided views
     qc = F.pad(q.transpose(1, 2), (0, 0, 0, 0, 0, n * C - T))  # (B, nC, H, dh)
     qc = qc.view(B, n, C, H, dh).transpose(2, 3).reshape(B * n, H, C, dh)
@@ -235,11 +245,20 @@ def blocked_attend(q, k, v, plan: ChunkPlan, dropout_p: float = 0.0, scale: floa
     bias = plan.bias.expand(B, -1, -1, -1, -1).reshape(B * n, -1, C, K)
     out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=bias, dropout_p=dropout_p, scale=scale)
     out = out.view(B, n, H, C, dh).transpose(2, 3).reshape(B, n * C, H, dh)[:, :T].transpose(1, 2)
+    out = _seen_by_none(out, v, plan)
     if plan.rows is not None:  # rows that see every key: exact dense rows, G x T scores
         dense = F.scaled_dot_product_attention(q[:, :, plan.rows], k, v, attn_mask=plan.rows_bias,
                                                dropout_p=dropout_p, scale=scale)
         out = out.index_copy(2, plan.rows, dense)
     return out  # (B, H, T, dh)
+
+
+def _seen_by_none(out: torch.Tensor, v: torch.Tensor, plan: ChunkPlan) -> torch.Tensor:
+    """out (B, H, T, dh) with the plan's blind queries given the mean of all T values v (B, H, T, dh),
+    as the dense mask's uniform softmax gives them."""
+    if plan.blind is None:
+        return out
+    return torch.where(plan.blind[:, None, :, None], v.mean(2, keepdim=True), out)
 
 
 def _attend_bands(q, k, v, plan: ChunkPlan, dropout_p: float, scale: float) -> torch.Tensor:

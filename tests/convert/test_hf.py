@@ -117,3 +117,22 @@ def test_a_classifier_the_reference_computes_otherwise_is_refused_naming_its_fie
            **({"pooler": False, "bias": False} if preset == "gpt2" else {}))
     model.save(tmp_path / "last", format="hf")
     assert lmforge.load(tmp_path / "last").heads["classification"].spec == model.heads["classification"].spec
+
+
+@pytest.mark.parametrize("preset", ["llama-3.2-1b", "gpt2", "bart-base", "t5-small", "albert-base"])
+def test_unset_special_tokens_stay_unset_in_the_reference(tmp_path, preset):
+    """Left out of config.json, the reference class's defaults stood in: a Llama's eos 2, GPT-2's bos/eos
+    50256 (out of a small vocabulary), BART's decoder start 2; the reference's own save wrote them back."""
+    transformers = pytest.importorskip("transformers")
+    import lmforge
+    from lmforge.config import SPECIAL_TOKENS
+
+    model = lmforge.build(lmforge.tiny(preset, **({"decoder_start_token_id": 0} if preset == "t5-small" else {})))
+    model.save(tmp_path / "hf", format="hf")
+    reference = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        assert getattr(reference, name, None) == getattr(model.config, name), name
+    reference.save_pretrained(tmp_path / "resaved")
+    (tmp_path / "resaved" / "model.safetensors").write_bytes((tmp_path / "hf" / "model.safetensors").read_bytes())
+    resaved = lmforge.load(tmp_path / "resaved").config
+    assert {k: getattr(resaved, k) for k in SPECIAL_TOKENS} == {k: getattr(model.config, k) for k in SPECIAL_TOKENS}

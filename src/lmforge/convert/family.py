@@ -53,8 +53,10 @@ def special_tokens(hf: dict) -> dict:
 
 
 def special_tokens_of(cfg) -> dict:
-    """The inverse: ModelConfig's special token ids as reference config fields (unset ones left out)."""
-    return {name: getattr(cfg, name) for name in SPECIAL_TOKENS if getattr(cfg, name) is not None}
+    """The inverse: ModelConfig's special token ids as reference config fields, unset ones written as null:
+    left out, the reference class's defaults stood in (a Llama's eos 2, GPT-2's bos/eos 50256, BART's
+    decoder start 2), which its pipelines used and its save_pretrained wrote back for lmforge to read."""
+    return {name: getattr(cfg, name) for name in SPECIAL_TOKENS}
 
 
 def tied_by_weights(table: str, head: str, biases: tuple = ()) -> Callable:

@@ -100,23 +100,26 @@ def test_an_export_over_another_models_folder_takes_none_of_its_generation_token
     ("gpt2", r"bias=False \(this model's head: True\), pooler=False \(this model's head: True\), "
              r"pooling='last' \(this model's head: 'first'\)"),
     ("xlnet-base", r"pooling='last' \(this model's head: 'first'\)")])
-def test_a_classifier_the_reference_computes_otherwise_is_refused_naming_its_fields(tmp_path, preset, changed):
-    """A GPT-2 classifier pooling the first token through a pooler was written as GPT2ForSequenceClassification
-    (the last real token's score, no pooler, no bias): the pooler and bias were dropped, its logits off by 0.2."""
+def test_a_classifier_the_reference_computes_otherwise_is_refused_naming_its_fields(tmp_path, preset,
+                                                                                    changed):
+    """A GPT-2 classifier pooling the first token through a pooler was written as
+    GPT2ForSequenceClassification (the last real token's score, no pooler, no bias): the pooler and bias
+    were dropped, its logits off by 0.2."""
     import lmforge
     from lmforge.heads import attach
 
     model = lmforge.build(lmforge.tiny(preset, pad_token_id=0))
     attach(model, "classification", n_labels=3)
-    with pytest.raises(ConversionError, match=f"ForSequenceClassification computes its classification head "
-                                              f"with {changed}$") as refused:
+    computes = f"ForSequenceClassification computes its classification head with {changed}$"
+    with pytest.raises(ConversionError, match=computes) as refused:
         model.save(tmp_path / "first", format="hf")
     assert "\n" not in str(refused.value) and not (tmp_path / "first").exists()
     model.heads.pop("classification")
     attach(model, "classification", n_labels=3, pooling="last",
            **({"pooler": False, "bias": False} if preset == "gpt2" else {}))
     model.save(tmp_path / "last", format="hf")
-    assert lmforge.load(tmp_path / "last").heads["classification"].spec == model.heads["classification"].spec
+    loaded = lmforge.load(tmp_path / "last")
+    assert loaded.heads["classification"].spec == model.heads["classification"].spec
 
 
 @pytest.mark.parametrize("preset", ["llama-3.2-1b", "gpt2", "bart-base", "t5-small", "albert-base"])
@@ -127,12 +130,15 @@ def test_unset_special_tokens_stay_unset_in_the_reference(tmp_path, preset):
     import lmforge
     from lmforge.config import SPECIAL_TOKENS
 
-    model = lmforge.build(lmforge.tiny(preset, **({"decoder_start_token_id": 0} if preset == "t5-small" else {})))
+    start = {"decoder_start_token_id": 0} if preset == "t5-small" else {}  # T5 has no default start
+    model = lmforge.build(lmforge.tiny(preset, **start))
     model.save(tmp_path / "hf", format="hf")
     reference = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         assert getattr(reference, name, None) == getattr(model.config, name), name
     reference.save_pretrained(tmp_path / "resaved")
-    (tmp_path / "resaved" / "model.safetensors").write_bytes((tmp_path / "hf" / "model.safetensors").read_bytes())
+    weights = (tmp_path / "hf" / "model.safetensors").read_bytes()
+    (tmp_path / "resaved" / "model.safetensors").write_bytes(weights)
     resaved = lmforge.load(tmp_path / "resaved").config
-    assert {k: getattr(resaved, k) for k in SPECIAL_TOKENS} == {k: getattr(model.config, k) for k in SPECIAL_TOKENS}
+    assert {k: getattr(resaved, k) for k in SPECIAL_TOKENS} == {k: getattr(model.config, k)
+                                                                 for k in SPECIAL_TOKENS}

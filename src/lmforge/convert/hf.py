@@ -248,7 +248,8 @@ def _head_specs(family, model: Transformer, hf: dict, architecture: str) -> dict
     """{head name: the spec of the head the reference architecture computes}, built on the meta device
     (nothing allocated) as load_hf builds it."""
     with torch.device("meta"):
-        return {name: make_head(model, kind, **args).spec for name, kind, args in family.heads[architecture](hf)}
+        return {name: make_head(model, kind, **args).spec
+                for name, kind, args in family.heads[architecture](hf)}
 
 
 # the head arguments a spec records only where they differ from these
@@ -277,7 +278,8 @@ def _architecture(family, model: Transformer, hf: dict) -> str:
                 family.optional)
             unlike = [n for n in sorted(names) if fits and theirs[n] != model.heads[n].spec]
             if unlike:
-                near.append(_spec_change(architecture, unlike[0], theirs[unlike[0]], model.heads[unlike[0]].spec))
+                first = unlike[0]
+                near.append(_spec_change(architecture, first, theirs[first], model.heads[first].spec))
                 continue
             loaded = _loads_as(family, hf, architecture) if fits else None
             if loaded == plain:

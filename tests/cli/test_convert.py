@@ -151,3 +151,30 @@ def test_a_classifier_exported_to_hf_names_its_labels_as_the_task_does(tmp_path)
     config = transformers.AutoConfig.from_pretrained(dst)
     assert config.id2label == {0: "neg", 1: "neutral", 2: "pos"} and config.label2id["pos"] == 2
     assert lmforge.tasks.finetune.task_info(dst)["labels"] == ["neg", "neutral", "pos"]
+
+
+@pytest.mark.parametrize("problem, n", [("multi_label_classification", 3), ("regression", 2),
+                                        ("regression", 1)])
+def test_a_reference_classifiers_problem_type_survives_convert_to_hf(tmp_path, problem, n):
+    """A multilabel checkpoint came back with no problem_type: the reference then read its outputs as one
+    softmax (and a 2-output regression as 2 classes), its loss and pipeline another task's."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                                     problem_type=problem, id2label={i: f"tag{i}" for i in range(n)})
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "src")
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "hf"]) == 0
+    back = transformers.AutoConfig.from_pretrained(tmp_path / "dst")
+    assert back.problem_type == problem and back.id2label == config.id2label
+
+
+def test_a_multilabel_tasks_export_says_so(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    model = lmforge.build(lmforge.tiny("bert-base")).eval()
+    attach(model, "classification", n_labels=2)
+    model.save(tmp_path / "src")
+    (tmp_path / "src" / "task.json").write_text('{"kind": "multilabel", "labels": ["x", "y"]}\n')
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "hf"]) == 0
+    exported = transformers.AutoConfig.from_pretrained(tmp_path / "dst")
+    assert exported.problem_type == "multi_label_classification"

@@ -15,6 +15,7 @@ class Captured(Exception):
 
 def test_a_flag_wins_over_key_value_which_wins_over_the_config_file(tmp_path, monkeypatch):
     import lmforge.compress.task_distillation as distillation
+    from lmforge.train.config import evaluated_every
 
     def run(*args, train_cfg, **kwargs):
         raise Captured(train_cfg)
@@ -28,10 +29,14 @@ def test_a_flag_wins_over_key_value_which_wins_over_the_config_file(tmp_path, mo
             "--config", str(tmp_path / "c.yaml"), "--out"]
     with pytest.raises(Captured) as got:
         main([*base, str(tmp_path / "a"), "--steps", "10", "--seed", "3", "warmup=1"])
-    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [10, 3, 1, 1]
+    # eval_every left to the run: a tenth of its steps where it validates (train.config.evaluated_every)
+    given = got.value.args[0]
+    assert [getattr(given, k) for k in ("steps", "seed", "warmup", "eval_every")] == [10, 3, 1, None]
+    assert evaluated_every(got.value.args[0], True).eval_every == 1
     with pytest.raises(Captured) as got:  # the file's steps set how often to validate, as --steps would
         main([*base, str(tmp_path / "b")])
-    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [20, 7, 5, 2]
+    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup")] == [20, 7, 5]
+    assert evaluated_every(got.value.args[0], True).eval_every == 2
 
 
 @pytest.mark.parametrize("extra, named", [(["temperature=-1"], "temperature must be"), (["lr=0"], "lr must be"),

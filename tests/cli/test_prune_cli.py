@@ -271,6 +271,7 @@ def test_a_missing_model_is_named_by_its_flag_before_any_output_folder_is_made(t
 
 def test_a_flag_wins_over_key_value_and_the_config_file(tuned, tmp_path, monkeypatch):
     import lmforge.compress.sparse_finetune as sparse
+    from lmforge.train.config import evaluated_every
 
     class Captured(Exception):
         """The stand-in training run's options."""
@@ -284,10 +285,14 @@ def test_a_flag_wins_over_key_value_and_the_config_file(tuned, tmp_path, monkeyp
     extra = ["--train", str(dev), "--valid", str(dev), "--config", str(tmp_path / "c.yaml")]
     with pytest.raises(Captured) as got:
         _prune(model, dev, tmp_path / "a", "magnitude", "0.5", *extra, "--steps", "10", "--seed", "3", "warmup=1")
-    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [10, 3, 1, 1]
+    # eval_every left to the run: a tenth of its steps where it validates (train.config.evaluated_every)
+    given = got.value.args[0]
+    assert [getattr(given, k) for k in ("steps", "seed", "warmup", "eval_every")] == [10, 3, 1, None]
+    assert evaluated_every(got.value.args[0], True).eval_every == 1
     with pytest.raises(Captured) as got:  # the file's steps set how often to validate, as --steps would
         _prune(model, dev, tmp_path / "b", "magnitude", "0.5", *extra)
-    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup", "eval_every")] == [20, 7, 5, 2]
+    assert [getattr(got.value.args[0], k) for k in ("steps", "seed", "warmup")] == [20, 7, 5]
+    assert evaluated_every(got.value.args[0], True).eval_every == 2
 
 
 @pytest.mark.parametrize("method, extra, named", [

@@ -107,3 +107,16 @@ def test_the_help_says_how_accumulation_averages_and_where_eps_departs_from_torc
     helps = {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
     assert "weighs every target of the step alike" in helps["accumulation"]
     assert "1e-8" in helps["eps"] and TrainConfig().eps == 1e-6
+
+
+def test_eval_every_left_out_is_a_tenth_of_the_steps_where_the_run_validates():
+    """The commands had validated a fine-tuning run every tenth of its steps and Python's finetune() only at
+    its end, for the same request: one rule now, where the run's steps are known (the Trainer)."""
+    from lmforge.train.config import evaluated_every
+
+    assert TrainConfig().eval_every is None
+    assert evaluated_every(TrainConfig(steps=200), True).eval_every == 20
+    assert evaluated_every(TrainConfig(steps=5), True).eval_every == 1  # at least every step
+    assert evaluated_every(TrainConfig(steps=200), False).eval_every == 0  # nothing to validate with
+    assert evaluated_every(TrainConfig(steps=200, eval_every=0), True).eval_every == 0  # given: kept
+    assert evaluated_every(TrainConfig(steps=200, eval_every=7), False).eval_every == 7

@@ -298,3 +298,14 @@ def test_a_step_s_counted_gradients_are_divided_by_every_process_s_predictions(m
     w.grad = torch.tensor(12.0)  # an uncounted loss: the mean of the means, the gradients as they are
     assert float(speed.step_loss([torch.tensor(1.0), torch.tensor(0.5)], [None, None], [w], 2)) == 0.75
     assert float(w.grad) == 12.0
+
+
+def test_a_run_with_an_evaluator_validates_a_tenth_of_its_steps_unless_told(tmp_path):
+    calls = []
+    trainer = Trainer(mlm_objective(), toy_data(), quick(steps=20), tmp_path / "a",
+                      evaluator=lambda t: calls.append(t.step) or {})
+    assert trainer.cfg.eval_every == 2
+    trainer.fit()
+    assert calls == list(range(2, 21, 2))
+    plain = Trainer(mlm_objective(), toy_data(), quick(steps=20), tmp_path / "b")
+    assert plain.cfg.eval_every == 0  # no evaluator: none, as before (pretraining's held-out data alone)

@@ -98,8 +98,7 @@ def _configs(args) -> tuple:
     loss_keys, train_keys = _option_keys(options)
     flags = given_flags(args, "steps", "seed")
     given = {"seed": 0, **{k: v for k, v in options.items() if k in train_keys}, **flags}
-    every = {"eval_every": max(1, TrainConfig.from_dict(given).steps // 10)} if args.valid else {}
-    return (TrainConfig.from_dict({**every, **given}),
+    return (TrainConfig.from_dict(given),
             distill_options(args, {k: v for k, v in options.items() if k in loss_keys}))
 
 

@@ -97,8 +97,7 @@ def _sparse_configs(args) -> tuple:
         raise UsageError(f"unknown option(s) {sorted(rest)}")
     sparse_cfg = sparse_options(args, sparse_opts)
     train_opts = {"seed": 0, **train_opts, **given_flags(args, "steps", "seed")}
-    every = {"eval_every": max(1, TrainConfig.from_dict(train_opts).steps // 10)} if args.valid else {}
-    return TrainConfig.from_dict({**every, **train_opts}), TaskConfig.from_dict(task_opts), sparse_cfg
+    return TrainConfig.from_dict(train_opts), TaskConfig.from_dict(task_opts), sparse_cfg
 
 
 def _unstructured(args, kind: str, records: list, configs: tuple) -> None:

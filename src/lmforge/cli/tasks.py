@@ -160,9 +160,6 @@ def cmd_finetune(args) -> None:
     valid = splits.get("validation")
     if valid and args.valid and kind in ("cls", "pair"):  # the check again, naming the file
         check_labels(valid, label_set(splits["train"]), args.valid)
-    if valid and "eval_every" not in train:
-        steps = TrainConfig.from_dict(train).for_data(len(splits["train"]))[0].steps  # epochs= counted too
-        train["eval_every"] = max(1, steps // 10)
     net, tokenizer = load_model(args.model, args.tokenizer, model, seed=args.seed)
     summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, TrainConfig.from_dict(train),
                        TaskConfig.from_dict(task), resume=args.resume)

@@ -53,7 +53,10 @@ class TrainConfig:
                                         "in the backward pass (less memory, ~1/3 more compute, same gradients)")
     seed: int = option(0, "seed of everything the run draws (initial weights, data order, masking, dropout)",
                        low=0, high=MAX_SEED)
-    eval_every: int = option(0, "steps between evaluations; 0: none during training", low=0, high=MAX_STEPS)
+    eval_every: Optional[int] = option(None, "steps between evaluations; null: a tenth of the steps where "
+                                       "the run validates (fine-tuning given validation data, an "
+                                       "evaluator), else none; 0: none during training", low=0,
+                                       high=MAX_STEPS)
     eval_batches: int = option(8, "batches of held-out data per evaluation", low=1, high=100_000)
     log_every: int = option(10, "steps between lines of metrics.jsonl", low=1, high=MAX_STEPS)
     save_every: int = option(0, "steps between checkpoints; 0: only the final one", low=0, high=MAX_STEPS)
@@ -119,6 +122,14 @@ def run_notes(cfg: TrainConfig, examples: int, duplication: int = 0, world: int 
         notes.append(f"note: warmup={cfg.warmup} = steps={cfg.steps} - 1: the learning rate rises for the "
                      f"whole run and reaches lr={cfg.lr:g} at its last step only (no decay)")
     return notes
+
+
+def evaluated_every(cfg: TrainConfig, validates: bool) -> TrainConfig:
+    """cfg with eval_every given a number: its own, else a tenth of the steps (at least 1) where the run
+    validates with an evaluator, else 0; one rule for the commands and the Python calls alike."""
+    if cfg.eval_every is not None:
+        return cfg
+    return dataclasses.replace(cfg, eval_every=max(1, cfg.steps // 10) if validates else 0)
 
 
 def _eval_notes(cfg: TrainConfig, evaluates: bool) -> list:

@@ -31,7 +31,7 @@ from lmforge.train.checkpoint import (CheckpointCorrupt, NothingToResume, Traini
                                       check_optimizer, check_resumable, checkpoints, global_rngs_kept,
                                       latest_checkpoint, save_checkpoint, seed_all, set_rng_states,
                                       training_folder)
-from lmforge.train.config import DEFAULT_STEPS, TrainConfig, resumed_config, run_notes
+from lmforge.train.config import DEFAULT_STEPS, TrainConfig, evaluated_every, resumed_config, run_notes
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.memory import check_step_fits, longest_example
@@ -80,7 +80,7 @@ class Trainer:
         if cfg.compile:
             self.module.compile()  # in place: parameter names, hence checkpoints, are unchanged
         self.epochs = cfg.epochs  # kept: a resumed run counts them with the run's batch size
-        self.cfg = self._count_epochs(cfg)
+        self.cfg = evaluated_every(self._count_epochs(cfg), evaluator is not None)
         self._build()
         self.step, self.last_checkpoint = 0, None
         self.stopped = False  # the evaluator ended training early (kept in checkpoints)

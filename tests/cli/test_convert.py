@@ -178,3 +178,96 @@ def test_a_multilabel_tasks_export_says_so(tmp_path):
     assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "hf"]) == 0
     exported = transformers.AutoConfig.from_pretrained(tmp_path / "dst")
     assert exported.problem_type == "multi_label_classification"
+
+
+def _reference(tmp_path, architecture, problem, n, id2label=True):
+    """A tiny transformers BERT of `architecture` saved to tmp_path/hf, with its tokenizer."""
+    transformers = pytest.importorskip("transformers")
+    tokenizer = train_tokenizer(TEXTS, "wordpiece", 60)
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                                     problem_type=problem, id2label={i: f"tag{i}" for i in range(n)})
+    getattr(transformers, architecture)(config).eval().save_pretrained(tmp_path / "hf")
+    tokenizer.save(tmp_path / "hf")
+    if not id2label:  # as transformers 5 saves default labels: num_labels alone
+        saved = json.loads((tmp_path / "hf" / "config.json").read_text())
+        saved = {k: v for k, v in saved.items() if k not in ("id2label", "label2id")}
+        (tmp_path / "hf" / "config.json").write_text(json.dumps({**saved, "num_labels": n}))
+    return transformers, tmp_path / "hf"
+
+
+ROUND_TRIPS = [("BertForSequenceClassification", "multi_label_classification", 3, "multilabel"),
+               ("BertForSequenceClassification", "regression", 1, None),
+               ("BertForSequenceClassification", "regression", 2, None),
+               ("BertForSequenceClassification", None, 3, None),
+               ("BertForSequenceClassification", "single_label_classification", 3, None),
+               ("BertForTokenClassification", None, 4, "tagging")]
+
+
+@pytest.mark.parametrize("architecture, problem, n, kind", ROUND_TRIPS)
+def test_a_reference_classifier_keeps_its_meaning_through_lmforges_format(tmp_path, architecture, problem, n,
+                                                                           kind):
+    """HF -> lmforge wrote no task.json, so the way back said LABEL_i and no problem_type (a multilabel
+    head then read as one softmax, a regressor as classes), and evaluate had to be told the task again."""
+    transformers, hf = _reference(tmp_path, architecture, problem, n)
+    mid, back = tmp_path / "mid", tmp_path / "back"
+    assert main(["convert", str(hf), str(mid)]) == 0
+    info = lmforge.tasks.finetune.task_info(mid)
+    assert info.get("kind") == kind and info["max_len"] == 64
+    assert info.get("labels", info.get("id2label")) == [f"tag{i}" for i in range(n)]
+    assert main(["convert", str(mid), str(back), "--to", "hf"]) == 0
+    ours, theirs = (json.loads((p / "config.json").read_text()) for p in (back, hf))
+    assert (ours["id2label"], ours.get("problem_type")) == (theirs["id2label"], theirs.get("problem_type"))
+    assert ours["label2id"] == {label: int(i) for i, label in theirs["id2label"].items()}
+    ids = torch.tensor([[2, 5, 7, 9, 3]])
+    reference = getattr(transformers, architecture)
+    before, after = (reference.from_pretrained(p).eval()(ids).logits for p in (hf, back))
+    torch.testing.assert_close(after, before)
+
+
+def test_a_converted_classifier_is_evaluated_without_its_task_named(tmp_path, capsys):
+    _, hf = _reference(tmp_path, "BertForSequenceClassification", "multi_label_classification", 3)
+    assert main(["convert", str(hf), str(tmp_path / "mid")]) == 0
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"text": "the cat sat", "label": ["tag0", "tag2"]}\n'
+                    '{"text": "a dog ran", "label": []}\n')
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(tmp_path / "mid"), "--data", str(data)]) == 0
+    assert json.loads(capsys.readouterr().out)["task"] == "multilabel"
+
+
+def test_a_backbone_or_a_language_model_is_given_no_task(tmp_path):
+    for architecture in ("BertModel", "BertForMaskedLM"):
+        _, hf = _reference(tmp_path / architecture, architecture, None, 2)
+        assert main(["convert", str(hf), str(tmp_path / architecture / "mid")]) == 0
+        assert not (tmp_path / architecture / "mid" / "task.json").exists()
+
+
+def test_a_classifier_without_id2label_reads_its_class_ids(tmp_path):
+    """transformers 5 saves default labels as num_labels alone: the outputs are the class ids."""
+    _, hf = _reference(tmp_path, "BertForSequenceClassification", "multi_label_classification", 3,
+                       id2label=False)
+    assert main(["convert", str(hf), str(tmp_path / "mid")]) == 0
+    info = lmforge.tasks.finetune.task_info(tmp_path / "mid")
+    assert info["kind"] == "multilabel" and info["outputs"] == 3 and "labels" not in info
+
+
+def test_convert_refuses_a_reference_config_naming_outputs_it_lacks_in_one_line(tmp_path, capsys):
+    _, hf = _reference(tmp_path, "BertForSequenceClassification", None, 2)
+    config = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**config, "id2label": {"0": "a", "2": "b"}}))
+    capsys.readouterr()
+    assert main(["convert", str(hf), str(tmp_path / "mid")]) == 2
+    _one_line(capsys, "config.json: id2label keys must be the outputs 0..1")
+    assert not (tmp_path / "mid").exists()
+
+
+def test_a_changed_task_json_of_a_converted_classifier_is_refused_in_one_line(tmp_path, capsys):
+    _, hf = _reference(tmp_path, "BertForTokenClassification", None, 2)
+    assert main(["convert", str(hf), str(tmp_path / "mid")]) == 0
+    task = tmp_path / "mid" / "task.json"
+    task.write_text(task.read_text().replace('"tag1"', '"tag9"'))
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "mid"), str(tmp_path / "back"), "--to", "hf"]) == 2
+    _one_line(capsys, "task.json")

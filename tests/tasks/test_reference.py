@@ -1,6 +1,7 @@
 """Hugging Face fine-tuned checkpoints: their head's meaning (problem_type, num_labels, id2label) is read
 as the reference reads it, with its predictions, or refused naming the field."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,3 +151,32 @@ def test_a_classifier_without_id2label_predicts_its_class_ids_in_output_order(tm
     with pytest.raises(ValueError,
                        match="config.json has no id2label, so its 12 outputs are the class ids 0..11"):
         evaluate(path, [{"text": t, "label": "pos"} for t in TEXTS], "cls")
+
+
+@pytest.mark.parametrize("hf, want", [
+    ({"architectures": ["BertForSequenceClassification"], "problem_type": "multi_label_classification",
+      "id2label": {"1": "y", "0": "x"}},
+     {"kind": "multilabel", "labels": ["x", "y"], "problem_type": "multi_label_classification",
+      "max_len": 8}),
+    ({"architectures": ["BertForTokenClassification"], "num_labels": 3},
+     {"kind": "tagging", "outputs": 3, "problem_type": None, "max_len": 8}),
+    ({"architectures": ["BertForQuestionAnswering"]}, {"kind": "qa", "max_len": 8}),
+    ({"architectures": ["BertForMaskedLM"], "id2label": {"0": "LABEL_0"}}, None),
+    ({"architectures": ["BertModel"]}, None)])
+def test_task_file_records_the_kind_a_reference_config_decides(hf, want):
+    """The task.json a fine-tuned model of the head has; none for a head that is no task's."""
+    from lmforge.tasks.reference import task_file
+
+    assert task_file(Path("config.json"), hf, 8) == want
+
+
+def test_task_file_leaves_the_kind_to_the_data_where_the_config_does_not_decide():
+    """A single-label classifier is cls or pair, one score regression or rerank: the records say which."""
+    from lmforge.tasks.reference import task_file
+
+    classifier = {"architectures": ["BertForSequenceClassification"]}
+    for hf, kinds in (({**classifier, "num_labels": 3}, ["cls", "pair"]),
+                      ({**classifier, "problem_type": "regression", "id2label": {"0": "score"}},
+                       ["regression", "rerank"])):
+        info = task_file(Path("config.json"), hf, 8)
+        assert "kind" not in info and info["kinds"] == kinds and info["why"].startswith("config.json's")

@@ -13,7 +13,7 @@ from lmforge.cli.common import (SEED, UsageError, bounded, check_out, flag_value
                                 resolve_config, said)
 from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
-from lmforge.io.native import read_meta
+from lmforge.io.native import FORMAT, read_meta
 from lmforge.presets import PRESETS
 from lmforge.utils.atomic import atomic_write, atomic_write_text, replace_dir
 from lmforge.utils.model_folder import inside_job_folder, record_sums
@@ -71,7 +71,9 @@ def cmd_convert(args) -> None:
     # staged beside DST and put in its place whole (a full disk keeps nothing half-written)
     replace_dir(dst, lambda folder: (model.save(folder, format=args.to),
                                      copied.extend(copy_companions(src, folder)),
-                                     args.to == "hf" and name_labels(src, folder)))
+                                     args.to == "hf" and name_labels(src, folder),
+                                     args.to == "lmforge" and copied.extend(task_of_reference(
+                                         src, folder, model.config.max_seq_len))))
     print(f"wrote {args.dst} ({args.to}{', with ' + ', '.join(copied) if copied else ''})")
 
 
@@ -107,15 +109,34 @@ def name_labels(src: Path, folder: Path) -> None:
     # from its task
     hf_src = "kind" not in info and (src / "config.json").is_file()
     source = json.loads((src / "config.json").read_text(encoding="utf-8")) if hf_src else {}
-    labels = info.get("labels") or [v for _, v in sorted((source.get("id2label") or {}).items(),
-                                                           key=lambda item: int(item[0]))]
+    labels = info.get("labels") or info.get("id2label") or [
+        v for _, v in sorted((source.get("id2label") or {}).items(), key=lambda item: int(item[0]))]
     if labels and len(labels) == outputs:
         hf["id2label"] = {str(i): str(label) for i, label in enumerate(labels)}
         hf["label2id"] = {str(label): i for i, label in enumerate(labels)}
-    problem = PROBLEM_TYPES.get(info.get("kind")) or source.get("problem_type")
+    # a converted reference checkpoint's task.json says its problem_type as the reference stated it
+    problem = info["problem_type"] if "problem_type" in info else (
+        PROBLEM_TYPES.get(info.get("kind")) or source.get("problem_type"))
     if problem:
         hf["problem_type"] = problem
     atomic_write_text(config, json.dumps(hf, indent=2, ensure_ascii=False) + "\n")
+
+
+def task_of_reference(src: Path, folder: Path, max_len: int) -> list:
+    """A Hugging Face SRC's classifier brought in with what it means: the task.json a fine-tuned lmforge
+    model of its head has (tasks/reference.py task_file), where its config.json states a task and SRC has
+    no task.json of its own; the names written."""
+    from lmforge.tasks.reference import task_file
+
+    meta = read_meta(src) if (src / "config.json").is_file() else {}
+    if (src / "task.json").is_file() or meta.get("format") == FORMAT or "model_type" not in meta:
+        return []
+    info = task_file(src / "config.json", meta, max_len)  # its id2label checked by check_companions
+    if info is None:
+        return []
+    atomic_write_text(folder / "task.json", json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    record_sums(folder, ["task.json"])  # task_info verifies it, as a fine-tuning job's
+    return ["task.json"]
 
 
 def load_source(src: Path):

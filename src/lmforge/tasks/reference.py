@@ -12,7 +12,8 @@ Without id2label (transformers 5 saves default labels as num_labels alone) the o
 ids 0..n-1 (default_labels).
 
 task_info returns the labels and, for such a checkpoint, "kinds" (the tasks its head may be read as)
-and "why" (the config field that decides it), which fine_tuned_task checks.
+and "why" (the config field that decides it), which fine_tuned_task checks. task_file writes the same
+as task.json where `lmforge convert` brings such a checkpoint into lmforge's format.
 """
 from __future__ import annotations
 
@@ -107,3 +108,30 @@ def default_labels(where: str, info: dict, data: list | None) -> list | None:
     raise ValueError(f"{where}: config.json has no id2label, so its {n} outputs are the class ids "
                      f"0..{n - 1}; the records' labels {data[:3]} are not, and which output is which is "
                      "unknown")
+
+
+def task_file(config: Path, hf: dict, max_len: int) -> dict | None:
+    """The task.json of a reference checkpoint brought into lmforge's format: the head's task kind where
+    its config decides one (else the kinds it may be read as, and why), its labels in output order (a
+    regressor's id2label), its problem_type as stated, and the model's context as max_len; None for a
+    model with no task head (a bare backbone, a language model), whose config states no task."""
+    architectures = hf.get("architectures")
+    name = architectures[0] if isinstance(architectures, list) and architectures else ""
+    if isinstance(name, str) and name.endswith("ForQuestionAnswering"):
+        return {"kind": "qa", "max_len": max_len}
+    info = reference_task(config, hf)
+    if "kinds" not in info:
+        return None
+    kinds = info.pop("kinds")
+    # one kind: what a fine-tuned model records; two (cls or pair, regression or rerank): the config
+    # leaves it to the data, which --task names as for the Hugging Face folder itself; none: why not
+    if len(kinds) == 1:
+        info["kind"] = kinds[0]
+        del info["why"]
+    else:
+        info["kinds"] = kinds
+    id2label = hf.get("id2label")
+    if "labels" not in info and isinstance(id2label, dict) and id2label:
+        # a regressor's name of its score, for the way back alone: as labels, a cls task would read it
+        info["id2label"] = id2label_labels(config, id2label)
+    return {**info, "problem_type": hf.get("problem_type"), "max_len": max_len}

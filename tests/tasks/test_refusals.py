@@ -5,6 +5,7 @@ import json
 import pytest
 
 from lmforge.cli import main
+from lmforge.config import OptionsError
 from tests.tasks.core import tiny, tokenizer
 
 FAST = ["batch_size=4", "warmup=0", "progress=false"]
@@ -117,3 +118,15 @@ def test_evaluate_reads_records_once_from_any_iterable_and_refuses_none(finetune
     assert evaluate(finetuned, (r for r in records)) == evaluate(finetuned, records)
     with pytest.raises(ValueError, match="data: a list of records .* got NoneType"):
         evaluate(finetuned, None)
+
+
+def test_eval_every_zero_or_left_out_passes_without_validation_records():
+    """eval_every's default became null (a tenth where the run validates): an options file of the old
+    listing's eval_every: 0, which reads nothing either, had been refused as set."""
+    from lmforge.tasks.finetune import TaskConfig, check_validated
+    from lmforge.train import TrainConfig
+
+    for given in ({}, {"eval_every": 0}):
+        check_validated(TrainConfig.from_dict(given), TaskConfig())
+    with pytest.raises(OptionsError, match="eval_every=5: a setting of validation"):
+        check_validated(TrainConfig(eval_every=5), TaskConfig())

@@ -50,13 +50,14 @@ MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 # TaskConfig options read only when evaluating or deciding to stop: a resumed run may change them
 EVALUATION = ("patience", "keep_best", "eval_batch_size", "n_best", "max_answer_len", "null_threshold",
               "num_beams", "max_new_tokens", "threshold")
+MAX_TASK_LEN = 65536  # tokens of one example: a checkpoint's own context may be longer (131,072)
 
 
 @dataclass
 class TaskConfig:
     """Fine-tuning options beyond the training loop's: length, freezing, LLRD, early stopping."""
 
-    max_len: int = option(128, "tokens per example (longer ones are truncated)", low=1, high=65536)
+    max_len: int = option(128, "tokens per example (longer ones are truncated)", low=1, high=MAX_TASK_LEN)
     freeze_embeddings: bool = option(False, "keep the embeddings fixed")
     freeze_layers: int = option(0, "keep the first k blocks fixed", low=0, high=10_000)
     freeze_backbone: bool = option(False, "train the head only (feature-based use)")
@@ -284,7 +285,8 @@ def check_validated(train_cfg: TrainConfig, task_cfg: TaskConfig) -> None:
     """An OptionsError naming a setting of validation (eval_every, patience, keep_best, eval_batch_size)
     changed from its default in a run without validation records, where nothing reads it."""
     why = "a setting of validation, and the run has no validation records (--valid FILE) to evaluate"
-    refuse_changed(train_cfg, ("eval_every",), why)
+    if train_cfg.eval_every:  # left out (null) or 0: no validation during training, as the run has none
+        refuse_changed(train_cfg, ("eval_every",), why)
     refuse_changed(task_cfg, ("patience", "keep_best", "eval_batch_size"), why)
 
 
@@ -357,9 +359,8 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     check_kind(where, info, kind)  # a Hugging Face head's meaning (its config's problem_type)
     folder, (model, tokenizer) = isinstance(model, (str, Path)), load_model(model, tokenizer)
     options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
-    # a folder without task.json (a Hugging Face checkpoint) reads its whole context, as the reference's
-    # pipelines and cross-encoders read to the model's limit; a model object TaskConfig's default
-    default = model.config.max_seq_len if folder and "max_len" not in info else 128
+    # a folder without task.json (a Hugging Face one) reads to its context, as the reference's pipelines
+    default = min(model.config.max_seq_len, MAX_TASK_LEN) if folder and "max_len" not in info else 128
     cfg = TaskConfig(**{"max_len": info.get("max_len", default) if max_len is None else max_len,
                         "eval_batch_size": batch_size,
                         "text_to_text": info.get("text_to_text"), "prefix": info.get("prefix"), **options})

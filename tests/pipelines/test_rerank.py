@@ -129,6 +129,14 @@ def test_scores_equal_a_cross_encoder_s_with_the_activation_its_config_names(tmp
     ours = dict(lmforge.rerank(tmp_path, QUERY, docs))
     assert [ours[i] for i in range(len(docs))] == pytest.approx(theirs.tolist(), abs=1e-5)
     assert (min(theirs) < 0) == (activation is not None and activation.endswith("Identity"))
+    # the server's /rerank and retrieve --rerank score alike (they had given the sigmoid whatever it said)
+    from lmforge.pipelines.rerank import Reranker
+    from lmforge.serve.models import load_served
+
+    (tmp_path / "task.json").write_text(json.dumps({"kind": "rerank"}))  # served as a reranker
+    served, reranker = load_served("ce", tmp_path), Reranker.load(tmp_path)
+    assert "rerank" in served.capabilities
+    assert served.score(-1.65) == reranker.score(-1.65) and (served.score(-1.65) < 0) == (min(theirs) < 0)
 
 
 def test_an_activation_lmforge_cannot_score_with_is_refused_naming_the_file(tmp_path):

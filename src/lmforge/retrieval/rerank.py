@@ -5,7 +5,7 @@ The reranker reads each passage as the dense encoder does (dpr.passage_text: tit
 """
 from __future__ import annotations
 
-from lmforge.pipelines.rerank import Reranker, order, relevance
+from lmforge.pipelines.rerank import Reranker, order
 from lmforge.retrieval.dpr import passage_text
 
 
@@ -30,7 +30,7 @@ def rerank_ids(reranker: Reranker, query: str, ids: list, by_id: dict, batch_siz
     """(ids best first by the reranker, their relevance scores) of one query's retrieved passage ids."""
     logits = reranker.task.pair_scores(query, [passage_text(by_id[i]) for i in ids], batch_size)
     best = order(logits)
-    return [ids[i] for i in best], [relevance(logits[i]) for i in best]
+    return [ids[i] for i in best], [reranker.score(logits[i]) for i in best]
 
 
 def reranked_rankings(model, records: list, passages: list, rankings: list, batch_size: int = 64) -> list:

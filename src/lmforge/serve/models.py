@@ -21,8 +21,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from lmforge.pipelines.embed import SentenceEncoder
+from lmforge.pipelines.rerank import Reranker, activation_of
 from lmforge.compress.quantize import COUNTED, parameter_count
 from lmforge.generate import lm_head_name
 from lmforge.io.native import read_meta
@@ -48,6 +50,7 @@ class ServedModel:
     task: Task | None = None
     info: dict = field(default_factory=dict)  # task.json
     capabilities: tuple = ()
+    score: Callable = float  # a reranker's logit -> its score (its checkpoint's activation: lmforge.rerank's)
 
     @property
     def model(self):
@@ -176,8 +179,9 @@ def load_served(name: str, where: str | os.PathLike) -> ServedModel:
     info = served_task(path)
     task = rebuild_task(path, encoder.model, encoder.tokenizer, info) if info.get("kind") else None
     encoder.model.eval()
+    score = Reranker(task, activation_of(path)).score if task is not None and task.kind == "rerank" else float
     return ServedModel(name, path, encoder, load_tokenizer(path), task, info,
-                       capabilities_of(encoder.model, task))
+                       capabilities_of(encoder.model, task), score)
 
 
 def load_words(name: str, path: Path) -> ServedWords:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field, create_model
 
-from lmforge.pipelines.rerank import RerankQueryOptions, order, relevance
+from lmforge.pipelines.rerank import RerankQueryOptions, order
 from lmforge.serve import job_kinds
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, check_count, check_text, fit_lengths,
                                   too_large)
@@ -52,7 +52,8 @@ RerankRequest = create_model("RerankRequest", __base__=RerankBase, __module__=__
 
 
 class RerankResult(BaseModel):
-    """One document: its index in the request, its relevance (sigmoid of the logit), whether it was cut."""
+    """One document: its index in the request, its score (the logit through the checkpoint's activation, as
+    lmforge.rerank's), whether it was cut."""
 
     index: int
     relevance_score: float
@@ -124,7 +125,8 @@ async def rerank(body: RerankRequest, request: Request):
     results = await server.run("rerank", served, parts, key=("rerank", served.name), interleave=True)
     logits = [s for part in results for s in part]
     ranked = order(logits)[:options.top_n] if options.top_n else order(logits)
-    answer = [{"index": i, "relevance_score": relevance(logits[i]), "truncated": counts[i] > served.task.max_len,
+    answer = [{"index": i, "relevance_score": served.score(logits[i]),
+               "truncated": counts[i] > served.task.max_len,
                **({"document": {"text": documents[i]}} if options.return_documents else {})} for i in ranked]
     tokens = sum(lengths)
     return JSONBody({"model": served.name, "results": answer,

@@ -177,10 +177,9 @@ def schedules(plan: Plan, vocab_size: int, measure=None) -> dict:
 
 
 def check_objectives(plan: Plan, tokenizer) -> None:
-    """Each pretraining arm's objective built once, with the run's tokenizer, around a weightless model
-    (torch's meta device), before any arm trains: an option out of its range (mlm's rate: 0) is a
-    PlanError naming the plan and arm, not an error when that arm starts, after the ones before it.
-    An arm from a checkpoint reads with the checkpoint's own tokenizer: it is checked when it starts."""
+    """Each pretraining arm's objective built once with the run's tokenizer around a weightless model (meta
+    device), before any arm trains or is sampled: an option out of range (mlm's rate: 0) is a PlanError
+    naming the arm. An arm from a checkpoint (its own tokenizer) is checked when it starts."""
     import torch
 
     from lmforge.model import from_config
@@ -215,8 +214,8 @@ class BakeOff:
         # trained once, verified on every rerun (train.pretrain.run_tokenizer keeps its checksums)
         self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
                                        plan.tokenizer["vocab_size"])
+        check_objectives(plan, self.tokenizer)  # cheap, before each arm's examples are sampled
         self.schedules = schedules(plan, self.tokenizer.vocab_size, Sampler(self))
-        check_objectives(plan, self.tokenizer)
         self.architectures: dict = {}  # arm name -> its model's architecture, read once (architecture)
         self.tasks = {t["name"]: task_splits(t, self.out) for t in plan.tasks}
         self.units = len(plan.arms) * len(plan.seeds) * (1 + len(plan.tasks))
@@ -239,8 +238,7 @@ class BakeOff:
     def progress(self, what: str) -> None:
         """One line of progress across the whole plan, with a rough time left (units done so far)."""
         self.finished += 1
-        elapsed = time.monotonic() - self.start
-        self.ran += 1
+        elapsed, self.ran = time.monotonic() - self.start, self.ran + 1
         left = elapsed / self.ran * (self.units - self.finished)
         self.log(f"[bakeoff {self.plan.name}] {self.finished}/{self.units} ({100 * self.finished / self.units:.0f} %, "
                  f"{elapsed / 60:.1f} min, ~{left / 60:.0f} min left): {what}")
@@ -268,8 +266,9 @@ class BakeOff:
             return
         changed = [t for t in todo if (arm.name, seed, t) in self.done]
         if changed:
-            self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since the result(s) of "
-                     f"{', '.join(changed)} (arm, seed, budget or its count, corpus, recipe, task, version): running again")
+            self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since the "
+                     f"result(s) of {', '.join(changed)} (arm, budget or its count, corpus, recipe, task): "
+                     "running again")
         kept = arm.pretrain and self.pretrained(arm, seed)
         model = self.pretrain(arm, spec, seed)
         steps = self.schedules[arm.name].steps
@@ -383,7 +382,8 @@ class BakeOff:
         shutil.rmtree(out, ignore_errors=True)  # an unfinished fine-tuning run starts again
         data = self.tasks[task]
         train, task_options = split_finetune(self.plan.finetune)
-        train_cfg = TrainConfig.from_dict({"progress": False, **train, "seed": seed})
+        # no eval_every in the plan: validated at the end alone, as its rows were made (their fingerprint)
+        train_cfg = TrainConfig.from_dict({"progress": False, "eval_every": 0, **train, "seed": seed})
         splits = data["splits"]
         tokenizer = None if isinstance(model, Path) else self.tokenizer  # a directory reads with its own
         options = read_by_kind(task_options, data["kind"])

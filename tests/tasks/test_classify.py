@@ -242,3 +242,19 @@ def test_choice_records_are_batched_with_records_of_as_many_choices():
     assert [len(f) for f in found] == [2, 40, 2, 2]
     for got, want in zip(found, alone):
         torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+
+
+def test_an_xlnet_classifier_pools_its_closing_cls_as_the_reference_and_exports(tmp_path):
+    """XLNet's <cls> ends its text; the task pooled the first token (a word) and the export was refused."""
+    transformers = pytest.importorskip("transformers")
+
+    model = lmforge.build(lmforge.tiny("xlnet-base", vocab_size=tokenizer("bert").vocab_size))
+    task = task_class("cls")(model, tokenizer("bert"), labels=["a", "b"])
+    assert task.model.heads["classification"].spec["pooling"] == "last"
+    task.model.save(tmp_path / "hf", format="hf")
+    reference = transformers.XLNetForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 8, 10]])  # the rows differ at the last token alone
+    with torch.no_grad():
+        ours, theirs = task.model.eval()(ids).head_outputs["classification"], reference(ids).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(ours[0], ours[1])  # the last token is what is read

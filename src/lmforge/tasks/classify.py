@@ -43,7 +43,9 @@ class SequenceTask(Task):
         arch = self.model.config.architecture
         if arch == "decoder":
             return {"n_labels": n, "pooling": "last", "pooler": False, "bias": False}
-        return {"n_labels": n, "pooling": "last" if arch == "encoder-decoder" else "first"}
+        # XLNet's <cls> ends the text (its reference head pools the last token); BERT's opens it
+        last = arch == "encoder-decoder" or self.model.config.position == "xl-relative"
+        return {"n_labels": n, "pooling": "last" if last else "first"}
 
     def info(self) -> dict:
         """task.json's fields; an encoder-decoder's also says it is not text-to-text."""

@@ -250,3 +250,26 @@ def test_truncated_xz_keeps_what_it_can(tmp_path):
     with pytest.warns(CorpusWarning, match="damaged xz data .*; kept the text before it"):
         docs = _read(tmp_path / "cut.txt.xz")
     assert 0 < len(docs) < 20_000 and docs[0] == ["Sentence number one."]
+
+
+def test_text_opening_with_bzh_is_text_and_a_plain_file_s_read_error_is_raised(tmp_path, monkeypatch):
+    """bzip2 was told by "BZh" alone (a text file "BZh is ..." read as empty, with a damage warning), and any
+    OSError reading a plain file was taken for a damaged stream (its text cut, with a warning)."""
+    import bz2
+
+    (tmp_path / "t.txt").write_text("BZh is a word here.\n\nAnd a second document.\n", encoding="utf-8")
+    assert _read(tmp_path / "t.txt") == [["BZh is a word here."], ["And a second document."]]
+    (tmp_path / "e.txt.bz2").write_bytes(bz2.compress(b""))  # an empty stream: its end-of-stream magic
+    with pytest.warns(CorpusWarning):  # nothing in it
+        assert _read(tmp_path / "e.txt.bz2") == []
+    import lmforge.data.openers as openers
+
+    class Failing:
+        def __init__(self, *a):
+            pass
+
+        def read1(self, n):
+            raise OSError(5, "Input/output error")
+
+    with pytest.raises(OSError, match="Input/output error"):
+        openers.read_some(Failing(), 10)

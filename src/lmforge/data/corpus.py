@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
-from lmforge.data.openers import COMPRESSED_FILES, STREAM_ERRORS, damage, open_binary, read_some
+from lmforge.data.openers import STREAM_ERRORS, damage, open_binary, read_some, stream_damage
 from lmforge.data.read_options import DOCUMENTS, ERRORS, FORMATS, ReadOptions  # noqa: F401 (read here)
 from lmforge.data.segment import SentenceStream
 from lmforge.utils.atomic import file_kind
@@ -280,8 +280,8 @@ def read_range(path, opts: ReadOptions, start: int = 0, end: int | None = None, 
                 handle.seek(start)
             events = (_jsonl_events if fmt == "jsonl" else _text_events)(handle, start, end, opts, stats)
             yield from _assemble(events, opts, stats, block=fmt == "text" and opts.document == "block")
-    except STREAM_ERRORS as err:
-        if not isinstance(handle, COMPRESSED_FILES):  # a plain file's read error is no damaged stream
+    except (*STREAM_ERRORS, OSError) as err:
+        if not stream_damage(handle, err):  # a plain file's read error is no damaged stream
             raise
         stats.damaged = damage(handle, err)
     stats.problems = stats.report(start == 0 and end is None, opts.errors)

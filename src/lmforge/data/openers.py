@@ -11,9 +11,12 @@ from pathlib import Path
 # compressed files by their magic bytes: (opener, name); read as text, their bytes would be junk documents
 COMPRESSED = {b"\x1f\x8b": (gzip.open, "gzip"), b"BZh": (bz2.open, "bzip2"),
               b"\xfd7zXZ\x00": (lzma.open, "xz")}
+# bzip2's "BZh" is text too ("BZh is ..."): its block size digit and a block's (or the end's) magic follow
+BZIP2_NEXT = (b"1AY&SY", b"\x17rE8P\x90")
 COMPRESSED_FILES = (gzip.GzipFile, bz2.BZ2File, lzma.LZMAFile)  # no cheap seek: one shard each (shards.py)
-# a damaged stream: gzip's and xz's own errors, EOFError when cut, OSError for bzip2's "Invalid data stream"
-STREAM_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError, OSError)
+# a damaged stream: gzip's and xz's own errors, EOFError when cut (bzip2's "Invalid data stream" is an
+# OSError, caught for a bzip2 stream alone: a plain file's I/O error is no damaged data)
+STREAM_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError)
 
 # UTF-32 and UTF-16 byte-order marks (UTF-32's first: UTF-16 LE's is its start), as iconv names them
 WIDE_MARKS = {b"\xff\xfe\x00\x00": "UTF-32LE", b"\x00\x00\xfe\xff": "UTF-32BE", b"\xff\xfe": "UTF-16LE",
@@ -23,7 +26,10 @@ PROBE = 4096  # bytes of a file looked at to tell it is no UTF-8 text: NULs in a
 
 def _compression(head: bytes) -> tuple:
     """(opener, name) of the compressed format `head` starts with, or (open, "")."""
-    return next((v for magic, v in COMPRESSED.items() if head.startswith(magic)), (open, ""))
+    found = next((v for magic, v in COMPRESSED.items() if head.startswith(magic)), (open, ""))
+    if found[1] == "bzip2" and not (head[3:4].isdigit() and head[3:4] != b"0" and head[4:10] in BZIP2_NEXT):
+        return open, ""
+    return found
 
 
 def open_binary(path: Path):
@@ -51,9 +57,17 @@ def read_some(handle, want: int) -> tuple:
                 break
             parts.append(got)
             n += len(got)
-    except STREAM_ERRORS as err:
+    except (*STREAM_ERRORS, OSError) as err:
+        if not stream_damage(handle, err):
+            raise
         return b"".join(parts), err
     return b"".join(parts), None
+
+
+def stream_damage(handle, error) -> bool:
+    """Whether `error` is damage in a compressed stream (a plain file's I/O error is not)."""
+    bzip2 = isinstance(handle, bz2.BZ2File) and isinstance(error, OSError)
+    return isinstance(handle, COMPRESSED_FILES) and (isinstance(error, STREAM_ERRORS) or bzip2)
 
 
 def damage(handle, error) -> str:

@@ -68,6 +68,10 @@ Adrenaline \\Ad*re"nal*ine\\, n.
    Also Adrenalin \\Ad*re"nal*in\\ (Physiol.) a hormone of the medulla.
    [1913 Webster]
 
+Chordata \\Chor*da"ta\\, n. pl. [NL., fr. L. chorda cord.] (Zool.)
+   A comprehensive division of animals including all Vertebrata.
+   [1913 Webster]
+
 Anaplerotic \\An`a*ple*rot"ic\\, a.
    n. (Med.) A substance which promotes the healing of wounds.
    [1913 Webster]
@@ -87,7 +91,9 @@ def test_first_senses_keep_no_markup_and_name_no_part_of_speech():
         ("Abruptly", "adverb", "In an abrupt manner; without giving notice."),
         ("Abasia", "noun", "(Med.) Inability to coordinate muscular actions in walking."),
         ("Caesura", "noun", "A pause in a verse of the Latin poets."),
-    ]  # Adrenaline: the variant's head cut leaves no sense; Anaplerotic, Abler: no definition of their own
+        ("Adrenaline", "noun", "(Physiol.) a hormone of the medulla."),  # after its variant's head
+        ("Chordata", "noun", "(Zool.) A comprehensive division of animals including all Vertebrata."),
+    ]  # Anaplerotic, Abler: no definition of their own
 
 
 def test_pos_task_splits_are_disjoint_balanced_and_seeded():

@@ -30,6 +30,10 @@ _PLURAL = re.compile(r"^\s*;\s*pl\.\s*(?:[^.\[]|\[[^\]\n]*\])*\.")
 # head ("Also Adrenalin \Ad*re"nal*in\")
 _TAIL = re.compile(r"(?:\s--)?\s*\S*[A-Za-z][*`\"][A-Za-z]|\s--\s+(?:n|a|adv|v\. [ti])\.|\\"
                    r"|\s\[(?=[A-Z0-9][^\]]*[\s.]|[A-Z][a-z]+\]|AS\]|archaic\])")
+# before the first sense: a variant's head ("Also Jahvism \Jah"vism\", ", older Jehovist \Je*ho"vist\"),
+# or a plural noun's "pl." before its etymology ("Chordata ..., n. pl. [NL., fr. L. chorda cord.] (Zool.)")
+_LEADING = re.compile(r"^\s*(?:Also\s+(?:(?:older\s+|or\s+)?[A-Za-z][\w-]*\s*\\[^\\\n]*\\,?\s*)+"
+                      r"|pl\.\s*(?=\[))")
 # a definition starts with a word or a field mark, not a part of speech ("n. (Med.) A substance")
 _DEFINITION = re.compile(r"(?!(?:n|a|adv|v\. [ti])\.\s)[\w(]")
 _CHARS = re.compile(r"\[(ae|oe|AE|OE|alpha|beta|gamma|delta|mu|pi)\]"  # a letter's code: the letter
@@ -61,7 +65,8 @@ def _after_brackets(text: str) -> str:
 def _first_sense(body: str) -> str:
     """The first definition of an entry's body: after the inflections and etymology, up to the
     first source mark."""
-    body = _after_brackets(_PLURAL.sub("", body[body.find(".") + 1:], count=1))
+    body = _LEADING.sub("", _PLURAL.sub("", body[body.find(".") + 1:], count=1), count=1)
+    body = _after_brackets(body)
     sense = body.split("[1913 Webster]")[0].split("[PJC]")[0].split("\n\n")[0]
     sense = re.sub(r"^\s*(?:\d+\.|\(\w\))\s*", "", sense.strip())
     sense = re.sub(r"^(?:\[[^\]]*\]\s*)+", "", sense)  # [Obs.] [Colloq.] usage labels first

@@ -19,6 +19,7 @@ from lmforge.data.corpus import CorpusReader
 from lmforge.data.stream import build_examples
 from lmforge.objectives.base import tokenizer_pad, tokenizer_specials
 
+# a change to these changes the steps a budget buys: bump flops.COUNTING with it (runs stamped before rerun)
 SAMPLE_DOCUMENTS = 2000  # documents read for the sample (a corpus may hold 10^6)
 SAMPLE_EXAMPLES = 4096  # examples measured: each share known to well under 1 %
 

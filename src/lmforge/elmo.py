@@ -107,10 +107,11 @@ class ELMo(nn.Module):
         return [[(fit(h), fit(c)) for h, c in direction] for direction in self.states]
 
     def _keep(self, final: list) -> None:
-        """Carry `final` (detached); carried rows beyond this batch's keep theirs (AllenNLP's _update_states)."""
+        """Carry `final` (detached); rows past this batch's keep theirs (AllenNLP's _update_states)."""
         def merge(new: torch.Tensor, old: Optional[torch.Tensor]) -> torch.Tensor:
             new = new.detach()
-            return new if old is None or old.shape[0] <= new.shape[0] else torch.cat([new, old[new.shape[0]:]])
+            kept = old is None or old.shape[0] <= new.shape[0]
+            return new if kept else torch.cat([new, old[new.shape[0]:]])
 
         old = self.states or [[(None, None)] * len(direction) for direction in final]
         self.states = [[(merge(h, oh), merge(c, oc)) for (h, c), (oh, oc) in zip(direction, kept)]

@@ -2,11 +2,11 @@
 
 For each arm and task: mean +- sample standard deviation (n - 1) over seeds of the test-set primary
 metric; the page and report.json also say the budget, seeds, each arm's steps and counted FLOPs, how
-they are counted, and the hardware the result rows record. For each claim "arm A > arm B on task T", with delta = mean(A) - mean(B) and sd the
-standard deviation of that difference (sqrt(sd_A^2 / n_A + sd_B^2 / n_B), the standard error of a
-difference of two means): "reproduced" when delta > 0 and |delta| > t sd, "reversed" when delta < 0
-and |delta| > t sd, else "not resolved at this scale" (one seed, or |delta| within t sd: no
-verdict the data cannot carry). t is Welch's two-sided 5 % critical value at the Welch-Satterthwaite
+they are counted, and the hardware the result rows record. For each claim "arm A > arm B on task T",
+with delta = mean(A) - mean(B) and sd the standard deviation of that difference (sqrt(sd_A^2 / n_A +
+sd_B^2 / n_B), the standard error of a difference of two means): "reproduced" when delta > 0 and
+|delta| > t sd, "reversed" when delta < 0 and |delta| > t sd, else "not resolved at this scale" (one
+seed, or |delta| within t sd: no verdict the data cannot carry). t is Welch's two-sided 5 % critical value at the Welch-Satterthwaite
 degrees of freedom (4.30 for 2 seeds an arm of equal spread, 2.78 for 3, near 2 only past ~60 seeds): a
 fixed 2 sd would call about one tie in five a win or a loss at 2 seeds. Two arms with no spread over
 seeds (every seed the same number) are told apart by the sign of delta alone.
@@ -226,7 +226,8 @@ def report_data(plan: Plan, summary: dict, schedules: dict, hardware: list) -> d
                         for (a, t), s in summary.items()],
             "claims": [{"better": c.better, "worse": c.worse, "task": c.task,
                         "verdict": verdict(summary[(c.better, c.task)], summary[(c.worse, c.task)])[0]}
-                       for c in plan.claims if (c.better, c.task) in summary and (c.worse, c.task) in summary]}
+                       for c in plan.claims
+                       if (c.better, c.task) in summary and (c.worse, c.task) in summary]}
 
 
 def write_report(plan: Plan, out) -> Path:
@@ -241,8 +242,8 @@ def write_report(plan: Plan, out) -> Path:
     png = curves(plan, out, schedules)
     lines = [f"# Bake-off: {plan.name}", "",
              f"Budget {plan.budget:.3g} training FLOPs per arm; seeds {list(plan.seeds)}; test-set primary "
-             f"metric (column heads name it), mean ± sd over seeds (sd: the {SD}), the best mean of each task "
-             f"in bold.", "", f"Hardware: {'; '.join(hardware) or 'not recorded'}.", "",
+             f"metric (column heads name it), mean ± sd over seeds (sd: the {SD}), the best mean of each "
+             "task in bold.", "", f"Hardware: {'; '.join(hardware) or 'not recorded'}.", "",
              *table(plan, summary), "", f"Steps and counted FLOPs per arm ({COUNTED}):", ""]
     for arm in plan.arms:
         s = schedules.get(arm.name)

@@ -203,8 +203,8 @@ class BakeOff:
 
     def __init__(self, plan: Plan, out, log=print) -> None:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # every rank would run every arm: world x the budget
-            raise PlanError(f"{plan.source}: a bake-off runs each arm in one process, as its budgets count it: "
-                            "run it without torchrun")
+            raise PlanError(f"{plan.source}: a bake-off runs each arm in one process, as its budgets count "
+                            "it: run it without torchrun")
         self.plan, self.out, self.show = plan, Path(out), log
         self.out.mkdir(parents=True, exist_ok=True)
         mend(self.out)  # a torn last row (a kill mid-append) cut, before hours of training rest on the file

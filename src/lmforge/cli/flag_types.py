@@ -37,7 +37,7 @@ class TypedFloat(float):
 
 
 def as_typed(read):
-    """An argparse `type`: `read`'s number keeping its text (TypedInt, TypedFloat), for flag_error to quote."""
+    """An argparse `type`: `read`'s number keeping its text (TypedInt, TypedFloat) for flag_error."""
     def parse(text: str):
         kept = (TypedInt if isinstance(value := read(text), int) else TypedFloat)(value)
         kept.text = text  # an options object stores Python's number (plain_number)

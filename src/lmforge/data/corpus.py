@@ -126,7 +126,8 @@ def _line_cut(data: bytes) -> int:
 def _pieces(handle, start: int, end: int | None, stats):
     """(bytes, offset, ends_line) for the lines starting in [start, end): whole lines read ~CHUNK at a
     time, or, for a line longer than CHUNK, one piece of it (ends_line False but for its last piece). A
-    damaged compressed stream ends the text where the damage starts (said in stats), its last document kept."""
+    damaged compressed stream ends the text where the damage starts (said in stats), its last document
+    kept."""
     offset, carry, eof, error = start, b"", False, None
     while True:
         data = carry

@@ -7,8 +7,8 @@ relevance, best first; `lmforge.rerank`, the server's /rerank and `lmforge retri
 A document's score is the sigmoid of the cross-encoder's logit (a relevance in (0, 1), as
 sentence-transformers' CrossEncoder gives for one output), or the logit itself where the checkpoint's
 config.json names an Identity activation_fn, as CrossEncoder reads it; the order is the logits' (ties:
-the earlier document first). A (query, document) pair longer than the model's max_len tokens is cut (its tokens
-taken longest side first) and said so, or refused with truncate=false. RerankQueryOptions holds a
+the earlier document first). A (query, document) pair longer than the model's max_len tokens is cut
+(its tokens taken longest side first) and said so, or refused with truncate=false. RerankQueryOptions holds a
 request's settings for the three faces.
 """
 from __future__ import annotations
@@ -119,8 +119,9 @@ class Reranker:
 
 def activation_of(path: Path) -> str:
     """The activation a cross-encoder directory's config.json names for its scores, as sentence-transformers'
-    CrossEncoder reads it (sentence_transformers.activation_fn, or the older sbert_ce_default_activation_function):
-    "identity" or "sigmoid" (the default of one output); another is refused naming the file."""
+    CrossEncoder reads it (sentence_transformers.activation_fn, or the older
+    sbert_ce_default_activation_function): "identity" or "sigmoid" (the default of one output); another
+    is refused naming the file."""
     file = Path(path) / "config.json"
     try:
         config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
@@ -128,7 +129,8 @@ def activation_of(path: Path) -> str:
         raise ValueError(f"cannot read {file}: {err}") from None
     st = config.get("sentence_transformers") if isinstance(config, dict) else None
     named = st.get("activation_fn") if isinstance(st, dict) else None
-    named = named or (config.get("sbert_ce_default_activation_function") if isinstance(config, dict) else None)
+    older = config.get("sbert_ce_default_activation_function") if isinstance(config, dict) else None
+    named = named or older
     if named is None:
         return "sigmoid"
     kind = str(named).rsplit(".", 1)[-1].lower()

@@ -143,8 +143,8 @@ def hard_negatives(index: BM25Index, records: list, passages: list, n: int = 1, 
         negatives, answers = [], [a.lower() for a in r["answers"] if a]
         for i in row:
             p = passages[int(i)]
-            # "Paris" in "PARIS is ...", "Jean-Paul" in "Jean - Paul", "Café" in NFD form hold the answer: as a
-            # negative it would teach the retriever against it
+            # "Paris" in "PARIS is ...", "Jean-Paul" in "Jean - Paul", "Café" in NFD form hold the answer:
+            # as a negative it would teach the retriever against it
             holds = has_answer(answers, p.text) or any(a in p.text.lower() for a in answers)
             if p.id not in r["positives"] and not holds:
                 negatives.append(p.id)

@@ -140,7 +140,8 @@ def _eval_notes(cfg: TrainConfig, evaluates: bool) -> list:
         return [f"note: eval_every={cfg.eval_every} but the run has no held-out data (eval_data) nor "
                 f"evaluator: nothing is evaluated"]
     if cfg.eval_every > cfg.steps:
-        return [f"note: eval_every={cfg.eval_every} > steps={cfg.steps}: nothing is evaluated during this run"]
+        return [f"note: eval_every={cfg.eval_every} > steps={cfg.steps}: nothing is evaluated during this "
+                "run"]
     return []
 
 

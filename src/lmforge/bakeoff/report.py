@@ -4,12 +4,12 @@ For each arm and task: mean +- sample standard deviation (n - 1) over seeds of t
 metric; the page and report.json also say the budget, seeds, each arm's steps and counted FLOPs, how
 they are counted, and the hardware the result rows record. For each claim "arm A > arm B on task T",
 with delta = mean(A) - mean(B) and sd the standard deviation of that difference (sqrt(sd_A^2 / n_A +
-sd_B^2 / n_B), the standard error of a difference of two means): "reproduced" when delta > 0 and
-|delta| > t sd, "reversed" when delta < 0 and |delta| > t sd, else "not resolved at this scale" (one
-seed, or |delta| within t sd: no verdict the data cannot carry). t is Welch's two-sided 5 % critical
-value at the Welch-Satterthwaite degrees of freedom (4.30 for 2 seeds an arm of equal spread, 2.78 for
-3, near 2 only past ~60 seeds): a fixed 2 sd would call about one tie in five a win or a loss at 2 seeds. Two arms with no spread over
-seeds (every seed the same number) are told apart by the sign of delta alone.
+sd_B^2 / n_B), the standard error of a difference of two means): "reproduced" when delta > 0 and |delta|
+> t sd, "reversed" when delta < 0 and |delta| > t sd, else "not resolved at this scale" (one seed, or
+|delta| within t sd: no verdict the data cannot carry). t is Welch's two-sided 5 % critical value at the
+Welch-Satterthwaite degrees of freedom (4.30 for 2 seeds an arm of equal spread, 2.78 for 3, near 2 only
+past ~60 seeds): a fixed 2 sd would call about one tie in five a win or a loss at 2 seeds. Two arms with
+no spread over seeds (every seed the same number) are told apart by the sign of delta alone.
 """
 from __future__ import annotations
 

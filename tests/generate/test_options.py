@@ -122,16 +122,9 @@ def test_options_round_trip_through_generation_config_json(tmp_path):
 
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory):
-    from tests.tasks.core import tokenizer
+    from tests.tasks.core import saved_lm
 
-    path = tmp_path_factory.mktemp("gen")
-    tok = tokenizer("gpt2")
-    torch.manual_seed(0)
-    model = lmforge.build(lmforge.tiny("gpt2", vocab_size=tok.vocab_size))
-    attach(model, "lm")
-    model.save(path)
-    tok.save(path)
-    return path
+    return saved_lm(tmp_path_factory.mktemp("gen"))
 
 
 @pytest.mark.parametrize("flags, message", [

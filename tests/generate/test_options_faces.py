@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 import lmforge
 from lmforge.config.options import OptionsError
 from lmforge.generate.options import GenerationOptions, sampling_from_temperature
-from lmforge.heads import attach
 from tests.faces import SECONDS, cli_verdict, server_verdict, timed
 
 fastapi = pytest.importorskip("fastapi")
@@ -59,15 +58,9 @@ REQUESTS = st.fixed_dictionaries({}, optional=FIELDS)
 @pytest.fixture(scope="module")
 def faces(tmp_path_factory):
     """(model directory, loaded model, prompt ids, a client of the server's app on that model)."""
-    from tests.tasks.core import tokenizer
+    from tests.tasks.core import saved_lm, tokenizer
 
-    path = tmp_path_factory.mktemp("faces") / "gen"
-    tok = tokenizer("gpt2")
-    torch.manual_seed(0)
-    model = lmforge.build(lmforge.tiny("gpt2", vocab_size=tok.vocab_size))
-    attach(model, "lm")
-    model.save(path)
-    tok.save(path)
+    path, tok = saved_lm(tmp_path_factory.mktemp("faces") / "gen"), tokenizer("gpt2")
     ids = torch.tensor([tok.encode(PROMPT, add_special_tokens=False).ids])
     with TestClient(create_app({"gen": load_served("gen", path)}, threads=1)) as client:
         yield path, lmforge.load(path), ids, client

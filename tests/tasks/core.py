@@ -46,6 +46,19 @@ def fine_tuned_sentiment(out):
     return out / "final", data
 
 
+def saved_lm(path, preset: str = "gpt2", family: str = "gpt2"):
+    """A tiny `preset` with an (untrained) LM head, seeded, saved in `path` with its `family` tokenizer."""
+    from lmforge.heads import attach
+
+    tok = tokenizer(family)
+    torch.manual_seed(0)
+    model = lmforge.build(lmforge.tiny(preset, vocab_size=tok.vocab_size))
+    attach(model, "lm")
+    model.save(path)
+    tok.save(path)
+    return path
+
+
 def saved_classifier(path, preset: str, family: str, records: list, max_len: int):
     """A tiny two-layer `preset` with an untrained cls head for `records`' labels, saved in `path` with its
     `family` tokenizer and task.json (no training: for refusals made before any work)."""

@@ -130,3 +130,16 @@ def test_eval_every_zero_or_left_out_passes_without_validation_records():
         check_validated(TrainConfig.from_dict(given), TaskConfig())
     with pytest.raises(OptionsError, match="eval_every=5: a setting of validation"):
         check_validated(TrainConfig(eval_every=5), TaskConfig())
+
+
+def test_a_reference_head_of_several_readings_asks_for_its_kind_naming_them(tmp_path):
+    """A converted (or Hugging Face) single-label classifier may be cls or pair: the refusal had said the
+    folder has no task.json, where it has one that names both."""
+    transformers = pytest.importorskip("transformers")
+    from lmforge.tasks.finetune import fine_tuned_task
+
+    transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        num_labels=3)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"kind is needed \(--task\): .* may be read as cls or pair"):
+        fine_tuned_task(tmp_path, [])

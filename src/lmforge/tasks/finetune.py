@@ -111,8 +111,7 @@ class TaskConfig:
 
 
 def preset_model(name: str, tokenizer, overrides: dict | None = None, seed: int = 0):
-    """Preset `name` sized to the tokenizer, its random init drawn from `seed` (stream PRESET_SEED)
-    and not from the caller's RNG, whose state is left as it was."""
+    """Preset `name` sized to the tokenizer, its init from `seed` (PRESET_SEED), not the caller's RNG."""
     if tokenizer is None:
         raise ValueError(f"preset {name!r} needs a tokenizer (--tokenizer DIR)")
     config = get_config(name, **{"vocab_size": tokenizer.vocab_size, **(overrides or {})})
@@ -352,8 +351,9 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     where = str(model) if isinstance(model, (str, Path)) else "the model"
     info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
     kind = kind or info.get("kind")
-    if kind is None:
-        raise ValueError("the task kind is needed (--task): the model directory has no task.json")
+    if kind is None:  # a reference head read as one of several tasks ("kinds"): the caller says which
+        why = f"may be read as {' or '.join(info['kinds'])}" if info.get("kinds") else "has no task.json"
+        raise ValueError(f"the task kind is needed (--task): {where} {why}")
     if info.get("kind", kind) != kind:  # cls and pair heads look alike; the task.json tells them apart
         raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
     check_kind(where, info, kind)  # a Hugging Face head's meaning (its config's problem_type)

@@ -172,6 +172,8 @@ def _blind(allowed: torch.Tensor, C: int, T: int):
     all T values (every score the same finfo.min), not of its band's. A per-token head or a decoder
     cross-attending to a row of padding only reads those rows."""
     blind = ~allowed.any(-1).expand(-1, -1, -1, C).flatten(1)[:, :T]  # (B|1, nC) -> (B|1, T)
+    if blind.is_cuda:  # asking whether any is would make the host wait for the GPU: applied always
+        return blind
     return blind if bool(blind.any()) else None
 
 

@@ -17,3 +17,13 @@ def test_accuracy_at_k_counts_an_answer_in_the_first_k_passages_texts_not_positi
     passages[0] = Passage("a", "Paris", "It is Rome.")
     table = retrieval_metrics(rankings, records, passages, (1, 3))
     assert table == {"recall@1": 0.5, "recall@3": 1.0, "accuracy@1": 0.5, "accuracy@3": 1.0}
+
+
+def test_accuracy_is_kept_where_some_records_have_no_answer_in_their_positive():
+    """One record without answers (or a gold passage not holding it, as real NQ has) had dropped the
+    metric for the whole set."""
+    passages = [Passage("a", "t", "It is Paris."), Passage("b", "t", "none")]
+    records = [{"question": "q", "answers": ["Paris"], "positives": ["a"]},
+               {"question": "q", "answers": [], "positives": ["b"]}]
+    table = retrieval_metrics([["a", "b"], ["a", "b"]], records, passages, (1,))
+    assert table == {"recall@1": 0.5, "accuracy@1": 0.5}

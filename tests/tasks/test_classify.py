@@ -258,3 +258,15 @@ def test_an_xlnet_classifier_pools_its_closing_cls_as_the_reference_and_exports(
         ours, theirs = task.model.eval()(ids).head_outputs["classification"], reference(ids).logits
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
     assert not torch.allclose(ours[0], ours[1])  # the last token is what is read
+
+
+def test_an_xlnet_classifier_fine_tuned_on_its_first_token_keeps_its_head():
+    """A head saved before XLNet pooled its last token had been replaced by a fresh one (evaluate then
+    refused the folder as never fine-tuned, and a continued fine-tuning dropped the trained head)."""
+    from lmforge.heads import attach
+
+    model = lmforge.build(lmforge.tiny("xlnet-base", vocab_size=tokenizer("bert").vocab_size))
+    attach(model, "classification", n_labels=2, pooling="first")
+    trained = model.heads["classification"]
+    task = task_class("cls")(model, tokenizer("bert"), labels=["a", "b"])
+    assert task.model.heads["classification"] is trained

@@ -180,3 +180,12 @@ def test_task_file_leaves_the_kind_to_the_data_where_the_config_does_not_decide(
                        ["regression", "rerank"])):
         info = task_file(Path("config.json"), hf, 8)
         assert "kind" not in info and info["kinds"] == kinds and info["why"].startswith("config.json's")
+
+
+def test_a_language_model_s_config_states_no_task_whatever_its_id2label(tmp_path):
+    """task_file read a language model's id2label before knowing it had no task head: an odd one refused
+    its conversion."""
+    from lmforge.tasks.reference import task_file
+
+    hf = {"architectures": ["GPT2LMHeadModel"], "id2label": {"5": "x"}, "model_type": "gpt2"}
+    assert task_file(tmp_path / "config.json", hf, 1024) is None

@@ -126,12 +126,14 @@ def task_of_reference(src: Path, folder: Path, max_len: int) -> list:
     """A Hugging Face SRC's classifier brought in with what it means: the task.json a fine-tuned lmforge
     model of its head has (tasks/reference.py task_file), where its config.json states a task and SRC has
     no task.json of its own; the names written."""
+    from lmforge.tasks.finetune import MAX_TASK_LEN
     from lmforge.tasks.reference import task_file
 
     meta = read_meta(src) if (src / "config.json").is_file() else {}
     if (src / "task.json").is_file() or meta.get("format") == FORMAT or "model_type" not in meta:
         return []
-    info = task_file(src / "config.json", meta, max_len)  # its id2label checked by check_companions
+    # its id2label checked by check_companions; a context past what a task reads, read to that bound
+    info = task_file(src / "config.json", meta, min(max_len, MAX_TASK_LEN))
     if info is None:
         return []
     atomic_write_text(folder / "task.json", json.dumps(info, indent=2, ensure_ascii=False) + "\n")

@@ -45,6 +45,9 @@ class SequenceTask(Task):
             return {"n_labels": n, "pooling": "last", "pooler": False, "bias": False}
         # XLNet's <cls> ends the text (its reference head pools the last token); BERT's opens it
         last = arch == "encoder-decoder" or self.model.config.position == "xl-relative"
+        own = self.model.heads[self.head].spec if self.head in self.model.heads else {}
+        if last and arch == "encoder" and own.get("n_labels") == n:  # an XLNet head fine-tuned on its
+            return {"n_labels": n, "pooling": own.get("pooling", "last")}  # first token before: kept
         return {"n_labels": n, "pooling": "last" if last else "first"}
 
     def info(self) -> dict:

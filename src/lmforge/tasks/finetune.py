@@ -145,23 +145,24 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
 
 
 def _checked_info(file: Path, info: dict) -> dict:
-    """task.json's fields that commands read, checked: kind a task kind, labels a list, max_len > 0."""
-    kind, labels, max_len = info.get("kind"), info.get("labels"), info.get("max_len")
+    """task.json's fields that commands read, checked: kind (or a reference head's kinds) task kinds,
+    labels a list, max_len > 0."""
+    kind, labels, max_len, kinds = (info.get(name) for name in ("kind", "labels", "max_len", "kinds"))
     if kind is not None and not (isinstance(kind, str) and kind in MODULES):
         raise ValueError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
     if labels is not None and not (isinstance(labels, list) and all(map(is_label, labels))):
-        raise ValueError(f"{file}: \"labels\" must be a list of the labels (text or numbers), "
-                         f"not {labels!r:.40}")
+        raise ValueError(f"{file}: \"labels\" must be a list of labels (text or numbers), not {labels!r:.40}")
     if max_len is not None and (type(max_len) is not int or max_len < 1):
         raise ValueError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
+    if kinds is not None and not (isinstance(kinds, list) and all(k in MODULES for k in kinds)):
+        raise ValueError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
     return info
 
 
 def task_info(path) -> dict:
     """A model directory's task.json ({} when absent); a Hugging Face config's labels and the task kinds
-    its head may be read as (tasks/reference.py).
-    A file that is not JSON, or fields of the wrong kind, are one-line errors naming the file. A job's output
-    folder stands for the model inside it, as every loader reads it."""
+    its head may be read as (tasks/reference.py). A file that is not JSON, or fields of the wrong kind, are
+    one-line errors naming the file. A job's output folder stands for the model inside it."""
     path = inside_job_folder(Path(path))
     check_recorded(path, TASK_FILE, CheckpointError)  # where config.json records it: changed, or lost
     if (path / TASK_FILE).is_file():
@@ -261,8 +262,7 @@ class Validator:
 
 
 def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels: list | None = None) -> Task:
-    """The Task of `kind` around `model` (text-to-text or with a head, see TaskConfig.text_to_text),
-    its labels from the training records unless given."""
+    """The Task of `kind` around `model` (a head, or text-to-text: TaskConfig); labels given, or train's."""
     from lmforge.tasks import text2text
 
     text = text2text.choose(kind, model, cfg.text_to_text)

@@ -119,6 +119,8 @@ def task_file(config: Path, hf: dict, max_len: int) -> dict | None:
     name = architectures[0] if isinstance(architectures, list) and architectures else ""
     if isinstance(name, str) and name.endswith("ForQuestionAnswering"):
         return {"kind": "qa", "max_len": max_len}
+    if not (isinstance(name, str) and name.endswith(("ForSequenceClassification", "ForTokenClassification"))):
+        return None  # no task head: its config's id2label (a language model's odd one too) is not read
     info = reference_task(config, hf)
     if "kinds" not in info:
         return None

@@ -212,7 +212,7 @@ def test_the_finetune_command_is_reproducible(tmp_path):
     ("task.json", '{"kind": ', "task.json is not valid JSON: Expecting value: line 1 column 10"),
     ("task.json", "[1, 2]", "task.json must hold a JSON object {...}, not list [1, 2]"),
     ("task.json", '{"kind": "sentiment"}', "task.json: \"kind\" 'sentiment' is not a task kind (cls, pair"),
-    ("task.json", '{"kind": "cls", "labels": "01"}', "task.json: \"labels\" must be a list of the labels"),
+    ("task.json", '{"kind": "cls", "labels": "01"}', "task.json: \"labels\" must be a list of labels"),
     ("task.json", '{"kind": "cls", "max_len": 0}', "task.json: \"max_len\" must be a positive integer"),
     ("task.json", '{"kind": "cls", "labels": ["0", ["1"]]}', 'task.json: "labels" must be a list'),
     ("task.json", '{"kind": "cls", "labels": [{}, null]}', 'task.json: "labels" must be a list'),

@@ -39,6 +39,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from lmforge.config import ModelConfig
 from lmforge.objectives import ObjectiveSpec
 from lmforge.objectives.denoising import Denoising
@@ -119,7 +121,7 @@ def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int, shares: Shares) -> 
 
 
 def _electra(cls, cfg: ModelConfig, options: dict, T: int, shares: Shares) -> dict:
-    rate, d, selected = options["rate"], cfg.d_model, options["rate"] * shares.maskable * T
+    d, selected = cfg.d_model, options["rate"] * shares.maskable * T
     gen = options.get("generator") or generator_config(cfg, options.get("ratio"))
     charges = {"generator": _body(gen, T, shares), "generator_lm_head": selected * head_flops(gen, T),
                "discriminator": _body(cfg, T, shares)}
@@ -131,11 +133,18 @@ def _electra(cls, cfg: ModelConfig, options: dict, T: int, shares: Shares) -> di
     return {**charges, "lm_head": selected * head_flops(cfg, T)}
 
 
+def expected_longest(lengths, micro_batch: int) -> float:
+    """The expected longest of `micro_batch` examples drawn from `lengths`: the length their micro-batch is
+    padded to, sum over k of P(longest >= k) = 1 - F(k - 1)^micro_batch."""
+    lengths = np.sort(np.asarray(lengths))
+    below = np.searchsorted(lengths, np.arange(int(lengths[-1])), side="right") / len(lengths)  # F(k - 1)
+    return float(np.sum(1.0 - below ** micro_batch))
+
+
 def padded_split(T: int, micro_batch: int = 1) -> float:
     """The expected longest of `micro_batch` split points P uniform in [1, T - 1] (T - P alike): the
     length a micro-batch of prefixes (continuations) is padded to; T / 2 for one example."""
-    m = max(int(T) - 1, 1)
-    return sum(1 - ((k - 1) / m) ** micro_batch for k in range(1, m + 1))
+    return expected_longest(range(1, max(int(T) - 1, 1) + 1), micro_batch)
 
 
 def seq2seq_lengths(cls, options: dict, T: int, micro_batch: int = 1) -> tuple:

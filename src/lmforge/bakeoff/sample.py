@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmforge.bakeoff.flops import Shares, reads_shares
+from lmforge.bakeoff.flops import Shares, expected_longest, reads_shares
 from lmforge.data.corpus import CorpusReader
 from lmforge.data.stream import build_examples
 from lmforge.objectives.base import tokenizer_pad, tokenizer_specials
@@ -22,14 +22,6 @@ from lmforge.objectives.base import tokenizer_pad, tokenizer_specials
 # a change to these changes the steps a budget buys: bump flops.COUNTING with it (runs stamped before rerun)
 SAMPLE_DOCUMENTS = 2000  # documents read for the sample (a corpus may hold 10^6)
 SAMPLE_EXAMPLES = 4096  # examples measured: each share known to well under 1 %
-
-
-def expected_longest(lengths, micro_batch: int) -> float:
-    """The expected longest of `micro_batch` examples drawn from `lengths`: the length their micro-batch is
-    padded to, sum over k of P(longest >= k) = 1 - F(k - 1)^micro_batch."""
-    lengths = np.sort(np.asarray(lengths))
-    below = np.searchsorted(lengths, np.arange(int(lengths[-1])), side="right") / len(lengths)  # F(k - 1)
-    return float(np.sum(1.0 - below ** micro_batch))
 
 
 def measure(examples, special: set, T: int, micro_batch: int) -> Shares:

@@ -123,7 +123,8 @@ def test_a_10mb_single_line_is_read_in_pieces_with_flat_memory(tmp_path):
 
 
 @pytest.mark.parametrize("compress, name, said", [
-    ("gzip", "cut.txt.gz", "damaged gzip"), ("lzma", "cut.txt.xz", "damaged xz data .*; kept the text before it")])
+    ("gzip", "cut.txt.gz", "damaged gzip"),
+    ("lzma", "cut.txt.xz", "damaged xz data .*; kept the text before it")])
 def test_a_truncated_compressed_file_keeps_what_it_can(tmp_path, compress, name, said):
     data = __import__(compress).compress(("Sentence number one.\n\n" * 20_000).encode())
     (tmp_path / name).write_bytes(data[: len(data) // 2])

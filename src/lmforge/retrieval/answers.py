@@ -4,12 +4,18 @@ words of its SimpleTokenizer. DPR's top-k accuracy (evaluate.py) and its hard ne
 """
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 
 def answer_words(text: str) -> list:
     """DPR's SimpleTokenizer words of NFD-normalised `text`, lower-cased: runs of letters, digits and marks,
     and each other character that is not a separator or a control character, alone."""
+    return list(_words(text))
+
+
+@functools.lru_cache(maxsize=8192)  # a passage is matched against many questions (top k, hard negatives)
+def _words(text: str) -> tuple:
     words, run = [], []
     for char in unicodedata.normalize("NFD", text):
         kind = unicodedata.category(char)[0]
@@ -21,15 +27,15 @@ def answer_words(text: str) -> list:
             run = []
         if kind not in "ZC":
             words.append(char)
-    return [w.lower() for w in words + (["".join(run)] if run else [])]
+    return tuple(w.lower() for w in words + (["".join(run)] if run else []))
 
 
 def has_answer(answers: list, text: str) -> bool:
     """Whether one of `answers` occurs in `text` as a run of whole words (DPR's has_answer, "string" match:
     "Paris" is in "Paris, France" but not in "Parisian")."""
-    words = answer_words(text)
+    words = _words(text)
     for answer in answers:
-        want = answer_words(answer)
+        want = _words(answer)
         if want and any(words[i:i + len(want)] == want for i in range(len(words) - len(want) + 1)):
             return True
     return False

@@ -43,16 +43,22 @@ def answer_accuracy_at_k(rankings: list, records: list, passages: list, ks=KS) -
     return {f"accuracy@{k}": hits[k] / max(1, len(records)) for k in ks}
 
 
-def retrieval_metrics(rankings: list, records: list, passages: list, ks=KS) -> dict:
-    """recall@k (a positive among the first k) and accuracy@k (an answer in one of them) of `rankings`; the
-    latter only where some record's answer is in the text of one of its positives: questions whose
-    passages never hold their answers (the built-in dictionary's, whose answer is the headword a definition
-    leaves out) would score 0 at any rank."""
+def answerable(records: list, passages: list) -> bool:
+    """Whether some record's answer is in the text of one of its positives: questions whose passages never
+    hold their answers (the built-in dictionary's, whose answer is the headword a definition leaves out)
+    would score accuracy@k 0 at any rank."""
     texts = {p.id: p.text for p in passages}
-    answerable = any(any(has_answer(r.get("answers") or [], texts.get(pid, "")) for pid in r["positives"])
-                     for r in records)
-    accuracy = answer_accuracy_at_k(rankings, records, passages, ks) if records and answerable else {}
-    return {**recall_at_k(rankings, records, ks), **accuracy}
+    return any(any(has_answer(r.get("answers") or [], texts.get(pid, "")) for pid in r["positives"])
+               for r in records)
+
+
+def retrieval_metrics(rankings: list, records: list, passages: list, ks=KS,
+                      accuracy: bool | None = None) -> dict:
+    """recall@k (a positive among the first k) and accuracy@k (an answer in one of them) of `rankings`; the
+    latter where the records are `answerable` (`accuracy`: that, already known for these records)."""
+    accuracy = answerable(records, passages) if accuracy is None else accuracy
+    found = answer_accuracy_at_k(rankings, records, passages, ks) if records and accuracy else {}
+    return {**recall_at_k(rankings, records, ks), **found}
 
 
 def bm25_rankings(index: BM25Index, passages: list, records: list, k: int) -> list:
@@ -102,10 +108,12 @@ def compare(passages: list, records: list, encoders: dict, work, k: int = max(KS
     """{"bm25": metrics, name: metrics for each encoder} on `records` (retrieval_metrics: recall@k and DPR's
     accuracy@k; dense indexes under `work`)."""
     ranked = bm25_rankings(BM25Index.build(passages), passages, records, k)
-    table = {"bm25": retrieval_metrics(ranked, records, passages)}
+    accuracy = answerable(records, passages)  # once for the three tables
+    table = {"bm25": retrieval_metrics(ranked, records, passages, accuracy=accuracy)}
     for name, encoder in encoders.items():
         index = encode_passages(encoder, passages, Path(work) / f"index-{name}")
-        table[name] = retrieval_metrics(dense_rankings(encoder, index, records, k), records, passages)
+        ranked = dense_rankings(encoder, index, records, k)
+        table[name] = retrieval_metrics(ranked, records, passages, accuracy=accuracy)
     return table
 
 

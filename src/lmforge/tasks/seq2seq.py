@@ -30,8 +30,10 @@ from __future__ import annotations
 import sys
 from functools import partial
 
+from lmforge.config.options import OptionsError
 from lmforge.generate import GenerationOptions, generate
-from lmforge.generate.recommended import Recommendation
+from lmforge.generate.recommended import recommendation
+from lmforge.io import CheckpointError
 from lmforge.tasks import metrics
 from lmforge.tasks.base import Task, register
 from lmforge.tasks.text2text import TeacherForced
@@ -50,8 +52,11 @@ def stop_ids(model, end: int) -> list:
     """The ids generation stops on, by lmforge generate's rule (the reference's: its generation_config's
     eos ids): the eos_token_id the model's directory recommends, else its config's, else `end` (the
     tokenizer's, written into the config); an error when `end`, which every target ends with, is not one."""
-    found = getattr(model, "generation_config", None)  # a recommendation that failed its check: not read
-    eos = found.fields.get("eos_token_id") if isinstance(found, Recommendation) else None
+    try:
+        found = recommendation(model)  # the accessor generate reads (a compiled model's inner one too)
+    except (OptionsError, CheckpointError):  # a recommendation that failed its check: not read
+        found = None
+    eos = found.fields.get("eos_token_id") if found is not None else None
     where = "its generation_config.json" if eos is not None else "its config"
     eos = model.config.eos_token_id if eos is None else eos
     stops = [end] if eos is None else [eos] if isinstance(eos, int) else list(eos)

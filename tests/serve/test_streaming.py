@@ -191,3 +191,14 @@ def test_a_sampling_setting_is_taken_where_the_route_s_default_samples(local):
     greedy = local.post("/v1/completions", json={**body, "temperature": 0})
     assert sampled.status_code == 200 and sampled.json()["choices"][0]["seed"] is not None
     assert greedy.status_code == 422 and greedy.json()["error"]["param"] == "top_k"
+
+
+def test_a_prompt_of_a_list_past_the_model_s_context_is_named_by_its_index(local):
+    """Each prompt of a list is refused naming its index, as an empty one is (prompt.1), and the route's own
+    name for the new tokens (max_tokens): the 413 used to name neither."""
+    body = {"model": "gen", "prompt": ["the cat", "qzx " * 600], "max_tokens": 1000, "temperature": 0}
+    answer = local.post("/v1/completions", json=body)
+    assert answer.status_code == 413, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "max_seq_len"
+    assert error["message"].startswith("prompt.1: the prompt of ") and "plus max_tokens=1000" in error["message"]

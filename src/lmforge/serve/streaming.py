@@ -137,7 +137,7 @@ def _job(served, field: str, ids: list, settings: Settings, limits=None,
         raise RequestError(422, "stream needs num_beams 1: beam search knows its best text only at the end"
                            + whose, param="stream")
     if len(ids) > context or start + options.max_new_tokens - 1 > context:
-        raise too_large("max_seq_len", f"the prompt of {len(ids)} tokens plus max_new_tokens="
+        raise too_large("max_seq_len", f"{field}: the prompt of {len(ids)} tokens plus {new_tokens}="
                         f"{options.max_new_tokens} exceed the model's context, max_seq_len={context}")
     # the tokens check_request counts, so the queue's backlog (Retry-After, the gauges) weighs beams too
     payload = {"ids": ids, "settings": settings, "options": options}

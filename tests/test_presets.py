@@ -37,6 +37,17 @@ def test_parameter_count_matches_the_paper(name):
     assert abs(count / 1e6 - published) <= 0.01 * published + 0.05, f"{name}: {count / 1e6:.2f}M"
 
 
+def test_linformer_adds_its_projections_to_roberta_base():
+    """Linformer (Wang et al. 2020, sec. 5) is RoBERTa-base with, in each layer, E and F (k x n) that
+    project keys and values along the sequence (headwise sharing): n = 512, k = 256."""
+    counts = {}
+    for name in ("roberta-base", "linformer-base"):
+        with torch.device("meta"):
+            counts[name] = from_config(lmforge.get_config(name), init=False).num_parameters()
+    assert lmforge.get_config("linformer-base").attention == "linformer"
+    assert counts["linformer-base"] - counts["roberta-base"] == 12 * 2 * 256 * 512
+
+
 def test_every_preset_names_its_source():
     for name, preset in PRESETS.items():
         assert preset["source"], name

@@ -102,6 +102,8 @@ PRESETS: dict = {
     "longformer-base": dict(ROBERTA, **_size(768, 12, 12), max_seq_len=4096, attention="longformer",
                             window=512, global_projections=True,
                             source="Beltagy et al. 2020, Longformer, sec. 5 (RoBERTa-base, window 512)"),
+    "linformer-base": dict(ROBERTA, **_size(768, 12, 12), attention="linformer", linformer_k=256,
+                           source="Wang et al. 2020, Linformer, sec. 5 (RoBERTa-base, n = 512, k = 256)"),
     "bigbird-base": dict(BERT, **_size(768, 12, 12), vocab_size=50358, max_seq_len=4096, attention="bigbird",
                          block_size=64, n_random_blocks=3, ffn="gelu-tanh",
                          source="Zaheer et al. 2020, BigBird, App. E (ITC, block 64, r=3); bigbird-roberta-base"),

@@ -16,7 +16,8 @@ from lmforge.heads import attach
 
 FAMILIES = ["bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-small", "spanbert-base",
             "xlnet-base", "openai-gpt", "gpt2", "llama-3.2-1b", "mistral-7b", "bloom-560m", "t5-small",
-            "bart-base", "transformer-base", "longformer-base", "bigbird-base"]
+            "bart-base", "transformer-base", "longformer-base", "bigbird-base",
+            "linformer-base"]
 # what makes a preset's forward differ from another's: a preset unlike every one above needs its own entry
 SHAPE = ("architecture", "position", "attention", "norm", "norm_placement", "ffn", "share_layers")
 

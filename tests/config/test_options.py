@@ -56,3 +56,10 @@ def test_a_union_with_an_int_reads_a_whole_number_as_an_int_field_does(name):
         from_dict(Unions, {"ids": "two"}, from_text=True)
     assert err.value.field == "ids"
     assert from_dict(Unions, {"either": "every-other"}, from_text=True).either == "every-other"
+
+
+@pytest.mark.parametrize("data", [[1, 2], 3, None, "count=2"])
+def test_options_that_are_no_mapping_are_an_options_error_naming_the_whole_options(data):
+    with pytest.raises(OptionsError, match="Probe options must be a mapping") as err:
+        from_dict(Probe, data)
+    assert err.value.field == "options"

@@ -310,8 +310,9 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
         """Build from a dict, rejecting unknown keys by name."""
-        if not isinstance(data, dict):
-            raise ConfigError(f"a model config must be a mapping of fields, got {type(data).__name__}")
+        if not isinstance(data, dict):  # the whole config is at fault: config.json's name for it
+            raise ConfigError(f"config: a model config must be a mapping of fields, got {type(data).__name__}",
+                              "config")
         known = {f.name for f in fields(cls)}
         unknown = sorted(map(str, set(data) - known))
         if unknown:
@@ -328,8 +329,20 @@ class ModelConfig:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ModelConfig":
-        """Read a JSON file written by `save`."""
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        """Read a JSON file written by `save`; a ConfigError naming the file where it cannot be read, is not
+        JSON or holds no valid config (its field the config's at fault, else the file's)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:  # ValueError: not UTF-8, not JSON
+            raise ConfigError(f"{path}: cannot read a model config: {getattr(err, 'strerror', None) or err}",
+                              str(path)) from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a model config must be a mapping of fields, got {type(data).__name__}",
+                              str(path))
+        try:
+            return cls.from_dict(data)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}", err.field) from None
 
 
 def _validate(cfg: ModelConfig) -> None:

@@ -308,7 +308,7 @@ def from_dict(cls, data: dict, what: str = "", error=OptionsError, from_text: bo
     """The options dataclass `cls` from a mapping; an unknown key is an error naming it and the known ones.
     from_text: the values are a command line's strings (see `coerce`)."""
     if not isinstance(data, dict):
-        raise error(f"{what or cls.__name__} options must be a mapping, got {_short(data)}")
+        raise error(f"{what or cls.__name__} options must be a mapping, got {_short(data)}", "options")
     refuse_unknown(data, [f.name for f in dataclasses.fields(cls)], what, error)
     return cls(**{k: coerce(cls, k, v, error, from_text) for k, v in data.items()})
 

@@ -301,3 +301,65 @@ def test_inspect_takes_its_overrides_wherever_they_stand_among_its_flags(tmp_pat
                  ["bert-tiny", "d_model=96", "--config", config]):
         assert main(["inspect", *args]) == 0, capsys.readouterr().err
         assert "d_model=96, d_ff=512, 4 heads x 24" in capsys.readouterr().out  # key=value over the file's
+
+
+class _Captured(Exception):
+    """Raised by a stand-in for a training run, carrying the TrainConfig it was given."""
+
+
+def _train_commands(model: str, data: str) -> dict:
+    """command -> argv of finetune, prune (magnitude) and distill on `model` and `data`, less --out."""
+    return {"finetune": ["finetune", "--model", model, "--task", "cls", "--train", data],
+            "prune": ["prune", "--model", model, "--task", "cls", "--method", "magnitude",
+                      "--sparsity", "0.5", "--data", data, "--train", data],
+            "distill": ["distill", "--teacher", model, "--train", data, "--data", data]}
+
+
+def test_finetune_prune_and_distill_build_one_train_config_from_the_same_flags_and_options(tmp_path,
+                                                                                          monkeypatch):
+    import json
+
+    import lmforge.compress.sparse_finetune as sparse
+    import lmforge.compress.task_distillation as distillation
+    import lmforge.tasks.finetune as finetune
+    from lmforge.cli import main
+    from lmforge.train import TrainConfig
+    from tests.tasks.core import saved_classifier, sentiment
+
+    def run(*args, **kwargs):
+        raise _Captured(next(a for a in (*args, *kwargs.values()) if isinstance(a, TrainConfig)))
+
+    for module, name in ((finetune, "finetune"), (sparse, "run_sparse_prune"), (distillation, "run_distill")):
+        monkeypatch.setattr(module, name, run)
+    records = sentiment(40)["train"][:16]
+    model = saved_classifier(tmp_path / "m", "bert-base", "bert", records, 32)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "c.yaml").write_text("lr: 0.002\nwarmup: 7\nseed: 9\n")
+    given = ["--config", str(tmp_path / "c.yaml"), "--steps", "12", "warmup=3", "batch_size=4"]
+    built = {}
+    for command, argv in _train_commands(str(model), str(data)).items():
+        with pytest.raises(_Captured) as got:
+            main([*argv, *given, "--out", str(tmp_path / command)])
+        built[command] = got.value.args[0]
+    assert built["finetune"] == built["prune"] == built["distill"]  # one merge: one config
+    # a flag over key=value over the file; the file's own where nothing else says it
+    assert [getattr(built["prune"], k) for k in ("steps", "warmup", "batch_size", "lr", "seed")] == [12, 3, 4,
+                                                                                                     0.002, 9]
+
+
+@pytest.mark.parametrize("bad, field", [("lr=0", "lr"), ("warmup=-1", "warmup"), ("steps=0", "steps"),
+                                        ("seed=-1", "seed"), ("batch_size=1e9", "batch_size")])
+def test_finetune_prune_and_distill_refuse_an_out_of_bounds_training_option_alike(tmp_path, monkeypatch,
+                                                                                  capsys, bad, field):
+    from lmforge.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    errors = set()
+    for command, argv in _train_commands("/missing", "/missing.jsonl").items():
+        assert main([*argv, "--out", "o", bad]) == 2, command
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{field} must be" in err and "/missing" not in err, (command, err)
+        errors.add(err.partition(": ")[2])  # past the command's own name
+    assert len(errors) == 1, errors  # the same words from all three
+    assert list(tmp_path.iterdir()) == []  # refused before any output folder is made

@@ -12,7 +12,7 @@ from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
-from lmforge.train.config import MAX_STEPS
+from lmforge.train.config import MAX_STEPS, TrainConfig
 from lmforge.utils.atomic import blocking_parent, overlap
 from lmforge.utils.yamltext import load_yaml
 
@@ -29,6 +29,14 @@ def given_flags(args, *names: str) -> dict:
     """name -> value of the flags among `names` given on the command line (None: left out), to lay over the
     same options from --config and key=value: a flag wins."""
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def train_config(args, options: dict) -> TrainConfig:
+    """The run's TrainConfig: the training `options` of --config and key=value under --steps and --seed (a
+    flag wins), the one merge every training command makes, so they accept and refuse alike."""
+    return TrainConfig.from_dict({**options, **given_flags(args, "steps", "seed")})
+
+
 MAX_CONFIG_BYTES = 1 << 20  # a --config file of key: value options; /dev/zero or a 100 MB file: refused
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, bounded, given_flags, said
+from lmforge.cli.common import SEED, STEPS, bounded, said
 
 
 def _print(report: dict, out) -> None:
@@ -91,14 +91,11 @@ def distill_options(args, loss: dict):
 def _configs(args) -> tuple:
     """(TrainConfig, DistillConfig) of --config, key=value and the flags (a flag wins), checked before any
     other file is looked at."""
-    from lmforge.cli.common import parse_overrides, read_config_file
-    from lmforge.train import TrainConfig
+    from lmforge.cli.common import parse_overrides, read_config_file, train_config
 
     options = {**read_config_file(args.config), **parse_overrides(args.overrides)}
     loss_keys, train_keys = _option_keys(options)
-    flags = given_flags(args, "steps", "seed")
-    given = {"seed": 0, **{k: v for k, v in options.items() if k in train_keys}, **flags}
-    return (TrainConfig.from_dict(given),
+    return (train_config(args, {k: v for k, v in options.items() if k in train_keys}),
             distill_options(args, {k: v for k, v in options.items() if k in loss_keys}))
 
 

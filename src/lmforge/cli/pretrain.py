@@ -7,8 +7,8 @@ from pathlib import Path
 
 from lmforge import objectives
 from lmforge.cli.common import (SEED, STEPS, TRAINING_OUTPUTS, UsageError, bounded, flag_values, from_flags,
-                                given_flags, option_flags, parse_overrides, read_config_file, refuse_nested,
-                                refuse_overwrite, said)
+                                option_flags, parse_overrides, read_config_file, refuse_nested,
+                                refuse_overwrite, said, train_config)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
@@ -59,7 +59,6 @@ def check_vocabulary(model: dict, tokenizer, source) -> None:
 def cmd_pretrain(args) -> None:
     """Pretrain with an objective; metrics, checkpoints, plots and DIR/final under --out."""
     from lmforge.tokenizer import load_tokenizer
-    from lmforge.train import TrainConfig
     from lmforge.train.pretrain import pretrain
 
     refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model), ("--teacher", args.teacher),
@@ -68,8 +67,7 @@ def cmd_pretrain(args) -> None:
                      writes=(*TRAINING_OUTPUTS, "tokenizer", "probes.json"))
     refuse_nested(args.out, ("--data", args.data))
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    flags = given_flags(args, "steps", "seed")
-    train = TrainConfig.from_dict({"seed": 0, **train, **flags})  # a flag wins over key=value and --config
+    train = train_config(args, train)
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
         raise UsageError(SOURCES)
     recipe = recipe_options(args, model)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, as_typed, bounded, given_flags, said
+from lmforge.cli.common import SEED, STEPS, as_typed, bounded, said
 
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 # options a method does not use: refused, never ignored (structured methods prune without training)
@@ -82,11 +82,10 @@ def sparse_options(args, given: dict):
 def _sparse_configs(args) -> tuple:
     """(TrainConfig, TaskConfig, SparseConfig) of magnitude / movement's --config, key=value and flags (a flag
     wins), checked before any file but --config is looked at."""
-    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.cli.common import UsageError, parse_overrides, read_config_file, train_config
     from lmforge.cli.tasks import split_options
     from lmforge.compress.sparse_finetune import SCHEDULE
     from lmforge.tasks.finetune import TaskConfig
-    from lmforge.train import TrainConfig
 
     if not args.train:
         raise UsageError(f"--method {args.method} fine-tunes while pruning: give --train FILE")
@@ -96,8 +95,7 @@ def _sparse_configs(args) -> tuple:
     if rest:
         raise UsageError(f"unknown option(s) {sorted(rest)}")
     sparse_cfg = sparse_options(args, sparse_opts)
-    train_opts = {"seed": 0, **train_opts, **given_flags(args, "steps", "seed")}
-    return TrainConfig.from_dict(train_opts), TaskConfig.from_dict(task_opts), sparse_cfg
+    return train_config(args, train_opts), TaskConfig.from_dict(task_opts), sparse_cfg
 
 
 def _unstructured(args, kind: str, records: list, configs: tuple) -> None:

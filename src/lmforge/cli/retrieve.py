@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_values, given_flags,
-                                option_flags, said)
+from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_values, option_flags,
+                                said)
 from lmforge.retrieval.job_options import (MAX_HARD_NEGATIVES, IctOptions, IndexOptions, QueryOptions,
                                            ReaderOptions, RealmOptions)
 
@@ -138,15 +138,14 @@ def _check_rerank(args) -> None:
 def _train_config(args, command: str | None = None) -> tuple:
     """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values); command: a
     sub-command that takes no encoder options (a UsageError naming them if given)."""
-    from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_nested, refuse_overwrite
-    from lmforge.train import TrainConfig
+    from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_nested, refuse_overwrite, train_config
 
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
         raise UsageError(f"{', '.join(before)}: a query's flags; give a sub-command's own after its name "
                          f"(retrieve {args.action} --k N)")
     train, encoder = _options(args)  # the options first: a bad one costs no file look-up
-    cfg = TrainConfig.from_dict({"seed": 0, **train, **given_flags(args, "steps", "seed")})  # a flag wins
+    cfg = train_config(args, train)
     if command and encoder:
         raise UsageError(f"retrieve {command} takes no encoder options ({sorted(encoder)})")
     check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)

@@ -36,7 +36,7 @@ import json
 import os
 import sys
 
-from lmforge.cli.common import SEED, STEPS, bounded, given_flags, said
+from lmforge.cli.common import SEED, STEPS, bounded, said
 from lmforge.tasks.formats import BUILTIN_SIZE
 
 KINDS = ("cls", "pair", "regression", "choice", "multilabel", "tagging", "qa", "seq2seq", "rerank")
@@ -139,21 +139,20 @@ def check_model(name: str) -> None:
 def cmd_finetune(args) -> None:
     """Fine-tune a model on a task; metrics, best/ and final/ under --out; prints the summary."""
     from lmforge.cli.common import (TRAINING_OUTPUTS, UsageError, parse_overrides, read_config_file,
-                                    refuse_overwrite)
+                                    refuse_overwrite, train_config)
     from lmforge.io import model_dir
     from lmforge.tasks.finetune import TaskConfig, finetune, load_model
     from lmforge.tasks.formats import check_labels, label_set
-    from lmforge.train import TrainConfig
 
+    # the options first, as distill and prune check theirs: a bad one costs no file look-up
+    train, task, model = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
+    train, task = train_config(args, train), TaskConfig.from_dict(task)
+    args.seed = train.seed  # the run's: it splits a built-in task, inits a preset
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--model", args.model),
                      ("--tokenizer", args.tokenizer), ("--config", args.config), writes=TRAINING_OUTPUTS)
     if not args.builtin and not args.train:
         raise UsageError("give --train FILE (and --valid FILE), or --builtin NAME")
     check_model(args.model)
-    train, task, model = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    flags = given_flags(args, "steps", "seed")
-    train = {"seed": 0, **train, **flags}  # a flag wins over key=value and --config
-    args.seed = TrainConfig.from_dict(train).seed  # the run's: it splits a built-in task, inits a preset
     kind, splits = task_data(args)
     if model and model_dir(args.model) is not None:
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to presets only)")
@@ -161,8 +160,7 @@ def cmd_finetune(args) -> None:
     if valid and args.valid and kind in ("cls", "pair"):  # the check again, naming the file
         check_labels(valid, label_set(splits["train"]), args.valid)
     net, tokenizer = load_model(args.model, args.tokenizer, model, seed=args.seed)
-    summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, TrainConfig.from_dict(train),
-                       TaskConfig.from_dict(task), resume=args.resume)
+    summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, train, task, resume=args.resume)
     print(json.dumps(summary, indent=2))
 
 

@@ -35,3 +35,19 @@ def test_a_save_removes_the_partial_folders_of_saves_killed_at_other_steps(tmp_p
     (killed / "model.safetensors").write_bytes(b"\0" * 64)
     save_checkpoint(tmp_path, 4, weights, state, {}, keep_last=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-0000004"]
+
+
+def test_cuda_states_saved_on_more_devices_restore_those_this_process_sees(monkeypatch):
+    """A checkpoint from a machine that saw 4 devices, resumed where 2 are visible: the first two
+    states are set (set_rng_state_all would index past the last device)."""
+    from lmforge.train import checkpoint
+
+    got, states = [], checkpoint.rng_states()  # captured on this CPU machine
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: got.extend(states))
+    states["cuda"] = torch.arange(4 * 3, dtype=torch.uint8).view(4, 3)
+    before = torch.get_rng_state()
+    checkpoint.set_rng_states(states)
+    assert [s.tolist() for s in got] == [[0, 1, 2], [3, 4, 5]]
+    assert torch.equal(torch.get_rng_state(), before)

@@ -106,7 +106,9 @@ def set_rng_states(states: dict) -> None:
     """Restore what `rng_states` captured."""
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(list(states["cuda"]))
+        # a run saved where more devices were visible restores the ones this process sees (each process
+        # of a parallel run draws on its own device); set_rng_state_all would fail past the last one
+        torch.cuda.set_rng_state_all(list(states["cuda"][: torch.cuda.device_count()]))
     random.setstate((3, tuple(int(x) for x in states["python"]), None))
     keys = states["numpy"].numpy()
     np.random.set_state(("MT19937", keys[:-1].astype(np.uint32), int(keys[-1]), 0, 0.0))

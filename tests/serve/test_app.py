@@ -50,3 +50,19 @@ def test_bodies_held_past_max_pending_bytes_are_429_and_each_is_given_back(local
     assert answer.status_code == 429 and answer.headers["retry-after"] == "1"
     assert answer.json()["error"]["param"] == "max_pending_bytes"
     assert pending.held == pending.limit - 10
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("POST", "/embed?normalize=false", {"model": "enc", "texts": ["a cat"]}),
+    ("POST", "/v1/completions?max_tokens=1", {"model": "gen", "prompt": "a cat", "max_tokens": 2}),
+    ("GET", "/health?verbose=1", None), ("GET", "/info?model=enc", None)])
+def test_a_query_parameter_an_api_route_does_not_read_is_422_naming_it(local, method, path, body):
+    """Was ignored unsaid: POST /embed?normalize=false answered normalized vectors."""
+    answer = local.request(method, path, json=body)
+    assert answer.status_code == 422, answer.text[:200]
+    error = answer.json()["error"]
+    assert error["param"] == path.split("?")[1].split("=")[0] and "unknown query parameter" in error["message"]
+
+
+def test_a_page_s_url_may_carry_a_query(local):
+    assert local.get("/?utm_source=x").status_code == 200

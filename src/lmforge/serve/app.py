@@ -78,6 +78,7 @@ class Server:
                         for i, threads in enumerate(self.worker_threads)]
         self.routes: set = set()  # the app's paths, filled by create_app
         self.get_routes: set = set()  # those answering GET: HEAD is answered as GET without the body
+        self.queries: dict = {}  # an API route's path -> the query parameters it reads (Guard refuses others)
         self.started = int(time.time())  # when the models were loaded: /v1/models' "created"
 
     def start(self) -> None:
@@ -192,7 +193,8 @@ def default_workers(models: dict, threads: int) -> int:
 
 
 class Guard:
-    """ASGI middleware: the body read and checked here first (body.py: 413 past max_body_bytes, before it
+    """ASGI middleware: an API route's query checked (422 naming a parameter it does not read: POST routes
+    read none), the body read and checked here first (body.py: 413 past max_body_bytes, before it
     is read where Content-Length says so; 413 past max_json_depth; 422 for text that is not Unicode), HEAD
     on a GET route answered as GET without its body (FastAPI's routes answer GET alone: HEAD /health was a
     405), and each request's count and latency by route, a 500 too."""
@@ -209,6 +211,8 @@ class Guard:
             scope, send = {**scope, "method": "GET"}, _no_body(send)
         share = Share(self.server.pending)  # its body's bytes, held until it is answered
         try:
+            if scope["path"] in self.server.queries:  # a query parameter no route reads is not ignored unsaid
+                routes.check_query(scope.get("query_string", b""), self.server.queries[scope["path"]])
             headers = header_map(scope.get("headers") or [])
             receive = await checked_body(receive, headers, self.server.limits, share)
             await self.app(scope, receive, _watch_status(send, status))
@@ -357,5 +361,8 @@ def create_app(models: dict, limits: Limits | None = None, threads: int | None =
         app.include_router(module.router)
         server.routes.update(route.path for route in module.router.routes)
         server.get_routes.update(route.path for route in module.router.routes if "GET" in route.methods)
+        if module is not page:  # a page's URL may carry a browser's or a link's own parameters
+            server.queries.update((route.path, tuple(p.name for p in route.dependant.query_params))
+                                  for route in module.router.routes)
     app.add_middleware(Guard, server=server)
     return app

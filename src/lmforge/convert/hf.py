@@ -20,6 +20,7 @@ from lmforge.config import SPECIAL_TOKENS, ConfigError, ModelConfig, atomic_writ
 from lmforge.convert.keymap import ConversionError, expand, export_tensors, import_tensors
 from lmforge.heads import make_head
 from lmforge.io.files import describe_read_error, load_state_strict, save_tensors
+from lmforge.io.labels import HeadLabels, n_outputs
 from lmforge.model import Transformer, from_config
 
 # one module per reference family under lmforge/convert/, each defining FAMILY
@@ -294,15 +295,29 @@ def _architecture(family, model: Transformer, hf: dict) -> str:
     raise ConversionError(f"no Hugging Face architecture of this family has the heads {sorted(names)}")
 
 
-def save_hf(model: Transformer, path: str | Path) -> Path:
-    """Write `model` as a Hugging Face directory that the reference `from_pretrained` loads."""
+def _label_fields(model: Transformer, labels: HeadLabels | None) -> dict:
+    """The config fields naming a classifier's outputs: id2label (LABEL_i where no names are known), with
+    label2id where they are, and problem_type where one is known (the reference misreads a multilabel head
+    as one softmax, a multi-output regression as classes, without it)."""
+    n = n_outputs(model)
+    if n is None:
+        return {}
+    names = labels.names if labels is not None and labels.names and len(labels.names) == n else None
+    fields = {"id2label": {str(i): names[i] if names else f"LABEL_{i}" for i in range(n)}}
+    if names:
+        fields["label2id"] = {name: i for i, name in enumerate(names)}
+    if labels is not None and labels.problem_type:
+        fields["problem_type"] = labels.problem_type
+    return fields
+
+
+def save_hf(model: Transformer, path: str | Path, labels: HeadLabels | None = None) -> Path:
+    """Write `model` as a Hugging Face directory that the reference `from_pretrained` loads; a classifier's
+    outputs named by `labels` (io/labels.py: checked there to fit its head), else LABEL_i."""
     path = Path(path)
     cfg = model.config
     model_type, family = family_of(cfg)
-    hf = {"model_type": model_type, **family.to_reference(cfg)}
-    labels = [h.spec["n_labels"] for h in model.heads.values() if "n_labels" in h.spec]
-    if labels:
-        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(labels[0])}
+    hf = {"model_type": model_type, **family.to_reference(cfg), **_label_fields(model, labels)}
     architecture = _architecture(family, model, hf)
     hf["architectures"] = [architecture]
     rules = expand(family.backbone(cfg), cfg.n_layers)
@@ -315,7 +330,7 @@ def save_hf(model: Transformer, path: str | Path) -> Path:
         tensors = {k if re.fullmatch(family.head_keys, k) else family.prefix + k: v for k, v in tensors.items()}
     path.mkdir(parents=True, exist_ok=True)
     save_tensors(tensors, path / "model.safetensors", {"format": "pt"})
-    atomic_write_text(path / "config.json", json.dumps(hf, indent=2) + "\n")
+    atomic_write_text(path / "config.json", json.dumps(hf, indent=2, ensure_ascii=False) + "\n")
     # a generator's own, always: where the file exists the reference (and load_hf) read generation's
     # special and forced tokens from it alone, so another model's left in the folder would be taken
     if cfg.architecture != "encoder":

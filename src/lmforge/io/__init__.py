@@ -14,12 +14,14 @@ from lmforge import elmo as _elmo
 from lmforge import model as _model
 from lmforge.config.options import OptionsError
 from lmforge.io.files import CheckpointError, load_state_strict, load_weights, save_tensors
+from lmforge.io.labels import HeadLabels, attach, labels_to_write
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
 from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, find_tokenizer, model_dir
 from lmforge.model import Transformer
 from lmforge.utils.atomic import file_kind, writable_folder
 
-# format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path) -> path)
+# format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path, labels) -> path), labels
+# a HeadLabels (io/labels.py) or None
 FOREIGN: dict = {}
 # readers of a directory's side files onto its loaded model, fn(model, path), and their writers back beside
 # a saved one: the generation settings it recommends (lmforge.generate registers both, so io never imports
@@ -41,9 +43,13 @@ def register_side_files(read: Callable, write: Callable | None = None) -> None:
             found.append(hook)
 
 
-def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None) -> Path:
+def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None,
+         labels: list[str] | None = None) -> Path:
     """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or a registered
-    format ("hf"). `state` replaces model.state_dict() (the gathered weights of a sharded model)."""
+    format ("hf"). `state` replaces model.state_dict() (the gathered weights of a sharded model). With
+    format="hf" a classifier's id2label / label2id / problem_type are those it was loaded with (task.json,
+    or a Hugging Face config's), or `labels`: one unique name per output of its classifier head, for a
+    model that cannot know them (LABEL_i otherwise)."""
     writable_folder(path, "model directory")
     if not isinstance(model, (Transformer, _elmo.ELMo)):  # None or a name failed inside as "no attribute"
         raise OptionsError(f"model must be an lmforge model (lmforge.build, lmforge.load), got "
@@ -53,7 +59,13 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
                            "state")
     if format not in (FORMAT, *FOREIGN):
         raise ValueError(f"format={format!r} is not one of {', '.join((FORMAT, *FOREIGN))}")
-    written = FOREIGN[format][2](model, path) if format in FOREIGN else save_native(model, path, state)
+    if labels is not None and format == FORMAT:  # lmforge's format keeps them in task.json, a task's file
+        raise OptionsError("labels are written with format=\"hf\" only (an lmforge model directory keeps its "
+                           "labels in the task.json fine-tuning writes)", "labels")
+    if format in FOREIGN:
+        written = FOREIGN[format][2](model, path, labels_to_write(model, labels))
+    else:
+        written = save_native(model, path, state)
     for side in SIDE_WRITERS:
         side(model, written)
     return written
@@ -69,6 +81,7 @@ def load(path: str | os.PathLike) -> Transformer:
     _refuse_special_files(path)
     meta = read_meta(path)
     model = _read(path, meta)
+    attach(model, path, meta)  # the labels its classifier's outputs are called by, for a save as hf
     for side in SIDE_READERS:
         side(model, path)
     return model
@@ -100,6 +113,6 @@ def _read(path: Path, meta: dict) -> Transformer:
 _model.register_saver(save)  # model.save(...) without the model importing io
 _elmo.register_saver(save)  # and ELMo.save, the biLSTM class beside it
 
-__all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "MODEL_PACKAGES", "WEIGHTS_FILE",
-           "find_model_dir", "find_tokenizer", "load", "load_state_strict", "load_weights", "model_dir",
-           "register_format", "register_side_files", "save", "save_tensors"]
+__all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "HeadLabels", "MODEL_PACKAGES",
+           "WEIGHTS_FILE", "find_model_dir", "find_tokenizer", "load", "load_state_strict", "load_weights",
+           "model_dir", "register_format", "register_side_files", "save", "save_tensors"]

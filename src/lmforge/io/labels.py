@@ -1,0 +1,127 @@
+"""What a classifier's outputs are called, kept from the folder a model was loaded from to the Hugging Face
+config it is saved as: id2label / label2id and problem_type, as `lmforge convert --to hf` writes them
+(cli/model.py name_labels), so that `lmforge.save(model, d, format="hf")` names its outputs alike.
+
+A model directory says them in its task.json (a fine-tuned model's "labels" and "kind"; a converted
+reference checkpoint's "labels", "id2label" and "problem_type") or, a Hugging Face one without task.json,
+in its config.json (id2label, problem_type). `load` keeps them on the model's classifier head
+(`head.head_labels`), so a head put in its place is not named by them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmforge.config.options import OptionsError
+from lmforge.io.files import CheckpointError
+from lmforge.io.native import FORMAT, read_json_object
+from lmforge.utils.model_folder import check_recorded
+
+TASK_FILE = "task.json"
+# the reference's problem_type of each lmforge task kind whose outputs it would otherwise misread (a
+# multilabel head as one softmax, a regression as classes)
+PROBLEM_TYPES = {"multilabel": "multi_label_classification", "regression": "regression",
+                 "rerank": "regression"}
+
+
+@dataclass(frozen=True)
+class HeadLabels:
+    """A classifier's label names in output order (None: unknown) and its reference problem_type."""
+
+    names: tuple | None = None
+    problem_type: str | None = None
+
+
+def _label(value) -> bool:
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _names(where, value, field: str, mapping: bool = False) -> tuple | None:
+    """`value` (a list, or with `mapping` a config's {"0": name, ...}) as label names in output order (text
+    or numbers, said as text), or CheckpointError naming the field."""
+    if value is None:
+        return None
+    if mapping and isinstance(value, dict):
+        if not all(str(k).isdigit() for k in value) or sorted(map(int, value)) != list(range(len(value))):
+            raise CheckpointError(f"{where}: {field} keys must be the outputs 0..{len(value) - 1}")
+        value = [value[k] for k in sorted(value, key=int)]
+    if not (isinstance(value, list) and all(map(_label, value))):
+        raise CheckpointError(f"{where}: \"{field}\" must be a list of labels (text or numbers), "
+                              f"not {value!r:.40}")
+    return tuple(map(str, value)) or None
+
+
+def read_labels(path: Path, meta: dict) -> HeadLabels | None:
+    """The labels and problem_type a model directory states (task.json first, else a Hugging Face
+    config.json's), or None where it states none; CheckpointError naming the file where they are damaged."""
+    if (path / TASK_FILE).is_file() or meta.get("format") == FORMAT:
+        check_recorded(path, TASK_FILE, CheckpointError)  # changed or lost since its job wrote it
+        if not (path / TASK_FILE).is_file():
+            return None
+        info = read_json_object(path / TASK_FILE)
+        where = path / TASK_FILE
+        names = _names(where, info.get("labels"), "labels") or _names(where, info.get("id2label"), "id2label")
+        problem = info["problem_type"] if "problem_type" in info else PROBLEM_TYPES.get(info.get("kind"))
+    else:
+        where = path / "config.json"
+        names, problem = _names(where, meta.get("id2label"), "id2label", True), meta.get("problem_type")
+    if problem is not None and not isinstance(problem, str):
+        raise CheckpointError(f"{where}: problem_type must be text, not {problem!r:.40}")
+    return HeadLabels(names, problem) if names or problem else None
+
+
+def classifier(model):
+    """The model's classifier head (the first with n_labels), or None without one."""
+    heads = getattr(model, "heads", {})
+    return next((h for h in heads.values() if "n_labels" in getattr(h, "spec", {})), None)
+
+
+def n_outputs(model) -> int | None:
+    """The number of outputs of the model's classifier head, or None without one."""
+    head = classifier(model)
+    return None if head is None else head.spec["n_labels"]
+
+
+def attach(model, path: Path, meta: dict) -> None:
+    """Keep `path`'s labels on `model`'s classifier head (load calls this): on the head, so that a head put
+    in its place (fine-tuned on other labels) is not named by them. Damaged ones are kept as their error,
+    raised when the model is saved as a Hugging Face classifier: a model loaded to embed is not refused."""
+    head = classifier(model)
+    if head is None:
+        return
+    try:
+        head.head_labels = read_labels(path, meta)
+    except CheckpointError as err:
+        head.head_labels = err
+
+
+def _checked(labels, n: int | None) -> tuple:
+    """`labels` given to save, checked: a list of non-empty, unique strings, one per output of the head."""
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, (list, tuple)):
+        raise OptionsError(f"labels must be a list of label names, got {type(labels).__name__}", "labels")
+    if not all(isinstance(x, str) and x for x in labels):
+        raise OptionsError(f"labels must be non-empty strings, got {list(labels)!r:.60}", "labels")
+    if len(set(labels)) != len(labels):
+        raise OptionsError(f"labels must be unique, got {list(labels)!r:.60}", "labels")
+    if n is None or len(labels) != n:
+        has = "no classifier head" if n is None else f"a classifier head of {n} outputs"
+        raise OptionsError(f"labels: {len(labels)} given, but the model has {has}", "labels")
+    return tuple(labels)
+
+
+def labels_to_write(model, labels) -> HeadLabels | None:
+    """The labels a Hugging Face export of `model` names its outputs by: `labels` given (checked: text,
+    unique, one per output of its classifier head) with the problem_type it was loaded with, else those
+    it was loaded with where their count fits its head; None (LABEL_i) where none are known."""
+    n = n_outputs(model)
+    given = None if labels is None else _checked(labels, n)
+    known = getattr(classifier(model), "head_labels", None)
+    if isinstance(known, CheckpointError):
+        if given is None:
+            raise known
+        known = None
+    if given is not None:
+        return HeadLabels(given, known.problem_type if known else None)
+    if known is None or (known.names and len(known.names) != n):
+        return None
+    return known

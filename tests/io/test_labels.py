@@ -1,0 +1,120 @@
+"""A classifier saved as Hugging Face names its outputs as lmforge knows them (task.json, a reference
+config's id2label, or labels= given), as `lmforge convert --to hf` does; the reference reads them."""
+import json
+
+import pytest
+
+import lmforge
+from lmforge.io import CheckpointError
+from lmforge.io.labels import HeadLabels, read_labels
+from lmforge.utils.model_folder import record_sums
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+def _classifier(n: int = 3):
+    model = lmforge.build(lmforge.tiny("bert-base"))
+    lmforge.heads.attach(model, "classification", n_labels=n)
+    return model
+
+
+def _fine_tuned(folder, task: dict):
+    """An lmforge model folder as fine-tuning leaves it: the model and its task.json, checksummed."""
+    _classifier(len(task.get("labels") or [0])).save(folder)
+    (folder / "task.json").write_text(json.dumps(task))
+    record_sums(folder, ["task.json"])
+    return folder
+
+
+def _hf_config(folder) -> dict:
+    return json.loads((folder / "config.json").read_text())
+
+
+def test_a_fine_tuned_models_labels_reach_the_reference_config(tmp_path):
+    """lmforge.load(d).save(out, format="hf") wrote LABEL_0..LABEL_2 where task.json named them."""
+    transformers = pytest.importorskip("transformers")
+    src = _fine_tuned(tmp_path / "ft", {"kind": "cls", "labels": LABELS, "max_len": 16})
+    lmforge.save(lmforge.load(src), tmp_path / "hf", format="hf")
+    hf = _hf_config(tmp_path / "hf")
+    assert hf["id2label"] == {"0": "negative", "1": "neutral", "2": "positive"}
+    assert hf["label2id"] == {"negative": 0, "neutral": 1, "positive": 2}
+    assert "problem_type" not in hf  # a single-label classifier: the reference's default
+    config = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
+    assert config.id2label == {0: "negative", 1: "neutral", 2: "positive"} and config.num_labels == 3
+
+
+def test_a_multilabel_task_says_its_problem_type_to_the_reference(tmp_path):
+    """Without problem_type the reference reads a multilabel head as one softmax."""
+    transformers = pytest.importorskip("transformers")
+    src = _fine_tuned(tmp_path / "ft", {"kind": "multilabel", "labels": ["a", "b"], "max_len": 16})
+    lmforge.load(src).save(tmp_path / "hf", format="hf")
+    config = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
+    assert config.problem_type == "multi_label_classification" and config.label2id == {"a": 0, "b": 1}
+
+
+def test_a_reference_classifiers_labels_survive_a_round_trip(tmp_path):
+    """A Hugging Face classifier read and written again keeps its id2label and problem_type."""
+    _classifier(2).save(tmp_path / "one", format="hf")
+    config = _hf_config(tmp_path / "one")
+    config.update(id2label={"0": "spam", "1": "ham"}, problem_type="single_label_classification")
+    (tmp_path / "one" / "config.json").write_text(json.dumps(config))
+    lmforge.load(tmp_path / "one").save(tmp_path / "two", format="hf")
+    hf = _hf_config(tmp_path / "two")
+    assert hf["id2label"] == {"0": "spam", "1": "ham"} and hf["problem_type"] == "single_label_classification"
+
+
+def test_labels_given_name_the_outputs_of_a_model_that_cannot_know_them(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    lmforge.save(_classifier(), tmp_path / "hf", format="hf", labels=LABELS)
+    config = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
+    assert list(config.id2label.values()) == LABELS and config.label2id["positive"] == 2
+
+
+def test_a_head_put_in_place_of_the_loaded_one_is_not_named_by_its_labels(tmp_path):
+    """Fine-tuning on other labels makes a fresh head of the same size: the old names would be wrong."""
+    src = _fine_tuned(tmp_path / "ft", {"kind": "cls", "labels": LABELS, "max_len": 16})
+    model = lmforge.load(src)
+    name = next(iter(model.heads))
+    model.heads[name] = lmforge.heads.make_head(model, "classification", n_labels=3)
+    model.save(tmp_path / "hf", format="hf")
+    assert _hf_config(tmp_path / "hf")["id2label"]["0"] == "LABEL_0"
+
+
+def test_without_labels_known_the_outputs_stay_label_i(tmp_path):
+    lmforge.save(_classifier(), tmp_path / "hf", format="hf")
+    hf = _hf_config(tmp_path / "hf")
+    assert hf["id2label"] == {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"} and "label2id" not in hf
+
+
+@pytest.mark.parametrize("labels, match", [
+    (["a", "b"], "2 given, but the model has a classifier head of 3 outputs"),
+    (["a", "a", "b"], "must be unique"),
+    (["a", 1, "b"], "non-empty strings"),
+    ("abc", "must be a list"),
+])
+def test_labels_that_do_not_fit_the_head_are_refused_naming_the_field(tmp_path, labels, match):
+    with pytest.raises(lmforge.OptionsError, match=match) as refused:
+        lmforge.save(_classifier(), tmp_path / "hf", format="hf", labels=labels)
+    assert refused.value.field == "labels" and "\n" not in str(refused.value)
+    assert not (tmp_path / "hf" / "config.json").exists()
+
+
+def test_labels_for_a_model_without_a_classifier_or_in_lmforges_format_are_refused(tmp_path):
+    with pytest.raises(lmforge.OptionsError, match="no classifier head"):
+        lmforge.save(lmforge.build(lmforge.tiny("bert-base")), tmp_path / "a", format="hf", labels=["x"])
+    with pytest.raises(lmforge.OptionsError, match="format=\"hf\" only"):
+        lmforge.save(_classifier(), tmp_path / "b", labels=LABELS)
+
+
+def test_a_damaged_task_json_is_refused_when_its_labels_are_written_not_when_loaded(tmp_path):
+    """A model loaded to embed is not refused for its task.json; an export that would name its outputs is."""
+    src = _fine_tuned(tmp_path / "ft", {"kind": "cls", "labels": {"x": 1}, "max_len": 16})
+    model = lmforge.load(src)
+    with pytest.raises(CheckpointError, match="task.json: \"labels\" must be a list") as refused:
+        model.save(tmp_path / "hf", format="hf")
+    assert "\n" not in str(refused.value)
+
+
+def test_read_labels_takes_a_converted_checkpoints_regressor_name_and_problem_type(tmp_path):
+    src = _fine_tuned(tmp_path / "ft", {"kind": "regression", "id2label": ["score"], "problem_type": None})
+    assert read_labels(src, json.loads((src / "config.json").read_text())) == HeadLabels(("score",), None)

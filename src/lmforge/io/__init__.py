@@ -18,7 +18,7 @@ from lmforge.io.labels import HeadLabels, attach, labels_to_write
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
 from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, find_tokenizer, model_dir
 from lmforge.model import Transformer
-from lmforge.utils.atomic import file_kind, writable_folder
+from lmforge.utils.atomic import UnsafePath, file_kind, overlap, writable_folder
 
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path, labels) -> path), labels
 # a HeadLabels (io/labels.py) or None
@@ -46,10 +46,10 @@ def register_side_files(read: Callable, write: Callable | None = None) -> None:
 def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, state: dict | None = None,
          labels: list[str] | None = None) -> Path:
     """Write `model` (backbone and attached heads) to the directory `path`, as lmforge or a registered
-    format ("hf"). `state` replaces model.state_dict() (the gathered weights of a sharded model). With
-    format="hf" a classifier's id2label / label2id / problem_type are those it was loaded with (task.json,
-    or a Hugging Face config's), or `labels`: one unique name per output of its classifier head, for a
-    model that cannot know them (LABEL_i otherwise)."""
+    format ("hf"), never into the folder it was loaded from. `state` replaces model.state_dict() (the
+    gathered weights of a sharded model). With format="hf" a classifier's id2label / label2id /
+    problem_type are those it was loaded with (task.json, or a Hugging Face config's), or `labels`: one
+    unique name per output of its classifier head, for a model that cannot know them (LABEL_i otherwise)."""
     writable_folder(path, "model directory")
     if not isinstance(model, (Transformer, _elmo.ELMo)):  # None or a name failed inside as "no attribute"
         raise OptionsError(f"model must be an lmforge model (lmforge.build, lmforge.load), got "
@@ -62,6 +62,7 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
     if labels is not None and format == FORMAT:  # lmforge's format keeps them in task.json, a task's file
         raise OptionsError("labels are written with format=\"hf\" only (an lmforge model directory keeps its "
                            "labels in the task.json fine-tuning writes)", "labels")
+    _refuse_own_folder(model, path)
     if format in FOREIGN:
         written = FOREIGN[format][2](model, path, labels_to_write(model, labels))
     else:
@@ -69,6 +70,19 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
     for side in SIDE_WRITERS:
         side(model, written)
     return written
+
+
+def _refuse_own_folder(model, path) -> None:
+    """UnsafePath naming the folder where `path` is the folder `model` was loaded from (links seen
+    through): its files would be written over the input being read, as the CLI never does."""
+    source = getattr(model, "loaded_from", None)
+    if source is None:
+        return
+    target = Path(path).resolve()  # x/../m names m even where x is not yet made (mkdir makes it)
+    same = target.exists() and source.exists() and os.path.samefile(source, target)  # a hard-linked name
+    if overlap(source, target) == "is" or same:
+        raise UnsafePath(f"path {path}: is the folder the model was loaded from ({source}); a save never "
+                         f"writes over its input: choose another folder", "path")
 
 
 def load(path: str | os.PathLike) -> Transformer:
@@ -82,6 +96,7 @@ def load(path: str | os.PathLike) -> Transformer:
     meta = read_meta(path)
     model = _read(path, meta)
     attach(model, path, meta)  # the labels its classifier's outputs are called by, for a save as hf
+    model.loaded_from = path.resolve()  # a save never writes back into it
     for side in SIDE_READERS:
         side(model, path)
     return model

@@ -64,6 +64,21 @@ def test_generate_refuses_bad_counts_naming_the_flag(dirs, capsys, flags, messag
     assert message in _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), "the cat", *flags])
 
 
+@pytest.mark.parametrize("greedy", [[], ["--temperature", "0"], ["--num-beams", "2"]])
+def test_a_seed_is_refused_where_nothing_is_sampled_as_top_k_is(dirs, capsys, greedy):
+    """--seed, like --top-k, is read only when sampling: given to greedy or beam search it would change
+    nothing, so it is refused in the same words; given with sampling, it is what decides the text."""
+    argv = ["generate", "--model", str(dirs["gpt2"]), "the cat", "--max-new-tokens", "6"]
+    for flag, field in (("--seed", "seed"), ("--top-k", "top_k")):
+        err = _refused(capsys, [*argv, *greedy, flag, "3"])
+        assert f"{flag} 3: {field}=3 is read only when sampling" in err and "leave it out for greedy" in err
+    sampled = []
+    for seed in ("3", "3", "4"):
+        assert main([*argv, "--temperature", "5", "--seed", seed]) == 0  # a hot temperature: seeds differ
+        sampled.append(capsys.readouterr().out)
+    assert sampled[0] == sampled[1] != sampled[2]
+
+
 def test_an_empty_prompt_is_refused(dirs, capsys):
     err = _refused(capsys, ["generate", "--model", str(dirs["gpt2"]), ""])
     assert "the prompt '' holds no tokens" in err

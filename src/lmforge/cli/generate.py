@@ -73,6 +73,9 @@ def cmd_generate(args) -> None:
         raise UsageError(f"the prompt is {ids.shape[1]} tokens long, more than the model's context "
                          f"(max_seq_len={model.config.max_seq_len})")
     options, taken = decoding_options(args, typed, model, start, tokenizer_ids(model, tokenizer))
+    if args.seed is not None and not options.do_sample:  # as top_k is: a flag that changes nothing
+        raise UsageError(f"--seed {args.seed}: seed={args.seed} is read only when sampling (temperature > 0, "
+                         "or the checkpoint's do_sample=true): leave it out for greedy or beam search")
     if args.stream and options.num_beams > 1:
         raise UsageError(f"{_named(args, 'num_beams')}: --stream needs --num-beams 1: beam search knows its "
                          "best text only at the end")
@@ -83,7 +86,7 @@ def cmd_generate(args) -> None:
     context = [] if seq2seq else ids[0].tolist()  # a decoder's new text is decoded after its prompt's ids
     stream = TextStream(tokenizer, prompt, context) if args.stream else None
     out = generate(model, ids, options=options, prefix_lm=args.prefix_lm,
-                   generator=torch.Generator().manual_seed(args.seed), streamer=stream)
+                   generator=torch.Generator().manual_seed(args.seed or 0), streamer=stream)
     if stream is not None:
         stream.close()
     else:
@@ -255,7 +258,8 @@ def add_parsers(sub) -> None:
     p.add_argument("prompt", help="the text a decoder continues (an encoder-decoder's input)")
     p.add_argument("--model", required=True, help=MODEL_HELP)
     add_generation_flags(p)
-    p.add_argument("--seed", type=bounded(int, *SEED), default=0, help="the sampling's seed")
+    said(p.add_argument("--seed", type=bounded(int, *SEED), help="the sampling's seed (with temperature > 0 "
+                        "or the checkpoint's sampling)"), 0)
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
     p.add_argument("--prefix-lm", action="store_true",
                    help="read the prompt bidirectionally (a decoder pretrained with --objective prefix-lm)")

@@ -264,7 +264,7 @@ def check_query(query: bytes, known: tuple) -> None:
         raw_name, _, raw_value = pair.partition(b"=")
         name = unquote_to_bytes(raw_name.replace(b"+", b" ")).decode("utf-8", "replace")
         if name not in known:
-            said = f"known: {', '.join(known)}" if known else "this route reads none: send fields in the body"
+            said = f"known: {', '.join(known)}" if known else "this route reads none; a POST's go in its body"
             raise RequestError(422, f"unknown query parameter {name[:100]!r} ({said})", param=name[:100])
         if name in seen:
             raise RequestError(422, f"{name}: given twice in the query; send it once", param=name)

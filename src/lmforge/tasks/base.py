@@ -32,6 +32,7 @@ from torch import nn
 
 from lmforge.config.options import refuse_changed
 from lmforge.heads import make_head
+from lmforge.io.labels import PROBLEM_TYPES, HeadLabels
 from lmforge.objectives.base import Loss, Objective
 from lmforge.quant.int8 import refuse_int8
 from lmforge.utils.modes import evaluating
@@ -111,6 +112,7 @@ class Task(Objective, abc.ABC):
         self.labels = list(labels) if labels is not None else None
         self.max_len = min(max_len, model.config.max_seq_len)
         self.task_head = self._take_over(model)
+        self._name_outputs(self.task_head)
 
     @classmethod
     def labels_from(cls, records: list) -> list | None:
@@ -147,6 +149,22 @@ class Task(Objective, abc.ABC):
             del model.heads[name]
         model.add_head(self.head, head)
         return head
+
+    def _name_outputs(self, head: nn.Module) -> None:
+        """Keep this task's labels and problem_type on its classifier head (io/labels.py head_labels), so
+        that lmforge.save(format="hf") of a model fine-tuned in Python names its outputs, not LABEL_i."""
+        if "n_labels" not in head.spec:
+            return
+        n, known = head.spec["n_labels"], getattr(head, "head_labels", None)
+        known = known if isinstance(known, HeadLabels) else None  # a kept head's, as it was loaded
+        names = tuple(map(str, self.labels)) if self.labels and len(self.labels) == n else None
+        if names is None and known is not None and known.names and len(known.names) == n:
+            names = known.names  # a regressor's name of its score, as its folder said it
+        # a kind the reference would misread says its own; another keeps a loaded one that is none of those
+        problem = PROBLEM_TYPES.get(self.kind)
+        if problem is None and known is not None and known.problem_type not in PROBLEM_TYPES.values():
+            problem = known.problem_type
+        head.head_labels = HeadLabels(names, problem) if names or problem else None
 
     # ---- data side ----------------------------------------------------------------------------
     @abc.abstractmethod

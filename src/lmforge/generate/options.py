@@ -356,6 +356,14 @@ def refuse_unused(options: GenerationOptions, given) -> None:
                                    "(num_beams > 1)", name)
 
 
+def refuse_unsampled_seed(seed, options: GenerationOptions) -> None:
+    """OptionsError naming `seed` where a seed was given (not None) to a decoding that draws nothing
+    (greedy or beam search): like a sampling setting, it would be ignored (refuse_unused)."""
+    if seed is not None and not options.do_sample:
+        raise OptionsError(f"seed={seed} is read only when sampling (temperature > 0, or the checkpoint's "
+                           "do_sample=true): leave it out for greedy or beam search", "seed")
+
+
 def field_kind(name: str) -> str:
     """'int', 'float', 'bool', ... of field `name` (its annotation without Optional)."""
     return base_type(FIELDS[name].type)[0]

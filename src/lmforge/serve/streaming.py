@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from lmforge.config.options import OptionsError
-from lmforge.generate.options import refuse_unused
+from lmforge.generate.options import refuse_unsampled_seed, refuse_unused
 from lmforge.serve import schemas
 from lmforge.generate.recommended import recommendation
 from lmforge.generate.text import prompt_ids
@@ -127,6 +127,7 @@ def _job(served, field: str, ids: list, settings: Settings, limits=None,
     try:  # a setting the request gave that its decoding would not read: refused as the other faces do, once
         # the route's defaults and the checkpoint's recommendation say whether it samples (OpenAI's samples)
         refuse_unused(options, settings.given)
+        refuse_unsampled_seed(settings.seed, options)
     except OptionsError as err:
         raise settings.refusal(err) from None
     if limits is not None:  # the checkpoint's settings are bounded as a request's are

@@ -1,8 +1,11 @@
 """Contracts that every preset (at tiny size) and every axis value must keep."""
+import json
+
 import pytest
 import torch
 
 import lmforge
+from lmforge.config.options import OptionsError
 from lmforge.heads import attach
 
 from tests.conftest import CASES, forward, tiny_model
@@ -203,3 +206,16 @@ def test_from_config_of_no_model_config_is_a_config_error_naming_cfg(cfg):
     with pytest.raises(lmforge.ConfigError, match="cfg must be a ModelConfig") as caught:
         lmforge.from_config(cfg)
     assert caught.value.field == "cfg"
+
+
+def test_model_save_names_a_classifiers_outputs_as_lmforge_save_does(tmp_path):
+    """model.save(d, format="hf", labels=...) forwards labels: the config names them, checked alike."""
+    model = lmforge.build(lmforge.tiny("bert-base"))
+    attach(model, "classification", n_labels=2)
+    model.save(tmp_path / "hf", format="hf", labels=["spam", "ham"])
+    hf = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf["id2label"] == {"0": "spam", "1": "ham"} and hf["label2id"] == {"spam": 0, "ham": 1}
+    with pytest.raises(OptionsError, match="labels: 3 given"):
+        model.save(tmp_path / "three", format="hf", labels=["a", "b", "c"])
+    with pytest.raises(OptionsError, match="format=\"hf\" only"):
+        model.save(tmp_path / "native", labels=["spam", "ham"])

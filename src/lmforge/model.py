@@ -186,11 +186,12 @@ class Transformer(nn.Module):
         return {"keep_padding": any(spec.get("kind") not in SEQUENCE_HEADS for spec in specs),
                 "reads_first": any(spec.get("pooling") == "first" for spec in specs)}
 
-    def save(self, path, format: str = "lmforge") -> None:
-        """Write the directory `path`: lmforge's format, or format="hf" for the reference library."""
+    def save(self, path, format: str = "lmforge", labels: list[str] | None = None) -> None:
+        """Write the directory `path`: lmforge's format, or format="hf" for the reference library, its
+        classifier's outputs named by `labels` where given (lmforge.save's, checked there)."""
         if not _SAVERS:
             raise RuntimeError("saving needs lmforge.io (import lmforge)")
-        _SAVERS[-1](self, path, format)
+        _SAVERS[-1](self, path, format, labels=labels)
 
     def num_parameters(self, embeddings: bool = True) -> int:
         """Parameters of the backbone (heads excluded); without the token and position tables."""

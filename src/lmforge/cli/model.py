@@ -71,7 +71,6 @@ def cmd_convert(args) -> None:
     # staged beside DST and put in its place whole (a full disk keeps nothing half-written)
     replace_dir(dst, lambda folder: (model.save(folder, format=args.to),
                                      copied.extend(copy_companions(src, folder)),
-                                     args.to == "hf" and name_labels(src, folder),
                                      args.to == "lmforge" and copied.extend(task_of_reference(
                                          src, folder, model.config.max_seq_len))))
     print(f"wrote {args.dst} ({args.to}{', with ' + ', '.join(copied) if copied else ''})")
@@ -86,40 +85,6 @@ def check_companions(src: Path) -> None:
     if (src / "tokenizer.json").is_file():
         load_tokenizer(src)
     task_info(src)
-
-
-# the reference's problem_type of each lmforge task kind whose outputs it would otherwise misread
-PROBLEM_TYPES = {"multilabel": "multi_label_classification", "regression": "regression",
-                 "rerank": "regression"}
-
-
-def name_labels(src: Path, folder: Path) -> None:
-    """The exported config.json's id2label / label2id from SRC's task labels, where its classifier has as
-    many outputs: the reference's pipelines name predictions by them (the model alone knows LABEL_i); and
-    its problem_type, without which the reference reads a multilabel head as one softmax, and a
-    multi-output regression as classes."""
-    from lmforge.tasks.finetune import task_info
-
-    info, config = task_info(src), folder / "config.json"
-    hf = json.loads(config.read_text(encoding="utf-8"))
-    outputs = len(hf.get("id2label") or {})
-    if not outputs:
-        return
-    # a Hugging Face SRC's own problem_type and labels (a regressor's too), as they are; an lmforge SRC's
-    # from its task
-    hf_src = "kind" not in info and (src / "config.json").is_file()
-    source = json.loads((src / "config.json").read_text(encoding="utf-8")) if hf_src else {}
-    labels = info.get("labels") or info.get("id2label") or [
-        v for _, v in sorted((source.get("id2label") or {}).items(), key=lambda item: int(item[0]))]
-    if labels and len(labels) == outputs:
-        hf["id2label"] = {str(i): str(label) for i, label in enumerate(labels)}
-        hf["label2id"] = {str(label): i for i, label in enumerate(labels)}
-    # a converted reference checkpoint's task.json says its problem_type as the reference stated it
-    problem = info["problem_type"] if "problem_type" in info else (
-        PROBLEM_TYPES.get(info.get("kind")) or source.get("problem_type"))
-    if problem:
-        hf["problem_type"] = problem
-    atomic_write_text(config, json.dumps(hf, indent=2, ensure_ascii=False) + "\n")
 
 
 def task_of_reference(src: Path, folder: Path, max_len: int) -> list:

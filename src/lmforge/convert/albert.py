@@ -19,10 +19,11 @@ def config(hf: dict) -> ModelConfig:
     """AlbertConfig fields -> ModelConfig."""
     for name in ("num_hidden_groups", "inner_group_num"):
         if hf.get(name, 1) != 1:
-            raise ConfigError(f"{name}={hf[name]} is not supported: lmforge shares one layer across all depths")
+            raise ConfigError(f"{name}={hf[name]} is not supported: lmforge shares one layer across all depths",
+                              name)
     E = hf.get("embedding_size", 128)
     if E == hf["hidden_size"]:  # the reference projects E -> hidden_size even then; lmforge only when they differ
-        raise ConfigError(f"embedding_size={E} equal to hidden_size is not supported")
+        raise ConfigError(f"embedding_size={E} equal to hidden_size is not supported", "embedding_size")
     return ModelConfig.from_dict({**ALBERT, **encoder_fields(hf, act="gelu_new", dropout=0.0), "d_embed": E,
                                   "max_seq_len": hf.get("max_position_embeddings", 512), "share_layers": True})
 
@@ -30,7 +31,8 @@ def config(hf: dict) -> ModelConfig:
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> AlbertConfig fields."""
     if not cfg.share_layers or cfg.embed_dim == cfg.d_model:
-        raise ConfigError("ALBERT needs share_layers=True and a factorised embedding (d_embed != d_model)")
+        raise ConfigError("ALBERT needs share_layers=True and a factorised embedding (d_embed != d_model)",
+                          "share_layers" if not cfg.share_layers else "d_embed")
     return dict(reference_fields(cfg), embedding_size=cfg.embed_dim, max_position_embeddings=cfg.max_seq_len,
                 num_hidden_groups=1, inner_group_num=1)
 
@@ -76,7 +78,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":
         return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no ALBERT checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no ALBERT checkpoint layout", "kind")
 
 
 def _labelled(kind: str) -> Callable:

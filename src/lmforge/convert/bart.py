@@ -20,13 +20,13 @@ FIXED = {"normalize_before": False, "add_final_layer_norm": False, "static_posit
 def _check(hf: dict) -> None:
     for option, value in FIXED.items():
         if hf.get(option, value) != value:
-            raise ConfigError(f"BART option {option}={hf[option]!r} is not supported")
+            raise ConfigError(f"BART option {option}={hf[option]!r} is not supported", option)
     # lmforge has one n_heads and one d_ff for both stacks
     for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"),
                      ("encoder_ffn_dim", "decoder_ffn_dim")):
         if hf.get(dec, hf[enc]) != hf[enc]:
             raise ConfigError(f"BART option {dec}={hf[dec]} differs from {enc}={hf[enc]}, which lmforge "
-                              f"cannot express")
+                              f"cannot express", dec)
 
 
 def config(hf: dict) -> ModelConfig:
@@ -104,7 +104,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
                 *linear(f"{h}.classifier", "classification_head.out_proj")]
     if kind == "span-qa":
         return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no BART checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no BART checkpoint layout", "kind")
 
 
 FAMILY = Family(

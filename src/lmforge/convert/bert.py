@@ -26,7 +26,7 @@ def config(hf: dict) -> ModelConfig:
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> BertConfig fields."""
     if cfg.n_segments < 1:  # the reference always adds token-type embeddings (DistilBERT has none)
-        raise ConfigError("BERT needs n_segments >= 1")
+        raise ConfigError("BERT needs n_segments >= 1", "n_segments")
     return dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
                 num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff,
                 max_position_embeddings=cfg.max_seq_len, type_vocab_size=cfg.n_segments,
@@ -77,7 +77,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":
         return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no BERT checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no BERT checkpoint layout", "kind")
 
 
 FAMILY = Family(

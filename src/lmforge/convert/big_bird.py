@@ -49,10 +49,11 @@ def config(hf: dict) -> ModelConfig:
     """BigBirdConfig fields -> ModelConfig."""
     fields = encoder_fields(hf, act="gelu_new")
     if not hf.get("use_bias", True):  # lmforge's attention_bias=False also drops the output bias
-        raise ConfigError("use_bias=false is not supported")
+        raise ConfigError("use_bias=false is not supported", "use_bias")
     kind = hf.get("attention_type", "block_sparse")
     if kind not in ("block_sparse", "original_full"):
-        raise ConfigError(f"attention_type={kind!r} is not one of block_sparse, original_full")
+        raise ConfigError(f"attention_type={kind!r} is not one of block_sparse, original_full",
+                          "attention_type")
     b, r, length = hf.get("block_size", 64), hf.get("num_random_blocks", 3), hf["max_position_embeddings"]
     if kind == "original_full":  # never uses its blocks: any block size that fits the length will do
         b = min(b, max(1, length // 3))
@@ -66,12 +67,14 @@ def config(hf: dict) -> ModelConfig:
 
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> BigBirdConfig fields (`family_of` checks that they express `cfg` exactly)."""
-    if set(cfg.layer_patterns()) != {"bigbird"} or cfg.random_block_choice != "first":
-        raise ConfigError("BigBird needs attention='bigbird' in every layer with random_block_choice='first'")
+    everywhere = set(cfg.layer_patterns()) == {"bigbird"}
+    if not everywhere or cfg.random_block_choice != "first":
+        raise ConfigError("BigBird needs attention='bigbird' in every layer with random_block_choice='first'",
+                          "random_block_choice" if everywhere else "attention")
     sparse = sparse_max_dense(cfg.block_size, cfg.n_random_blocks, cfg.max_seq_len)
     if cfg.dense_max_len not in (sparse, cfg.max_seq_len):
         raise ConfigError(f"BigBird's dense_max_len is {sparse} (block_sparse) or max_seq_len="
-                          f"{cfg.max_seq_len} (original_full), not {cfg.dense_max_len}")
+                          f"{cfg.max_seq_len} (original_full), not {cfg.dense_max_len}", "dense_max_len")
     reference = dict(reference_fields(cfg), max_position_embeddings=cfg.max_seq_len, use_bias=True,
                      rescale_embeddings=cfg.scale_embeddings, block_size=cfg.block_size,
                      num_random_blocks=cfg.n_random_blocks,
@@ -108,7 +111,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
         return [*linear(f"{h}.ffn.up", f"{qa}.intermediate.dense"),
                 *linear(f"{h}.ffn.down", f"{qa}.output.dense"),
                 *linear(f"{h}.norm", f"{qa}.output.LayerNorm"), *linear(f"{h}.qa", f"{qa}.qa_outputs")]
-    raise ConfigError(f"head kind {kind!r} has no BigBird checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no BigBird checkpoint layout", "kind")
 
 
 def _with_pooler(kind: str) -> Callable:

@@ -18,11 +18,12 @@ from lmforge.presets import BLOOM
 def config(hf: dict) -> ModelConfig:
     """BloomConfig fields -> ModelConfig."""
     if hf.get("apply_residual_connection_post_layernorm"):
-        raise ConfigError("BLOOM option apply_residual_connection_post_layernorm=true is not supported")
+        raise ConfigError("BLOOM option apply_residual_connection_post_layernorm=true is not supported",
+                          "apply_residual_connection_post_layernorm")
     if hf.get("slow_but_exact") and (hf.get("pretraining_tp") or 1) > 1:
         # the reference's sliced output projections then drop their biases
         raise ConfigError(f"BLOOM option slow_but_exact=true with pretraining_tp={hf['pretraining_tp']} "
-                          "is not supported")
+                          "is not supported", "slow_but_exact")
     d_model = hf.get("hidden_size") or hf["n_embed"]
     return ModelConfig.from_dict(dict(
         BLOOM, vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["n_layer"], n_heads=hf["n_head"],

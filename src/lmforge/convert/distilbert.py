@@ -41,7 +41,7 @@ def config(hf: dict) -> ModelConfig:
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> DistilBertConfig fields."""
     if cfg.position not in ("learned", "sinusoidal"):
-        raise ConfigError(f"DistilBERT has learned or sinusoidal positions, not {cfg.position!r}")
+        raise ConfigError(f"DistilBERT has learned or sinusoidal positions, not {cfg.position!r}", "position")
     return dict(vocab_size=cfg.vocab_size, dim=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                 hidden_dim=cfg.d_ff, max_position_embeddings=cfg.max_seq_len,
                 sinusoidal_pos_embds=cfg.position == "sinusoidal", activation=activation_of(cfg.ffn),
@@ -108,7 +108,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":
         return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no DistilBERT checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no DistilBERT checkpoint layout", "kind")
 
 
 def _labelled(kind: str) -> Callable:

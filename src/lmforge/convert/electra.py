@@ -56,7 +56,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":
         return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no ELECTRA checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no ELECTRA checkpoint layout", "kind")
 
 
 def _labelled(kind: str) -> Callable:

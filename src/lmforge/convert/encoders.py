@@ -12,10 +12,12 @@ from lmforge.convert.family import activation_of, ffn_of, special_tokens, specia
 def check_encoder(hf: dict) -> None:
     """Refuse the options of these configs that lmforge's encoders do not have, by name."""
     if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ConfigError(f"position_embedding_type={hf['position_embedding_type']!r} is not supported")
+        raise ConfigError(f"position_embedding_type={hf['position_embedding_type']!r} is not supported",
+                          "position_embedding_type")
     for flag in ("is_decoder", "add_cross_attention"):
         if hf.get(flag):
-            raise ConfigError(f"{flag}=true is not supported (lmforge loads these families as encoders)")
+            raise ConfigError(f"{flag}=true is not supported (lmforge loads these families as encoders)",
+                              flag)
 
 
 def encoder_fields(hf: dict, act: str = "gelu", dropout: float = 0.1) -> dict:
@@ -33,7 +35,7 @@ def encoder_fields(hf: dict, act: str = "gelu", dropout: float = 0.1) -> dict:
 def reference_fields(cfg: ModelConfig) -> dict:
     """The inverse of `encoder_fields`."""
     if cfg.n_segments < 1:  # these references always add token-type embeddings
-        raise ConfigError("this family needs n_segments >= 1 (token-type embeddings)")
+        raise ConfigError("this family needs n_segments >= 1 (token-type embeddings)", "n_segments")
     return dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
                 num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff, type_vocab_size=cfg.n_segments,
                 layer_norm_eps=cfg.norm_eps, hidden_act=activation_of(cfg.ffn),

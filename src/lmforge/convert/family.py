@@ -21,14 +21,15 @@ ACTIVATION_NAMES = {"gelu": "gelu", "gelu-tanh": "gelu_new", "relu": "relu"}
 def activation_of(ffn: str) -> str:
     """The reference activation name of a (non-gated) lmforge feed-forward value."""
     if ffn not in ACTIVATION_NAMES:
-        raise ConfigError(f"ffn={ffn!r} has no reference activation name for this family")
+        raise ConfigError(f"ffn={ffn!r} has no reference activation name for this family", "ffn")
     return ACTIVATION_NAMES[ffn]
 
 
 def ffn_of(name: str, field: str = "hidden_act") -> str:
     """The lmforge feed-forward value of a reference activation name (`field`: the config's name for it)."""
     if not isinstance(name, str) or name not in ACTIVATIONS:
-        raise ConfigError(f"{field}={name!r} is not supported; known activations: {', '.join(ACTIVATIONS)}")
+        raise ConfigError(f"{field}={name!r} is not supported; known activations: {', '.join(ACTIVATIONS)}",
+                          field)
     return ACTIVATIONS[name]
 
 
@@ -39,7 +40,7 @@ def flag(hf: dict, name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, got {value!r:.40}")
+        raise ConfigError(f"{name} must be true or false, got {value!r:.40}", name)
     return value
 
 
@@ -93,7 +94,7 @@ def check_copies(tensors: dict, source: str, copies: tuple, what: str = "token t
     for name in copies:
         if name in tensors and source in tensors and not torch.equal(tensors[name], tensors[source]):
             raise ConfigError(f"the checkpoint's {name} differs from {source}: lmforge has one {what} "
-                              "where the reference would keep both")
+                              "where the reference would keep both", name)
 
 
 def n_labels(hf: dict) -> int:
@@ -130,7 +131,7 @@ def decoder_head_rules(family: str, token_labels: str = "classifier") -> Callabl
             return linear(f"{h}.classifier", token_labels)
         if kind == "span-qa":
             return linear(f"{h}.qa", "qa_outputs")
-        raise ConfigError(f"head kind {kind!r} has no {family} checkpoint layout")
+        raise ConfigError(f"head kind {kind!r} has no {family} checkpoint layout", "kind")
     return rules
 
 

@@ -12,9 +12,9 @@ def config(hf: dict) -> ModelConfig:
     """GPT2Config fields -> ModelConfig."""
     for option in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
         if hf.get(option):
-            raise ConfigError(f"GPT-2 option {option}=true is not supported")
+            raise ConfigError(f"GPT-2 option {option}=true is not supported", option)
     if not flag(hf, "scale_attn_weights", True):  # unscaled scores; lmforge divides by sqrt(d_head)
-        raise ConfigError("GPT-2 option scale_attn_weights=false is not supported")
+        raise ConfigError("GPT-2 option scale_attn_weights=false is not supported", "scale_attn_weights")
     d_model = hf["n_embd"]
     return ModelConfig.from_dict(dict(
         GPT2, vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["n_layer"], n_heads=hf["n_head"],

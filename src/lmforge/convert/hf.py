@@ -153,15 +153,17 @@ def hf_model_config(hf: dict) -> tuple:
     a ConfigError for a model_type lmforge does not read or a field the family needs missing."""
     model_type, architectures = hf.get("model_type"), hf.get("architectures")
     if not isinstance(model_type, str) or model_type not in FAMILIES:
-        raise ConfigError(f"model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
+        raise ConfigError(f"model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}",
+                          "model_type")
     if architectures is not None and not (isinstance(architectures, list)
                                           and all(isinstance(a, str) for a in architectures)):
-        raise ConfigError(f"architectures must be a list of class names, got {architectures!r:.60}")
+        raise ConfigError(f"architectures must be a list of class names, got {architectures!r:.60}",
+                          "architectures")
     family = FAMILIES[model_type]
     try:
         return family, family.config(hf)
     except KeyError as err:
-        raise ConfigError(f"config.json of {model_type} lacks the field {err}") from None
+        raise ConfigError(f"config.json of {model_type} lacks the field {err}", err.args[0]) from None
 
 
 def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
@@ -174,7 +176,7 @@ def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
     architecture = (hf.get("architectures") or [None])[0]
     if architecture not in family.heads:
         raise ConfigError(f"architecture {architecture!r} is not supported for {model_type}; "
-                          f"supported: {', '.join(family.heads)}")
+                          f"supported: {', '.join(family.heads)}", "architectures")
     tensors = {k.removeprefix(family.prefix): v for k, v in read_reference_weights(path).items()}
     if family.refine is not None:
         cfg = family.refine(cfg, tensors)

@@ -22,7 +22,7 @@ def _rope_params(hf: dict) -> tuple:
     field = "rope_scaling" if hf.get("rope_scaling") else "rope_parameters"
     params = hf.get(field) or {}
     if not isinstance(params, dict):
-        raise ConfigError(f"{field} must be a mapping {{rope_type: ..., ...}}, got {params!r:.60}")
+        raise ConfigError(f"{field} must be a mapping {{rope_type: ..., ...}}, got {params!r:.60}", field)
     params = {"rope_theta": hf.get("rope_theta", 10000.0), **params}
     if hf.get("partial_rotary_factor") is not None:
         params.setdefault("partial_rotary_factor", hf["partial_rotary_factor"])
@@ -32,7 +32,7 @@ def _rope_params(hf: dict) -> tuple:
 def _number(params: dict, key: str, field: str) -> float:
     value = params[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{field}'s {key} must be a number, got {value!r:.40}")
+        raise ConfigError(f"{field}'s {key} must be a number, got {value!r:.40}", field)
     return float(value)
 
 
@@ -44,13 +44,14 @@ def rope(hf: dict) -> dict:
     params, field = _rope_params(hf)
     kind = params.get("rope_type", params.get("type", "default"))
     if params.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ConfigError(f"partial_rotary_factor={params['partial_rotary_factor']} is not supported")
+        raise ConfigError(f"partial_rotary_factor={params['partial_rotary_factor']} is not supported",
+                          "partial_rotary_factor")
     fields = {"rotary_theta": _number(params, "rope_theta", field)}
     if kind == "default":
         return fields
     if kind not in ("linear", "llama3"):
         raise ConfigError(f"{field}: rope_scaling of type {kind!r} is not supported "
-                          "(default, linear, llama3)")
+                          "(default, linear, llama3)", field)
     fields.update(rotary_scaling=kind, rotary_scaling_factor=_number(params, "factor", field))
     if kind == "llama3":
         fields.update(rotary_low_freq_factor=_number(params, "low_freq_factor", field),
@@ -76,7 +77,8 @@ def rope_parameters(cfg: ModelConfig) -> dict:
 def decoder_config(hf: dict, **fields) -> ModelConfig:
     """The fields every Llama-layout config shares -> ModelConfig (`fields` add or override)."""
     if hf.get("hidden_act", "silu") not in ("silu", "swish"):
-        raise ConfigError(f"hidden_act={hf['hidden_act']!r} is not supported (SwiGLU needs silu)")
+        raise ConfigError(f"hidden_act={hf['hidden_act']!r} is not supported (SwiGLU needs silu)",
+                          "hidden_act")
     # pretraining_tp > 1 only sliced the same products in older references (this one ignores it): read as 1
     d_model, n_heads = hf["hidden_size"], hf["num_attention_heads"]
     n_kv = hf.get("num_key_value_heads") or n_heads

@@ -34,21 +34,21 @@ def _windows(hf: dict) -> list:
     windows = window if isinstance(window, list) else [window] * hf["num_hidden_layers"]
     if len(windows) != hf["num_hidden_layers"]:
         raise ConfigError(f"attention_window has {len(windows)} entries but num_hidden_layers="
-                          f"{hf['num_hidden_layers']}")
+                          f"{hf['num_hidden_layers']}", "attention_window")
     if any(not isinstance(w, int) or w < 2 or w % 2 for w in windows):
-        raise ConfigError(f"attention_window={window!r} must be even positive integers")
+        raise ConfigError(f"attention_window={window!r} must be even positive integers", "attention_window")
     return windows
 
 
 def config(hf: dict) -> ModelConfig:
     """LongformerConfig fields -> ModelConfig."""
     if hf.get("onnx_export"):
-        raise ConfigError("onnx_export=true is not supported")
+        raise ConfigError("onnx_export=true is not supported", "onnx_export")
     windows = _windows(hf)
     cfg = roberta.config(hf)
     if max(windows) > cfg.max_seq_len:
         raise ConfigError(f"attention_window={max(windows)} is larger than the {cfg.max_seq_len} positions "
-                          f"of max_position_embeddings={hf['max_position_embeddings']}")
+                          f"of max_position_embeddings={hf['max_position_embeddings']}", "attention_window")
     architecture = (hf.get("architectures") or [None])[0]
     return cfg.replace(attention="longformer", window=max(windows),
                        window_schedule=windows if len(set(windows)) > 1 else None, global_projections=True,
@@ -57,11 +57,14 @@ def config(hf: dict) -> ModelConfig:
 
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> LongformerConfig fields (`family_of` checks that they express `cfg` exactly)."""
-    if set(cfg.layer_patterns()) != {"longformer"} or not cfg.global_projections:
-        raise ConfigError("Longformer needs attention='longformer' in every layer with global_projections")
+    everywhere = set(cfg.layer_patterns()) == {"longformer"}
+    if not everywhere or not cfg.global_projections:
+        raise ConfigError("Longformer needs attention='longformer' in every layer with global_projections",
+                          "global_projections" if everywhere else "attention")
     windows = [cfg.layer_window(i) for i in range(cfg.n_layers)]
     if any(w % 2 for w in windows):
-        raise ConfigError(f"Longformer's windows must be even, got {windows}")
+        raise ConfigError(f"Longformer's windows must be even, got {windows}",
+                          "window_schedule" if cfg.window_schedule else "window")
     reference = dict(roberta.to_reference(cfg), attention_window=windows)
     if cfg.n_global_tokens == 1:  # a hint for config(); save_hf writes the architecture of the heads
         reference["architectures"] = [CLASSIFIER]

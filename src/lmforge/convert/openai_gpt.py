@@ -19,7 +19,7 @@ def config(hf: dict) -> ModelConfig:
     """OpenAIGPTConfig fields -> ModelConfig."""
     afn = hf.get("afn", "gelu")
     if afn not in AFN:
-        raise ConfigError(f"afn={afn!r} is not supported; known: {', '.join(AFN)}")
+        raise ConfigError(f"afn={afn!r} is not supported; known: {', '.join(AFN)}", "afn")
     d_model = hf["n_embd"]
     return ModelConfig.from_dict(dict(
         GPT, vocab_size=hf["vocab_size"], d_model=d_model, n_layers=hf["n_layer"], n_heads=hf["n_head"],
@@ -31,7 +31,8 @@ def config(hf: dict) -> ModelConfig:
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> OpenAIGPTConfig fields (`family_of` checks that they express `cfg` exactly)."""
     if cfg.ffn not in AFN_NAMES:
-        raise ConfigError(f"ffn={cfg.ffn!r} has no openai-gpt activation; known: {', '.join(AFN_NAMES)}")
+        raise ConfigError(f"ffn={cfg.ffn!r} has no openai-gpt activation; known: {', '.join(AFN_NAMES)}",
+                          "ffn")
     return dict(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
                 n_positions=cfg.max_seq_len, layer_norm_epsilon=cfg.norm_eps, afn=AFN_NAMES[cfg.ffn],
                 resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.attention_dropout,
@@ -59,7 +60,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
         return [] if cfg.tie_embeddings else [Rule(f"heads.{name}.decoder.weight", ("lm_head.weight",))]
     if kind == "classification":
         return [Rule(f"heads.{name}.classifier.weight", ("score.weight",))]
-    raise ConfigError(f"head kind {kind!r} has no openai-gpt checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no openai-gpt checkpoint layout", "kind")
 
 
 FAMILY = Family(

@@ -28,11 +28,12 @@ def config(hf: dict) -> ModelConfig:
     fields = encoder_fields(hf)
     pad = hf.get("pad_token_id", 1)
     if pad is None or pad < 0:
-        raise ConfigError("RoBERTa needs pad_token_id >= 0: its positions start at pad_token_id + 1")
+        raise ConfigError("RoBERTa needs pad_token_id >= 0: its positions start at pad_token_id + 1",
+                          "pad_token_id")
     offset = pad + 1
     if hf["max_position_embeddings"] <= offset:
         raise ConfigError(f"max_position_embeddings={hf['max_position_embeddings']} leaves no position "
-                          f"after the first pad_token_id + 1 = {offset} rows")
+                          f"after the first pad_token_id + 1 = {offset} rows", "max_position_embeddings")
     # the LM head's transform applies gelu whatever hidden_act says
     return ModelConfig.from_dict({**ROBERTA, **fields, "pad_token_id": pad, "position_offset": offset,
                                   "position_from_padding": True,
@@ -42,10 +43,12 @@ def config(hf: dict) -> ModelConfig:
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> RobertaConfig fields."""
     if cfg.position != "learned" or cfg.position_offset < 1:
-        raise ConfigError("RoBERTa needs learned positions with position_offset >= 1 (= pad_token_id + 1)")
+        raise ConfigError("RoBERTa needs learned positions with position_offset >= 1 (= pad_token_id + 1)",
+                          "position" if cfg.position != "learned" else "position_offset")
     pad = cfg.position_offset - 1
     if cfg.pad_token_id not in (None, pad):
-        raise ConfigError(f"RoBERTa's pad_token_id must be position_offset - 1 = {pad}, not {cfg.pad_token_id}")
+        raise ConfigError(f"RoBERTa's pad_token_id must be position_offset - 1 = {pad}, not {cfg.pad_token_id}",
+                          "pad_token_id")
     return dict(reference_fields(cfg), pad_token_id=pad, max_position_embeddings=cfg.max_seq_len + pad + 1)
 
 
@@ -69,7 +72,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":
         return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no RoBERTa checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no RoBERTa checkpoint layout", "kind")
 
 
 def _labelled(kind: str) -> Callable:

@@ -28,18 +28,20 @@ def ffn_of_projection(hf: dict) -> str:
     name = hf.get("feed_forward_proj", "relu")
     parts = name.split("-") if isinstance(name, str) else []
     if not 1 <= len(parts) <= 2 or (len(parts) == 2 and parts[0] != "gated"):
-        raise ConfigError(f"feed_forward_proj={name!r} is not of the form 'ACT' or 'gated-ACT'")
+        raise ConfigError(f"feed_forward_proj={name!r} is not of the form 'ACT' or 'gated-ACT'",
+                          "feed_forward_proj")
     gated = len(parts) == 2
     derived = "gelu_new" if name == "gated-gelu" else parts[-1]  # the reference's compatibility rule
     act = hf.get("dense_act_fn") or derived
     if hf.get("is_gated_act", gated) != gated or act not in (derived, parts[-1]):
         raise ConfigError(f"feed_forward_proj={name!r} disagrees with dense_act_fn={act!r}, is_gated_act="
-                          f"{hf.get('is_gated_act', gated)}: mend config.json so that they agree")
+                          f"{hf.get('is_gated_act', gated)}: mend config.json so that they agree",
+                          "feed_forward_proj")
     if not gated:
         return ffn_of(act, "feed_forward_proj")
     if act not in GATED:
         raise ConfigError(f"feed_forward_proj={name!r} is not supported; gated activations: "
-                          f"{', '.join(GATED)}")
+                          f"{', '.join(GATED)}", "feed_forward_proj")
     return GATED[act]
 
 
@@ -82,7 +84,8 @@ def config(hf: dict) -> ModelConfig:
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> T5Config fields."""
     if cfg.dropout != cfg.attention_dropout:
-        raise ConfigError("T5 has one dropout_rate; dropout and attention_dropout differ")
+        raise ConfigError("T5 has one dropout_rate; dropout and attention_dropout differ",
+                          "attention_dropout")
     return dict(vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.head_dim, d_ff=cfg.d_ff,
                 num_layers=cfg.n_layers, num_decoder_layers=cfg.decoder_layers, num_heads=cfg.n_heads,
                 n_positions=cfg.max_seq_len, relative_attention_num_buckets=cfg.relative_buckets,
@@ -135,7 +138,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
     """T5's LM head is the token table (tied, v1.0) or `lm_head` (v1.1)."""
     if kind == "lm":
         return [] if cfg.tie_embeddings else [Rule(f"heads.{name}.decoder.weight", ("lm_head.weight",))]
-    raise ConfigError(f"head kind {kind!r} has no T5 checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no T5 checkpoint layout", "kind")
 
 
 FAMILY = Family(

@@ -21,9 +21,10 @@ def config(hf: dict) -> ModelConfig:
     """XLNetConfig fields -> ModelConfig."""
     for option, value in REQUIRED.items():
         if hf.get(option, value) != value:
-            raise ConfigError(f"XLNet option {option}={hf[option]!r} is not supported (only {value!r})")
+            raise ConfigError(f"XLNet option {option}={hf[option]!r} is not supported (only {value!r})",
+                              option)
     if (hf.get("clamp_len") or -1) > 0:
-        raise ConfigError(f"XLNet option clamp_len={hf['clamp_len']} is not supported (only -1)")
+        raise ConfigError(f"XLNet option clamp_len={hf['clamp_len']} is not supported (only -1)", "clamp_len")
     return ModelConfig.from_dict(dict(
         XLNET, vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_layers=hf["n_layer"],
         n_heads=hf["n_head"], d_ff=hf["d_inner"],
@@ -40,7 +41,7 @@ def config(hf: dict) -> ModelConfig:
 def to_reference(cfg: ModelConfig) -> dict:
     """ModelConfig -> XLNetConfig fields."""
     if cfg.attention_dropout != cfg.dropout:
-        raise ConfigError("XLNet has one dropout rate for hidden states and attention")
+        raise ConfigError("XLNet has one dropout rate for hidden states and attention", "attention_dropout")
     return dict(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
                 d_inner=cfg.d_ff, ff_activation=activation_of(cfg.ffn), layer_norm_eps=cfg.norm_eps,
                 dropout=cfg.dropout, lmforge_max_seq_len=cfg.max_seq_len,
@@ -81,7 +82,7 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":
         return linear(f"{h}.qa", "qa_outputs")
-    raise ConfigError(f"head kind {kind!r} has no XLNet checkpoint layout")
+    raise ConfigError(f"head kind {kind!r} has no XLNet checkpoint layout", "kind")
 
 
 # the one sequence summary lmforge's head computes: the last token, projected, tanh
@@ -92,7 +93,7 @@ def _summary(hf: dict) -> list:
     for field, value in SUMMARY.items():
         if hf.get(field, value) != value:
             raise ConfigError(f"{field}={hf[field]!r} is not supported: only XLNet's default sequence "
-                              "summary (last token, projection, tanh)")
+                              "summary (last token, projection, tanh)", field)
     return [("classification", "classification", {"n_labels": n_labels(hf), "pooling": "last"})]
 
 

@@ -55,8 +55,9 @@ def test_every_preset_names_its_source():
 
 
 def test_unknown_preset_suggests_close_names():
-    with pytest.raises(ConfigError, match="unknown preset 'bert-bse'; did you mean bert-base"):
+    with pytest.raises(ConfigError, match="unknown preset 'bert-bse'; did you mean bert-base") as caught:
         lmforge.build("bert-bse")
+    assert caught.value.field == "name"
 
 
 @pytest.mark.parametrize("name", [None, 3, ["gpt2"], pathlib.Path("gpt2")])

@@ -85,7 +85,7 @@ class Pooler(nn.Module):
     def __init__(self, model: nn.Module, pooling: str = "first") -> None:
         super().__init__()
         if pooling not in POOLINGS:
-            raise ConfigError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
+            raise ConfigError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}", "pooling")
         self.spec = {"kind": "pooler", "pooling": pooling}
         self.pooling = pooling
         self.dense = nn.Linear(model.config.d_model, model.config.d_model)
@@ -102,7 +102,7 @@ class SequenceClassificationHead(nn.Module):
                  bias: bool = True) -> None:
         super().__init__()
         if n_labels < 1:
-            raise ConfigError(f"n_labels={n_labels} must be >= 1")
+            raise ConfigError(f"n_labels={n_labels} must be >= 1", "n_labels")
         self.spec = {"kind": "classification", "n_labels": n_labels, "pooling": pooling, "pooler": pooler}
         if not bias:  # decoders' scores (GPT, Llama, BLOOM) project without a bias
             self.spec["bias"] = False

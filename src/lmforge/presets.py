@@ -152,7 +152,7 @@ def get_config(name: str, **overrides) -> ModelConfig:
     if name not in known:
         close = difflib.get_close_matches(name, known, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(known)}"
-        raise ConfigError(f"unknown preset {name!r}{hint}")
+        raise ConfigError(f"unknown preset {name!r}{hint}", "name")
     return ModelConfig.from_dict({**known[name], **overrides})
 
 

@@ -45,6 +45,19 @@ def test_refuse_overwrite_refuses_a_file_of_an_input_folder_and_accepts_a_new_on
     refuse_overwrite(model / "view.html", ("--model", str(model)))  # a new file beside the inputs: fine
 
 
+def test_refuse_overwrite_refuses_a_written_name_hard_linked_to_an_input(tmp_path):
+    """out/metrics.jsonl as a hard link to --train: the run's appends would change the training data."""
+    import os
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "train.jsonl").write_text("{}")
+    os.link(tmp_path / "train.jsonl", tmp_path / "out" / "metrics.jsonl")
+    train = str(tmp_path / "train.jsonl")
+    with pytest.raises(UsageError, match="would write over the input --train"):
+        refuse_overwrite(tmp_path / "out", ("--train", train), writes=("metrics.jsonl",))
+    refuse_overwrite(tmp_path / "out", ("--train", train), writes=("final",))
+
+
 def test_refuse_overwrite_judges_a_rerun_as_its_first_run(tmp_path):
     """`evaluate --model runs/sst --out runs/sst/preds.jsonl` ran, then its rerun was refused: the first run's
     preds.jsonl had become an 'input'. A model folder's inputs are its model files, by kind; a data folder's,

@@ -40,3 +40,15 @@ def test_a_job_folders_model_is_refused_where_it_lies_and_other_folders_are_writ
         model.save(tmp_path / "job" / "final")
     model.save(tmp_path / "job" / "copy")
     assert lmforge.load(tmp_path / "job" / "copy").config == model.config
+
+
+def test_a_file_a_load_reads_inside_the_folder_loaded_from_is_refused_and_a_new_folder_is_not(tmp_path):
+    """writes_over's rule, the CLI's: a folder named as one of the model's files (its vocab.txt) is refused,
+    a folder of another name inside it written."""
+    lmforge.build(lmforge.tiny("bert-base")).save(tmp_path / "m")
+    model = lmforge.load(tmp_path / "m")
+    with pytest.raises(UnsafePath, match="is a file a load reads from the folder the model was loaded from"):
+        model.save(tmp_path / "m" / "vocab.txt")
+    assert not (tmp_path / "m" / "vocab.txt").exists()
+    model.save(tmp_path / "m" / "copy")
+    assert lmforge.load(tmp_path / "m" / "copy").config == model.config

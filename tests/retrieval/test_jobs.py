@@ -170,6 +170,26 @@ def test_every_training_job_refuses_an_out_that_is_its_model_before_any_work(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
+def test_a_run_refuses_what_the_command_refuses_a_model_file_and_a_hard_linked_metrics(tmp_path):
+    """The command's rule (utils.atomic.writes_over): an out named as a file of the model folder, or whose
+    metrics.jsonl (appended to) is a hard link to the questions, is refused before any work."""
+    import os
+
+    from lmforge.utils.atomic import UnsafePath
+
+    model, cfg = tmp_path / "model", TrainConfig(steps=1)
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (tmp_path / "q.jsonl").write_text("{}")
+    (tmp_path / "out").mkdir()
+    os.link(tmp_path / "q.jsonl", tmp_path / "out" / "metrics.jsonl")
+    for out, questions in ((model / "vocab.txt", None), (tmp_path / "out", str(tmp_path / "q.jsonl"))):
+        with pytest.raises(UnsafePath, match="the input") as err:
+            jobs.run_train(str(model), out, cfg, questions=questions)
+        assert err.value.field == "out"
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+
+
 def test_a_reader_reads_at_most_max_read_passages_a_query_both_faces(bm25_index, capsys):
     from lmforge.cli import main
     from lmforge.retrieval.jobs import QueryOptions, query_index

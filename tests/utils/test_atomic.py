@@ -5,11 +5,12 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from lmforge.utils.atomic import (UnsafePath, append_text, atomic_savefig, atomic_write, atomic_write_text,
-                                  file_kind, replace_dir, writable_folder)
+                                  file_kind, replace_dir, writable_folder, writes_over)
 
 
 def test_an_existing_folder_is_replaced_whole_and_nothing_beside_it_is_touched(tmp_path):
@@ -271,3 +272,44 @@ def test_file_kind_says_which_kind_a_path_is_following_links(tmp_path):
     assert said == {"pipe": "a named pipe (FIFO)", "file": "a regular file", "to-pipe": "a named pipe (FIFO)",
                     "dangling": "a broken link", "missing": "no such file"}
     assert file_kind(tmp_path) == "a folder" and file_kind("/dev/null") == "a device"
+
+
+def test_writes_over_sees_an_input_by_any_name_as_the_output_itself(tmp_path):
+    """The output is the input: the same path, through ../ or a link (resolved), or a hard link to it."""
+    data = tmp_path / "data.txt"
+    data.write_text("x")
+    os.link(data, tmp_path / "hard.txt")
+    os.symlink(tmp_path, tmp_path / "up")
+    names = (data, tmp_path / "x" / ".." / "data.txt", tmp_path / "up" / "data.txt", tmp_path / "hard.txt")
+    for out in names:
+        assert writes_over(data.resolve(), Path(os.path.abspath(out)).resolve()) == "is"
+    assert writes_over(data, tmp_path / "other.txt") is None
+
+
+def test_writes_over_refuses_a_written_name_that_is_holds_or_hard_links_an_input(tmp_path):
+    """A folder output holds an input only where a name the job writes is, holds or links to it."""
+    out = tmp_path / "out"
+    (out / "final").mkdir(parents=True)
+    (out / "final" / "train.jsonl").write_text("x")
+    (out / "mine.jsonl").write_text("x")
+    os.link(out / "mine.jsonl", out / "metrics.jsonl")  # appended to: the input would change
+    assert writes_over(out / "final" / "train.jsonl", out, ("final",)) == "holds"
+    assert writes_over(out / "final", out, ("final",)) == "holds"
+    assert writes_over(out / "mine.jsonl", out, ("metrics.jsonl",)) == "holds"
+    assert writes_over(out / "final" / "train.jsonl", out, ("summary.json",)) is None  # held, not written
+
+
+def test_writes_over_reads_a_model_folder_by_kind_and_any_other_folder_whole(tmp_path):
+    """In a model folder (`model`: where its files lie, a job folder's final/) only its model files are read,
+    written yet or not, so that a rerun is judged as its first run; in any other folder every file is."""
+    job, data = tmp_path / "job", tmp_path / "data"
+    (job / "final").mkdir(parents=True)
+    (job / "final" / "config.json").write_text("{}")
+    data.mkdir()
+    for name in ("config.json", "vocab.txt", "model.safetensors"):
+        assert writes_over(job, job / "final" / name, model=job / "final") == "lies inside"
+    for report in ("preds.jsonl", "view.html", "sub/config.json"):
+        assert writes_over(job / "final", job / "final" / report, model=job / "final") is None
+        assert writes_over(data, data / report) == "lies inside"
+    assert writes_over(job / "final", job / "final" / "out", ("config.json",), model=job / "final") is None
+    assert writes_over(data / "missing", data / "missing" / "x.txt") is None  # nothing there to read

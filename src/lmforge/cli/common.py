@@ -13,7 +13,8 @@ from lmforge.config import ConfigError, ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS, TrainConfig
-from lmforge.utils.atomic import blocking_parent, overlap
+from lmforge.utils.atomic import blocking_parent, overlap, writes_over
+from lmforge.utils.model_folder import inside_job_folder
 from lmforge.utils.yamltext import load_yaml
 
 
@@ -277,43 +278,28 @@ def _check_out_path(path: Path, kind: str | None, option: str) -> None:
 def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None) -> None:
     """A UsageError naming both where the output `out` is one of the inputs, given as (flag, path or
     paths or None) pairs, or is a folder the job writes the names `writes` into and one of them is or
-    holds an input, or writes a file an input folder is read from (_read_from); on resolved paths (links,
-    ../ and hard links seen through), before any work. Also where `out` cannot be written (kind: "file"
-    or "folder"; a folder where `writes` are given)."""
+    holds an input, or writes a file an input folder is read from (utils.atomic.writes_over); on resolved
+    paths (links, ../ and hard links seen through), before any work. Also where `out` cannot be written
+    (kind: "file" or "folder"; a folder where `writes` are given)."""
     if out is None:
         return
     if not str(out).strip():  # Path("") is the working folder: a run would write itself into it
         raise UsageError(f"{option} is empty: name the output")
     _check_out_path(Path(out), "folder" if writes else kind, option)
     target = Path(out).resolve()
-    written = [target / name for name in writes]
     for flag, source, src in _on_disk(inputs):
-        same = src == target or (target.exists() and os.path.samefile(src, target))
-        read = src.is_dir() and any(_read_from(flag, src, c) for c in [target, *written])
-        if same or any(w == src or w in src.parents for w in written) or read and flag in MODEL_FOLDER_FLAGS:
+        model = inside_job_folder(src) if flag in MODEL_FOLDER_FLAGS else None  # where its model files lie
+        relation = writes_over(src, target, writes, model)
+        if relation in ("is", "holds") or relation and flag in MODEL_FOLDER_FLAGS:
             raise UsageError(f"{option} {out} would write over the input {flag} {source}; "
                              f"choose another {option}")
-        if read:
+        if relation:
             raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}, every file of "
                              f"which is read; choose an {option} outside it")
 
 
-# the flags that name a model (or tokenizer) folder, and the kinds of file such a folder is read from
+# the flags that name a model (or tokenizer) folder: read from its model files only (utils.atomic.MODEL_FILES)
 MODEL_FOLDER_FLAGS = {"--model", "--tokenizer", "--teacher", "--retriever"}
-MODEL_FILES = (".json", ".safetensors", ".bin", ".pt", ".model", ".h5", ".hdf5", "vocab.txt", "merges.txt")
-
-
-def _read_from(flag: str, folder: Path, path: Path) -> bool:
-    """Whether `path` (written or not) is a file the job reads from the input `folder` of `flag`: a model
-    folder's model, tokenizer and settings files beside its config.json (by kind: not a report such as
-    preds.jsonl), any other folder's every file. By name, so that a rerun is judged as its first run."""
-    if folder not in path.parents:
-        return False
-    if flag not in MODEL_FOLDER_FLAGS:
-        return True
-    from lmforge.utils.model_folder import inside_job_folder
-
-    return path.parent == inside_job_folder(folder) and path.name.endswith(MODEL_FILES)
 
 
 def _on_disk(inputs) -> list:

@@ -18,7 +18,7 @@ from lmforge.io.labels import HeadLabels, attach, labels_to_write
 from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
 from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, find_tokenizer, model_dir
 from lmforge.model import Transformer
-from lmforge.utils.atomic import UnsafePath, file_kind, overlap, writable_folder
+from lmforge.utils.atomic import UnsafePath, file_kind, writable_folder, writes_over
 
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path, labels) -> path), labels
 # a HeadLabels (io/labels.py) or None
@@ -73,16 +73,19 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
 
 
 def _refuse_own_folder(model, path) -> None:
-    """UnsafePath naming the folder where `path` is the folder `model` was loaded from (links seen
-    through): its files would be written over the input being read, as the CLI never does."""
+    """UnsafePath naming the folder where `path` is the folder `model` was loaded from (links, ../ and hard
+    links seen through) or a name a load reads inside it (its vocab.txt): its files would be written over
+    the input being read, as the CLI never does (utils.atomic.writes_over, the rule of both)."""
     source = getattr(model, "loaded_from", None)
     if source is None:
         return
-    target = Path(path).resolve()  # x/../m names m even where x is not yet made (mkdir makes it)
-    same = target.exists() and source.exists() and os.path.samefile(source, target)  # a hard-linked name
-    if overlap(source, target) == "is" or same:
+    relation = writes_over(source, Path(path).resolve(), model=source)  # x/../m: m even where x is not made
+    if relation == "is":
         raise UnsafePath(f"path {path}: is the folder the model was loaded from ({source}); a save never "
                          f"writes over its input: choose another folder", "path")
+    if relation:
+        raise UnsafePath(f"path {path}: is a file a load reads from the folder the model was loaded from "
+                         f"({source}); a save never writes over its input: choose another folder", "path")
 
 
 def load(path: str | os.PathLike) -> Transformer:

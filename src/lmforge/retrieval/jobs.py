@@ -32,7 +32,9 @@ from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reade
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.config import TrainConfig
 from lmforge.train.loop import Trainer, check_resumable
-from lmforge.utils.atomic import UnsafePath, atomic_write_text, overlap, refuse_link, replace_dir
+from lmforge.utils.atomic import (UnsafePath, atomic_write_text, overlap, refuse_link, replace_dir,
+                                  writes_over)
+from lmforge.utils.model_folder import inside_job_folder
 
 
 TRAINING_ONLY = {"temperature", "matryoshka_dims", "matryoshka_weights"}  # read by the loss alone
@@ -44,7 +46,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     EncoderOptions fields); returns counts for the summary line."""
     index, out = options_of(IndexOptions, index), refuse_link(out)
     seed = checked_as(TrainConfig, "seed", seed)  # the bound --seed has: True read as 1, -1 passed
-    _refuse_inputs(out, ("source", source), ("model", model), models=("model",))
+    _refuse_inputs(out, ("source", source), ("model", model), writes=INDEX_WRITES, models=("model",))
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
@@ -75,18 +77,28 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     return summary
 
 
-def _refuse_inputs(out, *inputs, models: tuple = ()) -> None:
-    """UnsafePath (field "out") where `out` is or holds an input, of (field, path or name) pairs, or lies
-    inside one that is not a model folder (`models`: their fields), as the command's --out checks: the run
-    would write over it, or a later run read its files back as passages or questions."""
+# what a run writes into out, as the command's --out lists them (metrics.jsonl is appended to: a hard link
+# there to an input would change the input)
+RUN_WRITES = ("metrics.jsonl", "loss.png", "checkpoints", "final", "best", "summary.json", "eval",
+              "retriever", "index", "recall.json", "reader.json", "realm.json", "ict.json")
+INDEX_WRITES = ("passages.jsonl", "bm25", "dense", "index.json")
+
+
+def _refuse_inputs(out, *inputs, writes: tuple = RUN_WRITES, models: tuple = ()) -> None:
+    """UnsafePath (field "out") where writing `out` (the names `writes` in it) would write over an input,
+    of (field, path or name) pairs (utils.atomic.writes_over, the command's rule: `models` the fields of
+    model folders), or `out` holds an input: the run would write over it, or a later run read its files
+    back as passages or questions."""
     out = Path(out).resolve()
     for field, given in inputs:
         if given is None or given in ("builtin", "gcide") or not Path(given).exists():
             continue
-        relation = overlap(Path(given).resolve(), out)
-        if relation in ("is", "holds") or (relation and field not in models):
-            raise UnsafePath(f"out {out} {relation} the input {field} {given}: the run would write over it "
-                             f"or read its own files back; choose an out apart from the inputs", "out")
+        source = Path(given).resolve()
+        relation = writes_over(source, out, writes, inside_job_folder(source) if field in models else None)
+        if relation or overlap(source, out) == "holds":
+            raise UnsafePath(f"out {out} {relation or 'holds'} the input {field} {given}: the run would "
+                             f"write over it or read its own files back; choose an out apart from the inputs",
+                             "out")
 
 
 def _encoder(model: str, **options) -> BiEncoder:

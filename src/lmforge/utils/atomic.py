@@ -86,6 +86,39 @@ def overlap(source: Path, target: Path) -> str | None:
     return "lies inside" if source.is_dir() and source in target.parents else None
 
 
+# the kinds of file a model (or tokenizer) folder is read from, beside its config.json (not a report such as
+# preds.jsonl a job writes there)
+MODEL_FILES = (".json", ".safetensors", ".bin", ".pt", ".model", ".h5", ".hdf5", "vocab.txt", "merges.txt")
+
+
+def writes_over(source: Path, target: Path, writes: tuple = (), model: Path | None = None) -> str | None:
+    """How writing the output `target` (a file, or a folder the names `writes` go into) meets the input
+    `source`, both resolved (links and ../ seen through): "is" it, or the same file or folder by another
+    name (a hard link, a bind mount); "holds" it: a written name is it, holds it or is a hard link to it;
+    "lies inside" it: the output or a written name is a file the job reads from the input folder (a model
+    folder: its files of MODEL_FILES' kinds in `model`, where they lie: utils.model_folder.inside_job_folder;
+    any other folder: every file), by name, so that a rerun is judged as its first run; None where the
+    input is left as it was, unread."""
+    if source == target or _same(source, target):
+        return "is"
+    written = [target / name for name in writes]
+    if any(path == source or path in source.parents or _same(source, path) for path in written):
+        return "holds"
+    read = [path for path in (target, *written) if source.is_dir() and source in path.parents]
+    if any(model is None or path.parent == model and path.name.endswith(MODEL_FILES) for path in read):
+        return "lies inside"
+    return None
+
+
+def _same(source: Path, path: Path) -> bool:
+    """Whether two names on disk are one file or folder (a hard link; os.path.samefile); False where
+    either is not there."""
+    try:
+        return os.path.samefile(source, path)
+    except OSError:
+        return False
+
+
 def file_kind(path) -> str:
     """What `path` is, for an error that refuses it: "a regular file", "a folder", "a named pipe (FIFO)",
     "a socket", "a device", "a broken link" or "no such file" (a link is followed, as a reader's open is)."""

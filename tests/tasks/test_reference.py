@@ -189,3 +189,43 @@ def test_a_language_model_s_config_states_no_task_whatever_its_id2label(tmp_path
 
     hf = {"architectures": ["GPT2LMHeadModel"], "id2label": {"5": "x"}, "model_type": "gpt2"}
     assert task_file(tmp_path / "config.json", hf, 1024) is None
+
+
+SIGMOID = "torch.nn.modules.activation.Sigmoid"
+
+
+@pytest.mark.parametrize("marker", [{"sentence_transformers": {"activation_fn": SIGMOID, "version": "4.1.0"}},
+                                    {"sbert_ce_default_activation_function": SIGMOID}])
+@pytest.mark.parametrize("n, kind", [(1, "rerank"), (2, "pair"), (3, "pair")])
+def test_a_cross_encoder_is_read_as_the_text_pair_task_its_outputs_say(tmp_path, marker, n, kind):
+    """A sentence-transformers CrossEncoder (v4+'s block, or the older key) scores text pairs: one output a
+    rerank score, classes a pair task's, with no --task to choose between cls and pair (or regression)."""
+    from lmforge.tasks.finetune import fine_tuned_task
+    from lmforge.tasks.reference import task_file
+
+    _, path = reference_dir(tmp_path / "ce", num_labels=n, **marker)
+    info = task_info(path)
+    assert info["kinds"] == [kind] and "CrossEncoder" in info["why"]
+    assert task_file(path / "config.json", json.loads((path / "config.json").read_text()), 8)["kind"] == kind
+    assert fine_tuned_task(path, []).kind == kind
+    other = "regression" if n == 1 else "cls"
+    with pytest.raises(ValueError, match=f"CrossEncoder.* is not a {other} task; it is read as {kind}"):
+        fine_tuned_task(path, [], other)
+
+
+def test_a_cross_encoder_pair_classifier_predicts_the_reference_argmax_without_a_task(tmp_path):
+    model, path = reference_dir(tmp_path / "ce", num_labels=2, id2label={0: "no", 1: "yes"},
+                                sentence_transformers={"activation_fn": SIGMOID})
+    out, pairs = tmp_path / "predictions.jsonl", list(zip(TEXTS, TEXTS[1:] + TEXTS[:1]))
+    evaluate(path, [{"text": a, "text_pair": b} for a, b in pairs], out=out)
+    with torch.no_grad():
+        encoded = [tokenizer().encode(a, b, max_length=128) for a, b in pairs]
+        want = [["no", "yes"][int(model(torch.tensor([e.ids]), token_type_ids=torch.tensor([e.segment_ids]))
+                                  .logits[0].argmax())] for e in encoded]
+    assert [json.loads(line)["prediction"] for line in out.read_text().splitlines()] == want
+
+
+def test_a_plain_classifier_still_leaves_cls_or_pair_to_the_data(tmp_path):
+    """Only a CrossEncoder's activation_fn says pair: a sentence_transformers block without it does not."""
+    _, path = reference_dir(tmp_path / "m", num_labels=2, sentence_transformers={"version": "4.1.0"})
+    assert task_info(path)["kinds"] == ["cls", "pair"]

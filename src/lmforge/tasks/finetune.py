@@ -31,7 +31,7 @@ from lmforge.tasks.base import MODULES, Task, check_read, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
-from lmforge.tasks.reference import check_kind, default_labels, is_label, reference_task
+from lmforge.tasks.reference import check_kind, default_labels, is_label, own_kind, reference_task
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -350,7 +350,7 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     batch_size = checked_as(TaskConfig, "eval_batch_size", batch_size, "batch_size")
     where = str(model) if isinstance(model, (str, Path)) else "the model"
     info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
-    kind = kind or info.get("kind")
+    kind = kind or own_kind(info)
     if kind is None:  # a reference head read as one of several tasks ("kinds"): the caller says which
         why = f"may be read as {' or '.join(info['kinds'])}" if info.get("kinds") else "has no task.json"
         raise ValueError(f"the task kind is needed (--task): {where} {why}")

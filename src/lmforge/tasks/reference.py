@@ -9,7 +9,9 @@ reads it (transformers' ForSequenceClassification and text-classification pipeli
   id2label (lmforge's multilabel task);
 - ForTokenClassification: a tagging task, its tags named by id2label.
 Without id2label (transformers 5 saves default labels as num_labels alone) the outputs are the class
-ids 0..n-1 (default_labels).
+ids 0..n-1 (default_labels). A sentence-transformers CrossEncoder's config (its "sentence_transformers"
+activation_fn, or an older one's sbert_ce_default_activation_function) says it scores text pairs: its
+one output is a rerank score, its classes a pair task's.
 
 task_info returns the labels and, for such a checkpoint, "kinds" (the tasks its head may be read as)
 and "why" (the config field that decides it), which fine_tuned_task checks. task_file writes the same
@@ -23,6 +25,7 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 ONE_SCORE = ["regression", "rerank"]
 CLASSES = ["cls", "pair"]
 MULTI = ["multilabel"]
+PAIR_SCORE, PAIR_CLASSES = ["rerank"], ["pair"]  # a CrossEncoder's (its config says it reads text pairs)
 
 
 def is_label(value) -> bool:
@@ -45,6 +48,14 @@ def id2label_labels(config: Path, id2label: dict) -> list:
     return [id2label[k] for k in sorted(id2label, key=int)]
 
 
+def cross_encoder(hf: dict) -> str | None:
+    """The config field by which `hf` is a sentence-transformers CrossEncoder's (v4+, or older), or None."""
+    block = hf.get("sentence_transformers")
+    if isinstance(block, dict) and "activation_fn" in block:
+        return "sentence_transformers activation_fn"
+    return "sbert_ce_default_activation_function" if hf.get("sbert_ce_default_activation_function") else None
+
+
 def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
     """task_info's fields of a ForSequenceClassification config: its labels, kinds and why."""
     problem = hf.get("problem_type")
@@ -55,12 +66,15 @@ def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
     if problem == "multi_label_classification":
         return {"labels": labels, "outputs": None if labels else n, "kinds": MULTI,
                 "why": f"{where} (a sigmoid per label, any number of them true)"}
+    pairs = cross_encoder(hf)
+    if pairs:  # a CrossEncoder scores text pairs: cls and a plain regression are not what it reads
+        where = f"{where} and {pairs} (a CrossEncoder: it reads text pairs)"
     if problem == "regression" or (problem is None and n == 1):
         if n != 1:
             return {"kinds": [], "why": f"{where} with num_labels {n} ({n} raw scores) is a task lmforge "
                                         "does not have: its regression task has one output"}
-        return {"kinds": ONE_SCORE, "why": f"{where} (one raw score)"}
-    return {"labels": labels, "outputs": None if labels else n, "kinds": CLASSES,
+        return {"kinds": PAIR_SCORE if pairs else ONE_SCORE, "why": f"{where} (one raw score)"}
+    return {"labels": labels, "outputs": None if labels else n, "kinds": PAIR_CLASSES if pairs else CLASSES,
             "why": f"{where} (the argmax of the outputs)"}
 
 
@@ -81,6 +95,13 @@ def reference_task(config: Path, hf: dict) -> dict:
     else:
         info = {"labels": labels}
     return {k: v for k, v in info.items() if v is not None}
+
+
+def own_kind(info: dict) -> str | None:
+    """The task kind a task_info says: a task.json's kind, or the one kind a reference head is read as (a
+    CrossEncoder's pair or rerank, a token classifier's tagging); None where the data must decide."""
+    kinds = info.get("kinds") or ()
+    return info.get("kind") or (kinds[0] if len(kinds) == 1 else None)
 
 
 def check_kind(where: str, info: dict, kind: str) -> None:

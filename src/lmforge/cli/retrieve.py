@@ -138,7 +138,8 @@ def _check_rerank(args) -> None:
 def _train_config(args, command: str | None = None) -> tuple:
     """(TrainConfig from --seed, --steps and the training key=values, the encoder key=values); command: a
     sub-command that takes no encoder options (a UsageError naming them if given)."""
-    from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, refuse_nested, refuse_overwrite, train_config
+    from lmforge.cli.common import UsageError, refuse_nested, refuse_overwrite, train_config
+    from lmforge.retrieval.jobs import RUN_WRITES
 
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
@@ -153,8 +154,7 @@ def _train_config(args, command: str | None = None) -> tuple:
     refuse_overwrite(args.out, ("--model", args.model), ("--questions", getattr(args, "questions", None)),
                      ("--passages", args.passages), ("--config", getattr(args, "config", None)),
                      ("--retriever", getattr(args, "retriever", None)),
-                     writes=(*TRAINING_OUTPUTS, "eval", "recall.json", "reader.json", "realm.json",
-                             "ict.json", "retriever", "index"))  # index: the reader's --retriever index
+                     writes=RUN_WRITES)  # what retrieval's jobs write (index: the reader's --retriever index)
     refuse_nested(args.out, ("--passages", args.passages))
     if getattr(args, "retriever", None) is not None:  # before training (it failed after it)
         existing_model("--retriever", args.retriever)

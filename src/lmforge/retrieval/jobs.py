@@ -29,7 +29,7 @@ from lmforge.retrieval.job_options import (MAX_CANDIDATES, MAX_HARD_NEGATIVES, M
 from lmforge.retrieval.passages import is_passages_file, load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_answers, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
-from lmforge.train.checkpoint import training_folder
+from lmforge.train.checkpoint import RUN_FILES, training_folder
 from lmforge.train.config import TrainConfig
 from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import (UnsafePath, atomic_write_text, overlap, refuse_link, replace_dir,
@@ -77,10 +77,8 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     return summary
 
 
-# what a run writes into out, as the command's --out lists them (metrics.jsonl is appended to: a hard link
-# there to an input would change the input)
-RUN_WRITES = ("metrics.jsonl", "loss.png", "checkpoints", "final", "best", "summary.json", "eval",
-              "retriever", "index", "recall.json", "reader.json", "realm.json", "ict.json")
+# what a run writes into out: every training run's files and these jobs' own
+RUN_WRITES = (*RUN_FILES, "eval", "retriever", "index", "recall.json", "reader.json", "realm.json", "ict.json")
 INDEX_WRITES = ("passages.jsonl", "bm25", "dense", "index.json")
 
 

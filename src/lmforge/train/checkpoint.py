@@ -88,6 +88,10 @@ def global_rngs_kept():
             torch.cuda.set_rng_state_all(cuda)
 
 
+# what every training run writes into its folder, never over an input (a job adds names of its own)
+RUN_FILES = ("metrics.jsonl", "loss.png", "checkpoints", "final", "best", "summary.json")
+
+
 def training_folder(out) -> Path:
     """`out`, or UnsafePath naming it where a run cannot write its folder there: an empty name (the working
     folder), a file, or a symbolic link as it, its checkpoints/ or its metrics.jsonl (what a run writes into

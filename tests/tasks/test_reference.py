@@ -229,3 +229,15 @@ def test_a_plain_classifier_still_leaves_cls_or_pair_to_the_data(tmp_path):
     """Only a CrossEncoder's activation_fn says pair: a sentence_transformers block without it does not."""
     _, path = reference_dir(tmp_path / "m", num_labels=2, sentence_transformers={"version": "4.1.0"})
     assert task_info(path)["kinds"] == ["cls", "pair"]
+
+
+def test_lmforge_evaluate_reads_a_cross_encoder_s_task_without_task(tmp_path):
+    """The command line asks the folder for its own kind as Python does: a CrossEncoder's pair task."""
+    from lmforge.cli import main
+
+    _, path = reference_dir(tmp_path / "ce", num_labels=2, id2label={0: "no", 1: "yes"},
+                            sentence_transformers={"activation_fn": SIGMOID})
+    data, out = tmp_path / "pairs.jsonl", tmp_path / "predictions.jsonl"
+    data.write_text("".join(json.dumps({"text": a, "text_pair": b}) + "\n" for a, b in zip(TEXTS, TEXTS[1:])))
+    assert main(["evaluate", "--model", str(path), "--data", str(data), "--out", str(out)]) == 0
+    assert [json.loads(line)["prediction"] in ("no", "yes") for line in out.read_text().splitlines()] == [True] * 3

@@ -145,6 +145,7 @@ def cmd_heads(args) -> None:
     from lmforge.analysis.head_report import run_heads
     from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
     from lmforge.tasks.finetune import task_info
+    from lmforge.tasks.reference import own_kind
 
     options = heads_options(args)
     check_out(args.out, args.model)  # every run writes OUT/heads.json (and a pruning run OUT/pruned)
@@ -154,7 +155,7 @@ def cmd_heads(args) -> None:
         from lmforge.compress.prune_report import refuse_quantised
 
         refuse_quantised(args.model)
-    kind = args.task or task_info(args.model).get("kind")
+    kind = args.task or own_kind(task_info(args.model))
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
     records = read_records("--data", args.data, kind, args.columns)

@@ -53,9 +53,10 @@ def _teacher_kind(teacher: str) -> str:
 
     from lmforge.cli.common import UsageError
     from lmforge.tasks.finetune import TASK_FILE, task_info
+    from lmforge.tasks.reference import own_kind
 
     try:
-        kind = task_info(teacher).get("kind")
+        kind = own_kind(task_info(teacher))
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
         raise UsageError(f"--teacher {teacher}: {TASK_FILE} is not a JSON object ({err})") from None
     if kind is None:

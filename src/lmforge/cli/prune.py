@@ -131,6 +131,7 @@ def cmd_prune(args) -> None:
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.prune_report import refuse_quantised, run_prune
     from lmforge.tasks.finetune import task_info
+    from lmforge.tasks.reference import own_kind
 
     _refuse_unused(args)  # the options first: a bad one costs no file look-up
     check_task(args.task)
@@ -141,7 +142,7 @@ def cmd_prune(args) -> None:
                      writes=(*TRAINING_OUTPUTS, "model", "prune.json", "prune_settings.json"))
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
-    kind = args.task or task_info(args.model).get("kind")
+    kind = args.task or own_kind(task_info(args.model))
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
     records = read_records("--data", args.data, kind, args.columns)

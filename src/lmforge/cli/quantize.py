@@ -149,9 +149,10 @@ def _task_kind(source, given: str | None) -> str | None:
 
     from lmforge.cli.common import UsageError
     from lmforge.tasks.finetune import TASK_FILE, task_info
+    from lmforge.tasks.reference import own_kind
 
     try:
-        return given or task_info(source).get("kind")
+        return given or own_kind(task_info(source))
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
         raise UsageError(f"--model {source}: {TASK_FILE} is not a JSON object ({err})") from None
 

@@ -124,12 +124,13 @@ def check_source(flag: str, given: str | None, named: tuple = ("builtin",), fold
 def _check_rerank(args) -> None:
     """--rerank names a reranker directory (--candidates' bounds and need of it: cmd_query, before)."""
     from lmforge.tasks.finetune import task_info
+    from lmforge.tasks.reference import own_kind
 
     if args.rerank is None:
         return
     if not Path(args.rerank).is_dir():
         raise UsageError(f"--rerank {args.rerank}: no such directory")
-    kind = task_info(args.rerank).get("kind")
+    kind = own_kind(task_info(args.rerank))
     if kind != "rerank":
         raise UsageError(f"--rerank {args.rerank}: not a reranker (its task.json says {kind or 'nothing'}; "
                          f"train one with lmforge finetune --task rerank)")

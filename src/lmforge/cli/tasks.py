@@ -160,7 +160,8 @@ def cmd_finetune(args) -> None:
     if valid and args.valid and kind in ("cls", "pair"):  # the check again, naming the file
         check_labels(valid, label_set(splits["train"]), args.valid)
     net, tokenizer = load_model(args.model, args.tokenizer, model, seed=args.seed)
-    summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, train, task, resume=args.resume)
+    summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, train, task,
+                       resume=args.resume)
     print(json.dumps(summary, indent=2))
 
 
@@ -168,6 +169,7 @@ def cmd_evaluate(args) -> None:
     """Score a fine-tuned model on a labelled file (or a built-in split); predictions to --out."""
     from lmforge.cli.common import UsageError, refuse_overwrite
     from lmforge.tasks.finetune import evaluate, task_info
+    from lmforge.tasks.reference import own_kind
     from lmforge.tasks.formats import check_labels, gold_given
 
     refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model),
@@ -176,7 +178,7 @@ def cmd_evaluate(args) -> None:
         raise UsageError("give --data FILE or --builtin NAME")
     check_model(args.model)  # before task.json is looked for in it
     if not args.task and not args.builtin:
-        args.task = task_info(args.model).get("kind")  # the fine-tuned model's own task
+        args.task = own_kind(task_info(args.model))  # the fine-tuned model's own task
     kind, splits = task_data(args, labelled=False)
     records = splits[(args.split or "validation") if args.builtin else "test"]
     labelled = gold_given(records, args.data or f"--builtin {args.builtin}")  # a mix is refused, named

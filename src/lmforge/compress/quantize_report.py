@@ -26,6 +26,7 @@ from lmforge.quant.int8 import SERIAL, choices
 from lmforge.quant.int8_ffn import routes
 from lmforge.quant.isa import activation_bits
 from lmforge.tasks.finetune import TASK_FILE, encode_split, fine_tuned_task, save_model, task_info
+from lmforge.tasks.reference import own_kind
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.load import holds_tokenizer
 from lmforge.utils.atomic import replace_dir
@@ -100,7 +101,7 @@ def _scored(source: Path, records, kind):
     dropped, unsaid)."""
     if records is None:
         return None, kind
-    kind = kind or task_info(source).get("kind")
+    kind = kind or own_kind(task_info(source))
     if kind is None:
         raise OptionsError("records score a fine-tuned model: the model directory has no task.json "
                            "(give kind)", "kind")

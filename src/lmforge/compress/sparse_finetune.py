@@ -28,6 +28,7 @@ from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
                                     fine_tuned_task, load_model, make_task, task_info, write_task_files)
+from lmforge.tasks.reference import own_kind
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import STATE_KEY, checkpoints, training_folder
 from lmforge.train.config import options_from_dict
@@ -242,7 +243,7 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
                              task_cfg=task_cfg, resume=resume, log=log)
     after = fine_tuned_task(out / "final", records, kind)
     found = resolve_dir(model_dir)
-    tuned = found is not None and task_info(found).get("kind") == kind
+    tuned = found is not None and own_kind(task_info(found)) == kind
     before = (fine_tuned_task(model_dir, records, kind) if tuned
               else _source_task(model_dir, kind, records, after, train_cfg.seed))
     measured = measure_side_by_side({"before": before, "after": after}, records,

@@ -11,12 +11,6 @@ from lmforge.convert import FAMILIES, load_hf
 
 PACKAGE = Path(lmforge.__file__).parent
 
-# sites that still raise a ConfigError without a field, outside convert/ (owned by other packages):
-# each is (path relative to the package, the raise's line text) so a moved line stays excluded, a new one not
-UNNAMED = {
-    ("cli/common.py", 'raise ConfigError(f"{path}: {err}") from None'),  # re-raise drops err.field
-}
-
 BERT = dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=64)
 
@@ -38,7 +32,7 @@ def _unnamed_config_errors(root: Path) -> list:
 
 def test_every_config_error_is_given_a_field():
     """A ConfigError raised with a message alone left `.field` None (convert/ raised ~60 such)."""
-    assert set(_unnamed_config_errors(PACKAGE)) <= UNNAMED
+    assert _unnamed_config_errors(PACKAGE) == []
 
 
 def test_the_scan_finds_an_unnamed_call(tmp_path):

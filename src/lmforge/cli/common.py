@@ -228,7 +228,7 @@ def config_of_file(path: Path, overrides: dict) -> ModelConfig:
         try:
             _, cfg = hf_model_config({**data, **forced_tokens(path.parent)})
         except ConfigError as err:
-            raise ConfigError(f"{path}: {err}") from None
+            raise ConfigError(f"{path}: {err}", err.field) from None
         return cfg.replace(**overrides)
     return ModelConfig.from_dict({**data, **overrides})
 

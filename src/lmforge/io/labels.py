@@ -1,6 +1,6 @@
 """What a classifier's outputs are called, kept from the folder a model was loaded from to the Hugging Face
-config it is saved as: id2label / label2id and problem_type, as `lmforge convert --to hf` writes them
-(cli/model.py name_labels), so that `lmforge.save(model, d, format="hf")` names its outputs alike.
+config it is saved as: id2label / label2id and problem_type, written by `lmforge.save(model, d,
+format="hf")` and so by `lmforge convert --to hf`.
 
 A model directory says them in its task.json (a fine-tuned model's "labels" and "kind"; a converted
 reference checkpoint's "labels", "id2label" and "problem_type") or, a Hugging Face one without task.json,

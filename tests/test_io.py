@@ -129,22 +129,25 @@ def test_truncated_weights_name_the_file_and_the_cause(saved):
         lmforge.load(saved)
 
 
-def test_a_full_disk_on_save_is_named_and_leaves_no_partial_file(saved, monkeypatch):
+def test_a_full_disk_on_save_is_named_and_leaves_no_partial_file(saved, monkeypatch, tmp_path_factory):
     import errno
 
     import lmforge.io.files as files
 
-    before = (saved / "model.safetensors").read_bytes()
+    import shutil
+
+    earlier = shutil.copytree(saved, tmp_path_factory.mktemp("earlier") / "model")  # saved there before
+    before = (earlier / "model.safetensors").read_bytes()
 
     def no_space(*args, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(files, "save_file", no_space)
     with pytest.raises(files.DiskFull) as caught:
-        lmforge.load(saved).save(saved)
-    assert str(caught.value) == f"no space left on device writing {saved / 'model.safetensors'}"
-    assert not [p for p in saved.iterdir() if p.name.startswith(".")]
-    assert (saved / "model.safetensors").read_bytes() == before  # the old weights are untouched
+        lmforge.load(saved).save(earlier)
+    assert str(caught.value) == f"no space left on device writing {earlier / 'model.safetensors'}"
+    assert not [p for p in earlier.iterdir() if p.name.startswith(".")]
+    assert (earlier / "model.safetensors").read_bytes() == before  # the old weights are untouched
 
 
 @pytest.mark.parametrize("field, value, message", [

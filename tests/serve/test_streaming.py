@@ -201,14 +201,16 @@ def test_a_prompt_of_a_list_past_the_model_s_context_is_named_by_its_index(local
     assert answer.status_code == 413, answer.text
     error = answer.json()["error"]
     assert error["param"] == "max_seq_len"
-    assert error["message"].startswith("prompt.1: the prompt of ") and "plus max_tokens=1000" in error["message"]
+    assert error["message"].startswith("prompt.1: the prompt of ")
+    assert "plus max_tokens=1000" in error["message"]
 
 
 @pytest.mark.parametrize("route,body", [
     ("/generate", {"model": "gen", "prompt": "the old fox", "max_new_tokens": 4, "seed": 3}),
-    ("/v1/completions", {"model": "gen", "prompt": "the old fox", "max_tokens": 4, "temperature": 0, "seed": 3}),
+    ("/v1/completions", {"model": "gen", "prompt": "the old fox", "max_tokens": 4, "temperature": 0,
+                         "seed": 3}),
     ("/generate", {"model": "gen", "prompt": "the old fox", "max_new_tokens": 4, "num_beams": 2, "seed": 3})])
-def test_a_seed_given_to_a_decoding_that_draws_nothing_is_refused_as_the_command_line_does(server, route, body):
+def test_a_seed_to_a_decoding_that_draws_nothing_is_refused_as_the_command_line_does(server, route, body):
     """A seed without sampling would be ignored: 422 naming seed, the command line's words."""
     with server.client() as client:
         reply = client.post(route, json=body)

@@ -311,8 +311,8 @@ class ModelConfig:
     def from_dict(cls, data: dict) -> "ModelConfig":
         """Build from a dict, rejecting unknown keys by name."""
         if not isinstance(data, dict):  # the whole config is at fault: config.json's name for it
-            raise ConfigError(f"config: a model config must be a mapping of fields, got {type(data).__name__}",
-                              "config")
+            raise ConfigError("config: a model config must be a mapping of fields, got "
+                              f"{type(data).__name__}", "config")
         known = {f.name for f in fields(cls)}
         unknown = sorted(map(str, set(data) - known))
         if unknown:
@@ -337,8 +337,8 @@ class ModelConfig:
             raise ConfigError(f"{path}: cannot read a model config: {getattr(err, 'strerror', None) or err}",
                               str(path)) from None
         if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a model config must be a mapping of fields, got {type(data).__name__}",
-                              str(path))
+            raise ConfigError(f"{path}: a model config must be a mapping of fields, got "
+                              f"{type(data).__name__}", str(path))
         try:
             return cls.from_dict(data)
         except ConfigError as err:

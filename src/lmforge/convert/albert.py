@@ -19,8 +19,8 @@ def config(hf: dict) -> ModelConfig:
     """AlbertConfig fields -> ModelConfig."""
     for name in ("num_hidden_groups", "inner_group_num"):
         if hf.get(name, 1) != 1:
-            raise ConfigError(f"{name}={hf[name]} is not supported: lmforge shares one layer across all depths",
-                              name)
+            raise ConfigError(f"{name}={hf[name]} is not supported: lmforge shares one layer across all "
+                              "depths", name)
     E = hf.get("embedding_size", 128)
     if E == hf["hidden_size"]:  # the reference projects E -> hidden_size even then; lmforge only when they differ
         raise ConfigError(f"embedding_size={E} equal to hidden_size is not supported", "embedding_size")

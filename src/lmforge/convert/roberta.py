@@ -47,8 +47,8 @@ def to_reference(cfg: ModelConfig) -> dict:
                           "position" if cfg.position != "learned" else "position_offset")
     pad = cfg.position_offset - 1
     if cfg.pad_token_id not in (None, pad):
-        raise ConfigError(f"RoBERTa's pad_token_id must be position_offset - 1 = {pad}, not {cfg.pad_token_id}",
-                          "pad_token_id")
+        raise ConfigError(f"RoBERTa's pad_token_id must be position_offset - 1 = {pad}, not "
+                          f"{cfg.pad_token_id}", "pad_token_id")
     return dict(reference_fields(cfg), pad_token_id=pad, max_position_embeddings=cfg.max_seq_len + pad + 1)
 
 

@@ -75,3 +75,28 @@ def test_an_out_nested_with_the_tokenizer_folder_is_refused_by_both_faces(corpus
             shard_corpus([corpus_dir / "c.txt"], tokenizer, out, log=lambda m: None)
         assert no.value.field == "out"
     assert sorted(p.name for p in tok.iterdir()) == before  # nothing written
+
+
+def test_an_out_whose_written_names_are_an_input_by_another_name_is_refused(corpus_dir, tokenizer_dir,
+                                                                           tmp_path):
+    """The command's rule (utils.atomic.writes_over): out/manifest.json a hard link to an input file, or
+    out/tokenizer a link to the tokenizer folder, was let through by the Python face alone."""
+    import os
+    import shutil
+
+    from lmforge.utils.atomic import UnsafePath
+
+    text, tok = tmp_path / "a.txt", tmp_path / "tok"
+    text.write_text((corpus_dir / "c.txt").read_text())
+    shutil.copytree(tokenizer_dir, tok)
+    (tmp_path / "o1").mkdir()
+    os.link(text, tmp_path / "o1" / "manifest.json")
+    (tmp_path / "o2").mkdir()
+    (tmp_path / "o2" / "tokenizer").symlink_to(tok, target_is_directory=True)
+    for out, said in ((tmp_path / "o1", f"the input {text}"),
+                      (tmp_path / "o2", f"the tokenizer folder {tok}")):
+        with pytest.raises(UnsafePath, match=f"^out {out} is, holds or lies inside {said}") as no:
+            shard_corpus([text], tok, out, log=lambda m: None)
+        assert no.value.field == "out"
+    assert text.read_text() == (corpus_dir / "c.txt").read_text()
+    assert len(list((tmp_path / "o1").iterdir())) == 1  # nothing written beside the link

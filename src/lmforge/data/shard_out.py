@@ -10,7 +10,7 @@ from lmforge.config.options import OptionsError
 from lmforge.data.corpus import ReadOptions, expand_files
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE, Tokenizer
-from lmforge.utils.atomic import UnsafePath, overlap
+from lmforge.utils.atomic import UnsafePath, overlap, writes_over
 
 
 def run_settings(tokenizer, options) -> tuple:
@@ -29,19 +29,30 @@ def shard_inputs(files, out, tokenizer=None) -> list:
     """The files of a shard run (expand_files), after an UnsafePath (field "out") where the output folder
     `out` is one of the inputs named, holds one or lies inside an input folder, as the command refuses it,
     is, holds or lies inside a `tokenizer` directory, or holds a tokenizer/ of the user's
-    (refuse_foreign_tokenizer)."""
+    (refuse_foreign_tokenizer). An input a written name is by another name (a hard link, a link as
+    out/tokenizer: utils.atomic.writes_over, --out's rule) counts as held."""
     given, target = [files] if isinstance(files, (str, os.PathLike)) else list(files), Path(out).resolve()
     for source in map(Path, given):
-        if overlap(source.resolve(), target):
+        if _meets(source.resolve(), target):
             raise UnsafePath(f"out {out} is, holds or lies inside the input {source}: its shards would be "
                              "read back as text, or written over it; choose an out apart from the inputs",
                              "out")
-    if isinstance(tokenizer, (str, os.PathLike)) and overlap(Path(tokenizer).resolve(), target):
+    if isinstance(tokenizer, (str, os.PathLike)) and _meets(Path(tokenizer).resolve(), target):
         raise UnsafePath(f"out {out} is, holds or lies inside the tokenizer folder {tokenizer}: the shards "
                          "and the run's copy of the tokenizer would be written into it; choose an out apart "
                          "from it", "out")
     refuse_foreign_tokenizer(Path(out))
     return expand_files(given)
+
+
+# what a shard run writes into out beside its shards (out/tokenizer is replaced whole)
+SHARD_WRITES = ("manifest.json", "tokenizer")
+
+
+def _meets(source: Path, target: Path) -> str | None:
+    """How the resolved output folder `target` meets the resolved input `source`: written over (writes_over)
+    or nested with it either way (overlap); None where they are apart."""
+    return writes_over(source, target, SHARD_WRITES) or overlap(source, target)
 
 
 def refuse_foreign_tokenizer(out: Path) -> None:

@@ -48,3 +48,20 @@ def test_an_output_folder_that_is_or_holds_the_source_or_is_no_folder_is_refused
         assert err.value.field == "out" and "\n" not in str(err.value)
     assert output_folder(tmp_path / "q", source) == tmp_path / "q"
     assert output_folder(source / "sub", source) == source / "sub"  # as --out: beside the model's files
+
+
+def test_an_output_folder_whose_written_model_is_the_source_by_a_link_is_refused(tmp_path):
+    """utils.atomic.writes_over's rule: OUT/model, a link to the source folder, is the source by another
+    name; a written name elsewhere, or a link to another folder, is not."""
+    from lmforge.compress.model_files import output_folder
+    from lmforge.utils.atomic import UnsafePath
+
+    source, out = tmp_path / "m", tmp_path / "out"
+    source.mkdir()
+    (tmp_path / "other").mkdir()
+    out.mkdir()
+    (out / "model").symlink_to(source, target_is_directory=True)
+    with pytest.raises(UnsafePath, match=f"^out {out}: is or holds the source model") as err:
+        output_folder(out, source, ("model", "prune.json"))
+    assert err.value.field == "out"
+    assert output_folder(out, tmp_path / "other", ("model",)) == out

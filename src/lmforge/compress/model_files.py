@@ -15,7 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
-from lmforge.utils.atomic import UnsafePath, as_created, blocking_parent, overlap, refuse_link
+from lmforge.utils.atomic import (UnsafePath, as_created, blocking_parent, overlap, refuse_link,
+                                  writes_over)
 
 SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
@@ -49,12 +50,12 @@ def replaced_line(dest: Path) -> str:
     return f"{dest} existed: replaced as a whole by the new model (nothing of the old folder kept)"
 
 
-def output_folder(out, source) -> Path:
+def output_folder(out, source, writes: tuple = ("model",)) -> Path:
     """`out` as the folder a compression job writes OUT/model and its report into, checked before any work
     as the command line's --out is: UnsafePath naming "out" where it is no path, empty (the working
     folder), a symbolic link, a file, under a file, or is or holds the `source` model folder (resolved;
     None: nothing on disk), whose OUT/model would replace the model read and be measured as its own
-    "before"."""
+    "before": the rule of utils.atomic.writes_over, a name of `writes` in it (a link or bind mount too)."""
     if not isinstance(out, (str, os.PathLike)):
         raise UnsafePath(f"out must be a folder path, got {type(out).__name__}", "out")
     if not str(out).strip():
@@ -68,7 +69,10 @@ def output_folder(out, source) -> Path:
     if (blocked := blocking_parent(path)) is not None:
         raise UnsafePath(f"out {out}: {blocked}", "out")
     if source is not None:
-        if overlap(Path(source).resolve(), path.resolve()) in ("is", "holds"):
+        source_path, target = Path(source).resolve(), path.resolve()
+        # holding the model at all is refused, as --out is (cli.common.check_out), not only by a written name
+        relation = writes_over(source_path, target, writes) or overlap(source_path, target)
+        if relation in ("is", "holds"):
             raise UnsafePath(f"out {out}: is or holds the source model {source}; choose another folder",
                              "out")
     return path

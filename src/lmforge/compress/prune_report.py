@@ -142,7 +142,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
         raise OptionsError(f"method {method!r}: expected one of {', '.join(METHODS)}", "method")
     if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 < sparsity < 1:
         raise OptionsError(f"sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
-    out = output_folder(out, resolve_dir(model_dir))  # before any work, as --out is
+    out = output_folder(out, resolve_dir(model_dir), ("model", "prune.json"))  # before any work, as --out is
     refuse_quantised(model_dir)
     found_dir = resolve_dir(model_dir)
     kind = kind or (own_kind(task_info(found_dir)) if found_dir is not None else None)

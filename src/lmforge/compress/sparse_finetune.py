@@ -30,7 +30,7 @@ from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_vali
                                     fine_tuned_task, load_model, make_task, task_info, write_task_files)
 from lmforge.tasks.reference import own_kind
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.checkpoint import STATE_KEY, checkpoints, training_folder
+from lmforge.train.checkpoint import RUN_FILES, STATE_KEY, checkpoints, training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 from lmforge.utils.checksum import sign, verify
@@ -237,7 +237,8 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source and
     the pruned model side by side on `records` (the source's metric only where it was fine-tuned for
     the task); prune.json."""
-    out = training_folder(output_folder(out, model_dir))  # as run_prune's: never the model it reads
+    writes = (*RUN_FILES, SETTINGS, "prune.json")  # as run_prune's: never the model it reads
+    out = training_folder(output_folder(out, resolve_dir(model_dir), writes))
     records = given_data(records, kind)  # before the training run, not after it
     summary = prune_finetune(model_dir, kind, train, valid, out, train_cfg=train_cfg, sparse_cfg=sparse_cfg,
                              task_cfg=task_cfg, resume=resume, log=log)

@@ -305,3 +305,22 @@ def test_a_teacher_that_is_no_encoder_is_refused_naming_teacher_before_any_work(
     assert err.startswith(f"lmforge distill: error: --teacher {tmp_path / 't'}: {architecture} fine-tuned "
                           "for cls; the teacher must be an encoder")
     assert not (tmp_path / "o").exists()
+
+
+def test_the_python_face_refuses_an_out_that_is_or_holds_the_teacher_before_any_work(tmp_path):
+    """distill("runs/x/final", out="runs/x") replaced the teacher with its own final/ (the command's
+    check_out refused it); run_distill wrote into the teacher's folder alike."""
+    from lmforge.compress.task_distillation import distill, run_distill
+    from lmforge.train import TrainConfig
+    from lmforge.utils.atomic import UnsafePath
+
+    teacher = tmp_path / "runs" / "x" / "final"
+    teacher.mkdir(parents=True)
+    (teacher / "config.json").write_text("{}")
+    for out in (teacher, teacher.parent, tmp_path):
+        for job in (lambda: distill(teacher, [], None, out, train_cfg=TrainConfig(steps=1)),
+                    lambda: run_distill(teacher, [], None, [], out, train_cfg=TrainConfig(steps=1))):
+            with pytest.raises(UnsafePath, match=f"^out {out}: is or holds the source model") as err:
+                job()
+            assert err.value.field == "out"
+    assert [p.name for p in tmp_path.rglob("*")] == ["runs", "x", "final", "config.json"]

@@ -22,9 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from lmforge.compress.measure import measure_side_by_side
+from lmforge.compress.model_files import output_folder
 from lmforge.config import atomic_write_text, option
 from lmforge.config.model import MAX_LAYERS
 from lmforge.config.options import OptionsError, check_options
+from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objective
 from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
                                            student_from_teacher)
@@ -32,7 +34,7 @@ from lmforge.presets import PRESETS
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
                                     fine_tuned_task, make_task, preset_model, write_task_files)
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.checkpoint import training_folder
+from lmforge.train.checkpoint import RUN_FILES, training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 from lmforge.utils.checksum import model_fingerprint
@@ -194,7 +196,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     """Distil the fine-tuned teacher at `teacher_dir` into a student on `train` records; writes
     metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary.
     checked: {source: records} the teacher's labels must fit, checked before training."""
-    cfg, out = cfg or DistillConfig(), training_folder(out)
+    cfg, out = cfg or DistillConfig(), training_folder(_out_apart(out, teacher_dir))
     if not valid:  # eval_every with nothing to validate: refused, not ignored (as finetune)
         check_validated(train_cfg, TaskConfig())
     teacher = load_teacher(teacher_dir, train, checked)
@@ -222,12 +224,18 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     return summary
 
 
+def _out_apart(out, teacher_dir):
+    """`out`, or UnsafePath naming "out" where it is or holds the teacher's folder (as --out is): the run's
+    final/ or best/ would replace the model it distils from (compress.model_files.output_folder)."""
+    return output_folder(out, resolve_dir(teacher_dir), (*RUN_FILES, "distill.json"))
+
+
 def run_distill(teacher_dir, train: list, valid: list | None, records: list, out, *, train_cfg: TrainConfig,
                 cfg: DistillConfig | None = None, resume: bool = False, log=print, source: str = "data") -> dict:
     """`lmforge distill`: distil, then measure teacher and student (best/ if kept, else final/) side by
     side on `records` (read from `source`, checked against the teacher's labels before training):
     accuracy, parameters, size on disk, forward time; distill.json under `out`."""
-    out = training_folder(out)
+    out = training_folder(_out_apart(out, teacher_dir))
     summary = distill(teacher_dir, train, valid, out, train_cfg=train_cfg, cfg=cfg, resume=resume, log=log,
                       checked={source: records})
     student_dir = out / "best" if (out / "best").is_dir() else out / "final"

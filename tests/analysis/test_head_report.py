@@ -85,3 +85,18 @@ def test_each_level_masks_the_heads_least_important_at_the_gates_before_it_and_i
         assert levels[i]["masked"] == want
         after = gates_at(task.model.config, levels[:i + 1])
         assert levels[i]["metric"] == metric(task, records, examples, after)[1]
+
+
+def test_an_out_that_holds_the_model_read_is_refused_before_any_work(tmp_path):
+    """run_heads("p/pruned", ..., out="p", prune) replaced the model it read with OUT/pruned (the command's
+    check_out refused it); an out inside the model folder, beside its files, is still written."""
+    from lmforge.analysis.head_report import HeadsOptions
+
+    model = tmp_path / "p" / "pruned"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    for out in (tmp_path / "p", model):
+        with pytest.raises(UnsafePath, match=f"^out {out}: is or holds the source model") as err:
+            run_heads(model, [], out, options=HeadsOptions(prune=0.5))
+        assert err.value.field == "out"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["config.json", "p", "pruned"]  # nothing written

@@ -18,12 +18,14 @@ from lmforge.compress.head_importance import (MAX_BATCH, CurveOptions, against_b
                                               gates_at, head_importance, masked_heads, metric, pruning_curve,
                                               random_curves, total_heads)
 from lmforge.compress.head_pruning import head_counts, prune_heads
+from lmforge.compress.model_files import output_folder
 from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
+from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, keep_model
 from lmforge.train.config import MAX_SEED
-from lmforge.utils.atomic import atomic_savefig, refuse_link, remove_path
+from lmforge.utils.atomic import atomic_savefig, remove_path
 from lmforge.utils.timing import alternating
 
 MAX_ORDERS = 1000  # random orders a report averages
@@ -76,11 +78,15 @@ def _prune_level(levels: list, prune: float | None, until: float | None) -> int:
     return max(i for i, lv in enumerate(levels) if lv["metric"] >= until * base)
 
 
+HEADS_WRITES = ("heads.json", "heads.png", "pruned")  # what a run writes into out
+
+
 def run_heads(model_dir, records: list, out, kind: str | None = None, importance_records: list | None = None,
               options: HeadsOptions | None = None, *, progress=None) -> dict:
     """Importance, the importance curve, `random_orders` random-order curves (seeds seed, seed + 1,
     ...; their mean and sd per level) and (with prune or until) the physically pruned model."""
-    o, out = options or HeadsOptions(), refuse_link(out)
+    # out apart from the model read, as --out is: OUT/pruned would replace a model folder of that name
+    o, out = options or HeadsOptions(), output_folder(out, resolve_dir(model_dir), HEADS_WRITES)
     out.mkdir(parents=True, exist_ok=True)
     task = fine_tuned_task(model_dir, records, kind)
     examples = encode_split(task, records, "data")

@@ -14,7 +14,9 @@ softmax ("bilm"), or while training a sampled one ("bilm-sampled", Jean et al. 2
 with 8192 negatives per batch): the negatives are drawn from a log-uniform (Zipfian) proposal over the
 frequency-ranked ids, every logit corrected by -log(k Q(w)), and a negative equal to the target
 (an "accidental hit") removed. Its training perplexities are those of the sampled loss; evaluation
-always uses the full softmax. A stateful model (config.stateful) carries its LSTM states from one
+always uses the full softmax. A word out of the vocabulary is predicted as <UNK>, but the character CNN
+reads its own characters where its example spells it ("oov", sentence_examples), as bilm-tf and AllenNLP
+feed the raw words. A stateful model (config.stateful) carries its LSTM states from one
 training batch to the next; evaluation starts every batch from zeros and leaves those states alone.
 """
 from __future__ import annotations
@@ -28,22 +30,35 @@ from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.objectives.base import Loss, Objective, tokenizer_pad, within
 from lmforge.objectives.registry import ObjectiveSpec, register
-from lmforge.tokenizer.chars import vocabulary_chars
+from lmforge.tokenizer.chars import vocabulary_chars, word_chars
 
 SAMPLES = 8192  # bilm-tf's n_negative_samples_batch
 
 
 def sentence_examples(docs, tokenizer, max_len: int, seed: int = 0) -> list:
-    """Each sentence (a list of word ids) as <S> w_1 .. w_n </S>, cut into pieces of max_len - 2 words."""
+    """Each sentence as <S> w_1 .. w_n </S>, cut into pieces of max_len - 2 words. A sentence is a list
+    of word ids, or (ids, {position: spelling}) as tokenizer/chars.spelled_ids gives: a piece then keeps
+    the spellings of its <UNK> words as "oov" {position in the piece: word}, whose own characters
+    collate feeds."""
     bos, eos = tokenizer.special_id("bos"), tokenizer.special_id("eos")
     if bos is None or eos is None:
         raise ValueError("objectives/bilm.py: the biLM needs a word tokenizer with <S> and </S> (bos and eos "
                          "tokens), as `lmforge pretrain` trains for it (tokenizer/chars.py)")
     if max_len < 3:
-        raise ValueError(f"objectives/bilm.py: max_len={max_len} leaves no room for a word between <S> and </S>")
+        raise ValueError(f"objectives/bilm.py: max_len={max_len} leaves no room for a word between "
+                         "<S> and </S>")
     n = max_len - 2
-    return [{"input_ids": [bos, *sentence[i: i + n], eos]}
-            for doc in docs for sentence in doc for i in range(0, len(sentence), n)]
+    return [_piece(bos, eos, sentence, i, n) for doc in docs for sentence in doc
+            for i in range(0, len(sentence[0] if isinstance(sentence, tuple) else sentence), n)]
+
+
+def _piece(bos: int, eos: int, sentence, i: int, n: int) -> dict:
+    """Words i .. i + n of a sentence between the marks, with its spelled <UNK> words where it has any
+    (only those: a corpus of in-vocabulary words costs nothing more than its ids)."""
+    ids, spellings = sentence if isinstance(sentence, tuple) else (sentence, None)
+    example = {"input_ids": [bos, *ids[i: i + n], eos]}
+    oov = {k - i + 1: word for k, word in (spellings or {}).items() if i <= k < i + n}
+    return {**example, "oov": oov} if oov else example
 
 
 def log_uniform(ids: torch.Tensor, V: int) -> torch.Tensor:
@@ -63,14 +78,15 @@ class BiLM(Objective):
     name = "bilm"
     bounds = {"samples": within(0, integer=True)}  # 0: the full softmax; a negative one read as 0 unsaid
 
-    def __init__(self, model, pad_id: int = 0, chars: list | None = None, samples: int = 0) -> None:
+    def __init__(self, model, pad_id: int = 0, chars: list | None = None, samples: int = 0,
+                 unk_id: int | None = None) -> None:
         super().__init__(model, pad_id)
         if model.config.architecture != "elmo":
             raise ValueError(f"objectives/bilm.py: the biLM objective trains an ELMo model, not a "
                              f"{model.config.architecture}")
         self.check_values({"samples": samples})
         self.softmax = model.heads["softmax"] if "softmax" in model.heads else make_head(model, "lm")
-        self.samples = samples
+        self.samples, self.unk_id = samples, unk_id  # unk_id: the words an example may spell
         L = model.config.max_characters_per_token
         # word id -> its characters (id 0..261 fit int16: a 793k-word vocabulary stays ~80 MB)
         self.char_table = torch.tensor(chars if chars is not None else [[0] * L], dtype=torch.int16)
@@ -89,20 +105,30 @@ class BiLM(Objective):
     def build(cls, model, tokenizer, samples: int = 0) -> "BiLM":
         """The objective over `tokenizer`'s words (each id's characters tabulated once)."""
         if tokenizer.vocab_size > model.config.vocab_size:
-            raise ValueError(f"objectives/bilm.py: the tokenizer has {tokenizer.vocab_size} words but the softmax "
-                             f"only {model.config.vocab_size} rows (vocab_size)")
+            raise ValueError(f"objectives/bilm.py: the tokenizer has {tokenizer.vocab_size} words but the "
+                             f"softmax only {model.config.vocab_size} rows (vocab_size)")
         chars = vocabulary_chars(tokenizer, model.config.max_characters_per_token)
-        return cls(model, pad_id=tokenizer_pad(tokenizer), chars=chars, samples=samples)
+        return cls(model, pad_id=tokenizer_pad(tokenizer), chars=chars, samples=samples,
+                   unk_id=tokenizer.special_id("unk"))
 
     def collate(self, examples: list) -> dict:
         """Padded word ids and attention mask, and char_ids (B, T, max_characters): each word's characters,
-        all zeros at padding."""
-        batch = super().collate(examples)
+        its own where an example spells an <UNK> word ("oov"), all zeros at padding."""
+        batch = super().collate([{"input_ids": e["input_ids"]} for e in examples])
         ids = batch["input_ids"]
         if int(ids.max()) >= len(self.char_table):
             raise ValueError(f"objectives/bilm.py: word id {int(ids.max())} is beyond the tokenizer's "
                              f"{len(self.char_table)} words")
-        batch["char_ids"] = self.char_table[ids].long() * batch["attention_mask"][..., None]
+        chars = self.char_table[ids].long()
+        L = chars.shape[-1]
+        for b, e in enumerate(examples):
+            for k, word in e.get("oov", {}).items():
+                if not isinstance(word, str) or not word or not isinstance(k, int) \
+                        or not 0 <= k < len(e["input_ids"]) or e["input_ids"][k] != self.unk_id:
+                    raise ValueError(f"objectives/bilm.py: example {b} spells position {k!r} as "
+                                     f"{word!r:.40}, which is not one of its <UNK> words")
+                chars[b, k] = torch.tensor(word_chars(word, L))  # the target stays the id (<UNK>)
+        batch["char_ids"] = chars * batch["attention_mask"][..., None]
         return batch
 
     def forward(self, batch: dict) -> Loss:

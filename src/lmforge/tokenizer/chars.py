@@ -70,6 +70,14 @@ def vocabulary_chars(tokenizer, max_characters: int = 50) -> list:
             for i in range(tokenizer.vocab_size)]
 
 
+def spelled_ids(tokenizer, text: str) -> tuple:
+    """(word ids, {position: spelling} of the words read as <UNK>) of one sentence (no marks): the
+    biLM's inputs are every word's own characters, its targets the vocabulary's ids (bilm-tf)."""
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    unk = tokenizer.special_id("unk")
+    return enc.ids, {k: text[a:b] for k, (i, (a, b)) in enumerate(zip(enc.ids, enc.offsets)) if i == unk}
+
+
 def count_words(texts) -> Counter:
     """How often each word (BERT's split at spaces and punctuation) occurs in `texts`."""
     split = pre_tokenizers.BertPreTokenizer()

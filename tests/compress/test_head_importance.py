@@ -170,6 +170,11 @@ def test_pruning_curves_keep_a_head_per_layer_and_record_what_they_masked(fine_t
     random_levels, _ = pruning_curve(task, (data["validation"], examples), examples,
                                      CurveOptions(order="random", step=0.25, seed=1))
     assert random_levels[0]["metric"] == levels[0]["metric"]
+    # 0.3 x 8 heads = 2.4 and 0.19 x 8 = 1.52 a level: 2 and 1, as Michel et al.'s max(1, int(.)) counts
+    for step, per_level in ((0.3, 2), (0.19, 1)):
+        steps, _ = pruning_curve(task, (data["validation"], examples), examples,
+                                 CurveOptions(order="random", step=step, seed=1, max_fraction=0.5))
+        assert [lv["pruned"] for lv in steps][:2] == [0, per_level]
 
 
 def _heads_command(fine_tuned, tmp_path, prune: str, orders: str) -> dict:

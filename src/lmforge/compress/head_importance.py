@@ -132,7 +132,8 @@ def pruning_curve(task, score_data: tuple, importance_examples: list, options: C
     when metric < until x the unpruned metric."""
     o = options or CurveOptions()
     gates = full_gates(task.model.config)
-    n_total, per_level = total_heads(gates), max(1, round(o.step * total_heads(gates)))
+    # heads masked a level as Michel et al.'s code counts them: max(1, int(heads x masking_amount))
+    n_total, per_level = total_heads(gates), max(1, int(o.step * total_heads(gates)))
     name, base = metric(task, *score_data, gates)
     levels, pruned = [{"pruned": 0, "fraction": 0.0, "metric": base, "name": name, "masked": []}], 0
     shuffled = _candidates(gates)

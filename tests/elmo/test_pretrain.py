@@ -107,3 +107,22 @@ def test_evaluating_a_stateful_bilm_is_reproducible_and_keeps_the_training_state
     assert evaluated == [stateless, stateless]
     assert all(torch.equal(h, kept) for direction, kept_direction in zip(model.states, carried)
                for (h, _), kept in zip(direction, kept_direction))
+
+
+def test_a_run_feeds_a_word_outside_the_vocabulary_its_own_characters():
+    """Pretraining from text keeps an <UNK> word's spelling: the character CNN reads "zyzzyva", the
+    softmax's target is <UNK> (bilm-tf); an in-vocabulary sentence's example is its ids alone."""
+    from lmforge.objectives import registry
+    from lmforge.tokenizer.chars import train_words, word_chars
+    from lmforge.train.pretrain import _examples
+
+    docs = [["the cat sat .", "the cat ran ."]] * 10 + [["the zyzzyva sat ."]]  # seen once: not a word
+    tokenizer = train_words([s for d in docs for s in d], 9)  # one id short of zyzzyva
+    train, held = _examples(registry.get("bilm"), None, docs, tokenizer, 24, 0, log=lambda *a: None)
+    spelled = [e for e in train + held if "oov" in e]
+    assert [e["oov"] for e in spelled] == [{2: "zyzzyva"}]
+    model = lmforge.build(lmforge.tiny("elmo-small", vocab_size=tokenizer.vocab_size))
+    batch = BiLM.build(model, tokenizer).collate(spelled[:1])
+    width = model.config.max_characters_per_token
+    assert batch["char_ids"][0, 2].tolist() == word_chars("zyzzyva", width)
+    assert batch["input_ids"][0, 2] == tokenizer.special_id("unk")

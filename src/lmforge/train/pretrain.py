@@ -39,6 +39,7 @@ from lmforge.model import from_config
 from lmforge.objectives import ObjectiveSpec
 from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
+from lmforge.tokenizer.chars import spelled_ids
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.data import derive_seed
@@ -78,8 +79,12 @@ def read_documents(files: list, options: ReadOptions | None = None) -> list:
     return docs
 
 
-def tokenize_documents(tokenizer, docs: list) -> list:
-    """Documents of sentences -> documents of sentence id lists (no special tokens)."""
+def tokenize_documents(tokenizer, docs: list, spelled: bool = False) -> list:
+    """Documents of sentences -> documents of sentence id lists (no special tokens); spelled (a word
+    tokenizer's biLM): (ids, {position: spelling} of its <UNK> words) per sentence, as the character CNN
+    reads every word's own characters (tokenizer/chars.py spelled_ids)."""
+    if spelled:
+        return [[pair for pair in (spelled_ids(tokenizer, s) for s in doc) if pair[0]] for doc in docs]
     return [[ids for ids in (tokenizer.encode(s, add_special_tokens=False).ids for s in doc) if ids]
             for doc in docs]
 
@@ -239,12 +244,12 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
         log(f"read {len(shards):,} documents, {shards.n_tokens:,} tokens (shards): {len(train):,} training "
             f"and {len(held):,} held-out examples of up to {max_len} tokens")
         return train, held
-    ids = tokenize_documents(tokenizer, docs)
+    ids = tokenize_documents(tokenizer, docs, spelled=spec.tokenizer == "words")
     examples = build_examples(spec.examples, ids, tokenizer, max_len, seed, spec.options)
     held_out = max(1, len(examples) // 20)
     repeats = len(docs) - len({hash(tuple(d)) for d in docs})  # kept (a corpus may weight by them), said
     read = (f"{len(docs):,} documents{f' ({repeats:,} repeats)' if repeats else ''}, "
-            f"{sum(map(len, docs)):,} sentences, {sum(len(s) for d in ids for s in d):,} tokens")
+            f"{sum(map(len, docs)):,} sentences, {sum(len(s[0] if isinstance(s, tuple) else s) for d in ids for s in d):,} tokens")
     if len(examples) <= held_out:
         raise ValueError(f"the text ({read}) makes {len(examples)} example(s) of up to {max_len} tokens, "
                          f"held out for validation, and none to train on: give more text, or a smaller max_len")

@@ -126,3 +126,15 @@ def test_a_run_feeds_a_word_outside_the_vocabulary_its_own_characters():
     width = model.config.max_characters_per_token
     assert batch["char_ids"][0, 2].tolist() == word_chars("zyzzyva", width)
     assert batch["input_ids"][0, 2] == tokenizer.special_id("unk")
+
+
+def test_a_run_from_shards_says_their_unknown_words_reach_the_cnn_as_unk(tmp_path, capsys):
+    """Shards keep word ids alone: the run says what it cannot feed, and how to feed it."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n\n".join(f"the cat sat on mat number {i} ." for i in range(60)))
+    assert main(pretrain(tmp_path / "text", 1)) == 0  # its tokenizer shards the corpus
+    assert main(["corpus", "shard", str(corpus), "--tokenizer", str(tmp_path / "text" / "tokenizer"),
+                 "--out", str(tmp_path / "shards")]) == 0
+    capsys.readouterr()
+    assert main(pretrain(tmp_path / "run", 1, "--data", str(tmp_path / "shards"))) == 0
+    assert "shards hold word ids alone" in capsys.readouterr().out

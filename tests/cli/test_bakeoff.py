@@ -58,3 +58,19 @@ def test_a_report_of_a_folder_where_nothing_ran_is_refused_not_written(tmp_path,
     args = ["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), "--report"]
     assert main(args) == 2
     assert "no bake-off has run there" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_a_shipped_plan_s_name_is_no_path_so_an_out_of_that_name_resumes(tmp_path, capsys, monkeypatch):
+    """--plan tiny --out tiny, run again in the same folder: the plan read is the shipped file, not the
+    run's folder of that name (it was refused as "would write over the input --plan")."""
+    import yaml
+
+    from lmforge.bakeoff import shipped
+
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "tiny.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(TINY))))
+    monkeypatch.setattr(shipped, "SHIPPED", plans)
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert main(["bakeoff", "--plan", "tiny", "--out", "tiny", "--dry-run"]) == 0, capsys.readouterr().err

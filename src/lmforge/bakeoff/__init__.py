@@ -7,9 +7,10 @@ recipe (runner.py), and `write_report(out)` tabulates the results and judges the
 """
 from __future__ import annotations
 
-from lmforge.bakeoff.plan import Plan, PlanError, check_plan, load_plan, shipped_plans
+from lmforge.bakeoff.plan import Plan, PlanError, check_plan, load_plan
+from lmforge.bakeoff.shipped import plan_file, shipped_plans
 
-__all__ = ["Plan", "PlanError", "check_plan", "load_plan", "shipped_plans", "run_plan"]
+__all__ = ["Plan", "PlanError", "check_plan", "load_plan", "plan_file", "shipped_plans", "run_plan"]
 
 
 def run_plan(plan: Plan, out, log=print) -> list:

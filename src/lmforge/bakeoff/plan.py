@@ -31,10 +31,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
+from lmforge.bakeoff.shipped import plan_file
 from lmforge.bakeoff.plan_reads import (check_arm_counted, check_arm_reads, check_finetune_reads,
                                         check_task_reads)
 from lmforge.config.model import MAX_VOCAB
@@ -378,19 +378,9 @@ def check_plan(data, source: str = "plan") -> Plan:
                                f"{source}: claims"), source=source)
 
 
-SHIPPED = Path(__file__).resolve().parent / "plans"
-
-
-def shipped_plans() -> tuple:
-    """The names of the plans shipped with lmforge (bakeoff/plans/NAME.yaml)."""
-    return tuple(sorted(p.stem for p in SHIPPED.glob("*.yaml")))
-
-
 def load_plan(path) -> Plan:
     """A plan from a YAML or JSON file, or a shipped plan's name (electra, roberta, ...)."""
-    path = Path(path)
-    if not path.is_file() and (SHIPPED / f"{path}.yaml").is_file():
-        path = SHIPPED / f"{path}.yaml"
+    path = plan_file(path)
     try:
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else load_yaml(text)

@@ -48,12 +48,13 @@ def _seeds(text: str | None, plan):
 
 def cmd_bakeoff(args) -> None:
     """Run (or resume) a plan under --out, then write its report."""
-    from lmforge.bakeoff import PlanError
+    from lmforge.bakeoff import PlanError, plan_file
     from lmforge.bakeoff.report import write_report
     from lmforge.bakeoff.results import RESULTS
     from lmforge.bakeoff.runner import BakeOff
 
-    refuse_overwrite(args.out, ("--plan", args.plan))
+    # the file read: a shipped plan's name is no path (--plan electra --out electra resumes its run)
+    refuse_overwrite(args.out, ("--plan", plan_file(args.plan)))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each rank would run every arm, at world-size x the FLOPs
         raise UsageError("a bake-off runs each arm in one process, as its budgets count it: run it without "
                          "torchrun")

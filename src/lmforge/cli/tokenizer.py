@@ -49,8 +49,8 @@ def add_parsers(sub) -> None:
 
     group = sub.add_parser("tokenizer", help="train tokenizers").add_subparsers(dest="action", required=True)
     p = group.add_parser("train", help="train a tokenizer (tokenizer.json + tokenizer_config.json in --out)")
-    p.add_argument("files", nargs="*", help="text, JSONL or .gz files or folders of them, read as "
-                   "`corpus shard` reads them (none: the built-in corpus)")
+    p.add_argument("files", nargs="*", help="text, JSONL or compressed (gzip, bzip2, xz) files or folders of "
+                   "them, read as `corpus shard` reads them (none: the built-in corpus)")
     # bound: a whole number (300.0) read as the int Python takes, and 1e18 told the bounds
     option_flags(p, TokenizerOptions, required=("kind", "vocab_size"), bound=True)
     p.add_argument("--out", required=True, help="the tokenizer's directory")

@@ -1,0 +1,44 @@
+"""The training input of a tokenizer read as `corpus shard` reads it: compressed files told by their
+magic bytes whatever their names, and no empty name read as the working folder."""
+import bz2
+import gzip
+import lzma
+
+import pytest
+
+from lmforge.cli import main
+from lmforge.tokenizer import TokenizerError, train_tokenizer
+
+TEXT = "the cat sat on the mat\nthe dog ate the log\n" * 20
+PACKERS = {"gzip.txt": gzip.compress, "text.bz2": bz2.compress, "text.xz": lzma.compress,
+           "any.name": gzip.compress}
+
+
+def test_compressed_files_train_as_their_text_whatever_their_name(tmp_path):
+    """A bzip2 or xz file, or gzip without .gz, was given to the Rust reader as text: refused as not UTF-8,
+    while `corpus shard` reads each (by its magic bytes)."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text(TEXT, encoding="utf-8")
+    want = train_tokenizer(plain, "bytelevel-bpe", 280).backend.to_str()
+    for name, pack in PACKERS.items():
+        (tmp_path / name).write_bytes(pack(TEXT.encode()))
+        assert train_tokenizer(tmp_path / name, "bytelevel-bpe", 280).backend.to_str() == want, name
+    argv = ["tokenizer", "train", str(tmp_path / "text.xz"), "--kind", "bpe", "--vocab-size", "60"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+
+
+def test_a_wide_text_file_is_a_tokenizer_error_naming_it(tmp_path):
+    (tmp_path / "wide.txt").write_bytes(TEXT.encode("utf-16"))
+    with pytest.raises(TokenizerError, match="wide.txt: UTF-16"):
+        train_tokenizer(tmp_path / "wide.txt", "bpe", 60)
+
+
+def test_an_empty_file_name_is_refused_never_read_as_the_working_folder(tmp_path, monkeypatch):
+    """train_tokenizer("") trained on every file of the working folder (Path("") is ".")."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
+    for empty in ("", "  "):
+        with pytest.raises(TokenizerError, match="file name is empty"):
+            train_tokenizer(empty, "bpe", 60)
+    with pytest.raises(TokenizerError, match="empty corpus"):  # in a list, "" is a text: blank, none
+        train_tokenizer(["", " "], "bpe", 60)

@@ -128,13 +128,27 @@ def test_a_run_feeds_a_word_outside_the_vocabulary_its_own_characters():
     assert batch["input_ids"][0, 2] == tokenizer.special_id("unk")
 
 
-def test_a_run_from_shards_says_their_unknown_words_reach_the_cnn_as_unk(tmp_path, capsys):
-    """Shards keep word ids alone: the run says what it cannot feed, and how to feed it."""
+def test_a_run_from_shards_feeds_the_characters_a_run_from_the_same_text_does(tmp_path):
+    """Word shards keep their <UNK> words' spellings: the biLM's examples from shards are those from the
+    same text, spellings and all, and "zyzzyva" reaches the character CNN as its own characters."""
+    from lmforge.data.shards import shard_corpus
+    from lmforge.data.stream import ShardCorpus
+    from lmforge.objectives import registry
+    from lmforge.tokenizer.chars import train_words, word_chars
+    from lmforge.train.pretrain import _examples, read_documents
+
     corpus = tmp_path / "c.txt"
-    corpus.write_text("\n\n".join(f"the cat sat on mat number {i} ." for i in range(60)))
-    assert main(pretrain(tmp_path / "text", 1)) == 0  # its tokenizer shards the corpus
-    assert main(["corpus", "shard", str(corpus), "--tokenizer", str(tmp_path / "text" / "tokenizer"),
-                 "--out", str(tmp_path / "shards")]) == 0
-    capsys.readouterr()
-    assert main(pretrain(tmp_path / "run", 1, "--data", str(tmp_path / "shards"))) == 0
-    assert "shards hold word ids alone" in capsys.readouterr().out
+    corpus.write_text("\n\n".join(["the cat sat .\nthe cat ran ."] * 10 + ["the zyzzyva sat ."]))
+    docs = read_documents([corpus])
+    tokenizer = train_words([s for d in docs for s in d], 9)  # one id short of zyzzyva
+    shard_corpus([corpus], tokenizer, tmp_path / "s", log=lambda m: None)
+    spec, quiet = registry.get("bilm"), lambda *a: None
+    from_text = _examples(spec, None, docs, tokenizer, 24, 0, log=quiet)
+    from_shards = _examples(spec, ShardCorpus(tmp_path / "s"), None, tokenizer, 24, 0, log=quiet)
+    every = [[e for part in run for e in part] for run in (from_text, from_shards)]  # train and held out
+    assert sorted(map(repr, every[1])) == sorted(map(repr, every[0]))
+    spelled = [e for e in every[1] if "oov" in e]
+    assert [e["oov"] for e in spelled] == [{2: "zyzzyva"}]
+    model = lmforge.build(lmforge.tiny("elmo-small", vocab_size=tokenizer.vocab_size))
+    batch = BiLM.build(model, tokenizer).collate(spelled)
+    assert batch["char_ids"][0, 2].tolist() == word_chars("zyzzyva", model.config.max_characters_per_token)

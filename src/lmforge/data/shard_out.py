@@ -1,13 +1,14 @@
 """What a shard run is given and where it may write: a tokenizer and read options of their types, an output
 folder apart from its inputs, and never over a folder of the user's that carries a name the run writes
-(its `tokenizer/` is replaced whole)."""
+(its `tokenizer/` is replaced whole), and the plan: where its inputs are cut into shards."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 from lmforge.config.options import OptionsError
-from lmforge.data.corpus import ReadOptions, expand_files
+from lmforge.data.corpus import CHUNK, ReadOptions, expand_files, open_binary
+from lmforge.data.openers import COMPRESSED_FILES
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE, Tokenizer
 from lmforge.utils.atomic import UnsafePath, overlap, writes_over
@@ -66,3 +67,42 @@ def refuse_foreign_tokenizer(out: Path) -> None:
     if other:
         raise UnsafePath(f"out {out}: its tokenizer holds {', '.join(other[:3])}, not only a tokenizer's "
                          "files; a shard run replaces that folder whole: choose another out", "out")
+
+
+def _next_document(handle, b: int, jsonl: bool) -> int:
+    """The first document start at or after byte b: after a newline (JSONL) or a blank line."""
+    handle.seek(b - 1)
+    pos, seen_line_end, line_start = b - 1, False, False
+    while True:
+        line = handle.readline(CHUNK)
+        if not line:
+            return pos
+        blank = line_start and line.endswith(b"\n") and not line.strip()
+        pos += len(line)
+        if seen_line_end and (jsonl or blank):
+            return pos - len(line) if jsonl else pos
+        seen_line_end = seen_line_end or line.endswith(b"\n")
+        line_start = line.endswith(b"\n")
+
+
+def split_points(path: Path, opts: ReadOptions, shard_bytes: int) -> list:
+    """Byte ranges [(start, end or None)] of a file, cut at document starts every ~shard_bytes."""
+    size = path.stat().st_size
+    with open_binary(path) as handle:
+        if isinstance(handle, COMPRESSED_FILES) or size <= shard_bytes:
+            return [(0, None)]  # gzip, bzip2 and xz cannot seek cheaply: one shard
+        jsonl = opts.format_of(path) == "jsonl"
+        if not jsonl and opts.document == "file":
+            return [(0, None)]
+        cuts = sorted({_next_document(handle, b, jsonl) for b in range(shard_bytes, size, shard_bytes)})
+    starts = [0, *(c for c in cuts if 0 < c < size)]
+    return [(s, e) for s, e in zip(starts, [*starts[1:], None])]
+
+
+def plan(files: list, opts: ReadOptions, shard_bytes: int) -> list:
+    """The shards of a corpus: name, input index and byte range, in corpus order."""
+    jobs = []
+    for i, path in enumerate(files):
+        for start, end in split_points(path, opts, shard_bytes):
+            jobs.append({"name": f"shard-{len(jobs):05d}", "input": i, "start": start, "end": end})
+    return jobs

@@ -9,6 +9,8 @@ A shard directory holds
     shard-00000.bin      token ids, little-endian uint16 when the vocabulary fits 65536 ids, else uint32
     shard-00000.sent     int64: token offset of each sentence start, then the token count (S + 1)
     shard-00000.docs     int64: sentence index of each document start, then S (D + 1)
+    shard-00000.oov      a word tokenizer's shards (v2, "spelled"): the spellings of their <UNK> words,
+    shard-00000.oovtext  read where the biLM feeds every word its own characters (shard_oov.py)
 
 A shard is one input file, or one byte range of a large uncompressed file cut at a
 document start (`shard_bytes`), so the plan depends on the inputs and options only.
@@ -35,13 +37,14 @@ import numpy as np
 
 from lmforge.config import atomic_write_text
 from lmforge.config.options import checked_argument
-from lmforge.data.corpus import CHUNK, SHARD_FORMAT, CorpusWarning, ReadOptions, open_binary, read_range
-from lmforge.data.openers import COMPRESSED_FILES
-from lmforge.data.shard_out import run_settings, shard_inputs
+from lmforge.data.corpus import SHARD_FORMAT, CorpusWarning, ReadOptions, read_range
+from lmforge.data.shard_oov import OOV_SUFFIXES, PAIR, encode_documents, keeps_spellings, oov_records
+from lmforge.data.shard_out import plan, run_settings, shard_inputs, split_points  # noqa: F401 (shards.*)
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
 
-FORMAT, VERSION = SHARD_FORMAT, 1
+# v2: a word tokenizer's shards, spelled; a subword tokenizer's are v1 still, byte for byte as they were
+FORMAT, VERSION, SPELLED_VERSION = SHARD_FORMAT, 1, 2
 MAX_WORKERS, MIN_SHARD_MB, MAX_SHARD_MB, MB = 256, 0.001, 65536.0, 1 << 20  # --workers, --shard-mb's bounds
 SUFFIXES = (".bin", ".sent", ".docs")
 SHARD_NAME = re.compile(r"shard-[0-9]{5,}")  # plan's names: a file of the folder, never a path
@@ -54,54 +57,27 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
-def _next_document(handle, b: int, jsonl: bool) -> int:
-    """The first document start at or after byte b: after a newline (JSONL) or a blank line."""
-    handle.seek(b - 1)
-    pos, seen_line_end, line_start = b - 1, False, False
-    while True:
-        line = handle.readline(CHUNK)
-        if not line:
-            return pos
-        blank = line_start and line.endswith(b"\n") and not line.strip()
-        pos += len(line)
-        if seen_line_end and (jsonl or blank):
-            return pos - len(line) if jsonl else pos
-        seen_line_end = seen_line_end or line.endswith(b"\n")
-        line_start = line.endswith(b"\n")
+def spelled(manifest: dict) -> bool:
+    """Whether a manifest's shards keep their <UNK> words' spellings (a word tokenizer's, v2)."""
+    return manifest.get("spelled") is True
 
 
-def split_points(path: Path, opts: ReadOptions, shard_bytes: int) -> list:
-    """Byte ranges [(start, end or None)] of a file, cut at document starts every ~shard_bytes."""
-    size = path.stat().st_size
-    with open_binary(path) as handle:
-        if isinstance(handle, COMPRESSED_FILES) or size <= shard_bytes:
-            return [(0, None)]  # gzip, bzip2 and xz cannot seek cheaply: one shard
-        jsonl = opts.format_of(path) == "jsonl"
-        if not jsonl and opts.document == "file":
-            return [(0, None)]
-        cuts = sorted({_next_document(handle, b, jsonl) for b in range(shard_bytes, size, shard_bytes)})
-    starts = [0, *(c for c in cuts if 0 < c < size)]
-    return [(s, e) for s, e in zip(starts, [*starts[1:], None])]
-
-
-def plan(files: list, opts: ReadOptions, shard_bytes: int) -> list:
-    """The shards of a corpus: name, input index and byte range, in corpus order."""
-    jobs = []
-    for i, path in enumerate(files):
-        for start, end in split_points(path, opts, shard_bytes):
-            jobs.append({"name": f"shard-{len(jobs):05d}", "input": i, "start": start, "end": end})
-    return jobs
+def suffixes(is_spelled: bool) -> tuple:
+    """The files of each shard: three, and the spellings' two where the shards are spelled."""
+    return SUFFIXES + OOV_SUFFIXES if is_spelled else SUFFIXES
 
 
 class ShardWriter:
-    """Writes one shard's three files (as .tmp until `close`), hashing them on the way."""
+    """Writes one shard's files (as .tmp until `close`), hashing them on the way; `spelled`: sentences are
+    (ids, spellings) and the spellings are kept (shard_oov.py)."""
 
-    def __init__(self, out: Path, name: str, dtype: np.dtype) -> None:
-        self.paths = [out / f"{name}{s}" for s in SUFFIXES]
+    def __init__(self, out: Path, name: str, dtype: np.dtype, spelled: bool = False) -> None:
+        self.suffixes, self.spelled = suffixes(spelled), spelled
+        self.paths = [out / f"{name}{s}" for s in self.suffixes]
         self.files = [_fresh(p.with_name(p.name + ".tmp")) for p in self.paths]
-        self.hashes = [hashlib.sha256() for _ in SUFFIXES]
+        self.hashes = [hashlib.sha256() for _ in self.suffixes]
         self.dtype, self.limit = dtype, np.iinfo(dtype).max
-        self.tokens = self.sentences = self.documents = 0
+        self.tokens = self.sentences = self.documents = self.oov = self.oov_bytes = 0
         self._write(1, np.zeros(1, OFFSET))
         self._write(2, np.zeros(1, OFFSET))
 
@@ -111,9 +87,16 @@ class ShardWriter:
         self.hashes[k].update(data)
 
     def add(self, docs: list) -> None:
-        """Append documents, each a list of sentence id lists (empty ones are dropped)."""
-        docs = [[s for s in doc if s] for doc in docs]
+        """Append documents, each a list of sentence id lists, or (ids, spellings) where `spelled` (empty
+        ones are dropped)."""
+        docs = [[s for s in doc if (s[0] if self.spelled else s)] for doc in docs]
         docs = [doc for doc in docs if doc]
+        if self.spelled:  # the token offsets they record start at the tokens written so far
+            pairs, text = oov_records([s for doc in docs for s in doc], self.tokens, self.oov_bytes)
+            self._write(3, pairs)
+            self._write(4, np.frombuffer(text, np.uint8))
+            self.oov, self.oov_bytes = self.oov + len(pairs), self.oov_bytes + len(text)
+            docs = [[ids for ids, _ in doc] for doc in docs]
         sentences = [s for doc in docs for s in doc]
         lengths = np.fromiter(map(len, sentences), dtype=OFFSET, count=len(sentences))
         ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lengths.sum()))
@@ -132,8 +115,9 @@ class ShardWriter:
         for f, p in zip(self.files, self.paths):
             f.close()
             os.replace(p.with_name(p.name + ".tmp"), p)
-        return {"documents": self.documents, "sentences": self.sentences, "tokens": self.tokens,
-                "sha256": {s.lstrip("."): h.hexdigest() for s, h in zip(SUFFIXES, self.hashes)}}
+        spelt = {"oov": self.oov, "oov_bytes": self.oov_bytes} if self.spelled else {}
+        return {"documents": self.documents, "sentences": self.sentences, "tokens": self.tokens, **spelt,
+                "sha256": {s.lstrip("."): h.hexdigest() for s, h in zip(self.suffixes, self.hashes)}}
 
 
 def _fresh(path: Path):
@@ -148,9 +132,10 @@ def write_shard(job: dict) -> dict:
     """Tokenise one shard's documents into its files (run in a worker process); its manifest entry."""
     from lmforge.tokenizer import load_tokenizer
 
-    backend = load_tokenizer(job["tokenizer"]).backend
+    tokenizer = load_tokenizer(job["tokenizer"])
+    backend, unk = tokenizer.backend, tokenizer.special_id("unk") if job["spelled"] else None
     opts = ReadOptions(**job["options"])
-    writer = ShardWriter(Path(job["out"]), job["name"], np.dtype(job["dtype"]))
+    writer = ShardWriter(Path(job["out"]), job["name"], np.dtype(job["dtype"]), job["spelled"])
     batch, n = [], 0
     reader = read_range(Path(job["path"]), opts, job["start"], job["end"], warn=False)
     while True:
@@ -162,28 +147,18 @@ def write_shard(job: dict) -> dict:
         batch.append(doc)
         n += len(doc)
         if n >= BATCH_SENTENCES:
-            writer.add(_encode(backend, batch))
+            writer.add(encode_documents(backend, batch, unk))
             batch, n = [], 0
-    writer.add(_encode(backend, batch))
+    writer.add(encode_documents(backend, batch, unk))
     entry = {k: job[k] for k in ("name", "input", "start", "end")}
     return {**entry, "done": True, **writer.close(), "problems": stats.problems}
 
 
-def _encode(backend, docs: list) -> list:
-    """Documents of sentence strings -> documents of sentence id lists (no special tokens)."""
-    texts = [s for doc in docs for s in doc]
-    flat = backend.encode_batch_fast(texts, add_special_tokens=False) if texts else []  # no offsets
-    out, i = [], 0
-    for doc in docs:
-        out.append([flat[j].ids for j in range(i, i + len(doc))])
-        i += len(doc)
-    return out
-
-
-def _expected(out: Path, entry: dict, itemsize: int) -> list:
-    """[(path, size its counts imply, suffix)] of a recorded shard's three files."""
-    sizes = (entry["tokens"] * itemsize, (entry["sentences"] + 1) * 8, (entry["documents"] + 1) * 8)
-    return [(out / f"{entry['name']}{s}", n, s) for s, n in zip(SUFFIXES, sizes)]
+def _expected(out: Path, entry: dict, itemsize: int, is_spelled: bool) -> list:
+    """[(path, size its counts imply, suffix)] of a recorded shard's files."""
+    sizes = (entry["tokens"] * itemsize, (entry["sentences"] + 1) * 8, (entry["documents"] + 1) * 8,
+             *((entry["oov"] * 2 * PAIR.itemsize, entry["oov_bytes"]) if is_spelled else ()))
+    return [(out / f"{entry['name']}{s}", n, s) for s, n in zip(suffixes(is_spelled), sizes)]
 
 
 # (path, size, mtime_ns) of the shard files whose checksum matched in this process: each is hashed once
@@ -196,13 +171,13 @@ class ShardError(ValueError):
     the message names the file."""
 
 
-def check_files(out, shards: list, itemsize: int) -> None:
+def check_files(out, shards: list, itemsize: int, is_spelled: bool = False) -> None:
     """ShardError naming the first file of `shards` (manifest entries) that is missing, of another
     size than its counts imply (truncated), or whose sha256 differs: sizes always, checksums once per
     file per process."""
     out, todo = Path(out), []
     for entry in shards:
-        for path, size, suffix in _expected(out, entry, itemsize):
+        for path, size, suffix in _expected(out, entry, itemsize, is_spelled):
             if not path.is_file():
                 raise ShardError(f"shard file {path} is missing; {REDO}")
             stat = path.stat()
@@ -222,10 +197,10 @@ def check_files(out, shards: list, itemsize: int) -> None:
             _VERIFIED.add(key)
 
 
-def _intact(out: Path, entry: dict, itemsize: int) -> bool:
+def _intact(out: Path, entry: dict, itemsize: int, is_spelled: bool) -> bool:
     """Whether a recorded shard's files exist with the sizes its counts imply and their checksums."""
     try:
-        check_files(out, [entry], itemsize)
+        check_files(out, [entry], itemsize, is_spelled)
     except (ValueError, KeyError, TypeError, AttributeError):  # damaged, or its record is: redone
         return False
     return True
@@ -242,12 +217,13 @@ def read_manifest(out, check: bool = True) -> dict:
                          f"shard` with the same inputs to rewrite it") from None
     except (OSError, ValueError) as err:
         raise ShardError(f"{out} is not a shard directory (cannot read manifest.json: {err})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise ShardError(f"{path} is not an {FORMAT} v{VERSION} manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") not in (
+            VERSION, SPELLED_VERSION):
+        raise ShardError(f"{path} is not an {FORMAT} v{VERSION} or v{SPELLED_VERSION} manifest")
     _check_shape(path, manifest)
     if check and manifest.get("complete"):
         try:
-            check_files(out, manifest["shards"], np.dtype(manifest["dtype"]).itemsize)
+            check_files(out, manifest["shards"], np.dtype(manifest["dtype"]).itemsize, spelled(manifest))
         except (KeyError, TypeError, AttributeError) as err:  # a field missing, or of another kind
             what = f"lacks {err}" if isinstance(err, KeyError) else f"is malformed ({err})"
             raise ShardError(f"{path} is damaged: a shard entry {what}") from None
@@ -264,6 +240,8 @@ def _check_shape(path: Path, manifest: dict) -> None:
     dtype = manifest.get("dtype")
     if dtype not in ("uint16", "uint32"):  # float16 ids would pass the size and checksum checks
         raise ShardError(f"{path} is damaged: \"dtype\" is {dtype!r}, not uint16 or uint32")
+    if spelled(manifest) != (manifest["version"] == SPELLED_VERSION):  # spellings kept exactly where v2
+        raise ShardError(f"{path} is damaged: \"spelled\" does not go with v{manifest['version']}")
 
 
 def _write_manifest(out: Path, manifest: dict) -> None:
@@ -274,10 +252,11 @@ def _header(files: list, tokenizer, tok_sha: str, opts: ReadOptions, shard_bytes
     """What a rerun must match to resume: tokenizer, options and the inputs as they were."""
     inputs = [{"path": str(f.resolve()), "bytes": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns}
               for f in files]
-    return {"format": FORMAT, "version": VERSION,
+    spelt = keeps_spellings(tokenizer)  # a word tokenizer's: v2, which v1's readers refuse
+    return {"format": FORMAT, "version": SPELLED_VERSION if spelt else VERSION,
             "tokenizer": {"sha256": tok_sha, "vocab_size": tokenizer.vocab_size},
             "dtype": token_dtype(tokenizer.vocab_size).name, "options": opts.to_dict(),
-            "shard_bytes": shard_bytes, "inputs": inputs}
+            "shard_bytes": shard_bytes, "inputs": inputs, **({"spelled": True} if spelt else {})}
 
 
 def _changed(manifest: dict, header: dict) -> str:
@@ -285,6 +264,8 @@ def _changed(manifest: dict, header: dict) -> str:
     key = next(k for k in header if manifest.get(k) != header[k])
     was = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
     new = [i["path"] for i in header["inputs"] if i not in was]
+    if key in ("version", "spelled") and spelled(header):
+        return "they are v1 word shards, written before shards kept the spellings of <UNK> words"
     return (f"{new[0]} is new or changed since (size or time)" if key == "inputs" and new
             else f"its {key} differs")
 
@@ -320,13 +301,13 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     manifest = _prepare(files, tokenizer, out, opts, shard_bytes)
-    itemsize = np.dtype(manifest["dtype"]).itemsize
-    todo = [s for s in manifest["shards"] if not (s["done"] and _intact(out, s, itemsize))]
+    itemsize, spelt = np.dtype(manifest["dtype"]).itemsize, spelled(manifest)
+    todo = [s for s in manifest["shards"] if not (s["done"] and _intact(out, s, itemsize, spelt))]
     if len(todo) < len(manifest["shards"]):
         log(f"resuming: {len(manifest['shards']) - len(todo)} of {len(manifest['shards'])} shards already done")
     jobs = [{**{k: s[k] for k in ("name", "input", "start", "end")}, "path": manifest["inputs"][s["input"]]["path"],
              "tokenizer": str(out / "tokenizer"), "options": manifest["options"], "dtype": manifest["dtype"],
-             "out": str(out)} for s in todo]
+             "out": str(out), "spelled": spelt} for s in todo]
     _write_all(out, manifest, jobs, workers, log)
     manifest["totals"] = {k: sum(s[k] for s in manifest["shards"]) for k in ("documents", "sentences", "tokens")}
     _refuse_empty(out, manifest, files, made)
@@ -350,7 +331,7 @@ def _write_all(out: Path, manifest: dict, jobs: list, workers: int, log) -> None
     except BaseException:
         entries.close()  # the pool's workers end (terminated, joined) before their files are removed
         for job in jobs:
-            for suffix in SUFFIXES:
+            for suffix in suffixes(spelled(manifest)):
                 (out / f"{job['name']}{suffix}.tmp").unlink(missing_ok=True)
         raise
 
@@ -361,7 +342,8 @@ def _refuse_empty(out: Path, manifest: dict, files: list, made: bool) -> None:
     rerun with another --text-field or --format starts afresh."""
     if manifest["totals"]["documents"]:
         return
-    shard_files = [out / f"{s['name']}{suffix}" for s in manifest["shards"] for suffix in SUFFIXES]
+    shard_files = [out / f"{s['name']}{suffix}" for s in manifest["shards"]
+                   for suffix in suffixes(spelled(manifest))]
     written = [out] if made else [out / "manifest.json", out / "tokenizer", *shard_files]
     for path in written:
         remove_path(path)
@@ -393,8 +375,9 @@ def verify(out) -> list:
     out, manifest = Path(out), read_manifest(out, check=False)
     bad = []
     for s in manifest["shards"]:
-        sums, files = s.get("sha256"), [out / f"{s['name']}{suffix}" for suffix in SUFFIXES]
+        files = [out / f"{s['name']}{suffix}" for suffix in suffixes(spelled(manifest))]
+        sums = s.get("sha256")
         if not (s.get("done") and isinstance(sums, dict) and all(f.is_file() for f in files)) or any(
-                _sha256(f) != sums.get(suffix.lstrip(".")) for f, suffix in zip(files, SUFFIXES)):
+                _sha256(f) != sums.get(f.suffix.lstrip(".")) for f in files):
             bad.append(s["name"])
     return bad

@@ -1,18 +1,18 @@
 """Streaming over token shards: documents read through np.memmap, never the whole corpus.
 
-`ShardCorpus` gives random access to the documents of a shard directory (global document
-ids in corpus order) and their sentences; only small per-document arrays (lengths, ids)
-are ever built. On top of it, deterministic by seed:
+`ShardCorpus` gives random access to the documents of a shard directory (global document ids in corpus
+order) and their sentences; only small per-document arrays (lengths, ids) are ever built. On top of it,
+deterministic by seed:
 
-- `split(valid_fraction, seed)`: disjoint train/validation document ids (a seeded
-  permutation of the ids; the same for any number of shards or workers);
+- `split(valid_fraction, seed)`: disjoint train/validation document ids (a seeded permutation of the ids;
+  the same for any number of shards or workers);
 - `order(ids, seed, epoch)`: a shuffled document order, and `iter_documents` to stream it;
-- adapters with len() and random access by position, which is what the Trainer needs:
-  `DocumentView` (documents as lists of sentence id lists, for the list-based example
-  builders), `PackedBlocks` (contiguous causal-LM blocks, as `examples.blocks`) and
-  `PackedSentences` (RoBERTa FULL-/DOC-SENTENCES, as `examples.pack_sentences`) and
-  `PackedPairs` (NSP, SOP and StructBERT pairs, as `examples.nsp_pairs` and friends), whose
-  plans hold a few integers per example, not tokens.
+- adapters with len() and random access by position, which is what the Trainer needs: `DocumentView`
+  (documents as lists of sentence id lists, for the list-based example builders; a word tokenizer's shards
+  give (ids, spellings) sentences, shard_oov.py), `PackedBlocks` (contiguous causal-LM blocks, as
+  `examples.blocks`), `PackedSentences` (RoBERTa FULL-/DOC-SENTENCES, as `examples.pack_sentences`) and
+  `PackedPairs` (NSP, SOP and StructBERT pairs, as `examples.nsp_pairs` and friends), whose plans hold a
+  few integers per example, not tokens.
 
 What an objective trains on is an `ExampleFormat` (data: packed sentences, blocks or pairs, the
 special tokens around them, word starts); `build_examples` makes its examples as lists from
@@ -35,7 +35,8 @@ from lmforge.data.corpus import is_shard_dir
 from lmforge.data.examples import (blocks, nsp_pairs, pack_sentences, pair_from_plan, plan_nsp,
                                    plan_sentence_nsp, plan_sop, plan_sso, sentence_budget, sentence_nsp_pairs,
                                    sop_pairs, sso_pairs)
-from lmforge.data.shards import OFFSET, SUFFIXES, ShardError, read_manifest
+from lmforge.data.shard_oov import refuse_unspelled, sentence_spellings
+from lmforge.data.shards import OFFSET, SUFFIXES, ShardError, read_manifest, spelled
 
 
 class ShardCorpus:
@@ -47,7 +48,7 @@ class ShardCorpus:
         if not self.manifest.get("complete"):
             raise ShardError(f"{path} is unfinished: rerun `lmforge corpus shard` with the same inputs to "
                              f"complete it")
-        self.dtype = np.dtype(self.manifest["dtype"])
+        self.dtype, self.spelled = np.dtype(self.manifest["dtype"]), spelled(self.manifest)
         self.shards = [s for s in self.manifest["shards"] if s["documents"]]
         self.first_doc = np.cumsum([0] + [s["documents"] for s in self.shards])  # (n_shards + 1,)
         self._first = self.first_doc.tolist()
@@ -75,6 +76,7 @@ class ShardCorpus:
                              "tokenizer's sha256")
         if hashlib.sha256(text.encode()).hexdigest() != recorded["sha256"]:
             raise ValueError(f"{self.path} was tokenised with another tokenizer ({self.path / 'tokenizer'})")
+        refuse_unspelled(self.path, self.spelled, tokenizer)  # v1 word shards: never read without them
 
     def _shard(self, k: int) -> tuple:
         """(tokens, sentence offsets, document offsets) of shard k: read-only arrays over memmaps."""
@@ -85,6 +87,12 @@ class ShardCorpus:
             self._maps[k] = tuple(np.memmap(self.path / f"{name}{s}", dtype=d, mode="r").view(np.ndarray)
                                   for s, d in zip(SUFFIXES, dtypes))
         return self._maps[k]
+
+    def spelled_document(self, doc: int) -> list:
+        """Document `doc` as (ids, {position: spelling} of its <UNK> words) sentences (spelled shards)."""
+        k, _ = self._locate(doc)  # the shard's spellings are mapped once, beside its ids
+        spellings = sentence_spellings(self._maps, self.path, self.shards[k], self.bounds(doc)[1])
+        return list(zip(self.document(doc), spellings))
 
     def _locate(self, doc: int) -> tuple:
         if not 0 <= doc < len(self):
@@ -140,13 +148,12 @@ class ShardCorpus:
 
 def open_shards(files) -> ShardCorpus | None:
     """A ShardCorpus when `files` is one shard directory (corpus.is_shard_dir), else None (text)."""
-    if files and len(files) == 1 and is_shard_dir(files[0]):
-        return ShardCorpus(files[0])
-    return None
+    return ShardCorpus(files[0]) if files and len(files) == 1 and is_shard_dir(files[0]) else None
 
 
 class DocumentView:
-    """Documents `ids` of a corpus as a read-only sequence (what the list-based builders take)."""
+    """Documents `ids` of a corpus as a read-only sequence (what the list-based builders take): their
+    sentences are (ids, spellings) where the shards keep spellings (a word tokenizer's, shard_oov.py)."""
 
     def __init__(self, corpus: ShardCorpus, ids=None) -> None:
         self.corpus = corpus
@@ -156,10 +163,8 @@ class DocumentView:
         return len(self.ids)
 
     def __getitem__(self, i: int) -> list:
-        return self.corpus.document(int(self.ids[i]))
-
-    def __iter__(self):
-        return self.corpus.iter_documents(self.ids)
+        read = self.corpus.spelled_document if self.corpus.spelled else self.corpus.document
+        return read(int(self.ids[i]))
 
 
 class PackedBlocks:

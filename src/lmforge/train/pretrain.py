@@ -243,9 +243,6 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
         train, held = shard_examples(spec.examples, shards, tokenizer, max_len, seed, options=spec.options)
         log(f"read {len(shards):,} documents, {shards.n_tokens:,} tokens (shards): {len(train):,} training "
             f"and {len(held):,} held-out examples of up to {max_len} tokens")
-        if spec.tokenizer == "words":  # shards store ids: a spelling lost there is not made up
-            log("note: shards hold word ids alone, so a word outside the vocabulary reaches the character "
-                "CNN as <UNK>'s characters; pretrain from text files to feed each word its own")
         return train, held
     ids = tokenize_documents(tokenizer, docs, spelled=spec.tokenizer == "words")
     examples = build_examples(spec.examples, ids, tokenizer, max_len, seed, spec.options)

@@ -42,3 +42,27 @@ def test_an_empty_file_name_is_refused_never_read_as_the_working_folder(tmp_path
             train_tokenizer(empty, "bpe", 60)
     with pytest.raises(TokenizerError, match="empty corpus"):  # in a list, "" is a text: blank, none
         train_tokenizer(["", " "], "bpe", 60)
+
+
+def test_read_options_read_the_files_as_corpus_shard_does_alike_from_the_command_line_and_python(tmp_path):
+    """A JSONL corpus whose text is under "body" (`corpus shard --text-field body`) trains its tokenizer
+    on that field from both faces (only "text" was read: a tokenizer of the wrong field)."""
+    import json
+    from pathlib import Path
+
+    from lmforge.config.options import OptionsError
+    from lmforge.data.read_options import ReadOptions
+    from lmforge.tokenizer import load_tokenizer
+
+    data = tmp_path / "c.jsonl"
+    data.write_text("".join(json.dumps({"body": f"alpha beta gamma {i}", "text": "zzz"}) + "\n" for i in range(50)))
+    python = train_tokenizer(Path(data), "wordpiece", 60, read=ReadOptions(text_field="body"))
+    assert main(["tokenizer", "train", str(data), "--kind", "wordpiece", "--vocab-size", "60", "--out",
+                 str(tmp_path / "t"), "--text-field", "body"]) == 0
+    command = load_tokenizer(tmp_path / "t")
+    assert python.backend.get_vocab() == command.backend.get_vocab()
+    assert "gamma" in python.backend.get_vocab() and "zzz" not in python.backend.get_vocab()
+    with pytest.raises(OptionsError, match="read: options say how files are read"):
+        train_tokenizer(["alpha beta"], "wordpiece", 60, read=ReadOptions(text_field="body"))
+    assert main(["tokenizer", "train", "--kind", "bpe", "--vocab-size", "300", "--out", str(tmp_path / "b"),
+                 "--text-field", "body"]) == 2  # the built-in corpus is read as it is

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as Backend
 
+from lmforge.config.options import OptionsError
 from lmforge.tokenizer.lines import BLOCK, file_pieces, first_long_line, text_pieces
 from lmforge.tokenizer.wrapper import TokenizerError
 
@@ -87,11 +88,12 @@ def _through_reader(file: Path) -> bool:
         raise TokenizerError(str(err)) from None
 
 
-def _reader_texts(files: list, seen: list):
-    """Documents of JSONL / gzip / text files as the corpus reader gives them (its warnings included)."""
+def _reader_texts(files: list, seen: list, read=None):
+    """Documents of JSONL / gzip / text files as the corpus reader gives them (its warnings included), read
+    with `read` (a ReadOptions; None: its defaults)."""
     from lmforge.data.corpus import CorpusReader
 
-    for document in CorpusReader(files):
+    for document in CorpusReader(files, read):
         seen[0] += 1
         yield "\n".join(document)
 
@@ -146,15 +148,20 @@ class Corpus:
     """The training input, read once per training pass: plain-text files by the Rust reader (by
     lines.py where a line is too long for it or a character is one the corpus reader cleans), JSON lines
     and gzip files by the corpus reader, texts from memory (a one-shot iterator is kept); long texts go to
-    the trainer in pieces (lines.py)."""
+    the trainer in pieces (lines.py). `read` (a ReadOptions other than its defaults: a JSONL field, a
+    document per file ...) sends every file through the corpus reader, read as `corpus shard` reads it."""
 
-    def __init__(self, source):
+    def __init__(self, source, read=None):
         # bytes iterate as numbers and a dict as its keys: neither is a list of texts
         if isinstance(source, (bytes, dict)) or not isinstance(source, (str, os.PathLike, Iterable)):
             raise TokenizerError(f"source: a file, a list of files or an iterable of texts, got "
                                  f"{type(source).__name__}")
         files = corpus_files(source)
-        through_reader = files is not None and any(map(_through_reader, files))
+        if read is not None and files is None:  # texts are given as they are: nothing would read them
+            raise OptionsError("read: options say how files are read; the texts given are taken as they are",
+                               "read")
+        self.read = read
+        through_reader = files is not None and (read is not None or any(map(_through_reader, files)))
         self.files = files if files is not None and not through_reader else None
         self.reader = files if through_reader else None
         self.texts = None if files is not None else \
@@ -170,7 +177,8 @@ class Corpus:
         if self.files is not None:
             return _file_lines(self.files, seen)
         if self.reader is not None:
-            return text_pieces(_reader_texts(self.reader, seen), ", ".join(map(str, self.reader)), "document")
+            return text_pieces(_reader_texts(self.reader, seen, self.read), ", ".join(map(str, self.reader)),
+                               "document")
         return text_pieces(_texts(self.texts, seen), "the texts given")
 
     def train(self, backend: Backend, trainer) -> None:

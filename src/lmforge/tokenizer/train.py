@@ -196,21 +196,27 @@ def _say_overflow(backend: Backend, options: TokenizerOptions) -> None:
 
 
 def train_tokenizer(source, kind: str, vocab_size: int, family: str | None = None, lowercase: bool = False,
-                    strip_accents: bool = False, min_frequency: int | None = None) -> Tokenizer:
+                    strip_accents: bool = False, min_frequency: int | None = None, read=None) -> Tokenizer:
     """Train a `kind` tokenizer of about `vocab_size` ids (specials included) on files or texts.
 
     `source` is a file path, a list of file paths or an iterable of texts (a text may hold
     many lines). The options are TokenizerOptions' (checked there: a bad one is an OptionsError naming
-    it); `family` picks the special tokens and template (default: by kind, see the module docstring).
+    it); `family` picks the special tokens and template (default: by kind, see the module docstring);
+    `read` a ReadOptions: files read as `corpus shard` reads them with it (e.g. text_field="body").
     """
     options = TokenizerOptions(kind, vocab_size, family, lowercase, strip_accents, min_frequency)
-    return train_with(source, options)
+    return train_with(source, options, read)
 
 
-def train_with(source, options: TokenizerOptions) -> Tokenizer:
-    """train_tokenizer with its options in one object (the command line builds it from its flags)."""
+def train_with(source, options: TokenizerOptions, read=None) -> Tokenizer:
+    """train_tokenizer with its options in one object (the command line builds it from its flags); read:
+    a ReadOptions for files read as `corpus shard` reads them with it (a JSONL field, ...), None: defaults."""
+    from lmforge.data.read_options import ReadOptions
+
+    if read is not None and not isinstance(read, ReadOptions):
+        raise OptionsError(f"read must be a ReadOptions, got {type(read).__name__}", "read")
     kind, spec, least = options.kind, options.spec(), options.merges_least()
-    corpus, norm = Corpus(source), normalizer(options.lowercase, options.strip_accents)
+    corpus, norm = Corpus(source, read), normalizer(options.lowercase, options.strip_accents)
     pinned = _pinned(kind, spec, least, norm, corpus)
     backend, trainer = backend_and_trainer(kind, options.vocab_size, spec, least, pinned)
     backend.normalizer = norm

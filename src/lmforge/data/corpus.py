@@ -349,7 +349,19 @@ def expand_files(files) -> list:
             raise FileNotFoundError(f"no such file: {f}")
     if not out:
         raise ValueError(f"no files in {', '.join(map(str, files))}")
-    return out
+    return _once(out)
+
+
+def _once(files: list) -> list:
+    """`files` with a file named again (twice, by a folder and by name, or by a link) read the first time
+    only, said: a shell's overlapping globs would otherwise weigh its documents twice, unsaid."""
+    seen: dict = {}
+    for f in files:
+        stat = f.stat()
+        first = seen.setdefault((stat.st_dev, stat.st_ino), f)
+        if first is not f:
+            warnings.warn(f"{f}: the same file as {first}, named again: read once", CorpusWarning, stacklevel=3)
+    return list(seen.values())
 
 
 class CorpusReader:

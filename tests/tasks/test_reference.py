@@ -196,21 +196,37 @@ SIGMOID = "torch.nn.modules.activation.Sigmoid"
 
 @pytest.mark.parametrize("marker", [{"sentence_transformers": {"activation_fn": SIGMOID, "version": "4.1.0"}},
                                     {"sbert_ce_default_activation_function": SIGMOID}])
-@pytest.mark.parametrize("n, kind", [(1, "rerank"), (2, "pair"), (3, "pair")])
-def test_a_cross_encoder_is_read_as_the_text_pair_task_its_outputs_say(tmp_path, marker, n, kind):
-    """A sentence-transformers CrossEncoder (v4+'s block, or the older key) scores text pairs: one output a
-    rerank score, classes a pair task's, with no --task to choose between cls and pair (or regression)."""
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_cross_encoder_is_read_as_the_text_pair_task_its_outputs_say(tmp_path, marker, n):
+    """A sentence-transformers CrossEncoder (v4+'s block, or the older key) scores text pairs: its classes
+    are a pair task's, with no --task to choose between cls and pair."""
     from lmforge.tasks.finetune import fine_tuned_task
     from lmforge.tasks.reference import task_file
 
     _, path = reference_dir(tmp_path / "ce", num_labels=n, **marker)
     info = task_info(path)
-    assert info["kinds"] == [kind] and "CrossEncoder" in info["why"]
-    assert task_file(path / "config.json", json.loads((path / "config.json").read_text()), 8)["kind"] == kind
-    assert fine_tuned_task(path, []).kind == kind
-    other = "regression" if n == 1 else "cls"
-    with pytest.raises(ValueError, match=f"CrossEncoder.* is not a {other} task; it is read as {kind}"):
-        fine_tuned_task(path, [], other)
+    assert info["kinds"] == ["pair"] and "CrossEncoder" in info["why"]
+    assert task_file(path / "config.json", json.loads((path / "config.json").read_text()), 8)["kind"] == "pair"
+    assert fine_tuned_task(path, []).kind == "pair"
+    with pytest.raises(ValueError, match="CrossEncoder.* is not a cls task; it is read as pair"):
+        fine_tuned_task(path, [], "cls")
+
+
+@pytest.mark.parametrize("marker", [{"sentence_transformers": {"activation_fn": SIGMOID, "version": "4.1.0"}},
+                                    {"sbert_ce_default_activation_function": SIGMOID}])
+def test_a_one_score_cross_encoder_ranks_or_regresses_pairs_as_the_task_says(tmp_path, marker):
+    """One output: an ms-marco reranker or an STS regressor (cross-encoder/stsb-*), both over text pairs; the
+    data's task says which (served as a reranker), and a single-text class task is refused."""
+    from lmforge.serve.models import served_task
+    from lmforge.tasks.finetune import fine_tuned_task
+
+    _, path = reference_dir(tmp_path / "ce", num_labels=1, **marker)
+    assert task_info(path)["kinds"] == ["rerank", "regression"] and served_task(path)["kind"] == "rerank"
+    assert fine_tuned_task(path, [], "regression").kind == "regression"
+    with pytest.raises(ValueError, match="the task kind is needed"):
+        fine_tuned_task(path, [])
+    with pytest.raises(ValueError, match="CrossEncoder.* is not a cls task; it is read as rerank or regression"):
+        fine_tuned_task(path, [], "cls")
 
 
 def test_a_cross_encoder_pair_classifier_predicts_the_reference_argmax_without_a_task(tmp_path):

@@ -25,7 +25,9 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 ONE_SCORE = ["regression", "rerank"]
 CLASSES = ["cls", "pair"]
 MULTI = ["multilabel"]
-PAIR_SCORE, PAIR_CLASSES = ["rerank"], ["pair"]  # a CrossEncoder's (its config says it reads text pairs)
+# a CrossEncoder's (its config says it reads text pairs): one score ranks (ms-marco's) or regresses (an STS
+# model's: lmforge's regression reads text_pair too), served as a reranker; classes are a pair task's
+PAIR_SCORE, PAIR_CLASSES = ["rerank", "regression"], ["pair"]
 
 
 def is_label(value) -> bool:

@@ -46,6 +46,9 @@ class Settings:
     stop: tuple = field(default_factory=tuple)
     stream: bool = False
     new_tokens: str = "max_new_tokens"  # the route's name of max_new_tokens (/v1/completions: max_tokens)
+    # a seed without sampling: refused as the command line refuses it, but where the route is OpenAI's, which
+    # accepts it (lm-eval-harness sends seed with temperature 0); the reply's seed is null either way
+    unsampled_seed: bool = False
 
     def __post_init__(self) -> None:
         self.given = sampling_from_temperature(self.given)

@@ -127,7 +127,8 @@ def _job(served, field: str, ids: list, settings: Settings, limits=None,
     try:  # a setting the request gave that its decoding would not read: refused as the other faces do, once
         # the route's defaults and the checkpoint's recommendation say whether it samples (OpenAI's samples)
         refuse_unused(options, settings.given)
-        refuse_unsampled_seed(settings.seed, options)
+        if not settings.unsampled_seed:
+            refuse_unsampled_seed(settings.seed, options)
     except OptionsError as err:
         raise settings.refusal(err) from None
     if limits is not None:  # the checkpoint's settings are bounded as a request's are
@@ -274,6 +275,7 @@ async def completions(body: CompletionRequest, request: Request):
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
     check_count(len(prompts), server.limits, "prompt")  # none: 422; over max_inputs: 413
     settings = settings_of(body, body.max_tokens, server.limits, "max_tokens", completion_defaults(served))
+    settings.unsampled_seed = True  # OpenAI's route takes a seed with temperature 0
     listed = not isinstance(body.prompt, str)
     jobs = await jobs_of(served, prompts, settings, server.limits, listed, new_tokens="max_tokens")
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),

@@ -4,7 +4,7 @@ import re
 import pytest
 
 from lmforge.bakeoff import load_plan
-from lmforge.bakeoff.plan import SHIPPED
+from lmforge.bakeoff.shipped import SHIPPED
 from lmforge.cli import main
 
 GPU_PLANS = {"electra-gpu": "electra", "roberta-gpu": "roberta", "t5-gpu": "t5"}

@@ -7,7 +7,8 @@ import pytest
 import lmforge.data.shards as shards
 from lmforge.data.shard_oov import keeps_spellings
 from lmforge.data.shards import ShardError, shard_corpus, verify
-from lmforge.data.stream import DocumentView, ShardCorpus
+from lmforge.data.stream import DocumentView, ExampleFormat, ShardCorpus, shard_examples
+from lmforge.objectives import registry
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.chars import train_words
 from lmforge.train.pretrain import read_documents, tokenize_documents
@@ -37,7 +38,9 @@ def test_spelled_shards_read_back_as_the_text_does(text, tmp_path):
     tokenizer = load_tokenizer(tmp_path / "s" / "tokenizer")
     assert keeps_spellings(tokenizer)
     direct = tokenize_documents(tokenizer, read_documents([text]), spelled=True)
-    assert list(DocumentView(ShardCorpus(tmp_path / "s"))) == direct
+    assert list(DocumentView(ShardCorpus(tmp_path / "s"), spelled=True)) == direct
+    plain = tokenize_documents(tokenizer, read_documents([text]))  # a format reading no spellings: ids alone
+    assert list(DocumentView(ShardCorpus(tmp_path / "s"))) == plain
     assert direct[3][1][1] == {0: "Zyzzyvä3"}  # a word of two-byte characters, spelled whole
     unknown = sum(ids.count(tokenizer.special_id("unk")) for doc in direct for ids, _ in doc)
     assert sum(s["oov"] for s in manifest["shards"]) == unknown >= 200
@@ -88,7 +91,10 @@ def test_old_word_shards_without_spellings_are_refused_in_one_line(text, tmp_pat
     manifest_path.write_text(json.dumps(manifest))
     corpus = ShardCorpus(tmp_path / "s")
     with pytest.raises(ValueError, match="v1 word shards, written before shards kept the spellings"):
-        corpus.check_tokenizer(corpus.tokenizer())
+        shard_examples(registry.get("bilm").examples, corpus, corpus.tokenizer(), 16, 0)
+    causal = ExampleFormat("blocks", roles=("eos",))  # a format that reads no spellings: not refused
+    train, held = shard_examples(causal, corpus, corpus.tokenizer(), 16, 0)
+    assert len(train) and len(held)
     with pytest.raises(ValueError, match="v1 word shards") as refused:
         _shard(text, tmp_path / "s")
     assert "\n" not in str(refused.value)

@@ -56,10 +56,10 @@ def oov_records(sentences: list, first_token: int, first_byte: int) -> tuple:
     return np.array(pairs, dtype=PAIR).reshape(-1, 2), bytes(text)
 
 
-def refuse_unspelled(folder: Path, is_spelled: bool, tokenizer) -> None:
-    """A ValueError where a word tokenizer's shards keep no spellings (v1, written before they did): read,
-    their <UNK> words would reach the character CNN as <UNK>'s characters, not their own."""
-    if keeps_spellings(tokenizer) and not is_spelled:  # a ValueError, as check_tokenizer's own refusal
+def refuse_unspelled(folder: Path, kept: bool, tokenizer) -> None:
+    """A ValueError where a word tokenizer's shards keep no spellings (v1, written before they did) and the
+    run reads them (kept False): their <UNK> words would reach the character CNN as <UNK>'s characters."""
+    if keeps_spellings(tokenizer) and not kept:  # a ValueError, as check_tokenizer's own refusal
         raise ValueError(f"{folder} holds v1 word shards, written before shards kept the spellings of <UNK> "
                          "words: rerun `lmforge corpus shard` into a new --out to rewrite them")
 

@@ -76,7 +76,6 @@ class ShardCorpus:
                              "tokenizer's sha256")
         if hashlib.sha256(text.encode()).hexdigest() != recorded["sha256"]:
             raise ValueError(f"{self.path} was tokenised with another tokenizer ({self.path / 'tokenizer'})")
-        refuse_unspelled(self.path, self.spelled, tokenizer)  # v1 word shards: never read without them
 
     def _shard(self, k: int) -> tuple:
         """(tokens, sentence offsets, document offsets) of shard k: read-only arrays over memmaps."""
@@ -152,18 +151,17 @@ def open_shards(files) -> ShardCorpus | None:
 
 
 class DocumentView:
-    """Documents `ids` of a corpus as a read-only sequence (what the list-based builders take): their
-    sentences are (ids, spellings) where the shards keep spellings (a word tokenizer's, shard_oov.py)."""
+    """Documents `ids` as a read-only sequence for the list-based builders; spelled: (ids, spellings)."""
 
-    def __init__(self, corpus: ShardCorpus, ids=None) -> None:
-        self.corpus = corpus
+    def __init__(self, corpus: ShardCorpus, ids=None, spelled: bool = False) -> None:
+        self.corpus, self.spelled = corpus, spelled and corpus.spelled  # what the format reads, if kept
         self.ids = np.arange(len(corpus)) if ids is None else np.asarray(ids)
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getitem__(self, i: int) -> list:
-        read = self.corpus.spelled_document if self.corpus.spelled else self.corpus.document
+        read = self.corpus.spelled_document if self.spelled else self.corpus.document
         return read(int(self.ids[i]))
 
 
@@ -307,6 +305,7 @@ class ExampleFormat:
     word_starts: bool = False  # whole-word objectives: each example carries its word starts
     reserve: int = 0  # tokens of max_len left free (T5 appends </s> to the corrupted input)
     build: Callable | None = None  # custom: (documents, tokenizer, max_len, seed) -> list of examples
+    spellings: bool = False  # custom: sentences as (ids, {position: an <UNK> word's spelling}) (ELMo's biLM)
     # blocks: (max_len, the objective's options) -> the raw tokens of a block, in place of max_len -
     # reserve (T5's span corruption takes more than max_len: its corrupted input is what fills max_len)
     length: Callable | None = None
@@ -390,11 +389,12 @@ def shard_examples(fmt: ExampleFormat, corpus: ShardCorpus, tokenizer, max_len: 
     """(train, validation) examples of format `fmt` over a shard corpus, split by document: lazy where
     the format allows, else build_examples over a DocumentView (lists)."""
     corpus.check_tokenizer(tokenizer)
+    refuse_unspelled(corpus.path, corpus.spelled or not fmt.spellings, tokenizer)  # v1 word shards, for bilm
     train, valid = corpus.split(valid_fraction, seed)
     train = corpus.order(train, seed)  # packing crosses documents: mix the files before it
     out = []
     for ids in (train, valid):
         examples = lazy_examples(fmt, corpus, ids, tokenizer, max_len, seed, options)
-        out.append(build_examples(fmt, DocumentView(corpus, ids), tokenizer, max_len, seed, options)
-                   if examples is None else examples)
+        out.append(build_examples(fmt, DocumentView(corpus, ids, fmt.spellings), tokenizer, max_len, seed,
+                                  options) if examples is None else examples)
     return tuple(out)

@@ -171,7 +171,7 @@ class BiLM(Objective):
         return {"softmax": self.softmax}
 
 
-_SENTENCES = ExampleFormat("custom", build=sentence_examples)
+_SENTENCES = ExampleFormat("custom", build=sentence_examples, spellings=True)
 register(ObjectiveSpec(name="bilm", build=BiLM.build, summary="ELMo's forward + backward LMs, full softmax",
                        aliases=("elmo",), architectures=("elmo",), tokenizer="words", examples=_SENTENCES))
 register(ObjectiveSpec(name="bilm-sampled", build=BiLM.build, options={"samples": SAMPLES},

@@ -31,7 +31,8 @@ SIDE_WRITERS: list = []
 
 
 def register_format(name: str, detect: Callable, read: Callable, write: Callable) -> None:
-    """Add a foreign checkpoint format (detected from a directory's config.json)."""
+    """Add a foreign checkpoint format (detected from a directory's config.json): detect(meta) -> bool,
+    read(path, meta) -> model, write(model, path, labels) -> path (labels: a HeadLabels or None)."""
     FOREIGN[name] = (detect, read, write)
 
 

@@ -70,7 +70,9 @@ def find_model_dir(name: str | os.PathLike) -> Path:
 
 def model_dir(name) -> Path | None:
     """The directory `name` names: itself, or an installed model package's; None for anything else
-    (a preset name, say)."""
+    (a preset name, a model object)."""
+    if not isinstance(name, (str, os.PathLike)):
+        return None
     if Path(name).is_dir():
         return inside_job_folder(Path(name))
     return find_model_dir(name) if _package(name) is not None else None

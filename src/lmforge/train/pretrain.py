@@ -248,8 +248,9 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
     examples = build_examples(spec.examples, ids, tokenizer, max_len, seed, spec.options)
     held_out = max(1, len(examples) // 20)
     repeats = len(docs) - len({hash(tuple(d)) for d in docs})  # kept (a corpus may weight by them), said
+    tokens = sum(len(s[0] if isinstance(s, tuple) else s) for d in ids for s in d)  # (ids, spellings) too
     read = (f"{len(docs):,} documents{f' ({repeats:,} repeats)' if repeats else ''}, "
-            f"{sum(map(len, docs)):,} sentences, {sum(len(s[0] if isinstance(s, tuple) else s) for d in ids for s in d):,} tokens")
+            f"{sum(map(len, docs)):,} sentences, {tokens:,} tokens")
     if len(examples) <= held_out:
         raise ValueError(f"the text ({read}) makes {len(examples)} example(s) of up to {max_len} tokens, "
                          f"held out for validation, and none to train on: give more text, or a smaller max_len")

@@ -206,7 +206,8 @@ def test_a_cross_encoder_is_read_as_the_text_pair_task_its_outputs_say(tmp_path,
     _, path = reference_dir(tmp_path / "ce", num_labels=n, **marker)
     info = task_info(path)
     assert info["kinds"] == ["pair"] and "CrossEncoder" in info["why"]
-    assert task_file(path / "config.json", json.loads((path / "config.json").read_text()), 8)["kind"] == "pair"
+    written = task_file(path / "config.json", json.loads((path / "config.json").read_text()), 8)
+    assert written["kind"] == "pair"
     assert fine_tuned_task(path, []).kind == "pair"
     with pytest.raises(ValueError, match="CrossEncoder.* is not a cls task; it is read as pair"):
         fine_tuned_task(path, [], "cls")
@@ -225,7 +226,7 @@ def test_a_one_score_cross_encoder_ranks_or_regresses_pairs_as_the_task_says(tmp
     assert fine_tuned_task(path, [], "regression").kind == "regression"
     with pytest.raises(ValueError, match="the task kind is needed"):
         fine_tuned_task(path, [])
-    with pytest.raises(ValueError, match="CrossEncoder.* is not a cls task; it is read as rerank or regression"):
+    with pytest.raises(ValueError, match="CrossEncoder.* is not a cls task; it is read as rerank or regr"):
         fine_tuned_task(path, [], "cls")
 
 
@@ -256,4 +257,5 @@ def test_lmforge_evaluate_reads_a_cross_encoder_s_task_without_task(tmp_path):
     data, out = tmp_path / "pairs.jsonl", tmp_path / "predictions.jsonl"
     data.write_text("".join(json.dumps({"text": a, "text_pair": b}) + "\n" for a, b in zip(TEXTS, TEXTS[1:])))
     assert main(["evaluate", "--model", str(path), "--data", str(data), "--out", str(out)]) == 0
-    assert [json.loads(line)["prediction"] in ("no", "yes") for line in out.read_text().splitlines()] == [True] * 3
+    predictions = [json.loads(line)["prediction"] for line in out.read_text().splitlines()]
+    assert len(predictions) == 3 and set(predictions) <= {"no", "yes"}

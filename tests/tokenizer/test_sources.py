@@ -55,7 +55,8 @@ def test_read_options_read_the_files_as_corpus_shard_does_alike_from_the_command
     from lmforge.tokenizer import load_tokenizer
 
     data = tmp_path / "c.jsonl"
-    data.write_text("".join(json.dumps({"body": f"alpha beta gamma {i}", "text": "zzz"}) + "\n" for i in range(50)))
+    records = ({"body": f"alpha beta gamma {i}", "text": "zzz"} for i in range(50))
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
     python = train_tokenizer(Path(data), "wordpiece", 60, read=ReadOptions(text_field="body"))
     assert main(["tokenizer", "train", str(data), "--kind", "wordpiece", "--vocab-size", "60", "--out",
                  str(tmp_path / "t"), "--text-field", "body"]) == 0

@@ -360,7 +360,8 @@ def _once(files: list) -> list:
         stat = f.stat()
         first = seen.setdefault((stat.st_dev, stat.st_ino), f)
         if first is not f:
-            warnings.warn(f"{f}: the same file as {first}, named again: read once", CorpusWarning, stacklevel=3)
+            warnings.warn(f"{f}: the same file as {first}, named again: read once", CorpusWarning,
+                          stacklevel=3)
     return list(seen.values())
 
 

@@ -2,13 +2,18 @@
 one encoder reads "[CLS] question [SEP] title. text [SEP]" for each passage; the library's span QA
 head gives start / end logits per token and a passage-selection head gives one logit per passage
 from [CLS] (w_selected). Training: cross-entropy of the positive passage among the question's
-passages (the positive and BM25 / retrieved negatives), plus the start and end cross-entropies of
-the answer span inside the positive. Reading: the passage with the highest selection score (plus
-`retrieval_weight` x the retriever's log-softmax score, when given) and its best span.
+passages (the positive and BM25 / retrieved negatives), plus, as DPR's objective, the marginal
+negative log-likelihood of ALL correct answer spans inside the positive's window (every
+case-insensitive occurrence of every gold answer, at most MAX_SPANS of them):
+-log sum_{(s, e)} P_start(s) P_end(e) (DPR's code: `_calc_mml`), halved as the mean of the start and
+end terms is (one span: the start and end cross-entropies' mean); a positive whose answers all lie
+past its window trains the [CLS] position. Reading: the passage with the highest selection score
+(plus `retrieval_weight` x the retriever's log-softmax score, when given) and its best span.
 """
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 import torch.nn.functional as F
@@ -19,32 +24,62 @@ from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.retrieval.dpr import pad_batch, passage_text
 from lmforge.retrieval.heads import head_or_new, seeded_heads
-from lmforge.tasks.qa import QuestionRules, Template, exact_match, features, window_spans
+from lmforge.tasks.qa import (QuestionRules, Template, answer_tokens, exact_match, features,
+                              window_spans)
 from lmforge.tokenizer import load_tokenizer
 
 READER_HEADS = ("span-qa", "select")  # the answer span and the passage selection
+MAX_SPANS = 10  # answer spans of a positive the span loss marginalises over (DPR's max_n_answers)
+
+
+def answer_spans(context: str, answers: list) -> list:
+    """Distinct (start, end) characters of every case-insensitive occurrence (overlapping ones too) of
+    each non-empty answer in `context`: the answers in order, each one's occurrences left to right."""
+    found = [(m.start(1), m.end(1)) for answer in answers if answer
+             for m in re.finditer(f"(?=({re.escape(answer)}))", context, re.IGNORECASE)]
+    return list(dict.fromkeys(found))
 
 
 def answer_start(context: str, answers: list) -> tuple:
     """(character start, answer text) of the first answer found in `context` (case-insensitive),
     or (None, None)."""
-    lowered = context.lower()
-    for answer in answers:
-        at = lowered.find(answer.lower()) if answer else -1
-        if at >= 0:
-            return at, context[at:at + len(answer)]
-    return None, None
+    found = answer_spans(context, answers)
+    return (found[0][0], context[found[0][0]:found[0][1]]) if found else (None, None)
+
+
+def token_spans(tokenizer, context: str, found: list, w: dict) -> list:
+    """Distinct (start, end) positions in window `w` of the first MAX_SPANS character spans of `found` that
+    lie whole inside it, by the QA task's character -> token mapping over the whole context (a span
+    running past the window's last token is out, as the task's gold is)."""
+    offsets, spans = tokenizer.encode(context, add_special_tokens=False).offsets, []
+    for start, end in found:
+        first, last = answer_tokens(offsets, start, end)
+        if first is None or last >= len(w["offsets"]):
+            continue
+        span = (first + w["context_at"], last + w["context_at"])
+        if span not in spans:
+            spans.append(span)
+        if len(spans) == MAX_SPANS:
+            break
+    return spans
 
 
 def window(tokenizer, template: Template, question: str, passage, answers=(), max_len: int = 128) -> dict:
-    """One passage's reader input (its first window of max_len tokens), with start/end positions of
-    an answer it holds (the [CLS] position when it holds none)."""
+    """One passage's reader input (its first window of max_len tokens); given answers, "answer_spans": the
+    positions of the answers' spans inside it (token_spans), the first also its start/end positions,
+    or the [CLS] position when none lies inside."""
     context = passage_text(passage)
     record = {"question": question, "context": context}
-    start, text = answer_start(context, list(answers))
+    found = answer_spans(context, list(answers))
     if answers:
-        record["answers"] = [{"text": text, "start": start}] if start is not None else []
-    return features(tokenizer, record, template, max_len, doc_stride=0, max_query_len=max_len // 2)[0]
+        record["answers"] = [{"text": context[s:e], "start": s} for s, e in found[:1]]
+    w = features(tokenizer, record, template, max_len, doc_stride=0, max_query_len=max_len // 2)[0]
+    if answers:
+        spans = token_spans(tokenizer, context, found, w)
+        if spans:  # the first occurrence may lie past the window where a later one does not
+            w["start_positions"], w["end_positions"] = spans[0]
+        w["answer_spans"] = spans or [(w["start_positions"], w["end_positions"])]
+    return w
 
 
 class ExtractiveReader(Objective):
@@ -90,14 +125,16 @@ class ExtractiveReader(Objective):
         return {"windows": windows}
 
     def collate(self, examples: list) -> dict:
-        """Groups of M windows (same M) -> (B * M, T) ids, segments, mask; (B,) start / end of each
-        positive (its window is row b * M)."""
+        """Groups of M windows (same M) -> (B * M, T) ids, segments, mask; (B, K, 2) answer spans of each
+        positive (its window is row b * M), padded with -1 to the most any has."""
         rows = [w for e in examples for w in e["windows"]]
         ids, mask = pad_batch([w["input_ids"] for w in rows], self.pad_id)
+        spans = [e["windows"][0]["answer_spans"] for e in examples]
+        most = max(len(s) for s in spans)
+        spans = [[*map(list, s)] + [[-1, -1]] * (most - len(s)) for s in spans]
         return {"input_ids": ids, "attention_mask": mask, "segment_ids": pad([w["segment_ids"] for w in rows], 0),
                 "question_end": torch.tensor([w["question_end"] for w in rows]),
-                "start_positions": torch.tensor([e["windows"][0]["start_positions"] for e in examples]),
-                "end_positions": torch.tensor([e["windows"][0]["end_positions"] for e in examples]),
+                "answer_spans": torch.tensor(spans),
                 "group": torch.tensor(len(examples[0]["windows"]))}
 
     def scores(self, batch: dict) -> tuple:
@@ -109,17 +146,17 @@ class ExtractiveReader(Objective):
         return span, self.select(hidden).float().squeeze(-1)
 
     def forward(self, batch: dict) -> Loss:
-        """Selection NLL of each positive among its group + its start and end NLL (DPR's reader loss)."""
+        """Selection NLL of each positive among its group + half the marginal NLL of its answer spans (DPR's
+        reader loss: module docstring)."""
         span, select = self.scores(batch)
         M = int(batch["group"])
         select = select.view(-1, M)  # (B, M): the positive at column 0
         target = torch.zeros(len(select), dtype=torch.long, device=select.device)
         positives = span[::M]  # (B, T, 2)
-        start = F.cross_entropy(positives[..., 0], batch["start_positions"])
-        end = F.cross_entropy(positives[..., 1], batch["end_positions"])
         selection = F.cross_entropy(select, target)
         accuracy = (select.argmax(-1) == target).float().mean()
-        return Loss(selection + (start + end) / 2, {"selection_accuracy": accuracy.detach()})
+        return Loss(selection + span_nll(positives, batch["answer_spans"]).mean() / 2,
+                    {"selection_accuracy": accuracy.detach()})
 
     @torch.no_grad()
     def read(self, question: str, passages: list, retrieval_scores=None, retrieval_weight: float = 0.0,
@@ -146,6 +183,15 @@ class ExtractiveReader(Objective):
             _, s, e = spans[0]
             text = passage_text(passages[best])[w["offsets"][s][0]:w["offsets"][e][1]]
         return {"answer": text, "id": passages[best].id, "score": float(select[best])}
+
+
+def span_nll(logits: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
+    """(B,) -log sum over each row's spans of P_start(s) P_end(e), from (B, T, 2) logits and (B, K, 2)
+    spans (-1: padding; each row has one real span at least)."""
+    logp = torch.log_softmax(logits, dim=1)
+    at = spans.to(logits.device).clamp(min=0)
+    joint = logp[..., 0].gather(1, at[..., 0]) + logp[..., 1].gather(1, at[..., 1])  # (B, K)
+    return -torch.logsumexp(joint.masked_fill(spans.to(logits.device)[..., 0] < 0, float("-inf")), dim=1)
 
 
 def reader_examples(reader: ExtractiveReader, records: list, passages: list, rankings: list,

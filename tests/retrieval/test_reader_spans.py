@@ -1,0 +1,107 @@
+"""The reader's span loss is DPR's marginal over every answer span in the positive's window: one span
+gives the start / end cross-entropies' mean, two give -logsumexp over both by hand, an answer past the
+window adds nothing, and at most MAX_SPANS spans are kept."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lmforge
+from lmforge.retrieval.dpr import passage_text
+from lmforge.retrieval.passages import Passage, load_passages
+from lmforge.retrieval.reader import MAX_SPANS, ExtractiveReader, answer_spans
+from lmforge.tokenizer.train import train_tokenizer
+
+FILLER = "the river runs past the old mill and the hill " * 3
+
+
+@pytest.fixture(scope="module")
+def reader():
+    tok = train_tokenizer([passage_text(p) for p in load_passages(None)] + [FILLER, "Paris Rome"],
+                          "wordpiece", 300)
+    torch.manual_seed(0)
+    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tok.vocab_size,
+                          max_seq_len=128)
+    return ExtractiveReader(model, tok, max_len=128).eval()
+
+
+def _batch(reader, text, answers=("Paris",)):
+    positive, negative = Passage("p", "City", text), Passage("n", "Other", FILLER)
+    example = reader.group("where is it?", list(answers), positive, [negative])
+    return example["windows"][0], reader.collate([example])
+
+
+@torch.no_grad()
+def _span_loss(reader, batch):
+    """The reader's loss less its selection term (recomputed from the same logits)."""
+    span, select = reader.scores(batch)
+    selection = F.cross_entropy(select.view(1, -1), torch.zeros(1, dtype=torch.long))
+    return reader(batch).loss - selection, torch.log_softmax(span[0], dim=0)
+
+
+def _text(w, text, span):
+    """The passage characters a window's span covers (the tiny tokenizer reads "PARIS" as [UNK])."""
+    first, last = (w["offsets"][k - w["context_at"]] for k in span)
+    return passage_text(Passage("p", "City", text))[first[0]:last[1]]
+
+
+def test_one_occurrence_gives_the_start_and_end_cross_entropies_mean(reader):
+    w, batch = _batch(reader, "it is in Paris now")
+    assert w["answer_spans"] == [(w["start_positions"], w["end_positions"])]
+    assert _text(w, "it is in Paris now", w["answer_spans"][0]) == "Paris"
+    with torch.no_grad():
+        span, _ = reader.scores(batch)
+    old = (F.cross_entropy(span[:1, :, 0], torch.tensor([w["start_positions"]]))
+           + F.cross_entropy(span[:1, :, 1], torch.tensor([w["end_positions"]]))) / 2
+    assert abs(float(_span_loss(reader, batch)[0] - old)) < 1e-6
+
+
+def test_two_occurrences_give_the_marginal_over_both(reader):
+    text = "paris is big and PARIS is old"
+    w, batch = _batch(reader, text, answers=("Paris", "paris"))
+    assert len(w["answer_spans"]) == 2  # case-insensitive, the same span once though two answers match it
+    assert [_text(w, text, s) for s in w["answer_spans"]] == ["paris", "PARIS"]
+    loss, logp = _span_loss(reader, batch)
+    (s1, e1), (s2, e2) = w["answer_spans"]
+    by_hand = -torch.logsumexp(torch.stack([logp[s1, 0] + logp[e1, 1], logp[s2, 0] + logp[e2, 1]]), 0) / 2
+    assert abs(float(loss - by_hand)) < 1e-6
+
+
+def test_an_answer_past_the_window_adds_nothing(reader):
+    text = "Paris is here. " + FILLER * 4 + " Paris"
+    assert len(answer_spans(passage_text(Passage("p", "City", text)), ["Paris"])) == 2
+    w, batch = _batch(reader, text)
+    assert len(w["answer_spans"]) == 1 and batch["answer_spans"].shape == (1, 1, 2)
+    assert w["offsets"][-1][1] < passage_text(Passage("p", "City", text)).rindex("Paris")  # truly past it
+    loss, logp = _span_loss(reader, batch)
+    (s, e), = w["answer_spans"]
+    assert abs(float(loss + (logp[s, 0] + logp[e, 1]) / 2)) < 1e-6
+    # the only occurrence past the window: the [CLS] position is the span, as before
+    w, _ = _batch(reader, FILLER * 4 + " Paris")
+    cls = w["cls_index"]
+    assert w["answer_spans"] == [(cls, cls)] == [(w["start_positions"], w["end_positions"])]
+
+
+def test_at_most_max_spans_are_kept(reader):
+    text = " ".join(["Rome Paris"] * (MAX_SPANS + 4))
+    w, batch = _batch(reader, text)
+    assert w["offsets"][-1][1] == len(passage_text(Passage("p", "City", text)))  # all 14 inside the window
+    assert len(answer_spans(passage_text(Passage("p", "City", text)), ["Paris"])) == MAX_SPANS + 4
+    assert len(w["answer_spans"]) == MAX_SPANS == batch["answer_spans"].shape[1]
+    assert all(_text(w, text, s) == "Paris" for s in w["answer_spans"])
+    assert w["answer_spans"] == sorted(w["answer_spans"])  # the first ten, left to right
+
+
+def test_padded_spans_of_a_batch_do_not_count(reader):
+    one = reader.group("q?", ["Paris"], Passage("a", "A", "in Paris"), [Passage("n", "N", FILLER)])
+    two = reader.group("q?", ["Paris"], Passage("b", "B", "Paris and Paris"), [Passage("n", "N", FILLER)])
+    batch = reader.collate([one, two])
+    assert batch["answer_spans"][0, 1].tolist() == [-1, -1]
+    span, select = reader.scores(batch)
+    logp = torch.log_softmax(span[::2], dim=1)
+    nll = [-torch.logsumexp(torch.stack([logp[b, s, 0] + logp[b, e, 1] for s, e in spans if s >= 0]), 0)
+           for b, spans in enumerate(batch["answer_spans"].tolist())]
+    selection = F.cross_entropy(select.view(2, 2), torch.zeros(2, dtype=torch.long))
+    loss = reader(batch).loss
+    assert torch.isfinite(loss) and torch.allclose(loss, selection + torch.stack(nll).mean() / 2, atol=1e-6)

@@ -93,7 +93,8 @@ def test_exact_match_rate_counts_generated_gold_tokens(parts, monkeypatch):
     objective = _objective(parts, k=1)
     records = [{**r, "answers": ["Short-breathed"]} for r in parts[1][:2]] + parts[1][2:4]
     gold = objective.retriever.tokenizer.encode("Short-breathed", add_special_tokens=False).ids
-    monkeypatch.setattr(objective, "answer", lambda batch, max_new_tokens: [gold] * len(batch["source"]))
+    monkeypatch.setattr(objective, "answer",
+                        lambda batch, max_new_tokens, **decoding: [gold] * len(batch["source"]))
     assert exact_match_rate(objective, records, batch_size=3) == 0.5
 
 

@@ -9,7 +9,8 @@ generator p_theta(y_i | x, z, y_<i) run once per passage:
 Everything is computed in log space (logsumexp), so long answers do not underflow. Token log-probs
 come as (B, K, T, V) generator logits for B questions, K passages, T target positions; targets
 (B, T) hold the answer ids, IGNORE (-100) where padded. Gradients reach the question encoder
-through p_eta (the passage embeddings stay fixed, as in the paper).
+through p_eta (the passage embeddings stay fixed, as in the paper). Decoding (sec. 2.5: RAG-Token's beam
+search over rag_token_next_log_probs, RAG-Sequence's Thorough and Fast Decoding) is rag_decode.py's.
 """
 from __future__ import annotations
 

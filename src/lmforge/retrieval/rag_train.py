@@ -3,7 +3,9 @@ passages from a fixed index, an encoder-decoder generator reads "[CLS] passage [
 once per passage, and RAG-Sequence or RAG-Token marginalisation (rag.py) gives the answer's
 likelihood; its gradient trains the generator and, through p(z | x), the question encoder, while the
 passage embeddings stay fixed. k = 0 is the closed-book generator (the question alone). Answers decode
-as sec. 2.5 does: RAG-Token greedily under its next-token marginal, RAG-Sequence by thorough decoding.
+as sec. 2.5 does (rag_decode.py): RAG-Token by beam search over its next-token marginal (greedily at
+num_beams=1), RAG-Sequence by a beam search per passage (greedy at num_beams=1) and Thorough Decoding
+(every hypothesis scored under every passage) or Fast Decoding (p(y | x, z) = 0 off z's beam).
 
 As in the paper (a BERT question encoder, a BART generator), the generator may have a tokenizer of its
 own: passages, questions and answers are then cut into its pieces, and the question encoder reads the
@@ -19,6 +21,7 @@ from lmforge.objectives.seq2seq import add_decoder_inputs
 from lmforge.retrieval.dpr import BiEncoder, pad_batch
 from lmforge.retrieval.heads import head_or_new, seeded_heads
 from lmforge.retrieval.rag import rag_loss, rag_sequence_log_likelihood, rag_token_next_log_probs
+from lmforge.retrieval.rag_decode import check_decoding, fast_scores, passage_beams, token_beam_search
 
 
 class RAGObjective(Objective):
@@ -109,40 +112,66 @@ class RAGObjective(Objective):
         return {"lm": self.lm}
 
     @torch.no_grad()
-    def answer(self, batch: dict, max_new_tokens: int = 8) -> list:
-        """Greedy answers (ids, up to [SEP]) as the objective's kind decodes (sec. 2.5): RAG-Token under its
-        next-token marginal; RAG-Sequence by thorough decoding with beams of one (sequence_answers)."""
+    def answer(self, batch: dict, max_new_tokens: int = 8, num_beams: int = 1, decoding: str = "thorough") \
+            -> list:
+        """Answers (ids, up to [SEP]) as the objective's kind decodes (sec. 2.5): RAG-Token by beam search
+        over its next-token marginal (greedy at num_beams=1); RAG-Sequence by a beam search per passage and
+        `decoding` "thorough" or "fast" (sequence_candidates). num_beams: 1..rag_decode.MAX_BEAMS."""
+        check_decoding(num_beams, decoding, self.kind)
         doc_logp, rows = self.retrieve(batch)
         if self.kind == "sequence" and rows is not None and max_new_tokens > 0:
-            return self.sequence_answers(batch, doc_logp, rows, max_new_tokens)
+            return self.sequence_answers(batch, doc_logp, rows, max_new_tokens, num_beams, decoding)
         ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
         B, K = len(doc_logp), len(ids) // len(doc_logp)
 
         def marginal(logits):  # (B * K, V) -> the question's token, for each of its K rows
             return rag_token_next_log_probs(logits.view(B, K, -1), doc_logp).argmax(-1).repeat_interleave(K)
 
-        out = self._greedy(ids, mask, max_new_tokens, marginal)[::K]
+        if num_beams > 1 and max_new_tokens > 0:
+            out = token_beam_search(self, ids, mask, doc_logp, max_new_tokens, num_beams)
+        else:
+            out = self._greedy(ids, mask, max_new_tokens, marginal)[::K]
         answers = []
         for row in out[:, 1:].tolist():
             answers.append(row[:row.index(self.sep)] if self.sep in row else row)
         return answers
 
-    def sequence_answers(self, batch: dict, doc_logp: torch.Tensor, rows: torch.Tensor, max_new_tokens: int) \
-            -> list:
-        """RAG-Sequence's thorough decoding with beams of one: each passage's greedy answer under
-        p(y | x, z) alone is a candidate, and the candidate of highest p(y | x) = sum_z p(z | x) p(y | x, z)
-        over all k passages wins (the first drawn, that of the best passage, on a tie)."""
-        ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
-        out = self._greedy(ids, mask, max_new_tokens, lambda logits: logits.argmax(-1))
-        K, answers = rows.shape[1], []
-        for b in range(len(rows)):  # each candidate ends at its first [SEP], kept: p(y | x) scores the stop
-            drawn = out[b * K:(b + 1) * K, 1:].tolist()
-            ended = [r[:r.index(self.sep) + 1] if self.sep in r else r for r in drawn]
-            candidates = [list(c) for c in dict.fromkeys(map(tuple, ended))]
-            scores = self._sequence_log_likelihoods(batch, b, doc_logp, rows, candidates)
+    def sequence_answers(self, batch: dict, doc_logp: torch.Tensor, rows: torch.Tensor, max_new_tokens: int,
+                         num_beams: int = 1, decoding: str = "thorough") -> list:
+        """RAG-Sequence's answers: of each question's candidates, the one of highest p(y | x) (the first
+        drawn, that of the best passage, on a tie), without its [SEP]."""
+        answers = []
+        for candidates, scores in self.sequence_candidates(batch, doc_logp, rows, max_new_tokens, num_beams,
+                                                           decoding):
             best = candidates[int(scores.argmax())]
             answers.append(best[:-1] if best[-1:] == [self.sep] else best)
         return answers
+
+    @torch.no_grad()
+    def sequence_candidates(self, batch: dict, doc_logp, rows, max_new_tokens: int, num_beams: int = 1,
+                            decoding: str = "thorough") -> list:
+        """Per question (candidates, (C,) log p(y | x)): the union of each passage's beam (at num_beams=1
+        its greedy answer), each ending at its first [SEP] (kept); thorough: p(y | x) = sum_z p(z | x)
+        p(y | x, z) over all k passages, by extra teacher-forced passes; fast: over the passages whose
+        beam holds y, as the search scored it (no extra pass)."""
+        ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
+        K, out = rows.shape[1], []
+        if num_beams == 1 and decoding == "thorough":  # each passage's greedy answer, as before beams
+            drawn = self._greedy(ids, mask, max_new_tokens, lambda logits: logits.argmax(-1))[:, 1:].tolist()
+            ended = [r[:r.index(self.sep) + 1] if self.sep in r else r for r in drawn]
+            # one "beam" holding every passage's answer: thorough scores each under all passages anyway
+            beams = [[dict.fromkeys(map(tuple, ended[b * K:(b + 1) * K]))] for b in range(len(rows))]
+        else:
+            beams = passage_beams(self, ids, mask, K, max_new_tokens, num_beams)
+        for b, passages in enumerate(beams):
+            if decoding == "fast":
+                candidates, scores = fast_scores(passages, doc_logp[b])
+                candidates = [list(c) for c in candidates]
+            else:
+                candidates = [list(c) for c in dict.fromkeys(y for beam in passages for y in beam)]
+                scores = self._sequence_log_likelihoods(batch, b, doc_logp, rows, candidates)
+            out.append((candidates, scores))
+        return out
 
     def _greedy(self, ids, mask, max_new_tokens: int, choose) -> torch.Tensor:
         """(N, 1 + max_new_tokens) decoder ids, the start first, over N generator inputs encoded once and
@@ -197,13 +226,15 @@ def answer_matches(tokenizer, ids: list, answers: list) -> bool:
                for gold in answers)
 
 
-def exact_match_rate(objective: RAGObjective, records: list, batch_size: int = 32, max_new_tokens: int = 8) -> float:
-    """Share of records whose greedy answer is a gold answer (answer_matches)."""
+def exact_match_rate(objective: RAGObjective, records: list, batch_size: int = 32, max_new_tokens: int = 8,
+                     num_beams: int = 1, decoding: str = "thorough") -> float:
+    """Share of records whose answer (RAGObjective.answer's decoding) is a gold answer (answer_matches)."""
     objective.eval()
     examples, hits = rag_examples(objective.retriever, records, objective.tokenizer), 0
     device = next(objective.parameters()).device
     for start in range(0, len(records), batch_size):
         batch = {k: v.to(device) for k, v in objective.collate(examples[start:start + batch_size]).items()}
-        for ids, r in zip(objective.answer(batch, max_new_tokens), records[start:start + batch_size]):
+        answers = objective.answer(batch, max_new_tokens, num_beams=num_beams, decoding=decoding)
+        for ids, r in zip(answers, records[start:start + batch_size]):
             hits += answer_matches(objective.tokenizer, ids, r["answers"])
     return hits / max(1, len(records))

@@ -1,0 +1,146 @@
+"""RAG decoding with beams (Lewis et al. 2020, sec. 2.5), on the library's beam search (generate/beam.py).
+
+- RAG-Token: a standard beam search whose transition log-probs are the marginal
+  log sum_z p(z | x) p(y_i | x, z, y_<i). Each beam row stands for its K generator rows, one per
+  passage, which follow it as the search reorders and extends it (MarginalSteps), so the search itself
+  is generate's, not a second one.
+- RAG-Sequence: a beam search per passage under p(y | x, z) gives hypotheses Y_z; their union Y is
+  ranked by p(y | x) = sum_z p(z | x) p(y | x, z). Thorough Decoding scores every y of Y under every
+  passage (teacher-forced passes: RAGObjective._sequence_log_likelihoods); Fast Decoding takes
+  p(y | x, z) = 0 where y is not in Y_z and reads the others' p(y | x, z) as the search scored them
+  (ScoredSteps): no pass beyond the search's own.
+
+Hypotheses end at the stop token ([SEP], kept: p(y | x) scores the stop) or after max_new_tokens, and
+are ranked by their log-probability itself (length_penalty 0): the p(y | x) the paper's decoding
+maximises, so a wider beam only ever compares the same quantity.
+"""
+from __future__ import annotations
+
+import torch
+
+from lmforge.generate.beam import Beams, beam_search
+from lmforge.generate.steps import EncoderDecoderSteps
+from lmforge.retrieval.rag import rag_token_next_log_probs
+from lmforge.utils.errors import OptionsError
+
+MAX_BEAMS = 64  # hypotheses kept per question (RAG-Token) or per passage (RAG-Sequence): K x this rows
+DECODINGS = ("thorough", "fast")
+FILL = -1  # after a hypothesis' stop, and in pool slots no hypothesis filled: never a token id
+
+
+def check_decoding(num_beams: int, decoding: str, kind: str) -> None:
+    """Refuse a beam count outside 1..MAX_BEAMS, an unknown decoding, or fast for RAG-Token, naming it."""
+    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or not 1 <= num_beams <= MAX_BEAMS:
+        raise OptionsError(f"num_beams={num_beams!r} must be an integer in 1..{MAX_BEAMS}", "num_beams")
+    if decoding not in DECODINGS:
+        raise OptionsError(f"decoding={decoding!r} is not one of {', '.join(DECODINGS)}", "decoding")
+    if decoding == "fast" and kind != "sequence":
+        raise OptionsError("decoding='fast' is RAG-Sequence's Fast Decoding; RAG-Token decodes by beam "
+                           "search over its marginal (give decoding='thorough')", "decoding")
+
+
+def _same(logp: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """No logit processor: the search ranks the model's own log-probabilities."""
+    return logp
+
+
+class MarginalSteps:
+    """RAG-Token's decoding steps for generate's beam search: B * num_beams beam rows over an
+    EncoderDecoderSteps of B * K * num_beams generator rows, ordered (question, passage, beam)."""
+
+    def __init__(self, inner: EncoderDecoderSteps, doc_logp: torch.Tensor, num_beams: int) -> None:
+        self.inner, self.n = inner, num_beams
+        self.B, self.K = doc_logp.shape
+        self.doc = doc_logp.repeat_interleave(num_beams, 0)  # (B * n, K): each beam row's p(z | x)
+        device = doc_logp.device
+        self.base = (torch.arange(self.B, device=device)[:, None, None] * self.K * num_beams
+                     + torch.arange(self.K, device=device)[None, :, None] * num_beams)  # (B, K, 1)
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """(B * n, T) each beam row's tokens (those of its first passage's row: all K are equal)."""
+        return self.inner.tokens.view(self.B, self.K, self.n, -1)[:, 0].reshape(self.B * self.n, -1)
+
+    def logits(self) -> torch.Tensor:
+        """(B * n, V) log sum_z p(z | x) p(. | x, z, y_<i) of each beam row."""
+        logits = self.inner.logits().view(self.B, self.K, self.n, -1).transpose(1, 2)
+        return rag_token_next_log_probs(logits.reshape(self.B * self.n, self.K, -1), self.doc)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Beam rows `rows` (B * n,) continue: each passage's row follows its beam's source."""
+        source = rows.view(self.B, self.n) % self.n  # the source beam within the question
+        self.inner.reorder((self.base + source[:, None, :]).reshape(-1))
+
+    def append(self, chosen: torch.Tensor) -> None:
+        """Add (B * n,) tokens after every beam row, to each of its K passages' rows."""
+        self.inner.append(chosen.view(self.B, 1, self.n).expand(-1, self.K, -1).reshape(-1))
+
+
+class ScoredSteps(EncoderDecoderSteps):
+    """A per-passage beam search's steps that keep log p(y | x, z) of each hypothesis as the search
+    scores it, so Fast Decoding needs no further pass: rows are (input, beam), num_beams per input."""
+
+    def __init__(self, model, lm, ids, mask, start: int, num_beams: int, stop: int) -> None:
+        super().__init__(model, lm, ids, mask, start, num_beams)
+        self.n, self.stop = num_beams, stop
+        self.ended = {}  # (input, prefix) -> log p(prefix + [stop] | x, z), every step's rows
+        self.last, self.logp = {}, None  # the latest step's (input, prefix) -> (log p(prefix), row)
+
+    def logits(self) -> torch.Tensor:
+        """(N, V) next-token logits, noting each row's prefix log-prob and its stop's."""
+        logits = super().logits()
+        rows = self.tokens[:, 1:].tolist()
+        keys = [(i // self.n, tuple(row)) for i, row in enumerate(rows)]
+        if rows[0]:  # a row's log-prob: its parent's (the previous step's) plus its last token's
+            parents = [self.last[(i, prefix[:-1])] for i, prefix in keys]
+            steps = self.logp[[r for _, r in parents], [prefix[-1] for _, prefix in keys]].tolist()
+            totals = [total + step for (total, _), step in zip(parents, steps)]
+        else:
+            totals = [0.0] * len(keys)
+        self.logp = logits.float().log_softmax(-1)
+        stops = self.logp[:, self.stop].tolist()
+        self.last = {key: (total, r) for r, (key, total) in reversed(list(enumerate(zip(keys, totals))))}
+        self.ended.update((key, total + s) for key, total, s in zip(keys, totals, stops))
+        return logits
+
+    def log_prob(self, index: int, hypothesis: tuple) -> float:
+        """log p(y | x, z) of a hypothesis the search returned for input `index`."""
+        prefix, token = hypothesis[:-1], hypothesis[-1]
+        if token == self.stop:
+            return self.ended[(index, prefix)]
+        total, row = self.last[(index, prefix)]  # ended by length: at the search's last step
+        return total + float(self.logp[row, token])
+
+
+def token_beam_search(objective, ids, mask, doc_logp, max_new_tokens: int, num_beams: int) -> torch.Tensor:
+    """RAG-Token's beam search over its marginal: (B * K, S) generator inputs -> (B, 1 + n) decoder
+    ids of each question's best hypothesis, the start first, FILL after its stop."""
+    inner = EncoderDecoderSteps(objective.model, objective.lm, ids, mask, objective.start, num_beams)
+    stop = torch.tensor([objective.sep], device=ids.device)
+    steps = MarginalSteps(inner, doc_logp, num_beams)
+    return beam_search(steps, _same, Beams(num_beams, 0.0, False, 1), stop, FILL, max_new_tokens)
+
+
+def passage_beams(objective, ids, mask, K: int, max_new_tokens: int, num_beams: int) -> list:
+    """Each passage's beam (RAG-Sequence): per question, per passage, {hypothesis: log p(y | x, z)},
+    best first, each hypothesis a tuple ending at its first stop (kept) or after max_new_tokens."""
+    sep = objective.sep
+    steps = ScoredSteps(objective.model, objective.lm, ids, mask, objective.start, num_beams, sep)
+    stop = torch.tensor([sep], device=ids.device)
+    out = beam_search(steps, _same, Beams(num_beams, 0.0, False, num_beams), stop, FILL, max_new_tokens)
+    found = [{} for _ in range(len(ids))]
+    for i, row in enumerate(out[:, 1:].tolist()):
+        y = tuple(row[:row.index(sep) + 1] if sep in row else row)
+        if y and y[0] != FILL and y not in found[i // num_beams]:  # FILL: a slot no hypothesis reached
+            found[i // num_beams][y] = steps.log_prob(i // num_beams, y)
+    return [found[b * K:(b + 1) * K] for b in range(len(ids) // K)]
+
+
+def fast_scores(beams: list, doc_logp: torch.Tensor) -> tuple:
+    """Fast Decoding of one question: its K passages' beams and (K,) log p(z | x) -> (the union's
+    hypotheses, first seen first; (C,) log sum_{z: y in Y_z} p(z | x) p(y | x, z))."""
+    candidates = list(dict.fromkeys(y for beam in beams for y in beam))
+    doc = doc_logp.tolist()
+    scores = [torch.logsumexp(torch.tensor([doc[z] + beam[y] for z, beam in enumerate(beams) if y in beam],
+                                           dtype=torch.float64), 0) for y in candidates]
+    return candidates, torch.stack(scores)

@@ -212,16 +212,17 @@ def test_a_folder_walk_says_what_it_leaves_out_pipes_broken_links_and_linked_fol
 
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.txt").write_text("Text.\n")
-    (tmp_path / "a.txt").symlink_to(tmp_path / "sub" / "b.txt")  # a linked file is read (once)
+    (tmp_path / "a.txt").symlink_to(tmp_path / "sub" / "b.txt")  # a linked file is read (again: said)
     (tmp_path / "loop").symlink_to(tmp_path, target_is_directory=True)
     (tmp_path / "gone.txt").symlink_to(tmp_path / "missing.txt")
     os.mkfifo(tmp_path / "sub" / "pipe")  # reading it would wait forever
     with pytest.warns(CorpusWarning) as caught:
-        assert expand_files([tmp_path]) == [tmp_path / "a.txt"]
+        assert expand_files([tmp_path]) == [tmp_path / "a.txt", tmp_path / "sub" / "b.txt"]
     assert [str(w.message) for w in caught] == [f"{tmp_path}: left out 1 linked folder(s) (not followed); "
                                                 "2 pipe(s), socket(s), device(s) or broken link(s)",
                                                 f"{tmp_path / 'sub' / 'b.txt'}: the same file as "
-                                                f"{tmp_path / 'a.txt'}, named again: read once"]
+                                                f"{tmp_path / 'a.txt'}, named again: its documents are "
+                                                "read again"]
 
 
 def test_a_pipe_or_a_device_is_named_as_no_regular_file_not_as_missing(tmp_path):
@@ -271,16 +272,18 @@ def test_text_opening_with_bzh_is_text_and_a_plain_file_s_read_error_is_raised(t
         openers.read_some(Failing(), 10)
 
 
-def test_a_file_named_again_is_read_once_and_said(tmp_path):
+def test_a_file_named_again_is_read_again_and_said(tmp_path):
     """Overlapping globs (a folder and a file in it, a name twice, a link to it) weighed its documents
-    twice, unsaid."""
+    twice, unsaid; naming a file twice is also the one way to weigh it up: kept, and said."""
     folder = tmp_path / "c"
     folder.mkdir()
     (folder / "a.txt").write_text("one sentence here.\n\nanother document.\n")
     (tmp_path / "link.txt").symlink_to(folder / "a.txt")
-    with pytest.warns(CorpusWarning, match="named again: read once"):
-        files = expand_files([folder, folder / "a.txt", tmp_path / "link.txt", folder / "a.txt"])
-    assert files == [folder / "a.txt"]
+    named = [folder, folder / "a.txt", tmp_path / "link.txt", folder / "a.txt"]
+    with pytest.warns(CorpusWarning, match="named again: its documents are read again") as caught:
+        files = expand_files(named)
+    assert files == [folder / "a.txt", folder / "a.txt", tmp_path / "link.txt", folder / "a.txt"]
+    assert len(caught) == 3
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(list(CorpusReader([folder]))) == 2  # a file named once: no warning

@@ -334,7 +334,8 @@ def _left_out(folder: Path, entries: list) -> list:
 
 def expand_files(files) -> list:
     """The files named (a directory stands for the files under it, sorted, shard folders left out),
-    checked to exist; a shard folder named itself is a ValueError (its files are no text)."""
+    checked to exist, a file named again said; a shard folder named itself is a ValueError (its files are
+    no text)."""
     out = []
     for f in map(Path, files):
         if f.is_dir() and is_shard_dir(f):
@@ -349,20 +350,21 @@ def expand_files(files) -> list:
             raise FileNotFoundError(f"no such file: {f}")
     if not out:
         raise ValueError(f"no files in {', '.join(map(str, files))}")
-    return _once(out)
+    return _said_twice(out)
 
 
-def _once(files: list) -> list:
-    """`files` with a file named again (twice, by a folder and by name, or by a link) read the first time
-    only, said: a shell's overlapping globs would otherwise weigh its documents twice, unsaid."""
+def _said_twice(files: list) -> list:
+    """`files` as named, a file named again (twice, by a folder and by name, or by a link) said: its
+    documents count once more (the one way to weigh a file up, kept), where overlapping globs did it
+    unsaid."""
     seen: dict = {}
     for f in files:
         stat = f.stat()
         first = seen.setdefault((stat.st_dev, stat.st_ino), f)
         if first is not f:
-            warnings.warn(f"{f}: the same file as {first}, named again: read once", CorpusWarning,
-                          stacklevel=3)
-    return list(seen.values())
+            warnings.warn(f"{f}: the same file as {first}, named again: its documents are read again",
+                          CorpusWarning, stacklevel=3)
+    return files
 
 
 class CorpusReader:

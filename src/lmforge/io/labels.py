@@ -112,8 +112,8 @@ def _checked(labels, n: int | None) -> tuple:
 def labels_to_write(model, labels) -> HeadLabels | None:
     """The labels a Hugging Face export of `model` names its outputs by: `labels` given (checked: text,
     unique, one per output of its classifier head) with the problem_type it was loaded with, else those
-    it was loaded with where their count fits its head (its problem_type kept either way); None (LABEL_i)
-    where none are known."""
+    it was loaded with where their count fits its head (a head of another size is not the one they named:
+    nothing of them is kept); None (LABEL_i) where none are known."""
     n = n_outputs(model)
     given = None if labels is None else _checked(labels, n)
     known = getattr(classifier(model), "head_labels", None)
@@ -123,6 +123,6 @@ def labels_to_write(model, labels) -> HeadLabels | None:
         known = None
     if given is not None:
         return HeadLabels(given, known.problem_type if known else None)
-    if known is not None and known.names and len(known.names) != n:
-        return HeadLabels(None, known.problem_type) if known.problem_type else None
+    if known is None or (known.names and len(known.names) != n):
+        return None
     return known

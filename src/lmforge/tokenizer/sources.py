@@ -148,8 +148,8 @@ class Corpus:
     """The training input, read once per training pass: plain-text files by the Rust reader (by
     lines.py where a line is too long for it or a character is one the corpus reader cleans), JSON lines
     and gzip files by the corpus reader, texts from memory (a one-shot iterator is kept); long texts go to
-    the trainer in pieces (lines.py). `read` (a ReadOptions other than its defaults: a JSONL field, a
-    document per file ...) sends every file through the corpus reader, read as `corpus shard` reads it."""
+    the trainer in pieces (lines.py). `read` (a ReadOptions: a JSONL field, a document per file ...) sends
+    every file through the corpus reader, read as `corpus shard` reads it with those options."""
 
     def __init__(self, source, read=None):
         # bytes iterate as numbers and a dict as its keys: neither is a list of texts

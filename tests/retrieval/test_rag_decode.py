@@ -240,8 +240,10 @@ def test_fast_decoding_runs_no_extra_pass_and_equals_thorough_when_every_hypothe
                                                  ("token", {"num_beams": MAX_BEAMS + 1}, "num_beams"),
                                                  ("sequence", {"num_beams": True}, "num_beams"),
                                                  ("sequence", {"decoding": "slow"}, "decoding"),
-                                                 ("token", {"decoding": "fast"}, "decoding")])
+                                                 ("token", {"decoding": "fast"}, "decoding"),
+                                                 ("token", {"max_new_tokens": 10**6}, "max_new_tokens"),
+                                                 ("sequence", {"max_new_tokens": -1}, "max_new_tokens")])
 def test_a_beam_count_out_of_bounds_or_a_decoding_that_does_not_apply_is_refused(kind, fields, field):
     with pytest.raises(OptionsError, match=field) as error:
-        _objective(kind).answer(BATCH, 2, **fields)
+        _objective(kind).answer(BATCH, **{"max_new_tokens": 2, **fields})
     assert error.value.field == field

@@ -24,12 +24,18 @@ from lmforge.retrieval.rag import rag_token_next_log_probs
 from lmforge.utils.errors import OptionsError
 
 MAX_BEAMS = 64  # hypotheses kept per question (RAG-Token) or per passage (RAG-Sequence): K x this rows
+MAX_ANSWER_TOKENS = 512  # an answer's new tokens: each is a decoder pass over every row
 DECODINGS = ("thorough", "fast")
 FILL = -1  # after a hypothesis' stop, and in pool slots no hypothesis filled: never a token id
 
 
-def check_decoding(num_beams: int, decoding: str, kind: str) -> None:
-    """Refuse a beam count outside 1..MAX_BEAMS, an unknown decoding, or fast for RAG-Token, naming it."""
+def check_decoding(num_beams: int, decoding: str, kind: str, max_new_tokens: int = 1) -> None:
+    """Refuse a beam count outside 1..MAX_BEAMS, an answer length outside 0..MAX_ANSWER_TOKENS, an unknown
+    decoding, or fast for RAG-Token, naming it."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or not 0 <= max_new_tokens <= MAX_ANSWER_TOKENS:
+        raise OptionsError(f"max_new_tokens={max_new_tokens!r} must be an integer in 0..{MAX_ANSWER_TOKENS}",
+                           "max_new_tokens")
     if isinstance(num_beams, bool) or not isinstance(num_beams, int) or not 1 <= num_beams <= MAX_BEAMS:
         raise OptionsError(f"num_beams={num_beams!r} must be an integer in 1..{MAX_BEAMS}", "num_beams")
     if decoding not in DECODINGS:

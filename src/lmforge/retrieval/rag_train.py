@@ -117,7 +117,7 @@ class RAGObjective(Objective):
         """Answers (ids, up to [SEP]) as the objective's kind decodes (sec. 2.5): RAG-Token by beam search
         over its next-token marginal (greedy at num_beams=1); RAG-Sequence by a beam search per passage and
         `decoding` "thorough" or "fast" (sequence_candidates). num_beams: 1..rag_decode.MAX_BEAMS."""
-        check_decoding(num_beams, decoding, self.kind)
+        check_decoding(num_beams, decoding, self.kind, max_new_tokens)
         doc_logp, rows = self.retrieve(batch)
         if self.kind == "sequence" and rows is not None and max_new_tokens > 0:
             return self.sequence_answers(batch, doc_logp, rows, max_new_tokens, num_beams, decoding)

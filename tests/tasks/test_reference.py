@@ -259,3 +259,17 @@ def test_lmforge_evaluate_reads_a_cross_encoder_s_task_without_task(tmp_path):
     assert main(["evaluate", "--model", str(path), "--data", str(data), "--out", str(out)]) == 0
     predictions = [json.loads(line)["prediction"] for line in out.read_text().splitlines()]
     assert len(predictions) == 3 and set(predictions) <= {"no", "yes"}
+
+
+@pytest.mark.parametrize("activation, read", [(SIGMOID, torch.sigmoid),
+                                              ("torch.nn.modules.linear.Identity", lambda x: x)])
+def test_an_sts_cross_encoder_regresses_through_its_activation(tmp_path, activation, read):
+    """An STS cross-encoder's scores are its logits through its config's activation (CrossEncoder.predict:
+    sigmoid, in [0, 1]); the raw logits had been scored against its labels."""
+    model, path = reference_dir(tmp_path / "ce", num_labels=1,
+                                sbert_ce_default_activation_function=activation)
+    want = [float(read(logits[0])) for logits in reference_logits(model)]
+    assert predictions(path, "regression", tmp_path) == pytest.approx(want, abs=1e-5)
+    plain_model, plain = reference_dir(tmp_path / "plain", num_labels=1)  # no CrossEncoder: its raw score
+    raw = [float(logits[0]) for logits in reference_logits(plain_model)]
+    assert predictions(plain, "regression", tmp_path) == pytest.approx(raw, abs=1e-5)

@@ -13,7 +13,6 @@ request's settings for the three faces.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +22,9 @@ from lmforge.config.options import (OptionsError, check_options, checked_argumen
                                     named_keywords, option, with_changes)
 from lmforge.io import find_model_dir
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
+from lmforge.tasks.reference import ACTIVATIONS, activation_of
 
 MAX_TOP_N = 10 ** 6
-ACTIVATIONS = ("sigmoid", "identity")  # a score: the logit's sigmoid, or the logit as it is
 
 
 @dataclass
@@ -115,29 +114,6 @@ class Reranker:
         ranked = [Ranked(i, self.score(logits[i]), logits[i], min(counts[i], limit), counts[i] > limit)
                   for i in order(logits)]
         return ranked[:options.top_n] if options.top_n else ranked
-
-
-def activation_of(path: Path) -> str:
-    """The activation a cross-encoder directory's config.json names for its scores, as sentence-transformers'
-    CrossEncoder reads it (sentence_transformers.activation_fn, or the older
-    sbert_ce_default_activation_function): "identity" or "sigmoid" (the default of one output); another
-    is refused naming the file."""
-    file = Path(path) / "config.json"
-    try:
-        config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"cannot read {file}: {err}") from None
-    st = config.get("sentence_transformers") if isinstance(config, dict) else None
-    named = st.get("activation_fn") if isinstance(st, dict) else None
-    older = config.get("sbert_ce_default_activation_function") if isinstance(config, dict) else None
-    named = named or older
-    if named is None:
-        return "sigmoid"
-    kind = str(named).rsplit(".", 1)[-1].lower()
-    if kind not in ACTIVATIONS:
-        raise ValueError(f"{file}: activation_fn {str(named)[:60]!r} is not supported (lmforge scores with "
-                         "torch.nn.Sigmoid or torch.nn.Identity)")
-    return kind
 
 
 def _check_request(query, documents, batch_size) -> tuple:

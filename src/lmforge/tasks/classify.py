@@ -141,6 +141,7 @@ class RegressionTask(SequenceTask):
 
     kind = "regression"
     n_outputs = 1
+    activation = "identity"  # a CrossEncoder folder's "sigmoid" reads its score as CrossEncoder.predict does
 
     def encode(self, record: dict) -> list:
         """One example: the text (pair) and the float label (when present)."""
@@ -154,8 +155,9 @@ class RegressionTask(SequenceTask):
         return Loss(F.mse_loss(self.scores(batch).squeeze(-1), batch["label"]))
 
     def predict(self, batch: dict) -> list:
-        """The predicted value of each example."""
-        return self.scores(batch).squeeze(-1).tolist()
+        """The predicted value of each example (through `activation`)."""
+        scores = self.scores(batch).squeeze(-1)
+        return (scores.sigmoid() if self.activation == "sigmoid" else scores).tolist()
 
     def decode(self, records: list, examples: list, outputs: list) -> list:
         """The value itself."""

@@ -31,7 +31,8 @@ from lmforge.tasks.base import MODULES, Task, check_read, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
-from lmforge.tasks.reference import check_kind, default_labels, is_label, own_kind, reference_task
+from lmforge.tasks.reference import (check_kind, default_labels, is_label, own_kind, reference_task,
+                                     regression_activation)
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -67,9 +68,8 @@ class TaskConfig:
                            low=0, high=10 ** 6)
     keep_best: bool = option(True, "write OUT/best at every new best validation score")
     eval_batch_size: int = option(64, "examples per batch when evaluating", low=1, high=65536)
-    # encoder-decoders on cls / pair / regression (tasks/text2text.py): True casts the task as text
-    # (T5), False uses the classification head (BART's); None (auto): the head where the model's
-    # reference family has one (BART), else text-to-text (T5)
+    # encoder-decoders on cls / pair / regression (tasks/text2text.py): True casts the task as text (T5),
+    # False uses the classification head (BART's); None: the head where the reference has one, else text
     text_to_text: Optional[bool] = option(None, "encoder-decoders: true (as text), false (head), null: auto")
     prefix: Optional[str] = option(None, "text-to-text task prefix (\"sst2\"); null: the task kind (seq2seq: no prefix)")
     # extractive QA (tasks/qa.py QATask): windows over long contexts and answer decoding
@@ -349,7 +349,8 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     check_device(device)  # before the model is read: a name torch does not know is refused, not a crash
     batch_size = checked_as(TaskConfig, "eval_batch_size", batch_size, "batch_size")
     where = str(model) if isinstance(model, (str, Path)) else "the model"
-    info = task_info(model_dir(model) or model) if isinstance(model, (str, Path)) else {}
+    path = (model_dir(model) or model) if isinstance(model, (str, Path)) else None
+    info = task_info(path) if path is not None else {}
     kind = kind or own_kind(info)
     if kind is None:  # a reference head read as one of several tasks ("kinds"): the caller says which
         why = f"may be read as {' or '.join(info['kinds'])}" if info.get("kinds") else "has no task.json"
@@ -364,16 +365,15 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     cfg = TaskConfig(**{"max_len": info.get("max_len", default) if max_len is None else max_len,
                         "eval_batch_size": batch_size,
                         "text_to_text": info.get("text_to_text"), "prefix": info.get("prefix"), **options})
-    # the labels: given, the model's task.json / id2label, or (last resort) those of the data
-    labels = labels if labels is not None else info.get("labels")
+    labels = labels if labels is not None else info.get("labels")  # given, else task.json's / id2label
     pretrained = {id(head) for head in model.heads.values()}
     if labels is None:  # the last resort, the data's own labels: read as a file's are
-        records = given_records(records, kind, "data", labelled=False)
-        # a reference classifier's class ids where its config names no labels
+        records = given_records(records, kind, "data", labelled=False)  # (a reference's class ids: unnamed)
         labels = default_labels(where, info, task_class(kind).labels_from(records))
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
-    # a head the model lacked is freshly drawn; the LM head of text-to-text and seq2seq is pretrained
-    if task.head != "lm" and id(task.task_head) not in pretrained:
+    if kind == "regression" and path is not None:  # a CrossEncoder's score, as its config reads it
+        task.activation = regression_activation(path)
+    if task.head != "lm" and id(task.task_head) not in pretrained:  # a head the model lacked: freshly drawn
         raise ValueError(f"{where} was never fine-tuned for {kind}: it has no {task.head} head to match "
                          f"(no task.json of that task), so its scores would be a random head's; fine-tune "
                          f"it first (lmforge finetune --task {kind})")

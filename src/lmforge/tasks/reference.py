@@ -19,6 +19,7 @@ as task.json where `lmforge convert` brings such a checkpoint into lmforge's for
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
@@ -28,6 +29,7 @@ MULTI = ["multilabel"]
 # a CrossEncoder's (its config says it reads text pairs): one score ranks (ms-marco's) or regresses (an STS
 # model's: lmforge's regression reads text_pair too), served as a reranker; classes are a pair task's
 PAIR_SCORE, PAIR_CLASSES = ["rerank", "regression"], ["pair"]
+ACTIVATIONS = ("sigmoid", "identity")  # a CrossEncoder's score: the logit's sigmoid, or the logit as it is
 
 
 def is_label(value) -> bool:
@@ -160,3 +162,39 @@ def task_file(config: Path, hf: dict, max_len: int) -> dict | None:
         # a regressor's name of its score, for the way back alone: as labels, a cls task would read it
         info["id2label"] = id2label_labels(config, id2label)
     return {**info, "problem_type": hf.get("problem_type"), "max_len": max_len}
+
+
+def activation_of(path: Path) -> str:
+    """The activation a cross-encoder directory's config.json names for its scores, as sentence-transformers'
+    CrossEncoder reads it (sentence_transformers.activation_fn, or the older
+    sbert_ce_default_activation_function): "identity" or "sigmoid" (the default of one output); another
+    is refused naming the file."""
+    file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"cannot read {file}: {err}") from None
+    st = config.get("sentence_transformers") if isinstance(config, dict) else None
+    named = st.get("activation_fn") if isinstance(st, dict) else None
+    older = config.get("sbert_ce_default_activation_function") if isinstance(config, dict) else None
+    named = named or older
+    if named is None:
+        return "sigmoid"
+    kind = str(named).rsplit(".", 1)[-1].lower()
+    if kind not in ACTIVATIONS:
+        raise ValueError(f"{file}: activation_fn {str(named)[:60]!r} is not supported (lmforge scores with "
+                         "torch.nn.Sigmoid or torch.nn.Identity)")
+    return kind
+
+
+def regression_activation(path) -> str:
+    """What a folder's one output is read through as a regression score: a CrossEncoder's activation (its
+    config's, sigmoid by default), as sentence-transformers' CrossEncoder.predict applies it (an STS
+    cross-encoder's scores lie in [0, 1]), where no task.json says lmforge fine-tuned it; else "identity"."""
+    file = Path(path) / "config.json"
+    try:
+        hf = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return "identity"  # the load reads and refuses it, naming it
+    crossed = isinstance(hf, dict) and cross_encoder(hf) and not (Path(path) / "task.json").is_file()
+    return activation_of(path) if crossed else "identity"

@@ -84,9 +84,11 @@ def _candidates(logp, running, C: int):
 
 
 @torch.no_grad()
-def beam_search(steps, constraints, beams: Beams, stop, fill: int, max_new_tokens: int) -> torch.Tensor:
+def beam_search(steps, constraints, beams: Beams, stop, fill: int, max_new_tokens: int,
+                with_scores: bool = False):
     """Decode `steps` (its rows: each input repeated num_beams times); returns (B * R, L) sequences,
-    the R = num_return_sequences best per input, later positions of shorter ones `fill`."""
+    the R = num_return_sequences best per input, later positions of shorter ones `fill`; with_scores: and
+    their (B * R,) scores (log-probability / length ** length_penalty; a slot no hypothesis filled: NEG)."""
     K = beams.num_beams
     N, prompt_len = steps.tokens.shape
     B, max_length = N // K, prompt_len + max_new_tokens
@@ -112,4 +114,5 @@ def beam_search(steps, constraints, beams: Beams, stop, fill: int, max_new_token
         best_length = max_length if beams.early_stopping == "never" and beams.length_penalty > 0 else T + 1
         open_ = _still_open(open_, running, pool, best_length - prompt_len, beams)
         if not open_.any() or (beams.early_stopping is True and pool.done.all()) or hits.all():
-            return pool.best(beams.num_return_sequences, prompt_len)
+            best = pool.best(beams.num_return_sequences, prompt_len)
+            return (best, pool.scores[:, :beams.num_return_sequences].reshape(-1)) if with_scores else best

@@ -8,7 +8,7 @@
   ranked by p(y | x) = sum_z p(z | x) p(y | x, z). Thorough Decoding scores every y of Y under every
   passage (teacher-forced passes: RAGObjective._sequence_log_likelihoods); Fast Decoding takes
   p(y | x, z) = 0 where y is not in Y_z and reads the others' p(y | x, z) as the search scored them
-  (ScoredSteps): no pass beyond the search's own.
+  (beam_search's own scores at length_penalty 0): no pass beyond the search's own.
 
 Hypotheses end at the stop token ([SEP], kept: p(y | x) scores the stop) or after max_new_tokens, and
 are ranked by their log-probability itself (length_penalty 0): the p(y | x) the paper's decoding
@@ -82,42 +82,6 @@ class MarginalSteps:
         self.inner.append(chosen.view(self.B, 1, self.n).expand(-1, self.K, -1).reshape(-1))
 
 
-class ScoredSteps(EncoderDecoderSteps):
-    """A per-passage beam search's steps that keep log p(y | x, z) of each hypothesis as the search
-    scores it, so Fast Decoding needs no further pass: rows are (input, beam), num_beams per input."""
-
-    def __init__(self, model, lm, ids, mask, start: int, num_beams: int, stop: int) -> None:
-        super().__init__(model, lm, ids, mask, start, num_beams)
-        self.n, self.stop = num_beams, stop
-        self.ended = {}  # (input, prefix) -> log p(prefix + [stop] | x, z), every step's rows
-        self.last, self.logp = {}, None  # the latest step's (input, prefix) -> (log p(prefix), row)
-
-    def logits(self) -> torch.Tensor:
-        """(N, V) next-token logits, noting each row's prefix log-prob and its stop's."""
-        logits = super().logits()
-        rows = self.tokens[:, 1:].tolist()
-        keys = [(i // self.n, tuple(row)) for i, row in enumerate(rows)]
-        if rows[0]:  # a row's log-prob: its parent's (the previous step's) plus its last token's
-            parents = [self.last[(i, prefix[:-1])] for i, prefix in keys]
-            steps = self.logp[[r for _, r in parents], [prefix[-1] for _, prefix in keys]].tolist()
-            totals = [total + step for (total, _), step in zip(parents, steps)]
-        else:
-            totals = [0.0] * len(keys)
-        self.logp = logits.float().log_softmax(-1)
-        stops = self.logp[:, self.stop].tolist()
-        self.last = {key: (total, r) for r, (key, total) in reversed(list(enumerate(zip(keys, totals))))}
-        self.ended.update((key, total + s) for key, total, s in zip(keys, totals, stops))
-        return logits
-
-    def log_prob(self, index: int, hypothesis: tuple) -> float:
-        """log p(y | x, z) of a hypothesis the search returned for input `index`."""
-        prefix, token = hypothesis[:-1], hypothesis[-1]
-        if token == self.stop:
-            return self.ended[(index, prefix)]
-        total, row = self.last[(index, prefix)]  # ended by length: at the search's last step
-        return total + float(self.logp[row, token])
-
-
 def token_beam_search(objective, ids, mask, doc_logp, max_new_tokens: int, num_beams: int) -> torch.Tensor:
     """RAG-Token's beam search over its marginal: (B * K, S) generator inputs -> (B, 1 + n) decoder
     ids of each question's best hypothesis, the start first, FILL after its stop."""
@@ -131,14 +95,16 @@ def passage_beams(objective, ids, mask, K: int, max_new_tokens: int, num_beams: 
     """Each passage's beam (RAG-Sequence): per question, per passage, {hypothesis: log p(y | x, z)},
     best first, each hypothesis a tuple ending at its first stop (kept) or after max_new_tokens."""
     sep = objective.sep
-    steps = ScoredSteps(objective.model, objective.lm, ids, mask, objective.start, num_beams, sep)
+    steps = EncoderDecoderSteps(objective.model, objective.lm, ids, mask, objective.start, num_beams)
     stop = torch.tensor([sep], device=ids.device)
-    out = beam_search(steps, _same, Beams(num_beams, 0.0, False, num_beams), stop, FILL, max_new_tokens)
+    # length_penalty 0: the search's own score of a hypothesis is its log p(y | x, z), no further pass
+    beams = Beams(num_beams, 0.0, False, num_beams)
+    out, scores = beam_search(steps, _same, beams, stop, FILL, max_new_tokens, with_scores=True)
     found = [{} for _ in range(len(ids))]
-    for i, row in enumerate(out[:, 1:].tolist()):
+    for i, (row, score) in enumerate(zip(out[:, 1:].tolist(), scores.tolist())):
         y = tuple(row[:row.index(sep) + 1] if sep in row else row)
         if y and y[0] != FILL and y not in found[i // num_beams]:  # FILL: a slot no hypothesis reached
-            found[i // num_beams][y] = steps.log_prob(i // num_beams, y)
+            found[i // num_beams][y] = score
     return [found[b * K:(b + 1) * K] for b in range(len(ids) // K)]
 
 

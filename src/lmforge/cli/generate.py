@@ -59,9 +59,7 @@ def load_named(name) -> tuple:
 def cmd_generate(args) -> None:
     """Continue a prompt (decoders) or answer it (encoder-decoders) with a model directory's LM head."""
     from lmforge.cli.common import UsageError
-    from lmforge.config.options import OptionsError
     from lmforge.generate import generate
-    from lmforge.generate.options import refuse_unsampled_seed
 
     typed = typed_options(args)  # before the model is loaded: a bad flag costs nothing
     _, model, tokenizer = load_named(args.model)
@@ -75,10 +73,6 @@ def cmd_generate(args) -> None:
         raise UsageError(f"the prompt is {ids.shape[1]} tokens long, more than the model's context "
                          f"(max_seq_len={model.config.max_seq_len})")
     options, taken = decoding_options(args, typed, model, start, tokenizer_ids(model, tokenizer))
-    try:  # as top_k is: a flag that changes nothing (the server refuses it alike)
-        refuse_unsampled_seed(args.seed, options)
-    except OptionsError as err:
-        raise UsageError(f"--seed {args.seed}: {err}") from None
     if args.stream and options.num_beams > 1:
         raise UsageError(f"{_named(args, 'num_beams')}: --stream needs --num-beams 1: beam search knows its "
                          "best text only at the end")
@@ -167,7 +161,7 @@ def decoding_options(args, typed: dict, model, start: int, ids: dict) -> tuple:
         if not options.do_sample:  # greedy reads none of the sampling settings recommended: not said
             taken = {k: v for k, v in taken.items() if k not in SAMPLING_ONLY}
         check_for_model(options, model, start)
-        refuse_unused(options, typed)  # the flags given: a checkpoint's recommendations may hold both
+        refuse_unused(options, typed, args.seed)  # the flags given: a checkpoint's may hold both
     except OptionsError as err:
         raise UsageError(f"{_named(args, err.field)}: {err}") from None
     return options, taken

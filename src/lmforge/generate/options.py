@@ -333,12 +333,13 @@ SAMPLING_ONLY = ("temperature", "top_k", "top_p")  # what only sampling reads
 BEAMS_ONLY = ("length_penalty", "early_stopping")  # what only beam search reads
 
 
-def refuse_unused(options: GenerationOptions, given) -> None:
+def refuse_unused(options: GenerationOptions, given, seed=None) -> None:
     """OptionsError naming a setting among `given` (the names a request set itself, not a checkpoint's
     recommendations, which may hold both) that its decoding would not read, set to other than its default
-    (which changes nothing: OpenAI's clients send top_p=1 with every request): a sampling setting without
-    sampling (temperature 0 aside: the command line's and the server's word for greedy), a beam setting
-    without beams. Given, it would be ignored: a silently different result from the one asked for."""
+    (which changes nothing: OpenAI's clients send top_p=1 with every request): a sampling setting or a
+    `seed` (not None) without sampling (temperature 0 aside: the command line's and the server's word for
+    greedy), a beam setting without beams. Given, it would be ignored: a silently different result from
+    the one asked for."""
     def changed(name: str) -> bool:
         return name in given and getattr(options, name) != FIELDS[name].default
 
@@ -354,11 +355,6 @@ def refuse_unused(options: GenerationOptions, given) -> None:
             if changed(name):
                 raise OptionsError(f"{name}={getattr(options, name)!r} is read only by beam search "
                                    "(num_beams > 1)", name)
-
-
-def refuse_unsampled_seed(seed, options: GenerationOptions) -> None:
-    """OptionsError naming `seed` where a seed was given (not None) to a decoding that draws nothing
-    (greedy or beam search): like a sampling setting, it would be ignored (refuse_unused)."""
     if seed is not None and not options.do_sample:
         raise OptionsError(f"seed={seed} is read only when sampling (temperature > 0, or the checkpoint's "
                            "do_sample=true): leave it out for greedy or beam search", "seed")

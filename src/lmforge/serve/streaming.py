@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from lmforge.config.options import OptionsError
-from lmforge.generate.options import refuse_unsampled_seed, refuse_unused
+from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
 from lmforge.generate.recommended import recommendation
 from lmforge.generate.text import prompt_ids
@@ -45,7 +45,7 @@ LOG = logging.getLogger("uvicorn.error")  # the server's log (app.py's)
 
 
 def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_tokens",
-                defaults: dict | None = None) -> Settings:
+                defaults: dict | None = None, unsampled_seed: bool = False) -> Settings:
     """The request's decoding settings, checked against the limits (before any work) and each other;
     `defaults`: the route's own, where neither the request nor the served model's checkpoint states one."""
     check_generation(body, max_new_tokens, limits, new_tokens)
@@ -68,7 +68,7 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     fields = {name: getattr(body, name) for name in (*DECODING, "temperature") if name in given}
     if given & {"max_new_tokens", "max_tokens"}:
         fields["max_new_tokens"] = max_new_tokens
-    return Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream, new_tokens)
+    return Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream, new_tokens, unsampled_seed)
 
 
 def completion_defaults(served) -> dict:
@@ -126,9 +126,7 @@ def _job(served, field: str, ids: list, settings: Settings, limits=None,
     options = settings.options_for(model, served.front, start, str(served.path))
     try:  # a setting the request gave that its decoding would not read: refused as the other faces do, once
         # the route's defaults and the checkpoint's recommendation say whether it samples (OpenAI's samples)
-        refuse_unused(options, settings.given)
-        if not settings.unsampled_seed:
-            refuse_unsampled_seed(settings.seed, options)
+        refuse_unused(options, settings.given, None if settings.unsampled_seed else settings.seed)
     except OptionsError as err:
         raise settings.refusal(err) from None
     if limits is not None:  # the checkpoint's settings are bounded as a request's are
@@ -274,8 +272,8 @@ async def completions(body: CompletionRequest, request: Request):
     served = server.pick(body.model, "generate")
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
     check_count(len(prompts), server.limits, "prompt")  # none: 422; over max_inputs: 413
-    settings = settings_of(body, body.max_tokens, server.limits, "max_tokens", completion_defaults(served))
-    settings.unsampled_seed = True  # OpenAI's route takes a seed with temperature 0
+    settings = settings_of(body, body.max_tokens, server.limits, "max_tokens", completion_defaults(served),
+                           unsampled_seed=True)  # OpenAI's route takes a seed with temperature 0
     listed = not isinstance(body.prompt, str)
     jobs = await jobs_of(served, prompts, settings, server.limits, listed, new_tokens="max_tokens")
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),

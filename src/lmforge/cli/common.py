@@ -12,7 +12,6 @@ from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
-from lmforge.train.checkpoint import RUN_FILES
 from lmforge.train.config import MAX_STEPS, TrainConfig
 from lmforge.utils.atomic import blocking_parent, overlap, writes_over
 from lmforge.utils.model_folder import inside_job_folder
@@ -251,7 +250,6 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
     return path
 
 
-TRAINING_OUTPUTS = RUN_FILES  # what every training command writes into --out (train/checkpoint.py)
 
 
 def not_a_link(path: Path, kind: str | None, option: str) -> None:

@@ -102,7 +102,8 @@ def _configs(args) -> tuple:
 
 def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
-    from lmforge.cli.common import TRAINING_OUTPUTS, UsageError, check_out, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
+    from lmforge.train.checkpoint import RUN_FILES
     from lmforge.compress.task_distillation import run_distill
 
     if args.student and args.student_layers:  # DistillConfig refuses it too, naming its fields
@@ -112,7 +113,7 @@ def cmd_distill(args) -> None:
     train_cfg, cfg = _configs(args)
     check_out(args.out, args.teacher)  # the student is the teacher's layers or a preset: no other source
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--data", args.data),
-                     ("--config", args.config), writes=(*TRAINING_OUTPUTS, "distill.json"))
+                     ("--config", args.config), writes=(*RUN_FILES, "distill.json"))
     kind = _teacher_kind(args.teacher)
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from lmforge import objectives
-from lmforge.cli.common import (SEED, STEPS, TRAINING_OUTPUTS, UsageError, bounded, flag_values, from_flags,
+from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_values, from_flags,
                                 option_flags, parse_overrides, read_config_file, refuse_nested,
                                 refuse_overwrite, said, train_config)
 from lmforge.config import ModelConfig
@@ -14,6 +14,7 @@ from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
 from lmforge.io import load as load_model
 from lmforge.objectives.keywords import check_keywords
+from lmforge.train.checkpoint import RUN_FILES
 from lmforge.train.config import TrainConfig, options_from_dict
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
 
@@ -64,7 +65,7 @@ def cmd_pretrain(args) -> None:
     refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model), ("--teacher", args.teacher),
                      ("--tokenizer", args.tokenizer), ("--add-tokens", args.add_tokens),
                      ("--config", args.config),
-                     writes=(*TRAINING_OUTPUTS, "tokenizer", "probes.json"))
+                     writes=(*RUN_FILES, "tokenizer", "probes.json"))
     refuse_nested(args.out, ("--data", args.data))
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
     train = train_config(args, train)

@@ -125,8 +125,8 @@ def _unstructured(args, kind: str, records: list, configs: tuple) -> None:
 
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
-    from lmforge.cli.common import (TRAINING_OUTPUTS, UsageError, check_out, check_task, read_records,
-                                    refuse_overwrite)
+    from lmforge.cli.common import UsageError, check_out, check_task, read_records, refuse_overwrite
+    from lmforge.train.checkpoint import RUN_FILES
     from lmforge.cli.tasks import check_model
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.prune_report import refuse_quantised, run_prune
@@ -139,7 +139,7 @@ def cmd_prune(args) -> None:
     check_out(args.out, args.model)
     refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
                      ("--train", args.train), ("--valid", args.valid), ("--config", args.config),
-                     writes=(*TRAINING_OUTPUTS, "model", "prune.json", "prune_settings.json"))
+                     writes=(*RUN_FILES, "model", "prune.json", "prune_settings.json"))
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
     kind = args.task or own_kind(task_info(args.model))

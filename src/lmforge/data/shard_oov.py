@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers.models import WordLevel
 
+from lmforge.tokenizer.chars import unk_spellings
+
 OOV_SUFFIXES = (".oov", ".oovtext")
 PAIR = np.dtype("<i8")  # .oov's items: (token offset, end byte) pairs
 
@@ -35,7 +37,7 @@ def encode_documents(backend, docs: list, unk: int | None = None) -> list:
     elif unk is None:  # no offsets: the fast path
         flat = [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
     else:  # offsets: the spellings are the text's own
-        flat = [(e.ids, {k: text[a:b] for k, (i, (a, b)) in enumerate(zip(e.ids, e.offsets)) if i == unk})
+        flat = [(e.ids, unk_spellings(text, e.ids, e.offsets, unk))
                 for text, e in zip(texts, backend.encode_batch(texts, add_special_tokens=False))]
     out, i = [], 0
     for doc in docs:

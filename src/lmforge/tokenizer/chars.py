@@ -74,8 +74,12 @@ def spelled_ids(tokenizer, text: str) -> tuple:
     """(word ids, {position: spelling} of the words read as <UNK>) of one sentence (no marks): the
     biLM's inputs are every word's own characters, its targets the vocabulary's ids (bilm-tf)."""
     enc = tokenizer.encode(text, add_special_tokens=False)
-    unk = tokenizer.special_id("unk")
-    return enc.ids, {k: text[a:b] for k, (i, (a, b)) in enumerate(zip(enc.ids, enc.offsets)) if i == unk}
+    return enc.ids, unk_spellings(text, enc.ids, enc.offsets, tokenizer.special_id("unk"))
+
+
+def unk_spellings(text: str, ids: list, offsets: list, unk: int) -> dict:
+    """{position: the text's own spelling} of the words an encoding of `text` read as `unk`."""
+    return {k: text[a:b] for k, (i, (a, b)) in enumerate(zip(ids, offsets)) if i == unk}
 
 
 def count_words(texts) -> Counter:

@@ -31,6 +31,7 @@ from lmforge import objectives
 from lmforge.config.options import OptionsError
 from lmforge.data.corpus import CorpusReader
 from lmforge.data.read_options import ReadOptions
+from lmforge.data.shard_oov import encode_documents
 from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.stream import build_examples, open_shards, shard_examples
 from lmforge.data.synthetic import documents
@@ -39,7 +40,6 @@ from lmforge.model import from_config
 from lmforge.objectives import ObjectiveSpec
 from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
-from lmforge.tokenizer.chars import spelled_ids
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.data import derive_seed
@@ -83,8 +83,9 @@ def tokenize_documents(tokenizer, docs: list, spelled: bool = False) -> list:
     """Documents of sentences -> documents of sentence id lists (no special tokens); spelled (a word
     tokenizer's biLM): (ids, {position: spelling} of its <UNK> words) per sentence, as the character CNN
     reads every word's own characters (tokenizer/chars.py spelled_ids)."""
-    if spelled:
-        return [[pair for pair in (spelled_ids(tokenizer, s) for s in doc) if pair[0]] for doc in docs]
+    if spelled:  # batched, as corpus shard spells its shards' (data/shard_oov.py)
+        encoded = encode_documents(tokenizer.backend, docs, tokenizer.special_id("unk"))
+        return [[pair for pair in doc if pair[0]] for doc in encoded]
     return [[ids for ids in (tokenizer.encode(s, add_special_tokens=False).ids for s in doc) if ids]
             for doc in docs]
 

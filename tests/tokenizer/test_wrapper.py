@@ -130,6 +130,9 @@ def test_decode_names_what_is_no_token_id():
     for bad in ([-1], [2**40], [1.0], [True], torch.tensor([ids])):
         with pytest.raises(ValueError, match="decode takes one sequence of token ids"):
             tok.decode(bad)
+        with pytest.raises(ValueError, match="word_starts takes one sequence of token ids"):
+            tok.word_starts(bad)  # [-1] was the backend's OverflowError
+    assert tok.word_starts(np.array(ids)) == tok.word_starts(ids) == [True, True]
 
 
 def test_an_encoding_says_whether_max_length_cut_it():

@@ -15,6 +15,8 @@ words of their own, so an unknown piece inside a word splits it. After a line br
 """
 from __future__ import annotations
 
+import numbers
+
 from tokenizers.models import WordLevel
 
 METASPACE = "\u2581"  # "▁"
@@ -58,9 +60,22 @@ def _starts_word(rule: str, marker: str, breaks: str, piece: str, previous: str)
     return begins or (bool(previous) and previous[-1] in breaks)
 
 
+def token_ids(ids, job: str) -> list:
+    """`ids` (a list or 1-D tensor of integers) as Python ints, each checked to be a token id; a ValueError
+    naming `job` and the first bad one otherwise."""
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    # numpy's integers as Python's; the backend's OverflowError / "'list' object cannot be interpreted as
+    # an integer" named no id
+    ids = [int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i for i in ids]
+    bad = next((i for i in ids if type(i) is not int or not 0 <= i < 2**32), None)
+    if bad is not None:
+        raise ValueError(f"{job} takes one sequence of token ids (ints >= 0), got {bad!r:.60}")
+    return ids
+
+
 def word_starts(tokenizer, ids) -> list:
     """True at the first piece of each word of `ids` (a list or 1-D tensor); added tokens are words."""
-    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    ids = token_ids(ids, "word_starts")
     backend = tokenizer.backend
     rule, marker, breaks = boundary_rule(backend)
     added = set(backend.get_added_tokens_decoder())

@@ -7,7 +7,6 @@ segment_ids=...)`.
 from __future__ import annotations
 
 import json
-import numbers
 import os
 import threading
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from tokenizers import Tokenizer as Backend
 from lmforge.config import atomic_write_text
 from lmforge.config.model import MAX_LEN
 from lmforge.config.options import checked_argument
-from lmforge.tokenizer.words import word_starts
+from lmforge.tokenizer.words import token_ids, word_starts
 from lmforge.utils.atomic import writable_folder
 from lmforge.utils.checksum import sha256, sign
 from lmforge.utils.model_folder import record_sums
@@ -193,15 +192,7 @@ class Tokenizer:
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         """Text of a sequence of ids (a list or a 1-D tensor)."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        # numpy's integers as Python's; the backend's OverflowError / "'list' object cannot be interpreted as
-        # an integer" named no id
-        ids = [int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i for i in ids]
-        bad = next((i for i in ids if type(i) is not int or not 0 <= i < 2**32), None)
-        if bad is not None:
-            raise ValueError(f"decode takes one sequence of token ids (ints >= 0), got {bad!r:.60}")
-        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+        return self.backend.decode(token_ids(ids, "decode"), skip_special_tokens=skip_special_tokens)
 
     def word_starts(self, ids) -> list:
         """True at the first piece of each word of `ids` (see lmforge.tokenizer.words)."""

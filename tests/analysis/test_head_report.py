@@ -30,15 +30,17 @@ def test_a_one_level_curve_gets_a_percent_axis_with_importance_drawn_on_top(tmp_
     assert importance.get_zorder() > random.get_zorder()
 
 
-@pytest.mark.parametrize("orders, labels", [(1, ["importance", "random"]),
-                                            (3, ["importance", "random (mean of 3 orders)", "random ± 1 sd"])])
+@pytest.mark.parametrize("orders, labels", [
+    (1, ["importance", "random"]),
+    (3, ["importance", "random (mean of 3 orders)", "random ± 1 sd"])])
 def test_the_random_band_is_drawn_and_named_only_for_several_orders(tmp_path, monkeypatch, orders, labels):
     from lmforge.analysis import head_report
 
     caught = []
     monkeypatch.setattr(head_report, "atomic_savefig", lambda fig, path: caught.append(fig.axes[0]))
     levels = [{"fraction": f, "metric": 0.9 - f} for f in (0.0, 0.5)]
-    band = [{"fraction": f, "mean": 0.9 - f, "sd": 0.0 if orders == 1 else 0.1, "n": orders} for f in (0.0, 0.5)]
+    sd = 0.0 if orders == 1 else 0.1
+    band = [{"fraction": f, "mean": 0.9 - f, "sd": sd, "n": orders} for f in (0.0, 0.5)]
     head_report.plot_curves({"importance": levels}, "accuracy", tmp_path / "heads.png", band=band)
     assert [t.get_text() for t in caught[0].get_legend().get_texts()] == labels
 
@@ -50,7 +52,8 @@ def fine_tuned(tmp_path_factory):
     from tests.tasks.core import saved_classifier, sentiment
 
     data = sentiment(200)
-    return saved_classifier(tmp_path_factory.mktemp("sst") / "m", "bert-base", "bert", data["train"], 64), data
+    folder = tmp_path_factory.mktemp("sst") / "m"
+    return saved_classifier(folder, "bert-base", "bert", data["train"], 64), data
 
 
 def test_each_level_masks_the_heads_least_important_at_the_gates_before_it_and_is_scored_anew(fine_tuned,

@@ -47,7 +47,8 @@ def test_presets_name_their_sources_and_the_paper_sizes():
 
 
 def test_bad_elmo_fields_are_refused_by_name():
-    for bad, field in ((dict(char_filters=[[1]]), "char_filters"), (dict(char_filters=[[51, 4]]), "char_filters"),
+    for bad, field in ((dict(char_filters=[[1]]), "char_filters"),
+                       (dict(char_filters=[[51, 4]]), "char_filters"),
                        (dict(cell_clip=-1.0), "cell_clip"), (dict(n_highway=-1), "n_highway"),
                        (dict(lstm_dim=0), "lstm_dim"),
                        (dict(char_filters=[[1, 10_000_000]]), "char_filters"),  # was said as n_layers' memory
@@ -174,8 +175,8 @@ def test_a_stateful_batch_of_another_size_fits_the_carried_rows_as_allennlp_does
             assert torch.equal(h[2:], old_h[2:]) and torch.equal(c[2:], old_c[2:])
     model.reset_state()
     model(chars[:1], mask[:1])  # one row carried; a batch of three starts rows 1 and 2 from zeros
-    reference.states = [[(torch.cat([h, h.new_zeros(2, h.shape[1])]), torch.cat([c, c.new_zeros(2, c.shape[1])]))
-                         for h, c in direction] for direction in model.states]
+    reference.states = [[tuple(torch.cat([t, t.new_zeros(2, t.shape[1])]) for t in hc) for hc in direction]
+                        for direction in model.states]
     torch.testing.assert_close(model(chars, mask).last_hidden_state, reference(chars, mask).last_hidden_state,
                                rtol=0, atol=0)
 

@@ -18,8 +18,8 @@ TINY = ["lstm_dim=64", "d_model=32", "char_filters=[[1,8],[2,8],[3,16]]", "char_
 
 
 def pretrain(out, steps: int, *extra) -> list:
-    return ["pretrain", "--preset", "elmo-small", "--objective", "bilm", "--out", str(out), "--steps", str(steps),
-            *TINY, *extra]
+    return ["pretrain", "--preset", "elmo-small", "--objective", "bilm", "--out", str(out),
+            "--steps", str(steps), *TINY, *extra]
 
 
 def held_out_perplexities(model, tokenizer, sentences: list) -> tuple:
@@ -78,7 +78,8 @@ def test_a_callers_evaluator_ends_a_bilm_run_early_with_its_final_model(tmp_path
         seen.append(trainer.step)
         return {"stop": True} if trainer.step >= 3 else {}
 
-    train = TrainConfig(steps=10, batch_size=2, eval_every=1, eval_batches=1, log_every=1, progress=False, device="cpu")
+    train = TrainConfig(steps=10, batch_size=2, eval_every=1, eval_batches=1, log_every=1, progress=False,
+                        device="cpu")
     sizes = {"lstm_dim": 16, "d_model": 8, "char_filters": [[1, 4], [2, 4]], "char_embed_dim": 4}
     model = run("bilm", tmp_path / "run", train, preset="elmo-small", data=[str(text)],
                 overrides={**sizes, "vocab_size": 50}, max_len=12, log=lambda *a: None,
@@ -98,7 +99,8 @@ def test_evaluating_a_stateful_bilm_is_reproducible_and_keeps_the_training_state
     model = lmforge.build(lmforge.tiny("elmo-small", stateful=True, dropout=0.0))
     tokenizer = train_words(["the dog sleeps . a cat runs ."], 20)
     objective = BiLM.build(model, tokenizer)
-    batch = objective.collate([{"input_ids": tokenizer.encode(t).ids} for t in ("the dog sleeps .", "a cat runs .")])
+    texts = ("the dog sleeps .", "a cat runs .")
+    batch = objective.collate([{"input_ids": tokenizer.encode(t).ids} for t in texts])
     with torch.no_grad():
         stateless = float(objective.eval()(batch).loss)
         objective.train()(batch)  # a training batch: its final states are carried

@@ -137,8 +137,8 @@ def test_a_checkpoint_recommending_sampling_samples_as_the_reference_reads_it(tm
     reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0,
         pad_token_id=1)).eval()
-    reference.generation_config = transformers.GenerationConfig(do_sample=True, temperature=3.0, pad_token_id=1,
-                                                                eos_token_id=0, max_new_tokens=6)
+    reference.generation_config = transformers.GenerationConfig(
+        do_sample=True, temperature=3.0, pad_token_id=1, eos_token_id=0, max_new_tokens=6)
     path = save_reference(reference, tmp_path / "sampling")
     assert "top_k" not in (path / "generation_config.json").read_text()
     options = GenerationOptions.load(path, start=6)
@@ -150,7 +150,8 @@ def test_a_checkpoint_recommending_sampling_samples_as_the_reference_reads_it(tm
     torch.manual_seed(5)
     assert torch.equal(ours, reference.generate(ids, attention_mask=mask))
     # a file recommending greedy: sampling asked for samples among the reference's 50 too
-    reference.generation_config = transformers.GenerationConfig(pad_token_id=1, eos_token_id=0, max_new_tokens=6)
+    reference.generation_config = transformers.GenerationConfig(
+        pad_token_id=1, eos_token_id=0, max_new_tokens=6)
     save_reference(reference, path)
     options = GenerationOptions.load(path, start=6)
     assert not options.do_sample and options.top_k == 50

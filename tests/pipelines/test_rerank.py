@@ -115,8 +115,9 @@ def test_scores_equal_a_cross_encoder_s_with_the_activation_its_config_names(tmp
     from tests.pipelines.test_embed import VOCAB
 
     torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                                                     num_attention_heads=4, intermediate_size=64, num_labels=1))
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, num_labels=1)
+    model = BertForSequenceClassification(config)
     with torch.no_grad():
         model.classifier.weight.mul_(50)  # logits away from 0, where sigmoid and identity part
     config = {"sentence_transformers": {"activation_fn": activation}} if activation else {}

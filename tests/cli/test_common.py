@@ -376,3 +376,14 @@ def test_finetune_prune_and_distill_refuse_an_out_of_bounds_training_option_alik
         errors.add(err.partition(": ")[2])  # past the command's own name
     assert len(errors) == 1, errors  # the same words from all three
     assert list(tmp_path.iterdir()) == []  # refused before any output folder is made
+
+
+def test_check_out_judges_the_written_names_by_utils_atomic_writes_over(tmp_path):
+    """out/model a link to the source model: replacing out/model would replace the model read."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "model").symlink_to(source, target_is_directory=True)
+    with pytest.raises(UsageError, match="is or holds the source model"):
+        check_out(str(tmp_path / "out"), str(source), writes=("model", "report.json"))
+    assert check_out(str(tmp_path / "out"), str(source), writes=("report.json",)) == tmp_path / "out"

@@ -63,3 +63,52 @@ def test_an_out_inside_the_passages_folder_is_refused(tmp_path, argv):
     line = cli_verdict([*argv, "--passages", str(corpus), "--out", str(corpus / "run")], {})
     assert line is not None and "lies inside the input folder --passages" in line, line
     assert [p.name for p in corpus.iterdir()] == ["a.txt"]  # a later run would read OUT's files as text
+
+
+# (argv before --out, the input file's flag, the name under --out a hard link of it is planted at)
+LINKED = [
+    (["heads", "--model", "{model}", "--task", "cls"], "--data", "heads.json"),
+    (["prune", "--model", "{model}", "--method", "ffn", "--sparsity", "0.5"], "--data", "prune.json"),
+    (["distill", "--teacher", "{model}", "--train", "t.jsonl"], "--data", "distill.json"),
+    (["quantize", "--model", "{model}"], "--data", "quantize.json"),
+]
+
+
+@pytest.mark.parametrize("argv, flag, name", LINKED, ids=[a[0] for a, _, _ in LINKED])
+def test_a_hard_link_of_an_input_at_a_written_name_is_refused(tmp_path, monkeypatch, model, argv, flag, name):
+    """OUT/<report> a hard link of --data: writing the report would change the data (another name of
+    one file, which a comparison of resolved paths does not see)."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    data, out = tmp_path / "d.jsonl", tmp_path / "o"
+    data.write_text("{}\n")
+    out.mkdir()
+    os.link(data, out / name)
+    argv = [a.replace("{model}", str(model)) for a in argv]
+    line = cli_verdict([*argv, flag, str(data), "--out", str(out)], {})
+    assert line is not None and "would write over the input" in line and flag in line, line
+    assert data.read_text() == "{}\n" and [p.name for p in out.iterdir()] == [name]
+
+
+# (argv before --out, the name under --out the job writes a model folder to)
+MODEL_AT = [
+    (["heads", "--model", "{model}", "--data", "d.jsonl", "--task", "cls"], "pruned"),
+    (["prune", "--model", "{model}", "--method", "ffn", "--sparsity", "0.5", "--data", "d.jsonl"], "model"),
+    (["distill", "--teacher", "{model}", "--train", "t.jsonl", "--data", "d.jsonl"], "final"),
+    (["quantize", "--model", "{model}"], "model"),
+]
+
+
+@pytest.mark.parametrize("argv, name", MODEL_AT, ids=[a[0] for a, _ in MODEL_AT])
+def test_a_written_name_linked_to_the_source_model_is_refused(tmp_path, monkeypatch, model, argv, name):
+    """OUT/model a symbolic link to --model: the job's names are judged as written (utils.atomic.writes_over),
+    in one line naming the source, before any work."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / name).symlink_to(model, target_is_directory=True)
+    before = sorted(p.name for p in model.iterdir())
+    line = cli_verdict([*(a.replace("{model}", str(model)) for a in argv), "--out", str(out)], {})
+    assert line is not None and "is or holds the source model" in line, line
+    assert sorted(p.name for p in model.iterdir()) == before and (out / name).is_symlink()

@@ -232,10 +232,10 @@ def config_of_file(path: Path, overrides: dict) -> ModelConfig:
     return ModelConfig.from_dict({**data, **overrides})
 
 
-def check_out(out: str, *sources, option: str = "--out") -> Path:
-    """The output folder `out` of a job that writes out/<name> from source model directories: a
-    UsageError where it is empty, an existing file, or is or holds a source (the job would write
-    over what it reads)."""
+def check_out(out: str, *sources, option: str = "--out", writes: tuple = ()) -> Path:
+    """The output folder `out` of a job that writes the names `writes` into it from source model
+    directories: a UsageError where it is empty, an existing file, or is or holds a source, or a written
+    name is one (utils.atomic.writes_over: links, ../ and hard links or bind mounts seen through)."""
     if not str(out).strip():
         raise UsageError(f"{option} is empty: name the folder to write")
     path = Path(out)
@@ -245,11 +245,9 @@ def check_out(out: str, *sources, option: str = "--out") -> Path:
         if source is None or not Path(source).exists():
             continue  # a preset or package name: nothing on disk to write over
         src = Path(source).resolve()
-        if src == target or target in src.parents:
+        if (writes_over(src, target, writes) or overlap(src, target)) in ("is", "holds"):
             raise UsageError(f"{option} {out}: is or holds the source model {source}; choose another folder")
     return path
-
-
 
 
 def not_a_link(path: Path, kind: str | None, option: str) -> None:

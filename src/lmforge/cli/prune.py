@@ -130,16 +130,17 @@ def cmd_prune(args) -> None:
     from lmforge.cli.tasks import check_model
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.prune_report import refuse_quantised, run_prune
+    from lmforge.compress.sparse_finetune import SETTINGS
     from lmforge.tasks.finetune import task_info
     from lmforge.tasks.reference import own_kind
 
     _refuse_unused(args)  # the options first: a bad one costs no file look-up
     check_task(args.task)
     configs = _sparse_configs(args) if args.method in UNSTRUCTURED else _check_sparsity(args)
-    check_out(args.out, args.model)
+    writes = (*RUN_FILES, SETTINGS, "model", "prune.json")  # a magnitude run's and a structured one's
+    check_out(args.out, args.model, writes=writes)
     refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
-                     ("--train", args.train), ("--valid", args.valid), ("--config", args.config),
-                     writes=(*RUN_FILES, "model", "prune.json", "prune_settings.json"))
+                     ("--train", args.train), ("--valid", args.valid), ("--config", args.config), writes=writes)
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
     kind = args.task or own_kind(task_info(args.model))

@@ -170,9 +170,9 @@ def cmd_quantize(args) -> None:
     _check(args)
     options = quantize_options(args)
     source = find_model_dir(args.model)
-    check_out(args.out, source)
-    refuse_overwrite(args.out, ("--data", args.data), ("--calibration", args.calibration),
-                     writes=("model", "quantize.json"))
+    writes = ("model", "quantize.json")
+    check_out(args.out, source, writes=writes)
+    refuse_overwrite(args.out, ("--data", args.data), ("--calibration", args.calibration), writes=writes)
     torch.manual_seed(options.seed)
     kind, records = _task_kind(source, args.task), None
     if args.data:

@@ -3,6 +3,8 @@ gives the start / end cross-entropies' mean, two give -logsumexp over both by ha
 window adds nothing, and at most MAX_SPANS spans are kept."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,7 +12,8 @@ import torch.nn.functional as F
 import lmforge
 from lmforge.retrieval.dpr import passage_text
 from lmforge.retrieval.passages import Passage, load_passages
-from lmforge.retrieval.reader import MAX_SPANS, ExtractiveReader, answer_spans
+from lmforge.retrieval.reader import MAX_SPANS, ExtractiveReader, answer_spans, token_spans, window
+from lmforge.tasks.qa import answer_tokens
 from lmforge.tokenizer.train import train_tokenizer
 
 FILLER = "the river runs past the old mill and the hill " * 3
@@ -105,3 +108,43 @@ def test_padded_spans_of_a_batch_do_not_count(reader):
     selection = F.cross_entropy(select.view(2, 2), torch.zeros(2, dtype=torch.long))
     loss = reader(batch).loss
     assert torch.isfinite(loss) and torch.allclose(loss, selection + torch.stack(nll).mean() / 2, atol=1e-6)
+
+
+class _Counting:
+    """The reader's tokenizer, counting the texts it encodes."""
+
+    def __init__(self, tokenizer) -> None:
+        self.inner, self.texts = tokenizer, []
+
+    def encode(self, text, **kwargs):
+        self.texts.append(text)
+        return self.inner.encode(text, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_positive_is_encoded_once_when_its_example_is_built(reader):
+    positive = Passage("p", "City", "Paris is here and Paris is there. " + FILLER)
+    counting = _Counting(reader.tokenizer)
+    w = window(counting, reader.template, "where is it?", positive, ["Paris"], 128)
+    assert len(w["answer_spans"]) == 2
+    assert counting.texts.count(passage_text(positive)) == 1
+
+
+def test_the_window_spans_are_those_of_the_whole_context_mapping(reader):
+    """Every two-word span around the window's end, in or out exactly as the mapping over the whole
+    context's encoding puts it (the rule token_spans had when it encoded the context again)."""
+    context = passage_text(Passage("p", "City", FILLER * 4))
+    w = window(reader.tokenizer, reader.template, "where is it?", Passage("p", "City", FILLER * 4), (), 64)
+    offsets, end = reader.tokenizer.encode(context, add_special_tokens=False).offsets, w["offsets"][-1][1]
+    assert len(offsets) > len(w["offsets"])  # the window cuts the context
+    words = list(re.finditer(r"\S+", context))
+    pairs = [(a.start(), b.end()) for a, b in zip(words, words[1:]) if abs(a.start() - end) < 40]
+    for start, stop in pairs + [(end - 1, end + 1), (end, end + 1)]:
+        first, last = answer_tokens(offsets, start, stop)
+        whole = [] if first is None or last >= len(w["offsets"]) else \
+            [(first + w["context_at"], last + w["context_at"])]
+        assert token_spans(context, [(start, stop)], w) == whole, (start, stop)
+    inside = [bool(token_spans(context, [p], w)) for p in pairs]
+    assert any(inside) and not all(inside)  # both sides of the window's end are tried

@@ -47,16 +47,18 @@ def answer_start(context: str, answers: list) -> tuple:
     return (found[0][0], context[found[0][0]:found[0][1]]) if found else (None, None)
 
 
-def token_spans(tokenizer, context: str, found: list, w: dict) -> list:
+def token_spans(context: str, found: list, w: dict) -> list:
     """Distinct (start, end) positions in window `w` of the first MAX_SPANS character spans of `found` that
-    lie whole inside it, by the QA task's character -> token mapping over the whole context (a span
-    running past the window's last token is out, as the task's gold is)."""
-    offsets, spans = tokenizer.encode(context, add_special_tokens=False).offsets, []
+    lie whole inside it, by the QA task's character -> token mapping over the window's own offsets (those
+    features() encoded: no second encoding); a span that reaches text past the window's last token (any
+    but whitespace, which no token covers) is out, as the task's gold is."""
+    offsets, spans = w["offsets"], []
+    last = offsets[-1][1] if offsets else 0
     for start, end in found:
-        first, last = answer_tokens(offsets, start, end)
-        if first is None or last >= len(w["offsets"]):
+        first, final = answer_tokens(offsets, start, end)
+        if first is None or context[max(start, last):end].strip():
             continue
-        span = (first + w["context_at"], last + w["context_at"])
+        span = (first + w["context_at"], final + w["context_at"])
         if span not in spans:
             spans.append(span)
         if len(spans) == MAX_SPANS:
@@ -75,7 +77,7 @@ def window(tokenizer, template: Template, question: str, passage, answers=(), ma
         record["answers"] = [{"text": context[s:e], "start": s} for s, e in found[:1]]
     w = features(tokenizer, record, template, max_len, doc_stride=0, max_query_len=max_len // 2)[0]
     if answers:
-        spans = token_spans(tokenizer, context, found, w)
+        spans = token_spans(context, found, w)
         if spans:  # the first occurrence may lie past the window where a later one does not
             w["start_positions"], w["end_positions"] = spans[0]
         w["answer_spans"] = spans or [(w["start_positions"], w["end_positions"])]

@@ -181,6 +181,22 @@ def test_blocked_gives_queries_that_see_no_key_the_dense_values(name):
     torch.testing.assert_close(blocked.last_hidden_state, dense.last_hidden_state, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name", list(BLOCKED_CASES))
+def test_without_padding_every_query_sees_a_key(name):
+    """The plan builds its blind-query mask only from padding: the invariant that lets it, each pattern's
+    band holding every query's own key, checked on every layer's plan at a length no chunk divides."""
+    cfg = lmforge.ModelConfig(**{**_BASE, **BLOCKED_CASES[name]})
+    causal, T = cfg.architecture == "decoder", 61
+    pos, glob = torch.arange(T), _global_tokens(torch.zeros(2, T, dtype=torch.long))
+    for layer, pattern in enumerate(cfg.layer_patterns()):
+        if pattern not in ("sliding-window", "dilated", "longformer", "bigbird"):
+            continue
+        p = plan(cfg, pattern, pos, pos, causal, layer, None, glob if pattern == "longformer" else None,
+                 None, torch.float32)
+        scores = p.bias.amax(-1).amax(2).flatten(1)[:, :T]  # (B|1, T): each query's best candidate
+        assert p.blind is None and bool((scores > torch.finfo(torch.float32).min / 2).all())
+
+
 @pytest.mark.parametrize("case", [dict(attention="sliding-window", window=128),
                                   dict(attention="bigbird", block_size=64, n_random_blocks=3)])
 def test_blocked_equals_dense_at_long_lengths(case):

@@ -156,8 +156,11 @@ def plan(cfg: ModelConfig, pattern: str, q_pos, k_pos, causal: bool, layer: int,
     bias = _chunk_bias(cfg, pattern, qp, kp, layer, position_bias)
     bias = additive(allowed, bias, dtype).expand(-1, -1, -1, C, -1)
     B = allowed.shape[0]  # the padding's or the global tokens' batch (either may be given alone), or 1
+    # every pattern's band holds the query itself, so only padding leaves a query blind (tested): without
+    # it no mask is built (on a GPU it would be applied in every layer, unasked)
+    blind = None if key_padding is None else _blind(allowed, C, T)
     out = ChunkPlan(C, keys, bias.expand(B, -1, -1, -1, -1).contiguous(),  # (B, n, H|1, C, K)
-                    left=left, band=C + left + right, blind=_blind(allowed, C, T))
+                    left=left, band=C + left + right, blind=blind)
     rows = _global_rows(cfg, pattern, T, global_tokens)
     if rows is not None:
         out.rows = rows.to(device)

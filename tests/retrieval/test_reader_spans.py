@@ -1,8 +1,10 @@
 """The reader's span loss is DPR's marginal over every answer span in the positive's window: one span
-gives the start / end cross-entropies' mean, two give -logsumexp over both by hand, an answer past the
-window adds nothing, and at most MAX_SPANS spans are kept."""
+gives the start and end cross-entropies' sum, two give -logsumexp over both by hand, an answer past the
+window adds nothing, and at most MAX_SPANS spans are kept; on fixed logits the loss is DPR's, worked by
+hand; the spans come from the window's own encoding."""
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -49,15 +51,15 @@ def _text(w, text, span):
     return passage_text(Passage("p", "City", text))[first[0]:last[1]]
 
 
-def test_one_occurrence_gives_the_start_and_end_cross_entropies_mean(reader):
+def test_one_occurrence_gives_the_start_and_end_cross_entropies_sum(reader):
     w, batch = _batch(reader, "it is in Paris now")
     assert w["answer_spans"] == [(w["start_positions"], w["end_positions"])]
     assert _text(w, "it is in Paris now", w["answer_spans"][0]) == "Paris"
     with torch.no_grad():
         span, _ = reader.scores(batch)
-    old = (F.cross_entropy(span[:1, :, 0], torch.tensor([w["start_positions"]]))
-           + F.cross_entropy(span[:1, :, 1], torch.tensor([w["end_positions"]]))) / 2
-    assert abs(float(_span_loss(reader, batch)[0] - old)) < 1e-6
+    whole = (F.cross_entropy(span[:1, :, 0], torch.tensor([w["start_positions"]]))
+             + F.cross_entropy(span[:1, :, 1], torch.tensor([w["end_positions"]])))
+    assert abs(float(_span_loss(reader, batch)[0] - whole)) < 1e-6
 
 
 def test_two_occurrences_give_the_marginal_over_both(reader):
@@ -67,7 +69,7 @@ def test_two_occurrences_give_the_marginal_over_both(reader):
     assert [_text(w, text, s) for s in w["answer_spans"]] == ["paris", "PARIS"]
     loss, logp = _span_loss(reader, batch)
     (s1, e1), (s2, e2) = w["answer_spans"]
-    by_hand = -torch.logsumexp(torch.stack([logp[s1, 0] + logp[e1, 1], logp[s2, 0] + logp[e2, 1]]), 0) / 2
+    by_hand = -torch.logsumexp(torch.stack([logp[s1, 0] + logp[e1, 1], logp[s2, 0] + logp[e2, 1]]), 0)
     assert abs(float(loss - by_hand)) < 1e-6
 
 
@@ -79,7 +81,7 @@ def test_an_answer_past_the_window_adds_nothing(reader):
     assert w["offsets"][-1][1] < passage_text(Passage("p", "City", text)).rindex("Paris")  # truly past it
     loss, logp = _span_loss(reader, batch)
     (s, e), = w["answer_spans"]
-    assert abs(float(loss + (logp[s, 0] + logp[e, 1]) / 2)) < 1e-6
+    assert abs(float(loss + logp[s, 0] + logp[e, 1])) < 1e-6
     # the only occurrence past the window: the [CLS] position is the span, as before
     w, _ = _batch(reader, FILLER * 4 + " Paris")
     cls = w["cls_index"]
@@ -107,7 +109,19 @@ def test_padded_spans_of_a_batch_do_not_count(reader):
            for b, spans in enumerate(batch["answer_spans"].tolist())]
     selection = F.cross_entropy(select.view(2, 2), torch.zeros(2, dtype=torch.long))
     loss = reader(batch).loss
-    assert torch.isfinite(loss) and torch.allclose(loss, selection + torch.stack(nll).mean() / 2, atol=1e-6)
+    assert torch.isfinite(loss) and torch.allclose(loss, selection + torch.stack(nll).mean(), atol=1e-6)
+
+
+def test_the_loss_on_fixed_logits_is_dpr_s_worked_by_hand(reader, monkeypatch):
+    """One question, its positive and one negative, four positions, spans (1, 2) and (3, 3): selection
+    P(positive) = 3 / 4, P(spans) = 0.2 x 0.25 + 0.4 x 0.25 = 0.15; DPR's loss -log(3/4) - log(0.15) =
+    log(80 / 9) (the halved span term gave -log(3/4) - log(0.15) / 2)."""
+    start = torch.tensor([0.1, 0.2, 0.3, 0.4]).log()
+    span = torch.stack([torch.stack([start, torch.zeros(4)], -1), torch.zeros(4, 2)])  # (2, T, 2)
+    select = torch.tensor([3.0, 1.0]).log()
+    monkeypatch.setattr(reader, "scores", lambda batch: (span, select))
+    loss = reader({"group": torch.tensor(2), "answer_spans": torch.tensor([[[1, 2], [3, 3]]])}).loss
+    assert abs(float(loss) - math.log(80 / 9)) < 1e-6
 
 
 class _Counting:

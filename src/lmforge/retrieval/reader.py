@@ -5,10 +5,12 @@ from [CLS] (w_selected). Training: cross-entropy of the positive passage among t
 passages (the positive and BM25 / retrieved negatives), plus, as DPR's objective, the marginal
 negative log-likelihood of ALL correct answer spans inside the positive's window (every
 case-insensitive occurrence of every gold answer, at most MAX_SPANS of them):
--log sum_{(s, e)} P_start(s) P_end(e) (DPR's code: `_calc_mml`), halved as the mean of the start and
-end terms is (one span: the start and end cross-entropies' mean); a positive whose answers all lie
-past its window trains the [CLS] position. Reading: the passage with the highest selection score
-(plus `retrieval_weight` x the retriever's log-softmax score, when given) and its best span.
+-log sum_{(s, e)} P_start(s) P_end(e), each span's start and end log-probabilities added whole (DPR's
+code: compute_loss sums the start and end cross-entropies per span, `_calc_mml` marginalises them; it
+sums both terms over the batch's questions, we average both: the same objective at a learning-rate
+scale); a positive whose answers all lie past its window trains the [CLS] position. Reading: the passage
+with the highest selection score (plus `retrieval_weight` x the retriever's log-softmax score, when
+given) and its best span.
 """
 from __future__ import annotations
 
@@ -148,8 +150,8 @@ class ExtractiveReader(Objective):
         return span, self.select(hidden).float().squeeze(-1)
 
     def forward(self, batch: dict) -> Loss:
-        """Selection NLL of each positive among its group + half the marginal NLL of its answer spans (DPR's
-        reader loss: module docstring)."""
+        """Selection NLL of each positive among its group + the marginal NLL of its answer spans, each
+        averaged over the questions (DPR's reader loss: module docstring)."""
         span, select = self.scores(batch)
         M = int(batch["group"])
         select = select.view(-1, M)  # (B, M): the positive at column 0
@@ -157,7 +159,7 @@ class ExtractiveReader(Objective):
         positives = span[::M]  # (B, T, 2)
         selection = F.cross_entropy(select, target)
         accuracy = (select.argmax(-1) == target).float().mean()
-        return Loss(selection + span_nll(positives, batch["answer_spans"]).mean() / 2,
+        return Loss(selection + span_nll(positives, batch["answer_spans"]).mean(),
                     {"selection_accuracy": accuracy.detach()})
 
     @torch.no_grad()

@@ -47,6 +47,31 @@ def test_spelled_shards_read_back_as_the_text_does(text, tmp_path):
     assert verify(tmp_path / "s") == []
 
 
+def test_each_file_of_a_spelled_shard_is_mapped_once_in_the_one_cache(text, tmp_path, monkeypatch):
+    """ids and spellings share ShardCorpus._shard's cache: every file of a shard is mapped once however
+    often its documents are read, and a spelled document is located once (bisect over the shards)."""
+    import lmforge.data.stream as stream
+
+    _shard(text, tmp_path / "s")
+    corpus = ShardCorpus(tmp_path / "s")
+    mapped, located = [], []
+    real_memmap, real_bisect = stream.np.memmap, stream.bisect_right
+    # numpy's own memmap, which both the ids and the spellings are mapped by
+    def memmap(path, **kw):
+        mapped.append(str(path))
+        return real_memmap(path, **kw)
+
+    monkeypatch.setattr(stream.np, "memmap", memmap)
+    monkeypatch.setattr(stream, "bisect_right", lambda *a: located.append(a) or real_bisect(*a))
+    first = corpus.spelled_document(0)
+    assert len(located) == 1
+    for _ in range(2):
+        views = [corpus.spelled_document(d) for d in range(len(corpus))]
+    assert views[0] == first and len(mapped) == len(set(mapped)) <= 5 * len(corpus.shards)
+    assert {p.rsplit(".", 1)[1] for p in mapped} == {"bin", "sent", "docs", "oov", "oovtext"}
+    assert sorted(corpus._maps) == list(range(len(corpus.shards)))  # one entry a shard: its five arrays
+
+
 def test_any_number_of_workers_and_a_resume_write_the_same_bytes(text, tmp_path, monkeypatch):
     _shard(text, tmp_path / "1")
     _shard(text, tmp_path / "2", workers=2)

@@ -71,14 +71,16 @@ def _mapped(path: Path, dtype, size: int) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r").view(np.ndarray) if size else np.zeros(0, dtype)
 
 
-def sentence_spellings(cache: dict, folder: Path, entry: dict, offsets) -> list:
+def spelling_maps(folder: Path, entry: dict) -> tuple:
+    """(.oov pairs (U, 2), .oovtext bytes) of the shard `entry` in `folder`, mapped read-only (the shard
+    reader maps them once, with its ids: stream.ShardCorpus._shard)."""
+    pairs, text = (folder / f"{entry['name']}{suffix}" for suffix in OOV_SUFFIXES)
+    return _mapped(pairs, PAIR, entry["oov"]).reshape(-1, 2), _mapped(text, np.uint8, entry["oov_bytes"])
+
+
+def sentence_spellings(oov: np.ndarray, text: np.ndarray, offsets) -> list:
     """Per sentence of a shard's token `offsets` (each start, then the end), {position in the sentence:
-    spelling} of its <UNK> words, read from the shard's .oov and .oovtext (mapped once into `cache`)."""
-    if ("oov", entry["name"]) not in cache:
-        pairs, text = (folder / f"{entry['name']}{suffix}" for suffix in OOV_SUFFIXES)
-        cache["oov", entry["name"]] = (_mapped(pairs, PAIR, entry["oov"]).reshape(-1, 2),
-                                       _mapped(text, np.uint8, entry["oov_bytes"]))
-    oov, text = cache["oov", entry["name"]]
+    spelling} of its <UNK> words, read from the shard's mapped .oov pairs and .oovtext bytes."""
     starts = offsets[:-1].tolist()
     out: list = [{} for _ in starts]
     a, b = np.searchsorted(oov[:, 0], [offsets[0], offsets[-1]]).tolist()

@@ -35,7 +35,7 @@ from lmforge.data.corpus import is_shard_dir
 from lmforge.data.examples import (blocks, nsp_pairs, pack_sentences, pair_from_plan, plan_nsp,
                                    plan_sentence_nsp, plan_sop, plan_sso, sentence_budget, sentence_nsp_pairs,
                                    sop_pairs, sso_pairs)
-from lmforge.data.shard_oov import refuse_unspelled, sentence_spellings
+from lmforge.data.shard_oov import refuse_unspelled, sentence_spellings, spelling_maps
 from lmforge.data.shards import OFFSET, SUFFIXES, ShardError, read_manifest, spelled
 
 
@@ -78,49 +78,43 @@ class ShardCorpus:
             raise ValueError(f"{self.path} was tokenised with another tokenizer ({self.path / 'tokenizer'})")
 
     def _shard(self, k: int) -> tuple:
-        """(tokens, sentence offsets, document offsets) of shard k: read-only arrays over memmaps."""
+        """(tokens, sentence offsets, document offsets[, .oov pairs, .oovtext]) of shard k: memmaps, once."""
         if k not in self._maps:
-            name = self.shards[k]["name"]
-            dtypes = (self.dtype, OFFSET, OFFSET)
+            entry, path = self.shards[k], self.path / self.shards[k]["name"]
             # plain ndarray views: a np.memmap's __getitem__ is Python, microseconds a slice
-            self._maps[k] = tuple(np.memmap(self.path / f"{name}{s}", dtype=d, mode="r").view(np.ndarray)
-                                  for s, d in zip(SUFFIXES, dtypes))
+            self._maps[k] = tuple(np.memmap(f"{path}{s}", dtype=d, mode="r").view(np.ndarray)
+                                  for s, d in zip(SUFFIXES, (self.dtype, OFFSET, OFFSET)))
+            self._maps[k] += spelling_maps(self.path, entry) if self.spelled else ()
         return self._maps[k]
 
     def spelled_document(self, doc: int) -> list:
         """Document `doc` as (ids, {position: spelling} of its <UNK> words) sentences (spelled shards)."""
-        k, _ = self._locate(doc)  # the shard's spellings are mapped once, beside its ids
-        spellings = sentence_spellings(self._maps, self.path, self.shards[k], self.bounds(doc)[1])
-        return list(zip(self.document(doc), spellings))
+        tokens, offsets, (_, _, _, oov, text) = self.bounds(doc)  # located once
+        return list(zip(_sentences(tokens, offsets), sentence_spellings(oov, text, offsets)))
 
-    def _locate(self, doc: int) -> tuple:
+    def bounds(self, doc: int) -> tuple:
+        """(token array of the shard, token offsets of the document's sentences and its end, all the
+        shard's arrays: _shard's)."""
         if not 0 <= doc < len(self):
             raise IndexError(f"document {doc} of {len(self)}")
         k = bisect_right(self._first, doc) - 1  # bisect: per-document calls, a list beats numpy
-        return k, doc - self._first[k]
-
-    def bounds(self, doc: int) -> tuple:
-        """(token array of the shard, token offsets of the document's sentences and its end)."""
-        k, local = self._locate(doc)
-        tokens, sent, docs = self._shard(k)
-        return tokens, np.asarray(sent[docs[local]:docs[local + 1] + 1])
+        maps, local = self._shard(k), doc - self._first[k]
+        return maps[0], np.asarray(maps[1][maps[2][local]:maps[2][local + 1] + 1]), maps
 
     def document(self, doc: int) -> list:
         """Document `doc` as a list of sentences, each a list of token ids."""
-        tokens, offsets = self.bounds(doc)
-        flat = tokens[offsets[0]:offsets[-1]].tolist()
-        return [flat[a - offsets[0]:b - offsets[0]] for a, b in zip(offsets[:-1], offsets[1:])]
+        return _sentences(*self.bounds(doc)[:2])
 
     def tokens(self, doc: int) -> np.ndarray:
         """The token ids of document `doc`, one flat array (a view of the memmap)."""
-        tokens, offsets = self.bounds(doc)
+        tokens, offsets, _ = self.bounds(doc)
         return tokens[offsets[0]:offsets[-1]]
 
     def document_lengths(self) -> np.ndarray:
         """Tokens per document, (n_documents,) int64 (read from the indexes only)."""
         out = []
         for k in range(len(self.shards)):
-            _, sent, docs = self._shard(k)
+            _, sent, docs, *_ = self._shard(k)
             out.append(np.asarray(sent[docs[1:]]) - np.asarray(sent[docs[:-1]]))
         return np.concatenate(out) if out else np.zeros(0, OFFSET)
 
@@ -145,6 +139,12 @@ class ShardCorpus:
             yield self.document(int(doc))
 
 
+def _sentences(tokens: np.ndarray, offsets: np.ndarray) -> list:
+    """The sentences at token `offsets` (each start, then the end) of a shard's `tokens`, as id lists."""
+    flat = tokens[offsets[0]:offsets[-1]].tolist()
+    return [flat[a - offsets[0]:b - offsets[0]] for a, b in zip(offsets[:-1], offsets[1:])]
+
+
 def open_shards(files) -> ShardCorpus | None:
     """A ShardCorpus when `files` is one shard directory (corpus.is_shard_dir), else None (text)."""
     return ShardCorpus(files[0]) if files and len(files) == 1 and is_shard_dir(files[0]) else None
@@ -161,8 +161,7 @@ class DocumentView:
         return len(self.ids)
 
     def __getitem__(self, i: int) -> list:
-        read = self.corpus.spelled_document if self.spelled else self.corpus.document
-        return read(int(self.ids[i]))
+        return (self.corpus.spelled_document if self.spelled else self.corpus.document)(int(self.ids[i]))
 
 
 class PackedBlocks:
@@ -209,7 +208,7 @@ class PackedSentences:
         size, budget = 0, self.budget
         sep = self.doc_sep is not None and cross
         for doc in ids.tolist():
-            _, offsets = self.corpus.bounds(doc)
+            _, offsets, _ = self.corpus.bounds(doc)
             # a sentence longer than the budget comes as pieces of it, as in pack_sentences
             sentences = zip(offsets[:-1].tolist(), offsets[1:].tolist())
             for lo, end in ((lo, end) for a, end in sentences for lo in range(a, end, budget)):
@@ -241,7 +240,7 @@ class PackedSentences:
             raise IndexError(f"example {i} of {len(self)}")
         out = []
         for doc, lo, hi, sep in self.pieces[self.starts[i]:self.starts[i + 1]].tolist():
-            tokens, _ = self.corpus.bounds(doc)
+            tokens, *_ = self.corpus.bounds(doc)
             out += tokens[lo:hi].tolist() + ([self.doc_sep] if sep else [])
         return {"input_ids": [self.bos, *out[:self.budget], self.eos]}
 
@@ -259,7 +258,7 @@ class PackedPairs:
         self.plan = self.PLANS[pairs](len(self.ids), self._offsets, max_len=max_len, seed=seed)
 
     def _offsets(self, d: int) -> list:
-        _, offsets = self.corpus.bounds(int(self.ids[d]))
+        _, offsets, _ = self.corpus.bounds(int(self.ids[d]))
         return (offsets - offsets[0]).tolist()
 
     def _segment(self, d: int, lo: int, hi: int) -> list:

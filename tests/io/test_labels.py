@@ -118,3 +118,29 @@ def test_a_damaged_task_json_is_refused_when_its_labels_are_written_not_when_loa
 def test_read_labels_takes_a_converted_checkpoints_regressor_name_and_problem_type(tmp_path):
     src = _fine_tuned(tmp_path / "ft", {"kind": "regression", "id2label": ["score"], "problem_type": None})
     assert read_labels(src, json.loads((src / "config.json").read_text())) == HeadLabels(("score",), None)
+
+
+def test_the_label_tables_have_one_home_and_two_names():
+    """io/labels.py held a kind -> problem_type table and tasks/reference.py the valid problem_types, both
+    named PROBLEM_TYPES; is_label and the id2label order were written twice. One home now, read by both."""
+    from lmforge.io import labels
+    from lmforge.tasks import base, reference
+
+    assert labels.PROBLEM_TYPES == ("regression", "single_label_classification", "multi_label_classification")
+    assert set(labels.KIND_PROBLEM_TYPE.values()) <= set(labels.PROBLEM_TYPES)
+    assert reference.PROBLEM_TYPES is labels.PROBLEM_TYPES and reference.is_label is labels.is_label
+    assert base.KIND_PROBLEM_TYPE is labels.KIND_PROBLEM_TYPE
+
+
+@pytest.mark.parametrize("id2label, match", [
+    ({"0": "a", "2": "b"}, r"keys must be the outputs 0..1, got \[0, 2\]"),
+    ({"x": "a"}, "keys must be label numbers"), ({"0": ["a"]}, "values must be label names")])
+def test_an_id2label_is_read_one_way_by_load_and_by_the_task_reader(tmp_path, id2label, match):
+    from lmforge.tasks.reference import reference_task
+
+    config = {"architectures": ["BertForSequenceClassification"], "id2label": id2label}
+    with pytest.raises(CheckpointError, match=f"config.json: id2label {match}"):
+        read_labels(tmp_path, config)
+    with pytest.raises(ValueError, match=f"config.json: id2label {match}"):
+        reference_task(tmp_path / "config.json", config)
+    assert read_labels(tmp_path, {"id2label": {"1": 7, "0": "x"}}).names == ("x", "7")  # output order

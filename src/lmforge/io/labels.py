@@ -6,6 +6,10 @@ A model directory says them in its task.json (a fine-tuned model's "labels" and 
 reference checkpoint's "labels", "id2label" and "problem_type") or, a Hugging Face one without task.json,
 in its config.json (id2label, problem_type). `load` keeps them on the model's classifier head
 (`head.head_labels`), so a head put in its place is not named by them.
+
+The label helpers that tasks/reference.py reads a Hugging Face config with live here too (tasks import io,
+never the other way): what a label is, an id2label's output order, the valid problem_types, and the
+activation a CrossEncoder's config names for its score.
 """
 from __future__ import annotations
 
@@ -18,10 +22,16 @@ from lmforge.io.native import FORMAT, read_json_object
 from lmforge.utils.model_folder import check_recorded
 
 TASK_FILE = "task.json"
+# the values of a Hugging Face config's problem_type (transformers' ForSequenceClassification)
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 # the reference's problem_type of each lmforge task kind whose outputs it would otherwise misread (a
 # multilabel head as one softmax, a regression as classes)
-PROBLEM_TYPES = {"multilabel": "multi_label_classification", "regression": "regression",
-                 "rerank": "regression"}
+KIND_PROBLEM_TYPE = {"multilabel": "multi_label_classification", "regression": "regression",
+                     "rerank": "regression"}
+# a CrossEncoder's score: the logit's sigmoid, or the logit as it is; the class sentence-transformers names
+ACTIVATION_FNS = {"sigmoid": "torch.nn.modules.activation.Sigmoid",
+                  "identity": "torch.nn.modules.linear.Identity"}
+ACTIVATIONS = tuple(ACTIVATION_FNS)
 
 
 @dataclass(frozen=True)
@@ -32,8 +42,50 @@ class HeadLabels:
     problem_type: str | None = None
 
 
-def _label(value) -> bool:
+def is_label(value) -> bool:
+    """Whether `value` can be a label: text or a number (no list, object, null, bool)."""
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def id2label_order(where, id2label: dict, error=ValueError) -> list:
+    """The labels of an id2label, in output order; `error` naming `where` where a key is no output number, a
+    value no label, or the numbers skip one (the reference then has no name for an output)."""
+    if not all(str(k).isdigit() for k in id2label):
+        raise error(f"{where}: id2label keys must be label numbers, got {sorted(id2label)[:3]}")
+    if not all(map(is_label, id2label.values())):
+        raise error(f"{where}: id2label values must be label names, got {list(id2label.values())!r:.40}")
+    numbers = sorted(int(k) for k in id2label)
+    if numbers != list(range(len(numbers))):
+        raise error(f"{where}: id2label keys must be the outputs 0..{len(numbers) - 1}, got "
+                    f"{numbers[:6]}: an output would have no label")
+    return [id2label[k] for k in sorted(id2label, key=int)]
+
+
+def cross_encoder(hf: dict) -> str | None:
+    """The config field by which `hf` is a sentence-transformers CrossEncoder's (v4+, or older), or None."""
+    block = hf.get("sentence_transformers")
+    if isinstance(block, dict) and "activation_fn" in block:
+        return "sentence_transformers activation_fn"
+    return "sbert_ce_default_activation_function" if hf.get("sbert_ce_default_activation_function") else None
+
+
+def cross_encoder_activation(where, hf: dict, error=ValueError) -> str | None:
+    """The activation a CrossEncoder's config `hf` names for its scores, as sentence-transformers reads it
+    (sentence_transformers.activation_fn, or the older sbert_ce_default_activation_function; null: sigmoid,
+    the default of one output): one of ACTIVATIONS, None for no CrossEncoder's config; another is `error`
+    naming `where`."""
+    if not cross_encoder(hf):
+        return None
+    block = hf.get("sentence_transformers")
+    named = (block.get("activation_fn") if isinstance(block, dict) else None) or (
+        hf.get("sbert_ce_default_activation_function"))
+    if named is None:
+        return "sigmoid"
+    kind = str(named).rsplit(".", 1)[-1].lower()
+    if kind not in ACTIVATIONS:
+        raise error(f"{where}: activation_fn {str(named)[:60]!r} is not supported (lmforge scores with "
+                    "torch.nn.Sigmoid or torch.nn.Identity)")
+    return kind
 
 
 def _names(where, value, field: str, mapping: bool = False) -> tuple | None:
@@ -42,10 +94,8 @@ def _names(where, value, field: str, mapping: bool = False) -> tuple | None:
     if value is None:
         return None
     if mapping and isinstance(value, dict):
-        if not all(str(k).isdigit() for k in value) or sorted(map(int, value)) != list(range(len(value))):
-            raise CheckpointError(f"{where}: {field} keys must be the outputs 0..{len(value) - 1}")
-        value = [value[k] for k in sorted(value, key=int)]
-    if not (isinstance(value, list) and all(map(_label, value))):
+        value = id2label_order(where, value, CheckpointError)
+    if not (isinstance(value, list) and all(map(is_label, value))):
         raise CheckpointError(f"{where}: \"{field}\" must be a list of labels (text or numbers), "
                               f"not {value!r:.40}")
     return tuple(map(str, value)) or None
@@ -61,7 +111,7 @@ def read_labels(path: Path, meta: dict) -> HeadLabels | None:
         info = read_json_object(path / TASK_FILE)
         where = path / TASK_FILE
         names = _names(where, info.get("labels"), "labels") or _names(where, info.get("id2label"), "id2label")
-        problem = info["problem_type"] if "problem_type" in info else PROBLEM_TYPES.get(info.get("kind"))
+        problem = info["problem_type"] if "problem_type" in info else KIND_PROBLEM_TYPE.get(info.get("kind"))
     else:
         where = path / "config.json"
         names, problem = _names(where, meta.get("id2label"), "id2label", True), meta.get("problem_type")

@@ -32,7 +32,7 @@ from torch import nn
 
 from lmforge.config.options import refuse_changed
 from lmforge.heads import make_head
-from lmforge.io.labels import PROBLEM_TYPES, HeadLabels
+from lmforge.io.labels import KIND_PROBLEM_TYPE, HeadLabels
 from lmforge.objectives.base import Loss, Objective
 from lmforge.quant.int8 import refuse_int8
 from lmforge.utils.modes import evaluating
@@ -161,8 +161,8 @@ class Task(Objective, abc.ABC):
         if names is None and known is not None and known.names and len(known.names) == n:
             names = known.names  # a regressor's name of its score, as its folder said it
         # a kind the reference would misread says its own; another keeps a loaded one that is none of those
-        problem = PROBLEM_TYPES.get(self.kind)
-        if problem is None and known is not None and known.problem_type not in PROBLEM_TYPES.values():
+        problem = KIND_PROBLEM_TYPE.get(self.kind)
+        if problem is None and known is not None and known.problem_type not in KIND_PROBLEM_TYPE.values():
             problem = known.problem_type
         head.head_labels = HeadLabels(names, problem) if names or problem else None
 

@@ -22,42 +22,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+# the label helpers live in io/labels.py (io.load reads them too); PROBLEM_TYPES, is_label and ACTIVATIONS
+# are named here as well for the modules that import them from tasks
+from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, cross_encoder, cross_encoder_activation,
+                               id2label_order, is_label)
+
 ONE_SCORE = ["regression", "rerank"]
 CLASSES = ["cls", "pair"]
 MULTI = ["multilabel"]
 # a CrossEncoder's (its config says it reads text pairs): one score ranks (ms-marco's) or regresses (an STS
 # model's: lmforge's regression reads text_pair too), served as a reranker; classes are a pair task's
 PAIR_SCORE, PAIR_CLASSES = ["rerank", "regression"], ["pair"]
-ACTIVATIONS = ("sigmoid", "identity")  # a CrossEncoder's score: the logit's sigmoid, or the logit as it is
-
-
-def is_label(value) -> bool:
-    """Whether `value` can be a label: text or a number (no list, object, null, bool)."""
-    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
-
-
-def id2label_labels(config: Path, id2label: dict) -> list:
-    """The labels of an id2label, in output order; a ValueError naming the file where a key is no output
-    number or the numbers skip one (the reference then has no name for an output)."""
-    if not all(str(k).isdigit() for k in id2label):
-        raise ValueError(f"{config}: id2label keys must be label numbers, got {sorted(id2label)[:3]}")
-    if not all(map(is_label, id2label.values())):
-        raise ValueError(f"{config}: id2label values must be label names, got "
-                         f"{list(id2label.values())!r:.40}")
-    numbers = sorted(int(k) for k in id2label)
-    if numbers != list(range(len(numbers))):
-        raise ValueError(f"{config}: id2label keys must be the outputs 0..{len(numbers) - 1}, got "
-                         f"{numbers[:6]}: an output would have no label")
-    return [id2label[k] for k in sorted(id2label, key=int)]
-
-
-def cross_encoder(hf: dict) -> str | None:
-    """The config field by which `hf` is a sentence-transformers CrossEncoder's (v4+, or older), or None."""
-    block = hf.get("sentence_transformers")
-    if isinstance(block, dict) and "activation_fn" in block:
-        return "sentence_transformers activation_fn"
-    return "sbert_ce_default_activation_function" if hf.get("sbert_ce_default_activation_function") else None
 
 
 def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
@@ -86,7 +61,7 @@ def reference_task(config: Path, hf: dict) -> dict:
     """task_info's fields of a Hugging Face config.json `hf` (see the module docstring); {} for a head
     of another kind (its labels only, where id2label names them)."""
     id2label = hf.get("id2label")
-    labels = id2label_labels(config, id2label) if isinstance(id2label, dict) and id2label else None
+    labels = id2label_order(config, id2label) if isinstance(id2label, dict) and id2label else None
     architectures = hf.get("architectures")
     name = architectures[0] if isinstance(architectures, list) and architectures else ""
     if not isinstance(name, str):
@@ -160,31 +135,19 @@ def task_file(config: Path, hf: dict, max_len: int) -> dict | None:
     id2label = hf.get("id2label")
     if "labels" not in info and isinstance(id2label, dict) and id2label:
         # a regressor's name of its score, for the way back alone: as labels, a cls task would read it
-        info["id2label"] = id2label_labels(config, id2label)
+        info["id2label"] = id2label_order(config, id2label)
     return {**info, "problem_type": hf.get("problem_type"), "max_len": max_len}
 
 
 def activation_of(path: Path) -> str:
-    """The activation a cross-encoder directory's config.json names for its scores, as sentence-transformers'
-    CrossEncoder reads it (sentence_transformers.activation_fn, or the older
-    sbert_ce_default_activation_function): "identity" or "sigmoid" (the default of one output); another
-    is refused naming the file."""
+    """The activation a cross-encoder directory's config.json names for its scores (io/labels.py
+    cross_encoder_activation; sigmoid where it names none); another is refused naming the file."""
     file = Path(path) / "config.json"
     try:
         config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"cannot read {file}: {err}") from None
-    st = config.get("sentence_transformers") if isinstance(config, dict) else None
-    named = st.get("activation_fn") if isinstance(st, dict) else None
-    older = config.get("sbert_ce_default_activation_function") if isinstance(config, dict) else None
-    named = named or older
-    if named is None:
-        return "sigmoid"
-    kind = str(named).rsplit(".", 1)[-1].lower()
-    if kind not in ACTIVATIONS:
-        raise ValueError(f"{file}: activation_fn {str(named)[:60]!r} is not supported (lmforge scores with "
-                         "torch.nn.Sigmoid or torch.nn.Identity)")
-    return kind
+    return (cross_encoder_activation(file, config) if isinstance(config, dict) else None) or "sigmoid"
 
 
 def regression_activation(path) -> str:

@@ -16,7 +16,8 @@ from torch import nn
 
 import lmforge
 from lmforge.generate.beam import Beams, beam_search
-from lmforge.retrieval.rag_decode import FILL, MAX_BEAMS, MarginalSteps, passage_beams
+from lmforge.generate.options import MAX_BEAMS, GenerationOptions
+from lmforge.retrieval.rag_decode import FILL, MarginalSteps, check_decoding, passage_beams
 from lmforge.retrieval.rag_train import RAGObjective
 from lmforge.utils.errors import OptionsError
 
@@ -242,8 +243,26 @@ def test_fast_decoding_runs_no_extra_pass_and_equals_thorough_when_every_hypothe
                                                  ("sequence", {"decoding": "slow"}, "decoding"),
                                                  ("token", {"decoding": "fast"}, "decoding"),
                                                  ("token", {"max_new_tokens": 10**6}, "max_new_tokens"),
-                                                 ("sequence", {"max_new_tokens": -1}, "max_new_tokens")])
+                                                 ("sequence", {"max_new_tokens": -1}, "max_new_tokens"),
+                                                 ("sequence", {"max_new_tokens": 0}, "max_new_tokens")])
 def test_a_beam_count_out_of_bounds_or_a_decoding_that_does_not_apply_is_refused(kind, fields, field):
     with pytest.raises(OptionsError, match=field) as error:
         _objective(kind).answer(BATCH, **{"max_new_tokens": 2, **fields})
     assert error.value.field == field
+
+
+@pytest.mark.parametrize("kind, fields", [("token", {"num_beams": MAX_BEAMS + 1}),
+                                          ("sequence", {"num_beams": 0}), ("token", {"num_beams": 2.5}),
+                                          ("sequence", {"max_new_tokens": 10**6}),
+                                          ("token", {"max_new_tokens": True})])
+def test_rag_refuses_a_beam_count_or_length_as_generate_does_word_for_word(kind, fields):
+    with pytest.raises(OptionsError) as generate:
+        GenerationOptions(**fields)
+    with pytest.raises(OptionsError) as rag:
+        _objective(kind).answer(BATCH, **{"max_new_tokens": 2, **fields})
+    assert str(rag.value) == str(generate.value) and rag.value.field == generate.value.field
+
+
+def test_the_checked_counts_are_read_as_generate_reads_them():
+    assert check_decoding(2.0, "thorough", "token", 3.0) == (2, 3)
+    assert all(type(n) is int for n in check_decoding(2.0, "fast", "sequence", 3.0))

@@ -18,31 +18,29 @@ from __future__ import annotations
 
 import torch
 
+from lmforge.config.options import checked_as
 from lmforge.generate.beam import Beams, beam_search
+from lmforge.generate.options import GenerationOptions
 from lmforge.generate.steps import EncoderDecoderSteps
 from lmforge.retrieval.rag import rag_token_next_log_probs
 from lmforge.utils.errors import OptionsError
 
-MAX_BEAMS = 64  # hypotheses kept per question (RAG-Token) or per passage (RAG-Sequence): K x this rows
-MAX_ANSWER_TOKENS = 512  # an answer's new tokens: each is a decoder pass over every row
 DECODINGS = ("thorough", "fast")
 FILL = -1  # after a hypothesis' stop, and in pool slots no hypothesis filled: never a token id
 
 
-def check_decoding(num_beams: int, decoding: str, kind: str, max_new_tokens: int = 1) -> None:
-    """Refuse a beam count outside 1..MAX_BEAMS, an answer length outside 0..MAX_ANSWER_TOKENS, an unknown
-    decoding, or fast for RAG-Token, naming it."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or not 0 <= max_new_tokens <= MAX_ANSWER_TOKENS:
-        raise OptionsError(f"max_new_tokens={max_new_tokens!r} must be an integer in 0..{MAX_ANSWER_TOKENS}",
-                           "max_new_tokens")
-    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or not 1 <= num_beams <= MAX_BEAMS:
-        raise OptionsError(f"num_beams={num_beams!r} must be an integer in 1..{MAX_BEAMS}", "num_beams")
+def check_decoding(num_beams: int, decoding: str, kind: str, max_new_tokens: int = 1) -> tuple:
+    """(num_beams, max_new_tokens) read and bounded as generate's GenerationOptions fields are (checked_as:
+    its refusal word for word; a whole float read as its int, for the caller to decode with); an unknown
+    decoding, or fast for RAG-Token, refused, naming it."""
+    num_beams = checked_as(GenerationOptions, "num_beams", num_beams)
+    max_new_tokens = checked_as(GenerationOptions, "max_new_tokens", max_new_tokens)
     if decoding not in DECODINGS:
         raise OptionsError(f"decoding={decoding!r} is not one of {', '.join(DECODINGS)}", "decoding")
     if decoding == "fast" and kind != "sequence":
         raise OptionsError("decoding='fast' is RAG-Sequence's Fast Decoding; RAG-Token decodes by beam "
                            "search over its marginal (give decoding='thorough')", "decoding")
+    return num_beams, max_new_tokens
 
 
 def _same(logp: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,35 @@ def test_compressed_files_train_as_their_text_whatever_their_name(tmp_path):
     assert main([*argv, "--out", str(tmp_path / "out")]) == 0
 
 
+def test_each_file_is_probed_once_by_its_magic_bytes_with_no_decompressor(tmp_path, monkeypatch):
+    """The training input tells a file's compression once (data/openers.compression), not once to check the
+    corpus and again to route it, and by its first bytes alone: no gzip, bzip2 or xz reader is opened."""
+    import lmforge.data.openers as openers
+    from lmforge.tokenizer.sources import Corpus
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text(TEXT, encoding="utf-8")
+    for name, pack in PACKERS.items():
+        (tmp_path / name).write_bytes(pack(TEXT.encode()))
+    probed, real = [], openers._probe
+
+    def probe(path):
+        probed.append(path.name)
+        return real(path)
+
+    def unopened(*args, **kwargs):
+        raise AssertionError("a decompressor was opened to tell a file's kind")
+
+    monkeypatch.setattr(openers, "_probe", probe)
+    monkeypatch.setattr(openers, "COMPRESSED", {magic: (unopened, name)
+                                                for magic, (_, name) in openers.COMPRESSED.items()})
+    for files, routed in [([plain], False), ([plain, tmp_path / "text.xz"], True),
+                          ([plain, tmp_path / "any.name"], True)]:
+        probed.clear()
+        corpus = Corpus(files)
+        assert sorted(probed) == sorted(f.name for f in files) and (corpus.reader is not None) == routed
+
+
 def test_a_wide_text_file_is_a_tokenizer_error_naming_it(tmp_path):
     (tmp_path / "wide.txt").write_bytes(TEXT.encode("utf-16"))
     with pytest.raises(TokenizerError, match="wide.txt: UTF-16"):

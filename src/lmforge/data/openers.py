@@ -32,9 +32,21 @@ def _compression(head: bytes) -> tuple:
     return found
 
 
+def compression(path: Path) -> str:
+    """The compressed format a file is in ("gzip", "bzip2", "xz"; "" for plain bytes), told by its magic
+    bytes alone, no decompressor opened; a UTF-16 / UTF-32 file is a ValueError naming it, as open_binary's."""
+    return _probe(path)[1]
+
+
 def open_binary(path: Path):
     """The file's bytes, decompressed when it starts with gzip's, bzip2's or xz's magic number; a UTF-16 /
     UTF-32 file (its byte-order mark, or NULs in a quarter of its first bytes) is a ValueError naming it."""
+    return _probe(path)[0](path, "rb")
+
+
+def _probe(path: Path) -> tuple:
+    """(opener, name) of the file's compressed format (_compression) from its first bytes, or the ValueError
+    of a UTF-16 / UTF-32 file."""
     with open(path, "rb") as probe:
         head = probe.read(PROBE)
     wide = next((name for mark, name in WIDE_MARKS.items() if head.startswith(mark)), None)
@@ -44,7 +56,7 @@ def open_binary(path: Path):
                 "UTF-32 text without a byte-order mark, or no text")
         raise ValueError(f"{path}: {what}; lmforge reads UTF-8 (iconv -f {wide or 'UTF-16LE'} -t UTF-8 "
                          f"{path} > out.txt)")
-    return opener(path, "rb")
+    return opener, packed
 
 
 def read_some(handle, want: int) -> tuple:

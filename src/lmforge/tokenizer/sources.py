@@ -38,6 +38,12 @@ def corpus_files(source) -> list | None:
     A bare path is always a file name (a missing one is no one-text corpus); a list counts as files when its
     items are path objects, or strings that all name existing files or folders.
     """
+    return _files(source)[0]
+
+
+def _files(source) -> tuple:
+    """(corpus_files(source), whether one of them goes through the corpus reader: _through_reader), each
+    file's kind probed once."""
     from lmforge.data.corpus import expand_files
 
     if isinstance(source, str) and not source.strip():  # Path("") is ".": it trained on the working folder
@@ -45,11 +51,11 @@ def corpus_files(source) -> list | None:
     if isinstance(source, (str, os.PathLike)):
         source = [Path(source)]
     if not isinstance(source, (list, tuple)) or not source:
-        return None
+        return None, False
     if not all(isinstance(s, os.PathLike) for s in source):
         named = [s for s in source if isinstance(s, str) and os.path.exists(s)]
         if len(named) < len(source) and not any(map(os.path.isfile, named)):
-            return None  # texts, not file names (a text "." names a folder)
+            return None, False  # texts, not file names (a text "." names a folder)
         if len(named) < len(source):  # a mistyped file name would be trained on as a text
             other = next(s for s in source if not (isinstance(s, str) and os.path.exists(s)))
             raise FileNotFoundError(f"no such file: {str(other)[:80]!r}, while {named[0]} is one: pass file "
@@ -58,9 +64,10 @@ def corpus_files(source) -> list | None:
         files = expand_files(source)  # a missing file: its FileNotFoundError, naming it
     except ValueError as err:  # a shard folder, a pipe, a folder with no files
         raise TokenizerError(str(err)) from None
-    if not any(map(_through_reader, files)) and all(_blank_file(f) for f in files):
+    through = any(map(_through_reader, files))
+    if not through and all(_blank_file(f) for f in files):
         raise TokenizerError(f"empty corpus: {', '.join(map(str, source))} hold no text")
-    return files
+    return files, through
 
 
 def _texts(source: Iterable, seen: list):
@@ -77,13 +84,12 @@ def _through_reader(file: Path) -> bool:
     Compression is told by the magic bytes, as `corpus shard` tells it (a bzip2, an xz file or a gzip one
     without its .gz went to the Rust reader as text, refused as not UTF-8)."""
     from lmforge.data.corpus import ReadOptions
-    from lmforge.data.openers import COMPRESSED_FILES, open_binary
+    from lmforge.data.openers import compression
 
     if file.name.lower().endswith(".gz") or ReadOptions().format_of(file) == "jsonl":
         return True
     try:
-        with open_binary(file) as handle:
-            return isinstance(handle, COMPRESSED_FILES)
+        return bool(compression(file))  # the magic bytes alone: no decompressor opened
     except ValueError as err:  # UTF-16 / UTF-32 text, named with the iconv line that converts it
         raise TokenizerError(str(err)) from None
 
@@ -156,12 +162,12 @@ class Corpus:
         if isinstance(source, (bytes, dict)) or not isinstance(source, (str, os.PathLike, Iterable)):
             raise TokenizerError(f"source: a file, a list of files or an iterable of texts, got "
                                  f"{type(source).__name__}")
-        files = corpus_files(source)
+        files, through = _files(source)
         if read is not None and files is None:  # texts are given as they are: nothing would read them
             raise OptionsError("read: options say how files are read; the texts given are taken as they are",
                                "read")
         self.read = read
-        through_reader = files is not None and (read is not None or any(map(_through_reader, files)))
+        through_reader = files is not None and (read is not None or through)
         self.files = files if files is not None and not through_reader else None
         self.reader = files if through_reader else None
         self.texts = None if files is not None else \

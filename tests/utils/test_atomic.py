@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lmforge.utils.atomic import (UnsafePath, append_text, atomic_savefig, atomic_write, atomic_write_text,
-                                  file_kind, replace_dir, writable_folder, writes_over)
+                                  file_kind, identity, replace_dir, writable_folder, writes_over)
 
 
 def test_an_existing_folder_is_replaced_whole_and_nothing_beside_it_is_touched(tmp_path):
@@ -313,3 +313,27 @@ def test_writes_over_reads_a_model_folder_by_kind_and_any_other_folder_whole(tmp
         assert writes_over(data, data / report) == "lies inside"
     assert writes_over(job / "final", job / "final" / "out", ("config.json",), model=job / "final") is None
     assert writes_over(data / "missing", data / "missing" / "x.txt") is None  # nothing there to read
+
+
+def test_one_identity_tells_a_file_named_twice_to_the_corpus_reader_and_to_writes_over(tmp_path):
+    """A hard link and a symbolic link are the file they name, a copy is not: the corpus reader's "named
+    again" and writes_over's "is" read the one helper (identity), as os.path.samefile would."""
+    import warnings
+
+    from lmforge.data.corpus import CorpusWarning, expand_files
+
+    (tmp_path / "a.txt").write_text("text\n")
+    os.link(tmp_path / "a.txt", tmp_path / "hard.txt")
+    (tmp_path / "soft.txt").symlink_to(tmp_path / "a.txt")
+    (tmp_path / "copy.txt").write_text("text\n")
+    first = tmp_path / "a.txt"
+    for name, same in [("hard.txt", True), ("soft.txt", True), ("copy.txt", False)]:
+        other = tmp_path / name
+        assert (identity(other) == identity(first)) == same == os.path.samefile(other, first)
+        assert (writes_over(first.resolve(), other) == "is") == same
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CorpusWarning)
+            expand_files([first, other])
+        assert any("named again" in str(w.message) for w in caught) == same, name
+    with pytest.raises(FileNotFoundError):
+        identity(tmp_path / "missing")

@@ -41,7 +41,7 @@ from pathlib import Path
 from lmforge.data.openers import STREAM_ERRORS, damage, open_binary, read_some, stream_damage
 from lmforge.data.read_options import DOCUMENTS, ERRORS, FORMATS, ReadOptions  # noqa: F401 (read here)
 from lmforge.data.segment import SentenceStream
-from lmforge.utils.atomic import file_kind
+from lmforge.utils.atomic import file_kind, identity
 from lmforge.utils.jsontext import loads
 
 CHUNK = 1 << 20  # bytes read at once from a long line
@@ -359,8 +359,7 @@ def _said_twice(files: list) -> list:
     unsaid."""
     seen: dict = {}
     for f in files:
-        stat = f.stat()
-        first = seen.setdefault((stat.st_dev, stat.st_ino), f)
+        first = seen.setdefault(identity(f), f)  # utils.atomic's, as writes_over tells a hard link
         if first is not f:
             warnings.warn(f"{f}: the same file as {first}, named again: its documents are read again",
                           CorpusWarning, stacklevel=3)

@@ -111,12 +111,19 @@ def writes_over(source: Path, target: Path, writes: tuple = (), model: Path | No
 
 
 def _same(source: Path, path: Path) -> bool:
-    """Whether two names on disk are one file or folder (a hard link; os.path.samefile); False where
-    either is not there."""
+    """Whether two names on disk are one file or folder (a hard link, a bind mount); False where either is
+    not there."""
     try:
-        return os.path.samefile(source, path)
+        return identity(source) == identity(path)
     except OSError:
         return False
+
+
+def identity(path) -> tuple:
+    """A file's or folder's identity on disk, (st_dev, st_ino), as os.path.samefile compares them (a link
+    followed): one for every name of one file; an OSError where it is not there."""
+    found = os.stat(path)
+    return found.st_dev, found.st_ino
 
 
 def file_kind(path) -> str:

@@ -1,5 +1,6 @@
 """DPR's top-k retrieval accuracy: an answer string among the words of a retrieved passage's text (not its
-title), beside recall@k of the labelled positives."""
+title), beside recall@k of the labelled positives; a comparison builds the passages' texts once."""
+from lmforge.retrieval import evaluate
 from lmforge.retrieval.evaluate import answer_accuracy_at_k, retrieval_metrics
 from lmforge.retrieval.passages import Passage
 
@@ -27,3 +28,19 @@ def test_accuracy_is_kept_where_some_records_have_no_answer_in_their_positive():
                {"question": "q", "answers": [], "positives": ["b"]}]
     table = retrieval_metrics([["a", "b"], ["a", "b"]], records, passages, (1,))
     assert table == {"recall@1": 0.5, "accuracy@1": 0.5}
+
+
+def test_a_comparison_builds_the_passage_texts_once_for_every_table(monkeypatch):
+    passages = [Passage("a", "t", "It is Paris."), Passage("b", "t", "Rome is old."), Passage("c", "t", "none")]
+    records = [{"question": "where is Paris", "answers": ["Paris"], "positives": ["a"]},
+               {"question": "old Rome", "answers": ["Rome"], "positives": ["b"]}]
+    dense = {"one": [["c", "a", "b"], ["c", "b", "a"]], "two": [["b", "c", "a"], ["a", "c", "b"]]}
+    built = []
+    monkeypatch.setattr(evaluate, "passage_texts", lambda ps: built.append(1) or {p.id: p.text for p in ps})
+    monkeypatch.setattr(evaluate, "encode_passages", lambda encoder, passages, path: encoder)
+    monkeypatch.setattr(evaluate, "dense_rankings", lambda encoder, index, records, k: dense[index])
+    table = evaluate.compare(passages, records, {"one": "one", "two": "two"}, "unused", k=3)
+    assert len(built) == 1 and list(table) == ["bm25", "one", "two"]
+    assert table["one"] == {"recall@1": 0.0, "recall@5": 1.0, "recall@20": 1.0,
+                            "accuracy@1": 0.0, "accuracy@5": 1.0, "accuracy@20": 1.0}
+    assert table["two"]["recall@1"] == table["two"]["accuracy@1"] == 0.0

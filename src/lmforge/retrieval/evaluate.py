@@ -31,10 +31,17 @@ def recall_at_k(rankings: list, records: list, ks=KS) -> dict:
     return {f"recall@{k}": hits[k] / max(1, len(records)) for k in ks}
 
 
-def answer_accuracy_at_k(rankings: list, records: list, passages: list, ks=KS) -> dict:
+def passage_texts(passages: list) -> dict:
+    """{passage id: its text}: what accuracy@k matches answers in (not titles), built once per comparison."""
+    return {p.id: p.text for p in passages}
+
+
+def answer_accuracy_at_k(rankings: list, records: list, passages: list, ks=KS,
+                         texts: dict | None = None) -> dict:
     """{"accuracy@k": share of records with an answer string in the text of one of the first k ranked
-    passages} (DPR's top-k retrieval accuracy: it matches passage texts, not titles)."""
-    texts = {p.id: p.text for p in passages}
+    passages} (DPR's top-k retrieval accuracy: it matches passage texts, not titles); `texts`: the
+    passages' passage_texts where the caller has it."""
+    texts = passage_texts(passages) if texts is None else texts
     hits = {k: 0 for k in ks}
     for ranked, r in zip(rankings, records):
         found = [has_answer(r["answers"], texts[pid]) for pid in ranked[:max(ks, default=0)]]
@@ -43,21 +50,23 @@ def answer_accuracy_at_k(rankings: list, records: list, passages: list, ks=KS) -
     return {f"accuracy@{k}": hits[k] / max(1, len(records)) for k in ks}
 
 
-def answerable(records: list, passages: list) -> bool:
+def answerable(records: list, passages: list, texts: dict | None = None) -> bool:
     """Whether some record's answer is in the text of one of its positives: questions whose passages never
     hold their answers (the built-in dictionary's, whose answer is the headword a definition leaves out)
-    would score accuracy@k 0 at any rank."""
-    texts = {p.id: p.text for p in passages}
+    would score accuracy@k 0 at any rank. `texts`: the passages' passage_texts where the caller has it."""
+    texts = passage_texts(passages) if texts is None else texts
     return any(any(has_answer(r.get("answers") or [], texts.get(pid, "")) for pid in r["positives"])
                for r in records)
 
 
 def retrieval_metrics(rankings: list, records: list, passages: list, ks=KS,
-                      accuracy: bool | None = None) -> dict:
+                      accuracy: bool | None = None, texts: dict | None = None) -> dict:
     """recall@k (a positive among the first k) and accuracy@k (an answer in one of them) of `rankings`; the
-    latter where the records are `answerable` (`accuracy`: that, already known for these records)."""
-    accuracy = answerable(records, passages) if accuracy is None else accuracy
-    found = answer_accuracy_at_k(rankings, records, passages, ks) if records and accuracy else {}
+    latter where the records are `answerable` (`accuracy`: that, already known for these records; `texts`:
+    the passages' passage_texts, already built)."""
+    texts = passage_texts(passages) if texts is None else texts
+    accuracy = answerable(records, passages, texts) if accuracy is None else accuracy
+    found = answer_accuracy_at_k(rankings, records, passages, ks, texts) if records and accuracy else {}
     return {**recall_at_k(rankings, records, ks), **found}
 
 
@@ -108,12 +117,13 @@ def compare(passages: list, records: list, encoders: dict, work, k: int = max(KS
     """{"bm25": metrics, name: metrics for each encoder} on `records` (retrieval_metrics: recall@k and DPR's
     accuracy@k; dense indexes under `work`)."""
     ranked = bm25_rankings(BM25Index.build(passages), passages, records, k)
-    accuracy = answerable(records, passages)  # once for the three tables
-    table = {"bm25": retrieval_metrics(ranked, records, passages, accuracy=accuracy)}
+    texts = passage_texts(passages)  # once for every table
+    accuracy = answerable(records, passages, texts)
+    table = {"bm25": retrieval_metrics(ranked, records, passages, accuracy=accuracy, texts=texts)}
     for name, encoder in encoders.items():
         index = encode_passages(encoder, passages, Path(work) / f"index-{name}")
         ranked = dense_rankings(encoder, index, records, k)
-        table[name] = retrieval_metrics(ranked, records, passages, accuracy=accuracy)
+        table[name] = retrieval_metrics(ranked, records, passages, accuracy=accuracy, texts=texts)
     return table
 
 

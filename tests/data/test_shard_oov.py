@@ -133,3 +133,13 @@ def test_subword_shards_stay_v1_without_spelling_files(corpus_dir, tokenizer_dir
     assert not list((tmp_path / "s").glob("*.oov*"))
     corpus = ShardCorpus(tmp_path / "s")
     assert DocumentView(corpus)[0] == corpus.document(0)
+
+
+def test_a_sentence_is_read_alike_as_ids_or_as_ids_and_spellings():
+    """sentence_parts: the one reading of a sentence's two forms (a subword tokenizer's id list, a word
+    tokenizer's (ids, spellings)), so no reader tells them apart its own way."""
+    from lmforge.data.shard_oov import sentence_parts
+
+    assert sentence_parts([4, 5]) == ([4, 5], None)
+    assert sentence_parts(([4, 1], {1: "Zyzzyvä"})) == ([4, 1], {1: "Zyzzyvä"})
+    assert sentence_parts(([], {})) == ([], {}) and sentence_parts([]) == ([], None)  # empty: dropped alike

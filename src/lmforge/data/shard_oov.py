@@ -28,6 +28,12 @@ def keeps_spellings(tokenizer) -> bool:
     return isinstance(tokenizer.backend.model, WordLevel) and tokenizer.special_id("unk") is not None
 
 
+def sentence_parts(sentence) -> tuple:
+    """(ids, {position: spelling} or None) of a sentence, given as its id list or as a word tokenizer's
+    (ids, spellings) (tokenizer/chars.spelled_ids, encode_documents): the one reading of both forms."""
+    return sentence if isinstance(sentence, tuple) else (sentence, None)
+
+
 def encode_documents(backend, docs: list, unk: int | None = None) -> list:
     """Documents of sentence strings -> documents of sentence id lists (no special tokens); with `unk` (a
     word tokenizer's) each sentence is (ids, {position: spelling} of its <UNK> words), as spelled_ids."""

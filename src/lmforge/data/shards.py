@@ -38,7 +38,8 @@ import numpy as np
 from lmforge.config import atomic_write_text
 from lmforge.config.options import checked_argument
 from lmforge.data.corpus import SHARD_FORMAT, CorpusWarning, ReadOptions, read_range
-from lmforge.data.shard_oov import OOV_SUFFIXES, PAIR, encode_documents, keeps_spellings, oov_records
+from lmforge.data.shard_oov import (OOV_SUFFIXES, PAIR, encode_documents, keeps_spellings, oov_records,
+                                    sentence_parts)
 from lmforge.data.shard_out import plan, run_settings, shard_inputs, split_points  # noqa: F401 (shards.*)
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
@@ -89,7 +90,7 @@ class ShardWriter:
     def add(self, docs: list) -> None:
         """Append documents, each a list of sentence id lists, or (ids, spellings) where `spelled` (empty
         ones are dropped)."""
-        docs = [[s for s in doc if (s[0] if self.spelled else s)] for doc in docs]
+        docs = [[s for s in doc if sentence_parts(s)[0]] for doc in docs]
         docs = [doc for doc in docs if doc]
         if self.spelled:  # the token offsets they record start at the tokens written so far
             pairs, text = oov_records([s for doc in docs for s in doc], self.tokens, self.oov_bytes)

@@ -116,10 +116,10 @@ class RAGObjective(Objective):
             -> list:
         """Answers (ids, up to [SEP]) as the objective's kind decodes (sec. 2.5): RAG-Token by beam search
         over its next-token marginal (greedy at num_beams=1); RAG-Sequence by a beam search per passage and
-        `decoding` "thorough" or "fast" (sequence_candidates). num_beams: 1..rag_decode.MAX_BEAMS."""
-        check_decoding(num_beams, decoding, self.kind, max_new_tokens)
+        `decoding` "thorough" or "fast" (sequence_candidates). The counts are bounded as generate's are."""
+        num_beams, max_new_tokens = check_decoding(num_beams, decoding, self.kind, max_new_tokens)
         doc_logp, rows = self.retrieve(batch)
-        if self.kind == "sequence" and rows is not None and max_new_tokens > 0:
+        if self.kind == "sequence" and rows is not None:
             return self.sequence_answers(batch, doc_logp, rows, max_new_tokens, num_beams, decoding)
         ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
         B, K = len(doc_logp), len(ids) // len(doc_logp)
@@ -127,7 +127,7 @@ class RAGObjective(Objective):
         def marginal(logits):  # (B * K, V) -> the question's token, for each of its K rows
             return rag_token_next_log_probs(logits.view(B, K, -1), doc_logp).argmax(-1).repeat_interleave(K)
 
-        if num_beams > 1 and max_new_tokens > 0:
+        if num_beams > 1:
             out = token_beam_search(self, ids, mask, doc_logp, max_new_tokens, num_beams)
         else:
             out = self._greedy(ids, mask, max_new_tokens, marginal)[::K]

@@ -103,3 +103,27 @@ def test_a_fine_tuned_seq2seq_model_is_served_with_its_task_json_options(tmp_pat
     served = load_served("s2s", tmp_path)
     assert "predict" in served.capabilities and served.task.kind == "seq2seq"
     assert (served.task.prefix, served.task.num_beams, served.task.max_new_tokens) == ("summarize", 2, 5)
+
+
+def test_a_served_cross_encoder_regression_reads_its_score_through_the_activation_as_evaluate_does(tmp_path):
+    """rebuild_task built a served regression without the CrossEncoder's activation (only fine_tuned_task set
+    it, after make_task): the server gave the raw logit where evaluate gave its sigmoid. The activation is
+    a task option now, read from the folder once (task_info), so both routes build the same task."""
+    import json
+
+    import pytest
+
+    from lmforge.tasks.finetune import fine_tuned_task
+    from tests.tasks.test_reference import TEXTS, reference_dir
+
+    sigmoid = {"activation_fn": "torch.nn.modules.activation.Sigmoid"}
+    model, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers=sigmoid)
+    (path / "task.json").write_text(json.dumps({"kind": "regression"}))  # served for predict, not rerank
+    records = [{"text": a, "text_pair": b} for a, b in zip(TEXTS, TEXTS[1:])]
+    served, evaluated = load_served("ce", path).task, fine_tuned_task(path, records).eval()
+    assert served.kind == "regression" and served.activation == evaluated.activation == "sigmoid"
+    got = served.outputs(served.encode_all(records))
+    with torch.no_grad():
+        want = [float(model(torch.tensor([e["input_ids"]]), token_type_ids=torch.tensor([e["segment_ids"]]))
+                      .logits[0, 0].sigmoid()) for e in served.encode_all(records)]
+    assert got == pytest.approx(want, abs=1e-5) == evaluated.outputs(evaluated.encode_all(records))

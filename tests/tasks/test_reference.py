@@ -273,3 +273,48 @@ def test_an_sts_cross_encoder_regresses_through_its_activation(tmp_path, activat
     plain_model, plain = reference_dir(tmp_path / "plain", num_labels=1)  # no CrossEncoder: its raw score
     raw = [float(logits[0]) for logits in reference_logits(plain_model)]
     assert predictions(plain, "regression", tmp_path) == pytest.approx(raw, abs=1e-5)
+
+
+@pytest.mark.parametrize("route", ["fine_tuned_task", "Reranker.load", "load_served"])
+def test_a_cross_encoder_s_activation_is_read_once_by_the_task_reader_on_every_route(tmp_path, route,
+                                                                                      monkeypatch):
+    """fine_tuned_task, Reranker.load and the server each read config.json's activation_fn again after the
+    task was built; now reference_task alone reads it (into task_info), and the task takes it as an option."""
+    from lmforge.pipelines.rerank import Reranker
+    from lmforge.serve.models import load_served
+    from lmforge.tasks import reference
+    from lmforge.tasks.finetune import fine_tuned_task
+
+    identity = {"activation_fn": "torch.nn.modules.linear.Identity"}
+    _, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers=identity)
+    calls = []
+    read = reference.cross_encoder_activation
+    monkeypatch.setattr(reference, "cross_encoder_activation",
+                        lambda *a, **k: calls.append(a) or read(*a, **k))
+    task = {"fine_tuned_task": lambda: fine_tuned_task(path, [], "rerank"),
+            "Reranker.load": lambda: Reranker.load(path).task,
+            "load_served": lambda: load_served("ce", path).task}
+    assert task[route]().activation == "identity" and len(calls) == 1
+    if route == "Reranker.load":
+        assert Reranker.load(path).score(-2.5) == -2.5  # the logit itself, as CrossEncoder.predict gives it
+
+
+def test_the_activation_is_a_checked_task_option_kept_in_task_json(tmp_path):
+    """One option for the CLI, Python and the server: its values checked, refused for a task that does not
+    read it, recorded in task.json (so rebuild_task applies it) and a converted CrossEncoder's too."""
+    from lmforge.config.options import OptionsError
+    from lmforge.tasks.finetune import TaskConfig, make_task
+    from lmforge.tasks.reference import task_file
+    from tests.tasks.core import tiny
+
+    with pytest.raises(OptionsError, match="activation='tanh' is not one of sigmoid, identity"):
+        TaskConfig(activation="tanh")
+    with pytest.raises(OptionsError, match="activation.*a cls task does not read it"):
+        make_task("cls", tiny(), tokenizer(), [], TaskConfig(activation="sigmoid"), ["a", "b"])
+    for kind, default in (("regression", "identity"), ("rerank", "sigmoid")):
+        assert make_task(kind, tiny(), tokenizer(), [], TaskConfig()).info()["activation"] == default
+        chosen = make_task(kind, tiny(), tokenizer(), [], TaskConfig(activation="sigmoid"))
+        assert chosen.activation == "sigmoid"
+    _, path = reference_dir(tmp_path / "ce", num_labels=1, sbert_ce_default_activation_function=SIGMOID)
+    written = task_file(path / "config.json", json.loads((path / "config.json").read_text()), 8)
+    assert written["activation"] == "sigmoid" == task_info(path)["activation"]

@@ -20,9 +20,8 @@ from typing import Optional
 
 from lmforge.config.options import (OptionsError, check_options, checked_argument, checked_texts,
                                     named_keywords, option, with_changes)
-from lmforge.io import find_model_dir
+from lmforge.io.labels import ACTIVATIONS
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
-from lmforge.tasks.reference import ACTIVATIONS, activation_of
 
 MAX_TOP_N = 10 ** 6
 
@@ -71,10 +70,11 @@ def order(logits: list) -> list:
 class Reranker:
     """A fine-tuned RerankTask (its model, tokenizer and max_len) as a scorer of documents."""
 
-    def __init__(self, task, activation: str = "sigmoid") -> None:
+    def __init__(self, task, activation: str | None = None) -> None:
         if getattr(task, "kind", None) != "rerank":
             raise OptionsError(f"model: a reranker needs a model fine-tuned with --task rerank, not "
                                f"{getattr(task, 'kind', task)!r:.40}", "model")
+        activation = activation or getattr(task, "activation", "sigmoid")  # the task's: its folder's
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r:.40}")
         self.task, self.activation = task, activation
@@ -91,8 +91,7 @@ class Reranker:
         if isinstance(model, (str, Path)):
             from lmforge.tasks.finetune import fine_tuned_task
 
-            task = fine_tuned_task(model, [], kind="rerank", device=device).eval()
-            return cls(task, activation_of(find_model_dir(model)))
+            return cls(fine_tuned_task(model, [], kind="rerank", device=device).eval())
         return cls(model)
 
     def counts(self, query: str, documents: list) -> list:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from lmforge.pipelines.embed import SentenceEncoder
-from lmforge.pipelines.rerank import Reranker, activation_of
+from lmforge.pipelines.rerank import Reranker
 from lmforge.compress.quantize import COUNTED, parameter_count
 from lmforge.generate import lm_head_name
 from lmforge.io.native import read_meta
@@ -50,7 +50,7 @@ class ServedModel:
     task: Task | None = None
     info: dict = field(default_factory=dict)  # task.json
     capabilities: tuple = ()
-    score: Callable = float  # a reranker's logit -> its score (its checkpoint's activation: lmforge.rerank's)
+    score: Callable = float  # a reranker's logit -> its score (its task's activation: lmforge.rerank's)
 
     @property
     def model(self):
@@ -167,7 +167,8 @@ def served_task(path: Path) -> dict:
     if info.get("kind") or not info.get("kinds"):
         return info if info.get("kind") else {}
     labels = info.get("labels") or default_labels(str(path), info, None)
-    return {"kind": info["kinds"][0], **({"labels": labels} if labels else {})}
+    kept = {"labels": labels, "activation": info.get("activation")}  # a CrossEncoder's score, as it reads it
+    return {"kind": info["kinds"][0], **{k: v for k, v in kept.items() if v}}
 
 
 def load_served(name: str, where: str | os.PathLike) -> ServedModel:
@@ -179,7 +180,7 @@ def load_served(name: str, where: str | os.PathLike) -> ServedModel:
     info = served_task(path)
     task = rebuild_task(path, encoder.model, encoder.tokenizer, info) if info.get("kind") else None
     encoder.model.eval()
-    score = Reranker(task, activation_of(path)).score if task is not None and task.kind == "rerank" else float
+    score = Reranker(task).score if task is not None and task.kind == "rerank" else float
     return ServedModel(name, path, encoder, load_tokenizer(path), task, info,
                        capabilities_of(encoder.model, task), score)
 

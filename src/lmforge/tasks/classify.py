@@ -19,9 +19,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lmforge.config.options import OptionsError
+from lmforge.io.labels import ACTIVATIONS
 from lmforge.objectives.base import Loss
 from lmforge.tasks import metrics
 from lmforge.tasks.base import Task, register
+
+
+def checked_activation(activation: str | None, default: str) -> str:
+    """A regression's or reranker's activation option (`default` where None), or an OptionsError naming it."""
+    if activation is None:
+        return default
+    if activation not in ACTIVATIONS:
+        raise OptionsError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r:.40}",
+                           "activation")
+    return activation
 
 
 def shift_right(ids: torch.Tensor, start: int) -> torch.Tensor:
@@ -141,7 +153,13 @@ class RegressionTask(SequenceTask):
 
     kind = "regression"
     n_outputs = 1
-    activation = "identity"  # a CrossEncoder folder's "sigmoid" reads its score as CrossEncoder.predict does
+    options = ("activation",)
+
+    def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128,
+                 activation: str | None = None) -> None:
+        # identity: the raw score; a CrossEncoder folder's "sigmoid" reads it as CrossEncoder.predict does
+        self.activation = checked_activation(activation, "identity")
+        super().__init__(model, tokenizer, labels, max_len)
 
     def encode(self, record: dict) -> list:
         """One example: the text (pair) and the float label (when present)."""

@@ -24,15 +24,14 @@ from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, checked_as, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.io import find_tokenizer, load, model_dir
-from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
-from lmforge.tasks.base import MODULES, Task, check_read, task_class
+from lmforge.tasks.base import Task, check_read, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
-from lmforge.tasks.reference import (check_kind, default_labels, is_label, own_kind, reference_task,
-                                     regression_activation)
+# task_info is named here too: the jobs and commands import it from this module
+from lmforge.tasks.reference import ACTIVATIONS, ONE_SCORE, check_kind, default_labels, own_kind, task_info
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -41,7 +40,7 @@ from lmforge.train.config import check_device, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
 from lmforge.utils.atomic import replace_dir
-from lmforge.utils.model_folder import check_recorded, inside_job_folder, record_sums
+from lmforge.utils.model_folder import record_sums
 
 TASK_FILE = "task.json"
 # derive_seed streams of the run's seed (train/data.py and train/loop.py use 1-3): a fresh task
@@ -89,6 +88,11 @@ class TaskConfig:
     num_beams: int = option(1, "seq2seq: beams when generating at evaluation; 1: greedy", low=1, high=64)
     max_new_tokens: int = option(64, "seq2seq: most tokens generated per example at evaluation",
                                  low=1, high=65536)
+    # regression and rerank (tasks/classify.py, tasks/rerank.py): how their one output is read as a score
+    activation: Optional[str] = option(None, "regression, rerank: the score is sigmoid(logit) or the logit "
+                                       "(identity); null: the model folder's (a CrossEncoder's), else "
+                                       "identity (regression), sigmoid (rerank)",
+                                       choices=ACTIVATIONS, unset="the model's")
     # rerank (tasks/rerank.py): declared once there, in RerankOptions
     loss: str = rerank_option("loss")
     negatives: int = rerank_option("negatives")
@@ -142,33 +146,6 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
         raise ValueError("a tokenizer is needed next to a model object")
     check_fits(tokenizer, model)  # ids the model lacks would index past its embeddings
     return optimize(model), tokenizer  # the fine-tuning and evaluation jobs run it optimized
-
-
-def _checked_info(file: Path, info: dict) -> dict:
-    """task.json's fields that commands read, checked: kind (or a reference head's kinds) task kinds,
-    labels a list, max_len > 0."""
-    kind, labels, max_len, kinds = (info.get(name) for name in ("kind", "labels", "max_len", "kinds"))
-    if kind is not None and not (isinstance(kind, str) and kind in MODULES):
-        raise ValueError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
-    if labels is not None and not (isinstance(labels, list) and all(map(is_label, labels))):
-        raise ValueError(f"{file}: \"labels\" must be a list of labels (text or numbers), not {labels!r:.40}")
-    if max_len is not None and (type(max_len) is not int or max_len < 1):
-        raise ValueError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
-    if kinds is not None and not (isinstance(kinds, list) and all(k in MODULES for k in kinds)):
-        raise ValueError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
-    return info
-
-
-def task_info(path) -> dict:
-    """A model directory's task.json ({} when absent); a Hugging Face config's labels and the task kinds
-    its head may be read as (tasks/reference.py). A file that is not JSON, or fields of the wrong kind, are
-    one-line errors naming the file. A job's output folder stands for the model inside it."""
-    path = inside_job_folder(Path(path))
-    check_recorded(path, TASK_FILE, CheckpointError)  # where config.json records it: changed, or lost
-    if (path / TASK_FILE).is_file():
-        return _checked_info(path / TASK_FILE, read_json_object(path / TASK_FILE))
-    config = path / "config.json"
-    return reference_task(config, read_json_object(config)) if config.is_file() else {}
 
 
 def save_model(task: Task, path) -> Path:
@@ -289,16 +266,23 @@ def check_validated(train_cfg: TrainConfig, task_cfg: TaskConfig) -> None:
     refuse_changed(task_cfg, ("patience", "keep_best", "eval_batch_size"), why)
 
 
-def checkpoint_labels(model, kind: str, train: list) -> list | None:
-    """A model directory's label order (task.json, id2label) where the training records use the very same
-    labels, so its trained head goes on with the meaning of each output (as the reference's run_glue reads
-    a checkpoint's label2id); None otherwise (the records' sorted labels, a fresh head where they differ)."""
-    labelled = kind in ("cls", "pair", "tagging", "multilabel")  # the kinds whose outputs are named by labels
-    path = model_dir(model) if isinstance(model, (str, Path)) and labelled else None
+def checkpoint_defaults(model, kind: str, train: list, labels: list | None, cfg: TaskConfig) -> tuple:
+    """(labels, cfg) with what a model directory says where the caller says nothing: its label order where the
+    training records use the very same labels, so its trained head goes on with the meaning of each output
+    (as the reference's run_glue reads a checkpoint's label2id; else None: the records' sorted labels, a fresh
+    head where they differ), and a regression or rerank folder's activation (a CrossEncoder's: its output
+    goes on being read, and trained, as sentence-transformers reads it)."""
+    labelled = labels is None and kind in ("cls", "pair", "tagging", "multilabel")  # outputs named by labels
+    scored = cfg.activation is None and kind in ONE_SCORE
+    path = model_dir(model) if isinstance(model, (str, Path)) and (labelled or scored) else None
     info = task_info(path) if path is not None else {}
+    if scored and info.get("activation"):
+        cfg = dataclasses.replace(cfg, activation=info["activation"])
     known = info.get("labels") or [str(i) for i in range(info.get("outputs") or 0)]  # no id2label: class ids
-    data = task_class(kind).labels_from(train) if known else None
-    return list(known) if data is not None and len(known) == len(data) and set(known) == set(data) else None
+    data = task_class(kind).labels_from(train) if known and labelled else None
+    if data is not None and len(known) == len(data) and set(known) == set(data):
+        labels = list(known)
+    return labels, cfg
 
 
 def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, train_cfg: TrainConfig,
@@ -311,7 +295,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
         check_validated(train_cfg, task_cfg)
     # Python's records as a file's are read (a dataset's integer class ids become the labels "0", "1", ...)
     train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
-    labels = labels if labels is not None else checkpoint_labels(model, kind, train)
+    labels, task_cfg = checkpoint_defaults(model, kind, train, labels, task_cfg)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     if model.config.architecture == "elmo":  # a biLSTM over characters, used by its frozen layers' mix
         raise ValueError("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge "
@@ -359,7 +343,8 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
         raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
     check_kind(where, info, kind)  # a Hugging Face head's meaning (its config's problem_type)
     folder, (model, tokenizer) = isinstance(model, (str, Path)), load_model(model, tokenizer)
-    options = {name: info[name] for name in task_class(kind).options if name in info}  # QA decoding, tagging
+    # QA decoding, tagging's label_all, a regression's or reranker's activation (a CrossEncoder's config's)
+    options = {name: info[name] for name in task_class(kind).options if name in info}
     # a folder without task.json (a Hugging Face one) reads to its context, as the reference's pipelines
     default = min(model.config.max_seq_len, MAX_TASK_LEN) if folder and "max_len" not in info else 128
     cfg = TaskConfig(**{"max_len": info.get("max_len", default) if max_len is None else max_len,
@@ -371,8 +356,6 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
         records = given_records(records, kind, "data", labelled=False)  # (a reference's class ids: unnamed)
         labels = default_labels(where, info, task_class(kind).labels_from(records))
     task = make_task(kind, model, tokenizer, records, cfg, labels).to(resolve_device(device))
-    if kind == "regression" and path is not None:  # a CrossEncoder's score, as its config reads it
-        task.activation = regression_activation(path)
     if task.head != "lm" and id(task.task_head) not in pretrained:  # a head the model lacked: freshly drawn
         raise ValueError(f"{where} was never fine-tuned for {kind}: it has no {task.head} head to match "
                          f"(no task.json of that task), so its scores would be a random head's; fine-tune "

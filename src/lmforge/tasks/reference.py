@@ -19,13 +19,15 @@ as task.json where `lmforge convert` brings such a checkpoint into lmforge's for
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 # the label helpers live in io/labels.py (io.load reads them too); PROBLEM_TYPES, is_label and ACTIVATIONS
 # are named here as well for the modules that import them from tasks
-from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, cross_encoder, cross_encoder_activation,
+from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, TASK_FILE, cross_encoder, cross_encoder_activation,
                                id2label_order, is_label)
+from lmforge.io.native import CheckpointError, read_json_object
+from lmforge.tasks.base import MODULES
+from lmforge.utils.model_folder import check_recorded, inside_job_folder
 
 ONE_SCORE = ["regression", "rerank"]
 CLASSES = ["cls", "pair"]
@@ -52,7 +54,9 @@ def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
         if n != 1:
             return {"kinds": [], "why": f"{where} with num_labels {n} ({n} raw scores) is a task lmforge "
                                         "does not have: its regression task has one output"}
-        return {"kinds": PAIR_SCORE if pairs else ONE_SCORE, "why": f"{where} (one raw score)"}
+        # a CrossEncoder's score is read through its activation, as CrossEncoder.predict reads it
+        return {"kinds": PAIR_SCORE if pairs else ONE_SCORE, "why": f"{where} (one raw score)",
+                "activation": cross_encoder_activation(config, hf)}
     return {"labels": labels, "outputs": None if labels else n, "kinds": PAIR_CLASSES if pairs else CLASSES,
             "why": f"{where} (the argmax of the outputs)"}
 
@@ -139,25 +143,38 @@ def task_file(config: Path, hf: dict, max_len: int) -> dict | None:
     return {**info, "problem_type": hf.get("problem_type"), "max_len": max_len}
 
 
-def activation_of(path: Path) -> str:
-    """The activation a cross-encoder directory's config.json names for its scores (io/labels.py
-    cross_encoder_activation; sigmoid where it names none); another is refused naming the file."""
-    file = Path(path) / "config.json"
-    try:
-        config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"cannot read {file}: {err}") from None
-    return (cross_encoder_activation(file, config) if isinstance(config, dict) else None) or "sigmoid"
+
+def _checked_info(file: Path, info: dict) -> dict:
+    """task.json's fields that commands read, checked: kind (or a reference head's kinds) task kinds,
+    labels a list, max_len > 0, activation one of ACTIVATIONS."""
+    kind, labels, max_len, kinds = (info.get(name) for name in ("kind", "labels", "max_len", "kinds"))
+    if kind is not None and not (isinstance(kind, str) and kind in MODULES):
+        raise ValueError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
+    if labels is not None and not (isinstance(labels, list) and all(map(is_label, labels))):
+        raise ValueError(f"{file}: \"labels\" must be a list of labels (text or numbers), not {labels!r:.40}")
+    if max_len is not None and (type(max_len) is not int or max_len < 1):
+        raise ValueError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
+    if kinds is not None and not (isinstance(kinds, list) and all(k in MODULES for k in kinds)):
+        raise ValueError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
+    if info.get("activation") is not None and info["activation"] not in ACTIVATIONS:
+        raise ValueError(f"{file}: \"activation\" must be one of {', '.join(ACTIVATIONS)}, not "
+                         f"{info['activation']!r:.40}")
+    return info
 
 
-def regression_activation(path) -> str:
-    """What a folder's one output is read through as a regression score: a CrossEncoder's activation (its
-    config's, sigmoid by default), as sentence-transformers' CrossEncoder.predict applies it (an STS
-    cross-encoder's scores lie in [0, 1]), where no task.json says lmforge fine-tuned it; else "identity"."""
-    file = Path(path) / "config.json"
-    try:
-        hf = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return "identity"  # the load reads and refuses it, naming it
-    crossed = isinstance(hf, dict) and cross_encoder(hf) and not (Path(path) / "task.json").is_file()
-    return activation_of(path) if crossed else "identity"
+def task_info(path) -> dict:
+    """A model directory's task.json ({} when absent); a Hugging Face config's labels, the task kinds its
+    head may be read as and a CrossEncoder's activation (reference_task). A file that is not JSON, or fields
+    of the wrong kind, are one-line errors naming the file. A job's output folder stands for the model
+    inside it. The one reading of a folder's task (fine_tuned_task, the server, the reranker)."""
+    path = inside_job_folder(Path(path))
+    check_recorded(path, TASK_FILE, CheckpointError)  # where config.json records it: changed, or lost
+    config = path / "config.json"
+    if not (path / TASK_FILE).is_file():
+        return reference_task(config, read_json_object(config)) if config.is_file() else {}
+    info = _checked_info(path / TASK_FILE, read_json_object(path / TASK_FILE))
+    if info.get("kind") in ONE_SCORE and "activation" not in info and config.is_file():
+        # a task.json set beside a CrossEncoder's own config (no lmforge job writes one without it)
+        found = cross_encoder_activation(config, read_json_object(config))
+        info = {**info, "activation": found} if found else info
+    return info

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from lmforge.config.options import check_options, option
 from lmforge.objectives.base import Loss
 from lmforge.tasks.base import Task, register
-from lmforge.tasks.classify import SequenceTask
+from lmforge.tasks.classify import SequenceTask, checked_activation
 from lmforge.tasks.formats import Records, read_rows
 
 MAX_DOCUMENTS = 1000  # documents of one record: its validation ranking runs them in one batch
@@ -107,11 +107,14 @@ class RerankTask(SequenceTask):
 
     kind = "rerank"
     n_outputs = 1
-    options = ("loss", "negatives", "distill", "temperature")
+    options = ("loss", "negatives", "distill", "temperature", "activation")
 
     def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128, loss: str = "listwise",
-                 negatives: int = 7, distill: str = "mse", temperature: float = 1.0) -> None:
+                 negatives: int = 7, distill: str = "mse", temperature: float = 1.0,
+                 activation: str | None = None) -> None:
         settings = RerankOptions(loss, negatives, distill, temperature)  # checked, naming the field
+        # how a score is read from the logit (pipelines/rerank.py Reranker): a CrossEncoder's, else sigmoid
+        self.activation = checked_activation(activation, "sigmoid")
         super().__init__(model, tokenizer, None, max_len)
         self.loss, self.negatives, self.distill, self.temperature = (
             settings.loss, settings.negatives, settings.distill, settings.temperature)

@@ -103,15 +103,14 @@ def _configs(args) -> tuple:
 def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
     from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
-    from lmforge.train.checkpoint import RUN_FILES
-    from lmforge.compress.task_distillation import run_distill
+    from lmforge.compress.task_distillation import DISTILL_WRITES, run_distill
 
     if args.student and args.student_layers:  # DistillConfig refuses it too, naming its fields
         raise UsageError("give --student-layers or --student, not both")
     if not args.data and not args.valid:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
     train_cfg, cfg = _configs(args)
-    writes = (*RUN_FILES, "distill.json")
+    writes = DISTILL_WRITES
     check_out(args.out, args.teacher, writes=writes)  # the student: the teacher's layers or a preset
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--data", args.data),
                      ("--config", args.config), writes=writes)

@@ -126,18 +126,17 @@ def _unstructured(args, kind: str, records: list, configs: tuple) -> None:
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
     from lmforge.cli.common import UsageError, check_out, check_task, read_records, refuse_overwrite
-    from lmforge.train.checkpoint import RUN_FILES
     from lmforge.cli.tasks import check_model
     from lmforge.compress.model_files import replaced_line
-    from lmforge.compress.prune_report import refuse_quantised, run_prune
-    from lmforge.compress.sparse_finetune import SETTINGS
+    from lmforge.compress.prune_report import PRUNE_WRITES, refuse_quantised, run_prune
+    from lmforge.compress.sparse_finetune import SPARSE_WRITES
     from lmforge.tasks.finetune import task_info
     from lmforge.tasks.reference import own_kind
 
     _refuse_unused(args)  # the options first: a bad one costs no file look-up
     check_task(args.task)
     configs = _sparse_configs(args) if args.method in UNSTRUCTURED else _check_sparsity(args)
-    writes = (*RUN_FILES, SETTINGS, "model", "prune.json")  # a magnitude run's and a structured one's
+    writes = (*SPARSE_WRITES, *PRUNE_WRITES)  # a magnitude run's and a structured one's
     check_out(args.out, args.model, writes=writes)
     refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
                      ("--train", args.train), ("--valid", args.valid), ("--config", args.config), writes=writes)

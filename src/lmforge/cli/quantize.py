@@ -163,16 +163,16 @@ def cmd_quantize(args) -> None:
 
     from lmforge.cli.common import UsageError, check_out, flag_error, read_records, refuse_overwrite
     from lmforge.compress.model_files import replaced_line
-    from lmforge.compress.quantize_report import run_quantize
+    from lmforge.compress.quantize_report import QUANTIZE_WRITES, run_quantize
     from lmforge.config.options import OptionsError
     from lmforge.io import find_model_dir
 
     _check(args)
     options = quantize_options(args)
     source = find_model_dir(args.model)
-    writes = ("model", "quantize.json")
-    check_out(args.out, source, writes=writes)
-    refuse_overwrite(args.out, ("--data", args.data), ("--calibration", args.calibration), writes=writes)
+    check_out(args.out, source, writes=QUANTIZE_WRITES)
+    refuse_overwrite(args.out, ("--data", args.data), ("--calibration", args.calibration),
+                     writes=QUANTIZE_WRITES)
     torch.manual_seed(options.seed)
     kind, records = _task_kind(source, args.task), None
     if args.data:

@@ -31,6 +31,7 @@ from lmforge.tasks.reference import own_kind
 from lmforge.utils.atomic import replace_dir
 
 METHODS = ("ffn", "heads")
+PRUNE_WRITES = ("model", "prune.json")  # what a structured run writes under out (lmforge prune checks it)
 
 
 def refuse_quantised(model) -> None:
@@ -142,7 +143,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
         raise OptionsError(f"method {method!r}: expected one of {', '.join(METHODS)}", "method")
     if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 < sparsity < 1:
         raise OptionsError(f"sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
-    out = output_folder(out, resolve_dir(model_dir), ("model", "prune.json"))  # before any work, as --out is
+    out = output_folder(out, resolve_dir(model_dir), PRUNE_WRITES)  # before any work, as --out is
     refuse_quantised(model_dir)
     found_dir = resolve_dir(model_dir)
     kind = kind or (own_kind(task_info(found_dir)) if found_dir is not None else None)

@@ -33,6 +33,8 @@ from lmforge.utils.atomic import replace_dir
 from lmforge.utils.model_folder import record_sums
 from lmforge.utils.timing import alternating
 
+QUANTIZE_WRITES = ("model", "quantize.json")  # what a run writes under out (lmforge quantize checks it)
+
 
 def _sizes(model, path: Path | None) -> dict:
     out = {"parameters": parameter_count(model), "int8_layers": int8_layers(model),
@@ -177,7 +179,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
     o, calibration = _options(options), calibration_texts(calibration)
     source = _source(model)
-    out = output_folder(out, source, ("model", "quantize.json"))  # before any work, as --out is
+    out = output_folder(out, source, QUANTIZE_WRITES)  # before any work, as --out is
     records, kind = _scored(source, records, kind)
     task_before, fp32, task_after, int8 = _models(source, records, kind)
     tokenizer = _carried_tokenizer(source)  # what travels with the int8 model, read verified before any work

@@ -36,6 +36,7 @@ from lmforge.train.data import derive_seed
 from lmforge.utils.checksum import sign, verify
 
 SETTINGS = "prune_settings.json"  # the run's pruning settings: a resume with others is refused
+SPARSE_WRITES = (*RUN_FILES, SETTINGS, "prune.json")  # what a magnitude or movement run writes under out
 # the TaskConfig fields that change what is trained (the others: evaluation, and keep_best, forced off)
 TRAINED = ("max_len", "freeze_embeddings", "freeze_layers", "freeze_backbone", "layer_decay", "label_all",
            "text_to_text", "prefix", "doc_stride", "max_query_len")
@@ -237,8 +238,7 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source and
     the pruned model side by side on `records` (the source's metric only where it was fine-tuned for
     the task); prune.json."""
-    writes = (*RUN_FILES, SETTINGS, "prune.json")  # as run_prune's: never the model it reads
-    out = training_folder(output_folder(out, resolve_dir(model_dir), writes))
+    out = training_folder(output_folder(out, resolve_dir(model_dir), SPARSE_WRITES))  # never the model read
     records = given_data(records, kind)  # before the training run, not after it
     summary = prune_finetune(model_dir, kind, train, valid, out, train_cfg=train_cfg, sparse_cfg=sparse_cfg,
                              task_cfg=task_cfg, resume=resume, log=log)

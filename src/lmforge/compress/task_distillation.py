@@ -41,6 +41,7 @@ from lmforge.utils.checksum import model_fingerprint
 
 KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidden states
 LOSS = ("temperature", "alpha", "gamma")  # the loss's options: key=value ones, reported as "loss"
+DISTILL_WRITES = (*RUN_FILES, "distill.json")  # what a run writes under out
 
 
 @dataclass
@@ -227,7 +228,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
 def _out_apart(out, teacher_dir):
     """`out`, or UnsafePath naming "out" where it is or holds the teacher's folder (as --out is): the run's
     final/ or best/ would replace the model it distils from (compress.model_files.output_folder)."""
-    return output_folder(out, resolve_dir(teacher_dir), (*RUN_FILES, "distill.json"))
+    return output_folder(out, resolve_dir(teacher_dir), DISTILL_WRITES)
 
 
 def run_distill(teacher_dir, train: list, valid: list | None, records: list, out, *, train_cfg: TrainConfig,

@@ -26,6 +26,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from lmforge.data.shard_oov import sentence_parts
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.objectives.base import Loss, Objective, tokenizer_pad, within
@@ -49,13 +50,13 @@ def sentence_examples(docs, tokenizer, max_len: int, seed: int = 0) -> list:
                          "<S> and </S>")
     n = max_len - 2
     return [_piece(bos, eos, sentence, i, n) for doc in docs for sentence in doc
-            for i in range(0, len(sentence[0] if isinstance(sentence, tuple) else sentence), n)]
+            for i in range(0, len(sentence_parts(sentence)[0]), n)]
 
 
 def _piece(bos: int, eos: int, sentence, i: int, n: int) -> dict:
     """Words i .. i + n of a sentence between the marks, with its spelled <UNK> words where it has any
     (only those: a corpus of in-vocabulary words costs nothing more than its ids)."""
-    ids, spellings = sentence if isinstance(sentence, tuple) else (sentence, None)
+    ids, spellings = sentence_parts(sentence)
     example = {"input_ids": [bos, *ids[i: i + n], eos]}
     oov = {k - i + 1: word for k, word in (spellings or {}).items() if i <= k < i + n}
     return {**example, "oov": oov} if oov else example

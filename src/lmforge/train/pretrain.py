@@ -31,7 +31,7 @@ from lmforge import objectives
 from lmforge.config.options import OptionsError
 from lmforge.data.corpus import CorpusReader
 from lmforge.data.read_options import ReadOptions
-from lmforge.data.shard_oov import encode_documents
+from lmforge.data.shard_oov import encode_documents, sentence_parts
 from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.stream import build_examples, open_shards, shard_examples
 from lmforge.data.synthetic import documents
@@ -249,7 +249,7 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
     examples = build_examples(spec.examples, ids, tokenizer, max_len, seed, spec.options)
     held_out = max(1, len(examples) // 20)
     repeats = len(docs) - len({hash(tuple(d)) for d in docs})  # kept (a corpus may weight by them), said
-    tokens = sum(len(s[0] if isinstance(s, tuple) else s) for d in ids for s in d)  # (ids, spellings) too
+    tokens = sum(len(sentence_parts(s)[0]) for d in ids for s in d)  # (ids, spellings) too
     read = (f"{len(docs):,} documents{f' ({repeats:,} repeats)' if repeats else ''}, "
             f"{sum(map(len, docs)):,} sentences, {tokens:,} tokens")
     if len(examples) <= held_out:

@@ -181,15 +181,16 @@ def read_recommended(path) -> dict:
     are said in a GenerationWarning here, once per reading."""
     from lmforge.convert.hf import generation_defaults
 
-    found = _read_json(Path(path) / FILE, strict=True)
+    target = Path(path) / FILE
+    written = _read_json(target, strict=True) if target.is_file() else None
     # a forced id's null is none, over the model config's (as write_settings spells OFF, and the reference
     # reads it); another null is no setting
-    found = {k: OFF if v is None else v for k, v in found.items() if v is not None or k in FORCED} if found \
-        else generation_defaults(path)
+    found = {k: OFF if v is None else v for k, v in written.items() if v is not None or k in FORCED} \
+        if written else generation_defaults(path)
     if _is_int(found.get("min_new_tokens")):  # the reference then reads min_new_tokens alone
         found.pop("min_length", None)
-    config = _read_json(Path(path) / "config.json")
-    if "top_k" not in found and ((Path(path) / FILE).is_file() or "model_type" in config):
+    config = {} if "top_k" in found else _read_json(Path(path) / "config.json")
+    if "top_k" not in found and (written is not None or "model_type" in config):
         # the reference samples (recommended or asked) among its default 50 most probable, at most the
         # vocabulary, which its files leave out; lmforge's own files write top_k, 0 included
         vocab = config.get("vocab_size")

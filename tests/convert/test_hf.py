@@ -142,3 +142,48 @@ def test_unset_special_tokens_stay_unset_in_the_reference(tmp_path, preset):
     resaved = lmforge.load(tmp_path / "resaved").config
     assert {k: getattr(resaved, k) for k in SPECIAL_TOKENS} == {k: getattr(model.config, k)
                                                                  for k in SPECIAL_TOKENS}
+
+
+IDENTITY = "torch.nn.modules.linear.Identity"
+
+
+@pytest.mark.parametrize("activation", [IDENTITY, None])
+def test_a_cross_encoder_exported_as_hugging_face_keeps_its_activation(tmp_path, activation):
+    """save_hf wrote id2label and problem_type alone: an Identity CrossEncoder came back as one that
+    sentence-transformers scores by sigmoid and lmforge reads as no CrossEncoder. Its activation_fn is
+    written back, from its config.json or from a converted folder's task.json."""
+    import json
+
+    import lmforge
+    from lmforge.tasks.finetune import task_info
+    from lmforge.tasks.reference import task_file
+    from tests.tasks.test_reference import reference_dir
+
+    _, path = reference_dir(tmp_path / "ce", num_labels=1,
+                            sentence_transformers={"activation_fn": activation})
+    lmforge.save(lmforge.load(path), tmp_path / "hf", format="hf")
+    native = tmp_path / "native"  # as `lmforge convert` brings it into lmforge's format, and back
+    lmforge.save(lmforge.load(path), native)
+    info = task_file(path / "config.json", json.loads((path / "config.json").read_text()), 128)
+    (native / "task.json").write_text(json.dumps(info))
+    lmforge.save(lmforge.load(native), tmp_path / "back", format="hf")
+    want = "identity" if activation else "sigmoid"
+    for out in ("hf", "back"):
+        config = json.loads((tmp_path / out / "config.json").read_text())
+        assert config["sentence_transformers"]["activation_fn"].rsplit(".", 1)[-1].lower() == want
+        assert task_info(tmp_path / out)["activation"] == want
+    st = pytest.importorskip("sentence_transformers")
+    assert type(st.CrossEncoder(str(tmp_path / "hf"), device="cpu").activation_fn).__name__.lower() == want
+
+
+def test_a_plain_regressor_exported_stays_no_cross_encoder_and_a_reranker_says_its_sigmoid(tmp_path):
+    import json
+
+    from lmforge.tasks.finetune import TaskConfig, make_task
+    from tests.tasks.core import tiny, tokenizer
+
+    for kind, want in (("regression", None), ("rerank", "torch.nn.modules.activation.Sigmoid")):
+        task = make_task(kind, tiny(), tokenizer(), [], TaskConfig())
+        task.model.save(tmp_path / kind, format="hf")
+        block = json.loads((tmp_path / kind / "config.json").read_text()).get("sentence_transformers")
+        assert (block or {}).get("activation_fn") == want

@@ -37,10 +37,12 @@ def test_a_python_fine_tuned_classifier_exports_its_labels(tmp_path):
     ("multilabel", ["a", "b", "c"], "multi_label_classification"), ("regression", None, "regression"),
     ("rerank", None, "regression")])
 def test_a_task_says_the_problem_type_the_reference_would_misread(tmp_path, kind, labels, problem):
-    """A multilabel head is no softmax, a one-output score no class: the export says so."""
+    """A multilabel head is no softmax, a one-output score no class: the export says so (and a reranker's
+    that it is a CrossEncoder scored by sigmoid)."""
     transformers = pytest.importorskip("transformers")
     task = _task(kind, labels)
-    assert task.task_head.head_labels == HeadLabels(tuple(labels) if labels else None, problem)
+    activation = "sigmoid" if kind == "rerank" else None
+    assert task.task_head.head_labels == HeadLabels(tuple(labels) if labels else None, problem, activation)
     lmforge.save(task.model, tmp_path / "hf", format="hf")
     config = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
     assert config.problem_type == problem

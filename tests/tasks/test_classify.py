@@ -270,3 +270,45 @@ def test_an_xlnet_classifier_fine_tuned_on_its_first_token_keeps_its_head():
     trained = model.heads["classification"]
     task = task_class("cls")(model, tokenizer("bert"), labels=["a", "b"])
     assert task.model.heads["classification"] is trained
+
+
+def test_a_sigmoid_regression_trains_bce_on_the_logit_and_refuses_labels_outside_0_1():
+    """sentence-transformers trains a one-output CrossEncoder by BCE with logits on labels in [0, 1] and
+    scores sigmoid(logit); lmforge trained MSE on the raw logit whatever its activation. Identity keeps
+    MSE."""
+    import torch.nn.functional as F
+
+    records = [{"text": "It is superb.", "text_pair": "Great.", "label": 0.9},
+               {"text": "It is dull.", "text_pair": "Great.", "label": 0.2}]
+    losses = {}
+    for activation in ("sigmoid", "identity"):
+        task = make_task("regression", tiny(), tokenizer(), records, TaskConfig(activation=activation)).eval()
+        batch = task.collate(task.encode_all(records))
+        with torch.no_grad():  # eval: no dropout, the same logits twice
+            logits, labels = task.scores(batch).squeeze(-1), torch.tensor([0.9, 0.2])
+            losses[activation] = (float(task(batch).loss), float(F.mse_loss(logits, labels)),
+                                  float(F.binary_cross_entropy_with_logits(logits, labels)))
+    assert losses["sigmoid"][0] == pytest.approx(losses["sigmoid"][2])
+    assert losses["identity"][0] == pytest.approx(losses["identity"][1])
+    sigmoid = make_task("regression", tiny(), tokenizer(), records, TaskConfig(activation="sigmoid"))
+    with pytest.raises(ValueError, match=r"line 7: label 4.5 is outside \[0, 1\].*activation=sigmoid"):
+        sigmoid.encode({"text": "a", "label": 4.5, "line": 7})
+    make_task("regression", tiny(), tokenizer(), records, TaskConfig()).encode({"text": "a", "label": 4.5})
+
+
+def test_fine_tuning_a_cross_encoder_folder_as_regression_trains_what_it_scores(tmp_path):
+    """Its activation (sigmoid: the CrossEncoder default) is the run's unless given, so the loss is BCE and
+    the saved task.json reads the score as the folder did; labels past 1 are refused before any step."""
+    from lmforge.tasks.finetune import finetune
+    from lmforge.train import TrainConfig
+    from tests.tasks.test_reference import reference_dir
+
+    _, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": None})
+    train = [{"text": t, "text_pair": "a film", "label": i / 4} for i, t in enumerate(["good", "bad", "ok"])]
+    cfg = TrainConfig(steps=2, batch_size=2, lr=1e-3, seed=0, log_every=100)
+    finetune(path, None, "regression", train, None, tmp_path / "run", cfg, log=lambda *a: None)
+    assert json.loads((tmp_path / "run" / "final" / "task.json").read_text())["activation"] == "sigmoid"
+    with pytest.raises(ValueError, match=r"train: line 1: label 4 is outside \[0, 1\]"):
+        finetune(path, None, "regression", [{**train[0], "label": 4}], None, tmp_path / "bad", cfg)
+    finetune(path, None, "regression", [{**train[0], "label": 4}], None, tmp_path / "mse", cfg,
+             TaskConfig(activation="identity"), log=lambda *a: None)

@@ -20,7 +20,7 @@ from lmforge.config import SPECIAL_TOKENS, ConfigError, ModelConfig, atomic_writ
 from lmforge.convert.keymap import ConversionError, expand, export_tensors, import_tensors
 from lmforge.heads import make_head
 from lmforge.io.files import describe_read_error, load_state_strict, save_tensors
-from lmforge.io.labels import HeadLabels, n_outputs
+from lmforge.io.labels import ACTIVATION_FNS, HeadLabels, n_outputs
 from lmforge.model import Transformer, from_config
 
 # one module per reference family under lmforge/convert/, each defining FAMILY
@@ -299,8 +299,10 @@ def _architecture(family, model: Transformer, hf: dict) -> str:
 
 def _label_fields(model: Transformer, labels: HeadLabels | None) -> dict:
     """The config fields naming a classifier's outputs: id2label (LABEL_i where no names are known), with
-    label2id where they are, and problem_type where one is known (the reference misreads a multilabel head
-    as one softmax, a multi-output regression as classes, without it)."""
+    label2id where they are, problem_type where one is known (the reference misreads a multilabel head
+    as one softmax, a multi-output regression as classes, without it), and a CrossEncoder's activation as
+    its sentence_transformers.activation_fn (without it sentence-transformers reads a sigmoid, lmforge no
+    CrossEncoder)."""
     n = n_outputs(model)
     if n is None:
         return {}
@@ -310,6 +312,8 @@ def _label_fields(model: Transformer, labels: HeadLabels | None) -> dict:
         fields["label2id"] = {name: i for i, name in enumerate(names)}
     if labels is not None and labels.problem_type:
         fields["problem_type"] = labels.problem_type
+    if labels is not None and labels.activation:
+        fields["sentence_transformers"] = {"activation_fn": ACTIVATION_FNS[labels.activation]}
     return fields
 
 

@@ -1,11 +1,12 @@
 """What a classifier's outputs are called, kept from the folder a model was loaded from to the Hugging Face
-config it is saved as: id2label / label2id and problem_type, written by `lmforge.save(model, d,
-format="hf")` and so by `lmforge convert --to hf`.
+config it is saved as: id2label / label2id, problem_type and a CrossEncoder's activation_fn, written by
+`lmforge.save(model, d, format="hf")` and so by `lmforge convert --to hf`.
 
-A model directory says them in its task.json (a fine-tuned model's "labels" and "kind"; a converted
-reference checkpoint's "labels", "id2label" and "problem_type") or, a Hugging Face one without task.json,
-in its config.json (id2label, problem_type). `load` keeps them on the model's classifier head
-(`head.head_labels`), so a head put in its place is not named by them.
+A model directory says them in its task.json (a fine-tuned model's "labels", "kind" and "activation"; a
+converted reference checkpoint's "labels", "id2label", "problem_type" and "activation") or, a Hugging Face
+one without task.json, in its config.json (id2label, problem_type, a sentence-transformers CrossEncoder's
+activation_fn). `load` keeps them on the model's classifier head (`head.head_labels`), so a head put in its
+place is not named by them.
 
 The label helpers that tasks/reference.py reads a Hugging Face config with live here too (tasks import io,
 never the other way): what a label is, an id2label's output order, the valid problem_types, and the
@@ -40,6 +41,7 @@ class HeadLabels:
 
     names: tuple | None = None
     problem_type: str | None = None
+    activation: str | None = None  # a CrossEncoder's (ACTIVATIONS), written back as its activation_fn
 
 
 def is_label(value) -> bool:
@@ -88,6 +90,15 @@ def cross_encoder_activation(where, hf: dict, error=ValueError) -> str | None:
     return kind
 
 
+def exported_activation(info: dict) -> str | None:
+    """The activation a task's export names as a CrossEncoder's activation_fn (`info`: its task.json, or a
+    task's kind and activation): a reranker's, a sigmoid regression's (a CrossEncoder's), a converted
+    CrossEncoder's; None for a plain regressor (identity), which the marker would make a reader of pairs."""
+    activation = info.get("activation")
+    crossed = info.get("kind") == "rerank" or "rerank" in (info.get("kinds") or ()) or activation == "sigmoid"
+    return activation if crossed else None
+
+
 def _names(where, value, field: str, mapping: bool = False) -> tuple | None:
     """`value` (a list, or with `mapping` a config's {"0": name, ...}) as label names in output order (text
     or numbers, said as text), or CheckpointError naming the field."""
@@ -112,12 +123,17 @@ def read_labels(path: Path, meta: dict) -> HeadLabels | None:
         where = path / TASK_FILE
         names = _names(where, info.get("labels"), "labels") or _names(where, info.get("id2label"), "id2label")
         problem = info["problem_type"] if "problem_type" in info else KIND_PROBLEM_TYPE.get(info.get("kind"))
+        activation = exported_activation(info)
+        if activation is not None and activation not in ACTIVATIONS:
+            raise CheckpointError(f"{where}: activation must be one of {', '.join(ACTIVATIONS)}, not "
+                                  f"{activation!r:.40}")
     else:
         where = path / "config.json"
         names, problem = _names(where, meta.get("id2label"), "id2label", True), meta.get("problem_type")
+        activation = cross_encoder_activation(where, meta, CheckpointError)
     if problem is not None and not isinstance(problem, str):
         raise CheckpointError(f"{where}: problem_type must be text, not {problem!r:.40}")
-    return HeadLabels(names, problem) if names or problem else None
+    return HeadLabels(names, problem, activation) if names or problem or activation else None
 
 
 def classifier(model):
@@ -172,7 +188,7 @@ def labels_to_write(model, labels) -> HeadLabels | None:
             raise known
         known = None
     if given is not None:
-        return HeadLabels(given, known.problem_type if known else None)
+        return HeadLabels(given, *((known.problem_type, known.activation) if known else ()))
     if known is None or (known.names and len(known.names) != n):
         return None
     return known

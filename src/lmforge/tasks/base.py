@@ -32,7 +32,7 @@ from torch import nn
 
 from lmforge.config.options import refuse_changed
 from lmforge.heads import make_head
-from lmforge.io.labels import KIND_PROBLEM_TYPE, HeadLabels
+from lmforge.io.labels import KIND_PROBLEM_TYPE, HeadLabels, exported_activation
 from lmforge.objectives.base import Loss, Objective
 from lmforge.quant.int8 import refuse_int8
 from lmforge.utils.modes import evaluating
@@ -164,7 +164,9 @@ class Task(Objective, abc.ABC):
         problem = KIND_PROBLEM_TYPE.get(self.kind)
         if problem is None and known is not None and known.problem_type not in KIND_PROBLEM_TYPE.values():
             problem = known.problem_type
-        head.head_labels = HeadLabels(names, problem) if names or problem else None
+        # a CrossEncoder's activation, written back as its activation_fn (a plain regressor's none)
+        activation = exported_activation({"kind": self.kind, "activation": getattr(self, "activation", None)})
+        head.head_labels = HeadLabels(names, problem, activation) if names or problem or activation else None
 
     # ---- data side ----------------------------------------------------------------------------
     @abc.abstractmethod

@@ -9,7 +9,9 @@ Where the score is read (BERT sec. 4.1; GPT sec. 3.3; BART sec. 3.2):
   shifted right (after decoder_start_token_id) and the decoder's last real position is pooled
   (fine-tuning casts the task as text instead where the family has no such head, as T5:
   tasks/text2text.py).
-Regression is one output trained with mean squared error; multiple choice scores each
+Regression is one output trained with mean squared error, or, where its score is the output's sigmoid (a
+CrossEncoder's activation), with binary cross-entropy on the logit against labels in [0, 1], as
+sentence-transformers trains a one-output CrossEncoder; multiple choice scores each
 (context, ending) pair with one output and takes a softmax over a record's choices; multi-label
 classification (the reference's problem_type "multi_label_classification") is a sigmoid per label,
 trained with binary cross-entropy averaged over labels and examples, any number of labels true.
@@ -149,7 +151,7 @@ class PairClassificationTask(ClassificationTask):
 
 @register
 class RegressionTask(SequenceTask):
-    """A real-valued score of a text or text pair (STS-B): one output, mean squared error."""
+    """A real-valued score of a text or text pair (STS-B): one output, mean squared error (sigmoid: BCE)."""
 
     kind = "regression"
     n_outputs = 1
@@ -166,11 +168,19 @@ class RegressionTask(SequenceTask):
         example = self.encode_text(record["text"], record.get("text_pair"))
         if record.get("label") is not None:
             example["label"] = float(record["label"])
+            if self.activation == "sigmoid" and not 0 <= example["label"] <= 1:  # NaN too
+                raise ValueError(f"line {record.get('line', '?')}: label {example['label']:g} is outside "
+                                 "[0, 1], the scores of activation=sigmoid (trained by BCE on the logit, "
+                                 "as a CrossEncoder); activation=identity regresses any value")
         return [example]
 
     def forward(self, batch: dict) -> Loss:
-        """Mean squared error of the one output."""
-        return Loss(F.mse_loss(self.scores(batch).squeeze(-1), batch["label"]))
+        """Mean squared error of the one output; with a sigmoid activation, the binary cross-entropy of its
+        logit (the score sigmoid(logit) is what is trained)."""
+        scores = self.scores(batch).squeeze(-1)
+        if self.activation == "sigmoid":
+            return Loss(F.binary_cross_entropy_with_logits(scores, batch["label"]))
+        return Loss(F.mse_loss(scores, batch["label"]))
 
     def predict(self, batch: dict) -> list:
         """The predicted value of each example (through `activation`)."""

@@ -89,9 +89,10 @@ class TaskConfig:
     max_new_tokens: int = option(64, "seq2seq: most tokens generated per example at evaluation",
                                  low=1, high=65536)
     # regression and rerank (tasks/classify.py, tasks/rerank.py): how their one output is read as a score
-    activation: Optional[str] = option(None, "regression, rerank: the score is sigmoid(logit) or the logit "
-                                       "(identity); null: the model folder's (a CrossEncoder's), else "
-                                       "identity (regression), sigmoid (rerank)",
+    activation: Optional[str] = option(None, "regression, rerank: the score is sigmoid(logit) (regression "
+                                       "trains BCE on labels in [0, 1]) or the logit (identity; MSE); "
+                                       "null: the model folder's (a CrossEncoder's), else identity (rerank: "
+                                       "sigmoid)",
                                        choices=ACTIVATIONS, unset="the model's")
     # rerank (tasks/rerank.py): declared once there, in RerankOptions
     loss: str = rerank_option("loss")

@@ -318,3 +318,13 @@ def test_the_activation_is_a_checked_task_option_kept_in_task_json(tmp_path):
     _, path = reference_dir(tmp_path / "ce", num_labels=1, sbert_ce_default_activation_function=SIGMOID)
     written = task_file(path / "config.json", json.loads((path / "config.json").read_text()), 8)
     assert written["activation"] == "sigmoid" == task_info(path)["activation"]
+
+
+def test_an_activation_lmforge_cannot_score_with_is_refused_naming_the_file(tmp_path):
+    """A CrossEncoder's Tanh (or another activation_fn) is refused where its folder's task is read."""
+    from lmforge.pipelines.rerank import Reranker
+
+    _, path = reference_dir(tmp_path / "ce", num_labels=1,
+                            sentence_transformers={"activation_fn": "torch.nn.Tanh"})
+    with pytest.raises(ValueError, match=r"config.json: activation_fn 'torch.nn.Tanh' is not supported"):
+        Reranker.load(path)

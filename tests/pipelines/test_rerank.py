@@ -138,11 +138,3 @@ def test_scores_equal_a_cross_encoder_s_with_the_activation_its_config_names(tmp
     served, reranker = load_served("ce", tmp_path), Reranker.load(tmp_path)
     assert "rerank" in served.capabilities
     assert served.score(-1.65) == reranker.score(-1.65) and (served.score(-1.65) < 0) == (min(theirs) < 0)
-
-
-def test_an_activation_lmforge_cannot_score_with_is_refused_naming_the_file(tmp_path):
-    from lmforge.pipelines.rerank import activation_of
-
-    (tmp_path / "config.json").write_text('{"sentence_transformers": {"activation_fn": "torch.nn.Tanh"}}')
-    with pytest.raises(ValueError, match=r"config.json: activation_fn 'torch.nn.Tanh' is not supported"):
-        activation_of(tmp_path)

@@ -1,4 +1,4 @@
-"""The retrieval jobs' options (retrieve reader, realm, ict): each bound refused both ways, naming its
+"""The retrieval jobs' options (retrieve reader, realm, ict, rag): each bound refused both ways, naming its
 field; the command line refuses exactly what the object refuses, with its flag, in one line, status 2."""
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pytest
 
 from lmforge.cli.retrieve import job_flags, job_options
 from lmforge.config.options import OptionsError
-from lmforge.retrieval.job_options import IctOptions, IndexOptions, QueryOptions, ReaderOptions, RealmOptions
+from lmforge.retrieval.job_options import (IctOptions, IndexOptions, QueryOptions, RagOptions, ReaderOptions,
+                                           RealmOptions)
 
-CLASSES = (IndexOptions, QueryOptions, ReaderOptions, RealmOptions, IctOptions)
+CLASSES = (IndexOptions, QueryOptions, ReaderOptions, RealmOptions, IctOptions, RagOptions)
 
 # (options class, field, a value below its bounds, one above, one inside)
 BOUNDS = [(IndexOptions, "words", 0, 100_001, 1), (IndexOptions, "batch_size", 0, 65537, 65536),
@@ -19,7 +20,10 @@ BOUNDS = [(IndexOptions, "words", 0, 100_001, 1), (IndexOptions, "batch_size", 0
           (ReaderOptions, "k", 0, 1001, 1000), (ReaderOptions, "negatives", 0, 101, 1),
           (ReaderOptions, "max_len", 15, 8193, 16), (RealmOptions, "k", -1, 1001, 0),
           (RealmOptions, "refresh_every", 0, 1_000_001, 1), (RealmOptions, "max_len", 7, 8193, 8192),
-          (IctOptions, "keep", -0.01, 1.01, 1.0), (IctOptions, "rounds", 0, 1001, 1000)]
+          (IctOptions, "keep", -0.01, 1.01, 1.0), (IctOptions, "rounds", 0, 1001, 1000),
+          (RagOptions, "k", -1, 1001, 0), (RagOptions, "max_len", 15, 8193, 16),
+          (RagOptions, "question_lr_scale", -0.01, 1.01, 0.0), (RagOptions, "num_beams", 0, 65, 64),
+          (RagOptions, "max_new_tokens", 0, 4097, 4096)]
 
 
 @pytest.mark.parametrize("cls, name, low, high, inside", BOUNDS)
@@ -47,6 +51,21 @@ def test_realm_needs_a_document_to_read():
     with pytest.raises(OptionsError, match="no document") as err:
         RealmOptions(k=0, null_document=False)
     assert err.value.field == "null_document"
+
+
+def test_rag_decodes_within_generates_bounds_and_fast_only_for_rag_sequence():
+    from lmforge.generate.options import GenerationOptions
+
+    for name in ("num_beams", "max_new_tokens"):  # generate's bounds, not a copy of them
+        ours, theirs = (c.__dataclass_fields__[name].metadata for c in (RagOptions, GenerationOptions))
+        assert (ours["low"], ours["high"]) == (theirs["low"], theirs["high"])
+    assert RagOptions(kind="sequence", decoding="fast", num_beams=4).decoding == "fast"
+    with pytest.raises(OptionsError, match="RAG-Sequence's Fast Decoding") as err:
+        RagOptions(kind="token", decoding="fast")
+    assert err.value.field == "decoding"
+    with pytest.raises(OptionsError) as err:
+        RagOptions(decoding="slow")
+    assert err.value.field == "decoding"
 
 
 def _parse(cls, argv: list):

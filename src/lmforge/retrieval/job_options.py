@@ -1,5 +1,5 @@
-"""The options of the retrieval jobs (`lmforge index build`, `lmforge retrieve` and its reader, realm and
-ict training), one typed object each: the command line builds its flags from these fields and the Python
+"""The options of the retrieval jobs (`lmforge index build`, `lmforge retrieve` and its reader, realm, ict
+and rag training), one typed object each: the command line builds its flags from these fields and the Python
 API (retrieval/jobs.py) takes the objects, so both accept and refuse alike. Training options (steps,
 batch size, ...) are TrainConfig's; how texts become vectors, EncoderOptions'.
 """
@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmforge.config.options import OptionsError, check_options, option, with_changes
+from lmforge.generate.options import GenerationOptions
 from lmforge.retrieval.passages import MAX_WORDS, WORDS
+from lmforge.retrieval.rag_decode import DECODINGS, check_decoding
 
 METHODS = ("dense", "bm25")
 BACKENDS = ("torch", "faiss")
@@ -90,6 +92,35 @@ class IctOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
+
+
+def _as_generate(name: str, default: int, doc: str):
+    """An option bounded as generate's GenerationOptions declares `name` (its bounds, not a copy of them)."""
+    declared = GenerationOptions.__dataclass_fields__[name].metadata
+    return option(default, doc, low=declared["low"], high=declared["high"])
+
+
+@dataclass(frozen=True)
+class RagOptions:
+    """RAG (Lewis et al. 2020): its marginalisation, the passages it reads, the question encoder's share of
+    the learning rate, and how the test answers are decoded (sec. 2.5; bounded as generate's options)."""
+
+    kind: str = option("token", "RAG-Token (passages marginalised per token) or RAG-Sequence (per answer)",
+                       choices=("token", "sequence"))
+    k: int = option(5, "passages retrieved per question (0: closed-book, the question alone)", low=0,
+                    high=MAX_READ)
+    max_len: int = option(96, "tokens of [CLS] passage [SEP] question [SEP] (at most the generator's "
+                          "max_seq_len)", low=16, high=8192)
+    question_lr_scale: float = option(0.05, "the question encoder's learning rate, a share of lr (0: kept "
+                                      "fixed; the passage index is fixed always)", low=0.0, high=1.0)
+    num_beams: int = _as_generate("num_beams", 1, "beams of the test answers' decoding; 1: greedy")
+    decoding: str = option("thorough", "RAG-Sequence's Thorough or Fast Decoding (RAG-Token: thorough)",
+                           choices=DECODINGS)
+    max_new_tokens: int = _as_generate("max_new_tokens", 8, "tokens of a test answer at most")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        check_decoding(self.num_beams, self.decoding, self.kind, self.max_new_tokens)  # fast: Sequence's
 
 
 def options_of(cls, options):

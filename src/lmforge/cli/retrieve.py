@@ -13,6 +13,8 @@
     lmforge retrieve ict --model all-MiniLM-L6-v2 --out runs/ict --steps 200      (inverse cloze warm start)
     lmforge retrieve realm --model all-MiniLM-L6-v2 --retriever runs/ict/final --out runs/realm --steps 300 \\
         --k 4 --refresh-every 50      (REALM: salient-span MLM over retrieved passages; both encoders trained)
+    lmforge retrieve rag --retriever runs/dpr/final --generator bart-small --out runs/rag --steps 300 \\
+        --kind token --k 5 [--num-beams 4]       (RAG: a generator reads the top k passages; exact match)
 
 --passages: "builtin" (the built-in corpus), a passages JSONL ({"id", "title", "text"}), or text /
 JSONL corpus files. --questions: "builtin", "gcide" (dictionary definitions restated with other
@@ -28,7 +30,7 @@ from pathlib import Path
 from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_values, option_flags,
                                 said)
 from lmforge.retrieval.job_options import (MAX_HARD_NEGATIVES, IctOptions, IndexOptions, QueryOptions,
-                                           ReaderOptions, RealmOptions)
+                                           RagOptions, ReaderOptions, RealmOptions)
 
 # the help of the flags every training sub-command (train, reader, realm, ict) takes
 OUT_HELP = "the run's directory: its checkpoints, metrics.jsonl and the trained model"
@@ -89,7 +91,8 @@ def cmd_query(args) -> None:
     from lmforge.retrieval.jobs import query_index
 
     if not args.index or not args.query:
-        raise UsageError("give --index DIR and --query TEXT (or a sub-command: train, reader, realm, ict)")
+        raise UsageError("give --index DIR and --query TEXT (or a sub-command: train, reader, realm, ict, "
+                         "rag)")
     options = job_options(args, QueryOptions, prefix=QUERY)  # the flags first: a bad one costs no look-up
     if args.query_candidates is not None and not args.rerank:
         raise UsageError("--candidates: give --rerank DIR too (the candidates are what it re-orders)")
@@ -167,9 +170,10 @@ def _training_only(args, command: str):
     return _train_config(args, command)[0]
 
 
-def _run_arguments(parser, questions_help: str) -> None:
-    """The options every training sub-command takes: start, output, data, steps, seed, config."""
-    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
+def _run_arguments(parser, questions_help: str, model: bool = True) -> None:
+    """The flags of the sub-commands on questions: --model (if `model`), --out, data, steps, seed, config."""
+    if model:
+        parser.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder to start from")
     parser.add_argument("--out", required=True, help=OUT_HELP)
     parser.add_argument("--questions", default="builtin", help=questions_help)
     said(parser.add_argument("--passages", help="passages for --questions"),
@@ -224,6 +228,32 @@ def cmd_ict(args) -> None:
     result = run_ict(args.model, args.out, cfg, args.passages, options, args.resume)
     print(json.dumps(result))
     print(f"retriever in {args.out}/final (for retrieve realm --retriever), scores in {args.out}/ict.json")
+
+
+def cmd_rag(args) -> None:
+    """Train RAG from a retriever and a generator; print its exact match on the held-out questions."""
+    from dataclasses import asdict, fields
+
+    from lmforge.cli.common import flag_error, refuse_overwrite
+    from lmforge.config.options import OptionsError
+    from lmforge.retrieval.jobs import RUN_WRITES
+    from lmforge.retrieval.rag_job import GENERATORS, run_rag
+
+    options = job_options(args, RagOptions)
+    cfg = _training_only(args, "rag")
+    if args.generator not in GENERATORS:  # a folder: before training, and never written over
+        existing_model("--generator", args.generator)
+        refuse_overwrite(args.out, ("--generator", args.generator), writes=RUN_WRITES)
+    try:
+        result = run_rag(args.retriever, args.out, cfg, args.questions, args.passages, args.generator,
+                         options, args.resume)
+    except OptionsError as err:  # k past the passages, max_len past the generator: said as the flag
+        if err.field in {f.name for f in fields(RagOptions)}:
+            raise flag_error(err, asdict(options)) from None
+        raise
+    row = ("kind", "k", "decoding", "num_beams", "max_new_tokens", "exact_match")
+    print("  ".join(f"{name:>14}" for name in row) + "\n" + "  ".join(f"{result[name]:>14}" for name in row))
+    print(f"generator in {args.out}/final, question encoder in {args.out}/retriever; {args.out}/rag.json")
 
 
 def _epilog(with_training: bool, encoder: bool = True) -> str:
@@ -318,6 +348,20 @@ def _ict_parser(actions, argparse) -> None:
     r.set_defaults(func=cmd_ict)
 
 
+def _rag_parser(actions, argparse) -> None:
+    r = actions.add_parser("rag", help="train RAG (a generator reading the top-k passages); exact match",
+                           epilog=_epilog(True, encoder=False),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--retriever", required=True, help="a retriever folder (retrieve train's DIR/final)")
+    said(r.add_argument("--generator", default="bart-small", help="bart-small, bart-tiny (a BART over the "
+                        "retriever's vocabulary, drawn from --seed) or a saved encoder-decoder folder"))
+    _run_arguments(r, "builtin, gcide, or a SQuAD JSON / QA JSONL file", model=False)
+    job_flags(r, RagOptions)
+    r.add_argument("--resume", action="store_true", help=RESUME_HELP)
+    r.add_argument("overrides", nargs="*", help="key=value: training options")
+    r.set_defaults(func=cmd_rag, model=None)  # no --model: the retriever and generator are its inputs
+
+
 def add_parsers(sub) -> None:
     """Add the index and retrieve sub-commands to the `lmforge` parser."""
     import argparse
@@ -326,7 +370,7 @@ def add_parsers(sub) -> None:
 
     _index_parser(sub, argparse)
     p = sub.add_parser("retrieve", help="query an index, or train a retriever or reader (retrieve train, "
-                       "reader, realm, ict)", description=__doc__, epilog=options_epilog("retrieve"),
+                       "reader, realm, ict, rag)", description=__doc__, epilog=options_epilog("retrieve"),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", help="index directory (lmforge index build)")
     p.add_argument("--query", action="append", help="a question (repeat for several)")
@@ -341,6 +385,7 @@ def add_parsers(sub) -> None:
     _reader_parser(actions, argparse)
     _realm_parser(actions, argparse)
     _ict_parser(actions, argparse)
+    _rag_parser(actions, argparse)
     t = actions.add_parser("train", help="train DPR; recall@k vs BM25 and untrained",
                                                    epilog=_epilog(True),
                                                    formatter_class=argparse.RawDescriptionHelpFormatter)

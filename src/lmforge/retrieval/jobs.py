@@ -79,7 +79,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
 
 # what a run writes into out: every training run's files and these jobs' own
 RUN_WRITES = (*RUN_FILES, "eval", "retriever", "index", "recall.json", "reader.json", "realm.json",
-              "ict.json")
+              "ict.json", "rag.json")
 INDEX_WRITES = ("passages.jsonl", "bm25", "dense", "index.json")
 
 

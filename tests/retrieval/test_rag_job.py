@@ -1,0 +1,122 @@
+"""`lmforge retrieve rag` (retrieval/rag_job.py) on a tiny BERT retriever and the bart-tiny generator, a few
+questions: it trains, writes rag.json with its exact match and the decoding used, resumes bitwise where
+an unbroken run ends; a bad option is refused alike by the command (its flag, one line, status 2) and the
+Python job (an OptionsError naming the field), before any work."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import lmforge
+import lmforge.retrieval.rag_job as rag_job
+from lmforge.cli import main
+from lmforge.config.options import OptionsError
+from lmforge.retrieval.job_options import RagOptions
+from lmforge.train import TrainConfig
+from tests.retrieval.conftest import tiny_bert
+
+FLAGS = ["--generator", "bart-tiny", "--k", "2", "--max-len", "64", "--seed", "1", "batch_size=4", "lr=1e-3",
+         "warmup=1", "progress=false", "device=cpu", "save_every=2"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_bert(tmp_path_factory.mktemp("tiny-rag"))
+
+
+@pytest.fixture(autouse=True)
+def few_questions(monkeypatch):
+    """The built-in passages with 8 training and 4 test questions: a run of seconds."""
+    passages, sets = rag_job.question_sets(None, None, 0)
+    few = {"train": sets["train"][:8], "test": sets["test"][:4]}
+    monkeypatch.setattr(rag_job, "question_sets", lambda *args, **kw: (passages, few))
+
+
+def _status(argv: list) -> int:
+    """The command's exit status, argparse's refusals (SystemExit) included."""
+    try:
+        return main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def _final(out) -> dict:
+    return lmforge.load(out / "final").state_dict()
+
+
+def test_a_run_writes_its_exact_match_and_a_resumed_one_ends_where_it_does(tiny, tmp_path, capsys):
+    argv = ["retrieve", "rag", "--retriever", str(tiny), "--out", str(tmp_path / "whole"), "--steps", "4", *FLAGS]
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "exact_match" in shown and "thorough" in shown  # the table says the decoding used
+    whole = json.loads((tmp_path / "whole" / "rag.json").read_text())
+    assert 0 <= whole["exact_match"] <= 1 and whole["test"] == 4 and whole["seed"] == 1
+    assert (whole["kind"], whole["k"], whole["closed_book"], whole["decoding"]) == ("token", 2, False, "thorough")
+    assert "lm" in lmforge.load(tmp_path / "whole" / "final").heads
+    assert (tmp_path / "whole" / "retriever" / "retriever.json").is_file()
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")  # as if killed after the step-2 checkpoint
+    shutil.rmtree(sorted((tmp_path / "cut" / "checkpoints").iterdir())[-1])
+    shutil.rmtree(tmp_path / "cut" / "final")
+    cfg = TrainConfig(steps=4, batch_size=4, lr=1e-3, warmup=1, progress=False, device="cpu", seed=1,
+                      save_every=2)
+    resumed = rag_job.run_rag(str(tiny), tmp_path / "cut", cfg, generator="bart-tiny",
+                              options=RagOptions(k=2, max_len=64), resume=True, log=lambda m: None)
+    assert resumed == {**whole, "retriever": str(tiny)}
+    a, b = _final(tmp_path / "whole"), _final(tmp_path / "cut")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    other = RagOptions(k=1, max_len=64)  # another run's settings: refused, not continued with them
+    with pytest.raises(ValueError, match="k=2"):
+        rag_job.run_rag(str(tiny), tmp_path / "cut", cfg, generator="bart-tiny", options=other, resume=True,
+                        log=lambda m: None)
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--kind", "token", "--decoding", "fast"], "--decoding fast: is RAG-Sequence's Fast Decoding"),
+    (["--num-beams", "65"], "--num-beams 65: must be an integer >= 1 and <= 64"),
+    (["--max-new-tokens", "0"], "--max-new-tokens 0: must be"),
+    (["--k", "-1"], "--k -1: must be"),
+    (["--question-lr-scale", "2"], "--question-lr-scale 2: must be"),
+    (["--kind", "marginal"], "--kind marginal: not one of token, sequence"),
+    (["--generator", "{tmp}/none"], "--generator {tmp}/none: "),
+    (["--k", "185"], "--k 185: more than the 184 passages"),  # after the passages are read, before training
+    (["--max-new-tokens", "64"], "--max-new-tokens 64: the answer and its start token are more than"),
+])
+def test_a_bad_option_is_one_line_naming_its_flag_and_nothing_is_trained(tiny, tmp_path, capsys, flags, said):
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    out = tmp_path / "out"
+    argv = ["retrieve", "rag", "--retriever", str(tiny), "--out", str(out), "--generator", "bart-tiny",
+            "--max-len", "64", *flags, "progress=false"]
+    assert _status(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said.format(tmp=tmp_path) in err, err
+    assert not (out / "checkpoints").exists() and not (out / "rag.json").exists()
+
+
+@pytest.mark.parametrize("bad, field", [({"kind": "token", "decoding": "fast"}, "decoding"),
+                                        ({"num_beams": 0}, "num_beams"), ({"k": 1001}, "k"),
+                                        ({"max_new_tokens": 4097}, "max_new_tokens")])
+def test_the_python_job_refuses_what_the_command_refuses_naming_the_field(tiny, tmp_path, bad, field):
+    with pytest.raises(OptionsError) as err:
+        RagOptions(**bad)
+    assert err.value.field == field
+    cfg = TrainConfig(steps=1, progress=False)
+    with pytest.raises(OptionsError, match="options must be a RagOptions"):  # the object, never a dict
+        rag_job.run_rag(str(tiny), tmp_path / "o", cfg, options=bad)
+    with pytest.raises(OptionsError, match="more than the 184 passages") as err:
+        rag_job.run_rag(str(tiny), tmp_path / "o", cfg, generator="bart-tiny", options=RagOptions(k=185))
+    assert err.value.field == "k" and not (tmp_path / "o" / "checkpoints").exists()
+
+
+def test_an_out_that_is_an_input_is_refused_before_any_work(tiny, tmp_path, capsys):
+    from lmforge.utils.atomic import UnsafePath
+
+    with pytest.raises(UnsafePath, match="the input") as err:
+        rag_job.run_rag(str(tiny), tiny, TrainConfig(steps=1))
+    assert err.value.field == "out"
+    assert main(["retrieve", "rag", "--retriever", str(tiny), "--out", str(tiny)]) == 2
+    assert "--retriever" in capsys.readouterr().err
+    assert sorted(p.name for p in tiny.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                      "tokenizer_config.json"]

@@ -93,7 +93,7 @@ class TaskConfig:
                                        "trains BCE on labels in [0, 1]) or the logit (identity; MSE); "
                                        "null: the model folder's (a CrossEncoder's), else identity (rerank: "
                                        "sigmoid)",
-                                       choices=ACTIVATIONS, unset="the model's")
+                                       choices=ACTIVATIONS)
     # rerank (tasks/rerank.py): declared once there, in RerankOptions
     loss: str = rerank_option("loss")
     negatives: int = rerank_option("negatives")

@@ -398,3 +398,21 @@ def test_a_fine_tuned_model_fine_tuned_again_keeps_the_label_of_each_output(tmp_
     out = tmp_path / "predictions.jsonl"
     evaluate(tmp_path / "run" / "final", [{"text": r["text"]} for r in train], out=out)
     assert [json.loads(line)["prediction"] for line in out.read_text().splitlines()] == ["pos", "pos"]
+
+
+def test_a_folder_s_activation_is_taken_only_by_a_run_of_its_own_kind(tmp_path):
+    """A reranker's sigmoid is no regression's (its labels past 1 were refused), nor a plain regressor's
+    identity a reranker's (it served raw logits): another kind's run gets its own default; the same kind
+    keeps the folder's."""
+    from lmforge.tasks.finetune import checkpoint_defaults, make_task, save_model
+
+    for kind, activation, other in (("rerank", "sigmoid", "regression"), ("regression", "identity", "rerank"),
+                                    ("rerank", "identity", "regression")):
+        folder = tmp_path / f"{kind}-{activation}"
+        save_model(make_task(kind, tiny(), tokenizer(), [], TaskConfig(activation=activation)), folder)
+        assert checkpoint_defaults(str(folder), other, [], None, TaskConfig())[1].activation is None
+        assert checkpoint_defaults(str(folder), kind, [], None, TaskConfig())[1].activation == activation
+    train = [{"text": "a good film", "text_pair": "a film", "label": 3.5}]
+    finetune(str(tmp_path / "rerank-sigmoid"), None, "regression", train, None, tmp_path / "run",
+             cfg(steps=1), log=quiet)
+    assert task_info(tmp_path / "run" / "final")["activation"] == "identity"

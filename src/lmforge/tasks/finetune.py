@@ -271,13 +271,16 @@ def checkpoint_defaults(model, kind: str, train: list, labels: list | None, cfg:
     """(labels, cfg) with what a model directory says where the caller says nothing: its label order where the
     training records use the very same labels, so its trained head goes on with the meaning of each output
     (as the reference's run_glue reads a checkpoint's label2id; else None: the records' sorted labels, a fresh
-    head where they differ), and a regression or rerank folder's activation (a CrossEncoder's: its output
+    head where they differ), and the activation of a folder of the same kind or a CrossEncoder's (its output
     goes on being read, and trained, as sentence-transformers reads it)."""
     labelled = labels is None and kind in ("cls", "pair", "tagging", "multilabel")  # outputs named by labels
     scored = cfg.activation is None and kind in ONE_SCORE
     path = model_dir(model) if isinstance(model, (str, Path)) and (labelled or scored) else None
     info = task_info(path) if path is not None else {}
-    if scored and info.get("activation"):
+    # another kind's is not the run's: a reranker's sigmoid would refuse a regression's labels past 1, a plain
+    # regressor's identity would make a reranker score raw logits
+    same = info.get("kind") == kind or kind in (info.get("kinds") or ())
+    if scored and same and info.get("activation"):
         cfg = dataclasses.replace(cfg, activation=info["activation"])
     known = info.get("labels") or [str(i) for i in range(info.get("outputs") or 0)]  # no id2label: class ids
     data = task_class(kind).labels_from(train) if known and labelled else None

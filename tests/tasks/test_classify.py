@@ -292,8 +292,27 @@ def test_a_sigmoid_regression_trains_bce_on_the_logit_and_refuses_labels_outside
     assert losses["identity"][0] == pytest.approx(losses["identity"][1])
     sigmoid = make_task("regression", tiny(), tokenizer(), records, TaskConfig(activation="sigmoid"))
     with pytest.raises(ValueError, match=r"line 7: label 4.5 is outside \[0, 1\].*activation=sigmoid"):
-        sigmoid.encode({"text": "a", "label": 4.5, "line": 7})
-    make_task("regression", tiny(), tokenizer(), records, TaskConfig()).encode({"text": "a", "label": 4.5})
+        sigmoid.check_trainable([{"text": "a", "label": 4.5, "line": 7}])
+    identity = make_task("regression", tiny(), tokenizer(), records, TaskConfig())
+    identity.check_trainable([{"text": "a", "label": 4.5}])
+
+
+def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_for_training(tmp_path):
+    """An STS CrossEncoder's sigmoid scores against STS-B gold on 0-5 (Spearman is scale-free) were refused
+    by encode; only a run's training and validation records are, naming the file and line."""
+    from lmforge.tasks.finetune import encode_split, evaluate, save_model
+
+    task = make_task("regression", tiny(), tokenizer(), [], TaskConfig(activation="sigmoid"))
+    save_model(task, tmp_path / "sts")
+    gold = [{"text": t, "text_pair": "a film", "label": v}
+            for t, v in (("good", 4.5), ("bad", 0.5), ("ok", 3))]
+    metrics = evaluate(tmp_path / "sts", gold, out=tmp_path / "predictions.jsonl")
+    assert set(metrics) >= {"pearson", "spearman", "mse"}
+    scores = [json.loads(line)["prediction"] for line in (tmp_path / "predictions.jsonl").open()]
+    assert all(0 < s < 1 for s in scores)  # through the sigmoid
+    for source in ("training", "validation"):
+        with pytest.raises(ValueError, match=rf"{source}: line 1: label 4.5 is outside .*activation=sigmoid"):
+            encode_split(task, [{**gold[0], "line": 1}], source)
 
 
 def test_fine_tuning_a_cross_encoder_folder_as_regression_trains_what_it_scores(tmp_path):

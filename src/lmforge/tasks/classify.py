@@ -168,11 +168,19 @@ class RegressionTask(SequenceTask):
         example = self.encode_text(record["text"], record.get("text_pair"))
         if record.get("label") is not None:
             example["label"] = float(record["label"])
-            if self.activation == "sigmoid" and not 0 <= example["label"] <= 1:  # NaN too
-                raise ValueError(f"line {record.get('line', '?')}: label {example['label']:g} is outside "
-                                 "[0, 1], the scores of activation=sigmoid (trained by BCE on the logit, "
-                                 "as a CrossEncoder); activation=identity regresses any value")
         return [example]
+
+    def check_trainable(self, records: list) -> None:
+        """A sigmoid regression trains BCE on labels in [0, 1]: one outside (NaN too) is refused naming its
+        line. Evaluation reads any scale (Spearman is scale-free), so encode does not refuse it."""
+        if self.activation != "sigmoid":
+            return
+        for record in records:
+            label = record.get("label")
+            if label is not None and not 0 <= float(label) <= 1:
+                raise ValueError(f"line {record.get('line', '?')}: label {float(label):g} is outside [0, 1], "
+                                 "the scores of activation=sigmoid (trained by BCE on the logit, as a "
+                                 "CrossEncoder); activation=identity regresses any value")
 
     def forward(self, batch: dict) -> Loss:
         """Mean squared error of the one output; with a sigmoid activation, the binary cross-entropy of its

@@ -50,6 +50,8 @@ MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 # TaskConfig options read only when evaluating or deciding to stop: a resumed run may change them
 EVALUATION = ("patience", "keep_best", "eval_batch_size", "n_best", "max_answer_len", "null_threshold",
               "num_beams", "max_new_tokens", "threshold")
+# encode_split's sources of a run's own records: checked as trained on (evaluated data reads on any scale)
+TRAINED = ("training", "validation")
 MAX_TASK_LEN = 65536  # tokens of one example: a checkpoint's own context may be longer (131,072)
 
 
@@ -173,8 +175,11 @@ def keep_model(task: Task, path) -> Path:
 
 
 def encode_split(task: Task, records: list, source: str) -> list:
-    """Examples of a split; an encoding error names the split's source."""
+    """Examples of a split; an encoding error names the split's source. A run's training and validation
+    records are checked as trained on (a sigmoid regression's labels in [0, 1]), before any step."""
     try:
+        if source in TRAINED:
+            task.check_trainable(records)
         return task.encode_all(records)
     except ValueError as err:  # the file the records came from, where known
         raise ValueError(f"{source_of(records, source)}: {err}") from None

@@ -144,3 +144,15 @@ def test_generate_refuses_bad_decoding_numbers_in_one_line(gpt2_dir, capsys, fla
     assert err.count("\n") == 1 and "Traceback" not in err and message in err
 
 
+
+
+@pytest.mark.parametrize("damage", ["folder", "cut"])
+def test_a_recommendation_file_that_cannot_be_read_is_refused_naming_it(tmp_path, damage):
+    """Read as absent, other settings than the file's would decode unsaid."""
+    from lmforge.generate.options import read_recommended
+    from lmforge.io import CheckpointError
+
+    file = tmp_path / "generation_config.json"
+    file.mkdir() if damage == "folder" else file.write_text('{"num_beams": 2, "top')
+    with pytest.raises(CheckpointError, match="generation_config.json: not readable as JSON"):
+        read_recommended(tmp_path)

@@ -182,7 +182,7 @@ def read_recommended(path) -> dict:
     from lmforge.convert.hf import generation_defaults
 
     target = Path(path) / FILE
-    written = _read_json(target, strict=True) if target.is_file() else None
+    written = _read_json(target, strict=True) if target.exists() else None  # a folder there: refused
     # a forced id's null is none, over the model config's (as write_settings spells OFF, and the reference
     # reads it); another null is no setting
     found = {k: OFF if v is None else v for k, v in written.items() if v is not None or k in FORCED} \

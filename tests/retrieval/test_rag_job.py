@@ -14,6 +14,7 @@ import lmforge
 import lmforge.retrieval.rag_job as rag_job
 from lmforge.cli import main
 from lmforge.config.options import OptionsError
+from lmforge.retrieval.dpr import BiEncoder
 from lmforge.retrieval.job_options import RagOptions
 from lmforge.train import TrainConfig
 from tests.retrieval.conftest import tiny_bert
@@ -56,7 +57,10 @@ def test_a_run_writes_its_exact_match_and_a_resumed_one_ends_where_it_does(tiny,
     assert 0 <= whole["exact_match"] <= 1 and whole["test"] == 4 and whole["seed"] == 1
     assert (whole["kind"], whole["k"], whole["closed_book"], whole["decoding"]) == ("token", 2, False, "thorough")
     assert "lm" in lmforge.load(tmp_path / "whole" / "final").heads
-    assert (tmp_path / "whole" / "retriever" / "retriever.json").is_file()
+    saved, original = BiEncoder.from_dir(tmp_path / "whole" / "retriever"), lmforge.load(tiny).state_dict()
+    trained = saved.model.state_dict()  # the question encoder trained; the passages' is the index's own
+    assert any(not torch.equal(trained[k], original[k]) for k in original)
+    assert all(torch.equal(v, original[k]) for k, v in saved.passage_model.state_dict().items())
     shutil.copytree(tmp_path / "whole", tmp_path / "cut")  # as if killed after the step-2 checkpoint
     shutil.rmtree(sorted((tmp_path / "cut" / "checkpoints").iterdir())[-1])
     shutil.rmtree(tmp_path / "cut" / "final")

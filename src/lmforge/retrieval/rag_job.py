@@ -69,7 +69,8 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     """Train RAG (options.kind) from the retriever folder `retriever` and `generator` on the training
     questions, the question encoder at options.question_lr_scale of cfg.lr; then exact match on the
     held-out ones, decoded as options say. The generator (with its LM head and tokenizer) is saved in
-    out/final, the question encoder in out/retriever; the result in out/rag.json, returned."""
+    out/final, the retriever in out/retriever (the trained question encoder, the passage encoder that
+    embedded the index); the result in out/rag.json, returned."""
     options = options_of(RagOptions, options)
     out = training_folder(out)
     folder = None if generator in GENERATORS else generator  # a preset is no input on disk
@@ -78,7 +79,9 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     if resume:  # a mistyped --out is refused before the work, not after it
         check_resumable(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
-    encoder = BiEncoder.from_dir(retriever)
+    # the question encoder trains; the passages keep the encoder that embedded the fixed index, so the
+    # saved retriever (out/retriever) is two encoders, as DPR's separate() makes them
+    encoder = BiEncoder.from_dir(retriever).separate()
     model, tok = make_generator(generator, encoder, options.max_len, cfg.seed)
     check_generator(model, options, len(passages))
     vectors = encoder.encode([passage_text(p) for p in passages], passage=True)

@@ -80,3 +80,26 @@ def test_a_loaded_regressors_score_name_is_kept():
 def test_a_head_without_labels_has_no_names():
     """A choice head's one output is no label: nothing is put on it (LABEL_0, as before)."""
     assert getattr(_task("choice").task_head, "head_labels", None) is None
+
+
+def test_an_identity_cross_encoder_fine_tuned_as_regression_exports_its_activation_fn(tmp_path):
+    """A CrossEncoder's Identity was lost on the way back (a regression exported one only when sigmoid), so
+    sentence-transformers scored the export through a sigmoid; a plain identity regression exports none."""
+    from tests.tasks.test_reference import reference_dir
+
+    identity = "torch.nn.modules.linear.Identity"
+    _, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": identity})
+    train = [{"text": "a good film", "text_pair": "a film", "label": 3.5}]
+    cfg = TrainConfig(steps=1, batch_size=1, lr=1e-3, seed=0, log_every=100)
+    finetune(path, None, "regression", train, None, tmp_path / "run", cfg, log=lambda *a: None)
+    final = tmp_path / "run" / "final"
+    lmforge.save(lmforge.load(final), tmp_path / "hf", format="hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["sentence_transformers"]["activation_fn"] == identity
+    finetune(final, None, "regression", train, None, tmp_path / "again", cfg, log=lambda *a: None)
+    lmforge.save(lmforge.load(tmp_path / "again" / "final"), tmp_path / "hf2", format="hf")
+    assert json.loads((tmp_path / "hf2" / "config.json").read_text())["sentence_transformers"] == {
+        "activation_fn": identity}
+    plain = _task("regression")
+    lmforge.save(plain.model, tmp_path / "plain", format="hf")
+    assert "sentence_transformers" not in json.loads((tmp_path / "plain" / "config.json").read_text())

@@ -42,6 +42,9 @@ class HeadLabels:
     names: tuple | None = None
     problem_type: str | None = None
     activation: str | None = None  # a CrossEncoder's (ACTIVATIONS), written back as its activation_fn
+    # the folder is (or descends from) a sentence-transformers CrossEncoder: its activation, identity too, is
+    # exported, as sentence-transformers would otherwise read a sigmoid
+    cross_encoder: bool = False
 
 
 def is_label(value) -> bool:
@@ -92,10 +95,12 @@ def cross_encoder_activation(where, hf: dict, error=ValueError) -> str | None:
 
 def exported_activation(info: dict) -> str | None:
     """The activation a task's export names as a CrossEncoder's activation_fn (`info`: its task.json, or a
-    task's kind and activation): a reranker's, a sigmoid regression's (a CrossEncoder's), a converted
-    CrossEncoder's; None for a plain regressor (identity), which the marker would make a reader of pairs."""
+    task's kind, activation and cross_encoder): a reranker's, a sigmoid regression's (not what a reader of a
+    regression infers), a converted CrossEncoder's or one descended from a CrossEncoder (identity too); None
+    for a plain regressor (identity), which the marker would make a reader of pairs."""
     activation = info.get("activation")
-    crossed = info.get("kind") == "rerank" or "rerank" in (info.get("kinds") or ()) or activation == "sigmoid"
+    crossed = (info.get("kind") == "rerank" or "rerank" in (info.get("kinds") or ()) or activation == "sigmoid"
+               or info.get("cross_encoder") is True)
     return activation if crossed else None
 
 
@@ -123,7 +128,7 @@ def read_labels(path: Path, meta: dict) -> HeadLabels | None:
         where = path / TASK_FILE
         names = _names(where, info.get("labels"), "labels") or _names(where, info.get("id2label"), "id2label")
         problem = info["problem_type"] if "problem_type" in info else KIND_PROBLEM_TYPE.get(info.get("kind"))
-        activation = exported_activation(info)
+        activation, crossed = exported_activation(info), info.get("cross_encoder") is True
         if activation is not None and activation not in ACTIVATIONS:
             raise CheckpointError(f"{where}: activation must be one of {', '.join(ACTIVATIONS)}, not "
                                   f"{activation!r:.40}")
@@ -131,9 +136,10 @@ def read_labels(path: Path, meta: dict) -> HeadLabels | None:
         where = path / "config.json"
         names, problem = _names(where, meta.get("id2label"), "id2label", True), meta.get("problem_type")
         activation = cross_encoder_activation(where, meta, CheckpointError)
+        crossed = cross_encoder(meta) is not None
     if problem is not None and not isinstance(problem, str):
         raise CheckpointError(f"{where}: problem_type must be text, not {problem!r:.40}")
-    return HeadLabels(names, problem, activation) if names or problem or activation else None
+    return HeadLabels(names, problem, activation, crossed) if names or problem or activation else None
 
 
 def classifier(model):

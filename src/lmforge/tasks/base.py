@@ -100,6 +100,7 @@ class Task(Objective, abc.ABC):
     head = "classification"  # name (and kind) of the head in model.heads
     meta_keys: tuple = ()  # further example keys a subclass keeps out of batches (offsets, ...)
     options: tuple = ()  # constructor options (TaskConfig fields of the same name) kept in task.json
+    cross_encoder = False  # a score read from a CrossEncoder's head (_name_outputs): its activation exported
 
     def __init__(self, model: nn.Module, tokenizer, labels: list | None = None, max_len: int = 128) -> None:
         pad = tokenizer.pad_id if tokenizer.pad_id is not None else tokenizer.eos_id
@@ -131,7 +132,8 @@ class Task(Objective, abc.ABC):
     def info(self) -> dict:
         """What a fine-tuned model directory's task.json records to rebuild this task."""
         return {"kind": self.kind, "labels": self.labels, "max_len": self.max_len,
-                **{name: getattr(self, name) for name in self.options}}
+                **{name: getattr(self, name) for name in self.options},
+                **({"cross_encoder": True} if self.cross_encoder else {})}
 
     def _take_over(self, model: nn.Module) -> nn.Module:
         fresh = make_head(model, self.head, **self.head_args())
@@ -164,9 +166,14 @@ class Task(Objective, abc.ABC):
         problem = KIND_PROBLEM_TYPE.get(self.kind)
         if problem is None and known is not None and known.problem_type not in KIND_PROBLEM_TYPE.values():
             problem = known.problem_type
-        # a CrossEncoder's activation, written back as its activation_fn (a plain regressor's none)
-        activation = exported_activation({"kind": self.kind, "activation": getattr(self, "activation", None)})
-        head.head_labels = HeadLabels(names, problem, activation) if names or problem or activation else None
+        # a CrossEncoder's activation, written back as its activation_fn (a plain regressor's none); a score
+        # read from a CrossEncoder's head stays one, identity too, so sentence-transformers reads no sigmoid
+        own = getattr(self, "activation", None)
+        self.cross_encoder = own is not None and known is not None and known.cross_encoder
+        activation = exported_activation({"kind": self.kind, "activation": own,
+                                          "cross_encoder": self.cross_encoder})
+        head.head_labels = (HeadLabels(names, problem, activation, self.cross_encoder)
+                            if names or problem or activation else None)
 
     # ---- data side ----------------------------------------------------------------------------
     @abc.abstractmethod

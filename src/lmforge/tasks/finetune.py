@@ -284,7 +284,7 @@ def checkpoint_defaults(model, kind: str, train: list, labels: list | None, cfg:
     info = task_info(path) if path is not None else {}
     # another kind's is not the run's: a reranker's sigmoid would refuse a regression's labels past 1, a plain
     # regressor's identity would make a reranker score raw logits
-    same = info.get("kind") == kind or kind in (info.get("kinds") or ())
+    same = info.get("kind") == kind or kind in (info.get("kinds") or ()) or info.get("cross_encoder")
     if scored and same and info.get("activation"):
         cfg = dataclasses.replace(cfg, activation=info["activation"])
     known = info.get("labels") or [str(i) for i in range(info.get("outputs") or 0)]  # no id2label: class ids

@@ -56,7 +56,7 @@ def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
                                         "does not have: its regression task has one output"}
         # a CrossEncoder's score is read through its activation, as CrossEncoder.predict reads it
         return {"kinds": PAIR_SCORE if pairs else ONE_SCORE, "why": f"{where} (one raw score)",
-                "activation": cross_encoder_activation(config, hf)}
+                "activation": cross_encoder_activation(config, hf), "cross_encoder": True if pairs else None}
     return {"labels": labels, "outputs": None if labels else n, "kinds": PAIR_CLASSES if pairs else CLASSES,
             "why": f"{where} (the argmax of the outputs)"}
 
@@ -156,6 +156,8 @@ def _checked_info(file: Path, info: dict) -> dict:
         raise ValueError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
     if kinds is not None and not (isinstance(kinds, list) and all(k in MODULES for k in kinds)):
         raise ValueError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
+    if not isinstance(info.get("cross_encoder", False), bool):
+        raise ValueError(f"{file}: \"cross_encoder\" must be true or false, not {info['cross_encoder']!r:.40}")
     if info.get("activation") is not None and info["activation"] not in ACTIVATIONS:
         raise ValueError(f"{file}: \"activation\" must be one of {', '.join(ACTIVATIONS)}, not "
                          f"{info['activation']!r:.40}")

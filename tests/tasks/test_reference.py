@@ -328,3 +328,30 @@ def test_an_activation_lmforge_cannot_score_with_is_refused_naming_the_file(tmp_
                             sentence_transformers={"activation_fn": "torch.nn.Tanh"})
     with pytest.raises(ValueError, match=r"config.json: activation_fn 'torch.nn.Tanh' is not supported"):
         Reranker.load(path)
+
+
+def test_a_tanh_cross_encoder_converts_and_serves_as_a_backbone_refused_only_where_it_scores(tmp_path):
+    """reference_task and read_labels refused an unsupported activation_fn whatever the use, so a Tanh
+    CrossEncoder could not be converted nor fine-tuned for another task; it is refused only to score."""
+    import lmforge
+    from lmforge.tasks.finetune import TaskConfig, finetune
+    from lmforge.tasks.reference import task_file
+    from lmforge.train import TrainConfig
+
+    tanh = "torch.nn.modules.activation.Tanh"
+    _, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": tanh})
+    written = task_file(path / "config.json", json.loads((path / "config.json").read_text()), 8)
+    assert written["activation"] == tanh
+    lmforge.save(lmforge.load(path), tmp_path / "hf", format="hf")  # convert --to hf: the class as it came
+    exported = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert exported["sentence_transformers"] == {"activation_fn": tanh}
+    train = [{"text": "a good film", "text_pair": "a film", "label": t} for t in ("yes", "no")]
+    cfg = TrainConfig(steps=1, batch_size=2, lr=1e-3, seed=0, log_every=100)
+    finetune(path, None, "pair", train, None, tmp_path / "pair", cfg, log=lambda *a: None)  # a backbone
+    scores = [{**train[0], "label": 0.5}]
+    with pytest.raises(ValueError, match=r"config.json: activation_fn '.*Tanh' is not supported"):
+        finetune(path, None, "regression", scores, None, tmp_path / "kept", cfg, log=lambda *a: None)
+    finetune(path, None, "regression", scores, None, tmp_path / "mse", cfg,
+             TaskConfig(activation="identity"), log=lambda *a: None)
+    with pytest.raises(ValueError, match=r"config.json: activation_fn '.*Tanh' is not supported"):
+        evaluate(path, scores, "regression")

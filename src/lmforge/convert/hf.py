@@ -313,7 +313,9 @@ def _label_fields(model: Transformer, labels: HeadLabels | None) -> dict:
     if labels is not None and labels.problem_type:
         fields["problem_type"] = labels.problem_type
     if labels is not None and labels.activation:
-        fields["sentence_transformers"] = {"activation_fn": ACTIVATION_FNS[labels.activation]}
+        # one lmforge cannot score with (a Tanh) goes back as the class its folder named
+        fields["sentence_transformers"] = {"activation_fn": ACTIVATION_FNS.get(labels.activation,
+                                                                               labels.activation)}
     return fields
 
 

@@ -41,7 +41,7 @@ class HeadLabels:
 
     names: tuple | None = None
     problem_type: str | None = None
-    activation: str | None = None  # a CrossEncoder's (ACTIVATIONS), written back as its activation_fn
+    activation: str | None = None  # a CrossEncoder's (ACTIVATIONS, or a class named), its activation_fn
     # the folder is (or descends from) a sentence-transformers CrossEncoder: its activation, identity too, is
     # exported, as sentence-transformers would otherwise read a sigmoid
     cross_encoder: bool = False
@@ -74,11 +74,12 @@ def cross_encoder(hf: dict) -> str | None:
     return "sbert_ce_default_activation_function" if hf.get("sbert_ce_default_activation_function") else None
 
 
-def cross_encoder_activation(where, hf: dict, error=ValueError) -> str | None:
-    """The activation a CrossEncoder's config `hf` names for its scores, as sentence-transformers reads it
-    (sentence_transformers.activation_fn, or the older sbert_ce_default_activation_function; null: sigmoid,
-    the default of one output): one of ACTIVATIONS, None for no CrossEncoder's config; another is `error`
-    naming `where`."""
+def cross_encoder_activation(where, hf: dict) -> str | None:
+    """The activation a CrossEncoder's config `hf` (the file `where`) names for its scores, as
+    sentence-transformers reads it (sentence_transformers.activation_fn, or the older
+    sbert_ce_default_activation_function; null: sigmoid, the default of one output): one of ACTIVATIONS, else
+    the class named (a Tanh), kept so that the folder converts and exports as it came, and refused only where
+    it scores (scoring_activation); None for no CrossEncoder's config."""
     if not cross_encoder(hf):
         return None
     block = hf.get("sentence_transformers")
@@ -87,10 +88,16 @@ def cross_encoder_activation(where, hf: dict, error=ValueError) -> str | None:
     if named is None:
         return "sigmoid"
     kind = str(named).rsplit(".", 1)[-1].lower()
-    if kind not in ACTIVATIONS:
-        raise error(f"{where}: activation_fn {str(named)[:60]!r} is not supported (lmforge scores with "
-                    "torch.nn.Sigmoid or torch.nn.Identity)")
-    return kind
+    return kind if kind in ACTIVATIONS else str(named)[:200]
+
+
+def scoring_activation(where, activation: str | None, error=ValueError) -> str | None:
+    """`activation` where a task scores with it: None or one of ACTIVATIONS; another (a CrossEncoder's Tanh)
+    is `error` naming `where`."""
+    if activation is None or activation in ACTIVATIONS:
+        return activation
+    raise error(f"{where}: activation_fn {str(activation)[:60]!r} is not supported (lmforge scores with "
+                "torch.nn.Sigmoid or torch.nn.Identity)")
 
 
 def exported_activation(info: dict) -> str | None:
@@ -99,8 +106,8 @@ def exported_activation(info: dict) -> str | None:
     regression infers), a converted CrossEncoder's or one descended from a CrossEncoder (identity too); None
     for a plain regressor (identity), which the marker would make a reader of pairs."""
     activation = info.get("activation")
-    crossed = (info.get("kind") == "rerank" or "rerank" in (info.get("kinds") or ()) or activation == "sigmoid"
-               or info.get("cross_encoder") is True)
+    crossed = (info.get("kind") == "rerank" or "rerank" in (info.get("kinds") or ())
+               or activation == "sigmoid" or info.get("cross_encoder") is True)
     return activation if crossed else None
 
 
@@ -129,13 +136,12 @@ def read_labels(path: Path, meta: dict) -> HeadLabels | None:
         names = _names(where, info.get("labels"), "labels") or _names(where, info.get("id2label"), "id2label")
         problem = info["problem_type"] if "problem_type" in info else KIND_PROBLEM_TYPE.get(info.get("kind"))
         activation, crossed = exported_activation(info), info.get("cross_encoder") is True
-        if activation is not None and activation not in ACTIVATIONS:
-            raise CheckpointError(f"{where}: activation must be one of {', '.join(ACTIVATIONS)}, not "
-                                  f"{activation!r:.40}")
+        if activation is not None and not isinstance(activation, str):  # another name: exported as it came
+            raise CheckpointError(f"{where}: activation must be text, not {activation!r:.40}")
     else:
         where = path / "config.json"
         names, problem = _names(where, meta.get("id2label"), "id2label", True), meta.get("problem_type")
-        activation = cross_encoder_activation(where, meta, CheckpointError)
+        activation = cross_encoder_activation(where, meta)
         crossed = cross_encoder(meta) is not None
     if problem is not None and not isinstance(problem, str):
         raise CheckpointError(f"{where}: problem_type must be text, not {problem!r:.40}")

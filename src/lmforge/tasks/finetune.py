@@ -31,7 +31,8 @@ from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 # task_info is named here too: the jobs and commands import it from this module
-from lmforge.tasks.reference import ACTIVATIONS, ONE_SCORE, check_kind, default_labels, own_kind, task_info
+from lmforge.tasks.reference import (ACTIVATIONS, ONE_SCORE, check_kind, default_labels, own_kind,
+                                     scored_activation, task_info)
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -286,7 +287,7 @@ def checkpoint_defaults(model, kind: str, train: list, labels: list | None, cfg:
     # regressor's identity would make a reranker score raw logits
     same = info.get("kind") == kind or kind in (info.get("kinds") or ()) or info.get("cross_encoder")
     if scored and same and info.get("activation"):
-        cfg = dataclasses.replace(cfg, activation=info["activation"])
+        cfg = dataclasses.replace(cfg, activation=scored_activation(path, info))
     known = info.get("labels") or [str(i) for i in range(info.get("outputs") or 0)]  # no id2label: class ids
     data = task_class(kind).labels_from(train) if known and labelled else None
     if data is not None and len(known) == len(data) and set(known) == set(data):
@@ -351,6 +352,8 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     if info.get("kind", kind) != kind:  # cls and pair heads look alike; the task.json tells them apart
         raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
     check_kind(where, info, kind)  # a Hugging Face head's meaning (its config's problem_type)
+    if path is not None and kind in ONE_SCORE:
+        scored_activation(path, info)  # a CrossEncoder's Tanh: refused where it would score, naming the file
     folder, (model, tokenizer) = isinstance(model, (str, Path)), load_model(model, tokenizer)
     # QA decoding, tagging's label_all, a regression's or reranker's activation (a CrossEncoder's config's)
     options = {name: info[name] for name in task_class(kind).options if name in info}

@@ -24,7 +24,7 @@ from pathlib import Path
 # the label helpers live in io/labels.py (io.load reads them too); PROBLEM_TYPES, is_label and ACTIVATIONS
 # are named here as well for the modules that import them from tasks
 from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, TASK_FILE, cross_encoder, cross_encoder_activation,
-                               id2label_order, is_label)
+                               id2label_order, is_label, scoring_activation)
 from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.tasks.base import MODULES
 from lmforge.utils.model_folder import check_recorded, inside_job_folder
@@ -146,7 +146,7 @@ def task_file(config: Path, hf: dict, max_len: int) -> dict | None:
 
 def _checked_info(file: Path, info: dict) -> dict:
     """task.json's fields that commands read, checked: kind (or a reference head's kinds) task kinds,
-    labels a list, max_len > 0, activation one of ACTIVATIONS."""
+    labels a list, max_len > 0, activation a name (ACTIVATIONS, or a CrossEncoder's other one)."""
     kind, labels, max_len, kinds = (info.get(name) for name in ("kind", "labels", "max_len", "kinds"))
     if kind is not None and not (isinstance(kind, str) and kind in MODULES):
         raise ValueError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
@@ -157,11 +157,23 @@ def _checked_info(file: Path, info: dict) -> dict:
     if kinds is not None and not (isinstance(kinds, list) and all(k in MODULES for k in kinds)):
         raise ValueError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
     if not isinstance(info.get("cross_encoder", False), bool):
-        raise ValueError(f"{file}: \"cross_encoder\" must be true or false, not {info['cross_encoder']!r:.40}")
-    if info.get("activation") is not None and info["activation"] not in ACTIVATIONS:
-        raise ValueError(f"{file}: \"activation\" must be one of {', '.join(ACTIVATIONS)}, not "
-                         f"{info['activation']!r:.40}")
+        raise ValueError(f"{file}: \"cross_encoder\" must be true or false, not "
+                         f"{info['cross_encoder']!r:.40}")
+    activation = info.get("activation")
+    if activation is not None and not (isinstance(activation, str) and 0 < len(activation) <= 200):
+        # ACTIVATIONS, or a converted CrossEncoder's other class: refused where it scores (scored_activation)
+        raise ValueError(f"{file}: \"activation\" must be one of {', '.join(ACTIVATIONS)} (or a "
+                         f"CrossEncoder's activation_fn), not {activation!r:.40}")
     return info
+
+
+def scored_activation(path, info: dict) -> str | None:
+    """The activation of task_info(`path`) where a task scores with it; a ValueError naming the file where
+    lmforge cannot (a CrossEncoder's Tanh): refused there only, so the folder still converts and serves as a
+    backbone."""
+    path = inside_job_folder(Path(path))
+    file = path / TASK_FILE if (path / TASK_FILE).is_file() else path / "config.json"
+    return scoring_activation(file, info.get("activation"))
 
 
 def task_info(path) -> dict:

@@ -47,3 +47,24 @@ def test_a_run_that_ends_before_the_sparsity_is_reached_is_refused_naming_end(st
                  str(steps), f"start={start}", f"end={end}", "progress=false"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "end=" in err and not (tmp_path / "o").exists()
+
+
+def test_pruning_a_sigmoid_regression_folder_trains_and_keeps_its_activation(tmp_path):
+    """prune_finetune built its task from bare options: a sigmoid regression folder trained MSE on the raw
+    logit and its final/task.json said identity; it takes the folder's activation as finetune does."""
+    from lmforge.compress.sparse_finetune import prune_finetune
+    from lmforge.tasks.finetune import TaskConfig, make_task, save_model, task_info
+    from lmforge.train import TrainConfig
+
+    folder = tmp_path / "sts"
+    save_model(make_task("regression", tiny("bert-base", n_layers=1), tokenizer(), [],
+                         TaskConfig(activation="sigmoid")), folder)
+    train = [{"text": t, "text_pair": "a film", "label": v} for t, v in (("good", 0.9), ("bad", 0.1))]
+    prune_finetune(str(folder), "regression", train, None, tmp_path / "run",
+                   train_cfg=TrainConfig(steps=4, batch_size=2, lr=1e-3, seed=0, log_every=100),
+                   sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)
+    assert task_info(tmp_path / "run" / "final")["activation"] == "sigmoid"
+    with pytest.raises(ValueError, match=r"label 3 is outside \[0, 1\]"):
+        prune_finetune(str(folder), "regression", [{**train[0], "label": 3}], None, tmp_path / "bad",
+                       train_cfg=TrainConfig(steps=4, batch_size=2, lr=1e-3, seed=0, log_every=100),
+                       sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)

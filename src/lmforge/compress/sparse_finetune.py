@@ -26,8 +26,9 @@ from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, refuse_changed
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
-from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
-                                    fine_tuned_task, load_model, make_task, task_info, write_task_files)
+from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, checkpoint_defaults,
+                                    encode_split, fine_tuned_task, load_model, make_task, task_info,
+                                    write_task_files)
 from lmforge.tasks.reference import own_kind
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import RUN_FILES, STATE_KEY, checkpoints, training_folder
@@ -199,10 +200,12 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     start, end = schedule_steps(s, steps)  # before any file is written
     check_settings(out, _settings(model, steps, task_cfg, s), resume)
     source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None
+    # the folder's activation where the options leave it, as finetune reads it (a sigmoid regression's BCE)
+    _, trained = checkpoint_defaults(model, kind, train, source_labels, task_cfg)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, as finetune's
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
-        task = make_task(kind, model, tokenizer, train, task_cfg, source_labels)
+        task = make_task(kind, model, tokenizer, train, trained, source_labels)
     pruner = Pruner(model, s.method, s.sparsity, start, end, s.soft_lambda)
     objective = Pruning(task, pruner, train_cfg.accumulation)
     validator = Validator(task, valid, task_cfg, out) if valid else None

@@ -138,3 +138,22 @@ def test_scores_equal_a_cross_encoder_s_with_the_activation_its_config_names(tmp
     served, reranker = load_served("ce", tmp_path), Reranker.load(tmp_path)
     assert "rerank" in served.capabilities
     assert served.score(-1.65) == reranker.score(-1.65) and (served.score(-1.65) < 0) == (min(theirs) < 0)
+
+
+def test_the_docs_say_a_score_is_the_logit_through_the_task_s_activation():
+    """The rerank docs said a score was "the sigmoid of its logit" after a task's activation (a
+    CrossEncoder's Identity: the logit itself) decided it; each says the activation, retrieval.md's options
+    name it."""
+    from pathlib import Path
+
+    from lmforge.pipelines import rerank
+    from lmforge.serve import rerank_routes
+
+    root = Path(__file__).resolve().parents[2]
+    texts = {"pipelines/rerank.py": rerank.__doc__, "serve/rerank_routes.py": rerank_routes.__doc__,
+             "docs/serve.md": (root / "docs" / "serve.md").read_text(),
+             "docs/retrieval.md": (root / "docs" / "retrieval.md").read_text()}
+    for name, text in texts.items():
+        flat = " ".join(text.split())
+        assert "sigmoid of" not in flat and "activation_fn" in flat, name
+    assert "and `activation`, how a score is read from the logit" in " ".join(texts["docs/retrieval.md"].split())

@@ -4,12 +4,12 @@ relevance, best first; `lmforge.rerank`, the server's /rerank and `lmforge retri
     lmforge.rerank("runs/rerank/final", "which word means a traveller?", ["Wayfarer. One who ...", ...])
     -> [(0, 0.97), (2, 0.41), (1, 0.03)]
 
-A document's score is the sigmoid of the cross-encoder's logit (a relevance in (0, 1), as
-sentence-transformers' CrossEncoder gives for one output), or the logit itself where the checkpoint's
-config.json names an Identity activation_fn, as CrossEncoder reads it; the order is the logits' (ties:
-the earlier document first). A (query, document) pair longer than the model's max_len tokens is cut
-(its tokens taken longest side first) and said so, or refused with truncate=false. RerankQueryOptions holds a
-request's settings for the three faces.
+A document's score is the cross-encoder's logit through its task's activation (task.json's "activation",
+TaskConfig.activation): sigmoid by default (a relevance in (0, 1), as sentence-transformers' CrossEncoder
+gives for one output), a CrossEncoder's activation_fn (Identity: the logit itself); the order is the
+logits' (ties: the earlier document first). A (query, document) pair longer than the model's max_len
+tokens is cut (its tokens taken longest side first) and said so, or refused with truncate=false.
+RerankQueryOptions holds a request's settings for the three faces.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class Reranker:
         self.task, self.activation = task, activation
 
     def score(self, logit: float) -> float:
-        """A document's score: the sigmoid of its logit, or the logit where the checkpoint says Identity."""
+        """A document's score: its logit through the task's activation (sigmoid, or identity: the logit)."""
         return relevance(logit) if self.activation == "sigmoid" else logit
 
     @classmethod

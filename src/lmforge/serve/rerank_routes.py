@@ -5,8 +5,8 @@ documents with a served reranker (task.json kind rerank) and answer them best fi
     -> {"model", "results": [{"index", "relevance_score", "truncated", "document": {"text"}?}], "usage"}
 
 The request's settings are pipelines/rerank.py's RerankQueryOptions, as `lmforge.rerank` takes them, and the
-scores are computed as there (Reranker: the logit through the checkpoint's activation, sigmoid unless its
-config names another, ordered by logit), so the two answer alike.
+scores are computed as there (Reranker: the logit through the task's activation, sigmoid by default or a
+CrossEncoder's activation_fn, ordered by logit), so the two answer alike.
 The limits speak before any work: 413 past max_documents, a pair past the model's max_len without truncate
 (max_seq_len) or a request past max_request_tokens; each pair's tokens are counted on the event loop's
 tokenizer, and the pairs run batched with other requests' pairs of the same model.

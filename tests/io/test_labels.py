@@ -120,9 +120,13 @@ def test_read_labels_takes_a_converted_checkpoints_regressor_name_and_problem_ty
     assert read_labels(src, json.loads((src / "config.json").read_text())) == HeadLabels(("score",), None)
 
 
-def test_the_label_tables_have_one_home_and_two_names():
+def test_the_label_tables_have_one_home_and_are_imported_from_it():
     """io/labels.py held a kind -> problem_type table and tasks/reference.py the valid problem_types, both
-    named PROBLEM_TYPES; is_label and the id2label order were written twice. One home now, read by both."""
+    named PROBLEM_TYPES; is_label and the id2label order were written twice. One home now, read by both,
+    and no module takes them from tasks/reference.py (whose comment said some did)."""
+    import re
+    from pathlib import Path
+
     from lmforge.io import labels
     from lmforge.tasks import base, reference
 
@@ -130,6 +134,10 @@ def test_the_label_tables_have_one_home_and_two_names():
     assert set(labels.KIND_PROBLEM_TYPE.values()) <= set(labels.PROBLEM_TYPES)
     assert reference.PROBLEM_TYPES is labels.PROBLEM_TYPES and reference.is_label is labels.is_label
     assert base.KIND_PROBLEM_TYPE is labels.KIND_PROBLEM_TYPE
+    names = r"\b(PROBLEM_TYPES|is_label|ACTIVATIONS)\b"
+    helpers = re.compile(r"from lmforge\.tasks\.reference import \(?[^)]*?" + names)
+    src = Path(labels.__file__).resolve().parents[1]
+    assert [p.name for p in src.rglob("*.py") if helpers.search(p.read_text())] == []
 
 
 @pytest.mark.parametrize("id2label, match", [

@@ -156,4 +156,19 @@ def test_the_docs_say_a_score_is_the_logit_through_the_task_s_activation():
     for name, text in texts.items():
         flat = " ".join(text.split())
         assert "sigmoid of" not in flat and "activation_fn" in flat, name
-    assert "and `activation`, how a score is read from the logit" in " ".join(texts["docs/retrieval.md"].split())
+    options = " ".join(texts["docs/retrieval.md"].split())
+    assert "and `activation`, how a score is read from the logit" in options
+
+
+def test_a_reranker_s_activation_is_checked_once_as_the_task_checks_it():
+    """Reranker repeated classify.checked_activation with a plain ValueError; now the one check: an
+    OptionsError naming activation, the task's taken where none is given."""
+    from types import SimpleNamespace
+
+    from lmforge.pipelines.rerank import Reranker
+
+    with pytest.raises(OptionsError, match="activation must be one of sigmoid, identity") as refused:
+        Reranker(SimpleNamespace(kind="rerank"), "tanh")
+    assert refused.value.field == "activation"
+    assert Reranker(SimpleNamespace(kind="rerank", activation="identity")).score(-2.0) == -2.0
+    assert Reranker(SimpleNamespace(kind="rerank")).activation == "sigmoid"

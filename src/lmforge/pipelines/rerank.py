@@ -20,8 +20,8 @@ from typing import Optional
 
 from lmforge.config.options import (OptionsError, check_options, checked_argument, checked_texts,
                                     named_keywords, option, with_changes)
-from lmforge.io.labels import ACTIVATIONS
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
+from lmforge.tasks.classify import checked_activation
 
 MAX_TOP_N = 10 ** 6
 
@@ -74,10 +74,9 @@ class Reranker:
         if getattr(task, "kind", None) != "rerank":
             raise OptionsError(f"model: a reranker needs a model fine-tuned with --task rerank, not "
                                f"{getattr(task, 'kind', task)!r:.40}", "model")
-        activation = activation or getattr(task, "activation", "sigmoid")  # the task's: its folder's
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r:.40}")
-        self.task, self.activation = task, activation
+        # the task's (its folder's) unless given; checked as the task checks it, an OptionsError naming it
+        self.task = task
+        self.activation = checked_activation(activation or getattr(task, "activation", None), "sigmoid")
 
     def score(self, logit: float) -> float:
         """A document's score: its logit through the task's activation (sigmoid, or identity: the logit)."""

@@ -24,6 +24,7 @@ from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, checked_as, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
 from lmforge.io import find_tokenizer, load, model_dir
+from lmforge.io.labels import ACTIVATIONS
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import Task, check_read, task_class
@@ -31,8 +32,8 @@ from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 # task_info is named here too: the jobs and commands import it from this module
-from lmforge.tasks.reference import (ACTIVATIONS, ONE_SCORE, check_kind, default_labels, own_kind,
-                                     scored_activation, task_info)
+from lmforge.tasks.reference import (ONE_SCORE, check_kind, default_labels, own_kind, scored_activation,
+                                     task_info)
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer

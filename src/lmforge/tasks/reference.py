@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# the label helpers live in io/labels.py (io.load reads them too); PROBLEM_TYPES, is_label and ACTIVATIONS
-# are named here as well for the modules that import them from tasks
+# the label helpers live in io/labels.py (io.load reads them too), their one home: import them from there
 from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, TASK_FILE, cross_encoder, cross_encoder_activation,
                                id2label_order, is_label, scoring_activation)
 from lmforge.io.native import CheckpointError, read_json_object

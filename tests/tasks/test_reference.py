@@ -328,6 +328,10 @@ def test_an_activation_lmforge_cannot_score_with_is_refused_naming_the_file(tmp_
                             sentence_transformers={"activation_fn": "torch.nn.Tanh"})
     with pytest.raises(ValueError, match=r"config.json: activation_fn 'torch.nn.Tanh' is not supported"):
         Reranker.load(path)
+    from lmforge.serve.models import load_served
+
+    with pytest.raises(ValueError, match=r"config.json: activation_fn 'torch.nn.Tanh' is not supported"):
+        load_served("ce", path)  # the server too: it had named only the option, not the file
 
 
 def test_a_tanh_cross_encoder_converts_and_serves_as_a_backbone_refused_only_where_it_scores(tmp_path):

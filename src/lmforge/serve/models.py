@@ -31,7 +31,7 @@ from lmforge.io.native import read_meta
 from lmforge.io.resolve import find_model_dir
 from lmforge.tasks.base import Task, task_class
 from lmforge.tasks.finetune import TaskConfig, make_task, task_info
-from lmforge.tasks.reference import default_labels
+from lmforge.tasks.reference import default_labels, scored_activation
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
 _WORD = re.compile(r"\S+")  # ELMo's tokens, as analysis/text_features.py splits them
@@ -149,6 +149,8 @@ def rebuild_task(path: Path, model, tokenizer, info: dict) -> Task:
     rebuilds it); an error when the model lacks the task's trained head."""
     kind = info["kind"]
     options = {name: info[name] for name in task_class(kind).options if name in info}
+    if options.get("activation") is not None:  # one lmforge cannot score with (Tanh) is refused naming its file
+        options["activation"] = scored_activation(path, info)
     # a task's own options may hold prefix (seq2seq's): one dict, as tasks.finetune.fine_tuned_task builds it
     cfg = TaskConfig(**{"max_len": info.get("max_len", 128), "text_to_text": info.get("text_to_text"),
                         "prefix": info.get("prefix"), **options})

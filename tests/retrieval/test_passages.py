@@ -144,3 +144,14 @@ def test_a_passage_window_is_a_whole_count_within_index_options_bounds(words):
     with pytest.raises(OptionsError) as caught:
         load_passages(None, words=words)
     assert caught.value.field == "words"
+
+
+@pytest.mark.parametrize("answer", ["", "  ", "..."])
+def test_an_answer_without_a_letter_or_digit_is_refused_naming_the_question(answer):
+    """Exact match normalises both sides (SQuAD's): such a gold answer matched an empty prediction, so a
+    model answering nothing scored."""
+    from lmforge.retrieval.questions import check_answers
+
+    with pytest.raises(ValueError, match=rf"q.jsonl: question 2: answer {answer!r} has no letter or digit"):
+        check_answers([{"answers": ["Ann"]}, {"answers": ["Bob", answer]}], "q.jsonl")
+    check_answers([{"answers": ["A"]}], "q.jsonl")  # articles alone: SQuAD's scoring reads them so

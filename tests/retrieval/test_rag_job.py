@@ -78,7 +78,7 @@ def test_a_run_writes_its_exact_match_and_a_resumed_one_ends_where_it_does(tiny,
 
 
 @pytest.mark.parametrize("flags, said", [
-    (["--kind", "token", "--decoding", "fast"], "--decoding fast: is RAG-Sequence's Fast Decoding"),
+    (["--kind", "token", "--decoding", "fast"], "--decoding fast: Fast Decoding is RAG-Sequence's"),
     (["--num-beams", "65"], "--num-beams 65: must be an integer >= 1 and <= 64"),
     (["--max-new-tokens", "0"], "--max-new-tokens 0: must be"),
     (["--k", "-1"], "--k -1: must be"),
@@ -124,3 +124,27 @@ def test_an_out_that_is_an_input_is_refused_before_any_work(tiny, tmp_path, caps
     assert "--retriever" in capsys.readouterr().err
     assert sorted(p.name for p in tiny.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
                                                       "tokenizer_config.json"]
+
+
+def test_an_out_inside_an_input_model_folder_is_refused(tiny, tmp_path):
+    """OUT/passage inside a retriever made it read as a two-encoder retriever with no retriever.json."""
+    from lmforge.utils.atomic import UnsafePath
+
+    with pytest.raises(UnsafePath, match="lies inside the input retriever") as err:
+        rag_job.run_rag(str(tiny), tiny / "passage", TrainConfig(steps=1))
+    assert err.value.field == "out" and not (tiny / "passage").exists()
+
+
+def test_a_generator_without_a_decoder_start_starts_from_cls(tiny, tmp_path):
+    """A hand-built BART (no decoder_start_token_id) had failed in collate with a TypeError."""
+    from lmforge.retrieval.rag_train import RAGObjective
+
+    encoder = BiEncoder.from_dir(tiny)
+    tok = encoder.tokenizer
+    generator = lmforge.build("bart-base", n_layers=1, n_decoder_layers=1, d_model=32, n_heads=2, d_ff=64,
+                              vocab_size=tok.vocab_size, max_seq_len=64)
+    assert generator.config.decoder_start_token_id is None
+    vectors = torch.zeros(3, encoder.width)
+    objective = RAGObjective(generator, encoder, vectors, [[5], [6], [7]], 1, tokenizer=tok)
+    assert objective.start == tok.special_id("cls")
+

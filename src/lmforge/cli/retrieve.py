@@ -34,7 +34,7 @@ from lmforge.retrieval.job_options import (MAX_HARD_NEGATIVES, IctOptions, Index
 
 # the help of the flags every training sub-command (train, reader, realm, ict) takes
 OUT_HELP = "the run's directory: its checkpoints, metrics.jsonl and the trained model"
-SEED_HELP = "fixes everything the run draws (the built-in data, the batches, the negatives)"
+SEED_HELP = "fixes everything the run draws (the built-in data's split, the batches, the negatives)"
 RESUME_HELP = "continue the newest checkpoint in --out"
 
 
@@ -180,8 +180,8 @@ def _run_arguments(parser, questions_help: str, model: bool = True) -> None:
          "builtin, or the file's contexts")
     parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     said(parser.add_argument("--seed", type=bounded(int, *SEED), help=SEED_HELP), 0)
-    parser.add_argument("--config", help="YAML/JSON file of key: value options (a key=value or a flag given "
-                                         "too wins)")
+    parser.add_argument("--config", help="YAML/JSON file of training (and encoder) key: value options; one "
+                                         "given on the command line too wins")
 
 
 def cmd_train(args) -> None:
@@ -253,7 +253,7 @@ def cmd_rag(args) -> None:
         raise
     row = ("kind", "k", "decoding", "num_beams", "max_new_tokens", "exact_match")
     print("  ".join(f"{name:>14}" for name in row) + "\n" + "  ".join(f"{result[name]:>14}" for name in row))
-    print(f"generator in {args.out}/final, question encoder in {args.out}/retriever; {args.out}/rag.json")
+    print(f"generator in {args.out}/final, retriever in {args.out}/retriever; {args.out}/rag.json")
 
 
 def _epilog(with_training: bool, encoder: bool = True) -> str:
@@ -323,8 +323,8 @@ def _corpus_arguments(parser, model_help: str) -> None:
     parser.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
     parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     said(parser.add_argument("--seed", type=bounded(int, *SEED), help=SEED_HELP), 0)
-    parser.add_argument("--config", help="YAML/JSON file of key: value options (a key=value or a flag given "
-                                         "too wins)")
+    parser.add_argument("--config", help="YAML/JSON file of training (and encoder) key: value options; one "
+                                         "given on the command line too wins")
     parser.add_argument("--resume", action="store_true", help=RESUME_HELP)
     parser.add_argument("overrides", nargs="*", help="key=value: training options")
 

@@ -94,6 +94,8 @@ def _refuse_inputs(out, *inputs, writes: tuple = RUN_WRITES, models: tuple = ())
             continue
         source = Path(given).resolve()
         relation = writes_over(source, out, writes, inside_job_folder(source) if field in models else None)
+        if not relation and field in models and overlap(source, out) == "lies inside":
+            relation = "lies inside"  # a model folder is read by its layout (a retriever's passage/, final/)
         if relation or overlap(source, out) == "holds":
             raise UnsafePath(f"out {out} {relation or 'holds'} the input {field} {given}: the run would "
                              f"write over it or read its own files back; choose an out apart from the inputs",

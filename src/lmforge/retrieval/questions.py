@@ -100,12 +100,18 @@ def read_questions(path) -> tuple:
 
 
 def check_answers(records: list, source) -> None:
-    """Every question has an answer (a reader is trained on it and scored by exact match against them);
-    ValueError naming the source and question otherwise (a SQuAD 2.0 file's unanswerable ones)."""
+    """Every question has an answer, each with a letter or digit (a reader or RAG is trained on them and
+    scored by exact match against them: "" or "..." would match an empty prediction); ValueError naming the
+    source and question otherwise (a SQuAD 2.0 file's unanswerable ones). An answer of articles alone ("A")
+    stays: SQuAD's own scoring reads it so."""
     for n, r in enumerate(records, 1):
         if not r["answers"]:
-            raise ValueError(f"{source}: question {n} has no answer: the reader is trained and scored on "
-                             "answered questions (drop the unanswerable ones)")
+            raise ValueError(f"{source}: question {n} has no answer: a reader or RAG is trained and scored "
+                             "on answered questions (drop the unanswerable ones)")
+        empty = next((a for a in r["answers"] if not any(c.isalnum() for c in a)), None)
+        if empty is not None:
+            raise ValueError(f"{source}: question {n}: answer {empty!r} has no letter or digit: exact match "
+                             "(SQuAD's, without punctuation) would count an empty prediction as it")
 
 
 def check_positives(records: list, passages: list, source) -> None:

@@ -38,8 +38,8 @@ def check_decoding(num_beams: int, decoding: str, kind: str, max_new_tokens: int
     if decoding not in DECODINGS:
         raise OptionsError(f"decoding={decoding!r} is not one of {', '.join(DECODINGS)}", "decoding")
     if decoding == "fast" and kind != "sequence":
-        raise OptionsError("decoding='fast' is RAG-Sequence's Fast Decoding; RAG-Token decodes by beam "
-                           "search over its marginal (give decoding='thorough')", "decoding")
+        raise OptionsError("decoding='fast': Fast Decoding is RAG-Sequence's; RAG-Token decodes by beam "
+                           "search over its marginal (thorough)", "decoding")
     return num_beams, max_new_tokens
 
 

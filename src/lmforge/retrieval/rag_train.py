@@ -53,7 +53,9 @@ class RAGObjective(Objective):
         if self.cls is None or self.sep is None:
             raise ValueError("the generator's tokenizer needs [CLS] and [SEP] tokens (its inputs are "
                              "[CLS] passage [SEP] question [SEP])")
-        self.start = generator.config.decoder_start_token_id
+        # a generator built without one (a hand-made BART) starts from [CLS], as the preset generators do
+        start = generator.config.decoder_start_token_id
+        self.start = self.cls if start is None else start
 
     def collate(self, examples: list) -> dict:
         """{"question": encoder ids, "source": question ids without specials, "labels": answer ids}

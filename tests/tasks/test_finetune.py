@@ -5,6 +5,7 @@ import shutil
 import pytest
 import torch
 
+import lmforge
 from lmforge.config.options import OptionsError
 from lmforge.tasks import task_class
 from lmforge.tasks.finetune import TaskConfig, encode_split, evaluate, finetune, task_info
@@ -395,6 +396,10 @@ def test_a_fine_tuned_model_fine_tuned_again_keeps_the_label_of_each_output(tmp_
     finetune(str(tmp_path / "model"), None, "cls", train, None, tmp_path / "run", cfg(steps=1, lr=1e-9),
              log=quiet)
     assert task_info(tmp_path / "run" / "final")["labels"] == ["pos", "neg"]
+    # a loaded model stands for its folder, as the command line passes it (it had kept the sorted labels)
+    finetune(lmforge.load(tmp_path / "model"), tokenizer(), "cls", train, None, tmp_path / "loaded",
+             cfg(steps=1, lr=1e-9), log=quiet)
+    assert task_info(tmp_path / "loaded" / "final")["labels"] == ["pos", "neg"]
     out = tmp_path / "predictions.jsonl"
     evaluate(tmp_path / "run" / "final", [{"text": r["text"]} for r in train], out=out)
     assert [json.loads(line)["prediction"] for line in out.read_text().splitlines()] == ["pos", "pos"]
@@ -412,6 +417,8 @@ def test_a_folder_s_activation_is_taken_only_by_a_run_of_its_own_kind(tmp_path):
         save_model(make_task(kind, tiny(), tokenizer(), [], TaskConfig(activation=activation)), folder)
         assert checkpoint_defaults(str(folder), other, [], None, TaskConfig())[1].activation is None
         assert checkpoint_defaults(str(folder), kind, [], None, TaskConfig())[1].activation == activation
+        loaded = lmforge.load(folder)  # as the command line passes it: the folder's too
+        assert checkpoint_defaults(loaded, kind, [], None, TaskConfig())[1].activation == activation
     train = [{"text": "a good film", "text_pair": "a film", "label": 3.5}]
     finetune(str(tmp_path / "rerank-sigmoid"), None, "regression", train, None, tmp_path / "run",
              cfg(steps=1), log=quiet)

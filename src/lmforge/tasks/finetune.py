@@ -282,7 +282,9 @@ def checkpoint_defaults(model, kind: str, train: list, labels: list | None, cfg:
     goes on being read, and trained, as sentence-transformers reads it)."""
     labelled = labels is None and kind in ("cls", "pair", "tagging", "multilabel")  # outputs named by labels
     scored = cfg.activation is None and kind in ONE_SCORE
-    path = model_dir(model) if isinstance(model, (str, Path)) and (labelled or scored) else None
+    # a loaded model stands for its folder (the command line loads it before fine-tuning: it had read nothing)
+    source = model if isinstance(model, (str, Path)) else getattr(model, "loaded_from", None)
+    path = model_dir(source) if source is not None and (labelled or scored) else None
     info = task_info(path) if path is not None else {}
     # another kind's is not the run's: a reranker's sigmoid would refuse a regression's labels past 1, a plain
     # regressor's identity would make a reranker score raw logits

@@ -144,3 +144,20 @@ def test_an_encoding_says_whether_max_length_cut_it():
     assert tok.encode(text, max_length=8).truncated and not tok.encode(text).truncated
     assert not tok.encode("a cat", max_length=8).truncated
     assert tok.encode("the film", "was long and the actors good", max_length=8).truncated
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_saved_tokenizer_gives_the_reference_the_segment_ids_of_a_pair(tmp_path, family):
+    """transformers 5 reads a tokenizer_config.json without model_input_names as giving no token_type_ids:
+    an exported BERT cross-encoder scored every pair as one segment (sentence-transformers differed)."""
+    transformers = pytest.importorskip("transformers")
+    from lmforge.tokenizer import train_tokenizer
+
+    model = "wordpiece" if family == "bert" else "bpe"
+    tok = train_tokenizer(["the cat sat on the mat", "a dog ran"] * 5, model, 80, family=family)
+    tok.save(tmp_path)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path)("the cat", "a dog")
+    ours = tok.encode("the cat", "a dog")
+    assert reference["input_ids"] == ours.ids
+    assert reference.get("token_type_ids", [0] * len(ours.ids)) == ours.segment_ids
+    assert ("token_type_ids" in reference) == (family == "bert")

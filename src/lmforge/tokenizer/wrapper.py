@@ -209,6 +209,10 @@ class Tokenizer:
                   **{f"{role}_token": token for role, token in self.special_tokens.items()}}
         if self.model_max_length is not None:
             config["model_max_length"] = self.model_max_length
+        # the reference's generic fast tokenizer returns no token_type_ids unless named here (transformers 5):
+        # a BERT pair's second segment would reach an exported model as segment 0
+        typed = any(self.backend.encode("a", "b").type_ids)
+        config["model_input_names"] = ["input_ids", *(["token_type_ids"] if typed else []), "attention_mask"]
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         atomic_write_text(path / "tokenizer_config.json", text)
         seal(path)

@@ -50,6 +50,21 @@ def test_convert_carries_the_tokenizer_and_leaves_nothing_old(tmp_path, source, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left
 
 
+def test_an_older_tokenizer_config_is_named_its_model_inputs_when_carried(tmp_path, source):
+    """A tokenizer saved before model_input_names were written gave an exported BERT no token_type_ids in
+    the reference (transformers 5): a pair's second segment read as the first."""
+    from lmforge.utils.model_folder import record_sums
+
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    assert config.pop("model_input_names") == ["input_ids", "token_type_ids", "attention_mask"]
+    (source / "tokenizer_config.json").write_text(json.dumps(config))
+    record_sums(source, ["tokenizer_config.json"])  # as that older save recorded it
+    assert main(["convert", str(source), str(tmp_path / "hf"), "--to", "hf"]) == 0
+    carried = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    assert carried == {**config, "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
+    assert load_tokenizer(tmp_path / "hf").encode("the cat").ids == load_tokenizer(source).encode("the cat").ids
+
+
 def test_the_files_carried_into_an_lmforge_dst_are_verified_there(tmp_path, source, capsys):
     """They were copied unrecorded, so DST read them unverified (a changed label of task.json unsaid)."""
     assert main(["convert", str(source), str(tmp_path / "dst"), "--to", "lmforge"]) == 0

@@ -145,6 +145,10 @@ def copy_companions(src: Path, dst: Path) -> list:
         if (src / name).is_file():
             shutil.copy2(src / name, dst / name)
             copied.append(name)
+    if "tokenizer_config.json" in copied:  # an older lmforge tokenizer's: named for the reference's reader
+        from lmforge.tokenizer.wrapper import name_model_inputs
+
+        name_model_inputs(dst)
     record_sums(dst, [n for n in copied if n in VERIFIED])  # read verified from SRC (check_companions)
     try:
         entries = json.loads((src / "modules.json").read_text(encoding="utf-8"))

@@ -209,14 +209,33 @@ class Tokenizer:
                   **{f"{role}_token": token for role, token in self.special_tokens.items()}}
         if self.model_max_length is not None:
             config["model_max_length"] = self.model_max_length
-        # the reference's generic fast tokenizer returns no token_type_ids unless named here (transformers 5):
-        # a BERT pair's second segment would reach an exported model as segment 0
-        typed = any(self.backend.encode("a", "b").type_ids)
-        config["model_input_names"] = ["input_ids", *(["token_type_ids"] if typed else []), "attention_mask"]
+        config["model_input_names"] = model_input_names(self.backend)
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         atomic_write_text(path / "tokenizer_config.json", text)
         seal(path)
         return path
+
+
+def model_input_names(backend: Backend) -> list:
+    """What the reference's generic fast tokenizer (tokenizer_config.json's PreTrainedTokenizerFast) should
+    return: it gives no token_type_ids unless they are named (transformers 5), so a BERT pair's second
+    segment would reach an exported model as segment 0."""
+    typed = any(backend.encode("a", "b").type_ids)
+    return ["input_ids", *(["token_type_ids"] if typed else []), "attention_mask"]
+
+
+def name_model_inputs(folder: Path) -> None:
+    """Add model_input_names to an lmforge tokenizer_config.json in `folder` written before they were; a
+    reference tokenizer's own class, or a file that is not lmforge's, is left as it is."""
+    config_file, backend_file = folder / "tokenizer_config.json", folder / "tokenizer.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return
+    if isinstance(config, dict) and config.get("tokenizer_class") == "PreTrainedTokenizerFast" \
+            and "model_input_names" not in config and backend_file.is_file():
+        config["model_input_names"] = model_input_names(Backend.from_file(str(backend_file)))
+        atomic_write_text(config_file, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 def seal(folder: Path) -> None:

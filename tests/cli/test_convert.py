@@ -62,7 +62,8 @@ def test_an_older_tokenizer_config_is_named_its_model_inputs_when_carried(tmp_pa
     assert main(["convert", str(source), str(tmp_path / "hf"), "--to", "hf"]) == 0
     carried = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
     assert carried == {**config, "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
-    assert load_tokenizer(tmp_path / "hf").encode("the cat").ids == load_tokenizer(source).encode("the cat").ids
+    text = "the cat"
+    assert load_tokenizer(tmp_path / "hf").encode(text).ids == load_tokenizer(source).encode(text).ids
 
 
 def test_the_files_carried_into_an_lmforge_dst_are_verified_there(tmp_path, source, capsys):

@@ -161,3 +161,19 @@ def test_a_saved_tokenizer_gives_the_reference_the_segment_ids_of_a_pair(tmp_pat
     assert reference["input_ids"] == ours.ids
     assert reference.get("token_type_ids", [0] * len(ours.ids)) == ours.segment_ids
     assert ("token_type_ids" in reference) == (family == "bert")
+
+
+@pytest.mark.parametrize("preset, named", [("bert-base", True), ("bart-base", False)])
+def test_token_type_ids_are_named_only_for_a_model_with_segments(tmp_path, preset, named):
+    """A BART over a BERT vocabulary (RAG's generator) has no segment embeddings: the reference's generate
+    refuses token_type_ids it is given."""
+    import json
+
+    import lmforge
+    from lmforge.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["the cat sat on the mat", "a dog ran"] * 5, "wordpiece", 80)
+    lmforge.build(lmforge.tiny(preset), vocab_size=tok.vocab_size).save(tmp_path)
+    tok.save(tmp_path)
+    names = json.loads((tmp_path / "tokenizer_config.json").read_text())["model_input_names"]
+    assert ("token_type_ids" in names) == named

@@ -209,33 +209,56 @@ class Tokenizer:
                   **{f"{role}_token": token for role, token in self.special_tokens.items()}}
         if self.model_max_length is not None:
             config["model_max_length"] = self.model_max_length
-        config["model_input_names"] = model_input_names(self.backend)
+        config["model_input_names"] = model_input_names(self.backend, path)
         text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         atomic_write_text(path / "tokenizer_config.json", text)
         seal(path)
         return path
 
 
-def model_input_names(backend: Backend) -> list:
+def model_input_names(backend: Backend, folder: Path | None = None) -> list:
     """What the reference's generic fast tokenizer (tokenizer_config.json's PreTrainedTokenizerFast) should
     return: it gives no token_type_ids unless they are named (transformers 5), so a BERT pair's second
-    segment would reach an exported model as segment 0."""
-    typed = any(backend.encode("a", "b").type_ids)
-    return ["input_ids", *(["token_type_ids"] if typed else []), "attention_mask"]
+    segment would reach an exported model as segment 0. Named where a pair's segments differ and the
+    model in `folder`, if one is there yet, has segment embeddings (a BART over a BERT vocabulary takes
+    none: its generate refuses them)."""
+    try:
+        typed = any(backend.encode("a", "b").type_ids)
+    except Exception:  # the backend's own error (a vocabulary with no unknown token): read as untyped
+        typed = False
+    return ["input_ids", *(["token_type_ids"] if typed and _segments(folder) else []), "attention_mask"]
+
+
+def _segments(folder: Path | None) -> bool:
+    """Whether the model saved in `folder` has segment embeddings (lmforge's n_segments, the reference's
+    type_vocab_size, more than one); True where no model is there to ask."""
+    try:
+        meta = json.loads((folder / "config.json").read_text(encoding="utf-8")) if folder else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        meta = None
+    if not isinstance(meta, dict):
+        return True
+    own = meta.get("config")
+    count = own.get("n_segments", 0) if isinstance(own, dict) else meta.get("type_vocab_size", 0)
+    return isinstance(count, int) and count > 1
 
 
 def name_model_inputs(folder: Path) -> None:
-    """Add model_input_names to an lmforge tokenizer_config.json in `folder` written before they were; a
-    reference tokenizer's own class, or a file that is not lmforge's, is left as it is."""
+    """Name the model inputs of an lmforge tokenizer_config.json in `folder` for the model now beside it
+    (convert: one written before they were named, or beside another model); a reference tokenizer's own
+    class, or a file that is not lmforge's, is left as it is."""
     config_file, backend_file = folder / "tokenizer_config.json", folder / "tokenizer.json"
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return
-    if isinstance(config, dict) and config.get("tokenizer_class") == "PreTrainedTokenizerFast" \
-            and "model_input_names" not in config and backend_file.is_file():
-        config["model_input_names"] = model_input_names(Backend.from_file(str(backend_file)))
-        atomic_write_text(config_file, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    if not (isinstance(config, dict) and config.get("tokenizer_class") == "PreTrainedTokenizerFast"
+            and backend_file.is_file()):
+        return
+    names = model_input_names(Backend.from_file(str(backend_file)), folder)
+    if config.get("model_input_names") != names:
+        atomic_write_text(config_file, json.dumps({**config, "model_input_names": names}, indent=2,
+                                                  ensure_ascii=False) + "\n")
 
 
 def seal(folder: Path) -> None:

@@ -146,12 +146,13 @@ def test_a_passage_window_is_a_whole_count_within_index_options_bounds(words):
     assert caught.value.field == "words"
 
 
-@pytest.mark.parametrize("answer", ["", "  ", "..."])
-def test_an_answer_without_a_letter_or_digit_is_refused_naming_the_question(answer):
+@pytest.mark.parametrize("answer", ["", "  ", "...", "-"])
+def test_an_answer_empty_once_normalised_is_refused_naming_the_question(answer):
     """Exact match normalises both sides (SQuAD's): such a gold answer matched an empty prediction, so a
     model answering nothing scored."""
     from lmforge.retrieval.questions import check_answers
 
-    with pytest.raises(ValueError, match=rf"q.jsonl: question 2: answer {answer!r} has no letter or digit"):
+    with pytest.raises(ValueError, match=rf"q.jsonl: question 2: answer {answer!r} is empty once normalised"):
         check_answers([{"answers": ["Ann"]}, {"answers": ["Bob", answer]}], "q.jsonl")
-    check_answers([{"answers": ["A"]}], "q.jsonl")  # articles alone: SQuAD's scoring reads them so
+    # articles alone are words (SQuAD's scoring normalises them away too); a symbol is itself
+    check_answers([{"answers": ["A", "the", "€", "3", "東京"]}], "q.jsonl")

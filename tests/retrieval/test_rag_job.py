@@ -146,5 +146,5 @@ def test_a_generator_without_a_decoder_start_starts_from_cls(tiny, tmp_path):
     assert generator.config.decoder_start_token_id is None
     vectors = torch.zeros(3, encoder.width)
     objective = RAGObjective(generator, encoder, vectors, [[5], [6], [7]], 1, tokenizer=tok)
-    assert objective.start == tok.special_id("cls")
+    assert objective.start == tok.special_id("cls") == generator.config.decoder_start_token_id
 

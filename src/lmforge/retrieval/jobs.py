@@ -94,12 +94,12 @@ def _refuse_inputs(out, *inputs, writes: tuple = RUN_WRITES, models: tuple = ())
             continue
         source = Path(given).resolve()
         relation = writes_over(source, out, writes, inside_job_folder(source) if field in models else None)
+        why = "the run would write over it or read its own files back"
         if not relation and field in models and overlap(source, out) == "lies inside":
-            relation = "lies inside"  # a model folder is read by its layout (a retriever's passage/, final/)
+            relation, why = "lies inside", "a model folder is read by its layout (a retriever's passage/)"
         if relation or overlap(source, out) == "holds":
-            raise UnsafePath(f"out {out} {relation or 'holds'} the input {field} {given}: the run would "
-                             f"write over it or read its own files back; choose an out apart from the inputs",
-                             "out")
+            raise UnsafePath(f"out {out} {relation or 'holds'} the input {field} {given}: {why}; choose an "
+                             "out apart from the inputs", "out")
 
 
 def _encoder(model: str, **options) -> BiEncoder:

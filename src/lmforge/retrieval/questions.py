@@ -15,11 +15,13 @@ ids) or "context" (the passage text). A bad line is an error naming the file and
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from lmforge.data.world import World
 from lmforge.retrieval.passages import Passage, utf8_lines
 from lmforge.tasks.qa import read_squad
+from lmforge.tasks.squad import normalize_answer
 from lmforge.utils.jsontext import loads
 
 
@@ -100,18 +102,18 @@ def read_questions(path) -> tuple:
 
 
 def check_answers(records: list, source) -> None:
-    """Every question has an answer, each with a letter or digit (a reader or RAG is trained on them and
-    scored by exact match against them: "" or "..." would match an empty prediction); ValueError naming the
-    source and question otherwise (a SQuAD 2.0 file's unanswerable ones). An answer of articles alone ("A")
-    stays: SQuAD's own scoring reads it so."""
+    """Every question has an answer, none of them empty once normalised (a reader or RAG is trained on them
+    and scored by exact match against them: "" or "..." would match an empty prediction); ValueError naming
+    the source and question otherwise (a SQuAD 2.0 file's unanswerable ones). An answer of articles alone
+    ("A", "the") stays: a word, which SQuAD's own scoring normalises away too."""
     for n, r in enumerate(records, 1):
         if not r["answers"]:
             raise ValueError(f"{source}: question {n} has no answer: a reader or RAG is trained and scored "
                              "on answered questions (drop the unanswerable ones)")
-        empty = next((a for a in r["answers"] if not any(c.isalnum() for c in a)), None)
+        empty = next((a for a in r["answers"] if not normalize_answer(a) and not re.search(r"\w", a)), None)
         if empty is not None:
-            raise ValueError(f"{source}: question {n}: answer {empty!r} has no letter or digit: exact match "
-                             "(SQuAD's, without punctuation) would count an empty prediction as it")
+            raise ValueError(f"{source}: question {n}: answer {empty!r} is empty once normalised: exact "
+                             "match (SQuAD's, without punctuation) would count an empty prediction as it")
 
 
 def check_positives(records: list, passages: list, source) -> None:

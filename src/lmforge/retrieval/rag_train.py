@@ -53,9 +53,12 @@ class RAGObjective(Objective):
         if self.cls is None or self.sep is None:
             raise ValueError("the generator's tokenizer needs [CLS] and [SEP] tokens (its inputs are "
                              "[CLS] passage [SEP] question [SEP])")
-        # a generator built without one (a hand-made BART) starts from [CLS], as the preset generators do
+        # a generator built without one (a hand-made BART) starts from [CLS], as the preset generators do;
+        # written into its config, so that the saved generator generates from it too (as text2text does)
         start = generator.config.decoder_start_token_id
         self.start = self.cls if start is None else start
+        if start is None:
+            generator.config = generator.config.replace(decoder_start_token_id=self.start)
 
     def collate(self, examples: list) -> dict:
         """{"question": encoder ids, "source": question ids without specials, "labels": answer ids}

@@ -68,3 +68,19 @@ def test_pruning_a_sigmoid_regression_folder_trains_and_keeps_its_activation(tmp
         prune_finetune(str(folder), "regression", [{**train[0], "label": 3}], None, tmp_path / "bad",
                        train_cfg=TrainConfig(steps=4, batch_size=2, lr=1e-3, seed=0, log_every=100),
                        sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)
+
+
+def test_a_cross_encoder_s_trained_head_is_scored_before_pruning(tmp_path):
+    """A one-output CrossEncoder's head reads as rerank or regression: pruning it for regression reported
+    its 'before' metric as a fresh head's (not reported), though the head is trained."""
+    pytest.importorskip("transformers")
+    from lmforge.compress.sparse_finetune import run_sparse_prune
+    from lmforge.train import TrainConfig
+    from tests.tasks.test_reference import reference_dir
+
+    _, folder = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": None})
+    records = [{"text": t, "text_pair": "a film", "label": v} for t, v in (("good", 0.9), ("bad", 0.1))] * 2
+    report = run_sparse_prune(folder, "regression", records, None, records, tmp_path / "run",
+                              train_cfg=TrainConfig(steps=4, batch_size=2, seed=0, log_every=100, progress=False),
+                              sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)
+    assert report["before"]["metric"] is not None and "metric_note" not in report["before"]

@@ -247,7 +247,9 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
                              task_cfg=task_cfg, resume=resume, log=log)
     after = fine_tuned_task(out / "final", records, kind)
     found = resolve_dir(model_dir)
-    tuned = found is not None and own_kind(task_info(found)) == kind
+    info = task_info(found) if found is not None else {}
+    # a reference head read as several kinds (a CrossEncoder's one output: rerank or regression) is trained
+    tuned = found is not None and (own_kind(info) == kind or kind in (info.get("kinds") or ()))
     before = (fine_tuned_task(model_dir, records, kind) if tuned
               else _source_task(model_dir, kind, records, after, train_cfg.seed))
     measured = measure_side_by_side({"before": before, "after": after}, records,

@@ -80,7 +80,7 @@ def test_a_cross_encoder_s_trained_head_is_scored_before_pruning(tmp_path):
 
     _, folder = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": None})
     records = [{"text": t, "text_pair": "a film", "label": v} for t, v in (("good", 0.9), ("bad", 0.1))] * 2
-    report = run_sparse_prune(folder, "regression", records, None, records, tmp_path / "run",
-                              train_cfg=TrainConfig(steps=4, batch_size=2, seed=0, log_every=100, progress=False),
+    cfg = TrainConfig(steps=4, batch_size=2, seed=0, log_every=100, progress=False)
+    report = run_sparse_prune(folder, "regression", records, None, records, tmp_path / "run", train_cfg=cfg,
                               sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)
     assert report["before"]["metric"] is not None and "metric_note" not in report["before"]

@@ -6,7 +6,8 @@ from lmforge.retrieval.passages import Passage
 
 
 def test_accuracy_at_k_counts_an_answer_in_the_first_k_passages_texts_not_positives_nor_titles():
-    passages = [Passage("a", "Paris", "no answer"), Passage("b", "t", "It is Paris."), Passage("c", "t", "none")]
+    passages = [Passage("a", "Paris", "no answer"), Passage("b", "t", "It is Paris."),
+                Passage("c", "t", "none")]
     records = [{"question": "q", "answers": ["Paris"], "positives": ["c"]},
                {"question": "q", "answers": ["Rome"], "positives": ["a"]}]
     rankings = [["a", "b", "c"], ["a", "b", "c"]]
@@ -31,7 +32,8 @@ def test_accuracy_is_kept_where_some_records_have_no_answer_in_their_positive():
 
 
 def test_a_comparison_builds_the_passage_texts_once_for_every_table(monkeypatch):
-    passages = [Passage("a", "t", "It is Paris."), Passage("b", "t", "Rome is old."), Passage("c", "t", "none")]
+    passages = [Passage("a", "t", "It is Paris."), Passage("b", "t", "Rome is old."),
+                Passage("c", "t", "none")]
     records = [{"question": "where is Paris", "answers": ["Paris"], "positives": ["a"]},
                {"question": "old Rome", "answers": ["Rome"], "positives": ["b"]}]
     dense = {"one": [["c", "a", "b"], ["c", "b", "a"]], "two": [["b", "c", "a"], ["a", "c", "b"]]}

@@ -146,7 +146,7 @@ def test_a_passage_window_is_a_whole_count_within_index_options_bounds(words):
     assert caught.value.field == "words"
 
 
-@pytest.mark.parametrize("answer", ["", "  ", "...", "-"])
+@pytest.mark.parametrize("answer", ["", "  ", "...", "-", "_"])
 def test_an_answer_empty_once_normalised_is_refused_naming_the_question(answer):
     """Exact match normalises both sides (SQuAD's): such a gold answer matched an empty prediction, so a
     model answering nothing scored."""

@@ -49,13 +49,15 @@ def _final(out) -> dict:
 
 
 def test_a_run_writes_its_exact_match_and_a_resumed_one_ends_where_it_does(tiny, tmp_path, capsys):
-    argv = ["retrieve", "rag", "--retriever", str(tiny), "--out", str(tmp_path / "whole"), "--steps", "4", *FLAGS]
+    argv = ["retrieve", "rag", "--retriever", str(tiny), "--out", str(tmp_path / "whole"), "--steps", "4",
+            *FLAGS]
     assert main(argv) == 0
     shown = capsys.readouterr().out
     assert "exact_match" in shown and "thorough" in shown  # the table says the decoding used
     whole = json.loads((tmp_path / "whole" / "rag.json").read_text())
     assert 0 <= whole["exact_match"] <= 1 and whole["test"] == 4 and whole["seed"] == 1
-    assert (whole["kind"], whole["k"], whole["closed_book"], whole["decoding"]) == ("token", 2, False, "thorough")
+    said = (whole["kind"], whole["k"], whole["closed_book"], whole["decoding"])
+    assert said == ("token", 2, False, "thorough")
     assert "lm" in lmforge.load(tmp_path / "whole" / "final").heads
     saved, original = BiEncoder.from_dir(tmp_path / "whole" / "retriever"), lmforge.load(tiny).state_dict()
     trained = saved.model.state_dict()  # the question encoder trained; the passages' is the index's own

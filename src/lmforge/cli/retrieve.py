@@ -180,8 +180,8 @@ def _run_arguments(parser, questions_help: str, model: bool = True) -> None:
          "builtin, or the file's contexts")
     parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     said(parser.add_argument("--seed", type=bounded(int, *SEED), help=SEED_HELP), 0)
-    parser.add_argument("--config", help="YAML/JSON file of training (and encoder) key: value options; one "
-                                         "given on the command line too wins")
+    parser.add_argument("--config", help="YAML/JSON file of key: value options (training; a retriever's "
+                                         "encoder options where it takes them); one given here too wins")
 
 
 def cmd_train(args) -> None:
@@ -323,8 +323,8 @@ def _corpus_arguments(parser, model_help: str) -> None:
     parser.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
     parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
     said(parser.add_argument("--seed", type=bounded(int, *SEED), help=SEED_HELP), 0)
-    parser.add_argument("--config", help="YAML/JSON file of training (and encoder) key: value options; one "
-                                         "given on the command line too wins")
+    parser.add_argument("--config", help="YAML/JSON file of key: value options (training; a retriever's "
+                                         "encoder options where it takes them); one given here too wins")
     parser.add_argument("--resume", action="store_true", help=RESUME_HELP)
     parser.add_argument("overrides", nargs="*", help="key=value: training options")
 

@@ -34,7 +34,7 @@ def _compression(head: bytes) -> tuple:
 
 def compression(path: Path) -> str:
     """The compressed format a file is in ("gzip", "bzip2", "xz"; "" for plain bytes), told by its magic
-    bytes alone, no decompressor opened; a UTF-16 / UTF-32 file is a ValueError naming it, as open_binary's."""
+    bytes alone, no decompressor opened; a UTF-16 / UTF-32 file is a ValueError naming it (open_binary's)."""
     return _probe(path)[1]
 
 

@@ -15,7 +15,8 @@ from lmforge.config.options import OptionsError
 from lmforge.retrieval.dpr import BiEncoder, passage_text
 from lmforge.retrieval.job_options import RagOptions, options_of
 from lmforge.retrieval.jobs import _refuse_inputs, question_sets
-from lmforge.retrieval.rag_train import RAGObjective, exact_match_rate, passage_tokens, rag_examples
+from lmforge.retrieval.rag_train import (QUESTION_PIECES, RAGObjective, exact_match_rate, passage_tokens,
+                                         rag_examples)
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import atomic_write_text, replace_dir
@@ -26,7 +27,7 @@ GENERATORS = {"bart-small": {"n_layers": 3, "n_decoder_layers": 3, "d_model": 25
                              "max_seq_len": 128, "dropout": 0.1},
               "bart-tiny": {"n_layers": 1, "n_decoder_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64,
                             "max_seq_len": 64, "dropout": 0.1}}
-QUESTION_TOKENS = 51  # [CLS] question [SEP] [SEP]: rag_examples keeps a question's first 48 tokens
+QUESTION_TOKENS = QUESTION_PIECES + 3  # [CLS] [SEP] question [SEP]: a question alone
 
 
 def make_generator(generator: str, retriever: BiEncoder, max_len: int, seed: int) -> tuple:

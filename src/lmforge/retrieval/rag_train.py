@@ -202,13 +202,16 @@ class RAGObjective(Objective):
         return rag_sequence_log_likelihood(logits, targets, doc_logp[b:b + 1].expand(C, -1))
 
 
+QUESTION_PIECES = 48  # of a question the generator reads after its passage (bench/retrieval_qa.py's)
+
+
 def rag_examples(retriever: BiEncoder, records: list, tokenizer=None) -> list:
     """Question records -> RAGObjective examples (the first answer is the target, ended by [SEP]); the
     generator's source and labels in `tokenizer`'s pieces (default: the retriever's)."""
     tok = tokenizer or retriever.tokenizer
     sep = tok.special_id("sep")
     return [{"question": retriever.ids(r["question"]),
-             "source": tok.encode(r["question"], add_special_tokens=False).ids[:48],
+             "source": tok.encode(r["question"], add_special_tokens=False).ids[:QUESTION_PIECES],
              "labels": tok.encode(r["answers"][0], add_special_tokens=False).ids[:15] + [sep]} for r in records]
 
 

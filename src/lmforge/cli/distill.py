@@ -110,7 +110,7 @@ def cmd_distill(args) -> None:
     if not args.data and not args.valid:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
     train_cfg, cfg = _configs(args)
-    writes = DISTILL_WRITES
+    writes = DISTILL_WRITES  # one list for both checks
     check_out(args.out, args.teacher, writes=writes)  # the student: the teacher's layers or a preset
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--data", args.data),
                      ("--config", args.config), writes=writes)

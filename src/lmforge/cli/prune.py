@@ -139,7 +139,8 @@ def cmd_prune(args) -> None:
     writes = (*SPARSE_WRITES, *PRUNE_WRITES)  # a magnitude run's and a structured one's
     check_out(args.out, args.model, writes=writes)
     refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
-                     ("--train", args.train), ("--valid", args.valid), ("--config", args.config), writes=writes)
+                     ("--train", args.train), ("--valid", args.valid), ("--config", args.config),
+                     writes=writes)
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
     kind = args.task or own_kind(task_info(args.model))

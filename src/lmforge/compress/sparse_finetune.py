@@ -40,7 +40,7 @@ SETTINGS = "prune_settings.json"  # the run's pruning settings: a resume with ot
 SPARSE_WRITES = (*RUN_FILES, SETTINGS, "prune.json")  # what a magnitude or movement run writes under out
 # the TaskConfig fields that change what is trained (the others: evaluation, and keep_best, forced off)
 TRAINED = ("max_len", "freeze_embeddings", "freeze_layers", "freeze_backbone", "layer_decay", "label_all",
-           "text_to_text", "prefix", "doc_stride", "max_query_len")
+           "text_to_text", "prefix", "doc_stride", "max_query_len", "activation")
 NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed-up from dense "
         "kernels (the time ratio is measured, not assumed)")
 
@@ -199,9 +199,9 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
     start, end = schedule_steps(s, steps)  # before any file is written
     check_settings(out, _settings(model, steps, task_cfg, s), resume)
-    source_labels = task_info(model).get("labels") if isinstance(model, (str, Path)) else None
-    # the folder's activation where the options leave it, as finetune reads it (a sigmoid regression's BCE)
-    _, trained = checkpoint_defaults(model, kind, train, source_labels, task_cfg)
+    # the folder's label order and activation where the options leave them, as finetune reads them (a
+    # classifier's outputs keep their meaning; a sigmoid regression trains BCE)
+    source_labels, trained = checkpoint_defaults(model, kind, train, None, task_cfg)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, as finetune's
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))

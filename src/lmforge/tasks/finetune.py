@@ -6,7 +6,8 @@ Under `out`: metrics.jsonl (train loss and valid_* metrics), checkpoints/, best/
 of the best validation score), final/ (the model after the last step) and summary.json.
 best/ and final/ are complete model directories: weights, the tokenizer, and task.json
 (kind, labels, max_len; for an encoder-decoder also text_to_text and its prefix; QA's window and
-decoding options, tagging's label_all), so `lmforge evaluate --model out/best` needs nothing else.
+decoding options, tagging's label_all, regression's and rerank's activation), so
+`lmforge evaluate --model out/best` needs nothing else.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """What a Hugging Face fine-tuned checkpoint's config.json says its head means, read as the reference
 reads it (transformers' ForSequenceClassification and text-classification pipeline):
 
-- problem_type "regression", or none with one output (num_labels 1): the raw score is the value
-  (lmforge's regression task, or a cross-encoder's rerank score); a multi-output regression is refused;
+- problem_type "regression", or none with one output (num_labels 1): the score is the value, raw, or a
+  CrossEncoder's through its activation_fn (lmforge's regression task, or a cross-encoder's rerank
+  score); a multi-output regression is refused;
 - problem_type "single_label_classification", or none with two or more outputs: the argmax of the
   outputs, named by id2label (cls or pair);
 - problem_type "multi_label_classification": a sigmoid per label, any number of them true, named by
@@ -13,8 +14,9 @@ ids 0..n-1 (default_labels). A sentence-transformers CrossEncoder's config (its 
 activation_fn, or an older one's sbert_ce_default_activation_function) says it scores text pairs: its
 one output is a rerank score, its classes a pair task's.
 
-task_info returns the labels and, for such a checkpoint, "kinds" (the tasks its head may be read as)
-and "why" (the config field that decides it), which fine_tuned_task checks. task_file writes the same
+task_info returns the labels and, for such a checkpoint, "kinds" (the tasks its head may be read as),
+"why" (the config field that decides it), a CrossEncoder's "activation" and "cross_encoder", which
+fine_tuned_task checks. task_file writes the same
 as task.json where `lmforge convert` brings such a checkpoint into lmforge's format.
 """
 from __future__ import annotations
@@ -142,7 +144,6 @@ def task_file(config: Path, hf: dict, max_len: int) -> dict | None:
     return {**info, "problem_type": hf.get("problem_type"), "max_len": max_len}
 
 
-
 def _checked_info(file: Path, info: dict) -> dict:
     """task.json's fields that commands read, checked: kind (or a reference head's kinds) task kinds,
     labels a list, max_len > 0, activation a name (ACTIVATIONS, or a CrossEncoder's other one)."""
@@ -168,8 +169,8 @@ def _checked_info(file: Path, info: dict) -> dict:
 
 def scored_activation(path, info: dict) -> str | None:
     """The activation of task_info(`path`) where a task scores with it; a ValueError naming the file where
-    lmforge cannot (a CrossEncoder's Tanh): refused there only, so the folder still converts and serves as a
-    backbone."""
+    lmforge cannot (a CrossEncoder's Tanh): refused there only (evaluate, fine-tuning that keeps it, the
+    server's scoring task), so the folder still converts and fine-tunes as a backbone."""
     path = inside_job_folder(Path(path))
     file = path / TASK_FILE if (path / TASK_FILE).is_file() else path / "config.json"
     return scoring_activation(file, info.get("activation"))

@@ -239,7 +239,7 @@ def _segments(folder: Path | None) -> bool:
     if not isinstance(meta, dict):
         return True
     own = meta.get("config")
-    count = own.get("n_segments", 0) if isinstance(own, dict) else meta.get("type_vocab_size", 0)
+    count = own.get("n_segments", 2) if isinstance(own, dict) else meta.get("type_vocab_size", 0)
     return isinstance(count, int) and count > 1
 
 

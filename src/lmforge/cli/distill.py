@@ -110,10 +110,9 @@ def cmd_distill(args) -> None:
     if not args.data and not args.valid:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
     train_cfg, cfg = _configs(args)
-    writes = DISTILL_WRITES  # one list for both checks
-    check_out(args.out, args.teacher, writes=writes)  # the student: the teacher's layers or a preset
+    check_out(args.out, args.teacher, writes=DISTILL_WRITES)  # the student: the teacher's layers or a preset
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--data", args.data),
-                     ("--config", args.config), writes=writes)
+                     ("--config", args.config), writes=DISTILL_WRITES)
     kind = _teacher_kind(args.teacher)
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None

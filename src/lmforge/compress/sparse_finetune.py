@@ -29,7 +29,6 @@ from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, checkpoint_defaults,
                                     encode_split, fine_tuned_task, load_model, make_task, task_info,
                                     write_task_files)
-from lmforge.tasks.reference import own_kind
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import RUN_FILES, STATE_KEY, checkpoints, training_folder
 from lmforge.train.config import options_from_dict
@@ -249,7 +248,7 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     found = resolve_dir(model_dir)
     info = task_info(found) if found is not None else {}
     # a reference head read as several kinds (a CrossEncoder's one output: rerank or regression) is trained
-    tuned = found is not None and (own_kind(info) == kind or kind in (info.get("kinds") or ()))
+    tuned = info.get("kind") == kind or kind in (info.get("kinds") or ())
     before = (fine_tuned_task(model_dir, records, kind) if tuned
               else _source_task(model_dir, kind, records, after, train_cfg.seed))
     measured = measure_side_by_side({"before": before, "after": after}, records,

@@ -200,7 +200,7 @@ def labels_to_write(model, labels) -> HeadLabels | None:
             raise known
         known = None
     if given is not None:
-        return HeadLabels(given, *((known.problem_type, known.activation) if known else ()))
+        return HeadLabels(given, known.problem_type, known.activation) if known else HeadLabels(given)
     if known is None or (known.names and len(known.names) != n):
         return None
     return known

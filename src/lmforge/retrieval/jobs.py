@@ -34,7 +34,6 @@ from lmforge.train.config import TrainConfig
 from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import (UnsafePath, atomic_write_text, overlap, refuse_link, replace_dir,
                                   writes_over)
-from lmforge.utils.model_folder import inside_job_folder
 
 
 TRAINING_ONLY = {"temperature", "matryoshka_dims", "matryoshka_weights"}  # read by the loss alone
@@ -93,10 +92,11 @@ def _refuse_inputs(out, *inputs, writes: tuple = RUN_WRITES, models: tuple = ())
         if given is None or given in ("builtin", "gcide") or not Path(given).exists():
             continue
         source = Path(given).resolve()
-        relation = writes_over(source, out, writes, inside_job_folder(source) if field in models else None)
+        # a model folder is judged whole, every path in it: it is read by its layout (a retriever's passage/)
+        relation = writes_over(source, out, writes)
         why = "the run would write over it or read its own files back"
-        if not relation and field in models and overlap(source, out) == "lies inside":
-            relation, why = "lies inside", "a model folder is read by its layout (a retriever's passage/)"
+        if relation == "lies inside" and field in models:
+            why = "a model folder is read by its layout (a retriever's passage/)"
         if relation or overlap(source, out) == "holds":
             raise UnsafePath(f"out {out} {relation or 'holds'} the input {field} {given}: {why}; choose an "
                              "out apart from the inputs", "out")

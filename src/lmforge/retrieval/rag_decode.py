@@ -80,11 +80,16 @@ class MarginalSteps:
         self.inner.append(chosen.view(self.B, 1, self.n).expand(-1, self.K, -1).reshape(-1))
 
 
+def _steps(objective, ids, mask, num_beams: int) -> tuple:
+    """(the generator's decoding steps over inputs ids, mask; the stop token [SEP]) of either search."""
+    steps = EncoderDecoderSteps(objective.model, objective.lm, ids, mask, objective.start, num_beams)
+    return steps, torch.tensor([objective.sep], device=ids.device)
+
+
 def token_beam_search(objective, ids, mask, doc_logp, max_new_tokens: int, num_beams: int) -> torch.Tensor:
     """RAG-Token's beam search over its marginal: (B * K, S) generator inputs -> (B, 1 + n) decoder
     ids of each question's best hypothesis, the start first, FILL after its stop."""
-    inner = EncoderDecoderSteps(objective.model, objective.lm, ids, mask, objective.start, num_beams)
-    stop = torch.tensor([objective.sep], device=ids.device)
+    inner, stop = _steps(objective, ids, mask, num_beams)
     steps = MarginalSteps(inner, doc_logp, num_beams)
     return beam_search(steps, _same, Beams(num_beams, 0.0, False, 1), stop, FILL, max_new_tokens)
 
@@ -93,8 +98,7 @@ def passage_beams(objective, ids, mask, K: int, max_new_tokens: int, num_beams: 
     """Each passage's beam (RAG-Sequence): per question, per passage, {hypothesis: log p(y | x, z)},
     best first, each hypothesis a tuple ending at its first stop (kept) or after max_new_tokens."""
     sep = objective.sep
-    steps = EncoderDecoderSteps(objective.model, objective.lm, ids, mask, objective.start, num_beams)
-    stop = torch.tensor([sep], device=ids.device)
+    steps, stop = _steps(objective, ids, mask, num_beams)
     # length_penalty 0: the search's own score of a hypothesis is its log p(y | x, z), no further pass
     beams = Beams(num_beams, 0.0, False, num_beams)
     out, scores = beam_search(steps, _same, beams, stop, FILL, max_new_tokens, with_scores=True)

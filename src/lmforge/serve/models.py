@@ -150,7 +150,7 @@ def rebuild_task(path: Path, model, tokenizer, info: dict) -> Task:
     kind = info["kind"]
     options = {name: info[name] for name in task_class(kind).options if name in info}
     if options.get("activation") is not None:  # one lmforge cannot score with (Tanh): refused naming its file
-        options["activation"] = scored_activation(path, info)
+        scored_activation(path, info)
     # a task's own options may hold prefix (seq2seq's): one dict, as tasks.finetune.fine_tuned_task builds it
     cfg = TaskConfig(**{"max_len": info.get("max_len", 128), "text_to_text": info.get("text_to_text"),
                         "prefix": info.get("prefix"), **options})

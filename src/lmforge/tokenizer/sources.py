@@ -31,19 +31,12 @@ def _blank_file(file: Path) -> bool:
         raise TokenizerError(f"{file} is not UTF-8 text: {err}") from None
 
 
-def corpus_files(source) -> list | None:
-    """The files of `source` (a path, or a list of paths; a folder stands for the files under it, as
-    `corpus shard` reads it), checked; None when it is a list or iterator of texts.
-
-    A bare path is always a file name (a missing one is no one-text corpus); a list counts as files when its
-    items are path objects, or strings that all name existing files or folders.
-    """
-    return _files(source)[0]
-
-
 def _files(source) -> tuple:
-    """(corpus_files(source), whether one of them goes through the corpus reader: _through_reader), each
-    file's kind probed once."""
+    """(the files of `source`, checked, or None for a list or iterator of texts; whether one of them goes
+    through the corpus reader: _through_reader), each file's kind probed once. `source` is a path or a list
+    of paths (a folder stands for the files under it, as `corpus shard` reads it); a bare path is always a
+    file name (a missing one is no one-text corpus), and a list counts as files when its items are path
+    objects, or strings that all name existing files or folders."""
     from lmforge.data.corpus import expand_files
 
     if isinstance(source, str) and not source.strip():  # Path("") is ".": it trained on the working folder

@@ -1,20 +1,22 @@
 """cli/common: an output folder that would write over its source is refused; unreadable inputs are named."""
 import pytest
 
-from lmforge.cli.common import UsageError, check_out, refuse_overwrite
+from lmforge.cli.common import UsageError, refuse_overwrite
 
 
-def test_check_out_refuses_empty_files_and_sources(tmp_path):
+def test_an_output_that_is_or_holds_a_source_model_is_refused(tmp_path):
     source = tmp_path / "run" / "model"
     source.mkdir(parents=True)
     (tmp_path / "afile").write_text("x")
     for out, message in [("", "--out is empty"), ("  ", "--out is empty"),
                          (str(tmp_path / "afile"), "exists and is not a folder"),
-                         (str(source), "is or holds the source model"),
-                         (str(tmp_path / "run"), "is or holds the source model"),
-                         (str(tmp_path), "is or holds the source model")]:
+                         (str(source), "is or holds the source model --model"),
+                         (str(tmp_path / "run"), "is or holds the source model --model"),
+                         (str(tmp_path), "is or holds the source model --model")]:
         with pytest.raises(UsageError, match=message):
-            check_out(out, str(source))
+            refuse_overwrite(out, ("--model", str(source)), kind="folder", sources=("--model",))
+    # a data input is no source model: an output folder may hold it where it writes no name over it
+    refuse_overwrite(str(tmp_path / "run"), ("--data", str(source)), writes=("report.json",))
 
 
 def test_refuse_overwrite_refuses_an_empty_output_which_would_be_the_working_folder(tmp_path):
@@ -24,13 +26,14 @@ def test_refuse_overwrite_refuses_an_empty_output_which_would_be_the_working_fol
     refuse_overwrite(None, ("--data", str(tmp_path)))  # no output asked for: nothing to refuse
 
 
-def test_check_out_accepts_new_folders_beside_or_inside_the_source(tmp_path):
+def test_new_folders_beside_or_inside_a_source_model_are_accepted(tmp_path):
     source = tmp_path / "run" / "model"
     source.mkdir(parents=True)
     for out in (tmp_path / "other", tmp_path / "run" / "model" / "q", tmp_path / "run2"):
-        assert check_out(str(out), str(source), "all-MiniLM-L6-v2", None) == out
+        refuse_overwrite(str(out), ("--model", [str(source), "all-MiniLM-L6-v2"]), ("--teacher", None),
+                         writes=("model",), sources=("--model", "--teacher"))
     with pytest.raises(UsageError, match="--teacher-out"):
-        check_out("", option="--teacher-out")
+        refuse_overwrite("", option="--teacher-out", kind="folder")
 
 
 def test_refuse_overwrite_refuses_a_file_of_an_input_folder_and_accepts_a_new_one(tmp_path):
@@ -378,12 +381,14 @@ def test_finetune_prune_and_distill_refuse_an_out_of_bounds_training_option_alik
     assert list(tmp_path.iterdir()) == []  # refused before any output folder is made
 
 
-def test_check_out_judges_the_written_names_by_utils_atomic_writes_over(tmp_path):
+def test_a_source_models_written_names_are_judged_by_utils_atomic_writes_over(tmp_path):
     """out/model a link to the source model: replacing out/model would replace the model read."""
     source = tmp_path / "source"
     source.mkdir()
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "model").symlink_to(source, target_is_directory=True)
-    with pytest.raises(UsageError, match="is or holds the source model"):
-        check_out(str(tmp_path / "out"), str(source), writes=("model", "report.json"))
-    assert check_out(str(tmp_path / "out"), str(source), writes=("report.json",)) == tmp_path / "out"
+    with pytest.raises(UsageError, match="is or holds the source model --model"):
+        refuse_overwrite(str(tmp_path / "out"), ("--model", str(source)), writes=("model", "report.json"),
+                         sources=("--model",))
+    refuse_overwrite(str(tmp_path / "out"), ("--model", str(source)), writes=("report.json",),
+                     sources=("--model",))

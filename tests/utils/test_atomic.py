@@ -337,3 +337,16 @@ def test_one_identity_tells_a_file_named_twice_to_the_corpus_reader_and_to_write
         assert any("named again" in str(w.message) for w in caught) == same, name
     with pytest.raises(FileNotFoundError):
         identity(tmp_path / "missing")
+
+
+def test_writes_over_holding_refuses_an_output_folder_that_holds_the_source_at_all(tmp_path):
+    """A source model an output may not hold (prune's, quantize's --model): holding it is "holds" though no
+    written name meets it; without holding, a held input no name is written over is left alone."""
+    model = tmp_path / "runs" / "x" / "final"
+    model.mkdir(parents=True)
+    for out in (tmp_path / "runs", tmp_path / "runs" / "x"):
+        assert writes_over(model, out, ("report.json",), holding=True) == "holds"
+        assert writes_over(model, out, ("report.json",)) is None
+    assert writes_over(model, model, holding=True) == "is"
+    assert writes_over(model, tmp_path / "other", ("final",), holding=True) is None
+    assert writes_over(model, model / "q", holding=True) == "lies inside"  # inside is no holding

@@ -143,15 +143,14 @@ def cmd_heads(args) -> None:
     from rich.console import Console
 
     from lmforge.analysis.head_report import HEADS_WRITES, run_heads
-    from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, read_records, refuse_overwrite
     from lmforge.tasks.finetune import task_info
     from lmforge.tasks.reference import own_kind
 
     options = heads_options(args)
     # every run writes OUT/heads.json (and a pruning run OUT/pruned): the names run_heads itself writes
-    check_out(args.out, args.model, writes=HEADS_WRITES)
-    refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
-                     writes=HEADS_WRITES)
+    refuse_overwrite(args.out, ("--model", args.model), ("--data", args.data),
+                     ("--importance-data", args.importance_data), writes=HEADS_WRITES, sources=("--model",))
     if options.prune is not None or options.until is not None:
         from lmforge.compress.prune_report import refuse_quantised
 

@@ -232,24 +232,6 @@ def config_of_file(path: Path, overrides: dict) -> ModelConfig:
     return ModelConfig.from_dict({**data, **overrides})
 
 
-def check_out(out: str, *sources, option: str = "--out", writes: tuple = ()) -> Path:
-    """The output folder `out` of a job that writes the names `writes` into it from source model
-    directories: a UsageError where it is empty, an existing file, or is or holds a source, or a written
-    name is one (utils.atomic.writes_over: links, ../ and hard links or bind mounts seen through)."""
-    if not str(out).strip():
-        raise UsageError(f"{option} is empty: name the folder to write")
-    path = Path(out)
-    _check_out_path(path, "folder", option)  # a file, a link, or a file where a folder above it must be
-    target = path.resolve()
-    for source in sources:
-        if source is None or not Path(source).exists():
-            continue  # a preset or package name: nothing on disk to write over
-        src = Path(source).resolve()
-        if (writes_over(src, target, writes) or overlap(src, target)) in ("is", "holds"):
-            raise UsageError(f"{option} {out}: is or holds the source model {source}; choose another folder")
-    return path
-
-
 def not_a_link(path: Path, kind: str | None, option: str) -> None:
     """A UsageError where the output `path` is a symbolic link that writing would go through: a link to a
     folder, or a dangling one, unless the output is a file (kind "file"), which replaces the link itself
@@ -272,12 +254,14 @@ def _check_out_path(path: Path, kind: str | None, option: str) -> None:
         raise UsageError(f"{option} {path}: {blocked}")
 
 
-def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None) -> None:
+def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None,
+                     sources: tuple = ()) -> None:
     """A UsageError naming both where the output `out` is one of the inputs, given as (flag, path or
     paths or None) pairs, or is a folder the job writes the names `writes` into and one of them is or
-    holds an input, or writes a file an input folder is read from (utils.atomic.writes_over); on resolved
-    paths (links, ../ and hard links seen through), before any work. Also where `out` cannot be written
-    (kind: "file" or "folder"; a folder where `writes` are given)."""
+    holds an input, or writes a file an input folder is read from, or (the flags `sources`: the models
+    the job's output is made from) holds such an input at all (utils.atomic.writes_over, the one rule);
+    on resolved paths (links, ../ and hard links seen through), before any work. Also where `out` cannot
+    be written (kind: "file" or "folder"; a folder where `writes` are given)."""
     if out is None:
         return
     if not str(out).strip():  # Path("") is the working folder: a run would write itself into it
@@ -286,7 +270,10 @@ def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", ki
     target = Path(out).resolve()
     for flag, source, src in _on_disk(inputs):
         model = inside_job_folder(src) if flag in MODEL_FOLDER_FLAGS else None  # where its model files lie
-        relation = writes_over(src, target, writes, model)
+        relation = writes_over(src, target, writes, model, holding=flag in sources)
+        if relation in ("is", "holds") and flag in sources:
+            raise UsageError(f"{option} {out}: is or holds the source model {flag} {source}; choose another "
+                             "folder")
         if relation in ("is", "holds") or relation and flag in MODEL_FOLDER_FLAGS:
             raise UsageError(f"{option} {out} would write over the input {flag} {source}; "
                              f"choose another {option}")
@@ -296,7 +283,7 @@ def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", ki
 
 
 # the flags that name a model (or tokenizer) folder: read from its model files only (utils.atomic.MODEL_FILES)
-MODEL_FOLDER_FLAGS = {"--model", "--tokenizer", "--teacher", "--retriever"}
+MODEL_FOLDER_FLAGS = {"--model", "--tokenizer", "--teacher", "--retriever", "--generator"}
 
 
 def _on_disk(inputs) -> list:

@@ -102,7 +102,7 @@ def _configs(args) -> tuple:
 
 def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
-    from lmforge.cli.common import UsageError, check_out, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, read_records, refuse_overwrite
     from lmforge.compress.task_distillation import DISTILL_WRITES, run_distill
 
     if args.student and args.student_layers:  # DistillConfig refuses it too, naming its fields
@@ -110,9 +110,10 @@ def cmd_distill(args) -> None:
     if not args.data and not args.valid:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
     train_cfg, cfg = _configs(args)
-    check_out(args.out, args.teacher, writes=DISTILL_WRITES)  # the student: the teacher's layers or a preset
-    refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--data", args.data),
-                     ("--config", args.config), writes=DISTILL_WRITES)
+    # the student: the teacher's layers or a preset
+    refuse_overwrite(args.out, ("--teacher", args.teacher), ("--train", args.train), ("--valid", args.valid),
+                     ("--data", args.data), ("--config", args.config), writes=DISTILL_WRITES,
+                     sources=("--teacher",))
     kind = _teacher_kind(args.teacher)
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None

@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, UsageError, bounded, check_out, flag_values, integer, not_a_link,
+from lmforge.cli.common import (SEED, UsageError, bounded, flag_values, integer, not_a_link,
                                 option_flags, parse_overrides, read_config_file, refuse_overwrite,
                                 resolve_config, said)
 from lmforge.io import CheckpointError
@@ -166,7 +166,7 @@ def cmd_demo(args) -> None:
     """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see lmforge.pipelines.demo)."""
     from lmforge.pipelines.demo import DemoConfig, run_demo
 
-    check_out(args.out)  # empty, a file or a link where the run's folder goes, or a file above it
+    refuse_overwrite(args.out, kind="folder")  # empty, a file or a link where its folder goes, or a file above
     run_demo(Path(args.out), seed=args.seed, cfg=DemoConfig.quick() if args.quick else DemoConfig())
 
 

@@ -125,7 +125,7 @@ def _unstructured(args, kind: str, records: list, configs: tuple) -> None:
 
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
-    from lmforge.cli.common import UsageError, check_out, check_task, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, check_task, read_records, refuse_overwrite
     from lmforge.cli.tasks import check_model
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.prune_report import PRUNE_WRITES, refuse_quantised, run_prune
@@ -137,10 +137,9 @@ def cmd_prune(args) -> None:
     check_task(args.task)
     configs = _sparse_configs(args) if args.method in UNSTRUCTURED else _check_sparsity(args)
     writes = (*SPARSE_WRITES, *PRUNE_WRITES)  # a magnitude run's and a structured one's
-    check_out(args.out, args.model, writes=writes)
-    refuse_overwrite(args.out, ("--data", args.data), ("--importance-data", args.importance_data),
-                     ("--train", args.train), ("--valid", args.valid), ("--config", args.config),
-                     writes=writes)
+    refuse_overwrite(args.out, ("--model", args.model), ("--data", args.data),
+                     ("--importance-data", args.importance_data), ("--train", args.train), ("--valid", args.valid),
+                     ("--config", args.config), writes=writes, sources=("--model",))
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
     kind = args.task or own_kind(task_info(args.model))

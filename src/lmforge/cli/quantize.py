@@ -161,7 +161,7 @@ def cmd_quantize(args) -> None:
     """Quantise, save under --out, print the before/after table; quantize.json beside it."""
     import torch
 
-    from lmforge.cli.common import UsageError, check_out, flag_error, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, flag_error, read_records, refuse_overwrite
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.quantize_report import QUANTIZE_WRITES, run_quantize
     from lmforge.config.options import OptionsError
@@ -170,9 +170,8 @@ def cmd_quantize(args) -> None:
     _check(args)
     options = quantize_options(args)
     source = find_model_dir(args.model)
-    check_out(args.out, source, writes=QUANTIZE_WRITES)
-    refuse_overwrite(args.out, ("--data", args.data), ("--calibration", args.calibration),
-                     writes=QUANTIZE_WRITES)
+    refuse_overwrite(args.out, ("--model", source), ("--data", args.data), ("--calibration", args.calibration),
+                     writes=QUANTIZE_WRITES, sources=("--model",))
     torch.manual_seed(options.seed)
     kind, records = _task_kind(source, args.task), None
     if args.data:

@@ -144,6 +144,7 @@ def _train_config(args, command: str | None = None) -> tuple:
     sub-command that takes no encoder options (a UsageError naming them if given)."""
     from lmforge.cli.common import UsageError, refuse_nested, refuse_overwrite, train_config
     from lmforge.retrieval.jobs import RUN_WRITES
+    from lmforge.retrieval.rag_job import generator_folder
 
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
@@ -155,14 +156,17 @@ def _train_config(args, command: str | None = None) -> tuple:
         raise UsageError(f"retrieve {command} takes no encoder options ({sorted(encoder)})")
     check_source("--questions", getattr(args, "questions", None), ("builtin", "gcide"), folder=False)
     check_source("--passages", args.passages)  # the inputs' kinds first: a folder given for a file is that
+    folders = (("--retriever", getattr(args, "retriever", None)),
+               ("--generator", generator_folder(getattr(args, "generator", None))))  # rag's, where a folder
     refuse_overwrite(args.out, ("--model", args.model), ("--questions", getattr(args, "questions", None)),
-                     ("--passages", args.passages), ("--config", getattr(args, "config", None)),
-                     ("--retriever", getattr(args, "retriever", None)),
+                     ("--passages", args.passages), ("--config", getattr(args, "config", None)), *folders,
                      writes=RUN_WRITES)  # what retrieval's jobs write (index: the reader's --retriever index)
     refuse_nested(args.out, ("--passages", args.passages))
-    if getattr(args, "retriever", None) is not None:  # before training (it failed after it)
-        existing_model("--retriever", args.retriever)
+    for flag, folder in folders:  # before training (it failed after it)
+        if folder is not None:
+            existing_model(flag, folder)
     return cfg, encoder
+
 
 
 def _training_only(args, command: str):
@@ -234,16 +238,12 @@ def cmd_rag(args) -> None:
     """Train RAG from a retriever and a generator; print its exact match on the held-out questions."""
     from dataclasses import asdict, fields
 
-    from lmforge.cli.common import flag_error, refuse_overwrite
+    from lmforge.cli.common import flag_error
     from lmforge.config.options import OptionsError
-    from lmforge.retrieval.jobs import RUN_WRITES
-    from lmforge.retrieval.rag_job import GENERATORS, run_rag
+    from lmforge.retrieval.rag_job import run_rag
 
     options = job_options(args, RagOptions)
-    cfg = _training_only(args, "rag")
-    if args.generator not in GENERATORS:  # a folder: before training, and never written over
-        existing_model("--generator", args.generator)
-        refuse_overwrite(args.out, ("--generator", args.generator), writes=RUN_WRITES)
+    cfg = _training_only(args, "rag")  # a --generator folder too: before training, and never written over
     try:
         result = run_rag(args.retriever, args.out, cfg, args.questions, args.passages, args.generator,
                          options, args.resume)

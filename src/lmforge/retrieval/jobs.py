@@ -32,7 +32,7 @@ from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reade
 from lmforge.train.checkpoint import RUN_FILES, training_folder
 from lmforge.train.config import TrainConfig
 from lmforge.train.loop import Trainer, check_resumable
-from lmforge.utils.atomic import (UnsafePath, atomic_write_text, overlap, refuse_link, replace_dir,
+from lmforge.utils.atomic import (UnsafePath, atomic_write_text, refuse_link, replace_dir,
                                   writes_over)
 
 
@@ -45,7 +45,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     EncoderOptions fields); returns counts for the summary line."""
     index, out = options_of(IndexOptions, index), refuse_link(out)
     seed = checked_as(TrainConfig, "seed", seed)  # the bound --seed has: True read as 1, -1 passed
-    _refuse_inputs(out, ("source", source), ("model", model), writes=INDEX_WRITES, models=("model",))
+    refuse_overlap(out, ("source", source), ("model", model), writes=INDEX_WRITES, models=("model",))
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
@@ -82,7 +82,7 @@ RUN_WRITES = (*RUN_FILES, "eval", "retriever", "index", "recall.json", "reader.j
 INDEX_WRITES = ("passages.jsonl", "bm25", "dense", "index.json")
 
 
-def _refuse_inputs(out, *inputs, writes: tuple = RUN_WRITES, models: tuple = ()) -> None:
+def refuse_overlap(out, *inputs, writes: tuple = RUN_WRITES, models: tuple = ()) -> None:
     """UnsafePath (field "out") where writing `out` (the names `writes` in it) would write over an input,
     of (field, path or name) pairs (utils.atomic.writes_over, the command's rule: `models` the fields of
     model folders), or `out` holds an input: the run would write over it, or a later run read its files
@@ -93,13 +93,13 @@ def _refuse_inputs(out, *inputs, writes: tuple = RUN_WRITES, models: tuple = ())
             continue
         source = Path(given).resolve()
         # a model folder is judged whole, every path in it: it is read by its layout (a retriever's passage/)
-        relation = writes_over(source, out, writes)
+        relation = writes_over(source, out, writes, holding=True)  # holding it at all: a later run reads it
         why = "the run would write over it or read its own files back"
         if relation == "lies inside" and field in models:
             why = "a model folder is read by its layout (a retriever's passage/)"
-        if relation or overlap(source, out) == "holds":
-            raise UnsafePath(f"out {out} {relation or 'holds'} the input {field} {given}: {why}; choose an "
-                             "out apart from the inputs", "out")
+        if relation:
+            raise UnsafePath(f"out {out} {relation} the input {field} {given}: {why}; choose an out apart "
+                             "from the inputs", "out")
 
 
 def _encoder(model: str, **options) -> BiEncoder:
@@ -229,7 +229,7 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     written to out/recall.json and returned."""
     n_hard = checked_argument("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES}, n_hard)  # --hard-negatives
     out = training_folder(out)
-    _refuse_inputs(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
+    refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
                    models=("model",))
     encoder = _encoder(model, **options)
     if "temperature" in options and not encoder.options.normalize:  # the loss scales cosines only
@@ -269,7 +269,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     out/reader.json and returned."""
     options = options_of(ReaderOptions, options)
     k, out = options.k, training_folder(out)
-    _refuse_inputs(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
+    refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
                    ("retriever", retriever), models=("model", "retriever"))
     if resume:  # a mistyped --out is refused before the work, not after it
         check_resumable(out)
@@ -323,7 +323,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
 
     options = options_of(RealmOptions, options)
     out = training_folder(out)
-    _refuse_inputs(out, ("model", model), ("passages_source", passages_source), ("retriever", retriever),
+    refuse_overlap(out, ("model", model), ("passages_source", passages_source), ("retriever", retriever),
                    models=("model", "retriever"))
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
@@ -359,7 +359,7 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
 
     options = options_of(IctOptions, options)
     out = training_folder(out)
-    _refuse_inputs(out, ("model", model), ("passages_source", passages_source), models=("model",))
+    refuse_overlap(out, ("model", model), ("passages_source", passages_source), models=("model",))
     passages = load_passages(passages_source, cfg.seed)
     train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)
     encoder = BiEncoder.from_dir(model)

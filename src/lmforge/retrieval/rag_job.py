@@ -14,7 +14,7 @@ from lmforge.config.checks import within_context
 from lmforge.config.options import OptionsError
 from lmforge.retrieval.dpr import BiEncoder, passage_text
 from lmforge.retrieval.job_options import RagOptions, options_of
-from lmforge.retrieval.jobs import _refuse_inputs, question_sets
+from lmforge.retrieval.jobs import question_sets, refuse_overlap
 from lmforge.retrieval.rag_train import (QUESTION_PIECES, RAGObjective, exact_match_rate, passage_tokens,
                                          rag_examples)
 from lmforge.train.checkpoint import training_folder
@@ -28,6 +28,12 @@ GENERATORS = {"bart-small": {"n_layers": 3, "n_decoder_layers": 3, "d_model": 25
               "bart-tiny": {"n_layers": 1, "n_decoder_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64,
                             "max_seq_len": 64, "dropout": 0.1}}
 QUESTION_TOKENS = QUESTION_PIECES + 3  # [CLS] [SEP] question [SEP]: a question alone
+
+
+def generator_folder(generator: str | None) -> str | None:
+    """The generator folder `generator` names (an input on disk, read as a model), None where it is a preset
+    of GENERATORS or None."""
+    return None if generator in GENERATORS else generator
 
 
 def make_generator(generator: str, retriever: BiEncoder, max_len: int, seed: int) -> tuple:
@@ -74,9 +80,8 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     embedded the index); the result in out/rag.json, returned."""
     options = options_of(RagOptions, options)
     out = training_folder(out)
-    folder = None if generator in GENERATORS else generator  # a preset is no input on disk
-    _refuse_inputs(out, ("retriever", retriever), ("generator", folder), ("questions", questions),
-                   ("passages_source", passages_source), models=("retriever", "generator"))
+    refuse_overlap(out, ("retriever", retriever), ("generator", generator_folder(generator)),
+                   ("questions", questions), ("passages_source", passages_source), models=("retriever", "generator"))
     if resume:  # a mistyped --out is refused before the work, not after it
         check_resumable(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)

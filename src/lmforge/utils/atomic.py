@@ -91,18 +91,21 @@ def overlap(source: Path, target: Path) -> str | None:
 MODEL_FILES = (".json", ".safetensors", ".bin", ".pt", ".model", ".h5", ".hdf5", "vocab.txt", "merges.txt")
 
 
-def writes_over(source: Path, target: Path, writes: tuple = (), model: Path | None = None) -> str | None:
+def writes_over(source: Path, target: Path, writes: tuple = (), model: Path | None = None,
+                holding: bool = False) -> str | None:
     """How writing the output `target` (a file, or a folder the names `writes` go into) meets the input
     `source`, both resolved (links and ../ seen through): "is" it, or the same file or folder by another
-    name (a hard link, a bind mount); "holds" it: a written name is it, holds it or is a hard link to it;
-    "lies inside" it: the output or a written name is a file the job reads from the input folder (a model
+    name (a hard link, a bind mount); "holds" it: a written name is it, holds it or is a hard link to it,
+    or (holding: a source model a job's output folder may not hold at all, as --out of prune, quantize,
+    distill and heads may not) the output folder holds it; "lies inside" it: the output or a written name is a file the job reads from the input folder (a model
     folder: its files of MODEL_FILES' kinds in `model`, where they lie: utils.model_folder.inside_job_folder;
     any other folder: every file), by name, so that a rerun is judged as its first run; None where the
     input is left as it was, unread."""
     if source == target or _same(source, target):
         return "is"
     written = [target / name for name in writes]
-    if any(path == source or path in source.parents or _same(source, path) for path in written):
+    if any(path == source or path in source.parents or _same(source, path) for path in written) or \
+            holding and target in source.parents:
         return "holds"
     read = [path for path in (target, *written) if source.is_dir() and source in path.parents]
     if any(model is None or path.parent == model and path.name.endswith(MODEL_FILES) for path in read):

@@ -266,3 +266,20 @@ def test_rag_refuses_a_beam_count_or_length_as_generate_does_word_for_word(kind,
 def test_the_checked_counts_are_read_as_generate_reads_them():
     assert check_decoding(2.0, "thorough", "token", 3.0) == (2, 3)
     assert all(type(n) is int for n in check_decoding(2.0, "fast", "sequence", 3.0))
+
+
+def test_fast_scores_in_one_batch_are_the_per_candidate_logsumexp():
+    """fast_scores' (C, K) table with -inf off a passage's beam gives each candidate's logsumexp over the
+    passages whose beam holds it, as a tensor per candidate did, in float64."""
+    from lmforge.retrieval.rag_decode import fast_scores
+
+    doc = torch.log(torch.tensor([0.5, 0.3, 0.2]))
+    beams = [{(3, 2): -0.1, (4, 2): -1.7}, {(4, 2): -0.4}, {(3, 2): -2.3, (4, 4, 2): -0.05}]
+    candidates, scores = fast_scores(beams, doc)
+    assert candidates == [(3, 2), (4, 2), (4, 4, 2)] and scores.dtype == torch.float64
+    said = doc.tolist()
+    for y, score in zip(candidates, scores.tolist()):
+        old = torch.logsumexp(torch.tensor([said[z] + beam[y] for z, beam in enumerate(beams) if y in beam],
+                                           dtype=torch.float64), 0)
+        assert score == pytest.approx(float(old), rel=0, abs=1e-15)
+    assert scores[2] == pytest.approx(said[2] - 0.05, abs=1e-15)  # in one beam alone: that passage's term

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from lmforge.config.options import OptionsError, check_options, option, with_changes
 from lmforge.generate.options import GenerationOptions
 from lmforge.retrieval.passages import MAX_WORDS, WORDS
-from lmforge.retrieval.rag_decode import DECODINGS, check_decoding
+from lmforge.retrieval.rag_decode import DECODINGS, check_fast
 
 METHODS = ("dense", "bm25")
 BACKENDS = ("torch", "faiss")
@@ -119,8 +119,8 @@ class RagOptions:
     max_new_tokens: int = _as_generate("max_new_tokens", 8, "tokens of a test answer at most")
 
     def __post_init__(self) -> None:
-        check_options(self)
-        check_decoding(self.num_beams, self.decoding, self.kind, self.max_new_tokens)  # fast: Sequence's
+        check_options(self)  # the counts by generate's bounds, decoding by its choices (as check_decoding)
+        check_fast(self.decoding, self.kind)
 
 
 def options_of(cls, options):

@@ -16,6 +16,8 @@ maximises, so a wider beam only ever compares the same quantity.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lmforge.config.options import checked_as
@@ -37,10 +39,15 @@ def check_decoding(num_beams: int, decoding: str, kind: str, max_new_tokens: int
     max_new_tokens = checked_as(GenerationOptions, "max_new_tokens", max_new_tokens)
     if decoding not in DECODINGS:
         raise OptionsError(f"decoding={decoding!r} is not one of {', '.join(DECODINGS)}", "decoding")
+    check_fast(decoding, kind)
+    return num_beams, max_new_tokens
+
+
+def check_fast(decoding: str, kind: str) -> None:
+    """An OptionsError naming decoding where it is fast for RAG-Token (Fast Decoding is RAG-Sequence's)."""
     if decoding == "fast" and kind != "sequence":
         raise OptionsError("decoding='fast': Fast Decoding is RAG-Sequence's; RAG-Token decodes by beam "
                            "search over its marginal (thorough)", "decoding")
-    return num_beams, max_new_tokens
 
 
 def _same(logp: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -114,7 +121,6 @@ def fast_scores(beams: list, doc_logp: torch.Tensor) -> tuple:
     """Fast Decoding of one question: its K passages' beams and (K,) log p(z | x) -> (the union's
     hypotheses, first seen first; (C,) log sum_{z: y in Y_z} p(z | x) p(y | x, z))."""
     candidates = list(dict.fromkeys(y for beam in beams for y in beam))
-    doc = doc_logp.tolist()
-    scores = [torch.logsumexp(torch.tensor([doc[z] + beam[y] for z, beam in enumerate(beams) if y in beam],
-                                           dtype=torch.float64), 0) for y in candidates]
-    return candidates, torch.stack(scores)
+    # (C, K) log p(y | x, z), -inf (p = 0) where y is off passage z's beam: one logsumexp for the union
+    joint = torch.tensor([[beam.get(y, -math.inf) for beam in beams] for y in candidates], dtype=torch.float64)
+    return candidates, torch.logsumexp(joint + doc_logp.detach().to("cpu", torch.float64), 1)

@@ -94,6 +94,39 @@ def test_every_format_is_the_same_lazy_or_listed(shard_dir, fmt):
     assert all(("word_starts" in e) == fmt.word_starts for e in listed)
 
 
+def test_bounds_are_the_shard_tokens_and_the_document_offsets(shard_dir):
+    corpus = ShardCorpus(shard_dir)
+    for doc in (0, len(corpus) // 2, len(corpus) - 1):
+        tokens, offsets = corpus.bounds(doc)  # nothing more: the spelled reader locates its arrays itself
+        sentences = corpus.document(doc)
+        flat = [i for sentence in sentences for i in sentence]
+        assert len(offsets) == len(sentences) + 1 and tokens[offsets[0]:offsets[-1]].tolist() == flat
+        assert corpus.tokens(doc).tolist() == flat
+    with pytest.raises(IndexError, match=f"document {len(corpus)} of {len(corpus)}"):
+        corpus.bounds(len(corpus))
+
+
+def test_examples_word_starts_skip_the_check_of_ids_they_built(shard_dir, monkeypatch):
+    """The examples' ids are Python ints by construction: their word starts are the public word_starts's,
+    without its check of every id (two Python passes an example); the public method still checks."""
+    from lmforge.tokenizer import words
+
+    corpus, tokenizer = ShardCorpus(shard_dir), load_tokenizer(shard_dir / "tokenizer")
+    ids = corpus.order(np.arange(len(corpus)), seed=0)[:100]
+    plain = build_examples(ExampleFormat(), [corpus.document(int(d)) for d in ids], tokenizer, 40)
+    want = [tokenizer.word_starts(e["input_ids"]) for e in plain]
+    checked, check = [], words.token_ids
+    monkeypatch.setattr(words, "token_ids", lambda ids, job: checked.append(job) or check(ids, job))
+    fmt = ExampleFormat(word_starts=True)
+    listed = build_examples(fmt, [corpus.document(int(d)) for d in ids], tokenizer, 40)
+    lazy = lazy_examples(fmt, corpus, ids, tokenizer, 40)
+    assert [e["word_starts"] for e in listed] == want == [lazy[i]["word_starts"] for i in range(len(lazy))]
+    assert checked == [] and [{**e, "word_starts": s} for e, s in zip(plain, want)] == listed
+    with pytest.raises(ValueError, match="word_starts takes one sequence of token ids"):
+        tokenizer.word_starts([-1])
+    assert checked == ["word_starts"]
+
+
 def test_a_custom_format_is_built_from_lists_over_shards(shard_dir):
     def first_sentences(docs, tokenizer, max_len, seed):
         return [{"input_ids": doc[0][:max_len]} for doc in docs]

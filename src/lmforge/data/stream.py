@@ -37,6 +37,7 @@ from lmforge.data.examples import (blocks, nsp_pairs, pack_sentences, pair_from_
                                    sop_pairs, sso_pairs)
 from lmforge.data.shard_oov import refuse_unspelled, sentence_spellings, spelling_maps
 from lmforge.data.shards import OFFSET, SUFFIXES, ShardError, read_manifest, spelled
+from lmforge.tokenizer.words import unchecked_word_starts
 
 
 class ShardCorpus:
@@ -89,25 +90,29 @@ class ShardCorpus:
 
     def spelled_document(self, doc: int) -> list:
         """Document `doc` as (ids, {position: spelling} of its <UNK> words) sentences (spelled shards)."""
-        tokens, offsets, (_, _, _, oov, text) = self.bounds(doc)  # located once
+        (tokens, _, _, oov, text), offsets = self._locate(doc)  # located once
         return list(zip(_sentences(tokens, offsets), sentence_spellings(oov, text, offsets)))
 
-    def bounds(self, doc: int) -> tuple:
-        """(token array of the shard, token offsets of the document's sentences and its end, all the
-        shard's arrays: _shard's)."""
+    def _locate(self, doc: int) -> tuple:
+        """(the arrays of document `doc`'s shard: _shard's, the token offsets of its sentences and end)."""
         if not 0 <= doc < len(self):
             raise IndexError(f"document {doc} of {len(self)}")
         k = bisect_right(self._first, doc) - 1  # bisect: per-document calls, a list beats numpy
         maps, local = self._shard(k), doc - self._first[k]
-        return maps[0], np.asarray(maps[1][maps[2][local]:maps[2][local + 1] + 1]), maps
+        return maps, np.asarray(maps[1][maps[2][local]:maps[2][local + 1] + 1])
+
+    def bounds(self, doc: int) -> tuple:
+        """(token array of the shard, token offsets of the document's sentences and its end)."""
+        maps, offsets = self._locate(doc)
+        return maps[0], offsets
 
     def document(self, doc: int) -> list:
         """Document `doc` as a list of sentences, each a list of token ids."""
-        return _sentences(*self.bounds(doc)[:2])
+        return _sentences(*self.bounds(doc))
 
     def tokens(self, doc: int) -> np.ndarray:
         """The token ids of document `doc`, one flat array (a view of the memmap)."""
-        tokens, offsets, _ = self.bounds(doc)
+        tokens, offsets = self.bounds(doc)
         return tokens[offsets[0]:offsets[-1]]
 
     def document_lengths(self) -> np.ndarray:
@@ -135,8 +140,7 @@ class ShardCorpus:
 
     def iter_documents(self, ids=None):
         """Documents in the order of `ids` (default: corpus order), one at a time."""
-        for doc in (range(len(self)) if ids is None else ids):
-            yield self.document(int(doc))
+        yield from (self.document(int(doc)) for doc in (range(len(self)) if ids is None else ids))
 
 
 def _sentences(tokens: np.ndarray, offsets: np.ndarray) -> list:
@@ -208,7 +212,7 @@ class PackedSentences:
         size, budget = 0, self.budget
         sep = self.doc_sep is not None and cross
         for doc in ids.tolist():
-            _, offsets, _ = self.corpus.bounds(doc)
+            _, offsets = self.corpus.bounds(doc)
             # a sentence longer than the budget comes as pieces of it, as in pack_sentences
             sentences = zip(offsets[:-1].tolist(), offsets[1:].tolist())
             for lo, end in ((lo, end) for a, end in sentences for lo in range(a, end, budget)):
@@ -240,7 +244,7 @@ class PackedSentences:
             raise IndexError(f"example {i} of {len(self)}")
         out = []
         for doc, lo, hi, sep in self.pieces[self.starts[i]:self.starts[i + 1]].tolist():
-            tokens, *_ = self.corpus.bounds(doc)
+            tokens, _ = self.corpus.bounds(doc)
             out += tokens[lo:hi].tolist() + ([self.doc_sep] if sep else [])
         return {"input_ids": [self.bos, *out[:self.budget], self.eos]}
 
@@ -258,7 +262,7 @@ class PackedPairs:
         self.plan = self.PLANS[pairs](len(self.ids), self._offsets, max_len=max_len, seed=seed)
 
     def _offsets(self, d: int) -> list:
-        _, offsets, _ = self.corpus.bounds(int(self.ids[d]))
+        _, offsets = self.corpus.bounds(int(self.ids[d]))
         return (offsets - offsets[0]).tolist()
 
     def _segment(self, d: int, lo: int, hi: int) -> list:
@@ -284,7 +288,7 @@ class WithWordStarts:
 
     def __getitem__(self, i: int) -> dict:
         example = self.dataset[i]
-        return {**example, "word_starts": self.tokenizer.word_starts(example["input_ids"])}
+        return {**example, "word_starts": unchecked_word_starts(self.tokenizer, example["input_ids"])}
 
 
 KINDS = ("sentences", "blocks", "pairs", "custom")
@@ -359,10 +363,7 @@ def build_examples(fmt: ExampleFormat, docs, tokenizer, max_len: int, seed: int 
         # FULL-SENTENCES: "an extra separator token between documents" (RoBERTa, sec. 4.2), the closing one
         examples = pack_sentences(docs, first, last, max_len=max_len, cross_documents=fmt.cross_documents,
                                   doc_sep=last)
-    if fmt.word_starts:
-        for e in examples:
-            e["word_starts"] = tokenizer.word_starts(e["input_ids"])
-    return examples
+    return list(WithWordStarts(examples, tokenizer)) if fmt.word_starts else examples
 
 
 def lazy_examples(fmt: ExampleFormat, corpus: ShardCorpus, ids, tokenizer, max_len: int, seed: int = 0,

@@ -75,7 +75,12 @@ def token_ids(ids, job: str) -> list:
 
 def word_starts(tokenizer, ids) -> list:
     """True at the first piece of each word of `ids` (a list or 1-D tensor); added tokens are words."""
-    ids = token_ids(ids, "word_starts")
+    return unchecked_word_starts(tokenizer, token_ids(ids, "word_starts"))
+
+
+def unchecked_word_starts(tokenizer, ids: list) -> list:
+    """word_starts of `ids` taken as they are: Python ints that are token ids, as examples a caller built
+    hold (data/stream.py's, on every whole-word example: the check is the public word_starts's)."""
     backend = tokenizer.backend
     rule, marker, breaks = boundary_rule(backend)
     added = set(backend.get_added_tokens_decoder())

@@ -22,6 +22,7 @@ from lmforge.config.options import (OptionsError, base_type, check_options, chec
                                     with_changes)
 from lmforge.io.files import CheckpointError
 from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.jsonfile import json_object
 
 MAX_NEW_TOKENS = 4096  # new tokens one request may ask for (a server's Limits may ask fewer)
 MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x length x vocabulary
@@ -223,17 +224,17 @@ def for_start(path, found: dict, start: Optional[int], given=()) -> dict:
 def _read_json(path: Path, strict: bool = False) -> dict:
     """The JSON object in `path`; {} where there is none. One that cannot be read is {} too, or with
     `strict` a CheckpointError naming the file (a damaged one read as none gave other settings unsaid)."""
+    if not strict:
+        return json_object(path) or {}
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        if strict:
-            raise CheckpointError(f"{path}: not readable as JSON ({err})") from None
-        return {}
-    if strict and not isinstance(found, dict):
+        raise CheckpointError(f"{path}: not readable as JSON ({err})") from None
+    if not isinstance(found, dict):
         raise CheckpointError(f"{path}: not a JSON object {{...}} but {type(found).__name__}")
-    return found if isinstance(found, dict) else {}
+    return found
 
 
 # the reference library's settings that change its tokens but that lmforge does not apply, each with the

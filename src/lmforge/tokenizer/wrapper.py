@@ -22,6 +22,7 @@ from lmforge.config.options import checked_argument
 from lmforge.tokenizer.words import token_ids, word_starts
 from lmforge.utils.atomic import writable_folder
 from lmforge.utils.checksum import sha256, sign
+from lmforge.utils.jsonfile import json_object
 from lmforge.utils.model_folder import record_sums
 
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
@@ -232,11 +233,8 @@ def model_input_names(backend: Backend, folder: Path | None = None) -> list:
 def _segments(folder: Path | None) -> bool:
     """Whether the model saved in `folder` has segment embeddings (lmforge's n_segments, the reference's
     type_vocab_size, more than one); True where no model is there to ask."""
-    try:
-        meta = json.loads((folder / "config.json").read_text(encoding="utf-8")) if folder else None
-    except (OSError, UnicodeDecodeError, ValueError):
-        meta = None
-    if not isinstance(meta, dict):
+    meta = json_object(folder / "config.json") if folder else None
+    if meta is None:
         return True
     own = meta.get("config")
     count = own.get("n_segments", 2) if isinstance(own, dict) else meta.get("type_vocab_size", 0)
@@ -248,11 +246,8 @@ def name_model_inputs(folder: Path) -> None:
     (convert: one written before they were named, or beside another model); a reference tokenizer's own
     class, or a file that is not lmforge's, is left as it is."""
     config_file, backend_file = folder / "tokenizer_config.json", folder / "tokenizer.json"
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return
-    if not (isinstance(config, dict) and config.get("tokenizer_class") == "PreTrainedTokenizerFast"
+    config = json_object(config_file)
+    if not (config is not None and config.get("tokenizer_class") == "PreTrainedTokenizerFast"
             and backend_file.is_file()):
         return
     names = model_input_names(Backend.from_file(str(backend_file)), folder)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.checksum import sha256
+from lmforge.utils.jsonfile import json_object
 
 # a job's --out folder holds its model in one of these (quantize, prune: model/; pretrain, finetune,
 # distill: final/): naming the folder itself loads it, so every loader reads what a job wrote
@@ -24,11 +25,8 @@ def inside_job_folder(path: Path) -> Path:
 def _own_config(folder: Path) -> dict | None:
     """An lmforge model folder's config.json, or None (none there, a Hugging Face one, not readable: the
     loader that reads it says why)."""
-    try:
-        meta = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and meta.get("format") == "lmforge" else None
+    meta = json_object(folder / CONFIG)
+    return meta if meta is not None and meta.get("format") == "lmforge" else None
 
 
 def record_sums(folder, names) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 from tokenizers.models import WordLevel
 
 from lmforge.tokenizer.chars import unk_spellings
+from lmforge.tokenizer.wrapper import as_text
 
 OOV_SUFFIXES = (".oov", ".oovtext")
 PAIR = np.dtype("<i8")  # .oov's items: (token offset, end byte) pairs
@@ -41,15 +42,26 @@ def encode_documents(backend, docs: list, unk: int | None = None) -> list:
     if not texts:
         flat = []
     elif unk is None:  # no offsets: the fast path
-        flat = [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
+        flat = [e.ids for e in _encoded(backend.encode_batch_fast, texts)]
     else:  # offsets: the spellings are the text's own
         flat = [(e.ids, unk_spellings(text, e.ids, e.offsets, unk))
-                for text, e in zip(texts, backend.encode_batch(texts, add_special_tokens=False))]
+                for text, e in zip(texts, _encoded(backend.encode_batch, texts))]
     out, i = [], 0
     for doc in docs:
         out.append(flat[i:i + len(doc)])
         i += len(doc)
     return out
+
+
+def _encoded(encode, texts: list) -> list:
+    """`encode(texts)` without special tokens; a failure is a ValueError said as Tokenizer.encode says it:
+    a text that is not UTF-8 (a JSON record's lone surrogate "\\ud800") as as_text, else the backend's error."""
+    try:
+        return encode(texts, add_special_tokens=False)
+    except Exception as err:  # the backend's TypeError "TextEncodeInput must be Union[...]" named no text
+        for text in texts:
+            as_text(text)
+        raise ValueError(f"cannot encode: {err}") from None
 
 
 def oov_records(sentences: list, first_token: int, first_byte: int) -> tuple:

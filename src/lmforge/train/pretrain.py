@@ -83,11 +83,10 @@ def tokenize_documents(tokenizer, docs: list, spelled: bool = False) -> list:
     """Documents of sentences -> documents of sentence id lists (no special tokens); spelled (a word
     tokenizer's biLM): (ids, {position: spelling} of its <UNK> words) per sentence, as the character CNN
     reads every word's own characters (tokenizer/chars.py spelled_ids)."""
-    if spelled:  # batched, as corpus shard spells its shards' (data/shard_oov.py)
-        encoded = encode_documents(tokenizer.backend, docs, tokenizer.special_id("unk"))
-        return [[pair for pair in doc if pair[0]] for doc in encoded]
-    return [[ids for ids in (tokenizer.encode(s, add_special_tokens=False).ids for s in doc) if ids]
-            for doc in docs]
+    # batched, as corpus shard tokenises its shards (data/shard_oov.py): the same ids, a sentence empty of
+    # them dropped
+    encoded = encode_documents(tokenizer.backend, docs, tokenizer.special_id("unk") if spelled else None)
+    return [[s for s in doc if sentence_parts(s)[0]] for doc in encoded]
 
 
 def special_token_ids(tokenizer, architecture: str) -> dict:

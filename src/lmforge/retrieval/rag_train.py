@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from lmforge.layers.attention import KVCache
 from lmforge.objectives.base import IGNORE, Loss, Objective, pad
 from lmforge.objectives.seq2seq import add_decoder_inputs
 from lmforge.retrieval.dpr import BiEncoder, pad_batch
 from lmforge.retrieval.heads import head_or_new, seeded_heads
-from lmforge.retrieval.rag import rag_loss, rag_sequence_log_likelihood, rag_token_next_log_probs
+from lmforge.retrieval.rag import rag_loss, rag_sequence_log_likelihood
 from lmforge.retrieval.rag_decode import check_decoding, fast_scores, passage_beams, token_beam_search
 
 
@@ -127,15 +126,8 @@ class RAGObjective(Objective):
         if self.kind == "sequence" and rows is not None:
             return self.sequence_answers(batch, doc_logp, rows, max_new_tokens, num_beams, decoding)
         ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
-        B, K = len(doc_logp), len(ids) // len(doc_logp)
-
-        def marginal(logits):  # (B * K, V) -> the question's token, for each of its K rows
-            return rag_token_next_log_probs(logits.view(B, K, -1), doc_logp).argmax(-1).repeat_interleave(K)
-
-        if num_beams > 1:
-            out = token_beam_search(self, ids, mask, doc_logp, max_new_tokens, num_beams)
-        else:
-            out = self._greedy(ids, mask, max_new_tokens, marginal)[::K]
+        # one beam is greedy decoding (the same tokens: tests/retrieval/test_rag_decode.py), so one search
+        out = token_beam_search(self, ids, mask, doc_logp, max_new_tokens, num_beams)
         answers = []
         for row in out[:, 1:].tolist():
             answers.append(row[:row.index(self.sep)] if self.sep in row else row)
@@ -161,13 +153,7 @@ class RAGObjective(Objective):
         beam holds y, as the search scored it (no extra pass)."""
         ids, mask = self.generator_inputs(batch, rows)  # (B * K, S)
         K, out = rows.shape[1], []
-        if num_beams == 1 and decoding == "thorough":  # each passage's greedy answer, as before beams
-            drawn = self._greedy(ids, mask, max_new_tokens, lambda logits: logits.argmax(-1))[:, 1:].tolist()
-            ended = [r[:r.index(self.sep) + 1] if self.sep in r else r for r in drawn]
-            # one "beam" holding every passage's answer: thorough scores each under all passages anyway
-            beams = [[dict.fromkeys(map(tuple, ended[b * K:(b + 1) * K]))] for b in range(len(rows))]
-        else:
-            beams = passage_beams(self, ids, mask, K, max_new_tokens, num_beams)
+        beams = passage_beams(self, ids, mask, K, max_new_tokens, num_beams)  # one beam: each greedy answer
         for b, passages in enumerate(beams):
             if decoding == "fast":
                 candidates, scores = fast_scores(passages, doc_logp[b])
@@ -176,17 +162,6 @@ class RAGObjective(Objective):
                 candidates = [list(c) for c in dict.fromkeys(y for beam in passages for y in beam)]
                 scores = self._sequence_log_likelihoods(batch, b, doc_logp, rows, candidates)
             out.append((candidates, scores))
-        return out
-
-    def _greedy(self, ids, mask, max_new_tokens: int, choose) -> torch.Tensor:
-        """(N, 1 + max_new_tokens) decoder ids, the start first, over N generator inputs encoded once and
-        decoded a token a step with a KV cache; choose((N, V) next-token logits) -> (N,) ids."""
-        memory, cache = self.model.encode(ids, mask), KVCache()
-        out = ids.new_full((len(ids), 1), self.start)
-        for _ in range(max_new_tokens):
-            hidden = self.model(None, mask, decoder_input_ids=out[:, -1:], encoder_output=memory, cache=cache,
-                                use_cache=True, run_heads=False).last_hidden_state
-            out = torch.cat([out, choose(self.lm(hidden[:, -1]))[:, None]], 1)
         return out
 
     def _sequence_log_likelihoods(self, batch: dict, b: int, doc_logp, rows, candidates: list) \

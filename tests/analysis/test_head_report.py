@@ -92,7 +92,7 @@ def test_each_level_masks_the_heads_least_important_at_the_gates_before_it_and_i
 
 def test_an_out_that_holds_the_model_read_is_refused_before_any_work(tmp_path):
     """run_heads("p/pruned", ..., out="p", prune) replaced the model it read with OUT/pruned (the command's
-    check_out refused it); an out inside the model folder, beside its files, is still written."""
+    --out refused it); an out inside the model folder, beside its files, is still written."""
     from lmforge.analysis.head_report import HeadsOptions
 
     model = tmp_path / "p" / "pruned"

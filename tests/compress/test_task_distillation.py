@@ -309,7 +309,7 @@ def test_a_teacher_that_is_no_encoder_is_refused_naming_teacher_before_any_work(
 
 def test_the_python_face_refuses_an_out_that_is_or_holds_the_teacher_before_any_work(tmp_path):
     """distill("runs/x/final", out="runs/x") replaced the teacher with its own final/ (the command's
-    check_out refused it); run_distill wrote into the teacher's folder alike."""
+    --out refused it); run_distill wrote into the teacher's folder alike."""
     from lmforge.compress.task_distillation import distill, run_distill
     from lmforge.train import TrainConfig
     from lmforge.utils.atomic import UnsafePath

@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lmforge.utils.atomic import (UnsafePath, as_created, blocking_parent, overlap, refuse_link,
+from lmforge.utils.atomic import (UnsafePath, as_created, blocking_parent, refuse_link,
                                   writes_over)
 
 SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
@@ -70,8 +70,8 @@ def output_folder(out, source, writes: tuple = ("model",)) -> Path:
         raise UnsafePath(f"out {out}: {blocked}", "out")
     if source is not None:
         source_path, target = Path(source).resolve(), path.resolve()
-        # holding the model at all is refused, as --out is (cli.common.check_out), not only by a written name
-        relation = writes_over(source_path, target, writes) or overlap(source_path, target)
+        # holding the model at all is refused, as the command's --out is, not only by a written name
+        relation = writes_over(source_path, target, writes, holding=True)
         if relation in ("is", "holds"):
             raise UnsafePath(f"out {out}: is or holds the source model {source}; choose another folder",
                              "out")

@@ -152,3 +152,20 @@ def test_an_id2label_is_read_one_way_by_load_and_by_the_task_reader(tmp_path, id
     with pytest.raises(ValueError, match=f"config.json: id2label {match}"):
         reference_task(tmp_path / "config.json", config)
     assert read_labels(tmp_path, {"id2label": {"1": 7, "0": "x"}}).names == ("x", "7")  # output order
+
+
+@pytest.mark.parametrize("field, value", [("kinds", 5), ("kinds", ["rerank", 3]), ("kind", ["cls"])])
+def test_a_malformed_kind_in_task_json_beside_a_reference_config_is_a_typed_error(tmp_path, field, value):
+    """A task.json whose "kinds" was a number, beside a Hugging Face config.json with no checksum recorded,
+    gave a raw TypeError on load; it is kept as load keeps damaged labels (a CheckpointError naming
+    task.json, raised where the labels are exported) and task_info refuses it naming the same file."""
+    from lmforge.tasks.reference import task_info
+
+    lmforge.save(_classifier(2), tmp_path / "hf", format="hf")
+    (tmp_path / "hf" / "task.json").write_text(json.dumps({field: value}))
+    model = lmforge.load(tmp_path / "hf")  # loaded to embed: not refused, as with damaged labels
+    with pytest.raises(CheckpointError, match=f"task.json: \"{field}\" must be a") as refused:
+        model.save(tmp_path / "out", format="hf")
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match=f"task.json: \"{field}\""):
+        task_info(tmp_path / "hf")

@@ -91,10 +91,16 @@ def cross_encoder_activation(where, hf: dict) -> str | None:
     return kind if kind in ACTIVATIONS else str(named)[:200]
 
 
+def known_activation(activation) -> bool:
+    """Whether lmforge scores with `activation`: None (the task's default) or one of ACTIVATIONS. The one
+    membership test; each caller raises its own error (an option's OptionsError, a file's ValueError)."""
+    return activation is None or activation in ACTIVATIONS
+
+
 def scoring_activation(where, activation: str | None, error=ValueError) -> str | None:
     """`activation` where a task scores with it: None or one of ACTIVATIONS; another (a CrossEncoder's Tanh)
     is `error` naming `where`."""
-    if activation is None or activation in ACTIVATIONS:
+    if known_activation(activation):
         return activation
     raise error(f"{where}: activation_fn {str(activation)[:60]!r} is not supported (lmforge scores with "
                 "torch.nn.Sigmoid or torch.nn.Identity)")
@@ -124,6 +130,17 @@ def _names(where, value, field: str, mapping: bool = False) -> tuple | None:
     return tuple(map(str, value)) or None
 
 
+def _task_fields(where, info: dict) -> dict:
+    """task.json's "kind" (text) and "kinds" (a list of text) as exported_activation reads them, or
+    CheckpointError naming the file (a number there was a raw TypeError on load)."""
+    kind, kinds = info.get("kind"), info.get("kinds")
+    if kind is not None and not isinstance(kind, str):
+        raise CheckpointError(f"{where}: \"kind\" must be a task kind, not {kind!r:.40}")
+    if kinds is not None and not (isinstance(kinds, list) and all(isinstance(k, str) for k in kinds)):
+        raise CheckpointError(f"{where}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
+    return info
+
+
 def read_labels(path: Path, meta: dict) -> HeadLabels | None:
     """The labels and problem_type a model directory states (task.json first, else a Hugging Face
     config.json's), or None where it states none; CheckpointError naming the file where they are damaged."""
@@ -131,8 +148,8 @@ def read_labels(path: Path, meta: dict) -> HeadLabels | None:
         check_recorded(path, TASK_FILE, CheckpointError)  # changed or lost since its job wrote it
         if not (path / TASK_FILE).is_file():
             return None
-        info = read_json_object(path / TASK_FILE)
         where = path / TASK_FILE
+        info = _task_fields(where, read_json_object(where))
         names = _names(where, info.get("labels"), "labels") or _names(where, info.get("id2label"), "id2label")
         problem = info["problem_type"] if "problem_type" in info else KIND_PROBLEM_TYPE.get(info.get("kind"))
         activation, crossed = exported_activation(info), info.get("cross_encoder") is True

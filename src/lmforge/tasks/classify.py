@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from lmforge.config.options import OptionsError
-from lmforge.io.labels import ACTIVATIONS
+from lmforge.io.labels import ACTIVATIONS, known_activation
 from lmforge.objectives.base import Loss
 from lmforge.tasks import metrics
 from lmforge.tasks.base import Task, register
@@ -32,7 +32,7 @@ def checked_activation(activation: str | None, default: str) -> str:
     """A regression's or reranker's activation option (`default` where None), or an OptionsError naming it."""
     if activation is None:
         return default
-    if activation not in ACTIVATIONS:
+    if not known_activation(activation):
         raise OptionsError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r:.40}",
                            "activation")
     return activation

@@ -312,7 +312,11 @@ def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_fo
     assert all(0 < s < 1 for s in scores)  # through the sigmoid
     for source in ("training", "validation"):
         with pytest.raises(ValueError, match=rf"{source}: line 1: label 4.5 is outside .*activation=sigmoid"):
-            encode_split(task, [{**gold[0], "line": 1}], source)
+            encode_split(task, [{**gold[0], "line": 1}], source, trained=True)
+    # the caller says whether records are trained on, not the split's display name
+    assert len(encode_split(task, [{**gold[0], "line": 1}], "training")) == 1
+    with pytest.raises(ValueError, match=r"held out: line 1: label 4.5 is outside"):
+        encode_split(task, [{**gold[0], "line": 1}], "held out", trained=True)
 
 
 def test_fine_tuning_a_cross_encoder_folder_as_regression_trains_what_it_scores(tmp_path):

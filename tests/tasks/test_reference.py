@@ -359,3 +359,64 @@ def test_a_tanh_cross_encoder_converts_and_serves_as_a_backbone_refused_only_whe
              TaskConfig(activation="identity"), log=lambda *a: None)
     with pytest.raises(ValueError, match=r"config.json: activation_fn '.*Tanh' is not supported"):
         evaluate(path, scores, "regression")
+
+
+def test_one_test_says_whether_a_folder_was_fine_tuned_for_a_kind():
+    """fine_tuned_for is the one reading (checkpoint_defaults, prune, check_kind): a task.json's kind or a
+    reference head's kinds; check_kind refuses exactly where it is false and the folder names a kind."""
+    from lmforge.tasks.reference import check_kind, fine_tuned_for
+
+    infos = [{"kind": "cls"}, {"kinds": ["rerank", "regression"], "why": "one output"},
+             {"kinds": [], "why": "three raw scores"}, {}, {"labels": ["a"]}]
+    for info in infos:
+        for kind in ("cls", "pair", "regression", "rerank"):
+            says = "kind" in info or "kinds" in info
+            if fine_tuned_for(info, kind) or not says:
+                check_kind("m", info, kind)  # no refusal
+            else:
+                with pytest.raises(ValueError, match=r"^m(:| was fine-tuned for cls, not)"):
+                    check_kind("m", info, kind)
+    assert fine_tuned_for({"kind": "cls"}, "cls") and not fine_tuned_for({"kind": "cls"}, "pair")
+    assert fine_tuned_for({"kinds": ["rerank", "regression"]}, "regression") and not fine_tuned_for({}, "cls")
+
+
+def test_a_folders_task_options_are_read_one_way_each_caller_its_own_default_length(tmp_path):
+    """saved_options builds fine_tuned_task's and the server's TaskConfig alike: task.json's max_len over the
+    caller's default, its text_to_text and prefix, the kind's own options, an unscorable activation refused
+    naming the file."""
+    from lmforge.tasks.finetune import TaskConfig
+    from lmforge.tasks.reference import saved_options
+
+    info = {"kind": "regression", "activation": "sigmoid", "label_all": True, "prefix": "stsb"}
+    cfg = TaskConfig(**saved_options(tmp_path, info, "regression", 96))
+    assert (cfg.max_len, cfg.activation, cfg.prefix, cfg.label_all) == (96, "sigmoid", "stsb", False)
+    assert saved_options(None, {**info, "max_len": 12}, "regression", 96)["max_len"] == 12
+    (tmp_path / "task.json").write_text(json.dumps({"kind": "regression", "activation": "torch.nn.Tanh"}))
+    with pytest.raises(ValueError, match=r"task.json: activation_fn 'torch.nn.Tanh' is not supported"):
+        saved_options(tmp_path, {"activation": "torch.nn.Tanh"}, "regression", 128)
+    assert "activation" not in saved_options(tmp_path, {"activation": "torch.nn.Tanh"}, "cls", 128)
+
+
+def test_the_activation_membership_is_tested_once_each_face_keeping_its_error():
+    """known_activation (io/labels.py) is the one membership test: the task option's OptionsError, the
+    file's ValueError naming it, and TaskConfig's declared choices all take the same values."""
+    from lmforge.config.options import OptionsError
+    from lmforge.io.labels import ACTIVATIONS, known_activation, scoring_activation
+    from lmforge.tasks.classify import checked_activation
+    from lmforge.tasks.finetune import TaskConfig
+
+    for value in (*ACTIVATIONS, None, "tanh", "Sigmoid", 1):
+        known = known_activation(value)
+        assert known == (value is None or value in ACTIVATIONS)
+        if known:
+            assert checked_activation(value, "identity") == (value or "identity")
+            assert scoring_activation("f", value) == value
+            assert TaskConfig(activation=value).activation == value
+            continue
+        with pytest.raises(OptionsError, match="activation must be one of sigmoid, identity"):
+            checked_activation(value, "identity")
+        with pytest.raises(ValueError, match="^f: activation_fn .* is not supported"):
+            scoring_activation("f", value)
+        refused = "^activation(=.* is not one of sigmoid, identity| must be a str)"
+        with pytest.raises(OptionsError, match=refused):
+            TaskConfig(activation=value)

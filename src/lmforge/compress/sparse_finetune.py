@@ -29,6 +29,7 @@ from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, checkpoint_defaults,
                                     encode_split, fine_tuned_task, load_model, make_task, task_info,
                                     write_task_files)
+from lmforge.tasks.reference import fine_tuned_for
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import RUN_FILES, STATE_KEY, checkpoints, training_folder
 from lmforge.train.config import options_from_dict
@@ -38,8 +39,8 @@ from lmforge.utils.checksum import sign, verify
 SETTINGS = "prune_settings.json"  # the run's pruning settings: a resume with others is refused
 SPARSE_WRITES = (*RUN_FILES, SETTINGS, "prune.json")  # what a magnitude or movement run writes under out
 # the TaskConfig fields that change what is trained (the others: evaluation, and keep_best, forced off)
-TRAINED = ("max_len", "freeze_embeddings", "freeze_layers", "freeze_backbone", "layer_decay", "label_all",
-           "text_to_text", "prefix", "doc_stride", "max_query_len", "activation")
+TRAINED_OPTIONS = ("max_len", "freeze_embeddings", "freeze_layers", "freeze_backbone", "layer_decay",
+                   "label_all", "text_to_text", "prefix", "doc_stride", "max_query_len", "activation")
 NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed-up from dense "
         "kernels (the time ratio is measured, not assumed)")
 
@@ -134,7 +135,7 @@ def _settings(model, steps: int, task_cfg: TaskConfig, sparse_cfg: SparseConfig)
     source = Path(model).resolve() if isinstance(model, (str, Path)) and Path(model).exists() else model
     return {"--model": str(source), "--sparsity": sparse_cfg.sparsity, "--steps": steps,
             **{f"{k}=": getattr(sparse_cfg, k) for k in SCHEDULE},
-            **{f"{k}=": getattr(task_cfg, k) for k in TRAINED}}
+            **{f"{k}=": getattr(task_cfg, k) for k in TRAINED_OPTIONS}}
 
 
 def check_settings(out: Path, settings: dict, resume: bool) -> None:
@@ -209,7 +210,8 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     objective = Pruning(task, pruner, train_cfg.accumulation)
     validator = Validator(task, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
-    trainer = Trainer(objective, encode_split(task, train, "training"), train_cfg, out, log=log, evaluator=validator,
+    examples = encode_split(task, train, "training", trained=True)  # its labels checked as trained on
+    trainer = Trainer(objective, examples, train_cfg, out, log=log, evaluator=validator,
                       lr_scale=lambda name, p: s.scores_lr_scale if is_score(name) else 1.0)
     trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))
     summary = {"task": kind, "method": s.method, "sparsity": s.sparsity, "steps": trainer.step,
@@ -248,7 +250,7 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     found = resolve_dir(model_dir)
     info = task_info(found) if found is not None else {}
     # a reference head read as several kinds (a CrossEncoder's one output: rerank or regression) is trained
-    tuned = info.get("kind") == kind or kind in (info.get("kinds") or ())
+    tuned = fine_tuned_for(info, kind)
     before = (fine_tuned_task(model_dir, records, kind) if tuned
               else _source_task(model_dir, kind, records, after, train_cfg.seed))
     measured = measure_side_by_side({"before": before, "after": after}, records,

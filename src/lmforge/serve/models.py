@@ -29,9 +29,9 @@ from lmforge.compress.quantize import COUNTED, parameter_count
 from lmforge.generate import lm_head_name
 from lmforge.io.native import read_meta
 from lmforge.io.resolve import find_model_dir
-from lmforge.tasks.base import Task, task_class
+from lmforge.tasks.base import Task
 from lmforge.tasks.finetune import TaskConfig, make_task, task_info
-from lmforge.tasks.reference import default_labels, scored_activation
+from lmforge.tasks.reference import default_labels, saved_options
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
 _WORD = re.compile(r"\S+")  # ELMo's tokens, as analysis/text_features.py splits them
@@ -148,12 +148,8 @@ def rebuild_task(path: Path, model, tokenizer, info: dict) -> Task:
     """The fine-tuned task of a directory's task.json around its model (as tasks.finetune.evaluate
     rebuilds it); an error when the model lacks the task's trained head."""
     kind = info["kind"]
-    options = {name: info[name] for name in task_class(kind).options if name in info}
-    if options.get("activation") is not None:  # one lmforge cannot score with (Tanh): refused naming its file
-        scored_activation(path, info)
-    # a task's own options may hold prefix (seq2seq's): one dict, as tasks.finetune.fine_tuned_task builds it
-    cfg = TaskConfig(**{"max_len": info.get("max_len", 128), "text_to_text": info.get("text_to_text"),
-                        "prefix": info.get("prefix"), **options})
+    # as fine_tuned_task reads it; a served task.json without max_len: 128 tokens (TaskConfig's default)
+    cfg = TaskConfig(**saved_options(path, info, kind, 128))
     pretrained = {id(head) for head in model.heads.values()}
     task = make_task(kind, model, tokenizer, [], cfg, info.get("labels"))
     if task.head != "lm" and id(task.task_head) not in pretrained:

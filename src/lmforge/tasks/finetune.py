@@ -33,8 +33,8 @@ from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 # task_info is named here too: the jobs and commands import it from this module
-from lmforge.tasks.reference import (ONE_SCORE, check_kind, default_labels, own_kind, scored_activation,
-                                     task_info)
+from lmforge.tasks.reference import (ONE_SCORE, check_kind, default_labels, fine_tuned_for, own_kind,
+                                     saved_options, scored_activation, task_info)
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -53,8 +53,6 @@ MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 # TaskConfig options read only when evaluating or deciding to stop: a resumed run may change them
 EVALUATION = ("patience", "keep_best", "eval_batch_size", "n_best", "max_answer_len", "null_threshold",
               "num_beams", "max_new_tokens", "threshold")
-# encode_split's sources of a run's own records: checked as trained on (evaluated data reads on any scale)
-TRAINED = ("training", "validation")
 MAX_TASK_LEN = 65536  # tokens of one example: a checkpoint's own context may be longer (131,072)
 
 
@@ -177,11 +175,12 @@ def keep_model(task: Task, path) -> Path:
     return Path(path)
 
 
-def encode_split(task: Task, records: list, source: str) -> list:
-    """Examples of a split; an encoding error names the split's source. A run's training and validation
-    records are checked as trained on (a sigmoid regression's labels in [0, 1]), before any step."""
+def encode_split(task: Task, records: list, source: str, *, trained: bool = False) -> list:
+    """Examples of a split; an encoding error names the split's source. A run's own records (`trained`: its
+    training and validation split) are checked as trained on (a sigmoid regression's labels in [0, 1]),
+    before any step; evaluated data reads on any scale."""
     try:
-        if source in TRAINED:
+        if trained:
             task.check_trainable(records)
         return task.encode_all(records)
     except ValueError as err:  # the file the records came from, where known
@@ -193,7 +192,7 @@ class Validator:
 
     def __init__(self, task: Task, records: list, cfg: TaskConfig, out: Path, log=None) -> None:
         self.task, self.records, self.cfg, self.out = task, records, cfg, out
-        self.examples, self._fingerprint = encode_split(task, records, "validation"), None
+        self.examples, self._fingerprint = encode_split(task, records, "validation", trained=True), None
         task.say_cut(len(records), "validation", log)
         self.best, self.best_step, self.stale, self.last, self.last_step = None, 0, 0, {}, -1
 
@@ -289,7 +288,7 @@ def checkpoint_defaults(model, kind: str, train: list, labels: list | None, cfg:
     info = task_info(path) if path is not None else {}
     # another kind's is not the run's: a reranker's sigmoid would refuse a regression's labels past 1, a plain
     # regressor's identity would make a reranker score raw logits
-    same = info.get("kind") == kind or kind in (info.get("kinds") or ()) or info.get("cross_encoder")
+    same = fine_tuned_for(info, kind) or info.get("cross_encoder")
     if scored and same and info.get("activation"):
         cfg = dataclasses.replace(cfg, activation=scored_activation(path, info))
     known = info.get("labels") or [str(i) for i in range(info.get("outputs") or 0)]  # no id2label: class ids
@@ -320,7 +319,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     if valid and task.labels is not None and kind in ("cls", "pair"):
         check_labels(valid, task.labels, "validation")
     frozen = freeze(model, task_cfg.freeze_embeddings, task_cfg.freeze_layers, task_cfg.freeze_backbone)
-    examples = encode_split(task, train, "training")
+    examples = encode_split(task, train, "training", trained=True)
     task.say_cut(len(train), "training", log)
     validator = Validator(task, valid, task_cfg, out, log) if valid else None
     start = time.perf_counter()
@@ -353,19 +352,12 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     if kind is None:  # a reference head read as one of several tasks ("kinds"): the caller says which
         why = f"may be read as {' or '.join(info['kinds'])}" if info.get("kinds") else "has no task.json"
         raise ValueError(f"the task kind is needed (--task): {where} {why}")
-    if info.get("kind", kind) != kind:  # cls and pair heads look alike; the task.json tells them apart
-        raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
-    check_kind(where, info, kind)  # a Hugging Face head's meaning (its config's problem_type)
-    if path is not None and kind in ONE_SCORE:
-        scored_activation(path, info)  # a CrossEncoder's Tanh: refused where it would score, naming the file
+    check_kind(where, info, kind)  # task.json's kind, or a Hugging Face head's meaning (its problem_type)
     folder, (model, tokenizer) = isinstance(model, (str, Path)), load_model(model, tokenizer)
-    # QA decoding, tagging's label_all, a regression's or reranker's activation (a CrossEncoder's config's)
-    options = {name: info[name] for name in task_class(kind).options if name in info}
     # a folder without task.json (a Hugging Face one) reads to its context, as the reference's pipelines
-    default = min(model.config.max_seq_len, MAX_TASK_LEN) if folder and "max_len" not in info else 128
-    cfg = TaskConfig(**{"max_len": info.get("max_len", default) if max_len is None else max_len,
-                        "eval_batch_size": batch_size,
-                        "text_to_text": info.get("text_to_text"), "prefix": info.get("prefix"), **options})
+    default = min(model.config.max_seq_len, MAX_TASK_LEN) if folder else 128
+    given = {"eval_batch_size": batch_size, **({} if max_len is None else {"max_len": max_len})}
+    cfg = TaskConfig(**{**saved_options(path, info, kind, default), **given})
     labels = labels if labels is not None else info.get("labels")  # given, else task.json's / id2label
     pretrained = {id(head) for head in model.heads.values()}
     if labels is None:  # the last resort, the data's own labels: read as a file's are

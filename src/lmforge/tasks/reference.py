@@ -27,7 +27,7 @@ from pathlib import Path
 from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, TASK_FILE, cross_encoder, cross_encoder_activation,
                                id2label_order, is_label, scoring_activation)
 from lmforge.io.native import CheckpointError, read_json_object
-from lmforge.tasks.base import MODULES
+from lmforge.tasks.base import MODULES, task_class
 from lmforge.utils.model_folder import check_recorded, inside_job_folder
 
 ONE_SCORE = ["regression", "rerank"]
@@ -88,10 +88,22 @@ def own_kind(info: dict) -> str | None:
     return info.get("kind") or (kinds[0] if len(kinds) == 1 else None)
 
 
+def fine_tuned_for(info: dict, kind: str) -> bool:
+    """Whether a task_info reads as a model fine-tuned for `kind`: its task.json's kind, or one of the kinds
+    a reference head is read as (a CrossEncoder's one output: rerank or regression). The one test
+    (fine_tuned_task through check_kind, checkpoint_defaults, prune's measure of the source)."""
+    return info.get("kind") == kind or kind in (info.get("kinds") or ())
+
+
 def check_kind(where: str, info: dict, kind: str) -> None:
-    """A ValueError naming the config field where a reference checkpoint's head is no `kind` head."""
+    """A ValueError naming task.json where it says another kind (cls and pair heads look alike), or the config
+    field where a reference checkpoint's head is no `kind` head; none where neither says a kind."""
+    if fine_tuned_for(info, kind):
+        return
+    if info.get("kind", kind) != kind:
+        raise ValueError(f"{where} was fine-tuned for {info['kind']}, not {kind} (its task.json)")
     kinds = info.get("kinds")
-    if kinds is None or kind in kinds:
+    if kinds is None:
         return
     if not kinds:
         raise ValueError(f"{where}: {info['why']}")
@@ -174,6 +186,20 @@ def scored_activation(path, info: dict) -> str | None:
     path = inside_job_folder(Path(path))
     file = path / TASK_FILE if (path / TASK_FILE).is_file() else path / "config.json"
     return scoring_activation(file, info.get("activation"))
+
+
+def saved_options(path, info: dict, kind: str, default_len: int) -> dict:
+    """The TaskConfig fields (tasks/finetune.py) a folder's task_info `info` says for `kind`: its max_len
+    (`default_len` where it says none), text_to_text, prefix and the kind's own options (QA decoding,
+    tagging's label_all, a regression's or reranker's activation: one lmforge cannot score with, a
+    CrossEncoder's Tanh, refused naming the file in the folder `path`). fine_tuned_task and the server
+    (serve/models.py) both rebuild a task so, each with its own default_len."""
+    options = {name: info[name] for name in task_class(kind).options if name in info}
+    if path is not None and options.get("activation") is not None:
+        scored_activation(path, info)
+    # a task's own options may hold prefix (seq2seq's): one dict, the kind's own last
+    return {"max_len": info.get("max_len", default_len), "text_to_text": info.get("text_to_text"),
+            "prefix": info.get("prefix"), **options}
 
 
 def task_info(path) -> dict:

@@ -209,7 +209,8 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     objective = TaskDistillation(student, teacher, cfg)
     validator = Validator(student, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
-    trainer = Trainer(objective, encode_split(student, train, "training", trained=True), train_cfg, out, log=log,
+    examples = encode_split(student, train, "training", trained=True)
+    trainer = Trainer(objective, examples, train_cfg, out, log=log,
                       evaluator=validator)  # the loss's options and the teacher: objective.run_settings
     trainer.fit(resume=resume, final_files=(partial(write_task_files, student),))
     summary = {"task": teacher.kind, "steps": trainer.step, "seed": trainer.cfg.seed,

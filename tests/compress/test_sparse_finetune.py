@@ -21,6 +21,21 @@ def test_a_fresh_run_after_a_killed_first_save_records_its_own_settings(tmp_path
         check_settings(tmp_path, {"--sparsity": 0.5, "--steps": 6}, resume=True)
 
 
+def test_a_resume_with_another_rerank_loss_is_refused(tmp_path):
+    """The recorded task options were a hand-kept list without the rerank ones: a pruned reranker resumed
+    with another loss trained on under it, unrefused; they are fine-tuning's trained settings now."""
+    from lmforge.compress.sparse_finetune import _settings
+    from lmforge.tasks.finetune import TaskConfig, trained_settings
+
+    sparse = SparseConfig(method="magnitude", sparsity=0.5)
+    check_settings(tmp_path, _settings("m", 6, TaskConfig(loss="listwise"), sparse), resume=False)
+    check_settings(tmp_path, _settings("m", 6, TaskConfig(loss="listwise"), sparse), resume=True)
+    with pytest.raises(ValueError, match="loss=bce differs from the run being resumed .*loss=listwise"):
+        check_settings(tmp_path, _settings("m", 6, TaskConfig(loss="bce"), sparse), resume=True)
+    recorded = {k for k in json.loads((tmp_path / SETTINGS).read_text()) if k.endswith("=")}
+    assert {f"{k}=" for k in trained_settings(TaskConfig())} <= recorded
+
+
 @pytest.mark.parametrize("steps, start, end", [(2, 0.1, 0.7), (3, 0.1, 0.7), (10, 0.1, 0.9), (4, 0.0, 0.0)])
 def test_the_schedule_reaches_the_sparsity_within_the_run(steps, start, end):
     cfg = SparseConfig(method="magnitude", sparsity=0.5, start=start, end=end)

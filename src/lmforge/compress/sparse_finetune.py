@@ -28,7 +28,7 @@ from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, checkpoint_defaults,
                                     encode_split, fine_tuned_task, load_model, make_task, task_info,
-                                    write_task_files)
+                                    trained_settings, write_task_files)
 from lmforge.tasks.reference import fine_tuned_for
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import RUN_FILES, STATE_KEY, checkpoints, training_folder
@@ -38,9 +38,6 @@ from lmforge.utils.checksum import sign, verify
 
 SETTINGS = "prune_settings.json"  # the run's pruning settings: a resume with others is refused
 SPARSE_WRITES = (*RUN_FILES, SETTINGS, "prune.json")  # what a magnitude or movement run writes under out
-# the TaskConfig fields that change what is trained (the others: evaluation, and keep_best, forced off)
-TRAINED_OPTIONS = ("max_len", "freeze_embeddings", "freeze_layers", "freeze_backbone", "layer_decay",
-                   "label_all", "text_to_text", "prefix", "doc_stride", "max_query_len", "activation")
 NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed-up from dense "
         "kernels (the time ratio is measured, not assumed)")
 
@@ -135,7 +132,8 @@ def _settings(model, steps: int, task_cfg: TaskConfig, sparse_cfg: SparseConfig)
     source = Path(model).resolve() if isinstance(model, (str, Path)) and Path(model).exists() else model
     return {"--model": str(source), "--sparsity": sparse_cfg.sparsity, "--steps": steps,
             **{f"{k}=": getattr(sparse_cfg, k) for k in SCHEDULE},
-            **{f"{k}=": getattr(task_cfg, k) for k in TRAINED_OPTIONS}}
+            # the task options that change what is trained, as fine-tuning records them (a rerank loss too)
+            **{f"{k}=": value for k, value in trained_settings(task_cfg).items()}}
 
 
 def check_settings(out: Path, settings: dict, resume: bool) -> None:

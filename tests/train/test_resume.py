@@ -9,7 +9,7 @@ from lmforge.train import Trainer
 from lmforge.train.checkpoint import CheckpointCorrupt, optimizer_change, read_checkpoint
 from lmforge.train.config import RUN_OPTIONS, resumed_config
 from lmforge.train.log import read_metrics
-from tests.train.helpers import clm_objective, mlm_objective, quick, toy_data
+from tests.train.helpers import clm_objective, interrupt_after, mlm_objective, quick, toy_data
 
 
 @pytest.fixture
@@ -204,3 +204,28 @@ def test_unverified_rng_or_schedule_states_that_cannot_be_set_are_refused_naming
     with pytest.raises(CheckpointCorrupt, match=f"step-0000004: optimizer.pt's {said}"):
         read_checkpoint(checkpoint)
     assert torch.equal(torch.get_rng_state(), before)  # tried and undone
+
+
+def _with_idle_head(seed=0):
+    """The tiny MLM objective with a head the loss never reads: a trained parameter without a gradient."""
+    from lmforge.heads import attach
+
+    objective = mlm_objective(seed)
+    torch.manual_seed(seed + 1)
+    attach(objective.model, "classification", name="idle", n_labels=2)
+    return objective
+
+
+def test_a_resumed_run_gives_a_parameter_without_gradients_no_optimizer_state(tmp_path):
+    """torch's loading gave every parameter state by a zero-gradient step (step 1): the resumed run's
+    optimizer.pt held Adam state for an idle head that the run straight through never had."""
+    Trainer(_with_idle_head(), toy_data(), quick(steps=6, save_every=3), tmp_path / "straight").fit()
+    interrupt_after(Trainer(_with_idle_head(), toy_data(), quick(steps=6, save_every=3), tmp_path / "cut"), 3)
+    Trainer(_with_idle_head(), toy_data(), quick(steps=6, save_every=3), tmp_path / "cut").fit(resume=True)
+    states = [torch.load(out / "checkpoints" / "step-0000006" / "optimizer.pt", weights_only=False)
+              for out in (tmp_path / "straight", tmp_path / "cut")]
+    held = [set(s["optimizer"]["state"]) for s in states]
+    assert held[0] == held[1] and not any("idle" in name for name in held[0])
+    for name in held[0]:
+        for key, value in states[0]["optimizer"]["state"][name].items():
+            assert torch.equal(value, states[1]["optimizer"]["state"][name][key]), (name, key)

@@ -128,6 +128,14 @@ def load_optimizer_state(module: nn.Module, optimizer, state: dict) -> None:
     # the checkpoint's files are verified by their checksums before this
     pairs = [[k for k, v in group.items() if isinstance(v, tuple)] for group in optimizer.param_groups]
     set_optimizer_state_dict(unwrap(module), optimizer, state, options=_options(strict=False))
+    # torch first gives every parameter state by a zero-gradient step (step 1, zero moments): one the
+    # checkpoint holds none for drops it again, or its first gradient would be bias-corrected as a second
+    names = {id(p): name for name, p in unwrap(module).named_parameters()}
+    held = set(state.get("state", {}))
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if names.get(id(param)) not in held:
+                optimizer.state.pop(param, None)
     # it hands the groups' tuples back as lists (betas): the same numbers, but the resumed run's next
     # checkpoint would then differ, byte for byte, from the one the run straight through writes
     for group, keys in zip(optimizer.param_groups, pairs):

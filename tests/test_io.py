@@ -299,3 +299,20 @@ def test_save_of_no_lmforge_model_is_an_options_error_writing_nothing(tmp_path, 
     with pytest.raises(lmforge.OptionsError, match="model must be an lmforge model") as caught:
         lmforge.save(model, tmp_path / "out")
     assert caught.value.field == "model" and not (tmp_path / "out").exists()
+
+
+def test_a_model_name_s_refusals_are_typed_on_every_python_face(saved, tmp_path):
+    """find_model_dir's refusals were plain ValueErrors, which lmforge.load alone retyped: what is no name is
+    an OptionsError naming model, a name of no model a CheckpointError; save's unknown format names format."""
+    from lmforge.config.options import OptionsError
+    from lmforge.io import find_model_dir
+
+    with pytest.raises(OptionsError, match="^the model must be a directory") as err:
+        find_model_dir(None)
+    assert err.value.field == "model"
+    for name in ("nope-dir", "bert-base", ""):
+        with pytest.raises(CheckpointError):
+            find_model_dir(name)
+    with pytest.raises(OptionsError, match=r"^format='onnx' is not one of lmforge") as err:
+        lmforge.save(lmforge.load(saved), tmp_path / "out", format="onnx")
+    assert err.value.field == "format"

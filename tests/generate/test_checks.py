@@ -67,3 +67,25 @@ def test_a_compiled_model_passes_the_check_as_the_model_it_wraps(gpt):
     check_call(torch.compile(gpt), True, False, None, None)
     with pytest.raises(OptionsError, match="got OptimizedModule"):  # one that wraps no Transformer
         check_call(torch.compile(torch.nn.Linear(2, 2)), True, False, None, None)
+
+
+@pytest.mark.parametrize("ids, said", [
+    ([[1, 2, 3]], "got list"),
+    (torch.tensor([1, 2, 3]), "got (3,) torch.int64"),
+    (torch.tensor([[1.0, 2.0]]), "got (1, 2) torch.float32"),
+    ("a prompt", "got str"),
+])
+def test_a_prompt_that_is_no_2d_tensor_of_ids_is_an_options_error_naming_input_ids(gpt, calls, ids, said):
+    """A list, a 1-D, float or text prompt was a plain ValueError (no field, not the OptionsError of the
+    other arguments)."""
+    with pytest.raises(OptionsError, match=r"^input_ids must be a tensor of token ids") as err:
+        lmforge.generate(gpt, ids, max_new_tokens=2)
+    assert said in str(err.value) and err.value.field == "input_ids" and not calls
+
+
+def test_an_encoder_is_refused_naming_model():
+    encoder = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=50)
+    attach(encoder, "lm")
+    with pytest.raises(OptionsError, match="generation needs a decoder or an encoder-decoder") as err:
+        lmforge.generate(encoder, torch.tensor([[5, 6, 7]]), max_new_tokens=2)
+    assert err.value.field == "model"

@@ -358,3 +358,15 @@ def test_a_directory_read_otherwise_than_sentence_transformers_is_refused_naming
     with pytest.raises(ValueError, match=f"^{re.escape(str(path / file))}: .*{re.escape(said)}") as refused:
         lmforge.embed(["abc"], model=path)
     assert "\n" not in str(refused.value)
+
+
+def test_a_name_of_no_model_is_load_s_checkpoint_error_and_a_bad_pooling_names_pooling():
+    """embed's misspelt model name was a plain ValueError where lmforge.load's is a CheckpointError."""
+    from lmforge.io import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"^all-MiniLM-L6v2 is neither a model directory nor a known"):
+        lmforge.embed(["x"], model="all-MiniLM-L6v2")
+    model = lmforge.build(lmforge.tiny("bert-base"))
+    with pytest.raises(lmforge.OptionsError, match=r"^pooling mode 'median' is not one of") as err:
+        SentenceEncoder(model, None, pooling=("median",))
+    assert err.value.field == "pooling"

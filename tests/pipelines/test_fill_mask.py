@@ -291,3 +291,38 @@ def test_fill_mask_s_three_faces_read_a_count_alike(saved, capsys, field, value,
     else:
         assert python == field and server == field and status == 2, (python, server, cli)
         assert f"--{field.replace('_', '-')} {value}: " in cli and cli.count("\n") == 1, cli
+
+
+def test_a_directory_fills_with_text_as_a_keyword_and_a_text_in_the_tokenizers_place_is_named(saved):
+    """fill_mask(DIR, text=...) was a TypeError (tokenizer was required) and fill_mask(DIR, "a [MASK]") read
+    the text as a tokenizer's name; fill_mask(DIR, None, text) reads as before."""
+    path, model, tokenizer = saved["bert"]
+    want = fill_mask(model, tokenizer, TEXT, top_k=2)
+    assert lmforge.fill_mask(str(path), text=TEXT, top_k=2) == want
+    assert lmforge.fill_mask(str(path), None, TEXT, top_k=2) == want
+    assert lmforge.fill_mask(str(path), str(path), TEXT, top_k=2) == want  # a folder named: its tokenizer
+    for text in (TEXT, "a <mask> b", "a <extra_id_0> b"):
+        with pytest.raises(lmforge.OptionsError, match=r"holds a mask, so it reads as the text: pass it as "
+                                                       r"text=") as caught:
+            lmforge.fill_mask(str(path), text)
+        assert caught.value.field == "tokenizer"
+    with pytest.raises(lmforge.OptionsError, match=r"^fill_mask needs the text holding the mask") as caught:
+        lmforge.fill_mask(str(path))
+    assert caught.value.field == "text"
+
+
+def test_fill_mask_refusals_are_typed_naming_the_argument(saved):
+    """A name of no model is lmforge.load's CheckpointError; a bad text, a decoder or a headless encoder an
+    OptionsError naming the argument (all were plain ValueErrors)."""
+    from lmforge.io import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"^nope is neither a model directory nor a known model"):
+        lmforge.fill_mask("nope", None, "a [MASK]")
+    _, model, tokenizer = saved["bert"]
+    with pytest.raises(lmforge.OptionsError, match="exactly one mask") as caught:
+        fill_mask(model, tokenizer, "No mask here.")
+    assert caught.value.field == "text"
+    _, decoder, decoder_tokenizer = saved["gpt2"]
+    with pytest.raises(lmforge.OptionsError, match="a decoder only continues text") as caught:
+        fill_mask(decoder, decoder_tokenizer, TEXT)
+    assert caught.value.field == "model"

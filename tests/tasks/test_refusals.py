@@ -141,5 +141,30 @@ def test_a_reference_head_of_several_readings_asks_for_its_kind_naming_them(tmp_
     transformers.BertForSequenceClassification(transformers.BertConfig(
         vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
         num_labels=3)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"kind is needed \(--task\): .* may be read as cls or pair"):
+    with pytest.raises(OptionsError, match=r"kind is needed \(kind=; --task on the command line\): "
+                                           r".* may be read as cls or pair") as err:
         fine_tuned_task(tmp_path, [])
+    assert err.value.field == "kind"
+
+
+def test_python_refusals_are_typed_and_come_before_any_work(model_dir, tmp_path):
+    """evaluate of a missing folder blamed the task kind (naming the command line's --task); an empty train
+    list failed inside as a task that "needs the list of labels"; an unknown kind was a plain ValueError."""
+    from lmforge.io import CheckpointError
+    from lmforge.tasks.finetune import evaluate, finetune
+    from lmforge.train import TrainConfig
+
+    missing = tmp_path / "runs" / "nope"
+    with pytest.raises(CheckpointError, match=f"^{missing} is neither a model directory nor a known model"):
+        evaluate(missing, [{"text": "It is superb.", "label": "pos"}])
+    with pytest.raises(OptionsError, match=r"kind is needed \(kind=; --task on the command line\): .* has no "
+                                           r"task.json") as err:
+        evaluate(model_dir, [{"text": "It is superb.", "label": "pos"}])
+    assert err.value.field == "kind"
+    out = tmp_path / "out"
+    with pytest.raises(OptionsError, match=r"^train: no records \(an empty list\)") as err:
+        finetune(model_dir, None, "cls", [], None, out, TrainConfig(steps=1))
+    assert err.value.field == "train" and not out.exists()
+    with pytest.raises(OptionsError, match=r"^task 'clss' is not one of cls, pair") as err:
+        finetune(model_dir, None, "clss", [{"text": "a", "label": "x"}], None, out, TrainConfig(steps=1))
+    assert err.value.field == "kind" and not out.exists()

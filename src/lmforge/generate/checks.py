@@ -18,8 +18,7 @@ def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str
     is not a Transformer (a directory's name failed as "'str' object has no attribute 'config'"), a
     use_cache or prefix_lm that is not a bool (prefix_lm="no" read the prompt bidirectionally), a
     generator that is not a torch.Generator or a streamer that cannot be called (both failed mid-decoding), a
-    projection that is not one of MODES, prefix_lm for an encoder-decoder (plain ValueErrors, naming no
-    field)."""
+    projection that is not one of MODES, prefix_lm for an encoder-decoder (an OptionsError naming each)."""
     if not isinstance(getattr(model, "_orig_mod", model), Transformer):  # torch.compile's wrapper: its model
         raise OptionsError(f"model must be a Transformer (lmforge.load(DIR) reads a directory), got "
                            f"{type(model).__name__}", "model")
@@ -40,43 +39,44 @@ def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str
 
 
 def check_prompt(model: Transformer, input_ids, attention_mask) -> torch.Tensor:
-    """Refuse a request the model cannot serve, before any model call; returns the (B, T) mask."""
+    """Refuse a request the model cannot serve before any model call, naming the argument; the (B, T) mask."""
     if model.config.architecture == "encoder":
         why = ("lmforge does not decode XLNet's permutation LM (the reference's generate feeds it a "
                "perm_mask a step)" if model.config.position == "xl-relative" else
                "an encoder with an MLM head fills masks instead (lmforge.fill_mask)")
-        raise ValueError(f"generation needs a decoder or an encoder-decoder; {why}")
+        raise OptionsError(f"generation needs a decoder or an encoder-decoder; {why}", "model")
     # int64 or int32, as the embedding reads them (a bool or uint8 tensor failed inside it)
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 \
             or input_ids.dtype not in (torch.int64, torch.int32):
         shape = (f"{tuple(input_ids.shape)} {input_ids.dtype}" if isinstance(input_ids, torch.Tensor)
                  else type(input_ids).__name__)
-        raise ValueError(f"input_ids must be a tensor of token ids (int64 or int32) of shape (batch, length), "
-                         f"got {shape}")
+        raise OptionsError(f"input_ids must be a tensor of token ids (int64 or int32) of shape (batch, "
+                           f"length), got {shape}", "input_ids")
     B, T = input_ids.shape
     if B == 0 or T == 0:
-        raise ValueError("the prompt is empty: generation needs at least one token per row")
+        raise OptionsError("the prompt is empty: generation needs at least one token per row", "input_ids")
     if attention_mask is not None and (not isinstance(attention_mask, torch.Tensor)
                                        or not bool(((attention_mask == 0) | (attention_mask == 1)).all())):
         # 2 and 0.5 were read as long: 2 a token, 0.5 padding
-        raise ValueError("attention_mask must be a tensor of 0 (padding) and 1 (a token)")
+        raise OptionsError("attention_mask must be a tensor of 0 (padding) and 1 (a token)", "attention_mask")
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
     if tuple(mask.shape) != (B, T):
-        raise ValueError(f"attention_mask of shape {tuple(mask.shape)} does not match input_ids {(B, T)}")
+        raise OptionsError(f"attention_mask of shape {tuple(mask.shape)} does not match input_ids {(B, T)}",
+                           "attention_mask")
     if not bool(mask.any(1).all()):
         row = int((~mask.any(1)).nonzero()[0])
-        raise ValueError(f"row {row} of the prompt is empty (its attention mask is 0)")
+        raise OptionsError(f"row {row} of the prompt is empty (its attention mask is 0)", "attention_mask")
     cfg = model.config
     low, high = int(input_ids.min()), int(input_ids.max())
     if low < 0 or high >= cfg.vocab_size:
-        raise ValueError(f"the prompt holds token id {low if low < 0 else high} outside the vocabulary "
-                         f"[0, {cfg.vocab_size})")
+        raise OptionsError(f"the prompt holds token id {low if low < 0 else high} outside the vocabulary "
+                           f"[0, {cfg.vocab_size})", "input_ids")
     if T > cfg.max_seq_len:
-        raise ValueError(f"the prompt of {T} tokens is longer than the context, "
-                         f"max_seq_len={cfg.max_seq_len}")
+        raise OptionsError(f"the prompt of {T} tokens is longer than the context, "
+                           f"max_seq_len={cfg.max_seq_len}", "input_ids")
     if not isinstance(model, EncoderDecoder) and not bool(mask[:, -1].all()):
-        raise ValueError("the prompt is right-padded: a decoder continues each row's last position, "
-                         "so pad on the left")
+        raise OptionsError("the prompt is right-padded: a decoder continues each row's last position, so pad "
+                           "on the left", "attention_mask")
     return mask
 
 

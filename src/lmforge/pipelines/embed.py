@@ -23,7 +23,7 @@ from lmforge.config.model import MAX_LEN
 from lmforge.config.options import OptionsError, checked_argument, checked_progress, checked_texts
 from lmforge.fast.optimize import optimize
 from lmforge.heads import pool
-from lmforge.io import load
+from lmforge.io import CheckpointError, load
 from lmforge.io.resolve import checked_tokenizer, find_model_dir
 from lmforge.model import Transformer
 from lmforge.pipelines.embed_options import (EmbedOptions, encoded, prompt_of, quantize, read_prompts,
@@ -65,14 +65,14 @@ POOLINGS = {
 
 
 def _read(file: Path, kind: type = dict) -> dict | list:
-    """The JSON object (or list) a directory's file holds; a ValueError naming the file otherwise."""
+    """The JSON object (or list) a directory's file holds; a CheckpointError naming the file otherwise."""
     try:
         value = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"cannot read {file}: {err}") from None
+        raise CheckpointError(f"cannot read {file}: {err}") from None
     if not isinstance(value, kind):
-        raise ValueError(f"{file}: expected a JSON {'object' if kind is dict else 'list'}, "
-                         f"got {type(value).__name__}")
+        raise CheckpointError(f"{file}: expected a JSON {'object' if kind is dict else 'list'}, "
+                              f"got {type(value).__name__}")
     return value
 
 
@@ -93,18 +93,18 @@ def pooling_config(path: Path) -> tuple:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
         if kind not in KNOWN_MODULES:
             said = module.get("type") if isinstance(module, dict) else module
-            raise ValueError(f"{file}: module {str(said)[:60]!r} is not supported "
-                             f"(supported: {', '.join(KNOWN_MODULES)})")
+            raise CheckpointError(f"{file}: module {str(said)[:60]!r} is not supported "
+                                  f"(supported: {', '.join(KNOWN_MODULES)})")
         config_file = path / str(module.get("path", "")) / "config.json"
         if kind == "Pooling" and config_file.is_file():
             found = _pooling(config_file)
         kinds.append(kind)
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
-        raise ValueError(f"{file}: modules {' -> '.join(kinds) or '(none)'}; lmforge runs Transformer -> "
-                         "Pooling, then Normalize or not")
+        raise CheckpointError(f"{file}: modules {' -> '.join(kinds) or '(none)'}; lmforge runs Transformer "
+                              "-> Pooling, then Normalize or not")
     if str(modules[0].get("path", "")).strip("./"):  # an older layout: the model in a folder (0_BERT/)
-        raise ValueError(f"{file}: the Transformer is in {modules[0]['path']!r}; lmforge reads the model "
-                         f"from {path} itself (move that folder's files there)")
+        raise CheckpointError(f"{file}: the Transformer is in {modules[0]['path']!r}; lmforge reads the "
+                              f"model from {path} itself (move that folder's files there)")
     return found
 
 
@@ -114,13 +114,14 @@ def _pooling(file: Path) -> tuple:
     chosen = config.get("pooling_mode") or [m for k, m in LEGACY_POOLING.items() if config.get(k)]
     modes = (chosen,) if isinstance(chosen, str) else chosen
     if not isinstance(modes, (list, tuple)) or not all(isinstance(m, str) for m in modes):
-        raise ValueError(f"{file}: pooling_mode must be a mode or a list of modes, got {chosen!r:.60}")
+        raise CheckpointError(f"{file}: pooling_mode must be a mode or a list of modes, got "
+                              f"{chosen!r:.60}")
     unknown = [m for m in modes if m not in POOLINGS]
     if unknown:
-        raise ValueError(f"{file}: pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
+        raise CheckpointError(f"{file}: pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
     include = config.get("include_prompt", True)
     if not isinstance(include, bool):
-        raise ValueError(f"{file}: include_prompt must be true or false, got {include!r:.40}")
+        raise CheckpointError(f"{file}: include_prompt must be true or false, got {include!r:.40}")
     return tuple(modes) or ("mean",), include
 
 
@@ -130,7 +131,8 @@ def _sentence_config(path: Path) -> dict:
     config = _read(file) if file.is_file() else {}
     limit = config.get("max_seq_length")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"{file}: max_seq_length must be a whole number of tokens, got {limit!r:.40}")
+        raise CheckpointError(f"{file}: max_seq_length must be a whole number of tokens, got "
+                              f"{limit!r:.40}")
     return config
 
 
@@ -142,7 +144,7 @@ class SentenceEncoder:
                  include_prompt: bool = True) -> None:
         unknown = [m for m in pooling if m not in POOLINGS]
         if unknown:
-            raise ValueError(f"pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
+            raise OptionsError(f"pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}", "pooling")
         check_fits(tokenizer, model)
         self.model, self.tokenizer, self.pooling = model, tokenizer, tuple(pooling)
         self.max_length, self.lowercase = max_length, lowercase

@@ -26,6 +26,7 @@ import torch
 
 from lmforge.config.model import MAX_LEN, MAX_WIDTH
 from lmforge.config.options import OptionsError, check_options, option, with_changes
+from lmforge.io.files import CheckpointError
 from lmforge.utils.atomic import atomic_write_text
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
@@ -92,10 +93,10 @@ def read_prompts(path) -> tuple:
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"cannot read {file}: {err}") from None
+        raise CheckpointError(f"cannot read {file}: {err}") from None
     prompts = config.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
-        raise ValueError(f"{file}: prompts must map names to texts")
+        raise CheckpointError(f"{file}: prompts must map names to texts")
     return prompts, config.get("default_prompt_name")
 
 
@@ -134,15 +135,16 @@ def _key(options: EmbedOptions) -> str:
 
 
 def _ranges_file(file: Path) -> dict:
-    """The mapping embedding_ranges.json holds (dimensions key -> ranges); a ValueError naming the file
-    where it is not JSON or not an object."""
+    """The mapping embedding_ranges.json holds (dimensions key -> ranges); a CheckpointError naming the
+    file where it is not JSON or not an object."""
     try:
         kept = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"cannot read {file}: {err}") from None
+        raise CheckpointError(f"cannot read {file}: {err}") from None
     if not isinstance(kept, dict):
-        raise ValueError(f"{file}: expected a JSON object of calibration ranges, got {type(kept).__name__} "
-                         f"(delete it and calibrate again: lmforge embed --calibrate --file TEXTS)")
+        raise CheckpointError(f"{file}: expected a JSON object of calibration ranges, got "
+                              f"{type(kept).__name__} (delete it and calibrate again: lmforge embed "
+                              f"--calibrate --file TEXTS)")
     return kept
 
 
@@ -153,7 +155,7 @@ def _finite_list(value) -> bool:
 
 def read_ranges(path, options: EmbedOptions) -> tuple | None:
     """(minimum, maximum) tensors per coordinate saved for these dimensions and normalisation, or None;
-    a ValueError naming the file where they are not two lists of finite numbers, minimum <= maximum."""
+    a CheckpointError naming the file where they are not two lists of finite numbers, minimum <= maximum."""
     file = Path(path) / RANGES_FILE if path is not None else None
     if file is None or not file.is_file():
         return None
@@ -164,9 +166,9 @@ def read_ranges(path, options: EmbedOptions) -> tuple | None:
     low, high = (found.get(k) if isinstance(found, dict) else None for k in ("min", "max"))
     if not (_finite_list(low) and _finite_list(high) and len(low) == len(high)
             and all(a <= b for a, b in zip(low, high))):
-        raise ValueError(f"{file}: {key!r} must hold \"min\" and \"max\", lists of as many finite numbers, "
-                         f"each minimum <= its maximum (calibrate again: lmforge embed --calibrate "
-                         "--file TEXTS)")
+        raise CheckpointError(f"{file}: {key!r} must hold \"min\" and \"max\", lists of as many finite "
+                              f"numbers, each minimum <= its maximum (calibrate again: lmforge embed "
+                              "--calibrate --file TEXTS)")
     return torch.tensor(low), torch.tensor(high)
 
 

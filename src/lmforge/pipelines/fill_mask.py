@@ -18,7 +18,7 @@ import torch
 from lmforge.config.options import OptionsError, check_options, named_keywords, option, with_changes
 from lmforge.generate import generate, lm_head_name
 from lmforge.generate.options import MAX_BEAMS, MAX_NEW_TOKENS
-from lmforge.io import find_model_dir, load
+from lmforge.io import find_model_dir, load, model_dir
 from lmforge.io.resolve import checked_tokenizer
 from lmforge.model import EncoderDecoder, Transformer
 from lmforge.tokenizer import load_tokenizer
@@ -64,25 +64,27 @@ def check_fill(top_k, max_span, from_text: bool = False) -> tuple:
 
 @named_keywords("fill_mask")
 @torch.no_grad()
-def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -> list:
+def fill_mask(model, tokenizer=None, text: str | None = None, top_k: int = 5, max_span: int = 10) -> list:
     """The top_k candidates (most probable first) for the one mask ([MASK] or <mask>) in `text`.
 
     Encoders need a masked-LM head; T5-style encoder-decoders (a tokenizer with <extra_id_0>)
     generate a span of at most `max_span` tokens, BART-style ones the whole sentence. `model`: a
     Transformer with its `tokenizer`, or a model directory or installed model name (its own tokenizer
-    unless one is given)."""
+    unless one is given): fill_mask("DIR", text="a [MASK]"), or fill_mask(model, tokenizer, "a [MASK]")."""
     top_k, max_span = check_fill(top_k, max_span)
+    check_text(tokenizer, text)
     model, tokenizer = _model_and_tokenizer(model, tokenizer)
     check_fits(tokenizer, model)  # else a candidate id past the tokenizer's prints as "[776]"
     if not any(h.spec["kind"] == "lm" for h in model.heads.values()):
-        raise ValueError("fill-mask needs the model's masked-LM head ('lm'): load a *ForMaskedLM or "
-                         "*ForConditionalGeneration checkpoint, or one pretrained with an MLM objective")
+        raise OptionsError("fill-mask needs the model's masked-LM head ('lm'): load a *ForMaskedLM or "
+                           "*ForConditionalGeneration checkpoint, or one pretrained with an MLM objective",
+                           "model")
     head = lm_head_name(model)
     with evaluating(model):
         if not isinstance(model, EncoderDecoder):
             if model.config.architecture != "encoder":
-                raise ValueError("fill-mask needs an encoder with a masked-LM head or an encoder-decoder "
-                                 "(T5, BART); a decoder only continues text")
+                raise OptionsError("fill-mask needs an encoder with a masked-LM head or an encoder-decoder "
+                                   "(T5, BART); a decoder only continues text", "model")
             return _fill_token(model, tokenizer, head, text, top_k)
         if top_k > MAX_BEAMS:  # a span's or a sentence's candidates are beam search's hypotheses
             raise OptionsError(f"top_k={top_k}: an encoder-decoder's fillings are beams, at most {MAX_BEAMS}",
@@ -90,6 +92,18 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_span: int = 10) -
         if tokenizer.token_to_id(SENTINEL) is not None:
             return _fill_span(model, tokenizer, text, top_k, max_span)
         return _fill_sentence(model, tokenizer, text, top_k, max_span)
+
+
+def check_text(tokenizer, text) -> None:
+    """An OptionsError naming the argument where `text` is not given: a tokenizer argument that is no folder
+    or installed model but holds a mask is the text given in its place (fill_mask(DIR, "a [MASK]"))."""
+    if isinstance(tokenizer, str) and any(m in tokenizer for m in (*MASK_SPELLINGS, SENTINEL)) \
+            and model_dir(tokenizer) is None:
+        raise OptionsError(f"tokenizer {tokenizer[:40]!r} holds a mask, so it reads as the text: pass it as "
+                           f"text= (fill_mask(model, text=...)), or in order: model, tokenizer (or None), "
+                           f"text", "tokenizer")
+    if text is None:
+        raise OptionsError("fill_mask needs the text holding the mask: fill_mask(model, text=...)", "text")
 
 
 def _model_and_tokenizer(model, tokenizer) -> tuple:
@@ -115,15 +129,15 @@ def with_mask(text, token: str) -> str:
         if spelling != token:
             text = text.replace(spelling, token)
     if text.count(token) != 1:
-        raise ValueError(f"the text must hold exactly one mask ({' or '.join(MASK_SPELLINGS)}), "
-                         f"found {text.count(token)}")
+        raise OptionsError(f"the text must hold exactly one mask ({' or '.join(MASK_SPELLINGS)}), "
+                           f"found {text.count(token)}", "text")
     return text
 
 
 def _mask_token(tokenizer) -> str:
     token = tokenizer.special_tokens.get("mask")
     if token is None or tokenizer.token_to_id(token) is None:
-        raise ValueError("the tokenizer has no mask token")
+        raise OptionsError("the tokenizer has no mask token", "tokenizer")
     return token
 
 
@@ -149,8 +163,8 @@ def _fill_token(model, tokenizer, head: str, text: str, top_k: int) -> list:
 
 def _check_length(model, T: int) -> None:
     if T > model.config.max_seq_len:
-        raise ValueError(f"the text is {T} tokens long, more than the context, "
-                         f"max_seq_len={model.config.max_seq_len}")
+        raise OptionsError(f"the text is {T} tokens long, more than the context, "
+                           f"max_seq_len={model.config.max_seq_len}", "text")
 
 
 def _beams(model, ids, top_k: int, max_new_tokens: int, **options) -> torch.Tensor:

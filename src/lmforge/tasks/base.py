@@ -30,7 +30,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from lmforge.config.options import refuse_changed
+from lmforge.config.options import OptionsError, refuse_changed
 from lmforge.heads import make_head
 from lmforge.io.labels import KIND_PROBLEM_TYPE, HeadLabels, exported_activation
 from lmforge.objectives.base import Loss, Objective
@@ -53,8 +53,8 @@ def register(cls: type) -> type:
 
 def task_class(kind: str) -> type:
     """The Task class of `kind` (cls, pair, regression, choice, multilabel, tagging, qa, seq2seq, rerank)."""
-    if kind not in MODULES:
-        raise ValueError(f"task {kind!r} is not one of {', '.join(MODULES)}")
+    if kind not in MODULES:  # the argument (kind=; --task on the command line) named, as the others are
+        raise OptionsError(f"task {kind!r} is not one of {', '.join(MODULES)}", "kind")
     if kind not in TASKS:
         importlib.import_module(f"lmforge.tasks.{MODULES[kind]}")
     return TASKS[kind]

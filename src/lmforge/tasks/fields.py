@@ -14,6 +14,9 @@ import math
 import numbers
 from collections.abc import Iterable
 
+from lmforge.config.options import OptionsError
+from lmforge.tasks.base import task_class
+
 # canonical field -> its default column; "?" marks optional fields
 FIELDS = {"cls": ("text", "label"), "pair": ("text", "text_pair", "label"),
           "regression": ("text", "text_pair?", "label"), "choice": ("text", "choices", "label"),
@@ -44,6 +47,17 @@ def record_list(records, source: str) -> list:
         raise ValueError(f"{source}: a list of records (dicts of fields) is needed, got "
                          f"{type(records).__name__}")
     return list(records)
+
+
+def training_records(kind: str, train) -> list:
+    """Fine-tuning's `train` records read once (record_list), refused before any work where `kind` is no
+    task's (an OptionsError naming kind) or there are none (naming train: an empty list had failed
+    inside, as a task that "needs the list of labels")."""
+    task_class(kind)
+    train = record_list(train, "train")
+    if not train:
+        raise OptionsError("train: no records (an empty list): fine-tuning needs at least one", "train")
+    return train
 
 
 def given_records(records, kind: str, source: str, labelled: bool = True) -> list:

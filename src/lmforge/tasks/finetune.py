@@ -24,13 +24,13 @@ import torch
 from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, checked_as, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
-from lmforge.io import find_tokenizer, load, model_dir
+from lmforge.io import find_model_dir, find_tokenizer, load, model_dir
 from lmforge.io.labels import ACTIVATIONS
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import Task, check_read, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
-from lmforge.tasks.fields import given_records, record_list
+from lmforge.tasks.fields import given_records, record_list, training_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 # task_info is named here too: the jobs and commands import it from this module
 from lmforge.tasks.reference import (ONE_SCORE, check_kind, default_labels, fine_tuned_for, own_kind,
@@ -303,6 +303,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
              log=print) -> dict:
     """Fine-tune `model` (object, directory or preset: its init drawn from train_cfg.seed) on `train` records
     of task `kind`, validating on `valid`; writes under `out` (the module docstring); returns the summary."""
+    train = training_records(kind, train)  # an unknown kind, or no records: refused before any work
     task_cfg, out = task_cfg or TaskConfig(), training_folder(out)  # a link there: refused before any work
     if not valid:
         check_validated(train_cfg, task_cfg)
@@ -346,12 +347,15 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
     check_device(device)  # before the model is read: a name torch does not know is refused, not a crash
     batch_size = checked_as(TaskConfig, "eval_batch_size", batch_size, "batch_size")
     where = str(model) if isinstance(model, (str, Path)) else "the model"
+    if isinstance(model, (str, Path)) and str(model) not in PRESETS:  # a preset is drawn by load_model
+        find_model_dir(model)  # a name of no model: lmforge.load's CheckpointError, not "no task.json"
     path = (model_dir(model) or model) if isinstance(model, (str, Path)) else None
     info = task_info(path) if path is not None else {}
     kind = kind or own_kind(info)
     if kind is None:  # a reference head read as one of several tasks ("kinds"): the caller says which
         why = f"may be read as {' or '.join(info['kinds'])}" if info.get("kinds") else "has no task.json"
-        raise ValueError(f"the task kind is needed (--task): {where} {why}")
+        raise OptionsError(f"the task kind is needed (kind=; --task on the command line): {where} {why}",
+                           "kind")
     check_kind(where, info, kind)  # task.json's kind, or a Hugging Face head's meaning (its problem_type)
     folder, (model, tokenizer) = isinstance(model, (str, Path)), load_model(model, tokenizer)
     # a folder without task.json (a Hugging Face one) reads to its context, as the reference's pipelines

@@ -161,21 +161,22 @@ def _checked_info(file: Path, info: dict) -> dict:
     labels a list, max_len > 0, activation a name (ACTIVATIONS, or a CrossEncoder's other one)."""
     kind, labels, max_len, kinds = (info.get(name) for name in ("kind", "labels", "max_len", "kinds"))
     if kind is not None and not (isinstance(kind, str) and kind in MODULES):
-        raise ValueError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
+        raise CheckpointError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
     if labels is not None and not (isinstance(labels, list) and all(map(is_label, labels))):
-        raise ValueError(f"{file}: \"labels\" must be a list of labels (text or numbers), not {labels!r:.40}")
+        raise CheckpointError(f"{file}: \"labels\" must be a list of labels (text or numbers), not "
+                              f"{labels!r:.40}")
     if max_len is not None and (type(max_len) is not int or max_len < 1):
-        raise ValueError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
+        raise CheckpointError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
     if kinds is not None and not (isinstance(kinds, list) and all(k in MODULES for k in kinds)):
-        raise ValueError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
+        raise CheckpointError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
     if not isinstance(info.get("cross_encoder", False), bool):
-        raise ValueError(f"{file}: \"cross_encoder\" must be true or false, not "
-                         f"{info['cross_encoder']!r:.40}")
+        raise CheckpointError(f"{file}: \"cross_encoder\" must be true or false, not "
+                              f"{info['cross_encoder']!r:.40}")
     activation = info.get("activation")
     if activation is not None and not (isinstance(activation, str) and 0 < len(activation) <= 200):
         # ACTIVATIONS, or a converted CrossEncoder's other class: refused where it scores (scored_activation)
-        raise ValueError(f"{file}: \"activation\" must be one of {', '.join(ACTIVATIONS)} (or a "
-                         f"CrossEncoder's activation_fn), not {activation!r:.40}")
+        raise CheckpointError(f"{file}: \"activation\" must be one of {', '.join(ACTIVATIONS)} (or a "
+                              f"CrossEncoder's activation_fn), not {activation!r:.40}")
     return info
 
 

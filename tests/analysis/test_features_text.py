@@ -95,8 +95,8 @@ def test_the_command_line_refuses_them_alike(bert_dir, tmp_path, capsys, max_len
     assert main(["features", "--model", str(bert_dir), "--text", LONG, "--max-len", max_len, "--truncate",
                  "--out", str(tmp_path / "out")]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and f"max_length={max_len}" in err, err
-    assert f"error: --max-len: max_length={max_len}" in err  # the flag first, as every refusal of a flag
+    assert out == "" and err.count("\n") == 1, err
+    assert f"error: --max-len {max_len}" in err and "max_length" not in err  # the flag, named once
     assert not (tmp_path / "out").exists()
 
 

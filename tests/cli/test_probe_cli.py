@@ -135,8 +135,12 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["features", "--data", "/dev/null"], "--data /dev/null: not a regular file"),  # said as missing
     (["features", "--data", "{bad}", "--layers", "all,1"], "--layers"),
     (["features", "--text", "The cat sat.", "--layers", "0,0,0"],
-     "--layers: layers '0,0,0' names layer 0 twice"),  # answered one layer, silently
+     "--layers '0,0,0' names layer 0 twice"),  # answered one layer, silently
     (["features", "--data", "{bad}", "--layers", "1,-1,2"], "names layer 2 twice (here -1 is layer 2)"),
+    # the flag named once, not "--layers '5': layers '5': outside ..." (--data) or "--layers: layers ..."
+    (["features", "--data", "{bad}", "--layers", "5"], "error: --layers '5': outside 0..2"),
+    (["features", "--text", "a b", "--layers", "5"], "error: --layers '5': outside 0..2"),
+    (["features", "--text", " "], "--text: the text to take features of is empty"),  # exit 0 before
     (["features", "--data", "{bad}", "--mix-gamma", "2"], "--mix-gamma: the scalar mix is for --text"),
     (["features", "--data", "{bad}", "--max-len", "100000"], "--max-len 100000: more tokens than the model"),
     (["features", "--data", "{bad}", "--max-len", "2"], "--max-len 2: a word needs 3 tokens at least"),

@@ -116,7 +116,11 @@ def test_distill_command_end_to_end(teacher_dir, tmp_path, capsys):
 def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
     base = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
             "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), "--steps", "1"]
-    for extra, named in ((["--student-layers", "9"], "from 1 to 4"),
+    # the flag named once, as 0's is (it said "student_layers 9: ..."); a preset mistyped gets its closest
+    for extra, named in ((["--student-layers", "9"], "error: --student-layers 9: expected every-other or a "
+                                                     "number of layers from 1 to 4"),
+                         (["--student", "bert-tinyy"], "--student bert-tinyy: is not a preset; did you mean "
+                                                       "bert-tiny"),
                          (["--student-layers", "0"], "--student-layers 0: expected every-other"),
                          (["--student-layers", "x"], "every-other"),
                          (["--student", "no-such-preset"], "not a preset"), (["alpha=2"], "alpha"),

@@ -42,8 +42,10 @@ def parse_layers(spec, n_states: int) -> list:
     see feature_options.resolve_layers."""
     try:
         return resolve_layers("all" if spec is None else spec, n_states)
-    except OptionsError as err:
-        raise OptionsError(f"--layers {spec!r}: {err}", "layers") from None
+    except OptionsError as err:  # its message names the selection already ("layers '5': outside ..."): once
+        said = f"--{err}" if str(err).startswith("layers '") else \
+            f"--layers {spec!r}: {str(err).removeprefix('layers: ')}"
+        raise OptionsError(said, "layers") from None
 
 
 def pool_words(hidden: torch.Tensor, word_ids: list, n_words: int, pooling: str = "first") -> torch.Tensor:

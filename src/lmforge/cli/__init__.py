@@ -6,11 +6,13 @@ traceback), 1 on an internal error.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import select
 import sys
 import warnings
+from pathlib import Path
 
 from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
 from lmforge.cli.common import KEY_VALUE, UsageError, with_bounds
@@ -60,6 +62,16 @@ class OneLineParser(argparse.ArgumentParser):
         """argparse's, with a sub-command's key=value overrides taken wherever they stand among its flags."""
         return super().parse_known_args(overrides_last(self, args), namespace)
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with an unknown flag refused by the sub-command that was given it (its name, its
+        --help, a flag of its own it is close to), not by `lmforge`, whose help lists no job's flags."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner = next((p for p in parser_chain(self, getattr(parsed, "prog", self.prog))
+                          if p.prog == getattr(parsed, "prog", None)), self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}{close_flag(owner, extras)}")
+        return parsed
+
     def error(self, message: str):
         """Exit with status 2 after one line naming the command, the error and where help is."""
         self.exit(2, f"{self.prog}: error: {one_line(as_flag_value(message))} (see {self.prog} --help)\n")
@@ -95,22 +107,64 @@ def one_line(message) -> str:
     return " ".join(str(message).split())
 
 
-def empty_path(parser: argparse.ArgumentParser, args) -> str | None:
-    """The first argument of PATHS that the command line `args` (of `parser`) gave as an empty or blank text,
-    as a flag or its metavar (SRC); None where there is none."""
+def close_flag(parser: argparse.ArgumentParser, extras: list) -> str:
+    """"; did you mean --model?" for the first unknown flag among `extras` that is close to one of
+    `parser`'s flags (--modle); "" where none is."""
+    flags = [flag for a in parser._actions for flag in a.option_strings if flag.startswith("--")]
+    for given in (e.split("=")[0] for e in extras if e.startswith("--")):
+        close = difflib.get_close_matches(given, flags, n=1)
+        if close:
+            return f"; did you mean {close[0]}?"
+    return ""
+
+
+def parser_chain(parser: argparse.ArgumentParser, prog: str) -> list:
+    """The parsers from `parser` down to the sub-command whose whole name is `prog` (index, index build)."""
     chain, todo = [], [parser]
-    while todo:  # the parsers from the command's down to its sub-command's (index, index build)
+    while todo:
         sub = todo.pop()
-        if f"{args.prog} ".startswith(f"{sub.prog} "):
+        if f"{prog} ".startswith(f"{sub.prog} "):
             chain.append(sub)
             todo += [p for a in sub._actions if isinstance(a, argparse._SubParsersAction)
                      for p in a.choices.values()]
+    return chain
+
+
+def empty_path(parser: argparse.ArgumentParser, args) -> str | None:
+    """The first argument of PATHS that the command line `args` (of `parser`) gave as an empty or blank text,
+    as a flag or its metavar (SRC); None where there is none."""
+    chain = parser_chain(parser, args.prog)
     for action in (a for sub in chain for a in sub._actions):
         name = action.option_strings[0] if action.option_strings else action.dest
         value = getattr(args, action.dest, None) if name in PATHS else None
         if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):
             return name if action.option_strings else (action.metavar or name.upper())
     return None
+
+
+# the arguments that name a model to read, which a job's run folder stands for (its final/: io/resolve.py)
+MODEL_ARGS = {"--model", "--teacher", "--retriever", "--generator", "--reader", "src", "model"}
+
+
+def run_folder_notes(parser: argparse.ArgumentParser, args) -> list:
+    """A line for each model argument that names a run folder (no config.json of its own, a final/ that
+    has one), which the loaders read as its final/ (utils/model_folder.py): the folder read, and its best/
+    (the best validation score's model, which docs/*.md evaluate) where there is one."""
+    notes = []
+    for action in (a for sub in parser_chain(parser, args.prog) for a in sub._actions):
+        name = action.option_strings[0] if action.option_strings else action.dest
+        value = getattr(args, action.dest, None) if name in MODEL_ARGS else None
+        if not isinstance(value, str) or not value.strip():
+            continue
+        folder = Path(value)
+        if (folder / "config.json").is_file() or not (folder / "final" / "config.json").is_file():
+            continue
+        best = folder / "best"
+        also = f"; {best} holds the best validation score's model: name it to read that one" \
+            if (best / "config.json").is_file() else ""
+        notes.append(f"{args.prog}: note: {name} {value} is a run folder: reading {folder / 'final'} "
+                     f"(its last step's model){also}")
+    return notes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,6 +243,8 @@ def main(argv: list | None = None) -> int:
             if said is not None:
                 raise UsageError(f"{said} is empty: name a file, folder or model (\"\" would be read as the "
                                  f"working folder, or as {said} not given)")
+            for note in run_folder_notes(parser, args):
+                print(note, file=sys.stderr)
             args.func(args)
         sys.stdout.flush()  # a reader gone before the last buffered line breaks here, not at exit
     except BrokenPipeError as err:

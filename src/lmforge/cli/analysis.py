@@ -94,19 +94,20 @@ def cmd_attention(args) -> None:
 
 
 def _figure_flags(args) -> None:
-    """A UsageError, before any work, for figure flags without a figure, or a figure file of another format
-    or the page's own (--out)."""
+    """A UsageError, before any work, for figure flags without a figure, or a page (--out) or figure file of
+    another format (so the page is never a figure's file too)."""
     from lmforge.cli.common import UsageError
 
     chosen = [flag for flag in ("group", "layer", "heads") if getattr(args, flag) is not None]
     if chosen and not (args.png or args.svg):  # else they would choose nothing
         raise UsageError(f"{', '.join('--' + f for f in chosen)}: they choose what a figure draws; "
                          "give --png or --svg")
+    if args.out and Path(args.out).suffix.lower() not in (".html", ".htm"):  # view.png held a page
+        raise UsageError(f"--out {args.out}: the page is HTML, its file must end in .html or .htm (a "
+                         "picture: --png or --svg)")
     for flag, path, suffix in (("--png", args.png, ".png"), ("--svg", args.svg, ".svg")):
         if path and Path(path).suffix.lower() != suffix:
             raise UsageError(f"{flag} {path}: the figure's file must end in {suffix}")
-        if path and args.out and Path(path).resolve() == Path(args.out).resolve():  # it replaces the page
-            raise UsageError(f"--out {args.out}: is also the {flag} figure; give the page a file of its own")
 
 
 def _check_figure(maps, group, layer, heads) -> None:
@@ -211,7 +212,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--pair", help="a second text (a sentence pair; an encoder-decoder's decoder input)")
     said(p.add_argument("--tokenizer", help="tokenizer directory"), "the model directory's")
     said(p.add_argument("--layers", help="layers to record, e.g. 0,3,5 or 2-5"), "all")
-    p.add_argument("--out", help="the HTML file to write")
+    p.add_argument("--out", help="the HTML file to write (.html or .htm)")
     p.add_argument("--png", help="a PNG figure of one layer's heads")
     p.add_argument("--svg", help="an SVG figure of one layer's heads")
     said(p.add_argument("--group", help="figure: self, encoder, decoder or cross"), "the first")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from lmforge.cli.analysis import analysed_model
-from lmforge.cli.common import SEED, bounded, said
+from lmforge.cli.common import SEED, bounded, named_once, said
 from lmforge.config.model import MAX_LEN
 from lmforge.utils.jsontext import dumps
 
@@ -297,7 +297,7 @@ def feature_options(args):
     try:
         return FeatureOptions.build(fields=fields, from_text=True)
     except OptionsError as err:
-        raise UsageError(f"{FLAGS.get(err.field, err.field)}: {err}") from None
+        raise named_once(err, FLAGS.get(err.field, err.field)) from None
 
 
 def _text_features(args) -> None:
@@ -310,6 +310,8 @@ def _text_features(args) -> None:
 
     if args.data or args.task:
         raise UsageError("give --text or --data / --task, not both")
+    if any(not text.strip() for text in args.text):  # as attention's text: no tokens to take features of
+        raise UsageError("--text: the text to take features of is empty")
     from lmforge.config.options import OptionsError
 
     options = feature_options(args)
@@ -317,7 +319,7 @@ def _text_features(args) -> None:
     try:  # the model's own limits (its positions, its special tokens): named by the flag, as the options' are
         found = text_features(model, tokenizer, args.text, options, args.batch_size)
     except OptionsError as err:
-        raise UsageError(f"{FLAGS.get(err.field, err.field)}: {err}") from None
+        raise named_once(err, FLAGS.get(err.field, err.field)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "features.json", {"model": str(args.model), "options": dataclasses.asdict(options),

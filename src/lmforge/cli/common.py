@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -81,6 +82,17 @@ def flag_error(err, values: dict, words: dict | None = None, flags: dict | None 
     rule = (words or {}).get(field) or re.sub(rf"^{re.escape(field)}(=\S+)?:?\s*", "", str(err).split(", got ")[0])
     value = getattr(values.get(field), "text", values.get(field))  # as typed (TypedFloat): 1e400, not inf
     return UsageError(f"{flag}: {rule}" if isinstance(value, bool) else f"{flag} {value}: {rule}")
+
+
+def named_once(err, flag: str, given=None) -> UsageError:
+    """An OptionsError (or ValueError) about field `err.field` as a UsageError naming `flag` (and the value
+    `given`) once: a message that opens with the field's own name ("layers '5': outside ...", "mix_gamma=2
+    needs ...") has the flag in its place, not before it."""
+    field, text = str(getattr(err, "field", "")), str(err)
+    named = re.match(rf"{re.escape(field)}(=|\b)", text) if field else None
+    if named:
+        return UsageError(f"{flag}{' ' * (named[1] == '=')}{text[named.end():]}")
+    return UsageError(f"{flag}{'' if given is None else f' {given}'}: {text}")
 
 
 def option_flags(parser, cls, prefix: str = "", switches: dict | None = None, required: tuple = (),
@@ -311,15 +323,53 @@ def refuse_nested(out, *inputs, option: str = "--out",
                              f"the inputs")
 
 
-def existing_model(flag: str, given: str) -> Path:
+def existing_model(flag: str, given: str, presets: tuple = ()) -> Path:
     """The model directory `given` names (a folder, or an installed model's); a UsageError naming `flag`
-    where it names none, before the job that needs it runs."""
+    where it names none, before the job that needs it runs; `presets`: the names `flag` takes besides
+    (said, with the closest, where `given` is neither)."""
+    import difflib
+
     from lmforge.io import find_model_dir
 
     try:
         return find_model_dir(given)
     except (ValueError, OSError) as err:
-        raise UsageError(f"{flag} {given}: {err}") from None
+        close = difflib.get_close_matches(given, presets, n=1)
+        also = f"; or a preset: {', '.join(presets)}" + (f" (did you mean {close[0]}?)" if close else "")
+        raise UsageError(f"{flag} {given}: {err}{also if presets else ''}") from None
+
+
+@contextmanager
+def flag_named(field: str, flag: str, given):
+    """Inside it, a job's OptionsError about `field` (a check past the options objects', such as a DPR
+    encoder's architecture) is a UsageError naming `flag` and its value `given`."""
+    from lmforge.config.options import OptionsError
+
+    try:
+        yield
+    except OptionsError as err:
+        if err.field != field:
+            raise
+        raise named_once(err, flag, given) from None
+
+
+def text_field(flag: str, files, hint: str, options=None) -> None:
+    """A UsageError naming `flag`, the file and its records' fields where every one of `files` is a JSONL
+    file whose records lack the text field (`options.text_field`): nothing would be read, which the reader
+    said in two warnings and the job in an error repeating them; `hint`: how to name the field."""
+    from lmforge.data.text_field import missing_everywhere
+
+    missing = missing_everywhere(files, options)
+    if missing:
+        raise UsageError(f"{flag} {missing}: {hint}")
+
+
+def tokenizer_folder(flag: str, given: str | None) -> None:
+    """A UsageError naming `flag` where `given` is no folder (a tokenizer's or a model's), said before the
+    tokenizer's loader, whose "nope does not exist" names no flag."""
+    if given is not None and not Path(given).is_dir():
+        said = "is a file, not a folder" if Path(given).exists() else "no such folder"
+        raise UsageError(f"{flag} {given}: {said} (give a tokenizer's folder, or a model's)")
 
 
 def read_records(option: str, path, kind: str, columns, labelled: bool = True) -> list:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 import warnings
 
-from lmforge.cli.common import bounded, flag_values, from_flags, option_flags
+from lmforge.cli.common import bounded, flag_values, from_flags, option_flags, text_field, tokenizer_folder
 from lmforge.data.corpus import CorpusWarning
 from lmforge.data.read_options import ReadOptions
 from lmforge.data.shards import MAX_SHARD_MB, MAX_WORKERS, MB, MIN_SHARD_MB
@@ -20,7 +20,9 @@ def cmd_corpus_shard(args) -> None:
     refuse_nested(args.out, ("FILES", args.files))
     refuse_nested(args.out, ("--tokenizer", args.tokenizer),
                   why="the shards and the run's copy of the tokenizer would be written into it")
+    tokenizer_folder("--tokenizer", args.tokenizer)
     options = from_flags(lambda found: ReadOptions(**found), flag_values(args, ReadOptions))
+    text_field("FILES", args.files, "give --text-field, the field that holds the text", options)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("always", CorpusWarning)  # every file's, each said (cli.main: one line each)

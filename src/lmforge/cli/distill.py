@@ -11,6 +11,7 @@ parameters, size on disk, forward time measured side by side) and writes OUT/dis
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from lmforge.cli.common import SEED, STEPS, bounded, said
@@ -102,7 +103,7 @@ def _configs(args) -> tuple:
 
 def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
-    from lmforge.cli.common import UsageError, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, flag_named, read_records, refuse_overwrite
     from lmforge.compress.task_distillation import DISTILL_WRITES, run_distill
 
     if args.student and args.student_layers:  # DistillConfig refuses it too, naming its fields
@@ -119,8 +120,9 @@ def cmd_distill(args) -> None:
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid
     source = f"--data {args.data}" if args.data else f"--valid {args.valid}"
-    report = run_distill(args.teacher, train, valid, records, args.out, train_cfg=train_cfg, cfg=cfg,
-                         resume=args.resume, source=source)
+    with flag_named("student_layers", "--student-layers", args.student_layers):  # more than the teacher's
+        report = run_distill(args.teacher, train, valid, records, args.out, train_cfg=train_cfg, cfg=cfg,
+                             resume=args.resume, source=source)
     _print(report, args.out)
 
 
@@ -138,8 +140,10 @@ def add_parsers(sub) -> None:
                    help="the run's directory: its checkpoints, metrics.jsonl, the student (final/, best/) "
                         "and distill.json")
     p.add_argument("--train", required=True, help="labelled training file (the teacher's task)")
-    p.add_argument("--valid", help="labelled validation file (best/ kept, metrics.jsonl)")
-    said(p.add_argument("--data", help="labelled file teacher and student are scored on"), "--valid")
+    p.add_argument("--valid", help="labelled validation file (best/ kept, metrics.jsonl); --valid or --data "
+                                   "is required")
+    said(p.add_argument("--data", help="labelled file teacher and student are scored on; --data or --valid "
+                                       "is required"), "--valid")
     said(p.add_argument("--student-layers", help="every-other, or N: the teacher's first N layers"),
          "every-other")
     p.add_argument("--student", help="a preset instead: random init, fresh head")
@@ -152,3 +156,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue the newest checkpoint in --out")
     p.add_argument("overrides", nargs="*", help="key=value: training or loss options")
     p.set_defaults(func=cmd_distill)
+    # the synopsis says that one of the two is required, which argparse's "[--valid] [--data]" does not
+    p.usage = re.sub(r"\[--valid VALID\](\s+)\[--data DATA\]", r"(--valid VALID\1and/or --data DATA)",
+                     p.format_usage().removeprefix("usage: ").rstrip())

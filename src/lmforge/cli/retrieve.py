@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_values, option_flags,
-                                said)
+from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_named, flag_values,
+                                option_flags, said, text_field)
 from lmforge.retrieval.job_options import (MAX_HARD_NEGATIVES, IctOptions, IndexOptions, QueryOptions,
                                            RagOptions, ReaderOptions, RealmOptions)
 
@@ -75,8 +75,9 @@ def cmd_index_build(args) -> None:
     refuse_nested(args.out, ("--passages", args.passages))  # a later build would index this one's files
     check_source("--passages", args.passages)
     try:
-        summary = build_index_dir(args.out, args.passages, args.model, args.seed, index, not args.quiet,
-                                  **encoder)
+        with flag_named("model", "--model", args.model):  # a decoder: "a DPR encoder must be ..."
+            summary = build_index_dir(args.out, args.passages, args.model, args.seed, index, not args.quiet,
+                                      **encoder)
     except OptionsError as err:  # an index option the build refused is said as its flag
         if err.field in {f.name for f in fields(IndexOptions)}:
             raise flag_error(err, asdict(index)) from None
@@ -118,7 +119,7 @@ def check_source(flag: str, given: str | None, named: tuple = ("builtin",), fold
     `folder`, a folder) on disk; the job would otherwise fail on it in an OS error naming no flag."""
     path = Path(given or "")
     if given is None or given in named or path.is_file() or (folder and path.is_dir()):
-        return
+        return text_field(flag, [given], "a passages file has id, title and text") if flag == "--passages" else None
     kind = "file or folder" if folder else "file"
     raise UsageError(f"{flag} {given}: {'a folder, not a file' if path.is_dir() else f'no such {kind}'} "
                      f"(or {' / '.join(named)})")
@@ -144,7 +145,7 @@ def _train_config(args, command: str | None = None) -> tuple:
     sub-command that takes no encoder options (a UsageError naming them if given)."""
     from lmforge.cli.common import UsageError, refuse_nested, refuse_overwrite, train_config
     from lmforge.retrieval.jobs import RUN_WRITES
-    from lmforge.retrieval.rag_job import generator_folder
+    from lmforge.retrieval.rag_job import GENERATORS, generator_folder
 
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
@@ -164,9 +165,8 @@ def _train_config(args, command: str | None = None) -> tuple:
     refuse_nested(args.out, ("--passages", args.passages))
     for flag, folder in folders:  # before training (it failed after it)
         if folder is not None:
-            existing_model(flag, folder)
+            existing_model(flag, folder, tuple(GENERATORS) * (flag == "--generator"))
     return cfg, encoder
-
 
 
 def _training_only(args, command: str):
@@ -193,8 +193,9 @@ def cmd_train(args) -> None:
     from lmforge.retrieval.jobs import run_train
 
     cfg, encoder = _train_config(args)
-    table = run_train(args.model, args.out, cfg, args.questions, args.passages, args.hard_negatives, args.resume,
-                      separate=args.separate_encoders, **encoder)
+    with flag_named("model", "--model", args.model):  # a decoder: "a DPR encoder must be ..."
+        table = run_train(args.model, args.out, cfg, args.questions, args.passages, args.hard_negatives,
+                          args.resume, separate=args.separate_encoders, **encoder)
     for name, row in table.items():
         print(f"{name:>10}  " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()))
     print(f"retriever in {args.out}/final, recall in {args.out}/recall.json")

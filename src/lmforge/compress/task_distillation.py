@@ -23,14 +23,14 @@ import torch.nn.functional as F
 
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.model_files import output_folder
-from lmforge.config import atomic_write_text, option
+from lmforge.config import ConfigError, atomic_write_text, option
 from lmforge.config.model import MAX_LAYERS
 from lmforge.config.options import OptionsError, check_options
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objective
 from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
                                            student_from_teacher)
-from lmforge.presets import PRESETS
+from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
                                     fine_tuned_task, make_task, preset_model, write_task_files)
 from lmforge.train import TrainConfig, Trainer
@@ -65,7 +65,8 @@ class DistillConfig:
         if self.student is not None and self.student_layers is not None:
             raise OptionsError("give student_layers or student, not both", "student")
         if self.student is not None and self.student not in PRESETS:
-            raise OptionsError(f"student={self.student!r} is not a preset", "student")
+            raise OptionsError(f"student={self.student!r} is not a preset{closest_preset(self.student)}",
+                               "student")
         layers = self.student_layers
         whole = isinstance(layers, int) and not isinstance(layers, bool)
         counted = str(layers).isdigit() if isinstance(layers, str) else whole
@@ -81,6 +82,16 @@ class DistillConfig:
         return options_from_dict(cls, data, "distillation")
 
 
+def closest_preset(name: str) -> str:
+    """"; did you mean bert-tiny, bert-mini?" (or the presets' list): get_config's hint, as inspect and
+    pretrain say it; "" for a name it knows (an ELMo preset, no Transformer to distil into)."""
+    try:
+        get_config(name)
+    except ConfigError as err:
+        return "; " + str(err).partition("; ")[2]
+    return ""
+
+
 def student_layers(spec, n_layers: int) -> tuple:
     """Teacher layers a student copies: "every-other" (0, 2, 4, ...) or an int N (the first N)."""
     if spec in (None, "every-other"):
@@ -90,8 +101,8 @@ def student_layers(spec, n_layers: int) -> tuple:
     except (TypeError, ValueError):
         raise ValueError(f"student_layers {spec!r}: expected every-other or a number of layers") from None
     if not 1 <= n <= n_layers:
-        raise ValueError(f"student_layers {n}: expected every-other or a number of layers from 1 to "
-                         f"{n_layers} (the teacher has {n_layers} layers)")
+        raise OptionsError(f"student_layers {n}: expected every-other or a number of layers from 1 to "
+                           f"{n_layers} (the teacher has {n_layers} layers)", "student_layers")
     return tuple(range(n))
 
 

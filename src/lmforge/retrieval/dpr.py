@@ -114,7 +114,8 @@ class BiEncoder:
     def __init__(self, model, tokenizer, options: EncoderOptions | None = None, passage_model=None) -> None:
         for m in (model, passage_model or model):
             if m.config.architecture != "encoder":
-                raise ValueError(f"a DPR encoder must be an encoder model, not {m.config.architecture}")
+                raise OptionsError(f"a DPR encoder must be an encoder model, not {m.config.architecture}",
+                                   "model")  # the field: the command line names its --model
         self.model, self.tokenizer, self.options = model, tokenizer, options or EncoderOptions()
         self.passage_model = passage_model  # None: E_P is E_Q
         self.cut = 0  # texts cut to max_length so far (an index build says how many of its passages)

@@ -20,8 +20,8 @@ def cmd_corpus_shard(args) -> None:
     refuse_nested(args.out, ("FILES", args.files))
     refuse_nested(args.out, ("--tokenizer", args.tokenizer),
                   why="the shards and the run's copy of the tokenizer would be written into it")
-    tokenizer_folder("--tokenizer", args.tokenizer)
     options = from_flags(lambda found: ReadOptions(**found), flag_values(args, ReadOptions))
+    tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
     text_field("FILES", args.files, "give --text-field, the field that holds the text", options)
     start = time.perf_counter()
     with warnings.catch_warnings():

@@ -67,7 +67,6 @@ def cmd_pretrain(args) -> None:
                      ("--config", args.config),
                      writes=(*RUN_FILES, "tokenizer", "probes.json"))
     refuse_nested(args.out, ("--data", args.data))
-    tokenizer_folder("--tokenizer", args.tokenizer)
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
     train = train_config(args, train)
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
@@ -81,15 +80,16 @@ def cmd_pretrain(args) -> None:
     if unknown:  # neither a training, a recipe nor a model option: the model's list alone would mislead
         raise UsageError(f"unknown option(s) {unknown}: neither training options, recipe options nor model "
                          f"config fields (`lmforge options pretrain` lists them all)")
-    teacher = load_model(args.teacher) if args.teacher else None
-    source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
-    tokenizer = load_tokenizer(source) if source else None
-    check_vocabulary(model, tokenizer, source)
     read = flag_values(args, ReadOptions)  # how --data's files are read, as `corpus shard` reads them
     if read and not args.data:
         flag = "--" + next(iter(read)).replace("_", "-")
         raise UsageError(f"{flag} says how --data files are read: give --data")
     read = from_flags(lambda found: ReadOptions(**found), read) if read else None
+    tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
+    teacher = load_model(args.teacher) if args.teacher else None
+    source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
+    tokenizer = load_tokenizer(source) if source else None
+    check_vocabulary(model, tokenizer, source)
     text_field("--data", args.data, "give --text-field, the field that holds the text", read)
     inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=teacher, data=args.data,
                             tokenizer=tokenizer, overrides=model, resume=args.resume, read=read)

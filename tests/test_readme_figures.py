@@ -7,10 +7,10 @@ link) or whose text since the heading above it names one (docs/retrieval.md's ta
 Its figure cells are every cell but the first (what is measured), `machine` and `source`. The rule, the
 same for every row: each number of a figure cell, at the precision it is printed with (0.908 stands for
 anything in [0.9075, 0.9085]), is a number of the JSON, or 100 times one where the cell prints a % and the
-number is not a ratio (96.5 % is a `metric` of 0.965). A ratio (`1.79x`) is one the JSON records
-(`speedup`, `ratio`, `vs_reference`, ...), or, for a row in QUOTIENTS, the quotient of the two numbers it
-names. No free "any a / b" rule: a JSON of a few hundred timings has a quotient within 0.005 of any
-speed-up, so it would pass every stale ratio.
+number is not a ratio (96.5 % is a `metric` of 0.965). A ratio (`1.79x`) is one the JSON records under a
+ratio's key (RATIO_KEY: `speedup`, `ratio`, `vs_reference`, `a / b`, ...), or, for a row in QUOTIENTS, the
+quotient of the two numbers it names. No free "any a / b" rule, nor any number for a ratio: a JSON of a
+few hundred timings has a quotient within 0.005 of any speed-up, and a seconds field near most.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ LINKED = re.compile(r"\]\((bench/results/[^)\s]+\.json)\)")
 NAMED = re.compile(r"bench/results/[\w./-]+\.json")
 NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(\s*x)?")
 NOT_FIGURES = {"machine", "source"}
+RATIO_KEY = re.compile(r"ratio|speedup|^vs_| / ")  # the keys a JSON records a ratio under
 
 # A row whose figures come from another JSON than its table's: (file, first cell) -> that JSON.
 SOURCES = {
@@ -79,13 +80,17 @@ def _cases() -> list:
     return cases
 
 
-def numbers(data) -> list:
+def numbers(data, ratios: bool = False, key: str = "") -> list:
     """Every number a field of a JSON document holds (booleans are not numbers here), in objects within
-    lists too; not the items of a list of numbers, a run's raw samples, which match any figure near them."""
+    lists too; not the items of a list of numbers, a run's raw samples, which match any figure near them.
+    ratios: only those whose key (the nearest one above it) is a ratio's (RATIO_KEY)."""
     if isinstance(data, dict):
-        return [found for value in data.values() for found in numbers(value)]
+        return [found for name, value in data.items() for found in numbers(value, ratios, name)]
     if isinstance(data, list):
-        return [found for value in data if isinstance(value, (dict, list)) for found in numbers(value)]
+        return [found for value in data if isinstance(value, (dict, list))
+                for found in numbers(value, ratios, key)]
+    if ratios and not RATIO_KEY.search(key):
+        return []
     return [float(data)] if isinstance(data, (int, float)) and not isinstance(data, bool) else []
 
 
@@ -95,9 +100,11 @@ def _document(source: str):
     return json.loads((ROOT / source).read_text(encoding="utf-8"))
 
 
-def row_numbers(where: str, first: str, source: str) -> list:
-    """The numbers a row's figures may be: its JSON's, and the quotient QUOTIENTS names for it."""
-    found, document = numbers(_document(source)), _document(source)
+def row_numbers(where: str, first: str, source: str, ratios: bool = False) -> list:
+    """The numbers a row's figures may be: its JSON's (ratios: those under a ratio's key), and the quotient
+    QUOTIENTS names for it."""
+    document = _document(source)
+    found = numbers(document, ratios)
     for numerator, denominator in [QUOTIENTS[(where, first)]] if (where, first) in QUOTIENTS else []:
         top, bottom = document, document
         for key in numerator:
@@ -108,14 +115,16 @@ def row_numbers(where: str, first: str, source: str) -> list:
     return found
 
 
-def unmatched(cell: str, found: list) -> list:
+def unmatched(cell: str, found: list, ratios: list | None = None) -> list:
     """The numbers printed in `cell` that are not among `found`, rounded as printed (nor 100 times one of
-    them, where the cell prints a % and the number is not a ratio)."""
+    them, where the cell prints a % and the number is not a ratio); a ratio (`1.79x`) among `ratios` alone
+    (None: `found`)."""
     missing = []
     for text, ratio in NUMBER.findall(cell):
         half = 0.5 * 10.0 ** -len(text.partition(".")[2]) + 1e-9
         scales = (1, 100) if "%" in cell and not ratio else (1,)
-        if not any(abs(scale * value - float(text)) <= half for value in found for scale in scales):
+        pool = found if not ratio or ratios is None else ratios
+        if not any(abs(scale * value - float(text)) <= half for value in pool for scale in scales):
             missing.append(text + ratio.strip())
     return missing
 
@@ -124,8 +133,8 @@ def unmatched(cell: str, found: list) -> list:
 def test_row_figures_are_its_json(where, first, figures, source):
     """Each number of the row's figure cells is its JSON's, rounded as printed (or a ratio of one field)."""
     assert (ROOT / source).is_file(), f"{where}: {first!r} links {source}, which is not committed"
-    found = row_numbers(where, first, source)
-    missing = [text for cell in figures for text in unmatched(cell, found)]
+    found, ratios = row_numbers(where, first, source), row_numbers(where, first, source, ratios=True)
+    missing = [text for cell in figures for text in unmatched(cell, found, ratios)]
     assert not missing, f"{where}: {first!r} prints {missing}, not in {source} ({' | '.join(figures)})"
 
 
@@ -156,5 +165,12 @@ def test_the_rule_catches_a_stale_figure():
     assert unmatched("96.5 -> 96.0", [0.965, 0.96]) == ["96.5", "96.0"]
     assert unmatched("0.97x, 1.5 %", [0.0097, 0.015]) == ["0.97x"]
     assert unmatched("7.18x", [5.5236, 0.7694]) == ["7.18x"]
+    # a ratio is matched among the numbers under a ratio's key alone, not a time or a count near it
+    document = {"seconds": 2.04, "threads": 2, "runs": [{"speedup": 1.43}], "vs_reference": 2.43}
+    found, ratios = numbers(document), numbers(document, ratios=True)
+    assert ratios == [1.43, 2.43]
+    assert unmatched("2.04x, 2.00x, 1.43x, 2.43x", found, ratios) == ["2.04x", "2.00x"]
+    assert unmatched("2.04 s", found, ratios) == []  # a figure that is no ratio is any number
     (where, first), _ = next(iter(QUOTIENTS.items()))
-    assert unmatched("7.18x", row_numbers(where, first, "bench/results/default.json")) == []
+    default = "bench/results/default.json"
+    assert unmatched("7.18x", [], row_numbers(where, first, default, ratios=True)) == []

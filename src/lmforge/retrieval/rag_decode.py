@@ -122,5 +122,6 @@ def fast_scores(beams: list, doc_logp: torch.Tensor) -> tuple:
     hypotheses, first seen first; (C,) log sum_{z: y in Y_z} p(z | x) p(y | x, z))."""
     candidates = list(dict.fromkeys(y for beam in beams for y in beam))
     # (C, K) log p(y | x, z), -inf (p = 0) where y is off passage z's beam: one logsumexp for the union
-    joint = torch.tensor([[beam.get(y, -math.inf) for beam in beams] for y in candidates], dtype=torch.float64)
+    joint = torch.tensor([[beam.get(y, -math.inf) for beam in beams] for y in candidates],
+                         dtype=torch.float64)
     return candidates, torch.logsumexp(joint + doc_logp.detach().to("cpu", torch.float64), 1)

@@ -81,7 +81,8 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     options = options_of(RagOptions, options)
     out = training_folder(out)
     refuse_overlap(out, ("retriever", retriever), ("generator", generator_folder(generator)),
-                   ("questions", questions), ("passages_source", passages_source), models=("retriever", "generator"))
+                   ("questions", questions), ("passages_source", passages_source),
+                   models=("retriever", "generator"))
     if resume:  # a mistyped --out is refused before the work, not after it
         check_resumable(out)
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)

@@ -96,11 +96,12 @@ def writes_over(source: Path, target: Path, writes: tuple = (), model: Path | No
     """How writing the output `target` (a file, or a folder the names `writes` go into) meets the input
     `source`, both resolved (links and ../ seen through): "is" it, or the same file or folder by another
     name (a hard link, a bind mount); "holds" it: a written name is it, holds it or is a hard link to it,
-    or (holding: a source model a job's output folder may not hold at all, as --out of prune, quantize,
-    distill and heads may not) the output folder holds it; "lies inside" it: the output or a written name
-    is a file the job reads from the input folder (a model folder: its files of MODEL_FILES' kinds in
-    `model`, where they lie: utils.model_folder.inside_job_folder; any other folder: every file), by name,
-    so that a rerun is judged as its first run; None where the input is left as it was, unread."""
+    or (holding: an input the output folder may not hold at all: the source model of prune's, quantize's,
+    distill's and heads' --out, every input of a retrieval run) the output folder holds it; "lies inside"
+    it: the output or a written name is a file the job reads from the input folder (a model folder: its
+    files of MODEL_FILES' kinds in `model`, where they lie: utils.model_folder.inside_job_folder; any
+    other folder: every file), by name, so that a rerun is judged as its first run; None where the input
+    is left as it was, unread."""
     if source == target or _same(source, target):
         return "is"
     written = [target / name for name in writes]

@@ -246,6 +246,23 @@ def test_the_student_is_chosen_in_the_options_python_and_the_command_line_refuse
     assert not (tmp_path / "x").exists()
 
 
+def test_a_mistyped_student_is_offered_transformer_presets_only_and_an_elmo_one_is_said_why():
+    """The hint was get_config's, which offered ELMo's presets ("elmo-smal": did you mean elmo-small?), each
+    then refused as "not a preset" with no reason."""
+    from lmforge.presets import ELMO_PRESETS, PRESETS
+
+    with pytest.raises(OptionsError, match=r"^student='elmo-smal' is not a preset; did you mean ") as err:
+        DistillConfig(student="elmo-smal")
+    offered = str(err.value).partition("did you mean ")[2].rstrip("?").split(", ")
+    assert offered and all(name in PRESETS for name in offered) and err.value.field == "student"
+    with pytest.raises(OptionsError, match=r"^student='elmo-small' is not a preset a student can be \(ELMo's "
+                                           r"is a biLSTM") as err:
+        DistillConfig(student="elmo-small")
+    with pytest.raises(OptionsError, match=r"is not a preset; presets: bert-tiny, ") as err:
+        DistillConfig(student="zzzqqq")
+    assert not any(name in str(err.value) for name in ELMO_PRESETS)
+
+
 @pytest.mark.parametrize("layers", ["every-others", 0, -3, 2.7, True, "1025"])
 def test_a_bad_student_layers_is_refused_when_the_options_are_built(layers):
     with pytest.raises(OptionsError) as err:

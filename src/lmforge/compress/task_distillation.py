@@ -13,6 +13,7 @@ trainer's: progress, metrics.jsonl, checkpoints, --resume, the seed.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import time
 from dataclasses import dataclass
@@ -23,14 +24,14 @@ import torch.nn.functional as F
 
 from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.model_files import output_folder
-from lmforge.config import ConfigError, atomic_write_text, option
+from lmforge.config import atomic_write_text, option
 from lmforge.config.model import MAX_LAYERS
 from lmforge.config.options import OptionsError, check_options
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objective
 from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
                                            student_from_teacher)
-from lmforge.presets import PRESETS, get_config
+from lmforge.presets import ELMO_PRESETS, PRESETS
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
                                     fine_tuned_task, make_task, preset_model, write_task_files)
 from lmforge.train import TrainConfig, Trainer
@@ -83,13 +84,12 @@ class DistillConfig:
 
 
 def closest_preset(name: str) -> str:
-    """"; did you mean bert-tiny, bert-mini?" (or the presets' list): get_config's hint, as inspect and
-    pretrain say it; "" for a name it knows (an ELMo preset, no Transformer to distil into)."""
-    try:
-        get_config(name)
-    except ConfigError as err:
-        return "; " + str(err).partition("; ")[2]
-    return ""
+    """"; did you mean bert-tiny, bert-mini?" (or the presets' list), worded as get_config hints, over the
+    Transformer presets alone (get_config's hint would name ELMo's, which no student can be)."""
+    if name in ELMO_PRESETS:
+        return " a student can be (ELMo's is a biLSTM: no Transformer layers to distil into)"
+    close = difflib.get_close_matches(name, PRESETS, n=3)
+    return f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(PRESETS)}"
 
 
 def student_layers(spec, n_layers: int) -> tuple:

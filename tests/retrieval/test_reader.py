@@ -81,3 +81,13 @@ def test_reading_returns_a_span_of_the_best_selected_passage(parts, tmp_path):
     assert again.read(records[0]["question"], passages[:4]) == reader.read(records[0]["question"], passages[:4])
     ranked = [[p.id for p in passages[:3]] for _ in records[:2]]
     assert 0.0 <= reader_exact_match(reader, records[:2], passages, ranked, k=3) <= 1.0
+
+
+def test_a_decoder_is_refused_as_a_reader_naming_the_model_field(parts):
+    """An OptionsError on "model", as DPR's encoder check is: the command line names its --model."""
+    from lmforge.config.options import OptionsError
+
+    decoder = lmforge.build("gpt2", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=parts[2].vocab_size)
+    with pytest.raises(OptionsError, match="a reader must be an encoder model, not decoder") as refused:
+        ExtractiveReader(decoder, parts[2])
+    assert refused.value.field == "model"

@@ -20,6 +20,7 @@ import re
 import torch
 import torch.nn.functional as F
 
+from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
@@ -95,7 +96,8 @@ class ExtractiveReader(Objective):
     def __init__(self, model, tokenizer, max_len: int = 128, seed: int = 0) -> None:
         super().__init__(model, pad_id=tokenizer.special_id("pad") or 0)
         if model.config.architecture != "encoder":
-            raise ValueError(f"a reader must be an encoder model, not {model.config.architecture}")
+            raise OptionsError(f"a reader must be an encoder model, not {model.config.architecture}",
+                               "model")  # the field: the command line names its --model
         with seeded_heads(seed):  # one stream for both: the selection head's draw follows the span head's
             self.span = head_or_new(model, "span-qa", "span-qa")
             self.select = head_or_new(model, "select", "classification", n_labels=1, pooler=False)

@@ -18,6 +18,7 @@ from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, genera
 from lmforge.cli.common import KEY_VALUE, UsageError, with_bounds
 from lmforge.config import ConfigError
 from lmforge.io import CheckpointError
+from lmforge.utils.model_folder import inside_job_folder
 
 JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_probe, prune, distill, quantize, retrieve, bakeoff, serve, options)  # each adds its sub-commands
 
@@ -157,7 +158,7 @@ def run_folder_notes(parser: argparse.ArgumentParser, args) -> list:
         if not isinstance(value, str) or not value.strip():
             continue
         folder = Path(value)
-        if (folder / "config.json").is_file() or not (folder / "final" / "config.json").is_file():
+        if inside_job_folder(folder) != folder / "final":  # the loaders' one rule (model/ is read first)
             continue
         best = folder / "best"
         also = f"; {best} holds the best validation score's model: name it to read that one" \

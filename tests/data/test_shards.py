@@ -289,7 +289,8 @@ def test_inputs_that_hold_no_document_are_refused_and_no_folder_is_left(tokenize
     argv = ["corpus", "shard", str(data), "--tokenizer", str(tokenizer_dir), "--out", str(tmp_path / "s")]
     assert main(argv) == 2  # one line naming the file, its records' fields and --text-field (no warnings)
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{data}: no record has a string \"text\" field (its records' fields: body)" in err[0]
+    said = f"{data}: no record has a string \"text\" field (its records' fields: body)"
+    assert len(err) == 1 and said in err[0]
     assert "--text-field" in err[0] and not (tmp_path / "s").exists()
     assert main([*argv, "--text-field", "body"]) == 0 and ShardCorpus(tmp_path / "s").n_tokens > 0
     (tmp_path / "t").mkdir()  # an --out that was there: what the run wrote into it goes, the folder stays

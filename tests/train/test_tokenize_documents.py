@@ -13,7 +13,8 @@ DOCS = [*documents(30, seed=4), ["", "   ", "Ünïcödé wörds, a tab\there and
 @pytest.fixture(scope="module")
 def tokenizers():
     lines = corpus_text(300, seed=0).splitlines()
-    out = {kind: train_tokenizer(lines, kind, 300) for kind in ("wordpiece", "bpe", "bytelevel-bpe", "unigram")}
+    kinds = ("wordpiece", "bpe", "bytelevel-bpe", "unigram")
+    out = {kind: train_tokenizer(lines, kind, 300) for kind in kinds}
     out["words"] = train_words(lines, 60)
     return out
 
@@ -45,4 +46,5 @@ def test_a_lone_surrogate_is_refused_as_encode_refuses_it(tokenizers, spelled):
         tok.encode(bad, add_special_tokens=False)
     with pytest.raises(ValueError) as batched:
         tokenize_documents(tok, [["a sentence"], ["ok", bad]], spelled=spelled)
-    assert str(batched.value) == str(one.value) == "text is not valid UTF-8: surrogates not allowed at position 10"
+    said = "text is not valid UTF-8: surrogates not allowed at position 10"
+    assert str(batched.value) == str(one.value) == said

@@ -111,7 +111,7 @@ def cmd_distill(args) -> None:
     if not args.data and not args.valid:
         raise UsageError("give --data FILE (or --valid FILE): the records teacher and student are scored on")
     train_cfg, cfg = _configs(args)
-    # the student: the teacher's layers or a preset
+    # the one source model is the teacher (the student is its layers, or a preset's fresh weights)
     refuse_overwrite(args.out, ("--teacher", args.teacher), ("--train", args.train), ("--valid", args.valid),
                      ("--data", args.data), ("--config", args.config), writes=DISTILL_WRITES,
                      sources=("--teacher",))

@@ -166,7 +166,8 @@ def cmd_demo(args) -> None:
     """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see lmforge.pipelines.demo)."""
     from lmforge.pipelines.demo import DemoConfig, run_demo
 
-    refuse_overwrite(args.out, kind="folder")  # empty, a file or a link where its folder goes, or a file above
+    # empty, a file or a link where its folder goes, or a file above it
+    refuse_overwrite(args.out, kind="folder")
     run_demo(Path(args.out), seed=args.seed, cfg=DemoConfig.quick() if args.quick else DemoConfig())
 
 

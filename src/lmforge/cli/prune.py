@@ -138,8 +138,8 @@ def cmd_prune(args) -> None:
     configs = _sparse_configs(args) if args.method in UNSTRUCTURED else _check_sparsity(args)
     writes = (*SPARSE_WRITES, *PRUNE_WRITES)  # a magnitude run's and a structured one's
     refuse_overwrite(args.out, ("--model", args.model), ("--data", args.data),
-                     ("--importance-data", args.importance_data), ("--train", args.train), ("--valid", args.valid),
-                     ("--config", args.config), writes=writes, sources=("--model",))
+                     ("--importance-data", args.importance_data), ("--train", args.train),
+                     ("--valid", args.valid), ("--config", args.config), writes=writes, sources=("--model",))
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
     kind = args.task or own_kind(task_info(args.model))

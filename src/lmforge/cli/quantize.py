@@ -170,8 +170,8 @@ def cmd_quantize(args) -> None:
     _check(args)
     options = quantize_options(args)
     source = find_model_dir(args.model)
-    refuse_overwrite(args.out, ("--model", source), ("--data", args.data), ("--calibration", args.calibration),
-                     writes=QUANTIZE_WRITES, sources=("--model",))
+    refuse_overwrite(args.out, ("--model", source), ("--data", args.data),
+                     ("--calibration", args.calibration), writes=QUANTIZE_WRITES, sources=("--model",))
     torch.manual_seed(options.seed)
     kind, records = _task_kind(source, args.task), None
     if args.data:

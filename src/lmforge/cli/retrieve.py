@@ -54,8 +54,7 @@ def _options(args) -> tuple:
     if unknown:
         raise UsageError(f"unknown option(s) {unknown}: training options or {', '.join(sorted(encoder_keys))}")
     return ({k: v for k, v in options.items() if k in train_keys},
-            {k: checked_as(EncoderOptions, k, v) for k, v in options.items()
-             if k in encoder_keys})
+            {k: checked_as(EncoderOptions, k, v) for k, v in options.items() if k in encoder_keys})
 
 
 def cmd_index_build(args) -> None:
@@ -119,7 +118,8 @@ def check_source(flag: str, given: str | None, named: tuple = ("builtin",), fold
     `folder`, a folder) on disk; the job would otherwise fail on it in an OS error naming no flag."""
     path = Path(given or "")
     if given is None or given in named or path.is_file() or (folder and path.is_dir()):
-        return text_field(flag, [given], "a passages file has id, title and text") if flag == "--passages" else None
+        text_field(flag, [given] if flag == "--passages" else [], "a passages file has id, title and text")
+        return
     kind = "file or folder" if folder else "file"
     raise UsageError(f"{flag} {given}: {'a folder, not a file' if path.is_dir() else f'no such {kind}'} "
                      f"(or {' / '.join(named)})")

@@ -54,11 +54,11 @@ def encode_documents(backend, docs: list, unk: int | None = None) -> list:
 
 
 def _encoded(encode, texts: list) -> list:
-    """`encode(texts)` without special tokens; a failure is a ValueError said as Tokenizer.encode says it:
-    a text that is not UTF-8 (a JSON record's lone surrogate "\\ud800") as as_text, else the backend's error."""
+    """`encode(texts)` without special tokens; a failure is said as Tokenizer.encode says it: a text that
+    is not UTF-8 (a JSON record's lone surrogate "\\ud800") as as_text, else a ValueError of the backend's."""
     try:
         return encode(texts, add_special_tokens=False)
-    except Exception as err:  # the backend's TypeError "TextEncodeInput must be Union[...]" named no text
+    except Exception as err:  # noqa: BLE001 - the backend's TypeError "TextEncodeInput must be" names no text
         for text in texts:
             as_text(text)
         raise ValueError(f"cannot encode: {err}") from None

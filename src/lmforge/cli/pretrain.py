@@ -86,11 +86,11 @@ def cmd_pretrain(args) -> None:
         raise UsageError(f"{flag} says how --data files are read: give --data")
     read = from_flags(lambda found: ReadOptions(**found), read) if read else None
     tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
+    text_field("--data", args.data, "give --text-field, the field that holds the text", read)  # before loading
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None
     check_vocabulary(model, tokenizer, source)
-    text_field("--data", args.data, "give --text-field, the field that holds the text", read)
     inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=teacher, data=args.data,
                             tokenizer=tokenizer, overrides=model, resume=args.resume, read=read)
     pretrain(args.objective, args.out, train, recipe, inputs)

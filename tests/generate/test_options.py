@@ -146,13 +146,25 @@ def test_generate_refuses_bad_decoding_numbers_in_one_line(gpt2_dir, capsys, fla
 
 
 
-@pytest.mark.parametrize("damage", ["folder", "cut"])
+@pytest.mark.parametrize("damage", ["folder", "cut", "deep"])
 def test_a_recommendation_file_that_cannot_be_read_is_refused_naming_it(tmp_path, damage):
     """Read as absent, other settings than the file's would decode unsaid."""
     from lmforge.generate.options import read_recommended
     from lmforge.io import CheckpointError
 
     file = tmp_path / "generation_config.json"
-    file.mkdir() if damage == "folder" else file.write_text('{"num_beams": 2, "top')
+    if damage == "folder":
+        file.mkdir()
+    else:  # cut short, or nested past the parser's recursion limit (a RecursionError before)
+        file.write_text('{"num_beams": 2, "top' if damage == "cut" else '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(CheckpointError, match="generation_config.json: not readable as JSON"):
         read_recommended(tmp_path)
+
+
+def test_a_command_line_list_nested_past_the_parser_is_refused_naming_the_field():
+    """json.loads raised a RecursionError (a traceback) on "[[[[..." thousands deep."""
+    from lmforge.generate.options import checked_type
+
+    with pytest.raises(OptionsError, match="suppress_tokens must be a JSON list of token ids") as refused:
+        checked_type("suppress_tokens", "[" * 100_000 + "]" * 100_000, from_text=True)
+    assert refused.value.field == "suppress_tokens"

@@ -21,6 +21,7 @@ from lmforge.config.model import MAX_LEN, MAX_VOCAB
 from lmforge.config.options import (OptionsError, base_type, check_options, check_value, coerce, from_dict, option,
                                     with_changes)
 from lmforge.io.files import CheckpointError
+from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.jsonfile import json_object
 
@@ -227,7 +228,7 @@ def _read_json(path: Path, strict: bool = False) -> dict:
     if not strict:
         return json_object(path) or {}
     try:
-        found = json.loads(path.read_text(encoding="utf-8"))
+        found = jsontext.loads(path.read_text(encoding="utf-8"))  # nesting too deep: a JSONDecodeError
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -309,7 +310,7 @@ def _listed(name: str, text: str):
     if text.strip().lower() in ("null", "none", "~"):
         return text
     try:
-        return json.loads(text)
+        return jsontext.loads(text)  # "[[[[..." thousands deep: a JSONDecodeError, not a RecursionError
     except json.JSONDecodeError:
         raise OptionsError(f"{name} must be a JSON list of token ids ([] for none), got {text[:60]!r}",
                            name) from None

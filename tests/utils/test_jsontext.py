@@ -57,3 +57,23 @@ def test_a_task_record_or_squad_file_naming_a_key_twice_is_refused_naming_the_li
     (tmp_path / "s.json").write_text('{"data": [], "data": []}')
     with pytest.raises(ValueError, match="given twice"):
         read_squad(tmp_path / "s.json")
+
+
+DEEP = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"  # past Python's JSON parser's recursion
+
+
+def test_a_config_plan_or_weights_header_nested_past_the_parser_is_refused_naming_the_file(tmp_path):
+    """A model config, a bake-off plan and a safetensors header raised a RecursionError (a traceback)."""
+    from lmforge.bakeoff.plan import PlanError, load_plan
+    from lmforge.config import ConfigError, ModelConfig
+    from lmforge.io.files import safetensors_damage
+
+    (tmp_path / "config.json").write_text(DEEP)
+    with pytest.raises(ConfigError, match="config.json: cannot read a model config: nested too deeply"):
+        ModelConfig.load(tmp_path / "config.json")
+    (tmp_path / "plan.json").write_text(DEEP)
+    with pytest.raises(PlanError, match="cannot read plan .*plan.json: nested too deeply"):
+        load_plan(tmp_path / "plan.json")
+    header = DEEP.encode()
+    (tmp_path / "w.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    assert safetensors_damage(tmp_path / "w.safetensors") == "not a safetensors file (its header is not valid)"

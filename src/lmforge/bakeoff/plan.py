@@ -27,7 +27,6 @@ arms and tasks, ...) are bounded both ways here (BOUNDS), and the error names th
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from lmforge.tasks.formats import BUILTIN_SIZE
 from lmforge.tokenizer.chars import WORD_TOKENS
 from lmforge.tokenizer.train import TokenizerOptions
 from lmforge.train.config import MAX_STEPS
+from lmforge.utils import jsontext
 from lmforge.utils.yamltext import load_yaml
 
 CORPUS_SOURCES = ("gcide", "foldoc", "jargon", "builtin", "files")
@@ -383,7 +383,7 @@ def load_plan(path) -> Plan:
     path = plan_file(path)
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)
+        data = jsontext.loads(text) if path.suffix == ".json" else load_yaml(text)
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
         raise PlanError(f"cannot read plan {path}: {str(err).splitlines()[0]}") from None
     return check_plan(data, path.name)

@@ -15,6 +15,7 @@ from lmforge.io import CheckpointError
 from lmforge.io import load as load_model
 from lmforge.io.native import FORMAT, read_meta
 from lmforge.presets import PRESETS
+from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write, atomic_write_text, replace_dir
 from lmforge.utils.model_folder import inside_job_folder, record_sums
 from lmforge.utils.progress import Bar
@@ -151,7 +152,7 @@ def copy_companions(src: Path, dst: Path) -> list:
         name_model_inputs(dst)
     record_sums(dst, [n for n in copied if n in VERIFIED])  # read verified from SRC (check_companions)
     try:
-        entries = json.loads((src / "modules.json").read_text(encoding="utf-8"))
+        entries = jsontext.loads((src / "modules.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):  # none, or unreadable: copied as it is, nothing more
         entries = []
     for entry in entries if isinstance(entries, list) else []:

@@ -17,6 +17,7 @@ from lmforge.config.checks import (MAX_WIDTH, ConfigError, pattern_set, validate
                                    validate_patterns, validate_pruned, validate_quantization,
                                    validate_rotary_scaling)
 from lmforge.config.options import check_options, coerce, option
+from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text
 
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder", "elmo")  # elmo: a biLSTM LM (lmforge/elmo.py)
@@ -332,7 +333,7 @@ class ModelConfig:
         """Read a JSON file written by `save`; a ConfigError naming the file where it cannot be read, is not
         JSON or holds no valid config (its field the config's at fault, else the file's)."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = jsontext.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:  # ValueError: not UTF-8, not JSON
             raise ConfigError(f"{path}: cannot read a model config: {getattr(err, 'strerror', None) or err}",
                               str(path)) from None

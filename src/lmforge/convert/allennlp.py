@@ -30,6 +30,7 @@ import torch
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.elmo import ELMo
 from lmforge.presets import ELMO
+from lmforge.utils import jsontext
 
 LSTM = "RNN_{j}/RNN/MultiRNNCell/Cell{l}/LSTMCell/"
 TF_TO_OURS = (0, 2, 1, 3)  # our gate g takes TF's block 2 (f), ... : (i, j, f, o) -> (i, f, j, o)
@@ -53,7 +54,7 @@ def read_options(path) -> ModelConfig:
     Benchmark's)."""
     path = Path(path)
     try:
-        options = json.loads(path.read_text(encoding="utf-8"))
+        options = jsontext.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise AllenNLPFormatError(f"{path}: not a readable options JSON ({err})") from None
     activation = _field(options, "char_cnn.activation", path)

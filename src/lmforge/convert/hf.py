@@ -22,6 +22,7 @@ from lmforge.heads import make_head
 from lmforge.io.files import describe_read_error, load_state_strict, save_tensors
 from lmforge.io.labels import ACTIVATION_FNS, HeadLabels, n_outputs
 from lmforge.model import Transformer, from_config
+from lmforge.utils import jsontext
 
 # one module per reference family under lmforge/convert/, each defining FAMILY
 MODULES = (
@@ -52,7 +53,7 @@ READ_ERRORS = (SafetensorError, OSError, RuntimeError, KeyError, json.JSONDecode
 def _index_shards(path: Path, index: Path) -> dict:
     """{shard file: the tensor names the index places there} of a sharded checkpoint."""
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = jsontext.loads(index.read_text(encoding="utf-8"))["weight_map"]
         shards = {}
         for name, shard in weight_map.items():
             shards.setdefault(shard, set()).add(name)
@@ -116,7 +117,7 @@ def forced_tokens(path: Path) -> dict:
     reference takes them from it alone (absent means none), not from config.json."""
     file = path / "generation_config.json"
     try:
-        generation = json.loads(file.read_text(encoding="utf-8"))
+        generation = jsontext.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:  # read as none: other tokens, unsaid
@@ -139,7 +140,7 @@ def generation_defaults(path: str | Path) -> dict:
     path = Path(path)
     for name in ("generation_config.json", "config.json"):
         try:
-            found = json.loads((path / name).read_text(encoding="utf-8"))
+            found = jsontext.loads((path / name).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
         if not isinstance(found, dict):
@@ -169,7 +170,7 @@ def hf_model_config(hf: dict) -> tuple:
 def load_hf(path: str | Path, hf_config: dict | None = None) -> Transformer:
     """Load a Hugging Face model directory as an lmforge model, heads included."""
     path = Path(path)
-    hf = hf_config or json.loads((path / "config.json").read_text(encoding="utf-8"))
+    hf = hf_config or jsontext.loads((path / "config.json").read_text(encoding="utf-8"))
     hf = {**hf, **forced_tokens(path)}
     family, cfg = hf_model_config(hf)
     model_type = hf["model_type"]

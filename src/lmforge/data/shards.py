@@ -41,6 +41,7 @@ from lmforge.data.corpus import SHARD_FORMAT, CorpusWarning, ReadOptions, read_r
 from lmforge.data.shard_oov import (OOV_SUFFIXES, PAIR, encode_documents, keeps_spellings, oov_records,
                                     sentence_parts)
 from lmforge.data.shard_out import plan, run_settings, shard_inputs, split_points  # noqa: F401 (shards.*)
+from lmforge.utils import jsontext
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
 
@@ -212,7 +213,7 @@ def read_manifest(out, check: bool = True) -> dict:
     (check_files) so a truncated or damaged shard is never trained on."""
     path = Path(out) / "manifest.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = jsontext.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:  # lost beside its shards (corpus.is_shard_dir): their record is gone
         raise ShardError(f"{path} is missing: nothing records what the shards hold; rerun `lmforge corpus "
                          f"shard` with the same inputs to rewrite it") from None

@@ -8,7 +8,6 @@ an error that names it.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import tempfile
@@ -19,6 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from lmforge.quant.int8_checks import stored_int8_problem
+from lmforge.utils import jsontext
 from lmforge.utils.atomic import as_created
 
 
@@ -123,7 +123,7 @@ def safetensors_damage(file) -> str | None:
             return f"truncated: {size} bytes, too few for its header" if n < (100 << 20) else \
                 "not a safetensors file (no header)"
         try:
-            header = json.loads(handle.read(n))
+            header = jsontext.loads(handle.read(n))
             end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError):
             return "not a safetensors file (its header is not valid)"

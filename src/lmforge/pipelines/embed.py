@@ -29,6 +29,7 @@ from lmforge.model import Transformer
 from lmforge.pipelines.embed_options import (EmbedOptions, encoded, prompt_of, quantize, read_prompts,
                                              read_ranges)
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
+from lmforge.utils import jsontext
 from lmforge.utils.modes import evaluating
 
 # sentence-transformers' legacy boolean pooling keys, in its concatenation order
@@ -67,7 +68,7 @@ POOLINGS = {
 def _read(file: Path, kind: type = dict) -> dict | list:
     """The JSON object (or list) a directory's file holds; a CheckpointError naming the file otherwise."""
     try:
-        value = json.loads(file.read_text(encoding="utf-8"))
+        value = jsontext.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"cannot read {file}: {err}") from None
     if not isinstance(value, kind):

@@ -27,6 +27,7 @@ import torch
 from lmforge.config.model import MAX_LEN, MAX_WIDTH
 from lmforge.config.options import OptionsError, check_options, option, with_changes
 from lmforge.io.files import CheckpointError
+from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
@@ -91,7 +92,7 @@ def read_prompts(path) -> tuple:
     if file is None or not file.is_file():
         return {}, None
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
+        config = jsontext.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"cannot read {file}: {err}") from None
     prompts = config.get("prompts") or {}
@@ -138,7 +139,7 @@ def _ranges_file(file: Path) -> dict:
     """The mapping embedding_ranges.json holds (dimensions key -> ranges); a CheckpointError naming the
     file where it is not JSON or not an object."""
     try:
-        kept = json.loads(file.read_text(encoding="utf-8"))
+        kept = jsontext.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"cannot read {file}: {err}") from None
     if not isinstance(kept, dict):

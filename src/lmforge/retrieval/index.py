@@ -27,6 +27,7 @@ import torch
 
 from lmforge.retrieval.index_dir import IndexDamaged, read_manifest
 from lmforge.retrieval.job_options import BACKENDS
+from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 from lmforge.utils.checksum import check_files, sha256
 from lmforge.utils.progress import Bar
@@ -164,7 +165,7 @@ class DenseIndex:
         if rows.shape != (manifest["count"], manifest["dim"]) or rows.dtype != np.float32:
             raise IndexDamaged(f"{path / 'embeddings.npy'}: shape {rows.shape} {rows.dtype} does not match "
                                f"the manifest ({manifest['count']}, {manifest['dim']}) float32")
-        ids = json.loads((path / "ids.json").read_text(encoding="utf-8"))
+        ids = jsontext.loads((path / "ids.json").read_text(encoding="utf-8"))
         if len(ids) != manifest["count"]:
             raise IndexDamaged(f"{path / 'ids.json'}: {len(ids)} ids for {manifest['count']} rows")
         return cls(rows, ids, manifest)

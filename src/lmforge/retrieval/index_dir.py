@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from lmforge.retrieval.passages import read_passages
+from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.checksum import sha256
 
@@ -37,7 +38,7 @@ def refuse_foreign_parts(out) -> None:
         if not folder.is_dir() or folder.is_symlink():  # a link is replaced, never followed (replace_dir)
             continue
         try:
-            listed = set(json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["sha256"])
+            listed = set(jsontext.loads((folder / "manifest.json").read_text(encoding="utf-8"))["sha256"])
         except (OSError, ValueError, KeyError, TypeError):
             listed = set()
         foreign = sorted(p.name for p in folder.iterdir() if p.name not in listed | {"manifest.json"})
@@ -86,7 +87,7 @@ def read_manifest(file: Path, fmt: str, what: str) -> dict:
     """The manifest `file` of an index (or one of its parts): a JSON object of format `fmt` with a count
     of passages; an IndexDamaged naming the file, and what it should be (`what`), otherwise."""
     try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
+        manifest = jsontext.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise IndexDamaged(f"{file}: missing or not JSON ({type(err).__name__}): built by an older lmforge, "
                            f"or its build was cut short; build the index again (lmforge index build)") \

@@ -23,6 +23,7 @@ from tokenizers.models import BPE, WordPiece
 
 from lmforge.tokenizer.spiece import ProtoError, build_unigram, parse_model, user_symbols
 from lmforge.tokenizer.wrapper import ROLES, SAVED_FILES, SUMS_FILE, Tokenizer, TokenizerError
+from lmforge.utils import jsontext
 from lmforge.utils.checksum import check_files, verify
 from lmforge.utils.model_folder import check_recorded, inside_job_folder
 
@@ -54,7 +55,7 @@ def _read_json(file: Path) -> dict:
     if not file.is_file():
         return {}
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = jsontext.loads(file.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise TokenizerError(f"{file} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
@@ -321,7 +322,7 @@ def check_sealed(path: Path) -> None:
     if not record.is_file():  # a folder or a dangling link there: the record is damaged, never skipped
         raise TokenizerError(f"{record}: not a file of checksums (damaged); save the tokenizer again")
     try:
-        sums = json.loads(record.read_text(encoding="utf-8"))
+        sums = jsontext.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise TokenizerError(f"{record}: not readable JSON ({err})") from None
     sums = verify(sums, "checksum", record, error=TokenizerError)

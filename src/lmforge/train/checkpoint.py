@@ -27,7 +27,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
-from lmforge.utils import jsontext
 from lmforge.utils.atomic import UnsafePath, atomic_write_text, file_kind, refuse_link
 from lmforge.utils.checksum import sha256, sign, verify
 
@@ -233,7 +232,7 @@ def check_resumable(out) -> None:
 def read_info(path: Path) -> dict:
     """The trainer.json of one checkpoint, or CheckpointCorrupt."""
     try:
-        info = jsontext.loads((path / "trainer.json").read_text(encoding="utf-8"))
+        info = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json cannot be read ({err})") from None
     if not isinstance(info, dict) or "step" not in info:

@@ -66,10 +66,14 @@ class OneLineParser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):
         """argparse's, with an unknown flag refused by the sub-command that was given it (its name, its
         --help, a flag of its own it is close to), not by `lmforge`, whose help lists no job's flags."""
+        args = sys.argv[1:] if args is None else list(args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
-            owner = next((p for p in parser_chain(self, getattr(parsed, "prog", self.prog))
-                          if p.prog == getattr(parsed, "prog", None)), self)
+            prog = getattr(parsed, "prog", self.prog)
+            owner = next((p for p in parser_chain(self, prog) if p.prog == prog), self)
+            named = prog.split()[-1]  # the sub-command's own word: a flag before it is lmforge's
+            if named in args and extras[0] in args and args.index(extras[0]) < args.index(named):
+                owner = self
             owner.error(f"unrecognized arguments: {' '.join(extras)}{close_flag(owner, extras)}")
         return parsed
 

@@ -177,3 +177,18 @@ def test_token_type_ids_are_named_only_for_a_model_with_segments(tmp_path, prese
     tok.save(tmp_path)
     names = json.loads((tmp_path / "tokenizer_config.json").read_text())["model_input_names"]
     assert ("token_type_ids" in names) == named
+
+
+def test_a_tokenizer_loaded_back_saves_the_same_bytes(tmp_path):
+    """A T5 tokenizer trained with its roles in the trainer's order (pad, eos, unk) was loaded back in ROLES'
+    order: a resumed run's final/tokenizer_config.json differed from the run straight through's."""
+    from lmforge.tokenizer import Tokenizer, load_tokenizer
+    from lmforge.tokenizer.train import train_tokenizer
+
+    trained = train_tokenizer(["the cat sat on the mat", "a dog ran far"] * 20, "unigram", 60)
+    reordered = Tokenizer(trained.backend, dict(reversed(list(trained.special_tokens.items()))))
+    trained.save(tmp_path / "a")
+    reordered.save(tmp_path / "b")
+    load_tokenizer(tmp_path / "a").save(tmp_path / "c")
+    texts = [(tmp_path / f / "tokenizer_config.json").read_bytes() for f in "abc"]
+    assert texts[0] == texts[1] == texts[2]

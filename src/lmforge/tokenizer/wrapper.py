@@ -206,8 +206,10 @@ class Tokenizer:
         path = writable_folder(path, "tokenizer directory")
         path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path / "tokenizer.json", self.backend.to_str(pretty=True))
+        # in ROLES' order, not the order the roles were set in: a tokenizer loaded back writes the same bytes
+        tokens = self.special_tokens
         config = {"tokenizer_class": "PreTrainedTokenizerFast",
-                  **{f"{role}_token": token for role, token in self.special_tokens.items()}}
+                  **{f"{role}_token": tokens[role] for role in ROLES if role in tokens}}
         if self.model_max_length is not None:
             config["model_max_length"] = self.model_max_length
         config["model_input_names"] = model_input_names(self.backend, path)

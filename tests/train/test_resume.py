@@ -229,3 +229,13 @@ def test_a_resumed_run_gives_a_parameter_without_gradients_no_optimizer_state(tm
     for name in held[0]:
         for key, value in states[0]["optimizer"]["state"][name].items():
             assert torch.equal(value, states[1]["optimizer"]["state"][name][key]), (name, key)
+
+
+def test_resuming_a_finished_run_says_so_and_trains_nothing(run):
+    """It said only "resumed from ...", and then wrote its final files and evaluation again."""
+    messages = []
+    trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=messages.append)
+    trainer.fit(resume=True)
+    assert trainer.step == 4 and len(read_metrics(run / "metrics.jsonl")) == 4
+    resumed = next(m for m in messages if m.startswith("resumed from"))
+    assert resumed.endswith("the run had reached its last step: nothing more is trained"), resumed

@@ -161,8 +161,13 @@ class Trainer:
             self.evaluator.load_state_dict(info["evaluator"])  # best score and patience carry on
         went_on = self.stopped and hasattr(self.evaluator, "stops") and not self.evaluator.stops()
         self.stopped = self.stopped and not went_on
-        return ("; the run had stopped early, and its evaluator's rule as given now goes on" if went_on else
-                "; the run stopped early (its evaluator): nothing more is trained" if self.stopped else "")
+        if went_on:
+            return "; the run had stopped early, and its evaluator's rule as given now goes on"
+        if self.stopped:
+            return "; the run stopped early (its evaluator): nothing more is trained"
+        # a finished run resumed: said, as its final files and evaluation are made again
+        finished = self.step >= self.cfg.steps
+        return "; the run had reached its last step: nothing more is trained" if finished else ""
 
     def _identity(self) -> dict:
         """What a checkpoint must have been trained with to be resumed here: model, objective, settings."""

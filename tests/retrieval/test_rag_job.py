@@ -89,6 +89,8 @@ def test_a_run_writes_its_exact_match_and_a_resumed_one_ends_where_it_does(tiny,
     (["--generator", "{tmp}/none"], "--generator {tmp}/none: "),
     (["--k", "185"], "--k 185: more than the 184 passages"),  # after the passages are read, before training
     (["--max-new-tokens", "64"], "--max-new-tokens 64: the answer and its start token are more than"),
+    # each within its bounds, together past the generator's tokens in one pass
+    (["--k", "1000", "--num-beams", "64"], "--k 1000: with num_beams=64, batch_size=32"),
 ])
 def test_a_bad_option_is_one_line_naming_its_flag_and_nothing_is_trained(tiny, tmp_path, capsys, flags, said):
     flags = [f.format(tmp=tmp_path) for f in flags]
@@ -114,6 +116,20 @@ def test_the_python_job_refuses_what_the_command_refuses_naming_the_field(tiny, 
     with pytest.raises(OptionsError, match="more than the 184 passages") as err:
         rag_job.run_rag(str(tiny), tmp_path / "o", cfg, generator="bart-tiny", options=RagOptions(k=185))
     assert err.value.field == "k" and not (tmp_path / "o" / "checkpoints").exists()
+
+
+def test_the_generators_tokens_in_one_pass_are_bounded_jointly_before_any_work(tiny, tmp_path):
+    from lmforge.retrieval.job_options import MAX_GENERATOR_TOKENS, generator_tokens
+
+    # RAG-Sequence's Thorough Decoding scores k x k x num_beams candidate rows of one question at once
+    thorough = RagOptions(kind="sequence", k=200, num_beams=8, max_len=64, max_new_tokens=8)
+    assert generator_tokens(thorough, 1) == 200 * 200 * 8 * 72 > MAX_GENERATOR_TOKENS
+    fast = RagOptions(kind="sequence", decoding="fast", k=200, num_beams=8, max_len=64, max_new_tokens=8)
+    assert generator_tokens(fast, 1) == 200 * 8 * 72 <= MAX_GENERATOR_TOKENS
+    assert generator_tokens(RagOptions(k=0), 32) == 32 * (96 + 8)  # closed-book: the question alone
+    with pytest.raises(OptionsError, match="generator tokens in one pass") as err:
+        rag_job.run_rag(str(tiny), tmp_path / "o", TrainConfig(steps=1), generator="bart-tiny", options=thorough)
+    assert err.value.field == "k" and not (tmp_path / "o").exists()
 
 
 def test_an_out_that_is_an_input_is_refused_before_any_work(tiny, tmp_path, capsys):

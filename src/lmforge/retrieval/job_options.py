@@ -19,6 +19,9 @@ MAX_READ = 1000  # passages a reader reads for one question (in one batch)
 MAX_HARD_NEGATIVES = 1000  # BM25 hard negatives per training question of retrieve train (n_hard)
 MAX_QUERIES = 65_536  # queries of one query_index call: each holds k results with their texts
 MAX_QUERY_CHARS = 65_536  # characters of one query: tokenized whole before a dense encoder cuts it
+# tokens RAG's generator holds in one pass (rows x (max_len + max_new_tokens)): each of k, num_beams,
+# max_len and the batch is bounded alone, and their product is what memory pays for
+MAX_GENERATOR_TOKENS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -126,3 +129,23 @@ class RagOptions:
 def options_of(cls, options):
     """`options` checked to be a `cls` (None: its defaults); anything else is an OptionsError naming it."""
     return with_changes(cls, options, None, cls.__name__)
+
+
+def generator_tokens(options: RagOptions, batch_size: int) -> int:
+    """Tokens RAG's generator holds in its largest pass: a batch's questions x k passages x num_beams rows
+    (training, beam search), or one question's k x k x num_beams candidate rows (Thorough Decoding)."""
+    k = max(1, options.k)  # k 0: the question alone, one row
+    rows = batch_size * k * options.num_beams
+    if options.kind == "sequence" and options.decoding == "thorough":
+        rows = max(rows, k * k * options.num_beams)
+    return rows * (options.max_len + options.max_new_tokens)
+
+
+def check_rag_cost(options: RagOptions, batch_size: int) -> None:
+    """An OptionsError naming k where the generator's largest pass holds more than MAX_GENERATOR_TOKENS."""
+    tokens = generator_tokens(options, batch_size)
+    if tokens > MAX_GENERATOR_TOKENS:
+        raise OptionsError(f"k={options.k} with num_beams={options.num_beams}, batch_size={batch_size} and "
+                           f"max_len + max_new_tokens={options.max_len + options.max_new_tokens}: "
+                           f"{tokens:,} generator tokens in one pass, more than {MAX_GENERATOR_TOKENS:,}; "
+                           "lower k, num_beams, batch_size or max_len", "k")

@@ -13,7 +13,7 @@ import torch
 from lmforge.config.checks import within_context
 from lmforge.config.options import OptionsError
 from lmforge.retrieval.dpr import BiEncoder, passage_text
-from lmforge.retrieval.job_options import RagOptions, options_of
+from lmforge.retrieval.job_options import RagOptions, check_rag_cost, options_of
 from lmforge.retrieval.jobs import question_sets, refuse_overlap
 from lmforge.retrieval.rag_train import (QUESTION_PIECES, RAGObjective, exact_match_rate, passage_tokens,
                                          rag_examples)
@@ -79,6 +79,7 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     out/final, the retriever in out/retriever (the trained question encoder, the passage encoder that
     embedded the index); the result in out/rag.json, returned."""
     options = options_of(RagOptions, options)
+    check_rag_cost(options, cfg.batch_size)
     out = training_folder(out)
     refuse_overlap(out, ("retriever", retriever), ("generator", generator_folder(generator)),
                    ("questions", questions), ("passages_source", passages_source),

@@ -65,6 +65,18 @@ def test_an_empty_model_name_is_refused_not_read_as_the_working_folder(saved, mo
             find_model_dir(name)
 
 
+@pytest.mark.parametrize("name", [None, 3])
+def test_what_is_no_model_name_at_all_is_an_options_error_naming_model_on_both_readers(name):
+    """lmforge.load(None) retyped find_model_dir's OptionsError as a CheckpointError (and load_tokenizer as a
+    TokenizerError), where embed, fill_mask and find_model_dir itself name the argument: no path at all is
+    the caller's option, not a damaged model."""
+    for load, _ in READERS:
+        with pytest.raises(lmforge.OptionsError, match="^the model must be a directory or an installed model") \
+                as caught:
+            load(name)
+        assert caught.value.field == "model" and not isinstance(caught.value, CheckpointError)
+
+
 BERT = {"model_type": "bert", "vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 1,
         "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64}
 

@@ -94,6 +94,8 @@ def load(path: str | os.PathLike) -> Transformer:
     one in model/ or final/, or an installed model such as all-MiniLM-L6-v2), heads included."""
     try:
         path = find_model_dir(path)  # as every --model reads it ("" refused, never the working folder)
+    except OptionsError:  # no name at all (None, a number): the argument's refusal, as on every other face
+        raise
     except ValueError as err:
         raise CheckpointError(str(err)) from None
     _refuse_special_files(path)

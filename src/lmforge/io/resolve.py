@@ -83,9 +83,12 @@ def model_dir(name) -> Path | None:
 def find_tokenizer(name: str | os.PathLike, error=TokenizerError) -> Tokenizer:
     """The tokenizer of a model directory, of the model in a job's output folder, or of an installed model,
     found as find_model_dir finds the model (its files verified as load_tokenizer verifies them); a name
-    that resolves to nothing is error(message): the one reading of a tokenizer named by the user."""
+    that resolves to nothing is error(message), what is no name at all find_model_dir's OptionsError: the
+    one reading of a tokenizer named by the user."""
     try:
         path = find_model_dir(name)
+    except OptionsError:  # no name at all (None, a number): the argument's refusal, as lmforge.load says
+        raise
     except ValueError as err:
         raise error(str(err)) from None
     return load_tokenizer(path)

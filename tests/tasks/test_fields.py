@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from lmforge.tasks.fields import Records, given_records
+from lmforge.config.options import OptionsError
+from lmforge.tasks.fields import Records, given_records, training_records
 from lmforge.tasks.formats import read_task_file
 
 QA_CONTEXT = "The cat sat on the mat."
@@ -87,6 +88,25 @@ def test_what_is_no_record_list_is_refused_and_a_missing_field_names_no_columns_
         given_records([{"sentence": "a", "label": 1}], "cls", "validation")
     read = Records([{"text": "a"}], "f.jsonl")
     assert given_records(read, "cls", "train") is read  # read from a file: already canonical
+
+
+@pytest.mark.parametrize("bad", [None, "a text", b"bytes", 3, {"text": "a", "label": "x"}])
+def test_what_is_no_record_list_is_an_options_error_naming_train_or_validation(bad):
+    """None or a str as train failed as a plain ValueError (a TypeError had been as near): the records are
+    the caller's argument, refused as OptionsError naming it, as an empty train list already was."""
+    with pytest.raises(OptionsError, match=f"^train: a list of records .dicts of fields. is needed, "
+                                           f"got {type(bad).__name__}$") as caught:
+        training_records("cls", bad)
+    assert caught.value.field == "train"
+    with pytest.raises(OptionsError, match="^validation: a list of records") as caught:
+        given_records(bad, "cls", "validation")
+    assert caught.value.field == "validation"
+    with pytest.raises(OptionsError, match="^validation:1: a record is a dict of fields") as caught:
+        given_records([None], "cls", "validation")
+    assert caught.value.field == "validation"
+    with pytest.raises(OptionsError, match="^train: no records") as caught:
+        training_records("cls", [])
+    assert caught.value.field == "train"
 
 
 def test_any_iterable_of_records_is_read_as_a_list_is():

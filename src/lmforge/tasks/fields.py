@@ -40,12 +40,13 @@ class Records(list):
 
 def record_list(records, source: str) -> list:
     """Records given in Python as a list, read once: any iterable of them (a list, a generator, a Hugging
-    Face datasets.Dataset, whose rows are dicts); a ValueError naming `source` for text, a dict or None."""
+    Face datasets.Dataset, whose rows are dicts); an OptionsError naming `source` (the argument: "train",
+    "validation") for text, a dict or None."""
     if isinstance(records, list):
         return records
     if isinstance(records, (str, bytes, dict)) or not isinstance(records, Iterable):
-        raise ValueError(f"{source}: a list of records (dicts of fields) is needed, got "
-                         f"{type(records).__name__}")
+        raise OptionsError(f"{source}: a list of records (dicts of fields) is needed, got "
+                           f"{type(records).__name__}", source)
     return list(records)
 
 
@@ -72,7 +73,7 @@ def given_records(records, kind: str, source: str, labelled: bool = True) -> lis
         if not labelled:  # records to predict on take /predict's shorthands
             row = predict_form(kind, row, f"{source}:{n}")
         if not isinstance(row, dict) or not row:
-            raise ValueError(f"{source}:{n}: a record is a dict of fields, got {str(row)[:40]!r}")
+            raise OptionsError(f"{source}:{n}: a record is a dict of fields, got {str(row)[:40]!r}", source)
         # a record that says its own line (a file's, read before; the built-in tasks') keeps it
         rows.append((row["line"] if type(row.get("line")) is int else n, row))
     if kind in SPAN_FIELDS:

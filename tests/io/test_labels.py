@@ -169,3 +169,69 @@ def test_a_malformed_kind_in_task_json_beside_a_reference_config_is_a_typed_erro
     assert "\n" not in str(refused.value)
     with pytest.raises(ValueError, match=f"task.json: \"{field}\""):
         task_info(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("block", [{"version": "4.1.0"}, {"activation_fn": None, "version": "4.1.0"}])
+@pytest.mark.parametrize("config, want", [({"num_labels": 1}, "sigmoid"), ({"num_labels": 3}, "identity"),
+                                          ({"id2label": {"0": "x"}, "num_labels": 2}, "sigmoid")])
+def test_a_cross_encoder_naming_no_activation_takes_sentence_transformers_default(block, config, want):
+    """A sentence_transformers block without an activation_fn (or a null one) is a CrossEncoder's whose
+    activation is CrossEncoder's default: sigmoid for one label, identity for more (lmforge read no
+    CrossEncoder, so its own default, or a sigmoid whatever the number of labels)."""
+    from lmforge.io.labels import cross_encoder, cross_encoder_activation
+
+    hf = {"architectures": ["BertForSequenceClassification"], **config, "sentence_transformers": block}
+    assert cross_encoder(hf) and cross_encoder_activation("config.json", hf) == want
+
+
+def _cross_encoder_folder(folder, n: int):
+    """A tiny BERT classifier of `n` labels whose config.json has, written by hand, a sentence_transformers
+    block without its activation_fn; a WordPiece vocab.txt both libraries read alike."""
+    import torch
+    transformers = pytest.importorskip("transformers")
+    from tests.pipelines.test_embed import VOCAB
+
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, num_labels=n))
+    with torch.no_grad():
+        model.classifier.weight.mul_(50)  # logits away from 0, where sigmoid and identity part
+    model.eval().save_pretrained(folder)
+    config = _hf_config(folder)
+    config["sentence_transformers"] = {"version": "4.1.0"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return folder
+
+
+def test_a_one_label_cross_encoder_without_activation_fn_scores_as_cross_encoder_predict(tmp_path):
+    """Its regression scores are the logits' sigmoid, as CrossEncoder.predict gives them (they were raw)."""
+    from lmforge.tasks.finetune import evaluate, fine_tuned_task
+    from tests.pipelines.test_rerank import DOCS, QUERY
+
+    path = _cross_encoder_folder(tmp_path / "ce", 1)
+    assert fine_tuned_task(path, [], "regression").activation == "sigmoid"
+    out = tmp_path / "predictions.jsonl"
+    evaluate(path, [{"text": QUERY, "text_pair": d} for d in DOCS], "regression", out=out)
+    ours = [json.loads(line)["prediction"] for line in out.read_text().splitlines()]
+    assert all(0 < score < 1 for score in ours)
+    st = pytest.importorskip("sentence_transformers")
+    theirs = st.CrossEncoder(str(path), device="cpu").predict([(QUERY, d) for d in DOCS])
+    assert ours == pytest.approx(theirs.tolist(), abs=1e-5)
+
+
+def test_a_cross_encoder_of_several_labels_without_activation_fn_exports_its_identity(tmp_path):
+    """lmforge read a sigmoid and wrote it as the export's activation_fn: sentence-transformers then scored
+    the export through a sigmoid where it had scored the source's raw logits."""
+    path = _cross_encoder_folder(tmp_path / "ce", 3)
+    assert read_labels(path, _hf_config(path)).activation == "identity"
+    lmforge.save(lmforge.load(path), tmp_path / "hf", format="hf")
+    assert _hf_config(tmp_path / "hf")["sentence_transformers"] == {
+        "activation_fn": "torch.nn.modules.linear.Identity"}
+    st = pytest.importorskip("sentence_transformers")
+    (tmp_path / "hf" / "vocab.txt").write_bytes((path / "vocab.txt").read_bytes())  # its tokenizer, as it came
+    pairs = [("a good film", "it is superb ."), ("a good film", "the plot is dull")]
+    source, export = (st.CrossEncoder(str(p), device="cpu") for p in (path, tmp_path / "hf"))
+    assert type(export.activation_fn) is type(source.activation_fn)
+    assert export.predict(pairs) == pytest.approx(source.predict(pairs), abs=1e-5)

@@ -243,9 +243,12 @@ def test_a_cross_encoder_pair_classifier_predicts_the_reference_argmax_without_a
 
 
 def test_a_plain_classifier_still_leaves_cls_or_pair_to_the_data(tmp_path):
-    """Only a CrossEncoder's activation_fn says pair: a sentence_transformers block without it does not."""
-    _, path = reference_dir(tmp_path / "m", num_labels=2, sentence_transformers={"version": "4.1.0"})
+    """No CrossEncoder's config field: cls or pair is the data's. A sentence_transformers block, its
+    activation_fn in it or not, is a CrossEncoder's (CrossEncoder.save alone writes it): pair."""
+    _, path = reference_dir(tmp_path / "m", num_labels=2)
     assert task_info(path)["kinds"] == ["cls", "pair"]
+    _, path = reference_dir(tmp_path / "ce", num_labels=2, sentence_transformers={"version": "4.1.0"})
+    assert task_info(path)["kinds"] == ["pair"] and task_info(path).get("activation") is None
 
 
 def test_lmforge_evaluate_reads_a_cross_encoder_s_task_without_task(tmp_path):

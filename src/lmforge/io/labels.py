@@ -69,24 +69,35 @@ def id2label_order(where, id2label: dict, error=ValueError) -> list:
 def cross_encoder(hf: dict) -> str | None:
     """The config field by which `hf` is a sentence-transformers CrossEncoder's (v4+, or older), or None."""
     block = hf.get("sentence_transformers")
-    if isinstance(block, dict) and "activation_fn" in block:
-        return "sentence_transformers activation_fn"
+    if isinstance(block, dict):  # written by CrossEncoder.save alone, its activation_fn in it or not
+        return "sentence_transformers activation_fn" if "activation_fn" in block else "sentence_transformers"
     return "sbert_ce_default_activation_function" if hf.get("sbert_ce_default_activation_function") else None
+
+
+def _outputs(hf: dict) -> int:
+    """A config's number of outputs as transformers counts it: id2label's, else num_labels, else 2."""
+    id2label = hf.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return len(id2label)
+    n = hf.get("num_labels", 2)
+    return n if isinstance(n, int) else 2
 
 
 def cross_encoder_activation(where, hf: dict) -> str | None:
     """The activation a CrossEncoder's config `hf` (the file `where`) names for its scores, as
     sentence-transformers reads it (sentence_transformers.activation_fn, or the older
-    sbert_ce_default_activation_function; null: sigmoid, the default of one output): one of ACTIVATIONS, else
-    the class named (a Tanh), kept so that the folder converts and exports as it came, and refused only where
-    it scores (scoring_activation); None for no CrossEncoder's config."""
+    sbert_ce_default_activation_function; none or null: its default, sigmoid for one output, identity for
+    more): one of ACTIVATIONS, else the class named (a Tanh), kept so that the folder converts and exports as
+    it came, and refused only where it scores (scoring_activation); None for no CrossEncoder's config."""
     if not cross_encoder(hf):
         return None
     block = hf.get("sentence_transformers")
-    named = (block.get("activation_fn") if isinstance(block, dict) else None) or (
-        hf.get("sbert_ce_default_activation_function"))
-    if named is None:
-        return "sigmoid"
+    if isinstance(block, dict) and "activation_fn" in block:  # the block's key, null too, before the old one
+        named = block["activation_fn"]
+    else:
+        named = hf.get("sbert_ce_default_activation_function")
+    if named is None:  # CrossEncoder.get_default_activation_fn: by its number of labels
+        return "sigmoid" if _outputs(hf) == 1 else "identity"
     kind = str(named).rsplit(".", 1)[-1].lower()
     return kind if kind in ACTIVATIONS else str(named)[:200]
 

@@ -59,9 +59,10 @@ def test_student_copies_every_other_layer_or_the_first_n(teacher_dir):
         head = [k for k in state if k.startswith("heads.")]
         assert head and all(torch.equal(state[k], source[k]) for k in head)  # the task head too
     for n in (5, 0):  # the option named, and what it takes
-        with pytest.raises(ValueError, match=f"student_layers {n}: expected every-other or a number of "
-                                             "layers from 1 to 4"):
+        with pytest.raises(OptionsError, match=f"^student_layers={n}: expected every-other or a number of "
+                                               "layers from 1 to 4 .the teacher has 4 layers.$") as err:
             student_layers(n, 4)
+        assert err.value.field == "student_layers"
     for spec in (None, "every-other"):  # a 1-layer teacher: the empty choice had been refused unnamed
         with pytest.raises(ValueError, match="every other teacher layer needs a teacher of 2 layers or more"):
             student_layers(spec, 1)
@@ -268,6 +269,18 @@ def test_a_bad_student_layers_is_refused_when_the_options_are_built(layers):
     with pytest.raises(OptionsError) as err:
         DistillConfig(student_layers=layers)
     assert err.value.field == "student_layers"
+
+
+@pytest.mark.parametrize("layers", ["abc", "every-others", 2.7, True, [2], "²", "9" * 5000])
+def test_student_layers_outside_distill_config_refuses_as_distill_config_does(layers):
+    """An unparsable student_layers given to student_layers itself (not through DistillConfig) was int()'s
+    plain ValueError: it is the config's OptionsError, naming the field, from the one check both read."""
+    with pytest.raises(OptionsError, match="^student_layers") as config:
+        DistillConfig(student_layers=layers)  # a float, a bool or a list: refused by type, before
+    with pytest.raises(OptionsError, match="^student_layers: expected every-other or a number of layers "
+                                           "from 1 to 4 .the teacher has 4 layers., got '") as err:
+        student_layers(layers, 4)
+    assert err.value.field == config.value.field == "student_layers"
 
 
 def test_a_temperature_the_loss_leaves_out_is_refused(teacher_dir, tmp_path, capsys):

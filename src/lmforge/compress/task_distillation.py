@@ -68,14 +68,7 @@ class DistillConfig:
         if self.student is not None and self.student not in PRESETS:
             raise OptionsError(f"student={self.student!r} is not a preset{closest_preset(self.student)}",
                                "student")
-        layers = self.student_layers
-        whole = isinstance(layers, int) and not isinstance(layers, bool)
-        counted = str(layers).isdigit() if isinstance(layers, str) else whole
-        if layers not in (None, "every-other") and not (counted and 1 <= int(layers) <= MAX_LAYERS):
-            raise OptionsError(f"student_layers: expected every-other or a number of layers from 1 to "
-                               f"{MAX_LAYERS}, got {str(layers)[:40]!r}", "student_layers")
-        if counted:  # "3" from a flag or a file: an int from here on, parsed once
-            self.student_layers = int(layers)
+        self.student_layers = parsed_layers(self.student_layers)  # "3" of a flag or a file: an int from here
 
     @classmethod
     def from_dict(cls, data: dict) -> DistillConfig:
@@ -92,18 +85,29 @@ def closest_preset(name: str) -> str:
     return f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(PRESETS)}"
 
 
+def parsed_layers(layers, most: int = MAX_LAYERS, why: str = ""):
+    """student_layers read once, on every face (DistillConfig; student_layers, against a teacher's `most`
+    layers): None, "every-other", or a count from 1 to `most` as an int (given as one or as digits);
+    anything else an OptionsError naming it."""
+    if layers is None or layers == "every-other":
+        return layers
+    whole = isinstance(layers, int) and not isinstance(layers, bool)  # True is no count of layers
+    # ASCII digits alone, and few: int() refuses "²" and 5,000 digits with bare ValueErrors of its own
+    counted = layers.isascii() and layers.isdigit() and len(layers) < 20 if isinstance(layers, str) else whole
+    if not (counted and 1 <= int(layers) <= most):
+        said = f"expected every-other or a number of layers from 1 to {most}{why}"
+        # "field=N: rule" and "field: rule, got 'text'": how the command line's flag_error and named_once
+        # put --student-layers VALUE in the field's place (text may hold spaces, which "=" would split)
+        raise OptionsError(f"student_layers={int(layers)}: {said}" if counted else
+                           f"student_layers: {said}, got {str(layers)[:40]!r}", "student_layers")
+    return int(layers)
+
+
 def student_layers(spec, n_layers: int) -> tuple:
     """Teacher layers a student copies: "every-other" (0, 2, 4, ...) or an int N (the first N)."""
-    if spec in (None, "every-other"):
-        return every_other(n_layers)
-    try:
-        n = int(spec)
-    except (TypeError, ValueError):
-        raise ValueError(f"student_layers {spec!r}: expected every-other or a number of layers") from None
-    if not 1 <= n <= n_layers:
-        raise OptionsError(f"student_layers {n}: expected every-other or a number of layers from 1 to "
-                           f"{n_layers} (the teacher has {n_layers} layers)", "student_layers")
-    return tuple(range(n))
+    # "abc" or 2.5 given here, outside DistillConfig: its refusal (int() had raised a bare ValueError)
+    n = parsed_layers(spec, n_layers, f" (the teacher has {n_layers} layers)")
+    return every_other(n_layers) if n in (None, "every-other") else tuple(range(n))
 
 
 def make_student(teacher_task, layers=None, preset: str | None = None, seed: int = 0):

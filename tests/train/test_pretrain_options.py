@@ -333,3 +333,30 @@ def test_objective_options_past_their_bound_are_refused_on_the_command_line_nami
     options = "{" + ", ".join(f"k{i}: 1" for i in range(MAX_OBJECTIVE_OPTIONS + 1)) + "}"
     said = refused_on_the_command_line(capsys, cli(tmp_path / "o", f"objective_options={options}"))
     assert "objective_options must hold at most" in said and not (tmp_path / "o").exists()
+
+
+def test_jsonl_data_without_the_text_field_is_refused_alike_on_both_faces_before_the_model(
+        capsys, tmp_path, monkeypatch):
+    """pretrain() read such a corpus after building the model, said two warnings, then an error; the command
+    line refused it in one line before loading. Both now ask one check: the file, its records' fields and
+    the field's name, before a model is built (a Python run given the field reads it)."""
+    from lmforge.data.read_options import ReadOptions
+
+    data = tmp_path / "c.jsonl"
+    data.write_text('{"body": "the cat sat"}\n{"body": "the dog sat"}\n')
+    said = f"{data}: no record has a string \"text\" field (its records' fields: body)"
+    built = []
+
+    def build(*args):  # where the model would be built: none is, the field being refused before
+        built.append(args)
+        raise RuntimeError("built")
+
+    monkeypatch.setattr(pretrain_module, "_checked_config", build)
+    err = refused_in_python(tmp_path / "o", data=[str(data)])
+    assert err.field == "text_field" and str(err).startswith(said) and "text_field" in str(err)
+    cli_said = refused_on_the_command_line(capsys, cli(tmp_path / "o", "--data", str(data)))
+    assert f"--data {said}: give --text-field" in cli_said and not built
+    with pytest.raises(RuntimeError, match="built"):  # the field named, the run goes on to build the model
+        pretrain("mlm", tmp_path / "o", TrainConfig(steps=1), preset="bert-tiny", data=[str(data)],
+                 read=ReadOptions(text_field="body"))
+    assert len(built) == 1

@@ -356,12 +356,15 @@ def flag_named(field: str, flag: str, given):
 def text_field(flag: str, files, hint: str, options=None) -> None:
     """A UsageError naming `flag`, the file and its records' fields where every one of `files` is a JSONL
     file whose records lack the text field (`options.text_field`): nothing would be read, which the reader
-    said in two warnings and the job in an error repeating them; `hint`: how to name the field."""
-    from lmforge.data.text_field import missing_everywhere
+    said in two warnings and the job in an error repeating them; `hint`: how to name the field. The check is
+    check_text_field's, Python's too."""
+    from lmforge.config.options import OptionsError
+    from lmforge.data.text_field import check_text_field
 
-    missing = missing_everywhere(files, options)
-    if missing:
-        raise UsageError(f"{flag} {missing}: {hint}")
+    try:
+        check_text_field(files, options, hint)
+    except OptionsError as err:
+        raise UsageError(f"{flag} {err}") from None
 
 
 def tokenizer_folder(flag: str, given: str | None) -> None:

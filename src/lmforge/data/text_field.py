@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmforge.config.options import OptionsError
 from lmforge.data.openers import open_binary
 from lmforge.data.read_options import ReadOptions
 from lmforge.utils.jsontext import loads
 
 MAX_LINE = 1 << 20  # a longer record is left to the reader (which reads it in pieces), not held here
 MAX_FIELDS = 8  # the records' field names said at most
+HINT = "give text_field (read=ReadOptions(text_field=...)), the field that holds the text"
 
 
 def missing_text_field(path, options: ReadOptions | None = None) -> str | None:
@@ -44,3 +46,12 @@ def missing_everywhere(files, options: ReadOptions | None = None) -> str | None:
     folders) lacks the text field, so that nothing would be read; None otherwise."""
     said = [missing_text_field(f, options) for f in files or () if f is not None]
     return said[0] if said and all(said) else None
+
+
+def check_text_field(files, options: ReadOptions | None = None, hint: str = HINT) -> None:
+    """An OptionsError naming the file, its records' fields and text_field where every one of `files` lacks
+    the text field (missing_everywhere), with `hint` (how the caller names the field). The one check, before
+    any model or tokenizer is loaded: pretrain()'s and the command line's (which says its flag)."""
+    missing = missing_everywhere(files, options)
+    if missing:
+        raise OptionsError(f"{missing}: {hint}", "text_field")

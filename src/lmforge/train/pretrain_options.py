@@ -112,7 +112,9 @@ def recipe_and_inputs(recipe: RecipeOptions | None, inputs: PretrainInputs | Non
 def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
     """An OptionsError naming a recipe option the run would not read or `spec` refuses: an objective option
     it does not take or out of its range (objectives.keywords), duplication with an objective that draws no
-    corruption (clm, bilm: each copy of an example would be the same), n_docs beside data."""
+    corruption (clm, bilm: each copy of an example would be the same), n_docs beside data; text_field where
+    no record of the JSONL data has it (the command line's check), before any model is built."""
+    from lmforge.data.text_field import check_text_field
     from lmforge.objectives.base import Objective
     from lmforge.objectives.keywords import check_keywords
 
@@ -128,3 +130,4 @@ def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
     if inputs.data and recipe.n_docs != RecipeOptions().n_docs:
         raise OptionsError(f"n_docs={recipe.n_docs}: sizes the built-in corpus, which is not read "
                            "when data (--data) is given; drop it", "n_docs")
+    check_text_field(inputs.data, inputs.read)

@@ -71,7 +71,8 @@ def _tokens(tokenizer, ids: list) -> list:
     return [tokenizer.id_to_token(int(i)) or f"<{int(i)}>" for i in ids]
 
 
-def _group(name: str, records: dict, stack: str, kind: str, rows: list, cols: list) -> Optional[AttentionGroup]:
+def _group(name: str, records: dict, stack: str, kind: str, rows: list,
+           cols: list) -> Optional[AttentionGroup]:
     """The group of `records` under (stack, kind, layer), batch row 0, keys expanded to each head."""
     entries = sorted((layer, rec) for (s, k, layer), rec in records.items() if s == stack and k == kind)
     if not entries:
@@ -99,7 +100,8 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
     cfg = model.config
     seq2seq = cfg.architecture == "encoder-decoder"
     enc = tokenizer.encode(text, None if seq2seq else pair, max_length=cfg.max_seq_len)
-    total = len(tokenizer.encode(text, None if seq2seq else pair).ids)  # what max_seq_len cut off, if anything
+    # what max_seq_len cut off, if anything
+    total = len(tokenizer.encode(text, None if seq2seq else pair).ids)
     ids = torch.tensor([enc.ids])
     with evaluating(model), torch.no_grad():
         target = _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens) if seq2seq else None

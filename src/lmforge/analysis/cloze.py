@@ -45,8 +45,10 @@ def _masked_rows(tokenizer, probe: dict) -> list:
     rows = []
     for cand in probe["candidates"]:
         # the candidate's pieces as they appear after a space inside the sentence
-        target = _pieces(tokenizer, left.rstrip() + " " + cand)[len(before):] if before else _pieces(tokenizer, cand)
-        ids = ([cls] if cls is not None else []) + before + [mask] * len(target) + after + ([sep] if sep is not None else [])
+        target = (_pieces(tokenizer, left.rstrip() + " " + cand)[len(before):] if before
+                  else _pieces(tokenizer, cand))
+        ids = (([cls] if cls is not None else []) + before + [mask] * len(target) + after
+               + ([sep] if sep is not None else []))
         start = (cls is not None) + len(before)
         rows.append((ids, list(range(start, start + len(target))), target))
     return rows
@@ -130,7 +132,8 @@ def _summed(model, tokenizer, probes: list, head, batch_probes: int, causal: boo
         chunk = [(p, (_causal_rows if causal else _masked_rows)(tokenizer, p))
                  for p in probes[start: start + batch_probes]]
         # a probe longer than the model's positions is left out (its n shows it), never cut short
-        chunk = [(p, rows) for p, rows in chunk if max(len(ids) for ids, _, _ in rows) <= model.config.max_seq_len]
+        chunk = [(p, rows)
+                 for p, rows in chunk if max(len(ids) for ids, _, _ in rows) <= model.config.max_seq_len]
         if not chunk:
             continue
         scores = iter(_scores(model, [r for _, rows in chunk for r in rows], pad, causal, head))
@@ -158,5 +161,6 @@ def compare(untrained: dict, trained: dict) -> list:
         u, t = untrained[key], trained[key]
         lines.append(f"{key:8s} accuracy {u['accuracy']:.3f}->{t['accuracy']:.3f} [{t['chance']:.3f}]  "
                      f"MRR {u['mrr']:.3f}->{t['mrr']:.3f} [{t['chance_mrr']:.3f}]  "
-                     f"margin {u['margin']:+.3f}->{t['margin']:+.3f}+-{t['margin_se']:.3f} nats [0]  n={t['n']}")
+                     f"margin {u['margin']:+.3f}->{t['margin']:+.3f}+-{t['margin_se']:.3f} nats [0]  "
+                     f"n={t['n']}")
     return lines

@@ -36,8 +36,9 @@ class FeatureOptions:
 
     layers: Union[int, str, list] = option("all", "hidden states: an index (0 = embeddings, -1 = the top "
                                            "layer), a list, 0,3,6, a range 4-8, all, or mix (the scalar mix)")
-    mix_weights: Optional[list] = option(None, "layers=mix: the scalar mix's weights s_j, one per hidden state "
-                                         "(softmax-normalised); default equal", low=-MAX_WEIGHT, high=MAX_WEIGHT,
+    mix_weights: Optional[list] = option(None, "layers=mix: the scalar mix's weights s_j, one per "
+                                         "hidden state (softmax-normalised); default equal",
+                                         low=-MAX_WEIGHT, high=MAX_WEIGHT,
                                          items=Items("float", MAX_LAYERS + 1, min_items=1))
     mix_gamma: Optional[float] = option(None, "layers=mix: the scalar mix's scale gamma",
                                         low=-MAX_WEIGHT, high=MAX_WEIGHT, unset="1")
@@ -59,7 +60,8 @@ class FeatureOptions:
     @classmethod
     def build(cls, options: Optional["FeatureOptions"] = None, fields: Optional[dict] = None,
               from_text: bool = False) -> "FeatureOptions":
-        """`options` (or the defaults) with `fields` changed; an unknown name or a bad value names the field."""
+        """`options` (or the defaults) with `fields` changed; an unknown name or a bad value names the
+        field."""
         return with_changes(cls, options, fields, "features", from_text, drop_none=True)
 
     @property
@@ -93,7 +95,8 @@ def _checked_spec(spec):
         _index(str(spec))
         return spec
     if isinstance(spec, (list, tuple)):
-        if not 0 < len(spec) <= MAX_LAYERS or not all(isinstance(i, int) and not isinstance(i, bool) for i in spec):
+        if not 0 < len(spec) <= MAX_LAYERS or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                      for i in spec):
             raise OptionsError(f"layers must be a list of 1 to {MAX_LAYERS} integers, got {str(spec)[:60]}",
                                "layers")
         for i in spec:

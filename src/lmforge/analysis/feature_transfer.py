@@ -84,33 +84,36 @@ def score(kind: str, gold: list, predicted: list, labels: list) -> dict:
     return {"accuracy": accuracy(flat_gold, flat_predicted), "f1": f1(flat_gold, flat_predicted, labels)}
 
 
-def transfer(model, tokenizer, kind: str, splits: dict, layers="mix", pooling: str = "first", head: str = "linear",
-             config: FitConfig | None = None, seed: int = 0, batch_size: int = 32, max_len: int | None = None) -> dict:
+def transfer(model, tokenizer, kind: str, splits: dict, layers="mix", pooling: str = "first",
+             head: str = "linear", config: FitConfig | None = None, seed: int = 0, batch_size: int = 32,
+             max_len: int | None = None) -> dict:
     """Train a feature-based head on splits {"train", "dev"[, "test"]: records}; its metrics on dev
     (and test), the mix weights and how many words the model's max length cut."""
     if kind not in TRANSFER_TASKS:
         raise ValueError(f"--task {kind!r} is not one of {', '.join(TRANSFER_TASKS)}")
     config = config or FitConfig()
     gold_key = "tags" if kind == "tagging" else "label"
-    labels = sorted({t for r in splits["train"] for t in (r[gold_key] if kind == "tagging" else [r[gold_key]])})
+    labels = sorted({t for r in splits["train"]
+                     for t in (r[gold_key] if kind == "tagging" else [r[gold_key]])})
     index = {label: i for i, label in enumerate(labels)}
     features, cut = {}, {}
     for name, records in splits.items():
         stats: dict = {}
-        features[name] = word_features(model, tokenizer, [record_words(r, kind) for r in records], layers, pooling,
-                                       batch_size, max_len, stats)
+        features[name] = word_features(model, tokenizer, [record_words(r, kind) for r in records], layers,
+                                       pooling, batch_size, max_len, stats)
         cut[name] = stats.get("dropped_words", 0)
     data = _standardised({k: _examples(features[k], splits[k], kind, index, k) for k in splits})
     n_layers, d = data["train"].table.shape[0], data["train"].table.shape[-1]
     probe = Probe(d, len(labels), 1, head, config.hidden, n_mix=n_layers)
     history = fit(probe, data["train"], data["dev"], config, seed)
-    fallback = Counter(t for r in splits["train"] for t in r["tags"]).most_common(1)[0][0] if kind == "tagging" else ""
+    fallback = (Counter(t for r in splits["train"] for t in r["tags"]).most_common(1)[0][0]
+                if kind == "tagging" else "")
     out = {"task": kind, "head": head, "pooling": pooling, "labels": labels, "epochs": history["epochs"],
            "mix_weights": probe.mix.weights.detach().tolist() if probe.mix is not None else [1.0],
            "gamma": float(probe.mix.gamma.detach()) if probe.mix is not None else 1.0, "dropped_words": cut}
     for name in ("dev", "test"):
         if name in splits:
-            predicted = _decode(predict(probe, data[name])[0].tolist(), features[name], splits[name], kind, labels,
-                                fallback)
+            predicted = _decode(predict(probe, data[name])[0].tolist(), features[name], splits[name], kind,
+                                labels, fallback)
             out[name] = score(kind, [r[gold_key] for r in splits[name]], predicted, labels)
     return out

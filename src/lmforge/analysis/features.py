@@ -82,7 +82,8 @@ def encode_words(tokenizer, words: list, max_len: int) -> tuple:
     return cut, int(differs[0]) if len(differs) else len(words)
 
 
-def hidden_states(model, ids: torch.Tensor, mask: torch.Tensor, segments: torch.Tensor | None) -> torch.Tensor:
+def hidden_states(model, ids: torch.Tensor, mask: torch.Tensor,
+                  segments: torch.Tensor | None) -> torch.Tensor:
     """(L + 1, B, T, d): the embedding output and every layer's (an encoder-decoder's encoder)."""
     arch = model.config.architecture
     if arch == "encoder-decoder":
@@ -121,8 +122,8 @@ def default_max_len(model, tokenizer) -> int:
     return min(model.config.max_seq_len, limit)
 
 
-def word_features(model, tokenizer, sentences: list, layers=None, pooling: str = "first", batch_size: int = 32,
-                  max_len: int | None = None, stats: dict | None = None) -> list:
+def word_features(model, tokenizer, sentences: list, layers=None, pooling: str = "first",
+                  batch_size: int = 32, max_len: int | None = None, stats: dict | None = None) -> list:
     """Per sentence (a list of words), a (n_layers_chosen, n_words, d) float32 CPU tensor of the chosen
     hidden states (default all: embeddings + every layer); stats, if given, gets the truncation counts."""
     if pooling not in POOLINGS:

@@ -35,15 +35,16 @@ MAX_ORDERS = 1000  # random orders a report averages
 class HeadsOptions:
     """Options of `lmforge heads`: the curves' step and seeds, and how far to prune physically."""
 
-    prune: float | None = option(None, "remove this share of the heads by importance, physically", low=0, high=1,
-                                 open_low=True, open_high=True)
-    until: float | None = option(None, "remove heads while the metric stays >= this x the unpruned one", low=0,
-                                 high=1, open_low=True)
-    step: float = option(0.1, "share of all heads masked per level", low=0, high=1, open_low=True, open_high=True)
+    prune: float | None = option(None, "remove this share of the heads by importance, physically", low=0,
+                                 high=1, open_low=True, open_high=True)
+    until: float | None = option(None, "remove heads while the metric stays >= this x the unpruned one",
+                                 low=0, high=1, open_low=True)
+    step: float = option(0.1, "share of all heads masked per level", low=0, high=1, open_low=True,
+                         open_high=True)
     seed: int = option(0, "the first random order's seed (the others: seed + 1, ...)", low=0, high=MAX_SEED)
     batch_size: int = option(32, "examples per batch of the importance estimate", low=1, high=MAX_BATCH)
-    random_orders: int = option(5, "random pruning orders averaged as the control (mean +- sd per level)", low=1,
-                                high=MAX_ORDERS)
+    random_orders: int = option(5, "random pruning orders averaged as the control (mean +- sd per level)",
+                                low=1, high=MAX_ORDERS)
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -90,15 +91,18 @@ def run_heads(model_dir, records: list, out, kind: str | None = None, importance
     out.mkdir(parents=True, exist_ok=True)
     task = fine_tuned_task(model_dir, records, kind)
     examples = encode_split(task, records, "data")
-    imp_examples = encode_split(task, importance_records, "importance data") if importance_records else examples
+    imp_examples = (encode_split(task, importance_records, "importance data") if importance_records
+                    else examples)
     say = (lambda order: (lambda lv: progress(order, lv))) if progress else (lambda order: None)
     curves = {"importance": pruning_curve(task, (records, examples), imp_examples, o.curve(),
                                           progress=say("importance"))[0]}
-    randoms = random_curves(task, (records, examples), o.random_orders, CurveOptions(step=o.step, seed=o.seed),
-                            progress=say("random"))
+    randoms = random_curves(task, (records, examples), o.random_orders,
+                            CurveOptions(step=o.step, seed=o.seed), progress=say("random"))
     curves["random"], band = randoms[0], curve_band(randoms)
-    report = {"heads": total_heads(full_gates(task.model.config)), "metric_name": curves["importance"][0]["name"],
-              "importance": _table(head_importance(task, imp_examples, batch_size=o.batch_size)), "curves": curves,
+    report = {"heads": total_heads(full_gates(task.model.config)),
+              "metric_name": curves["importance"][0]["name"],
+              "importance": _table(head_importance(task, imp_examples, batch_size=o.batch_size)),
+              "curves": curves,
               "random": {"orders": o.random_orders, "seeds": [o.seed + i for i in range(o.random_orders)],
                          "band": band, "importance_vs_mean": against_band(curves["importance"], band)}}
     if o.prune is not None or o.until is not None:
@@ -178,13 +182,15 @@ def plot_curves(curves: dict, metric_name: str, path, band: list | None = None) 
         x = [100 * b["fraction"] for b in band]
         mean, sd = [b["mean"] for b in band], [b["sd"] for b in band]
         n = band[0]["n"]
-        ax.plot(x, mean, "s--", color="tab:orange", label=f"random (mean of {n} orders)" if n > 1 else "random")
+        ax.plot(x, mean, "s--", color="tab:orange",
+                label=f"random (mean of {n} orders)" if n > 1 else "random")
         if n > 1:  # one order has no spread: its "± 1 sd" entry named a band that is not there
             ax.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
                             color="tab:orange", alpha=0.25, label="random ± 1 sd")
     else:
         levels = curves.get("random") or []
-        ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], "s--", label="random")
+        ax.plot([100 * lv["fraction"] for lv in levels], [lv["metric"] for lv in levels], "s--",
+                label="random")
     if len({x for line in ax.lines for x in line.get_xdata()}) < 2:  # one level: not a +-0.04 % axis
         ax.set_xlim(-5, 105)
     ax.set_xlabel("heads pruned (%)")

@@ -133,7 +133,8 @@ class PrefixMix(nn.Module):
         super().__init__()
         self.scalars = nn.Parameter(torch.zeros(n_layers, n_layers))  # s = 0: uniform over each prefix
         self.gamma = nn.Parameter(torch.ones(n_layers))
-        self.register_buffer("outside", torch.ones(n_layers, n_layers, dtype=torch.bool).triu(1), persistent=False)
+        self.register_buffer("outside", torch.ones(n_layers, n_layers, dtype=torch.bool).triu(1),
+                             persistent=False)
 
     @property
     def weights(self) -> torch.Tensor:
@@ -178,7 +179,8 @@ def predict(module: nn.Module, data: Examples, chunk: int = 4096) -> torch.Tenso
     """(G, N) each probe's most likely label of every example."""
     module.eval()
     with torch.no_grad():
-        return torch.cat([module(data.batch(rows)[0]).argmax(-1) for rows in torch.arange(len(data)).split(chunk)],
+        return torch.cat([module(data.batch(rows)[0]).argmax(-1)
+                          for rows in torch.arange(len(data)).split(chunk)],
                          dim=1)
 
 

@@ -69,7 +69,8 @@ def table_rows(results: dict) -> list:
                 h = r[head]
                 at = layers.index(h["best_layer"])
                 sel = h.get("selectivity", [math.nan] * len(layers))[at]
-                rows.append([task, head, *map(_cell, h["accuracy"]), str(h["best_layer"]), _cell(sel), "-", "-"])
+                rows.append([task, head, *map(_cell, h["accuracy"]), str(h["best_layer"]),
+                             _cell(sel), "-", "-"])
         c = r["cumulative"]
         rows.append([task, "mix (cumul.)", *map(_cell, c["scores"]), "-", "-", _cell(c["expected_layer"], 2),
                      _cell(c["center_of_gravity"], 2)])
@@ -118,7 +119,8 @@ def _selectivity_panel(ax, results: dict) -> None:
             if task not in STRUCTURAL_MAIN and "selectivity" in r.get(head, {}):
                 ax.plot(layers, r[head]["selectivity"], style, label=f"{task} ({head})", markersize=4)
     ax.axhline(0, color="grey", linewidth=0.8)
-    ax.set(title="Selectivity: task - control accuracy (Hewitt & Liang 2019)", xlabel="layer", ylabel="selectivity")
+    ax.set(title="Selectivity: task - control accuracy (Hewitt & Liang 2019)", xlabel="layer",
+           ylabel="selectivity")
     _legend(ax)
 
 

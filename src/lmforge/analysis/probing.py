@@ -78,7 +78,8 @@ def task_items(records: list, offsets: list, task: str) -> list:
         if task == "pos":
             pairs = [((i,), record["upos"][i]) for i in range(len(words))]
         elif task == "deps":
-            pairs = [((i, h), rel) for i, (h, rel) in enumerate(zip(record["heads"], record["deprels"])) if h >= 0]
+            pairs = [((i, h), rel)
+                     for i, (h, rel) in enumerate(zip(record["heads"], record["deprels"])) if h >= 0]
         else:
             pairs = [((i, j), label) for kind, i, j, label in record.get("links", []) if kind == task]
         # the type is the word as written, as Hewitt & Liang's code keys it: folding case would let
@@ -94,7 +95,8 @@ def control_labels(types: list, labels: list, seed: int) -> dict:
     counts = Counter(labels)
     population = sorted(counts)
     rng = random.Random(seed)
-    return {t: rng.choices(population, weights=[counts[x] for x in population])[0] for t in sorted(set(types))}
+    return {t: rng.choices(population, weights=[counts[x] for x in population])[0]
+            for t in sorted(set(types))}
 
 
 def label_examples(splits: dict, task: str, seed: int, control: bool = True) -> tuple:
@@ -114,9 +116,10 @@ def label_examples(splits: dict, task: str, seed: int, control: bool = True) -> 
                                  [label for _, label, _ in items["train"]], probe_seed(seed, task, "control"))
         sets.append(lambda it: index[mapping[it[2]]])
     arity = len(items["train"][0][0])
-    out = {k: Examples(splits[k].table, torch.tensor([w for w, _, _ in v], dtype=torch.long).view(len(v), arity),
-                       torch.tensor([[label(it) for it in v] for label in sets], dtype=torch.long).view(len(sets),
-                                                                                                      len(v)))
+    out = {k: Examples(splits[k].table,
+                       torch.tensor([w for w, _, _ in v], dtype=torch.long).view(len(v), arity),
+                       torch.tensor([[label(it) for it in v] for label in sets],
+                                    dtype=torch.long).view(len(sets), len(v)))
            for k, v in items.items()}
     return out, names
 

@@ -224,7 +224,8 @@ def dev_score(probe: nn.Module, data: Sentences) -> torch.Tensor:
     """(G,) minus each probe's mean normalised L1 error on `data` (higher is better)."""
     probe.eval()
     with torch.no_grad():
-        errors = torch.cat([_errors(probe, data.batch(rows)) for rows in torch.arange(len(data)).split(64)], 1)
+        errors = torch.cat([_errors(probe, data.batch(rows))
+                            for rows in torch.arange(len(data)).split(64)], 1)
     return -errors.mean(1)
 
 
@@ -247,7 +248,8 @@ def structural_scores(kind: str, predicted: list, data: Sentences) -> dict:
         gold = [g[:k, :k] for g, k in zip(data.gold, n)]
         return {"uuas": uuas(predicted, data.records), "dspr": spearman_by_length(predicted, gold)}
     gold = [g[:k] for g, k in zip(data.gold, n)]
-    return {"root_accuracy": root_accuracy(predicted, data.records), "nspr": spearman_by_length(predicted, gold)}
+    return {"root_accuracy": root_accuracy(predicted, data.records),
+            "nspr": spearman_by_length(predicted, gold)}
 
 
 def train_structural(kind: str, train: Sentences, dev: Sentences, test: Sentences, layers: list,
@@ -258,5 +260,6 @@ def train_structural(kind: str, train: Sentences, dev: Sentences, test: Sentence
     per_sentence = FitConfig(**{**config.__dict__, "batch_size": config.sentence_batch})
     history = fit(probe, train, dev, per_sentence, seed, loss=structural_loss, score=dev_score,
                   lr_cut=LR_CUT)
-    return [{**structural_scores(kind, pred, test), "dev_loss": -history["dev"][g], "epochs": history["epochs"]}
+    return [{**structural_scores(kind, pred, test), "dev_loss": -history["dev"][g],
+             "epochs": history["epochs"]}
             for g, pred in enumerate(predictions(probe, test))]

@@ -164,9 +164,11 @@ def _elmo_features(model, texts: list, options: FeatureOptions, batch_size: int)
                                 min(batch_size, MAX_BATCH_SIZE))
     n_states = layered[0].shape[0]
     chosen = options.chosen(n_states)
-    return [TextFeatures([{"id": None, "token": m.group(), "text": m.group(), "start": m.start(), "end": m.end()}
+    return [TextFeatures([{"id": None, "token": m.group(), "text": m.group(), "start": m.start(),
+                           "end": m.end()}
                           for m in found], len(whole), len(whole) > len(found),
-                         "mix" if options.mixed else chosen, _reduce(states[chosen].float().cpu(), options, n_states))
+                         "mix" if options.mixed else chosen,
+                         _reduce(states[chosen].float().cpu(), options, n_states))
             for whole, found, states in zip(words, kept, layered)]
 
 
@@ -187,8 +189,9 @@ def features(texts, model, tokenizer=None, options: FeatureOptions | None = None
              batch_size: int = 32) -> list:
     """Contextual features of `texts` (a TextFeatures each): `options` with the named fields changed (see
     FeatureOptions); `model` is a model, a directory or an installed model package."""
-    options = FeatureOptions.build(options, {"layers": layers, "mix_weights": mix_weights, "mix_gamma": mix_gamma,
-                                             "pooling": pooling, "max_length": max_length, "truncate": truncate})
+    options = FeatureOptions.build(options, {"layers": layers, "mix_weights": mix_weights,
+                                             "mix_gamma": mix_gamma, "pooling": pooling,
+                                             "max_length": max_length, "truncate": truncate})
     batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
     texts = checked_texts(texts)  # before the model is read
     tokenizer = checked_tokenizer(tokenizer)

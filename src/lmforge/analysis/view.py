@@ -195,7 +195,8 @@ def _blocks(maps: AttentionMaps, shapes: list, k, qk: set) -> tuple:
 
 def _block(ident: str, data: bytes) -> str:
     """One embedded data block."""
-    return f'<script type="application/octet-stream" id="{ident}">{base64.b64encode(data).decode()}</script>\n'
+    return (f'<script type="application/octet-stream" id="{ident}">'
+            f'{base64.b64encode(data).decode()}</script>\n')
 
 
 def _ranges(numbers: list) -> str:

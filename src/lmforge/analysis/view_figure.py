@@ -25,7 +25,8 @@ def write_figure(maps: AttentionMaps, path, group=None, layer=None, heads=None) 
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
-        raise ValueError(f"path: the figure's format comes from its suffix, .png or .svg, not {path.suffix!r}")
+        raise ValueError("path: the figure's format comes from its suffix, .png or .svg, not "
+                         f"{path.suffix!r}")
     g, probs, heads = selection(maps, group, layer, heads)
     fig = _draw(probs, heads, g, g.layers[0] if layer is None else layer, maps.title)
     atomic_savefig(fig, path, dpi=200 if fmt == "png" else None, fmt=fmt)

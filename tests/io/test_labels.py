@@ -171,6 +171,22 @@ def test_a_malformed_kind_in_task_json_beside_a_reference_config_is_a_typed_erro
         task_info(tmp_path / "hf")
 
 
+@pytest.mark.parametrize("task, said", [({"kind": None, "labels": ["a", "b"]}, "null"),
+                                         ({"labels": ["a", "b"]}, "missing")])
+def test_a_task_json_whose_kind_is_null_or_missing_is_refused_naming_kind_and_the_file(tmp_path, task, said):
+    """"kind": null passed every check as if unsaid, and fine-tuning's reader then said the folder "has no
+    task.json"; every writer names a kind (or a reference head's kinds), so either is a damaged file."""
+    from lmforge.tasks.reference import task_info
+
+    src = _fine_tuned(tmp_path / "ft", {**task, "max_len": 16})
+    model = lmforge.load(src)  # loaded to embed: not refused, as with damaged labels
+    want = rf'^{src / "task.json"}: "kind" is {said}: a task.json names its task kind'
+    with pytest.raises(CheckpointError, match=want):
+        model.save(tmp_path / "hf", format="hf")
+    with pytest.raises(CheckpointError, match=want):
+        task_info(src)
+
+
 @pytest.mark.parametrize("block", [{"version": "4.1.0"}, {"activation_fn": None, "version": "4.1.0"}])
 @pytest.mark.parametrize("config, want", [({"num_labels": 1}, "sigmoid"), ({"num_labels": 3}, "identity"),
                                           ({"id2label": {"0": "x"}, "num_labels": 2}, "sigmoid")])

@@ -111,6 +111,24 @@ def test_a_multilabel_model_converts_to_a_reference_multi_label_classifier_with_
     assert task_info(tmp_path / "hf")["kind"] == "multilabel"  # task.json travels with it
 
 
+def test_a_fine_tuned_folder_whose_task_json_kind_is_null_is_refused_naming_the_file_not_as_no_task(tmp_path):
+    """A task.json with "kind": null was read as no task.json: "the task kind is needed ... has no
+    task.json" (an OptionsError about the caller's kind), where the folder's own file is damaged."""
+    from lmforge.io import CheckpointError
+    from lmforge.tasks.finetune import fine_tuned_task, save_model
+    from lmforge.tasks.base import task_class
+    from lmforge.utils.model_folder import record_sums
+    from tests.tasks.core import tiny
+
+    path = save_model(task_class("cls")(tiny(), tokenizer(), labels=["neg", "pos"], max_len=64), tmp_path / "m")
+    info = json.loads((path / "task.json").read_text())
+    (path / "task.json").write_text(json.dumps({**info, "kind": None}))
+    record_sums(path, ["task.json"])  # damaged by its writer, not since: the checksum agrees
+    for read in (lambda: task_info(path), lambda: fine_tuned_task(path, [{"text": "a", "label": "neg"}])):
+        with pytest.raises(CheckpointError, match=rf'^{path / "task.json"}: "kind" is null'):
+            read()
+
+
 def test_id2label_keys_that_skip_an_output_are_refused_naming_id2label(tmp_path):
     _, path = reference_dir(tmp_path / "m", id2label={0: "neg", 2: "pos"})
     with pytest.raises(ValueError,

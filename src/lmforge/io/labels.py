@@ -141,10 +141,14 @@ def _names(where, value, field: str, mapping: bool = False) -> tuple | None:
     return tuple(map(str, value)) or None
 
 
-def _task_fields(where, info: dict) -> dict:
-    """task.json's "kind" (text) and "kinds" (a list of text) as exported_activation reads them, or
-    CheckpointError naming the file (a number there was a raw TypeError on load)."""
+def task_fields(where, info: dict) -> dict:
+    """task.json's "kind" (text) and "kinds" (a list of text) as exported_activation and task_info read
+    them, or CheckpointError naming the file (a number there was a raw TypeError on load)."""
     kind, kinds = info.get("kind"), info.get("kinds")
+    if kind is None and kinds is None:  # every writer names one; "kind": null had read as no task.json at all
+        said = "null" if "kind" in info else "missing"
+        raise CheckpointError(f"{where}: \"kind\" is {said}: a task.json names its task kind (or a reference "
+                              f"head's \"kinds\")")
     if kind is not None and not isinstance(kind, str):
         raise CheckpointError(f"{where}: \"kind\" must be a task kind, not {kind!r:.40}")
     if kinds is not None and not (isinstance(kinds, list) and all(isinstance(k, str) for k in kinds)):
@@ -160,7 +164,7 @@ def read_labels(path: Path, meta: dict) -> HeadLabels | None:
         if not (path / TASK_FILE).is_file():
             return None
         where = path / TASK_FILE
-        info = _task_fields(where, read_json_object(where))
+        info = task_fields(where, read_json_object(where))
         names = _names(where, info.get("labels"), "labels") or _names(where, info.get("id2label"), "id2label")
         problem = info["problem_type"] if "problem_type" in info else KIND_PROBLEM_TYPE.get(info.get("kind"))
         activation, crossed = exported_activation(info), info.get("cross_encoder") is True

@@ -25,7 +25,7 @@ from pathlib import Path
 
 # the label helpers live in io/labels.py (io.load reads them too), their one home: import them from there
 from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, TASK_FILE, cross_encoder, cross_encoder_activation,
-                               id2label_order, is_label, scoring_activation)
+                               id2label_order, is_label, scoring_activation, task_fields)
 from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.tasks.base import MODULES, task_class
 from lmforge.utils.model_folder import check_recorded, inside_job_folder
@@ -162,6 +162,7 @@ def _checked_info(file: Path, info: dict) -> dict:
     kind, labels, max_len, kinds = (info.get(name) for name in ("kind", "labels", "max_len", "kinds"))
     if kind is not None and not (isinstance(kind, str) and kind in MODULES):
         raise CheckpointError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
+    task_fields(file, info)  # a kind (or kinds) said at all: "kind": null read as no task.json, unsaid
     if labels is not None and not (isinstance(labels, list) and all(map(is_label, labels))):
         raise CheckpointError(f"{file}: \"labels\" must be a list of labels (text or numbers), not "
                               f"{labels!r:.40}")

@@ -5,9 +5,10 @@ one BM25 hard negative per question (their best setting, table 3).
 
 Here E_Q and E_P share one encoder by default (any lmforge encoder: a tiny BERT, all-MiniLM-L6-v2, a
 pretrained directory); with separate(), E_P becomes a copy trained on its own, as in DPR (saved under
-passage/ beside the question encoder). Vectors are pooled by mean over the attention mask or the first token ([CLS]). With normalize=True
-the embeddings are L2-normalised and the logits are sim / temperature (cosine similarity, as the
-sentence-embedding models it starts from were trained), so the untrained encoder is a fair baseline.
+passage/ beside the question encoder). Vectors are pooled by mean over the attention mask or the first
+token ([CLS]). With normalize=True the embeddings are L2-normalised and the logits are sim / temperature
+(cosine similarity, as the sentence-embedding models it starts from were trained), so the untrained
+encoder is a fair baseline.
 
 With matryoshka_dims (Matryoshka Representation Learning, Kusupati et al. 2022, as sentence-transformers'
 MatryoshkaLoss) the loss is the weighted sum of the same loss on nested prefixes of the embeddings, each
@@ -51,7 +52,8 @@ class EncoderOptions:
     """How texts become vectors: pooling, normalisation, temperature, the longest input, and the nested
     prefixes a Matryoshka loss trains."""
 
-    pooling: str = option("mean", "mean (over the attention mask) or cls (the first token)", choices=tuple(POOLINGS))
+    pooling: str = option("mean", "mean (over the attention mask) or cls (the first token)",
+                          choices=tuple(POOLINGS))
     normalize: bool = option(True, "L2-normalise embeddings (cosine similarity, logits / temperature)")
     temperature: float = option(0.05, "softmax temperature of the normalised scores in training", low=0,
                                 open_low=True, high=100.0)
@@ -120,8 +122,8 @@ class BiEncoder:
         self.passage_model = passage_model  # None: E_P is E_Q
         self.cut = 0  # texts cut to max_length so far (an index build says how many of its passages)
         if any(d > model.config.d_model for d in self.options.matryoshka_dims):
-            raise OptionsError(f"matryoshka_dims {list(self.options.matryoshka_dims)}: this model's embeddings "
-                               f"have {model.config.d_model}", "matryoshka_dims")
+            raise OptionsError(f"matryoshka_dims {list(self.options.matryoshka_dims)}: this model's "
+                               f"embeddings have {model.config.d_model}", "matryoshka_dims")
 
     def separate(self) -> "BiEncoder":
         """Give passages their own encoder, a copy of the question encoder (DPR's two BERTs)."""
@@ -138,7 +140,8 @@ class BiEncoder:
         saved, separate = retriever_file(path)
         # retrieval jobs embed corpora: the encoders run optimized (fast/optimize.py), as every job's do
         passage = optimize(load(path / PASSAGE_DIR)) if separate else None
-        return cls(optimize(load(path)), load_tokenizer(path), EncoderOptions(**{**saved, **options}), passage)
+        return cls(optimize(load(path)), load_tokenizer(path), EncoderOptions(**{**saved, **options}),
+                   passage)
 
     def save(self, path) -> Path:
         """Tokenizer and retriever.json beside a saved model directory (and a separate passage
@@ -246,14 +249,15 @@ class DPRObjective(Objective):
         passages = [e["positive"] for e in examples] + [n for e in examples for n in e["negatives"]]
         q_ids, q_mask = pad_batch(questions, self.pad_id)
         p_ids, p_mask = pad_batch(passages, self.pad_id)
-        return {"input_ids": q_ids, "attention_mask": q_mask, "p_input_ids": p_ids, "p_attention_mask": p_mask,
-                "same_passage": same_passage(examples, passages)}
+        return {"input_ids": q_ids, "attention_mask": q_mask, "p_input_ids": p_ids,
+                "p_attention_mask": p_mask, "same_passage": same_passage(examples, passages)}
 
     def forward(self, batch: dict) -> Loss:
         """NLL of each question's positive among all passages of the batch (eq. 2); with matryoshka_dims,
         the weighted sum of it over those prefixes of the embeddings (accuracy: the first prefix's)."""
         q = self.encoder.embed(batch["input_ids"], batch["attention_mask"])  # (B, d)
-        p = self.encoder.embed(batch["p_input_ids"], batch["p_attention_mask"], passage=True)  # (B + B_neg, d)
+        p = self.encoder.embed(batch["p_input_ids"], batch["p_attention_mask"],
+                               passage=True)  # (B + B_neg, d)
         options = self.encoder.options
         dims = options.matryoshka_dims or (q.shape[-1],)  # the plain loss: one "prefix", the whole vector
         weights = options.matryoshka_weights or (1.0,) * len(dims)

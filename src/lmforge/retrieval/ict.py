@@ -33,7 +33,8 @@ def ict_pair(title: str, text: str, rng: random.Random, keep: float = 0.1) -> tu
     return parts[i], f"{title}. {' '.join(rest)}"
 
 
-def ict_examples(encoder: BiEncoder, passages: list, seed: int = 0, keep: float = 0.1, rounds: int = 1) -> list:
+def ict_examples(encoder: BiEncoder, passages: list, seed: int = 0, keep: float = 0.1,
+                 rounds: int = 1) -> list:
     """DPRObjective examples ({"question", "positive", "negatives": []} token ids, and the passage's row as
     their keys) of `rounds` ICT pairs per passage with two sentences or more, drawn with `seed`."""
     if not 0 <= keep <= 1 or rounds < 1:

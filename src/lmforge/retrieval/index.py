@@ -175,20 +175,23 @@ class DenseIndex:
         the manifest has them, another fingerprint or tokenizer): its inner products would rank nonsense."""
         built = self.manifest.get("model") or "its model"
         if width != self.dim:
-            raise ValueError(f"the dense index was built by {built} ({self.dim}-wide vectors); the query encoder "
-                             f"{name} gives {width}-wide ones: query with the index's model")
+            raise ValueError(f"the dense index was built by {built} ({self.dim}-wide vectors); the query "
+                             f"encoder {name} gives {width}-wide ones: query with the index's model")
         if self.manifest.get("encoder") and fingerprint != self.manifest["encoder"]:
-            raise ValueError(f"the dense index was built by {built} (encoder {self.manifest['encoder']}); the query "
-                             f"encoder {name} is another model (encoder {fingerprint}): query with the index's model")
+            raise ValueError(f"the dense index was built by {built} (encoder {self.manifest['encoder']}); "
+                             f"the query encoder {name} is another model (encoder {fingerprint}): query "
+                             "with the index's model")
         if self.manifest.get("tokenizer") and tokenizer != self.manifest["tokenizer"]:
-            raise ValueError(f"the dense index was built by {built} (tokenizer {self.manifest['tokenizer']}); "
+            raise ValueError(f"the dense index was built by {built} "
+                             f"(tokenizer {self.manifest['tokenizer']}); "
                              f"the query encoder {name} reads texts with another tokenizer "
                              f"({tokenizer or 'unknown'}): query with the index's model and its tokenizer")
 
     def search(self, queries, k: int, batch_size: int = 256, backend: str = "torch") -> tuple:
         """((Q, k) scores, (Q, k) row positions) of the highest inner products, best first."""
         q = torch.as_tensor(queries, dtype=torch.float32)
-        if q.ndim not in (1, 2) or q.shape[-1] != self.dim:  # a reshape would cut wider rows into several queries
+        # a reshape would cut wider rows into several queries
+        if q.ndim not in (1, 2) or q.shape[-1] != self.dim:
             raise ValueError(f"queries of shape {tuple(q.shape)}: the index holds {self.dim}-wide vectors")
         q = q.reshape(-1, self.dim)  # (Q, d)
         k = min(k, len(self.ids))

@@ -135,8 +135,9 @@ def query_index(path, queries: list, options: QueryOptions | None = None, model:
     if not queries:  # nothing to search (the searches fail on an empty batch)
         return []
     positions, scores = _search(path, parts, queries, options.candidates or k, options, model)
-    out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id, "title": passages[int(i)].title,
-                                     "score": round(float(s), 4), "text": passages[int(i)].text}
+    out = [{"query": q, "results": [{"rank": r + 1, "id": passages[int(i)].id,
+                                     "title": passages[int(i)].title, "score": round(float(s), 4),
+                                     "text": passages[int(i)].text}
                                     for r, (i, s) in enumerate(zip(row, srow))]}
            for q, row, srow in zip(queries, positions, scores)]
     if rerank:
@@ -202,7 +203,8 @@ def question_sets(questions: str | None, passages_source: str | None, seed: int,
     or a user's QA file split 90/10 (seeded); `answered`: each of its questions must have an answer."""
     if questions == "gcide":
         if passages_source:
-            raise ValueError("--questions gcide brings its own passages (dictionary entries): drop --passages")
+            raise ValueError("--questions gcide brings its own passages (dictionary entries): "
+                             "drop --passages")
         return dictionary_questions(seed=seed)
     if questions in (None, "builtin"):
         passages = load_passages(passages_source, seed)
@@ -227,7 +229,8 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     """Train DPR from `model` on the training questions (with `separate` question and passage
     encoders), then recall@k on the held-out ones for BM25, the untrained and the trained encoder;
     written to out/recall.json and returned."""
-    n_hard = checked_argument("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES}, n_hard)  # --hard-negatives
+    n_hard = checked_argument("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES},
+                              n_hard)  # --hard-negatives
     out = training_folder(out)
     refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
                    models=("model",))
@@ -236,8 +239,8 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
         raise OptionsError(f"temperature={options['temperature']}: it divides cosine scores; with normalize="
                            "false the loss reads raw inner products, unscaled", "temperature")
     passages, sets = question_sets(questions, passages_source, cfg.seed)
-    trained = train_dpr(encoder.separate() if separate else encoder, sets["train"], passages, out, cfg, n_hard,
-                        resume, log)
+    trained = train_dpr(encoder.separate() if separate else encoder, sets["train"], passages, out, cfg,
+                        n_hard, resume, log)
     table = {}
 
     def evaluate(folder: Path) -> None:  # out/eval made whole in a fresh folder: a link there is replaced
@@ -291,7 +294,8 @@ def split_by_title(passages: list, test_share: float, seed: int) -> tuple:
     """(train rows, test rows) of the passages, whole documents (titles) held out, seeded."""
     titles = sorted({p.title for p in passages})
     if len(titles) < 2:
-        raise ValueError(f"--passages: {len(titles)} document title(s); holding whole documents out needs two or more")
+        raise ValueError(f"--passages: {len(titles)} document title(s); holding whole documents out "
+                         "needs two or more")
     random.Random(seed).shuffle(titles)
     held = set(titles[:max(1, round(test_share * len(titles)))])
     rows = range(len(passages))

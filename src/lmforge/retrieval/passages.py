@@ -142,7 +142,8 @@ def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list
     (lines with "id", "title" and "text"), or text / JSONL corpus files and directories."""
     if not (source is None or isinstance(source, (str, os.PathLike))) or not str(source).strip():
         # "" read the working folder whole; a number or bytes failed inside pathlib
-        raise OptionsError(f"passages must be \"builtin\", a file or a folder, got {source!r:.40}", "passages")
+        raise OptionsError(f"passages must be \"builtin\", a file or a folder, got {source!r:.40}",
+                           "passages")
     words = checked_argument("words", "int", {"low": 1, "high": MAX_WORDS}, words)  # True is no window size
     if source in (None, "builtin"):
         return passages_from_documents(builtin_documents(seed), words)

@@ -28,8 +28,9 @@ def _person_facts(p) -> list:
     # (question, answer, evidence: a string the positive passage holds)
     return [(f"Where was {p.name} born?", p.city, f"{p.name} was born in {p.city}"),
             (f"In what year was {p.name} born?", str(p.year), f"in {p.city} in {p.year}"),
-            (f"What is the job of {p.name}?", p.occupation, f"works as a{'n' if p.occupation[0] in 'aeiou' else ''} "
-                                                            f"{p.occupation}")]
+            (f"What is the job of {p.name}?", p.occupation,
+             f"works as a{'n' if p.occupation[0] in 'aeiou' else ''} "
+             f"{p.occupation}")]
 
 
 def _city_facts(c) -> list:
@@ -61,7 +62,8 @@ def builtin_questions(passages: list, seed: int = 0, world: World | None = None)
 
 
 def _strings(value, where: str, key: str) -> list:
-    if not isinstance(value, list) or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or not all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                              for v in value):
         raise ValueError(f"{where}: field {key!r} must be a list of strings")
     return [str(v) for v in value]
 
@@ -122,4 +124,5 @@ def check_positives(records: list, passages: list, source) -> None:
     for n, r in enumerate(records, 1):
         missing = [i for i in r["positives"] if i not in ids]
         if missing:
-            raise ValueError(f"{source}: question {n}: positive passage id {missing[0]!r} is not in the passages")
+            raise ValueError(f"{source}: question {n}: positive passage id {missing[0]!r} is not in the "
+                             "passages")

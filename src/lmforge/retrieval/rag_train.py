@@ -35,10 +35,11 @@ class RAGObjective(Objective):
         super().__init__(generator, pad_id=tok.special_id("pad") or 0)
         self.tokenizer = tok
         if generator.config.vocab_size < tok.vocab_size:
-            raise ValueError(f"the generator's vocabulary ({generator.config.vocab_size}) is smaller than its "
-                             f"tokenizer's ({tok.vocab_size})")
+            raise ValueError(f"the generator's vocabulary ({generator.config.vocab_size}) is smaller than "
+                             f"its tokenizer's ({tok.vocab_size})")
         if generator.config.architecture != "encoder-decoder":
-            raise ValueError(f"a RAG generator must be an encoder-decoder, not {generator.config.architecture}")
+            raise ValueError("a RAG generator must be an encoder-decoder, not "
+                             f"{generator.config.architecture}")
         if kind not in ("sequence", "token"):
             raise ValueError(f"kind={kind!r} is not one of sequence, token")
         if not 0 <= k <= len(passage_vectors):
@@ -62,8 +63,10 @@ class RAGObjective(Objective):
     def collate(self, examples: list) -> dict:
         """{"question": encoder ids, "source": question ids without specials, "labels": answer ids}
         -> padded tensors, with the decoder's shifted inputs."""
-        q_ids, q_mask = pad_batch([e["question"] for e in examples], self.retriever.tokenizer.special_id("pad") or 0)
-        batch = {"input_ids": q_ids, "attention_mask": q_mask, "labels": pad([e["labels"] for e in examples], IGNORE),
+        q_ids, q_mask = pad_batch([e["question"] for e in examples],
+                                  self.retriever.tokenizer.special_id("pad") or 0)
+        batch = {"input_ids": q_ids, "attention_mask": q_mask,
+                 "labels": pad([e["labels"] for e in examples], IGNORE),
                  "source": pad([e["source"] for e in examples], self.pad_id),
                  "source_len": torch.tensor([len(e["source"]) for e in examples])}
         return add_decoder_inputs(batch, examples, self.start, self.pad_id)
@@ -187,7 +190,8 @@ def rag_examples(retriever: BiEncoder, records: list, tokenizer=None) -> list:
     sep = tok.special_id("sep")
     return [{"question": retriever.ids(r["question"]),
              "source": tok.encode(r["question"], add_special_tokens=False).ids[:QUESTION_PIECES],
-             "labels": tok.encode(r["answers"][0], add_special_tokens=False).ids[:15] + [sep]} for r in records]
+             "labels": tok.encode(r["answers"][0], add_special_tokens=False).ids[:15] + [sep]}
+            for r in records]
 
 
 def passage_tokens(retriever: BiEncoder, passages: list, tokenizer=None) -> list:

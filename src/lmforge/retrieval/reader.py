@@ -138,10 +138,10 @@ class ExtractiveReader(Objective):
         spans = [e["windows"][0]["answer_spans"] for e in examples]
         most = max(len(s) for s in spans)
         spans = [[*map(list, s)] + [[-1, -1]] * (most - len(s)) for s in spans]
-        return {"input_ids": ids, "attention_mask": mask, "segment_ids": pad([w["segment_ids"] for w in rows], 0),
+        return {"input_ids": ids, "attention_mask": mask,
+                "segment_ids": pad([w["segment_ids"] for w in rows], 0),
                 "question_end": torch.tensor([w["question_end"] for w in rows]),
-                "answer_spans": torch.tensor(spans),
-                "group": torch.tensor(len(examples[0]["windows"]))}
+                "answer_spans": torch.tensor(spans), "group": torch.tensor(len(examples[0]["windows"]))}
 
     def scores(self, batch: dict) -> tuple:
         """((N, T, 2) span logits, (N,) selection logits) of N windows."""
@@ -222,6 +222,7 @@ def reader_exact_match(reader: ExtractiveReader, records: list, passages: list, 
     by_id, hits = {p.id: p for p in passages}, 0.0
     for n, (r, ranked) in enumerate(zip(records, rankings)):
         scores = retrieval_scores[n][:k] if retrieval_scores is not None else None
-        answer = reader.read(r["question"], [by_id[i] for i in ranked[:k]], scores, retrieval_weight)["answer"]
+        answer = reader.read(r["question"], [by_id[i] for i in ranked[:k]], scores,
+                             retrieval_weight)["answer"]
         hits += max(exact_match(gold, answer) for gold in r["answers"])
     return hits / max(1, len(records))

@@ -45,26 +45,31 @@ class REALMObjective(Objective):
         tok = retriever.tokenizer
         super().__init__(model, pad_id=tok.special_id("pad") or 0)
         if model.config.architecture != "encoder":
-            raise ValueError(f"REALM's knowledge-augmented encoder must be an encoder, not {model.config.architecture}")
+            raise ValueError("REALM's knowledge-augmented encoder must be an encoder, not "
+                             f"{model.config.architecture}")
         if max_len > model.config.max_seq_len:
             raise ValueError(f"max_len={max_len} is longer than the knowledge-augmented encoder's "
                              f"max_seq_len={model.config.max_seq_len}")
         if not passages:
             raise ValueError("REALM needs a knowledge corpus: no passages given")
         if k < 0 or refresh_every < 1 or (k == 0 and not null_document):
-            raise ValueError("need k >= 0, refresh_every >= 1, and a document to read (k > 0 or the null one)")
+            raise ValueError("need k >= 0, refresh_every >= 1, and a document to read "
+                             "(k > 0 or the null one)")
         self.retriever, self.input_encoder = retriever, retriever.model  # registered: trained and saved
         if retriever.passage_model is not None:
             self.doc_encoder = retriever.passage_model
         with seeded_heads(seed):  # a model without an MLM head starts one drawn from the run's seed
             self.lm = head_or_new(model, "lm", "lm")
-        self.k, self.refresh_every, self.max_len, self.null_document = k, refresh_every, max_len, null_document
+        self.k, self.refresh_every, self.max_len, self.null_document = (k, refresh_every, max_len,
+                                                                        null_document)
         self.cls, self.sep = tok.special_id("cls"), tok.special_id("sep")
         self.doc_tokens = [tok.encode(passage_text(p), add_special_tokens=False).ids for p in passages]
         self.doc_inputs = [retriever.ids(passage_text(p)) for p in passages]  # what Embed_doc reads
-        dim, device = retriever.model.config.d_model, next(retriever.encoder_for(passage=True).parameters()).device
+        dim, device = (retriever.model.config.d_model,
+                       next(retriever.encoder_for(passage=True).parameters()).device)
         # on Embed_doc's device: the index's device is where documents are sent to be embedded
-        self.register_buffer("index", torch.zeros(len(passages), dim, device=device))  # (N, d) Embed_doc, stale
+        self.register_buffer("index", torch.zeros(len(passages), dim,
+                                                  device=device))  # (N, d) Embed_doc, stale
         self.register_buffer("forwards", torch.zeros((), dtype=torch.long))
         if k:  # the index of the starting Embed_doc (a resumed run loads its own instead); k = 0 reads none
             self.refresh()
@@ -108,7 +113,8 @@ class REALMObjective(Objective):
             with torch.no_grad():  # the stale index only chooses the top k; x's own passage is excluded
                 scores = (q @ self.index.T).scatter(1, batch["source"][:, None], float("-inf"))
                 rows = torch.topk(scores, min(self.k, len(self.index) - 1), dim=1).indices  # (B, K)
-            docs = self._embed_docs([self.doc_inputs[r] for r in rows.flatten().tolist()]).view(B, -1, q.shape[-1])
+            docs = self._embed_docs([self.doc_inputs[r]
+                                     for r in rows.flatten().tolist()]).view(B, -1, q.shape[-1])
         if self.null_document:
             null = self._embed_docs([[self.cls, self.sep]])  # the empty document
             docs = torch.cat([docs, null.expand(B, 1, -1)], 1)
@@ -175,14 +181,16 @@ class REALMObjective(Objective):
         return {"lm": self.lm}
 
 
-def token_correct(token_log_probs: torch.Tensor, doc_log_probs: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+def token_correct(token_log_probs: torch.Tensor, doc_log_probs: torch.Tensor,
+                  gold: torch.Tensor) -> torch.Tensor:
     """(B, M) whether each masked token's argmax under the marginal sum_z p(z | x) p(y_j | z, x) is
     gold (True at padding)."""
     marginal = torch.logsumexp(doc_log_probs[:, :, None, None] + token_log_probs, dim=1)  # (B, M, V)
     return (marginal.argmax(-1) == gold) | (gold == IGNORE)
 
 
-def span_correct(token_log_probs: torch.Tensor, doc_log_probs: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+def span_correct(token_log_probs: torch.Tensor, doc_log_probs: torch.Tensor,
+                 gold: torch.Tensor) -> torch.Tensor:
     """(B,) whether every masked token of the span is right under the marginal (token_correct)."""
     return token_correct(token_log_probs, doc_log_probs, gold).all(-1)
 
@@ -198,8 +206,8 @@ def evaluate_realm(objective: REALMObjective, examples: list, passages: list, ba
     accuracy, the mean log p(y | x), the mean p(null | x), and answer recall (the share whose masked
     text is in a retrieved document)."""
     objective.eval()
-    device, sums = objective.index.device, {"span_accuracy": 0.0, "token_accuracy": 0.0, "log_likelihood": 0.0,
-                                            "answer_recall": 0.0}
+    device, sums = objective.index.device, {"span_accuracy": 0.0, "token_accuracy": 0.0,
+                                            "log_likelihood": 0.0, "answer_recall": 0.0}
     if objective.null_document:
         sums["p_null"] = 0.0
     for start in range(0, len(examples), batch_size):
@@ -208,9 +216,11 @@ def evaluate_realm(objective: REALMObjective, examples: list, passages: list, ba
         doc_logp, rows, token_logp, gold, span = objective.score(batch)
         right = token_correct(token_logp, doc_logp, gold)
         sums["span_accuracy"] += float(right.all(-1).sum())
-        sums["token_accuracy"] += float((right & (gold != IGNORE)).sum(-1).div((gold != IGNORE).sum(-1)).sum())
+        sums["token_accuracy"] += float((right & (gold != IGNORE)).sum(-1).div(
+            (gold != IGNORE).sum(-1)).sum())
         sums["log_likelihood"] += float(realm_log_likelihood(span, doc_logp).sum())
-        sums["answer_recall"] += sum(any(r >= 0 and contains(passage_text(passages[r]), e["answer"]) for r in row)
+        sums["answer_recall"] += sum(any(r >= 0 and contains(passage_text(passages[r]), e["answer"])
+                                         for r in row)
                                      for e, row in zip(part, rows.tolist()))
         if objective.null_document:
             sums["p_null"] += float(doc_logp[:, -1].exp().sum())

@@ -33,7 +33,8 @@ def unpack_signs(packed: torch.Tensor, d: int) -> torch.Tensor:
     return bits.reshape(*packed.shape[:-1], -1)[..., :d].float() * 2 - 1
 
 
-def hamming(queries: torch.Tensor, passages: torch.Tensor, chunk: int = 1024, passage_chunk: int = 8192) -> torch.Tensor:
+def hamming(queries: torch.Tensor, passages: torch.Tensor, chunk: int = 1024,
+            passage_chunk: int = 8192) -> torch.Tensor:
     """(Q, B) and (N, B) packed bits -> (Q, N) int32 Hamming distances. With the bits as +-1 vectors a, b
     of 8B (the last byte's padding bits alike on both sides), a . b = 8B - 2 h: one matrix product per
     `chunk` queries by `passage_chunk` passages, exact in fp32 (integer sums far below 2^24), memory
@@ -56,17 +57,20 @@ def float_search(queries: torch.Tensor, passages: torch.Tensor, k: int) -> torch
 def truncated_search(queries: torch.Tensor, passages: torch.Tensor, k: int, dims: int) -> torch.Tensor:
     """(Q, k) passage positions by the inner product of the first `dims` coordinates, renormalised."""
     options = EmbedOptions(dimensions=dims)
-    return float_search(cut_dimensions(queries.float(), options), cut_dimensions(passages.float(), options), k)
+    return float_search(cut_dimensions(queries.float(), options),
+                        cut_dimensions(passages.float(), options), k)
 
 
-def binary_search(queries: torch.Tensor, passages: torch.Tensor, k: int, rescore_multiplier: int = 0) -> torch.Tensor:
+def binary_search(queries: torch.Tensor, passages: torch.Tensor, k: int,
+                  rescore_multiplier: int = 0) -> torch.Tensor:
     """(Q, k) passage positions from sign bits: the k nearest by Hamming distance, or with
     rescore_multiplier >= 1 the rescore_multiplier * k nearest re-ordered by the fp32 query's inner
     product with their +-1 vectors (see the module's docstring)."""
     return binary_searches(queries, passages, k, (rescore_multiplier,))[rescore_multiplier]
 
 
-def binary_searches(queries: torch.Tensor, passages: torch.Tensor, k: int, rescore_multipliers: tuple) -> dict:
+def binary_searches(queries: torch.Tensor, passages: torch.Tensor, k: int,
+                    rescore_multipliers: tuple) -> dict:
     """{m: binary_search(queries, passages, k, m)} for each m, the bits packed, the distances taken and
     sorted once for all of them."""
     if any(m < 0 for m in rescore_multipliers):

@@ -36,4 +36,5 @@ def rerank_ids(reranker: Reranker, query: str, ids: list, by_id: dict, batch_siz
 def reranked_rankings(model, records: list, passages: list, rankings: list, batch_size: int = 64) -> list:
     """Each question's retrieved ids re-ordered by the reranker `model` (a directory or a Reranker)."""
     reranker, by_id = Reranker.load(model), {p.id: p for p in passages}
-    return [rerank_ids(reranker, r["question"], ranked, by_id, batch_size)[0] for r, ranked in zip(records, rankings)]
+    return [rerank_ids(reranker, r["question"], ranked, by_id, batch_size)[0]
+            for r, ranked in zip(records, rankings)]

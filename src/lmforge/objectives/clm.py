@@ -31,6 +31,6 @@ class CausalLM(Objective):
 
 
 # blocks joined by </s> (or [SEP]) across documents, as GPT-2's WebText training does
-register(ObjectiveSpec(name="clm", build=CausalLM.build, summary="causal LM (GPT)", aliases=("causal-lm", "gpt"),
-                       architectures=("decoder",), tokenizer="gpt2",
+register(ObjectiveSpec(name="clm", build=CausalLM.build, summary="causal LM (GPT)",
+                       aliases=("causal-lm", "gpt"), architectures=("decoder",), tokenizer="gpt2",
                        examples=ExampleFormat("blocks", roles=("eos", "sep"))))

@@ -139,7 +139,8 @@ class Denoising(Seq2SeqLM):
 
     name = "denoising"
     bounds = {**Seq2SeqLM.bounds, **NOISE_BOUNDS, "noises": (  # a callable: a noise of the caller's own
-        (lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(callable(n) or n in NOISES for n in v)),
+        (lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and
+         all(callable(n) or n in NOISES for n in v)),
         f"a list of at least one of {', '.join(NOISES)}")}
 
     def __init__(self, model, mask_id: int | None, noises=("sentence-permutation", "text-infilling"),
@@ -156,8 +157,8 @@ class Denoising(Seq2SeqLM):
 
     @classmethod
     def build(cls, model, tokenizer, **options) -> Denoising:
-        """BART's objective around `model`, with the tokenizer's mask, <s>, </s> and pad (the start: the config).
-        Sentence permutation splits after each "." (what the corpus reader splits on, mostly)."""
+        """BART's objective around `model`, with the tokenizer's mask, <s>, </s> and pad (the start: the
+        config). Sentence permutation splits after each "." (what the corpus reader splits on, mostly)."""
         eos, end = tokenizer.special_id("eos"), tokenizer.token_to_id(".")
         return cls(model, tokenizer_mask(tokenizer, cls.__name__), sentence_end=end,
                    ends=(tokenizer.special_id("bos"), eos), pad_id=tokenizer_pad(tokenizer), **options)

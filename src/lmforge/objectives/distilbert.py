@@ -102,7 +102,8 @@ def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = N
     return student
 
 
-def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                       temperature: float) -> torch.Tensor:
     """T^2 x mean over rows of KL(softmax(teacher / T) || softmax(student / T)), logits (N, V); 0 (still
     attached to the graph) for no rows, never NaN (soft_on="masked" on a batch where nothing is masked)."""
     if student_logits.shape[0] == 0:  # "batchmean" divides by N
@@ -131,8 +132,8 @@ class Distillation(MaskedLM):
     bounds = {**MaskedLM.bounds, "alpha": LOSS_WEIGHT, "beta": LOSS_WEIGHT, "gamma": LOSS_WEIGHT,
               "temperature": TEMPERATURE, "soft_on": one_of(SOFT_ON)}
 
-    def __init__(self, student, teacher, mask_id: int, alpha: float = 5.0, beta: float = 2.0, gamma: float = 1.0,
-                 temperature: float = 2.0, soft_on: str = "real", **mlm) -> None:
+    def __init__(self, student, teacher, mask_id: int, alpha: float = 5.0, beta: float = 2.0,
+                 gamma: float = 1.0, temperature: float = 2.0, soft_on: str = "real", **mlm) -> None:
         super().__init__(student, mask_id, **mlm)
         refuse_int8_teacher(teacher)
         if student.config.architecture != "encoder" or teacher.config.architecture != "encoder":
@@ -145,7 +146,8 @@ class Distillation(MaskedLM):
             raise ValueError("the cosine loss compares hidden states: same d_model, or gamma=0")
         self.check_values(dict(alpha=alpha, beta=beta, gamma=gamma, temperature=temperature, soft_on=soft_on))
         self.teacher = teacher.requires_grad_(False).eval()
-        self.alpha, self.beta, self.gamma, self.temperature, self.soft_on = alpha, beta, gamma, temperature, soft_on
+        self.alpha, self.beta, self.gamma, self.temperature, self.soft_on = (alpha, beta, gamma, temperature,
+                                                                             soft_on)
 
     @classmethod
     def build(cls, teacher, tokenizer, **options) -> Distillation:
@@ -181,13 +183,16 @@ class Distillation(MaskedLM):
         masked = target != IGNORE
         l_ce = soft_cross_entropy(s_logits, t_logits, self.temperature)
         l_mlm = F.cross_entropy(s_logits[masked].float(), target[masked]) if masked.any() else l_ce * 0.0
-        l_cos = cosine_loss(s_hidden[real], t_hidden[real]) if self.gamma else torch.zeros((), device=l_ce.device)
-        accuracy = (s_logits[masked].argmax(-1) == target[masked]).float().mean() if masked.any() else torch.zeros(())
+        l_cos = (cosine_loss(s_hidden[real], t_hidden[real]) if self.gamma
+                 else torch.zeros((), device=l_ce.device))
+        accuracy = ((s_logits[masked].argmax(-1) == target[masked]).float().mean() if masked.any()
+                    else torch.zeros(()))
         metrics = {"ce_loss": l_ce.detach(), "mlm_loss": l_mlm.detach(), "cos_loss": l_cos.detach(),
                    "mlm_accuracy": accuracy.detach()}
         return Loss(self.alpha * l_ce + self.beta * l_mlm + self.gamma * l_cos, metrics)
 
 
-register(ObjectiveSpec(name="distillation", build=Distillation.build, summary="masked-LM distillation (DistilBERT)",
-                       aliases=("distilbert",), architectures=("encoder",), tokenizer="bert",
-                       examples=ExampleFormat("sentences"), teacher=True))
+register(ObjectiveSpec(name="distillation", build=Distillation.build,
+                       summary="masked-LM distillation (DistilBERT)", aliases=("distilbert",),
+                       architectures=("encoder",), tokenizer="bert", examples=ExampleFormat("sentences"),
+                       teacher=True))

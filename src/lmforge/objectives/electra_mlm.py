@@ -101,8 +101,10 @@ class ElectraMLM(Objective):
         return {"lm": self.lm}
 
 
-register(ObjectiveSpec(name="replace-mlm", build=ElectraMLM.build, summary="MLM on generator replacements (ELECTRA ablation)",
+register(ObjectiveSpec(name="replace-mlm", build=ElectraMLM.build,
+                       summary="MLM on generator replacements (ELECTRA ablation)",
                        architectures=("encoder",), tokenizer="bert", examples=ExampleFormat("sentences")))
 register(ObjectiveSpec(name="all-tokens-mlm", build=ElectraMLM.build,
-                       summary="MLM of every token with a copy gate (ELECTRA ablation)", architectures=("encoder",),
-                       tokenizer="bert", examples=ExampleFormat("sentences"), options={"all_tokens": True}))
+                       summary="MLM of every token with a copy gate (ELECTRA ablation)",
+                       architectures=("encoder",), tokenizer="bert", examples=ExampleFormat("sentences"),
+                       options={"all_tokens": True}))

@@ -26,7 +26,8 @@ class PairMLM(MaskedLM):
         super().__init__(model, mask_id, **mlm)
         self.check_values(dict(task=task))
         self.task = self.name = task
-        self.pair = model.heads[task] if task in model.heads else make_head(model, "classification", n_labels=2)
+        self.pair = (model.heads[task] if task in model.heads
+                     else make_head(model, "classification", n_labels=2))
 
     def forward(self, batch: dict) -> Loss:
         """MLM loss at the selected positions plus the pair loss on the pooled [CLS] state."""
@@ -47,6 +48,7 @@ class PairMLM(MaskedLM):
 register(ObjectiveSpec(name="nsp", build=PairMLM.build, summary="masked LM + next-sentence prediction (BERT)",
                        aliases=("bert",), architectures=("encoder",), tokenizer="bert",
                        examples=ExampleFormat("pairs", pairs="nsp"), options={"task": "nsp"}))
-register(ObjectiveSpec(name="sop", build=PairMLM.build, summary="masked LM + sentence-order prediction (ALBERT)",
-                       aliases=("albert",), architectures=("encoder",), tokenizer="bert",
+register(ObjectiveSpec(name="sop", build=PairMLM.build,
+                       summary="masked LM + sentence-order prediction (ALBERT)", aliases=("albert",),
+                       architectures=("encoder",), tokenizer="bert",
                        examples=ExampleFormat("pairs", pairs="sop"), options={"task": "sop"}))

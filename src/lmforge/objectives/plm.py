@@ -72,10 +72,12 @@ class PermutationLM(Objective):
     # K: the last 1/K of the order is predicted; mem_len: the memory segment's tokens (0: none)
     bounds = {"K": within(1, above=True), "mem_len": within(0, integer=True)}
 
-    def __init__(self, model, K: float = 6.0, special_ids: tuple = (), pad_id: int = 0, mem_len: int = 0) -> None:
+    def __init__(self, model, K: float = 6.0, special_ids: tuple = (), pad_id: int = 0,
+                 mem_len: int = 0) -> None:
         super().__init__(model, pad_id)
         if model.config.position != "xl-relative":
-            raise ValueError("permutation LM needs two-stream attention: position='xl-relative' (an XLNet preset)")
+            raise ValueError("permutation LM needs two-stream attention: position='xl-relative' "
+                             "(an XLNet preset)")
         self.check_values({"K": K, "mem_len": mem_len})
         self.K, self.mem_len = K, mem_len
         self.special = set(special_ids) | {pad_id}
@@ -85,7 +87,8 @@ class PermutationLM(Objective):
     def build(cls, model, tokenizer, **options) -> PermutationLM:
         """XLNet around `model`: each example's first half is the memory segment of its second (sec. 2.5)."""
         options = {"mem_len": model.config.max_seq_len // 2, **options}
-        return cls(model, special_ids=tokenizer_specials(tokenizer), pad_id=tokenizer_pad(tokenizer), **options)
+        return cls(model, special_ids=tokenizer_specials(tokenizer), pad_id=tokenizer_pad(tokenizer),
+                   **options)
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """One example -> its tokens, each position's rank in z, the targets and their labels
@@ -144,6 +147,7 @@ class PermutationLM(Objective):
         return {"lm": self.lm}
 
 
-register(ObjectiveSpec(name="plm", build=PermutationLM.build, summary="permutation LM (XLNet)", aliases=("xlnet",),
-                       architectures=("encoder",), tokenizer="bert", examples=ExampleFormat("sentences"),
+register(ObjectiveSpec(name="plm", build=PermutationLM.build, summary="permutation LM (XLNet)",
+                       aliases=("xlnet",), architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("sentences"),
                        requires={"position": "xl-relative"}))  # two-stream attention is XLNet's

@@ -54,8 +54,8 @@ class ObjectiveSpec:
                              f"it trains {' or '.join(self.architectures)} models")
         for key, value in self.requires.items():
             if getattr(cfg, key) != value:
-                raise ValueError(f"objective {self.name!r} does not fit {key}={getattr(cfg, key)!r} ({preset}): "
-                                 f"it needs {key}={value!r}")
+                raise ValueError(f"objective {self.name!r} does not fit {key}={getattr(cfg, key)!r} "
+                                 f"({preset}): it needs {key}={value!r}")
 
     def make(self, model, tokenizer):
         """The objective around `model` (a teacher objective's: the teacher), with this name's options."""
@@ -90,7 +90,8 @@ def get(name: str) -> ObjectiveSpec:
     spec = _SPECS.get(_ALIASES.get(name, name))
     if spec is None:
         aliases = ", ".join(f"{a}={n}" for a, n in _ALIASES.items())
-        raise ValueError(f"unknown objective {name!r}: choose one of {', '.join(_SPECS)} (aliases: {aliases})")
+        raise ValueError(f"unknown objective {name!r}: choose one of {', '.join(_SPECS)} "
+                         f"(aliases: {aliases})")
     return spec
 
 

@@ -48,7 +48,8 @@ def generator_config(cfg: ModelConfig, ratio: float | None = None) -> ModelConfi
     ratio = ratio if ratio is not None else cfg.generator_size or GENERATOR_SIZE
     check_bounds({"ratio": ratio}, {"ratio": RATIO})  # FLOP counting calls this too, with an arm's ratio
     d_model = max(1, round(cfg.d_model * ratio))
-    changes = dict(d_model=d_model, d_ff=max(1, round(cfg.d_ff * ratio)), n_heads=max(1, round(cfg.n_heads * ratio)),
+    changes = dict(d_model=d_model, d_ff=max(1, round(cfg.d_ff * ratio)),
+                   n_heads=max(1, round(cfg.n_heads * ratio)),
                    d_embed=cfg.embed_dim if cfg.embed_dim != d_model else None)
     if cfg.n_kv_heads is not None:
         changes["n_kv_heads"] = max(1, round(cfg.n_kv_heads * ratio))
@@ -65,8 +66,9 @@ def share_embeddings(generator: nn.Module, discriminator: nn.Module) -> list:
 
     Each model keeps its own E -> d_model projection, the only part whose shape differs."""
     if generator.tokens.weight.shape != discriminator.tokens.weight.shape:
-        raise ValueError(f"the generator's token table {tuple(generator.tokens.weight.shape)} differs from the "
-                         f"discriminator's {tuple(discriminator.tokens.weight.shape)}: set d_embed and vocab_size alike")
+        raise ValueError(f"the generator's token table {tuple(generator.tokens.weight.shape)} differs from "
+                         f"the discriminator's {tuple(discriminator.tokens.weight.shape)}: set d_embed and "
+                         "vocab_size alike")
     generator.tokens = discriminator.tokens
     shared = ["tokens"]
     for name in SHARED:
@@ -153,12 +155,14 @@ class ReplacedTokenDetection(Objective):
         mlm, logits, mlm_accuracy = generator_step(self.generator, batch)
         sampled = sample(logits, self.temperature, never=self.generator.mask_id)
         corrupted, replaced = replace_tokens(batch["input_ids"], batch["labels"], sampled)
-        hidden = self.model(corrupted, batch["attention_mask"], segment_ids=batch.get("segment_ids"), run_heads=False).last_hidden_state
+        hidden = self.model(corrupted, batch["attention_mask"], segment_ids=batch.get("segment_ids"),
+                            run_heads=False).last_hidden_state
         scores = self.rtd(hidden)  # (B, T): logit that the token was replaced
         real = batch["attention_mask"].bool()
         target = replaced[real].float()
         disc = F.binary_cross_entropy_with_logits(scores[real].float(), target)
-        metrics = {"mlm_loss": mlm.detach(), "mlm_accuracy": mlm_accuracy.detach(), "disc_loss": disc.detach(),
+        metrics = {"mlm_loss": mlm.detach(), "mlm_accuracy": mlm_accuracy.detach(),
+                   "disc_loss": disc.detach(),
                    "disc_accuracy": ((scores[real] > 0).float() == target).float().mean().detach(),
                    "replaced": target.mean().detach()}
         return Loss(self.gen_weight * mlm + self.disc_weight * disc, metrics)
@@ -172,6 +176,6 @@ class ReplacedTokenDetection(Objective):
         return self.generator.finish()
 
 
-register(ObjectiveSpec(name="rtd", build=ReplacedTokenDetection.build, summary="replaced-token detection (ELECTRA)",
-                       aliases=("electra",), architectures=("encoder",), tokenizer="bert",
-                       examples=ExampleFormat("sentences")))
+register(ObjectiveSpec(name="rtd", build=ReplacedTokenDetection.build,
+                       summary="replaced-token detection (ELECTRA)", aliases=("electra",),
+                       architectures=("encoder",), tokenizer="bert", examples=ExampleFormat("sentences")))

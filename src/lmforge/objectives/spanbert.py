@@ -164,6 +164,7 @@ class SpanMLM(MaskedLM):
                                      "sbo_loss": sbo.detach(), "sbo_accuracy": accuracy.detach()})
 
 
-register(ObjectiveSpec(name="span", build=SpanMLM.build, summary="span masking + span-boundary objective (SpanBERT)",
+register(ObjectiveSpec(name="span", build=SpanMLM.build,
+                       summary="span masking + span-boundary objective (SpanBERT)",
                        aliases=("spanbert",), architectures=("encoder",), tokenizer="bert",
                        examples=ExampleFormat("sentences", word_starts=True)))

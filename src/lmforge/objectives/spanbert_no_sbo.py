@@ -27,5 +27,7 @@ class SpanMaskedLM(SpanMLM):
         return self.mlm_loss(hidden, batch["labels"])
 
 
-register(ObjectiveSpec(name="span-mlm", build=SpanMaskedLM.build, summary="span masking without SBO (SpanBERT ablation)",
-                       architectures=("encoder",), tokenizer="bert", examples=ExampleFormat("sentences", word_starts=True)))
+register(ObjectiveSpec(name="span-mlm", build=SpanMaskedLM.build,
+                       summary="span masking without SBO (SpanBERT ablation)",
+                       architectures=("encoder",), tokenizer="bert",
+                       examples=ExampleFormat("sentences", word_starts=True)))

@@ -25,7 +25,8 @@ from lmforge.objectives.t5_span_corruption import sentinel_ids
 MASK_SHARE = 0.9  # of the corrupted tokens, the share that becomes the mask; the rest random tokens
 
 
-def bert_style(tokens: list, generator: torch.Generator, mask_id: int, vocab_size: int, p: float = 0.15) -> list:
+def bert_style(tokens: list, generator: torch.Generator, mask_id: int, vocab_size: int,
+               p: float = 0.15) -> list:
     """T5's BERT-style noise: a random p of the tokens corrupted, 90 % to mask_id, 10 % to a random token."""
     chosen = sorted(chosen_positions(len(tokens), p, generator))
     draws = torch.rand(len(chosen), generator=generator).tolist()
@@ -74,7 +75,8 @@ class T5Denoising(Denoising):
 
 # T5's raw text: documents run together (no joiner), room for the </s> appended to the input
 _BLOCKS = ExampleFormat("blocks", roles=(), reserve=1)
-register(ObjectiveSpec(name="t5-bert-style", build=T5Denoising.build, summary="BERT-style denoising, whole text as target (T5)",
+register(ObjectiveSpec(name="t5-bert-style", build=T5Denoising.build,
+                       summary="BERT-style denoising, whole text as target (T5)",
                        architectures=("encoder-decoder",), tokenizer="t5", examples=_BLOCKS,
                        options={"style": "bert"}))
 register(ObjectiveSpec(name="t5-deshuffling", build=T5Denoising.build, summary="deshuffling (T5)",

@@ -134,14 +134,16 @@ class SpanCorruption(Seq2SeqLM):
 
     @classmethod
     def build(cls, model, tokenizer, **options) -> SpanCorruption:
-        """T5's objective around `model`, with the tokenizer's sentinels, eos and pad (the start: the config)."""
-        return cls(model, sentinel_ids(tokenizer), tokenizer.special_id("eos"), pad_id=tokenizer_pad(tokenizer),
-                   **options)
+        """T5's objective around `model`, with the tokenizer's sentinels, eos and pad (the start: the
+        config)."""
+        return cls(model, sentinel_ids(tokenizer), tokenizer.special_id("eos"),
+                   pad_id=tokenizer_pad(tokenizer), **options)
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """Raw tokens (no eos) -> the corrupted input and the target, as input_ids and labels."""
         tokens = list(example["input_ids"])
-        mask = random_spans_noise_mask(len(tokens), generator, self.noise_density, self.mean_noise_span_length)
+        mask = random_spans_noise_mask(len(tokens), generator, self.noise_density,
+                                       self.mean_noise_span_length)
         inputs, targets = corrupt_spans(tokens, mask, self.sentinels, self.eos_id, self.final_sentinel)
         return {"input_ids": inputs, "labels": targets}
 

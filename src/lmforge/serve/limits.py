@@ -2,8 +2,9 @@
 
 Every refusal names the limit it hit: 413 for a request that is too large (payload bytes, JSON nesting,
 texts, tokens of a text and of the request, layers of a view, fill-mask candidates, and a generation's
-new tokens, beams, sequences, top_k and stop strings), checked before the work it sizes is done; 429 with Retry-After when the queue is full, so a client can tell "send
-less" from "send later" and never waits on a timeout.
+new tokens, beams, sequences, top_k and stop strings), checked before the work it sizes is done; 429
+with Retry-After when the queue is full, so a client can tell "send less" from "send later" and never
+waits on a timeout.
 """
 from __future__ import annotations
 
@@ -33,18 +34,21 @@ class Limits:
     max_batch_items: int = option(256, "texts of one forward pass", low=1, high=65536)
     max_queue: int = option(512, "requests admitted and not yet answered (429 with Retry-After beyond)",
                             low=1, high=10**6)
-    max_new_tokens: int = option(1024, "new tokens one generation may ask for (413 beyond)", low=1, high=65536)
+    max_new_tokens: int = option(1024, "new tokens one generation may ask for (413 beyond)",
+                                 low=1, high=65536)
     max_top_k: int = option(100, "fill-mask candidates (413 beyond)", low=1, high=100_000)
     max_stop: int = option(8, "stop strings of one generation (413 beyond)", low=1, high=1024)
     # each stop string is sought at every step
     max_stop_chars: int = option(256, "characters of one stop string (413 beyond)", low=1, high=65536)
     max_input_tokens: int = option(65536, "tokens of one text tokenized whole: /tokenize's text, a prompt "
                                           "(413 beyond)", low=1, high=1 << 24)
-    max_layers: int = option(64, "layers of one attention view or /features answer (413 beyond)", low=1, high=1024)
+    max_layers: int = option(64, "layers of one attention view or /features answer (413 beyond)",
+                             low=1, high=1024)
     max_feature_values: int = option(2_000_000, "numbers in one /features answer: texts x layers x tokens x "
                                      "width (413 beyond)", low=1, high=1 << 30)
     max_documents: int = option(1024, "documents one /rerank request scores (413 beyond)", low=1, high=10**6)
-    max_json_depth: int = option(32, "nesting of a request's JSON (413 beyond; records need 3)", low=3, high=1024)
+    max_json_depth: int = option(32, "nesting of a request's JSON (413 beyond; records need 3)",
+                                 low=3, high=1024)
     # each beam holds its own cache
     max_num_beams: int = option(16, "beams of one generation (413 beyond)", low=1, high=1024)
     max_return_sequences: int = option(16, "texts one generation request may ask for (413 beyond)",

@@ -40,8 +40,8 @@ class RerankBase(BaseModel):
     model_config = EXACT
     query: str = Field(..., description="the query (or question): not empty or blank",
                        json_schema_extra={"pattern": r"\S"})
-    documents: list[str | RerankDocument] = Field(..., description="texts, or objects {\"text\": ...}; at most "
-                                                  "max_documents of them (/info)",
+    documents: list[str | RerankDocument] = Field(..., description="texts, or objects {\"text\": ...}; "
+                                                  "at most max_documents of them (/info)",
                                                   json_schema_extra=SOME)
     model: str | None = MODEL_FIELD
 
@@ -92,7 +92,8 @@ job_kinds.BATCHED["rerank"] = rerank_batch  # the workers' table of batched jobs
 
 
 async def _pair_lengths(server, served, query: str, documents: list, truncate: bool) -> tuple:
-    """(documents cut to what the model can read, each pair's tokens within max_len, each pair's whole count)."""
+    """(documents cut to what the model can read, each pair's tokens within max_len, each pair's whole
+    count)."""
     limit = served.task.max_len
     room = limit * MAX_TOKEN_CHARS  # no token spans more characters: the rest of a longer text is never read
     query, heads = query[:room], [d[:room] for d in documents]
@@ -103,8 +104,8 @@ async def _pair_lengths(server, served, query: str, documents: list, truncate: b
         if err.param != "max_seq_len":
             raise
         i = next(i for i, n in enumerate(counts) if n > limit)
-        raise too_large("max_seq_len", f"documents.{i}: with the query it is {counts[i]} tokens, more than the "
-                        f"reranker's max_len={limit}; send truncate: true to cut it") from None
+        raise too_large("max_seq_len", f"documents.{i}: with the query it is {counts[i]} tokens, "
+                        f"more than the reranker's max_len={limit}; send truncate: true to cut it") from None
     return query, heads, lengths, counts
 
 
@@ -120,8 +121,10 @@ async def rerank(body: RerankRequest, request: Request):
     if not body.query.strip():
         raise RequestError(422, "query: send a non-empty query", param="query")
     check_text("query", body.query, server.limits)
-    query, heads, lengths, counts = await _pair_lengths(server, served, body.query, documents, options.truncate)
-    parts = [({"query": query, "documents": run}, n, len(run)) for run, n in split(heads, lengths, server.limits)]
+    query, heads, lengths, counts = await _pair_lengths(server, served, body.query, documents,
+                                                        options.truncate)
+    parts = [({"query": query, "documents": run}, n, len(run))
+             for run, n in split(heads, lengths, server.limits)]
     results = await server.run("rerank", served, parts, key=("rerank", served.name), interleave=True)
     logits = [s for part in results for s in part]
     ranked = order(logits)[:options.top_n] if options.top_n else order(logits)

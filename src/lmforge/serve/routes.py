@@ -109,8 +109,8 @@ def length_bound(asked: int | None, served) -> TextBound:
 
 
 async def embed_texts(server, served, texts: list, options, field: str = "input") -> tuple:
-    """(vectors in the options' encoding, tokens read, each input's InputInfo) of `texts`, batched with whatever
-    else is queued for the model with the same options."""
+    """(vectors in the options' encoding, tokens read, each input's InputInfo) of `texts`, batched with
+    whatever else is queued for the model with the same options."""
     check_count(len(texts), server.limits, field)
     try:
         prefix = prompt_of(options, served.encoder.prompts, served.encoder.default_prompt)
@@ -124,8 +124,10 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
         raise RequestError(422, f"an input is more than max_chunks={options.chunk_limit()} windows of "
                            f"{bound.tokens} tokens", param="max_chunks")
     lengths = fit_lengths(counts, most, bool(options.truncate), server.limits)
-    parts = [({"texts": run, "options": options}, n, len(run)) for run, n in split(texts, lengths, server.limits)]
-    results = await server.run("embed", served, parts, key=("embed", served.name, repr(options)), interleave=True)
+    parts = [({"texts": run, "options": options}, n, len(run))
+             for run, n in split(texts, lengths, server.limits)]
+    results = await server.run("embed", served, parts, key=("embed", served.name, repr(options)),
+                               interleave=True)
     found = [v for part in results for v in part]
     return [f[0] for f in found], sum(lengths), [f[1] for f in found]  # tokens read: after any cut
 
@@ -277,12 +279,14 @@ def check_query(query: bytes, known: tuple) -> None:
 
 
 @router.get("/attention", response_class=HTMLResponse, tags=["analysis"],
-            responses={200: {"content": {"text/html": {}}, "description": "the self-contained attention view"}})
+            responses={200: {"content": {"text/html": {}},
+                             "description": "the self-contained attention view"}})
 async def attention(request: Request, text: str = Query(..., description="the text whose attention to show"),
                     text_pair: str | None = Query(None, description="a second segment (encoder-decoders: "
                                                   "the decoder's text; default its greedy continuation)"),
                     model: str | None = Query(None, description="a served model's name"),
-                    layers: str | None = Query(None, description="layers to show, 0,3,5 or 2-5 (default all)")):
+                    layers: str | None = Query(None,
+                                               description="layers to show, 0,3,5 or 2-5 (default all)")):
     """The attention view of one text (head, model and neuron views; offline HTML, at most 10 MB)."""
     # its query is checked by app.Guard, as every API route's is
     server = _server(request)

@@ -250,5 +250,6 @@ class InfoResponse(BaseModel):
     threads: int = Field(..., description="torch threads of all the workers together")
     workers: int = Field(..., description="model worker threads (the first runs every kind of job, the "
                          "others batches of embeddings and predictions)")
-    threads_per_worker: list[int] = Field(..., description="torch threads of each worker, the first first (an "
-                                          "even share; the first ones one more where threads do not divide)")
+    threads_per_worker: list[int] = Field(..., description="torch threads of each worker, the first "
+                                          "first (an even share; the first ones one more where threads do "
+                                          "not divide)")

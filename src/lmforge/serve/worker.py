@@ -17,10 +17,10 @@ in arrival order, and runs them as one forward pass
 (the model's unpadded path, job_kinds.py). Jobs larger than the budget never exist: the event loop
 splits a client's batch into budget-sized jobs.
 
-Stopping. While a job that is not batched runs (generation, fill-mask, an attention view), a forward pre-hook on
-its model runs before each forward pass of the first worker, that is before each decoding step: it raises
-Cancelled when the client has gone, so a cancelled generation stops within one step, and it serves one
-waiting batch of another model, so embeddings are not held up behind a long generation.
+Stopping. While a job that is not batched runs (generation, fill-mask, an attention view), a forward
+pre-hook on its model runs before each forward pass of the first worker, that is before each decoding
+step: it raises Cancelled when the client has gone, so a cancelled generation stops within one step, and
+it serves one waiting batch of another model, so embeddings are not held up behind a long generation.
 
 Sharing. Batches of one model run in several workers at once; a job that changes the model while it
 runs (the attention view) waits for them and they for it (gate.py).
@@ -111,8 +111,8 @@ class Cancelled(Exception):
 class Worker(threading.Thread):
     """Runs queued jobs until the queue is closed and drained: every kind, or batchable ones only."""
 
-    def __init__(self, queue: JobQueue, limits, metrics, admission, threads: int = 0, batched_only: bool = False,
-                 share: float = 1.0, name: str = "lmforge-serve-worker") -> None:
+    def __init__(self, queue: JobQueue, limits, metrics, admission, threads: int = 0,
+                 batched_only: bool = False, share: float = 1.0, name: str = "lmforge-serve-worker") -> None:
         super().__init__(name=name, daemon=True)
         self.queue, self.limits, self.metrics, self.admission = queue, limits, metrics, admission
         self.threads, self.batched_only = threads, batched_only  # threads 0: the process's setting
@@ -123,7 +123,8 @@ class Worker(threading.Thread):
     def run(self) -> None:
         """The worker loop."""
         if self.threads:
-            torch.set_num_threads(self.threads)  # this thread's intra-op team (OpenMP's setting is per thread)
+            # this thread's intra-op team (OpenMP's setting is per thread)
+            torch.set_num_threads(self.threads)
         while (job := self.queue.take(self.batched_only)) is not None:
             self._dispatch(job)
 
@@ -179,7 +180,8 @@ class Worker(threading.Thread):
         self.metrics.observe("lmforge_batch_tokens", sum(j.tokens for j in jobs), kind=kind)
         self.metrics.inc("lmforge_tokens_total", sum(j.tokens for j in jobs), kind=kind)
         try:
-            with gate_of(jobs[0].served.model).shared():  # beside other workers' batches, not an attention view
+            # beside other workers' batches, not an attention view
+            with gate_of(jobs[0].served.model).shared():
                 results = job_kinds.BATCHED[kind](jobs[0].served, [j.payload for j in jobs])
         except Exception as err:  # noqa: BLE001 - one bad job must not fail its neighbours
             if len(jobs) > 1:

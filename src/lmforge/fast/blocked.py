@@ -191,9 +191,11 @@ def _chunk_mask(cfg, pattern, qp, kp, left: int, band: int, causal: bool, global
     C, K, device = qp.shape[1], kp.shape[1], qp.device
     local = "sliding-window" if pattern == "longformer" else pattern  # Longformer = band | global
     k_band = torch.arange(band, device=device) - left  # positions relative to the chunk's first query
-    mask = pattern_mask(cfg, local, torch.arange(C, device=device), k_band, causal, None, layer)  # (1, 1, C, L)
+    # (1, 1, C, L)
+    mask = pattern_mask(cfg, local, torch.arange(C, device=device), k_band, causal, None, layer)
     mask = torch.cat([mask, mask.new_zeros(1, 1, C, K - band)], dim=-1)[:, None]  # extra columns: see below
-    if pattern == "longformer":  # every query sees its row's global keys (the extra columns), wherever they are
+    # every query sees its row's global keys (the extra columns), wherever they are
+    if pattern == "longformer":
         mask = mask | global_tokens[:, kp][:, :, None, None, :]
     return mask
 
@@ -277,8 +279,9 @@ def _attend_bands(q, k, v, plan: ChunkPlan, dropout_p: float, scale: float) -> t
         lo, hi = max(0, first), min(T, first + L)
         rows = min(C, T - start)
         bias = plan.bias[:, i, :, :rows, lo - first:hi - first]  # (B, H|1, rows, hi - lo)
-        outs.append(F.scaled_dot_product_attention(q[:, :, start:start + rows], k[:, :, lo:hi], v[:, :, lo:hi],
-                                                   attn_mask=bias, dropout_p=dropout_p, scale=scale))
+        outs.append(F.scaled_dot_product_attention(q[:, :, start:start + rows], k[:, :, lo:hi],
+                                                   v[:, :, lo:hi], attn_mask=bias, dropout_p=dropout_p,
+                                                   scale=scale))
     return torch.cat(outs, dim=2)
 
 

@@ -124,7 +124,8 @@ class NativePadded(DenseKernel):
         per_key = bias is None or (bias.shape == (B, 1, 1, T) and bias.dtype == q.dtype)
         if not per_key or not _native(q, dropout_p):
             return super().attend(q, k, v, bias, dropout_p, scale)
-        keys = None if bias is None else bias.reshape(B, T).contiguous()  # a transposed mask's bias is strided
+        # a transposed mask's bias is strided
+        keys = None if bias is None else bias.reshape(B, T).contiguous()
         rows = [t.transpose(1, 2).flatten(0, 1) for t in (q, k, v)]  # views of the fused projection's rows
         starts = torch.arange(0, B * T, T, dtype=torch.int64)
         out = q.new_empty(B, T, H, dh)

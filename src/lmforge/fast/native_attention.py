@@ -1,7 +1,7 @@
 """Bidirectional attention for CPU inference in a native library of its own (fast/csrc/attention.c).
 
-At sentence encoders' sizes (T <= 128, dh = 32 or 64) SDPA's CPU kernel runs at under half the
-products' rate, and a second thread gives it 1.6-1.7x (none at 14 tokens). The native kernel runs every (sequence,
+At sentence encoders' sizes (T <= 128, dh = 32 or 64) SDPA's CPU kernel runs at under half the products'
+rate, and a second thread gives it 1.6-1.7x (none at 14 tokens). The native kernel runs every (sequence,
 head) of a batch as one task of one parallel region, in registers and L1: 2.3x SDPA at (32, 12, 64, 32)
 on two threads of an AVX-512 EPYC, 3.8x at 14 tokens, 1.5x at (32, 12, 128, 64) (bench/FINDINGS.md).
 It reads the fused projection's strided views and packed rows of any lengths (no re-padding, no
@@ -28,9 +28,9 @@ def library():
     lib = native.load(NAME, (SOURCE,), "attention runs SDPA")
     if lib is not None:
         row = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long]  # a tensor's data, row and head strides
-        lib.attend_rows.argtypes = row * 4 + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p,
-                                              ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                              ctypes.c_float, ctypes.c_int]
+        lib.attend_rows.argtypes = row * 4 + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
+                                              ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_int,
+                                              ctypes.c_int, ctypes.c_float, ctypes.c_int]
         lib.attend_rows.restype = ctypes.c_int
         lib.attention_vector_width.argtypes, lib.attention_vector_width.restype = [], ctypes.c_int
     return lib
@@ -67,8 +67,9 @@ def _spans(starts: torch.Tensor, lengths: torch.Tensor, n: int) -> None:
         raise ValueError(f"starts, lengths: every sequence within the {n} rows expected")
 
 
-def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor,
-                scale: float, key_bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch.Tensor,
+                lengths: torch.Tensor, scale: float, key_bias: torch.Tensor | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale + key_bias) v for each sequence of rows: q (N, H, dh), k and v (N, Hkv, dh),
     sequence s the rows starts[s] .. starts[s] + lengths[s] (int64); key_bias None or (S, >= T) additive
     per key (a row whose every key is -inf gives NaN; SDPA gives 0). Writes out (N, H, dh) (default:
@@ -80,9 +81,11 @@ def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch
         raise ValueError(f"q: no native attention for dh={dh} {q.dtype} on {q.device} here")
     strides = [_rows(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v"))]
     if k.shape != v.shape or k.shape[0] != n or k.shape[2] != dh or heads % k.shape[1]:
-        raise ValueError(f"k, v: ({n}, a divisor of {heads}, {dh}) expected, got {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(f"k, v: ({n}, a divisor of {heads}, {dh}) expected, got {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
     _spans(starts, lengths, n)
-    if key_bias is not None and (key_bias.dim() != 2 or key_bias.shape[0] != len(lengths) or key_bias.stride(1) != 1
+    if key_bias is not None and (key_bias.dim() != 2 or key_bias.shape[0] != len(lengths)
+                                 or key_bias.stride(1) != 1
                                  or key_bias.dtype != torch.float32 or key_bias.device.type != "cpu"
                                  or key_bias.shape[1] < max(lengths.tolist(), default=0)):
         raise ValueError(f"key_bias: ({len(lengths)}, >= longest) float32 on the CPU with contiguous keys "
@@ -95,7 +98,7 @@ def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch
     args = [x for t, (row, head) in zip((q, k, v, out), strides) for x in (t.data_ptr(), row, head)]
     bias = (None, 0) if key_bias is None else (key_bias.data_ptr(), key_bias.stride(0))
     starts, lengths = starts.contiguous(), lengths.contiguous()
-    if lib.attend_rows(*args, starts.data_ptr(), lengths.data_ptr(), len(lengths), *bias, heads, k.shape[1], dh,
-                       float(scale), torch.get_num_threads()) != 0:
+    if lib.attend_rows(*args, starts.data_ptr(), lengths.data_ptr(), len(lengths), *bias, heads, k.shape[1],
+                       dh, float(scale), torch.get_num_threads()) != 0:
         raise MemoryError("native attention: no work space")
     return out

@@ -51,7 +51,8 @@ from lmforge.utils.hooks import hooked
 # in-place forms, for inference: an activation that overwrites its input allocates nothing (a
 # bert-mini batch of 32 x 128 allocates 16 MB per layer for it, bench/FINDINGS.md)
 IN_PLACE = {F.relu: torch.relu_, F.gelu: torch.ops.aten.gelu_,
-            gelu_tanh: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"), F.silu: partial(F.silu, inplace=True)}
+            gelu_tanh: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+            F.silu: partial(F.silu, inplace=True)}
 
 
 def activate(act, h: torch.Tensor, producer: nn.Module | None = None) -> torch.Tensor:
@@ -117,7 +118,8 @@ def _slots(model: nn.Module) -> list:
         if isinstance(module, Attention) and isinstance(getattr(module, "qkv", None), nn.Linear):
             slots.append((module.qkv, "attn.qkv"))
         elif isinstance(module, FeedForward):
-            slots += [(module.up, "ffn.up")] + ([(module.gate, "ffn.gate")] if module.gate is not None else [])
+            slots += ([(module.up, "ffn.up")]
+                      + ([(module.gate, "ffn.gate")] if module.gate is not None else []))
     return slots
 
 
@@ -162,7 +164,8 @@ def _set_execution(model: nn.Module, execution) -> None:
 
 def optimized(model: nn.Module) -> bool:
     """Whether `optimize` has turned `model`'s accelerations on."""
-    return getattr(model, "execution", PLAIN).name != "plain" or any(type(m) in PLAIN_OF for m in model.modules())
+    return (getattr(model, "execution", PLAIN).name != "plain"
+            or any(type(m) in PLAIN_OF for m in model.modules()))
 
 
 @contextmanager

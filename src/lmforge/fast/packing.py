@@ -25,7 +25,8 @@ class Packing:
         self._offsets = None  # the sequences' starts in the packed rows, for attend_jagged
         self._spans = None  # (starts, lengths) int64, for the native kernel (fast/kernels.py NativeRows)
         self.index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
-        self.lengths = [int(n) for n in mask.sum(1).tolist()]  # each row's real tokens, contiguous once packed
+        # each row's real tokens, contiguous once packed
+        self.lengths = [int(n) for n in mask.sum(1).tolist()]
 
     @property
     def n_tokens(self) -> int:
@@ -67,7 +68,8 @@ class Packing:
         offsets = self._offsets
         # contiguous rows: the split views of the fused projection are strided, which only some
         # backends accept (SDPA's math path on nested tensors does not)
-        jagged = [torch.nested.nested_tensor_from_jagged(t.contiguous(), offsets, min_seqlen=min(self.lengths),
+        jagged = [torch.nested.nested_tensor_from_jagged(t.contiguous(), offsets,
+                                                         min_seqlen=min(self.lengths),
                                                          max_seqlen=max(self.lengths)).transpose(1, 2)
                   for t in (q, k, v)]
         out = F.scaled_dot_product_attention(*jagged, dropout_p=dropout_p, scale=scale)

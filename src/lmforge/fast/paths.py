@@ -79,7 +79,8 @@ class FastPaths:
 
     def wants_jagged(self, device: torch.device) -> bool:
         """Whether packed rows of bidirectional padding-only masks attend as one nested jagged call."""
-        return self.jagged_attention == "always" or (self.jagged_attention == "auto" and device.type == "cuda")
+        return self.jagged_attention == "always" or (self.jagged_attention == "auto" and
+                                                     device.type == "cuda")
 
     def wants_unpad(self, mask, keep_padding: bool = False, training: bool = False) -> bool:
         """Whether to pack the batch whose (B, T) bool mask is `mask` (True at real tokens);

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lmforge.config.options import OptionsError
-from lmforge.tasks.fields import Records, given_records, training_records
+from lmforge.tasks.fields import Records, given_records, predict_form, training_records
 from lmforge.tasks.formats import read_task_file
 
 QA_CONTEXT = "The cat sat on the mat."
@@ -63,12 +63,14 @@ def test_python_records_become_what_the_same_records_read_from_a_file_become(tmp
 def test_python_records_are_refused_as_the_same_file_is_naming_the_list_and_record(tmp_path, case):
     kind, record, said = BAD[case]
     records = [GOOD[kind][0], record]
-    with pytest.raises(ValueError) as from_python:
+    with pytest.raises(OptionsError) as from_python:
         given_records(records, kind, "train")
-    with pytest.raises(ValueError) as from_file:
+    with pytest.raises(OptionsError) as from_file:
         read_task_file(_as_file(tmp_path, records), kind)
     assert str(from_python.value) == f"train:2: {said}" + str(from_file.value).split(said, 1)[1]
     assert str(from_file.value).startswith(f"{tmp_path / 'records.jsonl'}:2: {said}")
+    # a typed error naming the argument the records came in; a file's names no argument, its message the file
+    assert from_python.value.field == "train" and from_file.value.field is None
 
 
 def test_class_ids_of_numpy_or_python_become_text_labels_and_two_spellings_are_refused():
@@ -130,3 +132,34 @@ def test_a_multilabel_label_list_becomes_text_labels_once_each_and_a_csv_cell_is
     path.write_text("text,label\nhello,x\n")
     with pytest.raises(ValueError, match=f"^{path}:2: multilabel label .x. is not a list .*give JSON lines"):
         read_task_file(path, "multilabel")
+
+
+@pytest.mark.parametrize("record, said", [
+    ({"text": "a"}, "no field 'label'; the record has 'text'"),
+    ({"text": "a", "label": {"x": 1}}, 'label {"x": 1} is not a string, number or boolean'),
+    ({"text": ["a"], "label": "x"}, "text (column 'text') must be text (a string or number), got [\"a\"]"),
+])
+def test_a_bad_record_is_an_options_error_naming_the_argument_the_record_and_its_key(record, said):
+    """A record lacking its label, or with a label or text of the wrong type, was a plain ValueError: it is
+    the caller's argument, refused as an OptionsError whose field names it and whose line names the record."""
+    records = [{"text": "b", "label": "y"}, record]
+    with pytest.raises(OptionsError) as caught:
+        given_records(records, "cls", "validation")
+    assert str(caught.value) == f"validation:2: {said}" and caught.value.field == "validation"
+
+
+@pytest.mark.parametrize("kind, record, said", [
+    ("tagging", {"text": "a b", "words": ["a", "b"]}, "a tagging record has text or words (one of them)"),
+    ("seq2seq", {"text": " "}, "text must be non-empty text"),
+    ("seq2seq", {"text": None}, "text must be non-empty text"),
+])
+def test_a_record_to_predict_on_that_misuses_its_shorthand_is_an_options_error_naming_the_argument(
+        kind, record, said):
+    """predict_form's refusals (evaluate's records, /predict's) were plain ValueErrors: typed, the field
+    the argument (or, called alone, the place it was given); the message the record and its key."""
+    with pytest.raises(OptionsError) as caught:
+        given_records([record], kind, "data", labelled=False)
+    assert str(caught.value) == f"data:1: {said}" and caught.value.field == "data"
+    with pytest.raises(OptionsError) as caught:
+        predict_form(kind, record, "inputs.0")
+    assert str(caught.value) == f"inputs.0: {said}" and caught.value.field == "inputs.0"

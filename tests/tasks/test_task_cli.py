@@ -90,6 +90,20 @@ def test_bad_files_exit_2_naming_file_and_line(model_dir, tmp_path, capsys):
     assert "bad.csv:2: not valid UTF-8" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("record, said", [
+    ('{"text": "b"}', "no column 'label' (for label); the record has 'text'"),
+    ('{"text": ["b"], "label": "neg"}', "text (column 'text') must be text (a string or number), got"),
+])
+def test_a_bad_jsonl_record_is_one_line_naming_file_and_line_exit_2(model_dir, tmp_path, capsys, record,
+                                                                     said):
+    """The record checks raise OptionsError (a ValueError): the command still says one line, file and line."""
+    train = write(tmp_path / "train.jsonl", '{"text": "a", "label": "pos"}\n' + record + "\n")
+    assert main(["finetune", "--model", str(model_dir), "--task", "cls", "--train", train,
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lmforge finetune: error: {train}:2: {said}") and err.count("\n") == 1
+
+
 def test_preset_needs_a_tokenizer(capsys, tmp_path):
     assert main(["finetune", "--model", "bert-base", "--builtin", "sentiment", "--out", str(tmp_path)]) == 2
     assert "needs a tokenizer" in capsys.readouterr().err

@@ -2,10 +2,12 @@
 or a Python caller passes it (`given_records`: lmforge.finetune's and evaluate's record lists).
 
 Each error names where the record is: "FILE:LINE" for a file's, "train:N" (the N-th record, from 1) for
-records given in Python. Labels of cls and pair become text (see tasks/formats.py): the integer class
-ids of a Hugging Face dataset train as "0", "1", ..., as the same labels read from a file do. A multilabel
-record's label is a list of such labels ([] for none; repeats count once), in JSON lines or Python only.
-A text field's number or boolean is text as JSON writes it (3 -> "3", true -> "true"), on every face.
+records given in Python, and the key at fault; it is an OptionsError whose field is the argument the
+records came in ("train", "validation"; None for a file's). Labels of cls and pair become text (see
+tasks/formats.py): the integer class ids of a Hugging Face dataset train as "0", "1", ..., as the same
+labels read from a file do. A multilabel record's label is a list of such labels ([] for none; repeats
+count once), in JSON lines or Python only. A text field's number or boolean is text as JSON writes it
+(3 -> "3", true -> "true"), on every face.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 import math
 import numbers
 from collections.abc import Iterable
+from contextlib import contextmanager
 
 from lmforge.config.options import OptionsError
 from lmforge.tasks.base import task_class
@@ -71,14 +74,14 @@ def given_records(records, kind: str, source: str, labelled: bool = True) -> lis
     rows = []
     for n, row in enumerate(record_list(records, source), 1):
         if not labelled:  # records to predict on take /predict's shorthands
-            row = predict_form(kind, row, f"{source}:{n}")
+            row = predict_form(kind, row, f"{source}:{n}", source)
         if not isinstance(row, dict) or not row:
             raise OptionsError(f"{source}:{n}: a record is a dict of fields, got {str(row)[:40]!r}", source)
         # a record that says its own line (a file's, read before; the built-in tasks') keeps it
         rows.append((row["line"] if type(row.get("line")) is int else n, row))
     if kind in SPAN_FIELDS:
-        return Records(span_rows(rows, source, kind, labelled), source)
-    return Records(canonical_rows(rows, source, kind, {}, labelled, hint=False), source)
+        return Records(span_rows(rows, source, kind, labelled, field=source), source)
+    return Records(canonical_rows(rows, source, kind, {}, labelled, hint=False, field=source), source)
 
 
 def as_record(item):
@@ -86,64 +89,82 @@ def as_record(item):
     return {"text": item} if isinstance(item, str) else item
 
 
-def predict_form(kind: str, item, where: str):
+def predict_form(kind: str, item, where: str, field: str | None = None):
     """A record to predict on (/predict's, evaluate's in Python) with its shorthands spelled out: a bare
     string is {"text": it}; a tagging record's text is its words (split at white space), a seq2seq
-    record's text its source. Refused naming `where`: a text given with the field it stands for."""
+    record's text its source. Refused naming `where`: a text given with the field it stands for (an
+    OptionsError whose field is `field`, the argument the record came in; else `where`)."""
     item = as_record(item)
-    field = SHORTHAND.get(kind)
-    if not isinstance(item, dict) or field is None or "text" not in item and field in item:
+    short = SHORTHAND.get(kind)
+    if not isinstance(item, dict) or short is None or "text" not in item and short in item:
         return item
-    if ("text" in item) == (field in item):
-        raise ValueError(f"{where}: a {kind} record has text or {field} (one of them)")
-    text = as_text(item["text"])
-    if text is None or blank(text):
-        raise ValueError(f"{where}: text must be non-empty text")
+    with naming(where if field is None else field):
+        if ("text" in item) == (short in item):
+            raise OptionsError(f"{where}: a {kind} record has text or {short} (one of them)")
+        text = as_text(item["text"])
+        if text is None or blank(text):
+            raise OptionsError(f"{where}: text must be non-empty text")
     rest = {k: v for k, v in item.items() if k != "text"}
-    return {**rest, field: text.split() if kind == "tagging" else text}
+    return {**rest, short: text.split() if kind == "tagging" else text}
 
 
-def canonical_rows(rows, path, kind: str, mapping: dict, labelled: bool, hint: bool = True) -> list:
+@contextmanager
+def naming(field: str | None):
+    """Inside it, a record check's OptionsError (raised without a field) names `field`: the argument the
+    records came in ("train", "validation"); None for a file's, whose message names the file and line."""
+    try:
+        yield
+    except OptionsError as err:
+        if err.field is None:
+            err.field = field
+        raise
+
+
+def canonical_rows(rows, path, kind: str, mapping: dict, labelled: bool, hint: bool = True,
+                   field: str | None = None) -> list:
     """The canonical records of (line, {column: value}) rows of task `kind` (FIELDS) read from `path`,
     `mapping` naming the column of each field that is not under its own name (a file's --columns);
     labelled=False: the label (target) may be absent. hint=False: errors say nothing of --columns (the
-    records came from Python, not from a file's columns)."""
+    records came from Python, not from a file's columns). Errors are OptionsErrors naming `field` (naming)."""
     records, seen = [], {}
-    for n, row in rows:
-        _require(f"{path}:{n}", row, kind, mapping, labelled, hint)
-        record = {"line": n}
-        for spec in FIELDS[kind]:
-            field = spec.rstrip("?")
-            column = mapping.get(field, field)
-            optional = spec.endswith("?") or (field in GOLD and not labelled)
-            if field == "choices":
-                record["choices"] = _choices(f"{path}:{n}", row, column, hint)
-                continue
-            value = _field(f"{path}:{n}", row, field, column, optional, hint)
-            if field == "label" and value is not None:
-                label = _label(f"{path}:{n}", kind, value, record.get("choices"))
-                if kind in ("cls", "pair"):
-                    _spelling_check(path, n, value, label, seen)
-                value = label
-            elif value is not None:
-                value = _text(f"{path}:{n}", field, column, value)
-            record[field] = value
-        records.append(record)
+    with naming(field):
+        for n, row in rows:
+            _require(f"{path}:{n}", row, kind, mapping, labelled, hint)
+            record = {"line": n}
+            for spec in FIELDS[kind]:
+                name = spec.rstrip("?")
+                column = mapping.get(name, name)
+                optional = spec.endswith("?") or (name in GOLD and not labelled)
+                if name == "choices":
+                    record["choices"] = _choices(f"{path}:{n}", row, column, hint)
+                    continue
+                value = _field(f"{path}:{n}", row, name, column, optional, hint)
+                if name == "label" and value is not None:
+                    label = _label(f"{path}:{n}", kind, value, record.get("choices"))
+                    if kind in ("cls", "pair"):
+                        _spelling_check(path, n, value, label, seen)
+                    value = label
+                elif value is not None:
+                    value = _text(f"{path}:{n}", name, column, value)
+                record[name] = value
+            records.append(record)
     return records
 
 
-def span_rows(rows, path, kind: str, labelled: bool = True) -> list:
+def span_rows(rows, path, kind: str, labelled: bool = True, field: str | None = None) -> list:
     """The canonical records of tagging (words, tags) or qa (id, question, context, answers) rows;
-    labelled=False: the tags (a qa record's answers and id) may be absent."""
+    labelled=False: the tags (a qa record's answers and id) may be absent. Errors name `field` (naming)."""
     need = SPAN_FIELDS[kind]
     records = []
-    for n, row in rows:
-        missing = [k for k in need if k not in row and (labelled or k not in SPAN_GOLD)]
-        if missing:
-            raise ValueError(f"{path}:{n}: no field(s) {missing} (a {kind} record has {', '.join(need)})")
-        record = {**{k: row[k] for k in need if k in row}, "line": n}
-        (_check_tagging if kind == "tagging" else _check_qa)(f"{path}:{n}", record)
-        records.append(record)
+    with naming(field):
+        for n, row in rows:
+            missing = [k for k in need if k not in row and (labelled or k not in SPAN_GOLD)]
+            if missing:
+                raise OptionsError(f"{path}:{n}: no field(s) {missing} (a {kind} record has "
+                                   f"{', '.join(need)})")
+            record = {**{k: row[k] for k in need if k in row}, "line": n}
+            (_check_tagging if kind == "tagging" else _check_qa)(f"{path}:{n}", record)
+            records.append(record)
     return records
 
 
@@ -152,14 +173,14 @@ def _field(where: str, row: dict, field: str, column: str, optional: bool = Fals
         if optional:
             return None
         if not hint:  # Python's record: its fields are named as they are, no columns to map
-            raise ValueError(f"{where}: no field {field!r}; the record has {', '.join(map(repr, row))}")
-        raise ValueError(f"{where}: no column {column!r} (for {field}); the record has "
-                         f"{', '.join(map(repr, row))}; map one with --columns {field}=NAME")
+            raise OptionsError(f"{where}: no field {field!r}; the record has {', '.join(map(repr, row))}")
+        raise OptionsError(f"{where}: no column {column!r} (for {field}); the record has "
+                            f"{', '.join(map(repr, row))}; map one with --columns {field}=NAME")
     value = row[column]
     if optional and absent(value):
         return None
     if blank(value):
-        raise ValueError(f"{where}: empty {field} (column {column!r})")
+        raise OptionsError(f"{where}: empty {field} (column {column!r})")
     return value
 
 
@@ -186,9 +207,9 @@ def _label(where: str, kind: str, value, choices=None):
         except (TypeError, ValueError):
             number = None
         if number is None:
-            raise ValueError(f"{where}: regression label {value!r} is not a number")
+            raise OptionsError(f"{where}: regression label {value!r} is not a number")
         if not math.isfinite(number):  # a NaN or infinite target makes every loss after it NaN
-            raise ValueError(f"{where}: regression label {value!r} is not a finite number")
+            raise OptionsError(f"{where}: regression label {value!r} is not a finite number")
         return number
     if kind == "choice":
         # an index: a JSON integer (1.0 too) or CSV digits; int() would cut 1.7 to 1, take true as 1 and
@@ -199,9 +220,9 @@ def _label(where: str, kind: str, value, choices=None):
         except ValueError:
             index = None
         if index is None:
-            raise ValueError(f"{where}: choice label {value!r} is not an index")
+            raise OptionsError(f"{where}: choice label {value!r} is not an index")
         if not 0 <= index < len(choices):
-            raise ValueError(f"{where}: choice label {index} is outside the {len(choices)} choices")
+            raise OptionsError(f"{where}: choice label {index} is outside the {len(choices)} choices")
         return index
     if kind == "multilabel":
         return _label_list(where, value)
@@ -211,11 +232,11 @@ def _label(where: str, kind: str, value, choices=None):
 def _label_list(where: str, value) -> list:
     """A multilabel record's labels: a list of labels, each made text as a cls label, repeats dropped."""
     if not isinstance(value, list):
-        raise ValueError(f"{where}: multilabel label {json.dumps(value, default=str)[:40]} is not a list of "
-                         f"labels ([] for none; a CSV cell holds no list: give JSON lines)")
+        raise OptionsError(f"{where}: multilabel label {json.dumps(value, default=str)[:40]} is not a list "
+                           f"of labels ([] for none; a CSV cell holds no list: give JSON lines)")
     labels = [_label_text(f"{where}: label[{i}]", v) for i, v in enumerate(value)]
     if "" in labels:
-        raise ValueError(f"{where}: label[{labels.index('')}] is blank")
+        raise OptionsError(f"{where}: label[{labels.index('')}] is blank")
     return list(dict.fromkeys(labels))
 
 
@@ -231,7 +252,7 @@ def _label_text(where: str, value) -> str:
     if isinstance(value, numbers.Real):
         return json.dumps(float(value))
     shown = json.dumps(value, default=str)[:40]
-    raise ValueError(f"{where}: label {shown} is not a string, number or boolean")
+    raise OptionsError(f"{where}: label {shown} is not a string, number or boolean")
 
 
 def as_text(value):
@@ -249,8 +270,8 @@ def _text(where: str, field: str, column: str, value) -> str:
     text = as_text(value)
     if text is None:
         shown = json.dumps(value, ensure_ascii=False, default=str)[:40]
-        raise ValueError(f"{where}: {field} (column {column!r}) must be text (a string or number), got "
-                         f"{shown}")
+        raise OptionsError(f"{where}: {field} (column {column!r}) must be text (a string or number), got "
+                            f"{shown}")
     return text
 
 
@@ -264,8 +285,8 @@ def _spelling_check(path, n: int, raw, label: str, seen: dict) -> None:
         number = math.nan
     first, line = seen.setdefault(number if math.isfinite(number) else label, (spelling, n))
     if first != spelling:
-        raise ValueError(f"{path}:{n}: label {spelling} is also spelled {first} (line {line}); labels are "
-                         f"read as text, so write each label one way throughout the file")
+        raise OptionsError(f"{path}:{n}: label {spelling} is also spelled {first} (line {line}); labels are "
+                            f"read as text, so write each label one way throughout the file")
 
 
 def _choices(where: str, row: dict, column: str, hint: bool) -> list:
@@ -274,11 +295,11 @@ def _choices(where: str, row: dict, column: str, hint: bool) -> list:
     value = _field(where, row, "choices", column, hint=hint)
     if not isinstance(value, list) or not value:
         how = "; in CSV/TSV name the columns: --columns choices=ending0+ending1+..." if hint else ""
-        raise ValueError(f"{where}: choices (column {column!r}) must be a non-empty list{how}")
+        raise OptionsError(f"{where}: choices (column {column!r}) must be a non-empty list{how}")
     choices = [_text(where, f"choices[{k}]", column, c) for k, c in enumerate(value)]
     if any(blank(c) for c in choices):  # a choice of nothing to read, refused as a blank text is
-        raise ValueError(f"{where}: choices[{[blank(c) for c in choices].index(True)}] (column {column!r}) "
-                         f"is empty")
+        raise OptionsError(f"{where}: choices[{[blank(c) for c in choices].index(True)}] (column {column!r}) "
+                            f"is empty")
     return choices
 
 
@@ -290,11 +311,11 @@ def _require(where: str, row: dict, kind: str, mapping: dict, labelled: bool, hi
     if len(missing) > 1:  # one missing column: _field names it with the way to map it
         columns, fields = ", ".join(repr(c) for _, c in missing), ", ".join(f for f, _ in missing)
         if not hint:
-            raise ValueError(f"{where}: no fields {columns}; the record has {', '.join(map(repr, row))}: "
-                             f"is this a {kind} record?")
-        raise ValueError(f"{where}: no columns {columns} (for {fields}); the record has "
-                         f"{', '.join(map(repr, row))}: is this a {kind} file? (--columns maps fields "
-                         f"to columns)")
+            raise OptionsError(f"{where}: no fields {columns}; the record has {', '.join(map(repr, row))}: "
+                                f"is this a {kind} record?")
+        raise OptionsError(f"{where}: no columns {columns} (for {fields}); the record has "
+                            f"{', '.join(map(repr, row))}: is this a {kind} file? (--columns maps fields "
+                            f"to columns)")
 
 
 def strings(value) -> bool:
@@ -306,10 +327,10 @@ def _check_tagging(where: str, record: dict) -> None:
     """words and tags (where given): non-empty lists of strings, one tag per word."""
     for key in ("words", "tags"):
         if key in record and not strings(record[key]):
-            raise ValueError(f"{where}: {key} must be a non-empty list of non-blank strings, got "
-                             f"{json.dumps(record[key], ensure_ascii=False, default=str)[:40]}")
+            raise OptionsError(f"{where}: {key} must be a non-empty list of non-blank strings, got "
+                                f"{json.dumps(record[key], ensure_ascii=False, default=str)[:40]}")
     if "tags" in record and len(record["words"]) != len(record["tags"]):
-        raise ValueError(f"{where}: {len(record['words'])} words but {len(record['tags'])} tags")
+        raise OptionsError(f"{where}: {len(record['words'])} words but {len(record['tags'])} tags")
 
 
 def _check_qa(where: str, record: dict) -> None:
@@ -317,23 +338,23 @@ def _check_qa(where: str, record: dict) -> None:
     for key in ("question", "context"):
         record[key] = as_text(record[key])  # a number is text, as in any other text field
         if record[key] is None or not record[key].strip():
-            raise ValueError(f"{where}: {key} must be non-empty text")
+            raise OptionsError(f"{where}: {key} must be non-empty text")
     if "id" in record:
         if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):
-            raise ValueError(f"{where}: id must be a string or an integer")
+            raise OptionsError(f"{where}: id must be a string or an integer")
         record["id"] = str(record["id"])
     if "answers" not in record:  # a record to predict on
         return
     answers = record["answers"]
     shape = 'a list of {"text": ..., "start": character}'
     if not isinstance(answers, list):
-        raise ValueError(f"{where}: answers must be {shape} ([] for none), got "
-                         f"{json.dumps(answers, default=str)[:40]}")
+        raise OptionsError(f"{where}: answers must be {shape} ([] for none), got "
+                            f"{json.dumps(answers, default=str)[:40]}")
     for k, a in enumerate(answers):
         if not (isinstance(a, dict) and isinstance(a.get("text"), str) and type(a.get("start")) is int):
-            raise ValueError(f"{where}: answers[{k}] must be {{\"text\": ..., \"start\": character}}, got "
-                             f"{json.dumps(a, ensure_ascii=False, default=str)[:40]}")
+            raise OptionsError(f"{where}: answers[{k}] must be {{\"text\": ..., \"start\": character}}, got "
+                                f"{json.dumps(a, ensure_ascii=False, default=str)[:40]}")
         found = record["context"][a["start"]:a["start"] + len(a["text"])]
         if a["start"] < 0 or found != a["text"]:
-            raise ValueError(f"{where}: answers[{k}] {a['text']!r} is not at character {a['start']} of the "
-                             f"context (found {found!r})")
+            raise OptionsError(f"{where}: answers[{k}] {a['text']!r} is not at character {a['start']} of the "
+                                f"context (found {found!r})")

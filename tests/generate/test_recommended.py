@@ -154,6 +154,19 @@ def test_a_saved_model_recommends_what_it_was_loaded_with(checkpoint, tmp_path, 
     assert out[0, ids.shape[1]:].tolist() == _theirs(checkpoint)
 
 
+@pytest.mark.parametrize("format", ["lmforge", "hf"])
+def test_an_encoder_recommends_nothing_and_its_export_gets_no_generation_config(tmp_path, format):
+    """A BERT read from a Hugging Face folder was given the reference's default top_k, and every save of it
+    wrote a generation_config.json that no encoder has (docs/convert.md: "an encoder gets none")."""
+    reference = transformers.BertModel(transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
+                                                               num_attention_heads=2, intermediate_size=32))
+    reference.save_pretrained(tmp_path / "bert")
+    model = lmforge.load(tmp_path / "bert")
+    assert recommendation(model) is None
+    model.save(tmp_path / "out", format=format)
+    assert not (tmp_path / "out" / "generation_config.json").exists()
+
+
 def test_a_forced_id_switched_off_stays_off_through_a_save_and_a_load(tmp_path):
     """OFF (-1) is written as the reference's null, and a null forced id is read back as none over the
     model config's: it was read as no setting, so the config's forced token came back."""

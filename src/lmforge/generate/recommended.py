@@ -47,7 +47,11 @@ def read(path) -> Optional[Recommendation]:
 def attach(model, path) -> None:
     """Keep `path`'s recommendation on `model` (lmforge.io calls this once a directory is loaded); one that
     fails its check is kept as its error, raised when a face generates: a model loaded to embed or fine-tune
-    is not refused for settings it never uses."""
+    is not refused for settings it never uses. An encoder generates nothing, so it recommends nothing (an
+    exported one would otherwise gain a generation_config.json of the reference's default top_k)."""
+    if model.config.architecture == "encoder":
+        model.generation_config = None
+        return
     try:
         found = read(path)
     except (OptionsError, CheckpointError) as err:

@@ -283,6 +283,21 @@ def test_student_layers_outside_distill_config_refuses_as_distill_config_does(la
     assert err.value.field == config.value.field == "student_layers"
 
 
+@pytest.mark.parametrize("preset", ["bert-tinyy", "elmo-small", "zzzqqq"])
+def test_a_student_preset_outside_distill_config_refuses_as_distill_config_does(preset):
+    """make_student's own check was a plain ValueError ("--student 'x' is not a preset", a flag Python has
+    not, and no closest preset): it is DistillConfig's OptionsError naming student, from the one check."""
+    with pytest.raises(OptionsError) as config:
+        DistillConfig(student=preset)
+    with pytest.raises(OptionsError) as err:
+        make_student(None, preset=preset)  # refused before the teacher is read
+    assert str(err.value) == str(config.value) and err.value.field == "student"
+    assert str(err.value).startswith(f"student={preset!r} is not a preset")
+    with pytest.raises(OptionsError, match=r"^student=\['bert-tiny'\] is not a preset") as err:
+        make_student(None, preset=["bert-tiny"])  # no string: no preset (not `in`'s TypeError)
+    assert err.value.field == "student"
+
+
 def test_a_temperature_the_loss_leaves_out_is_refused(teacher_dir, tmp_path, capsys):
     with pytest.raises(OptionsError, match="^temperature=5: softens the teacher's targets") as err:
         DistillConfig(alpha=0, temperature=5)  # alpha=0: the soft targets, and their temperature, unread

@@ -65,15 +65,22 @@ class DistillConfig:
                                "alpha=0 leaves out of the loss", "temperature")
         if self.student is not None and self.student_layers is not None:
             raise OptionsError("give student_layers or student, not both", "student")
-        if self.student is not None and self.student not in PRESETS:
-            raise OptionsError(f"student={self.student!r} is not a preset{closest_preset(self.student)}",
-                               "student")
+        if self.student is not None:
+            student_preset(self.student)
         self.student_layers = parsed_layers(self.student_layers)  # "3" of a flag or a file: an int from here
 
     @classmethod
     def from_dict(cls, data: dict) -> DistillConfig:
         """Build from a dict; an unknown key is an error naming it."""
         return options_from_dict(cls, data, "distillation")
+
+
+def student_preset(name) -> str:
+    """`name` where it is a Transformer preset a student can be; else an OptionsError naming student, with
+    the closest presets (closest_preset), on every face (DistillConfig; make_student, called alone)."""
+    if not isinstance(name, str) or name not in PRESETS:  # a list (unhashable, `in` would raise): no preset
+        raise OptionsError(f"student={name!r:.40} is not a preset{closest_preset(str(name))}", "student")
+    return name
 
 
 def closest_preset(name: str) -> str:
@@ -113,10 +120,11 @@ def student_layers(spec, n_layers: int) -> tuple:
 def make_student(teacher_task, layers=None, preset: str | None = None, seed: int = 0):
     """The student model: teacher blocks `layers` (see student_layers) or preset `preset`."""
     if preset is None:
-        return student_from_teacher(teacher_task.model, student_layers(layers, teacher_task.model.config.n_layers))
-    if preset not in PRESETS:
-        raise ValueError(f"--student {preset!r} is not a preset")
-    return preset_model(preset, teacher_task.tokenizer, {"max_seq_len": teacher_task.model.config.max_seq_len}, seed)
+        n_layers = teacher_task.model.config.n_layers
+        return student_from_teacher(teacher_task.model, student_layers(layers, n_layers))
+    student_preset(preset)  # DistillConfig's check: an OptionsError naming student (was a plain ValueError)
+    shape = {"max_seq_len": teacher_task.model.config.max_seq_len}
+    return preset_model(preset, teacher_task.tokenizer, shape, seed)
 
 
 def _pooled(task, batch: dict) -> tuple:

@@ -7,6 +7,7 @@ from tokenizers.models import WordLevel
 
 import lmforge
 from lmforge.cli import main
+from lmforge.config.options import OptionsError
 from lmforge.data import corpus_text
 from lmforge.heads import attach
 from lmforge.pipelines.embed import embed
@@ -49,14 +50,15 @@ def test_the_highest_id_counts_not_the_number_of_ids():
     backend = Backend(WordLevel({"[UNK]": 0, "a": 1, "b": 7}, unk_token="[UNK]"))
     tokenizer = Tokenizer(backend, {"unk": "[UNK]"})
     assert tokenizer.vocab_size == 3 and id_count(tokenizer) == 8
-    with pytest.raises(ValueError, match="8 ids"):
+    with pytest.raises(OptionsError, match="8 ids") as err:
         check_fits(tokenizer, lmforge.get_config("bert-tiny", vocab_size=5))
+    assert err.value.field == "tokenizer"
 
 
 def test_fill_mask_refuses_a_tokenizer_too_big_for_the_model(tmp_path, big_tokenizer, capsys):
     path = _model_dir(tmp_path / "m", "bert-base", 400, big_tokenizer)
     assert_refused(capsys, ["fill-mask", "Paris is the [MASK] of France.", "--model", str(path)])
-    with pytest.raises(ValueError, match="does not fit"):
+    with pytest.raises(OptionsError, match="does not fit"):
         fill_mask(lmforge.load(path), big_tokenizer, "a [MASK] b")
 
 
@@ -69,7 +71,7 @@ def test_fill_mask_takes_a_tokenizer_smaller_than_the_model(tmp_path, big_tokeni
 def test_embed_refuses_a_tokenizer_too_big_for_the_model(tmp_path, big_tokenizer, capsys):
     path = _model_dir(tmp_path / "m", "bert-base", 400, big_tokenizer)
     assert_refused(capsys, ["embed", "a sentence", "--model", str(path)])
-    with pytest.raises(ValueError, match="does not fit"):
+    with pytest.raises(OptionsError, match="does not fit"):
         embed(["a sentence"], lmforge.load(path), tokenizer=big_tokenizer)
 
 

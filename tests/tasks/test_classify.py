@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import lmforge
+from lmforge.config.options import OptionsError
 from lmforge.tasks import task_class
 from lmforge.tasks.classify import shift_right
 from lmforge.tasks.finetune import TaskConfig, make_task
@@ -310,9 +311,11 @@ def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_fo
     assert set(metrics) >= {"pearson", "spearman", "mse"}
     scores = [json.loads(line)["prediction"] for line in (tmp_path / "predictions.jsonl").open()]
     assert all(0 < s < 1 for s in scores)  # through the sigmoid
-    for source in ("training", "validation"):
-        with pytest.raises(ValueError, match=rf"{source}: line 1: label 4.5 is outside .*activation=sigmoid"):
+    for source, field in (("training", "train"), ("validation", "validation")):
+        with pytest.raises(OptionsError, match=rf"{source}: line 1: label 4.5 is outside .*activation=sigmoid") \
+                as err:
             encode_split(task, [{**gold[0], "line": 1}], source, trained=True)
+        assert err.value.field == field  # Python's records: the split's argument
     # the caller says whether records are trained on, not the split's display name
     assert len(encode_split(task, [{**gold[0], "line": 1}], "training")) == 1
     with pytest.raises(ValueError, match=r"held out: line 1: label 4.5 is outside"):

@@ -235,8 +235,10 @@ def test_a_label_unknown_to_the_model_names_the_data_file(tmp_path):
     data = tmp_path / "test_names.jsonl"
     data.write_text('{"text": "good", "label": "0"}\n{"text": "bad", "label": "neg"}\n')
     task = task_class("cls")(tiny(), tokenizer(), labels=["0", "1"])
-    with pytest.raises(ValueError, match=f"^{data}: line 2: label 'neg' is not one of the training labels"):
+    with pytest.raises(OptionsError, match=f"^{data}: line 2: label 'neg' is not one of the training labels") \
+            as err:
         encode_split(task, read_task_file(data, "cls"), "data")
+    assert err.value.field is None  # a file's records: the message names the file and line
 
 
 def test_a_resume_on_other_validation_data_is_refused_and_on_the_same_goes_on(tmp_path):
@@ -423,3 +425,14 @@ def test_a_folder_s_activation_is_taken_only_by_a_run_of_its_own_kind(tmp_path):
     finetune(str(tmp_path / "rerank-sigmoid"), None, "regression", train, None, tmp_path / "run",
              cfg(steps=1), log=quiet)
     assert task_info(tmp_path / "run" / "final")["activation"] == "identity"
+
+
+def test_a_model_object_without_its_tokenizer_and_elmo_are_refused_naming_their_argument(tmp_path):
+    elmo, records = lmforge.build(lmforge.tiny("elmo-small", vocab_size=300)), sentiment()["train"][:4]
+    cfg = TrainConfig(steps=1)
+    with pytest.raises(OptionsError, match="a tokenizer is needed next to a model object") as err:
+        finetune(elmo, None, "cls", records, None, tmp_path / "o", cfg)
+    assert err.value.field == "tokenizer"
+    with pytest.raises(OptionsError, match="ELMo is fine-tuned feature-based.*lmforge features") as err:
+        finetune(elmo, tokenizer(), "cls", records, None, tmp_path / "o", cfg)
+    assert err.value.field == "model" and not (tmp_path / "o" / "checkpoints").exists()

@@ -147,7 +147,7 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
         raise OptionsError(f"model must be a model, a model directory or a preset name, got "
                            f"{type(model).__name__}", "model")
     if tokenizer is None:
-        raise ValueError("a tokenizer is needed next to a model object")
+        raise OptionsError("a tokenizer is needed next to a model object", "tokenizer")
     check_fits(tokenizer, model)  # ids the model lacks would index past its embeddings
     return optimize(model), tokenizer  # the fine-tuning and evaluation jobs run it optimized
 
@@ -183,8 +183,10 @@ def encode_split(task: Task, records: list, source: str, *, trained: bool = Fals
         if trained:
             task.check_trainable(records)
         return task.encode_all(records)
-    except ValueError as err:  # the file the records came from, where known
-        raise ValueError(f"{source_of(records, source)}: {err}") from None
+    except ValueError as err:  # the file the records came from, where known (else the split: its field)
+        where = source_of(records, source)
+        field = None if where != source else {"training": "train"}.get(source, source)
+        raise OptionsError(f"{where}: {err}", field) from None
 
 
 class Validator:
@@ -312,8 +314,8 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     labels, task_cfg = checkpoint_defaults(model, kind, train, labels, task_cfg)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     if model.config.architecture == "elmo":  # a biLSTM over characters, used by its frozen layers' mix
-        raise ValueError("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge "
-                         "features --model DIR --task tagging|classification --train FILE --dev FILE")
+        raise OptionsError("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge "
+                         "features --model DIR --task tagging|classification --train FILE --dev FILE", "model")
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, not the caller's RNG
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, labels)

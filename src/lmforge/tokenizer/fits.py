@@ -6,6 +6,8 @@ at or past vocab_size would index past the table, or, worse, read a row trained 
 """
 from __future__ import annotations
 
+from lmforge.utils.errors import OptionsError
+
 
 def id_count(tokenizer) -> int:
     """One more than the highest id the tokenizer can emit, added tokens included (ids may have gaps,
@@ -16,11 +18,11 @@ def id_count(tokenizer) -> int:
 
 
 def check_fits(tokenizer, model) -> None:
-    """ValueError, in one line naming both sizes, when `tokenizer` can emit an id that `model` (a
+    """An OptionsError naming tokenizer, in one line with both sizes, when `tokenizer` can emit an id that `model` (a
     model or its ModelConfig) has no embedding for."""
     size = getattr(model, "config", model).vocab_size
     ids = id_count(tokenizer)
     if ids > size:
-        raise ValueError(f"the tokenizer does not fit the model: it has {ids} ids (0..{ids - 1}) but the "
+        raise OptionsError(f"the tokenizer does not fit the model: it has {ids} ids (0..{ids - 1}) but the "
                          f"model's vocabulary only {size} (vocab_size={size}), so ids {size}..{ids - 1} have "
-                         f"no embedding; use the model's own tokenizer")
+                         f"no embedding; use the model's own tokenizer", "tokenizer")

@@ -86,7 +86,8 @@ def _decode(steps, ids: dict, options: GenerationOptions, generator, streamer):
     """Run beam search or greedy / sampled decoding over `steps`."""
     prompt_len, max_new_tokens = steps.tokens.shape[1], options.max_new_tokens
     rule = Sampling(options.do_sample, options.temperature, options.top_k, options.top_p)
-    beams = Beams(options.num_beams, options.length_penalty, options.early_stopping, options.num_return_sequences)
+    beams = Beams(options.num_beams, options.length_penalty, options.early_stopping,
+                  options.num_return_sequences)
     padding = (steps.mask == 0).sum(1) if not isinstance(steps, EncoderDecoderSteps) else None
     constraints = Constraints(prompt_len, prompt_len + max_new_tokens, ids["eos"], options.repetition_penalty,
                               padding, options.no_repeat_ngram_size, options.min_length,

@@ -32,7 +32,8 @@ def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str
         raise OptionsError(f"projection must be one of {', '.join(MODES)}, got {repr(projection)[:40]}",
                            "projection")
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise OptionsError(f"generator must be a torch.Generator, got {type(generator).__name__}", "generator")
+        raise OptionsError(f"generator must be a torch.Generator, got {type(generator).__name__}",
+                           "generator")
     if streamer is not None and not callable(streamer):
         raise OptionsError(f"streamer must be callable (it is given each step's new tokens), got "
                            f"{type(streamer).__name__}", "streamer")
@@ -116,8 +117,8 @@ def special_ids(model, options: GenerationOptions) -> dict:
                              None if eos is None else V, device),
            "suppress": _token_ids(options.suppress_tokens or None, "suppress_tokens", V, device)}
     # ids fed to the model (pad: after a row's stop) or indexing the scores must be in the vocabulary
-    for key, name in (("pad", "pad_token_id"), ("start", "decoder_start_token_id"), ("bos", "forced_bos_token_id"),
-                      ("forced_eos", "forced_eos_token_id")):
+    for key, name in (("pad", "pad_token_id"), ("start", "decoder_start_token_id"),
+                      ("bos", "forced_bos_token_id"), ("forced_eos", "forced_eos_token_id")):
         given = getattr(options, name)
         value = getattr(cfg, name) if given is None else None if given == OFF else given
         ids = _token_ids(value, name, V, device)

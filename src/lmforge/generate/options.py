@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from lmforge.config.model import MAX_LEN, MAX_VOCAB
-from lmforge.config.options import (OptionsError, base_type, check_options, check_value, coerce, from_dict, option,
-                                    with_changes)
+from lmforge.config.options import (OptionsError, base_type, check_options, check_value, coerce, from_dict,
+                                    option, with_changes)
 from lmforge.io.files import CheckpointError
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text
@@ -64,16 +64,17 @@ class GenerationOptions:
                         low=0, high=MAX_VOCAB)
     top_p: float = option(1.0, "nucleus: sample among the most probable tokens whose mass reaches this",
                           low=0.0, high=1.0, open_low=True)
-    num_beams: int = option(1, "beam search with this many hypotheses per input; 1: none", low=1, high=MAX_BEAMS)
-    num_return_sequences: int = option(1, "sequences returned per input (beams: the best first, <= num_beams; "
-                                       "greedy: 1)", low=1, high=MAX_BEAMS)
-    length_penalty: float = option(1.0, "beam score = log-probability / length ** this (> 0 favours longer texts)",
-                                   low=-100.0, high=100.0)
-    early_stopping: Union[bool, str] = option(False, "beam search ends an input: true, once num_beams hypotheses "
-                                              "are finished; false, once none can do better at this length; "
-                                              '"never", once none can at any length')
-    repetition_penalty: float = option(1.0, "divide the scores of tokens already present by this (CTRL); 1: off",
-                                       low=0.0, high=100.0, open_low=True)
+    num_beams: int = option(1, "beam search with this many hypotheses per input; 1: none",
+                            low=1, high=MAX_BEAMS)
+    num_return_sequences: int = option(1, "sequences returned per input (beams: the best first, "
+                                       "<= num_beams; greedy: 1)", low=1, high=MAX_BEAMS)
+    length_penalty: float = option(1.0, "beam score = log-probability / length ** this (> 0 favours "
+                                   "longer texts)", low=-100.0, high=100.0)
+    early_stopping: Union[bool, str] = option(False, "beam search ends an input: true, once num_beams "
+                                              "hypotheses are finished; false, once none can do better "
+                                              'at this length; "never", once none can at any length')
+    repetition_penalty: float = option(1.0, "divide the scores of tokens already present by this "
+                                       "(CTRL); 1: off", low=0.0, high=100.0, open_low=True)
     no_repeat_ngram_size: int = option(0, "never repeat an n-gram of this size; 0: off", low=0, high=64)
     eos_token_id: Optional[Union[int, list]] = option(None, "stop token id(s); default: the model config's")
     pad_token_id: Optional[int] = option(None, "filler after a row's stop; default: the config's, else eos",
@@ -107,13 +108,14 @@ class GenerationOptions:
                                "num_beams=1, or do_sample=false (temperature 0)", "num_beams")
         if self.min_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
             raise OptionsError(f"min_new_tokens={self.min_new_tokens} is more than max_new_tokens="
-                               f"{self.max_new_tokens}: no text could end before the budget", "min_new_tokens")
+                               f"{self.max_new_tokens}: no text could end before the budget",
+                               "min_new_tokens")
         if self.num_beams > 1 and self.num_return_sequences > self.num_beams:
             raise OptionsError(f"num_return_sequences={self.num_return_sequences} must be between 1 and "
                                f"num_beams={self.num_beams}", "num_return_sequences")
         if self.num_beams == 1 and not self.do_sample and self.num_return_sequences != 1:
-            raise OptionsError("greedy decoding returns one sequence per input: num_return_sequences must be 1, "
-                               f"got {self.num_return_sequences}", "num_return_sequences")
+            raise OptionsError("greedy decoding returns one sequence per input: num_return_sequences must "
+                               f"be 1, got {self.num_return_sequences}", "num_return_sequences")
 
     def check_start(self, start: int) -> None:
         """Settings that contradict the `start` decoder positions before the new tokens (a decoder's prompt,

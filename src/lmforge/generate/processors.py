@@ -92,7 +92,8 @@ class Constraints:
     @property
     def always_active(self) -> bool:
         """Whether some processor changes the scores at every step (penalty, n-gram ban, suppression)."""
-        return self.repetition_penalty != 1.0 or bool(self.no_repeat_ngram_size) or self.suppress_tokens is not None
+        return (self.repetition_penalty != 1.0 or bool(self.no_repeat_ngram_size)
+                or self.suppress_tokens is not None)
 
     def inert(self, T: int) -> bool:
         """Whether the call at sequence length T returns the scores unchanged (greedy decoding may

@@ -10,7 +10,8 @@ import torch
 
 @dataclass
 class Sampling:
-    """How the next token is chosen from the logits (greedy unless do_sample), checked by GenerationOptions."""
+    """How the next token is chosen from the logits (greedy unless do_sample), checked by
+    GenerationOptions."""
 
     do_sample: bool = False
     temperature: float = 1.0

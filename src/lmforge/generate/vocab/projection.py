@@ -72,7 +72,8 @@ class VocabProjection:
         """(N, E) features -> (N, V) logits."""
         self._choose(features)
         if self.way == "input-major":
-            return torch.addmm(self.bias, features, self.copy) if self.bias is not None else features @ self.copy
+            return (torch.addmm(self.bias, features, self.copy) if self.bias is not None
+                    else features @ self.copy)
         return F.linear(features, self.weight, self.bias)
 
     def argmax(self, features: torch.Tensor) -> Optional[torch.Tensor]:

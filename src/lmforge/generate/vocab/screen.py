@@ -220,7 +220,8 @@ class ScreenTable:
         s64 = s.double()
         self.norms[0, start:end] = (codes.double().norm(dim=1) * s64 * (1 + 2.0 ** -10)).float()
         residual = (y.double() - codes.double()).norm(dim=1) * s64
-        self.norms[1, start:end] = (residual * (1 + 2.0 ** -9) + centred.double().norm(dim=1) * 2.0 ** -22).float()
+        self.norms[1, start:end] = (residual * (1 + 2.0 ** -9)
+                                    + centred.double().norm(dim=1) * 2.0 ** -22).float()
         return bool(torch.isfinite(peak).all())
 
     def scores(self, h: torch.Tensor) -> tuple:
@@ -269,7 +270,8 @@ class GreedyScreen:
             return self._fallback()
         candidates = self.weight.index_select(0, ids)  # (k, d)
         if N == 1:
-            exact = torch.mv(candidates, h[0]) if self.bias is None else torch.addmv(self.bias[ids], candidates, h[0])
+            exact = (torch.mv(candidates, h[0]) if self.bias is None
+                     else torch.addmv(self.bias[ids], candidates, h[0]))
             return ids[exact.argmax()].view(1)  # ascending ids: argmax's first maximum
         exact = (candidates * h.index_select(0, rows)).sum(1)  # (k,)
         if self.bias is not None:

@@ -159,8 +159,7 @@ def _fsync_dir(path: Path) -> None:
 def _write_files(tmp: Path, step: int, weights: dict, optimizer: dict, info: dict) -> None:
     """The checkpoint's files under tmp/, trainer.json last with the others' checksums."""
     # tied tensors (a shared embedding) would make safetensors refuse the file: store copies
-    save_file({k: v.detach().to("cpu").clone().contiguous() for k, v in weights.items()},
-              str(tmp / FILES[0]))
+    save_file({k: v.detach().to("cpu").clone().contiguous() for k, v in weights.items()}, str(tmp / FILES[0]))
     with open(tmp / FILES[1], "wb") as handle:  # a Python file: a full disk raises OSError(ENOSPC)
         torch.save({**optimizer, "rng": rng_states()}, handle)
     # STATE_KEY covers every other field, the files' checksums included: a changed step or option is told
@@ -171,7 +170,8 @@ def _write_files(tmp: Path, step: int, weights: dict, optimizer: dict, info: dic
             os.fsync(handle.fileno())
 
 
-def save_checkpoint(root: Path, step: int, weights: dict, optimizer: dict, info: dict, keep_last: int) -> Path:
+def save_checkpoint(root: Path, step: int, weights: dict, optimizer: dict, info: dict,
+                    keep_last: int) -> Path:
     """Write checkpoint `step` under root/ atomically and delete all but the newest `keep_last`;
     TrainingDiverged (nothing written) if a weight or optimiser state is not finite, DiskFull (the
     partial checkpoint removed, the previous ones kept) if the disk fills up."""
@@ -220,9 +220,8 @@ def checkpoints(root: Path) -> list:
 
 
 def check_resumable(out) -> None:
-    """NothingToResume naming out/checkpoints where it holds no checkpoint (a mistyped --out must not
-    silently train afresh), UnsafePath where either is a link; called by jobs before their work, and by
-    Trainer.fit."""
+    """NothingToResume naming out/checkpoints where it holds no checkpoint (a mistyped --out must not silently
+    train afresh), UnsafePath where either is a link; called by jobs before their work, and by Trainer.fit."""
     root = training_folder(out) / "checkpoints"
     if not checkpoints(root):
         raise NothingToResume(f"--resume: no checkpoint under {root} (nothing to resume; run without "
@@ -287,7 +286,8 @@ def _verify_checksums(path: Path, info: dict) -> str | None:
         except OSError as err:
             raise CheckpointCorrupt(f"checkpoint {path}: {name} cannot be read ({err})") from None
         if got != want:
-            raise CheckpointCorrupt(f"checkpoint {path}: {name} does not match its checksum (changed or damaged)")
+            raise CheckpointCorrupt(f"checkpoint {path}: {name} does not match its checksum "
+                                    "(changed or damaged)")
     unverified = [name for name in FILES if name not in sums] + ["trainer.json"] * (STATE_KEY not in info)
     # every version that wrote checksums wrote both files' (the state's came later): one without the
     # other's, or a state without them, was edited, not written so

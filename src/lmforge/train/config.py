@@ -43,14 +43,16 @@ class TrainConfig:
     warmup: int = option(100, "steps of linear warm-up from 0 to lr", low=0, high=MAX_STEPS)
     schedule: str = option("linear", f"decay after warm-up: {' | '.join(SCHEDULES)}", choices=SCHEDULES)
     min_lr_ratio: float = option(0.0, "the decay ends at lr x this", low=0, high=1)
-    clip: Optional[float] = option(1.0, "global gradient-norm clipping; null (or 0): off", low=0, high=1_000_000)
+    clip: Optional[float] = option(1.0, "global gradient-norm clipping; null (or 0): off",
+                                   low=0, high=1_000_000)
     precision: str = option("fp32", "fp32, or bf16: autocast on CPU and GPU (weights, optimiser stay fp32)",
                             choices=PRECISIONS)
     compile: bool = option(False, "torch.compile the objective (model + heads): same results, slow start")
     tf32: bool = option(True, "on CUDA: fp32 matmuls on TF32 tensor cores (10-bit mantissa products, fp32 "
                               "sums); false: exact fp32. No effect elsewhere")
-    checkpointing: bool = option(False, "activation checkpointing: each block's activations are recomputed "
-                                        "in the backward pass (less memory, ~1/3 more compute, same gradients)")
+    checkpointing: bool = option(False, "activation checkpointing: each block's activations are "
+                                        "recomputed in the backward pass (less memory, ~1/3 more compute, "
+                                        "same gradients)")
     seed: int = option(0, "seed of everything the run draws (initial weights, data order, masking, dropout)",
                        low=0, high=MAX_SEED)
     eval_every: Optional[int] = option(None, "steps between evaluations; null: a tenth of the steps where "
@@ -165,7 +167,8 @@ def resumed_config(cfg: TrainConfig, run: dict) -> tuple:
     if ignored:
         line += f"; ignored: {', '.join(ignored)}"
     if run.get("steps", cfg.steps) != cfg.steps and kept.schedule != "constant":
-        line += f"; steps={cfg.steps} (the run's: {run['steps']}): the {kept.schedule} decay now spans {cfg.steps}"
+        line += (f"; steps={cfg.steps} (the run's: {run['steps']}): the {kept.schedule} decay now spans "
+                 f"{cfg.steps}")
     return kept, line
 
 
@@ -200,7 +203,8 @@ def check_device(name: str) -> None:
     except (RuntimeError, TypeError):
         raise OptionsError(f"device={name!r:.60} is not a device: use auto, cpu, cuda, cuda:N or mps",
                            "device") from None
-    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+    if device.type == "cuda" and (not torch.cuda.is_available() or
+                                  (device.index or 0) >= torch.cuda.device_count()):
         have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA"
         raise OptionsError(f"device={name!r:.60} but this machine has {have}; use device=auto or device=cpu",
                            "device")

@@ -1,14 +1,13 @@
 """The one training loop: any objective, one process or many, resumable exactly.
 
-Each optimiser step: reseed dropout from (seed, step, rank); run `accumulation` micro-batches (all-reduce
-on the last; a token-level loss weighs every prediction of the step alike, on every process, else each
-micro-batch's mean counts alike: config.accumulation); clip; AdamW; schedule. The step's
-loss and whether it and the updated weights are finite stay on the device (train/speed.py): the host
-reads them only at a logged, evaluated, saved or last step, so a CUDA step never waits for the GPU; a
-non-finite loss or weight then stops the run, naming the first bad step. Rank 0 logs and writes
-checkpoints. A stop writes nothing (every save follows a read): every checkpoint and the final model hold
-finite weights. A resume continues the newest checkpoint that passes its checksums, with the run's model,
-objective and schedule (see config.RUN_OPTIONS).
+Each optimiser step: reseed dropout from (seed, step, rank); run `accumulation` micro-batches (all-reduce on
+the last; a token-level loss weighs every prediction of the step alike, on every process, else each
+micro-batch's mean counts alike: config.accumulation); clip; AdamW; schedule. The step's loss and whether it
+and the updated weights are finite stay on the device (train/speed.py): the host reads them only at a logged,
+evaluated, saved or last step, so a CUDA step never waits for the GPU; a non-finite loss or weight then stops
+the run, naming the first bad step. Rank 0 logs and writes checkpoints. A stop writes nothing (every save
+follows a read): every checkpoint and the final model hold finite weights. A resume continues the newest
+checkpoint that passes its checksums, with the run's model, objective and schedule (see config.RUN_OPTIONS).
 """
 from __future__ import annotations
 
@@ -313,10 +312,11 @@ class Trainer:
                 info["evaluator"] = self.evaluator.state_dict()
             info.update(self._identity(), data=self._data_identity())
             try:
-                self.last_checkpoint = save_checkpoint(self.out / "checkpoints", self.step, weights, optimizer,
-                                                       info, self.cfg.keep_last)
+                self.last_checkpoint = save_checkpoint(self.out / "checkpoints", self.step, weights,
+                                                       optimizer, info, self.cfg.keep_last)
             except DiskFull as err:
-                kept = f"; the previous checkpoint {self.last_checkpoint} is kept" if self.last_checkpoint else ""
+                kept = (f"; the previous checkpoint {self.last_checkpoint} is kept" if self.last_checkpoint
+                        else "")
                 raise DiskFull(err.path, kept) from None
         if self.world > 1:
             torch.distributed.barrier()

@@ -75,7 +75,8 @@ def read_documents(files: list, options: ReadOptions | None = None) -> list:
     reader = CorpusReader(files, options)
     docs = list(reader)
     if not docs:
-        raise ValueError(f"no text in {', '.join(map(str, files))}" + "".join(f"; {p}" for p in reader.problems))
+        raise ValueError(f"no text in {', '.join(map(str, files))}"
+                         + "".join(f"; {p}" for p in reader.problems))
     return docs
 
 
@@ -227,7 +228,8 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
             raise ValueError("the shards were tokenized with another tokenizer than the checkpoint's: "
                              "shard the text with the checkpoint's tokenizer, or give text files")
         return start[1]
-    return tokenizer or (shards.tokenizer() if shards else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
+    return tokenizer or (shards.tokenizer() if shards
+                         else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
 
 
 def rank_zero(log):
@@ -253,7 +255,8 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
             f"{sum(map(len, docs)):,} sentences, {tokens:,} tokens")
     if len(examples) <= held_out:
         raise ValueError(f"the text ({read}) makes {len(examples)} example(s) of up to {max_len} tokens, "
-                         f"held out for validation, and none to train on: give more text, or a smaller max_len")
+                         "held out for validation, and none to train on: give more text, or a smaller "
+                         "max_len")
     log(f"read {read}: {len(examples) - held_out:,} training and {held_out:,} held-out examples of up to "
         f"{max_len} tokens")
     return examples[held_out:], examples[:held_out]

@@ -36,7 +36,8 @@ def task_key(task: dict) -> str:
 
 def pretrain_key(plan: Plan, arm: Arm, seed: int) -> str:
     """An arm's pretrained model at `seed` (an arm without pretraining: the model it starts from)."""
-    parts = {"arm": dataclasses.asdict(arm), "seed": seed, "tokenizer": tokenizer_key(plan), "version": __version__}
+    parts = {"arm": dataclasses.asdict(arm), "seed": seed, "tokenizer": tokenizer_key(plan),
+             "version": __version__}
     if arm.pretrain:  # a baseline spends no budget: changing the budget leaves it as it is
         parts.update(budget=plan.budget, pretrain=plan.pretrain, corpus=arm.corpus or plan.corpus,
                      counting=COUNTING)  # the steps the budget buys
@@ -66,6 +67,7 @@ def current(plan: Plan, rows: list) -> tuple:
     for row in rows:
         arm, task = arms.get(row.get("arm")), tasks.get(row.get("task"))
         fresh = "fingerprint" not in row or (
-            arm is not None and task is not None and row["fingerprint"] == result_key(plan, arm, row["seed"], task))
+            arm is not None and task is not None and
+            row["fingerprint"] == result_key(plan, arm, row["seed"], task))
         (kept if fresh else stale).append(row)
     return kept, stale

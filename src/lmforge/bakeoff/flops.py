@@ -114,7 +114,8 @@ def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int, shares: Shares) -> 
         charges["wso_head"] = options["wso_rate"] * (1 - rate) * maskable * head_flops(cfg, T)
         if options.get("sso"):  # next / previous / other document
             charges["pair_head"] = _pair_head(cfg, 3)
-    if issubclass(cls, SpanMLM) and getattr(cls, "uses_sbo", True):  # SBO: W1 (3d -> d) and W2 (d -> E) before the shared projection
+    # SBO: W1 (3d -> d) and W2 (d -> E) before the shared projection
+    if issubclass(cls, SpanMLM) and getattr(cls, "uses_sbo", True):
         d, E = cfg.d_model, cfg.embed_dim
         charges["sbo"] = rate * maskable * (2 * (3 * d * d + d * E) + 2 * E * cfg.vocab_size)
     return charges

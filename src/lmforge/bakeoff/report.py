@@ -123,15 +123,18 @@ def claim_lines(plan: Plan, summary: dict) -> list:
     lines = []
     for claim in plan.claims:
         a, b = summary.get((claim.better, claim.task)), summary.get((claim.worse, claim.task))
-        text = f"{claim.better} > {claim.worse} on {claim.task}" + (f" ({claim.source})" if claim.source else "")
+        text = (f"{claim.better} > {claim.worse} on {claim.task}"
+                + (f" ({claim.source})" if claim.source else ""))
         if a is None or b is None:
             lines.append(f"- {text}: not run yet")
             continue
         found, delta, sd = verdict(a, b)
-        if not math.isfinite(delta):  # a seed's metric NaN (a constant prediction's correlation): no Δ at all
+        # a seed's metric NaN (a constant prediction's correlation): no Δ at all
+        if not math.isfinite(delta):
             lines.append(f"- {text}: a result is not a number (NaN), no Δ → **{found}**")
             continue
-        spread = f"± {sd:.4f} (sd of Δ)" if math.isfinite(sd) else "(a single seed: no spread to judge it by)"
+        spread = (f"± {sd:.4f} (sd of Δ)" if math.isfinite(sd)
+                  else "(a single seed: no spread to judge it by)")
         lines.append(f"- {text}: Δ = {delta:+.4f} {spread} → **{found}**")
     return lines
 
@@ -256,7 +259,8 @@ def write_report(plan: Plan, out) -> Path:
     lines += ["", "Claims (reproduced: the sign matches and Welch's t-test rejects a tie at 5 %, two-sided):",
               "", *claim_lines(plan, summary)]
     if stale:
-        lines += ["", f"{len(stale)} result(s) of an earlier version of the plan left out (a rerun replaces them)."]
+        lines += ["", f"{len(stale)} result(s) of an earlier version of the plan left out (a rerun "
+                      "replaces them)."]
     if other:
         seeds = sorted({r["seed"] for r in other})
         lines += ["", f"{len(other)} result(s) of seeds {seeds} left out (not among this report's seeds)."]

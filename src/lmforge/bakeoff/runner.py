@@ -1,14 +1,13 @@
 """Running a plan: every arm x seed pretrained for its share of the budget, then fine-tuned on
 every task with one recipe; one JSON line per (arm, seed, task) in OUT/results.jsonl.
 
-Layout under OUT: corpus/ (the plan's text, written once), tokenizers/KEY/tokenizer (trained once,
-shared by every arm), tasks/NAME-KEY.json (the downstream splits), ARM/seed-S/pretrain (a `lmforge pretrain` run
-directory: metrics.jsonl, checkpoints/, final/) and ARM/seed-S/TASK (a fine-tuning run), and
-schedule.json (each arm's steps and counted FLOPs); built.json keeps the checksums of the corpus files,
-which a rerun reads verified (results.built_files), as it reads the tokenizer's (run_tokenizer).
-Pretraining goes through train.pretrain.pretrain, the code `lmforge pretrain` runs; an arm's objective
-options and example format become a spec registered for the run only (objectives.registry), so the
-recipe itself is unchanged.
+Layout under OUT: corpus/ (the plan's text, written once), tokenizers/KEY/tokenizer (trained once, shared by
+every arm), tasks/NAME-KEY.json (the downstream splits), ARM/seed-S/pretrain (a `lmforge pretrain` run
+directory: metrics.jsonl, checkpoints/, final/) and ARM/seed-S/TASK (a fine-tuning run), and schedule.json
+(each arm's steps and counted FLOPs); built.json keeps the checksums of the corpus files, which a rerun reads
+verified (results.built_files), as it reads the tokenizer's (run_tokenizer). Pretraining goes through
+train.pretrain.pretrain, the code `lmforge pretrain` runs; an arm's objective options and example format
+become a spec registered for the run only (objectives.registry), so the recipe itself is unchanged.
 
 Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl (each verified against
 its checksum, a torn last line cut: results.py) is skipped when its fingerprint is the plan's
@@ -166,8 +165,8 @@ def schedules(plan: Plan, vocab_size: int, measure=None) -> dict:
         except ValueError as err:  # an objective option out of its range (ratio: 1.5), said by the objective
             raise PlanError(f"{plan.source}: arms.{arm.name}: {str(err).splitlines()[0]}") from None
         if found.steps > BOUNDS["steps"][1]:
-            raise PlanError(f"{plan.source}: budget: buys arm {arm.name} {found.steps} steps, over the bound on "
-                            f"steps ({BOUNDS['steps'][1]}): lower the budget")
+            raise PlanError(f"{plan.source}: budget: buys arm {arm.name} {found.steps} steps, over the bound "
+                            f"on steps ({BOUNDS['steps'][1]}): lower the budget")
         if found.error(plan.budget) > TOLERANCE:
             raise PlanError(f"{plan.source}: arms.{arm.name}: the budget buys {found.steps} step(s) of "
                             f"{found.flops_per_step:.3g} FLOPs, {100 * found.error(plan.budget):.1f} % off: "
@@ -212,8 +211,8 @@ class BakeOff:
         self.corpus = corpus_file(plan.corpus, self.out)
         docs = read_documents([self.corpus])
         # trained once, verified on every rerun (train.pretrain.run_tokenizer keeps its checksums)
-        self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan), plan.tokenizer["family"], docs,
-                                       plan.tokenizer["vocab_size"])
+        self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan),
+                                       plan.tokenizer["family"], docs, plan.tokenizer["vocab_size"])
         check_objectives(plan, self.tokenizer)  # cheap, before each arm's examples are sampled
         self.schedules = schedules(plan, self.tokenizer.vocab_size, Sampler(self))
         self.architectures: dict = {}  # arm name -> its model's architecture, read once (architecture)
@@ -240,8 +239,9 @@ class BakeOff:
         self.finished += 1
         elapsed, self.ran = time.monotonic() - self.start, self.ran + 1
         left = elapsed / self.ran * (self.units - self.finished)
-        self.log(f"[bakeoff {self.plan.name}] {self.finished}/{self.units} ({100 * self.finished / self.units:.0f} %, "
-                 f"{elapsed / 60:.1f} min, ~{left / 60:.0f} min left): {what}")
+        self.log(f"[bakeoff {self.plan.name}] {self.finished}/{self.units} "
+                 f"({100 * self.finished / self.units:.0f} %, {elapsed / 60:.1f} min, "
+                 f"~{left / 60:.0f} min left): {what}")
 
     def run(self) -> list:
         """Every arm x seed x task not yet in results.jsonl; returns all rows."""
@@ -319,8 +319,8 @@ class BakeOff:
         if self.pretrained(arm, seed):
             return self.final_of(arm, seed)
         if out.exists() and self.stamp_of(out) != key:  # trained (or begun) for another plan: start again
-            self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since its pretraining "
-                     f"(arm, seed, budget, corpus or recipe): pretraining again")
+            self.log(f"[bakeoff {self.plan.name}] {arm.name} seed {seed}: the plan changed since its "
+                     f"pretraining (arm, seed, budget, corpus or recipe): pretraining again")
             shutil.rmtree(out)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / STAMP, json.dumps({"fingerprint": key}) + "\n")

@@ -87,7 +87,8 @@ class KVCache:
         n = past[0].shape[2] if past is not None else 0
         end = n + k.shape[2]
         buffers = self._buffers.get(layer)
-        if buffers is None or past is None or not _views_of(past[0], buffers[0], k) or end > buffers[0].shape[2]:
+        if (buffers is None or past is None or not _views_of(past[0], buffers[0], k)
+                or end > buffers[0].shape[2]):
             buffers = tuple(_grown(old, new, end) for old, new in zip(past or (None, None), (k, v)))
             self._buffers[layer] = buffers
         else:  # write the new positions into the grown buffers in place
@@ -154,15 +155,18 @@ class AttentionContext:
 
     q_pos: torch.Tensor  # (Tq,) absolute positions of the queries
     k_pos: torch.Tensor  # (Tk,) absolute positions of the keys (cached + new)
-    biases: dict = field(default_factory=dict)  # mask key -> additive (B|1, H|1, Tq, Tk), None, or a kernel's plan
+    # mask key -> additive (B|1, H|1, Tq, Tk), None, or a kernel's plan
+    biases: dict = field(default_factory=dict)
     rope: Optional[tuple] = None  # positions.Rotation: (cos, sin), each (B|1, 1, Tq, r)
     key_padding: Optional[torch.Tensor] = None  # (B, Tk) True at real tokens
     global_tokens: Optional[torch.Tensor] = None  # (B, T) Longformer global positions
-    global_rows: Optional[torch.Tensor] = None  # (G,) their positions where known without reading them (the default)
+    # (G,) their positions where known without reading them (the default)
+    global_rows: Optional[torch.Tensor] = None
     cache: Optional[KVCache] = None  # or anything with KVCache.extend (XLNet's memory)
     cross_bias: Optional[torch.Tensor] = None  # (B, 1, 1, Tsrc) encoder padding
     memory: Optional[torch.Tensor] = None  # (B, Tsrc, d_model) encoder output
-    padding_only: dict = field(default_factory=dict)  # mask key -> causal, for masks of padding (+ causality) only
+    # mask key -> causal, for masks of padding (+ causality) only
+    padding_only: dict = field(default_factory=dict)
     kernel: object = DENSE  # the backend of every layer, unless `kernels` names one
     kernels: dict = field(default_factory=dict)  # mask key -> the backend of that mask's layers
     inspection: Optional[StackInspection] = None  # head gates and attention records (analysis)
@@ -178,7 +182,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, pattern: str = "full", cross: bool = False, n_heads=None) -> None:
         super().__init__()
         self.n_heads, self.n_kv, self.dh = cfg.n_heads, cfg.kv_heads, cfg.head_dim
-        if n_heads is not None and n_heads != cfg.n_heads:  # heads pruned physically (compress/head_pruning.py):
+        # heads pruned physically (compress/head_pruning.py):
+        if n_heads is not None and n_heads != cfg.n_heads:
             # MHA only (config checks), so the key/value heads go with their query heads
             self.n_heads = self.n_kv = n_heads
         self.pattern, self.cross = pattern, cross

@@ -55,7 +55,8 @@ class Stack(nn.Module):
         k_pos = torch.arange(past + T, device=x.device)
         ctx = AttentionContext(q_pos, k_pos, key_padding=key_padding, cache=cache, kernel=DENSE,
                                global_tokens=self._global_tokens(global_tokens, B, T, x.device))
-        if global_tokens is None and ctx.global_tokens is not None and self.cfg.n_global_tokens:  # the default: the first tokens
+        # the default: the first tokens
+        if global_tokens is None and ctx.global_tokens is not None and self.cfg.n_global_tokens:
             ctx.global_rows = torch.arange(min(self.cfg.n_global_tokens, T), device=x.device)
         bias = self.bias(q_pos, k_pos) if self.bias is not None else None
         prefix = self._prefix(k_pos, prefix_lengths, B) if prefix_lengths is not None else None

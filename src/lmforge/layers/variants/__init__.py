@@ -1,1 +1,2 @@
-"""New mathematics chosen by a config field: Linformer, XL relative attention, Longformer global, XLNet two-stream."""
+"""New mathematics chosen by a config field: Linformer, XL relative attention, Longformer global, XLNet
+two-stream."""

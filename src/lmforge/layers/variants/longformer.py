@@ -42,7 +42,8 @@ class LongformerGlobalAttention(Attention):
             bias = bias.masked_fill(~ctx.key_padding, torch.finfo(q.dtype).min)[:, None, None, :]
         return rows, q[:, :, rows], k, v, bias
 
-    def _global_rows(self, x: torch.Tensor, local: torch.Tensor, ctx: AttentionContext, kernel) -> torch.Tensor:
+    def _global_rows(self, x: torch.Tensor, local: torch.Tensor, ctx: AttentionContext,
+                     kernel) -> torch.Tensor:
         """local (B, H, T, dh) with each row's global tokens recomputed over all keys."""
         if ctx.global_rows is None and not ctx.global_tokens.any():
             return local

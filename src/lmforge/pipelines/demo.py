@@ -40,7 +40,8 @@ class DemoConfig:
     """Sizes of the demo: chosen to finish in a few minutes on 2 CPU cores."""
 
     preset: str = "bert-mini"
-    model: dict = field(default_factory=lambda: dict(n_layers=2, d_model=128, n_heads=2, d_ff=512, max_seq_len=128))
+    model: dict = field(default_factory=lambda: dict(n_layers=2, d_model=128, n_heads=2, d_ff=512,
+                                                     max_seq_len=128))
     vocab_size: int = 2000
     docs: int = 4000  # documents of the pretraining corpus
     pretrain_steps: int = 600
@@ -109,8 +110,9 @@ def finetune_both(cfg: DemoConfig, task: str, tokenizer, out: Path, seed: int, l
     """Fine-tune the pretrained model and a randomly initialised twin on `task`; test metrics of each."""
     kind, splits = builtin(task, cfg.task_records, seed)
     n_train, steps = cfg.tasks[task]
-    train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.finetune_lr, warmup=max(1, steps // 10),
-                            eval_every=max(1, steps // 5), log_every=max(1, steps // 30), seed=seed)
+    train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.finetune_lr,
+                            warmup=max(1, steps // 10), eval_every=max(1, steps // 5),
+                            log_every=max(1, steps // 30), seed=seed)
     pretrained = lmforge.load(out / "pretrain" / "final")
     inits = dict(zip(INITS, (pretrained, scratch_twin(pretrained.config, seed))))
     results = {}
@@ -161,8 +163,10 @@ def print_table(probes: dict, tasks: dict, seconds: float) -> None:
         table.add_row(task, metric, f"{a:.3f}", f"{b:.3f}", f"{a - b:+.3f}")
     console = Console()
     console.print(table)
-    for line in ["cloze probes, untrained->pretrained [chance]:"] + compare(probes["untrained"], probes["trained"]):
-        console.print(line if line.startswith("cloze") else "  " + line, markup=False, highlight=False, soft_wrap=True)
+    for line in (["cloze probes, untrained->pretrained [chance]:"]
+                 + compare(probes["untrained"], probes["trained"])):
+        console.print(line if line.startswith("cloze") else "  " + line, markup=False, highlight=False,
+                      soft_wrap=True)
     console.print(f"total {seconds / 60:.1f} min")
 
 
@@ -179,7 +183,8 @@ def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> di
     probes = run_pretraining(cfg, tokenizer, out, seed, log)
     tasks = {task: finetune_both(cfg, task, tokenizer, out, seed, log) for task in cfg.tasks}
     seconds = time.perf_counter() - start
-    report = {"config": cfg.__dict__, "seed": seed, "seconds": round(seconds, 1), "probes": probes, "tasks": tasks}
+    report = {"config": cfg.__dict__, "seed": seed, "seconds": round(seconds, 1), "probes": probes,
+              "tasks": tasks}
     atomic_write_text(out / "report.json", json.dumps(report, indent=1) + "\n")
     plot_demo(report, out / "pretrain" / "metrics.jsonl", out / "demo.png")
     print_table(probes, tasks, seconds)

@@ -247,8 +247,8 @@ class SentenceEncoder:
         pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, at, raw * share)
         chunks = torch.bincount(at.cpu(), minlength=len(texts)).tolist()
         if options.dimensions and options.dimensions > pooled.shape[1]:
-            raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have {pooled.shape[1]}",
-                               "dimensions")
+            raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have "
+                               f"{pooled.shape[1]}", "dimensions")
         vectors = pooled[:, :options.dimensions] if options.dimensions else pooled  # Matryoshka: a prefix
         vectors = F.normalize(vectors, p=2, dim=-1) if options.normalize else vectors
         truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
@@ -304,14 +304,16 @@ class Embedded:
     def output(self) -> list:
         """Each vector in the options' encoding_format (floats, base64 text, integers)."""
         fmt = self.options.encoding_format
-        return encoded(self.vectors, fmt, read_ranges(self.path, self.options) if fmt in ("int8", "uint8") else None)
+        return encoded(self.vectors, fmt,
+                       read_ranges(self.path, self.options) if fmt in ("int8", "uint8") else None)
 
     def tensor(self) -> torch.Tensor:
         """The vectors as floats, or as the integers of int8 / uint8 / binary / ubinary."""
         fmt = self.options.encoding_format
         if fmt in ("float", "base64"):
             return self.vectors
-        return quantize(self.vectors, fmt, read_ranges(self.path, self.options) if fmt in ("int8", "uint8") else None)
+        return quantize(self.vectors, fmt,
+                        read_ranges(self.path, self.options) if fmt in ("int8", "uint8") else None)
 
 
 def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32,

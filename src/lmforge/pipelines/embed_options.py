@@ -69,7 +69,8 @@ class EmbedOptions:
             raise OptionsError(f'max_chunks={self.max_chunks}: it bounds truncate="chunk"\'s windows, and '
                                f"truncate is {str(self.truncate).lower()}", "max_chunks")
         if self.prompt is not None and len(self.prompt) > MAX_PROMPT_CHARS:
-            raise OptionsError(f"prompt has {len(self.prompt)} characters, more than {MAX_PROMPT_CHARS}", "prompt")
+            raise OptionsError(f"prompt has {len(self.prompt)} characters, more than {MAX_PROMPT_CHARS}",
+                               "prompt")
         if self.prompt_name is not None and not 0 < len(self.prompt_name) <= 128:
             raise OptionsError("prompt_name must be 1 to 128 characters", "prompt_name")
         if self.prompt is not None and self.prompt_name is not None:
@@ -82,7 +83,8 @@ class EmbedOptions:
     @classmethod
     def build(cls, options: Optional["EmbedOptions"] = None, fields: Optional[dict] = None,
               from_text: bool = False) -> "EmbedOptions":
-        """`options` (or the defaults) with the fields that are not None changed; a bad one names the field."""
+        """`options` (or the defaults) with the fields that are not None changed; a bad one names the
+        field."""
         return with_changes(cls, options, fields, "embed", from_text, drop_none=True)
 
 
@@ -119,8 +121,8 @@ def cut_dimensions(vectors: torch.Tensor, options: EmbedOptions) -> torch.Tensor
     if options.dimensions is None:
         return vectors
     if options.dimensions > vectors.shape[-1]:
-        raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have {vectors.shape[-1]}",
-                           "dimensions")
+        raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have "
+                           f"{vectors.shape[-1]}", "dimensions")
     return leading(vectors, options.dimensions, options.normalize)
 
 
@@ -191,11 +193,13 @@ def quantize(vectors: torch.Tensor, encoding: str, ranges: tuple | None = None) 
         pad = (-bits.shape[1]) % 8
         bytes_ = (bits.shape[1] + pad) // 8  # said, not -1: no rows (no texts) leave -1 undecided
         bits = torch.nn.functional.pad(bits, (0, pad)).view(bits.shape[0], bytes_, 8)
-        packed = (bits * torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8)).sum(-1, dtype=torch.int32)
+        packed = (bits * torch.tensor([128, 64, 32, 16, 8, 4, 2, 1],
+                                      dtype=torch.uint8)).sum(-1, dtype=torch.int32)
         return (packed - 128).to(torch.int8) if encoding == "binary" else packed.to(torch.uint8)
     if ranges is None:
         raise OptionsError(f"encoding_format={encoding} needs the calibration ranges of these dimensions "
-                           f"({RANGES_FILE} beside the model: lmforge embed --calibrate --file TEXTS)", "encoding_format")
+                           f"({RANGES_FILE} beside the model: lmforge embed --calibrate --file TEXTS)",
+                           "encoding_format")
     low, high = (r.to(vectors.dtype) for r in ranges)
     if low.shape[0] != vectors.shape[1]:
         raise OptionsError(f"encoding_format={encoding}: the calibration has {low.shape[0]} coordinates, the "

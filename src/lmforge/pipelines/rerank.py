@@ -32,7 +32,8 @@ class RerankQueryOptions:
 
     top_n: Optional[int] = option(None, "keep the best n documents; null: all of them", low=1, high=MAX_TOP_N)
     return_documents: bool = option(False, "put each document's text in its result")
-    truncate: bool = option(True, "cut a (query, document) pair longer than the model's max_len; false: refuse it")
+    truncate: bool = option(True, "cut a (query, document) pair longer than the model's max_len; false: "
+                            "refuse it")
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -40,7 +41,8 @@ class RerankQueryOptions:
     @classmethod
     def build(cls, options: Optional["RerankQueryOptions"] = None, fields: Optional[dict] = None,
               from_text: bool = False) -> "RerankQueryOptions":
-        """`options` (or the defaults) with the fields that are not None changed; a bad one names the field."""
+        """`options` (or the defaults) with the fields that are not None changed; a bad one names the
+        field."""
         return with_changes(cls, options, fields, "rerank", from_text, drop_none=True)
 
 
@@ -106,8 +108,8 @@ class Reranker:
         limit = self.task.max_len
         too_long = next((i for i, n in enumerate(counts) if n > limit), None)
         if too_long is not None and not options.truncate:
-            raise OptionsError(f"document {too_long} makes {counts[too_long]} tokens with the query, more than the "
-                               f"model's max_len={limit}; truncate=true cuts it", "truncate")
+            raise OptionsError(f"document {too_long} makes {counts[too_long]} tokens with the query, more "
+                               f"than the model's max_len={limit}; truncate=true cuts it", "truncate")
         logits = self.task.pair_scores(query, documents, batch_size)
         ranked = [Ranked(i, self.score(logits[i]), logits[i], min(counts[i], limit), counts[i] > limit)
                   for i in order(logits)]

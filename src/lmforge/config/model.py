@@ -140,8 +140,8 @@ class ModelConfig:
     # heads removed by physical pruning (Michel et al. 2019; lmforge/compress/head_pruning.py)
     pruned_heads: Optional[dict] = option(None, "heads removed per attention and layer, by original index: "
                                                 "{'encoder.3': [0, 5], 'cross.1': [2]}; null: none")
-    ffn_sizes: Optional[dict] = option(None, "hidden units kept per layer by FFN pruning: {'encoder.3': 1536}; "
-                                             "null: d_ff everywhere")
+    ffn_sizes: Optional[dict] = option(None, "hidden units kept per layer by FFN pruning: "
+                                             "{'encoder.3': 1536}; null: d_ff everywhere")
     quantization: Optional[dict] = option(None, "int8 Linears (compress/quantize.py): {'mode': 'dynamic' | "
                                                 "'weight-only', ...}; null: fp32")
     # LM head (heads.py reads these so a preset describes its family's head)
@@ -197,7 +197,8 @@ class ModelConfig:
         if isinstance(self.window_schedule, tuple):
             self.window_schedule = list(self.window_schedule)
         if isinstance(self.pruned_heads, dict):  # tuples from Python, lists from JSON: one form
-            self.pruned_heads = {k: list(v) if isinstance(v, tuple) else v for k, v in self.pruned_heads.items()}
+            self.pruned_heads = {k: list(v) if isinstance(v, tuple) else v
+                                 for k, v in self.pruned_heads.items()}
         if isinstance(self.char_filters, (list, tuple)):  # tuples from Python, lists from JSON: one form
             self.char_filters = [list(f) if isinstance(f, (list, tuple)) else f for f in self.char_filters]
         check_options(self, ConfigError)  # types (a bool is true or false, not "false"), bounds both ways

@@ -42,9 +42,9 @@ def option(default, doc: str, *, low=None, high=None, open_low: bool = False, op
            max_entries: int | None = None):
     """A dataclass field with its default, one line of help and its bounds (listed by `lmforge options`).
 
-    low/high: inclusive bounds of a number (open_low / open_high: that one excluded); None: no bound on that side
-    (sizes always have an upper one). choices: the values a string may take. items: the field is a list of
-    numbers (see Items), and low/high bound each one. unset: what a default of None stands for ("k", "16"),
+    low/high: inclusive bounds of a number (open_low / open_high: that one excluded); None: no bound on that
+    side (sizes always have an upper one). choices: the values a string may take. items: the field is a list
+    of numbers (see Items), and low/high bound each one. unset: what a default of None stands for ("k", "16"),
     said as the default by a flag's help and `lmforge options`. max_entries: a dict's or plain list's size."""
     meta = {"help": doc, "low": low, "high": high, "open_low": open_low, "open_high": open_high,
             "choices": choices, "items": items, "unset": unset, "max_entries": max_entries}
@@ -372,8 +372,8 @@ def checked_texts(texts, name: str = "texts", one: bool = True) -> list:
         return [texts]
     if isinstance(texts, (set, frozenset)):  # its order is arbitrary: the results would match no text
         raise OptionsError(f"{name} must be {'a text or ' if one else ''}a list of texts, got "
-                           f"{type(texts).__name__} (unordered: the results could not be matched to the texts)",
-                           name)
+                           f"{type(texts).__name__} (unordered: the results could not be matched to the "
+                           "texts)", name)
     if isinstance(texts, (str, bytes, bytearray, dict)) or not hasattr(texts, "__iter__"):
         raise OptionsError(f"{name} must be {'a text or ' if one else ''}a list of texts, got "
                            f"{type(texts).__name__}", name)

@@ -36,7 +36,8 @@ def scratch(slot: str, shape: tuple, like: torch.Tensor) -> torch.Tensor:
     buffer = buffers.get(slot)
     # one made under inference_mode cannot be written outside it (BiEncoder.encode, then a no_grad decode)
     stale = buffer is not None and buffer.is_inference() and not torch.is_inference_mode_enabled()
-    if stale or buffer is None or buffer.numel() < n or buffer.dtype != like.dtype or buffer.device != like.device:
+    if (stale or buffer is None or buffer.numel() < n or buffer.dtype != like.dtype
+            or buffer.device != like.device):
         buffer = buffers[slot] = like.new_empty(n)
     return buffer[:n].view(shape)
 

@@ -27,6 +27,6 @@ def build(name: str | ModelConfig, **overrides) -> Transformer:
     return from_config(cfg)
 
 
-__all__ = ["ConfigError", "OptionsError", "optimize", "convert", "ModelConfig", "ModelOutput", "PRESETS", "Tokenizer", "Transformer",
-           "build", "embed", "features", "fill_mask", "from_config", "generate", "get_config", "load", "load_tokenizer",
-           "rerank", "save", "tiny", "__version__"]
+__all__ = ["ConfigError", "OptionsError", "optimize", "convert", "ModelConfig", "ModelOutput", "PRESETS",
+           "Tokenizer", "Transformer", "build", "embed", "features", "fill_mask", "from_config", "generate",
+           "get_config", "load", "load_tokenizer", "rerank", "save", "tiny", "__version__"]

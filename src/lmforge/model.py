@@ -144,10 +144,11 @@ class Transformer(nn.Module):
         x, hidden, probs = stack(x, ctx, step.return_hidden)
         if packing is not None:
             x, hidden = packing.unpack(x), hidden and [packing.unpack(h) for h in hidden]
-        return self._output(x, hidden, probs, step.return_attention, step.cache, cross=step.memory is not None)
+        return self._output(x, hidden, probs, step.return_attention, step.cache,
+                            cross=step.memory is not None)
 
-    def _context(self, stack: Stack, x, position_ids, past: int, key_padding, step: StackPass | None = None, *,
-                 packing=None, dense=False) -> AttentionContext:
+    def _context(self, stack: Stack, x, position_ids, past: int, key_padding, step: StackPass | None = None,
+                 *, packing=None, dense=False) -> AttentionContext:
         """The stack's masks for this pass (`step`'s global tokens, cache, prefixes; None: none of them)
         and the attention backend of each, which the model's execution chooses (plain: dense SDPA).
         Recorded probabilities, prefixes and cached decoding need the dense masks; dense: the caller
@@ -156,16 +157,18 @@ class Transformer(nn.Module):
         recording = self._recording(step)
         dense = dense or recording or step.prefix_lengths is not None or past > 0
         chosen = {} if dense else self.execution.local_layers(stack, x.shape[1])
-        ctx = stack.context(x, position_ids, past, key_padding, step.global_tokens, step.cache, step.prefix_lengths,
-                            skip=chosen)
+        ctx = stack.context(x, position_ids, past, key_padding, step.global_tokens, step.cache,
+                            step.prefix_lengths, skip=chosen)
         self.execution.choose_kernels(self, stack, ctx, chosen, packing, recording, x)
         if recording or self.inspection is not None:
             inspection = self.inspection or Inspection()
-            ctx.inspection = inspection.for_stack("decoder" if stack.causal else "encoder", step.return_attention)
+            ctx.inspection = inspection.for_stack("decoder" if stack.causal else "encoder",
+                                                  step.return_attention)
         return ctx
 
     @staticmethod
-    def _output(x, hidden, probs: list, return_attention: bool, cache=None, cross: bool = False) -> ModelOutput:
+    def _output(x, hidden, probs: list, return_attention: bool, cache=None,
+                cross: bool = False) -> ModelOutput:
         return ModelOutput(x, hidden, [p[0] for p in probs] if return_attention else None,
                            [p[1] for p in probs] if return_attention and cross else None, cache)
 
@@ -210,7 +213,8 @@ class Transformer(nn.Module):
 
 
 class Encoder(Transformer):
-    """Bidirectional encoder (BERT, RoBERTa, ALBERT, ELECTRA, Longformer, BigBird; XLNet's is XLNetEncoder)."""
+    """Bidirectional encoder (BERT, RoBERTa, ALBERT, ELECTRA, Longformer, BigBird; XLNet's is
+    XLNetEncoder)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
@@ -219,7 +223,8 @@ class Encoder(Transformer):
         self.register_forward_pre_hook(refuse_inputs, with_kwargs=True)
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None, position_ids=None,
-                global_tokens=None, return_attention=False, return_hidden=False, run_heads=True) -> ModelOutput:
+                global_tokens=None, return_attention=False, return_hidden=False,
+                run_heads=True) -> ModelOutput:
         """input_ids (B, T) -> ModelOutput; global_tokens (B, T) bool for Longformer; run_heads=False
         returns hidden states only."""
         out = self._run(self.encoder, self.embed, StackPass(
@@ -266,7 +271,8 @@ class Decoder(Transformer):
         self.decoder = Stack(cfg, cfg.n_layers, causal=True, cross=False)
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=False,
-                return_attention=False, return_hidden=False, run_heads=True, prefix_lengths=None) -> ModelOutput:
+                return_attention=False, return_hidden=False, run_heads=True,
+                prefix_lengths=None) -> ModelOutput:
         """input_ids (B, T) new tokens; attention_mask covers cached + new positions; prefix_lengths
         (B,) makes the first P_b positions a bidirectional prefix (a prefix LM)."""
         if use_cache and cache is None:

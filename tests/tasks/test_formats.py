@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from lmforge.config.options import OptionsError
 from lmforge.tasks.formats import (builtin, check_labels, gold_given, label_set, parse_columns, read_records,
                                    read_task_file)
 
@@ -68,8 +69,51 @@ def test_a_choice_label_that_is_no_whole_index_is_refused(tmp_path, label):
     ("m.csv", "text,label\nok,1\n", "cls", "txt=text", r"unknown field\(s\) \['txt'\]"),
 ])
 def test_bad_files_name_the_file_and_line(tmp_path, name, content, kind, columns, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(OptionsError, match=message) as err:
         read_records(write(tmp_path, name, content), kind, columns)
+    assert err.value.field == ("columns" if columns else None)  # a file's fault names no argument
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name, content, kind, columns, where", [
+    ("bad.jsonl", '{"text": "a", "label": 1}\n{"text": "b" "label": 0}\n', "cls", None, "2: not valid JSON"),
+    ("blank.jsonl", '{"text": "a", "label": 1}\n \n', "cls", None, "2: empty line"),
+    ("latin.jsonl", b'{"text": "a", "label": 1}\n{"text": "caf\xe9", "label": 0}\n', "cls", None,
+     "2: not valid UTF-8"),
+    ("latin.conll", b"EU B-ORG\n\nZ\xfcrich B-LOC\n", "tagging", None, "3: not valid UTF-8"),
+    ("wide.csv", "text,label\nok,1\nok,1,2\n", "cls", None, "3: 3 fields, but the header"),
+    ("target.csv", "text,label\nok,1\n", "cls", "text=sentence", "2: no column 'sentence' (for text)"),
+    ("ragged.conll", "EU B-ORG\nrejects O O\n", "tagging", None, " line 2: 3 columns, but line 1 has 2"),
+    ("notag.conll", "EU B-ORG\nrejects\n", "tagging", None, " line 2: 'rejects' has a word but no tag"),
+    ("squad.conll", json.dumps({"version": "v2.0", "data": []}), "tagging", None, " JSON with fields"),
+    ("list.json", json.dumps({"data": [{"title": "T"}]}), "qa", None, " data[0]: missing 'paragraphs'"),
+    ("shape.json", json.dumps([{"question": "Who?"}]), "qa", None, " missing 'data'"),
+    ("broken.json", '{"data": [\n  {"paragraphs": [}\n]}', "qa", None, " line 2 column 19: not valid JSON"),
+])
+def test_a_malformed_task_file_is_a_one_line_options_error_naming_file_and_line(tmp_path, name, content, kind,
+                                                                                 columns, where):
+    """Every reader of read_task_file refuses a bad file with lmforge's typed error (a ValueError too), whose
+    message names the file (and line), and whose field is None: the fault is the file's, not an argument's."""
+    path = write(tmp_path, name, content)
+    with pytest.raises(OptionsError) as err:
+        read_task_file(path, kind, columns)
+    message = str(err.value)
+    assert message.startswith(f"{path}:{where}"), message
+    assert err.value.field is None and "\n" not in message
+
+
+@pytest.mark.parametrize("columns, message", [
+    ("txt=text", r"--columns names unknown field\(s\) \['txt'\]; cls has text, label"),
+    ("text", r"--columns expects field=column pairs separated by commas, got 'text'"),
+])
+def test_a_bad_columns_mapping_is_an_options_error_naming_columns(tmp_path, columns, message):
+    path = write(tmp_path, "ok.csv", "text,label\nok,1\n")
+    with pytest.raises(OptionsError, match=f"^{message}$") as err:
+        read_task_file(path, "cls", columns)
+    assert err.value.field == "columns"
+    with pytest.raises(OptionsError, match="has no CSV/JSONL reader") as err:
+        read_records(path, "nope")
+    assert err.value.field == "kind"
 
 
 
@@ -111,8 +155,12 @@ def test_builtin_tasks_are_canonical():
     assert kind == "qa" and r["context"][answer["start"]:].startswith(answer["text"]) and r["id"] == "validation-1"
     kind, splits = builtin("tagging", 20, 0)
     assert kind == "tagging" and len(splits["train"][0]["words"]) == len(splits["train"][0]["tags"])
-    with pytest.raises(ValueError, match="not one of"):
+    with pytest.raises(OptionsError, match="not one of") as err:
         builtin("nope")
+    assert err.value.field == "name"
+    with pytest.raises(OptionsError, match="must be an integer") as err:
+        builtin("sentiment", 3)
+    assert err.value.field == "n"
 
 
 def test_canonical_jsonl_for_span_tasks(tmp_path):
@@ -186,17 +234,30 @@ def test_records_remember_their_file_so_later_errors_name_it(tmp_path):
     path = write(tmp_path, "mixed.jsonl", '{"text": "a", "label": "x"}\n{"text": "b"}\n')
     records = read_task_file(path, "cls", labelled=False)
     assert records == [{"line": 1, "text": "a", "label": "x"}, {"line": 2, "text": "b", "label": None}]
-    with pytest.raises(ValueError, match=f"^{path}:2: no label, though other records have one"):
-        gold_given(records, "data")
-    with pytest.raises(ValueError, match=f"^{path}:1: label 'x' does not occur"):
-        check_labels(records, ["y"], "data")
+    with pytest.raises(OptionsError, match=f"^{path}:2: no label, though other records have one") as err:
+        gold_given(records, "data", field="data")
+    assert err.value.field is None  # the message names the file: no argument is at fault
+    with pytest.raises(OptionsError, match=f"^{path}:1: label 'x' does not occur") as err:
+        check_labels(records, ["y"], "data", field="data")
+    assert err.value.field is None
+
+
+def test_records_given_in_python_name_their_argument():
+    """Records passed in Python (no file) are refused naming the argument they came in, as fields.py does."""
+    with pytest.raises(OptionsError, match="^data:2: no label, though other records have one") as err:
+        gold_given([{"text": "a", "label": "x"}, {"text": "b"}], "data", field="data")
+    assert err.value.field == "data"
+    with pytest.raises(OptionsError, match="^validation:4: label 'x' does not occur") as err:
+        check_labels([{"text": "a", "label": "x", "line": 4}], ["y"], "validation", field="validation")
+    assert err.value.field == "validation"
 
 
 def test_a_csv_field_over_csvs_limit_is_one_line_naming_file_and_line(tmp_path):
     path = write(tmp_path, "big.csv", 'text,label\nok,1\n"' + "x" * (200 * 1024) + '",1\n')
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(OptionsError) as err:
         read_records(path, "cls")
     message = str(err.value)
+    assert err.value.field is None
     assert "\n" not in message and message.startswith(f"{path}:3:") and "128 KiB" in message
 
 

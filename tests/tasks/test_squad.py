@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from lmforge.config.options import OptionsError
 from lmforge.tasks.squad import exact_match, normalize_answer, read_squad, squad_scores, token_f1
 
 
@@ -130,15 +132,36 @@ def test_read_squad_errors_say_where(tmp_path, mutate, message):
     mutate(data)
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(OptionsError, match=message) as err:
         read_squad(path)
+    assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value)
+    assert err.value.field is None  # the file's fault: the message names it and where in it
 
 
 def test_read_squad_bad_bytes_and_bad_json_name_the_line(tmp_path):
     path = tmp_path / "bad.json"
     path.write_bytes(b'{"data": [\n{"title": "caf\xe9"}]}')
-    with pytest.raises(ValueError, match=r"line 2: not valid UTF-8 \(byte 0xe9\)"):
+    with pytest.raises(OptionsError, match=rf"^{path}: line 2: not valid UTF-8 \(byte 0xe9\)") as err:
         read_squad(path)
+    assert err.value.field is None
     path.write_text('{"data": [\n\n{"title": }]}', encoding="utf-8")
-    with pytest.raises(ValueError, match="line 3 column 11: not valid JSON"):
+    with pytest.raises(OptionsError, match=rf"^{path}: line 3 column 11: not valid JSON") as err:
         read_squad(path)
+    assert err.value.field is None
+
+
+@pytest.mark.parametrize("data, message", [
+    ([{"question": "Who?", "context": "Ann ran.", "answers": []}], ": missing 'data'"),
+    ({"version": "v2.0", "data": {"title": "T"}}, ".data: expected list, got dict"),
+    ({"data": [{"title": "T", "paragraphs": [{"context": "Ann ran.", "questions": []}]}]},
+     r": data\[0\].paragraphs\[0\]: missing 'qas'"),
+    ({"data": []}, ": no questions"),
+])
+def test_a_file_not_of_squad_s_shape_is_an_options_error_naming_it(tmp_path, data, message):
+    """A JSON file that is not SQuAD (a list of records, data not a list, SQuAD's keys renamed) is refused
+    with lmforge's typed error naming the file and where in it, never read as no questions."""
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(OptionsError, match=rf"^{re.escape(str(path))}{message}$") as err:
+        read_squad(path)
+    assert err.value.field is None

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import lmforge
+from lmforge.config.options import OptionsError
 from lmforge.data.probes import tasks
 from lmforge.io import find_model_dir
 from lmforge.objectives.base import IGNORE
@@ -72,16 +73,18 @@ def test_read_conll_sentences_tags_and_line_numbers(tmp_path):
 def test_read_conll_errors_name_the_line(tmp_path, text, message):
     path = tmp_path / "bad.conll"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(ValueError, match=message.replace(".", r"\.")) as err:
+    with pytest.raises(OptionsError, match=message.replace(".", r"\.")) as err:
         read_conll(path, tag_column=2 if "column 2" in message else -1)
-    assert str(path) in str(err.value)
+    assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value)
+    assert err.value.field is None  # the file's fault: its message names it and the line
 
 
 def test_read_conll_refuses_other_encodings_with_the_line(tmp_path):
     path = tmp_path / "latin1.conll"
     path.write_bytes("EU B-ORG\n\nZürich B-LOC\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"line 3: not valid UTF-8 \(byte 0xfc\)"):
+    with pytest.raises(OptionsError, match=rf"^{path}: line 3: not valid UTF-8 \(byte 0xfc\)") as err:
         read_conll(path)
+    assert err.value.field is None
 
 
 # ---- sub-word alignment -------------------------------------------------------------------------------

@@ -320,7 +320,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, labels)
     if valid and task.labels is not None and kind in ("cls", "pair"):
-        check_labels(valid, task.labels, "validation")
+        check_labels(valid, task.labels, "validation", field="validation")
     frozen = freeze(model, task_cfg.freeze_embeddings, task_cfg.freeze_layers, task_cfg.freeze_backbone)
     examples = encode_split(task, train, "training", trained=True)
     task.say_cut(len(train), "training", log)
@@ -385,7 +385,7 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     without labels get predictions only ({} metrics). `log` (default: standard error) is told of
     records cut to max_len tokens."""
     records = record_list(records, "data")  # a generator is read once, here
-    labelled = gold_given(records, "data")
+    labelled = gold_given(records, "data", field="data")
     task = fine_tuned_task(model, records, kind, tokenizer, labels, max_len, batch_size, device)
     records = given_records(records, task.kind, "data", labelled=False)  # as fine_tuned_task read them
     examples = encode_split(task, records, "data")

@@ -21,6 +21,7 @@ import io
 import json
 from pathlib import Path
 
+from lmforge.config.options import OptionsError
 from lmforge.tasks.fields import FIELDS, SPAN_FIELDS, Records, canonical_rows, span_rows
 from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.jsontext import loads
@@ -39,7 +40,8 @@ def parse_columns(spec) -> dict:
     out = {}
     for part in str(spec).split(","):
         if "=" not in part:
-            raise ValueError(f"--columns expects field=column pairs separated by commas, got {part!r}")
+            raise OptionsError(f"--columns expects field=column pairs separated by commas, got {part!r}",
+                               "columns")
         field, column = (s.strip() for s in part.split("=", 1))
         out[field] = column
     return out
@@ -53,8 +55,8 @@ def read_text(path) -> str:
     except UnicodeDecodeError as err:
         line = data[:err.start].count(b"\n") + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise ValueError(f"{path}:{line}: not valid UTF-8 (byte {data[err.start]:#04x} at column {column}); "
-                         f"save the file as UTF-8") from None
+        raise OptionsError(f"{path}:{line}: not valid UTF-8 (byte {data[err.start]:#04x} at column "
+                           f"{column}); save the file as UTF-8") from None
 
 
 def read_rows(path) -> list:
@@ -65,7 +67,7 @@ def read_rows(path) -> list:
         return _jsonl_rows(path, text)
     if suffix in (".csv", ".tsv", ".txt"):
         return _delimited_rows(path, text, "," if suffix == ".csv" else "\t")
-    raise ValueError(f"{path}: unknown task file type {suffix!r}; use .csv, .tsv or .jsonl")
+    raise OptionsError(f"{path}: unknown task file type {suffix!r}; use .csv, .tsv or .jsonl")
 
 
 def _jsonl_rows(path, text: str) -> list:
@@ -74,16 +76,16 @@ def _jsonl_rows(path, text: str) -> list:
         lines.pop()  # the newline that ends the last line
     for n, line in enumerate(lines, 1):
         if not line.strip():
-            raise ValueError(f"{path}:{n}: empty line (one JSON object per line)")
+            raise OptionsError(f"{path}:{n}: empty line (one JSON object per line)")
         try:
             row = loads(line, unique_keys=True)  # a second "label" would win, unsaid
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{n}: not valid JSON: {err.msg} (column {err.colno})") from None
+            raise OptionsError(f"{path}:{n}: not valid JSON: {err.msg} (column {err.colno})") from None
         if not isinstance(row, dict) or not row:
-            raise ValueError(f"{path}:{n}: empty record (expected a JSON object of fields)")
+            raise OptionsError(f"{path}:{n}: empty record (expected a JSON object of fields)")
         rows.append((n, row))
     if not rows:
-        raise ValueError(f"{path}: no records")
+        raise OptionsError(f"{path}: no records")
     return rows
 
 
@@ -93,15 +95,15 @@ def _delimited_rows(path, text: str, delimiter: str) -> list:
     for values in _records(path, reader):
         n, end = end + 1, reader.line_num  # a quoted field may span lines: a record starts after the last
         if not values or not any(v.strip() for v in values):
-            raise ValueError(f"{path}:{n}: empty {'line' if not values else 'record'}")
+            raise OptionsError(f"{path}:{n}: empty {'line' if not values else 'record'}")
         if header is None:
             header = _header(path, n, values)
             continue
         if len(values) != len(header):
-            raise ValueError(f"{path}:{n}: {len(values)} fields, but the header (line 1) has {len(header)}")
+            raise OptionsError(f"{path}:{n}: {len(values)} fields, but the header (line 1) has {len(header)}")
         rows.append((n, dict(zip(header, values))))
     if not rows:
-        raise ValueError(f"{path}: no records below the header")
+        raise OptionsError(f"{path}: no records below the header")
     return rows
 
 
@@ -111,8 +113,8 @@ def _header(path, n: int, values: list) -> list:
     header = [v.strip() for v in values]
     for k, name in enumerate(header):
         if name and header.index(name) != k:
-            raise ValueError(f"{path}:{n}: column {name!r} is named twice in the header (columns "
-                             f"{header.index(name) + 1} and {k + 1}); give each column its own name")
+            raise OptionsError(f"{path}:{n}: column {name!r} is named twice in the header (columns "
+                               f"{header.index(name) + 1} and {k + 1}); give each column its own name")
     return header
 
 
@@ -125,21 +127,22 @@ def _records(path, reader):
         except StopIteration:
             return
         except csv.Error as err:
-            what = (f"a field longer than csv's limit of {csv.field_size_limit()} characters (128 KiB); use .jsonl "
-                    f"for long texts" if "field limit" in str(err) else str(err))
-            raise ValueError(f"{path}:{reader.line_num}: {what}") from None
+            what = (f"a field longer than csv's limit of {csv.field_size_limit()} characters (128 KiB); use "
+                    f".jsonl for long texts" if "field limit" in str(err) else str(err))
+            raise OptionsError(f"{path}:{reader.line_num}: {what}") from None
 
 
 def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
     """Canonical records of a task file (kinds cls, pair, regression, multilabel, choice, seq2seq; tagging
     and qa read their own formats, see read_task_file). labelled=False: the label (target) may be absent."""
     if kind not in FIELDS:
-        raise ValueError(f"task {kind!r} has no CSV/JSONL reader; kinds: {', '.join(FIELDS)}")
+        raise OptionsError(f"task {kind!r} has no CSV/JSONL reader; kinds: {', '.join(FIELDS)}", "kind")
     mapping = parse_columns(columns)
     names = [f.rstrip("?") for f in FIELDS[kind]]
     unknown = sorted(set(mapping) - set(names))
     if unknown:
-        raise ValueError(f"--columns names unknown field(s) {unknown}; {kind} has {', '.join(names)}")
+        raise OptionsError(f"--columns names unknown field(s) {unknown}; {kind} has {', '.join(names)}",
+                           "columns")
     return canonical_rows(read_rows(path), path, kind, mapping, labelled)
 
 
@@ -181,15 +184,17 @@ def _refuse_json(path) -> None:
             missing = [k for k in SPAN_FIELDS["tagging"] if k not in row]
             fix = (f"it lacks {', '.join(map(repr, missing))}; give CoNLL (a word and its tag per line) or "
                    f".jsonl records of words and tags") if missing else "name a JSON lines file .jsonl"
-            raise ValueError(f"{path}: JSON with fields {', '.join(map(repr, row)) or 'none'}, not a "
-                             f"tagging file: {fix}")
+            raise OptionsError(f"{path}: JSON with fields {', '.join(map(repr, row)) or 'none'}, not a "
+                               f"tagging file: {fix}")
         if isinstance(data, list):
-            raise ValueError(f"{path}: a JSON list, not a tagging file (CoNLL: a word and its tag per line)")
+            raise OptionsError(f"{path}: a JSON list, not a tagging file (CoNLL: a word and its tag per "
+                               f"line)")
 
 
-def gold_given(records: list, source) -> bool:
+def gold_given(records: list, source, field: str | None = None) -> bool:
     """Whether the records carry their gold answers (label, tags, answers or target): True when
-    all do, False when none does; a mix is an error naming the first record without."""
+    all do, False when none does; a mix is an OptionsError naming the first record without (its field
+    `field`, the argument the records came in, unless they are a file's: that message names the file)."""
     # a bare string (a record to predict on, fields.predict_form) carries none
     have = [isinstance(r, dict) and any(r.get(g) is not None for g in ("label", "tags", "answers", "target"))
             for r in records]
@@ -197,8 +202,9 @@ def gold_given(records: list, source) -> bool:
         return all(have)
     n, where = have.index(False), source_of(records, source)
     line = records[n].get("line", n + 1) if isinstance(records[n], dict) else n + 1
-    raise ValueError(f"{where}:{line}: no label, though other records have one; label every "
-                     f"record (to be scored) or none (for predictions only)")
+    raise OptionsError(f"{where}:{line}: no label, though other records have one; label every "
+                       f"record (to be scored) or none (for predictions only)",
+                       field if where == source else None)
 
 
 def label_set(records: list) -> list:
@@ -206,13 +212,15 @@ def label_set(records: list) -> list:
     return sorted({r["label"] for r in records if r.get("label") is not None})
 
 
-def check_labels(records: list, labels: list, source) -> None:
-    """Every record's label must be one of the training labels (an error naming the line)."""
+def check_labels(records: list, labels: list, source, field: str | None = None) -> None:
+    """Every record's label must be one of the training labels: else an OptionsError naming the line (its
+    field `field`, the argument the records came in, unless they are a file's, as gold_given's)."""
     known, where = set(labels), source_of(records, source)
     for r in records:
         if r.get("label") is not None and r["label"] not in known:
-            raise ValueError(f"{where}:{r.get('line', '?')}: label {r['label']!r} does not occur in the "
-                             f"training data (labels: {', '.join(map(str, labels))})")
+            raise OptionsError(f"{where}:{r.get('line', '?')}: label {r['label']!r} does not occur in the "
+                               f"training data (labels: {', '.join(map(str, labels))})",
+                               field if where == source else None)
 
 
 def builtin(name: str, n: int = 1000, seed: int = 0) -> tuple:
@@ -220,11 +228,11 @@ def builtin(name: str, n: int = 1000, seed: int = 0) -> tuple:
     from lmforge.data.probes import tasks
 
     if name not in BUILTIN:
-        raise ValueError(f"built-in task {name!r} is not one of {', '.join(BUILTIN)}")
+        raise OptionsError(f"built-in task {name!r} is not one of {', '.join(BUILTIN)}", "name")
     low, high = BUILTIN_SIZE
     if type(n) is not int or not low <= n <= high:
-        raise ValueError(f"n: the records of a built-in task must be an integer in [{low}, {high}], "
-                         f"got {n!r}")
+        raise OptionsError(f"n: the records of a built-in task must be an integer in [{low}, {high}], "
+                           f"got {n!r}", "n")
     splits = tasks(n, seed)[name]
     convert = {"sentiment": lambda r: {"text": r["text"], "label": str(r["label"])},
                "entailment": lambda r: {"text": r["premise"], "text_pair": r["hypothesis"],

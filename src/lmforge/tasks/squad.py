@@ -17,6 +17,7 @@ import re
 import string
 from pathlib import Path
 
+from lmforge.config.options import OptionsError
 from lmforge.tasks.tagging import decode_utf8
 from lmforge.utils.jsontext import loads
 
@@ -25,10 +26,10 @@ from lmforge.utils.jsontext import loads
 
 def _field(obj, key: str, kind: type, where: str):
     if not isinstance(obj, dict) or key not in obj:
-        raise ValueError(f"{where}: missing {key!r}")
+        raise OptionsError(f"{where}: missing {key!r}")
     if not isinstance(obj[key], kind) or isinstance(obj[key], bool) is not (kind is bool):
         name = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise ValueError(f"{where}.{key}: expected {name}, got {type(obj[key]).__name__}")
+        raise OptionsError(f"{where}.{key}: expected {name}, got {type(obj[key]).__name__}")
     return obj[key]
 
 
@@ -36,7 +37,7 @@ def _text(obj, key: str, where: str) -> str:
     """A question's or context's text, refused when blank (as a JSONL record's is): nothing to read."""
     text = _field(obj, key, str, where)
     if not text.strip():
-        raise ValueError(f"{where}.{key}: empty text")
+        raise OptionsError(f"{where}.{key}: empty text")
     return text
 
 
@@ -47,8 +48,8 @@ def _impossible(qa: dict, where: str) -> bool:
     if type(flag) is int and flag in (0, 1):
         return bool(flag)
     if not isinstance(flag, bool):
-        raise ValueError(f"{where}.is_impossible: expected true / false (or 1 / 0), got "
-                         f"{json.dumps(flag, default=str)[:40]}")
+        raise OptionsError(f"{where}.is_impossible: expected true / false (or 1 / 0), got "
+                           f"{json.dumps(flag, default=str)[:40]}")
     return flag
 
 
@@ -58,19 +59,19 @@ def _answers(qa: dict, context: str, where: str) -> list:
         # SQuAD 2.0 keeps "plausible_answers" for these, not gold; gold answers beside the flag contradict
         # it (the official script would score them, training would read the question as unanswerable)
         if qa.get("answers"):
-            raise ValueError(f"{where}: is_impossible is true but the question has {len(qa['answers'])} "
-                             f"answer(s) (an unanswerable question's answers are [])")
+            raise OptionsError(f"{where}: is_impossible is true but the question has {len(qa['answers'])} "
+                               f"answer(s) (an unanswerable question's answers are [])")
         return []
     out = []
     for k, answer in enumerate(_field(qa, "answers", list, where)):
         at = f"{where}.answers[{k}]"
         text, start = _field(answer, "text", str, at), _field(answer, "answer_start", int, at)
         if not text.strip():  # "" matches at any start: the question would train as unanswerable
-            raise ValueError(f"{at}: the answer text is empty (an unanswerable question has answers [])")
+            raise OptionsError(f"{at}: the answer text is empty (an unanswerable question has answers [])")
         found = context[max(start, 0):start + len(text)]  # a negative start would index from the end
         if start < 0 or found != text:
-            raise ValueError(f"{at}: answer {text!r} is not at character {start} of the context "
-                             f"(found {found!r})")
+            raise OptionsError(f"{at}: answer {text!r} is not at character {start} of the context "
+                               f"(found {found!r})")
         out.append({"text": text, "start": start})
     return out
 
@@ -83,8 +84,8 @@ def read_squad(path: str | os.PathLike) -> list:
     try:
         data = loads(text, unique_keys=True)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: line {err.lineno} column {err.colno}: not valid JSON "
-                         f"({err.msg})") from None
+        raise OptionsError(f"{path}: line {err.lineno} column {err.colno}: not valid JSON "
+                           f"({err.msg})") from None
     records, seen = [], {}
     for i, article in enumerate(_field(data, "data", list, str(path))):
         for j, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{i}]")):
@@ -94,13 +95,13 @@ def read_squad(path: str | os.PathLike) -> list:
                 at = f"{where}.qas[{k}]"
                 key = str(_field(qa, "id", (str, int), at))
                 if key in seen:  # the official script's predictions: a dict id -> answer, one would be lost
-                    raise ValueError(f"{at}.id: {key!r} is the id of an earlier question too "
-                                     f"({seen[key]}); a SQuAD file's ids must be unique")
+                    raise OptionsError(f"{at}.id: {key!r} is the id of an earlier question too "
+                                       f"({seen[key]}); a SQuAD file's ids must be unique")
                 seen[key] = at.removeprefix(f"{path}: ")
                 records.append({"id": key, "question": _text(qa, "question", at), "context": context,
                                 "answers": _answers(qa, context, at), "line": len(records) + 1})
     if not records:
-        raise ValueError(f"{path}: no questions")
+        raise OptionsError(f"{path}: no questions")
     return records
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch.nn.functional as F
 
+from lmforge.config.options import OptionsError
 from lmforge.objectives.base import IGNORE, Loss
 from lmforge.tasks.base import Task, register
 
@@ -35,8 +36,8 @@ def decode_utf8(data: bytes, path) -> str:
         return data.decode("utf-8-sig")  # a BOM from a Windows editor is not part of the first word
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        raise ValueError(f"{path}: line {line}: not valid UTF-8 (byte {data[err.start]:#04x}); "
-                         f"save the file as UTF-8") from None
+        raise OptionsError(f"{path}: line {line}: not valid UTF-8 (byte {data[err.start]:#04x}); "
+                           f"save the file as UTF-8") from None
 
 
 def read_conll(path: str | os.PathLike, tag_column: int = -1, word_column: int = 0) -> list:
@@ -56,23 +57,23 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1, word_column: int =
             words, tags = [], []
             continue
         if len(columns) < 2:
-            raise ValueError(f"{path}: line {number}: {line.strip()!r} has a word but no tag column")
+            raise OptionsError(f"{path}: line {number}: {line.strip()!r} has a word but no tag column")
         try:
             word, tag = columns[word_column], columns[tag_column]
         except IndexError:
-            raise ValueError(f"{path}: line {number}: {len(columns)} columns {line.strip()!r}, but the word "
-                             f"is column {word_column} and the tag column {tag_column}") from None
+            raise OptionsError(f"{path}: line {number}: {len(columns)} columns {line.strip()!r}, but the "
+                               f"word is column {word_column} and the tag column {tag_column}") from None
         width = width or (len(columns), number)
         if len(columns) != width[0]:  # prose, CSV or JSON split at spaces, not CoNLL: refuse, never guess
-            raise ValueError(f"{path}: line {number}: {len(columns)} columns, but line {width[1]} has "
-                             f"{width[0]}; CoNLL has the same columns (a word, its tag) on every line")
+            raise OptionsError(f"{path}: line {number}: {len(columns)} columns, but line {width[1]} has "
+                               f"{width[0]}; CoNLL has the same columns (a word, its tag) on every line")
         first = first if words else number
         words.append(word)
         tags.append(tag)
     if words:
         records.append({"words": words, "tags": tags, "line": first})
     if not records:
-        raise ValueError(f"{path}: no sentences (expected a word and its tag per line)")
+        raise OptionsError(f"{path}: no sentences (expected a word and its tag per line)")
     return records
 
 

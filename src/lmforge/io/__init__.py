@@ -128,7 +128,8 @@ def _read(path: Path, meta: dict) -> Transformer:
         if detect(meta):
             return read(path, meta)
     raise CheckpointError(f"{path} is neither an lmforge model directory ({CONFIG_FILE} has no "
-                          f"\"format\": \"{FORMAT}\") nor one of a known format ({', '.join(FOREIGN) or 'none'})")
+                          f"\"format\": \"{FORMAT}\") nor one of a known format "
+                          f"({', '.join(FOREIGN) or 'none'})")
 
 
 _model.register_saver(save)  # model.save(...) without the model importing io

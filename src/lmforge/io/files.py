@@ -78,7 +78,8 @@ def load_state_strict(model: torch.nn.Module, tensors: dict, source) -> None:
     problems = [f"missing: {missing}" * bool(missing), f"unexpected: {unexpected}" * bool(unexpected),
                 f"wrong shape: {shapes}" * bool(shapes)]
     if any(problems):
-        raise CheckpointError(f"weights in {source} do not fit the model: " + "; ".join(p for p in problems if p))
+        raise CheckpointError(f"weights in {source} do not fit the model: "
+                              + "; ".join(p for p in problems if p))
     bad = first_non_finite(tensors)
     if bad is not None:  # NaN weights would load and score nan with nothing said
         raise CheckpointError(f"weights in {source}: {bad} holds non-finite values (NaN or inf)")
@@ -124,7 +125,8 @@ def safetensors_damage(file) -> str | None:
                 "not a safetensors file (no header)"
         try:
             header = jsontext.loads(handle.read(n))
-            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+                      default=0)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError):
             return "not a safetensors file (its header is not valid)"
     if 8 + n + end > size:

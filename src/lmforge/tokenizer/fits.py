@@ -18,8 +18,8 @@ def id_count(tokenizer) -> int:
 
 
 def check_fits(tokenizer, model) -> None:
-    """An OptionsError naming tokenizer, in one line with both sizes, when `tokenizer` can emit an id that `model` (a
-    model or its ModelConfig) has no embedding for."""
+    """An OptionsError naming tokenizer, in one line with both sizes, when `tokenizer` can emit an id that
+    `model` (a model or its ModelConfig) has no embedding for."""
     size = getattr(model, "config", model).vocab_size
     ids = id_count(tokenizer)
     if ids > size:

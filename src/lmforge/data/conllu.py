@@ -86,7 +86,8 @@ def write_conllu(records: list, path: str | os.PathLike) -> Path:
     lines = []
     for n, r in enumerate(records, 1):
         lines += [f"# sent_id = {n}", f"# text = {' '.join(r['words'])}"]
-        for i, (word, upos, head, deprel) in enumerate(zip(r["words"], r["upos"], r["heads"], r["deprels"]), 1):
+        for i, (word, upos, head, deprel) in enumerate(zip(r["words"], r["upos"], r["heads"],
+                                                            r["deprels"]), 1):
             lines.append("\t".join([str(i), word, "_", upos, "_", "_", str(head + 1), deprel, "_", "_"]))
         lines.append("")
     path = Path(path)

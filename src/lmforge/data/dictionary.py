@@ -91,7 +91,8 @@ def definitions(text: str | None = None) -> list:
     return out
 
 
-def pos_task(n_per_label: int = 500, seed: int = 0, text: str | None = None, held_out_per_label: int = 0) -> dict:
+def pos_task(n_per_label: int = 500, seed: int = 0, text: str | None = None,
+             held_out_per_label: int = 0) -> dict:
     """Train / validation / test splits (80/10/10) of {"text": definition, "label": part of
     speech}, n_per_label records of each part of speech, one record per headword, seeded; with
     held_out_per_label, a "held_out" split of that many more per label (headwords in no other
@@ -105,7 +106,8 @@ def pos_task(n_per_label: int = 500, seed: int = 0, text: str | None = None, hel
     return _splits(by_label, n_per_label, seed, held_out_per_label)
 
 
-def field_task(n_per_label: int = 400, seed: int = 0, text: str | None = None, fields: tuple = FIELDS) -> dict:
+def field_task(n_per_label: int = 400, seed: int = 0, text: str | None = None,
+               fields: tuple = FIELDS) -> dict:
     """pos_task's splits for a harder question: the field of knowledge a first definition is marked with
     ("(Zool.) A genus of ..."), the mark removed, among `fields` (the eight most used): zoology, botany,
     anatomy, physiology and medicine share much of their vocabulary."""

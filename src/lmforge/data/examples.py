@@ -134,7 +134,8 @@ class _Plan:
         return rows.reshape(-1, len(PLAN))
 
 
-def plan_nsp(n_docs: int, offsets, max_len: int = 128, seed: int = 0, short_seq_prob: float = 0.1) -> np.ndarray:
+def plan_nsp(n_docs: int, offsets, max_len: int = 128, seed: int = 0,
+             short_seq_prob: float = 0.1) -> np.ndarray:
     """The PLAN of BERT's next-sentence examples over documents 0..n_docs-1, `offsets(d)` giving
     document d's sentence token offsets and length (50 % IsNext = 0, 50 % NotNext = 1)."""
     rng = random.Random(seed)
@@ -184,7 +185,8 @@ def plan_sop(n_docs: int, offsets, max_len: int = 128, seed: int = 0) -> np.ndar
     return plan.array()
 
 
-def plan_sso(n_docs: int, offsets, max_len: int = 128, seed: int = 0, short_seq_prob: float = 0.1) -> np.ndarray:
+def plan_sso(n_docs: int, offsets, max_len: int = 128, seed: int = 0,
+             short_seq_prob: float = 0.1) -> np.ndarray:
     """The PLAN of StructBERT's sentence-structural examples (as plan_nsp): S2 follows S1 (label 0),
     precedes it (1) or comes from another document (2), a third of the time each."""
     rng = random.Random(seed)
@@ -237,7 +239,8 @@ def pack_sentences(docs: list, bos: int, eos: int, max_len: int = 128, cross_doc
 def blocks(docs: list, block: int, eos: int | None = None) -> list:
     """Contiguous blocks of `block` tokens over the concatenated documents (causal LM); the last tokens,
     fewer than a block, are left out (as the reference's causal-LM example groups texts)."""
-    stream = [t for doc in docs for t in ([*(t for s in doc for t in s)] + ([eos] if eos is not None else []))]
+    stream = [t for doc in docs
+              for t in ([*(t for s in doc for t in s)] + ([eos] if eos is not None else []))]
     return [{"input_ids": stream[i:i + block]} for i in range(0, len(stream) - block + 1, block)]
 
 

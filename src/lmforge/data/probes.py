@@ -44,7 +44,8 @@ def fact_probe(w: World, rng: random.Random, city: str) -> dict:
 def pronoun_probe(w: World, rng: random.Random, female: bool) -> dict:
     """He or she, referring back to the person just named (their gender is in the corpus only)."""
     p = rng.choice([p for p in w.people if p.female == female])
-    text = f"{p.name} was born in {p.city} in {p.year}. {MASK} works as {article(p.occupation)} {p.occupation}."
+    text = (f"{p.name} was born in {p.city} in {p.year}. "
+            f"{MASK} works as {article(p.occupation)} {p.occupation}.")
     return _probe("pronoun", text, p.pronoun.capitalize(), ["He", "She"])
 
 
@@ -97,7 +98,8 @@ def coreference_probe(w: World, rng: random.Random, female: bool) -> dict:
     last, occupation = new_name(w, rng), rng.choice(OCCUPATIONS)
     sibling = f"{'sister' if rng.random() < 0.5 else 'brother'} is {new_name(w, rng)} {last}"
     person = f"{new_name(w, rng)} {last} was born in {rng.choice(w.cities).name} in {rng.randint(1920, 2005)}"
-    text = f"{person}. {'She' if female else 'He'} works as {article(occupation)} {occupation}. {MASK} {sibling}."
+    text = (f"{person}. {'She' if female else 'He'} works as {article(occupation)} {occupation}. "
+            f"{MASK} {sibling}.")
     return _probe("coreference", text, "Her" if female else "His", ["Her", "His"])
 
 
@@ -131,14 +133,14 @@ def probes(n_per_kind: int = 50, seed: int = 0, world: World | None = None) -> l
     w, n = world or World(seed), n_per_kind
     rng = random.Random(seed + 7)
     a = {"fact": balanced(birth_cities(w), n, rng), "copy": balanced([c.name for c in w.cities], n, rng)}
-    a |= {kind: balanced((False, True), n, rng) for kind in ("pronoun", "sentiment", "agreement", "coreference",
-                                                             "tone")}
+    a |= {kind: balanced((False, True), n, rng)
+          for kind in ("pronoun", "sentiment", "agreement", "coreference", "tone")}
     out = []
     for i in range(n):
         out += [fact_probe(w, rng, a["fact"][i]), pronoun_probe(w, rng, a["pronoun"][i]),
                 sentiment_probe(w, rng, a["sentiment"][i]), agreement_probe(rng, a["agreement"][i]),
-                number_probe(rng), copy_probe(w, rng, a["copy"][i]), coreference_probe(w, rng, a["coreference"][i]),
-                tone_probe(w, rng, a["tone"][i])]
+                number_probe(rng), copy_probe(w, rng, a["copy"][i]),
+                coreference_probe(w, rng, a["coreference"][i]), tone_probe(w, rng, a["tone"][i])]
     return out
 
 
@@ -174,7 +176,8 @@ def entailment_task(w: World, n: int, rng: random.Random) -> dict:
             hypothesis = f"{p.name} works as {article(value)} {value}."
         else:
             hypothesis = f"{p.name} was born in {p.year if true else p.year + rng.choice([-3, -1, 2, 5])}."
-        records.append({"premise": " ".join(biography(w, i, rng)), "hypothesis": hypothesis, "label": int(true)})
+        records.append({"premise": " ".join(biography(w, i, rng)), "hypothesis": hypothesis,
+                        "label": int(true)})
     return _split(records, rng)
 
 

@@ -36,11 +36,12 @@ _CANDIDATE = re.compile(rf"([{TERMINATORS}{CJK_TERMINATORS}]+)([{re.escape(CLOSE
                         rf"(?:\s+|(?<=[{CJK_TERMINATORS}{CJK_CLOSERS}])\s*)(?=[{re.escape(OPENERS)}]*([^\s{CJK_CLOSERS}]))")
 _LAST_WORD = re.compile(r"\S*$")
 # what may trail an undecided candidate: terminators, quotes, brackets and any whitespace
-_UNDECIDED = TERMINATORS + CLOSERS + OPENERS + CJK_TERMINATORS + CJK_CLOSERS + "".join(chr(c) for c in range(0x3001) if chr(c).isspace())
+_UNDECIDED = (TERMINATORS + CLOSERS + OPENERS + CJK_TERMINATORS + CJK_CLOSERS
+              + "".join(chr(c) for c in range(0x3001) if chr(c).isspace()))
 
 # never end a sentence: titles before a name and abbreviations that always continue
-NEVER_FINAL = frozenset("mr mrs ms dr prof sr jr st mt ft gen col lt sgt capt cmdr adm gov sen rep rev hon fr "
-                        "e.g i.e cf vs viz approx ca dept".split())
+NEVER_FINAL = frozenset("mr mrs ms dr prof sr jr st mt ft gen col lt sgt capt cmdr adm gov sen rep rev hon "
+                        "fr e.g i.e cf vs viz approx ca dept".split())
 # precede a number: "No. 5", "Fig. 2", "pp. 10-12"
 BEFORE_NUMBER = frozenset("no nos vol vols fig figs pp p art sec ch eq ref".split())
 

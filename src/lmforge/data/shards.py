@@ -306,12 +306,15 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     itemsize, spelt = np.dtype(manifest["dtype"]).itemsize, spelled(manifest)
     todo = [s for s in manifest["shards"] if not (s["done"] and _intact(out, s, itemsize, spelt))]
     if len(todo) < len(manifest["shards"]):
-        log(f"resuming: {len(manifest['shards']) - len(todo)} of {len(manifest['shards'])} shards already done")
-    jobs = [{**{k: s[k] for k in ("name", "input", "start", "end")}, "path": manifest["inputs"][s["input"]]["path"],
+        log(f"resuming: {len(manifest['shards']) - len(todo)} of {len(manifest['shards'])} "
+            f"shards already done")
+    jobs = [{**{k: s[k] for k in ("name", "input", "start", "end")},
+             "path": manifest["inputs"][s["input"]]["path"],
              "tokenizer": str(out / "tokenizer"), "options": manifest["options"], "dtype": manifest["dtype"],
              "out": str(out), "spelled": spelt} for s in todo]
     _write_all(out, manifest, jobs, workers, log)
-    manifest["totals"] = {k: sum(s[k] for s in manifest["shards"]) for k in ("documents", "sentences", "tokens")}
+    manifest["totals"] = {k: sum(s[k] for s in manifest["shards"])
+                          for k in ("documents", "sentences", "tokens")}
     _refuse_empty(out, manifest, files, made)
     manifest["complete"] = True
     _write_manifest(out, manifest)

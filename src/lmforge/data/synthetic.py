@@ -41,8 +41,8 @@ def biography(w: World, i: int, rng: random.Random) -> list:
     p, s = w.people[i], w.people[w.people[i].sibling]
     city = w.city(p.city)
     facts = [f"{p.pronoun.capitalize()} works as {article(p.occupation)} {p.occupation}.",
-             f"{p.possessive.capitalize()} {'sister' if s.female else 'brother'} is {s.name}." if s is not p else
-             f"{p.pronoun.capitalize()} has no siblings.",
+             f"{p.possessive.capitalize()} {'sister' if s.female else 'brother'} is {s.name}."
+             if s is not p else f"{p.pronoun.capitalize()} has no siblings.",
              f"{p.city} is a city in {city.country}."]
     rng.shuffle(facts)
     return [f"{p.name} was born in {p.city} in {p.year}.", *facts]
@@ -78,7 +78,8 @@ def agreement(rng: random.Random) -> list:
     (one, many), place = rng.choice(NOUNS), rng.choice(PLACES)
     plural = rng.random() < 0.5
     attractor = "the " + (place if plural else place + "s")
-    return [f"The {many if plural else one} near {attractor} {'are' if plural else 'is'} {rng.choice(PREDICATES)}."]
+    return [f"The {many if plural else one} near {attractor} {'are' if plural else 'is'} "
+            f"{rng.choice(PREDICATES)}."]
 
 
 def document(w: World, rng: random.Random) -> list:
@@ -90,7 +91,8 @@ def document(w: World, rng: random.Random) -> list:
         return city_note(w, rng.randrange(len(w.cities)), rng)
     if kind == "review":
         return review(w, rng.randrange(len(w.products)), rng)[0]
-    return [s for _ in range(rng.randint(2, 4)) for s in (numbers(rng) if kind == "numbers" else agreement(rng))]
+    return [s for _ in range(rng.randint(2, 4))
+            for s in (numbers(rng) if kind == "numbers" else agreement(rng))]
 
 
 def built_in_counts(n, seed, most: int | None = None) -> tuple:

@@ -58,25 +58,25 @@ NOUNS = (_nouns("man:men boy king father brother son uncle prince husband monk n
                 "gentleman:gentlemen grandfather", "m")
          + _nouns("woman:women girl queen mother sister daughter aunt princess wife:wives lady nun niece "
                   "waitress actress duchess grandmother", "f")
-         + _nouns("dog cat box house watch walk play visit dance call horse bird car tree table chair book lamp "
-                  "door window river bridge garden boat train bus clock bottle cup apple flower stone hill road "
-                  "shop school church tower wall field farm ship plane letter picture bag key coin ring shoe hat "
-                  "coat bell drum map kite rock lake cake egg fox wolf:wolves mouse:mice goose:geese rabbit lion "
-                  "tiger bear duck frog snake", "n"))
+         + _nouns("dog cat box house watch walk play visit dance call horse bird car tree table chair "
+                  "book lamp door window river bridge garden boat train bus clock bottle cup apple flower "
+                  "stone hill road shop school church tower wall field farm ship plane letter picture bag "
+                  "key coin ring shoe hat coat bell drum map kite rock lake cake egg fox wolf:wolves "
+                  "mouse:mice goose:geese rabbit lion tiger bear duck frog snake", "n"))
 NAMES = [(n, "m") for n in ("John", "Peter", "David", "Tom", "James", "Paul")] + \
         [(n, "f") for n in ("Mary", "Anna", "Emma", "Sarah", "Lucy", "Kate")]
 # syllables of made-up names: a long tail of rare words, as real text has (a control task's labels
 # can then not all be memorised from the training split)
 SYLLABLES = ["ka", "lo", "mi", "ren", "dor", "sa", "vel", "tin", "bar", "ni", "os", "ul", "fen", "ga",
              "rho", "zi", "mor", "tal", "bek", "quin"]
-INTRANSITIVE = _verbs("sleep:slept run:ran smile:smiled walk:walked wait:waited play:played laugh:laughed "
-                      "arrive:arrived cry:cried sing:sang dance:danced jump:jumped swim:swam fall:fell sit:sat "
-                      "stand:stood talk:talked listen:listened work:worked rest:rested shout:shouted "
-                      "return:returned leave:left call:called")
-TRANSITIVE = _verbs("see:saw like:liked watch:watched follow:followed find:found help:helped visit:visited "
-                    "carry:carried love:loved hate:hated meet:met know:knew push:pushed pull:pulled hold:held "
-                    "paint:painted chase:chased catch:caught bring:brought buy:bought sell:sold hide:hid "
-                    "admire:admired remember:remembered")
+INTRANSITIVE = _verbs("sleep:slept run:ran smile:smiled walk:walked wait:waited play:played "
+                      "laugh:laughed arrive:arrived cry:cried sing:sang dance:danced jump:jumped swim:swam "
+                      "fall:fell sit:sat stand:stood talk:talked listen:listened work:worked rest:rested "
+                      "shout:shouted return:returned leave:left call:called")
+TRANSITIVE = _verbs("see:saw like:liked watch:watched follow:followed find:found help:helped "
+                    "visit:visited carry:carried love:loved hate:hated meet:met know:knew push:pushed "
+                    "pull:pulled hold:held paint:painted chase:chased catch:caught bring:brought buy:bought "
+                    "sell:sold hide:hid admire:admired remember:remembered")
 PREPOSITIONS = ["near", "behind", "with", "under", "beside", "above", "below", "inside", "outside",
                 "across", "along", "around", "beyond", "toward"]
 ADVERBS = ["often", "quickly", "again", "slowly", "never", "always", "rarely", "quietly", "suddenly",

@@ -287,3 +287,40 @@ def test_a_changed_task_json_of_a_converted_classifier_is_refused_in_one_line(tm
     capsys.readouterr()
     assert main(["convert", str(tmp_path / "mid"), str(tmp_path / "back"), "--to", "hf"]) == 2
     _one_line(capsys, "task.json")
+
+
+# HF's legacy BERT layout: config.json, weights and vocab.txt, no tokenizer.json; an accented word, [UNK]
+LEGACY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "The",
+                "Cat", "café", "cafe", "Café", "naïve", "naive", "dog", "##s", "##ing", "run", ".", ",", "!",
+                "a", "?"]
+LEGACY_TEXTS = ["The cat sat on the mat.", "Café naïve, cafe naive!", "the zebra runs", "Cats running?"]
+
+
+@pytest.mark.parametrize("tokenizer_config, cafe", [(None, "cafe"), ({"do_lower_case": False}, "Café")])
+def test_a_source_whose_tokenizer_is_only_a_vocab_txt_encodes_alike_after_convert(tmp_path, capsys,
+                                                                                 tokenizer_config, cafe):
+    """A BERT saved as vocab.txt (+ tokenizer_config.json) and no tokenizer.json: the reference's tokenizer
+    on DST and lmforge's give SRC's ids and segments (lower-casing and accents as SRC's config says)."""
+    transformers = pytest.importorskip("transformers")
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(LEGACY_VOCAB), hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    transformers.BertModel(config).save_pretrained(src)
+    (src / "vocab.txt").write_text("\n".join(LEGACY_VOCAB) + "\n", encoding="utf-8")
+    if tokenizer_config is not None:
+        (src / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    assert not (src / "tokenizer.json").exists()
+    assert main(["convert", str(src), str(dst), "--to", "hf"]) == 0
+    capsys.readouterr()
+    theirs, back = (transformers.AutoTokenizer.from_pretrained(p) for p in (src, dst))
+    ours = load_tokenizer(dst)
+    pairs = [("The café", "a dog runs."), ("naïve zebra", "Cat")]
+    for text, pair in [(t, None) for t in LEGACY_TEXTS] + pairs:
+        expected = theirs(text, pair)
+        assert {k: back(text, pair)[k] for k in ("input_ids", "token_type_ids")} == {
+            k: expected[k] for k in ("input_ids", "token_type_ids")}, (text, pair)
+        encoded = ours.encode(text, pair)
+        assert (encoded.ids, encoded.segment_ids) == (expected["input_ids"], expected["token_type_ids"])
+    ids = theirs("Café zebra")["input_ids"]  # SRC's casing is kept: the test means something in each variant
+    assert ids == [LEGACY_VOCAB.index(t) for t in ("[CLS]", cafe, "[UNK]", "[SEP]")]

@@ -22,10 +22,12 @@ def config(hf: dict) -> ModelConfig:
             raise ConfigError(f"{name}={hf[name]} is not supported: lmforge shares one layer across all "
                               "depths", name)
     E = hf.get("embedding_size", 128)
-    if E == hf["hidden_size"]:  # the reference projects E -> hidden_size even then; lmforge only when they differ
+    # the reference projects E -> hidden_size even then; lmforge only when they differ
+    if E == hf["hidden_size"]:
         raise ConfigError(f"embedding_size={E} equal to hidden_size is not supported", "embedding_size")
     return ModelConfig.from_dict({**ALBERT, **encoder_fields(hf, act="gelu_new", dropout=0.0), "d_embed": E,
-                                  "max_seq_len": hf.get("max_position_embeddings", 512), "share_layers": True})
+                                  "max_seq_len": hf.get("max_position_embeddings", 512),
+                                  "share_layers": True})
 
 
 def to_reference(cfg: ModelConfig) -> dict:
@@ -61,7 +63,8 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
     """Where each head's tensors live in an ALBERT checkpoint."""
     h = f"heads.{name}"
     if kind == "lm":
-        rules = [*linear(f"{h}.transform", "predictions.dense"), *linear(f"{h}.norm", "predictions.LayerNorm"),
+        rules = [*linear(f"{h}.transform", "predictions.dense"),
+                 *linear(f"{h}.norm", "predictions.LayerNorm"),
                  Rule(f"{h}.bias", ("predictions.bias",))]
         if not cfg.tie_embeddings:
             # untied, the reference ties nothing: the decoder's own bias is the one applied (the
@@ -92,7 +95,8 @@ FAMILY = Family(
     backbone=backbone,
     heads={
         "AlbertModel": lambda hf: [("pooler", "pooler", {})],
-        "AlbertForPreTraining": lambda hf: [("lm", "lm", {}), ("sop", "classification", {"n_labels": n_labels(hf)})],
+        "AlbertForPreTraining": lambda hf: [("lm", "lm", {}),
+                                            ("sop", "classification", {"n_labels": n_labels(hf)})],
         "AlbertForMaskedLM": lambda hf: [("lm", "lm", {})],
         "AlbertForSequenceClassification": _labelled("classification"),
         "AlbertForTokenClassification": _labelled("token-classification"),

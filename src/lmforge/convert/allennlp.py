@@ -62,9 +62,10 @@ def read_options(path) -> ModelConfig:
         raise AllenNLPFormatError(f"{path}: char_cnn.activation={activation!r}: only relu (every released "
                                   f"ELMo) is implemented")
     fields = dict(lstm_dim="lstm.dim", d_model="lstm.projection_dim", n_layers="lstm.n_layers",
-                  cell_clip="lstm.cell_clip", proj_clip="lstm.proj_clip", char_embed_dim="char_cnn.embedding.dim",
-                  char_filters="char_cnn.filters", n_highway="char_cnn.n_highway",
-                  n_characters="char_cnn.n_characters", max_characters_per_token="char_cnn.max_characters_per_token")
+                  cell_clip="lstm.cell_clip", proj_clip="lstm.proj_clip",
+                  char_embed_dim="char_cnn.embedding.dim", char_filters="char_cnn.filters",
+                  n_highway="char_cnn.n_highway", n_characters="char_cnn.n_characters",
+                  max_characters_per_token="char_cnn.max_characters_per_token")
     values = {name: _field(options, key, path) for name, key in fields.items()}
     skip = options["lstm"].get("use_skip_connections")
     if skip is not None and not isinstance(skip, bool):  # bool() took "false" and 1.5 as true
@@ -99,7 +100,8 @@ def weight_map(cfg: ModelConfig) -> list:
     rules = [("chars.embed.weight", "char_embed", (cfg.n_characters - 1, e),
               lambda w: np.concatenate([np.zeros((1, e), w.dtype), w]))]
     for i, (width, n) in enumerate(cfg.cnn_filters):
-        rules += [(f"chars.convs.{i}.weight", f"CNN/W_cnn_{i}", (1, width, e, n), lambda w: w[0].transpose(2, 1, 0)),
+        rules += [(f"chars.convs.{i}.weight", f"CNN/W_cnn_{i}", (1, width, e, n),
+                   lambda w: w[0].transpose(2, 1, 0)),
                   (f"chars.convs.{i}.bias", f"CNN/b_cnn_{i}", (n,), np.asarray)]
     for k in range(cfg.n_highway):
         for ours, theirs in (("carry", "carry"), ("transform", "transform")):
@@ -135,8 +137,8 @@ def read_weights(path, cfg: ModelConfig) -> dict:
             if not isinstance(dataset, h5py.Dataset):
                 raise AllenNLPFormatError(f"{path}: dataset {name} is missing (needed for {ours})")
             if tuple(dataset.shape) != shape:
-                raise AllenNLPFormatError(f"{path}: dataset {name} has shape {tuple(dataset.shape)}, expected "
-                                          f"{shape} from the options")
+                raise AllenNLPFormatError(f"{path}: dataset {name} has shape {tuple(dataset.shape)}, "
+                                          f"expected {shape} from the options")
             state[ours] = torch.from_numpy(np.ascontiguousarray(fix(dataset[...]), dtype=np.float32))
     return state
 

@@ -70,7 +70,8 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
     if kind == "pooler":
         return linear(f"{h}.dense", "pooler.dense")
     if name == "nsp":
-        return [*linear(f"{h}.pooler.dense", "pooler.dense"), *linear(f"{h}.classifier", "cls.seq_relationship")]
+        return [*linear(f"{h}.pooler.dense", "pooler.dense"),
+                *linear(f"{h}.classifier", "cls.seq_relationship")]
     if kind == "classification":
         return [*linear(f"{h}.pooler.dense", "pooler.dense"), *linear(f"{h}.classifier", "classifier")]
     if kind == "token-classification":

@@ -78,7 +78,8 @@ def to_reference(cfg: ModelConfig) -> dict:
     reference = dict(reference_fields(cfg), max_position_embeddings=cfg.max_seq_len, use_bias=True,
                      rescale_embeddings=cfg.scale_embeddings, block_size=cfg.block_size,
                      num_random_blocks=cfg.n_random_blocks,
-                     attention_type="original_full" if cfg.dense_max_len == cfg.max_seq_len else "block_sparse")
+                     attention_type=("original_full" if cfg.dense_max_len == cfg.max_seq_len
+                                     else "block_sparse"))
     if cfg.pooler_activation != "tanh":  # a hint for config(); save_hf writes the architecture of the heads
         reference["architectures"] = [CLASSIFIER]
     return reference

@@ -30,7 +30,8 @@ def config(hf: dict) -> ModelConfig:
     """DistilBertConfig fields -> ModelConfig."""
     return ModelConfig.from_dict({
         **BERT, "vocab_size": hf["vocab_size"], "d_model": hf["dim"], "n_layers": hf["n_layers"],
-        "n_heads": hf["n_heads"], "d_ff": hf["hidden_dim"], "max_seq_len": hf.get("max_position_embeddings", 512),
+        "n_heads": hf["n_heads"], "d_ff": hf["hidden_dim"],
+        "max_seq_len": hf.get("max_position_embeddings", 512),
         "n_segments": 0, "position": "sinusoidal" if hf.get("sinusoidal_pos_embds") else "learned",
         "norm_eps": NORM_EPS, "ffn": ffn_of(hf.get("activation", "gelu"), "activation"),
         "dropout": hf.get("dropout", 0.1),

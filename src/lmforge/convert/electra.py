@@ -23,7 +23,8 @@ def config(hf: dict) -> ModelConfig:
     fields = encoder_fields(hf)
     E = hf.get("embedding_size", 128)
     return ModelConfig.from_dict({**ELECTRA, **fields, "d_embed": E if E != fields["d_model"] else None,
-                                  "max_seq_len": hf.get("max_position_embeddings", 512), "lm_activation": "gelu"})
+                                  "max_seq_len": hf.get("max_position_embeddings", 512),
+                                  "lm_activation": "gelu"})
 
 
 def to_reference(cfg: ModelConfig) -> dict:
@@ -51,7 +52,8 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
             rules.append(Rule(f"{h}.decoder.weight", ("generator_lm_head.weight",)))
         return rules
     if kind == "classification":  # dense + gelu + out_proj on [CLS]: the pooler and classifier
-        return [*linear(f"{h}.pooler.dense", "classifier.dense"), *linear(f"{h}.classifier", "classifier.out_proj")]
+        return [*linear(f"{h}.pooler.dense", "classifier.dense"),
+                *linear(f"{h}.classifier", "classifier.out_proj")]
     if kind == "token-classification":
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":

@@ -102,7 +102,8 @@ def read_reference_weights(path: Path) -> dict:
             else:
                 found = load_file(str(file))
         except READ_ERRORS as err:
-            raise ConversionError(f"cannot read the weights in {path}: {describe_read_error(file, err)}") from None
+            raise ConversionError(f"cannot read the weights in {path}: "
+                                  f"{describe_read_error(file, err)}") from None
         if not isinstance(found, dict) or not all(isinstance(t, torch.Tensor) for t in found.values()):
             raise ConversionError(f"cannot read the weights in {path}: {file.name} holds no state dict "
                                   "(a mapping of names to tensors)")
@@ -219,8 +220,9 @@ def _check_shapes(tensors: dict, model: Transformer, rules: list) -> None:
 def family_of(cfg: ModelConfig):
     """The reference family that expresses `cfg` exactly (its config maps there and back)."""
     if cfg.quantization:
-        raise ConversionError(f"the model is int8-quantised ({cfg.quantization['mode']}), which the Hugging Face "
-                              "format does not hold; export the fp32 model, or save this one in lmforge's format")
+        raise ConversionError(f"the model is int8-quantised ({cfg.quantization['mode']}), which the Hugging "
+                              "Face format does not hold; export the fp32 model, or save this one in "
+                              "lmforge's format")
     if cfg.pruned_heads:  # transformers v5 dropped pruned_heads: every layer has num_attention_heads
         raise ConversionError(f"the model's heads were pruned per layer ({len(cfg.pruned_heads)} attentions "
                               "changed), which no Hugging Face config expresses; save it in lmforge's format")
@@ -336,7 +338,8 @@ def save_hf(model: Transformer, path: str | Path, labels: HeadLabels | None = No
     if family.fixed is not None:  # tensors the reference stores but lmforge computes or shares
         tensors.update(family.fixed(cfg, tensors))
     if architecture not in family.bare:  # task checkpoints keep the backbone under the family's prefix
-        tensors = {k if re.fullmatch(family.head_keys, k) else family.prefix + k: v for k, v in tensors.items()}
+        tensors = {k if re.fullmatch(family.head_keys, k) else family.prefix + k: v
+                   for k, v in tensors.items()}
     path.mkdir(parents=True, exist_ok=True)
     save_tensors(tensors, path / "model.safetensors", {"format": "pt"})
     atomic_write_text(path / "config.json", json.dumps(hf, indent=2, ensure_ascii=False) + "\n")

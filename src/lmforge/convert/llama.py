@@ -1,8 +1,9 @@
 """Llama (Touvron et al. 2023) in the reference library's layout: model_type "llama".
 
 Pre-norm RMSNorm blocks, rotary positions (rotate-half layout, as `apply_rotary`; unscaled,
-linear or llama3 frequency scaling), SwiGLU and grouped-query attention. The reference keeps q, k and v as three Linear layers; lmforge
-fuses them into one `qkv` whose rows are [q; k; v] (n_heads, n_kv_heads, n_kv_heads heads).
+linear or llama3 frequency scaling), SwiGLU and grouped-query attention. The reference keeps q, k
+and v as three Linear layers; lmforge fuses them into one `qkv` whose rows are [q; k; v] (n_heads,
+n_kv_heads, n_kv_heads heads).
 Mistral (mistral.py) is this layout plus a sliding window, so the pieces here take the
 reference's option names as arguments rather than assuming Llama's.
 """

@@ -37,7 +37,8 @@ def config(hf: dict) -> ModelConfig:
     # the LM head's transform applies gelu whatever hidden_act says
     return ModelConfig.from_dict({**ROBERTA, **fields, "pad_token_id": pad, "position_offset": offset,
                                   "position_from_padding": True,
-                                  "max_seq_len": hf["max_position_embeddings"] - offset, "lm_activation": "gelu"})
+                                  "max_seq_len": hf["max_position_embeddings"] - offset,
+                                  "lm_activation": "gelu"})
 
 
 def to_reference(cfg: ModelConfig) -> dict:
@@ -67,7 +68,8 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
     if kind == "pooler":
         return linear(f"{h}.dense", "pooler.dense")
     if kind == "classification":  # dense + tanh + out_proj on <s>: the pooler and classifier
-        return [*linear(f"{h}.pooler.dense", "classifier.dense"), *linear(f"{h}.classifier", "classifier.out_proj")]
+        return [*linear(f"{h}.pooler.dense", "classifier.dense"),
+                *linear(f"{h}.classifier", "classifier.out_proj")]
     if kind == "token-classification":
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":

@@ -77,7 +77,8 @@ def head_rules(name: str, kind: str, cfg: ModelConfig) -> list:
             rules.append(Rule(f"{h}.decoder.weight", ("lm_loss.weight",)))
         return rules
     if kind == "classification":  # the sequence summary: last token, projection, tanh
-        return [*linear(f"{h}.pooler.dense", "sequence_summary.summary"), *linear(f"{h}.classifier", "logits_proj")]
+        return [*linear(f"{h}.pooler.dense", "sequence_summary.summary"),
+                *linear(f"{h}.classifier", "logits_proj")]
     if kind == "token-classification":
         return linear(f"{h}.classifier", "classifier")
     if kind == "span-qa":

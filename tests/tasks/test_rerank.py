@@ -87,8 +87,9 @@ def test_distill_without_teacher_scores_is_refused():
     ({"query": "q", "documents": ["d"]}, "no field 'positive'"),
 ])
 def test_record_refusals_name_the_line_and_field(row, message):
-    with pytest.raises(ValueError, match=r"f\.jsonl:3: " + message):
+    with pytest.raises(OptionsError, match=r"f\.jsonl:3: " + message) as err:
         rerank_record("f.jsonl:3", row)
+    assert err.value.field is None and "\n" not in str(err.value)  # the message names the file and line
 
 
 def test_prediction_records_and_options_bounds(tmp_path):

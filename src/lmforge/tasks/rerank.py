@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
 
-from lmforge.config.options import check_options, option
+from lmforge.config.options import OptionsError, check_options, option
 from lmforge.objectives.base import Loss
 from lmforge.tasks.base import Task, register
 from lmforge.tasks.classify import SequenceTask, checked_activation
@@ -60,23 +60,24 @@ def rerank_option(name: str):
 
 def _text(where: str, field: str, value) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where}: {field} must be non-empty text, got {json.dumps(value)[:40]}")
+        raise OptionsError(f"{where}: {field} must be non-empty text, got {json.dumps(value)[:40]}")
     return value
 
 
 def _texts(where: str, field: str, value, least: int) -> list:
     if not isinstance(value, list) or len(value) < least:
-        raise ValueError(f"{where}: {field} must be a list of at least {least} text(s), got {json.dumps(value)[:40]}")
+        raise OptionsError(f"{where}: {field} must be a list of at least {least} text(s), "
+                           f"got {json.dumps(value)[:40]}")
     if len(value) > MAX_DOCUMENTS - 1:
-        raise ValueError(f"{where}: {len(value)} {field}, more than {MAX_DOCUMENTS - 1}")
+        raise OptionsError(f"{where}: {len(value)} {field}, more than {MAX_DOCUMENTS - 1}")
     return [_text(f"{where}: {field}[{i}]", "it", v) for i, v in enumerate(value)]
 
 
 def _teacher(where: str, value, n: int) -> list:
     if not isinstance(value, list) or len(value) != n or not all(
             isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) for s in value):
-        raise ValueError(f"{where}: scores must be {n} finite numbers (the positive's, then each negative's), "
-                         f"got {json.dumps(value)[:40]}")
+        raise OptionsError(f"{where}: scores must be {n} finite numbers (the positive's, then each "
+                           f"negative's), got {json.dumps(value)[:40]}")
     return [float(s) for s in value]
 
 
@@ -84,13 +85,14 @@ def rerank_record(where: str, row: dict, labelled: bool = True) -> dict:
     """One canonical record of a row (see the module docstring); an error naming `where` and the field."""
     if "documents" in row and "positive" not in row:
         if labelled:
-            raise ValueError(f"{where}: no field 'positive' (a rerank record has query, positive, negatives)")
+            raise OptionsError(f"{where}: no field 'positive' (a rerank record has query, positive, "
+                               "negatives)")
         return {"query": _text(where, "query", row.get("query")),
                 "documents": _texts(where, "documents", row["documents"], 1), "label": None, "scores": None}
     missing = [k for k in ("query", "positive", "negatives") if k not in row]
     if missing:
-        raise ValueError(f"{where}: no field(s) {missing} (a rerank record has query, positive, negatives; "
-                         f"it has {', '.join(map(repr, row))})")
+        raise OptionsError(f"{where}: no field(s) {missing} (a rerank record has query, positive, "
+                           f"negatives; it has {', '.join(map(repr, row))})")
     documents = [_text(where, "positive", row["positive"]), *_texts(where, "negatives", row["negatives"], 1)]
     scores = _teacher(where, row["scores"], len(documents)) if row.get("scores") is not None else None
     return {"query": _text(where, "query", row["query"]), "documents": documents, "label": 0, "scores": scores}

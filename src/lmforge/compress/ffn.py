@@ -37,7 +37,8 @@ def ffn_importance(task, examples: list, batch_size: int = 32) -> dict:
              for key, m in modules.items()}
     totals = {key: torch.zeros(m.down.in_features, device=device) for key, m in modules.items()}
     # the gate multiplies the hidden units on their way into W2: the down projection's input
-    hooks = [m.down.register_forward_pre_hook(lambda mod, args, g=gates[key]: (args[0] * g.to(args[0].dtype),))
+    hooks = [m.down.register_forward_pre_hook(lambda mod, args, g=gates[key]:
+                                              (args[0] * g.to(args[0].dtype),))
              for key, m in modules.items()]
     n = 0
     try:

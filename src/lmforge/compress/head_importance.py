@@ -32,10 +32,12 @@ class CurveOptions:
 
     order: str = option("importance", "importance (re-estimated at every level) or a seeded random order",
                         choices=ORDERS)
-    step: float = option(0.1, "share of all heads masked per level", low=0, high=1, open_low=True, open_high=True)
+    step: float = option(0.1, "share of all heads masked per level", low=0, high=1, open_low=True,
+                         open_high=True)
     until: float | None = option(None, "stop once the metric falls below until x the unpruned one",
                                  low=0, high=1, open_low=True, unset="never")
-    max_fraction: float = option(0.9, "stop before more than this share of the heads is masked", low=0, high=1)
+    max_fraction: float = option(0.9, "stop before more than this share of the heads is masked", low=0,
+                                 high=1)
     # random_curves draws order i from seed + i: any 64-bit value, past a run's seed bound
     seed: int = option(0, "seed of the random order", low=0, high=2 ** 64 - 1)
     batch_size: int = option(32, "examples per batch of the importance estimate", low=1, high=MAX_BATCH)
@@ -139,12 +141,14 @@ def pruning_curve(task, score_data: tuple, importance_examples: list, options: C
     shuffled = _candidates(gates)
     random.Random(o.seed).shuffle(shuffled)
     while pruned + per_level <= o.max_fraction * n_total:
-        ranked = shuffled if o.order == "random" else _by_importance(task, importance_examples, gates, o.batch_size)
+        ranked = (shuffled if o.order == "random"
+                  else _by_importance(task, importance_examples, gates, o.batch_size))
         done = _mask_next(gates, ranked, per_level)
         if not done:
             break
         pruned += len(done)
-        levels.append({"pruned": pruned, "fraction": pruned / n_total, "metric": metric(task, *score_data, gates)[1],
+        levels.append({"pruned": pruned, "fraction": pruned / n_total,
+                       "metric": metric(task, *score_data, gates)[1],
                        "name": name, "masked": [list(d) for d in done]})
         if progress is not None:
             progress(levels[-1])

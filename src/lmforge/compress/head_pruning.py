@@ -20,7 +20,8 @@ def attention_module(model: Transformer, key: str) -> nn.Module:
     """The Attention of "encoder.L", "decoder.L" (self-attention) or "cross.L"."""
     attention, _, layer = key.partition(".")
     stack = getattr(model, "decoder" if attention == "cross" else attention, None)
-    if stack is None or not hasattr(stack, "blocks") or not layer.isdigit() or int(layer) >= len(stack.blocks):
+    if (stack is None or not hasattr(stack, "blocks") or not layer.isdigit()
+            or int(layer) >= len(stack.blocks)):
         raise ValueError(f"no attention {key!r} in this {model.config.architecture} model")
     block = stack.blocks[int(layer)]
     return block.cross_attn if attention == "cross" else block.attn
@@ -29,7 +30,8 @@ def attention_module(model: Transformer, key: str) -> nn.Module:
 def attention_keys(cfg: ModelConfig) -> list:
     """Every attention of the architecture, e.g. ["encoder.0", ..., "cross.5"]."""
     if cfg.architecture == "encoder-decoder":
-        return ([f"encoder.{i}" for i in range(cfg.n_layers)] + [f"decoder.{i}" for i in range(cfg.decoder_layers)]
+        return ([f"encoder.{i}" for i in range(cfg.n_layers)]
+                + [f"decoder.{i}" for i in range(cfg.decoder_layers)]
                 + [f"cross.{i}" for i in range(cfg.decoder_layers)])
     return [f"{cfg.architecture}.{i}" for i in range(cfg.n_layers)]
 

@@ -53,7 +53,8 @@ def forward_title(rows) -> str:
     return f"forward s (batch {'/'.join(str(n) for n in sizes)})"
 
 
-def measure_side_by_side(tasks: dict, records: list, paths: dict, batch_size: int = 16, rounds: int = 9) -> dict:
+def measure_side_by_side(tasks: dict, records: list, paths: dict, batch_size: int = 16,
+                         rounds: int = 9) -> dict:
     """name -> {parameters, bytes, metric name and value, seconds_b16, timed_batch} for each task given
     (None: left out), and "speedup": the first's time over the last's. The batch timed is the first
     `batch_size` records: timed_batch says how many it held (fewer where fewer records were given)."""

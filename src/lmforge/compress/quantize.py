@@ -6,8 +6,8 @@ range), in "weight-only" mode they are not (fp32; bf16 inside the int8pack-bf16 
 dynamic quantisation the Linears that read a LayerNorm are smoothed (SmoothQuant, compress/smooth.py):
 its outlier channels are moved into their weights, calibrated on text or random tokens. The
 layers are lmforge's own Int8Linear (quant/int8.py), which runs whichever kernel this machine
-measured fastest for each shape, fp32 included, so a quantised layer is never slower than its fp32 form. Not the deprecated
-torch.ao.quantization.quantize_dynamic.
+measured fastest for each shape, fp32 included, so a quantised layer is never slower than its fp32
+form. Not the deprecated torch.ao.quantization.quantize_dynamic.
 
 The token table becomes int8 too (per row) where no LM head projects with it (an encoder's:
 half of all-MiniLM-L6-v2's weights). What stays fp32: position and segment embeddings, norms,
@@ -127,7 +127,8 @@ def parameter_count(model: nn.Module) -> int:
     """Weights of the backbone (COUNTED: the heads excluded, as Transformer.num_parameters), int8 ones
     included (int8 layers hold buffers, not parameters): one per weight and bias, not the scales."""
     found = _int8_modules(model)
-    int8 = sum(m.qweight.numel() + (m.bias.numel() if getattr(m, "bias", None) is not None else 0) for m in found)
+    int8 = sum(m.qweight.numel() + (m.bias.numel() if getattr(m, "bias", None) is not None else 0)
+               for m in found)
     return sum(p.numel() for name, p in model.named_parameters() if _backbone(name)) + int8
 
 

@@ -171,8 +171,8 @@ def quantised_bits(kernels: list, ffn_routes: list) -> int | None:
     return activation_bits() if quantising or any(r["route"] == "fused" for r in ffn_routes) else None
 
 
-def run_quantize(model, out, records: list | None = None, kind: str | None = None, calibration: list | None = None,
-                 options: QuantizeOptions | None = None) -> dict:
+def run_quantize(model, out, records: list | None = None, kind: str | None = None,
+                 calibration: list | None = None, options: QuantizeOptions | None = None) -> dict:
     """Quantise the model at `model` (a directory or installed model), measure sizes, speed side by
     side and (with `records`) the task metric before and after, then save it under out/model and
     the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
@@ -188,8 +188,8 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     o.check_timed(length)  # before any work: the default length is the model's (at most SEQ_LEN)
     ids, mask = random_tokens(fp32, o.batch_size, length, o.seed)
     batches = text_batches(fp32, _tokenizer(source, "--calibration"), calibration) if calibration else None
-    quantize(int8, o.mode, inplace=True, alpha=o.alpha, calibration=batches, source="text" if batches else None,
-             seed=o.seed)
+    quantize(int8, o.mode, inplace=True, alpha=o.alpha, calibration=batches,
+             source="text" if batches else None, seed=o.seed)
     report = _report(o.mode, fp32, int8, source, as_batch(fp32, ids, mask), o.rounds)
     if task_before is not None:
         report["before"].update(_metric(task_before, records))

@@ -44,7 +44,8 @@ NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed
 
 # the methods that read a schedule option (another one given it is refused: SparseConfig)
 READ_BY = {"scores_lr_scale": ("movement", "soft-movement"), "soft_lambda": ("soft-movement",)}
-SCHEDULE = ("start", "end", "scores_lr_scale", "soft_lambda")  # the key=value options (method, sparsity: flags)
+# the key=value options (method, sparsity: flags)
+SCHEDULE = ("start", "end", "scores_lr_scale", "soft_lambda")
 
 
 @dataclass
@@ -53,8 +54,8 @@ class SparseConfig:
     scores' learning rate. method and sparsity have no default: give both."""
 
     method: str | None = option(None, "magnitude, movement or soft-movement (required)", choices=METHODS)
-    sparsity: float | None = option(None, "share of the blocks' Linear weights removed (required)", low=0, high=1,
-                                    open_low=True, open_high=True)
+    sparsity: float | None = option(None, "share of the blocks' Linear weights removed (required)", low=0,
+                                    high=1, open_low=True, open_high=True)
     start: float = option(0.1, "share of the steps before pruning begins (initial warm-up)", low=0, high=1)
     end: float = option(0.7, "share of the steps at which the target sparsity is reached", low=0, high=1)
     scores_lr_scale: float = option(100.0, "movement: scores' lr = lr x this (the reference: 1e-2 vs 3e-5)",
@@ -259,9 +260,9 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     if found is None:
         measured["before"]["bytes"] = None  # a preset: no file on disk
     ws = weight_sparsity(after.model)
-    report = {"method": sparse_cfg.method, "sparsity": sparse_cfg.sparsity, "achieved_sparsity": ws["sparsity"],
-              "metric_name": measured["after"]["metric_name"], "steps": summary["steps"],
-              "seed": summary["seed"],
+    report = {"method": sparse_cfg.method, "sparsity": sparse_cfg.sparsity,
+              "achieved_sparsity": ws["sparsity"], "metric_name": measured["after"]["metric_name"],
+              "steps": summary["steps"], "seed": summary["seed"],
               "train_seconds": summary["seconds"], **measured, "weight_sparsity": ws,
               "kept_by_matrix": kept_by_matrix(after.model), "note": NOTE}
     atomic_write_text(out / "prune.json", json.dumps(report, indent=2) + "\n")

@@ -51,12 +51,14 @@ class DistillConfig:
 
     temperature: float = option(2.0, "T of the soft targets (Hinton et al. 2015)", low=TEMPERATURE_RANGE[0],
                                 high=TEMPERATURE_RANGE[1])
-    alpha: float = option(0.5, "weight of the soft-target term; 1 - alpha weighs the gold labels", low=0, high=1)
+    alpha: float = option(0.5, "weight of the soft-target term; 1 - alpha weighs the gold labels", low=0,
+                          high=1)
     gamma: float = option(0.0, "weight of the hidden-state cosine term (DistilBERT); 0: off", low=0,
                           high=WEIGHT_MAX)
-    student_layers: int | str | None = option(None, "the teacher's layers the student copies: every-other, or N "
-                                              "(the first N); null: every-other")
-    student: str | None = option(None, "a preset student instead of the teacher's layers (random init, fresh head)")
+    student_layers: int | str | None = option(None, "the teacher's layers the student copies: every-other, "
+                                              "or N (the first N); null: every-other")
+    student: str | None = option(None, "a preset student instead of the teacher's layers "
+                                 "(random init, fresh head)")
 
     def __post_init__(self) -> None:
         check_options(self)  # types, finiteness (NaN passes every comparison) and bounds
@@ -145,7 +147,8 @@ class TaskDistillation(Objective):
             if task.kind not in KINDS or task.model.config.architecture != "encoder":
                 raise ValueError(f"the {role} must be an encoder fine-tuned for {' or '.join(KINDS)}")
         if student.labels != teacher.labels:
-            raise ValueError(f"the student's labels {student.labels} differ from the teacher's {teacher.labels}")
+            raise ValueError(f"the student's labels {student.labels} differ from the teacher's "
+                             f"{teacher.labels}")
         if cfg.gamma and student.model.config.d_model != teacher.model.config.d_model:
             raise ValueError("gamma > 0 compares hidden states: it needs the teacher's d_model (or gamma=0)")
         # the student task's weights are self.model's: kept unregistered so checkpoints hold them once
@@ -216,7 +219,8 @@ def load_teacher(teacher_dir, train: list, checked: dict | None = None):
 
 
 def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: TrainConfig,
-            cfg: DistillConfig | None = None, resume: bool = False, log=print, checked: dict | None = None) -> dict:
+            cfg: DistillConfig | None = None, resume: bool = False, log=print,
+            checked: dict | None = None) -> dict:
     """Distil the fine-tuned teacher at `teacher_dir` into a student on `train` records; writes
     metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary.
     checked: {source: records} the teacher's labels must fit, checked before training."""
@@ -256,7 +260,8 @@ def _out_apart(out, teacher_dir):
 
 
 def run_distill(teacher_dir, train: list, valid: list | None, records: list, out, *, train_cfg: TrainConfig,
-                cfg: DistillConfig | None = None, resume: bool = False, log=print, source: str = "data") -> dict:
+                cfg: DistillConfig | None = None, resume: bool = False, log=print,
+                source: str = "data") -> dict:
     """`lmforge distill`: distil, then measure teacher and student (best/ if kept, else final/) side by
     side on `records` (read from `source`, checked against the teacher's labels before training):
     accuracy, parameters, size on disk, forward time; distill.json under `out`."""
@@ -264,7 +269,8 @@ def run_distill(teacher_dir, train: list, valid: list | None, records: list, out
     summary = distill(teacher_dir, train, valid, out, train_cfg=train_cfg, cfg=cfg, resume=resume, log=log,
                       checked={source: records})
     student_dir = out / "best" if (out / "best").is_dir() else out / "final"
-    tasks = {"teacher": fine_tuned_task(teacher_dir, records), "student": fine_tuned_task(student_dir, records)}
+    tasks = {"teacher": fine_tuned_task(teacher_dir, records),
+             "student": fine_tuned_task(student_dir, records)}
     measured = measure_side_by_side(tasks, records, {"teacher": teacher_dir, "student": student_dir})
     t, s = measured["teacher"], measured["student"]
     report = {"teacher_dir": str(teacher_dir), "student_dir": str(student_dir), "steps": summary["steps"],

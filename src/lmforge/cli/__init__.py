@@ -14,13 +14,16 @@ import sys
 import warnings
 from pathlib import Path
 
-from lmforge.cli import analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain, prune, quantize, retrieve, serve, tasks, tokenizer
+from lmforge.cli import (analysis, analysis_probe, bakeoff, data, distill, generate, model, options, pretrain,
+                         prune, quantize, retrieve, serve, tasks, tokenizer)
 from lmforge.cli.common import KEY_VALUE, UsageError, with_bounds
 from lmforge.config import ConfigError
 from lmforge.io import CheckpointError
 from lmforge.utils.model_folder import inside_job_folder
 
-JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_probe, prune, distill, quantize, retrieve, bakeoff, serve, options)  # each adds its sub-commands
+# each adds its sub-commands
+JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_probe, prune, distill, quantize,
+        retrieve, bakeoff, serve, options)
 
 
 # the arguments that name a file, folder, model or preset: "" is none of them; read as one it is the

@@ -124,7 +124,8 @@ def _check_figure(maps, group, layer, heads) -> None:
 
 
 # the flags' rules in words (their bounds are HeadsOptions')
-HEADS_WORDS = {"prune": "a fraction of the heads in (0, 1)", "until": "a ratio of the unpruned metric in (0, 1]",
+HEADS_WORDS = {"prune": "a fraction of the heads in (0, 1)",
+               "until": "a ratio of the unpruned metric in (0, 1]",
                "step": "a fraction of the heads masked per level, in (0, 1)"}
 
 
@@ -187,7 +188,8 @@ def _print_report(report: dict) -> None:
     for col in ("pruned", "by importance", f"at random (mean +- sd of {n} orders)"):
         curve.add_column(col, justify="right")
     for a, b in zip(report["curves"]["importance"], report["random"]["band"]):
-        curve.add_row(f"{100 * a['fraction']:.0f}%", f"{a['metric']:.4f}", f"{b['mean']:.4f} +- {b['sd']:.4f}")
+        curve.add_row(f"{100 * a['fraction']:.0f}%", f"{a['metric']:.4f}",
+                      f"{b['mean']:.4f} +- {b['sd']:.4f}")
     console.print(curve)
     ahead = report["random"]["importance_vs_mean"]["ahead_at_every_level"]
     # plain lines by print: rich would wrap them at 80 columns where the output is piped
@@ -206,9 +208,11 @@ def _asked(asked: dict) -> str:
 
 def add_parsers(sub) -> None:
     """Add the attention and heads sub-commands to the `lmforge` parser."""
-    p = sub.add_parser("attention", help="a self-contained HTML view (and PNG/SVG figures) of a model's attention")
+    p = sub.add_parser("attention",
+                       help="a self-contained HTML view (and PNG/SVG figures) of a model's attention")
     p.add_argument("text", help="the text to look at")
-    p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face) or installed package")
+    p.add_argument("--model", required=True,
+                   help="model directory (lmforge or Hugging Face) or installed package")
     p.add_argument("--pair", help="a second text (a sentence pair; an encoder-decoder's decoder input)")
     said(p.add_argument("--tokenizer", help="tokenizer directory"), "the model directory's")
     said(p.add_argument("--layers", help="layers to record, e.g. 0,3,5 or 2-5"), "all")

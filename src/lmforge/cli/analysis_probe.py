@@ -68,7 +68,8 @@ def probe_data(args) -> dict:
         raise UsageError(f"--held-out {args.held_out} must be between 0 and 0.5")
     if args.data is None:
         if args.sentences < 3:
-            raise UsageError(f"--sentences {args.sentences}: the treebank needs at least 3 (train, dev, test)")
+            raise UsageError(f"--sentences {args.sentences}: the treebank needs at least 3 "
+                             f"(train, dev, test)")
         return treebank_splits(args.sentences, args.seed, args.held_out)
     records = read_conllu(existing(args.data, "--data"))
     try:
@@ -136,10 +137,11 @@ def cmd_probe(args) -> None:
     _fits(args.max_len, model)
     layers = parse_layers(args.layers, model.config.n_layers + 1)
     stats: dict = {}
-    features = {k: word_features(model, tokenizer, [r["words"] for r in v], None, args.pooling, args.batch_size,
-                                 args.max_len, stats) for k, v in records.items()}
+    features = {k: word_features(model, tokenizer, [r["words"] for r in v], None, args.pooling,
+                                 args.batch_size, args.max_len, stats) for k, v in records.items()}
     say = (lambda task: print(f"probing {task} ...", file=sys.stderr, flush=True)) if args.progress else None
-    results = probe_sweep(features, records, layers, tasks, config, args.seed, heads, not args.no_control, say)
+    results = probe_sweep(features, records, layers, tasks, config, args.seed, heads, not args.no_control,
+                          say)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results.update(summary=summary(results), model=str(args.model), data=args.data or "built-in treebank",
@@ -248,8 +250,8 @@ def _word_flags(args) -> None:
     if mixing:  # else they would be ignored
         raise UsageError(f"{', '.join(mixing)}: the scalar mix is for --text with --layers mix")
     if args.pooling not in (None, "first", "mean", "last"):
-        raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or last; "
-                         "the other poolings are for --text")
+        raise UsageError(f"--pooling {args.pooling}: words (--data) pool their pieces by first, mean or "
+                         "last; the other poolings are for --text")
     _word_len(args.max_len)
     if args.truncate:  # else it would be ignored: a sentence past --max-len is cut anyway, and counted
         raise UsageError("--truncate: it cuts a --text; --data and --task sentences past --max-len are cut "
@@ -277,8 +279,8 @@ def _fits(max_len, model) -> None:
         raise flag_error(err, {"max_len": max_len}) from None
 
 
-FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--mix-gamma", "pooling": "--pooling",
-         "max_length": "--max-len", "truncate": "--truncate"}
+FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--mix-gamma",
+         "pooling": "--pooling", "max_length": "--max-len", "truncate": "--truncate"}
 
 
 def feature_options(args):
@@ -293,7 +295,8 @@ def feature_options(args):
     except ValueError:
         raise UsageError(f"--mix-weights {args.mix_weights!r}: expected numbers like 0.5,1,2") from None
     fields = {"layers": args.layers, "mix_weights": weights, "mix_gamma": args.mix_gamma,
-              "pooling": args.pooling or "none", "max_length": args.max_len, "truncate": args.truncate or None}
+              "pooling": args.pooling or "none", "max_length": args.max_len,
+              "truncate": args.truncate or None}
     try:
         return FeatureOptions.build(fields=fields, from_text=True)
     except OptionsError as err:
@@ -329,8 +332,8 @@ def _text_features(args) -> None:
 
 
 def _common(p, poolings=("first", "mean", "last"), pooling="first") -> None:
-    p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face), installed model "
-                   "(all-MiniLM-L6-v2) or preset (random init, with --tokenizer)")
+    p.add_argument("--model", required=True, help="model directory (lmforge or Hugging Face), installed "
+                   "model (all-MiniLM-L6-v2) or preset (random init, with --tokenizer)")
     said(p.add_argument("--tokenizer", help="tokenizer directory"), "the model directory's")
     p.add_argument("--layers", default="all",
                    help="the layers: an int, a range 4-8, a list 0,3,6, all or mix (0 = embeddings)")
@@ -356,8 +359,8 @@ def add_parsers(sub) -> None:
     from lmforge.cli.options import option_lines
 
     epilog = "training options (key=value):\n" + "\n".join(option_lines(FitConfig))
-    p = sub.add_parser("probe", help="probing classifiers and structural probes on every layer", epilog=epilog,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("probe", help="probing classifiers and structural probes on every layer",
+                       epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     said(p.add_argument("--data", help="a CoNLL-U treebank"), "the built-in synthetic treebank")
     p.add_argument("--sentences", type=bounded(int, 3, 1_000_000), default=1500,
@@ -389,7 +392,8 @@ def _feature_flags(p) -> None:
     p.add_argument("--truncate", action="store_true", help="--text: cut a text longer than --max-len")
     p.add_argument("--data", help="sentences to featurise: .conllu, .jsonl (words or text), .txt, or CoNLL")
     p.add_argument("--task", choices=tuple(TASK_KINDS), help="train a feature-based head on frozen features")
-    p.add_argument("--train", help="training file (CoNLL or .jsonl for tagging; JSONL text/label for classification)")
+    p.add_argument("--train", help="training file (CoNLL or .jsonl for tagging; JSONL text/label for "
+                                   "classification)")
     p.add_argument("--dev", help="development file (early stopping; scored)")
     p.add_argument("--test", help="held-out file (scored)")
     p.add_argument("--head", choices=("linear", "mlp"), default="linear", help="the head on the scalar mix")

@@ -88,6 +88,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", required=True, help="the run's directory (a rerun resumes it)")
     p.add_argument("--seeds", help="comma-separated seeds instead of the plan's (e.g. 0 for a first look)")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
-                   help="prepare corpus, tokenizer and tasks, print each arm's steps and FLOPs, train nothing")
+                   help="prepare corpus, tokenizer and tasks, print each arm's steps and FLOPs, "
+                        "train nothing")
     p.add_argument("--report", action="store_true", help="only write the report of the results so far")
     p.set_defaults(func=cmd_bakeoff)

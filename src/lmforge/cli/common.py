@@ -79,7 +79,8 @@ def flag_error(err, values: dict, words: dict | None = None, flags: dict | None 
     less the field's name; `flags`: a field whose flag is not --field-name."""
     field = str(err.field)
     flag = (flags or {}).get(field, "--" + field.replace("_", "-"))
-    rule = (words or {}).get(field) or re.sub(rf"^{re.escape(field)}(=\S+)?:?\s*", "", str(err).split(", got ")[0])
+    rule = (words or {}).get(field) or re.sub(rf"^{re.escape(field)}(=\S+)?:?\s*", "",
+                                              str(err).split(", got ")[0])
     value = getattr(values.get(field), "text", values.get(field))  # as typed (TypedFloat): 1e400, not inf
     return UsageError(f"{flag}: {rule}" if isinstance(value, bool) else f"{flag} {value}: {rule}")
 

@@ -24,7 +24,8 @@ def _print(report: dict, out) -> None:
 
     from lmforge.compress.measure import forward_title
 
-    table = Table(title=f"task distillation: {report['layers']['teacher']} -> {report['layers']['student']} layers")
+    table = Table(title=f"task distillation: {report['layers']['teacher']} -> "
+                        f"{report['layers']['student']} layers")
     timed = forward_title(report[name] for name in ("teacher", "student"))
     for col in ("", "parameters", "weights MB", report["teacher"]["metric_name"], timed):
         table.add_column(col, justify="right")
@@ -86,8 +87,8 @@ def distill_options(args, loss: dict):
     from lmforge.cli.common import from_flags
     from lmforge.compress.task_distillation import DistillConfig
 
-    return from_flags(DistillConfig.from_dict, {"student_layers": args.student_layers, "student": args.student},
-                      loss)
+    return from_flags(DistillConfig.from_dict,
+                      {"student_layers": args.student_layers, "student": args.student}, loss)
 
 
 def _configs(args) -> tuple:
@@ -132,7 +133,8 @@ def add_parsers(sub) -> None:
 
     from lmforge.cli.options import options_epilog
 
-    p = sub.add_parser("distill", help="task-specific distillation of a fine-tuned encoder into a smaller student",
+    p = sub.add_parser("distill",
+                       help="task-specific distillation of a fine-tuned encoder into a smaller student",
                        description=__doc__, epilog=options_epilog("distill"),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="fine-tuned model directory (with task.json)")

@@ -170,7 +170,8 @@ def copy_companions(src: Path, dst: Path) -> list:
 
 
 def cmd_demo(args) -> None:
-    """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see lmforge.pipelines.demo)."""
+    """The main job: tokenizer, MLM pretraining, fine-tuning with and without it (see
+    lmforge.pipelines.demo)."""
     from lmforge.pipelines.demo import DemoConfig, run_demo
 
     # empty, a file or a link where its folder goes, or a file above it
@@ -270,7 +271,8 @@ def _embed_with_options(args, encoder, texts: list, options, out) -> None:
         bar.close()
     if out is None:
         for text, row, n, cut in zip(texts, rows, found.tokens, found.truncated):
-            print(json.dumps({"text": text, "embedding": row, "tokens": n, "truncated": cut}, ensure_ascii=False))
+            print(json.dumps({"text": text, "embedding": row, "tokens": n, "truncated": cut},
+                             ensure_ascii=False))
         return
     array = found.tensor().numpy()
     atomic_write(out, lambda handle: np.save(handle, array))
@@ -318,8 +320,8 @@ def add_parsers(sub) -> None:
     said(p.add_argument("--context", type=integer, help="sequence length for FLOPs"), "max_seq_len",
          "[1, max_seq_len]")
     p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories (tokenizer too); "
-                       "bring an AllenNLP ELMo directory in")
+    p = sub.add_parser("convert", help="convert between lmforge and Hugging Face directories (tokenizer "
+                       "too); bring an AllenNLP ELMo directory in")
     p.add_argument("src", help="an lmforge or Hugging Face model directory, or an AllenNLP ELMo directory "
                                "(options .json + weights .hdf5)")
     p.add_argument("dst", help="the folder to write (replaced as a whole; not SRC, not inside it)")

@@ -86,7 +86,8 @@ def cmd_pretrain(args) -> None:
         raise UsageError(f"{flag} says how --data files are read: give --data")
     read = from_flags(lambda found: ReadOptions(**found), read) if read else None
     tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
-    text_field("--data", args.data, "give --text-field, the field that holds the text", read)  # before loading
+    # before loading
+    text_field("--data", args.data, "give --text-field, the field that holds the text", read)
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None
@@ -110,11 +111,13 @@ def add_parsers(sub) -> None:
     from lmforge.cli.options import options_epilog
 
     p = sub.add_parser("pretrain", help="pretrain a model (built-in corpus by default)",
-                       epilog=options_epilog("pretrain"), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", help="preset name (see `lmforge presets`): a fresh model, its weights from --seed")
-    p.add_argument("--model", help="continue pretraining this checkpoint: an lmforge or Hugging Face directory "
-                                   "or an installed model (all-MiniLM-L6-v2), with its own tokenizer; an LM "
-                                   "head is added where it has none")
+                       epilog=options_epilog("pretrain"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", help="preset name (see `lmforge presets`): a fresh model, its weights from "
+                                    "--seed")
+    p.add_argument("--model", help="continue pretraining this checkpoint: an lmforge or Hugging Face "
+                                   "directory or an installed model (all-MiniLM-L6-v2), with its own "
+                                   "tokenizer; an LM head is added where it has none")
     p.add_argument("--add-tokens", dest="add_tokens", metavar="FILE",
                    help="with --model: domain words, one a line, added to the vocabulary (each new embedding "
                         "the mean of its old sub-words'); also add_tokens=FILE")
@@ -122,7 +125,8 @@ def add_parsers(sub) -> None:
          "min(max_seq_len, 128)")
     p.add_argument("--objective", required=True, choices=(*objectives.names(), *objectives.aliases()),
                    metavar="NAME", help=objective_help())
-    p.add_argument("--teacher", help="distillation: the teacher's model directory (with its MLM head and tokenizer)")
+    p.add_argument("--teacher", help="distillation: the teacher's model directory (with its MLM head and "
+                                     "tokenizer)")
     said(p.add_argument("--duplication", metavar="N",
                         help="static masking: each example's corruption fixed in this many copies (BERT: "
                              "10); 0: dynamic, drawn anew each epoch (RoBERTa); also duplication=N"),

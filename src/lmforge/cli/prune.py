@@ -110,7 +110,8 @@ def _unstructured(args, kind: str, records: list, configs: tuple) -> None:
     report = run_sparse_prune(args.model, kind, train, valid, records, args.out, train_cfg=train_cfg,
                               sparse_cfg=sparse_cfg, task_cfg=task_cfg, resume=args.resume)
     ws = report["weight_sparsity"]
-    rows = {name: {**report[name], "nonzero": report[name]["parameters"] - (ws["zeros"] if name == "after" else 0)}
+    rows = {name: {**report[name],
+                   "nonzero": report[name]["parameters"] - (ws["zeros"] if name == "after" else 0)}
             for name in ("before", "after")}
     _table(f"{args.method} pruning: sparsity {args.sparsity} asked, {ws['sparsity']:.4f} of block weights "
            "zero", rows, "nonzero")
@@ -170,14 +171,14 @@ def add_parsers(sub) -> None:
     from lmforge.cli.options import options_epilog
     from lmforge.compress.prune_report import METHODS
 
-    p = sub.add_parser("prune", help="structured pruning (FFN neurons or heads) that shrinks the matrices, or "
-                       "magnitude / movement pruning during fine-tuning", description=__doc__,
+    p = sub.add_parser("prune", help="structured pruning (FFN neurons or heads) that shrinks the matrices, "
+                       "or magnitude / movement pruning during fine-tuning", description=__doc__,
                        epilog=options_epilog("prune"), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json); magnitude / "
-                   "movement: also a pretrained model or a Hugging Face directory (then --task)")
+    p.add_argument("--model", required=True, help="a fine-tuned model directory (with task.json); magnitude "
+                   "/ movement: also a pretrained model or a Hugging Face directory (then --task)")
     p.add_argument("--method", required=True, choices=METHODS + UNSTRUCTURED,
-                   help="ffn: feed-forward units; heads: attention heads; magnitude / movement / soft-movement: "
-                        "single weights of the blocks' Linears, pruned while fine-tuning")
+                   help="ffn: feed-forward units; heads: attention heads; magnitude / movement / "
+                        "soft-movement: single weights of the blocks' Linears, pruned while fine-tuning")
     said(p.add_argument("--sparsity", required=True, type=as_typed(float), help="share removed"),
          bounds="(0, 1)")
     p.add_argument("--data", required=True, help="labelled data: the metric (and ffn / heads importance)")
@@ -187,7 +188,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--columns", help="field=column pairs, e.g. text=sentence,label=gold")
     p.add_argument("--out", required=True, help="directory for the model and prune.json")
     p.add_argument("--train", help="magnitude / movement: training file")
-    p.add_argument("--valid", help="magnitude / movement: validation file (the accuracy curve in metrics.jsonl)")
+    p.add_argument("--valid", help="magnitude / movement: validation file (the accuracy curve in "
+                                   "metrics.jsonl)")
     p.add_argument("--steps", type=bounded(int, *STEPS), help="magnitude / movement: optimiser steps")
     said(p.add_argument("--seed", type=bounded(int, *SEED), help="magnitude / movement: the run's seed (data "
                         "order, a fresh head, a preset's init)"), 0)

@@ -139,8 +139,8 @@ def quantize_options(args):
     alpha = None if args.no_smooth else ALPHA if args.smooth_alpha is None else args.smooth_alpha
     values = {"mode": args.mode, "alpha": alpha, "batch_size": args.batch_size, "seq_len": args.seq_len,
               "rounds": args.rounds, "seed": args.seed}
-    return from_flags(lambda given: QuantizeOptions(**given), values, words=QUANTIZE_WORDS, names=QUANTIZE_FLAGS,
-                      shown={"alpha": args.smooth_alpha})
+    return from_flags(lambda given: QuantizeOptions(**given), values, words=QUANTIZE_WORDS,
+                      names=QUANTIZE_FLAGS, shown={"alpha": args.smooth_alpha})
 
 
 def _task_kind(source, given: str | None) -> str | None:
@@ -176,7 +176,8 @@ def cmd_quantize(args) -> None:
     kind, records = _task_kind(source, args.task), None
     if args.data:
         if kind is None:
-            raise UsageError("--data scores a fine-tuned model: the model directory has no task.json (give --task)")
+            raise UsageError("--data scores a fine-tuned model: the model directory has no task.json "
+                             "(give --task)")
         records = read_records("--data", args.data, kind, args.columns)
     texts = _calibration(args.calibration) if args.calibration else None
     existed = (Path(args.out) / "model").exists()
@@ -200,9 +201,11 @@ def add_parsers(sub) -> None:
     from lmforge.compress.smooth import ALPHA
     from lmforge.config.options import bounds_text
 
-    p = sub.add_parser("quantize", help="int8 quantisation of every Linear (dynamic or weight-only), measured",
+    p = sub.add_parser("quantize",
+                       help="int8 quantisation of every Linear (dynamic or weight-only), measured",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="a model directory (lmforge or Hugging Face) or installed model")
+    p.add_argument("--model", required=True,
+                   help="a model directory (lmforge or Hugging Face) or installed model")
     p.add_argument("--out", required=True, help="directory for the model (out/model) and quantize.json")
     p.add_argument("--mode", default="dynamic", choices=("dynamic", "weight-only"),
                    help="dynamic: int8 activations too (encoders); weight-only: float activations (decoding)")

@@ -288,8 +288,8 @@ def job_options(args, cls, prefix: str = ""):
 
 
 def _index_parser(sub, argparse) -> None:
-    p = sub.add_parser("index", help="build a passage index (BM25, and dense with --model)", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("index", help="build a passage index (BM25, and dense with --model)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     build = p.add_subparsers(dest="action", required=True).add_parser(
         "build", help="build an index directory", epilog=_epilog(False),
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -331,8 +331,8 @@ def _corpus_arguments(parser, model_help: str) -> None:
 
 
 def _realm_parser(actions, argparse) -> None:
-    r = actions.add_parser("realm", help="REALM pretraining: salient-span MLM marginalised over retrieved passages",
-                           epilog=_epilog(True, encoder=False),
+    r = actions.add_parser("realm", help="REALM pretraining: salient-span MLM marginalised over "
+                           "retrieved passages", epilog=_epilog(True, encoder=False),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     _corpus_arguments(r, "the knowledge-augmented encoder to start from")
     said(r.add_argument("--retriever", help="Embed_input / Embed_doc to start from"), "--model")
@@ -378,8 +378,8 @@ def add_parsers(sub) -> None:
     said(p.add_argument("--model", dest="query_model", metavar="DIR", help="query encoder"),
          "the index's model")
     p.add_argument("--reader", help="an extractive reader directory (retrieve reader): answer from the top k")
-    p.add_argument("--rerank", metavar="DIR", help="a reranker (lmforge finetune --task rerank): re-order the "
-                   "retriever's top --candidates and keep the best --k")
+    p.add_argument("--rerank", metavar="DIR", help="a reranker (lmforge finetune --task rerank): re-order "
+                   "the retriever's top --candidates and keep the best --k")
     job_flags(p, QueryOptions, prefix=QUERY)
     p.set_defaults(func=cmd_query)
     actions = p.add_subparsers(dest="action")
@@ -387,10 +387,10 @@ def add_parsers(sub) -> None:
     _realm_parser(actions, argparse)
     _ict_parser(actions, argparse)
     _rag_parser(actions, argparse)
-    t = actions.add_parser("train", help="train DPR; recall@k vs BM25 and untrained",
-                                                   epilog=_epilog(True),
-                                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    _run_arguments(t, "builtin, gcide (a reverse dictionary: needs dict-gcide), or a SQuAD JSON / QA JSONL file")
+    t = actions.add_parser("train", help="train DPR; recall@k vs BM25 and untrained", epilog=_epilog(True),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    _run_arguments(t, "builtin, gcide (a reverse dictionary: needs dict-gcide), or a SQuAD JSON / QA "
+                      "JSONL file")
     t.add_argument("--hard-negatives", type=bounded(int, 0, MAX_HARD_NEGATIVES), default=1,
                    help="BM25 hard negatives per question")
     t.add_argument("--separate-encoders", action="store_true",

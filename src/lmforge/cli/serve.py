@@ -67,7 +67,8 @@ def checked(args) -> tuple:
         raise UsageError(f"--graceful-timeout {args.graceful_timeout}: seconds in (0, {MAX_GRACE:g}]")
     try:
         specs = parse_model_specs(args.model)
-        environment = allocator.restart_environment(args.malloc, dict(os.environ))  # one not installed: refused
+        # one not installed: refused
+        environment = allocator.restart_environment(args.malloc, dict(os.environ))
     except ValueError as err:
         raise UsageError(str(err)) from None
     sock = listen(args.host, args.port)  # before loading: a taken port costs nothing
@@ -127,7 +128,8 @@ def cmd_serve(args) -> None:
     app = create_app(models, limits, threads, args.workers)
     server, (host, port) = app.state.server, sock.getsockname()[:2]
     print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {server.n_workers} worker(s), "
-          f"threads {'+'.join(map(str, server.worker_threads))}; malloc {malloc}; page /, docs /docs)", flush=True)
+          f"threads {'+'.join(map(str, server.worker_threads))}; malloc {malloc}; page /, docs /docs)",
+          flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=args.graceful_timeout,
                             access_log=args.access_log)
     # after a drain, uvicorn raises the signal that stopped it again: the exit status says SIGTERM

@@ -98,12 +98,14 @@ def check_source(args) -> None:
 
 
 def _read_rerank(option: str, path, kind: str, columns, labelled: bool) -> list:
-    """Rerank records (tasks/rerank.py: JSONL of query, positive, negatives[, scores]); --columns has no say."""
+    """Rerank records (tasks/rerank.py: JSONL of query, positive, negatives[, scores]); --columns has no
+    say."""
     from lmforge.cli.common import UsageError
     from lmforge.tasks.rerank import read_rerank
 
     if columns:
-        raise UsageError("--columns: rerank records name their fields query, positive, negatives (and scores)")
+        raise UsageError("--columns: rerank records name their fields query, positive, negatives "
+                         "(and scores)")
     try:
         return read_rerank(path, labelled)
     except OSError as err:
@@ -216,7 +218,8 @@ def add_parsers(sub) -> None:
     """Add the finetune and evaluate sub-commands to the `lmforge` parser."""
     from lmforge.cli.options import options_epilog
 
-    p = sub.add_parser("finetune", help="fine-tune a model on a labelled task", epilog=options_epilog("finetune"),
+    p = sub.add_parser("finetune", help="fine-tune a model on a labelled task",
+                       epilog=options_epilog("finetune"),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--train", help="training file (.csv, .tsv, .jsonl; CoNLL for tagging, SQuAD JSON for qa)")

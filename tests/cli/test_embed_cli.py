@@ -19,14 +19,15 @@ def test_calibrate_refuses_an_out_it_would_not_write(tmp_path):
 
 
 def test_a_new_dotted_out_is_a_folder_and_a_file_suffix_is_refused_naming_out(tmp_path):
-    """--out NEWDIR.v2 was refused as a file of an unknown suffix: a new name whose suffix is no file's
-    (.txt, .json, ...) is the folder the embeddings go into; vectors.txt is still refused, in one line."""
+    """--out NEWDIR.v2 was refused as a file of an unknown suffix: a new name ending in a version or a date
+    is the folder the embeddings go into; any other suffix (vectors.txt, a mistyped emb.np) is refused, in
+    one line, never made a folder."""
     for name in ("NEWDIR.v2", "out.2024", "run.1.0"):
         assert embed_out(str(tmp_path / name)) == tmp_path / name / "embeddings.npy"
     assert embed_out(str(tmp_path / "e.NPY")) == tmp_path / "e.NPY"  # the file, not a folder of that name
-    for name in ("vectors.txt", "vectors.JSON", "v.jsonl", "v.csv"):
+    for name in ("vectors.txt", "vectors.JSON", "v.jsonl", "v.csv", "emb.np", "e.npyy", "run.v2b"):
         with pytest.raises(UsageError, match=rf"^--out {tmp_path / name}: a .npy file or a folder .*"
-                                             rf"no file suffix such as {name[name.index('.'):]}\)$"):
+                                             rf"without a suffix such as {name[name.index('.'):]}, or with a version: run\.v2\)$"):
             embed_out(str(tmp_path / name))
         line = cli_verdict(["embed", "--model", str(tmp_path / "no-model"), "a text"],
                            {"out": tmp_path / name})  # judged before the model is read

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -27,12 +28,9 @@ COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
               "task.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 # those whose checksums an lmforge DST's config.json records, as the job that wrote them records them
 VERIFIED = ("tokenizer.json", "tokenizer_config.json", "task.json")
-# suffixes of a file, not a folder: embed's new --out so named is refused (vectors.txt had been made a
-# folder holding embeddings.npy); any other dotted name (run.v2, out.2024) is a new folder
-FILE_SUFFIXES = frozenset((".txt", ".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".npz", ".pt", ".pth",
-                           ".bin", ".safetensors", ".pkl", ".pickle", ".parquet", ".arrow", ".feather", ".h5",
-                           ".hdf5", ".mat", ".vec", ".gz", ".zip", ".tar", ".bz2", ".xz", ".zst", ".html",
-                           ".htm", ".md", ".yaml", ".yml", ".log", ".dat"))
+# a new folder's name may end in a version or a date (run.v2, out.2024); any other suffix names a file
+# (vectors.txt, a mistyped emb.np), which embed refuses rather than make a folder of that name
+FOLDER_SUFFIX = re.compile(r"\.v?\d+")
 
 
 def cmd_inspect(args) -> None:
@@ -294,9 +292,9 @@ def embed_out(out: str | None) -> Path | None:
         not_a_link(path, "folder", "--out")  # the file goes into the folder: never through a link to one
         if path.exists() and not path.is_dir():
             raise UsageError(f"--out {out}: exists and is not a folder (give FILE.npy or a folder)")
-        if path.suffix.lower() in FILE_SUFFIXES and not path.is_dir():  # a file's name, not a new folder's
-            raise UsageError(f"--out {out}: a .npy file or a folder (an existing one, or a new one whose "
-                             f"name ends in no file suffix such as {path.suffix})")
+        if path.suffix and not FOLDER_SUFFIX.fullmatch(path.suffix) and not path.is_dir():
+            raise UsageError(f"--out {out}: a .npy file or a folder (an existing one, or a new one named "
+                             f"without a suffix such as {path.suffix}, or with a version: run.v2)")
         path = path / "embeddings.npy"
     if path.is_dir():
         raise UsageError(f"--out {out}: {path} is a folder, not a file to write")

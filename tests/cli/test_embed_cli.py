@@ -27,7 +27,8 @@ def test_a_new_dotted_out_is_a_folder_and_a_file_suffix_is_refused_naming_out(tm
     assert embed_out(str(tmp_path / "e.NPY")) == tmp_path / "e.NPY"  # the file, not a folder of that name
     for name in ("vectors.txt", "vectors.JSON", "v.jsonl", "v.csv", "emb.np", "e.npyy", "run.v2b"):
         suffix = name[name.index('.'):]
-        said = rf"^--out {tmp_path / name}: a .npy file or a folder .*such as {suffix}, or with a version: run\.v2\)$"
+        said = rf"^--out {tmp_path / name}: a .npy file or a folder .*such as {suffix}, or with a version: " \
+               r"run\.v2\)$"
         with pytest.raises(UsageError, match=said):
             embed_out(str(tmp_path / name))
         line = cli_verdict(["embed", "--model", str(tmp_path / "no-model"), "a text"],

@@ -316,6 +316,13 @@ def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_fo
                 as err:
             encode_split(task, [{**gold[0], "line": 1}], source, trained=True)
         assert err.value.field == field  # Python's records: the split's argument
+    from lmforge.tasks.finetune import finetune
+    from lmforge.train import TrainConfig
+
+    with pytest.raises(OptionsError, match=r"^train: line 1: label 4.5 is outside") as err:  # through the job
+        finetune(tiny(), tokenizer(), "regression", gold[:1], None, tmp_path / "o", TrainConfig(steps=1),
+                 TaskConfig(activation="sigmoid"))
+    assert err.value.field == "train"
     # the caller says whether records are trained on, not the split's display name
     assert len(encode_split(task, [{**gold[0], "line": 1}], "training")) == 1
     with pytest.raises(ValueError, match=r"held out: line 1: label 4.5 is outside"):

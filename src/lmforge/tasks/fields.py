@@ -34,11 +34,12 @@ SPAN_GOLD = ("tags", "answers", "id")
 
 class Records(list):
     """Records read from one file, which they remember (`source`) so that an error about one of them,
-    found later (an unknown label when encoding), can name the file and not just the line."""
+    found later (an unknown label when encoding), can name the file and not just the line; records given
+    in Python remember the argument they came in (`field`: "train"), which such an error names."""
 
-    def __init__(self, records=(), source="") -> None:
+    def __init__(self, records=(), source="", field: str | None = None) -> None:
         super().__init__(records)
-        self.source = str(source)
+        self.source, self.field = str(source), field
 
 
 def record_list(records, source: str) -> list:
@@ -80,8 +81,8 @@ def given_records(records, kind: str, source: str, labelled: bool = True) -> lis
         # a record that says its own line (a file's, read before; the built-in tasks') keeps it
         rows.append((row["line"] if type(row.get("line")) is int else n, row))
     if kind in SPAN_FIELDS:
-        return Records(span_rows(rows, source, kind, labelled, field=source), source)
-    return Records(canonical_rows(rows, source, kind, {}, labelled, hint=False, field=source), source)
+        return Records(span_rows(rows, source, kind, labelled, field=source), source, source)
+    return Records(canonical_rows(rows, source, kind, {}, labelled, hint=False, field=source), source, source)
 
 
 def as_record(item):

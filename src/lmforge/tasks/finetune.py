@@ -30,7 +30,7 @@ from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import Task, check_read, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
-from lmforge.tasks.fields import given_records, record_list, training_records
+from lmforge.tasks.fields import Records, given_records, record_list, training_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 # task_info is named here too: the jobs and commands import it from this module
 from lmforge.tasks.reference import (ONE_SCORE, check_kind, default_labels, fine_tuned_for, own_kind,
@@ -183,10 +183,9 @@ def encode_split(task: Task, records: list, source: str, *, trained: bool = Fals
         if trained:
             task.check_trainable(records)
         return task.encode_all(records)
-    except ValueError as err:  # the file the records came from, where known (else the split: its field)
-        where = source_of(records, source)
-        field = None if where != source else {"training": "train"}.get(source, source)
-        raise OptionsError(f"{where}: {err}", field) from None
+    except ValueError as err:  # the file the records came from, where known (else the argument they came in)
+        field = records.field if isinstance(records, Records) else {"training": "train"}.get(source, source)
+        raise OptionsError(f"{source_of(records, source)}: {err}", field) from None
 
 
 class Validator:

@@ -90,7 +90,7 @@ def test_a_run_writes_its_exact_match_and_a_resumed_one_ends_where_it_does(tiny,
     (["--k", "185"], "--k 185: more than the 184 passages"),  # after the passages are read, before training
     (["--max-new-tokens", "64"], "--max-new-tokens 64: the answer and its start token are more than"),
     # each within its bounds, together past the generator's tokens in one pass
-    (["--k", "1000", "--num-beams", "64"], "--k 1000: with num_beams=64, batch_size=32"),
+    (["--k", "1000", "--num-beams", "64"], "--k 1000: with num_beams=64, batch_size=32, max_len=64"),
 ])
 def test_a_bad_option_is_one_line_naming_its_flag_and_nothing_is_trained(tiny, tmp_path, capsys, flags, said):
     flags = [f.format(tmp=tmp_path) for f in flags]
@@ -119,16 +119,24 @@ def test_the_python_job_refuses_what_the_command_refuses_naming_the_field(tiny, 
 
 
 def test_the_generators_tokens_in_one_pass_are_bounded_jointly_before_any_work(tiny, tmp_path):
-    from lmforge.retrieval.job_options import MAX_GENERATOR_TOKENS, generator_tokens
+    from lmforge.retrieval.job_options import MAX_GENERATOR_TOKENS, check_rag_cost, generator_tokens
 
     # RAG-Sequence's Thorough Decoding scores k x k x num_beams candidate rows of one question at once
     thorough = RagOptions(kind="sequence", k=200, num_beams=8, max_len=64, max_new_tokens=8)
-    assert generator_tokens(thorough, 1) == 200 * 200 * 8 * 72 > MAX_GENERATOR_TOKENS
+    # a row's answer: max_new_tokens decoded, or a training answer's 16 pieces, whichever is more
+    assert generator_tokens(thorough, 1) == 200 * 200 * 8 * (64 + 16) > MAX_GENERATOR_TOKENS
     fast = RagOptions(kind="sequence", decoding="fast", k=200, num_beams=8, max_len=64, max_new_tokens=8)
-    assert generator_tokens(fast, 1) == 200 * 8 * 72 <= MAX_GENERATOR_TOKENS
-    assert generator_tokens(RagOptions(k=0), 32) == 32 * (96 + 8)  # closed-book: the question alone
+    assert generator_tokens(fast, 1) == 200 * 8 * (64 + 16) <= MAX_GENERATOR_TOKENS
+    assert generator_tokens(RagOptions(k=0, max_new_tokens=20), 32) == 32 * (96 + 20)  # closed-book: one row
+    # within the tokens, the answer scores over the vocabulary are bounded once the generator is known
+    wide = RagOptions(k=100, max_len=16, max_new_tokens=1)
+    check_rag_cost(wide, 1024)
+    with pytest.raises(OptionsError, match="scores of answer tokens over the generator's 30,000 ids") as err:
+        check_rag_cost(wide, 1024, vocab_size=30_000)
+    assert err.value.field == "k"
     with pytest.raises(OptionsError, match="generator tokens in one pass") as err:
-        rag_job.run_rag(str(tiny), tmp_path / "o", TrainConfig(steps=1), generator="bart-tiny", options=thorough)
+        rag_job.run_rag(str(tiny), tmp_path / "o", TrainConfig(steps=1), generator="bart-tiny",
+                        options=thorough)
     assert err.value.field == "k" and not (tmp_path / "o").exists()
 
 

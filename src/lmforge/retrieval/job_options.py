@@ -12,6 +12,8 @@ from lmforge.generate.options import GenerationOptions
 from lmforge.retrieval.passages import MAX_WORDS, WORDS
 from lmforge.retrieval.rag_decode import DECODINGS, check_fast
 
+ANSWER_PIECES = 16  # of a training answer, its [SEP] included (rag_train.rag_examples cuts to this)
+
 METHODS = ("dense", "bm25")
 BACKENDS = ("torch", "faiss")
 MAX_CANDIDATES = 1000  # passages one query's reranking scores
@@ -22,6 +24,7 @@ MAX_QUERY_CHARS = 65_536  # characters of one query: tokenized whole before a de
 # tokens RAG's generator holds in one pass (rows x (max_len + max_new_tokens)): each of k, num_beams,
 # max_len and the batch is bounded alone, and their product is what memory pays for
 MAX_GENERATOR_TOKENS = 1 << 22
+MAX_GENERATOR_LOGITS = 1 << 31  # its scores of answer tokens over the vocabulary (8 GiB in fp32)
 
 
 @dataclass(frozen=True)
@@ -131,21 +134,37 @@ def options_of(cls, options):
     return with_changes(cls, options, None, cls.__name__)
 
 
-def generator_tokens(options: RagOptions, batch_size: int) -> int:
-    """Tokens RAG's generator holds in its largest pass: a batch's questions x k passages x num_beams rows
-    (training, beam search), or one question's k x k x num_beams candidate rows (Thorough Decoding)."""
+def generator_rows(options: RagOptions, batch_size: int) -> int:
+    """Rows of RAG's generator in its largest pass: a batch's questions x k passages x num_beams (training,
+    beam search), or one question's k x k x num_beams candidate rows (Thorough Decoding)."""
     k = max(1, options.k)  # k 0: the question alone, one row
     rows = batch_size * k * options.num_beams
     if options.kind == "sequence" and options.decoding == "thorough":
         rows = max(rows, k * k * options.num_beams)
-    return rows * (options.max_len + options.max_new_tokens)
+    return rows
 
 
-def check_rag_cost(options: RagOptions, batch_size: int) -> None:
-    """An OptionsError naming k where the generator's largest pass holds more than MAX_GENERATOR_TOKENS."""
-    tokens = generator_tokens(options, batch_size)
+def answer_tokens(options: RagOptions) -> int:
+    """A decoder row's tokens at most: a decoded answer's, or a training answer's (ANSWER_PIECES)."""
+    return max(options.max_new_tokens, ANSWER_PIECES)
+
+
+def generator_tokens(options: RagOptions, batch_size: int) -> int:
+    """Tokens RAG's generator holds in its largest pass: each row's input and answer (generator_rows)."""
+    return generator_rows(options, batch_size) * (options.max_len + answer_tokens(options))
+
+
+def check_rag_cost(options: RagOptions, batch_size: int, vocab_size: int = 0) -> None:
+    """An OptionsError naming k where the generator's largest pass holds more than MAX_GENERATOR_TOKENS
+    tokens, or (its vocabulary known) more than MAX_GENERATOR_LOGITS scores of answer tokens."""
+    tokens, rows = generator_tokens(options, batch_size), generator_rows(options, batch_size)
+    logits = rows * answer_tokens(options) * vocab_size
+    said = (f"k={options.k} with num_beams={options.num_beams}, batch_size={batch_size}, "
+            f"max_len={options.max_len} and max_new_tokens={options.max_new_tokens}")
+    hint = "lower k, num_beams, batch_size, max_len or max_new_tokens"
     if tokens > MAX_GENERATOR_TOKENS:
-        raise OptionsError(f"k={options.k} with num_beams={options.num_beams}, batch_size={batch_size} and "
-                           f"max_len + max_new_tokens={options.max_len + options.max_new_tokens}: "
-                           f"{tokens:,} generator tokens in one pass, more than {MAX_GENERATOR_TOKENS:,}; "
-                           "lower k, num_beams, batch_size or max_len", "k")
+        raise OptionsError(f"{said}: {tokens:,} generator tokens in one pass, more than "
+                           f"{MAX_GENERATOR_TOKENS:,}; {hint}", "k")
+    if logits > MAX_GENERATOR_LOGITS:
+        raise OptionsError(f"{said}: {logits:,} scores of answer tokens over the generator's {vocab_size:,} "
+                           f"ids in one pass, more than {MAX_GENERATOR_LOGITS:,}; {hint}", "k")

@@ -92,6 +92,7 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     encoder = BiEncoder.from_dir(retriever).separate()
     model, tok = make_generator(generator, encoder, options.max_len, cfg.seed)
     check_generator(model, options, len(passages))
+    check_rag_cost(options, cfg.batch_size, model.config.vocab_size)  # the vocabulary known: answer scores
     vectors = encoder.encode([passage_text(p) for p in passages], passage=True)
     objective = RAGObjective(model, encoder, vectors, passage_tokens(encoder, passages, tok), options.k,
                              options.kind, options.max_len, tokenizer=tok, seed=cfg.seed)

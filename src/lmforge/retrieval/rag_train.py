@@ -19,6 +19,7 @@ from lmforge.objectives.base import IGNORE, Loss, Objective, pad
 from lmforge.objectives.seq2seq import add_decoder_inputs
 from lmforge.retrieval.dpr import BiEncoder, pad_batch
 from lmforge.retrieval.heads import head_or_new, seeded_heads
+from lmforge.retrieval.job_options import ANSWER_PIECES
 from lmforge.retrieval.rag import rag_loss, rag_sequence_log_likelihood
 from lmforge.retrieval.rag_decode import check_decoding, fast_scores, passage_beams, token_beam_search
 
@@ -190,7 +191,7 @@ def rag_examples(retriever: BiEncoder, records: list, tokenizer=None) -> list:
     sep = tok.special_id("sep")
     return [{"question": retriever.ids(r["question"]),
              "source": tok.encode(r["question"], add_special_tokens=False).ids[:QUESTION_PIECES],
-             "labels": tok.encode(r["answers"][0], add_special_tokens=False).ids[:15] + [sep]}
+             "labels": tok.encode(r["answers"][0], add_special_tokens=False).ids[:ANSWER_PIECES - 1] + [sep]}
             for r in records]
 
 

@@ -8,6 +8,7 @@ import torch
 
 from lmforge.config import SPECIAL_TOKENS, ConfigError
 from lmforge.convert.keymap import Rule, linear
+from lmforge.io.labels import n_labels
 
 # reference activation names -> lmforge ffn values (non-gated)
 # gelu_python: the same exact (erf) GELU, written in Python
@@ -95,11 +96,6 @@ def check_copies(tensors: dict, source: str, copies: tuple, what: str = "token t
         if name in tensors and source in tensors and not torch.equal(tensors[name], tensors[source]):
             raise ConfigError(f"the checkpoint's {name} differs from {source}: lmforge has one {what} "
                               "where the reference would keep both", name)
-
-
-def n_labels(hf: dict) -> int:
-    """Number of labels of a reference classification config."""
-    return len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
 
 
 def decoder_task_heads(prefix: str, qa: bool = True) -> dict:

@@ -74,8 +74,9 @@ def cross_encoder(hf: dict) -> str | None:
     return "sbert_ce_default_activation_function" if hf.get("sbert_ce_default_activation_function") else None
 
 
-def _outputs(hf: dict) -> int:
-    """A config's number of outputs as transformers counts it: id2label's, else num_labels, else 2."""
+def n_labels(hf: dict) -> int:
+    """A reference config's number of outputs as transformers counts it: id2label's, else num_labels,
+    else 2."""
     id2label = hf.get("id2label")
     if isinstance(id2label, dict) and id2label:
         return len(id2label)
@@ -97,7 +98,7 @@ def cross_encoder_activation(where, hf: dict) -> str | None:
     else:
         named = hf.get("sbert_ce_default_activation_function")
     if named is None:  # CrossEncoder.get_default_activation_fn: by its number of labels
-        return "sigmoid" if _outputs(hf) == 1 else "identity"
+        return "sigmoid" if n_labels(hf) == 1 else "identity"
     kind = str(named).rsplit(".", 1)[-1].lower()
     return kind if kind in ACTIVATIONS else str(named)[:200]
 

@@ -64,8 +64,8 @@ class TaskConfig:
     freeze_embeddings: bool = option(False, "keep the embeddings fixed")
     freeze_layers: int = option(0, "keep the first k blocks fixed", low=0, high=10_000)
     freeze_backbone: bool = option(False, "train the head only (feature-based use)")
-    layer_decay: float = option(1.0, "layer-wise lr decay: each layer down from the top multiplies lr by it; 1: off",
-                                low=0, high=1, open_low=True)
+    layer_decay: float = option(1.0, "layer-wise lr decay: each layer down from the top multiplies lr by it; "
+                                "1: off", low=0, high=1, open_low=True)
     patience: int = option(0, "evaluations without a better primary metric before stopping; 0: never",
                            low=0, high=10 ** 6)
     keep_best: bool = option(True, "write OUT/best at every new best validation score")
@@ -73,7 +73,8 @@ class TaskConfig:
     # encoder-decoders on cls / pair / regression (tasks/text2text.py): True casts the task as text (T5),
     # False uses the classification head (BART's); None: the head where the reference has one, else text
     text_to_text: Optional[bool] = option(None, "encoder-decoders: true (as text), false (head), null: auto")
-    prefix: Optional[str] = option(None, "text-to-text task prefix (\"sst2\"); null: the task kind (seq2seq: no prefix)")
+    prefix: Optional[str] = option(None, "text-to-text task prefix (\"sst2\"); null: the task kind "
+                                   "(seq2seq: no prefix)")
     # extractive QA (tasks/qa.py QATask): windows over long contexts and answer decoding
     doc_stride: Optional[int] = option(None, "qa: tokens shared by consecutive windows; null: max_len // 3",
                                        low=1, high=65536)
@@ -82,7 +83,8 @@ class TaskConfig:
     n_best: int = option(20, "qa: start and end candidates paired per window", low=1, high=1000)
     max_answer_len: int = option(30, "qa: longest answer, in tokens", low=1, high=65536)
     unanswerable: Optional[bool] = option(None, "qa: null answers; null: on once a record has none (SQuAD 2)")
-    null_threshold: float = option(0.0, "qa: how much the null score must beat the best span's", low=-1e6, high=1e6)
+    null_threshold: float = option(0.0, "qa: how much the null score must beat the best span's",
+                                   low=-1e6, high=1e6)
     threshold: float = option(0.5, "multilabel: a label is predicted where its sigmoid exceeds it",
                               low=0, high=1, open_low=True, open_high=True)
     # tagging (tasks/tagging.py): train on every sub-word's label, not only the first sub-word's
@@ -110,7 +112,8 @@ class TaskConfig:
             setattr(self, f.name, coerce(TaskConfig, f.name, getattr(self, f.name), OptionsError))
         check_options(self)
         if self.prefix is not None and len(self.prefix) > MAX_PREFIX:
-            raise OptionsError(f"prefix must be at most {MAX_PREFIX} characters, got {len(self.prefix)}", "prefix")
+            raise OptionsError(f"prefix must be at most {MAX_PREFIX} characters, got {len(self.prefix)}",
+                               "prefix")
 
     @classmethod
     def from_dict(cls, data: dict) -> "TaskConfig":

@@ -40,11 +40,12 @@ MASKED = -1e4  # a padding document's score: finite, so KL's 0 x log 0 stays 0 (
 class RerankOptions:
     """How a reranker trains: the loss, negatives per query, the distillation target, the temperature."""
 
-    loss: str = option("listwise", "rerank: bce (each pair), listwise (softmax over the query's documents) or "
-                       "distill (the records' teacher scores)", choices=("bce", "listwise", "distill"))
+    loss: str = option("listwise", "rerank: bce (each pair), listwise (softmax over the query's documents) "
+                       "or distill (the records' teacher scores)", choices=("bce", "listwise", "distill"))
     negatives: int = option(7, "rerank: negatives per query in training (the first ones of each record)",
                             low=1, high=MAX_DOCUMENTS - 1)
-    distill: str = option("mse", "rerank: distill by mse of the scores or kl of their softmax", choices=("mse", "kl"))
+    distill: str = option("mse", "rerank: distill by mse of the scores or kl of their softmax",
+                          choices=("mse", "kl"))
     temperature: float = option(1.0, "rerank: softmax temperature of listwise and kl", low=0.01, high=100)
 
     def __post_init__(self) -> None:
@@ -95,12 +96,14 @@ def rerank_record(where: str, row: dict, labelled: bool = True) -> dict:
                            f"negatives; it has {', '.join(map(repr, row))})")
     documents = [_text(where, "positive", row["positive"]), *_texts(where, "negatives", row["negatives"], 1)]
     scores = _teacher(where, row["scores"], len(documents)) if row.get("scores") is not None else None
-    return {"query": _text(where, "query", row["query"]), "documents": documents, "label": 0, "scores": scores}
+    return {"query": _text(where, "query", row["query"]), "documents": documents, "label": 0,
+            "scores": scores}
 
 
 def read_rerank(path, labelled: bool = True) -> Records:
     """The rerank records of a JSONL file, each with "line"."""
-    return Records([{**rerank_record(f"{path}:{n}", row, labelled), "line": n} for n, row in read_rows(path)], path)
+    return Records([{**rerank_record(f"{path}:{n}", row, labelled), "line": n}
+                    for n, row in read_rows(path)], path)
 
 
 @register
@@ -111,8 +114,8 @@ class RerankTask(SequenceTask):
     n_outputs = 1
     options = ("loss", "negatives", "distill", "temperature", "activation")
 
-    def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128, loss: str = "listwise",
-                 negatives: int = 7, distill: str = "mse", temperature: float = 1.0,
+    def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128,
+                 loss: str = "listwise", negatives: int = 7, distill: str = "mse", temperature: float = 1.0,
                  activation: str | None = None) -> None:
         settings = RerankOptions(loss, negatives, distill, temperature)  # checked, naming the field
         # how a score is read from the logit (pipelines/rerank.py Reranker): a CrossEncoder's, else sigmoid
@@ -173,8 +176,8 @@ class RerankTask(SequenceTask):
             loss = F.mse_loss(s[mask], batch["teacher"][mask])
         else:
             teacher = batch["teacher"].masked_fill(~mask, MASKED)
-            loss = F.kl_div(F.log_softmax(s / self.temperature, -1), F.softmax(teacher / self.temperature, -1),
-                            reduction="batchmean")
+            loss = F.kl_div(F.log_softmax(s / self.temperature, -1),
+                            F.softmax(teacher / self.temperature, -1), reduction="batchmean")
         return Loss(loss, {"accuracy": (s.argmax(-1) == first).float().mean().detach()})
 
     def predict(self, batch: dict) -> list:

@@ -122,16 +122,19 @@ def _assert_eager_softmax(model, ids, mask):
         allowed = torch.ones(1, 1, T, k.shape[2], dtype=torch.bool)
     else:
         pos = torch.arange(T)
-        allowed = pattern_mask(cfg, cfg.attention, pos, pos, False, model.encoder._global_tokens(None, B, T, "cpu"), 0)
+        allowed = pattern_mask(cfg, cfg.attention, pos, pos, False,
+                               model.encoder._global_tokens(None, B, T, "cpu"), 0)
         allowed = allowed & mask.bool()[:, None, None, :]
     scores = (q @ k.transpose(-1, -2) / cfg.head_dim ** 0.5).masked_fill(~allowed, float("-inf"))
     eager = torch.softmax(scores.double(), -1).float()
     rows = mask.bool()
     if cfg.global_projections:  # global rows: from the global projections over every real key
         gq, gk, _ = attn.global_qkv(x).view(B, T, 3, cfg.n_heads, -1).permute(2, 0, 3, 1, 4)
-        gs = (gq @ gk.transpose(-1, -2) / cfg.head_dim ** 0.5).masked_fill(~mask.bool()[:, None, None], -torch.inf)
+        gs = (gq @ gk.transpose(-1, -2) / cfg.head_dim ** 0.5).masked_fill(~mask.bool()[:, None, None],
+                                                                           -torch.inf)
         eager[:, :, :2] = torch.softmax(gs.double(), -1).float()[:, :, :2]
-    torch.testing.assert_close(probs.permute(0, 2, 1, 3)[rows], eager.permute(0, 2, 1, 3)[rows], atol=1e-6, rtol=0)
+    torch.testing.assert_close(probs.permute(0, 2, 1, 3)[rows], eager.permute(0, 2, 1, 3)[rows],
+                               atol=1e-6, rtol=0)
     outside = ~allowed.expand_as(probs).clone()
     if cfg.global_projections:
         outside[:, :, :2] = ~mask.bool()[:, None, None]

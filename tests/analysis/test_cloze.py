@@ -27,7 +27,8 @@ def tiny(preset, tokenizer):
 
 def test_masked_rows_put_one_mask_per_candidate_piece(tokenizers):
     tok = tokenizers["bert"]
-    probe = {"kind": "fact", "text": "Ana was born in [MASK].", "answer": "Tosk", "candidates": ["Tosk", "Velmora"]}
+    probe = {"kind": "fact", "text": "Ana was born in [MASK].", "answer": "Tosk",
+             "candidates": ["Tosk", "Velmora"]}
     for (ids, positions, target), cand in zip(_masked_rows(tok, probe), probe["candidates"]):
         pieces = tok.encode("in " + cand, add_special_tokens=False).ids[1:]
         assert target == pieces and [ids[p] for p in positions] == [tok.special_id("mask")] * len(pieces)
@@ -141,15 +142,18 @@ def test_scores_come_per_kind_per_group_and_overall(tokenizers):
     kinds = list(dict.fromkeys(p["kind"] for p in sample))
     assert list(out) == kinds + ["memory", "context", "all"]
     assert out["all"]["n"] == len(sample) == out["memory"]["n"] + out["context"]["n"]
-    assert out["copy"]["chance"] == pytest.approx(1 / 24) and out["agreement"]["chance_mrr"] == pytest.approx(0.75)
+    assert out["copy"]["chance"] == pytest.approx(1 / 24) and \
+        out["agreement"]["chance_mrr"] == pytest.approx(0.75)
     for scores in out.values():
         assert set(scores) == {"accuracy", "mrr", "margin", "margin_se", "chance", "chance_mrr", "n"}
         assert 0 <= scores["accuracy"] <= scores["mrr"] <= 1
     by_kind = sum(out[k]["margin"] * out[k]["n"] for k in kinds) / out["all"]["n"]
     assert out["all"]["margin"] == pytest.approx(by_kind)
-    one = [score_probes(tiny("bert-tiny", tok), tok, [p])["all"]["margin"] for p in sample if p["kind"] == "copy"]
+    one = [score_probes(tiny("bert-tiny", tok), tok, [p])["all"]["margin"]
+           for p in sample if p["kind"] == "copy"]
     spread = torch.tensor(one).std().item() / len(one) ** 0.5
-    assert out["copy"]["margin"] == pytest.approx(sum(one) / 3) and out["copy"]["margin_se"] == pytest.approx(spread)
+    assert out["copy"]["margin"] == pytest.approx(sum(one) / 3) and \
+        out["copy"]["margin_se"] == pytest.approx(spread)
     lines = compare(out, out)
     assert [line.split()[0] for line in lines] == ["context", "memory", "all"] and "MRR" in lines[-1]
 
@@ -169,10 +173,12 @@ def test_a_few_steps_on_a_pattern_raise_the_graded_measures(tokenizers):
     ids = torch.full((len(encoded), max(map(len, encoded))), tok.special_id("pad"))
     for row, e in enumerate(encoded):
         ids[row, : len(e)] = torch.tensor(e)
-    rows, at = torch.arange(len(ids)), torch.tensor([next(i for i, t in enumerate(e) if t in verbs) for e in encoded])
+    rows, at = torch.arange(len(ids)), torch.tensor([next(i for i, t in enumerate(e) if t in verbs)
+                                                     for e in encoded])
     corrupted, targets = ids.clone(), ids[rows, at]
     corrupted[rows, at] = tok.special_id("mask")
-    optimiser, attention = torch.optim.AdamW(model.parameters(), lr=3e-3), (ids != tok.special_id("pad")).long()
+    optimiser, attention = (torch.optim.AdamW(model.parameters(), lr=3e-3),
+                            (ids != tok.special_id("pad")).long())
     # 160 steps: at 80 the margin gained ranged 1.4-3.2 over the tokenizer's run-to-run vocabulary
     # orders (huggingface/tokenizers#1794), at 160 2.6-5.2 with accuracy 0.75-1.0 (16 probes)
     for _ in range(160):

@@ -28,8 +28,15 @@ def test_pooling_first_mean_last_on_a_hand_example():
         pool_words(hidden, word_ids, 3, "max")
 
 
-@pytest.mark.parametrize("spec, layers", [(None, [0, 1, 2, 3]), ("all", [0, 1, 2, 3]), ("mix", [0, 1, 2, 3]),
-                                          (2, [2]), ("1-3", [1, 2, 3]), ("0,3", [0, 3]), ("3,1-2", [1, 2, 3])])
+@pytest.mark.parametrize("spec, layers", [
+    (None, [0, 1, 2, 3]),
+    ("all", [0, 1, 2, 3]),
+    ("mix", [0, 1, 2, 3]),
+    (2, [2]),
+    ("1-3", [1, 2, 3]),
+    ("0,3", [0, 3]),
+    ("3,1-2", [1, 2, 3]),
+])
 def test_layer_selections(spec, layers):
     assert parse_layers(spec, 4) == layers
 

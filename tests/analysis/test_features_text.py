@@ -23,7 +23,8 @@ def test_elmo_features_are_its_word_layers_mixed_with_offsets():
     torch.testing.assert_close(found[0].features[0], 0.5 * (weights[:, None, None] * states).sum(0),
                                atol=1e-6, rtol=0)
     top = lmforge.features(["a dog"], model, layers=-1, pooling="mean")[0]
-    torch.testing.assert_close(top.features, model.word_layers([["a", "dog"]])[0][[-1]].mean(1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(top.features, model.word_layers([["a", "dog"]])[0][[-1]].mean(1),
+                               atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("fields, field", [({"layers": "7"}, "layers"), ({"pooling": "first"}, "pooling"),

@@ -46,7 +46,8 @@ def test_a_tagging_head_on_frozen_features_learns_the_tags():
     out = transfer(model, tok, "tagging", splits, layers="mix", config=FAST, seed=0)
     assert set(out["dev"]) == {"f1", "precision", "recall", "accuracy"}  # BIO: entity scores (seqeval)
     assert out["dev"]["f1"] > 0.8 and out["test"]["accuracy"] > 0.9
-    assert len(out["mix_weights"]) == model.config.n_layers + 1 and sum(out["mix_weights"]) == pytest.approx(1.0)
+    assert len(out["mix_weights"]) == model.config.n_layers + 1 and \
+        sum(out["mix_weights"]) == pytest.approx(1.0)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # frozen
     again = transfer(model, tok, "tagging", splits, layers="mix", config=FAST, seed=0)
     assert again == out
@@ -62,7 +63,8 @@ def test_a_classification_head_on_mean_pooled_words_learns_the_labels():
 
 def test_tags_that_are_not_chunks_are_scored_per_word():
     model, tok = tiny("bert-base").eval(), tokenizer("bert")
-    pos = [{"words": r["words"], "tags": ["PROPN" if t != "O" else "X" for t in r["tags"]]} for r in tagged(40, 3)]
+    pos = [{"words": r["words"], "tags": ["PROPN" if t != "O" else "X" for t in r["tags"]]}
+           for r in tagged(40, 3)]
     out = transfer(model, tok, "tagging", {"train": pos[:30], "dev": pos[30:]}, layers=0, config=FAST)
     assert set(out["dev"]) == {"accuracy", "f1"} and out["dev"]["accuracy"] > 0.8
 

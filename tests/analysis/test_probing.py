@@ -43,7 +43,8 @@ def test_control_labels_are_fixed_per_type_with_the_tasks_label_distribution():
     share = Counter(mapping.values())
     for label, p in (("NOUN", 0.6), ("VERB", 0.3), ("DET", 0.1)):
         assert abs(share[label] / len(types) - p) < 0.03
-    assert control_labels(types, labels, seed=1) == mapping and control_labels(types, labels, seed=2) != mapping
+    assert control_labels(types, labels, seed=1) == mapping and \
+        control_labels(types, labels, seed=2) != mapping
 
 
 def test_a_word_type_has_one_control_label_in_every_split(swept):
@@ -87,8 +88,8 @@ def test_task_items_words_and_pairs_and_truncation():
     record = {"words": ["the", "dog", "runs", "."], "upos": ["DET", "NOUN", "VERB", "PUNCT"],
               "heads": [1, 2, -1, 2], "deprels": ["det", "nsubj", "root", "punct"],
               "links": [["agreement", 1, 2, "subject"]]}
-    assert [i[:2] for i in task_items([record], [0, 4], "pos")] == [((0,), "DET"), ((1,), "NOUN"), ((2,), "VERB"),
-                                                                   ((3,), "PUNCT")]
+    assert [i[:2] for i in task_items([record], [0, 4], "pos")] == [((0,), "DET"), ((1,), "NOUN"),
+                                                                    ((2,), "VERB"), ((3,), "PUNCT")]
     assert task_items([record], [0, 4], "deps") == [((0, 1), "det", "the"), ((1, 2), "nsubj", "dog"),
                                                     ((3, 2), "punct", ".")]
     assert task_items([record, record], [0, 4, 8], "agreement")[1] == ((5, 6), "subject", "dog")
@@ -141,10 +142,12 @@ def test_a_seeded_sweep_reports_every_probe_and_repeats_exactly(swept):
                                                                                    pos[head]["control"])])
     assert pos["mlp"]["accuracy"][0] > pos["majority"] + 0.2  # word identity alone gives most tags
     assert sum(pos["cumulative"]["mix_weights"]) == pytest.approx(1.0)
-    assert len(first["tasks"]["distance"]["uuas"]) == 3 and 0 <= first["baselines"]["right_branching_uuas"] <= 1
+    assert len(first["tasks"]["distance"]["uuas"]) == 3 and \
+        0 <= first["baselines"]["right_branching_uuas"] <= 1
     assert first["baselines"]["layer0"]["pos"] == pos["mlp"]["accuracy"][0]
     report = summary(first)
-    assert set(report["checks"]) == {"pos_expected_layer_below_long_range", "uuas_points_above_right_branching"}
+    assert set(report["checks"]) == {"pos_expected_layer_below_long_range",
+                                     "uuas_points_above_right_branching"}
 
 
 def test_a_sweep_on_chosen_layers_names_them(swept):
@@ -192,7 +195,8 @@ def test_the_summary_reports_structural_scores_at_the_dev_chosen_layer():
 
 
 def test_batched_cumulative_scoring_matches_one_probe_per_prefix():
-    examples = {k: _layer_two_knows(n, s) for k, n, s in (("train", 600, 0), ("dev", 200, 1), ("test", 400, 2))}
+    examples = {k: _layer_two_knows(n, s)
+                for k, n, s in (("train", 600, 0), ("dev", 200, 1), ("test", 400, 2))}
     config = FitConfig(epochs=12, hidden=16, batch_size=64, lr=1e-2, mix_lr=5e-2, patience=4)
     batched = cumulative(examples, [0, 1, 2, 3], "mlp", config, seed=0, task="toy")
     alone = [mix_probe(examples, n, "mlp", config, seed=n)[0] for n in range(1, 5)]
@@ -208,7 +212,8 @@ def test_batched_cumulative_scoring_matches_one_probe_per_prefix():
 def test_each_prefix_mix_weighs_only_its_own_prefix():
     examples = _layer_two_knows(300, 0)
     probes = PrefixMixProbes(8, 2, 4, arity=1, head="linear")
-    assert torch.allclose(probes.mix.weights, torch.tril(torch.ones(4, 4)) / torch.arange(1, 5)[:, None])  # uniform
+    # uniform
+    assert torch.allclose(probes.mix.weights, torch.tril(torch.ones(4, 4)) / torch.arange(1, 5)[:, None])
     fit(probes, examples, examples, FitConfig(epochs=5, batch_size=32, mix_lr=0.1), seed=0)
     weights = probes.mix.weights
     assert (weights.triu(1) == 0).all() and torch.allclose(weights.sum(1), torch.ones(4))

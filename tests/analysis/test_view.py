@@ -52,7 +52,8 @@ def peaked_layer(T: int, H: int, layer: int, seed: int = 0) -> torch.Tensor:
 def peaked_maps(T=512, n_layers=24, H=16, dh=64) -> AttentionMaps:
     """A long input's maps, with q and k, every layer made on access."""
     tokens = ["[CLS]"] + [f"tok{i}" for i in range(T - 2)] + ["[SEP]"]
-    qk = lambda s: Lazy(n_layers, lambda l: torch.randn(H, T, dh, generator=torch.Generator().manual_seed(s + l)))
+    qk = lambda s: Lazy(n_layers, lambda l: torch.randn(H, T, dh,
+                                                        generator=torch.Generator().manual_seed(s + l)))
     group = AttentionGroup("self", tokens, tokens, list(range(n_layers)),
                            Lazy(n_layers, lambda l: peaked_layer(T, H, l)), qk(100), qk(200), dh ** -0.5)
     return AttentionMaps([group], title="peaked", segments=[0] * T, meta={"family": "bert"})
@@ -61,7 +62,8 @@ def peaked_maps(T=512, n_layers=24, H=16, dh=64) -> AttentionMaps:
 def decode(path):
     """(meta, {block id: bytes}) of a written page."""
     text = path.read_text(encoding="utf-8")
-    meta = json.loads(re.search(r'<script type="application/json" id="lmf-meta">(.*?)</script>', text, re.S)[1])
+    meta = json.loads(re.search(r'<script type="application/json" id="lmf-meta">(.*?)</script>', text,
+                                re.S)[1])
     blocks = {m[1]: base64.b64decode(m[2]) for m in
               re.finditer(r'<script type="application/octet-stream" id="([\w-]+)">([^<]*)</script>', text)}
     return meta, blocks
@@ -99,7 +101,8 @@ def test_small_maps_round_trip_exactly_in_float16(tmp_path):
     maps.groups[2].probs = [torch.softmax(torch.randn(3, 7, 5), -1) for _ in range(2)]
     maps.groups[2].keys = [k[:, :5] for k in maps.groups[2].keys]
     stats = write_html(maps, tmp_path / "v.html")
-    assert stats["top_k"] is None and not stats["truncated"] and stats["bytes"] == (tmp_path / "v.html").stat().st_size
+    assert stats["top_k"] is None and not stats["truncated"] and \
+        stats["bytes"] == (tmp_path / "v.html").stat().st_size
     meta, blocks = decode(tmp_path / "v.html")
     assert [G["name"] for G in meta["groups"]] == ["encoder", "decoder", "cross"]
     for g, group in enumerate(maps.groups):

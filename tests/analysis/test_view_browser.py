@@ -47,7 +47,8 @@ def model_page(preset: str, path: Path) -> Path:
         for name, p in model.named_parameters():
             if name.endswith(("attn.qkv.weight", "attn.q.weight", "attn.kv.weight")):
                 p.normal_(0, 0.3)
-    maps = attention_maps(model, tokenizer, "the red fox sat on the mat", pair="the old dog sat near the river")
+    maps = attention_maps(model, tokenizer, "the red fox sat on the mat",
+                          pair="the old dog sat near the river")
     write_html(maps, path)
     return path
 
@@ -80,7 +81,8 @@ def ink(pixels: np.ndarray, box: dict) -> int:
 
 def requests(browser: Pipe) -> list:
     """Every URL the page asked for since Network.enable."""
-    return [e["params"]["request"]["url"] for e in browser.events if e["method"] == "Network.requestWillBeSent"]
+    return [e["params"]["request"]["url"] for e in browser.events
+            if e["method"] == "Network.requestWillBeSent"]
 
 
 def open_browser(tmp_path: Path) -> Pipe:
@@ -113,7 +115,8 @@ def check_controls(result: dict, meta: dict) -> dict:
     assert by["pin"]["token"] == 1 and by["unpin"]["token"] == -1
     assert by["layer"]["layer"] == 1 and by["layer-prev"]["layer"] == 0
     assert by["head-off"]["heads"] == list(range(1, H)) and by["one-head"]["heads"] == [H - 1]
-    assert by["model"]["view"] == "model" and by["thumbnail"]["view"] == "head" and by["thumbnail"]["heads"] == [1]
+    assert by["model"]["view"] == "model" and by["thumbnail"]["view"] == "head" and \
+        by["thumbnail"]["heads"] == [1]
     assert by["neuron"]["view"] == "neuron" and by["neuron-head"]["head"] == 0
     assert by["token"]["token"] == last
     return by
@@ -125,13 +128,16 @@ def check_views(browser: Pipe, page: Path, group: str, blank: np.ndarray, views=
     drawn = {}
     for view in views:
         element = DRAWN[view]
-        visit(browser, f"{page.as_uri()}#view={view}&group={group}&token=1&check", "document.body.dataset.checksum")
-        box = browser.wait_for(f"JSON.stringify(document.getElementById('{element}').getBoundingClientRect())")
+        visit(browser, f"{page.as_uri()}#view={view}&group={group}&token=1&check",
+              "document.body.dataset.checksum")
+        box = browser.wait_for(f"JSON.stringify(document.getElementById('{element}')"
+                               ".getBoundingClientRect())")
         box = json.loads(box)
         pixels = screenshot(browser)
         assert pixels.shape == (HEIGHT, WIDTH, 3) and ink(blank, box) == 0
         drawn[view] = ink(pixels, box)
-        assert drawn[view] > 0.02 * (min(box["bottom"], HEIGHT) - box["top"]) * (box["right"] - box["left"]), view
+        assert drawn[view] > 0.02 * (min(box["bottom"], HEIGHT) - box["top"]) * \
+            (box["right"] - box["left"]), view
     return drawn
 
 
@@ -180,8 +186,10 @@ def test_512_tokens_24_layers_16_heads_open_from_ten_megabytes(tmp_path):
         result = run_selftest(browser, page)
         by = {s["action"]: s for s in result["steps"]}
         assert result["errors"] == [] and by["scroll"]["band"] > 0  # the head view draws a band of rows
-        for name in ("hover", "pin", "layer", "head-off", "one-head", "layer-prev", "scroll", "model", "thumbnail"):
-            assert by[name]["checksum"] != result["steps"][result["steps"].index(by[name]) - 1]["checksum"], name
+        for name in ("hover", "pin", "layer", "head-off", "one-head", "layer-prev", "scroll", "model",
+                     "thumbnail"):
+            assert by[name]["checksum"] != \
+                result["steps"][result["steps"].index(by[name]) - 1]["checksum"], name
             assert by[name]["ms"] < 5000, by[name]  # no control takes seconds at this size
         # q and k did not fit 10 MB here (the page's notes say so): the neuron view says so instead of drawing
         assert "does not hold" in value(browser, "document.getElementById('neuron-msg').textContent")

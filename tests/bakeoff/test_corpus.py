@@ -38,7 +38,8 @@ def test_entries_drop_the_database_header_and_clean_drops_markup(tmp_path):
     found = entries(write(tmp_path, "foldoc", FOLDOC))
     assert [head for head, _ in found] == ["ALGOL", "Ethernet"]
     text = clean(found[0][1])
-    assert text == "ALGOrithmic Language. An early, block structured language designed by an international committee."
+    assert text == "ALGOrithmic Language. An early, block structured language designed by an international " \
+        "committee."
     assert "<" not in clean(found[1][1]) and "Jargon File" not in clean(found[1][1])
 
 

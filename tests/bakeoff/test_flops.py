@@ -111,7 +111,8 @@ def test_electra_ablations_are_charged_for_the_generator_and_their_heads():
         assert charges["generator"] == rtd["generator"] and charges["discriminator"] == rtd["discriminator"]
     d, E = 256, 128
     assert replace["lm_head"] == pytest.approx(2 * RATE * T * lm_head_macs(d, E, V))
-    assert every["lm_head"] == pytest.approx(2 * T * lm_head_macs(d, E, V)) and every["copy_gate"] == 2 * T * d
+    assert every["lm_head"] == pytest.approx(2 * T * lm_head_macs(d, E, V)) and \
+        every["copy_gate"] == 2 * T * d
 
 
 def test_span_masking_without_sbo_is_not_charged_for_it():

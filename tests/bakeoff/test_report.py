@@ -13,7 +13,8 @@ from lmforge.bakeoff.results import stamped
 
 
 def rows(arm, values, task="sentiment"):
-    return [{"arm": arm, "seed": s, "task": task, "metric": "accuracy", "value": v} for s, v in enumerate(values)]
+    return [{"arm": arm, "seed": s, "task": task, "metric": "accuracy", "value": v}
+            for s, v in enumerate(values)]
 
 
 def test_summary_is_mean_and_sample_sd_over_seeds():

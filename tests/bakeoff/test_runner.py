@@ -52,29 +52,33 @@ def test_same_seed_same_numbers_and_an_interrupted_plan_resumes(tmp_path, tiny_p
     logged = []
     run_plan(plan, tmp_path / "b", log=logged.append)
     assert any("mlm seed 0: done already" in line for line in logged)
-    assert (tmp_path / "b" / "mlm" / "seed-0" / "pretrain" / "metrics.jsonl").stat().st_mtime_ns == mlm_metrics
+    assert (tmp_path / "b" / "mlm" / "seed-0" / "pretrain" / "metrics.jsonl").stat().st_mtime_ns == \
+        mlm_metrics
     assert _values(tmp_path / "a") == _values(tmp_path / "b")  # resumed to the same numbers
     assert json.loads((tmp_path / "b" / "schedule.json").read_text())["electra"]["steps"] > 1
 
 
 @pytest.mark.slow
-def test_a_checkpoint_continued_and_fine_tuned_as_it_is_and_a_preset_from_scratch(tmp_path, tiny_plan, one_thread):
+def test_a_checkpoint_continued_and_fine_tuned_as_it_is_and_a_preset_from_scratch(tmp_path, tiny_plan,
+                                                                                   one_thread):
     first = dict(tiny_plan, arms=tiny_plan["arms"][:1], claims=[])
     run_plan(check_plan(first), tmp_path / "a", log=lambda line: None)
     checkpoint = str(tmp_path / "a" / "mlm" / "seed-0" / "pretrain" / "final")
     arms = [{"name": "none", "objective": "mlm", "model": checkpoint, "pretrain": False},
-            {"name": "scratch", "objective": "mlm", "preset": "bert-tiny", "overrides": tiny_plan["arms"][0]["overrides"],
-             "pretrain": False},
-            {"name": "more", "objective": "mlm", "model": checkpoint, "corpus": {"source": "builtin", "documents": 60,
-                                                                                  "seed": 1}}]
-    plan = check_plan(dict(first, arms=arms, claims=[{"better": "more", "worse": "none", "task": "sentiment"}]))
+            {"name": "scratch", "objective": "mlm", "preset": "bert-tiny",
+             "overrides": tiny_plan["arms"][0]["overrides"], "pretrain": False},
+            {"name": "more", "objective": "mlm", "model": checkpoint,
+             "corpus": {"source": "builtin", "documents": 60, "seed": 1}}]
+    plan = check_plan(dict(first, arms=arms,
+                           claims=[{"better": "more", "worse": "none", "task": "sentiment"}]))
     rows = {r["arm"]: r for r in run_plan(plan, tmp_path / "b", log=lambda line: None)}
     a = read_results(tmp_path / "a")[0]
     assert rows["none"]["metrics"] == a["metrics"]  # the same model fine-tuned with the same seed
     assert rows["none"]["pretrain_flops"] == 0 and rows["more"]["pretrain_steps"] > 0
     assert not (tmp_path / "b" / "none" / "seed-0" / "pretrain").exists()
     assert (tmp_path / "b" / "more" / "seed-0" / "pretrain" / "final" / "config.json").is_file()
-    assert rows["scratch"]["pretrain_steps"] == 0 and (tmp_path / "b" / "scratch" / "seed-0" / "sentiment" / "best").is_dir()
+    assert rows["scratch"]["pretrain_steps"] == 0 and \
+        (tmp_path / "b" / "scratch" / "seed-0" / "sentiment" / "best").is_dir()
 
 
 def _fake_training(monkeypatch) -> tuple:
@@ -216,7 +220,8 @@ def test_the_corpus_and_tokenizer_a_plan_built_are_verified_on_every_rerun(tmp_p
     assert file.read_bytes() == built
 
 
-def test_each_row_records_the_hardware_its_pretraining_and_fine_tuning_ran_on(tmp_path, tiny_plan, monkeypatch):
+def test_each_row_records_the_hardware_its_pretraining_and_fine_tuning_ran_on(tmp_path, tiny_plan,
+                                                                               monkeypatch):
     """The pretraining's device is kept in its done.json (a rerun that keeps it names the device it ran on,
     not this process's), the fine-tuning's is this process's."""
     from lmforge.bakeoff import runner
@@ -225,7 +230,8 @@ def test_each_row_records_the_hardware_its_pretraining_and_fine_tuning_ran_on(tm
     monkeypatch.setattr(runner, "hardware", lambda device="auto": f"device {device} here")
     tiny_plan["finetune"]["device"] = "cpu"
     rows = run_plan(check_plan(tiny_plan), tmp_path, log=lambda line: None)
-    assert [r["hardware"] for r in rows] == [{"pretrain": "device auto here", "finetune": "device cpu here"}] * 2
+    assert [r["hardware"] for r in rows] == \
+        [{"pretrain": "device auto here", "finetune": "device cpu here"}] * 2
     done = json.loads((tmp_path / "mlm" / "seed-0" / "pretrain" / "done.json").read_text())
     assert done["hardware"] == "device auto here"
 

@@ -39,7 +39,8 @@ def page_meta(path) -> dict:
     """The page's embedded description (tokens, layers, heads, segments, notes)."""
     text = path.read_text(encoding="utf-8")
     assert "http://" not in text and "https://" not in text and not re.search(r"\b(src|href)\s*=", text)
-    return json.loads(re.search(r'<script type="application/json" id="lmf-meta">(.*?)</script>', text, re.S)[1])
+    return json.loads(re.search(r'<script type="application/json" id="lmf-meta">(.*?)</script>', text,
+                                re.S)[1])
 
 
 def test_attention_writes_the_page_and_figures(bert, tmp_path, capsys):
@@ -66,8 +67,10 @@ def test_an_encoder_decoder_shows_its_three_attentions(tmp_path):
     out = tmp_path / "view.html"
     assert main(["attention", "--model", t5, TEXT, "--pair", PAIR, "--layers", "1", "--out", str(out)]) == 0
     groups = {G["name"]: G for G in page_meta(out)["groups"]}
-    assert list(groups) == ["encoder", "decoder", "cross"] and all(G["layers"] == [1] for G in groups.values())
-    assert groups["cross"]["rows"] == groups["decoder"]["rows"] and groups["cross"]["cols"] == groups["encoder"]["cols"]
+    assert list(groups) == ["encoder", "decoder", "cross"] and \
+        all(G["layers"] == [1] for G in groups.values())
+    assert groups["cross"]["rows"] == groups["decoder"]["rows"] and \
+        groups["cross"]["cols"] == groups["encoder"]["cols"]
     assert len(groups["cross"]["rows"]) != len(groups["cross"]["cols"])  # the pair is the decoder's input
 
 
@@ -110,7 +113,8 @@ def test_the_figure_draws_the_first_recorded_layer_by_default(bert, tmp_path, ca
 
 
 def test_a_missing_model_is_named(tmp_path, capsys):
-    assert main(["attention", "--model", str(tmp_path / "none"), TEXT, "--out", str(tmp_path / "v.html")]) == 2
+    assert main(["attention", "--model", str(tmp_path / "none"), TEXT,
+                 "--out", str(tmp_path / "v.html")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--model" in err and str(tmp_path / "none") in err
 

@@ -20,7 +20,8 @@ def test_a_bad_plan_exits_2_with_one_line_naming_the_field(tmp_path, capsys):
 
 def test_dry_run_prints_steps_within_two_percent_and_trains_nothing(tmp_path, capsys):
     (tmp_path / "p.json").write_text(json.dumps(TINY))
-    assert main(["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
+    assert main(["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"),
+                 "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["mlm", "electra"]
     schedule = json.loads((tmp_path / "o" / "schedule.json").read_text())
@@ -34,9 +35,11 @@ def test_a_dry_run_of_an_unbounded_plan_is_refused_at_once_naming_the_bound(tmp_
     for field, text in (("corpus.documents", "documents: 1000000000"), ("budget", "budget: .inf"),
                         ("budget", "budget: .nan")):
         plan = yaml.safe_dump(json.loads(json.dumps(TINY)))
-        plan = plan.replace("documents: 120", text) if field != "budget" else plan.replace("budget: 400000000.0", text)
+        plan = plan.replace("documents: 120", text) if field != "budget" else \
+            plan.replace("budget: 400000000.0", text)
         (tmp_path / "p.yaml").write_text(plan)
-        assert main(["bakeoff", "--plan", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+        assert main(["bakeoff", "--plan", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "o"),
+                     "--dry-run"]) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and field in err and "the bound on" in err, err
     assert not (tmp_path / "o").exists()  # refused before anything was prepared

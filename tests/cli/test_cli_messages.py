@@ -52,7 +52,8 @@ def refused(argv, capsys) -> str:
      "lmforge index build: error: unrecognized arguments: --zzz (see lmforge index build --help)"),
     # before the sub-command: lmforge's own, not the sub-command's
     (["--bogus", "presets"], "lmforge: error: unrecognized arguments: --bogus (see lmforge --help)"),
-    (["presets", "--bogus"], "lmforge presets: error: unrecognized arguments: --bogus (see lmforge presets --help)"),
+    (["presets", "--bogus"],
+     "lmforge presets: error: unrecognized arguments: --bogus (see lmforge presets --help)"),
 ])
 def test_an_unknown_flag_is_refused_by_its_own_sub_command(argv, said, capsys):
     with pytest.raises(SystemExit) as ended:

@@ -313,7 +313,8 @@ def test_inspect_takes_its_overrides_wherever_they_stand_among_its_flags(tmp_pat
 
     (tmp_path / "c.yaml").write_text("d_model: 64\nn_heads: 4\n")
     config = str(tmp_path / "c.yaml")
-    for args in (["bert-tiny", "--config", config, "d_model=96"], ["--config", config, "bert-tiny", "d_model=96"],
+    for args in (["bert-tiny", "--config", config, "d_model=96"],
+                 ["--config", config, "bert-tiny", "d_model=96"],
                  ["bert-tiny", "d_model=96", "--config", config]):
         assert main(["inspect", *args]) == 0, capsys.readouterr().err
         assert "d_model=96, d_ff=512, 4 heads x 24" in capsys.readouterr().out  # key=value over the file's

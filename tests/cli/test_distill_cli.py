@@ -39,8 +39,11 @@ def test_a_flag_wins_over_key_value_which_wins_over_the_config_file(tmp_path, mo
     assert evaluated_every(got.value.args[0], True).eval_every == 2
 
 
-@pytest.mark.parametrize("extra, named", [(["temperature=-1"], "temperature must be"), (["lr=0"], "lr must be"),
-                                          (["--student-layers", "0"], "--student-layers 0")])
+@pytest.mark.parametrize("extra, named", [
+    (["temperature=-1"], "temperature must be"),
+    (["lr=0"], "lr must be"),
+    (["--student-layers", "0"], "--student-layers 0"),
+])
 def test_a_bad_option_is_named_before_the_missing_teacher_or_files(tmp_path, monkeypatch, capsys, extra,
                                                                   named):
     monkeypatch.chdir(tmp_path)

@@ -42,8 +42,10 @@ def _refused(capsys, argv) -> str:
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--max-new-tokens", "0"], "--max-new-tokens 0: max_new_tokens must be an integer >= 1 and <= 4096, got 0"),
-    (["--max-new-tokens", "5000"], "--max-new-tokens 5000: max_new_tokens must be an integer >= 1 and <= 4096"),
+    (["--max-new-tokens", "0"],
+     "--max-new-tokens 0: max_new_tokens must be an integer >= 1 and <= 4096, got 0"),
+    (["--max-new-tokens", "5000"],
+     "--max-new-tokens 5000: max_new_tokens must be an integer >= 1 and <= 4096"),
     (["--num-beams", "0"], "--num-beams 0: num_beams must be an integer >= 1 and <= 64"),
     (["--num-beams", "1000000"], "--num-beams 1000000: num_beams must be an integer >= 1 and <= 64"),
     (["--top-k", "-1"], "--top-k -1: top_k must be an integer >= 0"),
@@ -141,8 +143,8 @@ def test_a_checkpoint_setting_that_contradicts_a_flag_is_refused_in_one_line(dir
     err = _refused(capsys, ["generate", "--model", str(path), "the cat", "--temperature", "0.7"])
     assert "--num-beams (the checkpoint's or the default): num_beams=3 with sampling" in err
     err = _refused(capsys, ["generate", "--model", str(path), "the cat", "--max-new-tokens", "5"])
-    assert "--min-new-tokens (the checkpoint's or the default): min_new_tokens=26 is more than max_new_tokens=5" \
-        in err
+    assert "--min-new-tokens (the checkpoint's or the default): min_new_tokens=26 is more than " \
+        "max_new_tokens=5" in err
     # a minimum typed replaces the checkpoint's other one (it had been refused as contradicting it)
     model, tok = lmforge.load(path), lmforge.load_tokenizer(path)
     ids = torch.tensor([tok.encode("the cat").ids])

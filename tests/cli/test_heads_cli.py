@@ -41,7 +41,8 @@ def test_python_and_the_command_line_refuse_the_same_heads_options(model, capsys
     with pytest.raises(OptionsError) as refused:
         HeadsOptions(**fields)
     assert refused.value.field == field
-    assert main(["heads", "--model", "model", "--data", "missing.jsonl", "--task", "cls", "--out", "o", *flags]) == 2
+    assert main(["heads", "--model", "model", "--data", "missing.jsonl", "--task", "cls", "--out", "o",
+                 *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and (f"--{field}" in err or "not both" in err), err
     assert sorted(p.name for p in model.parent.iterdir()) == ["afile", "model"]  # nothing written

@@ -50,8 +50,8 @@ def test_probe_on_the_builtin_treebank_writes_json_plot_and_table(model_dir, tmp
 def test_probe_on_a_conllu_file_offers_the_tasks_it_supports(model_dir, tmp_path, capsys):
     data = write_conllu(treebank(40, seed=1), tmp_path / "ud.conllu")
     out = tmp_path / "probe"
-    assert main(["probe", "--model", model_dir, "--data", str(data), "--tasks", "pos,distance", "--layers", "1-2",
-                 "--heads", "linear", "--no-control", "--out", str(out), *QUICK]) == 0
+    assert main(["probe", "--model", model_dir, "--data", str(data), "--tasks", "pos,distance",
+                 "--layers", "1-2", "--heads", "linear", "--no-control", "--out", str(out), *QUICK]) == 0
     strict = {"parse_constant": lambda word: pytest.fail(f"{word} is not JSON")}  # a browser's JSON.parse, jq
     result = json.loads((out / "probe.json").read_text(), **strict)
     assert list(result["tasks"]) == ["pos", "distance"] and result["layers"] == [1, 2]
@@ -59,7 +59,8 @@ def test_probe_on_a_conllu_file_offers_the_tasks_it_supports(model_dir, tmp_path
     printed = capsys.readouterr().out
     shown = json.loads(printed[printed.index("\n{") + 1:printed.rindex("}") + 1], **strict)  # the summary
     assert result["summary"]["pos"]["selectivity"] is None and shown["pos"]["selectivity"] is None
-    assert main(["probe", "--model", model_dir, "--data", str(data), "--tasks", "coref", "--out", str(out)]) == 2
+    assert main(["probe", "--model", model_dir, "--data", str(data), "--tasks", "coref",
+                 "--out", str(out)]) == 2
     assert "--tasks coref" in capsys.readouterr().err
 
 
@@ -91,7 +92,8 @@ def test_features_are_written_as_safetensors(model_dir, tmp_path):
 def test_the_summary_counts_in_the_right_number(model_dir, tmp_path, capsys, argv, said):
     """One text printed "(1 texts, ...)"."""
     argv = [write(tmp_path / "s.txt", "the dog runs .\n") if a == "{one}" else a for a in argv]
-    assert main(["features", "--model", model_dir, *argv, "--layers", "-1", "--out", str(tmp_path / "o")]) == 0
+    assert main(["features", "--model", model_dir, *argv, "--layers", "-1",
+                 "--out", str(tmp_path / "o")]) == 0
     assert said in capsys.readouterr().out
 
 
@@ -108,9 +110,10 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     lines = "".join(json.dumps({"text": t, "label": label}) + "\n"
                     for t, label in [("the dog runs", "a"), ("John sleeps", "b")] * 5)
     texts = write(tmp_path / "t.jsonl", lines)
-    assert main(["features", "--model", model_dir, "--task", "classification", "--train", texts, "--dev", texts,
-                 "--out", str(tmp_path / "cls"), *QUICK]) == 0
-    assert set(json.loads((tmp_path / "cls" / "metrics.json").read_text())["dev"]) == {"accuracy", "f1", "matthews"}
+    assert main(["features", "--model", model_dir, "--task", "classification", "--train", texts,
+                 "--dev", texts, "--out", str(tmp_path / "cls"), *QUICK]) == 0
+    assert set(json.loads((tmp_path / "cls" / "metrics.json").read_text())["dev"]) == \
+        {"accuracy", "f1", "matthews"}
 
 
 @pytest.mark.parametrize("argv, named", [
@@ -130,7 +133,8 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["probe", "--sentences", "20", "--max-len", "2"], "--max-len 2: a word needs 3 tokens at least"),
     (["probe", "--sentences", "20", "--max-len", "500"], "--max-len 500: more tokens than the model"),
     (["features"], "give --data FILE"),
-    (["features", "--task", "tagging", "--train", "x.conll"], "--task tagging needs --train FILE and --dev FILE"),
+    (["features", "--task", "tagging", "--train", "x.conll"],
+     "--task tagging needs --train FILE and --dev FILE"),
     (["features", "--data", "nowhere.txt"], "--data nowhere.txt: no such file"),
     (["features", "--data", "/dev/null"], "--data /dev/null: not a regular file"),  # said as missing
     (["features", "--data", "{bad}", "--layers", "all,1"], "--layers"),

@@ -201,8 +201,11 @@ def test_an_existing_model_folder_is_replaced_whole_and_said(tuned, tmp_path, ca
     assert (stale / "model.safetensors").is_file() and (tmp_path / "o" / "notes.txt").read_text() == "beside"
 
 
-@pytest.mark.parametrize("method, sparsity, field", [("magnitude", "1.5", "sparsity"), ("movement", "0", "sparsity"),
-                                                     ("soft-movement", "nan", "sparsity")])
+@pytest.mark.parametrize("method, sparsity, field", [
+    ("magnitude", "1.5", "sparsity"),
+    ("movement", "0", "sparsity"),
+    ("soft-movement", "nan", "sparsity"),
+])
 def test_python_and_the_command_line_refuse_the_same_sparse_options_before_any_work(tuned, tmp_path, capsys,
                                                                                     method, sparsity, field):
     from lmforge.compress.sparse_finetune import SparseConfig
@@ -217,8 +220,8 @@ def test_python_and_the_command_line_refuse_the_same_sparse_options_before_any_w
     assert not (tmp_path / "o").exists()  # not even prune_settings.json
 
 
-def test_sparse_options_have_no_default_method_or_sparsity_and_key_value_sets_the_schedule_only(tuned, tmp_path,
-                                                                                                capsys):
+def test_sparse_options_have_no_default_method_or_sparsity_and_key_value_sets_the_schedule_only(
+        tuned, tmp_path, capsys):
     from lmforge.compress.sparse_finetune import SCHEDULE, SparseConfig
     from lmforge.config.options import OptionsError
 
@@ -284,7 +287,8 @@ def test_a_flag_wins_over_key_value_and_the_config_file(tuned, tmp_path, monkeyp
     (tmp_path / "c.yaml").write_text("steps: 20\nseed: 7\nwarmup: 5\n")
     extra = ["--train", str(dev), "--valid", str(dev), "--config", str(tmp_path / "c.yaml")]
     with pytest.raises(Captured) as got:
-        _prune(model, dev, tmp_path / "a", "magnitude", "0.5", *extra, "--steps", "10", "--seed", "3", "warmup=1")
+        _prune(model, dev, tmp_path / "a", "magnitude", "0.5", *extra, "--steps", "10", "--seed", "3",
+               "warmup=1")
     # eval_every left to the run: a tenth of its steps where it validates (train.config.evaluated_every)
     given = got.value.args[0]
     assert [getattr(given, k) for k in ("steps", "seed", "warmup", "eval_every")] == [10, 3, 1, None]

@@ -275,7 +275,8 @@ def test_the_command_line_s_defaults_are_the_python_defaults():
 
     args = build_parser().parse_args(["quantize", "--model", "m", "--out", "o"])
     assert quantize_options(args) == QuantizeOptions()
-    args = build_parser().parse_args(["quantize", "--model", "m", "--out", "o", "--no-smooth", "--rounds", "2"])
+    args = build_parser().parse_args(["quantize", "--model", "m", "--out", "o", "--no-smooth",
+                                      "--rounds", "2"])
     assert quantize_options(args) == QuantizeOptions(alpha=None, rounds=2)
 
 
@@ -349,7 +350,8 @@ def test_calibration_text_is_read_only_as_far_as_its_kept_lines_and_bad_bytes_na
     path.write_bytes(b"\n".join(b"text %d" % n for n in range(CALIBRATION_TEXTS)) + b"\n\xff never read\n")
     assert _calibration(str(path)) == [f"text {n}" for n in range(CALIBRATION_TEXTS)]
     path.write_bytes(b"fine\n\n\xff bad\n")
-    with pytest.raises(UsageError, match=r"^--calibration .*c\.txt:3: not valid UTF-8 \(byte 0xff at column 1"):
+    with pytest.raises(UsageError,
+                       match=r"^--calibration .*c\.txt:3: not valid UTF-8 \(byte 0xff at column 1"):
         _calibration(str(path))
 
 

@@ -104,10 +104,11 @@ def test_flops_count_what_pruning_removed():
     prune_heads(model, {"encoder.0": [1, 2]})
     d, dh, keys = cfg.d_model, cfg.head_dim, 16
     assert full - flops_per_token(model.config, 16, lm_head=False) == 2 * 2 * (4 * d * dh + 2 * keys * dh)
-    prune_ffn(model, {k: torch.arange(m.down.in_features, dtype=torch.float) for k, m in ffn_modules(model).items()},
-              0.25)
+    prune_ffn(model, {k: torch.arange(m.down.in_features, dtype=torch.float)
+                      for k, m in ffn_modules(model).items()}, 0.25)
     removed = 2 * (cfg.d_ff - 48) * d * 2
-    assert full - flops_per_token(model.config, 16, lm_head=False) == 2 * 2 * (4 * d * dh + 2 * keys * dh) + 2 * removed
+    assert full - flops_per_token(model.config, 16, lm_head=False) == \
+        2 * 2 * (4 * d * dh + 2 * keys * dh) + 2 * removed
 
 
 def test_an_int8_model_is_refused_not_pruned_into_one_that_will_not_load():

@@ -260,4 +260,5 @@ def test_pruned_heads_of_the_wrong_type_is_one_line_naming_the_field(value):
         validate_pruned(SimpleNamespace(pruned_heads=value))  # the check itself, whatever runs before it
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="pruned_heads"):
-        lmforge.build("bert-base", n_layers=2, d_model=32, n_heads=2, d_ff=64, vocab_size=50, pruned_heads=value)
+        lmforge.build("bert-base", n_layers=2, d_model=32, n_heads=2, d_ff=64, vocab_size=50,
+                      pruned_heads=value)

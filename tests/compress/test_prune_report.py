@@ -152,14 +152,16 @@ def test_records_for_a_model_that_is_not_fine_tuned_are_refused_not_ignored(tmp_
 
 
 @pytest.mark.parametrize("preset", ["t5-small", "albert-base"])
-def test_heads_that_cannot_be_cut_are_refused_before_their_importance_is_estimated(tmp_path, monkeypatch, preset):
+def test_heads_that_cannot_be_cut_are_refused_before_their_importance_is_estimated(tmp_path, monkeypatch,
+                                                                                   preset):
     """T5's per-head position biases were refused only after the whole iterative importance curve ran."""
     import lmforge.compress.prune_report as prune_report
     from tests.tasks.core import saved_classifier, sentiment
 
     data = sentiment(40)["train"][:8]
     saved_classifier(tmp_path / "m", preset, "t5" if preset == "t5-small" else "bert", data, 16)
-    monkeypatch.setattr(prune_report, "pruning_curve", lambda *a, **k: pytest.fail("importance was estimated"))
+    monkeypatch.setattr(prune_report, "pruning_curve",
+                        lambda *a, **k: pytest.fail("importance was estimated"))
     with pytest.raises(ValueError, match="^--method heads: pruned_heads needs separate layers"):
         run_prune(tmp_path / "m", data, tmp_path / "out", "heads", 0.5)
     assert not (tmp_path / "out" / "model").exists()

@@ -25,7 +25,8 @@ def test_per_channel_scales_on_a_hand_example():
     w = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [127.0, 0.0, -63.5]])
     q, scale = quantise_per_channel(w)
     torch.testing.assert_close(scale, torch.tensor([2 / 127, 1.0, 1.0]))
-    # 0.5 / (2 / 127) = 31.75 -> 32; round half to even: 63.5 -> 64, -63.5 -> -64; the row's largest |w| maps to +-127
+    # 0.5 / (2 / 127) = 31.75 -> 32; round half to even: 63.5 -> 64, -63.5 -> -64;
+    # the row's largest |w| maps to +-127
     assert q.tolist() == [[64, -127, 32], [0, 0, 0], [127, 0, -64]]
     assert q.dtype == torch.int8
 
@@ -47,7 +48,8 @@ def test_every_kernel_stays_within_its_quantisation_bound(mode):
         assert mode == "dynamic" or "int8pack-bf16" in module.candidates()  # 96 columns: a multiple of 16
         for kernel in module.candidates():
             error = (module.run(kernel, x) - exact).abs()
-            assert (error <= (bound + rounding.get(kernel.removesuffix("-serial"), 0)) * 1.05 + 1e-4).all(), kernel
+            assert (error <= (bound + rounding.get(kernel.removesuffix("-serial"), 0))
+                    * 1.05 + 1e-4).all(), kernel
         assert (module(x) - exact).abs().max() <= ((bound + rounding["int8pack-bf16"]) * 1.05 + 1e-4).max()
 
 
@@ -266,7 +268,8 @@ def fine_tuned(tmp_path_factory):
 
     out, data = tmp_path_factory.mktemp("sst"), sentiment(100)
     finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], None, out,
-             TrainConfig(steps=4, batch_size=8, lr=3e-3, seed=0, log_every=100, progress=False), log=lambda *a: None)
+             TrainConfig(steps=4, batch_size=8, lr=3e-3, seed=0, log_every=100, progress=False),
+             log=lambda *a: None)
     return out / "final", data
 
 
@@ -293,7 +296,8 @@ def test_quantize_command_reports_and_the_model_evaluates(fine_tuned, tmp_path, 
     assert report["activation_bits"] in ((7, 8) if quantising else (None,))
     assert report["kernels"]  # the int8 layers were timed on their kernels, not on the autograd fallback
     assert report["after"]["bytes"] < report["before"]["bytes"]  # embeddings (most of a tiny model) stay fp32
-    assert report["after"]["parameters"] == report["before"]["parameters"] and report["after"]["int8_layers"] > 0
+    assert report["after"]["parameters"] == report["before"]["parameters"] and \
+        report["after"]["int8_layers"] > 0
     assert abs(report["after"]["metric"] - report["before"]["metric"]) <= 0.05
     assert "speed-up" in capsys.readouterr().out
     assert main(["evaluate", "--model", str(tmp_path / "q" / "model"), "--data", str(dev)]) == 0
@@ -334,10 +338,13 @@ def test_the_server_serves_quantised_models(tmp_path):
         attach(model, "lm")
         quantize(model).save(tmp_path / preset)
         tokenizer(family).save(tmp_path / preset)
-    app = create_app({"b": load_served("b", tmp_path / "bert-base"), "g": load_served("g", tmp_path / "gpt2")})
+    app = create_app({"b": load_served("b", tmp_path / "bert-base"),
+                      "g": load_served("g", tmp_path / "gpt2")})
     with TestClient(app) as client:
-        assert len(client.post("/embed", json={"texts": ["a good film"], "model": "b"}).json()["embeddings"]) == 1
-        assert client.post("/fill_mask", json={"text": "a good [MASK] .", "model": "b", "top_k": 2}).status_code == 200
+        assert len(client.post("/embed",
+                               json={"texts": ["a good film"], "model": "b"}).json()["embeddings"]) == 1
+        assert client.post("/fill_mask",
+                           json={"text": "a good [MASK] .", "model": "b", "top_k": 2}).status_code == 200
         reply = client.post("/generate", json={"prompt": "a good", "model": "g", "max_new_tokens": 3}).json()
         assert len(reply["token_ids"]) == 3
 

@@ -17,7 +17,8 @@ def test_a_fresh_run_after_a_killed_first_save_records_its_own_settings(tmp_path
     check_settings(tmp_path, {"--sparsity": 0.7, "--steps": 4}, resume=False)  # started afresh
     assert json.loads((tmp_path / SETTINGS).read_text())["--sparsity"] == 0.7
     check_settings(tmp_path, {"--sparsity": 0.7, "--steps": 4}, resume=True)  # the run's: accepted
-    with pytest.raises(ValueError, match="--sparsity 0.5 differs from the run being resumed .*--sparsity 0.7"):
+    with pytest.raises(ValueError,
+                       match="--sparsity 0.5 differs from the run being resumed .*--sparsity 0.7"):
         check_settings(tmp_path, {"--sparsity": 0.5, "--steps": 6}, resume=True)
 
 
@@ -57,9 +58,9 @@ def test_a_run_that_ends_before_the_sparsity_is_reached_is_refused_naming_end(st
     tokenizer().save(tmp_path / "m")
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in sentiment(40)["train"][:8]))
-    assert main(["prune", "--model", str(tmp_path / "m"), "--task", "cls", "--method", "magnitude", "--sparsity",
-                 "0.5", "--data", str(data), "--train", str(data), "--out", str(tmp_path / "o"), "--steps",
-                 str(steps), f"start={start}", f"end={end}", "progress=false"]) == 2
+    assert main(["prune", "--model", str(tmp_path / "m"), "--task", "cls", "--method", "magnitude",
+                 "--sparsity", "0.5", "--data", str(data), "--train", str(data), "--out", str(tmp_path / "o"),
+                 "--steps", str(steps), f"start={start}", f"end={end}", "progress=false"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "end=" in err and not (tmp_path / "o").exists()
 

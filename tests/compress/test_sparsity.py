@@ -179,8 +179,8 @@ def test_prune_command_fine_tunes_while_pruning(files, tmp_path, capsys, method)
 
 
 def test_prune_command_refuses_bad_input(files, tmp_path, capsys):
-    base = ["prune", "--model", str(files / "bert"), "--task", "cls", "--data", str(files / "validation.jsonl"),
-            "--out", str(tmp_path / "x")]
+    base = ["prune", "--model", str(files / "bert"), "--task", "cls",
+            "--data", str(files / "validation.jsonl"), "--out", str(tmp_path / "x")]
     assert main(base + ["--method", "movement", "--sparsity", "0.5"]) == 2  # no --train
     assert "--train" in capsys.readouterr().err
     train = ["--train", str(files / "train.jsonl"), "--steps", "2"]
@@ -237,7 +237,8 @@ def test_movement_masks_do_not_depend_on_the_scores_lr_from_constant_scores():
 
     small, big = train(1e-2), train(1e-1)
     torch.testing.assert_close(big[0], 10 * small[0], rtol=1e-4, atol=1e-7)
-    assert all(torch.equal(a, b) for a, b in zip(small[1], big[1])) and int(small[1][-1].sum()) == kept(48, 0.75)
+    assert all(torch.equal(a, b) for a, b in zip(small[1], big[1])) and \
+        int(small[1][-1].sum()) == kept(48, 0.75)
     torch.testing.assert_close(big[2], small[2])
 
 
@@ -327,7 +328,8 @@ def test_soft_movement_masks_follow_the_scores_past_the_schedule_and_into_the_ba
     assert changed >= 3  # at the final sparsity the masks still move with the scores
     expected = global_top_k()
     pruner.bake()
-    assert all(torch.equal(linear.weight.ne(0), e.bool()) for linear, e in zip(prunable(model).values(), expected))
+    assert all(torch.equal(linear.weight.ne(0), e.bool())
+               for linear, e in zip(prunable(model).values(), expected))
 
 
 def test_soft_movement_penalty_is_lambda_times_mean_sigmoid_ramped_with_the_schedule():

@@ -74,15 +74,18 @@ def test_distillation_loss_mixes_soft_and_hard_labels(teacher_dir):
     teacher = fine_tuned_task(teacher_dir / "teacher", records)
     student = make_task("cls", make_student(teacher, 2), teacher.tokenizer, records, TaskConfig(max_len=32),
                         teacher.labels).to(teacher.device)  # beside the teacher, on a GPU too
-    objective = TaskDistillation(student, teacher, DistillConfig(temperature=3.0, alpha=0.25, gamma=0.5)).eval()
+    objective = TaskDistillation(student, teacher,
+                                 DistillConfig(temperature=3.0, alpha=0.25, gamma=0.5)).eval()
     batch = student.collate(encode_split(student, records, "data"))
     batch = {k: v.to(teacher.device) for k, v in batch.items()}
     with torch.no_grad():
         out = objective(batch)
         s, t = student.scores(batch), teacher.scores(batch)
         real = batch["attention_mask"].bool()
-        hs = student.model(batch["input_ids"], batch["attention_mask"], run_heads=False).last_hidden_state[real]
-        ht = teacher.model(batch["input_ids"], batch["attention_mask"], run_heads=False).last_hidden_state[real]
+        hs = student.model(batch["input_ids"], batch["attention_mask"],
+                           run_heads=False).last_hidden_state[real]
+        ht = teacher.model(batch["input_ids"], batch["attention_mask"],
+                           run_heads=False).last_hidden_state[real]
     soft = 9.0 * F.kl_div(F.log_softmax(s / 3, -1), F.softmax(t / 3, -1), reduction="batchmean")
     hard = F.cross_entropy(s, batch["label"])
     cos = (1 - F.cosine_similarity(hs, ht, dim=-1)).mean()
@@ -108,10 +111,12 @@ def test_distill_command_end_to_end(teacher_dir, tmp_path, capsys):
     # resume: the run is complete, so it continues from its checkpoint and trains no further
     assert main(argv + ["--resume"]) == 0
     # a preset student: random init, fresh head, the teacher's vocabulary
-    assert main(argv[:7] + ["--data", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "preset"),
-                            "--steps", "2", "--student", "bert-tiny", "progress=false", "batch_size=8"]) == 0
+    assert main(argv[:7] + ["--data", str(teacher_dir / "validation.jsonl"),
+                            "--out", str(tmp_path / "preset"), "--steps", "2", "--student", "bert-tiny",
+                            "progress=false", "batch_size=8"]) == 0
     report = json.loads((tmp_path / "preset" / "distill.json").read_text())
-    assert report["layers"]["student"] == 2 and lmforge.load(tmp_path / "preset" / "final").config.d_model == 128
+    assert report["layers"]["student"] == 2 and \
+        lmforge.load(tmp_path / "preset" / "final").config.d_model == 128
 
 
 def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
@@ -126,7 +131,8 @@ def test_distill_command_refuses_bad_input(teacher_dir, tmp_path, capsys):
                          (["--student-layers", "x"], "every-other"),
                          (["--student", "no-such-preset"], "not a preset"), (["alpha=2"], "alpha"),
                          (["bogus=1"], "bogus"),
-                         (["--student", "bert-tiny", "gamma=1"], "d_model"), (["--student", "bert-base", "--student-layers", "2"], "not both")):
+                         (["--student", "bert-tiny", "gamma=1"], "d_model"),
+                         (["--student", "bert-base", "--student-layers", "2"], "not both")):
         assert main(base + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and named in err[0], (extra, err)
@@ -180,7 +186,8 @@ def test_data_labels_and_out_are_checked_before_training(teacher_dir, tmp_path, 
     base = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
             "--steps", "1", "progress=false"]
     line = _refused(base + ["--data", str(bad), "--out", str(tmp_path / "x")], capsys)
-    assert str(bad) in line and "banana" in line, line  # the file named (records remember where they came from)
+    # the file named (records remember where they came from)
+    assert str(bad) in line and "banana" in line, line
     assert not (tmp_path / "x" / "metrics.jsonl").exists() and not (tmp_path / "x" / "final").exists()
     teacher = {f.name: f.read_bytes() for f in (teacher_dir / "teacher").iterdir()}
     valid = ["--valid", str(teacher_dir / "validation.jsonl")]
@@ -241,8 +248,9 @@ def test_the_student_is_chosen_in_the_options_python_and_the_command_line_refuse
         with pytest.raises(OptionsError) as refused:
             DistillConfig(**fields)
         assert refused.value.field == "student"
-        argv = ["distill", "--teacher", str(teacher_dir / "teacher"), "--train", str(teacher_dir / "train.jsonl"),
-                "--valid", str(teacher_dir / "validation.jsonl"), "--out", str(tmp_path / "x"), *flags]
+        argv = ["distill", "--teacher", str(teacher_dir / "teacher"),
+                "--train", str(teacher_dir / "train.jsonl"), "--valid", str(teacher_dir / "validation.jsonl"),
+                "--out", str(tmp_path / "x"), *flags]
         assert words in _refused(argv, capsys)
     assert not (tmp_path / "x").exists()
 
@@ -348,8 +356,9 @@ def test_a_teacher_that_is_no_encoder_is_refused_naming_teacher_before_any_work(
     records = sentiment(200)["train"][:16]
     saved_classifier(tmp_path / "t", preset, "bert" if preset == "bart-base" else "gpt2", records, 32)
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    err = _refused(["distill", "--teacher", str(tmp_path / "t"), "--train", str(tmp_path / "d.jsonl"), "--data",
-                    str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "o"), "--steps", "1"], capsys)
+    err = _refused(["distill", "--teacher", str(tmp_path / "t"), "--train", str(tmp_path / "d.jsonl"),
+                    "--data", str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "o"), "--steps", "1"],
+                   capsys)
     architecture = lmforge.load(tmp_path / "t").config.architecture
     assert err.startswith(f"lmforge distill: error: --teacher {tmp_path / 't'}: {architecture} fine-tuned "
                           "for cls; the teacher must be an encoder")

@@ -20,8 +20,8 @@ FILTERS = [[1, 4], [2, 5], [3, 6]]  # (width, n): 15 filters
 E, D, C, HIGHWAY = 4, 6, 8, 2  # character embedding, projection_dim, LSTM cells, highway layers
 OPTIONS = {"lstm": {"dim": C, "projection_dim": D, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
                     "use_skip_connections": True},
-           "char_cnn": {"activation": "relu", "embedding": {"dim": E}, "filters": FILTERS, "n_highway": HIGHWAY,
-                        "n_characters": 262, "max_characters_per_token": 50},
+           "char_cnn": {"activation": "relu", "embedding": {"dim": E}, "filters": FILTERS,
+                        "n_highway": HIGHWAY, "n_characters": 262, "max_characters_per_token": 50},
            "n_tokens_vocab": 100}
 SENTENCES = [["The", "dog", "sleeps", "."], ["Ure", "rivers", "run", "to", "the", "sea", "!"]]
 
@@ -39,7 +39,8 @@ def tf_arrays(seed: int = 0) -> dict:
         arrays[f"CNN/W_cnn_{i}"], arrays[f"CNN/b_cnn_{i}"] = normal(1, width, E, n), normal(n, std=0.1)
     for k in range(HIGHWAY):
         for part in ("carry", "transform"):
-            arrays[f"CNN_high_{k}/W_{part}"], arrays[f"CNN_high_{k}/b_{part}"] = normal(f, f, std=0.3), normal(f)
+            arrays[f"CNN_high_{k}/W_{part}"], arrays[f"CNN_high_{k}/b_{part}"] = \
+                normal(f, f, std=0.3), normal(f)
     arrays["CNN_proj/W_proj"], arrays["CNN_proj/b_proj"] = normal(f, D), normal(D, std=0.1)
     for j in range(2):
         for layer in range(2):
@@ -79,7 +80,8 @@ def token_layer(a: dict, chars: np.ndarray) -> np.ndarray:
     h = np.concatenate(pooled, -1)
     for k in range(HIGHWAY):  # bilm-tf: carry_gate * relu(transform) + (1 - carry_gate) * x
         g = sigmoid(h @ a[f"CNN_high_{k}/W_carry"] + a[f"CNN_high_{k}/b_carry"])
-        h = g * np.maximum(h @ a[f"CNN_high_{k}/W_transform"] + a[f"CNN_high_{k}/b_transform"], 0) + (1 - g) * h
+        h = g * np.maximum(h @ a[f"CNN_high_{k}/W_transform"] + a[f"CNN_high_{k}/b_transform"], 0) + \
+            (1 - g) * h
     return h @ a["CNN_proj/W_proj"] + a["CNN_proj/b_proj"]
 
 
@@ -88,7 +90,8 @@ def lstm_layer(a: dict, j: int, layer: int, x: np.ndarray, seen: dict) -> np.nda
     cell = f"RNN_{j}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/"
     h, c, out = np.zeros(D), np.zeros(C), []
     for t in range(len(x)):
-        i, new, f, o = np.split(np.concatenate([x[t], h]) @ a[cell + "W_0"] + a[cell + "B"], 4)  # TF: i, j, f, o
+        # TF: i, j, f, o
+        i, new, f, o = np.split(np.concatenate([x[t], h]) @ a[cell + "W_0"] + a[cell + "B"], 4)
         c = np.clip(sigmoid(f + 1.0) * c + sigmoid(i) * np.tanh(new), -3, 3)
         seen["cell"] = max(seen["cell"], np.abs(c).max())
         h = np.clip((sigmoid(o) * np.tanh(c)) @ a[cell + "W_P_0"], -3, 3)
@@ -151,8 +154,8 @@ def test_malformed_files_are_refused_naming_file_and_dataset(tmp_path):
     _refused(tmp_path / "a", arrays, match=r"elmo_weights.hdf5: dataset CNN_high_1/W_carry is missing")
     arrays = tf_arrays()
     arrays["RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/W_P_0"] = np.zeros((C, D + 1), np.float32)
-    _refused(tmp_path / "b", arrays, match=r"elmo_weights.hdf5: dataset RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/"
-                                           r"W_P_0 has shape \(8, 7\), expected \(8, 6\)")
+    _refused(tmp_path / "b", arrays, match=r"elmo_weights.hdf5: dataset RNN_1/RNN/MultiRNNCell/Cell0/"
+                                           r"LSTMCell/W_P_0 has shape \(8, 7\), expected \(8, 6\)")
     options_file, weight_file = _refused(tmp_path / "c", options={**OPTIONS, "lstm": {"dim": C}},
                                          match=r"elmo_options.json: field lstm.projection_dim is missing")
     weight_file.write_bytes(b"not hdf5 at all")
@@ -199,5 +202,6 @@ def test_convert_brings_an_allennlp_directory_in(tmp_path, capsys):
 
 def test_loading_an_allennlp_directory_directly_points_to_convert(tmp_path):
     write_allennlp(tmp_path / "allennlp", tf_arrays())
-    with pytest.raises(CheckpointError, match=r"config.json is missing \(AllenNLP's ELMo weights\? .*lmforge convert"):
+    with pytest.raises(CheckpointError,
+                       match=r"config.json is missing \(AllenNLP's ELMo weights\? .*lmforge convert"):
         lmforge.load(tmp_path / "allennlp")

@@ -68,11 +68,13 @@ def test_a_sharded_index_naming_a_file_outside_its_folder_is_refused(tmp_path, s
 
 
 def test_an_architecture_whose_heads_fit_but_that_loads_another_model_is_named_with_the_field(tmp_path):
-    """A bare Longformer with the classifier's global <s> was refused as 'no architecture has the heads []'."""
+    """A bare Longformer with the classifier's global <s> was refused as
+    'no architecture has the heads []'."""
     import lmforge
 
     model = lmforge.build(lmforge.tiny("longformer-base", n_global_tokens=1))
-    with pytest.raises(ConversionError, match=r"LongformerModel would load n_global_tokens=0 \(this model: 1\)"):
+    with pytest.raises(ConversionError,
+                       match=r"LongformerModel would load n_global_tokens=0 \(this model: 1\)"):
         model.save(tmp_path, format="hf")
     lmforge.build(lmforge.tiny("longformer-base", n_global_tokens=0)).save(tmp_path, format="hf")
     assert lmforge.load(tmp_path).config.n_global_tokens == 0
@@ -91,7 +93,8 @@ def test_an_export_over_another_models_folder_takes_none_of_its_generation_token
     written = json.loads((tmp_path / "generation_config.json").read_text())
     from lmforge.config import SPECIAL_TOKENS
 
-    assert written == {k: getattr(model.config, k) for k in SPECIAL_TOKENS if getattr(model.config, k) is not None}
+    assert written == {k: getattr(model.config, k) for k in SPECIAL_TOKENS
+                       if getattr(model.config, k) is not None}
     assert written["forced_eos_token_id"] == 2 and "num_beams" not in written
     assert lmforge.load(tmp_path).config.canonical() == model.config.canonical()
 

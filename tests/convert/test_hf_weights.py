@@ -56,7 +56,8 @@ def test_pytorch_model_bin_shards_load_as_the_reference_loads_them(tmp_path):
     folder = tmp_path / "bin"
     folder.mkdir()
     (folder / "config.json").write_bytes((tmp_path / "ref" / "config.json").read_bytes())
-    names = {shard: shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin") for shard in shards}
+    names = {shard: shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+             for shard in shards}
     for shard, name in names.items():
         torch.save(load_file(tmp_path / "ref" / shard), folder / name)
     (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
@@ -93,16 +94,19 @@ def test_a_tensor_of_the_wrong_shape_or_kind_is_refused_naming_it(tmp_path, name
     _altered(tmp_path, transformers.BertModel(transformers.BertConfig(
         vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
         max_position_embeddings=64)), name, tensor)
-    with pytest.raises(CheckpointError, match=f"the checkpoint's {name} (has shape|holds torch.int64)") as refused:
+    with pytest.raises(CheckpointError,
+                       match=f"the checkpoint's {name} (has shape|holds torch.int64)") as refused:
         lmforge.load(tmp_path)
     assert "\n" not in str(refused.value)
 
 
 def test_xlnet_operands_of_other_heads_are_refused_not_reshaped(tmp_path):
-    """(d_model, 2, 16) where the config gives 4 heads of 8 loaded silently, its columns dealt to other heads."""
+    """(d_model, 2, 16) where the config gives 4 heads of 8 loaded silently, its columns dealt to
+    other heads."""
     torch.manual_seed(0)
     _altered(tmp_path, transformers.XLNetModel(transformers.XLNetConfig(
-        vocab_size=99, d_model=32, n_layer=1, n_head=4, d_inner=64)), "layer.0.rel_attn.o", torch.zeros(32, 2, 16))
-    with pytest.raises(CheckpointError, match=r"layer.0.rel_attn.o has shape \(32, 2, 16\), where its config.json "
-                                              r"gives \(32, 4, 8\)"):
+        vocab_size=99, d_model=32, n_layer=1, n_head=4, d_inner=64)), "layer.0.rel_attn.o",
+             torch.zeros(32, 2, 16))
+    with pytest.raises(CheckpointError, match=r"layer.0.rel_attn.o has shape \(32, 2, 16\), where its "
+                                              r"config.json gives \(32, 4, 8\)"):
         lmforge.load(tmp_path)

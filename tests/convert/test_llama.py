@@ -16,7 +16,8 @@ def test_a_config_with_pretraining_tp_loads_with_the_references_logits(tmp_path)
     reference.save_pretrained(tmp_path)
     ids = torch.randint(0, 99, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(lmforge.load(tmp_path)(ids).logits, reference(ids).logits, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(lmforge.load(tmp_path)(ids).logits, reference(ids).logits,
+                                   atol=1e-5, rtol=1e-4)
 
 
 def _saved(path, **config):
@@ -47,7 +48,8 @@ def test_rope_scaling_added_to_a_newer_config_replaces_its_rope_parameters_as_in
     # at the top level it was ignored unsaid, where inside rope_parameters it is refused (references differ)
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5 is not supported"),
     ({"rope_scaling": "linear"}, "rope_scaling must be a mapping"),  # was a TypeError traceback
-    ({"rope_parameters": {"rope_type": "linear", "factor": "4"}}, "rope_parameters's factor must be a number")])
+    ({"rope_parameters": {"rope_type": "linear", "factor": "4"}},
+     "rope_parameters's factor must be a number")])
 def test_rope_settings_lmforge_cannot_apply_are_refused_naming_them(tmp_path, config, match):
     from lmforge.io import CheckpointError
 

@@ -34,7 +34,8 @@ def test_the_activation_the_reference_applies_is_the_one_loaded_and_exported(tmp
     model = lmforge.load(tmp_path / "in")
     with torch.no_grad():
         want = reference(ids, decoder_input_ids=ids[:, :4]).logits
-        torch.testing.assert_close(model(ids, decoder_input_ids=ids[:, :4]).logits, want, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(model(ids, decoder_input_ids=ids[:, :4]).logits, want,
+                                   atol=1e-5, rtol=1e-4)
         model.save(tmp_path / "out", format="hf")
         back = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "out").eval()
         torch.testing.assert_close(back(ids, decoder_input_ids=ids[:, :4]).logits, want, atol=1e-5, rtol=1e-4)

@@ -4,8 +4,8 @@ import pytest
 from lmforge.config import ConfigError
 from lmforge.convert.hf import FAMILIES
 
-HF = {"model_type": "xlnet", "architectures": ["XLNetForSequenceClassification"], "vocab_size": 99, "d_model": 32,
-      "n_layer": 1, "n_head": 4, "d_inner": 64}
+HF = {"model_type": "xlnet", "architectures": ["XLNetForSequenceClassification"], "vocab_size": 99,
+      "d_model": 32, "n_layer": 1, "n_head": 4, "d_inner": 64}
 
 
 @pytest.mark.parametrize("field, value", [("summary_type", "first"), ("summary_use_proj", False),

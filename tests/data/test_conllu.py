@@ -27,7 +27,8 @@ def test_the_treebank_round_trips(tmp_path):
     records = treebank(20, seed=0)
     back = read_conllu(write_conllu(records, tmp_path / "t.conllu"))
     for r, b in zip(records, back):
-        assert (b["words"], b["upos"], b["heads"], b["deprels"]) == (r["words"], r["upos"], r["heads"], r["deprels"])
+        assert (b["words"], b["upos"], b["heads"], b["deprels"]) == \
+            (r["words"], r["upos"], r["heads"], r["deprels"])
     assert len(back) == 20
 
 
@@ -45,8 +46,8 @@ def test_multiword_tokens_and_empty_nodes_are_skipped(tmp_path):
     ("1\tgo\tgo\tVERB\t_\t_\tx\troot\t_\t_", "line 1: HEAD 'x'"),
     ("2\tgo\tgo\tVERB\t_\t_\t0\troot\t_\t_", "line 1: word ID '2', expected 1"),
     ("1\tgo\tgo\tVERB\t_\t_\t5\troot\t_\t_", "line 1: HEAD 5 is past"),
-    ("1\ta\ta\tX\t_\t_\t2\tdep\t_\t_\n2\tb\tb\tX\t_\t_\t1\tdep\t_\t_", "line 1: the sentence's heads are not a "
-                                                                        "tree: no root"),
+    ("1\ta\ta\tX\t_\t_\t2\tdep\t_\t_\n2\tb\tb\tX\t_\t_\t1\tdep\t_\t_",
+     "line 1: the sentence's heads are not a tree: no root"),
     ("1\ta\ta\tX\t_\t_\t0\troot\t_\t_\n2\tb\tb\tX\t_\t_\t0\troot\t_\t_", "2 roots"),
 ])
 def test_errors_name_the_file_and_line(tmp_path, line, message):

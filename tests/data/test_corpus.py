@@ -65,7 +65,8 @@ def test_empty_files_and_bad_json_warn(tmp_path):
 def test_non_utf8_bytes_skip_replace_or_strict_with_the_byte_offset(tmp_path):
     f = tmp_path / "latin1.txt"
     f.write_bytes(b"Good line.\nCaf\xe9 au lait.\nAlso good.\n")
-    with pytest.warns(CorpusWarning, match=r"1 piece\(s\) of lines not UTF-8, skipped \(first bad byte at offset 14"):
+    with pytest.warns(CorpusWarning,
+                      match=r"1 piece\(s\) of lines not UTF-8, skipped \(first bad byte at offset 14"):
         assert _read(f) == [["Good line.", "Also good."]]
     with pytest.warns(CorpusWarning, match="kept with U\\+FFFD"):
         assert _read(f, errors="replace") == [["Good line.", "Caf\ufffd au lait.", "Also good."]]

@@ -1,4 +1,5 @@
-"""The GCIDE reader: entries in the dictionary's own layout (written here), and the real file when installed."""
+"""The GCIDE reader: entries in the dictionary's own layout (written here), and the real file when
+installed."""
 import gzip
 
 import pytest
@@ -97,7 +98,8 @@ def test_first_senses_keep_no_markup_and_name_no_part_of_speech():
 
 
 def test_pos_task_splits_are_disjoint_balanced_and_seeded():
-    text = "\n".join(f"Word{chr(97 + i // 26)}{chr(97 + i % 26)} \\W\\, {pos}.\n   A sense of four words {i}.\n"
+    text = "\n".join(f"Word{chr(97 + i // 26)}{chr(97 + i % 26)} \\W\\, {pos}.\n"
+                     f"   A sense of four words {i}.\n"
                      "   [1913 Webster]\n" for i, pos in enumerate(["n", "adv", "v. t", "a"] * 10))
     task = pos_task(n_per_label=5, seed=3, text=text)
     texts = [r["text"] for split in task.values() for r in split]
@@ -115,7 +117,8 @@ def test_pos_task_splits_are_disjoint_balanced_and_seeded():
 
 def test_field_task_labels_a_definition_by_its_field_mark_and_removes_the_mark():
     marks = ["(Bot.)", "(Zool.)", "(Law)", ""] * 6  # Law: not among the fields asked for; "": no mark
-    text = "\n".join(f"Word{chr(97 + i // 26)}{chr(97 + i % 26)} \\W\\, n.\n   {mark} A sense of four words {i}.\n"
+    text = "\n".join(f"Word{chr(97 + i // 26)}{chr(97 + i % 26)} \\W\\, n.\n"
+                     f"   {mark} A sense of four words {i}.\n"
                      "   [1913 Webster]\n" for i, mark in enumerate(marks))
     task = field_task(n_per_label=4, seed=1, text=text, fields=("Bot.", "Zool."))
     records = [r for split in task.values() for r in split]

@@ -11,7 +11,8 @@ CLS, SEP = 1, 2
 def _docs(n=400, seed=0):
     rng = random.Random(seed)
     # document d's sentences hold ids 1000*d + k so the origin of every token is known
-    return [[[1000 * (d + 1) + 100 * s + k for k in range(rng.randint(3, 12))] for s in range(rng.randint(2, 9))]
+    return [[[1000 * (d + 1) + 100 * s + k for k in range(rng.randint(3, 12))]
+             for s in range(rng.randint(2, 9))]
             for d in range(n)]
 
 
@@ -86,7 +87,8 @@ def test_truncation_equals_popping_the_longer_side_one_token_at_a_time():
             for budget in (0, 5, 17, 40):
                 a, b = list(range(la)), list(range(100, 100 + lb))
                 seed = 1000 * la + 10 * lb + budget
-                assert truncate_pair(a, b, budget, random.Random(seed)) == popping(a, b, budget, random.Random(seed))
+                assert truncate_pair(a, b, budget, random.Random(seed)) == \
+                    popping(a, b, budget, random.Random(seed))
 
 
 def test_pair_builders_are_seeded():

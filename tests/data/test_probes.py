@@ -15,10 +15,11 @@ def test_golden_probes_for_seed_0():
         "kind": "copy", "group": "context", "answer": "Goutrais",
         "text": "Faisaim Fepoufal was born in Goutrais in 2002. [MASK] is a city in Teasond.",
         "candidates": sorted(c.name for c in World(0).cities)}
-    assert first["coreference"]["text"] == ("Trelouvun Reatabrain was born in Tatrouzaind in 1990. He works as a "
-                                            "lawyer. [MASK] sister is Mukoth Reatabrain.")
+    assert first["coreference"]["text"] == ("Trelouvun Reatabrain was born in Tatrouzaind in 1990. He works "
+                                            "as a lawyer. [MASK] sister is Mukoth Reatabrain.")
     assert (first["coreference"]["answer"], first["coreference"]["candidates"]) == ("His", ["Her", "His"])
-    assert first["tone"]["text"] == "I bought the Vufir Nifikor kettle last week. It is [MASK]. My family loves it."
+    assert first["tone"]["text"] == "I bought the Vufir Nifikor kettle last week. It is [MASK]. " \
+        "My family loves it."
     assert first["fact"]["text"] == "Kotror Vuneas was born in [MASK]." and first["fact"]["answer"] == "Mupi"
 
 

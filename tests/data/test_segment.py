@@ -26,11 +26,13 @@ GOLDEN = [
     ("See No. 5 and Fig. 2 for details. The answer was no. Then he left.",
      ["See No. 5 and Fig. 2 for details.", "The answer was no.", "Then he left."]),
     ("Prof. Ng vs. Dr. Li: a draw. St. Louis won.", ["Prof. Ng vs. Dr. Li: a draw.", "St. Louis won."]),
-    ("\u4eca\u5929\u5f88\u597d\u3002\u6211\u4eec\u53bb\u5427\uff01\u4f60\u6765\u5417\uff1f",  # 今天很好。我们去吧！你来吗？
+    # 今天很好。我们去吧！你来吗？
+    ("\u4eca\u5929\u5f88\u597d\u3002\u6211\u4eec\u53bb\u5427\uff01\u4f60\u6765\u5417\uff1f",
      ["\u4eca\u5929\u5f88\u597d\u3002", "\u6211\u4eec\u53bb\u5427\uff01", "\u4f60\u6765\u5417\uff1f"]),
     ("\u5f7c\u306f\u300c\u884c\u3053\u3046\u3002\u300d\u3068\u8a00\u3063\u305f\u3002\u5e30\u3063\u305f\u3002",
      # 彼は「行こう。」と言った。帰った。: the quoted sentence stays inside its sentence
-     ["\u5f7c\u306f\u300c\u884c\u3053\u3046\u3002\u300d\u3068\u8a00\u3063\u305f\u3002", "\u5e30\u3063\u305f\u3002"]),
+     ["\u5f7c\u306f\u300c\u884c\u3053\u3046\u3002\u300d\u3068\u8a00\u3063\u305f\u3002",
+      "\u5e30\u3063\u305f\u3002"]),
     ("\u3053\u308c\u306f\u30da\u30f3\u3067\u3059\u3002 That is English.",
      ["\u3053\u308c\u306f\u30da\u30f3\u3067\u3059\u3002", "That is English."]),
     ("No terminator at all", ["No terminator at all"]),

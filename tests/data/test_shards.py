@@ -83,7 +83,8 @@ def test_resume_after_an_interruption_redoes_only_unfinished_shards(corpus_dir, 
     monkeypatch.setattr(shards, "write_shard", real)
     redone = []
     logged = []
-    monkeypatch.setattr(shards, "_run", lambda jobs, workers: (redone.append(j["name"]) or real(j) for j in jobs))
+    monkeypatch.setattr(shards, "_run",
+                        lambda jobs, workers: (redone.append(j["name"]) or real(j) for j in jobs))
     shard_corpus(files, tokenizer_dir, out, shard_bytes=20_000, log=logged.append)
     assert redone[:2] == ["shard-00001", "shard-00002"] and "shard-00000" not in redone
     assert logged[0].startswith("resuming: 1 of")
@@ -143,7 +144,8 @@ def test_split_points_cut_at_document_starts(corpus_dir, tmp_path):
     for path in (tmp_path / "d.jsonl", corpus_dir / "a.txt"):
         ranges = shards.split_points(path, ReadOptions(), 10_000)
         assert len(ranges) > 3 and ranges[0][0] == 0 and ranges[-1][1] is None
-        assert [d for s, e in ranges for d in read_range(path, ReadOptions(), s, e)] == list(CorpusReader([path]))
+        assert [d for s, e in ranges for d in read_range(path, ReadOptions(), s, e)] == \
+            list(CorpusReader([path]))
     assert shards.split_points(corpus_dir / "a.txt", ReadOptions(document="file"), 10_000) == [(0, None)]
     assert shards.split_points(corpus_dir / "b.jsonl.gz", ReadOptions(), 100) == [(0, None)]
 

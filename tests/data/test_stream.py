@@ -51,7 +51,8 @@ def test_shuffling_is_deterministic_by_seed_and_epoch(shard_dir):
     corpus = ShardCorpus(shard_dir)
     ids = np.arange(len(corpus))
     first = corpus.order(ids, seed=1, epoch=0)
-    assert np.array_equal(first, corpus.order(ids, seed=1, epoch=0)) and sorted(first.tolist()) == ids.tolist()
+    assert np.array_equal(first, corpus.order(ids, seed=1, epoch=0)) and \
+        sorted(first.tolist()) == ids.tolist()
     assert not np.array_equal(first, corpus.order(ids, seed=1, epoch=1))
     assert not np.array_equal(first, corpus.order(ids, seed=2, epoch=0))
     streamed = list(corpus.iter_documents(first[:5]))
@@ -83,7 +84,8 @@ FORMATS = [ExampleFormat(), ExampleFormat(word_starts=True), ExampleFormat(cross
            ExampleFormat("pairs", pairs="sop")]
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f"{f.kind}-{f.roles}-{f.word_starts}-{f.cross_documents}")
+@pytest.mark.parametrize("fmt", FORMATS,
+                         ids=lambda f: f"{f.kind}-{f.roles}-{f.word_starts}-{f.cross_documents}")
 def test_every_format_is_the_same_lazy_or_listed(shard_dir, fmt):
     corpus, tokenizer = ShardCorpus(shard_dir), load_tokenizer(shard_dir / "tokenizer")
     ids = corpus.order(np.arange(len(corpus)), seed=0)[:200]
@@ -204,7 +206,8 @@ def test_lazy_sop_and_structural_over_shards(tmp_path):
     docs = _docs(4000, seed=3)
     corpus = token_shards(tmp_path / "s", docs, 1500)
     sop = PackedPairs(corpus, np.arange(len(corpus)), "sop", CLS, SEP, max_len=48, seed=1)
-    assert sop.plan.tolist() == PackedPairs(corpus, np.arange(len(corpus)), "sop", CLS, SEP, 48, 1).plan.tolist()
+    assert sop.plan.tolist() == \
+        PackedPairs(corpus, np.arange(len(corpus)), "sop", CLS, SEP, 48, 1).plan.tolist()
     assert abs(sop.plan[:, -1].mean() - 0.5) < 0.03
     sso = PackedPairs(corpus, np.arange(len(corpus)), "structural", CLS, SEP, max_len=32, seed=1)
     assert [sso[i] for i in range(len(sso))] == sso_pairs(docs, CLS, SEP, max_len=32, seed=1)
@@ -232,7 +235,8 @@ def test_pair_objectives_over_shards_are_lazy_and_split_by_document(shard_dir):
 
 def test_streaming_an_epoch_keeps_memory_flat(tokenizer_dir, tmp_path):
     write_corpus(tmp_path / "big.txt", 1_500_000, seed=5)
-    shard_corpus([tmp_path / "big.txt"], tokenizer_dir, tmp_path / "s", shard_bytes=1 << 19, log=lambda m: None)
+    shard_corpus([tmp_path / "big.txt"], tokenizer_dir, tmp_path / "s", shard_bytes=1 << 19,
+                 log=lambda m: None)
     corpus = ShardCorpus(tmp_path / "s")
     order = corpus.order(np.arange(len(corpus)), seed=0)
     samples = []
@@ -253,13 +257,16 @@ def test_pretrain_takes_a_shard_directory(shard_dir, tmp_path):
             str(tmp_path / "run"), "--steps", "2", "batch_size=2", "progress=false", "n_layers=1",
             "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64"]
     assert main(args) == 0
-    assert load_tokenizer(tmp_path / "run" / "final").vocab_size == load_tokenizer(shard_dir / "tokenizer").vocab_size
+    assert load_tokenizer(tmp_path / "run" / "final").vocab_size == \
+        load_tokenizer(shard_dir / "tokenizer").vocab_size
     nsp = [*args[:4], "nsp", *args[5:8], str(tmp_path / "nsp"), *args[9:]]  # pairs: planned, read on access
     assert main(nsp) == 0 and (tmp_path / "nsp" / "final").is_dir()
 
 
-@pytest.mark.parametrize("fmt", [ExampleFormat(roles=("bos", "eos")), ExampleFormat("pairs", roles=("bos", "eos"))],
-                         ids=["sentences", "pairs"])
+@pytest.mark.parametrize("fmt", [
+    ExampleFormat(roles=("bos", "eos")),
+    ExampleFormat("pairs", roles=("bos", "eos")),
+], ids=["sentences", "pairs"])
 def test_a_tokenizer_without_the_framing_tokens_is_refused_by_name(shard_dir, fmt):
     # a BERT-family tokenizer has no <s> / </s>: BART's sentence examples cannot be framed with it
     corpus, tokenizer = ShardCorpus(shard_dir), load_tokenizer(shard_dir / "tokenizer")

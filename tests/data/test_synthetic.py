@@ -45,8 +45,8 @@ def test_probe_answers_follow_from_the_world():
     world = World(0)
     people = {p.name: p for p in world.people}
     out = probes(20, seed=0, world=world)
-    assert {p["kind"] for p in out} == {"fact", "pronoun", "agreement", "sentiment", "number", "copy", "coreference",
-                                        "tone"}
+    assert {p["kind"] for p in out} == {"fact", "pronoun", "agreement", "sentiment", "number", "copy",
+                                        "coreference", "tone"}
     for p in out:
         assert p["text"].count("[MASK]") == 1 and p["answer"] in p["candidates"]
         if p["kind"] == "fact":

@@ -52,8 +52,8 @@ def test_verbs_agree_in_number_with_their_subject(bank):
             if rel != "nsubj" or r["upos"][i] not in ("NOUN", "PROPN"):
                 continue
             coordinated = any(h == i and d == "conj" for h, d in zip(r["heads"], r["deprels"]))
-            number = "pl" if noun in plural or coordinated else "sg" if noun in singular or r["upos"][i] == "PROPN" \
-                else None
+            number = "pl" if noun in plural or coordinated else \
+                "sg" if noun in singular or r["upos"][i] == "PROPN" else None
             assert not (number == "pl" and verb in present_sg), (r["words"], noun, verb)
             assert not (number == "sg" and verb in present_pl), (r["words"], noun, verb)
             checked += 1

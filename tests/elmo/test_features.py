@@ -61,9 +61,9 @@ def test_features_tagging_and_data_on_an_elmo_without_tokenizer(elmo_dir, tmp_pa
     files = {k: _jsonl(tmp_path / f"{k}.jsonl", [{"words": r["words"], "tags": r["upos"]} for r in v])
              for k, v in splits.items()}
     out = tmp_path / "tagging"
-    assert main(["features", "--model", str(elmo_dir), "--task", "tagging", "--train", files["train"], "--dev",
-                 files["dev"], "--test", files["test"], "--data", files["dev"], "--layers", "mix", "--out", str(out),
-                 "epochs=20", "lr=0.01"]) == 0
+    assert main(["features", "--model", str(elmo_dir), "--task", "tagging", "--train", files["train"],
+                 "--dev", files["dev"], "--test", files["test"], "--data", files["dev"], "--layers", "mix",
+                 "--out", str(out), "epochs=20", "lr=0.01"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     tags = [t for r in splits["test"] for t in r["upos"]]
     majority = max(tags.count(t) for t in set(tags)) / len(tags)
@@ -94,7 +94,7 @@ def test_features_classification_on_an_elmo_with_its_word_tokenizer(elmo_with_to
 
 def test_finetune_points_an_elmo_to_feature_based_use(elmo_with_tokenizer, tmp_path, capsys):
     data = _jsonl(tmp_path / "t.jsonl", [{"words": ["a", "b"], "tags": ["X", "Y"]}] * 4)
-    assert main(["finetune", "--model", str(elmo_with_tokenizer), "--task", "tagging", "--train", data, "--out",
-                 str(tmp_path / "ft"), "--steps", "1"]) == 2
+    assert main(["finetune", "--model", str(elmo_with_tokenizer), "--task", "tagging", "--train", data,
+                 "--out", str(tmp_path / "ft"), "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "lmforge features" in err and err.count("\n") == 1

@@ -67,7 +67,8 @@ def _run(layer, mode, x, mask, state):
     (0.3, None, "steps"),  # the cell clip acts: step by step again
     (None, 0.2, "steps"),  # the output clip acts
     (0.3, 0.2, "steps")])
-def test_a_clipped_layer_runs_fused_exactly_where_no_clip_acts_and_step_by_step_elsewhere(cell_clip, proj_clip, path):
+def test_a_clipped_layer_runs_fused_exactly_where_no_clip_acts_and_step_by_step_elsewhere(
+        cell_clip, proj_clip, path):
     layer = _layer(cell_clip, proj_clip)
     x = torch.randn(4, 6, 6) * 2
     mask = torch.arange(6)[None] < torch.tensor([6, 3, 1, 0])[:, None]

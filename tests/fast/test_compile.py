@@ -117,8 +117,8 @@ def test_inductor_compiles_optimized_inference_under_no_grad(name):
 
 @pytest.mark.slow
 def test_a_compiled_model_does_not_recompile_per_batch_shape():
-    """Once the batch and the length have each changed, Dynamo holds them dynamic: seven shapes, three graphs (a
-    batch of one would be its own: Dynamo specialises sizes 0 and 1)."""
+    """Once the batch and the length have each changed, Dynamo holds them dynamic: seven shapes, three graphs
+    (a batch of one would be its own: Dynamo specialises sizes 0 and 1)."""
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()  # the counts of earlier tests in this process
     model = _model("bert-base")
@@ -128,8 +128,8 @@ def test_a_compiled_model_does_not_recompile_per_batch_shape():
             ids = torch.randint(3, model.config.vocab_size, (batch, length))
             mask = torch.ones_like(ids)
             mask[0, length - 2:] = 0
-            torch.testing.assert_close(compiled(ids, mask).logits[mask.bool()], model(ids, mask).logits[mask.bool()],
-                                       atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(compiled(ids, mask).logits[mask.bool()],
+                                       model(ids, mask).logits[mask.bool()], atol=1e-4, rtol=1e-4)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 3
 
 

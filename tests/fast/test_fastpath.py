@@ -63,7 +63,8 @@ def test_unpadding_equals_the_padded_path(name):
             for ours, ref in zip(packed.hidden_states, padded.hidden_states):
                 assert_same_at_real_positions(ours, ref, mask)
             if padded.encoder_last_hidden_state is not None:
-                assert_same_at_real_positions(packed.encoder_last_hidden_state, padded.encoder_last_hidden_state, mask)
+                assert_same_at_real_positions(packed.encoder_last_hidden_state,
+                                              padded.encoder_last_hidden_state, mask)
 
 
 def test_auto_unpads_when_padding_is_substantial():
@@ -111,7 +112,8 @@ def test_unpadded_gradients_equal_padded_gradients():
     model = lmforge.build(lmforge.tiny("bert-base"), dropout=0.0, attention_dropout=0.0)
     ids, mask = _batch(model.config.vocab_size)
     grads = []
-    paths = (FastPaths(unpad="never"), FastPaths(unpad="always"), FastPaths(unpad="always", sequence_min_length=0),
+    paths = (FastPaths(unpad="never"), FastPaths(unpad="always"),
+             FastPaths(unpad="always", sequence_min_length=0),
              FastPaths(unpad="always", jagged_attention="always"))
     for fast in paths:
         model.zero_grad()
@@ -123,7 +125,8 @@ def test_unpadded_gradients_equal_padded_gradients():
     assert_same_gradients(grads[3], grads[0])
 
 
-_BASE = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128, window=8, block_size=4)
+_BASE = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128, window=8,
+             block_size=4)
 BLOCKED_CASES = {
     "sliding": dict(attention="sliding-window"),
     "sliding-causal": dict(architecture="decoder", attention="sliding-window"),
@@ -244,7 +247,8 @@ def test_auto_blocks_long_sequences_only():
 
 @pytest.mark.parametrize("pattern", ["sliding-window", "bigbird"])
 def test_blocked_plan_grows_linearly_with_length(pattern):
-    cfg = lmforge.ModelConfig(**{**_BASE, "max_seq_len": 4096, "window": 64, "block_size": 16}, attention=pattern)
+    cfg = lmforge.ModelConfig(**{**_BASE, "max_seq_len": 4096, "window": 64, "block_size": 16},
+                              attention=pattern)
     sizes = []
     for T in (1024, 2048, 4096):
         pos = torch.arange(T)
@@ -308,7 +312,8 @@ def test_unpadded_causal_attention_sequence_by_sequence_with_left_padding():
     with torch.no_grad():
         padded = _run(model, FastPaths(unpad="never"), ids, mask).last_hidden_state
         for by_sequence in (False, True):
-            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence, sequence_min_length=0), ids, mask)
+            packed = _run(model, FastPaths(unpad="always", sequence_attention=by_sequence,
+                                           sequence_min_length=0), ids, mask)
             assert_same_at_real_positions(packed.last_hidden_state, padded, mask)
 
 
@@ -322,8 +327,10 @@ def test_inference_writes_activations_and_residuals_in_place_with_the_same_resul
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny("bert-base", ffn=ffn, norm_placement=placement)).eval()
     ids, mask = _batch(model.config.vocab_size)
-    optimize(model, paths=FastPaths(unpad="never", native_attention=False))  # no_grad would run it, autograd not
-    with torch.no_grad(), optimized_for(model):  # in place: nothing keeps the sublayers' outputs for a backward
+    # no_grad would run it, autograd not
+    optimize(model, paths=FastPaths(unpad="never", native_attention=False))
+    # in place: nothing keeps the sublayers' outputs for a backward
+    with torch.no_grad(), optimized_for(model):
         in_place = model(ids, mask, return_hidden=True)
     with optimized_for(model):
         autograd = model(ids, mask, return_hidden=True)  # parameters require grad: out of place

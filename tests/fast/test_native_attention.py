@@ -143,7 +143,8 @@ def test_the_avx2_build_equals_sdpa(tmp_path):
             "from lmforge.fast.native_attention import attend_rows, vector_width; "
             "assert vector_width() == 8, vector_width(); "
             "q, k, v, s, n = _rows([64, 13, 1, 30], heads=6, kv_heads=3, dh=40); "
-            "torch.testing.assert_close(attend_rows(q, k, v, s, n, 40 ** -0.5), _sdpa(q, k, v, s, n), atol=2e-5, rtol=1e-5)")
+            "torch.testing.assert_close(attend_rows(q, k, v, s, n, 40 ** -0.5), _sdpa(q, k, v, s, n), "
+            "atol=2e-5, rtol=1e-5)")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "LMFORGE_NATIVE": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", code], env=env,
                           capture_output=True, text=True, timeout=300, check=False)
@@ -200,7 +201,8 @@ def test_autocast_and_attention_dropout_keep_the_paths_chosen_without_it(monkeyp
     calls = _count_native(monkeypatch)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         got = optimize(model)(ids, attention_mask=mask).last_hidden_state
-        want = optimize(model, paths=FastPaths(native_attention=False))(ids, attention_mask=mask).last_hidden_state
+        want = optimize(model, paths=FastPaths(native_attention=False))(
+            ids, attention_mask=mask).last_hidden_state
     optimize(model).train()
     with torch.no_grad():
         model(ids, attention_mask=mask)

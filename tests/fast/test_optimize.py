@@ -67,7 +67,8 @@ def test_model_and_layers_import_nothing_from_the_speed_package():
 
     root = pathlib.Path(lmforge.__file__).parent
     files = [root / "model.py", *sorted((root / "layers").rglob("*.py"))]
-    offenders = [f.name for f in files if re.search(r"^\s*(from|import) lmforge\.(fast|quant)", f.read_text(), re.M)]
+    offenders = [f.name for f in files
+                 if re.search(r"^\s*(from|import) lmforge\.(fast|quant)", f.read_text(), re.M)]
     assert offenders == []
 
 
@@ -81,7 +82,14 @@ def test_a_users_own_subclass_keeps_its_forward():
     assert type(layer[1]) is nn.Linear
 
 
-@pytest.mark.parametrize("name", ["bert-base", "gpt2", "t5-small", "bart-base", "llama-3.2-1b", "albert-base"])
+@pytest.mark.parametrize("name", [
+    "bert-base",
+    "gpt2",
+    "t5-small",
+    "bart-base",
+    "llama-3.2-1b",
+    "albert-base",
+])
 def test_inference_outputs_are_bitwise_the_plain_ones(name):
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny(name)).eval()
@@ -96,7 +104,8 @@ def test_inference_outputs_are_bitwise_the_plain_ones(name):
         # linear in their own
         lmforge.optimize(model, paths=FastPaths(unpad="never", native_attention=False, onednn_linear=False))
         fast = model(ids, mask, **kwargs)
-    assert torch.equal(fast.last_hidden_state, plain.last_hidden_state) and torch.equal(fast.logits, plain.logits)
+    assert torch.equal(fast.last_hidden_state, plain.last_hidden_state) and \
+        torch.equal(fast.logits, plain.logits)
 
 
 @pytest.mark.parametrize("ffn", ["gelu", "swiglu"])

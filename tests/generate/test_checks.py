@@ -33,7 +33,8 @@ def calls(gpt):
     ({"projection": "fast"}, "projection"),  # a plain ValueError naming no field
     ({"projection": None}, "projection"),
 ])
-def test_a_call_argument_of_the_wrong_kind_is_refused_naming_it_before_any_model_call(gpt, calls, given, named):
+def test_a_call_argument_of_the_wrong_kind_is_refused_naming_it_before_any_model_call(gpt, calls, given,
+                                                                                      named):
     with pytest.raises(OptionsError) as err:
         lmforge.generate(gpt, torch.tensor([[5, 6, 7]]), max_new_tokens=2, **given)
     assert err.value.field == named and "\n" not in str(err.value) and not calls
@@ -41,7 +42,8 @@ def test_a_call_argument_of_the_wrong_kind_is_refused_naming_it_before_any_model
 
 @pytest.mark.parametrize("model", ["tiny-gpt", None])
 def test_a_model_that_is_not_a_transformer_is_refused_naming_model(model):
-    with pytest.raises(OptionsError, match="lmforge.load") as err:  # was AttributeError: no attribute 'config'
+    # was AttributeError: no attribute 'config'
+    with pytest.raises(OptionsError, match="lmforge.load") as err:
         lmforge.generate(model, torch.tensor([[5, 6, 7]]))
     assert err.value.field == "model"
 
@@ -49,14 +51,16 @@ def test_a_model_that_is_not_a_transformer_is_refused_naming_model(model):
 @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.float32])
 def test_a_prompt_that_is_not_token_ids_is_refused_in_one_line(gpt, calls, dtype):
     with pytest.raises(ValueError, match="input_ids must be a tensor of token ids") as err:  # bool and uint8
-        lmforge.generate(gpt, torch.tensor([[1, 1, 0]]).to(dtype), max_new_tokens=2)  # failed in the embedding
+        # failed in the embedding
+        lmforge.generate(gpt, torch.tensor([[1, 1, 0]]).to(dtype), max_new_tokens=2)
     assert str(dtype) in str(err.value) and not calls
 
 
 def test_int32_token_ids_and_true_false_switches_generate_as_int64_ones_do(gpt):
     ids = torch.tensor([[5, 6, 7]])
     want = lmforge.generate(gpt, ids, max_new_tokens=3)
-    assert torch.equal(lmforge.generate(gpt, ids.int(), max_new_tokens=3, use_cache=False, prefix_lm=False), want)
+    assert torch.equal(lmforge.generate(gpt, ids.int(), max_new_tokens=3, use_cache=False, prefix_lm=False),
+                       want)
 
 
 def test_a_compiled_model_passes_the_check_as_the_model_it_wraps(gpt):

@@ -93,8 +93,8 @@ def test_options_object_and_keywords_give_the_same_tokens(tmp_path):
     model = GPT2
     ids = torch.zeros(1, 3, dtype=torch.long)
     options = GenerationOptions(max_new_tokens=5, num_beams=2, no_repeat_ngram_size=2)
-    assert torch.equal(generate(model, ids, options=options), generate(model, ids, max_new_tokens=5, num_beams=2,
-                                                                       no_repeat_ngram_size=2))
+    assert torch.equal(generate(model, ids, options=options),
+                       generate(model, ids, max_new_tokens=5, num_beams=2, no_repeat_ngram_size=2))
     # keywords change the object's fields, checked again
     assert generate(model, ids, options=options, max_new_tokens=2).shape == (1, 5)
     with pytest.raises(OptionsError, match="num_return_sequences=3"):
@@ -104,13 +104,15 @@ def test_options_object_and_keywords_give_the_same_tokens(tmp_path):
 def test_options_round_trip_through_generation_config_json(tmp_path):
     import json
 
-    (tmp_path / "generation_config.json").write_text(json.dumps({"transformers_version": "4.45", "bos_token_id": 0}))
-    options = GenerationOptions(num_beams=3, num_return_sequences=2, eos_token_id=[0, 1], early_stopping="never",
-                                length_penalty=0.5)
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({"transformers_version": "4.45", "bos_token_id": 0}))
+    options = GenerationOptions(num_beams=3, num_return_sequences=2, eos_token_id=[0, 1],
+                                early_stopping="never", length_penalty=0.5)
     options.save(tmp_path)
     assert GenerationOptions.load(tmp_path) == options
     written = json.loads((tmp_path / "generation_config.json").read_text())
-    assert written["transformers_version"] == "4.45" and written["num_beams"] == 3  # the file's other keys kept
+    # the file's other keys kept
+    assert written["transformers_version"] == "4.45" and written["num_beams"] == 3
     (tmp_path / "generation_config.json").write_text(json.dumps({"top_p": 2.0, "max_length": 30}))
     with pytest.raises(OptionsError, match="generation_config.json: top_p must be") as err, \
             pytest.warns(GenerationWarning, match="max_length=30"):  # not applied without start=
@@ -156,7 +158,8 @@ def test_a_recommendation_file_that_cannot_be_read_is_refused_naming_it(tmp_path
     if damage == "folder":
         file.mkdir()
     else:  # cut short, or nested past the parser's recursion limit (a RecursionError before)
-        file.write_text('{"num_beams": 2, "top' if damage == "cut" else '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        file.write_text('{"num_beams": 2, "top' if damage == "cut" else
+                        '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(CheckpointError, match="generation_config.json: not readable as JSON"):
         read_recommended(tmp_path)
 

@@ -24,7 +24,8 @@ from lmforge.serve.models import load_served  # noqa: E402
 
 PROMPT = "the cat"
 NAN, INF = float("nan"), float("inf")
-WRONG = st.sampled_from(["abc", "", True, False, None, [1], {"a": 1}])  # never a number's text: the CLI reads text
+# never a number's text: the CLI reads text
+WRONG = st.sampled_from(["abc", "", True, False, None, [1], {"a": 1}])
 
 
 def _ints(valid: st.SearchStrategy, invalid: list) -> st.SearchStrategy:
@@ -95,8 +96,8 @@ def _server(client, request: dict):
     return refusal
 
 
-@settings(max_examples=40, deadline=timedelta(seconds=3 * SECONDS), suppress_health_check=[HealthCheck.too_slow],
-          derandomize=True)
+@settings(max_examples=40, deadline=timedelta(seconds=3 * SECONDS),
+          suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(request=REQUESTS)
 def test_the_three_faces_accept_and_refuse_alike(faces, request):
     path, model, ids, client = faces

@@ -108,8 +108,8 @@ def test_a_recommended_max_length_counts_the_prompt_in_python_too(checkpoint, tm
     assert out.shape[1] == ids.shape[1] + 5
 
 
-def test_a_recommended_max_length_the_prompt_already_reaches_is_refused_naming_max_new_tokens(checkpoint, tmp_path,
-                                                                                              capsys):
+def test_a_recommended_max_length_the_prompt_already_reaches_is_refused_naming_max_new_tokens(
+        checkpoint, tmp_path, capsys):
     """One new token was generated unsaid where the prompt reached the checkpoint's max_length (the reference
     refuses it); a max_new_tokens given is served, in Python and on the command line alike."""
     _, reference, ids = checkpoint
@@ -158,8 +158,8 @@ def test_a_saved_model_recommends_what_it_was_loaded_with(checkpoint, tmp_path, 
 def test_an_encoder_recommends_nothing_and_its_export_gets_no_generation_config(tmp_path, format):
     """A BERT read from a Hugging Face folder was given the reference's default top_k, and every save of it
     wrote a generation_config.json that no encoder has (docs/convert.md: "an encoder gets none")."""
-    reference = transformers.BertModel(transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
-                                                               num_attention_heads=2, intermediate_size=32))
+    reference = transformers.BertModel(transformers.BertConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32))
     reference.save_pretrained(tmp_path / "bert")
     model = lmforge.load(tmp_path / "bert")
     assert recommendation(model) is None

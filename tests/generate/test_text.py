@@ -50,7 +50,8 @@ def test_a_decoder_prompt_keeps_its_templates_leading_bos_and_never_a_closing_to
         tok = Tokenizer(backend, {"unk": "<unk>", **roles})
         lead = [1] if template == "<s> $A" else []  # an encoder's template (<s> text </s>): the bare text
         assert prompt_ids(tok, "the cat", encoder_decoder=False) == [*lead, 3, 4], template
-        assert prompt_ids(tok, "the cat", encoder_decoder=True) == tok.encode("the cat").ids  # the whole template
+        # the whole template
+        assert prompt_ids(tok, "the cat", encoder_decoder=True) == tok.encode("the cat").ids
     for family in ("gpt2", "t5", "bert", "roberta"):  # lmforge's own: GPT-2's none, the others close the text
         tok = tokenizer(family)
         bare = tok.encode("the film", add_special_tokens=False).ids

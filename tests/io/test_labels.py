@@ -246,7 +246,8 @@ def test_a_cross_encoder_of_several_labels_without_activation_fn_exports_its_ide
     assert _hf_config(tmp_path / "hf")["sentence_transformers"] == {
         "activation_fn": "torch.nn.modules.linear.Identity"}
     st = pytest.importorskip("sentence_transformers")
-    (tmp_path / "hf" / "vocab.txt").write_bytes((path / "vocab.txt").read_bytes())  # its tokenizer, as it came
+    # its tokenizer, as it came
+    (tmp_path / "hf" / "vocab.txt").write_bytes((path / "vocab.txt").read_bytes())
     pairs = [("a good film", "it is superb ."), ("a good film", "the plot is dull")]
     source, export = (st.CrossEncoder(str(p), device="cpu") for p in (path, tmp_path / "hf"))
     assert type(export.activation_fn) is type(source.activation_fn)

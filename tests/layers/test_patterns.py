@@ -5,7 +5,8 @@ import torch
 from lmforge.config import ModelConfig
 from lmforge.layers.attention import attend
 from lmforge.layers.stack import additive
-from lmforge.layers.patterns import draw_random_blocks, bigbird_random_blocks, default_global_tokens, pattern_mask
+from lmforge.layers.patterns import (draw_random_blocks, bigbird_random_blocks, default_global_tokens,
+                                     pattern_mask)
 
 T = 24
 
@@ -77,7 +78,8 @@ def test_sparse_attention_equals_dense_attention_under_its_mask(pattern):
 
 def test_bigbird_random_blocks_are_reproducible_and_differ_by_layer():
     cfg = _cfg(attention="bigbird")
-    assert torch.equal(draw_random_blocks(cfg.n_random_blocks, 8, 3), draw_random_blocks(cfg.n_random_blocks, 8, 3))
+    assert torch.equal(draw_random_blocks(cfg.n_random_blocks, 8, 3),
+                       draw_random_blocks(cfg.n_random_blocks, 8, 3))
     assert torch.equal(bigbird_random_blocks(cfg, 8, 3), draw_random_blocks(cfg.n_random_blocks, 8, 3))
     assert any(not torch.equal(bigbird_random_blocks(cfg, 8, 0), bigbird_random_blocks(cfg, 8, layer))
                for layer in range(1, 5))

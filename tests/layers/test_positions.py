@@ -102,5 +102,6 @@ def test_rotation_and_xl_terms_are_one_position_step_of_attention():
     for p in xl.parameters():
         torch.nn.init.normal_(p)
     q_xl, k_xl, bias = xl.eval()(q, k, XLNetContext(pos, pos))
-    assert k_xl is k and bias.shape == (2, 4, T, T)  # a bias, and q shifted by u: (q + u)·k is the content term
+    # a bias, and q shifted by u: (q + u)·k is the content term
+    assert k_xl is k and bias.shape == (2, 4, T, T)
     torch.testing.assert_close(q_xl, q + xl.r_w_bias[:, None])

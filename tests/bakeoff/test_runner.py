@@ -60,7 +60,7 @@ def test_same_seed_same_numbers_and_an_interrupted_plan_resumes(tmp_path, tiny_p
 
 @pytest.mark.slow
 def test_a_checkpoint_continued_and_fine_tuned_as_it_is_and_a_preset_from_scratch(tmp_path, tiny_plan,
-                                                                                   one_thread):
+                                                                                  one_thread):
     first = dict(tiny_plan, arms=tiny_plan["arms"][:1], claims=[])
     run_plan(check_plan(first), tmp_path / "a", log=lambda line: None)
     checkpoint = str(tmp_path / "a" / "mlm" / "seed-0" / "pretrain" / "final")
@@ -221,7 +221,7 @@ def test_the_corpus_and_tokenizer_a_plan_built_are_verified_on_every_rerun(tmp_p
 
 
 def test_each_row_records_the_hardware_its_pretraining_and_fine_tuning_ran_on(tmp_path, tiny_plan,
-                                                                               monkeypatch):
+                                                                              monkeypatch):
     """The pretraining's device is kept in its done.json (a rerun that keeps it names the device it ran on,
     not this process's), the fine-tuning's is this process's."""
     from lmforge.bakeoff import runner

@@ -47,7 +47,8 @@ def test_golden_example_per_noise(name):
 def test_text_infilling_zero_length_span_inserts_a_mask():
     assert infilling_spans(len(TOKENS), torch.Generator().manual_seed(2)) == [0, 5]
     # the zero-length span adds a <mask> before "a"; the 5-token span becomes one <mask>
-    assert _noised("text-infilling", seed=2) == "the cat sat . <mask> a dog ran <mask> the river . it rained ."
+    assert _noised("text-infilling", seed=2) == "the cat sat . <mask> a dog ran <mask> the river . " \
+        "it rained ."
 
 
 def test_text_infilling_statistics_over_100k_tokens():
@@ -71,9 +72,11 @@ def test_text_infilling_statistics_over_100k_tokens():
 
 def test_masking_and_deletion_rates_and_permutation_orders():
     tokens = list(range(10, 110))
-    masked = sum(make_noise("token-masking", mask_id=MASK)(tokens, torch.Generator().manual_seed(s)).count(MASK)
+    masked = sum(make_noise("token-masking", mask_id=MASK)(tokens,
+                                                           torch.Generator().manual_seed(s)).count(MASK)
                  for s in range(500))
-    kept = sum(len(make_noise("token-deletion")(tokens, torch.Generator().manual_seed(s))) for s in range(500))
+    kept = sum(len(make_noise("token-deletion")(tokens, torch.Generator().manual_seed(s)))
+               for s in range(500))
     assert abs(masked / 50_000 - 0.15) < 0.002 and abs(1 - kept / 50_000 - 0.15) < 0.002
     three = [1, 2, STOP, 3, STOP, 4, 4, STOP]
     assert sentences(three, STOP) == [[1, 2, STOP], [3, STOP], [4, 4, STOP]]
@@ -82,7 +85,8 @@ def test_masking_and_deletion_rates_and_permutation_orders():
     orders = Counter(tuple(permute(three, torch.Generator().manual_seed(s))) for s in range(600))
     assert len(orders) == 6 and min(orders.values()) > 60  # all 3! orders, about evenly
     rotations = {tuple(document_rotation(tokens, torch.Generator().manual_seed(s))) for s in range(1000)}
-    assert len(rotations) == 100 and all(r[r.index(10):] + r[:r.index(10)] == tuple(tokens) for r in rotations)
+    assert len(rotations) == 100 and \
+        all(r[r.index(10):] + r[:r.index(10)] == tuple(tokens) for r in rotations)
 
 
 def _objective(**kw):
@@ -102,7 +106,8 @@ def test_corruption_keeps_the_ends_and_targets_the_original():
                         ends=(BOS, EOS), pad_id=PAD)
     rotated = reverse.corrupt(example, torch.Generator().manual_seed(1))["input_ids"][1:-1]
     assert rotated == document_rotation(TOKENS[::-1], torch.Generator().manual_seed(1))
-    for bad, match in [(dict(noises=["shuffle"]), "^noises=.*at least one of"), (dict(noises=[]), "at least one"),
+    for bad, match in [(dict(noises=["shuffle"]), "^noises=.*at least one of"),
+                       (dict(noises=[]), "at least one"),
                        (dict(sentence_end=None), "sentence-end")]:
         with pytest.raises(ValueError, match=match):
             Denoising(objective.model, MASK, **{"sentence_end": STOP, **bad})

@@ -50,8 +50,8 @@ def test_student_block_k_is_teacher_block_2k_and_the_rest_is_copied():
 def test_the_reference_script_choice_and_a_full_copy():
     teacher = _teacher(n_layers=12)
     student = student_from_teacher(teacher, DISTILBERT_LAYERS)  # 0, 2, 4, 7, 9, 11: first and last kept
-    assert [k for k in range(6) if _same(student.encoder.blocks[k], teacher.encoder.blocks[DISTILBERT_LAYERS[k]])] \
-        == list(range(6))
+    assert [k for k in range(6) if _same(student.encoder.blocks[k],
+                                         teacher.encoder.blocks[DISTILBERT_LAYERS[k]])] == list(range(6))
     copy = student_from_teacher(teacher, range(12)).eval()
     objective = Distillation(copy, teacher, mask_id=3, special_ids=(1, 2)).eval()
     out = objective(_batch(objective))
@@ -136,7 +136,8 @@ def test_bad_settings_are_refused():
         Distillation(lmforge.build(lmforge.tiny("bert-base"), d_model=64), teacher, mask_id=3)
     with pytest.raises(ValueError, match="encoder"):
         Distillation(lmforge.build(lmforge.tiny("gpt2")), teacher, mask_id=3)
-    with pytest.raises(ValueError, match="one block per layer"):  # ALBERT's shared block has no layers to pick
+    # ALBERT's shared block has no layers to pick
+    with pytest.raises(ValueError, match="one block per layer"):
         student_from_teacher(lmforge.build(lmforge.tiny("albert-base")))
     one = _teacher(1)  # every_other(1) is empty: refused saying why, not as an empty choice of layers
     with pytest.raises(ValueError, match="every other teacher layer needs a teacher of 2 layers or more"):

@@ -25,7 +25,8 @@ def _batch(objective, n=4, T=12, seed=0):
     rows = []
     for i in range(n):
         ids = [CLS] + torch.randint(5, 60, (T - 2,), generator=g).tolist() + [SEP]
-        rows.append(objective.corrupt({"input_ids": ids, "segment_ids": [0] * T}, torch.Generator().manual_seed(i)))
+        rows.append(objective.corrupt({"input_ids": ids, "segment_ids": [0] * T},
+                                      torch.Generator().manual_seed(i)))
     return objective.collate(rows)
 
 

@@ -18,7 +18,8 @@ def _objective(**kw):
 
 def _corpus(n=800, length=126, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    return [{"input_ids": [CLS, *torch.randint(5, 99, (length,), generator=gen).tolist(), SEP]} for _ in range(n)]
+    return [{"input_ids": [CLS, *torch.randint(5, 99, (length,), generator=gen).tolist(), SEP]}
+            for _ in range(n)]
 
 
 def test_selection_and_80_10_10_statistics_over_100k_tokens():
@@ -61,7 +62,8 @@ def test_whole_word_masking_selects_whole_words_and_keeps_80_10_10():
     starts = [True] + [i % 3 == 0 for i in range(3 * n_words)] + [True]
     selected = masked = random = kept = 0
     for seed in range(600):
-        out = objective.corrupt({"input_ids": ids, "word_starts": starts}, torch.Generator().manual_seed(seed))
+        out = objective.corrupt({"input_ids": ids, "word_starts": starts},
+                                torch.Generator().manual_seed(seed))
         chosen = {i for i, label in enumerate(out["labels"]) if label != IGNORE}
         for w in range(n_words):  # each word is selected whole or not at all
             piece = {1 + 3 * w, 2 + 3 * w, 3 + 3 * w}
@@ -101,7 +103,8 @@ def test_loss_projects_only_selected_positions_and_matches_full_projection():
     assert calls[0][0] == int((batch["labels"] != IGNORE).sum())
     with torch.no_grad():
         hidden = objective.model(batch["input_ids"], batch["attention_mask"]).last_hidden_state
-        full = torch.nn.functional.cross_entropy(objective.lm(hidden).flatten(0, 1), batch["labels"].flatten())
+        full = torch.nn.functional.cross_entropy(objective.lm(hidden).flatten(0, 1),
+                                                 batch["labels"].flatten())
     torch.testing.assert_close(loss, full)
 
 

@@ -34,7 +34,8 @@ def test_pair_pretraining_learns_and_exports_as_bert_for_pretraining(tmp_path, t
     assert {e["pair_label"] for e in data} == {0, 1}
     torch.manual_seed(0)
     objective = PairMLM(lmforge.build(lmforge.tiny("bert-base")), mask_id=3, task=task, special_ids=(1, 2))
-    batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(i)) for i, e in enumerate(data[:4])])
+    batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(i))
+                               for i, e in enumerate(data[:4])])
     assert batch["pair_label"].shape == (4,) and batch["segment_ids"].shape == batch["input_ids"].shape
     model = Trainer(objective, data, quick(steps=20, lr=3e-3), tmp_path).fit()
     assert sorted(model.heads) == sorted(["lm", task])
@@ -44,8 +45,10 @@ def test_pair_pretraining_learns_and_exports_as_bert_for_pretraining(tmp_path, t
         ids = batch["input_ids"]
         with torch.no_grad():
             ours = model.eval()(ids, batch["attention_mask"], segment_ids=batch["segment_ids"])
-            theirs = reference(ids, attention_mask=batch["attention_mask"], token_type_ids=batch["segment_ids"])
-        torch.testing.assert_close(ours.head_outputs["nsp"], theirs.seq_relationship_logits, atol=1e-5, rtol=1e-4)
+            theirs = reference(ids, attention_mask=batch["attention_mask"],
+                               token_type_ids=batch["segment_ids"])
+        torch.testing.assert_close(ours.head_outputs["nsp"], theirs.seq_relationship_logits,
+                                   atol=1e-5, rtol=1e-4)
 
 
 def test_unknown_pair_task_is_refused():

@@ -149,12 +149,14 @@ def test_refuses_a_model_without_two_stream_attention():
 
 @pytest.mark.usefixtures("few_probes")  # tests/conftest.py
 def test_pretrain_plm_on_the_builtin_corpus(tmp_path, capsys):
-    args = ["pretrain", "--preset", "xlnet-base", "--objective", "plm", "--out", str(tmp_path), "--steps", "2",
-            "batch_size=2", "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64"]
+    args = ["pretrain", "--preset", "xlnet-base", "--objective", "plm", "--out", str(tmp_path),
+            "--steps", "2", "batch_size=2", "progress=false", "n_layers=1", "d_model=32", "n_heads=2",
+            "d_ff=64", "max_seq_len=64"]
     assert main(args) == 0
     model = lmforge.load(tmp_path / "final")
     assert set(model.heads) == {"lm"} and model.config.position == "xl-relative"
-    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "plm", "--out", str(tmp_path / "x")]) == 2
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "plm",
+                 "--out", str(tmp_path / "x")]) == 2
     assert "plm" in capsys.readouterr().err
 
 

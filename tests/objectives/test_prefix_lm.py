@@ -18,7 +18,8 @@ def counting(n=64, seed=0):
     gen = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
-        length, start = int(torch.randint(20, 40, (), generator=gen)), int(torch.randint(60, (), generator=gen))
+        length, start = (int(torch.randint(20, 40, (), generator=gen)),
+                         int(torch.randint(60, (), generator=gen)))
         out.append({"input_ids": [5 + (start + i) % 60 for i in range(length)]})
     return out
 
@@ -31,7 +32,8 @@ def _decoder(name="gpt2", **kw):
 def _visible(model, T, prefix_lengths):
     """(B, T, T) bool: which keys each query sees, read from the stack's attention bias."""
     x = torch.zeros(len(prefix_lengths), T, model.config.d_model)
-    ctx = model.decoder.context(x, torch.arange(T)[None], 0, None, prefix_lengths=torch.tensor(prefix_lengths))
+    ctx = model.decoder.context(x, torch.arange(T)[None], 0, None,
+                                prefix_lengths=torch.tensor(prefix_lengths))
     bias = ctx.biases["full"]  # (B, 1, T, T) additive
     return (bias == 0)[:, 0]
 

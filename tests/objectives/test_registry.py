@@ -80,8 +80,9 @@ def test_a_new_objective_trains_through_pretrain_and_the_cli(toy, tmp_path, caps
 
 
 def test_aliases_resolve_to_the_same_spec():
-    for alias, name in (("electra", "rtd"), ("structbert", "structural"), ("bert", "nsp"), ("t5", "span-corruption"),
-                        ("bart", "denoising"), ("xlnet", "plm"), ("distilbert", "distillation"), ("gpt", "clm")):
+    for alias, name in (("electra", "rtd"), ("structbert", "structural"), ("bert", "nsp"),
+                        ("t5", "span-corruption"), ("bart", "denoising"), ("xlnet", "plm"),
+                        ("distilbert", "distillation"), ("gpt", "clm")):
         assert registry.get(alias) is registry.get(name) and registry.get(alias).name == name
     assert set(registry.aliases().values()) <= set(registry.names())
 
@@ -110,8 +111,8 @@ def test_every_objective_declares_what_pretrain_needs():
     assert [registry.get(n).tokenizer for n in ("mlm", "clm", "span-corruption", "denoising")] == \
         ["bert", "gpt2", "t5", "roberta"]
     with pytest.raises(ValueError, match="tokenizer family 'sentencepiece'"):
-        registry.ObjectiveSpec(name="x", build=CopyLM.build, architectures=("encoder",), tokenizer="sentencepiece",
-                               examples=ExampleFormat())
+        registry.ObjectiveSpec(name="x", build=CopyLM.build, architectures=("encoder",),
+                               tokenizer="sentencepiece", examples=ExampleFormat())
     with pytest.raises(ValueError, match="architectures"):
         registry.ObjectiveSpec(name="x", build=CopyLM.build, architectures=("rnn",), tokenizer="bert",
                                examples=ExampleFormat())
@@ -120,7 +121,8 @@ def test_every_objective_declares_what_pretrain_needs():
 def test_an_architecture_the_objective_does_not_train_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"'rtd' does not fit a decoder \(gpt2\): it trains encoder models"):
         registry.get("electra").check(get_config("gpt2"), "gpt2")
-    with pytest.raises(ValueError, match="'span-corruption' does not fit a decoder .* encoder-decoder models"):
+    with pytest.raises(ValueError,
+                       match="'span-corruption' does not fit a decoder .* encoder-decoder models"):
         pretrain("t5", tmp_path, TrainConfig(steps=1), preset="gpt2", overrides=TINY)
     with pytest.raises(ValueError, match="'plm' does not fit position='learned'.*xl-relative"):
         registry.get("plm").check(get_config("bert-tiny"), "bert-tiny")
@@ -133,8 +135,9 @@ def test_an_architecture_the_objective_does_not_train_is_a_clear_error(tmp_path)
 
 def test_a_name_is_registered_once(toy):
     with pytest.raises(ValueError, match="'electra' is taken by 'rtd'"):
-        registry.register(registry.ObjectiveSpec(name="electra", build=CopyLM.build, architectures=("encoder",),
-                                                 tokenizer="bert", examples=ExampleFormat()))
+        registry.register(registry.ObjectiveSpec(name="electra", build=CopyLM.build,
+                                                 architectures=("encoder",), tokenizer="bert",
+                                                 examples=ExampleFormat()))
     with pytest.raises(ValueError, match="'bert' is taken by 'nsp'"):
         registry.register(registry.ObjectiveSpec(name="toy-2", aliases=("bert",), build=CopyLM.build,
                                                  architectures=("encoder",), tokenizer="bert",
@@ -147,5 +150,6 @@ def test_the_recipe_cli_and_data_never_test_an_objective_name(path):
     known = set(registry.names()) | set(registry.aliases())
     for node in ast.walk(ast.parse((SRC / path).read_text())):
         if isinstance(node, ast.Compare):
-            strings = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+            strings = {c.value for c in ast.walk(node)
+                       if isinstance(c, ast.Constant) and isinstance(c.value, str)}
             assert not strings & known, f"{path}:{node.lineno} compares with {strings & known}"

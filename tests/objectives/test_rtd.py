@@ -17,13 +17,15 @@ MASK, CLS, SEP = 3, 1, 2
 
 def _objective(preset="electra-base", **kw):
     torch.manual_seed(0)
-    return ReplacedTokenDetection(lmforge.build(lmforge.tiny(preset)), mask_id=MASK, special_ids=(CLS, SEP), **kw)
+    return ReplacedTokenDetection(lmforge.build(lmforge.tiny(preset)), mask_id=MASK,
+                                  special_ids=(CLS, SEP), **kw)
 
 
 @pytest.mark.parametrize("preset, ratio", [("electra-base", 1 / 3), ("electra-large", 1 / 4)])
 def test_generator_config_matches_the_released_generators(preset, ratio):
     # Table 6's multipliers of hidden size, FFN size and heads give the released generators' shapes
-    ours, released = generator_config(lmforge.get_config(preset), ratio), lmforge.get_config(f"{preset}-generator")
+    ours, released = (generator_config(lmforge.get_config(preset), ratio),
+                      lmforge.get_config(f"{preset}-generator"))
     for field in ("d_model", "d_ff", "n_heads", "n_layers", "embed_dim", "vocab_size"):
         assert getattr(ours, field) == getattr(released, field), field
 
@@ -88,7 +90,8 @@ def test_generator_shares_the_embeddings_and_is_a_quarter_as_wide(preset):
 
 def _corpus(n=800, length=126, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    return [{"input_ids": [CLS, *torch.randint(5, 99, (length,), generator=gen).tolist(), SEP]} for _ in range(n)]
+    return [{"input_ids": [CLS, *torch.randint(5, 99, (length,), generator=gen).tolist(), SEP]}
+            for _ in range(n)]
 
 
 def test_masking_statistics_over_100k_tokens_follow_the_official_85_0_15():
@@ -125,7 +128,8 @@ def test_golden_example():
 
 def test_labels_are_one_exactly_where_the_sampled_token_differs():
     ids = torch.tensor([[1, 3, 11, 3, 13, 2], [1, 20, 3, 2, 0, 0]])
-    labels = torch.tensor([[IGNORE, 10, IGNORE, 12, 13, IGNORE], [IGNORE, IGNORE, 21, IGNORE, IGNORE, IGNORE]])
+    labels = torch.tensor([[IGNORE, 10, IGNORE, 12, 13, IGNORE],
+                           [IGNORE, IGNORE, 21, IGNORE, IGNORE, IGNORE]])
     # one sample per selected position in reading order: the original back (10), a replacement (50),
     # a replacement of a token that was kept unmasked (60), the original back (21)
     corrupted, replaced = replace_tokens(ids, labels, torch.tensor([10, 50, 60, 21]))

@@ -161,7 +161,8 @@ def test_bad_wso_rate_and_missing_pairs_are_refused():
     with pytest.raises(ValueError, match="wso_rate"):
         _objective(wso_rate=1.0)
     objective = _objective()
-    batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(0)) for e in _corpus(2, 10)])
+    batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(0))
+                               for e in _corpus(2, 10)])
     with pytest.raises(ValueError, match="sso=False"):
         objective(batch)
 

@@ -21,7 +21,8 @@ TEXT = ("Thank you for inviting me to your party last week . The food was wonder
         "even better . We stayed until midnight , talking with old friends about the years we spent "
         "together at school . I hope we can meet again soon .").split()
 VOCAB = {w: 10 + i for i, w in enumerate(dict.fromkeys(TEXT))}
-WORDS = {**{v: k for k, v in VOCAB.items()}, EOS: "</s>", **{s: f"<extra_id_{i}>" for i, s in enumerate(SENTINELS)}}
+WORDS = {**{v: k for k, v in VOCAB.items()}, EOS: "</s>",
+         **{s: f"<extra_id_{i}>" for i, s in enumerate(SENTINELS)}}
 
 
 def _words(ids):
@@ -163,7 +164,8 @@ def test_teacher_forcing_batch_and_loss_equal_the_reference_t5(tmp_path):
     objective.eval()
     with torch.no_grad():
         ours = objective(batch).loss
-        theirs = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss
+        theirs = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           labels=labels).loss
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
@@ -193,4 +195,5 @@ def test_lengths_follow_t5s_arithmetic_at_every_length(final_sentinel):
         assert len(out["input_ids"]) == length - noise + spans + 1
         assert len(out["labels"]) == noise + spans + 1 + final_sentinel
         assert out["labels"][0] == 98 and out["labels"][-1] == EOS  # <extra_id_0> first, </s> last
-        assert [t for t in out["input_ids"] if t < 1000 and t != EOS] == list(range(98, 98 - spans, -1))  # descending
+        # descending
+        assert [t for t in out["input_ids"] if t < 1000 and t != EOS] == list(range(98, 98 - spans, -1))

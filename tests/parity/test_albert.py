@@ -10,14 +10,16 @@ from tests.parity.helpers import (assert_export_state_dicts, assert_load_refuses
                                   assert_reference_loads_export, assert_untied_lm_head_round_trip,
                                   load_reference, padded_batch, transformers)
 
-ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", "AlbertForSequenceClassification",
-                 "AlbertForTokenClassification", "AlbertForQuestionAnswering")
+ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM",
+                 "AlbertForSequenceClassification", "AlbertForTokenClassification",
+                 "AlbertForQuestionAnswering")
 
 
 def _reference(architecture="AlbertForPreTraining", **kw):
     torch.manual_seed(0)
     cfg = transformers.AlbertConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_hidden_layers=3,
-                                    num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, **kw)
+                                    num_attention_heads=4, intermediate_size=64,
+                                    max_position_embeddings=64, **kw)
     return getattr(transformers, architecture)(cfg)
 
 

@@ -58,7 +58,8 @@ def _assert_rows_equal(ours, theirs, mask):
     assert len(ours) == len(theirs)
     rows = mask.bool()
     for a, b in zip(ours, theirs):
-        torch.testing.assert_close(a.permute(0, 2, 1, 3)[rows], b.permute(0, 2, 1, 3)[rows], atol=1e-6, rtol=0)
+        torch.testing.assert_close(a.permute(0, 2, 1, 3)[rows], b.permute(0, 2, 1, 3)[rows],
+                                   atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("build", [_bert, _gpt2, _llama, _mistral], ids=["bert", "gpt2", "llama", "mistral"])

@@ -12,8 +12,9 @@ from tests.parity.helpers import (assert_export_state_dicts, assert_forward_pari
                                   assert_question_answering_parity, assert_reference_loads_export,
                                   load_reference, padded_batch, transformers)
 
-ARCHITECTURES = ("ElectraModel", "ElectraForPreTraining", "ElectraForMaskedLM", "ElectraForSequenceClassification",
-                 "ElectraForTokenClassification", "ElectraForQuestionAnswering")
+ARCHITECTURES = ("ElectraModel", "ElectraForPreTraining", "ElectraForMaskedLM",
+                 "ElectraForSequenceClassification", "ElectraForTokenClassification",
+                 "ElectraForQuestionAnswering")
 
 
 def _reference(architecture="ElectraForPreTraining", embedding_size=16, **kw):

@@ -4,9 +4,10 @@ import torch
 import lmforge
 
 from tests.parity.helpers import (BEAM_VARIANTS, assert_beam_parity, assert_causal_lm_parity,
-                                  assert_export_round_trip, assert_forward_parity, assert_logits_and_loss_parity,
-                                  assert_question_answering_parity, left_padded_batch, load_reference,
-                                  assert_load_refuses, padded_batch, transformers)
+                                  assert_export_round_trip, assert_forward_parity,
+                                  assert_logits_and_loss_parity, assert_question_answering_parity,
+                                  left_padded_batch, load_reference, assert_load_refuses, padded_batch,
+                                  transformers)
 
 
 def _pair(tmp_path, architecture: str, **overrides):
@@ -43,7 +44,8 @@ def test_sequence_classification_scores_the_last_real_token(tmp_path):
     reference, model = _pair(tmp_path, "GPT2ForSequenceClassification", num_labels=3)
     assert model.heads["classification"].spec["pooling"] == "last"
     ids, mask = padded_batch(99, seed=2, pad=1)  # the reference finds the last real token by pad id
-    assert_logits_and_loss_parity(model, reference, ids, mask, torch.tensor([0, 2, 1]), atol=1e-5, rtol=1.3e-6)
+    assert_logits_and_loss_parity(model, reference, ids, mask, torch.tensor([0, 2, 1]),
+                                  atol=1e-5, rtol=1.3e-6)
 
 
 def test_token_classification_and_question_answering(tmp_path):

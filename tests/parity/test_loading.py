@@ -20,7 +20,8 @@ def reference():
 
 def test_sharded_safetensors_with_an_index(tmp_path, reference):
     reference.save_pretrained(tmp_path, max_shard_size="20KB")
-    assert (tmp_path / "model.safetensors.index.json").is_file() and len(list(tmp_path.glob("*.safetensors"))) > 2
+    assert (tmp_path / "model.safetensors.index.json").is_file() and \
+        len(list(tmp_path.glob("*.safetensors"))) > 2
     assert_forward_parity(lmforge.load(tmp_path), reference, *padded_batch(99))
 
 
@@ -106,8 +107,8 @@ def test_a_bert_model_saved_without_its_pooler_loads_and_exports(tmp_path):
     assert not model.heads
     ids, mask = padded_batch(99)
     with torch.no_grad():
-        assert_parity(model(ids, mask).last_hidden_state, reference(ids, attention_mask=mask).last_hidden_state,
-                      mask)
+        assert_parity(model(ids, mask).last_hidden_state,
+                      reference(ids, attention_mask=mask).last_hidden_state, mask)
     model.save(tmp_path / "out", format="hf")
     back = transformers.BertModel.from_pretrained(tmp_path / "out", add_pooling_layer=False).eval()
     assert_same_state_dict(reference, back)

@@ -17,9 +17,9 @@ ARCHITECTURES = ("RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassi
 
 def _reference(architecture="RobertaForMaskedLM", **kw):
     torch.manual_seed(0)
-    cfg = transformers.RobertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=64, max_position_embeddings=66, type_vocab_size=1,
-                                     layer_norm_eps=1e-5, **kw)
+    cfg = transformers.RobertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64, max_position_embeddings=66,
+                                     type_vocab_size=1, layer_norm_eps=1e-5, **kw)
     return getattr(transformers, architecture)(cfg)
 
 

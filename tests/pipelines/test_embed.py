@@ -290,7 +290,8 @@ def _embed(model, tokenizer):
 
 @pytest.mark.parametrize("job", [_embed, _features, _fill])
 def test_a_tokenizer_named_by_its_directory_is_read_as_load_tokenizer_reads_it(tmp_path, job):
-    # a directory's name failed inside the job ("'str' object has no attribute 'get_vocab'", "unknown encoding")
+    # a directory's name failed inside the job ("'str' object has no attribute 'get_vocab'",
+    # "unknown encoding")
     from lmforge.heads import attach
 
     path = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})

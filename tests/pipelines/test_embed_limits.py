@@ -117,7 +117,8 @@ def test_option_flags_take_and_say_the_bounds_of_embed_options(field, flag, caps
 
 def test_numpy_numbers_as_arguments_read_as_the_options_fields_read_them(model_dir):
     """embed(dimensions=np.int64(8)) passed (an EmbedOptions field) where max_length=np.int64(8) and
-    batch_size=np.int64(2) were refused as not integers: each is now Python's int of its value, bounds kept."""
+    batch_size=np.int64(2) were refused as not integers: each is now Python's int of its value,
+    bounds kept."""
     import numpy as np
 
     want = lmforge.embed(["a b c", LONG], model=model_dir, max_length=8, batch_size=2, truncate=True)

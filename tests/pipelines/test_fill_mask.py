@@ -201,8 +201,8 @@ def test_generate_command_takes_the_checkpoints_recommended_settings(saved, caps
     assert "num_beams=3" in out.err and "no_repeat_ngram_size=2" in out.err
     model, tokenizer = saved["gpt2"][1], saved["gpt2"][2]
     ids = torch.tensor([tokenizer.encode("The river", add_special_tokens=False).ids])
-    expected = lmforge.generate(model, ids, max_new_tokens=9 - ids.shape[1], num_beams=3, no_repeat_ngram_size=2,
-                                eos_token_id=tokenizer.eos_id)
+    expected = lmforge.generate(model, ids, max_new_tokens=9 - ids.shape[1], num_beams=3,
+                                no_repeat_ngram_size=2, eos_token_id=tokenizer.eos_id)
     assert out.out.rstrip("\n") == "The river" + tokenizer.decode(expected[0, ids.shape[1]:].tolist())
     # a flag given wins over the checkpoint, and then nothing is reported as taken from it
     assert main(["generate", "--model", str(path), "The river", "--num-beams", "1", "--no-repeat-ngram", "0",
@@ -248,14 +248,16 @@ def test_a_model_directory_fills_with_its_own_tokenizer_as_embed_and_rerank_read
     with pytest.raises(lmforge.OptionsError, match=r"needs its tokenizer") as caught:  # was an AttributeError
         fill_mask(model, None, TEXT)
     assert caught.value.field == "tokenizer"
-    with pytest.raises(lmforge.OptionsError, match="takes a Transformer, a model directory or an installed model") \
-            as caught:  # was a TypeError, which no caller of a request's refusals (OptionsError) catches
+    # was a TypeError, which no caller of a request's refusals (OptionsError) catches
+    with pytest.raises(lmforge.OptionsError,
+                       match="takes a Transformer, a model directory or an installed model") as caught:
         fill_mask(5, tokenizer, TEXT)
     assert caught.value.field == "model"
 
 
 def test_numpy_numbers_read_as_python_s_as_an_options_field_reads_them(saved):
-    """top_k=np.int64(3) and max_span=np.int32(4) were refused as not integers (an options field took them)."""
+    """top_k=np.int64(3) and max_span=np.int32(4) were refused as not integers
+    (an options field took them)."""
     import numpy as np
 
     for family in ("bert", "t5"):

@@ -105,7 +105,8 @@ def test_hard_negatives_are_not_positives_nor_hold_the_answer():
 def test_scores_are_bm25s_own_and_tied_passages_rank_the_lower_position_first():
     import bm25s
 
-    passages = [Passage(str(i), "t", "river bank" if i % 3 == 0 else f"mountain peak w{i}") for i in range(600)]
+    passages = [Passage(str(i), "t", "river bank" if i % 3 == 0 else f"mountain peak w{i}")
+                for i in range(600)]
     index = BM25Index.build(passages)
     positions, scores = index.search(["river", "peak w7 river", "the"], k=50)
     reference = bm25s.BM25()
@@ -138,7 +139,8 @@ def test_more_hard_negatives_than_the_default_depth_are_found_when_asked():
 
 
 def test_a_passage_holding_the_answer_in_another_case_is_no_hard_negative():
-    passages = [Passage("0", "Mupi", "Mupi lies on the Rhine."), Passage("1", "Lore", "RHINE tales of Mupi lore."),
+    passages = [Passage("0", "Mupi", "Mupi lies on the Rhine."),
+                Passage("1", "Lore", "RHINE tales of Mupi lore."),
                 Passage("2", "Other", "Mupi has a small market.")]
     records = [{"question": "Which river flows through Mupi?", "answers": ["Rhine"], "positives": ["0"]}]
     assert hard_negatives(BM25Index.build(passages), records, passages, n=2) == [["2"]]

@@ -19,8 +19,8 @@ def tiny(tmp_path_factory):
     texts = [f"{p.title}. {p.text}" for p in load_passages(None)]
     tokenizer = train_tokenizer(texts, "wordpiece", 300)
     torch.manual_seed(0)
-    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tokenizer.vocab_size,
-                          max_seq_len=64)
+    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64,
+                          vocab_size=tokenizer.vocab_size, max_seq_len=64)
     model.save(path)
     tokenizer.save(path)
     return path
@@ -57,7 +57,8 @@ def test_retrieve_train_writes_a_model_and_the_recall_table(tiny, tmp_path, caps
 def test_bad_input_is_one_line_with_status_2(tiny, tmp_path, capsys):
     bad = tmp_path / "qa.jsonl"
     bad.write_text('{"question": "Who?", "answers": ["A"], "context": "A did."}\nnot json\n')
-    assert main(["retrieve", "train", "--model", str(tiny), "--out", str(tmp_path / "r"), "--questions", str(bad)]) == 2
+    assert main(["retrieve", "train", "--model", str(tiny), "--out", str(tmp_path / "r"),
+                 "--questions", str(bad)]) == 2
     assert "qa.jsonl: line 2: not JSON" in capsys.readouterr().err
     assert main(["retrieve", "train", "--model", str(tiny), "--out", str(tmp_path / "r"), "colour=red"]) == 2
     assert "unknown option(s) ['colour']" in capsys.readouterr().err
@@ -82,15 +83,18 @@ def test_retrieve_realm_writes_encoder_retriever_and_scores(tiny, tmp_path, caps
     assert "has no MLM head: REALM starts one untrained" in capsys.readouterr().out  # a plain encoder: noted
     result = json.loads((out / "realm.json").read_text())
     assert result["test_examples"] > 0 and result["seed"] == 0  # the seed that drew the split, said
-    assert set(result["after"]) == {"span_accuracy", "token_accuracy", "log_likelihood", "answer_recall", "p_null"}
-    assert (out / "final" / "config.json").is_file() and (out / "retriever" / "passage" / "config.json").is_file()
+    assert set(result["after"]) == {"span_accuracy", "token_accuracy", "log_likelihood", "answer_recall",
+                                    "p_null"}
+    assert (out / "final" / "config.json").is_file() and \
+        (out / "retriever" / "passage" / "config.json").is_file()
     assert lmforge.load(out / "final").heads["lm"] is not None
     capsys.readouterr()
     assert main(["retrieve", "realm", "--model", str(tiny), "--out", str(tmp_path / "x"), "--k", "0",
                  "--no-null-document"]) == 2
     assert "--no-null-document" in capsys.readouterr().err
     one_title = tmp_path / "one.jsonl"  # nothing to hold out: the split needs two documents
-    one_title.write_text("".join(json.dumps({"id": str(i), "title": "t", "text": "Mupi is in Klirefaim. It rains."})
+    one_title.write_text("".join(json.dumps({"id": str(i), "title": "t",
+                                             "text": "Mupi is in Klirefaim. It rains."})
                                  + "\n" for i in range(3)))
     assert main(["retrieve", "realm", "--model", str(tiny), "--out", str(tmp_path / "y"), "--passages",
                  str(one_title), "--max-len", "64"]) == 2

@@ -28,8 +28,8 @@ def data():
 
 def _encoder(tokenizer, seed=0):
     torch.manual_seed(seed)
-    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tokenizer.vocab_size,
-                          max_seq_len=64)
+    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64,
+                          vocab_size=tokenizer.vocab_size, max_seq_len=64)
     return BiEncoder(model, tokenizer, EncoderOptions(max_length=64))
 
 
@@ -57,8 +57,10 @@ def test_the_loss_is_the_nll_of_the_positive_among_batch_passages_and_negatives(
 def test_training_beats_the_untrained_encoder_and_reloads(data, tmp_path):
     passages, questions, tokenizer = data
     cfg = TrainConfig(steps=30, batch_size=8, lr=3e-3, warmup=3, progress=False, device="cpu", seed=3)
-    trained = train_dpr(_encoder(tokenizer), questions["train"], passages, tmp_path / "a", cfg, log=lambda m: None)
-    table = compare(passages, questions["test"], {"untrained": _encoder(tokenizer), "trained": trained}, tmp_path)
+    trained = train_dpr(_encoder(tokenizer), questions["train"], passages, tmp_path / "a", cfg,
+                        log=lambda m: None)
+    table = compare(passages, questions["test"], {"untrained": _encoder(tokenizer), "trained": trained},
+                    tmp_path)
     assert table["trained"]["recall@1"] > table["untrained"]["recall@1"] + 0.2
     assert table["trained"]["recall@5"] >= 0.9
     reloaded = BiEncoder.from_dir(tmp_path / "a" / "final")
@@ -87,8 +89,8 @@ def test_a_resumed_run_ends_where_an_unbroken_one_does(data, tmp_path):
     assert len(checkpoints) == 2
     shutil.rmtree(checkpoints[-1])  # the step-4 checkpoint goes
     shutil.rmtree(tmp_path / "cut" / "final")
-    resumed = train_dpr(_encoder(tokenizer, seed=9), records, passages, tmp_path / "cut", TrainConfig(steps=4, **cfg),
-                        resume=True, log=lambda m: None)
+    resumed = train_dpr(_encoder(tokenizer, seed=9), records, passages, tmp_path / "cut",
+                        TrainConfig(steps=4, **cfg), resume=True, log=lambda m: None)
     assert (tmp_path / "cut" / "final" / "retriever.json").is_file()
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name

@@ -15,7 +15,8 @@ TEXT = "Mupi lies on the Rhine river. It is a city in Klirefaim. Nobody was born
 
 
 def test_sentences_split_after_end_marks():
-    assert sentences(TEXT) == ["Mupi lies on the Rhine river.", "It is a city in Klirefaim.", "Nobody was born there!"]
+    assert sentences(TEXT) == ["Mupi lies on the Rhine river.", "It is a city in Klirefaim.",
+                               "Nobody was born there!"]
 
 
 def test_the_pseudo_question_is_taken_out_of_its_context():
@@ -58,4 +59,5 @@ def test_another_rounds_context_of_the_same_passage_is_no_in_batch_negative(enco
     same = DPRObjective(enc).collate(examples)["same_passage"]
     source = [i % 3 for i in range(len(examples))]
     want = [[i != j and source[i] == source[j] for j in range(len(examples))] for i in range(len(examples))]
-    assert same.tolist() == want  # each context holds the other round's pseudo-question: masked, not a negative
+    # each context holds the other round's pseudo-question: masked, not a negative
+    assert same.tolist() == want

@@ -27,7 +27,8 @@ def test_search_is_exact_topk_and_reload_is_memory_mapped(tmp_path):
     scores, positions = index.search(queries, k=5, batch_size=3)
     want = np.argsort(-(queries @ vectors.T), axis=1)[:, :5]
     assert np.array_equal(positions.numpy(), want)
-    assert torch.allclose(scores, torch.from_numpy(np.take_along_axis(queries @ vectors.T, want, 1)), atol=1e-5)
+    assert torch.allclose(scores, torch.from_numpy(np.take_along_axis(queries @ vectors.T, want, 1)),
+                          atol=1e-5)
     manifest = json.loads((path / "manifest.json").read_text())
     assert (manifest["dim"], manifest["count"], manifest["model"]) == (16, 300, "random")
     assert len(manifest["sha256"]["embeddings.npy"]) == 64

@@ -90,8 +90,8 @@ def test_build_index_dir_takes_the_seeds_index_build_seed_takes(tmp_path, seed):
 
 
 def test_a_numpy_seed_reads_as_python_s_int_as_trainconfigs_seed_does(tmp_path):
-    """np.int64(1) failed inside random.Random, then was refused, where TrainConfig(seed=...) takes it as 1: it
-    now draws the passages seed 1 draws."""
+    """np.int64(1) failed inside random.Random, then was refused, where TrainConfig(seed=...) takes it as 1:
+    it now draws the passages seed 1 draws."""
     from lmforge.retrieval.jobs import build_index_dir
 
     build_index_dir(tmp_path / "a", None, seed=np.int64(1), progress=False)

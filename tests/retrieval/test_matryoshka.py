@@ -22,8 +22,8 @@ TEXTS = (("who is ann", "ann is here", "bob"), ("where is bob", "bob sails far",
 def setup():
     tokenizer = train_tokenizer([t for row in TEXTS for t in row] * 4, "wordpiece", 120)
     torch.manual_seed(0)
-    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tokenizer.vocab_size,
-                          max_seq_len=32)
+    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64,
+                          vocab_size=tokenizer.vocab_size, max_seq_len=32)
     return model, tokenizer
 
 
@@ -31,7 +31,8 @@ def _objective(setup, **options):
     model, tokenizer = setup
     encoder = BiEncoder(model, tokenizer, EncoderOptions(max_length=32, **options))
     objective = DPRObjective(encoder).eval()
-    batch = objective.collate([{"question": encoder.ids(q), "positive": encoder.ids(p), "negatives": [encoder.ids(n)]}
+    batch = objective.collate([{"question": encoder.ids(q), "positive": encoder.ids(p),
+                                "negatives": [encoder.ids(n)]}
                                for q, p, n in TEXTS])
     return encoder, objective, batch
 
@@ -120,7 +121,8 @@ def test_the_command_line_trains_with_it_and_refuses_a_bad_one_naming_the_field(
             "progress=false", "max_length=32"]
     assert main([*base, "--out", str(tmp_path / "bad"), "matryoshka_dims=[64,8]"]) == 2
     assert "matryoshka_dims" in capsys.readouterr().err
-    assert main([*base, "--out", str(tmp_path / "run"), "matryoshka_dims=[32,8]", "matryoshka_weights=[1,2]"]) == 0
+    assert main([*base, "--out", str(tmp_path / "run"), "matryoshka_dims=[32,8]",
+                 "matryoshka_weights=[1,2]"]) == 0
     saved = BiEncoder.from_dir(tmp_path / "run" / "final").options
     assert saved.matryoshka_dims == (32, 8) and saved.matryoshka_weights == (1, 2)
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

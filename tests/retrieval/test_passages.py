@@ -45,7 +45,8 @@ def test_builtin_passages_and_questions_are_seeded_and_positives_state_the_answe
 def test_text_files_become_titled_passages(tmp_path):
     (tmp_path / "notes.txt").write_text("First doc line one.\nLine two.\n\nSecond doc.\n")
     ps = load_passages(str(tmp_path / "notes.txt"))
-    assert [(p.title, p.text) for p in ps] == [("notes 1", "First doc line one. Line two."), ("notes 2", "Second doc.")]
+    assert [(p.title, p.text) for p in ps] == [("notes 1", "First doc line one. Line two."),
+                                               ("notes 2", "Second doc.")]
 
 
 def test_passage_file_round_trip_and_bad_lines(tmp_path):
@@ -83,7 +84,8 @@ def test_qa_jsonl_and_squad_files(tmp_path):
     records, passages = read_questions(good)
     assert [r["positives"] for r in records] == [["0"], ["0"]] and passages[0].text == "Ann did it."
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"question": "Who?", "answers": ["Ann"], "context": "c"}) + "\n{\"answers\": []}\n")
+    bad.write_text(json.dumps({"question": "Who?", "answers": ["Ann"], "context": "c"})
+                   + "\n{\"answers\": []}\n")
     with pytest.raises(ValueError, match=r"bad.jsonl: line 2: field 'question' missing"):
         read_questions(bad)
     bad.write_text(json.dumps({"question": "Who?", "answers": "Ann", "context": "c"}) + "\n")
@@ -132,7 +134,8 @@ def test_the_reader_refuses_an_unanswerable_question_before_any_work(tmp_path):
 
 @pytest.mark.parametrize("source", ["", "  ", 3, b"passages.jsonl", ["a.txt"]])
 def test_passages_that_name_no_file_are_an_options_error_naming_passages(source):
-    """"" read every file under the working folder as passages; a number, bytes or a list failed in pathlib."""
+    """"" read every file under the working folder as passages; a number, bytes or a list failed in
+    pathlib."""
     with pytest.raises(OptionsError, match="passages must be") as caught:
         load_passages(source)
     assert caught.value.field == "passages"

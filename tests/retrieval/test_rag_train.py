@@ -37,7 +37,8 @@ def _objective(parts, k, generator_tokenizer=None):
                          max_seq_len=64)
     retriever = BiEncoder(bert, tok, EncoderOptions(max_length=64))
     generator = lmforge.build(lmforge.tiny("bart-base"), vocab_size=gen_tok.vocab_size, max_seq_len=128,
-                              decoder_start_token_id=gen_tok.special_id("cls"), pad_token_id=gen_tok.special_id("pad"))
+                              decoder_start_token_id=gen_tok.special_id("cls"),
+                              pad_token_id=gen_tok.special_id("pad"))
     vectors = retriever.encode([f"{p.title}. {p.text}" for p in passages])
     return RAGObjective(generator, retriever, vectors, passage_tokens(retriever, passages, gen_tok), k=k,
                         tokenizer=generator_tokenizer).eval()
@@ -62,7 +63,8 @@ def test_closed_book_is_the_generators_answer_nll(parts):
     batch = objective.collate(rag_examples(objective.retriever, parts[1][:3]))
     ids, mask = objective.generator_inputs(batch, None)
     hidden = objective.model(ids, mask, decoder_input_ids=batch["decoder_input_ids"],
-                             decoder_attention_mask=batch["decoder_attention_mask"], run_heads=False).last_hidden_state
+                             decoder_attention_mask=batch["decoder_attention_mask"],
+                             run_heads=False).last_hidden_state
     logp = F.log_softmax(objective.lm(hidden).float(), -1)
     labels = batch["labels"]
     token = logp.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1) * (labels != -100)
@@ -124,14 +126,16 @@ def test_the_generator_learns_to_copy_the_retrieved_passages_title_to_questions_
     with torch.no_grad():  # each question's own vector as its passage's: the top 1 is always the right one
         ids = torch.tensor([e["question"] for e in examples])
         vectors = retriever.embed(ids, torch.ones_like(ids))
-    generator = lmforge.build(lmforge.tiny("bart-base"), vocab_size=tok.vocab_size, max_seq_len=64, dropout=0.0,
-                              attention_dropout=0.0, decoder_start_token_id=tok.special_id("cls"),
+    generator = lmforge.build(lmforge.tiny("bart-base"), vocab_size=tok.vocab_size, max_seq_len=64,
+                              dropout=0.0, attention_dropout=0.0,
+                              decoder_start_token_id=tok.special_id("cls"),
                               pad_token_id=tok.special_id("pad"))
     objective = RAGObjective(generator, retriever, vectors, texts, k=1).train()
     train, held = examples[:-64], examples[-64:]
     optimizer = torch.optim.AdamW([*generator.parameters(), *objective.lm.parameters()], lr=3e-3)
     for _ in range(600):
-        loss = objective(objective.collate([train[j] for j in torch.randint(0, len(train), (16,)).tolist()])).loss
+        loss = objective(objective.collate([train[j]
+                                            for j in torch.randint(0, len(train), (16,)).tolist()])).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -45,7 +45,8 @@ def test_the_positive_span_covers_the_answer(parts):
     for example, record in zip(examples, parts[1]):
         w = example["windows"][0]
         span = w["input_ids"][w["start_positions"]:w["end_positions"] + 1]
-        assert reader.tokenizer.decode(span).replace(" ", "").lower() == record["answers"][0].lower().replace(" ", "")
+        assert reader.tokenizer.decode(span).replace(" ", "").lower() == \
+            record["answers"][0].lower().replace(" ", "")
         assert all("start_positions" not in n for n in example["windows"][1:])  # negatives: no span target
 
 
@@ -78,7 +79,8 @@ def test_reading_returns_a_span_of_the_best_selected_passage(parts, tmp_path):
     reader.finish().save(tmp_path)
     tok.save(tmp_path)
     again = ExtractiveReader.from_dir(tmp_path, max_len=96)
-    assert again.read(records[0]["question"], passages[:4]) == reader.read(records[0]["question"], passages[:4])
+    assert again.read(records[0]["question"], passages[:4]) == \
+        reader.read(records[0]["question"], passages[:4])
     ranked = [[p.id for p in passages[:3]] for _ in records[:2]]
     assert 0.0 <= reader_exact_match(reader, records[:2], passages, ranked, k=3) <= 1.0
 
@@ -87,7 +89,8 @@ def test_a_decoder_is_refused_as_a_reader_naming_the_model_field(parts):
     """An OptionsError on "model", as DPR's encoder check is: the command line names its --model."""
     from lmforge.config.options import OptionsError
 
-    decoder = lmforge.build("gpt2", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=parts[2].vocab_size)
+    decoder = lmforge.build("gpt2", n_layers=1, d_model=32, n_heads=2, d_ff=64,
+                            vocab_size=parts[2].vocab_size)
     with pytest.raises(OptionsError, match="a reader must be an encoder model, not decoder") as refused:
         ExtractiveReader(decoder, parts[2])
     assert refused.value.field == "model"

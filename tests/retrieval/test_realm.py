@@ -65,7 +65,8 @@ def test_reader_reads_x_then_each_document_and_never_its_own_passage(parts):
     first = inputs["input_ids"][0, :int(inputs["attention_mask"][0].sum())].tolist()
     doc = objective.doc_tokens[int(rows[0, 0])]
     assert first[:n + 2] == [objective.cls, *x, objective.sep] and first[n + 2:-1] == doc[:len(first) - n - 3]
-    assert inputs["segment_ids"][0, n + 2:len(first)].eq(1).all() and inputs["segment_ids"][0, :n + 2].eq(0).all()
+    assert inputs["segment_ids"][0, n + 2:len(first)].eq(1).all() and \
+        inputs["segment_ids"][0, :n + 2].eq(0).all()
     null = inputs["input_ids"][3, :int(inputs["attention_mask"][3].sum())].tolist()
     assert null == [objective.cls, *x, objective.sep]
     labels = inputs["labels"][0, 1:n + 1]
@@ -91,7 +92,8 @@ def test_loss_is_the_marginal_over_documents_read_one_at_a_time(parts):
                 labels = inputs["labels"][i]  # x's positions only (shorter than the input)
                 logp = torch.log_softmax(objective.lm(hidden[:len(labels)]), -1)
                 where = labels != IGNORE
-                terms.append(float(doc_logp[b, z]) + float(logp[where].gather(1, labels[where][:, None]).sum()))
+                terms.append(float(doc_logp[b, z])
+                             + float(logp[where].gather(1, labels[where][:, None]).sum()))
             total -= float(torch.logsumexp(torch.tensor(terms), 0))
     assert math.isclose(loss, total / 2, rel_tol=1e-4)
 
@@ -116,7 +118,8 @@ def test_index_is_refreshed_every_n_training_forwards(parts):
         optimizer.zero_grad()
     seen.append(objective.index.clone())
     # forwards 1 and 2 use the starting index; the third (after two updates) refreshes it first
-    assert torch.equal(seen[0], seen[1]) and torch.equal(seen[1], seen[2]) and not torch.equal(seen[2], seen[3])
+    assert torch.equal(seen[0], seen[1]) and torch.equal(seen[1], seen[2]) and \
+        not torch.equal(seen[2], seen[3])
     fresh = objective.retriever.encode_ids(objective.doc_inputs, passage=True)
     assert not torch.allclose(seen[3], fresh)  # one more update since: stale again
     objective.refresh()

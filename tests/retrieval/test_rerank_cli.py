@@ -23,8 +23,8 @@ def setup(tmp_path_factory):
     texts = [passage_text(p) for p in load_passages(None)]
     tokenizer = train_tokenizer(texts, "wordpiece", 300)
     torch.manual_seed(0)
-    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=tokenizer.vocab_size,
-                          max_seq_len=96)
+    model = lmforge.build("bert-base", n_layers=1, d_model=32, n_heads=2, d_ff=64,
+                          vocab_size=tokenizer.vocab_size, max_seq_len=96)
     model.save(root / "plain")
     tokenizer.save(root / "plain")
     save_model(make_task("rerank", model, tokenizer, [], TaskConfig(max_len=96)), root / "rr")

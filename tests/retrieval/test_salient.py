@@ -9,7 +9,8 @@ from lmforge.retrieval.passages import Passage
 from lmforge.retrieval.salient import mask_span, salient_spans, span_examples
 from lmforge.tokenizer.train import train_tokenizer
 
-TEXT = "Migom Koudand was born in Mupi in 1935. Mupi is a city in Klirefaim. She met The Beatles on May 5, 1961."
+TEXT = ("Migom Koudand was born in Mupi in 1935. Mupi is a city in Klirefaim. She met The Beatles on "
+        "May 5, 1961.")
 
 
 def _texts(text, spans):
@@ -58,5 +59,6 @@ def test_examples_name_their_passage_and_answer(tokenizer):
     passages = [Passage("a", "t", "nothing salient here."), Passage("b", "t", TEXT)]
     examples = span_examples(tokenizer, passages, [0, 1])
     assert {e["source"] for e in examples} == {1}
-    assert {e["answer"] for e in examples} == {"Migom Koudand", "Mupi", "1935", "Klirefaim", "Beatles", "May 5, 1961"}
+    assert {e["answer"] for e in examples} == {"Migom Koudand", "Mupi", "1935", "Klirefaim", "Beatles",
+                                               "May 5, 1961"}
     assert len(span_examples(tokenizer, passages, [1], per_passage=2)) == 2

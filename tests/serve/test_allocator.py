@@ -13,9 +13,12 @@ def test_the_allocator_restart_environment(tmp_path):
     both, only_tc = {"jemalloc": (str(je),), "tcmalloc": (str(tc),)}, {"jemalloc": (), "tcmalloc": (str(tc),)}
     none = {"jemalloc": (), "tcmalloc": ()}
     env = allocator.restart_environment("auto", {"A": "1"}, both)  # jemalloc first, its purging thread on
-    assert env == {"A": "1", "LD_PRELOAD": str(je), allocator.MARK: "auto", "MALLOC_CONF": "background_thread:true"}
-    assert allocator.restart_environment("auto", {"MALLOC_CONF": "narenas:1"}, both)["MALLOC_CONF"] == "narenas:1"
-    assert allocator.restart_environment("auto", {}, only_tc) == {"LD_PRELOAD": str(tc), allocator.MARK: "auto"}
+    assert env == {"A": "1", "LD_PRELOAD": str(je), allocator.MARK: "auto",
+                   "MALLOC_CONF": "background_thread:true"}
+    assert allocator.restart_environment("auto", {"MALLOC_CONF": "narenas:1"}, both)["MALLOC_CONF"] == \
+        "narenas:1"
+    assert allocator.restart_environment("auto", {}, only_tc) == \
+        {"LD_PRELOAD": str(tc), allocator.MARK: "auto"}
     kept = allocator.restart_environment("tcmalloc", {"LD_PRELOAD": "/x.so"}, both)["LD_PRELOAD"]
     assert kept == f"{tc}:/x.so"  # the user's preload stays, after ours
     swapped = allocator.restart_environment("jemalloc", {"LD_PRELOAD": f"/x.so {tc}"}, both)["LD_PRELOAD"]
@@ -25,7 +28,8 @@ def test_the_allocator_restart_environment(tmp_path):
     assert allocator.restart_environment("auto", {}, none) is None  # none installed: glibc, no restart
     assert allocator.restart_environment("glibc", {}, both) is None
     assert allocator.restart_environment("auto", {allocator.MARK: "auto"}, both) is None  # restarted already
-    assert allocator.restart_environment("auto", {"LD_PRELOAD": str(tc)}, both) is None  # preloaded by the user
+    # preloaded by the user
+    assert allocator.restart_environment("auto", {"LD_PRELOAD": str(tc)}, both) is None
     assert allocator.restart_environment("auto", {"LD_PRELOAD": "/usr/lib/libmimalloc.so"}, both) is None
     with pytest.raises(ValueError, match="--malloc tcmalloc: .*libtcmalloc-minimal4"):
         allocator.restart_environment("tcmalloc", {}, none)
@@ -40,7 +44,8 @@ def test_auto_chooses_the_first_installed_allocator(tmp_path):
 
     tc = tmp_path / "libtcmalloc_minimal.so.4"
     tc.write_bytes(b"")
-    assert allocator.chosen("auto", {"jemalloc": (str(tmp_path / "no.so"),), "tcmalloc": (str(tc),)}) == "tcmalloc"
+    assert allocator.chosen("auto", {"jemalloc": (str(tmp_path / "no.so"),),
+                                     "tcmalloc": (str(tc),)}) == "tcmalloc"
     assert allocator.chosen("auto", {"jemalloc": (), "tcmalloc": ()}) == "glibc"
     assert allocator.chosen("jemalloc") == "jemalloc"
 

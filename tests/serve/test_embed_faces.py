@@ -59,7 +59,8 @@ def _python(path, request: dict):
 
 
 def _text(value) -> str:
-    return repr(value) if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else value
+    return repr(value) if isinstance(value, float) else \
+        str(value).lower() if isinstance(value, bool) else value
 
 
 def _cli(path, request: dict):
@@ -74,8 +75,8 @@ def _server(client, request: dict):
     return refusal
 
 
-@settings(max_examples=40, deadline=timedelta(seconds=3 * SECONDS), suppress_health_check=[HealthCheck.too_slow],
-          derandomize=True)
+@settings(max_examples=40, deadline=timedelta(seconds=3 * SECONDS),
+          suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(request=REQUESTS)
 def test_the_three_faces_accept_and_refuse_alike(faces, request):
     path, client = faces

@@ -52,7 +52,8 @@ def test_every_option_equals_lmforge_embed_with_the_same_options(served, dirs):
                                      {"normalize": False, "dimensions": 8},
                                      {"max_length": 5, "truncate": True},  # it was refused by /embed alone
                                      {"max_length": 6, "truncate": "chunk"})]
-    cases += [("calibrated", {"encoding_format": f, **d}) for f in ("int8", "uint8") for d in ({}, {"dimensions": 16})]
+    cases += [("calibrated", {"encoding_format": f, **d})
+              for f in ("int8", "uint8") for d in ({}, {"dimensions": 16})]
     for model, options in cases:
         answer = _post(served, model=model, texts=texts, **options)
         offline = lmforge.embed(texts, dirs[model], **options)
@@ -87,7 +88,8 @@ def test_prompts_by_name_and_the_answer_counts_tokens_and_truncation(served, dir
     assert cut["inputs"][0]["truncated"] and cut["inputs"][0]["tokens"] > 32
     assert cut["inputs"][1] == {"tokens": 4, "truncated": False, "chunks": 1} and cut["tokens"] == 32 + 4
     chunked = _post(served, model="plain", texts=[long], truncate="chunk")
-    assert chunked["inputs"][0]["chunks"] == -(-(cut["inputs"][0]["tokens"] - 2) // 30) and not chunked["inputs"][0]["truncated"]
+    assert chunked["inputs"][0]["chunks"] == -(-(cut["inputs"][0]["tokens"] - 2) // 30) and \
+        not chunked["inputs"][0]["truncated"]
     offline = lmforge.embed([long], dirs["plain"], truncate="chunk")
     torch.testing.assert_close(torch.tensor(chunked["embeddings"]), offline, atol=1e-5, rtol=0)
     assert chunked["embeddings"] != cut["embeddings"][:1]

@@ -111,8 +111,8 @@ def test_refusals_name_the_field_or_the_limit(served, body, status, param):
 
 
 def test_truncate_cuts_and_says_so(served):
-    answer = served.client().post("/features", json={"texts": "the cat " * 100, "layers": "-1", "truncate": True,
-                                                     "max_length": 16, "pooling": "mean"})
+    answer = served.client().post("/features", json={"texts": "the cat " * 100, "layers": "-1",
+                                                     "truncate": True, "max_length": 16, "pooling": "mean"})
     assert answer.status_code == 200, answer.text
     item = answer.json()["data"][0]
     assert item["truncated"] and item["n_tokens"] == 202 and len(item["features"][0]) == 32

@@ -21,7 +21,8 @@ def _hold(context, entered: list, name: str, release: threading.Event) -> thread
 def test_batches_share_and_an_exclusive_job_waits_for_them_then_runs_before_new_batches():
     gate, entered = ModelGate(), []
     first, second, alone, late = (threading.Event() for _ in range(4))
-    threads = [_hold(gate.shared(), entered, "batch 1", first), _hold(gate.shared(), entered, "batch 2", second)]
+    threads = [_hold(gate.shared(), entered, "batch 1", first),
+               _hold(gate.shared(), entered, "batch 2", second)]
     time.sleep(0.1)
     assert sorted(entered) == ["batch 1", "batch 2"]  # side by side
     threads.append(_hold(gate.exclusive(), entered, "view", alone))

@@ -23,7 +23,8 @@ def test_a_stop_string_ends_the_token_ids_where_it_ends_the_text(local, model_di
     stopped = local.post("/generate", json={**body, "stop": stop}).json()
     ids, start = stopped["token_ids"], prompt_ids(tokenizer, body["prompt"], False)
     assert stopped["finish_reason"] == "stop" and stop in whole["text"]
-    assert stop in continuation(tokenizer, start, ids) and stop not in continuation(tokenizer, start, ids[:-1])
+    assert stop in continuation(tokenizer, start, ids) and \
+        stop not in continuation(tokenizer, start, ids[:-1])
     assert stopped["usage"]["completion_tokens"] == len(ids) < len(whole["token_ids"])
 
 

@@ -37,15 +37,18 @@ BODIES = [  # (method, path, body or query, the expected status, the limit or fi
     ("GET", "/attention", {"model": "enc", "text": "a cat", "layers": "0-10000000"}, 422, "layers"),
     ("GET", "/attention", {"model": "enc", "text": "a cat", "layers": ",".join(["1"] * 3000)}, 413,
      "max_layers"),
-    ("GET", "/attention", {"model": "enc", "text": "a cat", "heads": "1e18"}, 422, "heads"),  # unknown: refused
+    # unknown: refused
+    ("GET", "/attention", {"model": "enc", "text": "a cat", "heads": "1e18"}, 422, "heads"),
     ("POST", "/embed", {"model": "enc", "texts": ["the cat"] * 300_000}, 413, "max_inputs"),
     ("POST", "/embed", {"model": "enc", "texts": [BIG_TEXT]}, 413, "max_seq_len"),
     ("POST", "/generate", {"model": "gen", "prompt": "the cat", "num_beams": 10**9}, 413, "max_num_beams"),
     ("POST", "/generate", {"model": "gen", "prompt": "the cat", "top_k": 10**9, "temperature": 1}, 413,
      "max_sampling_top_k"),
-    ("POST", "/generate", {"model": "gen", "prompt": "the cat", "max_new_tokens": 10**9}, 413, "max_new_tokens"),
+    ("POST", "/generate", {"model": "gen", "prompt": "the cat", "max_new_tokens": 10**9}, 413,
+     "max_new_tokens"),
     ("POST", "/generate", {"model": "gen", "prompt": BIG_TEXT}, 413, "max_input_tokens"),
-    ("POST", "/generate", {"model": "gen", "prompt": "the cat", "stop": ["x" * 3_000_000]}, 413, "max_stop_chars"),
+    ("POST", "/generate", {"model": "gen", "prompt": "the cat", "stop": ["x" * 3_000_000]}, 413,
+     "max_stop_chars"),
     ("POST", "/fill_mask", {"model": "enc", "text": "the [MASK] sat", "top_k": 10**9}, 413, "max_top_k"),
     ("POST", "/v1/completions", {"model": "gen", "prompt": ["a"] * 100_000}, 413, "max_inputs"),
 ]
@@ -68,13 +71,16 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(hard):
     assert answer.status_code == 413 and answer.json()["error"]["param"] == "max_body_bytes"
 
 
-@pytest.mark.parametrize("body", [b"[" * 3_000_000, b'{"texts": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000
-                                  + b"}"], ids=["list", "object"])
+@pytest.mark.parametrize("body", [
+    b"[" * 3_000_000,
+    b'{"texts": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000 + b"}",
+], ids=["list", "object"])
 def test_nested_json_bombs_are_refused(hard, body):
     before = _kib(hard.proc.pid, "VmRSS")
     with hard.client() as client:
         answer = client.post("/embed", content=body, headers={"content-type": "application/json"})
-    assert answer.status_code == 413 and answer.json()["error"]["param"] == "max_json_depth", answer.text[:300]
+    assert answer.status_code == 413 and answer.json()["error"]["param"] == "max_json_depth", \
+        answer.text[:300]
     assert _kib(hard.proc.pid, "VmHWM") - before < GB
     assert hard.proc.poll() is None
 
@@ -156,7 +162,8 @@ def test_info_shows_names_and_sizes_not_paths(hard, model_dirs):
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_cancelled_generation_logs_one_line_not_a_traceback(hard, stream):
-    body = {"model": "gen", "prompt": "the cat", "max_new_tokens": 1000, "min_new_tokens": 1000, "stream": stream}
+    body = {"model": "gen", "prompt": "the cat", "max_new_tokens": 1000, "min_new_tokens": 1000,
+            "stream": stream}
     lines = hard.log.read_text().count("\n")
     with hard.client(timeout=httpx.Timeout(30, read=0.3)) as client:
         if stream:

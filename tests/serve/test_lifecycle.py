@@ -139,8 +139,8 @@ def test_a_second_worker_embeds_with_a_generating_model_outside_its_step_hook(mo
     """--workers 2: while the first worker generates with "gen", the second batches embeddings of "gen" and
     "enc"; those forward passes are no decoding steps of the generation (the hook is the first worker's),
     and every answer equals the offline one."""
-    served = start_server(model_dirs, ("enc", "gen"), tmp_path / "two.log", "--threads", "2", "--workers", "2",
-                          "--max-new-tokens", "2000")
+    served = start_server(model_dirs, ("enc", "gen"), tmp_path / "two.log", "--threads", "2",
+                          "--workers", "2", "--max-new-tokens", "2000")
     try:
         info = httpx.get(served.url + "/info", timeout=30).json()
         assert (info["workers"], info["threads_per_worker"], info["threads"]) == (2, [1, 1], 2)

@@ -48,10 +48,12 @@ def ranked(tmp_path_factory):
 
 
 def ask(browser, **fields) -> tuple:
-    """Set the page's hash (the form is filled from it and sent); (state, status line, answer, summary's kind)."""
+    """Set the page's hash (the form is filled from it and sent); (state, status line, answer,
+    summary's kind)."""
     hash_ = "#" + "&".join(f"{k}={quote(str(v))}" for k, v in fields.items())
-    browser.call("Runtime.evaluate", {"expression": "document.getElementById('result').dataset.state = 'asked'; "
-                                                    f"location.hash = {json.dumps(hash_)}"})
+    browser.call("Runtime.evaluate",
+                 {"expression": "document.getElementById('result').dataset.state = 'asked'; "
+                                f"location.hash = {json.dumps(hash_)}"})
     state = browser.wait_for(ANSWERED)
     said = browser.wait_for("[document.getElementById('status').textContent, "
                             "document.getElementById('result').textContent, "
@@ -120,8 +122,8 @@ def test_page_shows_the_attention_view_which_runs_in_the_browser(server, tmp_pat
         browser.call("Page.navigate", {"url": "about:blank"})
         browser.call("Page.navigate", {"url": f"{server.url}/attention?model=gen&text=the%20red%20fox%20sat"
                                               "#selftest"})
-        browser.wait_for("document.getElementById('selftest') && document.getElementById('selftest').dataset.done",
-                         60)
+        browser.wait_for("document.getElementById('selftest') && "
+                         "document.getElementById('selftest').dataset.done", 60)
         result = json.loads(browser.wait_for("document.getElementById('selftest').textContent"))
     assert result["errors"] == [] and len(result["steps"]) > 5
 
@@ -213,7 +215,8 @@ def test_page_tries_features_showing_tokens_offsets_and_shape(server, tmp_path):
         refused = ask(browser, route="features", model="enc", text=text, layers="7")
         marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
                                   ".map(c => c.dataset.field))")
-    direct = server.client().post("/features", json={"model": "enc", "texts": [text], "layers": "0,-1"}).json()
+    direct = server.client().post("/features",
+                                  json={"model": "enc", "texts": [text], "layers": "0,-1"}).json()
     assert state == "done" and status.startswith("200 POST /features") and kind == "features"
     item = answer["data"][0]
     torch.testing.assert_close(torch.tensor(item["features"]), torch.tensor(direct["data"][0]["features"]),

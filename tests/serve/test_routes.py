@@ -109,7 +109,8 @@ def test_a_tagged_word_past_the_cut_is_null_on_the_server_and_in_evaluate(server
     """Under truncate the words past max_len were not read: their tag is null, not a predicted "O"."""
     words = ("the cat sat on the mat " * 20).split()  # 120 words, past the task's max_len of 64
     with server.client() as client:
-        answer = client.post("/predict", json={"model": "tag", "inputs": [{"words": words}], "truncate": True})
+        answer = client.post("/predict", json={"model": "tag", "inputs": [{"words": words}],
+                                               "truncate": True})
     assert answer.status_code == 200, answer.text
     tags = [t["tag"] for t in answer.json()["predictions"][0]["tags"]]
     read = next(i for i, t in enumerate(tags) if t is None)
@@ -197,7 +198,8 @@ def test_a_sampled_reply_says_its_seed_and_the_seed_gives_it_again(server):
     sampling = {"model": "gen", "prompt": "the old fox", "temperature": 1.0, "top_k": 50}
     with server.client() as client:
         first = client.post("/generate", json={**sampling, "max_new_tokens": 12}).json()
-        again = client.post("/generate", json={**sampling, "max_new_tokens": 12, "seed": first["seed"]}).json()
+        again = client.post("/generate", json={**sampling, "max_new_tokens": 12,
+                                               "seed": first["seed"]}).json()
         events = client.post("/generate", json={**sampling, "max_new_tokens": 12, "seed": first["seed"],
                                                 "stream": True}).text
         greedy = client.post("/generate", json={"model": "gen", "prompt": "the old fox", "max_new_tokens": 4})
@@ -245,7 +247,8 @@ def test_openapi_spec_docs_and_page_are_complete_and_offline(server):
     assert set(info["models"]) == set(health["models"]) == {"enc", "gen", "t5", "cls", "tag", "qa"}
     assert info["models"]["qa"]["task"]["kind"] == "qa" and "predict" in info["models"]["qa"]["capabilities"]
     assert info["limits"]["max_batch_tokens"] == 256 and info["limits"]["batch_wait_ms"] == 5
-    assert all(type(v) is int for k, v in info["limits"].items() if k != "batch_wait_ms")  # counts stay counts
+    # counts stay counts
+    assert all(type(v) is int for k, v in info["limits"].items() if k != "batch_wait_ms")
 
 
 def test_tokenize_and_metrics_text(server, model_dirs):
@@ -303,7 +306,8 @@ def test_openai_embeddings_base64_usage_models_and_token_ids(server, model_dirs)
         packed = client.post("/v1/embeddings", json={"model": "enc", "input": texts,
                                                      "encoding_format": "base64"}).json()
         ids = client.post("/v1/embeddings", json={"model": "enc", "input": [[5, 6, 7]]})
-        wrong_size = client.post("/v1/embeddings", json={"model": "enc", "input": "x", "dimensions": 4096})  # more than it has
+        # more than it has
+        wrong_size = client.post("/v1/embeddings", json={"model": "enc", "input": "x", "dimensions": 4096})
         listed, info = client.get("/v1/models").json(), client.get("/info").json()
     assert floats["object"] == "list" and floats["model"] == "enc"
     assert [d["object"] for d in floats["data"]] == ["embedding"] * 2
@@ -351,7 +355,8 @@ def test_fill_mask_s_span_bound_is_the_pipeline_s():
 def test_fill_mask_and_attention_passes_are_not_counted_as_decoding_steps(server):
     before = metric(server.url, "lmforge_decode_steps_total")
     with server.client() as client:
-        assert client.post("/fill_mask", json={"model": "t5", "text": "a <mask> sat", "top_k": 2}).status_code == 200
+        assert client.post("/fill_mask",
+                           json={"model": "t5", "text": "a <mask> sat", "top_k": 2}).status_code == 200
         assert client.get("/attention", params={"model": "gen", "text": "the cat"}).status_code == 200
         generated = client.post("/generate", json={"model": "gen", "prompt": "the cat", "max_new_tokens": 4,
                                                    "min_new_tokens": 4}).json()

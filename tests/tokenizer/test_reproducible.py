@@ -33,9 +33,9 @@ def test_two_processes_train_the_same_tokenizer_json(tmp_path):
     # it trains while this one does (one process start instead of two)
     seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
     code = "import sys; from tests.tokenizer.test_reproducible import train_all; train_all(sys.argv[1])"
-    other = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "other")], cwd=Path(__file__).parents[2],
-                             env={**os.environ, "PYTHONHASHSEED": seed}, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    other = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "other")],
+                             cwd=Path(__file__).parents[2], env={**os.environ, "PYTHONHASHSEED": seed},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     train_all(tmp_path / "here")
     assert other.wait(timeout=300) == 0, other.stdout.read()
     for kind, size in SIZES.items():

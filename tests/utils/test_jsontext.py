@@ -21,8 +21,12 @@ def test_loads_refuses_deep_nesting_as_a_decode_error_and_parses_the_rest():
 
 
 @pytest.mark.parametrize("name, read", [
-    ("train.jsonl", lambda p: read_task_file(p, "cls")), ("squad.json", read_squad),
-    ("passages.jsonl", read_passages), ("questions.jsonl", read_questions), ("config.json", read_json_object)])
+    ("train.jsonl", lambda p: read_task_file(p, "cls")),
+    ("squad.json", read_squad),
+    ("passages.jsonl", read_passages),
+    ("questions.jsonl", read_questions),
+    ("config.json", read_json_object),
+])
 def test_every_reader_names_the_file_of_json_nested_too_deeply(tmp_path, name, read):
     path = tmp_path / name
     path.write_text(DEEP, encoding="utf-8")
@@ -76,4 +80,5 @@ def test_a_config_plan_or_weights_header_nested_past_the_parser_is_refused_namin
         load_plan(tmp_path / "plan.json")
     header = DEEP.encode()
     (tmp_path / "w.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
-    assert safetensors_damage(tmp_path / "w.safetensors") == "not a safetensors file (its header is not valid)"
+    assert safetensors_damage(tmp_path / "w.safetensors") == \
+        "not a safetensors file (its header is not valid)"

@@ -35,7 +35,8 @@ def test_self_timed_calls_report_their_own_seconds_in_alternated_rounds():
     times = timing.rounds_of({"a": lambda: call("a", 1.5), "b": lambda: call("b", 2.5)}, rounds=3, warmup=1,
                              zigzag=True, self_timed=True)
     assert times == {"a": [1.5] * 3, "b": [2.5] * 3}
-    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-ups, then the order reversed every other round
+    # warm-ups, then the order reversed every other round
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]
 
 
 def test_the_last_level_cache_is_read_or_a_fallback_given():

@@ -12,7 +12,8 @@ def toy_data(n=48, seed=0, vocab=99):
     gen = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
-        length, start = int(torch.randint(4, 14, (), generator=gen)), int(torch.randint(0, vocab, (), generator=gen))
+        length, start = (int(torch.randint(4, 14, (), generator=gen)),
+                         int(torch.randint(0, vocab, (), generator=gen)))
         out.append({"input_ids": [1, *(5 + (start + i) % (vocab - 5) for i in range(length)), 2]})
     return out
 

@@ -23,16 +23,28 @@ def test_bad_options_are_named(data, message):
 
 
 @pytest.mark.parametrize("data,message", [
-    ({"lr": "inf"}, "lr must be a finite number > 0"), ({"lr": "nan"}, "lr must be a finite number > 0"),
-    ({"lr": 0}, "lr must be a finite number > 0"), ({"weight_decay": -0.1}, "weight_decay must be"),
-    ({"betas": "abc"}, "betas must be two numbers"), ({"betas": [0.9, 1.5]}, r"betas\[1\] must be a finite number >= 0 and < 1"),
-    ({"betas": [0.9]}, "betas must hold 2 numbers, got 1"), ({"betas": [0.9, True]}, r"betas\[1\] must be a number"), ({"steps": 0}, "steps must be an integer >= 1 and <= 10000000"),
-    ({"steps": -3}, "steps must be an integer >= 1 and <= 10000000"), ({"steps": "inf"}, "steps must be a whole number"),
-    ({"batch_size": 0}, "batch_size must be an integer >= 1 and <= 65536"), ({"eps": 0}, "eps must be"), ({"eps": "nan"}, "eps must be"),
-    ({"min_lr_ratio": 1.5}, "min_lr_ratio must be"), ({"clip": -1}, "clip must be"),
-    ({"warmup": -1}, "warmup must be an integer >= 0"), ({"seed": -1}, "seed must be an integer >= 0"),
-    ({"progress": "maybe"}, "progress must be true or false"), ({"lr": None}, "lr must be a number"),
-    ({"device": "tpu9"}, "device='tpu9' is not a device")])
+    ({"lr": "inf"}, "lr must be a finite number > 0"),
+    ({"lr": "nan"}, "lr must be a finite number > 0"),
+    ({"lr": 0}, "lr must be a finite number > 0"),
+    ({"weight_decay": -0.1}, "weight_decay must be"),
+    ({"betas": "abc"}, "betas must be two numbers"),
+    ({"betas": [0.9, 1.5]}, r"betas\[1\] must be a finite number >= 0 and < 1"),
+    ({"betas": [0.9]}, "betas must hold 2 numbers, got 1"),
+    ({"betas": [0.9, True]}, r"betas\[1\] must be a number"),
+    ({"steps": 0}, "steps must be an integer >= 1 and <= 10000000"),
+    ({"steps": -3}, "steps must be an integer >= 1 and <= 10000000"),
+    ({"steps": "inf"}, "steps must be a whole number"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1 and <= 65536"),
+    ({"eps": 0}, "eps must be"),
+    ({"eps": "nan"}, "eps must be"),
+    ({"min_lr_ratio": 1.5}, "min_lr_ratio must be"),
+    ({"clip": -1}, "clip must be"),
+    ({"warmup": -1}, "warmup must be an integer >= 0"),
+    ({"seed": -1}, "seed must be an integer >= 0"),
+    ({"progress": "maybe"}, "progress must be true or false"),
+    ({"lr": None}, "lr must be a number"),
+    ({"device": "tpu9"}, "device='tpu9' is not a device"),
+])
 def test_every_out_of_range_option_is_a_one_line_error_naming_it(data, message):
     with pytest.raises(ValueError, match=message) as caught:
         TrainConfig.from_dict(data)

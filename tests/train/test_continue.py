@@ -50,17 +50,20 @@ def test_continued_pretraining_trains_the_checkpoint_with_a_new_lm_head(continue
     assert model.heads["lm"].projection()[0] is model.tokens.weight  # BERT ties its MLM head
     assert model.config.vocab_size == tokenizer.vocab_size == load_tokenizer(_minilm()).vocab_size + 2
     ids = tokenizer.encode("Immunotherapy and pharmacokinetics", add_special_tokens=False).ids
-    assert ids[0] == tokenizer.token_to_id("immunotherapy") and ids[2] == tokenizer.token_to_id("pharmacokinetics")
+    assert ids[0] == tokenizer.token_to_id("immunotherapy") and \
+        ids[2] == tokenizer.token_to_id("pharmacokinetics")
     assert len(ids) == 3 and min(ids[0], ids[2]) >= tokenizer.vocab_size - 2
 
 
 @pytest.mark.slow  # an end-to-end run through the command line
 def test_the_continued_model_fine_tunes_and_fills_masks(continued, tmp_path, capsys):
-    assert main(["finetune", "--model", str(continued / "final"), "--builtin", "sentiment", "--builtin-size", "20",
-                 "--out", str(tmp_path / "ft"), "--steps", "2", "batch_size=2", "max_len=32", "progress=false"]) == 0
+    assert main(["finetune", "--model", str(continued / "final"), "--builtin", "sentiment",
+                 "--builtin-size", "20", "--out", str(tmp_path / "ft"), "--steps", "2", "batch_size=2",
+                 "max_len=32", "progress=false"]) == 0
     assert (tmp_path / "ft" / "final" / "model.safetensors").is_file()
     capsys.readouterr()
-    assert main(["fill-mask", "--model", str(continued / "final"), "The patient received [MASK].", "--json"]) == 0
+    assert main(["fill-mask", "--model", str(continued / "final"), "The patient received [MASK].",
+                 "--json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 5
 
 
@@ -104,7 +107,8 @@ def test_adding_words_grows_a_full_table():
     attach(model, "lm")
     add_words(model, tokenizer, ["riverbankment", "tosk"])
     assert model.config.vocab_size == tokenizer.vocab_size == model.tokens.weight.shape[0]
-    assert model.heads["lm"].projection()[0].shape[0] == model.heads["lm"].bias.shape[0] == tokenizer.vocab_size
+    assert model.heads["lm"].projection()[0].shape[0] == model.heads["lm"].bias.shape[0] == \
+        tokenizer.vocab_size
     ids = torch.tensor([tokenizer.encode("tosk riverbankment").ids])
     assert model(ids).logits.shape == (1, ids.shape[1], tokenizer.vocab_size)
 
@@ -117,12 +121,14 @@ def test_bad_requests_exit_2(tmp_path, capsys):
     assert main([*base, *fields, "--preset", "bert-tiny", "--out", str(run)]) == 0
     assert main([*base, *fields, "--preset", str(run / "final"), "--out", str(tmp_path / "a")]) == 2
     assert f"--model {run / 'final'}" in capsys.readouterr().err  # a directory is not a preset
-    assert main([*base, "--preset", "bert-tiny", "--model", str(run / "final"), "--out", str(tmp_path / "b")]) == 2
+    assert main([*base, "--preset", "bert-tiny", "--model", str(run / "final"),
+                 "--out", str(tmp_path / "b")]) == 2
     assert "give one of --preset" in capsys.readouterr().err
     assert main([*base, *fields, "--model", str(run / "final"), "--out", str(tmp_path / "c")]) == 2
     assert "apply to --preset only" in capsys.readouterr().err
     (tmp_path / "w.txt").write_text("two words\n")
-    assert main([*base, *fields, "--preset", "bert-tiny", "--add-tokens", str(tmp_path / "w.txt"), "--out", "x"]) == 2
+    assert main([*base, *fields, "--preset", "bert-tiny", "--add-tokens", str(tmp_path / "w.txt"),
+                 "--out", "x"]) == 2
     assert "--model" in capsys.readouterr().err
     assert main([*base, "add_tokens=" + str(tmp_path / "w.txt"), "--model", str(run / "final"),
                  "--out", str(tmp_path / "d")]) == 2
@@ -135,8 +141,9 @@ def test_continuing_a_run_of_our_own_and_resuming_it(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     tiny = ["batch_size=2", "progress=false", "max_len=32"]
     data = ["--data", str(_write(tmp_path / "t.txt", TEXT))]
-    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(first), "--steps", "1",
-                 *tiny, "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64", *data]) == 0
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(first),
+                 "--steps", "1", *tiny, "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64",
+                 *data]) == 0
     start = lmforge.load(first / "final").state_dict()
     args = ["pretrain", "--model", str(first / "final"), "--objective", "mlm", "--out", str(second), *tiny,
             "lr=0.01", *data]

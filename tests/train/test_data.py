@@ -62,7 +62,8 @@ def test_the_data_fingerprint_sees_content_and_order_and_samples_a_lazy_view():
     assert data_fingerprint(data) == data_fingerprint(same) and data_fingerprint(data)["examples"] == 10
     edited = [dict(r) for r in data]
     edited[7] = {**edited[7], "input_ids": [5, 6, 70]}
-    for other in (edited, data[::-1], data[:9], [{**r, "input_ids": torch.tensor(r["input_ids"])} for r in data]):
+    for other in (edited, data[::-1], data[:9],
+                  [{**r, "input_ids": torch.tensor(r["input_ids"])} for r in data]):
         assert data_fingerprint(other)["sha256"] != data_fingerprint(data)["sha256"]
 
     class Lazy:  # a shard view: read on access, too large to read whole at each checkpoint

@@ -43,8 +43,8 @@ def test_two_gloo_processes_equal_one_process_with_the_same_global_batch(tmp_pat
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          str(script), str(tmp_path / "two"), parallel], env=env, capture_output=True, text=True,
-                         timeout=300)
+                          str(script), str(tmp_path / "two"), parallel], env=env, capture_output=True,
+                         text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     one = Trainer(mlm_objective(dropout=0.0, attention_dropout=0.0), toy_data(),
                   quick(steps=10, batch_size=2, accumulation=2), tmp_path / "one").fit()

@@ -27,7 +27,8 @@ def test_weights_past_float_range_stop_the_run_and_nothing_non_finite_is_saved(t
         objective.model.embed.positions.weight[-1] = 1e37
     trainer = Trainer(objective, toy_data(), quick(steps=4, save_every=1, lr=10, weight_decay=10, warmup=0),
                       tmp_path)
-    with pytest.raises(TrainingDiverged, match=r"weights are not finite .* step 1.*last good checkpoint: none"):
+    with pytest.raises(TrainingDiverged,
+                       match=r"weights are not finite .* step 1.*last good checkpoint: none"):
         trainer.fit()
     assert not (tmp_path / "final").exists() and not list((tmp_path / "checkpoints").glob("step-*"))
 
@@ -74,13 +75,15 @@ def test_the_weight_check_costs_little_on_a_tiny_step(tmp_path):
 
 
 def test_divergence_through_the_cli_is_one_line_and_exit_2(tmp_path, capsys):
-    (tmp_path / "text.txt").write_text("".join(f"Sentence {i} of the text. Another one {i}.\n\n" for i in range(200)))
+    (tmp_path / "text.txt").write_text("".join(f"Sentence {i} of the text. Another one {i}.\n\n"
+                                               for i in range(200)))
     out = tmp_path / "run"
     # lr=10 with weight_decay=10 multiplies the decayed weights by about -99 a step: the loss overflows
     # within a few steps (step 6 here), after some checkpoints were written
     args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "12",
             "lr=10", "weight_decay=10", "save_every=1", "batch_size=4", "progress=false", "warmup=1",
-            "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64", "--data", str(tmp_path / "text.txt")]
+            "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64",
+            "--data", str(tmp_path / "text.txt")]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "diverged" in err and "Traceback" not in err
@@ -118,5 +121,6 @@ def test_a_full_disk_is_named_the_partial_checkpoint_removed_and_the_previous_ke
 def test_a_full_disk_writing_the_optimiser_state_is_named_too(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint.torch, "save", _no_space)
     with pytest.raises(DiskFull, match="no space left on device writing .*step-0000001"):
-        save_checkpoint(tmp_path, 1, {"w": torch.ones(2)}, {"optimizer": {}, "scheduler": {}}, {}, keep_last=2)
+        save_checkpoint(tmp_path, 1, {"w": torch.ones(2)}, {"optimizer": {}, "scheduler": {}}, {},
+                        keep_last=2)
     assert not list(tmp_path.iterdir())

@@ -172,7 +172,8 @@ def test_an_unverified_trainer_json_of_wrong_types_is_refused_naming_the_file_an
 
 def test_unverified_training_options_no_run_had_are_refused_naming_the_checkpoint(run):
     checkpoint = run / "checkpoints" / "step-0000004"
-    _unverified(checkpoint, train={**json.loads((checkpoint / "trainer.json").read_text())["train"], "lr": -3})
+    _unverified(checkpoint,
+                train={**json.loads((checkpoint / "trainer.json").read_text())["train"], "lr": -3})
     trainer = Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=lambda m: None)
     with pytest.raises(CheckpointCorrupt, match="step-0000004: trainer.json's training options: .*lr"):
         trainer.resume()
@@ -194,7 +195,8 @@ def test_a_checkpoint_folder_renamed_to_another_step_is_refused_and_the_true_new
     ("rng", {"python": torch.zeros(2)}, "RNG states cannot be set"),
     ("scheduler", [1], "scheduler state holds no step count"),
     ("scheduler", {"last_epoch": "3"}, "scheduler state holds no step count")])
-def test_unverified_rng_or_schedule_states_that_cannot_be_set_are_refused_naming_the_file(run, key, value, said):
+def test_unverified_rng_or_schedule_states_that_cannot_be_set_are_refused_naming_the_file(run, key, value,
+                                                                                          said):
     checkpoint = run / "checkpoints" / "step-0000004"
     _unverified(checkpoint)
     saved = torch.load(checkpoint / "optimizer.pt", weights_only=True)

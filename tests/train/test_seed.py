@@ -16,7 +16,8 @@ from lmforge.presets import get_config
 from lmforge.train.data import derive_seed
 from lmforge.train.pretrain import init_seed, seeded_init
 
-TINY = ["progress=false", "batch_size=2", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64"]
+TINY = ["progress=false", "batch_size=2", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
+        "max_seq_len=64"]
 # the installed command beside the interpreter (.venv/bin/lmforge), else lmforge.cli.main through -c
 SCRIPT = Path(sys.executable).with_name("lmforge")
 COMMAND = [str(SCRIPT)] if SCRIPT.is_file() else [
@@ -57,7 +58,8 @@ def _bytes(run: Path, *parts: str) -> bytes:
 @pytest.mark.slow  # a second process (another hash seed); in one process: the ELECTRA test below
 def test_the_same_seed_in_two_processes_gives_the_same_mlm_model(tmp_path):
     a = _pretrain(tmp_path, "A", "bert-tiny", "mlm", 0)
-    b, c = (_pretrain(tmp_path, out, "bert-tiny", "mlm", seed, here=True) for out, seed in (("B", 0), ("C", 1)))
+    b, c = (_pretrain(tmp_path, out, "bert-tiny", "mlm", seed, here=True)
+            for out, seed in (("B", 0), ("C", 1)))
     assert _bytes(a, "final", "model.safetensors") == _bytes(b, "final", "model.safetensors")
     assert _bytes(a, "final", "model.safetensors") != _bytes(c, "final", "model.safetensors")
     assert _losses(a) == _losses(b) != _losses(c)

@@ -42,7 +42,8 @@ def server_verdict(client, route: str, body: dict):
     message", None); a refusal must be 413 or 422 (NaN and Infinity go as Python writes them)."""
     import json
 
-    answer = timed(lambda: client.post(route, content=json.dumps(body), headers={"content-type": "application/json"}))
+    answer = timed(lambda: client.post(route, content=json.dumps(body),
+                                       headers={"content-type": "application/json"}))
     if answer.status_code == 200:
         return None, answer.json()
     assert answer.status_code in (413, 422), answer.text[:300]

@@ -12,7 +12,8 @@ DICTD = Path("/usr/share/dictd")
 DICTIONARIES = ("gcide", "foldoc", "jargon")
 INSTALL_DICTIONARIES = "apt-get install " + " ".join(f"dict-{name}" for name in DICTIONARIES)
 
-chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no chromium at {CHROMIUM} (apt-get install chromium)")
+chromium = pytest.mark.skipif(not CHROMIUM.exists(),
+                              reason=f"no chromium at {CHROMIUM} (apt-get install chromium)")
 
 
 def has_dictionary(name: str) -> bool:

@@ -15,7 +15,8 @@ from lmforge.config import ConfigError, ModelConfig
     (dict(norm="batchnorm"), "norm='batchnorm' is not one of layernorm, rmsnorm"),
     (dict(ffn="tanh"), "ffn='tanh' is not one of"),
     (dict(architecture="rnn"), "architecture='rnn' is not one of encoder, decoder, encoder-decoder"),
-    (dict(attention="sliding-window", window=1024, max_seq_len=512), "window=1024 is larger than max_seq_len=512"),
+    (dict(attention="sliding-window", window=1024, max_seq_len=512),
+     "window=1024 is larger than max_seq_len=512"),
     (dict(attention="longformer", architecture="decoder"), "needs bidirectional attention"),
     (dict(attention_schedule=["full", "sliding-window"]), "attention_schedule has 2 entries but n_layers=12"),
     (dict(n_layers=2, attention_schedule=["full", "sparse"]), "entry 'sparse' is not one of"),
@@ -29,7 +30,8 @@ from lmforge.config import ConfigError, ModelConfig
     (dict(pooler_activation="softmax"), "pooler_activation='softmax' is not one of tanh, relu, gelu"),
     (dict(lm_activation="swiglu"), "lm_activation='swiglu' is not one of relu, gelu, gelu-tanh"),
     (dict(position="rotary", rotary_scaling="yarn"), "rotary_scaling='yarn' is not one of none, linear"),
-    (dict(position="rotary", rotary_scaling="llama3", rotary_low_freq_factor=4.0), "must satisfy 0 < low < high"),
+    (dict(position="rotary", rotary_scaling="llama3", rotary_low_freq_factor=4.0),
+     "must satisfy 0 < low < high"),
     (dict(n_layers=4, attention_schedule="full"), "attention_schedule must be a list"),
     (dict(n_layers=2, attention_schedule=["full", 3]), "attention_schedule must be a list of pattern names"),
     (dict(n_layers=2, attention_schedule=["full", "sliding-window"], share_layers=True),
@@ -113,7 +115,8 @@ def test_long_context_fields_are_validated(fields, message):
 
 def test_equivalent_long_context_configs_are_canonically_equal():
     one = ModelConfig(attention="longformer", n_layers=2, window=8)
-    assert ModelConfig(attention="longformer", n_layers=2, window_schedule=[8, 8]).canonical() == one.canonical()
+    assert ModelConfig(attention="longformer", n_layers=2, window_schedule=[8, 8]).canonical() == \
+        one.canonical()
     assert ModelConfig(n_layers=2, window_schedule=[8, 4]).canonical() == ModelConfig(n_layers=2).canonical()
     big = ModelConfig(attention="bigbird", dense_max_len=10_000)
     assert big.canonical() == big.replace(dense_max_len=512).canonical()
@@ -234,15 +237,18 @@ def test_a_union_field_admits_each_of_its_types_and_nothing_else():
 
 
 def test_list_options_bound_their_count_and_every_item_by_one_declaration():
-    """option(items=Items(...)) checks a list's length, each item's type and bounds, and repeats, in check_options."""
+    """option(items=Items(...)) checks a list's length, each item's type and bounds, and repeats,
+    in check_options."""
     from lmforge.config.options import OptionsError, help_rows
     from lmforge.retrieval.dpr import MAX_DIMS, EncoderOptions
 
     assert EncoderOptions(matryoshka_dims=[64, 32]).matryoshka_dims == (64, 32)
-    refused = {(0,): r"^matryoshka_dims\[0\] must be an integer >= 1", (8, 8.5): r"^matryoshka_dims\[1\] must be "
-               r"an integer", (MAX_DIMS + 1,): rf"<= {MAX_DIMS}, got {MAX_DIMS + 1}$",
+    refused = {(0,): r"^matryoshka_dims\[0\] must be an integer >= 1",
+               (8, 8.5): r"^matryoshka_dims\[1\] must be an integer",
+               (MAX_DIMS + 1,): rf"<= {MAX_DIMS}, got {MAX_DIMS + 1}$",
                tuple(range(1, 18)): "^matryoshka_dims must hold 0 to 16 integers, got 17$",
-               (16, 16): "^matryoshka_dims must not repeat a value", (True,): r"^matryoshka_dims\[0\] must be an integer"}
+               (16, 16): "^matryoshka_dims must not repeat a value",
+               (True,): r"^matryoshka_dims\[0\] must be an integer"}
     for dims, message in refused.items():
         with pytest.raises(OptionsError, match=message) as err:
             EncoderOptions(matryoshka_dims=dims)
@@ -294,7 +300,8 @@ def test_numpy_numbers_build_options_as_python_s_numbers_of_the_same_value():
     assert given == want and type(given.max_new_tokens) is int and type(given.top_p) is float
     assert all(type(i) is int for i in given.eos_token_id)
     assert FeatureOptions.build(None, {"layers": [np.int64(0), np.int8(-1)]}).layers == [0, -1]
-    for bad in ({"max_new_tokens": np.float32(2.5)}, {"max_new_tokens": np.int64(0)}, {"do_sample": np.int64(1)}):
+    for bad in ({"max_new_tokens": np.float32(2.5)}, {"max_new_tokens": np.int64(0)},
+                {"do_sample": np.int64(1)}):
         with pytest.raises(OptionsError) as err:  # bounds, fractions and bools are judged as before
             GenerationOptions.build(None, bad)
         assert err.value.field == next(iter(bad))

@@ -158,7 +158,8 @@ def test_doc_block(path, line, lang, code, doc_runs, monkeypatch, request):
             state.done.add(earlier)
     where = f"{path.name}:{line}"
     results = state.run(lang, code, where)
-    assert results and not failures(results, where), (failures(results, where) or [f"{where}: no command ran"])[0]
+    assert results and not failures(results, where), \
+        (failures(results, where) or [f"{where}: no command ran"])[0]
     state.done.add(line)
 
 
@@ -171,7 +172,8 @@ def test_every_doc_has_a_runnable_block():
 def test_blocks_parser_reads_fences_and_continuations(tmp_path):
     """The extractor keeps runnable languages only and joins backslash continuations."""
     page = tmp_path / "p.md"
-    page.write_text("x\n```bash\nlmforge a \\\n  --b 1\n# note\n```\n```text\nno\n```\n```python\nx = 1\n```\n")
+    page.write_text("x\n```bash\nlmforge a \\\n  --b 1\n# note\n```\n```text\nno\n```\n"
+                    "```python\nx = 1\n```\n")
     found = blocks(page)
     assert [(lang, line) for line, lang, _ in found] == [("bash", 2), ("python", 10)]
     assert commands(found[0][2]) == ["lmforge a --b 1"]

@@ -107,8 +107,13 @@ def test_run_heads_false_returns_hidden_states_only():
 
 
 @pytest.mark.parametrize("args, field", [
-    ({"n_labels": True}, "n_labels"), ({"n_labels": 2.5}, "n_labels"), ({"n_labels": None}, "n_labels"),
-    ({"n_labels": 10**12}, "n_labels"), ({"n_labels": 2, "bogus": 1}, "bogus"), ({"n_labels": 2, "pooler": "no"}, "pooler")])
+    ({"n_labels": True}, "n_labels"),
+    ({"n_labels": 2.5}, "n_labels"),
+    ({"n_labels": None}, "n_labels"),
+    ({"n_labels": 10**12}, "n_labels"),
+    ({"n_labels": 2, "bogus": 1}, "bogus"),
+    ({"n_labels": 2, "pooler": "no"}, "pooler"),
+])
 def test_a_head_argument_of_the_wrong_kind_is_a_config_error_naming_it(args, field):
     """A bool n_labels was read as 1, 2.5 or None failed inside torch, 10**12 tried to allocate 128 TB and an
     unknown keyword was Python's TypeError."""

@@ -71,8 +71,8 @@ def test_what_is_no_model_name_at_all_is_an_options_error_naming_model_on_both_r
     TokenizerError), where embed, fill_mask and find_model_dir itself name the argument: no path at all is
     the caller's option, not a damaged model."""
     for load, _ in READERS:
-        with pytest.raises(lmforge.OptionsError, match="^the model must be a directory or an installed model") \
-                as caught:
+        with pytest.raises(lmforge.OptionsError,
+                           match="^the model must be a directory or an installed model") as caught:
             load(name)
         assert caught.value.field == "model" and not isinstance(caught.value, CheckpointError)
 
@@ -195,7 +195,8 @@ def test_a_config_that_is_not_json_is_named_with_the_cause(saved):
 
 def test_a_config_that_is_not_a_json_object_is_named(saved):
     (saved / "config.json").write_text("[1, 2]")
-    with pytest.raises(CheckpointError, match=r"config.json must hold a JSON object \{...\}, not list \[1, 2\]"):
+    with pytest.raises(CheckpointError,
+                       match=r"config.json must hold a JSON object \{...\}, not list \[1, 2\]"):
         lmforge.load(saved)
 
 

@@ -134,7 +134,8 @@ def layer_violations(graph: dict) -> list:
             if source not in TIER or dest not in TIER:
                 found.append((module, target, "a package missing from TIERS"))
             elif TIER[dest] > TIER[source]:
-                found.append((module, target, f"{source} (tier {TIER[source]}) imports {dest} (tier {TIER[dest]})"))
+                found.append((module, target,
+                              f"{source} (tier {TIER[source]}) imports {dest} (tier {TIER[dest]})"))
             elif (source, dest) in FORBIDDEN:
                 found.append((module, target, f"{source} never imports {dest}"))
     return found
@@ -189,7 +190,8 @@ def test_every_bench_script_parses_its_arguments():
 def test_the_model_core_imports_nothing_above_it():
     graph = import_graph()
     above = ("lmforge.convert", "lmforge.io", "lmforge.train", "lmforge.objectives", "lmforge.generate",
-             "lmforge.tasks", "lmforge.cli", "lmforge.pipelines", "lmforge.heads", "lmforge.fast", "lmforge.quant")
+             "lmforge.tasks", "lmforge.cli", "lmforge.pipelines", "lmforge.heads", "lmforge.fast",
+             "lmforge.quant")
     for module in ("lmforge.model", "lmforge.config"):
         assert not {t for t in graph[module] if t.startswith(above)}, module
     for module, targets in graph.items():

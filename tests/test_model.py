@@ -178,7 +178,8 @@ def test_the_config_chooses_the_xlnet_class_and_loading_keeps_it(tmp_path):
 
     cfg = lmforge.tiny("xlnet-base")
     assert type(from_config(cfg)) is XLNetEncoder and type(lmforge.build("xlnet-base", **{
-        k: getattr(cfg, k) for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size")})) is XLNetEncoder
+        k: getattr(cfg, k) for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size")
+    })) is XLNetEncoder
     assert type(from_config(lmforge.tiny("bert-base"))) is Encoder
     model = tiny_model("xlnet-base")
     model.save(tmp_path)
@@ -202,7 +203,8 @@ def test_global_tokens_are_a_0_1_mask_of_the_batch_s_shape_on_a_longformer_only(
 
 @pytest.mark.parametrize("cfg", ["gpt2", None, {"architecture": "decoder"}])
 def test_from_config_of_no_model_config_is_a_config_error_naming_cfg(cfg):
-    """A preset name or a dict as from_config's cfg failed as "'str' object has no attribute 'architecture'"."""
+    """A preset name or a dict as from_config's cfg failed as
+    "'str' object has no attribute 'architecture'"."""
     with pytest.raises(lmforge.ConfigError, match="cfg must be a ModelConfig") as caught:
         lmforge.from_config(cfg)
     assert caught.value.field == "cfg"

@@ -97,11 +97,11 @@ def test_distillation_and_static_masking_through_the_cli(tmp_path, capsys):
     assert "lm" in student.heads
     logged = json.loads((student_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert {"ce_loss", "mlm_loss", "cos_loss"} <= set(logged)
-    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "distillation", "--out", str(tmp_path / "x"),
-                 *common]) == 2
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "distillation",
+                 "--out", str(tmp_path / "x"), *common]) == 2
     assert "--teacher" in capsys.readouterr().err
-    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--teacher", str(teacher_dir / "final"),
-                 "--out", str(tmp_path / "y"), *common]) == 2
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm",
+                 "--teacher", str(teacher_dir / "final"), "--out", str(tmp_path / "y"), *common]) == 2
     assert "give one of --preset" in capsys.readouterr().err
 
 
@@ -233,15 +233,17 @@ def test_only_the_first_process_says_what_the_run_read(monkeypatch):
 @pytest.mark.usefixtures("few_probes")
 def test_jsonl_data_is_read_by_its_text_field_and_a_resume_reading_it_otherwise_is_refused(tmp_path, capsys):
     """`pretrain --data` takes `corpus shard`'s read options: a JSONL export whose text sits under
-    "content" had been unreadable to pretrain (no text), though `corpus shard --text-field content` read it."""
+    "content" had been unreadable to pretrain (no text), though `corpus shard --text-field content`
+    read it."""
     import json
 
-    lines = [{"content": f"Document {i} says the cat sat on mat {i}. Then the dog ran far away."} for i in range(12)]
+    lines = [{"content": f"Document {i} says the cat sat on mat {i}. Then the dog ran far away."}
+             for i in range(12)]
     (tmp_path / "a.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "run"
     args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "2",
-            "batch_size=2", "save_every=1", "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
-            "max_seq_len=64", "--max-len", "16", "--data", str(tmp_path / "a.jsonl")]
+            "batch_size=2", "save_every=1", "progress=false", "n_layers=1", "d_model=32", "n_heads=2",
+            "d_ff=64", "max_seq_len=64", "--max-len", "16", "--data", str(tmp_path / "a.jsonl")]
     assert main(args) == 2  # the default field, "text", is in no record
     err = capsys.readouterr().err  # one line naming the file, the fields its records have and the flag
     assert err.count("\n") == 1 and "a.jsonl" in err and "content" in err and "--text-field" in err, err

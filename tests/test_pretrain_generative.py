@@ -36,10 +36,12 @@ def test_loss_falls_on_the_builtin_corpus(tmp_path, objective, preset):
 
 
 def test_cli_choices_and_architecture_check(tmp_path, capsys):
-    args = ["pretrain", "--preset", "t5-small", "--objective", "span-corruption", "--out", str(tmp_path / "t5"),
-            "--steps", "1", "batch_size=2", "progress=false", *[f"{k}={v}" for k, v in TINY.items()]]
+    args = ["pretrain", "--preset", "t5-small", "--objective", "span-corruption",
+            "--out", str(tmp_path / "t5"), "--steps", "1", "batch_size=2", "progress=false",
+            *[f"{k}={v}" for k, v in TINY.items()]]
     assert main(args) == 0
     assert load_tokenizer(tmp_path / "t5" / "final").token_to_id("<extra_id_0>") is not None
     for objective, preset in [("span-corruption", "gpt2"), ("denoising", "bert-tiny"), ("clm", "t5-small")]:
-        assert main(["pretrain", "--preset", preset, "--objective", objective, "--out", str(tmp_path / "x")]) == 2
+        assert main(["pretrain", "--preset", preset, "--objective", objective,
+                     "--out", str(tmp_path / "x")]) == 2
         assert "does not fit" in capsys.readouterr().err

@@ -199,7 +199,8 @@ def test_training_from_jsonl_and_gzip_equals_training_from_their_texts(tmp_path)
     jsonl, packed = tmp_path / "a.jsonl", tmp_path / "b.txt.gz"
     jsonl.write_text("\n".join(records[:10]) + "\n", encoding="utf-8")
     packed.write_bytes(gzip.compress(("\n\n".join(CORPUS[10:]) + "\n").encode()))
-    assert train_tokenizer([jsonl, packed], "bytelevel-bpe", 400).backend.to_str() == from_texts.backend.to_str()
+    assert train_tokenizer([jsonl, packed], "bytelevel-bpe", 400).backend.to_str() == \
+        from_texts.backend.to_str()
     (tmp_path / "empty.jsonl").write_text(json.dumps({"title": "no text field"}) + "\n")
     with pytest.warns(UserWarning), pytest.raises(TokenizerError, match="empty corpus"):
         train_tokenizer([tmp_path / "empty.jsonl"], "wordpiece", 300)

@@ -41,8 +41,9 @@ def fine_tuned_sentiment(out):
     from lmforge.train import TrainConfig
 
     data = sentiment(400)
-    finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], data["validation"], out,
-             TrainConfig(steps=60, batch_size=16, lr=3e-3, seed=0, log_every=100), TaskConfig(), log=lambda *a: None)
+    finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], data["validation"],
+             out, TrainConfig(steps=60, batch_size=16, lr=3e-3, seed=0, log_every=100), TaskConfig(),
+             log=lambda *a: None)
     return out / "final", data
 
 

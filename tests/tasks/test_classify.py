@@ -123,8 +123,8 @@ def test_shift_right():
 def test_heads_per_architecture(preset):
     task = task_class("cls")(tiny(preset), tokenizer(PRESETS[preset]), labels=["a", "b", "c"])
     spec = task.model.heads["classification"].spec
-    expected = {"bert-base": {"pooling": "first", "pooler": True}, "gpt2": {"pooling": "last", "pooler": False,
-                                                                          "bias": False},
+    expected = {"bert-base": {"pooling": "first", "pooler": True},
+                "gpt2": {"pooling": "last", "pooler": False, "bias": False},
                 "bart-base": {"pooling": "last", "pooler": True}}[preset]
     assert spec == {"kind": "classification", "n_labels": 3, **expected}
     assert list(task.model.heads) == ["classification"]
@@ -137,7 +137,8 @@ def test_every_kind_trains_and_predicts_in_batches(preset, kind):
     records = {"cls": [{"text": "It is superb.", "label": "1"}, {"text": "It broke.", "label": "0"},
                        {"text": "I want my money back now.", "label": "0"}],
                "regression": [{"text": "It is superb.", "text_pair": "Great.", "label": 4.5},
-                              {"text": "It broke.", "label": 0.5}, {"text": "Fine, I guess so.", "label": 2.0}],
+                              {"text": "It broke.", "label": 0.5},
+                              {"text": "Fine, I guess so.", "label": 2.0}],
                "choice": [{"text": "It is", "choices": ["superb.", "bad."], "label": 0},
                           {"text": "I want", "choices": ["it.", "my money back.", "more."], "label": 1},
                           {"text": "Ok", "choices": ["yes.", "no."], "label": 1}],
@@ -151,8 +152,9 @@ def test_every_kind_trains_and_predicts_in_batches(preset, kind):
     assert torch.isfinite(loss) and task.task_head.classifier.weight.grad is not None
     together = task.outputs(task.encode_all(records), batch_size=8)
     alone = [task.outputs(task.encode_all([r]))[0] for r in records]
-    assert torch.allclose(torch.tensor(sum(map(_flat, together), [])), torch.tensor(sum(map(_flat, alone), [])),
-                          atol=1e-5)  # padding in a batch changes nothing
+    # padding in a batch changes nothing
+    assert torch.allclose(torch.tensor(sum(map(_flat, together), [])),
+                          torch.tensor(sum(map(_flat, alone), [])), atol=1e-5)
     predictions, metrics = task.evaluate(records)
     assert len(predictions) == 3 and list(metrics)[0] in ("accuracy", "pearson", "micro_f1")
 
@@ -312,8 +314,8 @@ def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_fo
     scores = [json.loads(line)["prediction"] for line in (tmp_path / "predictions.jsonl").open()]
     assert all(0 < s < 1 for s in scores)  # through the sigmoid
     for source, field in (("training", "train"), ("validation", "validation")):
-        with pytest.raises(OptionsError, match=rf"{source}: line 1: label 4.5 is outside .*activation=sigmoid") \
-                as err:
+        with pytest.raises(OptionsError,
+                           match=rf"{source}: line 1: label 4.5 is outside .*activation=sigmoid") as err:
             encode_split(task, [{**gold[0], "line": 1}], source, trained=True)
         assert err.value.field == field  # Python's records: the split's argument
     from lmforge.tasks.finetune import finetune

@@ -22,11 +22,16 @@ def test_depths_of_an_encoder_and_an_encoder_decoder():
     assert [depth(bert, n) for n in ("tokens.weight", "embed.norm.weight", "encoder.blocks.0.ffn.up.weight",
                                      "encoder.blocks.1.ffn.up.weight", "heads.x.weight")] == [0, 0, 1, 2, 3]
     assert [depth(bart, n) for n in ("decoder_embed.norm.weight", "encoder.blocks.1.ffn.up.weight",
-                                     "decoder.blocks.0.ffn.up.weight", "decoder.blocks.1.ffn.up.weight")] == [0, 2, 3, 4]
+                                     "decoder.blocks.0.ffn.up.weight", "decoder.blocks.1.ffn.up.weight")] == \
+        [0, 2, 3, 4]
 
 
-@pytest.mark.parametrize("how, frozen_depths", [(dict(backbone=True), {0, 1, 2}), (dict(embeddings=True), {0}),
-                                                (dict(layers=1), {1}), (dict(embeddings=True, layers=2), {0, 1, 2})])
+@pytest.mark.parametrize("how, frozen_depths", [
+    (dict(backbone=True), {0, 1, 2}),
+    (dict(embeddings=True), {0}),
+    (dict(layers=1), {1}),
+    (dict(embeddings=True, layers=2), {0, 1, 2}),
+])
 def test_frozen_weights_do_not_change_and_get_no_optimizer_state(tmp_path, how, frozen_depths):
     model = tiny()
     t = trainer(model, tmp_path)  # the task head is attached now

@@ -28,7 +28,8 @@ BAD = {  # kind, record, what the error says after its location
     "regression word": ("regression", {"text": "a", "label": "high"},
                         "regression label 'high' is not a number"),
     # float() reads these as 1.0 and 1000.0: a boolean or Python's digit groups are no target in a file
-    "regression boolean": ("regression", {"text": "a", "label": True}, "regression label True is not a number"),
+    "regression boolean": ("regression", {"text": "a", "label": True},
+                           "regression label True is not a number"),
     "regression digit groups": ("regression", {"text": "a", "label": "1_000"},
                                 "regression label '1_000' is not a number"),
     "choice outside": ("choice", {"text": "a", "choices": ["x"], "label": 3},

@@ -37,8 +37,8 @@ def test_resumed_run_keeps_the_best_score_and_patience(tmp_path):
 
     def go(resume=False):
         return finetune(tiny(), tokenizer(), "cls", data["train"][:16], data["validation"][:16], tmp_path,
-                        cfg(steps=50, lr=1e-12, eval_every=1, save_every=1, keep_last=5), TaskConfig(patience=2),
-                        resume=resume, log=quiet)
+                        cfg(steps=50, lr=1e-12, eval_every=1, save_every=1, keep_last=5),
+                        TaskConfig(patience=2), resume=resume, log=quiet)
 
     whole = go()
     assert whole["steps"] == 3 and whole["best_step"] == 1
@@ -60,9 +60,11 @@ def test_a_run_stopped_early_goes_on_when_resumed_with_more_patience_and_says_wh
 
     assert go(2)[0]["steps"] == 3  # stopped early: two evaluations without a better score
     same, line = go(2, resume=True)
-    assert same["steps"] == 3 and line.endswith("the run stopped early (its evaluator): nothing more is trained")
+    assert same["steps"] == 3 and \
+        line.endswith("the run stopped early (its evaluator): nothing more is trained")
     longer, line = go(0, resume=True)  # patience is read only when deciding to stop: a resume may change it
-    assert longer["steps"] == 6 and not longer["stopped_early"] and "evaluator's rule as given now goes on" in line
+    assert longer["steps"] == 6 and not longer["stopped_early"] and \
+        "evaluator's rule as given now goes on" in line
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +78,8 @@ def run(tmp_path_factory):
 
 def test_tiny_fine_tune_on_builtin_sentiment_beats_chance(run):
     out, summary = run
-    majority = max(sum(r["label"] == c for r in sentiment()["validation"]) for c in "01") / len(sentiment()["validation"])
+    majority = max(sum(r["label"] == c for r in sentiment()["validation"]) for c in "01") / \
+        len(sentiment()["validation"])
     assert summary["primary"] == "accuracy" and summary["best"]["accuracy"] > max(0.75, majority + 0.15)
     assert json.loads((out / "summary.json").read_text())["best"] == summary["best"]
     assert summary["seed"] == 0  # the run's seed, said where a reader looks (cfg()'s default)
@@ -85,8 +88,10 @@ def test_tiny_fine_tune_on_builtin_sentiment_beats_chance(run):
 def test_best_model_reloads_with_the_same_validation_score(run, tmp_path):
     out, summary = run
     for name in ("best", "final"):
-        assert {"config.json", "model.safetensors", "tokenizer.json", "task.json"} <= {p.name for p in (out / name).iterdir()}
-    assert json.loads((out / "best" / "task.json").read_text()) == {"kind": "cls", "labels": ["0", "1"], "max_len": 128}
+        assert {"config.json", "model.safetensors", "tokenizer.json", "task.json"} <= \
+            {p.name for p in (out / name).iterdir()}
+    assert json.loads((out / "best" / "task.json").read_text()) == \
+        {"kind": "cls", "labels": ["0", "1"], "max_len": 128}
     records = sentiment()["validation"]
     metrics = evaluate(out / "best", records, out=tmp_path / "pred.jsonl")
     assert metrics == pytest.approx(summary["best"])
@@ -109,8 +114,8 @@ def test_records_cut_to_max_len_are_said_by_finetune_and_evaluate_and_counted_on
     records = [long, {"text": "It is superb.", "label": "1"}, {**long, "label": "0"}]
     said = []
     evaluate(out / "final", records, max_len=16, log=said.append)
-    assert said == ["2 of 3 evaluated records are longer than max_len=16 tokens and were cut (the model reads "
-                    "only their first 16); raise max_len to read more"]
+    assert said == ["2 of 3 evaluated records are longer than max_len=16 tokens and were cut (the model "
+                    "reads only their first 16); raise max_len to read more"]
     said.clear()
     evaluate(out / "final", records[1:2], max_len=16, log=said.append)  # none cut: nothing said
     assert said == []
@@ -135,13 +140,14 @@ def test_task_config_is_validated():
         TaskConfig.from_dict({"freeze": True})
     with pytest.raises(ValueError, match="layer_decay"):
         TaskConfig(layer_decay=0.0)
-    assert TaskConfig.from_dict({"n_best": 5.0, "null_threshold": 1}).n_best == 5  # numbers as their fields' types
+    # numbers as their fields' types
+    assert TaskConfig.from_dict({"n_best": 5.0, "null_threshold": 1}).n_best == 5
 
 
 def test_tagging_label_all_is_kept_in_task_json(tmp_path):
     data = builtin("tagging", 20, 0)[1]["train"]
-    finetune(tiny(), tokenizer(), "tagging", data[:8], None, tmp_path, cfg(steps=1), TaskConfig(label_all=True),
-             log=quiet)
+    finetune(tiny(), tokenizer(), "tagging", data[:8], None, tmp_path, cfg(steps=1),
+             TaskConfig(label_all=True), log=quiet)
     info = json.loads((tmp_path / "final" / "task.json").read_text())
     assert info["label_all"] is True and info["kind"] == "tagging"
 
@@ -235,8 +241,8 @@ def test_a_label_unknown_to_the_model_names_the_data_file(tmp_path):
     data = tmp_path / "test_names.jsonl"
     data.write_text('{"text": "good", "label": "0"}\n{"text": "bad", "label": "neg"}\n')
     task = task_class("cls")(tiny(), tokenizer(), labels=["0", "1"])
-    with pytest.raises(OptionsError, match=f"^{data}: line 2: label 'neg' is not one of the training labels") \
-            as err:
+    with pytest.raises(OptionsError,
+                       match=f"^{data}: line 2: label 'neg' is not one of the training labels") as err:
         encode_split(task, read_task_file(data, "cls"), "data")
     assert err.value.field is None  # a file's records: the message names the file and line
 

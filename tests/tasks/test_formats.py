@@ -60,10 +60,12 @@ def test_a_choice_label_that_is_no_whole_index_is_refused(tmp_path, label):
     ("d.csv", "text,label\nfine\n", "cls", None, r"d.csv:2: 1 fields, but the header"),
     ("e.csv", "text,label\nfine,\n", "cls", None, r"e.csv:2: empty label"),
     ("f.tsv", "text\tlabel\nok\t0.5\nno\thigh\n", "regression", None, r"f.tsv:3: regression label 'high'"),
-    ("g.jsonl", '{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n', "cls", None, r"g.jsonl:2: empty line"),
+    ("g.jsonl", '{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n', "cls", None,
+     r"g.jsonl:2: empty line"),
     ("h.jsonl", '{"text": "a", "label": 1}\n{}\n', "cls", None, r"h.jsonl:2: empty record"),
     ("i.jsonl", '{"text": "a", "label": 1}\n{"text": "b",\n', "cls", None, r"i.jsonl:2: not valid JSON"),
-    ("j.csv", b"text,label\nok,1\ncaf\xe9,0\n", "cls", None, r"j.csv:3: not valid UTF-8 \(byte 0xe9 at column 4\)"),
+    ("j.csv", b"text,label\nok,1\ncaf\xe9,0\n", "cls", None,
+     r"j.csv:3: not valid UTF-8 \(byte 0xe9 at column 4\)"),
     ("k.csv", "text,label\n", "cls", None, r"k.csv: no records"),
     ("l.xml", "<a/>", "cls", None, r"l.xml: unknown task file type"),
     ("m.csv", "text,label\nok,1\n", "cls", "txt=text", r"unknown field\(s\) \['txt'\]"),
@@ -152,7 +154,8 @@ def test_builtin_tasks_are_canonical():
     kind, splits = builtin("questions", 20, 0)
     r = splits["validation"][1]
     answer = r["answers"][0]
-    assert kind == "qa" and r["context"][answer["start"]:].startswith(answer["text"]) and r["id"] == "validation-1"
+    assert kind == "qa" and r["context"][answer["start"]:].startswith(answer["text"]) and \
+        r["id"] == "validation-1"
     kind, splits = builtin("tagging", 20, 0)
     assert kind == "tagging" and len(splits["train"][0]["words"]) == len(splits["train"][0]["tags"])
     with pytest.raises(OptionsError, match="not one of") as err:
@@ -266,7 +269,8 @@ def test_a_csv_field_over_csvs_limit_is_one_line_naming_file_and_line(tmp_path):
     ("pair", {"text": "a", "text_pair": "b", "label": "p"}, "text_pair", {"x": 1}),
     ("seq2seq", {"source": "a", "target": "b"}, "target", ["b"]),
 ])
-def test_a_json_list_or_object_in_a_text_field_is_refused_naming_file_line_field(tmp_path, kind, good, field, bad):
+def test_a_json_list_or_object_in_a_text_field_is_refused_naming_file_line_field(tmp_path, kind, good,
+                                                                                 field, bad):
     path = write(tmp_path, "t.jsonl", json.dumps(good) + "\n" + json.dumps({**good, field: bad}) + "\n")
     with pytest.raises(ValueError) as err:
         read_records(path, kind)

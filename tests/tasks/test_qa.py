@@ -224,7 +224,8 @@ def test_questions_cut_to_max_query_len_are_counted_and_said(tok):
     assert task.question_cut == 2 and task.cut == 0  # contexts are read whole, in windows
     # the cut question keeps its first max_query_len tokens, as before
     cut = [w for w in windows if w["record"] == 1][0]
-    assert cut["input_ids"][1:cut["question_end"]] == tok.encode(" ".join(WORDS[:4]), add_special_tokens=False).ids
+    assert cut["input_ids"][1:cut["question_end"]] == \
+        tok.encode(" ".join(WORDS[:4]), add_special_tokens=False).ids
     said = []
     task.say_cut(3, "evaluated", said.append)
     assert said == ["2 of 3 evaluated records have a question longer than max_query_len=4 tokens, cut to its "

@@ -120,7 +120,8 @@ def test_a_fine_tuned_folder_whose_task_json_kind_is_null_is_refused_naming_the_
     from lmforge.utils.model_folder import record_sums
     from tests.tasks.core import tiny
 
-    path = save_model(task_class("cls")(tiny(), tokenizer(), labels=["neg", "pos"], max_len=64), tmp_path / "m")
+    path = save_model(task_class("cls")(tiny(), tokenizer(), labels=["neg", "pos"], max_len=64),
+                      tmp_path / "m")
     info = json.loads((path / "task.json").read_text())
     (path / "task.json").write_text(json.dumps({**info, "kind": None}))
     record_sums(path, ["task.json"])  # damaged by its writer, not since: the checksum agrees

@@ -17,7 +17,8 @@ WORDS = ["camera", "phone", "movie", "book", "battery", "screen", "sound", "pric
 
 
 def toy_records(n: int = 16) -> list:
-    """query "about W"; positive "W W W works", negatives the other words'; teacher scores favour the positive."""
+    """query "about W"; positive "W W W works", negatives the other words'; teacher scores favour
+    the positive."""
     records = []
     for i in range(n):
         w = WORDS[i % len(WORDS)]
@@ -42,7 +43,12 @@ def _train(loss: str, distill: str = "mse", steps: int = 60) -> tuple:
     return first, float(task(batch).loss.detach()), task
 
 
-@pytest.mark.parametrize("loss,distill", [("bce", "mse"), ("listwise", "mse"), ("distill", "mse"), ("distill", "kl")])
+@pytest.mark.parametrize("loss,distill", [
+    ("bce", "mse"),
+    ("listwise", "mse"),
+    ("distill", "mse"),
+    ("distill", "kl"),
+])
 def test_each_loss_falls_and_the_positive_comes_first(loss, distill):
     before, after, task = _train(loss, distill)
     assert after < 0.6 * before, (before, after)  # bce: below the constant guess of 1 in 4, 0.56
@@ -118,12 +124,13 @@ def test_finetune_command_writes_a_reranker(tmp_path):
     assert info["kind"] == "rerank" and info["loss"] == "bce" and info["negatives"] == 2
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["primary"] == "mrr@10"
-    assert main(["evaluate", "--model", str(tmp_path / "run" / "final"), "--data", str(tmp_path / "train.jsonl"),
-                 "--out", str(tmp_path / "predictions.jsonl")]) == 0
+    assert main(["evaluate", "--model", str(tmp_path / "run" / "final"),
+                 "--data", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "predictions.jsonl")]) == 0
     row = json.loads((tmp_path / "predictions.jsonl").read_text().splitlines()[0])
     assert sorted(row["prediction"]) == [0, 1, 2, 3] and row["gold"] == 0  # a ranking of the 4 documents
-    assert main(["finetune", "--model", str(model), "--task", "rerank", "--train", str(tmp_path / "train.jsonl"),
-                 "--out", str(tmp_path / "bad"), "--columns", "text=q"]) == 2
+    assert main(["finetune", "--model", str(model), "--task", "rerank",
+                 "--train", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "bad"),
+                 "--columns", "text=q"]) == 2
 
 
 def test_tied_scores_never_rank_the_positive_first():

@@ -52,8 +52,8 @@ def test_finetune_builtin_and_evaluate_split(model_dir, tmp_path, capsys):
 
 def test_qa_options_reach_the_task_and_its_task_json(model_dir, tmp_path):
     out = tmp_path / "run"
-    assert main(["finetune", "--model", str(model_dir), "--builtin", "questions", "--out", str(out), "--steps", "2",
-                 "max_answer_len=1", "n_best=3", "doc_stride=20", *FAST]) == 0
+    assert main(["finetune", "--model", str(model_dir), "--builtin", "questions", "--out", str(out),
+                 "--steps", "2", "max_answer_len=1", "n_best=3", "doc_stride=20", *FAST]) == 0
     info = json.loads((out / "final" / "task.json").read_text())
     assert (info["kind"], info["max_answer_len"], info["n_best"], info["doc_stride"]) == ("qa", 1, 3, 20)
     preds = tmp_path / "pred.jsonl"
@@ -68,7 +68,8 @@ def test_qa_options_reach_the_task_and_its_task_json(model_dir, tmp_path):
     (["--builtin", "sentiment", "--task", "pair", "--out", "o"], "is a cls task, not pair"),
     (["--builtin", "sentiment", "--out", "o", "n_layers=1"], "model config fields apply to presets only"),
     (["--builtin", "sentiment", "--out", "o", "frozen=1"], "model config fields apply to presets only"),
-    (["--builtin", "sentiment", "--out", "o", "layer_decay=2"], "layer_decay must be a finite number > 0 and <= 1"),
+    (["--builtin", "sentiment", "--out", "o", "layer_decay=2"],
+     "layer_decay must be a finite number > 0 and <= 1"),
     (["--builtin", "questions", "--out", "o", "n_best=0"], "n_best must be an integer >= 1 and <= 1000"),
     (["--builtin", "questions", "--out", "o", "max_answer_len=2.5"], "max_answer_len must be a whole number"),
 ])
@@ -216,7 +217,8 @@ def test_finetune_flags_win_over_key_value_and_the_config_file_whose_seed_splits
     monkeypatch.setattr(finetune, "finetune", lambda net, tok, kind, train, valid, out, cfg, task, resume:
                         runs.append(cfg) or {})
     split = formats.builtin
-    monkeypatch.setattr(formats, "builtin", lambda name, size, seed: drawn.append(seed) or split(name, size, seed))
+    monkeypatch.setattr(formats, "builtin",
+                        lambda name, size, seed: drawn.append(seed) or split(name, size, seed))
     config = write(tmp_path / "c.yaml", "steps: 2\nseed: 7\nwarmup: 5\n")
     base = ["finetune", "--model", str(model_dir), "--builtin", "sentiment", "--builtin-size", "60",
             "--config", config, "--out"]

@@ -123,11 +123,13 @@ def test_the_generators_tokens_in_one_pass_are_bounded_jointly_before_any_work(t
 
     # RAG-Sequence's Thorough Decoding scores k x k x num_beams candidate rows of one question at once
     thorough = RagOptions(kind="sequence", k=200, num_beams=8, max_len=64, max_new_tokens=8)
-    # a row's answer: max_new_tokens decoded, or a training answer's 16 pieces, whichever is more
-    assert generator_tokens(thorough, 1) == 200 * 200 * 8 * (64 + 16) > MAX_GENERATOR_TOKENS
+    # the larger of training's pass (answers of 16 pieces) and decoding's (max_new_tokens, with its beams)
+    assert generator_tokens(thorough, 1) == 200 * 200 * 8 * (64 + 8) > MAX_GENERATOR_TOKENS
     fast = RagOptions(kind="sequence", decoding="fast", k=200, num_beams=8, max_len=64, max_new_tokens=8)
-    assert generator_tokens(fast, 1) == 200 * 8 * (64 + 16) <= MAX_GENERATOR_TOKENS
+    assert generator_tokens(fast, 1) == 200 * 8 * (64 + 8) <= MAX_GENERATOR_TOKENS
     assert generator_tokens(RagOptions(k=0, max_new_tokens=20), 32) == 32 * (96 + 20)  # closed-book: one row
+    assert generator_tokens(RagOptions(k=10, max_new_tokens=2), 32) == 320 * (96 + 16)  # training's answers
+    check_rag_cost(RagOptions(k=16, num_beams=8, max_len=64), 32, vocab_size=50_265)  # each pass fits
     # within the tokens, the answer scores over the vocabulary are bounded once the generator is known
     wide = RagOptions(k=100, max_len=16, max_new_tokens=1)
     check_rag_cost(wide, 1024)

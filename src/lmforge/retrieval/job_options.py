@@ -134,31 +134,27 @@ def options_of(cls, options):
     return with_changes(cls, options, None, cls.__name__)
 
 
-def generator_rows(options: RagOptions, batch_size: int) -> int:
-    """Rows of RAG's generator in its largest pass: a batch's questions x k passages x num_beams (training,
-    beam search), or one question's k x k x num_beams candidate rows (Thorough Decoding)."""
+def generator_passes(options: RagOptions, batch_size: int) -> tuple:
+    """RAG's generator passes as (rows, answer tokens a row): training's, a batch's questions x k passages
+    with an answer of ANSWER_PIECES; decoding's, a batch's questions x k x num_beams (or, in Thorough
+    Decoding, one question's k x k x num_beams candidate rows, if more) with max_new_tokens."""
     k = max(1, options.k)  # k 0: the question alone, one row
     rows = batch_size * k * options.num_beams
     if options.kind == "sequence" and options.decoding == "thorough":
         rows = max(rows, k * k * options.num_beams)
-    return rows
-
-
-def answer_tokens(options: RagOptions) -> int:
-    """A decoder row's tokens at most: a decoded answer's, or a training answer's (ANSWER_PIECES)."""
-    return max(options.max_new_tokens, ANSWER_PIECES)
+    return (batch_size * k, ANSWER_PIECES), (rows, options.max_new_tokens)
 
 
 def generator_tokens(options: RagOptions, batch_size: int) -> int:
-    """Tokens RAG's generator holds in its largest pass: each row's input and answer (generator_rows)."""
-    return generator_rows(options, batch_size) * (options.max_len + answer_tokens(options))
+    """Tokens RAG's generator holds in its largest pass: each row's max_len input and its answer."""
+    return max(rows * (options.max_len + answer) for rows, answer in generator_passes(options, batch_size))
 
 
 def check_rag_cost(options: RagOptions, batch_size: int, vocab_size: int = 0) -> None:
     """An OptionsError naming k where the generator's largest pass holds more than MAX_GENERATOR_TOKENS
     tokens, or (its vocabulary known) more than MAX_GENERATOR_LOGITS scores of answer tokens."""
-    tokens, rows = generator_tokens(options, batch_size), generator_rows(options, batch_size)
-    logits = rows * answer_tokens(options) * vocab_size
+    tokens = generator_tokens(options, batch_size)
+    logits = max(rows * answer for rows, answer in generator_passes(options, batch_size)) * vocab_size
     said = (f"k={options.k} with num_beams={options.num_beams}, batch_size={batch_size}, "
             f"max_len={options.max_len} and max_new_tokens={options.max_new_tokens}")
     hint = "lower k, num_beams, batch_size, max_len or max_new_tokens"

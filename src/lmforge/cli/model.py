@@ -30,7 +30,7 @@ COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 VERIFIED = ("tokenizer.json", "tokenizer_config.json", "task.json")
 # a new folder's name may end in a version or a date (run.v2, out.2024); any other suffix names a file
 # (vectors.txt, a mistyped emb.np), which embed refuses rather than make a folder of that name
-FOLDER_SUFFIX = re.compile(r"\.v?\d+")
+FOLDER_SUFFIX = re.compile(r"\.v?\d+(?:[-_]\d+)*", re.IGNORECASE)  # .v2, .V2, .2024, .2024-06
 
 
 def cmd_inspect(args) -> None:

@@ -252,3 +252,15 @@ def test_a_cross_encoder_of_several_labels_without_activation_fn_exports_its_ide
     source, export = (st.CrossEncoder(str(p), device="cpu") for p in (path, tmp_path / "hf"))
     assert type(export.activation_fn) is type(source.activation_fn)
     assert export.predict(pairs) == pytest.approx(source.predict(pairs), abs=1e-5)
+
+
+@pytest.mark.parametrize("num_labels", ["3", 3.0, True, 0, -1])
+def test_a_num_labels_that_is_no_positive_integer_is_refused_naming_it(num_labels):
+    from lmforge.config import ConfigError
+    from lmforge.io.labels import n_labels
+
+    assert n_labels({"id2label": {"0": "a", "1": "b", "2": "c"}, "num_labels": num_labels}) == 3
+    with pytest.raises(ConfigError, match="num_labels must be a positive integer") as err:
+        n_labels({"num_labels": num_labels})
+    assert err.value.field == "num_labels"
+    assert n_labels({}) == n_labels({"num_labels": None}) == 2 and n_labels({"num_labels": 1}) == 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmforge.config.checks import ConfigError
 from lmforge.config.options import OptionsError
 from lmforge.io.files import CheckpointError
 from lmforge.io.native import FORMAT, read_json_object
@@ -76,12 +77,16 @@ def cross_encoder(hf: dict) -> str | None:
 
 def n_labels(hf: dict) -> int:
     """A reference config's number of outputs as transformers counts it: id2label's, else num_labels,
-    else 2."""
+    else 2; a ConfigError naming num_labels where it is no positive integer."""
     id2label = hf.get("id2label")
     if isinstance(id2label, dict) and id2label:
         return len(id2label)
-    n = hf.get("num_labels", 2)
-    return n if isinstance(n, int) else 2
+    n = hf.get("num_labels")
+    if n is None:  # absent or null: the reference's default
+        return 2
+    if type(n) is not int or n < 1:  # the reference refuses these too ("3", 3.0, true)
+        raise ConfigError(f"num_labels must be a positive integer, got {n!r:.40}", "num_labels")
+    return n
 
 
 def cross_encoder_activation(where, hf: dict) -> str | None:

@@ -86,7 +86,7 @@ def cmd_pretrain(args) -> None:
         raise UsageError(f"{flag} says how --data files are read: give --data")
     read = from_flags(lambda found: ReadOptions(**found), read) if read else None
     tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
-    # before loading
+    # the data's text field, checked before the model is loaded
     text_field("--data", args.data, "give --text-field, the field that holds the text", read)
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer

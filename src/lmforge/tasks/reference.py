@@ -159,16 +159,16 @@ def task_file(config: Path, hf: dict, max_len: int) -> dict | None:
 def _checked_info(file: Path, info: dict) -> dict:
     """task.json's fields that commands read, checked: kind (or a reference head's kinds) task kinds,
     labels a list, max_len > 0, activation a name (ACTIVATIONS, or a CrossEncoder's other one)."""
+    task_fields(file, info)  # kind (or kinds) said, as text: "kind": null had read as no task.json
     kind, labels, max_len, kinds = (info.get(name) for name in ("kind", "labels", "max_len", "kinds"))
-    if kind is not None and not (isinstance(kind, str) and kind in MODULES):
+    if kind is not None and kind not in MODULES:
         raise CheckpointError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
-    task_fields(file, info)  # a kind (or kinds) said at all: "kind": null read as no task.json, unsaid
     if labels is not None and not (isinstance(labels, list) and all(map(is_label, labels))):
         raise CheckpointError(f"{file}: \"labels\" must be a list of labels (text or numbers), not "
                               f"{labels!r:.40}")
     if max_len is not None and (type(max_len) is not int or max_len < 1):
         raise CheckpointError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
-    if kinds is not None and not (isinstance(kinds, list) and all(k in MODULES for k in kinds)):
+    if kinds is not None and not all(k in MODULES for k in kinds):
         raise CheckpointError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
     if not isinstance(info.get("cross_encoder", False), bool):
         raise CheckpointError(f"{file}: \"cross_encoder\" must be true or false, not "

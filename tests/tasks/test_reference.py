@@ -356,6 +356,25 @@ def test_an_activation_lmforge_cannot_score_with_is_refused_naming_the_file(tmp_
         load_served("ce", path)  # the server too: it had named only the option, not the file
 
 
+def test_an_activation_lmforge_cannot_score_with_is_refused_before_the_weights_are_read(tmp_path):
+    """fine_tuned_task read config.json's activation_fn only after loading the model: the refusal now comes
+    first, so a folder whose weights cannot be read at all still gets the activation's error."""
+    import lmforge
+    from lmforge.io.native import CheckpointError
+    from lmforge.pipelines.rerank import Reranker
+
+    _, path = reference_dir(tmp_path / "ce", num_labels=1,
+                            sentence_transformers={"activation_fn": "torch.nn.modules.activation.Tanh"})
+    (path / "model.safetensors").write_bytes(b"not weights")
+    with pytest.raises(CheckpointError):
+        lmforge.load(path)  # the weights are unreadable: any read of them would fail so
+    refusal = r"config.json: activation_fn 'torch.nn.modules.activation.Tanh' is not supported"
+    with pytest.raises(ValueError, match=refusal):
+        evaluate(path, [{"text": "a", "text_pair": "b", "label": 0.5}], "regression")
+    with pytest.raises(ValueError, match=refusal):
+        Reranker.load(path)
+
+
 def test_a_tanh_cross_encoder_converts_and_serves_as_a_backbone_refused_only_where_it_scores(tmp_path):
     """reference_task and read_labels refused an unsupported activation_fn whatever the use, so a Tanh
     CrossEncoder could not be converted nor fine-tuned for another task; it is refused only to score."""

@@ -190,6 +190,13 @@ def scored_activation(path, info: dict) -> str | None:
     return scoring_activation(file, info.get("activation"))
 
 
+def check_scored(path, info: dict, kind: str) -> None:
+    """saved_options' refusal of an activation lmforge cannot score `kind` with (a CrossEncoder's Tanh),
+    naming the file in the folder `path`; fine_tuned_task makes it before the model's weights are read."""
+    if path is not None and "activation" in task_class(kind).options and info.get("activation") is not None:
+        scored_activation(path, info)
+
+
 def saved_options(path, info: dict, kind: str, default_len: int) -> dict:
     """The TaskConfig fields (tasks/finetune.py) a folder's task_info `info` says for `kind`: its max_len
     (`default_len` where it says none), text_to_text, prefix and the kind's own options (QA decoding,
@@ -197,8 +204,7 @@ def saved_options(path, info: dict, kind: str, default_len: int) -> dict:
     CrossEncoder's Tanh, refused naming the file in the folder `path`). fine_tuned_task and the server
     (serve/models.py) both rebuild a task so, each with its own default_len."""
     options = {name: info[name] for name in task_class(kind).options if name in info}
-    if path is not None and options.get("activation") is not None:
-        scored_activation(path, info)
+    check_scored(path, info, kind)
     # a task's own options may hold prefix (seq2seq's): one dict, the kind's own last
     return {"max_len": info.get("max_len", default_len), "text_to_text": info.get("text_to_text"),
             "prefix": info.get("prefix"), **options}

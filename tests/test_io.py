@@ -57,12 +57,12 @@ def test_an_empty_model_name_is_refused_not_read_as_the_working_folder(saved, mo
     from lmforge.io import find_model_dir
 
     monkeypatch.chdir(saved)  # a model directory: "" loaded it, as if named
-    for load, error in READERS:
-        with pytest.raises(error, match="^the model is an empty name: give a model directory"):
-            load("")
-    for name in ("", " "):
-        with pytest.raises(ValueError, match="the model is an empty name: give a model directory"):
-            find_model_dir(name)
+    for reader in (*(load for load, _ in READERS), find_model_dir):
+        for name in ("", " "):  # no name at all, as None: the argument's refusal, not a damaged model
+            with pytest.raises(lmforge.OptionsError, match="^the model is an empty name: give a model directory") \
+                    as caught:
+                reader(name)
+            assert caught.value.field == "model" and not isinstance(caught.value, CheckpointError)
 
 
 @pytest.mark.parametrize("name", [None, 3])
@@ -320,10 +320,11 @@ def test_a_model_name_s_refusals_are_typed_on_every_python_face(saved, tmp_path)
     from lmforge.config.options import OptionsError
     from lmforge.io import find_model_dir
 
-    with pytest.raises(OptionsError, match="^the model must be a directory") as err:
-        find_model_dir(None)
-    assert err.value.field == "model"
-    for name in ("nope-dir", "bert-base", ""):
+    for name, said in ((None, "must be a directory"), ("", "is an empty name")):
+        with pytest.raises(OptionsError, match=f"^the model {said}") as err:
+            find_model_dir(name)
+        assert err.value.field == "model"
+    for name in ("nope-dir", "bert-base"):
         with pytest.raises(CheckpointError):
             find_model_dir(name)
     with pytest.raises(OptionsError, match=r"^format='onnx' is not one of lmforge") as err:

@@ -92,12 +92,7 @@ def _refuse_own_folder(model, path) -> None:
 def load(path: str | os.PathLike) -> Transformer:
     """Read an lmforge or a foreign (Hugging Face) model directory (or a job's output folder holding
     one in model/ or final/, or an installed model such as all-MiniLM-L6-v2), heads included."""
-    try:
-        path = find_model_dir(path)  # as every --model reads it ("" refused, never the working folder)
-    except OptionsError:  # no name at all (None, a number): the argument's refusal, as on every other face
-        raise
-    except ValueError as err:
-        raise CheckpointError(str(err)) from None
+    path = find_model_dir(path)  # as every --model reads it: OptionsError for no name, else CheckpointError
     _refuse_special_files(path)
     meta = read_meta(path)
     model = _read(path, meta)

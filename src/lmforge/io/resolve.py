@@ -40,16 +40,16 @@ def elmo_preset_said(name: str) -> str:
 
 def find_model_dir(name: str | os.PathLike) -> Path:
     """A model directory: `name` itself (or the model inside a job's output folder), or the directory of
-    an installed model package; in one line, an OptionsError naming model for what is no name, a
-    CheckpointError for a name that resolves to no model (a preset name: it has no trained weights), on
-    every face that reads a model as lmforge.load does."""
+    an installed model package; in one line, an OptionsError naming model for what is no name ("", None, a
+    number), a CheckpointError for a name that resolves to no model (a preset name: it has no trained
+    weights), on every face that reads a model as lmforge.load does."""
     if not isinstance(name, (str, os.PathLike)):  # Path(None) fails with a TypeError of pathlib's
         raise OptionsError(f"the model must be a directory or an installed model's name, got "
                            f"{type(name).__name__}", "model")
     path = Path(name)
     if not str(name).strip():  # Path("") is the working folder, which would be loaded as the model
-        raise CheckpointError("the model is an empty name: give a model directory or an installed model "
-                              f"({_installed()})")
+        raise OptionsError("the model is an empty name: give a model directory or an installed model "
+                           f"({_installed()})", "model")
     if path.is_dir():
         return inside_job_folder(path)
     if (found := _package(name)) is not None:
@@ -87,9 +87,7 @@ def find_tokenizer(name: str | os.PathLike, error=TokenizerError) -> Tokenizer:
     one reading of a tokenizer named by the user."""
     try:
         path = find_model_dir(name)
-    except OptionsError:  # no name at all (None, a number): the argument's refusal, as lmforge.load says
-        raise
-    except ValueError as err:
+    except CheckpointError as err:  # no name at all ("", None) stays find_model_dir's OptionsError
         raise error(str(err)) from None
     return load_tokenizer(path)
 

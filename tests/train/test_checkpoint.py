@@ -1,5 +1,6 @@
 """Reading a checkpoint back on a hostile filesystem: what is not a regular file is refused, never read."""
 import os
+import re
 
 import pytest
 import torch
@@ -17,6 +18,26 @@ def test_a_fifo_in_place_of_a_checkpoint_file_is_refused_naming_it_not_waited_on
     os.mkfifo(step / name)  # opening it to read would wait for a writer that never comes
     with pytest.raises(CheckpointCorrupt, match=rf"{name} is not a regular file \(a named pipe \(FIFO\)\)"):
         read_checkpoint(step)
+
+
+DAMAGED = {"cut": lambda text: text[: len(text) // 2], "a list": lambda text: "[1, 2]",
+           "nested too deeply": lambda text: "[" * 100_000 + "]" * 100_000}
+
+
+@pytest.mark.parametrize("damage", DAMAGED)
+def test_a_damaged_or_non_object_trainer_json_is_refused_naming_it_in_one_line(tmp_path, damage):
+    """trainer.json was read with json.loads: JSON nested too deeply was a RecursionError traceback, a list
+    said only "has no step"; each is a CheckpointCorrupt naming the file, and a resume refuses the run."""
+    Trainer(mlm_objective(), toy_data(8), quick(steps=2, save_every=2), tmp_path).fit()
+    step = checkpoints(tmp_path / "checkpoints")[-1]
+    (step / "trainer.json").write_text(DAMAGED[damage]((step / "trainer.json").read_text()))
+    said = "must hold a JSON object {...}, not list [1, 2]" if damage == "a list" else "cannot be read"
+    with pytest.raises(CheckpointCorrupt, match=re.escape(f"checkpoint {step}: trainer.json {said}")) as err:
+        read_checkpoint(step)
+    assert len(str(err.value).splitlines()) == 1 and len(str(err.value)) < 400
+    trainer = Trainer(mlm_objective(), toy_data(8), quick(steps=4), tmp_path, log=lambda line: None)
+    with pytest.raises(CheckpointCorrupt, match=rf"no usable .*step-0000002: trainer.json {re.escape(said)}"):
+        trainer.resume()
 
 
 def test_checkpoints_are_ordered_by_step_number_so_keep_last_keeps_the_newest(tmp_path):

@@ -27,8 +27,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
-from lmforge.utils.atomic import UnsafePath, atomic_write_text, file_kind, refuse_link
+from lmforge.utils.atomic import UnsafePath, atomic_write_text, file_kind, fsync_dir, refuse_link
 from lmforge.utils.checksum import sha256, sign, verify
+from lmforge.utils.jsontext import loads
 
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.pt")  # checksummed in trainer.json
@@ -148,14 +149,6 @@ def _nested_tensors(state) -> list:
     return []
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_files(tmp: Path, step: int, weights: dict, optimizer: dict, info: dict) -> None:
     """The checkpoint's files under tmp/, trainer.json last with the others' checksums."""
     # tied tensors (a shared embedding) would make safetensors refuse the file: store copies
@@ -202,7 +195,7 @@ def save_checkpoint(root: Path, step: int, weights: dict, optimizer: dict, info:
     elif final.exists():  # a re-run of the same step replaces it
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     for old in checkpoints(root)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -229,12 +222,15 @@ def check_resumable(out) -> None:
 
 
 def read_info(path: Path) -> dict:
-    """The trainer.json of one checkpoint, or CheckpointCorrupt."""
-    try:
-        info = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+    """The trainer.json of one checkpoint (a JSON object with a step), or CheckpointCorrupt naming it."""
+    try:  # jsontext's loads: JSON nested too deeply is a ValueError too, where json's was a RecursionError
+        info = loads((path / "trainer.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json cannot be read ({err})") from None
-    if not isinstance(info, dict) or "step" not in info:
+    if not isinstance(info, dict):
+        raise CheckpointCorrupt(f"checkpoint {path}: trainer.json must hold a JSON object {{...}}, not "
+                                f"{type(info).__name__} {info!r:.40}")
+    if "step" not in info:
         raise CheckpointCorrupt(f"checkpoint {path}: trainer.json has no step")
     return info
 

@@ -199,6 +199,15 @@ def atomic_write_text(path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def fsync_dir(path) -> None:
+    """Flush the folder `path`'s entries to disk, so that a rename into it outlives a power loss."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_savefig(fig, path, dpi: float | None = None, fmt: str | None = None) -> Path:
     """Save a matplotlib figure atomically (savefig into a temporary file, then a rename); the
     format from `fmt` or the file's suffix (savefig cannot see a name through a handle)."""

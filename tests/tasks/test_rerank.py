@@ -71,8 +71,12 @@ def test_ranking_metrics():
     assert ranking_metrics([0, 0], [[0, 1], [1, 2, 0]]) == {"mrr@10": pytest.approx((1 + 1 / 3) / 2),
                                                             "recall@1": 0.5}
     assert ranking_metrics([0], [[*range(1, 11), 0]])["mrr@10"] == 0  # rank 11: beyond 10
-    with pytest.raises(ValueError, match="2 gold documents but 1 rankings"):
+    with pytest.raises(OptionsError, match="2 gold documents but 1 rankings") as caught:
         ranking_metrics([0, 0], [[0, 1]])  # not the first record's score alone
+    assert caught.value.field == "rankings"
+    with pytest.raises(OptionsError, match="no records to score") as caught:
+        ranking_metrics([], [])
+    assert caught.value.field == "gold"
 
 
 def test_distill_without_teacher_scores_is_refused():
@@ -139,3 +143,26 @@ def test_tied_scores_never_rank_the_positive_first():
     assert ranking_metrics([0], [ranking([0.5] * 4)]) == {"mrr@10": 0.25, "recall@1": 0.0}
     assert ranking([1.0, float("nan"), 2.0]) == [2, 0, 1]  # a NaN score ranks last
     assert ranking([0.1, 0.9, 0.5]) == [1, 2, 0]  # untied scores: plain descending order
+
+
+def test_distill_training_records_without_teacher_scores_are_refused_before_any_step(tmp_path, capsys):
+    """loss=distill failed inside the first batch whose records lacked "scores" (a ValueError after model and
+    optimiser were built); now the training file's line is named before any step, and a validation file
+    without scores (ranked by the model's own) is accepted."""
+    rows = [{"query": r["query"], "positive": r["documents"][0], "negatives": r["documents"][1:],
+             "scores": r["scores"]} for r in toy_records(8)]
+    del rows[5]["scores"]
+    bare = [{k: v for k, v in row.items() if k != "scores"} for row in rows]
+    for name, records in (("train.jsonl", rows), ("valid.jsonl", bare)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    model = tmp_path / "tiny"
+    tiny("bert-base", n_layers=2, n_heads=4).save(model)
+    tokenizer().save(model)
+    argv = ["finetune", "--model", str(model), "--task", "rerank", "--valid", str(tmp_path / "valid.jsonl"),
+            "--steps", "2", "batch_size=4", "loss=distill", "negatives=2", "max_len=32", "progress=false"]
+    assert main([*argv, "--train", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "train.jsonl: line 6: loss=distill needs every training record's teacher \"scores\"" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "bad" / "checkpoints").exists()
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:5] + rows[6:]))
+    assert main([*argv, "--train", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "run")]) == 0

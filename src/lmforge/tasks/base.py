@@ -180,8 +180,9 @@ class Task(Objective, abc.ABC):
     def encode(self, record: dict) -> list:
         """One record -> its examples (token lists and ints)."""
 
-    def check_trainable(self, records: list) -> None:
-        """Refuse (ValueError naming the line) a record this task can score but not train on; none here."""
+    def check_trainable(self, records: list, split: str = "training") -> None:
+        """Refuse (ValueError naming the line) a record of a run's `split` ("training" or "validation") this
+        task can score but not train on; none here."""
 
     def label_index(self, record: dict) -> int:
         """The gold label's position in `labels` (an error naming the record's line if unknown)."""

@@ -170,7 +170,7 @@ class RegressionTask(SequenceTask):
             example["label"] = float(record["label"])
         return [example]
 
-    def check_trainable(self, records: list) -> None:
+    def check_trainable(self, records: list, split: str = "training") -> None:
         """A sigmoid regression trains BCE on labels in [0, 1]: one outside (NaN too) is refused naming its
         line. Evaluation reads any scale (Spearman is scale-free), so encode does not refuse it."""
         if self.activation != "sigmoid":

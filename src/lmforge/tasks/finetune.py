@@ -184,7 +184,7 @@ def encode_split(task: Task, records: list, source: str, *, trained: bool = Fals
     before any step; evaluated data reads on any scale."""
     try:
         if trained:
-            task.check_trainable(records)
+            task.check_trainable(records, source)
         return task.encode_all(records)
     except ValueError as err:  # the file the records came from, where known (else the argument they came in)
         field = records.field if isinstance(records, Records) else {"training": "train"}.get(source, source)

@@ -139,6 +139,16 @@ class RerankTask(SequenceTask):
             example["teacher"] = list(record["scores"])
         return [example]
 
+    def check_trainable(self, records: list, split: str = "training") -> None:
+        """loss=distill trains on the teacher's scores: a training record without them is refused naming its
+        line, before any step (validation ranks by the model's own scores and needs none)."""
+        if self.loss != "distill" or split != "training":
+            return
+        for record in records:
+            if record.get("scores") is None:
+                raise ValueError(f"line {record.get('line', '?')}: loss=distill needs every training record's "
+                                 'teacher "scores" (one per document: the positive\'s, then each negative\'s)')
+
     def length(self, example: dict) -> int:
         """Tokens of the longest pair."""
         return max(len(p["input_ids"]) for p in example["pairs"])
@@ -211,9 +221,9 @@ def ranking(scores: list) -> list:
 def ranking_metrics(gold: list, rankings: list, k: int = 10) -> dict:
     """{"mrr@10": mean of 1 / rank of the gold index within the first k (0 beyond), "recall@1"}."""
     if len(gold) != len(rankings):  # zip would score the shorter side alone
-        raise ValueError(f"{len(gold)} gold documents but {len(rankings)} rankings")
+        raise OptionsError(f"{len(gold)} gold documents but {len(rankings)} rankings", "rankings")
     if not gold:
-        raise ValueError("no records to score")
+        raise OptionsError("no records to score", "gold")
     ranks = [ranking.index(g) + 1 for g, ranking in zip(gold, rankings)]
     return {f"mrr@{k}": sum(1 / r for r in ranks if r <= k) / len(ranks),
             "recall@1": sum(r == 1 for r in ranks) / len(ranks)}

@@ -234,9 +234,9 @@ def test_default_workers_one_per_thread_unless_a_model_generates():
 
     from lmforge.serve.app import default_workers
 
-    encoder, decoder = SimpleNamespace(capabilities=["embed"]), SimpleNamespace(capabilities=["embed", "generate"])
-    assert default_workers({"a": encoder}, 2) == 2
-    assert default_workers({"a": encoder, "b": decoder}, 2) == 1
+    enc, dec = SimpleNamespace(capabilities=["embed"]), SimpleNamespace(capabilities=["embed", "generate"])
+    assert default_workers({"a": enc}, 2) == 2
+    assert default_workers({"a": enc, "b": dec}, 2) == 1
 
 
 def test_threads_that_do_not_divide_go_to_the_first_workers(monkeypatch):
@@ -245,7 +245,7 @@ def test_threads_that_do_not_divide_go_to_the_first_workers(monkeypatch):
     from lmforge.serve.app import Server, split_threads
 
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))  # a machine with the CPUs for it
-    assert split_threads(3, 2) == [2, 1] and split_threads(8, 3) == [3, 3, 2] and split_threads(2, 2) == [1, 1]
+    assert [split_threads(*a) for a in ((3, 2), (8, 3), (2, 2))] == [[2, 1], [3, 3, 2], [1, 1]]
     server = Server({"a": SimpleNamespace(capabilities=["embed"])}, threads=3, workers=2)
     assert [w.threads for w in server.workers] == [2, 1]  # no thread left idle
     assert [w.share for w in server.workers] == pytest.approx([2 / 3, 1 / 3])  # of the queue and the rate
@@ -305,16 +305,16 @@ libc.free(block)
 
 
 def test_large_blocks_are_kept_out_of_the_heap():
-    import subprocess
     import sys
+    from subprocess import run
 
     if worker._MALLOPT is None:
         pytest.skip("no glibc: nothing to bound")
     runs = {}
     for mode in ("bound", "default"):  # fresh processes, so each starts from glibc's own settings
-        out = subprocess.run([sys.executable, "-c", HEAP_PROBE, mode], capture_output=True, text=True, check=True)
+        out = run([sys.executable, "-c", HEAP_PROBE, mode], capture_output=True, text=True, check=True)
         runs[mode] = out.stdout.split()
-    assert runs["default"] == ["False", "True"]  # glibc's default: after one large free, 1 MiB comes from the heap
+    assert runs["default"] == ["False", "True"]  # unbounded: after one large free, 1 MiB comes from the heap
     assert runs["bound"] == ["True", "False"]  # bounded: its own mapping, given back to the system when freed
 
 
@@ -343,8 +343,8 @@ import torch.nn.functional as F
 
 
 class Info(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks".split()]
-
+    _fields_ = [(n, ctypes.c_size_t)
+                for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks".split()]
 
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = Info
@@ -370,8 +370,8 @@ def test_per_shape_primitives_stay_few():
         out = subprocess.run([sys.executable, "-c", PRIMITIVE_PROBE, mode], capture_output=True, text=True,
                              check=True, env=env)
         runs[mode] = out.stdout.split()
-    if int(runs["default"][1]) < 4096:
-        pytest.skip(f"this torch keeps no per-shape GELU primitives ({runs['default'][1]} KiB for 300 shapes)")
+    if int(kib := runs["default"][1]) < 4096:
+        pytest.skip(f"this torch keeps no per-shape GELU primitives ({kib} KiB for 300 shapes)")
     assert runs["bound"][0] == "True"
     assert int(runs["bound"][1]) < 40 * worker.PRIMITIVE_CACHE  # KiB: ~28 a primitive, at most 64 of them
 
@@ -393,8 +393,8 @@ def test_json_body_parses_to_starlettes_json_and_refuses_nan_as_it_does():
 
     from lmforge.serve.schemas import JSONBody
 
-    content = {"embeddings": [[0.1, -3.0000000000000004, 1e-07, 2.5e20]], "text": "é\u2028 NaN said", "n": None}
-    assert json.loads(JSONBody(content).body) == json.loads(JSONResponse(content).body) == content
+    data = {"embeddings": [[0.1, -3.0000000000000004, 1e-07, 2.5e20]], "text": "é\u2028 NaN said", "n": None}
+    assert json.loads(JSONBody(data).body) == json.loads(JSONResponse(data).body) == data
     for bad in (math.nan, math.inf, -math.inf):
         with pytest.raises(ValueError):
             JSONBody({"x": [bad]})

@@ -232,11 +232,11 @@ def cmd_features(args) -> None:
         _write_json(out / "features.json", meta)
         print(f"wrote {file} ({len(sentences)} sentence{'s' * (len(sentences) != 1)}, layers {chosen})")
     if splits is not None:
-        metrics = transfer(model, tokenizer, args.task, splits, args.layers, args.pooling, args.head, config,
-                           args.seed, args.batch_size, args.max_len)
-        metrics.update(layers=chosen, model=str(args.model), seed=args.seed)
-        _write_json(out / "metrics.json", metrics)
-        print(json.dumps({k: metrics[k] for k in ("task", "layers", "dev", "test") if k in metrics}, indent=2))
+        scores = transfer(model, tokenizer, args.task, splits, args.layers, args.pooling, args.head, config,
+                          args.seed, args.batch_size, args.max_len)
+        scores.update(layers=chosen, model=str(args.model), seed=args.seed)
+        _write_json(out / "metrics.json", scores)
+        print(json.dumps({k: scores[k] for k in ("task", "layers", "dev", "test") if k in scores}, indent=2))
         print(f"wrote {out / 'metrics.json'}")
 
 

@@ -19,8 +19,8 @@
 --passages: "builtin" (the built-in corpus), a passages JSONL ({"id", "title", "text"}), or text /
 JSONL corpus files. --questions: "builtin", "gcide" (dictionary definitions restated with other
 entries' words; needs Debian's dict-gcide) or a SQuAD JSON / QA JSONL file ("question", "answers",
-"positives" or "context"). key=value options: training (TrainConfig) and the encoder (pooling,
-normalize, temperature, max_length, matryoshka_dims=[384,192,96,48] for a Matryoshka loss, matryoshka_weights).
+"positives" or "context"). key=value options: training (TrainConfig) and the encoder (pooling, normalize,
+temperature, max_length, matryoshka_dims=[384,192,96,48] for a Matryoshka loss, matryoshka_weights).
 """
 from __future__ import annotations
 
@@ -49,12 +49,12 @@ def _options(args) -> tuple:
     from lmforge.train import TrainConfig
 
     options = {**read_config_file(getattr(args, "config", None)), **parse_overrides(args.overrides)}
-    train_keys, encoder_keys = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(EncoderOptions)}
-    unknown = sorted(set(options) - train_keys - encoder_keys)
+    train_keys, enc_keys = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(EncoderOptions)}
+    unknown = sorted(set(options) - train_keys - enc_keys)
     if unknown:
-        raise UsageError(f"unknown option(s) {unknown}: training options or {', '.join(sorted(encoder_keys))}")
+        raise UsageError(f"unknown option(s) {unknown}: training options or {', '.join(sorted(enc_keys))}")
     return ({k: v for k, v in options.items() if k in train_keys},
-            {k: checked_as(EncoderOptions, k, v) for k, v in options.items() if k in encoder_keys})
+            {k: checked_as(EncoderOptions, k, v) for k, v in options.items() if k in enc_keys})
 
 
 def cmd_index_build(args) -> None:
@@ -316,18 +316,18 @@ def _reader_parser(actions, argparse) -> None:
     r.set_defaults(func=cmd_reader)
 
 
-def _corpus_arguments(parser, model_help: str) -> None:
+def _corpus_arguments(p, model_help: str) -> None:
     """The options of the sub-commands that train on a passage corpus (realm, ict): start, output,
     passages, steps, seed, config, resume and key=value training options."""
-    parser.add_argument("--model", default="all-MiniLM-L6-v2", help=model_help)
-    parser.add_argument("--out", required=True, help=OUT_HELP)
-    parser.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
-    parser.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
-    said(parser.add_argument("--seed", type=bounded(int, *SEED), help=SEED_HELP), 0)
-    parser.add_argument("--config", help="YAML/JSON file of key: value options (training; a retriever's "
-                                         "encoder options where it takes them); one given here too wins")
-    parser.add_argument("--resume", action="store_true", help=RESUME_HELP)
-    parser.add_argument("overrides", nargs="*", help="key=value: training options")
+    p.add_argument("--model", default="all-MiniLM-L6-v2", help=model_help)
+    p.add_argument("--out", required=True, help=OUT_HELP)
+    p.add_argument("--passages", default="builtin", help="the corpus: builtin, a passages JSONL or files")
+    p.add_argument("--steps", type=bounded(int, *STEPS), help="optimiser steps (the steps= option)")
+    said(p.add_argument("--seed", type=bounded(int, *SEED), help=SEED_HELP), 0)
+    p.add_argument("--config", help="YAML/JSON file of key: value options (training; a retriever's "
+                                    "encoder options where it takes them); one given here too wins")
+    p.add_argument("--resume", action="store_true", help=RESUME_HELP)
+    p.add_argument("overrides", nargs="*", help="key=value: training options")
 
 
 def _realm_parser(actions, argparse) -> None:

@@ -126,7 +126,7 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
 
 
 def check_items(name: str, meta: dict, value, error=OptionsError) -> None:
-    """A list option's count, each item's type and bounds (reported as name[i]) and, if distinct, no repeats."""
+    """A list option's count, each item's type and bounds (reported as name[i]); if distinct, no repeats."""
     items = meta["items"]
     if not items.min_items <= len(value) <= items.max_items:
         raise error(f"{name} must hold {_count(items)} {ITEM_NOUNS[items.kind]}, got {len(value)}", name)
@@ -155,9 +155,9 @@ def check_range(name: str, value, low, high, open_low: bool = False, error=Optio
     above = high is not None and (value >= high if open_high else value > high)
     # bounds first, and an int past float's range (10**400) refused as not finite: isfinite overflowed on it
     if below or above or not _finite(value):
-        parts = ([f"{'>' if open_low else '>='} {low}"] if low is not None else []) + \
-                ([f"{'<' if open_high else '<='} {high}"] if high is not None else [])
-        raise error(f"{name} must be {' '.join([noun, ' and '.join(parts)]).strip()}, got {_short(value)}", name)
+        bounds = " and ".join(([f"{'>' if open_low else '>='} {low}"] if low is not None else []) +
+                              ([f"{'<' if open_high else '<='} {high}"] if high is not None else []))
+        raise error(f"{name} must be {(noun + ' ' + bounds).strip()}, got {_short(value)}", name)
 
 
 def _finite(value) -> bool:

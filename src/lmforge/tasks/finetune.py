@@ -1,6 +1,5 @@
-"""Fine-tuning (BERT sec. 4; "pretrain once, fine-tune many times"): a pretrained model, a task,
-labelled records -> the one training loop, validation metrics every N steps, early stopping,
-the best model kept.
+"""Fine-tuning (BERT sec. 4; "pretrain once, fine-tune many times"): a pretrained model, a task, labelled
+records -> the one training loop, validation metrics every N steps, early stopping, the best model kept.
 
 Under `out`: metrics.jsonl (train loss and valid_* metrics), checkpoints/, best/ (the model
 of the best validation score), final/ (the model after the last step) and summary.json.
@@ -54,6 +53,8 @@ MAX_PREFIX = 1000  # characters of a text-to-text task prefix
 EVALUATION = ("patience", "keep_best", "eval_batch_size", "n_best", "max_answer_len", "null_threshold",
               "num_beams", "max_new_tokens", "threshold")
 MAX_TASK_LEN = 65536  # tokens of one example: a checkpoint's own context may be longer (131,072)
+ELMO_REFUSAL = ("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge features "
+                "--model DIR --task tagging|classification --train FILE --dev FILE")
 
 
 @dataclass
@@ -316,8 +317,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     labels, task_cfg = checkpoint_defaults(model, kind, train, labels, task_cfg)
     model, tokenizer = load_model(model, tokenizer, seed=train_cfg.seed)
     if model.config.architecture == "elmo":  # a biLSTM over characters, used by its frozen layers' mix
-        raise OptionsError("ELMo is fine-tuned feature-based (frozen layers, a scalar mix and a head): lmforge "
-                         "features --model DIR --task tagging|classification --train FILE --dev FILE", "model")
+        raise OptionsError(ELMO_REFUSAL, "model")
     with torch.random.fork_rng(devices=[]):  # a fresh head is drawn from the run's seed, not the caller's RNG
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         task = make_task(kind, model, tokenizer, train, task_cfg, labels)

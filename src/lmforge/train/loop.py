@@ -93,8 +93,8 @@ class Trainer:
         self.eval_set = (eval_batches(eval_data, self.objective, cfg.batch_size, cfg.eval_batches, cfg.seed)
                          if eval_data is not None and cfg.eval_every else [])
         self.optimizer = build_optimizer(self.module, cfg.lr, cfg.weight_decay, cfg.betas, cfg.eps, lr_scale)
-        self.scheduler = build_scheduler(self.optimizer, cfg.warmup, cfg.steps, cfg.schedule, cfg.min_lr_ratio)
-        self.pending = Pending(self.device)
+        self.scheduler, self.pending = (build_scheduler(self.optimizer, cfg.warmup, cfg.steps, cfg.schedule,
+                                                        cfg.min_lr_ratio), Pending(self.device))
 
     def _count_epochs(self, cfg: TrainConfig, counted_before: int | None = None) -> TrainConfig:
         """cfg with self.epochs (if given) turned into steps for this training set, said in the log

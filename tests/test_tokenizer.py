@@ -1,5 +1,6 @@
-"""lmforge.load_tokenizer against the reference tokenizers (transformers): WordPiece and byte-level BPE, and
-the wrapper (save, batches, threads, bad input and settings); SentencePiece is test_tokenizer_sentencepiece.py.
+"""lmforge.load_tokenizer against the reference tokenizers (transformers): WordPiece and byte-level BPE,
+and the wrapper (save, batches, threads, bad input and settings); SentencePiece models are tested in
+test_tokenizer_sentencepiece.py.
 
 Every reference is built here from files written by the test: a WordPiece vocab.txt and byte-level BPE
 vocab.json + merges.txt.

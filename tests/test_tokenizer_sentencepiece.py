@@ -1,4 +1,4 @@
-"""lmforge.load_tokenizer on SentencePiece models (T5, ALBERT) against sentencepiece and transformers' readers.
+"""lmforge.load_tokenizer on SentencePiece models (T5, ALBERT) against sentencepiece and transformers.
 
 Every model is built here: trained on the spot by sentencepiece, or a ModelProto written byte by byte.
 """

@@ -40,7 +40,7 @@ def quiet(*args) -> None:
 
 
 def cfg(**kw):
-    """A short fine-tuning run's TrainConfig (4 constant-lr steps of 8 records, no progress bar); `kw` over it."""
+    """A short fine-tuning run's TrainConfig (4 constant-lr steps of 8, no progress bar); `kw` over it."""
     from lmforge.train import TrainConfig
 
     base = {"steps": 4, "batch_size": 8, "lr": 3e-3, "warmup": 0, "schedule": "constant", "log_every": 1,

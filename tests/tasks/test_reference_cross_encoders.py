@@ -1,6 +1,6 @@
-"""sentence-transformers CrossEncoder checkpoints: read as the text-pair task their outputs say, scored through
-their activation (read once, a checked task option kept in task.json), and an activation lmforge cannot score
-with refused naming the file, only where it scores."""
+"""sentence-transformers CrossEncoder checkpoints: read as the text-pair task their outputs say, scored
+through their activation (read once, a checked task option kept in task.json), and an activation lmforge
+cannot score with refused naming the file, only where it scores."""
 import json
 
 import pytest

@@ -59,8 +59,8 @@ def test_an_empty_model_name_is_refused_not_read_as_the_working_folder(saved, mo
     monkeypatch.chdir(saved)  # a model directory: "" loaded it, as if named
     for reader in (*(load for load, _ in READERS), find_model_dir):
         for name in ("", " "):  # no name at all, as None: the argument's refusal, not a damaged model
-            with pytest.raises(lmforge.OptionsError, match="^the model is an empty name: give a model directory") \
-                    as caught:
+            with pytest.raises(lmforge.OptionsError,
+                               match="^the model is an empty name: give a model directory") as caught:
                 reader(name)
             assert caught.value.field == "model" and not isinstance(caught.value, CheckpointError)
 

@@ -81,7 +81,8 @@ FAMILY = Family(
     head_rules=head_rules,
     to_reference=to_reference,
     bare=("ElectraModel",),
-    head_keys=r"(discriminator_predictions|generator_predictions|generator_lm_head|classifier|qa_outputs)\..*",
+    head_keys=(r"(discriminator_predictions|generator_predictions|generator_lm_head|classifier|qa_outputs)"
+               r"\..*"),
     # position_ids buffers of old checkpoints; the tied copy of the token table
     ignore=(r"(.*\.)?position_ids", r"generator_lm_head\.weight"),
     refine=tied_by_weights("embeddings.word_embeddings.weight", "generator_lm_head.weight"),

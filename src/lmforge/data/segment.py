@@ -33,7 +33,8 @@ CJK_TERMINATORS = "\u3002\uff01\uff1f"  # 。！？
 CJK_CLOSERS = "\u300d\u300f\uff09\u3011"  # 」』）】
 # terminators, closers, then whitespace (optional right after a CJK terminator or closer), then the next word
 _CANDIDATE = re.compile(rf"([{TERMINATORS}{CJK_TERMINATORS}]+)([{re.escape(CLOSERS)}{CJK_CLOSERS}]*)"
-                        rf"(?:\s+|(?<=[{CJK_TERMINATORS}{CJK_CLOSERS}])\s*)(?=[{re.escape(OPENERS)}]*([^\s{CJK_CLOSERS}]))")
+                        rf"(?:\s+|(?<=[{CJK_TERMINATORS}{CJK_CLOSERS}])\s*)"
+                        rf"(?=[{re.escape(OPENERS)}]*([^\s{CJK_CLOSERS}]))")
 _LAST_WORD = re.compile(r"\S*$")
 # what may trail an undecided candidate: terminators, quotes, brackets and any whitespace
 _UNDECIDED = (TERMINATORS + CLOSERS + OPENERS + CJK_TERMINATORS + CJK_CLOSERS

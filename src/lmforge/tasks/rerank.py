@@ -146,8 +146,9 @@ class RerankTask(SequenceTask):
             return
         for record in records:
             if record.get("scores") is None:
-                raise ValueError(f"line {record.get('line', '?')}: loss=distill needs every training record's "
-                                 'teacher "scores" (one per document: the positive\'s, then each negative\'s)')
+                raise ValueError(f"line {record.get('line', '?')}: loss=distill needs every training "
+                                 'record\'s teacher "scores" (one per document: the positive\'s, then each '
+                                 "negative's)")
 
     def length(self, example: dict) -> int:
         """Tokens of the longest pair."""

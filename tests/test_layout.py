@@ -1,15 +1,19 @@
 """The layout's budgets: imports run one way between packages (DESIGN.md's tiers) with no cycle
-(function-level imports included), at most 8 top-level modules, files under 400 lines, functions under
-40, a docstring on every public name; bench/ is a package that never edits sys.path."""
+(function-level imports included), at most 8 top-level modules, files under 400 lines (tests' too), lines
+of at most 110 columns (src and tests), functions under 40, a docstring on every public name; bench/ is a
+package that never edits sys.path."""
 from __future__ import annotations
 
 import ast
+import unicodedata
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lmforge"
 BENCH = Path(__file__).resolve().parents[1] / "bench"
+TESTS = Path(__file__).resolve().parent
+MAX_COLUMNS = 110  # pyproject.toml's line-length: ruff's E501, which its default rules leave out
 
 # Which package may import which: a package imports only packages of its own tier or a lower one
 # (the picture in docs/architecture.md, lowest first: utils <- config <- tokenizer/data <- layers <-
@@ -209,6 +213,43 @@ def test_budgets(path):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_") \
                 and node.col_offset == 0:
             assert ast.get_docstring(node), f"{path.name}:{node.name} has no docstring"
+
+
+def python_files(root: Path) -> list:
+    """The .py files under `root`, none in a hidden folder (a virtual environment)."""
+    return [path for path in sorted(root.rglob("*.py"))
+            if not any(part.startswith(".") for part in path.relative_to(root).parts)]
+
+
+@pytest.mark.parametrize("path", python_files(TESTS), ids=lambda p: str(p.relative_to(TESTS)))
+def test_test_file_budget(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= 400, f"{path.relative_to(TESTS)}: over 400 lines"
+
+
+def columns(line: str) -> int:
+    """The width of `line` as ruff's E501 counts it: a wide East Asian character (中) takes two columns."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def long_lines(root: Path, paths) -> list:
+    """'file:line (N columns)', the file relative to `root`, for every line of `paths` over MAX_COLUMNS."""
+    return [f"{path.relative_to(root)}:{n} ({columns(line)} columns)" for path in paths
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if columns(line) > MAX_COLUMNS]
+
+
+def test_no_line_of_src_or_tests_is_over_110_columns():
+    """Every line, a long string or regular expression too (ruff lets a line of one word pass)."""
+    root = PACKAGE.parents[1]
+    found = long_lines(root, python_files(root / "src") + python_files(TESTS))
+    assert found == [], f"lines over {MAX_COLUMNS} columns: {', '.join(found)}"
+
+
+def test_the_line_check_finds_planted_long_lines(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n" + "y" * 111 + "\n" + "z" * 110 + "\n" + "中" * 56 + "\n",
+                                   encoding="utf-8")
+    assert long_lines(tmp_path, [tmp_path / "a.py"]) == ["a.py:2 (111 columns)", "a.py:4 (112 columns)"]
 
 
 def test_imports_are_written_one_way():

@@ -80,10 +80,26 @@ def test_pruning_a_sigmoid_regression_folder_trains_and_keeps_its_activation(tmp
                    train_cfg=TrainConfig(steps=4, batch_size=2, lr=1e-3, seed=0, log_every=100),
                    sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)
     assert task_info(tmp_path / "run" / "final")["activation"] == "sigmoid"
-    with pytest.raises(ValueError, match=r"label 3 is outside \[0, 1\]"):
+    # Python's records are read as finetune reads them: the error names the argument and the record's line
+    with pytest.raises(OptionsError, match=r"^train: line 1: label 3 is outside \[0, 1\]") as err:
         prune_finetune(str(folder), "regression", [{**train[0], "label": 3}], None, tmp_path / "bad",
                        train_cfg=TrainConfig(steps=4, batch_size=2, lr=1e-3, seed=0, log_every=100),
                        sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)
+    assert err.value.field == "train"
+
+
+def test_python_records_of_integer_class_ids_prune_as_finetune_reads_them(tmp_path):
+    """prune_finetune took Python's records unread: a dataset's class ids 0 and 1 were no labels ("task 'cls'
+    needs the list of labels"); they are "0" and "1", as finetune and a file read them."""
+    from lmforge.compress.sparse_finetune import prune_finetune
+    from lmforge.tasks.finetune import task_info
+    from lmforge.train import TrainConfig
+
+    train = [{"text": "a good film", "label": 1}, {"text": "a bad film", "label": 0}]
+    prune_finetune(tiny("bert-base", n_layers=1), "cls", train, train, tmp_path, tokenizer=tokenizer(),
+                   train_cfg=TrainConfig(steps=4, batch_size=2, seed=0, log_every=100, progress=False),
+                   sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)
+    assert task_info(tmp_path / "final")["labels"] == ["0", "1"]
 
 
 def test_a_cross_encoder_s_trained_head_is_scored_before_pruning(tmp_path):

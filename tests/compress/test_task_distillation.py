@@ -196,6 +196,22 @@ def test_data_labels_and_out_are_checked_before_training(teacher_dir, tmp_path, 
     assert {f.name: f.read_bytes() for f in (teacher_dir / "teacher").iterdir()} == teacher
 
 
+def test_python_records_are_read_as_a_file_s_and_a_bad_label_names_its_argument(teacher_dir, tmp_path):
+    """distill took Python's records unread: class ids 0 and 1 were refused as labels the teacher lacks ("0",
+    "1"); they train as a file's do, and a label it lacks names its argument: train, validation or data."""
+    from lmforge.compress.task_distillation import distill, run_distill
+    from lmforge.train import TrainConfig
+    cfg = TrainConfig(steps=1, batch_size=2, log_every=100, progress=False)
+    teacher, ids = teacher_dir / "teacher", [{"text": "good", "label": 1}, {"text": "bad", "label": 0}]
+    distill(teacher, ids, ids, tmp_path / "ids", train_cfg=cfg)
+    bad = [{"text": "a film", "label": "7"}]
+    for field, job, records in (("train", distill, (bad, None)), ("validation", distill, (ids, bad)),
+                                ("data", run_distill, (ids, None, bad))):
+        with pytest.raises(OptionsError, match=f"^{field}: line 1: label '7' is not one of the") as err:
+            job(teacher, *records, tmp_path / field, train_cfg=cfg)
+        assert err.value.field == field and not (tmp_path / field / "final").exists()
+
+
 def test_a_student_of_the_teacher_s_size_claims_no_speed_up(capsys):
     from lmforge.cli.distill import _print
 

@@ -8,6 +8,7 @@ import lmforge
 from lmforge.config.options import OptionsError
 from lmforge.tasks import task_class
 from lmforge.tasks.classify import shift_right
+from lmforge.tasks.fields import Records
 from lmforge.tasks.finetune import TaskConfig, make_task
 from lmforge.tokenizer import train_tokenizer
 from tests.tasks.core import sentiment, tiny, tokenizer
@@ -316,8 +317,8 @@ def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_fo
     for source, field in (("training", "train"), ("validation", "validation")):
         with pytest.raises(OptionsError,
                            match=rf"{source}: line 1: label 4.5 is outside .*activation=sigmoid") as err:
-            encode_split(task, [{**gold[0], "line": 1}], source, trained=True)
-        assert err.value.field == field  # Python's records: the split's argument
+            encode_split(task, Records([{**gold[0], "line": 1}], field=field), source, trained=True)
+        assert err.value.field == field  # Python's records: the argument they came in (Records.field)
     from lmforge.tasks.finetune import finetune
     from lmforge.train import TrainConfig
 
@@ -327,8 +328,9 @@ def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_fo
     assert err.value.field == "train"
     # the caller says whether records are trained on, not the split's display name
     assert len(encode_split(task, [{**gold[0], "line": 1}], "training")) == 1
-    with pytest.raises(ValueError, match=r"held out: line 1: label 4.5 is outside"):
+    with pytest.raises(OptionsError, match=r"held out: line 1: label 4.5 is outside") as err:
         encode_split(task, [{**gold[0], "line": 1}], "held out", trained=True)
+    assert err.value.field is None  # a plain list remembers no argument
 
 
 def test_fine_tuning_a_cross_encoder_folder_as_regression_trains_what_it_scores(tmp_path):

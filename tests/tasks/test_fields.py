@@ -112,6 +112,16 @@ def test_what_is_no_record_list_is_an_options_error_naming_train_or_validation(b
     assert caught.value.field == "train"
 
 
+def test_records_of_a_kind_that_checks_its_own_are_listed_remembering_their_argument():
+    """A reranker's records (checked as they are encoded) and those of no kind known are listed as they are,
+    as Records remembering the argument they came in, so that an encoding error names it (and the split)."""
+    rows = [{"query": "q", "positive": "p", "negatives": []}]
+    for kind in ("rerank", None):
+        listed = given_records(iter(rows), kind, "validation")
+        assert isinstance(listed, Records) and listed == rows
+        assert listed.field == "validation" and listed.source == ""
+
+
 def test_any_iterable_of_records_is_read_as_a_list_is():
     """A generator, or a Hugging Face datasets.Dataset (an iterable of dicts, no list), is read as a list."""
     records = GOOD["cls"]

@@ -166,3 +166,16 @@ def test_distill_training_records_without_teacher_scores_are_refused_before_any_
     assert len(err.splitlines()) == 1 and not (tmp_path / "bad" / "checkpoints").exists()
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:5] + rows[6:]))
     assert main([*argv, "--train", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "run")]) == 0
+
+
+def test_a_bad_python_record_is_refused_naming_the_split_and_the_argument_it_came_in(tmp_path):
+    from lmforge.tasks.finetune import finetune
+    from lmforge.train import TrainConfig
+
+    bad = [{"query": "q", "positive": "p", "negatives": []}]
+    for train, valid, split, field in ((bad, None, "training", "train"),
+                                       (toy_records(2), bad, "validation", "validation")):
+        with pytest.raises(OptionsError, match=f"^{split}: .*negatives must be a list of at least 1") as err:
+            finetune(tiny(), tokenizer(), "rerank", train, valid, tmp_path, TrainConfig(steps=1),
+                     log=lambda *a: None)
+        assert err.value.field == field and not (tmp_path / "checkpoints").exists()

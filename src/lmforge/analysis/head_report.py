@@ -23,6 +23,7 @@ from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.io import model_dir as resolve_dir
+from lmforge.tasks.fields import given_records
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, keep_model
 from lmforge.train.config import MAX_SEED
 from lmforge.utils.atomic import atomic_savefig, remove_path
@@ -90,9 +91,11 @@ def run_heads(model_dir, records: list, out, kind: str | None = None, importance
     o, out = options or HeadsOptions(), output_folder(out, resolve_dir(model_dir), HEADS_WRITES)
     out.mkdir(parents=True, exist_ok=True)
     task = fine_tuned_task(model_dir, records, kind)
+    # Python's records read as a file's, as evaluate reads them: an error names data or importance data
+    records = given_records(records, task.kind, "data")
+    imp = importance_records and given_records(importance_records, task.kind, "importance data")
     examples = encode_split(task, records, "data")
-    imp_examples = (encode_split(task, importance_records, "importance data") if importance_records
-                    else examples)
+    imp_examples = encode_split(task, imp, "importance data") if imp else examples
     say = (lambda order: (lambda lv: progress(order, lv))) if progress else (lambda order: None)
     curves = {"importance": pruning_curve(task, (records, examples), imp_examples, o.curve(),
                                           progress=say("importance"))[0]}

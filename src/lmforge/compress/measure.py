@@ -27,11 +27,12 @@ def given_data(records, kind: str | None, name: str = "records", source: str = "
     """Labelled `records` a compression job scores (or ranks importance) on, checked before any work as a
     --data file is read: an OptionsError naming `name` where they are no list of records or none at all
     (a job trained, pruned or wrote its model before a TypeError); each record's fields checked as a file's
-    are (tasks.fields.given_records, errors naming `source`) where the task `kind` is known."""
+    are (tasks.fields.given_records: an error, then or when encoded, names `source`) where the task `kind`
+    is known."""
     if records is None or isinstance(records, (str, bytes, dict)) or not isinstance(records, Iterable):
         raise OptionsError(f"{name} must be a list of labelled records (dicts of fields), got "
                            f"{type(records).__name__}", name)
-    records = given_records(records, kind, source) if kind else list(records)
+    records = given_records(records, kind, source)
     if not records:
         raise OptionsError(f"{name} is empty: give the labelled records to score on", name)
     return records

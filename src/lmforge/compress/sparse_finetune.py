@@ -26,6 +26,7 @@ from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, refuse_changed
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
+from lmforge.tasks.fields import given_records
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, checkpoint_defaults,
                                     encode_split, fine_tuned_task, load_model, make_task, task_info,
                                     trained_settings, write_task_files)
@@ -195,6 +196,8 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
         check_validated(train_cfg, task_cfg or TaskConfig())
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
     s, out = sparse_cfg, training_folder(out)
+    # Python's records read as a file's, as finetune reads them: an error names train or validation
+    train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
     start, end = schedule_steps(s, steps)  # before any file is written
     check_settings(out, _settings(model, steps, task_cfg, s), resume)

@@ -32,6 +32,7 @@ from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objecti
 from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
                                            student_from_teacher)
 from lmforge.presets import ELMO_PRESETS, PRESETS
+from lmforge.tasks.fields import given_records
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
                                     fine_tuned_task, make_task, preset_model, write_task_files)
 from lmforge.train import TrainConfig, Trainer
@@ -213,8 +214,8 @@ def load_teacher(teacher_dir, train: list, checked: dict | None = None):
     if teacher.kind not in KINDS or architecture != "encoder":  # before a student is cut from its layers
         raise ValueError(f"--teacher {teacher_dir}: {architecture} fine-tuned for {teacher.kind}; the "
                          f"teacher must be an encoder fine-tuned for {' or '.join(KINDS)}")
-    for source, records in (checked or {}).items():
-        encode_split(teacher, records, source)  # before training, not after it
+    for source, records in (checked or {}).items():  # Python's read as a file's are, errors naming source
+        encode_split(teacher, given_records(records, teacher.kind, source), source)  # before training
     return teacher
 
 
@@ -228,6 +229,9 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     if not valid:  # eval_every with nothing to validate: refused, not ignored (as finetune)
         check_validated(train_cfg, TaskConfig())
     teacher = load_teacher(teacher_dir, train, checked)
+    # Python's records read as a file's, as finetune reads them: an error names train or validation
+    train, valid = (given_records(train, teacher.kind, "train"),
+                    valid and given_records(valid, teacher.kind, "validation"))
     model = make_student(teacher, cfg.student_layers, cfg.student, train_cfg.seed)
     task_cfg = TaskConfig(max_len=teacher.max_len)
     with torch.random.fork_rng(devices=[]):  # a fresh head (preset student) is drawn from the run's seed
@@ -269,6 +273,7 @@ def run_distill(teacher_dir, train: list, valid: list | None, records: list, out
     summary = distill(teacher_dir, train, valid, out, train_cfg=train_cfg, cfg=cfg, resume=resume, log=log,
                       checked={source: records})
     student_dir = out / "best" if (out / "best").is_dir() else out / "final"
+    records = given_records(records, summary["task"], source)  # as load_teacher checked them
     tasks = {"teacher": fine_tuned_task(teacher_dir, records),
              "student": fine_tuned_task(student_dir, records)}
     measured = measure_side_by_side(tasks, records, {"teacher": teacher_dir, "student": student_dir})

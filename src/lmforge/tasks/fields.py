@@ -35,7 +35,8 @@ SPAN_GOLD = ("tags", "answers", "id")
 class Records(list):
     """Records read from one file, which they remember (`source`) so that an error about one of them,
     found later (an unknown label when encoding), can name the file and not just the line; records given
-    in Python remember the argument they came in (`field`: "train"), which such an error names."""
+    in Python remember the argument they came in (`field`: "train", given_records'), which such an error
+    names, as the checks that made them named it (naming)."""
 
     def __init__(self, records=(), source="", field: str | None = None) -> None:
         super().__init__(records)
@@ -65,24 +66,30 @@ def training_records(kind: str, train) -> list:
     return train
 
 
-def given_records(records, kind: str, source: str, labelled: bool = True) -> list:
+def given_records(records, kind: str | None, source: str, labelled: bool = True) -> Records:
     """Records passed in Python (dicts of the canonical fields, tasks/base.py) checked and made canonical
     as a task file's are, so that Python accepts and refuses what the command line does; errors name
-    `source` ("train") and the record's "line", else its number from 1. Records read from a file (Records)
-    are returned as they are, and so are a kind's whose task checks its own (rerank)."""
-    if isinstance(records, Records) or kind not in FIELDS and kind not in SPAN_FIELDS:
+    `source` ("train") and the record's "line", else its number from 1, and so does a later error about one
+    of them (Records.field). Records read from a file (Records) are returned as they are; those of a kind
+    whose task checks its own as it encodes them (rerank), or of no kind known (None), only listed."""
+    if isinstance(records, Records):
         return records
+    if kind not in FIELDS and kind not in SPAN_FIELDS:
+        return Records(record_list(records, source), field=source)
     rows = []
-    for n, row in enumerate(record_list(records, source), 1):
-        if not labelled:  # records to predict on take /predict's shorthands
-            row = predict_form(kind, row, f"{source}:{n}", source)
-        if not isinstance(row, dict) or not row:
-            raise OptionsError(f"{source}:{n}: a record is a dict of fields, got {str(row)[:40]!r}", source)
-        # a record that says its own line (a file's, read before; the built-in tasks') keeps it
-        rows.append((row["line"] if type(row.get("line")) is int else n, row))
-    if kind in SPAN_FIELDS:
-        return Records(span_rows(rows, source, kind, labelled, field=source), source, source)
-    return Records(canonical_rows(rows, source, kind, {}, labelled, hint=False, field=source), source, source)
+    with naming(source):
+        for n, row in enumerate(record_list(records, source), 1):
+            if not labelled:  # records to predict on take /predict's shorthands
+                row = predict_form(kind, row, f"{source}:{n}", source)
+            if not isinstance(row, dict) or not row:
+                raise OptionsError(f"{source}:{n}: a record is a dict of fields, got {str(row)[:40]!r}")
+            # a record that says its own line (a file's, read before; the built-in tasks') keeps it
+            rows.append((row["line"] if type(row.get("line")) is int else n, row))
+        if kind in SPAN_FIELDS:
+            rows = span_rows(rows, source, kind, labelled)
+        else:
+            rows = canonical_rows(rows, source, kind, {}, labelled, hint=False)
+    return Records(rows, source, source)
 
 
 def as_record(item):
@@ -112,7 +119,7 @@ def predict_form(kind: str, item, where: str, field: str | None = None):
 @contextmanager
 def naming(field: str | None):
     """Inside it, a record check's OptionsError (raised without a field) names `field`: the argument the
-    records came in ("train", "validation"); None for a file's, whose message names the file and line."""
+    records came in ("train", "validation"), as the Records made of them remember it (Records.field)."""
     try:
         yield
     except OptionsError as err:
@@ -121,51 +128,48 @@ def naming(field: str | None):
         raise
 
 
-def canonical_rows(rows, path, kind: str, mapping: dict, labelled: bool, hint: bool = True,
-                   field: str | None = None) -> list:
+def canonical_rows(rows, path, kind: str, mapping: dict, labelled: bool, hint: bool = True) -> list:
     """The canonical records of (line, {column: value}) rows of task `kind` (FIELDS) read from `path`,
     `mapping` naming the column of each field that is not under its own name (a file's --columns);
     labelled=False: the label (target) may be absent. hint=False: errors say nothing of --columns (the
-    records came from Python, not from a file's columns). Errors are OptionsErrors naming `field` (naming)."""
+    records came from Python, not from a file's columns: given_records names their argument)."""
     records, seen = [], {}
-    with naming(field):
-        for n, row in rows:
-            _require(f"{path}:{n}", row, kind, mapping, labelled, hint)
-            record = {"line": n}
-            for spec in FIELDS[kind]:
-                name = spec.rstrip("?")
-                column = mapping.get(name, name)
-                optional = spec.endswith("?") or (name in GOLD and not labelled)
-                if name == "choices":
-                    record["choices"] = _choices(f"{path}:{n}", row, column, hint)
-                    continue
-                value = _field(f"{path}:{n}", row, name, column, optional, hint)
-                if name == "label" and value is not None:
-                    label = _label(f"{path}:{n}", kind, value, record.get("choices"))
-                    if kind in ("cls", "pair"):
-                        _spelling_check(path, n, value, label, seen)
-                    value = label
-                elif value is not None:
-                    value = _text(f"{path}:{n}", name, column, value)
-                record[name] = value
-            records.append(record)
+    for n, row in rows:
+        _require(f"{path}:{n}", row, kind, mapping, labelled, hint)
+        record = {"line": n}
+        for spec in FIELDS[kind]:
+            name = spec.rstrip("?")
+            column = mapping.get(name, name)
+            optional = spec.endswith("?") or (name in GOLD and not labelled)
+            if name == "choices":
+                record["choices"] = _choices(f"{path}:{n}", row, column, hint)
+                continue
+            value = _field(f"{path}:{n}", row, name, column, optional, hint)
+            if name == "label" and value is not None:
+                label = _label(f"{path}:{n}", kind, value, record.get("choices"))
+                if kind in ("cls", "pair"):
+                    _spelling_check(path, n, value, label, seen)
+                value = label
+            elif value is not None:
+                value = _text(f"{path}:{n}", name, column, value)
+            record[name] = value
+        records.append(record)
     return records
 
 
-def span_rows(rows, path, kind: str, labelled: bool = True, field: str | None = None) -> list:
+def span_rows(rows, path, kind: str, labelled: bool = True) -> list:
     """The canonical records of tagging (words, tags) or qa (id, question, context, answers) rows;
-    labelled=False: the tags (a qa record's answers and id) may be absent. Errors name `field` (naming)."""
+    labelled=False: the tags (a qa record's answers and id) may be absent."""
     need = SPAN_FIELDS[kind]
     records = []
-    with naming(field):
-        for n, row in rows:
-            missing = [k for k in need if k not in row and (labelled or k not in SPAN_GOLD)]
-            if missing:
-                raise OptionsError(f"{path}:{n}: no field(s) {missing} (a {kind} record has "
-                                   f"{', '.join(need)})")
-            record = {**{k: row[k] for k in need if k in row}, "line": n}
-            (_check_tagging if kind == "tagging" else _check_qa)(f"{path}:{n}", record)
-            records.append(record)
+    for n, row in rows:
+        missing = [k for k in need if k not in row and (labelled or k not in SPAN_GOLD)]
+        if missing:
+            raise OptionsError(f"{path}:{n}: no field(s) {missing} (a {kind} record has "
+                               f"{', '.join(need)})")
+        record = {**{k: row[k] for k in need if k in row}, "line": n}
+        (_check_tagging if kind == "tagging" else _check_qa)(f"{path}:{n}", record)
+        records.append(record)
     return records
 
 

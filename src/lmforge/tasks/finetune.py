@@ -29,7 +29,7 @@ from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
 from lmforge.tasks.base import Task, check_read, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
-from lmforge.tasks.fields import Records, given_records, record_list, training_records
+from lmforge.tasks.fields import given_records, record_list, training_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 # task_info is named here too: the jobs and commands import it from this module
 from lmforge.tasks.reference import (ONE_SCORE, check_kind, check_scored, default_labels, fine_tuned_for,
@@ -180,16 +180,16 @@ def keep_model(task: Task, path) -> Path:
 
 
 def encode_split(task: Task, records: list, source: str, *, trained: bool = False) -> list:
-    """Examples of a split; an encoding error names the split's source. A run's own records (`trained`: its
-    training and validation split) are checked as trained on (a sigmoid regression's labels in [0, 1]),
-    before any step; evaluated data reads on any scale."""
+    """Examples of a split; an encoding error names where the records came from (Records.source), else the
+    split's `source` ("training"), and is blamed on the argument they came in (Records.field: none for a
+    file's or a plain list). A run's own records (`trained`: its training and validation split) are checked
+    as trained on (a sigmoid regression's labels in [0, 1]), before any step; evaluated data on any scale."""
     try:
         if trained:
             task.check_trainable(records, source)
         return task.encode_all(records)
-    except ValueError as err:  # the file the records came from, where known (else the argument they came in)
-        field = records.field if isinstance(records, Records) else {"training": "train"}.get(source, source)
-        raise OptionsError(f"{source_of(records, source)}: {err}", field) from None
+    except ValueError as err:
+        raise OptionsError(f"{source_of(records, source)}: {err}", getattr(records, "field", None)) from None
 
 
 class Validator:

@@ -127,3 +127,27 @@ def test_a_served_cross_encoder_regression_reads_its_score_through_the_activatio
         want = [float(model(torch.tensor([e["input_ids"]]), token_type_ids=torch.tensor([e["segment_ids"]]))
                       .logits[0, 0].sigmoid()) for e in served.encode_all(records)]
     assert got == pytest.approx(want, abs=1e-5) == evaluated.outputs(evaluated.encode_all(records))
+
+
+def test_a_cross_encoder_it_cannot_score_with_is_refused_before_its_weights_are_read(tmp_path, capsys):
+    """load_served read the whole model before saved_options refused a CrossEncoder's Tanh: it refuses it
+    first now, by fine_tuned_task's check (check_scored), so junk weights still get the activation's error,
+    and `lmforge serve` exits 2 with it in one line, as for any model it cannot serve."""
+    import re
+
+    import pytest
+
+    pytest.importorskip("transformers")
+    from lmforge.cli import main
+    from tests.tasks.test_reference import reference_dir
+
+    tanh = "torch.nn.modules.activation.Tanh"
+    _, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": tanh})
+    (path / "model.safetensors").write_bytes(b"not weights")  # any read of the weights fails
+    refusal = f"{path / 'config.json'}: activation_fn '{tanh}' is not supported"
+    with pytest.raises(ValueError, match=f"^{re.escape(refusal)}"):
+        load_served("ce", path)
+    capsys.readouterr()  # save_pretrained's progress bar
+    assert main(["serve", "--model", str(path), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lmforge serve: error: --model {path}: {refusal}") and err.count("\n") == 1

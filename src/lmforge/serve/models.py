@@ -31,7 +31,7 @@ from lmforge.io.native import read_meta
 from lmforge.io.resolve import find_model_dir
 from lmforge.tasks.base import Task
 from lmforge.tasks.finetune import TaskConfig, make_task, task_info
-from lmforge.tasks.reference import default_labels, saved_options
+from lmforge.tasks.reference import check_scored, default_labels, saved_options
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
 _WORD = re.compile(r"\S+")  # ELMo's tokens, as analysis/text_features.py splits them
@@ -174,8 +174,10 @@ def load_served(name: str, where: str | os.PathLike) -> ServedModel:
     path = find_model_dir(where)
     if read_meta(path).get("config", {}).get("architecture") == "elmo":
         return load_words(name, path)
-    encoder = SentenceEncoder.from_dir(path)
     info = served_task(path)
+    if info.get("kind"):  # a CrossEncoder's Tanh: refused before its weights are read (as fine_tuned_task)
+        check_scored(path, info, info["kind"])
+    encoder = SentenceEncoder.from_dir(path)
     task = rebuild_task(path, encoder.model, encoder.tokenizer, info) if info.get("kind") else None
     encoder.model.eval()
     score = Reranker(task).score if task is not None and task.kind == "rerank" else float

@@ -192,7 +192,8 @@ def scored_activation(path, info: dict) -> str | None:
 
 def check_scored(path, info: dict, kind: str) -> None:
     """saved_options' refusal of an activation lmforge cannot score `kind` with (a CrossEncoder's Tanh),
-    naming the file in the folder `path`; fine_tuned_task makes it before the model's weights are read."""
+    naming the file in the folder `path`; fine_tuned_task and the server (serve/models.py load_served) make it
+    before the model's weights are read."""
     if path is not None and "activation" in task_class(kind).options and info.get("activation") is not None:
         scored_activation(path, info)
 

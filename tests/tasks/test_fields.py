@@ -113,12 +113,13 @@ def test_what_is_no_record_list_is_an_options_error_naming_train_or_validation(b
 
 
 def test_records_of_a_kind_that_checks_its_own_are_listed_remembering_their_argument():
-    """A reranker's records (checked as they are encoded) and those of no kind known are listed as they are,
-    as Records remembering the argument they came in, so that an encoding error names it (and the split)."""
-    rows = [{"query": "q", "positive": "p", "negatives": []}]
+    """A reranker's records (checked as they are encoded) and those of no kind known are listed with their
+    numbers as lines (a line a record says stays), as Records remembering the argument they came in, so that
+    an encoding error names it, the split and the line."""
+    rows = [{"query": "q", "positive": "p", "negatives": []}, {"line": 9, "query": "r"}]
     for kind in ("rerank", None):
         listed = given_records(iter(rows), kind, "validation")
-        assert isinstance(listed, Records) and listed == rows
+        assert isinstance(listed, Records) and listed == [{"line": 1, **rows[0]}, rows[1]]
         assert listed.field == "validation" and listed.source == ""
 
 

@@ -205,10 +205,11 @@ def test_a_tanh_cross_encoder_converts_and_serves_as_a_backbone_refused_only_whe
 
 def test_a_folders_task_options_are_read_one_way_each_caller_its_own_default_length(tmp_path):
     """saved_options builds fine_tuned_task's and the server's TaskConfig alike: task.json's max_len over the
-    caller's default, its text_to_text and prefix, the kind's own options, an unscorable activation refused
-    naming the file."""
+    caller's default, its text_to_text and prefix, the kind's own options; an unscorable activation is refused
+    naming the file by check_scored, which both callers make before reading weights (and saved_options not
+    again)."""
     from lmforge.tasks.finetune import TaskConfig
-    from lmforge.tasks.reference import saved_options
+    from lmforge.tasks.reference import check_scored, saved_options
 
     info = {"kind": "regression", "activation": "sigmoid", "label_all": True, "prefix": "stsb"}
     cfg = TaskConfig(**saved_options(tmp_path, info, "regression", 96))
@@ -216,7 +217,8 @@ def test_a_folders_task_options_are_read_one_way_each_caller_its_own_default_len
     assert saved_options(None, {**info, "max_len": 12}, "regression", 96)["max_len"] == 12
     (tmp_path / "task.json").write_text(json.dumps({"kind": "regression", "activation": "torch.nn.Tanh"}))
     with pytest.raises(ValueError, match=r"task.json: activation_fn 'torch.nn.Tanh' is not supported"):
-        saved_options(tmp_path, {"activation": "torch.nn.Tanh"}, "regression", 128)
+        check_scored(tmp_path, {"activation": "torch.nn.Tanh"}, "regression")
+    check_scored(tmp_path, {"activation": "torch.nn.Tanh"}, "cls")  # no activation option: not read
     assert "activation" not in saved_options(tmp_path, {"activation": "torch.nn.Tanh"}, "cls", 128)
 
 

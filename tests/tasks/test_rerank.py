@@ -179,3 +179,15 @@ def test_a_bad_python_record_is_refused_naming_the_split_and_the_argument_it_cam
             finetune(tiny(), tokenizer(), "rerank", train, valid, tmp_path, TrainConfig(steps=1),
                      log=lambda *a: None)
         assert err.value.field == field and not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("bad", ["abc", ["q"], None, {}])
+def test_a_python_rerank_record_that_is_no_dict_is_refused_naming_its_argument(bad):
+    """A rerank record given in Python that is no dict failed inside the task (AttributeError, TypeError)."""
+    from lmforge.tasks.fields import given_records
+
+    good = {"query": "q", "positive": "p", "negatives": ["n"]}
+    with pytest.raises(OptionsError, match=r"^train:2: a record is a dict of fields") as caught:
+        given_records([good, bad], "rerank", "train")
+    assert caught.value.field == "train"
+    assert [r["line"] for r in given_records([good, good], "rerank", "train")] == [1, 2]

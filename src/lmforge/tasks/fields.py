@@ -74,8 +74,13 @@ def given_records(records, kind: str | None, source: str, labelled: bool = True)
     whose task checks its own as it encodes them (rerank), or of no kind known (None), only listed."""
     if isinstance(records, Records):
         return records
-    if kind not in FIELDS and kind not in SPAN_FIELDS:
-        return Records(record_list(records, source), field=source)
+    if kind not in FIELDS and kind not in SPAN_FIELDS:  # each a dict; a rerank record its line's number
+        rows = record_list(records, source)
+        bad = next((n for n, row in enumerate(rows, 1) if not isinstance(row, dict) or not row), None)
+        if bad is not None:  # "abc" failed inside the task as an AttributeError
+            got = str(rows[bad - 1])[:40]
+            raise OptionsError(f"{source}:{bad}: a record is a dict of fields, got {got!r}", source)
+        return Records([{"line": n, **row} for n, row in enumerate(rows, 1)], field=source)
     rows = []
     with naming(source):
         for n, row in enumerate(record_list(records, source), 1):

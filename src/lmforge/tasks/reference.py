@@ -202,10 +202,9 @@ def saved_options(path, info: dict, kind: str, default_len: int) -> dict:
     """The TaskConfig fields (tasks/finetune.py) a folder's task_info `info` says for `kind`: its max_len
     (`default_len` where it says none), text_to_text, prefix and the kind's own options (QA decoding,
     tagging's label_all, a regression's or reranker's activation: one lmforge cannot score with, a
-    CrossEncoder's Tanh, refused naming the file in the folder `path`). fine_tuned_task and the server
+    CrossEncoder's Tanh, which its callers refuse first: check_scored). fine_tuned_task and the server
     (serve/models.py) both rebuild a task so, each with its own default_len."""
     options = {name: info[name] for name in task_class(kind).options if name in info}
-    check_scored(path, info, kind)
     # a task's own options may hold prefix (seq2seq's): one dict, the kind's own last
     return {"max_len": info.get("max_len", default_len), "text_to_text": info.get("text_to_text"),
             "prefix": info.get("prefix"), **options}

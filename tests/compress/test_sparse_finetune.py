@@ -108,7 +108,7 @@ def test_a_cross_encoder_s_trained_head_is_scored_before_pruning(tmp_path):
     pytest.importorskip("transformers")
     from lmforge.compress.sparse_finetune import run_sparse_prune
     from lmforge.train import TrainConfig
-    from tests.tasks.test_reference import reference_dir
+    from tests.tasks.hf_reference import reference_dir
 
     _, folder = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": None})
     records = [{"text": t, "text_pair": "a film", "label": v} for t, v in (("good", 0.9), ("bad", 0.1))] * 2

@@ -160,7 +160,7 @@ def test_a_cross_encoder_exported_as_hugging_face_keeps_its_activation(tmp_path,
     import lmforge
     from lmforge.tasks.finetune import task_info
     from lmforge.tasks.reference import task_file
-    from tests.tasks.test_reference import reference_dir
+    from tests.tasks.hf_reference import reference_dir
 
     _, path = reference_dir(tmp_path / "ce", num_labels=1,
                             sentence_transformers={"activation_fn": activation})

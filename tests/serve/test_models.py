@@ -114,7 +114,7 @@ def test_a_served_cross_encoder_regression_reads_its_score_through_the_activatio
     import pytest
 
     from lmforge.tasks.finetune import fine_tuned_task
-    from tests.tasks.test_reference import TEXTS, reference_dir
+    from tests.tasks.hf_reference import TEXTS, reference_dir
 
     sigmoid = {"activation_fn": "torch.nn.modules.activation.Sigmoid"}
     model, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers=sigmoid)
@@ -139,7 +139,7 @@ def test_a_cross_encoder_it_cannot_score_with_is_refused_before_its_weights_are_
 
     pytest.importorskip("transformers")
     from lmforge.cli import main
-    from tests.tasks.test_reference import reference_dir
+    from tests.tasks.hf_reference import reference_dir
 
     tanh = "torch.nn.modules.activation.Tanh"
     _, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": tanh})

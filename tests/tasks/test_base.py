@@ -85,7 +85,7 @@ def test_a_head_without_labels_has_no_names():
 def test_an_identity_cross_encoder_fine_tuned_as_regression_exports_its_activation_fn(tmp_path):
     """A CrossEncoder's Identity was lost on the way back (a regression exported one only when sigmoid), so
     sentence-transformers scored the export through a sigmoid; a plain identity regression exports none."""
-    from tests.tasks.test_reference import reference_dir
+    from tests.tasks.hf_reference import reference_dir
 
     identity = "torch.nn.modules.linear.Identity"
     _, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": identity})

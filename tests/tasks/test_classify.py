@@ -338,7 +338,7 @@ def test_fine_tuning_a_cross_encoder_folder_as_regression_trains_what_it_scores(
     the saved task.json reads the score as the folder did; labels past 1 are refused before any step."""
     from lmforge.tasks.finetune import finetune
     from lmforge.train import TrainConfig
-    from tests.tasks.test_reference import reference_dir
+    from tests.tasks.hf_reference import reference_dir
 
     _, path = reference_dir(tmp_path / "ce", num_labels=1, sentence_transformers={"activation_fn": None})
     train = [{"text": t, "text_pair": "a film", "label": i / 4} for i, t in enumerate(["good", "bad", "ok"])]

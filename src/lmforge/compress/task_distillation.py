@@ -32,7 +32,7 @@ from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objecti
 from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
                                            student_from_teacher)
 from lmforge.presets import ELMO_PRESETS, PRESETS
-from lmforge.tasks.fields import given_records
+from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
                                     fine_tuned_task, make_task, preset_model, write_task_files)
 from lmforge.train import TrainConfig, Trainer
@@ -270,6 +270,7 @@ def run_distill(teacher_dir, train: list, valid: list | None, records: list, out
     side on `records` (read from `source`, checked against the teacher's labels before training):
     accuracy, parameters, size on disk, forward time; distill.json under `out`."""
     out = training_folder(_out_apart(out, teacher_dir))
+    records = record_list(records, source)  # read once: a generator is checked before training, used after
     summary = distill(teacher_dir, train, valid, out, train_cfg=train_cfg, cfg=cfg, resume=resume, log=log,
                       checked={source: records})
     student_dir = out / "best" if (out / "best").is_dir() else out / "final"

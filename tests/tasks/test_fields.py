@@ -175,3 +175,13 @@ def test_a_record_to_predict_on_that_misuses_its_shorthand_is_an_options_error_n
     with pytest.raises(OptionsError) as caught:
         predict_form(kind, record, "inputs.0")
     assert str(caught.value) == f"inputs.0: {said}" and caught.value.field == "inputs.0"
+
+
+def test_records_listed_before_their_kind_was_known_are_checked_once_it_is():
+    """A compression job lists records of no kind known yet (compress/measure.py); the same records given
+    again with the kind were returned as they were, unchecked: now they are made canonical then."""
+    listed = given_records([{"text": "good", "label": 1}], None, "data")
+    assert given_records(listed, "cls", "data") == [{"line": 1, "text": "good", "label": "1"}]
+    with pytest.raises(OptionsError, match="^data:1: ") as caught:
+        given_records(given_records([{"txt": "good", "label": 1}], None, "data"), "cls", "data")
+    assert caught.value.field == "data"

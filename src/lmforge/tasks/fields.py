@@ -72,9 +72,10 @@ def given_records(records, kind: str | None, source: str, labelled: bool = True)
     `source` ("train") and the record's "line", else its number from 1, and so does a later error about one
     of them (Records.field). Records read from a file (Records) are returned as they are; those of a kind
     whose task checks its own as it encodes them (rerank), or of no kind known (None), only listed."""
-    if isinstance(records, Records):
-        return records
-    if kind not in FIELDS and kind not in SPAN_FIELDS:  # each a dict; a rerank record its line's number
+    checked_here = kind in FIELDS or kind in SPAN_FIELDS
+    if isinstance(records, Records) and (records.source or not checked_here):  # a file's, or made here
+        return records  # (records only listed, of no kind known then, are checked once the kind is)
+    if not checked_here:  # each a dict; a rerank record its line's number
         rows = record_list(records, source)
         bad = next((n for n, row in enumerate(rows, 1) if not isinstance(row, dict) or not row), None)
         if bad is not None:  # "abc" failed inside the task as an AttributeError

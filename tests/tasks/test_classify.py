@@ -317,7 +317,7 @@ def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_fo
     for source, field in (("training", "train"), ("validation", "validation")):
         with pytest.raises(OptionsError,
                            match=rf"{source}: line 1: label 4.5 is outside .*activation=sigmoid") as err:
-            encode_split(task, Records([{**gold[0], "line": 1}], field=field), source, trained=True)
+            encode_split(task, Records([{**gold[0], "line": 1}], field=field), source, trained=source)
         assert err.value.field == field  # Python's records: the argument they came in (Records.field)
     from lmforge.tasks.finetune import finetune
     from lmforge.train import TrainConfig
@@ -329,7 +329,7 @@ def test_a_sigmoid_regression_evaluates_gold_on_any_scale_and_refuses_it_only_fo
     # the caller says whether records are trained on, not the split's display name
     assert len(encode_split(task, [{**gold[0], "line": 1}], "training")) == 1
     with pytest.raises(OptionsError, match=r"held out: line 1: label 4.5 is outside") as err:
-        encode_split(task, [{**gold[0], "line": 1}], "held out", trained=True)
+        encode_split(task, [{**gold[0], "line": 1}], "held out", trained="training")
     assert err.value.field is None  # a plain list remembers no argument
 
 

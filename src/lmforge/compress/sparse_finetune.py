@@ -212,7 +212,7 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     objective = Pruning(task, pruner, train_cfg.accumulation)
     validator = Validator(task, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
-    examples = encode_split(task, train, "training", trained=True)  # its labels checked as trained on
+    examples = encode_split(task, train, "training", trained="training")  # its labels checked as trained on
     trainer = Trainer(objective, examples, train_cfg, out, log=log, evaluator=validator,
                       lr_scale=lambda name, p: s.scores_lr_scale if is_score(name) else 1.0)
     trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))

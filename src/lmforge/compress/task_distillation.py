@@ -240,7 +240,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     objective = TaskDistillation(student, teacher, cfg)
     validator = Validator(student, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
-    examples = encode_split(student, train, "training", trained=True)
+    examples = encode_split(student, train, "training", trained="training")
     trainer = Trainer(objective, examples, train_cfg, out, log=log,
                       evaluator=validator)  # the loss's options and the teacher: objective.run_settings
     trainer.fit(resume=resume, final_files=(partial(write_task_files, student),))

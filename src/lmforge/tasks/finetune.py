@@ -1,12 +1,11 @@
 """Fine-tuning (BERT sec. 4; "pretrain once, fine-tune many times"): a pretrained model, a task, labelled
 records -> the one training loop, validation metrics every N steps, early stopping, the best model kept.
 
-Under `out`: metrics.jsonl (train loss and valid_* metrics), checkpoints/, best/ (the model
-of the best validation score), final/ (the model after the last step) and summary.json.
-best/ and final/ are complete model directories: weights, the tokenizer, and task.json
-(kind, labels, max_len; for an encoder-decoder also text_to_text and its prefix; QA's window and
-decoding options, tagging's label_all, regression's and rerank's activation), so
-`lmforge evaluate --model out/best` needs nothing else.
+Under `out`: metrics.jsonl (train loss and valid_* metrics), checkpoints/, best/ (the model of the best
+validation score), final/ (the model after the last step) and summary.json. best/ and final/ are complete
+model directories: weights, the tokenizer, and task.json (kind, labels, max_len; for an encoder-decoder
+also text_to_text and its prefix; QA's window and decoding options, tagging's label_all, regression's and
+rerank's activation), so `lmforge evaluate --model out/best` needs nothing else.
 """
 from __future__ import annotations
 
@@ -179,14 +178,14 @@ def keep_model(task: Task, path) -> Path:
     return Path(path)
 
 
-def encode_split(task: Task, records: list, source: str, *, trained: bool = False) -> list:
+def encode_split(task: Task, records: list, source: str, *, trained: str | None = None) -> list:
     """Examples of a split; an encoding error names where the records came from (Records.source), else the
-    split's `source` ("training"), and is blamed on the argument they came in (Records.field: none for a
-    file's or a plain list). A run's own records (`trained`: its training and validation split) are checked
-    as trained on (a sigmoid regression's labels in [0, 1]), before any step; evaluated data on any scale."""
+    split's `source`, and is blamed on the argument they came in (Records.field: none for a file's or a plain
+    list). A run's own records (trained="training" or "validation") are checked as trained on (a sigmoid
+    regression's labels in [0, 1], distillation's teacher scores), before any step; evaluated data not."""
     try:
         if trained:
-            task.check_trainable(records, source)
+            task.check_trainable(records, trained)
         return task.encode_all(records)
     except ValueError as err:
         raise OptionsError(f"{source_of(records, source)}: {err}", getattr(records, "field", None)) from None
@@ -197,7 +196,8 @@ class Validator:
 
     def __init__(self, task: Task, records: list, cfg: TaskConfig, out: Path, log=None) -> None:
         self.task, self.records, self.cfg, self.out = task, records, cfg, out
-        self.examples, self._fingerprint = encode_split(task, records, "validation", trained=True), None
+        self.examples = encode_split(task, records, "validation", trained="validation")
+        self._fingerprint = None
         task.say_cut(len(records), "validation", log)
         self.best, self.best_step, self.stale, self.last, self.last_step = None, 0, 0, {}, -1
 
@@ -324,7 +324,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     if valid and task.labels is not None and kind in ("cls", "pair"):
         check_labels(valid, task.labels, "validation", field="validation")
     frozen = freeze(model, task_cfg.freeze_embeddings, task_cfg.freeze_layers, task_cfg.freeze_backbone)
-    examples = encode_split(task, train, "training", trained=True)
+    examples = encode_split(task, train, "training", trained="training")
     task.say_cut(len(train), "training", log)
     validator = Validator(task, valid, task_cfg, out, log) if valid else None
     start = time.perf_counter()

@@ -75,22 +75,17 @@ def given_records(records, kind: str | None, source: str, labelled: bool = True)
     checked_here = kind in FIELDS or kind in SPAN_FIELDS
     if isinstance(records, Records) and (records.source or not checked_here):  # a file's, or made here
         return records  # (records only listed, of no kind known then, are checked once the kind is)
-    if not checked_here:  # each a dict; a rerank record its line's number
-        rows = record_list(records, source)
-        bad = next((n for n, row in enumerate(rows, 1) if not isinstance(row, dict) or not row), None)
-        if bad is not None:  # "abc" failed inside the task as an AttributeError
-            got = str(rows[bad - 1])[:40]
-            raise OptionsError(f"{source}:{bad}: a record is a dict of fields, got {got!r}", source)
-        return Records([{"line": n, **row} for n, row in enumerate(rows, 1)], field=source)
     rows = []
     with naming(source):
         for n, row in enumerate(record_list(records, source), 1):
-            if not labelled:  # records to predict on take /predict's shorthands
+            if checked_here and not labelled:  # records to predict on take /predict's shorthands
                 row = predict_form(kind, row, f"{source}:{n}", source)
-            if not isinstance(row, dict) or not row:
+            if not isinstance(row, dict) or not row:  # a rerank record "abc" failed inside the task
                 raise OptionsError(f"{source}:{n}: a record is a dict of fields, got {str(row)[:40]!r}")
             # a record that says its own line (a file's, read before; the built-in tasks') keeps it
             rows.append((row["line"] if type(row.get("line")) is int else n, row))
+        if not checked_here:  # only listed, each with its line: its task checks it as it encodes it
+            return Records([{**row, "line": line} for line, row in rows], field=source)
         if kind in SPAN_FIELDS:
             rows = span_rows(rows, source, kind, labelled)
         else:

@@ -95,25 +95,25 @@ def test_onednn_route_equals_f_linear(shape, input_major, bias):
 
 @needs_onednn
 def test_a_call_too_small_to_repay_onednn_keeps_f_linear_unless_asked(monkeypatch):
-    """oneDNN's linear costs ~15 us more a call than MKL's: a weight of under ONEDNN_MIN_WEIGHT values met
-    by under ONEDNN_MIN_ROWS rows (bert-tiny's at batch 1) stays on F.linear; more rows, a larger weight
-    or small_plain=False take oneDNN."""
+    """oneDNN's linear costs ~15 us a call before any work: a call of under ONEDNN_MIN_WORK multiply-adds
+    (rows x weight values: bert-tiny's at batch 1) stays on F.linear; more rows, a larger weight or
+    small_plain=False take oneDNN."""
     calls = []
     real = torch.ops.mkldnn._linear_pointwise
     monkeypatch.setattr(linear.torch.ops.mkldnn, "_linear_pointwise",
                         lambda *a: calls.append(a[0].shape) or real(*a))
-    small, large = FastLinear(128, 384), FastLinear(512, 512)
-    assert small.weight.numel() < linear.ONEDNN_MIN_WEIGHT <= large.weight.numel()
+    small, large = FastLinear(128, 384), FastLinear(1024, 512)
+    few = torch.randn(linear.ONEDNN_MIN_WORK // small.weight.numel(), 128)  # 10 rows: just under
+    assert few.shape[0] * small.weight.numel() < linear.ONEDNN_MIN_WORK <= large.weight.numel()
     for layer in (small, large):
         layer.onednn = True
-    few, many = torch.randn(16, 128), torch.randn(linear.ONEDNN_MIN_ROWS, 128)
     with torch.inference_mode():
         assert torch.equal(small(few), F.linear(few, small.weight, small.bias)) and calls == []
-        small(many), large(torch.randn(1, 512))
-        assert calls == [(linear.ONEDNN_MIN_ROWS, 128), (1, 512)]
+        small(torch.randn(few.shape[0] + 1, 128)), large(torch.randn(1, 1024))
+        assert calls == [(few.shape[0] + 1, 128), (1, 1024)]
         small.small_plain = False
-        small(few)
-    assert calls[-1] == (16, 128)
+        small(few[:1])
+    assert calls[-1] == (1, 128)
 
 
 @needs_onednn

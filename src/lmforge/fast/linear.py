@@ -4,10 +4,15 @@ In fp32 CPU inference the product runs as oneDNN's linear (`torch.ops.mkldnn._li
 bias inside it), where torch has oneDNN enabled on an x86 CPU with AVX2 or AVX-512 and
 `FastPaths(onednn_linear=True)` (the default): F.linear runs MKL's sgemm, which on the AVX-512 EPYC
 reaches 164-197 GFLOP/s on MiniLM's and BERT's shapes on two threads, where oneDNN reaches 178-217,
-and a decoding step's few rows take 1.6-2.8x less (bench/FINDINGS.md, "oneDNN's linear"). Its sums
-are ordered otherwise: equal to F.linear within float rounding, not bitwise. Eager only: a compiled
-graph keeps F.linear (Inductor lowers this op only for frozen weights). Without it (flag off, no
-oneDNN, another CPU, a graph being compiled or traced):
+and a decoding step's few rows take 1.6-2.8x less (bench/FINDINGS.md, "oneDNN's linear"); on a Zen 5
+EPYC MKL stays at ~195 and oneDNN reaches ~440. Its sums are ordered otherwise: equal to F.linear
+within float rounding, not bitwise. With `FastPaths(packed_weights=True)` (the default) it reads a
+copy of the weight in oneDNN's blocked layout, packed at the first call and again whenever the weight
+changes (its storage or version counter): 2-5 % on a batch's products, 25-30 % on a text's few rows
+(bench/FINDINGS.md, "Packed weights"), for a second copy of each weight it runs. An FFN's activation
+can run inside the same call (`activated`). Eager only: a compiled graph keeps F.linear (Inductor
+lowers this op only for frozen weights). Without it (flag off, no oneDNN, another CPU, a graph being
+compiled or traced):
 
 F.linear with a bias runs addmm: it first copies the bias into every row of a fresh (N, out)
 output, then has the matrix product accumulate onto it, which reads that output back. In CPU
@@ -30,6 +35,7 @@ from torch import nn
 
 # the scratch buffers are quant/'s (its int8 layers share them), so quant never imports fast/
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, pooling_allocator, release_scratch, scratch  # noqa: F401
+from lmforge.layers.feedforward import gelu_tanh
 from lmforge.utils.hooks import hooked
 
 # oneDNN's fp32 linear with the bias fused, in this torch build (its CPU wheels have it), on x86 with AVX2
@@ -41,11 +47,17 @@ ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_l
 # below this many rows (a decoding step has one per sequence) the output is small and addmm's
 # single call is cheaper than two
 MIN_ROWS = 64
-# oneDNN's linear costs ~15 us more a call than F.linear: a weight of fewer values met by fewer rows keeps
-# F.linear (FastPaths.small_calls_plain). Two threads of an AVX-512 EPYC, us F.linear / oneDNN: (128 -> 384)
-# 1 row 5.6 / 17.6, 16 rows 15.3 / 28.3, 512 rows 253 / 242; (384 -> 1536) 1 row 54.3 / 36.8;
-# (768 -> 2304) 1 row 130 / 70 (bench/FINDINGS.md)
-ONEDNN_MIN_WEIGHT, ONEDNN_MIN_ROWS = 1 << 18, 128
+# oneDNN's linear costs ~15 us a call before any work; F.linear's cost grows with rows x weight from
+# ~3 us: a call of fewer multiply-adds (rows x weight values) keeps F.linear (FastPaths.small_calls_plain).
+# Two threads of a Zen 5 EPYC, us F.linear / oneDNN packed: (128 -> 128) 16 rows 10 / 17, 64 rows 22 / 22;
+# (256 -> 1024) 1 row 16 / 22, 4 rows 46 / 22; (384 -> 384) 1 row 9 / 17, 4 rows 26 / 18; (768 -> 768)
+# 1 row 33 / 29 (bench/FINDINGS.md, "Packed weights")
+ONEDNN_MIN_WORK = 1 << 19
+# the rows oneDNN is told to pack a weight for: its blocked layout is chosen by the ISA, not by this
+# hint (a text's 14 rows run as fast on a weight packed for 2,048: 44 vs 44 us at 384 -> 1152)
+PACK_ROWS = 2048
+# an activation oneDNN runs inside the product (its post-op): (name, algorithm)
+POST_OPS = {F.relu: ("relu", ""), F.gelu: ("gelu", "none"), gelu_tanh: ("gelu", "tanh")}
 
 
 def cpu_inference(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -59,6 +71,15 @@ def bias_after(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
     return bias is not None and x.numel() >= MIN_ROWS * x.shape[-1] and cpu_inference(x, weight)
 
 
+def version(tensor: torch.Tensor):
+    """The tensor's version counter (bumped by every in-place change), or None for an inference tensor
+    (made under inference_mode: it has none)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
 def onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
     """Whether x W^T + b can run as oneDNN's linear: eager fp32 CPU inference in a torch that has it
     enabled, with at least one input feature and a dense bias (oneDNN reads the bias as contiguous)."""
@@ -69,25 +90,65 @@ def onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
 
 class FastLinear(nn.Linear):
     """y = x W^T + b (weights and state-dict names as nn.Linear's): oneDNN's linear in fp32 CPU
-    inference; else the bias after the matmul, and an output named by `slot` (one that dies inside its
-    layer) in a reused buffer."""
+    inference, on a packed copy of W; else the bias after the matmul, and an output named by `slot`
+    (one that dies inside its layer) in a reused buffer."""
 
     slot = None  # set per module by lmforge.optimize for the fused q, k, v and the FFN's hidden units
     onednn = False  # set per module by lmforge.optimize from FastPaths.onednn_linear
     small_plain = True  # set per module by lmforge.optimize from FastPaths.small_calls_plain
+    packs = False  # set per module by lmforge.optimize from FastPaths.packed_weights
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        if self.onednn and not self.small(x) and onednn_applies(x, self.weight, self.bias):
+        if self.takes_onednn(x):
             # its fresh outputs beat MKL's product into a reused buffer, page faults included
             # (bert-base 32 x 128: 3.70 vs 3.79 s a batch, bench/FINDINGS.md)
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+            return self.onednn_product(x)
         return self.plain(x) if self.slot is None else self.transient(x, self.slot)
 
+    def takes_onednn(self, x: torch.Tensor) -> bool:
+        """Whether self(x) runs as oneDNN's linear (asked for, large enough, and applicable)."""
+        return self.onednn and not self.small(x) and onednn_applies(x, self.weight, self.bias)
+
     def small(self, x: torch.Tensor) -> bool:
-        """Whether this call is too small to repay oneDNN's set-up (where small_plain asks): a weight of
-        under ONEDNN_MIN_WEIGHT values met by under ONEDNN_MIN_ROWS rows."""
-        return (self.small_plain and self.weight.numel() < ONEDNN_MIN_WEIGHT
-                and x.numel() < ONEDNN_MIN_ROWS * x.shape[-1])
+        """Whether this call is too small to repay oneDNN's set-up (where small_plain asks): under
+        ONEDNN_MIN_WORK multiply-adds of rows by weight values."""
+        rows = x.numel() // max(x.shape[-1], 1)
+        return self.small_plain and rows * self.weight.numel() < ONEDNN_MIN_WORK
+
+    def onednn_product(self, x: torch.Tensor, post: tuple = ("none", "")) -> torch.Tensor:
+        """oneDNN's x W^T + b, then the post-op `post` (name, algorithm) inside the same call."""
+        weight = self.packed_weight() if self.packs else self.weight
+        return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, post[0], [], post[1])
+
+    def packed_weight(self) -> torch.Tensor:
+        """W in oneDNN's blocked layout: packed at the first call and again after W changed (an optimizer
+        step, load_state_dict, a new tensor); an inference tensor, whose changes leave no trace, is
+        read as it is."""
+        current = version(self.weight)
+        if current is None:
+            return self.weight
+        key = (self.weight.data_ptr(), current)
+        cached = self.__dict__.get("_packed")  # one read: another thread may replace it meanwhile
+        if cached is None or cached[0] != key:
+            cached = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACK_ROWS))
+            self.__dict__["_packed"] = cached
+        return cached[1]
+
+    def activated(self, x: torch.Tensor, act):
+        """act(self(x)) with the activation inside oneDNN's call, where self(x) runs there, oneDNN has the
+        activation (POST_OPS) and no forward hook watches this module (it would see the product before
+        the activation); else None."""
+        post = POST_OPS.get(act)
+        if post is None or hooked(self) or not self.takes_onednn(x):
+            return None
+        return self.onednn_product(x, post)
+
+    def __getstate__(self) -> dict:
+        """The module's state without the packed copy (oneDNN's opaque tensor neither pickles nor needs
+        to: it is packed again at the next call)."""
+        state = super().__getstate__()  # nn.Module's: a copy of __dict__
+        state.pop("_packed", None)
+        return state
 
     def plain(self, x: torch.Tensor) -> torch.Tensor:
         """The output without the scratch buffer."""

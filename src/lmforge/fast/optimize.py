@@ -6,8 +6,9 @@ it gives the model the fast execution (fast/execution.py: unpadding, blocked loc
 it turns each of those modules into a subclass with the same parameters and state-dict names whose
 forward takes a cheaper route where it is measured to pay (bench/FINDINGS.md), exact but where said:
 
-- FastLinear: in eager fp32 CPU inference the product is oneDNN's linear (4-18 % faster than MKL's
-  sgemm on the bench's shapes here, 1.6-2.8x on a decoding step's rows); without it, the bias is
+- FastLinear: in eager fp32 CPU inference the product is oneDNN's linear on a packed copy of the
+  weight (4-18 % faster than MKL's sgemm on the bench's shapes on Zen 4, ~2.2x on Zen 5, 1.6-2.8x on a
+  decoding step's rows), an FFN's activation inside the same call; without it, the bias is
   added after the matmul (addmm copies it into every row first) and the fused q, k, v and the FFN's
   hidden units, outputs that die inside their layer, go into per-thread buffers reused from call to
   call (glibc page-faults fresh large outputs);
@@ -84,9 +85,10 @@ class FastFeedForward(FeedForward):
         return super().forward(x) if fused is None else fused
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """act(W1 x) (or the gated form), the activation in place."""
+        """act(W1 x) (or the gated form), the activation inside oneDNN's product or in place."""
         if self.gate is None:
-            return activate(self.act, self.up(x), self.up)
+            fused = self.up.activated(x, self.act) if type(self.up) is FastLinear else None
+            return activate(self.act, self.up(x), self.up) if fused is None else fused
         return activate(self.act, self.gate(x), self.gate) * self.up(x)
 
 
@@ -135,7 +137,7 @@ def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = N
     if not enabled:
         for module in model.modules():
             if type(module) is FastLinear:  # what optimize set on it; another module's own are its own
-                for name in ("slot", "onednn", "small_plain"):
+                for name in ("slot", "onednn", "small_plain", "packs", "_packed"):
                     module.__dict__.pop(name, None)
             if type(module) in PLAIN_OF:
                 module.__class__ = PLAIN_OF[type(module)]
@@ -152,6 +154,8 @@ def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = N
     for module in model.modules():  # also where an earlier optimize left its layers fast
         if type(module) is FastLinear:
             module.onednn, module.small_plain = paths.onednn_linear, paths.small_calls_plain
+            module.packs = paths.packed_weights
+            module.__dict__.pop("_packed", None)  # packed again at its next call, if still asked
     _set_execution(model, FastExecution(paths))
     return model
 

@@ -61,11 +61,15 @@ class FastPaths:
     # 4-18 % faster on MiniLM's and BERT's shapes, 1.6-2.8x on a decoding step's rows (bench/FINDINGS.md);
     # equal within float rounding, not bitwise
     onednn_linear: bool = option(True, "fp32 CPU inference products by oneDNN's linear")
+    # ... on a copy of each weight in oneDNN's blocked layout, packed at its first call and again when the
+    # weight changes: 2-5 % on a batch's products, 25-30 % on a text's few rows, for a second copy of every
+    # weight oneDNN runs (bench/FINDINGS.md, "Packed weights")
+    packed_weights: bool = option(True, "oneDNN's linear on weights packed once (a second copy)")
     # calls too small to repay the faster kernels' set-up keep the plain ones: oneDNN's linear costs ~15 us
-    # more a call than MKL's sgemm and the native attention ~30 us more than SDPA, so a weight of under
-    # 2^18 values met by under 128 rows stays on F.linear (fast/linear.py), and a pass of under 512 query
-    # rows x heads attends by SDPA (fast/execution.py): bert-tiny at batch 1 ran 1.7x slower optimized
-    # (bench/FINDINGS.md). False: the faster kernels at every size
+    # a call before any work and the native attention ~30 us more than SDPA, so a call of under 2^19
+    # multiply-adds (rows x weight values) stays on F.linear (fast/linear.py), and a pass of under 512
+    # query rows x heads attends by SDPA (fast/execution.py): bert-tiny at batch 1 ran 1.7x slower
+    # optimized (bench/FINDINGS.md). False: the faster kernels at every size
     small_calls_plain: bool = option(True, "calls too small to repay the faster kernels keep the plain ones")
     chunk: int = option(0, "queries per chunk of blocked attention; 0: chosen from the window", low=0,
                         high=MAX_CHUNK)

@@ -119,6 +119,11 @@ def machine() -> dict:
     info = Path("/proc/cpuinfo")
     lines = info.read_text().splitlines() if info.is_file() else []
     flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
-    return {"cpu": cpu_name(), "cpu_flags": [f for f in CPU_FLAGS if f in flags], "cores": os.cpu_count(),
+    # family and model tell CPUs of one name apart: "AMD EPYC" family 25 model 17 is Zen 4, 26 is Zen 5
+    pairs = (line.split(":", 1) for line in lines[:30] if ":" in line)  # the first processor's fields
+    fields = {key.strip(): value.strip() for key, value in pairs}
+    family, model = fields.get("cpu family", "unknown"), fields.get("model", "unknown")
+    return {"cpu": cpu_name(), "cpu_family": family, "cpu_model": model,
+            "cpu_flags": [f for f in CPU_FLAGS if f in flags], "cores": os.cpu_count(),
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers, "python": platform.python_version()}

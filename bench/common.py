@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 import lmforge
+from lmforge.fast.paths import FastPaths
 from lmforge.utils.timing import rounds_of
 
 # BERT sizes (Turc et al. 2019, "Well-Read Students Learn Better", table 1 for mini/small)
@@ -61,7 +62,8 @@ def pair(reference) -> tuple:
     with tempfile.TemporaryDirectory() as tmp:
         reference.save_pretrained(tmp)
         ours = lmforge.load(tmp)
-    return reference, lmforge.optimize(ours.eval())  # as lmforge's jobs run a model: optimized
+    # as lmforge's inference jobs run a model: optimized, its weights read as frozen (packed once)
+    return reference, lmforge.optimize(ours.eval(), paths=FastPaths.frozen())
 
 
 def bert_config(name: str, **extra):

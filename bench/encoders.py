@@ -31,9 +31,9 @@ def encoder_inference(repeats: int, quick: bool) -> list:
                     bf16 = side_by_side({"lmforge": lambda: ours(ids, mask)}, repeats) if not quick else None
                 repadded = None
                 if variable and not quick:  # the other unpadded attention: re-padded, one SDPA call a layer
-                    optimize(ours, paths=FastPaths(sequence_attention=False, native_attention=False))
+                    optimize(ours, paths=FastPaths.frozen(sequence_attention=False, native_attention=False))
                     repadded = side_by_side({"lmforge": lambda: ours(ids, mask)}, repeats)
-                    optimize(ours, paths=FastPaths())
+                    optimize(ours, paths=FastPaths.frozen())
             flops = encoder_flops(cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, mask)
             common = {"model": name, "lengths": "uniform 8..128" if variable else "all 128",
                       "real_tokens": float(mask.sum()), "useful_flops": flops, "max_abs_diff": diff}

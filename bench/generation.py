@@ -26,6 +26,7 @@ def greedy_generation(repeats: int, quick: bool) -> list:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     import lmforge
+    from lmforge.fast.paths import FastPaths
     from lmforge.heads import attach
 
     torch.manual_seed(0)
@@ -36,7 +37,8 @@ def greedy_generation(repeats: int, quick: bool) -> list:
     converted.config = converted.config.replace(eos_token_id=None)
     native = lmforge.build("gpt2", eos_token_id=None).eval()
     attach(native, "lm")
-    lmforge.optimize(native)  # as the converted arm (bench.common.pair) and lmforge's jobs run a model
+    # as the converted arm (bench.common.pair) and lmforge's generate job run a model
+    lmforge.optimize(native, paths=FastPaths.frozen())
     rows = []
     new = 16 if quick else 64
     for weights, ours in (("converted", converted), ("lmforge-init", native)):

@@ -41,6 +41,35 @@ def test_packed_route_equals_the_unpacked_one(shape, bias):
     assert layer.__dict__["_packed"][1].is_mkldnn  # it ran on the packed copy
 
 
+def _fused_step(layer: FastLinear, x: torch.Tensor, switch: bool) -> None:
+    """A training step (in train mode where `switch`, else left in eval mode, as one who trains without
+    dropout does) whose fused AdamW leaves W's version counter as it was."""
+    version = layer.weight._version
+    if switch:
+        layer.train()
+        assert "_packed" not in layer.__dict__
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.5, fused=True)
+    layer(x).square().sum().backward()
+    optimizer.step()
+    assert layer.weight._version == version  # what the version key alone would miss
+    if switch:
+        layer.eval()
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_training_drops_the_copy_that_a_fused_step_would_leave_stale(switch):
+    """A forward with gradients (a step may follow) and a train() / eval() switch each drop the copy, so
+    a fused AdamW step, which bumps no version counter, is never followed by a stale product."""
+    layer, x = _layer(), torch.randn(20, 64)
+    layer.eval()
+    with torch.no_grad():
+        layer(x)
+    assert "_packed" in layer.__dict__
+    _fused_step(layer, x, switch)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("change", ["optimizer step", "load_state_dict", "new tensor"])
 def test_a_weight_that_changed_is_packed_again(change):
     layer, x = _layer(), torch.randn(20, 64)
@@ -71,14 +100,17 @@ def test_an_inference_tensor_weight_is_read_as_it_is():
 
 
 def test_flag_off_and_optimize_off_keep_no_copy():
+    """Off by default (a plain optimize); FastPaths.frozen() packs; optimize(enabled=False) drops it."""
+    assert not FastPaths().packed_weights and FastPaths.frozen(unpad="never").packed_weights
+    assert FastPaths.frozen(unpad="never").unpad == "never"
     model = nn.Sequential(nn.Linear(64, 600), nn.ReLU(), nn.Linear(600, 64))
     x = torch.randn(32, 64)
     with torch.no_grad():
         want = model(x)
-        optimize(model, paths=FastPaths(packed_weights=False))
+        optimize(model)
         unpacked = model(x)
         assert not any("_packed" in m.__dict__ for m in model)
-        optimize(model)
+        optimize(model, paths=FastPaths.frozen())
         packed = model(x)
         assert sum("_packed" in m.__dict__ for m in model) == 2
         optimize(model, enabled=False)
@@ -90,7 +122,7 @@ def test_flag_off_and_optimize_off_keep_no_copy():
 
 @pytest.mark.parametrize("clone", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))])
 def test_a_packed_model_copies_and_pickles_without_its_copy(clone):
-    model = optimize(nn.Sequential(nn.Linear(64, 600), nn.Linear(600, 64)))
+    model = optimize(nn.Sequential(nn.Linear(64, 600), nn.Linear(600, 64)), paths=FastPaths.frozen())
     x = torch.randn(32, 64)
     with torch.no_grad():
         want = model(x)

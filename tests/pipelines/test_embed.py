@@ -84,6 +84,17 @@ def test_encoding_runs_no_head_of_the_checkpoint(encoder):
     assert calls == []
 
 
+def test_the_embedding_job_reads_its_weights_as_frozen(encoder):
+    """It only runs its model: oneDNN's products read weights packed once (FastPaths.frozen()), and the
+    sentence-transformers parity above holds with them."""
+    from lmforge.fast.linear import ONEDNN, FastLinear
+
+    linears = [m for m in encoder.model.modules() if type(m) is FastLinear]
+    assert linears and all(m.packs for m in linears)
+    encoder.encode(TEXTS[:2])
+    assert not ONEDNN or any("_packed" in m.__dict__ for m in linears)
+
+
 def test_embed_entry_points(minilm, encoder):
     path, _ = minilm
     expected = encoder.encode(TEXTS[:3])

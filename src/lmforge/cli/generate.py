@@ -45,13 +45,14 @@ def load_named(name) -> tuple:
     """(directory, model, tokenizer) of --model: a model directory or an installed model, resolved as
     every command resolves it (io.find_model_dir; a preset name, without weights, is refused)."""
     from lmforge.fast.optimize import optimize
+    from lmforge.fast.paths import FastPaths
     from lmforge.io import find_model_dir, load
     from lmforge.tokenizer import check_fits, load_tokenizer
 
     path = find_model_dir(name)
     # the generation and fill-mask jobs run the model optimized (the same tokens but at ties within float
-    # rounding; fast/optimize.py)
-    model, tokenizer = optimize(load(path)), load_tokenizer(path)
+    # rounding; fast/optimize.py), its weights read as frozen: they only run it
+    model, tokenizer = optimize(load(path), paths=FastPaths.frozen()), load_tokenizer(path)
     check_fits(tokenizer, model)  # a tokenizer emitting ids the model lacks is refused, not used
     return path, model, tokenizer
 

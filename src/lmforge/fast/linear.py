@@ -6,13 +6,15 @@ bias inside it), where torch has oneDNN enabled on an x86 CPU with AVX2 or AVX-5
 reaches 164-197 GFLOP/s on MiniLM's and BERT's shapes on two threads, where oneDNN reaches 178-217,
 and a decoding step's few rows take 1.6-2.8x less (bench/FINDINGS.md, "oneDNN's linear"); on a Zen 5
 EPYC MKL stays at ~195 and oneDNN reaches ~440. Its sums are ordered otherwise: equal to F.linear
-within float rounding, not bitwise. With `FastPaths(packed_weights=True)` (the default) it reads a
-copy of the weight in oneDNN's blocked layout, packed at the first call and again whenever the weight
-changes (its storage or version counter): 2-5 % on a batch's products, 25-30 % on a text's few rows
-(bench/FINDINGS.md, "Packed weights"), for a second copy of each weight it runs. An FFN's activation
-can run inside the same call (`activated`). Eager only: a compiled graph keeps F.linear (Inductor
-lowers this op only for frozen weights). Without it (flag off, no oneDNN, another CPU, a graph being
-compiled or traced):
+within float rounding, not bitwise. With `FastPaths(packed_weights=True)` (`FastPaths.frozen()`, what
+the jobs that only run a model use) it reads a copy of the weight in oneDNN's blocked layout, packed at
+the first call: 2-5 % on a batch's products, 25-35 % on a text's few rows (bench/FINDINGS.md, "Packed
+weights"), for a second copy of each weight it runs. The copy is dropped where the weight may change
+(a forward with gradients, a train() / eval() switch) and packed again when its storage or version
+counter has changed; a fused AdamW step or a write through `.data` bumps no counter, hence opt-in.
+An FFN's activation can run inside the same call (`activated`). Eager only: a compiled graph keeps
+F.linear (Inductor lowers this op only for frozen weights). Without it (flag off, no oneDNN, another
+CPU, a graph being compiled or traced):
 
 F.linear with a bias runs addmm: it first copies the bias into every row of a fresh (N, out)
 output, then has the matrix product accumulate onto it, which reads that output back. In CPU
@@ -104,7 +106,14 @@ class FastLinear(nn.Linear):
             # its fresh outputs beat MKL's product into a reused buffer, page faults included
             # (bert-base 32 x 128: 3.70 vs 3.79 s a batch, bench/FINDINGS.md)
             return self.onednn_product(x)
+        if torch.is_grad_enabled() and "_packed" in self.__dict__:  # a step may follow, which a fused
+            del self.__dict__["_packed"]  # optimizer makes without bumping W's version counter
         return self.plain(x) if self.slot is None else self.transient(x, self.slot)
+
+    def train(self, mode: bool = True) -> FastLinear:
+        """nn.Module.train; the packed copy is dropped at the switch (training may follow, or has been)."""
+        self.__dict__.pop("_packed", None)
+        return super().train(mode)
 
     def takes_onednn(self, x: torch.Tensor) -> bool:
         """Whether self(x) runs as oneDNN's linear (asked for, large enough, and applicable)."""

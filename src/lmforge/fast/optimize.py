@@ -6,9 +6,10 @@ it gives the model the fast execution (fast/execution.py: unpadding, blocked loc
 it turns each of those modules into a subclass with the same parameters and state-dict names whose
 forward takes a cheaper route where it is measured to pay (bench/FINDINGS.md), exact but where said:
 
-- FastLinear: in eager fp32 CPU inference the product is oneDNN's linear on a packed copy of the
-  weight (4-18 % faster than MKL's sgemm on the bench's shapes on Zen 4, ~2.2x on Zen 5, 1.6-2.8x on a
-  decoding step's rows), an FFN's activation inside the same call; without it, the bias is
+- FastLinear: in eager fp32 CPU inference the product is oneDNN's linear (4-18 % faster than MKL's
+  sgemm on the bench's shapes on Zen 4, ~2.2x on Zen 5, 1.6-2.8x on a decoding step's rows; on a packed
+  copy of the weight where they are frozen, FastPaths.frozen()), an FFN's activation inside the same
+  call; without it, the bias is
   added after the matmul (addmm copies it into every row first) and the fused q, k, v and the FFN's
   hidden units, outputs that die inside their layer, go into per-thread buffers reused from call to
   call (glibc page-faults fresh large outputs);

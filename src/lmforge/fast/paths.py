@@ -61,10 +61,15 @@ class FastPaths:
     # 4-18 % faster on MiniLM's and BERT's shapes, 1.6-2.8x on a decoding step's rows (bench/FINDINGS.md);
     # equal within float rounding, not bitwise
     onednn_linear: bool = option(True, "fp32 CPU inference products by oneDNN's linear")
-    # ... on a copy of each weight in oneDNN's blocked layout, packed at its first call and again when the
-    # weight changes: 2-5 % on a batch's products, 25-30 % on a text's few rows, for a second copy of every
-    # weight oneDNN runs (bench/FINDINGS.md, "Packed weights")
-    packed_weights: bool = option(True, "oneDNN's linear on weights packed once (a second copy)")
+    # ... on a copy of each weight in oneDNN's blocked layout, for weights frozen from optimize on (a job
+    # that only runs the model: `FastPaths.frozen()`): 2-5 % on a batch's products, 25-35 % on a text's few
+    # rows, for a second copy of every weight oneDNN runs (bench/FINDINGS.md, "Packed weights"). Off by
+    # default: the copy is packed again when the weight's storage or version counter changes, or after a
+    # forward with gradients or a train() / eval() switch, but a fused AdamW step and writes through
+    # `.data` leave the version counter as it was, so a model that changes its weights otherwise must
+    # be optimized again
+    packed_weights: bool = option(False, "oneDNN's linear on weights packed once, read as frozen (a second "
+                                  "copy)")
     # calls too small to repay the faster kernels' set-up keep the plain ones: oneDNN's linear costs ~15 us
     # a call before any work and the native attention ~30 us more than SDPA, so a call of under 2^19
     # multiply-adds (rows x weight values) stays on F.linear (fast/linear.py), and a pass of under 512
@@ -80,6 +85,12 @@ class FastPaths:
         # each field's type, bounds and choices (an OptionsError naming it): "no" for a flag would
         # switch it on, a string chunk failed inside a comparison, a huge one allocated its band
         check_options(self)
+
+    @classmethod
+    def frozen(cls, **choices) -> FastPaths:
+        """Every default choice (or `choices`) with the weights read as frozen (packed once): for a job
+        that only runs the model it loaded (embed, serve, generate)."""
+        return cls(**{"packed_weights": True, **choices})
 
     def wants_jagged(self, device: torch.device) -> bool:
         """Whether packed rows of bidirectional padding-only masks attend as one nested jagged call."""

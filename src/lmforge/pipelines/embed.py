@@ -22,6 +22,7 @@ from lmforge.config.checks import room_for_text
 from lmforge.config.model import MAX_LEN
 from lmforge.config.options import OptionsError, checked_argument, checked_progress, checked_texts
 from lmforge.fast.optimize import optimize
+from lmforge.fast.paths import FastPaths
 from lmforge.heads import pool
 from lmforge.io import CheckpointError, load
 from lmforge.io.resolve import checked_tokenizer, find_model_dir
@@ -158,8 +159,10 @@ class SentenceEncoder:
         """Read a (sentence-transformers or plain) model directory, or an installed model package."""
         path = find_model_dir(path)
         st, (modes, include_prompt) = _sentence_config(path), pooling_config(path)  # checked before loading
-        # the embedding job runs the optimized model (same vectors, fast/optimize.py)
-        return cls(optimize(load(path)), tokenizer or load_tokenizer(path), modes, st.get("max_seq_length"),
+        # the embedding job runs the optimized model (same vectors within rounding, fast/optimize.py), its
+        # weights read as frozen: it only runs it (a caller who trains `.model` optimizes it again)
+        model = optimize(load(path), paths=FastPaths.frozen())
+        return cls(model, tokenizer or load_tokenizer(path), modes, st.get("max_seq_length"),
                    bool(st.get("do_lower_case", False)), path, include_prompt)
 
     def _limit(self, max_length: int | None) -> int | None:

@@ -109,6 +109,26 @@ def test_the_fused_route_agrees_with_the_plain_one_and_with_fp32(fresh_choices, 
     assert (fused - reference).norm() <= 0.05 * reference.norm()
 
 
+@pytest.mark.skipif(not engines.vnni_usable(), reason="no AVX-512 VNNI here")
+@pytest.mark.parametrize("kinds", [(engines.VNNI, engines.VNNI), (engines.VNNI + int8.SERIAL, engines.U8)])
+def test_the_fused_route_multiplies_on_the_kernel_each_layer_chose(fresh_choices, monkeypatch, kinds):
+    """A text's few rows: where a layer chose "u8-vnni", the fused route multiplies its bytes there too
+    (the same bytes, the same sums to fp32 rounding)."""
+    ffn, _ = _int8_ffn()
+    x = torch.randn(14, 48)
+    for layer, kind in zip((ffn.up, ffn.down), kinds):
+        int8.CHOICES[layer.key(14)] = kind
+    ran = []
+    for name in ("vnni_product", "u8_product", "u8_multiply"):
+        real = getattr(engines, name)
+        monkeypatch.setattr(engines, name, lambda *a, real=real, name=name: ran.append(name) or real(*a))
+    with torch.no_grad():
+        fused = int8_ffn.fused(ffn, x)
+        assert ran == ["vnni_product"] + (["u8_multiply"] if kinds[1] == engines.U8 else [])
+        plain = ffn(x)
+    assert (fused - plain).norm() <= 1e-3 * plain.norm()
+
+
 def test_the_route_is_measured_once_kept_and_run_from_the_first_call(fresh_choices):
     ffn, _ = _int8_ffn()
     x = torch.randn(2, 50, 48)

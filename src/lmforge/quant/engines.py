@@ -9,7 +9,11 @@
   with AVX2 code: 1.59x fp32 -> 1.76x (bench/FINDINGS.md);
 - "w8a32" (both modes, at few rows): the int8 weight widened to fp32 in registers against fp32 input
   (quant/native.py), read as tiles packed once. No activation is quantised: for decoding, where the
-  time is the weight bytes read.
+  time is the weight bytes read;
+- "u8-vnni" (dynamic, at few rows, on a CPU with AVX-512 VNNI): rows quantised as for "onednn-u8",
+  multiplied by lmforge's own VNNI kernel (quant/csrc/vnni.c) on tiles packed once: a text's 14 rows of
+  MiniLM's shapes in 11-25 us a product, quantisation included, where oneDNN's dynamic product takes
+  31-65 (bench/FINDINGS.md, "A VNNI kernel for a few rows").
 """
 from __future__ import annotations
 
@@ -21,11 +25,13 @@ from dataclasses import dataclass
 import torch
 
 from lmforge.quant import native
+from lmforge.quant.isa import cpu_fields
 
 ENGINES = ("fbgemm", "onednn")  # kernels that are quantized engines: linear_dynamic on their packed weight
 U8 = "onednn-u8"  # the kernel fed with bytes lmforge quantised per row
 W8A32 = "w8a32"  # the native weight-only product (int8 weights, fp32 activations)
-QUANTISING = (*ENGINES, U8)  # the kernels that quantise activations (the others read them in fp32)
+VNNI = "u8-vnni"  # the native u8 x s8 product at a few rows (bytes quantised per row, as for U8)
+QUANTISING = (*ENGINES, U8, VNNI)  # the kernels that quantise activations (the others read them in fp32)
 _ENGINE = threading.Lock()  # held while the process-wide quantized engine is switched to pack a weight
 
 
@@ -135,5 +141,42 @@ def w8a32_usable() -> bool:
     return bool(torch.allclose(out, x @ (q.float() * scale[:, None]).T + bias, rtol=1e-5, atol=1e-5))
 
 
+@dataclass(frozen=True)
+class VnniWeight:
+    """A layer's weight as "u8-vnni" reads it: its tiles and scales, and 1 / s for a smoothed layer's
+    input (None unsmoothed)."""
+
+    tiles: native.VnniTiles
+    inverse_smooth: torch.Tensor | None
+
+
+def pack_vnni(q: torch.Tensor, scale: torch.Tensor, smooth: torch.Tensor | None) -> VnniWeight:
+    """The VnniWeight of an int8 per-channel weight (q (out, in), scale (out,))."""
+    inverse = None if smooth is None else torch.reciprocal(smooth.float()).contiguous()
+    return VnniWeight(native.VnniTiles(q.contiguous(), scale.float().contiguous()), inverse)
+
+
+def vnni_product(x: torch.Tensor, weight: VnniWeight, bits: int) -> tuple:
+    """u8_product's contract through "u8-vnni": ((rows, out) (x / peak) W^T, (rows, 1) peak)."""
+    q, peak = native.quantise_rows(x, weight.inverse_smooth, levels(bits), levels(bits) + 1)
+    return weight.tiles(q, levels(bits)), peak
+
+
+@functools.cache
+def vnni_usable() -> bool:
+    """Whether "u8-vnni" runs here: the native library built with u8_vnni, a CPU with AVX-512 VNNI and
+    torch's AVX-512 code in use (an ATEN_CPU_CAPABILITY cap to AVX2 holds lmforge's code to it too), and
+    a small product through it right (asked once per process)."""
+    lib = native.library()
+    if lib is None or not hasattr(lib, "u8_vnni") or "avx512_vnni" not in cpu_fields()["flags"].split() \
+            or torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return False
+    q = torch.tensor([[1, -2, 3, 4] * 4, [5, 6, -7, 8] * 4, [-1, 0, 1, 2] * 4], dtype=torch.int8)
+    x = torch.linspace(-1, 1, 2 * 16).view(2, 16)
+    out, peak = vnni_product(x, pack_vnni(q, torch.tensor([0.5, 2.0, 1.0]), None), 8)
+    want = x @ (q.float() * torch.tensor([0.5, 2.0, 1.0])[:, None]).T
+    return bool(torch.allclose(out * peak, want, rtol=0.02, atol=0.05))
+
+
 _CHECKS = {"fbgemm": engine_usable, "onednn": engine_usable, U8: lambda _: u8_usable(),
-           W8A32: lambda _: w8a32_usable()}  # usable's: kernel -> its check
+           W8A32: lambda _: w8a32_usable(), VNNI: lambda _: vnni_usable()}  # usable's: kernel -> its check

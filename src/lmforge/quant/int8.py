@@ -31,6 +31,8 @@ from this torch build is simply no candidate):
   itself). The kernel loads 16 columns at a time with aligned loads, so only for in % 16 == 0;
 - "w8a32" (both modes, at up to 64 rows): the int8 weight, packed once as tiles, widened to fp32 in
   native code against fp32 input (quant/engines.py): decoding's kernel where int8pack-bf16 is slow;
+- "u8-vnni" (dynamic, at up to 64 rows, AVX-512 VNNI): rows quantised as for onednn-u8, multiplied by
+  lmforge's own VNNI kernel on tiles packed once (quant/engines.py): a text's few rows;
 - "dequantise": W rebuilt in fp32 at every call, then F.linear (weight-only; a correct fallback);
 - "fp32": a dequantised fp32 copy kept beside the int8 weight, then F.linear.
 
@@ -54,13 +56,13 @@ from lmforge.quant.scratch import SCRATCH_MIN_BYTES, scratch
 from lmforge.utils.timing import Elsewhere, alternating, cold_caches
 
 MODES = ("dynamic", "weight-only")
-KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn", U8, engines.W8A32),
+KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn", U8, engines.W8A32, engines.VNNI),
            "weight-only": ("fp32", "int8pack", "int8pack-bf16", "dequantise", engines.W8A32)}
 AGREE = 0.1  # a candidate further than this (relative norm) from fp32 is broken, not imprecise: dropped
 PINS = torch.tensor([[1.0], [-1.0]])  # the rows under a dynamic product's input (_quantised_rows)
 SERIAL = "-serial"  # a kernel's name + SERIAL: the same on one thread (see the module doc)
 ROW_BUCKETS = (1, 8, 64, 512)  # a call's rows are timed as the smallest bucket >= them (else "many")
-FEW = (1, 8, 64)  # the buckets w8a32 is a candidate at: it reads its tiles again for every row
+FEW = (1, 8, 64)  # the buckets w8a32 and u8-vnni are candidates at: they read their tiles again per row
 COLD = (1, 8)  # decoding's buckets: timed with the caches emptied between calls, as a step meets each layer
 CHOICES: dict = {}  # (mode, in, out, bucket, threads) -> kernel, for this process
 TIMINGS: dict = {}  # same key -> {kernel: median seconds}, what the choice was made on
@@ -201,6 +203,8 @@ class Int8Linear(nn.Module):
             return self.form(engines.W8A32)(x, self.bias)
         if kernel == U8:  # rows quantised by lmforge's native kernel (quant/engines.py): no buffer, no pins
             return self.rows_back(*u8_product(x, self.form(U8), activation_bits()))
+        if kernel == engines.VNNI:  # the same rows, multiplied by lmforge's VNNI kernel
+            return self.rows_back(*engines.vnni_product(x, self.form(kernel), activation_bits()))
         return self._quantised_rows(kernel, x)
 
     def _quantised_rows(self, kernel: str, x: torch.Tensor) -> torch.Tensor:
@@ -250,6 +254,8 @@ class Int8Linear(nn.Module):
                 form = torch.ones_like(self.scale, dtype=torch.bfloat16)
             elif kernel == U8:
                 form = pack_u8(self.qweight, self.scale, self.smooth)
+            elif kernel == engines.VNNI:
+                form = engines.pack_vnni(self.qweight, self.scale, self.smooth)
             elif kernel == engines.W8A32:
                 form = engines.pack_w8a32(self.qweight, self.scale)
             else:
@@ -265,7 +271,7 @@ class Int8Linear(nn.Module):
         """The kernels of this mode that this torch build offers for calls of the rows `bucket`."""
         usable = []
         for kernel in KERNELS[self.mode]:
-            if not engines.usable(kernel) or kernel == engines.W8A32 and bucket not in FEW:
+            if not engines.usable(kernel) or kernel in (engines.W8A32, engines.VNNI) and bucket not in FEW:
                 continue
             if kernel.startswith("int8pack") and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
                 continue

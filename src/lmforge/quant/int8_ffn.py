@@ -5,8 +5,9 @@ Where both projections of a plain (not gated) ReLU or GELU FFN are dynamic Int8L
 units act(W1 x + b1) exist only to be quantised again for W2. Unfused, the (rows, d_ff) fp32 tensor is
 written by the up product's row scaling, read and written by the activation, read by the down
 product's quantisation. Fused (quant/csrc/rowquant.c's act_quantise_rows), each row of the up product
-("onednn-u8") is scaled, biased, activated and quantised in cache for the down product ("onednn-u8"):
-all-MiniLM-L6-v2's 4096 x 1536 hidden units 9.4 -> 5.5 ms on an AVX2 EPYC (bench/FINDINGS.md).
+("onednn-u8", or "u8-vnni" where the layer chose it) is scaled, biased, activated and quantised in
+cache for the down product (the same): all-MiniLM-L6-v2's 4096 x 1536 hidden units 9.4 -> 5.5 ms on an
+AVX2 EPYC (bench/FINDINGS.md).
 
 Which route runs is measured like a kernel (quant/int8.py): the first call of each (activation, d_model,
 d_ff, rows bucket, threads) times the fused route against the plain one (each layer on its own
@@ -23,11 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from lmforge.quant import engines, int8, kernel_store, native
-from lmforge.quant.engines import U8
+from lmforge.quant.engines import U8, VNNI
 from lmforge.quant.int8 import COLD, Int8Linear, agrees, bucket_of
 from lmforge.quant.isa import activation_bits
-from lmforge.utils.timing import Elsewhere, alternating
 from lmforge.utils.hooks import hooked
+from lmforge.utils.timing import Elsewhere, alternating
 
 FUSED = {F.relu: "relu", F.gelu: "gelu"}  # the activations act_quantise_rows computes (native.ACTIVATIONS)
 ROUTES = ("fused", "plain")
@@ -67,13 +68,24 @@ def fused_feedforward(ffn, x: torch.Tensor) -> torch.Tensor | None:
 
 
 def fused(ffn, rows: torch.Tensor) -> torch.Tensor:
-    """(rows, d_model) fp32 -> (rows, d_model): the fused route, both products on "onednn-u8"."""
+    """(rows, d_model) fp32 -> (rows, d_model): the fused route, each product on "u8-vnni" where its layer
+    chose that kernel for these rows, else on "onednn-u8" (both read bytes quantised per row)."""
     up, down, bits = ffn.up, ffn.down, activation_bits()
-    acc, peak = engines.u8_product(rows, up.form(U8), bits)  # (rows, d_ff) of rows / peak, (rows, 1)
-    weight, levels = down.form(U8), engines.levels(bits)
+    up_kind, down_kind = _kind(up, rows.shape[0]), _kind(down, rows.shape[0])
+    product = engines.vnni_product if up_kind == VNNI else engines.u8_product
+    acc, peak = product(rows, up.form(up_kind), bits)  # (rows, d_ff) of rows / peak, (rows, 1)
+    weight, levels = down.form(down_kind), engines.levels(bits)
     q, peak = native.act_quantise_rows(acc, peak, up.bias, FUSED[ffn.act], weight.inverse_smooth, levels,
                                        levels + 1)
-    return down.rows_back(engines.u8_multiply(q, weight, bits), peak)
+    out = weight.tiles(q, levels) if down_kind == VNNI else engines.u8_multiply(q, weight, bits)
+    return down.rows_back(out, peak)
+
+
+def _kind(layer: Int8Linear, rows: int) -> str:
+    """The row-quantised kernel the fused route runs `layer` on for `rows` rows: "u8-vnni" where the layer
+    chose it (measured as the faster at a text's few rows), else "onednn-u8"."""
+    chosen = int8.CHOICES.get(layer.key(rows), "")
+    return VNNI if chosen.removesuffix(int8.SERIAL) == VNNI else U8
 
 
 def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
@@ -88,7 +100,8 @@ def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
     def plain():
         return ffn.down(ffn.hidden(rows))  # each layer on its chosen kernel
 
-    if not agrees(fused(ffn, rows), plain()):  # a written "fused" too: a route is kept for its speed only
+    reference = plain()  # first: the layers' kernel choices, which the fused route follows (_kind)
+    if not agrees(fused(ffn, rows), reference):  # a written "fused" too: a route is kept for its speed only
         _release(ffn, rows.shape[0])
         return "plain"
     if known == "fused":

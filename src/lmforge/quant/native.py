@@ -1,6 +1,7 @@
 """lmforge's native code, quant/csrc/ (rowquant.c: per-row activation quantisation for int8's
 "onednn-u8" kernel, and of a feed-forward layer's hidden units as they are made, quant/int8_ffn.py;
-w8a32.c: the weight-only "w8a32" product; both called from quant/engines.py): one library, built with
+w8a32.c: the weight-only "w8a32" product; vnni.c: the "u8-vnni" product at a few rows; all called from
+quant/engines.py): one library, built with
 the system's gcc on first use, then kept. `load` builds and loads any such library the same way
 (fast/native_attention.py's attention kernel is another).
 
@@ -32,7 +33,7 @@ from lmforge.quant.kernel_store import cached_place
 from lmforge.utils.atomic import as_created
 
 ENV = "LMFORGE_NATIVE"
-SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rowquant.c", "w8a32.c"))
+SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("rowquant.c", "w8a32.c", "vnni.c"))
 NAME = "lmforge-native"  # the library's file: NAME-<digest of sources, flags, compiler>.so
 # no -ffast-math: the C is written to vectorise without it, and NaN must stay NaN
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math",
@@ -102,6 +103,10 @@ def library():
     lib.w8a32.argtypes = [_POINTER, _POINTER, _POINTER, _POINTER, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                           _POINTER, ctypes.c_int]
     lib.w8a32.restype = None
+    if hasattr(lib, "u8_vnni"):  # x86-64 only (vnni.c), and run only where the CPU has VNNI (VnniTiles)
+        lib.u8_vnni.argtypes = [_POINTER, _POINTER, _POINTER, _POINTER, ctypes.c_long, ctypes.c_long,
+                                ctypes.c_long, ctypes.c_int, ctypes.c_float, _POINTER, ctypes.c_int]
+        lib.u8_vnni.restype = None
     return lib
 
 
@@ -229,6 +234,47 @@ class Int8Tiles:
         b = None if bias is None else bias.data_ptr()
         library().w8a32(self.tiles.data_ptr(), self.scale.data_ptr(), b, x.data_ptr(), x.shape[0], self.cols,
                         self.out, y.data_ptr(), torch.get_num_threads())
+        return y
+
+
+LANES = 16  # output channels side by side in u8_vnni's weight tiles (vnni.c's LANES)
+VNNI_MAX_IN = 1 << 16  # inputs a u8_vnni sum may hold: 255 x 127 x 2^16 stays inside int32
+
+
+class VnniTiles:
+    """An (out, in) int8 weight and its (out,) fp32 scales as quant/csrc/vnni.c reads them: tiles of LANES
+    channels with 4 consecutive inputs each, t[b, g, j, k] = q[b LANES + j, 4 g + k], and each channel's
+    sum of weights. Calling it on (rows, in) uint8 bytes (quantised per row around zp, `levels` steps
+    either side) gives (rows, out) fp32 ((x - zp) / levels) q^T * scale. Needs library() with u8_vnni and a
+    CPU with AVX-512 VNNI (quant/engines.py checks); arguments the C code would misread are refused
+    (ValueError naming them)."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
+        if not hasattr(_loaded(), "u8_vnni"):
+            raise RuntimeError(f"{NAME} has no u8_vnni here (not an x86-64 build)")
+        if q.dim() != 2 or q.dtype != torch.int8 or q.device.type != "cpu" or q.shape[1] % 4 \
+                or q.shape[1] > VNNI_MAX_IN:
+            raise ValueError(f"q: a 2-D int8 CPU tensor of a multiple of 4 inputs (at most {VNNI_MAX_IN}) "
+                             f"expected, got {tuple(q.shape)} {q.dtype} on {q.device}")
+        self.out, self.cols = q.shape
+        _check("scale", scale, (self.out,))
+        padded = torch.zeros((-(-self.out // LANES) * LANES, self.cols), dtype=torch.int8)
+        padded[:self.out] = q
+        self.tiles = padded.view(-1, LANES, self.cols // 4, 4).transpose(1, 2).contiguous()
+        self.sums = q.sum(1, dtype=torch.int32).contiguous()
+        self.scale = scale.contiguous()
+
+    def __call__(self, x: torch.Tensor, levels: int) -> torch.Tensor:
+        """(rows, in) uint8, zero point levels + 1 -> (rows, out) fp32."""
+        if x.dim() != 2 or x.shape[1] != self.cols or x.dtype != torch.uint8 or x.device.type != "cpu":
+            raise ValueError(f"x: (rows, {self.cols}) uint8 on the CPU expected, got {tuple(x.shape)} "
+                             f"{x.dtype} on {x.device}")
+        if not 1 <= levels <= 127:
+            raise ValueError(f"levels: 1..127 expected, got {levels}")
+        x, y = x.contiguous(), torch.empty((x.shape[0], self.out))
+        library().u8_vnni(self.tiles.data_ptr(), self.sums.data_ptr(), self.scale.data_ptr(), x.data_ptr(),
+                          x.shape[0], self.cols, self.out, levels + 1, 1.0 / levels, y.data_ptr(),
+                          torch.get_num_threads())
         return y
 
 

@@ -38,7 +38,7 @@ def test_packed_route_equals_the_unpacked_one(shape, bias):
         got = layer(x)
         torch.testing.assert_close(got, _unpacked(layer, x), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
-    assert layer.__dict__["_packed"][1].is_mkldnn  # it ran on the packed copy
+    assert layer.__dict__["_packed"][2].is_mkldnn  # it ran on the packed copy
 
 
 def _fused_step(layer: FastLinear, x: torch.Tensor, switch: bool) -> None:
@@ -70,7 +70,7 @@ def test_training_drops_the_copy_that_a_fused_step_would_leave_stale(switch):
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("change", ["optimizer step", "load_state_dict", "new tensor"])
+@pytest.mark.parametrize("change", ["optimizer step", "in place", "load_state_dict", "new tensor"])
 def test_a_weight_that_changed_is_packed_again(change):
     layer, x = _layer(), torch.randn(20, 64)
     with torch.no_grad():
@@ -79,6 +79,9 @@ def test_a_weight_that_changed_is_packed_again(change):
     if change == "optimizer step":
         layer(x).square().sum().backward()
         torch.optim.SGD(layer.parameters(), lr=0.5).step()
+    elif change == "in place":  # no forward with gradients: the version counter alone tells
+        with torch.no_grad():
+            layer.weight.mul_(2)
     elif change == "load_state_dict":
         layer.load_state_dict({"weight": torch.randn(96, 64), "bias": torch.randn(96)})
     else:
@@ -166,3 +169,43 @@ def test_the_ffn_runs_its_activation_inside_the_product(monkeypatch):
         got = ffn(x)
     assert posts == ["gelu", "none"]  # up with GELU inside, then down
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_new_parameter_at_the_same_address_and_version_is_packed_again():
+    """A Parameter made over the same storage after a write through `.data` (no version bump) has the old
+    one's address and version: the key holds the Parameter itself too."""
+    layer, x = _layer(), torch.randn(20, 64)
+    storage = torch.randn(96, 64)
+    layer.weight = nn.Parameter(storage)
+    with torch.no_grad():
+        layer(x)
+    storage.data.copy_(torch.randn(96, 64))
+    layer.weight = nn.Parameter(storage)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_eval_on_an_eval_module_keeps_the_copy_and_a_computed_weight_is_never_packed():
+    """generate() calls eval() at every call: only a change of mode drops the copy. A parametrized weight
+    (a pruning mask edited in place) is computed at each read: read as it is."""
+    from torch.nn.utils import parametrize
+
+    layer, x = _layer(), torch.randn(20, 64)
+    layer.eval()
+    with torch.no_grad():
+        layer(x)
+    packed = layer.__dict__["_packed"]
+    layer.eval()
+    assert layer.__dict__["_packed"] is packed
+    mask = torch.ones(96, 64)
+
+    class Masked(nn.Module):
+        def forward(self, w):
+            return w * mask
+
+    parametrize.register_parametrization(layer, "weight", Masked())
+    with torch.no_grad():
+        layer(x)
+        mask[:48] = 0
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    assert "_packed" not in layer.__dict__ or layer.__dict__["_packed"] is packed

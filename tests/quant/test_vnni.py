@@ -88,3 +88,13 @@ def test_the_kernel_is_offered_at_few_rows_only_and_equals_onednn_u8_smoothed_to
         assert int8.agrees(out, fp32)
     weight_only = int8.Int8Linear.from_linear(linear, "weight-only")
     assert engines.VNNI not in weight_only.candidates(1)
+
+
+def test_a_layer_whose_inputs_the_kernel_cannot_take_runs_its_other_kernels():
+    """u8_vnni reads inputs four at a time: a layer of 30 inputs is offered the other kernels only."""
+    torch.manual_seed(0)
+    layer = int8.Int8Linear.from_linear(torch.nn.Linear(30, 40), "dynamic")
+    assert engines.VNNI not in layer.candidates(8)
+    x = torch.randn(5, 30)
+    with torch.no_grad():
+        assert int8.agrees(layer(x), layer.run("fp32", x))

@@ -10,8 +10,9 @@ within float rounding, not bitwise. With `FastPaths(packed_weights=True)` (`Fast
 the jobs that only run a model use) it reads a copy of the weight in oneDNN's blocked layout, packed at
 the first call: 2-5 % on a batch's products, 25-35 % on a text's few rows (bench/FINDINGS.md, "Packed
 weights"), for a second copy of each weight it runs. The copy is dropped where the weight may change
-(a forward with gradients, a train() / eval() switch) and packed again when its storage or version
-counter has changed; a fused AdamW step or a write through `.data` bumps no counter, hence opt-in.
+(a forward with gradients, a change between train() and eval()) and packed again when the Parameter,
+its storage or its version counter has changed; a fused AdamW step or a write through `.data` bumps no
+counter (nor an embedding's update seen through a tied weight), hence opt-in.
 An FFN's activation can run inside the same call (`activated`). Eager only: a compiled graph keeps
 F.linear (Inductor lowers this op only for frozen weights). Without it (flag off, no oneDNN, another
 CPU, a graph being compiled or traced):
@@ -31,9 +32,12 @@ the projections whose outputs are such with a scratch `slot`): glibc maps output
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.parametrize import is_parametrized
 
 from lmforge.layers.feedforward import gelu_tanh
 
@@ -106,13 +110,15 @@ class FastLinear(nn.Linear):
             # its fresh outputs beat MKL's product into a reused buffer, page faults included
             # (bert-base 32 x 128: 3.70 vs 3.79 s a batch, bench/FINDINGS.md)
             return self.onednn_product(x)
-        if torch.is_grad_enabled() and "_packed" in self.__dict__:  # a step may follow, which a fused
-            del self.__dict__["_packed"]  # optimizer makes without bumping W's version counter
+        if torch.is_grad_enabled():  # a step may follow, which a fused optimizer makes without bumping
+            self.__dict__.pop("_packed", None)  # W's version counter
         return self.plain(x) if self.slot is None else self.transient(x, self.slot)
 
     def train(self, mode: bool = True) -> FastLinear:
-        """nn.Module.train; the packed copy is dropped at the switch (training may follow, or has been)."""
-        self.__dict__.pop("_packed", None)
+        """nn.Module.train; a change of mode drops the packed copy (training may follow, or has been);
+        eval() on a module in eval mode (generate calls it at every call) keeps it."""
+        if mode != self.training:
+            self.__dict__.pop("_packed", None)
         return super().train(mode)
 
     def takes_onednn(self, x: torch.Tensor) -> bool:
@@ -132,17 +138,20 @@ class FastLinear(nn.Linear):
 
     def packed_weight(self) -> torch.Tensor:
         """W in oneDNN's blocked layout: packed at the first call and again after W changed (an optimizer
-        step, load_state_dict, a new tensor); an inference tensor, whose changes leave no trace, is
-        read as it is."""
-        current = version(self.weight)
-        if current is None:
-            return self.weight
-        key = (self.weight.data_ptr(), current)
+        step, load_state_dict, a new Parameter). A weight it cannot follow is read as it is: an inference
+        tensor (its changes leave no version) or a computed one (a parametrization, e.g. a pruning mask)."""
+        weight = self.weight
+        current = version(weight)
+        if current is None or type(weight) is not nn.Parameter or is_parametrized(self, "weight"):
+            return weight
+        key = (weight.data_ptr(), current)
         cached = self.__dict__.get("_packed")  # one read: another thread may replace it meanwhile
-        if cached is None or cached[0] != key:
-            cached = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACK_ROWS))
+        # the Parameter itself too: a new one may sit at a freed one's address with the same version
+        if cached is None or cached[0] != key or cached[1]() is not weight:
+            cached = (key, weakref.ref(weight),
+                      torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS))
             self.__dict__["_packed"] = cached
-        return cached[1]
+        return cached[2]
 
     def activated(self, x: torch.Tensor, act):
         """act(self(x)) with the activation inside oneDNN's call, where self(x) runs there, oneDNN has the

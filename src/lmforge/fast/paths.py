@@ -64,10 +64,10 @@ class FastPaths:
     # ... on a copy of each weight in oneDNN's blocked layout, for weights frozen from optimize on (a job
     # that only runs the model: `FastPaths.frozen()`): 2-5 % on a batch's products, 25-35 % on a text's few
     # rows, for a second copy of every weight oneDNN runs (bench/FINDINGS.md, "Packed weights"). Off by
-    # default: the copy is packed again when the weight's storage or version counter changes, or after a
-    # forward with gradients or a train() / eval() switch, but a fused AdamW step and writes through
-    # `.data` leave the version counter as it was, so a model that changes its weights otherwise must
-    # be optimized again
+    # default: the copy is packed again when the weight's Parameter, storage or version counter changes,
+    # or after a forward with gradients or a change between train() and eval(), but a fused AdamW step
+    # and writes through `.data` (a tied weight's too) leave the version counter as it was, so a model
+    # whose weights change otherwise must be optimized again
     packed_weights: bool = option(False, "oneDNN's linear on weights packed once, read as frozen (a second "
                                   "copy)")
     # calls too small to repay the faster kernels' set-up keep the plain ones: oneDNN's linear costs ~15 us

@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmforge.quant import engines, kernel_store
+from lmforge.quant import engines, kernel_store, native
 from lmforge.quant.engines import U8, pack_u8, pack_weight, u8_product
 from lmforge.quant.isa import activation_bits, eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use)
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, scratch
@@ -273,6 +273,8 @@ class Int8Linear(nn.Module):
         for kernel in KERNELS[self.mode]:
             if not engines.usable(kernel) or kernel in (engines.W8A32, engines.VNNI) and bucket not in FEW:
                 continue
+            if kernel == engines.VNNI and not native.vnni_fits(self.in_features):
+                continue
             if kernel.startswith("int8pack") and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
                 continue
             if kernel == "int8pack-bf16" and not self._aligned():
@@ -311,7 +313,7 @@ class Int8Linear(nn.Module):
             return True
         try:
             return agrees(self.run(kernel, x), reference)
-        except RuntimeError:  # refusing this shape or build now
+        except (RuntimeError, ValueError):  # refusing this shape or build now
             return False
 
     def _measure(self, key: tuple, x: torch.Tensor) -> str:
@@ -327,7 +329,7 @@ class Int8Linear(nn.Module):
                     call = _alternating(lambda rows, kernel=kernel: self.run(kernel, rows), x)
                     call(), call()  # both of its inputs' shapes run here, where a refusal is caught
                     calls[kernel] = call
-            except RuntimeError:  # present but refusing this shape or build: no candidate
+            except (RuntimeError, ValueError):  # present but refusing this shape or build: no candidate
                 continue
         between = cold_caches() if key[3] in COLD and calls else None  # from memory, not from cache
         times = TIMINGS[key] = alternating(calls, rounds=5, pick=min, between=between) if calls else {}

@@ -32,6 +32,7 @@ from lmforge.utils.timing import Elsewhere, alternating
 
 FUSED = {F.relu: "relu", F.gelu: "gelu"}  # the activations act_quantise_rows computes (native.ACTIVATIONS)
 ROUTES = ("fused", "plain")
+ROUTE_KERNELS = (U8, VNNI)  # the products the fused route may run on (fused, _kind)
 CHOICES: dict = {}  # ("ffn-" act, d_model, d_ff, bucket, threads) -> route, for this process
 TIMINGS: dict = {}  # same key -> {route: fastest seconds}
 _MEASURING = threading.Lock()  # taken before int8's own (the plain route makes the layers' choices)
@@ -92,7 +93,7 @@ def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
     """The route written down for `key` on this machine, else the faster of the two measured on rows
     now, written down. Where the fused output does not agree with the plain one's (or these rows give
     nothing to judge by: non-finite), the plain route runs, for this process only, whatever was written."""
-    stored = (*key, "+".join(ROUTES))
+    stored = (*key, "+".join((*ROUTES, *ROUTE_KERNELS)))  # routes chosen before u8-vnni: measured again
     known = kernel_store.recall(stored)
     if known == "plain":
         return known
@@ -119,7 +120,7 @@ def _release(ffn, rows: int) -> None:
     """Drop the layers' "onednn-u8" forms packed for the fused route where they run another kernel: an
     idle copy of the weights is not kept (as int8's own measurement drops its losers')."""
     for layer in (ffn.up, ffn.down):
-        if int8.CHOICES.get(layer.key(rows)) != U8:
+        if int8.CHOICES.get(layer.key(rows), "").removesuffix(int8.SERIAL) != U8:
             layer.release(U8)
 
 

@@ -230,7 +230,7 @@ class Int8Tiles:
         if bias is not None:
             _check("bias", bias, (self.out,))
             bias = bias.contiguous()
-        x, y = x.contiguous(), torch.empty((x.shape[0], self.out))
+        x, y = x.contiguous(), torch.empty((x.shape[0], self.out), dtype=torch.float32)
         b = None if bias is None else bias.data_ptr()
         library().w8a32(self.tiles.data_ptr(), self.scale.data_ptr(), b, x.data_ptr(), x.shape[0], self.cols,
                         self.out, y.data_ptr(), torch.get_num_threads())
@@ -239,6 +239,11 @@ class Int8Tiles:
 
 LANES = 16  # output channels side by side in u8_vnni's weight tiles (vnni.c's LANES)
 VNNI_MAX_IN = 1 << 16  # inputs a u8_vnni sum may hold: 255 x 127 x 2^16 stays inside int32
+
+
+def vnni_fits(inputs: int) -> bool:
+    """Whether u8_vnni takes a weight of `inputs` inputs: a multiple of 4, at most VNNI_MAX_IN."""
+    return inputs % 4 == 0 and 0 < inputs <= VNNI_MAX_IN
 
 
 class VnniTiles:
@@ -252,8 +257,7 @@ class VnniTiles:
     def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
         if not hasattr(_loaded(), "u8_vnni"):
             raise RuntimeError(f"{NAME} has no u8_vnni here (not an x86-64 build)")
-        if q.dim() != 2 or q.dtype != torch.int8 or q.device.type != "cpu" or q.shape[1] % 4 \
-                or q.shape[1] > VNNI_MAX_IN:
+        if q.dim() != 2 or q.dtype != torch.int8 or q.device.type != "cpu" or not vnni_fits(q.shape[1]):
             raise ValueError(f"q: a 2-D int8 CPU tensor of a multiple of 4 inputs (at most {VNNI_MAX_IN}) "
                              f"expected, got {tuple(q.shape)} {q.dtype} on {q.device}")
         self.out, self.cols = q.shape
@@ -271,7 +275,7 @@ class VnniTiles:
                              f"{x.dtype} on {x.device}")
         if not 1 <= levels <= 127:
             raise ValueError(f"levels: 1..127 expected, got {levels}")
-        x, y = x.contiguous(), torch.empty((x.shape[0], self.out))
+        x, y = x.contiguous(), torch.empty((x.shape[0], self.out), dtype=torch.float32)
         library().u8_vnni(self.tiles.data_ptr(), self.sums.data_ptr(), self.scale.data_ptr(), x.data_ptr(),
                           x.shape[0], self.cols, self.out, levels + 1, 1.0 / levels, y.data_ptr(),
                           torch.get_num_threads())

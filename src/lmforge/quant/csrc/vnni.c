@@ -39,7 +39,8 @@ void u8_vnni(const int8_t *tiles, const int32_t *colsum, const float *scale, con
             long o = b * LANES, width = out - o < LANES ? out - o : LANES;
             __mmask16 mask = (__mmask16)((1u << width) - 1);
             __m512 mult = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, scale + o), _mm512_set1_ps(step));
-            __m512i zc = _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mask, colsum + o), _mm512_set1_epi32(zp));
+            __m512i zc = _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mask, colsum + o),
+                                            _mm512_set1_epi32(zp));
             for (long r0 = 0; r0 < rows; r0 += BLOCK) {
                 long nr = rows - r0 < BLOCK ? rows - r0 : BLOCK;
                 const uint8_t *xr[BLOCK];

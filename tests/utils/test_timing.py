@@ -64,10 +64,14 @@ def test_elsewhere_counts_the_other_work_on_this_process_cpus(monkeypatch):
     with timing.Elsewhere() as other:
         pass
     assert other.ticks == 240 and other.share == 240 / 400 and other.busy  # 300 busy, 60 of them ours
-    readings = iter([(1000, 200, 5000.0, 2), (1010, 200, 5010.0, 2)])  # a share over the bar, too few ticks
+    readings = iter([(1000, 200, 5000.0, 2), (1004, 200, 5004.0, 2)])  # a share over the bar, too few ticks
     with timing.Elsewhere() as other:
         pass
     assert other.share > timing.BUSY_SHARE and not other.busy
+    readings = iter([(1000, 200, 5000.0, 2), (1010, 200, 5010.0, 2)])  # 10 ticks of 20 in 0.1 s: a neighbour
+    with timing.Elsewhere() as other:
+        pass
+    assert other.busy
     monkeypatch.setattr(timing, "_ticks", lambda: None)  # no /proc: nothing seen
     with timing.Elsewhere() as other:
         pass

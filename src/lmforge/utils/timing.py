@@ -14,7 +14,11 @@ import torch
 FALLBACK_CACHE_BYTES = 32 << 20  # a last-level cache's size where /sys does not say it
 MAX_EMPTYING_BYTES = 1 << 30  # cold_caches' block at most: a CPU reporting a huge cache gets 1 GB
 BUSY_SHARE = 0.25  # a measurement while more of its CPUs' time than this went to other work is "busy",
-BUSY_TICKS = 20  # if that is at least this many clock ticks (0.2 s at 100 Hz): fewer cannot tell
+# if that is at least this many clock ticks (50 ms at 100 Hz): fewer cannot tell. Was 20: a kernel timed
+# in ~0.2 s while a test run held the other core met fewer, and "onednn-u8-serial" (one thread) was kept
+# for MiniLM's q, k, v at 2,048 rows (bench/FINDINGS.md). A choice judged busy wrongly is measured again by
+# the next process; one kept wrongly stays for every later process
+BUSY_TICKS = 5
 
 
 def median_seconds(fn, repeats: int = 3) -> float:

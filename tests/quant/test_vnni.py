@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from lmforge.quant import engines, int8, native
+from tests.quant.kernels import few_rows_only
 
 pytestmark = pytest.mark.skipif(not engines.vnni_usable(),
                                 reason="no AVX-512 VNNI here, or the native kernel is not built")
@@ -79,8 +80,7 @@ def test_the_kernel_is_offered_at_few_rows_only_and_equals_onednn_u8_smoothed_to
     linear = torch.nn.Linear(96, 40)
     for layer in (int8.Int8Linear.from_linear(linear, "dynamic"),
                   int8.Int8Linear.from_linear(linear, "dynamic", smooth=torch.rand(96) + 0.5)):
-        assert engines.VNNI in layer.candidates(1) and engines.VNNI in layer.candidates(64)
-        assert engines.VNNI not in layer.candidates(512) and engines.VNNI not in layer.candidates("many")
+        assert few_rows_only(layer, engines.VNNI)
         x = torch.randn(14, 96)
         with torch.no_grad():
             out, u8, fp32 = (layer.run(k, x) for k in (engines.VNNI, engines.U8, "fp32"))

@@ -98,3 +98,20 @@ def test_a_layer_whose_inputs_the_kernel_cannot_take_runs_its_other_kernels():
     x = torch.randn(5, 30)
     with torch.no_grad():
         assert int8.agrees(layer(x), layer.run("fp32", x))
+
+
+def test_the_kernels_are_right_whatever_the_default_dtype():
+    """The row peaks and outputs the C code writes are float32 buffers, not the default dtype's."""
+    torch.manual_seed(0)
+    layer = int8.Int8Linear.from_linear(torch.nn.Linear(96, 40), "dynamic")
+    x = torch.randn(14, 96)
+    with torch.no_grad():
+        want = {k: layer.run(k, x) for k in (engines.VNNI, engines.U8)}
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            got = {k: layer.run(k, x) for k in want}
+    finally:
+        torch.set_default_dtype(before)
+    assert all(torch.equal(got[k], want[k]) for k in want)

@@ -37,7 +37,6 @@ import weakref
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.parametrize import is_parametrized
 
 from lmforge.layers.feedforward import gelu_tanh
 
@@ -142,7 +141,7 @@ class FastLinear(nn.Linear):
         tensor (its changes leave no version) or a computed one (a parametrization, e.g. a pruning mask)."""
         weight = self.weight
         current = version(weight)
-        if current is None or type(weight) is not nn.Parameter or is_parametrized(self, "weight"):
+        if current is None or type(weight) is not nn.Parameter:  # a parametrization computes a plain tensor
             return weight
         key = (weight.data_ptr(), current)
         cached = self.__dict__.get("_packed")  # one read: another thread may replace it meanwhile

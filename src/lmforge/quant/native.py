@@ -157,7 +157,7 @@ def quantise_rows(x: torch.Tensor, inv: torch.Tensor | None, levels: int, zp: in
     lib = _loaded()
     x, inv = _checked(x, inv, levels, zp)
     rows, cols = x.shape
-    q, peak = torch.empty((rows, cols), dtype=torch.uint8), torch.empty((rows, 1))
+    q, peak = torch.empty((rows, cols), dtype=torch.uint8), torch.empty((rows, 1), dtype=torch.float32)
     lib.quantise_rows(x.data_ptr(), rows, cols, None if inv is None else inv.data_ptr(),
                       float(levels), int(zp), q.data_ptr(), peak.data_ptr(), torch.get_num_threads())
     return q, peak
@@ -181,7 +181,7 @@ def act_quantise_rows(acc: torch.Tensor, rowscale: torch.Tensor, bias: torch.Ten
     if bias is not None:
         _check("bias", bias, (cols,))
     rowscale, bias = rowscale.contiguous(), None if bias is None else bias.contiguous()
-    q, peak = torch.empty((rows, cols), dtype=torch.uint8), torch.empty((rows, 1))
+    q, peak = torch.empty((rows, cols), dtype=torch.uint8), torch.empty((rows, 1), dtype=torch.float32)
     b, i = (None if t is None else t.data_ptr() for t in (bias, inv))
     lib.act_quantise_rows(acc.data_ptr(), rows, cols, rowscale.data_ptr(), b, ACTIVATIONS.index(act), i,
                           float(levels), int(zp), q.data_ptr(), peak.data_ptr(), torch.get_num_threads())
@@ -258,8 +258,8 @@ class VnniTiles:
         if not hasattr(_loaded(), "u8_vnni"):
             raise RuntimeError(f"{NAME} has no u8_vnni here (not an x86-64 build)")
         if q.dim() != 2 or q.dtype != torch.int8 or q.device.type != "cpu" or not vnni_fits(q.shape[1]):
-            raise ValueError(f"q: a 2-D int8 CPU tensor of a multiple of 4 inputs (at most {VNNI_MAX_IN}) "
-                             f"expected, got {tuple(q.shape)} {q.dtype} on {q.device}")
+            raise ValueError(f"q: a 2-D int8 CPU tensor of a positive multiple of 4 inputs (at most "
+                             f"{VNNI_MAX_IN}) expected, got {tuple(q.shape)} {q.dtype} on {q.device}")
         self.out, self.cols = q.shape
         _check("scale", scale, (self.out,))
         padded = torch.zeros((-(-self.out // LANES) * LANES, self.cols), dtype=torch.int8)

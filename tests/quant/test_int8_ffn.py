@@ -151,11 +151,26 @@ def test_the_route_is_measured_once_kept_and_run_from_the_first_call(fresh_choic
 
 
 def test_a_route_written_down_before_is_taken_untimed(fresh_choices, monkeypatch):
-    monkeypatch.setattr(int8_ffn.kernel_store, "recall", lambda key: "fused")
+    """...under a name that carries the kernels the fused route may multiply on: a route written before
+    u8-vnni existed is measured again, not read."""
+    asked = []
+    monkeypatch.setattr(int8_ffn.kernel_store, "recall", lambda key: asked.append(key) or "fused")
     ffn, _ = _int8_ffn()
     with torch.no_grad():
         out = int8_ffn.fused_feedforward(ffn, torch.randn(100, 48))
     assert out is not None and out.shape == (100, 48) and not int8_ffn.TIMINGS
+    assert [key[-1] for key in asked if key[0].startswith("ffn-")] == ["fused+plain+onednn-u8+u8-vnni"]
+
+
+def test_a_layer_on_serial_onednn_u8_keeps_its_form_after_a_plain_route(fresh_choices):
+    """The plain route drops the onednn-u8 forms only of layers that run another kernel: one that chose
+    "onednn-u8-serial" multiplies on that form itself."""
+    ffn, _ = _int8_ffn()
+    for layer, kind in ((ffn.up, engines.U8 + int8.SERIAL), (ffn.down, "fp32")):
+        int8.CHOICES[layer.key(100)] = kind
+        layer.form(engines.U8)
+    int8_ffn._release(ffn, 100)
+    assert engines.U8 in ffn.up._derived and engines.U8 not in ffn.down._derived
 
 
 def test_a_route_written_down_that_no_longer_agrees_runs_plain(fresh_choices, monkeypatch):

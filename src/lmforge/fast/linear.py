@@ -96,8 +96,8 @@ def onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
 
 class FastLinear(nn.Linear):
     """y = x W^T + b (weights and state-dict names as nn.Linear's): oneDNN's linear in fp32 CPU
-    inference, on a packed copy of W; else the bias after the matmul, and an output named by `slot`
-    (one that dies inside its layer) in a reused buffer."""
+    inference (on a packed copy of W where `packs`); else the bias after the matmul, and an output named
+    by `slot` (one that dies inside its layer) in a reused buffer."""
 
     slot = None  # set per module by lmforge.optimize for the fused q, k, v and the FFN's hidden units
     onednn = False  # set per module by lmforge.optimize from FastPaths.onednn_linear

@@ -20,6 +20,7 @@ from lmforge.analysis.features import default_max_len, hidden_states
 from lmforge.config.checks import room_for_text, within_context
 from lmforge.config.options import OptionsError, checked_argument, checked_texts, named_keywords
 from lmforge.fast.optimize import optimize
+from lmforge.fast.paths import FastPaths
 from lmforge.io.resolve import checked_tokenizer
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
 from lmforge.utils.modes import evaluating
@@ -179,7 +180,9 @@ def load_for_features(where) -> tuple:
     from lmforge.tokenizer import load_tokenizer
 
     path = find_model_dir(where)
-    model = optimize(load(path))  # the features job runs the model optimized, as every job does
+    # the features job runs the model optimized, as every job does, its weights read as frozen: it only
+    # runs it (oneDNN's products on a copy packed once, fast/paths.py)
+    model = optimize(load(path), paths=FastPaths.frozen())
     return model.eval(), (None if hasattr(model, "word_layers") else load_tokenizer(path))
 
 

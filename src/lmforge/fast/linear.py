@@ -43,6 +43,7 @@ from lmforge.layers.feedforward import gelu_tanh
 # the scratch buffers are quant/'s (its int8 layers share them), so quant never imports fast/
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, pooling_allocator, release_scratch, scratch  # noqa: F401
 from lmforge.utils.hooks import hooked
+from lmforge.utils.versions import version
 
 # oneDNN's fp32 linear with the bias fused, in this torch build (its CPU wheels have it), on x86 with AVX2
 # or AVX-512: measured on an AVX-512 EPYC, and held to AVX2 there (ONEDNN_MAX_CPU_ISA), not on an AVX2-only
@@ -75,15 +76,6 @@ def cpu_inference(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def bias_after(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
     """Whether x W^T + b is computed as a plain matmul plus an in-place bias (see the module doc)."""
     return bias is not None and x.numel() >= MIN_ROWS * x.shape[-1] and cpu_inference(x, weight)
-
-
-def version(tensor: torch.Tensor):
-    """The tensor's version counter (bumped by every in-place change), or None for an inference tensor
-    (made under inference_mode: it has none)."""
-    try:
-        return tensor._version
-    except RuntimeError:
-        return None
 
 
 def onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:

@@ -54,6 +54,7 @@ from lmforge.quant.engines import U8, pack_u8, pack_weight, u8_product
 from lmforge.quant.isa import activation_bits, eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use)
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, scratch
 from lmforge.utils.timing import Elsewhere, alternating, cold_caches
+from lmforge.utils.versions import version
 
 MODES = ("dynamic", "weight-only")
 KERNELS = {"dynamic": ("fp32", "fbgemm", "onednn", U8, engines.W8A32, engines.VNNI),
@@ -80,13 +81,6 @@ def quantise_per_channel(weight: torch.Tensor) -> tuple:
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
     return q, scale
-
-
-def _version(tensor: torch.Tensor) -> int:
-    try:
-        return tensor._version
-    except RuntimeError:  # an inference tensor (loaded under inference_mode) has no version counter
-        return -1
 
 
 def stored(key: tuple) -> tuple:
@@ -243,7 +237,7 @@ class Int8Linear(nn.Module):
     def form(self, kernel: str):
         """The derived weight a kernel reads, rebuilt when the buffers changed (load_state_dict)."""
         buffers = (self.qweight, self.scale, self.smooth)
-        key = tuple((t.data_ptr(), _version(t)) for t in buffers if t is not None)
+        key = tuple((t.data_ptr(), version(t)) for t in buffers if t is not None)
         if key != self._derived_key:
             self._derived, self._derived_key = {}, key
         form = self._derived.get(kernel)  # one read: another thread's _measure may drop it meanwhile

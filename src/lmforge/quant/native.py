@@ -217,9 +217,7 @@ class Int8Tiles:
             raise ValueError(f"q: a 2-D int8 CPU tensor expected, got {q.dim()}-D {q.dtype} on {q.device}")
         self.out, self.cols = q.shape
         _check("scale", scale, (self.out,))
-        padded = torch.zeros((-(-self.out // TILE) * TILE, self.cols), dtype=torch.int8)
-        padded[:self.out] = q
-        self.tiles = padded.view(-1, TILE, self.cols).transpose(1, 2).contiguous()
+        self.tiles = _padded_rows(q, TILE).view(-1, TILE, self.cols).transpose(1, 2).contiguous()
         self.scale = scale.contiguous()
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -262,9 +260,7 @@ class VnniTiles:
                              f"{VNNI_MAX_IN}) expected, got {tuple(q.shape)} {q.dtype} on {q.device}")
         self.out, self.cols = q.shape
         _check("scale", scale, (self.out,))
-        padded = torch.zeros((-(-self.out // LANES) * LANES, self.cols), dtype=torch.int8)
-        padded[:self.out] = q
-        self.tiles = padded.view(-1, LANES, self.cols // 4, 4).transpose(1, 2).contiguous()
+        self.tiles = _padded_rows(q, LANES).view(-1, LANES, self.cols // 4, 4).transpose(1, 2).contiguous()
         self.sums = q.sum(1, dtype=torch.int32).contiguous()
         self.scale = scale.contiguous()
 
@@ -280,6 +276,13 @@ class VnniTiles:
                           x.shape[0], self.cols, self.out, levels + 1, 1.0 / levels, y.data_ptr(),
                           torch.get_num_threads())
         return y
+
+
+def _padded_rows(q: torch.Tensor, multiple: int) -> torch.Tensor:
+    """q (out, in) with zero rows after it up to a multiple of `multiple` rows: whole weight tiles."""
+    padded = torch.zeros((-(-q.shape[0] // multiple) * multiple, q.shape[1]), dtype=q.dtype)
+    padded[:q.shape[0]] = q
+    return padded
 
 
 def _check(name: str, t: torch.Tensor, shape: tuple) -> None:

@@ -28,6 +28,7 @@ import torch
 from lmforge.quant import native
 from lmforge.quant.engines import pack_weight
 from lmforge.utils.timing import median_seconds
+from lmforge.utils.versions import version
 
 MAX_CANDIDATES = 256  # a step with more tokens a row to re-score falls back to the full projection
 CHUNK = 8192  # rows quantised at a time
@@ -57,18 +58,11 @@ def _fingerprint(tensor: torch.Tensor):
     return total if total == total else "nan"
 
 
-def _version(tensor: torch.Tensor) -> int:
-    try:
-        return tensor._version
-    except RuntimeError:  # an inference tensor has no version counter (and cannot be written in place)
-        return -1
-
-
 def table_key(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple:
     """What identifies the weights a table was built from: storage, shape, layout, in-place writes."""
-    parts = [weight.data_ptr(), tuple(weight.shape), weight.stride(), _version(weight), _fingerprint(weight)]
+    parts = [weight.data_ptr(), tuple(weight.shape), weight.stride(), version(weight), _fingerprint(weight)]
     if bias is not None:
-        parts += [bias.data_ptr(), _version(bias), _fingerprint(bias)]
+        parts += [bias.data_ptr(), version(bias), _fingerprint(bias)]
     return tuple(parts)
 
 

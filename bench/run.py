@@ -41,6 +41,7 @@ def _suite(name: str):
 def child(env: str, suites: list, repeats: int, quick: bool, out: Path | None = None) -> None:
     """Run the suites in this process and merge them into `out` (default results/<env>.json)."""
     from bench.common import machine
+    from lmforge.fast import route
     from lmforge.utils.atomic import atomic_write_text
 
     fresh = out is not None  # --out: this run's suites alone, whatever the file held
@@ -59,7 +60,9 @@ def child(env: str, suites: list, repeats: int, quick: bool, out: Path | None = 
         results[name] = {"rows": rows, "repeats": repeats, "quick": quick, "seconds": round(time.time() - start, 1),
                          "cpu": results["machine"]["cpu"],
                          "load_before": load_before, "load_after": os.getloadavg(),
-                         "date": time.strftime("%Y-%m-%d %H:%M")}
+                         "date": time.strftime("%Y-%m-%d %H:%M"),
+                         # where large fp32 outputs went on this machine (fast/route.py), as measured
+                         "fp32_output_routes": route.choices()}
         atomic_write_text(out, json.dumps(results, indent=1))  # a reader never sees half of it
         print(f"[{env}] {name}: {results[name]['seconds']} s", flush=True)
 

@@ -28,7 +28,9 @@ F.linear.
 Outputs that die inside their layer (the fused q, k, v; the FFN's hidden units) can instead go
 into per-thread buffers reused from call to call (`FastLinear.transient`; accelerate names
 the projections whose outputs are such with a scratch `slot`): glibc maps outputs of
-32 MB and more afresh at every call and page-faults them at their first write.
+32 MB and more afresh at every call and page-faults them at their first write. Where oneDNN would
+run such a large one, the buffer is used where it was measured faster on this machine
+(`reuses_buffer`, fast/route.py: on a Xeon, not on an EPYC).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmforge.fast import route
 from lmforge.layers.feedforward import gelu_tanh
 
 # the scratch buffers are quant/'s (its int8 layers share them), so quant never imports fast/
@@ -98,9 +101,9 @@ class FastLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         if self.takes_onednn(x):
-            # its fresh outputs beat MKL's product into a reused buffer, page faults included
-            # (bert-base 32 x 128: 3.70 vs 3.79 s a batch, bench/FINDINGS.md)
-            return self.onednn_product(x)
+            # its fresh outputs beat MKL's product into a reused buffer, page faults included, on an EPYC
+            # (bert-base 32 x 128: 3.70 vs 3.79 s a batch, bench/FINDINGS.md); where not, measured: route.py
+            return self.transient(x, self.slot) if self.reuses_buffer(x) else self.onednn_product(x)
         if torch.is_grad_enabled():  # a step may follow, which a fused optimizer makes without bumping
             self.__dict__.pop("_packed", None)  # W's version counter
         return self.plain(x) if self.slot is None else self.transient(x, self.slot)
@@ -121,6 +124,15 @@ class FastLinear(nn.Linear):
         ONEDNN_MIN_WORK multiply-adds of rows by weight values."""
         rows = x.numel() // max(x.shape[-1], 1)
         return self.small_plain and rows * self.weight.numel() < ONEDNN_MIN_WORK
+
+    def reuses_buffer(self, x: torch.Tensor) -> bool:
+        """Whether self(x), where oneDNN would run it, goes into its slot's reused buffer instead: an output
+        that dies in its layer, large enough to be mapped afresh at every call, where that route was
+        measured faster on this machine (fast/route.py)."""
+        if self.slot is None or not route.mapped_afresh(x, self.out_features):
+            return False
+        calls = {"onednn": lambda: self.onednn_product(x), "scratch": lambda: self.transient(x, self.slot)}
+        return route.route(x, self.out_features, calls) == "scratch"
 
     def onednn_product(self, x: torch.Tensor, post: tuple = ("none", "")) -> torch.Tensor:
         """oneDNN's x W^T + b, then the post-op `post` (name, algorithm) inside the same call."""
@@ -146,10 +158,10 @@ class FastLinear(nn.Linear):
 
     def activated(self, x: torch.Tensor, act):
         """act(self(x)) with the activation inside oneDNN's call, where self(x) runs there, oneDNN has the
-        activation (POST_OPS) and no forward hook watches this module (it would see the product before
-        the activation); else None."""
+        activation (POST_OPS), no forward hook watches this module (it would see the product before the
+        activation) and the output does not go to a reused buffer (reuses_buffer); else None."""
         post = POST_OPS.get(act)
-        if post is None or hooked(self) or not self.takes_onednn(x):
+        if post is None or hooked(self) or not self.takes_onednn(x) or self.reuses_buffer(x):
             return None
         return self.onednn_product(x, post)
 

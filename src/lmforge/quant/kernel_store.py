@@ -1,5 +1,5 @@
-"""The int8 kernel choices of this machine, kept in a file: a quantised model gives the same outputs
-in every process.
+"""The int8 kernel choices of this machine (and fast/route.py's fp32 output routes), kept in a file: a
+model gives the same outputs in every process.
 
 quant/int8.py times the kernels of each (mode, in, out, rows, threads) the first time it meets it
 and runs the fastest. Kernels do not round alike (the fp32 product against an int8 one; fbgemm's
@@ -108,7 +108,7 @@ def settle(key: tuple, measured: str, stale: str | None = None, elsewhere=None) 
     if path is None:
         return measured
     if elsewhere is not None and elsewhere.busy:
-        _say_once(path, f"int8 kernel choice {_name(key)} measured while {elsewhere.share:.0%} of the CPUs' "
+        _say_once(path, f"kernel choice {_name(key)} measured while {elsewhere.share:.0%} of the CPUs' "
                         "time went to other work: used in this process, not kept")
         return measured
     try:

@@ -24,5 +24,10 @@ def test_a_row_gives_the_same_output_alone_and_in_any_batch(smoothed, monkeypatc
             together = layer.run(kernel, x)
             alone = torch.cat([layer.run(kernel, x[i:i + 1]) for i in range(len(x))])
             pairs = torch.cat([layer.run(kernel, x[i:i + 2]) for i in range(0, len(x), 2)])
-        assert torch.equal(together, alone) and torch.equal(together, pairs), kernel
+        # within float rounding, not bitwise: oneDNN picks its code by row count (on an AMX Xeon, AMX
+        # tiles for 40 rows, VNNI for 1), and their fp32 scaling differs in the last bit (5e-8 relative).
+        # A range shared across rows would be ~1e-2 off (quantise_per_channel's scale of the largest row)
+        bound = 1e-6 * float(together.abs().max())
+        for other in (alone, pairs):
+            assert float((together - other).abs().max()) <= bound, kernel
         assert (together - linear(x)).norm() < 0.05 * linear(x).norm()  # and it is the product still

@@ -68,6 +68,17 @@ ONEDNN_MIN_WORK = 1 << 19
 PACK_ROWS = 2048
 # an activation oneDNN runs inside the product (its post-op): (name, algorithm)
 POST_OPS = {F.relu: ("relu", ""), F.gelu: ("gelu", "none"), gelu_tanh: ("gelu", "tanh")}
+NO_POST = ("none", "")
+
+
+def post_op(h: torch.Tensor, post: tuple) -> torch.Tensor:
+    """h with oneDNN's post-op `post` (name, algorithm) applied in place, as PyTorch computes it."""
+    name, algorithm = post
+    if name == "relu":
+        return h.relu_()
+    if name == "gelu":
+        return torch.ops.aten.gelu_(h, approximate="tanh" if algorithm == "tanh" else "none")
+    return h
 
 
 def cpu_inference(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -125,16 +136,18 @@ class FastLinear(nn.Linear):
         rows = x.numel() // max(x.shape[-1], 1)
         return self.small_plain and rows * self.weight.numel() < ONEDNN_MIN_WORK
 
-    def reuses_buffer(self, x: torch.Tensor) -> bool:
-        """Whether self(x), where oneDNN would run it, goes into its slot's reused buffer instead: an output
-        that dies in its layer, large enough to be mapped afresh at every call, where that route was
-        measured faster on this machine (fast/route.py)."""
-        if self.slot is None or not route.mapped_afresh(x, self.out_features):
+    def reuses_buffer(self, x: torch.Tensor, post: tuple = NO_POST) -> bool:
+        """Whether self(x) (then the post-op `post`), where oneDNN would run it, goes into its slot's reused
+        buffer instead: an output that dies in its layer, large enough to be mapped afresh at every call,
+        no hook watching (transient gives it a fresh tensor), where that route was measured faster on this
+        machine (fast/route.py), each route timed with all it does."""
+        if self.slot is None or hooked(self) or not route.mapped_afresh(x, self.out_features):
             return False
-        calls = {"onednn": lambda: self.onednn_product(x), "scratch": lambda: self.transient(x, self.slot)}
-        return route.route(x, self.out_features, calls) == "scratch"
+        calls = {"onednn": lambda: self.onednn_product(x, post),
+                 "scratch": lambda: post_op(self.transient(x, self.slot), post)}
+        return route.route(x, self.out_features, calls, (post[0], self.packs)) == "scratch"
 
-    def onednn_product(self, x: torch.Tensor, post: tuple = ("none", "")) -> torch.Tensor:
+    def onednn_product(self, x: torch.Tensor, post: tuple = NO_POST) -> torch.Tensor:
         """oneDNN's x W^T + b, then the post-op `post` (name, algorithm) inside the same call."""
         weight = self.packed_weight() if self.packs else self.weight
         return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, post[0], [], post[1])
@@ -158,11 +171,14 @@ class FastLinear(nn.Linear):
 
     def activated(self, x: torch.Tensor, act):
         """act(self(x)) with the activation inside oneDNN's call, where self(x) runs there, oneDNN has the
-        activation (POST_OPS), no forward hook watches this module (it would see the product before the
-        activation) and the output does not go to a reused buffer (reuses_buffer); else None."""
+        activation (POST_OPS) and no forward hook watches this module (it would see the product before
+        the activation); else None. A large output that dies in its layer may go to its buffer instead,
+        the activation then in place (reuses_buffer)."""
         post = POST_OPS.get(act)
-        if post is None or hooked(self) or not self.takes_onednn(x) or self.reuses_buffer(x):
+        if post is None or hooked(self) or not self.takes_onednn(x):
             return None
+        if self.reuses_buffer(x, post):  # MKL into the buffer, then the activation in place
+            return post_op(self.transient(x, self.slot), post)
         return self.onednn_product(x, post)
 
     def __getstate__(self) -> dict:

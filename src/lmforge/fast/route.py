@@ -36,15 +36,17 @@ def mapped_afresh(x: torch.Tensor, out_features: int) -> bool:
     return rows * out_features * x.element_size() >= max(FRESH_MAP_BYTES, SCRATCH_MIN_BYTES)
 
 
-def key_of(x: torch.Tensor, out_features: int) -> tuple:
-    """(KIND, in, out, rows rounded up to a power of two, threads): what a route is chosen for."""
+def key_of(x: torch.Tensor, out_features: int, how: tuple = ()) -> tuple:
+    """(KIND, in, out, rows rounded up to a power of two, threads, *how): what a route is chosen for; how:
+    what else changes the two calls' costs (the activation after the product, a packed weight)."""
     rows = max(x.numel() // max(x.shape[-1], 1), 1)
-    return KIND, x.shape[-1], out_features, 1 << (rows - 1).bit_length(), torch.get_num_threads()
+    return KIND, x.shape[-1], out_features, 1 << (rows - 1).bit_length(), torch.get_num_threads(), *how
 
 
-def route(x: torch.Tensor, out_features: int, calls: dict) -> str:
-    """The route ("onednn" or "scratch") for x: recalled, or timed now on calls (route -> a call on x)."""
-    key = key_of(x, out_features)
+def route(x: torch.Tensor, out_features: int, calls: dict, how: tuple = ()) -> str:
+    """The route ("onednn" or "scratch") for x: recalled, or timed now on calls (route -> a call on x,
+    each doing all the route would do: the activation too)."""
+    key = key_of(x, out_features, how)
     return kernel_store.chosen(CHOICES, _MEASURING, key, lambda: _choose(key, calls))
 
 
@@ -57,9 +59,11 @@ def _choose(key: tuple, calls: dict) -> str:
         return known
     with Elsewhere() as elsewhere:
         times = TIMINGS[key] = alternating(calls, rounds=3, pick=min)
-    return kernel_store.settle(stored, min(times, key=times.get), elsewhere=elsewhere)
+    # an entry naming no route (a hand edit, a later lmforge's) is replaced, not kept and run as oneDNN's
+    return kernel_store.settle(stored, min(times, key=times.get), stale=known, elsewhere=elsewhere)
 
 
 def choices() -> list:
     """This process's routes with the times they were chosen on ("ms"), or the file they were read from."""
-    return kernel_store.report(CHOICES, TIMINGS, ("kind", "in", "out", "rows", "threads"), "route")
+    fields = ("kind", "in", "out", "rows", "threads", "activation", "packed")
+    return kernel_store.report(CHOICES, TIMINGS, fields, "route")

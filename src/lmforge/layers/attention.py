@@ -236,6 +236,9 @@ class Attention(nn.Module):
         if ctx.inspection is None or not ctx.inspection.wants(layer):
             return None
         record.probs = self.probabilities(x, record.q, record.k, bias, ctx, kernel)
+        # q, k, v may be views of a buffer the next layer's projection writes again (an optimized model
+        # reuses one for outputs that die in their layer): what an analysis keeps is a copy
+        record.q, record.k, record.v = (t.clone() for t in (record.q, record.k, record.v))
         ctx.inspection.keep(kind, layer, record)
         return record.probs
 

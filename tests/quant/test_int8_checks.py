@@ -2,8 +2,8 @@
 import torch
 
 from lmforge.quant.int8 import Int8Linear, quantise_per_channel
-from lmforge.quant.int8_embedding import Int8Embedding
 from lmforge.quant.int8_checks import stored_int8_problem
+from lmforge.quant.int8_embedding import Int8Embedding
 
 
 def _state():

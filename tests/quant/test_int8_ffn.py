@@ -119,15 +119,14 @@ def test_the_fused_route_multiplies_on_the_kernel_each_layer_chose(fresh_choices
     for layer, kind in zip((ffn.up, ffn.down), kinds):
         int8.CHOICES[layer.key(14)] = kind
     ran = []
-    for name in ("vnni_product", "u8_product", "u8_multiply"):
-        real = getattr(engines, name)
-        monkeypatch.setattr(engines, name, lambda *a, real=real, name=name: ran.append(name) or real(*a))
-    tiles = native.VnniTiles.__call__
-    monkeypatch.setattr(native.VnniTiles, "__call__", lambda *a: ran.append("tiles") or tiles(*a))
+    for form in (engines.VnniWeight, engines.U8Weight):
+        real = form.multiply
+        monkeypatch.setattr(form, "multiply", lambda *a, real=real, form=form: ran.append(form) or real(*a))
     with torch.no_grad():
         fused = int8_ffn.fused(ffn, x)
-        # up: vnni_product (its tiles inside); down: the tiles on the hidden bytes, or onednn-u8's multiply
-        assert ran == ["vnni_product", "tiles", "tiles" if kinds[1] == engines.VNNI else "u8_multiply"]
+        # up: the tiles; down: the tiles on the hidden bytes, or onednn-u8's multiply
+        down = engines.VnniWeight if kinds[1] == engines.VNNI else engines.U8Weight
+        assert ran == [engines.VnniWeight, down]
         plain = ffn(x)
     assert (fused - plain).norm() <= 1e-3 * plain.norm()
 

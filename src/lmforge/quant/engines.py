@@ -72,6 +72,18 @@ class U8Weight:
     zero_points: torch.Tensor
     inverse_smooth: torch.Tensor | None
 
+    def multiply(self, q: torch.Tensor, bits: int) -> torch.Tensor:
+        """(rows, in) bytes quantised per row to `bits` (zero point levels + 1, step 1 / levels) -> (rows,
+        out) fp32 (q - zp) / levels W^T, multiplied in oneDNN."""
+        steps = levels(bits)
+        return torch.ops.onednn.qlinear_pointwise(q, 1.0 / steps, steps + 1, self.packed, self.scale,
+                                                  self.zero_points, None, 1.0, 0, torch.float32, "none", [],
+                                                  "")
+
+    def product(self, x: torch.Tensor, bits: int) -> tuple:
+        """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak): row_product through oneDNN."""
+        return row_product(self, x, bits)
+
 
 def pack_u8(q: torch.Tensor, scale: torch.Tensor, smooth: torch.Tensor | None) -> U8Weight:
     """The U8Weight of an int8 per-channel weight (q (out, in), scale (out,))."""
@@ -90,31 +102,24 @@ def u8_usable() -> bool:
         q = torch.tensor([[1, -2, 3, 4] * 4, [5, 6, -7, 8] * 4], dtype=torch.int8)
         x = torch.linspace(-1, 1, 3 * 16).view(3, 16)
         with torch.no_grad():
-            out, peak = u8_product(x, pack_u8(q, torch.ones(2), None), 7)
+            out, peak = pack_u8(q, torch.ones(2), None).product(x, 7)
         return bool(torch.allclose(out * peak, x @ q.float().T, rtol=0.05, atol=0.1))
     except (AttributeError, RuntimeError):
         return False
 
 
-def u8_product(x: torch.Tensor, weight: U8Weight, bits: int) -> tuple:
-    """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak) through "onednn-u8": each row
-    quantised to `bits` (7: [1, 127], 8: [1, 255]) by its own peak, multiplied in oneDNN; the caller
-    multiplies each output row by its peak (with the bias, in one pass)."""
+def row_product(weight, x: torch.Tensor, bits: int) -> tuple:
+    """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak) on a row-quantised weight form
+    (U8Weight: "onednn-u8", VnniWeight: "u8-vnni"): each row (divided by the smoothing factors where the
+    layer has them) quantised to `bits` (7: [1, 127], 8: [1, 255]) by its own peak, then weight.multiply;
+    the caller multiplies each output row by its peak (with the bias, in one pass)."""
     q, peak = native.quantise_rows(x, weight.inverse_smooth, levels(bits), levels(bits) + 1)
-    return u8_multiply(q, weight, bits), peak
+    return weight.multiply(q, bits), peak
 
 
 def levels(bits: int) -> int:
     """The steps either side of the zero point (levels + 1) of `bits`-bit activations: 63 or 127."""
     return (1 << (bits - 1)) - 1
-
-
-def u8_multiply(q: torch.Tensor, weight: U8Weight, bits: int) -> torch.Tensor:
-    """(rows, in) bytes quantised per row to `bits` (zero point levels + 1, step 1 / levels) -> (rows, out)
-    fp32 (q - zp) / levels W^T, multiplied in oneDNN."""
-    steps = levels(bits)
-    return torch.ops.onednn.qlinear_pointwise(q, 1.0 / steps, steps + 1, weight.packed, weight.scale,
-                                              weight.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
 
 
 def usable(kernel: str) -> bool:
@@ -149,17 +154,19 @@ class VnniWeight:
     tiles: native.VnniTiles
     inverse_smooth: torch.Tensor | None
 
+    def multiply(self, q: torch.Tensor, bits: int) -> torch.Tensor:
+        """U8Weight.multiply's contract, by lmforge's VNNI kernel on the tiles."""
+        return self.tiles(q, levels(bits))
+
+    def product(self, x: torch.Tensor, bits: int) -> tuple:
+        """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak): row_product on the tiles."""
+        return row_product(self, x, bits)
+
 
 def pack_vnni(q: torch.Tensor, scale: torch.Tensor, smooth: torch.Tensor | None) -> VnniWeight:
     """The VnniWeight of an int8 per-channel weight (q (out, in), scale (out,))."""
     inverse = None if smooth is None else torch.reciprocal(smooth.float()).contiguous()
     return VnniWeight(native.VnniTiles(q.contiguous(), scale.float().contiguous()), inverse)
-
-
-def vnni_product(x: torch.Tensor, weight: VnniWeight, bits: int) -> tuple:
-    """u8_product's contract through "u8-vnni": ((rows, out) (x / peak) W^T, (rows, 1) peak)."""
-    q, peak = native.quantise_rows(x, weight.inverse_smooth, levels(bits), levels(bits) + 1)
-    return weight.tiles(q, levels(bits)), peak
 
 
 @functools.cache
@@ -173,7 +180,7 @@ def vnni_usable() -> bool:
         return False
     q = torch.tensor([[1, -2, 3, 4] * 4, [5, 6, -7, 8] * 4, [-1, 0, 1, 2] * 4], dtype=torch.int8)
     x = torch.linspace(-1, 1, 2 * 16).view(2, 16)
-    out, peak = vnni_product(x, pack_vnni(q, torch.tensor([0.5, 2.0, 1.0]), None), 8)
+    out, peak = pack_vnni(q, torch.tensor([0.5, 2.0, 1.0]), None).product(x, 8)
     want = x @ (q.float() * torch.tensor([0.5, 2.0, 1.0])[:, None]).T
     return bool(torch.allclose(out * peak, want, rtol=0.02, atol=0.05))
 

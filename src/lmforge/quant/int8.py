@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmforge.quant import engines, kernel_store, native
-from lmforge.quant.engines import U8, pack_u8, pack_weight, u8_product
+from lmforge.quant.engines import U8, pack_u8, pack_weight
 from lmforge.quant.isa import activation_bits, eight_bit_activations, vnni_in_use  # noqa: F401 (vnni_in_use)
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES, scratch
 from lmforge.utils.timing import Elsewhere, alternating, cold_caches
@@ -195,10 +195,9 @@ class Int8Linear(nn.Module):
         if kernel == engines.W8A32:  # a smoothed (dynamic) layer's int8 weight is W s: its input x / s
             x = x if self.smooth is None else x / self.smooth
             return self.form(engines.W8A32)(x, self.bias)
-        if kernel == U8:  # rows quantised by lmforge's native kernel (quant/engines.py): no buffer, no pins
-            return self.rows_back(*u8_product(x, self.form(U8), activation_bits()))
-        if kernel == engines.VNNI:  # the same rows, multiplied by lmforge's VNNI kernel
-            return self.rows_back(*engines.vnni_product(x, self.form(kernel), activation_bits()))
+        if kernel in (U8, engines.VNNI):  # rows quantised by lmforge's native kernel (quant/engines.py), no
+            # buffer, no pins; multiplied by oneDNN (U8) or lmforge's VNNI kernel
+            return self.rows_back(*self.form(kernel).product(x, activation_bits()))
         return self._quantised_rows(kernel, x)
 
     def _quantised_rows(self, kernel: str, x: torch.Tensor) -> torch.Tensor:

@@ -72,14 +72,12 @@ def fused(ffn, rows: torch.Tensor) -> torch.Tensor:
     """(rows, d_model) fp32 -> (rows, d_model): the fused route, each product on "u8-vnni" where its layer
     chose that kernel for these rows, else on "onednn-u8" (both read bytes quantised per row)."""
     up, down, bits = ffn.up, ffn.down, activation_bits()
-    up_kind, down_kind = _kind(up, rows.shape[0]), _kind(down, rows.shape[0])
-    product = engines.vnni_product if up_kind == VNNI else engines.u8_product
-    acc, peak = product(rows, up.form(up_kind), bits)  # (rows, d_ff) of rows / peak, (rows, 1)
-    weight, levels = down.form(down_kind), engines.levels(bits)
+    # (rows, d_ff) of rows / peak and (rows, 1) peak, then the hidden units' bytes, on each layer's kernel
+    acc, peak = up.form(_kind(up, rows.shape[0])).product(rows, bits)
+    weight, levels = down.form(_kind(down, rows.shape[0])), engines.levels(bits)
     q, peak = native.act_quantise_rows(acc, peak, up.bias, FUSED[ffn.act], weight.inverse_smooth, levels,
                                        levels + 1)
-    out = weight.tiles(q, levels) if down_kind == VNNI else engines.u8_multiply(q, weight, bits)
-    return down.rows_back(out, peak)
+    return down.rows_back(weight.multiply(q, bits), peak)
 
 
 def _kind(layer: Int8Linear, rows: int) -> str:

@@ -4,10 +4,10 @@ import torch
 
 import lmforge
 import lmforge.heads
-from lmforge.fast.optimize import optimize
-from lmforge.layers.attention import KVCache
 from lmforge.fast.blocked import ChunkPlan, plan
+from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths
+from lmforge.layers.attention import KVCache
 from lmforge.model import StackPass
 from tests.conftest import CASES, forward
 

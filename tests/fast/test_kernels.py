@@ -3,13 +3,13 @@ import pytest
 import torch
 
 import lmforge
-from lmforge.fast.optimize import optimize
 from lmforge.fast.blocked import ChunkPlan
 from lmforge.fast.kernels import BlockedKernel, Jagged, PerSequence, Repadded
+from lmforge.fast.optimize import optimize
 from lmforge.fast.packing import Packing
+from lmforge.fast.paths import FastPaths
 from lmforge.layers.attention import DenseKernel
 from lmforge.model import StackPass
-from lmforge.fast.paths import FastPaths
 
 _BASE = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=128, window=8,
              block_size=4)

@@ -14,6 +14,7 @@ from lmforge.fast import linear
 from lmforge.fast.linear import FastLinear
 from lmforge.fast.paths import FastPaths
 from lmforge.layers.feedforward import gelu_tanh
+from tests.fast.ffn_cases import gelu_ffn
 
 pytestmark = pytest.mark.skipif(not linear.ONEDNN, reason="this torch has no oneDNN linear")
 
@@ -153,12 +154,7 @@ def test_no_activation_inside_where_oneDNN_lacks_it_a_hook_watches_or_grad_is_on
 
 
 def test_the_ffn_runs_its_activation_inside_the_product(monkeypatch):
-    from lmforge.config import ModelConfig
-    from lmforge.layers.feedforward import FeedForward
-
-    torch.manual_seed(0)
-    ffn = FeedForward(ModelConfig(d_model=64, n_heads=4, d_ff=600, ffn="gelu"))
-    x = torch.randn(2, 40, 64)
+    ffn, x = gelu_ffn(600)
     with torch.no_grad():
         want = ffn(x)
         optimize(ffn)

@@ -5,10 +5,10 @@ import torch
 from torch import nn
 
 import lmforge
-from lmforge.fast.optimize import SWAPS, FastBlock, FastFeedForward, optimized, optimized_for
-from lmforge.fast.paths import FastPaths
 from lmforge.fast.dropout import FastDropout
 from lmforge.fast.linear import FastLinear
+from lmforge.fast.optimize import SWAPS, FastBlock, FastFeedForward, optimized, optimized_for
+from lmforge.fast.paths import FastPaths
 from lmforge.heads import attach
 from lmforge.layers.block import Block
 from lmforge.layers.feedforward import FeedForward

@@ -11,6 +11,7 @@ from lmforge import optimize
 from lmforge.fast import linear, route
 from lmforge.fast.linear import NO_POST, FastLinear
 from lmforge.utils import timing
+from tests.fast.ffn_cases import gelu_ffn
 
 pytestmark = pytest.mark.skipif(not linear.ONEDNN, reason="this torch has no oneDNN linear")
 
@@ -73,12 +74,7 @@ def test_a_layer_without_a_slot_hooked_or_with_grad_never_asks(small_outputs_map
 
 
 def test_the_ffn_activates_the_buffer_in_place_on_the_scratch_route(small_outputs_mapped, monkeypatch):
-    from lmforge.config import ModelConfig
-    from lmforge.layers.feedforward import FeedForward
-
-    torch.manual_seed(0)
-    ffn = FeedForward(ModelConfig(d_model=64, n_heads=4, d_ff=96, ffn="gelu"))
-    x = torch.randn(2, 40, 64)
+    ffn, x = gelu_ffn(96)
     with torch.no_grad():
         want = ffn(x)
         optimize(ffn)

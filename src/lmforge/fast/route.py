@@ -7,9 +7,11 @@ buffer, MKL's product can. Which costs less depends on the CPU: on two threads o
 bert-base's 32 x 128 FFN hidden units (48 MiB) took 57.9 ms by oneDNN into fresh pages and 48.3 ms by
 MKL into the reused buffer, and a bert-base forward 2.11 -> 1.90 s; on a Zen 5 EPYC MKL's sgemm runs
 at ~195 GFLOP/s against oneDNN's ~440, and the fresh pages cost less than that (bench/FINDINGS.md,
-"Fresh outputs on a Xeon"). So each (in, out, rows bucket, threads) is timed the first time it is met
-and the choice written down beside the int8 kernels' (quant/kernel_store.py): the two round apart
-(within float rounding), and a model gives the same outputs in every process on one machine.
+"Fresh outputs on a Xeon"). So each (in, out, rows bucket, threads, activation, packing) is timed the
+first time it is met, each route with all it does (the activation inside oneDNN's call, or in place on the
+buffer after MKL's), and the choice written down beside the int8 kernels' (quant/kernel_store.py): the
+two round apart (within float rounding), and a model gives the same outputs in every process on one
+machine.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from lmforge.utils.timing import Elsewhere, alternating
 FRESH_MAP_BYTES = 32 << 20  # glibc's largest mmap threshold on 64-bit: blocks this large are mapped afresh
 ROUTES = ("onednn", "scratch")
 KIND = "fp32-output"  # the first part of a choice's key, beside int8's modes in the store
-CHOICES: dict = {}  # (KIND, in, out, rows bucket, threads) -> route, for this process
+CHOICES: dict = {}  # (KIND, in, out, rows bucket, threads, activation, packed) -> route, for this process
 TIMINGS: dict = {}  # same key -> {route: fastest seconds}, what the choice was made on
 _MEASURING = threading.Lock()  # one measurement at a time (a server's workers meeting a new shape)
 

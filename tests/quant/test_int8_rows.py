@@ -26,7 +26,7 @@ def test_a_row_gives_the_same_output_alone_and_in_any_batch(smoothed, monkeypatc
             pairs = torch.cat([layer.run(kernel, x[i:i + 2]) for i in range(0, len(x), 2)])
         # within float rounding, not bitwise: oneDNN picks its code by row count (on an AMX Xeon, AMX
         # tiles for 40 rows, VNNI for 1), and their fp32 scaling differs in the last bit (5e-8 relative).
-        # A range shared across rows would be ~1e-2 off (quantise_per_channel's scale of the largest row)
+        # A range shared across rows (row 3's) would be ~0.5 off here, thousands of times this bound
         bound = 1e-6 * float(together.abs().max())
         for other in (alone, pairs):
             assert float((together - other).abs().max()) <= bound, kernel

@@ -81,8 +81,8 @@ class U8Weight:
                                                   "")
 
     def product(self, x: torch.Tensor, bits: int) -> tuple:
-        """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak): row_product through oneDNN."""
-        return row_product(self, x, bits)
+        """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak): _row_product through oneDNN."""
+        return _row_product(self, x, bits)
 
 
 def pack_u8(q: torch.Tensor, scale: torch.Tensor, smooth: torch.Tensor | None) -> U8Weight:
@@ -108,7 +108,7 @@ def u8_usable() -> bool:
         return False
 
 
-def row_product(weight, x: torch.Tensor, bits: int) -> tuple:
+def _row_product(weight, x: torch.Tensor, bits: int) -> tuple:
     """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak) on a row-quantised weight form
     (U8Weight: "onednn-u8", VnniWeight: "u8-vnni"): each row (divided by the smoothing factors where the
     layer has them) quantised to `bits` (7: [1, 127], 8: [1, 255]) by its own peak, then weight.multiply;
@@ -159,8 +159,8 @@ class VnniWeight:
         return self.tiles(q, levels(bits))
 
     def product(self, x: torch.Tensor, bits: int) -> tuple:
-        """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak): row_product on the tiles."""
-        return row_product(self, x, bits)
+        """(rows, in) fp32 -> ((rows, out) (x / peak) W^T, (rows, 1) peak): _row_product on the tiles."""
+        return _row_product(self, x, bits)
 
 
 def pack_vnni(q: torch.Tensor, scale: torch.Tensor, smooth: torch.Tensor | None) -> VnniWeight:

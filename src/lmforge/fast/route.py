@@ -21,7 +21,6 @@ import torch
 
 from lmforge.quant import kernel_store
 from lmforge.quant.scratch import SCRATCH_MIN_BYTES
-from lmforge.utils.timing import Elsewhere, alternating
 
 FRESH_MAP_BYTES = 32 << 20  # glibc's largest mmap threshold on 64-bit: blocks this large are mapped afresh
 ROUTES = ("onednn", "scratch")
@@ -53,16 +52,15 @@ def route(x: torch.Tensor, out_features: int, calls: dict, how: tuple = ()) -> s
 
 
 def _choose(key: tuple, calls: dict) -> str:
-    """The route written down for `key` on this machine, else the faster of calls' over alternating
-    rounds (each its fastest round: a burst of load from elsewhere must not decide), written down."""
+    """The route written down for `key` on this machine, else the faster of calls' measured now, written
+    down (kernel_store.settle_fastest)."""
     stored = (*key, "+".join(ROUTES))
     known = kernel_store.recall(stored)
     if known in ROUTES:
         return known
-    with Elsewhere() as elsewhere:
-        times = TIMINGS[key] = alternating(calls, rounds=3, pick=min)
     # an entry naming no route (a hand edit, a later lmforge's) is replaced, not kept and run as oneDNN's
-    return kernel_store.settle(stored, min(times, key=times.get), stale=known, elsewhere=elsewhere)
+    chosen, TIMINGS[key] = kernel_store.settle_fastest(stored, calls, rounds=3, stale=known)
+    return chosen
 
 
 def choices() -> list:

@@ -28,7 +28,6 @@ from lmforge.quant.engines import U8, VNNI
 from lmforge.quant.int8 import COLD, Int8Linear, agrees, bucket_of
 from lmforge.quant.isa import activation_bits
 from lmforge.utils.hooks import hooked
-from lmforge.utils.timing import Elsewhere, alternating
 
 FUSED = {F.relu: "relu", F.gelu: "gelu"}  # the activations act_quantise_rows computes (native.ACTIVATIONS)
 ROUTES = ("fused", "plain")
@@ -106,9 +105,7 @@ def _choose(ffn, key: tuple, rows: torch.Tensor) -> str:
     if known == "fused":
         return known
     calls = {"plain": plain, "fused": lambda: fused(ffn, rows)}
-    with Elsewhere() as elsewhere:
-        times = TIMINGS[key] = alternating(calls, rounds=5, pick=min)
-    route = kernel_store.settle(stored, min(times, key=times.get), stale=known, elsewhere=elsewhere)
+    route, TIMINGS[key] = kernel_store.settle_fastest(stored, calls, rounds=5, stale=known)
     if route == "plain":
         _release(ffn, rows.shape[0])
     return route

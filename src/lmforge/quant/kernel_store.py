@@ -28,6 +28,7 @@ from pathlib import Path
 
 from lmforge.quant.isa import machine
 from lmforge.utils.atomic import atomic_write_text
+from lmforge.utils.timing import Elsewhere, alternating
 
 ENV = "LMFORGE_INT8_KERNELS"
 NAME = "int8_kernels.json"
@@ -128,6 +129,14 @@ def settle(key: tuple, measured: str, stale: str | None = None, elsewhere=None) 
         _say_once(path, f"int8 kernel choices not kept ({err.strerror or err}); set {ENV}=off or a "
                         "writable file")
         return measured
+
+
+def settle_fastest(key: tuple, calls: dict, rounds: int, stale: str | None = None) -> tuple:
+    """(the fastest of calls (name -> call) over alternating rounds, each its fastest round so that a burst
+    of load from elsewhere does not decide, written down for `key` as `settle` does; {name: seconds})."""
+    with Elsewhere() as elsewhere:
+        times = alternating(calls, rounds=rounds, pick=min)
+    return settle(key, min(times, key=times.get), stale=stale, elsewhere=elsewhere), times
 
 
 def _lock_file(path: Path):

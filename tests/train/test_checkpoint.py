@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from lmforge.train import Trainer
-from lmforge.train.checkpoint import CheckpointCorrupt, checkpoints, read_checkpoint, save_checkpoint
+from lmforge.train.checkpoint import (
+    CheckpointCorrupt,
+    checkpoints,
+    latest_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
 from tests.train.helpers import mlm_objective, quick, toy_data
 
 
@@ -38,6 +44,23 @@ def test_a_damaged_or_non_object_trainer_json_is_refused_naming_it_in_one_line(t
     trainer = Trainer(mlm_objective(), toy_data(8), quick(steps=4), tmp_path, log=lambda line: None)
     with pytest.raises(CheckpointCorrupt, match=rf"no usable .*step-0000002: trainer.json {re.escape(said)}"):
         trainer.resume()
+
+
+@pytest.mark.parametrize("steps", [2, 4])
+def test_a_corrupt_checkpoint_says_falling_back_only_where_an_older_one_is_left(tmp_path, steps):
+    """One checkpoint, or two both damaged: the oldest's warning said "falling back to the previous
+    checkpoint" when there was none; it says there is none, and the CheckpointCorrupt follows."""
+    Trainer(mlm_objective(), toy_data(8), quick(steps=steps, save_every=2, keep_last=3), tmp_path).fit()
+    found = checkpoints(tmp_path / "checkpoints")
+    assert len(found) == steps // 2
+    for step in found:
+        (step / "model.safetensors").write_bytes((step / "model.safetensors").read_bytes()[:100])
+    warned = []
+    with pytest.raises(CheckpointCorrupt, match="no usable checkpoint"):
+        latest_checkpoint(tmp_path / "checkpoints", warn=warned.append)
+    assert len(warned) == len(found) and all(w.startswith("warning: checkpoint ") for w in warned)
+    assert all(w.endswith("; falling back to the previous checkpoint") for w in warned[:-1])
+    assert found[0].name in warned[-1] and warned[-1].endswith("; no older one to fall back to")
 
 
 def test_checkpoints_are_ordered_by_step_number_so_keep_last_keeps_the_newest(tmp_path):

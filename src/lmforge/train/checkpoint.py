@@ -342,11 +342,12 @@ def latest_checkpoint(root: Path, warn=print):
     warning; None if there is no checkpoint; CheckpointCorrupt if there are some but none is usable
     (a resume must not silently start over on top of them)."""
     found, newest = checkpoints(root), None
-    for path in reversed(found):
+    for left, path in reversed(list(enumerate(found))):  # left: how many older ones remain
         try:
             return (path, *read_checkpoint(path, warn))
-        except CheckpointCorrupt as err:
-            warn(f"warning: {err}; falling back to the previous checkpoint")
+        except CheckpointCorrupt as err:  # say a fall-back only where there is one to fall back to
+            then = "falling back to the previous checkpoint" if left else "no older one to fall back to"
+            warn(f"warning: {err}; {then}")
             newest = newest or err
     if found:  # the error names what is wrong with the newest: the warnings may go where the error does not
         raise CheckpointCorrupt(f"no usable checkpoint in {root} ({len(found)} damaged; the newest: "

@@ -12,7 +12,7 @@ from pathlib import Path
 from lmforge.cli.common import (SEED, UsageError, bounded, flag_values, integer, not_a_link,
                                 option_flags, parse_overrides, read_config_file, refuse_overwrite,
                                 resolve_config, said)
-from lmforge.io import CheckpointError
+from lmforge.io import CheckpointError, model_dir
 from lmforge.io import load as load_model
 from lmforge.io.native import FORMAT, read_meta
 from lmforge.presets import PRESETS
@@ -69,6 +69,8 @@ def cmd_convert(args) -> None:
     """Read an lmforge or Hugging Face directory and write it, with its tokenizer, in the other (or the
     same) format: into a fresh folder beside DST that then replaces DST, so nothing old stays."""
     src, dst = Path(args.src), Path(args.dst)
+    if not src.is_dir():  # an installed model's name: its package's folder, whose tokenizer travels too
+        src = model_dir(src) or src  # (read by name alone, the model came without it); else load's error
     check_destination(src, dst, args.force)
     src = inside_job_folder(src)  # a job's --out folder: the model it wrote, whose files travel with it
     model = load_source(src)

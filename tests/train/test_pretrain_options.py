@@ -360,3 +360,23 @@ def test_jsonl_data_without_the_text_field_is_refused_alike_on_both_faces_before
         pretrain("mlm", tmp_path / "o", TrainConfig(steps=1), preset="bert-tiny", data=[str(data)],
                  read=ReadOptions(text_field="body"))
     assert len(built) == 1
+
+
+def test_the_command_line_asks_pretrains_one_check_of_the_text_field_once(capsys, tmp_path, monkeypatch):
+    """`lmforge pretrain --data` checked the field itself, then pretrain() checked it again: one request,
+    one check (pretrain()'s), said on the command line naming --data and --text-field, exit status 2."""
+    from lmforge.data import text_field
+
+    data, asked = tmp_path / "c.jsonl", []
+    data.write_text('{"body": "the cat sat"}\n')
+    checked = text_field.missing_everywhere
+    monkeypatch.setattr(text_field, "missing_everywhere", lambda *a: asked.append(a) or checked(*a))
+    monkeypatch.setattr(pretrain_module, "_checked_config", lambda *a: pytest.fail("built before refusing"))
+    said = refused_on_the_command_line(capsys, cli(tmp_path / "o", "--data", str(data)))
+    assert said.endswith(f"error: --data {data}: no record has a string \"text\" field (its records' "
+                         "fields: body): give --text-field, the field that holds the text")
+    assert len(asked) == 1
+    monkeypatch.setattr(pretrain_module, "_checked_config", lambda *a: asked.append("built") or 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # the field named: checked once, then the model is built
+        main(cli(tmp_path / "o", "--data", str(data), "--text-field", "body"))
+    assert len(asked) == 3 and asked[-1] == "built"

@@ -8,7 +8,7 @@ from pathlib import Path
 from lmforge import objectives
 from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_values, from_flags,
                                 option_flags, parse_overrides, read_config_file, refuse_nested,
-                                refuse_overwrite, said, text_field, tokenizer_folder, train_config)
+                                refuse_overwrite, said, tokenizer_folder, train_config)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
@@ -59,6 +59,7 @@ def check_vocabulary(model: dict, tokenizer, source) -> None:
 
 def cmd_pretrain(args) -> None:
     """Pretrain with an objective; metrics, checkpoints, plots and DIR/final under --out."""
+    from lmforge.data.text_field import NoTextField
     from lmforge.tokenizer import load_tokenizer
     from lmforge.train.pretrain import pretrain
 
@@ -86,15 +87,16 @@ def cmd_pretrain(args) -> None:
         raise UsageError(f"{flag} says how --data files are read: give --data")
     read = from_flags(lambda found: ReadOptions(**found), read) if read else None
     tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
-    # the data's text field, checked before the model is loaded
-    text_field("--data", args.data, "give --text-field, the field that holds the text", read)
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None
     check_vocabulary(model, tokenizer, source)
     inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=teacher, data=args.data,
                             tokenizer=tokenizer, overrides=model, resume=args.resume, read=read)
-    pretrain(args.objective, args.out, train, recipe, inputs)
+    try:
+        pretrain(args.objective, args.out, train, recipe, inputs)
+    except NoTextField as err:  # pretrain()'s one check of the data's field, said with the flags naming it
+        raise UsageError(f"--data {err.missing}: give --text-field, the field that holds the text") from None
     print(f"wrote {Path(args.out) / 'final'}")
 
 

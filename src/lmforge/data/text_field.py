@@ -48,10 +48,19 @@ def missing_everywhere(files, options: ReadOptions | None = None) -> str | None:
     return said[0] if said and all(said) else None
 
 
+class NoTextField(OptionsError):
+    """JSONL data none of whose records has the text field; `.missing` says the file and its records'
+    fields without the hint, for a face that names the field its own way (a command line: its flags)."""
+
+    def __init__(self, missing: str, hint: str = HINT) -> None:
+        super().__init__(f"{missing}: {hint}", "text_field")
+        self.missing = missing
+
+
 def check_text_field(files, options: ReadOptions | None = None, hint: str = HINT) -> None:
-    """An OptionsError naming the file, its records' fields and text_field where every one of `files` lacks
-    the text field (missing_everywhere), with `hint` (how the caller names the field). The one check, before
-    any model or tokenizer is loaded: pretrain()'s and the command line's (which says its flag)."""
+    """A NoTextField (an OptionsError) naming the file, its records' fields and text_field where every one
+    of `files` lacks the text field (missing_everywhere), with `hint` (how the caller names the field). The
+    one check, before any model is built: pretrain()'s (which `lmforge pretrain` says with its flags)."""
     missing = missing_everywhere(files, options)
     if missing:
-        raise OptionsError(f"{missing}: {hint}", "text_field")
+        raise NoTextField(missing, hint)

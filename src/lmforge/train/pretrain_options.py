@@ -113,7 +113,8 @@ def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
     """An OptionsError naming a recipe option the run would not read or `spec` refuses: an objective option
     it does not take or out of its range (objectives.keywords), duplication with an objective that draws no
     corruption (clm, bilm: each copy of an example would be the same), n_docs beside data; text_field where
-    no record of the JSONL data has it (the command line's check), before any model is built."""
+    no record of the JSONL data has it (NoTextField, the command line's check too), before any model is
+    built."""
     from lmforge.data.text_field import check_text_field
     from lmforge.objectives.base import Objective
     from lmforge.objectives.keywords import check_keywords

@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pytest
@@ -375,3 +376,33 @@ def test_an_interrupted_run_leaves_no_temporary_file(corpus_dir, tokenizer_dir, 
     with pytest.raises(KeyboardInterrupt):
         shard_corpus(_files(corpus_dir), tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
     assert not list(out.glob("*.tmp")) and (out / "shard-00000.bin").is_file()
+
+
+def test_an_input_changed_at_the_same_size_and_time_is_never_resumed(corpus_dir, tokenizer_dir, tmp_path,
+                                                                      monkeypatch):
+    source, out, real = tmp_path / "a.txt", tmp_path / "s", shards.write_shard
+    source.write_bytes((corpus_dir / "a.txt").read_bytes())
+
+    def interrupted(job):
+        if job["name"] == "shard-00001":
+            raise KeyboardInterrupt
+        return real(job)
+
+    monkeypatch.setattr(shards, "write_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        shard_corpus([source], tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
+    monkeypatch.setattr(shards, "write_shard", real)
+    was, stat = _snapshot(out), source.stat()
+    text = source.read_bytes()  # shard-00000's bytes edited, the size and the time as they were
+    source.write_bytes(text.replace(b"e", b"o", 1))
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(ValueError, match=f"{source} changed since: its bytes, at the same size and time"):
+        shard_corpus([source], tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
+    assert _snapshot(out) == was  # nothing kept or written from the other bytes
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["inputs"][0]["sha256"]  # a folder written before the checksums were kept: not told unchanged
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    source.write_bytes(text)
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(ValueError, match=f"whether {source} changed since cannot be told"):
+        shard_corpus([source], tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)

@@ -1,9 +1,11 @@
 """What a shard run is given and where it may write: a tokenizer and read options of their types, an output
 folder apart from its inputs, and never over a folder of the user's that carries a name the run writes
-(its `tokenizer/` is replaced whole), and the plan: where its inputs are cut into shards."""
+(its `tokenizer/` is replaced whole), the plan: where its inputs are cut into shards, and the inputs'
+checksums that a resume matches beside their sizes and times."""
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lmforge.config.options import OptionsError
@@ -11,6 +13,7 @@ from lmforge.data.corpus import CHUNK, ReadOptions, expand_files, open_binary
 from lmforge.data.openers import COMPRESSED_FILES
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.wrapper import SAVED_FILES, SUMS_FILE, Tokenizer
+from lmforge.utils import checksum
 from lmforge.utils.atomic import UnsafePath, overlap, writes_over
 
 
@@ -106,3 +109,26 @@ def plan(files: list, opts: ReadOptions, shard_bytes: int) -> list:
         for start, end in split_points(path, opts, shard_bytes):
             jobs.append({"name": f"shard-{len(jobs):05d}", "input": i, "start": start, "end": end})
     return jobs
+
+
+def input_sums(files: list) -> list:
+    """sha256 of each input file's bytes as stored (a compressed one's too), several files at once."""
+    # hashlib releases the GIL on large blocks: threads read and hash files side by side
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        return list(pool.map(checksum.sha256, files))
+
+
+def check_input_sums(out: Path, recorded: list, files: list) -> None:
+    """ValueError naming the first input whose bytes differ from the checksum `recorded` (the manifest's
+    inputs) at the same size and time; one recorded without a checksum (written before they were kept)
+    cannot be told unchanged, and is refused too."""
+    # size and time alone miss a file rewritten within the clock's tick or its time set back (touch -r):
+    # the recorded shards would be kept beside new ones cut from other bytes, a silently wrong corpus
+    for entry, path, got in zip(recorded, files, input_sums(files)):
+        want = entry.get("sha256")
+        if not isinstance(want, str):
+            raise ValueError(f"{out} holds shards written before their inputs' checksums were recorded: "
+                             f"whether {entry['path']} changed since cannot be told; use another --out")
+        if got != want:
+            raise ValueError(f"{out} holds shards of other inputs, options or tokenizer ({entry['path']} "
+                             f"changed since: its bytes, at the same size and time); use another --out")

@@ -3,7 +3,7 @@
 A shard directory holds
 
     manifest.json        format/version, the tokenizer (sha256 of its tokenizer.json, vocab size),
-                         dtype, read options, the inputs (path, size, mtime), and per shard: its
+                         dtype, read options, the inputs (path, size, mtime, sha256), and per shard: its
                          input and byte range, done, documents/sentences/tokens, sha256 of each file
     tokenizer/           the tokenizer the ids come from (the directory is self-contained)
     shard-00000.bin      token ids, little-endian uint16 when the vocabulary fits 65536 ids, else uint32
@@ -16,8 +16,9 @@ A shard is one input file, or one byte range of a large uncompressed file cut at
 document start (`shard_bytes`), so the plan depends on the inputs and options only.
 Shards are written by `workers` processes, each shard by one worker into temporary
 files renamed when complete; the parent records a finished shard in the manifest
-(atomically) as it arrives. A rerun with the same inputs skips recorded shards whose
-files are intact and redoes the others; any number of workers gives the same bytes.
+(atomically) as it arrives. A rerun with the same inputs (size and time, then their bytes' sha256:
+each input is read once more, cheap beside tokenising it) skips recorded shards whose files are
+intact and redoes the others; any number of workers gives the same bytes.
 Opening a complete shard directory (`read_manifest`, hence every training run) checks each
 file's size against its counts and its sha256 against the manifest, once per file per process.
 """
@@ -40,7 +41,8 @@ from lmforge.config.options import checked_argument
 from lmforge.data.corpus import SHARD_FORMAT, CorpusWarning, ReadOptions, read_range
 from lmforge.data.shard_oov import (OOV_SUFFIXES, PAIR, encode_documents, keeps_spellings, oov_records,
                                     sentence_parts)
-from lmforge.data.shard_out import plan, run_settings, shard_inputs, split_points  # noqa: F401 (shards.*)
+from lmforge.data.shard_out import (check_input_sums, input_sums, plan, run_settings, shard_inputs,
+                                    split_points)  # noqa: F401 (shards.*)
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
@@ -278,10 +280,15 @@ def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -
     header = _header(files, tokenizer, hashlib.sha256(text.encode()).hexdigest(), opts, shard_bytes)
     if (out / "manifest.json").is_file():
         manifest = read_manifest(out, check=False)  # damaged shards are redone, not refused
-        if {k: manifest.get(k) for k in header} != header:
+        recorded = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
+        stated = {**manifest, "inputs": [{k: v for k, v in i.items() if k != "sha256"} if isinstance(i, dict)
+                                         else i for i in recorded]}  # size and time first: no file read
+        if {k: stated.get(k) for k in header} != header:
             raise ValueError(f"{out} holds shards of other inputs, options or tokenizer "
-                             f"({_changed(manifest, header)}); use another --out")
+                             f"({_changed(stated, header)}); use another --out")
+        check_input_sums(out, recorded, files)
         return manifest
+    header["inputs"] = [{**i, "sha256": s} for i, s in zip(header["inputs"], input_sums(files))]
     replace_dir(out / "tokenizer", tokenizer.save)  # whole, and a link there replaced, never written through
     manifest = {**header, "shards": [{**job, "done": False} for job in plan(files, opts, shard_bytes)],
                 "complete": False}

@@ -111,6 +111,7 @@ def cmd_serve(args) -> None:
     import uvicorn
 
     from lmforge.serve import create_app, load_served
+    from lmforge.serve.limits import HEAD_BYTES
     from lmforge.serve.worker import bound_memory
 
     threads = args.threads or len(os.sched_getaffinity(0))
@@ -130,8 +131,10 @@ def cmd_serve(args) -> None:
     print(f"lmforge serve: http://{host}:{port} ({', '.join(models)}; {server.n_workers} worker(s), "
           f"threads {'+'.join(map(str, server.worker_threads))}; malloc {malloc}; page /, docs /docs)",
           flush=True)
+    # h11 (not httptools, if installed) with room for a head over the app's bounds: app.Guard refuses it
+    # in JSON, where h11's own limit would answer a plain-text 400 (limits.HEAD_BYTES)
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=args.graceful_timeout,
-                            access_log=args.access_log)
+                            access_log=args.access_log, http="h11", h11_max_incomplete_event_size=HEAD_BYTES)
     # after a drain, uvicorn raises the signal that stopped it again: the exit status says SIGTERM
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -28,7 +28,7 @@ from lmforge.config.options import OptionsError
 from lmforge.serve import feature_routes, page, rerank_routes, routes, streaming
 from lmforge.serve.body import Pending, Share, checked_body, header_map
 from lmforge.serve.jobs import Job, JobQueue
-from lmforge.serve.limits import Admission, Limits, RequestError, server_error
+from lmforge.serve.limits import Admission, Limits, RequestError, check_head, server_error
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled, Worker, bound_memory
@@ -193,11 +193,12 @@ def default_workers(models: dict, threads: int) -> int:
 
 
 class Guard:
-    """ASGI middleware: an API route's query checked (422 naming a parameter it does not read: POST routes
-    read none), the body read and checked here first (body.py: 413 past max_body_bytes, before it
-    is read where Content-Length says so; 413 past max_json_depth; 422 for text that is not Unicode), HEAD
-    on a GET route answered as GET without its body (FastAPI's routes answer GET alone: HEAD /health was a
-    405), and each request's count and latency by route, a 500 too."""
+    """ASGI middleware: the request's URL and headers bounded (limits.check_head: 414, 431), an API route's
+    query checked (422 naming a parameter it does not read: POST routes read none), the body read and
+    checked here first (body.py: 413 past max_body_bytes, before it is read where Content-Length says so;
+    413 past max_json_depth; 422 for text that is not Unicode), HEAD on a GET route answered as GET without
+    its body (FastAPI's routes answer GET alone: HEAD /health was a 405), and each request's count and
+    latency by route, a 500 too."""
 
     def __init__(self, app, server: Server) -> None:
         self.app, self.server = app, server
@@ -211,6 +212,7 @@ class Guard:
             scope, send = {**scope, "method": "GET"}, _no_body(send)
         share = Share(self.server.pending)  # its body's bytes, held until it is answered
         try:
+            check_head(scope)  # a URL or headers longer than the server reads: 414 / 431 naming them
             if scope["path"] in self.server.queries:  # a query parameter no route reads is not ignored unsaid
                 routes.check_query(scope.get("query_string", b""), self.server.queries[scope["path"]])
             headers = header_map(scope.get("headers") or [])

@@ -71,6 +71,30 @@ HEAD_CHARS = 8  # characters a token per max_input_tokens read first (English ru
 
 MAX_MESSAGE, MAX_PARAM = 1000, 200  # characters of an error's message and param (longer: cut in the middle)
 
+# A request's head, refused by the app in its JSON shape: 414 past MAX_URL_BYTES (GET /attention's text
+# rides in the query: 32 KiB holds thousands of tokens, percent-encoded), 431 past MAX_HEADER_BYTES (a
+# browser's cookies for localhost are shared by every local app). h11 buffers an incomplete head up to
+# HEAD_BYTES and answers past it with a plain-text 400 the app never sees; it is set (cli.serve) above
+# both bounds together, so a head over either reaches the app and gets its JSON refusal. Its own default,
+# 16 KiB, bound only a head that arrived in pieces: 100 kB sent at once on loopback was read whole.
+MAX_URL_BYTES, MAX_HEADER_BYTES = 32 << 10, 32 << 10
+HEAD_BYTES = 96 << 10  # h11_max_incomplete_event_size: each connection's buffer of a head not yet whole
+
+
+def check_head(scope: dict) -> None:
+    """414 naming url for a path and query of more than MAX_URL_BYTES bytes; 431 naming headers for headers
+    of more than MAX_HEADER_BYTES, each counted as sent ("name: value" and its line end)."""
+    query = scope.get("query_string") or b""
+    url = len(scope.get("raw_path") or scope["path"].encode()) + (len(query) + 1 if query else 0)
+    if url > MAX_URL_BYTES:
+        raise RequestError(414, f"the URL (path and query) is {url} bytes, more than the server reads "
+                           f"({MAX_URL_BYTES}); send a long text in a POST route's body", param="url",
+                           kind="limit_exceeded")
+    headers = sum(len(name) + len(value) + 4 for name, value in scope.get("headers") or ())
+    if headers > MAX_HEADER_BYTES:
+        raise RequestError(431, f"the headers are {headers} bytes, more than the server reads "
+                           f"({MAX_HEADER_BYTES})", param="headers", kind="limit_exceeded")
+
 
 def elided(text: str | None, most: int) -> str | None:
     """`text` of at most about `most` characters: its head and tail, the middle left out (a client's 1 MB

@@ -380,3 +380,17 @@ def test_the_command_line_asks_pretrains_one_check_of_the_text_field_once(capsys
     with pytest.raises(ZeroDivisionError):  # the field named: checked once, then the model is built
         main(cli(tmp_path / "o", "--data", str(data), "--text-field", "body"))
     assert len(asked) == 3 and asked[-1] == "built"
+
+
+def test_a_no_text_field_error_copied_or_pickled_says_what_it_said():
+    """NoTextField was rebuilt from its message as if that were `.missing`: a copy (or a worker's error,
+    pickled) said the hint twice."""
+    import copy
+    import pickle
+
+    from lmforge.data.text_field import NoTextField
+
+    err = NoTextField("c.jsonl: no record has a string \"text\" field", "give it")
+    for again in (copy.copy(err), pickle.loads(pickle.dumps(err))):
+        assert (type(again), str(again), again.missing, again.field) == (NoTextField, str(err), err.missing,
+                                                                         "text_field")

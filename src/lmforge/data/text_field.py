@@ -54,7 +54,10 @@ class NoTextField(OptionsError):
 
     def __init__(self, missing: str, hint: str = HINT) -> None:
         super().__init__(f"{missing}: {hint}", "text_field")
-        self.missing = missing
+        self.missing, self.hint = missing, hint
+
+    def __reduce__(self):  # copied or pickled from its parts: from its message, the hint was said twice
+        return type(self), (self.missing, self.hint)
 
 
 def check_text_field(files, options: ReadOptions | None = None, hint: str = HINT) -> None:

@@ -1,5 +1,4 @@
 import json
-import os
 
 import numpy as np
 import pytest
@@ -14,27 +13,15 @@ from lmforge.data.shards import ShardError, shard_corpus, token_dtype, verify
 from lmforge.data.stream import ShardCorpus
 from lmforge.train.pretrain import read_documents, tokenize_documents
 from lmforge.tokenizer import Tokenizer, load_tokenizer
-
-FILES = ("a.txt", "b.jsonl.gz", "c.txt")
-
-
-def _files(corpus_dir):
-    return [corpus_dir / f for f in FILES]
-
-
-def _snapshot(out):
-    """Every shard file's bytes and the manifest's shard entries."""
-    manifest = json.loads((out / "manifest.json").read_text())
-    files = {p.name: p.read_bytes() for p in sorted(out.glob("shard-*"))}
-    return files, manifest["shards"]
+from tests.data.shard_cases import shard_inputs, snapshot
 
 
 def test_round_trip_equals_tokenizing_directly(corpus_dir, tokenizer_dir, tmp_path):
-    manifest = shard_corpus(_files(corpus_dir), tokenizer_dir, tmp_path / "s", shard_bytes=20_000,
+    manifest = shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, tmp_path / "s", shard_bytes=20_000,
                             log=lambda m: None)
     assert manifest["dtype"] == "uint16" and manifest["complete"] and len(manifest["shards"]) > 4
     corpus = ShardCorpus(tmp_path / "s")
-    direct = tokenize_documents(load_tokenizer(tokenizer_dir), read_documents(_files(corpus_dir)))
+    direct = tokenize_documents(load_tokenizer(tokenizer_dir), read_documents(shard_inputs(corpus_dir)))
     assert len(corpus) == len(direct) == manifest["totals"]["documents"]
     assert [corpus.document(i) for i in range(len(corpus))] == direct
     assert corpus.n_tokens == sum(len(s) for d in direct for s in d) == manifest["totals"]["tokens"]
@@ -57,46 +44,9 @@ def test_uint32_when_the_vocabulary_passes_65536_ids(tmp_path):
 
 def test_one_or_two_workers_write_the_same_shards(corpus_dir, tokenizer_dir, tmp_path):
     for n in (1, 2):
-        shard_corpus(_files(corpus_dir), tokenizer_dir, tmp_path / str(n), workers=n, shard_bytes=20_000,
-                     log=lambda m: None)
-    assert _snapshot(tmp_path / "1") == _snapshot(tmp_path / "2")
-
-
-def test_resume_after_an_interruption_redoes_only_unfinished_shards(corpus_dir, tokenizer_dir, tmp_path,
-                                                                     monkeypatch):
-    files, out, real = _files(corpus_dir), tmp_path / "s", shards.write_shard
-    shard_corpus(files, tokenizer_dir, tmp_path / "fresh", shard_bytes=20_000, log=lambda m: None)
-
-    def interrupted(job):
-        if job["name"] == "shard-00002":  # dies half-way: a partial temporary file is left
-            (out / "shard-00002.bin.tmp").write_bytes(b"\x01\x02\x03")
-            raise KeyboardInterrupt
-        return real(job)
-
-    monkeypatch.setattr(shards, "write_shard", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        shard_corpus(files, tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
-    recorded = json.loads((out / "manifest.json").read_text())
-    assert [s["done"] for s in recorded["shards"][:3]] == [True, True, False] and not recorded["complete"]
-    with pytest.raises(ValueError, match="unfinished"):
-        ShardCorpus(out)
-    (out / "shard-00001.sent").write_bytes(b"")  # a finished shard damaged since: redone as well
-    monkeypatch.setattr(shards, "write_shard", real)
-    redone = []
-    logged = []
-    monkeypatch.setattr(shards, "_run",
-                        lambda jobs, workers: (redone.append(j["name"]) or real(j) for j in jobs))
-    shard_corpus(files, tokenizer_dir, out, shard_bytes=20_000, log=logged.append)
-    assert redone[:2] == ["shard-00001", "shard-00002"] and "shard-00000" not in redone
-    assert logged[0].startswith("resuming: 1 of")
-    assert _snapshot(out) == _snapshot(tmp_path / "fresh") and not list(out.glob("*.tmp"))
-    (tmp_path / "other.txt").write_text("Something else.\n")
-    with pytest.raises(ValueError, match="other inputs"):
-        shard_corpus([tmp_path / "other.txt"], tokenizer_dir, out, log=lambda m: None)
-    shard_corpus([tmp_path / "other.txt"], tokenizer_dir, tmp_path / "o", log=lambda m: None)
-    (tmp_path / "other.txt").write_text("Something else again.\n")  # the input that changed is named
-    with pytest.raises(ValueError, match="other.txt is new or changed since"):
-        shard_corpus([tmp_path / "other.txt"], tokenizer_dir, tmp_path / "o", log=lambda m: None)
+        shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, tmp_path / str(n), workers=n,
+                     shard_bytes=20_000, log=lambda m: None)
+    assert snapshot(tmp_path / "1") == snapshot(tmp_path / "2")
 
 
 def test_cli_shards_and_reports_bad_input(corpus_dir, tokenizer_dir, tmp_path, capsys, monkeypatch):
@@ -310,7 +260,7 @@ def test_links_planted_in_out_are_replaced_never_written_through(corpus_dir, tok
     (target / "keep.txt").write_text("keep\n")
     (out / "tokenizer").symlink_to(target, target_is_directory=True)
     (out / "shard-00000.bin.tmp").symlink_to(target / "keep.txt")  # a temporary name a run writes
-    shard_corpus(_files(corpus_dir), tokenizer_dir, out, log=lambda m: None)
+    shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, out, log=lambda m: None)
     assert [p.name for p in target.iterdir()] == ["keep.txt"]
     assert (target / "keep.txt").read_text() == "keep\n"
     assert not (out / "tokenizer").is_symlink() and load_tokenizer(out / "tokenizer").vocab_size > 0
@@ -323,7 +273,7 @@ def test_a_link_as_the_output_folder_is_refused_before_any_work(corpus_dir, toke
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "s").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     with pytest.raises(UnsafePath, match="s: is a symbolic link"):
-        shard_corpus(_files(corpus_dir), tokenizer_dir, tmp_path / "s", log=lambda m: None)
+        shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, tmp_path / "s", log=lambda m: None)
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
@@ -361,48 +311,3 @@ def test_an_unfinished_manifest_naming_a_path_is_never_written_through(corpus_di
     assert not list(tmp_path.glob("escaped*"))
 
 
-def test_an_interrupted_run_leaves_no_temporary_file(corpus_dir, tokenizer_dir, tmp_path, monkeypatch):
-    """Ctrl-C with --workers 2 left the workers' half-written shard-NNNNN.*.tmp files in --out."""
-    out, real = tmp_path / "s", shards.write_shard
-
-    def interrupted(job):
-        if job["name"] == "shard-00001":  # dies half-way through its files
-            (out / "shard-00001.bin.tmp").write_bytes(b"\x01\x02")
-            (out / "shard-00001.sent.tmp").write_bytes(b"")
-            raise KeyboardInterrupt
-        return real(job)
-
-    monkeypatch.setattr(shards, "write_shard", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        shard_corpus(_files(corpus_dir), tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
-    assert not list(out.glob("*.tmp")) and (out / "shard-00000.bin").is_file()
-
-
-def test_an_input_changed_at_the_same_size_and_time_is_never_resumed(corpus_dir, tokenizer_dir, tmp_path,
-                                                                      monkeypatch):
-    source, out, real = tmp_path / "a.txt", tmp_path / "s", shards.write_shard
-    source.write_bytes((corpus_dir / "a.txt").read_bytes())
-
-    def interrupted(job):
-        if job["name"] == "shard-00001":
-            raise KeyboardInterrupt
-        return real(job)
-
-    monkeypatch.setattr(shards, "write_shard", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        shard_corpus([source], tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
-    monkeypatch.setattr(shards, "write_shard", real)
-    was, stat = _snapshot(out), source.stat()
-    text = source.read_bytes()  # shard-00000's bytes edited, the size and the time as they were
-    source.write_bytes(text.replace(b"e", b"o", 1))
-    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    with pytest.raises(ValueError, match=f"{source} changed since: its bytes, at the same size and time"):
-        shard_corpus([source], tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
-    assert _snapshot(out) == was  # nothing kept or written from the other bytes
-    manifest = json.loads((out / "manifest.json").read_text())
-    del manifest["inputs"][0]["sha256"]  # a folder written before the checksums were kept: not told unchanged
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    source.write_bytes(text)
-    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    with pytest.raises(ValueError, match=f"whether {source} changed since cannot be told"):
-        shard_corpus([source], tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)

@@ -6,13 +6,8 @@ import pytest
 import torch
 
 from lmforge.train import Trainer
-from lmforge.train.checkpoint import (
-    CheckpointCorrupt,
-    checkpoints,
-    latest_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-)
+from lmforge.train.checkpoint import (CheckpointCorrupt, checkpoints, latest_checkpoint, read_checkpoint,
+                                      save_checkpoint)
 from tests.train.helpers import mlm_objective, quick, toy_data
 
 

@@ -57,6 +57,15 @@ def check_vocabulary(model: dict, tokenizer, source) -> None:
                          f"ids): the embeddings follow the tokenizer; drop vocab_size=")
 
 
+def read_options(args) -> ReadOptions | None:
+    """How --data's files are read (as `corpus shard` reads them), from their flags; None: the defaults."""
+    read = flag_values(args, ReadOptions)
+    if read and not args.data:
+        flag = "--" + next(iter(read)).replace("_", "-")
+        raise UsageError(f"{flag} says how --data files are read: give --data")
+    return from_flags(lambda found: ReadOptions(**found), read) if read else None
+
+
 def cmd_pretrain(args) -> None:
     """Pretrain with an objective; metrics, checkpoints, plots and DIR/final under --out."""
     from lmforge.data.text_field import NoTextField
@@ -81,11 +90,7 @@ def cmd_pretrain(args) -> None:
     if unknown:  # neither a training, a recipe nor a model option: the model's list alone would mislead
         raise UsageError(f"unknown option(s) {unknown}: neither training options, recipe options nor model "
                          f"config fields (`lmforge options pretrain` lists them all)")
-    read = flag_values(args, ReadOptions)  # how --data's files are read, as `corpus shard` reads them
-    if read and not args.data:
-        flag = "--" + next(iter(read)).replace("_", "-")
-        raise UsageError(f"{flag} says how --data files are read: give --data")
-    read = from_flags(lambda found: ReadOptions(**found), read) if read else None
+    read = read_options(args)
     tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
     teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer

@@ -279,3 +279,25 @@ def test_a_sentence_cut_to_max_len_is_counted_and_one_that_fits_is_not(builtin):
     task.max_len = 4  # its last words unread, tagged "O" unless said
     task.encode_all(records)
     assert task.cut == 1 and len(records[0]["words"]) > 2
+
+
+def test_unread_words_are_counted_and_said_with_how_they_score(builtin, minilm):
+    """A word past the cut (or with no tokens) is said: how many, and that scoring takes it for a missed O."""
+    records, tok = builtin[0]["train"][:1], builtin[1]
+    task = tiny_tagger(tok, tag_set(records), max_len=4)
+    task.encode_all(records)
+    lines: list = []
+    task.say_cut(1, "evaluated", lines.append)
+    n = len(records[0]["words"]) - len({w for w in task.encode(records[0])[0]["word_ids"] if w >= 0})
+    assert n > 0 and len(lines) == 2 and lines[1].startswith(f"{n} words of the 1 evaluated records")
+    assert "scored as tagged O (a gold entity there counts as missed)" in lines[1]
+    task.say_cut(1, "training", lines.append)
+    assert lines[-1].endswith("they are not learned from")
+    # a lone combining accent has no WordPiece token (accents are stripped): not cut, yet unread and said
+    task = tiny_tagger(minilm, ["O"], max_len=64)
+    task.encode_all([{"words": ["Peter", "\u0301", "visited"], "tags": ["O", "O", "O"]}])
+    lines = []
+    task.say_cut(1, "evaluated", lines.append)
+    assert task.cut == 0 and task.unread == 1 and lines[0].startswith("1 words of the 1 evaluated")
+    task.encode_all([{"words": ["Peter", "visited"], "tags": ["O", "O"]}])
+    assert task.unread == 0

@@ -5,7 +5,8 @@ A word may split into several pieces; its tag goes on the first piece and the ot
 carry IGNORE (no loss, no prediction), as BERT does for CoNLL-2003 — or, with
 `label_all=True`, on every piece (a continuation piece of a B-X word gets I-X). A
 prediction is read back off each word's first piece, so `decode` gives exactly one tag per
-word; a word cut off by truncation (or one the tokenizer drops) is tagged "O".
+word; a word cut off by truncation (or one the tokenizer drops) is predicted None (null), scored as
+tagged "O" (its gold entity is missed), and counted and said by say_cut.
 
 Words are joined with single spaces and encoded as plain text, so the model sees the text
 as it saw it in pretraining (byte-level BPE keeps its leading-space pieces); the pieces
@@ -19,6 +20,8 @@ alone, the metric of those benchmarks.
 from __future__ import annotations
 
 import os
+import sys
+from functools import partial
 from pathlib import Path
 
 import torch.nn.functional as F
@@ -213,6 +216,7 @@ class TaggingTask(Task):
     options = ("label_all",)
     head = "token-classification"
     meta_keys = ("word_ids",)
+    unread = 0  # words of the last encode_all that no token reads: cut past max_len, or no pieces (say_cut)
 
     def __init__(self, model, tokenizer, labels: list | None = None, max_len: int = 128,
                  label_all: bool = False) -> None:
@@ -238,7 +242,24 @@ class TaggingTask(Task):
         example = align(self.tokenizer, words, tags, self.labels, self.max_len, self.label_all)
         if len(example["input_ids"]) >= self.max_len and len(words) - 1 not in example["word_ids"]:
             self._was_cut = True  # its last words unread: tagged "O" (encode_all counts it)
+        self.unread += len(words) - len({w for w in example["word_ids"] if w >= 0})
         return [example]
+
+    def encode_all(self, records: list) -> list:
+        """The base's examples; `unread` counts the words that no token reads (past max_len, or no pieces)."""
+        self.unread = 0
+        return super().encode_all(records)
+
+    def say_cut(self, n: int, what: str, log=None) -> None:
+        """The base's line on cut records, and one on the words left unread and how they count: the
+        base's line alone did not say that a gold entity past the cut is scored as missed."""
+        super().say_cut(n, what, log)
+        if self.unread:
+            how = ("are not learned from" if what == "training" else
+                   "are predicted null and scored as tagged O (a gold entity there counts as missed)")
+            (log or partial(print, file=sys.stderr))(
+                f"{self.unread} words of the {n} {what} records are not read by the model (past "
+                f"max_len={self.max_len} tokens, or no tokens for them): they {how}")
 
     def logits(self, batch: dict):
         """(B, T, n_labels) tag scores of a padded batch."""

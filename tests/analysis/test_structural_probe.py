@@ -9,6 +9,7 @@ from lmforge.analysis.probe_fit import FitConfig
 from lmforge.analysis.structural_probe import (Sentences, StructuralProbe, mst_edges, right_branching_uuas,
                                                root_accuracy, spearman_by_length, structural_loss,
                                                train_structural, tree_depths, tree_distances, uuas)
+from lmforge.data.conllu import read_conllu
 from lmforge.data.treebank import treebank
 
 # "the old dog near the house runs ." : the->dog, old->dog, dog->runs, near->house, the->house,
@@ -50,6 +51,31 @@ def test_uuas_leaves_punctuation_out_and_counts_edges_over_the_corpus():
     predicted[0, 2] = predicted[2, 0] = 9.0  # the-dog now far apart: the MST attaches "the" elsewhere
     assert uuas([predicted], [HAND]) == pytest.approx(5 / 6)
     assert uuas([predicted, tree_distances(HAND["heads"])], [HAND, HAND]) == pytest.approx(11 / 12)
+
+
+def test_ptb_punctuation_tags_of_a_conllx_file_are_left_out_of_uuas_and_root_accuracy(tmp_path):
+    # "dogs bark , cats meow ." in CoNLL-X with PTB tags (Hewitt & Manning's data): the 4th column,
+    # read as upos, holds "," and "." rather than PUNCT. Gold heads: dogs->bark, bark root, ,->bark,
+    # cats->meow, meow->bark, .->bark.
+    tags, heads = ["NNS", "VBP", ",", "NNS", "VBP", "."], [2, 0, 2, 5, 2, 2]
+    lines = [f"{i}\t{w}\t_\t{t}\t{t}\t_\t{h}\tdep\t_\t_"
+             for i, (w, t, h) in enumerate(zip("dogs bark , cats meow .".split(), tags, heads), 1)]
+    (tmp_path / "s.conllx").write_text("\n".join(lines) + "\n\n")
+    [record] = read_conllu(tmp_path / "s.conllx")
+    # predicted: dogs-bark 1, cats-meow 1, ,-cats 1, .-meow 1, bark-meow 2, every other pair 5
+    d = torch.full((6, 6), 5.0).fill_diagonal_(0)
+    for i, j, v in [(0, 1, 1), (3, 4, 1), (2, 3, 1), (5, 4, 1), (1, 4, 2)]:
+        d[i, j] = d[j, i] = v
+    # punctuation out (the paper): MST of words 0, 1, 3, 4 = dogs-bark, cats-meow, bark-meow, all
+    # 3 gold edges between them found: 3/3
+    assert uuas([d], [record]) == 1.0
+    # punctuation in (every tag a word): MST of all six = the four 1-edges + bark-meow; of the 5 gold
+    # edges dogs-bark, cats-meow, bark-meow are found, ,-bark and .-bark are not: 3/5
+    as_words = {**record, "upos": ["X"] * 6}
+    assert uuas([d], [as_words]) == pytest.approx(3 / 5)
+    # root accuracy: "," is the shallowest word, "bark" the shallowest that is not punctuation
+    depth = torch.tensor([2.0, 1, 0, 2, 2, 3])
+    assert root_accuracy([depth], [record]) == 1.0 and root_accuracy([depth], [as_words]) == 0.0
 
 
 def test_minimum_spanning_tree_of_a_hand_matrix():

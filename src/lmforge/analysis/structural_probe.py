@@ -5,8 +5,8 @@ away from a layer's word vectors?
   that the squared distances match the tree distances d_T(i, j) (path lengths), with the L1 loss
   summed over pairs and divided by the sentence's length squared. Scored by UUAS (the minimum
   spanning tree of the predicted distances against the gold undirected edges, punctuation left
-  out) and DSpr (per word, the Spearman correlation of its predicted and gold distances to every
-  word, averaged over the sentences of each length 5-50, then over those lengths).
+  out: see words_scored) and DSpr (per word, the Spearman correlation of its predicted and gold
+  distances to every word, averaged over the sentences of each length 5-50, then over those lengths).
 - Depth probe: ||B h_i||^2 fit to the word's depth in the tree (L1, divided by the length).
   Scored by root accuracy (the shallowest non-punctuation word is the root) and NSpr (Spearman of
   predicted and gold depths per sentence, averaged the same way).
@@ -27,6 +27,10 @@ from torch import nn
 from lmforge.analysis.probe_fit import FitConfig, fit
 
 PUNCT = "PUNCT"
+# the tags Hewitt & Manning's code (reporter.py, prims_matrix_to_edges / get_nopunct_argmin) leaves out
+# of UUAS and root accuracy: PTB tags, which a CoNLL-X file (their PTB data) holds in the 4th column,
+# read as "upos"; UD's PUNCT covers the same tokens in a CoNLL-U file. $ and # (UD: SYM) stay in, as there
+PUNCT_TAGS = frozenset({PUNCT, "''", ",", ".", ":", "``", "-LRB-", "-RRB-"})
 SPEARMAN_LENGTHS = (5, 50)  # the sentence lengths whose correlations are averaged, as in the paper
 # the paper's code (structural-probes, regimen.py: ReduceLROnPlateau(factor=0.1, patience=0) on the
 # dev loss) divides the learning rate by 10 after each epoch whose dev loss is no better
@@ -84,13 +88,17 @@ def mst_edges(distances: torch.Tensor) -> set:
 
 
 def words_scored(record: dict, n: int) -> list:
-    """Indices of the first n words that are not punctuation (what UUAS and root accuracy see)."""
-    return [i for i in range(n) if record["upos"][i] != PUNCT]
+    """Indices of the first n words that are not punctuation (what UUAS and root accuracy see).
+
+    Punctuation is a gold tag in PUNCT_TAGS (UPOS PUNCT, or a PTB punctuation tag in that column), as
+    in Hewitt & Manning's evaluation. DSpr and NSpr keep every word, as their code does."""
+    return [i for i in range(n) if record["upos"][i] not in PUNCT_TAGS]
 
 
 def uuas(predicted: list, records: list) -> float:
     """Undirected unlabelled attachment score: MST edges of each (n, n) predicted distance matrix
-    (over its non-punctuation words) found among the gold edges, over all gold edges."""
+    found among the gold edges, over all gold edges; punctuation (words_scored) is removed before the
+    MST is built and its gold edges are not counted, as in Hewitt & Manning's code."""
     correct = total = 0
     for dist, record in zip(predicted, records):
         keep = words_scored(record, dist.shape[0])

@@ -5,8 +5,8 @@ import torch
 
 import lmforge
 from lmforge.cli import main
-from lmforge.train.pretrain import read_documents
 from lmforge.tokenizer import load_tokenizer
+from lmforge.train.pretrain import read_documents
 
 
 def test_pretrain_mlm_on_the_builtin_corpus_and_resume(tmp_path):
@@ -254,3 +254,55 @@ def test_jsonl_data_is_read_by_its_text_field_and_a_resume_reading_it_otherwise_
     assert "'max_sentence_chars': 100000} (the run's) vs" in capsys.readouterr().err
     assert main([*args, "--text-field", "content", "--resume"]) == 0
     assert (out / "checkpoints" / "step-0000003").is_dir()
+
+
+def _tree(folder) -> dict:
+    """Every path under `folder` with its bytes (None: a folder)."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in folder.rglob("*")}
+
+
+def test_a_text_too_short_to_train_on_leaves_no_tokenizer_nor_touches_an_earlier_runs_files(tmp_path, capsys):
+    """The refusal comes before the run's tokenizer is written: a fresh OUT is not made, and an OUT holding
+    an earlier run (its tokenizer trained on other text, a file of the user's) is as it was, --resume too."""
+    from lmforge.train import TrainConfig
+    from lmforge.train.pretrain import pretrain
+
+    (tmp_path / "short.txt").write_text("one short line.\n")
+    tiny = ["n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64", "progress=false"]
+    args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--steps", "1", *tiny]
+    assert main([*args, "--out", str(tmp_path / "fresh"), "--data", str(tmp_path / "short.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "none to train on" in err and len(err.splitlines()) == 1 and not (tmp_path / "fresh").exists()
+    out = tmp_path / "out"
+    assert main([*args, "--out", str(out), "n_docs=40"]) == 0  # the earlier run, on the built-in corpus
+    (out / "notes.txt").write_text("mine\n")
+    before = _tree(out)
+    fields = dict(preset="bert-tiny", data=[str(tmp_path / "short.txt")],
+                  overrides={"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_seq_len": 64})
+    for resume in (False, True):
+        with pytest.raises(ValueError, match="none to train on"):
+            pretrain("mlm", out, TrainConfig(steps=2, progress=False), resume=resume, **fields)
+        assert _tree(out) == before
+    with pytest.raises(ValueError, match="max_len must be an integer"):  # refused before the corpus is read
+        pretrain("mlm", tmp_path / "fresh", TrainConfig(steps=1), max_len=65, **fields)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_the_runs_tokenizer_is_written_past_the_trainers_refusals_or_before_the_ranks_meet(monkeypatch):
+    """One process: the Trainer's own refusals (device, epochs) come before the tokenizer is written; under
+    torchrun it is written first, as the other ranks wait for it before they meet in the Trainer."""
+    from lmforge.train.pretrain import _trainer
+
+    said = []
+
+    def refused():
+        said.append("trainer")
+        raise ValueError("device")
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ValueError):
+        _trainer(lambda: said.append("keep"), refused)
+    assert said == ["trainer"]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _trainer(lambda: said.append("keep"), lambda: said.append("made") or "t") == "t"
+    assert said == ["trainer", "keep", "made"]

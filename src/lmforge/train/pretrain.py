@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -30,9 +32,9 @@ from tokenizers import AddedToken
 from lmforge import objectives
 from lmforge.config.options import OptionsError
 from lmforge.data.corpus import CorpusReader
+from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.read_options import ReadOptions
 from lmforge.data.shard_oov import encode_documents, sentence_parts
-from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.stream import build_examples, open_shards, shard_examples
 from lmforge.data.synthetic import documents
 from lmforge.io import find_model_dir, load, model_dir
@@ -46,7 +48,7 @@ from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
                                             recipe_and_inputs)
-from lmforge.train.tokenizer_run import first_rank, run_tokenizer
+from lmforge.train.tokenizer_run import first_rank, pending_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
@@ -221,15 +223,39 @@ def _max_len(cfg, max_len: int | None) -> int:
     return max_len
 
 
-def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_size: int):
-    """The run's tokenizer: a checkpoint's own, the one given, the shards', or one trained here."""
+def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_size: int) -> tuple:
+    """(the run's tokenizer, keep): a checkpoint's own, the one given, the shards', or one trained here,
+    which keep() writes to DIR/tokenizer (tokenizer_run.pending_tokenizer; the others: a no-op)."""
     if start is not None:
         if shards and shards.tokenizer().backend.get_vocab() != start[1].backend.get_vocab():
             raise ValueError("the shards were tokenized with another tokenizer than the checkpoint's: "
                              "shard the text with the checkpoint's tokenizer, or give text files")
-        return start[1]
-    return tokenizer or (shards.tokenizer() if shards
-                         else run_tokenizer(out, spec.tokenizer, docs, vocab_size))
+        return start[1], _kept
+    if tokenizer is not None or shards:
+        return tokenizer or shards.tokenizer(), _kept
+    return pending_tokenizer(out, spec.tokenizer, docs, vocab_size)
+
+
+def _kept() -> None:
+    """keep() of a tokenizer the run did not train: nothing to write."""
+
+
+def several_ranks() -> bool:
+    """Whether this is a process of a torchrun job of more than one (WORLD_SIZE, as distributed reads it)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def _trainer(keep, make):
+    """make(), the run's Trainer, with keep() writing the tokenizer trained here after the Trainer's own
+    refusals (device, epochs: they write nothing), so a refused run leaves no OUT/tokenizer nor replaces a
+    stale one there; under torchrun before it, as the other ranks wait for the tokenizer before they meet
+    in it (the process group)."""
+    if several_ranks():
+        keep()
+    trainer = make()
+    if not several_ranks():
+        keep()
+    return trainer
 
 
 def rank_zero(log):
@@ -314,16 +340,17 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     if inputs.model is not None:
         start = checkpoint_start(inputs.model, inputs.tokenizer, inputs.overrides)
     cfg = _checked_config(spec, inputs.preset, inputs.overrides, teacher, start)
+    settings = _settings(recipe, _max_len(cfg, recipe.max_len), inputs)  # sized_to keeps max_seq_len
     shards, docs, words = _corpus(inputs, recipe, start, train.seed)
-    tokenizer = _tokenizer(spec, out, inputs.tokenizer, start, shards, docs, inputs.vocab_size())
+    tokenizer, keep = _tokenizer(spec, out, inputs.tokenizer, start, shards, docs, inputs.vocab_size())
     if start is None and teacher is None:
         cfg = sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):
         task = _objective(spec, cfg, tokenizer, teacher, start, words, log)
-    settings = _settings(recipe, _max_len(cfg, recipe.max_len), inputs)
     examples, held = _examples(spec, shards, docs, tokenizer, settings["max_len"], train.seed, log)
-    trainer = Trainer(task, examples, train, out, eval_data=held, log=log, duplication=recipe.duplication,
-                      evaluator=inputs.evaluator, settings=settings)
+    trainer = _trainer(keep, partial(Trainer, task, examples, train, out, eval_data=held, log=log,
+                                     duplication=recipe.duplication, evaluator=inputs.evaluator,
+                                     settings=settings))
     untrained = probe_scores(task, tokenizer, train.seed) if not inputs.data and trainer.main else None
     result = trainer.fit(resume=inputs.resume, final_files=(tokenizer.save,))
     if trainer.main:

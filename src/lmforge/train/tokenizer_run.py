@@ -70,18 +70,29 @@ def run_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float =
     torchrun job read the one rank 0 wrote rather than each training its own. One trained on another
     corpus or with other settings (a killed run's, before its first checkpoint) is trained again, never
     taken: a fresh run on other text must not tokenize it with that tokenizer."""
+    tokenizer, keep = pending_tokenizer(out, family, docs, vocab_size, wait_s)
+    keep()
+    return tokenizer
+
+
+def pending_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: float = 600.0) -> tuple:
+    """(tokenizer, keep) as run_tokenizer finds or trains it, with nothing written yet: keep() writes one
+    trained here to DIR/tokenizer (a no-op for one read back), so a run refused before it writes nothing."""
     docs = list(docs)  # read twice: its checksum, then the training (documents() is a generator)
     path, source = Path(out) / "tokenizer", trained_on(family, docs, vocab_size)
     if _holds(path, source):
-        return load_tokenizer(path)  # verified (Tokenizer.save kept its checksums)
+        return load_tokenizer(path), _nothing  # verified (Tokenizer.save kept its checksums)
     if not first_rank():  # waits for this corpus's: a stale one is being replaced by rank 0
         deadline = time.monotonic() + wait_s
         while not _holds(path, source):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rank 0 wrote no tokenizer to {path} in {wait_s:.0f} s")
             time.sleep(0.2)
-        return load_tokenizer(path)
+        return load_tokenizer(path), _nothing
     tokenizer = default_tokenizer(family, docs, vocab_size)
     # other ranks see the whole directory (files, checksums, what it was trained on) or nothing
-    replace_dir(path, partial(_save, tokenizer, source))
-    return tokenizer
+    return tokenizer, partial(replace_dir, path, partial(_save, tokenizer, source))
+
+
+def _nothing() -> None:
+    """keep() of a tokenizer read back: it is on disk already."""

@@ -1,4 +1,5 @@
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -288,10 +289,10 @@ def test_a_text_too_short_to_train_on_leaves_no_tokenizer_nor_touches_an_earlier
     assert not (tmp_path / "fresh").exists()
 
 
-def test_the_runs_tokenizer_is_written_past_the_trainers_refusals_or_before_the_ranks_meet(monkeypatch):
+def test_the_tokenizer_is_written_past_the_trainers_refusals_or_at_once_under_torchrun(monkeypatch, tmp_path):
     """One process: the Trainer's own refusals (device, epochs) come before the tokenizer is written; under
-    torchrun it is written first, as the other ranks wait for it before they meet in the Trainer."""
-    from lmforge.train.pretrain import _trainer
+    torchrun it is written as soon as it is trained: the other ranks wait for it to build their examples."""
+    from lmforge.train import pretrain as recipe
 
     said = []
 
@@ -299,10 +300,14 @@ def test_the_runs_tokenizer_is_written_past_the_trainers_refusals_or_before_the_
         said.append("trainer")
         raise ValueError("device")
 
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(ValueError):
-        _trainer(lambda: said.append("keep"), refused)
+        recipe._trainer(lambda: said.append("keep"), refused)
     assert said == ["trainer"]
+    monkeypatch.setattr(recipe, "pending_tokenizer", lambda *a: ("tok", lambda: said.append("keep")))
+    spec = SimpleNamespace(tokenizer="wordpiece")  # what _tokenizer reads of an objective's spec
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert recipe._tokenizer(spec, tmp_path, None, None, None, [], 100)[0] == "tok"
+    assert said == ["trainer"]  # one process: kept for later
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert _trainer(lambda: said.append("keep"), lambda: said.append("made") or "t") == "t"
-    assert said == ["trainer", "keep", "made"]
+    tokenizer, keep = recipe._tokenizer(spec, tmp_path, None, None, None, [], 100)
+    assert said == ["trainer", "keep"] and keep is recipe._kept  # written now, nothing left to write

@@ -225,7 +225,8 @@ def _max_len(cfg, max_len: int | None) -> int:
 
 def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_size: int) -> tuple:
     """(the run's tokenizer, keep): a checkpoint's own, the one given, the shards', or one trained here,
-    which keep() writes to DIR/tokenizer (tokenizer_run.pending_tokenizer; the others: a no-op)."""
+    which keep() writes to DIR/tokenizer (tokenizer_run.pending_tokenizer; the others, and one a torchrun
+    job's rank has written at once: a no-op)."""
     if start is not None:
         if shards and shards.tokenizer().backend.get_vocab() != start[1].backend.get_vocab():
             raise ValueError("the shards were tokenized with another tokenizer than the checkpoint's: "
@@ -233,7 +234,11 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
         return start[1], _kept
     if tokenizer is not None or shards:
         return tokenizer or shards.tokenizer(), _kept
-    return pending_tokenizer(out, spec.tokenizer, docs, vocab_size)
+    trained, keep = pending_tokenizer(out, spec.tokenizer, docs, vocab_size)
+    if several_ranks():  # the other ranks wait for it before building their own examples: written now
+        keep()
+        return trained, _kept
+    return trained, keep
 
 
 def _kept() -> None:
@@ -246,15 +251,11 @@ def several_ranks() -> bool:
 
 
 def _trainer(keep, make):
-    """make(), the run's Trainer, with keep() writing the tokenizer trained here after the Trainer's own
-    refusals (device, epochs: they write nothing), so a refused run leaves no OUT/tokenizer nor replaces a
-    stale one there; under torchrun before it, as the other ranks wait for the tokenizer before they meet
-    in it (the process group)."""
-    if several_ranks():
-        keep()
+    """make(), the run's Trainer, then keep() writing the tokenizer trained here: after the examples and the
+    Trainer's own refusals (device, epochs: they write nothing), so a refused run leaves no OUT/tokenizer
+    nor replaces a stale one there (under torchrun _tokenizer has written it already)."""
     trainer = make()
-    if not several_ranks():
-        keep()
+    keep()
     return trainer
 
 

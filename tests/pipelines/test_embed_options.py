@@ -109,3 +109,19 @@ def test_max_length_is_an_embedding_option_given_once():
     with pytest.raises(OptionsError, match="give it once") as err:
         encoder.embed_with(texts, EmbedOptions(truncate=True, max_length=6), max_length=5)
     assert err.value.field == "max_length"
+
+
+def test_more_dimensions_than_the_model_has_are_refused_before_any_text_is_encoded(monkeypatch):
+    """embed_with checked dimensions only after encoding every text; now by the one rule cut_dimensions uses,
+    first; within the width, the vectors are the normalised prefix of the full ones."""
+    from lmforge.pipelines.embed import SentenceEncoder
+    from tests.tasks.core import tiny, tokenizer
+
+    encoder = SentenceEncoder(tiny(), tokenizer())
+    width, texts = encoder.model.config.d_model * len(encoder.pooling), ["a cat", "the film was long"]
+    full = encoder.embed_with(texts, EmbedOptions(normalize=False)).vectors
+    assert torch.allclose(encoder.embed_with(texts, EmbedOptions(dimensions=4)).vectors,
+                          leading(full, 4, normalize=True))
+    monkeypatch.setattr(SentenceEncoder, "encode", lambda *a, **k: pytest.fail("encoded before the check"))
+    with pytest.raises(OptionsError, match=f"^dimensions={width + 1}: this model's embeddings have {width}$"):
+        encoder.embed_with(texts, EmbedOptions(dimensions=width + 1))

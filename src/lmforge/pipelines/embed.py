@@ -27,8 +27,8 @@ from lmforge.heads import pool
 from lmforge.io import CheckpointError, load
 from lmforge.io.resolve import checked_tokenizer, find_model_dir
 from lmforge.model import Transformer
-from lmforge.pipelines.embed_options import (EmbedOptions, encoded, prompt_of, quantize, read_prompts,
-                                             read_ranges)
+from lmforge.pipelines.embed_options import (EmbedOptions, check_dimensions, encoded, leading, prompt_of,
+                                             quantize, read_prompts, read_ranges)
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 from lmforge.utils import jsontext
 from lmforge.utils.modes import evaluating
@@ -224,6 +224,7 @@ class SentenceEncoder:
         tokens a text may have (default: the model's limit), as in `encode`, or the options' max_length (one
         of the two); progress: as encode's."""
         options, progress = options or EmbedOptions(), checked_progress(progress)
+        check_dimensions(options, self.model.config.d_model * len(self.pooling))  # before any text is read
         if max_length is not None and options.max_length not in (None, max_length):
             raise OptionsError(f"max_length={max_length}, and the options' max_length={options.max_length}: "
                                "give it once", "max_length")
@@ -249,11 +250,7 @@ class SentenceEncoder:
         share = torch.tensor(weights, dtype=raw.dtype, device=raw.device)[:, None]
         pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, at, raw * share)
         chunks = torch.bincount(at.cpu(), minlength=len(texts)).tolist()
-        if options.dimensions and options.dimensions > pooled.shape[1]:
-            raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have "
-                               f"{pooled.shape[1]}", "dimensions")
-        vectors = pooled[:, :options.dimensions] if options.dimensions else pooled  # Matryoshka: a prefix
-        vectors = F.normalize(vectors, p=2, dim=-1) if options.normalize else vectors
+        vectors = leading(pooled, options.dimensions or pooled.shape[1], options.normalize)  # Matryoshka
         truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
         return Embedded(vectors.float().cpu(), counts, truncated, chunks, options, self.path)
 

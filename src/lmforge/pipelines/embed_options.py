@@ -120,10 +120,16 @@ def cut_dimensions(vectors: torch.Tensor, options: EmbedOptions) -> torch.Tensor
     """(N, d) -> (N, k): the first `dimensions` coordinates, renormalised when the options normalise."""
     if options.dimensions is None:
         return vectors
-    if options.dimensions > vectors.shape[-1]:
-        raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have "
-                           f"{vectors.shape[-1]}", "dimensions")
+    check_dimensions(options, vectors.shape[-1])
     return leading(vectors, options.dimensions, options.normalize)
+
+
+def check_dimensions(options: EmbedOptions, width: int) -> None:
+    """OptionsError naming dimensions where the options ask for more coordinates than the `width` a model's
+    embeddings have."""
+    if options.dimensions is not None and options.dimensions > width:
+        raise OptionsError(f"dimensions={options.dimensions}: this model's embeddings have {width}",
+                           "dimensions")
 
 
 def leading(vectors: torch.Tensor, k: int, normalize: bool) -> torch.Tensor:

@@ -60,6 +60,43 @@ def test_a_word_type_has_one_control_label_in_every_split(swept):
     assert len(set(by_type.values())) > 1 and names == sorted(names)
 
 
+def _featureless_splits(n: int = 120) -> dict:
+    """The built-in treebank's splits over a zero word table: control labels need no model."""
+    records = treebank_splits(n, seed=0, held_out=0.2)
+    return {k: Split.of([torch.zeros(1, len(r["words"]), 2) for r in v], v) for k, v in records.items()}
+
+
+@pytest.mark.parametrize("task", ["deps", "agreement", "coref"])
+def test_a_pair_tasks_control_label_is_its_first_words_in_every_split(task):
+    # one draw per type of the pair's first word (the dependent; the noun of a link), whatever the
+    # second word and the pair's real label: a function of word identity, fixed over train/dev/test
+    splits = _featureless_splits()
+    examples, names = label_examples(splits, task, seed=0)
+    by_type, real_by_type = {}, {}
+    for k, e in examples.items():
+        words = [w for r in splits[k].records for w in r["words"]]  # the table's words, in order
+        assert e.index.shape[1] == 2
+        for (first, _), real, control in zip(e.index.tolist(), e.labels[0].tolist(), e.labels[1].tolist()):
+            t = words[first]
+            assert by_type.setdefault(t, control) == control, (task, t)
+            real_by_type.setdefault(t, set()).add(real)
+    assert any(len(v) > 1 for v in real_by_type.values())  # a type whose pairs differ in the real label
+    assert len(set(by_type.values())) > 1 and set(by_type.values()) <= set(range(len(names)))
+
+
+def test_control_labels_repeat_under_a_fixed_seed_and_come_from_training_labels():
+    splits = _featureless_splits()
+    for task in ("pos", "deps"):
+        first, names = label_examples(splits, task, seed=3)
+        again, _ = label_examples(splits, task, seed=3)
+        other, _ = label_examples(splits, task, seed=4)
+        assert all(torch.equal(first[k].labels, again[k].labels) for k in first)
+        assert any(not torch.equal(first[k].labels[1], other[k].labels[1]) for k in first)
+        assert all(torch.equal(first[k].labels[0], other[k].labels[0]) for k in first)  # the task's own
+        trained = set(first["train"].labels[0].tolist())
+        assert all(set(e.labels[1].tolist()) <= trained for e in first.values())
+
+
 def test_control_types_are_words_as_written():
     # Hewitt & Liang key a type by its string: "The" and "the" are two types, each its own draw
     record = {"words": ["The", "dog", "saw", "the", "cat"], "upos": ["DET", "NOUN", "VERB", "DET", "NOUN"],

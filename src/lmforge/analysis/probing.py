@@ -11,10 +11,13 @@ frozen. Tasks over treebank records (lmforge.data.treebank, or a CoNLL-U file):
 - "distance", "depth": the structural probes of analysis/structural_probe.py.
 
 For each label task: a linear and an MLP probe per layer, each also on Hewitt & Liang's (2019)
-control task (every word type, the word as written, gets a random but fixed label drawn from the
-task's label distribution; for a pair, the type of its first word) and selectivity = task accuracy -
-control accuracy; the scalar-mix probe over all layers with its centre of gravity E[l] = sum_l l s_l;
-and Tenney et al.'s (2019, "BERT rediscovers the classical NLP pipeline") cumulative scoring:
+control task (every word type, the word as written, gets a random label drawn once from the task's
+training label distribution, the same in every split) and selectivity = task accuracy - control
+accuracy. For a pair the type is its first word's (the dependent; a link's noun): lmforge's own
+extension, as the paper's one pair control (each type attaches to itself, the first or the last word)
+is for predicting a word's head, a probe lmforge does not fit ("deps" labels a gold arc). Then the
+scalar-mix probe over all layers with its centre of gravity E[l] = sum_l l s_l; and Tenney et al.'s
+(2019, "BERT rediscovers the classical NLP pipeline") cumulative scoring:
 probes P_l on the mix of layers 0..l, differential scores Delta_l = score(P_l) - score(P_(l-1)) (on
 the running best score, see `differential_scores`) and the expected layer sum_l l Delta_l / sum_l
 Delta_l. Everything is seeded.

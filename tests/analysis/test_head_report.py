@@ -103,3 +103,20 @@ def test_an_out_that_holds_the_model_read_is_refused_before_any_work(tmp_path):
             run_heads(model, [], out, options=HeadsOptions(prune=0.5))
         assert err.value.field == "out"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["config.json", "p", "pruned"]  # nothing written
+
+
+@pytest.mark.parametrize("records, importance, said", [
+    ("good", None, "^records must be a list"), ([], None, "^records is empty"),
+    ([{"text": "good"}], None, "^data:1: "), (["good"], None, "^data:1: a record is a dict"),
+    ([{"text": "good", "label": "pos"}], [], "^importance_records is empty")])
+def test_bad_records_are_refused_before_the_model_is_loaded(fine_tuned, tmp_path, monkeypatch, records,
+                                                             importance, said):
+    """run_heads checked its records only after fine_tuned_task had loaded the model: now as prune's are
+    (compress.measure.given_data), by the kind the folder's task.json says; the loader fails if reached."""
+    import lmforge.tasks.finetune as finetune
+    from lmforge.config.options import OptionsError
+
+    monkeypatch.setattr(finetune, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(OptionsError, match=said):
+        run_heads(fine_tuned[0], records, tmp_path / "out", importance_records=importance)
+    assert not (tmp_path / "out").exists()  # refused before OUT was made

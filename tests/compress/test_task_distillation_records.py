@@ -22,3 +22,22 @@ def test_data_records_given_as_a_generator_are_measured_after_training(tmp_path)
                          train_cfg=cfg)
     assert 0 <= report["teacher"]["metric"] <= 1 and 0 <= report["student"]["metric"] <= 1
     assert (tmp_path / "out" / "distill.json").is_file()
+
+
+@pytest.mark.parametrize("given, said", [({"train": [{"text": "good"}]}, "^train:1: "),
+                                         ({"train": ["good"]}, "^train:1: a record is a dict"),
+                                         ({"records": [{"txt": "good", "label": "pos"}]}, "^data:1: ")])
+def test_bad_records_are_refused_before_the_teacher_is_loaded(tmp_path, monkeypatch, given, said):
+    """The records were checked only after fine_tuned_task had loaded the teacher: now by the kind its
+    task.json says, first (tasks.reference.saved_kind); the loader fails if it is reached."""
+    import lmforge.tasks.finetune as finetune
+    from lmforge.config.options import OptionsError
+
+    data = sentiment(10)
+    save_model(make_task("cls", tiny("bert-base", n_layers=1, n_heads=2), tokenizer(), data["train"],
+                         TaskConfig(max_len=16)), tmp_path / "teacher")
+    monkeypatch.setattr(finetune, "load_model", lambda *a, **k: pytest.fail("the teacher was loaded"))
+    args = {"train": data["train"], "records": data["validation"], **given}
+    with pytest.raises(OptionsError, match=said):
+        run_distill(tmp_path / "teacher", args["train"], None, args["records"], tmp_path / "out",
+                    train_cfg=TrainConfig(steps=1, batch_size=2, progress=False))

@@ -168,3 +168,16 @@ def test_python_refusals_are_typed_and_come_before_any_work(model_dir, tmp_path)
     with pytest.raises(OptionsError, match=r"^task 'clss' is not one of cls, pair") as err:
         finetune(model_dir, None, "clss", [{"text": "a", "label": "x"}], None, out, TrainConfig(steps=1))
     assert err.value.field == "kind" and not out.exists()
+
+
+@pytest.mark.parametrize("records, said", [([{"txt": "good"}], "^data:1: "),
+                                           ([3], "^data:1: a record is a dict")])
+def test_evaluate_refuses_a_bad_record_before_the_model_is_loaded(finetuned, monkeypatch, records, said):
+    """evaluate checked each record only after fine_tuned_task had loaded the model: now by the kind the
+    folder's task.json says (tasks.reference.saved_kind), first; the loader fails if it is reached."""
+    import lmforge.tasks.finetune as finetune
+    from lmforge.config.options import OptionsError
+
+    monkeypatch.setattr(finetune, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(OptionsError, match=said):
+        finetune.evaluate(finetuned, records)

@@ -18,6 +18,7 @@ from lmforge.compress.head_importance import (MAX_BATCH, CurveOptions, against_b
                                               gates_at, head_importance, masked_heads, metric, pruning_curve,
                                               random_curves, total_heads)
 from lmforge.compress.head_pruning import head_counts, prune_heads
+from lmforge.compress.measure import given_data
 from lmforge.compress.model_files import output_folder
 from lmforge.config import atomic_write_text
 from lmforge.config.options import OptionsError, check_options, option
@@ -25,6 +26,7 @@ from lmforge.fast.optimize import optimize
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.fields import given_records
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, keep_model
+from lmforge.tasks.reference import saved_kind
 from lmforge.train.config import MAX_SEED
 from lmforge.utils.atomic import atomic_savefig, remove_path
 from lmforge.utils.timing import alternating
@@ -89,11 +91,13 @@ def run_heads(model_dir, records: list, out, kind: str | None = None, importance
     ...; their mean and sd per level) and (with prune or until) the physically pruned model."""
     # out apart from the model read, as --out is: OUT/pruned would replace a model folder of that name
     o, out = options or HeadsOptions(), output_folder(out, resolve_dir(model_dir), HEADS_WRITES)
+    # the records checked before the model is loaded (as prune's), by the kind its folder's task.json says
+    records, imp = _given(model_dir, kind, records, importance_records)
     out.mkdir(parents=True, exist_ok=True)
     task = fine_tuned_task(model_dir, records, kind)
     # Python's records read as a file's, as evaluate reads them: an error names data or importance data
     records = given_records(records, task.kind, "data")
-    imp = importance_records and given_records(importance_records, task.kind, "importance data")
+    imp = imp and given_records(imp, task.kind, "importance data")
     examples = encode_split(task, records, "data")
     imp_examples = encode_split(task, imp, "importance data") if imp else examples
     say = (lambda order: (lambda lv: progress(order, lv))) if progress else (lambda order: None)
@@ -114,6 +118,18 @@ def run_heads(model_dir, records: list, out, kind: str | None = None, importance
     atomic_write_text(out / "heads.json", json.dumps(report, indent=2) + "\n")
     plot_curves(curves, report["metric_name"], out / "heads.png", band)
     return report
+
+
+def _given(model_dir, kind, records, importance_records) -> tuple:
+    """(records, importance records) checked as prune's are before any work (compress.measure.given_data):
+    no list of records, an empty one or a record not a dict is an OptionsError naming its argument; each
+    record's fields too where the model folder's task.json (or `kind`) says the task. [] of importance
+    records is refused (it would rank on `records`, unsaid); None ranks on `records`."""
+    kind = saved_kind(model_dir, kind)
+    imp = importance_records
+    if imp is not None:
+        imp = given_data(imp, kind, "importance_records", "importance data")
+    return given_data(records, kind), imp
 
 
 def _table(importance: dict) -> dict:

@@ -35,6 +35,7 @@ from lmforge.presets import ELMO_PRESETS, PRESETS
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
                                     fine_tuned_task, make_task, preset_model, write_task_files)
+from lmforge.tasks.reference import saved_kind
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import RUN_FILES, training_folder
 from lmforge.train.config import options_from_dict
@@ -228,6 +229,9 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     cfg, out = cfg or DistillConfig(), training_folder(_out_apart(out, teacher_dir))
     if not valid:  # eval_every with nothing to validate: refused, not ignored (as finetune)
         check_validated(train_cfg, TaskConfig())
+    kind = saved_kind(teacher_dir)  # the records checked before the teacher is loaded, by its task.json
+    train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
+    checked = {source: given_records(records, kind, source) for source, records in (checked or {}).items()}
     teacher = load_teacher(teacher_dir, train, checked)
     # Python's records read as a file's, as finetune reads them: an error names train or validation
     train, valid = (given_records(train, teacher.kind, "train"),

@@ -32,7 +32,7 @@ from lmforge.tasks.fields import given_records, record_list, training_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 # task_info is named here too: the jobs and commands import it from this module
 from lmforge.tasks.reference import (ONE_SCORE, check_kind, check_scored, default_labels, fine_tuned_for,
-                                     own_kind, saved_options, scored_activation, task_info)
+                                     own_kind, saved_kind, saved_options, scored_activation, task_info)
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -388,6 +388,9 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     without labels get predictions only ({} metrics). `log` (default: standard error) is told of
     records cut to max_len tokens."""
     records = record_list(records, "data")  # a generator is read once, here
+    known = saved_kind(model, kind)  # each record checked before the model is loaded, by the kind its
+    if known is not None:  # folder says; with none known, fine_tuned_task asks for kind= before loading
+        records = given_records(records, known, "data", labelled=False)
     labelled = gold_given(records, "data", field="data")
     task = fine_tuned_task(model, records, kind, tokenizer, labels, max_len, batch_size, device)
     records = given_records(records, task.kind, "data", labelled=False)  # as fine_tuned_task read them

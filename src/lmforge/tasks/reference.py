@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmforge.io import model_dir
+
 # the label helpers live in io/labels.py (io.load reads them too), their one home: import them from there
 from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, TASK_FILE, cross_encoder, cross_encoder_activation,
                                id2label_order, is_label, scoring_activation, task_fields)
@@ -86,6 +88,16 @@ def own_kind(info: dict) -> str | None:
     CrossEncoder's pair or rerank, a token classifier's tagging); None where the data must decide."""
     kinds = info.get("kinds") or ()
     return info.get("kind") or (kinds[0] if len(kinds) == 1 else None)
+
+
+def saved_kind(model, kind: str | None = None) -> str | None:
+    """`kind`, else the one a model folder's own files say (own_kind of its task_info), read without its
+    weights: records are checked by it before the model is loaded. None for a model object or a name that
+    is no folder (a preset, an installed package): its loading says what it is."""
+    if kind or not isinstance(model, (str, Path)):
+        return kind
+    found = model_dir(model)
+    return own_kind(task_info(found)) if found is not None else None
 
 
 def fine_tuned_for(info: dict, kind: str) -> bool:

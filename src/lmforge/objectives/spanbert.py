@@ -12,8 +12,9 @@ decided once per span: all its tokens become [MASK], all random tokens, or all s
 
 The span boundary objective (sec. 3.2) predicts each token x_i of a span (s, e) from
 the encoder states of the two boundary tokens x_{s-1}, x_{e+1} and a relative position
-embedding p_{i-s+1} (eq. 1-2), projected with the token table; the loss adds it to
-MLM at every selected position. So the boundaries are always observed tokens, spans
+embedding p_{i-s+1} (eq. 1-2), projected with the MLM's output embedding ("exactly like the
+MLM objective": the token table where it is tied, the LM head's decoder where it is not); the loss
+adds it to MLM at every selected position. So the boundaries are always observed tokens, spans
 never overlap or touch, and never include a sequence's first or last position.
 """
 from __future__ import annotations
@@ -61,10 +62,10 @@ def select_spans(groups: list, n: int, T: int, lengths: torch.Tensor, generator:
         if longest == 0:  # no room left for any span: the budget cannot be met
             break
         # the length distribution cut to what still fits (all of it in any long sequence)
-        l = int(torch.multinomial(lengths[:longest], 1, generator=generator)) + 1
-        starts = [w for w, r in enumerate(fits) if r >= l]
+        length = int(torch.multinomial(lengths[:longest], 1, generator=generator)) + 1
+        starts = [w for w, r in enumerate(fits) if r >= length]
         w = starts[int(torch.randint(len(starts), (), generator=generator))]
-        first, last = groups[w][0], groups[w + l - 1][-1]
+        first, last = groups[w][0], groups[w + length - 1][-1]
         size, left = last - first + 1, n - selected
         # the span that crosses the budget is kept whole with probability left / size: the
         # expected number selected is exactly n, and no span is ever cut short of its length
@@ -78,16 +79,17 @@ def select_spans(groups: list, n: int, T: int, lengths: torch.Tensor, generator:
 
 class SpanBoundaryHead(nn.Module):
     """The SBO's f (eq. 1-2): h0 = [x_{s-1}; x_{e+1}; p_{i-s+1}], h1 = LayerNorm(GeLU(W1 h0)),
-    y_i = LayerNorm(GeLU(W2 h1)), then vocabulary logits with the token table and a bias."""
+    y_i = LayerNorm(GeLU(W2 h1)), then vocabulary logits with the output embedding and a bias of its own."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, width: int | None = None) -> None:
         super().__init__()
         cfg = model.config
-        d, E = cfg.d_model, cfg.embed_dim
+        # E: the output embedding's width (the token table's, or an untied decoder's without a transform)
+        d, E = cfg.d_model, width or cfg.embed_dim
         self.positions = nn.Embedding(cfg.max_seq_len, d)  # p_1 .. p_T: no span is longer than T
         self.W1 = nn.Linear(3 * d, d)
         self.norm1 = nn.LayerNorm(d, eps=cfg.norm_eps)
-        self.W2 = nn.Linear(d, E)  # to the token table's width (ALBERT-style factorised tables)
+        self.W2 = nn.Linear(d, E)  # to the output embedding's width (ALBERT-style factorised tables)
         self.norm2 = nn.LayerNorm(E, eps=cfg.norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
@@ -115,8 +117,13 @@ class SpanMLM(MaskedLM):
         # the SBO head is not in the core head registry (it needs span boundaries, not just
         # hidden states), so it stays with the objective: in training checkpoints, not in
         # the kept model, which SpanBERT also drops after pretraining
-        self.sbo = SpanBoundaryHead(model)
+        self.sbo = SpanBoundaryHead(model, self.output_embedding().shape[1])
         init_weights(self.sbo)
+
+    def output_embedding(self) -> torch.Tensor:
+        """The (V, E) table the MLM predicts with, which the SBO shares (sec. 3.2): the token table
+        where the model ties it, else the LM head's own decoder (never the input table alone)."""
+        return self.lm.projection()[0]
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """Spans selected and replaced; labels plus, per selected position, its span's
@@ -145,7 +152,7 @@ class SpanMLM(MaskedLM):
         rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None].expand_as(selected)[selected]
         left = hidden[rows, batch["span_left"][selected]]  # (N, d)
         right = hidden[rows, batch["span_right"][selected]]
-        logits = self.sbo(left, right, batch["span_pos"][selected], self.model.tokens.weight)  # (N, V)
+        logits = self.sbo(left, right, batch["span_pos"][selected], self.output_embedding())  # (N, V)
         target = batch["labels"][selected]
         loss = F.cross_entropy(logits.float(), target)
         return loss, top1_accuracy(logits, target)

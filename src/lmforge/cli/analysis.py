@@ -146,8 +146,7 @@ def cmd_heads(args) -> None:
 
     from lmforge.analysis.head_report import HEADS_WRITES, run_heads
     from lmforge.cli.common import UsageError, read_records, refuse_overwrite
-    from lmforge.tasks.finetune import task_info
-    from lmforge.tasks.reference import own_kind
+    from lmforge.tasks.reference import saved_kind
 
     options = heads_options(args)
     # every run writes OUT/heads.json (and a pruning run OUT/pruned): the names run_heads itself writes
@@ -157,7 +156,7 @@ def cmd_heads(args) -> None:
         from lmforge.compress.prune_report import refuse_quantised
 
         refuse_quantised(args.model)
-    kind = args.task or own_kind(task_info(args.model))
+    kind = saved_kind(args.model, args.task)
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
     records = read_records("--data", args.data, kind, args.columns)

@@ -131,8 +131,7 @@ def cmd_prune(args) -> None:
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.prune_report import PRUNE_WRITES, refuse_quantised, run_prune
     from lmforge.compress.sparse_finetune import SPARSE_WRITES
-    from lmforge.tasks.finetune import task_info
-    from lmforge.tasks.reference import own_kind
+    from lmforge.tasks.reference import saved_kind
 
     _refuse_unused(args)  # the options first: a bad one costs no file look-up
     check_task(args.task)
@@ -143,7 +142,7 @@ def cmd_prune(args) -> None:
                      ("--valid", args.valid), ("--config", args.config), writes=writes, sources=("--model",))
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
-    kind = args.task or own_kind(task_info(args.model))
+    kind = saved_kind(args.model, args.task)
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
     records = read_records("--data", args.data, kind, args.columns)

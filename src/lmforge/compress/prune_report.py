@@ -26,8 +26,8 @@ from lmforge.config import ConfigError, atomic_write_text
 from lmforge.config.options import OptionsError
 from lmforge.io import CONFIG_FILE, read_meta
 from lmforge.io import model_dir as resolve_dir
-from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model, task_info
-from lmforge.tasks.reference import own_kind
+from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
+from lmforge.tasks.reference import saved_kind
 from lmforge.utils.atomic import replace_dir
 
 METHODS = ("ffn", "heads")
@@ -145,8 +145,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
         raise OptionsError(f"sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
     out = output_folder(out, resolve_dir(model_dir), PRUNE_WRITES)  # before any work, as --out is
     refuse_quantised(model_dir)
-    found_dir = resolve_dir(model_dir)
-    kind = kind or (own_kind(task_info(found_dir)) if found_dir is not None else None)
+    kind = saved_kind(model_dir, kind)
     records = given_data(records, kind)  # before any work, as --data is read
     if importance_records is not None:  # [] would rank on records, unsaid
         importance_records = given_data(importance_records, kind, "importance_records", "importance data")

@@ -48,3 +48,30 @@ def test_a_resume_from_a_damaged_or_non_object_trainer_json_is_refused_in_one_li
         assert len(errors) == 1 and "Traceback" not in err, err
         assert f"{file.parent}: trainer.json " in errors[0] and "refusing to start over" in errors[0]
     assert not (out / "checkpoints" / "step-0000002").exists()
+
+
+def test_a_teacher_named_by_its_folder_is_read_only_once_the_request_is_checked(capsys, tmp_path,
+                                                                                monkeypatch):
+    """The command line loaded --teacher before pretrain() checked the data, so a bad --data was refused
+    only after the teacher's weights were read; the teacher now goes by its folder, which pretrain() reads
+    once every check has passed (a Python caller may give a folder too)."""
+    import lmforge
+    import lmforge.train.pretrain as recipe
+    from lmforge.io import find_model_dir
+    from lmforge.tokenizer import load_tokenizer
+    from lmforge.train import TrainConfig
+
+    teacher, data, read = tmp_path / "teacher", tmp_path / "c.jsonl", []
+    lmforge.build("bert-tiny", n_layers=1, d_model=32, n_heads=2, d_ff=64, max_seq_len=64).save(teacher)
+    load_tokenizer(find_model_dir("all-MiniLM-L6-v2")).save(teacher)
+    (teacher / "model.safetensors").write_bytes(b"not weights")  # read first, it would be what is said
+    data.write_text('{"body": "the cat sat"}\n')
+    monkeypatch.setattr(recipe, "load", lambda path: read.append(path) or 1 / 0)
+    assert main(["pretrain", "--objective", "distillation", "--teacher", str(teacher), "--data", str(data),
+                 "--out", str(tmp_path / "o")]) == 2
+    said = capsys.readouterr().err.strip()
+    assert "no record has a string \"text\" field" in said and len(said.splitlines()) == 1
+    assert read == [] and not (tmp_path / "o").exists()
+    with pytest.raises(ZeroDivisionError):  # a good request: the folder read where the teacher is needed
+        recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=str(teacher), n_docs=20)
+    assert read == [str(teacher)]

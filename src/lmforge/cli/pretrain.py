@@ -12,7 +12,6 @@ from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_values, f
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
-from lmforge.io import load as load_model
 from lmforge.objectives.keywords import check_keywords
 from lmforge.train.checkpoint import RUN_FILES
 from lmforge.train.config import TrainConfig, options_from_dict
@@ -41,7 +40,7 @@ def recipe_options(args, model: dict) -> RecipeOptions:
         if given is not None:
             options[key] = coerce(RecipeOptions, key, given) if key in NUMBER_FLAGS else given
     recipe = options_from_dict(RecipeOptions, options, "pretraining recipe")  # a file's 1e2, as TrainConfig's
-    # pretrain() checks them too: here before a teacher or a checkpoint is loaded
+    # pretrain() checks them too: here before the teacher's tokenizer is read
     check_keywords(objectives.get(args.objective), recipe.objective_options or {}, "objective_options")
     if recipe.add_tokens is not None and args.model is None:
         raise UsageError("add_tokens grows a checkpoint's vocabulary: give the checkpoint with --model DIR")
@@ -92,11 +91,11 @@ def cmd_pretrain(args) -> None:
                          f"config fields (`lmforge options pretrain` lists them all)")
     read = read_options(args)
     tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
-    teacher = load_model(args.teacher) if args.teacher else None
     source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
     tokenizer = load_tokenizer(source) if source else None
     check_vocabulary(model, tokenizer, source)
-    inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=teacher, data=args.data,
+    # the teacher by its name: pretrain() reads it once the objective's options and the data are checked
+    inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=args.teacher, data=args.data,
                             tokenizer=tokenizer, overrides=model, resume=args.resume, read=read)
     try:
         pretrain(args.objective, args.out, train, recipe, inputs)

@@ -151,9 +151,12 @@ def add_words(model, tokenizer, words: list) -> list:
     return list(pieces)
 
 
-def checkpoint_start(name, tokenizer=None, overrides: dict | None = None) -> tuple:
+def checkpoint_start(name, tokenizer=None, overrides: dict | None = None) -> tuple | None:
     """(model, tokenizer) that continued pretraining starts from: an lmforge or Hugging Face directory,
-    or an installed model (io.find_model_dir), with its own tokenizer unless one is given."""
+    or an installed model (io.find_model_dir), with its own tokenizer unless one is given; None: no name,
+    a run from a preset or a teacher."""
+    if name is None:
+        return None
     if overrides:
         raise ValueError(f"model config fields ({', '.join(sorted(overrides))}) apply to a preset; a "
                          f"checkpoint is pretrained further as it is")
@@ -239,6 +242,12 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
         keep()
         return trained, _kept
     return trained, keep
+
+
+def teacher_model(teacher):
+    """The teacher given (a model), or read from its folder or installed name: called once every check of
+    the request has passed, so a refused run reads no teacher's weights."""
+    return load(teacher) if isinstance(teacher, (str, os.PathLike)) else teacher
 
 
 def _kept() -> None:
@@ -333,13 +342,12 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     out = training_folder(out)  # a link as it or its checkpoints/ is refused before any work
     if inputs.resume:
         check_resumable(out)  # before the corpus is read and a tokenizer trained
-    spec, log, teacher = objectives.get(objective), rank_zero(inputs.log), inputs.teacher
+    spec, log = objectives.get(objective), rank_zero(inputs.log)
     check_read(spec, recipe, inputs)
+    teacher = teacher_model(inputs.teacher)
     if recipe.objective_options:  # built with them, and its examples cut by them (T5's noise density)
         spec = dataclasses.replace(spec, options={**spec.options, **recipe.objective_options})
-    start = None  # or (model, tokenizer) of the checkpoint continued
-    if inputs.model is not None:
-        start = checkpoint_start(inputs.model, inputs.tokenizer, inputs.overrides)
+    start = checkpoint_start(inputs.model, inputs.tokenizer, inputs.overrides)  # None: none continued
     cfg = _checked_config(spec, inputs.preset, inputs.overrides, teacher, start)
     settings = _settings(recipe, _max_len(cfg, recipe.max_len), inputs)  # sized_to keeps max_seq_len
     shards, docs, words = _corpus(inputs, recipe, start, train.seed)

@@ -58,8 +58,9 @@ class PretrainInputs:
     preset: Optional[str] = option(None, "a preset to train afresh (its weights from the run's seed)")
     model: Optional[str] = option(None, "continue pretraining this checkpoint: a directory or an installed "
                                         "model")
-    teacher: Optional[Any] = option(None, "a teacher objective's model (distillation), whose config the "
-                                          "student's is")
+    teacher: Optional[Any] = option(None, "a teacher objective's model (distillation), or its folder or "
+                                          "installed name, read once the request is checked; its config "
+                                          "is the student's")
     data: Optional[list] = option(None, "text / JSONL / gzip files or a shard directory; null: the built-in "
                                         "corpus", max_entries=MAX_DATA_PATHS)
     tokenizer: Optional[Any] = option(None, "the tokenizer; null: a checkpoint's own, the shards', or one "

@@ -260,8 +260,7 @@ def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels:
     labels = labels if labels is not None else cls.labels_from(train)
     read = ("prefix",) if text else cls.options
     check_read(kind if not text else f"text-to-text {kind}", read, cfg)
-    extra = {name: getattr(cfg, name) for name in read}
-    return cls(model, tokenizer, labels=labels, max_len=cfg.max_len, **extra)
+    return cls(model, tokenizer, labels=labels, max_len=cfg.max_len, **{n: getattr(cfg, n) for n in read})
 
 
 def trained_settings(cfg: TaskConfig) -> dict:
@@ -383,14 +382,12 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
 def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labels: list | None = None,
              out=None, max_len: int | None = None, batch_size: int = 64, device: str = "auto",
              log=None) -> dict:
-    """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and
-    max_len) on labelled `records`; predictions written to `out` (JSONL) when given. Records
-    without labels get predictions only ({} metrics). `log` (default: standard error) is told of
-    records cut to max_len tokens."""
-    records = record_list(records, "data")  # a generator is read once, here
-    known = saved_kind(model, kind)  # each record checked before the model is loaded, by the kind its
-    if known is not None:  # folder says; with none known, fine_tuned_task asks for kind= before loading
-        records = given_records(records, known, "data", labelled=False)
+    """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and max_len) on
+    labelled `records`; predictions written to `out` (JSONL) when given. Records without labels get only
+    predictions ({} metrics). `log` (default: standard error) is told of records cut to max_len tokens."""
+    records, known = record_list(records, "data"), saved_kind(model, kind)  # a generator is read once, here
+    # each record checked before the model is loaded, by the kind its folder says (none: checked after)
+    records = given_records(records, known, "data", labelled=False) if known is not None else records
     labelled = gold_given(records, "data", field="data")
     task = fine_tuned_task(model, records, kind, tokenizer, labels, max_len, batch_size, device)
     records = given_records(records, task.kind, "data", labelled=False)  # as fine_tuned_task read them

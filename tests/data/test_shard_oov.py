@@ -12,6 +12,7 @@ from lmforge.objectives import registry
 from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.chars import train_words
 from lmforge.train.pretrain import read_documents, tokenize_documents
+from tests.data.shard_cases import interrupt_at
 
 
 @pytest.fixture
@@ -77,13 +78,7 @@ def test_any_number_of_workers_and_a_resume_write_the_same_bytes(text, tmp_path,
     _shard(text, tmp_path / "2", workers=2)
     assert _files(tmp_path / "1") == _files(tmp_path / "2")
     real = shards.write_shard
-
-    def interrupted(job):
-        if job["name"] == "shard-00002":
-            raise KeyboardInterrupt
-        return real(job)
-
-    monkeypatch.setattr(shards, "write_shard", interrupted)
+    interrupt_at(monkeypatch, "shard-00002")
     with pytest.raises(KeyboardInterrupt):
         _shard(text, tmp_path / "r")
     monkeypatch.setattr(shards, "write_shard", real)

@@ -7,21 +7,14 @@ import pytest
 import lmforge.data.shards as shards
 from lmforge.data.shards import shard_corpus
 from lmforge.data.stream import ShardCorpus
-from tests.data.shard_cases import shard_inputs, snapshot
+from tests.data.shard_cases import interrupt_at, shard_inputs, snapshot
 
 
 def test_resume_after_an_interruption_redoes_only_unfinished_shards(corpus_dir, tokenizer_dir, tmp_path,
                                                                      monkeypatch):
     files, out, real = shard_inputs(corpus_dir), tmp_path / "s", shards.write_shard
     shard_corpus(files, tokenizer_dir, tmp_path / "fresh", shard_bytes=20_000, log=lambda m: None)
-
-    def interrupted(job):
-        if job["name"] == "shard-00002":  # dies half-way: a partial temporary file is left
-            (out / "shard-00002.bin.tmp").write_bytes(b"\x01\x02\x03")
-            raise KeyboardInterrupt
-        return real(job)
-
-    monkeypatch.setattr(shards, "write_shard", interrupted)
+    interrupt_at(monkeypatch, "shard-00002", (out / "shard-00002.bin.tmp",))  # a partial temporary file left
     with pytest.raises(KeyboardInterrupt):
         shard_corpus(files, tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
     recorded = json.loads((out / "manifest.json").read_text())
@@ -49,16 +42,8 @@ def test_resume_after_an_interruption_redoes_only_unfinished_shards(corpus_dir, 
 
 def test_an_interrupted_run_leaves_no_temporary_file(corpus_dir, tokenizer_dir, tmp_path, monkeypatch):
     """Ctrl-C with --workers 2 left the workers' half-written shard-NNNNN.*.tmp files in --out."""
-    out, real = tmp_path / "s", shards.write_shard
-
-    def interrupted(job):
-        if job["name"] == "shard-00001":  # dies half-way through its files
-            (out / "shard-00001.bin.tmp").write_bytes(b"\x01\x02")
-            (out / "shard-00001.sent.tmp").write_bytes(b"")
-            raise KeyboardInterrupt
-        return real(job)
-
-    monkeypatch.setattr(shards, "write_shard", interrupted)
+    out = tmp_path / "s"
+    interrupt_at(monkeypatch, "shard-00001", (out / "shard-00001.bin.tmp", out / "shard-00001.sent.tmp"))
     with pytest.raises(KeyboardInterrupt):
         shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
     assert not list(out.glob("*.tmp")) and (out / "shard-00000.bin").is_file()
@@ -68,13 +53,7 @@ def test_an_input_changed_at_the_same_size_and_time_is_never_resumed(corpus_dir,
                                                                       monkeypatch):
     source, out, real = tmp_path / "a.txt", tmp_path / "s", shards.write_shard
     source.write_bytes((corpus_dir / "a.txt").read_bytes())
-
-    def interrupted(job):
-        if job["name"] == "shard-00001":
-            raise KeyboardInterrupt
-        return real(job)
-
-    monkeypatch.setattr(shards, "write_shard", interrupted)
+    interrupt_at(monkeypatch, "shard-00001")
     with pytest.raises(KeyboardInterrupt):
         shard_corpus([source], tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
     monkeypatch.setattr(shards, "write_shard", real)

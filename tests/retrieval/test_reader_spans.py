@@ -1,7 +1,8 @@
 """The reader's span loss is DPR's marginal over every answer span in the positive's window: one span
 gives the start and end cross-entropies' sum, two give -logsumexp over both by hand, an answer past the
 window adds nothing, and at most MAX_SPANS spans are kept; on fixed logits the loss is DPR's, worked by
-hand; the spans come from the window's own encoding."""
+hand; the spans come from the window's own encoding; reading takes the best bounded span of the passage
+over every start and end, as DPR's get_best_spans."""
 from __future__ import annotations
 
 import math
@@ -162,3 +163,25 @@ def test_the_window_spans_are_those_of_the_whole_context_mapping(reader):
         assert token_spans(context, [(start, stop)], w) == whole, (start, stop)
     inside = [bool(token_spans(context, [p], w)) for p in pairs]
     assert any(inside) and not all(inside)  # both sides of the window's end are tried
+
+
+def test_reading_takes_the_best_bounded_span_of_every_start_and_end(reader, monkeypatch):
+    """Fixed logits on the context's tokens c: starts 5 + c / 100 at c = 20..39, ends 5 at c = 0..19 and 1 at
+    c = 39, the question, [CLS] and [SEP] 100: the best span of the passage's own tokens is (39, 39), 6.39;
+    the top 20 starts all lie past the top 20 ends (a top-20 x top-20 cut found no span and read "")."""
+    passages = [Passage("a", "A", FILLER * 2), Passage("b", "B", FILLER * 2)]
+    w = window(reader.tokenizer, reader.template, "where is it?", passages[1], (), reader.max_len)
+    at, n = w["context_at"], len(w["offsets"])
+    assert n > 40
+
+    def scores(batch):
+        logits = torch.full((*batch["input_ids"].shape, 2), 100.0)  # question and specials would win
+        logits[:, at:at + n] = 0.0
+        logits[:, at + 20:at + 40, 0] = 5 + torch.arange(20, 40) / 100
+        logits[:, at:at + 20, 1], logits[:, at + 39, 1] = 5.0, 1.0
+        return logits, torch.tensor([0.0, 2.0])
+
+    monkeypatch.setattr(reader, "scores", scores)
+    result = reader.read("where is it?", passages, max_answer_len=10)
+    first, last = w["offsets"][39]
+    assert result["id"] == "b" and result["answer"] == passage_text(passages[1])[first:last]

@@ -10,7 +10,8 @@ code: compute_loss sums the start and end cross-entropies per span, `_calc_mml` 
 sums both terms over the batch's questions, we average both: the same objective at a learning-rate
 scale); a positive whose answers all lie past its window trains the [CLS] position. Reading: the passage
 with the highest selection score (plus `retrieval_weight` x the retriever's log-softmax score, when
-given) and its best span.
+given) and its best span: the highest start + end logit over every span of at most max_answer_len of
+the passage's own tokens (DPR's get_best_spans; never the question, [CLS] or [SEP]).
 """
 from __future__ import annotations
 
@@ -27,8 +28,7 @@ from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
 from lmforge.retrieval.dpr import pad_batch, passage_text
 from lmforge.retrieval.heads import head_or_new, seeded_heads
-from lmforge.tasks.qa import (QuestionRules, Template, answer_tokens, exact_match, features,
-                              window_spans)
+from lmforge.tasks.qa import QuestionRules, Template, answer_tokens, exact_match, features, window_spans
 from lmforge.tokenizer import load_tokenizer
 
 READER_HEADS = ("span-qa", "select")  # the answer span and the passage selection
@@ -182,8 +182,10 @@ class ExtractiveReader(Objective):
             select = select + retrieval_weight * torch.log_softmax(prior, -1)
         best = int(select.argmax())
         w = windows[best]
-        spans = window_spans(span[best, :, 0].tolist(), span[best, :, 1].tolist(), w["context_at"],
-                             len(w["offsets"]), max_answer_len=max_answer_len)
+        n = len(w["offsets"])  # every start x every end, as DPR's get_best_spans: a top-20 x top-20 cut can
+        # miss the best length-bounded span (or find none) when the top starts all lie past the top ends
+        spans = window_spans(span[best, :, 0].tolist(), span[best, :, 1].tolist(), w["context_at"], n,
+                             n_best=n, max_answer_len=max_answer_len)
         text = ""
         if spans:
             _, s, e = spans[0]

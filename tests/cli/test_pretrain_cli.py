@@ -74,4 +74,25 @@ def test_a_teacher_named_by_its_folder_is_read_only_once_the_request_is_checked(
     assert read == [] and not (tmp_path / "o").exists()
     with pytest.raises(ZeroDivisionError):  # a good request: the folder read where the teacher is needed
         recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=str(teacher), n_docs=20)
-    assert read == [str(teacher)]
+    assert read == [find_model_dir(teacher)]
+
+
+def test_a_teacher_named_in_python_reads_with_its_own_tokenizer_as_the_command_line_does(tmp_path,
+                                                                                        monkeypatch):
+    """--teacher DIR reads DIR's tokenizer; pretrain(teacher="DIR") without tokenizer= trained one of its
+    own on the corpus instead (329 ids) and was refused against the teacher's 30522: one request, two
+    answers. The teacher's folder now gives its tokenizer unless one is given."""
+    import lmforge
+    import lmforge.train.pretrain as recipe
+    from lmforge.io import find_model_dir
+    from lmforge.tokenizer import load_tokenizer
+    from lmforge.train import TrainConfig
+
+    teacher, seen = tmp_path / "teacher", []
+    lmforge.build("bert-tiny", n_layers=2, d_model=32, n_heads=2, d_ff=64, max_seq_len=64).save(teacher)
+    load_tokenizer(find_model_dir("all-MiniLM-L6-v2")).save(teacher)
+    monkeypatch.setattr(recipe, "_objective", lambda spec, cfg, tok, *a: seen.append(tok) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # stopped once the objective would be built
+        recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=str(teacher), n_docs=20)
+    assert seen[0].backend.get_vocab() == load_tokenizer(teacher).backend.get_vocab()
+    assert not (tmp_path / "o" / "tokenizer").exists()  # none trained here, none written

@@ -92,8 +92,9 @@ def own_kind(info: dict) -> str | None:
 
 def saved_kind(model, kind: str | None = None) -> str | None:
     """`kind`, else the one a model folder's own files say (own_kind of its task_info), read without its
-    weights: records are checked by it before the model is loaded. None for a model object or a name that
-    is no folder (a preset, an installed package): its loading says what it is."""
+    weights: records are checked by it before the model is loaded (an installed model's name reads its own
+    folder's). None for a model object, a name that is no model folder (a preset), or a folder that says no
+    one kind: the loaded model's task decides, and its loading says what it is."""
     if kind or not isinstance(model, (str, Path)):
         return kind
     found = model_dir(model)

@@ -244,10 +244,14 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
     return trained, keep
 
 
-def teacher_model(teacher):
-    """The teacher given (a model), or read from its folder or installed name: called once every check of
-    the request has passed, so a refused run reads no teacher's weights."""
-    return load(teacher) if isinstance(teacher, (str, os.PathLike)) else teacher
+def teacher_model(teacher, tokenizer=None) -> tuple:
+    """(teacher, tokenizer): the teacher given (a model), or read from its folder or installed name with its
+    own tokenizer unless one is given (as --teacher reads it: a student reads with its teacher's tokenizer);
+    called once every check of the request has passed, so a refused run reads no teacher's weights."""
+    if not isinstance(teacher, (str, os.PathLike)):
+        return teacher, tokenizer
+    path = find_model_dir(teacher)
+    return load(path), tokenizer or load_tokenizer(path)
 
 
 def _kept() -> None:
@@ -344,14 +348,14 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         check_resumable(out)  # before the corpus is read and a tokenizer trained
     spec, log = objectives.get(objective), rank_zero(inputs.log)
     check_read(spec, recipe, inputs)
-    teacher = teacher_model(inputs.teacher)
+    teacher, given = teacher_model(inputs.teacher, inputs.tokenizer)  # given: the tokenizer, if any
     if recipe.objective_options:  # built with them, and its examples cut by them (T5's noise density)
         spec = dataclasses.replace(spec, options={**spec.options, **recipe.objective_options})
-    start = checkpoint_start(inputs.model, inputs.tokenizer, inputs.overrides)  # None: none continued
+    start = checkpoint_start(inputs.model, given, inputs.overrides)  # None: none continued
     cfg = _checked_config(spec, inputs.preset, inputs.overrides, teacher, start)
     settings = _settings(recipe, _max_len(cfg, recipe.max_len), inputs)  # sized_to keeps max_seq_len
     shards, docs, words = _corpus(inputs, recipe, start, train.seed)
-    tokenizer, keep = _tokenizer(spec, out, inputs.tokenizer, start, shards, docs, inputs.vocab_size())
+    tokenizer, keep = _tokenizer(spec, out, given, start, shards, docs, inputs.vocab_size())
     if start is None and teacher is None:
         cfg = sized_to(cfg, tokenizer, (inputs.overrides or {}).get("vocab_size"), log)
     with seeded_init(train.seed):

@@ -214,7 +214,7 @@ def test_finetune_flags_win_over_key_value_and_the_config_file_whose_seed_splits
     import lmforge.tasks.formats as formats
 
     runs, drawn = [], []
-    monkeypatch.setattr(finetune, "finetune", lambda net, tok, kind, train, valid, out, cfg, task, resume:
+    monkeypatch.setattr(finetune, "finetune", lambda net, tok, kind, train, valid, out, cfg, task, **_:
                         runs.append(cfg) or {})
     split = formats.builtin
     monkeypatch.setattr(formats, "builtin",
@@ -226,3 +226,20 @@ def test_finetune_flags_win_over_key_value_and_the_config_file_whose_seed_splits
     assert main([*base, str(tmp_path / "b")]) in (0, None)
     assert [(c.steps, c.seed, c.warmup) for c in runs] == [(1, 3, 1), (2, 7, 5)]
     assert drawn == [3, 7]  # the built-in task is split by the run's seed, wherever it was given
+
+
+def test_finetune_standard_output_is_the_summary_alone_and_its_notes_on_standard_error(model_dir, tmp_path,
+                                                                                         capsys):
+    """`lmforge finetune ... > summary.json` keeps a JSON file: the run's notes (records cut, a warm-up
+    longer than the run, a resume) go to standard error (docs/finetune.md: the summary on standard output)."""
+    train = write(tmp_path / "train.csv", "sentence,gold\nIt is superb and lasts for years and years.,pos\n"
+                                          "It broke.,neg\nI love it.,pos\n")
+    argv = ["finetune", "--model", str(model_dir), "--task", "cls", "--train", train, "--columns",
+            "text=sentence,label=gold", "--out", str(tmp_path / "run"), "batch_size=2", "progress=false",
+            "max_len=6", "save_every=1"]
+    for steps, resume in ((1, []), (2, ["--resume"])):
+        assert main([*argv, "--steps", str(steps), *resume]) == 0
+        said = capsys.readouterr()
+        assert json.loads(said.out)["steps"] == steps  # the whole of it: one JSON object
+        assert "were cut" in said.err and "warmup=" in said.err
+    assert "resumed from" in said.err

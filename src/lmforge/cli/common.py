@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +22,12 @@ from lmforge.utils.yamltext import load_yaml
 
 class UsageError(ValueError):
     """Bad command-line input; reported in one line with exit status 2."""
+
+
+def note(line: str) -> None:
+    """A long job's `log=`: its notes (progress, warnings, a resume) on standard error, so that standard
+    output holds only the results a command documents (a JSON summary, a 'wrote PATH' line)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 SEED = (0, 2 ** 63 - 1)  # TrainConfig's bound on seed

@@ -4,7 +4,8 @@ from __future__ import annotations
 import time
 import warnings
 
-from lmforge.cli.common import bounded, flag_values, from_flags, option_flags, text_field, tokenizer_folder
+from lmforge.cli.common import (bounded, flag_values, from_flags, note, option_flags, text_field,
+                                tokenizer_folder)
 from lmforge.data.corpus import CorpusWarning
 from lmforge.data.read_options import ReadOptions
 from lmforge.data.shards import MAX_SHARD_MB, MAX_WORKERS, MB, MIN_SHARD_MB
@@ -27,7 +28,7 @@ def cmd_corpus_shard(args) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("always", CorpusWarning)  # every file's, each said (cli.main: one line each)
         manifest = shard_corpus(args.files, args.tokenizer, args.out, workers=args.workers, options=options,
-                                shard_bytes=int(args.shard_mb * MB), log=lambda m: print(m, flush=True))
+                                shard_bytes=int(args.shard_mb * MB), log=note)
     seconds = time.perf_counter() - start
     size = sum(i["bytes"] for i in manifest["inputs"]) / 1e6
     totals = manifest["totals"]

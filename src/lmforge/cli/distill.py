@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, bounded, said
+from lmforge.cli.common import SEED, STEPS, bounded, note, said
 
 
 def _print(report: dict, out) -> None:
@@ -123,7 +123,7 @@ def cmd_distill(args) -> None:
     source = f"--data {args.data}" if args.data else f"--valid {args.valid}"
     with flag_named("student_layers", "--student-layers", args.student_layers):  # more than the teacher's
         report = run_distill(args.teacher, train, valid, records, args.out, train_cfg=train_cfg, cfg=cfg,
-                             resume=args.resume, source=source)
+                             resume=args.resume, source=source, log=note)
     _print(report, args.out)
 
 

@@ -6,9 +6,9 @@ import dataclasses
 from pathlib import Path
 
 from lmforge import objectives
-from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_values, from_flags,
-                                option_flags, parse_overrides, read_config_file, refuse_nested,
-                                refuse_overwrite, said, tokenizer_folder, train_config)
+from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_values, from_flags, note, option_flags,
+                                parse_overrides, read_config_file, refuse_nested, refuse_overwrite, said,
+                                tokenizer_folder, train_config)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
@@ -96,7 +96,8 @@ def cmd_pretrain(args) -> None:
     check_vocabulary(model, tokenizer, source)
     # the teacher by its name: pretrain() reads it once the objective's options and the data are checked
     inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=args.teacher, data=args.data,
-                            tokenizer=tokenizer, overrides=model, resume=args.resume, read=read)
+                            tokenizer=tokenizer, overrides=model, resume=args.resume, read=read,
+                            log=note)  # notes on stderr: stdout holds the 'wrote' line
     try:
         pretrain(args.objective, args.out, train, recipe, inputs)
     except NoTextField as err:  # pretrain()'s one check of the data's field, said with the flags naming it

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmforge.cli.common import SEED, STEPS, as_typed, bounded, said
+from lmforge.cli.common import SEED, STEPS, as_typed, bounded, note, said
 
 UNSTRUCTURED = ("magnitude", "movement", "soft-movement")
 # options a method does not use: refused, never ignored (structured methods prune without training)
@@ -108,7 +108,7 @@ def _unstructured(args, kind: str, records: list, configs: tuple) -> None:
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     report = run_sparse_prune(args.model, kind, train, valid, records, args.out, train_cfg=train_cfg,
-                              sparse_cfg=sparse_cfg, task_cfg=task_cfg, resume=args.resume)
+                              sparse_cfg=sparse_cfg, task_cfg=task_cfg, resume=args.resume, log=note)
     ws = report["weight_sparsity"]
     rows = {name: {**report[name],
                    "nonzero": report[name]["parameters"] - (ws["zeros"] if name == "after" else 0)}

@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 
 from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, existing_model, flag_named, flag_values,
-                                option_flags, said, text_field)
+                                note, option_flags, said, text_field)
 from lmforge.retrieval.job_options import (MAX_HARD_NEGATIVES, IctOptions, IndexOptions, QueryOptions,
                                            RagOptions, ReaderOptions, RealmOptions)
 
@@ -195,7 +195,7 @@ def cmd_train(args) -> None:
     cfg, encoder = _train_config(args)
     with flag_named("model", "--model", args.model):  # a decoder: "a DPR encoder must be ..."
         table = run_train(args.model, args.out, cfg, args.questions, args.passages, args.hard_negatives,
-                          args.resume, separate=args.separate_encoders, **encoder)
+                          args.resume, note, separate=args.separate_encoders, **encoder)
     for name, row in table.items():
         print(f"{name:>10}  " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()))
     print(f"retriever in {args.out}/final, recall in {args.out}/recall.json")
@@ -208,7 +208,7 @@ def cmd_reader(args) -> None:
     options = job_options(args, ReaderOptions)
     cfg = _training_only(args, "reader")
     result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, options,
-                        args.resume)
+                        args.resume, note)
     print(json.dumps(result))
     print(f"reader in {args.out}/final, exact match in {args.out}/reader.json")
 
@@ -219,7 +219,7 @@ def cmd_realm(args) -> None:
 
     options = job_options(args, RealmOptions)
     cfg = _training_only(args, "realm")
-    result = run_realm(args.model, args.out, cfg, args.passages, args.retriever, options, args.resume)
+    result = run_realm(args.model, args.out, cfg, args.passages, args.retriever, options, args.resume, note)
     print(json.dumps(result))
     print(f"encoder in {args.out}/final, retriever in {args.out}/retriever, scores in {args.out}/realm.json")
 
@@ -230,7 +230,7 @@ def cmd_ict(args) -> None:
 
     options = job_options(args, IctOptions)
     cfg = _training_only(args, "ict")
-    result = run_ict(args.model, args.out, cfg, args.passages, options, args.resume)
+    result = run_ict(args.model, args.out, cfg, args.passages, options, args.resume, note)
     print(json.dumps(result))
     print(f"retriever in {args.out}/final (for retrieve realm --retriever), scores in {args.out}/ict.json")
 
@@ -247,7 +247,7 @@ def cmd_rag(args) -> None:
     cfg = _training_only(args, "rag")  # a --generator folder too: before training, and never written over
     try:
         result = run_rag(args.retriever, args.out, cfg, args.questions, args.passages, args.generator,
-                         options, args.resume)
+                         options, args.resume, note)
     except OptionsError as err:  # k past the passages, max_len past the generator: said as the flag
         if err.field in {f.name for f in fields(RagOptions)}:
             raise flag_error(err, asdict(options)) from None

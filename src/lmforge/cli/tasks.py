@@ -140,7 +140,7 @@ def check_model(name: str) -> None:
 
 def cmd_finetune(args) -> None:
     """Fine-tune a model on a task; metrics, best/ and final/ under --out; prints the summary."""
-    from lmforge.cli.common import (UsageError, parse_overrides, read_config_file, refuse_overwrite,
+    from lmforge.cli.common import (UsageError, note, parse_overrides, read_config_file, refuse_overwrite,
                                     train_config)
     from lmforge.train.checkpoint import RUN_FILES
     from lmforge.io import model_dir
@@ -164,7 +164,7 @@ def cmd_finetune(args) -> None:
         check_labels(valid, label_set(splits["train"]), args.valid)
     net, tokenizer = load_model(args.model, args.tokenizer, model, seed=args.seed)
     summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, train, task,
-                       resume=args.resume)
+                       resume=args.resume, log=note)  # notes on stderr: stdout holds the summary
     print(json.dumps(summary, indent=2))
 
 

@@ -1,7 +1,8 @@
 """The reader's span loss is DPR's marginal over every answer span in the positive's window: one span
 gives the start and end cross-entropies' sum, two give -logsumexp over both by hand, an answer past the
 window adds nothing, and at most MAX_SPANS spans are kept; on fixed logits the loss is DPR's, worked by
-hand; the spans come from the window's own encoding; reading takes the best bounded span of the passage
+hand; the spans come from the window's own encoding; answers match as whole words only (gold spans and
+negatives); reading takes the best bounded span of the passage
 over every start and end, as DPR's get_best_spans."""
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ import torch.nn.functional as F
 import lmforge
 from lmforge.retrieval.dpr import passage_text
 from lmforge.retrieval.passages import Passage, load_passages
-from lmforge.retrieval.reader import MAX_SPANS, ExtractiveReader, answer_spans, token_spans, window
+from lmforge.retrieval.reader import (
+    MAX_SPANS,
+    ExtractiveReader,
+    answer_spans,
+    reader_examples,
+    token_spans,
+    window,
+)
 from lmforge.tasks.qa import answer_tokens
 from lmforge.tokenizer.train import train_tokenizer
 
@@ -72,6 +80,33 @@ def test_two_occurrences_give_the_marginal_over_both(reader):
     (s1, e1), (s2, e2) = w["answer_spans"]
     by_hand = -torch.logsumexp(torch.stack([logp[s1, 0] + logp[e1, 1], logp[s2, 0] + logp[e2, 1]]), 0)
     assert abs(float(loss - by_hand)) < 1e-6
+
+
+def test_answers_match_whole_words_only():
+    """As DPR's token match: never inside a longer word or number, case-insensitive, beside punctuation."""
+    assert answer_spans("Romeo met Rome in 1990", ["Rome", "1"]) == [(10, 14)]
+    assert answer_spans("Romeo and Romeos", ["Rome"]) == []
+    assert answer_spans("1990 and 21", ["1"]) == []
+    for text in ("Rome,", "(Rome)", "rome."):
+        start = text.lower().index("rome")
+        assert answer_spans(text, ["Rome"]) == [(start, start + 4)], text
+    assert answer_spans("in 1 year", ["1"]) == [(3, 4)]
+
+
+def test_a_multi_word_answer_matches_across_a_single_space():
+    text = "from New York, not New Yorkers or new york."
+    assert [text[s:e] for s, e in answer_spans(text, ["New York"])] == ["New York", "new york"]
+
+
+def test_a_passage_holding_only_a_longer_word_is_a_negative(reader, monkeypatch):
+    """A passage of "Romeo" does not hold the answer "Rome": a negative; one of "Rome," holds it: never a
+    negative."""
+    passages = [Passage("p", "City", "Rome is old."), Passage("romeo", "Play", "Romeo loved Juliet."),
+                Passage("also", "City", "It is Rome, the capital.")]
+    monkeypatch.setattr(reader, "group", lambda q, a, pos, negs: (pos.id, [n.id for n in negs]))
+    record = {"question": "which city?", "answers": ["Rome"], "positives": ["p"]}
+    assert reader_examples(reader, [record], passages, [["also", "romeo"]], 1) == [("p", ["romeo"])]
+    assert reader_examples(reader, [record], passages, [["also"]], 1) == []  # "Rome," holds it: no negative
 
 
 def test_an_answer_past_the_window_adds_nothing(reader):

@@ -4,7 +4,7 @@ head gives start / end logits per token and a passage-selection head gives one l
 from [CLS] (w_selected). Training: cross-entropy of the positive passage among the question's
 passages (the positive and BM25 / retrieved negatives), plus, as DPR's objective, the marginal
 negative log-likelihood of ALL correct answer spans inside the positive's window (every
-case-insensitive occurrence of every gold answer, at most MAX_SPANS of them):
+case-insensitive whole-word occurrence of every gold answer, at most MAX_SPANS of them):
 -log sum_{(s, e)} P_start(s) P_end(e), each span's start and end log-probabilities added whole (DPR's
 code: compute_loss sums the start and end cross-entropies per span, `_calc_mml` marginalises them; it
 sums both terms over the batch's questions, we average both: the same objective at a learning-rate
@@ -26,6 +26,7 @@ from lmforge.fast.optimize import optimize
 from lmforge.io import load
 from lmforge.io.resolve import find_model_dir
 from lmforge.objectives.base import Loss, Objective, pad
+from lmforge.retrieval.answers import whole_words
 from lmforge.retrieval.dpr import pad_batch, passage_text
 from lmforge.retrieval.heads import head_or_new, seeded_heads
 from lmforge.tasks.qa import QuestionRules, Template, answer_tokens, exact_match, features, window_spans
@@ -36,16 +37,17 @@ MAX_SPANS = 10  # answer spans of a positive the span loss marginalises over (DP
 
 
 def answer_spans(context: str, answers: list) -> list:
-    """Distinct (start, end) characters of every case-insensitive occurrence (overlapping ones too) of
-    each non-empty answer in `context`: the answers in order, each one's occurrences left to right."""
+    """Distinct (start, end) characters of every case-insensitive whole-word occurrence (overlapping ones
+    too) of each non-empty answer in `context`: the answers in order, each one's occurrences left to right."""
+    # whole words, as DPR matches answers by tokens: "Rome" inside "Romeo" is no gold span
     found = [(m.start(1), m.end(1)) for answer in answers if answer
-             for m in re.finditer(f"(?=({re.escape(answer)}))", context, re.IGNORECASE)]
+             for m in re.finditer(f"(?=({whole_words(answer)}))", context, re.IGNORECASE)]
     return list(dict.fromkeys(found))
 
 
 def answer_start(context: str, answers: list) -> tuple:
-    """(character start, answer text) of the first answer found in `context` (case-insensitive),
-    or (None, None)."""
+    """(character start, answer text) of the first answer found in `context` (case-insensitive, whole
+    words), or (None, None)."""
     found = answer_spans(context, answers)
     return (found[0][0], context[found[0][0]:found[0][1]]) if found else (None, None)
 
@@ -205,7 +207,8 @@ def span_nll(logits: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
 def reader_examples(reader: ExtractiveReader, records: list, passages: list, rankings: list,
                     n_negatives: int = 3) -> list:
     """Training groups: each record's first positive that holds an answer, and the first
-    `n_negatives` ranked passages that are not positives and hold no answer."""
+    `n_negatives` ranked passages that are not positives and hold no answer (as whole words: one holding
+    only "Romeo" is a negative for "Rome")."""
     by_id = {p.id: p for p in passages}
     out = []
     for r, ranked in zip(records, rankings):

@@ -24,6 +24,7 @@ import re
 import torch
 
 from lmforge.objectives.base import IGNORE, Loss, Objective, pad
+from lmforge.retrieval.answers import whole_words
 from lmforge.retrieval.dpr import BiEncoder, pad_batch, passage_text
 from lmforge.retrieval.heads import head_or_new, seeded_heads
 
@@ -197,7 +198,7 @@ def span_correct(token_log_probs: torch.Tensor, doc_log_probs: torch.Tensor,
 
 def contains(text: str, answer: str) -> bool:
     """Whether `answer` occurs in `text` as whole words."""
-    return re.search(rf"(?<!\w){re.escape(answer)}(?!\w)", text) is not None
+    return re.search(whole_words(answer), text) is not None  # case-sensitive: the masked span's own text
 
 
 @torch.no_grad()

@@ -209,7 +209,7 @@ def test_a_run_says_what_it_read_and_refuses_a_text_too_short_to_train_on(tmp_pa
             "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
             "--data", str(tmp_path / "a.txt")]
     assert main(args + ["--out", str(tmp_path / "short"), "--max-len", "8"]) == 0
-    said = capsys.readouterr().out
+    said = capsys.readouterr().err  # a run's notes: on standard error
     assert "read 3 documents (1 repeats), 5 sentences, " in said
     assert " held-out examples of up to 8 tokens" in said
     assert main(args + ["--out", str(tmp_path / "long")]) == 2  # 128 tokens: one example, held out
@@ -249,7 +249,7 @@ def test_jsonl_data_is_read_by_its_text_field_and_a_resume_reading_it_otherwise_
     err = capsys.readouterr().err  # one line naming the file, the fields its records have and the flag
     assert err.count("\n") == 1 and "a.jsonl" in err and "content" in err and "--text-field" in err, err
     assert main([*args, "--text-field", "content"]) == 0
-    assert "read 12 documents" in capsys.readouterr().out
+    assert "read 12 documents" in capsys.readouterr().err
     args[8] = "3"
     assert main([*args, "--text-field", "content", "--max-sentence-chars", "20", "--resume"]) == 2
     assert "'max_sentence_chars': 100000} (the run's) vs" in capsys.readouterr().err

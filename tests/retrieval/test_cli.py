@@ -80,7 +80,7 @@ def test_retrieve_realm_writes_encoder_retriever_and_scores(tiny, tmp_path, caps
     code = main(["retrieve", "realm", "--model", str(tiny), "--out", str(out), "--steps", "2", "--k", "2",
                  "--refresh-every", "1", "--max-len", "64", "batch_size=4", "progress=false"])
     assert code == 0
-    assert "has no MLM head: REALM starts one untrained" in capsys.readouterr().out  # a plain encoder: noted
+    assert "has no MLM head: REALM starts one untrained" in capsys.readouterr().err  # a plain encoder: noted
     result = json.loads((out / "realm.json").read_text())
     assert result["test_examples"] > 0 and result["seed"] == 0  # the seed that drew the split, said
     assert set(result["after"]) == {"span_accuracy", "token_accuracy", "log_likelihood", "answer_recall",

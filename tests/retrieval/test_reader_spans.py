@@ -16,14 +16,8 @@ import torch.nn.functional as F
 import lmforge
 from lmforge.retrieval.dpr import passage_text
 from lmforge.retrieval.passages import Passage, load_passages
-from lmforge.retrieval.reader import (
-    MAX_SPANS,
-    ExtractiveReader,
-    answer_spans,
-    reader_examples,
-    token_spans,
-    window,
-)
+from lmforge.retrieval.reader import (MAX_SPANS, ExtractiveReader, answer_spans, reader_examples, token_spans,
+                                      window)
 from lmforge.tasks.qa import answer_tokens
 from lmforge.tokenizer.train import train_tokenizer
 

@@ -87,5 +87,5 @@ def test_cli_pretrain_trains_for_epochs(tmp_path, capsys):
     assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--data", str(text), "--out",
                  str(tmp_path / "run"), "epochs=1", "batch_size=4", "progress=false", "n_layers=1",
                  "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64"]) == 0
-    steps = int(re.search(r"epochs=1: (\d+) steps", capsys.readouterr().out).group(1))
+    steps = int(re.search(r"epochs=1: (\d+) steps", capsys.readouterr().err).group(1))  # a note: stderr
     assert read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]["step"] == steps

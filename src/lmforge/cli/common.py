@@ -25,8 +25,7 @@ class UsageError(ValueError):
 
 
 def note(line: str) -> None:
-    """A long job's `log=`: its notes (progress, warnings, a resume) on standard error, so that standard
-    output holds only the results a command documents (a JSON summary, a 'wrote PATH' line)."""
+    """A long job's `log=`: its notes on standard error; standard output holds a command's results alone."""
     print(line, file=sys.stderr, flush=True)
 
 

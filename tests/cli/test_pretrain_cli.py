@@ -96,3 +96,20 @@ def test_a_teacher_named_in_python_reads_with_its_own_tokenizer_as_the_command_l
         recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=str(teacher), n_docs=20)
     assert seen[0].backend.get_vocab() == load_tokenizer(teacher).backend.get_vocab()
     assert not (tmp_path / "o" / "tokenizer").exists()  # none trained here, none written
+
+
+def test_who_may_take_a_teacher_or_a_checkpoint_is_decided_before_either_is_read(tmp_path, monkeypatch):
+    """'takes no teacher' and 'a checkpoint replaces a preset' were said after the teacher's or the
+    checkpoint's weights were read; now before: nothing is loaded for a request refused on its face."""
+    import lmforge.train.pretrain as recipe
+    from lmforge.train import TrainConfig
+
+    monkeypatch.setattr(recipe, "load", lambda path: pytest.fail(f"read {path}"))
+    with pytest.raises(ValueError, match="objective 'mlm' takes no teacher model"):
+        recipe.pretrain("mlm", tmp_path / "a", TrainConfig(steps=1), teacher="all-MiniLM-L6-v2", n_docs=20)
+    with pytest.raises(ValueError, match="needs a teacher model"):
+        recipe.pretrain("distillation", tmp_path / "b", TrainConfig(steps=1), preset="bert-tiny", n_docs=20)
+    with pytest.raises(ValueError, match="replaces a preset and a teacher"):
+        recipe.pretrain("mlm", tmp_path / "c", TrainConfig(steps=1), model="all-MiniLM-L6-v2",
+                        preset="bert-tiny", n_docs=20)
+    assert not any((tmp_path / name).exists() for name in "abc")

@@ -180,13 +180,6 @@ def _preset_config(preset, overrides: dict | None):
 def _checked_config(spec: ObjectiveSpec, preset, overrides: dict | None, teacher, start):
     """The model config `spec` will train, checked before any work: a preset's, a checkpoint's
     (`start`), or a distilled student's (the teacher's, whose every other layer the objective keeps)."""
-    if spec.teacher and teacher is None:
-        raise ValueError(f"objective {spec.name!r} needs a teacher model (--teacher DIR)")
-    if teacher is not None and not spec.teacher:
-        takers = ", ".join(s.name for s in objectives.specs() if s.teacher)
-        raise ValueError(f"objective {spec.name!r} takes no teacher model (--teacher DIR is for {takers})")
-    if start is not None and (preset is not None or teacher is not None):
-        raise ValueError("a checkpoint to continue (--model) replaces a preset and a teacher: give one")
     if start is not None:
         cfg = start[0].config
     else:
@@ -244,10 +237,19 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
     return trained, keep
 
 
-def teacher_model(teacher, tokenizer=None) -> tuple:
+def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
     """(teacher, tokenizer): the teacher given (a model), or read from its folder or installed name with its
     own tokenizer unless one is given (as --teacher reads it: a student reads with its teacher's tokenizer);
-    called once every check of the request has passed, so a refused run reads no teacher's weights."""
+    called once every check of the request has passed, whether the objective takes a teacher and whether a
+    checkpoint continued replaces one among them, so a refused run reads no teacher's weights."""
+    teacher, tokenizer = inputs.teacher, inputs.tokenizer
+    if spec.teacher and teacher is None:
+        raise ValueError(f"objective {spec.name!r} needs a teacher model (--teacher DIR)")
+    if teacher is not None and not spec.teacher:
+        takers = ", ".join(s.name for s in objectives.specs() if s.teacher)
+        raise ValueError(f"objective {spec.name!r} takes no teacher model (--teacher DIR is for {takers})")
+    if inputs.model is not None and (inputs.preset is not None or teacher is not None):
+        raise ValueError("a checkpoint to continue (--model) replaces a preset and a teacher: give one")
     if not isinstance(teacher, (str, os.PathLike)):
         return teacher, tokenizer
     path = find_model_dir(teacher)
@@ -348,7 +350,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         check_resumable(out)  # before the corpus is read and a tokenizer trained
     spec, log = objectives.get(objective), rank_zero(inputs.log)
     check_read(spec, recipe, inputs)
-    teacher, given = teacher_model(inputs.teacher, inputs.tokenizer)  # given: the tokenizer, if any
+    teacher, given = teacher_model(spec, inputs)  # given: the tokenizer, if any
     if recipe.objective_options:  # built with them, and its examples cut by them (T5's noise density)
         spec = dataclasses.replace(spec, options={**spec.options, **recipe.objective_options})
     start = checkpoint_start(inputs.model, given, inputs.overrides)  # None: none continued

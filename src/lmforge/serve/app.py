@@ -2,7 +2,10 @@
 
     from lmforge.serve import create_app, load_served
     app = create_app({"minilm": load_served("minilm", "all-MiniLM-L6-v2")})
-    uvicorn.run(app, host="127.0.0.1", port=8000)
+    uvicorn.run(app, host="127.0.0.1", port=8000, http="h11", h11_max_incomplete_event_size=HEAD_BYTES)
+
+(serve/limits.HEAD_BYTES, as `lmforge serve` runs it: a head the app bounds reaches the app, which says
+414 or 431 in its JSON; under h11's default 16 KiB a head sent in pieces past that is a plain-text 400.)
 
 The event loop admits a request (the bounded queue's 429), counts its tokens (413 beyond the
 limits), splits it into budget-sized jobs and awaits them; the worker threads (worker.py) run

@@ -153,3 +153,14 @@ def test_a_passage_holding_the_answer_in_other_spacing_or_unicode_form_is_no_har
     records = [{"question": "Who keeps the cafe in Mupi?", "answers": ["Jean-Paul", "Café Noir"],
                 "positives": ["0"]}]
     assert hard_negatives(BM25Index.build(passages), records, passages, n=2) == [["2"]]  # as DPR's has_answer
+
+
+def test_a_passage_holding_the_answer_only_inside_a_longer_word_is_a_hard_negative():
+    """DPR's has_answer alone decides (whole words): 'Romeo' does not hold the answer 'Rome', nor '1990'
+    the answer '1', so those passages are real negatives; 'ROME,' holds it."""
+    passages = [Passage("0", "Mupi", "Mupi was founded from Rome."),
+                Passage("1", "Lore", "Mupi tales of Romeo, told since 1990."),
+                Passage("2", "Other", "Mupi traders went to ROME, by sea.")]
+    records = [{"question": "From which city was Mupi founded?", "answers": ["Rome", "1"],
+                "positives": ["0"]}]
+    assert hard_negatives(BM25Index.build(passages), records, passages, n=2) == [["1"]]

@@ -134,19 +134,17 @@ def negatives_depth(n: int, depth: int = 20) -> int:
 
 def hard_negatives(index: BM25Index, records: list, passages: list, n: int = 1, depth: int = 20) -> list:
     """Per question record, the ids of up to `n` top BM25 passages that are not positives and do not
-    contain an answer: neither as DPR's has_answer finds it (answers.has_answer: its words, NFD-normalised, in
-    any case and spacing) nor as a substring in any case (stricter: "Paris" in "Parisian"), from its top
-    max(depth, 2n)."""
+    contain an answer as DPR's has_answer finds it (answers.has_answer: its words, NFD-normalised, in any
+    case and spacing; "Rome" is not in "Romeo"), from its top max(depth, 2n)."""
     positions, _ = index.search([r["question"] for r in records], negatives_depth(n, depth))
     out = []
     for r, row in zip(records, positions):
-        negatives, answers = [], [a.lower() for a in r["answers"] if a]
+        negatives, answers = [], [a for a in r["answers"] if a]
         for i in row:
             p = passages[int(i)]
             # "Paris" in "PARIS is ...", "Jean-Paul" in "Jean - Paul", "Café" in NFD form hold the answer:
-            # as a negative it would teach the retriever against it
-            holds = has_answer(answers, p.text) or any(a in p.text.lower() for a in answers)
-            if p.id not in r["positives"] and not holds:
+            # as a negative it would teach the retriever against it; "Romeo" does not hold "Rome" (a negative)
+            if p.id not in r["positives"] and not has_answer(answers, p.text):
                 negatives.append(p.id)
             if len(negatives) == n:
                 break

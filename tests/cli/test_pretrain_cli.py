@@ -113,3 +113,19 @@ def test_who_may_take_a_teacher_or_a_checkpoint_is_decided_before_either_is_read
         recipe.pretrain("mlm", tmp_path / "c", TrainConfig(steps=1), model="all-MiniLM-L6-v2",
                         preset="bert-tiny", n_docs=20)
     assert not any((tmp_path / name).exists() for name in "abc")
+
+
+@pytest.mark.parametrize("rank", [None, "0", "1"])
+def test_the_wrote_line_is_printed_by_the_first_rank_alone(tmp_path, monkeypatch, capsys, rank):
+    """Under torchrun every rank finishes the run: rank 0 (or a lone process) prints 'wrote', the others
+    nothing (RANK, as rank_zero reads it)."""
+    import lmforge.train.pretrain as pretrain
+
+    monkeypatch.setattr(pretrain, "pretrain", lambda *args: None)
+    if rank is not None:
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("WORLD_SIZE", "2")
+    out = tmp_path / "o"
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed == ("" if rank == "1" else f"wrote {out / 'final'}\n")

@@ -69,7 +69,7 @@ def cmd_pretrain(args) -> None:
     """Pretrain with an objective; metrics, checkpoints, plots and DIR/final under --out."""
     from lmforge.data.text_field import NoTextField
     from lmforge.tokenizer import load_tokenizer
-    from lmforge.train.pretrain import pretrain
+    from lmforge.train.pretrain import pretrain, rank_zero
 
     refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model), ("--teacher", args.teacher),
                      ("--tokenizer", args.tokenizer), ("--add-tokens", args.add_tokens),
@@ -102,7 +102,7 @@ def cmd_pretrain(args) -> None:
         pretrain(args.objective, args.out, train, recipe, inputs)
     except NoTextField as err:  # pretrain()'s one check of the data's field, said with the flags naming it
         raise UsageError(f"--data {err.missing}: give --text-field, the field that holds the text") from None
-    print(f"wrote {Path(args.out) / 'final'}")
+    rank_zero(print)(f"wrote {Path(args.out) / 'final'}")  # under torchrun every rank gets here: one line
 
 
 def objective_help() -> str:

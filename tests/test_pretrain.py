@@ -310,4 +310,4 @@ def test_the_tokenizer_is_written_past_the_trainers_refusals_or_at_once_under_to
     assert said == ["trainer"]  # one process: kept for later
     monkeypatch.setenv("WORLD_SIZE", "2")
     tokenizer, keep = recipe._tokenizer(spec, tmp_path, None, None, None, [], 100)
-    assert said == ["trainer", "keep"] and keep is recipe._kept  # written now, nothing left to write
+    assert said == ["trainer", "keep"] and keep is recipe.already_kept  # written now, nothing left to write

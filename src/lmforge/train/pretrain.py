@@ -48,7 +48,7 @@ from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
                                             recipe_and_inputs)
-from lmforge.train.tokenizer_run import first_rank, pending_tokenizer
+from lmforge.train.tokenizer_run import already_kept, first_rank, pending_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 
 # derive_seed streams of a run's seed: data order (seed, epoch), corruption (seed, pass, index, 1),
@@ -227,13 +227,13 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
         if shards and shards.tokenizer().backend.get_vocab() != start[1].backend.get_vocab():
             raise ValueError("the shards were tokenized with another tokenizer than the checkpoint's: "
                              "shard the text with the checkpoint's tokenizer, or give text files")
-        return start[1], _kept
+        return start[1], already_kept
     if tokenizer is not None or shards:
-        return tokenizer or shards.tokenizer(), _kept
+        return tokenizer or shards.tokenizer(), already_kept
     trained, keep = pending_tokenizer(out, spec.tokenizer, docs, vocab_size)
     if several_ranks():  # the other ranks wait for it before building their own examples: written now
         keep()
-        return trained, _kept
+        return trained, already_kept
     return trained, keep
 
 
@@ -254,10 +254,6 @@ def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
         return teacher, tokenizer
     path = find_model_dir(teacher)
     return load(path), tokenizer or load_tokenizer(path)
-
-
-def _kept() -> None:
-    """keep() of a tokenizer the run did not train: nothing to write."""
 
 
 def several_ranks() -> bool:

@@ -81,18 +81,18 @@ def pending_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: flo
     docs = list(docs)  # read twice: its checksum, then the training (documents() is a generator)
     path, source = Path(out) / "tokenizer", trained_on(family, docs, vocab_size)
     if _holds(path, source):
-        return load_tokenizer(path), _nothing  # verified (Tokenizer.save kept its checksums)
+        return load_tokenizer(path), already_kept  # verified (Tokenizer.save kept its checksums)
     if not first_rank():  # waits for this corpus's: a stale one is being replaced by rank 0
         deadline = time.monotonic() + wait_s
         while not _holds(path, source):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rank 0 wrote no tokenizer to {path} in {wait_s:.0f} s")
             time.sleep(0.2)
-        return load_tokenizer(path), _nothing
+        return load_tokenizer(path), already_kept
     tokenizer = default_tokenizer(family, docs, vocab_size)
     # other ranks see the whole directory (files, checksums, what it was trained on) or nothing
     return tokenizer, partial(replace_dir, path, partial(_save, tokenizer, source))
 
 
-def _nothing() -> None:
-    """keep() of a tokenizer read back: it is on disk already."""
+def already_kept() -> None:
+    """keep() of a tokenizer on disk already (read back), or one a run did not train: nothing to write."""

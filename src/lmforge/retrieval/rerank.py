@@ -6,6 +6,7 @@ The reranker reads each passage as the dense encoder does (dpr.passage_text: tit
 from __future__ import annotations
 
 from lmforge.pipelines.rerank import Reranker, order
+from lmforge.retrieval.answers import has_answer
 from lmforge.retrieval.dpr import passage_text
 
 
@@ -17,9 +18,9 @@ def rerank_training_records(records: list, passages: list, rankings: list, n_neg
     out = []
     for r, ranked in zip(records, rankings):
         positives = set(r["positives"])
-        answers = [a.lower() for a in r.get("answers", ()) if a]  # in any case, as bm25.hard_negatives
+        answers = [a for a in r.get("answers", ()) if a]  # as bm25.hard_negatives: DPR's whole-word rule
         negatives = [passage_text(by_id[i]) for i in ranked if i not in positives
-                     and not any(a in by_id[i].text.lower() for a in answers)][:n_negatives]
+                     and not has_answer(answers, by_id[i].text)][:n_negatives]
         if negatives and r["positives"][0] in by_id:
             out.append({"query": r["question"], "positive": passage_text(by_id[r["positives"][0]]),
                         "negatives": negatives})

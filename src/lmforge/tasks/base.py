@@ -45,6 +45,11 @@ MODULES = {"cls": "classify", "pair": "classify", "regression": "classify", "cho
 META = ("record",)  # example keys that never enter a batch
 
 
+def notes(log=None):
+    """Where a task's notes go: `log`, else standard error (a job's standard output holds its results)."""
+    return log or partial(print, file=sys.stderr)
+
+
 def register(cls: type) -> type:
     """Class decorator: make `cls` the Task of `cls.kind`."""
     TASKS[cls.kind] = cls
@@ -217,7 +222,7 @@ class Task(Objective, abc.ABC):
         """Tell `log` (default: standard error) how many of the `n` records (`what`: "training") that the
         last encode_all read were cut to max_len tokens; nothing when none was."""
         if self.cut:
-            (log or partial(print, file=sys.stderr))(
+            notes(log)(
                 f"{self.cut} of {n} {what} records are longer than max_len={self.max_len} tokens and were "
                 f"cut (the model reads only their first {self.max_len}); raise max_len to read more")
 

@@ -28,16 +28,14 @@ Reading SQuAD files and the official exact match / F1 live in tasks/squad.py (im
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from lmforge.config.checks import pattern_set
 from lmforge.objectives.base import Loss
-from lmforge.tasks.base import Task, register
+from lmforge.tasks.base import Task, notes, register
 # SQuAD reading and scores moved to tasks/squad.py; callers (retrieval, serve, formats) still import them here
 from lmforge.tasks.squad import (exact_match, gold_texts, normalize_answer, read_squad,  # noqa: F401
                                  squad_scores, token_f1)  # noqa: F401
@@ -236,7 +234,7 @@ class QATask(Task):
         first max_query_len tokens, which may not hold what it asks."""
         super().say_cut(n, what, log)
         if self.question_cut:
-            (log or partial(print, file=sys.stderr))(
+            notes(log)(
                 f"{self.question_cut} of {n} {what} records have a question longer than max_query_len="
                 f"{self.max_query_len} tokens, cut to its first {self.max_query_len}; raise max_query_len "
                 f"to read more")

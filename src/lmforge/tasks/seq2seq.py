@@ -27,15 +27,13 @@ generates on its own (`lmforge generate`).
 """
 from __future__ import annotations
 
-import sys
-from functools import partial
 
 from lmforge.config.options import OptionsError
 from lmforge.generate import GenerationOptions, generate
 from lmforge.generate.recommended import recommendation
 from lmforge.io import CheckpointError
 from lmforge.tasks import metrics
-from lmforge.tasks.base import Task, register
+from lmforge.tasks.base import Task, notes, register
 from lmforge.tasks.text2text import TeacherForced
 
 
@@ -129,7 +127,7 @@ class Seq2SeqTask(TeacherForced, Task):
         """The base's line on cut sources, and one on cut targets: a target cut trains the model to stop
         early, so it is said as a cut source is."""
         super().say_cut(n, what, log)
-        say = log or partial(print, file=sys.stderr)
+        say = notes(log)
         if self.target_cut:
             say(f"{self.target_cut} of {n} {what} records have a target longer than max_len={self.max_len} "
                 f"tokens, cut to its first {self.max_len - 1} and the end token for the loss (scores compare "

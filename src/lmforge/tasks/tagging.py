@@ -20,15 +20,13 @@ alone, the metric of those benchmarks.
 from __future__ import annotations
 
 import os
-import sys
-from functools import partial
 from pathlib import Path
 
 import torch.nn.functional as F
 
 from lmforge.config.options import OptionsError
 from lmforge.objectives.base import IGNORE, Loss
-from lmforge.tasks.base import Task, register
+from lmforge.tasks.base import Task, notes, register
 
 DOCSTART = "-DOCSTART-"
 
@@ -257,7 +255,7 @@ class TaggingTask(Task):
         if self.unread:
             how = ("are not learned from" if what == "training" else
                    "are predicted null and scored as tagged O (a gold entity there counts as missed)")
-            (log or partial(print, file=sys.stderr))(
+            notes(log)(
                 f"{self.unread} words of the {n} {what} records are not read by the model (past "
                 f"max_len={self.max_len} tokens, or no tokens for them): they {how}")
 

@@ -155,6 +155,22 @@ def test_unanswerable_null_score_and_threshold(tok):
     outputs[1][0][0] = outputs[1][1][0] = 2.0
     assert best_answer(windows, outputs, rec["context"], unanswerable=True)[0] == "charlie delta"
 
+def test_window_spans_are_those_of_the_top_starts_and_ends_whatever_the_window():
+    """window_spans walks each top start's admissible ends (n x max_answer_len, for the reader's every start x
+    end) and gives what pairing the two top lists gives, in the same order, ties included."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n, n_best, most = rng.randint(1, 40), rng.randint(1, 45), rng.randint(1, 12)
+        start = [float(rng.randint(-3, 3)) for _ in range(n)]  # few values: many ties
+        end = [float(rng.randint(-3, 3)) for _ in range(n)]
+        top = sorted(range(n), key=lambda k: -start[k])[:n_best]
+        ends = sorted(range(n), key=lambda k: -end[k])[:n_best]
+        pairs = [(start[s] + end[e], s, e) for s in top for e in ends if s <= e < s + most]
+        assert window_spans(start, end, 0, n, n_best, most) == sorted(pairs, key=lambda x: -x[0])
+
+
 
 # ---- the task ---------------------------------------------------------------------------------------
 

@@ -163,8 +163,12 @@ def window_spans(start_logits: list, end_logits: list, context_at: int, n_contex
     start = start_logits[context_at:context_at + n_context]
     end = end_logits[context_at:context_at + n_context]
     top = sorted(range(len(start)), key=lambda k: -start[k])[:n_best]
-    ends = sorted(range(len(end)), key=lambda k: -end[k])[:n_best]
-    spans = [(start[s] + end[e], s, e) for s in top for e in ends if s <= e < s + max_answer_len]
+    ends = set(sorted(range(len(end)), key=lambda k: -end[k])[:n_best])
+    # each start's few admissible ends (max_answer_len), not every pair of the two lists: with n_best the
+    # window's length (the reader's every start x end) that is n x max_answer_len, not n^2; ties are
+    # ordered as before (a start's equal-scored ends by position)
+    spans = [(start[s] + end[e], s, e) for s in top for e in range(s, min(s + max_answer_len, len(end)))
+             if e in ends]
     return sorted(spans, key=lambda x: -x[0])
 
 

@@ -129,3 +129,14 @@ def test_the_wrote_line_is_printed_by_the_first_rank_alone(tmp_path, monkeypatch
     assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert printed == ("" if rank == "1" else f"wrote {out / 'final'}\n")
+
+
+def test_a_teacher_named_as_an_installed_model_is_taken_with_its_tokenizer(tmp_path, capsys):
+    """--teacher NAME read its tokenizer as a folder named NAME in the working directory ('does not
+    exist'); pretrain() now resolves the teacher and its tokenizer as lmforge.load does, after the checks."""
+    data = tmp_path / "c.jsonl"
+    data.write_text('{"body": "the cat sat"}\n')
+    assert main(["pretrain", "--objective", "distillation", "--teacher", "all-MiniLM-L6-v2",
+                 "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    said = capsys.readouterr().err.strip()
+    assert "no record has a string \"text\" field" in said and "does not exist" not in said

@@ -12,7 +12,6 @@ from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_values, f
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
-from lmforge.objectives.keywords import check_keywords
 from lmforge.train.checkpoint import RUN_FILES
 from lmforge.train.config import TrainConfig, options_from_dict
 from lmforge.train.pretrain_options import MAX_DUPLICATION, PretrainInputs, RecipeOptions
@@ -33,15 +32,13 @@ def split_overrides(pairs: dict) -> tuple:
 def recipe_options(args, model: dict) -> RecipeOptions:
     """The recipe's options from key=value (taken out of the model overrides) and their flags (--max-len,
     --duplication: read as key=value's text is, so both refuse alike, naming the field); objective_options
-    checked against --objective."""
+    are pretrain()'s to check against --objective, before any model or data is read."""
     options = {key: model.pop(key) for key in RECIPE_KEYS if key in model}
     for key in RECIPE_KEYS:
         given = getattr(args, key, None)  # n_docs has no flag: key=value only
         if given is not None:
             options[key] = coerce(RecipeOptions, key, given) if key in NUMBER_FLAGS else given
     recipe = options_from_dict(RecipeOptions, options, "pretraining recipe")  # a file's 1e2, as TrainConfig's
-    # pretrain() checks them too: here before the teacher's tokenizer is read
-    check_keywords(objectives.get(args.objective), recipe.objective_options or {}, "objective_options")
     if recipe.add_tokens is not None and args.model is None:
         raise UsageError("add_tokens grows a checkpoint's vocabulary: give the checkpoint with --model DIR")
     return recipe
@@ -91,10 +88,9 @@ def cmd_pretrain(args) -> None:
                          f"config fields (`lmforge options pretrain` lists them all)")
     read = read_options(args)
     tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
-    source = args.tokenizer or args.teacher  # a student reads with its teacher's tokenizer
-    tokenizer = load_tokenizer(source) if source else None
-    check_vocabulary(model, tokenizer, source)
-    # the teacher by its name: pretrain() reads it once the objective's options and the data are checked
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    check_vocabulary(model, tokenizer, args.tokenizer)  # (a teacher's or a checkpoint's takes no vocab_size=)
+    # the teacher by its name: pretrain() reads it, with its tokenizer, once the request is checked
     inputs = PretrainInputs(preset=args.preset, model=args.model, teacher=args.teacher, data=args.data,
                             tokenizer=tokenizer, overrides=model, resume=args.resume, read=read,
                             log=note)  # notes on stderr: stdout holds the 'wrote' line

@@ -140,3 +140,33 @@ def test_a_teacher_named_as_an_installed_model_is_taken_with_its_tokenizer(tmp_p
                  "--data", str(data), "--out", str(tmp_path / "o")]) == 2
     said = capsys.readouterr().err.strip()
     assert "no record has a string \"text\" field" in said and "does not exist" not in said
+
+
+def test_python_refuses_a_teacher_beside_a_preset_or_config_fields_and_reads_a_tokenizer_folder(tmp_path,
+                                                                                                monkeypatch):
+    """--teacher with --preset or model fields is refused; pretrain(teacher=, preset=) trained the teacher's
+    student and dropped the preset and overrides unsaid. A teacher or tokenizer of no usable type, or a
+    tokenizer's folder name, failed as an AttributeError; now typed refusals, the folder read as one."""
+    import lmforge.train.pretrain as recipe
+    from lmforge.config.options import OptionsError
+    from lmforge.io import find_model_dir
+    from lmforge.tokenizer import load_tokenizer
+    from lmforge.train import TrainConfig
+
+    monkeypatch.setattr(recipe, "load", lambda path: pytest.fail(f"read {path}"))
+    run = dict(train=TrainConfig(steps=1), n_docs=20)
+    for extra in ({"preset": "bert-tiny"}, {"overrides": {"n_layers": 1}}):
+        with pytest.raises(ValueError, match="from the teacher as it is: give no preset nor model config"):
+            recipe.pretrain("distillation", tmp_path / "a", teacher="all-MiniLM-L6-v2", **run, **extra)
+    with pytest.raises(OptionsError, match="teacher must be a model") as err:
+        recipe.pretrain("distillation", tmp_path / "b", teacher=5, **run)
+    assert err.value.field == "teacher"
+    with pytest.raises(OptionsError, match="tokenizer: "):
+        recipe.pretrain("mlm", tmp_path / "c", preset="bert-tiny", tokenizer=str(tmp_path / "none"), **run)
+    load_tokenizer(find_model_dir("all-MiniLM-L6-v2")).save(tmp_path / "tok")
+    seen = []
+    monkeypatch.setattr(recipe, "_tokenizer", lambda spec, out, given, *rest: seen.append(given) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        recipe.pretrain("mlm", tmp_path / "d", preset="bert-tiny", tokenizer=str(tmp_path / "tok"), **run)
+    assert seen[0].vocab_size == load_tokenizer(tmp_path / "tok").vocab_size
+    assert not any((tmp_path / name).exists() for name in "abc")

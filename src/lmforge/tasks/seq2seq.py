@@ -27,7 +27,6 @@ generates on its own (`lmforge generate`).
 """
 from __future__ import annotations
 
-
 from lmforge.config.options import OptionsError
 from lmforge.generate import GenerationOptions, generate
 from lmforge.generate.recommended import recommendation

@@ -38,7 +38,8 @@ from lmforge.data.shard_oov import encode_documents, sentence_parts
 from lmforge.data.stream import build_examples, open_shards, shard_examples
 from lmforge.data.synthetic import documents
 from lmforge.io import find_model_dir, load, model_dir
-from lmforge.model import from_config
+from lmforge.io.resolve import checked_tokenizer
+from lmforge.model import Transformer, from_config
 from lmforge.objectives import ObjectiveSpec
 from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
@@ -242,7 +243,7 @@ def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
     own tokenizer unless one is given (as --teacher reads it: a student reads with its teacher's tokenizer);
     called once every check of the request has passed, whether the objective takes a teacher and whether a
     checkpoint continued replaces one among them, so a refused run reads no teacher's weights."""
-    teacher, tokenizer = inputs.teacher, inputs.tokenizer
+    teacher = inputs.teacher
     if spec.teacher and teacher is None:
         raise ValueError(f"objective {spec.name!r} needs a teacher model (--teacher DIR)")
     if teacher is not None and not spec.teacher:
@@ -250,6 +251,13 @@ def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
         raise ValueError(f"objective {spec.name!r} takes no teacher model (--teacher DIR is for {takers})")
     if inputs.model is not None and (inputs.preset is not None or teacher is not None):
         raise ValueError("a checkpoint to continue (--model) replaces a preset and a teacher: give one")
+    if teacher is not None and (inputs.preset is not None or inputs.overrides):  # as --teacher refuses them
+        raise ValueError("a teacher objective builds its student from the teacher as it is: give no preset "
+                         "nor model config fields with it")
+    if teacher is not None and not isinstance(teacher, (str, os.PathLike, Transformer)):
+        raise OptionsError(f"teacher must be a model, its folder or an installed model's name, got "
+                           f"{type(teacher).__name__}", "teacher")
+    tokenizer = checked_tokenizer(inputs.tokenizer)  # a folder's name read as every job reads it
     if not isinstance(teacher, (str, os.PathLike)):
         return teacher, tokenizer
     path = find_model_dir(teacher)

@@ -39,7 +39,7 @@ from lmforge.data.stream import build_examples, open_shards, shard_examples
 from lmforge.data.synthetic import documents
 from lmforge.io import find_model_dir, load, model_dir
 from lmforge.io.resolve import checked_tokenizer
-from lmforge.model import Transformer, from_config
+from lmforge.model import from_config
 from lmforge.objectives import ObjectiveSpec
 from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
@@ -238,26 +238,12 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
     return trained, keep
 
 
-def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
+def teacher_model(inputs: PretrainInputs) -> tuple:
     """(teacher, tokenizer): the teacher given (a model), or read from its folder or installed name with its
     own tokenizer unless one is given (as --teacher reads it: a student reads with its teacher's tokenizer);
-    called once every check of the request has passed, whether the objective takes a teacher and whether a
-    checkpoint continued replaces one among them, so a refused run reads no teacher's weights."""
-    teacher = inputs.teacher
-    if spec.teacher and teacher is None:
-        raise ValueError(f"objective {spec.name!r} needs a teacher model (--teacher DIR)")
-    if teacher is not None and not spec.teacher:
-        takers = ", ".join(s.name for s in objectives.specs() if s.teacher)
-        raise ValueError(f"objective {spec.name!r} takes no teacher model (--teacher DIR is for {takers})")
-    if inputs.model is not None and (inputs.preset is not None or teacher is not None):
-        raise ValueError("a checkpoint to continue (--model) replaces a preset and a teacher: give one")
-    if teacher is not None and (inputs.preset is not None or inputs.overrides):  # as --teacher refuses them
-        raise ValueError("a teacher objective builds its student from the teacher as it is: give no preset "
-                         "nor model config fields with it")
-    if teacher is not None and not isinstance(teacher, (str, os.PathLike, Transformer)):
-        raise OptionsError(f"teacher must be a model, its folder or an installed model's name, got "
-                           f"{type(teacher).__name__}", "teacher")
-    tokenizer = checked_tokenizer(inputs.tokenizer)  # a folder's name read as every job reads it
+    called once every check of the request has passed (pretrain_options.check_sources among them), so a
+    refused run reads no teacher's weights."""
+    teacher, tokenizer = inputs.teacher, checked_tokenizer(inputs.tokenizer)  # a folder's name: read
     if not isinstance(teacher, (str, os.PathLike)):
         return teacher, tokenizer
     path = find_model_dir(teacher)
@@ -354,7 +340,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         check_resumable(out)  # before the corpus is read and a tokenizer trained
     spec, log = objectives.get(objective), rank_zero(inputs.log)
     check_read(spec, recipe, inputs)
-    teacher, given = teacher_model(spec, inputs)  # given: the tokenizer, if any
+    teacher, given = teacher_model(inputs)  # given: the tokenizer, if any
     if recipe.objective_options:  # built with them, and its examples cut by them (T5's noise density)
         spec = dataclasses.replace(spec, options={**spec.options, **recipe.objective_options})
     start = checkpoint_start(inputs.model, given, inputs.overrides)  # None: none continued

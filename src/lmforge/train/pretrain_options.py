@@ -114,8 +114,8 @@ def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
     """An OptionsError naming a recipe option the run would not read or `spec` refuses: an objective option
     it does not take or out of its range (objectives.keywords), duplication with an objective that draws no
     corruption (clm, bilm: each copy of an example would be the same), n_docs beside data; text_field where
-    no record of the JSONL data has it (NoTextField, the command line's check too), before any model is
-    built."""
+    no record of the JSONL data has it (NoTextField, the command line's check too); the run's sources
+    (check_sources), before any model is read or built."""
     from lmforge.data.text_field import check_text_field
     from lmforge.objectives.base import Objective
     from lmforge.objectives.keywords import check_keywords
@@ -133,3 +133,28 @@ def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
         raise OptionsError(f"n_docs={recipe.n_docs}: sizes the built-in corpus, which is not read "
                            "when data (--data) is given; drop it", "n_docs")
     check_text_field(inputs.data, inputs.read)
+    check_sources(spec, inputs)
+
+
+def check_sources(spec, inputs: PretrainInputs) -> None:
+    """A ValueError where what the run starts from does not fit `spec` or itself: a teacher objective without
+    a teacher, a teacher for one that takes none, a checkpoint beside a preset or a teacher, a teacher beside
+    a preset or model config fields (its student is the teacher's, as it is); an OptionsError naming teacher
+    for one of no usable type. Before any of them is read."""
+    from lmforge import objectives
+    from lmforge.model import Transformer
+
+    teacher = inputs.teacher
+    if spec.teacher and teacher is None:
+        raise ValueError(f"objective {spec.name!r} needs a teacher model (--teacher DIR)")
+    if teacher is not None and not spec.teacher:
+        takers = ", ".join(s.name for s in objectives.specs() if s.teacher)
+        raise ValueError(f"objective {spec.name!r} takes no teacher model (--teacher DIR is for {takers})")
+    if inputs.model is not None and (inputs.preset is not None or teacher is not None):
+        raise ValueError("a checkpoint to continue (--model) replaces a preset and a teacher: give one")
+    if teacher is not None and (inputs.preset is not None or inputs.overrides):  # as --teacher refuses them
+        raise ValueError("a teacher objective builds its student from the teacher as it is: give no preset "
+                         "nor model config fields with it")
+    if teacher is not None and not isinstance(teacher, (str, os.PathLike, Transformer)):
+        raise OptionsError(f"teacher must be a model, its folder or an installed model's name, got "
+                           f"{type(teacher).__name__}", "teacher")

@@ -48,7 +48,7 @@ from lmforge.train.checkpoint import training_folder
 from lmforge.train.data import derive_seed
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
-                                            recipe_and_inputs)
+                                            check_sources, recipe_and_inputs)
 from lmforge.train.tokenizer_run import already_kept, first_rank, pending_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 
@@ -238,11 +238,12 @@ def _tokenizer(spec: ObjectiveSpec, out, tokenizer, start, shards, docs, vocab_s
     return trained, keep
 
 
-def teacher_model(inputs: PretrainInputs) -> tuple:
+def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
     """(teacher, tokenizer): the teacher given (a model), or read from its folder or installed name with its
     own tokenizer unless one is given (as --teacher reads it: a student reads with its teacher's tokenizer);
-    called once every check of the request has passed (pretrain_options.check_sources among them), so a
-    refused run reads no teacher's weights."""
+    called once every other check of the request has passed, and the run's sources checked first
+    (pretrain_options.check_sources), so a refused run reads no teacher's weights."""
+    check_sources(spec, inputs)
     teacher, tokenizer = inputs.teacher, checked_tokenizer(inputs.tokenizer)  # a folder's name: read
     if not isinstance(teacher, (str, os.PathLike)):
         return teacher, tokenizer
@@ -340,7 +341,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
         check_resumable(out)  # before the corpus is read and a tokenizer trained
     spec, log = objectives.get(objective), rank_zero(inputs.log)
     check_read(spec, recipe, inputs)
-    teacher, given = teacher_model(inputs)  # given: the tokenizer, if any
+    teacher, given = teacher_model(spec, inputs)  # given: the tokenizer, if any
     if recipe.objective_options:  # built with them, and its examples cut by them (T5's noise density)
         spec = dataclasses.replace(spec, options={**spec.options, **recipe.objective_options})
     start = checkpoint_start(inputs.model, given, inputs.overrides)  # None: none continued

@@ -114,8 +114,8 @@ def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
     """An OptionsError naming a recipe option the run would not read or `spec` refuses: an objective option
     it does not take or out of its range (objectives.keywords), duplication with an objective that draws no
     corruption (clm, bilm: each copy of an example would be the same), n_docs beside data; text_field where
-    no record of the JSONL data has it (NoTextField, the command line's check too); the run's sources
-    (check_sources), before any model is read or built."""
+    no record of the JSONL data has it (NoTextField, the command line's check too), before any model is
+    built."""
     from lmforge.data.text_field import check_text_field
     from lmforge.objectives.base import Objective
     from lmforge.objectives.keywords import check_keywords
@@ -133,7 +133,6 @@ def check_read(spec, recipe: RecipeOptions, inputs: PretrainInputs) -> None:
         raise OptionsError(f"n_docs={recipe.n_docs}: sizes the built-in corpus, which is not read "
                            "when data (--data) is given; drop it", "n_docs")
     check_text_field(inputs.data, inputs.read)
-    check_sources(spec, inputs)
 
 
 def check_sources(spec, inputs: PretrainInputs) -> None:

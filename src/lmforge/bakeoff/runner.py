@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import time
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import checkpoints
+from lmforge.train.distributed import several_ranks
 from lmforge.train.pretrain import pretrain, read_documents, sized_to
 from lmforge.train.tokenizer_run import run_tokenizer
 from lmforge.utils.atomic import append_text
@@ -201,7 +201,7 @@ class BakeOff:
     """One plan's run under `out`: corpus, tokenizer, schedules, then arm by arm (see the module)."""
 
     def __init__(self, plan: Plan, out, log=print) -> None:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # every rank would run every arm: world x the budget
+        if several_ranks():  # every rank would run every arm: world x the budget
             raise PlanError(f"{plan.source}: a bake-off runs each arm in one process, as its budgets count "
                             "it: run it without torchrun")
         self.plan, self.out, self.show = plan, Path(out), log

@@ -12,7 +12,6 @@ The shipped plans are named under --plan below.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from lmforge.cli.common import UsageError, refuse_overwrite
@@ -52,10 +51,11 @@ def cmd_bakeoff(args) -> None:
     from lmforge.bakeoff.report import write_report
     from lmforge.bakeoff.results import RESULTS
     from lmforge.bakeoff.runner import BakeOff
+    from lmforge.train.distributed import several_ranks
 
     # the file read: a shipped plan's name is no path (--plan electra --out electra resumes its run)
     refuse_overwrite(args.out, ("--plan", plan_file(args.plan)))
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each rank would run every arm, at world-size x the FLOPs
+    if several_ranks():  # each rank would run every arm, at world-size x the FLOPs
         raise UsageError("a bake-off runs each arm in one process, as its budgets count it: run it without "
                          "torchrun")
     plan = _seeds(args.seeds, _plan(args))

@@ -21,9 +21,15 @@ def world() -> tuple:
     return 0, 1
 
 
+def several_ranks() -> bool:
+    """Whether this process is one of a torchrun job of more than one (its environment's WORLD_SIZE), before
+    or without a process group."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def init_from_env(device: torch.device) -> tuple:
     """Join the process group that torchrun describes in the environment; (rank, world)."""
-    if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
+    if not several_ranks():
         return 0, 1
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")

@@ -46,6 +46,7 @@ from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.data import derive_seed
+from lmforge.train.distributed import several_ranks
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
                                             check_sources, recipe_and_inputs)
@@ -249,11 +250,6 @@ def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
         return teacher, tokenizer
     path = find_model_dir(teacher)
     return load(path), tokenizer or load_tokenizer(path)
-
-
-def several_ranks() -> bool:
-    """Whether this is a process of a torchrun job of more than one (WORLD_SIZE, as distributed reads it)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def _trainer(keep, make):

@@ -49,7 +49,7 @@ from lmforge.train.data import derive_seed
 from lmforge.train.distributed import several_ranks
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
-                                            check_sources, recipe_and_inputs)
+                                            check_sources, check_teacher_vocabulary, recipe_and_inputs)
 from lmforge.train.tokenizer_run import already_kept, first_rank, pending_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 
@@ -243,13 +243,17 @@ def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
     """(teacher, tokenizer): the teacher given (a model), or read from its folder or installed name with its
     own tokenizer unless one is given (as --teacher reads it: a student reads with its teacher's tokenizer);
     called once every other check of the request has passed, and the run's sources checked first
-    (pretrain_options.check_sources), so a refused run reads no teacher's weights."""
+    (pretrain_options.check_sources), so a refused run reads no teacher's weights; a tokenizer of another
+    vocabulary than the teacher's is refused here, before the corpus is read (check_teacher_vocabulary)."""
     check_sources(spec, inputs)
     teacher, tokenizer = inputs.teacher, checked_tokenizer(inputs.tokenizer)  # a folder's name: read
-    if not isinstance(teacher, (str, os.PathLike)):
-        return teacher, tokenizer
-    path = find_model_dir(teacher)
-    return load(path), tokenizer or load_tokenizer(path)
+    field = "teacher" if tokenizer is None else "tokenizer"  # whose vocabulary a mismatch is said of
+    if isinstance(teacher, (str, os.PathLike)):  # read whole: config.json alone needs a reader per format
+        path = find_model_dir(teacher)
+        teacher, tokenizer = load(path), tokenizer or load_tokenizer(path)
+    if teacher is not None:
+        check_teacher_vocabulary(teacher, tokenizer, field)  # before the corpus is read
+    return teacher, tokenizer
 
 
 def _trainer(keep, make):

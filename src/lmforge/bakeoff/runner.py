@@ -40,10 +40,10 @@ from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
 from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import checkpoints
-from lmforge.train.distributed import several_ranks
 from lmforge.train.pretrain import pretrain, read_documents, sized_to
 from lmforge.train.tokenizer_run import run_tokenizer
 from lmforge.utils.atomic import append_text
+from lmforge.utils.ranks import one_process
 
 LOG = "bakeoff.log"  # the plan's progress and every run's own log lines
 CHECKPOINTS_PER_RUN = 4  # an interrupted pretraining run loses at most a quarter of its steps
@@ -201,9 +201,7 @@ class BakeOff:
     """One plan's run under `out`: corpus, tokenizer, schedules, then arm by arm (see the module)."""
 
     def __init__(self, plan: Plan, out, log=print) -> None:
-        if several_ranks():  # every rank would run every arm: world x the budget
-            raise PlanError(f"{plan.source}: a bake-off runs each arm in one process, as its budgets count "
-                            "it: run it without torchrun")
+        one_process("bakeoff", PlanError)  # every rank would run every arm: world x the budget
         self.plan, self.out, self.show = plan, Path(out), log
         self.out.mkdir(parents=True, exist_ok=True)
         mend(self.out)  # a torn last row (a kill mid-append) cut, before hours of training rest on the file

@@ -20,10 +20,16 @@ from lmforge.cli.common import KEY_VALUE, UsageError, with_bounds
 from lmforge.config import ConfigError
 from lmforge.io import CheckpointError
 from lmforge.utils.model_folder import inside_job_folder
+from lmforge.utils.ranks import one_process
 
 # each adds its sub-commands
 JOBS = (model, pretrain, tokenizer, data, tasks, generate, analysis, analysis_probe, prune, distill, quantize,
         retrieve, bakeoff, serve, options)
+
+
+# the jobs that run under torchrun with several processes: their Trainer joins the process group (parallel=
+# ddp|fsdp all-reduce the gradients) and rank 0 alone writes; any other job refuses (utils.ranks.one_process)
+SEVERAL_RANKS = ("lmforge pretrain", "lmforge finetune")
 
 
 # the arguments that name a file, folder, model or preset: "" is none of them; read as one it is the
@@ -247,6 +253,8 @@ def main(argv: list | None = None) -> int:
         with warnings.catch_warnings():
             if argv is None:  # the command itself; a caller's main([...]) keeps its warnings as it has them
                 warnings.showwarning = _warning_line(args.prog)
+            if args.prog not in SEVERAL_RANKS:  # before any file is looked at
+                one_process(args.prog.removeprefix("lmforge "), UsageError)
             said = empty_path(parser, args)
             if said is not None:
                 raise UsageError(f"{said} is empty: name a file, folder or model (\"\" would be read as the "

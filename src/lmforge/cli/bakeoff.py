@@ -51,13 +51,11 @@ def cmd_bakeoff(args) -> None:
     from lmforge.bakeoff.report import write_report
     from lmforge.bakeoff.results import RESULTS
     from lmforge.bakeoff.runner import BakeOff
-    from lmforge.train.distributed import several_ranks
 
     # the file read: a shipped plan's name is no path (--plan electra --out electra resumes its run)
+    # under torchrun main has refused it (utils.ranks.one_process): each rank would run every arm, at
+    # world-size x the FLOPs its budgets count
     refuse_overwrite(args.out, ("--plan", plan_file(args.plan)))
-    if several_ranks():  # each rank would run every arm, at world-size x the FLOPs
-        raise UsageError("a bake-off runs each arm in one process, as its budgets count it: run it without "
-                         "torchrun")
     plan = _seeds(args.seeds, _plan(args))
     if args.report and not any(Path(args.out, name).exists() for name in ("schedule.json", RESULTS)):
         raise UsageError(f"--out {args.out}: no bake-off has run there (no schedule.json, no {RESULTS}): run "

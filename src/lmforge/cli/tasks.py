@@ -146,6 +146,7 @@ def cmd_finetune(args) -> None:
     from lmforge.io import model_dir
     from lmforge.tasks.finetune import TaskConfig, finetune, load_model
     from lmforge.tasks.formats import check_labels, label_set
+    from lmforge.train.pretrain import rank_zero
 
     # the options first, as distill and prune check theirs: a bad one costs no file look-up
     train, task, model = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
@@ -163,9 +164,10 @@ def cmd_finetune(args) -> None:
     if valid and args.valid and kind in ("cls", "pair"):  # the check again, naming the file
         check_labels(valid, label_set(splits["train"]), args.valid)
     net, tokenizer = load_model(args.model, args.tokenizer, model, seed=args.seed)
+    # notes on stderr: stdout holds the summary; under torchrun every rank gets here, rank 0 alone says it
     summary = finetune(net, tokenizer, kind, splits["train"], valid, args.out, train, task,
-                       resume=args.resume, log=note)  # notes on stderr: stdout holds the summary
-    print(json.dumps(summary, indent=2))
+                       resume=args.resume, log=rank_zero(note))
+    rank_zero(print)(json.dumps(summary, indent=2))
 
 
 def cmd_evaluate(args) -> None:

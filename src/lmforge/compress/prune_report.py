@@ -29,6 +29,7 @@ from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, save_model
 from lmforge.tasks.reference import saved_kind
 from lmforge.utils.atomic import replace_dir
+from lmforge.utils.ranks import one_process
 
 METHODS = ("ffn", "heads")
 PRUNE_WRITES = ("model", "prune.json")  # what a structured run writes under out (lmforge prune checks it)
@@ -139,6 +140,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
               importance_records: list | None = None) -> dict:
     """Prune the fine-tuned model at `model_dir` by `method`, save it under out/model, and report both
     models as saved, measured side by side (compress/measure.py), and what was removed."""
+    one_process("run_prune")
     if method not in METHODS:
         raise OptionsError(f"method {method!r}: expected one of {', '.join(METHODS)}", "method")
     if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 < sparsity < 1:

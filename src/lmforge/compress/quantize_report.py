@@ -31,6 +31,7 @@ from lmforge.tokenizer import load_tokenizer
 from lmforge.tokenizer.load import holds_tokenizer
 from lmforge.utils.atomic import replace_dir
 from lmforge.utils.model_folder import record_sums
+from lmforge.utils.ranks import one_process
 from lmforge.utils.timing import alternating
 
 QUANTIZE_WRITES = ("model", "quantize.json")  # what a run writes under out (lmforge quantize checks it)
@@ -177,6 +178,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     side and (with `records`) the task metric before and after, then save it under out/model and
     the report as out/quantize.json (nothing written unless all of it succeeded); calibration:
     texts to smooth from (None: random tokens drawn from the options' seed, as the timed batch is)."""
+    one_process("run_quantize")
     o, calibration = _options(options), calibration_texts(calibration)
     source = _source(model)
     out = output_folder(out, source, QUANTIZE_WRITES)  # before any work, as --out is

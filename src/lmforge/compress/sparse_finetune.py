@@ -36,6 +36,7 @@ from lmforge.train.checkpoint import RUN_FILES, STATE_KEY, checkpoints, training
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 from lmforge.utils.checksum import sign, verify
+from lmforge.utils.ranks import one_process
 
 SETTINGS = "prune_settings.json"  # the run's pruning settings: a resume with others is refused
 SPARSE_WRITES = (*RUN_FILES, SETTINGS, "prune.json")  # what a magnitude or movement run writes under out
@@ -244,6 +245,7 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     """`lmforge prune --method magnitude|movement`: fine-tune with pruning, then measure the source and
     the pruned model side by side on `records` (the source's metric only where it was fine-tuned for
     the task); prune.json."""
+    one_process("run_sparse_prune")
     out = training_folder(output_folder(out, resolve_dir(model_dir), SPARSE_WRITES))  # never the model read
     records = given_data(records, kind)  # before the training run, not after it
     summary = prune_finetune(model_dir, kind, train, valid, out, train_cfg=train_cfg, sparse_cfg=sparse_cfg,

@@ -41,6 +41,7 @@ from lmforge.train.checkpoint import RUN_FILES, training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
 from lmforge.utils.checksum import model_fingerprint
+from lmforge.utils.ranks import one_process
 
 KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidden states
 LOSS = ("temperature", "alpha", "gamma")  # the loss's options: key=value ones, reported as "loss"
@@ -273,6 +274,7 @@ def run_distill(teacher_dir, train: list, valid: list | None, records: list, out
     """`lmforge distill`: distil, then measure teacher and student (best/ if kept, else final/) side by
     side on `records` (read from `source`, checked against the teacher's labels before training):
     accuracy, parameters, size on disk, forward time; distill.json under `out`."""
+    one_process("run_distill")
     out = training_folder(_out_apart(out, teacher_dir))
     records = record_list(records, source)  # read once: a generator is checked before training, used after
     summary = distill(teacher_dir, train, valid, out, train_cfg=train_cfg, cfg=cfg, resume=resume, log=log,

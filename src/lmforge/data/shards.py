@@ -46,6 +46,7 @@ from lmforge.data.shard_out import (check_input_sums, input_sums, plan, run_sett
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
+from lmforge.utils.ranks import one_process
 
 # v2: a word tokenizer's shards, spelled; a subword tokenizer's are v1 still, byte for byte as they were
 FORMAT, VERSION, SPELLED_VERSION = SHARD_FORMAT, 1, 2
@@ -301,6 +302,7 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
     """Tokenise text files into a shard directory `out` with `workers` processes; the manifest.
 
     `tokenizer` is a Tokenizer or a directory. Resumes a directory left unfinished."""
+    one_process("shard_corpus")
     workers = checked_argument("workers", "int", {"low": 1, "high": MAX_WORKERS}, workers)  # as --workers is
     shard_bytes = checked_argument("shard_bytes", "int", {"low": int(MIN_SHARD_MB * MB),
                                                           "high": int(MAX_SHARD_MB * MB)}, shard_bytes)

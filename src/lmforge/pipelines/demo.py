@@ -31,6 +31,7 @@ from lmforge.train import TrainConfig
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.pretrain import pretrain, seeded_init
 from lmforge.utils.atomic import atomic_write_text, refuse_link
+from lmforge.utils.ranks import one_process
 
 INITS = ("pretrained", "from scratch")  # the two starting points each task is fine-tuned from
 
@@ -174,6 +175,7 @@ def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> di
     """Tokenizer -> MLM pretraining -> fine-tuning with and without it -> table, report.json, demo.png."""
     from lmforge.pipelines.demo_plots import plot_demo
 
+    one_process("run_demo")
     cfg, start = cfg or DemoConfig(), time.perf_counter()
     out = check_outputs(cfg, out)
     if (out / "pretrain").exists():

@@ -34,6 +34,7 @@ from lmforge.train.config import TrainConfig
 from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import (UnsafePath, atomic_write_text, refuse_link, replace_dir,
                                   writes_over)
+from lmforge.utils.ranks import one_process
 
 
 TRAINING_ONLY = {"temperature", "matryoshka_dims", "matryoshka_weights"}  # read by the loss alone
@@ -43,6 +44,7 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
                     index: IndexOptions | None = None, progress: bool = True, **options) -> dict:
     """Passages from `source` into out/passages.jsonl, out/bm25/, and with `model` out/dense/ (`options`:
     EncoderOptions fields); returns counts for the summary line."""
+    one_process("build_index_dir")
     index, out = options_of(IndexOptions, index), refuse_link(out)
     seed = checked_as(TrainConfig, "seed", seed)  # the bound --seed has: True read as 1, -1 passed
     refuse_overlap(out, ("source", source), ("model", model), writes=INDEX_WRITES, models=("model",))
@@ -229,6 +231,7 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     """Train DPR from `model` on the training questions (with `separate` question and passage
     encoders), then recall@k on the held-out ones for BM25, the untrained and the trained encoder;
     written to out/recall.json and returned."""
+    one_process("run_train")
     n_hard = checked_argument("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES},
                               n_hard)  # --hard-negatives
     out = training_folder(out)
@@ -270,6 +273,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     out/checkpoints) on the training questions (each with its positive and BM25 negatives), then exact
     match on the held-out ones read from their top-k passages (BM25's, or `retriever`'s); written to
     out/reader.json and returned."""
+    one_process("run_reader")
     options = options_of(ReaderOptions, options)
     k, out = options.k, training_folder(out)
     refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
@@ -325,6 +329,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     from lmforge.io.resolve import find_model_dir
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
 
+    one_process("run_realm")
     options = options_of(RealmOptions, options)
     out = training_folder(out)
     refuse_overlap(out, ("model", model), ("passages_source", passages_source), ("retriever", retriever),
@@ -361,6 +366,7 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
     for `retrieve realm`); the in-batch accuracy of held-out pairs before and after, in out/ict.json."""
     from lmforge.retrieval.ict import ict_examples
 
+    one_process("run_ict")
     options = options_of(IctOptions, options)
     out = training_folder(out)
     refuse_overlap(out, ("model", model), ("passages_source", passages_source), models=("model",))

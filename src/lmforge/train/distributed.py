@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from lmforge.utils.ranks import several_ranks
 
 
 def world() -> tuple:
@@ -19,12 +20,6 @@ def world() -> tuple:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def several_ranks() -> bool:
-    """Whether this process is one of a torchrun job of more than one (its environment's WORLD_SIZE), before
-    or without a process group."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def init_from_env(device: torch.device) -> tuple:

@@ -318,7 +318,9 @@ def test_a_cpu_without_vnni_gets_7_bit_feature_stages_from_fbgemm():
             "print(json.dumps([[L, Int8Matmul(q, torch.ones(500), ('fbgemm',), L).kind] for L in (127, 63)] "
             "+ [t.levels, t.matmul.kind, t.usable, t.kinds_ms]))")
     capped = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",  # an AVX2 CPU's kernels
-              "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+              "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+              # no native int8 library: its AVX2 build (seconds of gcc) would only join the timing race
+              "LMFORGE_NATIVE": "off"}
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **capped}, capture_output=True,
                          text=True, timeout=120, check=False)
     seven, eight, levels, kind, usable, times = json.loads(out.stdout or "null") or (None,) * 6

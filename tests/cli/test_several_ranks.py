@@ -99,8 +99,32 @@ def test_finetune_runs_under_several_ranks_and_rank_0_alone_prints(rank, tmp_pat
         monkeypatch.setenv("RANK", rank)
         monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["finetune", "--model", "bert-tiny", "--builtin", "sentiment", "--builtin-size", "60",
-                 "--out", str(tmp_path / "o")]) == 0
+                 "--out", str(tmp_path / "o"), "parallel=ddp"]) == 0
     captured = capsys.readouterr()
     said = rank != "1"
     assert captured.out == ('{\n  "task": "cls"\n}\n' if said else "")
     assert ("a note" in captured.err) == said
+
+
+# a job of several ranks, as a command line whose input does not exist ("OUT": a path under the test's folder)
+SEVERAL = {"pretrain": ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--data", "missing.txt",
+                        "--out", "OUT"],
+           "finetune": ["finetune", "--model", "bert-tiny", "--task", "cls", "--train", "missing.csv",
+                        "--out", "OUT"]}
+
+
+@pytest.mark.parametrize("job", sorted(SEVERAL))
+def test_parallel_none_under_several_ranks_is_refused_before_any_read(job, tmp_path, monkeypatch, capsys):
+    """parallel=none (the default) under torchrun: no all-reduce, each rank would train a copy of its own and
+    rank 0's alone be written. One line naming parallel, exit 2, before the missing input is looked at."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    argv = [arg.replace("OUT", str(tmp_path / "out")) for arg in SEVERAL[job]]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"lmforge {job}: error: parallel=none under torchrun (WORLD_SIZE=2): each "
+                                   "process would train a copy of its own")
+    assert captured.err.count("\n") == 1 and "parallel=ddp or parallel=fsdp" in captured.err
+    assert captured.out == "" and list(tmp_path.iterdir()) == []
+    assert main([*argv, "parallel=ddp"]) == 2  # passes the check: what is refused next is the missing input
+    assert "missing" in capsys.readouterr().err

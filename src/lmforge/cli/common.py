@@ -14,7 +14,7 @@ from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ConfigError, ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
-from lmforge.train.config import MAX_STEPS, TrainConfig
+from lmforge.train.config import MAX_STEPS, TrainConfig, check_ranks
 from lmforge.utils.atomic import blocking_parent, overlap, writes_over
 from lmforge.utils.model_folder import inside_job_folder
 from lmforge.utils.yamltext import load_yaml
@@ -41,8 +41,8 @@ def given_flags(args, *names: str) -> dict:
 
 def train_config(args, options: dict) -> TrainConfig:
     """The run's TrainConfig: the training `options` of --config and key=value under --steps and --seed (a
-    flag wins), the one merge every training command makes, so they accept and refuse alike."""
-    return TrainConfig.from_dict({**options, **given_flags(args, "steps", "seed")})
+    flag wins) and check_ranks, the one merge every training command makes: they accept and refuse alike."""
+    return check_ranks(TrainConfig.from_dict({**options, **given_flags(args, "steps", "seed")}))
 
 
 MAX_CONFIG_BYTES = 1 << 20  # a --config file of key: value options; /dev/zero or a 100 MB file: refused

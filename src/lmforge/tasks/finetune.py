@@ -22,7 +22,7 @@ import torch
 from lmforge.config import atomic_write_text, option
 from lmforge.config.options import OptionsError, check_options, checked_as, coerce, refuse_changed
 from lmforge.fast.optimize import optimize
-from lmforge.io import find_model_dir, find_tokenizer, load, model_dir
+from lmforge.io import find_model_dir, find_tokenizer, load, model_dir, save
 from lmforge.io.labels import ACTIVATIONS
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
@@ -37,7 +37,7 @@ from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
-from lmforge.train.config import check_device, options_from_dict
+from lmforge.train.config import check_device, check_ranks, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
 from lmforge.utils.atomic import replace_dir
@@ -155,13 +155,12 @@ def load_model(model, tokenizer=None, overrides: dict | None = None, seed: int =
     return optimize(model), tokenizer  # the fine-tuning and evaluation jobs run it optimized
 
 
-def save_model(task: Task, path) -> Path:
-    """Write the task's model, its tokenizer and task.json into the directory `path` (a folder being
-    staged; keep_model puts one in place whole)."""
-    path = Path(path)
-    task.model.save(path)
+def save_model(task: Task, path, state: dict | None = None) -> Path:
+    """Write the task's model (`state`: its weights gathered from several processes), its tokenizer and
+    task.json into the directory `path` (a folder being staged; keep_model puts one in place whole)."""
+    save(task.model, path, state=state)
     write_task_files(task, path)
-    return path
+    return Path(path)
 
 
 def write_task_files(task: Task, path) -> None:
@@ -171,10 +170,10 @@ def write_task_files(task: Task, path) -> None:
     record_sums(path, [TASK_FILE])  # task_info verifies it
 
 
-def keep_model(task: Task, path) -> Path:
+def keep_model(task: Task, path, state: dict | None = None) -> Path:
     """save_model into a staged folder put in the place of `path` whole: a kill leaves the folder that was
     there (or none), never a part of one, and a link named `path` is replaced, not written through."""
-    replace_dir(path, lambda folder: save_model(task, folder))
+    replace_dir(path, lambda folder: save_model(task, folder, state))
     return Path(path)
 
 
@@ -239,8 +238,8 @@ class Validator:
         primary = next(iter(metrics))
         if self.best is None or metrics[primary] > self.best[primary]:
             self.best, self.best_step, self.stale = metrics, trainer.step, 0
-            if self.cfg.keep_best and trainer.main:
-                keep_model(self.task, self.out / "best")
+            if self.cfg.keep_best:  # every rank joins the gather of the weights (FSDP), rank 0 writes
+                trainer.write_model(partial(keep_model, self.task, self.out / "best"))
         else:
             self.stale += 1
         found = {f"valid_{k}": v for k, v in metrics.items()}
@@ -307,6 +306,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
              log=print) -> dict:
     """Fine-tune `model` (object, directory or preset: its init drawn from train_cfg.seed) on `train` records
     of task `kind`, validating on `valid`; writes under `out` (the module docstring); returns the summary."""
+    check_ranks(train_cfg)  # under torchrun: parallel=none, no GPU for this process: refused before any work
     train = training_records(kind, train)  # an unknown kind, or no records: refused before any work
     task_cfg, out = task_cfg or TaskConfig(), training_folder(out)  # a link there: refused before any work
     if not valid:
@@ -332,7 +332,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))
     seconds = time.perf_counter() - start
     if validator is not None and validator.last_step != trainer.step:
-        validator(trainer)  # the final model's score (and best/ if it is the best)
+        trainer.run_evaluator()  # the final model's score (and best/ if it is the best)
     summary = {"task": kind, "steps": trainer.step, "seed": trainer.cfg.seed, "seconds": round(seconds, 2),
                "frozen_parameters": frozen, "trainable_parameters": trainable_count(model)}
     if validator is not None:

@@ -63,8 +63,10 @@ class TrainConfig:
     log_every: int = option(10, "steps between lines of metrics.jsonl", low=1, high=MAX_STEPS)
     save_every: int = option(0, "steps between checkpoints; 0: only the final one", low=0, high=MAX_STEPS)
     keep_last: int = option(2, "checkpoints kept on disk", low=1, high=1000)
-    parallel: str = option("none", "none | ddp | fsdp (under torchrun)", choices=PARALLEL)
-    device: str = option("auto", "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps")
+    parallel: str = option("none", "none | ddp | fsdp: under torchrun with several processes ddp or fsdp "
+                                   "(none is refused there)", choices=PARALLEL)
+    device: str = option("auto", "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps; under "
+                                 "torchrun, cuda (or auto) is each process's cuda:LOCAL_RANK")
     progress: bool = option(True, "show a progress bar")
     memory_check: bool = option(True, "refuse a micro-batch estimated past the free memory before the first "
                                 "step (train/memory.py; the estimate errs high: false runs it anyway)")
@@ -190,6 +192,17 @@ def _betas(text: str) -> list:
     except ValueError:
         raise OptionsError(f"betas must be two numbers in [0, 1), e.g. betas=0.9,0.999, got {text!r:.60}",
                            "betas") from None
+
+
+def check_ranks(cfg: TrainConfig) -> TrainConfig:
+    """`cfg`, refused (an OptionsError, one line) where the processes of a torchrun job of several would not
+    train it as one run: parallel=none, or no GPU of the node for this LOCAL_RANK (process_device); pretrain
+    and finetune check it before they read anything, the command line before it reads a file."""
+    from lmforge.train.distributed import process_device, refuse_unsynced
+
+    refuse_unsynced(cfg.parallel)
+    process_device(cfg.device)
+    return cfg
 
 
 def check_device(name: str) -> None:

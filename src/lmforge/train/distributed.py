@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from lmforge.utils.errors import OptionsError
 from lmforge.utils.ranks import several_ranks
 
 
@@ -20,6 +22,39 @@ def world() -> tuple:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def refuse_unsynced(parallel: str) -> None:
+    """An OptionsError naming parallel where it is none under torchrun with several processes."""
+    if parallel == "none" and several_ranks():  # no all-reduce: each rank's copy would go its own way
+        raise OptionsError(f"parallel=none under torchrun (WORLD_SIZE={os.environ['WORLD_SIZE']}): each "
+                           f"process would train a copy of its own, its gradients never averaged with the "
+                           f"others', and rank 0's alone be saved; use parallel=ddp or parallel=fsdp",
+                           "parallel")
+
+
+def process_device(name: str) -> torch.device:
+    """The device `name` ('auto': cuda when available, else cpu) stands for in this process: under torchrun
+    with several processes, CUDA without an index is the node's LOCAL_RANK-th GPU (each process its own); an
+    OptionsError naming device where the node has no GPU for that LOCAL_RANK."""
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
+    if device.type != "cuda" or device.index is not None or not several_ranks():
+        return device
+    index, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if index >= count:  # else it would share a GPU another process of the node trains on
+        raise OptionsError(f"device={name}: this process is LOCAL_RANK={index} but the machine has {count} "
+                           f"CUDA device(s): start at most {count} processes a node (torchrun "
+                           f"--nproc_per_node), one a GPU", "device")
+    return torch.device("cuda", index)
+
+
+def resolve_device(name: str) -> torch.device:
+    """The run's device (process_device), made the current CUDA device under torchrun with several
+    processes: NCCL and anything allocated without a device use this process's GPU, not cuda:0."""
+    device = process_device(name)
+    if device.type == "cuda" and several_ranks():
+        torch.cuda.set_device(device)
+    return device
 
 
 def init_from_env(device: torch.device) -> tuple:
@@ -45,8 +80,9 @@ def wrap(module: nn.Module, parallel: str, device: torch.device) -> nn.Module:
     FSDP shards every transformer block, then the rest (fully_shard, which also runs on CPU
     with gloo)."""
     _, size = world()
-    if size == 1 or parallel == "none":
+    if size == 1:
         return module
+    refuse_unsynced(parallel)  # a Trainer built directly (pretrain and finetune refused it before any read)
     if parallel == "ddp":
         ids = [device.index] if device.type == "cuda" else None
         # unused parameters: an objective may leave a head idle on a step (e.g. no span sampled)
@@ -59,6 +95,21 @@ def wrap(module: nn.Module, parallel: str, device: torch.device) -> nn.Module:
         if isinstance(sub, Block):
             fully_shard(sub)
     return fully_shard(module)
+
+
+@contextlib.contextmanager
+def root_gathered(module: nn.Module):
+    """Under FSDP, the root's own weights (embeddings, heads, final norm) gathered for the block on every
+    rank, which all enter it: an evaluator calls the model by other methods than the root's forward, whose
+    hook gathers them in training (each sharded block still gathers its own in its forward). Else nothing."""
+    if not hasattr(module, "unshard"):  # one process, or DDP: every weight is whole
+        yield
+        return
+    module.unshard()
+    try:
+        yield
+    finally:
+        module.reshard()
 
 
 def no_sync(module: nn.Module, last_micro_batch: bool):
@@ -104,6 +155,15 @@ def full_state_dict(module: nn.Module) -> dict:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     return get_model_state_dict(unwrap(module), options=_options())
+
+
+def model_state(module: nn.Module) -> dict | None:
+    """The unsharded weights of the model the objective `module` trains, keyed as the model's own state_dict
+    (every rank calls this: FSDP gathers them), for rank 0 to save; None in one process (its own serve)."""
+    if world()[1] == 1:
+        return None
+    full = full_state_dict(module)
+    return {k.removeprefix("model."): v for k, v in full.items() if k.startswith("model.")}
 
 
 def load_full_state_dict(module: nn.Module, state: dict) -> None:

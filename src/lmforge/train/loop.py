@@ -32,6 +32,7 @@ from lmforge.train.checkpoint import (CheckpointCorrupt, NothingToResume, Traini
                                       training_folder)
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, evaluated_every, resumed_config, run_notes
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
+from lmforge.train.distributed import resolve_device  # a name of this module too (tasks, the bake-off)
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.memory import check_step_fits, longest_example
 from lmforge.train.optim import build_optimizer, build_scheduler
@@ -40,13 +41,6 @@ from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, held_o
 from lmforge.utils.atomic import replace_dir
 
 __all__ = ["NothingToResume", "Trainer", "TrainingDiverged", "check_resumable", "resolve_device"]
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 class Trainer:
@@ -298,6 +292,17 @@ class Trainer:
         """Loss and metrics over the fixed evaluation batches, each batch's weighted by its examples."""
         return held_out_metrics(self.module, self.eval_set, self.device, self._autocast)
 
+    def run_evaluator(self) -> dict:
+        """The evaluator's metrics now (every rank calls it), FSDP's root weights gathered (root_gathered)."""
+        with dist.root_gathered(self.module):
+            return dict(self.evaluator(self))
+
+    def write_model(self, write) -> None:
+        """write(state) on rank 0, `state` the whole weights (dist.model_state: every rank calls this)."""
+        state = dist.model_state(self.module)
+        if self.main:
+            write(state)
+
     def save(self) -> None:
         """Write a checkpoint of the current step (every rank joins; rank 0 writes)."""
         weights = dist.full_state_dict(self.module)
@@ -352,24 +357,18 @@ class Trainer:
                 bar.close()
                 uncheckpoint_blocks(self._checkpointed)
             model = self.objective.finish()
-            self._save_final(model, final_files)
+            self.write_model(partial(self._save_final, model, final_files))  # every rank joins the gather
             return model
 
-    def _save_final(self, model, final_files: tuple) -> None:
-        # out/final, then loss.png; under FSDP every rank joins the gather of the shards, rank 0 writes
-        state = None
-        if self.world > 1:
-            full = dist.full_state_dict(self.module)
-            state = {k.removeprefix("model."): v for k, v in full.items() if k.startswith("model.")}
-        if self.main:
-            if not all_finite(model.state_dict().values() if state is None else state.values()):
-                self._diverged("the final weights are not finite")
-            # staged and put in place whole: a kill leaves the last final/ or none, never a part of one
-            # that a later job would load, and a link named final/ is replaced, not written through
-            writers = (partial(save, model, state=state), *final_files)
-            replace_dir(self.out / "final", lambda folder: [write(folder) for write in writers])
-            plot_losses(self.out / "metrics.jsonl", self.out / "loss.png",
-                        getattr(self.objective, "name", ""))
+    def _save_final(self, model, final_files: tuple, state: dict | None) -> None:
+        # out/final, then loss.png, on rank 0 (write_model): `state` the gathered weights of several processes
+        if not all_finite(model.state_dict().values() if state is None else state.values()):
+            self._diverged("the final weights are not finite")
+        # staged and put in place whole: a kill leaves the last final/ or none, never a part of one
+        # that a later job would load, and a link named final/ is replaced, not written through
+        writers = (partial(save, model, state=state), *final_files)
+        replace_dir(self.out / "final", lambda folder: [write(folder) for write in writers])
+        plot_losses(self.out / "metrics.jsonl", self.out / "loss.png", getattr(self.objective, "name", ""))
 
     def _loop(self, metrics, bar) -> None:
         start, seen, shown = time.perf_counter(), 0, None
@@ -386,7 +385,7 @@ class Trainer:
                 shown = record["loss"]
             if evaluating and self.eval_set:
                 record.update(self.evaluate())
-            found = dict(self.evaluator(self)) if evaluating and self.evaluator is not None else {}
+            found = self.run_evaluator() if evaluating and self.evaluator is not None else {}
             stop = self.stopped = bool(found.pop("stop", False))
             record.update(found)
             if self.main and (self.step % self.cfg.log_every == 0 or self.step == self.cfg.steps

@@ -45,6 +45,7 @@ from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import training_folder
+from lmforge.train.config import check_ranks
 from lmforge.train.data import derive_seed
 from lmforge.train.distributed import several_ranks
 from lmforge.train.loop import check_resumable
@@ -336,6 +337,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     recipe, inputs = recipe_and_inputs(recipe, inputs, fields)
     if not isinstance(train, TrainConfig):
         raise OptionsError(f"train must be a TrainConfig, got {type(train).__name__}", "train")
+    check_ranks(train)  # under torchrun: parallel=none, or no GPU for this process, refused before any work
     out = training_folder(out)  # a link as it or its checkpoints/ is refused before any work
     if inputs.resume:
         check_resumable(out)  # before the corpus is read and a tokenizer trained

@@ -43,14 +43,15 @@ def _train(loss: str, distill: str = "mse", steps: int = 60) -> tuple:
     return first, float(task(batch).loss.detach()), task
 
 
-@pytest.mark.parametrize("loss,distill", [
-    ("bce", "mse"),
-    ("listwise", "mse"),
-    ("distill", "mse"),
-    ("distill", "kl"),
+# the steps each loss takes to fall to 0.6 of its start with a margin (listwise and KL: about 0.35 at 30)
+@pytest.mark.parametrize("loss,distill,steps", [
+    ("bce", "mse", 60),
+    ("listwise", "mse", 30),
+    ("distill", "mse", 60),
+    ("distill", "kl", 30),
 ])
-def test_each_loss_falls_and_the_positive_comes_first(loss, distill):
-    before, after, task = _train(loss, distill)
+def test_each_loss_falls_and_the_positive_comes_first(loss, distill, steps):
+    before, after, task = _train(loss, distill, steps)
     assert after < 0.6 * before, (before, after)  # bce: below the constant guess of 1 in 4, 0.56
     _, metrics = task.evaluate(toy_records())
     assert list(metrics) == ["mrr@10", "recall@1"] and metrics["recall@1"] >= 0.5  # chance: 1 in 4

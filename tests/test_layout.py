@@ -5,6 +5,7 @@ package that never edits sys.path."""
 from __future__ import annotations
 
 import ast
+import functools
 import unicodedata
 from pathlib import Path
 
@@ -59,6 +60,11 @@ def _resolve(name: str, known: set) -> str | None:
 
 def import_graph() -> dict:
     """module -> the lmforge modules it imports anywhere in its file (inside functions too)."""
+    return {module: set(targets) for module, targets in _import_graph().items()}  # a copy each caller owns
+
+
+@functools.cache  # three tests read it: parsing every file of src took seconds a time
+def _import_graph() -> dict:
     trees = _modules()
     known, graph = set(trees), {}
     for module, tree in trees.items():

@@ -30,6 +30,9 @@ SPECIAL_ROLES = ("cls", "sep", "pad", "bos", "eos")  # tokens an objective never
 # 1000 every soft target is uniform. A loss weight's bound: every number a user chooses has one.
 TEMPERATURE_RANGE = (0.01, 1000)
 WEIGHT_MAX = 1000
+# positions whose model reads some of its weights for some inputs only: XLNet's relative attention reads its
+# query stream's start only under a target mapping, its segment term only with segment ids
+SOME_INPUTS_ONLY = ("xl-relative",)
 
 
 def within(low=None, high=None, *, above: bool = False, below: bool = False, integer: bool = False) -> tuple:
@@ -152,6 +155,11 @@ class Objective(nn.Module, abc.ABC):
 
     name = "objective"
     bounds: dict = {}  # keyword argument -> its rule (within, one_of): what check_values enforces
+    # whether the loss of every step, whatever its batch, reaches every parameter of the model's forward and
+    # of the objective's own heads and modules (no step that skips a head, as SpanBERT's on a batch with no
+    # span). A wrong True stops a DDP run on its second step, a missing one costs DDP a graph traversal a
+    # step: an objective sets it only where it holds for every batch
+    all_used = False
 
     def __init__(self, model: nn.Module, pad_id: int = 0) -> None:
         super().__init__()
@@ -169,6 +177,26 @@ class Objective(nn.Module, abc.ABC):
         said before any model is built (objectives.keywords), and by the constructor, which calls it with
         its arguments, so each bound is written once."""
         check_bounds(options, cls.bounds)
+
+    def uses_every_parameter(self) -> bool:
+        """Whether every training step gives every trainable parameter a gradient, so that DDP need not
+        search for unused ones (train.distributed.wrap): the objective says so of its loss (all_used), no
+        model in it holds a trainable head that no objective in it trains (a converted checkpoint's pooler
+        or NSP head, a student's copy of its teacher's), and none reads weights for some inputs only."""
+        if not self.all_used:
+            return False
+        trained = {id(head) for part in self.modules() if isinstance(part, Objective)
+                   for head in part.heads().values()}
+        for model in self.modules():
+            heads = getattr(model, "heads", None)
+            if not isinstance(heads, nn.ModuleDict) or not any(p.requires_grad for p in model.parameters()):
+                continue  # not a model, or a frozen one (a teacher): DDP reduces no gradient of it
+            if getattr(getattr(model, "config", None), "position", None) in SOME_INPUTS_ONLY:
+                return False
+            if any(id(head) not in trained and any(p.requires_grad for p in head.parameters())
+                   for head in heads.values()):
+                return False
+        return True
 
     def corrupt(self, example: dict, generator: torch.Generator) -> dict:
         """One example -> inputs and labels (lists); the default passes it through."""

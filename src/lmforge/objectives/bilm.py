@@ -88,6 +88,8 @@ class BiLM(Objective):
         self.check_values({"samples": samples})
         self.softmax = model.heads["softmax"] if "softmax" in model.heads else make_head(model, "lm")
         self.samples, self.unk_id = samples, unk_id  # unk_id: the words an example may spell
+        # the sampled softmax reads the head's projection only: a transform before it would idle
+        self.all_used = not samples or getattr(self.softmax, "transform", None) is None
         L = model.config.max_characters_per_token
         # word id -> its characters (id 0..261 fit int16: a 793k-word vocabulary stays ~80 MB)
         self.char_table = torch.tensor(chars if chars is not None else [[0] * L], dtype=torch.int16)

@@ -11,6 +11,7 @@ class CausalLM(Objective):
     """Next-token cross-entropy over every real position of a decoder's input."""
 
     name = "clm"
+    all_used = True  # one-token texts only: the head runs on no rows (a zero gradient)
 
     def __init__(self, model, pad_id: int = 0) -> None:
         super().__init__(model, pad_id)

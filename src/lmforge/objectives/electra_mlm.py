@@ -64,6 +64,9 @@ class ElectraMLM(Objective):
         self.all_tokens, self.gen_weight, self.temperature = all_tokens, gen_weight, temperature
         self.name = "all-tokens-mlm" if all_tokens else "replace-mlm"
         self.copy = nn.Linear(model.config.d_model, 1) if all_tokens else None  # D(x_t) of sec. 3.5
+        # Replace MLM skips the model's head and loss on a batch with nothing masked; every real token is
+        # a row of All-Tokens MLM's
+        self.all_used = all_tokens
 
     @classmethod
     def build(cls, model, tokenizer, **options) -> ElectraMLM:

@@ -77,6 +77,7 @@ class MaskedLM(Objective):
 
     name = "mlm"
     bounds = {"rate": within(0, 1, above=True, below=True), "replace": REPLACE}
+    all_used = True  # a batch with nothing selected still runs the head, on no rows (a zero gradient)
 
     def __init__(self, model, mask_id: int, rate: float = 0.15, replace: tuple = (0.8, 0.1, 0.1),
                  whole_word: bool = False, special_ids: tuple = (), pad_id: int = 0) -> None:

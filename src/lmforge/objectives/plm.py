@@ -68,6 +68,7 @@ class PermutationLM(Objective):
     """XLNet's permutation LM: a random order per example, the last 1/K of it predicted."""
 
     name = "plm"
+    all_used = False  # XLNet's segment term idles without segment ids (SOME_INPUTS_ONLY says so too)
 
     # K: the last 1/K of the order is predicted; mem_len: the memory segment's tokens (0: none)
     bounds = {"K": within(1, above=True), "mem_len": within(0, integer=True)}

@@ -34,6 +34,7 @@ class PrefixLM(Objective):
     """A decoder under the prefix-LM mask; next-token loss on the continuation only."""
 
     name = "prefix-lm"
+    all_used = False  # a batch of one-token texts skips the LM head (an untied one has weights of its own)
 
     def __init__(self, model, pad_id: int = 0) -> None:
         super().__init__(model, pad_id)

@@ -121,6 +121,7 @@ class ReplacedTokenDetection(Objective):
     the generator's MaskedLM with ELECTRA's `replace`, the masking both networks train on."""
 
     name = "rtd"
+    all_used = True  # both losses on every batch (the generator's head on no rows where nothing is masked)
     bounds = {**MaskedLM.bounds, "ratio": RATIO, "replace": REPLACE, "disc_weight": LOSS_WEIGHT,
               "gen_weight": LOSS_WEIGHT, "temperature": TEMPERATURE,  # T: the generator's sampling
               "generator": ((lambda g: g is None or isinstance(g, ModelConfig)), "a ModelConfig")}

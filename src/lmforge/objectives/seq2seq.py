@@ -57,6 +57,7 @@ class Seq2SeqLM(Objective):
     """Cross-entropy of every target token given the source and the target's earlier tokens."""
 
     name = "seq2seq"
+    all_used = True  # every target has a token (its </s> at least): the head runs on every batch
     bounds = {"decoder_start_id": ((lambda v: v is None or within(0, integer=True)[0](v)), "an integer >= 0")}
 
     def __init__(self, model, pad_id: int = 0, decoder_start_id: int | None = None) -> None:

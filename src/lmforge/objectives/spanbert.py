@@ -109,6 +109,7 @@ class SpanMLM(MaskedLM):
     # a span no longer than a sequence holds (its length table has max_words rows); whole words always
     bounds = {**MaskedLM.bounds, "p": within(0, 1, above=True), "max_words": within(1, 512, integer=True)}
     fixed = ("whole_word",)
+    all_used = False  # a batch with no span (short sequences) runs neither the LM head nor the SBO
 
     def __init__(self, model, mask_id: int, p: float = 0.2, max_words: int = 10, **mlm) -> None:
         super().__init__(model, mask_id, whole_word=True, **mlm)

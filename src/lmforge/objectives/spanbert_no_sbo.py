@@ -15,6 +15,7 @@ class SpanMaskedLM(SpanMLM):
 
     name = "span-mlm"
     uses_sbo = False  # read by FLOP accounting (lmforge.bakeoff.flops): no SBO is computed
+    all_used = True  # the masked LM's loss alone, which runs its head on every batch (MaskedLM.all_used)
 
     def __init__(self, model, mask_id: int, **mlm) -> None:
         super().__init__(model, mask_id, **mlm)

@@ -85,8 +85,12 @@ def wrap(module: nn.Module, parallel: str, device: torch.device) -> nn.Module:
     refuse_unsynced(parallel)  # a Trainer built directly (pretrain and finetune refused it before any read)
     if parallel == "ddp":
         ids = [device.index] if device.type == "cuda" else None
-        # unused parameters: an objective may leave a head idle on a step (e.g. no span sampled)
-        return nn.parallel.DistributedDataParallel(module, device_ids=ids, find_unused_parameters=True)
+        # DDP's search for parameters a step leaves without a gradient (a head idle on a batch, as SpanBERT's
+        # with no span) costs a traversal of the autograd graph a step, and warns where it finds none: skipped
+        # only where the trained module says each step reaches every one (Objective.uses_every_parameter)
+        every = getattr(module, "uses_every_parameter", None)
+        unused = not (callable(every) and every())
+        return nn.parallel.DistributedDataParallel(module, device_ids=ids, find_unused_parameters=unused)
     from torch.distributed.fsdp import fully_shard
 
     from lmforge.layers.block import Block

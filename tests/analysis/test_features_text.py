@@ -138,3 +138,18 @@ def test_a_numpy_batch_size_reads_as_python_s_int(bert_dir):
     got = lmforge.features(["the cat", "a dog sat"], bert_dir, pooling="mean", batch_size=np.int64(1),
                            max_length=np.int64(8))
     assert all(torch.equal(a.features, b.features) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("texts", [[""], ["a film", " \n "]])
+def test_a_blank_text_is_refused_naming_texts(bert_dir, texts):
+    """A blank text has no token of its own: BERT's answered [CLS] [SEP]'s features (the command line refused
+    it), a decoder's mean was NaN and its cls an IndexError; the server refused it for some models only."""
+    from tests.tasks.core import tiny, tokenizer
+
+    with pytest.raises(OptionsError, match=r"the text to take features of is empty \(texts\[\d\]\)") as err:
+        lmforge.features(texts, bert_dir)
+    assert err.value.field == "texts"
+    for pooling in ("mean", "cls"):
+        with pytest.raises(OptionsError) as err:
+            lmforge.features(texts, tiny("gpt2").eval(), tokenizer("gpt2"), pooling=pooling)
+        assert err.value.field == "texts"

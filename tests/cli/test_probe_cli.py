@@ -151,10 +151,17 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["features", "--data", "{bad}", "--truncate"], "--truncate: it cuts a --text"),  # was ignored
     (["features", "--data", "{empty}"], "s.txt: no sentences"),  # named no file
     (["features", "--data", "{nested}"], 's.jsonl:2: "words" must be a list of words'),  # was "['b']"
+    # a null text was read as the word "None", a list as its repr's pieces; a blank word's features were 0
+    (["features", "--data", "{null}"], 's.jsonl:2: no "words" list or "text" (a text) in the record'),
+    (["features", "--data", "{listed}"], 's.jsonl:1: no "words" list or "text" (a text) in the record'),
+    (["features", "--data", "{blank}"], 's.jsonl:1: "words"[1] is blank'),
 ])
 def test_bad_input_is_one_line_with_status_2(model_dir, tmp_path, capsys, argv, named):
     files = {"{bad}": ("s.txt", "a b\n"), "{empty}": ("s.txt", "\n \n"),
-             "{nested}": ("s.jsonl", '{"words": ["a"]}\n{"words": ["a", ["b"]]}\n')}
+             "{nested}": ("s.jsonl", '{"words": ["a"]}\n{"words": ["a", ["b"]]}\n'),
+             "{null}": ("s.jsonl", '{"text": "a b"}\n{"text": null}\n'),
+             "{listed}": ("s.jsonl", '{"text": ["a"]}\n'),
+             "{blank}": ("s.jsonl", '{"words": ["a", " "]}\n')}
     argv = [write(tmp_path / files[a][0], files[a][1]) if a in files else a for a in argv]
     assert main([argv[0], "--model", model_dir, "--out", str(tmp_path / "o"), *argv[1:]]) == 2
     assert not (tmp_path / "o").exists()  # refused before any output

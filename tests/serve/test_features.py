@@ -132,3 +132,14 @@ def test_the_spec_lists_the_routes_and_the_model_list_its_capabilities(served):
     assert array["minItems"] == 1 and array["maxItems"] >= 13 and "minimum" not in fields["mix_weights"]
     listed = client.get("/v1/models").json()["data"]
     assert listed[0]["id"] == "bert" and {"embed", "features"} <= set(listed[0]["capabilities"])
+
+
+def test_a_blank_text_is_refused_naming_texts_as_the_library_refuses_it(local):
+    """An encoder answered a blank text with [CLS] [SEP]'s features (200), a decoder said "text 1 has no
+    tokens"; lmforge.features and `lmforge features --text` refuse it, so every model is refused alike."""
+    for model in ("enc", "gen"):
+        answer = local.post("/features", json={"model": model, "texts": ["the cat", " "], "pooling": "mean"})
+        assert answer.status_code == 422, answer.text
+        error = answer.json()["error"]
+        assert error["param"] == "texts"
+        assert "the text to take features of is empty (texts[1])" in error["message"]

@@ -89,6 +89,17 @@ def encode_text(tokenizer, text: str, limit: int, truncate: bool, index: int = 0
     return tokenizer.encode(text, max_length=limit), len(whole.ids)
 
 
+def feature_texts(texts) -> list:
+    """`texts` as checked_texts reads them, none blank: an empty or whitespace-only text has no token of its
+    own (a decoder's tokenizer gives it none: its mean pooling was NaN, its cls an IndexError), so the
+    library, `lmforge features --text` and POST /features refuse it alike, naming texts."""
+    texts = checked_texts(texts)
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise OptionsError(f"the text to take features of is empty (texts[{i}])", "texts")
+    return texts
+
+
 def _reduce(states: torch.Tensor, options: FeatureOptions, n_states: int) -> torch.Tensor:
     """(S, n, d) chosen states of one text -> the options' layers (mixed or not), pooled."""
     if options.mixed:
@@ -101,7 +112,7 @@ def text_features(model, tokenizer, texts: list, options: FeatureOptions | None 
                   batch_size: int = 32) -> list:
     """A TextFeatures per text (float32, on the CPU), in the order given."""
     options = options or FeatureOptions()
-    texts = checked_texts(texts)
+    texts = feature_texts(texts)
     if hasattr(model, "word_layers"):
         return _elmo_features(model, texts, options, batch_size)
     n_states = model.config.n_layers + 1
@@ -196,7 +207,7 @@ def features(texts, model, tokenizer=None, options: FeatureOptions | None = None
                                              "mix_gamma": mix_gamma, "pooling": pooling,
                                              "max_length": max_length, "truncate": truncate})
     batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
-    texts = checked_texts(texts)  # before the model is read
+    texts = feature_texts(texts)  # before the model is read
     tokenizer = checked_tokenizer(tokenizer)
     if not hasattr(model, "config"):
         model, found = load_for_features(model)

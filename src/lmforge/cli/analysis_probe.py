@@ -177,13 +177,16 @@ def read_sentences(path: str) -> list:
 
 
 def _words(path, n: int, row: dict) -> list:
-    """A JSON record's words: its "words" list (each text or a number) or its "text" split."""
-    words = row.get("words") if isinstance(row.get("words"), list) else str(row.get("text", "")).split()
+    """A JSON record's words: its "words" list (each text or a number, none blank) or its "text" split."""
+    listed, text = row.get("words"), row.get("text")  # str() read a null text as the word "None"
+    words = listed if isinstance(listed, list) else text.split() if isinstance(text, str) else []
     if not words:
-        raise ValueError(f"{path}:{n}: no \"words\" list or \"text\" in the record")
+        raise ValueError(f"{path}:{n}: no \"words\" list or \"text\" (a text) in the record")
     if not all(isinstance(w, (str, int, float)) and not isinstance(w, bool) for w in words):  # not str([..])
         raise ValueError(f"{path}:{n}: \"words\" must be a list of words (text), "
                          f"got {json.dumps(words)[:60]}")
+    if blank := [i for i, w in enumerate(words) if not str(w).strip()]:  # no pieces: its features were 0
+        raise ValueError(f"{path}:{n}: \"words\"[{blank[0]}] is blank: a word is more than spaces")
     return [str(w) for w in words]
 
 
@@ -280,7 +283,7 @@ def _fits(max_len, model) -> None:
 
 
 FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--mix-gamma",
-         "pooling": "--pooling", "max_length": "--max-len", "truncate": "--truncate"}
+         "pooling": "--pooling", "max_length": "--max-len", "truncate": "--truncate", "texts": "--text"}
 
 
 def feature_options(args):
@@ -310,13 +313,10 @@ def _text_features(args) -> None:
 
     from lmforge.analysis.text_features import text_features
     from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
 
     if args.data or args.task:
         raise UsageError("give --text or --data / --task, not both")
-    if any(not text.strip() for text in args.text):  # as attention's text: no tokens to take features of
-        raise UsageError("--text: the text to take features of is empty")
-    from lmforge.config.options import OptionsError
-
     options = feature_options(args)
     model, tokenizer = analysed_model(args)
     try:  # the model's own limits (its positions, its special tokens): named by the flag, as the options' are

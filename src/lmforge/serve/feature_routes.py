@@ -14,6 +14,7 @@ import dataclasses
 from fastapi import APIRouter, Request
 
 from lmforge.analysis.feature_options import TEXT_POOLINGS, FeatureOptions
+from lmforge.analysis.text_features import feature_texts
 from lmforge.config.options import OptionsError
 from lmforge.serve import option_schemas
 from lmforge.serve.limits import RequestError, check_count, fit_lengths, too_large
@@ -49,6 +50,10 @@ async def features(body: option_schemas.FeaturesRequest, request: Request):
     options = build_options(FeatureOptions, body)
     texts = [body.texts] if isinstance(body.texts, str) else body.texts
     check_count(len(texts), server.limits, "texts")
+    try:  # a blank text, refused as the library refuses it (before it is queued beside other requests')
+        feature_texts(texts)
+    except OptionsError as err:
+        raise RequestError(422, str(err), param=err.field) from None
     layers = _chosen(options, served, server.limits)
     bound = length_bound(options.max_length, served)
     texts, counts = await clip(server, served, texts, options.truncate, bound)

@@ -242,3 +242,24 @@ def test_recorded_maps_are_zero_at_padding_keys_future_keys_and_outside_the_wind
                 pos = torch.arange(Tq)
                 band = (pos[:, None] - pos[None]) < cfg.layer_window(layer)
                 assert (p[..., ~band] == 0).all() and not band.all()
+
+
+def test_an_encoder_decoder_without_start_ids_is_read_as_generate_reads_it(tokenizer):
+    """A T5 whose config names no decoder_start_token_id nor pad was refused (asking for an option the view
+    lacks) where `lmforge generate` and /generate start from the tokenizer's pad: the view's decoder reads
+    the continuation they give."""
+    from lmforge.generate.text import tokenizer_ids
+    from lmforge.heads import attach
+
+    model = tiny_model("t5-small", vocab_size=300)
+    attach(model, "lm")
+    assert model.config.decoder_start_token_id is None and model.config.pad_token_id is None
+    ids = torch.tensor([tokenizer.encode("the cat sat").ids])
+    with pytest.warns(UserWarning, match="starts from the pad token"):
+        want = lmforge.generate(model, ids, max_new_tokens=4, **tokenizer_ids(model, tokenizer))
+        maps = attention_maps(model, tokenizer, "the cat sat", max_new_tokens=4)
+    decoder = next(g for g in maps.groups if g.name == "decoder")
+    assert decoder.rows == [tokenizer.id_to_token(i) for i in want[0].tolist()]
+    paired = attention_maps(model, tokenizer, "the cat sat", pair="a dog")
+    start = next(g for g in paired.groups if g.name == "decoder").rows[0]
+    assert start == tokenizer.id_to_token(tokenizer.pad_id)

@@ -14,6 +14,7 @@ import torch
 from lmforge.analysis.maps import AttentionGroup, AttentionMaps
 from lmforge.config.options import OptionsError
 from lmforge.generate import generate
+from lmforge.generate.text import tokenizer_ids
 from lmforge.layers.inspection import inspecting
 from lmforge.model import Transformer
 from lmforge.utils.modes import evaluating
@@ -120,11 +121,14 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
 
 
 def _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens: int) -> torch.Tensor:
-    """(1, T') decoder inputs: the start token then `pair`'s tokens, or the greedy continuation."""
-    start = model.config.decoder_start_token_id
-    start = start if start is not None else (model.config.pad_token_id or 0)
+    """(1, T') decoder inputs: the start token then `pair`'s tokens, or the greedy continuation; the ids the
+    config lacks are the tokenizer's, as `lmforge generate` and /generate take them (tokenizer_ids: its pad
+    starts the decoder, its eos ends the text), where this view refused a T5 that generate answered."""
+    given = tokenizer_ids(model, tokenizer)
     if pair is None:
-        return generate(model, ids, max_new_tokens=max_new_tokens)
+        return generate(model, ids, max_new_tokens=max_new_tokens, **given)
+    start, pad = model.config.decoder_start_token_id, given.get("pad_token_id", model.config.pad_token_id)
+    start = start if start is not None else (pad or 0)
     target = tokenizer.encode(pair, max_length=model.config.max_seq_len - 1).ids
     return torch.tensor([[start] + target])
 
